@@ -1,0 +1,1 @@
+"""tapescope application layer: CLI, main window, session controller."""

@@ -1,0 +1,1 @@
+"""Device layer: backends (cuda, host), kernel library, replay, fusion, emitc."""

@@ -1,0 +1,1 @@
+"""Qt widgets, one per model object."""
