@@ -1,0 +1,232 @@
+"""Tape ops: ``core.ops.relu(x)`` etc. record one node each; ``REGISTRY`` lists every op.
+
+Composites (``mse``, ``add_bias``, ``scale``, ``attention``) record primitives, so only the
+primitives carry backward rules and device kernels.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from core.ops import elementwise, linalg, movement, reduce, rowwise  # noqa: F401  (registers)
+from core.ops.registry import REGISTRY, OpDef, ShapeError, register
+from core.ops.rowwise import rope_tables
+
+__all__ = [
+    "REGISTRY", "OpDef", "ShapeError", "register", "rope_tables",
+    "add", "sub", "mul", "div", "neg", "adds", "muls", "relu", "sigmoid", "tanh", "exp", "log",
+    "sqrt", "sum", "mean", "matmul", "bmm", "transpose", "reshape", "softmax", "slice", "concat",
+    "mse", "add_bias", "scale", "rms_norm", "silu", "swiglu", "rope", "cross_entropy",
+    "attention",
+]
+
+
+def _tape(*xs: Any):
+    from core.tape import Var
+
+    for x in xs:
+        if isinstance(x, Var):
+            return x.tape
+    raise TypeError("an op needs at least one tape Var among its inputs")
+
+
+def _vars(tape, xs):
+    return [tape._lift(x) for x in xs]
+
+
+def _rec(op: str, xs: Sequence[Any], attrs: dict | None = None, name: str | None = None):
+    t = _tape(*xs)
+    return t.record(op, _vars(t, xs), attrs, name)
+
+
+def add(a, b, name=None):
+    """a + b with numpy broadcasting."""
+    return _rec("add", [a, b], name=name)
+
+
+def sub(a, b, name=None):
+    """a - b with numpy broadcasting."""
+    return _rec("sub", [a, b], name=name)
+
+
+def mul(a, b, name=None):
+    """a * b with numpy broadcasting."""
+    return _rec("mul", [a, b], name=name)
+
+
+def div(a, b, name=None):
+    """a / b with numpy broadcasting."""
+    return _rec("div", [a, b], name=name)
+
+
+def neg(x, name=None):
+    """-x."""
+    return _rec("neg", [x], name=name)
+
+
+def adds(x, s: float, name=None):
+    """x + s for a python scalar s."""
+    return _rec("adds", [x], {"s": float(s)}, name)
+
+
+def muls(x, s: float, name=None):
+    """x * s for a python scalar s."""
+    return _rec("muls", [x], {"s": float(s)}, name)
+
+
+def relu(x, name=None):
+    """max(x, 0), NaN propagating."""
+    return _rec("relu", [x], name=name)
+
+
+def sigmoid(x, name=None):
+    """1 / (1 + exp(-x)) through refmath."""
+    return _rec("sigmoid", [x], name=name)
+
+
+def tanh(x, name=None):
+    """tanh through refmath."""
+    return _rec("tanh", [x], name=name)
+
+
+def exp(x, name=None):
+    """exp through refmath."""
+    return _rec("exp", [x], name=name)
+
+
+def log(x, name=None):
+    """log through refmath."""
+    return _rec("log", [x], name=name)
+
+
+def sqrt(x, name=None):
+    """IEEE sqrt."""
+    return _rec("sqrt", [x], name=name)
+
+
+def _axis(axis):
+    return axis if axis is None or isinstance(axis, int) else tuple(int(a) for a in axis)
+
+
+def sum(x, axis=None, keepdims: bool = False, name=None):  # noqa: A001
+    """Serial row-major sum over ``axis`` (all axes by default)."""
+    return _rec("sum", [x], {"axis": _axis(axis), "keepdims": bool(keepdims)}, name)
+
+
+def mean(x, axis=None, keepdims: bool = False, name=None):
+    """sum / n over ``axis``."""
+    return _rec("mean", [x], {"axis": _axis(axis), "keepdims": bool(keepdims)}, name)
+
+
+def matmul(a, b, name=None):
+    """[..., M, K] @ [K, N], serial in k."""
+    return _rec("matmul", [a, b], name=name)
+
+
+def bmm(a, b, name=None):
+    """[B, M, K] @ [B, K, N], serial in k."""
+    return _rec("bmm", [a, b], name=name)
+
+
+def transpose(x, axes=None, name=None):
+    """Permute axes (reverse them by default)."""
+    return _rec("transpose", [x], {"axes": None if axes is None else tuple(axes)}, name)
+
+
+def reshape(x, shape, name=None):
+    """Row-major reshape (one -1 allowed)."""
+    return _rec("reshape", [x], {"shape": tuple(int(d) for d in shape)}, name)
+
+
+def softmax(x, axis: int = -1, name=None):
+    """Softmax along ``axis``."""
+    return _rec("softmax", [x], {"axis": int(axis)}, name)
+
+
+def slice(x, axis: int, start: int, stop: int, name=None):  # noqa: A001
+    """x[start:stop] along ``axis``."""
+    return _rec("slice", [x], {"axis": int(axis), "start": int(start), "stop": int(stop)}, name)
+
+
+def concat(xs: Sequence[Any], axis: int, name=None):
+    """Join along ``axis``."""
+    return _rec("concat", list(xs), {"axis": int(axis)}, name)
+
+
+def rms_norm(x, gamma, eps: float = 1e-6, name=None):
+    """x / rms(x) * gamma over the last axis."""
+    return _rec("rms_norm", [x, gamma], {"eps": float(eps)}, name)
+
+
+def silu(x, name=None):
+    """x * sigmoid(x)."""
+    return _rec("silu", [x], name=name)
+
+
+def swiglu(g, u, name=None):
+    """silu(g) * u."""
+    return _rec("swiglu", [g, u], name=name)
+
+
+def rope(x, base: float = 10000.0, name=None):
+    """Rotary position embedding over [..., S, D]; positions are the row index on axis -2."""
+    return _rec("rope", [x], {"base": float(base)}, name)
+
+
+def cross_entropy(logits, targets, name=None):
+    """Mean NLL of softmax(logits) at integer ``targets`` (an array or a const Var)."""
+    t = _tape(logits)
+    if not hasattr(targets, "tape"):
+        targets = t.const(np.asarray(targets), name="targets")
+    return t.record("cross_entropy", [logits, targets], {}, name)
+
+
+# ---- composites --------------------------------------------------------------------------------
+def mse(y, target, name=None):
+    """mean((y - target)^2), recorded as sub, mul, mean."""
+    d = sub(y, target)
+    return mean(mul(d, d), name=name)
+
+
+def add_bias(x, bias, name=None):
+    """x[..., c] + bias[c] (a broadcasting add)."""
+    return add(x, bias, name=name)
+
+
+def scale(x, alpha: float, name=None):
+    """x * alpha (muls)."""
+    return muls(x, alpha, name=name)
+
+
+def attention(q, k, v, causal: bool = False, name=None):
+    """softmax(q k^T / sqrt(d) [+ causal mask]) v, composed of tape ops (no fused backward).
+
+    2-D operands [S, D] use matmul; 3-D [H, S, D] use bmm. The causal mask adds -inf above the
+    diagonal, so masked probabilities are exactly 0.0.
+    """
+    t = _tape(q, k, v)
+    qs = q.shape
+    d = qs[-1]
+    if len(qs) == 2:
+        scores = matmul(q, transpose(k))
+    else:
+        scores = bmm(q, transpose(k, (0, 2, 1)))
+    scores = muls(scores, 1.0 / math.sqrt(d))  # the scalar is rounded once, on the host
+    if causal:
+        s = scores.shape[-1] if t.ok else 0
+        mask = np.triu(np.full((s, s), -np.inf), k=1)
+        scores = add(scores, t.const(mask, name="causal_mask"))
+    probs = softmax(scores, axis=-1)
+    out = matmul(probs, v) if len(qs) == 2 else bmm(probs, v)
+    if name is not None and t.ok:
+        t._nodes[out.id] = t._nodes[out.id].__class__(**{**t._nodes[out.id].__dict__,
+                                                        "name": t._scoped(name)})
+    return out
+
+
+_ = builtins  # sum and slice shadow builtins inside this module on purpose

@@ -1,0 +1,170 @@
+"""Elementwise ops: binary with numpy broadcasting, scalar variants and unaries.
+
+Forward: exactly one IEEE operation per element as the formula is written. Backward: the
+contribution for a broadcast input is reduced with ``unbroadcast`` (serial, row-major).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.ops.reference import unbroadcast
+from core.ops.registry import OpDef, broadcast_shape, register
+
+BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 1), (1, 4)),
+                 ((4,), (2, 3, 4)), ((5,), ())]
+
+
+def _binary_shape(shapes, attrs):
+    return broadcast_shape(shapes[0], shapes[1])
+
+
+def _same_shape(shapes, attrs):
+    return shapes[0]
+
+
+def _binary_sample(lo: float = -2.0, hi: float = 2.0, b_away: float = 0.0):
+    def sample(rng, dtype):
+        cases = []
+        for sa, sb in BINARY_SHAPES:
+            a = rng.uniform(lo, hi, sa).astype(dtype)
+            b = rng.uniform(lo, hi, sb).astype(dtype)
+            if b_away:
+                b = (np.sign(b) + (b == 0)) * (np.abs(b) + b_away)
+            cases.append(([a, b], {}))
+        return cases
+    return sample
+
+
+def _unary_sample(lo: float = -2.0, hi: float = 2.0, away: float = 0.0, **attrs):
+    def sample(rng, dtype):
+        out = []
+        for shape in [(3, 4), (5,), (2, 3, 2)]:
+            x = rng.uniform(lo, hi, shape)
+            if away:  # keep finite differences off a kink
+                x = np.where(np.abs(x) < away, x + np.sign(x + 1e-9) * away, x)
+            out.append(([x.astype(dtype)], dict(attrs)))
+        return out
+    return sample
+
+
+def _ub(c, x):
+    return unbroadcast(c, x.shape)
+
+
+# ---- binary ------------------------------------------------------------------------------------
+register(OpDef(
+    "add", 2, "elementwise", "row_local", _binary_shape,
+    forward=lambda M, xs, at: xs[0] + xs[1],
+    backward=lambda M, g, xs, y, at, nd: [_ub(g, xs[0]) if nd[0] else None,
+                                         _ub(g, xs[1]) if nd[1] else None],
+    sample=_binary_sample(), doc="y = a + b; ga = unb(g); gb = unb(g)"))
+
+register(OpDef(
+    "sub", 2, "elementwise", "row_local", _binary_shape,
+    forward=lambda M, xs, at: xs[0] - xs[1],
+    backward=lambda M, g, xs, y, at, nd: [_ub(g, xs[0]) if nd[0] else None,
+                                         _ub(-g, xs[1]) if nd[1] else None],
+    sample=_binary_sample(), doc="y = a - b; ga = unb(g); gb = unb(-g)"))
+
+
+def _mul_bwd(M, g, xs, y, at, nd):
+    a, b = xs
+    return [_ub(g * b, a) if nd[0] else None, _ub(g * a, b) if nd[1] else None]
+
+
+register(OpDef(
+    "mul", 2, "elementwise", "row_local", _binary_shape,
+    forward=lambda M, xs, at: xs[0] * xs[1], backward=_mul_bwd,
+    sample=_binary_sample(), doc="y = a * b; ga = unb(g * b); gb = unb(g * a)"))
+
+
+def _div_bwd(M, g, xs, y, at, nd):
+    a, b = xs
+    ga = _ub(g / b, a) if nd[0] else None
+    # NOTE: gb = -((g * y) / b), not -g*a/(b*b): reuses y and rounds in this exact order
+    gb = _ub(-((g * y) / b), b) if nd[1] else None
+    return [ga, gb]
+
+
+register(OpDef(
+    "div", 2, "elementwise", "row_local", _binary_shape,
+    forward=lambda M, xs, at: xs[0] / xs[1], backward=_div_bwd,
+    sample=_binary_sample(b_away=0.5), doc="y = a / b; ga = unb(g / b); gb = unb(-((g*y)/b))"))
+
+# ---- scalar variants and unaries ---------------------------------------------------------------
+
+
+def _s(x, at):
+    return x.dtype.type(at["s"])  # the scalar rounded once to the tape dtype
+
+
+register(OpDef(
+    "neg", 1, "unary", "row_local", _same_shape,
+    forward=lambda M, xs, at: -xs[0],
+    backward=lambda M, g, xs, y, at, nd: [-g],
+    sample=_unary_sample(), doc="y = -a (exact); ga = -g"))
+
+register(OpDef(
+    "adds", 1, "unary", "row_local", _same_shape,
+    forward=lambda M, xs, at: xs[0] + _s(xs[0], at),
+    backward=lambda M, g, xs, y, at, nd: [g],
+    sample=_unary_sample(s=0.75), doc="y = a + s; ga = g"))
+
+register(OpDef(
+    "muls", 1, "unary", "row_local", _same_shape,
+    forward=lambda M, xs, at: xs[0] * _s(xs[0], at),
+    backward=lambda M, g, xs, y, at, nd: [g * _s(g, at)],
+    sample=_unary_sample(s=-1.25), doc="y = a * s; ga = g * s"))
+
+
+def _relu(M, xs, at):
+    x = xs[0]
+    # NaN propagates (a debugger must not hide it); -0.0 and negatives become +0.0
+    return np.where((x > 0) | np.isnan(x), x, x.dtype.type(0))
+
+
+register(OpDef(
+    "relu", 1, "unary", "row_local", _same_shape, forward=_relu,
+    backward=lambda M, g, xs, y, at, nd: [np.where(xs[0] > 0, g, g.dtype.type(0))],
+    sample=_unary_sample(away=0.05),
+    doc="y = (a > 0 || a != a) ? a : 0; ga = a > 0 ? g : 0"))
+
+
+def _one(x):
+    return x.dtype.type(1)
+
+
+register(OpDef(
+    "sigmoid", 1, "unary", "row_local", _same_shape,
+    forward=lambda M, xs, at: M.sigmoid(xs[0]),
+    # NOTE: y * (1 - y), not y - y*y: the kernel must round the same way
+    backward=lambda M, g, xs, y, at, nd: [g * (y * (_one(y) - y))],
+    sample=_unary_sample(), transcendental=True,
+    doc="y = sigmoid(a) [refmath]; ga = g * (y * (1 - y))"))
+
+register(OpDef(
+    "tanh", 1, "unary", "row_local", _same_shape,
+    forward=lambda M, xs, at: M.tanh(xs[0]),
+    backward=lambda M, g, xs, y, at, nd: [g * (_one(y) - y * y)],
+    sample=_unary_sample(), transcendental=True,
+    doc="y = tanh(a) [refmath]; ga = g * (1 - y * y)"))
+
+register(OpDef(
+    "exp", 1, "unary", "row_local", _same_shape,
+    forward=lambda M, xs, at: M.exp(xs[0]),
+    backward=lambda M, g, xs, y, at, nd: [g * y],
+    sample=_unary_sample(), transcendental=True, doc="y = exp(a) [refmath]; ga = g * y"))
+
+register(OpDef(
+    "log", 1, "unary", "row_local", _same_shape,
+    forward=lambda M, xs, at: M.log(xs[0]),
+    backward=lambda M, g, xs, y, at, nd: [g / xs[0]],
+    sample=_unary_sample(0.2, 3.0), transcendental=True,
+    doc="y = log(a) [refmath]; ga = g / a"))
+
+register(OpDef(
+    "sqrt", 1, "unary", "row_local", _same_shape,
+    forward=lambda M, xs, at: np.sqrt(xs[0]),  # IEEE sqrt is correctly rounded everywhere
+    backward=lambda M, g, xs, y, at, nd: [g / (y + y)],
+    sample=_unary_sample(0.2, 3.0), doc="y = sqrt(a) (IEEE); ga = g / (y + y)"))

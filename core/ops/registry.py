@@ -1,0 +1,78 @@
+"""The op table: every op is defined once, its shape rule, forward, backward and metadata together.
+
+Device kernels, fusion classes and grad-check cases are keyed by the same op names, and tests walk
+``REGISTRY`` so that no op can lack any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Shape = tuple[int, ...]
+# forward(M, xs, attrs) -> y ; M is the math namespace of core.mathlib
+Forward = Callable[[Any, Sequence[np.ndarray], Mapping[str, Any]], np.ndarray]
+# backward(M, g, xs, y, attrs, needs) -> one contribution (or None) per input, in input order
+Backward = Callable[
+    [Any, np.ndarray, Sequence[np.ndarray], np.ndarray, Mapping[str, Any], Sequence[bool]],
+    Sequence["np.ndarray | None"],
+]
+# sample(rng, dtype) -> list of (inputs, attrs) cases for grad-check and device parity tests
+Sample = Callable[[np.random.Generator, np.dtype], list[tuple[list[np.ndarray], dict]]]
+
+KINDS = ("leaf", "elementwise", "unary", "reduce", "matmul", "movement", "rowwise", "loss")
+FUSION = ("row_local", "row_local_matmul", "none")
+
+
+class ShapeError(ValueError):
+    """An op's inputs have shapes (or attributes) the op cannot take."""
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op: its shape rule, reference forward and backward, and metadata."""
+
+    name: str
+    arity: int | None  # None: variadic (concat)
+    kind: str
+    fusion: str
+    shape: Callable[[Sequence[Shape], Mapping[str, Any]], Shape]
+    forward: Forward | None
+    backward: Backward | None
+    sample: Sample | None
+    transcendental: bool = False  # calls refmath; differs under math="platform"
+    nondiff_inputs: tuple[int, ...] = ()  # inputs that never receive a gradient (targets)
+    doc: str = ""
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    """Add ``op`` to the table; a name is defined once."""
+    if op.name in REGISTRY:
+        raise ValueError(f"op {op.name!r} is already registered")
+    if op.kind not in KINDS:
+        raise ValueError(f"op {op.name!r}: kind {op.kind!r} is not one of {KINDS}")
+    if op.fusion not in FUSION:
+        raise ValueError(f"op {op.name!r}: fusion {op.fusion!r} is not one of {FUSION}")
+    REGISTRY[op.name] = op
+    return op
+
+
+def broadcast_shape(a: Shape, b: Shape) -> Shape:
+    """numpy's broadcast of two shapes, or ShapeError naming both."""
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        raise ShapeError(f"shapes {a} and {b} do not broadcast") from None
+
+
+def norm_axis(axis: int, ndim: int) -> int:
+    """``axis`` as a non-negative index, or ShapeError."""
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"axis {axis} is out of range for rank {ndim}")
+    return axis % max(ndim, 1)

@@ -1,0 +1,214 @@
+"""Row-wise ops over the last axis: softmax, rms_norm, silu, swiglu, rope, cross_entropy.
+
+Each is the formula of docs/reference-order.md written out step by step; every reduction is the
+serial ``serial_sum`` and every transcendental comes from the math namespace ``M`` (refmath).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.ops.reference import serial_sum, softmax, unbroadcast
+from core.ops.registry import OpDef, ShapeError, norm_axis, register
+
+
+def _r(rng, dtype, *s, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, s).astype(dtype)
+
+
+def _one(x):
+    return x.dtype.type(1)
+
+
+# ---- softmax -----------------------------------------------------------------------------------
+def _softmax_shape(shapes, at):
+    norm_axis(at.get("axis", -1), len(shapes[0]))
+    return shapes[0]
+
+
+def _softmax_bwd(M, g, xs, y, at, nd):
+    ax = at.get("axis", -1)
+    dot = serial_sum(g * y, ax, keepdims=True)
+    return [y * (g - dot)]
+
+
+register(OpDef(
+    "softmax", 1, "rowwise", "row_local", _softmax_shape,
+    forward=lambda M, xs, at: softmax(xs[0], at.get("axis", -1), M.exp),
+    backward=_softmax_bwd, transcendental=True,
+    sample=lambda rng, dt: [([_r(rng, dt, 3, 5)], {"axis": -1}),
+                            ([_r(rng, dt, 4, 3)], {"axis": 0}),
+                            ([_r(rng, dt, 2, 3, 4)], {"axis": -1})],
+    doc="m = max; e = exp(x - m); s = serial_sum(e); y = e / s; "
+        "ga = y * (g - serial_sum(g * y))"))
+
+
+# ---- rms_norm ----------------------------------------------------------------------------------
+def _rms_shape(shapes, at):
+    x, gamma = shapes
+    if len(x) < 1 or gamma != (x[-1],):
+        raise ShapeError(f"rms_norm needs x [..., D] and gamma [D]; got {x} and {gamma}")
+    return x
+
+
+def _inv_rms(x, eps):
+    n = x.dtype.type(x.shape[-1])
+    ms = serial_sum(x * x, -1, keepdims=True) / n
+    return _one(x) / np.sqrt(ms + x.dtype.type(eps))  # two roundings: 1 / sqrt(.)
+
+
+def _rms_fwd(M, xs, at):
+    x, gamma = xs
+    return (x * _inv_rms(x, at["eps"])) * gamma
+
+
+def _rms_bwd(M, g, xs, y, at, nd):
+    x, gamma = xs
+    r = _inv_rms(x, at["eps"])
+    n = x.dtype.type(x.shape[-1])
+    gd = g * gamma
+    dot = serial_sum(gd * x, -1, keepdims=True)
+    c = (((r * r) * r) / n) * dot
+    gx = (gd * r) - (x * c) if nd[0] else None
+    gg = unbroadcast(g * (x * r), gamma.shape) if nd[1] else None
+    return [gx, gg]
+
+
+register(OpDef(
+    "rms_norm", 2, "rowwise", "row_local", _rms_shape, forward=_rms_fwd, backward=_rms_bwd,
+    sample=lambda rng, dt: [([_r(rng, dt, 3, 6), _r(rng, dt, 6, lo=0.5, hi=1.5)],
+                             {"eps": 1e-6}),
+                            ([_r(rng, dt, 2, 2, 4), _r(rng, dt, 4)], {"eps": 1e-5})],
+    doc="r = 1/sqrt(serial_sum(x*x)/n + eps); y = (x*r)*gamma"))
+
+
+# ---- silu / swiglu -----------------------------------------------------------------------------
+def _silu_slope(x, s):
+    # s * (1 + x * (1 - s)) == d/dx x*sigmoid(x), in this exact order
+    return s * (_one(x) + x * (_one(x) - s))
+
+
+register(OpDef(
+    "silu", 1, "unary", "row_local", lambda sh, at: sh[0],
+    forward=lambda M, xs, at: xs[0] * M.sigmoid(xs[0]),
+    backward=lambda M, g, xs, y, at, nd: [g * _silu_slope(xs[0], M.sigmoid(xs[0]))],
+    transcendental=True,
+    sample=lambda rng, dt: [([_r(rng, dt, 3, 4)], {}), ([_r(rng, dt, 6)], {})],
+    doc="s = sigmoid(x); y = x * s; ga = g * (s * (1 + x * (1 - s)))"))
+
+
+def _swiglu_shape(shapes, at):
+    if shapes[0] != shapes[1]:
+        raise ShapeError(f"swiglu needs equal shapes; got {shapes[0]} and {shapes[1]}")
+    return shapes[0]
+
+
+def _swiglu_bwd(M, g, xs, y, at, nd):
+    a, u = xs
+    s = M.sigmoid(a)
+    ga = (g * u) * _silu_slope(a, s) if nd[0] else None
+    gu = g * (a * s) if nd[1] else None
+    return [ga, gu]
+
+
+register(OpDef(
+    "swiglu", 2, "elementwise", "row_local", _swiglu_shape,
+    forward=lambda M, xs, at: (xs[0] * M.sigmoid(xs[0])) * xs[1], backward=_swiglu_bwd,
+    transcendental=True,
+    sample=lambda rng, dt: [([_r(rng, dt, 3, 4), _r(rng, dt, 3, 4)], {})],
+    doc="y = (a * sigmoid(a)) * u; ga = (g*u) * silu'(a); gu = g * (a*s)"))
+
+
+# ---- rope --------------------------------------------------------------------------------------
+def rope_tables(seq: int, dim: int, base: float, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin tables [seq, dim/2], computed once on the host and shipped as data.
+
+    theta[p, i] = p * base ** (-(2 i) / dim). Devices never recompute them: they are inputs of
+    the rope kernel, so libm differences cannot reach the parity check.
+    """
+    half = dim // 2
+    inv = np.array([float(base) ** (-(2.0 * i) / dim) for i in range(half)], dtype=np.float64)
+    theta = np.arange(seq, dtype=np.float64)[:, None] * inv[None, :]
+    return np.cos(theta).astype(dtype), np.sin(theta).astype(dtype)
+
+
+def _rope_shape(shapes, at):
+    s = shapes[0]
+    if len(s) < 2 or s[-1] % 2:
+        raise ShapeError(f"rope needs [..., S, D] with D even; got {s}")
+    return s
+
+
+def _rope_fwd(M, xs, at):
+    x = xs[0]
+    c, s = rope_tables(x.shape[-2], x.shape[-1], at.get("base", 10000.0), x.dtype)
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def _rope_bwd(M, g, xs, y, at, nd):
+    x = xs[0]
+    c, s = rope_tables(x.shape[-2], x.shape[-1], at.get("base", 10000.0), x.dtype)
+    h = x.shape[-1] // 2
+    g1, g2 = g[..., :h], g[..., h:]
+    # the rotation is orthogonal: the gradient is rotated back by -theta
+    return [np.concatenate([g1 * c + g2 * s, g2 * c - g1 * s], axis=-1)]
+
+
+register(OpDef(
+    "rope", 1, "rowwise", "row_local", _rope_shape, forward=_rope_fwd, backward=_rope_bwd,
+    sample=lambda rng, dt: [([_r(rng, dt, 5, 4)], {"base": 10000.0}),
+                            ([_r(rng, dt, 2, 3, 6)], {"base": 100.0})],
+    doc="y1 = x1*c - x2*s; y2 = x2*c + x1*s (position = index on axis -2)"))
+
+
+# ---- cross_entropy -----------------------------------------------------------------------------
+def _ce_shape(shapes, at):
+    x, t = shapes
+    if len(x) < 2 or t != x[:-1]:
+        raise ShapeError(f"cross_entropy needs logits [..., C] and targets [...]; got {x} and {t}")
+    return ()
+
+
+def _ce_parts(M, x, t):
+    c = x.shape[-1]
+    x2 = x.reshape(-1, c)
+    ti = t.reshape(-1)
+    if not np.all((ti >= 0) & (ti < c) & (ti == np.floor(ti))):
+        raise ShapeError(f"cross_entropy targets must be integers in [0, {c})")
+    ti = ti.astype(np.int64)
+    z = x2 - np.max(x2, axis=-1, keepdims=True)
+    e = M.exp(z)
+    s = serial_sum(e, -1, keepdims=True)
+    return z, e, s, ti
+
+
+def _ce_fwd(M, xs, at):
+    z, e, s, ti = _ce_parts(M, xs[0], xs[1])
+    nll = M.log(s[:, 0]) - z[np.arange(len(ti)), ti]
+    return serial_sum(nll) / z.dtype.type(len(ti))
+
+
+def _ce_bwd(M, g, xs, y, at, nd):
+    z, e, s, ti = _ce_parts(M, xs[0], xs[1])
+    p = e / s
+    d = p.copy()
+    d[np.arange(len(ti)), ti] = p[np.arange(len(ti)), ti] - _one(p)
+    scale = g.reshape(()) / z.dtype.type(len(ti))
+    return [(d * scale).reshape(xs[0].shape), None]
+
+
+def _ce_sample(rng, dtype):
+    x = _r(rng, dtype, 4, 5)
+    t = rng.integers(0, 5, (4,)).astype(dtype)
+    x3 = _r(rng, dtype, 2, 3, 4)
+    t3 = rng.integers(0, 4, (2, 3)).astype(dtype)
+    return [([x, t], {}), ([x3, t3], {})]
+
+
+register(OpDef(
+    "cross_entropy", 2, "loss", "none", _ce_shape, forward=_ce_fwd, backward=_ce_bwd,
+    sample=_ce_sample, transcendental=True, nondiff_inputs=(1,),
+    doc="z = x - max; e = exp(z); s = serial_sum(e); nll = log(s) - z[t]; "
+        "y = serial_sum(nll) / R; ga = (e/s - onehot) * (g / R)"))

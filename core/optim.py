@@ -1,0 +1,125 @@
+"""Optimizers over tape parameters: SGD and Adam, per-parameter L2, global-norm clipping.
+
+Semantics (the opt seed; device optimizers mirror them operation for operation):
+- clip (optional): norm = sqrt(acc) with acc = 0.0; for each added param in order, for each
+  gradient element in row-major order: acc = acc + g*g. If norm > clip, every gradient is
+  multiplied by s = clip / norm (computed once in the tape dtype).
+- L2 (per parameter, when l2 != 0): g = g + l2 * w.
+- SGD: w = w - lr * g.
+- Adam: m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*(g*g);
+  w = w - lr_t * (m / (sqrt(v) + eps)) with lr_t = lr * sqrt(1 - b2**t) / (1 - b1**t) computed
+  once per step on the host in python float64 (libm pow), then rounded to the tape dtype.
+- A parameter whose gradient backward never reached is skipped (not decayed, not in the norm).
+Every scalar (lr, 1-b1, ...) is rounded to the tape dtype once, so float32 runs in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.ops.reference import serial_sum
+from core.tape import Tape, TapeError, Var
+
+
+@dataclass
+class _Slot:
+    var: Var
+    l2: float
+    m: np.ndarray | None = None
+    v: np.ndarray | None = None
+
+
+@dataclass
+class Optimizer:
+    """Shared parts: the parameter list, L2 per parameter, clipping, the step counter."""
+
+    tape: Tape
+    lr: float
+    clip: float | None = None
+    t: int = 0
+    slots: list[_Slot] = field(default_factory=list)
+
+    def add(self, param: Var, l2: float = 0.0) -> None:
+        """Optimize ``param`` with its own L2 coefficient."""
+        if param.tape is not self.tape or param.op != "param":
+            raise TapeError(f"{param!r} is not a parameter of this optimizer's tape")
+        if any(s.var.id == param.id for s in self.slots):
+            raise TapeError(f"{param!r} was added twice")
+        self.slots.append(_Slot(param, float(l2)))
+
+    def add_all(self, l2: float = 0.0) -> None:
+        """Add every parameter of the tape (registration order)."""
+        for p in self.tape.params():
+            self.add(p, l2)
+
+    def scalar(self, x: float):
+        """``x`` rounded once to the tape dtype."""
+        return self.tape.dtype.type(x)
+
+    def grads(self) -> list[tuple[_Slot, np.ndarray]]:
+        """(slot, gradient) for every touched parameter, clipped and with L2 applied."""
+        live = [(s, self.tape.grad(s.var)) for s in self.slots]
+        live = [(s, np.array(g)) for s, g in live if g is not None]
+        if self.clip is not None and live:
+            acc = self.scalar(0.0)
+            for _, g in live:
+                acc = serial_sum(np.concatenate([[acc], (g * g).ravel()]))
+            norm = np.sqrt(acc)
+            if norm > self.scalar(self.clip):
+                s = self.scalar(self.clip) / norm
+                live = [(slot, g * s) for slot, g in live]
+        out = []
+        for slot, g in live:
+            if slot.l2 != 0.0:
+                g = g + self.scalar(slot.l2) * self.tape.value(slot.var)
+            out.append((slot, g))
+        return out
+
+    def step(self) -> None:
+        """One update of every touched parameter, in place on the tape."""
+        self.t += 1
+        for slot, g in self.grads():
+            self.tape.assign(slot.var, self.update(slot, np.asarray(self.tape.value(slot.var)),
+                                                   g))
+
+    def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """w = w - lr * g."""
+
+    def __init__(self, tape: Tape, lr: float, clip: float | None = None) -> None:
+        super().__init__(tape, lr, clip)
+
+    def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return w - self.scalar(self.lr) * g
+
+
+class Adam(Optimizer):
+    """Adam with host-computed bias correction (see module docstring for the exact order)."""
+
+    def __init__(self, tape: Tape, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, clip: float | None = None) -> None:
+        super().__init__(tape, lr, clip)
+        self.b1, self.b2 = betas
+        self.eps = eps
+
+    def step_scalars(self) -> dict[str, float]:
+        """The per-step scalars, as the host computes them for this step ``t``."""
+        t = self.t
+        lr_t = self.lr * math.sqrt(1.0 - self.b2 ** t) / (1.0 - self.b1 ** t)
+        return {"b1": self.b1, "omb1": 1.0 - self.b1, "b2": self.b2, "omb2": 1.0 - self.b2,
+                "eps": self.eps, "lr_t": lr_t}
+
+    def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        k = {name: self.scalar(v) for name, v in self.step_scalars().items()}
+        if slot.m is None:
+            slot.m = np.zeros_like(w)
+            slot.v = np.zeros_like(w)
+        slot.m = k["b1"] * slot.m + k["omb1"] * g
+        slot.v = k["b2"] * slot.v + k["omb2"] * (g * g)
+        return w - k["lr_t"] * (slot.m / (np.sqrt(slot.v) + k["eps"]))

@@ -1,0 +1,406 @@
+"""The tape: a flat arena of nodes with parallel value and gradient lists (the CPU reference).
+
+Node inputs always have smaller ids, so reverse index order is a topological order: ``backward``
+walks it once. Gradients start at +0.0 and every contribution is added in a fixed order (nodes in
+reverse id order; a node's inputs in input order), which is the order device kernels mirror.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from core import mathlib
+from core.ops.registry import REGISTRY, ShapeError
+
+DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+class TapeError(RuntimeError):
+    """A tape operation failed: a poisoned tape, a foreign Var, a bad leaf."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One tape entry: the op, its inputs (smaller ids), attributes, shape and name."""
+
+    id: int
+    op: str
+    inputs: tuple[int, ...]
+    attrs: Mapping[str, Any]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    name: str | None
+    requires_grad: bool
+
+    @property
+    def size(self) -> int:
+        """Element count of the node's value."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point on the tape to reset to: node count and parameter count at the time."""
+
+    n_nodes: int
+    n_params: int
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """One gradient contribution a node pushes to one of its inputs during backward."""
+
+    input_id: int
+    value: np.ndarray
+    before: np.ndarray | None
+    after: np.ndarray
+
+
+@dataclass(frozen=True)
+class BackwardStep:
+    """One node of a backward walk: its incoming gradient and what it pushes to its inputs."""
+
+    node: Node
+    grad: np.ndarray
+    contributions: tuple[Contribution, ...]
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+class Var:
+    """A handle on one tape node; arithmetic operators record ops on the same tape."""
+
+    __slots__ = ("tape", "id")
+    __array_priority__ = 1000  # ndarray (op) Var defers to Var's reflected operators
+
+    def __init__(self, tape: Tape, id: int) -> None:
+        self.tape = tape
+        self.id = id
+
+    @property
+    def node(self) -> Node:
+        """The node record (raises TapeError on a Var of a poisoned tape)."""
+        return self.tape.node(self)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the value."""
+        return self.node.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Dtype of the value (the tape's)."""
+        return self.tape.dtype
+
+    @property
+    def name(self) -> str | None:
+        """The scoped name given at recording time."""
+        return self.node.name
+
+    @property
+    def op(self) -> str:
+        """The op that produced this value."""
+        return self.node.op
+
+    @property
+    def value(self) -> np.ndarray:
+        """Read-only value."""
+        return self.tape.value(self)
+
+    @property
+    def grad(self) -> np.ndarray | None:
+        """Read-only gradient, None when backward never reached it."""
+        return self.tape.grad(self)
+
+    def __repr__(self) -> str:
+        if self.id < 0:
+            return "Var(poisoned)"
+        n = self.node
+        return f"Var(id={n.id}, op={n.op}, shape={n.shape}, name={n.name!r})"
+
+    # operators: python scalars become adds/muls; see docs/tape-api.md
+    def __add__(self, o: Any) -> Var:
+        from core import ops
+        return ops.adds(self, o) if _is_scalar(o) else ops.add(self, self.tape._lift(o))
+
+    def __radd__(self, o: Any) -> Var:
+        from core import ops
+        return ops.adds(self, o) if _is_scalar(o) else ops.add(self.tape._lift(o), self)
+
+    def __sub__(self, o: Any) -> Var:
+        from core import ops
+        return ops.adds(self, -o) if _is_scalar(o) else ops.sub(self, self.tape._lift(o))
+
+    def __rsub__(self, o: Any) -> Var:
+        from core import ops
+        return ops.adds(ops.neg(self), o) if _is_scalar(o) else ops.sub(self.tape._lift(o), self)
+
+    def __mul__(self, o: Any) -> Var:
+        from core import ops
+        return ops.muls(self, o) if _is_scalar(o) else ops.mul(self, self.tape._lift(o))
+
+    def __rmul__(self, o: Any) -> Var:
+        from core import ops
+        return ops.muls(self, o) if _is_scalar(o) else ops.mul(self.tape._lift(o), self)
+
+    def __truediv__(self, o: Any) -> Var:
+        from core import ops
+        # NOTE: never x * (1/s): the reciprocal adds a rounding the contract does not have
+        return ops.div(self, self.tape._lift(o))
+
+    def __rtruediv__(self, o: Any) -> Var:
+        from core import ops
+        return ops.div(self.tape._lift(o), self)
+
+    def __matmul__(self, o: Any) -> Var:
+        from core import ops
+        return ops.matmul(self, self.tape._lift(o))
+
+    def __rmatmul__(self, o: Any) -> Var:
+        from core import ops
+        return ops.matmul(self.tape._lift(o), self)
+
+    def __neg__(self) -> Var:
+        from core import ops
+        return ops.neg(self)
+
+
+def _is_scalar(o: Any) -> bool:
+    return isinstance(o, (int, float, np.integer, np.floating)) and not isinstance(o, bool)
+
+
+class Tape:
+    """A define-by-run reverse-mode autodiff tape: the semantic reference of every device."""
+
+    def __init__(self, dtype: Any = np.float64, math: str = "refmath") -> None:
+        dt = np.dtype(dtype)
+        if dt not in DTYPES:
+            raise TapeError(f"tape dtype {dt} is not supported (float64 or float32)")
+        self.dtype = dt
+        self.math = math
+        self.M = mathlib.get(math)
+        self._nodes: list[Node] = []
+        self._values: list[np.ndarray] = []
+        self._grads: list[np.ndarray | None] = []
+        self._params: list[int] = []
+        self._scope: list[str] = []
+        self.ok = True
+        self.error: str | None = None
+        self._error_at: int | None = None
+
+    # ---- inspection -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """Every node, index == id."""
+        return tuple(self._nodes)
+
+    def node(self, v: Var | int) -> Node:
+        """The node record of ``v``."""
+        return self._nodes[self._id(v)]
+
+    def var(self, id: int) -> Var:
+        """A Var for node ``id``."""
+        self._check_id(id)
+        return Var(self, id)
+
+    def params(self) -> list[Var]:
+        """Parameters in registration order."""
+        return [Var(self, i) for i in self._params]
+
+    def value(self, v: Var | int) -> np.ndarray:
+        """Read-only value of ``v``."""
+        return _readonly(self._values[self._id(v)])
+
+    def grad(self, v: Var | int) -> np.ndarray | None:
+        """Read-only gradient of ``v``; None when backward never reached it."""
+        g = self._grads[self._id(v)]
+        return None if g is None else _readonly(g)
+
+    def _id(self, v: Var | int) -> int:
+        if isinstance(v, Var):
+            if v.tape is not self:
+                raise TapeError(f"Var {v.id} belongs to another tape")
+            i = v.id
+        else:
+            i = int(v)
+        self._check_id(i)
+        return i
+
+    def _check_id(self, i: int) -> None:
+        if i < 0:
+            raise TapeError(f"this Var came from a poisoned tape: {self.error}")
+        if i >= len(self._nodes):
+            raise TapeError(f"node {i} does not exist (the tape has {len(self._nodes)} nodes;"
+                            " was it reset past this node?)")
+
+    # ---- leaves -----------------------------------------------------------------------------
+    def param(self, array: Any, name: str | None = None) -> Var:
+        """Register a trainable parameter (a copy of ``array``)."""
+        v = self._leaf("param", array, name)
+        if v.id >= 0:
+            self._params.append(v.id)
+        return v
+
+    def const(self, array: Any, name: str | None = None) -> Var:
+        """Record a data leaf (a copy of ``array``): inputs, targets, masks."""
+        return self._leaf("const", array, name)
+
+    def _leaf(self, op: str, array: Any, name: str | None) -> Var:
+        if not self.ok:
+            return Var(self, -1)
+        a = np.asarray(array)
+        if a.dtype.kind not in "fiub":
+            raise TapeError(f"{op} {name or ''}: cannot take an array of dtype {a.dtype}")
+        value = np.array(a, dtype=self.dtype, order="C", copy=True)
+        return self._append(op, (), {}, value, name, requires_grad=(op == "param"))
+
+    def _lift(self, o: Any) -> Var:
+        if isinstance(o, Var):
+            return o
+        return self.const(np.asarray(o, dtype=self.dtype))
+
+    def assign(self, v: Var | int, array: Any) -> None:
+        """Overwrite a leaf's value in place (optimizer steps, new inputs, device sync)."""
+        i = self._id(v)
+        n = self._nodes[i]
+        if n.op not in ("param", "const"):
+            raise TapeError(f"node {i} {n.op}: only param and const values can be assigned")
+        a = np.asarray(array)
+        if a.shape != n.shape:
+            raise TapeError(f"node {i} {n.op} {n.name or ''}: shape {a.shape} given, "
+                            f"{n.shape} expected")
+        self._values[i] = np.array(a, dtype=self.dtype, order="C", copy=True)
+
+    # ---- recording --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def scope(self, name: str) -> Iterator[None]:
+        """Prefix the names of nodes recorded inside with ``name/``."""
+        self._scope.append(name.strip("/"))
+        try:
+            yield
+        finally:
+            self._scope.pop()
+
+    def _scoped(self, name: str | None) -> str | None:
+        if not self._scope:
+            return name
+        prefix = "/".join(self._scope)
+        return f"{prefix}/{name}" if name else f"{prefix}/"
+
+    def _append(self, op: str, inputs: tuple[int, ...], attrs: dict, value: np.ndarray,
+                name: str | None, requires_grad: bool) -> Var:
+        i = len(self._nodes)
+        node = Node(i, op, inputs, MappingProxyType(dict(attrs)), tuple(value.shape),
+                    self.dtype, self._scoped(name), requires_grad)
+        self._nodes.append(node)
+        self._values.append(value)
+        self._grads.append(None)
+        return Var(self, i)
+
+    def record(self, op: str, inputs: Sequence[Var], attrs: Mapping[str, Any] | None = None,
+               name: str | None = None) -> Var:
+        """Compute op on inputs and append one node; a shape error poisons the tape."""
+        if not self.ok:
+            return Var(self, -1)
+        opdef = REGISTRY[op]
+        ids = tuple(self._id(v) for v in inputs)
+        attrs = dict(attrs or {})
+        try:
+            shape = tuple(opdef.shape([self._nodes[j].shape for j in ids], attrs))
+        except ShapeError as e:
+            self._poison(f"node {len(self._nodes)} {op}: {e}")
+            return Var(self, -1)
+        xs = [self._values[j] for j in ids]
+        try:
+            with np.errstate(all="ignore"):  # inf/NaN are data here: the inspector shows them
+                y = np.asarray(opdef.forward(self.M, xs, attrs), dtype=self.dtype)
+            if not y.flags.c_contiguous:
+                y = np.ascontiguousarray(y)
+        except ShapeError as e:  # a value the op cannot take (e.g. a target out of range)
+            self._poison(f"node {len(self._nodes)} {op}: {e}")
+            return Var(self, -1)
+        if y.shape != shape:
+            raise AssertionError(f"{op}: forward gave {y.shape}, shape rule said {shape}")
+        rg = any(self._nodes[j].requires_grad for k, j in enumerate(ids)
+                 if k not in opdef.nondiff_inputs)
+        return self._append(op, ids, attrs, y, name, rg)
+
+    def _poison(self, message: str) -> None:
+        self.ok = False
+        self.error = message
+        self._error_at = len(self._nodes)
+
+    # ---- minibatch pattern ------------------------------------------------------------------
+    def mark(self) -> Mark:
+        """Remember the current end of the tape (parameters registered so far survive resets)."""
+        return Mark(len(self._nodes), len(self._params))
+
+    def reset_to(self, mark: Mark) -> None:
+        """Drop every node after ``mark``; a poison raised after the mark is cleared too."""
+        n = mark.n_nodes
+        if n > len(self._nodes):
+            raise TapeError(f"mark at {n} nodes is past the tape's end ({len(self._nodes)})")
+        del self._nodes[n:], self._values[n:], self._grads[n:]
+        self._params = [p for p in self._params if p < n]
+        if not self.ok and self._error_at is not None and self._error_at >= n:
+            self.ok, self.error, self._error_at = True, None, None
+
+    # ---- backward ---------------------------------------------------------------------------
+    def backward(self, loss: Var) -> None:
+        """Reverse-mode sweep from ``loss`` (seeded with ones); fills every reached gradient."""
+        for _ in self._sweep(loss, events=False):
+            pass
+
+    def backward_steps(self, loss: Var) -> Iterator[BackwardStep]:
+        """The same sweep as ``backward``, one event per node that pushes a gradient."""
+        yield from self._sweep(loss, events=True)
+
+    def _sweep(self, loss: Var, events: bool) -> Iterator[BackwardStep]:
+        if not self.ok:
+            raise TapeError(self.error)
+        li = self._id(loss)
+        if self._nodes[li].size != 1:
+            raise TapeError(f"backward needs a scalar loss; node {li} "
+                            f"{self._nodes[li].op} has shape {self._nodes[li].shape}")
+        self._grads = [None] * len(self._nodes)
+        self._grads[li] = np.ones(self._nodes[li].shape, dtype=self.dtype)
+        zero = self.dtype.type(0)
+        for i in range(li, -1, -1):
+            g = self._grads[i]
+            node = self._nodes[i]
+            if g is None or not node.inputs or not node.requires_grad:
+                continue
+            opdef = REGISTRY[node.op]
+            needs = [self._nodes[j].requires_grad and k not in opdef.nondiff_inputs
+                     for k, j in enumerate(node.inputs)]
+            xs = [self._values[j] for j in node.inputs]
+            with np.errstate(all="ignore"):
+                parts = opdef.backward(self.M, g, xs, self._values[i], node.attrs, needs)
+                contribs = []
+                for k, j in enumerate(node.inputs):
+                    c = parts[k]
+                    if not needs[k] or c is None:
+                        continue
+                    c = np.asarray(c, dtype=self.dtype).reshape(self._nodes[j].shape)
+                    before = self._grads[j]
+                    # gradients start at +0.0 and every contribution is added: g = g + c
+                    after = (zero + c) if before is None else (before + c)
+                    self._grads[j] = after
+                    if events:
+                        contribs.append(Contribution(j, _readonly(c), None if before is None
+                                                     else _readonly(before), _readonly(after)))
+            if events:
+                yield BackwardStep(node, _readonly(g), tuple(contribs))
