@@ -72,7 +72,7 @@ class BackwardStep:
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
-    v = a.view()
+    v = np.asarray(a).view()
     v.flags.writeable = False
     return v
 
@@ -397,7 +397,7 @@ class Tape:
                     c = np.asarray(c, dtype=self.dtype).reshape(self._nodes[j].shape)
                     before = self._grads[j]
                     # gradients start at +0.0 and every contribution is added: g = g + c
-                    after = (zero + c) if before is None else (before + c)
+                    after = np.asarray((zero + c) if before is None else (before + c))
                     self._grads[j] = after
                     if events:
                         contribs.append(Contribution(j, _readonly(c), None if before is None

@@ -1,0 +1,38 @@
+"""``tapescope gradcheck``: every op's backward against finite differences, as a table."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``gradcheck`` subcommand."""
+    p = sub.add_parser("gradcheck", help="check every op's backward against finite differences")
+    p.add_argument("--op", action="append", help="check only this op (repeatable)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the per-op table; exit 1 on any failure."""
+    from core import gradcheck
+    from core.ops import REGISTRY
+
+    names = args.op or [n for n in sorted(REGISTRY) if REGISTRY[n].kind != "leaf"]
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        print(f"tapescope gradcheck: unknown op(s): {', '.join(unknown)}")
+        return 2
+    print(f"{'op':<15} {'cases':>5} {'inputs checked':>15} {'max rel error':>14}  verdict")
+    failed = 0
+    for name in names:
+        r = gradcheck.check_op(name, args.seed)
+        failed += not r.ok
+        print(f"{r.op:<15} {r.cases:>5} {r.inputs_checked:>15} {r.max_err:>14.2e}  "
+              f"{'ok' if r.ok else 'FAIL'}")
+    if not args.op:
+        for label, ok in gradcheck.identities():
+            failed += not ok
+            print(f"identity: {label:<52} {'ok' if ok else 'FAIL'}")
+    print(f"{len(names)} ops checked, {failed} failed")
+    return 1 if failed else 0

@@ -1,0 +1,30 @@
+"""Built-in workloads: each builds parameters on a tape and records one episode per minibatch.
+
+Protocol (devices and the app rely on it): ``wl = get("mlp")``; ``loss = wl.record(step)`` resets
+the tape to the mark taken after the parameters and records one episode on ``wl.batch(step)``;
+``wl.inputs`` maps each per-batch data leaf's name to its Var in the current episode;
+``wl.make_optimizer()`` returns the configured ``core.optim`` optimizer. The node structure is
+identical every step, so a device capture of one episode replays all of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.workloads.base import Workload
+from core.workloads.mlp import MLP
+from core.workloads.transformer import Transformer
+
+WORKLOADS: dict[str, type[Workload]] = {"mlp": MLP, "transformer": Transformer}
+
+
+def get(name: str, **kwargs: Any) -> Workload:
+    """A new workload by name (``mlp`` or ``transformer``)."""
+    try:
+        cls = WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; built-in: {', '.join(WORKLOADS)}") from None
+    return cls(**kwargs)
+
+
+__all__ = ["MLP", "WORKLOADS", "Transformer", "Workload", "get"]
