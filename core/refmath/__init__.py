@@ -1,0 +1,63 @@
+"""refmath: transcendentals that give the same bits on numpy, the host backend and CUDA.
+
+Every function is a fixed sequence of IEEE-exact operations (+ - * /, sqrt, comparisons and bit
+manipulation) derived from fdlibm's algorithms, written once here in numpy and once in CUDA C
+(``gpu/kernels/refmath.cuh``); no fused multiply-add anywhere. float32 inputs are computed with
+the float64 routine and rounded once to float32 (``(float)ts_exp((double)x)`` in C). See
+docs/refmath.md for the algorithms, the accuracy measured and the special values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from core.refmath import _explog
+
+#: The names the tape calls; each exists here and as ``ts_<name>``/``ts_<name>f`` in C.
+FUNCTIONS = ("exp", "log")
+
+_KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": _explog.exp64,
+    "log": _explog.log64,
+}
+
+# Work in cache-sized blocks: the kernels make many whole-array temporaries, and keeping them
+# in L2 is worth ~2x on large arrays. The block size cannot change a result (no reductions).
+_BLOCK = 1 << 14
+
+
+def _apply(name: str, x: Any) -> np.ndarray:
+    """Run kernel ``name`` over ``x`` (ndarray or scalar, float64/float32) into a new array."""
+    arr = np.asarray(x)
+    if arr.dtype not in (np.float64, np.float32):
+        raise TypeError(
+            f"refmath.{name}: expected a float64 or float32 array, got dtype {arr.dtype}")
+    kernel = _KERNELS[name]
+    with np.errstate(all="ignore"):
+        # float32 widens exactly (a signalling NaN only raises a flag we ignore)
+        src = np.ascontiguousarray(arr, dtype=np.float64).reshape(-1)
+        out = np.empty(src.shape, dtype=np.float64)
+        for start in range(0, src.size, _BLOCK):
+            stop = start + _BLOCK
+            out[start:stop] = kernel(src[start:stop])
+        if arr.dtype == np.float32:
+            # one rounding float64 -> float32 (round to nearest even); NaN stays the canonical
+            # quiet NaN 0x7fc00000 because the float64 one is 0x7ff8000000000000.
+            return out.astype(np.float32).reshape(arr.shape)
+    return out.reshape(arr.shape)
+
+
+def exp(x: Any) -> np.ndarray:
+    """e**x elementwise (fdlibm e_exp.c; < 1 ulp)."""
+    return _apply("exp", x)
+
+
+def log(x: Any) -> np.ndarray:
+    """Natural logarithm elementwise (fdlibm e_log.c; < 1 ulp)."""
+    return _apply("log", x)
+
+
+__all__ = ["FUNCTIONS", "exp", "log"]

@@ -1,0 +1,119 @@
+"""exp, expm1, log, log1p on float64 arrays: fdlibm's algorithms as whole-array numpy.
+
+Each kernel takes a 1-D float64 array and returns a new one. fdlibm's branches become masks:
+every branch is computed on a sanitized copy of the input (so no integer cast ever sees NaN or
+inf) and the right one is picked per element with ``np.where``. Each numpy operation is one IEEE
+operation in the order the C twin (gpu/kernels/refmath.cuh) spells it, and products are never
+fused, so both produce the same bits. Callers wrap these in ``np.errstate(all="ignore")``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.refmath._bits import INF, NAN, add_exponent, hi_word, with_hi_word
+
+# fdlibm constants (decimal as in fdlibm; hex words in the comments are the intended bits).
+LN2_HI = 6.93147180369123816490e-01  # 0x3fe62e42 fee00000: k*LN2_HI exact for |k| < 2**20
+LN2_LO = 1.90821492927058770002e-10  # 0x3dea39ef 35793c76
+INVLN2 = 1.44269504088896338700e00  # 0x3ff71547 652b82fe
+TWO54 = 1.80143985094819840000e16  # 0x43500000 00000000
+TWOM1000 = 9.33263618503218878990e-302  # 2**-1000
+O_THRESHOLD = 7.09782712893383973096e02  # 0x40862E42 FEFA39EF: exp overflows above
+U_THRESHOLD = -7.45133219101941108420e02  # 0xc0874910 D52D3051: exp underflows to 0 below
+
+# exp: c(r) = r - r^2*P(r^2) approximates the Remez form of exp on [-ln2/2, ln2/2].
+P1 = 1.66666666666666019037e-01
+P2 = -2.77777777770155933842e-03
+P3 = 6.61375632143793436117e-05
+P4 = -1.65339022054652515390e-06
+P5 = 4.13813679705723846039e-08
+
+# expm1: scaled coefficients of the rational approximation.
+Q1 = -3.33333333333331316428e-02
+Q2 = 1.58730158725481460165e-03
+Q3 = -7.93650757867487942473e-05
+Q4 = 4.00821782732936239552e-06
+Q5 = -2.01099218183624371326e-07
+
+# log / log1p: R(z) for log(1+f) = 2s + s*R(s^2), s = f/(2+f).
+LG1 = 6.666666666666735130e-01
+LG2 = 3.999999999940941908e-01
+LG3 = 2.857142874366239149e-01
+LG4 = 2.222219843214978396e-01
+LG5 = 1.818357216161805012e-01
+LG6 = 1.531383769920937332e-01
+LG7 = 1.479819860511658591e-01
+
+
+def exp64(x: np.ndarray) -> np.ndarray:
+    """exp(x), fdlibm e_exp.c: x = k*ln2 + r, exp(r) by a rational form, then scale by 2**k."""
+    bits = x.view(np.int64)
+    ix = (bits >> 32) & 0x7FFFFFFF
+    neg = bits < 0
+    nan = np.isnan(x)
+    over = x > O_THRESHOLD
+    under = x < U_THRESHOLD
+    xr = np.where(nan | over | under, 0.0, x)
+    # k = nearest integer to x/ln2 (truncation of x/ln2 +- 1/2); fdlibm forces k = +-1 for
+    # 0.5ln2 < |x| < 1.5ln2 and k = 0 below 0.5ln2 (then hi = x, lo = 0 exactly).
+    k = (INVLN2 * xr + np.where(neg, -0.5, 0.5)).astype(np.int64)
+    k = np.where(ix < 0x3FF0A2B2, np.where(neg, -1, 1), k)
+    k = np.where(ix <= 0x3FD62E42, 0, k)
+    t = k.astype(np.float64)
+    hi = xr - t * LN2_HI  # exact: LN2_HI has 32 trailing zero bits
+    lo = t * LN2_LO
+    r = hi - lo
+    rr = r * r
+    c = r - rr * (P1 + rr * (P2 + rr * (P3 + rr * (P4 + rr * P5))))
+    # NOTE: for k == 0 fdlibm writes 1-((r*c)/(c-2)-r); with hi = r, lo = +0 the general form
+    # below rounds identically (c-2 == -(2-c) exactly), so one formula serves both.
+    y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
+    deep = k < -1021  # result subnormal: scale by 2**(k+1000), then one rounding by 2**-1000
+    y = add_exponent(y, np.where(deep, k + 1000, k))
+    y = np.where(deep, y * TWOM1000, y)
+    y = np.where(ix < 0x3E300000, 1.0 + xr, y)  # |x| < 2**-28: exp(x) rounds as 1 + x
+    y = np.where(over, INF, y)
+    y = np.where(under, 0.0, y)
+    return np.where(nan, NAN, y)
+
+
+def log64(x: np.ndarray) -> np.ndarray:
+    """log(x), fdlibm e_log.c: x = 2**k * (1+f), sqrt(2)/2 < 1+f < sqrt(2), log(1+f) by R(s^2)."""
+    nan = ~(x >= 0.0)  # NaN or negative
+    zero = x == 0.0
+    pinf = x == INF
+    xs = np.where(nan | zero | pinf, 1.0, x)
+    sub = xs < 2.2250738585072014e-308  # subnormal: scale up by 2**54 (exact)
+    xs = np.where(sub, xs * TWO54, xs)
+    hx = hi_word(xs)
+    k = np.where(sub, -54, 0) + (hx >> 20) - 1023
+    hx = hx & 0x000FFFFF
+    i = (hx + 0x95F64) & 0x100000  # 1 when the mantissa is above sqrt(2): use x/2 instead
+    xn = with_hi_word(xs, hx | (i ^ 0x3FF00000))
+    k = k + (i >> 20)
+    f = xn - 1.0
+    dk = k.astype(np.float64)
+    k0 = k == 0
+    # |f| < 2**-20: a short series
+    tiny = (0x000FFFFF & (2 + hx)) < 3
+    rt = f * f * (0.5 - 0.33333333333333333 * f)
+    yt = np.where(k0, f - rt, dk * LN2_HI - ((rt - dk * LN2_LO) - f))
+    yt = np.where(f == 0.0, np.where(k0, 0.0, dk * LN2_HI + dk * LN2_LO), yt)
+    # general case
+    s = f / (2.0 + f)
+    z = s * s
+    w = z * z
+    t1 = w * (LG2 + w * (LG4 + w * LG6))
+    t2 = z * (LG1 + w * (LG3 + w * (LG5 + w * LG7)))
+    big = ((hx - 0x6147A) | (0x6B851 - hx)) > 0  # f far from 0: subtract hfsq separately
+    R = t2 + t1
+    hfsq = 0.5 * f * f
+    sr = s * (hfsq + R)
+    ya = np.where(k0, f - (hfsq - sr), dk * LN2_HI - ((hfsq - (sr + dk * LN2_LO)) - f))
+    sf = s * (f - R)
+    yb = np.where(k0, f - sf, dk * LN2_HI - ((sf - dk * LN2_LO) - f))
+    y = np.where(tiny, yt, np.where(big, ya, yb))
+    y = np.where(pinf, INF, y)
+    y = np.where(zero, -INF, y)
+    return np.where(nan, NAN, y)
