@@ -136,8 +136,8 @@ def _rebuild(header: dict, arrays: dict[str, np.ndarray], bad) -> Tape:
             if g is not None and (g.dtype != dtype or g.shape != v.shape):
                 raise bad(f"node {i} {op}: gradient shape/dtype does not match its value")
             var = tape._append(op, inputs, _attrs_from_json(nd["attrs"]),
-                               np.ascontiguousarray(v), nd["name"], bool(nd["requires_grad"]))
-            tape._grads[i] = None if g is None else np.ascontiguousarray(g)
+                               np.array(v, order="C"), nd["name"], bool(nd["requires_grad"]))
+            tape._grads[i] = None if g is None else np.array(g, order="C")
             if i in params:
                 tape._params.append(var.id)
         if not header.get("ok", True):
