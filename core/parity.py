@@ -1,0 +1,109 @@
+"""Parity metrics: bit differences and ulp distance between a reference tensor and another.
+
+The ulp distance is the distance between the two values on the ordered-integer line (the IEEE
+bit pattern read as a sign-magnitude integer and mapped to two's complement), so adjacent
+floats are 1 apart, +0 and -0 are the same point, and the distance across zero is the sum of
+the two sides. NaN and signed-zero mismatches are counted explicitly: they are bit differences
+(`n_diff`) with no ulp distance (`n_nan`, `n_signed_zero` say how many). The device diff kernel
+(gpu/kernels/diff.cu) implements exactly these rules; tests hold the two to each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["TensorDiff", "ordered", "ulp_distance", "compare_arrays"]
+
+_BITS = {
+    np.dtype(np.float64): (np.int64, np.uint64),
+    np.dtype(np.float32): (np.int32, np.uint32),
+}
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """Parity summary of one tensor (reference vs other)."""
+
+    n: int
+    n_diff: int  # elements whose bit patterns differ (NaN payloads and ±0 included)
+    max_ulp: int  # over differing elements where neither side is NaN
+    max_abs: float  # max |other - ref| in float64, same elements
+    max_rel: float  # max |other - ref| / |ref|; inf where ref is 0 or inf and they differ
+    first_index: int | None  # flat (row-major) index of the first differing element
+    n_nan: int = 0  # differing elements where at least one side is NaN
+    n_signed_zero: int = 0  # +0 vs -0
+
+    @property
+    def exact(self) -> bool:
+        """True when every bit matches."""
+        return self.n_diff == 0
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def _check_pair(ref: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r, o = np.asarray(ref), np.asarray(other)
+    if r.dtype != o.dtype:
+        raise TypeError(f"parity: dtypes differ ({r.dtype} vs {o.dtype})")
+    if r.dtype not in _BITS:
+        raise TypeError(f"parity: unsupported dtype {r.dtype} (float64 and float32 only)")
+    if r.shape != o.shape:
+        raise ValueError(f"parity: shapes differ ({r.shape} vs {o.shape})")
+    return np.ascontiguousarray(r).reshape(-1), np.ascontiguousarray(o).reshape(-1)
+
+
+def ordered(x: np.ndarray) -> np.ndarray:
+    """Map floats to int64 so that numeric order is integer order and ±0 both map to 0."""
+    a = np.asarray(x)
+    sint, _ = _BITS[a.dtype]
+    bits = a.view(sint).astype(np.int64)
+    lo = np.int64(np.iinfo(sint).min)
+    # Negative floats: sign-magnitude → two's complement around 0 (MIN - bits).
+    return np.where(bits >= 0, bits, lo - bits)
+
+
+def ulp_distance(ref: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Per-element ulp distance as uint64 (0 where either side is NaN: those are flagged apart)."""
+    r, o = _check_pair(ref, other)
+    a, b = ordered(r), ordered(o)
+    ua, ub = a.view(np.uint64), b.view(np.uint64)
+    # Modular uint64 subtraction in the right direction is exact: |a - b| < 2**64.
+    d = np.where(a >= b, ua - ub, ub - ua)
+    d[np.isnan(r) | np.isnan(o)] = 0
+    return d
+
+
+def compare_arrays(ref: np.ndarray, other: np.ndarray) -> TensorDiff:
+    """Summarise how `other` differs from `ref` (same shape and dtype)."""
+    r, o = _check_pair(ref, other)
+    sint, _ = _BITS[r.dtype]
+    diff = r.view(sint) != o.view(sint)
+    n_diff = int(diff.sum())
+    if n_diff == 0:
+        return TensorDiff(r.size, 0, 0, 0.0, 0.0, None)
+    nan = diff & (np.isnan(r) | np.isnan(o))
+    num = diff & ~nan
+    szero = num & (r == 0) & (o == 0)
+    ulp = ulp_distance(r, o)[num]
+    with np.errstate(all="ignore"):  # inf - inf and x / 0 are handled just below
+        rf, of = r[num].astype(np.float64), o[num].astype(np.float64)
+        ab = np.abs(of - rf)
+        ab = np.where(np.isnan(ab), np.inf, ab)  # inf vs -inf
+        den = np.abs(rf)
+        rel = np.where(
+            (den == 0) | np.isinf(den), np.where(ab > 0, np.inf, 0.0), ab / den
+        )
+    return TensorDiff(
+        n=r.size,
+        n_diff=n_diff,
+        max_ulp=int(ulp.max()) if ulp.size else 0,
+        max_abs=float(ab.max()) if ab.size else 0.0,
+        max_rel=float(rel.max()) if rel.size else 0.0,
+        first_index=int(np.argmax(diff)),
+        n_nan=int(nan.sum()),
+        n_signed_zero=int(szero.sum()),
+    )

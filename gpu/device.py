@@ -1,0 +1,201 @@
+"""Device selection and the backend-neutral pieces: buffers, kernels, launches, counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpu.signature import KernelSig, check_args
+
+__all__ = [
+    "DeviceError",
+    "DeviceStats",
+    "Buffer",
+    "Kernel",
+    "Launch",
+    "Device",
+    "open_device",
+    "KERNEL_DIR",
+]
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+
+
+class DeviceError(RuntimeError):
+    """A backend cannot be opened, a compile failed, or a launch failed."""
+
+
+@dataclass
+class DeviceStats:
+    """Traffic and launch counters of one device (reset with `reset`)."""
+
+    launches: int = 0
+    bytes_to_host: int = 0
+    bytes_to_device: int = 0
+
+    def reset(self) -> None:
+        """Zero every counter."""
+        self.launches = self.bytes_to_host = self.bytes_to_device = 0
+
+
+class Buffer:
+    """A device allocation of `n` elements of `dtype`; `ptr` is its device address."""
+
+    def __init__(self, device: Device, n: int, dtype: np.dtype, handle: Any, ptr: int) -> None:
+        self.device = device
+        self.n = int(n)
+        self.dtype = np.dtype(dtype)
+        self.handle = handle  # host: numpy array, cuda: cupy array (keeps memory alive)
+        self.ptr = int(ptr)
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes."""
+        return self.n * self.dtype.itemsize
+
+    def upload(self, array: np.ndarray) -> None:
+        """Copy a host array (same element count; cast-free: dtype must match) into the buffer."""
+        self.device.upload(self, array)
+
+    def download(self) -> np.ndarray:
+        """A fresh host copy of the whole buffer (counted in `device.stats.bytes_to_host`)."""
+        return self.device.download(self)
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.device.kind}, n={self.n}, dtype={self.dtype})"
+
+
+@dataclass
+class Launch:
+    """One recorded launch: kernel, grid, block, checked arguments (and backend-packed form)."""
+
+    kernel: Kernel
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: list
+    packed: Any = field(default=None, repr=False)
+
+
+def _dims(v: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
+    t = (v,) if isinstance(v, int) else tuple(v)
+    if not 1 <= len(t) <= 3 or any((not isinstance(x, int)) or x < 1 for x in t):
+        raise DeviceError(f"{what} must be 1-3 positive ints, got {v!r}")
+    return (t + (1, 1))[:3]  # type: ignore[return-value]
+
+
+class Kernel:
+    """A compiled kernel with its parsed signature; launches are argument-checked."""
+
+    def __init__(self, device: Device, sig: KernelSig, handle: Any) -> None:
+        self.device = device
+        self.sig = sig
+        self.name = sig.name
+        self.handle = handle
+
+    def record(self, grid: int | tuple, block: int | tuple, *args: Any) -> Launch:
+        """Check the arguments and pack a launch for later (replayed) execution."""
+        checked = check_args(self.sig, args, Buffer)
+        for a in checked:
+            if isinstance(a, Buffer) and a.device is not self.device:
+                raise DeviceError(f"kernel {self.name}: buffer from another device")
+        launch = Launch(self, _dims(grid, "grid"), _dims(block, "block"), checked)
+        self.device._pack(launch)
+        return launch
+
+    def __call__(self, grid: int | tuple, block: int | tuple, *args: Any) -> None:
+        """Check the arguments and launch now."""
+        self.device.run([self.record(grid, block, *args)])
+
+
+class Module:
+    """A compiled source: kernels by name."""
+
+    def __init__(self, kernels: dict[str, Kernel], path: Path | None, built: bool) -> None:
+        self.kernels = kernels
+        self.path = path
+        self.built = built  # False when it came from the cache
+
+    def __getitem__(self, name: str) -> Kernel:
+        try:
+            return self.kernels[name]
+        except KeyError:
+            raise DeviceError(f"no kernel named {name!r} in this module") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.kernels
+
+
+class Device:
+    """Backend interface: `kind` is "host" or "cuda"; `reason` says why it was chosen."""
+
+    kind = "abstract"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.stats = DeviceStats()
+
+    def describe(self) -> str:
+        """The one line users see, e.g. `device: host (CuPy not installed)`."""
+        return f"device: {self.kind} ({self.reason})"
+
+    # --- memory -----------------------------------------------------------------------------
+    def alloc(self, n: int, dtype: Any) -> Buffer:
+        """A zero-filled buffer of n elements."""
+        raise NotImplementedError
+
+    def upload(self, buf: Buffer, array: np.ndarray) -> None:
+        """Host array → buffer; element count and dtype must match exactly."""
+        raise NotImplementedError
+
+    def download(self, buf: Buffer) -> np.ndarray:
+        """Buffer → fresh host array."""
+        raise NotImplementedError
+
+    def _check_upload(self, buf: Buffer, array: np.ndarray) -> np.ndarray:
+        a = np.asarray(array)
+        if a.dtype != buf.dtype:
+            raise DeviceError(f"upload: array dtype {a.dtype} into a {buf.dtype} buffer")
+        if a.size != buf.n:
+            raise DeviceError(f"upload: {a.size} elements into a buffer of {buf.n}")
+        self.stats.bytes_to_device += a.nbytes
+        return np.ascontiguousarray(a).reshape(-1)
+
+    # --- code -------------------------------------------------------------------------------
+    def compile(self, source: str) -> Module:
+        """Compile (or fetch from the per-user cache) a CUDA C source; return its kernels."""
+        raise NotImplementedError
+
+    def _pack(self, launch: Launch) -> None:
+        raise NotImplementedError
+
+    def run(self, launches: list[Launch]) -> None:
+        """Execute recorded launches in order."""
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait for all queued work."""
+
+
+def open_device(kind: str = "auto") -> Device:
+    """Open "cuda", "host", or "auto" (CUDA when CuPy imports and a device answers, else host)."""
+    if kind not in ("auto", "cuda", "host"):
+        raise DeviceError(f"unknown device {kind!r}: use auto, cuda or host")
+    if kind in ("auto", "cuda"):
+        from gpu.cuda import cuda_unavailable_reason
+
+        why = cuda_unavailable_reason()
+        if why is None:
+            from gpu.cuda import CudaDevice
+
+            return CudaDevice("CUDA device answered" if kind == "auto" else "requested")
+        if kind == "cuda":
+            raise DeviceError(f"cuda device unavailable: {why}")
+        from gpu.host import HostDevice
+
+        return HostDevice(why)
+    from gpu.host import HostDevice
+
+    return HostDevice("requested")

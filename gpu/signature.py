@@ -1,0 +1,136 @@
+"""Kernel signatures parsed from CUDA C source, and the argument type check both backends share."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["KernelArgError", "Param", "KernelSig", "parse_kernels", "check_args"]
+
+
+class KernelArgError(TypeError):
+    """A kernel argument does not match the declared parameter type."""
+
+
+# C scalar type -> numpy dtype. Only these appear in kernel signatures.
+_SCALARS = {
+    "double": np.dtype(np.float64),
+    "float": np.dtype(np.float32),
+    "long long": np.dtype(np.int64),
+    "unsigned long long": np.dtype(np.uint64),
+    "int": np.dtype(np.int32),
+}
+
+_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{')
+
+
+@dataclass(frozen=True)
+class Param:
+    """One declared kernel parameter: C base type, pointer or value, constness, name."""
+
+    name: str
+    ctype: str
+    pointer: bool
+    const: bool
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype of the value (or of the pointee)."""
+        return _SCALARS[self.ctype]
+
+    def __str__(self) -> str:
+        const = "const " if self.const else ""
+        return f"{const}{self.ctype}{'*' if self.pointer else ''} {self.name}"
+
+
+@dataclass(frozen=True)
+class KernelSig:
+    """A parsed `extern "C" __global__` kernel: name, parameters, whether it has a barrier."""
+
+    name: str
+    params: tuple[Param, ...]
+    barrier: bool
+
+
+def _parse_param(text: str, kernel: str) -> Param:
+    toks = text.replace("*", " * ").split()
+    toks = [t for t in toks if t not in ("__restrict__", "__restrict")]
+    if len(toks) < 2:
+        raise ValueError(f"kernel {kernel}: cannot parse parameter {text.strip()!r}")
+    name = toks[-1]
+    rest = toks[:-1]
+    const = "const" in rest
+    stars = rest.count("*")
+    base = " ".join(t for t in rest if t not in ("const", "*"))
+    if base not in _SCALARS or stars > 1:
+        raise ValueError(f"kernel {kernel}: unsupported parameter type {text.strip()!r}")
+    return Param(name=name, ctype=base, pointer=stars == 1, const=const)
+
+
+def _body(source: str, open_brace: int) -> str:
+    depth = 0
+    for i in range(open_brace, len(source)):
+        c = source[i]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return source[open_brace : i + 1]
+    raise ValueError("unbalanced braces in kernel source")
+
+
+def parse_kernels(source: str) -> dict[str, KernelSig]:
+    """Every `extern "C" __global__ void name(...)` kernel defined in `source`."""
+    out: dict[str, KernelSig] = {}
+    for m in _KERNEL_RE.finditer(source):
+        name, plist = m.group(1), m.group(2).strip()
+        params = () if plist in ("", "void") else tuple(
+            _parse_param(p, name) for p in plist.split(",")
+        )
+        body = _body(source, m.end() - 1)
+        if name in out:
+            raise ValueError(f"kernel {name} defined twice")
+        out[name] = KernelSig(name=name, params=params, barrier="__syncthreads" in body)
+    return out
+
+
+def check_args(sig: KernelSig, args: tuple, buffer_type: type) -> list:
+    """Validate `args` against `sig`; return them normalised (numpy scalars, buffers).
+
+    Pointers take a device buffer of exactly the pointee dtype. Values take a numpy scalar of
+    exactly the declared type, or a Python int (integer params, range-checked) / Python float
+    (double params only): a np.int32 where `long long` is declared is an error, never garbage.
+    """
+    if len(args) != len(sig.params):
+        raise KernelArgError(
+            f"kernel {sig.name}: {len(sig.params)} arguments declared, {len(args)} given"
+        )
+    out = []
+    for i, (p, a) in enumerate(zip(sig.params, args, strict=True)):
+        where = f"kernel {sig.name} argument {i} ({p})"
+        if p.pointer:
+            if not isinstance(a, buffer_type):
+                raise KernelArgError(f"{where}: expected a device buffer, got {type(a).__name__}")
+            if a.dtype != p.dtype:
+                raise KernelArgError(f"{where}: buffer dtype {a.dtype} does not match {p.ctype}")
+            out.append(a)
+            continue
+        if isinstance(a, (bool, np.bool_)):
+            raise KernelArgError(f"{where}: bool given")
+        if isinstance(a, np.generic):
+            if a.dtype != p.dtype:
+                raise KernelArgError(f"{where}: {a.dtype} given where {p.ctype} is declared")
+            out.append(a)
+        elif isinstance(a, int) and p.dtype.kind in "iu":
+            info = np.iinfo(p.dtype)
+            if not info.min <= a <= info.max:
+                raise KernelArgError(f"{where}: {a} does not fit {p.ctype}")
+            out.append(p.dtype.type(a))
+        elif isinstance(a, float) and p.ctype == "double":
+            out.append(np.float64(a))
+        else:
+            raise KernelArgError(f"{where}: {type(a).__name__} given where {p.ctype} is declared")
+    return out

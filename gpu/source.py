@@ -1,0 +1,80 @@
+"""Kernel templates: one CUDA C source per family, instantiated per dtype by token substitution.
+
+A template spells the element type `real_t`, names kernels and helpers with a `_T` suffix, and
+writes every rounding operation as a macro-like call (`ADD(a, b)`, `MUL`, `DIV`, `SQRT`, ...)
+and every transcendental as `EXP(x)`, `LOG(x)`, ... The substitution pass turns them into the
+float64 (`__dadd_rn`, `ts_exp`, suffix `_f64`) or float32 (`__fadd_rn`, `ts_expf`, `_f32`)
+spelling; under math="platform" the transcendentals become CUDA libm / glibc (`exp`, `expf`).
+The expanded text is what both backends compile, so it is also what the tests read.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from gpu.device import KERNEL_DIR
+
+__all__ = ["instantiate", "template", "SUFFIX", "MATH_MODES"]
+
+SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
+MATH_MODES = ("refmath", "platform")
+
+_COMMON = {
+    np.dtype(np.float64): {
+        "real_t": "double",
+        "ADD": "__dadd_rn",
+        "SUB": "__dsub_rn",
+        "MUL": "__dmul_rn",
+        "DIV": "__ddiv_rn",
+        "SQRT": "__dsqrt_rn",
+        "AS_BITS": "__double_as_longlong",
+        "BITS_MIN": "(-9223372036854775807LL - 1)",
+    },
+    np.dtype(np.float32): {
+        "real_t": "float",
+        "ADD": "__fadd_rn",
+        "SUB": "__fsub_rn",
+        "MUL": "__fmul_rn",
+        "DIV": "__fdiv_rn",
+        "SQRT": "__fsqrt_rn",
+        "AS_BITS": "__float_as_int",
+        "BITS_MIN": "(-2147483647LL - 1)",
+    },
+}
+
+# Transcendentals: refmath's C twins (gpu/kernels/refmath.cuh) or the platform libm.
+TRANSCENDENTALS = ("EXP", "LOG", "TANH", "SIGMOID", "ERF")
+_MATH = {
+    ("refmath", "f64"): {t: f"ts_{t.lower()}" for t in TRANSCENDENTALS},
+    ("refmath", "f32"): {t: f"ts_{t.lower()}f" for t in TRANSCENDENTALS},
+    ("platform", "f64"): {"EXP": "exp", "LOG": "log", "TANH": "tanh", "ERF": "erf",
+                          "SIGMOID": "ts_platform_sigmoid"},
+    ("platform", "f32"): {"EXP": "expf", "LOG": "logf", "TANH": "tanhf", "ERF": "erff",
+                          "SIGMOID": "ts_platform_sigmoidf"},
+}
+
+
+@lru_cache(maxsize=64)
+def template(name: str) -> str:
+    """The raw text of gpu/kernels/<name>.cu."""
+    return (KERNEL_DIR / f"{name}.cu").read_text()
+
+
+def instantiate(text: str, dtype: np.dtype | type, math: str = "refmath") -> str:
+    """Expand a template for one dtype (float64 / float32) and math mode."""
+    dt = np.dtype(dtype)
+    if dt not in SUFFIX:
+        raise TypeError(f"kernel templates support float64 and float32, not {dt}")
+    if math not in MATH_MODES:
+        raise ValueError(f"math must be one of {MATH_MODES}, not {math!r}")
+    sfx = SUFFIX[dt]
+    table = dict(_COMMON[dt])
+    table.update(_MATH[(math, sfx)])
+    words = sorted(table, key=len, reverse=True)
+    pat = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\b")
+    out = pat.sub(lambda m: table[m.group(1)], text)
+    # Kernel and helper names: foo_T -> foo_f64 / foo_f32.
+    return re.sub(r"\b(\w+?)_T\b", rf"\1_{sfx}", out)
