@@ -17,11 +17,13 @@ import numpy as np
 from core.refmath import _explog
 
 #: The names the tape calls; each exists here and as ``ts_<name>``/``ts_<name>f`` in C.
-FUNCTIONS = ("exp", "log")
+FUNCTIONS = ("exp", "expm1", "log", "log1p")
 
 _KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": _explog.exp64,
+    "expm1": _explog.expm1_64,
     "log": _explog.log64,
+    "log1p": _explog.log1p64,
 }
 
 # Work in cache-sized blocks: the kernels make many whole-array temporaries, and keeping them
@@ -60,4 +62,14 @@ def log(x: Any) -> np.ndarray:
     return _apply("log", x)
 
 
-__all__ = ["FUNCTIONS", "exp", "log"]
+def expm1(x: Any) -> np.ndarray:
+    """e**x - 1 elementwise, accurate near 0 (fdlibm s_expm1.c; < 1 ulp)."""
+    return _apply("expm1", x)
+
+
+def log1p(x: Any) -> np.ndarray:
+    """log(1 + x) elementwise, accurate near 0 (fdlibm s_log1p.c; < 1 ulp)."""
+    return _apply("log1p", x)
+
+
+__all__ = ["FUNCTIONS", "exp", "expm1", "log", "log1p"]

@@ -99,8 +99,8 @@ def ulp_error(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """|y - ref| in ulps of the format of ``y`` (float64 or float32), ``ref`` exact-ish.
 
     ``ref`` is a np.longdouble array (or float64 for float32 results). The ulp is that of the
-    format at ``ref``'s binade, floored at the smallest subnormal; infinite ``ref`` values and
-    matching infinities give 0, a finite/infinite mismatch gives inf.
+    format at ``ref``'s binade, floored at the smallest subnormal. Where ``ref`` rounds to an
+    infinity of the format and ``y`` is that infinity the error is 0; NaN errors become inf.
     """
     y = np.asarray(y)
     if y.dtype == np.float64:
@@ -115,6 +115,7 @@ def ulp_error(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
         _, e = np.frexp(r)
         ulp = np.ldexp(np.longdouble(1), np.maximum(e.astype(np.int64) - mant, emin))
         err = np.abs(yl - r) / ulp
-    same_inf = np.isinf(r) & (yl == r)
+        rounded = r.astype(y.dtype)  # beyond the format's range the right answer is +-inf
+    same_inf = np.isinf(rounded) & (y == rounded)
     err = np.where(same_inf, 0.0, err)
     return np.where(np.isnan(err), np.inf, err)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.refmath._bits import INF, NAN, add_exponent, hi_word, with_hi_word
+from core.refmath._bits import INF, NAN, add_exponent, from_hi_word, hi_word, with_hi_word
 
 # fdlibm constants (decimal as in fdlibm; hex words in the comments are the intended bits).
 LN2_HI = 6.93147180369123816490e-01  # 0x3fe62e42 fee00000: k*LN2_HI exact for |k| < 2**20
@@ -116,4 +116,93 @@ def log64(x: np.ndarray) -> np.ndarray:
     y = np.where(tiny, yt, np.where(big, ya, yb))
     y = np.where(pinf, INF, y)
     y = np.where(zero, -INF, y)
+    return np.where(nan, NAN, y)
+
+
+def expm1_64(x: np.ndarray) -> np.ndarray:
+    """exp(x) - 1, fdlibm s_expm1.c: the exp reduction plus a correction term c, no cancellation."""
+    bits = x.view(np.int64)
+    ix = (bits >> 32) & 0x7FFFFFFF
+    neg = bits < 0
+    nan = np.isnan(x)
+    over = x > O_THRESHOLD
+    minus1 = neg & (ix >= 0x4043687A) & ~nan  # x <= -56 ln2: exp(x) - 1 rounds to -1
+    xr = np.where(nan | over | minus1, 0.0, x)
+    k = (INVLN2 * xr + np.where(neg, -0.5, 0.5)).astype(np.int64)
+    k = np.where(ix < 0x3FF0A2B2, np.where(neg, -1, 1), k)
+    k = np.where(ix <= 0x3FD62E42, 0, k)
+    t = k.astype(np.float64)
+    hi = xr - t * LN2_HI  # k == 0: hi = x, lo = +0, r = x exactly (c unused)
+    lo = t * LN2_LO
+    r = hi - lo
+    c = (hi - r) - lo  # what the rounding of r lost
+    hfx = 0.5 * r
+    hxs = r * hfx
+    r1 = 1.0 + hxs * (Q1 + hxs * (Q2 + hxs * (Q3 + hxs * (Q4 + hxs * Q5))))
+    tt = 3.0 - r1 * hfx
+    e = hxs * ((r1 - tt) / (6.0 - r * tt))
+    y0 = r - (r * e - hxs)  # k == 0
+    e = (r * (e - c) - c) - hxs
+    ym1 = 0.5 * (r - e) - 0.5  # k == -1
+    yp1 = np.where(r < -0.25, -2.0 * (e - (r + 0.5)), 1.0 + 2.0 * (r - e))  # k == 1
+    yfar = add_exponent(1.0 - (e - r), k) - 1.0  # k <= -2 or k > 56: the -1 is negligible
+    kc = np.clip(k, 2, 56)
+    t_lo = from_hi_word(0x3FF00000 - (0x200000 >> np.minimum(kc, 19)))  # 1 - 2**-k
+    ymid = add_exponent(t_lo - (e - r), k)  # 2 <= k < 20
+    t_hi = from_hi_word((0x3FF - kc) << 20)  # 2**-k
+    yhigh = add_exponent((r - (e + t_hi)) + 1.0, k)  # 20 <= k <= 56
+    y = np.where(k < 20, ymid, yhigh)
+    y = np.where((k <= -2) | (k > 56), yfar, y)
+    y = np.where(k == 1, yp1, y)
+    y = np.where(k == -1, ym1, y)
+    y = np.where(k == 0, y0, y)
+    y = np.where(ix < 0x3C900000, xr, y)  # |x| < 2**-54: expm1(x) rounds to x
+    y = np.where(over, INF, y)
+    y = np.where(minus1, -1.0, y)
+    return np.where(nan, NAN, y)
+
+
+def log1p64(x: np.ndarray) -> np.ndarray:
+    """log(1 + x), fdlibm s_log1p.c: u = 1+x reduced like log, plus the rounding error c of 1+x."""
+    bits = x.view(np.int64)
+    hx = bits >> 32
+    ax = hx & 0x7FFFFFFF
+    nan = ~(x >= -1.0)  # NaN or below -1
+    m1 = x == -1.0
+    pinf = x == INF
+    xr = np.where(nan | m1 | pinf, 0.5, x)
+    # -0.2929 < x < 0.41422: no reduction (k = 0, f = x). (Signed compare on the high word.)
+    direct = (hx < 0x3FDA827A) & ((hx > 0) | (hx <= -0x402D413D))
+    near = hx < 0x43400000  # x < 2**53: u = 1+x, c = its rounding error divided by u
+    u = np.where(near, 1.0 + xr, xr)
+    hu = hi_word(u)
+    k = (hu >> 20) - 1023
+    c = np.where(k > 0, 1.0 - (u - xr), xr - (u - 1.0)) / u
+    c = np.where(near, c, 0.0)
+    hu = hu & 0x000FFFFF
+    low = hu < 0x6A09E  # mantissa below sqrt(2): normalize u, else u/2
+    u = np.where(low, with_hi_word(u, hu | 0x3FF00000), with_hi_word(u, hu | 0x3FE00000))
+    k = np.where(low, k, k + 1)
+    hu = np.where(low, hu, (0x00100000 - hu) >> 2)
+    f = np.where(direct, xr, u - 1.0)
+    k = np.where(direct, 0, k)
+    hu = np.where(direct, 1, hu)
+    k0 = k == 0
+    dk = k.astype(np.float64)
+    hfsq = 0.5 * f * f
+    # hu == 0: |f| < 2**-20
+    rs = hfsq * (1.0 - 0.66666666666666666 * f)
+    ys = np.where(k0, f - rs, dk * LN2_HI - ((rs - (dk * LN2_LO + c)) - f))
+    yz = np.where(k0, 0.0, dk * LN2_HI + (c + dk * LN2_LO))
+    ys = np.where(f == 0.0, yz, ys)
+    s = f / (2.0 + f)
+    z = s * s
+    R = z * (LG1 + z * (LG2 + z * (LG3 + z * (LG4 + z * (LG5 + z * (LG6 + z * LG7))))))
+    sr = s * (hfsq + R)
+    yg = np.where(k0, f - (hfsq - sr), dk * LN2_HI - ((hfsq - (sr + (dk * LN2_LO + c))) - f))
+    y = np.where(hu == 0, ys, yg)
+    # |x| < 2**-29: x - x*x/2 (x itself below 2**-54)
+    y = np.where(ax < 0x3E200000, np.where(ax < 0x3C900000, xr, xr - xr * xr * 0.5), y)
+    y = np.where(pinf, INF, y)
+    y = np.where(m1, -INF, y)
     return np.where(nan, NAN, y)

@@ -159,9 +159,146 @@ TS_RM_FN double ts_log(double x) {
                                f));
 }
 
+/* ---- expm1: fdlibm s_expm1.c. The exp reduction keeps the rounding error c of r = hi - lo ---- */
+
+TS_RM_FN double ts_expm1(double x) {
+    const double ln2_hi = 6.93147180369123816490e-01;
+    const double ln2_lo = 1.90821492927058770002e-10;
+    const double invln2 = 1.44269504088896338700e+00;
+    const double o_threshold = 7.09782712893383973096e+02;
+    const double Q1 = -3.33333333333331316428e-02;
+    const double Q2 = 1.58730158725481460165e-03;
+    const double Q3 = -7.93650757867487942473e-05;
+    const double Q4 = 4.00821782732936239552e-06;
+    const double Q5 = -2.01099218183624371326e-07;
+    int hx, ix, k;
+    double t, hi, lo, r, c, hfx, hxs, r1, tt, e, y;
+
+    if (x != x) return TS_NAN64;
+    if (x > o_threshold) return TS_INF64;
+    hx = ts__hi(x);
+    ix = hx & 0x7fffffff;
+    if (hx < 0 && ix >= 0x4043687a) return -1.0; /* x <= -56 ln2 (and -inf) */
+    if (ix < 0x3c900000) return x;                /* |x| < 2**-54 */
+    if (ix <= 0x3fd62e42) {
+        k = 0;
+    } else if (ix < 0x3ff0a2b2) {
+        k = hx < 0 ? -1 : 1;
+    } else {
+        k = (int)__dadd_rn(__dmul_rn(invln2, x), hx < 0 ? -0.5 : 0.5);
+    }
+    t = (double)k;
+    hi = __dsub_rn(x, __dmul_rn(t, ln2_hi));
+    lo = __dmul_rn(t, ln2_lo);
+    r = __dsub_rn(hi, lo);
+    c = __dsub_rn(__dsub_rn(hi, r), lo);
+    hfx = __dmul_rn(0.5, r);
+    hxs = __dmul_rn(r, hfx);
+    r1 = __dadd_rn(1.0, __dmul_rn(hxs, __dadd_rn(Q1, __dmul_rn(hxs, __dadd_rn(Q2, __dmul_rn(hxs,
+             __dadd_rn(Q3, __dmul_rn(hxs, __dadd_rn(Q4, __dmul_rn(hxs, Q5))))))))));
+    tt = __dsub_rn(3.0, __dmul_rn(r1, hfx));
+    e = __dmul_rn(hxs, __ddiv_rn(__dsub_rn(r1, tt), __dsub_rn(6.0, __dmul_rn(r, tt))));
+    if (k == 0) return __dsub_rn(r, __dsub_rn(__dmul_rn(r, e), hxs));
+    e = __dsub_rn(__dsub_rn(__dmul_rn(r, __dsub_rn(e, c)), c), hxs);
+    if (k == -1) return __dsub_rn(__dmul_rn(0.5, __dsub_rn(r, e)), 0.5);
+    if (k == 1) {
+        if (r < -0.25) return __dmul_rn(-2.0, __dsub_rn(e, __dadd_rn(r, 0.5)));
+        return __dadd_rn(1.0, __dmul_rn(2.0, __dsub_rn(r, e)));
+    }
+    if (k <= -2 || k > 56) { /* exp(x) - 1 with the -1 negligible or exact */
+        y = ts__add_exponent(__dsub_rn(1.0, __dsub_rn(e, r)), k);
+        return __dsub_rn(y, 1.0);
+    }
+    if (k < 20) {
+        t = ts__from_hi(0x3ff00000 - (0x200000 >> k)); /* 1 - 2**-k */
+        return ts__add_exponent(__dsub_rn(t, __dsub_rn(e, r)), k);
+    }
+    t = ts__from_hi((0x3ff - k) << 20); /* 2**-k */
+    y = __dadd_rn(__dsub_rn(r, __dadd_rn(e, t)), 1.0);
+    return ts__add_exponent(y, k);
+}
+
+/* ---- log1p: fdlibm s_log1p.c. u = 1+x reduced as in log, plus c = rounding error of 1+x ---- */
+
+TS_RM_FN double ts_log1p(double x) {
+    const double ln2_hi = 6.93147180369123816490e-01;
+    const double ln2_lo = 1.90821492927058770002e-10;
+    const double Lp1 = 6.666666666666735130e-01;
+    const double Lp2 = 3.999999999940941908e-01;
+    const double Lp3 = 2.857142874366239149e-01;
+    const double Lp4 = 2.222219843214978396e-01;
+    const double Lp5 = 1.818357216161805012e-01;
+    const double Lp6 = 1.531383769920937332e-01;
+    const double Lp7 = 1.479819860511658591e-01;
+    int hx, ax, k, hu;
+    double f, c, u, dk, hfsq, R, s, z;
+
+    if (!(x >= -1.0)) return TS_NAN64; /* NaN or x < -1 */
+    if (x == -1.0) return TS_NINF64;
+    if (x == TS_INF64) return TS_INF64;
+    hx = ts__hi(x);
+    ax = hx & 0x7fffffff;
+    if (ax < 0x3e200000) { /* |x| < 2**-29 */
+        if (ax < 0x3c900000) return x;
+        return __dsub_rn(x, __dmul_rn(__dmul_rn(x, x), 0.5));
+    }
+    c = 0.0;
+    if (hx < 0x3fda827a && (hx > 0 || hx <= (int)0xbfd2bec3)) { /* -0.2929 < x < 0.41422 */
+        k = 0;
+        f = x;
+        hu = 1;
+    } else {
+        if (hx < 0x43400000) {
+            u = __dadd_rn(1.0, x);
+            hu = ts__hi(u);
+            k = (hu >> 20) - 1023;
+            c = (k > 0) ? __dsub_rn(1.0, __dsub_rn(u, x)) : __dsub_rn(x, __dsub_rn(u, 1.0));
+            c = __ddiv_rn(c, u);
+        } else {
+            u = x;
+            hu = ts__hi(u);
+            k = (hu >> 20) - 1023;
+        }
+        hu &= 0x000fffff;
+        if (hu < 0x6a09e) {
+            u = ts__with_hi(u, hu | 0x3ff00000);
+        } else {
+            k += 1;
+            u = ts__with_hi(u, hu | 0x3fe00000);
+            hu = (0x00100000 - hu) >> 2;
+        }
+        f = __dsub_rn(u, 1.0);
+    }
+    dk = (double)k;
+    hfsq = __dmul_rn(__dmul_rn(0.5, f), f);
+    if (hu == 0) { /* |f| < 2**-20 */
+        if (f == 0.0) {
+            if (k == 0) return 0.0;
+            c = __dadd_rn(c, __dmul_rn(dk, ln2_lo));
+            return __dadd_rn(__dmul_rn(dk, ln2_hi), c);
+        }
+        R = __dmul_rn(hfsq, __dsub_rn(1.0, __dmul_rn(0.66666666666666666, f)));
+        if (k == 0) return __dsub_rn(f, R);
+        return __dsub_rn(__dmul_rn(dk, ln2_hi),
+                         __dsub_rn(__dsub_rn(R, __dadd_rn(__dmul_rn(dk, ln2_lo), c)), f));
+    }
+    s = __ddiv_rn(f, __dadd_rn(2.0, f));
+    z = __dmul_rn(s, s);
+    R = __dmul_rn(z, __dadd_rn(Lp1, __dmul_rn(z, __dadd_rn(Lp2, __dmul_rn(z, __dadd_rn(Lp3,
+            __dmul_rn(z, __dadd_rn(Lp4, __dmul_rn(z, __dadd_rn(Lp5, __dmul_rn(z,
+            __dadd_rn(Lp6, __dmul_rn(z, Lp7)))))))))))));
+    if (k == 0) return __dsub_rn(f, __dsub_rn(hfsq, __dmul_rn(s, __dadd_rn(hfsq, R))));
+    return __dsub_rn(__dmul_rn(dk, ln2_hi),
+                     __dsub_rn(__dsub_rn(hfsq, __dadd_rn(__dmul_rn(s, __dadd_rn(hfsq, R)),
+                                                         __dadd_rn(__dmul_rn(dk, ln2_lo), c))),
+                               f));
+}
+
 /* ---- float versions: the double routine, rounded once to float ---- */
 
 TS_RM_FN float ts_expf(float x) { return ts__to_float(ts_exp((double)x)); }
 TS_RM_FN float ts_logf(float x) { return ts__to_float(ts_log((double)x)); }
+TS_RM_FN float ts_expm1f(float x) { return ts__to_float(ts_expm1((double)x)); }
+TS_RM_FN float ts_log1pf(float x) { return ts__to_float(ts_log1p((double)x)); }
 
 #endif /* TS_REFMATH_CUH */
