@@ -1,0 +1,258 @@
+"""The main window: graph in the centre, Inspector / Backward stepper / Parity table docks.
+
+Panels never talk to each other directly: each emits ``node_selected`` and the window fans the
+selection out (``select_node``), so every panel stays in sync with one source of truth.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+from PySide6.QtCore import QSettings, Qt, Signal, Slot
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox
+
+from app.menus import build_menus
+from app.parity_rows import build_rows
+from app.session import Session, SessionError, open_path, open_workload
+from app.stepper import BackwardStepper
+from views.graph_panel import GraphPanel
+from views.inspector import InspectorPanel
+from views.parity_table import ParityPanel
+from views.stepper_view import StepperPanel
+
+DEFAULT_SIZE = (1440, 900)
+MAX_RECENT = 8
+
+
+class MainWindow(QMainWindow):
+    """Shows one Session at a time; a failed open leaves the current one untouched."""
+
+    node_selected = Signal(int)
+    session_changed = Signal()
+
+    def __init__(self, settings: QSettings | None = None, parent=None):
+        super().__init__(parent)
+        self.settings = settings if settings is not None else QSettings("tapescope", "tapescope")
+        self.session: Session | None = None
+        self.stepper: BackwardStepper | None = None
+        self.selected = -1
+        self.last_error: QMessageBox | None = None
+        self._fanning = False
+        self.setWindowTitle("tapescope")
+        self.resize(*DEFAULT_SIZE)
+        self.setAcceptDrops(True)
+        self.setDockNestingEnabled(True)
+
+        self.graph = GraphPanel(self)
+        self.setCentralWidget(self.graph)
+        self.inspector = InspectorPanel(self)
+        self.stepper_panel = StepperPanel(self)
+        self.parity = ParityPanel(self)
+        self.docks: dict[str, QDockWidget] = {}
+        self._add_dock("Inspector", self.inspector, Qt.RightDockWidgetArea)
+        self._add_dock("Backward stepper", self.stepper_panel, Qt.RightDockWidgetArea)
+        self._add_dock("Parity table", self.parity, Qt.BottomDockWidgetArea)
+        self.setCorner(Qt.BottomRightCorner, Qt.RightDockWidgetArea)
+        self.resizeDocks([self.docks["Inspector"]], [600], Qt.Horizontal)
+        self.resizeDocks([self.docks["Inspector"], self.docks["Backward stepper"]], [470, 400],
+                         Qt.Vertical)
+        self.resizeDocks([self.docks["Parity table"]], [230], Qt.Vertical)
+        # Training and Kernels docks (live sessions, fusion plans) plug in via add_dock later
+
+        for panel in (self.graph, self.inspector, self.parity, self.stepper_panel):
+            panel.node_selected.connect(self.select_node)
+        self.inspector.jump_first_nan.connect(self.jump_to_first_nan)
+        self.stepper_panel.current_changed.connect(self._stepper_moved)
+        self.stepper_panel.breakpoints_changed.connect(
+            lambda ids: self.graph.view.set_marks("bp", ids))
+        self.graph.view.breakpoint_toggled.connect(self.stepper_panel.toggle_breakpoint)
+
+        self.status_label = QLabel("No tape open — File ▸ Open, or drop a .tape file here")
+        self.statusBar().addWidget(self.status_label, 1)
+        self.recent_menu = None
+        build_menus(self)
+        self._refresh_recent()
+
+    # ---- docks ------------------------------------------------------------------------------
+    def add_dock(self, title: str, widget, area=Qt.RightDockWidgetArea) -> QDockWidget:
+        """Add a dock (the Training and Kernels docks use this) and list it in View."""
+        return self._add_dock(title, widget, area)
+
+    def _add_dock(self, title: str, widget, area) -> QDockWidget:
+        d = QDockWidget(title, self)
+        d.setObjectName(title.replace(" ", "_"))
+        d.setWidget(widget)
+        self.addDockWidget(area, d)
+        self.docks[title] = d
+        return d
+
+    # ---- opening ----------------------------------------------------------------------------
+    def open_file(self, path: str) -> bool:
+        """Open a .tape / .onnx / workload .py file; on failure show why and keep the session."""
+        try:
+            s = open_path(path)
+            s.ensure_gradients()
+        except SessionError as e:
+            self.show_error("Cannot open file", str(e))
+            return False
+        except Exception as e:  # noqa: BLE001 — a bug must not take the user's session down
+            self.show_error("Cannot open file", f"{path}: {type(e).__name__}: {e}",
+                            traceback.format_exc())
+            return False
+        self._add_recent(os.path.abspath(path))
+        self.set_session(s)
+        return True
+
+    def open_workload(self, spec: str) -> bool:
+        """Open a built-in workload (``mlp``, ``transformer``) or a user's ``PATH.py``."""
+        try:
+            s = open_workload(spec)
+        except SessionError as e:
+            self.show_error("Cannot open workload", str(e))
+            return False
+        self.set_session(s)
+        return True
+
+    @Slot()
+    def open_dialog(self) -> None:
+        """File ▸ Open…"""
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open tape or model", self.settings.value("last_dir", ""),
+            "Tapes and models (*.tape *.onnx *.py);;All files (*)")
+        if path:
+            self.settings.setValue("last_dir", os.path.dirname(path))
+            self.open_file(path)
+
+    def set_session(self, s: Session) -> None:
+        """Show a new session in every panel."""
+        self.session = s
+        self.setWindowTitle(f"tapescope — {s.title}")
+        self.selected = -1
+        self.graph.set_model(s.graph)
+        self.parity.set_rows(build_rows(s.tape.nodes, s.comparison))
+        self.inspector.show_details(None)
+        self.stepper = BackwardStepper(s.tape, s.loss_id) if s.loss_id is not None else None
+        self.stepper_panel.set_stepper(self.stepper, s.labels())
+        bad = s.nonfinite()
+        self.graph.view.set_marks("nan", bad)
+        self.graph.view.set_marks("bp", ())
+        self._status()
+        self.session_changed.emit()
+
+    def set_comparison(self, comparison: list[dict] | None) -> None:
+        """Attach a parity comparison (per-node dicts) to the current session's table."""
+        if self.session is None:
+            return
+        try:
+            rows = build_rows(self.session.tape.nodes, comparison)
+        except ValueError as e:
+            self.show_error("Bad comparison", str(e))
+            return
+        self.session.comparison = comparison
+        self.parity.set_rows(rows)
+
+    def show_error(self, title: str, text: str, details: str | None = None) -> QMessageBox:
+        """A non-blocking error dialog; the session stays as it was."""
+        box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self)
+        if details:
+            box.setDetailedText(details)
+        box.setAttribute(Qt.WA_DeleteOnClose, False)
+        box.open()
+        self.last_error = box
+        self.statusBar().showMessage(f"{title}: {text}", 10000)
+        return box
+
+    # ---- recent files -----------------------------------------------------------------------
+    def recent_files(self) -> list[str]:
+        """Most recent first."""
+        v = self.settings.value("recent", [])
+        if isinstance(v, str):
+            v = [v]
+        return [str(p) for p in (v or [])]
+
+    def _add_recent(self, path: str) -> None:
+        items = [path] + [p for p in self.recent_files() if p != path]
+        self.settings.setValue("recent", items[:MAX_RECENT])
+        self._refresh_recent()
+
+    def _refresh_recent(self) -> None:
+        if self.recent_menu is None:
+            return
+        self.recent_menu.clear()
+        for p in self.recent_files():
+            a = QAction(p, self.recent_menu)
+            a.triggered.connect(lambda _=False, p=p: self.open_file(p))
+            self.recent_menu.addAction(a)
+        self.recent_menu.setEnabled(bool(self.recent_files()))
+
+    # ---- drag and drop ----------------------------------------------------------------------
+    def dragEnterEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        if ev.mimeData().hasUrls() and any(u.isLocalFile() for u in ev.mimeData().urls()):
+            ev.acceptProposedAction()
+
+    def dropEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        for u in ev.mimeData().urls():
+            if u.isLocalFile():
+                self.open_file(u.toLocalFile())
+                ev.acceptProposedAction()
+                return
+
+    # ---- selection --------------------------------------------------------------------------
+    @Slot(int)
+    def select_node(self, node_id: int) -> None:
+        """Make ``node_id`` the selection in every panel."""
+        if self.session is None or self._fanning or not (0 <= node_id < len(self.session.tape)):
+            return
+        self._fanning = True
+        try:
+            self.selected = node_id
+            self.graph.view.select_node(node_id)
+            self.parity.select_node(node_id)
+            self.stepper_panel.set_selected(node_id)
+            self.inspector.show_details(self.session.details(node_id))
+        finally:
+            self._fanning = False
+        self.node_selected.emit(node_id)
+
+    @Slot()
+    def jump_to_first_nan(self) -> None:
+        """Select the first node (tape order) whose value or gradient has NaN/inf."""
+        if self.session is None:
+            return
+        i = self.session.first_nonfinite()
+        if i is None:
+            self.statusBar().showMessage("No NaN or inf anywhere on the tape", 5000)
+            return
+        self.select_node(i)
+        self.statusBar().showMessage(f"First NaN/inf: node #{i}", 5000)
+
+    @Slot(int)
+    def _stepper_moved(self, node_id: int) -> None:
+        self.graph.view.set_current(node_id)
+        if node_id >= 0:
+            self.graph.view.select_node(node_id)
+
+    def _status(self) -> None:
+        s = self.session
+        if s is None:
+            return
+        bad = len(s.nonfinite())
+        self.status_label.setText(
+            f"{s.source} · {len(s.tape)} nodes · {len(s.tape.params())} params · "
+            f"loss #{s.loss_id} · " + (f"⚠ {bad} nodes with NaN/inf" if bad else "all finite"))
+
+    # ---- screenshot -------------------------------------------------------------------------
+    def wait_until_ready(self, timeout_s: float = 10.0) -> bool:
+        """Process events until the graph layout is on screen (for screenshots and tests)."""
+        import time
+
+        from PySide6.QtCore import QCoreApplication
+
+        end = time.monotonic() + timeout_s
+        while not self.graph.view.is_ready() and time.monotonic() < end:
+            QCoreApplication.processEvents()
+            time.sleep(0.002)
+        QCoreApplication.processEvents()
+        return self.graph.view.is_ready()

@@ -1,0 +1,69 @@
+"""Menus and the toolbar of the main window (kept apart so main_window.py stays readable)."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+
+def _action(win, text: str, fn, shortcut=None, tip: str | None = None) -> QAction:
+    a = QAction(text, win)
+    if shortcut is not None:
+        a.setShortcut(QKeySequence(shortcut))
+    if tip:
+        a.setToolTip(tip)
+    a.triggered.connect(fn)
+    return a
+
+
+def build_menus(win) -> None:
+    """File, Edit, View, Debug, Help menus and the main toolbar on ``win`` (a MainWindow)."""
+    mb = win.menuBar()
+    f = mb.addMenu("&File")
+    win.act_open = _action(win, "&Open…", win.open_dialog, QKeySequence.StandardKey.Open)
+    f.addAction(win.act_open)
+    win.recent_menu = f.addMenu("Open &Recent")
+    wl = f.addMenu("Built-in &workloads")
+    for name in ("mlp", "transformer"):
+        wl.addAction(_action(win, name, lambda _=False, n=name: win.open_workload(n)))
+    f.addSeparator()
+    f.addAction(_action(win, "&Quit", win.close, QKeySequence.StandardKey.Quit))
+
+    e = mb.addMenu("&Edit")
+    win.act_find = _action(win, "&Find node…", win.graph.open_search, QKeySequence.StandardKey.Find)
+    e.addAction(win.act_find)
+    e.addAction(_action(win, "Copy value as numpy", lambda: win.inspector.copy_as_numpy("value"),
+                        "Ctrl+Shift+C"))
+    e.addAction(_action(win, "Copy gradient as numpy",
+                        lambda: win.inspector.copy_as_numpy("grad"), "Ctrl+Shift+G"))
+    win.act_nan = _action(win, "Jump to first &NaN", win.jump_to_first_nan, "Ctrl+N",
+                          "Select the first node in tape order holding a NaN or inf")
+    e.addAction(win.act_nan)
+
+    v = mb.addMenu("&View")
+    graph_actions = win.graph.view.actions_for_menu()
+    for a in graph_actions:
+        v.addAction(a)
+    v.addSeparator()
+    for d in win.docks.values():
+        v.addAction(d.toggleViewAction())
+
+    d = mb.addMenu("&Debug")
+    for a in win.stepper_panel.actions.values():
+        d.addAction(a)
+
+    h = mb.addMenu("&Help")
+    h.addAction(_action(win, "&About tapescope", lambda: QMessageBox.about(
+        win, "About tapescope", "tapescope — a tape inspector and debugger: the CPU reference "
+        "tape, its DAG, its gradients, and where a device's bits differ.")))
+    h.addAction(_action(win, "About &Qt", QApplication.aboutQt))
+
+    tb = win.addToolBar("Main")
+    tb.setObjectName("main_toolbar")
+    tb.addAction(win.act_open)
+    tb.addAction(graph_actions[0])  # fit
+    tb.addAction(win.act_find)
+    tb.addAction(win.act_nan)
+    tb.addSeparator()
+    for key in ("restart", "back", "step", "continue"):
+        tb.addAction(win.stepper_panel.actions[key])

@@ -1,0 +1,69 @@
+"""Rows of the parity table as plain data (no Qt): one per node, comparison columns optional.
+
+A comparison is a list of per-node dicts ``{"id", "value": {"n_diff", "max_ulp", ...},
+"grad": {...}}`` (what gpu.parity reports); a node without an entry has empty comparison cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+COLUMNS = ("id", "op", "name", "shape", "value n_diff", "value max_ulp", "grad n_diff",
+           "grad max_ulp")
+
+
+@dataclass(frozen=True)
+class ParityRow:
+    """One node's line in the table; comparison fields are None when nothing was compared."""
+
+    id: int
+    op: str
+    name: str
+    shape: tuple[int, ...]
+    value_n_diff: int | None = None
+    value_max_ulp: float | None = None
+    grad_n_diff: int | None = None
+    grad_max_ulp: float | None = None
+
+    def cell(self, col: int):
+        """The raw value of column ``col`` (numbers stay numbers, for sorting)."""
+        return (self.id, self.op, self.name, self.shape, self.value_n_diff, self.value_max_ulp,
+                self.grad_n_diff, self.grad_max_ulp)[col]
+
+    @property
+    def differs(self) -> bool:
+        """True when any compared element differs in its bits."""
+        return bool(self.value_n_diff) or bool(self.grad_n_diff)
+
+
+def _side(entry: Mapping, key: str, where: str) -> tuple[int | None, float | None]:
+    side = entry.get(key)
+    if side is None:
+        return None, None
+    if not isinstance(side, Mapping):
+        raise ValueError(f"{where}: {key!r} must be a mapping, got {type(side).__name__}")
+    n = side.get("n_diff")
+    u = side.get("max_ulp")
+    return (None if n is None else int(n)), (None if u is None else float(u))
+
+
+def build_rows(nodes: Sequence, comparison: Iterable[Mapping] | None = None) -> list[ParityRow]:
+    """One ParityRow per node (objects with id/op/name/shape), merged with ``comparison``."""
+    by_id: dict[int, Mapping] = {}
+    for k, entry in enumerate(comparison or ()):
+        if not isinstance(entry, Mapping) or "id" not in entry:
+            raise ValueError(f"comparison entry {k}: needs an 'id' key, got {entry!r:.80}")
+        by_id[int(entry["id"])] = entry
+    rows = []
+    for nd in nodes:
+        e = by_id.get(nd.id)
+        vn = vu = gn = gu = None
+        if e is not None:
+            vn, vu = _side(e, "value", f"comparison for node {nd.id}")
+            gn, gu = _side(e, "grad", f"comparison for node {nd.id}")
+        rows.append(ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), vn, vu, gn, gu))
+    unknown = set(by_id) - {nd.id for nd in nodes}
+    if unknown:
+        raise ValueError(f"comparison names nodes not on the tape: {sorted(unknown)[:5]}")
+    return rows

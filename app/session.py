@@ -1,0 +1,182 @@
+"""What the window shows (no Qt): one tape, its loss, where it came from, optional comparison.
+
+Built from a ``.tape`` file, an ``.onnx`` model or a workload. Every failure is a SessionError
+whose message names the file and the reason; the caller keeps its current session.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from views.array_stats import first_nonfinite, nonfinite_nodes
+from views.graph_model import GraphModel
+from views.inspector import NodeDetails
+
+
+class SessionError(Exception):
+    """A session could not be opened; the message says what and where."""
+
+
+def find_loss(tape, meta: dict | None = None) -> int | None:
+    """The loss node: ``meta["loss"]`` when given, else the last scalar node."""
+    if meta and isinstance(meta.get("loss"), int) and 0 <= meta["loss"] < len(tape):
+        return int(meta["loss"])
+    for n in reversed(tape.nodes):
+        if n.size == 1 and n.op not in ("param", "const"):
+            return n.id
+    return None
+
+
+@dataclass
+class Session:
+    """One opened tape plus what the panels need to know about it."""
+
+    tape: object
+    loss_id: int | None
+    source: str
+    meta: dict = field(default_factory=dict)
+    comparison: list[dict] | None = None
+    workload: object | None = None
+
+    def __post_init__(self) -> None:
+        self.graph = GraphModel.from_tape(self.tape, self.loss_id)
+        self.grads: list = []
+        self.snapshot_gradients()
+
+    def snapshot_gradients(self) -> None:
+        """Remember the gradients of the full backward; the stepper may reset the tape's own."""
+        # NOTE: the tape replaces gradient arrays (never writes into them), so keeping the
+        # read-only views is enough: no copy
+        self.grads = [self.tape.grad(n.id) for n in self.tape.nodes]
+
+    @property
+    def title(self) -> str:
+        """Short name for the window title."""
+        return os.path.basename(self.source) if os.sep in self.source else self.source
+
+    def ensure_gradients(self) -> None:
+        """Run backward once when nothing has gradients yet (a forward-only file or model)."""
+        if self.loss_id is None or not getattr(self.tape, "ok", True):
+            return
+        if all(self.tape.grad(n.id) is None for n in self.tape.nodes):
+            self.tape.backward(self.tape.var(self.loss_id))
+            self.snapshot_gradients()
+
+    def details(self, node_id: int) -> NodeDetails:
+        """The inspector's view of one node."""
+        t = self.tape
+        n = t.node(node_id)
+        inputs = [(j, f"{t.node(j).op} {t.node(j).name or ''}".strip()) for j in n.inputs]
+        return NodeDetails(
+            id=n.id, op=n.op, name=n.name, shape=tuple(n.shape), dtype=str(np.dtype(n.dtype)),
+            value=t.value(n.id), grad=self.grads[n.id], inputs=inputs, attrs=dict(n.attrs),
+        )
+
+    def labels(self) -> dict[int, str]:
+        """node id → "op name" for compact display."""
+        return {n.id: f"{n.op} {n.name or ''}".strip() for n in self.tape.nodes}
+
+    def nonfinite(self) -> list[int]:
+        """Nodes whose value or gradient holds NaN/inf."""
+        ids = range(len(self.tape))
+        return nonfinite_nodes(ids, self.tape.value, self.grads.__getitem__)
+
+    def first_nonfinite(self) -> int | None:
+        """The first node in tape order with a NaN/inf value (then gradients, from the end)."""
+        return first_nonfinite(range(len(self.tape)), self.tape.value, self.grads.__getitem__)
+
+
+def open_tape_file(path: str | os.PathLike) -> Session:
+    """A session on a recorded ``.tape`` file."""
+    from core import tapefile
+
+    try:
+        tape, meta = tapefile.load(path)
+    except tapefile.TapeFileError as e:
+        raise SessionError(str(e)) from None
+    except (OSError, ValueError) as e:  # anything the loader did not classify
+        raise SessionError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+    if len(tape) == 0:
+        raise SessionError(f"{path}: the tape is empty")
+    return Session(tape, find_loss(tape, meta), str(path), meta)
+
+
+def open_onnx_file(path: str | os.PathLike) -> Session:
+    """A session on an ONNX model imported onto a tape (needs core.onnx's importer)."""
+    try:
+        from core.onnx import importer  # type: ignore[attr-defined]
+    except ImportError:
+        raise SessionError(f"{path}: ONNX import onto a tape is not available in this build "
+                           "(core.onnx.importer missing)") from None
+    try:
+        tape, meta = importer.import_model(path)
+    except Exception as e:  # noqa: BLE001 — any failure of a user's model is shown, not raised
+        raise SessionError(f"{path}: {type(e).__name__}: {e}") from None
+    return Session(tape, find_loss(tape, meta), str(path), meta)
+
+
+def open_workload(spec: str, step: int = 0) -> Session:
+    """A session on a built-in workload (``mlp``, ``transformer``) or a user's ``PATH.py``."""
+    from core import workloads
+
+    if spec.endswith(".py"):
+        wl = _user_workload(spec)
+    else:
+        try:
+            wl = workloads.get(spec)
+        except ValueError as e:
+            raise SessionError(str(e)) from None
+    try:
+        loss = wl.record(step)
+        wl.tape.backward(loss)
+    except Exception as e:  # noqa: BLE001 — a user's workload may fail in any way
+        raise SessionError(f"workload {spec}: {type(e).__name__}: {e}") from None
+    return Session(wl.tape, loss.id, f"workload:{spec}", {"workload": spec, "step": step},
+                   workload=wl)
+
+
+def _user_workload(path: str):
+    """Load a user's workload file: it must define ``Workload`` subclass ``WORKLOAD`` or one."""
+    from core.workloads import Workload
+
+    p = Path(path)
+    if not p.is_file():
+        raise SessionError(f"{path}: no such workload file")
+    spec = importlib.util.spec_from_file_location(f"user_workload_{p.stem}", p)
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)  # the user asked us to run their own code
+    except Exception as e:  # noqa: BLE001
+        raise SessionError(f"{path}: {type(e).__name__}: {e}") from None
+    cls = getattr(mod, "WORKLOAD", None)
+    if cls is None:
+        found = [v for v in vars(mod).values()
+                 if isinstance(v, type) and issubclass(v, Workload) and v is not Workload
+                 and v.__module__ == mod.__name__]
+        if len(found) != 1:
+            raise SessionError(f"{path}: define WORKLOAD = <your Workload subclass> "
+                               f"(found {len(found)} candidates)")
+        cls = found[0]
+    try:
+        return cls()
+    except Exception as e:  # noqa: BLE001
+        raise SessionError(f"{path}: building the workload failed: {type(e).__name__}: {e}") \
+            from None
+
+
+def open_path(path: str | os.PathLike) -> Session:
+    """Open by extension: ``.tape``, ``.onnx`` or a workload ``.py``."""
+    s = str(path)
+    low = s.lower()
+    if low.endswith(".tape") or low.endswith(".npz"):
+        return open_tape_file(s)
+    if low.endswith(".onnx"):
+        return open_onnx_file(s)
+    if low.endswith(".py"):
+        return open_workload(s)
+    raise SessionError(f"{s}: unknown file type (open a .tape, .onnx or workload .py file)")

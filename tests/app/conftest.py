@@ -1,0 +1,17 @@
+"""Every test here runs offscreen, with settings kept in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["QT_QPA_PLATFORM"] = "offscreen"  # before anything imports Qt
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def settings(tmp_path):
+    """A QSettings stored under tmp_path, so tests never touch the user's recent files."""
+    from PySide6.QtCore import QSettings
+
+    return QSettings(str(tmp_path / "tapescope.ini"), QSettings.IniFormat)

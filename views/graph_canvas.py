@@ -1,0 +1,225 @@
+"""The single QGraphicsItem that draws a whole laid-out graph, culled and level-of-detail aware.
+
+One item instead of one per node: culling is a numpy range query on y-sorted arrays, so a
+10,000-node tape pans and zooms as fast as the few hundred boxes actually on screen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import QGraphicsItem
+
+from views.graph_model import KIND_CONST, KIND_GROUP, KIND_LOSS, KIND_OP, KIND_PARAM, DisplayGraph
+from views.layout import NODE_H, NODE_W, Layout
+
+# fill, border per kind: params amber, consts grey/dashed, loss red, groups green
+KIND_STYLE = {
+    KIND_OP: ("#e8eef7", "#5b7db1"),
+    KIND_PARAM: ("#fde3b5", "#c77d12"),
+    KIND_CONST: ("#ececec", "#8a8a8a"),
+    KIND_LOSS: ("#f9cdd6", "#b3203c"),
+    KIND_GROUP: ("#dcefdc", "#3f7f3f"),
+}
+SELECT_COLOR = QColor("#1d6fe0")
+CURRENT_COLOR = QColor("#13a34a")
+SEARCH_COLOR = QColor("#c026d3")
+NAN_FILL = QColor("#ff6b6b")
+EDGE_COLOR = QColor(110, 120, 140)
+EDGE_HI_COLOR = QColor("#1d6fe0")
+
+
+class GraphCanvas(QGraphicsItem):
+    """Draws nodes, edges and marks of one DisplayGraph laid out by ``Layout``."""
+
+    def __init__(self):
+        super().__init__()
+        self.setFlag(QGraphicsItem.ItemUsesExtendedStyleOption, True)
+        self.graph: DisplayGraph | None = None
+        self.layout: Layout | None = None
+        self._rect = QRectF()
+        self.selected_item = -1
+        self.current_item = -1
+        self.nan_items: set[int] = set()
+        self.breakpoint_items: set[int] = set()
+        self.search_items: set[int] = set()
+        self.overlay: dict[int, QColor] = {}
+        self.font_op = QFont("Sans Serif", 9)
+        self.font_op.setBold(True)
+        self.font_small = QFont("Sans Serif", 8)
+        self._pens = {k: QPen(QColor(b), 1.4) for k, (_, b) in KIND_STYLE.items()}
+        self._pens[KIND_CONST].setStyle(Qt.DashLine)
+        self._pens[KIND_LOSS].setWidthF(2.6)
+        self._pens[KIND_GROUP].setWidthF(2.2)
+        self._brushes = {k: QBrush(QColor(f)) for k, (f, _) in KIND_STYLE.items()}
+        self.frames_painted = 0
+
+    # ---- data -------------------------------------------------------------------------------
+    def set_graph(self, graph: DisplayGraph, layout: Layout) -> None:
+        """Take a new graph + layout; precomputes culling indices and elided labels."""
+        self.prepareGeometryChange()
+        self.graph, self.layout = graph, layout
+        x, y = layout.x, layout.y
+        self._by_y = np.argsort(y, kind="stable")
+        self._y_sorted = y[self._by_y]
+        src = np.fromiter((s for ins in graph.inputs for s in ins), dtype=np.int64)
+        dst = np.repeat(np.arange(len(graph)), [len(i) for i in graph.inputs]).astype(np.int64)
+        self._esrc, self._edst = src, dst
+        if src.size:
+            ey0 = np.minimum(y[src], y[dst])
+            self._e_by_y0 = np.argsort(ey0, kind="stable")
+            self._ey0_sorted = ey0[self._e_by_y0]
+            self._ey1 = np.maximum(y[src], y[dst])
+            self._ex0 = np.minimum(x[src], x[dst])
+            self._ex1 = np.maximum(x[src], x[dst])
+        self._rects = [QRectF(float(cx) - NODE_W / 2, float(cy) - NODE_H / 2, NODE_W, NODE_H)
+                       for cx, cy in zip(x.tolist(), y.tolist(), strict=True)]
+        fm = QFontMetricsF(self.font_small)
+        self._names = [fm.elidedText(lab[1], Qt.ElideMiddle, NODE_W - 12) for lab in graph.labels]
+        pad = 40.0
+        self._rect = QRectF(-pad, -pad, layout.width + 2 * pad, layout.height + 2 * pad)
+        self.selected_item = self.current_item = -1
+        self.nan_items, self.breakpoint_items, self.search_items = set(), set(), set()
+        self.update()
+
+    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
+        return self._rect
+
+    def item_at(self, p: QPointF) -> int:
+        """The item index under a scene point, or -1."""
+        if self.layout is None or len(self.layout) == 0:
+            return -1
+        hit = np.flatnonzero((np.abs(self.layout.x - p.x()) <= NODE_W / 2)
+                             & (np.abs(self.layout.y - p.y()) <= NODE_H / 2))
+        return int(hit[0]) if hit.size else -1
+
+    def item_rect(self, item: int) -> QRectF:
+        """Scene rectangle of one item."""
+        return QRectF(self._rects[item])
+
+    # ---- culling ----------------------------------------------------------------------------
+    def visible_items(self, r: QRectF) -> np.ndarray:
+        """Item indices whose boxes intersect the scene rectangle ``r``."""
+        lo = np.searchsorted(self._y_sorted, r.top() - NODE_H / 2, side="left")
+        hi = np.searchsorted(self._y_sorted, r.bottom() + NODE_H / 2, side="right")
+        cand = self._by_y[lo:hi]
+        xs = self.layout.x[cand]
+        return cand[(xs + NODE_W / 2 >= r.left()) & (xs - NODE_W / 2 <= r.right())]
+
+    def visible_edges(self, r: QRectF) -> np.ndarray:
+        """Edge indices whose bounding boxes intersect ``r``."""
+        if self._esrc.size == 0:
+            return np.empty(0, dtype=np.int64)
+        hi = np.searchsorted(self._ey0_sorted, r.bottom() + NODE_H, side="right")
+        cand = self._e_by_y0[:hi]
+        keep = ((self._ey1[cand] >= r.top() - NODE_H) & (self._ex1[cand] >= r.left())
+                & (self._ex0[cand] <= r.right()))
+        return cand[keep]
+
+    # ---- painting ---------------------------------------------------------------------------
+    def paint(self, painter: QPainter, option, widget=None) -> None:
+        """Edges, then node boxes, then labels (faded by zoom), then marks."""
+        if self.graph is None:
+            return
+        self.frames_painted += 1
+        t = painter.worldTransform()
+        scale = (t.m11() ** 2 + t.m12() ** 2) ** 0.5
+        r = option.exposedRect
+        vis = self.visible_items(r)
+        edges = self.visible_edges(r)
+        x, y = self.layout.x, self.layout.y
+        detailed = scale >= 0.3
+        painter.setRenderHint(QPainter.Antialiasing, detailed and vis.size < 3000)
+        self._paint_edges(painter, edges, x, y, detailed)
+        kinds = self.graph.kinds[vis]
+        rects = self._rects
+        for k in (KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP):
+            sel = vis[kinds == k]
+            if sel.size == 0:
+                continue
+            painter.setBrush(self._brushes[k])
+            painter.setPen(self._pens[k] if scale > 0.08 else Qt.NoPen)
+            painter.drawRects([rects[i] for i in sel.tolist()])
+        vis_set = None
+        if self.overlay:
+            vis_set = set(vis.tolist())
+            for it, col in self.overlay.items():
+                if it in vis_set:
+                    rr = rects[it]
+                    painter.fillRect(QRectF(rr.left(), rr.top(), 8, rr.height()), col)
+        if self.nan_items:
+            vis_set = vis_set or set(vis.tolist())
+            painter.setBrush(NAN_FILL)
+            painter.setPen(QPen(QColor("#b00000"), 2))
+            painter.drawRects([rects[i] for i in self.nan_items if i in vis_set])
+        alpha = min(1.0, max(0.0, (scale - 0.3) / 0.3))  # labels fade in between 30% and 60%
+        if alpha > 0 and vis.size < 4000:
+            self._paint_labels(painter, vis, alpha)
+        self._paint_marks(painter, scale)
+
+    def _paint_edges(self, painter, edges, x, y, detailed) -> None:
+        if edges.size == 0:
+            return
+        s, d = self._esrc[edges], self._edst[edges]
+        sx, sy = x[s].tolist(), (y[s] + NODE_H / 2).tolist()
+        dx, dy = x[d].tolist(), (y[d] - NODE_H / 2).tolist()
+        hi_item = self.selected_item
+        pen = QPen(EDGE_COLOR, 1.2 if detailed else 0)
+        painter.setPen(pen)
+        painter.setBrush(Qt.NoBrush)
+        if detailed and edges.size < 2500:
+            path = QPainterPath()
+            hi = QPainterPath()
+            for a, b, c, e, si, di in zip(sx, sy, dx, dy, s.tolist(), d.tolist(), strict=True):
+                p = hi if hi_item in (si, di) else path
+                mid = (b + e) / 2
+                p.moveTo(a, b)
+                p.cubicTo(a, mid, c, mid, c, e)  # top-down S-curve: leaves down, enters from above
+            painter.drawPath(path)
+            painter.setPen(QPen(EDGE_HI_COLOR, 2.4))
+            painter.drawPath(hi)
+        else:
+            lines = [QLineF(a, b, c, e) for a, b, c, e in zip(sx, sy, dx, dy, strict=True)]
+            painter.drawLines(lines)
+
+    def _paint_labels(self, painter, vis, alpha) -> None:
+        labels = self.graph.labels
+        col = QColor(20, 24, 32)
+        col.setAlphaF(alpha)
+        sub = QColor(70, 76, 90)
+        sub.setAlphaF(alpha)
+        painter.setPen(col)
+        painter.setFont(self.font_op)
+        for i in vis.tolist():
+            r = self._rects[i]
+            painter.drawText(QRectF(r.left() + 6, r.top() + 1, r.width() - 12, 16),
+                             Qt.AlignLeft | Qt.AlignVCenter, labels[i][0])
+        painter.setFont(self.font_small)
+        painter.setPen(sub)
+        for i in vis.tolist():
+            r = self._rects[i]
+            painter.drawText(QRectF(r.left() + 6, r.top() + 16, r.width() - 12, 14),
+                             Qt.AlignLeft | Qt.AlignVCenter, self._names[i])
+            painter.drawText(QRectF(r.left() + 6, r.top() + 29, r.width() - 12, 14),
+                             Qt.AlignLeft | Qt.AlignVCenter, labels[i][2])
+
+    def _paint_marks(self, painter, scale) -> None:
+        grow = max(3.0, 3.0 / max(scale, 1e-6))  # keep marks visible when zoomed far out
+        painter.setBrush(Qt.NoBrush)
+        for items, color, width in ((self.search_items, SEARCH_COLOR, 2.5),):
+            if items:
+                painter.setPen(QPen(color, width / max(scale, 0.05)))
+                painter.drawRects([self._rects[i].adjusted(-grow, -grow, grow, grow)
+                                   for i in items])
+        if self.breakpoint_items:
+            painter.setPen(Qt.NoPen)
+            painter.setBrush(QColor("#dc2626"))
+            for i in self.breakpoint_items:
+                r = self._rects[i]
+                painter.drawEllipse(QPointF(r.left() - 9, r.center().y()), 6, 6)
+            painter.setBrush(Qt.NoBrush)
+        for item, color in ((self.current_item, CURRENT_COLOR), (self.selected_item, SELECT_COLOR)):
+            if item >= 0:
+                painter.setPen(QPen(color, 3.5 / max(scale, 0.05) if scale < 1 else 3.5))
+                painter.drawRoundedRect(self._rects[item].adjusted(-grow, -grow, grow, grow), 4, 4)

@@ -1,0 +1,196 @@
+"""The Graph dock: the DAG view with a search bar (Ctrl+F) and an overview map in the corner."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal, Slot
+from PySide6.QtGui import QColor, QImage, QPainter, QPen
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from views.graph_canvas import KIND_STYLE
+from views.graph_model import GraphModel
+from views.graph_view import GraphView
+
+
+class Overview(QWidget):
+    """A minimap: every node as a dot, the visible area as a frame; click or drag to go there."""
+
+    def __init__(self, view: GraphView, parent=None):
+        super().__init__(parent)
+        self.view = view
+        self.setFixedSize(110, 150)
+        self._image: QImage | None = None
+        view.layout_ready.connect(self.rebuild)
+        view.view_changed.connect(self.update)
+
+    def _scale(self) -> tuple[float, float]:
+        r = self.view.canvas.boundingRect()
+        # NOTE: independent x/y scales: a deep tape is hundreds of times taller than wide
+        return self.width() / max(r.width(), 1.0), self.height() / max(r.height(), 1.0)
+
+    @Slot()
+    def rebuild(self) -> None:
+        """Re-render the node dots after a new layout."""
+        c = self.view.canvas
+        if c.layout is None:
+            return
+        img = QImage(self.size(), QImage.Format_ARGB32_Premultiplied)
+        img.fill(QColor(255, 255, 255, 225))
+        p = QPainter(img)
+        sx, sy = self._scale()
+        r = c.boundingRect()
+        xs = ((c.layout.x - r.left()) * sx).astype(int).tolist()
+        ys = ((c.layout.y - r.top()) * sy).astype(int).tolist()
+        kinds = c.graph.kinds.tolist()
+        for k, (_, border) in KIND_STYLE.items():
+            p.setPen(QColor(border))
+            p.drawPoints([QPointF(x, y) for x, y, kk in zip(xs, ys, kinds, strict=True) if kk == k])
+        p.end()
+        self._image = img
+        self.update()
+
+    def paintEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        p = QPainter(self)
+        p.fillRect(self.rect(), QColor(255, 255, 255, 200))
+        if self._image is not None:
+            p.drawImage(0, 0, self._image)
+        r = self.view.canvas.boundingRect()
+        if not r.isEmpty():
+            v = self.view.visible_scene_rect()
+            sx, sy = self._scale()
+            frame = QRectF((v.left() - r.left()) * sx, (v.top() - r.top()) * sy,
+                           v.width() * sx, v.height() * sy)
+            p.setPen(QPen(QColor("#1d6fe0"), 1.5))
+            p.setBrush(QColor(29, 111, 224, 40))
+            p.drawRect(frame.adjusted(0, 0, -1, -1).intersected(QRectF(self.rect())).adjusted(
+                0, 0, 0, max(0.0, 3 - frame.height())))
+        p.setPen(QColor("#9aa3b2"))
+        p.drawRect(self.rect().adjusted(0, 0, -1, -1))
+
+    def mousePressEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        self._go(ev.position())
+
+    def mouseMoveEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        self._go(ev.position())
+
+    def _go(self, pos) -> None:
+        r = self.view.canvas.boundingRect()
+        sx, sy = self._scale()
+        self.view.centerOn(QPointF(r.left() + pos.x() / sx, r.top() + pos.y() / sy))
+        self.update()
+
+
+class SearchBar(QWidget):
+    """Find nodes by id, op or name; Enter walks through the hits."""
+
+    hit_changed = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(4, 2, 4, 2)
+        self.edit = QLineEdit(self)
+        self.edit.setPlaceholderText("Find node: id (#12), op (matmul) or name (attn/q)")
+        self.edit.setClearButtonEnabled(True)
+        self.status = QLabel("", self)
+        close = QToolButton(self)
+        close.setText("✕")
+        close.clicked.connect(self.hide)
+        lay.addWidget(self.edit, 1)
+        lay.addWidget(self.status)
+        lay.addWidget(close)
+        self.model: GraphModel | None = None
+        self.hits: list[int] = []
+        self.index = -1
+        self.edit.textChanged.connect(self._search)
+        self.edit.returnPressed.connect(self.next_hit)
+
+    @Slot(str)
+    def _search(self, text: str) -> None:
+        self.hits = self.model.search(text) if self.model is not None else []
+        self.index = -1
+        self.status.setText(f"{len(self.hits)} found" if text else "")
+        self.hits_changed()
+
+    def hits_changed(self) -> None:
+        """Overridden by the panel to mark the hits in the graph."""
+
+    @Slot()
+    def next_hit(self) -> None:
+        """Go to the next hit (wrapping)."""
+        if not self.hits:
+            return
+        self.index = (self.index + 1) % len(self.hits)
+        self.status.setText(f"{self.index + 1} of {len(self.hits)}")
+        self.hit_changed.emit(self.hits[self.index])
+
+    def keyPressEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        if ev.key() == Qt.Key_Escape:
+            self.hide()
+        else:
+            super().keyPressEvent(ev)
+
+
+class GraphPanel(QWidget):
+    """Search bar + graph view + overview; re-emits the view's ``node_selected``."""
+
+    node_selected = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.view = GraphView(self)
+        self.search = SearchBar(self)
+        self.search.hide()
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(0)
+        lay.addWidget(self.search)
+        lay.addWidget(self.view, 1)
+        self.overview = Overview(self.view, self.view)
+        self.legend = QLabel(self.view)
+        self.legend.setText(
+            "<span style='background:#e8eef7;border:1px solid #5b7db1'>&nbsp;op&nbsp;</span> "
+            "<span style='background:#fde3b5'>&nbsp;param&nbsp;</span> "
+            "<span style='background:#ececec'>&nbsp;const&nbsp;</span> "
+            "<span style='background:#f9cdd6'>&nbsp;loss&nbsp;</span> "
+            "<span style='background:#dcefdc'>&nbsp;group&nbsp;</span> "
+            "<span style='background:#ff6b6b'>&nbsp;NaN/inf&nbsp;</span>")
+        self.legend.setStyleSheet("background: rgba(255,255,255,210); padding: 3px;")
+        self.view.node_selected.connect(self.node_selected)
+        self.view.installEventFilter(self)
+        self.search.hit_changed.connect(self._go_to_hit)
+        self.search.hits_changed = lambda: self.view.set_marks("search", self.search.hits)
+
+    def set_model(self, model: GraphModel, wait: bool = False) -> None:
+        """Show a new tape structure."""
+        self.search.model = model
+        self.view.set_model(model, wait=wait)
+
+    @Slot()
+    def open_search(self) -> None:
+        """Show and focus the search bar (Ctrl+F)."""
+        self.search.show()
+        self.search.edit.setFocus()
+        self.search.edit.selectAll()
+
+    @Slot(int)
+    def _go_to_hit(self, node_id: int) -> None:
+        self.view.select_node(node_id)
+        self.node_selected.emit(node_id)
+
+    def eventFilter(self, obj, ev) -> bool:  # noqa: N802 (Qt override)
+        if obj is self.view and ev.type() in (QEvent.Resize, QEvent.Show):
+            self._place_overlays()
+        return False
+
+    def _place_overlays(self) -> None:
+        vp = self.view.viewport()
+        self.overview.move(vp.width() - self.overview.width() - 8, 8)
+        self.legend.adjustSize()
+        self.legend.move(8, vp.height() - self.legend.height() - 8)

@@ -1,0 +1,273 @@
+"""The tape DAG view: zoom, pan, fit, selection, collapse of groups, layout off the GUI thread."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QObject, QPointF, QRectF, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtGui import QAction, QColor, QPainter
+from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QMenu
+
+from views.graph_canvas import GraphCanvas
+from views.graph_model import DisplayGraph, GraphModel
+from views.layout import CACHE, Layout
+
+
+class _LayoutSignals(QObject):
+    done = Signal(int, object, object)  # generation, DisplayGraph, Layout
+
+
+class _LayoutJob(QRunnable):
+    """Computes (or fetches from the cache) one layout in the thread pool."""
+
+    def __init__(self, gen: int, graph: DisplayGraph, signals: _LayoutSignals):
+        super().__init__()
+        self.gen, self.graph, self.signals = gen, graph, signals
+
+    def run(self) -> None:
+        lay = CACHE.get_or_compute(self.graph.key, self.graph.inputs, self.graph.order_key)
+        self.signals.done.emit(self.gen, self.graph, lay)
+
+
+class GraphView(QGraphicsView):
+    """Shows a GraphModel; emits ``node_selected`` when the user clicks a node."""
+
+    node_selected = Signal(int)
+    layout_ready = Signal()
+    view_changed = Signal()
+    breakpoint_toggled = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setScene(QGraphicsScene(self))
+        self.canvas = GraphCanvas()
+        self.scene().addItem(self.canvas)
+        self.setDragMode(QGraphicsView.ScrollHandDrag)
+        self.setTransformationAnchor(QGraphicsView.AnchorUnderMouse)
+        self.setViewportUpdateMode(QGraphicsView.FullViewportUpdate)
+        self.setOptimizationFlag(QGraphicsView.DontSavePainterState, True)
+        self.setFrameShape(QFrame.NoFrame)
+        self.setBackgroundBrush(QColor("#f7f8fa"))
+        self.setRenderHint(QPainter.TextAntialiasing, True)
+        self.model: GraphModel | None = None
+        self.display: DisplayGraph | None = None
+        self._gen = 0
+        self._signals = _LayoutSignals()
+        self._signals.done.connect(self._on_layout)
+        self._pending_select: int | None = None
+        self._press_pos = None
+        self.selected_node = -1
+        self._marks: dict[str, set[int]] = {"nan": set(), "bp": set(), "search": set()}
+        self._current_node = -1
+        self.horizontalScrollBar().valueChanged.connect(self.view_changed)
+        self.verticalScrollBar().valueChanged.connect(self.view_changed)
+
+    # ---- model ------------------------------------------------------------------------------
+    def set_model(self, model: GraphModel, wait: bool = False) -> None:
+        """Show ``model``; the layout is computed in the thread pool (or now, when ``wait``)."""
+        self.model = model
+        self.relayout(wait=wait, fit=True)
+
+    def relayout(self, wait: bool = False, fit: bool = False) -> None:
+        """Re-derive the display graph (after collapse/expand) and lay it out."""
+        if self.model is None:
+            return
+        self._gen += 1
+        self._fit_next = fit
+        graph = self.model.display()
+        job = _LayoutJob(self._gen, graph, self._signals)
+        if wait:
+            job.run()  # synchronous: the queued signal is delivered below
+            from PySide6.QtCore import QCoreApplication
+            QCoreApplication.sendPostedEvents(self._signals)
+        else:
+            QThreadPool.globalInstance().start(job)
+
+    @Slot(int, object, object)
+    def _on_layout(self, gen: int, graph: DisplayGraph, layout: Layout) -> None:
+        if gen != self._gen:
+            return  # a newer layout was requested meanwhile
+        self.display = graph
+        self.canvas.set_graph(graph, layout)
+        r = self.canvas.boundingRect()
+        self.scene().setSceneRect(r)
+        self._apply_marks()
+        if self._fit_next:
+            self.fit(readable=True)
+        if self._pending_select is not None:
+            nid, self._pending_select = self._pending_select, None
+            self.select_node(nid)
+        self.layout_ready.emit()
+        self.viewport().update()
+
+    def is_ready(self) -> bool:
+        """True when the current model's layout is on screen."""
+        return self.display is not None and self.canvas.graph is self.display
+
+    # ---- marks ------------------------------------------------------------------------------
+    def _items(self, node_ids) -> set[int]:
+        if self.display is None:
+            return set()
+        ni = self.display.node_item
+        return {int(ni[i]) for i in node_ids if 0 <= i < ni.shape[0]}
+
+    def _apply_marks(self) -> None:
+        c = self.canvas
+        c.nan_items = self._items(self._marks["nan"])
+        c.breakpoint_items = self._items(self._marks["bp"])
+        c.search_items = self._items(self._marks["search"])
+        c.selected_item = next(iter(self._items([self.selected_node])), -1)
+        c.current_item = next(iter(self._items([self._current_node])), -1)
+        c.update()
+
+    def set_marks(self, kind: str, node_ids) -> None:
+        """Mark nodes: ``nan`` (red), ``bp`` (breakpoint dots) or ``search`` (outlined)."""
+        self._marks[kind] = {int(i) for i in node_ids}
+        self._apply_marks()
+
+    def set_overlay(self, colors: dict[int, QColor] | None) -> None:
+        """A colour stripe per node (parity overlays); None clears it."""
+        ni = self.display.node_item if self.display is not None else None
+        self.canvas.overlay = {} if not colors or ni is None else {
+            int(ni[k]): QColor(v) for k, v in colors.items()}
+        self.canvas.update()
+
+    @Slot(int)
+    def set_current(self, node_id: int) -> None:
+        """Highlight the backward stepper's current node (-1 for none)."""
+        self._current_node = node_id
+        self._apply_marks()
+
+    # ---- selection --------------------------------------------------------------------------
+    @Slot(int)
+    def select_node(self, node_id: int, center: bool = True) -> None:
+        """Select a node from elsewhere (table, inspector): highlight and bring into view."""
+        if not self.is_ready():
+            self._pending_select = node_id
+            self.selected_node = node_id
+            return
+        self.selected_node = node_id
+        self._apply_marks()
+        item = self.canvas.selected_item
+        if center and item >= 0:
+            r = self.canvas.item_rect(item)
+            if not self.mapToScene(self.viewport().rect()).boundingRect().contains(r):
+                self.centerOn(r.center())
+
+    def mousePressEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        self._press_pos = ev.position()
+        super().mousePressEvent(ev)
+
+    def mouseReleaseEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        super().mouseReleaseEvent(ev)
+        if ev.button() != Qt.LeftButton or self._press_pos is None or self.display is None:
+            return
+        if (ev.position() - self._press_pos).manhattanLength() > 4:
+            return  # it was a drag (pan), not a click
+        item = self.canvas.item_at(self.mapToScene(ev.position().toPoint()))
+        if item < 0:
+            return
+        nid = self.display.item_node[item]
+        if nid < 0:  # a collapsed group: select its first node
+            nid = min(self.model.groups[self.display.item_group[item]])
+        self.selected_node = nid
+        self._apply_marks()
+        self.node_selected.emit(nid)
+
+    def mouseDoubleClickEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        if self.display is None:
+            return
+        item = self.canvas.item_at(self.mapToScene(ev.position().toPoint()))
+        if item < 0:
+            return
+        g = self.display.item_group[item]
+        if g is not None:
+            self.toggle_group(g, False)
+        else:
+            scope = self.model.innermost_scope(self.display.item_node[item])
+            if scope:
+                self.toggle_group(scope, True)
+
+    def contextMenuEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        if self.display is None:
+            return
+        item = self.canvas.item_at(self.mapToScene(ev.pos()))
+        if item < 0:
+            return
+        menu = QMenu(self)
+        g = self.display.item_group[item]
+        if g is not None:
+            menu.addAction(f"Expand {g}", lambda: self.toggle_group(g, False))
+        else:
+            nid = self.display.item_node[item]
+            scope = self.model.innermost_scope(nid)
+            if scope:
+                menu.addAction(f"Collapse {scope}", lambda: self.toggle_group(scope, True))
+            menu.addAction("Toggle breakpoint", lambda: self.breakpoint_toggled.emit(nid))
+        menu.exec(ev.globalPos())
+
+    def toggle_group(self, group: str, collapsed: bool) -> None:
+        """Fold/unfold a group and re-lay out, keeping the view where it was."""
+        self.model.set_collapsed(group, collapsed)
+        self.relayout()
+
+    def collapse_all(self, collapsed: bool = True) -> None:
+        """Fold every top-level scope (or unfold everything)."""
+        if self.model is None:
+            return
+        self.model.collapsed = ({g for g in self.model.groups if "/" not in g}
+                                if collapsed else set())
+        self.relayout(fit=True)
+
+    # ---- zoom / pan -------------------------------------------------------------------------
+    def scale_factor(self) -> float:
+        """Current zoom (1.0 = one scene unit per pixel)."""
+        return float(self.transform().m11())
+
+    def fit(self, readable: bool = False) -> None:
+        """Show the whole graph; ``readable`` keeps labels legible (fit the width, from the top)."""
+        r = self.canvas.boundingRect()
+        if r.isEmpty():
+            return
+        vp = self.viewport().rect()
+        sx, sy = vp.width() / r.width(), vp.height() / r.height()
+        s = min(sx, sy)
+        floor = 0.75 if readable else 0.2 * sx
+        if s < 0.2 and s < floor or readable and s < floor:
+            # NOTE: a 5,000-rank tape fitted whole is a one-pixel line; fit the width instead
+            s = min(sx, 1.0) if not readable else min(max(s, min(sx, floor)), 1.0)
+            self.resetTransform()
+            self.scale(s, s)
+            self.centerOn(QPointF(r.center().x(), r.top() + vp.height() / (2 * s)))
+        else:
+            self.fitInView(r, Qt.KeepAspectRatio)
+        self.view_changed.emit()
+
+    def zoom(self, factor: float, anchor: QPointF | None = None) -> None:
+        """Multiply the zoom by ``factor`` (clamped to 0.0005 .. 8)."""
+        s = self.scale_factor()
+        factor = float(np.clip(s * factor, 0.0005, 8.0) / s)
+        self.scale(factor, factor)
+        self.view_changed.emit()
+
+    def wheelEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        self.zoom(1.0015 ** ev.angleDelta().y())  # the wheel zooms about the cursor; drag pans
+        ev.accept()
+
+    def visible_scene_rect(self) -> QRectF:
+        """The scene rectangle on screen."""
+        return self.mapToScene(self.viewport().rect()).boundingRect()
+
+    def actions_for_menu(self) -> list[QAction]:
+        """View actions (fit, zoom, collapse) for the main window's menus and toolbar."""
+        acts = []
+        for text, key, fn in (("Fit graph", "F", self.fit), ("Zoom in", "Ctrl+=",
+                              lambda: self.zoom(1.25)), ("Zoom out", "Ctrl+-",
+                              lambda: self.zoom(0.8)), ("Collapse all scopes", "",
+                              lambda: self.collapse_all(True)), ("Expand all scopes", "",
+                              lambda: self.collapse_all(False))):
+            a = QAction(text, self)
+            if key:
+                a.setShortcut(key)
+            a.triggered.connect(fn)
+            acts.append(a)
+        return acts

@@ -1,0 +1,167 @@
+"""The Inspector dock: one node's op, inputs, stats, value/gradient drawings, histograms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from views.array_stats import array_stats, format_number, numpy_text
+from views.array_view import ArrayView, HistogramView
+from views.graph_model import shape_text
+
+STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
+
+
+@dataclass
+class NodeDetails:
+    """Everything the inspector shows about one node (plain data, filled by the app)."""
+
+    id: int
+    op: str
+    name: str | None
+    shape: tuple[int, ...]
+    dtype: str
+    value: np.ndarray | None
+    grad: np.ndarray | None
+    inputs: list[tuple[int, str]]  # (id, "op name") per input, clickable
+    attrs: dict | None = None
+    device_value: np.ndarray | None = None  # filled once a device run exists (issue 8)
+    device_grad: np.ndarray | None = None
+
+
+class StatsTable(QTableWidget):
+    """Rows value/gradient (and device rows when present) × min max mean std NaN inf."""
+
+    def __init__(self, parent=None):
+        super().__init__(0, len(STAT_KEYS), parent)
+        self.setHorizontalHeaderLabels(["min", "max", "mean", "std", "NaN", "inf"])
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        self.verticalHeader().setDefaultSectionSize(20)
+        self.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.stats: dict[str, dict] = {}
+
+    def set_rows(self, rows: dict[str, np.ndarray | None]) -> None:
+        """One row per named array (None arrays are skipped)."""
+        self.stats = {k: array_stats(a) for k, a in rows.items() if a is not None}
+        self.setRowCount(len(self.stats))
+        self.setVerticalHeaderLabels(list(self.stats))
+        for r, st in enumerate(self.stats.values()):
+            for c, key in enumerate(STAT_KEYS):
+                it = QTableWidgetItem(format_number(st[key]))
+                it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                if key in ("nan", "inf") and st[key]:
+                    it.setForeground(Qt.red)
+                self.setItem(r, c, it)
+        self.setFixedHeight(24 + 21 * max(1, len(self.stats)))
+
+
+class InspectorPanel(QWidget):
+    """Shows a NodeDetails; clicking an input emits ``node_selected``."""
+
+    node_selected = Signal(int)
+    jump_first_nan = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.details: NodeDetails | None = None
+        self.header = QLabel("Select a node in the graph", self)
+        self.header.setTextFormat(Qt.RichText)
+        self.header.setWordWrap(True)
+        self.inputs = QLabel("", self)
+        self.inputs.setTextFormat(Qt.RichText)
+        self.inputs.setWordWrap(True)
+        self.inputs.linkActivated.connect(self._input_clicked)
+        self.stats = StatsTable(self)
+        self.value_view = ArrayView("value", self)
+        self.grad_view = ArrayView("gradient", self)
+        self.hist = HistogramView(self)
+        self.tabs = QTabWidget(self)
+        self.tabs.addTab(self.value_view, "Value")
+        self.tabs.addTab(self.grad_view, "Gradient")
+        self.tabs.addTab(self.hist, "Histogram")
+        self.copy_value = QPushButton("Copy value as numpy", self)
+        self.copy_grad = QPushButton("Copy gradient as numpy", self)
+        self.nan_button = QPushButton("Jump to first NaN", self)
+        self.copy_value.clicked.connect(lambda: self.copy_as_numpy("value"))
+        self.copy_grad.clicked.connect(lambda: self.copy_as_numpy("grad"))
+        self.nan_button.clicked.connect(self.jump_first_nan)
+        buttons = QHBoxLayout()
+        for b in (self.copy_value, self.copy_grad):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        buttons.addWidget(self.nan_button)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self.header)
+        lay.addWidget(self.inputs)
+        lay.addWidget(self.stats)
+        lay.addWidget(self.tabs, 1)
+        lay.addLayout(buttons)
+        self._set_enabled(False)
+
+    def _set_enabled(self, on: bool) -> None:
+        self.copy_value.setEnabled(on)
+        self.copy_grad.setEnabled(on and self.details is not None and self.details.grad is not None)
+
+    def show_details(self, d: NodeDetails | None) -> None:
+        """Show one node (None clears the panel)."""
+        self.details = d
+        if d is None:
+            self.header.setText("Select a node in the graph")
+            self.inputs.setText("")
+            self.stats.set_rows({})
+            self.value_view.set_array(None)
+            self.grad_view.set_array(None)
+            self.hist.set_arrays(None, None)
+            self._set_enabled(False)
+            return
+        name = d.name or "(unnamed)"
+        attrs = ""
+        if d.attrs:
+            attrs = " · " + ", ".join(f"{k}={v}" for k, v in d.attrs.items())
+        self.header.setText(
+            f"<b style='font-size:13pt'>#{d.id} {d.op}</b> &nbsp; <code>{name}</code><br>"
+            f"shape {shape_text(d.shape)} · {d.dtype}{attrs}")
+        if d.inputs:
+            links = ", ".join(f"<a href='node:{i}'>#{i} {text}</a>" for i, text in d.inputs)
+            self.inputs.setText(f"inputs: {links}")
+        else:
+            self.inputs.setText("inputs: none (leaf)")
+        rows = {"value": d.value, "gradient": d.grad}
+        if d.device_value is not None or d.device_grad is not None:
+            rows.update({"device value": d.device_value, "device grad": d.device_grad})
+        self.stats.set_rows(rows)
+        self.value_view.set_array(d.value)
+        self.grad_view.set_array(d.grad)
+        self.hist.set_arrays(d.value, d.grad)
+        self._set_enabled(True)
+
+    @Slot(str)
+    def _input_clicked(self, link: str) -> None:
+        if link.startswith("node:"):
+            self.node_selected.emit(int(link[5:]))
+
+    def copy_as_numpy(self, which: str) -> str:
+        """Put the value (or gradient) on the clipboard as exact numpy source; returns it."""
+        if self.details is None:
+            return ""
+        a = self.details.value if which == "value" else self.details.grad
+        if a is None:
+            return ""
+        text = numpy_text(a)
+        QGuiApplication.clipboard().setText(text)
+        return text

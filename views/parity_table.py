@@ -1,0 +1,190 @@
+"""The parity table: a thin Qt model over ``ParityRow`` data, sortable and filterable."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QRegularExpression,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+    Slot,
+)
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLineEdit,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.parity_rows import COLUMNS, ParityRow
+from views.graph_model import shape_text
+
+SORT_ROLE = Qt.UserRole + 1
+ID_ROLE = Qt.UserRole + 2
+
+
+class ParityTableModel(QAbstractTableModel):
+    """Rows of ParityRow; Qt.UserRole+1 gives sortable raw values (empty cells sort first)."""
+
+    def __init__(self, rows: list[ParityRow] | None = None, parent=None):
+        super().__init__(parent)
+        self._rows: list[ParityRow] = list(rows or [])
+        self._row_of = {r.id: i for i, r in enumerate(self._rows)}
+
+    def set_rows(self, rows: list[ParityRow]) -> None:
+        """Replace every row."""
+        self.beginResetModel()
+        self._rows = list(rows)
+        self._row_of = {r.id: i for i, r in enumerate(self._rows)}
+        self.endResetModel()
+
+    def row_of(self, node_id: int) -> int:
+        """Source row of a node id, or -1."""
+        return self._row_of.get(node_id, -1)
+
+    def row_data(self, row: int) -> ParityRow:
+        """The plain row behind table row ``row``."""
+        return self._rows[row]
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802,B008 (Qt override)
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802,B008 (Qt override)
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802 (Qt override)
+        if role == Qt.DisplayRole and orientation == Qt.Horizontal and 0 <= section < len(COLUMNS):
+            return COLUMNS[section]
+        return None
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid() or not (0 <= index.row() < len(self._rows)):
+            return None
+        r = self._rows[index.row()]
+        c = index.column()
+        v = r.cell(c)
+        if role == Qt.DisplayRole:
+            if v is None:
+                return ""
+            if c == 3:
+                return shape_text(v)
+            if c in (5, 7):
+                return f"{v:g}"
+            return str(v)
+        if role == SORT_ROLE:
+            if c == 3:
+                return int(sum(v))  # shapes sort by total extent, roughly by size
+            return -1 if v is None else v
+        if role == ID_ROLE:
+            return r.id
+        if role == Qt.TextAlignmentRole and c not in (1, 2):
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == Qt.BackgroundRole and c >= 4 and v:
+            return QColor("#fde2e2")  # this side has differing bits
+        if role == Qt.ToolTipRole and c == 2:
+            return r.name
+        return None
+
+
+class ParityFilterProxy(QSortFilterProxyModel):
+    """Filters on op and name (case-insensitive); optionally keeps only differing rows."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setSortRole(SORT_ROLE)
+        self.setFilterCaseSensitivity(Qt.CaseInsensitive)
+        self.only_differing = False
+
+    def set_only_differing(self, on: bool) -> None:
+        """Keep only rows whose value or gradient bits differ."""
+        self.only_differing = on
+        self.invalidateFilter()
+
+    def filterAcceptsRow(self, row: int, parent) -> bool:  # noqa: N802 (Qt override)
+        src: ParityTableModel = self.sourceModel()
+        r = src.row_data(row)
+        if self.only_differing and not r.differs:
+            return False
+        rx = self.filterRegularExpression()
+        if not rx.pattern():
+            return True
+        return bool(rx.match(r.op).hasMatch() or rx.match(r.name).hasMatch()
+                    or rx.match(str(r.id)).hasMatch())
+
+
+class ParityPanel(QWidget):
+    """Filter box + table; selecting a row emits ``node_selected``."""
+
+    node_selected = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.model = ParityTableModel(parent=self)
+        self.proxy = ParityFilterProxy(self)
+        self.proxy.setSourceModel(self.model)
+        self.filter = QLineEdit(self)
+        self.filter.setPlaceholderText("Filter by op, name or id")
+        self.filter.setClearButtonEnabled(True)
+        self.only_diff = QCheckBox("only differing", self)
+        self.table = QTableView(self)
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(0, Qt.AscendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(22)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Interactive)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setAlternatingRowColors(True)
+        top = QHBoxLayout()
+        top.addWidget(self.filter, 1)
+        top.addWidget(self.only_diff)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.addLayout(top)
+        lay.addWidget(self.table, 1)
+        self.filter.textChanged.connect(self._set_filter)
+        self.only_diff.toggled.connect(self.proxy.set_only_differing)
+        self.table.selectionModel().currentRowChanged.connect(self._row_changed)
+        self._syncing = False
+
+    def set_rows(self, rows: list[ParityRow]) -> None:
+        """Show new rows (a new tape or a new comparison)."""
+        self.model.set_rows(rows)
+        self.table.resizeColumnsToContents()
+        self.table.setColumnWidth(2, min(self.table.columnWidth(2), 220))
+
+    @Slot(str)
+    def _set_filter(self, text: str) -> None:
+        self.proxy.setFilterRegularExpression(
+            QRegularExpression(QRegularExpression.escape(text),
+                               QRegularExpression.CaseInsensitiveOption))
+
+    @Slot(QModelIndex, QModelIndex)
+    def _row_changed(self, cur: QModelIndex, _prev: QModelIndex) -> None:
+        if cur.isValid() and not self._syncing:
+            self.node_selected.emit(int(self.proxy.data(cur, ID_ROLE)))
+
+    @Slot(int)
+    def select_node(self, node_id: int) -> None:
+        """Select the row of ``node_id`` (if it passes the filter) without re-emitting."""
+        row = self.model.row_of(node_id)
+        if row < 0:
+            return
+        idx = self.proxy.mapFromSource(self.model.index(row, 0))
+        if not idx.isValid():
+            return  # filtered out
+        self._syncing = True
+        try:
+            self.table.setCurrentIndex(idx)
+            self.table.scrollTo(idx)
+        finally:
+            self._syncing = False

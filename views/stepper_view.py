@@ -1,0 +1,209 @@
+"""The Backward stepper dock: a debugger over ``BackwardStepper`` (app.stepper)."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from views.array_stats import format_number
+from views.array_view import ArrayView
+
+# debugger-like keys: F11 step, Shift+F11 step back, F5 continue, Ctrl+F10 run to selected,
+# F9 breakpoint on the selected node, Ctrl+Shift+F5 restart
+SHORTCUTS = {"step": "F11", "back": "Shift+F11", "continue": "F5", "run_to": "Ctrl+F10",
+             "breakpoint": "F9", "restart": "Ctrl+Shift+F5"}
+
+
+def _summary(a: np.ndarray | None) -> str:
+    if a is None:
+        return "—"
+    a = np.asarray(a)
+    if a.size == 1:
+        return format_number(float(a.reshape(())))
+    return f"Σ {float(a.sum()):.4g} · max|·| {float(np.abs(a).max()):.3g}"
+
+
+class StepperPanel(QWidget):
+    """Toolbar, current node, incoming gradient and one row per contribution pushed."""
+
+    node_selected = Signal(int)
+    current_changed = Signal(int)  # the current node id (-1 before the first step)
+    breakpoints_changed = Signal(object)  # set of node ids
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.stepper = None
+        self.selected_node = -1
+        self.toolbar = QToolBar(self)
+        self.actions: dict[str, QAction] = {}
+        for key, text, fn in (("restart", "⟲ Restart", self.restart),
+                              ("back", "◀ Step back", self.step_back),
+                              ("step", "Step ▶", self.step),
+                              ("run_to", "Run to selected", self.run_to_selected),
+                              ("continue", "Continue ▶▶", self.continue_),
+                              ("breakpoint", "● Breakpoint", self.toggle_breakpoint)):
+            a = QAction(text, self)
+            a.setShortcut(QKeySequence(SHORTCUTS[key]))
+            a.setShortcutContext(Qt.WindowShortcut)
+            a.setToolTip(f"{text.strip('⟲◀▶● ')} ({SHORTCUTS[key]})")
+            a.triggered.connect(fn)
+            self.toolbar.addAction(a)
+            self.actions[key] = a
+        self.where = QLabel("Open a tape to step through its backward pass.", self)
+        self.where.setTextFormat(Qt.RichText)
+        self.incoming = ArrayView("incoming gradient", self)
+        self.contrib_view = ArrayView("contribution", self)
+        self.table = QTableWidget(0, 5, self)
+        self.table.setHorizontalHeaderLabels(
+            ["input", "contribution", "before", "after", "sum check"])
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.currentCellChanged.connect(self._row_changed)
+        self.table.cellDoubleClicked.connect(self._row_activated)
+        views = QHBoxLayout()
+        left, right = QVBoxLayout(), QVBoxLayout()
+        left.addWidget(QLabel("incoming gradient (fully accumulated)", self))
+        left.addWidget(self.incoming, 1)
+        right.addWidget(QLabel("selected contribution", self))
+        right.addWidget(self.contrib_view, 1)
+        views.addLayout(left, 1)
+        views.addLayout(right, 1)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addWidget(self.toolbar)
+        lay.addWidget(self.where)
+        lay.addWidget(self.table, 1)
+        lay.addLayout(views, 2)
+        self._labels: dict[int, str] = {}
+        self._refresh()
+
+    def set_stepper(self, stepper, labels: dict[int, str]) -> None:
+        """Drive a new BackwardStepper; ``labels`` maps node id → "op name" for display."""
+        if self.stepper is not None and self._refresh in self.stepper.listeners:
+            self.stepper.listeners.remove(self._refresh)
+        self.stepper = stepper
+        self._labels = labels
+        if stepper is not None:
+            stepper.listeners.append(self._refresh)
+        self._refresh()
+
+    # ---- commands (also the keyboard shortcuts) ---------------------------------------------
+    @Slot()
+    def step(self) -> None:
+        """One node further back."""
+        if self.stepper is not None:
+            self.stepper.step()
+
+    @Slot()
+    def step_back(self) -> None:
+        """Show the previous node again."""
+        if self.stepper is not None:
+            self.stepper.step_back()
+
+    @Slot()
+    def restart(self) -> None:
+        """Start over from the loss."""
+        if self.stepper is not None:
+            self.stepper.restart()
+
+    @Slot()
+    def continue_(self) -> None:
+        """Run to the next breakpoint or the end."""
+        if self.stepper is not None:
+            self.stepper.continue_()
+
+    @Slot()
+    def run_to_selected(self) -> None:
+        """Run until the node selected elsewhere is the current one."""
+        if self.stepper is not None and self.selected_node >= 0:
+            if not self.stepper.run_to(self.selected_node):
+                self.where.setText(self.where.text() + f"<br><i>#{self.selected_node} pushes no"
+                                   " gradient: ran to the end</i>")
+
+    @Slot()
+    def toggle_breakpoint(self, node_id: int | None = None) -> None:
+        """Toggle a breakpoint on ``node_id`` (default: the selected node)."""
+        nid = self.selected_node if node_id is None or node_id is False else node_id
+        if self.stepper is not None and nid >= 0:
+            self.stepper.toggle_breakpoint(nid)
+            self.breakpoints_changed.emit(set(self.stepper.breakpoints))
+
+    @Slot(int)
+    def set_selected(self, node_id: int) -> None:
+        """The node selected in another panel (target of run-to and breakpoints)."""
+        self.selected_node = node_id
+
+    # ---- display ----------------------------------------------------------------------------
+    def _label(self, i: int) -> str:
+        return f"#{i} {self._labels.get(i, '')}"
+
+    def _refresh(self) -> None:
+        s = self.stepper
+        ev = s.current if s is not None else None
+        for a in self.actions.values():
+            a.setEnabled(s is not None)
+        if s is None:
+            self.table.setRowCount(0)
+            self.incoming.set_array(None)
+            self.current_changed.emit(-1)
+            return
+        self.actions["back"].setEnabled(s.pos >= 0)
+        self.actions["step"].setEnabled(not s.at_end)
+        if ev is None:
+            self.where.setText(f"Ready: backward from the loss {self._label(s.loss_id)}. "
+                               f"Press Step ({SHORTCUTS['step']}).")
+            self.table.setRowCount(0)
+            self.incoming.set_array(None)
+            self.contrib_view.set_array(None)
+            self.current_changed.emit(-1)
+            return
+        bp = " ● breakpoint" if ev.node.id in s.breakpoints else ""
+        end = " — <b>backward complete</b>" if s.at_end else ""
+        self.where.setText(f"step {s.pos + 1}: <b>{self._label(ev.node.id)}</b>{bp}{end}")
+        self.incoming.set_array(ev.grad)
+        self.table.setRowCount(len(ev.contributions))
+        for r, c in enumerate(ev.contributions):
+            before = c.before
+            # the fan-out sum must add up bit for bit: after == before + contribution
+            expect = (c.value + np.zeros_like(c.value)) if before is None else before + c.value
+            ok = np.array_equal(expect, c.after, equal_nan=True)
+            cells = [self._label(c.input_id), _summary(c.value),
+                     "— (first)" if before is None else _summary(before),
+                     _summary(c.after), "✓ adds up" if ok else "✗ differs"]
+            for col, text in enumerate(cells):
+                it = QTableWidgetItem(text)
+                it.setData(Qt.UserRole, c.input_id)
+                self.table.setItem(r, col, it)
+        if ev.contributions:
+            self.table.setCurrentCell(0, 0)
+            self.contrib_view.set_array(ev.contributions[0].value)
+        else:
+            self.contrib_view.set_array(None)
+        self.current_changed.emit(ev.node.id)
+
+    @Slot(int, int, int, int)
+    def _row_changed(self, row: int, _c: int, _pr: int, _pc: int) -> None:
+        s = self.stepper
+        if s is None or s.current is None or not (0 <= row < len(s.current.contributions)):
+            return
+        self.contrib_view.set_array(s.current.contributions[row].value)
+
+    @Slot(int, int)
+    def _row_activated(self, row: int, _col: int) -> None:
+        it = self.table.item(row, 0)
+        if it is not None:
+            self.node_selected.emit(int(it.data(Qt.UserRole)))
