@@ -1,0 +1,20 @@
+"""ONNX for tapescope: load (hardened), execute (reference order), drive the ONNX backend tests.
+
+``run(model_or_path, {name: ndarray}) -> {name: ndarray}``; :class:`Session` to run many times;
+:class:`Backend` for ``onnx.backend.test``; every failure is an :class:`OnnxError`.
+"""
+
+from core.onnx.errors import OnnxError
+from core.onnx.executor import Session, default_inputs, run
+from core.onnx.loader import LoadedModel, load
+
+__all__ = ["OnnxError", "Session", "LoadedModel", "load", "run", "default_inputs", "Backend",
+           "BackendRep"]
+
+
+def __getattr__(name):  # the backend pulls in onnx.backend: only when asked for
+    if name in ("Backend", "BackendRep"):
+        from core.onnx import backend
+
+        return getattr(backend, name)
+    raise AttributeError(name)

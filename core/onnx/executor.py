@@ -1,0 +1,195 @@
+"""The executor: a plain loop over the graph's nodes in order, one kernel call per node."""
+
+from __future__ import annotations
+
+import os
+from collections import ChainMap
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from onnx import AttributeProto, GraphProto, ModelProto, numpy_helper
+
+from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
+from core.onnx.errors import OnnxError, node_label
+from core.onnx.loader import LoadedModel, check_inputs, load
+from core.onnx.reference import kernels
+from core.onnx.registry import Ctx, kernel_for, node_attrs
+
+
+@dataclass
+class Step:
+    """One node, ready to run: its kernel and attributes are looked up once."""
+
+    label: str
+    node: Any
+    kernel: Any
+    attrs: dict
+    opset: int
+
+
+@dataclass
+class CompiledGraph:
+    """A graph (the main one or a subgraph) with its steps and initializers."""
+
+    name: str
+    steps: list[Step]
+    inits: dict[str, np.ndarray]
+    inputs: list[str]
+    outputs: list[str]
+    proto: GraphProto = field(repr=False)
+
+
+def _inline_functions(model: ModelProto) -> ModelProto:
+    """Expand model-local functions into plain nodes (they are just macros)."""
+    if not model.functions:
+        return model
+    from onnx import inliner
+
+    return inliner.inline_local_functions(model)
+
+
+class Session:
+    """A loaded, checked model ready to run; ``run(feeds)`` may be called many times."""
+
+    def __init__(self, model_or_path: Any, mode: str = "reference") -> None:
+        self.lm: LoadedModel = load(model_or_path)
+        self.k = kernels(mode)
+        self.mode = mode
+        try:
+            self.model = _inline_functions(self.lm.model)
+        except Exception as exc:  # inliner failures are model errors
+            raise OnnxError(f"cannot expand local functions: {exc}", file=self.lm.label) from None
+        self.graph = self.compile(self.model.graph, "graph")
+        init_names = set(self.graph.inits)
+        self.input_names = [i.name for i in self.model.graph.input if i.name not in init_names]
+        self.output_names = list(self.graph.outputs)
+
+    @property
+    def label(self) -> str:
+        """How errors name the model."""
+        return self.lm.label
+
+    def compile(self, g: GraphProto, where: str) -> CompiledGraph:
+        """Look up every node's kernel and attributes (subgraphs too); refuse unknown ops."""
+        steps = []
+        for i, node in enumerate(g.node):
+            label = node_label(i, node) if where == "graph" else f"{where}/{node_label(i, node)}"
+            kernel = kernel_for(node)
+            domain = "" if node.domain in ("", "ai.onnx") else node.domain
+            if kernel is None:
+                dom = f" of domain {node.domain!r}" if node.domain else ""
+                raise OnnxError(f"unsupported op {node.op_type}{dom}", file=self.label, node=label)
+            opset = self.lm.opsets.get(domain)
+            if opset is None:
+                raise OnnxError(f"the model imports no opset for domain {node.domain!r}",
+                                file=self.label, node=label)
+            attrs = node_attrs(node, opset)
+            for a in node.attribute:  # subgraphs run as compiled graphs
+                if a.type == AttributeProto.GRAPH:
+                    attrs[a.name] = self.compile(a.g, f"{label}.{a.name}")
+            steps.append(Step(label, node, kernel, attrs, opset))
+        try:
+            inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        except Exception as exc:
+            raise OnnxError(f"bad initializer in {where}: {exc}", file=self.label) from None
+        for sp in g.sparse_initializer:
+            raise OnnxError(f"sparse initializer {sp.values.name!r} is not supported",
+                            file=self.label)
+        return CompiledGraph(g.name, steps, inits, [i.name for i in g.input],
+                             [o.name for o in g.output], g)
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None
+            ) -> dict[str, np.ndarray]:
+        """Run the model on ``feeds``; return the graph outputs (or ``outputs``) by name."""
+        feeds = {k: (np.asarray(v) if not isinstance(v, (list, np.ndarray)) else v)
+                 for k, v in feeds.items()}
+        check_inputs(self.lm, feeds)
+        env: dict[str, Any] = dict(self.graph.inits)
+        env.update(feeds)
+        self._run_steps(self.graph, env)
+        want = outputs or self.output_names
+        missing = [n for n in want if n not in env]
+        if missing:
+            raise OnnxError(f"output {missing[0]!r} was never computed", file=self.label)
+        return {n: env[n] for n in want}
+
+    def run_graph(self, cg: CompiledGraph, inputs: list, outer: Any) -> list:
+        """Run a subgraph with positional ``inputs`` seeing the ``outer`` scope's values."""
+        env = ChainMap(dict(cg.inits), outer)
+        for name, v in zip(cg.inputs, inputs, strict=False):
+            env[name] = v
+        self._run_steps(cg, env)
+        return [env[n] for n in cg.outputs]
+
+    def _run_steps(self, cg: CompiledGraph, env) -> None:
+        with np.errstate(all="ignore"):  # IEEE results (inf, nan) are ONNX semantics, not errors
+            for st in cg.steps:
+                ins = []
+                for name in st.node.input:
+                    if not name:
+                        ins.append(None)
+                    elif name in env:
+                        ins.append(env[name])
+                    else:
+                        raise OnnxError(f"input {name!r} is not defined before this node",
+                                        file=self.label, node=st.label)
+                ctx = Ctx(st.opset, st.node, self.k, self.run_graph, env)
+                try:
+                    out = st.kernel(ctx, *ins, **st.attrs)
+                except OnnxError as exc:
+                    if exc.node is None:
+                        exc.node = st.label
+                    raise exc.with_file(self.label) from None
+                except Exception as exc:  # any kernel failure is reported against its node
+                    raise OnnxError(f"{type(exc).__name__}: {exc}", file=self.label,
+                                    node=st.label) from None
+                names = st.node.output
+                if not isinstance(out, tuple):
+                    out = (out,)
+                for name, v in zip(names, out, strict=False):
+                    if name:
+                        env[name] = v if isinstance(v, (list, np.ndarray)) or v is None \
+                            else np.asarray(v)
+
+
+def run(model_or_path: Any, feeds: dict[str, np.ndarray], *, mode: str = "reference"
+        ) -> dict[str, np.ndarray]:
+    """Load ``model_or_path`` and run it on ``feeds``: ``{name: ndarray} -> {name: ndarray}``."""
+    if isinstance(model_or_path, Session):
+        return model_or_path.run(feeds)
+    return Session(model_or_path, mode=mode).run(feeds)
+
+
+def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:
+    """A deterministic input per graph input (symbolic dims become 1)."""
+    from core.onnx.loader import np_dtype
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    init_names = set(sess.graph.inits)
+    for vi in sess.model.graph.input:
+        if vi.name in init_names:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not tt.elem_type:
+            raise OnnxError(f"input {vi.name!r} is not a tensor: give it with --input",
+                            file=sess.label)
+        shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim)
+        dt = np_dtype(tt.elem_type)
+        if dt.kind == "f":
+            x = rng.standard_normal(shape).astype(dt)
+        elif dt.kind in "iu":
+            x = rng.integers(0, 10, size=shape).astype(dt)
+        elif dt.kind == "b":
+            x = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            raise OnnxError(f"input {vi.name!r}: cannot generate {dt} data; give it with --input",
+                            file=sess.label)
+        out[vi.name] = x
+    return out
+
+
+def model_path_label(p: str | os.PathLike) -> str:
+    """A path as errors show it."""
+    return os.fspath(p)

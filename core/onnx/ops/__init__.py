@@ -1,0 +1,13 @@
+"""ONNX operator kernels, grouped by family; importing this package registers them all."""
+
+from core.onnx.ops import (  # noqa: F401
+    control,
+    elementwise,
+    math_ops,
+    nn,
+    pool,
+    reduce,
+    resize,
+    shape,
+    tensor,
+)

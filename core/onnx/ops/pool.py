@@ -1,0 +1,118 @@
+"""The pool family: MaxPool, AveragePool, LpPool and their global forms (vectorised windows).
+
+AveragePool sums each window serially in row-major tap order (``ctx.k.sum``) and divides by the
+count once: ``sum / n``, like the tape's mean.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.onnx.ops.window import attrs_nd, pads_for, windows
+from core.onnx.registry import op
+
+
+def _lowest(dt):
+    return -np.inf if dt.kind == "f" else np.iinfo(dt).min
+
+
+def _win_axes(nd):
+    return tuple(range(-nd, 0))
+
+
+@op("MaxPool")
+def max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=(),
+             pads=None, storage_order=0, strides=None):
+    k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
+    nd = len(k)
+    padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
+    v, outs, _ = windows(x, k, st, dil, padw, _lowest(x.dtype), ceil_mode)
+    y = np.max(v, axis=_win_axes(nd))
+    if not ctx.wants(1):
+        return y
+    # indices into the flattened (N, C, *spatial) input, row-major (or column-major spatial)
+    sp = x.shape[2:]
+    if storage_order:
+        strides_sp = np.cumprod((1,) + sp[:-1])
+    else:
+        strides_sp = np.cumprod((1,) + sp[::-1][:-1])[::-1]
+    pos = np.zeros((1, 1) + sp, dtype=np.int64)
+    for i in range(nd):
+        shp = [1] * (nd + 2)
+        shp[2 + i] = sp[i]
+        pos = pos + (np.arange(sp[i]) * strides_sp[i]).reshape(shp)
+    pos_v, _, _ = windows(pos, k, st, dil, padw, -1, ceil_mode)
+    flat = v.reshape(v.shape[:2 + nd] + (-1,))
+    arg = np.argmax(flat, axis=-1)
+    pos_flat = np.broadcast_to(pos_v.reshape(pos_v.shape[:2 + nd] + (-1,)),
+                               flat.shape[:2] + pos_v.shape[2:2 + nd] + flat.shape[-1:])
+    idx = np.take_along_axis(pos_flat, arg[..., None], axis=-1)[..., 0]
+    n, c = x.shape[:2]
+    base = (np.arange(n * c).reshape(n, c) * int(np.prod(sp))).reshape((n, c) + (1,) * nd)
+    return y, (idx + base).astype(np.int64)
+
+
+@op("AveragePool")
+def avg_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
+             kernel_shape=(), pads=None, strides=None):
+    k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
+    nd = len(k)
+    padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
+    v, outs, width = windows(x, k, st, dil, padw, 0, ceil_mode)
+    s = ctx.k.sum(v, _win_axes(nd))
+    if count_include_pad:
+        # pads count, the extra ceil_mode end padding does not
+        ones = np.ones((1, 1) + x.shape[2:], x.dtype)
+        ones = np.pad(ones, [(0, 0), (0, 0)] + list(padw), constant_values=1)
+        cv, _, _ = windows(ones, k, st, dil, [(0, 0)] * nd, 0, ceil_mode)
+        cnt = np.sum(cv, axis=_win_axes(nd))
+    else:
+        ones = np.ones((1, 1) + x.shape[2:], x.dtype)
+        cv, _, _ = windows(ones, k, st, dil, padw, 0, ceil_mode)
+        cnt = np.sum(cv, axis=_win_axes(nd))
+    return (s / cnt.astype(x.dtype)).astype(x.dtype)
+
+
+@op("LpPool")
+def lp_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=(), p=2,
+            pads=None, strides=None):
+    k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
+    padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
+    v, _, _ = windows(x, k, st, dil, padw, 0, ceil_mode)
+    t = x.dtype.type
+    s = ctx.k.sum(np.abs(v) ** t(p), _win_axes(len(k)))
+    return (s ** t(1.0 / p)).astype(x.dtype)
+
+
+@op("GlobalAveragePool")
+def global_avg_pool(ctx, x):
+    axes = tuple(range(2, x.ndim))
+    n = int(np.prod(x.shape[2:]))
+    return (ctx.k.sum(x, axes, keepdims=True) / x.dtype.type(n)).astype(x.dtype)
+
+
+@op("GlobalMaxPool")
+def global_max_pool(ctx, x):
+    return np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@op("GlobalLpPool")
+def global_lp_pool(ctx, x, p=2):
+    t = x.dtype.type
+    s = ctx.k.sum(np.abs(x) ** t(p), tuple(range(2, x.ndim)), keepdims=True)
+    return (s ** t(1.0 / p)).astype(x.dtype)
+
+
+@op("MaxUnpool")
+def max_unpool(ctx, x, indices, output_shape=None, kernel_shape=(), pads=None, strides=None):
+    nd = x.ndim - 2
+    st = list(strides or [1] * nd)
+    p = list(pads or [0] * (2 * nd))
+    if output_shape is not None:
+        shp = [int(v) for v in np.asarray(output_shape).reshape(-1)]
+    else:
+        shp = list(x.shape[:2]) + [(x.shape[2 + i] - 1) * st[i] + kernel_shape[i] - p[i] -
+                                   p[i + nd] for i in range(nd)]
+    y = np.zeros(int(np.prod(shp)), x.dtype)
+    y[np.asarray(indices).reshape(-1)] = x.reshape(-1)
+    return y.reshape(shp)
