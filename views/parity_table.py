@@ -104,8 +104,13 @@ class ParityFilterProxy(QSortFilterProxyModel):
 
     def set_only_differing(self, on: bool) -> None:
         """Keep only rows whose value or gradient bits differ."""
-        self.only_differing = on
-        self.invalidateFilter()
+        if hasattr(self, "beginFilterChange"):  # Qt >= 6.10 deprecates invalidateFilter
+            self.beginFilterChange()
+            self.only_differing = on
+            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+        else:
+            self.only_differing = on
+            self.invalidateFilter()
 
     def filterAcceptsRow(self, row: int, parent) -> bool:  # noqa: N802 (Qt override)
         src: ParityTableModel = self.sourceModel()

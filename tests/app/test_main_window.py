@@ -1,0 +1,135 @@
+"""The main window driven as a user would: open, click, step, search, bad files, drops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+
+from app.main_window import MainWindow
+from core import Tape, ops, tapefile, workloads
+
+
+@pytest.fixture
+def tape_file(tmp_path):
+    """A recorded transformer episode (values + gradients) saved as a .tape file."""
+    wl = workloads.get("transformer")
+    loss = wl.record(0)
+    wl.tape.backward(loss)
+    path = tmp_path / "episode.tape"
+    tapefile.save(wl.tape, path, meta={"loss": loss.id})
+    return path
+
+
+@pytest.fixture
+def win(qtbot, settings):
+    w = MainWindow(settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def open_and_wait(qtbot, win, path) -> None:
+    with qtbot.waitSignal(win.graph.view.layout_ready, timeout=5000):
+        assert win.open_file(str(path))
+
+
+def click_node(qtbot, win, node_id: int) -> None:
+    v = win.graph.view
+    r = v.canvas.item_rect(int(v.display.node_item[node_id]))
+    v.centerOn(r.center())
+    qtbot.mouseClick(v.viewport(), Qt.LeftButton, pos=v.mapFromScene(r.center()))
+
+
+def test_open_click_inspect(qtbot, win, tape_file):
+    open_and_wait(qtbot, win, tape_file)
+    ref, _ = tapefile.load(tape_file)
+    node = next(n for n in ref.nodes if n.op == "matmul" and len(n.shape) >= 2)
+    click_node(qtbot, win, node.id)
+    d = win.inspector.details
+    assert d is not None and d.id == node.id and d.op == "matmul"
+    assert np.asarray(d.value).tobytes() == ref.value(node.id).tobytes()
+    assert np.array_equal(win.inspector.value_view.array, ref.value(node.id))
+    assert np.asarray(d.grad).tobytes() == ref.grad(node.id).tobytes()
+    assert f"#{node.id} matmul" in win.inspector.header.text()
+    st = win.inspector.stats.stats["value"]
+    assert st["max"] == float(ref.value(node.id).max())
+    # the table follows the graph's selection
+    assert win.parity.table.currentIndex().siblingAtColumn(0).data() == str(node.id)
+    assert str(tape_file) in win.recent_files()[0]
+
+
+def test_step_backward_three_times_shows_the_tapes_gradient(qtbot, win, tape_file):
+    open_and_wait(qtbot, win, tape_file)
+    ref, meta = tapefile.load(tape_file)  # the gradients as the full backward left them
+    win.activateWindow()
+    win.graph.view.setFocus()
+    for _ in range(3):
+        qtbot.keyClick(win.graph.view, Qt.Key_F11)  # the debugger's "step" key
+    s = win.stepper
+    assert s.pos == 2
+    cur = s.current.node.id
+    assert cur == win.graph.view.canvas.graph.item_node[win.graph.view.canvas.current_item]
+    shown = win.stepper_panel.incoming.array
+    assert shown.tobytes() == ref.grad(cur).tobytes()
+    # each input's accumulated gradient after this step matches the event's "after"
+    for c in s.current.contributions:
+        assert s.accumulated(c.input_id).tobytes() == np.asarray(c.after).tobytes()
+    assert win.stepper_panel.table.rowCount() == len(s.current.contributions)
+    assert all(win.stepper_panel.table.item(r, 4).text().startswith("✓")
+               for r in range(win.stepper_panel.table.rowCount()))
+    qtbot.keyClick(win.graph.view, Qt.Key_F11, Qt.ShiftModifier)  # step back
+    assert s.pos == 1
+
+
+def test_search_finds_a_node(qtbot, win, tape_file):
+    open_and_wait(qtbot, win, tape_file)
+    win.act_find.trigger()  # Ctrl+F
+    assert win.graph.search.isVisible()
+    qtbot.keyClicks(win.graph.search.edit, "head/W")
+    qtbot.keyClick(win.graph.search.edit, Qt.Key_Return)
+    ref, _ = tapefile.load(tape_file)
+    want = next(n.id for n in ref.nodes if n.name == "head/W")
+    assert win.selected == want and win.inspector.details.id == want
+
+
+def test_corrupt_file_shows_error_and_keeps_session(qtbot, win, tape_file, tmp_path):
+    open_and_wait(qtbot, win, tape_file)
+    click_node(qtbot, win, 3)
+    before = (win.session, win.windowTitle(), win.selected)
+    bad = tmp_path / "broken.tape"
+    data = tape_file.read_bytes()
+    bad.write_bytes(data[: len(data) // 2])  # truncated mid-archive
+    assert not win.open_file(str(bad))
+    box = win.last_error
+    assert box is not None and box.isVisible()
+    assert "broken.tape" in box.text() and ("corrupt" in box.text() or "truncated" in box.text())
+    assert (win.session, win.windowTitle(), win.selected) == before
+    assert win.inspector.details.id == 3 and win.graph.view.is_ready()
+    assert str(bad) not in win.recent_files()
+    box.close()
+    assert not win.open_file(str(tmp_path / "missing.tape"))
+    assert "no such file" in win.last_error.text()
+
+
+def test_drop_a_file_and_jump_to_first_nan(qtbot, win, tmp_path):
+    t = Tape()
+    x = t.param(np.array([1.0, -1.0, 4.0]), name="x")
+    y = ops.log(x)  # log(-1) is NaN: y is the first node holding one
+    z = ops.sqrt(x)
+    loss = ops.sum(y * z)
+    t.backward(loss)
+    path = tmp_path / "nan.tape"
+    tapefile.save(t, path)
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    ev = QDropEvent(QPoint(10, 10), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    with qtbot.waitSignal(win.graph.view.layout_ready, timeout=5000):
+        win.dropEvent(ev)
+    assert win.session is not None and win.session.source == str(path)
+    assert y.id in win.graph.view._marks["nan"] and x.id in win.graph.view._marks["nan"]
+    win.act_nan.trigger()
+    # x's value is finite; y = log(x) is the first NaN value in tape order
+    assert win.selected == y.id
+    assert win.inspector.stats.stats["value"]["nan"] == 1

@@ -1,0 +1,105 @@
+"""Graph view: layout off the GUI thread, clicks select, culling, collapse, search, zoom."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt
+
+from views.graph_model import GraphModel, GraphNode
+from views.graph_panel import GraphPanel
+from views.synthetic import transformer_like
+
+
+def model(n: int = 400) -> GraphModel:
+    ops, ins, names = transformer_like(n)
+    nodes = [GraphNode(i, o, tuple(x), nm, (4, 8)) for i, (o, x, nm) in
+             enumerate(zip(ops, ins, names, strict=True))]
+    return GraphModel(nodes, loss_id=len(nodes) - 1)
+
+
+def panel(qtbot, m):
+    p = GraphPanel()
+    qtbot.addWidget(p)
+    p.resize(900, 700)
+    p.show()
+    with qtbot.waitSignal(p.view.layout_ready, timeout=5000):
+        p.set_model(m)  # computed in the thread pool
+    return p
+
+
+def click_node(qtbot, view, node_id: int) -> None:
+    item = int(view.display.node_item[node_id])
+    r = view.canvas.item_rect(item)
+    view.centerOn(r.center())
+    qtbot.mouseClick(view.viewport(), Qt.LeftButton, pos=view.mapFromScene(r.center()))
+
+
+def test_clicking_a_node_selects_it(qtbot):
+    m = model()
+    p = panel(qtbot, m)
+    v = p.view
+    assert v.is_ready() and len(v.display) == len(m.nodes)
+    for nid in (7, 123):
+        with qtbot.waitSignal(p.node_selected) as sig:
+            click_node(qtbot, v, nid)
+        assert sig.args == [nid] and v.selected_node == nid
+        assert v.canvas.selected_item == int(v.display.node_item[nid])
+    # a click on empty background selects nothing
+    with qtbot.assertNotEmitted(p.node_selected):
+        qtbot.mouseClick(v.viewport(), Qt.LeftButton,
+                         pos=v.mapFromScene(QPointF(-30, -30)))
+
+
+def test_culling_matches_brute_force(qtbot):
+    p = panel(qtbot, model(600))
+    c = p.view.canvas
+    lay = c.layout
+    for r in (QRectF(0, 0, 500, 400), QRectF(200, 3000, 900, 2500), QRectF(-100, -100, 5, 5)):
+        got = set(c.visible_items(r).tolist())
+        hit = ((lay.x + 85 >= r.left()) & (lay.x - 85 <= r.right())
+               & (lay.y + 23 >= r.top()) & (lay.y - 23 <= r.bottom()))
+        assert got == set(np.flatnonzero(hit).tolist())
+
+
+def test_zoom_fit_and_paint_at_every_level(qtbot):
+    p = panel(qtbot, model(300))
+    v = p.view
+    v.fit()
+    s0 = v.scale_factor()
+    v.zoom(2.0)
+    assert abs(v.scale_factor() - 2 * s0) < 1e-9
+    for s in (0.01, 0.2, 0.5, 1.5):  # every level-of-detail branch paints without error
+        v.resetTransform()
+        v.scale(s, s)
+        before = v.canvas.frames_painted
+        v.viewport().repaint()
+        assert v.canvas.frames_painted > before
+
+
+def test_collapse_and_expand_a_scope(qtbot):
+    m = model(200)
+    p = panel(qtbot, m)
+    v = p.view
+    n_full = len(v.display)
+    with qtbot.waitSignal(v.layout_ready, timeout=5000):
+        v.toggle_group("block0", True)
+    assert len(v.display) == n_full - len(m.groups["block0"]) + 1
+    g = v.display.item_group.index("block0")
+    with qtbot.waitSignal(v.layout_ready, timeout=5000):
+        r = v.canvas.item_rect(g)
+        v.centerOn(r.center())
+        qtbot.mouseDClick(v.viewport(), Qt.LeftButton, pos=v.mapFromScene(r.center()))
+    assert len(v.display) == n_full and not m.collapsed
+
+
+def test_search_bar_finds_and_selects(qtbot):
+    m = model(300)
+    p = panel(qtbot, m)
+    p.open_search()
+    assert p.search.isVisible()
+    qtbot.keyClicks(p.search.edit, "block1/mlp/down")
+    assert p.search.hits == m.search("block1/mlp/down") and len(p.search.hits) == 1
+    assert p.view.canvas.search_items == {int(p.view.display.node_item[p.search.hits[0]])}
+    with qtbot.waitSignal(p.node_selected) as sig:
+        qtbot.keyClick(p.search.edit, Qt.Key_Return)
+    assert sig.args == [p.search.hits[0]] and p.view.selected_node == p.search.hits[0]
