@@ -120,6 +120,10 @@ class CudaDevice(Device):
     def _pack(self, launch: Launch) -> None:
         launch.packed = tuple(a.handle if isinstance(a, Buffer) else a for a in launch.args)
 
+    def launch_list(self, launches: list[Launch]) -> CudaLaunchList:
+        """A replayable list (launched kernel by kernel; `capture_graph` makes a graph)."""
+        return CudaLaunchList(self, launches)
+
     def run(self, launches: list[Launch]) -> None:
         """Launch each recorded kernel on the device stream (asynchronous)."""
         with self.stream:
@@ -146,3 +150,15 @@ class CudaDevice(Device):
     def synchronize(self) -> None:
         """Wait for the device stream."""
         self.stream.synchronize()
+
+
+class CudaLaunchList:
+    """Launches replayed in order on the device stream."""
+
+    def __init__(self, device: CudaDevice, launches: list[Launch]) -> None:
+        self.device = device
+        self.launches = list(launches)
+
+    def replay(self) -> None:
+        """Launch every kernel in order."""
+        self.device.run(self.launches)

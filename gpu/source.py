@@ -17,7 +17,7 @@ import numpy as np
 
 from gpu.device import KERNEL_DIR
 
-__all__ = ["instantiate", "template", "SUFFIX", "MATH_MODES"]
+__all__ = ["instantiate", "template", "library_source", "SUFFIX", "MATH_MODES", "LIBRARY"]
 
 SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 MATH_MODES = ("refmath", "platform")
@@ -45,16 +45,30 @@ _COMMON = {
     },
 }
 
-# Transcendentals: refmath's C twins (gpu/kernels/refmath.cuh) or the platform libm.
+# Transcendentals: refmath's C twins (gpu/kernels/refmath.cuh) or the platform libm. PEXP is
+# always the platform exp: it spells core.mathlib's platform sigmoid 1 / (1 + exp(-x)).
 TRANSCENDENTALS = ("EXP", "LOG", "TANH", "SIGMOID", "ERF")
-_MATH = {
-    ("refmath", "f64"): {t: f"ts_{t.lower()}" for t in TRANSCENDENTALS},
-    ("refmath", "f32"): {t: f"ts_{t.lower()}f" for t in TRANSCENDENTALS},
-    ("platform", "f64"): {"EXP": "exp", "LOG": "log", "TANH": "tanh", "ERF": "erf",
-                          "SIGMOID": "ts_platform_sigmoid"},
-    ("platform", "f32"): {"EXP": "expf", "LOG": "logf", "TANH": "tanhf", "ERF": "erff",
-                          "SIGMOID": "ts_platform_sigmoidf"},
+_PLATFORM = {
+    "f64": {"EXP": "exp", "LOG": "log", "TANH": "tanh", "ERF": "erf", "SIGMOID": "ts_psigmoid_T"},
+    "f32": {"EXP": "expf", "LOG": "logf", "TANH": "tanhf", "ERF": "erff",
+            "SIGMOID": "ts_psigmoid_T"},
 }
+
+
+def _math_table(math: str, sfx: str) -> dict[str, str]:
+    """Spelling of each transcendental; a name core.refmath lacks falls back to the platform,
+    exactly as core.mathlib does (so the tape and the kernels always call the same function)."""
+    from core import refmath
+
+    plat = dict(_PLATFORM[sfx])
+    plat["PEXP"] = "exp" if sfx == "f64" else "expf"
+    if math == "platform":
+        return plat
+    out = dict(plat)
+    for t in TRANSCENDENTALS:
+        if hasattr(refmath, t.lower()):
+            out[t] = f"ts_{t.lower()}" + ("" if sfx == "f64" else "f")
+    return out
 
 
 @lru_cache(maxsize=64)
@@ -72,9 +86,22 @@ def instantiate(text: str, dtype: np.dtype | type, math: str = "refmath") -> str
         raise ValueError(f"math must be one of {MATH_MODES}, not {math!r}")
     sfx = SUFFIX[dt]
     table = dict(_COMMON[dt])
-    table.update(_MATH[(math, sfx)])
+    table.update(_math_table(math, sfx))
     words = sorted(table, key=len, reverse=True)
     pat = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\b")
     out = pat.sub(lambda m: table[m.group(1)], text)
     # Kernel and helper names: foo_T -> foo_f64 / foo_f32.
     return re.sub(r"\b(\w+?)_T\b", rf"\1_{sfx}", out)
+
+
+LIBRARY = ("ops_elementwise", "ops_rows", "optim")
+
+
+def library_source(math: str = "refmath") -> str:
+    """The whole kernel library (both dtypes) for one math mode, as both backends compile it."""
+    parts = ['#include "refmath.cuh"\n']
+    for name in LIBRARY:
+        for dt in (np.float64, np.float32):
+            parts.append(f"/* ---- {name}.cu, {np.dtype(dt).name} ---- */\n")
+            parts.append(instantiate(template(name), dt, math))
+    return "\n".join(parts)

@@ -51,45 +51,8 @@ static inline void __syncthreads(void) {
     if (blockDim.x * blockDim.y * blockDim.z != 1u) ts_host_error = 1;
 }
 
-#if __has_include("intrinsics_host.h")
+/* __dadd_rn & co and the bit casts: refmath's host twins of the CUDA intrinsics. */
 #include "intrinsics_host.h"
-#else
-/* Until refmath's intrinsics_host.h lands: the IEEE round-to-nearest intrinsics as plain C
- * operations (-ffp-contract=off keeps each one a single rounding). */
-#define TS_PRELUDE_OWN_INTRINSICS 1
-static inline double __dadd_rn(double a, double b) { return a + b; }
-static inline double __dsub_rn(double a, double b) { return a - b; }
-static inline double __dmul_rn(double a, double b) { return a * b; }
-static inline double __ddiv_rn(double a, double b) { return a / b; }
-static inline double __dsqrt_rn(double a) { return sqrt(a); }
-static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fsqrt_rn(float a) { return sqrtf(a); }
-static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-static inline long long __double_as_longlong(double x) {
-    long long r;
-    memcpy(&r, &x, sizeof r);
-    return r;
-}
-static inline double __longlong_as_double(long long x) {
-    double r;
-    memcpy(&r, &x, sizeof r);
-    return r;
-}
-static inline int __float_as_int(float x) {
-    int r;
-    memcpy(&r, &x, sizeof r);
-    return r;
-}
-static inline float __int_as_float(int x) {
-    float r;
-    memcpy(&r, &x, sizeof r);
-    return r;
-}
-#endif
 
 /* One launch record of a replayed launch list: the generated per-kernel launcher, the grid,
  * the block and the argument pointer array (cuLaunchKernel's layout). */

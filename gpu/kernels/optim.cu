@@ -1,0 +1,71 @@
+/* optim.cu: gradient zero-fill, loss seed and the device optimizers (template: gpu/source.py).
+ * core.optim's order (docs/reference-order.md, Optimizers): clip, then L2, then the update.
+ * The gradient buffers are never modified: clipping and L2 act on a per-element copy.
+ * Per-step scalars live in small device buffers (ctl, k), so an episode is graph-capturable.
+ */
+
+#define TS_GRID_STRIDE(i, n)                                                             \
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);       \
+         i += (long long)gridDim.x * blockDim.x)
+
+extern "C" __global__ void fill_T(real_t* x, real_t v, long long n) {
+    TS_GRID_STRIDE(i, n) { x[i] = v; }
+}
+
+/* table: (address, n) pairs; block j zero-fills buffer j: every gradient in one launch. */
+extern "C" __global__ void zero_many_T(const long long* table, long long count) {
+    for (long long j = blockIdx.x; j < count; j += gridDim.x) {
+        real_t* p = (real_t*)(unsigned long long)table[2 * j];
+        long long n = table[2 * j + 1];
+        for (long long i = threadIdx.x; i < n; i += blockDim.x) p[i] = (real_t)0;
+    }
+}
+
+/* Global norm over (address, n) pairs in order, serial: ctl = [s, active]. One thread. */
+extern "C" __global__ void clip_norm_T(const long long* table, long long count, real_t clip,
+                                       real_t* ctl) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    real_t acc = (real_t)0;
+    for (long long j = 0; j < count; ++j) {
+        const real_t* p = (const real_t*)(unsigned long long)table[2 * j];
+        long long n = table[2 * j + 1];
+        for (long long i = 0; i < n; ++i) acc = ADD(acc, MUL(p[i], p[i]));
+    }
+    real_t norm = SQRT(acc);
+    if (norm > clip) {
+        ctl[0] = DIV(clip, norm);
+        ctl[1] = (real_t)1;
+    } else {
+        ctl[0] = (real_t)1;
+        ctl[1] = (real_t)0;
+    }
+}
+
+__device__ __forceinline__ real_t ts_opt_grad_T(real_t g, real_t w, const real_t* ctl,
+                                                 long long use_l2, real_t l2) {
+    if (ctl[1] != (real_t)0) g = MUL(g, ctl[0]);
+    if (use_l2) g = ADD(g, MUL(l2, w));
+    return g;
+}
+
+extern "C" __global__ void sgd_T(real_t* w, const real_t* g, const real_t* ctl, real_t lr,
+                                 long long use_l2, real_t l2, long long n) {
+    TS_GRID_STRIDE(i, n) {
+        real_t gi = ts_opt_grad_T(g[i], w[i], ctl, use_l2, l2);
+        w[i] = SUB(w[i], MUL(lr, gi));
+    }
+}
+
+/* k = [b1, 1-b1, b2, 1-b2, eps, lr_t], each rounded once to real_t on the host. */
+extern "C" __global__ void adam_T(real_t* w, const real_t* g, real_t* m, real_t* v,
+                                  const real_t* ctl, const real_t* k, long long use_l2,
+                                  real_t l2, long long n) {
+    TS_GRID_STRIDE(i, n) {
+        real_t gi = ts_opt_grad_T(g[i], w[i], ctl, use_l2, l2);
+        real_t mi = ADD(MUL(k[0], m[i]), MUL(k[1], gi));
+        real_t vi = ADD(MUL(k[2], v[i]), MUL(k[3], MUL(gi, gi)));
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = SUB(w[i], MUL(k[5], DIV(mi, ADD(SQRT(vi), k[4]))));
+    }
+}

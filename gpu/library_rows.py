@@ -1,0 +1,287 @@
+"""Launch builders of reductions, matmul/bmm, data movement and the row-wise ops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.ops.reduce import count as reduce_count
+from core.ops.reduce import reduced_axes
+from core.ops.registry import norm_axis
+from core.ops.rowwise import rope_tables
+from gpu.device import Launch
+from gpu.library import BuildCtx, OpKernels, register_kernels
+
+i64 = np.int64
+
+
+# ---- sum / mean --------------------------------------------------------------------------------
+def _reduce_maps(shape: tuple, attrs) -> tuple[np.ndarray, np.ndarray, int, int]:
+    axes = list(reduced_axes(shape, attrs.get("axis")))
+    keep = [a for a in range(len(shape)) if a not in axes]
+    n = int(np.prod(shape, dtype=np.int64))
+    r = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    m = int(np.prod([shape[a] for a in keep], dtype=np.int64))
+    perm = np.ascontiguousarray(
+        np.arange(n, dtype=np.int64).reshape(shape).transpose(keep + axes)).reshape(-1)
+    slot = np.empty(n, dtype=np.int64)
+    slot[perm] = np.repeat(np.arange(m, dtype=np.int64), r)
+    return perm, slot, r, m
+
+
+@register_kernels("sum", "mean")
+def _reduce(op: str) -> OpKernels:
+    mean = i64(op == "mean")
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        (x,) = node.inputs
+        perm, _, r, m = _reduce_maps(ctx.shape(x), node.attrs)
+        n = ctx.real(reduce_count(ctx.shape(x), node.attrs))
+        return [ctx.launch("reduce_fwd", m, ctx.values[x], ctx.values[node.id],
+                           ctx.aux(node.id, "perm", perm), r, m, mean, n)]
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        (x,) = node.inputs
+        _, slot, _, _ = _reduce_maps(ctx.shape(x), node.attrs)
+        n = ctx.real(reduce_count(ctx.shape(x), node.attrs))
+        size = ctx.nodes[x].size
+        return [ctx.launch("reduce_bwd", size, ctx.grads[node.id], ctx.grads[x],
+                           ctx.aux(node.id, "slot", slot), mean, n, size)]
+
+    return OpKernels(fwd, bwd)
+
+
+# ---- matmul / bmm: one strided kernel --------------------------------------------------------
+def _mm(ctx: BuildCtx, a, b, y, dims: tuple, strides: tuple, acc: bool) -> Launch:
+    bsz, m, n, k = dims
+    return ctx.launch("mm", bsz * m * n, a, b, y, bsz, m, n, k, *strides, i64(acc))
+
+
+@register_kernels("matmul")
+def _matmul(op: str) -> OpKernels:
+    def geom(ctx: BuildCtx, node) -> tuple[int, int, int]:
+        a, b = node.inputs
+        kk, nn = ctx.shape(b)
+        return ctx.nodes[a].size // kk, kk, nn
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        a, b = node.inputs
+        r, k, n = geom(ctx, node)
+        return [_mm(ctx, ctx.values[a], ctx.values[b], ctx.values[node.id], (1, r, n, k),
+                    (0, k, 1, 0, n, 1), False)]
+
+    def bwd(ctx: BuildCtx, node, which: int) -> list[Launch]:
+        a, b = node.inputs
+        r, k, n = geom(ctx, node)
+        g = ctx.grads[node.id]
+        if which == 0:  # ga[r, k] = dot over n of g[r, n] * b[k, n]
+            return [_mm(ctx, g, ctx.values[b], ctx.grads[a], (1, r, k, n),
+                        (0, n, 1, 0, 1, n), True)]
+        # gb[k, n] = dot over rows r of a[r, k] * g[r, n]
+        return [_mm(ctx, ctx.values[a], g, ctx.grads[b], (1, k, n, r), (0, 1, k, 0, n, 1), True)]
+
+    return OpKernels(fwd, bwd)
+
+
+@register_kernels("bmm")
+def _bmm(op: str) -> OpKernels:
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        a, b = node.inputs
+        bs, m, k = ctx.shape(a)
+        n = ctx.shape(b)[2]
+        return [_mm(ctx, ctx.values[a], ctx.values[b], ctx.values[node.id], (bs, m, n, k),
+                    (m * k, k, 1, k * n, n, 1), False)]
+
+    def bwd(ctx: BuildCtx, node, which: int) -> list[Launch]:
+        a, b = node.inputs
+        bs, m, k = ctx.shape(a)
+        n = ctx.shape(b)[2]
+        g = ctx.grads[node.id]
+        if which == 0:  # ga = g @ b^T per batch: dot over n
+            return [_mm(ctx, g, ctx.values[b], ctx.grads[a], (bs, m, k, n),
+                        (m * n, n, 1, k * n, 1, n), True)]
+        # gb = a^T @ g per batch: dot over m
+        return [_mm(ctx, ctx.values[a], g, ctx.grads[b], (bs, k, n, m),
+                    (m * k, 1, k, m * n, n, 1), True)]
+
+    return OpKernels(fwd, bwd)
+
+
+# ---- data movement -----------------------------------------------------------------------------
+def _inverse(idx: np.ndarray, size: int) -> np.ndarray:
+    inv = np.full(size, -1, dtype=np.int64)
+    inv[idx] = np.arange(idx.size, dtype=np.int64)
+    return inv
+
+
+def _positions(shape: tuple) -> np.ndarray:
+    return np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+
+
+@register_kernels("transpose", "slice")
+def _gathered(op: str) -> OpKernels:
+    def index(ctx: BuildCtx, node) -> np.ndarray:
+        (x,) = node.inputs
+        shape, at = ctx.shape(x), node.attrs
+        pos = _positions(shape)
+        if op == "transpose":
+            axes = at.get("axes")
+            axes = tuple(range(len(shape)))[::-1] if axes is None else tuple(
+                norm_axis(a, len(shape)) for a in axes)
+            return np.ascontiguousarray(pos.transpose(axes)).reshape(-1)
+        ax = norm_axis(at["axis"], len(shape))
+        sl = (slice(None),) * ax + (slice(at["start"], at["stop"]),)
+        return np.ascontiguousarray(pos[sl]).reshape(-1)
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        (x,) = node.inputs
+        idx = ctx.aux(node.id, "idx", index(ctx, node))
+        return [ctx.launch("gather", node.size, ctx.values[x], ctx.values[node.id], idx,
+                           node.size)]
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        (x,) = node.inputs
+        size = ctx.nodes[x].size
+        # slice: positions outside the range read -1 and add +0.0, as the contract says
+        inv = ctx.aux(node.id, "inv", _inverse(index(ctx, node), size))
+        return [ctx.launch("gather_add", size, ctx.grads[node.id], ctx.grads[x], inv, size)]
+
+    return OpKernels(fwd, bwd)
+
+
+@register_kernels("reshape")
+def _reshape(op: str) -> OpKernels:
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        return [ctx.launch("copy", node.size, ctx.values[node.inputs[0]], ctx.values[node.id],
+                           node.size)]
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        return [ctx.launch("add_into", node.size, ctx.grads[node.id],
+                           ctx.grads[node.inputs[0]], node.size)]
+
+    return OpKernels(fwd, bwd)
+
+
+@register_kernels("concat")
+def _concat(op: str) -> OpKernels:
+    def index(ctx: BuildCtx, node, k: int) -> np.ndarray:
+        out = ctx.shape(node.id)
+        ax = norm_axis(node.attrs["axis"], len(out))
+        off = sum(ctx.shape(j)[ax] for j in node.inputs[:k])
+        sl = (slice(None),) * ax + (slice(off, off + ctx.shape(node.inputs[k])[ax]),)
+        return np.ascontiguousarray(_positions(out)[sl]).reshape(-1)
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        out = []
+        for k, j in enumerate(node.inputs):
+            n = ctx.nodes[j].size
+            idx = ctx.aux(node.id, f"idx{k}", index(ctx, node, k))
+            out.append(ctx.launch("scatter", n, ctx.values[j], ctx.values[node.id], idx, n))
+        return out
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        j = node.inputs[k]
+        n = ctx.nodes[j].size
+        idx = ctx.aux(node.id, f"idx{k}", index(ctx, node, k))
+        return [ctx.launch("gather_add", n, ctx.grads[node.id], ctx.grads[j], idx, n)]
+
+    return OpKernels(fwd, bwd)
+
+
+# ---- row-wise ----------------------------------------------------------------------------------
+@register_kernels("softmax")
+def _softmax(op: str) -> OpKernels:
+    def geom(ctx: BuildCtx, node) -> tuple[int, int, int]:
+        s = ctx.shape(node.id)
+        ax = norm_axis(node.attrs.get("axis", -1), len(s))
+        outer = int(np.prod(s[:ax], dtype=np.int64))
+        inner = int(np.prod(s[ax + 1:], dtype=np.int64))
+        return outer, s[ax], inner
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        o, L, inn = geom(ctx, node)
+        return [ctx.launch("softmax_fwd", o * inn, ctx.values[node.inputs[0]],
+                           ctx.values[node.id], o, L, inn)]
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        o, L, inn = geom(ctx, node)
+        return [ctx.launch("softmax_bwd", o * inn, ctx.values[node.id], ctx.grads[node.id],
+                           ctx.grads[node.inputs[0]], o, L, inn)]
+
+    return OpKernels(fwd, bwd)
+
+
+@register_kernels("rms_norm")
+def _rms(op: str) -> OpKernels:
+    def geom(ctx: BuildCtx, node) -> tuple[int, int]:
+        d = ctx.shape(node.id)[-1]
+        return node.size // d, d
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        x, gamma = node.inputs
+        r, d = geom(ctx, node)
+        rbuf = ctx.aux(node.id, "r", n=max(r, 1))
+        return [ctx.launch("rms_fwd", r, ctx.values[x], ctx.values[gamma], ctx.values[node.id],
+                           rbuf, r, d, ctx.real(d), ctx.real(node.attrs["eps"]))]
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        x, gamma = node.inputs
+        r, d = geom(ctx, node)
+        rbuf = ctx.aux(node.id, "r", n=max(r, 1))
+        g = ctx.grads[node.id]
+        if k == 0:
+            return [ctx.launch("rms_bwd_x", r, ctx.values[x], ctx.values[gamma], g, rbuf,
+                               ctx.grads[x], r, d, ctx.real(d))]
+        reduce = i64(ctx.shape(x) != ctx.shape(gamma))
+        return [ctx.launch("rms_bwd_gamma", d, ctx.values[x], g, rbuf, ctx.grads[gamma], r, d,
+                           reduce)]
+
+    return OpKernels(fwd, bwd)
+
+
+@register_kernels("rope")
+def _rope(op: str) -> OpKernels:
+    def tables(ctx: BuildCtx, node):
+        s = ctx.shape(node.id)
+        c, sn = rope_tables(s[-2], s[-1], node.attrs.get("base", 10000.0), ctx.dtype)
+        return ctx.aux(node.id, "cos", c), ctx.aux(node.id, "sin", sn), s
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        c, sn, s = tables(ctx, node)
+        r = node.size // s[-1]
+        return [ctx.launch("rope", r * (s[-1] // 2), ctx.values[node.inputs[0]], c, sn,
+                           ctx.values[node.id], r, s[-2], s[-1], i64(0))]
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        c, sn, s = tables(ctx, node)
+        r = node.size // s[-1]
+        return [ctx.launch("rope", r * (s[-1] // 2), ctx.grads[node.id], c, sn,
+                           ctx.grads[node.inputs[0]], r, s[-2], s[-1], i64(1))]
+
+    return OpKernels(fwd, bwd)
+
+
+@register_kernels("cross_entropy")
+def _ce(op: str) -> OpKernels:
+    def geom(ctx: BuildCtx, node) -> tuple[int, int]:
+        x = node.inputs[0]
+        c = ctx.shape(x)[-1]
+        return ctx.nodes[x].size // c, c
+
+    def scratch(ctx: BuildCtx, node, r: int):
+        return tuple(ctx.aux(node.id, key, n=max(r, 1)) for key in ("nll", "m", "s"))
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        x, t = node.inputs
+        r, c = geom(ctx, node)
+        nll, mb, sb = scratch(ctx, node, r)
+        return [ctx.launch("ce_rows", r, ctx.values[x], ctx.values[t], nll, mb, sb, r, c),
+                ctx.single("ce_total", nll, ctx.values[node.id], r, ctx.real(r))]
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        x, t = node.inputs
+        r, c = geom(ctx, node)
+        _, mb, sb = scratch(ctx, node, r)
+        return [ctx.launch("ce_bwd", r * c, ctx.values[x], ctx.values[t], mb, sb,
+                           ctx.grads[node.id], ctx.grads[x], r, c, ctx.real(r))]
+
+    return OpKernels(fwd, bwd)

@@ -1,0 +1,260 @@
+"""The replay engine: `capture(device, tape, loss)` mirrors one recorded episode on a device.
+
+A Program holds a value buffer per node and a gradient buffer per node that backward reaches,
+and the episode as launch lists per phase (`phases["forward"]`, `phases["backward"]`, each a
+list of `Step(node_id, Launch)`): the host backend replays them in one call per phase, the
+cuda backend captures forward + backward + optimizer as one CUDA graph. `value_ptrs` /
+`grad_ptrs` (node id → device address, 0 = none) and their device copies `vtab` / `gtab` are
+the pointer tables generated (fused) kernels read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from core.ops.registry import REGISTRY
+from core.tape import Tape, Var
+from gpu.device import Buffer, Device, Launch
+from gpu.library import KERNELS, LEAF, BuildCtx
+from gpu.source import library_source
+
+__all__ = ["CaptureError", "Program", "Step", "capture", "reached_nodes"]
+
+
+class CaptureError(RuntimeError):
+    """The tape cannot be mirrored: poisoned, an op or dtype without kernels, a bad loss."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of a phase and the tape node it belongs to (-1: bookkeeping)."""
+
+    node: int
+    launch: Launch
+
+
+def reached_nodes(nodes: tuple, loss: int) -> list[bool]:
+    """Which nodes backward(loss) gives a gradient (static: the tape's own rule)."""
+    reached = [False] * (loss + 1)
+    reached[loss] = True
+    for i in range(loss, -1, -1):
+        n = nodes[i]
+        if not reached[i] or not n.inputs or not n.requires_grad:
+            continue
+        nondiff = REGISTRY[n.op].nondiff_inputs
+        for k, j in enumerate(n.inputs):
+            if nodes[j].requires_grad and k not in nondiff:
+                reached[j] = True
+    return reached
+
+
+def _node_id(tape: Tape, v: Var | int) -> int:
+    if isinstance(v, Var):
+        if v.tape is not tape:
+            raise CaptureError("the loss Var belongs to another tape")
+        return v.id
+    return int(v)
+
+
+def capture(device: Device, tape: Tape, loss: Var | int) -> Program:
+    """Mirror the episode [0, loss] of `tape` on `device` (values uploaded for the leaves)."""
+    if not tape.ok:
+        raise CaptureError(f"cannot capture a poisoned tape: {tape.error}")
+    li = _node_id(tape, loss)
+    nodes = tape.nodes
+    if not 0 <= li < len(nodes):
+        raise CaptureError(f"loss node {li} is not on the tape ({len(nodes)} nodes)")
+    if nodes[li].size != 1:
+        raise CaptureError(f"node {li} {nodes[li].op}: the loss must be a scalar, "
+                           f"shape {nodes[li].shape}")
+    if tape.dtype not in (np.float64, np.float32):
+        raise CaptureError(f"tape dtype {tape.dtype} has no kernels (float64, float32)")
+    for n in nodes[: li + 1]:
+        if n.op not in KERNELS:
+            raise CaptureError(f"node {n.id} {n.op} ({n.name or 'unnamed'}): no device kernel "
+                               f"for op {n.op!r}")
+        if n.dtype != tape.dtype:
+            raise CaptureError(f"node {n.id} {n.op}: dtype {n.dtype} differs from the tape's")
+    return Program(device, tape, li)
+
+
+class Program:
+    """A captured episode on a device; see the module docstring."""
+
+    def __init__(self, device: Device, tape: Tape, loss: int) -> None:
+        self.device = device
+        self.dtype = np.dtype(tape.dtype)
+        self.math = tape.math
+        self.loss_id = loss
+        self.nodes = tape.nodes[: loss + 1]
+        self.module = device.compile(library_source(self.math))
+        self.reached = reached_nodes(self.nodes, loss)
+        dev = device
+        self.values: list[Buffer] = [dev.alloc(n.size, self.dtype) for n in self.nodes]
+        self.grads: list[Buffer | None] = [
+            dev.alloc(n.size, self.dtype) if r else None
+            for n, r in zip(self.nodes, self.reached, strict=True)
+        ]
+        for n in self.nodes:
+            if n.op in ("param", "const"):
+                self.values[n.id].upload(np.ascontiguousarray(tape.value(n.id)).reshape(-1))
+        self.value_ptrs = np.array([b.ptr for b in self.values], dtype=np.int64)
+        self.grad_ptrs = np.array([b.ptr if b else 0 for b in self.grads], dtype=np.int64)
+        self.vtab = dev.alloc(len(self.nodes), np.int64)
+        self.vtab.upload(self.value_ptrs)
+        self.gtab = dev.alloc(len(self.nodes), np.int64)
+        self.gtab.upload(self.grad_ptrs)
+        self.ctx = BuildCtx(dev, self.module, self.dtype, self.nodes, self.values, self.grads)
+        self.phases: dict[str, list[Step]] = {
+            "forward": self._build_forward(),
+            "backward": self._build_backward(),
+        }
+        self._lists: dict[Any, Any] = {}
+        self._graph: tuple[Any, Any, int] | None = None
+        self.bytes_to_host_start = dev.stats.bytes_to_host
+
+    # ---- building ----------------------------------------------------------------------------
+    def _build_forward(self) -> list[Step]:
+        steps = []
+        for n in self.nodes:
+            fwd = KERNELS[n.op].fwd
+            if fwd == LEAF:
+                continue
+            steps += [Step(n.id, ln) for ln in fwd(self.ctx, n)]
+        return steps
+
+    def _build_backward(self) -> list[Step]:
+        ctx = self.ctx
+        live = [i for i, g in enumerate(self.grads) if g is not None]
+        table = np.array([[self.grad_ptrs[i], self.nodes[i].size] for i in live],
+                         dtype=np.int64).reshape(-1)
+        steps = [Step(-1, ctx.module[f"zero_many_{ctx.sfx}"].record(
+                     max(len(live), 1), 128, ctx.aux(-1, "zero_table", table), len(live))),
+                 Step(self.loss_id, ctx.launch("fill", 1, self.grads[self.loss_id],
+                                               ctx.real(1.0), 1))]
+        for i in range(self.loss_id, -1, -1):
+            n = self.nodes[i]
+            if not self.reached[i] or not n.inputs or not n.requires_grad:
+                continue
+            nondiff = REGISTRY[n.op].nondiff_inputs
+            for k, j in enumerate(n.inputs):
+                if self.nodes[j].requires_grad and k not in nondiff:
+                    steps += [Step(i, ln) for ln in KERNELS[n.op].bwd(ctx, n, k)]
+        return steps
+
+    # ---- running -----------------------------------------------------------------------------
+    def _run_phase(self, *names: str, extra: list[Launch] | None = None) -> None:
+        key = names + (id(extra) if extra else 0,)
+        lst = self._lists.get(key)
+        if lst is None:
+            launches = [s.launch for name in names for s in self.phases[name]] + (extra or [])
+            lst = self._lists[key] = self.device.launch_list(launches)
+        lst.replay()
+
+    def invalidate(self) -> None:
+        """Forget prebuilt launch lists and graphs (call after editing `phases`)."""
+        self._lists.clear()
+        self._graph = None
+
+    def forward(self) -> None:
+        """Recompute every node's value from the current leaves."""
+        self._run_phase("forward")
+
+    def backward(self) -> None:
+        """Zero every gradient, seed the loss with 1, run the backward launches."""
+        self._run_phase("backward")
+
+    def step(self, opt: Any) -> None:
+        """One optimizer update on the device (opt: gpu.SGD / gpu.Adam)."""
+        launches = opt.prepare(self)
+        self._run_phase(extra=launches)
+
+    def run_episode(self, opt: Any | None = None) -> None:
+        """forward + backward (+ optimizer): one CUDA graph replay on cuda, one list on host."""
+        launches = opt.prepare(self) if opt is not None else []
+        if self.device.kind == "cuda":
+            key = id(launches)
+            if self._graph is None or self._graph[0] != key:
+                seq = [s.launch for p in ("forward", "backward") for s in self.phases[p]]
+                seq += launches
+                self._graph = (key, self.device.capture_graph(seq), len(seq))
+            self.device.launch_graph(self._graph[1], self._graph[2])
+        else:
+            self._run_phase("forward", "backward", extra=launches)
+
+    # ---- data in and out ---------------------------------------------------------------------
+    def node_id(self, v: Var | int | str) -> int:
+        """A node id from a Var, an id, or a (scoped) node name."""
+        if isinstance(v, str):
+            hits = [n.id for n in self.nodes if n.name == v]
+            if len(hits) != 1:
+                raise KeyError(f"{len(hits)} captured nodes are named {v!r}")
+            return hits[0]
+        i = v.id if isinstance(v, Var) else int(v)
+        if not 0 <= i < len(self.nodes):
+            raise KeyError(f"node {i} is not in this program ({len(self.nodes)} nodes)")
+        return i
+
+    def set_input(self, v: Var | int | str, array: Any) -> None:
+        """Upload new data into a leaf (const or param); shape must match the captured node."""
+        i = self.node_id(v)
+        n = self.nodes[i]
+        if n.op not in ("const", "param"):
+            raise ValueError(f"node {i} {n.op}: only leaves take inputs")
+        a = np.asarray(array)
+        if a.shape != n.shape:
+            raise ValueError(f"node {i} {n.name or n.op}: shape {a.shape} given, "
+                             f"{n.shape} captured")
+        a = np.ascontiguousarray(a, dtype=self.dtype)
+        for c in self.nodes:  # a target index out of range would read outside the logits
+            if c.op == "cross_entropy" and c.inputs[1] == i:
+                ncls = self.nodes[c.inputs[0]].shape[-1]
+                if not np.all((a >= 0) & (a < ncls) & (a == np.floor(a))):
+                    raise ValueError(f"node {i} {n.name or n.op}: cross_entropy targets must "
+                                     f"be integers in [0, {ncls})")
+        self.values[i].upload(a.reshape(-1))
+
+    def read(self, v: Var | int | str, which: str = "value") -> np.ndarray | None:
+        """Download a node's value or gradient (None: backward never reaches it)."""
+        i = self.node_id(v)
+        if which not in ("value", "grad"):
+            raise ValueError(f"which must be 'value' or 'grad', not {which!r}")
+        buf = self.values[i] if which == "value" else self.grads[i]
+        if buf is None:
+            return None
+        self.device.synchronize()
+        return buf.download().reshape(self.nodes[i].shape)
+
+    def loss(self) -> float:
+        """The loss value (one scalar crosses to the host)."""
+        return float(self.read(self.loss_id)[()])
+
+    def param_ids(self) -> list[int]:
+        """Parameter node ids in tape order."""
+        return [n.id for n in self.nodes if n.op == "param"]
+
+    def sync_params_to(self, tape: Tape) -> None:
+        """Write the device's parameter values back into the tape's parameters."""
+        for i in self.param_ids():
+            tn = tape.node(i)
+            if tn.op != "param" or tuple(tn.shape) != tuple(self.nodes[i].shape):
+                raise ValueError(f"node {i}: the tape's {tn.op} {tn.shape} is not the "
+                                 f"captured param {self.nodes[i].shape}")
+            tape.assign(i, self.read(i))
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Launch counts per phase and per episode; bytes moved to the host since capture."""
+        fwd, bwd = len(self.phases["forward"]), len(self.phases["backward"])
+        opt = getattr(self, "_opt_launches", 0)
+        return {
+            "launches_forward": fwd,
+            "launches_backward": bwd,
+            "launches_optimizer": opt,
+            "launches_per_episode": fwd + bwd + opt,
+            "launches_total": self.device.stats.launches,
+            "bytes_to_host": self.device.stats.bytes_to_host - self.bytes_to_host_start,
+        }
