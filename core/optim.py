@@ -120,6 +120,16 @@ class Adam(Optimizer):
         if slot.m is None:
             slot.m = np.zeros_like(w)
             slot.v = np.zeros_like(w)
-        slot.m = k["b1"] * slot.m + k["omb1"] * g
-        slot.v = k["b2"] * slot.v + k["omb2"] * (g * g)
-        return w - k["lr_t"] * (slot.m / (np.sqrt(slot.v) + k["eps"]))
+        # in place, but the same roundings in the same order as the docstring's formulas
+        m, v = slot.m, slot.v
+        m *= k["b1"]
+        m += k["omb1"] * g
+        gg = g * g
+        gg *= k["omb2"]
+        v *= k["b2"]
+        v += gg
+        den = np.sqrt(v)
+        den += k["eps"]
+        upd = np.divide(m, den, out=den)
+        upd *= k["lr_t"]
+        return np.subtract(w, upd, out=upd)

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,8 +25,7 @@ class TapeError(RuntimeError):
     """A tape operation failed: a poisoned tape, a foreign Var, a bad leaf."""
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     """One tape entry: the op, its inputs (smaller ids), attributes, shape and name."""
 
     id: int
@@ -41,7 +40,10 @@ class Node:
     @property
     def size(self) -> int:
         """Element count of the node's value."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
 
 @dataclass(frozen=True)
@@ -316,27 +318,33 @@ class Tape:
         if not self.ok:
             return Var(self, -1)
         opdef = REGISTRY[op]
-        ids = tuple(self._id(v) for v in inputs)
-        attrs = dict(attrs or {})
+        nodes = self._nodes
+        ids = []
+        for v in inputs:
+            if v.tape is not self or not 0 <= v.id < len(nodes):
+                self._id(v)  # raises the precise error
+            ids.append(v.id)
+        attrs = {} if attrs is None else dict(attrs)
         try:
-            shape = tuple(opdef.shape([self._nodes[j].shape for j in ids], attrs))
-        except ShapeError as e:
-            self._poison(f"node {len(self._nodes)} {op}: {e}")
+            shape = tuple(opdef.shape([nodes[j].shape for j in ids], attrs))
+            # NOTE: no np.errstate here (it costs more than a small op): inf and NaN are data
+            # the inspector shows; numpy warns once per place at most.
+            y = opdef.forward(self.M, [self._values[j] for j in ids], attrs)
+        except ShapeError as e:  # shapes, or a value the op cannot take (a target out of range)
+            self._poison(f"node {len(nodes)} {op}: {e}")
             return Var(self, -1)
-        xs = [self._values[j] for j in ids]
-        try:
-            with np.errstate(all="ignore"):  # inf/NaN are data here: the inspector shows them
-                y = np.asarray(opdef.forward(self.M, xs, attrs), dtype=self.dtype)
-            if not y.flags.c_contiguous:
-                y = np.ascontiguousarray(y)
-        except ShapeError as e:  # a value the op cannot take (e.g. a target out of range)
-            self._poison(f"node {len(self._nodes)} {op}: {e}")
-            return Var(self, -1)
+        if type(y) is not np.ndarray or y.dtype != self.dtype or not y.flags.c_contiguous:
+            y = np.ascontiguousarray(y, dtype=self.dtype).reshape(np.shape(y))
         if y.shape != shape:
             raise AssertionError(f"{op}: forward gave {y.shape}, shape rule said {shape}")
-        rg = any(self._nodes[j].requires_grad for k, j in enumerate(ids)
-                 if k not in opdef.nondiff_inputs)
-        return self._append(op, ids, attrs, y, name, rg)
+        nd = opdef.nondiff_inputs
+        rg = any(nodes[j].requires_grad for k, j in enumerate(ids) if k not in nd)
+        i = len(nodes)
+        nodes.append(Node(i, op, tuple(ids), MappingProxyType(attrs), shape, self.dtype,
+                          self._scoped(name) if self._scope else name, rg))
+        self._values.append(y)
+        self._grads.append(None)
+        return Var(self, i)
 
     def _poison(self, message: str) -> None:
         self.ok = False
@@ -377,30 +385,38 @@ class Tape:
                             f"{self._nodes[li].op} has shape {self._nodes[li].shape}")
         self._grads = [None] * len(self._nodes)
         self._grads[li] = np.ones(self._nodes[li].shape, dtype=self.dtype)
+        with np.errstate(all="ignore"):  # once per sweep: inf/NaN are data here
+            yield from self._sweep_nodes(li, events)
+
+    def _sweep_nodes(self, li: int, events: bool) -> Iterator[BackwardStep]:
         zero = self.dtype.type(0)
+        nodes, values, grads = self._nodes, self._values, self._grads
         for i in range(li, -1, -1):
-            g = self._grads[i]
-            node = self._nodes[i]
-            if g is None or not node.inputs or not node.requires_grad:
+            g = grads[i]
+            if g is None:
+                continue
+            node = nodes[i]
+            if not node.inputs or not node.requires_grad:
                 continue
             opdef = REGISTRY[node.op]
-            needs = [self._nodes[j].requires_grad and k not in opdef.nondiff_inputs
-                     for k, j in enumerate(node.inputs)]
-            xs = [self._values[j] for j in node.inputs]
-            with np.errstate(all="ignore"):
-                parts = opdef.backward(self.M, g, xs, self._values[i], node.attrs, needs)
-                contribs = []
-                for k, j in enumerate(node.inputs):
-                    c = parts[k]
-                    if not needs[k] or c is None:
-                        continue
-                    c = np.asarray(c, dtype=self.dtype).reshape(self._nodes[j].shape)
-                    before = self._grads[j]
-                    # gradients start at +0.0 and every contribution is added: g = g + c
-                    after = np.asarray((zero + c) if before is None else (before + c))
-                    self._grads[j] = after
-                    if events:
-                        contribs.append(Contribution(j, _readonly(c), None if before is None
-                                                     else _readonly(before), _readonly(after)))
+            nd = opdef.nondiff_inputs
+            needs = [nodes[j].requires_grad and k not in nd for k, j in enumerate(node.inputs)]
+            parts = opdef.backward(self.M, g, [values[j] for j in node.inputs], values[i],
+                                   node.attrs, needs)
+            contribs = []
+            for k, j in enumerate(node.inputs):
+                c = parts[k]
+                if not needs[k] or c is None:
+                    continue
+                shape = nodes[j].shape
+                if type(c) is not np.ndarray or c.shape != shape or c.dtype != self.dtype:
+                    c = np.asarray(c, dtype=self.dtype).reshape(shape)
+                before = grads[j]
+                # gradients start at +0.0 and every contribution is added: g = g + c
+                after = np.add(zero if before is None else before, c)
+                grads[j] = after
+                if events:
+                    contribs.append(Contribution(j, _readonly(c), None if before is None
+                                                 else _readonly(before), _readonly(after)))
             if events:
                 yield BackwardStep(node, _readonly(g), tuple(contribs))

@@ -16,6 +16,7 @@ import numpy as np
 from core.ops import elementwise, linalg, movement, reduce, rowwise  # noqa: F401  (registers)
 from core.ops.registry import REGISTRY, OpDef, ShapeError, register
 from core.ops.rowwise import rope_tables
+from core.tape import Var
 
 __all__ = [
     "REGISTRY", "OpDef", "ShapeError", "register", "rope_tables",
@@ -27,21 +28,15 @@ __all__ = [
 
 
 def _tape(*xs: Any):
-    from core.tape import Var
-
     for x in xs:
-        if isinstance(x, Var):
+        if type(x) is Var:
             return x.tape
     raise TypeError("an op needs at least one tape Var among its inputs")
 
 
-def _vars(tape, xs):
-    return [tape._lift(x) for x in xs]
-
-
 def _rec(op: str, xs: Sequence[Any], attrs: dict | None = None, name: str | None = None):
     t = _tape(*xs)
-    return t.record(op, _vars(t, xs), attrs, name)
+    return t.record(op, [x if type(x) is Var else t._lift(x) for x in xs], attrs, name)
 
 
 def add(a, b, name=None):
@@ -224,8 +219,7 @@ def attention(q, k, v, causal: bool = False, name=None):
     probs = softmax(scores, axis=-1)
     out = matmul(probs, v) if len(qs) == 2 else bmm(probs, v)
     if name is not None and t.ok:
-        t._nodes[out.id] = t._nodes[out.id].__class__(**{**t._nodes[out.id].__dict__,
-                                                        "name": t._scoped(name)})
+        t._nodes[out.id] = t._nodes[out.id]._replace(name=t._scoped(name))
     return out
 
 

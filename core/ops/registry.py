@@ -65,6 +65,8 @@ def register(op: OpDef) -> OpDef:
 
 def broadcast_shape(a: Shape, b: Shape) -> Shape:
     """numpy's broadcast of two shapes, or ShapeError naming both."""
+    if a == b:
+        return a
     try:
         return tuple(np.broadcast_shapes(a, b))
     except ValueError:

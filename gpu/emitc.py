@@ -1,0 +1,362 @@
+"""emitc: a recorded SCALAR tape becomes the C source of one ``grad`` function.
+
+``emit(tape, loss, leaves={"x": "x[i]"})`` walks the tape (every node in the loss's cone must hold
+one element) and prints, in tape order, ``const real_t tN = <op mirror>;`` for the forward, then
+the backward in decreasing id order seeded with ``1``: ``gI = gI + <contribution>`` for every
+input that needs a gradient, exactly the walk of ``Tape.backward``. Parameters are ``p[j]`` (j =
+registration order); data leaves are the caller's C expressions; unbound constants are exact
+literals. A parameter's gradient is ADDED into ``g[j]`` (so a caller sums per-example gradients);
+the function returns the loss value.
+
+Every C expression mirrors docs/reference-order.md operation for operation (``ADD``/``MUL``/...
+are spelled ``__dadd_rn``/``__dmul_rn``; transcendentals are refmath's C twins ``ts_*``), so gcc
+``-ffp-contract=off`` or NVRTC ``--fmad=false`` reproduces the tape bit for bit. The text is
+written with the stock kernels' template tokens and expanded by ``gpu.source.instantiate``, so a
+float32 tape and ``math="platform"`` take the same substitution as the kernel library.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from core.ops.registry import REGISTRY
+from core.tape import Node, Tape, Var
+from gpu.device import KERNEL_DIR
+from gpu.source import instantiate
+
+__all__ = ["EmitError", "emit", "emit_lines", "needed_math", "C_OPS"]
+
+
+class EmitError(ValueError):
+    """The tape cannot be emitted: a non-scalar node, an op without a C form, a bad binding."""
+
+
+# ---- literals -----------------------------------------------------------------------------
+def literal(value: Any, dtype: np.dtype) -> str:
+    """The exact C spelling of ``value`` rounded once to ``dtype`` (NaN/inf by their bits)."""
+    dt = np.dtype(dtype)
+    v = dt.type(value)
+    if np.isfinite(v):
+        # repr of a float is the shortest string that round-trips; a float32 value is exact in
+        # double, so (float)(<double literal>) gives back the same float: one rounding, the one
+        # dt.type(value) made.
+        return f"(({'double' if dt == np.float64 else 'float'})({float(v)!r}))"
+    if dt == np.float64:
+        return f"__longlong_as_double({int(np.array(v).view(np.int64))}LL)"
+    return f"__int_as_float({int(np.array(v).view(np.int32))})"
+
+
+# ---- per-op rules -------------------------------------------------------------------------
+class _Ctx:
+    """What a rule sees: operand names, the node, literals, fresh temporaries."""
+
+    def __init__(self, tape: Tape, node: Node) -> None:
+        self.node = node
+        self.dtype = tape.dtype
+        self.ins = [f"t{j}" for j in node.inputs]
+        self.in_shapes = [tape.nodes[j].shape for j in node.inputs]
+        self.y = f"t{node.id}"
+        self.g = f"g{node.id}"
+        self.lines: list[str] = []
+        self._n = 0
+
+    def lit(self, v: Any) -> str:
+        """A literal of the tape dtype."""
+        return literal(v, self.dtype)
+
+    def let(self, expr: str) -> str:
+        """Bind ``expr`` to a fresh temporary and return its name."""
+        self._n += 1
+        name = f"u{self.node.id}_{self._n}"
+        self.lines.append(f"const real_t {name} = {expr};")
+        return name
+
+    def unb(self, c: str, k: int) -> str:
+        """Contribution ``c`` reduced to input k's shape (serial sum from +0.0 when it differs)."""
+        # NOTE: for one element, unbroadcast is the identity when the shapes agree and
+        # serial_sum (acc = +0.0 + c) otherwise: the +0.0 turns a -0.0 into +0.0
+        return c if self.in_shapes[k] == self.node.shape else f"ADD({c}, {self.lit(0)})"
+
+    def serial1(self, e: str) -> str:
+        """serial_sum of one element: acc = +0.0 + e."""
+        return f"ADD({e}, {self.lit(0)})"
+
+    def count(self) -> str:
+        """T(n) of a one-element reduction (always 1, written out as the reference does)."""
+        return self.lit(1)
+
+
+Fwd = Callable[[_Ctx], str]
+Bwd = Callable[[_Ctx], list["str | None"]]
+
+
+def _rms_r(c: _Ctx) -> str:
+    x = c.ins[0]
+    ms = c.let(f"DIV({c.serial1(f'MUL({x}, {x})')}, {c.lit(c.in_shapes[0][-1])})")
+    return c.let(f"DIV({c.lit(1)}, SQRT(ADD({ms}, {c.lit(c.node.attrs['eps'])})))")
+
+
+def _softmax_fwd(c: _Ctx) -> str:
+    x = c.ins[0]
+    e = c.let(f"EXP(SUB({x}, {x}))")  # m = max over one element = x itself
+    return f"DIV({e}, {c.serial1(e)})"
+
+
+def _ce_parts(c: _Ctx) -> tuple[str, str, str]:
+    x = c.ins[0]
+    z = c.let(f"SUB({x}, {x})")  # one class: z = x - max = x - x; the only valid target is 0
+    e = c.let(f"EXP({z})")
+    return z, e, c.let(c.serial1(e))
+
+
+def _ce_fwd(c: _Ctx) -> str:
+    z, e, s = _ce_parts(c)
+    return f"DIV({c.serial1(f'SUB(LOG({s}), {z})')}, {c.lit(1)})"
+
+
+def _ce_bwd(c: _Ctx) -> list[str | None]:
+    z, e, s = _ce_parts(c)
+    d = c.let(f"SUB(DIV({e}, {s}), {c.lit(1)})")
+    return [f"MUL({d}, DIV({c.g}, {c.lit(1)}))", None]
+
+
+def _silu_slope(c: _Ctx, x: str, s: str) -> str:
+    one = c.lit(1)
+    return f"MUL({s}, ADD({one}, MUL({x}, SUB({one}, {s}))))"
+
+
+def _rms_bwd(c: _Ctx) -> list[str | None]:
+    x, gamma = c.ins
+    r = _rms_r(c)
+    gd = c.let(f"MUL({c.g}, {gamma})")
+    dot = c.let(c.serial1(f"MUL({gd}, {x})"))
+    k = c.let(f"MUL(DIV(MUL(MUL({r}, {r}), {r}), {c.lit(c.in_shapes[0][-1])}), {dot})")
+    gx = f"SUB(MUL({gd}, {r}), MUL({x}, {k}))"
+    gg = f"MUL({c.g}, MUL({x}, {r}))"
+    return [gx, gg if c.in_shapes[1] == c.node.shape else c.serial1(gg)]
+
+
+def _swiglu_bwd(c: _Ctx) -> list[str | None]:
+    a, u = c.ins
+    s = c.let(f"SIGMOID({a})")
+    return [f"MUL(MUL({c.g}, {u}), {_silu_slope(c, a, s)})", f"MUL({c.g}, MUL({a}, {s}))"]
+
+
+def _copy_bwd(c: _Ctx) -> list[str | None]:
+    return [c.g] * len(c.ins)
+
+
+def _s(c: _Ctx) -> str:
+    return c.lit(c.node.attrs["s"])
+
+
+# op -> (forward expression, backward contributions in input order). Each line is the
+# reference-order formula of docs/reference-order.md for a one-element operand.
+C_OPS: dict[str, tuple[Fwd, Bwd]] = {
+    "add": (lambda c: "ADD({}, {})".format(*c.ins),
+            lambda c: [c.unb(c.g, 0), c.unb(c.g, 1)]),
+    "sub": (lambda c: "SUB({}, {})".format(*c.ins),
+            lambda c: [c.unb(c.g, 0), c.unb(f"(-{c.g})", 1)]),
+    "mul": (lambda c: "MUL({}, {})".format(*c.ins),
+            lambda c: [c.unb(f"MUL({c.g}, {c.ins[1]})", 0), c.unb(f"MUL({c.g}, {c.ins[0]})", 1)]),
+    "div": (lambda c: "DIV({}, {})".format(*c.ins),
+            lambda c: [c.unb(f"DIV({c.g}, {c.ins[1]})", 0),
+                       c.unb(f"(-DIV(MUL({c.g}, {c.y}), {c.ins[1]}))", 1)]),
+    "neg": (lambda c: f"(-{c.ins[0]})", lambda c: [f"(-{c.g})"]),
+    "adds": (lambda c: f"ADD({c.ins[0]}, {_s(c)})", lambda c: [c.g]),
+    "muls": (lambda c: f"MUL({c.ins[0]}, {_s(c)})", lambda c: [f"MUL({c.g}, {_s(c)})"]),
+    # NaN propagates through relu; -0.0 and negatives become +0.0
+    "relu": (lambda c: "(({0} > {1} || {0} != {0}) ? {0} : {1})".format(c.ins[0], c.lit(0)),
+             lambda c: [f"(({c.ins[0]} > {c.lit(0)}) ? {c.g} : {c.lit(0)})"]),
+    "sigmoid": (lambda c: f"SIGMOID({c.ins[0]})",
+                lambda c: [f"MUL({c.g}, MUL({c.y}, SUB({c.lit(1)}, {c.y})))"]),
+    "tanh": (lambda c: f"TANH({c.ins[0]})",
+             lambda c: [f"MUL({c.g}, SUB({c.lit(1)}, MUL({c.y}, {c.y})))"]),
+    "exp": (lambda c: f"EXP({c.ins[0]})", lambda c: [f"MUL({c.g}, {c.y})"]),
+    "log": (lambda c: f"LOG({c.ins[0]})", lambda c: [f"DIV({c.g}, {c.ins[0]})"]),
+    "sqrt": (lambda c: f"SQRT({c.ins[0]})", lambda c: [f"DIV({c.g}, ADD({c.y}, {c.y}))"]),
+    "sum": (lambda c: c.serial1(c.ins[0]), _copy_bwd),
+    "mean": (lambda c: f"DIV({c.serial1(c.ins[0])}, {c.count()})",
+             lambda c: [f"DIV({c.g}, {c.count()})"]),
+    # dot over one k: acc = +0.0 + (a * b); ga = dot over n of g*b; gb = dot over rows of a*g
+    "matmul": (lambda c: "ADD({}, MUL({}, {}))".format(c.lit(0), *c.ins),
+               lambda c: [f"ADD({c.lit(0)}, MUL({c.g}, {c.ins[1]}))",
+                          f"ADD({c.lit(0)}, MUL({c.ins[0]}, {c.g}))"]),
+    "transpose": (lambda c: c.ins[0], _copy_bwd),
+    "reshape": (lambda c: c.ins[0], _copy_bwd),
+    "slice": (lambda c: c.ins[0], _copy_bwd),
+    "concat": (lambda c: c.ins[0], _copy_bwd),
+    "softmax": (_softmax_fwd,
+                lambda c: [f"MUL({c.y}, SUB({c.g}, {c.serial1(f'MUL({c.g}, {c.y})')}))"]),
+    "rms_norm": (lambda c: f"MUL(MUL({c.ins[0]}, {_rms_r(c)}), {c.ins[1]})", _rms_bwd),
+    "silu": (lambda c: f"MUL({c.ins[0]}, SIGMOID({c.ins[0]}))",
+             lambda c: [f"MUL({c.g}, {_silu_slope(c, c.ins[0], c.let(f'SIGMOID({c.ins[0]})'))})"]),
+    "swiglu": (lambda c: "MUL(MUL({0}, SIGMOID({0})), {1})".format(*c.ins), _swiglu_bwd),
+    "cross_entropy": (_ce_fwd, _ce_bwd),
+}
+C_OPS["bmm"] = C_OPS["matmul"]
+
+_MATH_TOKENS = {"EXP": "exp", "LOG": "log", "TANH": "tanh", "SIGMOID": "sigmoid", "ERF": "erf"}
+
+
+# ---- the walk -----------------------------------------------------------------------------
+def _cone(tape: Tape, li: int) -> list[int]:
+    """Ids of the loss's ancestors (and the loss), increasing."""
+    seen = {li}
+    for i in range(li, -1, -1):
+        if i in seen:
+            seen.update(tape.nodes[i].inputs)
+    return sorted(seen)
+
+
+def _reached(tape: Tape, li: int) -> set[int]:
+    """Nodes the tape's backward gives a gradient to (mirrors Tape._sweep)."""
+    got = {li}
+    for i in range(li, -1, -1):
+        n = tape.nodes[i]
+        if i not in got or not n.inputs or not n.requires_grad:
+            continue
+        nd = REGISTRY[n.op].nondiff_inputs
+        got.update(j for k, j in enumerate(n.inputs)
+                   if tape.nodes[j].requires_grad and k not in nd)
+    return got
+
+
+def _bind(tape: Tape, leaves: Mapping[Any, str] | None) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for key, expr in (leaves or {}).items():
+        if isinstance(key, Var):
+            ids = [tape._id(key)]
+        elif isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            ids = [tape._id(int(key))]
+        elif isinstance(key, str):
+            ids = [n.id for n in tape.nodes if n.name == key and n.op in ("const", "param")]
+            if not ids:
+                raise EmitError(f"emitc leaves: no leaf named {key!r} on the tape")
+            if len(ids) > 1:
+                raise EmitError(f"emitc leaves: {len(ids)} leaves are named {key!r} "
+                                f"(nodes {ids}); bind them by id")
+        else:
+            raise EmitError(f"emitc leaves: key {key!r} is not a Var, a node id or a name")
+        node = tape.nodes[ids[0]]
+        if node.op != "const":
+            raise EmitError(f"emitc leaves: node {node.id} ({node.op} {node.name!r}) is not a "
+                            "data leaf; parameters are always p[j]")
+        if not isinstance(expr, str) or not expr.strip():
+            raise EmitError(f"emitc leaves: node {node.id} needs a C expression, got {expr!r}")
+        out[node.id] = expr
+    return out
+
+
+def needed_math(tape: Tape, loss: Var | int) -> set[str]:
+    """The transcendentals (exp, log, tanh, sigmoid, erf) the emitted function calls."""
+    fwd, bwd, _ = emit_lines(tape, loss)
+    text = "\n".join(fwd + bwd)
+    return {v for k, v in _MATH_TOKENS.items() if re.search(rf"\b{k}\(", text)}
+
+
+def _check_math(tape: Tape, li: int) -> None:
+    if tape.math != "refmath":
+        return  # platform libm: parity is not expected, the C calls libm by name
+    from core import refmath
+
+    header = (KERNEL_DIR / "refmath.cuh").read_text()
+    for name in sorted(needed_math(tape, li)):
+        if name not in getattr(refmath, "FUNCTIONS", ()):
+            raise EmitError(f"emitc: the tape's refmath has no {name} yet (it falls back to the "
+                            "platform libm), so no C twin can match it bit for bit")
+        if not re.search(rf"\bts_{name}\s*\(", header):
+            raise EmitError(f"emitc: gpu/kernels/refmath.cuh defines no ts_{name} yet")
+
+
+def emit_lines(tape: Tape, loss: Var | int, leaves: Mapping[Any, str] | None = None,
+               trace: bool = False) -> tuple[list[str], list[str], dict[int, int]]:
+    """Template-token body lines (forward, backward) and the param id -> index map."""
+    if not tape.ok:
+        raise EmitError(f"emitc: the tape is poisoned: {tape.error}")
+    li = tape._id(loss)
+    bound = _bind(tape, leaves)
+    pidx = {v.id: j for j, v in enumerate(tape.params())}
+    cone = _cone(tape, li)
+    for i in cone:
+        n = tape.nodes[i]
+        if n.size != 1:
+            raise EmitError(f"emitc: node {i} {n.op} {n.name or ''} has shape {n.shape}; "
+                            "a scalar tape has one element per node")
+        if n.op not in ("param", "const") and n.op not in C_OPS:
+            raise EmitError(f"emitc: node {i} op {n.op!r} has no C form")
+    fwd: list[str] = []
+    for i in cone:
+        n = tape.nodes[i]
+        if n.op == "param":
+            expr = f"p[{pidx[i]}]"
+        elif n.op == "const":
+            expr = f"@@LEAF{i}@@" if i in bound else literal(tape.value(i).reshape(-1)[0],
+                                                               tape.dtype)
+        else:
+            c = _Ctx(tape, n)
+            expr = C_OPS[n.op][0](c)
+            fwd.extend(c.lines)
+        label = f"{n.op} {n.name}".replace("*/", "* /") if n.name else n.op
+        fwd.append(f"const real_t t{i} = {expr};  /* {label} */")
+        if trace:
+            fwd.append(f"tv[{i}] = t{i};")
+    reached = _reached(tape, li)
+    grads = [i for i in cone if i in reached]
+    bwd = [f"real_t g{i} = {literal(1 if i == li else 0, tape.dtype)};" for i in grads]
+    for i in reversed(grads):
+        n = tape.nodes[i]
+        if not n.inputs or not n.requires_grad:
+            continue
+        c = _Ctx(tape, n)
+        parts = C_OPS[n.op][1](c)
+        body = list(c.lines)
+        nd = REGISTRY[n.op].nondiff_inputs
+        for k, j in enumerate(n.inputs):
+            if k in nd or not tape.nodes[j].requires_grad or parts[k] is None:
+                continue
+            # computed in full, then added: gJ = gJ + c (gJ started at +0.0)
+            body.append(f"g{j} = ADD(g{j}, {parts[k]});")
+        bwd.append(f"/* node {i} {n.op} */")
+        bwd.extend(body)
+    for i in grads:
+        if trace:
+            bwd.append(f"tg[{i}] = g{i};")
+        if i in pidx:
+            bwd.append(f"g[{pidx[i]}] = ADD(g[{pidx[i]}], g{i});")
+    bwd.append(f"return t{li};")
+    return fwd, bwd, {i: pidx[i] for i in grads if i in pidx}
+
+
+def emit(tape: Tape, loss: Var | int, leaves: Mapping[Any, str] | None = None, *,
+         name: str = "grad", qualifier: str = "__device__", args: str = "",
+         trace: bool = False) -> str:
+    """C source of ``real_t name(const real_t* p, real_t* g[, trace][, args])`` for a scalar tape.
+
+    ``leaves`` binds data leaves (by name, id or Var) to C expressions over ``args``; ``trace``
+    adds ``real_t* tv, real_t* tg`` receiving every node's value and reached gradient by id.
+    """
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise EmitError(f"emitc: {name!r} is not a C identifier")
+    li = tape._id(loss)
+    _check_math(tape, li)
+    fwd, bwd, _ = emit_lines(tape, li, leaves, trace)
+    bound = _bind(tape, leaves)
+    params = ["const real_t* p", "real_t* g"] + (["real_t* tv", "real_t* tg"] if trace else [])
+    sig = ", ".join(params) + (", @@ARGS@@" if args.strip() else "")
+    n_params = len(tape.params())
+    head = (f"/* emitc: scalar tape, {len(tape)} nodes, loss = node {li}, {n_params} params "
+            f"(p[0..{n_params - 1}] in registration order); g[j] += dloss/dp[j] */")
+    body = "\n".join("    " + ln for ln in ["/* forward */", *fwd, "/* backward */", *bwd])
+    text = f"{head}\n{qualifier} real_t {name}({sig}) {{\n{body}\n}}\n".lstrip()
+    # protect the function name and the caller's expressions from the token substitution
+    text = text.replace(f" {name}(", " @@NAME@@(", 1)
+    out = instantiate(text, tape.dtype, tape.math)
+    out = out.replace("@@NAME@@", name).replace("@@ARGS@@", args.strip())
+    for i, expr in bound.items():
+        out = out.replace(f"@@LEAF{i}@@", f"({expr})")
+    return out
