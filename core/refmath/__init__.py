@@ -14,16 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from core.refmath import _explog
+from core.refmath import _derived, _explog
 
 #: The names the tape calls; each exists here and as ``ts_<name>``/``ts_<name>f`` in C.
-FUNCTIONS = ("exp", "expm1", "log", "log1p")
+FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "rsqrt")
 
 _KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": _explog.exp64,
     "expm1": _explog.expm1_64,
     "log": _explog.log64,
     "log1p": _explog.log1p64,
+    "tanh": _derived.tanh64,
+    "sigmoid": _derived.sigmoid64,
+    "erf": _derived.erf64,
+    "rsqrt": _derived.rsqrt64,
 }
 
 # Work in cache-sized blocks: the kernels make many whole-array temporaries, and keeping them
@@ -72,4 +76,24 @@ def log1p(x: Any) -> np.ndarray:
     return _apply("log1p", x)
 
 
-__all__ = ["FUNCTIONS", "exp", "expm1", "log", "log1p"]
+def tanh(x: Any) -> np.ndarray:
+    """Hyperbolic tangent elementwise (fdlibm s_tanh.c via expm1; <= 2 ulp)."""
+    return _apply("tanh", x)
+
+
+def sigmoid(x: Any) -> np.ndarray:
+    """Logistic 1/(1+exp(-x)) elementwise; x < 0 as exp(x)/(1+exp(x)) (<= 2 ulp)."""
+    return _apply("sigmoid", x)
+
+
+def erf(x: Any) -> np.ndarray:
+    """Error function elementwise (fdlibm s_erf.c; <= 2 ulp)."""
+    return _apply("erf", x)
+
+
+def rsqrt(x: Any) -> np.ndarray:
+    """1/sqrt(x) elementwise: correctly rounded sqrt, then a correctly rounded division."""
+    return _apply("rsqrt", x)
+
+
+__all__ = ["FUNCTIONS", "erf", "exp", "expm1", "log", "log1p", "rsqrt", "sigmoid", "tanh"]

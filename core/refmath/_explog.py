@@ -206,3 +206,30 @@ def log1p64(x: np.ndarray) -> np.ndarray:
     y = np.where(pinf, INF, y)
     y = np.where(m1, -INF, y)
     return np.where(nan, NAN, y)
+
+
+def exp_dd64(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """exp(a) as an unevaluated sum eh + el (relative error ~2**-58), for -708 <= a <= 0.
+
+    fdlibm's exp with the last two roundings captured exactly (TwoSum / Fast2Sum), so that
+    sigmoid and tanh can divide with ~1 ulp total error. ``eh`` equals exp64(a) there (up to the
+    |a| < 2**-28 shortcut exp64 takes). Out-of-range inputs give garbage; callers mask them.
+    """
+    ix = (a.view(np.int64) >> 32) & 0x7FFFFFFF
+    k = (INVLN2 * a - 0.5).astype(np.int64)
+    k = np.where(ix < 0x3FF0A2B2, -1, k)
+    k = np.where(ix <= 0x3FD62E42, 0, k)
+    t = k.astype(np.float64)
+    hi = a - t * LN2_HI
+    lo = t * LN2_LO
+    r = hi - lo
+    rr = r * r
+    c = r - rr * (P1 + rr * (P2 + rr * (P3 + rr * (P4 + rr * P5))))
+    s1 = lo - (r * c) / (2.0 - c)
+    big = s1 - hi  # TwoSum(s1, -hi): big + err == s1 - hi exactly
+    bb = big - s1
+    err = (s1 - (big - bb)) + (-hi - bb)
+    yh = 1.0 - big
+    yl = ((1.0 - yh) - big) - err  # Fast2Sum (|big| < 1): 1 - big == yh + yl
+    scale = from_hi_word((0x3FF + k) << 20)  # 2**k, normal for k >= -1022
+    return yh * scale, yl * scale
