@@ -24,6 +24,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         wl = workloads.get(args.workload, dtype=args.dtype, math=args.math, seed=args.seed)
+    except workloads.WorkloadError as e:
+        print(f"tapescope train: {e}\n{e.details}".rstrip())
+        return 2
     except ValueError as e:
         print(f"tapescope train: {e}")
         return 2

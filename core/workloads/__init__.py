@@ -14,12 +14,15 @@ from typing import Any
 from core.workloads.base import Workload
 from core.workloads.mlp import MLP
 from core.workloads.transformer import Transformer
+from core.workloads.user import WorkloadError, load_file
 
 WORKLOADS: dict[str, type[Workload]] = {"mlp": MLP, "transformer": Transformer}
 
 
 def get(name: str, **kwargs: Any) -> Workload:
-    """A new workload by name (``mlp`` or ``transformer``)."""
+    """A new workload by name (``mlp``, ``transformer``) or from a user's ``PATH.py``."""
+    if name.endswith(".py"):
+        return load_file(name, **kwargs)
     try:
         cls = WORKLOADS[name]
     except KeyError:
@@ -27,4 +30,4 @@ def get(name: str, **kwargs: Any) -> Workload:
     return cls(**kwargs)
 
 
-__all__ = ["MLP", "WORKLOADS", "Transformer", "Workload", "get"]
+__all__ = ["MLP", "WORKLOADS", "Transformer", "Workload", "WorkloadError", "get", "load_file"]
