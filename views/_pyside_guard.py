@@ -1,0 +1,40 @@
+"""Work around a PySide6 refcount bug that aborts the app after a few thousand Qt calls.
+
+PySide6 6.12.0 returns ``None`` from every void method without taking a new reference (fine on
+CPython >= 3.12, where ``None`` is immortal). On CPython 3.11 each such call (``setPos``,
+``scale``, ``drawRect``, ...) drops one reference from ``None``, and after about 5,000 of them
+the interpreter aborts with "none_dealloc: deallocating None". We probe for the bug and, only
+when it is present, give ``None`` enough extra references to outlive any session.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+EXTRA_REFS = 1 << 50  # ~1e15 void calls: centuries of painting at a million calls a second
+applied = False
+
+
+def void_call_leaks() -> bool:
+    """True when calling a void PySide6 method takes a reference away from ``None``."""
+    from PySide6.QtCore import QPointF
+
+    p = QPointF()
+    before = sys.getrefcount(None)
+    for _ in range(10):
+        p.setX(1.0)
+    return sys.getrefcount(None) < before - 5
+
+
+def guard_none_refcount() -> bool:
+    """Apply the workaround once if this PySide6/CPython pair needs it; returns whether it did."""
+    global applied
+    if applied or sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
+        return applied
+    if void_call_leaks():
+        # NOTE: ob_refcnt is the first field of every CPython object; None is a static object
+        # that is never freed, so extra references cost nothing
+        ctypes.c_ssize_t.from_address(id(None)).value += EXTRA_REFS
+        applied = True
+    return applied
