@@ -1,0 +1,71 @@
+"""core.parity: ulp distance on ordered integers, NaN and signed zeros, per-tensor summaries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.parity import compare_arrays, ordered, ulp_distance
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+def test_adjacent_floats_are_one_ulp_apart(dt):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(500).astype(dt) * dt(1e3)
+    up = np.nextafter(x, dt(np.inf))
+    assert np.all(ulp_distance(x, up) == 1)
+    assert np.all(ulp_distance(up, x) == 1)
+    # ordered integers are monotone in the value
+    s = np.sort(np.concatenate([x, up]))
+    o = ordered(s)
+    assert np.all(o[1:] >= o[:-1])
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+def test_distance_across_zero_counts_both_sides(dt):
+    tiny = np.array([np.finfo(dt).smallest_subnormal], dtype=dt)
+    assert ulp_distance(-tiny, tiny)[0] == 2
+    assert ulp_distance(np.array([-0.0], dt), np.array([0.0], dt))[0] == 0
+    big = np.array([np.finfo(dt).max], dtype=dt)
+    bits = 64 if dt == np.float64 else 32
+    # -max to +max: both halves of the line minus the two infinities' slots
+    assert ulp_distance(-big, big)[0] == 2 * ((1 << (bits - 1)) - (1 << (bits - 1 - (
+        11 if dt == np.float64 else 8)))) - 2
+
+
+def test_summary_fields():
+    ref = np.array([1.0, 2.0, 3.0, 0.0, np.nan, 5.0])
+    got = ref.copy()
+    got[1] = np.nextafter(2.0, 3.0)
+    got[2] = 3.5
+    got[3] = -0.0
+    got[5] = np.nan
+    d = compare_arrays(ref, got)
+    assert d.n == 6 and d.n_diff == 4 and d.first_index == 1
+    assert d.n_signed_zero == 1 and d.n_nan == 1
+    assert d.max_ulp == int(ulp_distance(np.array([3.0]), np.array([3.5]))[0])
+    assert d.max_abs == 0.5 and d.max_rel == 0.5 / 3.0
+    assert not d.exact
+
+
+def test_identical_nan_bits_are_equal_and_payloads_differ():
+    a = np.array([np.nan, 1.0])
+    assert compare_arrays(a, a.copy()).exact
+    b = a.copy()
+    b.view(np.int64)[0] ^= 1  # another NaN payload: a bit difference, no ulp distance
+    d = compare_arrays(a, b)
+    assert d.n_diff == 1 and d.n_nan == 1 and d.max_ulp == 0
+
+
+def test_infinities_and_zero_reference():
+    d = compare_arrays(np.array([np.inf, 0.0]), np.array([-np.inf, 1e-300]))
+    assert d.max_abs == np.inf and d.max_rel == np.inf and d.n_diff == 2
+
+
+def test_bad_pairs_are_named():
+    with pytest.raises(TypeError, match="dtypes differ"):
+        compare_arrays(np.zeros(2), np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="shapes differ"):
+        compare_arrays(np.zeros(2), np.zeros(3))
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        compare_arrays(np.zeros(2, np.int32), np.zeros(2, np.int32))

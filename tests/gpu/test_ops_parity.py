@@ -1,0 +1,123 @@
+"""Every tape op has a forward and a backward kernel, and both are bit-identical to the tape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpu
+from core import Tape, ops
+from core.ops import REGISTRY
+from gpu.library import KERNELS, LEAF
+
+DTYPES = [np.float64, np.float32]
+NON_LEAF = sorted(op for op, d in REGISTRY.items() if d.kind != "leaf")
+
+# broadcast cases beyond the registry's samples (leading axes, size-1 axes on both sides, 0-d)
+BROADCAST = [((2, 1, 4), (3, 1)), ((1,), (2, 3)), ((), (2, 2)), ((4, 1, 3), (1, 5, 1)),
+             ((1, 4), (4,))]
+
+
+def test_every_op_has_kernels():
+    assert set(KERNELS) == set(REGISTRY), (
+        f"ops without kernels: {sorted(set(REGISTRY) - set(KERNELS))}; "
+        f"kernels without ops: {sorted(set(KERNELS) - set(REGISTRY))}")
+    for op, d in REGISTRY.items():
+        k = KERNELS[op]
+        if d.kind == "leaf":
+            assert k.fwd == LEAF and k.bwd == LEAF
+        else:
+            assert callable(k.fwd) and callable(k.bwd), op
+
+
+def run_case(host, op: str, xs: list, attrs: dict, dtype, math: str = "refmath", seed: int = 0):
+    """Record op on a tape (params, so every input gets a gradient), replay it, compare."""
+    rng = np.random.default_rng(seed)
+    tape = Tape(dtype, math)
+    nondiff = REGISTRY[op].nondiff_inputs
+    vs = [tape.const(x) if k in nondiff else tape.param(x) for k, x in enumerate(xs)]
+    y = tape.record(op, vs, attrs)
+    assert tape.ok, tape.error
+    # a random cotangent, so every gradient element is different
+    loss = ops.sum(ops.mul(y, tape.const(rng.standard_normal(y.shape))))
+    tape.backward(loss)
+    prog = gpu.capture(host, tape, loss)
+    prog.forward()
+    prog.backward()
+    return tape, prog, gpu.parity.compare(tape, prog)
+
+
+def _assert_exact(rep, what):
+    bad = [(n.id, n.op, n.value.n_diff, n.grad and n.grad.n_diff) for n in rep.nodes
+           if not n.exact]
+    assert rep.exact, f"{what}: differing nodes (id, op, value diffs, grad diffs) {bad}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("op", NON_LEAF)
+def test_op_forward_backward_bit_identical(host, op, dtype):
+    cases = REGISTRY[op].sample(np.random.default_rng(7), np.dtype(dtype))
+    assert cases, op
+    for i, (xs, attrs) in enumerate(cases):
+        tape, prog, rep = run_case(host, op, xs, attrs, dtype, seed=i)
+        _assert_exact(rep, f"{op} case {i} shapes {[np.shape(x) for x in xs]} {attrs}")
+        # the check is not vacuous: the op's node and its inputs' gradients were compared
+        node = rep.nodes[len(xs)]
+        assert node.op == op and node.value.n == tape.node(len(xs)).size
+        assert any(n.grad is not None for n in rep.nodes[: len(xs)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_broadcast_binaries(host, op, dtype):
+    rng = np.random.default_rng(3)
+    for sa, sb in BROADCAST:
+        for a_shape, b_shape in ((sa, sb), (sb, sa)):
+            a = rng.uniform(-2, 2, a_shape).astype(dtype)
+            b = (rng.uniform(0.5, 2, b_shape) * rng.choice([-1, 1], b_shape)).astype(dtype)
+            _, _, rep = run_case(host, op, [a, b], {}, dtype)
+            _assert_exact(rep, f"{op} {a_shape} with {b_shape}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_reductions_over_axis_sets(host, dtype):
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 3, 4, 5)).astype(dtype)
+    for op in ("sum", "mean"):
+        for axis, keep in ((None, False), ((0, 2), False), ((1, 3), True), (-2, False), (0, True)):
+            _, _, rep = run_case(host, op, [x], {"axis": axis, "keepdims": keep}, dtype)
+            _assert_exact(rep, f"{op} axis={axis} keepdims={keep}")
+    _, _, rep = run_case(host, "sum", [np.array(1.5, dtype)], {"axis": None, "keepdims": False},
+                         dtype)
+    _assert_exact(rep, "sum of a 0-d value")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_fan_out_and_special_values(host, dtype):
+    tape = Tape(dtype)
+    x = tape.param(np.array([-0.0, 0.0, np.nan, -1.5, 2.0, np.inf, -np.inf, 1e-30], dtype))
+    w = tape.param(np.array([0.5, -2.0, 3.0, 1.0, -0.0, 2.0, 1.0, -1.0], dtype))
+    with np.errstate(all="ignore"):  # the tape leaves inf/NaN warnings to numpy; they are data
+        y = ops.relu(x) * x + x * x - ops.neg(x) / w  # x reaches four nodes, twice in x * x
+        loss = ops.sum(y * w)
+        tape.backward(loss)
+    prog = gpu.capture(host, tape, loss)
+    prog.forward()
+    prog.backward()
+    rep = gpu.parity.compare(tape, prog)
+    _assert_exact(rep, "fan-out with NaN, inf and signed zeros")
+    assert np.isnan(prog.read(y)).any()  # the NaN went through, on both sides
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_attention_composite(host, dtype):
+    rng = np.random.default_rng(5)
+    for shape, causal in (((4, 8), True), ((2, 5, 4), False)):
+        tape = Tape(dtype)
+        q, k, v = (tape.param(rng.standard_normal(shape).astype(dtype)) for _ in range(3))
+        out = ops.attention(q, k, v, causal=causal)
+        loss = ops.mean(out * out)
+        tape.backward(loss)
+        prog = gpu.capture(host, tape, loss)
+        prog.forward()
+        prog.backward()
+        _assert_exact(gpu.parity.compare(tape, prog), f"attention {shape} causal={causal}")

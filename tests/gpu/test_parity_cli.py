@@ -1,0 +1,44 @@
+"""`tapescope parity`: exit codes, the summary, and the JSON schema of the issue."""
+
+from __future__ import annotations
+
+import json
+
+from app.cli import main
+
+
+def test_exact_run_writes_the_schema(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    rc = main(["parity", "--workload", "mlp", "--device", "host", "--steps", "3",
+               "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "device: host" in text and "bit-identical" in text
+    rep = json.loads(out.read_text())
+    assert set(rep) == {"device", "steps", "exact", "first_divergence", "nodes", "stats"}
+    assert rep["device"] == "host" and rep["steps"] == 3 and rep["exact"] is True
+    assert rep["first_divergence"] is None
+    assert rep["stats"]["launches_per_episode"] > 0
+    node = rep["nodes"][-1]
+    assert {"id", "op", "name", "value", "grad"} <= set(node)
+    assert set(node["value"]) == {"n", "n_diff", "max_ulp", "max_abs"}
+    assert node["op"] == "mean" and node["grad"]["n"] == 1
+
+
+def test_platform_drift_exits_1_and_names_the_first_divergence(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    rc = main(["parity", "--workload", "transformer", "--device", "host", "--steps", "1",
+               "--dtype", "float32", "--math", "platform", "--json", str(out)])
+    assert rc == 1
+    rep = json.loads(out.read_text())
+    fd = rep["first_divergence"]
+    assert rep["exact"] is False and fd["step"] == 0 and fd["which"] == "value"
+    assert fd["op"] in ("softmax", "exp", "log", "sigmoid", "tanh", "swiglu", "silu",
+                        "cross_entropy")
+    assert "DIFFERS" in capsys.readouterr().out
+
+
+def test_bad_input_exits_2(capsys):
+    assert main(["parity", "--workload", "nope", "--device", "host"]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+    assert main(["parity", "--steps", "0", "--device", "host"]) == 2

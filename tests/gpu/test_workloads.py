@@ -1,0 +1,66 @@
+"""The built-in workloads replayed on the host backend: bit-identical for 20 training steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpu
+from core import workloads
+from core.ops import REGISTRY
+from core.parity import compare_arrays
+
+
+def train_side_by_side(host, name: str, dtype, steps: int, math: str = "refmath"):
+    """Train on the tape and on the device; yield (step, tape, prog, report) before each update."""
+    wl = workloads.get(name, dtype=dtype, math=math)
+    opt = wl.make_optimizer()
+    prog = gpu.capture(host, wl.tape, wl.record(0))
+    dopt = gpu.from_core(opt)
+    for step in range(steps):
+        loss = wl.record(step)
+        wl.tape.backward(loss)
+        for v in wl.inputs.values():
+            prog.set_input(v.id, wl.tape.value(v))
+        prog.forward()
+        prog.backward()
+        yield step, wl.tape, prog, gpu.parity.compare(wl.tape, prog)
+        opt.step()
+        prog.step(dopt)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_twenty_steps_bit_identical(host, name, dtype):
+    losses = []
+    for step, tape, prog, rep in train_side_by_side(host, name, dtype, 20):
+        bad = [(n.id, n.op, n.name) for n in rep.nodes if not n.exact]
+        assert rep.exact, f"{name} step {step}: first divergence {rep.first_divergence}, {bad}"
+        assert prog.loss() == float(tape.value(tape.var(prog.loss_id)))
+        losses.append(prog.loss())
+    # parameters after the 20th update, compared bit for bit
+    for i in prog.param_ids():
+        assert compare_arrays(tape.value(i), prog.read(i)).exact, f"param {i} after 20 steps"
+    assert losses[-1] < losses[0]  # it trained: the comparison is not between two idle runs
+    assert prog.stats["launches_optimizer"] > 0
+
+
+def test_platform_math_drifts_only_on_transcendental_nodes(host):
+    # float32: numpy's float32 exp/log/tanh are its own SIMD code, the host's are glibc's, so
+    # they disagree in the last bits. (float64 numpy calls the same glibc here: no drift.)
+    _, tape, prog, rep = next(train_side_by_side(host, "transformer", np.float32, 1,
+                                                 math="platform"))
+    nodes = prog.nodes
+    tainted = [False] * len(nodes)  # depends on a transcendental node's value
+    for n in nodes:
+        tainted[n.id] = any(REGISTRY[nodes[j].op].transcendental or tainted[j]
+                            for j in n.inputs)
+    assert rep.first_divergence is not None
+    first, which = rep.first_divergence
+    assert which == "value" and REGISTRY[nodes[first].op].transcendental
+    assert 0 < rep.nodes[first].value.max_ulp <= 8  # a libm difference: a few ulp
+    for p in rep.nodes:
+        if not tainted[p.id] and not REGISTRY[p.op].transcendental:
+            assert p.value.exact, f"node {p.id} {p.op} drifted without a transcendental"
+    drifted = [p for p in rep.nodes if REGISTRY[p.op].transcendental and not p.value.exact]
+    assert drifted
