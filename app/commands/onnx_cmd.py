@@ -1,0 +1,146 @@
+"""``tapescope onnx MODEL.onnx``: run an ONNX model, print its outputs, compare with expected ones.
+
+Exit status: 0 when the run succeeded (and every expected output matched), 1 when an output
+differs from its expected value, 2 when the model or an input is unusable (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def register(subparsers) -> None:
+    """Add the ``onnx`` subcommand."""
+    p = subparsers.add_parser(
+        "onnx", help="run an ONNX model and compare its outputs",
+        description="Run an ONNX model with the reference executor (the tape's rounding order). "
+                    "Inputs come from .npy or TensorProto .pb files; with none, a deterministic "
+                    "input is generated. Exit 0 = ok, 1 = outputs differ, 2 = bad model/input.")
+    p.add_argument("model", help="the .onnx file")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE",
+                   help="a graph input from a .npy or .pb file (repeatable; NAME= may be "
+                        "omitted for a .pb that carries its name, or for a single input)")
+    p.add_argument("--expected", action="append", default=[], nargs="+", metavar="FILE",
+                   help="expected outputs (.npy/.pb), in graph-output order or as NAME=FILE")
+    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
+    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    p.add_argument("--mode", choices=("reference", "fast"), default="reference",
+                   help="reference: the tape's order (default); fast: numpy/BLAS")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated input")
+    p.set_defaults(func=run)
+
+
+class _BadInput(Exception):
+    pass
+
+
+def _read_array(path: str):
+    """(name or None, array) from a .npy (no pickle) or a serialized TensorProto (.pb)."""
+    import numpy as np
+    from onnx import TensorProto, numpy_helper
+
+    if not os.path.isfile(path):
+        raise _BadInput(f"{path}: no such file")
+    if path.endswith(".npy"):
+        try:
+            return None, np.load(path, allow_pickle=False)
+        except Exception as exc:
+            raise _BadInput(f"{path}: not a readable .npy array ({exc})") from None
+    try:
+        t = TensorProto()
+        with open(path, "rb") as f:
+            t.ParseFromString(f.read())
+        return (t.name or None), numpy_helper.to_array(t)
+    except Exception as exc:
+        raise _BadInput(f"{path}: not a .npy file or a TensorProto ({exc})") from None
+
+
+def _named(specs: list[str], names: list[str], what: str) -> dict:
+    """NAME=FILE or FILE specs resolved to {name: array} against the graph's ``names``."""
+    out = {}
+    for i, spec in enumerate(specs):
+        name, path = (spec.split("=", 1) if "=" in spec and not os.path.isfile(spec)
+                      else (None, spec))
+        pb_name, arr = _read_array(path)
+        name = name or pb_name or (names[i] if i < len(names) else None)
+        if name is None:
+            raise _BadInput(f"{path}: cannot tell which {what} it is; write NAME={path}")
+        if name not in names:
+            raise _BadInput(f"{path}: {what} {name!r} is not one of the model's "
+                            f"({', '.join(names)})")
+        out[name] = arr
+    return out
+
+
+def _stats(a) -> str:
+    import numpy as np
+
+    if a.size == 0 or a.dtype.kind not in "fiub":
+        return ""
+    f = a.astype(np.float64)
+    return f"min {np.nanmin(f):.6g}  max {np.nanmax(f):.6g}  mean {np.nanmean(f):.6g}"
+
+
+def _compare(name, got, want, rtol, atol) -> tuple[bool, str]:
+    import numpy as np
+
+    if got.shape != want.shape:
+        return False, f"{name}: shape {got.shape}, expected {want.shape}"
+    if got.dtype.kind in "fc" or want.dtype.kind in "fc":
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        bad = ~np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+        diff = np.abs(g - w)
+        diff = diff[np.isfinite(diff)]
+        mx = float(diff.max()) if diff.size else 0.0
+        rel = np.abs(g - w) / np.maximum(np.abs(w), np.finfo(np.float64).tiny)
+        rel = rel[np.isfinite(rel)]
+        mr = float(rel.max()) if rel.size else 0.0
+        n = int(bad.sum())
+        verdict = "ok" if n == 0 else f"DIFFERS at {n} of {got.size}"
+        at = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
+        first = "" if n == 0 else f", first at {at}"
+        return n == 0, f"{name}: {verdict} (max abs {mx:.3g}, max rel {mr:.3g}{first})"
+    eq = np.array_equal(got, want)
+    return eq, f"{name}: {'ok' if eq else 'DIFFERS'} (exact)"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the model; 0 ok, 1 outputs differ, 2 bad model or input."""
+    import numpy as np
+
+    from core.onnx import OnnxError, Session, default_inputs
+
+    try:
+        sess = Session(args.model, mode=args.mode)
+        feeds = _named(args.input, sess.input_names, "input") if args.input \
+            else default_inputs(sess, args.seed)
+        generated = not args.input
+        expected_specs = [s for group in args.expected for s in group]
+        expected = _named(expected_specs, sess.output_names, "output")
+        outs = sess.run(feeds)
+    except (OnnxError, _BadInput) as exc:
+        print(f"tapescope onnx: {exc}", file=sys.stderr)
+        return 2
+    print(f"model   {args.model}  (opset {sess.lm.opset}, {len(sess.graph.steps)} nodes, "
+          f"mode {args.mode})")
+    for name in sess.input_names:
+        x = feeds[name]
+        src = "generated" if generated else "given"
+        print(f"input   {name:20s} {str(x.dtype):8s} {str(tuple(x.shape)):20s} ({src})")
+    for name, y in outs.items():
+        y = np.asarray(y) if not isinstance(y, list) else y
+        if isinstance(y, list):
+            print(f"output  {name:20s} sequence of {len(y)}")
+            continue
+        print(f"output  {name:20s} {str(y.dtype):8s} {str(tuple(y.shape)):20s} {_stats(y)}")
+    if not expected:
+        return 0
+    ok_all = True
+    for name, want in expected.items():
+        ok, line = _compare(name, np.asarray(outs[name]), want, args.rtol, args.atol)
+        ok_all &= ok
+        print(f"check   {line}")
+    print(f"result  {'PASS' if ok_all else 'FAIL'} (rtol {args.rtol:g}, atol {args.atol:g})")
+    return 0 if ok_all else 1
