@@ -28,6 +28,8 @@ SEARCH_COLOR = QColor("#c026d3")
 NAN_FILL = QColor("#ff6b6b")
 EDGE_COLOR = QColor(110, 120, 140)
 EDGE_HI_COLOR = QColor("#1d6fe0")
+LABEL_ALIGN = Qt.AlignLeft | Qt.AlignVCenter
+LONG_EDGE = 8 * (NODE_H + 54.0)  # scene units: an edge spanning more ranks is "long"
 
 
 class GraphCanvas(QGraphicsItem):
@@ -68,11 +70,18 @@ class GraphCanvas(QGraphicsItem):
         self._esrc, self._edst = src, dst
         if src.size:
             ey0 = np.minimum(y[src], y[dst])
-            self._e_by_y0 = np.argsort(ey0, kind="stable")
-            self._ey0_sorted = ey0[self._e_by_y0]
+            self._ey0 = ey0
             self._ey1 = np.maximum(y[src], y[dst])
             self._ex0 = np.minimum(x[src], x[dst])
             self._ex1 = np.maximum(x[src], x[dst])
+            # NOTE: short edges are found by a window on their top end; the few long ones
+            # (residuals, parameters used far down) are always tested
+            long = (self._ey1 - ey0) > LONG_EDGE
+            self._long_edges = np.flatnonzero(long)
+            short = np.flatnonzero(~long)
+            o = np.argsort(ey0[short], kind="stable")
+            self._e_by_y0 = short[o]
+            self._ey0_sorted = ey0[self._e_by_y0]
         self._rects = [QRectF(float(cx) - NODE_W / 2, float(cy) - NODE_H / 2, NODE_W, NODE_H)
                        for cx, cy in zip(x.tolist(), y.tolist(), strict=True)]
         fm = QFontMetricsF(self.font_small)
@@ -111,9 +120,11 @@ class GraphCanvas(QGraphicsItem):
         """Edge indices whose bounding boxes intersect ``r``."""
         if self._esrc.size == 0:
             return np.empty(0, dtype=np.int64)
+        lo = np.searchsorted(self._ey0_sorted, r.top() - LONG_EDGE - NODE_H, side="left")
         hi = np.searchsorted(self._ey0_sorted, r.bottom() + NODE_H, side="right")
-        cand = self._e_by_y0[:hi]
-        keep = ((self._ey1[cand] >= r.top() - NODE_H) & (self._ex1[cand] >= r.left())
+        cand = np.concatenate((self._e_by_y0[lo:hi], self._long_edges))
+        keep = ((self._ey1[cand] >= r.top() - NODE_H) & (self._ey0[cand] <= r.bottom() + NODE_H)
+                & (self._ex1[cand] >= r.left())
                 & (self._ex0[cand] <= r.right()))
         return cand[keep]
 
@@ -194,15 +205,15 @@ class GraphCanvas(QGraphicsItem):
         for i in vis.tolist():
             r = self._rects[i]
             painter.drawText(QRectF(r.left() + 6, r.top() + 1, r.width() - 12, 16),
-                             Qt.AlignLeft | Qt.AlignVCenter, labels[i][0])
+                             LABEL_ALIGN, labels[i][0])
         painter.setFont(self.font_small)
         painter.setPen(sub)
         for i in vis.tolist():
             r = self._rects[i]
             painter.drawText(QRectF(r.left() + 6, r.top() + 16, r.width() - 12, 14),
-                             Qt.AlignLeft | Qt.AlignVCenter, self._names[i])
+                             LABEL_ALIGN, self._names[i])
             painter.drawText(QRectF(r.left() + 6, r.top() + 29, r.width() - 12, 14),
-                             Qt.AlignLeft | Qt.AlignVCenter, labels[i][2])
+                             LABEL_ALIGN, labels[i][2])
 
     def _paint_marks(self, painter, scale) -> None:
         grow = max(3.0, 3.0 / max(scale, 1e-6))  # keep marks visible when zoomed far out

@@ -89,82 +89,103 @@ def assign_ranks(inputs: Sequence[Sequence[int]], key: Sequence[int] | None = No
     return rank_arr
 
 
-class _RankEdges:
-    """Per-rank edge lists for fast barycenter sweeps (edges grouped by the endpoint's rank)."""
-
-    def __init__(self, rank: np.ndarray, src: np.ndarray, dst: np.ndarray, n_ranks: int):
-        self.members: list[np.ndarray] = []
-        order = np.argsort(rank, kind="stable")
-        bounds = np.searchsorted(rank[order], np.arange(n_ranks + 1))
-        for r in range(n_ranks):
-            self.members.append(order[bounds[r]:bounds[r + 1]])
-        self.local = np.empty(rank.shape[0], dtype=np.int64)
-        for mem in self.members:
-            self.local[mem] = np.arange(mem.shape[0])
-        self.down = self._group(rank, dst, src, n_ranks)  # neighbours above (inputs) per rank
-        self.up = self._group(rank, src, dst, n_ranks)  # neighbours below (users) per rank
-
-    def _group(self, rank, at, other, n_ranks):
-        """For each rank: (local index of the endpoint in that rank, the other endpoint)."""
-        out = []
-        if at.size == 0:
-            return [(np.empty(0, np.int64), np.empty(0, np.int64))] * n_ranks
-        o = np.argsort(rank[at], kind="stable")
-        at_s, other_s = at[o], other[o]
-        bounds = np.searchsorted(rank[at_s], np.arange(n_ranks + 1))
-        for r in range(n_ranks):
-            sl = slice(bounds[r], bounds[r + 1])
-            out.append((self.local[at_s[sl]], other_s[sl]))
-        return out
+def _neighbours(src: np.ndarray, dst: np.ndarray, rank: list[int], n: int):
+    """Per node: [(input, weight)] and [(user, weight)], weight = 1 / rank span."""
+    ins: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    outs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for u, v in zip(src.tolist(), dst.tolist(), strict=True):
+        # NOTE: no dummy nodes for long edges; a neighbour weighs 1/span instead, so a far-away
+        # residual input pulls less than the adjacent rank does
+        w = 1.0 / max(1, abs(rank[v] - rank[u]))
+        ins[v].append((u, w))
+        outs[u].append((v, w))
+    return ins, outs
 
 
-def _sweep(pos: np.ndarray, re: _RankEdges, groups, ranks_iter, rank: np.ndarray) -> None:
-    """One barycenter sweep: reorder each rank by the mean position of its neighbours."""
+def _sweep(pos: list[float], members: list[list[int]], nbrs, ranks_iter) -> None:
+    """One barycenter sweep: reorder each rank by the weighted mean position of neighbours.
+
+    Pure Python on purpose: tapes have thousands of narrow ranks, where per-rank numpy calls
+    cost more than the arithmetic.
+    """
     for r in ranks_iter:
-        mem = re.members[r]
-        k = mem.shape[0]
+        mem = members[r]
+        k = len(mem)
         if k < 2:
             continue
-        loc, other = groups[r]
-        cur = pos[mem]
-        if loc.size:
-            # NOTE: no dummy nodes for long edges; weight a neighbour by 1/span instead, so a
-            # far-away residual input pulls less than the adjacent rank
-            w = 1.0 / np.abs(rank[other] - r)
-            cnt = np.bincount(loc, weights=w, minlength=k)
-            tot = np.bincount(loc, weights=w * pos[other], minlength=k)
-            bary = np.where(cnt > 0, tot / np.maximum(cnt, 1), cur)
-        else:
-            bary = cur
-        # ties keep the current order, so sweeps never shuffle without a reason
-        new_order = np.lexsort((cur, bary))
-        pos[mem[new_order]] = np.arange(k) - (k - 1) / 2.0
+        keyed = []
+        for v in mem:
+            tw = ts = 0.0
+            for u, w in nbrs[v]:
+                tw += w
+                ts += w * pos[u]
+            keyed.append((ts / tw if tw else pos[v], pos[v], v))  # ties keep the current order
+        keyed.sort()
+        c = (k - 1) / 2.0
+        for i, item in enumerate(keyed):
+            pos[item[2]] = i - c
+        members[r] = [item[2] for item in keyed]
 
 
-def _place_x(pos, re: _RankEdges, rank, src, dst, iterations: int = 4) -> np.ndarray:
+def _crossings(pos: list[float], adjacent: list[list[tuple[int, int]]]) -> int:
+    """Crossings among edges joining adjacent ranks (edges grouped by their upper rank)."""
+    total = 0
+    for edges in adjacent:
+        m = len(edges)
+        if m < 2:
+            continue
+        if m > 48:  # wide rank: vectorize the pair test
+            a = np.array([pos[u] for u, _ in edges])
+            b = np.array([pos[v] for _, v in edges])
+            total += int(((np.sign(a[:, None] - a[None, :])
+                           * np.sign(b[:, None] - b[None, :])) < 0).sum()) // 2
+            continue
+        pa = [pos[u] for u, _ in edges]
+        pb = [pos[v] for _, v in edges]
+        for i in range(m):
+            ai, bi = pa[i], pb[i]
+            for j in range(i + 1, m):
+                # two edges cross when their ends are ordered oppositely on the two ranks
+                if (ai - pa[j]) * (bi - pb[j]) < 0:
+                    total += 1
+    return total
+
+
+def _place_x(members: list[list[int]], ins, outs, n: int, iterations: int = 4) -> list[float]:
     """Coordinates: keep the in-rank order, pull each node toward its neighbours' mean."""
     step = NODE_W + GAP_X
-    x = pos * step
-    n = x.shape[0]
-    if src.size == 0:
-        return x
-    deg = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+    x = [0.0] * n
+    for mem in members:
+        c = (len(mem) - 1) / 2.0
+        for i, v in enumerate(mem):
+            x[v] = (i - c) * step
     for _ in range(iterations):
-        tot = np.bincount(src, weights=x[dst], minlength=n) + np.bincount(
-            dst, weights=x[src], minlength=n
-        )
-        want = np.where(deg > 0, tot / np.maximum(deg, 1), x)
-        for mem in re.members:
-            k = mem.shape[0]
+        want = x[:]
+        for v in range(n):
+            tw = ts = 0.0
+            for u, w in ins[v]:
+                tw += w
+                ts += w * x[u]
+            for u, w in outs[v]:
+                tw += w
+                ts += w * x[u]
+            if tw:
+                want[v] = ts / tw
+        for mem in members:
+            k = len(mem)
             if k == 0:
                 continue
-            order = mem[np.argsort(pos[mem], kind="stable")]
-            d = want[order]
-            i = np.arange(k) * step
-            # NOTE: x_i = max(d_i, x_{i-1} + step) is a running maximum of d - i*step
-            placed = np.maximum.accumulate(d - i) + i
-            placed -= (placed - d).mean()  # spread the push evenly left and right
-            x[order] = placed
+            # NOTE: x_i = max(want_i, x_{i-1} + step): a running maximum, then shifted so the
+            # push is spread evenly left and right
+            placed = []
+            prev = -float("inf")
+            for v in mem:
+                xv = max(want[v], prev + step)
+                placed.append(xv)
+                prev = xv
+            shift = sum(p - want[v] for p, v in zip(placed, mem, strict=True)) / k
+            for p, v in zip(placed, mem, strict=True):
+                x[v] = p - shift
     return x
 
 
@@ -176,60 +197,54 @@ def layered_layout(
     if n == 0:
         e = np.empty(0)
         return Layout(e, e, e.astype(np.int64), e.astype(np.int64), 0.0, 0.0)
-    rank = assign_ranks(inputs, key)
+    rank_arr = assign_ranks(inputs, key)
+    rank = rank_arr.tolist()
     src, dst = _edge_arrays(inputs)
-    n_ranks = int(rank.max()) + 1
-    re = _RankEdges(rank, src, dst, n_ranks)
-    pos = np.empty(n, dtype=np.float64)
-    for mem in re.members:  # start from tape order inside each rank
-        pos[mem] = np.arange(mem.shape[0]) - (mem.shape[0] - 1) / 2.0
-    best, best_pos = _crossings(rank, pos, src, dst), pos.copy()
+    n_ranks = max(rank) + 1
+    members: list[list[int]] = [[] for _ in range(n_ranks)]
+    for v, r in enumerate(rank):  # start from tape order inside each rank
+        members[r].append(v)
+    pos = [0.0] * n
+    for mem in members:
+        c = (len(mem) - 1) / 2.0
+        for i, v in enumerate(mem):
+            pos[v] = i - c
+    ins, outs = _neighbours(src, dst, rank, n)
+    adjacent: list[list[tuple[int, int]]] = [[] for _ in range(n_ranks)]
+    for u, v in zip(src.tolist(), dst.tolist(), strict=True):
+        if rank[v] - rank[u] == 1:
+            adjacent[rank[u]].append((u, v))
+    best, best_members = _crossings(pos, adjacent), [m[:] for m in members]
     for s in range(sweeps):
         if s % 2 == 0:
-            _sweep(pos, re, re.down, range(1, n_ranks), rank)
+            _sweep(pos, members, ins, range(1, n_ranks))
         else:
-            _sweep(pos, re, re.up, range(n_ranks - 2, -1, -1), rank)
-        c = _crossings(rank, pos, src, dst)
+            _sweep(pos, members, outs, range(n_ranks - 2, -1, -1))
+        c = _crossings(pos, adjacent)
         if c < best:  # barycenter is a heuristic: keep the best ordering seen, never a worse one
-            best, best_pos = c, pos.copy()
-    pos = best_pos
-    x = _place_x(pos, re, rank, src, dst)
+            best, best_members = c, [m[:] for m in members]
+    members = best_members
+    x = np.asarray(_place_x(members, ins, outs, n))
     x -= x.min() - NODE_W / 2
-    y = rank * (NODE_H + GAP_Y) + NODE_H / 2
+    y = rank_arr * (NODE_H + GAP_Y) + NODE_H / 2
     order = np.empty(n, dtype=np.int64)
-    for mem in re.members:
-        order[mem[np.argsort(pos[mem], kind="stable")]] = np.arange(mem.shape[0])
+    for mem in members:
+        order[mem] = np.arange(len(mem))
     return Layout(
-        x=x, y=y.astype(np.float64), rank=rank, order=order,
+        x=x, y=y.astype(np.float64), rank=rank_arr, order=order,
         width=float(x.max() + NODE_W / 2), height=float(y.max() + NODE_H / 2),
     )
-
-
-def _crossings(rank: np.ndarray, pos: np.ndarray, src: np.ndarray, dst: np.ndarray) -> int:
-    """Crossings among edges joining adjacent ranks, from in-rank positions ``pos``."""
-    keep = rank[dst] - rank[src] == 1
-    src, dst = src[keep], dst[keep]
-    if src.size < 2:
-        return 0
-    o = np.argsort(rank[src], kind="stable")
-    src, dst = src[o], dst[o]
-    rs = rank[src]
-    bounds = np.flatnonzero(np.diff(rs)) + 1
-    total = 0
-    for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, rs.size].tolist(), strict=True):
-        if hi - lo < 2:
-            continue
-        a, b = pos[src[lo:hi]], pos[dst[lo:hi]]
-        # two edges cross when their endpoints are ordered oppositely on the two ranks
-        total += int(((np.sign(a[:, None] - a[None, :]) * np.sign(b[:, None] - b[None, :])) < 0)
-                     .sum()) // 2
-    return total
 
 
 def count_crossings(inputs: Sequence[Sequence[int]], layout: Layout) -> int:
     """Edge crossings between adjacent ranks (edges spanning more ranks are skipped)."""
     src, dst = _edge_arrays(inputs)
-    return _crossings(layout.rank, layout.order.astype(np.float64), src, dst)
+    rank = layout.rank.tolist()
+    adjacent: list[list[tuple[int, int]]] = [[] for _ in range(max(rank, default=0) + 1)]
+    for u, v in zip(src.tolist(), dst.tolist(), strict=True):
+        if rank[v] - rank[u] == 1:
+            adjacent[rank[u]].append((u, v))
+    return _crossings(layout.order.astype(np.float64).tolist(), adjacent)
 
 
 def structure_key(ops: Sequence[str], inputs: Sequence[Sequence[int]]) -> str:

@@ -103,3 +103,17 @@ def test_search_bar_finds_and_selects(qtbot):
     with qtbot.waitSignal(p.node_selected) as sig:
         qtbot.keyClick(p.search.edit, Qt.Key_Return)
     assert sig.args == [p.search.hits[0]] and p.view.selected_node == p.search.hits[0]
+
+
+def test_edge_culling_matches_brute_force(qtbot):
+    p = panel(qtbot, model(600))
+    c = p.view.canvas
+    x, y = c.layout.x, c.layout.y
+    s, d = c._esrc, c._edst
+    for r in (QRectF(0, 0, 500, 400), QRectF(200, 3000, 900, 2500), QRectF(0, 9000, 300, 50)):
+        got = set(c.visible_edges(r).tolist())
+        y0, y1 = np.minimum(y[s], y[d]), np.maximum(y[s], y[d])
+        x0, x1 = np.minimum(x[s], x[d]), np.maximum(x[s], x[d])
+        hit = ((y0 <= r.bottom() + 46) & (y1 >= r.top() - 46) & (x1 >= r.left())
+               & (x0 <= r.right()))
+        assert got == set(np.flatnonzero(hit).tolist())
