@@ -58,50 +58,75 @@ TANH_T = (-0.3333333333333333, 0.13333333333333333, -0.05396825396825397,
           -0.0014558343870513183, 0.000590027440945586, -0.00023912911424355248)
 
 
+def _tanh_rare(x: np.ndarray, ix: np.ndarray) -> np.ndarray:
+    """tanh where |x| < 1/8, |x| >= 22, or NaN (small arrays: plain np.where is fine)."""
+    xs = np.where(np.isnan(x) | (ix >= 0x40360000), 0.0, x)
+    z = xs * xs
+    y = xs + xs * (z * _horner(z, TANH_T))  # |x| < 1/8: the Taylor series
+    y = np.where(ix < 0x3C800000, x * (1.0 + x), y)  # |x| < 2**-55: x (keeps -0, subnormals)
+    y = np.where(ix >= 0x40360000, np.copysign(1.0, x), y)  # |x| >= 22 (and inf): +-1
+    return np.where(np.isnan(x), NAN, y)
+
+
+def _ratio_dd(nh: np.ndarray, nl: np.ndarray, dh: np.ndarray, dl: np.ndarray) -> np.ndarray:
+    """(nh + nl) / (dh + dl) to first order: q + (nl - q*dl)/dh, q = nh/dh. Overwrites nh."""
+    q = np.divide(nh, dh, out=nh)
+    dl *= q
+    np.subtract(nl, dl, out=dl)
+    dl /= dh
+    q += dl
+    return q
+
+
 def tanh64(x: np.ndarray) -> np.ndarray:
     """tanh(x): odd Taylor series for |x| < 1/8, else (1-e)/(1+e) with e = exp(-2|x|) carried
     as a double-double, so the quotient is rounded about once (<= ~1 ulp)."""
-    bits = x.view(np.int64)
-    ix = (bits >> 32) & 0x7FFFFFFF
-    neg = bits < 0
-    nan = np.isnan(x)
-    big = ix >= 0x40360000  # |x| >= 22 (and inf): tanh rounds to +-1
-    xs = np.where(nan | big, 0.0, x)
-    z = xs * xs
-    ys = xs + xs * (z * _horner(z, TANH_T))
-    eh, el = exp_dd64(-2.0 * np.abs(xs))
-    nh = 1.0 - eh  # Fast2Sum: 1 - eh == nh + ne exactly (eh < 1)
-    nl = ((1.0 - nh) - eh) - el
-    dh = 1.0 + eh  # Fast2Sum: 1 + eh == dh + de exactly
-    dl = (eh - (dh - 1.0)) + el
-    q = nh / dh
-    yd = q + (nl - q * dl) / dh  # (nh+nl)/(dh+dl) to first order
-    yd = np.where(neg, -yd, yd)
-    y = np.where(ix < 0x3FC00000, ys, yd)  # |x| < 1/8
-    y = np.where(big, np.where(neg, -1.0, 1.0), y)
-    y = np.where(ix < 0x3C800000, x * (1.0 + x), y)  # |x| < 2**-55: x (keeps -0, subnormals)
-    return np.where(nan, NAN, y)
+    ix = x.view(np.int64) >> 32
+    ix &= 0x7FFFFFFF
+    mid = (ix >= 0x3FC00000) & (ix < 0x40360000)  # 1/8 <= |x| < 22 (False for NaN)
+    allmid = bool(mid.all())
+    a = np.abs(x) if allmid else np.where(mid, np.abs(x), 0.5)
+    a *= -2.0
+    eh, el = exp_dd64(a)
+    nh = 1.0 - eh  # Fast2Sum: 1 - eh == nh + ((1 - nh) - eh) exactly (eh < 1)
+    nl = np.subtract(1.0, nh, out=a)
+    nl -= eh
+    nl -= el
+    dh = 1.0 + eh  # Fast2Sum: 1 + eh == dh + (eh - (dh - 1)) exactly
+    dl = dh - 1.0
+    np.subtract(eh, dl, out=dl)
+    dl += el
+    y = _ratio_dd(nh, nl, dh, dl)
+    np.copysign(y, x, out=y)  # y > 0 here: the same as negating for x < 0
+    if not allmid:
+        rare = ~mid
+        y[rare] = _tanh_rare(x[rare], ix[rare])
+    return y
 
 
 def sigmoid64(x: np.ndarray) -> np.ndarray:
-    """1/(1+e) for x >= 0, e/(1+e) for x < 0, e = exp(-|x|) as a double-double (~1 ulp).
+    """n/(1+e) with e = exp(-|x|) as a double-double, n = 1 for x >= 0 and e for x < 0 (~1 ulp).
 
     Below x = -708 the result is exp(x) itself (1+e rounds to 1); above 708 it is 1.
     """
-    nan = np.isnan(x)
-    neg = x < 0.0
-    far = np.abs(x) > 708.0
-    a = np.where(nan | far, 0.0, np.where(neg, x, -x))  # -|x|
+    ok = np.abs(x) <= 708.0  # False for NaN
+    allok = bool(ok.all())
+    a = np.abs(x) if allok else np.where(ok, np.abs(x), 0.0)
+    np.negative(a, out=a)
     eh, el = exp_dd64(a)
     d = 1.0 + eh  # Fast2Sum: 1 + eh == d + (eh - (d - 1)) exactly
-    s = (eh - (d - 1.0)) + el
-    qn = eh / d
-    yn = qn + (el - qn * s) / d  # (eh+el)/(d+s) to first order
-    qp = 1.0 / d
-    yp = qp - (qp * s) / d  # 1/(d+s) to first order
-    y = np.where(neg, yn, yp)
-    y = np.where(far, np.where(neg, exp64(np.where(far, x, 0.0)), 1.0), y)
-    return np.where(nan, NAN, y)
+    s = d - 1.0
+    np.subtract(eh, s, out=s)
+    s += el
+    neg = x < 0.0
+    nh = np.where(neg, eh, 1.0)
+    nl = np.where(neg, el, 0.0)
+    y = _ratio_dd(nh, nl, d, s)
+    if not allok:
+        bad = ~ok
+        xb = x[bad]
+        y[bad] = np.where(np.isnan(xb), NAN, np.where(xb > 0.0, 1.0, exp64(xb)))
+    return y
 
 
 def erf64(x: np.ndarray) -> np.ndarray:

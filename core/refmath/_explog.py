@@ -46,36 +46,64 @@ LG6 = 1.531383769920937332e-01
 LG7 = 1.479819860511658591e-01
 
 
-def exp64(x: np.ndarray) -> np.ndarray:
-    """exp(x), fdlibm e_exp.c: x = k*ln2 + r, exp(r) by a rational form, then scale by 2**k."""
-    bits = x.view(np.int64)
-    ix = (bits >> 32) & 0x7FFFFFFF
-    neg = bits < 0
-    nan = np.isnan(x)
-    over = x > O_THRESHOLD
-    under = x < U_THRESHOLD
-    xr = np.where(nan | over | under, 0.0, x)
-    # k = nearest integer to x/ln2 (truncation of x/ln2 +- 1/2); fdlibm forces k = +-1 for
-    # 0.5ln2 < |x| < 1.5ln2 and k = 0 below 0.5ln2 (then hi = x, lo = 0 exactly).
-    k = (INVLN2 * xr + np.where(neg, -0.5, 0.5)).astype(np.int64)
-    k = np.where(ix < 0x3FF0A2B2, np.where(neg, -1, 1), k)
-    k = np.where(ix <= 0x3FD62E42, 0, k)
+def _exp_reduce(xr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                           np.ndarray]:
+    """fdlibm's exp reduction for finite xr: (ix, k, hi, lo, q) with x = k*ln2 + (hi - lo) and
+    exp(hi - lo) = 1 - ((lo - q) - hi). In-place numpy, one IEEE operation per step."""
+    ix = xr.view(np.int64) >> 32
+    ix &= 0x7FFFFFFF
+    # k = trunc(x/ln2 +- 1/2). fdlibm forces k = +-1 for 0.5ln2 < |x| < 1.5ln2; this formula
+    # already gives +-1 on that whole band (its edges are 1e-9 inside), so only the k = 0 band
+    # (|x| <= 0.5ln2 by high word, where the formula could give +-1) needs forcing.
+    kf = INVLN2 * xr
+    kf += np.copysign(0.5, xr)
+    k = kf.astype(np.int64)
+    np.putmask(k, ix <= 0x3FD62E42, 0)
     t = k.astype(np.float64)
-    hi = xr - t * LN2_HI  # exact: LN2_HI has 32 trailing zero bits
-    lo = t * LN2_LO
+    hi = t * LN2_HI
+    np.subtract(xr, hi, out=hi)  # exact: LN2_HI has 32 trailing zero bits
+    lo = np.multiply(t, LN2_LO, out=t)
     r = hi - lo
     rr = r * r
-    c = r - rr * (P1 + rr * (P2 + rr * (P3 + rr * (P4 + rr * P5))))
+    # c = r - rr*(P1 + rr*(P2 + rr*(P3 + rr*(P4 + rr*P5)))), innermost first
+    p = rr * P5
+    for coef in (P4, P3, P2, P1):
+        p += coef
+        p *= rr
+    c = np.subtract(r, p, out=p)
+    q = r * c
+    q /= np.subtract(2.0, c, out=c)  # q = (r*c)/(2-c)
     # NOTE: for k == 0 fdlibm writes 1-((r*c)/(c-2)-r); with hi = r, lo = +0 the general form
-    # below rounds identically (c-2 == -(2-c) exactly), so one formula serves both.
-    y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
+    # 1-((lo-q)-hi) rounds identically (c-2 == -(2-c) exactly), so one formula serves both.
+    return ix, k, hi, lo, q
+
+
+def exp64(x: np.ndarray) -> np.ndarray:
+    """exp(x), fdlibm e_exp.c: x = k*ln2 + r, exp(r) by a rational form, then scale by 2**k."""
+    ok = (x >= U_THRESHOLD) & (x <= O_THRESHOLD)  # False for NaN
+    allok = bool(ok.all())
+    xr = x if allok else np.where(ok, x, 0.0)
+    ix, k, hi, lo, q = _exp_reduce(xr)
+    y = np.subtract(lo, q, out=lo)
+    y -= hi
+    np.subtract(1.0, y, out=y)
     deep = k < -1021  # result subnormal: scale by 2**(k+1000), then one rounding by 2**-1000
-    y = add_exponent(y, np.where(deep, k + 1000, k))
-    y = np.where(deep, y * TWOM1000, y)
-    y = np.where(ix < 0x3E300000, 1.0 + xr, y)  # |x| < 2**-28: exp(x) rounds as 1 + x
-    y = np.where(over, INF, y)
-    y = np.where(under, 0.0, y)
-    return np.where(nan, NAN, y)
+    anydeep = bool(deep.any())
+    if anydeep:
+        k[deep] += 1000
+    k <<= 52
+    yi = y.view(np.int64)
+    yi += k  # add k to the exponent field
+    if anydeep:
+        y[deep] *= TWOM1000
+    tiny = ix < 0x3E300000  # |x| < 2**-28: exp(x) rounds as 1 + x
+    if tiny.any():
+        y[tiny] = 1.0 + xr[tiny]
+    if not allok:
+        bad = ~ok
+        xb = x[bad]
+        y[bad] = np.where(np.isnan(xb), NAN, np.where(xb > 0.0, INF, 0.0))
+    return y
 
 
 def log64(x: np.ndarray) -> np.ndarray:
@@ -215,21 +243,22 @@ def exp_dd64(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sigmoid and tanh can divide with ~1 ulp total error. ``eh`` equals exp64(a) there (up to the
     |a| < 2**-28 shortcut exp64 takes). Out-of-range inputs give garbage; callers mask them.
     """
-    ix = (a.view(np.int64) >> 32) & 0x7FFFFFFF
-    k = (INVLN2 * a - 0.5).astype(np.int64)
-    k = np.where(ix < 0x3FF0A2B2, -1, k)
-    k = np.where(ix <= 0x3FD62E42, 0, k)
-    t = k.astype(np.float64)
-    hi = a - t * LN2_HI
-    lo = t * LN2_LO
-    r = hi - lo
-    rr = r * r
-    c = r - rr * (P1 + rr * (P2 + rr * (P3 + rr * (P4 + rr * P5))))
-    s1 = lo - (r * c) / (2.0 - c)
+    _, k, hi, lo, q = _exp_reduce(a)
+    s1 = np.subtract(lo, q, out=lo)
     big = s1 - hi  # TwoSum(s1, -hi): big + err == s1 - hi exactly
     bb = big - s1
-    err = (s1 - (big - bb)) + (-hi - bb)
-    yh = 1.0 - big
-    yl = ((1.0 - yh) - big) - err  # Fast2Sum (|big| < 1): 1 - big == yh + yl
-    scale = from_hi_word((0x3FF + k) << 20)  # 2**k, normal for k >= -1022
-    return yh * scale, yl * scale
+    err = big - bb
+    np.subtract(s1, err, out=err)
+    np.negative(hi, out=hi)
+    hi -= bb
+    err += hi  # (s1 - (big - bb)) + (-hi - bb)
+    yh = np.subtract(1.0, big, out=bb)
+    yl = np.subtract(1.0, yh, out=s1)
+    yl -= big
+    yl -= err  # Fast2Sum (|big| < 1): 1 - big == yh + yl
+    k += 0x3FF
+    k <<= 52
+    scale = k.view(np.float64)  # 2**k, normal for k >= -1022
+    yh *= scale
+    yl *= scale
+    return yh, yl

@@ -335,6 +335,12 @@ TS_RM_FN void ts__exp_dd(double a, double* eh, double* el) {
     *el = __dmul_rn(yl, scale);
 }
 
+/* (nh + nl) / (dh + dl) to first order: q + (nl - q*dl)/dh with q = nh/dh. */
+TS_RM_FN double ts__ratio_dd(double nh, double nl, double dh, double dl) {
+    double q = __ddiv_rn(nh, dh);
+    return __dadd_rn(q, __ddiv_rn(__dsub_rn(nl, __dmul_rn(q, dl)), dh));
+}
+
 /* ---- tanh: odd Taylor series for |x| < 1/8, else (1-e)/(1+e), e = exp(-2|x|) double-double ---- */
 
 TS_RM_FN double ts_tanh(double x) {
@@ -344,7 +350,7 @@ TS_RM_FN double ts_tanh(double x) {
                  T7 = -0.0014558343870513183, T8 = 0.000590027440945586,
                  T9 = -0.00023912911424355248;
     int hx, ix;
-    double z, p, eh, el, nh, nl, dh, dl, q, y;
+    double z, p, eh, el, nh, nl, dh, dl, y;
 
     if (x != x) return TS_NAN64;
     hx = ts__hi(x);
@@ -364,28 +370,23 @@ TS_RM_FN double ts_tanh(double x) {
     nl = __dsub_rn(__dsub_rn(__dsub_rn(1.0, nh), eh), el);
     dh = __dadd_rn(1.0, eh); /* Fast2Sum: 1 + eh == dh + (eh - (dh - 1)) */
     dl = __dadd_rn(__dsub_rn(eh, __dsub_rn(dh, 1.0)), el);
-    q = __ddiv_rn(nh, dh);
-    y = __dadd_rn(q, __ddiv_rn(__dsub_rn(nl, __dmul_rn(q, dl)), dh));
+    y = ts__ratio_dd(nh, nl, dh, dl);
     return hx < 0 ? -y : y;
 }
 
-/* ---- sigmoid: 1/(1+e) for x >= 0, e/(1+e) for x < 0, e = exp(-|x|) double-double ---- */
+/* ---- sigmoid: n/(1+e), e = exp(-|x|) double-double, n = 1 (x >= 0) or e (x < 0) ---- */
 
 TS_RM_FN double ts_sigmoid(double x) {
-    double eh, el, d, s, q;
+    double eh, el, d, s;
 
     if (x != x) return TS_NAN64;
     if (x > 708.0) return 1.0;
     if (x < -708.0) return ts_exp(x); /* 1 + e rounds to 1 */
     ts__exp_dd(x < 0.0 ? x : -x, &eh, &el);
-    d = __dadd_rn(1.0, eh);
+    d = __dadd_rn(1.0, eh); /* Fast2Sum: 1 + eh == d + (eh - (d - 1)) */
     s = __dadd_rn(__dsub_rn(eh, __dsub_rn(d, 1.0)), el);
-    if (x < 0.0) {
-        q = __ddiv_rn(eh, d);
-        return __dadd_rn(q, __ddiv_rn(__dsub_rn(el, __dmul_rn(q, s)), d));
-    }
-    q = __ddiv_rn(1.0, d);
-    return __dsub_rn(q, __ddiv_rn(__dmul_rn(q, s), d));
+    if (x < 0.0) return ts__ratio_dd(eh, el, d, s);
+    return ts__ratio_dd(1.0, 0.0, d, s);
 }
 
 /* ---- erf: fdlibm s_erf.c ---- */
