@@ -95,7 +95,7 @@ class MainWindow(QMainWindow):
             s = open_path(path)
             s.ensure_gradients()
         except SessionError as e:
-            self.show_error("Cannot open file", str(e))
+            self.show_error("Cannot open file", str(e), e.details or None)
             return False
         except Exception as e:  # noqa: BLE001 — a bug must not take the user's session down
             self.show_error("Cannot open file", f"{path}: {type(e).__name__}: {e}",
@@ -110,7 +110,7 @@ class MainWindow(QMainWindow):
         try:
             s = open_workload(spec)
         except SessionError as e:
-            self.show_error("Cannot open workload", str(e))
+            self.show_error("Cannot open workload", str(e), e.details or None)
             return False
         self.set_session(s)
         return True

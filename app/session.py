@@ -6,10 +6,9 @@ whose message names the file and the reason; the caller keeps its current sessio
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -19,7 +18,11 @@ from views.inspector import NodeDetails
 
 
 class SessionError(Exception):
-    """A session could not be opened; the message says what and where."""
+    """A session could not be opened; the message says what and where, ``details`` the trace."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
 
 
 def find_loss(tape, meta: dict | None = None) -> int | None:
@@ -124,49 +127,19 @@ def open_workload(spec: str, step: int = 0) -> Session:
     """A session on a built-in workload (``mlp``, ``transformer``) or a user's ``PATH.py``."""
     from core import workloads
 
-    if spec.endswith(".py"):
-        wl = _user_workload(spec)
-    else:
-        try:
-            wl = workloads.get(spec)
-        except ValueError as e:
-            raise SessionError(str(e)) from None
     try:
+        wl = workloads.get(spec)
         loss = wl.record(step)
         wl.tape.backward(loss)
-    except Exception as e:  # noqa: BLE001 — a user's workload may fail in any way
-        raise SessionError(f"workload {spec}: {type(e).__name__}: {e}") from None
+    except workloads.WorkloadError as e:  # the user's code failed: keep its traceback
+        raise SessionError(str(e), e.details) from None
+    except ValueError as e:
+        raise SessionError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 — a workload may fail in any way; the app stays up
+        raise SessionError(f"workload {spec}: {type(e).__name__}: {e}",
+                           traceback.format_exc()) from None
     return Session(wl.tape, loss.id, f"workload:{spec}", {"workload": spec, "step": step},
                    workload=wl)
-
-
-def _user_workload(path: str):
-    """Load a user's workload file: it must define ``Workload`` subclass ``WORKLOAD`` or one."""
-    from core.workloads import Workload
-
-    p = Path(path)
-    if not p.is_file():
-        raise SessionError(f"{path}: no such workload file")
-    spec = importlib.util.spec_from_file_location(f"user_workload_{p.stem}", p)
-    mod = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(mod)  # the user asked us to run their own code
-    except Exception as e:  # noqa: BLE001
-        raise SessionError(f"{path}: {type(e).__name__}: {e}") from None
-    cls = getattr(mod, "WORKLOAD", None)
-    if cls is None:
-        found = [v for v in vars(mod).values()
-                 if isinstance(v, type) and issubclass(v, Workload) and v is not Workload
-                 and v.__module__ == mod.__name__]
-        if len(found) != 1:
-            raise SessionError(f"{path}: define WORKLOAD = <your Workload subclass> "
-                               f"(found {len(found)} candidates)")
-        cls = found[0]
-    try:
-        return cls()
-    except Exception as e:  # noqa: BLE001
-        raise SessionError(f"{path}: building the workload failed: {type(e).__name__}: {e}") \
-            from None
 
 
 def open_path(path: str | os.PathLike) -> Session:

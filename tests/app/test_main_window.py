@@ -133,3 +133,40 @@ def test_drop_a_file_and_jump_to_first_nan(qtbot, win, tmp_path):
     # x's value is finite; y = log(x) is the first NaN value in tape order
     assert win.selected == y.id
     assert win.inspector.stats.stats["value"]["nan"] == 1
+
+
+USER_WORKLOAD = '''
+import numpy as np
+from core import ops
+from core.workloads import Workload
+
+
+class Tiny(Workload):
+    name = "tiny"
+
+    def build(self):
+        self.w = self.tape.param(self.init(3, 2), name="layer/w")
+
+    def batch(self, step):
+        return {"x": np.full((4, 3), 0.5 + step)}
+
+    def episode(self, data):
+        return ops.mean(ops.tanh(data["x"] @ self.w) * 2.0)
+'''
+
+
+def test_user_workload_opens_and_a_broken_one_shows_its_traceback(qtbot, win, tmp_path):
+    good = tmp_path / "tiny.py"
+    good.write_text(USER_WORKLOAD)
+    with qtbot.waitSignal(win.graph.view.layout_ready, timeout=5000):
+        assert win.open_workload(str(good))
+    s = win.session
+    assert s.source == f"workload:{good}" and s.tape.node(s.loss_id).op == "mean"
+    assert any(n.name == "layer/w" for n in s.tape.nodes)
+    broken = tmp_path / "broken.py"
+    broken.write_text(USER_WORKLOAD.replace("ops.tanh(", "ops.no_such_op("))
+    assert not win.open_workload(str(broken))
+    box = win.last_error
+    assert "broken.py" in box.text() and "no_such_op" in box.text()
+    assert "Traceback" in box.detailedText() and "episode" in box.detailedText()
+    assert win.session is s
