@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# device_check.sh: everything that needs a GPU, in one command, for a lent GPU machine.
+#   1. the CUDA tests (pytest -m cuda; they skip with the reason when no device answers)
+#   2. `tapescope parity` on cuda for both workloads (exit 0 = bit-identical every step)
+#   3. the replay benchmark (host and cuda rows; its table prints last)
+# Usage: bash benchmarks/device_check.sh [repeat]   (run from the repository root)
+set -u
+cd "$(dirname "$0")/.."
+REPEAT="${1:-20}"
+export TAPESCOPE_CACHE_DIR="${TAPESCOPE_CACHE_DIR:-$(mktemp -d)/kernels}"
+python -c "import cupy, sys; print('cupy', cupy.__version__, 'devices', cupy.cuda.runtime.getDeviceCount())" \
+  || echo "CuPy missing: the cuda rows and tests will skip (pip install cupy-cuda12x)"
+status=0
+python -m pytest -m cuda tests/gpu -q -rs -p no:cacheprovider || status=1
+for wl in mlp transformer; do
+  for dt in float64 float32; do
+    python -m app.cli parity --workload "$wl" --device cuda --steps 5 --dtype "$dt" | tail -1 \
+      || status=1
+  done
+done
+python benchmarks/bench_replay.py --device all --repeat "$REPEAT" || status=1
+exit $status
