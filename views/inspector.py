@@ -69,6 +69,48 @@ class StatsTable(QTableWidget):
         self.setFixedHeight(24 + 21 * max(1, len(self.stats)))
 
 
+def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
+    """Per-element ulp distance as float64 (NaN where the bits differ and a side is NaN)."""
+    from core.parity import ulp_distance
+
+    d = ulp_distance(cpu, dev).astype(np.float64).reshape(np.shape(cpu))
+    c, v = np.asarray(cpu), np.asarray(dev)
+    sint = np.int64 if c.dtype == np.float64 else np.int32
+    nan_mismatch = (np.isnan(c) | np.isnan(v)) & (c.view(sint) != v.view(sint))
+    d[nan_mismatch] = np.nan  # drawn as "not comparable", counted as NaN in the stats row
+    return d
+
+
+class DeviceCompareView(QWidget):
+    """CPU and device side by side, and the ulp-per-element map between them."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.cpu_view = ArrayView("cpu", self)
+        self.dev_view = ArrayView("device", self)
+        self.ulp_view = ArrayView("ulp", self)
+        self.ulp: np.ndarray | None = None
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        for title, v in (("CPU", self.cpu_view), ("device", self.dev_view)):
+            col = QVBoxLayout()
+            col.addWidget(QLabel(title, self))
+            col.addWidget(v, 1)
+            row.addLayout(col, 1)
+        lay.addLayout(row, 1)
+        lay.addWidget(QLabel("bit difference (ulp per element)", self))
+        lay.addWidget(self.ulp_view, 1)
+
+    def set_arrays(self, cpu: np.ndarray | None, dev: np.ndarray | None) -> None:
+        """Show one pair (either may be None)."""
+        self.cpu_view.set_array(cpu)
+        self.dev_view.set_array(dev)
+        ok = cpu is not None and dev is not None and np.shape(cpu) == np.shape(dev)
+        self.ulp = ulp_map(cpu, dev) if ok else None
+        self.ulp_view.set_array(self.ulp)
+
+
 class InspectorPanel(QWidget):
     """Shows a NodeDetails; clicking an input emits ``node_selected``."""
 
@@ -93,6 +135,7 @@ class InspectorPanel(QWidget):
         self.tabs.addTab(self.value_view, "Value")
         self.tabs.addTab(self.grad_view, "Gradient")
         self.tabs.addTab(self.hist, "Histogram")
+        self.device_view = DeviceCompareView(self)  # a tab only while a device run exists
         self.copy_value = QPushButton("Copy value as numpy", self)
         self.copy_grad = QPushButton("Copy gradient as numpy", self)
         self.nan_button = QPushButton("Jump to first NaN", self)
@@ -148,6 +191,13 @@ class InspectorPanel(QWidget):
         self.value_view.set_array(d.value)
         self.grad_view.set_array(d.grad)
         self.hist.set_arrays(d.value, d.grad)
+        i = self.tabs.indexOf(self.device_view)
+        if d.device_value is not None or d.device_grad is not None:
+            if i < 0:
+                self.tabs.addTab(self.device_view, "CPU vs device")
+            self.device_view.set_arrays(d.value, d.device_value)
+        elif i >= 0:
+            self.tabs.removeTab(i)
         self._set_enabled(True)
 
     @Slot(str)

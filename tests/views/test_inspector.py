@@ -54,3 +54,22 @@ def test_clicking_an_input_selects_it(qtbot):
     with qtbot.waitSignal(p.node_selected) as sig:
         p.inputs.linkActivated.emit("node:5")
     assert sig.args == [5]
+
+
+def test_device_side_by_side_and_ulp_map(qtbot):
+    p = InspectorPanel()
+    qtbot.addWidget(p)
+    cpu = np.linspace(-1, 1, 12).reshape(3, 4)
+    dev = cpu.copy()
+    dev[1, 2] = np.nextafter(dev[1, 2], np.inf)  # one element one ulp up
+    dev[2, 3] = np.nextafter(np.nextafter(dev[2, 3], -np.inf), -np.inf)  # another two down
+    d = details(cpu)
+    d.device_value = dev
+    p.show_details(d)
+    assert p.tabs.indexOf(p.device_view) >= 0
+    ulp = p.device_view.ulp
+    assert ulp[1, 2] == 1 and ulp[2, 3] == 2 and np.count_nonzero(ulp) == 2
+    assert np.array_equal(p.device_view.dev_view.array, dev)
+    assert "device value" in p.stats.stats
+    p.show_details(details(cpu))  # no device run: the tab goes away
+    assert p.tabs.indexOf(p.device_view) < 0
