@@ -136,6 +136,7 @@ class InspectorPanel(QWidget):
         self.tabs.addTab(self.grad_view, "Gradient")
         self.tabs.addTab(self.hist, "Histogram")
         self.device_view = DeviceCompareView(self)  # a tab only while a device run exists
+        self.device_view.hide()
         self.copy_value = QPushButton("Copy value as numpy", self)
         self.copy_grad = QPushButton("Copy gradient as numpy", self)
         self.nan_button = QPushButton("Jump to first NaN", self)
@@ -198,6 +199,7 @@ class InspectorPanel(QWidget):
             self.device_view.set_arrays(d.value, d.device_value)
         elif i >= 0:
             self.tabs.removeTab(i)
+            self.device_view.hide()
         self._set_enabled(True)
 
     @Slot(str)
