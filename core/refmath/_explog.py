@@ -106,8 +106,8 @@ def exp64(x: np.ndarray) -> np.ndarray:
     return y
 
 
-def log64(x: np.ndarray) -> np.ndarray:
-    """log(x), fdlibm e_log.c: x = 2**k * (1+f), sqrt(2)/2 < 1+f < sqrt(2), log(1+f) by R(s^2)."""
+def _log64_all_branches(x: np.ndarray) -> np.ndarray:
+    """log64 for any input, every fdlibm branch spelled out (used on the rare elements)."""
     nan = ~(x >= 0.0)  # NaN or negative
     zero = x == 0.0
     pinf = x == INF
@@ -145,6 +145,73 @@ def log64(x: np.ndarray) -> np.ndarray:
     y = np.where(pinf, INF, y)
     y = np.where(zero, -INF, y)
     return np.where(nan, NAN, y)
+
+
+def log64(x: np.ndarray) -> np.ndarray:
+    """log(x), fdlibm e_log.c: x = 2**k * (1+f), sqrt(2)/2 < 1+f < sqrt(2), log(1+f) by R(s^2).
+
+    Fast path for positive normal x with |f| >= 2**-20; the rest goes to the all-branch form.
+    """
+    hx = x.view(np.int64) >> 32
+    common = (hx >= 0x00100000) & (hx < 0x7FF00000)  # positive, normal, finite (not NaN)
+    common &= (0x000FFFFF & (2 + (hx & 0x000FFFFF))) >= 3  # |f| >= 2**-20
+    allc = bool(common.all())
+    xs = x if allc else np.where(common, x, 1.5)
+    bits = xs.view(np.int64)
+    hx = bits >> 32
+    k = hx >> 20
+    k -= 1023
+    hx &= 0x000FFFFF
+    i = hx + 0x95F64
+    i &= 0x100000  # set when the mantissa is above sqrt(2): use x/2 instead
+    top = i ^ 0x3FF00000
+    top |= hx
+    top <<= 32
+    xb = bits & 0xFFFFFFFF
+    xb |= top
+    f = xb.view(np.float64)  # the normalized mantissa, then f = it - 1
+    f -= 1.0
+    i >>= 20
+    k += i
+    dk = k.astype(np.float64)
+    s = f + 2.0
+    np.divide(f, s, out=s)  # s = f/(2+f)
+    z = s * s
+    w = z * z
+    t1 = w * LG6
+    t1 += LG4
+    t1 *= w
+    t1 += LG2
+    t1 *= w  # w*(LG2 + w*(LG4 + w*LG6))
+    t2 = w * LG7
+    for coef in (LG5, LG3):
+        t2 += coef
+        t2 *= w
+    t2 += LG1
+    t2 *= z  # z*(LG1 + w*(LG3 + w*(LG5 + w*LG7)))
+    R = np.add(t2, t1, out=t2)
+    hfsq = 0.5 * f
+    hfsq *= f
+    lo = dk * LN2_LO
+    # NOTE: for k == 0 fdlibm writes f - (...); with dk = +0 the forms below round to the same
+    # bits (0 - v == -v, and the result is never 0 on this path).
+    ya = hfsq + R
+    ya *= s
+    ya += lo
+    np.subtract(hfsq, ya, out=ya)  # hfsq - (s*(hfsq+R) + dk*ln2_lo)
+    yb = f - R
+    yb *= s
+    yb -= lo  # s*(f-R) - dk*ln2_lo
+    big = hx - 0x6147A
+    big |= 0x6B851 - hx  # > 0: f far from 0, hfsq subtracted apart
+    y = np.where(big > 0, ya, yb)
+    y -= f
+    np.multiply(dk, LN2_HI, out=dk)
+    y = np.subtract(dk, y, out=y)
+    if not allc:
+        rare = ~common
+        y[rare] = _log64_all_branches(x[rare])
+    return y
 
 
 def expm1_64(x: np.ndarray) -> np.ndarray:
