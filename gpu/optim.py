@@ -116,12 +116,18 @@ class Adam(_DeviceOptimizer):
         super().__init__(lr, clip)
         self.b1, self.b2 = (float(b) for b in betas)
         self.eps = float(eps)
+        self.initial_moments: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _setup(self, prog: Any) -> None:
         self.k: Buffer = prog.device.alloc(6, prog.dtype)
         self.moments = {i: (prog.device.alloc(prog.nodes[i].size, prog.dtype),
                             prog.device.alloc(prog.nodes[i].size, prog.dtype))
                         for i, _ in self.live}
+        # moments carried over from a core optimizer that already stepped (from_core)
+        for i, (m0, v0) in getattr(self, "initial_moments", {}).items():
+            if i in self.moments:
+                self.moments[i][0].upload(np.asarray(m0, dtype=prog.dtype).reshape(-1))
+                self.moments[i][1].upload(np.asarray(v0, dtype=prog.dtype).reshape(-1))
 
     def _update(self, prog: Any, i: int, l2: float) -> Launch:
         ctx = prog.ctx
@@ -154,5 +160,7 @@ def from_core(opt: core_optim.Optimizer) -> SGD | Adam:
         raise TypeError(f"no device optimizer mirrors {type(opt).__name__}")
     for slot in opt.slots:
         out.add(slot.var.id, slot.l2)
+        if getattr(slot, "m", None) is not None and isinstance(out, Adam):
+            out.initial_moments[slot.var.id] = (np.array(slot.m), np.array(slot.v))
     out.t = opt.t
     return out

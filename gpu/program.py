@@ -148,11 +148,12 @@ class Program:
     # ---- running -----------------------------------------------------------------------------
     def _run_phase(self, *names: str, extra: list[Launch] | None = None) -> None:
         key = names + (id(extra) if extra else 0,)
-        lst = self._lists.get(key)
-        if lst is None:
+        hit = self._lists.get(key)
+        # the extra list is held with its prebuilt replay: an id alone could be reused
+        if hit is None or hit[0] is not extra:
             launches = [s.launch for name in names for s in self.phases[name]] + (extra or [])
-            lst = self._lists[key] = self.device.launch_list(launches)
-        lst.replay()
+            hit = self._lists[key] = (extra, self.device.launch_list(launches))
+        hit[1].replay()
 
     def invalidate(self) -> None:
         """Forget prebuilt launch lists and graphs (call after editing `phases`)."""
@@ -176,11 +177,10 @@ class Program:
         """forward + backward (+ optimizer): one CUDA graph replay on cuda, one list on host."""
         launches = opt.prepare(self) if opt is not None else []
         if self.device.kind == "cuda":
-            key = id(launches)
-            if self._graph is None or self._graph[0] != key:
+            if self._graph is None or self._graph[0] is not launches:
                 seq = [s.launch for p in ("forward", "backward") for s in self.phases[p]]
                 seq += launches
-                self._graph = (key, self.device.capture_graph(seq), len(seq))
+                self._graph = (launches, self.device.capture_graph(seq), len(seq))
             self.device.launch_graph(self._graph[1], self._graph[2])
         else:
             self._run_phase("forward", "backward", extra=launches)

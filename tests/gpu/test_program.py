@@ -169,3 +169,29 @@ def test_only_summaries_cross_to_the_host(host):
     assert rep.exact
     assert moved == n_tensors * 7 * 8  # 5 int64 + 2 float64 per tensor, nothing else
     assert moved < sum(n.value.n for n in rep.nodes) * 8
+
+
+def test_mirror_a_core_adam_mid_training(host):
+    from core import workloads
+
+    wl = workloads.get("mlp")
+    opt = wl.make_optimizer()
+    for s in range(3):  # the core optimizer already has moments and t = 3
+        wl.tape.backward(wl.record(s))
+        opt.step()
+    prog = gpu.capture(host, wl.tape, wl.record(3))
+    dopt = gpu.from_core(opt)
+    for s in range(3, 6):
+        wl.tape.backward(wl.record(s))
+        opt.step()
+        prog.set_input(wl.inputs["x"].id, wl.tape.value(wl.inputs["x"]))
+        prog.run_episode(dopt)
+    for i in prog.param_ids():
+        assert _bits_equal(wl.tape.value(i), prog.read(i))
+    # another optimizer on the same program gets its own launches (no stale replay list)
+    sgd = gpu.SGD(lr=0.0)
+    sgd.add_all(prog)
+    before = [prog.read(i) for i in prog.param_ids()]
+    prog.run_episode(sgd)
+    for i, b in zip(prog.param_ids(), before, strict=True):
+        assert _bits_equal(prog.read(i), b)  # lr 0: nothing moves (Adam would have)
