@@ -239,9 +239,10 @@ class MainWindow(QMainWindow):
         if s is None:
             return
         bad = len(s.nonfinite())
-        self.status_label.setText(
-            f"{s.source} · {len(s.tape)} nodes · {len(s.tape.params())} params · "
-            f"loss #{s.loss_id} · " + (f"⚠ {bad} nodes with NaN/inf" if bad else "all finite"))
+        loss = f"loss #{s.loss_id}" if s.loss_id is not None else "no loss (forward only)"
+        finite = f"⚠ {bad} nodes with NaN/inf" if bad else "all finite"
+        self.status_label.setText(f"{s.source} · {len(s.tape)} nodes · "
+                                  f"{len(s.tape.params())} params · {loss} · {finite}")
 
     # ---- screenshot -------------------------------------------------------------------------
     def wait_until_ready(self, timeout_s: float = 10.0) -> bool:

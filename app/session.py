@@ -47,7 +47,8 @@ class Session:
     workload: object | None = None
 
     def __post_init__(self) -> None:
-        self.graph = GraphModel.from_tape(self.tape, self.loss_id)
+        # -1: no loss node to mark (a forward-only ONNX run)
+        self.graph = GraphModel.from_tape(self.tape, -1 if self.loss_id is None else self.loss_id)
         self.grads: list = []
         self.snapshot_gradients()
 
@@ -110,17 +111,19 @@ def open_tape_file(path: str | os.PathLike) -> Session:
 
 
 def open_onnx_file(path: str | os.PathLike) -> Session:
-    """A session on an ONNX model imported onto a tape (needs core.onnx's importer)."""
+    """A session on an ONNX model: run once by core.onnx, every tensor shown (no gradients)."""
+    from app.onnx_view import onnx_tape_view
+    from core.onnx import OnnxError
+
     try:
-        from core.onnx import importer  # type: ignore[attr-defined]
-    except ImportError:
-        raise SessionError(f"{path}: ONNX import onto a tape is not available in this build "
-                           "(core.onnx.importer missing)") from None
-    try:
-        tape, meta = importer.import_model(path)
+        tape, meta = onnx_tape_view(path)
+    except OnnxError as e:
+        raise SessionError(str(e)) from None
     except Exception as e:  # noqa: BLE001 — any failure of a user's model is shown, not raised
-        raise SessionError(f"{path}: {type(e).__name__}: {e}") from None
-    return Session(tape, find_loss(tape, meta), str(path), meta)
+        raise SessionError(f"{path}: {type(e).__name__}: {e}", traceback.format_exc()) from None
+    if len(tape) == 0:
+        raise SessionError(f"{path}: the model has no nodes")
+    return Session(tape, None, str(path), meta)
 
 
 def open_workload(spec: str, step: int = 0) -> Session:

@@ -1,10 +1,11 @@
-"""Work around a PySide6 refcount bug that aborts the app after a few thousand Qt calls.
+"""Work around a PySide6 refcount bug that aborts the app after a few hundred Qt calls.
 
 PySide6 6.12.0 returns ``None`` from every void method without taking a new reference (fine on
 CPython >= 3.12, where ``None`` is immortal). On CPython 3.11 each such call (``setPos``,
 ``scale``, ``drawRect``, ...) drops one reference from ``None``, and after about 5,000 of them
-the interpreter aborts with "none_dealloc: deallocating None". We probe for the bug and, only
-when it is present, give ``None`` enough extra references to outlive any session.
+the interpreter aborts with "none_dealloc: deallocating None"; emitting a ``bool`` signal a few
+hundred times ends in "bool_dealloc" the same way. We probe for the bug and, only when it is
+present, give these singletons enough extra references to outlive any session.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ def guard_none_refcount() -> bool:
     if applied or sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
         return applied
     if void_call_leaks():
-        # NOTE: ob_refcnt is the first field of every CPython object; None is a static object
-        # that is never freed, so extra references cost nothing
-        ctypes.c_ssize_t.from_address(id(None)).value += EXTRA_REFS
+        # NOTE: ob_refcnt is the first field of every CPython object; these singletons are
+        # static objects that are never freed, so extra references cost nothing. True and
+        # False suffer the same way (bool signal arguments), so they get the same treatment.
+        for singleton in (None, True, False, Ellipsis, NotImplemented):
+            ctypes.c_ssize_t.from_address(id(singleton)).value += EXTRA_REFS
         applied = True
     return applied

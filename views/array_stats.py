@@ -13,9 +13,13 @@ def array_stats(a: np.ndarray | None) -> dict[str, float | int]:
     if a is None:
         return {}
     a = np.asarray(a)
-    if a.dtype.kind not in "fiuc":
-        raise TypeError(f"array_stats: dtype {a.dtype} is not numeric")
     out: dict[str, float | int] = {"size": int(a.size)}
+    if a.dtype.kind == "b":
+        a = a.astype(np.int8)  # booleans summarise as 0/1
+    if a.dtype.kind not in "fiu":  # strings, objects, complex: nothing to summarise
+        nan = float("nan")
+        out.update(nan=0, inf=0, min=nan, max=nan, mean=nan, std=nan)
+        return out
     if a.dtype.kind == "f":
         nan = np.isnan(a)
         inf = np.isinf(a)

@@ -71,6 +71,7 @@ class Overview(QWidget):
             p.drawRect(frame.adjusted(0, 0, -1, -1).intersected(QRectF(self.rect())).adjusted(
                 0, 0, 0, max(0.0, 3 - frame.height())))
         p.setPen(QColor("#9aa3b2"))
+        p.setBrush(Qt.NoBrush)
         p.drawRect(self.rect().adjusted(0, 0, -1, -1))
 
     def mousePressEvent(self, ev) -> None:  # noqa: N802 (Qt override)

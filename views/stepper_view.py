@@ -157,6 +157,9 @@ class StepperPanel(QWidget):
         for a in self.actions.values():
             a.setEnabled(s is not None)
         if s is None:
+            self.where.setText("Nothing to step: this session has no loss (forward only)."
+                               if self._labels else
+                               "Open a tape to step through its backward pass.")
             self.table.setRowCount(0)
             self.incoming.set_array(None)
             self.current_changed.emit(-1)

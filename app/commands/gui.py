@@ -35,7 +35,10 @@ def prepare_screenshot(win) -> None:
     win.wait_until_ready()
     nodes = s.tape.nodes
     pick = next((n.id for n in nodes if n.op in ("bmm", "matmul") and len(n.shape) >= 2
-                 and min(n.shape[-2:]) > 1), s.loss_id or 0)
+                 and min(n.shape[-2:]) > 1), None)
+    if pick is None:  # e.g. an ONNX model: the first computed 2-D (or higher) tensor
+        pick = next((n.id for n in nodes if n.inputs and len(n.shape) >= 2
+                     and min(n.shape[-2:]) > 1), s.loss_id or 0)
     for _ in range(3):
         win.stepper_panel.step()
     win.select_node(pick)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl
@@ -136,6 +138,8 @@ def test_drop_a_file_and_jump_to_first_nan(qtbot, win, tmp_path):
 
 
 USER_WORKLOAD = '''
+from pathlib import Path
+
 import numpy as np
 from core import ops
 from core.workloads import Workload
@@ -170,3 +174,24 @@ def test_user_workload_opens_and_a_broken_one_shows_its_traceback(qtbot, win, tm
     assert "broken.py" in box.text() and "no_such_op" in box.text()
     assert "Traceback" in box.detailedText() and "episode" in box.detailedText()
     assert win.session is s
+
+
+def test_open_an_onnx_model_shows_every_tensor(qtbot, win, tmp_path):
+    from core.onnx import Session, default_inputs
+
+    model = Path(__file__).resolve().parents[2] / "resources" / "models" / "tiny_mlp.onnx"
+    open_and_wait(qtbot, win, model)
+    s = win.session
+    assert s.loss_id is None and win.stepper is None
+    ref = Session(str(model))
+    want = ref.run(default_inputs(ref, 0))
+    out_name, out_value = next(iter(want.items()))
+    node = next(n for n in s.tape.nodes if n.inputs and n.name and
+                np.array_equal(s.tape.value(n.id), out_value))
+    click_node(qtbot, win, node.id)
+    assert win.inspector.details.id == node.id and win.inspector.details.grad is None
+    assert "forward only" in win.status_label.text()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage")
+    assert not win.open_file(str(bad))
+    assert "bad.onnx" in win.last_error.text() and win.session is s
