@@ -195,3 +195,23 @@ def test_open_an_onnx_model_shows_every_tensor(qtbot, win, tmp_path):
     bad.write_bytes(b"\x08\x07garbage")
     assert not win.open_file(str(bad))
     assert "bad.onnx" in win.last_error.text() and win.session is s
+
+
+def test_breakpoint_continue_and_recent_menu(qtbot, win, tape_file):
+    open_and_wait(qtbot, win, tape_file)
+    ref, _ = tapefile.load(tape_file)
+    target = next(n.id for n in reversed(ref.nodes) if n.op == "softmax")
+    win.select_node(target)
+    qtbot.keyClick(win.graph.view, Qt.Key_F9)  # breakpoint on the selected node
+    assert win.stepper.breakpoints == {target}
+    assert int(win.graph.view.display.node_item[target]) in win.graph.view.canvas.breakpoint_items
+    qtbot.keyClick(win.graph.view, Qt.Key_F5)  # continue: stops at the breakpoint
+    assert win.stepper.current.node.id == target
+    assert "breakpoint" in win.stepper_panel.where.text()
+    assert win.stepper_panel.incoming.array.tobytes() == ref.grad(target).tobytes()
+    # the recent list holds the file and reopens it from the menu
+    actions = win.recent_menu.actions()
+    assert [a.text() for a in actions] == [str(tape_file)]
+    with qtbot.waitSignal(win.session_changed):
+        actions[0].trigger()
+    assert win.stepper.current is None  # a fresh session: the stepper restarted

@@ -11,10 +11,20 @@ SCRIPT = """
 import os, sys
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 import views  # applies the guard
-from PySide6.QtCore import QPointF
+from PySide6.QtCore import QCoreApplication, QObject, QPointF, Signal
+app = QCoreApplication([])
 p = QPointF()
 for _ in range(50000):
     p.setX(1.0)   # a void method: on PySide6 6.12 + CPython 3.11 each call drops a None ref
+class T(QObject):
+    flag = Signal(bool)
+t = T()
+seen = []
+t.flag.connect(seen.append)
+for _ in range(5000):
+    t.flag.emit(False)   # bool signal arguments drop references to True/False the same way
+    t.flag.emit(True)
+del seen
 print("alive", sys.getrefcount(None) > 1000)
 """
 
