@@ -53,7 +53,8 @@ def _reduce(op: str) -> OpKernels:
 # ---- matmul / bmm: one strided kernel --------------------------------------------------------
 def _mm(ctx: BuildCtx, a, b, y, dims: tuple, strides: tuple, acc: bool) -> Launch:
     bsz, m, n, k = dims
-    return ctx.launch("mm", bsz * m * n, a, b, y, bsz, m, n, k, *strides, i64(acc))
+    tiles = bsz * (-(-m // 4)) * (-(-n // 4))  # one thread per 4x4 output tile (TS_MM)
+    return ctx.launch("mm", tiles, a, b, y, bsz, m, n, k, *strides, i64(acc))
 
 
 @register_kernels("matmul")

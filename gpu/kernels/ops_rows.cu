@@ -28,22 +28,42 @@ extern "C" __global__ void reduce_bwd_T(const real_t* g, real_t* gx, const long 
 }
 
 /* y[b, i, j] (= or +=) dot over k of a[b, i, k] * b[b, k, j], strided operands, serial in k.
- * matmul, bmm and all their backward products are this kernel with different strides. */
+ * matmul, bmm and all their backward products are this kernel with different strides.
+ * One thread owns a TS_MM x TS_MM tile of outputs: each output still accumulates alone, from
+ * +0.0, in k order (the tile only shares the loads), so the bits do not depend on the tile. */
+#define TS_MM 4
 extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, long long B,
                                 long long M, long long N, long long K, long long sab,
                                 long long sam, long long sak, long long sbb, long long sbk,
                                 long long sbn, long long accumulate) {
-    long long total = B * M * N;
+    long long tm = (M + TS_MM - 1) / TS_MM, tn = (N + TS_MM - 1) / TS_MM;
+    long long total = B * tm * tn;
     TS_GRID_STRIDE(t, total) {
-        long long bi = t / (M * N);
-        long long rem = t - bi * (M * N);
-        long long i = rem / N;
-        long long j = rem - i * N;
-        const real_t* pa = a + bi * sab + i * sam;
-        const real_t* pb = b + bi * sbb + j * sbn;
-        real_t acc = (real_t)0;
-        for (long long k = 0; k < K; ++k) acc = ADD(acc, MUL(pa[k * sak], pb[k * sbk]));
-        y[t] = accumulate ? ADD(y[t], acc) : acc;
+        long long bi = t / (tm * tn);
+        long long rem = t - bi * (tm * tn);
+        long long i0 = (rem / tn) * TS_MM;
+        long long j0 = (rem - (rem / tn) * tn) * TS_MM;
+        long long ia[TS_MM], jb[TS_MM];
+        for (int p = 0; p < TS_MM; ++p) {
+            /* rows / columns past the edge re-read the last valid one and are not stored */
+            ia[p] = bi * sab + (i0 + p < M ? i0 + p : M - 1) * sam;
+            jb[p] = bi * sbb + (j0 + p < N ? j0 + p : N - 1) * sbn;
+        }
+        real_t acc[TS_MM][TS_MM];
+        for (int p = 0; p < TS_MM; ++p)
+            for (int q = 0; q < TS_MM; ++q) acc[p][q] = (real_t)0;
+        for (long long k = 0; k < K; ++k) {
+            real_t av[TS_MM], bv[TS_MM];
+            for (int p = 0; p < TS_MM; ++p) av[p] = a[ia[p] + k * sak];
+            for (int q = 0; q < TS_MM; ++q) bv[q] = b[jb[q] + k * sbk];
+            for (int p = 0; p < TS_MM; ++p)
+                for (int q = 0; q < TS_MM; ++q) acc[p][q] = ADD(acc[p][q], MUL(av[p], bv[q]));
+        }
+        for (int p = 0; p < TS_MM && i0 + p < M; ++p)
+            for (int q = 0; q < TS_MM && j0 + q < N; ++q) {
+                long long o = (bi * M + i0 + p) * N + j0 + q;
+                y[o] = accumulate ? ADD(y[o], acc[p][q]) : acc[p][q];
+            }
     }
 }
 
