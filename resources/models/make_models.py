@@ -75,6 +75,68 @@ def tiny_convnet(rng: np.random.Generator, size: int = 16):
         {"x": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
 
 
+def resnet_like(rng: np.random.Generator, size: int = 112, widths=(32, 64, 128, 256),
+                classes: int = 100):
+    """A ResNet-18-shaped net (conv-BN-relu stem, maxpool, 2 basic blocks per stage, GAP, FC)
+    with He-initialised random weights: the benchmark's conv net when no model zoo is offline."""
+    inits: list = []
+    nodes: list = []
+    count = [0]
+
+    def fresh(prefix):
+        count[0] += 1
+        return f"{prefix}{count[0]}"
+
+    def conv_bn(x, cin, cout, k, stride, relu=True):
+        w, b = fresh("w"), fresh("b")
+        std = np.sqrt(2.0 / (cin * k * k))
+        inits.append(_init(w, (rng.standard_normal((cout, cin, k, k)) * std).astype(np.float32)))
+        inits.append(_init(b, np.zeros(cout, np.float32)))
+        bn = [fresh(n) for n in ("s", "o", "m", "v")]
+        inits.append(_init(bn[0], (1 + 0.1 * rng.standard_normal(cout)).astype(np.float32)))
+        inits.append(_init(bn[1], (0.1 * rng.standard_normal(cout)).astype(np.float32)))
+        inits.append(_init(bn[2], (0.1 * rng.standard_normal(cout)).astype(np.float32)))
+        inits.append(_init(bn[3], (1 + 0.1 * np.abs(rng.standard_normal(cout))).astype(np.float32)))
+        c, y = fresh("c"), fresh("bn")
+        p = k // 2
+        nodes.append(helper.make_node("Conv", [x, w, b], [c], strides=[stride, stride],
+                                      pads=[p, p, p, p]))
+        nodes.append(helper.make_node("BatchNormalization", [c] + bn, [y]))
+        if not relu:
+            return y
+        r = fresh("r")
+        nodes.append(helper.make_node("Relu", [y], [r]))
+        return r
+
+    x = conv_bn("x", 3, widths[0], 7, 2)
+    p = fresh("pool")
+    nodes.append(helper.make_node("MaxPool", [x], [p], kernel_shape=[3, 3], strides=[2, 2],
+                                  pads=[1, 1, 1, 1]))
+    x, cin = p, widths[0]
+    for stage, cout in enumerate(widths):
+        for block in range(2):
+            stride = 2 if stage > 0 and block == 0 else 1
+            h = conv_bn(x, cin, cout, 3, stride)
+            h = conv_bn(h, cout, cout, 3, 1, relu=False)
+            skip = x if stride == 1 and cin == cout else conv_bn(x, cin, cout, 1, stride, False)
+            a, r = fresh("add"), fresh("r")
+            nodes += [helper.make_node("Add", [h, skip], [a]), helper.make_node("Relu", [a], [r])]
+            x, cin = r, cout
+    g_, f_ = fresh("gap"), fresh("flat")
+    nodes += [helper.make_node("GlobalAveragePool", [x], [g_]),
+              helper.make_node("Flatten", [g_], [f_])]
+    inits.append(_init("fcw", (rng.standard_normal((cin, classes)) / np.sqrt(cin)).astype(
+        np.float32)))
+    inits.append(_init("fcb", np.zeros(classes, np.float32)))
+    nodes.append(helper.make_node("Gemm", [f_, "fcw", "fcb"], ["y"]))
+    g = helper.make_graph(
+        nodes, "resnet_like",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, classes])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), \
+        {"x": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
+
+
 def main() -> None:
     """Write the models, their inputs (.npy) and onnxruntime's outputs (.npy)."""
     import onnxruntime as ort

@@ -1,0 +1,107 @@
+"""core.onnx executor vs onnxruntime on conv nets available offline.
+
+Models: ``resnet_like<S>``, a ResNet-18-shaped net with random He-initialised weights generated
+by resources/models/make_models.py at SxS input; the light models shipped inside the onnx
+package (full architectures at 224x224, but constant weights: their activations overflow to
+inf/NaN, so they time the engines on degenerate values); resources/models/tiny_convnet.onnx.
+Each engine runs the same input; times are the median of ``--repeat`` runs after one warm-up.
+Ratios are ours / onnxruntime (default threads), so lower is better and 1.0 is parity.
+
+    python benchmarks/bench_onnx.py [--models squeezenet,resnet50] [--repeat 3] [--no-reference]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+
+from core.onnx import Session  # noqa: E402
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+DEFAULT = "tiny_convnet,resnet_like112,resnet_like224,squeezenet,shufflenet,resnet50"
+
+
+def _path(name: str, tmp: str) -> str:
+    """A model file for ``name``: generated ones are written to ``tmp``."""
+    if name == "tiny_convnet":
+        return os.path.join(ROOT, "resources", "models", "tiny_convnet.onnx")
+    if name.startswith("resnet_like"):
+        sys.path.insert(0, os.path.join(ROOT, "resources", "models"))
+        from make_models import resnet_like
+
+        model, _ = resnet_like(np.random.default_rng(0), size=int(name[len("resnet_like"):]))
+        path = os.path.join(tmp, f"{name}.onnx")
+        onnx.save(model, path)
+        return path
+    return os.path.join(LIGHT, f"light_{name}.onnx")
+
+
+def _time(fn, repeat: int) -> float:
+    fn()  # warm-up (and, for ours, any lazy work)
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def _ort(path: str, threads: int | None):
+    so = ort.SessionOptions()
+    # no spin-waiting between runs: idle ort threads would otherwise steal the cores we time on
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print one row per model: times in ms and ratios against onnxruntime."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default=DEFAULT)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-reference", action="store_true", help="skip the (slow) reference mode")
+    args = ap.parse_args(argv)
+    hdr = (f"{'model':14s} {'ort 1t ms':>10s} {'ort dflt ms':>11s} {'fast ms':>9s} "
+           f"{'ref ms':>9s} {'fast/ort':>9s} {'fast/ort1':>9s} {'ref/ort':>9s} "
+           f"{'max|ref-ort|':>12s}")
+    print(f"cores: {os.cpu_count()}  onnxruntime {ort.__version__}  numpy {np.__version__}")
+    print(hdr)
+    print("-" * len(hdr))
+    tmp = tempfile.mkdtemp()
+    for name in args.models.split(","):
+        path = _path(name, tmp)
+        s1, sd = _ort(path, 1), _ort(path, None)
+        inp = s1.get_inputs()[0]
+        shape = [d if isinstance(d, int) else 1 for d in inp.shape]
+        x = np.random.default_rng(0).random(shape, dtype=np.float32)
+        feeds = {inp.name: x}
+        t1 = _time(lambda s=s1, f=feeds: s.run(None, f), args.repeat)
+        td = _time(lambda s=sd, f=feeds: s.run(None, f), args.repeat)
+        fast = Session(path, mode="fast")
+        tf = _time(lambda s=fast, f=feeds: s.run(f), args.repeat)
+        tr, err = float("nan"), float("nan")
+        if not args.no_reference:
+            ref = Session(path, mode="reference")
+            tr = _time(lambda s=ref, f=feeds: s.run(f), max(1, args.repeat // 3))
+            y_ref = next(iter(ref.run(feeds).values()))
+            err = float(np.max(np.abs(y_ref - sd.run(None, feeds)[0])))
+        print(f"{name:14s} {t1 * 1e3:10.1f} {td * 1e3:11.1f} {tf * 1e3:9.1f} {tr * 1e3:9.1f} "
+              f"{tf / td:9.2f} {tf / t1:9.2f} {tr / td:9.1f} {err:12.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
