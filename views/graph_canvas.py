@@ -84,6 +84,11 @@ class GraphCanvas(QGraphicsItem):
             self._ey0_sorted = ey0[self._e_by_y0]
         self._rects = [QRectF(float(cx) - NODE_W / 2, float(cy) - NODE_H / 2, NODE_W, NODE_H)
                        for cx, cy in zip(x.tolist(), y.tolist(), strict=True)]
+        # prebuilt once per layout, so a zoomed-out frame does no per-element Python work
+        self._lines = [QLineF(a, b + NODE_H / 2, c, e - NODE_H / 2) for a, b, c, e in zip(
+            x[src].tolist(), y[src].tolist(), x[dst].tolist(), y[dst].tolist(), strict=True)]
+        self._kind_rects = {int(k): [self._rects[i] for i in np.flatnonzero(graph.kinds == k)]
+                            for k in np.unique(graph.kinds)}
         fm = QFontMetricsF(self.font_small)
         self._names = [fm.elidedText(lab[1], Qt.ElideMiddle, NODE_W - 12) for lab in graph.labels]
         pad = 40.0
@@ -145,13 +150,17 @@ class GraphCanvas(QGraphicsItem):
         self._paint_edges(painter, edges, x, y, detailed)
         kinds = self.graph.kinds[vis]
         rects = self._rects
+        everything = vis.size == len(rects)
         for k in (KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP):
-            sel = vis[kinds == k]
-            if sel.size == 0:
+            if everything:
+                batch = self._kind_rects.get(k, [])
+            else:
+                batch = [rects[i] for i in vis[kinds == k].tolist()]
+            if not batch:
                 continue
             painter.setBrush(self._brushes[k])
             painter.setPen(self._pens[k] if scale > 0.08 else Qt.NoPen)
-            painter.drawRects([rects[i] for i in sel.tolist()])
+            painter.drawRects(batch)
         vis_set = None
         if self.overlay:
             vis_set = set(vis.tolist())
@@ -172,14 +181,14 @@ class GraphCanvas(QGraphicsItem):
     def _paint_edges(self, painter, edges, x, y, detailed) -> None:
         if edges.size == 0:
             return
-        s, d = self._esrc[edges], self._edst[edges]
-        sx, sy = x[s].tolist(), (y[s] + NODE_H / 2).tolist()
-        dx, dy = x[d].tolist(), (y[d] - NODE_H / 2).tolist()
         hi_item = self.selected_item
         pen = QPen(EDGE_COLOR, 1.2 if detailed else 0)
         painter.setPen(pen)
         painter.setBrush(Qt.NoBrush)
         if detailed and edges.size < 2500:
+            s, d = self._esrc[edges], self._edst[edges]
+            sx, sy = x[s].tolist(), (y[s] + NODE_H / 2).tolist()
+            dx, dy = x[d].tolist(), (y[d] - NODE_H / 2).tolist()
             path = QPainterPath()
             hi = QPainterPath()
             for a, b, c, e, si, di in zip(sx, sy, dx, dy, s.tolist(), d.tolist(), strict=True):
@@ -190,9 +199,11 @@ class GraphCanvas(QGraphicsItem):
             painter.drawPath(path)
             painter.setPen(QPen(EDGE_HI_COLOR, 2.4))
             painter.drawPath(hi)
+        elif edges.size == len(self._lines):
+            painter.drawLines(self._lines)
         else:
-            lines = [QLineF(a, b, c, e) for a, b, c, e in zip(sx, sy, dx, dy, strict=True)]
-            painter.drawLines(lines)
+            lines = self._lines
+            painter.drawLines([lines[i] for i in edges.tolist()])
 
     def _paint_labels(self, painter, vis, alpha) -> None:
         labels = self.graph.labels
