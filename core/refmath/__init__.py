@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from core.refmath import _derived, _explog
+from core.refmath import _derived, _explog, _log
 
 #: The names the tape calls; each exists here and as ``ts_<name>``/``ts_<name>f`` in C.
 FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "rsqrt")
@@ -22,8 +22,8 @@ FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "rsqrt")
 _KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": _explog.exp64,
     "expm1": _explog.expm1_64,
-    "log": _explog.log64,
-    "log1p": _explog.log1p64,
+    "log": _log.log64,
+    "log1p": _log.log1p64,
     "tanh": _derived.tanh64,
     "sigmoid": _derived.sigmoid64,
     "erf": _derived.erf64,

@@ -1,23 +1,23 @@
-"""exp, expm1, log, log1p on float64 arrays: fdlibm's algorithms as whole-array numpy.
+"""exp, expm1, exp as a double-double (and the constants _log shares): fdlibm in numpy.
 
 Each kernel takes a 1-D float64 array and returns a new one. fdlibm's branches become masks:
-every branch is computed on a sanitized copy of the input (so no integer cast ever sees NaN or
-inf) and the right one is picked per element with ``np.where``. Each numpy operation is one IEEE
-operation in the order the C twin (gpu/kernels/refmath.cuh) spells it, and products are never
-fused, so both produce the same bits. Callers wrap these in ``np.errstate(all="ignore")``.
+the common path runs on the whole block (on a sanitized copy, so no integer cast ever sees NaN
+or inf), and the rare branches run on just their own elements, spelled out in full. Each numpy
+operation is one IEEE operation in the order the C twin (gpu/kernels/refmath.cuh) spells it,
+and products are never fused, so both produce the same bits. Callers wrap these in
+``np.errstate(all="ignore")``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from core.refmath._bits import INF, NAN, add_exponent, from_hi_word, hi_word, with_hi_word
+from core.refmath._bits import INF, NAN, add_exponent, from_hi_word
 
 # fdlibm constants (decimal as in fdlibm; hex words in the comments are the intended bits).
 LN2_HI = 6.93147180369123816490e-01  # 0x3fe62e42 fee00000: k*LN2_HI exact for |k| < 2**20
 LN2_LO = 1.90821492927058770002e-10  # 0x3dea39ef 35793c76
 INVLN2 = 1.44269504088896338700e00  # 0x3ff71547 652b82fe
-TWO54 = 1.80143985094819840000e16  # 0x43500000 00000000
 TWOM1000 = 9.33263618503218878990e-302  # 2**-1000
 O_THRESHOLD = 7.09782712893383973096e02  # 0x40862E42 FEFA39EF: exp overflows above
 U_THRESHOLD = -7.45133219101941108420e02  # 0xc0874910 D52D3051: exp underflows to 0 below
@@ -35,15 +35,6 @@ Q2 = 1.58730158725481460165e-03
 Q3 = -7.93650757867487942473e-05
 Q4 = 4.00821782732936239552e-06
 Q5 = -2.01099218183624371326e-07
-
-# log / log1p: R(z) for log(1+f) = 2s + s*R(s^2), s = f/(2+f).
-LG1 = 6.666666666666735130e-01
-LG2 = 3.999999999940941908e-01
-LG3 = 2.857142874366239149e-01
-LG4 = 2.222219843214978396e-01
-LG5 = 1.818357216161805012e-01
-LG6 = 1.531383769920937332e-01
-LG7 = 1.479819860511658591e-01
 
 
 def _exp_reduce(xr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
@@ -106,116 +97,8 @@ def exp64(x: np.ndarray) -> np.ndarray:
     return y
 
 
-def _log64_all_branches(x: np.ndarray) -> np.ndarray:
-    """log64 for any input, every fdlibm branch spelled out (used on the rare elements)."""
-    nan = ~(x >= 0.0)  # NaN or negative
-    zero = x == 0.0
-    pinf = x == INF
-    xs = np.where(nan | zero | pinf, 1.0, x)
-    sub = xs < 2.2250738585072014e-308  # subnormal: scale up by 2**54 (exact)
-    xs = np.where(sub, xs * TWO54, xs)
-    hx = hi_word(xs)
-    k = np.where(sub, -54, 0) + (hx >> 20) - 1023
-    hx = hx & 0x000FFFFF
-    i = (hx + 0x95F64) & 0x100000  # 1 when the mantissa is above sqrt(2): use x/2 instead
-    xn = with_hi_word(xs, hx | (i ^ 0x3FF00000))
-    k = k + (i >> 20)
-    f = xn - 1.0
-    dk = k.astype(np.float64)
-    k0 = k == 0
-    # |f| < 2**-20: a short series
-    tiny = (0x000FFFFF & (2 + hx)) < 3
-    rt = f * f * (0.5 - 0.33333333333333333 * f)
-    yt = np.where(k0, f - rt, dk * LN2_HI - ((rt - dk * LN2_LO) - f))
-    yt = np.where(f == 0.0, np.where(k0, 0.0, dk * LN2_HI + dk * LN2_LO), yt)
-    # general case
-    s = f / (2.0 + f)
-    z = s * s
-    w = z * z
-    t1 = w * (LG2 + w * (LG4 + w * LG6))
-    t2 = z * (LG1 + w * (LG3 + w * (LG5 + w * LG7)))
-    big = ((hx - 0x6147A) | (0x6B851 - hx)) > 0  # f far from 0: subtract hfsq separately
-    R = t2 + t1
-    hfsq = 0.5 * f * f
-    sr = s * (hfsq + R)
-    ya = np.where(k0, f - (hfsq - sr), dk * LN2_HI - ((hfsq - (sr + dk * LN2_LO)) - f))
-    sf = s * (f - R)
-    yb = np.where(k0, f - sf, dk * LN2_HI - ((sf - dk * LN2_LO) - f))
-    y = np.where(tiny, yt, np.where(big, ya, yb))
-    y = np.where(pinf, INF, y)
-    y = np.where(zero, -INF, y)
-    return np.where(nan, NAN, y)
-
-
-def log64(x: np.ndarray) -> np.ndarray:
-    """log(x), fdlibm e_log.c: x = 2**k * (1+f), sqrt(2)/2 < 1+f < sqrt(2), log(1+f) by R(s^2).
-
-    Fast path for positive normal x with |f| >= 2**-20; the rest goes to the all-branch form.
-    """
-    hx = x.view(np.int64) >> 32
-    common = (hx >= 0x00100000) & (hx < 0x7FF00000)  # positive, normal, finite (not NaN)
-    common &= (0x000FFFFF & (2 + (hx & 0x000FFFFF))) >= 3  # |f| >= 2**-20
-    allc = bool(common.all())
-    xs = x if allc else np.where(common, x, 1.5)
-    bits = xs.view(np.int64)
-    hx = bits >> 32
-    k = hx >> 20
-    k -= 1023
-    hx &= 0x000FFFFF
-    i = hx + 0x95F64
-    i &= 0x100000  # set when the mantissa is above sqrt(2): use x/2 instead
-    top = i ^ 0x3FF00000
-    top |= hx
-    top <<= 32
-    xb = bits & 0xFFFFFFFF
-    xb |= top
-    f = xb.view(np.float64)  # the normalized mantissa, then f = it - 1
-    f -= 1.0
-    i >>= 20
-    k += i
-    dk = k.astype(np.float64)
-    s = f + 2.0
-    np.divide(f, s, out=s)  # s = f/(2+f)
-    z = s * s
-    w = z * z
-    t1 = w * LG6
-    t1 += LG4
-    t1 *= w
-    t1 += LG2
-    t1 *= w  # w*(LG2 + w*(LG4 + w*LG6))
-    t2 = w * LG7
-    for coef in (LG5, LG3):
-        t2 += coef
-        t2 *= w
-    t2 += LG1
-    t2 *= z  # z*(LG1 + w*(LG3 + w*(LG5 + w*LG7)))
-    R = np.add(t2, t1, out=t2)
-    hfsq = 0.5 * f
-    hfsq *= f
-    lo = dk * LN2_LO
-    # NOTE: for k == 0 fdlibm writes f - (...); with dk = +0 the forms below round to the same
-    # bits (0 - v == -v, and the result is never 0 on this path).
-    ya = hfsq + R
-    ya *= s
-    ya += lo
-    np.subtract(hfsq, ya, out=ya)  # hfsq - (s*(hfsq+R) + dk*ln2_lo)
-    yb = f - R
-    yb *= s
-    yb -= lo  # s*(f-R) - dk*ln2_lo
-    big = hx - 0x6147A
-    big |= 0x6B851 - hx  # > 0: f far from 0, hfsq subtracted apart
-    y = np.where(big > 0, ya, yb)
-    y -= f
-    np.multiply(dk, LN2_HI, out=dk)
-    y = np.subtract(dk, y, out=y)
-    if not allc:
-        rare = ~common
-        y[rare] = _log64_all_branches(x[rare])
-    return y
-
-
-def expm1_64(x: np.ndarray) -> np.ndarray:
-    """exp(x) - 1, fdlibm s_expm1.c: the exp reduction plus a correction term c, no cancellation."""
+def _expm1_64_all_branches(x: np.ndarray) -> np.ndarray:
+    """expm1_64 for any input, every fdlibm branch spelled out (used on the rare elements)."""
     bits = x.view(np.int64)
     ix = (bits >> 32) & 0x7FFFFFFF
     neg = bits < 0
@@ -257,50 +140,67 @@ def expm1_64(x: np.ndarray) -> np.ndarray:
     return np.where(nan, NAN, y)
 
 
-def log1p64(x: np.ndarray) -> np.ndarray:
-    """log(1 + x), fdlibm s_log1p.c: u = 1+x reduced like log, plus the rounding error c of 1+x."""
-    bits = x.view(np.int64)
-    hx = bits >> 32
-    ax = hx & 0x7FFFFFFF
-    nan = ~(x >= -1.0)  # NaN or below -1
-    m1 = x == -1.0
-    pinf = x == INF
-    xr = np.where(nan | m1 | pinf, 0.5, x)
-    # -0.2929 < x < 0.41422: no reduction (k = 0, f = x). (Signed compare on the high word.)
-    direct = (hx < 0x3FDA827A) & ((hx > 0) | (hx <= -0x402D413D))
-    near = hx < 0x43400000  # x < 2**53: u = 1+x, c = its rounding error divided by u
-    u = np.where(near, 1.0 + xr, xr)
-    hu = hi_word(u)
-    k = (hu >> 20) - 1023
-    c = np.where(k > 0, 1.0 - (u - xr), xr - (u - 1.0)) / u
-    c = np.where(near, c, 0.0)
-    hu = hu & 0x000FFFFF
-    low = hu < 0x6A09E  # mantissa below sqrt(2): normalize u, else u/2
-    u = np.where(low, with_hi_word(u, hu | 0x3FF00000), with_hi_word(u, hu | 0x3FE00000))
-    k = np.where(low, k, k + 1)
-    hu = np.where(low, hu, (0x00100000 - hu) >> 2)
-    f = np.where(direct, xr, u - 1.0)
-    k = np.where(direct, 0, k)
-    hu = np.where(direct, 1, hu)
-    k0 = k == 0
-    dk = k.astype(np.float64)
-    hfsq = 0.5 * f * f
-    # hu == 0: |f| < 2**-20
-    rs = hfsq * (1.0 - 0.66666666666666666 * f)
-    ys = np.where(k0, f - rs, dk * LN2_HI - ((rs - (dk * LN2_LO + c)) - f))
-    yz = np.where(k0, 0.0, dk * LN2_HI + (c + dk * LN2_LO))
-    ys = np.where(f == 0.0, yz, ys)
-    s = f / (2.0 + f)
-    z = s * s
-    R = z * (LG1 + z * (LG2 + z * (LG3 + z * (LG4 + z * (LG5 + z * (LG6 + z * LG7))))))
-    sr = s * (hfsq + R)
-    yg = np.where(k0, f - (hfsq - sr), dk * LN2_HI - ((hfsq - (sr + (dk * LN2_LO + c))) - f))
-    y = np.where(hu == 0, ys, yg)
-    # |x| < 2**-29: x - x*x/2 (x itself below 2**-54)
-    y = np.where(ax < 0x3E200000, np.where(ax < 0x3C900000, xr, xr - xr * xr * 0.5), y)
-    y = np.where(pinf, INF, y)
-    y = np.where(m1, -INF, y)
-    return np.where(nan, NAN, y)
+def expm1_64(x: np.ndarray) -> np.ndarray:
+    """exp(x) - 1, fdlibm s_expm1.c: the exp reduction plus a correction term c, no cancellation.
+
+    Fast path for 2**-54 <= |x| < 56 ln2 (k in [-56, 56]); the rest goes to the all-branch form.
+    """
+    ix = x.view(np.int64) >> 32
+    ix &= 0x7FFFFFFF
+    main = (ix >= 0x3C900000) & (ix < 0x4043687A)  # False for NaN and inf
+    allm = bool(main.all())
+    xr = x if allm else np.where(main, x, 0.5)
+    kf = INVLN2 * xr
+    kf += np.copysign(0.5, xr)
+    k = kf.astype(np.int64)  # +-1 on 0.5ln2 < |x| < 1.5ln2 as fdlibm forces (see _exp_reduce)
+    np.putmask(k, ix <= 0x3FD62E42, 0)
+    t = k.astype(np.float64)
+    hi = t * LN2_HI
+    np.subtract(xr, hi, out=hi)
+    lo = np.multiply(t, LN2_LO, out=t)
+    r = hi - lo
+    c = np.subtract(hi, r, out=hi)
+    c -= lo  # what the rounding of r lost
+    hfx = 0.5 * r
+    hxs = r * hfx
+    r1 = hxs * Q5
+    for coef in (Q4, Q3, Q2, Q1):
+        r1 += coef
+        r1 *= hxs
+    r1 += 1.0  # 1 + hxs*(Q1 + hxs*(Q2 + ...))
+    tt = r1 * hfx
+    np.subtract(3.0, tt, out=tt)
+    den = r * tt
+    np.subtract(6.0, den, out=den)
+    e = np.subtract(r1, tt, out=r1)
+    e /= den
+    e *= hxs  # hxs*((r1-tt)/(6-r*tt))
+    y0 = r * e
+    y0 -= hxs
+    np.subtract(r, y0, out=y0)  # k == 0: r - (r*e - hxs)
+    e -= c
+    e *= r
+    e -= c
+    e -= hxs  # e = (r*(e-c)-c) - hxs
+    d = e - r
+    ym1 = np.subtract(r, e, out=tt)
+    ym1 *= 0.5
+    ym1 -= 0.5  # k == -1: 0.5*(r-e) - 0.5
+    yp1 = np.where(r < -0.25, -2.0 * (e - (r + 0.5)), 1.0 + 2.0 * (r - e))  # k == 1
+    yfar = add_exponent(1.0 - d, k)
+    yfar -= 1.0  # k <= -2: exp(x) - 1 with the -1 exact or negligible
+    kc = np.clip(k, 2, 19)
+    ymid = add_exponent(from_hi_word(0x3FF00000 - (0x200000 >> kc)) - d, k)  # 2 <= k < 20
+    kc = np.clip(k, 20, 56)
+    yhigh = e + from_hi_word((0x3FF - kc) << 20)
+    np.subtract(r, yhigh, out=yhigh)
+    yhigh += 1.0
+    yhigh = add_exponent(yhigh, k)  # 20 <= k <= 56: (r - (e + 2**-k)) + 1
+    y = np.select([k == 0, k == -1, k == 1, k <= -2, k < 20], [y0, ym1, yp1, yfar, ymid], yhigh)
+    if not allm:
+        rare = ~main
+        y[rare] = _expm1_64_all_branches(x[rare])
+    return y
 
 
 def exp_dd64(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
