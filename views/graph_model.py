@@ -106,6 +106,20 @@ class GraphModel:
             loss_id = nodes[-1].id
         return cls(nodes, loss_id)
 
+    def set_extra_groups(self, groups: dict[str, list[int]]) -> None:
+        """Replace the non-scope groups (e.g. fused segments: ``{"fused/k3": [ids]}``)."""
+        for g in self.extra_groups:
+            if g in self.groups:
+                del self.groups[g]
+                self.collapsed.discard(g)
+        n = len(self.nodes)
+        for g, ids in groups.items():
+            bad = [i for i in ids if not 0 <= i < n]
+            if bad:
+                raise ValueError(f"group {g!r}: node ids {bad[:5]} are not on the tape")
+        self.extra_groups = {k: sorted(v) for k, v in groups.items()}
+        self.groups.update(self.extra_groups)
+
     def group_of(self, node_id: int) -> str | None:
         """The outermost collapsed group holding ``node_id``, if any."""
         best = None

@@ -65,10 +65,14 @@ class GraphView(QGraphicsView):
     def set_model(self, model: GraphModel, wait: bool = False) -> None:
         """Show ``model``; the layout is computed in the thread pool (or now, when ``wait``)."""
         self.model = model
-        self.relayout(wait=wait, fit=True)
+        self.relayout(wait=wait, fit=None)
 
-    def relayout(self, wait: bool = False, fit: bool = False) -> None:
-        """Re-derive the display graph (after collapse/expand) and lay it out."""
+    def relayout(self, wait: bool = False, fit: bool | None = False) -> None:
+        """Re-derive the display graph (after collapse/expand) and lay it out.
+
+        ``fit=None`` fits only when the structure changed: a new episode of the same tape keeps
+        the user's zoom and position (and its layout comes from the cache).
+        """
         if self.model is None:
             return
         self._gen += 1
@@ -86,13 +90,17 @@ class GraphView(QGraphicsView):
     def _on_layout(self, gen: int, graph: DisplayGraph, layout: Layout) -> None:
         if gen != self._gen:
             return  # a newer layout was requested meanwhile
+        same = self.display is not None and self.display.key == graph.key
+        keep = self.visible_scene_rect().center() if same else None
         self.display = graph
         self.canvas.set_graph(graph, layout)
         r = self.canvas.boundingRect()
         self.scene().setSceneRect(r)
         self._apply_marks()
-        if self._fit_next:
+        if self._fit_next or (self._fit_next is None and not same):
             self.fit(readable=True)
+        elif keep is not None:
+            self.centerOn(keep)
         if self._pending_select is not None:
             nid, self._pending_select = self._pending_select, None
             self.select_node(nid)

@@ -117,3 +117,34 @@ def test_edge_culling_matches_brute_force(qtbot):
         hit = ((y0 <= r.bottom() + 46) & (y1 >= r.top() - 46) & (x1 >= r.left())
                & (x0 <= r.right()))
         assert got == set(np.flatnonzero(hit).tolist())
+
+
+def test_same_structure_keeps_the_view_and_hits_the_cache(qtbot):
+    from views.layout import CACHE
+
+    p = panel(qtbot, model(300))
+    v = p.view
+    v.zoom(1.7)
+    v.centerOn(400, 2500)
+    qtbot.wait(20)  # let the scroll bars settle first
+    t0, c0 = v.transform(), v.visible_scene_rect().center()
+    hits = CACHE.hits
+    with qtbot.waitSignal(v.layout_ready, timeout=5000):
+        v.set_model(model(300))  # the next episode: same structure, new values
+    assert CACHE.hits == hits + 1
+    assert v.transform() == t0 and (v.visible_scene_rect().center() - c0).manhattanLength() < 2
+
+
+def test_extra_groups_collapse_like_scopes():
+    m = model(120)
+    m.set_extra_groups({"fused/k0": [3, 4, 5]})
+    m.set_collapsed("fused/k0", True)
+    d = m.display()
+    assert d.node_item[3] == d.node_item[4] == d.node_item[5]
+    assert d.labels[int(d.node_item[3])][1] == "fused/k0"
+    m.set_extra_groups({})
+    assert "fused/k0" not in m.groups and "fused/k0" not in m.collapsed
+    import pytest
+
+    with pytest.raises(ValueError, match="not on the tape"):
+        m.set_extra_groups({"bad": [10**6]})
