@@ -11,8 +11,9 @@ from tests.gpu import fake_cupy
 
 
 @pytest.fixture
-def fake_cuda(monkeypatch, tmp_path):
-    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "cache"))
+def fake_cuda(monkeypatch, tmp_path_factory):
+    # one private cache for this module: the library compiles once, not per test
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fakecuda"))
     fake_cupy.install(monkeypatch)
     fake_cupy.seen_options.clear()
     dev = gpu.open_device("auto")
