@@ -24,6 +24,7 @@ from views.array_view import ArrayView, HistogramView
 from views.graph_model import shape_text
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
+MAX_COPY = 1 << 20  # elements: beyond this the text would be tens of megabytes
 
 
 @dataclass
@@ -213,6 +214,10 @@ class InspectorPanel(QWidget):
             return ""
         a = self.details.value if which == "value" else self.details.grad
         if a is None:
+            return ""
+        if a.size > MAX_COPY:
+            self.header.setToolTip(f"not copied: {a.size} elements (the limit is {MAX_COPY}); "
+                                   "save the tape and load it with core.tapefile instead")
             return ""
         text = numpy_text(a)
         QGuiApplication.clipboard().setText(text)

@@ -87,8 +87,8 @@ def test_step_backward_three_times_shows_the_tapes_gradient(qtbot, win, tape_fil
 
 def test_search_finds_a_node(qtbot, win, tape_file):
     open_and_wait(qtbot, win, tape_file)
-    win.act_find.trigger()  # Ctrl+F
-    assert win.graph.search.isVisible()
+    qtbot.keyClick(win.graph.view, Qt.Key_F, Qt.ControlModifier)
+    assert win.graph.search.isVisible() and win.graph.search.edit.hasFocus()
     qtbot.keyClicks(win.graph.search.edit, "head/W")
     qtbot.keyClick(win.graph.search.edit, Qt.Key_Return)
     ref, _ = tapefile.load(tape_file)

@@ -148,3 +148,14 @@ def test_extra_groups_collapse_like_scopes():
 
     with pytest.raises(ValueError, match="not on the tape"):
         m.set_extra_groups({"bad": [10**6]})
+
+
+def test_overview_click_moves_the_view(qtbot):
+    p = panel(qtbot, model(400))
+    v, ov = p.view, p.overview
+    assert ov._image is not None and ov.isVisible()
+    before = v.visible_scene_rect().center().y()
+    qtbot.mouseClick(ov, Qt.LeftButton, pos=ov.rect().center())
+    r = v.canvas.boundingRect()
+    after = v.visible_scene_rect().center().y()
+    assert after != before and abs(after - r.center().y()) < v.visible_scene_rect().height()
