@@ -140,7 +140,7 @@ class ArrayView(QWidget):
             lo, hi = _finite_levels(af)
             self.image.setImage(af, autoLevels=False)
             self.colorbar.setLevels((lo, hi))
-            self.image_plot.getPlotItem().autoRange()
+            self.image_plot.getPlotItem().getViewBox().autoRange(padding=0.02)
             self.stack.setCurrentIndex(PAGE_IMAGE)
 
 

@@ -58,6 +58,7 @@ class GraphView(QGraphicsView):
         self.selected_node = -1
         self._marks: dict[str, set[int]] = {"nan": set(), "bp": set(), "search": set()}
         self._current_node = -1
+        self._user_moved = False  # until the user pans or zooms, resizes keep the graph fitted
         self.horizontalScrollBar().valueChanged.connect(self.view_changed)
         self.verticalScrollBar().valueChanged.connect(self.view_changed)
 
@@ -99,6 +100,7 @@ class GraphView(QGraphicsView):
         self._apply_marks()
         if self._fit_next or (self._fit_next is None and not same):
             self.fit(readable=True)
+            self._user_moved = False
         elif keep is not None:
             self.centerOn(keep)
         if self._pending_select is not None:
@@ -170,6 +172,7 @@ class GraphView(QGraphicsView):
         if ev.button() != Qt.LeftButton or self._press_pos is None or self.display is None:
             return
         if (ev.position() - self._press_pos).manhattanLength() > 4:
+            self._user_moved = True
             return  # it was a drag (pan), not a click
         item = self.canvas.item_at(self.mapToScene(ev.position().toPoint()))
         if item < 0:
@@ -254,12 +257,18 @@ class GraphView(QGraphicsView):
         """Multiply the zoom by ``factor`` (clamped to 0.0005 .. 8)."""
         s = self.scale_factor()
         factor = float(np.clip(s * factor, 0.0005, 8.0) / s)
+        self._user_moved = True
         self.scale(factor, factor)
         self.view_changed.emit()
 
     def wheelEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         self.zoom(1.0015 ** ev.angleDelta().y())  # the wheel zooms about the cursor; drag pans
         ev.accept()
+
+    def resizeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(ev)
+        if not self._user_moved and self.is_ready():
+            self.fit(readable=True)
 
     def visible_scene_rect(self) -> QRectF:
         """The scene rectangle on screen."""

@@ -1,0 +1,101 @@
+"""Runnable examples: each view alone on demo data.
+
+``python -m views.examples [graph|inspector|parity|stepper|all] [--save DIR]`` opens the view
+(or, with ``--save``, renders each to ``DIR/<name>.png`` and exits; works offscreen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def demo_tape():
+    """A small recorded workload episode with gradients: (tape, loss id)."""
+    from core import workloads
+
+    wl = workloads.get("mlp")
+    loss = wl.record(0)
+    wl.tape.backward(loss)
+    return wl.tape, loss.id
+
+
+def make(name: str):
+    """Build one example widget by name."""
+    from views.graph_model import GraphModel
+
+    tape, loss = demo_tape()
+    if name == "graph":
+        from views.graph_panel import GraphPanel
+
+        w = GraphPanel()
+        w.set_model(GraphModel.from_tape(tape, loss), wait=True)
+        return w
+    if name == "inspector":
+        from views.inspector import InspectorPanel, NodeDetails
+
+        n = next(n for n in tape.nodes if n.op == "matmul")
+        w = InspectorPanel()
+        w.show_details(NodeDetails(n.id, n.op, n.name, n.shape, str(n.dtype), tape.value(n.id),
+                                   tape.grad(n.id), [(i, tape.node(i).op) for i in n.inputs]))
+        return w
+    if name == "parity":
+        from app.parity_rows import build_rows
+        from views.parity_table import ParityPanel
+
+        rng = np.random.default_rng(0)
+        comp = [{"id": n.id, "value": {"n_diff": int(k), "max_ulp": int(k)}}
+                for n, k in zip(tape.nodes, rng.integers(0, 3, len(tape)), strict=True)]
+        w = ParityPanel()
+        w.set_rows(build_rows(tape.nodes, comp))
+        return w
+    if name == "stepper":
+        from app.stepper import BackwardStepper
+        from views.stepper_view import StepperPanel
+
+        w = StepperPanel()
+        s = BackwardStepper(tape, loss)
+        w.set_stepper(s, {n.id: f"{n.op} {n.name or ''}" for n in tape.nodes})
+        for _ in range(3):
+            s.step()
+        return w
+    raise SystemExit(f"views.examples: unknown example {name!r} "
+                     "(graph, inspector, parity, stepper, all)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Show (or save) the chosen examples."""
+    ap = argparse.ArgumentParser(prog="python -m views.examples")
+    ap.add_argument("name", nargs="?", default="all")
+    ap.add_argument("--save", metavar="DIR", default=None)
+    args = ap.parse_args(argv)
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    names = ["graph", "inspector", "parity", "stepper"] if args.name == "all" else [args.name]
+    widgets = []
+    for name in names:
+        w = make(name)
+        w.setWindowTitle(f"tapescope example: {name}")
+        w.resize(900, 600)
+        w.show()
+        widgets.append((name, w))
+    if args.save:
+        out = Path(args.save)
+        out.mkdir(parents=True, exist_ok=True)
+        app.processEvents()
+        for name, w in widgets:
+            path = out / f"{name}.png"
+            if not w.grab().save(str(path)):
+                print(f"views.examples: could not write {path}", file=sys.stderr)
+                return 1
+            print(f"wrote {path}")
+        return 0
+    return app.exec()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
