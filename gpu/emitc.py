@@ -54,8 +54,9 @@ def literal(value: Any, dtype: np.dtype) -> str:
 class _Ctx:
     """What a rule sees: operand names, the node, literals, fresh temporaries."""
 
-    def __init__(self, tape: Tape, node: Node) -> None:
+    def __init__(self, tape: Tape, node: Node, prefix: str = "u") -> None:
         self.node = node
+        self.prefix = prefix
         self.dtype = tape.dtype
         self.ins = [f"t{j}" for j in node.inputs]
         self.in_shapes = [tape.nodes[j].shape for j in node.inputs]
@@ -71,7 +72,7 @@ class _Ctx:
     def let(self, expr: str) -> str:
         """Bind ``expr`` to a fresh temporary and return its name."""
         self._n += 1
-        name = f"u{self.node.id}_{self._n}"
+        name = f"{self.prefix}{self.node.id}_{self._n}"
         self.lines.append(f"const real_t {name} = {expr};")
         return name
 
@@ -312,7 +313,7 @@ def emit_lines(tape: Tape, loss: Var | int, leaves: Mapping[Any, str] | None = N
         n = tape.nodes[i]
         if not n.inputs or not n.requires_grad:
             continue
-        c = _Ctx(tape, n)
+        c = _Ctx(tape, n, prefix="v")  # backward temporaries: v<id>_<k>, forward: u<id>_<k>
         parts = C_OPS[n.op][1](c)
         body = list(c.lines)
         nd = REGISTRY[n.op].nondiff_inputs
