@@ -204,10 +204,11 @@ def expm1_64(x: np.ndarray) -> np.ndarray:
 
 
 def exp_dd64(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """exp(a) as an unevaluated sum eh + el (relative error ~2**-58), for -708 <= a <= 0.
+    """exp(a) as an unevaluated sum eh + el (relative error <= ~2**-54), for -708 <= a <= 0.
 
     fdlibm's exp with the last two roundings captured exactly (TwoSum / Fast2Sum), so that
-    sigmoid and tanh can divide with ~1 ulp total error. ``eh`` equals exp64(a) there (up to the
+    sigmoid and tanh can divide with ~1 ulp total error; what remains is the rounding inside
+    r*c/(2-c), measured at most 2**-54.1 relative. ``eh`` equals exp64(a) there (up to the
     |a| < 2**-28 shortcut exp64 takes). Out-of-range inputs give garbage; callers mask them.
     """
     _, k, hi, lo, q = _exp_reduce(a)

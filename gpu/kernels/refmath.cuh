@@ -294,7 +294,7 @@ TS_RM_FN double ts_log1p(double x) {
                                f));
 }
 
-/* ---- exp as a double-double, for -708 <= a <= 0: *eh + *el, relative error ~2**-58 ----
+/* ---- exp as a double-double, for -708 <= a <= 0: *eh + *el, relative error <= ~2**-54 ----
  * fdlibm's exp with its last two roundings captured exactly (TwoSum, then Fast2Sum). */
 
 TS_RM_FN void ts__exp_dd(double a, double* eh, double* el) {
