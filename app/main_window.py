@@ -68,6 +68,7 @@ class MainWindow(QMainWindow):
         self.stepper_panel.breakpoints_changed.connect(
             lambda ids: self.graph.view.set_marks("bp", ids))
         self.graph.view.breakpoint_toggled.connect(self.stepper_panel.toggle_breakpoint)
+        self.graph.view.run_to_requested.connect(self._run_to)
 
         self.status_label = QLabel("No tape open — File ▸ Open, or drop a .tape file here")
         self.statusBar().addWidget(self.status_label, 1)
@@ -227,6 +228,11 @@ class MainWindow(QMainWindow):
             return
         self.select_node(i)
         self.statusBar().showMessage(f"First NaN/inf: node #{i}", 5000)
+
+    @Slot(int)
+    def _run_to(self, node_id: int) -> None:
+        self.select_node(node_id)
+        self.stepper_panel.run_to_selected()
 
     @Slot(int)
     def _stepper_moved(self, node_id: int) -> None:

@@ -35,6 +35,7 @@ class GraphView(QGraphicsView):
     layout_ready = Signal()
     view_changed = Signal()
     breakpoint_toggled = Signal(int)
+    run_to_requested = Signal(int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -214,6 +215,7 @@ class GraphView(QGraphicsView):
             if scope:
                 menu.addAction(f"Collapse {scope}", lambda: self.toggle_group(scope, True))
             menu.addAction("Toggle breakpoint", lambda: self.breakpoint_toggled.emit(nid))
+            menu.addAction("Run backward to here", lambda: self.run_to_requested.emit(nid))
         menu.exec(ev.globalPos())
 
     def toggle_group(self, group: str, collapsed: bool) -> None:

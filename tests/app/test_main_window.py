@@ -215,3 +215,15 @@ def test_breakpoint_continue_and_recent_menu(qtbot, win, tape_file):
     with qtbot.waitSignal(win.session_changed):
         actions[0].trigger()
     assert win.stepper.current is None  # a fresh session: the stepper restarted
+
+
+def test_run_backward_to_a_node_from_the_graph(qtbot, win, tape_file):
+    open_and_wait(qtbot, win, tape_file)
+    ref, _ = tapefile.load(tape_file)
+    target = next(n.id for n in ref.nodes if n.op == "matmul" and n.requires_grad)
+    win.graph.view.run_to_requested.emit(target)  # what the context menu item sends
+    assert win.stepper.current.node.id == target and win.selected == target
+    assert win.graph.view.canvas.current_item == int(win.graph.view.display.node_item[target])
+    # every node after the target (in tape order) that pushes a gradient was stepped through
+    stepped = [ev.node.id for ev in win.stepper.history]
+    assert stepped == sorted(stepped, reverse=True) and stepped[-1] == target
