@@ -43,7 +43,9 @@ TS_RM_FN double ts__low_cleared(double x) {
 
 /* y * 2**k by adding k to the exponent field (exact while the result stays normal). */
 TS_RM_FN double ts__add_exponent(double y, int k) {
-    return __longlong_as_double(__double_as_longlong(y) + ((long long)k << 52));
+    /* unsigned arithmetic: shifting a negative k left is undefined in C99/C++ */
+    unsigned long long bits = (unsigned long long)__double_as_longlong(y);
+    return __longlong_as_double((long long)(bits + ((unsigned long long)(long long)k << 52)));
 }
 
 /* float result of a double computation: one rounding; NaN made canonical. */
