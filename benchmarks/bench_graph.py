@@ -148,7 +148,7 @@ def main() -> int:
     app.processEvents()
     peer_fps = frame_rate(pview, max(8, args.frames // 4))
 
-    print(f"\nscene ready: ours {ready:.3f} s (display graph + layout + canvas, off the cache), "
+    print(f"\nscene ready: ours {ready:.3f} s (display graph + fresh layout + canvas), "
           f"per-item peer {peer_build:.3f} s to build {len(scene.items())} items")
     print(f"\npan/zoom frame rate, 1280x800 viewport, {args.frames} frames per level")
     print(f"{'zoom':>6}{'ours fps':>12}{'per-item fps':>14}{'ratio':>9}")
