@@ -4,7 +4,10 @@
  * intrinsic of the same name computes on the device. Compile with -ffp-contract=off (and never
  * -ffast-math): after inlining, gcc could otherwise fuse __dmul_rn + __dadd_rn into an FMA.
  * Also assumes SSE2 double arithmetic (x86-64; no x87 excess precision) and the default
- * rounding mode. Self-contained (no headers: gcc builtins only), valid C99 and C++, and
+ * rounding mode. __builtin_sqrt/__builtin_fma are one instruction where the target has it,
+ * with a libm fallback (errno path, no-FMA targets): executables link -lm, shared objects
+ * loaded into Python need nothing. Self-contained (no headers: gcc builtins only), valid C99
+ * and C++, and
  * harmless when included twice or after a prelude that already defines __device__ and friends.
  */
 #ifndef TS_INTRINSICS_HOST_H
