@@ -7,8 +7,8 @@
  * rounding mode. __builtin_sqrt/__builtin_fma are one instruction where the target has it,
  * with a libm fallback (errno path, no-FMA targets): executables link -lm, shared objects
  * loaded into Python need nothing. Self-contained (no headers: gcc builtins only), valid C99
- * and C++, and
- * harmless when included twice or after a prelude that already defines __device__ and friends.
+ * and C++, and harmless when included twice or after a prelude that already defines
+ * __device__ and friends.
  */
 #ifndef TS_INTRINSICS_HOST_H
 #define TS_INTRINSICS_HOST_H
