@@ -153,6 +153,7 @@ class MainWindow(QMainWindow):
             return
         self.session.comparison = comparison
         self.parity.set_rows(rows)
+        self.graph.view.set_overlay(self.session.parity_colors())
 
     def show_error(self, title: str, text: str, details: str | None = None) -> QMessageBox:
         """A non-blocking error dialog; the session stays as it was."""

@@ -45,6 +45,9 @@ class Session:
     meta: dict = field(default_factory=dict)
     comparison: list[dict] | None = None
     workload: object | None = None
+    # a device run of the same episode (node id → array), shown beside the CPU's
+    device_values: dict[int, np.ndarray] = field(default_factory=dict)
+    device_grads: dict[int, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # -1: no loss node to mark (a forward-only ONNX run)
@@ -79,11 +82,34 @@ class Session:
         return NodeDetails(
             id=n.id, op=n.op, name=n.name, shape=tuple(n.shape), dtype=str(np.dtype(n.dtype)),
             value=t.value(n.id), grad=self.grads[n.id], inputs=inputs, attrs=dict(n.attrs),
+            device_value=self.device_values.get(n.id), device_grad=self.device_grads.get(n.id),
         )
 
     def labels(self) -> dict[int, str]:
         """node id → "op name" for compact display."""
         return {n.id: f"{n.op} {n.name or ''}".strip() for n in self.tape.nodes}
+
+    def parity_colors(self) -> dict[int, str]:
+        """Overlay colour per compared node: green exact, amber to red by max ulp, NaN purple."""
+        out: dict[int, str] = {}
+        for e in self.comparison or ():
+            worst = 0.0
+            nan = False
+            for side in ("value", "grad"):
+                d = e.get(side) or {}
+                if d.get("n_diff"):
+                    worst = max(worst, float(d.get("max_ulp") or 0))
+                    nan = nan or bool(d.get("n_nan"))
+                    worst = max(worst, 1.0)
+            if nan:
+                out[int(e["id"])] = "#7c3aed"
+            elif worst == 0:
+                out[int(e["id"])] = "#16a34a"
+            else:
+                # NOTE: log scale: 1 ulp is amber, 2**20 ulp and beyond fully red
+                t = min(1.0, np.log2(worst) / 20.0)
+                out[int(e["id"])] = f"#{int(245 - 25 * t):02x}{int(158 * (1 - t)):02x}0b"
+        return out
 
     def nonfinite(self) -> list[int]:
         """Nodes whose value or gradient holds NaN/inf."""

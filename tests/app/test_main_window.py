@@ -227,3 +227,27 @@ def test_run_backward_to_a_node_from_the_graph(qtbot, win, tape_file):
     # every node after the target (in tape order) that pushes a gradient was stepped through
     stepped = [ev.node.id for ev in win.stepper.history]
     assert stepped == sorted(stepped, reverse=True) and stepped[-1] == target
+
+
+def test_comparison_fills_the_table_and_colours_the_graph(qtbot, win, tape_file):
+    open_and_wait(qtbot, win, tape_file)
+    ref, _ = tapefile.load(tape_file)
+    mm = next(n.id for n in ref.nodes if n.op == "matmul")
+    comp = [{"id": 0, "value": {"n_diff": 0, "max_ulp": 0}},
+            {"id": mm, "value": {"n_diff": 3, "max_ulp": 4}, "grad": {"n_diff": 1, "max_ulp": 1}}]
+    win.set_comparison(comp)
+    m = win.parity.model
+    assert m.data(m.index(mm, 4)) == "3" and m.data(m.index(mm, 7)) == "1"
+    ov = win.graph.view.canvas.overlay
+    item = int(win.graph.view.display.node_item[mm])
+    assert ov[int(win.graph.view.display.node_item[0])].name() == "#16a34a"
+    assert ov[item].red() > ov[item].green() > 0  # a few ulp: amber
+    # the device's values show beside the CPU's in the inspector
+    dev = np.array(ref.value(mm))
+    dev.reshape(-1)[0] = np.nextafter(dev.reshape(-1)[0], np.inf)
+    win.session.device_values[mm] = dev
+    win.select_node(mm)
+    assert win.inspector.tabs.indexOf(win.inspector.device_view) >= 0
+    assert win.inspector.device_view.ulp.reshape(-1)[0] == 1
+    win.set_comparison([{"id": 10**6}])  # a bad comparison keeps the table as it was
+    assert "not on the tape" in win.last_error.text() and m.data(m.index(mm, 4)) == "3"
