@@ -14,12 +14,12 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox
 
 from app.menus import build_menus
-from app.parity_rows import build_rows
 from app.session import Session, SessionError, open_path, open_workload
-from app.stepper import BackwardStepper
 from views.graph_panel import GraphPanel
 from views.inspector import InspectorPanel
+from views.parity_rows import build_rows
 from views.parity_table import ParityPanel
+from views.stepper_model import BackwardStepper
 from views.stepper_view import StepperPanel
 
 DEFAULT_SIZE = (1440, 900)

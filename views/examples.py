@@ -43,7 +43,7 @@ def make(name: str):
                                    tape.grad(n.id), [(i, tape.node(i).op) for i in n.inputs]))
         return w
     if name == "parity":
-        from app.parity_rows import build_rows
+        from views.parity_rows import build_rows
         from views.parity_table import ParityPanel
 
         rng = np.random.default_rng(0)
@@ -53,7 +53,7 @@ def make(name: str):
         w.set_rows(build_rows(tape.nodes, comp))
         return w
     if name == "stepper":
-        from app.stepper import BackwardStepper
+        from views.stepper_model import BackwardStepper
         from views.stepper_view import StepperPanel
 
         w = StepperPanel()

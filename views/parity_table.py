@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.parity_rows import COLUMNS, ParityRow
 from views.graph_model import shape_text
+from views.parity_rows import COLUMNS, ParityRow
 
 SORT_ROLE = Qt.UserRole + 1
 ID_ROLE = Qt.UserRole + 2

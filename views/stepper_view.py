@@ -1,4 +1,4 @@
-"""The Backward stepper dock: a debugger over ``BackwardStepper`` (app.stepper)."""
+"""The Backward stepper dock: a debugger over ``BackwardStepper`` (views.stepper_model)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QAbstractItemModelTester
 
-from app.parity_rows import build_rows
 from views.graph_model import GraphNode
+from views.parity_rows import build_rows
 from views.parity_table import ParityPanel, ParityTableModel
 
 NODES = [GraphNode(0, "param", (), "W", (3, 4)), GraphNode(1, "const", (), "x", (2, 3)),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.stepper import BackwardStepper
 from core import workloads
+from views.stepper_model import BackwardStepper
 
 
 def recorded(name: str):
