@@ -102,35 +102,46 @@ class StepperPanel(QWidget):
         self._refresh()
 
     # ---- commands (also the keyboard shortcuts) ---------------------------------------------
+    def _run(self, command, *args):
+        """Run a stepper command; a failing sweep (e.g. a poisoned tape) is shown, not raised."""
+        if self.stepper is None:
+            return None
+        try:
+            return command(*args)
+        except Exception as e:  # noqa: BLE001 — the tape's error is the user's information
+            self.where.setText(f"<b style='color:#b00000'>backward failed:</b> "
+                               f"{type(e).__name__}: {e}")
+            return None
+
     @Slot()
     def step(self) -> None:
         """One node further back."""
         if self.stepper is not None:
-            self.stepper.step()
+            self._run(self.stepper.step)
 
     @Slot()
     def step_back(self) -> None:
         """Show the previous node again."""
         if self.stepper is not None:
-            self.stepper.step_back()
+            self._run(self.stepper.step_back)
 
     @Slot()
     def restart(self) -> None:
         """Start over from the loss."""
         if self.stepper is not None:
-            self.stepper.restart()
+            self._run(self.stepper.restart)
 
     @Slot()
     def continue_(self) -> None:
         """Run to the next breakpoint or the end."""
         if self.stepper is not None:
-            self.stepper.continue_()
+            self._run(self.stepper.continue_)
 
     @Slot()
     def run_to_selected(self) -> None:
         """Run until the node selected elsewhere is the current one."""
         if self.stepper is not None and self.selected_node >= 0:
-            if not self.stepper.run_to(self.selected_node):
+            if self._run(self.stepper.run_to, self.selected_node) is False:
                 self.where.setText(self.where.text() + f"<br><i>#{self.selected_node} pushes no"
                                    " gradient: ran to the end</i>")
 

@@ -251,3 +251,19 @@ def test_comparison_fills_the_table_and_colours_the_graph(qtbot, win, tape_file)
     assert win.inspector.device_view.ulp.reshape(-1)[0] == 1
     win.set_comparison([{"id": 10**6}])  # a bad comparison keeps the table as it was
     assert "not on the tape" in win.last_error.text() and m.data(m.index(mm, 4)) == "3"
+
+
+def test_a_poisoned_tape_opens_and_the_stepper_reports_why(qtbot, win, tmp_path):
+    t = Tape()
+    a = t.param(np.ones((2, 3)), name="a")
+    b = ops.sum(a * a)  # a fine scalar first
+    c = t.const(np.ones((4, 5)), name="c")
+    _ = a + c  # (2, 3) + (4, 5): poisons the tape
+    assert not t.ok
+    path = tmp_path / "poisoned.tape"
+    tapefile.save(t, path, meta={"loss": b.id})
+    open_and_wait(qtbot, win, path)
+    qtbot.keyClick(win.graph.view, Qt.Key_F11)
+    text = win.stepper_panel.where.text()
+    assert "backward failed" in text and "do not broadcast" in text
+    assert win.session.source == str(path)
