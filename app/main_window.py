@@ -248,8 +248,9 @@ class MainWindow(QMainWindow):
         bad = len(s.nonfinite())
         loss = f"loss #{s.loss_id}" if s.loss_id is not None else "no loss (forward only)"
         finite = f"⚠ {bad} nodes with NaN/inf" if bad else "all finite"
+        poisoned = "" if getattr(s.tape, "ok", True) else f" · ⚠ poisoned: {s.tape.error}"
         self.status_label.setText(f"{s.source} · {len(s.tape)} nodes · "
-                                  f"{len(s.tape.params())} params · {loss} · {finite}")
+                                  f"{len(s.tape.params())} params · {loss} · {finite}{poisoned}")
 
     # ---- screenshot -------------------------------------------------------------------------
     def wait_until_ready(self, timeout_s: float = 10.0) -> bool:

@@ -266,4 +266,5 @@ def test_a_poisoned_tape_opens_and_the_stepper_reports_why(qtbot, win, tmp_path)
     qtbot.keyClick(win.graph.view, Qt.Key_F11)
     text = win.stepper_panel.where.text()
     assert "backward failed" in text and "do not broadcast" in text
+    assert "poisoned: node 4 add" in win.status_label.text()
     assert win.session.source == str(path)
