@@ -30,10 +30,12 @@ _KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "rsqrt": _derived.rsqrt64,
 }
 
-# Work in blocks of 4096 elements: the kernels make many short-lived temporaries, and at this
-# size (32 KiB each) they stay in cache and glibc reuses their memory; from ~48 KiB on, freed
-# temporaries are returned to the OS and every new one page-faults (measured: 3-5x slower).
-# The block size cannot change a result (no reductions).
+# Work in blocks of 4096 elements: the kernels make 20-60 short-lived temporaries per block, and
+# at 32 KiB each glibc always recycles their memory. With bigger blocks (64-256 KiB
+# temporaries) a fresh process, whose glibc trim/mmap thresholds are still at their 128 KiB
+# defaults, gives freed temporaries back to the OS and page-faults on every new one (measured:
+# 2-3x slower, 16 000 faults for one log of 1e6); once glibc has raised its thresholds, 16384
+# would be ~30% faster. The block size cannot change a result (no reductions).
 _BLOCK = 1 << 12
 
 
