@@ -9,7 +9,7 @@ from core.onnx.executor import Session, default_inputs, run
 from core.onnx.loader import LoadedModel, load
 
 __all__ = ["OnnxError", "Session", "LoadedModel", "load", "run", "default_inputs", "Backend",
-           "BackendRep"]
+           "BackendRep", "import_to_tape", "Imported"]
 
 
 def __getattr__(name):  # the backend pulls in onnx.backend: only when asked for
@@ -17,4 +17,8 @@ def __getattr__(name):  # the backend pulls in onnx.backend: only when asked for
         from core.onnx import backend
 
         return getattr(backend, name)
+    if name in ("import_to_tape", "Imported"):
+        from core.onnx import importer
+
+        return getattr(importer, name)
     raise AttributeError(name)

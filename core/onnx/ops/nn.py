@@ -9,30 +9,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.onnx.ops.window import attrs_nd, pads_for, windows
+from core.onnx.ops.window import attrs_nd, pads_for
 from core.onnx.registry import op
+from core.ops.nn import conv_nd
 
 
 @op("Conv")
 def conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
          pads=None, strides=None):
-    n, c = x.shape[:2]
     m = w.shape[0]
     k, st, dil = attrs_nd(x, kernel_shape or w.shape[2:], strides, dilations)
     padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
-    v, outs, _ = windows(x, k, st, dil, padw, 0)
-    nd = len(k)
-    g = group
-    cg = c // g
-    kprod = int(np.prod(k))
-    # (N, C, *out, *k) -> (N, G, Cg * kprod, P) with (c, k1, k2...) row-major in the k axis
-    perm = [0, 1] + list(range(2 + nd, 2 + 2 * nd)) + list(range(2, 2 + nd))
-    cols = v.transpose(perm).reshape(n, g, cg * kprod, int(np.prod(outs)))
-    wg = w.reshape(g, m // g, cg * kprod)
-    y = ctx.k.matmul(wg[None], cols).astype(x.dtype, copy=False)  # (N, G, M/G, P)
-    y = y.reshape((n, m) + tuple(outs))
+    # the tape's conv2d (core.ops.nn.conv_nd) with this kernel set's matmul, then the bias add
+    y = conv_nd(x, w, st, padw, dil, group, matmul=ctx.k.matmul)
     if b is not None:
-        y = y + b.reshape((1, m) + (1,) * nd)
+        y = y + b.reshape((1, m) + (1,) * len(k))
     return y
 
 

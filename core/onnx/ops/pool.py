@@ -10,6 +10,7 @@ import numpy as np
 
 from core.onnx.ops.window import attrs_nd, pads_for, windows
 from core.onnx.registry import op
+from core.ops.nn import pool_nd
 
 
 def _lowest(dt):
@@ -26,7 +27,7 @@ def max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
     k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
     nd = len(k)
     padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
-    v, outs, _ = windows(x, k, st, dil, padw, _lowest(x.dtype), ceil_mode)
+    v, outs = windows(x, k, st, dil, padw, _lowest(x.dtype), ceil_mode)
     y = np.max(v, axis=_win_axes(nd))
     if not ctx.wants(1):
         return y
@@ -41,7 +42,7 @@ def max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
         shp = [1] * (nd + 2)
         shp[2 + i] = sp[i]
         pos = pos + (np.arange(sp[i]) * strides_sp[i]).reshape(shp)
-    pos_v, _, _ = windows(pos, k, st, dil, padw, -1, ceil_mode)
+    pos_v, _ = windows(pos, k, st, dil, padw, -1, ceil_mode)
     flat = v.reshape(v.shape[:2 + nd] + (-1,))
     arg = np.argmax(flat, axis=-1)
     pos_flat = np.broadcast_to(pos_v.reshape(pos_v.shape[:2 + nd] + (-1,)),
@@ -56,21 +57,9 @@ def max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
 def avg_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
              kernel_shape=(), pads=None, strides=None):
     k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
-    nd = len(k)
     padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
-    v, outs, width = windows(x, k, st, dil, padw, 0, ceil_mode)
-    s = ctx.k.sum(v, _win_axes(nd))
-    if count_include_pad:
-        # pads count, the extra ceil_mode end padding does not
-        ones = np.ones((1, 1) + x.shape[2:], x.dtype)
-        ones = np.pad(ones, [(0, 0), (0, 0)] + list(padw), constant_values=1)
-        cv, _, _ = windows(ones, k, st, dil, [(0, 0)] * nd, 0, ceil_mode)
-        cnt = np.sum(cv, axis=_win_axes(nd))
-    else:
-        ones = np.ones((1, 1) + x.shape[2:], x.dtype)
-        cv, _, _ = windows(ones, k, st, dil, padw, 0, ceil_mode)
-        cnt = np.sum(cv, axis=_win_axes(nd))
-    return (s / cnt.astype(x.dtype)).astype(x.dtype)
+    # the tape's avgpool2d (core.ops.nn.pool_nd) with this kernel set's sum
+    return pool_nd(x, "avg", k, st, padw, dil, ceil_mode, count_include_pad, sum_fn=ctx.k.sum)
 
 
 @op("LpPool")
@@ -78,7 +67,7 @@ def lp_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape
             pads=None, strides=None):
     k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
     padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
-    v, _, _ = windows(x, k, st, dil, padw, 0, ceil_mode)
+    v, _ = windows(x, k, st, dil, padw, 0, ceil_mode)
     t = x.dtype.type
     s = ctx.k.sum(np.abs(v) ** t(p), _win_axes(len(k)))
     return (s ** t(1.0 / p)).astype(x.dtype)

@@ -1,0 +1,351 @@
+"""Import an ONNX graph onto a tape: every node becomes tape ops (Gemm -> matmul + add_bias, Conv
+-> conv2d, BatchNormalization -> its formula in primitives, ...), so the model can be inspected,
+stepped through backward, fine-tuned with ``core.optim`` and replayed on a device.
+
+Nodes whose inputs are all known at import (initializers, constants, shapes of tape values) are
+computed right away with the executor's kernels: shape subgraphs fold and never reach the tape.
+Floating initializers that reach a tape op become params (trainable); everything else is const.
+A node with no tape form raises OnnxError naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core import ops
+from core.onnx.errors import OnnxError
+from core.onnx.executor import Session
+from core.onnx.loader import check_inputs
+from core.onnx.reference import REFERENCE
+from core.onnx.registry import Ctx, as_int_list
+from core.ops.nn import pads_for, register_nn
+
+
+@dataclass
+class Imported:
+    """What an import produced: graph outputs, params by initializer name, every value by name."""
+
+    outputs: dict[str, Any]
+    params: dict[str, Any]
+    values: dict[str, Any]
+    folded: list[str] = field(default_factory=list)
+
+
+class _Importer:
+    def __init__(self, sess: Session, tape, trainable: bool) -> None:
+        self.sess = sess
+        self.tape = tape
+        self.trainable = trainable
+        self.init_names = set(sess.graph.inits)
+        self.params: dict[str, Any] = {}
+        self.label = ""
+        self.env: dict[str, Any] = {}
+
+    def var(self, v: Any, name: str | None = None):
+        """A tape Var for ``v``: float initializers become (shared) params, the rest consts."""
+        if not isinstance(v, np.ndarray):
+            return v
+        if name in self.init_names and v.dtype.kind == "f" and self.trainable:
+            if name not in self.params:
+                self.params[name] = self.tape.param(v, name=name)
+            return self.params[name]
+        return self.tape.const(v, name=name)
+
+    def static(self, v: Any, what: str) -> np.ndarray:
+        if v is not None and not isinstance(v, np.ndarray):
+            raise OnnxError(f"{what} must be known at import (a constant), not computed on the "
+                            "tape", node=self.label)
+        return v
+
+    def check(self) -> None:
+        if not self.tape.ok:
+            raise OnnxError(f"the tape refused it: {self.tape.error}", node=self.label)
+
+
+# ---- converters: f(imp, step, ins, names) -> Var or tuple of Vars ----------------------------
+
+def _v(imp, ins, names, i):
+    return imp.var(ins[i], names[i])
+
+
+def _unary(fn):
+    return lambda imp, st, ins, names: fn(_v(imp, ins, names, 0))
+
+
+def _binary(fn):
+    return lambda imp, st, ins, names: fn(_v(imp, ins, names, 0), _v(imp, ins, names, 1))
+
+
+def _record(op):
+    return lambda imp, st, ins, names: imp.tape.record(op, [_v(imp, ins, names, 0)])
+
+
+def _matmul(imp, st, ins, names):
+    a, b = _v(imp, ins, names, 0), _v(imp, ins, names, 1)
+    if len(b.shape) == 2:
+        return ops.matmul(a, b)
+    if len(a.shape) == 3 and a.shape[:1] == b.shape[:1] and len(b.shape) == 3:
+        return ops.bmm(a, b)
+    if len(a.shape) == len(b.shape) >= 3 and a.shape[:-2] == b.shape[:-2]:
+        lead = a.shape[:-2]
+        y = ops.bmm(ops.reshape(a, (-1,) + a.shape[-2:]), ops.reshape(b, (-1,) + b.shape[-2:]))
+        return ops.reshape(y, lead + (a.shape[-2], b.shape[-1]))
+    raise OnnxError(f"MatMul of shapes {a.shape} and {b.shape} has no tape form", node=imp.label)
+
+
+def _gemm(imp, st, ins, names):
+    at = st.attrs
+    a, b = _v(imp, ins, names, 0), _v(imp, ins, names, 1)
+    if at.get("transA", 0):
+        a = ops.transpose(a)
+    if at.get("transB", 0):
+        b = ops.transpose(b)
+    y = ops.matmul(a, b)
+    if at.get("alpha", 1.0) != 1.0:
+        y = ops.muls(y, at["alpha"])
+    if len(ins) > 2 and ins[2] is not None:
+        c = _v(imp, ins, names, 2)
+        if at.get("beta", 1.0) != 1.0:
+            c = ops.muls(c, at["beta"])
+        y = ops.add_bias(y, c)
+    return y
+
+
+def _conv(imp, st, ins, names):
+    at = st.attrs
+    x, w = _v(imp, ins, names, 0), _v(imp, ins, names, 1)
+    if len(x.shape) != 4:
+        raise OnnxError("only 2-D convolutions have a tape form", node=imp.label)
+    k = list(at.get("kernel_shape") or w.shape[2:])
+    strides = list(at.get("strides") or [1, 1])
+    dil = list(at.get("dilations") or [1, 1])
+    padw = pads_for(x.shape[2:], k, strides, dil, at.get("pads"), at.get("auto_pad", "NOTSET"))
+    y = imp.tape.record("conv2d", [x, w], {
+        "strides": tuple(strides), "dilations": tuple(dil), "group": int(at.get("group", 1)),
+        "pads": (padw[0][0], padw[1][0], padw[0][1], padw[1][1])})
+    if len(ins) > 2 and ins[2] is not None:
+        b = _v(imp, ins, names, 2)
+        y = ops.add(y, ops.reshape(b, (1, w.shape[0], 1, 1)))
+    return y
+
+
+def _pool(kind):
+    def conv(imp, st, ins, names):
+        at = st.attrs
+        x = _v(imp, ins, names, 0)
+        if len(x.shape) != 4 or any(d != 1 for d in (at.get("dilations") or [1, 1])):
+            raise OnnxError("only undilated 2-D pools have a tape form", node=imp.label)
+        k = list(at["kernel_shape"])
+        strides = list(at.get("strides") or [1, 1])
+        padw = pads_for(x.shape[2:], k, strides, [1, 1], at.get("pads"),
+                        at.get("auto_pad", "NOTSET"))
+        attrs = {"kernel": tuple(k), "strides": tuple(strides),
+                 "pads": (padw[0][0], padw[1][0], padw[0][1], padw[1][1]),
+                 "ceil_mode": int(at.get("ceil_mode", 0))}
+        if kind == "avg":
+            attrs["count_include_pad"] = int(at.get("count_include_pad", 0))
+        return imp.tape.record(f"{kind}pool2d", [x], attrs)
+    return conv
+
+
+def _channel(imp, v, name, c, nd):
+    return ops.reshape(imp.var(v, name), (1, c) + (1,) * (nd - 2))
+
+
+def _batchnorm(imp, st, ins, names):
+    if st.attrs.get("training_mode", 0):
+        raise OnnxError("BatchNormalization in training mode has no tape form", node=imp.label)
+    x = _v(imp, ins, names, 0)
+    c, nd = x.shape[1], len(x.shape)
+    scale, bias = (_channel(imp, ins[i], names[i], c, nd) for i in (1, 2))
+    # running statistics are data, not trainable
+    mean, var = (ops.reshape(imp.tape.const(imp.static(ins[i], "running mean/var")),
+                             (1, c) + (1,) * (nd - 2)) for i in (3, 4))
+    # (x - mean) / sqrt(var + eps) * scale + bias: the executor's formula, primitive by primitive
+    den = ops.sqrt(ops.adds(var, st.attrs.get("epsilon", 1e-5)))
+    return ops.add(ops.mul(ops.div(ops.sub(x, mean), den), scale), bias)
+
+
+def _layernorm(imp, st, ins, names):
+    x = _v(imp, ins, names, 0)
+    nd = len(x.shape)
+    axes = tuple(range(st.attrs.get("axis", -1) % nd, nd))
+    mean = ops.mean(x, axes, keepdims=True)
+    d = ops.sub(x, mean)
+    var = ops.mean(ops.mul(d, d), axes, keepdims=True)
+    one = imp.tape.const(np.ones(()))
+    inv = ops.div(one, ops.sqrt(ops.adds(var, st.attrs.get("epsilon", 1e-5))))
+    y = ops.mul(ops.mul(d, inv), _v(imp, ins, names, 1))
+    if len(ins) > 2 and ins[2] is not None:
+        y = ops.add(y, _v(imp, ins, names, 2))
+    return y
+
+
+def _softmax(imp, st, ins, names):
+    x = _v(imp, ins, names, 0)
+    ax = st.attrs.get("axis", -1) % len(x.shape)
+    if st.opset >= 13:
+        return ops.softmax(x, ax)
+    flat = ops.reshape(x, (int(np.prod(x.shape[:ax])), -1))
+    return ops.reshape(ops.softmax(flat, -1), x.shape)
+
+
+def _reduce(fn):
+    def conv(imp, st, ins, names):
+        x = _v(imp, ins, names, 0)
+        axes = st.attrs.get("axes")
+        if len(ins) > 1 and ins[1] is not None:
+            axes = as_int_list(imp.static(ins[1], "axes"))
+        if not axes:
+            if st.attrs.get("noop_with_empty_axes", 0):
+                return x
+            axes = None
+        return fn(x, None if axes is None else tuple(a % len(x.shape) for a in axes),
+                  keepdims=bool(st.attrs.get("keepdims", 1)))
+    return conv
+
+
+def _reshape_like(imp, st, ins, names):
+    """Reshape/Flatten/Squeeze/Unsqueeze: the executor's kernel on a dummy gives the shape."""
+    x = _v(imp, ins, names, 0)
+    dummy = np.broadcast_to(np.zeros((), np.float32), x.shape)
+    shape = st.kernel(_ctx(st, imp), dummy, *ins[1:], **st.attrs).shape
+    return ops.reshape(x, shape)
+
+
+def _transpose(imp, st, ins, names):
+    perm = st.attrs.get("perm")
+    return ops.transpose(_v(imp, ins, names, 0), tuple(perm) if perm else None)
+
+
+def _concat(imp, st, ins, names):
+    xs = [imp.var(v, n) for v, n in zip(ins, names, strict=True)]
+    return ops.concat(xs, st.attrs["axis"] % len(xs[0].shape))
+
+
+def _slice(imp, st, ins, names):
+    x = _v(imp, ins, names, 0)
+    if st.opset >= 10:
+        starts, ends = (as_int_list(imp.static(ins[i], "slice bounds")) for i in (1, 2))
+        axes = as_int_list(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+        steps = as_int_list(ins[4]) if len(ins) > 4 and ins[4] is not None else None
+    else:
+        starts, ends, axes, steps = (st.attrs.get(k) for k in ("starts", "ends", "axes", None))
+    axes = axes or list(range(len(starts)))
+    if steps and any(s != 1 for s in steps):
+        raise OnnxError("Slice with steps other than 1 has no tape form", node=imp.label)
+    y = x
+    for s, e, a in zip(starts, ends, axes, strict=True):
+        a %= len(x.shape)
+        lo, hi, _ = slice(s, e).indices(x.shape[a])
+        y = ops.slice(y, a, lo, max(lo, hi))
+    return y
+
+
+def _split(imp, st, ins, names):
+    x = _v(imp, ins, names, 0)
+    dummy = np.broadcast_to(np.zeros((), np.float32), x.shape)
+    parts = st.kernel(_ctx(st, imp), dummy, *ins[1:], **st.attrs)
+    ax = st.attrs.get("axis", 0) % len(x.shape)
+    out, lo = [], 0
+    for p in parts:
+        out.append(ops.slice(x, ax, lo, lo + p.shape[ax]))
+        lo += p.shape[ax]
+    return tuple(out)
+
+
+def _gather(imp, st, ins, names):
+    idx = ins[1]
+    if isinstance(idx, np.ndarray):
+        idx = imp.tape.const(idx)
+    elif idx.op != "const":  # a graph input is a const leaf: fine; a computed index is not
+        raise OnnxError("Gather indices computed on the tape have no tape form", node=imp.label)
+    return imp.tape.record("gather", [_v(imp, ins, names, 0), idx],
+                           {"axis": int(st.attrs.get("axis", 0))})
+
+
+def _leaky_relu(imp, st, ins, names):
+    x = _v(imp, ins, names, 0)
+    # relu(x) - alpha*relu(-x): for x < 0 that is -(alpha*(-x)) = alpha*x exactly (rounding is
+    # symmetric), so it matches the executor's where(x < 0, alpha*x, x) bit for bit (but -0.0)
+    return ops.sub(ops.relu(x), ops.muls(ops.relu(ops.neg(x)), st.attrs.get("alpha", 0.01)))
+
+
+def _passthrough(imp, st, ins, names):
+    return _v(imp, ins, names, 0)
+
+
+CONVERTERS = {
+    "Add": _binary(ops.add), "Sub": _binary(ops.sub), "Mul": _binary(ops.mul),
+    "Div": _binary(ops.div), "Neg": _unary(ops.neg), "Relu": _unary(ops.relu),
+    "Sigmoid": _unary(ops.sigmoid), "Tanh": _unary(ops.tanh), "Exp": _unary(ops.exp),
+    "Log": _unary(ops.log), "Sqrt": _unary(ops.sqrt), "Erf": _record("erf"),
+    "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "MaxPool": _pool("max"),
+    "AveragePool": _pool("avg"),
+    "GlobalAveragePool": lambda imp, st, ins, names: ops.mean(
+        _v(imp, ins, names, 0), tuple(range(2, len(ins[0].shape))), keepdims=True),
+    "BatchNormalization": _batchnorm, "LayerNormalization": _layernorm, "Softmax": _softmax,
+    "ReduceSum": _reduce(ops.sum), "ReduceMean": _reduce(ops.mean),
+    "Reshape": _reshape_like, "Flatten": _reshape_like, "Squeeze": _reshape_like,
+    "Unsqueeze": _reshape_like, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
+    "Split": _split, "Gather": _gather, "LeakyRelu": _leaky_relu, "Identity": _passthrough,
+    "Dropout": _passthrough,
+}
+
+
+def _ctx(st, imp) -> Ctx:
+    return Ctx(st.opset, st.node, REFERENCE, imp.sess.run_graph, imp.env)
+
+
+def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
+                   trainable: bool = True, params: dict[str, Any] | None = None) -> Imported:
+    """Record ``model`` on ``tape`` for ``inputs``; returns outputs, params and every value.
+
+    Training: import once, ``m = tape.mark()``, then per step ``tape.reset_to(m)`` and import
+    again with ``params=first.params`` so the same parameters are reused (and updated).
+    """
+    register_nn()
+    sess = model if isinstance(model, Session) else Session(model, mode="reference", fold=False)
+    feeds = {k: np.asarray(v) for k, v in inputs.items()}
+    check_inputs(sess.lm, feeds)
+    imp = _Importer(sess, tape, trainable)
+    imp.params.update(params or {})
+    env = imp.env
+    env.update(sess.graph.inits)
+    for name, x in feeds.items():
+        env[name] = tape.const(x, name=name)
+    folded = []
+    for st in sess.graph.steps:
+        imp.label = st.label
+        names = list(st.node.input)
+        ins = [env[n] if n else None for n in names]
+        if st.node.op_type in ("Shape", "Size") and ins and not isinstance(ins[0], np.ndarray):
+            ins = [np.broadcast_to(np.zeros((), np.float32), ins[0].shape)] + ins[1:]
+        try:
+            if all(v is None or isinstance(v, np.ndarray) for v in ins):
+                out = st.kernel(_ctx(st, imp), *ins, **st.attrs)  # known now: fold
+                folded.append(st.label)
+            else:
+                conv = CONVERTERS.get(st.node.op_type)
+                if conv is None:
+                    raise OnnxError(f"op {st.node.op_type} has no tape form", node=st.label)
+                with tape.scope(st.node.name or f"{st.node.op_type}_{len(folded)}"):
+                    out = conv(imp, st, ins, names)
+                imp.check()
+        except OnnxError as exc:
+            if exc.node is None:
+                exc.node = st.label
+            raise exc.with_file(sess.label) from None
+        except Exception as exc:
+            raise OnnxError(f"{type(exc).__name__}: {exc}", file=sess.label,
+                            node=st.label) from None
+        if not isinstance(out, tuple):
+            out = (out,)
+        for n, v in zip(st.node.output, out, strict=False):
+            if n:
+                env[n] = v
+    outputs = {n: imp.var(env[n], n) for n in sess.output_names}
+    return Imported(outputs, imp.params, dict(env), folded)

@@ -1,0 +1,338 @@
+"""Tape ops for imported ONNX models: conv2d, maxpool2d, avgpool2d, erf, gather.
+
+The numerics live here once and are shared: ``core.onnx``'s Conv/MaxPool/AveragePool kernels call
+:func:`conv_nd` / :func:`pool_nd`, so the executor and the tape round identically. Reference
+order (docs/reference-order-nn.md): a convolution is im2col (a strided window view) and the
+reference matmul, each output ``acc = 0.0; for (c, k1, k2) row-major: acc = acc + w*x``; a pool
+reduces its window in row-major tap order; col2im and pool backward add taps in row-major order.
+
+These ops are NOT in ``REGISTRY`` until :func:`register_nn` runs (``core.onnx.import_to_tape``
+calls it): they have no device kernels yet, and the device layer checks that every registered
+op has one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from core.ops.reference import matmul as ref_matmul
+from core.ops.reference import serial_sum
+from core.ops.registry import REGISTRY, OpDef, ShapeError, register
+
+# ---- windows (shared with core.onnx) ----------------------------------------------------------
+
+
+def pads_for(in_shape, kernel, strides, dilations, pads, auto_pad="NOTSET"):
+    """(begin, end) padding per spatial axis, resolving ONNX auto_pad."""
+    nd = len(in_shape)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for i in range(nd):
+            eff = (kernel[i] - 1) * dilations[i] + 1
+            o = math.ceil(in_shape[i] / strides[i])
+            total = max(0, (o - 1) * strides[i] + eff - in_shape[i])
+            small, big = total // 2, total - total // 2
+            out.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
+        return out
+    if auto_pad == "VALID":
+        return [(0, 0)] * nd
+    p = list(pads) if pads else [0] * (2 * nd)
+    return [(p[i], p[i + nd]) for i in range(nd)]
+
+
+def out_size(n, k, s, d, pb, pe, ceil_mode=0):
+    """Output length of one spatial axis."""
+    span = n + pb + pe - ((k - 1) * d + 1)
+    if span < 0:
+        raise ShapeError(f"window {k} (dilation {d}) is larger than the padded input {n}")
+    if ceil_mode:
+        o = -(-span // s) + 1
+        return o - 1 if (o - 1) * s >= n + pb else o  # last window starts inside input/left pad
+    return span // s + 1
+
+
+def windows(x, kernel, strides, dilations, padw, fill, ceil_mode=0):
+    """(N, C, *out, *kernel) strided view of x padded with ``fill``; returns (view, out sizes)."""
+    nd = len(kernel)
+    sp = x.shape[2:]
+    outs = [out_size(sp[i], kernel[i], strides[i], dilations[i], *padw[i], ceil_mode)
+            for i in range(nd)]
+    effs = [(kernel[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    width = [(0, 0), (0, 0)] + [
+        (padw[i][0], max(padw[i][1], (outs[i] - 1) * strides[i] + effs[i] - sp[i] - padw[i][0]))
+        for i in range(nd)]
+    xp = np.pad(x, width, constant_values=fill) if any(w != (0, 0) for w in width) else x
+    v = np.lib.stride_tricks.sliding_window_view(xp, effs, axis=tuple(range(2, 2 + nd)))
+    sl = [slice(None), slice(None)]
+    sl += [slice(0, (outs[i] - 1) * strides[i] + 1, strides[i]) for i in range(nd)]
+    sl += [slice(None, None, dilations[i]) for i in range(nd)]
+    return v[tuple(sl)], outs
+
+
+def im2col(x, kernel, strides, dilations, padw, group):
+    """(N, G, Cg * prod(kernel), prod(out)) columns, rows in (c, k1, k2, ...) row-major order."""
+    nd = len(kernel)
+    v, outs = windows(x, kernel, strides, dilations, padw, 0)
+    perm = [0, 1] + list(range(2 + nd, 2 + 2 * nd)) + list(range(2, 2 + nd))
+    n, c = x.shape[:2]
+    return v.transpose(perm).reshape(n, group, (c // group) * int(np.prod(kernel)),
+                                     int(np.prod(outs))), outs
+
+
+def conv_nd(x, w, strides, padw, dilations, group, matmul=ref_matmul):
+    """Convolution without bias: im2col, then ``matmul`` (the reference one unless told)."""
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    if c % group or m % group or w.shape[1] * group != c:
+        raise ShapeError(f"conv: input channels {c}, weight {w.shape}, group {group} disagree")
+    cols, outs = im2col(x, w.shape[2:], strides, dilations, padw, group)
+    wg = w.reshape(group, m // group, -1)
+    y = np.asarray(matmul(wg[None], cols)).astype(x.dtype, copy=False)
+    return y.reshape((n, m) + tuple(outs))
+
+
+def col2im(cols, x_shape, kernel, strides, dilations, padw, ceil_mode=0):
+    """Adjoint of im2col: add each tap's columns into a padded image, taps in row-major order."""
+    n, c = x_shape[:2]
+    sp = x_shape[2:]
+    nd = len(kernel)
+    outs = [out_size(sp[i], kernel[i], strides[i], dilations[i], *padw[i], ceil_mode)
+            for i in range(nd)]
+    full = [max(sp[i] + padw[i][0] + padw[i][1],
+                (outs[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1)
+            for i in range(nd)]
+    gx = np.zeros((n, c) + tuple(full), cols.dtype)
+    cols = cols.reshape((n, c) + tuple(kernel) + tuple(outs))
+    for tap in np.ndindex(*kernel):
+        dst = tuple(slice(tap[i] * dilations[i],
+                          tap[i] * dilations[i] + (outs[i] - 1) * strides[i] + 1, strides[i])
+                    for i in range(nd))
+        gx[(slice(None), slice(None)) + dst] += cols[(slice(None), slice(None)) + tap]
+    crop = tuple(slice(padw[i][0], padw[i][0] + sp[i]) for i in range(nd))
+    return np.ascontiguousarray(gx[(slice(None), slice(None)) + crop])
+
+
+def pool_nd(x, kind, kernel, strides, padw, dilations=None, ceil_mode=0, count_include_pad=0,
+            sum_fn=serial_sum):
+    """Max or average pool; average = serial window sum / count (pads counted if asked)."""
+    nd = len(kernel)
+    dil = list(dilations or [1] * nd)
+    axes = tuple(range(-nd, 0))
+    if kind == "max":
+        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        v, _ = windows(x, kernel, strides, dil, padw, low, ceil_mode)
+        return np.max(v, axis=axes)
+    v, _ = windows(x, kernel, strides, dil, padw, 0, ceil_mode)
+    s = sum_fn(v, axes)
+    return (s / pool_counts(x, kernel, strides, padw, dil, ceil_mode, count_include_pad)
+            ).astype(x.dtype, copy=False)
+
+
+def pool_counts(x, kernel, strides, padw, dil, ceil_mode, count_include_pad):
+    """Elements averaged per output position (a constant of the shapes)."""
+    nd = len(kernel)
+    ones = np.ones((1, 1) + x.shape[2:], x.dtype)
+    if count_include_pad:  # explicit pads count; ceil_mode's extra end padding does not
+        ones = np.pad(ones, [(0, 0), (0, 0)] + list(padw), constant_values=1)
+        padw = [(0, 0)] * nd
+    cv, _ = windows(ones, kernel, strides, dil, padw, 0, ceil_mode)
+    return np.sum(cv, axis=tuple(range(-nd, 0)))  # small integers: exact in any order
+
+
+# ---- tape ops ---------------------------------------------------------------------------------
+
+def _conv_geom(at):
+    st = tuple(at.get("strides", (1, 1)))
+    p = tuple(at.get("pads", (0, 0, 0, 0)))
+    dil = tuple(at.get("dilations", (1, 1)))
+    return st, [(p[0], p[2]), (p[1], p[3])], dil, int(at.get("group", 1))
+
+
+def _conv_shape(shapes, at):
+    xs, ws = shapes
+    if len(xs) != 4 or len(ws) != 4:
+        raise ShapeError(f"conv2d takes NCHW x and MCkk w, got {xs} and {ws}")
+    st, padw, dil, g = _conv_geom(at)
+    if xs[1] != ws[1] * g or ws[0] % g:
+        raise ShapeError(f"conv2d: x {xs}, w {ws} and group {g} disagree")
+    return (xs[0], ws[0]) + tuple(out_size(xs[2 + i], ws[2 + i], st[i], dil[i], *padw[i])
+                                  for i in range(2))
+
+
+def _conv_fwd(M, xs, at):
+    st, padw, dil, g = _conv_geom(at)
+    return conv_nd(xs[0], xs[1], st, padw, dil, g)
+
+
+def _conv_bwd(M, g, xs, y, at, needs):
+    """gw: dot over output pixels, then a serial sum over the batch; gx: wᵀ·g, then col2im."""
+    x, w = xs
+    st, padw, dil, grp = _conv_geom(at)
+    n, m = g.shape[:2]
+    cols, _ = im2col(x, w.shape[2:], st, dil, padw, grp)
+    gg = g.reshape(n, grp, m // grp, -1)
+    gx = gw = None
+    if needs[1]:
+        per_n = ref_matmul(gg, np.swapaxes(cols, -1, -2))  # (N, G, M/G, Cg*k)
+        gw = serial_sum(per_n, 0).reshape(w.shape)
+    if needs[0]:
+        wg = w.reshape(grp, m // grp, -1)
+        gcols = ref_matmul(np.swapaxes(wg, -1, -2)[None], gg)  # (N, G, Cg*k, P)
+        gx = col2im(gcols, x.shape, w.shape[2:], st, dil, padw)
+    return [gx, gw]
+
+
+def _conv_sample(rng, dtype):
+    def r(*s):
+        return rng.uniform(-1, 1, s).astype(dtype)
+    return [([r(2, 3, 5, 5), r(4, 3, 3, 3)], {"pads": (1, 1, 1, 1)}),
+            ([r(1, 4, 6, 5), r(4, 2, 2, 3)], {"strides": (2, 1), "pads": (0, 1, 1, 0),
+                                              "dilations": (2, 1), "group": 2})]
+
+
+def _pool_geom(at):
+    k = tuple(at["kernel"])
+    st = tuple(at.get("strides", k))
+    p = tuple(at.get("pads", (0, 0, 0, 0)))
+    return k, st, [(p[0], p[2]), (p[1], p[3])], int(at.get("ceil_mode", 0))
+
+
+def _pool_shape(shapes, at):
+    xs = shapes[0]
+    if len(xs) != 4:
+        raise ShapeError(f"pool2d takes NCHW, got {xs}")
+    k, st, padw, cm = _pool_geom(at)
+    return xs[:2] + tuple(out_size(xs[2 + i], k[i], st[i], 1, *padw[i], cm) for i in range(2))
+
+
+def _max_fwd(M, xs, at):
+    k, st, padw, cm = _pool_geom(at)
+    return pool_nd(xs[0], "max", k, st, padw, None, cm)
+
+
+def _max_bwd(M, g, xs, y, at, needs):
+    """Each output's gradient goes to its window's first maximum (row-major), added in
+    row-major output order (np.add.at is unbuffered and sequential)."""
+    x = xs[0]
+    k, st, padw, cm = _pool_geom(at)
+    v, outs = windows(x, k, st, (1, 1), padw, -np.inf, cm)
+    arg = np.argmax(v.reshape(v.shape[:4] + (-1,)), axis=-1)
+    kh, kw = np.unravel_index(arg, k)
+    rows = np.arange(outs[0]).reshape(1, 1, -1, 1) * st[0] + kh
+    cols = np.arange(outs[1]).reshape(1, 1, 1, -1) * st[1] + kw
+    n, c = x.shape[:2]
+    full = (max(x.shape[2] + padw[0][0] + padw[0][1], (outs[0] - 1) * st[0] + k[0]),
+            max(x.shape[3] + padw[1][0] + padw[1][1], (outs[1] - 1) * st[1] + k[1]))
+    gx = np.zeros((n, c) + full, g.dtype)
+    ni = np.arange(n).reshape(-1, 1, 1, 1)
+    ci = np.arange(c).reshape(1, -1, 1, 1)
+    np.add.at(gx, (ni, ci, rows, cols), g)
+    return [np.ascontiguousarray(gx[:, :, padw[0][0]:padw[0][0] + x.shape[2],
+                                    padw[1][0]:padw[1][0] + x.shape[3]])]
+
+
+def _avg_fwd(M, xs, at):
+    k, st, padw, cm = _pool_geom(at)
+    return pool_nd(xs[0], "avg", k, st, padw, None, cm, int(at.get("count_include_pad", 0)))
+
+
+def _avg_bwd(M, g, xs, y, at, needs):
+    """ga = (g / count) added to every tap of its window, taps in row-major order (col2im)."""
+    x = xs[0]
+    k, st, padw, cm = _pool_geom(at)
+    cnt = pool_counts(x, k, st, padw, (1, 1), cm, int(at.get("count_include_pad", 0)))
+    gd = g / cnt.astype(g.dtype)
+    cols = np.broadcast_to(gd[:, :, None, None], g.shape[:2] + k + g.shape[2:])
+    return [col2im(cols, x.shape, k, st, (1, 1), padw, cm)]
+
+
+def _pool_sample(extra):
+    def sample(rng, dtype):
+        # distinct values: finite differences stay off max-pool's ties
+        x = rng.permutation(2 * 3 * 6 * 5).reshape(2, 3, 6, 5).astype(dtype) / 10
+        return [([x], {"kernel": (2, 2), **extra}),
+                ([x], {"kernel": (3, 2), "strides": (2, 1), "pads": (1, 0, 1, 1), **extra}),
+                ([x], {"kernel": (3, 3), "strides": (2, 2), "ceil_mode": 1, **extra})]
+    return sample
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _erf_bwd(M, g, xs, y, at, needs):
+    x = xs[0]
+    # ga = g * (c * exp(-(x * x))), c = 2/sqrt(pi) rounded to the dtype once
+    return [g * (x.dtype.type(_TWO_OVER_SQRT_PI) * M.exp(-(x * x)))]
+
+
+def _gather_idx(idx, dim):
+    i = np.asarray(idx).astype(np.int64)
+    if i.size and (i.min() < -dim or i.max() >= dim):
+        raise ShapeError(f"gather: index out of range [{-dim}, {dim})")
+    return np.where(i < 0, i + dim, i)
+
+
+def _gather_shape(shapes, at):
+    xs, ids = shapes
+    ax = int(at.get("axis", 0)) % len(xs)
+    return xs[:ax] + ids + xs[ax + 1:]
+
+
+def _gather_fwd(M, xs, at):
+    x, idx = xs
+    ax = int(at.get("axis", 0)) % x.ndim
+    return np.take(x, _gather_idx(idx, x.shape[ax]), axis=ax)
+
+
+def _gather_bwd(M, g, xs, y, at, needs):
+    """Scatter-add into zeros, indices in row-major order (repeats accumulate in that order)."""
+    x, idx = xs
+    ax = int(at.get("axis", 0)) % x.ndim
+    i = _gather_idx(idx, x.shape[ax]).reshape(-1)
+    gx = np.zeros_like(x, dtype=g.dtype)
+    gm = g.reshape(x.shape[:ax] + (i.size,) + x.shape[ax + 1:])
+    np.add.at(gx, (slice(None),) * ax + (i,), gm)
+    return [gx, None]
+
+
+def _gather_sample(rng, dtype):
+    x = rng.uniform(-1, 1, (4, 3)).astype(dtype)
+    return [([x, np.array([[0, 2], [3, 0]], dtype)], {"axis": 0}),
+            ([x, np.array([2, -1, 2], dtype)], {"axis": 1})]
+
+
+def _erf_sample(rng, dtype):
+    return [([rng.uniform(-2, 2, s).astype(dtype)], {}) for s in [(3, 4), (5,)]]
+
+
+NN_OPS = (
+    OpDef("conv2d", 2, "matmul", "none", _conv_shape, _conv_fwd, _conv_bwd, _conv_sample,
+          doc="y = im2col(x) contracted with w, serial over (c, kh, kw); bias is a separate add"),
+    OpDef("maxpool2d", 1, "reduce", "none", _pool_shape, _max_fwd, _max_bwd, _pool_sample({}),
+          doc="y = max over each window; ga routes g to the first max of its window"),
+    OpDef("avgpool2d", 1, "reduce", "none", _pool_shape, _avg_fwd, _avg_bwd,
+          _pool_sample({"count_include_pad": 1}),
+          doc="y = serial window sum / count; ga = g / count on every tap"),
+    OpDef("erf", 1, "unary", "row_local", lambda s, a: s[0],
+          lambda M, xs, at: M.erf(xs[0]), _erf_bwd, _erf_sample, transcendental=True,
+          doc="y = erf(a) (refmath); ga = g * (2/sqrt(pi) * exp(-(a*a)))"),
+    OpDef("gather", 2, "movement", "none", _gather_shape, _gather_fwd, _gather_bwd,
+          _gather_sample, nondiff_inputs=(1,),
+          doc="y = take(x, indices, axis); indices are a const input (integers in the dtype)"),
+)
+
+
+def register_nn() -> None:
+    """Add the nn ops to the tape's REGISTRY (idempotent)."""
+    for d in NN_OPS:
+        if d.name not in REGISTRY:
+            register(d)
+
+
+def unregister_nn() -> None:
+    """Take them out again (tests that must leave the registry as they found it)."""
+    for d in NN_OPS:
+        if REGISTRY.get(d.name) is d:
+            del REGISTRY[d.name]
