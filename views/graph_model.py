@@ -7,7 +7,7 @@ view consume. Groups are name scopes (``block0/attn``) and, later, any id set (f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -216,8 +216,3 @@ class GraphModel:
                 hits.append(nd.id)
         return hits
 
-
-def nodes_matching(model: GraphModel, ids: Iterable[int]) -> list[int]:
-    """Valid node ids among ``ids`` (drops out-of-range), in tape order."""
-    n = len(model.nodes)
-    return sorted({int(i) for i in ids if 0 <= int(i) < n})
