@@ -42,9 +42,10 @@ _BLOCK = 1 << 12
 def _apply(name: str, x: Any) -> np.ndarray:
     """Run kernel ``name`` over ``x`` (ndarray or scalar, float64/float32) into a new array."""
     arr = np.asarray(x)
-    if arr.dtype not in (np.float64, np.float32):
+    if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
         raise TypeError(
             f"refmath.{name}: expected a float64 or float32 array, got dtype {arr.dtype}")
+    single = arr.dtype.itemsize == 4  # either byte order; results are native
     kernel = _KERNELS[name]
     with np.errstate(all="ignore"):
         # float32 widens exactly (a signalling NaN only raises a flag we ignore)
@@ -53,7 +54,7 @@ def _apply(name: str, x: Any) -> np.ndarray:
         for start in range(0, src.size, _BLOCK):
             stop = start + _BLOCK
             out[start:stop] = kernel(src[start:stop])
-        if arr.dtype == np.float32:
+        if single:
             # one rounding float64 -> float32 (round to nearest even); NaN stays the canonical
             # quiet NaN 0x7fc00000 because the float64 one is 0x7ff8000000000000.
             return out.astype(np.float32).reshape(arr.shape)

@@ -116,6 +116,18 @@ def test_scalars_and_empty(name: str) -> None:
     assert fn(np.zeros((0, 3))).shape == (0, 3)
 
 
+def test_byte_order_and_read_only_inputs() -> None:
+    x = np.linspace(-3.0, 3.0, 50)
+    want = refmath.tanh(x)
+    big = x.astype(">f8")
+    assert np.array_equal(refmath.tanh(big), want)
+    assert refmath.tanh(big).dtype == np.float64
+    assert refmath.tanh(x.astype(">f4")).dtype == np.float32
+    ro = x.copy()
+    ro.flags.writeable = False
+    assert np.array_equal(refmath.tanh(ro), want)
+
+
 @pytest.mark.parametrize("bad", [np.arange(3), np.ones(2, dtype=np.float16),
                                  np.ones(2, dtype=np.complex128), "1.0", [1, 2]])
 def test_bad_dtype_names_function_and_dtype(bad: object) -> None:
