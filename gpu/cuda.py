@@ -79,6 +79,11 @@ class CudaDevice(Device):
         self.stats.bytes_to_host += buf.nbytes
         return buf.handle[: buf.n].get(stream=self.stream)
 
+    def view(self, buf: Buffer, offset: int, n: int) -> Buffer:
+        """Elements [offset, offset + n) of buf (a CuPy view, same memory)."""
+        arr = buf.handle[offset : offset + max(n, 1)]
+        return Buffer(self, n, buf.dtype, arr, buf.ptr + offset * buf.dtype.itemsize)
+
     def compile(self, source: str) -> Module:
         """NVRTC (our flags, no -ftz) → PTX in the per-user cache → cupy.RawModule."""
         from cupy.cuda import nvrtc

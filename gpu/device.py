@@ -64,6 +64,12 @@ class Buffer:
         """A fresh host copy of the whole buffer (counted in `device.stats.bytes_to_host`)."""
         return self.device.download(self)
 
+    def view(self, offset: int, n: int) -> Buffer:
+        """Elements [offset, offset + n) of this buffer, sharing its memory."""
+        if offset < 0 or n < 0 or offset + n > self.n:
+            raise DeviceError(f"view [{offset}, {offset + n}) outside a buffer of {self.n}")
+        return self.device.view(self, offset, n)
+
     def __repr__(self) -> str:
         return f"Buffer({self.device.kind}, n={self.n}, dtype={self.dtype})"
 
@@ -152,6 +158,10 @@ class Device:
 
     def download(self, buf: Buffer) -> np.ndarray:
         """Buffer → fresh host array."""
+        raise NotImplementedError
+
+    def view(self, buf: Buffer, offset: int, n: int) -> Buffer:
+        """A Buffer over elements [offset, offset + n) of buf."""
         raise NotImplementedError
 
     def _check_upload(self, buf: Buffer, array: np.ndarray) -> np.ndarray:

@@ -135,9 +135,11 @@ class HostDevice(Device):
         self.stats.bytes_to_host += buf.nbytes
         return buf.handle[1].copy()
 
-    def view(self, buf: Buffer) -> np.ndarray:
-        """Host-only: a writable numpy view on the buffer (no copy, not counted)."""
-        return buf.handle[1]
+    def view(self, buf: Buffer, offset: int, n: int) -> Buffer:
+        """Elements [offset, offset + n) of buf (same memory)."""
+        raw, arr = buf.handle
+        return Buffer(self, n, buf.dtype, (raw, arr[offset : offset + n]),
+                      buf.ptr + offset * buf.dtype.itemsize)
 
     # --- code -------------------------------------------------------------------------------
     def compile(self, source: str) -> Module:

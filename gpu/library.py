@@ -203,4 +203,5 @@ def _leaf(op: str) -> OpKernels:
     return OpKernels(LEAF, LEAF)
 
 
+from gpu import library_nn as _nn  # noqa: E402,F401  (registers the imported-model ops)
 from gpu import library_rows as _rows  # noqa: E402,F401  (registers the remaining ops)

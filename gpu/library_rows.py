@@ -51,10 +51,16 @@ def _reduce(op: str) -> OpKernels:
 
 
 # ---- matmul / bmm: one strided kernel --------------------------------------------------------
-def _mm(ctx: BuildCtx, a, b, y, dims: tuple, strides: tuple, acc: bool) -> Launch:
+def mm_launch(ctx: BuildCtx, a, b, y, dims: tuple, strides: tuple, acc: bool,
+              syb: int | None = None) -> Launch:
+    """y[bi] (+)= a[bi] @ b[bi] for strided operands; y rows contiguous, batch stride syb."""
     bsz, m, n, k = dims
     tiles = bsz * (-(-m // 4)) * (-(-n // 4))  # one thread per 4x4 output tile (TS_MM)
-    return ctx.launch("mm", tiles, a, b, y, bsz, m, n, k, *strides, i64(acc))
+    return ctx.launch("mm", tiles, a, b, y, bsz, m, n, k, *strides,
+                      m * n if syb is None else syb, i64(acc))
+
+
+_mm = mm_launch
 
 
 @register_kernels("matmul")

@@ -209,12 +209,18 @@ class Program:
             raise ValueError(f"node {i} {n.name or n.op}: shape {a.shape} given, "
                              f"{n.shape} captured")
         a = np.ascontiguousarray(a, dtype=self.dtype)
-        for c in self.nodes:  # a target index out of range would read outside the logits
+        for c in self.nodes:  # an index out of range would read outside a buffer
             if c.op == "cross_entropy" and c.inputs[1] == i:
                 ncls = self.nodes[c.inputs[0]].shape[-1]
                 if not np.all((a >= 0) & (a < ncls) & (a == np.floor(a))):
                     raise ValueError(f"node {i} {n.name or n.op}: cross_entropy targets must "
                                      f"be integers in [0, {ncls})")
+            if c.op == "gather" and c.inputs[1] == i:
+                xs = self.nodes[c.inputs[0]].shape
+                dim = xs[int(c.attrs.get("axis", 0)) % len(xs)]
+                if not np.all((a >= -dim) & (a < dim) & (a == np.floor(a))):
+                    raise ValueError(f"node {i} {n.name or n.op}: gather indices must be "
+                                     f"integers in [{-dim}, {dim})")
         self.values[i].upload(a.reshape(-1))
 
     def read(self, v: Var | int | str, which: str = "value") -> np.ndarray | None:

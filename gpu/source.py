@@ -94,7 +94,7 @@ def instantiate(text: str, dtype: np.dtype | type, math: str = "refmath") -> str
     return re.sub(r"\b(\w+?)_T\b", rf"\1_{sfx}", out)
 
 
-LIBRARY = ("ops_elementwise", "ops_rows", "optim")
+LIBRARY = ("ops_elementwise", "ops_rows", "ops_nn", "optim")
 
 
 def library_source(math: str = "refmath") -> str:

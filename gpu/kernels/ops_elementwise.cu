@@ -77,7 +77,8 @@ __device__ __forceinline__ real_t ts_silu_slope_T(real_t x, real_t s) {
     return MUL(s, ADD((real_t)1, MUL(x, SUB((real_t)1, s))));
 }
 
-/* op codes: 0 neg 1 adds 2 muls 3 relu 4 sigmoid 5 tanh 6 exp 7 log 8 sqrt 9 silu */
+/* op codes: 0 neg 1 adds 2 muls 3 relu 4 sigmoid 5 tanh 6 exp 7 log 8 sqrt 9 silu 10 erf
+ * (erf's s is T(2/sqrt(pi)), rounded once on the host) */
 __device__ __forceinline__ real_t ts_un_T(long long op, real_t x, real_t s) {
     switch (op) {
         case 0: return -x;
@@ -89,7 +90,8 @@ __device__ __forceinline__ real_t ts_un_T(long long op, real_t x, real_t s) {
         case 6: return EXP(x);
         case 7: return LOG(x);
         case 8: return SQRT(x);
-        default: return MUL(x, SIGMOID(x));
+        case 9: return MUL(x, SIGMOID(x));
+        default: return ERF(x);
     }
 }
 
@@ -105,7 +107,8 @@ __device__ __forceinline__ real_t ts_un_term_T(long long op, real_t x, real_t y,
         case 6: return MUL(g, y);
         case 7: return DIV(g, x);
         case 8: return DIV(g, ADD(y, y));
-        default: return MUL(g, ts_silu_slope_T(x, SIGMOID(x)));
+        case 9: return MUL(g, ts_silu_slope_T(x, SIGMOID(x)));
+        default: return MUL(g, MUL(s, EXP(-(MUL(x, x))))); /* g * (c * exp(-(x*x))) */
     }
 }
 
@@ -160,4 +163,32 @@ extern "C" __global__ void gather_add_T(const real_t* g, real_t* gx, const long 
 
 extern "C" __global__ void add_into_T(const real_t* g, real_t* gx, long long n) {
     TS_GRID_STRIDE(i, n) { gx[i] = ADD(gx[i], g[i]); }
+}
+
+/* gather along an axis: x [outer, D, inner], idx [K] (integers in the dtype, negative from the
+ * end, read at run time so new indices can be uploaded), y [outer, K, inner]. */
+__device__ __forceinline__ long long ts_index_T(real_t v, long long D) {
+    long long d = (long long)v;
+    return d < 0 ? d + D : d;
+}
+
+extern "C" __global__ void take_T(const real_t* x, const real_t* idx, real_t* y,
+                                  long long outer, long long D, long long K, long long inner) {
+    TS_GRID_STRIDE(o, outer * K * inner) {
+        long long in = o % inner, k = (o / inner) % K, ou = o / (inner * K);
+        y[o] = x[(ou * D + ts_index_T(idx[k], D)) * inner + in];
+    }
+}
+
+/* gx[ou, d, in] += (+0.0 + every g[ou, k, in] with idx[k] == d, k ascending) */
+extern "C" __global__ void take_bwd_T(const real_t* g, const real_t* idx, real_t* gx,
+                                      long long outer, long long D, long long K,
+                                      long long inner) {
+    TS_GRID_STRIDE(e, outer * D * inner) {
+        long long in = e % inner, d = (e / inner) % D, ou = e / (inner * D);
+        real_t acc = (real_t)0;
+        for (long long k = 0; k < K; ++k)
+            if (ts_index_T(idx[k], D) == d) acc = ADD(acc, g[(ou * K + k) * inner + in]);
+        gx[e] = ADD(gx[e], acc);
+    }
 }

@@ -28,14 +28,15 @@ extern "C" __global__ void reduce_bwd_T(const real_t* g, real_t* gx, const long 
 }
 
 /* y[b, i, j] (= or +=) dot over k of a[b, i, k] * b[b, k, j], strided operands, serial in k.
- * matmul, bmm and all their backward products are this kernel with different strides.
+ * matmul, bmm, conv2d and all their backward products are this kernel with different strides;
+ * y is [B, M, N] with rows contiguous and batch stride syb.
  * One thread owns a TS_MM x TS_MM tile of outputs: each output still accumulates alone, from
  * +0.0, in k order (the tile only shares the loads), so the bits do not depend on the tile. */
 #define TS_MM 4
 extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, long long B,
                                 long long M, long long N, long long K, long long sab,
                                 long long sam, long long sak, long long sbb, long long sbk,
-                                long long sbn, long long accumulate) {
+                                long long sbn, long long syb, long long accumulate) {
     long long tm = (M + TS_MM - 1) / TS_MM, tn = (N + TS_MM - 1) / TS_MM;
     long long total = B * tm * tn;
     TS_GRID_STRIDE(t, total) {
@@ -61,7 +62,7 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
         }
         for (int p = 0; p < TS_MM && i0 + p < M; ++p)
             for (int q = 0; q < TS_MM && j0 + q < N; ++q) {
-                long long o = (bi * M + i0 + p) * N + j0 + q;
+                long long o = bi * syb + (i0 + p) * N + j0 + q;
                 y[o] = accumulate ? ADD(y[o], acc[p][q]) : acc[p][q];
             }
     }

@@ -1,0 +1,213 @@
+"""Launch builders of the nn ops of imported ONNX models (core/ops/nn.py): conv2d, maxpool2d,
+avgpool2d, erf, gather (docs/reference-order-nn.md). Window geometry becomes host index maps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpu.device import Launch
+from gpu.library import BuildCtx, OpKernels, register_kernels
+from gpu.library_rows import mm_launch
+
+i64 = np.int64
+
+
+def _outs(hw: tuple, k: tuple, st: tuple, dil: tuple, padw: list, ceil_mode: int) -> tuple:
+    from core.ops.nn import out_size
+
+    return tuple(out_size(hw[i], k[i], st[i], dil[i], *padw[i], ceil_mode) for i in range(2))
+
+
+def window_maps(hw: tuple, k: tuple, st: tuple, dil: tuple, padw: list, ceil_mode: int):
+    """taps [P*T] (input pixel or -1), col2im CSR (tap-major) and output-major CSR."""
+    h, w = hw
+    oh, ow = _outs(hw, k, st, dil, padw, ceil_mode)
+    i = np.arange(oh).reshape(-1, 1, 1, 1)
+    j = np.arange(ow).reshape(1, -1, 1, 1)
+    a = np.arange(k[0]).reshape(1, 1, -1, 1)
+    b = np.arange(k[1]).reshape(1, 1, 1, -1)
+    ph = i * st[0] + a * dil[0] - padw[0][0]
+    pw = j * st[1] + b * dil[1] - padw[1][0]
+    inside = (ph >= 0) & (ph < h) & (pw >= 0) & (pw < w)
+    taps = np.where(inside, ph * w + pw, -1).astype(np.int64).reshape(oh * ow, k[0] * k[1])
+    p_n, t_n = taps.shape
+    # col2im: per input pixel, the (t, p) pairs ordered by tap first (the reference's loop)
+    t_idx, p_idx = np.meshgrid(np.arange(t_n), np.arange(p_n), indexing="ij")
+    src = taps.T.reshape(-1)  # tap-major
+    keep = src >= 0
+    order = np.argsort(src[keep], kind="stable")
+    c_lst = (t_idx.reshape(-1)[keep] * p_n + p_idx.reshape(-1)[keep])[order]
+    c_off = np.concatenate([[0], np.cumsum(np.bincount(src[keep], minlength=h * w))])
+    # max-pool backward: per input pixel, the outputs covering it in row-major output order
+    src2 = taps.reshape(-1)
+    keep2 = src2 >= 0
+    order2 = np.argsort(src2[keep2], kind="stable")
+    o_lst = np.repeat(np.arange(p_n), t_n)[keep2][order2]
+    o_off = np.concatenate([[0], np.cumsum(np.bincount(src2[keep2], minlength=h * w))])
+    return taps, (c_off.astype(np.int64), c_lst.astype(np.int64)), (
+        o_off.astype(np.int64), o_lst.astype(np.int64))
+
+
+def _pool_geom(at) -> tuple:
+    k = tuple(at["kernel"])
+    st = tuple(at.get("strides", k))
+    p = tuple(at.get("pads", (0, 0, 0, 0)))
+    return k, st, [(p[0], p[2]), (p[1], p[3])], int(at.get("ceil_mode", 0))
+
+
+@register_kernels("maxpool2d", "avgpool2d")
+def _pool(op: str) -> OpKernels:
+    def setup(ctx: BuildCtx, node):
+        x = node.inputs[0]
+        n, c, h, w = ctx.shape(x)
+        k, st, padw, cm = _pool_geom(node.attrs)
+        taps, col, out = window_maps((h, w), k, st, (1, 1), padw, cm)
+        maps = {"taps": ctx.aux(node.id, "taps", taps),
+                "c_off": ctx.aux(node.id, "c_off", col[0]),
+                "c_lst": ctx.aux(node.id, "c_lst", col[1]),
+                "o_off": ctx.aux(node.id, "o_off", out[0]),
+                "o_lst": ctx.aux(node.id, "o_lst", out[1])}
+        return (n * c, h * w, taps.shape[0], taps.shape[1]), maps, (k, st, padw, cm)
+
+    def counts(ctx: BuildCtx, node, geo) -> object:
+        from core.ops.nn import pool_counts
+
+        k, st, padw, cm = geo
+        hw = ctx.shape(node.inputs[0])[2:]
+        cnt = pool_counts(np.empty((1, 1) + hw, ctx.dtype), k, st, padw, (1, 1), cm,
+                          int(node.attrs.get("count_include_pad", 0)))
+        return ctx.aux(node.id, "cnt", np.asarray(cnt, ctx.dtype).reshape(-1))
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        (nc, hw, p, t), m, geo = setup(ctx, node)
+        x, y = ctx.values[node.inputs[0]], ctx.values[node.id]
+        if op == "maxpool2d":
+            arg = ctx.aux(node.id, "arg", n=nc * p, dtype=np.int64)
+            return [ctx.launch("maxpool_fwd", nc * p, x, y, arg, m["taps"], nc, hw, p, t)]
+        return [ctx.launch("avgpool_fwd", nc * p, x, y, counts(ctx, node, geo), m["taps"], nc,
+                           hw, p, t)]
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        (nc, hw, p, t), m, geo = setup(ctx, node)
+        g, gx = ctx.grads[node.id], ctx.grads[node.inputs[0]]
+        if op == "maxpool2d":
+            arg = ctx.aux(node.id, "arg", n=nc * p, dtype=np.int64)
+            return [ctx.launch("maxpool_bwd", nc * hw, g, arg, gx, m["o_off"], m["o_lst"], nc,
+                               hw, p)]
+        gd = ctx.aux(node.id, "gd", n=nc * p)
+        n, c = ctx.shape(node.inputs[0])[:2]
+        return [ctx.launch("avgpool_scale", nc * p, g, counts(ctx, node, geo), gd, nc, p),
+                ctx.launch("col2im", nc * hw, gd, gx, m["c_off"], m["c_lst"], n, c, 1, hw, t,
+                           p, i64(0))]
+
+    return OpKernels(fwd, bwd)
+
+
+@register_kernels("conv2d")
+def _conv(op: str) -> OpKernels:
+    def setup(ctx: BuildCtx, node):
+        x, w = node.inputs
+        n, c, h, wd = ctx.shape(x)
+        m, cg, kh, kw = ctx.shape(w)
+        at = node.attrs
+        st = tuple(at.get("strides", (1, 1)))
+        pd = tuple(at.get("pads", (0, 0, 0, 0)))
+        dil = tuple(at.get("dilations", (1, 1)))
+        g = int(at.get("group", 1))
+        taps, col, _ = window_maps((h, wd), (kh, kw), st, dil, [(pd[0], pd[2]), (pd[1], pd[3])],
+                                   0)
+        p, t = taps.shape
+        cgk = cg * t
+        cols = ctx.aux(node.id, "cols", n=g * n * cgk * p)  # [g][n][cg*T + t][p]
+        maps = (ctx.aux(node.id, "taps", taps), ctx.aux(node.id, "c_off", col[0]),
+                ctx.aux(node.id, "c_lst", col[1]))
+        return (n, c, h * wd, m, g, t, p, cgk), cols, maps
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        (n, c, hw, m, g, t, p, cgk), cols, (taps, _, _) = setup(ctx, node)
+        xv, wv, y = ctx.values[node.inputs[0]], ctx.values[node.inputs[1]], ctx.values[node.id]
+        mg = m // g
+        out = [ctx.launch("im2col", n * c * t * p, xv, cols, taps, n, c, g, hw, t, p)]
+        for gi in range(g):  # y[n, g*Mg + mm, p] = dot over (c, a, b) of w * cols
+            out.append(mm_launch(
+                ctx, wv.view(gi * mg * cgk, mg * cgk), cols.view(gi * n * cgk * p, n * cgk * p),
+                y.view(gi * mg * p, y.n - gi * mg * p), (n, mg, p, cgk),
+                (0, cgk, 1, cgk * p, p, 1), False, syb=m * p))
+        return out
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        (n, c, hw, m, g, t, p, cgk), cols, (_, c_off, c_lst) = setup(ctx, node)
+        x, w = node.inputs
+        gy, wv = ctx.grads[node.id], ctx.values[w]
+        mg = m // g
+        out = []
+        if k == 1:  # per_n[n][g*Mg*Cgk + mm*Cgk + t] = dot over p of g * cols; gw = sum over n
+            per_n = ctx.aux(node.id, "per_n", n=n * m * cgk)
+            for gi in range(g):
+                out.append(mm_launch(
+                    ctx, gy.view(gi * mg * p, gy.n - gi * mg * p),
+                    cols.view(gi * n * cgk * p, n * cgk * p),
+                    per_n.view(gi * mg * cgk, per_n.n - gi * mg * cgk), (n, mg, cgk, p),
+                    (m * p, p, 1, cgk * p, 1, p), False, syb=m * cgk))
+            out.append(ctx.launch("batch_sum_add", m * cgk, per_n, ctx.grads[w], n, m * cgk,
+                                  m * cgk))
+            return out
+        # gcols[g][n][t'][p] = dot over mm of w[g*Mg + mm, t'] * g[n, g*Mg + mm, p]; col2im
+        gcols = ctx.aux(node.id, "gcols", n=g * n * cgk * p)
+        for gi in range(g):
+            out.append(mm_launch(
+                ctx, wv.view(gi * mg * cgk, mg * cgk), gy.view(gi * mg * p, gy.n - gi * mg * p),
+                gcols.view(gi * n * cgk * p, n * cgk * p), (n, cgk, p, mg),
+                (0, 1, cgk, m * p, p, 1), False))
+        out.append(ctx.launch("col2im", n * c * hw, gcols, ctx.grads[x], c_off, c_lst, n, c, g,
+                              hw, t, p, i64(1)))
+        return out
+
+    return OpKernels(fwd, bwd)
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+@register_kernels("erf")
+def _erf(op: str) -> OpKernels:
+    code = i64(10)
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        (x,) = node.inputs
+        return [ctx.launch("unary_fwd", node.size, code, ctx.values[x], ctx.values[node.id],
+                           ctx.real(_TWO_OVER_SQRT_PI), node.size)]
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        (x,) = node.inputs
+        return [ctx.launch("unary_bwd", node.size, code, ctx.values[x], ctx.values[node.id],
+                           ctx.grads[node.id], ctx.grads[x], ctx.real(_TWO_OVER_SQRT_PI),
+                           node.size)]
+
+    return OpKernels(fwd, bwd)
+
+
+def gather_geom(xshape: tuple, k: int, axis: int) -> tuple[int, int, int, int]:
+    """(outer, D, K, inner) of a gather along `axis`."""
+    ax = axis % len(xshape)
+    return (int(np.prod(xshape[:ax], dtype=np.int64)), xshape[ax], k,
+            int(np.prod(xshape[ax + 1:], dtype=np.int64)))
+
+
+@register_kernels("gather")
+def _gather(op: str) -> OpKernels:
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        x, idx = node.inputs
+        o, d, k, inn = gather_geom(ctx.shape(x), ctx.nodes[idx].size, node.attrs.get("axis", 0))
+        return [ctx.launch("take", node.size, ctx.values[x], ctx.values[idx],
+                           ctx.values[node.id], o, d, k, inn)]
+
+    def bwd(ctx: BuildCtx, node, which: int) -> list[Launch]:
+        x, idx = node.inputs
+        o, d, k, inn = gather_geom(ctx.shape(x), ctx.nodes[idx].size, node.attrs.get("axis", 0))
+        return [ctx.launch("take_bwd", o * d * inn, ctx.grads[node.id], ctx.values[idx],
+                           ctx.grads[x], o, d, k, inn)]
+
+    return OpKernels(fwd, bwd)
