@@ -195,3 +195,23 @@ def test_mirror_a_core_adam_mid_training(host):
     prog.run_episode(sgd)
     for i, b in zip(prog.param_ids(), before, strict=True):
         assert _bits_equal(prog.read(i), b)  # lr 0: nothing moves (Adam would have)
+
+
+def test_gather_indices_checked_and_read_at_run_time(host, monkeypatch):
+    nn = pytest.importorskip("core.ops.nn", reason="core/ops/nn.py is absent")
+    from core.ops import REGISTRY
+
+    for d in nn.NN_OPS:
+        monkeypatch.setitem(REGISTRY, d.name, d)
+    tape = Tape()
+    emb = tape.param(np.arange(12.0).reshape(4, 3))
+    idx = tape.const(np.array([0.0, 3.0, 3.0]), name="ids")
+    loss = ops.sum(tape.record("gather", [emb, idx], {"axis": 0}))
+    prog = gpu.capture(host, tape, loss)
+    with pytest.raises(ValueError, match=r"gather indices must be integers in \[-4, 4\)"):
+        prog.set_input(idx, np.array([0.0, 4.0, 1.0]))
+    prog.set_input(idx, np.array([1.0, -1.0, 1.0]))  # new indices, same program
+    prog.forward()
+    prog.backward()
+    assert prog.loss() == 3.0 + 4.0 + 5.0 + 9.0 + 10.0 + 11.0 + 3.0 + 4.0 + 5.0
+    np.testing.assert_array_equal(prog.read(emb, "grad"), [[0] * 3, [2] * 3, [0] * 3, [1] * 3])
