@@ -137,9 +137,18 @@ def open_tape_file(path: str | os.PathLike) -> Session:
 
 
 def open_onnx_file(path: str | os.PathLike) -> Session:
-    """A session on an ONNX model: run once by core.onnx, every tensor shown (no gradients)."""
-    from app.onnx_view import onnx_tape_view
+    """A session on an ONNX model: imported onto a tape when every op has a tape form (then
+    ``sum(first output)`` is the loss, so gradients and the stepper work), else one executor
+    run shown read-only."""
     from core.onnx import OnnxError
+
+    try:
+        return _import_onnx(path)
+    except OnnxError as e:
+        first_error = str(e)
+    except Exception as e:  # noqa: BLE001 — fall back to the executor's read-only view
+        first_error = f"{type(e).__name__}: {e}"
+    from app.onnx_view import onnx_tape_view
 
     try:
         tape, meta = onnx_tape_view(path)
@@ -149,7 +158,28 @@ def open_onnx_file(path: str | os.PathLike) -> Session:
         raise SessionError(f"{path}: {type(e).__name__}: {e}", traceback.format_exc()) from None
     if len(tape) == 0:
         raise SessionError(f"{path}: the model has no nodes")
+    meta["import_error"] = first_error  # why it is read-only
     return Session(tape, None, str(path), meta)
+
+
+def _import_onnx(path: str | os.PathLike) -> Session:
+    from core import Tape, ops
+    from core.onnx import Session as OnnxSession
+    from core.onnx import default_inputs
+    from core.onnx.importer import import_to_tape
+
+    feeds = default_inputs(OnnxSession(path), 0)
+    floats = [a.dtype for a in feeds.values() if a.dtype.kind == "f"]
+    tape = Tape(dtype=np.float64 if np.dtype(np.float64) in floats else np.float32)
+    imp = import_to_tape(path, tape, feeds)
+    if not tape.ok:
+        raise SessionError(f"{path}: {tape.error}")
+    name, out = next(iter(imp.outputs.items()))
+    loss = out if out.node.size == 1 else ops.sum(out, name=f"sum({name})")
+    tape.backward(loss)
+    meta = {"onnx": str(path), "inputs": {k: list(v.shape) for k, v in feeds.items()},
+            "loss": f"sum of output {name!r} (ONNX models have no loss of their own)"}
+    return Session(tape, loss.id, str(path), meta)
 
 
 def open_workload(spec: str, step: int = 0) -> Session:

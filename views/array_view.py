@@ -118,6 +118,8 @@ class ArrayView(QWidget):
             self.stack.setCurrentIndex(PAGE_EMPTY)
             return
         af = a.astype(np.float64, copy=False)
+        if af.ndim >= 2 and sum(d > 1 for d in af.shape) <= 1:
+            af = af.reshape(-1)  # a (1, n) row reads better as a line than a one-row heatmap
         if af.size == 1:
             v = float(af.reshape(()))
             self.number.setText(repr(v) if a.dtype.kind == "f" else str(int(v)))

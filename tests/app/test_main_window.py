@@ -176,25 +176,44 @@ def test_user_workload_opens_and_a_broken_one_shows_its_traceback(qtbot, win, tm
     assert win.session is s
 
 
-def test_open_an_onnx_model_shows_every_tensor(qtbot, win, tmp_path):
+def test_open_an_onnx_model_imports_it_onto_a_tape(qtbot, win, tmp_path):
     from core.onnx import Session, default_inputs
 
     model = Path(__file__).resolve().parents[2] / "resources" / "models" / "tiny_mlp.onnx"
     open_and_wait(qtbot, win, model)
     s = win.session
-    assert s.loss_id is None and win.stepper is None
     ref = Session(str(model))
     want = ref.run(default_inputs(ref, 0))
     out_name, out_value = next(iter(want.items()))
-    node = next(n for n in s.tape.nodes if n.inputs and n.name and
-                np.array_equal(s.tape.value(n.id), out_value))
-    click_node(qtbot, win, node.id)
-    assert win.inspector.details.id == node.id and win.inspector.details.grad is None
-    assert "forward only" in win.status_label.text()
+    loss = s.tape.node(s.loss_id)
+    assert loss.op == "sum" and loss.name == f"sum({out_name})"
+    out_id = loss.inputs[0]
+    assert np.array_equal(s.tape.value(out_id), out_value)  # the tape reproduces the executor
+    click_node(qtbot, win, out_id)
+    assert win.inspector.details.id == out_id and win.inspector.details.grad is not None
+    assert win.stepper is not None and s.tape.params()
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x08\x07garbage")
     assert not win.open_file(str(bad))
     assert "bad.onnx" in win.last_error.text() and win.session is s
+
+
+def test_an_onnx_model_without_a_tape_form_opens_read_only(qtbot, win, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    # Hardmax has no tape form: the importer refuses, the executor still runs it
+    g = helper.make_graph([helper.make_node("Hardmax", ["x"], ["y"], name="hm")], "g", [x], [y])
+    path = tmp_path / "hardmax.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    open_and_wait(qtbot, win, path)
+    s = win.session
+    assert s.loss_id is None and win.stepper is None and "no tape form" in s.meta["import_error"]
+    node = next(n for n in s.tape.nodes if n.op == "Hardmax")
+    assert s.tape.value(node.id).sum() == 2.0  # one 1 per row
+    assert "forward only" in win.status_label.text()
 
 
 def test_breakpoint_continue_and_recent_menu(qtbot, win, tape_file):

@@ -73,3 +73,10 @@ def test_device_side_by_side_and_ulp_map(qtbot):
     assert "device value" in p.stats.stats
     p.show_details(details(cpu))  # no device run: the tab goes away
     assert p.tabs.indexOf(p.device_view) < 0
+
+
+def test_a_single_row_is_drawn_as_a_line(qtbot):
+    p = InspectorPanel()
+    qtbot.addWidget(p)
+    p.show_details(details(np.arange(5.0).reshape(1, 5)))
+    assert p.value_view.page() == PAGE_PLOT
