@@ -46,6 +46,18 @@ class ParityReport:
         """True when every value and gradient matched bit for bit."""
         return all(n.exact for n in self.nodes)
 
+    def to_json(self) -> dict:
+        """Plain data for views and files: {"exact", "first_divergence", "nodes": [{"id", "op",
+        "name", "value": {...TensorDiff}, "grad": {...} | None}]}."""
+        first = None
+        if self.first_divergence is not None:
+            nid, which = self.first_divergence
+            first = {"node": nid, "op": self.nodes[nid].op, "which": which}
+        return {"exact": self.exact, "first_divergence": first,
+                "nodes": [{"id": n.id, "op": n.op, "name": n.name, "value": n.value.to_json(),
+                           "grad": None if n.grad is None else n.grad.to_json()}
+                          for n in self.nodes]}
+
 
 def _first(nodes: tuple[NodeParity, ...]) -> tuple[int, str] | None:
     # Forward runs in tape order: the first differing value is the root of what follows.

@@ -90,7 +90,8 @@ class Program:
         self.math = tape.math
         self.loss_id = loss
         self.nodes = tape.nodes[: loss + 1]
-        self.module = device.compile(library_source(self.math))
+        self.source = library_source(self.math)  # the CUDA C both backends compile
+        self.module = device.compile(self.source)
         self.reached = reached_nodes(self.nodes, loss)
         dev = device
         self.values: list[Buffer] = [dev.alloc(n.size, self.dtype) for n in self.nodes]
