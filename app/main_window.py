@@ -126,6 +126,35 @@ class MainWindow(QMainWindow):
             self.settings.setValue("last_dir", os.path.dirname(path))
             self.open_file(path)
 
+    def save_tape(self, path: str) -> bool:
+        """Write the current tape (values, gradients, loss id) to a ``.tape`` file."""
+        from core import tapefile
+
+        s = self.session
+        if s is None or not hasattr(s.tape, "mark"):
+            self.show_error("Cannot save", "only a recorded tape can be saved as .tape "
+                            "(this session is a read-only ONNX run)")
+            return False
+        meta = dict(s.meta)
+        if s.loss_id is not None:
+            meta["loss"] = s.loss_id
+        try:
+            tapefile.save(s.tape, path, meta=meta)
+        except (OSError, TypeError, ValueError) as e:
+            self.show_error("Cannot save", f"{path}: {type(e).__name__}: {e}")
+            return False
+        self._add_recent(os.path.abspath(path))
+        self.statusBar().showMessage(f"saved {path}", 5000)
+        return True
+
+    @Slot()
+    def save_dialog(self) -> None:
+        """File ▸ Save tape as…"""
+        path, _ = QFileDialog.getSaveFileName(self, "Save tape", self.settings.value(
+            "last_dir", ""), "Tapes (*.tape)")
+        if path:
+            self.save_tape(path if path.endswith(".tape") else path + ".tape")
+
     def set_session(self, s: Session) -> None:
         """Show a new session in every panel."""
         self.session = s

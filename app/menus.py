@@ -26,6 +26,7 @@ def build_menus(win) -> None:
     wl = f.addMenu("Built-in &workloads")
     for name in ("mlp", "transformer"):
         wl.addAction(_action(win, name, lambda _=False, n=name: win.open_workload(n)))
+    f.addAction(_action(win, "&Save tape as…", win.save_dialog, QKeySequence.StandardKey.SaveAs))
     f.addSeparator()
     f.addAction(_action(win, "&Quit", win.close, QKeySequence.StandardKey.Quit))
 

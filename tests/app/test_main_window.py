@@ -287,3 +287,20 @@ def test_a_poisoned_tape_opens_and_the_stepper_reports_why(qtbot, win, tmp_path)
     assert "backward failed" in text and "do not broadcast" in text
     assert "poisoned: node 4 add" in win.status_label.text()
     assert win.session.source == str(path)
+
+
+def test_save_a_workload_episode_and_reopen_it(qtbot, win, tmp_path):
+    with qtbot.waitSignal(win.graph.view.layout_ready, timeout=5000):
+        assert win.open_workload("mlp")
+    first = win.session
+    path = tmp_path / "saved.tape"
+    assert win.save_tape(str(path))
+    open_and_wait(qtbot, win, path)
+    s = win.session
+    assert s is not first and s.loss_id == first.loss_id
+    for n in first.tape.nodes:
+        assert s.tape.value(n.id).tobytes() == first.tape.value(n.id).tobytes()
+        g0, g1 = first.grads[n.id], s.grads[n.id]
+        assert (g0 is None and g1 is None) or g0.tobytes() == g1.tobytes()
+    assert not win.save_tape(str(tmp_path / "no_such_dir" / "x.tape"))
+    assert "no_such_dir" in win.last_error.text()
