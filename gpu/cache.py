@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,6 +65,17 @@ class KernelCache:
         if stat.S_IMODE(st.st_mode) != 0o700:
             # The cache holds shared objects we load: nobody else may write or read it.
             os.chmod(self.root, 0o700)
+        self._sweep_temporaries()
+
+    def _sweep_temporaries(self, max_age_s: float = 3600.0) -> None:
+        """Remove builds that died half-way (private temporaries older than an hour)."""
+        now = time.time()
+        for p in self.root.glob(".*"):
+            try:
+                if now - p.stat().st_mtime > max_age_s:
+                    p.unlink()
+            except OSError:
+                pass  # another process got there first
 
     def paths(self, key: str, suffix: str) -> tuple[Path, Path]:
         """The artifact path and its sidecar (sha256 + metadata) for a key."""

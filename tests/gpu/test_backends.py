@@ -157,8 +157,13 @@ def test_cache_dir_permissions_are_tightened(tmp_path):
     root = tmp_path / "c"
     root.mkdir(mode=0o755)
     os.chmod(root, 0o755)
+    stale, fresh = root / ".abc.dead.so", root / ".abc.live.so"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    os.utime(stale, (1, 1))  # a build that died long ago
     KernelCache(root)
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    assert not stale.exists() and fresh.exists()  # a build in progress elsewhere is left alone
 
 
 @pytest.mark.cuda
