@@ -7,16 +7,18 @@
 set -u
 cd "$(dirname "$0")/.."
 REPEAT="${1:-20}"
+# the GPU image's interpreter is python3 (the one holding CuPy and PyTorch)
+PY="${PYTHON:-$(command -v python3 || command -v python)}"
 export TAPESCOPE_CACHE_DIR="${TAPESCOPE_CACHE_DIR:-$(mktemp -d)/kernels}"
-python -c "import cupy, sys; print('cupy', cupy.__version__, 'devices', cupy.cuda.runtime.getDeviceCount())" \
+"$PY" -c "import cupy, sys; print('cupy', cupy.__version__, 'devices', cupy.cuda.runtime.getDeviceCount())" \
   || echo "CuPy missing: the cuda rows and tests will skip (pip install cupy-cuda12x)"
 status=0
-python -m pytest -m cuda tests/gpu -q -rs -p no:cacheprovider || status=1
+"$PY" -m pytest -m cuda tests/gpu -q -rs -p no:cacheprovider || status=1
 for wl in mlp transformer; do
   for dt in float64 float32; do
-    python -m app.cli parity --workload "$wl" --device cuda --steps 5 --dtype "$dt" | tail -1 \
+    "$PY" -m app.cli parity --workload "$wl" --device cuda --steps 5 --dtype "$dt" | tail -1 \
       || status=1
   done
 done
-python benchmarks/bench_replay.py --device all --repeat "$REPEAT" || status=1
+"$PY" benchmarks/bench_replay.py --device all --repeat "$REPEAT" || status=1
 exit $status
