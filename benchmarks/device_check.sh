@@ -4,7 +4,7 @@
 #   2. `tapescope parity` on cuda for both workloads (exit 0 = bit-identical every step)
 #   3. the replay benchmark (host and cuda rows; its table prints last)
 # Usage: bash benchmarks/device_check.sh [repeat]   (run from the repository root)
-set -u
+set -u -o pipefail
 cd "$(dirname "$0")/.."
 REPEAT="${1:-20}"
 # the GPU image's interpreter is python3 (the one holding CuPy and PyTorch)
