@@ -12,6 +12,7 @@ from core.ops.rowwise import rope_tables
 from gpu.fusion import codegen
 from gpu.fusion.analysis import Segment, find_segments
 from gpu.fusion.optimizer import OPTIMIZER_TEXT, FusedProgram
+from gpu.fusion.serial import find_tail, tail_backward, tail_forward
 from gpu.program import Program, Step
 from gpu.source import SUFFIX, instantiate
 
@@ -50,6 +51,7 @@ class SegmentPlan:
     backward: str | None
     params: str | None
     launches_replaced: tuple[int, int]  # per-node launches removed (forward, backward)
+    kind: str = "row"  # "row": block = row; "serial": the scalar loss tail, one thread
 
 
 @dataclass
@@ -94,8 +96,9 @@ class FusionPlan:
         out = [f"fusion plan {self.plan_id} ({self.dtype.name}, math={self.math}, "
                f"{self.n_nodes} nodes, {len(self.segments)} segments)"]
         for s in self.segments:
+            shape = "serial loss tail" if s.kind == "serial" else f"{s.rows} rows"
             out.append(f"  segment {s.index}: nodes {s.lo}..{s.hi} ({len(s.node_ids)} ops, "
-                       f"{s.rows} rows): {' '.join(s.ops)}")
+                       f"{shape}): {' '.join(s.ops)}")
             out.append(f"    forward  {s.forward}   replaces {s.launches_replaced[0]} launches")
             out.append(f"    backward {s.backward or '-'} + {s.params or '-'}   replaces "
                        f"{s.launches_replaced[1]} launches")
@@ -142,6 +145,14 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
             slots = sum(nodes[j].size for j in _whole_targets(seg, nodes, prog.reached))
             texts.append((p, "params", k, max(1, min(-(-slots // 128), _MAX_GRID)), 128))
         seg_names.append((f.name, b.name if b else None, p.name if p else None))
+    tail = find_tail(nodes, prog.loss_id)
+    if tail is not None:
+        k = len(segs)
+        f = tail_forward(f"fzPLANID_s{k}_ser_T", tail, nodes, lay, dt)
+        b = tail_backward(f"fzPLANID_s{k}_serb_T", tail, nodes, prog.reached, lay, dt)
+        texts += [(f, "forward", k, 1, 1), (b, "backward", k, 1, 1)]
+        seg_names.append((f.name, b.name, None))
+        segs.append(Segment(tail.lo, tail.hi, 1))
     body = "\n".join(t[0].text for t in texts) + "\n" + OPTIMIZER_TEXT
     raw = codegen.HEADER + body
     sfx = SUFFIX[dt]
@@ -170,8 +181,11 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
         fn, bn, pn = (final(x) for x in seg_names[k])
         fwd_a += 1 - rf
         bwd_a += (bn is not None) + (pn is not None) - rb
-        seg_plans.append(SegmentPlan(k, seg.lo, seg.hi, seg.rows, tuple(seg.ids),
-                                     tuple(nodes[i].op for i in seg.ids), fn, bn, pn, (rf, rb)))
+        serial = tail is not None and k == len(segs) - 1
+        node_ids = tail.ids if serial else tuple(seg.ids)
+        seg_plans.append(SegmentPlan(k, seg.lo, seg.hi, seg.rows, node_ids,
+                                     tuple(nodes[i].op for i in node_ids), fn, bn, pn, (rf, rb),
+                                     "serial" if serial else "row"))
     before = {"forward": fwd_b, "backward": bwd_b, "optimizer": n_live}
     after = {"forward": fwd_a, "backward": bwd_a, "optimizer": min(n_live, 1)}
     before["episode"] = sum(before.values())
