@@ -4,7 +4,7 @@ Rows, measured in the same run, median of --repeat episodes:
   CPU tape          record + backward + core.optim.Adam step (the reference)
   host eager        prog.forward(); prog.backward(); prog.step(opt)  (one replay call per phase)
   host episode      prog.run_episode(opt)                          (one replay call)
-  PyTorch CPU       the same network in float64, Adam              (when torch is installed)
+  PyTorch CPU       the same network in float64, Adam, 1 thread    (when torch is installed)
   cuda eager / cuda graph / PyTorch CUDA eager / PyTorch CUDA graph (when a device answers)
 Every device row first checks that the run is bit-identical to the tape (or says it is not).
 
@@ -97,6 +97,8 @@ def torch_rows(size: str, repeat: int, device: str) -> list[tuple[str, float, st
         return [(f"PyTorch {device.upper()}", float("nan"), "torch not installed")]
     if device == "cuda" and not torch.cuda.is_available():
         return []
+    # one thread, like the tape and the host backend (and steadier on a shared machine)
+    torch.set_num_threads(1)
     cfg = SIZES[size]
     dims = cfg.get("dims", (32, 16, 8, 16, 32))
     bs = cfg.get("batch_size", 16)
@@ -119,7 +121,8 @@ def torch_rows(size: str, repeat: int, device: str) -> list[tuple[str, float, st
         opt.step()
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    rows = [(f"PyTorch {device.upper()} eager", median_time(step, repeat, sync), "")]
+    rows = [(f"PyTorch {device.upper()} eager", median_time(step, repeat, sync),
+             "1 thread" if device == "cpu" else "")]
     if device == "cuda":
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
