@@ -50,11 +50,20 @@ class KernelCache:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else cache_dir()
-        self._ensure_root()
+        try:
+            self._ensure_root()
+        except CacheError:
+            if root is not None or os.environ.get("TAPESCOPE_CACHE_DIR"):
+                raise  # a directory the user chose: say so rather than go elsewhere
+            # e.g. a read-only home: a per-user directory under the system temp dir instead
+            self.root = Path(tempfile.gettempdir()) / f"tapescope-{os.getuid()}" / "kernels"
+            self._ensure_root()
 
     def _ensure_root(self) -> None:
         try:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self.root.parent.name.startswith("tapescope-"):
+                os.chmod(self.root.parent, 0o700)
         except OSError as e:
             raise CacheError(f"kernel cache {self.root}: cannot create ({e})") from e
         st = os.lstat(self.root)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gpu
-from gpu.cache import KernelCache
+from gpu.cache import CacheError, KernelCache
 from gpu.cuda import NVRTC_FLAGS, cuda_unavailable_reason
 from gpu.host import HOST_FLAGS, HostDevice
 
@@ -184,3 +184,19 @@ def test_cuda_launch_matches_host(host, mod):
             np.testing.assert_array_equal(got.view(np.int64), y.download().view(np.int64))
     with pytest.raises(gpu.KernelArgError):
         cm["axpy"](1, 1, x, y, 2.0, np.int32(5))
+
+
+def test_unwritable_home_falls_back_to_a_private_temp_cache(monkeypatch, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "file").write_text("")
+    monkeypatch.delenv("TAPESCOPE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(ro / "file"))  # a path that cannot be a directory
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    cache = KernelCache()
+    assert cache.root == tmp_path / "tmp" / f"tapescope-{os.getuid()}" / "kernels"
+    assert stat.S_IMODE(os.stat(cache.root.parent).st_mode) == 0o700
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(ro / "file" / "x"))  # chosen: no fallback
+    with pytest.raises(CacheError, match="cannot create"):
+        KernelCache()
