@@ -86,10 +86,11 @@ class Launch:
 
 
 def _dims(v: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
-    t = (v,) if isinstance(v, int) else tuple(v)
-    if not 1 <= len(t) <= 3 or any((not isinstance(x, int)) or x < 1 for x in t):
+    t = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
+    if not 1 <= len(t) <= 3 or any(
+            isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1 for x in t):
         raise DeviceError(f"{what} must be 1-3 positive ints, got {v!r}")
-    return (t + (1, 1))[:3]  # type: ignore[return-value]
+    return tuple(int(x) for x in (t + (1, 1))[:3])  # type: ignore[return-value]
 
 
 class Kernel:
