@@ -59,8 +59,14 @@ def _node_id(tape: Tape, v: Var | int) -> int:
     return int(v)
 
 
-def capture(device: Device, tape: Tape, loss: Var | int) -> Program:
-    """Mirror the episode [0, loss] of `tape` on `device` (values uploaded for the leaves)."""
+def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None) -> Program:
+    """Mirror the episode [0, loss] of `tape` on `device` (values uploaded for the leaves).
+
+    `math` overrides the tape's math mode on the device: replaying a refmath tape with
+    math="platform" shows exactly where and how far the platform libm drifts.
+    """
+    if math is not None and math not in ("refmath", "platform"):
+        raise CaptureError(f"math must be 'refmath' or 'platform', not {math!r}")
     if not tape.ok:
         raise CaptureError(f"cannot capture a poisoned tape: {tape.error}")
     li = _node_id(tape, loss)
@@ -78,16 +84,16 @@ def capture(device: Device, tape: Tape, loss: Var | int) -> Program:
                                f"for op {n.op!r}")
         if n.dtype != tape.dtype:
             raise CaptureError(f"node {n.id} {n.op}: dtype {n.dtype} differs from the tape's")
-    return Program(device, tape, li)
+    return Program(device, tape, li, math)
 
 
 class Program:
     """A captured episode on a device; see the module docstring."""
 
-    def __init__(self, device: Device, tape: Tape, loss: int) -> None:
+    def __init__(self, device: Device, tape: Tape, loss: int, math: str | None = None) -> None:
         self.device = device
         self.dtype = np.dtype(tape.dtype)
-        self.math = tape.math
+        self.math = math or tape.math
         self.loss_id = loss
         self.nodes = tape.nodes[: loss + 1]
         self.source = library_source(self.math)  # the CUDA C both backends compile

