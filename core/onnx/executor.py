@@ -12,6 +12,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, numpy_helper
 
 from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
 from core.onnx.errors import OnnxError, node_label
+from core.onnx.functions import function_kernel
 from core.onnx.loader import LoadedModel, check_inputs, load
 from core.onnx.reference import kernels
 from core.onnx.registry import Ctx, kernel_for, node_attrs
@@ -104,24 +105,25 @@ class Session:
         """How errors name the model."""
         return self.lm.label
 
-    def compile(self, g: GraphProto, where: str) -> CompiledGraph:
+    def compile(self, g: GraphProto, where: str, opsets: dict | None = None) -> CompiledGraph:
         """Look up every node's kernel and attributes (subgraphs too); refuse unknown ops."""
         steps = []
+        opsets = opsets or self.lm.opsets
         for i, node in enumerate(g.node):
             label = node_label(i, node) if where == "graph" else f"{where}/{node_label(i, node)}"
-            kernel = kernel_for(node)
             domain = "" if node.domain in ("", "ai.onnx") else node.domain
-            if kernel is None:
-                dom = f" of domain {node.domain!r}" if node.domain else ""
-                raise OnnxError(f"unsupported op {node.op_type}{dom}", file=self.label, node=label)
-            opset = self.lm.opsets.get(domain)
+            opset = opsets.get(domain)
             if opset is None:
                 raise OnnxError(f"the model imports no opset for domain {node.domain!r}",
                                 file=self.label, node=label)
+            kernel = kernel_for(node) or function_kernel(self, node, opset)
+            if kernel is None:
+                dom = f" of domain {node.domain!r}" if node.domain else ""
+                raise OnnxError(f"unsupported op {node.op_type}{dom}", file=self.label, node=label)
             attrs = node_attrs(node, opset)
             for a in node.attribute:  # subgraphs run as compiled graphs
                 if a.type == AttributeProto.GRAPH:
-                    attrs[a.name] = self.compile(a.g, f"{label}.{a.name}")
+                    attrs[a.name] = self.compile(a.g, f"{label}.{a.name}", opsets)
             steps.append(Step(label, node, kernel, attrs, opset))
         try:
             # copied: to_array may view protobuf bytes, unaligned, and numpy's matmul then

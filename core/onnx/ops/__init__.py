@@ -3,6 +3,7 @@
 from core.onnx.ops import (  # noqa: F401
     control,
     elementwise,
+    losses,
     math_ops,
     nn,
     pool,
