@@ -45,19 +45,19 @@ def _apply(name: str, x: Any) -> np.ndarray:
     if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
         raise TypeError(
             f"refmath.{name}: expected a float64 or float32 array, got dtype {arr.dtype}")
-    single = arr.dtype.itemsize == 4  # either byte order; results are native
+    dtype = np.float32 if arr.dtype.itemsize == 4 else np.float64  # results are native-endian
     kernel = _KERNELS[name]
+    flat = arr.reshape(-1)  # a view when it can be; the kernels never write their input
+    out = np.empty(flat.shape, dtype=dtype)
     with np.errstate(all="ignore"):
-        # float32 widens exactly (a signalling NaN only raises a flag we ignore)
-        src = np.ascontiguousarray(arr, dtype=np.float64).reshape(-1)
-        out = np.empty(src.shape, dtype=np.float64)
-        for start in range(0, src.size, _BLOCK):
+        for start in range(0, flat.size, _BLOCK):
             stop = start + _BLOCK
-            out[start:stop] = kernel(src[start:stop])
-        if single:
-            # one rounding float64 -> float32 (round to nearest even); NaN stays the canonical
-            # quiet NaN 0x7fc00000 because the float64 one is 0x7ff8000000000000.
-            return out.astype(np.float32).reshape(arr.shape)
+            # float32 widens exactly, block by block (no float64 copy of the whole input); a
+            # signalling NaN only raises a flag we ignore
+            block = np.ascontiguousarray(flat[start:stop], dtype=np.float64)
+            # storing into a float32 `out` is the one rounding float64 -> float32 (to nearest
+            # even); the canonical float64 NaN becomes the canonical float32 NaN 0x7fc00000
+            out[start:stop] = kernel(block)
     return out.reshape(arr.shape)
 
 
