@@ -67,13 +67,13 @@ def _check_batch(dtype, specs) -> None:
                 assert same(g[j], want), f"param {j} {where}"
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=14, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(TAPE, min_size=1, max_size=8))
 def test_random_scalar_tapes_float64_bit_exact(specs):
     _check_batch(np.float64, specs)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(TAPE, min_size=1, max_size=8))
 def test_random_scalar_tapes_float32_bit_exact(specs):
     _check_batch(np.float32, specs)

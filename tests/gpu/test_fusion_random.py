@@ -1,0 +1,84 @@
+"""Property test: random row-local graphs, fused == unfused == the tape, values and gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpu
+from core import Tape, ops
+from gpu import fusion
+from tests.gpu.test_fusion import diff_nodes
+
+UNARY = ["neg", "relu", "sigmoid", "tanh", "exp", "silu"]
+OPS = ["matmul", "bias", "scale_col", "div_const", "act_binary", "unary", "adds", "muls",
+       "softmax", "rms_norm", "rope", "swiglu", "scalar_const"]
+
+STEP = st.tuples(st.sampled_from(OPS), st.integers(0, 9), st.integers(1, 6),
+                 st.floats(-2, 2, allow_nan=False))
+GRAPH = st.tuples(st.integers(2, 5), st.integers(1, 6), st.integers(0, 2**16),
+                  st.lists(STEP, min_size=2, max_size=7))
+
+
+def build(rows: int, c0: int, seed: int, steps: list) -> tuple[Tape, object]:
+    """A random graph of row-local ops over [rows, c] activations with leaf operands."""
+    rng = np.random.default_rng(seed)
+    t = Tape()
+    acts = [t.const(rng.uniform(-1, 1, (rows, c0)), name="x")]
+    for op, pick, width, s in steps:
+        a = acts[-1 - pick % min(2, len(acts))]
+        c = a.shape[-1]
+        if op == "matmul":
+            y = a @ t.param(rng.uniform(-1, 1, (c, width)) / np.sqrt(c), name="W")
+        elif op == "bias":
+            y = ops.add(a, t.param(rng.uniform(-1, 1, (c,)), name="b"))
+        elif op == "scale_col":
+            y = ops.mul(t.param(rng.uniform(0.5, 1.5, (1, c)), name="g"), a)
+        elif op == "div_const":
+            y = ops.div(a, t.const(rng.uniform(1, 2, (c,)) * rng.choice([-1, 1], c)))
+        elif op == "scalar_const":
+            y = ops.sub(t.const(np.array([s])), a)
+        elif op == "act_binary":
+            same = [v for v in acts if v.shape == a.shape]
+            b = same[pick % len(same)]
+            y = [ops.add, ops.sub, ops.mul][pick % 3](a, b)
+        elif op == "unary":
+            y = getattr(ops, UNARY[pick % len(UNARY)])(a)
+        elif op == "adds":
+            y = a + s
+        elif op == "muls":
+            y = a * s
+        elif op == "softmax":
+            y = ops.softmax(a)
+        elif op == "rms_norm":
+            y = ops.rms_norm(a, t.param(rng.uniform(0.5, 1.5, (c,)), name="gamma"))
+        elif op == "rope":
+            y = ops.rope(a if c % 2 == 0 else a @ t.param(rng.uniform(-1, 1, (c, 2 * width))))
+        else:  # swiglu of two projections of the same activation
+            u = a @ t.param(rng.uniform(-1, 1, (c, width)), name="W1")
+            y = ops.swiglu(u, a @ t.param(rng.uniform(-1, 1, (c, width)), name="W3"))
+        acts.append(y)
+    loss = ops.mean(ops.mul(acts[-1], acts[-1]))
+    assert t.ok, t.error
+    return t, loss
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(GRAPH)
+def test_random_row_local_graphs_fuse_bit_exactly(host, graph):
+    rows, c0, seed, steps = graph
+    with np.errstate(all="ignore"):
+        t, loss = build(rows, c0, seed, steps)
+        t.backward(loss)
+    pa = gpu.capture(host, t, loss)
+    pb = gpu.capture(host, t, loss)
+    p = fusion.apply(pb)
+    assert sum(len(s.node_ids) for s in p.segments if s.kind == "row") >= 2
+    for prog in (pa, pb):
+        prog.forward()
+        prog.backward()
+    assert diff_nodes(pa, pb) == []
+    rep = gpu.parity.compare(t, pb)
+    assert rep.exact, (rep.first_divergence, p.describe())
