@@ -110,7 +110,8 @@ class FusionPlan:
             out.append(f"  {key:<22}{b[key]:>9}{a[key]:>8}")
         if sources:
             for k in self.kernels:
-                out.append(f"\n/* ---- {k.name} ({k.role}, grid {k.grid}, block {k.block}) */")
+                grid = k.grid or "one block per parameter"
+                out.append(f"\n/* ---- {k.name} ({k.role}, grid {grid}, block {k.block}) */")
                 out.append(k.source)
         return "\n".join(out)
 
