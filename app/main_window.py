@@ -59,7 +59,6 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.docks["Inspector"], self.docks["Backward stepper"]], [470, 400],
                          Qt.Vertical)
         self.resizeDocks([self.docks["Parity table"]], [230], Qt.Vertical)
-        # Training and Kernels docks (live sessions, fusion plans) plug in via add_dock later
 
         for panel in (self.graph, self.inspector, self.parity, self.stepper_panel):
             panel.node_selected.connect(self.select_node)
@@ -75,6 +74,9 @@ class MainWindow(QMainWindow):
         self.recent_menu = None
         build_menus(self)
         self._refresh_recent()
+        from app.live_controller import LiveController
+
+        self.live = LiveController(self)  # Live toolbar, Training and Kernels docks
 
     # ---- docks ------------------------------------------------------------------------------
     def add_dock(self, title: str, widget, area=Qt.RightDockWidgetArea) -> QDockWidget:
@@ -217,6 +219,10 @@ class MainWindow(QMainWindow):
             a.triggered.connect(lambda _=False, p=p: self.open_file(p))
             self.recent_menu.addAction(a)
         self.recent_menu.setEnabled(bool(self.recent_files()))
+
+    def closeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        self.live.stop()  # the worker finishes its step; nothing is left running
+        super().closeEvent(ev)
 
     # ---- drag and drop ----------------------------------------------------------------------
     def dragEnterEvent(self, ev) -> None:  # noqa: N802 (Qt override)

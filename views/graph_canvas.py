@@ -25,6 +25,10 @@ KIND_STYLE = {
 SELECT_COLOR = QColor("#1d6fe0")
 CURRENT_COLOR = QColor("#13a34a")
 SEARCH_COLOR = QColor("#c026d3")
+FIRST_COLOR = QColor("#dc2626")  # the first divergence: thick red outline and a flag
+KERNEL_COLOR = QColor("#0891b2")  # nodes of the kernel selected in the Kernels dock
+FRAME_COLOR = QColor("#0e7490")
+FRAME_FILL = QColor(8, 145, 178, 22)
 NAN_FILL = QColor("#ff6b6b")
 EDGE_COLOR = QColor(110, 120, 140)
 EDGE_HI_COLOR = QColor("#1d6fe0")
@@ -46,6 +50,9 @@ class GraphCanvas(QGraphicsItem):
         self.nan_items: set[int] = set()
         self.breakpoint_items: set[int] = set()
         self.search_items: set[int] = set()
+        self.first_items: set[int] = set()
+        self.kernel_items: set[int] = set()
+        self.frames: list[tuple[str, list[int]]] = []
         self.overlay: dict[int, QColor] = {}
         self.font_op = QFont("Sans Serif", 9)
         self.font_op.setBold(True)
@@ -95,6 +102,7 @@ class GraphCanvas(QGraphicsItem):
         self._rect = QRectF(-pad, -pad, layout.width + 2 * pad, layout.height + 2 * pad)
         self.selected_item = self.current_item = -1
         self.nan_items, self.breakpoint_items, self.search_items = set(), set(), set()
+        self.first_items, self.kernel_items, self.frames = set(), set(), []
         self.update()
 
     def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
@@ -147,6 +155,8 @@ class GraphCanvas(QGraphicsItem):
         x, y = self.layout.x, self.layout.y
         detailed = scale >= 0.3
         painter.setRenderHint(QPainter.Antialiasing, detailed and vis.size < 3000)
+        if self.frames:
+            self._paint_frames(painter, scale)
         self._paint_edges(painter, edges, x, y, detailed)
         kinds = self.graph.kinds[vis]
         rects = self._rects
@@ -226,14 +236,41 @@ class GraphCanvas(QGraphicsItem):
             painter.drawText(QRectF(r.left() + 6, r.top() + 29, r.width() - 12, 14),
                              LABEL_ALIGN, labels[i][2])
 
+    def _paint_frames(self, painter, scale) -> None:
+        """Fused segments: a tinted rounded frame around the members' boxes, labelled on top."""
+        painter.setFont(self.font_small)
+        for label, items in self.frames:
+            if not items:
+                continue
+            r = QRectF(self._rects[items[0]])
+            for i in items[1:]:
+                r = r.united(self._rects[i])
+            r = r.adjusted(-10, -18, 10, 8)
+            painter.setPen(QPen(FRAME_COLOR, 1.5 if scale >= 0.3 else 0, Qt.DashLine))
+            painter.setBrush(FRAME_FILL)
+            painter.drawRoundedRect(r, 8, 8)
+            if scale >= 0.3:
+                painter.setPen(FRAME_COLOR)
+                painter.drawText(QRectF(r.left() + 8, r.top() + 1, r.width() - 16, 15),
+                                 LABEL_ALIGN, label)
+
     def _paint_marks(self, painter, scale) -> None:
         grow = max(3.0, 3.0 / max(scale, 1e-6))  # keep marks visible when zoomed far out
         painter.setBrush(Qt.NoBrush)
-        for items, color, width in ((self.search_items, SEARCH_COLOR, 2.5),):
+        for items, color, width in ((self.search_items, SEARCH_COLOR, 2.5),
+                                    (self.kernel_items, KERNEL_COLOR, 3.0),
+                                    (self.first_items, FIRST_COLOR, 4.0)):
             if items:
                 painter.setPen(QPen(color, width / max(scale, 0.05)))
                 painter.drawRects([self._rects[i].adjusted(-grow, -grow, grow, grow)
                                    for i in items])
+        if self.first_items and scale >= 0.3:
+            painter.setFont(self.font_op)
+            painter.setPen(FIRST_COLOR)
+            for i in self.first_items:
+                r = self._rects[i]
+                painter.drawText(QRectF(r.right() + 8, r.top(), 140, 18), LABEL_ALIGN,
+                                 "◀ first divergence")
         if self.breakpoint_items:
             painter.setPen(Qt.NoPen)
             painter.setBrush(QColor("#dc2626"))

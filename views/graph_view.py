@@ -57,7 +57,9 @@ class GraphView(QGraphicsView):
         self._pending_select: int | None = None
         self._press_pos = None
         self.selected_node = -1
-        self._marks: dict[str, set[int]] = {"nan": set(), "bp": set(), "search": set()}
+        self._marks: dict[str, set[int]] = {"nan": set(), "bp": set(), "search": set(),
+                                            "first": set(), "kernel": set()}
+        self._frames: dict[str, list[int]] = {}
         self._current_node = -1
         self._user_moved = False  # until the user pans or zooms, resizes keep the graph fitted
         self.horizontalScrollBar().valueChanged.connect(self.view_changed)
@@ -126,13 +128,22 @@ class GraphView(QGraphicsView):
         c.nan_items = self._items(self._marks["nan"])
         c.breakpoint_items = self._items(self._marks["bp"])
         c.search_items = self._items(self._marks["search"])
+        c.first_items = self._items(self._marks["first"])
+        c.kernel_items = self._items(self._marks["kernel"])
+        c.frames = [(label, sorted(self._items(ids))) for label, ids in self._frames.items()]
         c.selected_item = next(iter(self._items([self.selected_node])), -1)
         c.current_item = next(iter(self._items([self._current_node])), -1)
         c.update()
 
     def set_marks(self, kind: str, node_ids) -> None:
-        """Mark nodes: ``nan`` (red), ``bp`` (breakpoint dots) or ``search`` (outlined)."""
+        """Mark nodes: ``nan`` (red), ``bp`` (breakpoint dots), ``search`` (outlined),
+        ``first`` (the first divergence, flagged) or ``kernel`` (a selected kernel's nodes)."""
         self._marks[kind] = {int(i) for i in node_ids}
+        self._apply_marks()
+
+    def set_frames(self, frames: dict[str, list[int]]) -> None:
+        """Labelled frames around node sets drawn while expanded (fused segments)."""
+        self._frames = {k: list(v) for k, v in frames.items()}
         self._apply_marks()
 
     def set_overlay(self, colors: dict[int, QColor] | None) -> None:

@@ -1,0 +1,264 @@
+"""Live sessions in the main window: the Live toolbar, the Training and Kernels docks, overlays.
+
+One ``LiveController`` per window. ``start()`` opens the workload in the window (the structure
+the graph shows), starts a ``LiveSession`` and routes its snapshots: the parity table and the
+graph colours (``MainWindow.set_comparison``), the first-divergence flag, the Training dock,
+and on start the fusion plan (Kernels dock, fused segments as graph groups).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Qt, Slot
+from PySide6.QtWidgets import QCheckBox, QComboBox, QFileDialog, QLabel, QStyle, QToolBar
+
+from app.live import FAILED, PAUSED, RUNNING, LiveSession, Snapshot
+from app.runs import COMPARES, SessionConfig
+from views.kernels_view import KernelsPanel
+from views.training_view import TrainingPanel
+
+
+class LiveController(QObject):
+    """Owns the current LiveSession of a MainWindow and everything that shows it."""
+
+    def __init__(self, win, config: SessionConfig | None = None, interval_s: float = 0.1):
+        super().__init__(win)
+        self.win = win
+        self.config = config or SessionConfig()
+        self.interval_s = interval_s
+        self.live: LiveSession | None = None
+        self.info: dict = {}
+        self.last: Snapshot | None = None
+        self.snapshots = 0
+        self.training = TrainingPanel(win)
+        self.kernels = KernelsPanel(win)
+        win.add_dock("Training", self.training, Qt.BottomDockWidgetArea)
+        win.add_dock("Kernels", self.kernels, Qt.RightDockWidgetArea)
+        win.tabifyDockWidget(win.docks["Backward stepper"], win.docks["Kernels"])
+        win.docks["Backward stepper"].raise_()
+        win.splitDockWidget(win.docks["Parity table"], win.docks["Training"], Qt.Horizontal)
+        win.resizeDocks([win.docks["Parity table"]], [330], Qt.Vertical)
+        win.resizeDocks([win.docks["Parity table"], win.docks["Training"]], [560, 560],
+                        Qt.Horizontal)
+        self.kernels.nodes_highlighted.connect(self._kernel_nodes)
+        self._build_toolbar()
+        self._sync_toolbar()
+        menu = win.menuBar().addMenu("&Live")
+        for a in (self.act_start, self.act_pause, self.act_step, self.act_resume, self.act_stop,
+                  self.act_first, self.act_export):
+            menu.addAction(a)
+        menu.addSeparator()
+        for title in ("Training", "Kernels"):
+            menu.addAction(win.docks[title].toggleViewAction())
+
+    # ---- toolbar ----------------------------------------------------------------------------
+    def _combo(self, items: dict[str, str], tip: str) -> QComboBox:
+        c = QComboBox(self.win)
+        for key, text in items.items():
+            c.addItem(text, key)
+        c.setToolTip(tip)
+        return c
+
+    def _build_toolbar(self) -> None:
+        tb = self.toolbar = QToolBar("Live", self.win)
+        tb.setObjectName("live_toolbar")
+        self.win.addToolBarBreak()
+        self.win.addToolBar(tb)
+        self.device_box = self._combo({"host": "host", "cuda": "cuda", "auto": "auto"},
+                                      "Device backend for the replay")
+        self.dtype_box = self._combo({"float64": "float64", "float32": "float32"}, "dtype")
+        self.math_box = self._combo({"refmath": "refmath", "platform": "platform libm"},
+                                    "Math of the candidate (the reference is always refmath)")
+        self.compare_box = self._combo(COMPARES, "Which two runs of the episode to compare")
+        self.fuse_box = QCheckBox("Fuse", self.win)
+        self.fuse_box.setToolTip("Replay the fused plan (gpu.fusion)")
+        for label, w in (("Device", self.device_box), (None, self.fuse_box),
+                         ("dtype", self.dtype_box), ("math", self.math_box),
+                         ("compare", self.compare_box)):
+            if label:
+                tb.addWidget(QLabel(f" {label} ", self.win))
+            tb.addWidget(w)
+        tb.addSeparator()
+        tb.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        st = self.win.style()
+
+        def act(icon, text, fn):
+            return tb.addAction(st.standardIcon(icon), text, fn)
+
+        self.act_start = act(QStyle.SP_MediaPlay, "Start", self.restart)
+        self.act_start.setToolTip("Start (or restart) a live session with these settings")
+        self.act_pause = act(QStyle.SP_MediaPause, "Pause", self.pause)
+        self.act_step = act(QStyle.SP_MediaSkipForward, "Step", self.single_step)
+        self.act_resume = act(QStyle.SP_MediaSeekForward, "Resume", self.resume)
+        self.act_stop = act(QStyle.SP_MediaStop, "Stop", self.stop)
+        tb.addSeparator()
+        self.act_first = act(QStyle.SP_ArrowDown, "First divergence", self.jump_to_first)
+        self.act_first.setToolTip("Select the first node whose bits differ (tape order)")
+        self.act_export = tb.addAction("Export report…", self.export_dialog)
+        self.state_label = QLabel("  no live session", self.win)
+        tb.addWidget(self.state_label)
+        self._update_actions("idle")
+
+    def _sync_toolbar(self) -> None:
+        c = self.config
+        for box, v in ((self.device_box, c.device), (self.dtype_box, c.dtype),
+                       (self.math_box, c.math), (self.compare_box, c.compare)):
+            box.setCurrentIndex(max(0, box.findData(v)))
+        self.fuse_box.setChecked(c.fuse)
+
+    def toolbar_config(self) -> SessionConfig:
+        """The config the toolbar currently shows (for the current workload)."""
+        return self.config.with_(device=self.device_box.currentData(),
+                                 dtype=self.dtype_box.currentData(),
+                                 math=self.math_box.currentData(),
+                                 compare=self.compare_box.currentData(),
+                                 fuse=self.fuse_box.isChecked())
+
+    def _update_actions(self, state: str) -> None:
+        live = self.live is not None and state in (RUNNING, PAUSED)
+        self.act_pause.setEnabled(live and state == RUNNING)
+        self.act_step.setEnabled(live and state == PAUSED)
+        self.act_resume.setEnabled(live and state == PAUSED)
+        self.act_stop.setEnabled(live)
+        self.act_export.setEnabled(self.live is not None and self.live.report is not None)
+
+    # ---- control ----------------------------------------------------------------------------
+    def start(self, config: SessionConfig | None = None, paused: bool = False,
+              max_steps: int | None = None) -> bool:
+        """Stop any session, open ``config.workload`` in the window, start stepping."""
+        self.stop()
+        if config is not None:
+            self.config = config
+            self._sync_toolbar()
+        c = self.config
+        s = self.win.session
+        if s is None or s.meta.get("workload") != c.workload:
+            if not self.win.open_workload(c.workload):
+                return False  # the window shows why (traceback included); nothing changed
+        ref, cand = c.pair()
+        self.training.reset(ref.label(), cand.label())
+        self.kernels.set_plan(None)
+        self.last, self.snapshots, self.info = None, 0, {}
+        self.live = LiveSession(c, self.interval_s, max_steps, self)
+        self.live.snapshot.connect(self._on_snapshot)
+        self.live.state_changed.connect(self._on_state)
+        self.live.failed.connect(self._on_failed)
+        self.live.ready.connect(self._on_ready)
+        self.live.start(paused=paused)
+        return True
+
+    @Slot()
+    def restart(self) -> None:
+        """Start again with the toolbar's settings."""
+        self.start(self.toolbar_config())
+
+    @Slot()
+    def pause(self) -> None:
+        """Pause after the current step."""
+        if self.live:
+            self.live.pause()
+
+    @Slot()
+    def resume(self) -> None:
+        """Resume stepping."""
+        if self.live:
+            self.live.resume()
+
+    @Slot()
+    def single_step(self) -> None:
+        """One step while paused."""
+        if self.live:
+            self.live.single_step()
+
+    @Slot()
+    def stop(self) -> None:
+        """End the session (the last results stay on screen)."""
+        if self.live is not None and self.live.is_alive():
+            self.live.stop()
+
+    # ---- results ----------------------------------------------------------------------------
+    @Slot(object)
+    def _on_ready(self, info: dict) -> None:
+        self.info = info
+        plan = info.get("plan")
+        self.kernels.set_plan(plan)
+        s = self.win.session
+        if s is None:
+            return
+        groups = {}
+        for seg in (plan or {}).get("segments", []):
+            kind = "loss tail" if seg["kind"] == "serial" else f"{seg['rows']} rows"
+            groups[f"fused s{seg['index']} · {kind} · {len(seg['node_ids'])} ops"] = \
+                list(seg["node_ids"])
+        s.graph.set_extra_groups(groups)
+        self.win.graph.view.set_frames(groups)
+        self.win.graph.view.relayout()
+        self.win.statusBar().showMessage(
+            f"live: {info['reference']} ↔ {info['candidate']} · {info['device']}", 8000)
+
+    @Slot(object)
+    def _on_snapshot(self, snap: Snapshot) -> None:
+        self.last = snap
+        self.snapshots += 1
+        self.training.add_steps(snap.steps, snap.ulp_columns, snap.steps_per_s)
+        self.win.set_comparison(snap.latest.nodes)
+        first = snap.first["node"] if snap.first else None
+        self.win.graph.view.set_marks("first", [] if first is None else [first])
+        self._update_actions(self.live.state if self.live else "idle")
+        self._label()
+
+    @Slot(str)
+    def _on_state(self, state: str) -> None:
+        self._update_actions(state)
+        self._label()
+
+    @Slot(str, str)
+    def _on_failed(self, message: str, details: str) -> None:
+        self._update_actions(FAILED)
+        self.win.show_error("Live session failed", message, details)
+
+    def _label(self) -> None:
+        if self.live is None:
+            return
+        f = self.live.first
+        first = (f"first divergence: step {f['step']} node #{f['node']} {f['op']} "
+                 f"({f['which']})") if f else "no divergence"
+        self.state_label.setText(f"  {self.live.state} · step {self.live.steps_done} · {first}")
+
+    @Slot(list)
+    def _kernel_nodes(self, ids: list) -> None:
+        self.win.graph.view.set_marks("kernel", ids)
+        if ids:
+            self.win.select_node(min(ids))
+
+    @Slot()
+    def jump_to_first(self) -> None:
+        """Select the session's first divergence."""
+        f = self.live.first if self.live else None
+        if f is None:
+            self.win.statusBar().showMessage("No divergence so far: every bit agrees", 5000)
+            return
+        self.win.select_node(int(f["node"]))
+
+    # ---- export -----------------------------------------------------------------------------
+    def export(self, path: str) -> bool:
+        """Write the HTML report (and its .json) of what this session ran so far."""
+        from app.report_html import write_report
+
+        if self.live is None or self.live.report is None:
+            self.win.show_error("Cannot export", "no live session has run yet")
+            return False
+        try:
+            write_report(self.live.report.to_json(), path)
+        except OSError as e:
+            self.win.show_error("Cannot export", f"{path}: {e}")
+            return False
+        self.win.statusBar().showMessage(f"wrote {path}", 5000)
+        return True
+
+    @Slot()
+    def export_dialog(self) -> None:
+        """File dialog, then ``export``."""
+        path, _ = QFileDialog.getSaveFileName(self.win, "Export parity report", "report.html",
+                                              "HTML report (*.html)")
+        if path:
+            self.export(path if path.endswith(".html") else path + ".html")

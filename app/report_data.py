@@ -1,0 +1,153 @@
+"""What a parity report holds, accumulated step by step (no Qt): shared by the GUI and the CLI.
+
+Per node the worst step is kept (max ``n_diff``, ``max_ulp``, ``max_abs``, NaN count), as in
+``tapescope parity --json``; per step the losses, the time and the worst ulp; the last
+``HEAT_STEPS`` per-node ulp columns for the heatmap (bounded: memory stays flat).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from app.runs import SessionConfig, StepResult
+
+HEAT_STEPS = 300
+
+
+def _merge(acc: dict | None, d: dict) -> dict:
+    b = {k: d.get(k, 0) for k in ("n", "n_diff", "max_ulp", "max_abs", "n_nan")}
+    if acc is None:
+        return b
+    return {"n": b["n"], **{k: max(acc[k], b[k]) for k in ("n_diff", "max_ulp", "max_abs",
+                                                         "n_nan")}}
+
+
+class ReportAccumulator:
+    """Collects StepResults of one session; ``to_json()`` is the report's data (thread-safe)."""
+
+    def __init__(self, config: SessionConfig, nodes: tuple, ref_label: str, cand_label: str,
+                 device: str, plan: dict | None) -> None:
+        self.config = config
+        self.node_info = [{"id": n.id, "op": n.op, "name": n.name, "shape": list(n.shape),
+                           "inputs": list(n.inputs)} for n in nodes]
+        self.ref_label, self.cand_label = ref_label, cand_label
+        self.device, self.plan = device, plan
+        self._lock = threading.Lock()
+        self.steps: list[list] = []  # [step, loss_ref, loss_cand, seconds, exact, worst ulp]
+        self.heat: list[list[float]] = []
+        self.heat_steps: list[int] = []
+        self.worst: dict[int, dict] = {}
+        self.first: dict | None = None
+        self.first_roots: list[int] = []
+
+    def add(self, r: StepResult) -> None:
+        """Fold one step in."""
+        col = r.node_max_ulp()
+        worst = -1.0 if (col < 0).any() else float(col.max(initial=0.0))
+        with self._lock:
+            self.steps.append([r.step, r.loss_ref, r.loss_cand, r.seconds, r.exact, worst])
+            self.heat.append(col.tolist())
+            self.heat_steps.append(r.step)
+            del self.heat[:-HEAT_STEPS], self.heat_steps[:-HEAT_STEPS]
+            for e in r.nodes:
+                w = self.worst.setdefault(e["id"], {"value": None, "grad": None})
+                w["value"] = _merge(w["value"], e["value"])
+                if e["grad"] is not None:
+                    w["grad"] = _merge(w["grad"], e["grad"])
+            if self.first is None and r.first is not None:
+                self.first = {"step": r.step, **r.first}
+                self.first_roots = list(r.roots)
+
+    def comparison(self) -> list[dict]:
+        """Per-node worst entries in the window's comparison format."""
+        with self._lock:
+            return [{"id": i, **w} for i, w in sorted(self.worst.items())]
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything a report shows, as plain JSON data."""
+        with self._lock:
+            steps = [list(s) for s in self.steps]
+            heat = [list(c) for c in self.heat]
+            heat_steps = list(self.heat_steps)
+            worst = {i: dict(w) for i, w in self.worst.items()}
+            first = dict(self.first) if self.first else None
+        nodes = []
+        for info in self.node_info:
+            w = worst.get(info["id"], {"value": None, "grad": None})
+            nodes.append({**info, "value": w["value"], "grad": w["grad"]})
+        differ = [n for n in nodes if (n["value"] and n["value"]["n_diff"])
+                  or (n["grad"] and n["grad"]["n_diff"])]
+        exact = bool(steps) and not differ
+        if first is not None:
+            first["name"] = self.node_info[first["node"]]["name"]
+            first["roots"] = [{"id": i, "op": self.node_info[i]["op"],
+                               "name": self.node_info[i]["name"]} for i in self.first_roots]
+        n = len(steps)
+        secs = sum(s[3] for s in steps)
+        return {
+            "tool": "tapescope report",
+            "config": dict(self.config.__dict__),
+            "reference": self.ref_label, "candidate": self.cand_label,
+            "environment": environment(self.device),
+            "verdict": {"exact": exact, "steps": n, "nodes": len(nodes),
+                        "nodes_differing": len(differ),
+                        "text": verdict_text(exact, n, len(nodes), len(differ))},
+            "first_divergence": first,
+            "steps": [{"step": s[0], "loss_ref": s[1], "loss_cand": s[2], "seconds": s[3],
+                       "exact": s[4], "max_ulp": s[5]} for s in steps],
+            "steps_per_s": n / secs if secs > 0 else 0.0,
+            "heatmap": {"steps": heat_steps, "columns": heat},
+            "nodes": nodes,
+            "fusion": self.plan,
+        }
+
+
+def verdict_text(exact: bool, steps: int, nodes: int, differ: int) -> str:
+    """One sentence for the top of the report."""
+    if steps == 0:
+        return "no step was run"
+    if exact:
+        return f"bit-identical: {nodes} nodes × {steps} steps, every value and gradient"
+    return f"differs: {differ} of {nodes} nodes differ in at least one step of {steps}"
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Versions, machine, device line and the compiler flags the kernels were built with."""
+    import numpy
+
+    env: dict[str, Any] = {"python": sys.version.split()[0], "numpy": numpy.__version__,
+                           "platform": platform.platform(), "machine": platform.machine(),
+                           "device": device}
+    try:
+        from gpu.host import HOST_FLAGS, find_compiler
+
+        env["host_compiler"] = str(find_compiler())
+        env["host_flags"] = " ".join(HOST_FLAGS)
+    except Exception as e:  # noqa: BLE001 — a report is still useful without the compiler line
+        env["host_compiler"] = f"unavailable ({type(e).__name__}: {e})"
+    try:
+        from gpu import cuda
+
+        env["nvrtc_flags"] = " ".join(cuda.NVRTC_FLAGS)
+    except Exception:  # noqa: BLE001 — CuPy-less machines import gpu.cuda lazily
+        pass
+    try:
+        import pyqtgraph
+        import PySide6
+
+        env["PySide6"] = PySide6.__version__
+        env["pyqtgraph"] = pyqtgraph.__version__
+    except ImportError:
+        pass
+    return env
+
+
+def heat_array(data: dict) -> np.ndarray:
+    """The heatmap as nodes × steps (worst ulp, −1 NaN)."""
+    cols = data["heatmap"]["columns"]
+    return np.array(cols, dtype=np.float64).T if cols else np.zeros((0, 0))

@@ -1,0 +1,294 @@
+"""Two runs of one episode, stepped together and compared node by node (no Qt).
+
+A run is the CPU tape (``refmath`` or ``platform`` math, float64 or float32) or a device replay
+of it (``gpu.capture``, optionally fused). ``PairRunner.step()`` advances both by one minibatch
+exactly as ``tapescope parity`` does (record, backward, set inputs, forward, backward, compare,
+optimizer steps) and returns a ``StepResult``: both losses, per-node parity, the first
+divergence, the step time. The metrics are ``gpu.parity`` (on the device) or ``core.parity``
+(on the host, in the narrower dtype when the two runs differ), never recomputed here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+COMPARES = {
+    "cpu-device": "CPU reference ↔ device",
+    "cpu-platform": "CPU reference ↔ CPU platform math",
+    "unfused-fused": "device unfused ↔ device fused",
+    "f64-device": "CPU float64 reference ↔ device (dtype)",
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One side of a comparison: where it runs, its math, dtype and fusion."""
+
+    side: str  # "cpu" | "device"
+    math: str = "refmath"
+    dtype: str = "float64"
+    fuse: bool = False
+
+    def label(self) -> str:
+        """A short human name, e.g. ``device fused float32 platform``."""
+        parts = ["CPU" if self.side == "cpu" else "device"]
+        if self.side == "device":
+            parts.append("fused" if self.fuse else "unfused")
+        parts += [self.dtype, self.math]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """What a live session or a report runs; ``pair()`` gives the two RunSpecs."""
+
+    workload: str = "mlp"
+    device: str = "host"
+    fuse: bool = False
+    dtype: str = "float64"
+    math: str = "refmath"
+    compare: str = "cpu-device"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.compare not in COMPARES:
+            raise ValueError(f"compare must be one of {', '.join(COMPARES)}, not {self.compare!r}")
+        if self.dtype not in ("float64", "float32"):
+            raise ValueError(f"dtype must be float64 or float32, not {self.dtype!r}")
+        if self.math not in ("refmath", "platform"):
+            raise ValueError(f"math must be refmath or platform, not {self.math!r}")
+
+    def pair(self) -> tuple[RunSpec, RunSpec]:
+        """(reference, candidate). The reference is always refmath: it defines the bits."""
+        dev = RunSpec("device", self.math, self.dtype, self.fuse)
+        if self.compare == "cpu-device":
+            return RunSpec("cpu", "refmath", self.dtype), dev
+        if self.compare == "cpu-platform":
+            return RunSpec("cpu", "refmath", self.dtype), RunSpec("cpu", "platform", self.dtype)
+        if self.compare == "unfused-fused":
+            return replace(dev, fuse=False), replace(dev, fuse=True)
+        return RunSpec("cpu", "refmath", "float64"), dev
+
+    def with_(self, **kw: Any) -> SessionConfig:
+        """A copy with some fields changed (the toolbar's restart)."""
+        return replace(self, **kw)
+
+
+@dataclass
+class StepResult:
+    """One step of a pair: losses, per-node parity (``ParityReport.to_json`` nodes), timing."""
+
+    step: int
+    loss_ref: float
+    loss_cand: float
+    seconds: float
+    exact: bool
+    first: dict | None  # {"node", "op", "which"} of this step, or None
+    nodes: list[dict]
+    roots: list[int] = field(default_factory=list)  # differing values whose inputs all agree
+
+    def node_max_ulp(self) -> np.ndarray:
+        """Per compared node, the worst ulp of value and gradient (-1 for a NaN mismatch)."""
+        out = np.zeros(len(self.nodes), dtype=np.float64)
+        for k, e in enumerate(self.nodes):
+            for side in ("value", "grad"):
+                d = e.get(side)
+                if d and d["n_diff"]:
+                    out[k] = -1.0 if d.get("n_nan") else max(out[k], max(d["max_ulp"], 1))
+                    if out[k] < 0:
+                        break
+        return out
+
+
+class CpuRun:
+    """The workload trained on the CPU tape."""
+
+    def __init__(self, spec: RunSpec, workload: str, seed: int) -> None:
+        from core import workloads
+
+        self.spec = spec
+        self.wl = workloads.get(workload, dtype=spec.dtype, math=spec.math, seed=seed)
+        self.opt = self.wl.make_optimizer()
+        self.loss_id = self.wl.record(0).id
+
+    def advance(self, step: int, backward: bool = True) -> None:
+        """Record minibatch ``step`` (and run backward)."""
+        loss = self.wl.record(step)
+        self.loss_id = loss.id
+        if backward:
+            self.wl.tape.backward(loss)
+
+    def update(self) -> None:
+        """The optimizer step after the comparison."""
+        self.opt.step()
+
+    def loss(self) -> float:
+        """This step's loss."""
+        return float(self.wl.tape.value(self.loss_id))
+
+    def array(self, i: int, which: str) -> np.ndarray | None:
+        """A node's value or gradient."""
+        t = self.wl.tape
+        return t.value(i) if which == "value" else t.grad(i)
+
+
+class DeviceRun:
+    """The episode replayed on a device; ``feed`` is the CPU run whose inputs it takes."""
+
+    def __init__(self, spec: RunSpec, device: Any, feed: CpuRun) -> None:
+        import gpu
+
+        self.spec, self.feed = spec, feed
+        wl = feed.wl
+        loss = wl.record(0)
+        math = spec.math if spec.math != wl.tape.math else None
+        self.prog = gpu.capture(device, wl.tape, loss, math=math)
+        self.plan = None
+        if spec.fuse:
+            from gpu.fusion import apply
+
+            self.plan = apply(self.prog)
+        self.dopt = gpu.from_core(feed.opt)
+
+    def advance(self, step: int) -> None:
+        """Upload the feed's inputs of this step; forward and backward on the device."""
+        tape = self.feed.wl.tape
+        for v in self.feed.wl.inputs.values():
+            self.prog.set_input(v.id, tape.value(v))
+        self.prog.forward()
+        self.prog.backward()
+
+    def update(self) -> None:
+        """The device optimizer step."""
+        self.prog.step(self.dopt)
+
+    def loss(self) -> float:
+        """This step's loss (one scalar crosses to the host)."""
+        return self.prog.loss()
+
+    def array(self, i: int, which: str) -> np.ndarray | None:
+        """A node's value or gradient, downloaded."""
+        return self.prog.read(i, which)
+
+
+def _narrow(a: np.ndarray, dt: np.dtype) -> np.ndarray:
+    # NOTE: ulp is measured in the narrower type: the float64 reference is rounded to float32
+    # (nearest), so "exact" means the device produced the correctly rounded reference
+    return a if a.dtype == dt else a.astype(dt)
+
+
+class PairRunner:
+    """Steps a reference and a candidate run together and compares them every step."""
+
+    def __init__(self, config: SessionConfig, device: Any | None = None) -> None:
+        self.config = config
+        ref, cand = config.pair()
+        self.ref_spec, self.cand_spec = ref, cand
+        self.device = device
+        if device is None and "device" in (ref.side, cand.side):
+            import gpu
+
+            self.device = gpu.open_device(config.device)
+        runs: list[Any] = []
+        cpu_by_spec: dict[tuple, CpuRun] = {}
+        for spec in (ref, cand):
+            if spec.side == "cpu":
+                r = CpuRun(spec, config.workload, config.seed)
+                cpu_by_spec[(spec.dtype, spec.math)] = r
+                runs.append(r)
+            else:
+                runs.append(None)
+        self.feeds: list[CpuRun] = []
+        for k, spec in enumerate((ref, cand)):
+            if spec.side == "device":
+                # the device replays the CPU tape of its dtype (refmath: math overrides capture)
+                feed = cpu_by_spec.get((spec.dtype, "refmath"))
+                if feed is None:
+                    feed = CpuRun(RunSpec("cpu", "refmath", spec.dtype), config.workload,
+                                  config.seed)
+                    cpu_by_spec[(spec.dtype, "refmath")] = feed
+                    self.feeds.append(feed)
+                runs[k] = DeviceRun(spec, self.device, feed)
+        self.ref, self.cand = runs
+        self.step_index = 0
+        first = self.cand.prog if isinstance(self.cand, DeviceRun) else None
+        self.prog = first or (self.ref.prog if isinstance(self.ref, DeviceRun) else None)
+        tape = (self.ref.feed if isinstance(self.ref, DeviceRun) else self.ref).wl.tape
+        self.nodes = tape.nodes[: self._loss_id() + 1]
+
+    def _loss_id(self) -> int:
+        r = self.ref
+        return r.prog.loss_id if isinstance(r, DeviceRun) else r.loss_id
+
+    @property
+    def plan(self) -> Any:
+        """The fusion plan of the fused side, or None."""
+        for r in (self.cand, self.ref):
+            if isinstance(r, DeviceRun) and r.plan is not None:
+                return r.plan
+        return None
+
+    def describe_device(self) -> str:
+        """The device line, or ``no device`` for a CPU-only pair."""
+        return self.device.describe() if self.device is not None else "device: none (CPU only)"
+
+    def step(self) -> StepResult:
+        """Advance both runs one minibatch, compare, update both; return the step's result."""
+        t0 = time.perf_counter()
+        s = self.step_index
+        for f in self.feeds:
+            f.advance(s, backward=False)
+        for r in (self.ref, self.cand):
+            if isinstance(r, CpuRun):
+                r.advance(s)
+        for r in (self.ref, self.cand):
+            if isinstance(r, DeviceRun):
+                r.advance(s)
+        report = self._compare()
+        self.ref.update()
+        self.cand.update()
+        loss_ref, loss_cand = self.ref.loss(), self.cand.loss()
+        dt = time.perf_counter() - t0
+        self.step_index += 1
+        js = report.to_json()
+        return StepResult(s, loss_ref, loss_cand, dt, report.exact, js["first_divergence"],
+                          js["nodes"], roots(self.nodes, js["nodes"]))
+
+    def _compare(self) -> Any:
+        import gpu
+
+        ref, cand = self.ref, self.cand
+        if (isinstance(ref, CpuRun) and isinstance(cand, DeviceRun) and cand.feed is ref):
+            return gpu.parity.compare(ref.wl.tape, cand.prog)  # summaries computed on device
+        return host_compare(self.nodes, ref.array, cand.array)
+
+
+def host_compare(nodes: tuple, ref_array: Any, cand_array: Any) -> Any:
+    """Per-node ``core.parity`` diffs of two runs (any sides), as a ``gpu.parity.ParityReport``."""
+    from core.parity import compare_arrays
+    from gpu.parity import NodeParity, ParityReport, _first
+
+    out = []
+    for n in nodes:
+        diffs = {}
+        for which in ("value", "grad"):
+            a, b = ref_array(n.id, which), cand_array(n.id, which)
+            if a is None or b is None:
+                diffs[which] = None
+                continue
+            dt = min(a.dtype, b.dtype, key=lambda d: d.itemsize)
+            diffs[which] = compare_arrays(_narrow(a, dt), _narrow(b, dt))
+        out.append(NodeParity(n.id, n.op, n.name, diffs["value"], diffs["grad"]))
+    nodes_t = tuple(out)
+    # the same first-divergence rule as the device comparison (gpu.parity)
+    return ParityReport(nodes_t, _first(nodes_t))
+
+
+def roots(nodes: tuple, parity: list[dict]) -> list[int]:
+    """Nodes whose value differs although every input's value agrees: where drift starts."""
+    bad = {e["id"] for e in parity if e["value"]["n_diff"]}
+    return sorted(i for i in bad if not any(j in bad for j in nodes[i].inputs))

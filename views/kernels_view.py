@@ -1,0 +1,154 @@
+"""The Kernels dock: the fusion plan (segments, kernels, launches), each kernel's CUDA C source.
+
+Fed ``FusionPlan.to_json()`` (plain data). Selecting a kernel emits ``nodes_highlighted`` with
+the node ids of its segment, so the window can outline them in the graph.
+"""
+
+from __future__ import annotations
+
+import re
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QColor, QFont, QSyntaxHighlighter, QTextCharFormat
+from PySide6.QtWidgets import (
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+KEYWORDS = ("extern", "__global__", "__device__", "__syncthreads", "const", "long", "int",
+            "unsigned", "double", "float", "void", "for", "if", "else", "return", "real_t",
+            "static", "inline", "struct")
+
+
+def _fmt(color: str, bold: bool = False, italic: bool = False) -> QTextCharFormat:
+    f = QTextCharFormat()
+    f.setForeground(QColor(color))
+    if bold:
+        f.setFontWeight(QFont.Bold)
+    f.setFontItalic(italic)
+    return f
+
+
+class CudaHighlighter(QSyntaxHighlighter):
+    """C/CUDA colouring: keywords, numbers, strings, rounding intrinsics, comments."""
+
+    RULES = [
+        (re.compile(r"\b(" + "|".join(re.escape(k) for k in KEYWORDS) + r")\b"),
+         _fmt("#7c3aed", bold=True)),
+        (re.compile(r"\b(ADD|SUB|MUL|DIV|SQRT|EXP|LOG|TANH|SIGMOID|__[df](add|sub|mul|div|sqrt)"
+                    r"_rn|ts_\w+)\b"), _fmt("#b45309", bold=True)),
+        (re.compile(r"\b(blockIdx|threadIdx|blockDim|gridDim)\b"), _fmt("#0e7490")),
+        (re.compile(r"\b\d+(\.\d*)?([eE][-+]?\d+)?[fFlL]*\b"), _fmt("#15803d")),
+        (re.compile(r'"[^"\n]*"'), _fmt("#be123c")),
+        (re.compile(r"//[^\n]*"), _fmt("#6b7280", italic=True)),
+    ]
+    COMMENT = _fmt("#6b7280", italic=True)
+
+    def highlightBlock(self, text: str) -> None:  # noqa: N802 (Qt override)
+        for rx, fmt in self.RULES:
+            for m in rx.finditer(text):
+                self.setFormat(m.start(), m.end() - m.start(), fmt)
+        # /* ... */ comments may span lines: block state 1 = this line starts inside one
+        inside = self.previousBlockState() == 1
+        self.setCurrentBlockState(0)
+        pos = start = 0
+        while True:
+            if not inside:
+                start = text.find("/*", pos)
+                if start < 0:
+                    return
+                pos = start + 2
+            end = text.find("*/", pos)
+            if end < 0:
+                self.setFormat(start, len(text) - start, self.COMMENT)
+                self.setCurrentBlockState(1)
+                return
+            self.setFormat(start, end + 2 - start, self.COMMENT)
+            pos, inside = end + 2, False
+
+
+class KernelsPanel(QWidget):
+    """List of generated kernels + source view + launch counts."""
+
+    nodes_highlighted = Signal(list)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.summary = QLabel("No fusion plan — turn Fuse on and start a session", self)
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.RichText)
+        self.list = QListWidget(self)
+        self.source = QPlainTextEdit(self)
+        self.source.setReadOnly(True)
+        self.source.setLineWrapMode(QPlainTextEdit.NoWrap)
+        mono = QFont("Monospace", 9)
+        mono.setStyleHint(QFont.TypeWriter)
+        self.source.setFont(mono)
+        self.highlighter = CudaHighlighter(self.source.document())
+        split = QSplitter(Qt.Vertical, self)
+        split.addWidget(self.list)
+        split.addWidget(self.source)
+        split.setSizes([160, 320])
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.addWidget(self.summary)
+        lay.addWidget(split, 1)
+        self.plan: dict | None = None
+        self.list.currentRowChanged.connect(self._picked)
+
+    def set_plan(self, plan: dict | None) -> None:
+        """Show a plan (``FusionPlan.to_json()``) or nothing."""
+        self.plan = plan
+        self.list.clear()
+        self.source.clear()
+        if not plan:
+            self.summary.setText("No fusion plan (this session runs unfused)")
+            return
+        b, a = plan["launches_before"], plan["launches_after"]
+        self.summary.setText(
+            f"<b>plan {plan['plan_id']}</b> · {plan['dtype']} · math={plan['math']} · "
+            f"{len(plan['segments'])} segments · launches per episode "
+            f"<b>{b['episode']} → {a['episode']}</b> (forward {b['forward']}→{a['forward']}, "
+            f"backward {b['backward']}→{a['backward']}, optimizer "
+            f"{b['optimizer']}→{a['optimizer']})")
+        for k in plan["kernels"]:
+            seg = k.get("segment")
+            ids = self.kernel_nodes(k["name"])
+            span = f"nodes {min(ids)}..{max(ids)}" if ids else "all parameters"
+            it = QListWidgetItem(f"{k['name']}  ·  {k['role']}  ·  "
+                                 f"{'seg ' + str(seg) if seg is not None else 'optimizer'}  ·  "
+                                 f"{span}  ·  grid {k['grid']} × block {k['block']}")
+            it.setData(Qt.UserRole, k["name"])
+            self.list.addItem(it)
+
+    def kernel_nodes(self, name: str) -> list[int]:
+        """Node ids a kernel computes (its segment's), [] for the optimizer."""
+        if not self.plan:
+            return []
+        k = next((k for k in self.plan["kernels"] if k["name"] == name), None)
+        if k is None or k.get("segment") is None:
+            return []
+        seg = self.plan["segments"][k["segment"]]
+        return list(seg["node_ids"])
+
+    def select_kernel(self, name: str) -> None:
+        """Select a kernel by name (as a click would)."""
+        for r in range(self.list.count()):
+            if self.list.item(r).data(Qt.UserRole) == name:
+                self.list.setCurrentRow(r)
+                return
+        raise KeyError(f"no kernel {name!r} in the plan")
+
+    @Slot(int)
+    def _picked(self, row: int) -> None:
+        if row < 0 or not self.plan:
+            return
+        name = self.list.item(row).data(Qt.UserRole)
+        k = next(k for k in self.plan["kernels"] if k["name"] == name)
+        self.source.setPlainText(k["source"])
+        self.nodes_highlighted.emit(self.kernel_nodes(name))
