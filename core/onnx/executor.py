@@ -173,7 +173,8 @@ class Session:
                     else:
                         raise OnnxError(f"input {name!r} is not defined before this node",
                                         file=self.label, node=st.label)
-                ctx = Ctx(st.opset, st.node, self.k, self.run_graph, env)
+                ctx = Ctx(st.opset, st.node, self.k, self.run_graph, env, cg,
+                          self.lm.opsets.get("", 1))
                 try:
                     out = st.kernel(ctx, *ins, **st.attrs)
                 except OnnxError as exc:

@@ -34,6 +34,13 @@ class Imported:
     folded: list[str] = field(default_factory=list)
 
 
+def _nn_record(tape, op: str, inputs: list, attrs: dict | None = None):
+    """Record one of core.ops.nn's ops, registering them first (they are opt-in: no device
+    kernels yet)."""
+    register_nn()
+    return tape.record(op, inputs, attrs)
+
+
 class _Importer:
     def __init__(self, sess: Session, tape, trainable: bool) -> None:
         self.sess = sess
@@ -80,7 +87,7 @@ def _binary(fn):
 
 
 def _record(op):
-    return lambda imp, st, ins, names: imp.tape.record(op, [_v(imp, ins, names, 0)])
+    return lambda imp, st, ins, names: _nn_record(imp.tape, op, [_v(imp, ins, names, 0)])
 
 
 def _matmul(imp, st, ins, names):
@@ -123,7 +130,7 @@ def _conv(imp, st, ins, names):
     strides = list(at.get("strides") or [1, 1])
     dil = list(at.get("dilations") or [1, 1])
     padw = pads_for(x.shape[2:], k, strides, dil, at.get("pads"), at.get("auto_pad", "NOTSET"))
-    y = imp.tape.record("conv2d", [x, w], {
+    y = _nn_record(imp.tape, "conv2d", [x, w], {
         "strides": tuple(strides), "dilations": tuple(dil), "group": int(at.get("group", 1)),
         "pads": (padw[0][0], padw[1][0], padw[0][1], padw[1][1])})
     if len(ins) > 2 and ins[2] is not None:
@@ -147,7 +154,7 @@ def _pool(kind):
                  "ceil_mode": int(at.get("ceil_mode", 0))}
         if kind == "avg":
             attrs["count_include_pad"] = int(at.get("count_include_pad", 0))
-        return imp.tape.record(f"{kind}pool2d", [x], attrs)
+        return _nn_record(imp.tape, f"{kind}pool2d", [x], attrs)
     return conv
 
 
@@ -263,7 +270,7 @@ def _gather(imp, st, ins, names):
         idx = imp.tape.const(idx)
     elif idx.op != "const":  # a graph input is a const leaf: fine; a computed index is not
         raise OnnxError("Gather indices computed on the tape have no tape form", node=imp.label)
-    return imp.tape.record("gather", [_v(imp, ins, names, 0), idx],
+    return _nn_record(imp.tape, "gather", [_v(imp, ins, names, 0), idx],
                            {"axis": int(st.attrs.get("axis", 0))})
 
 
@@ -301,13 +308,15 @@ def _ctx(st, imp) -> Ctx:
 
 
 def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
-                   trainable: bool = True, params: dict[str, Any] | None = None) -> Imported:
+                   trainable: bool = True, params: dict[str, Any] | None = None,
+                   wrt: tuple[str, ...] = ()) -> Imported:
     """Record ``model`` on ``tape`` for ``inputs``; returns outputs, params and every value.
 
     Training: import once, ``m = tape.mark()``, then per step ``tape.reset_to(m)`` and import
     again with ``params=first.params`` so the same parameters are reused (and updated).
+    Initializers named in ``wrt`` become params up front, so nothing that depends on them is
+    folded (ONNX's Gradient op differentiates with respect to them).
     """
-    register_nn()
     sess = model if isinstance(model, Session) else Session(model, mode="reference", fold=False)
     feeds = {k: np.asarray(v) for k, v in inputs.items()}
     check_inputs(sess.lm, feeds)
@@ -317,6 +326,8 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     env.update(sess.graph.inits)
     for name, x in feeds.items():
         env[name] = tape.const(x, name=name)
+    for name in wrt:
+        env[name] = imp.var(env[name], name)
     folded = []
     for st in sess.graph.steps:
         imp.label = st.label

@@ -29,6 +29,8 @@ class Ctx:
     k: Any  # the kernel set of core.onnx.reference (REFERENCE or FAST)
     run_graph: Callable[..., list]  # run_graph(graph, inputs: list, outer: dict) -> outputs
     scope: dict  # the values visible to subgraphs
+    graph: Any = None  # the CompiledGraph being run (Gradient looks at its nodes)
+    opset_default: int = 0  # the default-domain opset (for ops of other domains)
 
     @property
     def n_outputs(self) -> int:

@@ -7,8 +7,11 @@ from core.onnx.ops import (  # noqa: F401
     math_ops,
     nn,
     pool,
+    quant,
     reduce,
     resize,
+    rnn,
     shape,
     tensor,
+    training,
 )
