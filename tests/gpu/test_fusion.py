@@ -161,3 +161,23 @@ def test_apply_twice_and_foreign_plans_are_refused(host):
     prog2 = gpu.capture(host, other.tape, other.record(0))
     with pytest.raises(fusion.FusionError, match="made for 23 nodes"):
         fusion.apply(prog2, p)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_fused_equals_unfused_on_cuda(name):
+    """The twin of the host tests on a real device (graph replay, NVRTC --fmad=false)."""
+    from gpu.cuda import cuda_unavailable_reason
+
+    why = cuda_unavailable_reason()
+    if why is not None:
+        pytest.skip(f"no CUDA device: {why}")
+    dev = gpu.open_device("cuda")
+    (wa, pa, oa), (wb, pb, ob) = _pair(dev, name)
+    for step in range(5):
+        for wl, prog, opt in ((wa, pa, oa), (wb, pb, ob)):
+            wl.record(step)
+            for v in wl.inputs.values():
+                prog.set_input(v.id, wl.tape.value(v))
+            prog.run_episode(opt)
+        assert diff_nodes(pa, pb) == [], f"step {step}"
