@@ -63,8 +63,10 @@ class KernelText:
 class _W:
     """Accumulates one kernel: pointer declarations used, body lines."""
 
-    def __init__(self, nodes: tuple, lay: Layout, dtype: np.dtype) -> None:
+    def __init__(self, nodes: tuple, lay: Layout, dtype: np.dtype, vname: str = "v",
+                 gname: str = "g") -> None:
         self.nodes, self.lay, self.dt = nodes, lay, dtype
+        self.vname, self.gname = vname, gname  # pointer names: v<id> / g<id> by default
         self.decl: dict[str, str] = {}
         self.body: list[str] = []
 
@@ -76,10 +78,10 @@ class _W:
         return name
 
     def v(self, i: int) -> str:
-        return self._ptr(f"v{i}", self.lay.v(i))
+        return self._ptr(f"{self.vname}{i}", self.lay.v(i))
 
     def g(self, i: int) -> str:
-        return self._ptr(f"g{i}", self.lay.g(i))
+        return self._ptr(f"{self.gname}{i}", self.lay.g(i))
 
     def x(self, i: int, key: str) -> str:
         return self._ptr(f"x{i}_{key}", self.lay.extra(i, key))

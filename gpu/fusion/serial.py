@@ -74,7 +74,7 @@ def _ce_rows(w: _W, node) -> tuple[str, str, int, int]:
 
 def tail_forward(name: str, tail: Tail, nodes: tuple, lay: Layout, dt: np.dtype) -> KernelText:
     """Forward of the tail by one thread, in tape order."""
-    w = _W(nodes, lay, dt)
+    w = _W(nodes, lay, dt, "pv", "pg")  # emitc's rules own the names t<id>, g<id>
     shim = _Shim(nodes, dt)
     done: set[int] = set()
     for i in tail.ids:
@@ -114,7 +114,7 @@ def tail_forward(name: str, tail: Tail, nodes: tuple, lay: Layout, dt: np.dtype)
 def tail_backward(name: str, tail: Tail, nodes: tuple, reached: list[bool], lay: Layout,
                   dt: np.dtype) -> KernelText:
     """Seed the loss gradient with 1, then the tail's contributions in decreasing id."""
-    w = _W(nodes, lay, dt)
+    w = _W(nodes, lay, dt, "pv", "pg")  # emitc's rules own the names t<id>, g<id>
     shim = _Shim(nodes, dt)
     done: set[int] = set()
     w.body.append(f"{w.g(tail.hi)}[0] = (real_t)1;  /* the seed */")

@@ -77,7 +77,7 @@ def test_backward_and_parameter_reduction_text(host):
     assert "acc = __dadd_rn(acc, __dmul_rn(v0[r * 4 + kk], g3[r * 5 + n]));" in par
     assert "g1[j] = __dadd_rn(g1[j], acc);" in par
     tail = p.kernel(p.segments[1].backward).source
-    assert tail.index("g7[0] = (double)1;") < tail.index("__ddiv_rn(g7[0], ((double)(15.0)))")
+    assert tail.index("pg7[0] = (double)1;") < tail.index("__ddiv_rn(pg7[0], ((double)(15.0)))")
 
 
 def test_float32_plans_use_the_stock_substitution_and_a_different_id(host):

@@ -17,11 +17,38 @@ OPS = ["matmul", "bias", "scale_col", "div_const", "act_binary", "unary", "adds"
 
 STEP = st.tuples(st.sampled_from(OPS), st.integers(0, 9), st.integers(1, 6),
                  st.floats(-2, 2, allow_nan=False))
+TAIL = ["adds", "muls", "exp", "tanh", "sigmoid", "sqrt_abs", "scale_param", "sub_const", "div",
+        "neg", "sum"]
 GRAPH = st.tuples(st.integers(2, 5), st.integers(1, 6), st.integers(0, 2**16),
-                  st.lists(STEP, min_size=2, max_size=7))
+                  st.lists(STEP, min_size=2, max_size=7),
+                  st.lists(st.sampled_from(TAIL), max_size=5), st.booleans())
 
 
-def build(rows: int, c0: int, seed: int, steps: list) -> tuple[Tape, object]:
+def scalar_tail(t: Tape, y, ops_list: list[str], rng, use_sum: bool):
+    """The loss: a reduction of y, then scalar arithmetic (the serial loss tail)."""
+    loss = ops.sum(y, keepdims=True) if use_sum else ops.mean(ops.mul(y, y))
+    for op in ops_list:
+        if op == "adds":
+            loss = loss + 0.25
+        elif op == "muls":
+            loss = loss * -1.5
+        elif op == "sqrt_abs":
+            loss = ops.sqrt(ops.mul(loss, loss))
+        elif op == "scale_param":
+            loss = ops.mul(loss, t.param(rng.uniform(0.5, 2.0, (1,)), name="alpha"))
+        elif op == "sub_const":
+            loss = ops.sub(t.const(np.array(0.5)), loss)
+        elif op == "div":
+            loss = ops.div(loss, t.param(np.array([1.25]), name="beta"))
+        elif op == "sum":
+            loss = ops.sum(loss)
+        else:
+            loss = getattr(ops, op)(loss)
+    return loss
+
+
+def build(rows: int, c0: int, seed: int, steps: list, tail: list[str] = (),
+          use_sum: bool = False) -> tuple[Tape, object]:
     """A random graph of row-local ops over [rows, c] activations with leaf operands."""
     rng = np.random.default_rng(seed)
     t = Tape()
@@ -59,7 +86,7 @@ def build(rows: int, c0: int, seed: int, steps: list) -> tuple[Tape, object]:
             u = a @ t.param(rng.uniform(-1, 1, (c, width)), name="W1")
             y = ops.swiglu(u, a @ t.param(rng.uniform(-1, 1, (c, width)), name="W3"))
         acts.append(y)
-    loss = ops.mean(ops.mul(acts[-1], acts[-1]))
+    loss = scalar_tail(t, acts[-1], list(tail), rng, use_sum)
     assert t.ok, t.error
     return t, loss
 
@@ -68,14 +95,16 @@ def build(rows: int, c0: int, seed: int, steps: list) -> tuple[Tape, object]:
                                                                 HealthCheck.function_scoped_fixture])
 @given(GRAPH)
 def test_random_row_local_graphs_fuse_bit_exactly(host, graph):
-    rows, c0, seed, steps = graph
+    rows, c0, seed, steps, tail, use_sum = graph
     with np.errstate(all="ignore"):
-        t, loss = build(rows, c0, seed, steps)
+        t, loss = build(rows, c0, seed, steps, tail, use_sum)
         t.backward(loss)
     pa = gpu.capture(host, t, loss)
     pb = gpu.capture(host, t, loss)
     p = fusion.apply(pb)
     assert sum(len(s.node_ids) for s in p.segments if s.kind == "row") >= 2
+    assert [s.kind for s in p.segments][-1] == "serial"
+    assert len(p.segments[-1].node_ids) >= 1 + len(tail) - tail.count("sqrt_abs")
     for prog in (pa, pb):
         prog.forward()
         prog.backward()
