@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 from onnx import AttributeProto, FunctionProto, NodeProto, helper
-from onnx.defs import SchemaError, get_schema
+from onnx.defs import SchemaError, get_schema, onnx_opset_version
 
 
 def _substitute(fp: FunctionProto, node: NodeProto, schema) -> list[NodeProto]:
@@ -76,7 +76,10 @@ class FunctionKernel:
         if cg is None:
             fp = self._body(list(ins))
             opsets = dict(self.session.lm.opsets)
-            opsets[""] = self.opset
+            if self.node.domain in ("", "ai.onnx"):
+                opsets[""] = self.opset
+            else:  # a body of another domain's op may use default-domain ops at any version
+                opsets.setdefault("", onnx_opset_version())
             opsets.update({("" if o.domain in ("", "ai.onnx") else o.domain): o.version
                            for o in fp.opset_import})
             g = helper.make_graph(_substitute(fp, self.node, self.schema),

@@ -5,6 +5,7 @@ from core.onnx.ops import (  # noqa: F401
     elementwise,
     losses,
     math_ops,
+    misc,
     nn,
     pool,
     quant,

@@ -43,9 +43,13 @@ def matmul_integer(ctx, a, b, a_zero=None, b_zero=None):
 
 @op("Einsum")
 def einsum(ctx, *xs, equation=""):
-    # not a tape op: numpy's einsum without path optimisation (contraction order of numpy)
+    # not a tape op: numpy's einsum without path optimisation (contraction order of numpy);
+    # floats numpy cannot contract (bfloat16) go through float32
+    dt = np.result_type(*xs)
+    if dt.kind == "V" or dt.name == "bfloat16":
+        xs = tuple(x.astype(np.float32) for x in xs)
     return np.asarray(np.einsum(equation.replace(" ", ""), *xs, optimize=False)).astype(
-        np.result_type(*xs), copy=False)
+        dt, copy=False)
 
 
 def _to_dtype(to: int) -> np.dtype:

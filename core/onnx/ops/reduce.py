@@ -61,10 +61,14 @@ def _np_reduce(fn, empty):
 
 
 def _min_value(dt):
+    if dt.kind == "b":
+        return False
     return -np.inf if dt.kind == "f" else np.iinfo(dt).min
 
 
 def _max_value(dt):
+    if dt.kind == "b":
+        return True
     return np.inf if dt.kind == "f" else np.iinfo(dt).max
 
 

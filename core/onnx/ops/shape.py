@@ -158,10 +158,11 @@ def depth_to_space(ctx, x, blocksize=1, mode="DCR"):
 
 
 @op("SpaceToDepth")
-def space_to_depth(ctx, x, blocksize=1, mode="DCR"):  # mode: declared, CRD-only math
+def space_to_depth(ctx, x, blocksize=1, mode="DCR"):
     n, c, h, w = x.shape
     b = blocksize
-    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    perm = (0, 1, 3, 5, 2, 4) if mode == "CRD" else (0, 3, 5, 1, 2, 4)
+    y = x.reshape(n, c, h // b, b, w // b, b).transpose(perm)
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
