@@ -181,3 +181,25 @@ def test_fused_equals_unfused_on_cuda(name):
                 prog.set_input(v.id, wl.tape.value(v))
             prog.run_episode(opt)
         assert diff_nodes(pa, pb) == [], f"step {step}"
+
+
+def test_fused_episode_through_the_cuda_path(monkeypatch, tmp_path_factory):
+    """The fused program on the cuda backend's plumbing (CuPy stand-in): one graph per
+    episode holding the fused kernels and the one-launch optimizer, parameters == the tape."""
+    from tests.gpu import fake_cupy
+
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fakecuda"))
+    fake_cupy.install(monkeypatch)
+    dev = gpu.open_device("cuda")
+    wl = workloads.get("mlp")
+    prog = fusion.capture(dev, wl.tape, wl.record(0))
+    opt = gpu.from_core(wl.make_optimizer())
+    core_opt = wl.make_optimizer()
+    for s in range(3):
+        wl.tape.backward(wl.record(s))
+        core_opt.step()
+        prog.set_input(wl.inputs["x"].id, wl.tape.value(wl.inputs["x"]))
+        prog.run_episode(opt)
+    assert len(prog._graph[1].calls) == prog.stats["launches_per_episode"] == 7
+    for i in prog.param_ids():
+        assert bits_equal(prog.read(i), wl.tape.value(i))
