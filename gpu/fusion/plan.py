@@ -110,8 +110,7 @@ class FusionPlan:
             out.append(f"  {key:<22}{b[key]:>9}{a[key]:>8}")
         if sources:
             for k in self.kernels:
-                grid = k.grid or "one block per parameter"
-                out.append(f"\n/* ---- {k.name} ({k.role}, grid {grid}, block {k.block}) */")
+                out.append(f"\n/* ---- {k.name} ({k.role}, grid {k.grid}, block {k.block}) */")
                 out.append(k.source)
         return "\n".join(out)
 
@@ -166,14 +165,15 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
     kernels = [FusedKernel(final(t.name), role, k, instantiate(t.text.replace("PLANID", pid), dt,
                                                                  prog.math), grid, block)
                for t, role, k, grid, block in texts]
-    for oname in ("adam", "sgd"):
+    n_live = sum(1 for i in prog.param_ids() if prog.grads[i] is not None)
+    for oname in ("adam", "sgd"):  # grid: one block per updated parameter
         kernels.append(FusedKernel(final(f"fzPLANID_{oname}_T"), "optimizer", None,
                                    _one_kernel(instantiate(OPTIMIZER_TEXT.replace(
-                                       "PLANID", pid), dt, prog.math), oname), 0, 128))
+                                       "PLANID", pid), dt, prog.math), oname),
+                                   max(1, min(n_live, _MAX_GRID)), 128))
     source = instantiate(raw.replace("PLANID", pid), dt, prog.math)
     fwd_b = len(prog.phases["forward"])
     bwd_b = len(prog.phases["backward"])
-    n_live = sum(1 for i in prog.param_ids() if prog.grads[i] is not None)
     seg_plans, fwd_a, bwd_a = [], fwd_b, bwd_b
     for k, seg in enumerate(segs):
         ids = set(range(seg.lo, seg.hi + 1))
