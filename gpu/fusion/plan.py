@@ -52,6 +52,7 @@ class SegmentPlan:
     params: str | None
     launches_replaced: tuple[int, int]  # per-node launches removed (forward, backward)
     kind: str = "row"  # "row": block = row; "serial": the scalar loss tail, one thread
+    backward_ids: tuple[int, ...] = ()  # nodes whose gradient contributions the bwd kernels add
 
 
 @dataclass
@@ -86,7 +87,8 @@ class FusionPlan:
         """A JSON-ready summary (sources included)."""
         return {"plan_id": self.plan_id, "dtype": self.dtype.name, "math": self.math,
                 "segments": [{**s.__dict__, "node_ids": list(s.node_ids), "ops": list(s.ops),
-                              "launches_replaced": list(s.launches_replaced)}
+                              "launches_replaced": list(s.launches_replaced),
+                              "backward_ids": list(s.backward_ids)}
                              for s in self.segments],
                 "kernels": [k.__dict__ for k in self.kernels],
                 "launches_before": self.launches_before, "launches_after": self.launches_after}
@@ -184,9 +186,10 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
         bwd_a += (bn is not None) + (pn is not None) - rb
         serial = tail is not None and k == len(segs) - 1
         node_ids = tail.ids if serial else tuple(seg.ids)
+        pushing = tuple(i for i in reversed(node_ids) if codegen.pushes(nodes, prog.reached, i))
         seg_plans.append(SegmentPlan(k, seg.lo, seg.hi, seg.rows, node_ids,
                                      tuple(nodes[i].op for i in node_ids), fn, bn, pn, (rf, rb),
-                                     "serial" if serial else "row"))
+                                     "serial" if serial else "row", pushing))
     before = {"forward": fwd_b, "backward": bwd_b, "optimizer": n_live}
     after = {"forward": fwd_a, "backward": bwd_a, "optimizer": min(n_live, 1)}
     before["episode"] = sum(before.values())

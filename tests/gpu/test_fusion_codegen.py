@@ -32,6 +32,7 @@ def test_segments_and_kernel_names(host):
     assert (row.kind, row.lo, row.hi, row.rows, row.ops) == ("row", 3, 6, 3,
                                                             ("matmul", "add", "relu", "mul"))
     assert (tail.kind, tail.node_ids) == ("serial", (7,))
+    assert row.backward_ids == (6, 5, 4, 3)  # decreasing id, as backward walks them
     assert re.fullmatch(r"[0-9a-f]{10}64", p.plan_id)
     for k in p.kernels:
         assert k.name.startswith(f"fz{p.plan_id}_") and k.name.endswith("_f64")
