@@ -1,5 +1,6 @@
-"""``tapescope fuse``: capture a workload on a device and print its fusion plan (segments, kernel
-names, launches per episode unfused vs fused; ``--source`` adds every generated kernel)."""
+"""``tapescope fuse``: capture a workload (or a recorded ``.tape``) on a device and print its fusion
+plan (segments, kernel names, launches per episode unfused vs fused; ``--source`` adds every
+generated kernel)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``fuse`` subcommand."""
     p = sub.add_parser("fuse", help="print the fusion plan of a workload (generated kernels)")
     p.add_argument("--workload", default="mlp", help="mlp | transformer")
+    p.add_argument("--tape", metavar="FILE",
+                   help="a recorded .tape instead of a workload (loss: meta 'loss', else last)")
     p.add_argument("--device", default="host", choices=["auto", "host", "cuda"])
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"])
@@ -20,20 +23,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _episode(args):
+    """(tape, loss, core optimizer or None) of the workload or the tape file."""
+    from core import tapefile, workloads
+
+    if args.tape:
+        tape, meta = tapefile.load(args.tape)
+        return tape, int(meta.get("loss", len(tape) - 1)), None
+    wl = workloads.get(args.workload, dtype=args.dtype, math=args.math)
+    return wl.tape, wl.record(0), wl.make_optimizer()
+
+
 def _check(dev, args) -> bool:
     import numpy as np
 
     import gpu
-    from core import workloads
     from gpu import fusion
 
-    progs = []
+    progs, opt = [], None
     for fuse in (False, True):
-        wl = workloads.get(args.workload, dtype=args.dtype, math=args.math)
-        prog = gpu.capture(dev, wl.tape, wl.record(0))
+        tape, loss, opt = _episode(args)
+        prog = gpu.capture(dev, tape, loss)
         if fuse:
             fusion.apply(prog)
-        prog.run_episode(gpu.from_core(wl.make_optimizer()))
+        prog.run_episode(gpu.from_core(opt) if opt is not None else None)
         progs.append(prog)
     a, b = progs
     for n in a.nodes:
@@ -43,8 +56,8 @@ def _check(dev, args) -> bool:
                                               != np.asarray(y).tobytes()):
                 print(f"fused and unfused differ at node {n.id} {n.op} ({which})")
                 return False
-    print(f"one episode fused == unfused, bit for bit ({len(a.nodes)} nodes, values, "
-          "gradients and updated parameters)")
+    what = "values, gradients and updated parameters" if opt else "values and gradients"
+    print(f"one episode fused == unfused, bit for bit ({len(a.nodes)} nodes, {what})")
     return True
 
 
@@ -54,19 +67,20 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     import gpu
-    from core import workloads
+    from core.tape import TapeError
     from gpu import fusion
 
     try:
-        wl = workloads.get(args.workload, dtype=args.dtype, math=args.math)
+        tape, loss, _ = _episode(args)
         dev = gpu.open_device(args.device)
-        prog = gpu.capture(dev, wl.tape, wl.record(0))
-    except (ValueError, gpu.DeviceError, gpu.CaptureError) as e:
+        prog = gpu.capture(dev, tape, loss)
+    except (ValueError, TapeError, gpu.DeviceError, gpu.CaptureError) as e:
         print(f"tapescope fuse: {e}", file=sys.stderr)
         return 2
     print(dev.describe())
     plan = fusion.plan(prog)
-    print(f"workload {args.workload}: {plan.describe(sources=args.source)}")
+    what = f"tape {args.tape}" if args.tape else f"workload {args.workload}"
+    print(f"{what}: {plan.describe(sources=args.source)}")
     if args.json:
         try:
             with open(args.json, "w") as f:

@@ -32,3 +32,17 @@ def test_parity_fuse_is_exact_and_reports_launches(tmp_path, capsys):
     rep = json.loads(out.read_text())
     assert rep["exact"] is True
     assert rep["stats"]["launches_per_episode"] <= 8
+
+
+def test_fuse_a_recorded_tape(tmp_path, capsys):
+    from core import tapefile, workloads
+
+    wl = workloads.get("transformer")
+    loss = wl.record(0)
+    path = tapefile.save(wl.tape, tmp_path / "ep.tape", meta={"loss": loss.id})
+    assert main(["fuse", "--tape", str(path), "--device", "host", "--check"]) == 0
+    text = capsys.readouterr().out
+    assert f"tape {path}: fusion plan" in text and "serial loss tail): cross_entropy" in text
+    assert "fused == unfused, bit for bit (51 nodes, values and gradients)" in text
+    assert main(["fuse", "--tape", str(tmp_path / "missing.tape")]) == 2
+    assert "no such file" in capsys.readouterr().err
