@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import ChainMap
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,8 +57,9 @@ def _inline_functions(model: ModelProto) -> ModelProto:
 class Session:
     """A loaded, checked model ready to run; ``run(feeds)`` may be called many times."""
 
-    def __init__(self, model_or_path: Any, mode: str = "reference", fold: bool = True) -> None:
-        self.lm: LoadedModel = load(model_or_path)
+    def __init__(self, model_or_path: Any, mode: str = "reference", fold: bool = True,
+                 check: bool = True) -> None:
+        self.lm: LoadedModel = load(model_or_path, check=check)
         self.k = kernels(mode)
         self.mode = mode
         try:
@@ -228,8 +228,3 @@ def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:
                             file=sess.label)
         out[vi.name] = x
     return out
-
-
-def model_path_label(p: str | os.PathLike) -> str:
-    """A path as errors show it."""
-    return os.fspath(p)

@@ -3,6 +3,7 @@
 from core.onnx.ops import (  # noqa: F401
     control,
     elementwise,
+    grid,
     losses,
     math_ops,
     misc,

@@ -99,3 +99,39 @@ def label_encoder(ctx, x, **attrs):
     flat = [table.get(v if not isinstance(v, (bytes, np.bytes_)) else v.decode(), default)
             for v in np.asarray(x).reshape(-1)]
     return np.array(flat, dtype=dt).reshape(np.asarray(x).shape)
+
+
+def _complex(x):
+    return x[..., 0].astype(np.complex128) if x.shape[-1] == 1 else x[..., 0] + 1j * x[..., 1]
+
+
+@op("DFT")
+def dft(ctx, x, dft_length=None, axis_in=None, axis=1, inverse=0, onesided=0):
+    if ctx.opset >= 20:  # axis became an input (default -2, counted on the full rank)
+        axis = -2 if axis_in is None else int(np.asarray(axis_in).reshape(-1)[0])
+    ax = axis % x.ndim
+    if ax == x.ndim - 1:
+        raise ValueError("DFT axis cannot be the last (real/imaginary) axis")
+    c = _complex(x)
+    n = None if dft_length is None else int(np.asarray(dft_length).reshape(-1)[0])
+    y = np.fft.ifft(c, n=n, axis=ax) if inverse else np.fft.fft(c, n=n, axis=ax)
+    if onesided:
+        y = np.take(y, np.arange(y.shape[ax] // 2 + 1), axis=ax)
+    return np.stack([y.real, y.imag], axis=-1).astype(x.dtype)
+
+
+@op("STFT")
+def stft(ctx, x, frame_step, window=None, frame_length=None, onesided=1):
+    step = int(np.asarray(frame_step).reshape(-1)[0])
+    flen = int(np.asarray(frame_length).reshape(-1)[0]) if frame_length is not None \
+        else len(window)
+    c = _complex(x)  # (batch, signal)
+    frames = (c.shape[1] - flen) // step + 1
+    idx = np.arange(frames)[:, None] * step + np.arange(flen)[None, :]
+    seg = c[:, idx]  # (batch, frames, flen)
+    if window is not None:
+        seg = seg * window
+    y = np.fft.fft(seg, axis=-1)
+    if onesided:
+        y = y[..., : flen // 2 + 1]
+    return np.stack([y.real, y.imag], axis=-1).astype(x.dtype)
