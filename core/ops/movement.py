@@ -20,7 +20,7 @@ def _axes(shape, attrs):
 
 def _transpose_bwd(M, g, xs, y, at, nd):
     axes = _axes(xs[0].shape, at)
-    return [np.ascontiguousarray(g.transpose(np.argsort(axes)))]
+    return [g.transpose(np.argsort(axes)).copy(order="C")]
 
 
 def _r(rng, dtype, *s):
@@ -30,7 +30,8 @@ def _r(rng, dtype, *s):
 register(OpDef(
     "transpose", 1, "movement", "none",
     lambda sh, at: tuple(sh[0][a] for a in _axes(sh[0], at)),
-    forward=lambda M, xs, at: np.ascontiguousarray(xs[0].transpose(_axes(xs[0].shape, at))),
+    # NOTE: .copy(order="C"), not np.ascontiguousarray, which turns a 0-d array into 1-d
+    forward=lambda M, xs, at: xs[0].transpose(_axes(xs[0].shape, at)).copy(order="C"),
     backward=_transpose_bwd,
     sample=lambda rng, dt: [([_r(rng, dt, 3, 4)], {"axes": None}),
                             ([_r(rng, dt, 2, 3, 4)], {"axes": (1, 0, 2)})],
@@ -107,7 +108,7 @@ def _concat_bwd(M, g, xs, y, at, nd):
     out, off = [], 0
     for x in xs:
         n = x.shape[ax]
-        out.append(np.ascontiguousarray(g[(slice(None),) * ax + (slice(off, off + n),)]))
+        out.append(g[(slice(None),) * ax + (slice(off, off + n),)].copy(order="C"))
         off += n
     return out
 
