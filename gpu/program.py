@@ -59,11 +59,13 @@ def _node_id(tape: Tape, v: Var | int) -> int:
     return int(v)
 
 
-def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None) -> Program:
+def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None,
+            fuse: bool = False) -> Program:
     """Mirror the episode [0, loss] of `tape` on `device` (values uploaded for the leaves).
 
     `math` overrides the tape's math mode on the device: replaying a refmath tape with
-    math="platform" shows exactly where and how far the platform libm drifts.
+    math="platform" shows exactly where and how far the platform libm drifts. `fuse` replaces
+    runs of row-local nodes with generated kernels (gpu.fusion; bit-identical results).
     """
     if math is not None and math not in ("refmath", "platform"):
         raise CaptureError(f"math must be 'refmath' or 'platform', not {math!r}")
@@ -84,7 +86,12 @@ def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None
                                f"for op {n.op!r}")
         if n.dtype != tape.dtype:
             raise CaptureError(f"node {n.id} {n.op}: dtype {n.dtype} differs from the tape's")
-    return Program(device, tape, li, math)
+    prog = Program(device, tape, li, math)
+    if fuse:
+        from gpu import fusion  # fusion builds on Program: imported only when asked for
+
+        fusion.apply(prog)
+    return prog
 
 
 class Program:

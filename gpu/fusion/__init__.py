@@ -24,7 +24,4 @@ def capture(device: Any, tape: Any, loss: Any, fuse: bool = True) -> Any:
     """``gpu.capture`` then ``apply`` when ``fuse``: the ``capture(..., fuse=True)`` form."""
     from gpu.program import capture as _capture
 
-    prog = _capture(device, tape, loss)
-    if fuse:
-        apply(prog)
-    return prog
+    return _capture(device, tape, loss, fuse=fuse)
