@@ -1,33 +1,37 @@
-"""The live session controller: a worker thread steps a ``PairRunner``; the GUI gets snapshots.
+"""The live session (GUI side): a worker process steps the pair, Qt signals bring snapshots.
 
-The worker is a plain Python thread (the work is numpy and ctypes, not Qt); control (pause,
-single-step, resume, stop) goes through a lock and an event, so the GUI never waits on a step.
-Results cross to the GUI thread through a queued Qt signal at a bounded rate: every step's
-small numbers (losses, max ulp per node, time) are batched into the next ``Snapshot``, the
-per-node parity dicts only of the latest step, so a slow GUI sees fewer, fuller snapshots.
+``LiveSession`` starts ``python -m app.live_worker`` (see there why a process), sends it
+commands, and a reader thread turns its JSON lines into queued Qt signals, so the GUI thread
+never waits on a step and never competes with it for the GIL.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import queue
+import subprocess
+import sys
 import threading
-import time
-import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from app.report_data import ReportAccumulator
-from app.runs import PairRunner, SessionConfig, StepResult
+from app.live_worker import FAILED, IDLE, PAUSED, RUNNING, STOPPED
+from app.runs import SessionConfig, StepResult
 
-IDLE, RUNNING, PAUSED, STOPPED, FAILED = "idle", "running", "paused", "stopped", "failed"
+__all__ = ["FAILED", "IDLE", "LiveSession", "PAUSED", "RUNNING", "STOPPED", "Snapshot"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
 class Snapshot:
     """What the GUI receives: the steps since the last snapshot, and the latest in full."""
 
-    steps: list[tuple[int, float, float, float, bool]]  # (step, loss_ref, loss_cand, s, exact)
-    ulp_columns: list  # per step: np.ndarray of per-node worst ulp (-1 NaN)
+    steps: list[tuple]  # (step, loss_ref, loss_cand, seconds, exact)
+    ulp_columns: list[np.ndarray]  # per step: per-node worst ulp (-1 NaN)
     latest: StepResult
     first: dict | None  # the session's first divergence so far: {"step", "node", "op", "which"}
     steps_per_s: float
@@ -36,144 +40,191 @@ class Snapshot:
 
 
 class LiveSession(QObject):
-    """Owns the worker thread of one ``SessionConfig``; emits ``snapshot`` and ``failed``."""
+    """One worker process for one ``SessionConfig``; emits ``snapshot``, ``failed``, ..."""
 
     snapshot = Signal(object)
     state_changed = Signal(str)
     failed = Signal(str, str)  # message, traceback
-    ready = Signal(object)  # once built: {"plan", "device", "reference", "candidate"}
+    ready = Signal(object)  # {"plan", "device", "reference", "candidate"}
+    _message = Signal(object)
 
-    def __init__(self, config: SessionConfig, interval_s: float = 0.1, max_steps: int | None =
-                 None, parent=None) -> None:
+    def __init__(self, config: SessionConfig, interval_s: float = 0.1,
+                 max_steps: int | None = None, parent=None) -> None:
         super().__init__(parent)
-        self.config = config
-        self.interval_s = interval_s
-        self.max_steps = max_steps
-        self.runner: PairRunner | None = None
-        self.report: ReportAccumulator | None = None
+        self.config, self.interval_s, self.max_steps = config, interval_s, max_steps
         self.state = IDLE
         self.steps_done = 0
         self.first: dict | None = None
-        self._lock = threading.Lock()
-        self._go = threading.Event()  # set while running (or one step is owed)
-        self._single = False
-        self._stop = False
-        self._thread: threading.Thread | None = None
-        self._pending: list[StepResult] = []
-        self._rate: list[float] = []
+        self.info: dict | None = None
+        self.proc: subprocess.Popen | None = None
+        self._reports: queue.Queue = queue.Queue()
+        self._stderr: list[str] = []
+        self._mail: list = []
+        self._mail_lock = threading.Lock()
+        self._message.connect(self._on_mail)
 
     # ---- control (GUI thread) ---------------------------------------------------------------
     def start(self, paused: bool = False) -> None:
-        """Build the runner and start stepping in the worker thread."""
-        if self._thread is not None:
+        """Start the worker process (it builds the runner, then steps unless ``paused``)."""
+        if self.proc is not None:
             raise RuntimeError("this live session was already started")
+        arg = json.dumps({"config": self.config.__dict__, "interval_s": self.interval_s,
+                          "max_steps": self.max_steps, "paused": paused})
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.live_worker", arg], cwd=str(ROOT), env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            bufsize=1)
         self._set_state(PAUSED if paused else RUNNING)
-        if not paused:
-            self._go.set()
-        self._thread = threading.Thread(target=self._main, name="tapescope-live", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._read, daemon=True, name="tapescope-live-reader").start()
+        threading.Thread(target=self._read_err, daemon=True, name="tapescope-live-err").start()
+
+    def _send(self, cmd: str) -> bool:
+        p = self.proc
+        if p is None or p.poll() is not None:
+            return False
+        try:
+            p.stdin.write(json.dumps({"cmd": cmd}) + "\n")
+            p.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+        return True
 
     def pause(self) -> None:
         """Stop after the current step (a snapshot of it still arrives)."""
-        with self._lock:
-            if self.state == RUNNING:
-                self._go.clear()
-                self._set_state(PAUSED)
+        if self.state == RUNNING and self._send("pause"):
+            self._set_state(PAUSED)
 
     def resume(self) -> None:
         """Continue stepping."""
-        with self._lock:
-            if self.state == PAUSED:
-                self._single = False
-                self._set_state(RUNNING)
-                self._go.set()
+        if self.state == PAUSED and self._send("resume"):
+            self._set_state(RUNNING)
 
     def single_step(self) -> None:
         """While paused: run exactly one more step."""
-        with self._lock:
-            if self.state == PAUSED:
-                self._single = True
-                self._go.set()
+        if self.state == PAUSED:
+            self._send("step")
 
-    def stop(self, wait_s: float = 5.0) -> None:
-        """End the session; waits (bounded) for the current step to finish."""
-        with self._lock:
-            self._stop = True
-            self._go.set()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(wait_s)
-        if self.state not in (FAILED,):
+    def stop(self) -> None:
+        """End the stepping; the worker stays to answer ``report()`` until ``close()``."""
+        if self.state in (RUNNING, PAUSED, IDLE) and self.proc is not None:
+            self._send("stop")
             self._set_state(STOPPED)
 
+    def close(self, wait_s: float = 3.0) -> None:
+        """Stop and end the worker process."""
+        p = self.proc
+        if p is None:
+            return
+        self.stop()
+        self._send("quit")
+        try:
+            p.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            p.kill()  # our own child, by its handle
+            p.wait(wait_s)
+        for f in (p.stdin, p.stdout, p.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
     def is_alive(self) -> bool:
-        """True while the worker thread runs."""
-        return self._thread is not None and self._thread.is_alive()
+        """True while the worker process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def report(self, timeout_s: float = 10.0) -> dict | None:
+        """The report data of the steps run so far (asks the worker; None if it is gone)."""
+        while not self._reports.empty():
+            self._reports.get_nowait()
+        if not self._send("report"):
+            return None
+        try:
+            return self._reports.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
 
     def _set_state(self, s: str) -> None:
         if s != self.state:
             self.state = s
             self.state_changed.emit(s)
 
-    # ---- worker -----------------------------------------------------------------------------
-    def _main(self) -> None:
-        try:
-            r = self.runner = PairRunner(self.config)
-            plan = r.plan.to_json() if r.plan is not None else None
-            self.report = ReportAccumulator(self.config, r.nodes, r.ref_spec.label(),
-                                            r.cand_spec.label(), r.describe_device(), plan)
-        except Exception as e:  # noqa: BLE001 — the user's workload or a device may fail anyhow
-            self._fail(e)
-            return
-        self.ready.emit({"plan": plan, "device": r.describe_device(),
-                         "reference": r.ref_spec.label(), "candidate": r.cand_spec.label()})
-        last_emit = 0.0
-        while True:
-            self._go.wait()
-            with self._lock:
-                if self._stop:
-                    break
-                single = self._single
-                if single:
-                    self._single = False
-                    self._go.clear()
+    # ---- messages ---------------------------------------------------------------------------
+    def _read(self) -> None:
+        for line in self.proc.stdout:  # blocks in C without the GIL
             try:
-                res = self.runner.step()
-            except Exception as e:  # noqa: BLE001 — shown in the GUI, the app stays up
-                self._fail(e)
-                return
-            self.steps_done += 1
-            self.report.add(res)
-            if self.first is None and res.first is not None:
-                self.first = {"step": res.step, **res.first}
-            self._pending.append(res)
-            self._rate.append(time.perf_counter())
-            del self._rate[:-20]
-            done = self.max_steps is not None and self.steps_done >= self.max_steps
-            now = time.perf_counter()
-            paused = not self._go.is_set()
-            if done or paused or now - last_emit >= self.interval_s:
-                self._flush(PAUSED if paused else (STOPPED if done else RUNNING))
-                last_emit = now
-            if done:
-                with self._lock:
-                    self._stop = True
-                    self._go.clear()
-                self._set_state(STOPPED)
-                break
+                msg = json.loads(line)
+            except ValueError:
+                continue  # e.g. a stray print in the user's workload: not ours
+            if not isinstance(msg, dict) or "type" not in msg:
+                continue
+            if msg["type"] == "report":
+                self._reports.put(msg["data"])
+            else:
+                self._post(_snapshot(msg) if msg["type"] == "snapshot" else msg)
+        self._post({"type": "eof"})
 
-    def _flush(self, state: str) -> None:
-        pend, self._pending = self._pending, []
-        if not pend:
+    def _post(self, msg) -> None:
+        # one ordered mailbox; a snapshot following a snapshot the GUI has not taken yet merges
+        # into it, so however slow the GUI is, at most one notification is queued
+        with self._mail_lock:
+            box = self._mail
+            notify = not box
+            if box and isinstance(msg, Snapshot) and isinstance(box[-1], Snapshot):
+                box[-1] = _merge(box[-1], msg)
+            else:
+                box.append(msg)
+        if notify:
+            self._message.emit(None)
+
+    def _read_err(self) -> None:
+        for line in self.proc.stderr:
+            self._stderr.append(line)
+            del self._stderr[:-200]
+
+    def _on_mail(self, _=None) -> None:
+        with self._mail_lock:
+            box, self._mail = self._mail, []
+        for msg in box:
+            self._on_message(msg)
+
+    def _on_message(self, msg) -> None:
+        if isinstance(msg, Snapshot):
+            self.steps_done = msg.extra["steps_done"]
+            self.first = msg.first
+            if self.state not in (STOPPED, FAILED):
+                self._set_state(msg.state)
+            self.snapshot.emit(msg)
             return
-        r = self._rate
-        sps = (len(r) - 1) / (r[-1] - r[0]) if len(r) > 1 and r[-1] > r[0] else 0.0
-        self.snapshot.emit(Snapshot(
-            steps=[(p.step, p.loss_ref, p.loss_cand, p.seconds, p.exact) for p in pend],
-            ulp_columns=[p.node_max_ulp() for p in pend], latest=pend[-1], first=self.first,
-            steps_per_s=sps, state=state))
+        kind = msg["type"]
+        if kind == "ready":
+            self.info = msg
+            self.ready.emit(msg)
+        elif kind == "state":
+            self.steps_done = max(self.steps_done, msg["steps_done"])
+            if self.state not in (FAILED,):
+                self._set_state(msg["state"])
+        elif kind == "failed":
+            self._set_state(FAILED)
+            self.failed.emit(msg["message"], msg["details"])
+        elif kind == "eof" and self.state in (RUNNING, PAUSED, IDLE):
+            err = "".join(self._stderr[-40:])
+            self._set_state(FAILED)
+            self.failed.emit("the live worker process ended unexpectedly", err)
 
-    def _fail(self, e: BaseException) -> None:
-        details = getattr(e, "details", "") or traceback.format_exc()
-        self._set_state(FAILED)
-        self.failed.emit(f"{type(e).__name__}: {e}", details)
+
+def _merge(old: Snapshot, new: Snapshot) -> Snapshot:
+    """Two snapshots the GUI has not seen yet as one (all steps kept, the newest in full)."""
+    new.steps = old.steps + new.steps
+    new.ulp_columns = old.ulp_columns + new.ulp_columns
+    return new
+
+
+def _snapshot(msg: dict) -> Snapshot:
+    latest = StepResult(**msg["latest"])
+    return Snapshot(steps=[tuple(s) for s in msg["steps"]],
+                    ulp_columns=[np.asarray(c, dtype=np.float64) for c in msg["columns"]],
+                    latest=latest, first=msg["first"], steps_per_s=msg["steps_per_s"],
+                    state=msg["state"], extra={"steps_done": msg["steps_done"]})

@@ -119,13 +119,13 @@ class LiveController(QObject):
         self.act_step.setEnabled(live and state == PAUSED)
         self.act_resume.setEnabled(live and state == PAUSED)
         self.act_stop.setEnabled(live)
-        self.act_export.setEnabled(self.live is not None and self.live.report is not None)
+        self.act_export.setEnabled(self.live is not None and self.live.info is not None)
 
     # ---- control ----------------------------------------------------------------------------
     def start(self, config: SessionConfig | None = None, paused: bool = False,
               max_steps: int | None = None) -> bool:
-        """Stop any session, open ``config.workload`` in the window, start stepping."""
-        self.stop()
+        """End any session, open ``config.workload`` in the window, start stepping."""
+        self.close()
         if config is not None:
             self.config = config
             self._sync_toolbar()
@@ -171,9 +171,14 @@ class LiveController(QObject):
 
     @Slot()
     def stop(self) -> None:
-        """End the session (the last results stay on screen)."""
-        if self.live is not None and self.live.is_alive():
+        """End the stepping (the results stay on screen and can still be exported)."""
+        if self.live is not None:
             self.live.stop()
+
+    def close(self) -> None:
+        """Stop and let the worker process go (a new session, or the window closes)."""
+        if self.live is not None:
+            self.live.close()
 
     # ---- results ----------------------------------------------------------------------------
     @Slot(object)
@@ -244,11 +249,13 @@ class LiveController(QObject):
         """Write the HTML report (and its .json) of what this session ran so far."""
         from app.report_html import write_report
 
-        if self.live is None or self.live.report is None:
-            self.win.show_error("Cannot export", "no live session has run yet")
+        data = self.live.report() if self.live is not None else None
+        if data is None:
+            self.win.show_error("Cannot export", "no live session has run yet (or its worker "
+                                "has ended)")
             return False
         try:
-            write_report(self.live.report.to_json(), path)
+            write_report(data, path)
         except OSError as e:
             self.win.show_error("Cannot export", f"{path}: {e}")
             return False

@@ -221,7 +221,7 @@ class MainWindow(QMainWindow):
         self.recent_menu.setEnabled(bool(self.recent_files()))
 
     def closeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
-        self.live.stop()  # the worker finishes its step; nothing is left running
+        self.live.close()  # the worker process ends with the window
         super().closeEvent(ev)
 
     # ---- drag and drop ----------------------------------------------------------------------

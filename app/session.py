@@ -35,6 +35,37 @@ def find_loss(tape, meta: dict | None = None) -> int | None:
     return None
 
 
+def parity_colors(comparison: list[dict] | None) -> dict[int, str]:
+    """Overlay colour per compared node: green exact, amber to red by max ulp, NaN purple."""
+    out: dict[int, str] = {}
+    for e in comparison or ():
+        worst = 0.0
+        nan = False
+        for side in ("value", "grad"):
+            d = e.get(side) or {}
+            if d.get("n_diff"):
+                worst = max(worst, float(d.get("max_ulp") or 0))
+                nan = nan or bool(d.get("n_nan"))
+                worst = max(worst, 1.0)
+        if nan:
+            out[int(e["id"])] = NAN_COLOR
+        elif worst == 0:
+            out[int(e["id"])] = EXACT_COLOR
+        else:
+            out[int(e["id"])] = ulp_color(worst)
+    return out
+
+
+EXACT_COLOR, NAN_COLOR = "#16a34a", "#7c3aed"
+
+
+def ulp_color(ulp: float) -> str:
+    """Amber (1 ulp) to red (2**20 ulp and beyond), on a log scale."""
+    # NOTE: log scale: 1 ulp is amber, 2**20 ulp and beyond fully red
+    t = min(1.0, np.log2(max(ulp, 1.0)) / 20.0)
+    return f"#{int(245 - 25 * t):02x}{int(158 * (1 - t)):02x}0b"
+
+
 @dataclass
 class Session:
     """One opened tape plus what the panels need to know about it."""
@@ -91,25 +122,7 @@ class Session:
 
     def parity_colors(self) -> dict[int, str]:
         """Overlay colour per compared node: green exact, amber to red by max ulp, NaN purple."""
-        out: dict[int, str] = {}
-        for e in self.comparison or ():
-            worst = 0.0
-            nan = False
-            for side in ("value", "grad"):
-                d = e.get(side) or {}
-                if d.get("n_diff"):
-                    worst = max(worst, float(d.get("max_ulp") or 0))
-                    nan = nan or bool(d.get("n_nan"))
-                    worst = max(worst, 1.0)
-            if nan:
-                out[int(e["id"])] = "#7c3aed"
-            elif worst == 0:
-                out[int(e["id"])] = "#16a34a"
-            else:
-                # NOTE: log scale: 1 ulp is amber, 2**20 ulp and beyond fully red
-                t = min(1.0, np.log2(worst) / 20.0)
-                out[int(e["id"])] = f"#{int(245 - 25 * t):02x}{int(158 * (1 - t)):02x}0b"
-        return out
+        return parity_colors(self.comparison)
 
     def nonfinite(self) -> list[int]:
         """Nodes whose value or gradient holds NaN/inf."""

@@ -28,7 +28,8 @@ SEARCH_COLOR = QColor("#c026d3")
 FIRST_COLOR = QColor("#dc2626")  # the first divergence: thick red outline and a flag
 KERNEL_COLOR = QColor("#0891b2")  # nodes of the kernel selected in the Kernels dock
 FRAME_COLOR = QColor("#0e7490")
-FRAME_FILL = QColor(8, 145, 178, 22)
+FRAME_FILL = QColor(8, 145, 178, 18)
+FRAME_MEMBER = QColor(8, 145, 178, 70)
 NAN_FILL = QColor("#ff6b6b")
 EDGE_COLOR = QColor(110, 120, 140)
 EDGE_HI_COLOR = QColor("#1d6fe0")
@@ -249,6 +250,9 @@ class GraphCanvas(QGraphicsItem):
             painter.setPen(QPen(FRAME_COLOR, 1.5 if scale >= 0.3 else 0, Qt.DashLine))
             painter.setBrush(FRAME_FILL)
             painter.drawRoundedRect(r, 8, 8)
+            painter.setPen(Qt.NoPen)
+            painter.setBrush(FRAME_MEMBER)  # members stand out from non-members the frame spans
+            painter.drawRects([self._rects[i].adjusted(-5, -5, 5, 5) for i in items])
             if scale >= 0.3:
                 painter.setPen(FRAME_COLOR)
                 painter.drawText(QRectF(r.left() + 8, r.top() + 1, r.width() - 16, 15),

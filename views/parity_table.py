@@ -45,6 +45,16 @@ class ParityTableModel(QAbstractTableModel):
         self._row_of = {r.id: i for i, r in enumerate(self._rows)}
         self.endResetModel()
 
+    def update_rows(self, rows: list[ParityRow]) -> bool:
+        """Swap in rows for the same nodes (a new comparison): no reset, selection and scroll
+        stay; False (nothing done) when the nodes differ."""
+        if [r.id for r in rows] != [r.id for r in self._rows]:
+            return False
+        self._rows = list(rows)
+        if rows:
+            self.dataChanged.emit(self.index(0, 4), self.index(len(rows) - 1, len(COLUMNS) - 1))
+        return True
+
     def row_of(self, node_id: int) -> int:
         """Source row of a node id, or -1."""
         return self._row_of.get(node_id, -1)
@@ -163,6 +173,9 @@ class ParityPanel(QWidget):
 
     def set_rows(self, rows: list[ParityRow]) -> None:
         """Show new rows (a new tape or a new comparison)."""
+        if self.model.rowCount() and self.model.row_data(0).value_n_diff is not None \
+                and self.model.update_rows(rows):
+            return  # live updates: no reset, no column resizing (that costs ~0.1 s a time)
         self.model.set_rows(rows)
         self.table.resizeColumnsToContents()
         self.table.setColumnWidth(2, min(self.table.columnWidth(2), 220))

@@ -95,12 +95,16 @@ class TrainingPanel(QWidget):
         self.heat.clear()
         self.rate.setText("—")
 
-    def add_steps(self, steps: list[tuple], columns: list[np.ndarray], steps_per_s: float) -> None:
-        """Append steps ``(step, loss_ref, loss_cand, seconds, exact)`` and their ulp columns."""
+    def add_steps(self, steps: list[tuple], columns: list[np.ndarray], steps_per_s: float,
+                  worst: list[float] | None = None) -> None:
+        """Append steps ``(step, loss_ref, loss_cand, seconds, exact)`` and per-node ulp columns
+        (of the last ``len(columns)`` steps; ``worst`` per step when columns are fewer)."""
         if not steps:
             return
         a = np.array([s[:3] for s in steps], dtype=np.float64)
-        worst = np.array([_worst(c) for c in columns], dtype=np.float64)
+        if worst is None:
+            worst = [_worst(c) for c in columns]
+        worst = np.asarray(worst, dtype=np.float64)
         self.steps = np.concatenate((self.steps, a[:, 0]))
         self.loss_ref = np.concatenate((self.loss_ref, a[:, 1]))
         self.loss_cand = np.concatenate((self.loss_cand, a[:, 2]))
@@ -109,7 +113,7 @@ class TrainingPanel(QWidget):
             for name in ("steps", "loss_ref", "loss_cand", "max_ulp"):
                 setattr(self, name, getattr(self, name)[::2].copy())
         self.columns += [heat_levels(c) for c in columns]
-        self.col_steps += [int(s[0]) for s in steps]
+        self.col_steps += [int(s[0]) for s in steps[len(steps) - len(columns):]]
         del self.columns[:-HEAT_STEPS], self.col_steps[:-HEAT_STEPS]
         self.steps_per_s = steps_per_s
         self.total_steps += len(steps)

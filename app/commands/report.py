@@ -1,0 +1,78 @@
+"""``tapescope report``: train a workload on two runs side by side and write one self-contained
+HTML parity report (inline CSS, embedded PNGs) plus its JSON sidecar."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``report`` subcommand."""
+    from app.runs import COMPARES
+
+    p = sub.add_parser("report", help="HTML parity report (+ .json) of a side-by-side run")
+    p.add_argument("--workload", default="mlp", help="mlp | transformer | PATH.py")
+    p.add_argument("--device", default="auto", choices=["auto", "host", "cuda"])
+    p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
+    p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
+                   help="the candidate's math (the reference is always refmath)")
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
+                   help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="report.html", help="the HTML file (the .json goes beside)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run, write the report; 0 when bit-identical, 1 when not, 2 on bad input."""
+    import os
+    import sys
+
+    if args.steps < 1:
+        print("tapescope report: --steps must be at least 1", file=sys.stderr)
+        return 2
+    if not args.out.lower().endswith((".html", ".htm")):
+        print(f"tapescope report: --out {args.out!r} must end in .html", file=sys.stderr)
+        return 2
+    from app.report_data import ReportAccumulator
+    from app.runs import PairRunner, SessionConfig
+    from core.workloads import WorkloadError
+
+    try:
+        cfg = SessionConfig(workload=args.workload, device=args.device, fuse=args.fuse,
+                            dtype=args.dtype, math=args.math, compare=args.compare,
+                            seed=args.seed)
+        runner = PairRunner(cfg)
+    except WorkloadError as e:
+        print(f"tapescope report: {e}\n{e.details}", file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError) as e:  # unknown workload, DeviceError, CaptureError
+        print(f"tapescope report: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(runner.describe_device())
+    plan = runner.plan.to_json() if runner.plan is not None else None
+    acc = ReportAccumulator(cfg, runner.nodes, runner.ref_spec.label(),
+                            runner.cand_spec.label(), runner.describe_device(), plan)
+    for _ in range(args.steps):
+        r = runner.step()
+        acc.add(r)
+        print(f"step {r.step + 1:4d}  loss {r.loss_ref:.9g}  {r.loss_cand:.9g}  "
+              f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
+    data = acc.to_json()
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # pictures need no screen
+    __import__("views")  # the PySide6 guard (views/__init__.py), before any Qt work
+    from PySide6.QtWidgets import QApplication
+
+    _app = QApplication.instance() or QApplication(sys.argv[:1])
+    from app.report_html import write_report
+
+    try:
+        html, side = write_report(data, args.out)
+    except OSError as e:
+        print(f"tapescope report: cannot write {args.out}: {e}", file=sys.stderr)
+        return 2
+    print(f"{data['verdict']['text']}\nwrote {html} and {side}")
+    return 0 if data["verdict"]["exact"] else 1

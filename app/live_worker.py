@@ -1,0 +1,184 @@
+"""The live session's worker: steps a ``PairRunner`` and streams JSON lines (no Qt).
+
+Run as ``python -m app.live_worker CONFIG_JSON`` by ``app.live.LiveSession``: commands arrive
+on stdin, one JSON object per line (``{"cmd": "pause" | "resume" | "step" | "stop" |
+"report"}``), messages leave on stdout, one per line (``ready``, ``state``, ``snapshot``,
+``report``, ``failed``). A separate process, not a thread of the GUI: the stepping is Python
+work, and a busy Python thread makes every Qt→Python call of the GUI thread (each table cell,
+each paint) wait for the GIL, which froze the window for seconds in our first version.
+
+Snapshots are rate-bounded: every step's small numbers (losses, per-node worst ulp, time) are
+batched into the next snapshot, the per-node parity dicts only of the latest step.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+
+from app.report_data import ReportAccumulator
+from app.runs import PairRunner, SessionConfig, StepResult
+
+IDLE, RUNNING, PAUSED, STOPPED, FAILED = "idle", "running", "paused", "stopped", "failed"
+
+
+class Stepper:
+    """The stepping loop and its controls (thread-safe); ``emit`` receives plain dicts."""
+
+    def __init__(self, config: SessionConfig, emit: Callable[[dict], None],
+                 interval_s: float = 0.1, max_steps: int | None = None,
+                 paused: bool = False) -> None:
+        self.config, self.emit = config, emit
+        self.interval_s, self.max_steps = interval_s, max_steps
+        self.state = PAUSED if paused else RUNNING
+        self.report: ReportAccumulator | None = None
+        self.steps_done = 0
+        self.first: dict | None = None
+        self._lock = threading.Lock()
+        self._go = threading.Event()
+        if not paused:
+            self._go.set()
+        self._single = self._stop = False
+        self._pending: list[StepResult] = []
+        self._times: list[float] = []
+
+    def command(self, cmd: str) -> None:
+        """pause | resume | step | stop | report."""
+        with self._lock:
+            if cmd == "pause" and self.state == RUNNING:
+                self._go.clear()
+                self._state(PAUSED)
+                self._flush()  # steps still batched reach the GUI now, not at the next step
+            elif cmd == "resume" and self.state == PAUSED:
+                self._single = False
+                self._state(RUNNING)
+                self._go.set()
+            elif cmd == "step" and self.state == PAUSED:
+                self._single = True
+                self._go.set()
+            elif cmd == "stop":
+                self._stop = True
+                self._go.set()
+        if cmd == "report":
+            data = self.report.to_json() if self.report is not None else None
+            self.emit({"type": "report", "data": data})
+
+    def _state(self, s: str) -> None:
+        self.state = s
+        self.emit({"type": "state", "state": s, "steps_done": self.steps_done})
+
+    def run(self) -> None:
+        """Build the runner, then step until stopped (or ``max_steps``)."""
+        try:
+            r = PairRunner(self.config)
+            plan = r.plan.to_json() if r.plan is not None else None
+            self.report = ReportAccumulator(self.config, r.nodes, r.ref_spec.label(),
+                                            r.cand_spec.label(), r.describe_device(), plan)
+        except Exception as e:  # noqa: BLE001 — the user's workload or a device may fail anyhow
+            self._fail(e)
+            return
+        self.emit({"type": "ready", "plan": plan, "device": r.describe_device(),
+                   "reference": r.ref_spec.label(), "candidate": r.cand_spec.label()})
+        last = 0.0
+        while True:
+            self._go.wait()
+            with self._lock:
+                if self._stop:
+                    break
+                if self._single:
+                    self._single = False
+                    self._go.clear()
+            try:
+                res = r.step()
+            except Exception as e:  # noqa: BLE001 — shown in the GUI, the app stays up
+                self._fail(e)
+                return
+            self.report.add(res)
+            now = time.perf_counter()
+            with self._lock:  # commands and messages keep one order on the pipe
+                self.steps_done += 1
+                if self.first is None and res.first is not None:
+                    self.first = {"step": res.step, **res.first}
+                self._pending.append(res)
+                self._times.append(now)
+                del self._times[:-20]
+                done = self.max_steps is not None and self.steps_done >= self.max_steps
+                if done:
+                    self._stop = True
+                    self._go.clear()
+                    self.state = STOPPED
+                if done or not self._go.is_set() or now - last >= self.interval_s:
+                    self._flush()
+                    last = now
+                if done:
+                    self._state(STOPPED)
+                    break
+
+    def _flush(self) -> None:
+        """Send the batched steps (caller holds the lock)."""
+        if not self._pending:
+            return
+        state = self.state
+        pend, self._pending = self._pending, []
+        t = self._times
+        sps = (len(t) - 1) / (t[-1] - t[0]) if len(t) > 1 and t[-1] > t[0] else 0.0
+        self.emit({"type": "snapshot", "state": state, "steps_done": self.steps_done,
+                   "steps": [[p.step, p.loss_ref, p.loss_cand, p.seconds, p.exact]
+                             for p in pend],
+                   "columns": [p.node_max_ulp().tolist() for p in pend],
+                   "latest": asdict(pend[-1]), "first": self.first, "steps_per_s": sps})
+
+    def _fail(self, e: BaseException) -> None:
+        details = getattr(e, "details", "") or traceback.format_exc()
+        self.state = FAILED
+        self.emit({"type": "failed", "message": f"{type(e).__name__}: {e}", "details": details})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point: argv[0] is the JSON of {"config", "interval_s", "max_steps",
+    "paused"}."""
+    args = json.loads((argv or sys.argv[1:])[0])
+    out = sys.stdout
+    lock = threading.Lock()
+
+    def emit(msg: dict) -> None:
+        line = json.dumps(msg)
+        with lock:
+            out.write(line + "\n")
+            out.flush()
+
+    try:
+        cfg = SessionConfig(**args["config"])
+    except (TypeError, ValueError) as e:
+        emit({"type": "failed", "message": f"bad session config: {e}", "details": ""})
+        return 2
+    st = Stepper(cfg, emit, args.get("interval_s", 0.1), args.get("max_steps"),
+                 args.get("paused", False))
+
+    quit_ = threading.Event()
+
+    def commands() -> None:
+        for line in sys.stdin:
+            try:
+                cmd = json.loads(line)["cmd"]
+            except (ValueError, KeyError, TypeError):
+                continue  # a garbled line is ignored: the GUI is the only writer
+            if cmd == "quit":
+                break
+            st.command(cmd)
+        st.command("stop")  # quit, or the GUI went away
+        quit_.set()
+
+    threading.Thread(target=commands, daemon=True).start()
+    st.run()
+    quit_.wait()  # a stopped session still answers "report" until the GUI lets it go
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

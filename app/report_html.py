@@ -1,0 +1,169 @@
+"""The parity report: ONE self-contained HTML file (inline CSS, base64 PNGs, no script, no
+network) and its JSON sidecar (same name, ``.json``) with the same data, images left out."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from html import escape
+from pathlib import Path
+
+from app.session import EXACT_COLOR, NAN_COLOR, parity_colors
+
+SECTIONS = ("verdict", "environment", "first-divergence", "dag", "plots", "nodes")
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
+ color:#1f2937;background:#f3f4f6;margin:0}
+main{max-width:1180px;margin:0 auto;padding:24px 28px 60px}
+h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:0 0 10px;color:#111827}
+.sub{color:#6b7280;margin-bottom:18px}
+section{background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:16px 20px;
+ margin:0 0 18px;box-shadow:0 1px 2px rgba(0,0,0,.04)}
+.verdict{font-size:18px;font-weight:600;padding:14px 18px;border-radius:8px;color:#fff}
+.ok{background:#15803d}.bad{background:#b91c1c}
+table{border-collapse:collapse;width:100%}
+th,td{padding:4px 8px;border-bottom:1px solid #eef0f3;text-align:left;vertical-align:top}
+th{background:#f9fafb;font-weight:600;color:#374151;position:sticky;top:0}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+tr.diff td{background:#fff5f5}
+.kv td:first-child{width:210px;color:#6b7280}
+code,.mono{font-family:"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:12.5px}
+.sw{display:inline-block;width:11px;height:11px;border-radius:3px;margin-right:6px;
+ vertical-align:-1px}
+.img{overflow:auto;max-height:900px;border:1px solid #e5e7eb;border-radius:6px}
+.img img{display:block;max-width:100%}
+.scroll{max-height:640px;overflow:auto}
+.legend span{margin-right:16px}
+"""
+
+
+def _b64(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _kv(rows: dict) -> str:
+    return "<table class=kv>" + "".join(
+        f"<tr><td>{escape(str(k))}</td><td class=mono>{escape(str(v))}</td></tr>"
+        for k, v in rows.items()) + "</table>"
+
+
+def _num(v, fmt: str = "{:g}") -> str:
+    return "" if v is None else escape(fmt.format(v))
+
+
+def _node_table(data: dict) -> str:
+    colors = parity_colors([n for n in data["nodes"] if n["value"] is not None])
+    head = ("<tr><th class=n>id</th><th>op</th><th>name</th><th>shape</th>"
+            "<th class=n>value n_diff</th><th class=n>value max ulp</th><th class=n>value max "
+            "abs</th><th class=n>grad n_diff</th><th class=n>grad max ulp</th>"
+            "<th class=n>grad max abs</th></tr>")
+    rows = []
+    for n in data["nodes"]:
+        v, g = n["value"] or {}, n["grad"] or {}
+        differs = bool(v.get("n_diff") or g.get("n_diff"))
+        sw = colors.get(n["id"])
+        swatch = f"<span class=sw style='background:{sw}'></span>" if sw else ""
+        rows.append(
+            f"<tr{' class=diff' if differs else ''}><td class=n>{n['id']}</td>"
+            f"<td>{swatch}{escape(n['op'])}</td><td class=mono>{escape(n['name'] or '')}</td>"
+            f"<td class=mono>{escape('×'.join(map(str, n['shape'])) or 'scalar')}</td>"
+            f"<td class=n>{_num(v.get('n_diff'))}</td><td class=n>{_num(v.get('max_ulp'))}</td>"
+            f"<td class=n>{_num(v.get('max_abs'), '{:.3g}')}</td>"
+            f"<td class=n>{_num(g.get('n_diff'))}</td><td class=n>{_num(g.get('max_ulp'))}</td>"
+            f"<td class=n>{_num(g.get('max_abs'), '{:.3g}')}</td></tr>")
+    return f"<div class=scroll><table>{head}{''.join(rows)}</table></div>"
+
+
+def _first(data: dict) -> str:
+    f = data.get("first_divergence")
+    if f is None:
+        return "<p>None: every value and gradient agreed bit for bit on every step.</p>"
+    roots = ", ".join(f"#{r['id']} {escape(r['op'])} <code>{escape(r['name'] or '')}</code>"
+                      for r in f.get("roots", []))
+    return (f"<p>Step <b>{f['step']}</b>, node <b>#{f['node']} {escape(f['op'])}</b> "
+            f"<code>{escape(f.get('name') or '')}</code>, its <b>{escape(f['which'])}</b>: the "
+            "first node in tape order whose bits differ (for gradients: the first backward "
+            "produced, the highest id).</p>"
+            + (f"<p>Where drift starts in that step's forward pass (differing values whose inputs "
+               f"all agree): {roots}</p>" if roots else ""))
+
+
+def _fusion(plan: dict | None) -> str:
+    if not plan:
+        return ""
+    b, a = plan["launches_before"], plan["launches_after"]
+    segs = "".join(f"<tr><td class=n>{s['index']}</td><td>{s['lo']}..{s['hi']}</td>"
+                   f"<td>{escape(s['kind'])}</td><td class=n>{s['rows']}</td>"
+                   f"<td class=mono>{escape(' '.join(s['ops']))}</td>"
+                   f"<td class=mono>{escape(s['forward'] or '')}</td></tr>"
+                   for s in plan["segments"])
+    return (f"<section id=fusion><h2>Fusion plan {escape(plan['plan_id'])}</h2><p>Launches per "
+            f"episode: <b>{b['episode']} unfused → {a['episode']} fused</b> (forward "
+            f"{b['forward']}→{a['forward']}, backward {b['backward']}→{a['backward']}, "
+            f"optimizer {b['optimizer']}→{a['optimizer']}).</p><table><tr><th class=n>seg</th>"
+            f"<th>nodes</th><th>kind</th><th class=n>rows</th><th>ops</th><th>forward kernel"
+            f"</th></tr>{segs}</table></section>")
+
+
+def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
+    """The report page from its data and two PNG pictures."""
+    v = data["verdict"]
+    c = data["config"]
+    cfg = {"workload": c["workload"], "reference": data["reference"],
+           "candidate": data["candidate"], "device": c["device"], "fuse": c["fuse"],
+           "dtype": c["dtype"], "math (candidate)": c["math"], "compare": c["compare"],
+           "seed": c["seed"], "steps": v["steps"],
+           "steps per second": f"{data.get('steps_per_s', 0):.2f}"}
+    legend = (f"<p class=legend><span><span class=sw style='background:{EXACT_COLOR}'></span>"
+              "bit-exact</span><span><span class=sw style='background:#f59e0b'></span>1 ulp"
+              "</span><span><span class=sw style='background:#dc000b'></span>≥ 2<sup>20</sup> "
+              f"ulp (log scale)</span><span><span class=sw style='background:{NAN_COLOR}'>"
+              "</span>NaN mismatch</span></p>")
+    title = f"tapescope parity report — {c['workload']}"
+    return f"""<!DOCTYPE html>
+<html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>
+<meta name=viewport content="width=device-width,initial-scale=1"><style>{CSS}</style></head>
+<body><main>
+<h1>{escape(title)}</h1>
+<div class=sub>{escape(data['reference'])} ↔ {escape(data['candidate'])} ·
+{escape(data['environment']['device'])}</div>
+<section id=verdict><div class="verdict {'ok' if v['exact'] else 'bad'}">{escape(v['text'])}
+</div><p></p>{_kv(cfg)}</section>
+<section id=first-divergence><h2>First divergence</h2>{_first(data)}</section>
+<section id=dag><h2>DAG with parity overlay</h2>{legend}
+<div class=img><img alt="tape DAG coloured by parity" src="{_b64(dag_png)}"></div></section>
+<section id=plots><h2>Loss and parity over the steps</h2>
+<div class=img><img alt="loss, max ulp per step, nodes × steps heatmap" src="{_b64(plots_png)}">
+</div></section>
+<section id=nodes><h2>Per node (worst step)</h2>{_node_table(data)}</section>
+{_fusion(data.get('fusion'))}
+<section id=environment><h2>Environment</h2>{_kv(data['environment'])}</section>
+</main></body></html>
+"""
+
+
+def _plain(x):
+    """Strict JSON: non-finite floats become the strings "inf", "-inf", "nan"."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if hasattr(x, "item"):  # numpy scalars
+        return _plain(x.item())
+    return x
+
+
+def write_report(data: dict, path: str | Path) -> tuple[Path, Path]:
+    """Render the pictures (needs a QApplication) and write ``path`` and ``path.json``."""
+    from app.report_render import render_dag, render_training
+
+    path = Path(path)
+    html = build_html(data, render_dag(data), render_training(data))
+    side = path.with_suffix(".json")
+    path.write_text(html, encoding="utf-8")
+    side.write_text(json.dumps(_plain(data), indent=1, allow_nan=False), encoding="utf-8")
+    return path, side

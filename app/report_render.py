@@ -1,0 +1,97 @@
+"""Offscreen pictures for reports: the DAG with its parity overlay, the training plots (PNG bytes).
+
+Needs a QApplication (the ``offscreen`` platform is enough); draws with the same canvas and
+Training panel the app shows, so a report looks like the window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRectF, Qt
+from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtWidgets import QGraphicsScene
+
+from app.session import parity_colors
+from views.graph_canvas import GraphCanvas
+from views.graph_model import GraphModel, GraphNode
+from views.layout import CACHE
+
+MAX_W, MAX_H = 1200, 5000
+
+
+def png_bytes(img: QImage) -> bytes:
+    """Encode a QImage as PNG."""
+    ba = QByteArray()
+    buf = QBuffer(ba)
+    buf.open(QIODevice.WriteOnly)
+    if not img.save(buf, "PNG"):
+        raise OSError("PNG encoding failed")
+    buf.close()
+    return bytes(ba.data())
+
+
+def fused_groups(plan: dict | None) -> dict[str, list[int]]:
+    """Graph groups for a fusion plan's segments (the labels the app draws too)."""
+    out = {}
+    for seg in (plan or {}).get("segments", []):
+        kind = "loss tail" if seg["kind"] == "serial" else f"{seg['rows']} rows"
+        out[f"fused s{seg['index']} · {kind} · {len(seg['node_ids'])} ops"] = list(seg["node_ids"])
+    return out
+
+
+def render_dag(data: dict) -> bytes:
+    """The report's DAG: nodes coloured by worst parity, the first divergence flagged."""
+    info = data["nodes"]
+    nodes = [GraphNode(n["id"], n["op"], tuple(n["inputs"]), n["name"], tuple(n["shape"]))
+             for n in info]
+    model = GraphModel(nodes, len(nodes) - 1 if nodes else None)
+    groups = fused_groups(data.get("fusion"))
+    model.set_extra_groups(groups)
+    display = model.display()
+    lay = CACHE.get_or_compute(display.key, display.inputs, display.order_key)
+    canvas = GraphCanvas()
+    canvas.set_graph(display, lay)
+    ni = display.node_item
+    comp = [n for n in info if n["value"] is not None]
+    canvas.overlay = {int(ni[k]): QColor(v) for k, v in parity_colors(comp).items()}
+    first = data.get("first_divergence")
+    if first is not None:
+        canvas.first_items = {int(ni[first["node"]])}
+    canvas.frames = [(label, sorted({int(ni[i]) for i in ids})) for label, ids in groups.items()]
+    scene = QGraphicsScene()
+    scene.addItem(canvas)
+    r = canvas.boundingRect().adjusted(0, 0, 150, 0)  # room for the "first divergence" flag
+    s = min(1.0, MAX_W / max(r.width(), 1.0), MAX_H / max(r.height(), 1.0))
+    img = QImage(max(1, int(r.width() * s)), max(1, int(r.height() * s)), QImage.Format_RGB32)
+    img.fill(QColor("#f7f8fa"))
+    p = QPainter(img)
+    p.setRenderHint(QPainter.Antialiasing, True)
+    p.setRenderHint(QPainter.TextAntialiasing, True)
+    scene.render(p, QRectF(0, 0, img.width(), img.height()), r, Qt.KeepAspectRatio)
+    p.end()
+    scene.removeItem(canvas)
+    return png_bytes(img)
+
+
+def render_training(data: dict, size: tuple[int, int] = (1100, 560)) -> bytes:
+    """Loss curves, the max-ulp timeline and the heatmap, as the Training dock draws them."""
+    from views.training_view import TrainingPanel
+
+    w = TrainingPanel()
+    w.setAttribute(Qt.WA_DontShowOnScreen, True)
+    w.resize(*size)
+    w.reset(data["reference"], data["candidate"])
+    steps = [(s["step"], s["loss_ref"], s["loss_cand"], s["seconds"], s["exact"])
+             for s in data["steps"]]
+    # per-node columns exist for the last steps only (bounded): the heatmap's range
+    cols = [np.array(c) for c in data["heatmap"]["columns"]]
+    w.add_steps(steps, cols, data.get("steps_per_s", 0.0),
+                worst=[s["max_ulp"] for s in data["steps"]])
+    w.show()
+    from PySide6.QtCore import QCoreApplication
+
+    QCoreApplication.processEvents()
+    img = w.grab().toImage()
+    w.close()
+    w.deleteLater()
+    return png_bytes(img)

@@ -1,0 +1,21 @@
+"""A user workload with two independent transcendental branches (exp, tanh) and a relu one."""
+
+import numpy as np
+
+from core import ops
+from core.workloads import Workload
+
+
+class Branches(Workload):
+    name = "branches"
+    def build(self):
+        self.w = self.tape.param(self.init(4, 8), name="w")
+    def batch(self, step):
+        rng = np.random.default_rng((self.seed, step))
+        return {"x": rng.standard_normal((16, 4))}
+    def episode(self, data):
+        h = data["x"] @ self.w
+        a = ops.exp(h, name="e")
+        b = ops.tanh(h, name="t")
+        c = ops.relu(h, name="r")
+        return ops.mean(a * b + c, name="loss")
