@@ -62,12 +62,14 @@ def _node_table(data: dict) -> str:
     rows = []
     for n in data["nodes"]:
         v, g = n["value"] or {}, n["grad"] or {}
+        name = n["name"] or ""
+        name = f"{name}#{n['id']}" if name.endswith("/") else name  # unnamed, in a scope
         differs = bool(v.get("n_diff") or g.get("n_diff"))
         sw = colors.get(n["id"])
         swatch = f"<span class=sw style='background:{sw}'></span>" if sw else ""
         rows.append(
             f"<tr{' class=diff' if differs else ''}><td class=n>{n['id']}</td>"
-            f"<td>{swatch}{escape(n['op'])}</td><td class=mono>{escape(n['name'] or '')}</td>"
+            f"<td>{swatch}{escape(n['op'])}</td><td class=mono>{escape(name)}</td>"
             f"<td class=mono>{escape('×'.join(map(str, n['shape'])) or 'scalar')}</td>"
             f"<td class=n>{_num(v.get('n_diff'))}</td><td class=n>{_num(v.get('max_ulp'))}</td>"
             f"<td class=n>{_num(v.get('max_abs'), '{:.3g}')}</td>"

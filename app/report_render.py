@@ -73,7 +73,7 @@ def render_dag(data: dict) -> bytes:
     return png_bytes(img)
 
 
-def render_training(data: dict, size: tuple[int, int] = (1100, 560)) -> bytes:
+def render_training(data: dict, size: tuple[int, int] = (1116, 560)) -> bytes:
     """Loss curves, the max-ulp timeline and the heatmap, as the Training dock draws them."""
     from views.training_view import TrainingPanel
 

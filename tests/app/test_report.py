@@ -1,0 +1,104 @@
+"""Parity reports: one self-contained HTML file with every section, and its JSON sidecar."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QImage
+
+from app.commands import report
+from app.report_html import SECTIONS
+from app.runs import SessionConfig
+
+BRANCHES = str(Path(__file__).parent / "data" / "branches.py")
+
+
+def args(tmp_path, **kw) -> argparse.Namespace:
+    base = dict(workload="mlp", device="host", fuse=False, math="refmath", dtype="float64",
+                compare="cpu-device", steps=3, seed=0, out=str(tmp_path / "r.html"))
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def check_self_contained(html: str) -> list[QImage]:
+    """Every section present, nothing fetched from anywhere, images decodable PNGs."""
+    for sec in SECTIONS:
+        assert f"<section id={sec}>" in html, sec
+    assert "<script" not in html.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", html, re.I)
+    assert "<style>" in html and "<link" not in html.lower()
+    imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(imgs) == 2  # the DAG and the plots
+    out = []
+    for b in imgs:
+        img = QImage.fromData(base64.b64decode(b), "PNG")
+        assert not img.isNull() and img.width() > 300 and img.height() > 300
+        out.append(img)
+    return out
+
+
+def test_cli_report_of_an_exact_run(qapp, tmp_path, capsys):
+    assert report.run(args(tmp_path)) == 0
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    check_self_contained(html)
+    data = json.loads((tmp_path / "r.json").read_text(), parse_constant=pytest.fail)
+    assert data["verdict"]["exact"] and data["verdict"]["steps"] == 3
+    assert data["first_divergence"] is None
+    assert len(data["steps"]) == 3 and all(s["exact"] for s in data["steps"])
+    assert html.count("<tr><td class=n>") + html.count("<tr class=diff><td class=n>") == len(
+        data["nodes"])
+    assert data["environment"]["host_flags"].startswith("-O2 -ffp-contract=off")
+    assert "bit-identical" in html and data["environment"]["numpy"] in html
+
+
+def test_cli_report_of_platform_math_names_the_first_divergence(qapp, tmp_path):
+    rc = report.run(args(tmp_path, workload=BRANCHES, math="platform", steps=2))
+    assert rc == 1
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    check_self_contained(html)
+    data = json.loads((tmp_path / "r.json").read_text())
+    f = data["first_divergence"]
+    assert f["step"] == 0 and f["op"] == "exp" and f["which"] == "value"
+    assert {r["op"] for r in f["roots"]} == {"exp", "tanh"}
+    assert f"node <b>#{f['node']} exp</b>" in html
+    assert "class=diff" in html and "differs:" in html
+
+
+def test_cli_report_bad_input(qapp, tmp_path, capsys):
+    assert report.run(args(tmp_path, out=str(tmp_path / "r.txt"))) == 2
+    assert "must end in .html" in capsys.readouterr().err
+    assert report.run(args(tmp_path, workload="nosuch")) == 2
+    assert "unknown workload 'nosuch'" in capsys.readouterr().err
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise ImportError('no such module frobnicate')\n")
+    assert report.run(args(tmp_path, workload=str(bad))) == 2
+    err = capsys.readouterr().err
+    assert "frobnicate" in err and "Traceback" in err and "bad.py" in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_export_from_the_gui(qtbot, settings, tmp_path):
+    from app.main_window import MainWindow
+
+    win = MainWindow(settings=settings)
+    qtbot.addWidget(win)
+    win.show()
+    try:
+        assert win.live.start(SessionConfig(workload="mlp", device="host"), paused=True)
+        for k in range(2):
+            win.live.single_step()
+            qtbot.waitUntil(lambda k=k: win.live.last is not None
+                            and win.live.last.latest.step == k, timeout=10000)
+        out = tmp_path / "gui.html"
+        assert win.live.export(str(out))
+        check_self_contained(out.read_text(encoding="utf-8"))
+        data = json.loads(out.with_suffix(".json").read_text())
+        assert data["verdict"]["steps"] == 2 and data["verdict"]["exact"]
+        assert [s["step"] for s in data["steps"]] == [0, 1]
+    finally:
+        win.live.close()
