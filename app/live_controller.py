@@ -94,8 +94,8 @@ class LiveController(QObject):
         self.act_first = act(QStyle.SP_ArrowDown, "First divergence", self.jump_to_first)
         self.act_first.setToolTip("Select the first node whose bits differ (tape order)")
         self.act_export = tb.addAction("Export report…", self.export_dialog)
-        self.state_label = QLabel("  no live session", self.win)
-        tb.addWidget(self.state_label)
+        self.state_label = QLabel("no live session", self.win)
+        self.win.statusBar().addPermanentWidget(self.state_label)
         self._update_actions("idle")
 
     def _sync_toolbar(self) -> None:
@@ -227,7 +227,7 @@ class LiveController(QObject):
         f = self.live.first
         first = (f"first divergence: step {f['step']} node #{f['node']} {f['op']} "
                  f"({f['which']})") if f else "no divergence"
-        self.state_label.setText(f"  {self.live.state} · step {self.live.steps_done} · {first}")
+        self.state_label.setText(f"live {self.live.state} · step {self.live.steps_done} · {first}")
 
     @Slot(list)
     def _kernel_nodes(self, ids: list) -> None:

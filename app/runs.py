@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 COMPARES = {
-    "cpu-device": "CPU reference ↔ device",
-    "cpu-platform": "CPU reference ↔ CPU platform math",
-    "unfused-fused": "device unfused ↔ device fused",
-    "f64-device": "CPU float64 reference ↔ device (dtype)",
+    "cpu-device": "CPU ↔ device",
+    "cpu-platform": "CPU ↔ CPU platform math",
+    "unfused-fused": "device unfused ↔ fused",
+    "f64-device": "CPU float64 ↔ device",
 }
 
 

@@ -93,7 +93,11 @@ class TrainingPanel(QWidget):
         for c in (self.ref_curve, self.cand_curve, self.ulp_curve):
             c.setData([], [])
         self.heat.clear()
-        self.rate.setText("—")
+        for plot in (self.loss_plot, self.ulp_plot, self.heat_plot):
+            plot.setRange(xRange=(0, 10), yRange=(0, 1), padding=0.02)
+            plot.enableAutoRange()
+        self.heat_plot.hide()  # empty, its axes would auto-range to nonsense
+        self.rate.setText("No live session yet: press Start on the Live toolbar (or gui --live)")
 
     def add_steps(self, steps: list[tuple], columns: list[np.ndarray], steps_per_s: float,
                   worst: list[float] | None = None) -> None:
@@ -131,6 +135,8 @@ class TrainingPanel(QWidget):
             self.heat.setImage(img, levels=(0, 255), autoLevels=False)
             x0 = self.col_steps[0]
             self.heat.setRect(x0 - 0.5, -0.5, img.shape[1], img.shape[0])
+            self.heat_plot.show()
+            self.heat_plot.enableAutoRange()
         last = self.max_ulp[-1] if self.max_ulp.size else 0
         last_txt = "NaN" if last < 0 else f"{last:g} ulp"
         self.rate.setText(f"{self.total_steps} steps · {self.steps_per_s:.1f} steps/s · "
