@@ -74,9 +74,12 @@ def windows(x, kernel, strides, dilations, padw, fill, ceil_mode=0):
 def im2col(x, kernel, strides, dilations, padw, group):
     """(N, G, Cg * prod(kernel), prod(out)) columns, rows in (c, k1, k2, ...) row-major order."""
     nd = len(kernel)
+    n, c = x.shape[:2]
+    if all(k == 1 for k in kernel) and all(s == 1 for s in strides) and \
+            all(p == (0, 0) for p in padw):  # 1x1: the image already is its column matrix
+        return x.reshape(n, group, c // group, -1), list(x.shape[2:])
     v, outs = windows(x, kernel, strides, dilations, padw, 0)
     perm = [0, 1] + list(range(2 + nd, 2 + 2 * nd)) + list(range(2, 2 + nd))
-    n, c = x.shape[:2]
     return v.transpose(perm).reshape(n, group, (c // group) * int(np.prod(kernel)),
                                      int(np.prod(outs))), outs
 
@@ -123,7 +126,11 @@ def pool_nd(x, kind, kernel, strides, padw, dilations=None, ceil_mode=0, count_i
     if kind == "max":
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         v, _ = windows(x, kernel, strides, dil, padw, low, ceil_mode)
-        return np.max(v, axis=axes)
+        # one np.maximum per tap, vectorised over pixels (max is exact in any order; NaN wins)
+        y = v[(Ellipsis,) + (0,) * nd].copy()
+        for tap in list(np.ndindex(*kernel))[1:]:
+            np.maximum(y, v[(Ellipsis,) + tap], out=y)
+        return y
     v, _ = windows(x, kernel, strides, dil, padw, 0, ceil_mode)
     s = sum_fn(v, axes)
     return (s / pool_counts(x, kernel, strides, padw, dil, ceil_mode, count_include_pad)
