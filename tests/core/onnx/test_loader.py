@@ -119,3 +119,33 @@ def test_load_does_not_modify_the_callers_model():
     before = m.SerializeToString()
     Session(m).run({"x": np.zeros((2, 8), np.float32)})
     assert m.SerializeToString() == before
+
+
+def test_mutated_models_fail_only_with_onnx_error(tmp_path):
+    # flip, drop and duplicate bytes of a valid model: whatever happens, it is an OnnxError
+    from core.onnx import default_inputs
+
+    data = bytearray(open(os.path.join(MODELS, "tiny_convnet.onnx"), "rb").read())
+    rng = np.random.default_rng(11)
+    outcomes = {"ok": 0, "error": 0}
+    for i in range(150):
+        blob = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            pos = int(rng.integers(0, len(blob)))
+            kind = rng.integers(0, 3)
+            if kind == 0:
+                blob[pos] ^= 1 << int(rng.integers(0, 8))
+            elif kind == 1:
+                del blob[pos:pos + int(rng.integers(1, 8))]
+            else:
+                blob[pos:pos] = blob[pos:pos + int(rng.integers(1, 8))]
+        p = tmp_path / f"m{i}.onnx"
+        p.write_bytes(bytes(blob))
+        try:
+            sess = Session(p)
+            sess.run(default_inputs(sess))
+            outcomes["ok"] += 1
+        except OnnxError as e:
+            assert str(p) in str(e)
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0  # the mutations did break models, and each one said where
