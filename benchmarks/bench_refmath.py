@@ -13,15 +13,23 @@ an 80-bit long double reference (2**-11 double ulp of its own error), with the w
 each re-checked by mpmath at 120 bits; erf (no long double erf in numpy) against mpmath on
 ``--mp-samples`` inputs. numpy's own functions are measured on the same inputs for comparison.
 
+Exhaustive float32 parity (``--exhaustive exp,tanh``): every one of the 2**32 float32 bit
+patterns through refmath and through the C twin (gcc -O2 -ffp-contract=off, ctypes), counting
+bit mismatches (several minutes per function).
+
 Run: ``python benchmarks/bench_refmath.py [--n 1000000] [--repeat 7]``
      ``python benchmarks/bench_refmath.py --accuracy [--samples 1000000] [--mp-samples 20000]``
+     ``python benchmarks/bench_refmath.py --exhaustive exp,tanh,sigmoid,log``
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import math
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -158,6 +166,35 @@ def accuracy(samples: int, mp_samples: int) -> None:
                   f"{100 * c0:.3f}% | {m1:.3f} | {100 * c1:.3f}% |", flush=True)
 
 
+def exhaustive(names: list[str]) -> None:
+    """Every float32 bit pattern through refmath and the C twin; print the mismatch counts."""
+    kernels = Path(__file__).resolve().parents[1] / "gpu" / "kernels"
+    src = '#include "intrinsics_host.h"\n#include "refmath.cuh"\n' + "".join(
+        f"void s_{n}(const float* x, float* y, long long m) "
+        f"{{ for (long long i = 0; i < m; ++i) y[i] = ts_{n}f(x[i]); }}\n" for n in names)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "s.c").write_text(src)
+        lib_path = Path(tmp) / "s.so"
+        subprocess.run(["gcc", "-std=c99", "-O2", "-ffp-contract=off", "-shared", "-fPIC",
+                        f"-I{kernels}", str(Path(tmp) / "s.c"), "-o", str(lib_path)],
+                       check=True)
+        lib = ctypes.CDLL(str(lib_path))
+        step = 1 << 24
+        for name in names:
+            fn = getattr(lib, f"s_{name}")
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+            bad, t0 = 0, time.perf_counter()
+            for start in range(0, 1 << 32, step):
+                x = np.arange(start, start + step, dtype=np.uint64).astype(np.uint32)
+                x = x.view(np.float32)
+                ours = getattr(refmath, name)(x)
+                theirs = np.empty_like(x)
+                fn(x.ctypes.data, theirs.ctypes.data, x.size)
+                bad += int(np.count_nonzero(ours.view(np.uint32) != theirs.view(np.uint32)))
+            print(f"{name} float32: all 2**32 inputs, {bad} bit mismatches numpy vs C "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="elements per throughput call")
@@ -165,8 +202,16 @@ def main() -> int:
     ap.add_argument("--accuracy", action="store_true", help="measure accuracy instead")
     ap.add_argument("--samples", type=int, default=1_000_000, help="inputs per function/dtype")
     ap.add_argument("--mp-samples", type=int, default=20_000, help="inputs for mpmath-only")
+    ap.add_argument("--exhaustive", metavar="NAMES", help="comma-separated functions to check "
+                    "on every float32 input against the C twin")
     args = ap.parse_args()
-    if args.accuracy:
+    if args.exhaustive:
+        names = args.exhaustive.split(",")
+        unknown = [n for n in names if n not in refmath.FUNCTIONS]
+        if unknown:
+            ap.error(f"--exhaustive: unknown function(s) {unknown}; known: {refmath.FUNCTIONS}")
+        exhaustive(names)
+    elif args.accuracy:
         accuracy(args.samples, args.mp_samples)
     else:
         throughput(args.n, args.repeat)
