@@ -30,6 +30,11 @@ SORT_ROLE = Qt.UserRole + 1
 ID_ROLE = Qt.UserRole + 2
 
 
+_ROLES = frozenset({Qt.DisplayRole, SORT_ROLE, ID_ROLE, Qt.TextAlignmentRole, Qt.BackgroundRole,
+                    Qt.ToolTipRole})
+_DIFF_BG = QColor("#fde2e2")
+
+
 class ParityTableModel(QAbstractTableModel):
     """Rows of ParityRow; Qt.UserRole+1 gives sortable raw values (empty cells sort first)."""
 
@@ -75,7 +80,8 @@ class ParityTableModel(QAbstractTableModel):
         return None
 
     def data(self, index, role=Qt.DisplayRole):
-        if not index.isValid() or not (0 <= index.row() < len(self._rows)):
+        # NOTE: called per cell and role on every repaint: unhandled roles leave first
+        if role not in _ROLES or not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None
         r = self._rows[index.row()]
         c = index.column()
@@ -97,7 +103,7 @@ class ParityTableModel(QAbstractTableModel):
         if role == Qt.TextAlignmentRole and c not in (1, 2):
             return int(Qt.AlignRight | Qt.AlignVCenter)
         if role == Qt.BackgroundRole and c >= 4 and v:
-            return QColor("#fde2e2")  # this side has differing bits
+            return _DIFF_BG  # this side has differing bits
         if role == Qt.ToolTipRole and c == 2:
             return r.name
         return None
@@ -158,6 +164,8 @@ class ParityPanel(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(22)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
+        # size columns from the first rows only: every row would cost a Python data() call each
+        self.table.horizontalHeader().setResizeContentsPrecision(40)
         self.table.setAlternatingRowColors(True)
         top = QHBoxLayout()
         top.addWidget(self.filter, 1)
@@ -173,9 +181,14 @@ class ParityPanel(QWidget):
 
     def set_rows(self, rows: list[ParityRow]) -> None:
         """Show new rows (a new tape or a new comparison)."""
-        if self.model.rowCount() and self.model.row_data(0).value_n_diff is not None \
-                and self.model.update_rows(rows):
-            return  # live updates: no reset, no column resizing (that costs ~0.1 s a time)
+        fresh = not self.model.rowCount() or self.model.row_data(0).value_n_diff is None
+        if self.model.update_rows(rows):
+            # the same nodes (a new comparison): no reset, no sizing from every cell (~0.1 s)
+            if fresh:
+                fm = self.table.horizontalHeader().fontMetrics()
+                for c in range(4, len(COLUMNS)):
+                    self.table.setColumnWidth(c, fm.horizontalAdvance(COLUMNS[c]) + 24)
+            return
         self.model.set_rows(rows)
         self.table.resizeColumnsToContents()
         self.table.setColumnWidth(2, min(self.table.columnWidth(2), 220))

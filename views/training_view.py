@@ -6,13 +6,16 @@ Fed plain numbers (``add_steps``); the history is bounded (``MAX_POINTS`` loss p
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 MAX_POINTS = 20_000
 HEAT_STEPS = 300
+REDRAW_S = 0.35
 REF_PEN = pg.mkPen("#2563eb", width=2)
 CAND_PEN = pg.mkPen("#ea580c", width=1.5, style=Qt.DashLine)
 ULP_PEN = pg.mkPen("#b91c1c", width=1.5)
@@ -71,6 +74,10 @@ class TrainingPanel(QWidget):
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.rate)
         lay.addWidget(self.glw, 1)
+        self._last_draw = 0.0
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self._redraw)
         self.reset()
 
     def reset(self, ref_label: str = "reference", cand_label: str = "candidate") -> None:
@@ -122,9 +129,24 @@ class TrainingPanel(QWidget):
         self.steps_per_s = steps_per_s
         self.total_steps += len(steps)
         self.exact_steps += sum(1 for s in steps if s[4])
+        self._schedule()
+
+    def _schedule(self) -> None:
+        # NOTE: plots repaint at most every REDRAW_S: a pyqtgraph redraw (axes, texts) costs
+        # 20-40 ms of the GUI thread, the snapshots may come at 10 Hz
+        now = time.monotonic()
+        if now - self._last_draw >= REDRAW_S:
+            self._redraw()
+        elif not self._timer.isActive():
+            self._timer.start(int((REDRAW_S - (now - self._last_draw)) * 1000) + 1)
+
+    def flush(self) -> None:
+        """Draw what is pending now (reports, tests)."""
+        self._timer.stop()
         self._redraw()
 
     def _redraw(self) -> None:
+        self._last_draw = time.monotonic()
         self.ref_curve.setData(self.steps, self.loss_ref)
         self.cand_curve.setData(self.steps, self.loss_cand)
         # log2(1 + ulp): exact steps sit at 0, NaN steps (−1) are drawn at the top of the scale

@@ -1,0 +1,140 @@
+"""Live sessions: throughput against the headless run, GUI latency, memory over 1,000 steps.
+
+    python benchmarks/bench_live.py [--steps 1000] [--workloads mlp,transformer]
+
+For each workload on the host device (CPU reference vs device, as ``tapescope parity`` runs it):
+
+- headless steps/s: ``PairRunner.step()`` in a loop, the same operations as ``tapescope parity``
+  (record, backward, set inputs, forward, backward, diff every node, both optimizer steps);
+- live steps/s: the same in a live session of an offscreen MainWindow, measured in the GUI from
+  the first snapshot to the last (worker start-up excluded), with every snapshot drawn;
+- ratio live / headless (target >= 0.9);
+- GUI latency: a 10 ms QTimer's lateness while training (max and p99; target max <= 50 ms);
+- memory: RSS of the GUI process and of the worker after step 100 and at the end (target flat,
+  < 10 % growth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+
+def rss_mb(pid: int | None = None) -> float:
+    """Resident set size of a process (this one by default) in MiB, from /proc."""
+    with open(f"/proc/{pid or 'self'}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def headless(workload: str, steps: int) -> float:
+    """Steps per second of the headless pair (what ``tapescope parity`` does per step)."""
+    from app.runs import PairRunner, SessionConfig
+
+    r = PairRunner(SessionConfig(workload=workload, device="host"))
+    for _ in range(5):  # warm-up: first launches, caches
+        r.step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        r.step()
+    return steps / (time.perf_counter() - t0)
+
+
+def live(workload: str, steps: int) -> dict:
+    """Run a live session of ``steps`` in an offscreen window; measure rate, latency, memory."""
+    from PySide6.QtCore import QCoreApplication, QTimer
+
+    from app.live import FAILED, STOPPED
+    from app.main_window import MainWindow
+    from app.runs import SessionConfig
+
+    win = MainWindow()
+    win.resize(1440, 900)
+    win.show()
+    marks: list[tuple[float, int]] = []  # (time, steps seen by the GUI)
+    mem: dict[str, float] = {}
+    lateness: list[float] = []
+    startup: list[float] = []
+    last = [time.perf_counter()]
+
+    def tick() -> None:
+        now = time.perf_counter()
+        # while training: after the first snapshots (opening the workload, laying out the graph
+        # and sizing the table happen once, before; reported apart as "start ms")
+        (lateness if len(marks) >= 2 else startup).append(now - last[0] - 0.010)
+        last[0] = now
+
+    def on_snapshot(snap) -> None:
+        done = snap.extra["steps_done"]
+        marks.append((time.perf_counter(), done))
+        if "gui_start" not in mem and done >= 100:
+            mem["gui_start"] = rss_mb()
+            mem["worker_start"] = rss_mb(win.live.live.proc.pid)
+            mem["at_step"] = done
+        if done >= steps:
+            mem["gui_end"] = rss_mb()
+            mem["worker_end"] = rss_mb(win.live.live.proc.pid)
+
+    win.live.start(SessionConfig(workload=workload, device="host"), max_steps=steps)
+    win.live.live.snapshot.connect(on_snapshot)
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(tick)
+    timer.start()
+    end = time.monotonic() + 600
+    while time.monotonic() < end:
+        QCoreApplication.processEvents()
+        time.sleep(0.001)
+        st = win.live.live.state
+        if st == FAILED or (st == STOPPED and marks and marks[-1][1] >= steps):
+            break
+    timer.stop()
+    win.live.close()
+    win.close()
+    (t0, s0), (t1, s1) = marks[0], marks[-1]
+    lat = np.array(lateness[1:]) * 1e3
+    return {"rate": (s1 - s0) / (t1 - t0), "lat_max": float(lat.max()),
+            "lat_p99": float(np.percentile(lat, 99)), "snapshots": len(marks),
+            "startup": float(max(startup) * 1e3), **mem}
+
+
+def main() -> None:
+    """Measure and print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--workloads", default="mlp,transformer")
+    a = ap.parse_args()
+    __import__("views")  # the PySide6 guard
+    from PySide6.QtWidgets import QApplication
+
+    _app = QApplication.instance() or QApplication([])
+    print(f"{a.steps} steps per run, host device, CPU reference vs device; {os.cpu_count()} CPUs")
+    head = (f"{'workload':<12}{'headless/s':>11}{'live/s':>9}{'ratio':>7}{'lat max ms':>11}"
+            f"{'lat p99':>9}{'start ms':>9}{'snaps':>7}{'GUI MiB':>15}{'growth':>8}"
+            f"{'worker MiB':>15}{'growth':>8}")
+    print(head)
+    for wl in a.workloads.split(","):
+        h = headless(wl, min(a.steps, 300))
+        r = live(wl, a.steps)
+        g = (r["gui_end"] - r["gui_start"]) / r["gui_start"] * 100
+        w = (r["worker_end"] - r["worker_start"]) / r["worker_start"] * 100
+        print(f"{wl:<12}{h:>11.1f}{r['rate']:>9.1f}{r['rate'] / h:>7.2f}{r['lat_max']:>11.1f}"
+              f"{r['lat_p99']:>9.1f}{r['startup']:>9.0f}{r['snapshots']:>7}"
+              f"{r['gui_start']:>7.0f}→{r['gui_end']:<7.0f}{g:>7.1f}%"
+              f"{r['worker_start']:>7.0f}→{r['worker_end']:<7.0f}{w:>7.1f}%", flush=True)
+    print("memory: RSS after step ~100 → after the last step; targets: ratio >= 0.9, "
+          "latency max <= 50 ms, growth < 10 %")
+
+
+if __name__ == "__main__":
+    main()
