@@ -81,11 +81,12 @@ def _ratio_dd(nh: np.ndarray, nl: np.ndarray, dh: np.ndarray, dl: np.ndarray) ->
 def tanh64(x: np.ndarray) -> np.ndarray:
     """tanh(x): odd Taylor series for |x| < 1/8, else (1-e)/(1+e) with e = exp(-2|x|) carried
     as a double-double, so the quotient is rounded about once (<= ~1 ulp)."""
-    ix = x.view(np.int64) >> 32
-    ix &= 0x7FFFFFFF
-    mid = (ix >= 0x3FC00000) & (ix < 0x40360000)  # 1/8 <= |x| < 22 (False for NaN)
+    a = np.abs(x)
+    mid = a >= 0.125  # 1/8 <= |x| < 22: the high-word tests 0x3FC00000 <= ix < 0x40360000
+    mid &= a < 22.0  # (both bounds are exact doubles); False for NaN
     allmid = bool(mid.all())
-    a = np.abs(x) if allmid else np.where(mid, np.abs(x), 0.5)
+    if not allmid:
+        np.putmask(a, ~mid, 0.5)
     a *= -2.0
     eh, el = exp_dd64(a)
     nh = 1.0 - eh  # Fast2Sum: 1 - eh == nh + ((1 - nh) - eh) exactly (eh < 1)
@@ -100,7 +101,9 @@ def tanh64(x: np.ndarray) -> np.ndarray:
     np.copysign(y, x, out=y)  # y > 0 here: the same as negating for x < 0
     if not allmid:
         rare = ~mid
-        y[rare] = _tanh_rare(x[rare], ix[rare])
+        xr = x[rare]
+        ix = xr.view(np.int64) >> 32
+        y[rare] = _tanh_rare(xr, ix & 0x7FFFFFFF)
     return y
 
 
