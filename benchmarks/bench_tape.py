@@ -76,7 +76,7 @@ def mlp_tape():
 def mlp_torch(torch):
     torch.manual_seed(0)
     layers = []
-    for a, b in zip(DIMS[:-1], DIMS[1:]):
+    for a, b in zip(DIMS[:-1], DIMS[1:], strict=False):
         layers += [torch.nn.Linear(a, b, dtype=torch.float64), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers[:-1])
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -102,7 +102,8 @@ def main() -> None:
     rows = []
     ours = best_of(chain_tape(), args.repeat)
     peer = best_of(chain_torch(torch), args.repeat) if torch else None
-    rows.append(("1000-op elementwise chain, fwd+bwd (per node)", ours / 1000, peer and peer / 1000))
+    rows.append(("1000-op elementwise chain, fwd+bwd (per node)", ours / 1000,
+                 peer and peer / 1000))
     ours = best_of(mlp_tape(), args.repeat)
     peer = best_of(mlp_torch(torch), args.repeat) if torch else None
     rows.append(("MLP AE 784-128-32-128-784 b64 f64 Adam step", ours, peer))

@@ -23,7 +23,7 @@ class MLP(Workload):
     def build(self) -> None:
         t = self.tape
         self.layers = []
-        for i, (a, b) in enumerate(zip(self.dims[:-1], self.dims[1:])):
+        for i, (a, b) in enumerate(zip(self.dims[:-1], self.dims[1:], strict=False)):
             with t.scope(f"layer{i}"):
                 w = t.param(self.init(a, b), name="W")
                 bias = t.param(np.zeros(b), name="b")

@@ -1,4 +1,4 @@
-"""The tape's arena semantics: values, gradients, fan-out, mark/reset, poisoning, read-only views."""
+"""The tape: values, gradients, fan-out, mark/reset, poisoning, read-only views."""
 
 import numpy as np
 import pytest

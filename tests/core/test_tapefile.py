@@ -21,7 +21,7 @@ def test_round_trip_is_bit_exact(recorded):
     back, meta = tapefile.load(path)
     assert meta == {"workload": "transformer"}
     assert back.dtype == tape.dtype and len(back) == len(tape)
-    for a, b in zip(tape.nodes, back.nodes):
+    for a, b in zip(tape.nodes, back.nodes, strict=True):
         assert (a.op, a.inputs, a.shape, a.name, a.requires_grad) == \
             (b.op, b.inputs, b.shape, b.name, b.requires_grad)
         assert dict(a.attrs) == dict(b.attrs)
