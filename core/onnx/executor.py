@@ -141,8 +141,8 @@ class Session:
     def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None
             ) -> dict[str, np.ndarray]:
         """Run the model on ``feeds``; return the graph outputs (or ``outputs``) by name."""
-        feeds = {k: (np.asarray(v) if not isinstance(v, (list, np.ndarray)) else v)
-                 for k, v in feeds.items()}
+        feeds = {k: (np.asarray(v) if not isinstance(v, (list, np.ndarray)) and v is not None
+                     else v) for k, v in feeds.items()}  # None: an empty optional
         check_inputs(self.lm, feeds)
         env: dict[str, Any] = dict(self.graph.inits)
         env.update(feeds)

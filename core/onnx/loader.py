@@ -185,7 +185,8 @@ def check_inputs(lm: LoadedModel, feeds: dict[str, np.ndarray]) -> None:
     for vi in g.input:
         if vi.name in inits and vi.name not in feeds:
             continue
-        if vi.name not in feeds:
+        if vi.name not in feeds or (feeds[vi.name] is None
+                                    and not vi.type.HasField("optional_type")):
             raise OnnxError(f"missing input {vi.name!r}", file=lm.label)
         if not vi.type.HasField("tensor_type"):
             continue

@@ -141,11 +141,14 @@ def pool_counts(x, kernel, strides, padw, dil, ceil_mode, count_include_pad):
     """Elements averaged per output position (a constant of the shapes)."""
     nd = len(kernel)
     ones = np.ones((1, 1) + x.shape[2:], x.dtype)
+    outs = [out_size(x.shape[2 + i], kernel[i], strides[i], dil[i], *padw[i], ceil_mode)
+            for i in range(nd)]
     if count_include_pad:  # explicit pads count; ceil_mode's extra end padding does not
         ones = np.pad(ones, [(0, 0), (0, 0)] + list(padw), constant_values=1)
         padw = [(0, 0)] * nd
     cv, _ = windows(ones, kernel, strides, dil, padw, 0, ceil_mode)
-    return np.sum(cv, axis=tuple(range(-nd, 0)))  # small integers: exact in any order
+    cnt = np.sum(cv, axis=tuple(range(-nd, 0)))  # small integers: exact in any order
+    return cnt[(slice(None), slice(None)) + tuple(slice(0, o) for o in outs)]
 
 
 # ---- tape ops ---------------------------------------------------------------------------------

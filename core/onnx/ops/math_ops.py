@@ -71,9 +71,8 @@ def _cast(x: np.ndarray, dt: np.dtype, saturate: int = 1) -> np.ndarray:
         if saturate and dt.name.startswith("float8"):
             import ml_dtypes
             info = ml_dtypes.finfo(dt)
-            if x.dtype.kind == "f":
-                fin = np.isfinite(src)
-                src = np.where(fin, np.clip(src, float(info.min), float(info.max)), src)
+            if x.dtype.kind == "f":  # saturate: out-of-range values and +-inf clip, NaN stays
+                src = np.where(np.isnan(src), src, np.clip(src, float(info.min), float(info.max)))
         return src.astype(dt)
     return x.astype(dt)
 

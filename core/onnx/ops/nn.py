@@ -71,6 +71,10 @@ def conv_transpose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1
         dst += [slice(tap[i] * dil[i], tap[i] * dil[i] + st[i] * (sp[i] - 1) + 1, st[i])
                 for i in range(nd)]
         y[tuple(dst)] += cols[(slice(None), slice(None)) + tap]
+    if any(b < 0 or e < 0 for b, e in padw):  # output_shape larger than the full result
+        y = np.pad(y, [(0, 0), (0, 0)] + [(max(-b, 0), max(-e, 0)) for b, e in padw])
+        full = list(y.shape[2:])
+        padw = [(max(b, 0), max(e, 0)) for b, e in padw]
     crop = [slice(None), slice(None)] + [slice(padw[i][0], full[i] - padw[i][1])
                                          for i in range(nd)]
     y = y[tuple(crop)]

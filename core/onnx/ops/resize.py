@@ -89,7 +89,9 @@ def _taps(xs, length, s, mode, a, exclude_outside, antialias):
 def _resize_axis(x, ax, o, s, ctm, mode, rule, a, excl, anti, roi, extrap):
     length = x.shape[ax]
     i = np.arange(o, dtype=np.float64)
-    xs = _source_coord(i, o, length, s, ctm, *roi)
+    # the spec's "length_resized" is length * scale, unrounded, where a mode divides by it
+    o_eff = length * s if ctm in ("align_corners", "tf_crop_and_resize") and o > 1 else o
+    xs = _source_coord(i, o_eff, length, s, ctm, *roi)
     outside = (xs < 0) | (xs > length - 1) if ctm == "tf_crop_and_resize" else None
     if mode == "nearest":
         idx = np.clip(_nearest(xs, rule).astype(np.int64), 0, length - 1)
