@@ -132,49 +132,51 @@ class Var:
 
     # operators: python scalars become adds/muls; see docs/tape-api.md
     def __add__(self, o: Any) -> Var:
-        from core import ops
         return ops.adds(self, o) if _is_scalar(o) else ops.add(self, self.tape._lift(o))
 
     def __radd__(self, o: Any) -> Var:
-        from core import ops
         return ops.adds(self, o) if _is_scalar(o) else ops.add(self.tape._lift(o), self)
 
     def __sub__(self, o: Any) -> Var:
-        from core import ops
         return ops.adds(self, -o) if _is_scalar(o) else ops.sub(self, self.tape._lift(o))
 
     def __rsub__(self, o: Any) -> Var:
-        from core import ops
         return ops.adds(ops.neg(self), o) if _is_scalar(o) else ops.sub(self.tape._lift(o), self)
 
     def __mul__(self, o: Any) -> Var:
-        from core import ops
         return ops.muls(self, o) if _is_scalar(o) else ops.mul(self, self.tape._lift(o))
 
     def __rmul__(self, o: Any) -> Var:
-        from core import ops
         return ops.muls(self, o) if _is_scalar(o) else ops.mul(self.tape._lift(o), self)
 
     def __truediv__(self, o: Any) -> Var:
-        from core import ops
         # NOTE: never x * (1/s): the reciprocal adds a rounding the contract does not have
         return ops.div(self, self.tape._lift(o))
 
     def __rtruediv__(self, o: Any) -> Var:
-        from core import ops
         return ops.div(self.tape._lift(o), self)
 
     def __matmul__(self, o: Any) -> Var:
-        from core import ops
         return ops.matmul(self, self.tape._lift(o))
 
     def __rmatmul__(self, o: Any) -> Var:
-        from core import ops
         return ops.matmul(self.tape._lift(o), self)
 
     def __neg__(self) -> Var:
-        from core import ops
         return ops.neg(self)
+
+
+class _LazyOps:
+    """``core.ops`` imported on first use (core.ops imports this module)."""
+
+    def __getattr__(self, name: str) -> Any:
+        from core import ops as real
+
+        globals()["ops"] = real
+        return getattr(real, name)
+
+
+ops: Any = _LazyOps()
 
 
 def _is_scalar(o: Any) -> bool:
@@ -324,7 +326,7 @@ class Tape:
             if v.tape is not self or not 0 <= v.id < len(nodes):
                 self._id(v)  # raises the precise error
             ids.append(v.id)
-        attrs = {} if attrs is None else dict(attrs)
+        attrs = {} if attrs is None else attrs
         try:
             shape = tuple(opdef.shape([nodes[j].shape for j in ids], attrs))
             # NOTE: no np.errstate here (it costs more than a small op): inf and NaN are data
@@ -338,9 +340,13 @@ class Tape:
         if y.shape != shape:
             raise AssertionError(f"{op}: forward gave {y.shape}, shape rule said {shape}")
         nd = opdef.nondiff_inputs
-        rg = any(nodes[j].requires_grad for k, j in enumerate(ids) if k not in nd)
+        rg = False
+        for k, j in enumerate(ids):
+            if nodes[j].requires_grad and k not in nd:
+                rg = True
+                break
         i = len(nodes)
-        nodes.append(Node(i, op, tuple(ids), MappingProxyType(attrs), shape, self.dtype,
+        nodes.append(Node(i, op, tuple(ids), MappingProxyType(dict(attrs)), shape, self.dtype,
                           self._scoped(name) if self._scope else name, rg))
         self._values.append(y)
         self._grads.append(None)
