@@ -38,8 +38,7 @@ def _refmath() -> SimpleNamespace:
     from core import refmath
 
     names = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "rsqrt", "erf")
-    plat = vars(_platform())  # TEMPORARY: while refmath is written, missing names fall back
-    return SimpleNamespace(mode="refmath", **{n: getattr(refmath, n, plat[n]) for n in names})
+    return SimpleNamespace(mode="refmath", **{n: getattr(refmath, n) for n in names})
 
 
 _CACHE: dict[str, SimpleNamespace] = {}
