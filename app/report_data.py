@@ -55,10 +55,15 @@ class ReportAccumulator:
             self.heat_steps.append(r.step)
             del self.heat[:-HEAT_STEPS], self.heat_steps[:-HEAT_STEPS]
             for e in r.nodes:
-                w = self.worst.setdefault(e["id"], {"value": None, "grad": None})
-                w["value"] = _merge(w["value"], e["value"])
-                if e["grad"] is not None:
-                    w["grad"] = _merge(w["grad"], e["grad"])
+                w = self.worst.get(e["id"])
+                v, g = e["value"], e["grad"]
+                if w is not None and not v["n_diff"] and (g is None or not g["n_diff"]):
+                    continue  # an exact step changes no worst value (the common case: fast)
+                if w is None:
+                    w = self.worst[e["id"]] = {"value": None, "grad": None}
+                w["value"] = _merge(w["value"], v)
+                if g is not None:
+                    w["grad"] = _merge(w["grad"], g)
             if self.first is None and r.first is not None:
                 self.first = {"step": r.step, **r.first}
                 self.first_roots = list(r.roots)

@@ -93,6 +93,8 @@ class StepResult:
 
     def node_max_ulp(self) -> np.ndarray:
         """Per compared node, the worst ulp of value and gradient (-1 for a NaN mismatch)."""
+        if self.exact:
+            return np.zeros(len(self.nodes), dtype=np.float64)
         out = np.zeros(len(self.nodes), dtype=np.float64)
         for k, e in enumerate(self.nodes):
             for side in ("value", "grad"):

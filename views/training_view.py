@@ -134,11 +134,11 @@ class TrainingPanel(QWidget):
     def _schedule(self) -> None:
         # NOTE: plots repaint at most every REDRAW_S: a pyqtgraph redraw (axes, texts) costs
         # 20-40 ms of the GUI thread, the snapshots may come at 10 Hz
-        now = time.monotonic()
-        if now - self._last_draw >= REDRAW_S:
-            self._redraw()
-        elif not self._timer.isActive():
-            self._timer.start(int((REDRAW_S - (now - self._last_draw)) * 1000) + 1)
+        # always from the timer, at least 20 ms on: the table and graph repaint of the same
+        # snapshot then goes out in an earlier frame, so no single frame carries both
+        if not self._timer.isActive():
+            wait = max(0.02, REDRAW_S - (time.monotonic() - self._last_draw))
+            self._timer.start(int(wait * 1000))
 
     def flush(self) -> None:
         """Draw what is pending now (reports, tests)."""
