@@ -98,6 +98,14 @@ def test_gemm_reduce_and_softmax_agree_with_the_tape_bit_for_bit():
         np.testing.assert_array_equal(_bits(y), _bits(REGISTRY[tape_op].forward(M, [x], {})))
 
 
+def test_reference_kernels_are_the_tapes_own():
+    assert REFERENCE.math == "refmath" and REFERENCE.sum is tape_ref.serial_sum
+    x = RNG.standard_normal(50).astype(np.float16)  # refmath takes f32/f64: f16 via f32, once
+    np.testing.assert_array_equal(REFERENCE.exp(x),
+                                  mathlib.get("refmath").exp(x.astype(np.float32)).astype(
+                                      np.float16))
+
+
 def test_reference_sum_is_serial_not_pairwise():
     # 1 + 1e-8 * n: serial float32 loses every tiny term, pairwise summation keeps some
     x = np.concatenate([[1.0], np.full(4095, 1e-8)]).astype(np.float32)
