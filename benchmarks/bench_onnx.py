@@ -12,16 +12,22 @@ Ratios are ours / onnxruntime (default threads), so lower is better and 1.0 is p
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
-import sys
-import tempfile
-import time
 
-import numpy as np
-import onnx
-import onnxruntime as ort
+# One BLAS thread for our fast mode unless told otherwise: on 2 cores a threaded OpenBLAS fights
+# onnxruntime's pool and the timings swing 10x from run to run (measured); set
+# OPENBLAS_NUM_THREADS yourself to override. Must happen before numpy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import statistics
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
@@ -77,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     hdr = (f"{'model':14s} {'ort 1t ms':>10s} {'ort dflt ms':>11s} {'fast ms':>9s} "
            f"{'ref ms':>9s} {'fast/ort':>9s} {'fast/ort1':>9s} {'ref/ort':>9s} "
            f"{'max|ref-ort|':>12s}")
-    print(f"cores: {os.cpu_count()}  onnxruntime {ort.__version__}  numpy {np.__version__}")
+    print(f"cores: {os.cpu_count()}  onnxruntime {ort.__version__}  numpy {np.__version__}  "
+          f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
     print(hdr)
     print("-" * len(hdr))
     tmp = tempfile.mkdtemp()
