@@ -106,8 +106,11 @@ class LiveController(QObject):
         self.fuse_box.setChecked(c.fuse)
 
     def toolbar_config(self) -> SessionConfig:
-        """The config the toolbar currently shows (for the current workload)."""
-        return self.config.with_(device=self.device_box.currentData(),
+        """The config the toolbar shows, for the workload the window shows (if it is one)."""
+        s = self.win.session
+        wl = s.meta.get("workload") if s is not None else None
+        return self.config.with_(workload=wl or self.config.workload,
+                                 device=self.device_box.currentData(),
                                  dtype=self.dtype_box.currentData(),
                                  math=self.math_box.currentData(),
                                  compare=self.compare_box.currentData(),
@@ -178,7 +181,16 @@ class LiveController(QObject):
     def close(self) -> None:
         """Stop and let the worker process go (a new session, or the window closes)."""
         if self.live is not None:
-            self.live.close()
+            old = self.live
+            if not getattr(old, "detached", False):
+                # what the old worker still has in flight must not reach the next session's views
+                old.snapshot.disconnect(self._on_snapshot)
+                old.state_changed.disconnect(self._on_state)
+                old.failed.disconnect(self._on_failed)
+                old.ready.disconnect(self._on_ready)
+                old.detached = True
+            old.close()
+            self._update_actions("stopped")
 
     # ---- results ----------------------------------------------------------------------------
     @Slot(object)

@@ -123,6 +123,8 @@ class TrainingPanel(QWidget):
         if self.steps.size > MAX_POINTS:  # halve the resolution: memory stays bounded
             for name in ("steps", "loss_ref", "loss_cand", "max_ulp"):
                 setattr(self, name, getattr(self, name)[::2].copy())
+        if columns and self.columns and len(columns[0]) != len(self.columns[-1]):
+            self.columns, self.col_steps = [], []  # another tape: its heatmap starts afresh
         self.columns += [heat_levels(c) for c in columns]
         self.col_steps += [int(s[0]) for s in steps[len(steps) - len(columns):]]
         del self.columns[:-HEAT_STEPS], self.col_steps[:-HEAT_STEPS]

@@ -163,6 +163,13 @@ def test_restart_from_the_toolbar_uses_its_settings(qtbot, win):
     assert win.live.live.config.compare == "cpu-platform"
     assert win.live.live.config.dtype == "float32"
     wait_steps(qtbot, win, 2)
+    # Start trains what the window shows: a workload opened from the File menu
+    assert win.open_workload(BRANCHES)
+    win.live.act_start.trigger()
+    assert win.live.live.config.workload == BRANCHES
+    assert win.live.live.config.compare == "cpu-platform"
+    wait_steps(qtbot, win, 1)
+    assert {e["id"] for e in win.live.last.latest.nodes} == {n.id for n in win.session.tape.nodes}
     t0 = time.perf_counter()
     win.live.close()
     assert time.perf_counter() - t0 < 2.0 and not win.live.live.is_alive()
