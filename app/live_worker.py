@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     "paused"}."""
     args = json.loads((argv or sys.argv[1:])[0])
     out = sys.stdout
+    sys.stdout = sys.stderr  # the user's prints must not mix into the message stream
     lock = threading.Lock()
 
     def emit(msg: dict) -> None:

@@ -143,7 +143,8 @@ def test_a_broken_user_workload_shows_its_traceback_and_the_app_stays_up(qtbot, 
     late = tmp_path / "late.py"
     late.write_text(Path(BRANCHES).read_text().replace(
         "    def batch(self, step):\n",
-        "    def batch(self, step):\n        if step == 2:\n"
+        "    def batch(self, step):\n        print('a user print, not a message')\n"
+        "        if step == 2:\n"
         "            raise ValueError('bad batch at step 2')\n"))
     win.last_error = None
     assert win.live.start(SessionConfig(workload=str(late), device="host"))
