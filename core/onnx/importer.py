@@ -21,7 +21,7 @@ from core.onnx.executor import Session
 from core.onnx.loader import check_inputs
 from core.onnx.reference import REFERENCE
 from core.onnx.registry import Ctx, as_int_list
-from core.ops.nn import pads_for, register_nn
+from core.ops.nn import pads_for
 
 
 @dataclass
@@ -37,7 +37,6 @@ class Imported:
 def _nn_record(tape, op: str, inputs: list, attrs: dict | None = None):
     """Record one of core.ops.nn's ops, registering them first (they are opt-in: no device
     kernels yet)."""
-    register_nn()
     return tape.record(op, inputs, attrs)
 
 

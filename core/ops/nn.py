@@ -6,9 +6,8 @@ order (docs/reference-order-nn.md): a convolution is im2col (a strided window vi
 reference matmul, each output ``acc = 0.0; for (c, k1, k2) row-major: acc = acc + w*x``; a pool
 reduces its window in row-major tap order; col2im and pool backward add taps in row-major order.
 
-These ops are NOT in ``REGISTRY`` until :func:`register_nn` runs (``core.onnx.import_to_tape``
-calls it): they have no device kernels yet, and the device layer checks that every registered
-op has one.
+They are registered with the rest when ``core.ops`` is imported; their device kernels are in
+``gpu/library_nn.py``.
 """
 
 from __future__ import annotations
@@ -335,14 +334,7 @@ NN_OPS = (
 
 
 def register_nn() -> None:
-    """Add the nn ops to the tape's REGISTRY (idempotent)."""
+    """Add the nn ops to the tape's REGISTRY (``core.ops`` does it on import; idempotent)."""
     for d in NN_OPS:
         if d.name not in REGISTRY:
             register(d)
-
-
-def unregister_nn() -> None:
-    """Take them out again (tests that must leave the registry as they found it)."""
-    for d in NN_OPS:
-        if REGISTRY.get(d.name) is d:
-            del REGISTRY[d.name]

@@ -9,7 +9,6 @@ import pytest
 
 import gpu
 from core import Tape, ops
-from core.ops import REGISTRY
 
 pytest.importorskip("core.ops.nn", reason="the imported-model ops (core/ops/nn.py) are absent")
 onnx = pytest.importorskip("onnx")
@@ -17,18 +16,9 @@ onnx = pytest.importorskip("onnx")
 MODELS = Path(__file__).resolve().parents[2] / "resources" / "models"
 
 
-@pytest.fixture
-def registry_restored():
-    """import_to_tape registers the nn ops globally; put REGISTRY back afterwards."""
-    before = dict(REGISTRY)
-    yield
-    REGISTRY.clear()
-    REGISTRY.update(before)
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["tiny_convnet", "tiny_mlp"])
-def test_imported_model_forward_backward(host, registry_restored, name, dtype):
+def test_imported_model_forward_backward(host, name, dtype):
     from core.onnx.importer import import_to_tape
 
     path = MODELS / f"{name}.onnx"
