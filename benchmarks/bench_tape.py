@@ -28,7 +28,21 @@ def best_of(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def chain_tape(n_ops: int = 1000):
+def _step_tape(i, h, x, transcendental):
+    k = i % 4
+    if k == 0:
+        return ops.tanh(h) if transcendental else h * 0.5
+    return h + x if k == 1 else (-h if k == 2 else ops.relu(h))
+
+
+def _step_torch(torch, i, h, x, transcendental):
+    k = i % 4
+    if k == 0:
+        return torch.tanh(h) if transcendental else h * 0.5
+    return h + x if k == 1 else (-h if k == 2 else torch.relu(h))
+
+
+def chain_tape(n_ops: int = 1000, transcendental: bool = False):
     x0 = np.linspace(-1, 1, 16)
 
     def run():
@@ -36,21 +50,19 @@ def chain_tape(n_ops: int = 1000):
         x = t.param(x0)
         h = x
         for i in range(n_ops):
-            h = ops.tanh(h) if i % 4 == 0 else (h * 0.5 if i % 4 == 1 else (h + x if i % 4 == 2
-                                                                               else -h))
+            h = _step_tape(i, h, x, transcendental)
         t.backward(ops.sum(h))
     return run
 
 
-def chain_torch(torch, n_ops: int = 1000):
+def chain_torch(torch, n_ops: int = 1000, transcendental: bool = False):
     x0 = torch.linspace(-1, 1, 16, dtype=torch.float64)
 
     def run():
         x = x0.clone().requires_grad_(True)
         h = x
         for i in range(n_ops):
-            h = torch.tanh(h) if i % 4 == 0 else (h * 0.5 if i % 4 == 1 else (h + x if i % 4 == 2
-                                                                                else -h))
+            h = _step_torch(torch, i, h, x, transcendental)
         h.sum().backward()
     return run
 
@@ -100,18 +112,19 @@ def main() -> None:
     except ImportError:
         torch = None
     rows = []
-    ours = best_of(chain_tape(), args.repeat)
-    peer = best_of(chain_torch(torch), args.repeat) if torch else None
-    rows.append(("1000-op elementwise chain, fwd+bwd (per node)", ours / 1000,
-                 peer and peer / 1000))
+    for label, tr in (("1000-op chain muls/add/neg/relu, fwd+bwd, per node", False),
+                      ("1000-op chain with tanh (refmath), per node", True)):
+        ours = best_of(chain_tape(transcendental=tr), args.repeat)
+        peer = best_of(chain_torch(torch, transcendental=tr), args.repeat) if torch else None
+        rows.append((label, ours / 1000, peer and peer / 1000))
     ours = best_of(mlp_tape(), args.repeat)
     peer = best_of(mlp_torch(torch), args.repeat) if torch else None
     rows.append(("MLP AE 784-128-32-128-784 b64 f64 Adam step", ours, peer))
-    print(f"{'benchmark':<50} {'tapescope':>12} {'pytorch':>12} {'ratio':>7}")
+    print(f"{'benchmark':<52} {'tapescope':>12} {'pytorch':>12} {'ratio':>7}")
     for name, a, b in rows:
         ratio = f"{a / b:7.2f}" if b else "    n/a"
         bs = f"{b * 1e6:10.1f}us" if b else "         n/a"
-        print(f"{name:<50} {a * 1e6:10.1f}us {bs} {ratio}")
+        print(f"{name:<52} {a * 1e6:10.1f}us {bs} {ratio}")
     if torch:
         print(f"(pytorch {torch.__version__}, {torch.get_num_threads()} threads; median of "
               f"{args.repeat}; ratio = tapescope / pytorch, lower is better)")
