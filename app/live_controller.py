@@ -20,7 +20,7 @@ from views.training_view import TrainingPanel
 class LiveController(QObject):
     """Owns the current LiveSession of a MainWindow and everything that shows it."""
 
-    def __init__(self, win, config: SessionConfig | None = None, interval_s: float = 0.1):
+    def __init__(self, win, config: SessionConfig | None = None, interval_s: float = 0.2):
         super().__init__(win)
         self.win = win
         self.config = config or SessionConfig()

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 MAX_POINTS = 20_000
 HEAT_STEPS = 300
-REDRAW_S = 0.35
+REDRAW_S = 0.5
 REF_PEN = pg.mkPen("#2563eb", width=2)
 CAND_PEN = pg.mkPen("#ea580c", width=1.5, style=Qt.DashLine)
 ULP_PEN = pg.mkPen("#b91c1c", width=1.5)
