@@ -1,7 +1,8 @@
 """Runnable examples: each view alone on demo data.
 
-``python -m views.examples [graph|inspector|parity|stepper|all] [--save DIR]`` opens the view
-(or, with ``--save``, renders each to ``DIR/<name>.png`` and exits; works offscreen).
+``python -m views.examples [graph|inspector|parity|stepper|training|kernels|all] [--save DIR]``
+opens the view (or, with ``--save``, renders each to ``DIR/<name>.png`` and exits; works
+offscreen).
 """
 
 from __future__ import annotations
@@ -62,8 +63,38 @@ def make(name: str):
         for _ in range(3):
             s.step()
         return w
+    if name == "training":
+        from views.training_view import TrainingPanel
+
+        w = TrainingPanel()
+        w.reset("CPU float64 refmath", "device float64 platform")
+        rng = np.random.default_rng(0)
+        loss = 2.5 * np.exp(-np.arange(60) / 25.0) + 0.05 * rng.random(60)
+        steps = [(k, float(v), float(v), 0.01, k % 7 == 0) for k, v in enumerate(loss)]
+        cols = [np.where(rng.random(len(tape)) < 0.4, 2.0 ** rng.integers(0, 24, len(tape)),
+                         0.0) for _ in steps]
+        w.add_steps(steps, cols, 42.0)
+        w.flush()
+        return w
+    if name == "kernels":
+        from views.kernels_view import KernelsPanel
+
+        w = KernelsPanel()
+        src = ('extern "C" __global__ void fz_demo_s0_fwd_f64(const long long* tab, long long '
+               'rows) {\n    /* one block per row */\n    for (long long r = blockIdx.x; r < '
+               'rows; r += gridDim.x) {\n        double x = ADD(a[r], 1.0);  // no FMA\n    }\n}\n')
+        w.set_plan({"plan_id": "demo", "dtype": "float64", "math": "refmath",
+                    "segments": [{"index": 0, "node_ids": [3, 4, 5], "kind": "row", "rows": 16}],
+                    "kernels": [{"name": "fz_demo_s0_fwd_f64", "role": "forward", "segment": 0,
+                                 "source": src, "grid": 16, "block": 32}],
+                    "launches_before": {"forward": 9, "backward": 20, "optimizer": 6,
+                                        "episode": 35},
+                    "launches_after": {"forward": 7, "backward": 18, "optimizer": 1,
+                                       "episode": 26}})
+        w.select_kernel("fz_demo_s0_fwd_f64")
+        return w
     raise SystemExit(f"views.examples: unknown example {name!r} "
-                     "(graph, inspector, parity, stepper, all)")
+                     "(graph, inspector, parity, stepper, training, kernels, all)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    names = ["graph", "inspector", "parity", "stepper"] if args.name == "all" else [args.name]
+    names = (["graph", "inspector", "parity", "stepper", "training", "kernels"]
+             if args.name == "all" else [args.name])
     widgets = []
     for name in names:
         w = make(name)

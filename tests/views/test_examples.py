@@ -17,7 +17,7 @@ def test_every_example_renders(tmp_path):
     r = subprocess.run([sys.executable, "-m", "views.examples", "all", "--save", str(tmp_path)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    for name in ("graph", "inspector", "parity", "stepper"):
+    for name in ("graph", "inspector", "parity", "stepper", "training", "kernels"):
         img = QImage(str(tmp_path / f"{name}.png"))
         assert img.width() == 900 and img.height() == 600, name
         small = img.scaled(90, 60)
