@@ -272,7 +272,7 @@ class PairRunner:
 def host_compare(nodes: tuple, ref_array: Any, cand_array: Any) -> Any:
     """Per-node ``core.parity`` diffs of two runs (any sides), as a ``gpu.parity.ParityReport``."""
     from core.parity import compare_arrays
-    from gpu.parity import NodeParity, ParityReport, _first
+    from gpu.parity import NodeParity, ParityReport, first_divergence
 
     out = []
     for n in nodes:
@@ -287,7 +287,7 @@ def host_compare(nodes: tuple, ref_array: Any, cand_array: Any) -> Any:
         out.append(NodeParity(n.id, n.op, n.name, diffs["value"], diffs["grad"]))
     nodes_t = tuple(out)
     # the same first-divergence rule as the device comparison (gpu.parity)
-    return ParityReport(nodes_t, _first(nodes_t))
+    return ParityReport(nodes_t, first_divergence(nodes_t))
 
 
 def roots(nodes: tuple, parity: list[dict]) -> list[int]:

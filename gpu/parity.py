@@ -59,7 +59,8 @@ class ParityReport:
                           for n in self.nodes]}
 
 
-def _first(nodes: tuple[NodeParity, ...]) -> tuple[int, str] | None:
+def first_divergence(nodes: tuple[NodeParity, ...]) -> tuple[int, str] | None:
+    """(node id, "value" | "grad") of the first divergence, or None when all bits agree."""
     # Forward runs in tape order: the first differing value is the root of what follows.
     for n in nodes:
         if not n.value.exact:
@@ -112,4 +113,4 @@ def compare(tape: Tape, prog: Program, grads: bool = True) -> ParityReport:
         g = got.get((n.id, "grad"), missing.get(n.id))
         out.append(NodeParity(n.id, n.op, n.name, got[(n.id, "value")], g))
     nodes = tuple(out)
-    return ParityReport(nodes, _first(nodes))
+    return ParityReport(nodes, first_divergence(nodes))

@@ -75,10 +75,11 @@ def mm_numpy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if m == 0 or n == 0:
         return acc
     prod = np.empty_like(acc)
-    for kk in range(k):
-        # one rounding for the product, one for the add: never a fused multiply-add
-        np.multiply(a[:, kk, None], b[None, kk, :], out=prod)
-        np.add(acc, prod, out=acc)
+    with np.errstate(all="ignore"):  # inf * 0 is NaN by IEEE, as in the C kernel: no warning
+        for kk in range(k):
+            # one rounding for the product, one for the add: never a fused multiply-add
+            np.multiply(a[:, kk, None], b[None, kk, :], out=prod)
+            np.add(acc, prod, out=acc)
     return acc
 
 
@@ -90,9 +91,10 @@ def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if acc.size == 0:
         return acc
     prod = np.empty_like(acc)
-    for kk in range(k):
-        np.multiply(a[:, :, kk, None], b[:, None, kk, :], out=prod)
-        np.add(acc, prod, out=acc)
+    with np.errstate(all="ignore"):
+        for kk in range(k):
+            np.multiply(a[:, :, kk, None], b[:, None, kk, :], out=prod)
+            np.add(acc, prod, out=acc)
     return acc
 
 
