@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from html import escape
 from pathlib import Path
 
 from app.session import EXACT_COLOR, NAN_COLOR, parity_colors
+from core.parity import strict_json
 
 SECTIONS = ("verdict", "environment", "first-divergence", "dag", "plots", "nodes")
 
@@ -146,19 +146,6 @@ def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
 """
 
 
-def _plain(x):
-    """Strict JSON: non-finite floats become the strings "inf", "-inf", "nan"."""
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if hasattr(x, "item"):  # numpy scalars
-        return _plain(x.item())
-    return x
-
-
 def write_report(data: dict, path: str | Path) -> tuple[Path, Path]:
     """Render the pictures (needs a QApplication) and write ``path`` and ``path.json``."""
     from app.report_render import render_dag, render_training
@@ -167,5 +154,5 @@ def write_report(data: dict, path: str | Path) -> tuple[Path, Path]:
     html = build_html(data, render_dag(data), render_training(data))
     side = path.with_suffix(".json")
     path.write_text(html, encoding="utf-8")
-    side.write_text(json.dumps(_plain(data), indent=1, allow_nan=False), encoding="utf-8")
+    side.write_text(json.dumps(strict_json(data), indent=1, allow_nan=False), encoding="utf-8")
     return path, side

@@ -10,11 +10,12 @@ the two sides. NaN and signed-zero mismatches are counted explicitly: they are b
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["TensorDiff", "ordered", "ulp_distance", "compare_arrays"]
+__all__ = ["TensorDiff", "compare_arrays", "ordered", "strict_json", "ulp_distance"]
 
 _BITS = {
     np.dtype(np.float64): (np.int64, np.uint64),
@@ -107,3 +108,16 @@ def compare_arrays(ref: np.ndarray, other: np.ndarray) -> TensorDiff:
         n_nan=int(nan.sum()),
         n_signed_zero=int(szero.sum()),
     )
+
+
+def strict_json(x: object) -> object:
+    """``x`` made strict-JSON-safe: non-finite floats become "inf", "-inf", "nan" strings."""
+    if isinstance(x, dict):
+        return {str(k): strict_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [strict_json(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if hasattr(x, "item"):  # numpy scalars
+        return strict_json(x.item())
+    return x

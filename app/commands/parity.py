@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     import gpu
     from core import workloads
+    from core.parity import strict_json
 
     if args.steps < 1:
         print("tapescope parity: --steps must be at least 1", file=sys.stderr)
@@ -117,5 +118,5 @@ def run(args: argparse.Namespace) -> int:
           f"{first}; launches per episode: {prog.stats['launches_per_episode']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report, f, indent=1, default=float)
+            json.dump(strict_json(report), f, indent=1, allow_nan=False)
     return 0 if exact else 1

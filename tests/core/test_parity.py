@@ -69,3 +69,13 @@ def test_bad_pairs_are_named():
         compare_arrays(np.zeros(2), np.zeros(3))
     with pytest.raises(TypeError, match="unsupported dtype"):
         compare_arrays(np.zeros(2, np.int32), np.zeros(2, np.int32))
+
+
+def test_strict_json_spells_non_finite_floats():
+    import json
+
+    from core.parity import strict_json
+
+    data = {"a": float("inf"), "b": [float("nan"), -float("inf"), np.float64(2.5)], 3: (1,)}
+    text = json.dumps(strict_json(data), allow_nan=False)
+    assert json.loads(text) == {"a": "inf", "b": ["nan", "-inf", 2.5], "3": [1]}
