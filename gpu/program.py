@@ -182,14 +182,17 @@ class Program:
         """Zero every gradient, seed the loss with 1, run the backward launches."""
         self._run_phase("backward")
 
+    def optimizer_launches(self, opt: Any) -> list:
+        """The launches of one update by ``opt`` (gpu.SGD / gpu.Adam); fusion overrides this."""
+        return opt.prepare(self)
+
     def step(self, opt: Any) -> None:
         """One optimizer update on the device (opt: gpu.SGD / gpu.Adam)."""
-        launches = opt.prepare(self)
-        self._run_phase(extra=launches)
+        self._run_phase(extra=self.optimizer_launches(opt))
 
     def run_episode(self, opt: Any | None = None) -> None:
         """forward + backward (+ optimizer): one CUDA graph replay on cuda, one list on host."""
-        launches = opt.prepare(self) if opt is not None else []
+        launches = self.optimizer_launches(opt) if opt is not None else []
         if self.device.kind == "cuda":
             if self._graph is None or self._graph[0] is not launches:
                 seq = [s.launch for p in ("forward", "backward") for s in self.phases[p]]

@@ -97,7 +97,8 @@ def fused_optimizer_launches(prog: Program, opt: Any, stock: list[Launch]) -> li
 class FusedProgram(Program):
     """A Program after ``gpu.fusion.apply``: same API; the optimizer step is one launch."""
 
-    def _opt(self, opt: Any) -> list[Launch]:
+    def optimizer_launches(self, opt: Any) -> list[Launch]:
+        """One launch for every parameter's update (overrides the stock program's hook)."""
         stock = opt.prepare(self)  # binds once, advances t, uploads this step's scalars
         cache = self._fusion_state["opt"]
         hit = cache.get(id(opt))
@@ -105,19 +106,3 @@ class FusedProgram(Program):
             hit = cache[id(opt)] = (opt, stock, fused_optimizer_launches(self, opt, stock))
         self._opt_launches = len(hit[2])
         return hit[2]
-
-    def step(self, opt: Any) -> None:
-        """One optimizer update on the device (fused: one launch for every parameter)."""
-        self._run_phase(extra=self._opt(opt))
-
-    def run_episode(self, opt: Any | None = None) -> None:
-        """forward + backward (+ the fused optimizer step)."""
-        launches = self._opt(opt) if opt is not None else []
-        if self.device.kind == "cuda":
-            if self._graph is None or self._graph[0] is not launches:
-                seq = [s.launch for p in ("forward", "backward") for s in self.phases[p]]
-                seq += launches
-                self._graph = (launches, self.device.capture_graph(seq), len(seq))
-            self.device.launch_graph(self._graph[1], self._graph[2])
-        else:
-            self._run_phase("forward", "backward", extra=launches)
