@@ -82,12 +82,12 @@ def log1p(x: Any) -> np.ndarray:
 
 
 def tanh(x: Any) -> np.ndarray:
-    """Hyperbolic tangent elementwise (fdlibm s_tanh.c via expm1; <= 2 ulp)."""
+    """Hyperbolic tangent elementwise (our design on fdlibm's exp, docs/refmath.md; <= 2 ulp)."""
     return _apply("tanh", x)
 
 
 def sigmoid(x: Any) -> np.ndarray:
-    """Logistic 1/(1+exp(-x)) elementwise; x < 0 as exp(x)/(1+exp(x)) (<= 2 ulp)."""
+    """Logistic 1/(1+exp(-x)) elementwise, exp as a double-double (docs/refmath.md; <= 2 ulp)."""
     return _apply("sigmoid", x)
 
 
