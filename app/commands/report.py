@@ -36,6 +36,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.out.lower().endswith((".html", ".htm")):
         print(f"tapescope report: --out {args.out!r} must end in .html", file=sys.stderr)
         return 2
+    try:  # before the run: a bad place to write should not cost the user the whole run
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    except OSError as e:
+        print(f"tapescope report: cannot write {args.out}: {e}", file=sys.stderr)
+        return 2
     from app.report_data import ReportAccumulator
     from app.runs import PairRunner, SessionConfig
     from core.workloads import WorkloadError

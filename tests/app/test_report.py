@@ -102,3 +102,14 @@ def test_export_from_the_gui(qtbot, settings, tmp_path):
         assert [s["step"] for s in data["steps"]] == [0, 1]
     finally:
         win.live.close()
+
+
+def test_cli_report_makes_the_folder_or_refuses_before_running(qapp, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    assert report.run(args(tmp_path, out=str(blocker / "r.html"))) == 2
+    err = capsys.readouterr()
+    assert "cannot write" in err.err and "step" not in err.out  # refused before any step ran
+    nested = tmp_path / "new" / "dir" / "r.html"
+    assert report.run(args(tmp_path, out=str(nested), steps=1)) == 0
+    assert nested.exists() and nested.with_suffix(".json").exists()
