@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.cache import KernelCache, cache_key
+from core.cache import KernelCache, cache_key
 from gpu.device import KERNEL_DIR, Buffer, Device, DeviceError, Kernel, Launch, Module
 from gpu.signature import parse_kernels
 

@@ -1,22 +1,22 @@
 """Optional native speed-ups for the CPU tape, in the exact reference order.
 
-``gcc -O3 -ffp-contract=off`` builds ``refkernels.c`` once per user into a cache directory
-(mode 0700, keyed by a hash of source, flags and compiler version; written atomically; a file
-that fails to load is rebuilt). Without gcc the numpy reference runs instead: the same bits,
-slower. ``TAPESCOPE_NO_NATIVE=1`` forces numpy.
+``gcc -O3 -ffp-contract=off`` builds ``refkernels.c`` once per user into the kernel cache
+(``core.cache``: mode 0700, keyed by a hash of source, flags, compiler and CPU, written
+atomically, verified by sha256 on every load, a corrupt entry rebuilt). Without gcc the numpy
+reference runs instead: the same bits, slower. ``TAPESCOPE_NO_NATIVE=1`` forces numpy.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from core.cache import CacheError, KernelCache, cache_key
 
 # NOTE: -march=native only widens the vectors; -ffp-contract=off keeps every product and add a
 # separate rounding, so the bits are those of the numpy reference on every CPU.
@@ -24,12 +24,6 @@ FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std
          "-march=native"]
 _SRC = Path(__file__).with_name("refkernels.c")
 _lib: ctypes.CDLL | None | bool = False  # False: not tried yet; None: unavailable
-
-
-def cache_root() -> Path:
-    """Per-user cache directory for compiled native code."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tapescope" / "native"
 
 
 def _compiler_id(cc: str) -> str:
@@ -50,50 +44,31 @@ def _cpu_id() -> str:
 
 
 def _build(cc: str) -> Path:
-    src = _SRC.read_bytes()
-    ident = " ".join(FLAGS) + _compiler_id(cc) + _cpu_id()
-    key = hashlib.sha256(src + ident.encode()).hexdigest()
-    root = cache_root()
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(root, 0o700)
-    target = root / f"refkernels-{key[:24]}.so"
-    if target.exists():
-        return target
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=root)
-    os.close(fd)
-    try:
-        subprocess.run([cc, *FLAGS, "-o", tmp, str(_SRC)], check=True, capture_output=True,
-                       timeout=120)
-        os.replace(tmp, target)  # atomic: a concurrent builder never sees half a file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    """The verified cached shared object, built first when missing or corrupt."""
+    key = cache_key(_SRC.read_bytes(), " ".join(FLAGS), _compiler_id(cc), _cpu_id())
+
+    def build(out: Path) -> None:
+        subprocess.run([cc, *FLAGS, "-o", str(out), str(_SRC)], check=True,
+                       capture_output=True, timeout=120)
+
+    path, _ = KernelCache().get_or_build(f"refkernels-{key}", ".so", build)
+    return path
 
 
 def _load() -> ctypes.CDLL | None:
     cc = shutil.which(os.environ.get("CC", "gcc"))
     if os.environ.get("TAPESCOPE_NO_NATIVE") or cc is None:
         return None
-    for attempt in range(2):
-        try:
-            path = _build(cc)
-            lib = ctypes.CDLL(str(path))
-        except OSError:
-            if attempt == 0:  # a corrupt cache entry: drop it and rebuild once
-                for p in cache_root().glob("refkernels-*.so"):
-                    p.unlink(missing_ok=True)
-                continue
-            return None
-        except (subprocess.SubprocessError, FileNotFoundError):
-            return None
-        p = ctypes.c_void_p
-        ll = ctypes.c_longlong
-        for name in ("ts_mm_f64", "ts_mm_f32"):
-            getattr(lib, name).argtypes = [p, p, p, ll, ll, ll]
-            getattr(lib, name).restype = None
-        return lib
-    return None
+    try:
+        lib = ctypes.CDLL(str(_build(cc)))
+    except (OSError, CacheError, subprocess.SubprocessError):
+        return None  # the numpy reference runs instead: the same bits, slower
+    p = ctypes.c_void_p
+    ll = ctypes.c_longlong
+    for name in ("ts_mm_f64", "ts_mm_f32"):
+        getattr(lib, name).argtypes = [p, p, p, ll, ll, ll]
+        getattr(lib, name).restype = None
+    return lib
 
 
 def library() -> ctypes.CDLL | None:

@@ -33,3 +33,14 @@ def test_without_native_the_numpy_path_runs(monkeypatch):
     a = np.arange(6.0).reshape(2, 3)
     assert native.mm(a, a.T) is None
     assert np.array_equal(mm(a, np.ascontiguousarray(a.T)), mm_numpy(a, np.ascontiguousarray(a.T)))
+
+
+def test_a_corrupt_cached_library_is_rebuilt_not_trusted(monkeypatch, tmp_path):
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path))
+    first = native._build("gcc")
+    first.write_bytes(b"\x7fELF garbage")  # what a crash half-way through a copy leaves
+    second = native._build("gcc")
+    assert second == first and second.read_bytes()[:4] == b"\x7fELF"
+    assert len(second.read_bytes()) > 1000

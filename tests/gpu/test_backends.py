@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gpu
-from gpu.cache import CacheError, KernelCache
+from core.cache import CacheError, KernelCache
 from gpu.cuda import NVRTC_FLAGS, cuda_unavailable_reason
 from gpu.host import HOST_FLAGS, HostDevice
 

@@ -1,4 +1,5 @@
-"""The per-user compiled-kernel cache: mode 0700, content-keyed, atomic, verified on load."""
+"""The per-user compiled-code cache (device kernels and the tape's native matmul): mode 0700,
+content-keyed, atomic, verified on load."""
 
 from __future__ import annotations
 
