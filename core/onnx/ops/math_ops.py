@@ -96,27 +96,25 @@ def cast_like(ctx, x, like, saturate=1, round_mode="up"):
     return _cast(np.asarray(x), like.dtype, saturate)
 
 
-@op("CumSum")
-def cumsum(ctx, x, axis, exclusive=0, reverse=0):
+def _cumulative(ufunc, fill, x, axis, exclusive, reverse):
     ax = int(np.asarray(axis).reshape(-1)[0]) % x.ndim
     y = np.flip(x, ax) if reverse else x
-    # np.add.accumulate is a serial left-to-right loop: the reference order
-    out = np.add.accumulate(y, axis=ax, dtype=x.dtype)
+    # ufunc.accumulate is a serial left-to-right loop: the reference order
+    out = ufunc.accumulate(y, axis=ax, dtype=x.dtype)
     if exclusive:
-        out = np.concatenate([np.zeros_like(np.take(out, [0], axis=ax)),
+        out = np.concatenate([fill(np.take(out, [0], axis=ax)),
                               np.take(out, range(out.shape[ax] - 1), axis=ax)], axis=ax)
     return np.flip(out, ax) if reverse else out
+
+
+@op("CumSum")
+def cumsum(ctx, x, axis, exclusive=0, reverse=0):
+    return _cumulative(np.add, np.zeros_like, x, axis, exclusive, reverse)
 
 
 @op("CumProd")
 def cumprod(ctx, x, axis, exclusive=0, reverse=0):
-    ax = int(np.asarray(axis).reshape(-1)[0]) % x.ndim
-    y = np.flip(x, ax) if reverse else x
-    out = np.multiply.accumulate(y, axis=ax, dtype=x.dtype)
-    if exclusive:
-        out = np.concatenate([np.ones_like(np.take(out, [0], axis=ax)),
-                              np.take(out, range(out.shape[ax] - 1), axis=ax)], axis=ax)
-    return np.flip(out, ax) if reverse else out
+    return _cumulative(np.multiply, np.ones_like, x, axis, exclusive, reverse)
 
 
 @op("TopK")
