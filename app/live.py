@@ -2,7 +2,9 @@
 
 ``LiveSession`` starts ``python -m app.live_worker`` (see there why a process), sends it
 commands, and a reader thread turns its JSON lines into queued Qt signals, so the GUI thread
-never waits on a step and never competes with it for the GIL.
+never waits on a step and never competes with it for the GIL. ``inspect(node)`` asks the
+worker for one node's arrays on both sides; the answer comes back as an ``inspected`` signal,
+through the same mailbox as the snapshots (decoded in the reader thread, not the GUI's).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from app.live_worker import FAILED, IDLE, PAUSED, RUNNING, STOPPED
+from app.live_worker import FAILED, IDLE, PAUSED, RUNNING, STOPPED, decode_array
 from app.runs import SessionConfig, StepResult
 
-__all__ = ["FAILED", "IDLE", "LiveSession", "PAUSED", "RUNNING", "STOPPED", "Snapshot"]
+__all__ = ["FAILED", "IDLE", "Inspection", "LiveSession", "PAUSED", "RUNNING", "STOPPED",
+           "Snapshot"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -39,6 +42,22 @@ class Snapshot:
     extra: dict = field(default_factory=dict)
 
 
+@dataclass
+class Inspection:
+    """The worker's answer for one node: both sides' value and gradient at ``step``."""
+
+    req: int | None
+    node: int
+    step: int = -1
+    reference: str = ""
+    candidate: str = ""
+    ref_value: np.ndarray | None = None
+    ref_grad: np.ndarray | None = None
+    cand_value: np.ndarray | None = None
+    cand_grad: np.ndarray | None = None
+    error: str | None = None  # why there are no arrays (no step yet, unknown node, ...)
+
+
 class LiveSession(QObject):
     """One worker process for one ``SessionConfig``; emits ``snapshot``, ``failed``, ..."""
 
@@ -46,6 +65,7 @@ class LiveSession(QObject):
     state_changed = Signal(str)
     failed = Signal(str, str)  # message, traceback
     ready = Signal(object)  # {"plan", "device", "reference", "candidate"}
+    inspected = Signal(object)  # an Inspection
     _message = Signal(object)
 
     def __init__(self, config: SessionConfig, interval_s: float = 0.1,
@@ -61,6 +81,8 @@ class LiveSession(QObject):
         self._stderr: list[str] = []
         self._mail: list = []
         self._mail_lock = threading.Lock()
+        self.pending: set[int] = set()  # inspect requests not answered yet
+        self._req = 0
         self._message.connect(self._on_mail)
 
     # ---- control (GUI thread) ---------------------------------------------------------------
@@ -81,12 +103,12 @@ class LiveSession(QObject):
         threading.Thread(target=self._read, daemon=True, name="tapescope-live-reader").start()
         threading.Thread(target=self._read_err, daemon=True, name="tapescope-live-err").start()
 
-    def _send(self, cmd: str) -> bool:
+    def _send(self, cmd: str, **args) -> bool:
         p = self.proc
         if p is None or p.poll() is not None:
             return False
         try:
-            p.stdin.write(json.dumps({"cmd": cmd}) + "\n")
+            p.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
             p.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             return False
@@ -113,6 +135,19 @@ class LiveSession(QObject):
             self._send("stop")
             self._set_state(STOPPED)
 
+    def inspect(self, node_id: int) -> int | None:
+        """Ask for one node's value and gradient on both sides; ``inspected`` answers.
+
+        Returns the request id (None when the worker is gone). Never waits.
+        """
+        if self.state == FAILED:
+            return None
+        self._req += 1
+        if not self._send("inspect", node=int(node_id), req=self._req):
+            return None
+        self.pending.add(self._req)
+        return self._req
+
     def close(self, wait_s: float = 3.0) -> None:
         """Stop and end the worker process."""
         p = self.proc
@@ -120,6 +155,7 @@ class LiveSession(QObject):
             return
         self.stop()
         self._send("quit")
+        self.pending.clear()
         try:
             p.wait(wait_s)
         except subprocess.TimeoutExpired:
@@ -162,6 +198,8 @@ class LiveSession(QObject):
                 continue
             if msg["type"] == "report":
                 self._reports.put(msg["data"])
+            elif msg["type"] == "inspect":
+                self._post(_inspection(msg))
             else:
                 self._post(_snapshot(msg) if msg["type"] == "snapshot" else msg)
         self._post({"type": "eof"})
@@ -191,6 +229,10 @@ class LiveSession(QObject):
             self._on_message(msg)
 
     def _on_message(self, msg) -> None:
+        if isinstance(msg, Inspection):
+            self.pending.discard(msg.req)
+            self.inspected.emit(msg)
+            return
         if isinstance(msg, Snapshot):
             self.steps_done = msg.extra["steps_done"]
             self.first = msg.first
@@ -207,9 +249,12 @@ class LiveSession(QObject):
             if self.state not in (FAILED,):
                 self._set_state(msg["state"])
         elif kind == "failed":
+            self.pending.clear()
             self._set_state(FAILED)
             self.failed.emit(msg["message"], msg["details"])
-        elif kind == "eof" and self.state in (RUNNING, PAUSED, IDLE):
+        elif kind == "eof":
+            self.pending.clear()  # nothing more will answer
+        if kind == "eof" and self.state in (RUNNING, PAUSED, IDLE):
             err = "".join(self._stderr[-40:])
             self._set_state(FAILED)
             self.failed.emit("the live worker process ended unexpectedly", err)
@@ -228,3 +273,23 @@ def _snapshot(msg: dict) -> Snapshot:
                     ulp_columns=[np.asarray(c, dtype=np.float64) for c in msg["columns"]],
                     latest=latest, first=msg["first"], steps_per_s=msg["steps_per_s"],
                     state=msg["state"], extra={"steps_done": msg["steps_done"]})
+
+
+def _inspection(msg: dict) -> Inspection:
+    """Decode an ``inspect`` message (in the reader thread: base64 work stays off the GUI)."""
+    req = msg.get("req")
+    node = msg.get("node")
+    out = Inspection(req if isinstance(req, int) else None, node if isinstance(node, int) else -1)
+    if msg.get("error"):
+        out.error = str(msg["error"])
+        return out
+    try:
+        out.step = int(msg["step"])
+        out.reference, out.candidate = str(msg["reference"]), str(msg["candidate"])
+        for side in ("ref", "cand"):
+            for which in ("value", "grad"):
+                a = decode_array(msg[side][which], f"node #{node} {side} {which}")
+                setattr(out, f"{side}_{which}", a)
+    except (KeyError, TypeError, ValueError) as e:
+        out.error = f"bad inspect reply from the worker: {e}"
+    return out

@@ -3,7 +3,9 @@
 One ``LiveController`` per window. ``start()`` opens the workload in the window (the structure
 the graph shows), starts a ``LiveSession`` and routes its snapshots: the parity table and the
 graph colours (``MainWindow.set_comparison``), the first-divergence flag, the Training dock,
-and on start the fusion plan (Kernels dock, fused segments as graph groups).
+and on start the fusion plan (Kernels dock, fused segments as graph groups). Selecting a node
+while a session exists asks its worker for that one node's arrays on both sides (never a
+stream of tensors); the answer fills the Inspector's reference-vs-candidate tab.
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, Slot
 from PySide6.QtWidgets import QCheckBox, QComboBox, QFileDialog, QLabel, QStyle, QToolBar
 
-from app.live import FAILED, PAUSED, RUNNING, LiveSession, Snapshot
+from app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
 from app.runs import COMPARES, SessionConfig
+from views.inspector import NodeDetails
 from views.kernels_view import KernelsPanel
 from views.training_view import TrainingPanel
+
+INSPECT_STATES = (RUNNING, PAUSED, STOPPED)  # a worker that can still answer
+KEEP_INSPECTIONS = 8  # answers kept per session, so re-selecting a node costs no round trip
 
 
 class LiveController(QObject):
@@ -29,6 +35,9 @@ class LiveController(QObject):
         self.info: dict = {}
         self.last: Snapshot | None = None
         self.snapshots = 0
+        self.inspections: dict[int, Inspection] = {}  # node → its latest answer
+        self.shown: Inspection | None = None  # what the Inspector shows now
+        self._asked: set[tuple[int, int]] = set()  # (node, steps done) already requested
         self.training = TrainingPanel(win)
         self.kernels = KernelsPanel(win)
         win.add_dock("Training", self.training, Qt.BottomDockWidgetArea)
@@ -40,6 +49,7 @@ class LiveController(QObject):
         win.resizeDocks([win.docks["Parity table"], win.docks["Training"]], [560, 560],
                         Qt.Horizontal)
         self.kernels.nodes_highlighted.connect(self._kernel_nodes)
+        win.node_selected.connect(self._on_selected)
         self._build_toolbar()
         self._sync_toolbar()
         menu = win.menuBar().addMenu("&Live")
@@ -142,6 +152,7 @@ class LiveController(QObject):
         self.kernels.set_plan(None)
         self.last, self.snapshots, self.info = None, 0, {}
         self.live = LiveSession(c, self.interval_s, max_steps, self)
+        self.live.inspected.connect(self._on_inspected)
         self.live.snapshot.connect(self._on_snapshot)
         self.live.state_changed.connect(self._on_state)
         self.live.failed.connect(self._on_failed)
@@ -188,9 +199,17 @@ class LiveController(QObject):
                 old.state_changed.disconnect(self._on_state)
                 old.failed.disconnect(self._on_failed)
                 old.ready.disconnect(self._on_ready)
+                old.inspected.disconnect(self._on_inspected)
                 old.detached = True
             old.close()
             self._update_actions("stopped")
+        self.inspections.clear()
+        self._asked.clear()
+        if self.shown is not None:  # the worker's arrays go with it: back to the window's own
+            self.shown = None
+            w = self.win
+            if w.session is not None and 0 <= w.selected < len(w.session.tape):
+                w.inspector.show_details(w.session.details(w.selected))
 
     # ---- results ----------------------------------------------------------------------------
     @Slot(object)
@@ -222,6 +241,74 @@ class LiveController(QObject):
         self.win.graph.view.set_marks("first", [] if first is None else [first])
         self._update_actions(self.live.state if self.live else "idle")
         self._label()
+        if snap.state != RUNNING:
+            # paused, stepped or stopped: what the Inspector shows follows the step, and the
+            # first divergence (where the user looks next) is fetched ahead
+            sel = self.win.selected
+            if self.shown is not None and self.shown.node == sel:
+                self._request(sel)
+            if first is not None:
+                self._request(int(first))
+
+    # ---- one node's arrays, on demand ------------------------------------------------------
+    def can_inspect(self) -> bool:
+        """True while a session's worker can answer for a node (running, paused, stopped)."""
+        lv = self.live
+        return (lv is not None and not getattr(lv, "detached", False)
+                and lv.state in INSPECT_STATES and lv.is_alive())
+
+    def _current(self, node: int) -> Inspection | None:
+        got = self.inspections.get(node)
+        return got if got is not None and got.step == self.live.steps_done - 1 else None
+
+    def _request(self, node: int) -> None:
+        key = (node, self.live.steps_done)
+        if self._current(node) is None and key not in self._asked:
+            self._asked.add(key)
+            self.live.inspect(node)
+
+    @Slot(int)
+    def _on_selected(self, node: int) -> None:
+        """The window selected ``node``: show both sides of it (cached, or ask the worker)."""
+        if not self.can_inspect():
+            return
+        if self.live.steps_done == 0:
+            self.win.inspector.set_note("live: no step has run yet; both sides show after one")
+            return
+        got = self._current(node)
+        if got is not None:
+            self._show(got)
+            return
+        self.win.inspector.set_note(
+            f"live: fetching node #{node} from both sides (step {self.live.steps_done - 1})…")
+        self._request(node)
+
+    @Slot(object)
+    def _on_inspected(self, got: Inspection) -> None:
+        if got.error is not None:
+            if got.node == self.win.selected:
+                self.win.inspector.set_note(f"live: {got.error}")
+            return
+        self.inspections.pop(got.node, None)
+        self.inspections[got.node] = got
+        while len(self.inspections) > KEEP_INSPECTIONS:
+            self.inspections.pop(next(iter(self.inspections)))
+        if got.node == self.win.selected:
+            self._show(got)
+
+    def _show(self, got: Inspection) -> None:
+        s = self.win.session
+        if s is None or not 0 <= got.node < len(s.tape):
+            return
+        d: NodeDetails = s.details(got.node)
+        d.value, d.grad = got.ref_value, got.ref_grad
+        d.device_value, d.device_grad = got.cand_value, got.cand_grad
+        dts = {str(a.dtype) for a in (got.ref_value, got.cand_value) if a is not None}
+        d.dtype = " ↔ ".join(sorted(dts)) or d.dtype
+        d.sides = (f"reference: {got.reference}", f"candidate: {got.candidate}")
+        d.note = f"live · step {got.step} · {got.reference} ↔ {got.candidate}"
+        self.shown = got
+        self.win.inspector.show_details(d)
 
     @Slot(str)
     def _on_state(self, state: str) -> None:

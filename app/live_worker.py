@@ -2,17 +2,20 @@
 
 Run as ``python -m app.live_worker CONFIG_JSON`` by ``app.live.LiveSession``: commands arrive
 on stdin, one JSON object per line (``{"cmd": "pause" | "resume" | "step" | "stop" |
-"report"}``), messages leave on stdout, one per line (``ready``, ``state``, ``snapshot``,
-``report``, ``failed``). A separate process, not a thread of the GUI: the stepping is Python
-work, and a busy Python thread makes every Qt→Python call of the GUI thread (each table cell,
-each paint) wait for the GIL, which froze the window for seconds in our first version.
+"report"}``, or ``{"cmd": "inspect", "node": ID, "req": N}``), messages leave on stdout, one per
+line (``ready``, ``state``, ``snapshot``, ``report``, ``inspect``, ``failed``). A separate
+process, not a thread of the GUI: the stepping is Python work, and a busy Python thread makes
+every Qt→Python call of the GUI thread (each table cell, each paint) wait for the GIL, which
+froze the window for seconds in our first version.
 
 Snapshots are rate-bounded: every step's small numbers (losses, per-node worst ulp, time) are
-batched into the next snapshot, the per-node parity dicts only of the latest step.
+batched into the next snapshot, the per-node parity dicts only of the latest step. Tensors
+never stream: ``inspect`` answers for ONE node, when the user selects it (``inspect_message``).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 import threading
@@ -20,6 +23,8 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict
+
+import numpy as np
 
 from app.report_data import ReportAccumulator
 from app.runs import PairRunner, SessionConfig, StepResult
@@ -37,6 +42,8 @@ class Stepper:
         self.interval_s, self.max_steps = interval_s, max_steps
         self.state = PAUSED if paused else RUNNING
         self.report: ReportAccumulator | None = None
+        self.runner: PairRunner | None = None
+        self._run_lock = threading.Lock()  # a step and an inspection never interleave
         self.steps_done = 0
         self.first: dict | None = None
         self._lock = threading.Lock()
@@ -47,8 +54,12 @@ class Stepper:
         self._pending: list[StepResult] = []
         self._times: list[float] = []
 
-    def command(self, cmd: str) -> None:
-        """pause | resume | step | stop | report."""
+    def command(self, cmd: str, args: dict | None = None) -> None:
+        """pause | resume | step | stop | report | inspect (``args``: {"node", "req"})."""
+        if cmd == "inspect":
+            # its own thread: waiting for a step in flight must not hold up "pause" or "stop"
+            threading.Thread(target=self._inspect, args=(dict(args or {}),), daemon=True).start()
+            return
         with self._lock:
             if cmd == "pause" and self.state == RUNNING:
                 self._go.clear()
@@ -68,6 +79,12 @@ class Stepper:
             data = self.report.to_json() if self.report is not None else None
             self.emit({"type": "report", "data": data})
 
+    def _inspect(self, args: dict) -> None:
+        with self._run_lock:
+            msg = inspect_message(self.runner, args.get("node"))
+        msg["req"] = args.get("req")
+        self.emit(msg)
+
     def _state(self, s: str) -> None:
         self.state = s
         self.emit({"type": "state", "state": s, "steps_done": self.steps_done})
@@ -75,7 +92,8 @@ class Stepper:
     def run(self) -> None:
         """Build the runner, then step until stopped (or ``max_steps``)."""
         try:
-            r = PairRunner(self.config)
+            with self._run_lock:
+                r = self.runner = PairRunner(self.config)
             plan = r.plan.to_json() if r.plan is not None else None
             self.report = ReportAccumulator(self.config, r.nodes, r.ref_spec.label(),
                                             r.cand_spec.label(), r.describe_device(), plan)
@@ -94,7 +112,8 @@ class Stepper:
                     self._single = False
                     self._go.clear()
             try:
-                res = r.step()
+                with self._run_lock:
+                    res = r.step()
             except Exception as e:  # noqa: BLE001 — shown in the GUI, the app stays up
                 self._fail(e)
                 return
@@ -139,6 +158,60 @@ class Stepper:
         self.emit({"type": "failed", "message": f"{type(e).__name__}: {e}", "details": details})
 
 
+MAX_INSPECT = 1 << 21  # elements per array: beyond this a JSON line would be tens of megabytes
+WIRE_KINDS = "fiub"  # numeric dtypes only: an object dtype can never come off the wire
+
+
+def encode_array(a: np.ndarray | None) -> dict | None:
+    """An array as JSON: dtype, shape and base64 of its raw bytes (C order); None stays None."""
+    if a is None:
+        return None
+    a = np.asarray(a)  # NOTE: not ascontiguousarray, which makes a 0-d loss 1-d
+    if a.dtype.kind not in WIRE_KINDS:
+        raise ValueError(f"cannot send a {a.dtype} array (numeric dtypes only)")
+    return {"dtype": a.dtype.str, "shape": list(a.shape),
+            "data": base64.b64encode(a.tobytes(order="C")).decode("ascii")}
+
+
+def decode_array(d: dict | None, what: str = "array") -> np.ndarray | None:
+    """The inverse of ``encode_array``; a malformed entry raises ValueError naming ``what``."""
+    if d is None:
+        return None
+    try:
+        dt = np.dtype(d["dtype"])
+        shape = tuple(int(n) for n in d["shape"])
+        raw = base64.b64decode(d["data"], validate=True)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{what}: malformed array message ({e})") from None
+    if dt.kind not in WIRE_KINDS:
+        raise ValueError(f"{what}: dtype {dt} is not a numeric dtype")
+    if any(n < 0 for n in shape) or len(raw) != dt.itemsize * int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"{what}: {len(raw)} bytes do not fill shape {shape} of {dt}")
+    return np.frombuffer(raw, dtype=dt).reshape(shape).copy()  # writable, owns its memory
+
+
+def inspect_message(runner: PairRunner | None, node: object) -> dict:
+    """The ``inspect`` reply: one node's value and gradient on both sides at the current step."""
+    msg: dict = {"type": "inspect", "node": node, "error": None}
+    if runner is None:
+        msg["error"] = "the live session is still starting"
+        return msg
+    try:
+        got = runner.arrays(node)
+        for side in ("ref", "cand"):
+            for which, a in got[side].items():
+                if a is not None and a.size > MAX_INSPECT:
+                    raise ValueError(f"node #{node} {which} has {a.size} elements (the limit "
+                                     f"is {MAX_INSPECT})")
+            msg[side] = {w: encode_array(a) for w, a in got[side].items()}
+    except (ValueError, TypeError, IndexError) as e:
+        msg["error"] = str(e)
+        return msg
+    msg.update(step=got["step"], reference=runner.ref_spec.label(),
+               candidate=runner.cand_spec.label())
+    return msg
+
+
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point: argv[0] is the JSON of {"config", "interval_s", "max_steps",
     "paused"}."""
@@ -166,12 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     def commands() -> None:
         for line in sys.stdin:
             try:
-                cmd = json.loads(line)["cmd"]
+                msg = json.loads(line)
+                cmd = msg["cmd"]
             except (ValueError, KeyError, TypeError):
                 continue  # a garbled line is ignored: the GUI is the only writer
             if cmd == "quit":
                 break
-            st.command(cmd)
+            st.command(cmd, msg)
         st.command("stop")  # quit, or the GUI went away
         quit_.set()
 

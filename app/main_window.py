@@ -289,14 +289,19 @@ class MainWindow(QMainWindow):
 
     # ---- screenshot -------------------------------------------------------------------------
     def wait_until_ready(self, timeout_s: float = 10.0) -> bool:
-        """Process events until the graph layout is on screen (for screenshots and tests)."""
+        """Process events until the graph layout is on screen and a live session's node
+        requests are answered (for screenshots and tests)."""
         import time
 
         from PySide6.QtCore import QCoreApplication
 
+        def ready() -> bool:
+            lv = self.live.live
+            return self.graph.view.is_ready() and not (lv is not None and lv.pending)
+
         end = time.monotonic() + timeout_s
-        while not self.graph.view.is_ready() and time.monotonic() < end:
+        while not ready() and time.monotonic() < end:
             QCoreApplication.processEvents()
             time.sleep(0.002)
         QCoreApplication.processEvents()
-        return self.graph.view.is_ready()
+        return ready()

@@ -177,6 +177,10 @@ class DeviceRun:
         return self.prog.read(i, which)
 
 
+def _copy(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.array(a, copy=True)
+
+
 def _narrow(a: np.ndarray, dt: np.dtype) -> np.ndarray:
     # NOTE: ulp is measured in the narrower type: the float64 reference is rounded to float32
     # (nearest), so "exact" means the device produced the correctly rounded reference
@@ -259,6 +263,24 @@ class PairRunner:
         js = report.to_json()
         return StepResult(s, loss_ref, loss_cand, dt, report.exact, js["first_divergence"],
                           js["nodes"], roots(self.nodes, js["nodes"]))
+
+    def arrays(self, node_id: Any) -> dict:
+        """One compared node's value and gradient on both sides, as the last step left them.
+
+        ``{"step", "ref": {"value", "grad"}, "cand": {...}}``. Intermediate nodes hold what
+        that step computed (and compared); a parameter's value is already past its update.
+        """
+        if isinstance(node_id, bool) or not isinstance(node_id, int):
+            raise TypeError(f"node must be an integer id, not {node_id!r}")
+        if not 0 <= node_id < len(self.nodes):
+            raise IndexError(f"node #{node_id} is not compared (ids 0..{len(self.nodes) - 1})")
+        if self.step_index == 0:
+            raise ValueError("no step has run yet")
+        out: dict = {"step": self.step_index - 1}
+        for key, r in (("ref", self.ref), ("cand", self.cand)):
+            # a copy: the CPU tape hands out views that the next step overwrites
+            out[key] = {w: _copy(r.array(node_id, w)) for w in ("value", "grad")}
+        return out
 
     def _compare(self) -> Any:
         import gpu

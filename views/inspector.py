@@ -8,6 +8,7 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
+    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -42,6 +43,9 @@ class NodeDetails:
     attrs: dict | None = None
     device_value: np.ndarray | None = None  # filled once a device run exists (issue 8)
     device_grad: np.ndarray | None = None
+    # a live session's answer: value/grad are then its reference side, device_* its candidate
+    sides: tuple[str, str] | None = None  # (reference label, candidate label)
+    note: str = ""  # e.g. "live · step 4", shown under the header
 
 
 class StatsTable(QTableWidget):
@@ -82,8 +86,17 @@ def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
     return d
 
 
+def _comparable(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # NOTE: two dtypes (a float64 reference beside a float32 device) are compared in the
+    # narrower one, rounded to nearest: the same rule as the parity summaries (app.runs)
+    if a.dtype == b.dtype:
+        return a, b
+    dt = min(a.dtype, b.dtype, key=lambda d: d.itemsize)
+    return a.astype(dt), b.astype(dt)
+
+
 class DeviceCompareView(QWidget):
-    """CPU and device side by side, and the ulp-per-element map between them."""
+    """Reference and device side by side (value or gradient), and the ulp map between them."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -91,25 +104,74 @@ class DeviceCompareView(QWidget):
         self.dev_view = ArrayView("device", self)
         self.ulp_view = ArrayView("ulp", self)
         self.ulp: np.ndarray | None = None
+        self.pairs: dict[str, tuple] = {"value": (None, None), "grad": (None, None)}
+        self.which_box = QComboBox(self)
+        self.which_box.addItem("value", "value")
+        self.which_box.addItem("gradient", "grad")
+        self.which_box.currentIndexChanged.connect(self._show)
+        self.summary = QLabel("", self)
+        self.ref_title, self.dev_title = QLabel("CPU", self), QLabel("device", self)
+        for t in (self.ref_title, self.dev_title):
+            t.setWordWrap(True)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        top = QHBoxLayout()
+        top.addWidget(self.which_box)
+        top.addWidget(self.summary, 1)
+        lay.addLayout(top)
         row = QHBoxLayout()
-        for title, v in (("CPU", self.cpu_view), ("device", self.dev_view)):
+        for title, v in ((self.ref_title, self.cpu_view), (self.dev_title, self.dev_view)):
             col = QVBoxLayout()
-            col.addWidget(QLabel(title, self))
+            col.addWidget(title)
             col.addWidget(v, 1)
             row.addLayout(col, 1)
         lay.addLayout(row, 1)
         lay.addWidget(QLabel("bit difference (ulp per element)", self))
         lay.addWidget(self.ulp_view, 1)
 
+    def set_titles(self, reference: str = "CPU", candidate: str = "device") -> None:
+        """Name the two sides (a live session's run labels)."""
+        self.ref_title.setText(reference)
+        self.dev_title.setText(candidate)
+
     def set_arrays(self, cpu: np.ndarray | None, dev: np.ndarray | None) -> None:
-        """Show one pair (either may be None)."""
+        """Show one value pair (either may be None)."""
+        self.set_pairs((cpu, dev), (None, None))
+
+    def set_pairs(self, value: tuple, grad: tuple) -> None:
+        """(reference, device) of the value and of the gradient; the box picks which shows."""
+        self.pairs = {"value": value, "grad": grad}
+        self._show()
+
+    def which(self) -> str:
+        """``value`` or ``grad``: the pair on screen."""
+        return self.which_box.currentData()
+
+    def show_which(self, which: str) -> None:
+        """Show the value or the gradient pair."""
+        self.which_box.setCurrentIndex(max(0, self.which_box.findData(which)))
+
+    @Slot()
+    def _show(self) -> None:
+        cpu, dev = self.pairs[self.which()]
         self.cpu_view.set_array(cpu)
         self.dev_view.set_array(dev)
         ok = cpu is not None and dev is not None and np.shape(cpu) == np.shape(dev)
-        self.ulp = ulp_map(cpu, dev) if ok else None
+        self.ulp = ulp_map(*_comparable(np.asarray(cpu), np.asarray(dev))) if ok else None
         self.ulp_view.set_array(self.ulp)
+        self.summary.setText(_summary(self.ulp))
+
+
+def _summary(ulp: np.ndarray | None) -> str:
+    if ulp is None:
+        return "nothing to compare"
+    nan = int(np.isnan(ulp).sum())
+    n = int(np.count_nonzero(ulp))  # NaN counts as nonzero: a NaN mismatch differs too
+    if n == 0:
+        return f"all {ulp.size} elements bit-identical"
+    worst = np.nanmax(ulp) if nan < ulp.size else float("nan")
+    tail = f", {nan} NaN mismatches" if nan else ""
+    return f"{n} of {ulp.size} elements differ · max {worst:.0f} ulp{tail}"
 
 
 class InspectorPanel(QWidget):
@@ -138,6 +200,11 @@ class InspectorPanel(QWidget):
         self.tabs.addTab(self.hist, "Histogram")
         self.device_view = DeviceCompareView(self)  # a tab only while a device run exists
         self.device_view.hide()
+        self.prefer_compare = True  # the compare tab comes back to the front until left
+        self.tabs.currentChanged.connect(self._tab_changed)
+        self.note = QLabel("", self)
+        self.note.setWordWrap(True)
+        self.note.hide()
         self.copy_value = QPushButton("Copy value as numpy", self)
         self.copy_grad = QPushButton("Copy gradient as numpy", self)
         self.nan_button = QPushButton("Jump to first NaN", self)
@@ -153,10 +220,21 @@ class InspectorPanel(QWidget):
         lay.setContentsMargins(6, 6, 6, 6)
         lay.addWidget(self.header)
         lay.addWidget(self.inputs)
+        lay.addWidget(self.note)
         lay.addWidget(self.stats)
         lay.addWidget(self.tabs, 1)
         lay.addLayout(buttons)
         self._set_enabled(False)
+
+    def set_note(self, text: str) -> None:
+        """A line under the header (e.g. "fetching device values…"); empty hides it."""
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
+
+    @Slot(int)
+    def _tab_changed(self, _index: int) -> None:
+        if self.tabs.indexOf(self.device_view) >= 0:
+            self.prefer_compare = self.tabs.currentWidget() is self.device_view
 
     def _set_enabled(self, on: bool) -> None:
         self.copy_value.setEnabled(on)
@@ -165,7 +243,9 @@ class InspectorPanel(QWidget):
     def show_details(self, d: NodeDetails | None) -> None:
         """Show one node (None clears the panel)."""
         self.details = d
+        self.set_note(d.note if d is not None else "")
         if d is None:
+            self._drop_compare_tab()
             self.header.setText("Select a node in the graph")
             self.inputs.setText("")
             self.stats.set_rows({})
@@ -186,22 +266,40 @@ class InspectorPanel(QWidget):
             self.inputs.setText(f"inputs: {links}")
         else:
             self.inputs.setText("inputs: none (leaf)")
-        rows = {"value": d.value, "gradient": d.grad}
-        if d.device_value is not None or d.device_grad is not None:
-            rows.update({"device value": d.device_value, "device grad": d.device_grad})
+        has_dev = d.device_value is not None or d.device_grad is not None
+        if d.sides is not None:  # a live session: reference and candidate, named
+            rows = {"ref value": d.value, "ref grad": d.grad,
+                    "cand value": d.device_value, "cand grad": d.device_grad}
+        else:
+            rows = {"value": d.value, "gradient": d.grad}
+            if has_dev:
+                rows.update({"device value": d.device_value, "device grad": d.device_grad})
         self.stats.set_rows(rows)
         self.value_view.set_array(d.value)
         self.grad_view.set_array(d.grad)
         self.hist.set_arrays(d.value, d.grad)
-        i = self.tabs.indexOf(self.device_view)
-        if d.device_value is not None or d.device_grad is not None:
-            if i < 0:
-                self.tabs.addTab(self.device_view, "CPU vs device")
-            self.device_view.set_arrays(d.value, d.device_value)
-        elif i >= 0:
-            self.tabs.removeTab(i)
-            self.device_view.hide()
+        if has_dev:
+            ref, cand = d.sides or ("CPU", "device")
+            self.device_view.set_titles(ref, cand)
+            self.device_view.set_pairs((d.value, d.device_value), (d.grad, d.device_grad))
+            if self.tabs.indexOf(self.device_view) < 0:
+                self.tabs.blockSignals(True)  # adding is not the user leaving the tab
+                self.tabs.addTab(self.device_view,
+                                 "reference vs candidate" if d.sides else "CPU vs device")
+                self.tabs.blockSignals(False)
+            if self.prefer_compare:
+                self.tabs.setCurrentWidget(self.device_view)
+        else:
+            self._drop_compare_tab()
         self._set_enabled(True)
+
+    def _drop_compare_tab(self) -> None:
+        i = self.tabs.indexOf(self.device_view)
+        if i >= 0:
+            self.tabs.blockSignals(True)  # removing is not the user leaving the tab
+            self.tabs.removeTab(i)
+            self.tabs.blockSignals(False)
+            self.device_view.hide()
 
     @Slot(str)
     def _input_clicked(self, link: str) -> None:

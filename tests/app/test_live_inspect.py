@@ -1,0 +1,147 @@
+"""Selecting a node during a live session shows that node on both sides, fetched on demand."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from app.live import STOPPED
+from app.live_worker import decode_array, encode_array, inspect_message
+from app.main_window import MainWindow
+from app.runs import PairRunner, SessionConfig
+
+
+@pytest.fixture
+def win(qtbot, settings):
+    w = MainWindow(settings=settings)
+    w.live.interval_s = 0.05
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.live.close()
+
+
+def click_row(qtbot, win, node_id: int) -> None:
+    """Click the parity table's row of ``node_id``, as a user would."""
+    p = win.parity
+    idx = p.proxy.mapFromSource(p.model.index(p.model.row_of(node_id), 1))
+    p.table.scrollTo(idx)
+    qtbot.mouseClick(p.table.viewport(), Qt.LeftButton, pos=p.table.visualRect(idx).center())
+
+
+def click_node(qtbot, win, node_id: int) -> None:
+    """Click ``node_id``'s box in the graph."""
+    v = win.graph.view
+    r = v.canvas.item_rect(int(v.display.node_item[node_id]))
+    v.centerOn(r.center())
+    qtbot.mouseClick(v.viewport(), Qt.LeftButton, pos=v.mapFromScene(r.center()))
+
+
+def shown_live(win, node_id: int, step: int) -> bool:
+    d = win.inspector.details
+    sh = win.live.shown
+    return (d is not None and d.id == node_id and d.sides is not None and sh is not None
+            and sh.node == node_id and sh.step == step)
+
+
+def bits(a: np.ndarray) -> bytes:
+    return np.asarray(a).tobytes(order="C")
+
+
+def test_platform_math_device_side_of_a_selected_softmax(qtbot, win):
+    cfg = SessionConfig(workload="transformer", device="host", math="platform")
+    assert win.live.start(cfg, paused=True)
+    qtbot.waitUntil(lambda: bool(win.live.info), timeout=15000)
+    sm = next(n.id for n in win.session.tape.nodes if n.op == "softmax")
+    win.select_node(sm)  # before any step: nothing to fetch yet, and the panel says so
+    assert "no step has run yet" in win.inspector.note.text()
+    win.live.single_step()
+    qtbot.waitUntil(lambda: win.live.last is not None, timeout=10000)
+    click_row(qtbot, win, sm)
+    assert win.selected == sm
+    qtbot.waitUntil(lambda: shown_live(win, sm, 0), timeout=5000)
+    # the same episode stepped here, independently of the worker: the bits must be the same
+    here = PairRunner(cfg)
+    here.step()
+    ref_v, cand_v = here.ref.array(sm, "value"), here.cand.array(sm, "value")
+    ref_g, cand_g = here.ref.array(sm, "grad"), here.cand.array(sm, "grad")
+    d, dv = win.inspector.details, win.inspector.device_view
+    assert win.inspector.tabs.currentWidget() is dv  # the comparison is what the user sees
+    assert bits(d.device_value) == bits(cand_v) and bits(d.value) == bits(ref_v)
+    assert bits(dv.dev_view.array) == bits(cand_v) and bits(dv.cpu_view.array) == bits(ref_v)
+    differ = ref_v.view(np.int64) != cand_v.view(np.int64)
+    assert differ.any() and not differ.all()  # platform exp drifts on some elements only
+    assert np.array_equal(dv.ulp != 0, differ)  # the map is nonzero exactly where bits differ
+    entry = next(e for e in win.live.last.latest.nodes if e["id"] == sm)
+    assert int(differ.sum()) == entry["value"]["n_diff"]  # and agrees with the parity table
+    assert dv.ulp.max() == entry["value"]["max_ulp"]
+    assert f"{entry['value']['n_diff']} of {ref_v.size} elements differ" in dv.summary.text()
+    assert "platform" in dv.dev_title.text() and "refmath" in dv.ref_title.text()
+    dv.show_which("grad")
+    assert bits(dv.dev_view.array) == bits(cand_g) and bits(dv.cpu_view.array) == bits(ref_g)
+    assert np.array_equal(dv.ulp != 0, ref_g.view(np.int64) != cand_g.view(np.int64))
+    # one more step while paused: the selected node follows it
+    win.live.act_step.trigger()
+    qtbot.waitUntil(lambda: shown_live(win, sm, 1), timeout=10000)
+    here.step()
+    assert bits(win.inspector.details.device_value) == bits(here.cand.array(sm, "value"))
+    assert bits(win.inspector.details.grad) == bits(here.ref.array(sm, "grad"))
+
+
+def test_exact_run_has_an_all_zero_map_and_a_stopped_session_still_answers(qtbot, win):
+    cfg = SessionConfig(workload="transformer", device="host", math="refmath")
+    assert win.live.start(cfg, max_steps=2)
+    qtbot.waitUntil(lambda: win.live.live.state == STOPPED and win.live.last is not None
+                    and win.live.last.extra["steps_done"] == 2, timeout=15000)
+    qtbot.waitUntil(win.graph.view.is_ready)
+    sm = next(n.id for n in win.session.tape.nodes if n.op == "softmax")
+    click_node(qtbot, win, sm)
+    assert win.selected == sm
+    qtbot.waitUntil(lambda: shown_live(win, sm, 1), timeout=5000)
+    dv = win.inspector.device_view
+    d = win.inspector.details
+    assert d.device_value is not None and bits(d.device_value) == bits(d.value)
+    assert dv.ulp is not None and dv.ulp.shape == d.value.shape and not dv.ulp.any()
+    assert "bit-identical" in dv.summary.text()
+    # tearing the session down gives the inspector back the window's own tape
+    win.live.close()
+    assert win.inspector.details.sides is None and win.inspector.details.device_value is None
+    assert win.inspector.tabs.indexOf(dv) < 0
+
+
+def test_arrays_travel_as_raw_bytes_and_bad_messages_are_refused():
+    for a in (np.linspace(-1, 1, 24).reshape(2, 3, 4), np.full((), 3.5, dtype=np.float32),
+              np.arange(6, dtype=np.int64).reshape(3, 2)[:, ::-1], np.zeros((0, 4))):
+        b = decode_array(encode_array(a))
+        assert b.dtype == a.dtype and b.shape == a.shape and bits(b) == bits(a)
+        assert b.flags.writeable
+    assert encode_array(None) is None and decode_array(None) is None
+    good = encode_array(np.ones(4))
+    with pytest.raises(ValueError, match="not a numeric dtype"):
+        decode_array({**good, "dtype": "|O"}, "node #3 ref value")
+    with pytest.raises(ValueError, match="node #3 cand grad: 32 bytes do not fill shape"):
+        decode_array({**good, "shape": [5]}, "node #3 cand grad")
+    with pytest.raises(ValueError, match="malformed"):
+        decode_array({**good, "data": "!!not base64!!"})
+    with pytest.raises(ValueError, match="malformed"):
+        decode_array({"dtype": "<f8", "shape": [1]})
+    with pytest.raises(ValueError, match="numeric dtypes only"):
+        encode_array(np.array([object()]))
+    assert base64.b64decode(good["data"]) == np.ones(4).tobytes()
+
+
+def test_worker_reply_names_what_is_wrong():
+    r = PairRunner(SessionConfig(workload="mlp", device="host"))
+    assert inspect_message(None, 0)["error"] == "the live session is still starting"
+    assert inspect_message(r, 0)["error"] == "no step has run yet"
+    r.step()
+    n = len(r.nodes)
+    assert f"node #{n} is not compared (ids 0..{n - 1})" in inspect_message(r, n)["error"]
+    assert "integer id" in inspect_message(r, "3")["error"]
+    ok = inspect_message(r, n - 1)
+    assert ok["error"] is None and ok["step"] == 0
+    loss = decode_array(ok["cand"]["value"])
+    assert loss.shape == () and float(loss) == r.cand.loss()
