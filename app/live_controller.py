@@ -242,6 +242,7 @@ class LiveController(QObject):
         self._update_actions(self.live.state if self.live else "idle")
         self._label()
         if snap.state != RUNNING:
+            self.training.flush()  # the plots show the last steps now, not at the next tick
             # paused, stepped or stopped: what the Inspector shows follows the step, and the
             # first divergence (where the user looks next) is fetched ahead
             sel = self.win.selected

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -110,13 +111,17 @@ class DeviceCompareView(QWidget):
         self.which_box.addItem("gradient", "grad")
         self.which_box.currentIndexChanged.connect(self._show)
         self.summary = QLabel("", self)
+        self.summary.setWordWrap(True)
         self.ref_title, self.dev_title = QLabel("CPU", self), QLabel("device", self)
-        for t in (self.ref_title, self.dev_title):
-            t.setWordWrap(True)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         top = QHBoxLayout()
         top.addWidget(self.which_box)
+        self.slice_label = QLabel("", self)
+        top.addWidget(self.slice_label)
+        self.slice_lay = QHBoxLayout()
+        self.spins: list[QSpinBox] = []
+        top.addLayout(self.slice_lay)
         top.addWidget(self.summary, 1)
         lay.addLayout(top)
         row = QHBoxLayout()
@@ -126,13 +131,15 @@ class DeviceCompareView(QWidget):
             col.addWidget(v, 1)
             row.addLayout(col, 1)
         lay.addLayout(row, 1)
-        lay.addWidget(QLabel("bit difference (ulp per element)", self))
         lay.addWidget(self.ulp_view, 1)
 
-    def set_titles(self, reference: str = "CPU", candidate: str = "device") -> None:
-        """Name the two sides (a live session's run labels)."""
-        self.ref_title.setText(reference)
-        self.dev_title.setText(candidate)
+    def set_titles(self, reference: str = "CPU", candidate: str = "device",
+                   tips: tuple[str, str] = ("", "")) -> None:
+        """Name the two sides; ``tips``: their full run labels, on hover."""
+        for label, text, tip in ((self.ref_title, reference, tips[0]),
+                                 (self.dev_title, candidate, tips[1])):
+            label.setText(f"<b>{text}</b>")
+            label.setToolTip(tip)
 
     def set_arrays(self, cpu: np.ndarray | None, dev: np.ndarray | None) -> None:
         """Show one value pair (either may be None)."""
@@ -160,18 +167,51 @@ class DeviceCompareView(QWidget):
         self.ulp = ulp_map(*_comparable(np.asarray(cpu), np.asarray(dev))) if ok else None
         self.ulp_view.set_array(self.ulp)
         self.summary.setText(_summary(self.ulp))
+        self._make_spins(np.shape(cpu) if ok else ())
+
+    def _make_spins(self, shape: tuple) -> None:
+        # one set of slice boxes drives all three drawings: the same slice, side by side
+        if shape and len(self.spins) == len(shape) - 2 and all(
+                sp.maximum() == n - 1 for sp, n in zip(self.spins, shape, strict=False)):
+            for d, sp in enumerate(self.spins):  # same shape (value ↔ gradient): same slice
+                self._slice_moved(d, sp.value())
+            for v in (self.cpu_view, self.dev_view, self.ulp_view):
+                v.slice_row.hide()
+            return
+        for sp in self.spins:
+            self.slice_lay.removeWidget(sp)
+            sp.deleteLater()
+        self.spins = []
+        for d in range(max(0, len(shape) - 2)):
+            sp = QSpinBox(self)
+            sp.setRange(0, shape[d] - 1)
+            sp.setPrefix(f"dim{d}=")
+            sp.valueChanged.connect(lambda v, d=d: self._slice_moved(d, v))
+            self.slice_lay.addWidget(sp)
+            self.spins.append(sp)
+        for v in (self.cpu_view, self.dev_view, self.ulp_view):
+            if self.spins:
+                v.slice_row.hide()
+        self.slice_label.setVisible(bool(self.spins))
+        if self.spins:
+            self.slice_label.setText(f"slice of {len(shape)}-D:")
+
+    def _slice_moved(self, d: int, value: int) -> None:
+        for v in (self.cpu_view, self.dev_view, self.ulp_view):
+            if d < len(v.spins):
+                v.spins[d].setValue(value)
 
 
 def _summary(ulp: np.ndarray | None) -> str:
     if ulp is None:
-        return "nothing to compare"
+        return "bit difference: nothing to compare"
     nan = int(np.isnan(ulp).sum())
     n = int(np.count_nonzero(ulp))  # NaN counts as nonzero: a NaN mismatch differs too
     if n == 0:
-        return f"all {ulp.size} elements bit-identical"
+        return f"bit difference (ulp per element): all {ulp.size} elements bit-identical"
     worst = np.nanmax(ulp) if nan < ulp.size else float("nan")
     tail = f", {nan} NaN mismatches" if nan else ""
-    return f"{n} of {ulp.size} elements differ · max {worst:.0f} ulp{tail}"
+    return f"bit difference (ulp per element): {n} of {ulp.size} differ · max {worst:.0f} ulp{tail}"
 
 
 class InspectorPanel(QWidget):
@@ -279,8 +319,10 @@ class InspectorPanel(QWidget):
         self.grad_view.set_array(d.grad)
         self.hist.set_arrays(d.value, d.grad)
         if has_dev:
-            ref, cand = d.sides or ("CPU", "device")
-            self.device_view.set_titles(ref, cand)
+            if d.sides is not None:  # the run labels are in the note line and on hover
+                self.device_view.set_titles("reference", "candidate", d.sides)
+            else:
+                self.device_view.set_titles()
             self.device_view.set_pairs((d.value, d.device_value), (d.grad, d.device_grad))
             if self.tabs.indexOf(self.device_view) < 0:
                 self.tabs.blockSignals(True)  # adding is not the user leaving the tab
