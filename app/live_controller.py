@@ -262,11 +262,14 @@ class LiveController(QObject):
         got = self.inspections.get(node)
         return got if got is not None and got.step == self.live.steps_done - 1 else None
 
-    def _request(self, node: int) -> None:
+    def _request(self, node: int) -> bool:
+        """Ask once per node and step; False when the worker cannot be asked."""
         key = (node, self.live.steps_done)
         if self._current(node) is None and key not in self._asked:
+            if self.live.inspect(node) is None:
+                return False
             self._asked.add(key)
-            self.live.inspect(node)
+        return True
 
     @Slot(int)
     def _on_selected(self, node: int) -> None:
@@ -280,9 +283,11 @@ class LiveController(QObject):
         if got is not None:
             self._show(got)
             return
-        self.win.inspector.set_note(
-            f"live: fetching node #{node} from both sides (step {self.live.steps_done - 1})…")
-        self._request(node)
+        if self._request(node):
+            self.win.inspector.set_note(
+                f"live: fetching node #{node} from both sides (step {self.live.steps_done - 1})…")
+        else:
+            self.win.inspector.set_note("live: the session's worker has ended; start a new one")
 
     @Slot(object)
     def _on_inspected(self, got: Inspection) -> None:
