@@ -15,3 +15,16 @@ def settings(tmp_path):
     from PySide6.QtCore import QSettings
 
     return QSettings(str(tmp_path / "tapescope.ini"), QSettings.IniFormat)
+
+
+@pytest.fixture
+def win(qtbot, settings):
+    """A shown main window whose live sessions snapshot quickly (test modules may override)."""
+    from app.main_window import MainWindow
+
+    w = MainWindow(settings=settings)
+    w.live.interval_s = 0.05
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.live.close()

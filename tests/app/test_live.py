@@ -5,26 +5,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from PySide6.QtGui import QColor
 
 from app.live import PAUSED, RUNNING, STOPPED
-from app.main_window import MainWindow
 from app.runs import SessionConfig
 from app.session import EXACT_COLOR
 from core.ops.registry import REGISTRY
 
 BRANCHES = str(Path(__file__).parent / "data" / "branches.py")
-
-
-@pytest.fixture
-def win(qtbot, settings):
-    w = MainWindow(settings=settings)
-    w.live.interval_s = 0.05
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.live.close()
 
 
 def wait_steps(qtbot, win, n: int, timeout: int = 10000) -> None:

@@ -10,18 +10,7 @@ from PySide6.QtCore import Qt
 
 from app.live import STOPPED
 from app.live_worker import decode_array, encode_array, inspect_message
-from app.main_window import MainWindow
 from app.runs import PairRunner, SessionConfig
-
-
-@pytest.fixture
-def win(qtbot, settings):
-    w = MainWindow(settings=settings)
-    w.live.interval_s = 0.05
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.live.close()
 
 
 def click_row(qtbot, win, node_id: int) -> None:
