@@ -26,7 +26,7 @@ import numpy as np
 from core.ops.registry import REGISTRY
 from core.tape import Node, Tape, Var
 from gpu.device import KERNEL_DIR
-from gpu.source import instantiate
+from gpu.source import instantiate, node_comment
 
 __all__ = ["EmitError", "emit", "emit_lines", "needed_math", "C_OPS"]
 
@@ -302,8 +302,8 @@ def emit_lines(tape: Tape, loss: Var | int, leaves: Mapping[Any, str] | None = N
             c = _Ctx(tape, n)
             expr = C_OPS[n.op][0](c)
             fwd.extend(c.lines)
-        label = f"{n.op} {n.name}".replace("*/", "* /") if n.name else n.op
-        fwd.append(f"const real_t t{i} = {expr};  /* {label} */")
+        # never the node's name: it is text from a file (see gpu.source.node_comment)
+        fwd.append(f"const real_t t{i} = {expr};  {node_comment(i, n.op)}")
         if trace:
             fwd.append(f"tv[{i}] = t{i};")
     reached = _reached(tape, li)
@@ -322,7 +322,7 @@ def emit_lines(tape: Tape, loss: Var | int, leaves: Mapping[Any, str] | None = N
                 continue
             # computed in full, then added: gJ = gJ + c (gJ started at +0.0)
             body.append(f"g{j} = ADD(g{j}, {parts[k]});")
-        bwd.append(f"/* node {i} {n.op} */")
+        bwd.append(node_comment(i, n.op))
         bwd.extend(body)
     for i in grads:
         if trace:

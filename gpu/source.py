@@ -17,7 +17,21 @@ import numpy as np
 
 from gpu.device import KERNEL_DIR
 
-__all__ = ["instantiate", "template", "library_source", "SUFFIX", "MATH_MODES", "LIBRARY"]
+__all__ = ["instantiate", "template", "library_source", "node_comment", "SUFFIX", "MATH_MODES",
+           "LIBRARY"]
+
+# SECURITY: generated source never carries text from a file (a node name once closed its comment
+# with a backslash-newline splice and ran a shell command). A comment holds only node ids and op
+# names from our own registry, and this whitelist is checked when the text is built.
+_COMMENT_OK = re.compile(r"[A-Za-z0-9_./ >-]*")
+
+
+def node_comment(node_id: int, *words: str) -> str:
+    """``/* node <id> <words> */`` for generated source; ValueError on any other character."""
+    text = " ".join(("node", str(int(node_id)), *words))
+    if not _COMMENT_OK.fullmatch(text) or "*/" in text or "/*" in text:
+        raise ValueError(f"generated source: refusing comment text {text!r} (node {node_id})")
+    return f"/* {text} */"
 
 SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 MATH_MODES = ("refmath", "platform")

@@ -14,6 +14,7 @@ import numpy as np
 
 from gpu.emitc import literal
 from gpu.fusion.analysis import BINARY, Segment
+from gpu.source import node_comment
 
 __all__ = ["Layout", "KernelText", "row_forward", "row_backward", "param_grads", "HEADER"]
 
@@ -226,8 +227,7 @@ def row_forward(name: str, seg: Segment, nodes: tuple, lay: Layout, dt: np.dtype
         n = nodes[info.id]
         if k:
             w.body.append("__syncthreads();")
-        label = f"{n.op} {n.name}".replace("*/", "* /") if n.name else n.op
-        w.body.append(f"/* node {n.id} {label} */")
+        w.body.append(node_comment(n.id, n.op))  # never the node's name: it is file text
         w.body.extend(_fwd_node(w, info))
     return w.kernel(name, "for (long long s = blockIdx.x; s < R; s += gridDim.x)", True)
 
@@ -310,7 +310,7 @@ def row_backward(name: str, seg: Segment, nodes: tuple, reached: list[bool], lay
         if not first:
             w.body.append("__syncthreads();")
         first = False
-        w.body.append(f"/* node {n.id} {n.op} */")
+        w.body.append(node_comment(n.id, n.op))
         for k in ks:
             w.body.extend(_bwd_node(w, info, k))
     if first:
@@ -360,7 +360,7 @@ def param_grads(name: str, seg: Segment, nodes: tuple, reached: list[bool], lay:
         size = nodes[p].size
         lines = [f"long long j = t - {off};"]
         for info, k in contribs:
-            lines.append(f"{{ /* node {info.id} {nodes[info.id].op} -> input {k} */")
+            lines.append("{ " + node_comment(info.id, nodes[info.id].op, "->", "input", str(k)))
             lines.append("    real_t acc = (real_t)0;")
             lines += ["    " + ln for ln in _param_terms(w, info, k, seg.rows)]
             lines.append(f"    {w.g(p)}[j] = ADD({w.g(p)}[j], acc);")
