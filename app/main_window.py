@@ -77,6 +77,10 @@ class MainWindow(QMainWindow):
         from app.live_controller import LiveController
 
         self.live = LiveController(self)  # Live toolbar, Training and Kernels docks
+        from app.window_layout import WindowLayout
+
+        self.window_layout = WindowLayout(self, self.settings)  # after every dock exists
+        self.window_layout.restore()
 
     # ---- docks ------------------------------------------------------------------------------
     def add_dock(self, title: str, widget, area=Qt.RightDockWidgetArea) -> QDockWidget:
@@ -194,7 +198,10 @@ class MainWindow(QMainWindow):
         box.setAttribute(Qt.WA_DeleteOnClose, False)
         box.open()
         self.last_error = box
-        self.statusBar().showMessage(f"{title}: {text}", 10000)
+        if self.session is None:  # nothing else to say there: the error replaces "No tape open"
+            self.status_label.setText(f"{title}: {text}")
+        else:  # (a temporary message over a label not yet shown would be drawn on top of it)
+            self.statusBar().showMessage(f"{title}: {text}", 10000)
         return box
 
     # ---- recent files -----------------------------------------------------------------------
@@ -222,6 +229,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         self.live.close()  # the worker process ends with the window
+        self.window_layout.save()
         super().closeEvent(ev)
 
     # ---- drag and drop ----------------------------------------------------------------------

@@ -48,6 +48,10 @@ def build_menus(win) -> None:
     v.addSeparator()
     for d in win.docks.values():
         v.addAction(d.toggleViewAction())
+    v.addSeparator()
+    win.act_reset_layout = _action(win, "&Reset layout", lambda: win.window_layout.reset(),
+                                   tip="Put every dock back where it started; fit the screen")
+    v.addAction(win.act_reset_layout)
 
     d = mb.addMenu("&Debug")
     for a in win.stepper_panel.actions.values():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,14 +31,49 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _parse_size(text: str) -> tuple[int, int]:
+def _parse_size(text: str) -> tuple[int, int] | str:
+    """(w, h) from ``WxH``, or the one-line reason it is not usable."""
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise SystemExit(f"tapescope gui: --size {text!r} is not WxH (e.g. 1440x900)") from None
+        return f"--size {text!r} is not WxH (e.g. 1440x900)"
     if w < 1280 or h < 800:
-        raise SystemExit(f"tapescope gui: --size {text} is below the 1280x800 minimum")
+        return f"--size {text} is below the 1280x800 minimum"
     return w, h
+
+
+def _fail(message: str) -> int:
+    """One line on stderr and exit status 2 (bad input or setup)."""
+    first = message.strip().splitlines()[0] if message.strip() else "failed"
+    print(f"tapescope gui: {first}", file=sys.stderr)
+    return 2
+
+
+def start_platform(screenshot: bool = False) -> str | None:
+    """Choose the Qt platform before any QApplication exists; the one-line error if none can
+    start (no display, missing xcb libraries), else None (QT_QPA_PLATFORM set as chosen)."""
+    from app import platform_check
+
+    choice = platform_check.choose_platform(os.environ, screenshot=screenshot)
+    if choice.error:
+        return choice.error
+    platform_check.apply(choice)
+    return None
+
+
+def make_window(argv0: str = "tapescope"):
+    """The QApplication (styled) and a MainWindow, for ``run`` and the desktop smoke test."""
+    __import__("views")  # the PySide6 guard (views/__init__.py), before any Qt work
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+    from app.style import apply_style
+
+    app = QApplication.instance() or QApplication([argv0])
+    app.setApplicationName("tapescope")
+    app.setOrganizationName("tapescope")
+    apply_style(app)
+    return app, MainWindow()
 
 
 def prepare_screenshot(win) -> None:
@@ -80,25 +117,17 @@ def wait_live(win, timeout_s: float = 120.0) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the app; with ``--screenshot`` render once, save, and exit 0 (1 on failure)."""
-    import os
-    import sys
-
-    __import__("views")  # the PySide6 guard (views/__init__.py), before any Qt work
-    from PySide6.QtWidgets import QApplication
-
-    from app.main_window import MainWindow
-
+    """Start the app; with ``--screenshot`` render once, save, and exit 0 (2 on bad input)."""
     size = _parse_size(args.size) if args.screenshot else None
-    if args.screenshot and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # a picture needs no screen
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setApplicationName("tapescope")
-    app.setOrganizationName("tapescope")
-    from app.style import apply_style
-
-    apply_style(app)
-    win = MainWindow()
+    if isinstance(size, str):
+        return _fail(size)
+    problem = start_platform(screenshot=bool(args.screenshot))
+    if problem:
+        return _fail(problem)
+    app, win = make_window(sys.argv[0] if sys.argv else "tapescope")
+    if args.screenshot:
+        win.window_layout.persist = False  # a picture shows the default layout, saves nothing
+        win.window_layout.reset()
     ok = True
     if args.file:
         ok = win.open_file(args.file)
@@ -112,24 +141,31 @@ def run(args: argparse.Namespace) -> int:
                             compare=args.compare)
         ok = win.live.start(cfg, max_steps=max(1, args.steps) if args.screenshot else None)
     if args.screenshot:
-        win.resize(*size)
-        win.show()
-        if args.live and ok:
-            wait_live(win)
-        prepare_screenshot(win)
-        from PySide6.QtCore import QCoreApplication
-
-        for _ in range(5):
-            QCoreApplication.processEvents()
-        img = win.grab()
-        win.live.close()
-        if not ok or win.session is None:
-            msg = win.last_error.text() if win.last_error is not None else "nothing to show"
-            print(f"tapescope gui: {msg}", file=sys.stderr)
-        if not img.save(args.screenshot):
-            print(f"tapescope gui: could not write {args.screenshot}", file=sys.stderr)
-            return 1
-        print(f"wrote {args.screenshot} ({img.width()}x{img.height()})")
-        return 0 if ok else 1
+        return _screenshot(win, args, size, ok)
     win.show()
     return app.exec()
+
+
+def _screenshot(win, args: argparse.Namespace, size: tuple[int, int], ok: bool) -> int:
+    from PySide6.QtCore import QCoreApplication
+
+    from app.live import FAILED
+
+    win.resize(*size)
+    win.show()
+    if args.live and ok:
+        wait_live(win)
+        ok = win.live.live is not None and win.live.live.state != FAILED
+    prepare_screenshot(win)
+    for _ in range(5):
+        QCoreApplication.processEvents()
+    img = win.grab()
+    win.live.close()
+    saved = img.save(args.screenshot)  # on failure too: the picture shows the error
+    if not ok or win.session is None:
+        box = win.last_error
+        return _fail(box.text() if box is not None else "nothing to show")
+    if not saved:
+        return _fail(f"could not write {args.screenshot}")
+    print(f"wrote {args.screenshot} ({img.width()}x{img.height()})")
+    return 0

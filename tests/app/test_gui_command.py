@@ -7,20 +7,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PySide6.QtGui import QImage
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_gui(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
+def run_gui(*args: str, cwd=ROOT, config=None) -> subprocess.CompletedProcess:
+    """``tapescope gui ARGS`` offscreen, its settings in ``config`` (never the user's)."""
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    if config is not None:
+        env["XDG_CONFIG_HOME"] = str(config)
     return subprocess.run([sys.executable, "-m", "app.cli", "gui", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
 def test_screenshot_of_a_workload(tmp_path):
     out = tmp_path / "shot.png"
-    r = run_gui("--workload", "mlp", "--screenshot", str(out))
+    r = run_gui("--workload", "mlp", "--screenshot", str(out), config=tmp_path)
     assert r.returncode == 0, r.stderr
     img = QImage(str(out))
     assert img.width() >= 1280 and img.height() >= 800
@@ -30,12 +34,38 @@ def test_screenshot_of_a_workload(tmp_path):
     assert len(colours) > 50
 
 
-def test_screenshot_with_a_bad_file_reports_and_fails(tmp_path):
+def error_lines(r: subprocess.CompletedProcess) -> list[str]:
+    """stderr without Qt's offscreen chatter."""
+    return [ln for ln in r.stderr.splitlines() if "propagateSizeHints" not in ln]
+
+
+def test_screenshot_with_a_bad_file_is_one_line_and_exit_2(tmp_path):
     bad = tmp_path / "junk.tape"
     bad.write_bytes(b"not a tape at all")
     out = tmp_path / "shot.png"
-    r = run_gui(str(bad), "--screenshot", str(out))
-    assert r.returncode == 1
-    assert "junk.tape" in r.stderr and "not a tapescope tape file" in r.stderr
-    r = run_gui("--workload", "nope", "--screenshot", str(out))
-    assert r.returncode == 1 and "unknown workload 'nope'" in r.stderr
+    r = run_gui(str(bad), "--screenshot", str(out), config=tmp_path)
+    assert r.returncode == 2
+    lines = error_lines(r)
+    assert len(lines) == 1 and lines[0].startswith("tapescope gui: "), r.stderr
+    assert str(bad) in lines[0] and "not a tapescope tape file" in lines[0]
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    r = run_gui("--workload", "nope", "--screenshot", str(out), config=tmp_path)
+    assert r.returncode == 2 and "unknown workload 'nope'" in r.stderr
+    assert len(error_lines(r)) == 1, r.stderr
+    r = run_gui("--size", "800x600", "--screenshot", str(out), config=tmp_path)
+    assert r.returncode == 2
+    assert error_lines(r) == ["tapescope gui: --size 800x600 is below the 1280x800 minimum"]
+
+
+def test_a_live_session_that_fails_is_one_line_and_exit_2(tmp_path):
+    """``--live --device cuda`` without a usable GPU: the worker fails, the picture still shows
+    why, and the command says so in one line with status 2 (it used to exit 0)."""
+    out = tmp_path / "shot.png"
+    env_cuda = run_gui("--live", "--device", "cuda", "--steps", "2", "--screenshot", str(out),
+                       config=tmp_path)
+    if env_cuda.returncode == 0:
+        pytest.skip("a CUDA device answered here: the live session did not fail")
+    assert env_cuda.returncode == 2, env_cuda.stderr
+    lines = error_lines(env_cuda)
+    assert len(lines) == 1 and lines[0].startswith("tapescope gui: ") and "cuda" in lines[0]
+    assert "Traceback" not in env_cuda.stderr

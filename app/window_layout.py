@@ -1,0 +1,80 @@
+"""The main window's size, position and dock layout: fitted to its screen, kept between runs.
+
+Qt's ``saveGeometry``/``saveState`` go to the window's QSettings when it closes and come back
+when the next one opens (tests pass a QSettings in a temporary folder). View ▸ Reset layout
+puts back the layout the window was built with, fitted to the screen it is on.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray, QRect, QSettings
+from PySide6.QtGui import QGuiApplication
+
+GEOMETRY_KEY = "window/geometry"
+STATE_KEY = "window/state"
+STATE_VERSION = 1  # bump when the set of docks changes: an older saved state is then ignored
+FRAME_ALLOWANCE = (16, 48)  # title bar and borders a window manager adds, before Qt knows them
+
+
+class WindowLayout:
+    """Remembers, restores and resets one QMainWindow's geometry and dock layout."""
+
+    def __init__(self, win, settings: QSettings):
+        self.win = win
+        self.settings = settings
+        self.persist = True  # False: closing saves nothing (``--screenshot``)
+        self.default_size = (win.width(), win.height())
+        self.default_state = win.saveState(STATE_VERSION)  # the layout as the window built it
+
+    def available(self) -> QRect:
+        """The part of the window's screen a window may cover (panels and docks excluded)."""
+        screen = self.win.screen() or QGuiApplication.primaryScreen()
+        return screen.availableGeometry() if screen is not None else QRect(0, 0, 1440, 900)
+
+    def fit_to_screen(self) -> None:
+        """Shrink and move the window so that all of it, frame included, is on its screen."""
+        win, avail = self.win, self.available()
+        frame, inner = win.frameGeometry(), win.geometry()
+        extra_w, extra_h = frame.width() - inner.width(), frame.height() - inner.height()
+        if not win.isVisible() and extra_w == 0 and extra_h == 0:
+            extra_w, extra_h = FRAME_ALLOWANCE
+        w = max(min(inner.width(), avail.width() - extra_w), win.minimumWidth())
+        h = max(min(inner.height(), avail.height() - extra_h), win.minimumHeight())
+        if (w, h) != (inner.width(), inner.height()):
+            win.resize(w, h)
+        x = min(max(frame.x(), avail.left()), avail.left() + max(0, avail.width() - w - extra_w))
+        y = min(max(frame.y(), avail.top()), avail.top() + max(0, avail.height() - h - extra_h))
+        if (x, y) != (frame.x(), frame.y()):
+            win.move(x, y)
+
+    def restore(self) -> bool:
+        """Put back the geometry and dock layout of the last run; False when none was saved
+        (or it no longer fits this window's docks). Either way the window fits its screen."""
+        geo = self.settings.value(GEOMETRY_KEY)
+        state = self.settings.value(STATE_KEY)
+        done = False
+        if isinstance(geo, QByteArray) and not geo.isEmpty():
+            done = self.win.restoreGeometry(geo)
+        if isinstance(state, QByteArray) and not state.isEmpty():
+            done = self.win.restoreState(state, STATE_VERSION) and done
+        self.fit_to_screen()
+        return done
+
+    def save(self) -> None:
+        """Write the geometry and dock layout to the settings (when the window closes)."""
+        if not self.persist:
+            return
+        self.settings.setValue(GEOMETRY_KEY, self.win.saveGeometry())
+        self.settings.setValue(STATE_KEY, self.win.saveState(STATE_VERSION))
+        self.settings.sync()
+
+    def reset(self) -> None:
+        """View ▸ Reset layout: the docks where the window first put them, the default size."""
+        win = self.win
+        if win.isMaximized() or win.isFullScreen():
+            win.showNormal()
+        win.restoreState(self.default_state, STATE_VERSION)
+        win.resize(*self.default_size)
+        self.fit_to_screen()
+        self.settings.remove(GEOMETRY_KEY)
+        self.settings.remove(STATE_KEY)
