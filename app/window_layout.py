@@ -14,6 +14,9 @@ GEOMETRY_KEY = "window/geometry"
 STATE_KEY = "window/state"
 STATE_VERSION = 1  # bump when the set of docks changes: an older saved state is then ignored
 FRAME_ALLOWANCE = (16, 48)  # title bar and borders a window manager adds, before Qt knows them
+# The offscreen platform's 800x800 "screen" is a fiction: fitting the window to it would only
+# shrink every offscreen test and picture (which set their sizes themselves).
+VIRTUAL_PLATFORMS = ("offscreen", "minimal")
 
 
 class WindowLayout:
@@ -26,14 +29,19 @@ class WindowLayout:
         self.default_size = (win.width(), win.height())
         self.default_state = win.saveState(STATE_VERSION)  # the layout as the window built it
 
-    def available(self) -> QRect:
-        """The part of the window's screen a window may cover (panels and docks excluded)."""
+    def available(self) -> QRect | None:
+        """The part of the window's screen a window may cover (panels and docks excluded);
+        None on a platform without a real screen (offscreen: sizes are set explicitly)."""
+        if QGuiApplication.platformName() in VIRTUAL_PLATFORMS:
+            return None
         screen = self.win.screen() or QGuiApplication.primaryScreen()
-        return screen.availableGeometry() if screen is not None else QRect(0, 0, 1440, 900)
+        return screen.availableGeometry() if screen is not None else None
 
     def fit_to_screen(self) -> None:
         """Shrink and move the window so that all of it, frame included, is on its screen."""
         win, avail = self.win, self.available()
+        if avail is None:
+            return
         frame, inner = win.frameGeometry(), win.geometry()
         extra_w, extra_h = frame.width() - inner.width(), frame.height() - inner.height()
         if not win.isVisible() and extra_w == 0 and extra_h == 0:
