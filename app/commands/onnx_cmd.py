@@ -29,7 +29,49 @@ def register(subparsers) -> None:
     p.add_argument("--mode", choices=("reference", "fast"), default="reference",
                    help="reference: the tape's order (default); fast: numpy/BLAS")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated input")
+    _limit_flags(p)
     p.set_defaults(func=run)
+
+
+def _count(text: str) -> int:
+    """A positive count, with an optional K/M/G suffix (powers of 1024): ``64M``."""
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower()
+    try:
+        n = int(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (like 1000000 or 64M)") \
+            from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return n
+
+
+def _limit_flags(p) -> None:
+    """The budgets of one run (core.onnx.Limits); defaults keep a hostile model small."""
+    from core.onnx.limits import Limits
+
+    d = Limits()
+    g = p.add_argument_group("limits", "what one run may take; raise them for a big model you "
+                                       "trust (docs/security.md)")
+    g.add_argument("--max-elements", type=_count, metavar="N",
+                   help=f"elements in any one tensor (default {d.max_elements})")
+    g.add_argument("--max-bytes", type=_count, metavar="N",
+                   help=f"bytes held by one run's tensors, e.g. 4G (default {d.max_bytes})")
+    g.add_argument("--max-loop-iterations", type=_count, metavar="N",
+                   help="Loop/Scan iterations of one run, all loops together "
+                        f"(default {d.max_loop_iterations})")
+    g.add_argument("--max-nodes", type=_count, metavar="N",
+                   help=f"nodes once local functions are inlined (default {d.max_nodes})")
+
+
+def limits_from(args: argparse.Namespace):
+    """The core.onnx.Limits the command-line flags ask for."""
+    from core.onnx.limits import Limits
+
+    return Limits().with_(max_elements=args.max_elements, max_bytes=args.max_bytes,
+                          max_loop_iterations=args.max_loop_iterations,
+                          max_nodes=args.max_nodes)
 
 
 class _BadInput(Exception):
@@ -113,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     from core.onnx import OnnxError, Session, default_inputs
 
     try:
-        sess = Session(args.model, mode=args.mode)
+        sess = Session(args.model, mode=args.mode, limits=limits_from(args))
         feeds = _named(args.input, sess.input_names, "input") if args.input \
             else default_inputs(sess, args.seed)
         generated = not args.input

@@ -1,15 +1,17 @@
 """ONNX for tapescope: load (hardened), execute (reference order), drive the ONNX backend tests.
 
 ``run(model_or_path, {name: ndarray}) -> {name: ndarray}``; :class:`Session` to run many times;
-:class:`Backend` for ``onnx.backend.test``; every failure is an :class:`OnnxError`.
+:class:`Backend` for ``onnx.backend.test``; every failure is an :class:`OnnxError`. What one run
+may take is bounded by :class:`Limits` (``Session(path, limits=Limits(max_elements=...))``).
 """
 
 from core.onnx.errors import OnnxError
 from core.onnx.executor import Session, default_inputs, run
+from core.onnx.limits import Limits, OnnxCancelled, OnnxLimitError
 from core.onnx.loader import LoadedModel, load
 
-__all__ = ["OnnxError", "Session", "LoadedModel", "load", "run", "default_inputs", "Backend",
-           "BackendRep", "import_to_tape", "Imported"]
+__all__ = ["OnnxError", "OnnxLimitError", "OnnxCancelled", "Limits", "Session", "LoadedModel",
+           "load", "run", "default_inputs", "Backend", "BackendRep", "import_to_tape", "Imported"]
 
 
 def __getattr__(name):  # the backend pulls in onnx.backend: only when asked for

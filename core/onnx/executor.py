@@ -12,6 +12,14 @@ from onnx import AttributeProto, GraphProto, ModelProto, numpy_helper
 from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
 from core.onnx.errors import OnnxError, node_label
 from core.onnx.functions import function_kernel
+from core.onnx.limits import (
+    Budget,
+    Limits,
+    OnnxCancelled,
+    OnnxLimitError,
+    check_shape,
+    count_inlined_nodes,
+)
 from core.onnx.loader import LoadedModel, check_inputs, load
 from core.onnx.reference import kernels
 from core.onnx.registry import Ctx, kernel_for, node_attrs
@@ -55,13 +63,22 @@ def _inline_functions(model: ModelProto) -> ModelProto:
 
 
 class Session:
-    """A loaded, checked model ready to run; ``run(feeds)`` may be called many times."""
+    """A loaded, checked model ready to run; ``run(feeds)`` may be called many times.
+
+    ``limits`` bounds what one run may take (:class:`core.onnx.limits.Limits`; defaults keep a
+    hostile model under ~1 GB); ``cancel`` (a ``threading.Event``) stops constant folding here,
+    as ``run(..., cancel=)`` stops a run, between nodes and loop iterations.
+    """
 
     def __init__(self, model_or_path: Any, mode: str = "reference", fold: bool = True,
-                 check: bool = True) -> None:
+                 check: bool = True, *, limits: Limits | None = None, cancel: Any = None
+                 ) -> None:
         self.lm: LoadedModel = load(model_or_path, check=check)
+        self.limits = limits or Limits()
         self.k = kernels(mode)
         self.mode = mode
+        self._folded_names: list[str] = []
+        count_inlined_nodes(self.lm.model, self.limits, self.lm.label)  # before inlining
         try:
             self.model = _inline_functions(self.lm.model)
         except Exception as exc:  # inliner failures are model errors
@@ -70,9 +87,9 @@ class Session:
         init_names = set(self.graph.inits)
         self.input_names = [i.name for i in self.model.graph.input if i.name not in init_names]
         self.output_names = list(self.graph.outputs)
-        self.folded = self._fold_constants() if fold else 0
+        self.folded = self._fold_constants(Budget(self.limits, cancel)) if fold else 0
 
-    def _fold_constants(self) -> int:
+    def _fold_constants(self, budget: Budget) -> int:
         """Run once, now, every node whose inputs are all constants; return how many."""
         overridable = {i.name for i in self.model.graph.input}  # inputs with a default
         known = {k: v for k, v in self.graph.inits.items() if k not in overridable}
@@ -86,7 +103,10 @@ class Session:
             if const:
                 env = dict(known)
                 try:
-                    self._run_steps(CompiledGraph("fold", [st], {}, [], [], self.graph.proto), env)
+                    self._run_steps(CompiledGraph("fold", [st], {}, [], [], self.graph.proto),
+                                    env, budget)
+                except (OnnxLimitError, OnnxCancelled):
+                    raise  # it would be the same at run: say so now, before any input is made
                 except OnnxError:
                     const = False  # leave it: the error will surface, with context, at run
             if const:
@@ -94,6 +114,7 @@ class Session:
                     if o:
                         known[o] = env[o]
                         self.graph.inits[o] = env[o]
+                        self._folded_names.append(o)
                 n += 1
             else:
                 keep.append(st)
@@ -120,11 +141,17 @@ class Session:
             if kernel is None:
                 dom = f" of domain {node.domain!r}" if node.domain else ""
                 raise OnnxError(f"unsupported op {node.op_type}{dom}", file=self.label, node=label)
-            attrs = node_attrs(node, opset)
+            try:
+                attrs = node_attrs(node, opset)
+            except Exception as exc:  # a tensor attribute whose data does not fit its dims...
+                raise OnnxError(f"bad attribute: {type(exc).__name__}: {exc}", file=self.label,
+                                node=label) from None
             for a in node.attribute:  # subgraphs run as compiled graphs
                 if a.type == AttributeProto.GRAPH:
                     attrs[a.name] = self.compile(a.g, f"{label}.{a.name}", opsets)
             steps.append(Step(label, node, kernel, attrs, opset))
+        for t in g.initializer:  # dims are checked before any data is made from them
+            check_shape(t.dims, f"initializer {t.name!r} in {where}", self.limits)
         try:
             # copied: to_array may view protobuf bytes, unaligned, and numpy's matmul then
             # skips BLAS (10x slower in fast mode); copies are aligned and ours
@@ -138,30 +165,54 @@ class Session:
         return CompiledGraph(g.name, steps, inits, [i.name for i in g.input],
                              [o.name for o in g.output], g)
 
-    def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None
-            ) -> dict[str, np.ndarray]:
-        """Run the model on ``feeds``; return the graph outputs (or ``outputs``) by name."""
+    def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None, *,
+            cancel: Any = None) -> dict[str, np.ndarray]:
+        """Run the model on ``feeds``; return the graph outputs (or ``outputs``) by name.
+
+        Setting ``cancel`` (a ``threading.Event``) from another thread stops the run between
+        nodes or loop iterations with :class:`OnnxCancelled`."""
         feeds = {k: (np.asarray(v) if not isinstance(v, (list, np.ndarray)) and v is not None
                      else v) for k, v in feeds.items()}  # None: an empty optional
         check_inputs(self.lm, feeds)
+        budget = self.budget(cancel)
         env: dict[str, Any] = dict(self.graph.inits)
         env.update(feeds)
-        self._run_steps(self.graph, env)
+        try:
+            for v in list(feeds.values()) + [self.graph.inits[n] for n in self._folded_names]:
+                budget.hold(v)
+        except OnnxError as exc:
+            raise exc.with_file(self.label) from None
+        self._run_steps(self.graph, env, budget)
         want = outputs or self.output_names
         missing = [n for n in want if n not in env]
         if missing:
             raise OnnxError(f"output {missing[0]!r} was never computed", file=self.label)
         return {n: env[n] for n in want}
 
-    def run_graph(self, cg: CompiledGraph, inputs: list, outer: Any) -> list:
-        """Run a subgraph with positional ``inputs`` seeing the ``outer`` scope's values."""
-        env = ChainMap(dict(cg.inits), outer)
-        for name, v in zip(cg.inputs, inputs, strict=False):
-            env[name] = v
-        self._run_steps(cg, env)
-        return [env[n] for n in cg.outputs]
+    def budget(self, cancel: Any = None) -> Budget:
+        """A fresh account of one run against this session's limits."""
+        return Budget(self.limits, cancel)
 
-    def _run_steps(self, cg: CompiledGraph, env) -> None:
+    def run_graph(self, cg: CompiledGraph, inputs: list, outer: Any,
+                  budget: Budget | None = None) -> list:
+        """Run a subgraph with positional ``inputs`` seeing the ``outer`` scope's values."""
+        budget = budget or self.budget()
+        env = ChainMap(dict(cg.inits), outer)
+        held: list = []
+        try:
+            for name, v in zip(cg.inputs, inputs, strict=False):
+                env[name] = v
+                budget.hold(v, held)
+            self._run_steps(cg, env, budget, held)
+            return [env[n] for n in cg.outputs]
+        finally:
+            budget.release(held)  # what the caller keeps of the outputs, it charges again
+
+    def _run_steps(self, cg: CompiledGraph, env, budget: Budget, held: list | None = None
+                   ) -> None:
+        def run_sub(g, inputs, outer):
+            return self.run_graph(g, inputs, outer, budget)
+
         with np.errstate(all="ignore"):  # IEEE results (inf, nan) are ONNX semantics, not errors
             for st in cg.steps:
                 ins = []
@@ -173,10 +224,15 @@ class Session:
                     else:
                         raise OnnxError(f"input {name!r} is not defined before this node",
                                         file=self.label, node=st.label)
-                ctx = Ctx(st.opset, st.node, self.k, self.run_graph, env, cg,
-                          self.lm.opsets.get("", 1))
+                ctx = Ctx(st.opset, st.node, self.k, run_sub, env, cg,
+                          self.lm.opsets.get("", 1), budget)
                 try:
+                    budget.before(st.node.op_type, ins, st.attrs, st.opset)
                     out = st.kernel(ctx, *ins, **st.attrs)
+                    if not isinstance(out, tuple):
+                        out = (out,)
+                    for v in out:
+                        budget.hold(v, held)
                 except OnnxError as exc:
                     if exc.node is None:
                         exc.node = st.label
@@ -185,20 +241,19 @@ class Session:
                     raise OnnxError(f"{type(exc).__name__}: {exc}", file=self.label,
                                     node=st.label) from None
                 names = st.node.output
-                if not isinstance(out, tuple):
-                    out = (out,)
                 for name, v in zip(names, out, strict=False):
                     if name:
                         env[name] = v if isinstance(v, (list, np.ndarray)) or v is None \
                             else np.asarray(v)
 
 
-def run(model_or_path: Any, feeds: dict[str, np.ndarray], *, mode: str = "reference"
-        ) -> dict[str, np.ndarray]:
+def run(model_or_path: Any, feeds: dict[str, np.ndarray], *, mode: str = "reference",
+        limits: Limits | None = None, cancel: Any = None) -> dict[str, np.ndarray]:
     """Load ``model_or_path`` and run it on ``feeds``: ``{name: ndarray} -> {name: ndarray}``."""
     if isinstance(model_or_path, Session):
-        return model_or_path.run(feeds)
-    return Session(model_or_path, mode=mode).run(feeds)
+        return model_or_path.run(feeds, cancel=cancel)
+    return Session(model_or_path, mode=mode, limits=limits, cancel=cancel).run(feeds,
+                                                                               cancel=cancel)
 
 
 def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:
@@ -207,6 +262,7 @@ def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:
 
     rng = np.random.default_rng(seed)
     out = {}
+    total = 0
     init_names = set(sess.graph.inits)
     for vi in sess.model.graph.input:
         if vi.name in init_names:
@@ -216,7 +272,19 @@ def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:
             raise OnnxError(f"input {vi.name!r} is not a tensor: give it with --input",
                             file=sess.label)
         shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim)
-        dt = np_dtype(tt.elem_type)
+        try:
+            dt = np_dtype(tt.elem_type)
+            n = check_shape(shape, f"input {vi.name!r}", sess.limits)
+        except OnnxError as exc:
+            raise exc.with_file(sess.label) from None
+        except Exception as exc:  # an element type numpy does not know
+            raise OnnxError(f"input {vi.name!r}: element type {tt.elem_type}: {exc}",
+                            file=sess.label) from None
+        total += n * dt.itemsize
+        if total > sess.limits.max_bytes:
+            raise OnnxLimitError(f"generated inputs would take {total} bytes, over the limit of "
+                                 f"{sess.limits.max_bytes} (raise it with --max-bytes or "
+                                 "Limits(max_bytes=...))", file=sess.label)
         if dt.kind == "f":
             x = rng.standard_normal(shape).astype(dt)
         elif dt.kind in "iu":

@@ -18,6 +18,7 @@ import numpy as np
 from core import ops
 from core.onnx.errors import OnnxError
 from core.onnx.executor import Session
+from core.onnx.limits import Budget, Limits
 from core.onnx.loader import check_inputs
 from core.onnx.reference import REFERENCE
 from core.onnx.registry import Ctx, as_int_list
@@ -41,8 +42,9 @@ def _nn_record(tape, op: str, inputs: list, attrs: dict | None = None):
 
 
 class _Importer:
-    def __init__(self, sess: Session, tape, trainable: bool) -> None:
+    def __init__(self, sess: Session, tape, trainable: bool, budget: Budget) -> None:
         self.sess = sess
+        self.budget = budget
         self.tape = tape
         self.trainable = trainable
         self.init_names = set(sess.graph.inits)
@@ -303,23 +305,30 @@ CONVERTERS = {
 
 
 def _ctx(st, imp) -> Ctx:
-    return Ctx(st.opset, st.node, REFERENCE, imp.sess.run_graph, imp.env)
+    def run_sub(g, inputs, outer):
+        return imp.sess.run_graph(g, inputs, outer, imp.budget)
+
+    return Ctx(st.opset, st.node, REFERENCE, run_sub, imp.env, budget=imp.budget)
 
 
 def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                    trainable: bool = True, params: dict[str, Any] | None = None,
-                   wrt: tuple[str, ...] = ()) -> Imported:
+                   wrt: tuple[str, ...] = (), limits: Limits | None = None,
+                   cancel: Any = None) -> Imported:
     """Record ``model`` on ``tape`` for ``inputs``; returns outputs, params and every value.
 
     Training: import once, ``m = tape.mark()``, then per step ``tape.reset_to(m)`` and import
     again with ``params=first.params`` so the same parameters are reused (and updated).
     Initializers named in ``wrt`` become params up front, so nothing that depends on them is
-    folded (ONNX's Gradient op differentiates with respect to them).
+    folded (ONNX's Gradient op differentiates with respect to them). ``limits`` and ``cancel``
+    work as for :class:`core.onnx.Session`: every node's output size is checked before it is
+    computed or recorded.
     """
-    sess = model if isinstance(model, Session) else Session(model, mode="reference", fold=False)
+    sess = model if isinstance(model, Session) else Session(model, mode="reference", fold=False,
+                                                            limits=limits)
     feeds = {k: np.asarray(v) for k, v in inputs.items()}
     check_inputs(sess.lm, feeds)
-    imp = _Importer(sess, tape, trainable)
+    imp = _Importer(sess, tape, trainable, Budget(limits or sess.limits, cancel))
     imp.params.update(params or {})
     env = imp.env
     env.update(sess.graph.inits)
@@ -335,8 +344,11 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
         if st.node.op_type in ("Shape", "Size") and ins and not isinstance(ins[0], np.ndarray):
             ins = [np.broadcast_to(np.zeros((), np.float32), ins[0].shape)] + ins[1:]
         try:
+            imp.budget.before(st.node.op_type, ins, st.attrs, st.opset)
             if all(v is None or isinstance(v, np.ndarray) for v in ins):
                 out = st.kernel(_ctx(st, imp), *ins, **st.attrs)  # known now: fold
+                for v in out if isinstance(out, tuple) else (out,):
+                    imp.budget.hold(v)
                 folded.append(st.label)
             else:
                 conv = CONVERTERS.get(st.node.op_type)

@@ -56,30 +56,54 @@ def _parse(data: bytes, label: str) -> ModelProto:
 
 
 def _all_tensors(model: ModelProto):
-    """Every TensorProto the model holds (initializers and tensor attributes, subgraphs too)."""
+    """Every TensorProto anywhere in the model: initializers, tensor attributes, subgraphs,
+    local functions, sparse tensors, training info, at any depth.
 
-    def graph_tensors(g):
-        yield from g.initializer
-        for node in g.node:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
-                if attr.HasField("g"):
-                    yield from graph_tensors(attr.g)
-                for sub in attr.graphs:
-                    yield from graph_tensors(sub)
+    A walk over every message field rather than a list of known places: a place we forgot (an
+    If inside a function) is exactly how external data escaped before.
+    """
+    stack = [model]
+    while stack:
+        msg = stack.pop()
+        if isinstance(msg, TensorProto):
+            yield msg
+            continue
+        for fd, value in msg.ListFields():
+            if fd.type != fd.TYPE_MESSAGE:
+                continue
+            if _is_repeated(fd):
+                stack.extend(value)
+            else:
+                stack.append(value)
 
-    yield from graph_tensors(model.graph)
-    for fn in model.functions:
-        for node in fn.node:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
+
+def _is_repeated(fd) -> bool:
+    rep = getattr(fd, "is_repeated", None)  # protobuf >= 5.x; `label` is deprecated there
+    return bool(rep) if rep is not None else fd.label == fd.LABEL_REPEATED
+
+
+def _external_location(loc: str, base: str, where: str, label: str) -> str:
+    """The real path of an external data file, refused unless it lies inside ``base``."""
+    if "\x00" in loc:
+        raise OnnxError(f"{where}: location {loc!r} contains a NUL byte", file=label)
+    if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")):
+        raise OnnxError(f"{where}: location {loc!r} must be a relative path", file=label)
+    root = os.path.realpath(base)
+    full = os.path.realpath(os.path.join(root, loc))
+    if os.path.commonpath([root, full]) != root:
+        raise OnnxError(f"{where}: location {loc!r} escapes the model's folder", file=label)
+    if not os.path.isfile(full):
+        raise OnnxError(f"{where}: file {loc!r} not found next to the model", file=label)
+    return full
 
 
 def _resolve_external(model: ModelProto, base: str | None, label: str) -> None:
-    """Read external data into the tensors, refusing any location outside ``base``."""
+    """Read external data into the tensors, refusing any location outside ``base``.
+
+    No file is read for more bytes than it holds (summed over the tensors that point into it):
+    a small model cannot name the same gigabyte a thousand times.
+    """
+    read: dict[str, int] = {}
     for t in _all_tensors(model):
         if t.data_location != TensorProto.EXTERNAL:
             continue
@@ -89,14 +113,7 @@ def _resolve_external(model: ModelProto, base: str | None, label: str) -> None:
             raise OnnxError(f"{where}: a model given in memory has no folder to read it from",
                             file=label)
         loc = info.get("location", "")
-        if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")):
-            raise OnnxError(f"{where}: location {loc!r} must be a relative path", file=label)
-        root = os.path.realpath(base)
-        full = os.path.realpath(os.path.join(root, loc))
-        if os.path.commonpath([root, full]) != root:
-            raise OnnxError(f"{where}: location {loc!r} escapes the model's folder", file=label)
-        if not os.path.isfile(full):
-            raise OnnxError(f"{where}: file {loc!r} not found next to the model", file=label)
+        full = _external_location(loc, base, where, label)
         try:
             offset = int(info.get("offset", 0))
             size = os.path.getsize(full)
@@ -106,6 +123,10 @@ def _resolve_external(model: ModelProto, base: str | None, label: str) -> None:
         if offset < 0 or length < 0 or offset + length > size:
             raise OnnxError(f"{where}: bytes {offset}..{offset + length} lie outside {loc!r} "
                             f"({size} bytes)", file=label)
+        read[full] = read.get(full, 0) + length
+        if read[full] > size:
+            raise OnnxError(f"{where}: the model reads more bytes than the file holds from "
+                            f"{loc!r} ({read[full]} of {size}): ranges overlap", file=label)
         with open(full, "rb") as f:
             f.seek(offset)
             t.raw_data = f.read(length)

@@ -31,6 +31,12 @@ class Ctx:
     scope: dict  # the values visible to subgraphs
     graph: Any = None  # the CompiledGraph being run (Gradient looks at its nodes)
     opset_default: int = 0  # the default-domain opset (for ops of other domains)
+    budget: Any = None  # the run's core.onnx.limits.Budget (None: unlimited)
+
+    def iterate(self) -> None:
+        """Count one loop iteration against the run's budget (and honour a cancel)."""
+        if self.budget is not None:
+            self.budget.iteration()
 
     @property
     def n_outputs(self) -> int:

@@ -23,6 +23,7 @@ def loop(ctx, trip=None, cond=None, *carried, body=None):
     scans: list[list] = []
     i = 0
     while keep and (max_trip is None or i < max_trip):
+        ctx.iterate()
         outs = ctx.run_graph(body, [np.array(i, np.int64), np.array(keep)] + state, ctx.scope)
         keep = bool(np.asarray(outs[0]).reshape(-1)[0])
         state = list(outs[1:1 + n_carried])
@@ -51,6 +52,7 @@ def scan(ctx, *inputs, body=None, num_scan_inputs=0, scan_input_axes=None,
     steps = xs[0].shape[in_axes[0] % xs[0].ndim] if m else 0
     outs_seq: list[list] = []
     for t in range(steps):
+        ctx.iterate()
         sl = []
         for x, ax, d in zip(xs, in_axes, in_dirs, strict=False):
             ax %= x.ndim
@@ -135,6 +137,7 @@ def split_to_seq(ctx, x, split=None, axis=0, keepdims=1):
 def seq_map(ctx, seq, *others, body=None):
     outs: list[list] = []
     for i in range(len(seq)):
+        ctx.iterate()
         extra = [o[i] if isinstance(o, list) else o for o in others]
         res = ctx.run_graph(body, [seq[i]] + extra, ctx.scope)
         for j, v in enumerate(res):

@@ -1,0 +1,432 @@
+"""Budgets for running a model someone sent you: a 1 MB file must not cost gigabytes or forever.
+
+:class:`Limits` says how much one run may take (elements per tensor, bytes held, Loop/Scan
+iterations, nodes after inlining local functions); :class:`Budget` is one run's account against
+them, shared by every subgraph the run enters. Every check happens *before* the allocation or
+the work it guards: the output size of each op whose size comes from values (ConstantOfShape,
+Expand, Tile, Range, Pad, Resize, OneHot, ...) or from broadcasting (Add, MatMul, ...) is
+predicted from its inputs first (``PREDICT``); every other output is checked right after its
+kernel, which never makes more than its inputs hold. A limit error names the node, the op, the
+numbers and the flag that raises it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from core.onnx.errors import OnnxError
+
+#: how each limit is raised on the command line (the error message says so)
+FLAGS = {"max_elements": "--max-elements", "max_bytes": "--max-bytes",
+         "max_loop_iterations": "--max-loop-iterations", "max_nodes": "--max-nodes"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much one model run may take. Defaults keep a hostile model under ~1 GB and seconds;
+    raise them for a big model you trust (``Limits(max_elements=10**9)``, ``--max-elements``).
+    """
+
+    #: elements in any one tensor (2**25: 128 MB as float32)
+    max_elements: int = 1 << 25
+    #: bytes held by the values of one run, all tensors together (an upper estimate: a view
+    #: shares its base's bytes; initializers read from the file are not counted)
+    max_bytes: int = 1 << 30
+    #: Loop/Scan/SequenceMap iterations in one run, all loops together (nested ones multiply)
+    max_loop_iterations: int = 100_000
+    #: nodes of the model once its local functions are inlined (they nest exponentially)
+    max_nodes: int = 100_000
+
+    def with_(self, **changes: int | None) -> Limits:
+        """A copy with the given limits changed (``None`` leaves one as it is)."""
+        return replace(self, **{k: int(v) for k, v in changes.items() if v is not None})
+
+
+class OnnxLimitError(OnnxError):
+    """A model that would go over one of the :class:`Limits`."""
+
+
+class OnnxCancelled(OnnxError):
+    """The run was cancelled (the cancel event was set) between two nodes or iterations."""
+
+
+def _over(what: str, limit: int, key: str) -> OnnxLimitError:
+    return OnnxLimitError(f"{what}, over the limit of {limit} ({key.replace('_', ' ')}; "
+                          f"raise it with {FLAGS[key]} or Limits({key}=...))")
+
+
+def _prod(dims, what: str) -> int:
+    """The element count of ``dims`` as an exact Python int; a negative dim is an error."""
+    n = 1
+    for d in dims:
+        d = int(d)
+        if d < 0:
+            raise OnnxError(f"{what}: negative dimension {d} in {tuple(int(x) for x in dims)}")
+        n *= d
+    return n
+
+
+def check_shape(dims, what: str, limits: Limits) -> int:
+    """Refuse a shape with a negative dim or more than ``max_elements``; return its size."""
+    n = _prod(dims, what)
+    if n > limits.max_elements:
+        raise _over(f"{what} would have {n} elements {tuple(int(d) for d in dims)}",
+                    limits.max_elements, "max_elements")
+    return n
+
+
+class Budget:
+    """One run's account: bytes held, iterations done, and the cancel flag checked between
+    nodes. Subgraph runs share their parent's budget."""
+
+    def __init__(self, limits: Limits, cancel: Any = None) -> None:
+        self.limits = limits
+        self.cancel = cancel  # anything with is_set() (threading.Event), or None
+        self.bytes = 0
+        self.iterations = 0
+        self.nodes = 0  # nodes run so far (a progress dialog can read it)
+        self._held: dict[int, tuple[Any, int]] = {}  # id(base array) -> (base, nbytes)
+
+    # -- between nodes --------------------------------------------------------------------
+    def check_cancel(self) -> None:
+        """Raise OnnxCancelled if the cancel event is set."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise OnnxCancelled("cancelled")
+
+    def iteration(self) -> None:
+        """Count one Loop/Scan iteration; refuse one too many (all loops of a run together)."""
+        self.check_cancel()
+        self.iterations += 1
+        if self.iterations > self.limits.max_loop_iterations:
+            raise OnnxLimitError(
+                f"the run would take more than {self.limits.max_loop_iterations} loop "
+                "iterations (max loop iterations, all loops of a run together; raise it with "
+                "--max-loop-iterations or Limits(max_loop_iterations=...))")
+
+    # -- around one node ---------------------------------------------------------------------
+    def before(self, op_type: str, ins: list, attrs: dict, opset: int) -> None:
+        """Refuse the node if the output size predicted from its inputs is over the limits."""
+        self.check_cancel()
+        self.nodes += 1
+        pred = PREDICT.get(op_type)
+        if pred is None:
+            return
+        try:
+            n = pred(ins, attrs, opset)
+        except Exception:  # noqa: BLE001 - a malformed node: its kernel says what is wrong
+            return
+        if n is None:
+            return
+        if n > self.limits.max_elements:
+            raise _over(f"the output would have {n} elements", self.limits.max_elements,
+                        "max_elements")
+        if self.bytes + n > self.limits.max_bytes:  # at least a byte per element
+            raise _over(f"the run would hold at least {self.bytes + n} bytes",
+                        self.limits.max_bytes, "max_bytes")
+
+    def hold(self, value: Any, held: list | None = None) -> None:
+        """Account for a value a run now holds (a tensor or a sequence of them); refuse one
+        over the limits. ``held`` collects what was charged so a subgraph can release it."""
+        if isinstance(value, list):
+            for v in value:
+                self.hold(v, held)
+            return
+        if not isinstance(value, np.ndarray):
+            return
+        if value.size > self.limits.max_elements:
+            raise _over(f"an output has {value.size} elements {value.shape}",
+                        self.limits.max_elements, "max_elements")
+        base = value
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        key = id(base)
+        if key in self._held:
+            return
+        nbytes = base.nbytes if base.flags.owndata else value.nbytes
+        if self.bytes + nbytes > self.limits.max_bytes:
+            raise _over(f"the run would hold {self.bytes + nbytes} bytes",
+                        self.limits.max_bytes, "max_bytes")
+        self._held[key] = (base, nbytes)
+        self.bytes += nbytes
+        if held is not None:
+            held.append(key)
+
+    def release(self, held: list) -> None:
+        """Forget what a finished subgraph held (its outputs are charged again by whoever
+        keeps them)."""
+        for key in held:
+            _, nbytes = self._held.pop(key, (None, 0))
+            self.bytes -= nbytes
+
+
+# ---- inlining ---------------------------------------------------------------------------------
+
+def count_inlined_nodes(model, limits: Limits, label: str) -> int:
+    """How many nodes ``model`` has once its local functions are inlined, counted without
+    inlining (a function called twice per level doubles per level); refuse more than
+    ``max_nodes`` and functions that call themselves."""
+    fns = {(f.domain, f.name): f for f in model.functions}
+    memo: dict[tuple[str, str], int] = {}
+    active: set[tuple[str, str]] = set()
+    cap = limits.max_nodes
+
+    def nodes_of(nodes) -> int:
+        total = 0
+        for node in nodes:
+            key = (node.domain, node.op_type)
+            total += fn_size(key) if key in fns else 1
+            for a in node.attribute:
+                if a.HasField("g"):
+                    total += nodes_of(a.g.node)
+                for g in a.graphs:
+                    total += nodes_of(g.node)
+            if total > cap:
+                return total  # already over: stop counting (the numbers may be astronomical)
+        return total
+
+    def fn_size(key) -> int:
+        if key in memo:
+            return memo[key]
+        if key in active:
+            raise OnnxError(f"local function {key[1]!r} (domain {key[0]!r}) calls itself: it "
+                            "cannot be inlined", file=label)
+        active.add(key)
+        memo[key] = nodes_of(fns[key].node)
+        active.discard(key)
+        return memo[key]
+
+    n = nodes_of(model.graph.node)
+    if n > cap:
+        raise _over(f"inlining the model's local functions makes at least {n} nodes", cap,
+                    "max_nodes").with_file(label)
+    return n
+
+
+# ---- output sizes predicted from the inputs -----------------------------------------------------
+
+def _shape(x) -> tuple[int, ...]:
+    return tuple(int(d) for d in x.shape)
+
+
+def _ints(x) -> list[int]:
+    return [int(v) for v in np.asarray(x).reshape(-1)]
+
+
+def _broadcast(*shapes) -> int | None:
+    """The element count of numpy's broadcast of ``shapes`` (None if they do not broadcast)."""
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(1, nd + 1):
+        dims = {s[-i] for s in shapes if len(s) >= i} - {1}
+        if len(dims) > 1:
+            return None
+        out.append(dims.pop() if dims else 1)
+    return _prod(out, "broadcast")
+
+
+def _elementwise(ins, attrs, opset):
+    shapes = [_shape(x) for x in ins if hasattr(x, "shape")]
+    return _broadcast(*shapes) if len(shapes) > 1 else None
+
+
+def _matmul(a_i: int, b_i: int):
+    def pred(ins, attrs, opset):
+        a, b = _shape(ins[a_i]), _shape(ins[b_i])
+        a = (1,) + a if len(a) == 1 else a
+        b = b + (1,) if len(b) == 1 else b
+        batch = _broadcast(a[:-2], b[:-2])
+        return None if batch is None else batch * a[-2] * b[-1]
+    return pred
+
+
+def _gemm(ins, attrs, opset):
+    a, b = _shape(ins[0]), _shape(ins[1])
+    m = a[1] if attrs.get("transA") else a[0]
+    n = b[0] if attrs.get("transB") else b[1]
+    return m * n
+
+
+def _constant_of_shape(ins, attrs, opset):
+    return _prod(_ints(ins[0]), "ConstantOfShape")
+
+
+def _expand(ins, attrs, opset):
+    return _broadcast(_shape(ins[0]), tuple(_ints(ins[1])))
+
+
+def _tile(ins, attrs, opset):
+    return _prod([d * r for d, r in zip(_shape(ins[0]), _ints(ins[1]), strict=False)], "Tile")
+
+
+def _range(ins, attrs, opset):
+    s, lim, d = (float(np.asarray(v).reshape(-1)[0]) for v in ins[:3])
+    n = (lim - s) / d if d else math.inf
+    return max(math.ceil(n), 0) if math.isfinite(n) else None  # nan/inf: the kernel refuses
+
+
+def _pad(ins, attrs, opset):
+    x = _shape(ins[0])
+    p = _ints(ins[1]) if opset >= 11 else list(attrs.get("pads") or attrs.get("paddings"))
+    axes = _ints(ins[3]) if opset >= 18 and len(ins) > 3 and ins[3] is not None \
+        else list(range(len(x)))
+    dims = list(x)
+    for i, a in enumerate(axes):
+        dims[a % len(x)] += max(p[i], 0) + max(p[i + len(axes)], 0)
+    return _prod(dims, "Pad")
+
+
+def _resize(ins, attrs, opset):
+    x = _shape(ins[0])
+    scales = sizes = None
+    if opset < 9:  # Upsample-7: scales is an attribute
+        scales = attrs.get("scales")
+    elif opset < 11 or len(ins) == 2:  # Upsample-9, Resize-10: (X, scales)
+        scales = list(np.asarray(ins[1]).reshape(-1))
+    else:
+        if len(ins) > 2 and ins[2] is not None and np.asarray(ins[2]).size:
+            scales = list(np.asarray(ins[2]).reshape(-1))
+        if len(ins) > 3 and ins[3] is not None:
+            sizes = _ints(ins[3])
+    axes = list(attrs.get("axes") or range(len(x)))
+    dims = list(x)
+    if sizes:
+        for a, s in zip(axes, sizes, strict=False):
+            dims[a % len(x)] = s
+    elif scales:
+        for a, s in zip(axes, scales, strict=False):
+            if not math.isfinite(float(s)):
+                return None
+            dims[a % len(x)] = math.floor(x[a % len(x)] * float(s))
+    return _prod(dims, "Resize")
+
+
+def _one_hot(ins, attrs, opset):
+    return int(np.asarray(ins[0]).size) * max(int(np.asarray(ins[1]).reshape(-1)[0]), 0)
+
+
+def _random(ins, attrs, opset):
+    return _prod(attrs.get("shape") or [], "Random")
+
+
+def _concat(ins, attrs, opset):
+    return sum(int(np.asarray(x).size) if not hasattr(x, "size") else int(x.size)
+               for x in ins if x is not None)
+
+
+def _gather(ins, attrs, opset):
+    x, idx = _shape(ins[0]), _shape(ins[1])
+    ax = int(attrs.get("axis", 0)) % max(len(x), 1)
+    return _prod(x[:ax] + idx + x[ax + 1:], "Gather")
+
+
+def _gather_nd(ins, attrs, opset):
+    x, idx = _shape(ins[0]), _shape(ins[1])
+    b = int(attrs.get("batch_dims", 0))
+    return _prod(idx[:-1] + x[b + idx[-1]:], "GatherND")
+
+
+def _top_k(ins, attrs, opset):
+    x = _shape(ins[0])
+    k = _ints(ins[1])[0] if opset >= 10 else int(attrs.get("k", 1))
+    ax = int(attrs.get("axis", -1)) % len(x)
+    return _prod(x[:ax] + (max(k, 0),) + x[ax + 1:], "TopK")
+
+
+def _window(ins, attrs, opset):
+    return max(_ints(ins[0])[0], 0)
+
+
+def _spatial(w_i: int | None):
+    """Conv/pool (weights at input ``w_i``): the padded input, and the im2col matrix (output
+    positions x window)."""
+    def pred(ins, attrs, opset):
+        x = _shape(ins[0])
+        nd = len(x) - 2
+        if nd < 1:
+            return None
+        k = list(attrs.get("kernel_shape") or (_shape(ins[w_i])[2:] if w_i else [1] * nd))
+        return _windows(x, nd, k, attrs)
+    return pred
+
+
+def _windows(x, nd, k, attrs):
+    pads = list(attrs.get("pads") or [0] * (2 * nd))
+    st = list(attrs.get("strides") or [1] * nd)
+    dil = list(attrs.get("dilations") or [1] * nd)
+    padded = [x[2 + i] + max(pads[i], 0) + max(pads[i + nd], 0) for i in range(nd)]
+    span = [(k[i] - 1) * dil[i] + 1 for i in range(nd)]
+    out = [max((padded[i] - span[i]) // max(st[i], 1) + 1, 0) for i in range(nd)]
+    cols = _prod([x[0], x[1]] + out + k, "window")
+    return max(_prod(x[:2] + tuple(padded), "padded input"), cols)
+
+
+def _conv_transpose(ins, attrs, opset):
+    x, w = _shape(ins[0]), _shape(ins[1])
+    nd = len(x) - 2
+    if attrs.get("output_shape"):
+        sp = list(attrs["output_shape"])[-nd:]
+    else:
+        k = list(attrs.get("kernel_shape") or w[2:])
+        st = list(attrs.get("strides") or [1] * nd)
+        dil = list(attrs.get("dilations") or [1] * nd)
+        op_ = list(attrs.get("output_padding") or [0] * nd)
+        sp = [st[i] * (x[2 + i] - 1) + op_[i] + (k[i] - 1) * dil[i] + 1 for i in range(nd)]
+    return _prod([x[0], w[1] * int(attrs.get("group", 1))] + sp, "ConvTranspose")
+
+
+def _max_unpool(ins, attrs, opset):
+    if len(ins) > 2 and ins[2] is not None:
+        return _prod(_ints(ins[2]), "MaxUnpool")
+    x = _shape(ins[0])
+    nd = len(x) - 2
+    k = list(attrs["kernel_shape"])
+    st = list(attrs.get("strides") or [1] * nd)
+    return _prod(list(x[:2]) + [(x[2 + i] - 1) * st[i] + k[i] for i in range(nd)], "MaxUnpool")
+
+
+def _col2im(ins, attrs, opset):
+    x = _shape(ins[0])
+    return _prod([x[0], x[1] // max(_prod(_ints(ins[2]), "block"), 1)] + _ints(ins[1]),
+                 "Col2Im")
+
+
+def _multinomial(ins, attrs, opset):
+    return _shape(ins[0])[0] * int(attrs.get("sample_size", 1))
+
+
+def _concat_seq(ins, attrs, opset):
+    return sum(int(v.size) for v in ins[0]) if isinstance(ins[0], list) else None
+
+
+def _dft(ins, attrs, opset):
+    x = _shape(ins[0])
+    n = _ints(ins[1])[0] if len(ins) > 1 and ins[1] is not None and np.asarray(ins[1]).size \
+        else None
+    if n is None:
+        return None
+    return _prod(x[:-2], "DFT") * max(n, 1) * 2 * max(x[-2] if len(x) > 2 else 1, 1)
+
+
+_BROADCAST = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Greater",
+              "GreaterOrEqual", "Less", "LessOrEqual", "BitShift", "BitwiseAnd", "BitwiseOr",
+              "BitwiseXor", "Max", "Min", "Sum", "Mean", "Where", "PRelu")
+
+#: op type -> f(inputs, attrs, opset) -> the element count of its biggest output (or None)
+PREDICT: dict[str, Callable[[list, dict, int], int | None]] = {
+    **{name: _elementwise for name in _BROADCAST},
+    "MatMul": _matmul(0, 1), "MatMulInteger": _matmul(0, 1), "QLinearMatMul": _matmul(0, 3),
+    "Gemm": _gemm, "ConstantOfShape": _constant_of_shape, "Expand": _expand, "Tile": _tile,
+    "Range": _range, "Pad": _pad, "Resize": _resize, "Upsample": _resize, "OneHot": _one_hot,
+    "RandomNormal": _random, "RandomUniform": _random, "Concat": _concat, "Gather": _gather,
+    "GatherND": _gather_nd, "TopK": _top_k, "HannWindow": _window, "HammingWindow": _window,
+    "BlackmanWindow": _window, "Conv": _spatial(1), "ConvInteger": _spatial(1),
+    "QLinearConv": _spatial(3), "MaxPool": _spatial(None), "AveragePool": _spatial(None),
+    "LpPool": _spatial(None),
+    "ConvTranspose": _conv_transpose, "MaxUnpool": _max_unpool, "Col2Im": _col2im,
+    "Multinomial": _multinomial, "ConcatFromSequence": _concat_seq, "DFT": _dft,
+}
