@@ -5,23 +5,33 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from core.cache import KernelCache, cache_key
+from core.native import cpu_id
 from gpu.device import KERNEL_DIR, Buffer, Device, DeviceError, Kernel, Launch, Module
 from gpu.signature import KernelSig, parse_kernels
 
-__all__ = ["HostDevice", "HOST_FLAGS", "find_compiler"]
+__all__ = ["HostDevice", "HOST_FLAGS", "ORDERS", "find_compiler", "host_flags"]
 
 # -ffp-contract=off: no fused multiply-add, each written operation rounds once (the parity
 # contract). Never -ffast-math (the prelude refuses it). -fno-math-errno is NOT added either.
-HOST_FLAGS = ("-O2", "-ffp-contract=off", "-fPIC", "-shared", "-std=c++17", "-x", "c++")
+# -march=native: the machine's real ISA (FMA included where the CPU has it), so that a
+# contraction, were it ever allowed, would change bits and the parity tests would see it
+# (tests/gpu/test_fp_contract.py). Dropped only where the compiler refuses it.
+HOST_FLAGS = ("-O2", "-ffp-contract=off", "-march=native", "-fPIC", "-shared", "-std=c++17",
+              "-x", "c++")
+# The fibers of host_prelude.h switch stacks by hand: a CET shadow stack must not be claimed.
+_X86_FLAGS = ("-fcf-protection=none",)
+ORDERS = ("forward", "reverse", "both")
 
 _INSTALL_HINT = (
     "the host backend compiles kernels with g++ (part of gcc): install it, e.g. "
@@ -67,6 +77,24 @@ def _compiler_version(path: str) -> str:
     return out.stdout.strip()
 
 
+@functools.lru_cache(maxsize=8)
+def host_flags(cxx: str) -> tuple[str, ...]:
+    """HOST_FLAGS as this compiler and CPU take them (-march=native only where accepted)."""
+    flags = list(HOST_FLAGS)
+    if platform.machine() in ("x86_64", "AMD64"):
+        flags[1:1] = _X86_FLAGS
+    with tempfile.TemporaryDirectory(prefix="tapescope-cc-") as td:
+        src = Path(td) / "probe.cc"
+        src.write_text("int ts_probe(int x) { return x + 1; }\n")
+        for drop in ((), ("-march=native",), ("-march=native", *_X86_FLAGS)):
+            trial = [f for f in flags if f not in drop]
+            res = subprocess.run([cxx, *trial, str(src), "-o", str(Path(td) / "probe.so")],
+                                 capture_output=True, text=True, timeout=120)
+            if res.returncode == 0:
+                return tuple(trial)
+    return tuple(f for f in flags if f not in ("-march=native", *_X86_FLAGS))
+
+
 def _headers_digest() -> str:
     parts = []
     for p in sorted(KERNEL_DIR.iterdir()):
@@ -82,36 +110,48 @@ def _launcher(sig: KernelSig) -> str:
         ctype = f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''}"
         casts.append(f"*({ctype}*)a[{i}]")
     call = f"{sig.name}({', '.join(casts)});"
+    # A kernel with a barrier runs its block's threads as fibers (host_prelude.h)
     return (
+        f"static void ts_body_{sig.name}(void** a) {{ (void)a; {call} }}\n"
         f'extern "C" int ts_launch_{sig.name}(long long gx, long long gy, long long gz,'
-        " long long bx, long long by, long long bz, void** a) {\n"
-        "  (void)a;\n"
-        "  gridDim.x = gx; gridDim.y = gy; gridDim.z = gz;\n"
-        "  blockDim.x = bx; blockDim.y = by; blockDim.z = bz;\n"
-        "  ts_host_error = 0;\n"
-        "  for (long long z = 0; z < gz; ++z) for (long long y = 0; y < gy; ++y)\n"
-        "  for (long long x = 0; x < gx; ++x) {\n"
-        "    blockIdx.x = x; blockIdx.y = y; blockIdx.z = z;\n"
-        "    for (long long tz = 0; tz < bz; ++tz) for (long long ty = 0; ty < by; ++ty)\n"
-        "    for (long long tx = 0; tx < bx; ++tx) {\n"
-        "      threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;\n"
-        f"      {call}\n"
-        "    }\n"
-        "  }\n"
-        "  return ts_host_error;\n"
+        " long long bx, long long by, long long bz, void** a, int order) {\n"
+        f"  return ts_run_grid(ts_body_{sig.name}, a, gx, gy, gz, bx, by, bz,"
+        f" {int(sig.barrier)}, order);\n"
         "}\n"
     )
 
 
+_ERRORS = {
+    1: "__syncthreads() reached with more than one thread where the launcher saw no barrier "
+       "(a barrier inside a __device__ helper?)",
+    2: "__syncthreads() reached by only some threads of a block (the others returned)",
+    3: "no memory for the threads' stacks",
+}
+
+
 class HostDevice(Device):
-    """Runs kernels on the CPU: one block after another, threads in sequence (docs/devices.md)."""
+    """Runs kernels on the CPU: blocks one after another with their real blockDim; a barrier
+    kernel's threads as fibers (docs/devices.md).
+
+    ``orders``: "forward" runs blocks and threads in index order, "reverse" in the opposite
+    order, "both" runs every launch list both ways from the same memory and raises
+    DeviceError naming the kernel when the bits differ (a missing barrier, a race). Default:
+    $TAPESCOPE_HOST_ORDERS, else "forward".
+    """
 
     kind = "host"
 
-    def __init__(self, reason: str, cache_root: Path | None = None) -> None:
+    def __init__(self, reason: str, cache_root: Path | None = None,
+                 orders: str | None = None) -> None:
         super().__init__(reason)
         self._cache_root = cache_root
         self._modules: dict[str, Module] = {}
+        self._memory: weakref.WeakValueDictionary[int, np.ndarray] = (
+            weakref.WeakValueDictionary())
+        self._n_alloc = 0
+        self.orders = orders or os.environ.get("TAPESCOPE_HOST_ORDERS") or "forward"
+        if self.orders not in ORDERS:
+            raise DeviceError(f"host thread orders {self.orders!r}: one of {', '.join(ORDERS)}")
 
     # --- memory -----------------------------------------------------------------------------
     def alloc(self, n: int, dtype: Any) -> Buffer:
@@ -123,6 +163,8 @@ class HostDevice(Device):
         raw = np.zeros(max(n, 1) * dt.itemsize + 64, dtype=np.uint8)
         off = (-raw.ctypes.data) % 64
         arr = raw[off : off + max(n, 1) * dt.itemsize].view(dt)[:n]
+        self._n_alloc += 1
+        self._memory[self._n_alloc] = raw  # what orders="both" snapshots
         return Buffer(self, n, dt, (raw, arr), raw.ctypes.data + off)
 
     def upload(self, buf: Buffer, array: np.ndarray) -> None:
@@ -152,8 +194,10 @@ class HostDevice(Device):
         full = source + "\n\n/* generated host launchers */\n" + "".join(
             _launcher(s) for s in sigs.values()
         )
-        flags = HOST_FLAGS + ("-I", str(KERNEL_DIR), "-include", "host_prelude.h")
-        key = cache_key("host-v1", version, " ".join(HOST_FLAGS), _headers_digest(), full)
+        cflags = host_flags(cxx)
+        flags = cflags + ("-I", str(KERNEL_DIR), "-include", "host_prelude.h")
+        # -march=native code is keyed by the CPU too: a shared home may hold another model's
+        key = cache_key("host-v2", version, " ".join(cflags), cpu_id(), _headers_digest(), full)
         if key in self._modules:
             return self._modules[key]
         cache = KernelCache(self._cache_root)
@@ -183,7 +227,7 @@ class HostDevice(Device):
             kernels[name] = Kernel(self, sig, ctypes.cast(fn, ctypes.c_void_p).value)
         replay = lib.ts_host_replay
         replay.restype = ctypes.c_longlong
-        replay.argtypes = [ctypes.c_void_p, ctypes.c_longlong]
+        replay.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int]
         mod = Module(kernels, path, built)
         mod.lib = lib  # type: ignore[attr-defined]  # keeps the .so loaded
         mod.replay = replay  # type: ignore[attr-defined]
@@ -193,9 +237,6 @@ class HostDevice(Device):
         return mod
 
     def _pack(self, launch: Launch) -> None:
-        if launch.kernel.sig.barrier:
-            # A barrier kernel runs one thread per block on the host (see host_prelude.h).
-            launch.block = (1, 1, 1)
         store = []
         for p, a in zip(launch.kernel.sig.params, launch.args, strict=True):
             if p.pointer:
@@ -230,13 +271,61 @@ class HostLaunchList:
             r.b[:] = ln.block
             r.args = ctypes.cast(ln.packed[1], ctypes.c_void_p).value
         self._replay = self.launches[0].kernel.module.replay if self.launches else None
+        # "both" restores the device's memory between the two runs: only lists whose buffers
+        # all come from this device's alloc can be run twice (not a test double's arrays).
+        ours = {id(m) for m in device._memory.values()}
+        self._own = all(id(a.handle[0]) in ours for ln in self.launches for a in ln.args
+                        if isinstance(a, Buffer))
 
     def replay(self) -> None:
         """Run every launch in order; DeviceError names the first kernel that failed."""
         if not self.launches:
             return
-        bad = self._replay(ctypes.addressof(self._recs), len(self.launches))
+        if self.device.orders == "both" and self._own:
+            self._replay_both()
+        else:
+            self._call(int(self.device.orders == "reverse"))
         self.device.stats.launches += len(self.launches)
+
+    def _call(self, order: int, lo: int = 0, hi: int | None = None) -> None:
+        hi = len(self.launches) if hi is None else hi
+        start = ctypes.addressof(self._recs) + lo * ctypes.sizeof(_Rec)
+        bad = self._replay(start, hi - lo, order)
         if bad:
-            k = self.launches[bad - 1].kernel.name
-            raise DeviceError(f"kernel {k}: __syncthreads() with more than one host thread")
+            k = self.launches[lo + bad // 4 - 1].kernel.name
+            raise DeviceError(f"kernel {k}: {_ERRORS.get(bad % 4, 'failed')}")
+
+    def _replay_both(self) -> None:
+        """Forward, then reverse from the same memory; the bits must agree."""
+        mem = list(self.device._memory.values())
+        before = [m.copy() for m in mem]
+        self._call(0)
+        fwd = [m.copy() for m in mem]
+        _restore(mem, before)
+        self._call(1)
+        if all(np.array_equal(a, b) for a, b in zip(fwd, mem, strict=True)):
+            return
+        # Find the first launch whose two orders disagree, one launch at a time.
+        _restore(mem, before)
+        for i, ln in enumerate(self.launches):
+            pre = [m.copy() for m in mem]
+            self._call(0, i, i + 1)
+            post = [m.copy() for m in mem]
+            _restore(mem, pre)
+            self._call(1, i, i + 1)
+            for a, b in zip(post, mem, strict=True):
+                if not np.array_equal(a, b):
+                    at = int(np.flatnonzero(a != b)[0])
+                    raise DeviceError(
+                        f"kernel {ln.kernel.name}: the result depends on the order threads run "
+                        f"in (forward vs reverse differ at byte {at} of a {a.size}-byte "
+                        "allocation): a missing __syncthreads() or threads racing on one "
+                        "element"
+                    )
+        raise DeviceError("the launch list gives different bits forward and reverse, but no "
+                          "single launch does: a kernel depends on memory it does not own")
+
+
+def _restore(mem: list[np.ndarray], saved: list[np.ndarray]) -> None:
+    for m, s in zip(mem, saved, strict=True):
+        m[...] = s

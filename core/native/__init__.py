@@ -9,6 +9,7 @@ reference runs instead: the same bits, slower. ``TAPESCOPE_NO_NATIVE=1`` forces 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import shutil
 import subprocess
@@ -31,8 +32,9 @@ def _compiler_id(cc: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cc
 
 
-def _cpu_id() -> str:
-    # -march=native code must never be loaded on another CPU model (a shared home directory)
+@functools.lru_cache(maxsize=1)
+def cpu_id() -> str:
+    """The CPU model and its flags: -march=native code is cached per CPU (a shared home)."""
     try:
         with open("/proc/cpuinfo") as f:
             lines = [ln for ln in f if ln.startswith(("model name", "flags"))][:2]
@@ -45,7 +47,7 @@ def _cpu_id() -> str:
 
 def _build(cc: str) -> Path:
     """The verified cached shared object, built first when missing or corrupt."""
-    key = cache_key(_SRC.read_bytes(), " ".join(FLAGS), _compiler_id(cc), _cpu_id())
+    key = cache_key(_SRC.read_bytes(), " ".join(FLAGS), _compiler_id(cc), cpu_id())
 
     def build(out: Path) -> None:
         subprocess.run([cc, *FLAGS, "-o", str(out), str(_SRC)], check=True,

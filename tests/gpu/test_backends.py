@@ -71,10 +71,10 @@ def test_launch_grid_and_threads(host, mod):
     np.testing.assert_array_equal(out.download(), np.arange(32, dtype=np.int32) * 3)
 
 
-def test_barrier_kernel_runs_one_thread_per_block(host, mod):
+def test_barrier_kernel_runs_its_real_block(host, mod):
     y = host.alloc(3 * 5, np.float32)
     launch = mod["rowfill"].record(3, 64, y, 5)
-    assert launch.block == (1, 1, 1)  # the host clamps barrier kernels (docs/devices.md)
+    assert launch.block == (64, 1, 1)  # threads as fibers (docs/devices.md)
     host.run([launch])
     np.testing.assert_array_equal(y.download().reshape(3, 5),
                                   np.repeat(np.arange(1.0, 4.0, dtype=np.float32), 5).reshape(3, 5))
