@@ -1,17 +1,20 @@
 """The main window's size, position and dock layout: fitted to its screen, kept between runs.
 
-Qt's ``saveGeometry``/``saveState`` go to the window's QSettings when it closes and come back
-when the next one opens (tests pass a QSettings in a temporary folder). View ▸ Reset layout
-puts back the layout the window was built with, fitted to the screen it is on.
+The window's normal geometry and Qt's ``saveState`` (docks, toolbars) go to the window's
+QSettings when it closes and come back when the next one opens (tests pass a QSettings in a
+temporary folder); a window saved on a bigger screen shrinks onto this one and gets the default
+dock layout. View ▸ Reset layout puts back the layout the window was built with, fitted to the
+screen it is on.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QRect, QSettings
+from PySide6.QtCore import QByteArray, QRect, QSettings, Qt
 from PySide6.QtGui import QGuiApplication
 
 GEOMETRY_KEY = "window/geometry"
 STATE_KEY = "window/state"
+MAXIMIZED_KEY = "window/maximized"
 STATE_VERSION = 1  # bump when the set of docks changes: an older saved state is then ignored
 FRAME_ALLOWANCE = (16, 48)  # title bar and borders a window manager adds, before Qt knows them
 # The offscreen platform's 800x800 "screen" is a fiction: fitting the window to it would only
@@ -27,6 +30,7 @@ class WindowLayout:
         self.settings = settings
         self.persist = True  # False: closing saves nothing (``--screenshot``)
         self.default_size = (win.width(), win.height())
+        win.layout().activate()  # lay the docks out now, so the state is what the first show has
         self.default_state = win.saveState(STATE_VERSION)  # the layout as the window built it
 
     def available(self) -> QRect | None:
@@ -34,26 +38,30 @@ class WindowLayout:
         None on a platform without a real screen (offscreen: sizes are set explicitly)."""
         if QGuiApplication.platformName() in VIRTUAL_PLATFORMS:
             return None
-        screen = self.win.screen() or QGuiApplication.primaryScreen()
+        screen = (QGuiApplication.screenAt(self.win.frameGeometry().center())
+                  or self.win.screen() or QGuiApplication.primaryScreen())  # a monitor gone
         return screen.availableGeometry() if screen is not None else None
 
-    def fit_to_screen(self) -> None:
-        """Shrink and move the window so that all of it, frame included, is on its screen."""
+    def fit_to_screen(self) -> bool:
+        """Shrink and move the window so that all of it, frame included, is on its screen;
+        True when it had to shrink."""
         win, avail = self.win, self.available()
         if avail is None:
-            return
+            return False
         frame, inner = win.frameGeometry(), win.geometry()
         extra_w, extra_h = frame.width() - inner.width(), frame.height() - inner.height()
         if not win.isVisible() and extra_w == 0 and extra_h == 0:
             extra_w, extra_h = FRAME_ALLOWANCE
         w = max(min(inner.width(), avail.width() - extra_w), win.minimumWidth())
         h = max(min(inner.height(), avail.height() - extra_h), win.minimumHeight())
+        shrunk = w < inner.width() or h < inner.height()
         if (w, h) != (inner.width(), inner.height()):
             win.resize(w, h)
         x = min(max(frame.x(), avail.left()), avail.left() + max(0, avail.width() - w - extra_w))
         y = min(max(frame.y(), avail.top()), avail.top() + max(0, avail.height() - h - extra_h))
         if (x, y) != (frame.x(), frame.y()):
             win.move(x, y)
+        return shrunk
 
     def restore(self) -> bool:
         """Put back the geometry and dock layout of the last run; False when none was saved
@@ -61,18 +69,24 @@ class WindowLayout:
         geo = self.settings.value(GEOMETRY_KEY)
         state = self.settings.value(STATE_KEY)
         done = False
-        if isinstance(geo, QByteArray) and not geo.isEmpty():
-            done = self.win.restoreGeometry(geo)
+        if isinstance(geo, QRect) and geo.width() > 0 and geo.height() > 0:
+            self.win.setGeometry(geo)  # (restoreGeometry would fit it to Qt's idea of a screen,
+            done = True                # which offscreen is an 800x800 fiction: fit_to_screen)
+            if str(self.settings.value(MAXIMIZED_KEY, "false")).lower() == "true":
+                self.win.setWindowState(self.win.windowState() | Qt.WindowMaximized)
         if isinstance(state, QByteArray) and not state.isEmpty():
             done = self.win.restoreState(state, STATE_VERSION) and done
-        self.fit_to_screen()
+        if self.fit_to_screen():
+            # dock sizes saved for a bigger window would squeeze some docks to slivers here
+            self.win.restoreState(self.default_state, STATE_VERSION)
         return done
 
     def save(self) -> None:
         """Write the geometry and dock layout to the settings (when the window closes)."""
         if not self.persist:
             return
-        self.settings.setValue(GEOMETRY_KEY, self.win.saveGeometry())
+        self.settings.setValue(GEOMETRY_KEY, self.win.normalGeometry())
+        self.settings.setValue(MAXIMIZED_KEY, self.win.isMaximized())
         self.settings.setValue(STATE_KEY, self.win.saveState(STATE_VERSION))
         self.settings.sync()
 
@@ -85,4 +99,5 @@ class WindowLayout:
         win.resize(*self.default_size)
         self.fit_to_screen()
         self.settings.remove(GEOMETRY_KEY)
+        self.settings.remove(MAXIMIZED_KEY)
         self.settings.remove(STATE_KEY)

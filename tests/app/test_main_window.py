@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QMimeData, QPoint, Qt, QUrl
+from PySide6.QtCore import QByteArray, QMimeData, QPoint, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
 from app.main_window import MainWindow
@@ -304,3 +304,110 @@ def test_save_a_workload_episode_and_reopen_it(qtbot, win, tmp_path):
         assert (g0 is None and g1 is None) or g0.tobytes() == g1.tobytes()
     assert not win.save_tape(str(tmp_path / "no_such_dir" / "x.tape"))
     assert "no_such_dir" in win.last_error.text()
+
+
+# ---- window layout: fitted to the screen, remembered between runs, View ▸ Reset layout -------
+def view_action(win, text: str):
+    view = next(a.menu() for a in win.menuBar().actions() if a.text() == "&View")
+    return next(a for a in view.actions() if a.text() == text)
+
+
+def new_window(qtbot, settings) -> MainWindow:
+    w = MainWindow(settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
+def test_the_layout_is_remembered_between_runs_and_reset_from_the_view_menu(qtbot, settings):
+    w = new_window(qtbot, settings)
+    default_size = w.size()
+    default_inspector = w.docks["Inspector"].width()
+    # the user makes it theirs: a smaller window, Training closed (Live ▸ Training), Kernels
+    # moved to the left, a wider Inspector
+    w.resize(1300, 820)
+    w.docks["Training"].toggleViewAction().trigger()
+    w.addDockWidget(Qt.LeftDockWidgetArea, w.docks["Kernels"])
+    w.resizeDocks([w.docks["Inspector"]], [620], Qt.Horizontal)
+    qtbot.wait(50)
+    inspector = w.docks["Inspector"].width()
+    assert abs(inspector - default_inspector) > 50
+    w.close()
+    assert not settings.value("window/state", QByteArray()).isEmpty()
+
+    w2 = new_window(qtbot, settings)  # the next run
+    assert (w2.width(), w2.height()) == (1300, 820)
+    assert not w2.docks["Training"].isVisible()
+    assert w2.dockWidgetArea(w2.docks["Kernels"]) == Qt.LeftDockWidgetArea
+    assert abs(w2.docks["Inspector"].width() - inspector) <= 4
+
+    view_action(w2, "&Reset layout").trigger()
+    qtbot.wait(50)
+    assert w2.size() == default_size
+    assert w2.docks["Training"].isVisible()
+    assert w2.dockWidgetArea(w2.docks["Kernels"]) == Qt.RightDockWidgetArea
+    assert w2.docks["Kernels"] in w2.tabifiedDockWidgets(w2.docks["Backward stepper"])
+    assert abs(w2.docks["Inspector"].width() - default_inspector) <= 4
+    assert settings.value("window/state") is None  # the next run starts from the default too
+
+
+def test_a_new_user_gets_the_default_layout(qtbot, settings):
+    w = new_window(qtbot, settings)
+    assert not w.window_layout.restore()  # nothing saved yet
+    assert (w.width(), w.height()) == (1440, 900)
+    assert all(d.isVisible() for t, d in w.docks.items() if t != "Kernels")
+
+
+@pytest.fixture
+def screen_1280x800(monkeypatch):
+    """Pretend the window opens on a 1280x800 screen (offscreen has no real one)."""
+    from PySide6.QtCore import QRect
+
+    from app.window_layout import WindowLayout
+
+    monkeypatch.setattr(WindowLayout, "available", lambda self: QRect(0, 0, 1280, 800))
+
+
+def assert_fits_and_every_dock_is_usable(win) -> None:
+    f = win.frameGeometry()
+    assert f.left() >= 0 and f.top() >= 0 and f.right() < 1280 and f.bottom() < 800, f
+    assert win.graph.width() >= 400 and win.graph.height() >= 250
+    shown = {t: d for t, d in win.docks.items() if not d.visibleRegion().isEmpty()}
+    assert {"Inspector", "Backward stepper", "Parity table", "Training"} <= set(shown)
+    for title, d in shown.items():
+        assert d.width() >= 250 and d.height() >= 150, (title, d.size())
+
+
+def test_the_window_fits_a_1280x800_screen(qtbot, settings, screen_1280x800):
+    w = new_window(qtbot, settings)
+    qtbot.wait(50)
+    assert_fits_and_every_dock_is_usable(w)
+
+
+def test_a_layout_saved_on_a_big_screen_fits_a_small_one(qtbot, settings, screen_1280x800):
+    from PySide6.QtCore import QRect
+
+    from app.window_layout import WindowLayout
+
+    big = MainWindow(settings=settings)
+    qtbot.addWidget(big)
+    big.window_layout.available = lambda: QRect(0, 0, 2560, 1440)
+    big.setGeometry(900, 500, 1600, 1000)  # saved on a 2560x1440 monitor
+    big.show()
+    big.close()
+    assert not settings.value("window/geometry", QByteArray()).isEmpty()
+    w = new_window(qtbot, settings)  # the laptop screen: the window shrinks and moves onto it
+    assert isinstance(w.window_layout, WindowLayout)
+    qtbot.wait(50)
+    assert_fits_and_every_dock_is_usable(w)
+
+
+def test_an_error_on_a_fresh_window_replaces_no_tape_open(qtbot, win, tmp_path):
+    bad = tmp_path / "junk.tape"
+    bad.write_bytes(b"junk")
+    assert "No tape open" in win.status_label.text()
+    assert not win.open_file(str(bad))
+    assert win.status_label.text().startswith("Cannot open file: ")
+    assert "junk.tape" in win.status_label.text()
+    assert win.statusBar().currentMessage() == ""  # nothing drawn over the label
