@@ -1,10 +1,8 @@
-"""The CUDA backend: NVRTC through CuPy, launches on one stream, episodes as CUDA graphs.
+"""The CUDA backend: real NVRTC (gpu/nvrtc.py), launches on one stream, episodes as CUDA graphs.
 
-Compilation goes through `cupy.cuda.nvrtc` directly, not `cupy.RawModule(code=...)`: CuPy's
-`_compile_with_cache_cuda` appends `-ftz=true` to every option tuple (cupy/cuda/compiler.py),
-which flushes float32 subnormals to zero and breaks float32 parity with the host. We compile
-with our own options (`--fmad=false -ftz=false -prec-div=true -prec-sqrt=true`), keep the PTX in
-our own cache and load it with `cupy.RawModule(path=...)`.
+Compilation goes through `gpu.nvrtc.nvrtc_compile` (our flags, never CuPy's `-ftz=true`) to a
+cubin for the device's compute capability (PTX only as the fallback `gpu.nvrtc.choose_target`
+documents), kept in our own cache and loaded with `cupy.RawModule(path=...)`.
 """
 
 from __future__ import annotations
@@ -15,34 +13,49 @@ from typing import Any
 import numpy as np
 
 from core.cache import KernelCache, cache_key
-from gpu.device import KERNEL_DIR, Buffer, Device, DeviceError, Kernel, Launch, Module
+from gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
+from gpu.nvrtc import (
+    NVRTC_FLAGS,
+    choose_target,
+    cuda_version_text,
+    kernel_headers,
+    load_nvrtc,
+    nvrtc_compile,
+    nvrtc_version,
+)
 from gpu.signature import parse_kernels
 
 __all__ = ["CudaDevice", "cuda_unavailable_reason", "NVRTC_FLAGS"]
 
-# --fmad=false: no contraction into FMA (the parity contract). -ftz=false: keep float32
-# subnormals (CuPy's own path would force -ftz=true). IEEE-rounded division and sqrt.
-NVRTC_FLAGS = ("--fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "--std=c++14")
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def cuda_unavailable_reason() -> str | None:
-    """None when CuPy imports and a CUDA device answers; else the one-line reason."""
+    """None when CuPy imports, a CUDA device answers and NVRTC loads; else the one-line reason,
+    e.g. "CuPy 14.2.0 found, but no CUDA device: cudaErrorNoDevice: ..."."""
     try:
         import cupy
     except ImportError:
         return "CuPy not installed"
     except Exception as e:  # a broken install raises all sorts of things
-        return f"CuPy failed to import: {type(e).__name__}: {e}"
+        return f"CuPy failed to import: {type(e).__name__}: {_one_line(e)}"
+    found = f"CuPy {getattr(cupy, '__version__', '?')} found"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:
-        return f"no CUDA driver/device: {e}"
+        return f"{found}, but no CUDA device: {_one_line(e)}"
     if n < 1:
-        return "no CUDA device"
+        return f"{found}, but no CUDA device (the driver reports 0)"
     try:
         _ = cupy.cuda.Device(0).compute_capability
     except Exception as e:
-        return f"CUDA device does not answer: {e}"
+        return f"{found}, but CUDA device 0 does not answer: {_one_line(e)}"
+    try:
+        load_nvrtc()
+    except DeviceError as e:
+        return f"{found} and a CUDA device, but {_one_line(e)}"
     return None
 
 
@@ -56,10 +69,21 @@ class CudaDevice(Device):
 
         super().__init__(reason)
         self.cp = cupy
+        nvrtc = load_nvrtc()
+        self.nvrtc_version = nvrtc_version()
+        self.driver_version = int(cupy.cuda.runtime.driverGetVersion())
+        self.cc = int(cupy.cuda.Device(0).compute_capability)
+        archs = tuple(int(a) for a in nvrtc.getSupportedArchs())
+        self.target = choose_target(self.cc, self.nvrtc_version, archs, self.driver_version)
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        self.arch = cupy.cuda.Device(0).compute_capability
         self._cache_root = cache_root
         self._modules: dict[str, Module] = {}
+
+    def describe(self) -> str:
+        """`device: cuda (<reason>; sm_90 cubin, NVRTC 12.9, driver CUDA 12.4)`."""
+        return (f"device: cuda ({self.reason}; {self.target.arch} {self.target.kind}, NVRTC "
+                f"{cuda_version_text(self.nvrtc_version)}, driver CUDA "
+                f"{cuda_version_text(self.driver_version)})")
 
     def alloc(self, n: int, dtype: Any) -> Buffer:
         """A zero-filled device array."""
@@ -69,10 +93,27 @@ class CudaDevice(Device):
         return Buffer(self, int(n), dt, arr, arr.data.ptr)
 
     def upload(self, buf: Buffer, array: np.ndarray) -> None:
-        """Host → device on the device stream."""
+        """Host → device on the device stream (pageable: the host array is free on return)."""
         flat = self._check_upload(buf, array)
         if buf.n:
             buf.handle[: buf.n].set(flat, stream=self.stream)
+
+    def stage(self, buf: Buffer, array: np.ndarray) -> None:
+        """Per-step data (optimizer scalars) through a pinned host slot: an asynchronous copy
+        in stream order, before the graph that reads it. The slot is rewritten only after its
+        previous copy finished (an event), so a queued episode never sees the next step's."""
+        flat = self._check_upload(buf, array)
+        if not buf.n:
+            return
+        slot = getattr(buf, "_pinned", None)
+        if slot is None:
+            mem = self.cp.cuda.alloc_pinned_memory(buf.nbytes)
+            slot = buf._pinned = [np.frombuffer(mem, dtype=buf.dtype, count=buf.n), None, mem]
+        if slot[1] is not None:
+            slot[1].synchronize()
+        slot[0][...] = flat
+        buf.handle[: buf.n].set(slot[0], stream=self.stream)
+        slot[1] = self.stream.record()
 
     def download(self, buf: Buffer) -> np.ndarray:
         """Device → host (synchronous)."""
@@ -85,39 +126,30 @@ class CudaDevice(Device):
         return Buffer(self, n, buf.dtype, arr, buf.ptr + offset * buf.dtype.itemsize)
 
     def compile(self, source: str) -> Module:
-        """NVRTC (our flags, no -ftz) → PTX in the per-user cache → cupy.RawModule."""
-        from cupy.cuda import nvrtc
-
+        """NVRTC (our flags) → cubin (or the PTX fallback) in the per-user cache → RawModule."""
         sigs = parse_kernels(source)
         if not sigs:
             raise DeviceError("compile: the source defines no extern \"C\" __global__ kernels")
-        headers = sorted(p for p in KERNEL_DIR.iterdir() if p.suffix in (".cuh", ".h"))
-        headers = [p for p in headers if p.name != "host_prelude.h"]
-        hnames = [p.name for p in headers]
-        htexts = [p.read_text() for p in headers]
-        arch = f"compute_{self.arch}"
-        opts = (*NVRTC_FLAGS, f"--gpu-architecture={arch}")
-        version = ".".join(map(str, nvrtc.getVersion()))
-        key = cache_key("cuda-v1", version, " ".join(opts), *hnames, *htexts, source)
+        tgt = self.target
+        hnames, htexts = kernel_headers()
+        version = cuda_version_text(self.nvrtc_version)
+        key = cache_key("cuda-v2", version, " ".join(NVRTC_FLAGS), tgt.arch, tgt.kind,
+                        *hnames, *htexts, source)
         if key in self._modules:
             return self._modules[key]
 
         def build(out: Path) -> None:
-            prog = nvrtc.createProgram(source, "tapescope.cu", htexts, hnames)
-            try:
-                try:
-                    nvrtc.compileProgram(prog, opts)
-                except nvrtc.NVRTCError as e:
-                    log = nvrtc.getProgramLog(prog)
-                    raise DeviceError(f"NVRTC compile failed ({e}):\n{log[-4000:]}") from e
-                ptx = nvrtc.getPTX(prog)
-            finally:
-                nvrtc.destroyProgram(prog)
-            out.write_bytes(ptx if isinstance(ptx, bytes) else ptx.encode())
+            res = nvrtc_compile(source, tgt.arch)
+            out.write_bytes(res.binary)
 
-        path, built = KernelCache(self._cache_root).get_or_build(key, ".ptx", build)
-        raw = self.cp.RawModule(path=str(path))
-        kernels = {n: Kernel(self, s, raw.get_function(n)) for n, s in sigs.items()}
+        path, built = KernelCache(self._cache_root).get_or_build(key, f".{tgt.kind}", build)
+        try:
+            raw = self.cp.RawModule(path=str(path))
+            kernels = {n: Kernel(self, s, raw.get_function(n)) for n, s in sigs.items()}
+        except Exception as e:
+            raise DeviceError(
+                f"the driver could not load the {tgt.kind} for {tgt.arch} ({_one_line(e)}); "
+                f"NVRTC {version}, driver CUDA {cuda_version_text(self.driver_version)}") from e
         mod = Module(kernels, path, built)
         self._modules[key] = mod
         return mod
@@ -131,18 +163,16 @@ class CudaDevice(Device):
 
     def run(self, launches: list[Launch]) -> None:
         """Launch each recorded kernel on the device stream (asynchronous)."""
-        with self.stream:
-            for ln in launches:
-                ln.kernel.handle(ln.grid, ln.block, ln.packed)
+        for ln in launches:
+            ln.kernel.handle(ln.grid, ln.block, ln.packed, stream=self.stream)
         self.stats.launches += len(launches)
 
     def capture_graph(self, launches: list[Launch]) -> Any:
         """Capture the launches as one CUDA graph on the device stream; returns the graph."""
         self.stream.begin_capture()
         try:
-            with self.stream:
-                for ln in launches:
-                    ln.kernel.handle(ln.grid, ln.block, ln.packed)
+            for ln in launches:
+                ln.kernel.handle(ln.grid, ln.block, ln.packed, stream=self.stream)
         finally:
             graph = self.stream.end_capture()
         return graph

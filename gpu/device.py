@@ -157,6 +157,11 @@ class Device:
         """Host array → buffer; element count and dtype must match exactly."""
         raise NotImplementedError
 
+    def stage(self, buf: Buffer, array: np.ndarray) -> None:
+        """Upload small per-step data (optimizer scalars) read by recorded launches; cuda copies
+        it from pinned host memory in stream order. Same checks as `upload`."""
+        self.upload(buf, array)
+
     def download(self, buf: Buffer) -> np.ndarray:
         """Buffer → fresh host array."""
         raise NotImplementedError
@@ -191,7 +196,8 @@ class Device:
 
 
 def open_device(kind: str = "auto") -> Device:
-    """Open "cuda", "host", or "auto" (CUDA when CuPy imports and a device answers, else host)."""
+    """Open "cuda", "host", or "auto" (CUDA when CuPy imports, a device answers and NVRTC loads,
+    else host, whose `reason` says why)."""
     if kind not in ("auto", "cuda", "host"):
         raise DeviceError(f"unknown device {kind!r}: use auto, cuda or host")
     if kind in ("auto", "cuda"):
@@ -201,7 +207,10 @@ def open_device(kind: str = "auto") -> Device:
         if why is None:
             from gpu.cuda import CudaDevice
 
-            return CudaDevice("CUDA device answered" if kind == "auto" else "requested")
+            try:
+                return CudaDevice("CUDA device answered" if kind == "auto" else "requested")
+            except DeviceError as e:  # e.g. a driver older than NVRTC
+                why = str(e)
         if kind == "cuda":
             raise DeviceError(f"cuda device unavailable: {why}")
         from gpu.host import HostDevice

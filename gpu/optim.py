@@ -3,8 +3,8 @@
 Per-parameter L2, global-norm clipping, skipped parameters (those backward never reaches: known
 statically from the captured graph) and Adam's bias correction computed on the host in float64
 then rounded to the tape dtype — docs/reference-order.md, Optimizers. The per-step scalars are
-uploaded into a small device buffer before the launches run, so the launches themselves never
-change and an episode can be a CUDA graph.
+staged into a small device buffer before the launches run (`Device.stage`: from pinned memory on
+cuda), so the launches themselves never change and an episode is captured as a CUDA graph once.
 """
 
 from __future__ import annotations
@@ -146,8 +146,10 @@ class Adam(_DeviceOptimizer):
     def _upload_scalars(self) -> None:
         s = self.step_scalars()
         dt = self._prog.dtype
-        self.k.upload(np.array([s["b1"], s["omb1"], s["b2"], s["omb2"], s["eps"], s["lr_t"]],
-                               dtype=np.float64).astype(dt))
+        # staged: from pinned memory on cuda, in stream order before the episode that reads it
+        self._prog.device.stage(self.k, np.array(
+            [s["b1"], s["omb1"], s["b2"], s["omb2"], s["eps"], s["lr_t"]],
+            dtype=np.float64).astype(dt))
 
 
 def from_core(opt: core_optim.Optimizer) -> SGD | Adam:

@@ -128,6 +128,7 @@ class Program:
         }
         self._lists: dict[Any, Any] = {}
         self._graph: tuple[Any, Any, int] | None = None
+        self.graph_captures = 0  # CUDA graphs captured by run_episode (once per configuration)
         self.bytes_to_host_start = dev.stats.bytes_to_host
 
     # ---- building ----------------------------------------------------------------------------
@@ -194,10 +195,14 @@ class Program:
         """forward + backward (+ optimizer): one CUDA graph replay on cuda, one list on host."""
         launches = self.optimizer_launches(opt) if opt is not None else []
         if self.device.kind == "cuda":
-            if self._graph is None or self._graph[0] is not launches:
+            # captured once; replayed every episode until the optimizer's launches or the
+            # phases change (`invalidate`). The key holds the launches, so their ids stay valid.
+            key = tuple(map(id, launches))
+            if self._graph is None or self._graph[0][0] != key:
                 seq = [s.launch for p in ("forward", "backward") for s in self.phases[p]]
                 seq += launches
-                self._graph = (launches, self.device.capture_graph(seq), len(seq))
+                self._graph = ((key, launches), self.device.capture_graph(seq), len(seq))
+                self.graph_captures += 1
             self.device.launch_graph(self._graph[1], self._graph[2])
         else:
             self._run_phase("forward", "backward", extra=launches)

@@ -1,14 +1,39 @@
-"""A stand-in for the slice of CuPy that gpu/cuda.py uses, backed by the host backend.
+"""A stand-in for the part of CuPy that needs a GPU: module load, launch, streams and graphs.
 
-It lets the cuda backend's Python code (NVRTC options, PTX caching, RawModule loading, stream
-use, graph capture and replay, transfers) run on a machine without a GPU: "PTX" is the CUDA C
-source itself, and RawModule compiles it with the host backend. It proves the plumbing, not
-the GPU's arithmetic (that is what tests/gpu/test_cuda.py does on a real device).
+Compilation is NOT faked: `cupy.cuda.nvrtc` here is CuPy's real NVRTC binding, and the cuda
+backend compiles through `gpu.nvrtc.nvrtc_compile` with it, so the fake is only usable where
+NVRTC loads (`available()`). What a GPU would do with the cubin is emulated: every binary the
+real NVRTC produced in this process is remembered with its source (a spy on `nvrtc_compile`),
+and `RawModule(path=...)` runs that source on the host backend.
+
+The real CuPy contract is enforced (checked against the installed CuPy 14.2 sources and
+docstrings; tests/gpu/test_cuda_plumbing.py compares the signatures with the installed CuPy):
+  RawModule(str code=None, *, str path=None, ...)   path must be a str (not Path, not bytes);
+      a cubin must be an ELF for EM_CUDA of this device's architecture, PTX must target an
+      architecture the device can JIT; get_function(str name) must name a kernel in it
+  Function.__call__(tuple grid, tuple block, args, size_t shared_mem=0, stream=None,
+      enable_cooperative_groups=False)                 grid/block tuples; args of CuPy's types
+  ndarray.set(arr, stream=None)     a numpy.ndarray of the same dtype and shape
+  ndarray.get(stream=None, order='C', out=None, blocking=True)
+  Stream(null=False, non_blocking=False, ptds=False, priority=None); begin_capture(mode=None),
+      end_capture() -> Graph, record(event=None) -> Event, synchronize(); Graph.launch(stream)
+  alloc_pinned_memory(size_t size) -> PinnedMemoryPointer (a buffer numpy can wrap)
+Streams are asynchronous as on a GPU: launches, graph launches and copies queue on their stream
+and run only when something waits for it (synchronize, an event, a blocking get). A copy from
+pinned memory reads the host memory when it runs (so overwriting a pinned slot too early shows
+up as a wrong result), a copy from pageable memory snapshots it at the call (CUDA stages it).
+Copies and synchronization while a stream is capturing are refused, as CUDA refuses them.
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import struct
+import sys
 import types
+from collections import deque
+from typing import Any
 
 import numpy as np
 
@@ -16,47 +41,163 @@ from gpu.device import Buffer
 from gpu.host import HostDevice
 
 _HOST = HostDevice("fake cupy")
-_current: list = []
-seen_options: list[tuple[str, ...]] = []
+_SOURCES: dict[str, str] = {}  # sha256 of a binary NVRTC produced → its source
+_PINNED: list[PinnedMemoryPointer] = []
+_SCALAR_TYPES = {np.dtype(c).type for c in "?bhilqBHILQefdFD"}  # CuPy's _pointer_numpy_types
+EM_CUDA = 190
 
 
-class _Mem:
+class FakeState:
+    """What the fake saw (reset per install): captures, graph launches, copies."""
+
+    def __init__(self, cc: str, driver: int) -> None:
+        self.cc = cc
+        self.driver = driver
+        self.captures = 0
+        self.graph_launches = 0
+        self.copies: list[tuple[int, bool]] = []  # (elements, from pinned memory)
+        self.loaded: list[tuple[str, str]] = []  # (kind "cubin" | "ptx", target)
+
+
+state = FakeState("90", 12090)
+
+
+def available() -> str | None:
+    """None when the real NVRTC loads (the fake needs it); else why not."""
+    from gpu.device import DeviceError
+    from gpu.nvrtc import load_nvrtc
+
+    try:
+        load_nvrtc()
+    except DeviceError as e:
+        return str(e)
+    return None
+
+
+# ---- memory ----------------------------------------------------------------------------------
+class MemoryPointer:
     def __init__(self, ptr: int) -> None:
         self.ptr = ptr
+
+
+class PinnedMemoryPointer(bytearray):
+    """Page-locked host memory (numpy wraps it through the buffer protocol, as with CuPy's)."""
+
+    @property
+    def ptr(self) -> int:
+        return ctypes.addressof((ctypes.c_char * len(self)).from_buffer(self))
+
+    def holds(self, a: np.ndarray) -> bool:
+        lo = self.ptr
+        return lo <= a.ctypes.data and a.ctypes.data + a.nbytes <= lo + len(self)
+
+
+def alloc_pinned_memory(size: int) -> PinnedMemoryPointer:
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise TypeError(f"alloc_pinned_memory(size_t size): got {size!r}")
+    mem = PinnedMemoryPointer(int(size))
+    _PINNED.append(mem)
+    return mem
+
+
+def _is_pinned(a: np.ndarray) -> bool:
+    return any(m.holds(a) for m in _PINNED)
+
+
+def _capturing() -> bool:
+    return any(s.capturing is not None for s in Stream.all)
 
 
 class ndarray:  # noqa: N801  (CuPy's name)
     def __init__(self, a: np.ndarray) -> None:
         self._a = a
-        self.data = _Mem(a.ctypes.data)
+        self.data = MemoryPointer(a.ctypes.data)
         self.dtype = a.dtype
+        self.shape = a.shape
+        self.size = a.size
 
     def __getitem__(self, sl) -> ndarray:
         return ndarray(self._a[sl])
 
-    def set(self, host: np.ndarray, stream=None) -> None:
-        self._a[...] = host
+    def set(self, arr, stream=None) -> None:
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"Only numpy.ndarray can be set to cupy.ndarray, not "
+                            f"{type(arr).__name__}")
+        if arr.dtype != self.dtype:
+            raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
+        if arr.shape != self.shape:
+            raise ValueError("Shape mismatch")
+        if _capturing():
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: a copy while a stream is "
+                               "capturing")
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"stream must be a cupy.cuda.Stream, not {type(stream).__name__}")
+        pinned = _is_pinned(arr)
+        state.copies.append((arr.size, pinned))
+        dst = self._a
+        src = arr if pinned and stream is not None else arr.copy()  # pinned: read when it runs
 
-    def get(self, stream=None) -> np.ndarray:
+        def copy() -> None:
+            dst[...] = src
+
+        if stream is None:
+            copy()
+        else:
+            stream._enqueue(copy)
+
+    def get(self, stream=None, order="C", out=None, blocking=True) -> np.ndarray:
+        if _capturing():
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: get() while capturing")
+        if stream is not None:
+            if not isinstance(stream, Stream):
+                raise TypeError(f"stream must be a cupy.cuda.Stream, not {type(stream).__name__}")
+            stream.synchronize()
         return self._a.copy()
 
 
-def zeros(n: int, dtype) -> ndarray:
-    return ndarray(np.zeros(n, dtype))
+def zeros(shape, dtype=float, order="C") -> ndarray:
+    return ndarray(np.zeros(shape, dtype, order=order))
+
+
+# ---- streams, events, graphs -----------------------------------------------------------------
+_current: list[Stream] = []
+
+
+class Event:
+    def __init__(self, stream: Stream, upto: int) -> None:
+        self.stream, self.upto = stream, upto
+
+    def synchronize(self) -> None:
+        self.stream._run_until(self.upto)
 
 
 class Graph:
-    def __init__(self, calls: list) -> None:
-        self.calls = calls
+    def __init__(self, ops: list) -> None:
+        self.ops = ops
+
+    @property
+    def calls(self) -> list:
+        """The captured kernel launches."""
+        return self.ops
 
     def launch(self, stream=None) -> None:
-        for fn, args in self.calls:
-            fn(*args)
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"stream must be a cupy.cuda.Stream, not {type(stream).__name__}")
+        s = stream or (_current[-1] if _current else None)
+        state.graph_launches += 1
+        for op in self.ops:
+            s._enqueue(op) if s is not None else op()
 
 
 class Stream:
-    def __init__(self, non_blocking: bool = False) -> None:
+    all: list[Stream] = []
+
+    def __init__(self, null=False, non_blocking=False, ptds=False, priority=None) -> None:
         self.capturing: list | None = None
+        self.pending: deque = deque()
+        self.done = 0
+        self.queued = 0
+        Stream.all.append(self)
 
     def __enter__(self) -> Stream:
         _current.append(self)
@@ -65,83 +206,193 @@ class Stream:
     def __exit__(self, *exc) -> None:
         _current.pop()
 
-    def begin_capture(self) -> None:
+    def _enqueue(self, op) -> None:
+        if self.capturing is not None:
+            self.capturing.append(op)
+            return
+        self.pending.append(op)
+        self.queued += 1
+
+    def _run_until(self, upto: int) -> None:
+        while self.done < upto and self.pending:
+            self.pending.popleft()()
+            self.done += 1
+
+    def begin_capture(self, mode=None) -> None:
+        if self.capturing is not None:
+            raise RuntimeError("cudaErrorIllegalState: the stream is already capturing")
+        state.captures += 1
         self.capturing = []
 
     def end_capture(self) -> Graph:
-        g, self.capturing = Graph(self.capturing or []), None
+        if self.capturing is None:
+            raise RuntimeError("cudaErrorIllegalState: the stream is not capturing")
+        g, self.capturing = Graph(self.capturing), None
         return g
 
+    def record(self, event=None) -> Event:
+        if event is not None:
+            raise NotImplementedError("the fake records fresh events only")
+        return Event(self, self.queued)
+
     def synchronize(self) -> None:
-        pass
+        if self.capturing is not None:
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: synchronize while capturing")
+        self._run_until(self.queued)
 
 
-class _Function:
+# ---- modules and launches ----------------------------------------------------------------------
+def _arch_of_cubin(data: bytes) -> int:
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise RuntimeError("CUDA_ERROR_INVALID_IMAGE: not a 64-bit ELF")
+    machine = struct.unpack_from("<H", data, 18)[0]
+    if machine != EM_CUDA:
+        raise RuntimeError(f"CUDA_ERROR_INVALID_IMAGE: ELF machine {machine}, not CUDA")
+    flags = struct.unpack_from("<I", data, 48)[0]
+    # e_flags: the sm number in bits 0-7 (0x5a055a: sm_90), or in bits 8-15 under the newer
+    # ABI whose low byte is a small version number (0x6007802: sm_120)
+    return flags & 0xFF if flags & 0xFF >= 20 else (flags >> 8) & 0xFF
+
+
+class Function:
     def __init__(self, kernel) -> None:
         self.kernel = kernel
 
     def _run(self, grid, block, args) -> None:
         conv = []
-        assert len(args) == len(self.kernel.sig.params)
-        for a in args:
+        for p, a in zip(self.kernel.sig.params, args, strict=True):
             if isinstance(a, ndarray):
+                if not p.pointer:
+                    raise TypeError(f"{self.kernel.name}: a device array where {p} is declared")
                 flat = a._a.reshape(-1)
                 conv.append(Buffer(_HOST, flat.size, flat.dtype, (flat, flat), a.data.ptr))
             else:
+                if p.pointer or a.dtype.itemsize != p.dtype.itemsize:
+                    raise TypeError(f"{self.kernel.name}: a {a.dtype} value where {p} is "
+                                    f"declared (a GPU would read garbage)")
                 conv.append(a)
         _HOST.run([self.kernel.record(grid, block, *conv)])
 
-    def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
-        s = _current[-1] if _current else None
-        if s is not None and s.capturing is not None:
-            s.capturing.append((self._run, (grid, block, args)))
+    def __call__(self, grid, block, args, shared_mem=0, stream=None,
+                 enable_cooperative_groups=False) -> None:
+        for what, v in (("grid", grid), ("block", block)):
+            if not isinstance(v, tuple):
+                raise TypeError(f"Argument '{what}' has incorrect type (expected tuple, got "
+                                f"{type(v).__name__})")
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"args must be a tuple or list, not {type(args).__name__}")
+        if len(args) != len(self.kernel.sig.params):
+            raise TypeError(f"{self.kernel.name}: {len(args)} arguments for "
+                            f"{len(self.kernel.sig.params)} parameters")
+        conv = []
+        for a in args:  # CuPy's _pointer(): arrays, its numpy scalar types, int, float, bool
+            if isinstance(a, ndarray):
+                conv.append(a)
+            elif type(a) in _SCALAR_TYPES:
+                conv.append(a)
+            elif isinstance(a, bool):
+                conv.append(np.bool_(a))
+            elif isinstance(a, int):
+                conv.append(np.int64(a))
+            elif isinstance(a, float):
+                conv.append(np.float64(a))
+            else:
+                raise TypeError(f"Unsupported type {type(a)}")
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"stream must be a cupy.cuda.Stream, not {type(stream).__name__}")
+        s = stream or (_current[-1] if _current else None)
+
+        def op() -> None:
+            self._run(grid, block, conv)
+
+        op.launch = (self.kernel.name, grid, block)  # type: ignore[attr-defined]
+        if s is None:
+            op()
         else:
-            self._run(grid, block, args)
+            s._enqueue(op)
 
 
 class RawModule:
-    def __init__(self, path: str) -> None:
-        with open(path) as f:
-            self.mod = _HOST.compile(f.read())
+    def __init__(self, code=None, *, path=None, options=(), backend="nvrtc",
+                 translate_cucomplex=False, enable_cooperative_groups=False,
+                 name_expressions=None, jitify=None) -> None:
+        if code is not None:
+            raise NotImplementedError("RawModule(code=...) compiles with CuPy's own flags "
+                                      "(-ftz=true): tapescope never uses it")
+        if not isinstance(path, str):
+            raise TypeError(f"Argument 'path' has incorrect type (expected str, got "
+                            f"{type(path).__name__})")
+        with open(path, "rb") as f:
+            data = f.read()
+        cc = int(state.cc)
+        if data[:4] == b"\x7fELF":
+            arch = _arch_of_cubin(data)
+            if arch // 10 != cc // 10 or arch > cc:
+                raise RuntimeError(f"CUDA_ERROR_NO_BINARY_FOR_GPU: a cubin for sm_{arch} on a "
+                                   f"device of compute capability {cc}")
+            state.loaded.append(("cubin", f"sm_{arch}"))
+        else:
+            text = data.decode("ascii", "replace")
+            target = next((ln.split()[1] for ln in text.splitlines()
+                           if ln.startswith(".target")), None)
+            if target is None:
+                raise RuntimeError("CUDA_ERROR_INVALID_PTX: no .target")
+            if int(target.split("_")[1].rstrip(",af")) > cc:
+                raise RuntimeError(f"CUDA_ERROR_INVALID_PTX: {target} on compute capability {cc}")
+            state.loaded.append(("ptx", target))
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in _SOURCES:
+            raise RuntimeError("fake cupy: this binary was not compiled by NVRTC in this "
+                               "process, so the fake cannot emulate it")
+        self.mod = _HOST.compile(_SOURCES[digest])
 
-    def get_function(self, name: str) -> _Function:
-        return _Function(self.mod[name])
+    def get_function(self, name) -> Function:
+        if not isinstance(name, str):
+            raise TypeError(f"Argument 'name' has incorrect type (expected str, got "
+                            f"{type(name).__name__})")
+        if name not in self.mod:
+            raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol not found: {name}")
+        return Function(self.mod[name])
 
 
-class NVRTCError(RuntimeError):
-    pass
+# ---- install ---------------------------------------------------------------------------------
+def install(monkeypatch, cc: str = "90", driver: int = 12090) -> types.ModuleType:
+    """Put the fake in sys.modules as `cupy` (a device of compute capability `cc`, a driver of
+    CUDA version `driver`); NVRTC stays real. Needs `available()`."""
+    import gpu.cuda
+    from gpu.nvrtc import load_nvrtc
 
+    global state
+    real_nvrtc = load_nvrtc()  # imported before `cupy` is replaced
+    state = FakeState(cc, driver)
+    Stream.all = []
+    real_compile = gpu.cuda.nvrtc_compile
 
-def _nvrtc() -> types.SimpleNamespace:
-    progs: dict[int, str] = {}
+    def spy(source: str, arch: str, name: str = "tapescope.cu"):
+        out = real_compile(source, arch, name)
+        _SOURCES[hashlib.sha256(out.binary).hexdigest()] = source
+        return out
 
-    def create(src, name, headers, include_names):
-        assert "refmath.cuh" in include_names  # the headers travel with the program
-        progs[len(progs) + 1] = src
-        return len(progs)
-
-    def compile_(prog, options):
-        seen_options.append(tuple(options))
-
-    return types.SimpleNamespace(
-        createProgram=create, compileProgram=compile_, getPTX=lambda p: progs[p].encode(),
-        getProgramLog=lambda p: "", destroyProgram=lambda p: None, NVRTCError=NVRTCError,
-        getVersion=lambda: (12, 4))
-
-
-def install(monkeypatch) -> types.ModuleType:
-    """Put the fake in sys.modules as `cupy` (with cupy.cuda, cupy.cuda.nvrtc)."""
+    monkeypatch.setattr(gpu.cuda, "nvrtc_compile", spy)
     cp = types.ModuleType("cupy")
+    cp.__version__ = "14.2.0+fake"
     cuda = types.ModuleType("cupy.cuda")
-    cuda.nvrtc = _nvrtc()
+    cuda.nvrtc = real_nvrtc
     cuda.Stream = Stream
-    cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1)
-    cuda.Device = lambda i: types.SimpleNamespace(compute_capability="90")
+    cuda.Event = Event
+    cuda.alloc_pinned_memory = alloc_pinned_memory
+    cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1,
+                                         driverGetVersion=lambda: state.driver)
+    cuda.Device = lambda device=None: types.SimpleNamespace(compute_capability=state.cc)
     cp.cuda = cuda
     cp.zeros = zeros
     cp.RawModule = RawModule
     cp.ndarray = ndarray
-    monkeypatch.setitem(__import__("sys").modules, "cupy", cp)
-    monkeypatch.setitem(__import__("sys").modules, "cupy.cuda", cuda)
-    monkeypatch.setitem(__import__("sys").modules, "cupy.cuda.nvrtc", cuda.nvrtc)
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
     return cp
+
+
+def describe_calls(graph: Graph) -> list[Any]:
+    """(kernel, grid, block) of each launch a graph holds."""
+    return [op.launch for op in graph.ops]

@@ -1,5 +1,7 @@
-"""The cuda backend's Python plumbing, run against a CuPy stand-in (tests/gpu/fake_cupy.py):
-NVRTC options (no -ftz=true), the PTX cache, streams, graph capture and replay, transfers."""
+"""The cuda backend without a GPU: real NVRTC compiles (cubin for the device's architecture),
+the CuPy stand-in (tests/gpu/fake_cupy.py) loads, launches, queues on streams and replays
+graphs. Covers the compile cache, graph capture once across episodes, the pinned scalar
+uploads, the PTX fallback and the driver-version errors."""
 
 from __future__ import annotations
 
@@ -7,17 +9,28 @@ import numpy as np
 import pytest
 
 import gpu
+from gpu.device import DeviceError
 from tests.gpu import fake_cupy
+
+_WHY = fake_cupy.available()
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"real NVRTC needed: {_WHY}")
+
+_TINY = ('extern "C" __global__ void twice(const double* x, double* y) '
+         '{ y[0] = __dmul_rn(x[0], 2.0); }')
 
 
 @pytest.fixture
-def fake_cuda(monkeypatch, tmp_path_factory):
+def cache(monkeypatch, tmp_path_factory):
     # one private cache for this module: the library compiles once, not per test
     monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fakecuda"))
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch, cache):
     fake_cupy.install(monkeypatch)
-    fake_cupy.seen_options.clear()
     dev = gpu.open_device("auto")
-    assert dev.kind == "cuda" and dev.describe() == "device: cuda (CUDA device answered)"
+    assert dev.kind == "cuda"
+    assert dev.describe().startswith("device: cuda (CUDA device answered; sm_90 cubin, NVRTC ")
     return dev
 
 
@@ -26,32 +39,150 @@ def test_graph_episodes_bit_identical_through_the_cuda_path(fake_cuda):
 
     for _, _, _, rep in train_side_by_side(fake_cuda, "transformer", np.float32, 2):
         assert rep.exact, rep.first_divergence
-    opts = fake_cupy.seen_options[0]
-    assert "--fmad=false" in opts and "-ftz=false" in opts and "-ftz=true" not in opts
-    assert "--gpu-architecture=compute_90" in opts
+    # what the fake loaded is NVRTC's native code for the device, never PTX
+    assert fake_cupy.state.loaded and set(fake_cupy.state.loaded) == {("cubin", "sm_90")}
 
 
-def test_run_episode_replays_one_captured_graph(fake_cuda):
+@pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
+def test_run_episode_captures_one_graph_across_episodes(fake_cuda, fuse):
     from core import workloads
 
     wl = workloads.get("mlp")
-    prog = gpu.capture(fake_cuda, wl.tape, wl.record(0))
+    prog = gpu.capture(fake_cuda, wl.tape, wl.record(0), fuse=fuse)
     opt = gpu.from_core(wl.make_optimizer())
     core_opt = wl.make_optimizer()
-    for s in range(3):
+    copies = len(fake_cupy.state.copies)
+    for s in range(4):
         wl.tape.backward(wl.record(s))
         core_opt.step()
         prog.set_input(wl.inputs["x"].id, wl.tape.value(wl.inputs["x"]))
         prog.run_episode(opt)
+    assert fake_cupy.state.captures == prog.graph_captures == 1
+    assert fake_cupy.state.graph_launches == 4
     graph = prog._graph[1]
     assert len(graph.calls) == prog.stats["launches_per_episode"]
     for i in prog.param_ids():
         assert np.array_equal(prog.read(i).view(np.uint8),
                               np.asarray(wl.tape.value(i)).view(np.uint8))
-    # a second device finds the PTX in the cache instead of calling NVRTC again
-    n = len(fake_cupy.seen_options)
-    gpu.open_device("cuda").compile(
-        'extern "C" __global__ void k(double* y) { y[0] = 1.0; }')
-    m = gpu.open_device("cuda").compile(
-        'extern "C" __global__ void k(double* y) { y[0] = 1.0; }')
-    assert len(fake_cupy.seen_options) == n + 1 and not m.built
+    # Adam's six per-step scalars came from pinned memory, once per episode
+    scalars = [p for n, p in fake_cupy.state.copies[copies:] if n == 6]
+    assert scalars == [True] * 4
+    # episodes without an optimizer: one more graph, not one per episode
+    for _ in range(3):
+        prog.run_episode()
+    assert fake_cupy.state.captures == prog.graph_captures == 2
+
+
+def test_a_pinned_slot_is_not_rewritten_before_its_copy_ran(fake_cuda):
+    # the fake's streams run only when waited for: without the event wait in `stage`, the first
+    # copy would read the second step's value out of the shared pinned slot
+    m = fake_cuda.compile(_TINY)
+    x = fake_cuda.alloc(1, np.float64)
+    y1, y2 = fake_cuda.alloc(1, np.float64), fake_cuda.alloc(1, np.float64)
+    fake_cuda.stage(x, np.array([3.0]))
+    m["twice"](1, 1, x, y1)
+    fake_cuda.stage(x, np.array([5.0]))
+    m["twice"](1, 1, x, y2)
+    fake_cuda.synchronize()
+    assert y1.download()[0] == 6.0 and y2.download()[0] == 10.0
+
+
+def test_the_compile_cache_serves_a_second_device(fake_cuda):
+    import gpu.cuda
+
+    a = gpu.open_device("cuda").compile('extern "C" __global__ void one(double* y) { y[0] = 1; }')
+    calls = []
+    real = gpu.cuda.nvrtc_compile
+    gpu.cuda.nvrtc_compile = lambda *a, **k: calls.append(a) or real(*a, **k)
+    try:
+        b = gpu.open_device("cuda").compile(
+            'extern "C" __global__ void one(double* y) { y[0] = 1; }')
+    finally:
+        gpu.cuda.nvrtc_compile = real
+    assert a.path == b.path and a.path.suffix == ".cubin" and not b.built and calls == []
+
+
+def test_a_device_newer_than_nvrtc_gets_ptx(monkeypatch, cache):
+    fake_cupy.install(monkeypatch, cc="200", driver=99990)
+    dev = gpu.open_device("cuda")
+    assert dev.target.kind == "ptx" and dev.target.arch.startswith("compute_")
+    m = dev.compile(_TINY)
+    x, y = dev.alloc(1, np.float64), dev.alloc(1, np.float64)
+    x.upload(np.array([1.5]))
+    m["twice"](1, 1, x, y)
+    assert y.download()[0] == 3.0 and m.path.suffix == ".ptx"
+    assert fake_cupy.state.loaded == [("ptx", dev.target.arch.replace("compute", "sm"))]
+
+
+def test_a_driver_older_than_nvrtc_is_one_clear_error(monkeypatch, cache):
+    from gpu.nvrtc import cuda_version_text, nvrtc_version
+
+    fake_cupy.install(monkeypatch, driver=11080)
+    nv = cuda_version_text(nvrtc_version())
+    with pytest.raises(DeviceError, match=rf"CUDA 11\.8, NVRTC is {nv}.*cupy-cuda11x") as e:
+        gpu.open_device("cuda")
+    assert "\n" not in str(e.value)
+    host = gpu.open_device("auto")  # auto says why it fell back
+    assert host.kind == "host" and "11.8" in host.reason and nv in host.reason
+
+
+def test_the_fake_enforces_cupy_types(fake_cuda, tmp_path):
+    import cupy  # the fake
+
+    m = fake_cuda.compile(_TINY)
+    fn = m["twice"].handle
+    x, y = cupy.zeros(1, np.float64), cupy.zeros(1, np.float64)
+    with pytest.raises(TypeError, match="expected tuple"):
+        fn([1, 1, 1], (1, 1, 1), (x, y))
+    with pytest.raises(TypeError, match="Unsupported type"):
+        fn((1, 1, 1), (1, 1, 1), (x, "y"))
+    with pytest.raises(TypeError, match="expected str"):
+        cupy.RawModule(path=m.path)  # a Path: CuPy's path parameter is typed str
+    with pytest.raises(TypeError, match="cannot be set"):
+        x.set(np.zeros(1, np.float32))
+    with pytest.raises(ValueError, match="Shape"):
+        x.set(np.zeros(2, np.float64))
+    bogus = tmp_path / "k.cubin"
+    bogus.write_bytes(b"\x7fELF\x02" + bytes(60))
+    with pytest.raises(RuntimeError, match="INVALID_IMAGE"):
+        cupy.RawModule(path=str(bogus))
+    s = cupy.cuda.Stream(non_blocking=True)
+    s.begin_capture()
+    with pytest.raises(RuntimeError, match="capturing"):
+        x.set(np.zeros(1, np.float64), stream=s)
+    s.end_capture()
+
+
+def test_the_fake_signatures_match_the_installed_cupy():
+    import inspect
+    import re
+
+    cupy = pytest.importorskip("cupy", reason="the real CuPy is not installed")
+    real = {
+        "RawModule": cupy.RawModule.__doc__,
+        "RawModule.get_function": cupy.RawModule.get_function.__doc__,
+        "ndarray.set": cupy.ndarray.set.__doc__,
+        "ndarray.get": cupy.ndarray.get.__doc__,
+        "Graph.launch": cupy.cuda.graph.Graph.launch.__doc__,
+        "Stream.begin_capture": cupy.cuda.Stream.begin_capture.__doc__,
+        "Stream.record": cupy.cuda.Stream.record.__doc__,
+        "alloc_pinned_memory": cupy.cuda.alloc_pinned_memory.__doc__,
+    }
+    fake = {
+        "RawModule": fake_cupy.RawModule.__init__, "RawModule.get_function":
+        fake_cupy.RawModule.get_function, "ndarray.set": fake_cupy.ndarray.set,
+        "ndarray.get": fake_cupy.ndarray.get, "Graph.launch": fake_cupy.Graph.launch,
+        "Stream.begin_capture": fake_cupy.Stream.begin_capture,
+        "Stream.record": fake_cupy.Stream.record,
+        "alloc_pinned_memory": fake_cupy.alloc_pinned_memory,
+    }
+    for name, doc in real.items():
+        first = doc.strip().splitlines()[0]  # Cython's embedded signature
+        params = re.search(r"\((.*)\)", first).group(1)
+        names = [re.split(r"[\s=]", p.strip().split(" ")[-1] if "=" not in p else
+                          p.strip().split("=")[0].split(" ")[-1])[0]
+                 for p in params.split(",") if p.strip() not in ("", "*", "self")]
+        mine = [p for p in inspect.signature(fake[name]).parameters if p != "self"]
+        assert mine == names, (name, first)
+    assert list(inspect.signature(cupy.cuda.Stream).parameters) == \
+        list(inspect.signature(fake_cupy.Stream).parameters)

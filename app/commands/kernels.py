@@ -1,0 +1,156 @@
+"""``tapescope kernels --arch sm_90 [--out DIR] [--audit]``: compile every kernel tapescope can
+generate with real NVRTC and the cuda backend's exact flags (no GPU needed), and audit the PTX.
+
+Compilation units: the kernel library, the parity diff kernels, and the fused kernels of both
+built-in workloads, each per dtype (float64, float32) and math mode (refmath, platform). The
+audit fails (exit 1) unless every refmath unit's PTX has no ``fma``, no ``.ftz``, no
+``.approx``, and only round-to-nearest float division and square root.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+DTYPES = ("float64", "float32")
+MATHS = ("refmath", "platform")
+WORKLOADS = ("mlp", "transformer")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``kernels`` subcommand."""
+    p = sub.add_parser("kernels", help="compile every kernel with real NVRTC (no GPU); audit "
+                                       "the PTX")
+    p.add_argument("--arch", default="sm_90",
+                   help="sm_XX (cubin + PTX) or compute_XX (PTX only); default sm_90")
+    p.add_argument("--out", metavar="DIR", help="write DIR/<unit>-<dtype>-<math>.cu/.ptx/.cubin")
+    p.add_argument("--audit", action="store_true",
+                   help="exit 1 unless every refmath unit has no fma/.ftz/.approx and only "
+                        "round-to-nearest division/sqrt")
+    p.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One compilation unit: its name parts and the exact CUDA C the backends compile."""
+
+    name: str  # "library", "diff", "fused-mlp", "fused-transformer"
+    dtype: str
+    math: str
+    source: str
+
+    @property
+    def stem(self) -> str:
+        """File name without suffix: ``<unit>-<dtype>-<math>``."""
+        return f"{self.name}-{self.dtype}-{self.math}"
+
+
+def _source_only_device() -> Any:
+    """A host-memory device that parses kernels but never builds or runs them: enough to capture
+    a workload and plan its fusion (the plan is generated text), with no compiler at all."""
+    from gpu.device import DeviceError, Kernel, Module
+    from gpu.host import HostDevice
+    from gpu.signature import parse_kernels
+
+    class SourceOnly(HostDevice):
+        def compile(self, source: str) -> Module:
+            return Module({n: Kernel(self, s, None) for n, s in parse_kernels(source).items()},
+                          None, False)
+
+        def _pack(self, launch: Any) -> None:
+            launch.packed = None
+
+        def run(self, launches: list) -> None:
+            raise DeviceError("the source-only device of `tapescope kernels` runs nothing")
+
+    return SourceOnly("source only")
+
+
+def units(workloads: tuple[str, ...] = WORKLOADS) -> list[Unit]:
+    """Every compilation unit tapescope generates, in a fixed order."""
+    import numpy as np
+
+    import gpu
+    from core import workloads as wls
+    from gpu import fusion
+    from gpu.source import LIBRARY, instantiate, template
+
+    out = []
+    for math in MATHS:
+        for dt in DTYPES:
+            # the library as gpu.source.library_source writes it, one dtype per unit
+            parts = ['#include "refmath.cuh"\n']
+            for n in LIBRARY:
+                parts += [f"/* ---- {n}.cu, {dt} ---- */\n", instantiate(template(n), dt, math)]
+            out.append(Unit("library", dt, math, "\n".join(parts)))
+    for dt in DTYPES:  # gpu.diff.DeviceDiff's text (no transcendentals: one math mode)
+        out.append(Unit("diff", dt, "refmath", instantiate(template("diff"), np.dtype(dt))))
+    dev = _source_only_device()
+    for name in workloads:
+        for math in MATHS:
+            for dt in DTYPES:
+                wl = wls.get(name, dtype=dt, math=math)
+                prog = gpu.capture(dev, wl.tape, wl.record(0), math=math)
+                out.append(Unit(f"fused-{name}", dt, math, fusion.plan(prog).source))
+    return out
+
+
+def _row(unit: Unit, counts: dict[str, int], ptx: int, cubin: int | None, verdict: str) -> str:
+    from gpu.nvrtc import AUDIT_COLUMNS
+
+    cells = "".join(f"{counts[c]:>{max(len(c), 5) + 1}}" for c in AUDIT_COLUMNS)
+    cb = f"{cubin:>10}" if cubin is not None else f"{'-':>10}"
+    return f"{unit.stem:<36}{ptx:>10}{cb}{cells}  {verdict}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compile every unit; print one table row per unit; 1 when --audit finds a violation."""
+    import sys
+    from pathlib import Path
+
+    from gpu.nvrtc import (
+        AUDIT_COLUMNS,
+        NVRTC_FLAGS,
+        audit_ok,
+        audit_ptx,
+        cuda_version_text,
+        nvrtc_compile,
+        nvrtc_version,
+    )
+
+    version = nvrtc_version()  # a DeviceError (one line) when NVRTC cannot load
+    out_dir = Path(args.out) if args.out else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"NVRTC {cuda_version_text(version)}, --gpu-architecture={args.arch} "
+          f"{' '.join(NVRTC_FLAGS)}")
+    head = "".join(f"{c:>{max(len(c), 5) + 1}}" for c in AUDIT_COLUMNS)
+    print(f"{'unit':<36}{'ptx B':>10}{'cubin B':>10}{head}  audit")
+    failed = []
+    for unit in units():
+        res = nvrtc_compile(unit.source, args.arch, name=f"{unit.stem}.cu")
+        counts = audit_ptx(res.ptx)
+        ok = audit_ok(counts)
+        if unit.math == "refmath":
+            verdict = "ok" if ok else "FAIL"
+            if not ok:
+                failed.append(unit.stem)
+        else:
+            verdict = "(platform: not audited)"
+        cubin = len(res.cubin) if res.cubin is not None else None
+        print(_row(unit, counts, len(res.ptx), cubin, verdict if args.audit else ""),
+              flush=True)
+        if out_dir is not None:
+            (out_dir / f"{unit.stem}.cu").write_text(unit.source)
+            (out_dir / f"{unit.stem}.ptx").write_bytes(res.ptx)
+            if res.cubin is not None:
+                (out_dir / f"{unit.stem}.cubin").write_bytes(res.cubin)
+    if args.audit:
+        if failed:
+            print(f"audit FAILED: {', '.join(failed)} (refmath PTX must have no fma, .ftz, "
+                  f".approx, and only .rn division/sqrt)", file=sys.stderr)
+            return 1
+        print("audit ok: every refmath unit has no fma, no .ftz, no .approx, only .rn "
+              "division/sqrt")
+    return 0

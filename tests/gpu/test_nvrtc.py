@@ -1,0 +1,160 @@
+"""Real NVRTC, no GPU: every kernel tapescope generates compiles with the cuda backend's flags,
+and the refmath PTX keeps the parity contract (no fma, .ftz, .approx; .rn division and sqrt).
+
+On Linux x86_64 the test extra installs CuPy and NVRTC from their wheels, so these tests run
+(and fail if NVRTC does not load there); elsewhere they skip with the reason.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+
+from gpu.device import DeviceError
+from gpu.nvrtc import (
+    NVRTC_FLAGS,
+    audit_ok,
+    audit_ptx,
+    choose_target,
+    kernel_headers,
+    load_nvrtc,
+    nvrtc_compile,
+    nvrtc_version,
+)
+
+WHEELS = platform.system() == "Linux" and platform.machine() == "x86_64"
+
+
+def _nvrtc_missing() -> str | None:
+    try:
+        load_nvrtc()
+    except DeviceError as e:
+        return str(e)
+    return None
+
+
+_WHY = None if WHEELS else _nvrtc_missing()
+pytestmark = pytest.mark.skipif(
+    _WHY is not None, reason=f"NVRTC cannot be loaded on {platform.system()} "
+                             f"{platform.machine()} (no wheels): {_WHY}")
+
+
+@pytest.fixture(scope="module")
+def kernels_out(tmp_path_factory):
+    """`tapescope kernels --arch sm_90 --out DIR --audit`, run once: (exit code, stdout, DIR)."""
+    import contextlib
+    import io
+
+    from app.cli import main
+
+    out = tmp_path_factory.mktemp("kernels")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["kernels", "--arch", "sm_90", "--out", str(out), "--audit"])
+    return rc, buf.getvalue(), out
+
+
+def test_headers_go_to_nvrtc_as_bytes():
+    # CuPy's createProgram takes the source and name as str but the header texts and include
+    # names as bytes; str headers are a TypeError (the bug that kept the backend from compiling)
+    nvrtc = load_nvrtc()
+    names, texts = kernel_headers()
+    assert b"refmath.cuh" in names and all(isinstance(t, bytes) for t in names + texts)
+    with pytest.raises(TypeError):
+        nvrtc.createProgram("int x;", "t.cu", [t.decode() for t in texts],
+                            [n.decode() for n in names])
+    src = '#include "refmath.cuh"\nextern "C" __global__ void k(double* y) { y[0] = ts_exp(y[0]); }'
+    res = nvrtc_compile(src, "sm_90")
+    assert res.cubin[:4] == b"\x7fELF" and b".entry k(" in res.ptx
+    assert res.options == (*NVRTC_FLAGS, "--gpu-architecture=sm_90")
+    assert res.version == nvrtc_version()
+
+
+def test_compute_target_gives_ptx_only():
+    res = nvrtc_compile('extern "C" __global__ void k(float* y) { y[0] = 1.0f; }', "compute_80")
+    assert res.cubin is None and res.binary == res.ptx and b".target sm_80" in res.ptx
+
+
+def test_compile_error_names_nvrtc_and_the_log():
+    with pytest.raises(DeviceError,
+                       match=r"(?s)NVRTC \d+\.\d+ compile failed for sm_90.*nope.*undefined"):
+        nvrtc_compile('extern "C" __global__ void k(double* y) { y[0] = nope; }', "sm_90")
+
+
+def test_audit_flags_every_forbidden_instruction():
+    # the audit itself must be able to fail: each kernel below breaks one rule
+    bad = {
+        "fma": "y[0] = __fma_rn(y[0], y[1], y[2]);",
+        "approx": "y[0] = __fdividef(y[0], y[1]);",
+        "ftz": 'asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(y[0]) : "f"(y[1]), "f"(y[2]));',
+        "div.other": "y[0] = __fdiv_rz(y[0], y[1]);",
+        "sqrt.other": "y[0] = __fsqrt_ru(y[0]);",
+    }
+    for rule, body in bad.items():
+        res = nvrtc_compile(f'extern "C" __global__ void k(float* y) {{ {body} }}', "sm_90")
+        counts = audit_ptx(res.ptx)
+        assert counts[rule] > 0 and not audit_ok(counts), (rule, counts)
+    good = nvrtc_compile('extern "C" __global__ void k(float* y) '
+                         '{ y[0] = __fdiv_rn(__fsqrt_rn(y[0]), y[1]); }', "sm_90")
+    counts = audit_ptx(good.ptx)
+    assert audit_ok(counts) and counts["div.rn"] == counts["sqrt.rn"] == 1
+
+
+def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out):
+    from app.commands.kernels import DTYPES, MATHS
+    from gpu.signature import parse_kernels
+
+    rc, text, out = kernels_out
+    assert rc == 0, text
+    assert "audit ok" in text
+    stems = [f"{u}-{dt}-{m}" for m in MATHS for dt in DTYPES
+             for u in ("library", "fused-mlp", "fused-transformer")]
+    stems += [f"diff-{dt}-refmath" for dt in DTYPES]
+    for stem in stems:
+        src = (out / f"{stem}.cu").read_text()
+        ptx = (out / f"{stem}.ptx").read_bytes()
+        assert (out / f"{stem}.cubin").read_bytes()[:4] == b"\x7fELF"
+        names = parse_kernels(src)
+        assert names and all(f".entry {n}(".encode() in ptx for n in names), stem
+        counts = audit_ptx(ptx)
+        assert counts["kernels"] == len(names)
+        if stem.endswith("refmath"):
+            assert audit_ok(counts), (stem, counts)
+            assert f"{stem} " in text and "FAIL" not in text
+
+
+def test_platform_units_really_differ(kernels_out):
+    # control: the platform libm does use fma/approx, so a clean refmath audit means something
+    _, _, out = kernels_out
+    counts = audit_ptx((out / "library-float32-platform.ptx").read_bytes())
+    assert counts["fma"] > 0 and not audit_ok(counts)
+
+
+def test_library_unit_is_what_the_backend_compiles(kernels_out):
+    from gpu.source import library_source
+
+    _, _, out = kernels_out
+    for math in ("refmath", "platform"):
+        both = library_source(math)
+        for dt in ("float64", "float32"):
+            unit = (out / f"library-{dt}-{math}.cu").read_text()
+            body = unit.split("\n", 1)[1]  # after the shared #include line
+            for part in body.split("/* ---- ")[1:]:
+                assert "/* ---- " + part.rstrip("\n") in both
+
+
+def test_target_choice():
+    archs = (75, 80, 86, 89, 90, 100, 120)
+    t = choose_target(90, (12, 9), archs, 12040)
+    assert (t.arch, t.kind) == ("sm_90", "cubin")  # an NVRTC newer than the driver: cubin loads
+    t = choose_target(130, (12, 9), archs, 12090)
+    assert (t.arch, t.kind) == ("compute_120", "ptx")  # a device newer than NVRTC: PTX
+    with pytest.raises(DeviceError, match=r"CUDA 12\.4, NVRTC is 12\.9"):
+        choose_target(130, (12, 9), archs, 12040)  # PTX from a newer NVRTC will not JIT
+    with pytest.raises(DeviceError, match=r"CUDA 12\.8, NVRTC is 13\.0.*cupy-cuda12x"):
+        choose_target(90, (13, 0), archs, 12080)
+    with pytest.raises(DeviceError, match="older than any"):
+        choose_target(50, (12, 9), archs, 12090)
+    assert np.all([choose_target(a, (12, 9), archs, 13000).kind == "cubin" for a in archs])
