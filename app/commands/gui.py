@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     size = _parse_size(args.size) if args.screenshot else None
     if isinstance(size, str):
         return _fail(size)
+    if args.steps < 1:
+        return _fail(f"--steps {args.steps}: a live session runs at least 1 step")
     problem = start_platform(screenshot=bool(args.screenshot))
     if problem:
         return _fail(problem)
@@ -139,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = SessionConfig(workload=win.session.meta["workload"], device=args.device,
                             fuse=args.fuse, dtype=args.dtype, math=args.math,
                             compare=args.compare)
-        ok = win.live.start(cfg, max_steps=max(1, args.steps) if args.screenshot else None)
+        ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)
     if args.screenshot:
         return _screenshot(win, args, size, ok)
     win.show()
@@ -164,6 +166,8 @@ def _screenshot(win, args: argparse.Namespace, size: tuple[int, int], ok: bool) 
     saved = img.save(args.screenshot)  # on failure too: the picture shows the error
     if not ok or win.session is None:
         box = win.last_error
+        if box is not None and box.detailedText() and getattr(args, "debug", False):
+            print(box.detailedText().rstrip(), file=sys.stderr)  # the traceback, when asked
         return _fail(box.text() if box is not None else "nothing to show")
     if not saved:
         return _fail(f"could not write {args.screenshot}")

@@ -185,6 +185,19 @@ def test_no_display_is_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "config").exists()  # nothing was started, nothing written
 
 
+def test_a_display_nobody_answers_is_one_line_and_exit_2(tmp_path):
+    """DISPLAY names an X server that is not there (Qt used to abort with rc 134)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the display check is for Linux")
+    n = _free_display()
+    r = subprocess.run(_tapescope("gui"), env=_env(tmp_path, DISPLAY=f":{n}"), cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("tapescope gui: "), r.stderr
+    missing = [s for s in platform_check.XCB_LIBS if not platform_check.library_loads(s)]
+    assert (", ".join(missing) if missing else f"no X server answers on DISPLAY=:{n}") in r.stderr
+
+
 def test_screenshot_without_a_display_picks_offscreen(tmp_path):
     out = tmp_path / "shot.png"
     r = subprocess.run(_tapescope("gui", "--screenshot", str(out), "--size", "1280x800"),

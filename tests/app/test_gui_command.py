@@ -55,6 +55,9 @@ def test_screenshot_with_a_bad_file_is_one_line_and_exit_2(tmp_path):
     r = run_gui("--size", "800x600", "--screenshot", str(out), config=tmp_path)
     assert r.returncode == 2
     assert error_lines(r) == ["tapescope gui: --size 800x600 is below the 1280x800 minimum"]
+    r = run_gui("--live", "--steps", "0", config=tmp_path)  # checked before any window opens
+    assert r.returncode == 2
+    assert error_lines(r) == ["tapescope gui: --steps 0: a live session runs at least 1 step"]
 
 
 def test_a_live_session_that_fails_is_one_line_and_exit_2(tmp_path):
