@@ -14,6 +14,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox
 
 from app.menus import build_menus
+from app.onnx_view import open_onnx_with_progress
 from app.session import Session, SessionError, open_path, open_workload
 from views.graph_panel import GraphPanel
 from views.inspector import InspectorPanel
@@ -98,8 +99,9 @@ class MainWindow(QMainWindow):
     # ---- opening ----------------------------------------------------------------------------
     def open_file(self, path: str) -> bool:
         """Open a .tape / .onnx / workload .py file; on failure show why and keep the session."""
-        try:
-            s = open_path(path)
+        try:  # an ONNX model runs on a worker thread behind a progress dialog with Cancel
+            s = open_onnx_with_progress(self, path) if path.lower().endswith(".onnx") \
+                else open_path(path)
             s.ensure_gradients()
         except SessionError as e:
             self.show_error("Cannot open file", str(e), e.details or None)

@@ -149,14 +149,16 @@ def open_tape_file(path: str | os.PathLike) -> Session:
     return Session(tape, find_loss(tape, meta), str(path), meta)
 
 
-def open_onnx_file(path: str | os.PathLike) -> Session:
+def open_onnx_file(path: str | os.PathLike, cancel=None) -> Session:
     """A session on an ONNX model: imported onto a tape when every op has a tape form (then
     ``sum(first output)`` is the loss, so gradients and the stepper work), else one executor
-    run shown read-only."""
-    from core.onnx import OnnxError
+    run shown read-only. Setting ``cancel`` (a threading.Event) stops it between nodes."""
+    from core.onnx import OnnxCancelled, OnnxError, OnnxLimitError
 
     try:
-        return _import_onnx(path)
+        return _import_onnx(path, cancel)
+    except (OnnxCancelled, OnnxLimitError) as e:  # the read-only run would do the same
+        raise SessionError(str(e)) from None
     except OnnxError as e:
         first_error = str(e)
     except Exception as e:  # noqa: BLE001 — fall back to the executor's read-only view
@@ -164,7 +166,7 @@ def open_onnx_file(path: str | os.PathLike) -> Session:
     from app.onnx_view import onnx_tape_view
 
     try:
-        tape, meta = onnx_tape_view(path)
+        tape, meta = onnx_tape_view(path, cancel=cancel)
     except OnnxError as e:
         raise SessionError(str(e)) from None
     except Exception as e:  # noqa: BLE001 — any failure of a user's model is shown, not raised
@@ -175,16 +177,17 @@ def open_onnx_file(path: str | os.PathLike) -> Session:
     return Session(tape, None, str(path), meta)
 
 
-def _import_onnx(path: str | os.PathLike) -> Session:
+def _import_onnx(path: str | os.PathLike, cancel=None) -> Session:
     from core import Tape, ops
     from core.onnx import Session as OnnxSession
     from core.onnx import default_inputs
     from core.onnx.importer import import_to_tape
 
-    feeds = default_inputs(OnnxSession(path), 0)
+    sess = OnnxSession(path, fold=False, cancel=cancel)  # the importer folds as it goes
+    feeds = default_inputs(sess, 0)
     floats = [a.dtype for a in feeds.values() if a.dtype.kind == "f"]
     tape = Tape(dtype=np.float64 if np.dtype(np.float64) in floats else np.float32)
-    imp = import_to_tape(path, tape, feeds)
+    imp = import_to_tape(sess, tape, feeds, cancel=cancel)
     if not tape.ok:
         raise SessionError(f"{path}: {tape.error}")
     name, out = next(iter(imp.outputs.items()))

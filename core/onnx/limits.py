@@ -74,8 +74,11 @@ def _prod(dims, what: str) -> int:
 def check_shape(dims, what: str, limits: Limits) -> int:
     """Refuse a shape with a negative dim or more than ``max_elements``; return its size."""
     n = _prod(dims, what)
-    if n > limits.max_elements:
-        raise _over(f"{what} would have {n} elements {tuple(int(d) for d in dims)}",
+    # a zero dim makes it empty, but numpy still refuses dims whose product overflows: count
+    # the others too
+    if _prod([max(int(d), 1) for d in dims], what) > limits.max_elements:
+        raise _over(f"{what} would have {n} elements {tuple(int(d) for d in dims)}"
+                    + (" (empty, but its other dims are too big)" if n == 0 else ""),
                     limits.max_elements, "max_elements")
     return n
 

@@ -114,6 +114,24 @@ def _loop_model(folder, name, trip, cond=True, nested=False):
     return _save(m, folder, name), {}
 
 
+def slow_loop(folder, n=128, trip=100_000):
+    """A legitimate but slow model: 100 000 iterations (the default limit) of a 128x128
+    reference-order MatMul, minutes in all: only Cancel stops it early."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("MatMul", ["v", "v"], ["v_out"])], "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", F, [n, n])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", F, [n, n])])
+    inits = [numpy_helper.from_array(np.full((n, n), 0.01, np.float32), "v0"),
+             helper.make_tensor("trip", I64, [], [trip])]
+    m = _model([helper.make_node("Loop", ["trip", "", "v0"], ["y"], body=body, name="slow")],
+               [], [_out()], inits)
+    return _save(m, folder, "slow"), {}
+
+
 def loop_huge_trip(folder):
     """Loop with a trip count of 2**62."""
     return _loop_model(folder, "loop_trip", 2**62)

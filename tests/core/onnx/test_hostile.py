@@ -305,3 +305,10 @@ def test_hostile_models_end_in_one_onnx_error_within_30s_and_1gb():
         assert "\n" not in r["ended"], report
         assert r["seconds"] < 30, report
         assert r["peak_mb"] < 1024, report
+
+
+def test_an_empty_declared_input_with_huge_other_dims_is_refused(tmp_path):
+    # found by test_mutation: numpy cannot make a (0, 2**31-1, 2**31-1) array either
+    path, _ = hm._declared(str(tmp_path), "empty", [0, 2**31 - 1, 2**31 - 1])
+    with pytest.raises(OnnxError, match="empty, but its other dims are too big"):
+        default_inputs(Session(path))
