@@ -1,22 +1,37 @@
-"""The per-user compiled-code cache (device kernels and the tape's native matmul): mode 0700,
-content-keyed, atomic, verified on load."""
+"""The per-user compiled-code cache (device kernels and the tape's native matmul): content-keyed,
+atomic, verified on load.
+
+SECURITY: the cache holds shared objects this process loads, so it trusts only what it wrote
+itself. Entries live in a subfolder it creates and marks (``tapescope-cache/`` with a
+``CACHEDIR.TAG``), mode 0700; the folder the user names (``TAPESCOPE_CACHE_DIR``) is never
+chmodded and nothing outside the subfolder is ever removed. A folder or entry that is not owned
+by this user, or that group/others can write, is refused with a CacheError and never loaded.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import stat
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["CacheError", "cache_dir", "cache_key", "KernelCache"]
+__all__ = ["CacheError", "cache_dir", "cache_key", "KernelCache", "STORE", "MARKER"]
+
+STORE = "tapescope-cache"  # the subfolder the cache creates, marks and alone manages
+MARKER = "CACHEDIR.TAG"  # https://bford.info/cachedir/: backup tools skip the folder too
+_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+        "# This file marks a cache folder created by tapescope (compiled kernels).\n"
+        "# Everything in this folder may be deleted; tapescope rebuilds it.\n")
+_TEMP = re.compile(r"\.[\w-]{1,16}\.\w+\.\w+")  # the names get_or_build's mkstemp makes
 
 
 class CacheError(RuntimeError):
-    """The kernel cache directory is unusable (wrong owner, not a directory, ...)."""
+    """The kernel cache is unusable or holds something it did not write (wrong owner, ...)."""
 
 
 def cache_dir() -> Path:
@@ -46,54 +61,123 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _owned_private(path: Path, st: os.stat_result, what: str) -> None:
+    """CacheError unless ``st`` is this user's and nobody else can write it."""
+    if st.st_uid != os.getuid():
+        raise CacheError(f"kernel cache {what} {path}: owned by uid {st.st_uid}, not you "
+                         f"(uid {os.getuid()}); refusing to use it")
+    if stat.S_IMODE(st.st_mode) & 0o022:
+        raise CacheError(f"kernel cache {what} {path}: writable by group or others (mode "
+                         f"{stat.S_IMODE(st.st_mode):o}); refusing to use it. Delete it and "
+                         "tapescope builds a fresh one.")
+
+
 class KernelCache:
-    """Compiled artifacts under one directory; `get_or_build` returns a verified file path."""
+    """Artifacts under ``<root>/tapescope-cache``; `get_or_build` returns a verified path."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else cache_dir()
         try:
-            self._ensure_root()
+            self._ensure()
         except CacheError:
             if root is not None or os.environ.get("TAPESCOPE_CACHE_DIR"):
                 raise  # a directory the user chose: say so rather than go elsewhere
             # e.g. a read-only home: a per-user directory under the system temp dir instead
-            self.root = Path(tempfile.gettempdir()) / f"tapescope-{os.getuid()}" / "kernels"
-            self._ensure_root()
+            private = Path(tempfile.gettempdir()) / f"tapescope-{os.getuid()}"
+            try:
+                private.mkdir(mode=0o700, exist_ok=True)
+            except OSError as e:
+                raise CacheError(f"kernel cache {private}: cannot create ({e})") from e
+            # a predictable name in a shared folder: it must be ours and private
+            _owned_private(private, os.lstat(private), "folder")
+            self.root = private / "kernels"
+            self._ensure()
 
-    def _ensure_root(self) -> None:
+    @property
+    def store(self) -> Path:
+        """The marked subfolder that holds every entry (the only place the cache writes)."""
+        return self.root / STORE
+
+    def _ensure(self) -> None:
+        root, store = self.root, self.store
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if self.root.parent.name.startswith("tapescope-"):
-                os.chmod(self.root.parent, 0o700)
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as e:
-            raise CacheError(f"kernel cache {self.root}: cannot create ({e})") from e
-        st = os.lstat(self.root)
+            raise CacheError(f"kernel cache {root}: cannot create ({e})") from e
+        st = os.stat(root)
         if not stat.S_ISDIR(st.st_mode):
-            raise CacheError(f"kernel cache {self.root}: not a directory")
-        if st.st_uid != os.getuid():
-            raise CacheError(f"kernel cache {self.root}: owned by uid {st.st_uid}, not you")
-        if stat.S_IMODE(st.st_mode) != 0o700:
-            # The cache holds shared objects we load: nobody else may write or read it.
-            os.chmod(self.root, 0o700)
+            raise CacheError(f"kernel cache {root}: not a directory")
+        if st.st_uid not in (os.getuid(), 0):
+            raise CacheError(f"kernel cache {root}: owned by uid {st.st_uid}, not you")
+        if stat.S_IMODE(st.st_mode) & 0o022 and not st.st_mode & stat.S_ISVTX:
+            # others could rename our subfolder away and put theirs in its place
+            raise CacheError(f"kernel cache {root}: writable by group or others without the "
+                             "sticky bit; choose a private folder (TAPESCOPE_CACHE_DIR)")
+        try:
+            store.mkdir(mode=0o700)
+            (store / MARKER).write_text(_TAG)
+            os.chmod(store / MARKER, 0o600)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise CacheError(f"kernel cache {store}: cannot create ({e})") from e
+        st = os.lstat(store)
+        if not stat.S_ISDIR(st.st_mode):
+            raise CacheError(f"kernel cache {store}: not a directory (refusing to use it)")
+        _owned_private(store, st, "folder")
+        try:
+            tagged = (store / MARKER).read_text().startswith(_TAG[:43])
+        except FileNotFoundError:
+            tagged = not any(store.iterdir())  # ours, empty: a creation cut short; finish it
+            if tagged:
+                (store / MARKER).write_text(_TAG)
+        except OSError:
+            tagged = False
+        if not tagged:
+            raise CacheError(f"kernel cache {store}: exists but tapescope did not create it "
+                             f"(no {MARKER}); refusing to use or clean it")
         self._sweep_temporaries()
 
     def _sweep_temporaries(self, max_age_s: float = 3600.0) -> None:
-        """Remove builds that died half-way (private temporaries older than an hour)."""
+        """Remove our own builds that died half-way (temporaries older than an hour)."""
         now = time.time()
-        for p in self.root.glob(".*"):
+        for p in self.store.iterdir():
+            if not _TEMP.fullmatch(p.name):
+                continue  # only names this cache makes
             try:
-                if now - p.stat().st_mtime > max_age_s:
+                st = os.lstat(p)
+                if (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+                        and now - st.st_mtime > max_age_s):
                     p.unlink()
             except OSError:
                 pass  # another process got there first
 
     def paths(self, key: str, suffix: str) -> tuple[Path, Path]:
         """The artifact path and its sidecar (sha256 + metadata) for a key."""
-        return self.root / f"{key}{suffix}", self.root / f"{key}{suffix}.json"
+        if not re.fullmatch(r"[0-9A-Za-z_-]{1,200}", key) or not re.fullmatch(r"\.\w+", suffix):
+            raise CacheError(f"kernel cache: bad key {key!r} / suffix {suffix!r}")
+        return self.store / f"{key}{suffix}", self.store / f"{key}{suffix}.json"
+
+    def _check_entry(self, path: Path) -> bool:
+        """False when absent; CacheError when present but not a private regular file of ours."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheError(f"kernel cache entry {path}: not a regular file; refusing to load it")
+        _owned_private(path, st, "entry")
+        return True
 
     def lookup(self, key: str, suffix: str) -> Path | None:
-        """The artifact when it exists and its bytes match the recorded hash, else None."""
+        """The artifact when it exists, is ours and its bytes match the recorded hash, else None.
+
+        CacheError (never a load) for an entry another user owns or others can write.
+        """
         art, meta = self.paths(key, suffix)
+        have_art, have_meta = self._check_entry(art), self._check_entry(meta)  # both checked
+        if not (have_art and have_meta):
+            return None
         try:
             info = json.loads(meta.read_text())
             if info.get("key") != key or _sha256_file(art) != info.get("sha256"):
@@ -115,7 +199,7 @@ class KernelCache:
         if hit is not None:
             return hit, False
         art, sidecar = self.paths(key, suffix)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=suffix, dir=self.root)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=suffix, dir=self.store)
         os.close(fd)
         tmp_path = Path(tmp)
         try:
@@ -127,7 +211,7 @@ class KernelCache:
             if tmp_path.exists():
                 tmp_path.unlink()
         record = dict(meta or {}, key=key, sha256=digest)
-        fd, tmpm = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".json", dir=self.root)
+        fd, tmpm = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".json", dir=self.store)
         with os.fdopen(fd, "w") as f:
             json.dump(record, f)
         os.replace(tmpm, sidecar)

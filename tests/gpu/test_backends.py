@@ -153,17 +153,18 @@ def test_cache_is_private_keyed_and_rebuilds_corrupt_entries(tmp_path):
     assert HostDevice("test", cache_root=root).compile(SRC).built
 
 
-def test_cache_dir_permissions_are_tightened(tmp_path):
+def test_cache_keeps_to_its_own_private_subfolder(tmp_path):
+    # the chosen folder is the user's: never chmodded, its files never swept (see
+    # tests/core/test_cache_safety.py); the entries live in a 0700 subfolder the cache made
     root = tmp_path / "c"
     root.mkdir(mode=0o755)
     os.chmod(root, 0o755)
-    stale, fresh = root / ".abc.dead.so", root / ".abc.live.so"
-    stale.write_bytes(b"half")
-    fresh.write_bytes(b"half")
-    os.utime(stale, (1, 1))  # a build that died long ago
-    KernelCache(root)
-    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
-    assert not stale.exists() and fresh.exists()  # a build in progress elsewhere is left alone
+    stale = root / ".abc.dead.so"
+    stale.write_bytes(b"user's")
+    os.utime(stale, (1, 1))
+    cache = KernelCache(root)
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o755 and stale.exists()
+    assert cache.store.parent == root and stat.S_IMODE(os.stat(cache.store).st_mode) == 0o700
 
 
 @pytest.mark.cuda
