@@ -1,6 +1,9 @@
-"""The backward stepper model, without Qt: it walks the tape's own sweep, bit for bit."""
+"""The backward stepper model walks the tape's own sweep, bit for bit (no Qt); the stepper dock's
+contribution table shows, column by column, the contribution each row stands for."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -89,3 +92,90 @@ def test_fan_out_contributions_add_up():
     for _, c in got[1:]:
         acc = acc + c
     assert same_bits(acc, s.accumulated(w.id))
+
+
+# ---- the stepper dock's table: every column against the contribution its row shows ------------
+STEPPER_HEADERS = ("input", "contribution", "before", "after", "sum check")
+
+
+def _numbers(text: str) -> tuple[float, ...]:
+    """The numbers a summary cell shows: one scalar, or (sum, max |x|) of an array."""
+    m = re.fullmatch(r"Σ (\S+) · max\|·\| (\S+)", text)
+    return (float(m[1]), float(m[2])) if m else (float(text),)
+
+
+def _shows(text: str, a) -> bool:
+    """The cell's numbers are a's (to the 3 digits shown), computed here from a itself."""
+    a = np.asarray(a, dtype=np.float64)
+    want = (float(a.reshape(-1)[0]),) if a.size == 1 else (float(a.sum()), float(np.abs(a).max()))
+    got = _numbers(text)
+    return len(got) == len(want) and all(abs(g - w) <= 5e-3 * abs(w) + 1e-12
+                                          for g, w in zip(got, want, strict=True))
+
+
+def check_stepper_table(panel, ev, labels: dict[int, str]) -> None:
+    from PySide6.QtCore import Qt
+
+    tab = panel.table
+    heads = [tab.horizontalHeaderItem(c).text() for c in range(tab.columnCount())]
+    assert set(heads) == set(STEPPER_HEADERS), f"untested stepper column(s): {heads}"
+    col = {h: c for c, h in enumerate(heads)}
+    assert tab.rowCount() == len(ev.contributions)
+    for r, c in enumerate(ev.contributions):
+        cell = {h: tab.item(r, col[h]).text() for h in STEPPER_HEADERS}
+        assert cell["input"] == f"#{c.input_id} {labels[c.input_id]}"
+        assert _shows(cell["contribution"], c.value), (r, cell)
+        assert cell["before"] == "— (first)" if c.before is None else \
+            _shows(cell["before"], c.before), (r, cell)
+        assert _shows(cell["after"], c.after), (r, cell)
+        before = np.zeros_like(c.value) if c.before is None else c.before
+        adds_up = np.asarray(before + c.value).tobytes() == np.asarray(c.after).tobytes()
+        assert cell["sum check"] == ("✓ adds up" if adds_up else "✗ differs"), (r, cell)
+        for h in STEPPER_HEADERS:  # a double-click on any cell selects the input node
+            assert tab.item(r, col[h]).data(Qt.UserRole) == c.input_id
+
+
+def test_stepper_table_shows_each_contribution_column_by_column(qtbot):
+    from core import Tape, ops
+    from views.stepper_view import StepperPanel
+
+    t = Tape()
+    w = t.param(np.array([1.5, -2.0, 0.25]), name="w")
+    v = t.param(np.array([[3.0]]), name="v")
+    y = ops.mul(w, w) + ops.exp(w) * v  # w gets three contributions, v one (a [1, 1] sum)
+    loss = ops.sum(y)
+    labels = {n.id: f"{n.op} {n.name or ''}".strip() for n in t.nodes}
+    panel = StepperPanel()
+    qtbot.addWidget(panel)
+    s = BackwardStepper(t, loss.id)
+    panel.set_stepper(s, labels)
+    seen_first = seen_later = 0
+    while s.step():
+        check_stepper_table(panel, s.current, labels)
+        seen_first += sum(c.before is None for c in s.current.contributions)
+        seen_later += sum(c.before is not None for c in s.current.contributions)
+    assert seen_first and seen_later  # both kinds of "before" cell were checked
+    s.step_back()  # stepping back shows the earlier event's rows again
+    check_stepper_table(panel, s.current, labels)
+
+
+def test_stepper_table_says_when_a_sum_does_not_add_up(qtbot):
+    from types import SimpleNamespace
+
+    from core.tape import BackwardStep, Contribution
+    from views.stepper_view import StepperPanel
+
+    one = np.array([1.0, 2.0])
+    off = np.nextafter(one + one, np.inf)  # one ulp away from before + value
+    ev = BackwardStep(SimpleNamespace(id=4), one, (
+        Contribution(1, one, None, one + 0.0), Contribution(2, one, one, one + one),
+        Contribution(3, one, one, off)))
+    fake = SimpleNamespace(current=ev, pos=0, at_end=False, breakpoints=set(), loss_id=4,
+                           listeners=[])
+    panel = StepperPanel()
+    qtbot.addWidget(panel)
+    labels = {1: "a", 2: "b", 3: "c", 4: "loss"}
+    panel.set_stepper(fake, labels)
+    check_stepper_table(panel, ev, labels)
+    col = STEPPER_HEADERS.index("sum check")
+    assert [panel.table.item(r, col).text()[0] for r in range(3)] == ["✓", "✓", "✗"]
