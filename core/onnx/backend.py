@@ -10,6 +10,7 @@ from onnx.backend.base import Backend as _Backend
 from onnx.backend.base import BackendRep as _BackendRep
 
 from core.onnx.executor import Session
+from core.onnx.limits import Limits
 
 
 class BackendRep(_BackendRep):
@@ -34,6 +35,9 @@ class BackendRep(_BackendRep):
 class Backend(_Backend):
     """The tapescope executor as an ONNX backend (CPU only)."""
 
+    #: what one run may take (``prepare(..., limits=)`` overrides it per model)
+    limits: Limits = Limits()
+
     @classmethod
     def is_compatible(cls, model: ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
         """Whether every node has a kernel here."""
@@ -45,7 +49,8 @@ class Backend(_Backend):
     def prepare(cls, model: ModelProto, device: str = "CPU", **kwargs: Any) -> BackendRep:
         """Load, check (our loader: failures are OnnxError) and compile the model."""
         return BackendRep(Session(model, mode=kwargs.get("mode", "reference"),
-                                  check=kwargs.get("check", True)))
+                                  check=kwargs.get("check", True),
+                                  limits=kwargs.get("limits", cls.limits)))
 
     @classmethod
     def run_node(cls, node: NodeProto, inputs: Any, device: str = "CPU",

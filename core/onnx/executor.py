@@ -150,8 +150,6 @@ class Session:
                 if a.type == AttributeProto.GRAPH:
                     attrs[a.name] = self.compile(a.g, f"{label}.{a.name}", opsets)
             steps.append(Step(label, node, kernel, attrs, opset))
-        for t in g.initializer:  # dims are checked before any data is made from them
-            check_shape(t.dims, f"initializer {t.name!r} in {where}", self.limits)
         try:
             # copied: to_array may view protobuf bytes, unaligned, and numpy's matmul then
             # skips BLAS (10x slower in fast mode); copies are aligned and ours
