@@ -11,10 +11,19 @@ stream of tensors); the answer fills the Inspector's reference-vs-candidate tab.
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Qt, Slot
-from PySide6.QtWidgets import QCheckBox, QComboBox, QFileDialog, QLabel, QStyle, QToolBar
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QLabel,
+    QMessageBox,
+    QStyle,
+    QToolBar,
+)
 
 from app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
 from app.runs import COMPARES, SessionConfig
+from app.session import unconfirmed_script
 from views.inspector import NodeDetails
 from views.kernels_view import KernelsPanel
 from views.training_view import TrainingPanel
@@ -38,6 +47,7 @@ class LiveController(QObject):
         self.inspections: dict[int, Inspection] = {}  # node → its latest answer
         self.shown: Inspection | None = None  # what the Inspector shows now
         self._asked: set[tuple[int, int]] = set()  # (node, steps done) already requested
+        self._confirmed: set[str] = set()  # workload scripts the user agreed to run
         self.training = TrainingPanel(win)
         self.kernels = KernelsPanel(win)
         win.add_dock("Training", self.training, Qt.BottomDockWidgetArea)
@@ -138,6 +148,13 @@ class LiveController(QObject):
     def start(self, config: SessionConfig | None = None, paused: bool = False,
               max_steps: int | None = None) -> bool:
         """End any session, open ``config.workload`` in the window, start stepping."""
+        # SECURITY: a script named only by an opened file's meta runs after the user says so
+        script = unconfirmed_script(self.win.session, (config or self.config).workload)
+        if script is not None and script not in self._confirmed and not self.confirm_script(
+                script):
+            return False  # nothing changed: the current session and config stay
+        if script is not None:
+            self._confirmed.add(script)
         self.close()
         if config is not None:
             self.config = config
@@ -159,6 +176,16 @@ class LiveController(QObject):
         self.live.ready.connect(self._on_ready)
         self.live.start(paused=paused)
         return True
+
+    def confirm_script(self, path: str) -> bool:
+        """Ask (default No) before running a workload script a file named; True to run it."""
+        answer = QMessageBox.question(
+            self.win, "Run a workload script?",
+            f"The open file says it was recorded from the workload script\n\n{path}\n\n"
+            "Starting a live session runs that Python file with your permissions. "
+            "Run it only if you trust it.",
+            QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+        return answer == QMessageBox.Yes
 
     @Slot()
     def restart(self) -> None:

@@ -35,6 +35,23 @@ def find_loss(tape, meta: dict | None = None) -> int | None:
     return None
 
 
+def unconfirmed_script(session: Session | None, spec: str | None) -> str | None:
+    """``spec`` when it is a workload script that only an opened file's metadata named.
+
+    SECURITY: a ``.tape`` may name any path as its workload; such a script runs only after the
+    user confirms it (docs/security.md). A built-in workload, a script the user opened
+    (``--workload PATH``, File ▸ Open of a ``.py``: source ``workload:PATH``) or one the user
+    chose for the live config needs no question.
+    """
+    from core.workloads import WORKLOADS
+
+    if session is None or not spec or spec in WORKLOADS:
+        return None
+    if session.source == f"workload:{spec}" or session.meta.get("workload") != spec:
+        return None
+    return spec
+
+
 def parity_colors(comparison: list[dict] | None) -> dict[int, str]:
     """Overlay colour per compared node: green exact, amber to red by max ulp, NaN purple."""
     out: dict[int, str] = {}
