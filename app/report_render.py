@@ -7,6 +7,7 @@ Training panel the app shows, so a report looks like the window.
 from __future__ import annotations
 
 import numpy as np
+import shiboken6
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QGraphicsScene
@@ -93,5 +94,8 @@ def render_training(data: dict, size: tuple[int, int] = (1116, 560)) -> bytes:
     QCoreApplication.processEvents()
     img = w.grab().toImage()
     w.close()
-    w.deleteLater()
+    # NOTE: deleted now, not with deleteLater(): the CLI runs no event loop afterwards, and a
+    # panel whose deferred delete was still queued when the QApplication went away crashed the
+    # interpreter at exit (tapescope report ended with rc 139 after writing its files)
+    shiboken6.delete(w)
     return png_bytes(img)
