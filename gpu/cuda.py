@@ -45,7 +45,13 @@ def cuda_unavailable_reason() -> str | None:
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:
-        return f"{found}, but no CUDA device: {_one_line(e)}"
+        try:
+            drv = int(cupy.cuda.runtime.driverGetVersion())
+        except Exception:
+            drv = -1
+        # no libcuda at all reads as "driver insufficient" in CUDA's words: say which it is
+        none = " (no NVIDIA driver is installed)" if drv == 0 else ""
+        return f"{found}, but no CUDA device{none}: {_one_line(e)}"
     if n < 1:
         return f"{found}, but no CUDA device (the driver reports 0)"
     try:

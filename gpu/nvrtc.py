@@ -25,8 +25,8 @@ from typing import Any
 from gpu.device import KERNEL_DIR, DeviceError
 
 __all__ = ["NVRTC_FLAGS", "NvrtcOutput", "Target", "load_nvrtc", "nvrtc_version",
-           "kernel_headers", "nvrtc_compile", "choose_target", "cuda_version_text", "audit_ptx",
-           "AUDIT_COLUMNS", "audit_ok"]
+           "kernel_headers", "check_arch", "nvrtc_compile", "choose_target", "cuda_version_text",
+           "audit_ptx", "AUDIT_COLUMNS", "audit_ok"]
 
 # --fmad=false: no contraction into FMA (the parity contract). -ftz=false: keep float32
 # subnormals. IEEE-rounded division and sqrt. No --use_fast_math, ever.
@@ -80,11 +80,21 @@ class NvrtcOutput:
         return self.cubin if self.cubin is not None else self.ptx
 
 
+def check_arch(arch: str) -> None:
+    """DeviceError unless `arch` is sm_XX / compute_XX of an architecture this NVRTC knows."""
+    m = re.fullmatch(r"(?:sm|compute)_(\d+)[af]?", arch)
+    if m is None:
+        raise DeviceError(f"arch must look like sm_90 or compute_90, not {arch!r}")
+    archs = tuple(int(a) for a in load_nvrtc().getSupportedArchs())
+    if int(m.group(1)) not in archs:
+        raise DeviceError(f"NVRTC {cuda_version_text(nvrtc_version())} does not know {arch}; "
+                          f"it supports {', '.join(f'sm_{a}' for a in archs)}")
+
+
 def nvrtc_compile(source: str, arch: str, name: str = "tapescope.cu") -> NvrtcOutput:
     """Compile `source` with real NVRTC and the backend's flags for `arch` ("sm_90": cubin and
     PTX; "compute_90": PTX only). The one compile path of the cuda backend and the tests."""
-    if not re.fullmatch(r"(sm|compute)_\d+[af]?", arch):
-        raise DeviceError(f"arch must look like sm_90 or compute_90, not {arch!r}")
+    check_arch(arch)
     nvrtc = load_nvrtc()
     version = nvrtc_version()
     options = (*NVRTC_FLAGS, f"--gpu-architecture={arch}")

@@ -105,7 +105,20 @@ def _row(unit: Unit, counts: dict[str, int], ptx: int, cubin: int | None, verdic
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compile every unit; print one table row per unit; 1 when --audit finds a violation."""
+    """Compile every unit; print one table row per unit; 1 when --audit finds a violation, 2
+    when NVRTC cannot load or the arch is unknown to it."""
+    import sys
+
+    from gpu.device import DeviceError
+
+    try:
+        return _run(args)
+    except DeviceError as e:
+        print(f"tapescope kernels: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
@@ -114,12 +127,14 @@ def run(args: argparse.Namespace) -> int:
         NVRTC_FLAGS,
         audit_ok,
         audit_ptx,
+        check_arch,
         cuda_version_text,
         nvrtc_compile,
         nvrtc_version,
     )
 
     version = nvrtc_version()  # a DeviceError (one line) when NVRTC cannot load
+    check_arch(args.arch)
     out_dir = Path(args.out) if args.out else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

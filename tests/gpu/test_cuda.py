@@ -16,7 +16,7 @@ pytestmark = pytest.mark.cuda
 def cuda():
     why = cuda_unavailable_reason()
     if why is not None:
-        pytest.skip(f"no CUDA device: {why}")
+        pytest.skip(f"cuda backend unavailable: {why}")
     return gpu.open_device("cuda")
 
 
@@ -42,6 +42,14 @@ def test_workloads_on_cuda(cuda, name, dtype):
         assert rep.exact, f"{name} step {step}: first divergence {rep.first_divergence}"
 
 
+def test_native_code_for_this_device(cuda):
+    # a cubin for the device's own sm (PTX only when NVRTC does not know the device)
+    cc = cuda.cc
+    m = cuda.compile('extern "C" __global__ void k(double* y) { y[0] = 1.0; }')
+    assert cuda.target.kind == "cubin", cuda.target.why
+    assert cuda.target.arch == f"sm_{cc}" and m.path.suffix == ".cubin"
+
+
 def test_graph_replay_equals_eager(cuda):
     from core import workloads
 
@@ -58,6 +66,7 @@ def test_graph_replay_equals_eager(cuda):
                 prog.backward()
                 prog.step(opt)
         runs.append([prog.read(i) for i in prog.param_ids()])
+        assert prog.graph_captures == int(graph)  # one capture for all three episodes
     for a, b in zip(*runs, strict=True):
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
 

@@ -186,3 +186,26 @@ def test_the_fake_signatures_match_the_installed_cupy():
         assert mine == names, (name, first)
     assert list(inspect.signature(cupy.cuda.Stream).parameters) == \
         list(inspect.signature(fake_cupy.Stream).parameters)
+
+
+def test_real_cupy_without_a_device_is_one_clear_line():
+    import subprocess
+    import sys
+
+    from gpu.cuda import cuda_unavailable_reason
+
+    cupy = pytest.importorskip("cupy", reason="the real CuPy is not installed")
+    why = cuda_unavailable_reason()
+    if why is None:
+        pytest.skip("a CUDA device answered: this is the no-GPU case")
+    assert why.startswith(f"CuPy {cupy.__version__} found, but no CUDA device") and "\n" not in why
+    argv = [sys.executable, "-m", "app.cli", "parity", "--workload", "mlp", "--steps", "1"]
+    proc = subprocess.run([*argv, "--device", "cuda"], capture_output=True, text=True,
+                          timeout=300)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert "cuda device unavailable: CuPy" in lines[0] and "Traceback" not in proc.stderr
+    proc = subprocess.run([*argv, "--device", "auto"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[0] == f"device: host ({why})"
