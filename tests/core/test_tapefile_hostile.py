@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core import Tape, ops, tapefile
 from core.tapefile import Limits, TapeFileError
@@ -419,3 +421,135 @@ def test_the_example_tapes_still_load():
     for p in sorted(root.glob("*.tape")):
         tape, meta = tapefile.load(p)
         assert len(tape) > 10 and isinstance(meta.get("loss"), int)
+
+
+# ---- property-based mutation: whatever the damage, TapeFileError or a tape ---------------------
+def _base_members() -> dict[str, bytes]:
+    """The small tape's members, built once (hypothesis examples share it)."""
+    if not _BASE:
+        import tempfile
+
+        t = Tape()
+        x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
+        y = ops.mul(ops.tanh(x), ops.adds(x, 0.5))
+        loss = ops.sum(y, name="loss")
+        t.backward(loss)
+        with tempfile.TemporaryDirectory() as td:
+            path = tapefile.save(t, Path(td) / "base.tape", meta={"loss": loss.id, "k": [1]})
+            _BASE.update(read_members(path))
+            _BASE["__file__"] = path.read_bytes()
+    return _BASE
+
+
+_BASE: dict[str, bytes] = {}
+FUZZ = dict(max_examples=150, derandomize=True, database=None, deadline=None)
+
+
+def _load_outcome(data: bytes, compression: int | None = None) -> None:
+    """Load bytes as a tape: a tape or one TapeFileError, within a few seconds."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as td:
+        p = Path(td) / "m.tape"
+        p.write_bytes(data)
+        t0 = time.monotonic()
+        try:
+            tape, meta = tapefile.load(p)
+        except TapeFileError as e:
+            assert str(p) in str(e) and "\n" not in str(e)
+        else:
+            assert len(tape) >= 1 and isinstance(meta, dict)
+        assert time.monotonic() - t0 < 5.0
+
+
+def _zip_bytes(members: dict[str, bytes], compression: int = zipfile.ZIP_STORED) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+def _paths(v, at=()) -> list[tuple]:
+    """Every path into a JSON value (keys and indices)."""
+    out = [at]
+    if isinstance(v, dict):
+        for k, x in v.items():
+            out += _paths(x, (*at, k))
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            out += _paths(x, (*at, i))
+    return out
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats()
+    | st.text(max_size=12) | st.sampled_from([0, 1, 2, -1, "", "param", "sum", "float32", "v0"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=4),
+    max_leaves=8)
+
+
+@settings(**FUZZ)
+@given(st.data())
+def test_fuzz_byte_mutations_of_the_file(data):
+    raw = bytearray(_base_members()["__file__"])
+    for _ in range(data.draw(st.integers(1, 6), "n")):
+        kind = data.draw(st.sampled_from(["flip", "set", "cut", "insert", "delete"]), "kind")
+        pos = data.draw(st.integers(0, max(len(raw) - 1, 0)), "pos")
+        if kind == "flip" and raw:
+            raw[pos] ^= 1 << data.draw(st.integers(0, 7), "bit")
+        elif kind == "set" and raw:
+            raw[pos] = data.draw(st.integers(0, 255), "byte")
+        elif kind == "cut":
+            del raw[pos:]
+        elif kind == "insert":
+            raw[pos:pos] = data.draw(st.binary(min_size=1, max_size=16), "ins")
+        elif kind == "delete":
+            del raw[pos:pos + data.draw(st.integers(1, 16), "len")]
+    _load_outcome(bytes(raw))
+
+
+@settings(**FUZZ)
+@given(st.data())
+def test_fuzz_member_mutations_with_valid_zip_checksums(data):
+    members = {k: v for k, v in _base_members().items() if k != "__file__"}
+    name = data.draw(st.sampled_from(sorted(members)), "member")
+    blob = bytearray(members[name])
+    for _ in range(data.draw(st.integers(1, 4), "n")):
+        pos = data.draw(st.integers(0, len(blob) - 1), "pos")  # the .npy header is at the front
+        blob[pos] = data.draw(st.integers(0, 255), "byte")
+    members[name] = bytes(blob)
+    comp = data.draw(st.sampled_from([zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED]), "compression")
+    _load_outcome(_zip_bytes(members, comp))
+
+
+@settings(**FUZZ)
+@given(st.data())
+def test_fuzz_json_mutations_of_the_header(data):
+    members = {k: v for k, v in _base_members().items() if k != "__file__"}
+    h = header_of(members)
+    for _ in range(data.draw(st.integers(1, 3), "n")):
+        paths = _paths(h)
+        # a depth first, then a path of that depth: top-level fields are hit as often as leaves
+        depth = data.draw(st.sampled_from(sorted({len(p) for p in paths})), "depth")
+        at = data.draw(st.sampled_from([p for p in paths if len(p) == depth]), "path")
+        kind = data.draw(st.sampled_from(["replace", "delete", "add"]), "kind")
+        if not at:
+            h = data.draw(JSON, "root")
+            break
+        parent = h
+        for k in at[:-1]:
+            parent = parent[k]
+        last = at[-1]
+        if kind == "replace":
+            parent[last] = data.draw(JSON, "value")
+        elif kind == "delete":
+            del parent[last]
+        elif isinstance(parent, dict):
+            parent[data.draw(st.text(max_size=6), "key")] = data.draw(JSON, "value")
+        else:
+            parent.insert(last, data.draw(JSON, "value"))
+        if not isinstance(h, (dict, list)):
+            break
+    _load_outcome(_zip_bytes(with_header(members, h)))
