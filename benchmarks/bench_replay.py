@@ -162,7 +162,10 @@ def main() -> None:
         base = tape_row(size, args.repeat)
         rows = [("CPU tape (reference)", base, "")]
         for dev in devices:
-            rows += device_rows(dev, size, args.repeat)
+            try:
+                rows += device_rows(dev, size, args.repeat)
+            except gpu.DeviceError as e:  # e.g. no g++ for the host rows on a GPU machine
+                rows.append((f"{dev.kind}", float("nan"), f"not measured: {e}"))
         rows += torch_rows(size, args.repeat, "cpu")
         if any(d.kind == "cuda" for d in devices):
             rows += torch_rows(size, args.repeat, "cuda")
