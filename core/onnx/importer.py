@@ -4,7 +4,9 @@ stepped through backward, fine-tuned with ``core.optim`` and replayed on a devic
 
 Nodes whose inputs are all known at import (initializers, constants, shapes of tape values) are
 computed right away with the executor's kernels: shape subgraphs fold and never reach the tape.
-Floating initializers that reach a tape op become params (trainable); everything else is const.
+Weights become params (trainable) where they reach a tape op: floating initializers, the outputs
+of ConstantOfShape (how the onnx package's light models ship theirs) and anything folded from
+them (densenet's Unsqueeze of a scale). ``Constant`` nodes and everything else stay const.
 A node with no tape form raises OnnxError naming it.
 """
 
@@ -19,10 +21,11 @@ from core import ops
 from core.onnx.errors import OnnxError
 from core.onnx.executor import Session
 from core.onnx.limits import Budget, Limits
-from core.onnx.loader import check_inputs
+from core.onnx.loader import check_inputs, np_dtype
 from core.onnx.reference import REFERENCE
 from core.onnx.registry import Ctx, as_int_list
 from core.ops.nn import pads_for
+from core.tape import Var
 
 
 @dataclass
@@ -36,9 +39,12 @@ class Imported:
 
 
 def _nn_record(tape, op: str, inputs: list, attrs: dict | None = None):
-    """Record one of core.ops.nn's ops, registering them first (they are opt-in: no device
-    kernels yet)."""
+    """Record one of core.ops.nn's ops (they have no wrapper in core.ops)."""
     return tape.record(op, inputs, attrs)
+
+
+# ops whose folded float outputs are weights (the light models' ConstantOfShape weights)
+WEIGHT_SOURCES = ("ConstantOfShape",)
 
 
 class _Importer:
@@ -48,6 +54,10 @@ class _Importer:
         self.tape = tape
         self.trainable = trainable
         self.init_names = set(sess.graph.inits)
+        # names whose values are weights: float initializers, ConstantOfShape outputs and what
+        # is folded from them (grown as the import folds)
+        self.weights = {k for k, v in sess.graph.inits.items()
+                        if isinstance(v, np.ndarray) and v.dtype.kind == "f"}
         self.params: dict[str, Any] = {}
         self.label = ""
         self.env: dict[str, Any] = {}
@@ -56,7 +66,9 @@ class _Importer:
         """A tape Var for ``v``: float initializers become (shared) params, the rest consts."""
         if not isinstance(v, np.ndarray):
             return v
-        if name in self.init_names and v.dtype.kind == "f" and self.trainable:
+        if name in self.params:
+            return self.params[name]
+        if name in self.weights and v.dtype.kind == "f" and self.trainable:
             if name not in self.params:
                 self.params[name] = self.tape.param(v, name=name)
             return self.params[name]
@@ -286,6 +298,38 @@ def _passthrough(imp, st, ins, names):
     return _v(imp, ins, names, 0)
 
 
+def _sum(imp, st, ins, names):
+    # left to right, one add per input: the executor's fold, so the bits agree
+    y = _v(imp, ins, names, 0)
+    for i in range(1, len(ins)):
+        y = ops.add(y, _v(imp, ins, names, i))
+    return y
+
+
+def _lrn(imp, st, ins, names):
+    """LRN in primitives (docs/reference-order-nn.md): s = serial sum of the squares over the
+    channel window (zero padded); y = x / exp(beta * log(bias + (alpha / size) * s))."""
+    at = st.attrs
+    x = _v(imp, ins, names, 0)
+    size = int(at["size"])
+    if len(x.shape) < 3 or size < 1:
+        raise OnnxError(f"LRN of shape {x.shape} with size {size} has no tape form",
+                        node=imp.label)
+    c = x.shape[1]
+    sq = ops.mul(x, x)
+    lo, hi = (size - 1) // 2, size // 2  # window [c - floor((s-1)/2), c + ceil((s-1)/2)]
+    parts = [imp.tape.const(np.zeros((x.shape[0], k) + tuple(x.shape[2:])), name="lrn_pad")
+             if k else None for k in (lo, hi)]
+    pad = ops.concat([v for v in (parts[0], sq, parts[1]) if v is not None], 1)
+    # NOTE: the executor starts from 0 + pad[0]: exact, the squares are never -0.0
+    s = ops.slice(pad, 1, 0, c)
+    for j in range(1, size):
+        s = ops.add(s, ops.slice(pad, 1, j, j + c))
+    d = ops.adds(ops.muls(s, at.get("alpha", 1e-4) / size), at.get("bias", 1.0))
+    # d ** beta as exp(beta * log(d)) through refmath (d >= bias > 0)
+    return ops.div(x, ops.exp(ops.muls(ops.log(d), at.get("beta", 0.75))))
+
+
 CONVERTERS = {
     "Add": _binary(ops.add), "Sub": _binary(ops.sub), "Mul": _binary(ops.mul),
     "Div": _binary(ops.div), "Neg": _unary(ops.neg), "Relu": _unary(ops.relu),
@@ -300,7 +344,7 @@ CONVERTERS = {
     "Reshape": _reshape_like, "Flatten": _reshape_like, "Squeeze": _reshape_like,
     "Unsqueeze": _reshape_like, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
     "Split": _split, "Gather": _gather, "LeakyRelu": _leaky_relu, "Identity": _passthrough,
-    "Dropout": _passthrough,
+    "Dropout": _passthrough, "Sum": _sum, "LRN": _lrn,
 }
 
 
@@ -314,7 +358,8 @@ def _ctx(st, imp) -> Ctx:
 def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                    trainable: bool = True, params: dict[str, Any] | None = None,
                    wrt: tuple[str, ...] = (), limits: Limits | None = None,
-                   cancel: Any = None) -> Imported:
+                   cancel: Any = None, overrides: dict[str, np.ndarray] | None = None
+                   ) -> Imported:
     """Record ``model`` on ``tape`` for ``inputs``; returns outputs, params and every value.
 
     Training: import once, ``m = tape.mark()``, then per step ``tape.reset_to(m)`` and import
@@ -322,16 +367,26 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     Initializers named in ``wrt`` become params up front, so nothing that depends on them is
     folded (ONNX's Gradient op differentiates with respect to them). ``limits`` and ``cancel``
     work as for :class:`core.onnx.Session`: every node's output size is checked before it is
-    computed or recorded.
+    computed or recorded. ``inputs`` may hold Vars already on ``tape`` (a workload's data
+    leaves). ``overrides`` replaces constants by name, wherever they come from (an initializer
+    or a folded node): ``--reinit``'s fresh batch-norm statistics.
     """
     sess = model if isinstance(model, Session) else Session(model, mode="reference", fold=False,
                                                             limits=limits)
-    feeds = {k: np.asarray(v) for k, v in inputs.items()}
-    check_inputs(sess.lm, feeds)
+    given = {k: v for k, v in inputs.items() if isinstance(v, Var)}  # already on the tape
+    feeds = {k: np.asarray(v) for k, v in inputs.items() if k not in given}
+    # a Var computes in the tape's dtype whatever the model declares: only its shape is checked
+    declared = {vi.name: vi.type.tensor_type.elem_type for vi in sess.lm.model.graph.input}
+    check_inputs(sess.lm, {**feeds, **{
+        k: np.broadcast_to(np.zeros((), np_dtype(declared[k]) if declared.get(k) else v.dtype),
+                           v.shape) for k, v in given.items()}})
     imp = _Importer(sess, tape, trainable, Budget(limits or sess.limits, cancel))
     imp.params.update(params or {})
     env = imp.env
     env.update(sess.graph.inits)
+    over = dict(overrides or {})
+    env.update({k: v for k, v in over.items() if k in env})
+    env.update(given)
     for name, x in feeds.items():
         env[name] = tape.const(x, name=name)
     for name in wrt:
@@ -350,6 +405,13 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                 for v in out if isinstance(out, tuple) else (out,):
                     imp.budget.hold(v)
                 folded.append(st.label)
+                if st.node.op_type in WEIGHT_SOURCES or any(n in imp.weights for n in names):
+                    imp.weights.update(o for o, v in zip(
+                        st.node.output, out if isinstance(out, tuple) else (out,), strict=False)
+                        if o and isinstance(v, np.ndarray) and v.dtype.kind == "f")
+                if over:
+                    out = tuple(over.get(o, v) for o, v in zip(
+                        st.node.output, out if isinstance(out, tuple) else (out,), strict=False))
             else:
                 conv = CONVERTERS.get(st.node.op_type)
                 if conv is None:

@@ -20,9 +20,18 @@ WORKLOADS: dict[str, type[Workload]] = {"mlp": MLP, "transformer": Transformer}
 
 
 def get(name: str, **kwargs: Any) -> Workload:
-    """A new workload by name (``mlp``, ``transformer``) or from a user's ``PATH.py``."""
+    """A new workload by name (``mlp``, ``transformer``), from a user's ``PATH.py``, or an ONNX
+    model (``onnx:PATH``, ``onnx+reinit:PATH``, ``PATH.onnx``: core.onnx.workload)."""
     if name.endswith(".py"):
         return load_file(name, **kwargs)
+    if name.startswith(("onnx:", "onnx+reinit:")) or name.lower().endswith(".onnx"):
+        from core.onnx.errors import OnnxError
+        from core.onnx.workload import load_model
+
+        try:
+            return load_model(name, **kwargs)
+        except OnnxError as e:  # a model that cannot train: one line naming the node and op
+            raise WorkloadError(str(e)) from None
     try:
         cls = WORKLOADS[name]
     except KeyError:

@@ -1,0 +1,224 @@
+"""An ONNX model as a workload: its weights are the parameters, one import per step is the
+episode, a default loss makes an inference model trainable (docs/workloads.md).
+
+Spec strings (``--workload``, ``SessionConfig.workload``): ``onnx:PATH`` or ``PATH.onnx`` trains
+the model's own weights; ``onnx+reinit:PATH`` first replaces them with seeded He/Glorot values
+(the onnx package's light models ship constant weights whose activations overflow).
+
+The loss: a scalar first output is the model's own loss. Otherwise, when the first output is
+``[N, K]`` logits (K > 1) — or a Softmax over them, whose input is then taken — the loss is the
+cross-entropy against a seeded random class per row (an input leaf ``targets``, new each step);
+anything else trains on the mean of the first output.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from core import ops, optim
+from core.onnx.errors import OnnxError
+from core.onnx.limits import Limits
+from core.tape import Tape, Var
+from core.workloads.base import Workload
+
+PREFIX, PREFIX_REINIT = "onnx:", "onnx+reinit:"
+# a model the user chose to train: tensors up to 2**28 elements (vgg19's 25088x4096 weight),
+# 32 GiB of values in one run (the defaults guard the executor against hostile files)
+TRAIN_LIMITS = Limits(max_elements=1 << 28, max_bytes=1 << 35)
+
+
+def is_model_spec(spec: str) -> bool:
+    """Whether a workload spec names an ONNX model."""
+    return spec.startswith((PREFIX, PREFIX_REINIT)) or spec.lower().endswith(".onnx")
+
+
+def model_spec(path: str, reinit: bool = False) -> str:
+    """The workload spec of ``path`` (``onnx:PATH`` or ``onnx+reinit:PATH``)."""
+    return (PREFIX_REINIT if reinit else PREFIX) + str(path)
+
+
+def parse_spec(spec: str) -> tuple[str, bool]:
+    """(path, reinit) of a model spec."""
+    if spec.startswith(PREFIX_REINIT):
+        return spec[len(PREFIX_REINIT):], True
+    if spec.startswith(PREFIX):
+        return spec[len(PREFIX):], False
+    return spec, False
+
+
+def logits_of(out: Var) -> Var:
+    """The Var a classification loss should see: the input of a final Softmax (also through
+    the reshapes of an opset < 13 Softmax), else ``out`` itself; ``[N, K, 1, 1]`` is reshaped
+    to ``[N, K]`` (recorded)."""
+    t = out.tape
+    n = out.node
+    if n.op == "reshape" and t.node(n.inputs[0]).op == "softmax":
+        n = t.node(n.inputs[0])
+    if n.op == "softmax" and n.attrs["axis"] % len(n.shape) == len(n.shape) - 1:
+        out = t.var(n.inputs[0])
+    if len(out.shape) > 2 and all(d == 1 for d in out.shape[2:]):  # [N, K, 1, 1]: pooled logits
+        out = ops.reshape(out, out.shape[:2])
+    return out
+
+
+def loss_kind(out: Var) -> tuple[str, int]:
+    """("given" | "cross_entropy" | "mean", number of classes) for a model's first output."""
+    if out.node.size == 1:
+        return "given", 0
+    lg = logits_of(out)
+    if len(lg.shape) == 2 and lg.shape[1] > 1:
+        return "cross_entropy", lg.shape[1]
+    return "mean", 0
+
+
+def _role(tape: Tape, pid: int, users: dict[int, list[tuple[int, int]]]) -> tuple[str, int]:
+    """How parameter ``pid`` is used: (first real consumer's op, its input slot), following
+    reshape/transpose chains."""
+    i = pid
+    while True:
+        u = users.get(i, [])
+        if not u:
+            return "", 0
+        j, k = u[0]
+        op = tape.node(j).op
+        if op in ("reshape", "transpose"):
+            i = j
+            continue
+        return op, k
+
+
+def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], graph_steps,
+                  seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Fresh parameter values by role, and the batch-norm statistics to override.
+
+    conv2d weights: He normal, std sqrt(2 / fan_in), fan_in = C/group * kh * kw; matmul
+    weights: Glorot uniform, limit sqrt(6 / (fan_in + fan_out)); what a ``mul`` or ``div``
+    consumes (a scale): ones; what an ``add``/``sub`` consumes (a bias): zeros; running means
+    0 and variances 1. One generator seeded by ``seed`` draws in parameter order.
+    """
+    users: dict[int, list[tuple[int, int]]] = {}
+    for n in tape.nodes:
+        for k, j in enumerate(n.inputs):
+            users.setdefault(j, []).append((n.id, k))
+    rng = np.random.default_rng((seed, 0x5EED))
+    fresh = {}
+    for name, v in params.items():
+        shape = v.shape
+        op, _ = _role(tape, v.id, users)
+        if op == "conv2d":
+            fan_in = int(np.prod(shape[1:]))
+            fresh[name] = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        elif op in ("matmul", "bmm") or (len(shape) >= 2 and op not in ("mul", "div", "add",
+                                                                          "sub")):
+            rest = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+            fan_in, fan_out = shape[1] * rest, shape[0] * rest
+            lim = np.sqrt(6.0 / (fan_in + fan_out))
+            fresh[name] = rng.uniform(-lim, lim, shape)
+        elif op in ("mul", "div"):
+            fresh[name] = np.ones(shape)
+        else:
+            fresh[name] = np.zeros(shape)
+    stats = {}
+    for st in graph_steps:
+        if st.node.op_type == "BatchNormalization":
+            for k, fill in ((3, 0.0), (4, 1.0)):
+                nm = st.node.input[k] if len(st.node.input) > k else ""
+                if nm in values and isinstance(values[nm], np.ndarray):
+                    stats[nm] = np.full(values[nm].shape, fill, values[nm].dtype)
+    return fresh, stats
+
+
+class OnnxWorkload(Workload):
+    """An ONNX model trained on the tape: one import per step, the weights as parameters."""
+
+    name = "onnx"
+
+    def __init__(self, path: str | os.PathLike, reinit: bool = False, dtype=np.float64,
+                 math: str = "refmath", seed: int = 0, limits: Limits | None = None) -> None:
+        self.path = str(path)
+        self.reinit = reinit
+        self.limits = limits or TRAIN_LIMITS
+        self.name = model_spec(os.path.basename(self.path), reinit)
+        super().__init__(dtype=dtype, math=math, seed=seed)
+
+    def build(self) -> None:
+        from core.onnx.executor import Session, default_inputs
+        from core.onnx.importer import import_to_tape
+
+        if not os.path.isfile(self.path):
+            raise OnnxError("no such model file", file=self.path)
+        # fold=True: the weights (ConstantOfShape in the light models) are computed once, here
+        self.sess = Session(self.path, fold=True, limits=self.limits)
+        self.input_specs = {k: (v.shape, v.dtype)
+                            for k, v in default_inputs(self.sess, self.seed).items()}
+        # a first import on a scratch tape finds the weights that reach tape ops, their roles
+        # and the output; the workload's own tape gets the params first (before the mark)
+        scratch = Tape(dtype=self.tape.dtype, math=self.tape.math)
+        first = import_to_tape(self.sess, scratch, self.batch_inputs(0), limits=self.limits)
+        values = {k: v.value for k, v in first.params.items()}
+        self.overrides: dict[str, np.ndarray] = {}
+        if self.reinit:
+            values, self.overrides = reinit_values(scratch, first.params, first.values,
+                                                   self.sess.graph.steps, self.seed)
+        self.weights = {k: self.tape.param(values[k], name=k) for k in first.params}
+        self.output_name, out = next(iter(first.outputs.items()))
+        self.loss_kind, self.n_classes = loss_kind(out)
+        self.n_rows = logits_of(out).shape[0] if self.loss_kind == "cross_entropy" else 0
+        self.target_name = "targets"
+        while self.target_name in self.input_specs:
+            self.target_name += "_"
+
+    def describe_loss(self) -> str:
+        """One line: what the loss is."""
+        if self.loss_kind == "given":
+            return f"the model's scalar output {self.output_name!r}"
+        if self.loss_kind == "cross_entropy":
+            return (f"cross-entropy of {self.output_name!r}'s logits against a seeded random "
+                    f"class ({self.n_classes} classes)")
+        return f"mean of output {self.output_name!r}"
+
+    def batch_inputs(self, step: int) -> dict[str, np.ndarray]:
+        """The model's inputs of minibatch ``step``: standard normal floats, integers 0..9."""
+        rng = np.random.default_rng((self.seed, step))
+        out = {}
+        for k, (shape, dt) in self.input_specs.items():
+            if dt.kind == "f":
+                out[k] = rng.standard_normal(shape).astype(dt)
+            else:
+                out[k] = rng.integers(0, 10, size=shape).astype(dt)
+        return out
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        data = self.batch_inputs(step)
+        if self.loss_kind == "cross_entropy":
+            rng = np.random.default_rng((self.seed, step, 1))
+            data[self.target_name] = rng.integers(0, self.n_classes, self.n_rows).astype(
+                np.float64)
+        return data
+
+    def episode(self, data: dict[str, Var]) -> Var:
+        from core.onnx.importer import import_to_tape
+
+        feeds = {k: v for k, v in data.items() if k in self.input_specs}
+        imp = import_to_tape(self.sess, self.tape, feeds, params=self.weights,
+                             limits=self.limits, overrides=self.overrides)
+        out = imp.outputs[self.output_name]
+        if self.loss_kind == "given":
+            return ops.reshape(out, (), name="loss") if out.shape != () else out
+        if self.loss_kind == "cross_entropy":
+            return ops.cross_entropy(logits_of(out), data[self.target_name], name="loss")
+        return ops.mean(out, name="loss")
+
+    def make_optimizer(self) -> optim.Optimizer:
+        opt = optim.Adam(self.tape, lr=1e-3)
+        opt.add_all()
+        return opt
+
+
+def load_model(spec: str, **kwargs: Any) -> OnnxWorkload:
+    """The workload of a model spec (``onnx:PATH``, ``onnx+reinit:PATH``, ``PATH.onnx``)."""
+    path, reinit = parse_spec(spec)
+    return OnnxWorkload(path, reinit=reinit, **kwargs)
