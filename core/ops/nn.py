@@ -163,6 +163,8 @@ def _conv_shape(shapes, at):
     xs, ws = shapes
     if len(xs) != 4 or len(ws) != 4:
         raise ShapeError(f"conv2d takes NCHW x and MCkk w, got {xs} and {ws}")
+    if 0 in xs or 0 in ws:  # an empty batch (or channel): no window to reduce, no gradient rule
+        raise ShapeError(f"conv2d: x {xs} and w {ws} must have no zero-size dim (empty batch?)")
     st, padw, dil, g = _conv_geom(at)
     if xs[1] != ws[1] * g or ws[0] % g:
         raise ShapeError(f"conv2d: x {xs}, w {ws} and group {g} disagree")
@@ -212,6 +214,8 @@ def _pool_shape(shapes, at):
     xs = shapes[0]
     if len(xs) != 4:
         raise ShapeError(f"pool2d takes NCHW, got {xs}")
+    if 0 in xs:  # an empty batch (or channel): no window to reduce, no gradient rule
+        raise ShapeError(f"pool2d: x {xs} must have no zero-size dim (empty batch?)")
     k, st, padw, cm = _pool_geom(at)
     return xs[:2] + tuple(out_size(xs[2 + i], k[i], st[i], 1, *padw[i], cm) for i in range(2))
 

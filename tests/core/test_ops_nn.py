@@ -108,3 +108,26 @@ def test_conv2d_weight_gradient_is_dot_over_pixels_then_serial_over_batch():
     for p in per_n:
         want = want + p
     np.testing.assert_array_equal(t.grad(wv), (0.0 + want).reshape(w.shape))
+
+
+@pytest.mark.parametrize(("op", "x_shape", "w_shape"), [
+    ("conv2d", (0, 3, 5, 5), (4, 3, 3, 3)),  # an empty batch
+    ("conv2d", (2, 0, 5, 5), (4, 0, 3, 3)),  # no channels
+    ("conv2d", (2, 3, 5, 5), (0, 3, 3, 3)),  # no filters
+    ("maxpool2d", (0, 3, 4, 4), None),
+    ("maxpool2d", (2, 0, 4, 4), None),
+    ("avgpool2d", (0, 3, 4, 4), None),
+])
+def test_an_empty_batch_poisons_the_tape_naming_op_node_and_shapes(op, x_shape, w_shape):
+    # it used to record and then raise a raw ValueError (a reshape of size 0) in backward
+    tape = Tape()
+    x = tape.param(np.zeros(x_shape), name="x")
+    inputs = [x] if w_shape is None else [x, tape.param(np.ones(w_shape), name="w")]
+    attrs = {} if op == "conv2d" else {"kernel": (2, 2)}
+    y = tape.record(op, inputs, attrs)
+    assert not tape.ok
+    node = len(inputs)
+    assert tape.error.startswith(f"node {node} {op}: ") and str(x_shape) in tape.error
+    if w_shape is not None:
+        assert str(w_shape) in tape.error
+    assert ops.sum(y).tape is tape and not tape.ok  # later ops return without computing
