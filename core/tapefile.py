@@ -52,7 +52,7 @@ class Limits:
     """What reading one tape may cost; a hostile file is refused before it costs more."""
 
     max_header_bytes: int = 16 * _MiB  # the JSON header (~100 bytes a node)
-    max_inflate_bytes: int = 1 << 30  # compressed members, inflated, all together
+    max_inflate_bytes: int = 512 * _MiB  # compressed members, inflated, all together
     max_rank: int = 32  # dimensions of a node's shape
 
     @classmethod
@@ -153,6 +153,8 @@ def load(path: str | os.PathLike, *, limits: Limits | None = None) -> tuple[Tape
                 members = _members(z, size, lim, bad)
                 spec = _Header(_read_header(z, members.pop("header"), lim, bad), lim, bad)
                 spec.check_members(members, lim)
+                for key, zi in members.items():  # every .npy header checked before any data
+                    _read_array(z, zi, key, spec, bad, data=False)
                 arrays = {key: _read_array(z, zi, key, spec, bad) for key, zi in members.items()}
         return spec.rebuild(arrays), spec.meta
     except TapeFileError:
@@ -266,14 +268,22 @@ def _read_header(z: zipfile.ZipFile, zi: zipfile.ZipInfo, lim: Limits, bad) -> A
         raise bad("header JSON is nested too deeply") from None
 
 
-def _read_array(z: zipfile.ZipFile, zi: zipfile.ZipInfo, key: str, spec: _Header, bad):
-    """One value or gradient: dtype and shape must be the node's before anything is allocated."""
+def _read_array(z: zipfile.ZipFile, zi: zipfile.ZipInfo, key: str, spec: _Header, bad,
+                data: bool = True) -> np.ndarray | None:
+    """One value or gradient: dtype, shape and size must be the node's before anything is
+    allocated (``data=False``: only that check)."""
     want = spec.shapes[int(key[1:])]
     with z.open(zi) as m:
         shape, fortran, dtype = _npy_start(m, bad, key)
         if dtype != spec.dtype or shape != want:
             raise bad(f"member {key} is {dtype}{list(shape)}, the header says "
                       f"{spec.dtype}{list(want)}")
+        nbytes = _math.prod(shape) * dtype.itemsize
+        if zi.file_size - m.tell() != nbytes:
+            raise bad(f"member {key}: declares {shape} {dtype} = {nbytes} bytes but carries "
+                      f"{zi.file_size - m.tell()}")
+        if not data:
+            return None
         flat = _read_into(m, zi, shape, dtype, bad, key)
     # C order, as the digest was taken (np.ascontiguousarray would make a 0-d array 1-d)
     arr = np.array(flat.reshape(shape[::-1]).T, order="C") if fortran else flat.reshape(shape)

@@ -270,6 +270,23 @@ def test_unused_gigabyte_member_costs_nothing(small, tmp_path):
     refused(bomb2, "v999", budget_s=5.0)
 
 
+def test_every_npy_header_is_checked_before_any_data_is_read(tmp_path):
+    # a big valid first member and a foreign second one: nothing may be allocated for the first
+    t = Tape()
+    t.param(np.zeros(3), name="x")
+    members = read_members(tapefile.save(t, tmp_path / "one.tape"))
+    h = header_of(members)
+    size = 48 * MiB
+    h["nodes"][0]["shape"] = [size // 8]
+    h["digests"]["v0"] = hashlib.sha256(bytes(size)).hexdigest()
+    h["digests"]["g0"] = h["digests"]["v0"]
+    del members["v0.npy"]
+    bad = _zip_with_big_member(tmp_path / "two.tape", with_header(members, h), "v0.npy", size)
+    with zipfile.ZipFile(bad, "a") as z:
+        z.writestr("g0.npy", npy(np.zeros(3, np.int64)))
+    refused(bad, "g0", budget_bytes=8 * MiB)
+
+
 def test_compressed_members_inflate_within_the_limit(small, tmp_path):
     members = read_members(small)
     h = header_of(members)
