@@ -3,9 +3,13 @@
 The ulp distance is the distance between the two values on the ordered-integer line (the IEEE
 bit pattern read as a sign-magnitude integer and mapped to two's complement), so adjacent
 floats are 1 apart, +0 and -0 are the same point, and the distance across zero is the sum of
-the two sides. NaN and signed-zero mismatches are counted explicitly: they are bit differences
-(`n_diff`) with no ulp distance (`n_nan`, `n_signed_zero` say how many). The device diff kernel
-(gpu/kernels/diff.cu) implements exactly these rules; tests hold the two to each other.
+the two sides. Signed-zero mismatches are bit differences (`n_diff`) with no ulp distance
+(`n_signed_zero` says how many); so is a NaN against a number (`n_nan`).
+
+NaN policy: IEEE 754 leaves a NaN's sign and payload to the implementation (x86 and CUDA make
+different ones), so two NaNs are equal whatever their bits: not in `n_diff`, counted apart in
+`nan_bits_differ` (docs/reference-order.md). The device diff kernel (gpu/kernels/diff.cu)
+implements exactly these rules; tests hold the two to each other.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ class TensorDiff:
     """Parity summary of one tensor (reference vs other)."""
 
     n: int
-    n_diff: int  # elements whose bit patterns differ (NaN payloads and ±0 included)
+    n_diff: int  # elements whose bit patterns differ (±0 included), two NaNs never
     max_ulp: int  # over differing elements where neither side is NaN
     max_abs: float  # max |other - ref| in float64, same elements
     max_rel: float  # max |other - ref| / |ref|; inf where ref is 0 or inf and they differ
     first_index: int | None  # flat (row-major) index of the first differing element
-    n_nan: int = 0  # differing elements where at least one side is NaN
+    n_nan: int = 0  # differing elements where one side is NaN and the other is not
     n_signed_zero: int = 0  # +0 vs -0
+    nan_bits_differ: int = 0  # both NaN, other sign or payload: equal under the NaN policy
 
     @property
     def exact(self) -> bool:
@@ -82,10 +87,13 @@ def compare_arrays(ref: np.ndarray, other: np.ndarray) -> TensorDiff:
     """Summarise how `other` differs from `ref` (same shape and dtype)."""
     r, o = _check_pair(ref, other)
     sint, _ = _BITS[r.dtype]
-    diff = r.view(sint) != o.view(sint)
+    bits = r.view(sint) != o.view(sint)
+    both_nan = bits & np.isnan(r) & np.isnan(o)  # the NaN policy: equal, counted apart
+    diff = bits & ~both_nan
     n_diff = int(diff.sum())
+    nan_bits = int(both_nan.sum())
     if n_diff == 0:
-        return TensorDiff(r.size, 0, 0, 0.0, 0.0, None)
+        return TensorDiff(r.size, 0, 0, 0.0, 0.0, None, nan_bits_differ=nan_bits)
     nan = diff & (np.isnan(r) | np.isnan(o))
     num = diff & ~nan
     szero = num & (r == 0) & (o == 0)
@@ -107,6 +115,7 @@ def compare_arrays(ref: np.ndarray, other: np.ndarray) -> TensorDiff:
         first_index=int(np.argmax(diff)),
         n_nan=int(nan.sum()),
         n_signed_zero=int(szero.sum()),
+        nan_bits_differ=nan_bits,
     )
 
 

@@ -16,7 +16,7 @@ _THREADS = 64  # per tensor (one block each); partials combine exactly in any gr
 class DeviceDiff:
     """Summaries of (reference, other) buffer pairs computed on the device.
 
-    Only the summaries (7 numbers per tensor) come back to the host.
+    Only the summaries (8 numbers per tensor) come back to the host.
     """
 
     def __init__(self, device: Device) -> None:
@@ -46,16 +46,16 @@ class DeviceDiff:
         table = np.array([[r.ptr, o.ptr, r.n] for r, o in pairs], dtype=np.int64).reshape(-1)
         tbuf = dev.alloc(table.size, np.int64)
         tbuf.upload(table)
-        pi = dev.alloc(5 * count * _THREADS, np.int64)
+        pi = dev.alloc(6 * count * _THREADS, np.int64)
         pd = dev.alloc(2 * count * _THREADS, np.float64)
-        ri = dev.alloc(5 * count, np.int64)
+        ri = dev.alloc(6 * count, np.int64)
         rd = dev.alloc(2 * count, np.float64)
         part = self.module[f"diff_partial_{sfx}"].record(count, _THREADS, tbuf, count, pi, pd)
         comb = self.module[f"diff_combine_{sfx}"].record(
             (count + 63) // 64, 64, count, _THREADS, pi, pd, ri, rd
         )
         dev.run([part, comb])
-        ints, dbls = ri.download().reshape(count, 5), rd.download().reshape(count, 2)
+        ints, dbls = ri.download().reshape(count, 6), rd.download().reshape(count, 2)
         res = []
         for (r, _), iv, dv in zip(pairs, ints, dbls, strict=True):
             n_diff = int(iv[0])
@@ -69,6 +69,7 @@ class DeviceDiff:
                     first_index=int(iv[2]) if n_diff else None,
                     n_nan=int(iv[3]),
                     n_signed_zero=int(iv[4]),
+                    nan_bits_differ=int(iv[5]),
                 )
             )
         return res

@@ -25,6 +25,7 @@ class ParityRow:
     value_max_ulp: float | None = None
     grad_n_diff: int | None = None
     grad_max_ulp: float | None = None
+    nan_bits_differ: int = 0  # NaNs differing only in sign/payload: equal (the NaN policy)
 
     def cell(self, col: int):
         """The raw value of column ``col`` (numbers stay numbers, for sorting)."""
@@ -62,7 +63,9 @@ def build_rows(nodes: Sequence, comparison: Iterable[Mapping] | None = None) -> 
         if e is not None:
             vn, vu = _side(e, "value", f"comparison for node {nd.id}")
             gn, gu = _side(e, "grad", f"comparison for node {nd.id}")
-        rows.append(ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), vn, vu, gn, gu))
+        nb = 0 if e is None else sum(int((e.get(k) or {}).get("nan_bits_differ", 0))
+                                     for k in ("value", "grad"))
+        rows.append(ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), vn, vu, gn, gu, nb))
     unknown = set(by_id) - {nd.id for nd in nodes}
     if unknown:
         raise ValueError(f"comparison names nodes not on the tape: {sorted(unknown)[:5]}")

@@ -48,13 +48,16 @@ def test_summary_fields():
     assert not d.exact
 
 
-def test_identical_nan_bits_are_equal_and_payloads_differ():
+def test_nans_are_equal_whatever_their_payload():
     a = np.array([np.nan, 1.0])
     assert compare_arrays(a, a.copy()).exact
     b = a.copy()
-    b.view(np.int64)[0] ^= 1  # another NaN payload: a bit difference, no ulp distance
+    b.view(np.int64)[0] ^= 1  # another NaN payload: equal (the NaN policy), counted apart
     d = compare_arrays(a, b)
-    assert d.n_diff == 1 and d.n_nan == 1 and d.max_ulp == 0
+    assert d.exact and d.n_diff == 0 and d.n_nan == 0 and d.nan_bits_differ == 1
+    b[1] = np.nan  # a NaN where the reference has a number still differs
+    d = compare_arrays(a, b)
+    assert d.n_diff == 1 and d.n_nan == 1 and d.nan_bits_differ == 1 and d.first_index == 1
 
 
 def test_infinities_and_zero_reference():

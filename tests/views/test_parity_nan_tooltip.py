@@ -1,0 +1,30 @@
+"""The parity table shows the NaN policy's count: NaNs that differ only in sign or payload are
+equal (not in n_diff), and the n_diff cells say how many there were."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt
+
+from core.parity import compare_arrays
+from views.graph_model import GraphNode
+from views.parity_rows import build_rows
+from views.parity_table import ParityTableModel
+
+
+def test_nan_bits_differ_reaches_the_table():
+    ref = np.array([1.0, np.nan, np.nan])
+    oth = ref.copy()
+    oth[1] = -oth[1]  # a NaN of the other sign
+    d = compare_arrays(ref, oth)
+    nodes = [GraphNode(0, "exp", (), "e", (3,)), GraphNode(1, "log", (0,), "l", (3,))]
+    comp = [{"id": 0, "value": d.to_json(), "grad": compare_arrays(ref, ref).to_json()},
+            {"id": 1, "value": compare_arrays(ref, ref).to_json()}]
+    rows = build_rows(nodes, comp)
+    assert rows[0].nan_bits_differ == 1 and rows[1].nan_bits_differ == 0
+    assert not rows[0].differs
+    m = ParityTableModel(rows)
+    assert m.data(m.index(0, 4)) == "0"
+    tip = m.data(m.index(0, 4), Qt.ToolTipRole)
+    assert tip.startswith("1 NaN elements differ only in sign or payload")
+    assert m.data(m.index(1, 4), Qt.ToolTipRole) is None
