@@ -57,16 +57,16 @@ class Limits:
 
     @classmethod
     def from_env(cls) -> Limits:
-        """Defaults, raised (or lowered) by TAPESCOPE_TAPE_MAX_HEADER / _MAX_INFLATE (bytes)."""
+        """Defaults, changed by TAPESCOPE_TAPE_MAX_HEADER / _MAX_INFLATE (bytes, or 64M, 2G)."""
         kw = {}
         for var, field in (("TAPESCOPE_TAPE_MAX_HEADER", "max_header_bytes"),
                            ("TAPESCOPE_TAPE_MAX_INFLATE", "max_inflate_bytes")):
-            raw = os.environ.get(var)
+            raw = os.environ.get(var, "").strip()
             if raw:
-                try:
-                    kw[field] = int(raw)
-                except ValueError:
-                    raise ValueError(f"{var}={raw!r}: expected a number of bytes") from None
+                m = re.fullmatch(r"(\d+)\s*([KMGT]?)i?B?", raw, re.IGNORECASE)
+                if not m:
+                    raise ValueError(f"{var}={raw!r}: expected a number of bytes (e.g. 2G)")
+                kw[field] = int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
         return cls(**kw)
 
 
@@ -142,6 +142,9 @@ def load(path: str | os.PathLike, *, limits: Limits | None = None) -> tuple[Tape
 
     try:
         lim = limits if limits is not None else Limits.from_env()
+    except ValueError as e:
+        raise bad(f"cannot read it with these limits: {e}") from None
+    try:
         with _open_regular(path, bad) as f:
             size = os.fstat(f.fileno()).st_size
             if f.read(4) != b"PK\x03\x04":

@@ -287,7 +287,7 @@ def test_every_npy_header_is_checked_before_any_data_is_read(tmp_path):
     refused(bad, "g0", budget_bytes=8 * MiB)
 
 
-def test_compressed_members_inflate_within_the_limit(small, tmp_path):
+def test_compressed_members_inflate_within_the_limit(small, tmp_path, monkeypatch):
     members = read_members(small)
     h = header_of(members)
     big = np.zeros(MiB // 8 * 4)  # 4 MiB of zeros, deflated to a few KiB
@@ -301,6 +301,15 @@ def test_compressed_members_inflate_within_the_limit(small, tmp_path):
     assert back.value(1).shape == (big.size,)
     err = refused(path, "inflate", limits=Limits(max_inflate_bytes=2 * MiB))
     assert "TAPESCOPE_TAPE_MAX_INFLATE" in str(err)  # the message says how to raise it
+    monkeypatch.setenv("TAPESCOPE_TAPE_MAX_INFLATE", "2M")
+    refused(path, "over the limit of 2097152")
+    monkeypatch.setenv("TAPESCOPE_TAPE_MAX_INFLATE", "8M")
+    assert tapefile.load(path)[0].value(0).shape == (big.size,)
+    monkeypatch.setenv("TAPESCOPE_TAPE_MAX_INFLATE", "lots")
+    refused(path, "TAPESCOPE_TAPE_MAX_INFLATE='lots'")
+    monkeypatch.setenv("TAPESCOPE_TAPE_MAX_INFLATE", "")
+    monkeypatch.setenv("TAPESCOPE_TAPE_MAX_HEADER", "100")
+    refused(path, "TAPESCOPE_TAPE_MAX_HEADER")
 
 
 def test_fortran_order_members_load_in_c_order(small, tmp_path):
