@@ -1,41 +1,155 @@
-"""The ``tapescope`` command line: discovers the subcommands in ``app.commands``."""
+"""The ``tapescope`` command line: discovers the subcommands in ``app.commands``.
+
+One contract for every command (README, "The CLI contract"): exit 0 when it went well (for a
+comparison: bit-identical), 1 when a comparison found a difference, 2 for a bad input or setup.
+A command reports a bad input by raising; ``main`` turns any exception into exactly one line on
+stderr, ``tapescope <command>: <what and where>``, and exit 2. ``--debug`` (before or after the
+command) adds the traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
+import traceback
+from types import TracebackType
 
 import app.commands
+
+MAX_LINE = 600  # a message is one line, and a bounded one (a hostile input may say a lot)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGES = tuple(os.path.join(_ROOT, p) + os.sep for p in ("app", "core", "gpu", "views"))
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (``tapescope train: --steps ...``), exit 2."""
+
+    def error(self, message: str) -> None:  # noqa: D102 — argparse's hook
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (``--steps``)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand found in ``app.commands``."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tapescope",
-        description="Tape inspector and debugger: CPU reference vs device, bit for bit.",
+        description="Tape inspector and debugger: CPU reference vs device, bit for bit. "
+                    "Exit status: 0 ok (bit-identical), 1 differs, 2 bad input or setup.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, print the traceback too (also after the command)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(app.commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"app.commands.{info.name}")
-        module.register(sub)
+        if callable(getattr(module, "register", None)):  # others are helpers of the commands
+            module.register(sub)
+    for p in sub.choices.values():
+        # SUPPRESS: the subcommand's default never overwrites a --debug given before it
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="on an error, print the traceback too")
+        for a in p._actions:
+            if a.dest == "steps" and a.type is int:
+                a.type = positive_int  # one rule: zero or negative steps are a bad input
     return parser
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    while e is not None and e not in out:
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def _ours_or_library(path: str) -> bool:
+    path = os.path.abspath(path)
+    if path.startswith("<") or not os.path.isfile(path):
+        return True
+    libs = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__)}
+    return path.startswith(_PACKAGES) or any(path.startswith(p + os.sep) for p in libs)
+
+
+def _user_frame(e: BaseException) -> tuple[str, int] | None:
+    """The innermost frame of the user's own code (a workload script) in the exception chain."""
+    for x in _chain(e):
+        tb: TracebackType | None = x.__traceback__
+        found = None
+        for frame, line in traceback.walk_tb(tb):
+            if not _ours_or_library(frame.f_code.co_filename):
+                found = (frame.f_code.co_filename, line)
+        if found is not None:
+            return found
+    return None
+
+
+def one_line(e: BaseException) -> str:
+    """``e`` as one bounded line: its message (with its type when that says something) and,
+    when the user's own code raised it, the file and line."""
+    msg = " ".join(str(e).split())
+    # our own errors, OSError and ValueError say what they are; for others the type is news
+    plain = type(e).__module__.split(".")[0] in ("core", "gpu", "app", "views") \
+        or isinstance(e, (OSError, ValueError))
+    if not msg:
+        msg = type(e).__name__
+    elif not plain:
+        msg = f"{type(e).__name__}: {msg}"
+    where = _user_frame(e)
+    if where is not None:
+        path, line = where
+        name = os.path.basename(path)
+        if f"{name}, line {line}" not in msg and f"{name} line {line}" not in msg:
+            msg += f" ({path} line {line})"
+    if len(msg) > MAX_LINE:
+        msg = msg[: MAX_LINE - 1] + "…"
+    return msg
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; with no command it opens the GUI."""
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    if not argv:
-        argv = ["gui"] if "gui" in parser._subparsers._group_actions[0].choices else ["--help"]
-    args = parser.parse_args(argv)
+    commands = parser._subparsers._group_actions[0].choices
+    if not [a for a in argv if a != "--debug"]:
+        argv = [*argv, "gui"] if "gui" in commands else ["--help"]
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a usage error (one line, 2) or --help (0): a code, not a raise
+        return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"tapescope {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            raise
+        # SystemExit("message"): a command's own way of saying "bad input"
+        msg, prefix = " ".join(str(e.code).split()), f"tapescope {args.command}: "
+        print(msg if msg.startswith(prefix) else prefix + msg, file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 — the contract: any failure is one line and exit 2
+        if args.debug:
+            traceback.print_exception(e)
+        print(f"tapescope {args.command}: {one_line(e)}", file=sys.stderr, flush=True)
+        return 2
 
 
 if __name__ == "__main__":

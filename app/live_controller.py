@@ -287,7 +287,7 @@ class LiveController(QObject):
 
     def _current(self, node: int) -> Inspection | None:
         got = self.inspections.get(node)
-        return got if got is not None and got.step == self.live.steps_done - 1 else None
+        return got if got is not None and got.step == self.live.steps_done else None  # from 1
 
     def _request(self, node: int) -> bool:
         """Ask once per node and step; False when the worker cannot be asked."""
@@ -312,7 +312,7 @@ class LiveController(QObject):
             return
         if self._request(node):
             self.win.inspector.set_note(
-                f"live: fetching node #{node} from both sides (step {self.live.steps_done - 1})…")
+                f"live: fetching node #{node} from both sides (step {self.live.steps_done})…")
         else:
             self.win.inspector.set_note("live: the session's worker has ended; start a new one")
 

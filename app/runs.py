@@ -2,10 +2,11 @@
 
 A run is the CPU tape (``refmath`` or ``platform`` math, float64 or float32) or a device replay
 of it (``gpu.capture``, optionally fused). ``PairRunner.step()`` advances both by one minibatch
-exactly as ``tapescope parity`` does (record, backward, set inputs, forward, backward, compare,
-optimizer steps) and returns a ``StepResult``: both losses, per-node parity, the first
-divergence, the step time. The metrics are ``gpu.parity`` (on the device) or ``core.parity``
-(on the host, in the narrower dtype when the two runs differ), never recomputed here.
+(record, backward, set inputs, forward, backward, compare, optimizer steps) and returns a
+``StepResult``: both losses, per-node parity, the first divergence, the step time. It is the one
+episode loop: ``tapescope parity``, ``tapescope report`` and the live session all step a
+``PairRunner``. The metrics are ``gpu.parity`` (on the device) or ``core.parity`` (on the host,
+in the narrower dtype when the two runs differ), never recomputed here.
 """
 
 from __future__ import annotations
@@ -78,9 +79,22 @@ class SessionConfig:
         return replace(self, **kw)
 
 
+class StepError(RuntimeError):
+    """A run failed during step ``step`` (numbered from 1); the original error is the cause."""
+
+    def __init__(self, step: int, cause: BaseException) -> None:
+        text = " ".join(str(cause).split())
+        super().__init__(f"step {step}: {type(cause).__name__}: {text}" if text
+                         else f"step {step}: {type(cause).__name__}")
+        self.step = step
+
+
 @dataclass
 class StepResult:
-    """One step of a pair: losses, per-node parity (``ParityReport.to_json`` nodes), timing."""
+    """One step of a pair: losses, per-node parity (``ParityReport.to_json`` nodes), timing.
+
+    Steps are numbered from 1 (the first step is step 1) everywhere a user reads them.
+    """
 
     step: int
     loss_ref: float
@@ -243,9 +257,19 @@ class PairRunner:
         return self.device.describe() if self.device is not None else "device: none (CPU only)"
 
     def step(self) -> StepResult:
-        """Advance both runs one minibatch, compare, update both; return the step's result."""
+        """Advance both runs one minibatch, compare, update both; return the step's result.
+
+        Anything that fails on the way (the user's workload, a device) raises ``StepError``
+        naming the step (from 1) with the original error as its cause.
+        """
+        try:
+            return self._step()
+        except Exception as e:
+            raise StepError(self.step_index + 1, e) from e
+
+    def _step(self) -> StepResult:
         t0 = time.perf_counter()
-        s = self.step_index
+        s = self.step_index  # the workload API counts minibatches from 0
         for f in self.feeds:
             f.advance(s, backward=False)
         for r in (self.ref, self.cand):
@@ -261,13 +285,20 @@ class PairRunner:
         dt = time.perf_counter() - t0
         self.step_index += 1
         js = report.to_json()
-        return StepResult(s, loss_ref, loss_cand, dt, report.exact, js["first_divergence"],
+        return StepResult(s + 1, loss_ref, loss_cand, dt, report.exact, js["first_divergence"],
                           js["nodes"], roots(self.nodes, js["nodes"]))
+
+    def compare_params(self) -> Any:
+        """The parameters' values on both sides after the last update, as a ``ParityReport``
+        (``step()`` compares them before its update; this covers the last one)."""
+        params = tuple(n for n in self.nodes if n.op == "param")
+        return host_compare(params, self.ref.array, self.cand.array, which=("value",))
 
     def arrays(self, node_id: Any) -> dict:
         """One compared node's value and gradient on both sides, as the last step left them.
 
-        ``{"step", "ref": {"value", "grad"}, "cand": {...}}``. Intermediate nodes hold what
+        ``{"step", "ref": {"value", "grad"}, "cand": {...}}`` (``step`` counts from 1, as
+        ``StepResult.step`` does). Intermediate nodes hold what
         that step computed (and compared); a parameter's value is already past its update.
         """
         if isinstance(node_id, bool) or not isinstance(node_id, int):
@@ -276,7 +307,7 @@ class PairRunner:
             raise IndexError(f"node #{node_id} is not compared (ids 0..{len(self.nodes) - 1})")
         if self.step_index == 0:
             raise ValueError("no step has run yet")
-        out: dict = {"step": self.step_index - 1}
+        out: dict = {"step": self.step_index}
         for key, r in (("ref", self.ref), ("cand", self.cand)):
             # a copy: the CPU tape hands out views that the next step overwrites
             out[key] = {w: _copy(r.array(node_id, w)) for w in ("value", "grad")}
@@ -291,21 +322,22 @@ class PairRunner:
         return host_compare(self.nodes, ref.array, cand.array)
 
 
-def host_compare(nodes: tuple, ref_array: Any, cand_array: Any) -> Any:
-    """Per-node ``core.parity`` diffs of two runs (any sides), as a ``gpu.parity.ParityReport``."""
+def host_compare(nodes: tuple, ref_array: Any, cand_array: Any,
+                 which: tuple[str, ...] = ("value", "grad")) -> Any:
+    """Per-node ``core.parity`` diffs of two runs (any sides), as a ``gpu.parity.ParityReport``
+    (``which``: the arrays compared; the others are None)."""
     from core.parity import compare_arrays
     from gpu.parity import NodeParity, ParityReport, first_divergence
 
     out = []
     for n in nodes:
-        diffs = {}
-        for which in ("value", "grad"):
-            a, b = ref_array(n.id, which), cand_array(n.id, which)
+        diffs: dict = {"value": None, "grad": None}
+        for w in which:
+            a, b = ref_array(n.id, w), cand_array(n.id, w)
             if a is None or b is None:
-                diffs[which] = None
                 continue
             dt = min(a.dtype, b.dtype, key=lambda d: d.itemsize)
-            diffs[which] = compare_arrays(_narrow(a, dt), _narrow(b, dt))
+            diffs[w] = compare_arrays(_narrow(a, dt), _narrow(b, dt))
         out.append(NodeParity(n.id, n.op, n.name, diffs["value"], diffs["grad"]))
     nodes_t = tuple(out)
     # the same first-divergence rule as the device comparison (gpu.parity)

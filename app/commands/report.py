@@ -8,10 +8,14 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``report`` subcommand."""
+    from app.cli import positive_int
     from app.runs import COMPARES
 
     p = sub.add_parser("report", help="HTML parity report (+ .json) of a side-by-side run")
-    p.add_argument("--workload", default="mlp", help="mlp | transformer | PATH.py")
+    p.add_argument("--workload", default=None, help="mlp (default) | transformer | PATH.py")
+    from app.commands.model_args import add_model_args
+
+    add_model_args(p)
     p.add_argument("--device", default="auto", choices=["auto", "host", "cuda"])
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
@@ -19,43 +23,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
                    help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=positive_int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="report.html", help="the HTML file (the .json goes beside)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run, write the report; 0 when bit-identical, 1 when not, 2 on bad input."""
+    """Run, write the report; 0 when bit-identical, 1 when not (a bad input raises:
+    ``tapescope`` turns it into one line and exit 2)."""
     import os
     import sys
 
     if args.steps < 1:
-        print("tapescope report: --steps must be at least 1", file=sys.stderr)
-        return 2
+        raise ValueError(f"--steps must be at least 1, not {args.steps}")
     if not args.out.lower().endswith((".html", ".htm")):
-        print(f"tapescope report: --out {args.out!r} must end in .html", file=sys.stderr)
-        return 2
+        raise ValueError(f"--out {args.out!r} must end in .html")
     try:  # before the run: a bad place to write should not cost the user the whole run
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     except OSError as e:
-        print(f"tapescope report: cannot write {args.out}: {e}", file=sys.stderr)
-        return 2
+        raise OSError(f"cannot write {args.out}: {e}") from e
+    from app.commands.model_args import resolve_workload
     from app.report_data import ReportAccumulator
     from app.runs import PairRunner, SessionConfig
-    from core.workloads import WorkloadError
 
-    try:
-        cfg = SessionConfig(workload=args.workload, device=args.device, fuse=args.fuse,
-                            dtype=args.dtype, math=args.math, compare=args.compare,
-                            seed=args.seed)
-        runner = PairRunner(cfg)
-    except WorkloadError as e:
-        print(f"tapescope report: {e}\n{e.details}", file=sys.stderr)
-        return 2
-    except (ValueError, RuntimeError) as e:  # unknown workload, DeviceError, CaptureError
-        print(f"tapescope report: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
+                        dtype=args.dtype, math=args.math, compare=args.compare, seed=args.seed)
+    runner = PairRunner(cfg)
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None
     acc = ReportAccumulator(cfg, runner.nodes, runner.ref_spec.label(),
@@ -63,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     for _ in range(args.steps):
         r = runner.step()
         acc.add(r)
-        print(f"step {r.step + 1:4d}  loss {r.loss_ref:.9g}  {r.loss_cand:.9g}  "
+        print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  {r.loss_cand:.9g}  "
               f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
     data = acc.to_json()
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
@@ -77,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         html, side = write_report(data, args.out)
     except OSError as e:
-        print(f"tapescope report: cannot write {args.out}: {e}", file=sys.stderr)
-        return 2
+        raise OSError(f"cannot write {args.out}: {e}") from e
     print(f"{data['verdict']['text']}\nwrote {html} and {side}")
     return 0 if data["verdict"]["exact"] else 1

@@ -7,9 +7,13 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``train`` subcommand."""
-    p = sub.add_parser("train", help="train a workload on the CPU tape (headless)")
-    p.add_argument("--workload", default="mlp", help="mlp | transformer")
-    p.add_argument("--steps", type=int, default=20)
+    from app.cli import positive_int
+
+    p = sub.add_parser("train", help="train a workload on the CPU tape (headless)",
+                       description="Train a workload on the CPU tape, one loss line per step. "
+                                   "Exit 0 when it ran, 2 on a bad input (one line on stderr).")
+    p.add_argument("--workload", default="mlp", help="mlp | transformer | PATH.py")
+    p.add_argument("--steps", type=positive_int, default=20)
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"])
     p.add_argument("--seed", type=int, default=0)
@@ -17,28 +21,30 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train and print ``step N loss X`` per step; exit 2 on a bad workload."""
+    """Train and print ``step N loss X`` per step (N from 1); a bad workload or a failing step
+    raises (``tapescope`` turns it into one line and exit 2)."""
     import time
 
+    from app.runs import StepError
     from core import workloads
 
-    try:
-        wl = workloads.get(args.workload, dtype=args.dtype, math=args.math, seed=args.seed)
-    except workloads.WorkloadError as e:
-        print(f"tapescope train: {e}\n{e.details}".rstrip())
-        return 2
-    except ValueError as e:
-        print(f"tapescope train: {e}")
-        return 2
+    if args.steps < 1:
+        raise ValueError(f"--steps must be at least 1, not {args.steps}")
+    wl = workloads.get(args.workload, dtype=args.dtype, math=args.math, seed=args.seed)
     print(f"workload {wl.name}: {len(wl.params)} parameter tensors, "
           f"{sum(p.node.size for p in wl.params)} weights, {args.dtype}, math={args.math}")
     t0 = time.perf_counter()
-
-    def show(step: int, loss: float) -> None:
-        print(f"step {step + 1:4d}  loss {loss:.6f}", flush=True)
-
-    losses = wl.train(args.steps, show)
+    opt = wl.make_optimizer()
+    losses = []
+    for step in range(1, args.steps + 1):
+        try:
+            loss = wl.record(step - 1)  # the workload API counts minibatches from 0
+            wl.tape.backward(loss)
+            opt.step()
+            losses.append(float(wl.tape.value(loss)))
+        except Exception as e:
+            raise StepError(step, e) from e
+        print(f"step {step:4d}  loss {losses[-1]:.6f}", flush=True)
     dt = time.perf_counter() - t0
-    if losses:
-        print(f"{args.steps} steps in {dt:.2f} s; loss {losses[0]:.6f} -> {losses[-1]:.6f}")
+    print(f"{args.steps} steps in {dt:.2f} s; loss {losses[0]:.6f} -> {losses[-1]:.6f}")
     return 0

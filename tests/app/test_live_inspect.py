@@ -51,7 +51,7 @@ def test_platform_math_device_side_of_a_selected_softmax(qtbot, win):
     qtbot.waitUntil(lambda: win.live.last is not None, timeout=10000)
     click_row(qtbot, win, sm)
     assert win.selected == sm
-    qtbot.waitUntil(lambda: shown_live(win, sm, 0), timeout=5000)
+    qtbot.waitUntil(lambda: shown_live(win, sm, 1), timeout=5000)
     # the same episode stepped here, independently of the worker: the bits must be the same
     here = PairRunner(cfg)
     here.step()
@@ -74,7 +74,7 @@ def test_platform_math_device_side_of_a_selected_softmax(qtbot, win):
     assert np.array_equal(dv.ulp != 0, ref_g.view(np.int64) != cand_g.view(np.int64))
     # one more step while paused: the selected node follows it
     win.live.act_step.trigger()
-    qtbot.waitUntil(lambda: shown_live(win, sm, 1), timeout=10000)
+    qtbot.waitUntil(lambda: shown_live(win, sm, 2), timeout=10000)
     here.step()
     assert bits(win.inspector.details.device_value) == bits(here.cand.array(sm, "value"))
     assert bits(win.inspector.details.grad) == bits(here.ref.array(sm, "grad"))
@@ -89,7 +89,7 @@ def test_exact_run_has_an_all_zero_map_and_a_stopped_session_still_answers(qtbot
     sm = next(n.id for n in win.session.tape.nodes if n.op == "softmax")
     click_node(qtbot, win, sm)
     assert win.selected == sm
-    qtbot.waitUntil(lambda: shown_live(win, sm, 1), timeout=5000)
+    qtbot.waitUntil(lambda: shown_live(win, sm, 2), timeout=5000)
     dv = win.inspector.device_view
     d = win.inspector.details
     assert d.device_value is not None and bits(d.device_value) == bits(d.value)
@@ -131,7 +131,7 @@ def test_worker_reply_names_what_is_wrong():
     assert f"node #{n} is not compared (ids 0..{n - 1})" in inspect_message(r, n)["error"]
     assert "integer id" in inspect_message(r, "3")["error"]
     ok = inspect_message(r, n - 1)
-    assert ok["error"] is None and ok["step"] == 0
+    assert ok["error"] is None and ok["step"] == 1
     loss = decode_array(ok["cand"]["value"])
     assert loss.shape == () and float(loss) == r.cand.loss()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QImage
 
+from app.cli import main
 from app.commands import report
 from app.report_html import SECTIONS
 from app.runs import SessionConfig
@@ -63,22 +64,32 @@ def test_cli_report_of_platform_math_names_the_first_divergence(qapp, tmp_path):
     check_self_contained(html)
     data = json.loads((tmp_path / "r.json").read_text())
     f = data["first_divergence"]
-    assert f["step"] == 0 and f["op"] == "exp" and f["which"] == "value"
+    assert f["step"] == 1 and f["op"] == "exp" and f["which"] == "value"
     assert {r["op"] for r in f["roots"]} == {"exp", "tanh"}
     assert f"node <b>#{f['node']} exp</b>" in html
     assert "class=diff" in html and "differs:" in html
 
 
+def cli_err(capsys, *argv: str) -> tuple[int, str]:
+    """``tapescope report ARGV`` in-process: (exit code, stderr)."""
+    rc = main(["report", "--device", "host", *argv])
+    return rc, capsys.readouterr().err
+
+
 def test_cli_report_bad_input(qapp, tmp_path, capsys):
-    assert report.run(args(tmp_path, out=str(tmp_path / "r.txt"))) == 2
-    assert "must end in .html" in capsys.readouterr().err
-    assert report.run(args(tmp_path, workload="nosuch")) == 2
-    assert "unknown workload 'nosuch'" in capsys.readouterr().err
+    out = ["--out", str(tmp_path / "r.html")]
+    rc, err = cli_err(capsys, "--out", str(tmp_path / "r.txt"))
+    assert rc == 2 and "must end in .html" in err and err.count("\n") == 1
+    rc, err = cli_err(capsys, "--workload", "nosuch", *out)
+    assert rc == 2 and "unknown workload 'nosuch'" in err and err.count("\n") == 1
     bad = tmp_path / "bad.py"
-    bad.write_text("raise ImportError('no such module frobnicate')\n")
-    assert report.run(args(tmp_path, workload=str(bad))) == 2
-    err = capsys.readouterr().err
-    assert "frobnicate" in err and "Traceback" in err and "bad.py" in err
+    bad.write_text("import os\nraise ImportError('no such module frobnicate')\n")
+    rc, err = cli_err(capsys, "--workload", str(bad), *out)
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("tapescope report: ") and "frobnicate" in err
+    assert f"{bad} line 2" in err  # where: the user's file and line
+    rc, err = cli_err(capsys, "--workload", str(bad), *out, "--debug")
+    assert rc == 2 and "Traceback" in err and err.splitlines()[-1].startswith("tapescope report")
     assert not (tmp_path / "r.html").exists()
 
 
@@ -93,13 +104,13 @@ def test_export_from_the_gui(qtbot, settings, tmp_path):
         for k in range(2):
             win.live.single_step()
             qtbot.waitUntil(lambda k=k: win.live.last is not None
-                            and win.live.last.latest.step == k, timeout=10000)
+                            and win.live.last.latest.step == k + 1, timeout=10000)
         out = tmp_path / "gui.html"
         assert win.live.export(str(out))
         check_self_contained(out.read_text(encoding="utf-8"))
         data = json.loads(out.with_suffix(".json").read_text())
         assert data["verdict"]["steps"] == 2 and data["verdict"]["exact"]
-        assert [s["step"] for s in data["steps"]] == [0, 1]
+        assert [s["step"] for s in data["steps"]] == [1, 2]
     finally:
         win.live.close()
 
@@ -107,9 +118,10 @@ def test_export_from_the_gui(qtbot, settings, tmp_path):
 def test_cli_report_makes_the_folder_or_refuses_before_running(qapp, tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    assert report.run(args(tmp_path, out=str(blocker / "r.html"))) == 2
+    assert main(["report", "--device", "host", "--out", str(blocker / "r.html")]) == 2
     err = capsys.readouterr()
     assert "cannot write" in err.err and "step" not in err.out  # refused before any step ran
+    assert err.err.count("\n") == 1
     nested = tmp_path / "new" / "dir" / "r.html"
     assert report.run(args(tmp_path, out=str(nested), steps=1)) == 0
     assert nested.exists() and nested.with_suffix(".json").exists()

@@ -36,7 +36,7 @@ def test_platform_drift_exits_1_and_names_the_first_divergence(tmp_path, capsys)
     assert rc == (0 if rep["exact"] else 1)
     if rc == 1:
         fd = rep["first_divergence"]
-        assert fd["step"] == 0 and fd["which"] == "value"
+        assert fd["step"] == 1 and fd["which"] == "value"
         assert fd["op"] in ("softmax", "exp", "log", "sigmoid", "tanh", "swiglu", "silu",
                             "cross_entropy")
         assert "DIFFERS" in text
