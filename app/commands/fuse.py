@@ -10,7 +10,7 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``fuse`` subcommand."""
     p = sub.add_parser("fuse", help="print the fusion plan of a workload (generated kernels)")
-    p.add_argument("--workload", default="mlp", help="mlp | transformer")
+    p.add_argument("--workload", default="mlp", help="mlp | transformer | PATH.py")
     p.add_argument("--tape", metavar="FILE",
                    help="a recorded .tape instead of a workload (loss: meta 'loss', else last)")
     p.add_argument("--device", default="host", choices=["auto", "host", "cuda"])
@@ -62,21 +62,16 @@ def _check(dev, args) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the plan; 0 on success, 1 when --check finds a difference, 2 on bad input."""
+    """Print the plan; 0 on success, 1 when --check finds a difference (a bad input raises:
+    ``tapescope`` turns it into one line and exit 2)."""
     import json
-    import sys
 
     import gpu
-    from core.tape import TapeError
     from gpu import fusion
 
-    try:
-        tape, loss, _ = _episode(args)
-        dev = gpu.open_device(args.device)
-        prog = gpu.capture(dev, tape, loss)
-    except (ValueError, TapeError, gpu.DeviceError, gpu.CaptureError) as e:
-        print(f"tapescope fuse: {e}", file=sys.stderr)
-        return 2
+    tape, loss, _ = _episode(args)
+    dev = gpu.open_device(args.device)
+    prog = gpu.capture(dev, tape, loss)
     print(dev.describe())
     plan = fusion.plan(prog)
     what = f"tape {args.tape}" if args.tape else f"workload {args.workload}"
@@ -86,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
             with open(args.json, "w") as f:
                 json.dump(plan.to_json(), f, indent=1)
         except OSError as e:
-            print(f"tapescope fuse: cannot write {args.json}: {e}", file=sys.stderr)
-            return 2
+            raise OSError(f"cannot write {args.json}: {e}") from e
     if args.check:
         return 0 if _check(dev, args) else 1
     return 0

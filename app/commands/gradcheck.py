@@ -14,15 +14,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the per-op table; exit 1 on any failure."""
+    """Print the per-op table; exit 1 on any failure (an unknown op raises: exit 2)."""
     from core import gradcheck
     from core.ops import REGISTRY
 
     names = args.op or [n for n in sorted(REGISTRY) if REGISTRY[n].kind != "leaf"]
     unknown = [n for n in names if n not in REGISTRY]
     if unknown:
-        print(f"tapescope gradcheck: unknown op(s): {', '.join(unknown)}")
-        return 2
+        raise ValueError(f"unknown op(s): {', '.join(unknown)} (known: "
+                         f"{', '.join(n for n in sorted(REGISTRY) if REGISTRY[n].kind != 'leaf')})")
     print(f"{'op':<15} {'cases':>5} {'inputs checked':>15} {'max rel error':>14}  verdict")
     failed = 0
     for name in names:
