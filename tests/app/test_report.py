@@ -125,3 +125,21 @@ def test_cli_report_makes_the_folder_or_refuses_before_running(qapp, tmp_path, c
     nested = tmp_path / "new" / "dir" / "r.html"
     assert report.run(args(tmp_path, out=str(nested), steps=1)) == 0
     assert nested.exists() and nested.with_suffix(".json").exists()
+
+
+def test_the_window_numbers_steps_from_1_like_the_cli(qtbot, win):
+    # the status bar, the first divergence and the Inspector agree: the first step is step 1
+    assert win.live.start(SessionConfig(workload=BRANCHES, device="host", math="platform"),
+                          paused=True)
+    qtbot.waitUntil(lambda: bool(win.live.info), timeout=15000)
+    win.live.single_step()
+    qtbot.waitUntil(lambda: win.live.last is not None and win.live.live.first is not None,
+                    timeout=10000)
+    assert win.live.last.latest.step == 1 and win.live.live.first["step"] == 1
+    label = win.live.state_label.text()
+    assert " · step 1 · first divergence: step 1 node #" in label, label
+    node = int(win.live.live.first["node"])
+    win.select_node(node)
+    qtbot.waitUntil(lambda: win.live.shown is not None and win.live.shown.node == node,
+                    timeout=10000)
+    assert win.inspector.note.text().startswith("live · step 1 · "), win.inspector.note.text()
