@@ -20,11 +20,13 @@ HEAT_STEPS = 300
 
 
 def _merge(acc: dict | None, d: dict) -> dict:
-    b = {k: d.get(k, 0) for k in ("n", "n_diff", "max_ulp", "max_abs", "n_nan")}
+    # nan_bits_differ: NaNs that differ only in sign/payload, equal under the NaN policy
+    b = {k: d.get(k, 0) for k in ("n", "n_diff", "max_ulp", "max_abs", "n_nan",
+                                  "nan_bits_differ")}
     if acc is None:
         return b
     return {"n": b["n"], **{k: max(acc[k], b[k]) for k in ("n_diff", "max_ulp", "max_abs",
-                                                         "n_nan")}}
+                                                         "n_nan", "nan_bits_differ")}}
 
 
 class ReportAccumulator:
@@ -101,6 +103,8 @@ class ReportAccumulator:
             "environment": environment(self.device),
             "verdict": {"exact": exact, "steps": n, "nodes": len(nodes),
                         "nodes_differing": len(differ),
+                        "nan_bits_differ": sum(s.get("nan_bits_differ", 0) for n in nodes
+                                               for s in (n["value"], n["grad"]) if s),
                         "text": verdict_text(exact, n, len(nodes), len(differ))},
             "first_divergence": first,
             "steps": [{"step": s[0], "loss_ref": s[1], "loss_cand": s[2], "seconds": s[3],
@@ -129,10 +133,10 @@ def environment(device: str) -> dict[str, Any]:
                            "platform": platform.platform(), "machine": platform.machine(),
                            "device": device}
     try:
-        from gpu.host import HOST_FLAGS, find_compiler
+        from gpu.host import find_compiler, host_flags
 
         env["host_compiler"] = str(find_compiler())
-        env["host_flags"] = " ".join(HOST_FLAGS)
+        env["host_flags"] = " ".join(host_flags(env["host_compiler"]))  # as this CPU takes them
     except Exception as e:  # noqa: BLE001 — a report is still useful without the compiler line
         env["host_compiler"] = f"unavailable ({type(e).__name__}: {e})"
     try:

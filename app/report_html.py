@@ -132,7 +132,8 @@ def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
 <div class=sub>{escape(data['reference'])} ↔ {escape(data['candidate'])} ·
 {escape(data['environment']['device'])}</div>
 <section id=verdict><div class="verdict {'ok' if v['exact'] else 'bad'}">{escape(v['text'])}
-</div><p></p>{_kv(cfg)}</section>
+</div><p>NaNs differing only in sign or payload (equal under the NaN policy):
+{v.get('nan_bits_differ', 0)}</p>{_kv(cfg)}</section>
 <section id=first-divergence><h2>First divergence</h2>{_first(data)}</section>
 <section id=dag><h2>DAG with parity overlay</h2>{legend}
 <div class=img><img alt="tape DAG coloured by parity" src="{_b64(dag_png)}"></div></section>

@@ -82,7 +82,8 @@ def host_flags(cxx: str) -> tuple[str, ...]:
     """HOST_FLAGS as this compiler and CPU take them (-march=native only where accepted)."""
     flags = list(HOST_FLAGS)
     if platform.machine() in ("x86_64", "AMD64"):
-        flags[1:1] = _X86_FLAGS
+        at = flags.index("-march=native") + 1
+        flags[at:at] = _X86_FLAGS
     with tempfile.TemporaryDirectory(prefix="tapescope-cc-") as td:
         src = Path(td) / "probe.cc"
         src.write_text("int ts_probe(int x) { return x + 1; }\n")

@@ -33,14 +33,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _brief(d: dict) -> dict:
-    return {k: d[k] for k in ("n", "n_diff", "max_ulp", "max_abs")}
+    # nan_bits_differ: NaNs that differ only in sign/payload, equal under the NaN policy
+    return {**{k: d[k] for k in ("n", "n_diff", "max_ulp", "max_abs")},
+            "nan_bits_differ": d.get("nan_bits_differ", 0)}
 
 
 def _merge(acc: dict | None, d: dict) -> dict:
     b = _brief(d)
     if acc is None:
         return b
-    return {"n": b["n"], **{k: max(acc[k], b[k]) for k in ("n_diff", "max_ulp", "max_abs")}}
+    return {"n": b["n"], **{k: max(acc[k], b[k]) for k in ("n_diff", "max_ulp", "max_abs",
+                                                         "nan_bits_differ")}}
 
 
 def _fold(per_node: dict[int, dict], nodes: list[dict]) -> None:
@@ -97,9 +100,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{n['id']:>5} {n['op']:<14} {(n['name'] or '')[:28]:<28} "
               f"{n['value']['n_diff']:>11} {n['value']['max_ulp']:>6} {g['n_diff']:>10} "
               f"{g['max_ulp']:>6}")
+    nan_bits = sum(s["nan_bits_differ"] for n in nodes for s in (n["value"], n["grad"]) if s)
     print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device.kind}: "
           f"{'bit-identical' if exact else f'{len(bad)} nodes differ'}; first divergence: "
-          f"{first}; launches per episode: {prog.stats['launches_per_episode']}")
+          f"{first}; launches per episode: {prog.stats['launches_per_episode']}; "
+          f"NaNs differing only in sign/payload (equal): {nan_bits}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(strict_json(report), f, indent=1, allow_nan=False)

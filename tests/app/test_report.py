@@ -49,6 +49,7 @@ def test_cli_report_of_an_exact_run(qapp, tmp_path, capsys):
     check_self_contained(html)
     data = json.loads((tmp_path / "r.json").read_text(), parse_constant=pytest.fail)
     assert data["verdict"]["exact"] and data["verdict"]["steps"] == 3
+    assert data["verdict"]["nan_bits_differ"] == 0 and "(equal under the NaN policy)" in html
     assert data["first_divergence"] is None
     assert len(data["steps"]) == 3 and all(s["exact"] for s in data["steps"])
     assert html.count("<tr><td class=n>") + html.count("<tr class=diff><td class=n>") == len(

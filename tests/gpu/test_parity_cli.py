@@ -21,7 +21,8 @@ def test_exact_run_writes_the_schema(tmp_path, capsys):
     assert rep["stats"]["launches_per_episode"] > 0
     node = rep["nodes"][-1]
     assert {"id", "op", "name", "value", "grad"} <= set(node)
-    assert set(node["value"]) == {"n", "n_diff", "max_ulp", "max_abs"}
+    assert set(node["value"]) == {"n", "n_diff", "max_ulp", "max_abs", "nan_bits_differ"}
+    assert "NaNs differing only in sign/payload (equal): 0" in text
     assert node["op"] == "mean" and node["grad"]["n"] == 1
 
 
