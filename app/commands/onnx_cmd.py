@@ -63,6 +63,9 @@ def _limit_flags(p) -> None:
                         f"(default {d.max_loop_iterations})")
     g.add_argument("--max-nodes", type=_count, metavar="N",
                    help=f"nodes once local functions are inlined (default {d.max_nodes})")
+    g.add_argument("--max-work", type=_count, metavar="N",
+                   help="estimated work of one run, in ~nanoseconds of the reference executor "
+                        f"(default {d.max_work}, about 20 s)")
 
 
 def limits_from(args: argparse.Namespace):
@@ -71,7 +74,7 @@ def limits_from(args: argparse.Namespace):
 
     return Limits().with_(max_elements=args.max_elements, max_bytes=args.max_bytes,
                           max_loop_iterations=args.max_loop_iterations,
-                          max_nodes=args.max_nodes)
+                          max_nodes=args.max_nodes, max_work=args.max_work)
 
 
 class _BadInput(Exception):

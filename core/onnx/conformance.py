@@ -65,7 +65,7 @@ def run_suite(categories: tuple[str, ...] = tuple(CATEGORIES.values()),
     class _SuiteBackend(Backend):
         # ONNX's own suite is trusted data: its light models hold ConstantOfShape weights of up
         # to 1e8 elements (vgg19), over the defaults meant for models from strangers
-        limits = Limits(max_elements=1 << 28, max_bytes=1 << 33)
+        limits = Limits(max_elements=1 << 28, max_bytes=1 << 33, max_work=1 << 50)
 
     old_home = os.environ.get("ONNX_HOME")
     with tempfile.TemporaryDirectory() as home, warnings.catch_warnings():

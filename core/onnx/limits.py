@@ -23,7 +23,8 @@ from core.onnx.errors import OnnxError
 
 #: how each limit is raised on the command line (the error message says so)
 FLAGS = {"max_elements": "--max-elements", "max_bytes": "--max-bytes",
-         "max_loop_iterations": "--max-loop-iterations", "max_nodes": "--max-nodes"}
+         "max_loop_iterations": "--max-loop-iterations", "max_nodes": "--max-nodes",
+         "max_work": "--max-work"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class Limits:
     max_loop_iterations: int = 100_000
     #: nodes of the model once its local functions are inlined (they nest exponentially)
     max_nodes: int = 100_000
+    #: estimated work of one run, in units of about a nanosecond of the reference executor:
+    #: each node run counts NODE_COST, each output element 1 (SLOW_COST for ops through
+    #: refmath's transcendentals), each multiply-add 1 (2**34: ~20 s here)
+    max_work: int = 1 << 34
 
     def with_(self, **changes: int | None) -> Limits:
         """A copy with the given limits changed (``None`` leaves one as it is)."""
@@ -93,6 +98,7 @@ class Budget:
         self.bytes = 0
         self.iterations = 0
         self.nodes = 0  # nodes run so far (a progress dialog can read it)
+        self.work = 0  # estimated work so far (see Limits.max_work)
         self._held: dict[int, tuple[Any, int]] = {}  # id(base array) -> (base, nbytes)
 
     # -- between nodes --------------------------------------------------------------------
@@ -117,12 +123,11 @@ class Budget:
         self.check_cancel()
         self.nodes += 1
         pred = PREDICT.get(op_type)
-        if pred is None:
-            return
         try:
-            n = pred(ins, attrs, opset)
+            n = None if pred is None else pred(ins, attrs, opset)
         except Exception:  # noqa: BLE001 - a malformed node: its kernel says what is wrong
-            return
+            n = None
+        self.charge_work(op_type, ins, attrs, n)
         if n is None:
             return
         if n > self.limits.max_elements:
@@ -131,6 +136,23 @@ class Budget:
         if self.bytes + n > self.limits.max_bytes:  # at least a byte per element
             raise _over(f"the run would hold at least {self.bytes + n} bytes",
                         self.limits.max_bytes, "max_bytes")
+
+    def charge_work(self, op_type: str, ins: list, attrs: dict, n_out: int | None) -> None:
+        """Add the node's estimated work (from its inputs, before it runs); refuse a run whose
+        total would go over ``max_work``."""
+        sizes = [_size(x) for x in ins]
+        est = n_out if n_out is not None else max(sizes, default=1)
+        work = NODE_COST + est * (SLOW_COST if op_type in SLOW_OPS else 1)
+        macs = MACS.get(op_type)
+        if macs is not None:
+            try:
+                work += macs(ins, attrs, est)
+            except Exception:  # noqa: BLE001 - malformed: the kernel says what is wrong
+                pass
+        self.work += work
+        if self.work > self.limits.max_work:
+            raise _over(f"the run would take an estimated {self.work} units of work (this "
+                        f"node {work})", self.limits.max_work, "max_work")
 
     def hold(self, value: Any, held: list | None = None) -> None:
         """Account for a value a run now holds (a tensor or a sequence of them); refuse one
@@ -211,6 +233,13 @@ def count_inlined_nodes(model, limits: Limits, label: str) -> int:
 
 
 # ---- output sizes predicted from the inputs -----------------------------------------------------
+
+def _size(x) -> int:
+    if isinstance(x, list):
+        return sum(_size(v) for v in x)
+    shape = getattr(x, "shape", None)
+    return _prod(shape, "size") if shape is not None else 1
+
 
 def _shape(x) -> tuple[int, ...]:
     return tuple(int(d) for d in x.shape)
@@ -406,6 +435,21 @@ def _concat_seq(ins, attrs, opset):
     return sum(int(v.size) for v in ins[0]) if isinstance(ins[0], list) else None
 
 
+def _einsum(ins, attrs, opset):
+    eq = str(attrs.get("equation", "")).replace(" ", "")
+    if "..." in eq:
+        return None
+    lhs, _, out = eq.partition("->")
+    terms = lhs.split(",")
+    dims: dict[str, int] = {}
+    for term, x in zip(terms, ins, strict=False):
+        for letter, d in zip(term, _shape(x), strict=False):
+            dims[letter] = max(dims.get(letter, 1), d)
+    if "->" not in eq:  # implicit output: the letters used once, in alphabetical order
+        out = "".join(sorted(c for c in dims if lhs.count(c) == 1))
+    return _prod([dims.get(c, 1) for c in out], "Einsum")
+
+
 def _dft(ins, attrs, opset):
     x = _shape(ins[0])
     n = _ints(ins[1])[0] if len(ins) > 1 and ins[1] is not None and np.asarray(ins[1]).size \
@@ -432,4 +476,79 @@ PREDICT: dict[str, Callable[[list, dict, int], int | None]] = {
     "LpPool": _spatial(None),
     "ConvTranspose": _conv_transpose, "MaxUnpool": _max_unpool, "Col2Im": _col2im,
     "Multinomial": _multinomial, "ConcatFromSequence": _concat_seq, "DFT": _dft,
+    "Einsum": _einsum,
+}
+
+
+# ---- work estimates -----------------------------------------------------------------------------
+
+#: the executor's own cost per node run (Python dispatch, checks), in work units (~ns)
+NODE_COST = 50_000
+#: per output element of ops computed through refmath's transcendentals (~0.1-0.5 us each)
+SLOW_COST = 512
+SLOW_OPS = frozenset({
+    "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Softmax", "LogSoftmax", "Softplus", "Mish", "Elu",
+    "Selu", "Celu", "Swish", "Gelu", "Pow", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+    "Cosh", "Asinh", "Acosh", "Atanh", "LSTM", "GRU", "RNN", "LpNormalization", "LRN",
+    "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "Hardmax", "ReduceLogSumExp",
+    "ReduceLogSum", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
+    "GroupNormalization", "RMSNormalization", "MeanVarianceNormalization"})
+
+
+def _mm_macs(a_i: int, b_i: int):
+    def macs(ins, attrs, n_out):
+        return n_out * _shape(ins[a_i])[-1]
+    return macs
+
+
+def _gemm_macs(ins, attrs, n_out):
+    a = _shape(ins[0])
+    return n_out * (a[0] if attrs.get("transA") else a[1])
+
+
+def _spatial_macs(w_i: int | None):
+    """Conv (weights at ``w_i``): every output element sums C/group x window taps; a pool
+    (``w_i`` None) sums its window."""
+    def macs(ins, attrs, n_out):
+        x = _shape(ins[0])
+        nd = len(x) - 2
+        k = list(attrs.get("kernel_shape") or (_shape(ins[w_i])[2:] if w_i else [1] * nd))
+        windows = _windows(x, nd, k, attrs)  # N x C x out x taps, or the padded input
+        if w_i is None:
+            return windows
+        return windows * _shape(ins[w_i])[0] // max(int(attrs.get("group", 1)), 1)
+    return macs
+
+
+def _conv_transpose_macs(ins, attrs, n_out):
+    w = _shape(ins[1])
+    return _size(ins[0]) * w[1] * _prod(w[2:], "kernel")
+
+
+def _einsum_macs(ins, attrs, n_out):
+    """The whole iteration space: every letter's dim once (numpy, unoptimised)."""
+    eq = str(attrs.get("equation", "")).replace(" ", "")
+    terms = eq.split("->")[0].split(",")
+    if "..." in eq or len(terms) != len([x for x in ins if x is not None]):
+        return n_out * max((_size(x) for x in ins), default=1)  # a rough upper bound
+    dims: dict[str, int] = {}
+    for term, x in zip(terms, ins, strict=False):
+        for letter, d in zip(term, _shape(x), strict=False):
+            dims[letter] = max(dims.get(letter, 1), d)
+    return _prod(dims.values(), "Einsum")
+
+
+def _rnn_macs(ins, attrs, n_out):
+    x, w, r = _shape(ins[0]), _shape(ins[1]), _shape(ins[2])
+    return x[0] * x[1] * w[0] * w[1] * (w[2] + r[2])  # steps x batch x dirs x gates x (in + h)
+
+
+#: op type -> f(inputs, attrs, output elements) -> multiply-adds beyond one per output element
+MACS: dict[str, Callable[[list, dict, int], int]] = {
+    "MatMul": _mm_macs(0, 1), "MatMulInteger": _mm_macs(0, 1), "QLinearMatMul": _mm_macs(0, 3),
+    "Gemm": _gemm_macs, "Conv": _spatial_macs(1), "ConvInteger": _spatial_macs(1),
+    "QLinearConv": _spatial_macs(3), "MaxPool": _spatial_macs(None),
+    "AveragePool": _spatial_macs(None), "LpPool": _spatial_macs(None),
+    "ConvTranspose": _conv_transpose_macs, "Einsum": _einsum_macs, "LSTM": _rnn_macs,
+    "GRU": _rnn_macs, "RNN": _rnn_macs,
 }

@@ -209,10 +209,53 @@ def many_small_doublings(folder):
     return _save(_model(nodes, [], [_out()], inits), folder, "doublings"), {}
 
 
+def erf_chain(folder, n=1 << 24, links=12):
+    """A scalar expanded to 16M elements (within max-elements) and then twelve Erfs: refmath's
+    erf takes ~0.4 us an element here, so over a minute of work from 300 bytes."""
+    nodes = [helper.make_node("Expand", ["one", "s"], ["e0"])]
+    for k in range(links):
+        nodes.append(helper.make_node("Erf", [f"e{k}"], [f"e{k + 1}"], name=f"erf{k}"))
+    nodes.append(helper.make_node("ReduceSum", [f"e{links}"], ["y"], keepdims=0))
+    inits = [helper.make_tensor("one", F, [], [0.5]), _i64("s", [n])]
+    return _save(_model(nodes, [], [_out()], inits), folder, "erf_chain"), {}
+
+
+def loop_heavy_body(folder, n=1 << 20):
+    """100 000 iterations (the default loop limit) of a body that takes Exp of a 1M-element
+    tensor from the outer scope: hours of work within the iteration limit."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Exp", ["big"], ["ex"]),
+         helper.make_node("ReduceSum", ["ex"], ["v_out"], keepdims=0)], "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", F, [])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", F, [])])
+    nodes = [helper.make_node("Expand", ["one", "s"], ["big"]),
+             helper.make_node("Loop", ["trip", "", "v0"], ["y"], body=body, name="heavy")]
+    inits = [helper.make_tensor("one", F, [], [0.5]), _i64("s", [n]),
+             helper.make_tensor("v0", F, [], [0.0]), helper.make_tensor("trip", I64, [], [100_000])]
+    return _save(_model(nodes, [], [_out()], inits), folder, "loop_heavy"), {}
+
+
+def matmul_chain(folder, n=4096, links=8):
+    """A 4096x4096 matrix (16M elements, within max-elements) squared eight times in the
+    reference order: 5e11 multiply-adds."""
+    nodes = [helper.make_node("Expand", ["one", "s"], ["m0"])]
+    for k in range(links):
+        nodes.append(helper.make_node("MatMul", [f"m{k}", f"m{k}"], [f"m{k + 1}"],
+                                      name=f"mm{k}"))
+    nodes.append(helper.make_node("ReduceSum", [f"m{links}"], ["y"], keepdims=0))
+    inits = [helper.make_tensor("one", F, [], [1e-3]), _i64("s", [n, n])]
+    return _save(_model(nodes, [], [_out()], inits), folder, "matmul_chain"), {}
+
+
 CASES = {f.__name__: f for f in (
     constant_of_shape, constant_of_shape_runtime, declared_dim_3e8, declared_dim_1e12,
     declared_dim_negative, loop_huge_trip, loop_always_true, loop_nested, nested_functions,
-    broadcast_outer, tile_huge, range_huge, pad_huge, many_small_doublings)}
+    broadcast_outer, tile_huge, range_huge, pad_huge, many_small_doublings, erf_chain,
+    loop_heavy_body, matmul_chain)}
 
 
 def run_case(name: str, folder: str) -> dict:

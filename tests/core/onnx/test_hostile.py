@@ -200,6 +200,18 @@ def test_max_bytes_counts_every_value_a_run_holds(tmp_path):
         Session(path, limits=Limits(max_bytes=1 << 20))
 
 
+def test_max_work_counts_nodes_elements_and_multiply_adds_before_running(tmp_path):
+    from core.onnx.limits import NODE_COST
+
+    a = helper.make_tensor_value_info("a", F, [64, 64])
+    m = hm._model([helper.make_node("MatMul", ["a", "a"], ["y"], name="mm")], [a], [hm._out()])
+    feeds = {"a": np.ones((64, 64), np.float32)}
+    cost = NODE_COST + 64 * 64 + 64 * 64 * 64  # the node, its outputs, its multiply-adds
+    with pytest.raises(OnnxError, match=rf"'mm' \(MatMul\).*{cost}.*--max-work"):
+        run(m, feeds, limits=Limits(max_work=cost - 1))
+    assert run(m, feeds, limits=Limits(max_work=cost))["y"][0, 0] == 64.0
+
+
 def test_limits_reach_the_tape_importer(tmp_path):
     from core import Tape
     from core.onnx import import_to_tape
@@ -242,7 +254,9 @@ def test_cli_flags_raise_and_lower_the_limits(tmp_path, capsys):
     path, _ = hm._declared(str(tmp_path), "small", [50])
     assert main(["onnx", path, "--max-elements", "49"]) == 2
     assert main(["onnx", path, "--max-elements", "50", "--max-bytes", "1M",
-                 "--max-nodes", "5"]) == 0
+                 "--max-nodes", "5", "--max-work", "100K"]) == 0
+    assert main(["onnx", path, "--max-work", "1000"]) == 2
+    assert "--max-work" in capsys.readouterr().err
 
 
 # ---- every hostile model, default limits, in a capped child process --------------------------
@@ -254,7 +268,8 @@ EXPECT = {
     "loop_always_true": "--max-loop-iterations", "loop_nested": "--max-loop-iterations",
     "nested_functions": "--max-nodes", "broadcast_outer": "10000000000",
     "tile_huge": "4000000000", "range_huge": "10000000000", "pad_huge": "1600",
-    "many_small_doublings": "--max-",
+    "many_small_doublings": "--max-", "erf_chain": "--max-work",
+    "loop_heavy_body": "--max-work", "matmul_chain": "--max-work",
 }
 
 CHILD = textwrap.dedent("""
