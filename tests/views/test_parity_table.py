@@ -166,3 +166,16 @@ def test_sorting_by_each_column_orders_by_its_own_field(qtbot):
         ids = [int(p.proxy.index(r, 0).data()) for r in range(p.proxy.rowCount())]
         keys = [expected_sort(nodes[i], by_id.get(i), h) for i in ids]
         assert keys == sorted(keys, reverse=True), (h, ids)
+
+
+def test_a_side_with_missing_fields_leaves_those_cells_empty_and_a_bad_side_is_named():
+    nodes = CELL_NODES[:2]
+    m = ParityTableModel(build_rows(nodes, [{"id": 0, "value": {"n_diff": 3},
+                                             "grad": {"max_ulp": 2}}]))
+    cols = {h: c for c, h in enumerate(headers(m))}
+    got = {h: m.data(m.index(0, cols[h])) for h in HEADERS[4:]}
+    assert got == {"value n_diff": "3", "value max_ulp": "", "grad n_diff": "", "grad max_ulp": "2"}
+    assert m.data(m.index(0, cols["value max_ulp"]), SORT_ROLE) == -1
+    with pytest.raises(ValueError, match=r"comparison for node 1: 'grad' must be a mapping, got "
+                                         r"list"):
+        build_rows(nodes, [{"id": 1, "grad": [1, 2]}])
