@@ -127,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     if not [a for a in argv if a != "--debug"]:
         argv = [*argv, "gui"] if "gui" in commands else ["--help"]
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the command they were given to, with its --help
+            (commands.get(getattr(args, "command", None)) or parser).error(
+                f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # a usage error (one line, 2) or --help (0): a code, not a raise
         return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "func", None):
