@@ -183,7 +183,7 @@ def _one_line(e: BaseException) -> str:
 
 def _open_regular(path: Path, bad):
     """The file opened for reading; a FIFO, device or directory is refused without blocking."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
