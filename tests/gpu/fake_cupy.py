@@ -2,9 +2,9 @@
 
 Compilation is NOT faked: `cupy.cuda.nvrtc` here is CuPy's real NVRTC binding, and the cuda
 backend compiles through `gpu.nvrtc.nvrtc_compile` with it, so the fake is only usable where
-NVRTC loads (`available()`). What a GPU would do with the cubin is emulated: every binary the
-real NVRTC produced in this process is remembered with its source (a spy on `nvrtc_compile`),
-and `RawModule(path=...)` runs that source on the host backend.
+NVRTC loads (tests/gpu/conftest.py `needs_nvrtc`). What a GPU would do with the cubin is
+emulated: every binary the real NVRTC produced in this process is remembered with its source
+(a spy on `nvrtc_compile`), and `RawModule(path=...)` runs that source on the host backend.
 
 The real CuPy contract is enforced (checked against the installed CuPy 14.2 sources and
 docstrings; tests/gpu/test_cuda_plumbing.py compares the signatures with the installed CuPy):
@@ -60,18 +60,6 @@ class FakeState:
 
 
 state = FakeState("90", 12090)
-
-
-def available() -> str | None:
-    """None when the real NVRTC loads (the fake needs it); else why not."""
-    from gpu.device import DeviceError
-    from gpu.nvrtc import load_nvrtc
-
-    try:
-        load_nvrtc()
-    except DeviceError as e:
-        return str(e)
-    return None
 
 
 # ---- memory ----------------------------------------------------------------------------------
@@ -358,7 +346,7 @@ class RawModule:
 # ---- install ---------------------------------------------------------------------------------
 def install(monkeypatch, cc: str = "90", driver: int = 12090) -> types.ModuleType:
     """Put the fake in sys.modules as `cupy` (a device of compute capability `cc`, a driver of
-    CUDA version `driver`); NVRTC stays real. Needs `available()`."""
+    CUDA version `driver`); NVRTC stays real, so it must load."""
     import gpu.cuda
     from gpu.nvrtc import load_nvrtc
 

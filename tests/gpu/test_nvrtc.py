@@ -2,12 +2,11 @@
 and the refmath PTX keeps the parity contract (no fma, .ftz, .approx; .rn division and sqrt).
 
 On Linux x86_64 the test extra installs CuPy and NVRTC from their wheels, so these tests run
-(and fail if NVRTC does not load there); elsewhere they skip with the reason.
+(and fail if NVRTC does not load there); elsewhere they skip with the reason (`needs_nvrtc`),
+except the target choice, which is pure logic.
 """
 
 from __future__ import annotations
-
-import platform
 
 import numpy as np
 import pytest
@@ -23,22 +22,7 @@ from gpu.nvrtc import (
     nvrtc_compile,
     nvrtc_version,
 )
-
-WHEELS = platform.system() == "Linux" and platform.machine() == "x86_64"
-
-
-def _nvrtc_missing() -> str | None:
-    try:
-        load_nvrtc()
-    except DeviceError as e:
-        return str(e)
-    return None
-
-
-_WHY = None if WHEELS else _nvrtc_missing()
-pytestmark = pytest.mark.skipif(
-    _WHY is not None, reason=f"NVRTC cannot be loaded on {platform.system()} "
-                             f"{platform.machine()} (no wheels): {_WHY}")
+from tests.gpu.conftest import needs_nvrtc
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +40,7 @@ def kernels_out(tmp_path_factory):
     return rc, buf.getvalue(), out
 
 
+@needs_nvrtc
 def test_headers_go_to_nvrtc_as_bytes():
     # CuPy's createProgram takes the source and name as str but the header texts and include
     # names as bytes; str headers are a TypeError (the bug that kept the backend from compiling)
@@ -72,17 +57,20 @@ def test_headers_go_to_nvrtc_as_bytes():
     assert res.version == nvrtc_version()
 
 
+@needs_nvrtc
 def test_compute_target_gives_ptx_only():
     res = nvrtc_compile('extern "C" __global__ void k(float* y) { y[0] = 1.0f; }', "compute_80")
     assert res.cubin is None and res.binary == res.ptx and b".target sm_80" in res.ptx
 
 
+@needs_nvrtc
 def test_compile_error_names_nvrtc_and_the_log():
     with pytest.raises(DeviceError,
                        match=r"(?s)NVRTC \d+\.\d+ compile failed for sm_90.*nope.*undefined"):
         nvrtc_compile('extern "C" __global__ void k(double* y) { y[0] = nope; }', "sm_90")
 
 
+@needs_nvrtc
 def test_audit_flags_every_forbidden_instruction():
     # the audit itself must be able to fail: each kernel below breaks one rule
     bad = {
@@ -102,6 +90,7 @@ def test_audit_flags_every_forbidden_instruction():
     assert audit_ok(counts) and counts["div.rn"] == counts["sqrt.rn"] == 1
 
 
+@needs_nvrtc
 def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out):
     from app.commands.kernels import DTYPES, MATHS
     from gpu.signature import parse_kernels
@@ -125,6 +114,7 @@ def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out)
             assert f"{stem} " in text and "FAIL" not in text
 
 
+@needs_nvrtc
 def test_platform_units_really_differ(kernels_out):
     # control: the platform libm does use fma/approx, so a clean refmath audit means something
     _, _, out = kernels_out
@@ -132,6 +122,7 @@ def test_platform_units_really_differ(kernels_out):
     assert counts["fma"] > 0 and not audit_ok(counts)
 
 
+@needs_nvrtc
 def test_library_unit_is_what_the_backend_compiles(kernels_out):
     from gpu.source import library_source
 
