@@ -144,3 +144,24 @@ def test_the_window_numbers_steps_from_1_like_the_cli(qtbot, win):
     qtbot.waitUntil(lambda: win.live.shown is not None and win.live.shown.node == node,
                     timeout=10000)
     assert win.inspector.note.text().startswith("live · step 1 · "), win.inspector.note.text()
+
+
+def test_parity_and_report_give_the_same_numbers_for_the_same_flags(qapp, tmp_path, capsys):
+    # one episode loop, one meaning of --math (the candidate's; the reference is refmath)
+    flags = ["--workload", BRANCHES, "--device", "host", "--steps", "2", "--math", "platform"]
+    rc_p = main(["parity", *flags, "--json", str(tmp_path / "p.json")])
+    rc_r = main(["report", *flags, "--out", str(tmp_path / "r.html")])
+    capsys.readouterr()
+    p = json.loads((tmp_path / "p.json").read_text())
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert rc_p == rc_r == 1 and not p["exact"] and not r["verdict"]["exact"]
+    assert r["reference"] == "CPU float64 refmath" and "platform" in r["candidate"]
+    fp, fr = p["first_divergence"], r["first_divergence"]
+    assert (fp["step"], fp["node"], fp["op"], fp["which"]) == (
+        fr["step"], fr["node"], fr["op"], fr["which"]) == (1, fr["node"], "exp", "value")
+    worst = {n["id"]: n for n in r["nodes"]}
+    for n in p["nodes"]:
+        for which in ("value", "grad"):
+            if n[which] is not None and n["op"] != "param":  # parity adds the last update
+                assert n[which]["n_diff"] == worst[n["id"]][which]["n_diff"], (n, which)
+                assert n[which]["max_ulp"] == worst[n["id"]][which]["max_ulp"], (n, which)

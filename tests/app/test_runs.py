@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runs import PairRunner, SessionConfig, roots
+from app.runs import PairRunner, SessionConfig, StepError, roots
 from core.ops.registry import REGISTRY
 from core.parity import compare_arrays
 
@@ -87,3 +87,50 @@ def test_bad_config_is_named():
         SessionConfig(compare="gpu-gpu")
     with pytest.raises(ValueError, match="dtype"):
         SessionConfig(dtype="float16")
+
+
+RUNS_DRY = """
+import numpy as np
+
+from core import ops
+from core.workloads import Workload
+
+
+class RunsDry(Workload):
+    name = "runs-dry"
+
+    def build(self):
+        self.w = self.tape.param(self.init(4, 3), name="w")
+
+    def batch(self, step):
+        if step >= 2:  # minibatches count from 0: the third step fails
+            raise KeyError("batch")
+        return {"x": np.ones((2, 4))}
+
+    def episode(self, data):
+        return ops.mean(data["x"] @ self.w, name="loss")
+"""
+
+
+def test_steps_are_numbered_from_1_and_a_failing_step_names_itself(tmp_path):
+    wl = tmp_path / "runs_dry.py"
+    wl.write_text(RUNS_DRY)
+    r = PairRunner(SessionConfig(workload=str(wl), device="host"))
+    assert [r.step().step for _ in range(2)] == [1, 2]
+    assert r.arrays(0)["step"] == 2  # what the last step left, by the same number
+    with pytest.raises(StepError, match=r"^step 3: KeyError: 'batch'$") as e:
+        r.step()
+    assert e.value.step == 3 and isinstance(e.value.__cause__, KeyError)
+
+
+def test_compare_params_covers_the_last_update():
+    r = PairRunner(SessionConfig(workload=BRANCHES, device="host", math="platform"))
+    r.step()
+    rep = r.compare_params()
+    params = [n.id for n in r.nodes if n.op == "param"]
+    assert [n.id for n in rep.nodes] == params and all(n.grad is None for n in rep.nodes)
+    for n in rep.nodes:  # the values after the update, as both runs hold them now
+        d = compare_arrays(r.ref.array(n.id, "value"), r.cand.array(n.id, "value"))
+        assert (n.value.n_diff, n.value.max_ulp) == (d.n_diff, d.max_ulp)
+    # platform exp/tanh in the candidate: its gradients, and so its updated weights, differ
+    assert not rep.exact and rep.first_divergence == (params[0], "value")
