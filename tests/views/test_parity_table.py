@@ -179,3 +179,6 @@ def test_a_side_with_missing_fields_leaves_those_cells_empty_and_a_bad_side_is_n
     with pytest.raises(ValueError, match=r"comparison for node 1: 'grad' must be a mapping, got "
                                          r"list"):
         build_rows(nodes, [{"id": 1, "grad": [1, 2]}])
+    with pytest.raises(ValueError, match=r"comparison for node 0: 'value' must be a mapping, got "
+                                         r"float"):
+        build_rows(nodes, [{"id": 0, "value": 1.5}])
