@@ -154,7 +154,7 @@ def load(path: str | os.PathLike, *, limits: Limits | None = None) -> tuple[Tape
                 if "header.npy" not in z.NameToInfo:
                     raise bad("not a tapescope tape file (no header)")
                 members = _members(z, size, lim, bad)
-                spec = _Header(_read_header(z, members.pop("header"), lim, bad), lim, bad)
+                spec = _Header(_read_header(z, members.pop("header"), bad), lim, bad)
                 spec.check_members(members, lim)
                 for key, zi in members.items():  # every .npy header checked before any data
                     _read_array(z, zi, key, spec, bad, data=False)
@@ -237,12 +237,18 @@ def _npy_start(m, bad, key: str) -> tuple[tuple, bool, np.dtype]:
     return tuple(shape), bool(fortran), dtype
 
 
-def _read_into(m, zi: zipfile.ZipInfo, shape: tuple, dtype: np.dtype, bad, key: str):
-    """Read the member's data into a new array, its size checked against the member first."""
+def _data_size(m, zi: zipfile.ZipInfo, shape: tuple, dtype: np.dtype, bad, key: str) -> int:
+    """The bytes the .npy header declares, which must be exactly what the member carries."""
     nbytes = _math.prod(shape) * dtype.itemsize
     if zi.file_size - m.tell() != nbytes:
         raise bad(f"member {key}: declares {shape} {dtype} = {nbytes} bytes but carries "
                   f"{zi.file_size - m.tell()}")
+    return nbytes
+
+
+def _read_into(m, zi: zipfile.ZipInfo, shape: tuple, dtype: np.dtype, bad, key: str):
+    """Read the member's data into a new array, its size checked against the member first."""
+    nbytes = _data_size(m, zi, shape, dtype, bad, key)
     arr = np.empty(_math.prod(shape), dtype)
     view = memoryview(arr).cast("B")
     got = 0
@@ -257,7 +263,8 @@ def _read_into(m, zi: zipfile.ZipInfo, shape: tuple, dtype: np.dtype, bad, key: 
     return arr
 
 
-def _read_header(z: zipfile.ZipFile, zi: zipfile.ZipInfo, lim: Limits, bad) -> Any:
+def _read_header(z: zipfile.ZipFile, zi: zipfile.ZipInfo, bad) -> Any:
+    """The header member's JSON (its size was checked against the limit with the directory)."""
     with z.open(zi) as m:
         shape, _, dtype = _npy_start(m, bad, "header")
         if dtype != np.uint8 or len(shape) != 1:
@@ -281,10 +288,7 @@ def _read_array(z: zipfile.ZipFile, zi: zipfile.ZipInfo, key: str, spec: _Header
         if dtype != spec.dtype or shape != want:
             raise bad(f"member {key} is {dtype}{list(shape)}, the header says "
                       f"{spec.dtype}{list(want)}")
-        nbytes = _math.prod(shape) * dtype.itemsize
-        if zi.file_size - m.tell() != nbytes:
-            raise bad(f"member {key}: declares {shape} {dtype} = {nbytes} bytes but carries "
-                      f"{zi.file_size - m.tell()}")
+        _data_size(m, zi, shape, dtype, bad, key)
         if not data:
             return None
         flat = _read_into(m, zi, shape, dtype, bad, key)
