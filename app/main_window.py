@@ -292,6 +292,19 @@ class MainWindow(QMainWindow):
             return
         bad = len(s.nonfinite())
         loss = f"loss #{s.loss_id}" if s.loss_id is not None else "no loss (forward only)"
+        why = s.meta.get("import_error")
+        tip = ""
+        if why and s.loss_id is None:  # an ONNX model with an op that has no tape form
+            short = str(why).split(": ", 1)[1] if str(why).startswith(f"{s.source}: ") else why
+            loss = f"forward only, cannot train: {short}"
+            tip = (f"{why}\n\nStill works: every node's forward value (select a node; Inspector, "
+                   "histograms, NaN search). Needs a tape form for every op: gradients, the "
+                   "backward stepper, live training and parity (docs/onnx-coverage.md).")
+            from html import escape  # (a rich-text label; the reason holds names from a file)
+
+            self.stepper_panel.where.setText(f"Nothing to step: cannot train ({escape(short)}). "
+                                             "Forward values are shown for every node.")
+        self.status_label.setToolTip(tip)
         finite = f"⚠ {bad} nodes with NaN/inf" if bad else "all finite"
         poisoned = "" if getattr(s.tape, "ok", True) else f" · ⚠ poisoned: {s.tape.error}"
         self.status_label.setText(f"{s.source} · {len(s.tape)} nodes · "

@@ -131,7 +131,16 @@ class Session:
             id=n.id, op=n.op, name=n.name, shape=tuple(n.shape), dtype=str(np.dtype(n.dtype)),
             value=t.value(n.id), grad=self.grads[n.id], inputs=inputs, attrs=dict(n.attrs),
             device_value=self.device_values.get(n.id), device_grad=self.device_grads.get(n.id),
+            onnx=self.onnx_node(n.id),
         )
+
+    def onnx_node(self, node_id: int) -> dict | None:
+        """The ONNX node an imported tape node came from (core.onnx.importer), or None."""
+        infos = self.meta.get("onnx_nodes") or getattr(self.workload, "onnx_nodes", None) or ()
+        for info in infos:
+            if info["first"] <= node_id < info["stop"]:
+                return info
+        return None
 
     def labels(self) -> dict[int, str]:
         """node id → "op name" for compact display."""
@@ -211,7 +220,8 @@ def _import_onnx(path: str | os.PathLike, cancel=None) -> Session:
     loss = out if out.node.size == 1 else ops.sum(out, name=f"sum({name})")
     tape.backward(loss)
     meta = {"onnx": str(path), "inputs": {k: list(v.shape) for k, v in feeds.items()},
-            "loss": f"sum of output {name!r} (ONNX models have no loss of their own)"}
+            "loss": f"sum of output {name!r} (ONNX models have no loss of their own)",
+            "onnx_nodes": imp.onnx_nodes}
     return Session(tape, loss.id, str(path), meta)
 
 

@@ -29,6 +29,36 @@ STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
 MAX_COPY = 1 << 20  # elements: beyond this the text would be tens of megabytes
 
 
+def _attr_text(v) -> str:
+    if isinstance(v, list):
+        return ", ".join(_attr_text(x) for x in v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def onnx_html(info: dict | None) -> str:
+    """The imported-from ONNX node as rich text: op type and name, then one row per attribute
+    as written in the file (``kernel_shape 7, 7``, ``strides 2, 2``, ``pads 3, 3, 3, 3``,
+    ``group 1``), then its inputs (weights by initializer name). Names from the file are
+    escaped."""
+    if not info:
+        return ""
+    from html import escape
+
+    span = ""
+    if info.get("stop", 0) - info.get("first", 0) > 1:
+        span = f" · tape nodes #{info['first']}–#{info['stop'] - 1}"
+    rows = "".join(f"<tr><td style='color:#6b7280;padding-right:8px'>{escape(str(k))}</td>"
+                   f"<td><code>{escape(_attr_text(v))}</code></td></tr>"
+                   for k, v in (info.get("attributes") or {}).items())
+    ins = ", ".join(escape(str(n)) for n in info.get("inputs", []))
+    return (f"<br>ONNX <b>{escape(str(info.get('op_type', '')))}</b> "
+            f"<code>{escape(str(info.get('name', '')))}</code>{span}"
+            + (f"<table cellspacing='0'>{rows}</table>" if rows else "<br>")
+            + (f"inputs: <code>{ins}</code>" if ins else ""))
+
+
 @dataclass
 class NodeDetails:
     """Everything the inspector shows about one node (plain data, filled by the app)."""
@@ -47,6 +77,9 @@ class NodeDetails:
     # a live session's answer: value/grad are then its reference side, device_* its candidate
     sides: tuple[str, str] | None = None  # (reference label, candidate label)
     note: str = ""  # e.g. "live · step 4", shown under the header
+    # the ONNX node this tape node was imported from: {"name", "op_type", "attributes",
+    # "inputs", "first", "stop"} (core.onnx.importer.onnx_node_info), shown as Netron does
+    onnx: dict | None = None
 
 
 class StatsTable(QTableWidget):
@@ -300,7 +333,7 @@ class InspectorPanel(QWidget):
             attrs = " · " + ", ".join(f"{k}={v}" for k, v in d.attrs.items())
         self.header.setText(
             f"<b style='font-size:13pt'>#{d.id} {d.op}</b> &nbsp; <code>{name}</code><br>"
-            f"shape {shape_text(d.shape)} · {d.dtype}{attrs}")
+            f"shape {shape_text(d.shape)} · {d.dtype}{attrs}{onnx_html(d.onnx)}")
         if d.inputs:
             links = ", ".join(f"<a href='node:{i}'>#{i} {text}</a>" for i, text in d.inputs)
             self.inputs.setText(f"inputs: {links}")

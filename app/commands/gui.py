@@ -16,6 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--screenshot", metavar="OUT.png", default=None,
                    help="render the loaded window to a PNG and exit (works offscreen)")
     p.add_argument("--size", default="1440x900", help="window size for --screenshot, WxH")
+    from app.commands.model_args import add_model_args
+
+    add_model_args(p)  # --model M.onnx [--reinit]; `gui M.onnx --live` trains the file itself
     live = p.add_argument_group("live session (the Live toolbar sets the same)")
     live.add_argument("--live", action="store_true",
                       help="start a live session: the workload on the CPU tape and on a device")
@@ -131,10 +134,17 @@ def run(args: argparse.Namespace) -> int:
         win.window_layout.persist = False  # a picture shows the default layout, saves nothing
         win.window_layout.reset()
     ok = True
+    from app.commands.model_args import resolve_workload
+
+    if args.live and args.file and args.file.lower().endswith(".onnx") and not args.model:
+        args.model, args.file = args.file, None  # a live model trains: it is the workload
+    if args.reinit and not args.model and args.file and args.file.lower().endswith(".onnx"):
+        args.model, args.file = args.file, None
+    workload = resolve_workload(args, default=None)
     if args.file:
         ok = win.open_file(args.file)
-    if args.workload or not args.file:
-        ok = win.open_workload(args.workload or "mlp") and ok
+    if workload or not args.file:
+        ok = win.open_workload(workload or "mlp") and ok
     if args.live and ok and win.session is not None and win.session.workload is not None:
         from app.runs import SessionConfig
 

@@ -36,11 +36,27 @@ class Imported:
     params: dict[str, Any]
     values: dict[str, Any]
     folded: list[str] = field(default_factory=list)
+    # per recorded ONNX node: {"name", "op_type", "attributes", "inputs", "first", "stop"}
+    # (its tape nodes are ids first..stop-1): what the Inspector shows, as Netron does
+    onnx_nodes: list[dict] = field(default_factory=list)
 
 
 def _nn_record(tape, op: str, inputs: list, attrs: dict | None = None):
     """Record one of core.ops.nn's ops (they have no wrapper in core.ops)."""
     return tape.record(op, inputs, attrs)
+
+
+def leaf_name(name: str | None) -> str | None:
+    """A tensor name as a tape leaf's name: '/' is the tape's scope separator, so an
+    initializer ``gpu_0/conv1_w_0`` becomes ``gpu_0.conv1_w_0`` (and sits in its layer's scope,
+    not in a ``gpu_0`` group of every weight)."""
+    return None if name is None else name.replace("/", ".")
+
+
+def scope_name(st) -> str:
+    """The tape scope of an ONNX node's ops: its name, else its first output, else op + index."""
+    n = st.node
+    return n.name or next((o for o in n.output if o), "") or f"{n.op_type}_{st.label}"
 
 
 # ops whose folded float outputs are weights (the light models' ConstantOfShape weights)
@@ -61,6 +77,7 @@ class _Importer:
         self.params: dict[str, Any] = {}
         self.label = ""
         self.env: dict[str, Any] = {}
+        self.calibrate: dict[str, np.ndarray] | None = None
 
     def var(self, v: Any, name: str | None = None):
         """A tape Var for ``v``: float initializers become (shared) params, the rest consts."""
@@ -70,9 +87,9 @@ class _Importer:
             return self.params[name]
         if name in self.weights and v.dtype.kind == "f" and self.trainable:
             if name not in self.params:
-                self.params[name] = self.tape.param(v, name=name)
+                self.params[name] = self.tape.param(v, name=leaf_name(name))
             return self.params[name]
-        return self.tape.const(v, name=name)
+        return self.tape.const(v, name=leaf_name(name))
 
     def static(self, v: Any, what: str) -> np.ndarray:
         if v is not None and not isinstance(v, np.ndarray):
@@ -181,9 +198,15 @@ def _batchnorm(imp, st, ins, names):
     x = _v(imp, ins, names, 0)
     c, nd = x.shape[1], len(x.shape)
     scale, bias = (_channel(imp, ins[i], names[i], c, nd) for i in (1, 2))
+    stats = [imp.static(ins[i], "running mean/var") for i in (3, 4)]
+    if imp.calibrate is not None:  # running statistics := this batch's (--reinit)
+        xv = x.value
+        axes = (0,) + tuple(range(2, nd))
+        stats = [np.mean(xv, axes).astype(stats[0].dtype), np.var(xv, axes).astype(
+            stats[1].dtype)]
+        imp.calibrate.update({names[3]: stats[0], names[4]: stats[1]})
     # running statistics are data, not trainable
-    mean, var = (ops.reshape(imp.tape.const(imp.static(ins[i], "running mean/var")),
-                             (1, c) + (1,) * (nd - 2)) for i in (3, 4))
+    mean, var = (ops.reshape(imp.tape.const(s), (1, c) + (1,) * (nd - 2)) for s in stats)
     # (x - mean) / sqrt(var + eps) * scale + bias: the executor's formula, primitive by primitive
     den = ops.sqrt(ops.adds(var, st.attrs.get("epsilon", 1e-5)))
     return ops.add(ops.mul(ops.div(ops.sub(x, mean), den), scale), bias)
@@ -348,6 +371,28 @@ CONVERTERS = {
 }
 
 
+def _plain(v: Any) -> Any:
+    """An attribute value as JSON-friendly data (tensors and graphs by summary)."""
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, np.ndarray):
+        return v.tolist() if v.size <= 16 else f"tensor {v.dtype} {list(v.shape)}"
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return type(v).__name__
+
+
+def onnx_node_info(st, first: int, stop: int) -> dict:
+    """One ONNX node as the Inspector shows it: op type, name, the attributes as written in
+    the file (kernel_shape, strides, pads, group, ...) and its input tensor names."""
+    attrs = {k: _plain(v) for k, v in sorted(st.attrs.items())}
+    return {"name": st.node.name or scope_name(st), "op_type": st.node.op_type,
+            "attributes": attrs, "inputs": [n for n in st.node.input if n],
+            "outputs": [n for n in st.node.output if n], "first": first, "stop": stop}
+
+
 def _ctx(st, imp) -> Ctx:
     def run_sub(g, inputs, outer):
         return imp.sess.run_graph(g, inputs, outer, imp.budget)
@@ -358,8 +403,8 @@ def _ctx(st, imp) -> Ctx:
 def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                    trainable: bool = True, params: dict[str, Any] | None = None,
                    wrt: tuple[str, ...] = (), limits: Limits | None = None,
-                   cancel: Any = None, overrides: dict[str, np.ndarray] | None = None
-                   ) -> Imported:
+                   cancel: Any = None, overrides: dict[str, np.ndarray] | None = None,
+                   calibrate: dict[str, np.ndarray] | None = None) -> Imported:
     """Record ``model`` on ``tape`` for ``inputs``; returns outputs, params and every value.
 
     Training: import once, ``m = tape.mark()``, then per step ``tape.reset_to(m)`` and import
@@ -369,7 +414,9 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     work as for :class:`core.onnx.Session`: every node's output size is checked before it is
     computed or recorded. ``inputs`` may hold Vars already on ``tape`` (a workload's data
     leaves). ``overrides`` replaces constants by name, wherever they come from (an initializer
-    or a folded node): ``--reinit``'s fresh batch-norm statistics.
+    or a folded node): ``--reinit``'s fresh batch-norm statistics. Given a dict, ``calibrate``
+    makes every BatchNormalization use its input's own per-channel mean and (biased) variance
+    instead of the running ones, and collects them by name (``--reinit`` sets them this way).
     """
     sess = model if isinstance(model, Session) else Session(model, mode="reference", fold=False,
                                                             limits=limits)
@@ -382,16 +429,18 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                            v.shape) for k, v in given.items()}})
     imp = _Importer(sess, tape, trainable, Budget(limits or sess.limits, cancel))
     imp.params.update(params or {})
+    imp.calibrate = calibrate
     env = imp.env
     env.update(sess.graph.inits)
     over = dict(overrides or {})
     env.update({k: v for k, v in over.items() if k in env})
     env.update(given)
     for name, x in feeds.items():
-        env[name] = tape.const(x, name=name)
+        env[name] = tape.const(x, name=leaf_name(name))
     for name in wrt:
         env[name] = imp.var(env[name], name)
     folded = []
+    onnx_nodes: list[dict] = []
     for st in sess.graph.steps:
         imp.label = st.label
         names = list(st.node.input)
@@ -416,8 +465,10 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                 conv = CONVERTERS.get(st.node.op_type)
                 if conv is None:
                     raise OnnxError(f"op {st.node.op_type} has no tape form", node=st.label)
-                with tape.scope(st.node.name or f"{st.node.op_type}_{len(folded)}"):
+                first_id = len(tape)
+                with tape.scope(scope_name(st)):
                     out = conv(imp, st, ins, names)
+                onnx_nodes.append(onnx_node_info(st, first_id, len(tape)))
                 imp.check()
         except OnnxError as exc:
             if exc.node is None:
@@ -432,4 +483,4 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
             if n:
                 env[n] = v
     outputs = {n: imp.var(env[n], n) for n in sess.output_names}
-    return Imported(outputs, imp.params, dict(env), folded)
+    return Imported(outputs, imp.params, dict(env), folded, onnx_nodes)

@@ -97,7 +97,8 @@ def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], gr
     conv2d weights: He normal, std sqrt(2 / fan_in), fan_in = C/group * kh * kw; matmul
     weights: Glorot uniform, limit sqrt(6 / (fan_in + fan_out)); what a ``mul`` or ``div``
     consumes (a scale): ones; what an ``add``/``sub`` consumes (a bias): zeros; running means
-    0 and variances 1. One generator seeded by ``seed`` draws in parameter order.
+    0 and variances 1 (the workload then calibrates them on batch 0). One generator seeded by
+    ``seed`` draws in parameter order.
     """
     users: dict[int, list[tuple[int, int]]] = {}
     for n in tape.nodes:
@@ -146,7 +147,7 @@ class OnnxWorkload(Workload):
 
     def build(self) -> None:
         from core.onnx.executor import Session, default_inputs
-        from core.onnx.importer import import_to_tape
+        from core.onnx.importer import import_to_tape, leaf_name
 
         if not os.path.isfile(self.path):
             raise OnnxError("no such model file", file=self.path)
@@ -163,7 +164,28 @@ class OnnxWorkload(Workload):
         if self.reinit:
             values, self.overrides = reinit_values(scratch, first.params, first.values,
                                                    self.sess.graph.steps, self.seed)
-        self.weights = {k: self.tape.param(values[k], name=k) for k in first.params}
+            if self.overrides:  # batch norm: running statistics from batch 0 with the new weights
+                tmp = Tape(dtype=self.tape.dtype, math=self.tape.math)
+                fresh = {k: tmp.param(values[k]) for k in first.params}
+                calib: dict[str, np.ndarray] = {}
+                import_to_tape(self.sess, tmp, self.batch_inputs(0), params=fresh,
+                               limits=self.limits, overrides=self.overrides, calibrate=calib)
+                self.overrides.update(calib)
+        # each weight sits in the scope of its first consumer: grouped with its layer
+        users: dict[int, int] = {}
+        for n in scratch.nodes:
+            for j in n.inputs:
+                users.setdefault(j, n.id)
+        self.weights = {}
+        for k, v in first.params.items():
+            user = scratch.node(users[v.id]).name if v.id in users else None
+            scope = user.rsplit("/", 1)[0] if user and "/" in user else ""
+            if scope:
+                with self.tape.scope(scope):
+                    self.weights[k] = self.tape.param(values[k], name=leaf_name(k))
+            else:
+                self.weights[k] = self.tape.param(values[k], name=leaf_name(k))
+        self.onnx_nodes: list[dict] = []
         self.output_name, out = next(iter(first.outputs.items()))
         self.loss_kind, self.n_classes = loss_kind(out)
         self.n_rows = logits_of(out).shape[0] if self.loss_kind == "cross_entropy" else 0
@@ -205,6 +227,7 @@ class OnnxWorkload(Workload):
         feeds = {k: v for k, v in data.items() if k in self.input_specs}
         imp = import_to_tape(self.sess, self.tape, feeds, params=self.weights,
                              limits=self.limits, overrides=self.overrides)
+        self.onnx_nodes = imp.onnx_nodes
         out = imp.outputs[self.output_name]
         if self.loss_kind == "given":
             return ops.reshape(out, (), name="loss") if out.shape != () else out
