@@ -304,6 +304,12 @@ def _is_int(x: Any) -> bool:
     return type(x) is int
 
 
+def _short(v: Any) -> str:
+    """A value from the file, quoted and cut short for a one-line message."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
 def _attr_value(v: Any, depth: int = 0) -> Any:
     """A JSON attribute as the tape holds it (lists become tuples); TypeError if not plain data."""
     if v is None or type(v) in (bool, int, float, str):
@@ -321,15 +327,15 @@ class _Header:
         if not isinstance(h, dict) or h.get("format") != FORMAT:
             raise bad("not a tapescope tape file (wrong format tag)")
         if not _is_int(h.get("version")) or h.get("version") != VERSION:
-            raise bad(f"format version {h.get('version')!r} is not supported "
+            raise bad(f"format version {_short(h.get('version'))} is not supported "
                       f"(this build reads {VERSION})")
         dt = h.get("dtype")
         if dt not in [d.name for d in DTYPES]:
-            raise bad(f"dtype {dt!r} is not supported (float64 or float32)")
+            raise bad(f"dtype {_short(dt)} is not supported (float64 or float32)")
         self.dtype = np.dtype(dt)
         self.math = h.get("math", "refmath")
         if self.math not in MODES:
-            raise bad(f"math mode {self.math!r} is not one of {MODES}")
+            raise bad(f"math mode {_short(self.math)} is not one of {MODES}")
         self.ok, self.error = h.get("ok", True), h.get("error")
         if type(self.ok) is not bool or not (self.error is None or isinstance(self.error, str)):
             raise bad("'ok' must be true/false and 'error' a string or null")
@@ -356,7 +362,7 @@ class _Header:
         if missing:
             raise bad(f"node {i}: missing {sorted(missing)}")
         if not _is_int(nd["id"]) or nd["id"] != i:
-            raise bad(f"node {i}: id {nd['id']!r} out of order")
+            raise bad(f"node {i}: id {_short(nd['id'])} out of order")
         op = nd["op"]
         if not isinstance(op, str) or op not in REGISTRY:
             raise bad(f"node {i}: unknown op {str(op)[:40]!r}")
