@@ -59,9 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
         if callable(getattr(module, "register", None)):  # others are helpers of the commands
             module.register(sub)
     for p in sub.choices.values():
-        # SUPPRESS: the subcommand's default never overwrites a --debug given before it
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                       help="on an error, print the traceback too")
+        if "--debug" not in p._option_string_actions:
+            # SUPPRESS: the subcommand's default never overwrites a --debug given before it
+            p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                           help="on an error, print the traceback too")
         for a in p._actions:
             if a.dest == "steps" and a.type is int:
                 a.type = positive_int  # one rule: zero or negative steps are a bad input
