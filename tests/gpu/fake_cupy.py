@@ -59,7 +59,7 @@ class FakeState:
         self.loaded: list[tuple[str, str]] = []  # (kind "cubin" | "ptx", target)
 
 
-state = FakeState("90", 12090)
+state = FakeState("90", 0)
 
 
 # ---- memory ----------------------------------------------------------------------------------
@@ -344,14 +344,18 @@ class RawModule:
 
 
 # ---- install ---------------------------------------------------------------------------------
-def install(monkeypatch, cc: str = "90", driver: int = 12090) -> types.ModuleType:
+def install(monkeypatch, cc: str = "90", driver: int | None = None) -> types.ModuleType:
     """Put the fake in sys.modules as `cupy` (a device of compute capability `cc`, a driver of
-    CUDA version `driver`); NVRTC stays real, so it must load."""
+    CUDA version `driver`, 12090 = 12.9; default: as new as the installed NVRTC, whether CUDA 12
+    or 13); NVRTC stays real, so it must load."""
     import gpu.cuda
-    from gpu.nvrtc import load_nvrtc
+    from gpu.nvrtc import load_nvrtc, nvrtc_version
 
     global state
     real_nvrtc = load_nvrtc()  # imported before `cupy` is replaced
+    if driver is None:
+        major, minor = nvrtc_version()
+        driver = major * 1000 + minor * 10
     state = FakeState(cc, driver)
     Stream.all = []
     real_compile = gpu.cuda.nvrtc_compile
