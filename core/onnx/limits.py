@@ -35,9 +35,10 @@ class Limits:
 
     #: elements in any one tensor (2**25: 128 MB as float32)
     max_elements: int = 1 << 25
-    #: bytes held by the values of one run, all tensors together (an upper estimate: a view
-    #: shares its base's bytes; initializers read from the file are not counted)
-    max_bytes: int = 1 << 30
+    #: bytes held by the values of one run, all tensors together (a view shares its base's
+    #: bytes; initializers read from the file are not counted); 512 MiB, so that with the
+    #: interpreter and a kernel's temporaries a run stays near 1 GB
+    max_bytes: int = 1 << 29
     #: Loop/Scan/SequenceMap iterations in one run, all loops together (nested ones multiply)
     max_loop_iterations: int = 100_000
     #: nodes of the model once its local functions are inlined (they nest exponentially)
@@ -136,6 +137,12 @@ class Budget:
         if self.bytes + n > self.limits.max_bytes:  # at least a byte per element
             raise _over(f"the run would hold at least {self.bytes + n} bytes",
                         self.limits.max_bytes, "max_bytes")
+
+    def check_elements(self, n: int, what: str) -> None:
+        """Refuse ``what`` of ``n`` elements over ``max_elements``."""
+        if n > self.limits.max_elements:
+            raise _over(f"{what} would have {n} elements", self.limits.max_elements,
+                        "max_elements")
 
     def charge_work(self, op_type: str, ins: list, attrs: dict, n_out: int | None) -> None:
         """Add the node's estimated work (from its inputs, before it runs); refuse a run whose

@@ -27,11 +27,14 @@ def loop(ctx, trip=None, cond=None, *carried, body=None):
         outs = ctx.run_graph(body, [np.array(i, np.int64), np.array(keep)] + state, ctx.scope)
         keep = bool(np.asarray(outs[0]).reshape(-1)[0])
         state = list(outs[1:1 + n_carried])
+        ctx.keep(outs[1 + n_carried:])  # held until stacked: they count against max-bytes
         for j, v in enumerate(outs[1 + n_carried:]):
             if len(scans) <= j:
                 scans.append([])
             scans[j].append(v)
         i += 1
+    for s in scans:
+        ctx.check_elements(sum(np.asarray(v).size for v in s), "a stacked scan output")
     n_scan = len(body.outputs) - 1 - n_carried
     stacked = [np.stack(s) if s else np.zeros((0,), np.float32) for s in scans]
     stacked += [np.zeros((0,), np.float32)] * (n_scan - len(stacked))
@@ -59,6 +62,7 @@ def scan(ctx, *inputs, body=None, num_scan_inputs=0, scan_input_axes=None,
             sl.append(np.take(x, steps - 1 - t if d else t, axis=ax))
         outs = ctx.run_graph(body, state + sl, ctx.scope)
         state = list(outs[:n])
+        ctx.keep(outs[n:])  # held until stacked: they count against max-bytes
         for j, v in enumerate(outs[n:]):
             if len(outs_seq) <= j:
                 outs_seq.append([])
@@ -69,6 +73,7 @@ def scan(ctx, *inputs, body=None, num_scan_inputs=0, scan_input_axes=None,
     stacked = []
     for j in range(k):
         seq = outs_seq[j] if j < len(outs_seq) else []
+        ctx.check_elements(sum(np.asarray(v).size for v in seq), "a stacked scan output")
         if out_dirs[j]:
             seq = seq[::-1]
         y = np.stack(seq)

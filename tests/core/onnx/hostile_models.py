@@ -251,11 +251,28 @@ def matmul_chain(folder, n=4096, links=8):
     return _save(_model(nodes, [], [_out()], inits), folder, "matmul_chain"), {}
 
 
+def loop_scan_outputs(folder, n=1 << 20, trip=2000):
+    """A Loop whose body emits a 1M-element scan output each of 2000 iterations: 8 GB of
+    stacked outputs, each iteration cheap and within every per-tensor limit."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Expand", ["one", "s"], ["part"])], "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("part", F, [n])])
+    inits = [helper.make_tensor("one", F, [], [0.5]), _i64("s", [n]),
+             helper.make_tensor("trip", I64, [], [trip])]
+    m = _model([helper.make_node("Loop", ["trip", ""], ["y"], body=body, name="emit")], [],
+               [_out()], inits)
+    return _save(m, folder, "loop_scan"), {}
+
+
 CASES = {f.__name__: f for f in (
     constant_of_shape, constant_of_shape_runtime, declared_dim_3e8, declared_dim_1e12,
     declared_dim_negative, loop_huge_trip, loop_always_true, loop_nested, nested_functions,
     broadcast_outer, tile_huge, range_huge, pad_huge, many_small_doublings, erf_chain,
-    loop_heavy_body, matmul_chain)}
+    loop_heavy_body, matmul_chain, loop_scan_outputs)}
 
 
 def run_case(name: str, folder: str) -> dict:

@@ -270,6 +270,7 @@ EXPECT = {
     "tile_huge": "4000000000", "range_huge": "10000000000", "pad_huge": "1600",
     "many_small_doublings": "--max-", "erf_chain": "--max-work",
     "loop_heavy_body": "--max-work", "matmul_chain": "--max-work",
+    "loop_scan_outputs": "--max-bytes",
 }
 
 CHILD = textwrap.dedent("""
