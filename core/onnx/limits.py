@@ -253,7 +253,9 @@ def _shape(x) -> tuple[int, ...]:
 
 
 def _ints(x) -> list[int]:
-    return [int(v) for v in np.asarray(x).reshape(-1)]
+    from core.onnx.registry import as_int_list
+
+    return as_int_list(x)
 
 
 def _broadcast(*shapes) -> int | None:

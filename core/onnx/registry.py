@@ -118,4 +118,7 @@ def kernel_for(node: NodeProto) -> Kernel | None:
 
 def as_int_list(x: Any) -> list[int]:
     """An int64 tensor input (shape, axes, pads...) as a Python list."""
-    return [int(v) for v in np.asarray(x).reshape(-1)]
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf":  # complex, strings...: not a list of ints (int() would lie)
+        raise ValueError(f"expected integers, got {a.dtype}")
+    return [int(v) for v in a.reshape(-1)]
