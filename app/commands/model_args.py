@@ -18,10 +18,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def resolve_workload(args: argparse.Namespace, default: str | None = "mlp") -> str | None:
     """The workload spec the arguments name (``--model`` wins over ``--workload``)."""
-    from core.onnx.workload import model_spec  # (onnx is imported only when a model is named)
-
     model = getattr(args, "model", None)
     if model:
+        # onnx is imported only when a model is named: the GPU image may not have it
+        from core.onnx.workload import model_spec
+
         if getattr(args, "workload", None):
             raise ValueError("give --model or --workload, not both")
         return model_spec(model, bool(getattr(args, "reinit", False)))
