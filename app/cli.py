@@ -63,9 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
             # SUPPRESS: the subcommand's default never overwrites a --debug given before it
             p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                            help="on an error, print the traceback too")
-        for a in p._actions:
-            if a.dest == "steps" and a.type is int:
-                a.type = positive_int  # one rule: zero or negative steps are a bad input
     return parser
 
 
