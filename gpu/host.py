@@ -27,8 +27,11 @@ __all__ = ["HostDevice", "HOST_FLAGS", "ORDERS", "find_compiler", "host_flags"]
 # -march=native: the machine's real ISA (FMA included where the CPU has it), so that a
 # contraction, were it ever allowed, would change bits and the parity tests would see it
 # (tests/gpu/test_fp_contract.py). Dropped only where the compiler refuses it.
-HOST_FLAGS = ("-O2", "-ffp-contract=off", "-march=native", "-fPIC", "-shared", "-std=c++17",
-              "-x", "c++")
+# -fno-tree-vectorize: gcc's vectorizers fuse despite -ffp-contract=off (gcc 12 turns rope's
+# `x1*c - x2*s`, `x2*c + x1*s` pair into one vfmaddsub132pd); the kernels are per-thread
+# scalar code, so nothing is lost. tests/gpu/test_fp_contract.py audits the machine code.
+HOST_FLAGS = ("-O2", "-ffp-contract=off", "-march=native", "-fno-tree-vectorize", "-fPIC",
+              "-shared", "-std=c++17", "-x", "c++")
 # The fibers of host_prelude.h switch stacks by hand: a CET shadow stack must not be claimed.
 _X86_FLAGS = ("-fcf-protection=none",)
 ORDERS = ("forward", "reverse", "both")

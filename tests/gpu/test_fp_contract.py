@@ -6,12 +6,17 @@ contraction anywhere would fail these tests (and the op parity tests), not just 
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
+import gpu
 from core import native
+from gpu import fusion
 from gpu import host as host_mod
 from gpu.host import HostDevice
 
@@ -141,3 +146,63 @@ def test_native_matmul_rounds_product_and_add_apart(dtype):
     assert got.tobytes() == want.tobytes()
     diag_two = np.array([want[i, i] for i in range(2)])
     assert not np.array_equal(diag_two, _fused(a_[:2], b_[:2], c_[:2])), "inputs must tell"
+
+
+# ---- the machine code: no FMA instruction anywhere ------------------------------------------
+
+_FMA_INSN = re.compile(r"\bv?f(?:n)?m(?:add|sub|addsub|subadd)\d*[ps][sdh]\b")
+
+
+def _fma_instructions(path) -> list[str]:
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump not found: the machine code cannot be read")
+    asm = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True,
+                         text=True, timeout=120).stdout
+    assert "ret" in asm, f"objdump read nothing from {path}"
+    return sorted(set(_FMA_INSN.findall(asm)))
+
+
+def _rope_pair_tape():
+    """A fused rope whose half width is 1: gcc 12 -march=native vectorised its two writes into
+    one vfmaddsub despite -ffp-contract=off (found by test_fusion_random)."""
+    from tests.gpu.test_fusion_random import build
+
+    with np.errstate(all="ignore"):
+        t, loss = build(2, 2, 3643, [("rope", 0, 2, 1.9082149292705877e-10),
+                                     ("scalar_const", 4, 2, 0.3122768888470451),
+                                     ("softmax", 7, 5, -3.1025526381819975e-198)],
+                        ["neg", "adds", "sqrt_abs", "sum", "neg"], True)
+        t.backward(loss)
+    return t, loss
+
+
+def test_fused_rope_pair_is_not_contracted_by_the_vectorizer(host):
+    t, loss = _rope_pair_tape()
+    prog = fusion.capture(host, t, loss, fuse=True)
+    assert "rope" in prog.fusion.segments[0].ops
+    prog.forward()
+    prog.backward()
+    assert gpu.parity.compare(t, prog).exact
+    assert _fma_instructions(prog._fusion_state["module"].path) == []
+
+
+def test_no_fma_instruction_in_any_host_object(host):
+    """The kernel library (both dtypes, both math modes), the diff kernels, the fused kernels of
+    both workloads and the native reference matmul: built for a CPU with FMA, none uses it."""
+    from core import workloads
+    from gpu.diff import DeviceDiff
+
+    objects = {"diff": DeviceDiff(host).module.path}
+    for name in ("mlp", "transformer"):
+        for dt in ("float64", "float32"):
+            for math in ("refmath", "platform"):
+                wl = workloads.get(name, dtype=dt, math=math)
+                prog = fusion.capture(host, wl.tape, wl.record(0), fuse=True)
+                objects[f"library {dt} {math}"] = prog.module.path
+                objects[f"fused {name} {dt} {math}"] = prog._fusion_state["module"].path
+    if native.library() is not None:
+        objects["native refkernels"] = native.library()._name
+    found = {k: _fma_instructions(p) for k, p in objects.items()}
+    assert {k: v for k, v in found.items() if v} == {}
+    assert len(objects) >= 13

@@ -167,7 +167,7 @@ def test_only_summaries_cross_to_the_host(host):
     moved = host.stats.bytes_to_host - before
     n_tensors = sum(1 for n in rep.nodes) + sum(1 for n in rep.nodes if n.grad is not None)
     assert rep.exact
-    assert moved == n_tensors * 7 * 8  # 5 int64 + 2 float64 per tensor, nothing else
+    assert moved == n_tensors * 8 * 8  # 6 int64 + 2 float64 per tensor, nothing else
     js = rep.to_json()
     assert js["exact"] and js["first_divergence"] is None and len(js["nodes"]) == len(rep.nodes)
     assert js["nodes"][-1]["grad"]["n"] == 1 and js["nodes"][0]["value"]["n_diff"] == 0
