@@ -3,6 +3,8 @@
  * Each intrinsic is one IEEE-754 operation rounded to nearest-even, exactly what the CUDA
  * intrinsic of the same name computes on the device. Compile with -ffp-contract=off (and never
  * -ffast-math): after inlining, gcc could otherwise fuse __dmul_rn + __dadd_rn into an FMA.
+ * With FMA in the target (-march=native) also -fno-tree-vectorize: gcc 12's vectorizer forms
+ * vfmaddsub from a mul/sub + mul/add pair even under -ffp-contract=off (gpu/host.py).
  * Also assumes SSE2 double arithmetic (x86-64; no x87 excess precision) and the default
  * rounding mode. __builtin_sqrt/__builtin_fma are one instruction where the target has it,
  * with a libm fallback (errno path, no-FMA targets): executables link -lm, shared objects
