@@ -1,0 +1,403 @@
+"""Provenance: which nodes *introduced* error and which only *inherited* it (no gpu, no Qt).
+
+The rule (docs/reports.md, "Introduced vs inherited"): a node introduced error at a step when
+its numpy reference op (``core.ops``, refmath, the reference order of docs/reference-order.md,
+in the candidate's dtype), run on the **candidate's own inputs**, does not reproduce the
+candidate's output bit for bit; otherwise whatever error it carries was inherited. Judged:
+
+- ``"value"``: the forward op on the candidate's input values. Leaves: a const must hold the
+  data it was given, a param the value its previous update produced (``StepState.leaf``).
+- ``"grad"``: the node's gradient recomputed by the reference backward rules from the
+  candidate's consumer gradients and values, the consumers' contributions added in the tape's
+  order (decreasing consumer id, each consumer's inputs in input order, from ``+0.0``). The
+  entry names the node whose gradient is wrong; the backward rules that made it are those of
+  its consumers (``Introduced.by``).
+- ``"update"``: the reference optimizer step (``core.optim``'s order, clipping and L2
+  included) on the candidate's parameters, gradients and moments before the update, against
+  the parameters and moments it left.
+- fused kernels (``StepState.kernels``), judged whole: a forward kernel's outputs against its
+  segment's reference ops run in order on the kernel's inputs (intermediates recomputed, not
+  read back); a backward kernel's gradients against the segment's backward rules run from the
+  gradients flowing into it.
+
+The judge is ``core.parity.compare_arrays(reference-on-candidate-inputs, candidate)``; its
+``n_diff``, ``max_ulp`` and ``first_index`` are the introduced error's own size.
+
+Data (``Provenance.to_json``)::
+
+    {"step": 3,
+     "introduced": [{"node": 12, "op": "exp", "which": "value" | "grad" | "update",
+                     "n_diff": 4, "max_ulp": 1, "max_abs": 2.2e-16, "first_index": 7,
+                     "n_nan": 0, "by": [15],          # grad: the consumers whose rules ran
+                     "part": "param" | "m" | "v"}],   # update: the first state that differs
+     "kernels": [{"kernel": "fused_fwd_s0_...", "role": "forward" | "backward", "segment": 0,
+                  "nodes": [3, 4, 5], "introduced": false, "n_diff": 0, "max_ulp": 0,
+                  "first_node": null}],
+     "checked": 17}                                    # arrays recomputed (the rest skipped)
+
+``introduced`` is in execution order: values in tape order, gradients in backward order
+(decreasing id), then updates. ``Provenance.flags(n)`` gives per node
+``{"value": bool, "grad": bool, "update": bool}``.
+
+Cost: with ``exact_value``/``exact_grad`` hints (the reference run *is* the numpy reference in
+the same dtype) a node whose output and every input agree with the reference cannot have
+introduced anything and is skipped, so a bit-identical step costs no recomputation; a step where
+everything drifts costs about one reference forward + backward on the host.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core import mathlib
+from core.ops.reference import serial_sum
+from core.ops.registry import REGISTRY
+from core.parity import TensorDiff, compare_arrays
+
+__all__ = ["Introduced", "OptimizerState", "ParamUpdate", "Provenance", "StepState",
+           "consumers", "provenance", "reference_grad", "reference_update", "reference_value"]
+
+Getter = Callable[[int], "np.ndarray | None"]
+
+
+@dataclass(frozen=True)
+class Introduced:
+    """One array a node (or kernel) got wrong on its own at one step."""
+
+    node: int
+    op: str
+    which: str  # "value" | "grad" | "update"
+    diff: TensorDiff  # compare_arrays(reference on the candidate's inputs, candidate)
+    by: tuple[int, ...] = ()  # grad: the consumers whose backward rules produce it
+    part: str = ""  # update: "param" | "m" | "v"
+
+    def to_json(self) -> dict:
+        """``{"node", "op", "which", "n_diff", "max_ulp", "max_abs", "first_index", "n_nan"}``
+        plus ``"by"`` (grad) or ``"part"`` (update)."""
+        d = self.diff
+        out = {"node": self.node, "op": self.op, "which": self.which, "n_diff": d.n_diff,
+               "max_ulp": d.max_ulp, "max_abs": d.max_abs, "first_index": d.first_index,
+               "n_nan": d.n_nan}
+        if self.which == "grad":
+            out["by"] = list(self.by)
+        if self.which == "update":
+            out["part"] = self.part
+        return out
+
+
+@dataclass
+class ParamUpdate:
+    """One parameter around one optimizer update (the candidate's arrays)."""
+
+    node: int
+    l2: float
+    w: np.ndarray  # before the update
+    g: np.ndarray
+    w_after: np.ndarray
+    m: np.ndarray | None = None  # Adam's moments before and after (None: SGD)
+    v: np.ndarray | None = None
+    m_after: np.ndarray | None = None
+    v_after: np.ndarray | None = None
+
+
+@dataclass
+class OptimizerState:
+    """The candidate's optimizer around one update: its settings and every stepped parameter
+    (those whose gradient backward reached, in the order added)."""
+
+    kind: str  # "sgd" | "adam"
+    lr: float
+    t: int  # this update's step count, from 1 (Adam's bias correction)
+    params: list[ParamUpdate]
+    clip: float | None = None
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+
+
+@dataclass
+class StepState:
+    """What provenance reads about one step of the candidate run.
+
+    ``value(i)`` / ``grad(i)``: the candidate's arrays of node ``i`` as the step computed them
+    (before the optimizer update); ``leaf(i)``: what leaf ``i`` should hold (None: not judged);
+    ``exact_value`` / ``exact_grad``: per node, equal bit for bit to the numpy reference in the
+    same dtype (skip hints; None when the reference run is not that); ``kernels``: the fused
+    kernels as ``{"kernel", "role", "segment", "node_ids"}``.
+    """
+
+    step: int
+    nodes: tuple
+    loss: int
+    value: Getter
+    grad: Getter
+    leaf: Getter | None = None
+    exact_value: Sequence[bool] | None = None
+    exact_grad: Sequence[bool] | None = None
+    update: OptimizerState | None = None
+    kernels: list[dict] = field(default_factory=list)
+
+    def snapshot(self) -> StepState:
+        """A copy holding every array, so it outlives the step (for on-demand provenance)."""
+        vals = {n.id: _copy(self.value(n.id)) for n in self.nodes}
+        grads = {n.id: _copy(self.grad(n.id)) for n in self.nodes}
+        leaves = None
+        if self.leaf is not None:
+            lv = {n.id: _copy(self.leaf(n.id)) for n in self.nodes if not n.inputs}
+            leaves = lv.get
+        return StepState(self.step, self.nodes, self.loss, vals.get, grads.get, leaves,
+                         None if self.exact_value is None else list(self.exact_value),
+                         None if self.exact_grad is None else list(self.exact_grad),
+                         self.update, [dict(k) for k in self.kernels])
+
+
+@dataclass
+class Provenance:
+    """The introduced arrays of one step, its fused kernels' verdicts, the work it took."""
+
+    step: int
+    introduced: list[Introduced]
+    kernels: list[dict]
+    checked: int
+
+    def flags(self, n_nodes: int) -> list[dict]:
+        """Per node ``{"value": bool, "grad": bool, "update": bool}``: what it introduced."""
+        out = [{"value": False, "grad": False, "update": False} for _ in range(n_nodes)]
+        for e in self.introduced:
+            if 0 <= e.node < n_nodes:
+                out[e.node][e.which] = True
+        return out
+
+    def to_json(self) -> dict:
+        """``{"step", "introduced": [...], "kernels": [...], "checked"}`` (module docstring)."""
+        return {"step": self.step, "introduced": [e.to_json() for e in self.introduced],
+                "kernels": [dict(k) for k in self.kernels], "checked": self.checked}
+
+
+def _copy(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.array(a, copy=True)
+
+
+_M = None
+
+
+def _ref_math() -> Any:
+    global _M
+    if _M is None:
+        _M = mathlib.get("refmath")  # the reference defines the bits, whatever the candidate's
+    return _M
+
+
+def _needs(nodes: tuple, n: Any) -> list[bool]:
+    nd = REGISTRY[n.op].nondiff_inputs
+    return [nodes[j].requires_grad and k not in nd for k, j in enumerate(n.inputs)]
+
+
+def consumers(nodes: tuple, loss: int) -> list[list[int]]:
+    """Per node, the nodes (ids up to ``loss``) whose backward pushes a contribution to it."""
+    out: list[list[int]] = [[] for _ in nodes]
+    for n in nodes[: loss + 1]:
+        if not n.inputs or not n.requires_grad:
+            continue
+        for j, need in zip(n.inputs, _needs(nodes, n), strict=True):
+            if need and (not out[j] or out[j][-1] != n.id):
+                out[j].append(n.id)
+    return out
+
+
+def reference_value(node: Any, xs: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
+    """``node``'s reference forward (refmath) on the input values ``xs``, in ``dtype``."""
+    dt = np.dtype(dtype)
+    with np.errstate(all="ignore"):  # inf and NaN are data here, as on the tape
+        y = REGISTRY[node.op].forward(_ref_math(), list(xs), node.attrs)
+    if type(y) is not np.ndarray or y.dtype != dt:
+        y = np.asarray(y, dtype=dt)
+    return y.reshape(node.shape)
+
+
+def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Getter,
+                   grad: Getter, dtype: Any) -> np.ndarray | None:
+    """Node ``j``'s gradient from its consumers ``by`` (their gradients ``grad(i)`` and the
+    values ``value``), added as the tape adds them; None when no consumer was reached."""
+    dt = np.dtype(dtype)
+    shape = nodes[j].shape
+    if j == loss:
+        return np.ones(shape, dtype=dt)  # the seed
+    acc = None
+    zero = dt.type(0)
+    with np.errstate(all="ignore"):
+        for i in sorted(by, reverse=True):  # backward visits nodes in decreasing id
+            g = grad(i)
+            if g is None:
+                continue
+            n = nodes[i]
+            needs = _needs(nodes, n)
+            parts = REGISTRY[n.op].backward(_ref_math(), g, [value(x) for x in n.inputs],
+                                            value(i), n.attrs, needs)
+            for k, x in enumerate(n.inputs):  # mul(x, x): both contributions, in input order
+                c = parts[k]
+                if x != j or not needs[k] or c is None:
+                    continue
+                if type(c) is not np.ndarray or c.shape != shape or c.dtype != dt:
+                    c = np.asarray(c, dtype=dt).reshape(shape)
+                acc = np.add(zero if acc is None else acc, c)
+    return acc
+
+
+def reference_update(opt: OptimizerState) -> list[tuple[np.ndarray, Any, Any]]:
+    """The reference optimizer step (``core.optim``, docs/reference-order.md) on the candidate's
+    arrays before the update: per parameter ``(w, m, v)`` after it (m, v None for SGD)."""
+    if not opt.params:
+        return []
+    dt = opt.params[0].w.dtype
+    T = dt.type
+    gs = [np.array(p.g) for p in opt.params]
+    with np.errstate(all="ignore"):
+        if opt.clip is not None:
+            acc = T(0.0)
+            for g in gs:  # written as core.optim.Optimizer.grads writes it
+                acc = serial_sum(np.concatenate([[acc], (g * g).ravel()]))
+            norm = np.sqrt(acc)
+            if norm > T(opt.clip):
+                s = T(opt.clip) / norm
+                gs = [g * s for g in gs]
+        gs = [g + T(p.l2) * p.w if p.l2 != 0.0 else g for p, g in zip(opt.params, gs,
+                                                                       strict=True)]
+        out: list[tuple[np.ndarray, Any, Any]] = []
+        if opt.kind == "sgd":
+            return [(p.w - T(opt.lr) * g, None, None) for p, g in zip(opt.params, gs,
+                                                                      strict=True)]
+        t = opt.t
+        # host scalars in python float64 (libm pow), then rounded once, as core.optim.Adam
+        lr_t = opt.lr * math.sqrt(1.0 - opt.b2 ** t) / (1.0 - opt.b1 ** t)
+        b1, omb1, b2, omb2 = T(opt.b1), T(1.0 - opt.b1), T(opt.b2), T(1.0 - opt.b2)
+        eps, lrt = T(opt.eps), T(lr_t)
+        for p, g in zip(opt.params, gs, strict=True):
+            m0 = np.zeros_like(p.w) if p.m is None else p.m
+            v0 = np.zeros_like(p.w) if p.v is None else p.v
+            m = (b1 * m0) + (omb1 * g)
+            v = (b2 * v0) + (omb2 * (g * g))
+            w = p.w - (lrt * (m / (np.sqrt(v) + eps)))
+            out.append((w, m, v))
+    return out
+
+
+def _judge(ref: np.ndarray, cand: np.ndarray | None) -> TensorDiff | None:
+    if cand is None or ref.shape != cand.shape:
+        return None
+    d = compare_arrays(ref, cand)
+    return d if d.n_diff else None
+
+
+def provenance(state: StepState) -> Provenance:
+    """Split the candidate's error at one step into introduced and inherited (module doc)."""
+    nodes, loss = state.nodes, state.loss
+    ev, eg = state.exact_value, state.exact_grad
+    cons = consumers(nodes, loss)
+    values: list[Introduced] = []
+    grads: list[Introduced] = []
+    checked = 0
+    for n in nodes:
+        i = n.id
+        y = state.value(i)
+        if y is None:
+            continue
+        if not n.inputs:
+            if state.leaf is None or (ev is not None and ev[i] and n.op != "param"):
+                continue  # a const equal to the reference holds the data it was given
+            want = state.leaf(i)
+            if want is None:
+                continue
+            checked += 1
+            d = _judge(np.asarray(want, dtype=y.dtype), y)
+        else:
+            if ev is not None and ev[i] and all(ev[j] for j in n.inputs):
+                continue  # same inputs as the reference, same output: nothing introduced
+            checked += 1
+            d = _judge(reference_value(n, [state.value(j) for j in n.inputs], y.dtype), y)
+        if d is not None:
+            values.append(Introduced(i, n.op, "value", d))
+    for n in reversed(nodes):
+        j = n.id
+        g = state.grad(j)
+        if g is None:
+            continue
+        by = cons[j]
+        if ev is not None and eg is not None and eg[j] and all(
+                eg[i] and ev[i] and all(ev[x] for x in nodes[i].inputs) for i in by):
+            continue
+        checked += 1
+        r = reference_grad(nodes, j, loss, by, state.value, state.grad, g.dtype)
+        d = None if r is None else _judge(r, g)
+        if d is not None:
+            grads.append(Introduced(j, n.op, "grad", d, by=tuple(by)))
+    updates = _updates(nodes, state.update)
+    checked += len(state.update.params) if state.update is not None else 0
+    kernels = [_kernel(state, cons, k) for k in state.kernels]
+    return Provenance(state.step, values + grads + updates, kernels, checked)
+
+
+def _updates(nodes: tuple, opt: OptimizerState | None) -> list[Introduced]:
+    if opt is None:
+        return []
+    out = []
+    for p, (w, m, v) in zip(opt.params, reference_update(opt), strict=True):
+        for part, ref, cand in (("param", w, p.w_after), ("m", m, p.m_after),
+                                ("v", v, p.v_after)):
+            d = None if ref is None else _judge(ref, cand)
+            if d is not None:
+                out.append(Introduced(p.node, nodes[p.node].op, "update", d, part=part))
+                break
+    return out
+
+
+def _kernel(state: StepState, cons: list[list[int]], k: dict) -> dict:
+    """One fused kernel judged whole: its outputs vs its segment run on its inputs."""
+    nodes, ev, eg = state.nodes, state.exact_value, state.exact_grad
+    ids = sorted(k["node_ids"])
+    out = {"kernel": k["kernel"], "role": k["role"], "segment": k.get("segment"),
+           "nodes": ids, "introduced": False, "n_diff": 0, "max_ulp": 0, "first_node": None}
+    member = set(ids)
+    if k["role"] == "forward":
+        ext = {j for i in ids for j in nodes[i].inputs if j not in member}
+        if ev is not None and all(ev[i] for i in ids) and all(ev[j] for j in ext):
+            return out
+        rec: dict[int, np.ndarray] = {}
+        for i in ids:
+            y = state.value(i)
+            xs = [rec[j] if j in rec else state.value(j) for j in nodes[i].inputs]
+            rec[i] = reference_value(nodes[i], xs, y.dtype)
+        pairs = [(i, rec[i], state.value(i)) for i in ids]
+    else:
+        targets = sorted({x for i in ids
+                          for x, need in zip(nodes[i].inputs, _needs(nodes, nodes[i]),
+                                             strict=True)
+                          if need and state.grad(x) is not None}, reverse=True)
+        if (ev is not None and eg is not None and all(eg[x] for x in targets)
+                and all(eg[i] and ev[i] and all(ev[x] for x in nodes[i].inputs) for i in ids)):
+            return out
+        rg: dict[int, np.ndarray] = {}
+
+        def grad(i: int) -> np.ndarray | None:
+            return rg[i] if i in rg else state.grad(i)
+
+        for x in targets:  # decreasing id: a recomputed gradient feeds the ones below it
+            g = state.grad(x)
+            r = reference_grad(nodes, x, state.loss, cons[x], state.value, grad, g.dtype)
+            if r is not None:
+                rg[x] = r
+        pairs = [(x, rg[x], state.grad(x)) for x in sorted(rg)]
+    for i, ref, cand in pairs:
+        d = _judge(ref, cand)
+        if d is not None:
+            out["introduced"] = True
+            out["n_diff"] += d.n_diff
+            out["max_ulp"] = max(out["max_ulp"], d.max_ulp)
+            if out["first_node"] is None:
+                out["first_node"] = i
+    return out
