@@ -40,6 +40,7 @@ class Snapshot:
     steps_per_s: float
     state: str = RUNNING
     extra: dict = field(default_factory=dict)
+    summaries: list[dict] = field(default_factory=list)  # every step: app.step_history
 
 
 @dataclass
@@ -135,15 +136,17 @@ class LiveSession(QObject):
             self._send("stop")
             self._set_state(STOPPED)
 
-    def inspect(self, node_id: int) -> int | None:
-        """Ask for one node's value and gradient on both sides; ``inspected`` answers.
+    def inspect(self, node_id: int, step: int | None = None) -> int | None:
+        """Ask for one node's value and gradient on both sides (at ``step``, if the worker still
+        keeps it; default the latest); ``inspected`` answers.
 
         Returns the request id (None when the worker is gone). Never waits.
         """
         if self.state == FAILED:
             return None
         self._req += 1
-        if not self._send("inspect", node=int(node_id), req=self._req):
+        extra = {} if step is None else {"step": int(step)}
+        if not self._send("inspect", node=int(node_id), req=self._req, **extra):
             return None
         self.pending.add(self._req)
         return self._req
@@ -264,6 +267,7 @@ def _merge(old: Snapshot, new: Snapshot) -> Snapshot:
     """Two snapshots the GUI has not seen yet as one (all steps kept, the newest in full)."""
     new.steps = old.steps + new.steps
     new.ulp_columns = old.ulp_columns + new.ulp_columns
+    new.summaries = old.summaries + new.summaries
     return new
 
 
@@ -272,7 +276,8 @@ def _snapshot(msg: dict) -> Snapshot:
     return Snapshot(steps=[tuple(s) for s in msg["steps"]],
                     ulp_columns=[np.asarray(c, dtype=np.float64) for c in msg["columns"]],
                     latest=latest, first=msg["first"], steps_per_s=msg["steps_per_s"],
-                    state=msg["state"], extra={"steps_done": msg["steps_done"]})
+                    state=msg["state"], extra={"steps_done": msg["steps_done"]},
+                    summaries=list(msg.get("summaries") or []))
 
 
 def _inspection(msg: dict) -> Inspection:

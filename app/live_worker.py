@@ -2,14 +2,15 @@
 
 Run as ``python -m app.live_worker CONFIG_JSON`` by ``app.live.LiveSession``: commands arrive
 on stdin, one JSON object per line (``{"cmd": "pause" | "resume" | "step" | "stop" |
-"report"}``, or ``{"cmd": "inspect", "node": ID, "req": N}``), messages leave on stdout, one per
-line (``ready``, ``state``, ``snapshot``, ``report``, ``inspect``, ``failed``). A separate
-process, not a thread of the GUI: the stepping is Python work, and a busy Python thread makes
-every Qt→Python call of the GUI thread (each table cell, each paint) wait for the GIL, which
-froze the window for seconds in our first version.
+"report"}``, or ``{"cmd": "inspect", "node": ID, "req": N, "step": S}``), messages leave on
+stdout, one per line (``ready``, ``state``, ``snapshot``, ``report``, ``inspect``,
+``failed``). A separate process, not a thread of the GUI: the stepping is Python work, and a
+busy Python thread makes every Qt→Python call of the GUI thread (each table cell, each paint)
+wait for the GIL, which froze the window for seconds in our first version.
 
 Snapshots are rate-bounded: every step's small numbers (losses, per-node worst ulp, time) are
-batched into the next snapshot, the per-node parity dicts only of the latest step. Tensors
+batched into the next snapshot (``summaries``: every step per node, ``app.step_history``), the
+per-node parity dicts only of the latest step. Tensors
 never stream: ``inspect`` answers for ONE node, when the user selects it (``inspect_message``).
 """
 
@@ -28,6 +29,8 @@ import numpy as np
 
 from app.report_data import ReportAccumulator
 from app.runs import PairRunner, SessionConfig, StepResult
+from app.step_history import step_summary
+from app.tensor_window import TensorWindow
 
 IDLE, RUNNING, PAUSED, STOPPED, FAILED = "idle", "running", "paused", "stopped", "failed"
 
@@ -52,6 +55,8 @@ class Stepper:
             self._go.set()
         self._single = self._stop = False
         self._pending: list[StepResult] = []
+        self._summaries: list[dict] = []  # app.step_history: every step, per node, compact
+        self.window = TensorWindow()  # the last steps' tensors, for the step scrubber
         self._times: list[float] = []
 
     def command(self, cmd: str, args: dict | None = None) -> None:
@@ -81,7 +86,7 @@ class Stepper:
 
     def _inspect(self, args: dict) -> None:
         with self._run_lock:
-            msg = inspect_message(self.runner, args.get("node"))
+            msg = inspect_message(self.runner, args.get("node"), args.get("step"), self.window)
         msg["req"] = args.get("req")
         self.emit(msg)
 
@@ -114,6 +119,8 @@ class Stepper:
             try:
                 with self._run_lock:
                     res = r.step()
+                    summary = step_summary(r, res)
+                    self.window.capture(res.step, r)
             except Exception as e:  # noqa: BLE001 — shown in the GUI, the app stays up
                 self._fail(e)
                 return
@@ -124,6 +131,7 @@ class Stepper:
                 if self.first is None and res.first is not None:
                     self.first = {"step": res.step, **res.first}
                 self._pending.append(res)
+                self._summaries.append(summary)
                 self._times.append(now)
                 del self._times[:-20]
                 done = self.max_steps is not None and self.steps_done >= self.max_steps
@@ -144,13 +152,15 @@ class Stepper:
             return
         state = self.state
         pend, self._pending = self._pending, []
+        summ, self._summaries = self._summaries, []
         t = self._times
         sps = (len(t) - 1) / (t[-1] - t[0]) if len(t) > 1 and t[-1] > t[0] else 0.0
         self.emit({"type": "snapshot", "state": state, "steps_done": self.steps_done,
                    "steps": [[p.step, p.loss_ref, p.loss_cand, p.seconds, p.exact]
                              for p in pend],
                    "columns": [p.node_max_ulp().tolist() for p in pend],
-                   "latest": asdict(pend[-1]), "first": self.first, "steps_per_s": sps})
+                   "latest": asdict(pend[-1]), "first": self.first, "steps_per_s": sps,
+                   "summaries": summ})
 
     def _fail(self, e: BaseException) -> None:
         details = getattr(e, "details", "") or traceback.format_exc()
@@ -190,14 +200,17 @@ def decode_array(d: dict | None, what: str = "array") -> np.ndarray | None:
     return np.frombuffer(raw, dtype=dt).reshape(shape).copy()  # writable, owns its memory
 
 
-def inspect_message(runner: PairRunner | None, node: object) -> dict:
-    """The ``inspect`` reply: one node's value and gradient on both sides at the current step."""
+def inspect_message(runner: PairRunner | None, node: object, step: object = None,
+                    window: TensorWindow | None = None) -> dict:
+    """The ``inspect`` reply: one node's value and gradient on both sides at the current step
+    (or at a past ``step`` still in the worker's ``window``)."""
     msg: dict = {"type": "inspect", "node": node, "error": None}
     if runner is None:
         msg["error"] = "the live session is still starting"
         return msg
     try:
-        got = runner.arrays(node)
+        past = isinstance(step, int) and step != runner.step_index and window is not None
+        got = window.get(step, node) if past else runner.arrays(node)
         for side in ("ref", "cand"):
             for which, a in got[side].items():
                 if a is not None and a.size > MAX_INSPECT:

@@ -1,0 +1,296 @@
+"""Every step of a live session, per node, in a few bytes (no Qt): what the step scrubber shows.
+
+The worker reduces each ``StepResult`` to a compact summary (``summarize``: per node the value
+and gradient ``n_diff`` and max ulp, NaN-policy counts and flag bits); the GUI keeps one
+``StepHistory`` of them and rebuilds, for any stored step, the per-node comparison dicts the
+parity table and the graph colours read (``comparison``), the nodes × steps heatmap
+(``heat``), the first step at which each node (each parameter) differs, the introduced nodes
+and the non-finite alarms.
+
+Memory is bounded: about 29 bytes per node per step (a 51-node transformer: 1.5 kB a step,
+15 MB for 10,000 steps). Past ``budget_bytes`` every second step of the older half is dropped
+(the step numbers say which remain; the first divergence's step is always kept), so a session of
+any length and any tape size stays under the budget.
+
+Introduced vs inherited comes from the provenance engine (``core.provenance``) when the step
+carries it (``StepResult.introduced`` or a node's ``"introduced"`` flags); a step without it
+falls back to ``roots``: the differing values whose inputs all agree (``SOURCE_ROOTS``), which
+is the forward half of the same rule, judged on the reference's inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+# per node and step, one record
+RECORD = np.dtype([("v_n", "<i4"), ("v_ulp", "<f8"), ("g_n", "<i4"), ("g_ulp", "<f8"),
+                   ("nb", "<i4"), ("flags", "u1")])
+F_V_ONESIDED = 1  # the value holds a NaN/inf the other side does not have
+F_G_ONESIDED = 2  # the gradient does
+F_V_INTRO = 4  # the value's error was introduced here (else inherited)
+F_G_INTRO = 8
+F_U_INTRO = 16  # a parameter update introduced error
+F_V_NAN = 32  # a NaN against a number (n_nan) in the value
+F_G_NAN = 64
+SOURCE_PROVENANCE = "provenance"
+SOURCE_ROOTS = "roots"  # placeholder: differing values whose inputs (reference side) all agree
+DEFAULT_BUDGET = 128 << 20
+
+
+def _one_sided(d: Mapping | None) -> bool:
+    """A non-finite element only one side holds: a NaN against a number, or an inf against
+    anything else (``max_abs`` is then inf). Same-bits infinities and NaN pairs are data."""
+    if not d or not d.get("n_diff"):
+        return False
+    ma = d.get("max_abs")
+    if isinstance(ma, str):  # strict JSON writes "inf"
+        ma = float(ma)
+    return bool(d.get("n_nan")) or (ma is not None and math.isinf(float(ma)))
+
+
+def produced_nonfinite(nodes: Iterable, value: Any, grad: Any = None) -> list[int]:
+    """Nodes that *made* a NaN or inf: a value with one from all-finite input values, or a
+    gradient with one while every consumer's gradient is finite. A leaf holding -inf (the
+    transformer's causal mask) is data, and what only flows on from it is not an alarm."""
+    nodes = list(nodes)
+    fin_v: dict[int, bool] = {}
+    fin_g: dict[int, bool] = {}
+    consumers: dict[int, list[int]] = {}
+    for n in nodes:
+        fin_v[n.id] = _finite(value(n.id))
+        fin_g[n.id] = True if grad is None else _finite(grad(n.id))
+        for j in n.inputs:
+            consumers.setdefault(j, []).append(n.id)
+    out = set()
+    for n in nodes:
+        if n.inputs and not fin_v[n.id] and all(fin_v.get(j, True) for j in n.inputs):
+            out.add(n.id)
+        if not fin_g[n.id] and all(fin_g.get(c, True) for c in consumers.get(n.id, ())):
+            out.add(n.id)
+    return sorted(out)
+
+
+def _finite(a: Any) -> bool:
+    if a is None:
+        return True
+    a = np.asarray(a)
+    return a.dtype.kind != "f" or bool(np.isfinite(a).all())
+
+
+def step_summary(runner: Any, res: Any) -> dict:
+    """``summarize(res)`` plus the nodes that produced a NaN/inf on the reference side (read
+    from ``runner.ref`` right after the step, before the next one overwrites it)."""
+    out = summarize(res)
+    ref = runner.ref
+    try:
+        out["produced"] = produced_nonfinite(runner.nodes, lambda i: ref.array(i, "value"),
+                                             lambda i: ref.array(i, "grad"))
+    except Exception:  # noqa: BLE001 — an alarm scan must never fail a step
+        out["produced"] = []
+    return out
+
+
+def summarize(res: Any) -> dict:
+    """One ``StepResult`` (or its dict) as plain lists for the wire: ``{"step", "losses",
+    "exact", "first", "n", "v", "vu", "g", "gu", "nb", "f", "src", "kernels"}``."""
+    get = res.get if isinstance(res, Mapping) else (lambda k, d=None: getattr(res, k, d))
+    nodes = get("nodes") or []
+    v, vu, g, gu, nb, f = [], [], [], [], [], []
+    intro = _introduced(get("introduced"), nodes, get("roots") or [])
+    src = SOURCE_PROVENANCE if intro[1] else SOURCE_ROOTS
+    for e in nodes:
+        dv, dg = e.get("value") or {}, e.get("grad")
+        v.append(int(dv.get("n_diff", 0) or 0))
+        vu.append(float(dv.get("max_ulp", 0) or 0))
+        g.append(-1 if dg is None else int(dg.get("n_diff", 0) or 0))
+        gu.append(0.0 if dg is None else float(dg.get("max_ulp", 0) or 0))
+        nb.append(int(dv.get("nan_bits_differ", 0) or 0)
+                  + (0 if dg is None else int(dg.get("nan_bits_differ", 0) or 0)))
+        bits = intro[0].get(int(e["id"]), 0)
+        bits |= F_V_ONESIDED if _one_sided(dv) else 0
+        bits |= F_G_ONESIDED if _one_sided(dg) else 0
+        bits |= F_V_NAN if dv.get("n_nan") else 0
+        bits |= F_G_NAN if dg and dg.get("n_nan") else 0
+        f.append(bits)
+    return {"step": int(get("step")), "losses": [get("loss_ref"), get("loss_cand")],
+            "exact": bool(get("exact")), "first": get("first"), "n": len(nodes), "v": v,
+            "vu": vu, "g": g, "gu": gu, "nb": nb, "f": f, "src": src,
+            "kernels": list(get("kernels") or []), "produced": list(get("produced") or [])}
+
+
+def _introduced(intro: Iterable | None, nodes: list, roots: list) -> tuple[dict[int, int], bool]:
+    """node id → F_*_INTRO bits, and whether they came from the provenance engine."""
+    out: dict[int, int] = {}
+    bit = {"value": F_V_INTRO, "grad": F_G_INTRO, "update": F_U_INTRO}
+    have = intro is not None
+    for e in intro or ():
+        out[int(e["node"])] = out.get(int(e["node"]), 0) | bit.get(e.get("which"), 0)
+    for e in nodes:  # the per-node form: {"introduced": {"value": bool, "grad": bool}}
+        flags = e.get("introduced")
+        if isinstance(flags, Mapping):
+            have = True
+            for k, b in bit.items():
+                if flags.get(k):
+                    out[int(e["id"])] = out.get(int(e["id"]), 0) | b
+    if not have:  # PLACEHOLDER until a step carries provenance: where value drift starts
+        out = {int(i): F_V_INTRO for i in roots}
+    return out, have
+
+
+class StepHistory:
+    """Per-node summaries of every step (bounded); ``add`` takes ``summarize`` dicts."""
+
+    def __init__(self, nodes: list | tuple = (), budget_bytes: int = DEFAULT_BUDGET) -> None:
+        self.nodes = [(int(n.id), str(n.op), n.name or "") for n in nodes]
+        self.budget_bytes = budget_bytes
+        self.step_nums: list[int] = []
+        self.records: list[np.ndarray] = []
+        self.meta: list[dict] = []  # per stored step: losses, exact, first, src, kernels
+        self.first: dict | None = None  # the session's first divergence {"step", "node", ...}
+        self._first_step = np.full(len(self.nodes), -1, dtype=np.int64)
+        self.thinned = 0
+
+    def __len__(self) -> int:
+        return len(self.step_nums)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the summaries hold (records and their per-step overhead, roughly)."""
+        return sum(r.nbytes + 200 for r in self.records)
+
+    def add(self, s: Mapping) -> None:
+        """Append one step's ``summarize`` dict."""
+        n = int(s["n"])
+        if self.nodes and n != len(self.nodes):
+            raise ValueError(f"step {s['step']}: {n} nodes, the history has {len(self.nodes)}")
+        if not self.nodes:
+            self.nodes = [(i, "", "") for i in range(n)]
+            self._first_step = np.full(n, -1, dtype=np.int64)
+        r = np.empty(n, dtype=RECORD)
+        r["v_n"], r["v_ulp"], r["g_n"] = s["v"], s["vu"], s["g"]
+        r["g_ulp"], r["nb"], r["flags"] = s["gu"], s["nb"], s["f"]
+        step = int(s["step"])
+        if self.step_nums and step <= self.step_nums[-1]:
+            raise ValueError(f"step {step} after step {self.step_nums[-1]}")
+        differs = (r["v_n"] > 0) | (r["g_n"] > 0)
+        new = differs & (self._first_step < 0)
+        self._first_step[new] = step
+        if self.first is None and s.get("first"):
+            self.first = {"step": step, **s["first"]}
+        self.step_nums.append(step)
+        self.records.append(r)
+        self.meta.append({"losses": s.get("losses"), "exact": s.get("exact"),
+                          "first": s.get("first"), "src": s.get("src", SOURCE_ROOTS),
+                          "kernels": s.get("kernels") or [],
+                          "produced": list(s.get("produced") or [])})
+        if self.nbytes > self.budget_bytes:
+            self._thin()
+
+    def _thin(self) -> None:
+        # drop every second step of the older half; the first divergence's step stays
+        half = len(self.records) // 2
+        keep_first = self.first["step"] if self.first else None
+        drop = {k for k in range(1, half, 2) if self.step_nums[k] != keep_first}
+        for name in ("step_nums", "records", "meta"):
+            lst = getattr(self, name)
+            setattr(self, name, [x for k, x in enumerate(lst) if k not in drop])
+        self.thinned += len(drop)
+
+    # ---- reading ----------------------------------------------------------------------------
+    def index_of(self, step: int) -> int:
+        """Index of the stored step nearest ``step`` (-1 when empty)."""
+        if not self.step_nums:
+            return -1
+        k = int(np.searchsorted(self.step_nums, step))
+        if k >= len(self.step_nums):
+            return len(self.step_nums) - 1
+        if k > 0 and step - self.step_nums[k - 1] < self.step_nums[k] - step:
+            return k - 1
+        return k
+
+    def nearest(self, step: int) -> int:
+        """The stored step nearest ``step`` (steps count from 1; -1 when empty)."""
+        k = self.index_of(step)
+        return -1 if k < 0 else self.step_nums[k]
+
+    def record(self, step: int) -> np.ndarray:
+        """The per-node record array of a stored step (KeyError if not stored)."""
+        k = self.index_of(step)
+        if k < 0 or self.step_nums[k] != step:
+            raise KeyError(f"step {step} is not in the history")
+        return self.records[k]
+
+    def source(self, step: int) -> str:
+        """Where a step's introduced flags come from: SOURCE_PROVENANCE or SOURCE_ROOTS."""
+        return self.meta[self.index_of(step)]["src"]
+
+    def step_meta(self, step: int) -> dict:
+        """losses, exact, first (of that step), src, kernels."""
+        return self.meta[self.index_of(step)]
+
+    def comparison(self, step: int) -> list[dict]:
+        """The per-node dicts of one step as the parity table and graph read them."""
+        r = self.record(step)
+        out = []
+        for (nid, op, name), e in zip(self.nodes, r.tolist(), strict=True):
+            v_n, v_ulp, g_n, g_ulp, nb, flags = e
+            d = {"id": nid, "op": op, "name": name,
+                 "value": {"n_diff": v_n, "max_ulp": v_ulp, "n_nan": int(bool(flags & F_V_NAN)),
+                           "nan_bits_differ": nb},
+                 "grad": None if g_n < 0 else {"n_diff": g_n, "max_ulp": g_ulp,
+                                               "n_nan": int(bool(flags & F_G_NAN))},
+                 "introduced": {"value": bool(flags & F_V_INTRO),
+                                "grad": bool(flags & F_G_INTRO),
+                                "update": bool(flags & F_U_INTRO)},
+                 "alarm": bool(flags & (F_V_ONESIDED | F_G_ONESIDED))}
+            out.append(d)
+        return out
+
+    def introduced(self, step: int) -> list[int]:
+        """Node ids that introduced error (value, gradient or update) at ``step``."""
+        f = self.record(step)["flags"]
+        return np.flatnonzero(f & (F_V_INTRO | F_G_INTRO | F_U_INTRO)).tolist()
+
+    def alarms(self, step: int) -> list[int]:
+        """Node ids with a non-finite value or gradient only one side has, or one the node
+        produced from finite inputs (same-bits infinities passed along are data)."""
+        f = self.record(step)["flags"]
+        one = np.flatnonzero(f & (F_V_ONESIDED | F_G_ONESIDED)).tolist()
+        return sorted(set(one) | set(self.step_meta(step)["produced"]))
+
+    def worst_ulp(self, step: int) -> np.ndarray:
+        """Per node, the worst ulp of value and gradient (-1 for a NaN mismatch)."""
+        return _worst(self.record(step))
+
+    def first_step_differing(self) -> dict[int, int]:
+        """node id → the first step at which its value or gradient differed (only those)."""
+        return {i: int(s) for i, s in enumerate(self._first_step.tolist()) if s >= 0}
+
+    def heat(self, introduced_only: bool = False, last: int | None = None) -> tuple[
+            np.ndarray, list[int]]:
+        """(nodes × steps worst ulp, -1 for NaN; the steps) of the last ``last`` stored steps;
+        ``introduced_only`` zeroes what a node only inherited."""
+        recs = self.records if last is None else self.records[-last:]
+        steps = self.step_nums if last is None else self.step_nums[-last:]
+        if not recs:
+            return np.zeros((len(self.nodes), 0)), []
+        cols = []
+        for r in recs:
+            w = _worst(r)
+            if introduced_only:
+                w = np.where(r["flags"] & (F_V_INTRO | F_G_INTRO | F_U_INTRO), w, 0.0)
+            cols.append(w)
+        return np.stack(cols, axis=1), list(steps)
+
+
+def _worst(r: np.ndarray) -> np.ndarray:
+    v = np.where(r["v_n"] > 0, np.maximum(r["v_ulp"], 1.0), 0.0)
+    g = np.where(r["g_n"] > 0, np.maximum(r["g_ulp"], 1.0), 0.0)
+    w = np.maximum(v, g)
+    nan = ((r["flags"] & F_V_NAN) > 0) & (r["v_n"] > 0) | ((r["flags"] & F_G_NAN) > 0) & (
+        r["g_n"] > 0)
+    return np.where(nan, -1.0, w)
