@@ -224,7 +224,7 @@ def _layernorm(imp, st, ins, names):
     y = ops.mul(ops.mul(d, inv), _v(imp, ins, names, 1))
     if len(ins) > 2 and ins[2] is not None:
         y = ops.add(y, _v(imp, ins, names, 2))
-    return y
+    return y, mean, inv  # the optional outputs Mean and InvStdDev (keepdims shapes)
 
 
 def _softmax(imp, st, ins, names):
