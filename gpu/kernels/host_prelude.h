@@ -60,7 +60,11 @@ static __thread int ts_host_error;
 
 #define TS_FIBER_STACK (128 * 1024) /* per thread; a guard page below each one */
 
-#if defined(__x86_64__) && !defined(TS_HOST_UCONTEXT)
+#if defined(__x86_64__) && defined(__ELF__) && !defined(TS_HOST_UCONTEXT)
+#define TS_FIBER_ASM 1
+#endif
+
+#ifdef TS_FIBER_ASM
 /* A user-space switch (callee-saved registers + stack pointer, no signal-mask syscall as in
  * swapcontext): a block of 128 threads crosses a barrier in microseconds. */
 struct ts_fiber {
@@ -91,6 +95,9 @@ __asm__(".text\n"
         ".size ts_fiber_entry, .-ts_fiber_entry\n");
 #else
 /* Portable fallback (other CPUs, or -DTS_HOST_UCONTEXT): POSIX ucontext, slower. */
+#if defined(__APPLE__) && !defined(_XOPEN_SOURCE)
+#define _XOPEN_SOURCE 700 /* macOS declares the ucontext calls only under it */
+#endif
 #include <ucontext.h>
 struct ts_fiber {
     ucontext_t uc;
@@ -105,7 +112,7 @@ struct ts_block_sched {
     long long n, cur;
     ts_body_fn body;
     void** args;
-#if defined(__x86_64__) && !defined(TS_HOST_UCONTEXT)
+#ifdef TS_FIBER_ASM
     void* home_sp;
 #else
     ucontext_t home;
@@ -121,7 +128,7 @@ extern "C" __attribute__((visibility("hidden"), used, noreturn)) void ts_fiber_m
 
 static inline void ts_fiber_suspend(void) {
     struct ts_fiber* f = &ts_blk.f[ts_blk.cur];
-#if defined(__x86_64__) && !defined(TS_HOST_UCONTEXT)
+#ifdef TS_FIBER_ASM
     ts_fiber_switch(&f->sp, ts_blk.home_sp);
 #else
     swapcontext(&f->uc, &ts_blk.home);
@@ -183,7 +190,7 @@ static void ts_fiber_start(long long t) {
     struct ts_fiber* f = &ts_blk.f[t];
     char* lo = ts_blk.stacks + (size_t)t * (TS_FIBER_STACK + ts_blk.page) + ts_blk.page;
     f->state = 0;
-#if defined(__x86_64__) && !defined(TS_HOST_UCONTEXT)
+#ifdef TS_FIBER_ASM
     /* the frame ts_fiber_switch pops: six callee-saved registers, then the return address;
      * 72 below a 16-aligned top leaves %rsp 16-aligned at ts_fiber_entry's call */
     uintptr_t top = ((uintptr_t)(lo + TS_FIBER_STACK)) & ~(uintptr_t)15;
@@ -203,7 +210,7 @@ static void ts_fiber_start(long long t) {
 static inline void ts_fiber_resume(long long t) {
     ts_blk.cur = t;
     ts_set_thread(t);
-#if defined(__x86_64__) && !defined(TS_HOST_UCONTEXT)
+#ifdef TS_FIBER_ASM
     ts_fiber_switch(&ts_blk.home_sp, ts_blk.f[t].sp);
 #else
     swapcontext(&ts_blk.home, &ts_blk.f[t].uc);
