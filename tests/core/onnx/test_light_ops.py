@@ -207,3 +207,21 @@ def test_session_of_a_light_style_model_imports_every_converter_it_needs():
     conv = imp.onnx_nodes[0]
     assert tape.node(conv["first"]).op in ("param", "conv2d")
     assert conv["inputs"] == ["x", "w"]
+
+
+def test_a_pytorch_export_matches_pytorch_and_its_weights_sit_in_their_layers():
+    import os
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "resources", "models")
+    path = os.path.join(root, "torch_cnn.onnx")
+    x = np.load(os.path.join(root, "torch_cnn.input.x.npy"))
+    want = np.load(os.path.join(root, "torch_cnn.expected.logits.npy"))  # PyTorch's own output
+    tape = Tape(np.float32)
+    imp = import_to_tape(path, tape, {"x": x})
+    np.testing.assert_allclose(imp.outputs["logits"].value, want, rtol=1e-4, atol=1e-6)
+    wl = OnnxWorkload(path)
+    names = {p.name for p in wl.params}
+    assert "head/Gemm/head.weight" in names  # scope of its layer; no '/'-made group of weights
+    assert any(n.startswith("stem/stem.0/Conv/") for n in names), names
+    assert wl.loss_kind == "cross_entropy" and wl.n_classes == 10
+    assert all(np.isfinite(wl.train(2)))
