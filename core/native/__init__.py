@@ -1,9 +1,12 @@
 """Optional native speed-ups for the CPU tape, in the exact reference order.
 
-``gcc -O3 -ffp-contract=off`` builds ``refkernels.c`` once per user into the kernel cache
-(``core.cache``: mode 0700, keyed by a hash of source, flags, compiler and CPU, written
-atomically, verified by sha256 on every load, a corrupt entry rebuilt). Without gcc the numpy
-reference runs instead: the same bits, slower. ``TAPESCOPE_NO_NATIVE=1`` forces numpy.
+``gcc -O3 -ffp-contract=off`` builds ``refkernels.c`` (the reference-order matmul, threaded over
+blocks of output rows) and ``refmath_host.c`` (refmath's C twin, ``gpu/kernels/refmath.cuh``,
+compiled as the host backend compiles it) once per user into the kernel cache (``core.cache``:
+mode 0700, keyed by a hash of sources, headers, flags, compiler and CPU, written atomically,
+verified by sha256 on every load, a corrupt entry rebuilt). Without gcc the numpy reference runs
+instead: the same bits, slower. ``TAPESCOPE_NO_NATIVE=1`` forces numpy; ``TAPESCOPE_THREADS=N``
+(or :func:`set_threads`) sets how many threads a product may use (the bits never depend on it).
 """
 
 from __future__ import annotations
@@ -20,11 +23,21 @@ import numpy as np
 from core.cache import CacheError, KernelCache, cache_key
 
 # NOTE: -march=native only widens the vectors; -ffp-contract=off keeps every product and add a
-# separate rounding, so the bits are those of the numpy reference on every CPU.
+# separate rounding, so the bits are those of the numpy reference on every CPU. The machine code
+# is audited for FMA instructions in tests/core/test_native.py (gcc's vectorizer once formed one
+# from a mul/add pair despite -ffp-contract=off, see gpu/host.py).
 FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std=c99",
-         "-march=native"]
-_SRC = Path(__file__).with_name("refkernels.c")
+         "-march=native", "-pthread"]
+_HERE = Path(__file__).resolve().parent
+_SRCS = [_HERE / "refkernels.c", _HERE / "refmath_host.c"]
+# the C twin of core.refmath lives with the device kernels: one source for every backend. It is
+# read as C text here, never imported (core does not import gpu).
+KERNELS = _HERE.parents[1] / "gpu" / "kernels"
+_HEADERS = [KERNELS / "intrinsics_host.h", KERNELS / "refmath.cuh"]
 _lib: ctypes.CDLL | None | bool = False  # False: not tried yet; None: unavailable
+_threads: int | None = None
+
+REFMATH = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "rsqrt")
 
 
 def _compiler_id(cc: str) -> str:
@@ -47,11 +60,12 @@ def cpu_id() -> str:
 
 def _build(cc: str) -> Path:
     """The verified cached shared object, built first when missing or corrupt."""
-    key = cache_key(_SRC.read_bytes(), " ".join(FLAGS), _compiler_id(cc), cpu_id())
+    key = cache_key(*(p.read_bytes() for p in _SRCS + _HEADERS), " ".join(FLAGS),
+                    _compiler_id(cc), cpu_id())
 
     def build(out: Path) -> None:
-        subprocess.run([cc, *FLAGS, "-o", str(out), str(_SRC)], check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run([cc, *FLAGS, f"-I{KERNELS}", "-o", str(out), *map(str, _SRCS)],
+                       check=True, capture_output=True, timeout=120)
 
     path, _ = KernelCache().get_or_build(f"refkernels-{key}", ".so", build)
     return path
@@ -61,6 +75,8 @@ def _load() -> ctypes.CDLL | None:
     cc = shutil.which(os.environ.get("CC", "gcc"))
     if os.environ.get("TAPESCOPE_NO_NATIVE") or cc is None:
         return None
+    if not all(h.is_file() for h in _HEADERS):
+        return None  # an install without the kernel sources: numpy it is
     try:
         lib = ctypes.CDLL(str(_build(cc)))
     except (OSError, CacheError, subprocess.SubprocessError):
@@ -68,8 +84,16 @@ def _load() -> ctypes.CDLL | None:
     p = ctypes.c_void_p
     ll = ctypes.c_longlong
     for name in ("ts_mm_f64", "ts_mm_f32"):
-        getattr(lib, name).argtypes = [p, p, p, ll, ll, ll]
+        getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ctypes.c_int]
         getattr(lib, name).restype = None
+    for name in ("ts_bmm_f64", "ts_bmm_f32"):
+        getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int]
+        getattr(lib, name).restype = None
+    for name in REFMATH:
+        for sfx in ("", "f"):
+            fn = getattr(lib, f"tsv_{name}{sfx}")
+            fn.argtypes = [p, p, ll]
+            fn.restype = None
     return lib
 
 
@@ -81,10 +105,35 @@ def library() -> ctypes.CDLL | None:
     return _lib
 
 
+def threads() -> int:
+    """Threads a product may use: set_threads(), else $TAPESCOPE_THREADS, else the CPUs we have."""
+    global _threads
+    if _threads is None:
+        env = os.environ.get("TAPESCOPE_THREADS", "")
+        if env.isdigit() and int(env) > 0:
+            _threads = int(env)
+        else:
+            try:
+                _threads = len(os.sched_getaffinity(0))
+            except (AttributeError, OSError):
+                _threads = os.cpu_count() or 1
+            _threads = max(1, min(_threads, 8))
+    return _threads
+
+
+def set_threads(n: int) -> None:
+    """Use up to ``n`` threads per product (1: serial). Never changes a bit of any result."""
+    global _threads
+    _threads = max(1, int(n))
+
+
+_DT = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
+
+
 def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """2-D reference-order product in C, or None when native code is unavailable."""
     lib = library()
-    if lib is None or a.dtype != b.dtype or a.dtype not in (np.float64, np.float32):
+    if lib is None or a.dtype != b.dtype or a.dtype not in _DT:
         return None
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
@@ -92,5 +141,43 @@ def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     n = b.shape[1]
     c = np.empty((m, n), dtype=a.dtype)
     fn = lib.ts_mm_f64 if a.dtype == np.float64 else lib.ts_mm_f32
-    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, k, n)
+    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, k, n, threads())
     return c
+
+
+def _batch(x: np.ndarray, bsz: int) -> tuple[np.ndarray, int]:
+    """(array whose batch entries are contiguous, element stride between entries; 0: shared)."""
+    if x.shape[0] == 1 or x.strides[0] == 0:
+        return np.ascontiguousarray(x[0]), 0
+    x = np.ascontiguousarray(x)
+    return x, x.shape[1] * x.shape[2]
+
+
+def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``[B|1, M, K] @ [B|1, K, N]`` in the reference order of ``mm`` per batch entry, or None.
+
+    A batch entry of size 1 (or a broadcast view with stride 0) is shared by every entry, not
+    copied.
+    """
+    lib = library()
+    if lib is None or a.dtype != b.dtype or a.dtype not in _DT or a.ndim != 3 or b.ndim != 3:
+        return None
+    bsz = max(a.shape[0], b.shape[0])
+    if a.shape[0] not in (1, bsz) or b.shape[0] not in (1, bsz) or a.shape[2] != b.shape[1]:
+        return None
+    m, k = a.shape[1:]
+    n = b.shape[2]
+    a, sa = _batch(a, bsz)
+    b, sb = _batch(b, bsz)
+    c = np.empty((bsz, m, n), dtype=a.dtype)
+    fn = lib.ts_bmm_f64 if a.dtype == np.float64 else lib.ts_bmm_f32
+    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, bsz, m, k, n, sa, sb, threads())
+    return c
+
+
+def refmath_fn(name: str, dtype: np.dtype):
+    """The C twin's loop ``f(x_ptr, y_ptr, n)`` for refmath function ``name``, or None."""
+    lib = library()
+    if lib is None or np.dtype(dtype) not in _DT:
+        return None
+    return getattr(lib, f"tsv_{name}{'f' if np.dtype(dtype) == np.float32 else ''}")

@@ -39,8 +39,52 @@ _KERNELS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 _BLOCK = 1 << 12
 
 
+_F64 = np.dtype(np.float64)
+_F32 = np.dtype(np.float32)
+# name -> {dtype: the C twin's loop}; filled on first use; {} when native code is unavailable
+_NATIVE: dict[str, dict[np.dtype, Any]] | None = None
+
+
+def _native_loops() -> dict[str, dict[np.dtype, Any]]:
+    global _NATIVE
+    if _NATIVE is None:
+        from core import native
+
+        loops: dict[str, dict[np.dtype, Any]] = {}
+        if native.library() is not None:
+            loops = {n: {dt: native.refmath_fn(n, dt) for dt in (_F64, _F32)}
+                     for n in FUNCTIONS}
+        _NATIVE = loops
+    return _NATIVE
+
+
+def use_native(enabled: bool) -> None:
+    """Run the C twin (``enabled``, when it can be built here) or the numpy spelling."""
+    global _NATIVE
+    _NATIVE = None if enabled else {}
+
+
 def _apply(name: str, x: Any) -> np.ndarray:
-    """Run kernel ``name`` over ``x`` (ndarray or scalar, float64/float32) into a new array."""
+    """Run kernel ``name`` over ``x`` (ndarray or scalar, float64/float32) into a new array.
+
+    The C twin (``gpu/kernels/refmath.cuh`` built for the host by ``core.native``) runs when it
+    is available: the same bits as the numpy spelling (tests/core/test_refmath_native.py), at a
+    fraction of the cost; without a compiler the numpy spelling runs.
+    """
+    arr = np.asarray(x)
+    dt = arr.dtype
+    if dt == _F64 or dt == _F32:  # native byte order only
+        loops = _NATIVE if _NATIVE is not None else _native_loops()
+        if loops:
+            src = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+            out = np.empty(arr.shape, dt)
+            loops[name][dt](src.ctypes.data, out.ctypes.data, src.size)
+            return out
+    return numpy_apply(name, arr)
+
+
+def numpy_apply(name: str, x: Any) -> np.ndarray:
+    """Kernel ``name`` over ``x`` in its numpy spelling: the oracle of the C twin."""
     arr = np.asarray(x)
     if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):
         raise TypeError(
@@ -101,4 +145,5 @@ def rsqrt(x: Any) -> np.ndarray:
     return _apply("rsqrt", x)
 
 
-__all__ = ["FUNCTIONS", "erf", "exp", "expm1", "log", "log1p", "rsqrt", "sigmoid", "tanh"]
+__all__ = ["FUNCTIONS", "erf", "exp", "expm1", "log", "log1p", "numpy_apply", "rsqrt", "sigmoid",
+           "tanh", "use_native"]

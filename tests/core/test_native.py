@@ -44,3 +44,70 @@ def test_a_corrupt_cached_library_is_rebuilt_not_trusted(monkeypatch, tmp_path):
     second = native._build("gcc")
     assert second == first and second.read_bytes()[:4] == b"\x7fELF"
     assert len(second.read_bytes()) > 1000
+
+
+def _spread(rng, shape, dtype):
+    x = rng.standard_normal(shape).astype(dtype)
+    return x * np.exp2(rng.integers(-20, 20, shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_thread_count_never_changes_a_bit(dtype):
+    """Threads split whole output rows: each element keeps its one serial k-chain."""
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(5)
+    a = _spread(rng, (203, 301), dtype)
+    b = _spread(rng, (301, 97), dtype)
+    want = mm_numpy(a, b).tobytes()
+    before = native.threads()
+    try:
+        for t in (1, 2, 3, 7, 64):
+            native.set_threads(t)
+            assert native.mm(a, b).tobytes() == want, t
+    finally:
+        native.set_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_native_bmm_is_bit_identical_and_broadcasts(dtype):
+    from core.ops.reference import bmm, bmm_numpy
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(9)
+    for bsz, m, k, n in [(1, 1, 1, 1), (3, 5, 7, 4), (6, 1, 9, 50), (2, 33, 0, 3), (4, 17, 64, 70)]:
+        a = _spread(rng, (bsz, m, k), dtype)
+        b = _spread(rng, (bsz, k, n), dtype)
+        want = bmm_numpy(a, b).tobytes()
+        assert native.bmm(a, b).tobytes() == want
+        assert bmm(a, b).tobytes() == want
+        shared = np.broadcast_to(a[:1], a.shape)  # one weight for every batch entry
+        assert native.bmm(shared, b).tobytes() == bmm_numpy(np.array(shared), b).tobytes()
+        assert native.bmm(a[:1], b).tobytes() == bmm_numpy(np.array(shared), b).tobytes()
+    bt = _spread(rng, (3, 6, 5), dtype).transpose(0, 2, 1)  # non-contiguous operand
+    at = _spread(rng, (3, 4, 5), dtype)
+    assert native.bmm(at, bt).tobytes() == bmm_numpy(at, bt).tobytes()
+    assert native.bmm(at, bt[:2]) is None  # mismatched batches are the caller's error
+
+
+def test_machine_code_has_no_fused_multiply_add():
+    """-ffp-contract=off with -march=native: no FMA instruction may appear (it rounds once)."""
+    import re
+    import shutil
+    import subprocess
+
+    if native.library() is None or shutil.which("objdump") is None:
+        pytest.skip("no C compiler or objdump here")
+    path = native._build(shutil.which("gcc"))
+    dis = subprocess.run(["objdump", "-d", str(path)], capture_output=True, text=True,
+                         check=True).stdout
+    fma = re.findall(r"\bv?f(?:n?m(?:add|sub)|maddsub|msubadd)\w*", dis)
+    assert not fma, f"FMA instructions in the native library: {sorted(set(fma))[:5]}"
+    assert "tsv_tanh" in dis and "ts_mm_f64" in dis  # the audit looked at the right object
+
+
+def test_without_native_bmm_returns_none(monkeypatch):
+    monkeypatch.setattr(native, "_lib", None)
+    a = np.ones((2, 3, 4))
+    assert native.bmm(a, np.ones((2, 4, 5))) is None

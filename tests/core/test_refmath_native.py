@@ -1,0 +1,104 @@
+"""The tape's refmath runs through the C twin (core.native); the numpy spelling is its oracle.
+
+core.refmath calls gpu/kernels/refmath.cuh compiled for the host when gcc is here. These tests
+hold that path to the numpy spelling (core.refmath.numpy_apply) bit for bit, NaN bits included,
+on >= 1e6 inputs per function and dtype spanning the domain (special values, subnormals, branch
+boundaries, random bit patterns), on every memory layout the tape hands it, and check that a
+machine without a compiler runs the numpy spelling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core import native, refmath
+from core.refmath._domain import domain_sample
+
+N = 1_000_000
+
+
+def _itype(dtype):
+    return np.int64 if np.dtype(dtype) == np.float64 else np.int32
+
+
+@pytest.fixture
+def need_native():
+    if native.library() is None:
+        pytest.skip("no C compiler here: refmath runs its numpy spelling (tested elsewhere)")
+
+
+def _report(x, got, want):
+    it = _itype(x.dtype)
+    bad = np.flatnonzero(got.view(it) != want.view(it))
+    rows = [f"x={x[i]!r} C={got[i]!r} numpy={want[i]!r}" for i in bad[:5]]
+    return f"{bad.size} of {x.size} differ; first: " + "; ".join(rows)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", refmath.FUNCTIONS)
+def test_c_path_equals_numpy_oracle(need_native, name, dtype):
+    x = domain_sample(name, dtype, N, seed=100 + refmath.FUNCTIONS.index(name))
+    assert x.size >= N
+    got = getattr(refmath, name)(x)  # the C twin (dispatch)
+    want = refmath.numpy_apply(name, x)  # the numpy spelling
+    assert got.dtype == want.dtype == x.dtype and got.shape == x.shape
+    it = _itype(dtype)
+    assert np.array_equal(got.view(it), want.view(it)), _report(x, got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_layouts_scalars_and_read_only_inputs(need_native, dtype):
+    rng = np.random.default_rng(3)
+    base = rng.uniform(-30, 30, (6, 8)).astype(dtype)
+    base.flags.writeable = False
+    keep = base.copy()
+    for x in (base, base.T, base[:, ::3], base[::2], base.reshape(-1)[5:6].reshape(()),
+              np.empty((0, 3), dtype)):
+        for name in refmath.FUNCTIONS:
+            got = getattr(refmath, name)(x)
+            want = refmath.numpy_apply(name, x)
+            assert got.shape == x.shape and got.dtype == x.dtype
+            assert got.tobytes() == want.tobytes(), (name, x.shape, x.strides)
+            assert got.flags.c_contiguous and got.flags.writeable
+    assert base.tobytes() == keep.tobytes()  # the input is never written
+    assert refmath.exp(dtype(1.0)).shape == ()
+
+
+def test_other_dtypes_still_raise_and_byte_swapped_input_works():
+    with pytest.raises(TypeError, match="refmath.exp: expected a float64 or float32"):
+        refmath.exp(np.arange(3))
+    x = np.linspace(-3, 3, 7).astype(">f8")
+    assert refmath.tanh(x).tobytes() == refmath.numpy_apply("tanh", x.astype("<f8")).tobytes()
+
+
+def test_without_a_compiler_the_numpy_spelling_runs(monkeypatch):
+    x = domain_sample("tanh", np.float64, 2000, seed=5)
+    want = refmath.numpy_apply("tanh", x)
+    monkeypatch.setattr(native, "_lib", None)  # as on a machine without gcc
+    refmath.use_native(True)  # re-probe: finds no library
+    try:
+        assert refmath._native_loops() == {}
+        assert refmath.tanh(x).tobytes() == want.tobytes()
+    finally:
+        monkeypatch.undo()
+        refmath.use_native(True)
+
+
+def test_the_tape_runs_refmath_ops_through_either_path_with_the_same_bits():
+    from core import Tape, ops
+
+    def run():
+        t = Tape()
+        x = t.param(np.linspace(-4, 4, 33))
+        y = ops.sum(ops.tanh(ops.sigmoid(x) * ops.exp(x * 0.5) + ops.log(ops.exp(x))))
+        t.backward(y)
+        return t.value(y).tobytes(), t.grad(x).tobytes()
+
+    fast = run()
+    refmath.use_native(False)
+    try:
+        slow = run()
+    finally:
+        refmath.use_native(True)
+    assert fast == slow
