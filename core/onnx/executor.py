@@ -196,18 +196,12 @@ class Session:
         """Run a subgraph with positional ``inputs`` seeing the ``outer`` scope's values."""
         budget = budget or self.budget()
         env = ChainMap(dict(cg.inits), outer)
-        held: list = []
-        try:
-            for name, v in zip(cg.inputs, inputs, strict=False):
-                env[name] = v
-                budget.hold(v, held)
-            self._run_steps(cg, env, budget, held)
-            return [env[n] for n in cg.outputs]
-        finally:
-            budget.release(held)  # what the caller keeps of the outputs, it charges again
+        for name, v in zip(cg.inputs, inputs, strict=False):
+            env[name] = v
+        self._run_steps(cg, env, budget)
+        return [env[n] for n in cg.outputs]
 
-    def _run_steps(self, cg: CompiledGraph, env, budget: Budget, held: list | None = None
-                   ) -> None:
+    def _run_steps(self, cg: CompiledGraph, env, budget: Budget) -> None:
         def run_sub(g, inputs, outer):
             return self.run_graph(g, inputs, outer, budget)
 
@@ -230,7 +224,7 @@ class Session:
                     if not isinstance(out, tuple):
                         out = (out,)
                     for v in out:
-                        budget.hold(v, held)
+                        budget.hold(v)
                 except OnnxError as exc:
                     if exc.node is None:
                         exc.node = st.label

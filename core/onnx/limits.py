@@ -13,8 +13,10 @@ numbers and the flag that raises it.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -100,7 +102,7 @@ class Budget:
         self.iterations = 0
         self.nodes = 0  # nodes run so far (a progress dialog can read it)
         self.work = 0  # estimated work so far (see Limits.max_work)
-        self._held: dict[int, tuple[Any, int]] = {}  # id(base array) -> (base, nbytes)
+        self._held: dict[int, Any] = {}  # id(base array) -> weak reference to it
 
     # -- between nodes --------------------------------------------------------------------
     def check_cancel(self) -> None:
@@ -161,13 +163,15 @@ class Budget:
             raise _over(f"the run would take an estimated {self.work} units of work (this "
                         f"node {work})", self.limits.max_work, "max_work")
 
-    def hold(self, value: Any, held: list | None = None) -> None:
-        """Account for a value a run now holds (a tensor or a sequence of them); refuse one
-        over the limits. ``held`` collects what was charged so a subgraph can release it."""
-        if isinstance(value, list):
-            for v in value:
-                self.hold(v, held)
-            return
+    def hold(self, value: Any) -> None:
+        """Account for a tensor the run now holds, for as long as it lives; refuse one over
+        the limits.
+
+        Bytes are counted per base array (a view adds nothing) and given back when the array
+        is freed (a weak reference's callback), so this is the live total: a Loop's carried
+        state counts once, a sequence keeps its tensors counted while it lives. A sequence
+        itself adds nothing: its tensors were counted when a node made them.
+        """
         if not isinstance(value, np.ndarray):
             return
         if value.size > self.limits.max_elements:
@@ -183,17 +187,15 @@ class Budget:
         if self.bytes + nbytes > self.limits.max_bytes:
             raise _over(f"the run would hold {self.bytes + nbytes} bytes",
                         self.limits.max_bytes, "max_bytes")
-        self._held[key] = (base, nbytes)
+        try:
+            self._held[key] = weakref.ref(base, partial(self._freed, key, nbytes))
+        except TypeError:  # not weak-referenceable: count it for the whole run
+            self._held[key] = base
         self.bytes += nbytes
-        if held is not None:
-            held.append(key)
 
-    def release(self, held: list) -> None:
-        """Forget what a finished subgraph held (its outputs are charged again by whoever
-        keeps them)."""
-        for key in held:
-            _, nbytes = self._held.pop(key, (None, 0))
-            self.bytes -= nbytes
+    def _freed(self, key: int, nbytes: int, _ref: Any) -> None:
+        self._held.pop(key, None)
+        self.bytes -= nbytes
 
 
 # ---- inlining ---------------------------------------------------------------------------------
@@ -243,7 +245,9 @@ def count_inlined_nodes(model, limits: Limits, label: str) -> int:
 
 def _size(x) -> int:
     if isinstance(x, list):
-        return sum(_size(v) for v in x)
+        # what a sequence op costs is its list, not its tensors' data: copying a list and
+        # freeing the old one take a few ns an entry (16: with room for a loaded machine)
+        return 16 * len(x)
     shape = getattr(x, "shape", None)
     return _prod(shape, "size") if shape is not None else 1
 

@@ -38,11 +38,6 @@ class Ctx:
         if self.budget is not None:
             self.budget.iteration()
 
-    def keep(self, values) -> None:
-        """Charge values a kernel keeps across iterations (Loop/Scan outputs to be stacked)."""
-        if self.budget is not None:
-            self.budget.hold(list(values))
-
     def check_elements(self, n: int, what: str) -> None:
         """Refuse an array of ``n`` elements over the run's limit, before making it."""
         if self.budget is not None:

@@ -27,7 +27,6 @@ def loop(ctx, trip=None, cond=None, *carried, body=None):
         outs = ctx.run_graph(body, [np.array(i, np.int64), np.array(keep)] + state, ctx.scope)
         keep = bool(np.asarray(outs[0]).reshape(-1)[0])
         state = list(outs[1:1 + n_carried])
-        ctx.keep(outs[1 + n_carried:])  # held until stacked: they count against max-bytes
         for j, v in enumerate(outs[1 + n_carried:]):
             if len(scans) <= j:
                 scans.append([])
@@ -62,7 +61,6 @@ def scan(ctx, *inputs, body=None, num_scan_inputs=0, scan_input_axes=None,
             sl.append(np.take(x, steps - 1 - t if d else t, axis=ax))
         outs = ctx.run_graph(body, state + sl, ctx.scope)
         state = list(outs[:n])
-        ctx.keep(outs[n:])  # held until stacked: they count against max-bytes
         for j, v in enumerate(outs[n:]):
             if len(outs_seq) <= j:
                 outs_seq.append([])

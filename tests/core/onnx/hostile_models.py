@@ -268,11 +268,45 @@ def loop_scan_outputs(folder, n=1 << 20, trip=2000):
     return _save(m, folder, "loop_scan"), {}
 
 
+def _sequence_loop(folder, name, n):
+    """A Loop of 100 000 iterations appending an n-element tensor to a carried sequence."""
+    seq_t = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, None))
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Expand", ["one", "s"], ["t"]),
+         helper.make_node("SequenceInsert", ["seq", "t"], ["seq_out"])], "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_value_info("seq", seq_t)],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_value_info("seq_out", seq_t)])
+    nodes = [helper.make_node("SequenceEmpty", [], ["seq0"], dtype=F),
+             helper.make_node("Loop", ["trip", "", "seq0"], ["seq_y"], body=body, name="grow"),
+             helper.make_node("SequenceLength", ["seq_y"], ["y"])]
+    inits = [helper.make_tensor("one", F, [], [0.5]), _i64("s", [n]),
+             helper.make_tensor("trip", I64, [], [100_000])]
+    m = _model(nodes, [], [_out("y", I64)], inits)
+    return _save(m, folder, name), {}
+
+
+def loop_sequence_small(folder):
+    """A carried sequence growing by one scalar per iteration: each SequenceInsert copies the
+    list, so the work grows with the square of the iterations (5e9 list entries copied in
+    100 000 iterations); the executor must not walk the whole sequence again either."""
+    return _sequence_loop(folder, "seq_small", 1)
+
+
+def loop_sequence_big(folder):
+    """A carried sequence growing by a 1 MB tensor per iteration: the tensors stay alive in
+    the sequence after each body run ends."""
+    return _sequence_loop(folder, "seq_big", 1 << 18)
+
+
 CASES = {f.__name__: f for f in (
     constant_of_shape, constant_of_shape_runtime, declared_dim_3e8, declared_dim_1e12,
     declared_dim_negative, loop_huge_trip, loop_always_true, loop_nested, nested_functions,
     broadcast_outer, tile_huge, range_huge, pad_huge, many_small_doublings, erf_chain,
-    loop_heavy_body, matmul_chain, loop_scan_outputs)}
+    loop_heavy_body, matmul_chain, loop_scan_outputs, loop_sequence_small, loop_sequence_big)}
 
 
 def run_case(name: str, folder: str) -> dict:

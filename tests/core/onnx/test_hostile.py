@@ -270,7 +270,8 @@ EXPECT = {
     "tile_huge": "4000000000", "range_huge": "10000000000", "pad_huge": "1600",
     "many_small_doublings": "--max-", "erf_chain": "--max-work",
     "loop_heavy_body": "--max-work", "matmul_chain": "--max-work",
-    "loop_scan_outputs": "--max-bytes",
+    "loop_scan_outputs": "--max-bytes", "loop_sequence_small": "--max-work",
+    "loop_sequence_big": "--max-bytes",
 }
 
 CHILD = textwrap.dedent("""
