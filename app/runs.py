@@ -104,6 +104,14 @@ class StepResult:
     first: dict | None  # {"node", "op", "which"} of this step, or None
     nodes: list[dict]
     roots: list[int] = field(default_factory=list)  # differing values whose inputs all agree
+    # provenance (core.provenance; docs/reports.md): computed this step or not, then every
+    # introduced array {"node", "op", "which", "n_diff", "max_ulp", "max_abs", "first_index",
+    # "n_nan", +"by" | "part"} in execution order, and each fused kernel judged whole. When
+    # computed, every entry of ``nodes`` also has "introduced": {"value", "grad", "update"}.
+    provenance: bool = False
+    introduced: list[dict] = field(default_factory=list)
+    kernels: list[dict] = field(default_factory=list)
+    provenance_s: float = 0.0  # seconds provenance took (included in ``seconds``)
 
     def node_max_ulp(self) -> np.ndarray:
         """Per compared node, the worst ulp of value and gradient (-1 for a NaN mismatch)."""
@@ -151,6 +159,12 @@ class CpuRun:
         t = self.wl.tape
         return t.value(i) if which == "value" else t.grad(i)
 
+    def optimizer_arrays(self, after: bool) -> dict:
+        """The optimizer's settings and moments around its update (provenance)."""
+        from app.run_provenance import core_optimizer_arrays
+
+        return core_optimizer_arrays(self.opt, self.wl.tape, after)
+
 
 class DeviceRun:
     """The episode replayed on a device; ``feed`` is the CPU run whose inputs it takes."""
@@ -169,14 +183,35 @@ class DeviceRun:
 
             self.plan = apply(self.prog)
         self.dopt = gpu.from_core(feed.opt)
+        self.inject: Any = None  # app.run_provenance.Inject: a one-bit fault at one step
 
     def advance(self, step: int) -> None:
         """Upload the feed's inputs of this step; forward and backward on the device."""
         tape = self.feed.wl.tape
         for v in self.feed.wl.inputs.values():
             self.prog.set_input(v.id, tape.value(v))
-        self.prog.forward()
-        self.prog.backward()
+        f = self.inject
+        if f is None or f.step != step + 1:
+            self.prog.forward()
+            self.prog.backward()
+            return
+        # the fault lands right after the device computes the array, between two launches
+        phase, k = self.prog.completed_at(f.node, f.which)
+        for name in ("forward", "backward"):
+            hooks = {k: lambda: self._flip(f.node, f.which)} if name == phase else {}
+            self.prog.run_phase_hooked(name, hooks)
+
+    def _flip(self, i: int, which: str) -> None:
+        from app.run_provenance import flip_lowest_bit
+
+        buf = self.prog.values[i] if which == "value" else self.prog.grads[i]
+        buf.upload(flip_lowest_bit(buf.download()))
+
+    def optimizer_arrays(self, after: bool) -> dict:
+        """The device optimizer's settings and moments around its update (provenance)."""
+        from app.run_provenance import device_optimizer_arrays
+
+        return device_optimizer_arrays(self.dopt, self.prog, after)
 
     def update(self) -> None:
         """The device optimizer step."""
@@ -204,7 +239,15 @@ def _narrow(a: np.ndarray, dt: np.dtype) -> np.ndarray:
 class PairRunner:
     """Steps a reference and a candidate run together and compares them every step."""
 
-    def __init__(self, config: SessionConfig, device: Any | None = None) -> None:
+    def __init__(self, config: SessionConfig, device: Any | None = None,
+                 provenance: str = "every", inject: Any = None, keep_states: int = 0) -> None:
+        """``provenance``: "every" step or "off" (then ``step(provenance=True)`` asks for one);
+        ``inject``: an ``app.run_provenance.Inject`` fault (or its ``NODE[:grad]@STEP`` text)
+        for the (unfused) device candidate;
+        ``keep_states``: how many recent steps' ``core.provenance.StepState`` snapshots to keep
+        in ``states`` (every array of the candidate: for provenance on demand)."""
+        if provenance not in ("every", "off"):
+            raise ValueError(f"provenance must be 'every' or 'off', not {provenance!r}")
         self.config = config
         ref, cand = config.pair()
         self.ref_spec, self.cand_spec = ref, cand
@@ -239,6 +282,32 @@ class PairRunner:
         self.prog = first or (self.ref.prog if isinstance(self.ref, DeviceRun) else None)
         tape = (self.ref.feed if isinstance(self.ref, DeviceRun) else self.ref).wl.tape
         self.nodes = tape.nodes[: self._loss_id() + 1]
+        self._setup_provenance(provenance, inject, keep_states)
+
+    def _setup_provenance(self, mode: str, inject: Any, keep: int) -> None:
+        from collections import deque
+
+        from app.run_provenance import StepProbe
+
+        self.provenance_mode = mode
+        self.states: deque = deque(maxlen=max(int(keep), 0))
+        cand, ref = self.cand, self.ref
+        if isinstance(inject, str):
+            from app.run_provenance import parse_inject
+
+            inject = parse_inject(inject, self.nodes)
+        if inject is not None:
+            if not isinstance(cand, DeviceRun):
+                raise ValueError("--inject needs a device candidate")
+            if cand.plan is not None:
+                raise ValueError("--inject works on the unfused replay: drop --fuse (a fused "
+                                 "kernel computes many nodes in one launch)")
+            cand.prog.completed_at(inject.node, inject.which)  # no gradient: raises here
+            cand.inject = inject
+        # the skip hints hold when the reference run is the numpy reference in the same dtype
+        hints = (isinstance(ref, CpuRun) and ref.spec.math == "refmath"
+                 and ref.spec.dtype == cand.spec.dtype)
+        self.probe = StepProbe(self.nodes, self._loss_id(), cand, self.plan, hints)
 
     def _loss_id(self) -> int:
         r = self.ref
@@ -256,18 +325,21 @@ class PairRunner:
         """The device line, or ``no device`` for a CPU-only pair."""
         return self.device.describe() if self.device is not None else "device: none (CPU only)"
 
-    def step(self) -> StepResult:
-        """Advance both runs one minibatch, compare, update both; return the step's result.
+    def step(self, provenance: bool | None = None) -> StepResult:
+        """Advance both runs one minibatch, compare, update both; return the step's result
+        (with provenance when ``provenance`` is True, or None and the runner's mode is "every").
 
         Anything that fails on the way (the user's workload, a device) raises ``StepError``
         naming the step (from 1) with the original error as its cause.
         """
+        if provenance is None:
+            provenance = self.provenance_mode == "every"
         try:
-            return self._step()
+            return self._step(provenance)
         except Exception as e:
             raise StepError(self.step_index + 1, e) from e
 
-    def _step(self) -> StepResult:
+    def _step(self, with_provenance: bool = False) -> StepResult:
         t0 = time.perf_counter()
         s = self.step_index  # the workload API counts minibatches from 0
         for f in self.feeds:
@@ -279,14 +351,33 @@ class PairRunner:
             if isinstance(r, DeviceRun):
                 r.advance(s)
         report = self._compare()
+        js = report.to_json()
+        t1 = time.perf_counter()
+        st = self.probe.before_update(s + 1, js["nodes"]) if with_provenance else None
+        tp = time.perf_counter() - t1
         self.ref.update()
         self.cand.update()
         loss_ref, loss_cand = self.ref.loss(), self.cand.loss()
+        prov = None
+        if st is not None:
+            from core.provenance import provenance
+
+            t1 = time.perf_counter()
+            if self.states.maxlen:  # before after_update moves the leaves' expectations on
+                self.states.append(st.snapshot())  # (its update is filled in just below)
+            self.probe.after_update(st)
+            prov = provenance(st)
+            for e, f in zip(js["nodes"], prov.flags(len(js["nodes"])), strict=True):
+                e["introduced"] = f
+            tp += time.perf_counter() - t1
+        else:
+            self.probe.skip()
         dt = time.perf_counter() - t0
         self.step_index += 1
-        js = report.to_json()
         return StepResult(s + 1, loss_ref, loss_cand, dt, report.exact, js["first_divergence"],
-                          js["nodes"], roots(self.nodes, js["nodes"]))
+                          js["nodes"], roots(self.nodes, js["nodes"]), prov is not None,
+                          [e.to_json() for e in prov.introduced] if prov else [],
+                          prov.kernels if prov else [], tp)
 
     def compare_params(self) -> Any:
         """The parameters' values on both sides after the last update, as a ``ParityReport``

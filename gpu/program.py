@@ -179,6 +179,49 @@ class Program:
         """Recompute every node's value from the current leaves."""
         self._run_phase("forward")
 
+    def completed_at(self, node: int, which: str = "value") -> tuple[str, int]:
+        """(phase, launch index) right after which the device holds ``node``'s value or
+        gradient in full; index -1: before the phase's first launch (a leaf's value).
+
+        Unfused programs only: a fused kernel computes many nodes in one launch.
+        """
+        if getattr(self, "fusion", None) is not None:
+            raise ValueError("a fused program computes many nodes per launch: per-node hooks "
+                             "need the unfused replay")
+        i = self.node_id(node)
+        if which == "value":
+            idx = [k for k, s in enumerate(self.phases["forward"]) if s.node == i]
+            return "forward", idx[-1] if idx else -1
+        if which != "grad":
+            raise ValueError(f"which must be 'value' or 'grad', not {which!r}")
+        if self.grads[i] is None:
+            raise ValueError(f"node {i} {self.nodes[i].op}: backward never reaches it, it has "
+                             "no gradient")
+        steps = self.phases["backward"]
+        if i == self.loss_id:  # the seed: the fill launch, before the loss's own backward
+            return "backward", next(k for k, s in enumerate(steps) if s.node == i)
+        # its last contribution comes from its smallest consumer (backward runs in decreasing id)
+        by = [n.id for n in self.nodes[i + 1:] if self.reached[n.id] and n.requires_grad
+              and any(j == i and self.nodes[j].requires_grad
+                      and k not in REGISTRY[n.op].nondiff_inputs
+                      for k, j in enumerate(n.inputs))]
+        last = min(by)
+        return "backward", max(k for k, s in enumerate(steps) if s.node == last)
+
+    def run_phase_hooked(self, name: str, hooks: dict[int, Any]) -> None:
+        """Run phase ``name`` calling ``hooks[k]()`` right after its launch ``k`` (-1: before
+        the first): fault injection and probes between launches (slow: lists built per call)."""
+        steps = self.phases[name]
+        start = 0
+        for k in sorted(hooks):
+            if k >= start:
+                self.device.launch_list([s.launch for s in steps[start:k + 1]]).replay()
+                start = k + 1
+            self.device.synchronize()
+            hooks[k]()
+        if start < len(steps):
+            self.device.launch_list([s.launch for s in steps[start:]]).replay()
+
     def backward(self) -> None:
         """Zero every gradient, seed the loss with 1, run the backward launches."""
         self._run_phase("backward")

@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--inject", metavar="NODE[:grad]@STEP",
+                   help="flip the lowest mantissa bit of element 0 of NODE's (id or name) "
+                        "device value (gradient) at STEP, right after the device computes it "
+                        "(unfused only): that node is then reported as introduced")
     p.set_defaults(func=run)
 
 
@@ -46,14 +50,35 @@ def _merge(acc: dict | None, d: dict) -> dict:
                                                          "nan_bits_differ")}}
 
 
-def _fold(per_node: dict[int, dict], nodes: list[dict]) -> None:
-    """Keep each node's worst value and gradient diff over the steps."""
+def _fold(per_node: dict[int, dict], nodes: list[dict], step: int) -> None:
+    """Keep each node's worst value and gradient diff over the steps, and the first step (from
+    1) at which it differs."""
     for n in nodes:
         e = per_node.setdefault(n["id"], {"id": n["id"], "op": n["op"], "name": n["name"],
-                                          "value": None, "grad": None})
+                                          "value": None, "grad": None,
+                                          "first_step_differing": None})
         for which in ("value", "grad"):
             if n[which] is not None:
                 e[which] = _merge(e[which], n[which])
+                if n[which]["n_diff"] and e["first_step_differing"] is None:
+                    e["first_step_differing"] = step
+
+
+def introduced_entries(step: int, introduced: list[dict]) -> list[dict]:
+    """A step's introduced arrays (``StepResult.introduced``) as the JSON lists them."""
+    keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part")
+    return [{"step": step, **{k: e[k] for k in keep if k in e}} for e in introduced]
+
+
+def introduced_text(entries: list[dict], nodes: tuple) -> str:
+    """``#45 swiglu ffn/act value (250 elements, max 3 ulp); ...`` for the summary line."""
+    parts = []
+    for e in entries:
+        name = nodes[e["node"]].name if 0 <= e["node"] < len(nodes) else None
+        by = f" by #{', #'.join(map(str, e['by']))}" if e.get("by") else ""
+        parts.append(f"#{e['node']} {e['op']}{' ' + name if name else ''} {e['which']}{by} "
+                     f"({e['n_diff']} elements, max {e['max_ulp']} ulp)")
+    return "; ".join(parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,20 +95,37 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
                         dtype=args.dtype, math=args.math, compare="cpu-device", seed=args.seed)
-    runner = PairRunner(cfg)
+    if args.inject and args.fuse:
+        raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
+                         "computes many nodes in one launch)")
+    runner = PairRunner(cfg, inject=args.inject)
+    inj = runner.cand.inject
+    if inj is not None and inj.step > args.steps:
+        raise ValueError(f"--inject {args.inject!r}: step {inj.step} is not run "
+                         f"(--steps {args.steps})")
     print(runner.describe_device())
     per_node: dict[int, dict] = {}
     first = None
+    introduced: list[dict] = []
+    kernels: list[dict] = []
+    first_introduced: list[dict] | None = None
     for _ in range(args.steps):
         r = runner.step()
-        _fold(per_node, r.nodes)
+        _fold(per_node, r.nodes, r.step)
         if first is None and r.first is not None:
             first = {"step": r.step, **r.first}
+        intro = introduced_entries(r.step, r.introduced)
+        introduced += intro
+        kernels += [{"step": r.step, **{k: e[k] for k in ("kernel", "role", "segment",
+                                                          "first_node", "n_diff", "max_ulp")}}
+                    for e in r.kernels if e["introduced"]]
+        if first_introduced is None and (not r.exact or intro):
+            first_introduced = intro
         print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  device {r.loss_cand:.9g}  "
               f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
     # the trained parameters after the last update (each step compares them before its own)
     params = runner.compare_params().to_json()
-    _fold(per_node, params["nodes"])
+    _fold(per_node, params["nodes"], args.steps)
     if first is None and params["first_divergence"] is not None:
         first = {"step": args.steps, "node": params["first_divergence"]["node"], "op": "param",
                  "which": "value"}
@@ -92,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
     exact = not bad
     prog = runner.prog
     report = {"device": runner.device.kind, "steps": args.steps, "exact": exact,
-              "first_divergence": first, "nodes": nodes, "stats": prog.stats}
+              "first_divergence": first, "nodes": nodes, "stats": prog.stats,
+              "introduced": introduced, "kernels_introduced": kernels,
+              "inject": None if inj is None else inj.label()}
     print(f"{'node':>5} {'op':<14} {'name':<28} {'value diff':>11} {'ulp':>6} "
           f"{'grad diff':>10} {'ulp':>6}")
     for n in bad[:15]:
@@ -105,6 +149,14 @@ def run(args: argparse.Namespace) -> int:
           f"{'bit-identical' if exact else f'{len(bad)} nodes differ'}; first divergence: "
           f"{first}; launches per episode: {prog.stats['launches_per_episode']}; "
           f"NaNs differing only in sign/payload (equal): {nan_bits}")
+    if first_introduced:
+        print(f"introduced at step {first_introduced[0]['step']}: "
+              f"{introduced_text(first_introduced, runner.nodes)}")
+    elif not exact:
+        print("introduced: none (every difference is inherited from a leaf or an update)")
+    if introduced:
+        n_steps = len({e["step"] for e in introduced})
+        print(f"{len(introduced)} introduced arrays over {n_steps} steps (--json lists them)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(strict_json(report), f, indent=1, allow_nan=False)

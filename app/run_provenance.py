@@ -1,0 +1,222 @@
+"""Glue between the runs of ``app.runs`` and ``core.provenance`` (no Qt).
+
+``StepProbe`` builds a ``core.provenance.StepState`` from the candidate run of a ``PairRunner``
+step (arrays fetched lazily and once, the parameters and optimizer state read before the update,
+what the update left read after it) and keeps what the next step needs (each parameter as its
+update left it: what the parameter must hold next step). ``parse_inject`` reads the
+``--inject NODE[:grad]@STEP`` fault specification; ``flip_lowest_bit`` is the fault.
+
+A run takes part through ``array(i, which)`` (every run has it) and, for the update check,
+``optimizer_arrays(after)`` (``CpuRun``, ``DeviceRun``); a run without the latter (a remote one
+that cannot fetch moments) gets value and gradient provenance only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from core.provenance import OptimizerState, ParamUpdate, StepState
+
+__all__ = ["Inject", "StepProbe", "flip_lowest_bit", "kernel_list", "parse_inject"]
+
+
+@dataclass(frozen=True)
+class Inject:
+    """A one-bit fault: element 0's lowest mantissa bit of ``node``'s value or gradient, at
+    ``step`` (from 1), right after the device computes it."""
+
+    node: int
+    which: str  # "value" | "grad"
+    step: int
+
+    def label(self) -> str:
+        """As the user writes it: ``12@3`` or ``12:grad@3``."""
+        return f"{self.node}{':grad' if self.which == 'grad' else ''}@{self.step}"
+
+
+_SPEC = re.compile(r"^(?P<node>[^@:]+?)(?::(?P<which>value|grad))?@(?P<step>\d+)$")
+
+
+def parse_inject(spec: str, nodes: tuple, steps: int | None = None) -> Inject:
+    """``NODE@STEP`` or ``NODE:grad@STEP`` (NODE a node id or a unique node name; STEP from 1)
+    → Inject; a malformed spec, an unknown node or an out-of-range step raises ValueError."""
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise ValueError(f"--inject {spec!r}: expected NODE@STEP or NODE:grad@STEP "
+                         "(NODE a node id or name, STEP from 1)")
+    key, which, step = m["node"], m["which"] or "value", int(m["step"])
+    if key.lstrip("-").isdigit():
+        node = int(key)
+        if not 0 <= node < len(nodes):
+            raise ValueError(f"--inject {spec!r}: no node #{node} (ids 0..{len(nodes) - 1})")
+    else:
+        hits = [n.id for n in nodes if n.name == key]
+        if len(hits) != 1:
+            raise ValueError(f"--inject {spec!r}: {len(hits)} nodes are named {key!r} "
+                             "(use the node id)")
+        node = hits[0]
+    if step < 1 or (steps is not None and step > steps):
+        raise ValueError(f"--inject {spec!r}: step {step} is not run (steps 1..{steps})")
+    return Inject(node, which, step)
+
+
+def flip_lowest_bit(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` with the lowest mantissa bit of element 0 flipped."""
+    out = np.array(a, copy=True).reshape(-1)
+    out.view(np.uint64 if out.dtype == np.float64 else np.uint32)[0] ^= 1
+    return out
+
+
+def kernel_list(plan: Any) -> list[dict]:
+    """A fusion plan's generated kernels as ``StepState.kernels`` entries."""
+    if plan is None:
+        return []
+    out = []
+    for s in plan.segments:
+        out.append({"kernel": s.forward, "role": "forward", "segment": s.index,
+                    "node_ids": list(s.node_ids)})
+        if s.backward:
+            out.append({"kernel": s.backward, "role": "backward", "segment": s.index,
+                        "node_ids": list(s.backward_ids or s.node_ids)})
+    return out
+
+
+class _Fetch:
+    """A run's arrays of this step, each fetched (downloaded) at most once."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.cache: dict[tuple[int, str], np.ndarray | None] = {}
+
+    def get(self, i: int, which: str) -> np.ndarray | None:
+        key = (i, which)
+        if key not in self.cache:
+            self.cache[key] = self.run.array(i, which)
+        return self.cache[key]
+
+    def value(self, i: int) -> np.ndarray | None:
+        return self.get(i, "value")
+
+    def grad(self, i: int) -> np.ndarray | None:
+        return self.get(i, "grad")
+
+
+class StepProbe:
+    """Builds each step's StepState for the candidate of a pair (see the module docstring)."""
+
+    def __init__(self, nodes: tuple, loss: int, cand: Any, plan: Any, hints: bool) -> None:
+        self.nodes, self.loss, self.cand, self.hints = nodes, loss, cand, hints
+        self.kernels = kernel_list(plan)
+        self.params = [n.id for n in nodes if n.op == "param"]
+        # what each parameter must hold at the next step: as capture uploaded it, then as each
+        # checked update left it (None: an update went unchecked, the leaf is not judged)
+        self.expect: dict[int, np.ndarray | None] = {i: _own(cand.array(i, "value"))
+                                                     for i in self.params}
+
+    def before_update(self, step: int, parity_nodes: list[dict]) -> StepState:
+        """The state of this step, read before the optimizer update."""
+        f = _Fetch(self.cand)
+        for i in self.params:  # the update overwrites them: read now
+            f.value(i)
+            f.grad(i)
+        ev = eg = None
+        if self.hints:
+            ev = [not e["value"]["n_diff"] for e in parity_nodes]
+            eg = [e["grad"] is None or not e["grad"]["n_diff"] for e in parity_nodes]
+        opt = _optimizer_before(self.cand, f)
+        expect = dict(self.expect)  # this step's: after_update moves self.expect on
+
+        def leaf(i: int) -> np.ndarray | None:
+            if self.nodes[i].op == "param":
+                return expect.get(i)
+            feed = getattr(self.cand, "feed", None)  # a device replays its feed's inputs
+            return None if feed is None else feed.wl.tape.value(i)
+
+        return StepState(step, self.nodes, self.loss, f.value, f.grad, leaf, ev, eg, opt,
+                         self.kernels)
+
+    def after_update(self, st: StepState) -> None:
+        """Read what the update left; remember each parameter's new value for the next step."""
+        done = set()
+        if st.update is not None:
+            _optimizer_after(self.cand, st.update)
+            for p in st.update.params:
+                self.expect[p.node] = p.w_after
+                done.add(p.node)
+        for i in self.params:
+            if i not in done:  # not stepped (never reached), or the update is not checked
+                self.expect[i] = st.value(i) if st.update is not None else None
+
+    def skip(self) -> None:
+        """A step without provenance: the parameters' next values are unknown."""
+        for i in self.params:
+            self.expect[i] = None
+
+
+def _own(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.array(a, copy=True)
+
+
+def _optimizer_before(run: Any, f: _Fetch) -> OptimizerState | None:
+    get = getattr(run, "optimizer_arrays", None)
+    if get is None:
+        return None
+    info = get(after=False)
+    params = [ParamUpdate(i, l2, f.value(i), f.grad(i), None, m, v)
+              for i, l2, m, v in info["params"]]
+    return OptimizerState(info["kind"], info["lr"], info["t"], params, info["clip"],
+                          info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
+
+
+def _optimizer_after(run: Any, st: OptimizerState) -> None:
+    info = run.optimizer_arrays(after=True)
+    by_id = {i: (m, v) for i, _, m, v in info["params"]}
+    for p in st.params:
+        p.w_after = run.array(p.node, "value")
+        p.m_after, p.v_after = by_id.get(p.node, (None, None))
+
+
+def core_optimizer_arrays(opt: Any, tape: Any, after: bool) -> dict:
+    """A ``core.optim`` optimizer's settings and per stepped parameter ``(id, l2, m, v)``
+    (copies; m, v None for SGD or before Adam's first step), before or after its update."""
+    from core import optim
+
+    adam = isinstance(opt, optim.Adam)
+    out: dict = {"kind": "adam" if adam else "sgd", "lr": opt.lr, "clip": opt.clip,
+                 "t": opt.t if after else opt.t + 1, "params": []}
+    if adam:
+        out.update(b1=opt.b1, b2=opt.b2, eps=opt.eps)
+    for s in opt.slots:
+        if tape.grad(s.var) is None:
+            continue  # not stepped
+        m, v = getattr(s, "m", None), getattr(s, "v", None)
+        out["params"].append((s.var.id, s.l2, _own(m), _own(v)))
+    return out
+
+
+def device_optimizer_arrays(dopt: Any, prog: Any, after: bool) -> dict:
+    """The same for a device optimizer (``gpu.SGD`` / ``gpu.Adam``) bound to ``prog``; the
+    moments are downloaded."""
+    adam = dopt.kind == "adam"
+    out: dict = {"kind": dopt.kind, "lr": dopt.lr, "clip": dopt.clip,
+                 "t": dopt.t if after else dopt.t + 1, "params": []}
+    if adam:
+        out.update(b1=dopt.b1, b2=dopt.b2, eps=dopt.eps)
+    moments = getattr(dopt, "moments", None)  # allocated at the first update
+    if moments:
+        prog.device.synchronize()
+    for i, l2 in dopt.params:
+        if prog.grads[i] is None:
+            continue
+        m = v = None
+        if adam and moments:
+            shape = prog.nodes[i].shape
+            m, v = (b.download().reshape(shape) for b in moments[i])
+        elif adam:
+            m, v = dopt.initial_moments.get(i, (None, None))
+        out["params"].append((i, l2, m, v))
+    return out
