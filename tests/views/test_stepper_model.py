@@ -179,3 +179,39 @@ def test_stepper_table_says_when_a_sum_does_not_add_up(qtbot):
     check_stepper_table(panel, ev, labels)
     col = STEPPER_HEADERS.index("sum check")
     assert [panel.table.item(r, col).text()[0] for r in range(3)] == ["✓", "✓", "✗"]
+
+
+# ---- position-bound queries (survivors of a mutmut run of views/stepper_model.py) ---------------
+def test_queries_answer_for_the_step_on_display_not_for_later_ones():
+    from core import Tape, ops
+
+    t = Tape(dtype="float32")
+    w = t.param(np.array([1.5, -2.0], dtype=np.float32), name="w")
+    loss = ops.sum(ops.mul(w, w) + ops.exp(w))
+    s = BackwardStepper(t, loss.id)
+    seed = s.accumulated(loss.id)  # before any step: the ones the sweep seeds the loss with
+    assert seed.dtype == np.float32 and seed.tobytes() == np.ones((), np.float32).tobytes()
+    assert s.accumulated(w.id) is None and s.contributions_to(w.id) == []
+    seen = []  # (pos, accumulated w, contributions to w) after each step
+    while s.step():
+        acc = s.accumulated(w.id)
+        seen.append((s.pos, None if acc is None else acc.copy(), len(s.contributions_to(w.id))))
+    assert len({n for _, _, n in seen}) > 2  # w's gradient grows over several steps
+    for pos, acc, n in reversed(seen[:-1]):  # walk back: every answer is the one given then
+        assert s.step_back() and s.pos == pos
+        assert same_bits(s.accumulated(w.id), acc) and len(s.contributions_to(w.id)) == n
+
+
+def test_step_back_reaches_the_start_and_restart_notifies():
+    tape, loss = recorded("mlp")
+    s = BackwardStepper(tape, loss)
+    heard = []
+    s.listeners.append(lambda: heard.append(s.pos))
+    s.step(), s.step()
+    assert s.step_back() and s.pos == 0 and s.current is s.history[0]
+    assert s.step_back() and s.pos == -1 and s.current is None  # back to "ready"
+    assert not s.step_back() and s.pos == -1
+    heard.clear()
+    s.restart()
+    assert heard == [-1]  # the views hear a restart
+    assert s.toggle_breakpoint(3) is True and s.toggle_breakpoint(3) is False
