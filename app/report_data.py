@@ -17,6 +17,7 @@ import numpy as np
 from app.runs import SessionConfig, StepResult
 
 HEAT_STEPS = 300
+INTRODUCED_MAX = 5000  # introduced entries kept (the count goes on): memory stays flat
 
 
 def _merge(acc: dict | None, d: dict) -> dict:
@@ -46,6 +47,13 @@ class ReportAccumulator:
         self.worst: dict[int, dict] = {}
         self.first: dict | None = None
         self.first_roots: list[int] = []
+        # provenance (core.provenance): every introduced array, per node its first differing
+        # step, and the introduced arrays of the first step that differs or introduces
+        self.introduced: list[dict] = []
+        self.introduced_total = 0
+        self.provenance_steps = 0
+        self.first_step_differing: dict[int, int] = {}
+        self.first_introduced: dict | None = None
 
     def add(self, r: StepResult) -> None:
         """Fold one step in."""
@@ -69,6 +77,24 @@ class ReportAccumulator:
             if self.first is None and r.first is not None:
                 self.first = {"step": r.step, **r.first}
                 self.first_roots = list(r.roots)
+            if not r.exact:
+                for e in r.nodes:
+                    g = e["grad"]
+                    if (e["value"]["n_diff"] or (g and g["n_diff"])) and \
+                            e["id"] not in self.first_step_differing:
+                        self.first_step_differing[e["id"]] = r.step
+            self._add_provenance(r)
+
+    def _add_provenance(self, r: StepResult) -> None:
+        if not r.provenance:
+            return
+        self.provenance_steps += 1
+        keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part")
+        entries = [{"step": r.step, **{k: e[k] for k in keep if k in e}} for e in r.introduced]
+        self.introduced_total += len(entries)
+        self.introduced.extend(entries[: max(INTRODUCED_MAX - len(self.introduced), 0)])
+        if self.first_introduced is None and (entries or not r.exact):
+            self.first_introduced = {"step": r.step, "entries": entries}
 
     def comparison(self) -> list[dict]:
         """Per-node worst entries in the window's comparison format."""
@@ -83,10 +109,18 @@ class ReportAccumulator:
             heat_steps = list(self.heat_steps)
             worst = {i: dict(w) for i, w in self.worst.items()}
             first = dict(self.first) if self.first else None
+            fsd = dict(self.first_step_differing)
+            introduced = [dict(e) for e in self.introduced]
+            first_intro = None if self.first_introduced is None else {
+                "step": self.first_introduced["step"],
+                "entries": [dict(e) for e in self.first_introduced["entries"]]}
+            prov = {"steps_checked": self.provenance_steps, "total": self.introduced_total,
+                    "truncated": self.introduced_total > len(self.introduced)}
         nodes = []
         for info in self.node_info:
             w = worst.get(info["id"], {"value": None, "grad": None})
-            nodes.append({**info, "value": w["value"], "grad": w["grad"]})
+            nodes.append({**info, "value": w["value"], "grad": w["grad"],
+                          "first_step_differing": fsd.get(info["id"])})
         differ = [n for n in nodes if (n["value"] and n["value"]["n_diff"])
                   or (n["grad"] and n["grad"]["n_diff"])]
         exact = bool(steps) and not differ
@@ -113,7 +147,19 @@ class ReportAccumulator:
             "heatmap": {"steps": heat_steps, "columns": heat},
             "nodes": nodes,
             "fusion": self.plan,
+            # provenance: every introduced array (steps from 1), and those of the first step
+            # that differs or introduces, named
+            "introduced": introduced,
+            "first_introduced": self._named(first_intro),
+            "provenance": prov,
         }
+
+    def _named(self, first: dict | None) -> dict | None:
+        if first is None:
+            return None
+        for e in first["entries"]:
+            e["name"] = self.node_info[e["node"]]["name"]
+        return first
 
 
 def verdict_text(exact: bool, steps: int, nodes: int, differ: int) -> str:

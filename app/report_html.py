@@ -11,7 +11,8 @@ from pathlib import Path
 from app.session import EXACT_COLOR, NAN_COLOR, parity_colors
 from core.parity import strict_json
 
-SECTIONS = ("verdict", "environment", "first-divergence", "dag", "plots", "nodes")
+SECTIONS = ("verdict", "environment", "first-divergence", "introduced", "dag", "plots",
+            "nodes")
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
@@ -84,12 +85,53 @@ def _first(data: dict) -> str:
         return "<p>None: every value and gradient agreed bit for bit on every step.</p>"
     roots = ", ".join(f"#{r['id']} {escape(r['op'])} <code>{escape(r['name'] or '')}</code>"
                       for r in f.get("roots", []))
+    fi = data.get("first_introduced")
+    if fi is not None:  # provenance ran: the introduced arrays say where error is made
+        where = (f"<p>Where the error is made: introduced at step <b>{fi['step']}</b> by "
+                 f"{_entries(fi['entries']) or 'no node (every difference is inherited)'}.</p>")
+    else:
+        where = (f"<p>Where drift starts in that step's forward pass (differing values whose "
+                 f"inputs all agree): {roots}</p>" if roots else "")
     return (f"<p>Step <b>{f['step']}</b>, node <b>#{f['node']} {escape(f['op'])}</b> "
             f"<code>{escape(f.get('name') or '')}</code>, its <b>{escape(f['which'])}</b>: the "
             "first node in tape order whose bits differ (for gradients: the first backward "
-            "produced, the highest id).</p>"
-            + (f"<p>Where drift starts in that step's forward pass (differing values whose inputs "
-               f"all agree): {roots}</p>" if roots else ""))
+            "produced, the highest id).</p>" + where)
+
+
+def _entries(entries: list[dict]) -> str:
+    return ", ".join(f"#{e['node']} {escape(e['op'])} <code>{escape(e.get('name') or '')}</code>"
+                     f" {escape(e['which'])} ({e['n_diff']} elements, {e['max_ulp']} ulp)"
+                     for e in entries)
+
+
+INTRODUCED_ROWS = 200
+
+
+def _introduced(data: dict) -> str:
+    prov = data.get("provenance") or {}
+    rows = data.get("introduced") or []
+    if not prov.get("steps_checked"):
+        return "<p>Provenance was not computed for this run.</p>"
+    head = (f"<p>A node <b>introduced</b> error at a step when its reference op, run on the "
+            f"candidate's own inputs, does not reproduce the candidate's output bit for bit; "
+            f"every other difference is <b>inherited</b>. {prov['total']} introduced arrays "
+            f"over {prov['steps_checked']} steps checked"
+            + (" (the first ones kept)" if prov.get("truncated") else "") + ".</p>")
+    if not rows:
+        return head
+    names = {n["id"]: n["name"] or "" for n in data["nodes"]}
+    body = "".join(
+        f"<tr><td class=n>{e['step']}</td><td class=n>{e['node']}</td><td>{escape(e['op'])}"
+        f"</td><td class=mono>{escape(names.get(e['node'], ''))}</td><td>{escape(e['which'])}"
+        + (f" <span class=mono>by #{', #'.join(map(str, e['by']))}</span>" if e.get('by')
+           else "") + (f" <span class=mono>{escape(e['part'])}</span>" if e.get("part") else "")
+        + f"</td><td class=n>{e['n_diff']}</td><td class=n>{e['max_ulp']}</td></tr>"
+        for e in rows[:INTRODUCED_ROWS])
+    more = (f"<p>… {len(rows) - INTRODUCED_ROWS} more in the JSON.</p>"
+            if len(rows) > INTRODUCED_ROWS else "")
+    return (f"{head}<div class=scroll><table><tr><th class=n>step</th><th class=n>node</th>"
+            f"<th>op</th><th>name</th><th>which</th><th class=n>n_diff</th><th class=n>max ulp"
+            f"</th></tr>{body}</table></div>{more}")
 
 
 def _fusion(plan: dict | None) -> str:
@@ -135,6 +177,7 @@ def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
 </div><p>NaNs differing only in sign or payload (equal under the NaN policy):
 {v.get('nan_bits_differ', 0)}</p>{_kv(cfg)}</section>
 <section id=first-divergence><h2>First divergence</h2>{_first(data)}</section>
+<section id=introduced><h2>Introduced vs inherited error</h2>{_introduced(data)}</section>
 <section id=dag><h2>DAG with parity overlay</h2>{legend}
 <div class=img><img alt="tape DAG coloured by parity" src="{_b64(dag_png)}"></div></section>
 <section id=plots><h2>Loss and parity over the steps</h2>

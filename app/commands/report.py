@@ -72,5 +72,10 @@ def run(args: argparse.Namespace) -> int:
         html, side = write_report(data, args.out)
     except OSError as e:
         raise OSError(f"cannot write {args.out}: {e}") from e
+    fi = data.get("first_introduced")
+    if fi and fi["entries"]:
+        from app.commands.parity import introduced_text
+
+        print(f"introduced at step {fi['step']}: {introduced_text(fi['entries'], runner.nodes)}")
     print(f"{data['verdict']['text']}\nwrote {html} and {side}")
     return 0 if data["verdict"]["exact"] else 1

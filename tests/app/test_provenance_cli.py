@@ -132,3 +132,25 @@ def test_provenance_off_and_on_demand_snapshots():
     assert st.step == 2
     again = provenance(st).to_json()["introduced"]
     assert again == res.introduced  # the snapshot re-judges the same step the same way
+
+
+def test_report_has_the_introduced_section(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    code = main(["report", "--workload", "transformer", "--device", "host", "--math",
+                 "platform", "--dtype", "float32", "--steps", "2", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 1
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["provenance"]["steps_checked"] == 2
+    assert data["introduced"] and {e["step"] for e in data["introduced"]} == {1, 2}
+    assert all(REGISTRY[e["op"]].transcendental for e in data["introduced"]
+               if e["which"] == "value")
+    fi = data["first_introduced"]
+    assert fi["step"] == 1 and fi["entries"] == [
+        {**e, "name": fi["entries"][k]["name"]} for k, e in
+        enumerate(x for x in data["introduced"] if x["step"] == 1)]
+    per = {n["id"]: n for n in data["nodes"]}
+    assert all(per[e["node"]]["first_step_differing"] == 1 for e in fi["entries"])
+    html = out.read_text()
+    assert "<section id=introduced>" in html and "Where the error is made" in html
+    assert f"introduced at step 1: #{fi['entries'][0]['node']}" in text
