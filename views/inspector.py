@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QColor, QGuiApplication
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -23,9 +23,11 @@ from PySide6.QtWidgets import (
 
 from views.array_stats import array_stats, format_number, numpy_text
 from views.array_view import ArrayView, HistogramView
+from views.element_view import ElementView
 from views.graph_model import shape_text
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
+NONFINITE_COLOR = "#7c3aed"  # violet: a NaN/inf (red means "bits differ" everywhere)
 MAX_COPY = 1 << 20  # elements: beyond this the text would be tens of megabytes
 
 
@@ -38,25 +40,22 @@ def _attr_text(v) -> str:
 
 
 def onnx_html(info: dict | None) -> str:
-    """The imported-from ONNX node as rich text: op type and name, then one row per attribute
-    as written in the file (``kernel_shape 7, 7``, ``strides 2, 2``, ``pads 3, 3, 3, 3``,
-    ``group 1``), then its inputs (weights by initializer name). Names from the file are
-    escaped."""
+    """The imported-from ONNX node as rich text: op type and name, then its attributes as
+    written in the file, as Netron lists them (``kernel_shape 7, 7 · strides 2, 2 · pads 3, 3,
+    3, 3 · group 1``). Names from the file are escaped."""
     if not info:
         return ""
     from html import escape
 
     span = ""
     if info.get("stop", 0) - info.get("first", 0) > 1:
-        span = f" · tape nodes #{info['first']}–#{info['stop'] - 1}"
-    rows = "".join(f"<tr><td style='color:#6b7280;padding-right:8px'>{escape(str(k))}</td>"
-                   f"<td><code>{escape(_attr_text(v))}</code></td></tr>"
-                   for k, v in (info.get("attributes") or {}).items())
-    ins = ", ".join(escape(str(n)) for n in info.get("inputs", []))
+        span = f" (tape nodes #{info['first']}–#{info['stop'] - 1})"
+    attrs = " · ".join(f"<span style='color:#6b7280'>{escape(str(k))}</span> "
+                       f"<code>{escape(_attr_text(v))}</code>"
+                       for k, v in (info.get("attributes") or {}).items())
     return (f"<br>ONNX <b>{escape(str(info.get('op_type', '')))}</b> "
             f"<code>{escape(str(info.get('name', '')))}</code>{span}"
-            + (f"<table cellspacing='0'>{rows}</table>" if rows else "<br>")
-            + (f"inputs: <code>{ins}</code>" if ins else ""))
+            + (f": {attrs}" if attrs else ""))
 
 
 @dataclass
@@ -80,6 +79,7 @@ class NodeDetails:
     # the ONNX node this tape node was imported from: {"name", "op_type", "attributes",
     # "inputs", "first", "stop"} (core.onnx.importer.onnx_node_info), shown as Netron does
     onnx: dict | None = None
+    step: int | None = None  # the live step these arrays are from (steps count from 1)
 
 
 class StatsTable(QTableWidget):
@@ -88,7 +88,11 @@ class StatsTable(QTableWidget):
     def __init__(self, parent=None):
         super().__init__(0, len(STAT_KEYS), parent)
         self.setHorizontalHeaderLabels(["min", "max", "mean", "std", "NaN", "inf"])
-        self.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        # NOTE: sized to their contents, never elided: "-7.2526…" for -7.25265e-05 reads as
+        # another number; a narrow dock scrolls instead
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.horizontalHeader().setStretchLastSection(True)
+        self.setTextElideMode(Qt.ElideNone)
         self.verticalHeader().setDefaultSectionSize(20)
         self.setEditTriggers(QTableWidget.NoEditTriggers)
         self.stats: dict[str, dict] = {}
@@ -103,9 +107,10 @@ class StatsTable(QTableWidget):
                 it = QTableWidgetItem(format_number(st[key]))
                 it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 if key in ("nan", "inf") and st[key]:
-                    it.setForeground(Qt.red)
+                    it.setForeground(QColor(NONFINITE_COLOR))
                 self.setItem(r, c, it)
-        self.setFixedHeight(24 + 21 * max(1, len(self.stats)))
+        # room for a horizontal scroll bar when the dock is narrower than the numbers
+        self.setFixedHeight(24 + 21 * max(1, len(self.stats)) + 14)
 
 
 def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
@@ -273,6 +278,10 @@ class InspectorPanel(QWidget):
         self.tabs.addTab(self.hist, "Histogram")
         self.device_view = DeviceCompareView(self)  # a tab only while a device run exists
         self.device_view.hide()
+        self.element_view = ElementView(self)  # the same: worst elements, ulp map, repro
+        self.element_view.hide()
+        self.repro_requested = self.element_view.repro_requested
+        self.device_view.which_box.currentIndexChanged.connect(self._show_elements)
         self.prefer_compare = True  # the compare tab comes back to the front until left
         self.tabs.currentChanged.connect(self._tab_changed)
         self.note = QLabel("", self)
@@ -361,7 +370,9 @@ class InspectorPanel(QWidget):
                 self.tabs.blockSignals(True)  # adding is not the user leaving the tab
                 self.tabs.addTab(self.device_view,
                                  "reference vs candidate" if d.sides else "CPU vs device")
+                self.tabs.addTab(self.element_view, "Elements")
                 self.tabs.blockSignals(False)
+            self._show_elements()
             if self.prefer_compare:
                 self.tabs.setCurrentWidget(self.device_view)
         else:
@@ -373,8 +384,27 @@ class InspectorPanel(QWidget):
         if i >= 0:
             self.tabs.blockSignals(True)  # removing is not the user leaving the tab
             self.tabs.removeTab(i)
+            self.tabs.removeTab(self.tabs.indexOf(self.element_view))
             self.tabs.blockSignals(False)
             self.device_view.hide()
+            self.element_view.hide()
+
+    @Slot()
+    def _show_elements(self) -> None:
+        """The element view follows the compare tab's value/gradient choice."""
+        d = self.details
+        if d is None:
+            return
+        which = self.device_view.which()
+        ref, cand = (d.value, d.device_value) if which == "value" else (d.grad, d.device_grad)
+        at = f" at step {d.step}" if d.step is not None else ""
+        side = "value" if which == "value" else "gradient"
+        self.element_view.set_pair(ref, cand, f"#{d.id} {d.op} {side}{at}")
+
+    def show_elements(self) -> None:
+        """Bring the Elements tab to the front (when a comparison is shown)."""
+        if self.tabs.indexOf(self.element_view) >= 0:
+            self.tabs.setCurrentWidget(self.element_view)
 
     @Slot(str)
     def _input_clicked(self, link: str) -> None:
