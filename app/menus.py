@@ -38,7 +38,9 @@ def build_menus(win) -> None:
     e.addAction(_action(win, "Copy gradient as numpy",
                         lambda: win.inspector.copy_as_numpy("grad"), "Ctrl+Shift+G"))
     win.act_nan = _action(win, "Jump to first &NaN", win.jump_to_first_nan, "Ctrl+N",
-                          "Select the first node in tape order holding a NaN or inf")
+                          "Select the first node that produced a NaN or inf (from finite "
+                          "inputs, or one only one side holds); an inf both sides hold is data "
+                          "(Ctrl+N)")
     e.addAction(win.act_nan)
 
     v = mb.addMenu("&View")

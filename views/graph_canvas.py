@@ -14,23 +14,30 @@ from PySide6.QtWidgets import QGraphicsItem
 from views.graph_model import KIND_CONST, KIND_GROUP, KIND_LOSS, KIND_OP, KIND_PARAM, DisplayGraph
 from views.layout import NODE_H, NODE_W, Layout
 
-# fill, border per kind: params amber, consts grey/dashed, loss red, groups green
+# NOTE: red means one thing in this app: bits differ (the parity stripe, amber → red by ulp).
+# Everything else has its own colour: NaN/inf alarms violet, the first divergence a black flag,
+# breakpoints slate dots, selection blue, the loss indigo.
+# fill, border per kind: params amber, consts grey/dashed, loss indigo, groups green
 KIND_STYLE = {
     KIND_OP: ("#e8eef7", "#5b7db1"),
     KIND_PARAM: ("#fde3b5", "#c77d12"),
     KIND_CONST: ("#ececec", "#8a8a8a"),
-    KIND_LOSS: ("#f9cdd6", "#b3203c"),
+    KIND_LOSS: ("#e0e7ff", "#3730a3"),
     KIND_GROUP: ("#dcefdc", "#3f7f3f"),
 }
 SELECT_COLOR = QColor("#1d6fe0")
 CURRENT_COLOR = QColor("#13a34a")
 SEARCH_COLOR = QColor("#c026d3")
-FIRST_COLOR = QColor("#dc2626")  # the first divergence: thick red outline and a flag
+FIRST_COLOR = QColor("#111827")  # the first divergence: thick black outline and a flag
 KERNEL_COLOR = QColor("#0891b2")  # nodes of the kernel selected in the Kernels dock
 FRAME_COLOR = QColor("#0e7490")
 FRAME_FILL = QColor(8, 145, 178, 18)
 FRAME_MEMBER = QColor(8, 145, 178, 70)
-NAN_FILL = QColor("#ff6b6b")
+NAN_FILL = QColor("#ddd6fe")  # a NaN/inf alarm: violet box (not red: red is "bits differ")
+NAN_BORDER = QColor("#7c3aed")
+BREAKPOINT_COLOR = QColor("#334155")
+STRIPE_W = 10.0  # the parity stripe at a box's left edge; labels start after it
+MUTED_ALPHA = 0.3  # inherited error: the same colour, faded
 EDGE_COLOR = QColor(110, 120, 140)
 EDGE_HI_COLOR = QColor("#1d6fe0")
 LABEL_ALIGN = Qt.AlignLeft | Qt.AlignVCenter
@@ -55,6 +62,8 @@ class GraphCanvas(QGraphicsItem):
         self.kernel_items: set[int] = set()
         self.frames: list[tuple[str, list[int]]] = []
         self.overlay: dict[int, QColor] = {}
+        self.muted: set[int] = set()  # overlay items drawn faded (error only inherited)
+        self.introduced: set[int] = set()  # overlay items outlined (error introduced here)
         self.font_op = QFont("Sans Serif", 9)
         self.font_op.setBold(True)
         self.font_small = QFont("Sans Serif", 8)
@@ -98,7 +107,8 @@ class GraphCanvas(QGraphicsItem):
         self._kind_rects = {int(k): [self._rects[i] for i in np.flatnonzero(graph.kinds == k)]
                             for k in np.unique(graph.kinds)}
         fm = QFontMetricsF(self.font_small)
-        self._names = [fm.elidedText(lab[1], Qt.ElideMiddle, NODE_W - 12) for lab in graph.labels]
+        self._names = [fm.elidedText(lab[1], Qt.ElideMiddle, NODE_W - STRIPE_W - 10)
+                       for lab in graph.labels]
         pad = 40.0
         self._rect = QRectF(-pad, -pad, layout.width + 2 * pad, layout.height + 2 * pad)
         self.selected_item = self.current_item = -1
@@ -173,17 +183,27 @@ class GraphCanvas(QGraphicsItem):
             painter.setPen(self._pens[k] if scale > 0.08 else Qt.NoPen)
             painter.drawRects(batch)
         vis_set = None
-        if self.overlay:
+        if self.nan_items:
             vis_set = set(vis.tolist())
+            painter.setBrush(NAN_FILL)
+            painter.setPen(QPen(NAN_BORDER, 2.5))
+            painter.drawRects([rects[i] for i in self.nan_items if i in vis_set])
+        if self.overlay:
+            vis_set = vis_set or set(vis.tolist())
             for it, col in self.overlay.items():
                 if it in vis_set:
                     rr = rects[it]
-                    painter.fillRect(QRectF(rr.left(), rr.top(), 8, rr.height()), col)
-        if self.nan_items:
-            vis_set = vis_set or set(vis.tolist())
-            painter.setBrush(NAN_FILL)
-            painter.setPen(QPen(QColor("#b00000"), 2))
-            painter.drawRects([rects[i] for i in self.nan_items if i in vis_set])
+                    if it in self.muted:
+                        col = QColor(col)
+                        col.setAlphaF(MUTED_ALPHA)
+                    painter.fillRect(QRectF(rr.left(), rr.top(), STRIPE_W, rr.height()), col)
+            if self.introduced:
+                painter.setBrush(Qt.NoBrush)
+                for it in self.introduced & vis_set:
+                    col = self.overlay.get(it)
+                    if col is not None:
+                        painter.setPen(QPen(col, 3.0))
+                        painter.drawRect(rects[it].adjusted(1.5, 1.5, -1.5, -1.5))
         alpha = min(1.0, max(0.0, (scale - 0.3) / 0.3))  # labels fade in between 30% and 60%
         if alpha > 0 and vis.size < 4000:
             self._paint_labels(painter, vis, alpha)
@@ -224,17 +244,20 @@ class GraphCanvas(QGraphicsItem):
         sub.setAlphaF(alpha)
         painter.setPen(col)
         painter.setFont(self.font_op)
+        x0 = STRIPE_W + 4  # labels start right of the parity stripe, never under it
+        nan = self.nan_items
         for i in vis.tolist():
             r = self._rects[i]
-            painter.drawText(QRectF(r.left() + 6, r.top() + 1, r.width() - 12, 16),
-                             LABEL_ALIGN, labels[i][0])
+            text = labels[i][0] if i not in nan else "⚠ " + labels[i][0]
+            painter.drawText(QRectF(r.left() + x0, r.top() + 1, r.width() - x0 - 6, 16),
+                             LABEL_ALIGN, text)
         painter.setFont(self.font_small)
         painter.setPen(sub)
         for i in vis.tolist():
             r = self._rects[i]
-            painter.drawText(QRectF(r.left() + 6, r.top() + 16, r.width() - 12, 14),
+            painter.drawText(QRectF(r.left() + x0, r.top() + 16, r.width() - x0 - 6, 14),
                              LABEL_ALIGN, self._names[i])
-            painter.drawText(QRectF(r.left() + 6, r.top() + 29, r.width() - 12, 14),
+            painter.drawText(QRectF(r.left() + x0, r.top() + 29, r.width() - x0 - 6, 14),
                              LABEL_ALIGN, labels[i][2])
 
     def _paint_frames(self, painter, scale) -> None:
@@ -277,7 +300,7 @@ class GraphCanvas(QGraphicsItem):
                                  "◀ first divergence")
         if self.breakpoint_items:
             painter.setPen(Qt.NoPen)
-            painter.setBrush(QColor("#dc2626"))
+            painter.setBrush(BREAKPOINT_COLOR)
             for i in self.breakpoint_items:
                 r = self._rects[i]
                 painter.drawEllipse(QPointF(r.left() - 9, r.center().y()), 6, 6)

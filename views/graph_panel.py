@@ -18,6 +18,30 @@ from views.graph_model import GraphModel
 from views.graph_view import GraphView
 
 
+def _chip(fill: str, text: str, border: str = "") -> str:
+    b = f";border:1px solid {border}" if border else ""
+    return f"<span style='background:{fill}{b}'>&nbsp;{text}&nbsp;</span>"
+
+
+# one meaning per colour (red: bits differ, nothing else)
+LEGEND = " ".join([
+    _chip("#e8eef7", "op", "#5b7db1"), _chip("#fde3b5", "param"), _chip("#ececec", "const"),
+    _chip("#e0e7ff", "loss", "#3730a3"), _chip("#dcefdc", "group"),
+    "&nbsp;stripe:", _chip("#16a34a", "<font color=white>exact</font>"),
+    _chip("#f59e0b", "1 ulp"), _chip("#dc2626", "<font color=white>bits differ</font>"),
+    _chip("#7c3aed", "<font color=white>NaN ≠</font>"),
+    _chip("#ddd6fe", "⚠ NaN/inf alarm", "#7c3aed"),
+    "<b style='color:#111827'>▭ first divergence</b>"])
+LEGEND_TIP = (
+    "Boxes: node kinds. The stripe at a box's left edge is its parity at the shown step: green "
+    "bit-exact, amber (1 ulp) to red (2^20 ulp and more) where bits differ, violet a NaN "
+    "against a number. A node that introduced error has its box outlined in that colour; a "
+    "faded stripe means the error was only inherited from its inputs. Violet boxes with ⚠: a "
+    "NaN/inf only one side holds, or one the node produced from finite inputs (an infinity "
+    "both sides hold with the same bits, such as a causal mask, is data). Black outline: the "
+    "first divergence; slate dots: breakpoints; blue: the selection.")
+
+
 class Overview(QWidget):
     """A minimap: every node as a dot, the visible area as a frame; click or drag to go there."""
 
@@ -155,16 +179,13 @@ class GraphPanel(QWidget):
         lay.addWidget(self.view, 1)
         self.overview = Overview(self.view, self.view)
         self.legend = QLabel(self.view)
-        self.legend.setText(
-            "<span style='background:#e8eef7;border:1px solid #5b7db1'>&nbsp;op&nbsp;</span> "
-            "<span style='background:#fde3b5'>&nbsp;param&nbsp;</span> "
-            "<span style='background:#ececec'>&nbsp;const&nbsp;</span> "
-            "<span style='background:#f9cdd6'>&nbsp;loss&nbsp;</span> "
-            "<span style='background:#dcefdc'>&nbsp;group&nbsp;</span> "
-            "<span style='background:#ff6b6b'>&nbsp;NaN/inf&nbsp;</span>")
+        self.legend.setText(LEGEND)
+        self.legend.setToolTip(LEGEND_TIP)
         self.legend.setStyleSheet("background: rgba(255,255,255,210); padding: 3px;")
         self.view.node_selected.connect(self.node_selected)
-        self.view.installEventFilter(self)
+        # the viewport, not the view: its size is final when its Resize arrives (the view's
+        # own Resize came before the scroll bars settled, and the overlays ended off screen)
+        self.view.viewport().installEventFilter(self)
         self.search.hit_changed.connect(self._go_to_hit)
         self.search.hits_changed = lambda: self.view.set_marks("search", self.search.hits)
 
@@ -186,12 +207,14 @@ class GraphPanel(QWidget):
         self.node_selected.emit(node_id)
 
     def eventFilter(self, obj, ev) -> bool:  # noqa: N802 (Qt override)
-        if obj is self.view and ev.type() in (QEvent.Resize, QEvent.Show):
+        if obj is self.view.viewport() and ev.type() in (QEvent.Resize, QEvent.Show):
             self._place_overlays()
         return False
 
     def _place_overlays(self) -> None:
         vp = self.view.viewport()
-        self.overview.move(vp.width() - self.overview.width() - 8, 8)
+        at = vp.geometry()  # in the view's coordinates (the overlays are the view's children)
+        self.overview.move(max(0, at.right() - self.overview.width() - 8), at.top() + 8)
+        self.legend.setMaximumWidth(max(120, at.width() - 16))
         self.legend.adjustSize()
-        self.legend.move(8, vp.height() - self.legend.height() - 8)
+        self.legend.move(at.left() + 8, max(0, at.bottom() - self.legend.height() - 8))

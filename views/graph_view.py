@@ -61,6 +61,7 @@ class GraphView(QGraphicsView):
                                             "first": set(), "kernel": set()}
         self._frames: dict[str, list[int]] = {}
         self._current_node = -1
+        self._overlay: tuple[dict, set, set] = ({}, set(), set())
         self._user_moved = False  # until the user pans or zooms, resizes keep the graph fitted
         self.horizontalScrollBar().valueChanged.connect(self.view_changed)
         self.verticalScrollBar().valueChanged.connect(self.view_changed)
@@ -101,6 +102,7 @@ class GraphView(QGraphicsView):
         r = self.canvas.boundingRect()
         self.scene().setSceneRect(r)
         self._apply_marks()
+        self._apply_overlay()  # the stripes follow the items of the new layout
         if self._fit_next or (self._fit_next is None and not same):
             self.fit(readable=True)
             self._user_moved = False
@@ -146,11 +148,19 @@ class GraphView(QGraphicsView):
         self._frames = {k: list(v) for k, v in frames.items()}
         self._apply_marks()
 
-    def set_overlay(self, colors: dict[int, QColor] | None) -> None:
-        """A colour stripe per node (parity overlays); None clears it."""
+    def set_overlay(self, colors: dict[int, QColor] | None, muted=None, introduced=None) -> None:
+        """A colour stripe per node (parity overlays); None clears it. ``muted`` node ids are
+        drawn faded (their error is only inherited), ``introduced`` ones outlined in it."""
+        self._overlay = (dict(colors or {}), set(muted or ()), set(introduced or ()))
+        self._apply_overlay()
+
+    def _apply_overlay(self) -> None:
+        colors, muted, intro = self._overlay
         ni = self.display.node_item if self.display is not None else None
         self.canvas.overlay = {} if not colors or ni is None else {
-            int(ni[k]): QColor(v) for k, v in colors.items()}
+            int(ni[k]): QColor(v) for k, v in colors.items() if 0 <= k < ni.shape[0]}
+        self.canvas.muted = self._items(muted)
+        self.canvas.introduced = self._items(intro)
         self.canvas.update()
 
     @Slot(int)
@@ -248,9 +258,16 @@ class GraphView(QGraphicsView):
         return float(self.transform().m11())
 
     def fit(self, readable: bool = False) -> None:
-        """Show the whole graph; ``readable`` keeps labels legible (fit the width, from the top)."""
+        """Show the whole graph; ``readable`` keeps labels legible (fit the width, from the top).
+
+        View ▸ Fit graph (``readable`` False) always shows all of it, however tall."""
         r = self.canvas.boundingRect()
         if r.isEmpty():
+            return
+        if not readable:
+            self.fitInView(r, Qt.KeepAspectRatio)
+            self._user_moved = False
+            self.view_changed.emit()
             return
         vp = self.viewport().rect()
         sx, sy = vp.width() / r.width(), vp.height() / r.height()
@@ -282,6 +299,11 @@ class GraphView(QGraphicsView):
         super().resizeEvent(ev)
         if not self._user_moved and self.is_ready():
             self.fit(readable=True)
+            item = self.canvas.selected_item
+            if item >= 0:  # a resize keeps the selection, and keeps it on screen
+                r = self.canvas.item_rect(item)
+                if not self.visible_scene_rect().contains(r):
+                    self.centerOn(r.center())
 
     def visible_scene_rect(self) -> QRectF:
         """The scene rectangle on screen."""
@@ -290,11 +312,11 @@ class GraphView(QGraphicsView):
     def actions_for_menu(self) -> list[QAction]:
         """View actions (fit, zoom, collapse) for the main window's menus and toolbar."""
         acts = []
-        for text, key, fn in (("Fit graph", "F", self.fit), ("Zoom in", "Ctrl+=",
-                              lambda: self.zoom(1.25)), ("Zoom out", "Ctrl+-",
-                              lambda: self.zoom(0.8)), ("Collapse all scopes", "",
-                              lambda: self.collapse_all(True)), ("Expand all scopes", "",
-                              lambda: self.collapse_all(False))):
+        for text, key, fn in (("Fit graph", "F", lambda: self.fit(readable=False)),
+                              ("Zoom in", "Ctrl+=", lambda: self.zoom(1.25)),
+                              ("Zoom out", "Ctrl+-", lambda: self.zoom(0.8)),
+                              ("Collapse all scopes", "", lambda: self.collapse_all(True)),
+                              ("Expand all scopes", "", lambda: self.collapse_all(False))):
             a = QAction(text, self)
             if key:
                 a.setShortcut(key)

@@ -1,7 +1,10 @@
 """The Kernels dock: the fusion plan (segments, kernels, launches), each kernel's CUDA C source.
 
 Fed ``FusionPlan.to_json()`` (plain data). Selecting a kernel emits ``nodes_highlighted`` with
-the node ids of its segment, so the window can outline them in the graph.
+the node ids of its segment, so the window can outline them in the graph. ``set_parity`` puts
+each kernel's parity at the shown step beside it; ``show_node`` selects the kernel computing a
+node and highlights that node's lines in its source (the generated code marks each node with a
+``/* node N op */`` comment).
 """
 
 from __future__ import annotations
@@ -9,13 +12,14 @@ from __future__ import annotations
 import re
 
 from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QColor, QFont, QSyntaxHighlighter, QTextCharFormat
+from PySide6.QtGui import QColor, QFont, QSyntaxHighlighter, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
     QSplitter,
+    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
@@ -99,6 +103,9 @@ class KernelsPanel(QWidget):
         lay.addWidget(self.summary)
         lay.addWidget(split, 1)
         self.plan: dict | None = None
+        self.parity: dict[str, dict] = {}
+        self.node_lines: tuple[int, int] | None = None  # (first, last) line of the shown node
+        self._quiet = False  # a selection from show_node: no nodes_highlighted back
         self.list.currentRowChanged.connect(self._picked)
 
     def set_plan(self, plan: dict | None) -> None:
@@ -117,14 +124,99 @@ class KernelsPanel(QWidget):
             f"backward {b['backward']}→{a['backward']}, optimizer "
             f"{b['optimizer']}→{a['optimizer']})")
         for k in plan["kernels"]:
-            seg = k.get("segment")
-            ids = self.kernel_nodes(k["name"])
-            span = f"nodes {min(ids)}..{max(ids)}" if ids else "all parameters"
-            it = QListWidgetItem(f"{k['name']}  ·  {k['role']}  ·  "
-                                 f"{'seg ' + str(seg) if seg is not None else 'optimizer'}  ·  "
-                                 f"{span}  ·  grid {k['grid']} × block {k['block']}")
+            it = QListWidgetItem(self._item_text(k))
             it.setData(Qt.UserRole, k["name"])
             self.list.addItem(it)
+        self.set_parity(self.parity)
+
+    def _item_text(self, k: dict) -> str:
+        seg = k.get("segment")
+        ids = self.kernel_nodes(k["name"])
+        span = f"nodes {min(ids)}..{max(ids)}" if ids else "all parameters"
+        p = self.parity.get(k["name"])
+        badge = ""
+        if p is not None:
+            if p.get("worst", 0) == 0:
+                badge = "✓ exact  ·  "
+            else:
+                worst = "NaN" if p["worst"] < 0 else f"{p['worst']:.6g} ulp"
+                who = f" at #{p['node']}" if p.get("node") is not None else ""
+                intro = {True: " introduced", False: " inherited"}.get(p.get("introduced"), "")
+                badge = f"≠ {worst}{who}{intro}  ·  "
+        return (f"{badge}{k['name']}  ·  {k['role']}  ·  "
+                f"{'seg ' + str(seg) if seg is not None else 'optimizer'}  ·  "
+                f"{span}  ·  grid {k['grid']} × block {k['block']}")
+
+    def set_parity(self, parity: dict[str, dict]) -> None:
+        """Per kernel name: ``{"worst": ulp (-1 NaN, 0 exact), "node": id or None,
+        "introduced": bool or None}`` at the shown step; shown before each kernel's name."""
+        self.parity = dict(parity)
+        if not self.plan:
+            return
+        by_name = {k["name"]: k for k in self.plan["kernels"]}
+        for r in range(self.list.count()):
+            it = self.list.item(r)
+            k = by_name.get(it.data(Qt.UserRole))
+            if k is None:
+                continue
+            it.setText(self._item_text(k))
+            p = self.parity.get(k["name"])
+            color = None
+            if p is not None:
+                color = "#16a34a" if p.get("worst", 0) == 0 else (
+                    "#7c3aed" if p["worst"] < 0 else "#b91c1c")
+            it.setForeground(QColor(color) if color else QColor("#111827"))
+
+    def kernel_of(self, node_id: int, role: str = "forward") -> str | None:
+        """The kernel of ``role`` whose segment computes ``node_id``, or None."""
+        for k in (self.plan or {}).get("kernels", []):
+            if k["role"] == role and node_id in self.kernel_nodes(k["name"]):
+                return k["name"]
+        return None
+
+    def show_node(self, node_id: int) -> bool:
+        """Select the kernel computing ``node_id`` (the one shown if it does) and highlight the
+        node's lines in its source; False when no kernel computes it."""
+        cur = self.list.currentItem()
+        name = cur.data(Qt.UserRole) if cur is not None else None
+        if name is None or node_id not in self.kernel_nodes(name):
+            name = self.kernel_of(node_id) or self.kernel_of(node_id, "backward")
+        if name is None:
+            self.node_lines = None
+            self.source.setExtraSelections([])
+            return False
+        if cur is None or cur.data(Qt.UserRole) != name:
+            self._quiet = True
+            try:
+                self.select_kernel(name)
+            finally:
+                self._quiet = False
+        self._highlight_node(node_id)
+        return True
+
+    def _highlight_node(self, node_id: int) -> None:
+        lines = self.source.toPlainText().split("\n")
+        mark = re.compile(rf"/\* node {node_id}\b")
+        start = next((i for i, t in enumerate(lines) if mark.search(t)), None)
+        if start is None:
+            self.node_lines = None
+            self.source.setExtraSelections([])
+            return
+        end = start
+        while end + 1 < len(lines) and "/* node " not in lines[end + 1] \
+                and "__syncthreads" not in lines[end + 1]:
+            end += 1
+        self.node_lines = (start + 1, end + 1)  # 1-based, as an editor numbers lines
+        sel = QTextEdit.ExtraSelection()
+        sel.format.setBackground(QColor("#fef3c7"))
+        doc = self.source.document()
+        cur = QTextCursor(doc.findBlockByNumber(start))
+        cur.setPosition(doc.findBlockByNumber(end).position()
+                        + len(lines[end]), QTextCursor.KeepAnchor)
+        sel.cursor = cur
+        self.source.setExtraSelections([sel])
+        self.source.setTextCursor(QTextCursor(doc.findBlockByNumber(start)))
+        self.source.centerCursor()
 
     def kernel_nodes(self, name: str) -> list[int]:
         """Node ids a kernel computes (its segment's), [] for the optimizer."""
@@ -151,4 +243,6 @@ class KernelsPanel(QWidget):
         name = self.list.item(row).data(Qt.UserRole)
         k = next(k for k in self.plan["kernels"] if k["name"] == name)
         self.source.setPlainText(k["source"])
-        self.nodes_highlighted.emit(self.kernel_nodes(name))
+        self.node_lines = None
+        if not self._quiet:
+            self.nodes_highlighted.emit(self.kernel_nodes(name))

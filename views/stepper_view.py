@@ -48,16 +48,25 @@ class StepperPanel(QWidget):
         self.selected_node = -1
         self.toolbar = QToolBar(self)
         self.actions: dict[str, QAction] = {}
-        for key, text, fn in (("restart", "⟲ Restart", self.restart),
-                              ("back", "◀ Step back", self.step_back),
-                              ("step", "Step ▶", self.step),
-                              ("run_to", "Run to selected", self.run_to_selected),
-                              ("continue", "Continue ▶▶", self.continue_),
-                              ("breakpoint", "● Breakpoint", self.toggle_breakpoint)):
+        # NOTE: named "backward …", not "Step": the Live toolbar trains one step; these walk
+        # one backward pass node by node
+        for key, text, tip, fn in (
+                ("restart", "⟲ Backward restart", "Backward stepper: start over from the loss",
+                 self.restart),
+                ("back", "◀ Backward: previous node", "Backward stepper: show the previous node "
+                 "again", self.step_back),
+                ("step", "Backward: next node ▶", "Backward stepper: one node further back",
+                 self.step),
+                ("run_to", "Backward: run to selected", "Backward stepper: run until the "
+                 "selected node", self.run_to_selected),
+                ("continue", "Backward: continue ▶▶", "Backward stepper: run to the next "
+                 "breakpoint or the end", self.continue_),
+                ("breakpoint", "● Breakpoint", "Backward stepper: toggle a breakpoint on the "
+                 "selected node", self.toggle_breakpoint)):
             a = QAction(text, self)
             a.setShortcut(QKeySequence(SHORTCUTS[key]))
             a.setShortcutContext(Qt.WindowShortcut)
-            a.setToolTip(f"{text.strip('⟲◀▶● ')} ({SHORTCUTS[key]})")
+            a.setToolTip(f"{tip} ({SHORTCUTS[key]})")
             a.triggered.connect(fn)
             self.toolbar.addAction(a)
             self.actions[key] = a
@@ -109,7 +118,7 @@ class StepperPanel(QWidget):
         try:
             return command(*args)
         except Exception as e:  # noqa: BLE001 — the tape's error is the user's information
-            self.where.setText(f"<b style='color:#b00000'>backward failed:</b> "
+            self.where.setText(f"<b style='color:#92400e'>backward failed:</b> "
                                f"{type(e).__name__}: {e}")
             return None
 
@@ -179,7 +188,7 @@ class StepperPanel(QWidget):
         self.actions["step"].setEnabled(not s.at_end)
         if ev is None:
             self.where.setText(f"Ready: backward from the loss {self._label(s.loss_id)}. "
-                               f"Press Step ({SHORTCUTS['step']}).")
+                               f"Press Backward: next node ({SHORTCUTS['step']}).")
             self.table.setRowCount(0)
             self.incoming.set_array(None)
             self.contrib_view.set_array(None)

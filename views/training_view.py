@@ -2,6 +2,10 @@
 
 Fed plain numbers (``add_steps``); the history is bounded (``MAX_POINTS`` loss points, the last
 ``HEAT_STEPS`` heatmap columns), so a session of any length keeps a flat memory footprint.
+The heatmap has a colour scale in ulp, can show only the error nodes *introduced*
+(``set_heat``), and is clickable: ``cell_clicked(node, step)``. A vertical line marks the step
+the window shows (``set_cursor``); the parameter list beside it says at which step each
+parameter first differed (clicking one emits ``cell_clicked`` too).
 """
 
 from __future__ import annotations
@@ -10,8 +14,19 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 MAX_POINTS = 20_000
 HEAT_STEPS = 300
@@ -19,6 +34,10 @@ REDRAW_S = 0.5
 REF_PEN = pg.mkPen("#2563eb", width=2)
 CAND_PEN = pg.mkPen("#ea580c", width=1.5, style=Qt.DashLine)
 ULP_PEN = pg.mkPen("#b91c1c", width=1.5)
+CURSOR_PEN = pg.mkPen("#1d6fe0", width=1.5)
+HEAT_TICKS = [(0.0, "exact"), (1.0, "1 ulp"), (1 + 253 * 5 / 20, "32"),
+              (1 + 253 * 10 / 20, "1024"), (1 + 253 * 15 / 20, "2^15"), (254.0, "≥2^20"),
+              (255.0, "NaN")]
 
 
 def heat_lut() -> np.ndarray:
@@ -45,8 +64,17 @@ def heat_levels(col: np.ndarray) -> np.ndarray:
     return out
 
 
+def heat_colormap() -> pg.ColorMap:
+    """The heatmap's lookup table as a ColorMap over levels 0..255 (for its colour bar)."""
+    lut = heat_lut()
+    return pg.ColorMap(np.linspace(0.0, 1.0, 256), lut)
+
+
 class TrainingPanel(QWidget):
     """Loss curves, parity timeline and heatmap; ``add_steps`` appends, ``reset`` clears."""
+
+    cell_clicked = Signal(int, int)  # node id, step (from 1)
+    introduced_only_changed = Signal(bool)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -62,18 +90,59 @@ class TrainingPanel(QWidget):
         self.ulp_plot.setXLink(self.loss_plot)
         self.ulp_curve = self.ulp_plot.plot(pen=ULP_PEN, stepMode=None)
         self.heat_plot = self.glw.addPlot(row=1, col=0, colspan=2,
-                                          title="parity per node × step")
+                                          title="worst ulp per node × step (click: that node "
+                                                "at that step)")
         self.heat_plot.setLabel("left", "node")
+        self.heat_plot.setLabel("bottom", "step")
         self.heat = pg.ImageItem(axisOrder="row-major")
         self.heat.setLookupTable(heat_lut())
         self.heat_plot.addItem(self.heat)
         self.heat_plot.invertY(True)
+        self.colorbar = pg.ColorBarItem(values=(0, 255), colorMap=heat_colormap(),
+                                        interactive=False, width=12)
+        self.glw.addItem(self.colorbar, row=1, col=2)
+        self.colorbar.axis.setTicks([HEAT_TICKS])
+        self.cursors = [pg.InfiniteLine(angle=90, pen=CURSOR_PEN, movable=False)
+                        for _ in range(3)]
+        for plot, line in zip((self.loss_plot, self.ulp_plot, self.heat_plot), self.cursors,
+                              strict=True):
+            line.hide()
+            plot.addItem(line, ignoreBounds=True)
+        self.heat_plot.scene().sigMouseClicked.connect(self._scene_clicked)
+        self.heat_steps: list[int] = []
+        self.heat_nodes = 0
+        self.cursor_step = -1
         self.rate = QLabel("—", self)
         self.rate.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.introduced_only = QCheckBox("introduced only", self)
+        self.introduced_only.setToolTip(
+            "Heatmap: only the error each node introduced at each step (a node whose reference "
+            "op on the candidate's inputs does not reproduce the candidate); inherited error "
+            "is left out")
+        self.introduced_only.toggled.connect(self.introduced_only_changed)
+        self.params = QTableWidget(0, 2, self)
+        self.params.setHorizontalHeaderLabels(["parameter", "first step ≠"])
+        self.params.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
+        self.params.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeToContents)
+        self.params.verticalHeader().hide()
+        self.params.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.params.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.params.setToolTip("Per parameter: the first step at which its value or gradient "
+                               "differs (click: that parameter at that step)")
+        self.params.cellClicked.connect(self._param_clicked)
+        top = QHBoxLayout()
+        top.addWidget(self.rate, 1)
+        top.addWidget(self.introduced_only)
+        split = QSplitter(Qt.Horizontal, self)
+        split.addWidget(self.glw)
+        split.addWidget(self.params)
+        split.setStretchFactor(0, 4)
+        split.setStretchFactor(1, 1)
+        split.setSizes([800, 170])
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
-        lay.addWidget(self.rate)
-        lay.addWidget(self.glw, 1)
+        lay.addLayout(top)
+        lay.addWidget(split, 1)
         self._last_draw = 0.0
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -100,6 +169,11 @@ class TrainingPanel(QWidget):
         for c in (self.ref_curve, self.cand_curve, self.ulp_curve):
             c.setData([], [])
         self.heat.clear()
+        self.heat_steps, self.heat_nodes, self.cursor_step = [], 0, -1
+        self.override_heat = False
+        self.params.setRowCount(0)
+        for line in self.cursors:
+            line.hide()
         for plot in (self.loss_plot, self.ulp_plot, self.heat_plot):
             plot.setRange(xRange=(0, 10), yRange=(0, 1), padding=0.02)
             plot.enableAutoRange()
@@ -154,17 +228,79 @@ class TrainingPanel(QWidget):
         # log2(1 + ulp): exact steps sit at 0, NaN steps (−1) are drawn at the top of the scale
         u = np.where(self.max_ulp < 0, 64.0, np.log2(1.0 + np.maximum(self.max_ulp, 0)))
         self.ulp_curve.setData(self.steps, u)
-        if self.columns:
-            img = np.stack(self.columns, axis=1)
-            self.heat.setImage(img, levels=(0, 255), autoLevels=False)
-            x0 = self.col_steps[0]
-            self.heat.setRect(x0 - 0.5, -0.5, img.shape[1], img.shape[0])
-            self.heat_plot.show()
-            self.heat_plot.enableAutoRange()
+        if self.columns and not self.override_heat:
+            self._draw_heat(np.stack(self.columns, axis=1), self.col_steps)
         last = self.max_ulp[-1] if self.max_ulp.size else 0
         last_txt = "NaN" if last < 0 else f"{last:g} ulp"
         self.rate.setText(f"{self.total_steps} steps · {self.steps_per_s:.1f} steps/s · "
                           f"{self.exact_steps} bit-exact · last step max {last_txt}")
+
+
+    def _draw_heat(self, img: np.ndarray, steps: list[int]) -> None:
+        self.heat.setImage(img, levels=(0, 255), autoLevels=False)
+        x0, x1 = steps[0], steps[-1]
+        self.heat.setRect(x0 - 0.5, -0.5, x1 - x0 + 1, img.shape[0])
+        self.heat_steps, self.heat_nodes = list(steps), img.shape[0]
+        self.heat_plot.show()
+        self.heat_plot.enableAutoRange()
+
+    def set_heat(self, worst: np.ndarray, steps: list[int]) -> None:
+        """Draw the heatmap from a nodes × steps array of worst ulp (-1: NaN) over ``steps``
+        (the step history's; replaces what ``add_steps`` collected)."""
+        if not steps:
+            return
+        self.override_heat = True
+        cols = np.asarray(worst, dtype=np.float64)
+        self._draw_heat(np.stack([heat_levels(c) for c in cols.T], axis=1), steps)
+
+    def set_cursor(self, step: int) -> None:
+        """Mark the step the window shows on every plot."""
+        self.cursor_step = step
+        for line in self.cursors:
+            line.setValue(step)
+            line.setVisible(step > 0)
+
+    def set_params(self, first_steps: list[tuple[int, str, int | None]]) -> None:
+        """(node id, name, first step differing or None) per parameter."""
+        self.params.setRowCount(len(first_steps))
+        for r, (nid, name, step) in enumerate(first_steps):
+            a = QTableWidgetItem(f"#{nid} {name}")
+            a.setData(Qt.UserRole, nid)
+            b = QTableWidgetItem("—" if step is None else str(step))
+            b.setData(Qt.UserRole, -1 if step is None else step)
+            b.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+            a.setToolTip("never differed so far" if step is None else
+                         f"first differs at step {step}")
+            self.params.setItem(r, 0, a)
+            self.params.setItem(r, 1, b)
+
+    @Slot(int, int)
+    def _param_clicked(self, row: int, _col: int) -> None:
+        step = int(self.params.item(row, 1).data(Qt.UserRole))
+        nid = int(self.params.item(row, 0).data(Qt.UserRole))
+        self.cell_clicked.emit(nid, step if step > 0 else self.cursor_step)
+
+    def cell_at(self, scene_pos) -> tuple[int, int] | None:
+        """(node, step) of the heatmap cell under a scene point, or None."""
+        vb = self.heat_plot.getViewBox()
+        if not self.heat_steps or not vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        p = vb.mapSceneToView(scene_pos)
+        node = int(np.floor(p.y() + 0.5))
+        if not 0 <= node < self.heat_nodes:
+            return None
+        x = p.x()
+        if x < self.heat_steps[0] - 0.5 or x > self.heat_steps[-1] + 0.5:
+            return None
+        step = min(self.heat_steps, key=lambda s: abs(s - x))
+        return node, step
+
+    def _scene_clicked(self, ev) -> None:
+        if ev.button() != Qt.LeftButton:
+            return
+        got = self.cell_at(ev.scenePos())
+        if got is not None:
+            self.cell_clicked.emit(*got)
 
 
 def _worst(col: np.ndarray) -> float:

@@ -1,0 +1,242 @@
+"""The element view: for one node at one step, where reference and candidate differ, element by
+element: a log-scale ulp map, the worst elements with both sides' bits, and "Copy repro".
+
+Fed two arrays (``set_pair``); the worst-elements table is a thin ``QAbstractTableModel`` over
+``worst_elements`` (plain data). Numbers are printed so that they round-trip (``%.17g`` for
+float64, ``%.9g`` for float32), never cut: the bits are beside them in hex.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
+                 "rel error")
+MAX_ROWS = 200
+
+
+def number_text(v: float, dtype: np.dtype) -> str:
+    """A float as digits that round-trip in its dtype (never cut)."""
+    if np.isnan(v):
+        return "nan"
+    if np.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return f"{v:.9g}" if np.dtype(dtype) == np.float32 else f"{v:.17g}"
+
+
+def bits_text(v, dtype: np.dtype) -> str:
+    """The IEEE bit pattern of one element as hex (``0x3ff0000000000000``)."""
+    dt = np.dtype(dtype)
+    if dt == np.float32:
+        return f"0x{int(np.asarray(v, np.float32).view(np.uint32)):08x}"
+    return f"0x{int(np.asarray(v, np.float64).view(np.uint64)):016x}"
+
+
+def _same_dtype(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r, c = np.asarray(ref), np.asarray(cand)
+    if r.dtype != c.dtype:  # compared in the narrower dtype, as the parity summaries are
+        dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
+        r, c = r.astype(dt), c.astype(dt)
+    return r, c
+
+
+def n_differ(ref: np.ndarray, cand: np.ndarray) -> int:
+    """Elements whose bits differ (two NaNs are equal: the NaN policy)."""
+    r, c = _same_dtype(ref, cand)
+    sint = np.int64 if r.dtype == np.float64 else np.int32
+    both_nan = np.isnan(r) & np.isnan(c)
+    return int(((r.view(sint) != c.view(sint)) & ~both_nan).sum())
+
+
+def worst_elements(ref: np.ndarray, cand: np.ndarray, limit: int = MAX_ROWS) -> list[tuple]:
+    """The differing elements, worst first: (index tuple, ref, cand, ulp (nan: a NaN against a
+    number), rel error). Compared in the narrower dtype, as the parity summaries are."""
+    from core.parity import ulp_distance
+
+    r, c = np.asarray(ref), np.asarray(cand)
+    if r.dtype != c.dtype:
+        dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
+        r, c = r.astype(dt), c.astype(dt)
+    sint = np.int64 if r.dtype == np.float64 else np.int32
+    rb, cb = r.reshape(-1).view(sint), c.reshape(-1).view(sint)
+    both_nan = np.isnan(r.reshape(-1)) & np.isnan(c.reshape(-1))
+    differ = (rb != cb) & ~both_nan  # two NaNs are equal (the NaN policy)
+    idx = np.flatnonzero(differ)
+    if idx.size == 0:
+        return []
+    ulp = ulp_distance(r, c).astype(np.float64)[idx]
+    one_nan = np.isnan(r.reshape(-1)[idx]) | np.isnan(c.reshape(-1)[idx])
+    ulp[one_nan] = np.nan
+    key = np.where(one_nan, np.inf, ulp)
+    order = np.argsort(-key, kind="stable")[:limit]
+    rv, cv = r.reshape(-1)[idx], c.reshape(-1)[idx]
+    out = []
+    with np.errstate(all="ignore"):
+        for k in order.tolist():
+            a, b = float(rv[k]), float(cv[k])
+            rel = abs(b - a) / abs(a) if a != 0 and np.isfinite(a) else float("inf")
+            out.append((tuple(int(i) for i in np.unravel_index(idx[k], r.shape)), rv[k], cv[k],
+                        float(ulp[k]), rel))
+    return out
+
+
+class WorstElementsModel(QAbstractTableModel):
+    """Rows of ``worst_elements``; the dtype decides how numbers and bits are printed."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[tuple] = []
+        self.dtype = np.dtype(np.float64)
+
+    def set_rows(self, rows: list[tuple], dtype) -> None:
+        """Replace the rows."""
+        self.beginResetModel()
+        self.rows, self.dtype = list(rows), np.dtype(dtype)
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802,B008 (Qt override)
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802,B008 (Qt override)
+        return 0 if parent.isValid() else len(WORST_COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802 (Qt override)
+        if role == Qt.DisplayRole and orientation == Qt.Horizontal and \
+                0 <= section < len(WORST_COLUMNS):
+            return WORST_COLUMNS[section]
+        return None
+
+    def cell_text(self, row: int, col: int) -> str:
+        """The text of one cell (what the table shows)."""
+        idx, a, b, ulp, rel = self.rows[row]
+        if col == 0:
+            return "[" + ", ".join(map(str, idx)) + "]"
+        if col in (1, 2):
+            return number_text(float(a if col == 1 else b), self.dtype)
+        if col in (3, 4):
+            return bits_text(a if col == 3 else b, self.dtype)
+        if col == 5:
+            return "NaN vs number" if np.isnan(ulp) else f"{ulp:.0f}"
+        return f"{rel:.6g}"
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid() or not 0 <= index.row() < len(self.rows):
+            return None
+        if role == Qt.DisplayRole:
+            return self.cell_text(index.row(), index.column())
+        if role == Qt.TextAlignmentRole:
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == Qt.FontRole and index.column() in (3, 4):
+            f = QFont("Monospace")
+            f.setStyleHint(QFont.TypeWriter)
+            return f
+        return None
+
+
+def log_ulp_image(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """log10(1 + ulp) per element as a 2-D image (rank > 2 folds its leading dims into rows);
+    a NaN against a number is drawn one decade above the worst."""
+    from views.inspector import ulp_map
+
+    r, c = np.asarray(ref), np.asarray(cand)
+    if r.dtype != c.dtype:
+        dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
+        r, c = r.astype(dt), c.astype(dt)
+    u = ulp_map(r, c)
+    img = np.log10(1.0 + np.nan_to_num(u, nan=0.0))
+    nan = np.isnan(u)
+    if nan.any():
+        img[nan] = (img[~nan].max() if (~nan).any() else 0.0) + 1.0
+    if img.ndim == 0:
+        img = img.reshape(1, 1)
+    elif img.ndim == 1:
+        img = img.reshape(1, -1)
+    elif img.ndim > 2:
+        img = img.reshape(-1, img.shape[-1])
+    return img
+
+
+class ElementView(QWidget):
+    """Log-scale ulp map above the worst-elements table; ``repro_requested`` from the button."""
+
+    repro_requested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.summary = QLabel("Select a node of a live session (or a tape with a device run)",
+                              self)
+        self.summary.setWordWrap(True)
+        self.map = pg.PlotWidget(self)
+        self.map.setBackground("w")
+        self.map.invertY(True)
+        self.map.setMinimumHeight(180)
+        self.map.setLabel("left", "row")
+        self.map.setLabel("bottom", "column")
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.map.addItem(self.image)
+        self.colorbar = pg.ColorBarItem(colorMap=pg.colormap.get("inferno"), interactive=False,
+                                        width=14, label="log10(1 + ulp)")
+        self.colorbar.setImageItem(self.image, insert_in=self.map.getPlotItem())
+        self.model = WorstElementsModel(self)
+        self.table = QTableView(self)
+        self.table.setModel(self.model)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.setAlternatingRowColors(True)
+        self.repro = QPushButton("Copy repro…", self)
+        self.repro.setToolTip("Write a small Python script and .npy inputs that re-run this "
+                              "node's reference op on the candidate's inputs (to file a bug "
+                              "against a kernel)")
+        self.repro.clicked.connect(self.repro_requested)
+        self.repro.setEnabled(False)
+        split = QSplitter(Qt.Vertical, self)
+        split.addWidget(self.map)
+        split.addWidget(self.table)
+        split.setSizes([300, 220])
+        top = QHBoxLayout()
+        top.addWidget(self.summary, 1)
+        top.addWidget(self.repro)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addLayout(top)
+        lay.addWidget(split, 1)
+        self.img: np.ndarray | None = None
+
+    def set_pair(self, ref: np.ndarray | None, cand: np.ndarray | None, what: str = "") -> None:
+        """Show where ``cand`` differs from ``ref`` (None: nothing to compare)."""
+        ok = (ref is not None and cand is not None and np.shape(ref) == np.shape(cand)
+              and np.asarray(ref).dtype.kind == "f" and np.asarray(cand).dtype.kind == "f")
+        self.repro.setEnabled(ok)
+        if not ok:
+            self.img = None
+            self.image.clear()
+            self.model.set_rows([], np.float64)
+            self.summary.setText(f"{what}: nothing to compare" if what else "nothing to compare")
+            return
+        r, c = np.asarray(ref), np.asarray(cand)
+        dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
+        rows = worst_elements(r, c)
+        self.model.set_rows(rows, dt)
+        self.img = log_ulp_image(r, c)
+        hi = max(1.0, float(self.img.max()))
+        self.image.setImage(self.img, autoLevels=False, levels=(0.0, hi))
+        self.colorbar.setLevels((0.0, hi))
+        self.map.getPlotItem().getViewBox().autoRange(padding=0.02)
+        n = n_differ(r, c)
+        more = f" (worst {MAX_ROWS} listed)" if n > MAX_ROWS else ""
+        self.summary.setText(f"{what} · {n} of {r.size} elements differ{more}" if n else
+                             f"{what} · all {r.size} elements bit-identical")
+        self.summary.setStyleSheet("" if not n else f"color: {QColor('#991b1b').name()}")
