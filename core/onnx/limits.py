@@ -151,7 +151,12 @@ class Budget:
         total would go over ``max_work``."""
         sizes = [_size(x) for x in ins]
         est = n_out if n_out is not None else max(sizes, default=1)
-        work = NODE_COST + est * (SLOW_COST if op_type in SLOW_OPS else 1)
+        strings = _makes_or_reads_strings(op_type, ins, attrs)
+        if strings and self.bytes + est * STRING_BYTES > self.limits.max_bytes:
+            raise _over(f"the node would make about {est} strings "
+                        f"(~{est * STRING_BYTES} bytes)", self.limits.max_bytes, "max_bytes")
+        weight = STRING_COST if strings else SLOW_COST if op_type in SLOW_OPS else 1
+        work = NODE_COST + est * weight
         macs = MACS.get(op_type)
         if macs is not None:
             try:
@@ -506,6 +511,18 @@ SLOW_OPS = frozenset({
     "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "Hardmax", "ReduceLogSumExp",
     "ReduceLogSum", "LayerNormalization", "BatchNormalization", "InstanceNormalization",
     "GroupNormalization", "RMSNormalization", "MeanVarianceNormalization"})
+
+
+#: per element of an op that makes or reads Python strings (a Python loop, ~1 us an element),
+#: and what each string costs in memory (object arrays count only their 8-byte pointers)
+STRING_COST = 1024
+STRING_BYTES = 64
+
+
+def _makes_or_reads_strings(op_type: str, ins: list, attrs: dict) -> bool:
+    if op_type == "Cast" and attrs.get("to") == 8:  # TensorProto.STRING
+        return True
+    return any(isinstance(x, np.ndarray) and x.dtype.kind == "O" for x in ins)
 
 
 def _mm_macs(a_i: int, b_i: int):

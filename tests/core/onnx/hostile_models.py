@@ -302,11 +302,20 @@ def loop_sequence_big(folder):
     return _sequence_loop(folder, "seq_big", 1 << 18)
 
 
+def cast_to_string(folder, n=1 << 24):
+    """16M floats (within max-elements) cast to strings: one Python string object each."""
+    nodes = [helper.make_node("Expand", ["one", "s"], ["e"]),
+             helper.make_node("Cast", ["e"], ["y"], to=TensorProto.STRING, name="to_text")]
+    inits = [helper.make_tensor("one", F, [], [0.5]), _i64("s", [n])]
+    return _save(_model(nodes, [], [_out("y", TensorProto.STRING)], inits), folder, "cast"), {}
+
+
 CASES = {f.__name__: f for f in (
     constant_of_shape, constant_of_shape_runtime, declared_dim_3e8, declared_dim_1e12,
     declared_dim_negative, loop_huge_trip, loop_always_true, loop_nested, nested_functions,
     broadcast_outer, tile_huge, range_huge, pad_huge, many_small_doublings, erf_chain,
-    loop_heavy_body, matmul_chain, loop_scan_outputs, loop_sequence_small, loop_sequence_big)}
+    loop_heavy_body, matmul_chain, loop_scan_outputs, loop_sequence_small, loop_sequence_big,
+    cast_to_string)}
 
 
 def run_case(name: str, folder: str) -> dict:

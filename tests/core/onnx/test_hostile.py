@@ -271,7 +271,7 @@ EXPECT = {
     "many_small_doublings": "--max-", "erf_chain": "--max-work",
     "loop_heavy_body": "--max-work", "matmul_chain": "--max-work",
     "loop_scan_outputs": "--max-bytes", "loop_sequence_small": "--max-work",
-    "loop_sequence_big": "--max-bytes",
+    "loop_sequence_big": "--max-bytes", "cast_to_string": "'to_text' (Cast)",
 }
 
 CHILD = textwrap.dedent("""
