@@ -5,28 +5,44 @@ commands, and a reader thread turns its JSON lines into queued Qt signals, so th
 never waits on a step and never competes with it for the GIL. ``inspect(node)`` asks the
 worker for one node's arrays on both sides; the answer comes back as an ``inspected`` signal,
 through the same mailbox as the snapshots (decoded in the reader thread, not the GUI's).
+
+The worker is hostile-proof on this side too: what its workload writes to fd 1 and fd 2 arrives
+as ``log`` lines, each cut to ``LOG_LINE_MAX`` bytes, ``LOG_TAIL_BYTES`` kept; a worker that
+exits is reaped at once; ``close()`` never waits more than a few seconds (it ends the worker's
+whole process group); and a watchdog emits ``unresponsive(seconds)`` when the worker owes an
+answer (a step, an inspection, its start) and has said nothing for ``watchdog_s``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import queue
-import subprocess
-import sys
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.live_worker import FAILED, IDLE, PAUSED, RUNNING, STOPPED, decode_array
+from app.live_worker import (
+    FAILED,
+    IDLE,
+    PAUSED,
+    ROOT,
+    RUNNING,
+    STOPPED,
+    WorkerProcess,
+    decode_array,
+    launch,
+)
 from app.runs import SessionConfig, StepResult
 
-__all__ = ["FAILED", "IDLE", "Inspection", "LiveSession", "PAUSED", "RUNNING", "STOPPED",
-           "Snapshot"]
-ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["FAILED", "IDLE", "Inspection", "LiveSession", "LogTail", "PAUSED", "ROOT", "RUNNING",
+           "STOPPED", "Snapshot"]
+LOG_TAIL_BYTES = 256 * 1024  # the worker's output kept (a 10 MB line once took the GUI to 2 GB)
+LOG_LINE_MAX = 8192  # bytes of one line kept; the rest is counted, not stored
+LOG_POST_LINES = 2000  # lines one log message to the GUI carries at most
+STARTUP_S = 120.0  # the watchdog's patience before "ready": kernels compile on a cold cache
 
 
 @dataclass
@@ -59,6 +75,66 @@ class Inspection:
     error: str | None = None  # why there are no arrays (no step yet, unknown node, ...)
 
 
+class LogTail:
+    """The worker's fd 1 and fd 2 as lines, each cut to LOG_LINE_MAX, LOG_TAIL_BYTES kept."""
+
+    def __init__(self) -> None:
+        self.lines: deque[str] = deque()
+        self.size = 0
+        self._part = bytearray()
+        self._cut = 0
+        self._lock = threading.Lock()
+
+    def feed(self, data: bytes) -> list[str]:
+        """Take a piece of output; return the lines it completed."""
+        out = []
+        start = 0
+        with self._lock:
+            while True:
+                nl = data.find(b"\n", start)
+                end = len(data) if nl < 0 else nl
+                room = max(0, LOG_LINE_MAX - len(self._part))
+                self._part += data[start:min(end, start + room)]
+                self._cut += max(0, end - start - room)
+                if nl < 0:
+                    break
+                out.append(self._line())
+                start = nl + 1
+            for line in out:
+                self._keep(line)
+        return out
+
+    def finish(self) -> list[str]:
+        """End of output: the unfinished last line, if any, as a line."""
+        with self._lock:
+            if not self._part and not self._cut:
+                return []
+            line = self._line()
+            self._keep(line)
+            return [line]
+
+    def text(self) -> str:
+        """What is kept, the unfinished line included."""
+        with self._lock:
+            part = self._part.decode("utf-8", "replace")
+            return "".join(line + "\n" for line in self.lines) + part
+
+    def _line(self) -> str:
+        text = self._part.decode("utf-8", "replace")
+        if self._cut:
+            text += f" … [{self._cut} bytes cut]"
+        self._part, self._cut = bytearray(), 0
+        return text
+
+    def _keep(self, line: str) -> None:
+        self.lines.append(line)
+        self.size += len(line.encode()) + 1
+        # NOTE: the unfinished line must fit beside the kept ones: LOG_LINE_MAX bytes, each of
+        # which may decode to a 3-byte U+FFFD
+        while self.lines and self.size > LOG_TAIL_BYTES - 3 * LOG_LINE_MAX:
+            self.size -= len(self.lines.popleft().encode()) + 1
+
+
 class LiveSession(QObject):
     """One worker process for one ``SessionConfig``; emits ``snapshot``, ``failed``, ..."""
 
@@ -67,53 +143,57 @@ class LiveSession(QObject):
     failed = Signal(str, str)  # message, traceback
     ready = Signal(object)  # {"plan", "device", "reference", "candidate"}
     inspected = Signal(object)  # an Inspection
+    log = Signal(list)  # new lines of the worker's fd 1 / fd 2
+    unresponsive = Signal(float)  # seconds without an answer the worker owes (repeats)
+    answered = Signal()  # the worker spoke again after ``unresponsive``
     _message = Signal(object)
 
     def __init__(self, config: SessionConfig, interval_s: float = 0.1,
-                 max_steps: int | None = None, parent=None) -> None:
+                 max_steps: int | None = None, parent=None, watchdog_s: float = 30.0) -> None:
         super().__init__(parent)
         self.config, self.interval_s, self.max_steps = config, interval_s, max_steps
+        self.watchdog_s = watchdog_s
         self.state = IDLE
         self.steps_done = 0
         self.first: dict | None = None
         self.info: dict | None = None
-        self.proc: subprocess.Popen | None = None
+        self.worker: WorkerProcess | None = None
+        self.proc = None  # the worker's Popen (reaped by a thread of its own)
+        self.returncode: int | None = None
+        self.killed = False
+        self.logs = LogTail()
+        self.silent_s = 0.0  # how long the worker has owed an answer (0: it does not)
+        self._heard = time.monotonic()
+        self._owe_step = False
         self._reports: queue.Queue = queue.Queue()
-        self._stderr: list[str] = []
         self._mail: list = []
         self._mail_lock = threading.Lock()
         self.pending: set[int] = set()  # inspect requests not answered yet
         self._req = 0
         self._message.connect(self._on_mail)
+        self._watch = QTimer(self)
+        self._watch.setInterval(250)
+        self._watch.timeout.connect(self._check_watchdog)
 
     # ---- control (GUI thread) ---------------------------------------------------------------
     def start(self, paused: bool = False) -> None:
         """Start the worker process (it builds the runner, then steps unless ``paused``)."""
-        if self.proc is not None:
+        if self.worker is not None:
             raise RuntimeError("this live session was already started")
-        arg = json.dumps({"config": self.config.__dict__, "interval_s": self.interval_s,
-                          "max_steps": self.max_steps, "paused": paused})
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(
-            os.pathsep)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.live_worker", arg], cwd=str(ROOT), env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            bufsize=1)
+        self.worker = launch({"config": self.config.__dict__, "interval_s": self.interval_s,
+                              "max_steps": self.max_steps, "paused": paused})
+        self.proc = self.worker.proc
+        self._heard = time.monotonic()
         self._set_state(PAUSED if paused else RUNNING)
-        threading.Thread(target=self._read, daemon=True, name="tapescope-live-reader").start()
-        threading.Thread(target=self._read_err, daemon=True, name="tapescope-live-err").start()
+        reader = threading.Thread(target=self._read, daemon=True, name="tapescope-live-reader")
+        reader.start()
+        threading.Thread(target=self._read_log, daemon=True, name="tapescope-live-log").start()
+        threading.Thread(target=self._reap, args=(reader,), daemon=True,
+                         name="tapescope-live-reaper").start()
+        self._watch.start()
 
     def _send(self, cmd: str, **args) -> bool:
-        p = self.proc
-        if p is None or p.poll() is not None:
-            return False
-        try:
-            p.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
-            p.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            return False
-        return True
+        return self.worker is not None and self.worker.send({"cmd": cmd, **args})
 
     def pause(self) -> None:
         """Stop after the current step (a snapshot of it still arrives)."""
@@ -127,8 +207,10 @@ class LiveSession(QObject):
 
     def single_step(self) -> None:
         """While paused: run exactly one more step."""
-        if self.state == PAUSED:
-            self._send("step")
+        if self.state == PAUSED and self._send("step"):
+            if not self._owe_step:
+                self._heard = time.monotonic()
+            self._owe_step = True
 
     def stop(self) -> None:
         """End the stepping; the worker stays to answer ``report()`` until ``close()``."""
@@ -148,31 +230,37 @@ class LiveSession(QObject):
         extra = {} if step is None else {"step": int(step)}
         if not self._send("inspect", node=int(node_id), req=self._req, **extra):
             return None
+        if not self.pending:
+            self._heard = time.monotonic()
         self.pending.add(self._req)
         return self._req
 
-    def close(self, wait_s: float = 3.0) -> None:
-        """Stop and end the worker process."""
-        p = self.proc
-        if p is None:
+    def close(self, wait_s: float = 2.0) -> None:
+        """Stop and end the worker's whole process group; returns within about ``wait_s``."""
+        w = self.worker
+        if w is None:
             return
         self.stop()
-        self._send("quit")
         self.pending.clear()
-        try:
-            p.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            p.kill()  # our own child, by its handle
-            p.wait(wait_s)
-        for f in (p.stdin, p.stdout, p.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
+        self._watch.stop()
+        w.close(wait_s)
+
+    def kill(self) -> None:
+        """End the worker now (the watchdog's Kill): its whole group, no questions asked."""
+        if self.worker is None:
+            return
+        self.killed = True
+        self.pending.clear()
+        self._set_state(STOPPED)
+        self.worker.end_group()
 
     def is_alive(self) -> bool:
         """True while the worker process runs."""
         return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        """The kept tail of what the worker's workload wrote to fd 1 and fd 2."""
+        return self.logs.text()
 
     def report(self, timeout_s: float = 10.0) -> dict | None:
         """The report data of the steps run so far (asks the worker; None if it is gone)."""
@@ -192,13 +280,7 @@ class LiveSession(QObject):
 
     # ---- messages ---------------------------------------------------------------------------
     def _read(self) -> None:
-        for line in self.proc.stdout:  # blocks in C without the GIL
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue  # e.g. a stray print in the user's workload: not ours
-            if not isinstance(msg, dict) or "type" not in msg:
-                continue
+        for msg in self.worker.messages():  # blocks in C without the GIL
             if msg["type"] == "report":
                 self._reports.put(msg["data"])
             elif msg["type"] == "inspect":
@@ -215,21 +297,52 @@ class LiveSession(QObject):
             notify = not box
             if box and isinstance(msg, Snapshot) and isinstance(box[-1], Snapshot):
                 box[-1] = _merge(box[-1], msg)
+            elif box and _is_log(msg) and _is_log(box[-1]):
+                box[-1]["lines"] = (box[-1]["lines"] + msg["lines"])[-LOG_POST_LINES:]
             else:
                 box.append(msg)
         if notify:
             self._message.emit(None)
 
-    def _read_err(self) -> None:
-        for line in self.proc.stderr:
-            self._stderr.append(line)
-            del self._stderr[:-200]
+    def _read_log(self) -> None:
+        for data in self.worker.log_chunks():
+            lines = self.logs.feed(data)
+            if lines:
+                self._post({"type": "log", "lines": lines[-LOG_POST_LINES:]})
+        lines = self.logs.finish()
+        if lines:
+            self._post({"type": "log", "lines": lines})
+
+    def _reap(self, reader: threading.Thread) -> None:
+        # wait() as soon as it exits (no zombie), after the messages it sent before exiting
+        rc = self.proc.wait()
+        reader.join(2.0)
+        self._post({"type": "exited", "rc": rc})
 
     def _on_mail(self, _=None) -> None:
         with self._mail_lock:
             box, self._mail = self._mail, []
         for msg in box:
+            if not _is_log(msg):
+                self._heard = time.monotonic()
             self._on_message(msg)
+
+    def _owes_answer(self) -> bool:
+        return self.is_alive() and (self.info is None or self.state == RUNNING
+                                    or self._owe_step or bool(self.pending))
+
+    def _check_watchdog(self) -> None:
+        owes = self._owes_answer()
+        silent = time.monotonic() - self._heard
+        limit = self.watchdog_s if self.info is not None else max(self.watchdog_s, STARTUP_S)
+        if owes and silent > limit:
+            self.silent_s = silent
+            self.unresponsive.emit(silent)
+        elif self.silent_s:
+            self.silent_s = 0.0
+            self.answered.emit()
+        if not self.is_alive() and self.returncode is not None:
+            self._watch.stop()
 
     def _on_message(self, msg) -> None:
         if isinstance(msg, Inspection):
@@ -237,6 +350,7 @@ class LiveSession(QObject):
             self.inspected.emit(msg)
             return
         if isinstance(msg, Snapshot):
+            self._owe_step = False
             self.steps_done = msg.extra["steps_done"]
             self.first = msg.first
             if self.state not in (STOPPED, FAILED):
@@ -244,7 +358,9 @@ class LiveSession(QObject):
             self.snapshot.emit(msg)
             return
         kind = msg["type"]
-        if kind == "ready":
+        if kind == "log":
+            self.log.emit(msg["lines"])
+        elif kind == "ready":
             self.info = msg
             self.ready.emit(msg)
         elif kind == "state":
@@ -257,10 +373,20 @@ class LiveSession(QObject):
             self.failed.emit(msg["message"], msg["details"])
         elif kind == "eof":
             self.pending.clear()  # nothing more will answer
-        if kind == "eof" and self.state in (RUNNING, PAUSED, IDLE):
-            err = "".join(self._stderr[-40:])
-            self._set_state(FAILED)
-            self.failed.emit("the live worker process ended unexpectedly", err)
+        elif kind == "exited":
+            self.returncode = msg["rc"]
+            self.pending.clear()
+            self._owe_step = False
+            if self.state in (RUNNING, PAUSED, IDLE):
+                rc = msg["rc"]
+                how = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
+                self._set_state(FAILED)
+                self.failed.emit(f"the live worker process ended unexpectedly ({how})",
+                                 "\n".join(list(self.logs.lines)[-40:]))
+
+
+def _is_log(msg) -> bool:
+    return isinstance(msg, dict) and msg.get("type") == "log"
 
 
 def _merge(old: Snapshot, new: Snapshot) -> Snapshot:

@@ -6,6 +6,10 @@ graph colours (``MainWindow.set_comparison``), the first-divergence flag, the Tr
 and on start the fusion plan (Kernels dock, fused segments as graph groups). Selecting a node
 while a session exists asks its worker for that one node's arrays on both sides (never a
 stream of tensors); the answer fills the Inspector's reference-vs-candidate tab.
+
+Time travel (``app.time_travel``): the step scrubber shows any past step in every panel; the
+Inspector asks the worker for that step's arrays (kept for the last few steps, keyed by node
+and step here), and "Copy repro" writes that node's reference op on the candidate's inputs.
 """
 
 from __future__ import annotations
@@ -22,14 +26,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
+from app.live_panels import LogWindow, WatchdogBar
 from app.runs import COMPARES, SessionConfig
 from app.session import unconfirmed_script
+from app.time_travel import TimeTravel
 from views.inspector import NodeDetails
 from views.kernels_view import KernelsPanel
 from views.training_view import TrainingPanel
 
 INSPECT_STATES = (RUNNING, PAUSED, STOPPED)  # a worker that can still answer
-KEEP_INSPECTIONS = 8  # answers kept per session, so re-selecting a node costs no round trip
+KEEP_INSPECTIONS = 32  # answers kept per (node, step): re-selecting costs no round trip
 
 
 class LiveController(QObject):
@@ -40,16 +46,19 @@ class LiveController(QObject):
         self.win = win
         self.config = config or SessionConfig()
         self.interval_s = interval_s
+        self.watchdog_s = 30.0  # "no answer from the worker for N s" after this long
         self.live: LiveSession | None = None
         self.info: dict = {}
         self.last: Snapshot | None = None
         self.snapshots = 0
-        self.inspections: dict[int, Inspection] = {}  # node → its latest answer
+        self.inspections: dict[tuple[int, int], Inspection] = {}  # (node, step) → answer
         self.shown: Inspection | None = None  # what the Inspector shows now
         self._asked: set[tuple[int, int]] = set()  # (node, steps done) already requested
         self._confirmed: set[str] = set()  # workload scripts the user agreed to run
         self.training = TrainingPanel(win)
         self.kernels = KernelsPanel(win)
+        self.travel = TimeTravel(self)  # the step scrubber: any past step, in every panel
+        self.travel.step_shown.connect(self._step_shown)
         win.add_dock("Training", self.training, Qt.BottomDockWidgetArea)
         win.add_dock("Kernels", self.kernels, Qt.RightDockWidgetArea)
         win.tabifyDockWidget(win.docks["Backward stepper"], win.docks["Kernels"])
@@ -66,9 +75,17 @@ class LiveController(QObject):
         for a in (self.act_start, self.act_pause, self.act_step, self.act_resume, self.act_stop,
                   self.act_first, self.act_export):
             menu.addAction(a)
+        self.travel.install(menu)  # keys, tooltips, next/previous introduced, Steps toolbar
         menu.addSeparator()
         for title in ("Training", "Kernels"):
             menu.addAction(win.docks[title].toggleViewAction())
+        self.log_window = LogWindow(win)
+        self.act_log = menu.addAction("Worker log", self.log_window.show)
+        self.act_log.setToolTip("What the workload printed (fd 1 and fd 2 of the live worker)")
+        self.watchdog = WatchdogBar(win)
+        win.statusBar().addPermanentWidget(self.watchdog)
+        self.watchdog.stop_button.clicked.connect(self.stop)
+        self.watchdog.kill_button.clicked.connect(self.kill)
 
     # ---- toolbar ----------------------------------------------------------------------------
     def _combo(self, items: dict[str, str], tip: str) -> QComboBox:
@@ -143,6 +160,8 @@ class LiveController(QObject):
         self.act_resume.setEnabled(live and state == PAUSED)
         self.act_stop.setEnabled(live)
         self.act_export.setEnabled(self.live is not None and self.live.info is not None)
+        if hasattr(self, "travel"):
+            self.travel.update_actions()
 
     # ---- control ----------------------------------------------------------------------------
     def start(self, config: SessionConfig | None = None, paused: bool = False,
@@ -166,9 +185,14 @@ class LiveController(QObject):
                 return False  # the window shows why (traceback included); nothing changed
         ref, cand = c.pair()
         self.training.reset(ref.label(), cand.label())
+        self.travel.reset()
         self.kernels.set_plan(None)
         self.last, self.snapshots, self.info = None, 0, {}
-        self.live = LiveSession(c, self.interval_s, max_steps, self)
+        self.live = LiveSession(c, self.interval_s, max_steps, self, watchdog_s=self.watchdog_s)
+        self.log_window.clear()
+        self.live.log.connect(self.log_window.append)
+        self.live.unresponsive.connect(self.watchdog.silent_for)
+        self.live.answered.connect(self.watchdog.hide)
         self.live.inspected.connect(self._on_inspected)
         self.live.snapshot.connect(self._on_snapshot)
         self.live.state_changed.connect(self._on_state)
@@ -216,12 +240,24 @@ class LiveController(QObject):
         if self.live is not None:
             self.live.stop()
 
+    @Slot()
+    def kill(self) -> None:
+        """End the worker and everything it started, now (the watchdog's Kill)."""
+        if self.live is not None:
+            self.live.kill()
+            self.watchdog.hide()
+            self._label()
+
     def close(self) -> None:
         """Stop and let the worker process go (a new session, or the window closes)."""
+        self.watchdog.hide()
         if self.live is not None:
             old = self.live
             if not getattr(old, "detached", False):
                 # what the old worker still has in flight must not reach the next session's views
+                old.log.disconnect(self.log_window.append)
+                old.unresponsive.disconnect(self.watchdog.silent_for)
+                old.answered.disconnect(self.watchdog.hide)
                 old.snapshot.disconnect(self._on_snapshot)
                 old.state_changed.disconnect(self._on_state)
                 old.failed.disconnect(self._on_failed)
@@ -263,20 +299,28 @@ class LiveController(QObject):
         self.last = snap
         self.snapshots += 1
         self.training.add_steps(snap.steps, snap.ulp_columns, snap.steps_per_s)
-        self.win.set_comparison(snap.latest.nodes)
-        first = snap.first["node"] if snap.first else None
-        self.win.graph.view.set_marks("first", [] if first is None else [first])
+        self.travel.add(snap)  # the parity table, graph colours and marks of the shown step
+        first = self.travel.history.first if self.travel.history is not None else None
         self._update_actions(self.live.state if self.live else "idle")
         self._label()
         if snap.state != RUNNING:
             self.training.flush()  # the plots show the last steps now, not at the next tick
-            # paused, stepped or stopped: what the Inspector shows follows the step, and the
-            # first divergence (where the user looks next) is fetched ahead
-            sel = self.win.selected
-            if self.shown is not None and self.shown.node == sel:
-                self._request(sel)
-            if first is not None:
-                self._request(int(first))
+            # paused, stepped or stopped: what the Inspector shows followed the step
+            # (_step_shown), and the first divergence (where the user looks next) is fetched
+            # ahead, at its step
+            if first is not None and self.can_inspect():
+                self._request(int(first["node"]), int(first["step"]))
+
+    @Slot(int)
+    def _step_shown(self, step: int) -> None:
+        """The shown step changed: the Inspector follows it (while running and following the
+        latest step it waits for a pause, as before: no stream of tensors)."""
+        self._label()
+        lv, sel = self.live, self.win.selected
+        if lv is None or sel < 0 or (lv.state == RUNNING and self.travel.scrubber.follow):
+            return
+        if self.shown is not None or not self.travel.scrubber.follow:
+            self._on_selected(sel)
 
     # ---- one node's arrays, on demand ------------------------------------------------------
     def can_inspect(self) -> bool:
@@ -285,9 +329,13 @@ class LiveController(QObject):
         return (lv is not None and not getattr(lv, "detached", False)
                 and lv.state in INSPECT_STATES and lv.is_alive())
 
-    def _current(self, node: int) -> Inspection | None:
-        got = self.inspections.get(node)
-        return got if got is not None and got.step == self.live.steps_done else None  # from 1
+    def shown_step(self) -> int:
+        """The step the window shows (the scrubber's; the latest before any summary)."""
+        v = self.travel.view_step
+        return v if v > 0 else self.live.steps_done
+
+    def _current(self, node: int, step: int | None = None) -> Inspection | None:
+        return self.inspections.get((node, self.shown_step() if step is None else step))
 
     def _request(self, node: int) -> bool:
         """Ask once per node and step; False when the worker cannot be asked."""
@@ -359,7 +407,8 @@ class LiveController(QObject):
         f = self.live.first
         first = (f"first divergence: step {f['step']} node #{f['node']} {f['op']} "
                  f"({f['which']})") if f else "no divergence"
-        self.state_label.setText(f"live {self.live.state} · step {self.live.steps_done} · {first}")
+        state = f"{self.live.state} (killed)" if self.live.killed else self.live.state
+        self.state_label.setText(f"live {state} · step {self.live.steps_done} · {first}")
 
     @Slot(list)
     def _kernel_nodes(self, ids: list) -> None:

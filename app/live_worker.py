@@ -1,29 +1,41 @@
 """The live session's worker: steps a ``PairRunner`` and streams JSON lines (no Qt).
 
-Run as ``python -m app.live_worker CONFIG_JSON`` by ``app.live.LiveSession``: commands arrive
-on stdin, one JSON object per line (``{"cmd": "pause" | "resume" | "step" | "stop" |
-"report"}``, or ``{"cmd": "inspect", "node": ID, "req": N, "step": S}``), messages leave on
-stdout, one per line (``ready``, ``state``, ``snapshot``, ``report``, ``inspect``,
-``failed``). A separate process, not a thread of the GUI: the stepping is Python work, and a
-busy Python thread makes every Qt→Python call of the GUI thread (each table cell, each paint)
-wait for the GIL, which froze the window for seconds in our first version.
+``launch(arg)`` (what ``app.live.LiveSession`` calls) runs ``python -m app.live_worker ARG``.
+Commands arrive on a pipe of their own, one JSON object per line (``{"cmd": "pause" | "resume"
+| "step" | "stop" | "report" | "quit"}``, or ``{"cmd": "inspect", "node": ID, "req": N,
+"step": S}``); messages leave on a second pipe, one per line (``ready``, ``state``,
+``snapshot``, ``report``, ``inspect``, ``failed``). A separate process, not a thread of the
+GUI: the stepping is Python work, and a busy Python thread makes every Qt→Python call of the
+GUI thread (each table cell, each paint) wait for the GIL, which froze the window for seconds
+in our first version.
 
 Snapshots are rate-bounded: every step's small numbers (losses, per-node worst ulp, time) are
 batched into the next snapshot (``summaries``: every step per node, ``app.step_history``), the
 per-node parity dicts only of the latest step. Tensors
 never stream: ``inspect`` answers for ONE node, when the user selects it (``inspect_message``).
+
+The protocol's pipes are its own (``pass_fds``), never fd 0/1/2: a workload may print anything,
+with or without a newline, to fd 1 or fd 2; both go to one log pipe the GUI reads in bounded
+pieces. The worker runs in its own session (process group), so ``close()`` ends it and whatever
+the workload left behind together, and it dies with its parent (the command pipe's EOF, and
+``PR_SET_PDEATHSIG`` on Linux for a parent killed with -9).
 """
 
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 
@@ -33,6 +45,8 @@ from app.step_history import step_summary
 from app.tensor_window import TensorWindow
 
 IDLE, RUNNING, PAUSED, STOPPED, FAILED = "idle", "running", "paused", "stopped", "failed"
+ROOT = Path(__file__).resolve().parent.parent
+QUIT_GRACE_S = 5.0  # after the command pipe closes, the step in flight gets this long to end
 
 
 class Stepper:
@@ -58,6 +72,7 @@ class Stepper:
         self._summaries: list[dict] = []  # app.step_history: every step, per node, compact
         self.window = TensorWindow()  # the last steps' tensors, for the step scrubber
         self._times: list[float] = []
+        self._later: threading.Timer | None = None
 
     def command(self, cmd: str, args: dict | None = None) -> None:
         """pause | resume | step | stop | report | inspect (``args``: {"node", "req"})."""
@@ -142,9 +157,24 @@ class Stepper:
                 if done or not self._go.is_set() or now - last >= self.interval_s:
                     self._flush()
                     last = now
+                else:
+                    self._flush_later()
                 if done:
                     self._state(STOPPED)
                     break
+
+    def _flush_later(self) -> None:
+        """Batched steps reach the GUI within ``interval_s`` even when the next step never
+        returns (caller holds the lock)."""
+        if self._later is None:
+            self._later = threading.Timer(self.interval_s, self._flush_now)
+            self._later.daemon = True
+            self._later.start()
+
+    def _flush_now(self) -> None:
+        with self._lock:
+            self._later = None
+            self._flush()
 
     def _flush(self) -> None:
         """Send the batched steps (caller holds the lock)."""
@@ -225,12 +255,138 @@ def inspect_message(runner: PairRunner | None, node: object, step: object = None
     return msg
 
 
+class WorkerProcess:
+    """A started worker (no Qt): its process, and our ends of the command, message and log pipes.
+
+    The message and log ends are raw fds that ``messages()`` / ``log_chunks()`` own and close
+    when they end, so no thread ever closes a pipe another thread is reading.
+    """
+
+    def __init__(self, proc: subprocess.Popen, cmd_w: int, msg_r: int, log_r: int) -> None:
+        self.proc, self.pgid = proc, proc.pid  # start_new_session: the worker leads its group
+        self._cmd = os.fdopen(cmd_w, "w", encoding="utf-8")
+        self._cmd_lock = threading.Lock()
+        self.msg_fd, self.log_fd = msg_r, log_r
+
+    def send(self, msg: dict) -> bool:
+        """Write one command line; False when the worker can no longer hear it."""
+        with self._cmd_lock:
+            if self._cmd.closed or self.proc.poll() is not None:
+                return False
+            try:
+                self._cmd.write(json.dumps(msg) + "\n")
+                self._cmd.flush()
+            except (OSError, ValueError):
+                return False
+        return True
+
+    def messages(self):
+        """Yield each decoded message (a reader thread's loop); closes the pipe at its end."""
+        with os.fdopen(self.msg_fd, "rb") as f:
+            for line in f:  # our own lines: bounded by MAX_INSPECT
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(msg, dict) and "type" in msg:
+                    yield msg
+
+    def log_chunks(self, size: int = 1 << 16):
+        """Yield what the worker's fd 1 and fd 2 carry, in pieces of at most ``size`` bytes."""
+        try:
+            while True:
+                data = os.read(self.log_fd, size)
+                if not data:
+                    return
+                yield data
+        finally:
+            os.close(self.log_fd)
+
+    def end_group(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the worker's whole process group (it and anything the workload started)."""
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # all gone already
+
+    def close(self, wait_s: float = 2.0) -> None:
+        """Ask the worker to quit, close its command pipe, then end its group; never blocks
+        longer than ``wait_s``."""
+        self.send({"cmd": "quit"})
+        with self._cmd_lock:
+            try:
+                self._cmd.close()  # EOF: a worker that missed "quit" ends too
+            except OSError:
+                pass
+        try:
+            self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self.end_group()  # also what the workload left behind in the group
+
+
+def launch(arg: dict) -> WorkerProcess:
+    """Start ``python -m app.live_worker`` in its own session with its protocol pipes."""
+    cmd_r, cmd_w = os.pipe()  # non-inheritable (PEP 446): only pass_fds reaches the child
+    msg_r, msg_w = os.pipe()
+    log_r, log_w = os.pipe()
+    arg = {**arg, "fds": [cmd_r, msg_w], "parent": os.getpid()}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.live_worker", json.dumps(arg)], cwd=str(ROOT), env=env,
+            stdin=subprocess.DEVNULL, stdout=log_w, stderr=log_w, pass_fds=(cmd_r, msg_w),
+            start_new_session=True)
+    except BaseException:
+        for fd in (cmd_w, msg_r, log_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (cmd_r, msg_w, log_w):
+            os.close(fd)
+    return WorkerProcess(proc, cmd_w, msg_r, log_r)
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux ``PR_SET_PDEATHSIG``).
+
+    NOTE: the signal follows the parent *thread* that started us; every caller starts workers
+    from a thread that lives as long as its process (the GUI thread, a command's main thread).
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)  # the parent died before the signal was armed
+
+
+def protect_stdio() -> tuple[int, int]:
+    """Move the protocol off fd 0/1: returns private (in, out) fds; fd 1 then writes to fd 2
+    and fd 0 reads /dev/null, so nothing the user's code does can touch the protocol."""
+    pin, pout = os.dup(0), os.dup(1)
+    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return pin, pout
+
+
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point: argv[0] is the JSON of {"config", "interval_s", "max_steps",
     "paused"}."""
     args = json.loads((argv or sys.argv[1:])[0])
-    out = sys.stdout
-    sys.stdout = sys.stderr  # the user's prints must not mix into the message stream
+    die_with_parent(args.get("parent"))
+    cmd_fd, msg_fd = args.get("fds") or protect_stdio()
+    for fd in (cmd_fd, msg_fd):
+        os.set_inheritable(fd, False)  # the workload's own subprocesses never get them
+    out = os.fdopen(msg_fd, "w", encoding="utf-8")
+    cmd_in = os.fdopen(cmd_fd, "r", encoding="utf-8")
+    sys.stdout.reconfigure(line_buffering=True)  # the user's prints reach the log as made
     lock = threading.Lock()
 
     def emit(msg: dict) -> None:
@@ -250,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     quit_ = threading.Event()
 
     def commands() -> None:
-        for line in sys.stdin:
+        for line in cmd_in:
             try:
                 msg = json.loads(line)
                 cmd = msg["cmd"]
@@ -261,6 +417,10 @@ def main(argv: list[str] | None = None) -> int:
             st.command(cmd, msg)
         st.command("stop")  # quit, or the GUI went away
         quit_.set()
+        # a step that never returns must not keep us alive once nobody listens
+        t = threading.Timer(QUIT_GRACE_S, os._exit, (0,))
+        t.daemon = True
+        t.start()
 
     threading.Thread(target=commands, daemon=True).start()
     st.run()

@@ -8,6 +8,16 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"  # before anything imports Qt
 
 import pytest  # noqa: E402
 
+READY_MS = 240_000  # a hang guard: with an empty kernel cache the worker compiles before "ready"
+
+
+def wait_ready(qtbot, win) -> None:
+    """Wait for the live worker's own "ready" (or its failure), however long its start takes."""
+    from app.live import FAILED
+
+    qtbot.waitUntil(lambda: win.live.live is not None and (
+        win.live.live.info is not None or win.live.live.state == FAILED), timeout=READY_MS)
+
 
 @pytest.fixture
 def settings(tmp_path):

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
 import time
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from app.live import PAUSED, RUNNING, STOPPED
+from app.live import FAILED, LOG_TAIL_BYTES, PAUSED, ROOT, RUNNING, STOPPED, LiveSession
 from app.runs import SessionConfig
 from app.session import EXACT_COLOR
 from core.ops.registry import REGISTRY
+from tests.app.conftest import READY_MS, wait_ready
 
 BRANCHES = str(Path(__file__).parent / "data" / "branches.py")
 
 
 def wait_steps(qtbot, win, n: int, timeout: int = 10000) -> None:
+    wait_ready(qtbot, win)  # not a fixed wait: kernels compile first on a cold cache
     qtbot.waitUntil(lambda: win.live.last is not None
-                    and win.live.live.steps_done >= n and win.live.last.latest.step >= n - 1,
+                    and win.live.live.steps_done >= n and win.live.last.latest.step >= n,
                     timeout=timeout)
 
 
@@ -49,10 +59,10 @@ def test_live_session_updates_table_and_colours_pauses_and_resumes(qtbot, win):
     done = win.live.live.steps_done
     qtbot.wait(300)
     assert win.live.live.steps_done == done
-    assert win.live.last.latest.step == done - 1
+    assert win.live.last.latest.step == done  # from 1
     # single step: exactly one more
     win.live.act_step.trigger()
-    qtbot.waitUntil(lambda: win.live.last.latest.step == done)
+    qtbot.waitUntil(lambda: win.live.last.latest.step == done + 1)
     qtbot.wait(200)
     assert win.live.live.steps_done == done + 1
     # resume: it runs on
@@ -68,6 +78,7 @@ def test_platform_math_marks_exactly_the_drift(qtbot, win):
     cfg = SessionConfig(workload=BRANCHES, device="host", math="platform")
     assert win.live.start(cfg, paused=True)
     win.live.live.single_step()
+    wait_ready(qtbot, win)
     qtbot.waitUntil(lambda: win.live.last is not None, timeout=10000)
     res = win.live.last.latest
     ops = {n.id: n.op for n in win.session.tape.nodes}
@@ -95,6 +106,7 @@ def test_platform_math_marks_exactly_the_drift(qtbot, win):
 def test_fused_session_fills_the_kernels_dock_and_groups(qtbot, win):
     assert win.live.start(SessionConfig(workload="transformer", device="host", fuse=True),
                           paused=True)
+    wait_ready(qtbot, win)
     qtbot.waitUntil(lambda: win.live.kernels.plan is not None, timeout=15000)
     plan = win.live.kernels.plan
     groups = [g for g in win.session.graph.groups if g.startswith("fused s")]
@@ -136,10 +148,16 @@ def test_a_broken_user_workload_shows_its_traceback_and_the_app_stays_up(qtbot, 
         "            raise ValueError('bad batch at step 2')\n"))
     win.last_error = None
     assert win.live.start(SessionConfig(workload=str(late), device="host"))
+    wait_ready(qtbot, win)
     qtbot.waitUntil(lambda: win.last_error is not None, timeout=10000)
     assert "bad batch at step 2" in win.last_error.text()
     assert "Traceback" in win.last_error.detailedText()
     assert win.isVisible()
+    # what the workload printed is in Live ▸ Worker log, not lost and not in the messages
+    win.live.act_log.trigger()
+    assert win.live.log_window.isVisible()
+    qtbot.waitUntil(lambda: "a user print, not a message" in
+                    win.live.log_window.text.toPlainText())
 
 
 def test_restart_from_the_toolbar_uses_its_settings(qtbot, win):
@@ -162,3 +180,170 @@ def test_restart_from_the_toolbar_uses_its_settings(qtbot, win):
     t0 = time.perf_counter()
     win.live.close()
     assert time.perf_counter() - t0 < 2.0 and not win.live.live.is_alive()
+
+
+# ---- hostile workloads: the worker process must never hang, flood or outlive the GUI ------------
+
+LIVE_WORKER_CHILD = "import time; time.sleep(600)"
+
+
+def hostile(tmp_path: Path, name: str, batch: str = "", build: str = "") -> str:
+    """``branches.py`` with ``batch`` run first in every ``batch(step)`` (``build`` in build)."""
+    src = Path(BRANCHES).read_text()
+    src = "import os\nimport subprocess\nimport sys\nimport time\n" + src
+    if build:
+        src = src.replace("    def build(self):\n",
+                          "    def build(self):\n" + textwrap.indent(build, " " * 8))
+    if batch:
+        src = src.replace("    def batch(self, step):\n",
+                          "    def batch(self, step):\n" + textwrap.indent(batch, " " * 8))
+    f = tmp_path / f"{name}.py"
+    f.write_text(src)
+    return str(f)
+
+
+def dead(pid: int) -> bool:
+    """No such process, or only its zombie left."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def reaped(pid: int) -> bool:
+    """Not even a zombie left (its parent waited for it)."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def wait_for(cond, timeout_s: float = 20.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def session(qtbot, workload: str, **kw) -> LiveSession:
+    s = LiveSession(SessionConfig(workload=workload, device="host"), 0.05, **kw)
+    s.start()
+    return s
+
+
+def test_close_never_blocks_on_a_child_the_workload_left_behind(qtbot, tmp_path):
+    pidfile = tmp_path / "child.pid"
+    wl = hostile(tmp_path, "orphan", build=(
+        f"p = subprocess.Popen([sys.executable, '-c', {LIVE_WORKER_CHILD!r}])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"))
+    s = session(qtbot, wl)
+    try:
+        qtbot.waitUntil(lambda: s.steps_done >= 1 or s.state == FAILED, timeout=READY_MS)
+        assert s.state != FAILED
+        child = int(pidfile.read_text())
+        worker = s.proc.pid
+        t = threading.Thread(target=s.close, daemon=True)
+        t.start()
+        t.join(20)  # a hang guard, not a timing: close waits a few seconds at most
+        assert not t.is_alive(), "LiveSession.close() blocked on the orphan's pipes"
+        # the whole process group ended: the worker and what it left behind
+        assert wait_for(lambda: dead(worker) and dead(child))
+    finally:
+        if pidfile.exists() and not dead(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the test's own grandchild
+        s.close()
+
+
+def test_bytes_on_fd1_without_a_newline_go_to_the_log_not_into_the_messages(qtbot, tmp_path):
+    wl = hostile(tmp_path, "noisy", batch=(
+        "os.write(1, b'no newline on fd 1')\n"
+        "os.write(2, b'a line on fd 2\\n')\n"
+        "print('a print', step)\n"))
+    steps = []
+    s = LiveSession(SessionConfig(workload=wl, device="host"), 0.05, max_steps=4)
+    s.snapshot.connect(lambda snap: steps.extend(st[0] for st in snap.steps))
+    s.start()
+    try:
+        qtbot.waitUntil(lambda: s.state in (STOPPED, FAILED) and len(steps) == 4,
+                        timeout=READY_MS)
+        assert steps == [1, 2, 3, 4]  # every snapshot arrived: no message was glued to text
+        qtbot.waitUntil(lambda: "a print 3" in s.log_text())
+        log = s.log_text()
+        assert "no newline on fd 1" in log and "a line on fd 2" in log
+        assert all(f"a print {k}" in log for k in range(4))
+    finally:
+        s.close()
+
+
+def test_a_10mb_line_keeps_the_log_tail_bounded(qtbot, tmp_path):
+    wl = hostile(tmp_path, "flood", batch="sys.stderr.write('x' * 10_000_000 + '\\n')\n"
+                                          "print('after the flood', step, flush=True)\n")
+    s = LiveSession(SessionConfig(workload=wl, device="host"), 0.05, max_steps=3)
+    s.start()
+    try:
+        qtbot.waitUntil(lambda: s.state in (STOPPED, FAILED) and s.steps_done == 3,
+                        timeout=READY_MS)
+        qtbot.waitUntil(lambda: "after the flood 2" in s.log_text())
+        assert s.state == STOPPED
+        assert len(s.log_text().encode()) <= LOG_TAIL_BYTES
+        assert "bytes cut" in s.log_text()  # the user sees that a line was shortened
+    finally:
+        s.close()
+
+
+def test_a_worker_that_exits_is_reaped_without_waiting_for_close(qtbot, tmp_path):
+    wl = hostile(tmp_path, "quits", batch="if step == 1:\n    os._exit(3)\n")
+    failed = []
+    s = LiveSession(SessionConfig(workload=wl, device="host"), 0.05)
+    s.failed.connect(lambda m, d: failed.append(m))
+    s.start()
+    try:
+        qtbot.waitUntil(lambda: bool(failed), timeout=READY_MS)
+        assert "ended unexpectedly" in failed[0] and "3" in failed[0]  # the exit status
+        assert wait_for(lambda: reaped(s.proc.pid)), "the exited worker stayed a zombie"
+    finally:
+        s.close()
+
+
+def test_the_worker_dies_with_its_parent_even_inside_a_hung_step(tmp_path):
+    started = tmp_path / "in-step"
+    wl = hostile(tmp_path, "hangs", batch=(
+        f"if step == 1:\n    open({str(started)!r}, 'w').close()\n    time.sleep(600)\n"))
+    arg = {"config": SessionConfig(workload=wl, device="host").__dict__, "interval_s": 0.05,
+           "max_steps": None, "paused": False}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import json, sys, time\n"
+         "from app.live_worker import launch\n"
+         "w = launch(json.loads(sys.argv[1]))\n"
+         "print(w.proc.pid, flush=True)\n"
+         "time.sleep(600)\n", json.dumps(arg)],
+        cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        worker = int(parent.stdout.readline())
+        assert wait_for(started.exists, READY_MS / 1000)
+        parent.kill()  # the GUI killed with -9: no close(), no quit
+        parent.wait()
+        assert wait_for(lambda: dead(worker)), "the worker outlived its parent"
+    finally:
+        parent.kill()
+        parent.wait()
+        if worker is not None and not dead(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def test_a_hung_step_trips_the_watchdog_and_kill_ends_the_worker(qtbot, win, tmp_path):
+    wl = hostile(tmp_path, "stuck", batch="if step == 2:\n    time.sleep(600)\n")
+    win.live.watchdog_s = 1.0
+    assert win.live.start(SessionConfig(workload=wl, device="host"))
+    lv = win.live.live
+    bar = win.live.watchdog
+    qtbot.waitUntil(lambda: bar.isVisible(), timeout=READY_MS)
+    assert lv.state == RUNNING and lv.steps_done == 2
+    assert "no answer from the worker for" in bar.label.text()
+    worker = lv.proc.pid
+    qtbot.mouseClick(bar.kill_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not lv.is_alive() and not bar.isVisible(), timeout=10000)
+    assert lv.state == STOPPED and reaped(worker)
+    assert win.last_error is None  # the user asked for it: no "failed" dialog
+    assert "killed" in win.live.state_label.text()

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from app.live import STOPPED
 from app.live_worker import decode_array, encode_array, inspect_message
 from app.runs import PairRunner, SessionConfig
+from tests.app.conftest import wait_ready
 
 
 def click_row(qtbot, win, node_id: int) -> None:
@@ -43,7 +44,8 @@ def bits(a: np.ndarray) -> bytes:
 def test_platform_math_device_side_of_a_selected_softmax(qtbot, win):
     cfg = SessionConfig(workload="transformer", device="host", math="platform")
     assert win.live.start(cfg, paused=True)
-    qtbot.waitUntil(lambda: bool(win.live.info), timeout=15000)
+    wait_ready(qtbot, win)  # the worker's own "ready": kernels compile first on a cold cache
+    assert win.live.info
     sm = next(n.id for n in win.session.tape.nodes if n.op == "softmax")
     win.select_node(sm)  # before any step: nothing to fetch yet, and the panel says so
     assert "no step has run yet" in win.inspector.note.text()
@@ -83,6 +85,7 @@ def test_platform_math_device_side_of_a_selected_softmax(qtbot, win):
 def test_exact_run_has_an_all_zero_map_and_a_stopped_session_still_answers(qtbot, win):
     cfg = SessionConfig(workload="transformer", device="host", math="refmath")
     assert win.live.start(cfg, max_steps=2)
+    wait_ready(qtbot, win)
     qtbot.waitUntil(lambda: win.live.live.state == STOPPED and win.live.last is not None
                     and win.live.last.extra["steps_done"] == 2, timeout=15000)
     qtbot.waitUntil(win.graph.view.is_ready)
