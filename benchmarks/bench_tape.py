@@ -1,10 +1,16 @@
 """Tape benchmarks against PyTorch CPU, measured in the same run, printed as a table.
 
-1. Per-node overhead: a chain of 1000 small elementwise ops (forward + backward).
+1. Per-node overhead: a chain of 1000 small elementwise ops on 16 float64 elements (forward +
+   backward): muls/add/neg/relu/muls, and the same with every fifth op a refmath ``tanh``.
 2. One MLP autoencoder training step: 784-128-32-128-784, batch 64, float64, Adam.
 
-Run: python benchmarks/bench_tape.py [--repeat N]. PyTorch is optional (pip install torch==2.13.0);
-without it only our numbers print.
+Each row runs at 1 thread each (``torch.set_num_threads``, ``core.native.set_threads``) and at
+``--threads`` each (the reference matmul splits whole output rows between threads; the bits do
+not change). The two sides are interleaved (ours, peer, ours, peer, ...) so a busy neighbour
+slows both alike; a row reports the medians and the median of the per-pair ratios.
+
+Run: python benchmarks/bench_tape.py [--repeat N] [--threads 2]. PyTorch is optional
+(pip install torch==2.13.0); without it only our numbers print.
 """
 
 from __future__ import annotations
@@ -17,29 +23,47 @@ import numpy as np
 
 from core import Tape, ops, optim
 
+# One thread: process CPU time (on a shared, oversubscribed machine a run's wall time includes
+# the time the scheduler gave other jobs; its CPU time does not). More threads: wall time (CPU
+# time would add the threads up).
+CLOCK = {1: time.process_time}
 
-def best_of(fn, repeat: int) -> float:
-    fn()  # warm up (and compile / load native kernels)
-    times = []
+
+def _once(fn, clock) -> float:
+    t0 = clock()
+    fn()
+    return clock() - t0
+
+
+def paired(ours, peer, repeat: int, threads: int = 1):
+    """Interleaved runs: (median ours, median peer, median of per-pair ratios) in seconds."""
+    clock = CLOCK.get(threads, time.perf_counter)
+    ours()  # warm up (and compile / load native kernels)
+    if peer:
+        peer()
+    a, b = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        a.append(_once(ours, clock))
+        if peer:
+            b.append(_once(peer, clock))
+    if not peer:
+        return statistics.median(a), None, None
+    return (statistics.median(a), statistics.median(b),
+            statistics.median(x / y for x, y in zip(a, b, strict=True)))
 
 
 def _step_tape(i, h, x, transcendental):
-    k = i % 4
+    k = i % 5
     if k == 0:
         return ops.tanh(h) if transcendental else h * 0.5
-    return h + x if k == 1 else (-h if k == 2 else ops.relu(h))
+    return h + x if k == 1 else (-h if k == 2 else (ops.relu(h) if k == 3 else h * 0.75))
 
 
 def _step_torch(torch, i, h, x, transcendental):
-    k = i % 4
+    k = i % 5
     if k == 0:
         return torch.tanh(h) if transcendental else h * 0.5
-    return h + x if k == 1 else (-h if k == 2 else torch.relu(h))
+    return h + x if k == 1 else (-h if k == 2 else (torch.relu(h) if k == 3 else h * 0.75))
 
 
 def chain_tape(n_ops: int = 1000, transcendental: bool = False):
@@ -102,32 +126,45 @@ def mlp_torch(torch):
     return run
 
 
+def _set_threads(torch, n: int) -> None:
+    from core import native
+
+    native.set_threads(n)
+    if torch:
+        torch.set_num_threads(n)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=2, help="the second thread count measured")
     args = ap.parse_args()
     try:
         import torch
-        torch.set_num_threads(2)
     except ImportError:
         torch = None
     rows = []
-    for label, tr in (("1000-op chain muls/add/neg/relu, fwd+bwd, per node", False),
-                      ("1000-op chain with tanh (refmath), per node", True)):
-        ours = best_of(chain_tape(transcendental=tr), args.repeat)
-        peer = best_of(chain_torch(torch, transcendental=tr), args.repeat) if torch else None
-        rows.append((label, ours / 1000, peer and peer / 1000))
-    ours = best_of(mlp_tape(), args.repeat)
-    peer = best_of(mlp_torch(torch), args.repeat) if torch else None
-    rows.append(("MLP AE 784-128-32-128-784 b64 f64 Adam step", ours, peer))
-    print(f"{'benchmark':<52} {'tapescope':>12} {'pytorch':>12} {'ratio':>7}")
-    for name, a, b in rows:
-        ratio = f"{a / b:7.2f}" if b else "    n/a"
-        bs = f"{b * 1e6:10.1f}us" if b else "         n/a"
-        print(f"{name:<52} {a * 1e6:10.1f}us {bs} {ratio}")
+    for threads in (1, args.threads):
+        _set_threads(torch, threads)
+        for label, tr in (("1000-op chain muls/add/neg/relu, per node", False),
+                          ("1000-op chain, every 5th op tanh, per node", True)):
+            ours, peer, ratio = paired(chain_tape(transcendental=tr),
+                                       chain_torch(torch, transcendental=tr) if torch else None,
+                                       args.repeat, threads)
+            rows.append((label, threads, ours / 1000, peer and peer / 1000, ratio))
+        ours, peer, ratio = paired(mlp_tape(), mlp_torch(torch) if torch else None, args.repeat,
+                                   threads)
+        rows.append(("MLP AE 784-128-32-128-784 b64 f64 Adam step", threads, ours, peer, ratio))
+    print(f"| {'benchmark':<46} | threads | {'tapescope':>10} | {'pytorch':>10} | ratio |")
+    print(f"|{'-' * 48}|--------:|{'-' * 11}:|{'-' * 11}:|------:|")
+    for name, th, a, b, r in rows:
+        bs = f"{b * 1e6:8.1f}us" if b else "       n/a"
+        rs = f"{r:5.2f}" if r else "  n/a"
+        print(f"| {name:<46} | {th:>7} | {a * 1e6:8.1f}us | {bs} | {rs} |")
     if torch:
-        print(f"(pytorch {torch.__version__}, {torch.get_num_threads()} threads; median of "
-              f"{args.repeat}; ratio = tapescope / pytorch, lower is better)")
+        print(f"(pytorch {torch.__version__}; {args.repeat} interleaved pairs per row; times are "
+              "medians (1 thread: CPU time, more: wall time), ratio = median of per-pair "
+              "tapescope / pytorch, lower is better)")
 
 
 if __name__ == "__main__":

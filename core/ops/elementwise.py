@@ -120,8 +120,9 @@ register(OpDef(
 
 def _relu(M, xs, at):
     x = xs[0]
-    # NaN propagates (a debugger must not hide it); -0.0 and negatives become +0.0
-    return np.where((x > 0) | np.isnan(x), x, x.dtype.type(0))
+    # NaN propagates (a debugger must not hide it); -0.0 and negatives become +0.0. NOTE: one
+    # comparison: x <= 0 is false for NaN, so this is exactly (x > 0 || x != x) ? x : 0
+    return np.where(x <= 0, x.dtype.type(0), x)
 
 
 register(OpDef(
