@@ -337,11 +337,13 @@ class LiveController(QObject):
     def _current(self, node: int, step: int | None = None) -> Inspection | None:
         return self.inspections.get((node, self.shown_step() if step is None else step))
 
-    def _request(self, node: int) -> bool:
-        """Ask once per node and step; False when the worker cannot be asked."""
-        key = (node, self.live.steps_done)
-        if self._current(node) is None and key not in self._asked:
-            if self.live.inspect(node) is None:
+    def _request(self, node: int, step: int | None = None) -> bool:
+        """Ask once per node and step (default: the shown one); False when the worker cannot
+        be asked."""
+        step = self.shown_step() if step is None else step
+        key = (node, step)
+        if self._current(node, step) is None and key not in self._asked:
+            if self.live.inspect(node, step) is None:
                 return False
             self._asked.add(key)
         return True
@@ -349,6 +351,8 @@ class LiveController(QObject):
     @Slot(int)
     def _on_selected(self, node: int) -> None:
         """The window selected ``node``: show both sides of it (cached, or ask the worker)."""
+        if self.kernels.plan:
+            self.kernels.show_node(node)  # its lines in the kernel that computes it
         if not self.can_inspect():
             return
         if self.live.steps_done == 0:
@@ -360,7 +364,7 @@ class LiveController(QObject):
             return
         if self._request(node):
             self.win.inspector.set_note(
-                f"live: fetching node #{node} from both sides (step {self.live.steps_done})…")
+                f"live: fetching node #{node} from both sides (step {self.shown_step()})…")
         else:
             self.win.inspector.set_note("live: the session's worker has ended; start a new one")
 
@@ -369,13 +373,16 @@ class LiveController(QObject):
         if got.error is not None:
             if got.node == self.win.selected:
                 self.win.inspector.set_note(f"live: {got.error}")
+            self.travel.try_repro(got.error)
             return
-        self.inspections.pop(got.node, None)
-        self.inspections[got.node] = got
+        key = (got.node, got.step)
+        self.inspections.pop(key, None)
+        self.inspections[key] = got
         while len(self.inspections) > KEEP_INSPECTIONS:
             self.inspections.pop(next(iter(self.inspections)))
-        if got.node == self.win.selected:
+        if got.node == self.win.selected and got.step == self.shown_step():
             self._show(got)
+        self.travel.try_repro()
 
     def _show(self, got: Inspection) -> None:
         s = self.win.session
@@ -387,7 +394,11 @@ class LiveController(QObject):
         dts = {str(a.dtype) for a in (got.ref_value, got.cand_value) if a is not None}
         d.dtype = " ↔ ".join(sorted(dts)) or d.dtype
         d.sides = (f"reference: {got.reference}", f"candidate: {got.candidate}")
-        d.note = f"live · step {got.step} · {got.reference} ↔ {got.candidate}"
+        d.step = got.step
+        h = self.travel.history
+        first = h.first_step_differing().get(got.node) if h is not None else None
+        since = f" · differs since step {first}" if first is not None else ""
+        d.note = f"live · step {got.step}{since} · {got.reference} ↔ {got.candidate}"
         self.shown = got
         self.win.inspector.show_details(d)
 
@@ -409,6 +420,11 @@ class LiveController(QObject):
                  f"({f['which']})") if f else "no divergence"
         state = f"{self.live.state} (killed)" if self.live.killed else self.live.state
         self.state_label.setText(f"live {state} · step {self.live.steps_done} · {first}")
+        shown, src = self.travel.view_step, self.travel.source_text()
+        if shown > 0 and shown != self.live.steps_done:
+            self.state_label.setText(self.state_label.text() + f" · showing step {shown}")
+        if src:
+            self.state_label.setText(self.state_label.text() + f" · {src}")
 
     @Slot(list)
     def _kernel_nodes(self, ids: list) -> None:
@@ -418,12 +434,8 @@ class LiveController(QObject):
 
     @Slot()
     def jump_to_first(self) -> None:
-        """Select the session's first divergence."""
-        f = self.live.first if self.live else None
-        if f is None:
-            self.win.statusBar().showMessage("No divergence so far: every bit agrees", 5000)
-            return
-        self.win.select_node(int(f["node"]))
+        """Open the session's first divergence at the step it happened."""
+        self.travel.jump_to_first()  # at its step; says so when there is no session
 
     # ---- export -----------------------------------------------------------------------------
     def export(self, path: str) -> bool:

@@ -173,8 +173,7 @@ class MainWindow(QMainWindow):
         self.inspector.show_details(None)
         self.stepper = BackwardStepper(s.tape, s.loss_id) if s.loss_id is not None else None
         self.stepper_panel.set_stepper(self.stepper, s.labels())
-        bad = s.nonfinite()
-        self.graph.view.set_marks("nan", bad)
+        self.graph.view.set_marks("nan", self.alarms())
         self.graph.view.set_marks("bp", ())
         self._status()
         self.session_changed.emit()
@@ -263,17 +262,36 @@ class MainWindow(QMainWindow):
             self._fanning = False
         self.node_selected.emit(node_id)
 
+    def alarms(self) -> list[int]:
+        """NaN/inf alarms, tape order: in a live session those of the shown step (a non-finite
+        only one side holds, or one a node produced), else the nodes of the open tape that
+        produced a NaN/inf from finite inputs. An infinity passed along (the causal mask) is
+        data, not an alarm (app.step_history.produced_nonfinite)."""
+        travel = getattr(getattr(self, "live", None), "travel", None)
+        if travel is not None and travel.history is not None and travel.view_step > 0:
+            return travel.history.alarms(travel.view_step)
+        s = self.session
+        if s is None:
+            return []
+        from app.step_history import produced_nonfinite
+
+        return produced_nonfinite(s.tape.nodes, s.tape.value, s.grads.__getitem__)
+
     @Slot()
     def jump_to_first_nan(self) -> None:
-        """Select the first node (tape order) whose value or gradient has NaN/inf."""
+        """Select the first NaN/inf alarm: the first node that produced one (tape order)."""
         if self.session is None:
             return
-        i = self.session.first_nonfinite()
-        if i is None:
-            self.statusBar().showMessage("No NaN or inf anywhere on the tape", 5000)
+        bad = self.alarms()
+        if not bad:
+            held = self.session.first_nonfinite()
+            self.statusBar().showMessage(
+                "No NaN/inf alarm: nothing produced one" + (
+                    f" (node #{held} holds an inf or NaN both sides agree on, or one it was "
+                    "given: data, such as a mask)" if held is not None else ""), 5000)
             return
-        self.select_node(i)
-        self.statusBar().showMessage(f"First NaN/inf: node #{i}", 5000)
+        self.select_node(bad[0])
+        self.statusBar().showMessage(f"First NaN/inf produced: node #{bad[0]}", 5000)
 
     @Slot(int)
     def _run_to(self, node_id: int) -> None:

@@ -100,7 +100,9 @@ def summarize(res: Any) -> dict:
     get = res.get if isinstance(res, Mapping) else (lambda k, d=None: getattr(res, k, d))
     nodes = get("nodes") or []
     v, vu, g, gu, nb, f = [], [], [], [], [], []
-    intro = _introduced(get("introduced"), nodes, get("roots") or [])
+    computed = get("provenance")  # StepResult.provenance: did this step run core.provenance
+    intro = _introduced(get("introduced") if computed or computed is None else None, nodes,
+                        get("roots") or [])
     src = SOURCE_PROVENANCE if intro[1] else SOURCE_ROOTS
     for e in nodes:
         dv, dg = e.get("value") or {}, e.get("grad")
@@ -126,10 +128,10 @@ def _introduced(intro: Iterable | None, nodes: list, roots: list) -> tuple[dict[
     """node id → F_*_INTRO bits, and whether they came from the provenance engine."""
     out: dict[int, int] = {}
     bit = {"value": F_V_INTRO, "grad": F_G_INTRO, "update": F_U_INTRO}
-    have = intro is not None
+    have = bool(intro)  # (an empty list from a step without the field says nothing)
     for e in intro or ():
         out[int(e["node"])] = out.get(int(e["node"]), 0) | bit.get(e.get("which"), 0)
-    for e in nodes:  # the per-node form: {"introduced": {"value": bool, "grad": bool}}
+    for e in nodes:  # the per-node form: {"introduced": {"value", "grad", "update": bool}}
         flags = e.get("introduced")
         if isinstance(flags, Mapping):
             have = True

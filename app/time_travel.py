@@ -14,12 +14,31 @@ line says which one is shown.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QFileDialog, QToolBar
 
 from app.session import parity_colors
 from app.step_history import SOURCE_PROVENANCE, StepHistory, summarize
 from views.step_scrubber import StepScrubber
 from views.training_view import HEAT_STEPS
+
+# the live actions' keys (shown in the Live menu and in each tooltip)
+SHORTCUTS = {"start": "Ctrl+R", "pause": "Ctrl+P", "step": "Ctrl+T", "resume": "Ctrl+Shift+P",
+             "stop": "Ctrl+E", "first": "Ctrl+D", "next_intro": "Ctrl+]",
+             "prev_intro": "Ctrl+[", "export": "Ctrl+Shift+E"}
+# (attribute, text, tooltip) of the controller's actions; "Train one step", not "Step": the
+# Backward stepper's actions walk one backward pass node by node
+LIVE_ACTIONS = (
+    ("start", "Start", "Start (or restart) a live session with these settings"),
+    ("pause", "Pause", "Pause the training after the current step"),
+    ("step", "Train one step", "While paused: run one more training step on both sides"),
+    ("resume", "Resume", "Resume training"),
+    ("stop", "Stop", "End the training (the results stay, and can be exported)"),
+    ("first", "First divergence", "Open the first node whose bits differ, at the step it "
+     "first differed"),
+    ("export", "Export report…", "Write the HTML parity report of this session"),
+)
 
 
 class TimeTravel(QObject):
@@ -36,13 +55,55 @@ class TimeTravel(QObject):
         self.scrubber.step_changed.connect(self.show_step)
         ctl.training.cell_clicked.connect(self.open_at)
         ctl.training.introduced_only_changed.connect(self._heat)
+        self.repro: dict | None = None  # a "Copy repro" waiting for its inputs' arrays
+        self.last_repro = None
+
+    def install(self, menu) -> None:
+        """Name the controller's actions apart, give them keys and tooltips that say them; add
+        next/previous introduced, the Steps toolbar (the scrubber) and their menu entries."""
+        ctl = self.ctl
+        tb = ctl.toolbar
+        ctl.act_next_intro = tb.addAction("Next introduced", lambda: self.walk_introduced(True))
+        ctl.act_prev_intro = tb.addAction("Previous introduced",
+                                          lambda: self.walk_introduced(False))
+        acts = [*LIVE_ACTIONS,
+                ("next_intro", "Next introduced", "Select the next node (tape order) that "
+                 "introduced error at the shown step"),
+                ("prev_intro", "Previous introduced", "Select the previous node that "
+                 "introduced error at the shown step")]
+        for key, text, tip in acts:
+            a = getattr(ctl, f"act_{key}")
+            a.setText(text)
+            a.setShortcut(QKeySequence(SHORTCUTS[key]))
+            a.setShortcutContext(Qt.WindowShortcut)
+            a.setToolTip(f"{tip} ({SHORTCUTS[key]})")
+        menu.insertActions(ctl.act_export, [ctl.act_next_intro, ctl.act_prev_intro])
+        menu.addSeparator()
+        for a in self.scrubber.actions.values():
+            menu.addAction(a)
+        steps = self.toolbar = QToolBar("Steps", self.win)
+        steps.setObjectName("steps_toolbar")
+        steps.addWidget(self.scrubber)
+        self.win.addToolBar(steps)
+        self.win.inspector.repro_requested.connect(self.copy_repro_dialog)
+        self.update_actions()
+
+    def update_actions(self) -> None:
+        """Without a session there is nothing to jump to (and nothing to claim agrees)."""
+        has = self.ctl.live is not None and self.history is not None
+        for name in ("act_first", "act_next_intro", "act_prev_intro"):
+            a = getattr(self.ctl, name, None)
+            if a is not None:
+                a.setEnabled(has)
 
     def reset(self) -> None:
         """A new session: no history yet."""
         self.history = None
         self.view_step = -1
+        self.repro = None
         self.scrubber.follow = True
         self.scrubber.set_steps([])
+        self.update_actions()
 
     # ---- feeding ----------------------------------------------------------------------------
     def add(self, snap) -> None:
@@ -59,6 +120,7 @@ class TimeTravel(QObject):
                 self.history.add(summary)
         self._heat()
         self._params()
+        self.update_actions()
         before = self.view_step
         self.scrubber.set_steps(self.history.step_nums)  # emits step_changed when following
         if self.view_step == before and before in self.history.step_nums:
@@ -181,3 +243,71 @@ class TimeTravel(QObject):
         self.win.statusBar().showMessage(
             f"introduced node {k} of {len(ids)} at step {self.view_step}: #{nxt}", 5000)
         return nxt
+
+    @Slot()
+    def jump_to_first(self) -> None:
+        """Open the session's first divergence at the step it happened."""
+        live, h = self.ctl.live, self.history
+        if live is None or h is None:
+            self.win.statusBar().showMessage("No live session: nothing has been compared", 5000)
+            return
+        f = h.first or live.first
+        if f is None:
+            self.win.statusBar().showMessage(
+                f"No divergence in {live.steps_done} steps: every compared bit agrees", 5000)
+            return
+        self.open_at(int(f["node"]), int(f["step"]))
+
+    # ---- copy repro -------------------------------------------------------------------------
+    @Slot()
+    def copy_repro_dialog(self) -> None:
+        """Ask for a folder, then ``copy_repro``."""
+        folder = QFileDialog.getExistingDirectory(self.win, "Write the repro into a folder")
+        if folder:
+            self.copy_repro(folder)
+
+    def copy_repro(self, folder: str) -> bool:
+        """Write the selected node's repro at the shown step into ``folder`` (its inputs'
+        candidate arrays are fetched first when not cached); False when it cannot start."""
+        ctl, s, node = self.ctl, self.win.session, self.win.selected
+        if s is None or node < 0 or not ctl.can_inspect():
+            self.win.show_error("Cannot copy the repro", "select a node of a live session "
+                                "whose worker still runs")
+            return False
+        step = ctl.shown_step()
+        self.repro = {"folder": folder, "node": node, "step": step}
+        for j in [node, *s.tape.node(node).inputs]:
+            ctl._request(j, step)
+        self.try_repro()
+        return True
+
+    def try_repro(self, error: str | None = None) -> None:
+        """Write the pending repro once every array it needs is here (``error``: a fetch
+        failed, the repro is dropped and the user told why)."""
+        r = self.repro
+        if r is None:
+            return
+        if error is not None:
+            self.repro = None
+            self.win.show_error("Cannot copy the repro", error)
+            return
+        n = self.win.session.tape.node(r["node"])
+        got = [self.ctl._current(j, r["step"]) for j in [n.id, *n.inputs]]
+        if any(g is None for g in got):
+            return  # the rest arrives through the controller's _on_inspected
+        self.repro = None
+        from views.repro import write_repro
+
+        me = got[0]
+        meta = {"id": n.id, "op": n.op, "attrs": dict(n.attrs), "shape": tuple(n.shape),
+                "dtype": str(me.cand_value.dtype), "step": r["step"],
+                "reference": me.reference, "candidate": me.candidate}
+        try:
+            path = write_repro(r["folder"], meta, [g.cand_value for g in got[1:]],
+                               me.cand_value, me.ref_value)
+        except OSError as e:
+            self.win.show_error("Cannot copy the repro", f"{r['folder']}: {e}")
+            return
+        self.last_repro = path
+        self.win.statusBar().showMessage(f"wrote {path} (run it: exit 1 while the candidate "
+                                         "differs)", 8000)
