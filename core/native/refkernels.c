@@ -13,45 +13,64 @@
 #include <pthread.h>
 #include <stddef.h>
 
-/* Rows [i0, i1) of one product. Four rows at a time: each loaded b[k][j..] feeds four
- * independent chains (one per row), which is what makes this fast; every chain still runs
- * k = 0, 1, 2, ... in order. */
-#define MM_ROWS(T)                                                                      \
-    long long i = i0;                                                                   \
-    for (; i + 4 <= i1; i += 4) {                                                       \
-        T *c0 = c + i * n, *c1 = c0 + n, *c2 = c1 + n, *c3 = c2 + n;                    \
-        const T *a0 = a + i * k, *a1 = a0 + k, *a2 = a1 + k, *a3 = a2 + k;              \
-        for (long long j = 0; j < n; ++j) c0[j] = c1[j] = c2[j] = c3[j] = (T)0;         \
+/* Rows [i0, i1) of one product, in register tiles: R rows x JB columns of c live in local
+ * accumulators for the whole k-loop (so c is not reloaded and stored once per k), each loaded
+ * b[k][j..] feeds R independent chains; every chain still runs k = 0, 1, 2, ... in order, one
+ * rounding for the product and one for the add. JB is a compile-time constant so gcc keeps the
+ * tile in vector registers. Columns past the last whole tile take the plain i-k-j loop. */
+#define JB64 32
+#define JB32 64
+
+#define MM_TILE(T, R, JB)                                                               \
+    {                                                                                   \
+        T acc[R][JB];                                                                   \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int jj = 0; jj < JB; ++jj) acc[r][jj] = (T)0;                          \
         for (long long kk = 0; kk < k; ++kk) {                                          \
-            const T x0 = a0[kk], x1 = a1[kk], x2 = a2[kk], x3 = a3[kk];                 \
-            const T *bk = b + kk * n;                                                   \
-            for (long long j = 0; j < n; ++j) {                                         \
-                const T bj = bk[j];                                                     \
-                T p0 = x0 * bj, p1 = x1 * bj, p2 = x2 * bj, p3 = x3 * bj;               \
-                c0[j] = c0[j] + p0; c1[j] = c1[j] + p1;                                 \
-                c2[j] = c2[j] + p2; c3[j] = c3[j] + p3;                                 \
+            const T *bk = b + kk * n + j;                                               \
+            for (int r = 0; r < R; ++r) {                                               \
+                const T x = a[(i + r) * k + kk];                                        \
+                for (int jj = 0; jj < JB; ++jj) {                                       \
+                    T p = x * bk[jj];                                                   \
+                    acc[r][jj] = acc[r][jj] + p;                                        \
+                }                                                                       \
             }                                                                           \
         }                                                                               \
-    }                                                                                   \
-    for (; i < i1; ++i) {                                                               \
-        T *ci = c + i * n;                                                              \
-        for (long long j = 0; j < n; ++j) ci[j] = (T)0;                                 \
-        const T *ai = a + i * k;                                                        \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int jj = 0; jj < JB; ++jj) c[(i + r) * n + j + jj] = acc[r][jj];       \
+    }
+
+#define MM_TAIL(T, R, J0)                                                               \
+    for (int r = 0; r < R; ++r) {                                                       \
+        T *ci = c + (i + r) * n;                                                        \
+        const T *ai = a + (i + r) * k;                                                  \
+        for (long long jj = J0; jj < n; ++jj) ci[jj] = (T)0;                            \
         for (long long kk = 0; kk < k; ++kk) {                                          \
             const T aik = ai[kk];                                                       \
             const T *bk = b + kk * n;                                                   \
-            for (long long j = 0; j < n; ++j) {                                         \
-                T p = aik * bk[j];                                                      \
-                ci[j] = ci[j] + p;                                                      \
+            for (long long jj = J0; jj < n; ++jj) {                                     \
+                T p = aik * bk[jj];                                                     \
+                ci[jj] = ci[jj] + p;                                                    \
             }                                                                           \
         }                                                                               \
     }
 
+/* Column panels outside, rows inside: one k x JB panel of b serves every row of the block
+ * while it is in cache. */
+#define MM_ROWS(T, JB)                                                                  \
+    long long i, j;                                                                     \
+    for (j = 0; j + JB <= n; j += JB) {                                                 \
+        for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB)                             \
+        for (; i < i1; ++i) MM_TILE(T, 1, JB)                                           \
+    }                                                                                   \
+    for (i = i0; i + 4 <= i1; i += 4) MM_TAIL(T, 4, j)                                  \
+    for (; i < i1; ++i) MM_TAIL(T, 1, j)
+
 static void mm_rows_f64(const double *a, const double *b, double *c, long long i0,
-                        long long i1, long long k, long long n) { MM_ROWS(double) }
+                        long long i1, long long k, long long n) { MM_ROWS(double, JB64) }
 
 static void mm_rows_f32(const float *a, const float *b, float *c, long long i0,
-                        long long i1, long long k, long long n) { MM_ROWS(float) }
+                        long long i1, long long k, long long n) { MM_ROWS(float, JB32) }
 
 /* A batched product c[q] = a[q] @ b[q], q < batch, a[q] at a + q*sa, b[q] at b + q*sb (a
  * stride of 0 broadcasts one operand), c contiguous. Work unit u = one block of ROWS rows of one
