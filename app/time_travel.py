@@ -84,6 +84,7 @@ class TimeTravel(QObject):
         steps = self.toolbar = QToolBar("Steps", self.win)
         steps.setObjectName("steps_toolbar")
         steps.addWidget(self.scrubber)
+        self.win.addToolBarBreak()  # its own row: the Live toolbar keeps its buttons visible
         self.win.addToolBar(steps)
         self.win.inspector.repro_requested.connect(self.copy_repro_dialog)
         self.update_actions()

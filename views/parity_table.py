@@ -170,6 +170,12 @@ class ParityPanel(QWidget):
         # size columns from the first rows only: every row would cost a Python data() call each
         self.table.horizontalHeader().setResizeContentsPrecision(40)
         self.table.setAlternatingRowColors(True)
+        # NOTE: the comparison columns are shown right after id and op (the model's order is
+        # unchanged): at 1280×800 the dock is ~560 px wide, and after a long name and a shape
+        # no comparison column was on screen
+        hh = self.table.horizontalHeader()
+        for c in range(4, len(COLUMNS)):
+            hh.moveSection(hh.visualIndex(c), c - 2)
         top = QHBoxLayout()
         top.addWidget(self.filter, 1)
         top.addWidget(self.only_diff)
@@ -194,7 +200,7 @@ class ParityPanel(QWidget):
             return
         self.model.set_rows(rows)
         self.table.resizeColumnsToContents()
-        self.table.setColumnWidth(2, min(self.table.columnWidth(2), 220))
+        self.table.setColumnWidth(2, min(self.table.columnWidth(2), 160))
 
     @Slot(str)
     def _set_filter(self, text: str) -> None:

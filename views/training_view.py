@@ -90,8 +90,7 @@ class TrainingPanel(QWidget):
         self.ulp_plot.setXLink(self.loss_plot)
         self.ulp_curve = self.ulp_plot.plot(pen=ULP_PEN, stepMode=None)
         self.heat_plot = self.glw.addPlot(row=1, col=0, colspan=2,
-                                          title="worst ulp per node × step (click: that node "
-                                                "at that step)")
+                                          title="worst ulp, node × step (click a cell)")
         self.heat_plot.setLabel("left", "node")
         self.heat_plot.setLabel("bottom", "step")
         self.heat = pg.ImageItem(axisOrder="row-major")
@@ -100,7 +99,7 @@ class TrainingPanel(QWidget):
         self.heat_plot.invertY(True)
         self.colorbar = pg.ColorBarItem(values=(0, 255), colorMap=heat_colormap(),
                                         interactive=False, width=12)
-        self.glw.addItem(self.colorbar, row=1, col=2)
+        self.colorbar.setImageItem(self.heat, insert_in=self.heat_plot)  # the colour scale
         self.colorbar.axis.setTicks([HEAT_TICKS])
         self.cursors = [pg.InfiniteLine(angle=90, pen=CURSOR_PEN, movable=False)
                         for _ in range(3)]
@@ -121,10 +120,12 @@ class TrainingPanel(QWidget):
             "is left out")
         self.introduced_only.toggled.connect(self.introduced_only_changed)
         self.params = QTableWidget(0, 2, self)
-        self.params.setHorizontalHeaderLabels(["parameter", "first step ≠"])
+        self.params.setHorizontalHeaderLabels(["parameter", "first ≠"])
         self.params.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         self.params.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeToContents)
         self.params.verticalHeader().hide()
+        self.params.setWordWrap(False)
+        self.params.setTextElideMode(Qt.ElideMiddle)
         self.params.setEditTriggers(QTableWidget.NoEditTriggers)
         self.params.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.params.setToolTip("Per parameter: the first step at which its value or gradient "
@@ -138,7 +139,9 @@ class TrainingPanel(QWidget):
         split.addWidget(self.params)
         split.setStretchFactor(0, 4)
         split.setStretchFactor(1, 1)
-        split.setSizes([800, 170])
+        split.setSizes([800, 190])
+        self.params.setMinimumWidth(110)
+        self.glw.setMinimumWidth(200)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addLayout(top)
