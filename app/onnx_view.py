@@ -81,13 +81,13 @@ def _as_array(v: Any) -> np.ndarray:
     return a if a.dtype != object else np.zeros(0)
 
 
-def onnx_tape_view(path: str | os.PathLike, seed: int = 0, cancel: Any = None
-                   ) -> tuple[OnnxTapeView, dict]:
+def onnx_tape_view(path: str | os.PathLike, seed: int = 0, cancel: Any = None,
+                   limits: Any = None) -> tuple[OnnxTapeView, dict]:
     """Run the model at ``path`` once and wrap every tensor it computed as a node (``cancel``,
-    a threading.Event, stops the run between nodes)."""
+    a threading.Event, stops the run between nodes; ``limits``: core.onnx.Limits)."""
     from core.onnx import Session, default_inputs
 
-    sess = Session(path, cancel=cancel)
+    sess = Session(path, cancel=cancel, limits=limits)
     feeds = default_inputs(sess, seed)
     g = sess.model.graph
     wanted = [o for n in g.node for o in n.output if o]
@@ -142,12 +142,14 @@ class _CountingCancel(threading.Event):
         return super().is_set()
 
 
-def open_onnx_with_progress(parent, path: str | os.PathLike, show_after_ms: int = 300):
+def open_onnx_with_progress(parent, path: str | os.PathLike, show_after_ms: int = 300,
+                            limits: Any = None):
     """Open an ONNX model on a worker thread behind a progress dialog with Cancel.
 
     Cancel stops the executor between nodes and loop iterations; the result is the
     ``app.session.Session``, or a ``SessionError`` (also for a cancelled open: "cancelled").
-    The Qt event loop keeps running meanwhile, so the window stays responsive.
+    The Qt event loop keeps running meanwhile, so the window stays responsive. ``limits``
+    (core.onnx.Limits) raises or lowers the executor's budgets for this model.
     """
     from PySide6.QtCore import QEventLoop, Qt, QTimer
     from PySide6.QtWidgets import QProgressDialog
@@ -159,7 +161,7 @@ def open_onnx_with_progress(parent, path: str | os.PathLike, show_after_ms: int 
 
     def work() -> None:
         try:
-            result["session"] = open_onnx_file(path, cancel=cancel)
+            result["session"] = open_onnx_file(path, cancel=cancel, limits=limits)
         except BaseException as exc:  # noqa: BLE001 - handed to the GUI thread as is
             result["error"] = exc
 

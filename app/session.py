@@ -175,14 +175,15 @@ def open_tape_file(path: str | os.PathLike) -> Session:
     return Session(tape, find_loss(tape, meta), str(path), meta)
 
 
-def open_onnx_file(path: str | os.PathLike, cancel=None) -> Session:
+def open_onnx_file(path: str | os.PathLike, cancel=None, limits=None) -> Session:
     """A session on an ONNX model: imported onto a tape when every op has a tape form (then
     ``sum(first output)`` is the loss, so gradients and the stepper work), else one executor
-    run shown read-only. Setting ``cancel`` (a threading.Event) stops it between nodes."""
+    run shown read-only. Setting ``cancel`` (a threading.Event) stops it between nodes;
+    ``limits`` (core.onnx.Limits, default: the executor's) bounds what it may take."""
     from core.onnx import OnnxCancelled, OnnxError, OnnxLimitError
 
     try:
-        return _import_onnx(path, cancel)
+        return _import_onnx(path, cancel, limits)
     except (OnnxCancelled, OnnxLimitError) as e:  # the read-only run would do the same
         raise SessionError(str(e)) from None
     except OnnxError as e:
@@ -192,7 +193,7 @@ def open_onnx_file(path: str | os.PathLike, cancel=None) -> Session:
     from app.onnx_view import onnx_tape_view
 
     try:
-        tape, meta = onnx_tape_view(path, cancel=cancel)
+        tape, meta = onnx_tape_view(path, cancel=cancel, limits=limits)
     except OnnxError as e:
         raise SessionError(str(e)) from None
     except Exception as e:  # noqa: BLE001 — any failure of a user's model is shown, not raised
@@ -203,13 +204,13 @@ def open_onnx_file(path: str | os.PathLike, cancel=None) -> Session:
     return Session(tape, None, str(path), meta)
 
 
-def _import_onnx(path: str | os.PathLike, cancel=None) -> Session:
+def _import_onnx(path: str | os.PathLike, cancel=None, limits=None) -> Session:
     from core import Tape, ops
     from core.onnx import Session as OnnxSession
     from core.onnx import default_inputs
     from core.onnx.importer import import_to_tape
 
-    sess = OnnxSession(path, fold=False, cancel=cancel)  # the importer folds as it goes
+    sess = OnnxSession(path, fold=False, cancel=cancel, limits=limits)  # the importer folds
     feeds = default_inputs(sess, 0)
     floats = [a.dtype for a in feeds.values() if a.dtype.kind == "f"]
     tape = Tape(dtype=np.float64 if np.dtype(np.float64) in floats else np.float32)

@@ -59,3 +59,14 @@ def test_a_quick_model_opens_without_waiting_for_the_dialog(qtbot, win, tmp_path
     assert win.session is not None and win.session.source == path
     dlg = _progress(win)
     assert dlg is None or not dlg.isVisible()
+
+
+def test_limits_given_to_the_open_reach_the_executor(qtbot, win, tmp_path):
+    from app.onnx_view import open_onnx_with_progress
+    from app.session import SessionError
+    from core.onnx import Limits
+
+    path, _ = hm._loop_model(str(tmp_path), "ten", 10)
+    with pytest.raises(SessionError, match="more than 9 loop iterations"):
+        open_onnx_with_progress(win, path, limits=Limits(max_loop_iterations=9))
+    assert open_onnx_with_progress(win, path, limits=Limits(max_loop_iterations=10)).tape
