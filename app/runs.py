@@ -54,6 +54,7 @@ class SessionConfig:
     math: str = "refmath"
     compare: str = "cpu-device"
     seed: int = 0
+    worker: str | None = None  # a command that serves the device side (app.remote), or here
 
     def __post_init__(self) -> None:
         if self.compare not in COMPARES:
@@ -225,6 +226,12 @@ class DeviceRun:
         """A node's value or gradient, downloaded."""
         return self.prog.read(i, which)
 
+    def compare(self, tape: Any) -> Any:
+        """Every node against the same node of ``tape``, summarised on the device."""
+        import gpu
+
+        return gpu.parity.compare(tape, self.prog)
+
 
 def _copy(a: np.ndarray | None) -> np.ndarray | None:
     return None if a is None else np.array(a, copy=True)
@@ -252,7 +259,14 @@ class PairRunner:
         ref, cand = config.pair()
         self.ref_spec, self.cand_spec = ref, cand
         self.device = device
-        if device is None and "device" in (ref.side, cand.side):
+        make_run: Any = DeviceRun
+        if device is None and "device" in (ref.side, cand.side) and config.worker is not None:
+            from app.remote import RemoteDevice, RemoteRun
+
+            self.device = RemoteDevice(config.worker, config.device, config.workload,
+                                       config.seed)
+            make_run = RemoteRun  # the device side runs in the worker; the CPU stays here
+        elif device is None and "device" in (ref.side, cand.side):
             import gpu
 
             self.device = gpu.open_device(config.device)
@@ -275,7 +289,7 @@ class PairRunner:
                                   config.seed)
                     cpu_by_spec[(spec.dtype, "refmath")] = feed
                     self.feeds.append(feed)
-                runs[k] = DeviceRun(spec, self.device, feed)
+                runs[k] = make_run(spec, self.device, feed)
         self.ref, self.cand = runs
         self.step_index = 0
         first = self.cand.prog if isinstance(self.cand, DeviceRun) else None
@@ -405,11 +419,9 @@ class PairRunner:
         return out
 
     def _compare(self) -> Any:
-        import gpu
-
         ref, cand = self.ref, self.cand
         if (isinstance(ref, CpuRun) and isinstance(cand, DeviceRun) and cand.feed is ref):
-            return gpu.parity.compare(ref.wl.tape, cand.prog)  # summaries computed on device
+            return cand.compare(ref.wl.tape)  # summaries computed on device
         return host_compare(self.nodes, ref.array, cand.array)
 
 

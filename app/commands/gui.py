@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     live.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     live.add_argument("--compare", default="cpu-device",
                       choices=["cpu-device", "cpu-platform", "unfused-fused", "f64-device"])
+    live.add_argument("--worker", metavar="CMD", default=None,
+                      help="run the device side through this command, e.g. \"ssh gpu-box "
+                           "tapescope worker\" (split like a shell line, never run by a shell)")
     live.add_argument("--steps", type=int, default=30,
                       help="with --screenshot: steps to run before the picture")
     p.set_defaults(func=run)
@@ -150,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
         cfg = SessionConfig(workload=win.session.meta["workload"], device=args.device,
                             fuse=args.fuse, dtype=args.dtype, math=args.math,
-                            compare=args.compare)
+                            compare=args.compare, worker=args.worker)
         ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)
     if args.screenshot:
         return _screenshot(win, args, size, ok)

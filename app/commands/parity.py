@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--worker", metavar="CMD", default=None,
+                   help="run the device side through this command (split like a shell line, "
+                        "never run by a shell), e.g. \"ssh gpu-box tapescope worker\"; the CPU "
+                        "reference stays here")
     p.add_argument("--inject", metavar="NODE[:grad]@STEP",
                    help="flip the lowest mantissa bit of element 0 of NODE's (id or name) "
                         "device value (gradient) at STEP, right after the device computes it "
@@ -94,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     from app.commands.model_args import resolve_workload
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
-                        dtype=args.dtype, math=args.math, compare="cpu-device", seed=args.seed)
+                        dtype=args.dtype, math=args.math, compare="cpu-device", seed=args.seed,
+                        worker=args.worker)
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")

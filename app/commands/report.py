@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="report.html", help="the HTML file (the .json goes beside)")
+    p.add_argument("--worker", metavar="CMD", default=None,
+                   help="run the device side through this command (split like a shell line, "
+                        "never run by a shell), e.g. \"ssh gpu-box tapescope worker\"")
     p.set_defaults(func=run)
 
 
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     from app.runs import PairRunner, SessionConfig
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
-                        dtype=args.dtype, math=args.math, compare=args.compare, seed=args.seed)
+                        dtype=args.dtype, math=args.math, compare=args.compare, seed=args.seed,
+                        worker=args.worker)
     runner = PairRunner(cfg)
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None
