@@ -130,15 +130,13 @@ class Budget:
             n = None if pred is None else pred(ins, attrs, opset)
         except Exception:  # noqa: BLE001 - a malformed node: its kernel says what is wrong
             n = None
-        self.charge_work(op_type, ins, attrs, n)
-        if n is None:
-            return
-        if n > self.limits.max_elements:
+        if n is not None and n > self.limits.max_elements:
             raise _over(f"the output would have {n} elements", self.limits.max_elements,
                         "max_elements")
-        if self.bytes + n > self.limits.max_bytes:  # at least a byte per element
+        if n is not None and self.bytes + n > self.limits.max_bytes:  # a byte an element
             raise _over(f"the run would hold at least {self.bytes + n} bytes",
                         self.limits.max_bytes, "max_bytes")
+        self.charge_work(op_type, ins, attrs, n)
 
     def check_elements(self, n: int, what: str) -> None:
         """Refuse ``what`` of ``n`` elements over ``max_elements``."""

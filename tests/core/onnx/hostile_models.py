@@ -310,12 +310,31 @@ def cast_to_string(folder, n=1 << 24):
     return _save(_model(nodes, [], [_out("y", TensorProto.STRING)], inits), folder, "cast"), {}
 
 
+def megabyte_outer(folder, n=250_000):
+    """A 1 MB model: a 250 000-float initializer times its own transpose (6e10 elements)."""
+    v = np.linspace(0, 1, n, dtype=np.float32)
+    nodes = [helper.make_node("Reshape", ["v", "col"], ["a"]),
+             helper.make_node("Reshape", ["v", "row"], ["b"]),
+             helper.make_node("Mul", ["a", "b"], ["y"], name="outer")]
+    inits = [numpy_helper.from_array(v, "v"), _i64("col", [n, 1]), _i64("row", [1, n])]
+    return _save(_model(nodes, [], [_out()], inits), folder, "mb_outer"), {}
+
+
+def megabyte_of_nodes(folder, n_nodes=42_000):
+    """A 1 MB model of 42 000 Tanh nodes on a 4096-element input: every node is legal."""
+    x = helper.make_tensor_value_info("x", F, [4096])
+    nodes = [helper.make_node("Tanh", [f"t{k}" if k else "x"], [f"t{k + 1}"])
+             for k in range(n_nodes)]
+    nodes.append(helper.make_node("Identity", [f"t{n_nodes}"], ["y"]))
+    return _save(_model(nodes, [x], [_out()]), folder, "mb_nodes"), None
+
+
 CASES = {f.__name__: f for f in (
     constant_of_shape, constant_of_shape_runtime, declared_dim_3e8, declared_dim_1e12,
     declared_dim_negative, loop_huge_trip, loop_always_true, loop_nested, nested_functions,
     broadcast_outer, tile_huge, range_huge, pad_huge, many_small_doublings, erf_chain,
     loop_heavy_body, matmul_chain, loop_scan_outputs, loop_sequence_small, loop_sequence_big,
-    cast_to_string)}
+    cast_to_string, megabyte_outer, megabyte_of_nodes)}
 
 
 def run_case(name: str, folder: str) -> dict:

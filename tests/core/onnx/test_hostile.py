@@ -272,6 +272,7 @@ EXPECT = {
     "loop_heavy_body": "--max-work", "matmul_chain": "--max-work",
     "loop_scan_outputs": "--max-bytes", "loop_sequence_small": "--max-work",
     "loop_sequence_big": "--max-bytes", "cast_to_string": "'to_text' (Cast)",
+    "megabyte_outer": "62500000000", "megabyte_of_nodes": "--max-work",
 }
 
 CHILD = textwrap.dedent("""
