@@ -5,7 +5,10 @@ by resources/models/make_models.py at SxS input; the light models shipped inside
 package (full architectures at 224x224, but constant weights: their activations overflow to
 inf/NaN, so they time the engines on degenerate values); resources/models/tiny_convnet.onnx.
 Each engine runs the same input; times are the median of ``--repeat`` runs after one warm-up.
-Ratios are ours / onnxruntime (default threads), so lower is better and 1.0 is parity.
+Ratios are ours / onnxruntime, so lower is better and 1.0 is parity. ``ref/ort1`` is the target
+row of issue 15: reference mode (one thread: ``core.native.set_threads(1)``) against onnxruntime
+with one intra-op thread, the two interleaved run by run and timed in process CPU time (on a
+shared machine wall time counts other jobs' turns), reported as the median of per-run ratios.
 
     python benchmarks/bench_onnx.py [--models squeezenet,resnet50] [--repeat 3] [--no-reference]
 """
@@ -63,6 +66,26 @@ def _time(fn, repeat: int) -> float:
     return statistics.median(ts)
 
 
+def _paired_ratio(ours, peer, repeat: int) -> float:
+    """Median of per-run CPU-time ratios ours / peer, one thread each, runs interleaved."""
+    from core import native
+
+    before = native.threads()
+    native.set_threads(1)
+    try:
+        ratios = []
+        for _ in range(repeat):
+            t = time.process_time()
+            ours()
+            a = time.process_time() - t
+            t = time.process_time()
+            peer()
+            ratios.append(a / (time.process_time() - t))
+        return statistics.median(ratios)
+    finally:
+        native.set_threads(before)
+
+
 def _ort(path: str, threads: int | None):
     so = ort.SessionOptions()
     # no spin-waiting between runs: idle ort threads would otherwise steal the cores we time on
@@ -81,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-reference", action="store_true", help="skip the (slow) reference mode")
     args = ap.parse_args(argv)
     hdr = (f"{'model':14s} {'ort 1t ms':>10s} {'ort dflt ms':>11s} {'fast ms':>9s} "
-           f"{'ref ms':>9s} {'fast/ort':>9s} {'fast/ort1':>9s} {'ref/ort':>9s} "
+           f"{'ref ms':>9s} {'fast/ort':>9s} {'fast/ort1':>9s} {'ref/ort':>9s} {'ref/ort1':>9s} "
            f"{'max|ref-ort|':>12s}")
     print(f"cores: {os.cpu_count()}  onnxruntime {ort.__version__}  numpy {np.__version__}  "
           f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
@@ -99,14 +122,16 @@ def main(argv: list[str] | None = None) -> int:
         td = _time(lambda s=sd, f=feeds: s.run(None, f), args.repeat)
         fast = Session(path, mode="fast")
         tf = _time(lambda s=fast, f=feeds: s.run(f), args.repeat)
-        tr, err = float("nan"), float("nan")
+        tr, err, r1 = float("nan"), float("nan"), float("nan")
         if not args.no_reference:
             ref = Session(path, mode="reference")
             tr = _time(lambda s=ref, f=feeds: s.run(f), max(1, args.repeat // 3))
             y_ref = next(iter(ref.run(feeds).values()))
             err = float(np.max(np.abs(y_ref - sd.run(None, feeds)[0])))
+            r1 = _paired_ratio(lambda s=ref, f=feeds: s.run(f),
+                               lambda s=s1, f=feeds: s.run(None, f), args.repeat)
         print(f"{name:14s} {t1 * 1e3:10.1f} {td * 1e3:11.1f} {tf * 1e3:9.1f} {tr * 1e3:9.1f} "
-              f"{tf / td:9.2f} {tf / t1:9.2f} {tr / td:9.1f} {err:12.2e}")
+              f"{tf / td:9.2f} {tf / t1:9.2f} {tr / td:9.1f} {r1:9.1f} {err:12.2e}")
     return 0
 
 

@@ -52,8 +52,8 @@ def reciprocal(ctx, x):
 
 @op("Relu")
 def relu(ctx, x):
-    # the tape's relu: NaN propagates, -0.0 and negatives become +0.0
-    return np.where((x > 0) | np.isnan(x), x, x.dtype.type(0))
+    # the tape's relu: NaN propagates, -0.0 and negatives become +0.0 (x <= 0 is false for NaN)
+    return np.where(x <= 0, x.dtype.type(0), x)
 
 
 @op("LeakyRelu")

@@ -28,7 +28,11 @@ def max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
     nd = len(k)
     padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
     v, outs = windows(x, k, st, dil, padw, _lowest(x.dtype), ceil_mode)
-    y = np.max(v, axis=_win_axes(nd))
+    # one np.maximum per tap in row-major tap order, as the tape's pool (core.ops.nn.pool_nd):
+    # the same choice between -0.0 and +0.0, and ~10x quicker than np.max over a strided view
+    y = v[(Ellipsis,) + (0,) * nd].copy()
+    for tap in list(np.ndindex(*k))[1:]:
+        np.maximum(y, v[(Ellipsis,) + tap], out=y)
     if not ctx.wants(1):
         return y
     # indices into the flattened (N, C, *spatial) input, row-major (or column-major spatial)
