@@ -11,7 +11,11 @@ For each workload on the host device (CPU reference vs device, as ``tapescope pa
 - ratio live / headless (target >= 0.9);
 - GUI latency: a 10 ms QTimer's lateness while training (max and p99; target max <= 50 ms);
 - memory: RSS of the GUI process and of the worker after step 100 and at the end (target flat,
-  < 10 % growth).
+  < 10 % growth);
+- provenance (``core.provenance`` on every step, on by default in the pair loop): headless
+  steps/s with it off and on, and its own time per step (mean and p95, ms), for refmath
+  (everything exact: the skip hints leave nothing to recompute) and platform math (drifting:
+  every drifted node is recomputed), unfused and fused. ``--provenance-only`` prints just this.
 """
 
 from __future__ import annotations
@@ -37,17 +41,45 @@ def rss_mb(pid: int | None = None) -> float:
     return float("nan")
 
 
-def headless(workload: str, steps: int) -> float:
-    """Steps per second of the headless pair (what ``tapescope parity`` does per step)."""
+def headless(workload: str, steps: int, provenance: str = "every", math: str = "refmath",
+             fuse: bool = False, times: list | None = None) -> float:
+    """Steps per second of the headless pair (what ``tapescope parity`` does per step);
+    ``times`` collects each step's provenance seconds."""
     from app.runs import PairRunner, SessionConfig
 
-    r = PairRunner(SessionConfig(workload=workload, device="host"))
+    r = PairRunner(SessionConfig(workload=workload, device="host", math=math, fuse=fuse),
+                   provenance=provenance)
     for _ in range(5):  # warm-up: first launches, caches
         r.step()
     t0 = time.perf_counter()
     for _ in range(steps):
-        r.step()
+        res = r.step()
+        if times is not None:
+            times.append(res.provenance_s)
     return steps / (time.perf_counter() - t0)
+
+
+def provenance_table(workloads: list[str], steps: int, repeat: int) -> None:
+    """Headless steps/s without and with provenance, and provenance's own time per step."""
+    print(f"provenance cost: {steps} headless steps per run, host device, float64, best of "
+          f"{repeat} interleaved rounds (steps/s), provenance ms over all rounds")
+    print(f"{'workload':<12}{'math':<9}{'fused':<7}{'off/s':>8}{'on/s':>8}{'ratio':>7}"
+          f"{'prov ms mean':>13}{'p95':>7}{'introduced/step':>16}")
+    for wl in workloads:
+        for math in ("refmath", "platform"):
+            for fuse in (False, True):
+                off, on, times = [], [], []
+                for _ in range(repeat):
+                    off.append(headless(wl, steps, "off", math, fuse))
+                    on.append(headless(wl, steps, "every", math, fuse, times))
+                from app.runs import PairRunner, SessionConfig
+
+                r = PairRunner(SessionConfig(workload=wl, device="host", math=math, fuse=fuse))
+                intro = np.mean([len(r.step().introduced) for _ in range(5)])
+                t = np.array(times) * 1e3
+                print(f"{wl:<12}{math:<9}{'yes' if fuse else 'no':<7}{max(off):>8.1f}"
+                      f"{max(on):>8.1f}{max(on) / max(off):>7.2f}{t.mean():>13.2f}"
+                      f"{np.percentile(t, 95):>7.2f}{intro:>16.1f}", flush=True)
 
 
 def live(workload: str, steps: int) -> dict:
@@ -123,7 +155,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workloads", default="mlp,transformer")
+    ap.add_argument("--provenance-only", action="store_true",
+                    help="only the provenance table (no GUI runs)")
     a = ap.parse_args()
+    provenance_table(a.workloads.split(","), min(a.steps, 300), a.repeat)
+    if a.provenance_only:
+        return
     __import__("views")  # the PySide6 guard
     from PySide6.QtWidgets import QApplication
 
