@@ -276,11 +276,31 @@ class TimeTravel(QObject):
                                 "whose worker still runs")
             return False
         step = ctl.shown_step()
+        need = self._repro_needs(node, step)
+        if need is None:
+            self.win.show_error("Cannot copy the repro", f"step {step}: the parameters' values "
+                                "before its update are not kept (they are from step 2 on)")
+            return False
         self.repro = {"folder": folder, "node": node, "step": step}
-        for j in [node, *s.tape.node(node).inputs]:
-            ctl._request(j, step)
+        for j, at in need:
+            ctl._request(j, at)
         self.try_repro()
         return True
+
+    def _repro_needs(self, node: int, step: int) -> list[tuple[int, int]] | None:
+        """(node, step) of every array the repro needs: the node at ``step``, its inputs as
+        the node read them. NOTE: a parameter's value at a step is past that step's update;
+        the node read the value before it, which is the previous step's (None at step 1)."""
+        t = self.win.session.tape
+        out = [(node, step)]
+        for j in t.node(node).inputs:
+            if t.node(j).op == "param":
+                if step <= 1:
+                    return None
+                out.append((j, step - 1))
+            else:
+                out.append((j, step))
+        return out
 
     def try_repro(self, error: str | None = None) -> None:
         """Write the pending repro once every array it needs is here (``error``: a fetch
@@ -293,7 +313,7 @@ class TimeTravel(QObject):
             self.win.show_error("Cannot copy the repro", error)
             return
         n = self.win.session.tape.node(r["node"])
-        got = [self.ctl._current(j, r["step"]) for j in [n.id, *n.inputs]]
+        got = [self.ctl._current(j, at) for j, at in self._repro_needs(n.id, r["step"])]
         if any(g is None for g in got):
             return  # the rest arrives through the controller's _on_inspected
         self.repro = None

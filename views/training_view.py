@@ -245,7 +245,9 @@ class TrainingPanel(QWidget):
         self.heat.setRect(x0 - 0.5, -0.5, x1 - x0 + 1, img.shape[0])
         self.heat_steps, self.heat_nodes = list(steps), img.shape[0]
         self.heat_plot.show()
-        self.heat_plot.enableAutoRange()
+        # the range now, not at the next paint: a click maps to the cell it lands on at once
+        self.heat_plot.getViewBox().setRange(xRange=(x0 - 0.5, x1 + 0.5),
+                                             yRange=(-0.5, img.shape[0] - 0.5), padding=0.02)
 
     def set_heat(self, worst: np.ndarray, steps: list[int]) -> None:
         """Draw the heatmap from a nodes × steps array of worst ulp (-1: NaN) over ``steps``
