@@ -2,7 +2,7 @@
 onto the tape, trains one step there, and replays that step on the host backend bit for bit;
 every op the importer can record has host kernels.
 
-The heaviest models are ``slow`` (timings in docs/onnx-coverage.md):
+The heaviest models are ``slow`` (timings in docs/models.md):
 ``python -m pytest -m slow tests/gpu/test_models.py``.
 """
 
