@@ -89,6 +89,12 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_bmm_f64", "ts_bmm_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int]
         getattr(lib, name).restype = None
+    for name in ("ts_im2col_f64", "ts_im2col_f32"):
+        getattr(lib, name).argtypes = [p, p] + [ll] * 14
+        getattr(lib, name).restype = None
+    for name in ("ts_conv_mg1_f64", "ts_conv_mg1_f32"):
+        getattr(lib, name).argtypes = [p, p, p] + [ll] * 15
+        getattr(lib, name).restype = None
     for name in REFMATH:
         for sfx in ("", "f"):
             fn = getattr(lib, f"tsv_{name}{sfx}")
@@ -173,6 +179,49 @@ def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     fn = lib.ts_bmm_f64 if a.dtype == np.float64 else lib.ts_bmm_f32
     fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, bsz, m, k, n, sa, sb, threads())
     return c
+
+
+def im2col2d(x: np.ndarray, kernel, strides, dilations, padw, outs) -> np.ndarray | None:
+    """(N, C * kh * kw, oh * ow) columns of a 2-D convolution's input, or None (no native code).
+
+    Rows in (c, kh, kw) row-major order, zero padding ``padw`` = ((top, bottom), (left, right))
+    as in ``core.ops.nn.im2col``; ``outs`` = (oh, ow). A copy, so exact.
+    """
+    lib = library()
+    if lib is None or x.dtype not in _DT or x.ndim != 4 or len(kernel) != 2:
+        return None
+    x = np.ascontiguousarray(x)
+    nb, c, h, w = x.shape
+    (kh, kw), (oh, ow) = kernel, outs
+    cols = np.empty((nb, c * kh * kw, oh * ow), dtype=x.dtype)
+    fn = lib.ts_im2col_f64 if x.dtype == np.float64 else lib.ts_im2col_f32
+    fn(x.ctypes.data, cols.ctypes.data, nb, c, h, w, kh, kw, oh, ow, strides[0], strides[1],
+       padw[0][0], padw[1][0], dilations[0], dilations[1])
+    return cols
+
+
+def conv2d_one_per_group(x: np.ndarray, w: np.ndarray, strides, dilations, padw,
+                         outs) -> np.ndarray | None:
+    """A 2-D convolution with ONE output channel per group (depthwise...), direct, or None.
+
+    ``w`` is (G, C/G, kh, kw); the result (N, G, oh, ow) has the bits of im2col + the reference
+    matmul (each output one serial chain over (c, kh, kw), padding taps included).
+    """
+    lib = library()
+    if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4:
+        return None
+    x = np.ascontiguousarray(x)
+    w = np.ascontiguousarray(w)
+    nb, c, h, wd = x.shape
+    g = w.shape[0]
+    if g == 0 or c % g or w.shape[1] * g != c:
+        return None
+    (kh, kw), (oh, ow) = w.shape[2:], outs
+    out = np.empty((nb, g, oh, ow), dtype=x.dtype)
+    fn = lib.ts_conv_mg1_f64 if x.dtype == np.float64 else lib.ts_conv_mg1_f32
+    fn(x.ctypes.data, w.ctypes.data, out.ctypes.data, nb, c, h, wd, g, kh, kw, oh, ow,
+       strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1])
+    return out
 
 
 def refmath_fn(name: str, dtype: np.dtype):

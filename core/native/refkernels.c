@@ -12,6 +12,7 @@
  */
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 /* Rows [i0, i1) of one product, in register tiles: R rows x JB columns of c live in local
  * accumulators for the whole k-loop (so c is not reloaded and stored once per k), each loaded
@@ -21,13 +22,15 @@
 #define JB64 32
 #define JB32 64
 
-#define MM_TILE(T, R, JB)                                                               \
+/* One tile: R rows from i, JB columns of the panel bp (row stride bs), nv <= JB of them
+ * stored at column j of c. */
+#define MM_TILE(T, R, JB, bp, bs, nv)                                                   \
     {                                                                                   \
         T acc[R][JB];                                                                   \
         for (int r = 0; r < R; ++r)                                                     \
             for (int jj = 0; jj < JB; ++jj) acc[r][jj] = (T)0;                          \
         for (long long kk = 0; kk < k; ++kk) {                                          \
-            const T *bk = b + kk * n + j;                                               \
+            const T *bk = (bp) + kk * (bs);                                             \
             for (int r = 0; r < R; ++r) {                                               \
                 const T x = a[(i + r) * k + kk];                                        \
                 for (int jj = 0; jj < JB; ++jj) {                                       \
@@ -37,7 +40,7 @@
             }                                                                           \
         }                                                                               \
         for (int r = 0; r < R; ++r)                                                     \
-            for (int jj = 0; jj < JB; ++jj) c[(i + r) * n + j + jj] = acc[r][jj];       \
+            for (long long jj = 0; jj < (nv); ++jj) c[(i + r) * n + j + jj] = acc[r][jj]; \
     }
 
 #define MM_TAIL(T, R, J0)                                                               \
@@ -56,15 +59,30 @@
     }
 
 /* Column panels outside, rows inside: one k x JB panel of b serves every row of the block
- * while it is in cache. */
+ * while it is in cache. The last, narrower panel is copied into a zero-filled k x JB buffer so
+ * it runs as a whole tile too (the extra lanes compute products nobody stores); when that
+ * buffer cannot be had, those columns take the plain i-k-j loop. */
 #define MM_ROWS(T, JB)                                                                  \
     long long i, j;                                                                     \
     for (j = 0; j + JB <= n; j += JB) {                                                 \
-        for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB)                             \
-        for (; i < i1; ++i) MM_TILE(T, 1, JB)                                           \
+        for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB, b + j, n, JB)               \
+        for (; i < i1; ++i) MM_TILE(T, 1, JB, b + j, n, JB)                             \
     }                                                                                   \
-    for (i = i0; i + 4 <= i1; i += 4) MM_TAIL(T, 4, j)                                  \
-    for (; i < i1; ++i) MM_TAIL(T, 1, j)
+    if (j < n) {                                                                        \
+        long long nv = n - j;                                                           \
+        T *pack = k > 0 ? (T *)malloc((size_t)k * JB * sizeof(T)) : NULL;              \
+        if (pack) {                                                                     \
+            for (long long kk = 0; kk < k; ++kk)                                        \
+                for (long long jj = 0; jj < JB; ++jj)                                   \
+                    pack[kk * JB + jj] = jj < nv ? b[kk * n + j + jj] : (T)0;           \
+            for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB, pack, JB, nv)           \
+            for (; i < i1; ++i) MM_TILE(T, 1, JB, pack, JB, nv)                         \
+            free(pack);                                                                 \
+        } else {                                                                        \
+            for (i = i0; i + 4 <= i1; i += 4) MM_TAIL(T, 4, j)                          \
+            for (; i < i1; ++i) MM_TAIL(T, 1, j)                                        \
+        }                                                                               \
+    }
 
 static void mm_rows_f64(const double *a, const double *b, double *c, long long i0,
                         long long i1, long long k, long long n) { MM_ROWS(double, JB64) }
@@ -150,3 +168,107 @@ void ts_bmm_f32(const float *a, const float *b, float *c, long long batch, long 
                 long long k, long long n, long long sa, long long sb, int threads) {
     bmm(a, b, c, batch, m, k, n, sa, sb, threads, 1);
 }
+
+/* im2col for 2-D convolutions: cols[n][(c, kh, kw)][(oh, ow)] = x[n][c][oh*sh + kh*dh - ph]
+ * [ow*sw + kw*dw - pw], +0.0 outside the image (the zero padding). A copy: no arithmetic, so no
+ * rounding; the same matrix as core.ops.nn.im2col's window view, written contiguously. */
+#define IM2COL(T)                                                                       \
+    for (long long q = 0; q < nb * c; ++q) {                                            \
+        const T *xq = x + q * h * w;                                                    \
+        T *out = cols + q * kh * kw * oh * ow;                                          \
+        for (long long u = 0; u < kh; ++u)                                              \
+            for (long long v = 0; v < kw; ++v) {                                        \
+                for (long long r = 0; r < oh; ++r) {                                    \
+                    long long iy = r * sh + u * dh - ph;                                \
+                    if (iy < 0 || iy >= h) {                                            \
+                        for (long long s = 0; s < ow; ++s) out[s] = (T)0;               \
+                    } else {                                                            \
+                        const T *row = xq + iy * w;                                     \
+                        for (long long s = 0; s < ow; ++s) {                            \
+                            long long ix = s * sw + v * dw - pw;                        \
+                            out[s] = (ix >= 0 && ix < w) ? row[ix] : (T)0;              \
+                        }                                                               \
+                    }                                                                   \
+                    out += ow;                                                          \
+                }                                                                       \
+            }                                                                           \
+    }
+
+void ts_im2col_f64(const double *x, double *cols, long long nb, long long c, long long h,
+                   long long w, long long kh, long long kw, long long oh, long long ow,
+                   long long sh, long long sw, long long ph, long long pw, long long dh,
+                   long long dw) { IM2COL(double) }
+
+void ts_im2col_f32(const float *x, float *cols, long long nb, long long c, long long h,
+                   long long w, long long kh, long long kw, long long oh, long long ow,
+                   long long sh, long long sw, long long ph, long long pw, long long dh,
+                   long long dw) { IM2COL(float) }
+
+/* A 2-D convolution whose groups each have ONE output channel (depthwise and the like), direct:
+ * out[n][q][oh][ow] = acc = 0.0; for (c, u, v) in row-major order over the group's input
+ * channels and the taps: acc = acc + w[q][c][u][v] * x[n][q*cg + c][oh*sh + u*dh - ph]
+ * [ow*sw + v*dw - pw] -- exactly the chain im2col + the reference matmul computes (the same
+ * products in the same order), padding taps included as products with +0.0 (w*0.0 is -0.0 or
+ * NaN for some w, so they are not skipped). Every output element is one chain, kept in `out`
+ * while the taps pass over the plane. */
+#define CONV_MG1(T)                                                                     \
+    long long cgc = c / g;                                                              \
+    for (long long nq = 0; nq < nb * g; ++nq) {                                         \
+        long long q = nq % g;                                                           \
+        T *o = out + nq * oh * ow;                                                      \
+        for (long long p = 0; p < oh * ow; ++p) o[p] = (T)0;                            \
+        for (long long ci = 0; ci < cgc; ++ci) {                                        \
+            const T *xc = x + ((nq / g) * c + q * cgc + ci) * h * wd;                   \
+            const T *wc = wt + (q * cgc + ci) * kh * kw;                                \
+            for (long long u = 0; u < kh; ++u)                                          \
+                for (long long v = 0; v < kw; ++v) {                                    \
+                    const T wv = wc[u * kw + v], zero = (T)0;                           \
+                    long long off = v * dw - pw;                                        \
+                    /* s in [lo, hi) read inside the row: 0 <= s*sw + off < wd */       \
+                    long long lo = off >= 0 ? 0 : (-off + sw - 1) / sw;                 \
+                    long long hi = wd - off <= 0 ? 0 : (wd - off + sw - 1) / sw;        \
+                    if (hi > ow) hi = ow;                                               \
+                    if (lo > hi) lo = hi;                                               \
+                    for (long long r = 0; r < oh; ++r) {                                \
+                        T *orow = o + r * ow;                                           \
+                        long long iy = r * sh + u * dh - ph;                            \
+                        if (iy < 0 || iy >= h) {                                        \
+                            for (long long s = 0; s < ow; ++s) {                        \
+                                T pr = wv * zero;                                       \
+                                orow[s] = orow[s] + pr;                                 \
+                            }                                                           \
+                            continue;                                                   \
+                        }                                                               \
+                        const T *xr = xc + iy * wd + off;                               \
+                        for (long long s = 0; s < lo; ++s) {                            \
+                            T pr = wv * zero;                                           \
+                            orow[s] = orow[s] + pr;                                     \
+                        }                                                               \
+                        if (sw == 1)                                                    \
+                            for (long long s = lo; s < hi; ++s) {                       \
+                                T pr = wv * xr[s];                                      \
+                                orow[s] = orow[s] + pr;                                 \
+                            }                                                           \
+                        else                                                            \
+                            for (long long s = lo; s < hi; ++s) {                       \
+                                T pr = wv * xr[s * sw];                                 \
+                                orow[s] = orow[s] + pr;                                 \
+                            }                                                           \
+                        for (long long s = hi; s < ow; ++s) {                           \
+                            T pr = wv * zero;                                           \
+                            orow[s] = orow[s] + pr;                                     \
+                        }                                                               \
+                    }                                                                   \
+                }                                                                       \
+        }                                                                               \
+    }
+
+void ts_conv_mg1_f64(const double *x, const double *wt, double *out, long long nb, long long c,
+                     long long h, long long wd, long long g, long long kh, long long kw,
+                     long long oh, long long ow, long long sh, long long sw, long long ph,
+                     long long pw, long long dh, long long dw) { CONV_MG1(double) }
+
+void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, long long c,
+                     long long h, long long wd, long long g, long long kh, long long kw,
+                     long long oh, long long ow, long long sh, long long sw, long long ph,
+                     long long pw, long long dh, long long dw) { CONV_MG1(float) }

@@ -68,8 +68,10 @@ def _fast_softmax(x, axis, exp):
     return e / _fast_sum(e, axis, keepdims=True)
 
 
-REFERENCE = _kernel_set("reference", "refmath", _vector_ends(tape_ref.matmul),
-                        tape_ref.serial_sum, tape_ref.softmax)
+_REF_MATMUL = _vector_ends(tape_ref.matmul)
+_REF_MATMUL.reference_order = True  # conv_nd may then run a direct kernel with the same chains
+REFERENCE = _kernel_set("reference", "refmath", _REF_MATMUL, tape_ref.serial_sum,
+                        tape_ref.softmax)
 FAST = _kernel_set("fast", "platform", np.matmul, _fast_sum, _fast_softmax)
 KERNELS = {"reference": REFERENCE, "fast": FAST}
 

@@ -111,3 +111,53 @@ def test_without_native_bmm_returns_none(monkeypatch):
     monkeypatch.setattr(native, "_lib", None)
     a = np.ones((2, 3, 4))
     assert native.bmm(a, np.ones((2, 4, 5))) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_native_im2col_is_the_window_view(dtype, monkeypatch):
+    """The C im2col writes exactly the matrix of the numpy window view (padding +0.0)."""
+    from core.ops import nn
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(2)
+    cases = [((2, 3, 7, 9), (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 1),
+             ((1, 4, 8, 8), (3, 2), (2, 3), (1, 2), ((0, 2), (3, 1)), 2),
+             ((1, 6, 5, 5), (3, 3), (1, 1), (2, 2), ((2, 2), (2, 2)), 6),
+             ((3, 2, 4, 6), (1, 1), (2, 2), (1, 1), ((0, 0), (0, 0)), 1),
+             ((1, 1, 3, 3), (5, 5), (1, 1), (1, 1), ((2, 2), (2, 2)), 1)]
+    for shape, k, st, dil, padw, g in cases:
+        x = rng.standard_normal(shape).astype(dtype)
+        x.flat[::5] = -0.0
+        got, gouts = nn.im2col(x, k, st, dil, padw, g)
+        with monkeypatch.context() as m:
+            m.setattr(native, "_lib", None)
+            want, wouts = nn.im2col(x, k, st, dil, padw, g)
+        assert list(gouts) == list(wouts) and got.shape == want.shape
+        assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_direct_conv_with_one_output_per_group_equals_im2col_matmul(dtype):
+    """Depthwise (and C/G > 1 with one output per group) conv in C: the reference chains."""
+    from core.ops import nn
+    from core.ops.reference import matmul
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(4)
+    cases = [((2, 6, 9, 11), (6, 1, 3, 3), (1, 1), (1, 1), ((1, 1), (1, 1))),
+             ((1, 8, 10, 7), (4, 2, 3, 2), (2, 3), (1, 2), ((0, 2), (3, 1))),
+             ((1, 3, 5, 5), (3, 1, 5, 5), (1, 1), (2, 2), ((4, 4), (4, 4))),
+             ((1, 4, 6, 6), (4, 1, 1, 1), (2, 2), (1, 1), ((0, 0), (0, 0)))]
+    for xs, ws, st, dil, padw in cases:
+        x = _spread(rng, xs, dtype)
+        w = _spread(rng, ws, dtype)
+        w.flat[0] = np.inf  # inf * the padding's 0.0 is NaN: padding taps must be multiplied
+        w.flat[-1] = -0.0
+        x.flat[::7] = -0.0
+        g = ws[0]
+        got = nn.conv_nd(x, w, st, padw, dil, g)
+        want = nn.conv_nd(x, w, st, padw, dil, g, matmul=lambda a, b: matmul(a, b))
+        assert got.shape == want.shape
+        assert got.tobytes() == want.tobytes(), (xs, ws, st, dil, padw)

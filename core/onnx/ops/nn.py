@@ -102,9 +102,16 @@ def batch_norm(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, train
         rm = mean * t(momentum) + bm * t(1 - momentum)
         rv = var * t(momentum) + bv * t(1 - momentum)
         return y.astype(x.dtype), rm.astype(mean.dtype), rv.astype(var.dtype)
-    # inference, written as (x - mean) / sqrt(var + eps) * scale + bias
-    y = (x - _bcast_c(mean, x.ndim)) / np.sqrt(_bcast_c(var, x.ndim) + t(epsilon)) * \
-        _bcast_c(scale, x.ndim) + _bcast_c(bias, x.ndim)
+    # inference, written as (x - mean) / sqrt(var + eps) * scale + bias; the same four roundings
+    # in place in one buffer (no full-size temporary per step)
+    y = np.subtract(x, _bcast_c(mean, x.ndim))
+    if all(v.dtype == x.dtype for v in (y, var, scale, bias)):
+        np.divide(y, np.sqrt(_bcast_c(var, x.ndim) + t(epsilon)), out=y)
+        np.multiply(y, _bcast_c(scale, x.ndim), out=y)
+        np.add(y, _bcast_c(bias, x.ndim), out=y)
+        return y
+    y = y / np.sqrt(_bcast_c(var, x.ndim) + t(epsilon)) * _bcast_c(scale, x.ndim) + \
+        _bcast_c(bias, x.ndim)
     return y.astype(x.dtype, copy=False)
 
 
