@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
         cfg = SessionConfig(workload=win.session.meta["workload"], device=args.device,
                             fuse=args.fuse, dtype=args.dtype, math=args.math,
-                            compare=args.compare, worker=args.worker)
+                            compare=args.compare, worker=getattr(args, "worker", None))
         ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)
     if args.screenshot:
         return _screenshot(win, args, size, ok)

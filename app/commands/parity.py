@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
                         dtype=args.dtype, math=args.math, compare="cpu-device", seed=args.seed,
-                        worker=args.worker)
+                        worker=getattr(args, "worker", None))
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
                         dtype=args.dtype, math=args.math, compare=args.compare, seed=args.seed,
-                        worker=args.worker)
+                        worker=getattr(args, "worker", None))
     runner = PairRunner(cfg)
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None
