@@ -149,7 +149,15 @@ def pool_nd(x, kind, kernel, strides, padw, dilations=None, ceil_mode=0, count_i
             np.maximum(y, v[(Ellipsis,) + tap], out=y)
         return y
     v, _ = windows(x, kernel, strides, dil, padw, 0, ceil_mode)
-    s = sum_fn(v, axes)
+    if sum_fn is serial_sum and x.dtype.kind == "f":
+        # serial_sum's contract written as one np.add per tap, vectorised over pixels:
+        # acc = +0.0; acc = acc + tap for taps in row-major order (the same bits, no copy of v)
+        taps = list(np.ndindex(*kernel))
+        s = np.add(x.dtype.type(0), v[(Ellipsis,) + taps[0]])
+        for tap in taps[1:]:
+            np.add(s, v[(Ellipsis,) + tap], out=s)
+    else:
+        s = sum_fn(v, axes)
     return (s / pool_counts(x, kernel, strides, padw, dil, ceil_mode, count_include_pad)
             ).astype(x.dtype, copy=False)
 

@@ -161,3 +161,22 @@ def test_direct_conv_with_one_output_per_group_equals_im2col_matmul(dtype):
         want = nn.conv_nd(x, w, st, padw, dil, g, matmul=lambda a, b: matmul(a, b))
         assert got.shape == want.shape
         assert got.tobytes() == want.tobytes(), (xs, ws, st, dil, padw)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_average_pool_tap_loop_is_serial_sum(dtype):
+    """pool_nd's per-tap adds give serial_sum's bits (signed zeros, inf, NaN included)."""
+    from core.ops import nn
+    from core.ops.reference import serial_sum
+
+    rng = np.random.default_rng(8)
+    x = _spread(rng, (2, 3, 9, 8), dtype)
+    x[0, 0] = -0.0  # an all -0.0 window: the sum must be +0.0
+    x[1, 1, 2, 3], x[1, 2, 4, 4] = np.inf, np.nan
+    for k, st, padw, ceil, cip in [((3, 3), (2, 2), ((1, 1), (1, 1)), 0, 0),
+                                   ((2, 3), (1, 2), ((0, 1), (1, 0)), 1, 1),
+                                   ((1, 1), (1, 1), ((0, 0), (0, 0)), 0, 0)]:
+        got = nn.pool_nd(x, "avg", k, st, padw, None, ceil, cip)
+        want = nn.pool_nd(x, "avg", k, st, padw, None, ceil, cip,
+                          sum_fn=lambda v, a: serial_sum(v, a))
+        assert got.tobytes() == want.tobytes(), (k, st, padw)
