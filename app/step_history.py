@@ -39,6 +39,7 @@ F_G_NAN = 64
 SOURCE_PROVENANCE = "provenance"
 SOURCE_ROOTS = "roots"  # placeholder: differing values whose inputs (reference side) all agree
 DEFAULT_BUDGET = 128 << 20
+STEP_OVERHEAD = 700  # bytes per stored step beside its records: the array header, its meta dict
 
 
 def _one_sided(d: Mapping | None) -> bool:
@@ -155,6 +156,7 @@ class StepHistory:
         self.first: dict | None = None  # the session's first divergence {"step", "node", ...}
         self._first_step = np.full(len(self.nodes), -1, dtype=np.int64)
         self.thinned = 0
+        self._bytes = 0  # running total of nbytes (summed once per add, not over every step)
 
     def __len__(self) -> int:
         return len(self.step_nums)
@@ -162,7 +164,7 @@ class StepHistory:
     @property
     def nbytes(self) -> int:
         """Bytes the summaries hold (records and their per-step overhead, roughly)."""
-        return sum(r.nbytes + 200 for r in self.records)
+        return self._bytes
 
     def add(self, s: Mapping) -> None:
         """Append one step's ``summarize`` dict."""
@@ -185,6 +187,7 @@ class StepHistory:
             self.first = {"step": step, **s["first"]}
         self.step_nums.append(step)
         self.records.append(r)
+        self._bytes += r.nbytes + STEP_OVERHEAD
         self.meta.append({"losses": s.get("losses"), "exact": s.get("exact"),
                           "first": s.get("first"), "src": s.get("src", SOURCE_ROOTS),
                           "kernels": s.get("kernels") or [],
@@ -201,6 +204,7 @@ class StepHistory:
             lst = getattr(self, name)
             setattr(self, name, [x for k, x in enumerate(lst) if k not in drop])
         self.thinned += len(drop)
+        self._bytes = sum(r.nbytes + STEP_OVERHEAD for r in self.records)
 
     # ---- reading ----------------------------------------------------------------------------
     def index_of(self, step: int) -> int:

@@ -1,0 +1,127 @@
+"""The step history is bounded: 10,000 steps of a synthetic snapshot feed through the window,
+RSS measured; the summaries round-trip; thinning keeps the budget and the first divergence."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from app.live import PAUSED, RUNNING, LiveSession, Snapshot
+from app.runs import SessionConfig, StepResult
+from app.step_history import StepHistory, summarize
+
+N_STEPS = 10_000
+BATCH = 250  # steps per snapshot (the worker batches ~20 at 100 steps/s)
+POOL = 50
+
+
+def rss_mb() -> float:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+def synthetic(step: int, n: int, rng) -> StepResult:
+    """A step where a few nodes drift by a few ulp (deterministic from ``rng``)."""
+    nodes = []
+    for i in range(n):
+        d = int(rng.integers(0, 3)) if i % 3 else 0
+        u = float(rng.integers(1, 200)) if d else 0.0
+        nodes.append({"id": i, "op": "x", "name": None,
+                      "value": {"n": 8, "n_diff": d, "max_ulp": u, "n_nan": 0, "max_abs": 1e-16,
+                                "nan_bits_differ": 0},
+                      "grad": {"n": 8, "n_diff": d, "max_ulp": 2 * u, "n_nan": 0,
+                               "max_abs": 1e-16, "nan_bits_differ": 0},
+                      "introduced": {"value": i % 9 == 1 and d > 0, "grad": False,
+                                     "update": False}})
+    first = next(({"node": e["id"], "op": "x", "which": "value"} for e in nodes
+                  if e["value"]["n_diff"]), None)
+    return StepResult(step, 1.0, 1.0, 0.001, first is None, first, nodes, [], True,
+                      [{"node": e["id"], "which": "value"} for e in nodes
+                       if e["introduced"]["value"]])
+
+
+def test_10000_steps_through_the_window_keep_memory_flat(qtbot, win):
+    assert win.open_workload("transformer")
+    qtbot.waitUntil(win.graph.view.is_ready)
+    n = 51  # the transformer's compared nodes
+    lv = LiveSession(SessionConfig(workload="transformer"), parent=win.live)
+    lv.state, lv.is_alive = RUNNING, (lambda: True)
+    lv.inspect = lambda node, step=None: None
+    for sig, slot in (("log", win.live.log_window.append),
+                      ("unresponsive", win.live.watchdog.silent_for),
+                      ("answered", win.live.watchdog.hide),
+                      ("inspected", win.live._on_inspected), ("snapshot", win.live._on_snapshot),
+                      ("state_changed", win.live._on_state), ("failed", win.live._on_failed),
+                      ("ready", win.live._on_ready)):
+        getattr(lv, sig).connect(slot)
+    win.live.live = lv
+    rng = np.random.default_rng(0)
+    # a pool of distinct steps, renumbered: the feed costs little, the window does the work
+    pool = [synthetic(k + 1, n, rng) for k in range(POOL)]
+    wire = json.loads(json.dumps([summarize(r) for r in pool]))  # as the pipe delivers them
+    cols = [r.node_max_ulp() for r in pool]
+    start = None
+    for b in range(N_STEPS // BATCH):
+        nums = range(b * BATCH + 1, (b + 1) * BATCH + 1)
+        results = [pool[(k - 1) % POOL] for k in nums]
+        snap = Snapshot(steps=[(k, 1.0, 1.0, 0.001, r.exact) for k, r in zip(
+                            nums, results, strict=True)],
+                        ulp_columns=[cols[(k - 1) % POOL] for k in nums],
+                        latest=results[-1], first=None, steps_per_s=100.0, state=RUNNING,
+                        extra={"steps_done": nums[-1]},
+                        summaries=[{**wire[(k - 1) % POOL], "step": k} for k in nums])
+        lv.steps_done = nums[-1]
+        win.live._on_snapshot(snap)
+        if b == 3:  # after 1,000 steps: the plots and tables have their working sets
+            win.live.training.flush()
+            start = rss_mb()
+    win.live.training.flush()
+    grown = rss_mb() - start
+    h = win.live.travel.history
+    assert len(h) == N_STEPS and h.thinned == 0 and h.step_nums[-1] == N_STEPS
+    per_step = h.nbytes / N_STEPS
+    print(f"\n10,000 steps × {n} nodes: history {h.nbytes / 2**20:.1f} MiB "
+          f"({per_step:.0f} B/step), RSS growth from step 1,000 to 10,000: {grown:.1f} MiB")
+    assert per_step < 2400  # ~29 bytes per node and step plus the step's overhead
+    assert grown < 40, f"RSS grew {grown:.1f} MiB over 9,000 steps"
+    # every step is still there and shows what was fed (step 1 and the last)
+    rng = np.random.default_rng(0)
+    first = synthetic(1, n, rng)
+    assert [e["value"]["n_diff"] for e in h.comparison(1)] == [
+        e["value"]["n_diff"] for e in first.nodes]
+    lv.state = PAUSED
+    win.live.travel.scrubber.show_step(1)
+    m = win.parity.model
+    assert [m.row_data(i).value_n_diff for i in range(n)] == [
+        e["value"]["n_diff"] for e in first.nodes]
+
+
+def test_summaries_round_trip_and_the_budget_thins_old_steps():
+    rng = np.random.default_rng(1)
+    steps = [synthetic(k, 20, rng) for k in range(1, 401)]
+    one = StepHistory()
+    one.add(json.loads(json.dumps(summarize(steps[0]))))
+    got = one.comparison(1)
+    for e, want in zip(got, steps[0].nodes, strict=True):
+        for side in ("value", "grad"):
+            assert e[side]["n_diff"] == want[side]["n_diff"]
+            assert e[side]["max_ulp"] == want[side]["max_ulp"]
+        assert e["introduced"]["value"] == want["introduced"]["value"]
+    assert one.source(1) == "provenance"
+    small = StepHistory(budget_bytes=40_000)
+    for r in steps:
+        small.add(summarize(r))
+    assert small.nbytes <= 40_000 and small.thinned > 0
+    assert small.step_nums[-1] == 400 and small.step_nums == sorted(small.step_nums)
+    assert small.first["step"] in small.step_nums  # the first divergence's step is kept
+    assert small.nearest(3) in small.step_nums
+    # a step without provenance falls back to roots, and says so
+    bare = [{k: v for k, v in e.items() if k != "introduced"} for e in steps[0].nodes]
+    plain = StepResult(1, 1.0, 1.0, 0.0, False, {"node": 2, "op": "x", "which": "value"}, bare,
+                       [2, 5])
+    s = summarize(plain)
+    h = StepHistory()
+    h.add(s)
+    assert h.source(1) == "roots" and h.introduced(1) == [2, 5]
