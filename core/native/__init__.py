@@ -224,6 +224,47 @@ def conv2d_one_per_group(x: np.ndarray, w: np.ndarray, strides, dilations, padw,
     return out
 
 
+_ext: object = False  # False: not tried yet; None: unavailable
+
+
+def _load_ext():
+    import importlib.machinery
+    import importlib.util
+    import sysconfig
+
+    cc = shutil.which(os.environ.get("CC", "gcc"))
+    inc = sysconfig.get_paths().get("include")
+    src = _HERE / "refmath_py.c"
+    if cc is None or os.environ.get("TAPESCOPE_NO_NATIVE") or not inc or \
+            not os.path.isfile(os.path.join(inc, "Python.h")) or library() is None:
+        return None
+    key = cache_key(src.read_bytes(), *(p.read_bytes() for p in _HEADERS), " ".join(FLAGS),
+                    _compiler_id(cc), cpu_id(), sysconfig.get_config_var("EXT_SUFFIX") or "",
+                    inc)
+
+    def build(out: Path) -> None:
+        subprocess.run([cc, *[f for f in FLAGS if f != "-std=c99"], f"-I{inc}", f"-I{KERNELS}",
+                        "-o", str(out), str(src)], check=True, capture_output=True, timeout=120)
+
+    try:
+        path, _ = KernelCache().get_or_build(f"refmath-py-{key}", ".so", build)
+        loader = importlib.machinery.ExtensionFileLoader("_ts_refmath", str(path))
+        spec = importlib.util.spec_from_file_location("_ts_refmath", str(path), loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        return mod
+    except (OSError, ImportError, CacheError, subprocess.SubprocessError):
+        return None  # ctypes loops instead: the same code, a little more overhead per call
+
+
+def refmath_ext():
+    """The CPython extension ``run(i, x, y)`` over refmath's C twin, or None (use ctypes)."""
+    global _ext
+    if _ext is False:
+        _ext = _load_ext()
+    return _ext
+
+
 def refmath_fn(name: str, dtype: np.dtype):
     """The C twin's loop ``f(x_ptr, y_ptr, n)`` for refmath function ``name``, or None."""
     lib = library()

@@ -76,6 +76,7 @@ def test_without_a_compiler_the_numpy_spelling_runs(monkeypatch):
     x = domain_sample("tanh", np.float64, 2000, seed=5)
     want = refmath.numpy_apply("tanh", x)
     monkeypatch.setattr(native, "_lib", None)  # as on a machine without gcc
+    monkeypatch.setattr(native, "_ext", None)
     refmath.use_native(True)  # re-probe: finds no library
     try:
         assert refmath._native_loops() == {}
@@ -83,6 +84,23 @@ def test_without_a_compiler_the_numpy_spelling_runs(monkeypatch):
     finally:
         monkeypatch.undo()
         refmath.use_native(True)
+
+
+def test_the_ctypes_path_equals_the_extension_path(need_native, monkeypatch):
+    """Where Python.h is missing refmath calls the same C loops through ctypes."""
+    xs = [domain_sample(n, dt, 20_000, seed=9) for n in refmath.FUNCTIONS
+          for dt in (np.float64, np.float32)]
+    names = [n for n in refmath.FUNCTIONS for _ in (0, 1)]
+    monkeypatch.setattr(native, "_ext", None)  # no CPython extension
+    refmath.use_native(True)
+    try:
+        for name, x in zip(names, xs, strict=True):
+            got = getattr(refmath, name)(x)
+            assert got.tobytes() == refmath.numpy_apply(name, x).tobytes(), (name, x.dtype)
+    finally:
+        monkeypatch.undo()
+        refmath.use_native(True)
+    assert refmath._native_loops()  # back on the extension (or ctypes) path
 
 
 def test_the_tape_runs_refmath_ops_through_either_path_with_the_same_bits():
