@@ -62,10 +62,16 @@ class TimeTravel(QObject):
         """Name the controller's actions apart, give them keys and tooltips that say them; add
         next/previous introduced, the Steps toolbar (the scrubber) and their menu entries."""
         ctl = self.ctl
-        tb = ctl.toolbar
-        ctl.act_next_intro = tb.addAction("Next introduced", lambda: self.walk_introduced(True))
-        ctl.act_prev_intro = tb.addAction("Previous introduced",
-                                          lambda: self.walk_introduced(False))
+        steps = self.toolbar = QToolBar("Steps", self.win)
+        steps.setObjectName("steps_toolbar")
+        # where to look next lives beside the scrubber (the Live toolbar overflowed at 1280 px)
+        ctl.toolbar.removeAction(ctl.act_first)
+        steps.addAction(ctl.act_first)
+        ctl.act_prev_intro = steps.addAction("Previous introduced",
+                                             lambda: self.walk_introduced(False))
+        ctl.act_next_intro = steps.addAction("Next introduced",
+                                             lambda: self.walk_introduced(True))
+        steps.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
         acts = [*LIVE_ACTIONS,
                 ("next_intro", "Next introduced", "Select the next node (tape order) that "
                  "introduced error at the shown step"),
@@ -81,8 +87,7 @@ class TimeTravel(QObject):
         menu.addSeparator()
         for a in self.scrubber.actions.values():
             menu.addAction(a)
-        steps = self.toolbar = QToolBar("Steps", self.win)
-        steps.setObjectName("steps_toolbar")
+        steps.addSeparator()
         steps.addWidget(self.scrubber)
         self.win.addToolBarBreak()  # its own row: the Live toolbar keeps its buttons visible
         self.win.addToolBar(steps)

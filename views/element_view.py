@@ -182,7 +182,7 @@ class ElementView(QWidget):
         self.map = pg.PlotWidget(self)
         self.map.setBackground("w")
         self.map.invertY(True)
-        self.map.setMinimumHeight(150)
+        self.map.setMinimumHeight(110)
         self.map.setLabel("left", "row")
         self.map.setLabel("bottom", "column")
         self.image = pg.ImageItem(axisOrder="row-major")
@@ -205,7 +205,8 @@ class ElementView(QWidget):
         split = QSplitter(Qt.Vertical, self)
         split.addWidget(self.map)
         split.addWidget(self.table)
-        split.setSizes([220, 220])
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)  # the worst elements get as much room as the map
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
         top.addWidget(self.repro)

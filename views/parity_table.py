@@ -176,6 +176,7 @@ class ParityPanel(QWidget):
         hh = self.table.horizontalHeader()
         for c in range(4, len(COLUMNS)):
             hh.moveSection(hh.visualIndex(c), c - 2)
+        self.setMinimumWidth(340)  # id, op and both value columns, whatever docks beside it
         top = QHBoxLayout()
         top.addWidget(self.filter, 1)
         top.addWidget(self.only_diff)

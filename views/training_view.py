@@ -21,9 +21,10 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QSplitter,
+    QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -35,9 +36,8 @@ REF_PEN = pg.mkPen("#2563eb", width=2)
 CAND_PEN = pg.mkPen("#ea580c", width=1.5, style=Qt.DashLine)
 ULP_PEN = pg.mkPen("#b91c1c", width=1.5)
 CURSOR_PEN = pg.mkPen("#1d6fe0", width=1.5)
-HEAT_TICKS = [(0.0, "exact"), (1.0, "1 ulp"), (1 + 253 * 5 / 20, "32"),
-              (1 + 253 * 10 / 20, "1024"), (1 + 253 * 15 / 20, "2^15"), (254.0, "≥2^20"),
-              (255.0, "NaN")]
+HEAT_TICKS = [(0.0, "exact"), (1 + 253 * 5 / 20, "32 ulp"), (1 + 253 * 10 / 20, "1024"),
+              (1 + 253 * 15 / 20, "2^15"), (254.0, "≥2^20"), (255.0, "NaN")]
 
 
 def heat_lut() -> np.ndarray:
@@ -113,6 +113,9 @@ class TrainingPanel(QWidget):
         self.cursor_step = -1
         self.rate = QLabel("—", self)
         self.rate.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        # a long line must not set the dock's minimum width (the window fits 1280 px)
+        self.rate.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.rate.setMinimumWidth(120)
         self.introduced_only = QCheckBox("introduced only", self)
         self.introduced_only.setToolTip(
             "Heatmap: only the error each node introduced at each step (a node whose reference "
@@ -120,7 +123,7 @@ class TrainingPanel(QWidget):
             "is left out")
         self.introduced_only.toggled.connect(self.introduced_only_changed)
         self.params = QTableWidget(0, 2, self)
-        self.params.setHorizontalHeaderLabels(["parameter", "first ≠"])
+        self.params.setHorizontalHeaderLabels(["parameter", "first step it differs"])
         self.params.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         self.params.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeToContents)
         self.params.verticalHeader().hide()
@@ -134,18 +137,15 @@ class TrainingPanel(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.rate, 1)
         top.addWidget(self.introduced_only)
-        split = QSplitter(Qt.Horizontal, self)
-        split.addWidget(self.glw)
-        split.addWidget(self.params)
-        split.setStretchFactor(0, 4)
-        split.setStretchFactor(1, 1)
-        split.setSizes([800, 190])
-        self.params.setMinimumWidth(110)
-        self.glw.setMinimumWidth(200)
+        # the parameter list is a tab: beside the plots it squeezed them (and the parity table)
+        self.tabs = QTabWidget(self)
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self.glw, "plots")
+        self.tabs.addTab(self.params, "parameters: first step ≠")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addLayout(top)
-        lay.addWidget(split, 1)
+        lay.addWidget(self.tabs, 1)
         self._last_draw = 0.0
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
