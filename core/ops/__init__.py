@@ -38,6 +38,12 @@ def _tape(*xs: Any):
 
 
 def _rec(op: str, xs: Sequence[Any], attrs: dict | None = None, name: str | None = None):
+    for x in xs:
+        if type(x) is not Var:
+            break
+    else:  # every input a Var already (the common case): nothing to lift
+        if xs:
+            return xs[0].tape.record(op, xs, attrs, name)
     t = _tape(*xs)
     return t.record(op, [x if type(x) is Var else t._lift(x) for x in xs], attrs, name)
 
