@@ -156,3 +156,19 @@ def test_a_node_opens_its_lines_in_the_kernel_and_kernels_show_their_parity(qtbo
     texts = [w.list.item(r).text() for r in range(w.list.count())]
     assert texts[0].startswith("≠ 69 ulp at #5 introduced") and texts[1].startswith("✓ exact")
     assert w.list.item(0).foreground().color().name() == "#b91c1c"
+
+
+def test_stats_are_never_cut_to_another_number(qtbot):
+    from views.inspector import StatsTable
+
+    t = StatsTable()
+    qtbot.addWidget(t)
+    t.resize(260, 120)  # a narrow dock
+    t.show()
+    t.set_rows({"value": np.array([-7.25265e-05, 3.0, 1234567.0])})
+    fm = t.fontMetrics()
+    for c in range(t.columnCount()):
+        it = t.item(0, c)
+        # the whole text fits its column: "-7.2526…" would read as another number
+        assert fm.horizontalAdvance(it.text()) <= t.columnWidth(c), (it.text(), t.columnWidth(c))
+    assert t.item(0, 0).text() == "-7.25265e-05"
