@@ -135,8 +135,8 @@ class ArrayView(QWidget):
                 self.plot.plot(xs, ys, pen=pg.mkPen("#1d4ed8", width=1.5), connect="finite")
             bad = np.flatnonzero(~np.isfinite(af))
             if bad.size:
-                self.plot.plot(bad, np.zeros(bad.size), pen=None, symbol="x", symbolBrush="r",
-                               symbolPen="r")
+                self.plot.plot(bad, np.zeros(bad.size), pen=None, symbol="x",
+                               symbolBrush="#7c3aed", symbolPen="#7c3aed")  # NaN/inf: violet
             self.stack.setCurrentIndex(PAGE_PLOT)
         else:
             lo, hi = _finite_levels(af)
@@ -160,7 +160,7 @@ class HistogramView(pg.PlotWidget):
         self.clear()
         self.counts = {}
         for name, a, color in (("value", value, (29, 78, 216, 110)),
-                               ("gradient", grad, (220, 38, 38, 110))):
+                               ("gradient", grad, (13, 148, 136, 110))):  # teal: red = bits differ
             if a is None or np.asarray(a).dtype.kind not in "fiu":
                 continue
             fin = np.asarray(a, dtype=np.float64).ravel()
