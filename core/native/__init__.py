@@ -26,14 +26,17 @@ from core.cache import CacheError, KernelCache, cache_key
 # separate rounding, so the bits are those of the numpy reference on every CPU. The machine code
 # is audited for FMA instructions in tests/core/test_native.py (gcc's vectorizer once formed one
 # from a mul/add pair despite -ffp-contract=off, see gpu/host.py).
-FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std=c99",
-         "-march=native", "-pthread"]
+# -fno-trapping-math and -fno-math-errno change no value (they let gcc evaluate the unselected
+# candidates of refmath_simd.h's selects, and inline sqrt without an errno branch), so the
+# branch-free refmath loops vectorise.
+FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-trapping-math", "-fno-math-errno",
+         "-fPIC", "-shared", "-std=c99", "-march=native", "-pthread"]
 _HERE = Path(__file__).resolve().parent
 _SRCS = [_HERE / "refkernels.c", _HERE / "refmath_host.c"]
 # the C twin of core.refmath lives with the device kernels: one source for every backend. It is
 # read as C text here, never imported (core does not import gpu).
 KERNELS = _HERE.parents[1] / "gpu" / "kernels"
-_HEADERS = [KERNELS / "intrinsics_host.h", KERNELS / "refmath.cuh"]
+_HEADERS = [KERNELS / "intrinsics_host.h", KERNELS / "refmath.cuh", _HERE / "refmath_simd.h"]
 _lib: ctypes.CDLL | None | bool = False  # False: not tried yet; None: unavailable
 _threads: int | None = None
 
@@ -64,7 +67,8 @@ def _build(cc: str) -> Path:
                     _compiler_id(cc), cpu_id())
 
     def build(out: Path) -> None:
-        subprocess.run([cc, *FLAGS, f"-I{KERNELS}", "-o", str(out), *map(str, _SRCS)],
+        subprocess.run([cc, *FLAGS, f"-I{KERNELS}", f"-I{_HERE}", "-o", str(out),
+                        *map(str, _SRCS)],
                        check=True, capture_output=True, timeout=120)
 
     path, _ = KernelCache().get_or_build(f"refkernels-{key}", ".so", build)
@@ -244,7 +248,8 @@ def _load_ext():
 
     def build(out: Path) -> None:
         subprocess.run([cc, *[f for f in FLAGS if f != "-std=c99"], f"-I{inc}", f"-I{KERNELS}",
-                        "-o", str(out), str(src)], check=True, capture_output=True, timeout=120)
+                        f"-I{_HERE}", "-o", str(out), str(src)], check=True, capture_output=True,
+                       timeout=120)
 
     try:
         path, _ = KernelCache().get_or_build(f"refmath-py-{key}", ".so", build)

@@ -1,0 +1,119 @@
+/* Branch-free spellings of some refmath.cuh functions, for loops gcc can vectorise.
+ *
+ * Each tsb_f(x) runs, for every x, exactly the IEEE operations ts_f(x) runs -- the same
+ * operations in the same order on the same values -- but computes every branch's candidate
+ * and selects the one ts_f would return, so a loop over them has no control flow and gcc
+ * (-O3, -fno-trapping-math: the unselected candidates may raise flags nobody reads) vectorises
+ * it. Lanes whose argument would make a candidate ill-defined in C (a NaN or huge value cast to
+ * int) compute on a harmless stand-in and are overwritten by the select. Include after
+ * refmath.cuh. tests/core/test_refmath_native.py holds these loops to the numpy spelling bit
+ * for bit (1e6 inputs per function and dtype, every special value and branch boundary).
+ */
+#ifndef TS_REFMATH_SIMD_H
+#define TS_REFMATH_SIMD_H
+
+static inline double tsb__sel(int c, double a, double b) { return c ? a : b; }
+
+static inline double tsb_exp(double x) {
+    const double ln2_hi = 6.93147180369123816490e-01;
+    const double ln2_lo = 1.90821492927058770002e-10;
+    const double invln2 = 1.44269504088896338700e+00;
+    const double o_threshold = 7.09782712893383973096e+02;
+    const double u_threshold = -7.45133219101941108420e+02;
+    const double twom1000 = 9.33263618503218878990e-302;
+    const double P1 = 1.66666666666666019037e-01;
+    const double P2 = -2.77777777770155933842e-03;
+    const double P3 = 6.61375632143793436117e-05;
+    const double P4 = -1.65339022054652515390e-06;
+    const double P5 = 4.13813679705723846039e-08;
+    int hx = ts__hi(x);
+    int ix = hx & 0x7fffffff;
+    int special = (x != x) | (x > o_threshold) | (x < u_threshold);
+    double xs = tsb__sel(special, 0.0, x);
+    int kb = (int)__dadd_rn(__dmul_rn(invln2, xs), hx < 0 ? -0.5 : 0.5);
+    int k = ix <= 0x3fd62e42 ? 0 : (ix < 0x3ff0a2b2 ? (hx < 0 ? -1 : 1) : kb);
+    k = special ? 0 : k;
+    double t = (double)k;
+    double hi = __dsub_rn(xs, __dmul_rn(t, ln2_hi));
+    double lo = __dmul_rn(t, ln2_lo);
+    double r = __dsub_rn(hi, lo);
+    double rr = __dmul_rn(r, r);
+    double c = __dsub_rn(r, __dmul_rn(rr, __dadd_rn(P1, __dmul_rn(rr, __dadd_rn(P2, __dmul_rn(rr,
+            __dadd_rn(P3, __dmul_rn(rr, __dadd_rn(P4, __dmul_rn(rr, P5))))))))));
+    double y = __dsub_rn(1.0, __dsub_rn(__dsub_rn(lo, __ddiv_rn(__dmul_rn(r, c),
+                                                                  __dsub_rn(2.0, c))), hi));
+    double rn = ts__add_exponent(y, k);
+    double rs = __dmul_rn(ts__add_exponent(y, k + 1000), twom1000);
+    double res = tsb__sel(k >= -1021, rn, rs);
+    res = tsb__sel(ix < 0x3e300000, __dadd_rn(1.0, xs), res);
+    res = tsb__sel(x < u_threshold, 0.0, res);
+    res = tsb__sel(x > o_threshold, TS_INF64, res);
+    return tsb__sel(x != x, TS_NAN64, res);
+}
+
+static inline double tsb_log(double x0) {
+    const double ln2_hi = 6.93147180369123816490e-01;
+    const double ln2_lo = 1.90821492927058770002e-10;
+    const double two54 = 1.80143985094819840000e+16;
+    const double Lg1 = 6.666666666666735130e-01;
+    const double Lg2 = 3.999999999940941908e-01;
+    const double Lg3 = 2.857142874366239149e-01;
+    const double Lg4 = 2.222219843214978396e-01;
+    const double Lg5 = 1.818357216161805012e-01;
+    const double Lg6 = 1.531383769920937332e-01;
+    const double Lg7 = 1.479819860511658591e-01;
+    int special = !(x0 >= 0.0) | (x0 == 0.0) | (x0 == TS_INF64);
+    double x = tsb__sel(special, 1.0, x0);
+    int sub = x < 2.2250738585072014e-308;
+    x = tsb__sel(sub, __dmul_rn(x, two54), x);
+    int hx = ts__hi(x);
+    int k = (sub ? -54 : 0) + (hx >> 20) - 1023;
+    hx &= 0x000fffff;
+    int i = (hx + 0x95f64) & 0x100000;
+    x = ts__with_hi(x, hx | (i ^ 0x3ff00000));
+    k += i >> 20;
+    double f = __dsub_rn(x, 1.0);
+    double dk = (double)k;
+    /* |f| < 2**-20 */
+    double a0 = __dadd_rn(__dmul_rn(dk, ln2_hi), __dmul_rn(dk, ln2_lo));
+    double Ra = __dmul_rn(__dmul_rn(f, f), __dsub_rn(0.5, __dmul_rn(0.33333333333333333, f)));
+    double a1 = __dsub_rn(f, Ra);
+    double a2 = __dsub_rn(__dmul_rn(dk, ln2_hi), __dsub_rn(__dsub_rn(Ra, __dmul_rn(dk, ln2_lo)), f));
+    double ra = tsb__sel(f == 0.0, tsb__sel(k == 0, 0.0, a0), tsb__sel(k == 0, a1, a2));
+    /* the general case */
+    double s = __ddiv_rn(f, __dadd_rn(2.0, f));
+    double z = __dmul_rn(s, s);
+    double w = __dmul_rn(z, z);
+    double t1 = __dmul_rn(w, __dadd_rn(Lg2, __dmul_rn(w, __dadd_rn(Lg4, __dmul_rn(w, Lg6)))));
+    double t2 = __dmul_rn(z, __dadd_rn(Lg1, __dmul_rn(w, __dadd_rn(Lg3, __dmul_rn(w,
+                    __dadd_rn(Lg5, __dmul_rn(w, Lg7)))))));
+    double R = __dadd_rn(t2, t1);
+    double hfsq = __dmul_rn(__dmul_rn(0.5, f), f);
+    double b1 = __dsub_rn(f, __dsub_rn(hfsq, __dmul_rn(s, __dadd_rn(hfsq, R))));
+    double b2 = __dsub_rn(__dmul_rn(dk, ln2_hi),
+                          __dsub_rn(__dsub_rn(hfsq, __dadd_rn(__dmul_rn(s, __dadd_rn(hfsq, R)),
+                                                              __dmul_rn(dk, ln2_lo))), f));
+    double c1 = __dsub_rn(f, __dmul_rn(s, __dsub_rn(f, R)));
+    double c2 = __dsub_rn(__dmul_rn(dk, ln2_hi),
+                          __dsub_rn(__dsub_rn(__dmul_rn(s, __dsub_rn(f, R)), __dmul_rn(dk, ln2_lo)),
+                                    f));
+    int far = ((hx - 0x6147a) | (0x6b851 - hx)) > 0;
+    double rb = tsb__sel(far, tsb__sel(k == 0, b1, b2), tsb__sel(k == 0, c1, c2));
+    double res = tsb__sel((0x000fffff & (2 + hx)) < 3, ra, rb);
+    res = tsb__sel(x0 == TS_INF64, TS_INF64, res);
+    res = tsb__sel(x0 == 0.0, TS_NINF64, res);
+    return tsb__sel(!(x0 >= 0.0), TS_NAN64, res);
+}
+
+static inline double tsb_rsqrt(double x) {
+    int bad = (x != x) | (x < 0.0);
+    double r = __ddiv_rn(1.0, __dsqrt_rn(tsb__sel(bad, 1.0, x)));
+    return tsb__sel(bad, TS_NAN64, r);
+}
+
+/* float: the double routine, rounded once (NaN canonical), as ts__to_float */
+static inline float tsb__to_float(double r) {
+    return r != r ? __int_as_float(0x7fc00000) : (float)r;
+}
+
+#endif /* TS_REFMATH_SIMD_H */
