@@ -72,6 +72,7 @@ class StepperPanel(QWidget):
             self.actions[key] = a
         self.where = QLabel("Open a tape to step through its backward pass.", self)
         self.where.setTextFormat(Qt.RichText)
+        self.where.setWordWrap(True)  # a long node name must not widen the window
         self.incoming = ArrayView("incoming gradient", self)
         self.contrib_view = ArrayView("contribution", self)
         self.table = QTableWidget(0, 5, self)

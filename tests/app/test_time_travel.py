@@ -220,7 +220,7 @@ def test_a_heatmap_click_opens_that_node_at_that_step(qtbot, tt, episode):
     assert win.live.travel.view_step == 2 and win.selected == node + 1
     # the colour scale: ticks in ulp, exact to NaN
     ticks = [label for _, label in t.colorbar.axis._tickLevels[0]]
-    assert ticks[0] == "exact" and ticks[-1] == "NaN" and "1 ulp" in ticks
+    assert ticks[0] == "exact" and ticks[-1] == "NaN" and "32 ulp" in ticks
     # introduced only: a cell keeps its colour exactly where that node introduced error
     all_img = t.heat.image.copy()
     t.introduced_only.setChecked(True)
@@ -365,3 +365,21 @@ def test_live_actions_have_keys_in_their_tooltips_and_steps_are_named_apart(tt):
     keys = [a.shortcut().toString() for a in win.findChildren(type(ctl.act_start))
             if not a.shortcut().isEmpty()]
     assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+
+
+def test_a_window_resize_keeps_the_selection_everywhere(qtbot, tt, episode):
+    results, _, _ = episode
+    win = tt
+    feed(win, results)
+    win.select_node(20)
+    for w, h in ((1280, 800), (1100, 720), (1440, 900)):
+        win.resize(w, h)
+        qtbot.waitUntil(lambda w=w: win.width() == w)
+        qtbot.wait(5)
+        v = win.graph.view
+        assert win.selected == 20 and v.selected_node == 20
+        assert v.canvas.selected_item == int(v.display.node_item[20])
+        assert v.visible_scene_rect().contains(v.canvas.item_rect(v.canvas.selected_item))
+        idx = win.parity.table.currentIndex()
+        assert idx.isValid() and int(win.parity.proxy.data(idx, Qt.UserRole + 2)) == 20
+        assert win.inspector.details is not None and win.inspector.details.id == 20
