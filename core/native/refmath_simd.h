@@ -15,7 +15,9 @@
 static inline double tsb__sel(int c, double a, double b) { return c ? a : b; }
 
 /* NOTE: the others (expm1, log1p, sigmoid, erf) keep ts_f's branches: their loops stay scalar
- * (a branch-free sigmoid did not vectorise with gcc 12; expm1/log1p/erf have many more cases). */
+ * (a branch-free sigmoid did not vectorise with gcc 12; expm1/log1p/erf have many more cases).
+ * float tanh uses ts_tanhf itself: gcc 12 if-converts and vectorises that loop as it is, and
+ * measured it ~2x quicker than the float loop over tsb_tanh. */
 
 static inline double tsb_exp(double x) {
     const double ln2_hi = 6.93147180369123816490e-01;
