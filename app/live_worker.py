@@ -136,7 +136,8 @@ class Stepper:
                 with self._run_lock:
                     res = r.step()
                     summary = step_summary(r, res)
-                    self.window.capture(res.step, r)
+                    # paused (a single step): always kept; running: within its time budget
+                    self.window.capture(res.step, r, res.seconds, always=not self._go.is_set())
             except Exception as e:  # noqa: BLE001 — shown in the GUI, the app stays up
                 self._fail(e)
                 return

@@ -82,12 +82,26 @@ def _finite(a: Any) -> bool:
     return a.dtype.kind != "f" or bool(np.isfinite(a).all())
 
 
+SCAN_EVERY = 16  # the full non-finite scan runs at least every this many steps
+
+
 def step_summary(runner: Any, res: Any) -> dict:
     """``summarize(res)`` plus the nodes that produced a NaN/inf on the reference side (read
-    from ``runner.ref`` right after the step, before the next one overwrites it)."""
+    from ``runner.ref`` right after the step, before the next one overwrites it).
+
+    NOTE: the full scan costs ~0.6 ms a step on the transformer (6 % of its step); it runs when
+    the loss or a parameter's gradient is not finite (where a NaN made anywhere ends up), and
+    every ``SCAN_EVERY`` steps for what vanished on the way (an inf that exp(-inf) turned to 0).
+    """
     out = summarize(res)
     ref = runner.ref
     try:
+        params = [n.id for n in runner.nodes if n.op == "param"]
+        clean = (math.isfinite(res.loss_ref) and all(
+            _finite(ref.array(i, "grad")) for i in params))
+        if clean and res.step % SCAN_EVERY:
+            out["produced"] = []
+            return out
         out["produced"] = produced_nonfinite(runner.nodes, lambda i: ref.array(i, "value"),
                                              lambda i: ref.array(i, "grad"))
     except Exception:  # noqa: BLE001 — an alarm scan must never fail a step
