@@ -264,8 +264,9 @@ def test_bytes_on_fd1_without_a_newline_go_to_the_log_not_into_the_messages(qtbo
     s.snapshot.connect(lambda snap: steps.extend(st[0] for st in snap.steps))
     s.start()
     try:
-        qtbot.waitUntil(lambda: s.state in (STOPPED, FAILED) and len(steps) == 4,
+        qtbot.waitUntil(lambda: s.state == FAILED or (s.state == STOPPED and len(steps) == 4),
                         timeout=READY_MS)
+        assert s.state == STOPPED, s.log_text()[-2000:]
         assert steps == [1, 2, 3, 4]  # every snapshot arrived: no message was glued to text
         qtbot.waitUntil(lambda: "a print 3" in s.log_text())
         log = s.log_text()
@@ -281,8 +282,9 @@ def test_a_10mb_line_keeps_the_log_tail_bounded(qtbot, tmp_path):
     s = LiveSession(SessionConfig(workload=wl, device="host"), 0.05, max_steps=3)
     s.start()
     try:
-        qtbot.waitUntil(lambda: s.state in (STOPPED, FAILED) and s.steps_done == 3,
+        qtbot.waitUntil(lambda: s.state == FAILED or (s.state == STOPPED and s.steps_done == 3),
                         timeout=READY_MS)
+        assert s.state == STOPPED, s.log_text()[-2000:]
         qtbot.waitUntil(lambda: "after the flood 2" in s.log_text())
         assert s.state == STOPPED
         assert len(s.log_text().encode()) <= LOG_TAIL_BYTES
