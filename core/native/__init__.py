@@ -93,6 +93,9 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_bmm_f64", "ts_bmm_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int]
         getattr(lib, name).restype = None
+    for name in ("ts_colsum_f64", "ts_colsum_f32"):
+        getattr(lib, name).argtypes = [p, p, ll, ll]
+        getattr(lib, name).restype = None
     for name in ("ts_im2col_f64", "ts_im2col_f32"):
         getattr(lib, name).argtypes = [p, p] + [ll] * 14
         getattr(lib, name).restype = None
@@ -183,6 +186,19 @@ def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     fn = lib.ts_bmm_f64 if a.dtype == np.float64 else lib.ts_bmm_f32
     fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, bsz, m, k, n, sa, sb, threads())
     return c
+
+
+def colsum(x: np.ndarray) -> np.ndarray | None:
+    """Serial sums of the rows of 2-D ``x`` (``acc = +0.0; acc = acc + row`` in row order), or
+    None when native code is unavailable or ``x`` is not float32/float64."""
+    lib = library()
+    if lib is None or x.dtype not in _DT or x.ndim != 2:
+        return None
+    x = np.ascontiguousarray(x)
+    out = np.empty(x.shape[1], dtype=x.dtype)
+    fn = lib.ts_colsum_f64 if x.dtype == np.float64 else lib.ts_colsum_f32
+    fn(x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1])
+    return out
 
 
 def im2col2d(x: np.ndarray, kernel, strides, dilations, padw, outs) -> np.ndarray | None:

@@ -272,3 +272,16 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
                      long long h, long long wd, long long g, long long kh, long long kw,
                      long long oh, long long ow, long long sh, long long sw, long long ph,
                      long long pw, long long dh, long long dw) { CONV_MG1(float) }
+
+/* Serial sums of the rows of x (r x n): out[j] = acc = +0.0; for i = 0..r-1: acc = acc + x[i][j]
+ * (docs/reference-order.md, serial_sum). Vector lanes hold different j: no chain reordered. */
+#define COLSUM(T)                                                                       \
+    for (long long j = 0; j < n; ++j) out[j] = (T)0;                                    \
+    for (long long i = 0; i < r; ++i) {                                                 \
+        const T *xi = x + i * n;                                                        \
+        for (long long j = 0; j < n; ++j) out[j] = out[j] + xi[j];                      \
+    }
+
+void ts_colsum_f64(const double *x, double *out, long long r, long long n) { COLSUM(double) }
+
+void ts_colsum_f32(const float *x, float *out, long long r, long long n) { COLSUM(float) }

@@ -39,6 +39,11 @@ def serial_sum(x: np.ndarray, axis: int | Sequence[int] | None = None,
     flat = np.ascontiguousarray(moved).reshape(r, n)
     if r == 0:
         return np.zeros(out_shape, dtype=x.dtype)
+    from core import native
+
+    fast = native.colsum(flat)  # the contract itself in C, vectorised over the kept slots
+    if fast is not None:
+        return fast.reshape(out_shape)
     # NOTE: accumulate starts from x[0], the contract starts from +0.0. They differ only when
     # every element is -0.0 (x[0] + ... = -0.0, 0.0 + ... = +0.0): the final "+ 0.0" settles it
     # and changes no other value.

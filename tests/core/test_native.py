@@ -187,3 +187,25 @@ def test_average_pool_tap_loop_is_serial_sum(dtype):
         want = nn.pool_nd(x, "avg", k, st, padw, None, ceil, cip,
                           sum_fn=lambda v, a: serial_sum(v, a))
         assert got.tobytes() == want.tobytes(), (k, st, padw)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_native_serial_sum_equals_accumulate(dtype, monkeypatch):
+    """serial_sum through the C column sum gives the numpy spelling's bits (-0.0 sums too)."""
+    from core.ops.reference import serial_sum
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(12)
+    x = _spread(rng, (7, 5, 6), dtype)
+    x[:, 0, 0] = -0.0  # a slot whose every element is -0.0 sums to +0.0
+    x[2, 1, 1], x[3, 2, 2], x[4, 3, 3] = np.inf, -np.inf, np.nan
+    cases = [None, 0, 1, 2, (0, 2), (1, 2), (0, 1, 2)]
+    got = [serial_sum(x, a, keepdims=k) for a in cases for k in (False, True)]
+    with monkeypatch.context() as m, np.errstate(all="ignore"):  # inf + -inf in the numpy path
+        m.setattr(native, "_lib", None)
+        want = [serial_sum(x, a, keepdims=k) for a in cases for k in (False, True)]
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert g.tobytes() == w.tobytes()
+    assert serial_sum(np.full((3, 2), -0.0, dtype), 0).tobytes() == np.zeros(2, dtype).tobytes()
