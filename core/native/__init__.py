@@ -93,6 +93,9 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_bmm_f64", "ts_bmm_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int]
         getattr(lib, name).restype = None
+    lib.ts_adam_f64.argtypes = [p] * 5 + [ll] + [ctypes.c_double] * 6
+    lib.ts_adam_f32.argtypes = [p] * 5 + [ll] + [ctypes.c_float] * 6
+    lib.ts_adam_f64.restype = lib.ts_adam_f32.restype = None
     for name in ("ts_colsum_f64", "ts_colsum_f32"):
         getattr(lib, name).argtypes = [p, p, ll, ll]
         getattr(lib, name).restype = None
@@ -186,6 +189,27 @@ def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     fn = lib.ts_bmm_f64 if a.dtype == np.float64 else lib.ts_bmm_f32
     fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, bsz, m, k, n, sa, sb, threads())
     return c
+
+
+def adam(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
+         k: dict) -> np.ndarray | None:
+    """core.optim.Adam's update in C (m, v in place; the new weights returned), or None.
+
+    ``k``: the step scalars, already rounded to the dtype (b1, omb1, b2, omb2, eps, lr_t).
+    """
+    lib = library()
+    dt = w.dtype
+    if lib is None or dt not in _DT or any(
+            a.dtype != dt or a.shape != w.shape or not a.flags.c_contiguous for a in (g, m, v)):
+        return None
+    if not m.flags.writeable or not v.flags.writeable:
+        return None
+    w = np.ascontiguousarray(w)
+    out = np.empty(w.shape, dtype=dt)
+    fn = lib.ts_adam_f64 if dt == np.float64 else lib.ts_adam_f32
+    fn(w.ctypes.data, g.ctypes.data, m.ctypes.data, v.ctypes.data, out.ctypes.data, w.size,
+       k["b1"], k["omb1"], k["b2"], k["omb2"], k["eps"], k["lr_t"])
+    return out
 
 
 def colsum(x: np.ndarray) -> np.ndarray | None:

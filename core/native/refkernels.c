@@ -285,3 +285,38 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
 void ts_colsum_f64(const double *x, double *out, long long r, long long n) { COLSUM(double) }
 
 void ts_colsum_f32(const float *x, float *out, long long r, long long n) { COLSUM(float) }
+
+/* One Adam update in core.optim.Adam's order, one rounding per written operation:
+ * m = m*b1 + omb1*g; v = v*b2 + (g*g)*omb2; w_new = w - (m / (sqrt(v) + eps)) * lr_t.
+ * m and v in place; the new weights into out. sqrt is IEEE (correctly rounded). */
+#define ADAM(T)                                                                         \
+    for (long long i = 0; i < n; ++i) {                                                 \
+        T gi = g[i];                                                                    \
+        T m1 = m[i] * b1, p = omb1 * gi;                                                \
+        T mi = m1 + p;                                                                  \
+        T gg = gi * gi;                                                                 \
+        T gg2 = gg * omb2, v1 = v[i] * b2;                                              \
+        T vi = v1 + gg2;                                                                \
+        T den = SQRT(vi);                                                               \
+        den = den + eps;                                                                \
+        T u = mi / den;                                                                 \
+        u = u * lr_t;                                                                   \
+        m[i] = mi;                                                                      \
+        v[i] = vi;                                                                      \
+        out[i] = w[i] - u;                                                              \
+    }
+
+void ts_adam_f64(const double *w, const double *g, double *m, double *v, double *out,
+                 long long n, double b1, double omb1, double b2, double omb2, double eps,
+                 double lr_t) {
+#define SQRT __builtin_sqrt
+    ADAM(double)
+#undef SQRT
+}
+
+void ts_adam_f32(const float *w, const float *g, float *m, float *v, float *out, long long n,
+                 float b1, float omb1, float b2, float omb2, float eps, float lr_t) {
+#define SQRT __builtin_sqrtf
+    ADAM(float)
+#undef SQRT
+}

@@ -209,3 +209,36 @@ def test_native_serial_sum_equals_accumulate(dtype, monkeypatch):
         assert g.shape == w.shape and g.dtype == w.dtype
         assert g.tobytes() == w.tobytes()
     assert serial_sum(np.full((3, 2), -0.0, dtype), 0).tobytes() == np.zeros(2, dtype).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_native_adam_equals_the_numpy_update(dtype, monkeypatch):
+    """Adam in C: the same m, v and weights, bit for bit, over several steps."""
+    from core import Tape, ops, optim
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(13)
+    w0 = _spread(rng, (17, 9), dtype)
+    x0 = _spread(rng, (5, 17), dtype)
+
+    def train(with_native):
+        t = Tape(dtype)
+        w = t.param(w0)
+        opt = optim.Adam(t, lr=1e-2)
+        opt.add_all()
+        mark = t.mark()
+        with monkeypatch.context() as m:
+            if not with_native:
+                m.setattr(native, "_lib", None)
+            for _ in range(4):
+                t.reset_to(mark)
+                loss = ops.mean(ops.tanh(t.const(x0) @ w) * 3.0)
+                t.backward(loss)
+                opt.step()
+        return t.value(w).tobytes(), opt.slots[0]
+
+    a, sa = train(True)
+    b, sb = train(False)
+    assert a == b
+    assert sa.m.tobytes() == sb.m.tobytes() and sa.v.tobytes() == sb.v.tobytes()
