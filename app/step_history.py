@@ -20,6 +20,7 @@ is the forward half of the same rule, judged on the reference's inputs.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -225,7 +226,7 @@ class StepHistory:
         """Index of the stored step nearest ``step`` (-1 when empty)."""
         if not self.step_nums:
             return -1
-        k = int(np.searchsorted(self.step_nums, step))
+        k = bisect.bisect_left(self.step_nums, step)  # (a list: no array made per call)
         if k >= len(self.step_nums):
             return len(self.step_nums) - 1
         if k > 0 and step - self.step_nums[k - 1] < self.step_nums[k] - step:
@@ -285,6 +286,13 @@ class StepHistory:
     def worst_ulp(self, step: int) -> np.ndarray:
         """Per node, the worst ulp of value and gradient (-1 for a NaN mismatch)."""
         return _worst(self.record(step))
+
+    def columns(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Stored step number ``k`` (an index): per node worst ulp (-1 NaN), and the same
+        keeping only what each node introduced (the heatmap's two modes)."""
+        r = self.records[k]
+        w = _worst(r)
+        return w, np.where(r["flags"] & (F_V_INTRO | F_G_INTRO | F_U_INTRO), w, 0.0)
 
     def first_step_differing(self) -> dict[int, int]:
         """node id → the first step at which its value or gradient differed (only those)."""

@@ -14,6 +14,7 @@ line says which one is shown.
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFileDialog, QToolBar
@@ -21,7 +22,7 @@ from PySide6.QtWidgets import QFileDialog, QToolBar
 from app.session import parity_colors
 from app.step_history import SOURCE_PROVENANCE, StepHistory, summarize
 from views.step_scrubber import StepScrubber
-from views.training_view import HEAT_STEPS
+from views.training_view import HEAT_STEPS, heat_levels
 
 # the live actions' keys (shown in the Live menu and in each tooltip)
 SHORTCUTS = {"start": "Ctrl+R", "pause": "Ctrl+P", "step": "Ctrl+T", "resume": "Ctrl+Shift+P",
@@ -57,6 +58,10 @@ class TimeTravel(QObject):
         ctl.training.introduced_only_changed.connect(self._heat)
         self.repro: dict | None = None  # a "Copy repro" waiting for its inputs' arrays
         self.last_repro = None
+        # heatmap columns of the last HEAT_STEPS steps (all, introduced only), made once per step
+        self._cols: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self._thinned = 0
+        self._param_rows: list | None = None
 
     def install(self, menu) -> None:
         """Name the controller's actions apart, give them keys and tooltips that say them; add
@@ -107,6 +112,7 @@ class TimeTravel(QObject):
         self.history = None
         self.view_step = -1
         self.repro = None
+        self._cols, self._thinned, self._param_rows = [], 0, None
         self.scrubber.follow = True
         self.scrubber.set_steps([])
         self.update_actions()
@@ -121,9 +127,17 @@ class TimeTravel(QObject):
             nodes = s.tape.nodes[:n] if s is not None and len(s.tape) >= n else ()
             self.history = StepHistory(nodes)
         known = self.history.step_nums[-1] if len(self.history) else 0
+        h = self.history
         for summary in summaries:
             if int(summary["step"]) > known:
-                self.history.add(summary)
+                h.add(summary)
+                if h.thinned == self._thinned:
+                    self._add_column(len(h) - 1)
+        if h.thinned != self._thinned:  # old steps dropped: rebuild the (recent) columns
+            self._thinned = h.thinned
+            self._cols = []
+            for k in range(max(0, len(h) - HEAT_STEPS), len(h)):
+                self._add_column(k)
         self._heat()
         self._params()
         self.update_actions()
@@ -143,14 +157,14 @@ class TimeTravel(QObject):
         self.view_step = step
         comp = h.comparison(step)
         self.win.set_comparison(comp)
-        self._marks(step)
+        self._marks(step, comp)
         self.ctl.training.set_cursor(step)
         self.ctl.kernels.set_parity(self.kernel_parity(step))
         self.step_shown.emit(step)
 
-    def _marks(self, step: int) -> None:
+    def _marks(self, step: int, comp: list[dict] | None = None) -> None:
         h = self.history
-        comp = h.comparison(step)
+        comp = h.comparison(step) if comp is None else comp
         intro = set(h.introduced(step))
         differ = {e["id"] for e in comp if e["value"]["n_diff"] or (e["grad"] or {}).get(
             "n_diff")}
@@ -203,12 +217,19 @@ class TimeTravel(QObject):
                               "introduced": None if node is None else node in intro}
         return out
 
-    def _heat(self, *_args) -> None:
-        h = self.history
-        if h is None or not len(h):
+    def _add_column(self, k: int) -> None:
+        all_, intro = self.history.columns(k)
+        self._cols.append((self.history.step_nums[k], heat_levels(all_).astype(np.uint8),
+                           heat_levels(intro).astype(np.uint8)))
+        del self._cols[:-HEAT_STEPS]
+
+    def _heat(self, *args) -> None:
+        if not self._cols:
             return
-        worst, steps = h.heat(self.ctl.training.introduced_only.isChecked(), last=HEAT_STEPS)
-        self.ctl.training.set_heat(worst, steps)
+        only = self.ctl.training.introduced_only.isChecked()
+        img = np.stack([c[2] if only else c[1] for c in self._cols], axis=1)
+        # a toggle (args: the checkbox's bool) redraws at once; a snapshot with the plots
+        self.ctl.training.set_heat(img, [c[0] for c in self._cols], now=bool(args))
 
     def _params(self) -> None:
         s = self.win.session
@@ -216,8 +237,11 @@ class TimeTravel(QObject):
             return
         first = self.history.first_step_differing()
         n = len(self.history.nodes)
-        self.ctl.training.set_params([(p.id, p.name or "", first.get(p.id))
-                                      for p in s.tape.nodes[:n] if p.op == "param"])
+        rows = [(p.id, p.name or "", first.get(p.id)) for p in s.tape.nodes[:n]
+                if p.op == "param"]
+        if rows != self._param_rows:  # rebuilt only when a parameter first differs
+            self._param_rows = rows
+            self.ctl.training.set_params(rows)
 
     # ---- going places -----------------------------------------------------------------------
     @Slot(int, int)

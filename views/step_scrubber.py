@@ -7,6 +7,8 @@ follow off, and ``End`` (or the ⇥ button) turns it back on.
 
 from __future__ import annotations
 
+import bisect
+
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QSpinBox, QToolButton, QWidget
@@ -73,12 +75,20 @@ class StepScrubber(QWidget):
         if not n:
             self.current = -1
             return
-        if self.follow or self.current not in self.steps:
+        if self.follow or self._nearest(max(self.current, 0)) != self.current:
             self.show_step(self.steps[-1] if self.follow or self.current < 0
                            else self._nearest(self.current), user=False)
 
     def _nearest(self, step: int) -> int:
-        return min(self.steps, key=lambda s: (abs(s - step), s))
+        k = bisect.bisect_left(self.steps, step)  # the steps ascend; 10,000 of them stay cheap
+        if k >= len(self.steps):
+            return self.steps[-1]
+        if k > 0 and step - self.steps[k - 1] <= self.steps[k] - step:
+            return self.steps[k - 1]
+        return self.steps[k]
+
+    def _index(self, step: int) -> int:
+        return bisect.bisect_left(self.steps, step)
 
     def _block(self, on: bool) -> None:
         self.slider.blockSignals(on)
@@ -92,7 +102,7 @@ class StepScrubber(QWidget):
         if user:
             self.follow = step == self.steps[-1] and self.follow
         self._block(True)
-        self.slider.setValue(self.steps.index(step))
+        self.slider.setValue(self._index(step))
         self.spin.setValue(step)
         self._block(False)
         self.title.setText("step" if self.follow else "<b>step</b>")
@@ -114,15 +124,15 @@ class StepScrubber(QWidget):
     @Slot()
     def previous(self) -> None:
         """One stored step back."""
-        if self.steps and self.current in self.steps:
+        if self.steps and self.current >= 0:
             self.follow = False
-            self.show_step(self.steps[max(0, self.steps.index(self.current) - 1)])
+            self.show_step(self.steps[max(0, self._index(self.current) - 1)])
 
     @Slot()
     def next(self) -> None:
         """One stored step on."""
-        if self.steps and self.current in self.steps:
-            k = min(len(self.steps) - 1, self.steps.index(self.current) + 1)
+        if self.steps and self.current >= 0:
+            k = min(len(self.steps) - 1, self._index(self.current) + 1)
             self.follow = k == len(self.steps) - 1 and self.follow
             self.show_step(self.steps[k])
 

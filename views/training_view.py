@@ -174,6 +174,7 @@ class TrainingPanel(QWidget):
         self.heat.clear()
         self.heat_steps, self.heat_nodes, self.cursor_step = [], 0, -1
         self.override_heat = False
+        self._heat_pending: tuple | None = None
         self.params.setRowCount(0)
         for line in self.cursors:
             line.hide()
@@ -233,6 +234,10 @@ class TrainingPanel(QWidget):
         self.ulp_curve.setData(self.steps, u)
         if self.columns and not self.override_heat:
             self._draw_heat(np.stack(self.columns, axis=1), self.col_steps)
+        if self._heat_pending is not None:
+            img, steps = self._heat_pending
+            self._heat_pending = None
+            self._draw_heat(img, steps)
         last = self.max_ulp[-1] if self.max_ulp.size else 0
         last_txt = "NaN" if last < 0 else f"{last:g} ulp"
         self.rate.setText(f"{self.total_steps} steps · {self.steps_per_s:.1f} steps/s · "
@@ -249,14 +254,18 @@ class TrainingPanel(QWidget):
         self.heat_plot.getViewBox().setRange(xRange=(x0 - 0.5, x1 + 0.5),
                                              yRange=(-0.5, img.shape[0] - 0.5), padding=0.02)
 
-    def set_heat(self, worst: np.ndarray, steps: list[int]) -> None:
-        """Draw the heatmap from a nodes × steps array of worst ulp (-1: NaN) over ``steps``
-        (the step history's; replaces what ``add_steps`` collected)."""
+    def set_heat(self, levels: np.ndarray, steps: list[int], now: bool = False) -> None:
+        """Show a nodes × steps array of heat levels (``heat_levels`` of each step's worst ulp)
+        over ``steps`` (the step history's; replaces what ``add_steps`` collected). Drawn with
+        the other plots (at most every REDRAW_S), or ``now``."""
         if not steps:
             return
         self.override_heat = True
-        cols = np.asarray(worst, dtype=np.float64)
-        self._draw_heat(np.stack([heat_levels(c) for c in cols.T], axis=1), steps)
+        self._heat_pending = (np.asarray(levels), list(steps))
+        if now:
+            self.flush()
+        else:
+            self._schedule()
 
     def set_cursor(self, step: int) -> None:
         """Mark the step the window shows on every plot."""
