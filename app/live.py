@@ -161,6 +161,7 @@ class LiveSession(QObject):
         self.proc = None  # the worker's Popen (reaped by a thread of its own)
         self.returncode: int | None = None
         self.killed = False
+        self._closed = False
         self.logs = LogTail()
         self.silent_s = 0.0  # how long the worker has owed an answer (0: it does not)
         self._heard = time.monotonic()
@@ -242,7 +243,7 @@ class LiveSession(QObject):
             return
         self.stop()
         self.pending.clear()
-        self._watch.stop()
+        self._closed = True  # the watchdog's timer stops itself (its own thread: the GUI's)
         w.close(wait_s)
 
     def kill(self) -> None:
@@ -332,6 +333,9 @@ class LiveSession(QObject):
                                     or self._owe_step or bool(self.pending))
 
     def _check_watchdog(self) -> None:
+        if self._closed:
+            self._watch.stop()
+            return
         owes = self._owes_answer()
         silent = time.monotonic() - self._heard
         limit = self.watchdog_s if self.info is not None else max(self.watchdog_s, STARTUP_S)

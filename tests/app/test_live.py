@@ -349,3 +349,23 @@ def test_a_hung_step_trips_the_watchdog_and_kill_ends_the_worker(qtbot, win, tmp
     assert lv.state == STOPPED and reaped(worker)
     assert win.last_error is None  # the user asked for it: no "failed" dialog
     assert "killed" in win.live.state_label.text()
+
+
+def test_stop_on_a_hung_step_hides_the_warning_and_close_still_ends_the_worker(qtbot, win,
+                                                                                tmp_path):
+    wl = hostile(tmp_path, "stuck", batch="if step == 1:\n    time.sleep(600)\n")
+    win.live.watchdog_s = 1.0
+    assert win.live.start(SessionConfig(workload=wl, device="host"))
+    lv = win.live.live
+    bar = win.live.watchdog
+    qtbot.waitUntil(lambda: bar.isVisible(), timeout=READY_MS)
+    qtbot.mouseClick(bar.stop_button, Qt.LeftButton)
+    assert lv.state == STOPPED
+    qtbot.waitUntil(lambda: not bar.isVisible())  # it owes nothing once stopped
+    assert lv.is_alive()  # still inside the step that never returns
+    worker = lv.proc.pid
+    t = threading.Thread(target=lv.close, daemon=True)
+    t.start()
+    t.join(20)  # a hang guard: close ends the group after a short wait
+    assert not t.is_alive()
+    assert wait_for(lambda: reaped(worker) or dead(worker))
