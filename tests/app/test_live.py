@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
@@ -307,6 +308,8 @@ def test_a_worker_that_exits_is_reaped_without_waiting_for_close(qtbot, tmp_path
         s.close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="the parent-death signal is Linux's prctl(PR_SET_PDEATHSIG)")
 def test_the_worker_dies_with_its_parent_even_inside_a_hung_step(tmp_path):
     started = tmp_path / "in-step"
     wl = hostile(tmp_path, "hangs", batch=(
