@@ -2,7 +2,7 @@
 
 After each step the worker copies every compared node's value and gradient, both sides
 (``PairRunner.arrays``), into a ring of at most ``keep`` steps and ``budget_bytes`` bytes
-(the transformer: 0.7 MB and under 1 ms a step on the host, 45 MB for 64 steps). ``inspect``
+(the transformer: 0.7 MB and about 1 ms a step on the host, 23 MB for 32 steps). ``inspect``
 for a past step answers from here; a step that left the window (or was skipped) says so (its
 per-node summaries stay in the GUI's ``StepHistory`` for every step). While the session runs,
 copying is budgeted to 5 % of the stepping time (on the transformer about every fourth step);
@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-KEEP_STEPS = 64
+KEEP_STEPS = 32
 SHARE = 0.05  # while running, copies take at most this share of the stepping time
 BUDGET_BYTES = 256 << 20
 
