@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from core import mathlib
-from core.ops.registry import REGISTRY, ShapeError
+from core.ops.registry import REGISTRY, ShapeError, grad_inputs
 
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
@@ -345,6 +345,8 @@ class Tape:
             y = np.ascontiguousarray(y, dtype=self.dtype).reshape(np.shape(y))
         if y.shape != shape:
             raise AssertionError(f"{op}: forward gave {y.shape}, shape rule said {shape}")
+        # requires_grad: some input would receive a gradient (registry.grad_inputs' rule, inline
+        # because record is the tape's hot path)
         nd = opdef.nondiff_inputs
         rg = False
         for k, j in enumerate(ids):
@@ -411,11 +413,11 @@ class Tape:
             if g is None:
                 continue
             node = nodes[i]
-            if not node.inputs or not node.requires_grad:
+            push = grad_inputs(nodes, i)
+            if not push:
                 continue
             opdef = REGISTRY[node.op]
-            nd = opdef.nondiff_inputs
-            needs = [nodes[j].requires_grad and k not in nd for k, j in enumerate(node.inputs)]
+            needs = [k in push for k in range(len(node.inputs))]
             parts = opdef.backward(self.M, g, [values[j] for j in node.inputs], values[i],
                                    node.attrs, needs)
             contribs = []

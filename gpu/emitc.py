@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import REGISTRY
+from core.ops.registry import grad_inputs, reached_nodes
 from core.tape import Node, Tape, Var
 from gpu.device import KERNEL_DIR
-from gpu.source import instantiate, node_comment
+from gpu.optable import BINARY, UNARY, cform, render, scalar_of
+from gpu.source import TRANSCENDENTALS, instantiate, node_comment
 
-__all__ = ["EmitError", "emit", "emit_lines", "needed_math", "C_OPS"]
+__all__ = ["EmitError", "emit", "emit_lines", "needed_math", "C_OPS", "NO_C_RULE"]
 
 
 class EmitError(ValueError):
@@ -151,35 +152,9 @@ def _copy_bwd(c: _Ctx) -> list[str | None]:
     return [c.g] * len(c.ins)
 
 
-def _s(c: _Ctx) -> str:
-    return c.lit(c.node.attrs["s"])
-
-
 # op -> (forward expression, backward contributions in input order). Each line is the
 # reference-order formula of docs/reference-order.md for a one-element operand.
 C_OPS: dict[str, tuple[Fwd, Bwd]] = {
-    "add": (lambda c: "ADD({}, {})".format(*c.ins),
-            lambda c: [c.unb(c.g, 0), c.unb(c.g, 1)]),
-    "sub": (lambda c: "SUB({}, {})".format(*c.ins),
-            lambda c: [c.unb(c.g, 0), c.unb(f"(-{c.g})", 1)]),
-    "mul": (lambda c: "MUL({}, {})".format(*c.ins),
-            lambda c: [c.unb(f"MUL({c.g}, {c.ins[1]})", 0), c.unb(f"MUL({c.g}, {c.ins[0]})", 1)]),
-    "div": (lambda c: "DIV({}, {})".format(*c.ins),
-            lambda c: [c.unb(f"DIV({c.g}, {c.ins[1]})", 0),
-                       c.unb(f"(-DIV(MUL({c.g}, {c.y}), {c.ins[1]}))", 1)]),
-    "neg": (lambda c: f"(-{c.ins[0]})", lambda c: [f"(-{c.g})"]),
-    "adds": (lambda c: f"ADD({c.ins[0]}, {_s(c)})", lambda c: [c.g]),
-    "muls": (lambda c: f"MUL({c.ins[0]}, {_s(c)})", lambda c: [f"MUL({c.g}, {_s(c)})"]),
-    # NaN propagates through relu; -0.0 and negatives become +0.0
-    "relu": (lambda c: "(({0} > {1} || {0} != {0}) ? {0} : {1})".format(c.ins[0], c.lit(0)),
-             lambda c: [f"(({c.ins[0]} > {c.lit(0)}) ? {c.g} : {c.lit(0)})"]),
-    "sigmoid": (lambda c: f"SIGMOID({c.ins[0]})",
-                lambda c: [f"MUL({c.g}, MUL({c.y}, SUB({c.lit(1)}, {c.y})))"]),
-    "tanh": (lambda c: f"TANH({c.ins[0]})",
-             lambda c: [f"MUL({c.g}, SUB({c.lit(1)}, MUL({c.y}, {c.y})))"]),
-    "exp": (lambda c: f"EXP({c.ins[0]})", lambda c: [f"MUL({c.g}, {c.y})"]),
-    "log": (lambda c: f"LOG({c.ins[0]})", lambda c: [f"DIV({c.g}, {c.ins[0]})"]),
-    "sqrt": (lambda c: f"SQRT({c.ins[0]})", lambda c: [f"DIV({c.g}, ADD({c.y}, {c.y}))"]),
     "sum": (lambda c: c.serial1(c.ins[0]), _copy_bwd),
     "mean": (lambda c: f"DIV({c.serial1(c.ins[0])}, {c.count()})",
              lambda c: [f"DIV({c.g}, {c.count()})"]),
@@ -194,14 +169,43 @@ C_OPS: dict[str, tuple[Fwd, Bwd]] = {
     "softmax": (_softmax_fwd,
                 lambda c: [f"MUL({c.y}, SUB({c.g}, {c.serial1(f'MUL({c.g}, {c.y})')}))"]),
     "rms_norm": (lambda c: f"MUL(MUL({c.ins[0]}, {_rms_r(c)}), {c.ins[1]})", _rms_bwd),
-    "silu": (lambda c: f"MUL({c.ins[0]}, SIGMOID({c.ins[0]}))",
-             lambda c: [f"MUL({c.g}, {_silu_slope(c, c.ins[0], c.let(f'SIGMOID({c.ins[0]})'))})"]),
     "swiglu": (lambda c: "MUL(MUL({0}, SIGMOID({0})), {1})".format(*c.ins), _swiglu_bwd),
     "cross_entropy": (_ce_fwd, _ce_bwd),
 }
 C_OPS["bmm"] = C_OPS["matmul"]
 
-_MATH_TOKENS = {"EXP": "exp", "LOG": "log", "TANH": "tanh", "SIGMOID": "sigmoid", "ERF": "erf"}
+
+def _env(c: _Ctx, op: str) -> dict[str, str]:
+    if len(c.ins) == 2:
+        return {"a": c.ins[0], "b": c.ins[1], "y": c.y, "g": c.g}
+    s = c.lit(scalar_of(op, c.node.attrs)) if cform(op).scalar is not None else c.lit(0)
+    return {"x": c.ins[0], "y": c.y, "g": c.g, "s": s}
+
+
+def _table_rule(op: str) -> tuple[Fwd, Bwd]:
+    """An op of the table with a C form: its one spelling, a let bound to a temporary."""
+    def fwd(c: _Ctx) -> str:
+        return render(op, "fwd", _env(c, op), lambda name, expr: c.let(expr))
+
+    def bwd(c: _Ctx) -> list[str | None]:
+        env = _env(c, op)
+        return [c.unb(render(op, k, env, lambda name, expr: c.let(expr)), k)
+                for k in range(len(c.ins))]
+    return fwd, bwd
+
+
+C_OPS.update({op: _table_rule(op) for op in (*BINARY, *UNARY)})
+
+# Ops with no emitc rule, and why (a one-element tape cannot hold them meaningfully).
+NO_C_RULE = {
+    "rope": "pairs columns i and i + D/2: a one-element row has no pair",
+    "conv2d": "windows over [N, C, H, W] operands",
+    "maxpool2d": "windows over [N, C, H, W] operands",
+    "avgpool2d": "windows over [N, C, H, W] operands",
+    "gather": "an index operand read at run time",
+}
+
+_MATH_TOKENS = {t: t.lower() for t in TRANSCENDENTALS}
 
 
 # ---- the walk -----------------------------------------------------------------------------
@@ -216,15 +220,7 @@ def _cone(tape: Tape, li: int) -> list[int]:
 
 def _reached(tape: Tape, li: int) -> set[int]:
     """Nodes the tape's backward gives a gradient to (mirrors Tape._sweep)."""
-    got = {li}
-    for i in range(li, -1, -1):
-        n = tape.nodes[i]
-        if i not in got or not n.inputs or not n.requires_grad:
-            continue
-        nd = REGISTRY[n.op].nondiff_inputs
-        got.update(j for k, j in enumerate(n.inputs)
-                   if tape.nodes[j].requires_grad and k not in nd)
-    return got
+    return {i for i, r in enumerate(reached_nodes(tape.nodes, li)) if r}
 
 
 def _bind(tape: Tape, leaves: Mapping[Any, str] | None) -> dict[int, str]:
@@ -254,7 +250,7 @@ def _bind(tape: Tape, leaves: Mapping[Any, str] | None) -> dict[int, str]:
 
 
 def needed_math(tape: Tape, loss: Var | int) -> set[str]:
-    """The transcendentals (exp, log, tanh, sigmoid, erf) the emitted function calls."""
+    """The transcendentals (exp, log, tanh, sigmoid, erf, expm1, log1p) the function calls."""
     fwd, bwd, _ = emit_lines(tape, loss)
     text = "\n".join(fwd + bwd)
     return {v for k, v in _MATH_TOKENS.items() if re.search(rf"\b{k}\(", text)}
@@ -316,9 +312,9 @@ def emit_lines(tape: Tape, loss: Var | int, leaves: Mapping[Any, str] | None = N
         c = _Ctx(tape, n, prefix="v")  # backward temporaries: v<id>_<k>, forward: u<id>_<k>
         parts = C_OPS[n.op][1](c)
         body = list(c.lines)
-        nd = REGISTRY[n.op].nondiff_inputs
+        push = grad_inputs(tape.nodes, i)
         for k, j in enumerate(n.inputs):
-            if k in nd or not tape.nodes[j].requires_grad or parts[k] is None:
+            if k not in push or parts[k] is None:
                 continue
             # computed in full, then added: gJ = gJ + c (gJ started at +0.0)
             body.append(f"g{j} = ADD(g{j}, {parts[k]});")

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpu.device import Buffer, Device, Launch, Module
+from gpu.optable import BINARY_CODES, UNARY_CODES, scalar_of
 
 __all__ = ["KERNELS", "LEAF", "OpKernels", "BuildCtx", "register_kernels"]
 
@@ -112,13 +113,10 @@ def unb_perm(in_shape: tuple, out_shape: tuple) -> tuple[np.ndarray, int]:
     return moved, r
 
 
-# ---- elementwise binaries ----------------------------------------------------------------------
-_BIN = {"add": 0, "sub": 1, "mul": 2, "div": 3}
-
-
-@register_kernels("add", "sub", "mul", "div")
+# ---- elementwise binaries: every op of the table with a two-input C form ----------------------
+@register_kernels(*BINARY_CODES)
 def _binary(op: str) -> OpKernels:
-    code = np.int64(_BIN[op])
+    code = np.int64(BINARY_CODES[op])
 
     def maps(ctx: BuildCtx, node) -> tuple[Buffer, Buffer, int]:
         out = ctx.shape(node.id)
@@ -158,17 +156,13 @@ def _binary(op: str) -> OpKernels:
     return OpKernels(fwd, bwd)
 
 
-# ---- unaries -----------------------------------------------------------------------------------
-_UN = {"neg": 0, "adds": 1, "muls": 2, "relu": 3, "sigmoid": 4, "tanh": 5, "exp": 6, "log": 7,
-       "sqrt": 8, "silu": 9}
-
-
-@register_kernels(*_UN)
+# ---- unaries: every op of the table with a one-input C form -----------------------------------
+@register_kernels(*UNARY_CODES)
 def _unary(op: str) -> OpKernels:
-    code = np.int64(_UN[op])
+    code = np.int64(UNARY_CODES[op])
 
     def scalar(ctx: BuildCtx, node) -> np.generic:
-        return ctx.real(node.attrs["s"]) if op in ("adds", "muls") else ctx.real(0.0)
+        return ctx.real(scalar_of(op, node.attrs))  # the op table's {s}, rounded once to T
 
     def fwd(ctx: BuildCtx, node) -> list[Launch]:
         (x,) = node.inputs

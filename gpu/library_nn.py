@@ -1,9 +1,8 @@
 """Launch builders of the nn ops of imported ONNX models (core/ops/nn.py): conv2d, maxpool2d,
-avgpool2d, erf, gather (docs/reference-order-nn.md). Window geometry becomes host index maps."""
+avgpool2d, gather (docs/reference-order-nn.md; erf is a unary of the op table: gpu/library.py).
+Window geometry becomes host index maps."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -164,27 +163,6 @@ def _conv(op: str) -> OpKernels:
         out.append(ctx.launch("col2im", n * c * hw, gcols, ctx.grads[x], c_off, c_lst, n, c, g,
                               hw, t, p, i64(1)))
         return out
-
-    return OpKernels(fwd, bwd)
-
-
-_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
-
-
-@register_kernels("erf")
-def _erf(op: str) -> OpKernels:
-    code = i64(10)
-
-    def fwd(ctx: BuildCtx, node) -> list[Launch]:
-        (x,) = node.inputs
-        return [ctx.launch("unary_fwd", node.size, code, ctx.values[x], ctx.values[node.id],
-                           ctx.real(_TWO_OVER_SQRT_PI), node.size)]
-
-    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
-        (x,) = node.inputs
-        return [ctx.launch("unary_bwd", node.size, code, ctx.values[x], ctx.values[node.id],
-                           ctx.grads[node.id], ctx.grads[x], ctx.real(_TWO_OVER_SQRT_PI),
-                           node.size)]
 
     return OpKernels(fwd, bwd)
 

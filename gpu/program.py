@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import REGISTRY
+from core.ops.registry import grad_inputs, reached_nodes
 from core.tape import Tape, Var
 from gpu.device import Buffer, Device, Launch
 from gpu.library import KERNELS, LEAF, BuildCtx
@@ -34,21 +34,6 @@ class Step:
 
     node: int
     launch: Launch
-
-
-def reached_nodes(nodes: tuple, loss: int) -> list[bool]:
-    """Which nodes backward(loss) gives a gradient (static: the tape's own rule)."""
-    reached = [False] * (loss + 1)
-    reached[loss] = True
-    for i in range(loss, -1, -1):
-        n = nodes[i]
-        if not reached[i] or not n.inputs or not n.requires_grad:
-            continue
-        nondiff = REGISTRY[n.op].nondiff_inputs
-        for k, j in enumerate(n.inputs):
-            if nodes[j].requires_grad and k not in nondiff:
-                reached[j] = True
-    return reached
 
 
 def _node_id(tape: Tape, v: Var | int) -> int:
@@ -151,13 +136,11 @@ class Program:
                  Step(self.loss_id, ctx.launch("fill", 1, self.grads[self.loss_id],
                                                ctx.real(1.0), 1))]
         for i in range(self.loss_id, -1, -1):
-            n = self.nodes[i]
-            if not self.reached[i] or not n.inputs or not n.requires_grad:
+            if not self.reached[i]:
                 continue
-            nondiff = REGISTRY[n.op].nondiff_inputs
-            for k, j in enumerate(n.inputs):
-                if self.nodes[j].requires_grad and k not in nondiff:
-                    steps += [Step(i, ln) for ln in KERNELS[n.op].bwd(ctx, n, k)]
+            n = self.nodes[i]
+            for k in grad_inputs(self.nodes, i):
+                steps += [Step(i, ln) for ln in KERNELS[n.op].bwd(ctx, n, k)]
         return steps
 
     # ---- running -----------------------------------------------------------------------------
@@ -201,10 +184,8 @@ class Program:
         if i == self.loss_id:  # the seed: the fill launch, before the loss's own backward
             return "backward", next(k for k, s in enumerate(steps) if s.node == i)
         # its last contribution comes from its smallest consumer (backward runs in decreasing id)
-        by = [n.id for n in self.nodes[i + 1:] if self.reached[n.id] and n.requires_grad
-              and any(j == i and self.nodes[j].requires_grad
-                      and k not in REGISTRY[n.op].nondiff_inputs
-                      for k, j in enumerate(n.inputs))]
+        by = [n.id for n in self.nodes[i + 1:] if self.reached[n.id]
+              and any(n.inputs[k] == i for k in grad_inputs(self.nodes, n.id))]
         last = min(by)
         return "backward", max(k for k, s in enumerate(steps) if s.node == last)
 

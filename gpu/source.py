@@ -61,11 +61,12 @@ _COMMON = {
 
 # Transcendentals: refmath's C twins (gpu/kernels/refmath.cuh) or the platform libm. PEXP is
 # always the platform exp: it spells core.mathlib's platform sigmoid 1 / (1 + exp(-x)).
-TRANSCENDENTALS = ("EXP", "LOG", "TANH", "SIGMOID", "ERF")
+TRANSCENDENTALS = ("EXP", "LOG", "TANH", "SIGMOID", "ERF", "EXPM1", "LOG1P")
 _PLATFORM = {
-    "f64": {"EXP": "exp", "LOG": "log", "TANH": "tanh", "ERF": "erf", "SIGMOID": "ts_psigmoid_T"},
+    "f64": {"EXP": "exp", "LOG": "log", "TANH": "tanh", "ERF": "erf", "SIGMOID": "ts_psigmoid_T",
+            "EXPM1": "expm1", "LOG1P": "log1p"},
     "f32": {"EXP": "expf", "LOG": "logf", "TANH": "tanhf", "ERF": "erff",
-            "SIGMOID": "ts_psigmoid_T"},
+            "SIGMOID": "ts_psigmoid_T", "EXPM1": "expm1f", "LOG1P": "log1pf"},
 }
 
 
@@ -87,8 +88,13 @@ def _math_table(math: str, sfx: str) -> dict[str, str]:
 
 @lru_cache(maxsize=64)
 def template(name: str) -> str:
-    """The raw text of gpu/kernels/<name>.cu."""
-    return (KERNEL_DIR / f"{name}.cu").read_text()
+    """The text of gpu/kernels/<name>.cu, with the op table's generated switches spliced in."""
+    text = (KERNEL_DIR / f"{name}.cu").read_text()
+    from gpu import optable  # lazily: it imports every op of core.ops
+
+    if optable.MARK in text:
+        text = text.replace(optable.MARK, optable.library_switches())
+    return text
 
 
 def instantiate(text: str, dtype: np.dtype | type, math: str = "refmath") -> str:

@@ -353,11 +353,17 @@ def _lrn(imp, st, ins, names):
     return ops.div(x, ops.exp(ops.muls(ops.log(d), at.get("beta", 0.75))))
 
 
+def _table_op(op: str):
+    """The converter of an ONNX operator that the op table maps to exactly ``op``."""
+    fn = getattr(ops, op, None)
+    if fn is None:
+        return _record(op)  # an op without a core.ops wrapper (erf)
+    return _binary(fn) if ops.REGISTRY[op].arity == 2 else _unary(fn)
+
+
 CONVERTERS = {
-    "Add": _binary(ops.add), "Sub": _binary(ops.sub), "Mul": _binary(ops.mul),
-    "Div": _binary(ops.div), "Neg": _unary(ops.neg), "Relu": _unary(ops.relu),
-    "Sigmoid": _unary(ops.sigmoid), "Tanh": _unary(ops.tanh), "Exp": _unary(ops.exp),
-    "Log": _unary(ops.log), "Sqrt": _unary(ops.sqrt), "Erf": _record("erf"),
+    # the op table's ONNX mapping (OpDef.onnx in core/ops): Add, Sub, ..., Relu, Sigmoid, Erf
+    **{o: _table_op(n) for n, d in ops.REGISTRY.items() for o in d.onnx},
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "MaxPool": _pool("max"),
     "AveragePool": _pool("avg"),
     "GlobalAveragePool": lambda imp, st, ins, names: ops.mean(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.ops.reference import unbroadcast
-from core.ops.registry import OpDef, broadcast_shape, register
+from core.ops.registry import CForm, OpDef, broadcast_shape, register
 
 BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 1), (1, 4)),
                  ((4,), (2, 3, 4)), ((5,), ())]
@@ -58,14 +58,16 @@ register(OpDef(
     forward=lambda M, xs, at: xs[0] + xs[1],
     backward=lambda M, g, xs, y, at, nd: [_ub(g, xs[0]) if nd[0] else None,
                                          _ub(g, xs[1]) if nd[1] else None],
-    sample=_binary_sample(), doc="y = a + b; ga = unb(g); gb = unb(g)"))
+    sample=_binary_sample(), doc="y = a + b; ga = unb(g); gb = unb(g)",
+    c=CForm("ADD({a}, {b})", ("{g}", "{g}")), onnx=("Add",)))
 
 register(OpDef(
     "sub", 2, "elementwise", "row_local", _binary_shape,
     forward=lambda M, xs, at: xs[0] - xs[1],
     backward=lambda M, g, xs, y, at, nd: [_ub(g, xs[0]) if nd[0] else None,
                                          _ub(-g, xs[1]) if nd[1] else None],
-    sample=_binary_sample(), doc="y = a - b; ga = unb(g); gb = unb(-g)"))
+    sample=_binary_sample(), doc="y = a - b; ga = unb(g); gb = unb(-g)",
+    c=CForm("SUB({a}, {b})", ("{g}", "-{g}")), onnx=("Sub",)))
 
 
 def _mul_bwd(M, g, xs, y, at, nd):
@@ -76,7 +78,8 @@ def _mul_bwd(M, g, xs, y, at, nd):
 register(OpDef(
     "mul", 2, "elementwise", "row_local", _binary_shape,
     forward=lambda M, xs, at: xs[0] * xs[1], backward=_mul_bwd,
-    sample=_binary_sample(), doc="y = a * b; ga = unb(g * b); gb = unb(g * a)"))
+    sample=_binary_sample(), doc="y = a * b; ga = unb(g * b); gb = unb(g * a)",
+    c=CForm("MUL({a}, {b})", ("MUL({g}, {b})", "MUL({g}, {a})")), onnx=("Mul",)))
 
 
 def _div_bwd(M, g, xs, y, at, nd):
@@ -90,7 +93,8 @@ def _div_bwd(M, g, xs, y, at, nd):
 register(OpDef(
     "div", 2, "elementwise", "row_local", _binary_shape,
     forward=lambda M, xs, at: xs[0] / xs[1], backward=_div_bwd,
-    sample=_binary_sample(b_away=0.5), doc="y = a / b; ga = unb(g / b); gb = unb(-((g*y)/b))"))
+    sample=_binary_sample(b_away=0.5), doc="y = a / b; ga = unb(g / b); gb = unb(-((g*y)/b))",
+    c=CForm("DIV({a}, {b})", ("DIV({g}, {b})", "-(DIV(MUL({g}, {y}), {b}))")), onnx=("Div",)))
 
 # ---- scalar variants and unaries ---------------------------------------------------------------
 
@@ -99,23 +103,30 @@ def _s(x, at):
     return x.dtype.type(at["s"])  # the scalar rounded once to the tape dtype
 
 
+def _attr_s(at):
+    return at["s"]
+
+
 register(OpDef(
     "neg", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: -xs[0],
     backward=lambda M, g, xs, y, at, nd: [-g],
-    sample=_unary_sample(), doc="y = -a (exact); ga = -g"))
+    sample=_unary_sample(), doc="y = -a (exact); ga = -g",
+    c=CForm("-{x}", ("-{g}",)), onnx=("Neg",)))
 
 register(OpDef(
     "adds", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: xs[0] + _s(xs[0], at),
     backward=lambda M, g, xs, y, at, nd: [g],
-    sample=_unary_sample(s=0.75), doc="y = a + s; ga = g"))
+    sample=_unary_sample(s=0.75), doc="y = a + s; ga = g",
+    c=CForm("ADD({x}, {s})", ("{g}",), scalar=_attr_s)))
 
 register(OpDef(
     "muls", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: xs[0] * _s(xs[0], at),
     backward=lambda M, g, xs, y, at, nd: [g * _s(g, at)],
-    sample=_unary_sample(s=-1.25), doc="y = a * s; ga = g * s"))
+    sample=_unary_sample(s=-1.25), doc="y = a * s; ga = g * s",
+    c=CForm("MUL({x}, {s})", ("MUL({g}, {s})",), scalar=_attr_s)))
 
 
 def _relu(M, xs, at):
@@ -129,7 +140,9 @@ register(OpDef(
     "relu", 1, "unary", "row_local", _same_shape, forward=_relu,
     backward=lambda M, g, xs, y, at, nd: [np.where(xs[0] > 0, g, g.dtype.type(0))],
     sample=_unary_sample(away=0.05),
-    doc="y = (a > 0 || a != a) ? a : 0; ga = a > 0 ? g : 0"))
+    doc="y = (a > 0 || a != a) ? a : 0; ga = a > 0 ? g : 0",
+    c=CForm("({x} > (real_t)0 || {x} != {x}) ? {x} : (real_t)0",
+            ("{x} > (real_t)0 ? {g} : (real_t)0",)), onnx=("Relu",)))
 
 
 def _one(x):
@@ -142,30 +155,35 @@ register(OpDef(
     # NOTE: y * (1 - y), not y - y*y: the kernel must round the same way
     backward=lambda M, g, xs, y, at, nd: [g * (y * (_one(y) - y))],
     sample=_unary_sample(), transcendental=True,
-    doc="y = sigmoid(a) [refmath]; ga = g * (y * (1 - y))"))
+    doc="y = sigmoid(a) [refmath]; ga = g * (y * (1 - y))",
+    c=CForm("SIGMOID({x})", ("MUL({g}, MUL({y}, SUB((real_t)1, {y})))",)), onnx=("Sigmoid",)))
 
 register(OpDef(
     "tanh", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: M.tanh(xs[0]),
     backward=lambda M, g, xs, y, at, nd: [g * (_one(y) - y * y)],
     sample=_unary_sample(), transcendental=True,
-    doc="y = tanh(a) [refmath]; ga = g * (1 - y * y)"))
+    doc="y = tanh(a) [refmath]; ga = g * (1 - y * y)",
+    c=CForm("TANH({x})", ("MUL({g}, SUB((real_t)1, MUL({y}, {y})))",)), onnx=("Tanh",)))
 
 register(OpDef(
     "exp", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: M.exp(xs[0]),
     backward=lambda M, g, xs, y, at, nd: [g * y],
-    sample=_unary_sample(), transcendental=True, doc="y = exp(a) [refmath]; ga = g * y"))
+    sample=_unary_sample(), transcendental=True, doc="y = exp(a) [refmath]; ga = g * y",
+    c=CForm("EXP({x})", ("MUL({g}, {y})",)), onnx=("Exp",)))
 
 register(OpDef(
     "log", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: M.log(xs[0]),
     backward=lambda M, g, xs, y, at, nd: [g / xs[0]],
     sample=_unary_sample(0.2, 3.0), transcendental=True,
-    doc="y = log(a) [refmath]; ga = g / a"))
+    doc="y = log(a) [refmath]; ga = g / a",
+    c=CForm("LOG({x})", ("DIV({g}, {x})",)), onnx=("Log",)))
 
 register(OpDef(
     "sqrt", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: np.sqrt(xs[0]),  # IEEE sqrt is correctly rounded everywhere
     backward=lambda M, g, xs, y, at, nd: [g / (y + y)],
-    sample=_unary_sample(0.2, 3.0), doc="y = sqrt(a) (IEEE); ga = g / (y + y)"))
+    sample=_unary_sample(0.2, 3.0), doc="y = sqrt(a) (IEEE); ga = g / (y + y)",
+    c=CForm("SQRT({x})", ("DIV({g}, ADD({y}, {y}))",)), onnx=("Sqrt",)))

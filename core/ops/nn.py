@@ -18,7 +18,7 @@ import numpy as np
 
 from core.ops.reference import matmul as ref_matmul
 from core.ops.reference import serial_sum
-from core.ops.registry import REGISTRY, OpDef, ShapeError, register
+from core.ops.registry import REGISTRY, CForm, OpDef, ShapeError, register
 
 # ---- windows (shared with core.onnx) ----------------------------------------------------------
 
@@ -356,7 +356,10 @@ NN_OPS = (
           doc="y = serial window sum / count; ga = g / count on every tap"),
     OpDef("erf", 1, "unary", "row_local", lambda s, a: s[0],
           lambda M, xs, at: M.erf(xs[0]), _erf_bwd, _erf_sample, transcendental=True,
-          doc="y = erf(a) (refmath); ga = g * (2/sqrt(pi) * exp(-(a*a)))"),
+          doc="y = erf(a) (refmath); ga = g * (2/sqrt(pi) * exp(-(a*a)))",
+          # {s} = T(2/sqrt(pi)), rounded once on the host
+          c=CForm("ERF({x})", ("MUL({g}, MUL({s}, EXP(-(MUL({x}, {x})))))",),
+                  scalar=lambda at: _TWO_OVER_SQRT_PI), onnx=("Erf",)),
     OpDef("gather", 2, "movement", "none", _gather_shape, _gather_fwd, _gather_bwd,
           _gather_sample, nondiff_inputs=(1,),
           doc="y = take(x, indices, axis); indices are a const input (integers in the dtype)"),

@@ -32,6 +32,24 @@ class ShapeError(ValueError):
 
 
 @dataclass(frozen=True)
+class CForm:
+    """An elementwise op's ONE C spelling, in the kernel templates' tokens (gpu/source.py).
+
+    Every C target is rendered from it (gpu/optable.py): the kernel library's switches, the fused
+    row kernels, emitc. Placeholders: ``{a}``, ``{b}`` (a binary's operands) or ``{x}`` (a
+    unary's), ``{y}`` the output, ``{g}`` the incoming gradient, ``{s}`` the host scalar, and the
+    names of ``lets``. ``fwd`` is y; ``bwd[k]`` is the contribution to input k before ``unb``.
+    ``lets`` are named subexpressions ``(name, expr)`` a target binds once before the term.
+    ``scalar(attrs)`` is the host scalar ``{s}`` (rounded once to T), or None when unused.
+    """
+
+    fwd: str
+    bwd: tuple[str, ...]
+    lets: tuple[tuple[str, str], ...] = ()
+    scalar: Callable[[Mapping[str, Any]], float] | None = None
+
+
+@dataclass(frozen=True)
 class OpDef:
     """One op: its shape rule, reference forward and backward, and metadata."""
 
@@ -46,6 +64,8 @@ class OpDef:
     transcendental: bool = False  # calls refmath; differs under math="platform"
     nondiff_inputs: tuple[int, ...] = ()  # inputs that never receive a gradient (targets)
     doc: str = ""
+    c: CForm | None = None  # elementwise ops: the one C spelling every C target renders
+    onnx: tuple[str, ...] = ()  # ONNX operators that import as exactly this op
 
 
 REGISTRY: dict[str, OpDef] = {}
@@ -61,6 +81,30 @@ def register(op: OpDef) -> OpDef:
         raise ValueError(f"op {op.name!r}: fusion {op.fusion!r} is not one of {FUSION}")
     REGISTRY[op.name] = op
     return op
+
+
+def grad_inputs(nodes: Sequence[Any], i: int) -> list[int]:
+    """Input positions node ``i`` pushes a gradient to once its own gradient is reached.
+
+    The one gradient-reach rule (tape, replay, fusion, emitc): a node that requires a gradient
+    pushes to every input that requires one, except the op's ``nondiff_inputs`` (targets).
+    """
+    n = nodes[i]
+    if not n.inputs or not n.requires_grad:
+        return []
+    nd = REGISTRY[n.op].nondiff_inputs
+    return [k for k, j in enumerate(n.inputs) if nodes[j].requires_grad and k not in nd]
+
+
+def reached_nodes(nodes: Sequence[Any], loss: int) -> list[bool]:
+    """Which of nodes[0..loss] ``backward(loss)`` gives a gradient (static, by the rule above)."""
+    reached = [False] * (loss + 1)
+    reached[loss] = True
+    for i in range(loss, -1, -1):
+        if reached[i]:
+            for k in grad_inputs(nodes, i):
+                reached[nodes[i].inputs[k]] = True
+    return reached
 
 
 def broadcast_shape(a: Shape, b: Shape) -> Shape:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.ops.reference import serial_sum, softmax, unbroadcast
-from core.ops.registry import OpDef, ShapeError, norm_axis, register
+from core.ops.registry import CForm, OpDef, ShapeError, norm_axis, register
 
 
 def _r(rng, dtype, *s, lo=-2.0, hi=2.0):
@@ -94,7 +94,10 @@ register(OpDef(
     backward=lambda M, g, xs, y, at, nd: [g * _silu_slope(xs[0], M.sigmoid(xs[0]))],
     transcendental=True,
     sample=lambda rng, dt: [([_r(rng, dt, 3, 4)], {}), ([_r(rng, dt, 6)], {})],
-    doc="s = sigmoid(x); y = x * s; ga = g * (s * (1 + x * (1 - s)))"))
+    doc="s = sigmoid(x); y = x * s; ga = g * (s * (1 + x * (1 - s)))",
+    c=CForm("MUL({x}, SIGMOID({x}))",
+            ("MUL({g}, MUL({sg}, ADD((real_t)1, MUL({x}, SUB((real_t)1, {sg})))))",),
+            lets=(("sg", "SIGMOID({x})"),))))
 
 
 def _swiglu_shape(shapes, at):

@@ -15,12 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.ops.registry import REGISTRY
+from gpu.optable import BINARY as OPTABLE_BINARY
+from gpu.optable import UNARY as OPTABLE_UNARY
 
-__all__ = ["RowNode", "Segment", "row_info", "find_segments", "LEAVES", "BINARY", "UNARY"]
+__all__ = ["RowNode", "Segment", "row_info", "find_segments", "LEAVES", "BINARY", "UNARY",
+           "HAND_FUSED"]
 
 LEAVES = ("param", "const")
-BINARY = ("add", "sub", "mul", "div")
-UNARY = ("neg", "adds", "muls", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "silu")
+# every op of the table with a C form fuses: binaries with whole (broadcast) operands, unaries
+BINARY = tuple(n for n in OPTABLE_BINARY if REGISTRY[n].fusion == "row_local")
+UNARY = tuple(n for n in OPTABLE_UNARY if REGISTRY[n].fusion == "row_local")
+# row-local ops without a one-line C form: row_info and codegen spell each by hand
+HAND_FUSED = ("swiglu", "rope", "softmax", "rms_norm", "matmul")
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.ops.registry import grad_inputs
 from gpu.emitc import literal
 from gpu.fusion.analysis import BINARY, Segment
+from gpu.optable import cform, render, scalar_of
 from gpu.source import node_comment
 
 __all__ = ["Layout", "KernelText", "row_forward", "row_backward", "param_grads", "HEADER"]
@@ -126,40 +128,36 @@ def _operand(w: _W, node, k: int, kind: str, s: str, c: str) -> str:
     return f"{w.v(j)}[{whole_index(w.nodes[j].shape, node.shape, s, c)}]"
 
 
-_BIN_F = {"add": "ADD", "sub": "SUB", "mul": "MUL", "div": "DIV"}
+def _inline(name: str, expr: str) -> str:
+    return f"({expr})"  # a let used inside a one-line loop: the same pure expression
+
+
+def _bin_fwd(op: str, a: str, b: str) -> str:
+    """ts_bin_T of the op table (gpu/optable.py)."""
+    return render(op, "fwd", {"a": a, "b": b}, _inline)
 
 
 def _bin_term(op: str, k: int, a: str, b: str, y: str, g: str) -> str:
-    """ts_bin_term_T of ops_elementwise.cu, spelled out."""
-    if op == "add":
-        return g
-    if op == "sub":
-        return g if k == 0 else f"(-{g})"
-    if op == "mul":
-        return f"MUL({g}, {b})" if k == 0 else f"MUL({g}, {a})"
-    return f"DIV({g}, {b})" if k == 0 else f"(-(DIV(MUL({g}, {y}), {b})))"
+    """ts_bin_term_T of the op table (gpu/optable.py)."""
+    return render(op, k, {"a": a, "b": b, "y": y, "g": g}, _inline)
 
 
 def _slope(x: str, s: str) -> str:
+    """swiglu's silu slope s * (1 + x * (1 - s)) (ops_elementwise.cu ts_silu_slope_T)."""
     return f"MUL({s}, ADD((real_t)1, MUL({x}, SUB((real_t)1, {s}))))"
 
 
-def _un_fwd(w: _W, op: str, x: str, node) -> str:
-    sv = w.lit(node.attrs["s"]) if op in ("adds", "muls") else ""
-    return {"neg": f"-{x}", "adds": f"ADD({x}, {sv})", "muls": f"MUL({x}, {sv})",
-            "relu": f"({x} > (real_t)0 || {x} != {x}) ? {x} : (real_t)0",
-            "sigmoid": f"SIGMOID({x})", "tanh": f"TANH({x})", "exp": f"EXP({x})",
-            "log": f"LOG({x})", "sqrt": f"SQRT({x})", "silu": f"MUL({x}, SIGMOID({x}))"}[op]
+def _un(w: _W, op: str, term: str | int, x: str, y: str, g: str, node) -> tuple[str, str]:
+    """(declarations of the table's lets, the expression) of a unary's term, ts_un*_T's case."""
+    lets: list[str] = []
 
+    def bind(name: str, expr: str) -> str:
+        lets.append(f"real_t {name} = {expr}; ")
+        return name
 
-def _un_term(w: _W, op: str, x: str, y: str, g: str, node) -> str:
-    sv = w.lit(node.attrs["s"]) if op == "muls" else ""
-    return {"neg": f"-{g}", "adds": g, "muls": f"MUL({g}, {sv})",
-            "relu": f"{x} > (real_t)0 ? {g} : (real_t)0",
-            "sigmoid": f"MUL({g}, MUL({y}, SUB((real_t)1, {y})))",
-            "tanh": f"MUL({g}, SUB((real_t)1, MUL({y}, {y})))", "exp": f"MUL({g}, {y})",
-            "log": f"DIV({g}, {x})", "sqrt": f"DIV({g}, ADD({y}, {y}))",
-            "silu": f"MUL({g}, {_slope(x, f'SIGMOID({x})')})"}[op]
+    s = w.lit(scalar_of(op, node.attrs)) if cform(op).scalar is not None else "(real_t)0"
+    expr = render(op, term, {"x": x, "y": y, "g": g, "s": s}, bind)
+    return "".join(lets), expr
 
 
 def _rowmax(src: str, n: int, out: str) -> list[str]:
@@ -180,7 +178,7 @@ def _fwd_node(w: _W, info) -> list[str]:
     if op in BINARY:
         a = _operand(w, node, 0, info.kinds[0], "s", "c")
         b = _operand(w, node, 1, info.kinds[1], "s", "c")
-        return [f"{_cloop(C)} {y} = {_BIN_F[op]}({a}, {b});"]
+        return [f"{_cloop(C)} {y} = {_bin_fwd(op, a, b)};"]
     if op == "swiglu":
         a, u = (f"{w.v(j)}[s * {C} + c]" for j in node.inputs)
         return [f"{_cloop(C)} {{ real_t a = {a}; {y} = MUL(MUL(a, SIGMOID(a)), {u}); }}"]
@@ -217,7 +215,8 @@ def _fwd_node(w: _W, info) -> list[str]:
                 f"    {yv}[s * {C} + c] = SUB(MUL(x1, cv), MUL(x2, sv));",
                 f"    {yv}[s * {C} + c + {h}] = ADD(MUL(x2, cv), MUL(x1, sv));", "}"]
     x = f"{w.v(node.inputs[0])}[s * {C} + c]"
-    return [f"{_cloop(C)} {{ real_t x = {x}; {y} = {_un_fwd(w, op, 'x', node)}; }}"]
+    lets, e = _un(w, op, "fwd", "x", y, "", node)
+    return [f"{_cloop(C)} {{ real_t x = {x}; {lets}{y} = {e}; }}"]
 
 
 def row_forward(name: str, seg: Segment, nodes: tuple, lay: Layout, dt: np.dtype) -> KernelText:
@@ -282,19 +281,13 @@ def _bwd_node(w: _W, info, k: int) -> list[str]:
                 f"    {gxv}[s * {C} + c + {h}] = ADD({gxv}[s * {C} + c + {h}], "
                 "SUB(MUL(x2, cv), MUL(x1, sv)));", "}"]
     x = f"{w.v(node.inputs[0])}[s * {C} + c]"
-    t = _un_term(w, op, "x", f"{w.v(i)}[s * {C} + c]", g, node)
-    return [f"{_cloop(C)} {{ real_t x = {x}; {gx} = ADD({gx}, {t}); }}"]
+    lets, t = _un(w, op, 0, "x", f"{w.v(i)}[s * {C} + c]", g, node)
+    return [f"{_cloop(C)} {{ real_t x = {x}; {lets}{gx} = ADD({gx}, {t}); }}"]
 
 
 def pushes(nodes: tuple, reached: list[bool], i: int) -> list[int]:
     """Input positions node i adds a gradient to (the tape's rule), in input order."""
-    from core.ops.registry import REGISTRY
-
-    n = nodes[i]
-    if not reached[i] or not n.inputs or not n.requires_grad:
-        return []
-    nd = REGISTRY[n.op].nondiff_inputs
-    return [k for k, j in enumerate(n.inputs) if nodes[j].requires_grad and k not in nd]
+    return grad_inputs(nodes, i) if reached[i] else []
 
 
 def row_backward(name: str, seg: Segment, nodes: tuple, reached: list[bool], lay: Layout,

@@ -99,8 +99,9 @@ def test_golden_snippets():
     assert f"const double t{x.id} = (xs[i]);" in src
     r = next(n for n in t.nodes if n.op == "relu")
     a = r.inputs[0]
-    # relu mirrors the reference (NaN propagates); seeds and accumulates as the tape does
-    assert f"((t{a} > ((double)(0.0)) || t{a} != t{a}) ? t{a} : ((double)(0.0)))" in src
+    # relu mirrors the reference (NaN propagates), the op table's one C spelling; seeds and
+    # accumulates as the tape does
+    assert f"((t{a} > (double)0 || t{a} != t{a}) ? t{a} : (double)0)" in src
     assert f"double g{loss.id} = ((double)(1.0));" in src
     assert f"g[0] = __dadd_rn(g[0], g{w.id});" in src
     assert "ts_exp(" in src  # the const-only branch is still computed forward ...
