@@ -1,6 +1,7 @@
 """Runnable examples: each view alone on demo data.
 
-``python -m views.examples [graph|inspector|parity|stepper|training|kernels|all] [--save DIR]``
+``python -m views.examples [graph|inspector|parity|stepper|training|kernels|elements|all]
+[--save DIR]``
 opens the view (or, with ``--save``, renders each to ``DIR/<name>.png`` and exits; works
 offscreen).
 """
@@ -93,8 +94,23 @@ def make(name: str):
                                        "episode": 26}})
         w.select_kernel("fz_demo_s0_fwd_f64")
         return w
+    if name == "elements":
+        from views.element_view import ElementView
+
+        n = next(n for n in tape.nodes if n.op == "matmul")
+        ref = np.asarray(tape.value(n.id))
+        rng = np.random.default_rng(0)
+        ulps = np.where(rng.random(ref.shape) < 0.3, rng.integers(1, 300, ref.shape), 0)
+        cand = ref.copy()
+        flat = cand.reshape(-1)
+        for k, u in enumerate(ulps.reshape(-1).tolist()):  # u ulp away, element by element
+            for _ in range(u):
+                flat[k] = np.nextafter(flat[k], np.inf)
+        w = ElementView()
+        w.set_pair(ref, cand, f"#{n.id} {n.op} value (demo: random ulp offsets)")
+        return w
     raise SystemExit(f"views.examples: unknown example {name!r} "
-                     "(graph, inspector, parity, stepper, training, kernels, all)")
+                     "(graph, inspector, parity, stepper, training, kernels, elements, all)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    names = (["graph", "inspector", "parity", "stepper", "training", "kernels"]
+    names = (["graph", "inspector", "parity", "stepper", "training", "kernels", "elements"]
              if args.name == "all" else [args.name])
     widgets = []
     for name in names:

@@ -172,3 +172,21 @@ def test_stats_are_never_cut_to_another_number(qtbot):
         # the whole text fits its column: "-7.2526…" would read as another number
         assert fm.horizontalAdvance(it.text()) <= t.columnWidth(c), (it.text(), t.columnWidth(c))
     assert t.item(0, 0).text() == "-7.25265e-05"
+
+
+def test_the_element_view_example_renders(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from PySide6.QtGui import QImage
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    r = subprocess.run([sys.executable, "-m", "views.examples", "elements", "--save",
+                        str(tmp_path)], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    img = QImage(str(tmp_path / "elements.png")).scaled(90, 60)
+    assert len({img.pixel(x, y) for x in range(90) for y in range(60)}) > 10
