@@ -22,14 +22,17 @@
 #define JB64 32
 #define JB32 64
 
-/* One tile: R rows from i, JB columns of the panel bp (row stride bs), nv <= JB of them
- * stored at column j of c. */
+/* One tile: R rows from i, JB columns of the panel bp (row stride bs), k-steps [k0, k1), nv <= JB
+ * of the columns stored at column j of c. A tile starts its chains at +0.0 (k0 == 0) or
+ * continues them from what the previous k-block stored in c: storing and reloading a double is
+ * exact, so every chain is still acc = 0; acc = acc + a*b for k = 0, 1, ... in order. */
 #define MM_TILE(T, R, JB, bp, bs, nv)                                                   \
     {                                                                                   \
         T acc[R][JB];                                                                   \
         for (int r = 0; r < R; ++r)                                                     \
-            for (int jj = 0; jj < JB; ++jj) acc[r][jj] = (T)0;                          \
-        for (long long kk = 0; kk < k; ++kk) {                                          \
+            for (int jj = 0; jj < JB; ++jj)                                             \
+                acc[r][jj] = (k0 == 0 || jj >= (nv)) ? (T)0 : c[(i + r) * n + j + jj];  \
+        for (long long kk = k0; kk < k1; ++kk) {                                        \
             const T *bk = (bp) + kk * (bs);                                             \
             for (int r = 0; r < R; ++r) {                                               \
                 const T x = a[(i + r) * k + kk];                                        \
@@ -58,31 +61,42 @@
         }                                                                               \
     }
 
-/* Column panels outside, rows inside: one k x JB panel of b serves every row of the block
- * while it is in cache. The last, narrower panel is copied into a zero-filled k x JB buffer so
- * it runs as a whole tile too (the extra lanes compute products nobody stores); when that
- * buffer cannot be had, those columns take the plain i-k-j loop. */
+/* k-blocks outside (a KC x JB panel of b stays in L1 while every row tile of the block uses it;
+ * chains continue across k-blocks through c, see MM_TILE), column panels next, rows inside.
+ * The last, narrower panel is copied into a zero-filled k x JB buffer so it runs as a whole
+ * tile too (the extra lanes compute products nobody stores); when that buffer cannot be had,
+ * those columns take the plain i-k-j loop. */
+#define KC 128
 #define MM_ROWS(T, JB)                                                                  \
-    long long i, j;                                                                     \
-    for (j = 0; j + JB <= n; j += JB) {                                                 \
-        for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB, b + j, n, JB)               \
-        for (; i < i1; ++i) MM_TILE(T, 1, JB, b + j, n, JB)                             \
-    }                                                                                   \
-    if (j < n) {                                                                        \
-        long long nv = n - j;                                                           \
-        T *pack = k > 0 ? (T *)malloc((size_t)k * JB * sizeof(T)) : NULL;              \
-        if (pack) {                                                                     \
+    long long i, j, k0, k1;                                                             \
+    long long jfull = n - n % JB;                                                       \
+    T *pack = NULL;                                                                     \
+    if (jfull < n && k > 0) {                                                           \
+        pack = (T *)malloc((size_t)k * JB * sizeof(T));                                 \
+        if (pack)                                                                       \
             for (long long kk = 0; kk < k; ++kk)                                        \
                 for (long long jj = 0; jj < JB; ++jj)                                   \
-                    pack[kk * JB + jj] = jj < nv ? b[kk * n + j + jj] : (T)0;           \
-            for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB, pack, JB, nv)           \
-            for (; i < i1; ++i) MM_TILE(T, 1, JB, pack, JB, nv)                         \
-            free(pack);                                                                 \
-        } else {                                                                        \
-            for (i = i0; i + 4 <= i1; i += 4) MM_TAIL(T, 4, j)                          \
-            for (; i < i1; ++i) MM_TAIL(T, 1, j)                                        \
+                    pack[kk * JB + jj] = jfull + jj < n ? b[kk * n + jfull + jj] : (T)0; \
+    }                                                                                   \
+    for (k0 = 0; k0 < k || (k == 0 && k0 == 0); k0 += KC) {                            \
+        k1 = k0 + KC < k ? k0 + KC : k;                                                 \
+        for (j = 0; j < jfull; j += JB) {                                               \
+            for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB, b + j, n, JB)           \
+            for (; i < i1; ++i) MM_TILE(T, 1, JB, b + j, n, JB)                         \
         }                                                                               \
-    }
+        if (pack) {                                                                     \
+            j = jfull;                                                                  \
+            for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB, pack, JB, n - jfull)    \
+            for (; i < i1; ++i) MM_TILE(T, 1, JB, pack, JB, n - jfull)                  \
+        }                                                                               \
+        if (k == 0) break;                                                              \
+    }                                                                                   \
+    if (jfull < n && !pack) {                                                           \
+        j = jfull;                                                                      \
+        for (i = i0; i + 4 <= i1; i += 4) MM_TAIL(T, 4, j)                              \
+        for (; i < i1; ++i) MM_TAIL(T, 1, j)                                            \
+    }                                                                                   \
+    free(pack);
 
 static void mm_rows_f64(const double *a, const double *b, double *c, long long i0,
                         long long i1, long long k, long long n) { MM_ROWS(double, JB64) }
