@@ -232,4 +232,21 @@ def attention(q, k, v, causal: bool = False, name=None):
     return out
 
 
+def __getattr__(attr: str):
+    """``ops.<op>(*inputs, name=None)`` for an op of the table with a C form and no wrapper above
+    (erf, and any op added by docs/adding-an-op.md): the op table is its tape form too."""
+    d = REGISTRY.get(attr)
+    if d is None or d.c is None:
+        raise AttributeError(f"module 'core.ops' has no attribute {attr!r}")
+
+    def record(*xs: Any, name: str | None = None) -> Var:
+        if len(xs) != d.arity:
+            raise TypeError(f"{attr} takes {d.arity} input(s), got {len(xs)}")
+        return _rec(attr, xs, name=name)
+
+    record.__name__ = record.__qualname__ = attr
+    record.__doc__ = f"{attr}: {d.doc}"
+    return record
+
+
 _ = builtins  # sum and slice shadow builtins inside this module on purpose
