@@ -11,8 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from core import Tape, ops, refmath
+from core.ops import REGISTRY
+from gpu import optable
 from gpu.device import KERNEL_DIR
 from gpu.emitc import emit
+from gpu.source import TRANSCENDENTALS
 
 # gcc, as the issue says: -O2 and no contraction, so every written operation rounds once
 CFLAGS = ["-O2", "-ffp-contract=off", "-fPIC", "-shared", "-std=c99", "-x", "c"]
@@ -31,13 +34,19 @@ def have_math(name: str) -> bool:
     return name in refmath.FUNCTIONS and re.search(rf"\bts_{name}\s*\(", header) is not None
 
 
-# op name -> (arity, transcendentals it needs)
-UNARY = {"neg": (), "adds": (), "muls": (), "relu": (), "sqrt": (), "exp": ("exp",),
-         "log": ("log",), "sigmoid": ("sigmoid",), "tanh": ("tanh",), "sum": (), "mean": (),
-         "transpose": (), "reshape": (), "slice": (), "concat": (), "softmax": ("exp",),
-         "silu": ("sigmoid",), "cross_entropy": ("exp", "log")}
-BINARY = {"add": (), "sub": (), "mul": (), "div": (), "matmul": (), "bmm": (),
-          "rms_norm": (), "swiglu": ("sigmoid",)}
+def table_math(op: str) -> tuple[str, ...]:
+    """The transcendentals the op table's C form of ``op`` calls."""
+    c = REGISTRY[op].c
+    text = " ".join((c.fwd, *c.bwd, *(e for _, e in c.lets)))
+    return tuple(t.lower() for t in TRANSCENDENTALS if re.search(rf"\b{t}\(", text))
+
+
+# op name -> transcendentals it needs: the op table's ops from the table, the others by hand
+UNARY = {**{n: table_math(n) for n in optable.UNARY},
+         "sum": (), "mean": (), "transpose": (), "reshape": (), "slice": (), "concat": (),
+         "softmax": ("exp",), "cross_entropy": ("exp", "log")}
+BINARY = {**{n: table_math(n) for n in optable.BINARY},
+          "matmul": (), "bmm": (), "rms_norm": (), "swiglu": ("sigmoid",)}
 SHAPES = [(), (1,), (1, 1)]
 
 
