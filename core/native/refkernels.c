@@ -290,6 +290,12 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
 /* Serial sums of the rows of x (r x n): out[j] = acc = +0.0; for i = 0..r-1: acc = acc + x[i][j]
  * (docs/reference-order.md, serial_sum). Vector lanes hold different j: no chain reordered. */
 #define COLSUM(T)                                                                       \
+    if (n == 1) { /* one chain (a full sum): keep it in a register */                  \
+        T acc = (T)0;                                                                   \
+        for (long long i = 0; i < r; ++i) acc = acc + x[i];                             \
+        out[0] = acc;                                                                   \
+        return;                                                                         \
+    }                                                                                   \
     for (long long j = 0; j < n; ++j) out[j] = (T)0;                                    \
     for (long long i = 0; i < r; ++i) {                                                 \
         const T *xi = x + i * n;                                                        \
