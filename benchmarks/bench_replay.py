@@ -26,16 +26,23 @@ from core.parity import compare_arrays
 SIZES = {"small": {}, "large": {"dims": (784, 128, 32, 128, 784), "batch_size": 64}}
 
 
-def median_time(fn, repeat: int, sync=lambda: None) -> float:
-    """Median seconds of fn over `repeat` runs after one warm-up."""
+def median_time(fn, repeat: int, sync=None) -> float:
+    """Median seconds of fn over `repeat` runs after one warm-up.
+
+    Runs with nothing to synchronise (the tape, the host backend, PyTorch CPU: one thread
+    each) are timed in process CPU time: on a shared machine wall time also counts the turns
+    other jobs get. Device runs (a sync function) in wall time.
+    """
+    clock = time.perf_counter if sync is not None else time.process_time
+    sync = sync or (lambda: None)
     fn()
     sync()
     out = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         sync()
-        out.append(time.perf_counter() - t0)
+        out.append(clock() - t0)
     return statistics.median(out)
 
 
@@ -82,7 +89,7 @@ def device_rows(dev, size: str, repeat: int) -> list[tuple[str, float, str]]:
         prog.set_input(wl.inputs["x"].id, x)
         prog.run_episode(dopt)
 
-    sync = dev.synchronize
+    sync = dev.synchronize if dev.kind == "cuda" else None
     rows = [(f"{dev.kind} eager", median_time(eager, repeat, sync), note),
             (f"{dev.kind} {'graph' if dev.kind == 'cuda' else 'episode'}",
              median_time(episode, repeat, sync),
@@ -120,7 +127,7 @@ def torch_rows(size: str, repeat: int, device: str) -> list[tuple[str, float, st
         loss.backward()
         opt.step()
 
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = torch.cuda.synchronize if device == "cuda" else None
     rows = [(f"PyTorch {device.upper()} eager", median_time(step, repeat, sync),
              "1 thread" if device == "cpu" else "")]
     if device == "cuda":
@@ -143,7 +150,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--size", default="both", choices=["small", "large", "both"])
     ap.add_argument("--device", default="all", choices=["host", "cuda", "all"])
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads the CPU tape's reference matmul may use (default 1, as the "
+                         "host backend and PyTorch here)")
     args = ap.parse_args()
+    from core import native
+
+    native.set_threads(args.threads)
     sizes = ["small", "large"] if args.size == "both" else [args.size]
     devices = []
     if args.device in ("host", "all"):
