@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import (
@@ -13,7 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from views.graph_canvas import KIND_STYLE
+from views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
 from views.graph_model import GraphModel
 from views.graph_view import GraphView
 
@@ -42,6 +43,9 @@ LEGEND_TIP = (
     "first divergence; slate dots: breakpoints; blue: the selection.")
 
 
+NAN_COLOR = "#7c3aed"  # app.session's NaN-mismatch stripe
+
+
 class Overview(QWidget):
     """A minimap: every node as a dot, the visible area as a frame; click or drag to go there."""
 
@@ -50,7 +54,9 @@ class Overview(QWidget):
         self.view = view
         self.setFixedSize(110, 150)
         self._image: QImage | None = None
+        self.bands = False  # drawn as a silhouette of bands (a deep tape), not as dots
         view.layout_ready.connect(self.rebuild)
+        view.marks_changed.connect(self.rebuild)
         view.view_changed.connect(self.update)
 
     def _scale(self) -> tuple[float, float]:
@@ -60,7 +66,7 @@ class Overview(QWidget):
 
     @Slot()
     def rebuild(self) -> None:
-        """Re-render the node dots after a new layout."""
+        """Re-render after a new layout (or new colours and marks)."""
         c = self.view.canvas
         if c.layout is None:
             return
@@ -69,15 +75,45 @@ class Overview(QWidget):
         p = QPainter(img)
         sx, sy = self._scale()
         r = c.boundingRect()
-        xs = ((c.layout.x - r.left()) * sx).astype(int).tolist()
-        ys = ((c.layout.y - r.top()) * sy).astype(int).tolist()
-        kinds = c.graph.kinds.tolist()
-        for k, (_, border) in KIND_STYLE.items():
-            p.setPen(QColor(border))
-            p.drawPoints([QPointF(x, y) for x, y, kk in zip(xs, ys, kinds, strict=True) if kk == k])
+        xs = ((c.layout.x - r.left()) * sx).astype(int)
+        ys = ((c.layout.y - r.top()) * sy).astype(int)
+        self.bands = sy * 20 < 1.0  # ranks closer than 1/20 px: dots would be barcode stripes
+        if self.bands:
+            self._paint_bands(p, c, ys)
+        else:
+            kinds = c.graph.kinds.tolist()
+            for k, (_, border) in KIND_STYLE.items():
+                p.setPen(QColor(border))
+                p.drawPoints([QPointF(x, y) for x, y, kk in zip(
+                    xs.tolist(), ys.tolist(), kinds, strict=True) if kk == k])
+        p.setPen(QPen(NAN_BORDER, 1))  # marks: one line each, whatever the scale
+        for items, color in ((c.nan_items, NAN_BORDER), (c.first_items, FIRST_COLOR)):
+            p.setPen(QPen(color, 1.5))
+            for i in items:
+                p.drawLine(0, int(ys[i]), self.width(), int(ys[i]))
         p.end()
         self._image = img
         self.update()
+
+    def _paint_bands(self, p: QPainter, c, ys) -> None:
+        """A deep tape as its silhouette: per pixel row, a bar as wide as the share of nodes in
+        that band, coloured by the worst parity stripe in it (grey where nothing is compared),
+        so where a 10,000-node tape differs shows at a glance."""
+        h, w = self.height(), self.width()
+        ys = np.clip(ys, 0, h - 1)
+        counts = np.bincount(ys, minlength=h)
+        worst: dict[int, QColor] = {}
+        for it, col in c.overlay.items():  # the worst colour: NaN violet, then least green
+            y = int(ys[it])
+            cur = worst.get(y)
+            key = (col.name() == NAN_COLOR, -col.green())
+            if cur is None or key > (cur.name() == NAN_COLOR, -cur.green()):
+                worst[y] = col
+        top = max(1, int(counts.max()))
+        grey = QColor("#9aa3b2")
+        for y in np.flatnonzero(counts).tolist():
+            bw = max(2, int((w - 8) * counts[y] / top))
+            p.fillRect(QRectF((w - bw) / 2, y, bw, 1), worst.get(y, grey))
 
     def paintEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         p = QPainter(self)

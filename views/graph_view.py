@@ -34,6 +34,7 @@ class GraphView(QGraphicsView):
     node_selected = Signal(int)
     layout_ready = Signal()
     view_changed = Signal()
+    marks_changed = Signal()  # colours or marks changed (the minimap redraws)
     breakpoint_toggled = Signal(int)
     run_to_requested = Signal(int)
 
@@ -142,6 +143,8 @@ class GraphView(QGraphicsView):
         ``first`` (the first divergence, flagged) or ``kernel`` (a selected kernel's nodes)."""
         self._marks[kind] = {int(i) for i in node_ids}
         self._apply_marks()
+        if kind in ("nan", "first"):  # drawn on the minimap too (selection and search are not)
+            self.marks_changed.emit()
 
     def set_frames(self, frames: dict[str, list[int]]) -> None:
         """Labelled frames around node sets drawn while expanded (fused segments)."""
@@ -162,6 +165,7 @@ class GraphView(QGraphicsView):
         self.canvas.muted = self._items(muted)
         self.canvas.introduced = self._items(intro)
         self.canvas.update()
+        self.marks_changed.emit()
 
     @Slot(int)
     def set_current(self, node_id: int) -> None:

@@ -90,3 +90,28 @@ def test_labels_start_right_of_the_stripe_and_inherited_error_is_faded(qtbot):
     # the introduced one is outlined in its colour
     edge = img.pixelColor(box.right() - 2, box.center().y())
     assert edge.name() == red.name(), edge.name()
+
+
+def test_the_minimap_of_a_deep_tape_shows_where_it_differs_not_barcode(qtbot):
+    from views.synthetic import transformer_like
+
+    ops, ins, names = transformer_like(10_000)
+    m = GraphModel([GraphNode(i, o, tuple(x), nm, (4, 8)) for i, (o, x, nm) in
+                    enumerate(zip(ops, ins, names, strict=True))], loss_id=9_999)
+    p = panel(qtbot, m)
+    ov = p.overview
+    assert ov.bands  # 10,000 nodes deep: bands, not one dot per node
+    red = QColor("#dc2626")
+    v = p.view
+    v.set_overlay({i: (red if 6000 <= i < 6100 else QColor("#16a34a")) for i in range(10_000)})
+    v.set_marks("first", [6000])
+    img = ov._image
+    sx, sy = ov._scale()
+    top = v.canvas.boundingRect().top()
+    y_bad = int((v.canvas.layout.y[int(v.display.node_item[6050])] - top) * sy)
+    y_ok = int((v.canvas.layout.y[int(v.display.node_item[2000])] - top) * sy)
+    mid = img.width() // 2
+    assert img.pixelColor(mid, y_bad).name() == red.name()
+    assert img.pixelColor(mid, y_ok).name() == "#16a34a"
+    y_first = int((v.canvas.layout.y[int(v.display.node_item[6000])] - top) * sy)
+    assert img.pixelColor(1, y_first).name() == "#111827"  # the first divergence: a line
