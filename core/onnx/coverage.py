@@ -4,14 +4,15 @@ import record, do they all have device kernels, which fusion class are they.
 The tape ops are found by running every converter of ``core.onnx.importer`` on the onnx
 package's one-node backend tests of its op (the data input stays an input, the others become
 initializers, as in a real model), so nothing here is a hand-kept list. Used by
-``python -m core.onnx.conformance --doc`` (docs/onnx-coverage.md) and tests/gpu/test_models.py.
+``python -m gpu.onnx_coverage --doc docs/onnx-coverage.md`` (which knows the device kernels:
+core never imports gpu) and tests/gpu/test_models.py.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import numpy as np
@@ -66,12 +67,13 @@ def recorded_ops() -> dict[str, Counter]:
     return out
 
 
-def op_rows(executor_ops: dict[str, tuple[int, int]]) -> list[tuple[str, str, str, str, str]]:
+def op_rows(executor_ops: dict[str, tuple[int, int]], kernels: Collection[str]
+            ) -> list[tuple[str, str, str, str, str]]:
     """(op, executor, tape form, device kernels, fusion) for every op the executor knows or the
-    importer converts; ``executor_ops`` maps op -> (node tests passed, total)."""
+    importer converts; ``executor_ops`` maps op -> (node tests passed, total), ``kernels`` is
+    the tape ops the device kernel library has (``gpu.library.KERNELS``)."""
     from core.onnx.importer import CONVERTERS
     from core.ops import REGISTRY
-    from gpu.library import KERNELS
 
     rec = recorded_ops()
     rows = []
@@ -85,16 +87,18 @@ def op_rows(executor_ops: dict[str, tuple[int, int]]) -> list[tuple[str, str, st
         if not tape_ops:
             rows.append((op, ex, "yes (passes its input on)", "none needed", "—"))
             continue
-        missing = [o for o in tape_ops if o not in KERNELS]
+        missing = [o for o in tape_ops if o not in kernels]
         dev = "all: " + ", ".join(tape_ops) if not missing else "MISSING " + ", ".join(missing)
         fus = sorted({REGISTRY[o].fusion for o in tape_ops if o in REGISTRY})
         rows.append((op, ex, "yes", dev, ", ".join(fus)))
     return rows
 
 
-def op_table_markdown(executor_ops: dict[str, tuple[int, int]]) -> str:
+def op_table_markdown(executor_ops: dict[str, tuple[int, int]], kernels: Collection[str]
+                      ) -> str:
     """The per-operator table of docs/onnx-coverage.md."""
     lines = ["| operator | executor (node tests) | tape form | device kernels (tape ops) "
              "| fusion class |", "|---|---|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in op_rows(executor_ops)]
+    lines += [f"| {a} | {b} | {c} | {d} | {e} |"
+              for a, b, c, d, e in op_rows(executor_ops, kernels)]
     return "\n".join(lines)

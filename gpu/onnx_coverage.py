@@ -1,0 +1,74 @@
+"""Write docs/onnx-coverage.md: the ONNX conformance page of ``core.onnx.conformance`` with its
+per-operator table widened to executor / tape form / device kernels / fusion class.
+
+``python -m gpu.onnx_coverage --doc docs/onnx-coverage.md``. It lives in gpu because only gpu
+knows the kernel library (core never imports gpu); the tape ops each converter records come
+from ``core.onnx.coverage``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+SECTION = "## Node tests per operator"
+NEXT = "## Tests not passed"
+
+
+def page(outcomes: list, seconds: float) -> str:
+    """The coverage page for these conformance outcomes."""
+    from collections import defaultdict
+
+    from core.onnx.conformance import coverage_markdown, node_test_ops
+    from core.onnx.coverage import op_table_markdown
+    from gpu.library import KERNELS
+
+    md = coverage_markdown(outcomes, seconds)
+    md = md.replace("python -m core.onnx.conformance --doc", "python -m gpu.onnx_coverage --doc")
+    ops = node_test_ops()
+    per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for o in outcomes:
+        if o.category == "node":
+            op = ops.get(o.name, "?")
+            per_op[op][1] += 1
+            per_op[op][0] += int(o.passed)
+    table = "\n".join([
+        "## Per operator: executor, tape form, device kernels, fusion",
+        "",
+        "Real models end to end (import, a training step on the tape, the host replay bit for "
+        "bit): `tests/gpu/test_models.py`; the heavy ones are `slow`: "
+        "`python -m pytest -m slow tests/gpu/test_models.py`. Per-model timings, the default "
+        "loss and `--reinit`: [models.md](models.md).",
+        "",
+        "Executor: node tests passed / total. Tape form: `core.onnx.importer.CONVERTERS` (an op "
+        "without one still runs when all its inputs are constants: it folds at import). Device "
+        "kernels: the tape ops its import recorded on the onnx node tests "
+        "(`core.onnx.coverage`) and whether `gpu.library.KERNELS` has them all. Fusion: their "
+        "fusion classes (`row_local` ops fuse into generated kernels, docs/fusion.md).",
+        "",
+        op_table_markdown({k: (v[0], v[1]) for k, v in per_op.items()}, set(KERNELS)),
+        "",
+        "",
+    ])
+    i, j = md.index(SECTION), md.index(NEXT)
+    return md[:i] + table + md[j:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the conformance suite and write the page."""
+    from core.onnx.conformance import run_suite
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--doc", required=True, help="write the coverage page here")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    outcomes = run_suite()
+    text = page(outcomes, time.perf_counter() - t0)
+    with open(args.doc, "w") as f:
+        f.write(text)
+    print(f"wrote {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
