@@ -187,3 +187,20 @@ register(OpDef(
     backward=lambda M, g, xs, y, at, nd: [g / (y + y)],
     sample=_unary_sample(0.2, 3.0), doc="y = sqrt(a) (IEEE); ga = g / (y + y)",
     c=CForm("SQRT({x})", ("DIV({g}, ADD({y}, {y}))",)), onnx=("Sqrt",)))
+
+
+def _softplus(M, xs, at):
+    x = xs[0]
+    zero = x.dtype.type(0)
+    # NOTE: max(x, 0) + log1p(exp(-|x|)), -|x| as (x > 0 ? -x : x): the C form's exact order
+    return np.where(x > 0, x, zero) + M.log1p(M.exp(np.where(x > 0, -x, x)))
+
+
+register(OpDef(
+    "softplus", 1, "unary", "row_local", _same_shape, forward=_softplus,
+    backward=lambda M, g, xs, y, at, nd: [g * M.sigmoid(xs[0])],
+    sample=_unary_sample(-4.0, 4.0), transcendental=True,
+    doc="y = max(a, 0) + log1p(exp(-|a|)) [refmath]; ga = g * sigmoid(a)",
+    c=CForm("ADD(({x} > (real_t)0 ? {x} : (real_t)0), LOG1P(EXP({nx})))",
+            ("MUL({g}, SIGMOID({x}))",),
+            lets=(("nx", "{x} > (real_t)0 ? -{x} : {x}"),))))
