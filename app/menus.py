@@ -65,12 +65,12 @@ def build_menus(win) -> None:
         "tape, its DAG, its gradients, and where a device's bits differ.")))
     h.addAction(_action(win, "About &Qt", QApplication.aboutQt))
 
-    tb = win.addToolBar("Main")
+    tb = win.main_toolbar = win.addToolBar("Main")
     tb.setObjectName("main_toolbar")
     tb.addAction(win.act_open)
     tb.addAction(graph_actions[0])  # fit
     tb.addAction(win.act_find)
     tb.addAction(win.act_nan)
-    tb.addSeparator()
-    for key in ("restart", "back", "step", "continue"):
-        tb.addAction(win.stepper_panel.actions[key])
+    # NOTE: the Backward stepper's actions live in its dock's own toolbar and in Debug (F11,
+    # Shift+F11, F5, ...): here they stood beside the Live toolbar's training step, two "Step"
+    # buttons side by side; this row holds the step scrubber instead (app.time_travel)

@@ -67,8 +67,10 @@ class TimeTravel(QObject):
         """Name the controller's actions apart, give them keys and tooltips that say them; add
         next/previous introduced, the Steps toolbar (the scrubber) and their menu entries."""
         ctl = self.ctl
-        steps = self.toolbar = QToolBar("Steps", self.win)
-        steps.setObjectName("steps_toolbar")
+        # the main toolbar's row (no row of its own: the window must fit 900 px with a session)
+        steps = self.toolbar = getattr(self.win, "main_toolbar", None) or QToolBar(
+            "Steps", self.win)
+        steps.addSeparator()
         # where to look next lives beside the scrubber (the Live toolbar overflowed at 1280 px)
         ctl.toolbar.removeAction(ctl.act_first)
         steps.addAction(ctl.act_first)
@@ -94,8 +96,9 @@ class TimeTravel(QObject):
             menu.addAction(a)
         steps.addSeparator()
         steps.addWidget(self.scrubber)
-        self.win.addToolBarBreak()  # its own row: the Live toolbar keeps its buttons visible
-        self.win.addToolBar(steps)
+        if steps.parent() is self.win and steps.objectName() != "main_toolbar":
+            steps.setObjectName("steps_toolbar")
+            self.win.addToolBar(steps)
         self.win.inspector.repro_requested.connect(self.copy_repro_dialog)
         self.update_actions()
 

@@ -182,7 +182,7 @@ class ElementView(QWidget):
         self.map = pg.PlotWidget(self)
         self.map.setBackground("w")
         self.map.invertY(True)
-        self.map.setMinimumHeight(110)
+        self.map.setMinimumHeight(80)
         self.map.setLabel("left", "row")
         self.map.setLabel("bottom", "column")
         self.image = pg.ImageItem(axisOrder="row-major")
@@ -196,6 +196,7 @@ class ElementView(QWidget):
         self.table.verticalHeader().hide()
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.setAlternatingRowColors(True)
+        self.table.setMinimumHeight(60)
         self.repro = QPushButton("Copy repro…", self)
         self.repro.setToolTip("Write a small Python script and .npy inputs that re-run this "
                               "node's reference op on the candidate's inputs (to file a bug "

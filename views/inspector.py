@@ -109,8 +109,20 @@ class StatsTable(QTableWidget):
                 if key in ("nan", "inf") and st[key]:
                     it.setForeground(QColor(NONFINITE_COLOR))
                 self.setItem(r, c, it)
-        # room for a horizontal scroll bar when the dock is narrower than the numbers
-        self.setFixedHeight(24 + 21 * max(1, len(self.stats)) + 14)
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        # every row on screen, plus the horizontal scroll bar only while the numbers need it
+        h = 24 + 21 * max(1, len(self.stats))
+        sb = self.horizontalScrollBar()
+        if sb.maximum() > 0:
+            h += sb.sizeHint().height()
+        if h != self.height():
+            self.setFixedHeight(h)
+
+    def resizeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(ev)
+        self._fit_height()
 
 
 def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
