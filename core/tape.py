@@ -134,53 +134,50 @@ class Var:
         n = self.node
         return f"Var(id={n.id}, op={n.op}, shape={n.shape}, name={n.name!r})"
 
-    # operators: python scalars become adds/muls; see docs/tape-api.md
+    # operators: python scalars become adds/muls; see docs/tape-api.md. They record the op
+    # directly (what core.ops' wrappers do), so this module never imports core.ops.
+    def _bin(self, op: str, a: Any, b: Any) -> Var:
+        t = self.tape
+        return t.record(op, [t._lift(a), t._lift(b)])
+
+    def _scalar(self, op: str, x: Var, s: Any) -> Var:
+        return self.tape.record(op, [x], {"s": float(s)})
+
     def __add__(self, o: Any) -> Var:
-        return ops.adds(self, o) if _is_scalar(o) else ops.add(self, self.tape._lift(o))
+        return self._scalar("adds", self, o) if _is_scalar(o) else self._bin("add", self, o)
 
     def __radd__(self, o: Any) -> Var:
-        return ops.adds(self, o) if _is_scalar(o) else ops.add(self.tape._lift(o), self)
+        return self._scalar("adds", self, o) if _is_scalar(o) else self._bin("add", o, self)
 
     def __sub__(self, o: Any) -> Var:
-        return ops.adds(self, -o) if _is_scalar(o) else ops.sub(self, self.tape._lift(o))
+        return self._scalar("adds", self, -o) if _is_scalar(o) else self._bin("sub", self, o)
 
     def __rsub__(self, o: Any) -> Var:
-        return ops.adds(ops.neg(self), o) if _is_scalar(o) else ops.sub(self.tape._lift(o), self)
+        if _is_scalar(o):
+            return self._scalar("adds", -self, o)
+        return self._bin("sub", o, self)
 
     def __mul__(self, o: Any) -> Var:
-        return ops.muls(self, o) if _is_scalar(o) else ops.mul(self, self.tape._lift(o))
+        return self._scalar("muls", self, o) if _is_scalar(o) else self._bin("mul", self, o)
 
     def __rmul__(self, o: Any) -> Var:
-        return ops.muls(self, o) if _is_scalar(o) else ops.mul(self.tape._lift(o), self)
+        return self._scalar("muls", self, o) if _is_scalar(o) else self._bin("mul", o, self)
 
     def __truediv__(self, o: Any) -> Var:
         # NOTE: never x * (1/s): the reciprocal adds a rounding the contract does not have
-        return ops.div(self, self.tape._lift(o))
+        return self._bin("div", self, o)
 
     def __rtruediv__(self, o: Any) -> Var:
-        return ops.div(self.tape._lift(o), self)
+        return self._bin("div", o, self)
 
     def __matmul__(self, o: Any) -> Var:
-        return ops.matmul(self, self.tape._lift(o))
+        return self._bin("matmul", self, o)
 
     def __rmatmul__(self, o: Any) -> Var:
-        return ops.matmul(self.tape._lift(o), self)
+        return self._bin("matmul", o, self)
 
     def __neg__(self) -> Var:
-        return ops.neg(self)
-
-
-class _LazyOps:
-    """``core.ops`` imported on first use (core.ops imports this module)."""
-
-    def __getattr__(self, name: str) -> Any:
-        from core import ops as real
-
-        globals()["ops"] = real
-        return getattr(real, name)
-
-
-ops: Any = _LazyOps()
+        return self.tape.record("neg", [self])
 
 
 def _is_scalar(o: Any) -> bool:
