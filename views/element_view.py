@@ -203,11 +203,11 @@ class ElementView(QWidget):
                               "against a kernel)")
         self.repro.clicked.connect(self.repro_requested)
         self.repro.setEnabled(False)
-        split = QSplitter(Qt.Vertical, self)
+        split = self.split = QSplitter(Qt.Vertical, self)
         split.addWidget(self.map)
         split.addWidget(self.table)
-        split.setStretchFactor(0, 1)
-        split.setStretchFactor(1, 1)  # the worst elements get as much room as the map
+        split.setStretchFactor(0, 3)  # the map a little more than the worst elements
+        split.setStretchFactor(1, 2)
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
         top.addWidget(self.repro)
@@ -216,6 +216,14 @@ class ElementView(QWidget):
         lay.addLayout(top)
         lay.addWidget(split, 1)
         self.img: np.ndarray | None = None
+        self._sized = False
+
+    def resizeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(ev)
+        h = self.split.height()
+        if not self._sized and h > 150:  # the first real size: the map gets 55 %, the table
+            self._sized = True  # the rest (a table's size hint would take nearly all of it)
+            self.split.setSizes([int(h * 0.55), h - int(h * 0.55)])
 
     def set_pair(self, ref: np.ndarray | None, cand: np.ndarray | None, what: str = "") -> None:
         """Show where ``cand`` differs from ``ref`` (None: nothing to compare)."""
