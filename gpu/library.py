@@ -3,199 +3,23 @@
 `KERNELS[op]` holds two builders keyed by the same names as `core.ops.REGISTRY`:
 `fwd(ctx, node) -> [Launch]` writes the node's value buffer; `bwd(ctx, node, k) -> [Launch]`
 adds the node's contribution to input `k`'s gradient buffer (docs/reference-order.md).
-Leaves (param, const) have no kernels: their values are uploaded. Host-side index maps
-(broadcast reads, reduction orders, permutations) are computed once at capture, here.
+Leaves (param, const) have no kernels: their values are uploaded. The registry and the builder
+context live in gpu/kernel_table.py; the families register themselves on import, here:
+gpu/library_ew.py (elementwise, rendered from the op table), library_rows.py, library_nn.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from gpu import library_ew, library_nn, library_rows  # noqa: F401  (each registers its ops)
+from gpu.kernel_table import (
+    KERNELS,
+    LEAF,
+    BuildCtx,
+    OpKernels,
+    broadcast_index,
+    register_kernels,
+    unb_perm,
+)
 
-import numpy as np
-
-from gpu.device import Buffer, Device, Launch, Module
-from gpu.optable import BINARY_CODES, UNARY_CODES, scalar_of
-
-__all__ = ["KERNELS", "LEAF", "OpKernels", "BuildCtx", "register_kernels"]
-
-LEAF = "leaf"
-_BLOCK = 128
-_MAX_GRID = 4096
-
-
-@dataclass(frozen=True)
-class OpKernels:
-    """An op's forward and backward launch builders (LEAF for param/const)."""
-
-    fwd: Callable[..., list[Launch]] | str
-    bwd: Callable[..., list[Launch]] | str
-
-
-KERNELS: dict[str, OpKernels] = {}
-
-
-def register_kernels(*names: str) -> Callable:
-    """Decorator for a (fwd, bwd) pair factory: `@register_kernels("add", "sub")`."""
-
-    def deco(factory: Callable[[str], OpKernels]) -> Callable:
-        for n in names:
-            KERNELS[n] = factory(n)
-        return factory
-
-    return deco
-
-
-class BuildCtx:
-    """What a builder needs: buffers by node id, aux allocation, kernels for the tape dtype."""
-
-    def __init__(self, device: Device, module: Module, dtype: np.dtype, nodes: tuple,
-                 values: list[Buffer], grads: list[Buffer | None]) -> None:
-        self.device = device
-        self.module = module
-        self.dtype = np.dtype(dtype)
-        self.sfx = "f64" if self.dtype == np.float64 else "f32"
-        self.nodes = nodes
-        self.values = values
-        self.grads = grads
-        self.aux_buffers: dict[tuple[int, str], Buffer] = {}
-
-    def real(self, x: float) -> np.generic:
-        """A host scalar rounded once to the tape dtype (the contract's T(s))."""
-        return self.dtype.type(x)
-
-    def aux(self, node_id: int, key: str, array: np.ndarray | None = None,
-            n: int = 0, dtype: Any = None) -> Buffer:
-        """A per-node device buffer made at capture: uploaded from `array`, or zeroed."""
-        k = (node_id, key)
-        if k not in self.aux_buffers:
-            if array is not None:
-                a = np.ascontiguousarray(array).reshape(-1)
-                buf = self.device.alloc(a.size, a.dtype)
-                buf.upload(a)
-            else:
-                buf = self.device.alloc(n, dtype if dtype is not None else self.dtype)
-            self.aux_buffers[k] = buf
-        return self.aux_buffers[k]
-
-    def launch(self, name: str, n: int, *args: Any) -> Launch:
-        """A grid-stride launch of `name_<dtype>` sized for n work items."""
-        grid = max(1, min(-(-int(n) // _BLOCK), _MAX_GRID))
-        return self.module[f"{name}_{self.sfx}"].record(grid, _BLOCK, *args)
-
-    def single(self, name: str, *args: Any) -> Launch:
-        """A one-thread launch (serial tails: the loss sum, the clip norm)."""
-        return self.module[f"{name}_{self.sfx}"].record(1, 1, *args)
-
-    def shape(self, i: int) -> tuple[int, ...]:
-        """Shape of node i."""
-        return tuple(self.nodes[i].shape)
-
-
-# ---- index maps (host, once per capture) -------------------------------------------------------
-def broadcast_index(in_shape: tuple, out_shape: tuple) -> np.ndarray:
-    """ia[i]: the input element read at output position i under numpy broadcasting."""
-    n = int(np.prod(in_shape, dtype=np.int64))
-    src = np.arange(n, dtype=np.int64).reshape(in_shape)
-    return np.ascontiguousarray(np.broadcast_to(src, out_shape)).reshape(-1)
-
-
-def unb_perm(in_shape: tuple, out_shape: tuple) -> tuple[np.ndarray, int]:
-    """perm[j*R + r]: the output positions reducing into input slot j, row-major; and R."""
-    nd = len(out_shape)
-    padded = (1,) * (nd - len(in_shape)) + tuple(in_shape)
-    red = [a for a in range(nd) if a < nd - len(in_shape) or (padded[a] == 1 and out_shape[a] != 1)]
-    keep = [a for a in range(nd) if a not in red]
-    pos = np.arange(int(np.prod(out_shape, dtype=np.int64)), dtype=np.int64).reshape(out_shape)
-    r = int(np.prod([out_shape[a] for a in red], dtype=np.int64))
-    moved = np.ascontiguousarray(pos.transpose(keep + red)).reshape(-1)
-    return moved, r
-
-
-# ---- elementwise binaries: every op of the table with a two-input C form ----------------------
-@register_kernels(*BINARY_CODES)
-def _binary(op: str) -> OpKernels:
-    code = np.int64(BINARY_CODES[op])
-
-    def maps(ctx: BuildCtx, node) -> tuple[Buffer, Buffer, int]:
-        out = ctx.shape(node.id)
-        flags = 0
-        bufs = []
-        for k, j in enumerate(node.inputs):
-            s = ctx.shape(j)
-            if s != out:
-                flags |= 1 << k
-                bufs.append(ctx.aux(node.id, f"idx{k}", broadcast_index(s, out)))
-            else:
-                bufs.append(ctx.aux(node.id, "none", np.zeros(1, np.int64)))
-        return bufs[0], bufs[1], flags
-
-    def fwd(ctx: BuildCtx, node) -> list[Launch]:
-        a, b = node.inputs
-        ia, ib, flags = maps(ctx, node)
-        n = node.size
-        return [ctx.launch("binary_fwd", n, code, ctx.values[a], ctx.values[b],
-                           ctx.values[node.id], ia, ib, flags, n)]
-
-    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
-        a, b = node.inputs
-        ia, ib, flags = maps(ctx, node)
-        tgt, out = node.inputs[k], ctx.shape(node.id)
-        if ctx.shape(tgt) != out:
-            perm, r = unb_perm(ctx.shape(tgt), out)
-            pbuf = ctx.aux(node.id, f"perm{k}", perm)
-            flags |= 4
-        else:
-            pbuf, r = ctx.aux(node.id, "none", np.zeros(1, np.int64)), 1
-        m = ctx.nodes[tgt].size
-        return [ctx.launch("binary_bwd", m, code, np.int64(k), ctx.values[a], ctx.values[b],
-                           ctx.values[node.id], ctx.grads[node.id], ctx.grads[tgt], ia, ib,
-                           flags, pbuf, r, m)]
-
-    return OpKernels(fwd, bwd)
-
-
-# ---- unaries: every op of the table with a one-input C form -----------------------------------
-@register_kernels(*UNARY_CODES)
-def _unary(op: str) -> OpKernels:
-    code = np.int64(UNARY_CODES[op])
-
-    def scalar(ctx: BuildCtx, node) -> np.generic:
-        return ctx.real(scalar_of(op, node.attrs))  # the op table's {s}, rounded once to T
-
-    def fwd(ctx: BuildCtx, node) -> list[Launch]:
-        (x,) = node.inputs
-        return [ctx.launch("unary_fwd", node.size, code, ctx.values[x], ctx.values[node.id],
-                           scalar(ctx, node), node.size)]
-
-    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
-        (x,) = node.inputs
-        return [ctx.launch("unary_bwd", node.size, code, ctx.values[x], ctx.values[node.id],
-                           ctx.grads[node.id], ctx.grads[x], scalar(ctx, node), node.size)]
-
-    return OpKernels(fwd, bwd)
-
-
-@register_kernels("swiglu")
-def _swiglu(op: str) -> OpKernels:
-    def fwd(ctx: BuildCtx, node) -> list[Launch]:
-        a, u = node.inputs
-        return [ctx.launch("swiglu_fwd", node.size, ctx.values[a], ctx.values[u],
-                           ctx.values[node.id], node.size)]
-
-    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
-        a, u = node.inputs
-        return [ctx.launch("swiglu_bwd", node.size, np.int64(k), ctx.values[a], ctx.values[u],
-                           ctx.grads[node.id], ctx.grads[node.inputs[k]], node.size)]
-
-    return OpKernels(fwd, bwd)
-
-
-@register_kernels("param", "const")
-def _leaf(op: str) -> OpKernels:
-    return OpKernels(LEAF, LEAF)
-
-
-from gpu import library_nn as _nn  # noqa: E402,F401  (registers the imported-model ops)
-from gpu import library_rows as _rows  # noqa: E402,F401  (registers the remaining ops)
+__all__ = ["KERNELS", "LEAF", "OpKernels", "BuildCtx", "register_kernels", "broadcast_index",
+           "unb_perm"]

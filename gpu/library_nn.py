@@ -1,5 +1,5 @@
 """Launch builders of the nn ops of imported ONNX models (core/ops/nn.py): conv2d, maxpool2d,
-avgpool2d, gather (docs/reference-order-nn.md; erf is a unary of the op table: gpu/library.py).
+avgpool2d, gather (docs/reference-order-nn.md; erf is a unary of the op table: gpu/library_ew.py).
 Window geometry becomes host index maps."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpu.device import Launch
-from gpu.library import BuildCtx, OpKernels, register_kernels
+from gpu.kernel_table import BuildCtx, OpKernels, register_kernels
 from gpu.library_rows import mm_launch
 
 i64 = np.int64

@@ -9,7 +9,7 @@ from core.ops.reduce import reduced_axes
 from core.ops.registry import norm_axis
 from core.ops.rowwise import rope_tables
 from gpu.device import Launch
-from gpu.library import BuildCtx, OpKernels, register_kernels
+from gpu.kernel_table import BuildCtx, OpKernels, register_kernels
 
 i64 = np.int64
 
