@@ -323,7 +323,10 @@ class MainWindow(QMainWindow):
             self.stepper_panel.where.setText(f"Nothing to step: cannot train ({escape(short)}). "
                                              "Forward values are shown for every node.")
         self.status_label.setToolTip(tip)
-        finite = f"⚠ {bad} nodes with NaN/inf" if bad else "all finite"
+        made = len(self.alarms()) if bad else 0  # what produced one, not what holds one
+        finite = (f"⚠ {made} NaN/inf alarm{'s' if made != 1 else ''} ({bad} nodes hold one)"
+                  if made else f"{bad} nodes hold an inf/NaN they were given (data)" if bad
+                  else "all finite")
         poisoned = "" if getattr(s.tape, "ok", True) else f" · ⚠ poisoned: {s.tape.error}"
         self.status_label.setText(f"{s.source} · {len(s.tape)} nodes · "
                                   f"{len(s.tape.params())} params · {loss} · {finite}{poisoned}")
