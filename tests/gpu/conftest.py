@@ -29,7 +29,10 @@ needs_nvrtc = pytest.mark.skipif(NVRTC_SKIP_REASON is not None, reason=NVRTC_SKI
 
 @pytest.fixture(scope="session")
 def host():
-    """The host backend."""
+    """The host backend, every launch list run with blocks and threads forward and reversed
+    from the same memory: a race or a missing barrier fails the test (docs/devices.md)."""
     import gpu
 
-    return gpu.open_device("host")
+    dev = gpu.open_device("host")
+    dev.orders = "both"
+    return dev
