@@ -113,7 +113,9 @@ class TrainingPanel(QWidget):
         self.cursor_step = -1
         self.rate = QLabel("—", self)
         self.rate.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        # a long line must not set the dock's minimum width (the window fits 1280 px)
+        # a long line must not set the dock's minimum width (the window fits 1280 px), and must
+        # never be clipped mid-number ("max 98713" for 987136): it wraps
+        self.rate.setWordWrap(True)
         self.rate.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.rate.setMinimumWidth(120)
         self.introduced_only = QCheckBox("introduced only", self)
