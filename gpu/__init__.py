@@ -9,7 +9,8 @@
 from gpu import parity
 from gpu.device import Buffer, Device, DeviceError, open_device
 from gpu.optim import SGD, Adam, from_core
-from gpu.program import CaptureError, Program, capture
+from gpu.program import CaptureError, Program
+from gpu.program import capture as _capture
 from gpu.signature import KernelArgError
 
 __all__ = [
@@ -26,3 +27,15 @@ __all__ = [
     "open_device",
     "parity",
 ]
+
+
+def capture(device: Device, tape, loss, math: str | None = None, fuse: bool = False) -> Program:
+    """Mirror the episode [0, loss] of ``tape`` on ``device`` (``gpu.program.capture``); ``fuse``
+    replaces runs of row-local nodes with generated kernels (gpu.fusion; bit-identical results).
+    """
+    prog = _capture(device, tape, loss, math)
+    if fuse:
+        from gpu import fusion  # fusion composes the Program: imported only when asked for
+
+        fusion.apply(prog)
+    return prog

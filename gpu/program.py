@@ -44,13 +44,12 @@ def _node_id(tape: Tape, v: Var | int) -> int:
     return int(v)
 
 
-def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None,
-            fuse: bool = False) -> Program:
+def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None) -> Program:
     """Mirror the episode [0, loss] of `tape` on `device` (values uploaded for the leaves).
 
     `math` overrides the tape's math mode on the device: replaying a refmath tape with
-    math="platform" shows exactly where and how far the platform libm drifts. `fuse` replaces
-    runs of row-local nodes with generated kernels (gpu.fusion; bit-identical results).
+    math="platform" shows exactly where and how far the platform libm drifts. Fusion is
+    ``gpu.capture(..., fuse=True)`` (gpu/__init__.py): it builds on this Program.
     """
     if math is not None and math not in ("refmath", "platform"):
         raise CaptureError(f"math must be 'refmath' or 'platform', not {math!r}")
@@ -71,12 +70,7 @@ def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None
                                f"for op {n.op!r}")
         if n.dtype != tape.dtype:
             raise CaptureError(f"node {n.id} {n.op}: dtype {n.dtype} differs from the tape's")
-    prog = Program(device, tape, li, math)
-    if fuse:
-        from gpu import fusion  # fusion builds on Program: imported only when asked for
-
-        fusion.apply(prog)
-    return prog
+    return Program(device, tape, li, math)
 
 
 class Program:
@@ -112,6 +106,8 @@ class Program:
             "backward": self._build_backward(),
         }
         self._lists: dict[Any, Any] = {}
+        self.fusion: Any = None  # the FusionPlan once gpu.fusion.apply attached one
+        self.fusion_runtime: Any = None  # what the fused kernels need alive (gpu.fusion)
         self._graph: tuple[Any, Any, int] | None = None
         self.graph_captures = 0  # CUDA graphs captured by run_episode (once per configuration)
         self.bytes_to_host_start = dev.stats.bytes_to_host
@@ -168,7 +164,7 @@ class Program:
 
         Unfused programs only: a fused kernel computes many nodes in one launch.
         """
-        if getattr(self, "fusion", None) is not None:
+        if self.fusion is not None:
             raise ValueError("a fused program computes many nodes per launch: per-node hooks "
                              "need the unfused replay")
         i = self.node_id(node)
@@ -207,9 +203,23 @@ class Program:
         """Zero every gradient, seed the loss with 1, run the backward launches."""
         self._run_phase("backward")
 
+    def attach_fusion(self, plan: Any, phases: dict[str, list[Step]], runtime: Any) -> None:
+        """Adopt a fusion plan (``gpu.fusion.apply``): its ``phases`` replace these, and
+        ``runtime.optimizer_launches(self, opt, stock)`` replaces the per-parameter updates."""
+        if self.fusion is not None:
+            raise ValueError("this program is already fused")
+        self.phases.update(phases)
+        self.invalidate()
+        self.fusion, self.fusion_runtime = plan, runtime
+
     def optimizer_launches(self, opt: Any) -> list:
-        """The launches of one update by ``opt`` (gpu.SGD / gpu.Adam); fusion overrides this."""
-        return opt.prepare(self)
+        """The launches of one update by ``opt`` (gpu.SGD / gpu.Adam); one launch when fused."""
+        stock = opt.prepare(self)  # binds once, advances t, uploads this step's scalars
+        if self.fusion_runtime is None:
+            return stock
+        launches = self.fusion_runtime.optimizer_launches(self, opt, stock)
+        self._opt_launches = len(launches)
+        return launches
 
     def step(self, opt: Any) -> None:
         """One optimizer update on the device (opt: gpu.SGD / gpu.Adam)."""

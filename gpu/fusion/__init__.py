@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpu.fusion.analysis import RowNode, Segment, find_segments, row_info
-from gpu.fusion.optimizer import FusedProgram
+from gpu.fusion.optimizer import FusionRuntime
 from gpu.fusion.plan import FusedKernel, FusionError, FusionPlan, SegmentPlan, apply, plan
 
-__all__ = ["FusedKernel", "FusedProgram", "FusionError", "FusionPlan", "RowNode", "Segment",
+__all__ = ["FusedKernel", "FusionRuntime", "FusionError", "FusionPlan", "RowNode", "Segment",
            "SegmentPlan", "apply", "capture", "find_segments", "plan", "row_info"]
 
 
@@ -24,4 +24,7 @@ def capture(device: Any, tape: Any, loss: Any, fuse: bool = True) -> Any:
     """``gpu.capture`` then ``apply`` when ``fuse``: the ``capture(..., fuse=True)`` form."""
     from gpu.program import capture as _capture
 
-    return _capture(device, tape, loss, fuse=fuse)
+    prog = _capture(device, tape, loss)
+    if fuse:
+        apply(prog)
+    return prog

@@ -3,19 +3,22 @@
 Per element the arithmetic is gpu/kernels/optim.cu's (sgd_T / adam_T) operation for operation:
 clip scale, then L2, then the update, the per-step scalars read from the optimizer's own device
 buffers (ctl, k). Block j updates parameter j; its threads stride the elements. A fused program
-(``FusedProgram``) swaps the optimizer's per-parameter launches for this one when it is bound.
+(``Program.attach_fusion`` with a ``FusionRuntime``) swaps the optimizer's per-parameter launches
+for this one when it is bound.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpu.device import Launch
-from gpu.program import Program
 
-__all__ = ["OPTIMIZER_TEXT", "FusedProgram", "fused_optimizer_launches"]
+if TYPE_CHECKING:
+    from gpu.program import Program
+
+__all__ = ["OPTIMIZER_TEXT", "FusionRuntime", "fused_optimizer_launches"]
 
 # table rows: Adam [w, g, m, v, n, use_l2], SGD [w, g, n, use_l2]; l2s[j] = T(l2) of param j
 OPTIMIZER_TEXT = """
@@ -63,7 +66,7 @@ def fused_optimizer_launches(prog: Program, opt: Any, stock: list[Launch]) -> li
     """The clip launch (if any) plus one table launch replacing ``stock``'s per-param updates."""
     from gpu.optim import SGD, Adam
 
-    state, p = prog._fusion_state, prog.fusion
+    state, p = prog.fusion_runtime, prog.fusion
     live = list(opt.live)
     if not live:
         return []
@@ -84,8 +87,8 @@ def fused_optimizer_launches(prog: Program, opt: Any, stock: list[Launch]) -> li
     tab.upload(np.array(rows, dtype=np.int64).reshape(-1))
     lbuf = dev.alloc(len(live), dt)
     lbuf.upload(l2s)
-    state["keep"] += [tab, lbuf]
-    kern = state["module"][name]
+    state.keep += [tab, lbuf]
+    kern = state.module[name]
     grid = min(len(live), 4096)
     if isinstance(opt, Adam):
         one = kern.record(grid, 128, tab, lbuf, opt.ctl, opt.k, np.int64(len(live)))
@@ -94,15 +97,19 @@ def fused_optimizer_launches(prog: Program, opt: Any, stock: list[Launch]) -> li
     return lead + [one]
 
 
-class FusedProgram(Program):
-    """A Program after ``gpu.fusion.apply``: same API; the optimizer step is one launch."""
+class FusionRuntime:
+    """What a fused program keeps alive: the compiled plan, its pointer table and buffers, and the
+    fused optimizer launches built per optimizer (``Program.attach_fusion`` holds it)."""
 
-    def optimizer_launches(self, opt: Any) -> list[Launch]:
-        """One launch for every parameter's update (overrides the stock program's hook)."""
-        stock = opt.prepare(self)  # binds once, advances t, uploads this step's scalars
-        cache = self._fusion_state["opt"]
-        hit = cache.get(id(opt))
+    def __init__(self, module: Any, table: Any, keep: list) -> None:
+        self.module = module
+        self.table = table
+        self.keep = keep
+        self.opt: dict[int, tuple] = {}
+
+    def optimizer_launches(self, prog: Program, opt: Any, stock: list[Launch]) -> list[Launch]:
+        """One launch for every parameter's update, built once per (optimizer, stock list)."""
+        hit = self.opt.get(id(opt))
         if hit is None or hit[0] is not opt or hit[1] is not stock:
-            hit = cache[id(opt)] = (opt, stock, fused_optimizer_launches(self, opt, stock))
-        self._opt_launches = len(hit[2])
+            hit = self.opt[id(opt)] = (opt, stock, fused_optimizer_launches(prog, opt, stock))
         return hit[2]

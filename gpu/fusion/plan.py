@@ -11,7 +11,7 @@ import numpy as np
 from core.ops.rowwise import rope_tables
 from gpu.fusion import codegen
 from gpu.fusion.analysis import Segment, find_segments
-from gpu.fusion.optimizer import OPTIMIZER_TEXT, FusedProgram
+from gpu.fusion.optimizer import OPTIMIZER_TEXT, FusionRuntime
 from gpu.fusion.serial import find_tail, tail_backward, tail_forward
 from gpu.program import Program, Step
 from gpu.source import SUFFIX, instantiate
@@ -126,7 +126,7 @@ def _block(cols: int) -> int:
 
 def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
     """Analyse a captured (unfused) program and generate its fused kernels (nothing runs)."""
-    if getattr(prog, "fusion", None) is not None:
+    if prog.fusion is not None:
         raise FusionError("this program is already fused; plan the unfused capture")
     nodes, dt = prog.nodes, np.dtype(prog.dtype)
     segs = find_segments(nodes, min_nodes)
@@ -251,7 +251,7 @@ def apply(prog: Program, p: FusionPlan | None = None) -> FusionPlan:
     parameter in one launch. Returns the plan (also kept as ``prog.fusion``).
     """
     p = p or plan(prog)
-    if getattr(prog, "fusion", None) is not None:
+    if prog.fusion is not None:
         raise FusionError("this program is already fused")
     if p.n_nodes != len(prog.nodes):
         raise FusionError(f"plan {p.plan_id} was made for {p.n_nodes} nodes, the program has "
@@ -266,14 +266,11 @@ def apply(prog: Program, p: FusionPlan | None = None) -> FusionPlan:
         k = by_name[name]
         return Step(node, module[name].record(k.grid, k.block, tbuf, np.int64(rows)))
 
+    fwd, bwd = prog.phases["forward"], prog.phases["backward"]
     for s in p.segments:
         ids = set(range(s.lo, s.hi + 1))
-        prog.phases["forward"] = _splice(prog.phases["forward"], ids,
-                                         [launch(s.forward, s.rows, s.lo)])
-        new = [launch(n, s.rows, s.hi) for n in (s.backward, s.params) if n is not None]
-        prog.phases["backward"] = _splice(prog.phases["backward"], ids, new)
-    prog.invalidate()
-    prog.fusion = p
-    prog._fusion_state = {"module": module, "table": tbuf, "keep": keep, "opt": {}}
-    prog.__class__ = FusedProgram
+        fwd = _splice(fwd, ids, [launch(s.forward, s.rows, s.lo)])
+        bwd = _splice(bwd, ids, [launch(n, s.rows, s.hi) for n in (s.backward, s.params)
+                                 if n is not None])
+    prog.attach_fusion(p, {"forward": fwd, "backward": bwd}, FusionRuntime(module, tbuf, keep))
     return p

@@ -184,7 +184,7 @@ def test_fused_rope_pair_is_not_contracted_by_the_vectorizer(host):
     prog.forward()
     prog.backward()
     assert gpu.parity.compare(t, prog).exact
-    assert _fma_instructions(prog._fusion_state["module"].path) == []
+    assert _fma_instructions(prog.fusion_runtime.module.path) == []
 
 
 def test_no_fma_instruction_in_any_host_object(host):
@@ -200,7 +200,7 @@ def test_no_fma_instruction_in_any_host_object(host):
                 wl = workloads.get(name, dtype=dt, math=math)
                 prog = fusion.capture(host, wl.tape, wl.record(0), fuse=True)
                 objects[f"library {dt} {math}"] = prog.module.path
-                objects[f"fused {name} {dt} {math}"] = prog._fusion_state["module"].path
+                objects[f"fused {name} {dt} {math}"] = prog.fusion_runtime.module.path
     if native.library() is not None:
         objects["native refkernels"] = native.library()._name
     found = {k: _fma_instructions(p) for k, p in objects.items()}
