@@ -136,8 +136,9 @@ static void *worker(void *p) {
 }
 
 #define MAX_THREADS 64
-/* below this many multiply-adds a thread costs more than it saves */
-#define MIN_WORK_PER_THREAD 65536LL
+/* below this many multiply-adds per thread, starting a thread (~20-50 us) costs more than it
+ * saves */
+#define MIN_WORK_PER_THREAD (1LL << 20)
 
 static void bmm(const void *a, const void *b, void *c, long long batch, long long m,
                 long long k, long long n, long long sa, long long sb, int threads, int f32) {
