@@ -1,12 +1,20 @@
 """Optional native speed-ups for the CPU tape, in the exact reference order.
 
-``gcc -O3 -ffp-contract=off`` builds ``refkernels.c`` (the reference-order matmul, threaded over
-blocks of output rows) and ``refmath_host.c`` (refmath's C twin, ``gpu/kernels/refmath.cuh``,
-compiled as the host backend compiles it) once per user into the kernel cache (``core.cache``:
-mode 0700, keyed by a hash of sources, headers, flags, compiler and CPU, written atomically,
-verified by sha256 on every load, a corrupt entry rebuilt). Without gcc the numpy reference runs
-instead: the same bits, slower. ``TAPESCOPE_NO_NATIVE=1`` forces numpy; ``TAPESCOPE_THREADS=N``
-(or :func:`set_threads`) sets how many threads a product may use (the bits never depend on it).
+gcc builds, once per user, into the kernel cache (``core.cache``: mode 0700, keyed by a hash of
+sources, headers, flags, compiler and CPU, written atomically, verified by sha256 on every load,
+a corrupt entry rebuilt):
+
+* ``refkernels.c`` (ctypes): the reference-order matmul (register tiles, threads over blocks of
+  whole output rows), its batched form, im2col and a direct conv for one-output-channel groups,
+  serial column sums (``serial_sum``) and Adam's update -- each the same roundings in the same
+  order as its numpy spelling in core, which the tests hold it to bit for bit;
+* ``refmath_host.c`` (ctypes) and ``refmath_py.c`` (a CPython extension, where ``Python.h`` is
+  installed): refmath's C twin ``gpu/kernels/refmath.cuh`` itself, as the host backend compiles
+  it, with the branch-free loops of ``refmath_simd.h``.
+
+Without gcc the numpy reference runs instead: the same bits, slower. ``TAPESCOPE_NO_NATIVE=1``
+forces numpy; ``TAPESCOPE_THREADS=N`` (or :func:`set_threads`) sets how many threads a product
+may use (the bits never depend on it).
 """
 
 from __future__ import annotations
