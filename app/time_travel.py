@@ -282,7 +282,9 @@ class TimeTravel(QObject):
         """Open the session's first divergence at the step it happened."""
         live, h = self.ctl.live, self.history
         if live is None or h is None:
-            self.win.statusBar().showMessage("No live session: nothing has been compared", 5000)
+            self.win.statusBar().showMessage(
+                "No live session: nothing has been compared" if live is None else
+                "No step has run yet: nothing has been compared", 5000)
             return
         f = h.first or live.first
         if f is None:
