@@ -14,7 +14,7 @@ import numpy as np
 
 from views.array_stats import first_nonfinite, nonfinite_nodes
 from views.graph_model import GraphModel
-from views.inspector import NodeDetails
+from views.node_details import NodeDetails
 
 
 class SessionError(Exception):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QColor, QGuiApplication
@@ -25,6 +23,7 @@ from views.array_stats import array_stats, format_number, numpy_text
 from views.array_view import ArrayView, HistogramView
 from views.element_view import ElementView
 from views.graph_model import shape_text
+from views.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
 NONFINITE_COLOR = "#7c3aed"  # violet: a NaN/inf (red means "bits differ" everywhere)
@@ -56,30 +55,6 @@ def onnx_html(info: dict | None) -> str:
     return (f"<br>ONNX <b>{escape(str(info.get('op_type', '')))}</b> "
             f"<code>{escape(str(info.get('name', '')))}</code>{span}"
             + (f": {attrs}" if attrs else ""))
-
-
-@dataclass
-class NodeDetails:
-    """Everything the inspector shows about one node (plain data, filled by the app)."""
-
-    id: int
-    op: str
-    name: str | None
-    shape: tuple[int, ...]
-    dtype: str
-    value: np.ndarray | None
-    grad: np.ndarray | None
-    inputs: list[tuple[int, str]]  # (id, "op name") per input, clickable
-    attrs: dict | None = None
-    device_value: np.ndarray | None = None  # filled once a device run exists (issue 8)
-    device_grad: np.ndarray | None = None
-    # a live session's answer: value/grad are then its reference side, device_* its candidate
-    sides: tuple[str, str] | None = None  # (reference label, candidate label)
-    note: str = ""  # e.g. "live · step 4", shown under the header
-    # the ONNX node this tape node was imported from: {"name", "op_type", "attributes",
-    # "inputs", "first", "stop"} (core.onnx.importer.onnx_node_info), shown as Netron does
-    onnx: dict | None = None
-    step: int | None = None  # the live step these arrays are from (steps count from 1)
 
 
 class StatsTable(QTableWidget):
