@@ -215,20 +215,18 @@ class RemoteRun(DeviceRun):
 
     def compare(self, tape: Any) -> Any:
         """``gpu.parity.compare(tape, prog)`` in the worker, on this side's reference arrays."""
-        from core.parity import TensorDiff
-        from gpu.parity import NodeParity, ParityReport, first_divergence
+        from core.parity import NodeParity, ParityReport, TensorDiff
 
         n = len(self.nodes)
         got = self._ask({"cmd": "compare",
                          "values": [encode_array(tape.value(i)) for i in range(n)],
                          "grads": [encode_array(tape.grad(i)) for i in range(n)]}, "parity")
-        out = []
-        for e, node in zip(got["nodes"], self.nodes, strict=True):
-            g = e["grad"]
-            out.append(NodeParity(node.id, node.op, node.name, TensorDiff(**e["value"]),
-                                  None if g is None else TensorDiff(**g)))
-        nodes = tuple(out)
-        return ParityReport(nodes, first_divergence(nodes))
+        # the worker sends each node's {"value", "grad"} summaries; the node's id, op and name
+        # are this side's own (TensorDiff.from_json checks every field's type)
+        return ParityReport.of(
+            NodeParity(node.id, node.op, node.name, TensorDiff.from_json(e["value"]),
+                       None if e["grad"] is None else TensorDiff.from_json(e["grad"]))
+            for e, node in zip(got["nodes"], self.nodes, strict=True))
 
     def update(self) -> None:
         """The device optimizer step, in the worker."""

@@ -427,10 +427,9 @@ class PairRunner:
 
 def host_compare(nodes: tuple, ref_array: Any, cand_array: Any,
                  which: tuple[str, ...] = ("value", "grad")) -> Any:
-    """Per-node ``core.parity`` diffs of two runs (any sides), as a ``gpu.parity.ParityReport``
+    """Per-node ``core.parity`` diffs of two runs (any sides), as a ``core.parity.ParityReport``
     (``which``: the arrays compared; the others are None)."""
-    from core.parity import compare_arrays
-    from gpu.parity import NodeParity, ParityReport, first_divergence
+    from core.parity import NodeParity, ParityReport, compare_arrays
 
     out = []
     for n in nodes:
@@ -442,12 +441,12 @@ def host_compare(nodes: tuple, ref_array: Any, cand_array: Any,
             dt = min(a.dtype, b.dtype, key=lambda d: d.itemsize)
             diffs[w] = compare_arrays(_narrow(a, dt), _narrow(b, dt))
         out.append(NodeParity(n.id, n.op, n.name, diffs["value"], diffs["grad"]))
-    nodes_t = tuple(out)
-    # the same first-divergence rule as the device comparison (gpu.parity)
-    return ParityReport(nodes_t, first_divergence(nodes_t))
+    return ParityReport.of(out)  # the same first-divergence rule as the device comparison
 
 
 def roots(nodes: tuple, parity: list[dict]) -> list[int]:
     """Nodes whose value differs although every input's value agrees: where drift starts."""
-    bad = {e["id"] for e in parity if e["value"]["n_diff"]}
+    from core.parity import entry_differs
+
+    bad = {e["id"] for e in parity if entry_differs(e, "value")}
     return sorted(i for i in bad if not any(j in bad for j in nodes[i].inputs))

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["TensorDiff", "compare_arrays", "ordered", "strict_json", "ulp_distance"]
+__all__ = ["NodeParity", "ParityReport", "TensorDiff", "compare_arrays", "entry_differs",
+           "first_divergence", "ordered", "strict_json", "ulp_distance"]
 
 _BITS = {
     np.dtype(np.float64): (np.int64, np.uint64),
@@ -49,6 +50,96 @@ class TensorDiff:
     def to_json(self) -> dict:
         """A JSON-ready dict of every field."""
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> TensorDiff:
+        """The inverse of ``to_json``; also reads strict JSON ("inf", "nan" strings)."""
+        fi = d.get("first_index")
+        return cls(int(d["n"]), int(d["n_diff"]), int(d["max_ulp"]), float(d["max_abs"]),
+                   float(d["max_rel"]), None if fi is None else int(fi), int(d.get("n_nan", 0)),
+                   int(d.get("n_signed_zero", 0)), int(d.get("nan_bits_differ", 0)))
+
+
+@dataclass(frozen=True)
+class NodeParity:
+    """One node's parity: value always, gradient when the reference has one."""
+
+    id: int
+    op: str
+    name: str | None
+    value: TensorDiff
+    grad: TensorDiff | None
+
+    @property
+    def exact(self) -> bool:
+        """Value and gradient bit-identical."""
+        return self.value.exact and (self.grad is None or self.grad.exact)
+
+    def to_json(self) -> dict:
+        """{"id", "op", "name", "value": {...TensorDiff}, "grad": {...} | None}."""
+        return {"id": self.id, "op": self.op, "name": self.name, "value": self.value.to_json(),
+                "grad": None if self.grad is None else self.grad.to_json()}
+
+    @classmethod
+    def from_json(cls, e: dict) -> NodeParity:
+        """The inverse of ``to_json``."""
+        g = e.get("grad")
+        return cls(int(e["id"]), str(e["op"]), e.get("name"), TensorDiff.from_json(e["value"]),
+                   None if g is None else TensorDiff.from_json(g))
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    """Every compared node's parity plus the first divergence (device-agnostic)."""
+
+    nodes: tuple[NodeParity, ...]
+    first_divergence: tuple[int, str] | None  # (node id, "value" | "grad")
+
+    @property
+    def exact(self) -> bool:
+        """True when every value and gradient matched bit for bit."""
+        return all(n.exact for n in self.nodes)
+
+    @classmethod
+    def of(cls, nodes: tuple[NodeParity, ...] | list[NodeParity]) -> ParityReport:
+        """A report of ``nodes`` with its first divergence found by the one rule below."""
+        nodes = tuple(nodes)
+        return cls(nodes, first_divergence(nodes))
+
+    def to_json(self) -> dict:
+        """Plain data for views, files and the worker pipe: {"exact", "first_divergence",
+        "nodes": [NodeParity.to_json()]}."""
+        first = None
+        if self.first_divergence is not None:
+            nid, which = self.first_divergence
+            op = next((n.op for n in self.nodes if n.id == nid), "")
+            first = {"node": nid, "op": op, "which": which}
+        return {"exact": self.exact, "first_divergence": first,
+                "nodes": [n.to_json() for n in self.nodes]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> ParityReport:
+        """The inverse of ``to_json`` (the first divergence recomputed, never trusted)."""
+        return cls.of(NodeParity.from_json(e) for e in d["nodes"])
+
+
+def first_divergence(nodes: tuple[NodeParity, ...]) -> tuple[int, str] | None:
+    """(node id, "value" | "grad") of the first divergence, or None when all bits agree."""
+    # Forward runs in tape order: the first differing value is the root of what follows.
+    for n in nodes:
+        if not n.value.exact:
+            return n.id, "value"
+    # Backward runs in decreasing id: the first differing gradient it produced is the highest.
+    for n in reversed(nodes):
+        if n.grad is not None and not n.grad.exact:
+            return n.id, "grad"
+    return None
+
+
+def entry_differs(e: dict, which: str | None = None) -> bool:
+    """A ``NodeParity.to_json`` entry differs (in ``which``, or in value or gradient)."""
+    sides = (which,) if which else ("value", "grad")
+    return any(e.get(w) is not None and bool(e[w]["n_diff"]) for w in sides)
 
 
 def _check_pair(ref: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

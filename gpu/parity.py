@@ -6,70 +6,15 @@ reduces every (reference, device) pair to a summary, and only the summaries come
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from core.parity import TensorDiff
+from core.parity import NodeParity, ParityReport, TensorDiff, first_divergence
 from core.tape import Tape
 from gpu.diff import DeviceDiff
 from gpu.program import Program
 
-__all__ = ["NodeParity", "ParityReport", "compare"]
-
-
-@dataclass(frozen=True)
-class NodeParity:
-    """One node's parity: value always, gradient when the tape has one."""
-
-    id: int
-    op: str
-    name: str | None
-    value: TensorDiff
-    grad: TensorDiff | None
-
-    @property
-    def exact(self) -> bool:
-        """Value and gradient bit-identical."""
-        return self.value.exact and (self.grad is None or self.grad.exact)
-
-
-@dataclass(frozen=True)
-class ParityReport:
-    """Every captured node's parity plus the first divergence."""
-
-    nodes: tuple[NodeParity, ...]
-    first_divergence: tuple[int, str] | None  # (node id, "value" | "grad")
-
-    @property
-    def exact(self) -> bool:
-        """True when every value and gradient matched bit for bit."""
-        return all(n.exact for n in self.nodes)
-
-    def to_json(self) -> dict:
-        """Plain data for views and files: {"exact", "first_divergence", "nodes": [{"id", "op",
-        "name", "value": {...TensorDiff}, "grad": {...} | None}]}."""
-        first = None
-        if self.first_divergence is not None:
-            nid, which = self.first_divergence
-            first = {"node": nid, "op": self.nodes[nid].op, "which": which}
-        return {"exact": self.exact, "first_divergence": first,
-                "nodes": [{"id": n.id, "op": n.op, "name": n.name, "value": n.value.to_json(),
-                           "grad": None if n.grad is None else n.grad.to_json()}
-                          for n in self.nodes]}
-
-
-def first_divergence(nodes: tuple[NodeParity, ...]) -> tuple[int, str] | None:
-    """(node id, "value" | "grad") of the first divergence, or None when all bits agree."""
-    # Forward runs in tape order: the first differing value is the root of what follows.
-    for n in nodes:
-        if not n.value.exact:
-            return n.id, "value"
-    # Backward runs in decreasing id: the first differing gradient it produced is the highest.
-    for n in reversed(nodes):
-        if n.grad is not None and not n.grad.exact:
-            return n.id, "grad"
-    return None
+# the parity types are device-agnostic (core.parity); re-exported for gpu.parity's users
+__all__ = ["NodeParity", "ParityReport", "compare", "first_divergence"]
 
 
 def _refs(prog: Program) -> tuple[list, list, DeviceDiff]:
@@ -112,5 +57,4 @@ def compare(tape: Tape, prog: Program, grads: bool = True) -> ParityReport:
     for n in prog.nodes:
         g = got.get((n.id, "grad"), missing.get(n.id))
         out.append(NodeParity(n.id, n.op, n.name, got[(n.id, "value")], g))
-    nodes = tuple(out)
-    return ParityReport(nodes, first_divergence(nodes))
+    return ParityReport.of(out)
