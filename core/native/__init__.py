@@ -104,6 +104,9 @@ def _load() -> ctypes.CDLL | None:
     lib.ts_adam_f64.argtypes = [p] * 5 + [ll] + [ctypes.c_double] * 6
     lib.ts_adam_f32.argtypes = [p] * 5 + [ll] + [ctypes.c_float] * 6
     lib.ts_adam_f64.restype = lib.ts_adam_f32.restype = None
+    for name in ("ts_chnorm_f64", "ts_chnorm_f32"):
+        getattr(lib, name).argtypes = [p] * 6 + [ll] * 3
+        getattr(lib, name).restype = None
     for name in ("ts_colsum_f64", "ts_colsum_f32"):
         getattr(lib, name).argtypes = [p, p, ll, ll]
         getattr(lib, name).restype = None
@@ -218,6 +221,27 @@ def adam(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
     fn(w.ctypes.data, g.ctypes.data, m.ctypes.data, v.ctypes.data, out.ctypes.data, w.size,
        k["b1"], k["omb1"], k["b2"], k["omb2"], k["eps"], k["lr_t"])
     return out
+
+
+def channel_norm(x: np.ndarray, mean: np.ndarray, den: np.ndarray, scale: np.ndarray,
+                 bias: np.ndarray) -> np.ndarray | None:
+    """``((x - mean) / den) * scale + bias`` per channel (axis 1), one rounding per operation
+    in that order (BatchNormalization's inference formula), or None. The per-channel arrays
+    have C elements, all of x's dtype."""
+    lib = library()
+    dt = x.dtype
+    if lib is None or dt not in _DT or x.ndim < 2:
+        return None
+    c = x.shape[1]
+    chans = [np.ascontiguousarray(v).reshape(-1) for v in (mean, den, scale, bias)]
+    if any(v.dtype != dt or v.size != c for v in chans):
+        return None
+    x = np.ascontiguousarray(x)
+    y = np.empty(x.shape, dtype=dt)
+    plane = int(np.prod(x.shape[2:], dtype=np.int64))
+    fn = lib.ts_chnorm_f64 if dt == np.float64 else lib.ts_chnorm_f32
+    fn(x.ctypes.data, *(v.ctypes.data for v in chans), y.ctypes.data, x.shape[0], c, plane)
+    return y
 
 
 def colsum(x: np.ndarray) -> np.ndarray | None:

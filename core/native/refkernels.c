@@ -341,3 +341,30 @@ void ts_adam_f32(const float *w, const float *g, float *m, float *v, float *out,
     ADAM(float)
 #undef SQRT
 }
+
+/* Per-channel normalisation, BatchNormalization's inference formula in its order:
+ * y = ((x - mean[c]) / den[c]) * scale[c] + bias[c] for x of shape (nb, c, plane), den the
+ * per-channel sqrt(var + eps) the caller computed; one rounding per operation. */
+#define CHNORM(T)                                                                       \
+    for (long long q = 0; q < nb * c; ++q) {                                            \
+        long long ch = q % c;                                                           \
+        const T m = mean[ch], d = den[ch], g = scale[ch], b = bias[ch];                 \
+        const T *xq = x + q * plane;                                                    \
+        T *yq = y + q * plane;                                                          \
+        for (long long p = 0; p < plane; ++p) {                                         \
+            T t = xq[p] - m;                                                            \
+            t = t / d;                                                                  \
+            t = t * g;                                                                  \
+            yq[p] = t + b;                                                              \
+        }                                                                               \
+    }
+
+void ts_chnorm_f64(const double *x, const double *mean, const double *den, const double *scale,
+                   const double *bias, double *y, long long nb, long long c, long long plane) {
+    CHNORM(double)
+}
+
+void ts_chnorm_f32(const float *x, const float *mean, const float *den, const float *scale,
+                   const float *bias, float *y, long long nb, long long c, long long plane) {
+    CHNORM(float)
+}

@@ -242,3 +242,28 @@ def test_native_adam_equals_the_numpy_update(dtype, monkeypatch):
     b, sb = train(False)
     assert a == b
     assert sa.m.tobytes() == sb.m.tobytes() and sa.v.tobytes() == sb.v.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_channel_norm_equals_the_broadcast_formula(dtype, monkeypatch):
+    """ONNX BatchNormalization (inference) through C: the numpy formula's bits."""
+    from core.onnx.ops.nn import batch_norm
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(14)
+    x = _spread(rng, (2, 5, 4, 3), dtype)
+    x[0, 1, 0, 0], x[1, 2, 1, 1], x[0, 3, 2, 2] = np.inf, np.nan, -0.0
+    mean, scale, bias = (_spread(rng, (5,), dtype) for _ in range(3))
+    var = np.abs(_spread(rng, (5,), dtype))
+    var[0] = 0.0
+    got = native.channel_norm(x, mean, np.sqrt(var + dtype(1e-5)), scale, bias)
+    with np.errstate(all="ignore"):
+        want = ((x - mean.reshape(1, 5, 1, 1)) / np.sqrt(var.reshape(1, 5, 1, 1) + dtype(1e-5))
+                * scale.reshape(1, 5, 1, 1) + bias.reshape(1, 5, 1, 1))
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    via_op = batch_norm(None, x, scale, bias, mean, var)
+    with monkeypatch.context() as m, np.errstate(all="ignore"):
+        m.setattr(native, "_lib", None)
+        numpy_op = batch_norm(None, x, scale, bias, mean, var)
+    assert via_op.tobytes() == numpy_op.tobytes() == want.tobytes()

@@ -23,7 +23,11 @@ def conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_s
     # the tape's conv2d (core.ops.nn.conv_nd) with this kernel set's matmul, then the bias add
     y = conv_nd(x, w, st, padw, dil, group, matmul=ctx.k.matmul)
     if b is not None:
-        y = y + b.reshape((1, m) + (1,) * len(k))
+        bb = b.reshape((1, m) + (1,) * len(k))
+        if bb.dtype == y.dtype and y.flags.writeable:
+            np.add(y, bb, out=y)  # conv_nd's result is always a new array: the same add, in place
+        else:
+            y = y + bb
     return y
 
 
@@ -104,6 +108,14 @@ def batch_norm(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, train
         return y.astype(x.dtype), rm.astype(mean.dtype), rv.astype(var.dtype)
     # inference, written as (x - mean) / sqrt(var + eps) * scale + bias; the same four roundings
     # in place in one buffer (no full-size temporary per step)
+    if all(v.dtype == x.dtype and v.size == x.shape[1] for v in (mean, var, scale, bias)) \
+            and x.ndim >= 2:
+        from core import native
+
+        den = np.sqrt(var + t(epsilon))  # per channel, as the broadcast form computes it
+        y = native.channel_norm(x, mean, den, scale, bias)  # one C pass, the same roundings
+        if y is not None:
+            return y
     y = np.subtract(x, _bcast_c(mean, x.ndim))
     if all(v.dtype == x.dtype for v in (y, var, scale, bias)):
         np.divide(y, np.sqrt(_bcast_c(var, x.ndim) + t(epsilon)), out=y)
