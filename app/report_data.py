@@ -12,8 +12,6 @@ import sys
 import threading
 from typing import Any
 
-import numpy as np
-
 from app.runs import SessionConfig, StepResult
 
 HEAT_STEPS = 300
@@ -95,11 +93,6 @@ class ReportAccumulator:
         self.introduced.extend(entries[: max(INTRODUCED_MAX - len(self.introduced), 0)])
         if self.first_introduced is None and (entries or not r.exact):
             self.first_introduced = {"step": r.step, "entries": entries}
-
-    def comparison(self) -> list[dict]:
-        """Per-node worst entries in the window's comparison format."""
-        with self._lock:
-            return [{"id": i, **w} for i, w in sorted(self.worst.items())]
 
     def to_json(self) -> dict[str, Any]:
         """Everything a report shows, as plain JSON data."""
@@ -200,9 +193,3 @@ def environment(device: str) -> dict[str, Any]:
     except ImportError:
         pass
     return env
-
-
-def heat_array(data: dict) -> np.ndarray:
-    """The heatmap as nodes × steps (worst ulp, −1 NaN)."""
-    cols = data["heatmap"]["columns"]
-    return np.array(cols, dtype=np.float64).T if cols else np.zeros((0, 0))

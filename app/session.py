@@ -93,9 +93,6 @@ class Session:
     meta: dict = field(default_factory=dict)
     comparison: list[dict] | None = None
     workload: object | None = None
-    # a device run of the same episode (node id → array), shown beside the CPU's
-    device_values: dict[int, np.ndarray] = field(default_factory=dict)
-    device_grads: dict[int, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # -1: no loss node to mark (a forward-only ONNX run)
@@ -130,7 +127,6 @@ class Session:
         return NodeDetails(
             id=n.id, op=n.op, name=n.name, shape=tuple(n.shape), dtype=str(np.dtype(n.dtype)),
             value=t.value(n.id), grad=self.grads[n.id], inputs=inputs, attrs=dict(n.attrs),
-            device_value=self.device_values.get(n.id), device_grad=self.device_grads.get(n.id),
             onnx=self.onnx_node(n.id),
         )
 

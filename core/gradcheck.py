@@ -81,11 +81,6 @@ def check_op(name: str, seed: int = 0) -> OpCheck:
     return OpCheck(name, len(cases), checked, worst, worst <= TOL)
 
 
-def check_all(seed: int = 0) -> list[OpCheck]:
-    """Check every differentiable op in the registry (leaves have nothing to check)."""
-    return [check_op(n, seed) for n in sorted(REGISTRY) if REGISTRY[n].kind != "leaf"]
-
-
 def identities() -> list[tuple[str, bool]]:
     """Analytic identities that must hold to the bit."""
     rng = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""Device layer: backends (cuda, host), kernel library, replay, parity diffs (and later fusion).
+"""Device layer: backends (cuda, host), kernel library, replay, parity diffs, fusion (gpu.fusion).
 
     dev = gpu.open_device("auto")           # "device: host (CuPy not installed)"
     prog = gpu.capture(dev, tape, loss)

@@ -120,15 +120,6 @@ class GraphModel:
         self.extra_groups = {k: sorted(v) for k, v in groups.items()}
         self.groups.update(self.extra_groups)
 
-    def group_of(self, node_id: int) -> str | None:
-        """The outermost collapsed group holding ``node_id``, if any."""
-        best = None
-        for g in self.collapsed:
-            members = self.groups.get(g, ())
-            if node_id in members and (best is None or len(g) < len(best)):
-                best = g
-        return best
-
     def innermost_scope(self, node_id: int) -> str | None:
         """The deepest name scope of a node (what "collapse" folds), or None."""
         s = scopes_of(self.nodes[node_id].name)

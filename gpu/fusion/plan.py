@@ -71,11 +71,6 @@ class FusionPlan:
     layout: codegen.Layout = field(repr=False)
     _segs: list[Segment] = field(repr=False, default_factory=list)
 
-    @property
-    def kernel_names(self) -> list[str]:
-        """Every generated kernel's name (they carry the plan id and the dtype suffix)."""
-        return [k.name for k in self.kernels]
-
     def kernel(self, name: str) -> FusedKernel:
         """A generated kernel by name."""
         for k in self.kernels:

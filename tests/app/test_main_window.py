@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -266,8 +267,8 @@ def test_comparison_fills_the_table_and_colours_the_graph(qtbot, win, tape_file)
     # the device's values show beside the CPU's in the inspector
     dev = np.array(ref.value(mm))
     dev.reshape(-1)[0] = np.nextafter(dev.reshape(-1)[0], np.inf)
-    win.session.device_values[mm] = dev
     win.select_node(mm)
+    win.inspector.show_details(replace(win.session.details(mm), device_value=dev))
     assert win.inspector.tabs.indexOf(win.inspector.device_view) >= 0
     assert win.inspector.device_view.ulp.reshape(-1)[0] == 1
     win.set_comparison([{"id": 10**6}])  # a bad comparison keeps the table as it was
