@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from app.runs import SessionConfig, StepResult
+from core.parity import entry_differs
 
 HEAT_STEPS = 300
 INTRODUCED_MAX = 5000  # introduced entries kept (the count goes on): memory stays flat
@@ -65,7 +66,7 @@ class ReportAccumulator:
             for e in r.nodes:
                 w = self.worst.get(e["id"])
                 v, g = e["value"], e["grad"]
-                if w is not None and not v["n_diff"] and (g is None or not g["n_diff"]):
+                if w is not None and not entry_differs(e):
                     continue  # an exact step changes no worst value (the common case: fast)
                 if w is None:
                     w = self.worst[e["id"]] = {"value": None, "grad": None}
@@ -77,9 +78,7 @@ class ReportAccumulator:
                 self.first_roots = list(r.roots)
             if not r.exact:
                 for e in r.nodes:
-                    g = e["grad"]
-                    if (e["value"]["n_diff"] or (g and g["n_diff"])) and \
-                            e["id"] not in self.first_step_differing:
+                    if entry_differs(e) and e["id"] not in self.first_step_differing:
                         self.first_step_differing[e["id"]] = r.step
             self._add_provenance(r)
 
@@ -114,8 +113,7 @@ class ReportAccumulator:
             w = worst.get(info["id"], {"value": None, "grad": None})
             nodes.append({**info, "value": w["value"], "grad": w["grad"],
                           "first_step_differing": fsd.get(info["id"])})
-        differ = [n for n in nodes if (n["value"] and n["value"]["n_diff"])
-                  or (n["grad"] and n["grad"]["n_diff"])]
+        differ = [n for n in nodes if entry_differs(n)]
         exact = bool(steps) and not differ
         if first is not None:
             first["name"] = self.node_info[first["node"]]["name"]

@@ -9,7 +9,7 @@ from html import escape
 from pathlib import Path
 
 from app.session import EXACT_COLOR, NAN_COLOR, parity_colors
-from core.parity import strict_json
+from core.parity import entry_differs, strict_json
 
 SECTIONS = ("verdict", "environment", "first-divergence", "introduced", "dag", "plots",
             "nodes")
@@ -65,7 +65,7 @@ def _node_table(data: dict) -> str:
         v, g = n["value"] or {}, n["grad"] or {}
         name = n["name"] or ""
         name = f"{name}#{n['id']}" if name.endswith("/") else name  # unnamed, in a scope
-        differs = bool(v.get("n_diff") or g.get("n_diff"))
+        differs = entry_differs(n)
         sw = colors.get(n["id"])
         swatch = f"<span class=sw style='background:{sw}'></span>" if sw else ""
         rows.append(

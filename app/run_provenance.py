@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from core.parity import entry_differs
 from core.provenance import OptimizerState, ParamUpdate, StepState
 
 __all__ = ["Inject", "StepProbe", "flip_lowest_bit", "kernel_list", "parse_inject"]
@@ -125,8 +126,8 @@ class StepProbe:
             f.grad(i)
         ev = eg = None
         if self.hints:
-            ev = [not e["value"]["n_diff"] for e in parity_nodes]
-            eg = [e["grad"] is None or not e["grad"]["n_diff"] for e in parity_nodes]
+            ev = [not entry_differs(e, "value") for e in parity_nodes]
+            eg = [not entry_differs(e, "grad") for e in parity_nodes]
         opt = _optimizer_before(self.cand, f)
         expect = dict(self.expect)  # this step's: after_update moves self.expect on
 

@@ -118,15 +118,9 @@ class StepResult:
         """Per compared node, the worst ulp of value and gradient (-1 for a NaN mismatch)."""
         if self.exact:
             return np.zeros(len(self.nodes), dtype=np.float64)
-        out = np.zeros(len(self.nodes), dtype=np.float64)
-        for k, e in enumerate(self.nodes):
-            for side in ("value", "grad"):
-                d = e.get(side)
-                if d and d["n_diff"]:
-                    out[k] = -1.0 if d.get("n_nan") else max(out[k], max(d["max_ulp"], 1))
-                    if out[k] < 0:
-                        break
-        return out
+        from core.parity import entry_worst
+
+        return np.array([entry_worst(e) for e in self.nodes], dtype=np.float64)
 
 
 class CpuRun:

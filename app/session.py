@@ -55,16 +55,11 @@ def unconfirmed_script(session: Session | None, spec: str | None) -> str | None:
 def parity_colors(comparison: list[dict] | None) -> dict[int, str]:
     """Overlay colour per compared node: green exact, amber to red by max ulp, NaN purple."""
     out: dict[int, str] = {}
+    from core.parity import entry_worst
+
     for e in comparison or ():
-        worst = 0.0
-        nan = False
-        for side in ("value", "grad"):
-            d = e.get(side) or {}
-            if d.get("n_diff"):
-                worst = max(worst, float(d.get("max_ulp") or 0))
-                nan = nan or bool(d.get("n_nan"))
-                worst = max(worst, 1.0)
-        if nan:
+        worst = entry_worst(e)
+        if worst < 0:
             out[int(e["id"])] = NAN_COLOR
         elif worst == 0:
             out[int(e["id"])] = EXACT_COLOR

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 __all__ = ["NodeParity", "ParityReport", "TensorDiff", "compare_arrays", "entry_differs",
-           "first_divergence", "ordered", "strict_json", "ulp_distance"]
+           "entry_worst", "first_divergence", "ordered", "strict_json", "ulp_distance"]
 
 _BITS = {
     np.dtype(np.float64): (np.int64, np.uint64),
@@ -139,7 +139,20 @@ def first_divergence(nodes: tuple[NodeParity, ...]) -> tuple[int, str] | None:
 def entry_differs(e: dict, which: str | None = None) -> bool:
     """A ``NodeParity.to_json`` entry differs (in ``which``, or in value or gradient)."""
     sides = (which,) if which else ("value", "grad")
-    return any(e.get(w) is not None and bool(e[w]["n_diff"]) for w in sides)
+    return any(e.get(w) and bool(e[w]["n_diff"]) for w in sides)
+
+
+def entry_worst(e: dict) -> float:
+    """A ``NodeParity.to_json`` entry's worst ulp over value and gradient: 0 when exact, at
+    least 1 when a side differs (a signed zero counts 1), -1 when a side differs by a NaN."""
+    worst = 0.0
+    for w in ("value", "grad"):
+        d = e.get(w)
+        if d and d["n_diff"]:
+            if d.get("n_nan"):
+                return -1.0
+            worst = max(worst, float(d["max_ulp"] or 0), 1.0)
+    return worst
 
 
 def _check_pair(ref: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from core.parity import entry_differs
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``parity`` subcommand."""
@@ -64,7 +66,7 @@ def _fold(per_node: dict[int, dict], nodes: list[dict], step: int) -> None:
         for which in ("value", "grad"):
             if n[which] is not None:
                 e[which] = _merge(e[which], n[which])
-                if n[which]["n_diff"] and e["first_step_differing"] is None:
+                if entry_differs(n, which) and e["first_step_differing"] is None:
                     e["first_step_differing"] = step
 
 
@@ -135,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         first = {"step": args.steps, "node": params["first_divergence"]["node"], "op": "param",
                  "which": "value"}
     nodes = [per_node[i] for i in sorted(per_node)]
-    bad = [n for n in nodes if n["value"]["n_diff"] or (n["grad"] and n["grad"]["n_diff"])]
+    bad = [n for n in nodes if entry_differs(n)]
     exact = not bad
     prog = runner.prog
     report = {"device": runner.device.kind, "steps": args.steps, "exact": exact,

@@ -46,3 +46,17 @@ def test_gpu_parity_re_exports_the_core_types():
 def test_tensor_diff_from_json_rejects_what_is_not_a_summary(bad):
     with pytest.raises((KeyError, ValueError)):
         TensorDiff.from_json(bad)
+
+
+def test_entry_worst_is_the_one_ulp_rule():
+    from core.parity import entry_worst
+
+    rep = _report()
+    wire = [n.to_json() for n in rep.nodes]
+    assert entry_worst(wire[0]) == 0.0
+    assert entry_worst(wire[1]) == float(wire[1]["value"]["max_ulp"])  # inf vs 0: no NaN
+    e = {"value": {"n_diff": 1, "max_ulp": 0, "n_nan": 0}, "grad": None}
+    assert entry_worst(e) == 1.0  # a signed zero alone counts 1
+    e = {"value": {"n_diff": 2, "max_ulp": 7, "n_nan": 0}, "grad": {"n_diff": 1, "n_nan": 1,
+                                                                      "max_ulp": 0}}
+    assert entry_worst(e) == -1.0
