@@ -15,9 +15,12 @@ def test_exact_run_writes_the_schema(tmp_path, capsys):
     assert rc == 0, text
     assert "device: host" in text and "bit-identical" in text
     rep = json.loads(out.read_text())
-    assert set(rep) == {"device", "steps", "exact", "first_divergence", "nodes", "stats"}
+    assert set(rep) == {"device", "steps", "exact", "first_divergence", "nodes", "stats",
+                        "introduced", "kernels_introduced", "inject"}
     assert rep["device"] == "host" and rep["steps"] == 3 and rep["exact"] is True
     assert rep["first_divergence"] is None
+    # an exact run introduces nothing and nothing was injected
+    assert rep["introduced"] == [] and rep["kernels_introduced"] == [] and rep["inject"] is None
     assert rep["stats"]["launches_per_episode"] > 0
     node = rep["nodes"][-1]
     assert {"id", "op", "name", "value", "grad"} <= set(node)
