@@ -107,3 +107,22 @@ def test_onnx_mapping_of_the_table_is_what_the_importer_uses():
     for name, d in REGISTRY.items():
         for onnx_op in d.onnx:
             assert onnx_op in CONVERTERS, f"{name}: ONNX {onnx_op} has no converter"
+
+
+def test_golden_snippets_of_the_rendered_targets():
+    """The one spelling, as each target prints it (template tokens; emitc after expansion)."""
+    from core import Tape, ops
+    from gpu.emitc import emit
+
+    gen = optable.library_switches()
+    k = optable.UNARY_CODES["sigmoid"]
+    assert f"case {k}: return MUL(g, MUL(y, SUB((real_t)1, y)));" in gen
+    k = optable.UNARY_CODES["silu"]
+    assert (f"case {k}: {{ real_t sg = SIGMOID(x); return MUL(g, MUL(sg, ADD((real_t)1, "
+            "MUL(x, SUB((real_t)1, sg))))); }") in gen
+    k = optable.BINARY_CODES["div"]
+    assert f"case {k}: return which == 0 ? DIV(g, b) : (-(DIV(MUL(g, y), b)));" in gen
+    t = Tape()
+    x = t.param(np.array(0.5))
+    src = emit(t, ops.sigmoid(x))
+    assert "__dmul_rn(g1, __dmul_rn(t1, __dsub_rn((double)1, t1)))" in src
