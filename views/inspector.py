@@ -101,13 +101,13 @@ class StatsTable(QTableWidget):
 
 
 def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
-    """Per-element ulp distance as float64 (NaN where the bits differ and a side is NaN)."""
+    """Per-element ulp distance as float64 (NaN where exactly one side is NaN; two NaNs are
+    0 apart whatever their sign and payload: the NaN policy, docs/reference-order.md)."""
     from core.parity import ulp_distance
 
     d = ulp_distance(cpu, dev).astype(np.float64).reshape(np.shape(cpu))
     c, v = np.asarray(cpu), np.asarray(dev)
-    sint = np.int64 if c.dtype == np.float64 else np.int32
-    nan_mismatch = (np.isnan(c) | np.isnan(v)) & (c.view(sint) != v.view(sint))
+    nan_mismatch = np.isnan(c) != np.isnan(v)
     d[nan_mismatch] = np.nan  # drawn as "not comparable", counted as NaN in the stats row
     return d
 

@@ -28,3 +28,14 @@ def test_nan_bits_differ_reaches_the_table():
     tip = m.data(m.index(0, 4), Qt.ToolTipRole)
     assert tip.startswith("1 NaN elements differ only in sign or payload")
     assert m.data(m.index(1, 4), Qt.ToolTipRole) is None
+
+
+def test_the_inspectors_ulp_map_follows_the_nan_policy():
+    from views.inspector import ulp_map
+
+    ref = np.array([np.nan, np.nan, 1.0, 0.0])
+    oth = np.array([-np.nan, np.nan, np.nan, -0.0])
+    d = ulp_map(ref, oth)
+    assert d[0] == 0 and d[1] == 0  # two NaNs: 0 apart whatever their sign
+    assert np.isnan(d[2])  # a NaN against a number: not comparable
+    assert d[3] == 0  # ±0: 0 ulp (the bit difference is counted by the summaries)
