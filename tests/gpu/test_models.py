@@ -33,6 +33,15 @@ CASES = ([pytest.param(os.path.join(LIGHT, f"light_{m}.onnx"), id=m) for m in FA
             for f in sorted(os.listdir(RESOURCES)) if f.endswith(".onnx")])
 
 
+@pytest.fixture(autouse=True)
+def _free_models():
+    """Each model's runs hold gigabytes (tape, device buffers): collect them before the next."""
+    yield
+    import gc
+
+    gc.collect()
+
+
 def _pair(path: str, dtype: str = "float32", fuse: bool = False, reinit: bool = True):
     return PairRunner(SessionConfig(workload=model_spec(path, reinit), device="host",
                                     dtype=dtype, fuse=fuse))
