@@ -80,3 +80,36 @@ def test_onnx_html_escapes_names_from_the_file():
     assert "strides</span> <code>2, 2</code>" in html and "0.5" in html
     assert "#3–#4" in html
     assert onnx_html(None) == ""
+
+
+def test_model_arguments_become_the_workload_spec():
+    from argparse import Namespace
+
+    from app.commands.model_args import resolve_workload
+
+    assert resolve_workload(Namespace(model="m.onnx", reinit=False, workload=None)) == \
+        "onnx:m.onnx"
+    assert resolve_workload(Namespace(model="m.onnx", reinit=True, workload=None)) == \
+        "onnx+reinit:m.onnx"
+    assert resolve_workload(Namespace(model=None, reinit=False, workload=None)) == "mlp"
+    with pytest.raises(ValueError, match="not both"):
+        resolve_workload(Namespace(model="m.onnx", reinit=False, workload="mlp"))
+    with pytest.raises(ValueError, match="--reinit needs --model"):
+        resolve_workload(Namespace(model=None, reinit=True, workload=None))
+
+
+def test_a_live_session_of_a_model_trains_the_model_itself(qtbot, win):
+    """`gui M.onnx --live`: the window opens the model as a workload (Live can start it)."""
+    from app.commands.model_args import resolve_workload
+
+    spec = resolve_workload(_Args(TORCH_CNN), default=None)
+    assert win.open_workload(spec)
+    s = win.session
+    assert s.workload is not None and s.meta["workload"] == f"onnx:{TORCH_CNN}"
+    assert s.tape.node(s.loss_id).op == "cross_entropy"
+    assert win.live.toolbar_config().workload == f"onnx:{TORCH_CNN}"
+
+
+class _Args:
+    def __init__(self, model):
+        self.model, self.reinit, self.workload = model, False, None
