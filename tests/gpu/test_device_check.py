@@ -14,16 +14,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A sitecustomize that refuses the named top-level modules and logs every attempt.
+# A sitecustomize that refuses the named top-level modules and logs every attempt. `import X`
+# fails as for a missing package; importlib.util.find_spec(X) answers a spec with no origin
+# instead of raising (PyTorch probes optional packages that way and must not crash).
 _BLOCKER = '''
-import os, sys
+import importlib.machinery, os, sys
+class _Absent:
+    def create_module(self, spec):
+        raise ModuleNotFoundError(f"No module named {spec.name!r} (blocked by the test)",
+                                  name=spec.name)
+    def exec_module(self, module):
+        pass
 class _Block:
     names = set(os.environ["TS_BLOCK"].split(","))
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in self.names:
             with open(os.environ["TS_BLOCK_LOG"], "a") as f:
                 f.write(name + "\\n")
-            raise ImportError(f"{name} is not installed (blocked by the test)")
+            return importlib.machinery.ModuleSpec(name, _Absent())
         return None
 sys.meta_path.insert(0, _Block())
 '''
