@@ -25,12 +25,24 @@ class ParityRow:
     value_max_ulp: float | None = None
     grad_n_diff: int | None = None
     grad_max_ulp: float | None = None
-    nan_bits_differ: int = 0  # NaNs differing only in sign/payload: equal (the NaN policy)
+    # NaNs differing only in sign/payload, equal under the NaN policy: per side, so each n_diff
+    # cell's tooltip counts its own side
+    value_nan_bits: int = 0
+    grad_nan_bits: int = 0
 
     def cell(self, col: int):
         """The raw value of column ``col`` (numbers stay numbers, for sorting)."""
         return (self.id, self.op, self.name, self.shape, self.value_n_diff, self.value_max_ulp,
                 self.grad_n_diff, self.grad_max_ulp)[col]
+
+    @property
+    def nan_bits_differ(self) -> int:
+        """NaNs equal under the NaN policy though their bits differ, value and gradient."""
+        return self.value_nan_bits + self.grad_nan_bits
+
+    def nan_bits(self, col: int) -> int:
+        """Those NaNs on the side that column ``col`` shows (4: value, 6: gradient)."""
+        return self.value_nan_bits if col == 4 else self.grad_nan_bits if col == 6 else 0
 
     @property
     def differs(self) -> bool:
@@ -63,9 +75,10 @@ def build_rows(nodes: Sequence, comparison: Iterable[Mapping] | None = None) -> 
         if e is not None:
             vn, vu = _side(e, "value", f"comparison for node {nd.id}")
             gn, gu = _side(e, "grad", f"comparison for node {nd.id}")
-        nb = 0 if e is None else sum(int((e.get(k) or {}).get("nan_bits_differ", 0))
-                                     for k in ("value", "grad"))
-        rows.append(ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), vn, vu, gn, gu, nb))
+        vb, gb = (0, 0) if e is None else (
+            int((e.get(k) or {}).get("nan_bits_differ", 0)) for k in ("value", "grad"))
+        rows.append(ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), vn, vu, gn, gu,
+                              vb, gb))
     unknown = set(by_id) - {nd.id for nd in nodes}
     if unknown:
         raise ValueError(f"comparison names nodes not on the tape: {sorted(unknown)[:5]}")

@@ -106,8 +106,8 @@ class ParityTableModel(QAbstractTableModel):
             return _DIFF_BG  # this side has differing bits
         if role == Qt.ToolTipRole and c == 2:
             return r.name
-        if role == Qt.ToolTipRole and c in (4, 6) and r.nan_bits_differ:
-            return (f"{r.nan_bits_differ} NaN elements differ only in sign or payload: equal "
+        if role == Qt.ToolTipRole and c in (4, 6) and r.nan_bits(c):
+            return (f"{r.nan_bits(c)} NaN elements differ only in sign or payload: equal "
                     "under the NaN policy, not counted in n_diff")
         return None
 
