@@ -146,6 +146,10 @@ class LiveController(QObject):
         """The config the toolbar shows, for the workload the window shows (if it is one)."""
         s = self.win.session
         wl = s.meta.get("workload") if s is not None else None
+        if wl is None and s is not None and s.meta.get("onnx") and not s.meta.get("import_error"):
+            # a trainable model the user opened (File > Open): Live trains that model, not the
+            # toolbar's last workload (an ONNX workload runs no code from the file)
+            wl = "onnx:" + str(s.meta["onnx"])
         return self.config.with_(workload=wl or self.config.workload,
                                  device=self.device_box.currentData(),
                                  dtype=self.dtype_box.currentData(),

@@ -110,6 +110,16 @@ def test_a_live_session_of_a_model_trains_the_model_itself(qtbot, win):
     assert win.live.toolbar_config().workload == f"onnx:{TORCH_CNN}"
 
 
+def test_live_start_after_file_open_trains_the_opened_model(qtbot, win, tmp_path):
+    """File > Open of a trainable model, then Live > Start: the model trains, not the toolbar's
+    last workload; an untrainable one keeps the toolbar's."""
+    assert win.open_file(TORCH_CNN)
+    assert win.live.toolbar_config().workload == f"onnx:{TORCH_CNN}"
+    assert win.open_file(_untrainable(tmp_path))
+    assert win.live.toolbar_config().workload == win.live.config.workload
+    assert not win.live.config.workload.startswith("onnx:")
+
+
 class _Args:
     def __init__(self, model):
         self.model, self.reinit, self.workload = model, False, None
