@@ -77,6 +77,7 @@ class MainWindow(QMainWindow):
         self._refresh_recent()
         from app.live_controller import LiveController
 
+        self.onnx_limits = None  # core.onnx.Limits for models opened here (None: the defaults)
         self.live = LiveController(self)  # Live toolbar, Training and Kernels docks
         from app.window_layout import WindowLayout
 
@@ -100,8 +101,8 @@ class MainWindow(QMainWindow):
     def open_file(self, path: str) -> bool:
         """Open a .tape / .onnx / workload .py file; on failure show why and keep the session."""
         try:  # an ONNX model runs on a worker thread behind a progress dialog with Cancel
-            s = open_onnx_with_progress(self, path) if path.lower().endswith(".onnx") \
-                else open_path(path)
+            s = open_onnx_with_progress(self, path, limits=self.onnx_limits) \
+                if path.lower().endswith(".onnx") else open_path(path)
             s.ensure_gradients()
         except SessionError as e:
             self.show_error("Cannot open file", str(e), e.details or None)

@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "tapescope worker\" (split like a shell line, never run by a shell)")
     live.add_argument("--steps", type=int, default=30,
                       help="with --screenshot: steps to run before the picture")
+    from app.commands.onnx_cmd import _limit_flags
+
+    _limit_flags(p)  # an .onnx opened in the window runs under the same budgets as `onnx`
     p.set_defaults(func=run)
 
 
@@ -144,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
     if args.reinit and not args.model and args.file and args.file.lower().endswith(".onnx"):
         args.model, args.file = args.file, None
     workload = resolve_workload(args, default=None)
+    from app.commands.onnx_cmd import limits_from
+
+    win.onnx_limits = limits_from(args)
     if args.file:
         ok = win.open_file(args.file)
     if workload or not args.file:

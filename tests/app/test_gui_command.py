@@ -72,3 +72,17 @@ def test_a_live_session_that_fails_is_one_line_and_exit_2(tmp_path):
     lines = error_lines(env_cuda)
     assert len(lines) == 1 and lines[0].startswith("tapescope gui: ") and "cuda" in lines[0]
     assert "Traceback" not in env_cuda.stderr
+
+
+def test_onnx_budget_flags_reach_a_model_opened_in_the_window(tmp_path):
+    """`gui M.onnx` runs the model under the same budgets as `tapescope onnx`, and the same
+    flags raise or lower them (a limit error names the flag)."""
+    model = str(ROOT / "resources" / "models" / "tiny_convnet.onnx")
+    out = tmp_path / "shot.png"
+    r = run_gui(model, "--screenshot", str(out), config=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = run_gui(model, "--max-elements", "4", "--screenshot", str(out), config=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = error_lines(r)
+    assert len(lines) == 1 and "over the limit of 4" in lines[0], r.stderr
+    assert "raise it with --max-elements" in lines[0]
