@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from views.layout import structure_key
+from views.search import NodeSearch
 
 KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP = 0, 1, 2, 3, 4
 KIND_NAMES = ("op", "param", "const", "loss", "group")
@@ -190,20 +191,14 @@ class GraphModel:
             key=structure_key(ops, inputs),
         )
 
-    def search(self, text: str) -> list[int]:
-        """Node ids matching ``text``: an id (``12`` or ``#12``), an op name, or a name part."""
-        t = text.strip()
-        if not t:
-            return []
-        hits: list[int] = []
-        digits = t[1:] if t.startswith("#") else t
-        if digits.isdigit() and int(digits) < len(self.nodes):
-            hits.append(int(digits))
-        low = t.lower()
-        for nd in self.nodes:
-            if nd.id in hits:
-                continue
-            if nd.op.lower() == low or (nd.name and low in nd.name.lower()):
-                hits.append(nd.id)
-        return hits
+    @property
+    def searcher(self) -> NodeSearch:
+        """The tape's one search index (built on first use), shared by graph and table."""
+        if getattr(self, "_searcher", None) is None:
+            self._searcher = NodeSearch(self.nodes)
+        return self._searcher
 
+    def search(self, text: str) -> list[int]:
+        """Node ids matching ``text``: an id (``12`` or ``#12``), or a substring of an op or a
+        name (case-insensitive; ``softm`` finds ``softmax``)."""
+        return self.searcher.search(text)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal, Slot
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -16,7 +16,10 @@ from PySide6.QtWidgets import (
 
 from views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
 from views.graph_model import GraphModel
-from views.graph_view import GraphView
+from views.graph_view import GraphView, severity
+
+DEBOUNCE_MS = 120  # a pause in typing this long runs the search
+DEBOUNCE_FROM = 2000  # nodes: smaller tapes search on every keystroke
 
 
 def _chip(fill: str, text: str, border: str = "") -> str:
@@ -42,8 +45,6 @@ LEGEND_TIP = (
     "both sides hold with the same bits, such as a causal mask, is data). Black outline: the "
     "first divergence; slate dots: breakpoints; blue: the selection.")
 
-
-NAN_COLOR = "#7c3aed"  # app.session's NaN-mismatch stripe
 
 
 class Overview(QWidget):
@@ -106,8 +107,7 @@ class Overview(QWidget):
         for it, col in c.overlay.items():  # the worst colour: NaN violet, then least green
             y = int(ys[it])
             cur = worst.get(y)
-            key = (col.name() == NAN_COLOR, -col.green())
-            if cur is None or key > (cur.name() == NAN_COLOR, -cur.green()):
+            if cur is None or severity(col) > severity(cur):
                 worst[y] = col
         top = max(1, int(counts.max()))
         grey = QColor("#9aa3b2")
@@ -169,11 +169,36 @@ class SearchBar(QWidget):
         self.model: GraphModel | None = None
         self.hits: list[int] = []
         self.index = -1
-        self.edit.textChanged.connect(self._search)
-        self.edit.returnPressed.connect(self.next_hit)
+        self.searches = 0  # searches run (the debounce test counts them)
+        # NOTE: on a big tape each keystroke restarts a short timer and only the last text is
+        # searched; a small tape searches at once (sub-millisecond, and tests type then look)
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(DEBOUNCE_MS)
+        self._timer.timeout.connect(self._run_search)
+        self.edit.textChanged.connect(self._text_changed)
+        self.edit.returnPressed.connect(self._return)
 
     @Slot(str)
+    def _text_changed(self, text: str) -> None:
+        if self.model is not None and len(self.model.nodes) >= DEBOUNCE_FROM:
+            self._timer.start()
+        else:
+            self._search(text)
+
+    @Slot()
+    def _run_search(self) -> None:
+        self._search(self.edit.text())
+
+    @Slot()
+    def _return(self) -> None:
+        if self._timer.isActive():  # Enter searches the text typed so far at once
+            self._timer.stop()
+            self._run_search()
+        self.next_hit()
+
     def _search(self, text: str) -> None:
+        self.searches += 1
         self.hits = self.model.search(text) if self.model is not None else []
         self.index = -1
         self.status.setText(f"{len(self.hits)} found" if text else "")

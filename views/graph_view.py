@@ -11,6 +11,15 @@ from views.graph_canvas import GraphCanvas
 from views.graph_model import DisplayGraph, GraphModel
 from views.layout import CACHE, Layout
 
+NAN_COLOR = "#7c3aed"  # app.session's NaN-mismatch stripe
+
+
+def severity(color: QColor) -> tuple[bool, int]:
+    """Order of parity stripe colours, worst last: exact green < amber < red < NaN violet."""
+    # NOTE: the stripes run amber → red by lowering green (app.session.ulp_color); exact green
+    # has the most green of all, so it ranks lowest
+    return color.name() == NAN_COLOR, -color.green()
+
 
 class _LayoutSignals(QObject):
     done = Signal(int, object, object)  # generation, DisplayGraph, Layout
@@ -160,8 +169,18 @@ class GraphView(QGraphicsView):
     def _apply_overlay(self) -> None:
         colors, muted, intro = self._overlay
         ni = self.display.node_item if self.display is not None else None
-        self.canvas.overlay = {} if not colors or ni is None else {
-            int(ni[k]): QColor(v) for k, v in colors.items() if 0 <= k < ni.shape[0]}
+        overlay: dict[int, QColor] = {}
+        if colors and ni is not None:
+            n = ni.shape[0]
+            for k, v in colors.items():
+                if not 0 <= k < n:
+                    continue
+                it, col = int(ni[k]), QColor(v)
+                cur = overlay.get(it)
+                # a collapsed scope's box shows its worst child (NaN violet, then least green)
+                if cur is None or severity(col) > severity(cur):
+                    overlay[it] = col
+        self.canvas.overlay = overlay
         self.canvas.muted = self._items(muted)
         self.canvas.introduced = self._items(intro)
         self.canvas.update()
