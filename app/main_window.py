@@ -175,9 +175,10 @@ class MainWindow(QMainWindow):
         self.inspector.show_details(None)
         self.stepper = BackwardStepper(s.tape, s.loss_id) if s.loss_id is not None else None
         self.stepper_panel.set_stepper(self.stepper, s.labels())
-        self.graph.view.set_marks("nan", self.alarms())
+        alarms = self.alarms()  # once: a 10k-node tape scans every value (~0.13 s)
+        self.graph.view.set_marks("nan", alarms)
         self.graph.view.set_marks("bp", ())
-        self._status()
+        self._status(alarms)
         self.session_changed.emit()
 
     def set_comparison(self, comparison: list[dict] | None) -> None:
@@ -306,7 +307,7 @@ class MainWindow(QMainWindow):
         if node_id >= 0:
             self.graph.view.select_node(node_id)
 
-    def _status(self) -> None:
+    def _status(self, alarms: list[int] | None = None) -> None:
         s = self.session
         if s is None:
             return
@@ -325,7 +326,8 @@ class MainWindow(QMainWindow):
             self.stepper_panel.where.setText(f"Nothing to step: cannot train ({escape(short)}). "
                                              "Forward values are shown for every node.")
         self.status_label.setToolTip(tip)
-        made = len(self.alarms()) if bad else 0  # what produced one, not what holds one
+        # what produced one, not what holds one
+        made = len(self.alarms() if alarms is None else alarms) if bad else 0
         finite = (f"⚠ {made} NaN/inf alarm{'s' if made != 1 else ''} ({bad} nodes hold one)"
                   if made else f"{bad} nodes hold an inf/NaN they were given (data)" if bad
                   else "all finite")

@@ -226,6 +226,12 @@ class ParityPanel(QWidget):
             self._apply_filter()
         self.table.resizeColumnsToContents()
         self.table.setColumnWidth(2, min(self.table.columnWidth(2), 160))
+        if rows:  # contents were sized from the first rows: the last id and the longest op fit
+            fm = self.table.fontMetrics()
+            wid = fm.horizontalAdvance(str(max(r.id for r in rows))) + 16
+            wop = max(fm.horizontalAdvance(o) for o in {r.op for r in rows}) + 16
+            self.table.setColumnWidth(0, max(self.table.columnWidth(0), wid))
+            self.table.setColumnWidth(1, max(self.table.columnWidth(1), min(wop, 140)))
 
     def set_search(self, search: NodeSearch | None) -> None:
         """Filter with ``search`` (the graph's index over the same nodes, in row order)."""
