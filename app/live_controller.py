@@ -189,6 +189,7 @@ class LiveController(QObject):
                 return False  # the window shows why (traceback included); nothing changed
         ref, cand = c.pair()
         self.training.reset(ref.label(), cand.label())
+        self.training.set_node_names([n.name for n in self.win.session.tape.nodes])
         self.travel.reset()
         self.kernels.set_plan(None)
         self.last, self.snapshots, self.info = None, 0, {}

@@ -110,6 +110,10 @@ class TrainingPanel(QWidget):
         self.heat_plot.scene().sigMouseClicked.connect(self._scene_clicked)
         self.heat_steps: list[int] = []
         self.heat_nodes = 0
+        self.node_names: list[str | None] | None = None
+        self._groups_cache = None
+        self.heat_row_starts: np.ndarray | None = None
+        self._heat_full = np.zeros((0, 0))
         self.cursor_step = -1
         self.rate = QLabel("—", self)
         self.rate.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -246,11 +250,55 @@ class TrainingPanel(QWidget):
                           f"{self.exact_steps} bit-exact · last step max {last_txt}")
 
 
+    def set_node_names(self, names: list[str | None] | None) -> None:
+        """Node names in tape order: a tall heatmap aggregates its rows by their scopes."""
+        self.node_names = list(names) if names is not None else None
+        self._groups_cache = None
+
+    def heat_rows(self) -> int:
+        """How many rows the heatmap can show: its plot's height in pixels (at least 64)."""
+        h = self.heat_plot.getViewBox().height()
+        return max(64, int(h) if h and h > 1 else 300)
+
+    def _row_starts(self, n: int, budget: int) -> np.ndarray | None:
+        """First node of each heatmap row when ``n`` nodes do not fit ``budget`` rows: runs of
+        one scope (the deepest level that fits), else equal runs of consecutive nodes."""
+        if n <= budget:
+            return None
+        key = (n, budget)
+        if self._groups_cache is not None and self._groups_cache[0] == key:
+            return self._groups_cache[1]
+        starts = None
+        even = np.unique(np.arange(budget) * n // budget)  # equal runs of consecutive nodes
+        names = self.node_names if self.node_names and len(self.node_names) == n else None
+        if names is not None:
+            split = [(nm or "").split("/")[:-1] for nm in names]
+            for depth in range(max(len(p) for p in split), 0, -1):
+                ks = np.array(["/".join(p[:depth]) for p in split])
+                cand = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+                if cand.size <= budget:
+                    starts = cand
+                    break
+            if starts is None:  # more top-level scopes than rows: a row holds whole scopes
+                starts = np.unique(cand[np.searchsorted(cand, even, side="right") - 1])
+        if starts is None:
+            starts = even
+        self._groups_cache = (key, starts)
+        return starts
+
     def _draw_heat(self, img: np.ndarray, steps: list[int]) -> None:
+        # NOTE: 10k nodes in a 200 px plot drew every 50th row; each row is now the worst
+        # (max level: NaN is 255) of a scope or a run of nodes, so no error is dropped
+        self._heat_full = img
+        starts = self._row_starts(img.shape[0], self.heat_rows())
+        self.heat_row_starts = starts
+        if starts is not None:
+            img = np.maximum.reduceat(img, starts, axis=0)
         self.heat.setImage(img, levels=(0, 255), autoLevels=False)
         x0, x1 = steps[0], steps[-1]
         self.heat.setRect(x0 - 0.5, -0.5, x1 - x0 + 1, img.shape[0])
         self.heat_steps, self.heat_nodes = list(steps), img.shape[0]
+        self.heat_plot.setLabel("left", "node" if starts is None else "scope")
         self.heat_plot.show()
         # the range now, not at the next paint: a click maps to the cell it lands on at once
         self.heat_plot.getViewBox().setRange(xRange=(x0 - 0.5, x1 + 0.5),
@@ -309,6 +357,12 @@ class TrainingPanel(QWidget):
         if x < self.heat_steps[0] - 0.5 or x > self.heat_steps[-1] + 0.5:
             return None
         step = min(self.heat_steps, key=lambda s: abs(s - x))
+        starts = self.heat_row_starts
+        if starts is not None:  # an aggregated row: its worst node at that step
+            lo = int(starts[node])
+            hi = int(starts[node + 1]) if node + 1 < len(starts) else self._heat_full.shape[0]
+            col = self._heat_full[lo:hi, self.heat_steps.index(step)]
+            node = lo + int(np.argmax(col))
         return node, step
 
     def _scene_clicked(self, ev) -> None:
