@@ -106,15 +106,24 @@ class GraphCanvas(QGraphicsItem):
             x[src].tolist(), y[src].tolist(), x[dst].tolist(), y[dst].tolist(), strict=True)]
         self._kind_rects = {int(k): [self._rects[i] for i in np.flatnonzero(graph.kinds == k)]
                             for k in np.unique(graph.kinds)}
-        fm = QFontMetricsF(self.font_small)
-        self._names = [fm.elidedText(lab[1], Qt.ElideMiddle, NODE_W - STRIPE_W - 10)
-                       for lab in graph.labels]
+        # elided when first drawn, not here: at 100k nodes eliding every name cost ~0.4 s of
+        # opening, and only the few hundred on screen are ever drawn at a readable zoom
+        self._fm_small = QFontMetricsF(self.font_small)
+        self._names: dict[int, str] = {}
         pad = 40.0
         self._rect = QRectF(-pad, -pad, layout.width + 2 * pad, layout.height + 2 * pad)
         self.selected_item = self.current_item = -1
         self.nan_items, self.breakpoint_items, self.search_items = set(), set(), set()
         self.first_items, self.kernel_items, self.frames = set(), set(), []
         self.update()
+
+    def elided_name(self, item: int) -> str:
+        """The item's name line as drawn (elided in the middle to the box), cached."""
+        t = self._names.get(item)
+        if t is None:
+            t = self._names[item] = self._fm_small.elidedText(
+                self.graph.labels[item][1], Qt.ElideMiddle, NODE_W - STRIPE_W - 10)
+        return t
 
     def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
         return self._rect
@@ -256,7 +265,7 @@ class GraphCanvas(QGraphicsItem):
         for i in vis.tolist():
             r = self._rects[i]
             painter.drawText(QRectF(r.left() + x0, r.top() + 16, r.width() - x0 - 6, 14),
-                             LABEL_ALIGN, self._names[i])
+                             LABEL_ALIGN, self.elided_name(i))
             painter.drawText(QRectF(r.left() + x0, r.top() + 29, r.width() - x0 - 6, 14),
                              LABEL_ALIGN, labels[i][2])
 
