@@ -104,11 +104,18 @@ class Overview(QWidget):
         ys = np.clip(ys, 0, h - 1)
         counts = np.bincount(ys, minlength=h)
         worst: dict[int, QColor] = {}
-        for it, col in c.overlay.items():  # the worst colour: NaN violet, then least green
-            y = int(ys[it])
-            cur = worst.get(y)
-            if cur is None or severity(col) > severity(cur):
-                worst[y] = col
+        if c.overlay:  # the worst colour per pixel row: NaN violet, then least green
+            its = np.fromiter(c.overlay.keys(), dtype=np.int64, count=len(c.overlay))
+            cols = list(c.overlay.values())
+            names = [q.name() for q in cols]
+            pal = {nm: q for nm, q in zip(names, cols, strict=True)}
+            order = sorted(pal, key=lambda nm: severity(pal[nm]))  # best first
+            code = {nm: i for i, nm in enumerate(order)}
+            sev = np.fromiter((code[nm] for nm in names), dtype=np.int64, count=len(names))
+            top_sev = np.full(h, -1, dtype=np.int64)
+            np.maximum.at(top_sev, ys[its], sev)
+            for y in np.flatnonzero(top_sev >= 0).tolist():
+                worst[y] = pal[order[top_sev[y]]]
         top = max(1, int(counts.max()))
         grey = QColor("#9aa3b2")
         for y in np.flatnonzero(counts).tolist():

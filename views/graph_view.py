@@ -172,14 +172,23 @@ class GraphView(QGraphicsView):
         overlay: dict[int, QColor] = {}
         if colors and ni is not None:
             n = ni.shape[0]
+            # NOTE: a handful of distinct colours over 10k nodes: one QColor (and its rank)
+            # per colour, not per node, so a live snapshot costs dict lookups only
+            colors = {k: v if isinstance(v, str) else QColor(v).name(QColor.HexArgb)
+                      for k, v in colors.items()}
+            qc = {v: QColor(v) for v in set(colors.values())}
+            rank = {v: severity(c) for v, c in qc.items()}
+            best: dict[int, str] = {}
+            items = ni.tolist()
             for k, v in colors.items():
                 if not 0 <= k < n:
                     continue
-                it, col = int(ni[k]), QColor(v)
-                cur = overlay.get(it)
+                it = items[k]
+                cur = best.get(it)
                 # a collapsed scope's box shows its worst child (NaN violet, then least green)
-                if cur is None or severity(col) > severity(cur):
-                    overlay[it] = col
+                if cur is None or rank[v] > rank[cur]:
+                    best[it] = v
+            overlay = {it: qc[v] for it, v in best.items()}
         self.canvas.overlay = overlay
         self.canvas.muted = self._items(muted)
         self.canvas.introduced = self._items(intro)

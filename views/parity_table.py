@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from PySide6.QtCore import (
     QAbstractTableModel,
@@ -25,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from views.graph_model import shape_text
-from views.parity_rows import COLUMNS, ParityRow
+from views.parity_rows import COLUMNS, ParityRow, ParityRows
 from views.search import NodeSearch
 
 SORT_ROLE = Qt.UserRole + 1
@@ -39,27 +41,36 @@ _ROLES = frozenset({Qt.DisplayRole, SORT_ROLE, ID_ROLE, Qt.TextAlignmentRole, Qt
 _DIFF_BG = QColor("#fde2e2")
 
 
+def _seq(rows) -> Sequence[ParityRow]:
+    """Rows as given when they are a lazy ParityRows (built on read), else a list."""
+    return rows if isinstance(rows, ParityRows) else list(rows or [])
+
+
+def _ids(rows) -> list[int]:
+    return rows.ids if isinstance(rows, ParityRows) else [r.id for r in rows]
+
+
 class ParityTableModel(QAbstractTableModel):
     """Rows of ParityRow; Qt.UserRole+1 gives sortable raw values (empty cells sort first)."""
 
-    def __init__(self, rows: list[ParityRow] | None = None, parent=None):
+    def __init__(self, rows: Sequence[ParityRow] | None = None, parent=None):
         super().__init__(parent)
-        self._rows: list[ParityRow] = list(rows or [])
-        self._row_of = {r.id: i for i, r in enumerate(self._rows)}
+        self._rows: Sequence[ParityRow] = _seq(rows)
+        self._row_of = {i: k for k, i in enumerate(_ids(self._rows))}
 
-    def set_rows(self, rows: list[ParityRow]) -> None:
+    def set_rows(self, rows: Sequence[ParityRow]) -> None:
         """Replace every row."""
         self.beginResetModel()
-        self._rows = list(rows)
-        self._row_of = {r.id: i for i, r in enumerate(self._rows)}
+        self._rows = _seq(rows)
+        self._row_of = {i: k for k, i in enumerate(_ids(self._rows))}
         self.endResetModel()
 
     def update_rows(self, rows: list[ParityRow]) -> bool:
         """Swap in rows for the same nodes (a new comparison): no reset, selection and scroll
         stay; False (nothing done) when the nodes differ."""
-        if [r.id for r in rows] != [r.id for r in self._rows]:
+        if _ids(rows) != _ids(self._rows):
             return False
-        self._rows = list(rows)
+        self._rows = _seq(rows)
         if rows:
             self.dataChanged.emit(self.index(0, 4), self.index(len(rows) - 1, len(COLUMNS) - 1))
         return True
@@ -228,8 +239,10 @@ class ParityPanel(QWidget):
         self.table.setColumnWidth(2, min(self.table.columnWidth(2), 160))
         if rows:  # contents were sized from the first rows: the last id and the longest op fit
             fm = self.table.fontMetrics()
-            wid = fm.horizontalAdvance(str(max(r.id for r in rows))) + 16
-            wop = max(fm.horizontalAdvance(o) for o in {r.op for r in rows}) + 16
+            wid = fm.horizontalAdvance(str(max(_ids(rows)))) + 16
+            ops = {nd.op for nd in rows.nodes} if isinstance(rows, ParityRows) else {
+                r.op for r in rows}
+            wop = max(fm.horizontalAdvance(o) for o in ops) + 16
             self.table.setColumnWidth(0, max(self.table.columnWidth(0), wid))
             self.table.setColumnWidth(1, max(self.table.columnWidth(1), min(wop, 140)))
 
@@ -241,7 +254,8 @@ class ParityPanel(QWidget):
     def _index(self) -> NodeSearch:
         n = self.model.rowCount()
         if self.search is None or self.search.n != n:
-            self.search = NodeSearch([self.model.row_data(r) for r in range(n)])
+            rows = self.model._rows
+            self.search = NodeSearch(rows.nodes if isinstance(rows, ParityRows) else rows)
         return self.search
 
     @Slot(str)
