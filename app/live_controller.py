@@ -10,24 +10,22 @@ stream of tensors); the answer fills the Inspector's reference-vs-candidate tab.
 Time travel (``app.time_travel``): the step scrubber shows any past step in every panel; the
 Inspector asks the worker for that step's arrays (kept for the last few steps, keyed by node
 and step here), and "Copy repro" writes that node's reference op on the candidate's inputs.
+
+The window is reached only through ``app.main_window.LIVE_WINDOW_API`` (its ``session`` and
+``selected``, its signals and a few named methods: ``open_workload``, ``show_error``,
+``set_status``, ``select_node``, ``set_comparison``, ``set_graph_*``, ``show_details``, ...);
+the toolbar's widgets are ``app.live_toolbar.LiveToolbar``'s.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Qt, Slot
-from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
-    QFileDialog,
-    QLabel,
-    QMessageBox,
-    QStyle,
-    QToolBar,
-)
+from PySide6.QtCore import QObject, Slot
+from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
 from app.live_panels import LogWindow, WatchdogBar
-from app.runs import COMPARES, SessionConfig
+from app.live_toolbar import LiveToolbar
+from app.runs import SessionConfig
 from app.session import unconfirmed_script
 from app.time_travel import TimeTravel
 from views.inspector import NodeDetails
@@ -55,92 +53,48 @@ class LiveController(QObject):
         self.shown: Inspection | None = None  # what the Inspector shows now
         self._asked: set[tuple[int, int]] = set()  # (node, steps done) already requested
         self._confirmed: set[str] = set()  # workload scripts the user agreed to run
-        self.training = TrainingPanel(win)
-        self.kernels = KernelsPanel(win)
+        self.training = TrainingPanel()
+        self.kernels = KernelsPanel()
         self.travel = TimeTravel(self)  # the step scrubber: any past step, in every panel
         self.travel.step_shown.connect(self._step_shown)
-        win.add_dock("Training", self.training, Qt.BottomDockWidgetArea)
-        win.add_dock("Kernels", self.kernels, Qt.RightDockWidgetArea)
-        win.tabifyDockWidget(win.docks["Backward stepper"], win.docks["Kernels"])
-        win.docks["Backward stepper"].raise_()
-        win.splitDockWidget(win.docks["Parity table"], win.docks["Training"], Qt.Horizontal)
-        win.resizeDocks([win.docks["Parity table"]], [330], Qt.Vertical)
-        win.resizeDocks([win.docks["Parity table"], win.docks["Training"]], [560, 560],
-                        Qt.Horizontal)
+        win.place_live_docks(self.training, self.kernels)
         self.kernels.nodes_highlighted.connect(self._kernel_nodes)
         win.node_selected.connect(self._on_selected)
         self._build_toolbar()
         self._sync_toolbar()
-        menu = win.menuBar().addMenu("&Live")
+        menu = win.add_menu("&Live")
         for a in (self.act_start, self.act_pause, self.act_step, self.act_resume, self.act_stop,
                   self.act_first, self.act_export):
             menu.addAction(a)
         self.travel.install(menu)  # keys, tooltips, next/previous introduced, Steps toolbar
         menu.addSeparator()
         for title in ("Training", "Kernels"):
-            menu.addAction(win.docks[title].toggleViewAction())
+            menu.addAction(win.dock_toggle(title))
         self.log_window = LogWindow(win)
         self.act_log = menu.addAction("Worker log", self.log_window.show)
         self.act_log.setToolTip("What the workload printed (fd 1 and fd 2 of the live worker)")
         self.watchdog = WatchdogBar(win)
-        win.statusBar().addPermanentWidget(self.watchdog)
+        win.add_status_widget(self.watchdog)
         self.watchdog.stop_button.clicked.connect(self.stop)
         self.watchdog.kill_button.clicked.connect(self.kill)
 
     # ---- toolbar ----------------------------------------------------------------------------
-    def _combo(self, items: dict[str, str], tip: str) -> QComboBox:
-        c = QComboBox(self.win)
-        for key, text in items.items():
-            c.addItem(text, key)
-        c.setToolTip(tip)
-        return c
-
     def _build_toolbar(self) -> None:
-        tb = self.toolbar = QToolBar("Live", self.win)
-        tb.setObjectName("live_toolbar")
-        self.win.addToolBarBreak()
-        self.win.addToolBar(tb)
-        self.device_box = self._combo({"host": "host", "cuda": "cuda", "auto": "auto"},
-                                      "Device backend for the replay")
-        self.dtype_box = self._combo({"float64": "float64", "float32": "float32"}, "dtype")
-        self.math_box = self._combo({"refmath": "refmath", "platform": "platform libm"},
-                                    "Math of the candidate (the reference is always refmath)")
-        self.compare_box = self._combo(COMPARES, "Which two runs of the episode to compare")
-        self.fuse_box = QCheckBox("Fuse", self.win)
-        self.fuse_box.setToolTip("Replay the fused plan (gpu.fusion)")
-        for label, w in (("Device", self.device_box), (None, self.fuse_box),
-                         ("dtype", self.dtype_box), ("math", self.math_box),
-                         ("compare", self.compare_box)):
-            if label:
-                tb.addWidget(QLabel(f" {label} ", self.win))
-            tb.addWidget(w)
-        tb.addSeparator()
-        tb.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
-        st = self.win.style()
-
-        def act(icon, text, fn):
-            return tb.addAction(st.standardIcon(icon), text, fn)
-
-        self.act_start = act(QStyle.SP_MediaPlay, "Start", self.restart)
-        self.act_start.setToolTip("Start (or restart) a live session with these settings")
-        self.act_pause = act(QStyle.SP_MediaPause, "Pause", self.pause)
-        self.act_step = act(QStyle.SP_MediaSkipForward, "Step", self.single_step)
-        self.act_resume = act(QStyle.SP_MediaSeekForward, "Resume", self.resume)
-        self.act_stop = act(QStyle.SP_MediaStop, "Stop", self.stop)
-        tb.addSeparator()
-        self.act_first = act(QStyle.SP_ArrowDown, "First divergence", self.jump_to_first)
-        self.act_first.setToolTip("Select the first node whose bits differ (tape order)")
-        self.act_export = tb.addAction("Export report…", self.export_dialog)
-        self.state_label = QLabel("no live session", self.win)
-        self.win.statusBar().addPermanentWidget(self.state_label)
+        tb = self.toolbar = LiveToolbar({
+            "start": self.restart, "pause": self.pause, "step": self.single_step,
+            "resume": self.resume, "stop": self.stop, "first": self.jump_to_first,
+            "export": self.export_dialog})
+        self.win.add_toolbar(tb, new_row=True)
+        # the tests and TimeTravel know the boxes and actions by these names
+        for name in ("device_box", "dtype_box", "math_box", "compare_box", "fuse_box",
+                     "act_start", "act_pause", "act_step", "act_resume", "act_stop",
+                     "act_first", "act_export", "state_label"):
+            setattr(self, name, getattr(tb, name))
+        self.win.add_status_widget(self.state_label)
         self._update_actions("idle")
 
     def _sync_toolbar(self) -> None:
-        c = self.config
-        for box, v in ((self.device_box, c.device), (self.dtype_box, c.dtype),
-                       (self.math_box, c.math), (self.compare_box, c.compare)):
-            box.setCurrentIndex(max(0, box.findData(v)))
-        self.fuse_box.setChecked(c.fuse)
+        self.toolbar.show_config(self.config)
 
     def toolbar_config(self) -> SessionConfig:
         """The config the toolbar shows, for the workload the window shows (if it is one)."""
@@ -150,20 +104,11 @@ class LiveController(QObject):
             # a trainable model the user opened (File > Open): Live trains that model, not the
             # toolbar's last workload (an ONNX workload runs no code from the file)
             wl = "onnx:" + str(s.meta["onnx"])
-        return self.config.with_(workload=wl or self.config.workload,
-                                 device=self.device_box.currentData(),
-                                 dtype=self.dtype_box.currentData(),
-                                 math=self.math_box.currentData(),
-                                 compare=self.compare_box.currentData(),
-                                 fuse=self.fuse_box.isChecked())
+        return self.config.with_(workload=wl or self.config.workload, **self.toolbar.choices())
 
     def _update_actions(self, state: str) -> None:
-        live = self.live is not None and state in (RUNNING, PAUSED)
-        self.act_pause.setEnabled(live and state == RUNNING)
-        self.act_step.setEnabled(live and state == PAUSED)
-        self.act_resume.setEnabled(live and state == PAUSED)
-        self.act_stop.setEnabled(live)
-        self.act_export.setEnabled(self.live is not None and self.live.info is not None)
+        self.toolbar.update_actions(self.live is not None, state,
+                                    self.live is not None and self.live.info is not None)
         if hasattr(self, "travel"):
             self.travel.update_actions()
 
@@ -275,9 +220,7 @@ class LiveController(QObject):
         self._asked.clear()
         if self.shown is not None:  # the worker's arrays go with it: back to the window's own
             self.shown = None
-            w = self.win
-            if w.session is not None and 0 <= w.selected < len(w.session.tape):
-                w.inspector.show_details(w.session.details(w.selected))
+            self.win.show_own_details()
 
     # ---- results ----------------------------------------------------------------------------
     @Slot(object)
@@ -293,11 +236,9 @@ class LiveController(QObject):
             kind = "loss tail" if seg["kind"] == "serial" else f"{seg['rows']} rows"
             groups[f"fused s{seg['index']} · {kind} · {len(seg['node_ids'])} ops"] = \
                 list(seg["node_ids"])
-        s.graph.set_extra_groups(groups)
-        self.win.graph.view.set_frames(groups)
-        self.win.graph.view.relayout()
-        self.win.statusBar().showMessage(
-            f"live: {info['reference']} ↔ {info['candidate']} · {info['device']}", 8000)
+        self.win.set_graph_groups(groups)
+        self.win.set_status(f"live: {info['reference']} ↔ {info['candidate']} · {info['device']}",
+                            8000)
 
     @Slot(object)
     def _on_snapshot(self, snap: Snapshot) -> None:
@@ -361,23 +302,23 @@ class LiveController(QObject):
         if not self.can_inspect():
             return
         if self.live.steps_done == 0:
-            self.win.inspector.set_note("live: no step has run yet; both sides show after one")
+            self.win.set_inspector_note("live: no step has run yet; both sides show after one")
             return
         got = self._current(node)
         if got is not None:
             self._show(got)
             return
         if self._request(node):
-            self.win.inspector.set_note(
+            self.win.set_inspector_note(
                 f"live: fetching node #{node} from both sides (step {self.shown_step()})…")
         else:
-            self.win.inspector.set_note("live: the session's worker has ended; start a new one")
+            self.win.set_inspector_note("live: the session's worker has ended; start a new one")
 
     @Slot(object)
     def _on_inspected(self, got: Inspection) -> None:
         if got.error is not None:
             if got.node == self.win.selected:
-                self.win.inspector.set_note(f"live: {got.error}")
+                self.win.set_inspector_note(f"live: {got.error}")
             self.travel.try_repro(got.error)
             return
         key = (got.node, got.step)
@@ -405,7 +346,7 @@ class LiveController(QObject):
         since = f" · differs since step {first}" if first is not None else ""
         d.note = f"live · step {got.step}{since} · {got.reference} ↔ {got.candidate}"
         self.shown = got
-        self.win.inspector.show_details(d)
+        self.win.show_details(d)
 
     @Slot(str)
     def _on_state(self, state: str) -> None:
@@ -433,7 +374,7 @@ class LiveController(QObject):
 
     @Slot(list)
     def _kernel_nodes(self, ids: list) -> None:
-        self.win.graph.view.set_marks("kernel", ids)
+        self.win.set_graph_marks("kernel", ids)
         if ids:
             self.win.select_node(min(ids))
 
@@ -457,7 +398,7 @@ class LiveController(QObject):
         except OSError as e:
             self.win.show_error("Cannot export", f"{path}: {e}")
             return False
-        self.win.statusBar().showMessage(f"wrote {path}", 5000)
+        self.win.set_status(f"wrote {path}", 5000)
         return True
 
     @Slot()

@@ -11,7 +11,15 @@ import traceback
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QToolBar,
+)
 
 from app.menus import build_menus
 from app.onnx_view import open_onnx_with_progress
@@ -24,6 +32,14 @@ from views.stepper_model import BackwardStepper
 from views.stepper_view import StepperPanel
 
 DEFAULT_SIZE = (1440, 900)
+# what app.live_controller / app.time_travel may use of the window (and nothing else)
+LIVE_WINDOW_API = frozenset({
+    "session", "selected", "node_selected", "session_changed", "repro_requested",
+    "open_workload", "show_error", "set_status", "select_node", "set_comparison",
+    "place_live_docks", "dock_toggle", "add_menu", "add_toolbar", "tool_row",
+    "add_status_widget", "set_graph_groups", "set_graph_overlay", "set_graph_marks",
+    "show_details", "show_own_details", "set_inspector_note",
+})
 MAX_RECENT = 8
 
 
@@ -32,6 +48,7 @@ class MainWindow(QMainWindow):
 
     node_selected = Signal(int)
     session_changed = Signal()
+    repro_requested = Signal()  # the Inspector's "Copy repro" (a live session writes it)
 
     def __init__(self, settings: QSettings | None = None, parent=None):
         super().__init__(parent)
@@ -64,6 +81,7 @@ class MainWindow(QMainWindow):
         for panel in (self.graph, self.inspector, self.parity, self.stepper_panel):
             panel.node_selected.connect(self.select_node)
         self.inspector.jump_first_nan.connect(self.jump_to_first_nan)
+        self.inspector.repro_requested.connect(self.repro_requested)
         self.stepper_panel.current_changed.connect(self._stepper_moved)
         self.stepper_panel.breakpoints_changed.connect(
             lambda ids: self.graph.view.set_marks("bp", ids))
@@ -207,6 +225,77 @@ class MainWindow(QMainWindow):
         else:  # (a temporary message over a label not yet shown would be drawn on top of it)
             self.statusBar().showMessage(f"{title}: {text}", 10000)
         return box
+
+    # ---- the live controller's interface ----------------------------------------------------
+    # app.live_controller and app.time_travel reach the window only through LIVE_WINDOW_API
+    # (the read-only ``session``/``selected``, the signals, and the methods below);
+    # tests/app/test_live_interface.py drives them with a window that has nothing else.
+    def place_live_docks(self, training, kernels) -> None:
+        """Add the Training and Kernels docks and fit them beside the window's own."""
+        self.add_dock("Training", training, Qt.BottomDockWidgetArea)
+        self.add_dock("Kernels", kernels, Qt.RightDockWidgetArea)
+        d = self.docks
+        self.tabifyDockWidget(d["Backward stepper"], d["Kernels"])
+        d["Backward stepper"].raise_()
+        self.splitDockWidget(d["Parity table"], d["Training"], Qt.Horizontal)
+        self.resizeDocks([d["Parity table"]], [330], Qt.Vertical)
+        self.resizeDocks([d["Parity table"], d["Training"]], [560, 560], Qt.Horizontal)
+
+    def dock_toggle(self, title: str) -> QAction:
+        """The show/hide action of the dock ``title`` (for a menu)."""
+        return self.docks[title].toggleViewAction()
+
+    def add_menu(self, title: str) -> QMenu:
+        """A new top-level menu."""
+        return self.menuBar().addMenu(title)
+
+    def add_toolbar(self, toolbar: QToolBar, new_row: bool = False) -> None:
+        """Show ``toolbar`` at the top (``new_row``: below the toolbars already there)."""
+        if new_row:
+            self.addToolBarBreak()
+        self.addToolBar(toolbar)
+
+    def tool_row(self) -> QToolBar:
+        """The main toolbar, where the step scrubber sits (the window must fit 900 px)."""
+        return self.main_toolbar
+
+    def add_status_widget(self, widget) -> None:
+        """A permanent widget at the right of the status bar."""
+        self.statusBar().addPermanentWidget(widget)
+
+    def set_status(self, text: str, ms: int = 5000) -> None:
+        """A temporary status-bar message."""
+        self.statusBar().showMessage(text, ms)
+
+    def set_graph_groups(self, groups: dict[str, list[int]]) -> None:
+        """Frame these named node groups in the graph (fused segments) and lay it out again."""
+        if self.session is None:
+            return
+        self.session.graph.set_extra_groups(groups)
+        self.graph.view.set_frames(groups)
+        self.graph.view.relayout()
+
+    def set_graph_overlay(self, colors, muted=(), introduced=()) -> None:
+        """Parity colours on the graph (``muted``: faded; ``introduced``: outlined)."""
+        self.graph.view.set_overlay(colors, muted=muted, introduced=introduced)
+
+    def set_graph_marks(self, kind: str, ids) -> None:
+        """Mark these nodes in the graph (``nan``, ``first``, ``kernel``, ``bp``)."""
+        self.graph.view.set_marks(kind, ids)
+
+    def show_details(self, details) -> None:
+        """Show ``details`` (a NodeDetails, e.g. both sides of a live node) in the Inspector."""
+        self.inspector.show_details(details)
+
+    def show_own_details(self) -> None:
+        """The Inspector back to the open tape's own arrays of the selection."""
+        s = self.session
+        if s is not None and 0 <= self.selected < len(s.tape):
+            self.inspector.show_details(s.details(self.selected))
+
+    def set_inspector_note(self, text: str) -> None:
+        """A one-line note in the Inspector (e.g. "fetching node #3 …")."""
+        self.inspector.set_note(text)
 
     # ---- recent files -----------------------------------------------------------------------
     def recent_files(self) -> list[str]:

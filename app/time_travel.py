@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import QFileDialog, QToolBar
+from PySide6.QtWidgets import QFileDialog
 
 from app.session import parity_colors
 from app.step_history import SOURCE_PROVENANCE, StepHistory, summarize
@@ -68,8 +68,7 @@ class TimeTravel(QObject):
         next/previous introduced, the Steps toolbar (the scrubber) and their menu entries."""
         ctl = self.ctl
         # the main toolbar's row (no row of its own: the window must fit 900 px with a session)
-        steps = self.toolbar = getattr(self.win, "main_toolbar", None) or QToolBar(
-            "Steps", self.win)
+        steps = self.toolbar = self.win.tool_row()
         steps.addSeparator()
         # where to look next lives beside the scrubber (the Live toolbar overflowed at 1280 px)
         ctl.toolbar.removeAction(ctl.act_first)
@@ -96,10 +95,7 @@ class TimeTravel(QObject):
             menu.addAction(a)
         steps.addSeparator()
         steps.addWidget(self.scrubber)
-        if steps.parent() is self.win and steps.objectName() != "main_toolbar":
-            steps.setObjectName("steps_toolbar")
-            self.win.addToolBar(steps)
-        self.win.inspector.repro_requested.connect(self.copy_repro_dialog)
+        self.win.repro_requested.connect(self.copy_repro_dialog)
         self.update_actions()
 
     def update_actions(self) -> None:
@@ -171,11 +167,11 @@ class TimeTravel(QObject):
         intro = set(h.introduced(step))
         differ = {e["id"] for e in comp if e["value"]["n_diff"] or (e["grad"] or {}).get(
             "n_diff")}
-        v = self.win.graph.view
-        v.set_overlay(parity_colors(comp), muted=differ - intro, introduced=intro & differ)
-        v.set_marks("nan", h.alarms(step))
+        w = self.win
+        w.set_graph_overlay(parity_colors(comp), muted=differ - intro, introduced=intro & differ)
+        w.set_graph_marks("nan", h.alarms(step))
         f = h.first
-        v.set_marks("first", [] if f is None else [int(f["node"])])
+        w.set_graph_marks("first", [] if f is None else [int(f["node"])])
 
     def source_text(self) -> str:
         """Where the shown step's introduced/inherited split comes from, for the status line."""
@@ -263,7 +259,7 @@ class TimeTravel(QObject):
             return None
         ids = self.history.introduced(self.view_step)
         if not ids:
-            self.win.statusBar().showMessage(
+            self.win.set_status(
                 f"step {self.view_step}: no node introduced error", 5000)
             return None
         sel = self.win.selected
@@ -273,7 +269,7 @@ class TimeTravel(QObject):
             nxt = next((i for i in reversed(ids) if i < sel), ids[-1])
         self.win.select_node(nxt)
         k = ids.index(nxt) + 1
-        self.win.statusBar().showMessage(
+        self.win.set_status(
             f"introduced node {k} of {len(ids)} at step {self.view_step}: #{nxt}", 5000)
         return nxt
 
@@ -282,13 +278,13 @@ class TimeTravel(QObject):
         """Open the session's first divergence at the step it happened."""
         live, h = self.ctl.live, self.history
         if live is None or h is None:
-            self.win.statusBar().showMessage(
+            self.win.set_status(
                 "No live session: nothing has been compared" if live is None else
                 "No step has run yet: nothing has been compared", 5000)
             return
         f = h.first or live.first
         if f is None:
-            self.win.statusBar().showMessage(
+            self.win.set_status(
                 f"No divergence in {live.steps_done} steps: every compared bit agrees", 5000)
             return
         self.open_at(int(f["node"]), int(f["step"]))
@@ -364,5 +360,5 @@ class TimeTravel(QObject):
             self.win.show_error("Cannot copy the repro", f"{r['folder']}: {e}")
             return
         self.last_repro = path
-        self.win.statusBar().showMessage(f"wrote {path} (run it: exit 1 while the candidate "
+        self.win.set_status(f"wrote {path} (run it: exit 1 while the candidate "
                                          "differs)", 8000)

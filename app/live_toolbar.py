@@ -1,0 +1,88 @@
+"""The Live toolbar: the session's settings (device, dtype, math, compare, fuse) and actions.
+
+A widget only: it shows a ``SessionConfig`` (``show_config``), reads one back
+(``choices``), and enables its actions for a session state (``update_actions``). What the
+actions do is the ``LiveController``'s (the callables it passes in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QCheckBox, QComboBox, QLabel, QStyle, QToolBar
+
+from app.live import PAUSED, RUNNING
+from app.runs import COMPARES, SessionConfig
+
+# (attribute, icon, text) of the toolbar's actions, in order; None: a separator
+ACTIONS = (("start", QStyle.SP_MediaPlay, "Start"), ("pause", QStyle.SP_MediaPause, "Pause"),
+           ("step", QStyle.SP_MediaSkipForward, "Step"),
+           ("resume", QStyle.SP_MediaSeekForward, "Resume"), ("stop", QStyle.SP_MediaStop, "Stop"),
+           None, ("first", QStyle.SP_ArrowDown, "First divergence"),
+           ("export", None, "Export report…"))
+
+
+class LiveToolbar(QToolBar):
+    """Settings boxes and the live actions (``act_<name>`` for each name in ACTIONS)."""
+
+    def __init__(self, slots: dict[str, Callable[[], None]], parent=None) -> None:
+        super().__init__("Live", parent)
+        self.setObjectName("live_toolbar")
+        self.device_box = self._combo({"host": "host", "cuda": "cuda", "auto": "auto"},
+                                      "Device backend for the replay")
+        self.dtype_box = self._combo({"float64": "float64", "float32": "float32"}, "dtype")
+        self.math_box = self._combo({"refmath": "refmath", "platform": "platform libm"},
+                                    "Math of the candidate (the reference is always refmath)")
+        self.compare_box = self._combo(COMPARES, "Which two runs of the episode to compare")
+        self.fuse_box = QCheckBox("Fuse", self)
+        self.fuse_box.setToolTip("Replay the fused plan (gpu.fusion)")
+        for label, w in (("Device", self.device_box), (None, self.fuse_box),
+                         ("dtype", self.dtype_box), ("math", self.math_box),
+                         ("compare", self.compare_box)):
+            if label:
+                self.addWidget(QLabel(f" {label} ", self))
+            self.addWidget(w)
+        self.addSeparator()
+        self.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        st = QApplication.style()
+        for entry in ACTIONS:
+            if entry is None:
+                self.addSeparator()
+                continue
+            name, icon, text = entry
+            a = (self.addAction(text, slots[name]) if icon is None else
+                 self.addAction(st.standardIcon(icon), text, slots[name]))
+            setattr(self, f"act_{name}", a)
+        self.act_start.setToolTip("Start (or restart) a live session with these settings")
+        self.act_first.setToolTip("Select the first node whose bits differ (tape order)")
+        self.state_label = QLabel("no live session")  # the controller puts it in the status bar
+
+    def _combo(self, items: dict[str, str], tip: str) -> QComboBox:
+        c = QComboBox(self)
+        for key, text in items.items():
+            c.addItem(text, key)
+        c.setToolTip(tip)
+        return c
+
+    def show_config(self, c: SessionConfig) -> None:
+        """Set the boxes to ``c``'s settings."""
+        for box, v in ((self.device_box, c.device), (self.dtype_box, c.dtype),
+                       (self.math_box, c.math), (self.compare_box, c.compare)):
+            box.setCurrentIndex(max(0, box.findData(v)))
+        self.fuse_box.setChecked(c.fuse)
+
+    def choices(self) -> dict:
+        """The boxes' settings, as ``SessionConfig.with_`` keywords."""
+        return {"device": self.device_box.currentData(), "dtype": self.dtype_box.currentData(),
+                "math": self.math_box.currentData(), "compare": self.compare_box.currentData(),
+                "fuse": self.fuse_box.isChecked()}
+
+    def update_actions(self, live: bool, state: str, exportable: bool) -> None:
+        """Enable what a session in ``state`` can do (``live``: a session exists)."""
+        live = live and state in (RUNNING, PAUSED)
+        self.act_pause.setEnabled(live and state == RUNNING)
+        self.act_step.setEnabled(live and state == PAUSED)
+        self.act_resume.setEnabled(live and state == PAUSED)
+        self.act_stop.setEnabled(live)
+        self.act_export.setEnabled(exportable)
