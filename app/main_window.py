@@ -189,7 +189,8 @@ class MainWindow(QMainWindow):
         self.selected = -1
         self.graph.set_model(s.graph)
         self.parity.set_rows(build_rows(s.tape.nodes, s.comparison))
-        self.parity.set_search(s.graph.searcher)  # one search index for the graph and the table
+        # one search index for the graph and the table, built when first searched
+        self.parity.set_search(lambda g=s.graph: g.searcher)
         self.inspector.show_details(None)
         self.stepper = BackwardStepper(s.tape, s.loss_id) if s.loss_id is not None else None
         self.stepper_panel.set_stepper(self.stepper, s.labels())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from PySide6.QtCore import (
@@ -211,7 +211,7 @@ class ParityPanel(QWidget):
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addLayout(top)
         lay.addWidget(self.table, 1)
-        self.search: NodeSearch | None = None
+        self.search: NodeSearch | Callable[[], NodeSearch] | None = None
         self.filters = 0  # filters applied (the debounce test counts them)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -246,12 +246,16 @@ class ParityPanel(QWidget):
             self.table.setColumnWidth(0, max(self.table.columnWidth(0), wid))
             self.table.setColumnWidth(1, max(self.table.columnWidth(1), min(wop, 140)))
 
-    def set_search(self, search: NodeSearch | None) -> None:
-        """Filter with ``search`` (the graph's index over the same nodes, in row order)."""
+    def set_search(self, search: NodeSearch | Callable[[], NodeSearch] | None) -> None:
+        """Filter with ``search`` (the graph's index over the same nodes, in row order), or
+        with what a callable returns when the first filter is typed (built lazily: 0.9 s at
+        100k nodes, not paid by opening)."""
         self.search = search
         self._apply_filter()
 
     def _index(self) -> NodeSearch:
+        if callable(self.search):
+            self.search = self.search()
         n = self.model.rowCount()
         if self.search is None or self.search.n != n:
             rows = self.model._rows
