@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.session import parity_colors
 from app.step_history import SOURCE_PROVENANCE, StepHistory, summarize
+from core.parity import entry_differs
 from views.step_scrubber import StepScrubber
 from views.training_view import HEAT_STEPS, heat_levels
 
@@ -165,8 +166,7 @@ class TimeTravel(QObject):
         h = self.history
         comp = h.comparison(step) if comp is None else comp
         intro = set(h.introduced(step))
-        differ = {e["id"] for e in comp if e["value"]["n_diff"] or (e["grad"] or {}).get(
-            "n_diff")}
+        differ = {e["id"] for e in comp if entry_differs(e)}
         w = self.win
         w.set_graph_overlay(parity_colors(comp), muted=differ - intro, introduced=intro & differ)
         w.set_graph_marks("nan", h.alarms(step))
