@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.menus import build_menus
-from app.onnx_view import open_onnx_with_progress
+from app.onnx_open import open_onnx_with_progress
 from app.session import Session, SessionError, open_path, open_workload
 from views.graph_panel import GraphPanel
 from views.inspector import InspectorPanel

@@ -18,8 +18,6 @@ PACKAGES = ("core", "gpu", "views", "app")
 # lazy (function-level) cycles left: each as its sorted member list
 KNOWN_LAZY_CYCLES = {
     ("app.remote", "app.runs"),
-    ("app.onnx_view", "app.session"),
-    ("views.element_view", "views.inspector"),
     ("gpu.device", "gpu.host"),
     ("gpu.cuda", "gpu.device"),
     ("app.live_worker", "app.remote", "app.runs"),

@@ -146,11 +146,21 @@ class WorstElementsModel(QAbstractTableModel):
         return None
 
 
+def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
+    """Per-element ulp distance as float64 (NaN where exactly one side is NaN; two NaNs are
+    0 apart whatever their sign and payload: the NaN policy, docs/reference-order.md)."""
+    from core.parity import ulp_distance
+
+    d = ulp_distance(cpu, dev).astype(np.float64).reshape(np.shape(cpu))
+    c, v = np.asarray(cpu), np.asarray(dev)
+    nan_mismatch = np.isnan(c) != np.isnan(v)
+    d[nan_mismatch] = np.nan  # drawn as "not comparable", counted as NaN in the stats row
+    return d
+
+
 def log_ulp_image(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
     """log10(1 + ulp) per element as a 2-D image (rank > 2 folds its leading dims into rows);
     a NaN against a number is drawn one decade above the worst."""
-    from views.inspector import ulp_map
-
     r, c = np.asarray(ref), np.asarray(cand)
     if r.dtype != c.dtype:
         dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)

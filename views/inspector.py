@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from views.array_stats import array_stats, format_number, numpy_text
 from views.array_view import ArrayView, HistogramView
-from views.element_view import ElementView
+from views.element_view import ElementView, ulp_map
 from views.graph_model import shape_text
 from views.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
 
@@ -98,18 +98,6 @@ class StatsTable(QTableWidget):
     def resizeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(ev)
         self._fit_height()
-
-
-def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
-    """Per-element ulp distance as float64 (NaN where exactly one side is NaN; two NaNs are
-    0 apart whatever their sign and payload: the NaN policy, docs/reference-order.md)."""
-    from core.parity import ulp_distance
-
-    d = ulp_distance(cpu, dev).astype(np.float64).reshape(np.shape(cpu))
-    c, v = np.asarray(cpu), np.asarray(dev)
-    nan_mismatch = np.isnan(c) != np.isnan(v)
-    d[nan_mismatch] = np.nan  # drawn as "not comparable", counted as NaN in the stats row
-    return d
 
 
 def _comparable(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
