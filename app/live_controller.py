@@ -23,17 +23,16 @@ from PySide6.QtCore import QObject, Slot
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
+from app.live_inspect import InspectionCache, live_details
 from app.live_panels import LogWindow, WatchdogBar
 from app.live_toolbar import LiveToolbar
 from app.runs import SessionConfig
 from app.session import unconfirmed_script
 from app.time_travel import TimeTravel
-from views.inspector import NodeDetails
 from views.kernels_view import KernelsPanel
 from views.training_view import TrainingPanel
 
 INSPECT_STATES = (RUNNING, PAUSED, STOPPED)  # a worker that can still answer
-KEEP_INSPECTIONS = 32  # answers kept per (node, step): re-selecting costs no round trip
 
 
 class LiveController(QObject):
@@ -49,9 +48,8 @@ class LiveController(QObject):
         self.info: dict = {}
         self.last: Snapshot | None = None
         self.snapshots = 0
-        self.inspections: dict[tuple[int, int], Inspection] = {}  # (node, step) → answer
+        self.cache = InspectionCache()  # the worker's answers by (node, step)
         self.shown: Inspection | None = None  # what the Inspector shows now
-        self._asked: set[tuple[int, int]] = set()  # (node, steps done) already requested
         self._confirmed: set[str] = set()  # workload scripts the user agreed to run
         self.training = TrainingPanel()
         self.kernels = KernelsPanel()
@@ -216,8 +214,7 @@ class LiveController(QObject):
                 old.detached = True
             old.close()
             self._update_actions("stopped")
-        self.inspections.clear()
-        self._asked.clear()
+        self.cache.clear()
         if self.shown is not None:  # the worker's arrays go with it: back to the window's own
             self.shown = None
             self.win.show_own_details()
@@ -280,19 +277,18 @@ class LiveController(QObject):
         v = self.travel.view_step
         return v if v > 0 else self.live.steps_done
 
+    @property
+    def inspections(self) -> dict[tuple[int, int], Inspection]:
+        """The worker's answers kept, by (node, step)."""
+        return self.cache.answers
+
     def _current(self, node: int, step: int | None = None) -> Inspection | None:
-        return self.inspections.get((node, self.shown_step() if step is None else step))
+        return self.cache.get(node, self.shown_step() if step is None else step)
 
     def _request(self, node: int, step: int | None = None) -> bool:
         """Ask once per node and step (default: the shown one); False when the worker cannot
         be asked."""
-        step = self.shown_step() if step is None else step
-        key = (node, step)
-        if self._current(node, step) is None and key not in self._asked:
-            if self.live.inspect(node, step) is None:
-                return False
-            self._asked.add(key)
-        return True
+        return self.cache.ask(self.live, node, self.shown_step() if step is None else step)
 
     @Slot(int)
     def _on_selected(self, node: int) -> None:
@@ -321,11 +317,7 @@ class LiveController(QObject):
                 self.win.set_inspector_note(f"live: {got.error}")
             self.travel.try_repro(got.error)
             return
-        key = (got.node, got.step)
-        self.inspections.pop(key, None)
-        self.inspections[key] = got
-        while len(self.inspections) > KEEP_INSPECTIONS:
-            self.inspections.pop(next(iter(self.inspections)))
+        self.cache.put(got)
         if got.node == self.win.selected and got.step == self.shown_step():
             self._show(got)
         self.travel.try_repro()
@@ -334,19 +326,10 @@ class LiveController(QObject):
         s = self.win.session
         if s is None or not 0 <= got.node < len(s.tape):
             return
-        d: NodeDetails = s.details(got.node)
-        d.value, d.grad = got.ref_value, got.ref_grad
-        d.device_value, d.device_grad = got.cand_value, got.cand_grad
-        dts = {str(a.dtype) for a in (got.ref_value, got.cand_value) if a is not None}
-        d.dtype = " ↔ ".join(sorted(dts)) or d.dtype
-        d.sides = (f"reference: {got.reference}", f"candidate: {got.candidate}")
-        d.step = got.step
         h = self.travel.history
-        first = h.first_step_differing().get(got.node) if h is not None else None
-        since = f" · differs since step {first}" if first is not None else ""
-        d.note = f"live · step {got.step}{since} · {got.reference} ↔ {got.candidate}"
+        since = h.first_step_differing().get(got.node) if h is not None else None
         self.shown = got
-        self.win.show_details(d)
+        self.win.show_details(live_details(s.details(got.node), got, since))
 
     @Slot(str)
     def _on_state(self, state: str) -> None:

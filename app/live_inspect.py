@@ -1,0 +1,67 @@
+"""One node's arrays from a live session's worker, on demand: the answers kept, and how they
+are shown (plain data; no Qt).
+
+The worker answers "node N at step S, both sides" (``app.live.Inspection``); the last
+``KEEP_INSPECTIONS`` answers are kept so that re-selecting a node costs no round trip, and a
+request is sent once per (node, step).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.live import Inspection
+    from views.node_details import NodeDetails
+
+KEEP_INSPECTIONS = 32  # answers kept per (node, step): re-selecting costs no round trip
+
+
+class InspectionCache:
+    """The worker's answers by (node, step), oldest dropped first, and what was asked."""
+
+    def __init__(self, keep: int = KEEP_INSPECTIONS) -> None:
+        self.keep = keep
+        self.answers: dict[tuple[int, int], Inspection] = {}
+        self.asked: set[tuple[int, int]] = set()  # requested (answered or not)
+
+    def get(self, node: int, step: int) -> Inspection | None:
+        """The answer for ``node`` at ``step``, if here."""
+        return self.answers.get((node, step))
+
+    def ask(self, live: Any, node: int, step: int) -> bool:
+        """Ask ``live`` (a LiveSession) once for ``node`` at ``step``; False when it cannot
+        be asked."""
+        key = (node, step)
+        if self.get(node, step) is None and key not in self.asked:
+            if live.inspect(node, step) is None:
+                return False
+            self.asked.add(key)
+        return True
+
+    def put(self, got: Inspection) -> None:
+        """Keep an answer (the newest last; the oldest go past ``keep``)."""
+        key = (got.node, got.step)
+        self.answers.pop(key, None)
+        self.answers[key] = got
+        while len(self.answers) > self.keep:
+            self.answers.pop(next(iter(self.answers)))
+
+    def clear(self) -> None:
+        """A session ends: its answers go with it."""
+        self.answers.clear()
+        self.asked.clear()
+
+
+def live_details(d: NodeDetails, got: Inspection, differs_since: int | None) -> NodeDetails:
+    """``d`` (the tape's own details of the node) with both sides of ``got`` in it
+    (``differs_since``: the first step the node differed, if it has)."""
+    d.value, d.grad = got.ref_value, got.ref_grad
+    d.device_value, d.device_grad = got.cand_value, got.cand_grad
+    dts = {str(a.dtype) for a in (got.ref_value, got.cand_value) if a is not None}
+    d.dtype = " ↔ ".join(sorted(dts)) or d.dtype
+    d.sides = (f"reference: {got.reference}", f"candidate: {got.candidate}")
+    d.step = got.step
+    since = f" · differs since step {differs_since}" if differs_since is not None else ""
+    d.note = f"live · step {got.step}{since} · {got.reference} ↔ {got.candidate}"
+    return d
