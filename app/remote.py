@@ -10,7 +10,7 @@ local run reduces them, so a run through a worker gives the same numbers as a lo
 The protocol (``PROTOCOL``): one JSON object per line each way, a request and exactly one reply.
 The client's first line is ``{"cmd": "hello", "protocol": N}``; a worker of another version
 answers with one error line and exits 2. Nothing is ever pickled: arrays travel as dtype, shape
-and base64 of the raw bytes (``app.live_worker.encode_array``), and a received array's size is
+and base64 of the raw bytes (``app.wire.encode_array``), and a received array's size is
 checked against its declared shape and a cap before anything is allocated. ``serve`` is the
 worker's side (``tapescope worker``).
 """
@@ -27,8 +27,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from app.live_worker import decode_array, encode_array
 from app.runs import CpuRun, DeviceRun, RunSpec
+from app.wire import decode_array, encode_array
 
 __all__ = ["PROTOCOL", "RemoteDevice", "RemoteError", "RemoteRun", "serve"]
 PROTOCOL = 1  # bump on any change of the messages below

@@ -20,9 +20,7 @@ KNOWN_LAZY_CYCLES = {
     ("app.remote", "app.runs"),
     ("gpu.device", "gpu.host"),
     ("gpu.cuda", "gpu.device"),
-    ("app.live_worker", "app.remote", "app.runs"),
     ("gpu.cuda", "gpu.device", "gpu.nvrtc"),
-    ("app.live_worker", "app.remote", "app.report_data", "app.runs"),
     ("core.onnx.executor", "core.onnx.importer", "core.onnx.ops", "core.onnx.ops.training"),
 }
 

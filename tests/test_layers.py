@@ -49,7 +49,7 @@ def test_core_onnx_is_the_only_core_module_importing_onnx():
 QT_FREE = (
     "app.session", "app.runs", "app.report_data", "app.report_html", "app.live_worker",
     "app.run_provenance", "app.platform_check", "app.remote", "app.step_history", "app.cli",
-    "app.live_inspect", "app.onnx_view",
+    "app.live_inspect", "app.onnx_view", "app.wire",
     "app.commands.fuse", "app.commands.gradcheck", "app.commands.gui", "app.commands.kernels",
     "app.commands.model_args", "app.commands.onnx_cmd", "app.commands.parity",
     "app.commands.report", "app.commands.train", "app.commands.worker",
