@@ -7,7 +7,8 @@
 """
 
 from gpu import parity
-from gpu.device import Buffer, Device, DeviceError, open_device
+from gpu.backends import open_device
+from gpu.device import Buffer, Device, DeviceError
 from gpu.optim import SGD, Adam, from_core
 from gpu.program import CaptureError, Program
 from gpu.program import capture as _capture

@@ -1,4 +1,4 @@
-"""Device selection and the backend-neutral pieces: buffers, kernels, launches, counters."""
+"""The backend-neutral pieces: buffers, kernels, launches, counters (opening one: gpu.backends)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ __all__ = [
     "Kernel",
     "Launch",
     "Device",
-    "open_device",
     "KERNEL_DIR",
 ]
 
@@ -193,29 +192,3 @@ class Device:
 
     def synchronize(self) -> None:
         """Wait for all queued work."""
-
-
-def open_device(kind: str = "auto") -> Device:
-    """Open "cuda", "host", or "auto" (CUDA when CuPy imports, a device answers and NVRTC loads,
-    else host, whose `reason` says why)."""
-    if kind not in ("auto", "cuda", "host"):
-        raise DeviceError(f"unknown device {kind!r}: use auto, cuda or host")
-    if kind in ("auto", "cuda"):
-        from gpu.cuda import cuda_unavailable_reason
-
-        why = cuda_unavailable_reason()
-        if why is None:
-            from gpu.cuda import CudaDevice
-
-            try:
-                return CudaDevice("CUDA device answered" if kind == "auto" else "requested")
-            except DeviceError as e:  # e.g. a driver older than NVRTC
-                why = str(e)
-        if kind == "cuda":
-            raise DeviceError(f"cuda device unavailable: {why}")
-        from gpu.host import HostDevice
-
-        return HostDevice(why)
-    from gpu.host import HostDevice
-
-    return HostDevice("requested")
