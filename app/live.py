@@ -44,6 +44,18 @@ LOG_LINE_MAX = 8192  # bytes of one line kept; the rest is counted, not stored
 LOG_POST_LINES = 2000  # lines one log message to the GUI carries at most
 STARTUP_S = 120.0  # the watchdog's patience before "ready": kernels compile on a cold cache
 
+# Sessions whose reader threads may still run. The threads hold references to their session;
+# if the last one were dropped when a thread ends, the QObject would be destroyed in that thread,
+# not the GUI's, and the GUI crashed (a segfault in the event loop, seen under load in the live
+# tests). This set keeps each session until, in the GUI thread, its threads have all ended.
+_RUNNING_SESSIONS: set = set()
+
+
+def _release_finished_sessions() -> None:
+    """Drop (in the GUI thread) the sessions whose reader threads have all ended."""
+    for sess in [x for x in _RUNNING_SESSIONS if not any(t.is_alive() for t in x._threads)]:
+        _RUNNING_SESSIONS.discard(sess)
+
 
 @dataclass
 class Snapshot:
@@ -162,13 +174,15 @@ class LiveSession(QObject):
         self.returncode: int | None = None
         self.killed = False
         self._closed = False
+        self._threads: list[threading.Thread] = []
         self.logs = LogTail()
         self.silent_s = 0.0  # how long the worker has owed an answer (0: it does not)
         self._heard = time.monotonic()
         self._owe_step = False
         self._reports: queue.Queue = queue.Queue()
         self._mail: list = []
-        self._mail_lock = threading.Lock()
+        # RLock: the reader threads post under it, and a post must never race close() (below)
+        self._mail_lock = threading.RLock()
         self.pending: set[int] = set()  # inspect requests not answered yet
         self._req = 0
         self._message.connect(self._on_mail)
@@ -187,10 +201,15 @@ class LiveSession(QObject):
         self._heard = time.monotonic()
         self._set_state(PAUSED if paused else RUNNING)
         reader = threading.Thread(target=self._read, daemon=True, name="tapescope-live-reader")
-        reader.start()
-        threading.Thread(target=self._read_log, daemon=True, name="tapescope-live-log").start()
-        threading.Thread(target=self._reap, args=(reader,), daemon=True,
-                         name="tapescope-live-reaper").start()
+        self._threads = [
+            reader,
+            threading.Thread(target=self._read_log, daemon=True, name="tapescope-live-log"),
+            threading.Thread(target=self._reap, args=(reader,), daemon=True,
+                             name="tapescope-live-reaper")]
+        _release_finished_sessions()
+        _RUNNING_SESSIONS.add(self)  # released in the GUI thread once these threads end
+        for t in self._threads:
+            t.start()
         self._watch.start()
 
     def _send(self, cmd: str, **args) -> bool:
@@ -243,8 +262,14 @@ class LiveSession(QObject):
             return
         self.stop()
         self.pending.clear()
-        self._closed = True  # the watchdog's timer stops itself (its own thread: the GUI's)
+        with self._mail_lock:
+            # from here on the reader threads post nothing: they outlive this object's C++
+            # side (its parent may delete it once close returns), and a signal emitted on a
+            # QObject being destroyed crashed the GUI (seen under load in the live tests)
+            self._closed = True  # the watchdog's timer stops itself (its own thread: the GUI's)
+            self._mail = []
         w.close(wait_s)
+        _release_finished_sessions()
 
     def kill(self) -> None:
         """End the worker now (the watchdog's Kill): its whole group, no questions asked."""
@@ -294,6 +319,8 @@ class LiveSession(QObject):
         # one ordered mailbox; a snapshot following a snapshot the GUI has not taken yet merges
         # into it, so however slow the GUI is, at most one notification is queued
         with self._mail_lock:
+            if self._closed:
+                return  # close() has run: nobody listens, and the QObject may be going away
             box = self._mail
             notify = not box
             if box and isinstance(msg, Snapshot) and isinstance(box[-1], Snapshot):
@@ -302,8 +329,11 @@ class LiveSession(QObject):
                 box[-1]["lines"] = (box[-1]["lines"] + msg["lines"])[-LOG_POST_LINES:]
             else:
                 box.append(msg)
-        if notify:
-            self._message.emit(None)
+            if notify:  # under the lock, so close() cannot slip in between check and emit
+                try:
+                    self._message.emit(None)
+                except RuntimeError:  # the C++ object is already gone (closed without close())
+                    self._closed = True
 
     def _read_log(self) -> None:
         for data in self.worker.log_chunks():
@@ -333,8 +363,10 @@ class LiveSession(QObject):
                                     or self._owe_step or bool(self.pending))
 
     def _check_watchdog(self) -> None:
-        if self._closed:
-            self._watch.stop()
+        if self._closed:  # after close: tick on until the reader threads end, then let go
+            if not any(t.is_alive() for t in self._threads):
+                self._watch.stop()
+                _release_finished_sessions()
             return
         owes = self._owes_answer()
         silent = time.monotonic() - self._heard
