@@ -372,3 +372,31 @@ def test_stop_on_a_hung_step_hides_the_warning_and_close_still_ends_the_worker(q
     t.join(20)  # a hang guard: close ends the group after a short wait
     assert not t.is_alive()
     assert wait_for(lambda: reaped(worker) or dead(worker))
+
+
+def _run_close_and_drop(qtbot, where: list) -> None:
+    s = LiveSession(SessionConfig(workload="mlp", device="host"), 0.05, max_steps=2)
+    s.destroyed.connect(lambda *_: where.append(threading.current_thread().name))
+    s.start()
+    qtbot.waitUntil(lambda: s.state in (STOPPED, FAILED) and s.steps_done == 2, timeout=READY_MS)
+    s.close()  # the last reference this test holds goes with this frame
+
+
+def test_a_closed_session_is_destroyed_in_the_gui_thread(qtbot, monkeypatch):
+    """The reader threads outlive close(); if one of them held the last reference, the QObject
+    was destroyed in that thread and the GUI crashed in its event loop (a segfault under load).
+    Dropped by the user, a session dies in the GUI thread, whatever its threads do."""
+    import gc
+
+    reap = LiveSession._reap
+
+    def slow_reap(self, reader):  # a loaded machine: the reaper is still running after close
+        time.sleep(1.0)
+        reap(self, reader)
+
+    monkeypatch.setattr(LiveSession, "_reap", slow_reap)
+    where: list[str] = []
+    _run_close_and_drop(qtbot, where)
+    gc.collect()
+    qtbot.waitUntil(lambda: bool(where), timeout=20000)
+    assert where == [threading.main_thread().name]
