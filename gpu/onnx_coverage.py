@@ -17,21 +17,14 @@ NEXT = "## Tests not passed"
 
 def page(outcomes: list, seconds: float) -> str:
     """The coverage page for these conformance outcomes."""
-    from collections import defaultdict
 
-    from core.onnx.conformance import coverage_markdown, node_test_ops
+    from core.onnx.conformance import coverage_markdown, per_op_counts
     from core.onnx.coverage import op_table_markdown
     from gpu.library import KERNELS
 
     md = coverage_markdown(outcomes, seconds)
     md = md.replace("python -m core.onnx.conformance --doc", "python -m gpu.onnx_coverage --doc")
-    ops = node_test_ops()
-    per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for o in outcomes:
-        if o.category == "node":
-            op = ops.get(o.name, "?")
-            per_op[op][1] += 1
-            per_op[op][0] += int(o.passed)
+    per_op = per_op_counts(outcomes)
     table = "\n".join([
         "## Per operator: executor, tape form, device kernels, fusion",
         "",

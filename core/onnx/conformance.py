@@ -140,10 +140,8 @@ def summary(outcomes: list[Outcome]) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in acc.items()}
 
 
-def coverage_markdown(outcomes: list[Outcome], seconds: float) -> str:
-    """The docs/onnx-coverage.md page: totals per category, then op -> node tests passed/total."""
-    import onnx
-
+def per_op_counts(outcomes: list[Outcome]) -> dict[str, list[int]]:
+    """op -> [node tests passed, node tests] over the node-test outcomes."""
     ops = node_test_ops()
     per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for o in outcomes:
@@ -151,6 +149,14 @@ def coverage_markdown(outcomes: list[Outcome], seconds: float) -> str:
             op = ops.get(o.name, "?")
             per_op[op][1] += 1
             per_op[op][0] += int(o.passed)
+    return per_op
+
+
+def coverage_markdown(outcomes: list[Outcome], seconds: float) -> str:
+    """The docs/onnx-coverage.md page: totals per category, then op -> node tests passed/total."""
+    import onnx
+
+    per_op = per_op_counts(outcomes)
     lines = [
         "# ONNX conformance of `core.onnx`",
         "",
