@@ -357,13 +357,18 @@ class TrainingPanel(QWidget):
         if x < self.heat_steps[0] - 0.5 or x > self.heat_steps[-1] + 0.5:
             return None
         step = min(self.heat_steps, key=lambda s: abs(s - x))
+        return self.row_node(node, step), step
+
+    def row_node(self, row: int, step: int) -> int:
+        """The node a heatmap row stands for at ``step``: itself, or an aggregated row's worst
+        node at that step."""
         starts = self.heat_row_starts
-        if starts is not None:  # an aggregated row: its worst node at that step
-            lo = int(starts[node])
-            hi = int(starts[node + 1]) if node + 1 < len(starts) else self._heat_full.shape[0]
-            col = self._heat_full[lo:hi, self.heat_steps.index(step)]
-            node = lo + int(np.argmax(col))
-        return node, step
+        if starts is None:
+            return row
+        lo = int(starts[row])
+        hi = int(starts[row + 1]) if row + 1 < len(starts) else self._heat_full.shape[0]
+        col = self._heat_full[lo:hi, self.heat_steps.index(step)]
+        return lo + int(np.argmax(col))
 
     def _scene_clicked(self, ev) -> None:
         if ev.button() != Qt.LeftButton:
