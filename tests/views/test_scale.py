@@ -3,7 +3,10 @@ their worst child, and a 10k-node heatmap aggregates by scope into the rows it h
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
+import pytest
 from PySide6.QtCore import Qt
 
 from views.graph_model import GraphModel, GraphNode
@@ -12,6 +15,14 @@ from views.parity_rows import build_rows
 from views.parity_table import ParityPanel
 from views.synthetic import transformer_like
 from views.training_view import TrainingPanel
+
+
+@pytest.fixture(autouse=True)
+def _collect_here():
+    """Collect these tests' big widgets now, while no layout job runs: left to a later GC they
+    were finalised during another test while its layout thread emitted (a segfault, a hang)."""
+    yield
+    gc.collect()
 
 
 def model(n: int) -> GraphModel:
