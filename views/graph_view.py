@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from PySide6.QtCore import QObject, QPointF, QRectF, QRunnable, Qt, QThreadPool, Signal, Slot
 from PySide6.QtGui import QAction, QColor, QPainter
@@ -22,19 +24,33 @@ def severity(color: QColor) -> tuple[bool, int]:
 
 
 class _LayoutSignals(QObject):
-    done = Signal(int, object, object)  # generation, DisplayGraph, Layout
+    done = Signal(int, int, object, object)  # view token, generation, DisplayGraph, Layout
+
+
+# One signals object for every view, made in the GUI thread and never destroyed. A job in the
+# pool thread must not hold the last reference to a QObject: if its view went away meanwhile,
+# the object would be destroyed in the pool thread (a crash in the GUI's garbage collection).
+_SIGNALS: _LayoutSignals | None = None
+_TOKENS = itertools.count(1)
+
+
+def _layout_signals() -> _LayoutSignals:
+    global _SIGNALS
+    if _SIGNALS is None:
+        _SIGNALS = _LayoutSignals()
+    return _SIGNALS
 
 
 class _LayoutJob(QRunnable):
     """Computes (or fetches from the cache) one layout in the thread pool."""
 
-    def __init__(self, gen: int, graph: DisplayGraph, signals: _LayoutSignals):
+    def __init__(self, token: int, gen: int, graph: DisplayGraph):
         super().__init__()
-        self.gen, self.graph, self.signals = gen, graph, signals
+        self.token, self.gen, self.graph = token, gen, graph
 
     def run(self) -> None:
         lay = CACHE.get_or_compute(self.graph.key, self.graph.inputs, self.graph.order_key)
-        self.signals.done.emit(self.gen, self.graph, lay)
+        _layout_signals().done.emit(self.token, self.gen, self.graph, lay)
 
 
 class GraphView(QGraphicsView):
@@ -62,7 +78,8 @@ class GraphView(QGraphicsView):
         self.model: GraphModel | None = None
         self.display: DisplayGraph | None = None
         self._gen = 0
-        self._signals = _LayoutSignals()
+        self._token = next(_TOKENS)  # which layouts are this view's
+        self._signals = _layout_signals()
         self._signals.done.connect(self._on_layout)
         self._pending_select: int | None = None
         self._press_pos = None
@@ -93,7 +110,7 @@ class GraphView(QGraphicsView):
         self._gen += 1
         self._fit_next = fit
         graph = self.model.display()
-        job = _LayoutJob(self._gen, graph, self._signals)
+        job = _LayoutJob(self._token, self._gen, graph)
         if wait:
             job.run()  # synchronous: the queued signal is delivered below
             from PySide6.QtCore import QCoreApplication
@@ -101,10 +118,10 @@ class GraphView(QGraphicsView):
         else:
             QThreadPool.globalInstance().start(job)
 
-    @Slot(int, object, object)
-    def _on_layout(self, gen: int, graph: DisplayGraph, layout: Layout) -> None:
-        if gen != self._gen:
-            return  # a newer layout was requested meanwhile
+    @Slot(int, int, object, object)
+    def _on_layout(self, token: int, gen: int, graph: DisplayGraph, layout: Layout) -> None:
+        if token != self._token or gen != self._gen:
+            return  # another view's layout, or a newer one was requested meanwhile
         same = self.display is not None and self.display.key == graph.key
         keep = self.visible_scene_rect().center() if same else None
         self.display = graph
