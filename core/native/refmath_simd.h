@@ -20,17 +20,7 @@ static inline double tsb__sel(int c, double a, double b) { return c ? a : b; }
  * measured it ~2x quicker than the float loop over tsb_tanh. */
 
 static inline double tsb_exp(double x) {
-    const double ln2_hi = 6.93147180369123816490e-01;
-    const double ln2_lo = 1.90821492927058770002e-10;
-    const double invln2 = 1.44269504088896338700e+00;
-    const double o_threshold = 7.09782712893383973096e+02;
-    const double u_threshold = -7.45133219101941108420e+02;
-    const double twom1000 = 9.33263618503218878990e-302;
-    const double P1 = 1.66666666666666019037e-01;
-    const double P2 = -2.77777777770155933842e-03;
-    const double P3 = 6.61375632143793436117e-05;
-    const double P4 = -1.65339022054652515390e-06;
-    const double P5 = 4.13813679705723846039e-08;
+    TS_EXP_CONSTANTS
     int hx = ts__hi(x);
     int ix = hx & 0x7fffffff;
     int special = (x != x) | (x > o_threshold) | (x < u_threshold);
@@ -57,16 +47,7 @@ static inline double tsb_exp(double x) {
 }
 
 static inline double tsb_log(double x0) {
-    const double ln2_hi = 6.93147180369123816490e-01;
-    const double ln2_lo = 1.90821492927058770002e-10;
-    const double two54 = 1.80143985094819840000e+16;
-    const double Lg1 = 6.666666666666735130e-01;
-    const double Lg2 = 3.999999999940941908e-01;
-    const double Lg3 = 2.857142874366239149e-01;
-    const double Lg4 = 2.222219843214978396e-01;
-    const double Lg5 = 1.818357216161805012e-01;
-    const double Lg6 = 1.531383769920937332e-01;
-    const double Lg7 = 1.479819860511658591e-01;
+    TS_LOG_CONSTANTS
     int special = !(x0 >= 0.0) | (x0 == 0.0) | (x0 == TS_INF64);
     double x = tsb__sel(special, 1.0, x0);
     int sub = x < 2.2250738585072014e-308;
@@ -117,11 +98,7 @@ static inline double tsb_rsqrt(double x) {
 }
 
 static inline double tsb_tanh(double x) {
-    const double T1 = -0.3333333333333333, T2 = 0.13333333333333333,
-                 T3 = -0.05396825396825397, T4 = 0.021869488536155203,
-                 T5 = -0.008863235529902197, T6 = 0.003592128036572481,
-                 T7 = -0.0014558343870513183, T8 = 0.000590027440945586,
-                 T9 = -0.00023912911424355248;
+    TS_TANH_CONSTANTS
     double eh, el;
     int hx = ts__hi(x);
     int ix = hx & 0x7fffffff;

@@ -56,18 +56,22 @@ TS_RM_FN float ts__to_float(double r) {
 
 /* ---- exp: fdlibm e_exp.c. x = k*ln2 + r, |r| <= ln2/2; exp(r) = 1 + r + r*c/(2-c) ---- */
 
-TS_RM_FN double ts_exp(double x) {
-    const double ln2_hi = 6.93147180369123816490e-01; /* 0x3fe62e42 fee00000 */
-    const double ln2_lo = 1.90821492927058770002e-10; /* 0x3dea39ef 35793c76 */
-    const double invln2 = 1.44269504088896338700e+00;
-    const double o_threshold = 7.09782712893383973096e+02;
-    const double u_threshold = -7.45133219101941108420e+02;
-    const double twom1000 = 9.33263618503218878990e-302;
-    const double P1 = 1.66666666666666019037e-01;
-    const double P2 = -2.77777777770155933842e-03;
-    const double P3 = 6.61375632143793436117e-05;
-    const double P4 = -1.65339022054652515390e-06;
+/* exp's constants: one spelling, shared with core/native/refmath_simd.h's branch-free twin */
+#define TS_EXP_CONSTANTS \
+    const double ln2_hi = 6.93147180369123816490e-01; /* 0x3fe62e42 fee00000 */ \
+    const double ln2_lo = 1.90821492927058770002e-10; /* 0x3dea39ef 35793c76 */ \
+    const double invln2 = 1.44269504088896338700e+00; \
+    const double o_threshold = 7.09782712893383973096e+02; \
+    const double u_threshold = -7.45133219101941108420e+02; \
+    const double twom1000 = 9.33263618503218878990e-302; \
+    const double P1 = 1.66666666666666019037e-01; \
+    const double P2 = -2.77777777770155933842e-03; \
+    const double P3 = 6.61375632143793436117e-05; \
+    const double P4 = -1.65339022054652515390e-06; \
     const double P5 = 4.13813679705723846039e-08;
+
+TS_RM_FN double ts_exp(double x) {
+    TS_EXP_CONSTANTS
     int hx, ix, k;
     double t, hi, lo, r, rr, c, y;
 
@@ -100,17 +104,21 @@ TS_RM_FN double ts_exp(double x) {
 
 /* ---- log: fdlibm e_log.c. x = 2**k (1+f), log(1+f) = f - hfsq + s*(hfsq+R), s = f/(2+f) ---- */
 
-TS_RM_FN double ts_log(double x) {
-    const double ln2_hi = 6.93147180369123816490e-01;
-    const double ln2_lo = 1.90821492927058770002e-10;
-    const double two54 = 1.80143985094819840000e+16;
-    const double Lg1 = 6.666666666666735130e-01;
-    const double Lg2 = 3.999999999940941908e-01;
-    const double Lg3 = 2.857142874366239149e-01;
-    const double Lg4 = 2.222219843214978396e-01;
-    const double Lg5 = 1.818357216161805012e-01;
-    const double Lg6 = 1.531383769920937332e-01;
+/* log's constants: one spelling, shared with core/native/refmath_simd.h's branch-free twin */
+#define TS_LOG_CONSTANTS \
+    const double ln2_hi = 6.93147180369123816490e-01; \
+    const double ln2_lo = 1.90821492927058770002e-10; \
+    const double two54 = 1.80143985094819840000e+16; \
+    const double Lg1 = 6.666666666666735130e-01; \
+    const double Lg2 = 3.999999999940941908e-01; \
+    const double Lg3 = 2.857142874366239149e-01; \
+    const double Lg4 = 2.222219843214978396e-01; \
+    const double Lg5 = 1.818357216161805012e-01; \
+    const double Lg6 = 1.531383769920937332e-01; \
     const double Lg7 = 1.479819860511658591e-01;
+
+TS_RM_FN double ts_log(double x) {
+    TS_LOG_CONSTANTS
     int hx, k, i;
     double f, dk, R, s, z, w, t1, t2, hfsq;
 
@@ -345,12 +353,16 @@ TS_RM_FN double ts__ratio_dd(double nh, double nl, double dh, double dl) {
 
 /* ---- tanh: odd Taylor series for |x| < 1/8, else (1-e)/(1+e), e = exp(-2|x|) double-double ---- */
 
-TS_RM_FN double ts_tanh(double x) {
-    const double T1 = -0.3333333333333333, T2 = 0.13333333333333333,
-                 T3 = -0.05396825396825397, T4 = 0.021869488536155203,
-                 T5 = -0.008863235529902197, T6 = 0.003592128036572481,
-                 T7 = -0.0014558343870513183, T8 = 0.000590027440945586,
+/* tanh's series: one spelling, shared with core/native/refmath_simd.h's branch-free twin */
+#define TS_TANH_CONSTANTS \
+    const double T1 = -0.3333333333333333, T2 = 0.13333333333333333, \
+                 T3 = -0.05396825396825397, T4 = 0.021869488536155203, \
+                 T5 = -0.008863235529902197, T6 = 0.003592128036572481, \
+                 T7 = -0.0014558343870513183, T8 = 0.000590027440945586, \
                  T9 = -0.00023912911424355248;
+
+TS_RM_FN double ts_tanh(double x) {
+    TS_TANH_CONSTANTS
     int hx, ix;
     double z, p, eh, el, nh, nl, dh, dl, y;
 
