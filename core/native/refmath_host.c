@@ -20,15 +20,4 @@
         for (long long i = 0; i < n; ++i) y[i] = ffn(x[i]);                               \
     }
 
-static inline float tsb_expf(float x) { return tsb__to_float(tsb_exp((double)x)); }
-static inline float tsb_logf(float x) { return tsb__to_float(tsb_log((double)x)); }
-static inline float tsb_rsqrtf(float x) { return tsb__to_float(tsb_rsqrt((double)x)); }
-
-TS_LOOP(exp, tsb_exp, tsb_expf)
-TS_LOOP(expm1, ts_expm1, ts_expm1f)
-TS_LOOP(log, tsb_log, tsb_logf)
-TS_LOOP(log1p, ts_log1p, ts_log1pf)
-TS_LOOP(tanh, tsb_tanh, ts_tanhf)
-TS_LOOP(sigmoid, ts_sigmoid, ts_sigmoidf)
-TS_LOOP(erf, ts_erf, ts_erff)
-TS_LOOP(rsqrt, tsb_rsqrt, tsb_rsqrtf)
+TS_REFMATH_FUNCS(TS_LOOP)

@@ -12,10 +12,6 @@
 #include "refmath.cuh"
 #include "refmath_simd.h"
 
-static inline float tsb_expf(float x) { return tsb__to_float(tsb_exp((double)x)); }
-static inline float tsb_logf(float x) { return tsb__to_float(tsb_log((double)x)); }
-static inline float tsb_rsqrtf(float x) { return tsb__to_float(tsb_rsqrt((double)x)); }
-
 /* as refmath_host.c: a branch-free twin where one exists, so the loop vectorises */
 #define TS_PAIR(name, dfn, ffn)                                                         \
     static void d_##name(const void *x, void *y, Py_ssize_t n) {                        \
@@ -29,20 +25,12 @@ static inline float tsb_rsqrtf(float x) { return tsb__to_float(tsb_rsqrt((double
         for (Py_ssize_t i = 0; i < n; ++i) b[i] = ffn(a[i]);                            \
     }
 
-TS_PAIR(exp, tsb_exp, tsb_expf)
-TS_PAIR(expm1, ts_expm1, ts_expm1f)
-TS_PAIR(log, tsb_log, tsb_logf)
-TS_PAIR(log1p, ts_log1p, ts_log1pf)
-TS_PAIR(tanh, tsb_tanh, ts_tanhf)
-TS_PAIR(sigmoid, ts_sigmoid, ts_sigmoidf)
-TS_PAIR(erf, ts_erf, ts_erff)
-TS_PAIR(rsqrt, tsb_rsqrt, tsb_rsqrtf)
+TS_REFMATH_FUNCS(TS_PAIR)
 
 typedef void (*loop_fn)(const void *, void *, Py_ssize_t);
-/* the order of core.native.REFMATH */
-static const loop_fn LOOPS[16] = {d_exp,  f_exp,  d_expm1,   f_expm1,   d_log, f_log,
-                                  d_log1p, f_log1p, d_tanh,  f_tanh,    d_sigmoid,
-                                  f_sigmoid, d_erf, f_erf,   d_rsqrt,   f_rsqrt};
+/* the order of core.native.REFMATH: double, float per function */
+#define TS_ENTRY(name, dfn, ffn) d_##name, f_##name,
+static const loop_fn LOOPS[16] = {TS_REFMATH_FUNCS(TS_ENTRY)};
 
 static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;

@@ -130,4 +130,21 @@ static inline float tsb__to_float(double r) {
     return r != r ? __int_as_float(0x7fc00000) : (float)r;
 }
 
+static inline float tsb_expf(float x) { return tsb__to_float(tsb_exp((double)x)); }
+static inline float tsb_logf(float x) { return tsb__to_float(tsb_log((double)x)); }
+static inline float tsb_rsqrtf(float x) { return tsb__to_float(tsb_rsqrt((double)x)); }
+
+/* Every function the CPU tape runs in C, in the order of core.native.REFMATH: X(name, the
+ * double spelling, the float spelling), a branch-free twin where one exists so the loops
+ * vectorise. refmath_host.c (ctypes) and refmath_py.c (the CPython extension) expand it. */
+#define TS_REFMATH_FUNCS(X)                 \
+    X(exp, tsb_exp, tsb_expf)               \
+    X(expm1, ts_expm1, ts_expm1f)           \
+    X(log, tsb_log, tsb_logf)               \
+    X(log1p, ts_log1p, ts_log1pf)           \
+    X(tanh, tsb_tanh, ts_tanhf)             \
+    X(sigmoid, ts_sigmoid, ts_sigmoidf)     \
+    X(erf, ts_erf, ts_erff)                 \
+    X(rsqrt, tsb_rsqrt, tsb_rsqrtf)
+
 #endif /* TS_REFMATH_SIMD_H */
