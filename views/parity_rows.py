@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 COLUMNS = ("id", "op", "name", "shape", "value n_diff", "value max_ulp", "grad n_diff",
            "grad max_ulp")
 
@@ -69,6 +71,8 @@ class ParityRows(Sequence):
         self.nodes, self.by_id = nodes, by_id
         self.ids = [nd.id for nd in nodes]
         self._cache: dict[int, ParityRow] = {}
+        self._keys: dict[int, np.ndarray] = {}
+        self._differs: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -83,6 +87,74 @@ class ParityRows(Sequence):
             nd = self.nodes[k]
             r = self._cache[k] = _row(nd, self.by_id.get(nd.id))
         return r
+
+    def sort_keys(self, col: int) -> np.ndarray:
+        """Column ``col``'s sort value for every row, as one array (what ``sort_key`` gives per
+        row): straight from the nodes and the comparison entries, no row built."""
+        got = self._keys.get(col)
+        if got is not None:
+            return got
+        nodes = self.nodes
+        if col == 0:
+            got = np.array(self.ids, dtype=np.int64)
+        elif col == 1:
+            got = np.array([nd.op for nd in nodes], dtype=str)
+        elif col == 2:
+            got = np.array([nd.name or "" for nd in nodes], dtype=str)
+        elif col == 3:
+            got = np.array([sum(nd.shape) for nd in nodes], dtype=np.int64)
+        else:
+            side, field = ("value", "grad")[(col - 4) // 2], ("n_diff", "max_ulp")[col % 2]
+            got = np.full(len(nodes), -1, dtype=np.int64 if field == "n_diff" else np.float64)
+            if self.by_id:
+                row_of = {i: k for k, i in enumerate(self.ids)}
+                for i, e in self.by_id.items():
+                    v = (e.get(side) or {}).get(field)
+                    if v is not None:  # the conversions _side makes for the cells
+                        got[row_of[i]] = int(v) if field == "n_diff" else float(v)
+        if got.size == 0:
+            got = np.zeros(0, dtype=np.int64)
+        self._keys[col] = got
+        return got
+
+    def differs(self) -> np.ndarray:
+        """``ParityRow.differs`` of every row, as one boolean array."""
+        if self._differs is None:
+            d = np.zeros(len(self.nodes), dtype=bool)
+            if self.by_id:
+                row_of = {i: k for k, i in enumerate(self.ids)}
+                for i, e in self.by_id.items():
+                    d[row_of[i]] = any(int((e.get(k) or {}).get("n_diff") or 0)
+                                       for k in ("value", "grad"))
+            self._differs = d
+        return self._differs
+
+
+def sort_key(row: ParityRow, col: int):
+    """The value column ``col`` sorts by: numbers stay numbers, a shape sorts by its total
+    extent (roughly by size), an empty cell by -1 (first)."""
+    v = row.cell(col)
+    if col == 3:
+        return int(sum(v))
+    return -1 if v is None else v
+
+
+def sort_keys(rows: Sequence[ParityRow], col: int) -> np.ndarray:
+    """``sort_key`` of every row as one array (a ParityRows computes it without the rows)."""
+    if isinstance(rows, ParityRows):
+        return rows.sort_keys(col)
+    keys = [sort_key(r, col) for r in rows]
+    if col in (1, 2):
+        return np.array(keys, dtype=str) if keys else np.zeros(0, dtype=np.int64)
+    floats = any(isinstance(k, float) for k in keys)
+    return np.array(keys, dtype=np.float64 if floats else np.int64)
+
+
+def differs(rows: Sequence[ParityRow]) -> np.ndarray:
+    """``ParityRow.differs`` of every row as one boolean array."""
+    if isinstance(rows, ParityRows):
+        return rows.differs()
+    return np.array([r.differs for r in rows], dtype=bool)
 
 
 def _row(nd, e: Mapping | None) -> ParityRow:

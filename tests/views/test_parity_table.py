@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QAbstractItemModelTester
 
 from views.graph_model import GraphNode
+from views.parity_rows import COLUMNS as COLUMNS_H
 from views.parity_rows import build_rows
 from views.parity_table import ID_ROLE, SORT_ROLE, ParityPanel, ParityTableModel
 
@@ -206,3 +207,117 @@ def test_each_n_diff_tooltip_counts_its_own_sides_nans():
     cols = {h: c for c, h in enumerate(headers(m))}
     for h, n in (("value n_diff", 1), ("grad n_diff", 4)):
         assert m.data(m.index(0, cols[h]), Qt.ToolTipRole).startswith(f"{n} NaN elements"), h
+
+
+# ---- the filter/sort model: one numpy index array over the source rows --------------------------
+def big_rows(n: int = 2500):
+    """A tape bigger than the debounce threshold, with repeated sort values (ties), a few
+    differing rows, entries without a gradient side and nodes without an entry."""
+    ops = ("matmul", "exp", "softmax", "add", "param")
+    nodes = [GraphNode(i, ops[i % 5], (), f"block{i // 20}/{ops[i % 5]}{i % 3}", (i % 4, 3))
+             for i in range(n)]
+    comp = [{"id": i, "value": {"n_diff": (i % 7 == 0) * (i % 5), "max_ulp": float(i % 11)},
+             **({"grad": {"n_diff": int(i % 13 == 0), "max_ulp": 0.5}} if i % 2 else {})}
+            for i in range(n) if i % 4 != 3]
+    return nodes, comp
+
+
+def shown_ids(p) -> list[int]:
+    return [int(p.proxy.index(r, 0).data()) for r in range(p.proxy.rowCount())]
+
+
+def test_sort_keys_equal_each_rows_sort_role():
+    nodes, comp = big_rows(300)
+    for rows in (build_rows(nodes, comp), list(build_rows(nodes, comp))):  # lazy and plain
+        m = ParityTableModel(rows)
+        for c in range(m.columnCount()):
+            keys = m.sort_keys(c).tolist()
+            assert keys == [m.data(m.index(r, c), SORT_ROLE) for r in range(m.rowCount())], c
+        assert m.differs().tolist() == [rows[r].differs for r in range(len(rows))]
+
+
+def test_the_proxy_passes_the_model_tester_while_filtering_and_sorting(qtbot):
+    p = ParityPanel()
+    qtbot.addWidget(p)
+    QAbstractItemModelTester(p.proxy, QAbstractItemModelTester.FailureReportingMode.Fatal)
+    nodes, comp = big_rows(200)
+    p.set_rows(build_rows(nodes, comp))
+    p.filter.setText("soft")
+    p.table.sortByColumn(5, Qt.DescendingOrder)
+    p.only_diff.setChecked(True)
+    p.filter.setText("")
+    p.table.sortByColumn(-1, Qt.AscendingOrder)
+    p.set_rows(build_rows(nodes[:50]))  # another tape: a reset
+    assert shown_ids(p) == []  # only differing, and nothing was compared
+    p.only_diff.setChecked(False)
+    assert shown_ids(p) == list(range(50))
+
+
+def test_typing_clicking_a_header_and_selecting_on_a_big_table(qtbot):
+    nodes, comp = big_rows()
+    rows = build_rows(nodes, comp)
+    p = ParityPanel()
+    qtbot.addWidget(p)
+    p.resize(600, 400)
+    p.show()
+    p.set_rows(rows)
+    qtbot.keyClicks(p.filter, "SOFTMAX1")
+    qtbot.waitUntil(lambda: p.filters == 1, timeout=2000)  # debounced: one filter
+    want = [n.id for n in nodes if "softmax1" in n.name or "softmax1" in n.op]
+    assert want and shown_ids(p) == want
+    # a click on "value max_ulp": descending after a second click, ties in id order
+    hh = p.table.horizontalHeader()
+    col = COLUMNS_H.index("value max_ulp")
+    x = hh.sectionViewportPosition(col) + hh.sectionSize(col) // 2
+    qtbot.mouseClick(hh.viewport(), Qt.LeftButton, pos=QPoint(x, hh.height() // 2))
+    key = {n.id: rows[n.id].cell(col) for n in nodes}
+    up = sorted(want, key=lambda i: -1 if key[i] is None else key[i])  # stable: ties by id
+    assert shown_ids(p) == up
+    qtbot.mouseClick(hh.viewport(), Qt.LeftButton, pos=QPoint(x, hh.height() // 2))
+    assert p.proxy.sortOrder() == Qt.DescendingOrder
+    assert shown_ids(p) == sorted(want, key=lambda i: -1 if key[i] is None else key[i],
+                                  reverse=True)
+    # click a row: the node is selected; the selection follows it through a re-sort
+    target = shown_ids(p)[3]
+    idx = p.proxy.index(3, 1)
+    with qtbot.waitSignal(p.node_selected) as sig:
+        qtbot.mouseClick(p.table.viewport(), Qt.LeftButton, pos=p.table.visualRect(idx).center())
+    assert sig.args == [target]
+    p.table.sortByColumn(0, Qt.DescendingOrder)
+    assert shown_ids(p) == sorted(want, reverse=True)
+    assert int(p.table.currentIndex().siblingAtColumn(0).data()) == target
+    # "only differing" ANDs with the text; a hidden row is not selectable from elsewhere
+    p.only_diff.setChecked(True)
+    diff = [i for i in sorted(want, reverse=True) if rows[i].differs]
+    assert diff and shown_ids(p) == diff and len(diff) < len(want)
+    hidden = next(i for i in want if not rows[i].differs)
+    with qtbot.assertNotEmitted(p.node_selected):
+        p.select_node(hidden)
+        p.select_node(diff[-1])
+    assert int(p.table.currentIndex().siblingAtColumn(0).data()) == diff[-1]
+    assert p.table.verticalScrollBar().maximum() <= len(diff)  # the view follows the count
+    # backspacing to nothing shows every differing row again, still sorted by id descending
+    qtbot.keyClick(p.filter, Qt.Key_A, Qt.ControlModifier)
+    qtbot.keyClick(p.filter, Qt.Key_Backspace)
+    qtbot.waitUntil(lambda: p.proxy.mask is None, timeout=2000)
+    assert shown_ids(p) == [n.id for n in reversed(nodes) if rows[n.id].differs]
+
+
+def test_a_new_comparison_refilters_and_resorts_in_place(qtbot):
+    nodes, comp = big_rows(60)
+    p = ParityPanel()
+    qtbot.addWidget(p)
+    p.set_rows(build_rows(nodes, comp))
+    p.only_diff.setChecked(True)
+    p.table.sortByColumn(4, Qt.DescendingOrder)  # value n_diff
+    first = shown_ids(p)
+    p.select_node(first[0])
+    resets = []
+    p.proxy.modelReset.connect(lambda: resets.append(1))
+    # the next step: node first[0] still differs, and now so does node 1 (by more)
+    comp2 = [{"id": first[0], "value": {"n_diff": 1, "max_ulp": 1.0}},
+             {"id": 1, "value": {"n_diff": 9, "max_ulp": 4.0}}]
+    p.set_rows(build_rows(nodes, comp2))
+    assert not resets  # an in-place update: no reset, the selection stays
+    assert shown_ids(p) == [1, first[0]]
+    assert int(p.table.currentIndex().siblingAtColumn(0).data()) == first[0]
