@@ -4,20 +4,21 @@
  * operation; -ffp-contract=off: no FMA), one loop per function and dtype. core.refmath calls
  * these for the tape; its numpy spelling stays the oracle (tests/core/test_refmath_native.py
  * checks the two bit for bit, specials included). float32 is (float)ts_f((double)x), as on the
- * device.
+ * device; refmath_simd.h's float loops reach those bits by a quicker route, certified per
+ * element.
  */
 #include "intrinsics_host.h"
 #include "refmath.cuh"
 #include "refmath_simd.h"
 
-/* name: the function; dfn, ffn: its double and float spellings (a branch-free twin where one
- * exists, so the loop vectorises) */
-#define TS_LOOP(name, dfn, ffn)                                                             \
+/* name: the function; dfn: its double spelling per element (a branch-free twin where one
+ * exists, so the loop vectorises); floop: its float loop (refmath_simd.h) */
+#define TS_LOOP(name, dfn, floop)                                                           \
     void tsv_##name(const double *restrict x, double *restrict y, long long n) {        \
         for (long long i = 0; i < n; ++i) y[i] = dfn(x[i]);                               \
     }                                                                                   \
     void tsv_##name##f(const float *restrict x, float *restrict y, long long n) {       \
-        for (long long i = 0; i < n; ++i) y[i] = ffn(x[i]);                               \
+        floop(x, y, n);                                                                 \
     }
 
 TS_REFMATH_FUNCS(TS_LOOP)

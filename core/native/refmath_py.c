@@ -12,24 +12,23 @@
 #include "refmath.cuh"
 #include "refmath_simd.h"
 
-/* as refmath_host.c: a branch-free twin where one exists, so the loop vectorises */
-#define TS_PAIR(name, dfn, ffn)                                                         \
+/* as refmath_host.c: a branch-free twin where one exists, so the loop vectorises; the float
+ * loops of refmath_simd.h */
+#define TS_PAIR(name, dfn, floop)                                                       \
     static void d_##name(const void *x, void *y, Py_ssize_t n) {                        \
         const double *restrict a = (const double *)x;                                   \
         double *restrict b = (double *)y;                                               \
         for (Py_ssize_t i = 0; i < n; ++i) b[i] = dfn(a[i]);                            \
     }                                                                                   \
     static void f_##name(const void *x, void *y, Py_ssize_t n) {                        \
-        const float *restrict a = (const float *)x;                                     \
-        float *restrict b = (float *)y;                                                 \
-        for (Py_ssize_t i = 0; i < n; ++i) b[i] = ffn(a[i]);                            \
+        floop((const float *)x, (float *)y, (long long)n);                              \
     }
 
 TS_REFMATH_FUNCS(TS_PAIR)
 
 typedef void (*loop_fn)(const void *, void *, Py_ssize_t);
 /* the order of core.native.REFMATH: double, float per function */
-#define TS_ENTRY(name, dfn, ffn) d_##name, f_##name,
+#define TS_ENTRY(name, dfn, floop) d_##name, f_##name,
 static const loop_fn LOOPS[16] = {TS_REFMATH_FUNCS(TS_ENTRY)};
 
 static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {

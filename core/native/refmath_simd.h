@@ -1,4 +1,5 @@
-/* Branch-free spellings of refmath.cuh's exp, log, tanh and rsqrt, for loops gcc vectorises.
+/* Branch-free spellings of refmath.cuh's exp, log, tanh and rsqrt, for loops gcc vectorises,
+ * and the float32 loops (below: a quick double, certified per element, else ts_f itself).
  *
  * Each tsb_f(x) runs, for every x, exactly the IEEE operations ts_f(x) runs -- the same
  * operations in the same order on the same values -- but computes every branch's candidate
@@ -14,10 +15,9 @@
 
 static inline double tsb__sel(int c, double a, double b) { return c ? a : b; }
 
-/* NOTE: the others (expm1, log1p, sigmoid, erf) keep ts_f's branches: their loops stay scalar
- * (a branch-free sigmoid did not vectorise with gcc 12; expm1/log1p/erf have many more cases).
- * float tanh uses ts_tanhf itself: gcc 12 if-converts and vectorises that loop as it is, and
- * measured it ~2x quicker than the float loop over tsb_tanh. */
+/* NOTE: the others (expm1, log1p, sigmoid, erf) keep ts_f's branches in double: their loops
+ * stay scalar (a branch-free sigmoid did not vectorise with gcc 12; expm1/log1p/erf have many
+ * more cases). */
 
 static inline double tsb_exp(double x) {
     TS_EXP_CONSTANTS
@@ -130,21 +130,216 @@ static inline float tsb__to_float(double r) {
     return r != r ? __int_as_float(0x7fc00000) : (float)r;
 }
 
-static inline float tsb_expf(float x) { return tsb__to_float(tsb_exp((double)x)); }
-static inline float tsb_logf(float x) { return tsb__to_float(tsb_log((double)x)); }
 static inline float tsb_rsqrtf(float x) { return tsb__to_float(tsb_rsqrt((double)x)); }
 
+/* ---- float32: a quick double, certified per element, else the exact routine ----
+ *
+ * The float result is (float)ts_f((double)x): ts_f's double (within ~1 ulp of f) rounded once.
+ * Any other double r within a few ulps of f rounds to the same float unless f lies near a
+ * float rounding midpoint. So tsq_f(x) computes such an r without ts_f's divisions and
+ * branches (a division-free exp polynomial; tanh and sigmoid as one quotient; log, log1p as
+ * fdlibm's general formula), and the loop keeps (float)r only when r's 29 bits below the float
+ * mantissa are more than TSQ_SLACK double ulps from the midpoint pattern -- far more than both
+ * errors together (tsq_f: <= ~16 ulps, ts_f: <= ~1) -- and r is a normal float, an exact zero
+ * or an infinity tsq_f meant; every other element (NaN, specials, float subnormals, ~1 in
+ * 2**14 near a midpoint) is recomputed by ts_f itself. So the bits are ts_f's by construction;
+ * tests/core/test_refmath_native.py and tests/core/test_refmath_simd_f32.py hold them to the
+ * numpy spelling, and `python benchmarks/bench_refmath.py --exhaustive NAMES` to the scalar C
+ * routine on all 2**32 float inputs.
+ */
+#define TSQ_SLACK 16384ULL
+
+/* nearest integer of |v| < 2**51 as a double, branch-free (the 1.5 * 2**52 trick) */
+static inline double tsq__rint(double v) {
+    return __dsub_rn(__dadd_rn(v, 6755399441055744.0), 6755399441055744.0);
+}
+
+/* 2**k * p for |k| <= 1000 and p, the result normal: the exponent field added as integers */
+static inline double tsq__scale(double p, double kd) {
+    unsigned long long k = (unsigned long long)(long long)kd;
+    unsigned long long b = (unsigned long long)__double_as_longlong(p);
+    return __longlong_as_double((long long)(b + (k << 52)));
+}
+
+/* x = k ln2 + r, |r| <= ln2/2 + 2**-40 (as fdlibm's exp: k*ln2_hi exact), for |x| <= 2**20 */
+static inline double tsq__reduce(double x, double *kd) {
+    TS_EXP_CONSTANTS
+    (void)o_threshold, (void)u_threshold, (void)twom1000;
+    (void)P1, (void)P2, (void)P3, (void)P4, (void)P5;
+    *kd = tsq__rint(__dmul_rn(x, invln2));
+    return __dsub_rn(__dsub_rn(x, __dmul_rn(*kd, ln2_hi)), __dmul_rn(*kd, ln2_lo));
+}
+
+/* exp(x) for -160 <= x <= 160: a degree-9 Chebyshev fit of exp on |r| <= 0.3466 (mpmath
+ * chebyfit; relative error 2**-45.6 with these double coefficients) */
+static inline double tsq__exp(double x) {
+    double kd, r = tsq__reduce(x, &kd);
+    double p = __dadd_rn(2.48844724010672e-05, __dmul_rn(r, 2.763265216957956e-06));
+    p = __dadd_rn(0.00019841190623382567, __dmul_rn(r, p));
+    p = __dadd_rn(0.0013888801723066747, __dmul_rn(r, p));
+    p = __dadd_rn(0.008333333367327151, __dmul_rn(r, p));
+    p = __dadd_rn(0.041666667040723006, __dmul_rn(r, p));
+    p = __dadd_rn(0.16666666666615615, __dmul_rn(r, p));
+    p = __dadd_rn(0.4999999999943825, __dmul_rn(r, p));
+    p = __dadd_rn(1.0000000000000013, __dmul_rn(r, p));
+    p = __dadd_rn(1.0000000000000135, __dmul_rn(r, p));
+    return tsq__scale(p, kd);
+}
+
+/* expm1(x) for -160 <= x <= 160, x != 0: r + r*r*P(r), P a degree-8 Chebyshev fit of
+ * (expm1(r) - r) / r**2 (2**-48.3 relative), then 2**k (expm1(r) + 1) - 1 */
+static inline double tsq__expm1(double x) {
+    double kd, r = tsq__reduce(x, &kd);
+    double p = __dadd_rn(2.7625112348132093e-06, __dmul_rn(r, 2.761380417063004e-07));
+    p = __dadd_rn(2.4801536393539694e-05, __dmul_rn(r, p));
+    p = __dadd_rn(0.0001984120873835699, __dmul_rn(r, p));
+    p = __dadd_rn(0.0013888888905879116, __dmul_rn(r, p));
+    p = __dadd_rn(0.008333333353726484, __dmul_rn(r, p));
+    p = __dadd_rn(0.04166666666665136, __dmul_rn(r, p));
+    p = __dadd_rn(0.16666666666648292, __dmul_rn(r, p));
+    p = __dadd_rn(0.5, __dmul_rn(r, p));
+    double q = __dadd_rn(r, __dmul_rn(__dmul_rn(r, r), p));
+    double t = tsq__scale(1.0, kd);
+    /* k = 0: q (+ 0); else no cancellation worse than 3.5x: |x| >= ln2/2 */
+    return __dadd_rn(__dmul_rn(t, q), __dsub_rn(t, 1.0));
+}
+
+static inline double tsq_exp(double x) {
+    int ok = (x >= -104.0) & (x <= 100.0);
+    double r = tsq__exp(tsb__sel(ok, x, 0.0));
+    r = tsb__sel(x > 100.0, TS_INF64, r);  /* float inf, as ts_exp's huge double or inf */
+    r = tsb__sel(x < -104.0, 0.0, r);      /* ts_exp < 2**-150: +0 as a float */
+    return tsb__sel(x != x, TS_NAN64, r);
+}
+
+static inline double tsq_expm1(double x) {
+    int ok = (x >= -104.0) & (x <= 100.0);
+    double res = tsq__expm1(tsb__sel(ok, x, 0.0));
+    res = tsb__sel(x == 0.0, x, res); /* +-0 */
+    res = tsb__sel(x > 100.0, TS_INF64, res);
+    res = tsb__sel(x < -104.0, -1.0, res); /* ts_expm1: -1 + (< 2**-150) or -1 */
+    return tsb__sel(x != x, TS_NAN64, res);
+}
+
+/* log(u) for a positive normal double u: fdlibm's general formula, ~1 ulp */
+static inline double tsq__log(double u) {
+    TS_LOG_CONSTANTS
+    (void)two54;
+    int hx = ts__hi(u);
+    int k = (hx >> 20) - 1023;
+    hx &= 0x000fffff;
+    int i = (hx + 0x95f64) & 0x100000; /* mantissa above sqrt(2): normalize u/2 instead */
+    double x = ts__with_hi(u, hx | (i ^ 0x3ff00000));
+    double dk = (double)(k + (i >> 20));
+    double f = __dsub_rn(x, 1.0);
+    double s = __ddiv_rn(f, __dadd_rn(2.0, f));
+    double z = __dmul_rn(s, s);
+    double w = __dmul_rn(z, z);
+    double t1 = __dmul_rn(w, __dadd_rn(Lg2, __dmul_rn(w, __dadd_rn(Lg4, __dmul_rn(w, Lg6)))));
+    double t2 = __dmul_rn(z, __dadd_rn(Lg1, __dmul_rn(w, __dadd_rn(Lg3, __dmul_rn(w,
+                    __dadd_rn(Lg5, __dmul_rn(w, Lg7)))))));
+    double R = __dadd_rn(t2, t1);
+    double hfsq = __dmul_rn(__dmul_rn(0.5, f), f);
+    return __dsub_rn(__dmul_rn(dk, ln2_hi),
+                     __dsub_rn(__dsub_rn(hfsq, __dadd_rn(__dmul_rn(s, __dadd_rn(hfsq, R)),
+                                                         __dmul_rn(dk, ln2_lo))), f));
+}
+
+static inline double tsq_log(double x) {
+    int ok = (x >= 1.1754943508222875e-38) & (x < TS_INF64); /* a normal float */
+    double r = tsq__log(tsb__sel(ok, x, 1.0));
+    r = tsb__sel(ok, r, TS_NAN64); /* NaN: ts_log decides */
+    return tsb__sel(x == 0.0, TS_NINF64, r);
+}
+
+static inline double tsq_log1p(double x) {
+    /* for |x| >= 2**-29 a float x makes 1 + x exact (below 2**53), so log1p(x) = log(1 + x) */
+    int ok = (x > -1.0) & (x < TS_INF64);
+    double r = tsq__log(__dadd_rn(1.0, tsb__sel(ok, x, 0.0)));
+    int tiny = __builtin_fabs(x) < 1.862645149230957e-09; /* 2**-29: ts_log1p's own formula */
+    r = tsb__sel(tiny, __dsub_rn(x, __dmul_rn(__dmul_rn(x, x), 0.5)), r);
+    r = tsb__sel(ok, r, TS_NAN64);
+    return tsb__sel(x == -1.0, TS_NINF64, r);
+}
+
+static inline double tsq_tanh(double x) {
+    /* tanh|x| = -m / (2 + m), m = expm1(-2|x|) in (-1, 0]: relative error <= ~2x expm1's */
+    double a = __builtin_fabs(x);
+    int mid = a < 22.0; /* and not NaN */
+    double m = tsq__expm1(__dmul_rn(-2.0, tsb__sel(mid, a, 1.0)));
+    double y = __ddiv_rn(-m, __dadd_rn(2.0, m));
+    y = tsb__sel(mid, y, 1.0); /* |x| >= 22: 1, as ts_tanh */
+    y = tsb__sel(x < 0.0, -y, y);
+    y = tsb__sel(x == 0.0, x, y); /* +-0 */
+    return tsb__sel(x != x, TS_NAN64, y);
+}
+
+static inline double tsq_sigmoid(double x) {
+    double a = __builtin_fabs(x);
+    int ok = a <= 104.0; /* and not NaN */
+    double e = tsq__exp(-tsb__sel(ok, a, 0.0)); /* exp(-|x|) */
+    double d = __dadd_rn(1.0, e);
+    double y = __ddiv_rn(tsb__sel(x < 0.0, e, 1.0), d);
+    y = tsb__sel(ok, y, x < 0.0 ? 0.0 : 1.0); /* ts_sigmoid: < 2**-150 or > 1 - 2**-60 */
+    return tsb__sel(x != x, TS_NAN64, y);
+}
+
+/* 1 when (float)r may differ from the float of ts_f: NaN, a float subnormal, or r within
+ * TSQ_SLACK double ulps of a float rounding midpoint */
+static inline int tsq__unsure(double r) {
+    unsigned long long b = (unsigned long long)__double_as_longlong(r);
+    int tiny = (__builtin_fabs(r) < 1.1754943508222875e-38) & (r != 0.0);
+    int mid = ((b & 0x1fffffffULL) - (0x10000000ULL - TSQ_SLACK)) <= 2 * TSQ_SLACK;
+    return (r != r) | tiny | mid;
+}
+
+/* the float loop of a function with a quick twin: blocks of TSQ_BLOCK, the unsure redone */
+#define TSQ_BLOCK 512
+#define TSQ_LOOP(name)                                                                      \
+    static void tsl_##name##f(const float *restrict x, float *restrict y, long long n) {    \
+        unsigned char unsure[TSQ_BLOCK];                                                    \
+        for (long long i0 = 0; i0 < n; i0 += TSQ_BLOCK) {                                   \
+            int m = n - i0 < TSQ_BLOCK ? (int)(n - i0) : TSQ_BLOCK, any = 0;                \
+            const float *restrict xb = x + i0;                                              \
+            float *restrict yb = y + i0;                                                    \
+            for (int i = 0; i < m; ++i) {                                                   \
+                double r = tsq_##name((double)xb[i]);                                       \
+                unsure[i] = (unsigned char)tsq__unsure(r);                                  \
+                yb[i] = (float)r;                                                           \
+            }                                                                               \
+            /* NOTE: a loop apart: with `any |=` in the first, gcc 12 vectorises neither */ \
+            for (int i = 0; i < m; ++i) any |= unsure[i];                                   \
+            if (any)                                                                        \
+                for (int i = 0; i < m; ++i)                                                 \
+                    if (unsure[i]) yb[i] = ts_##name##f(xb[i]);                             \
+        }                                                                                   \
+    }
+/* the float loop of a function without one: its per-element spelling */
+#define TSQ_PLAIN_LOOP(name, ffn)                                                           \
+    static void tsl_##name##f(const float *restrict x, float *restrict y, long long n) {    \
+        for (long long i = 0; i < n; ++i) y[i] = ffn(x[i]);                                 \
+    }
+
+TSQ_LOOP(exp)
+TSQ_LOOP(expm1)
+TSQ_LOOP(log)
+TSQ_LOOP(log1p)
+TSQ_LOOP(tanh)
+TSQ_LOOP(sigmoid)
+TSQ_PLAIN_LOOP(erf, ts_erff)
+TSQ_PLAIN_LOOP(rsqrt, tsb_rsqrtf)
+
 /* Every function the CPU tape runs in C, in the order of core.native.REFMATH: X(name, the
- * double spelling, the float spelling), a branch-free twin where one exists so the loops
- * vectorise. refmath_host.c (ctypes) and refmath_py.c (the CPython extension) expand it. */
+ * double spelling per element, the float loop), a branch-free twin where one exists so the
+ * loops vectorise. refmath_host.c (ctypes) and refmath_py.c (the CPython extension) expand it. */
 #define TS_REFMATH_FUNCS(X)                 \
-    X(exp, tsb_exp, tsb_expf)               \
-    X(expm1, ts_expm1, ts_expm1f)           \
-    X(log, tsb_log, tsb_logf)               \
-    X(log1p, ts_log1p, ts_log1pf)           \
-    X(tanh, tsb_tanh, ts_tanhf)             \
-    X(sigmoid, ts_sigmoid, ts_sigmoidf)     \
-    X(erf, ts_erf, ts_erff)                 \
-    X(rsqrt, tsb_rsqrt, tsb_rsqrtf)
+    X(exp, tsb_exp, tsl_expf)               \
+    X(expm1, ts_expm1, tsl_expm1f)          \
+    X(log, tsb_log, tsl_logf)               \
+    X(log1p, ts_log1p, tsl_log1pf)          \
+    X(tanh, tsb_tanh, tsl_tanhf)            \
+    X(sigmoid, ts_sigmoid, tsl_sigmoidf)    \
+    X(erf, ts_erf, tsl_erff)                \
+    X(rsqrt, tsb_rsqrt, tsl_rsqrtf)
 
 #endif /* TS_REFMATH_SIMD_H */

@@ -1,0 +1,99 @@
+"""refmath_simd.h's float32 loops: a quick double, certified per element, else ts_f itself.
+
+The float loops keep (float)r of a quick double r only when r is far from a float rounding
+midpoint, and recompute every other element with (float)ts_f((double)x). These tests aim at
+where that could go wrong and hold each case to the numpy spelling bit for bit: inputs whose
+exact result lies near a midpoint (the ones the loop must hand back to ts_f, and their
+neighbours it keeps), the thresholds of each quick path and their float neighbours, specials,
+and deferred elements at block edges. (`python benchmarks/bench_refmath.py --exhaustive NAMES`
+checks every one of the 2**32 float inputs against the scalar C routine.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core import native, refmath
+from core.refmath._domain import domain_sample
+
+QUICK = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid")  # the loops with a quick twin
+
+
+@pytest.fixture
+def need_native():
+    if native.library() is None:
+        pytest.skip("no C compiler here: refmath runs its numpy spelling (tested elsewhere)")
+
+
+def _same(name, x):
+    got = getattr(refmath, name)(x)
+    want = refmath.numpy_apply(name, x)
+    bad = np.flatnonzero(got.view(np.int32) != want.view(np.int32))
+    rows = [f"x={x[i]!r} ({x[i:i + 1].view(np.uint32)[0]:#010x}) C={got[i]!r} "
+            f"numpy={want[i]!r}" for i in bad[:5]]
+    assert bad.size == 0, f"{name}: {bad.size} of {x.size} differ; " + "; ".join(rows)
+
+
+def _near_midpoints(name, n, within):
+    """Float inputs whose float64 result (ts_f's double) lies within `within` double ulps of
+    a float rounding midpoint: the hard cases of the float rounding."""
+    x = domain_sample(name, np.float32, n, seed=700 + QUICK.index(name))
+    with np.errstate(invalid="ignore"):  # signalling NaN payloads
+        d = refmath.numpy_apply(name, x.astype(np.float64))
+    low = d.view(np.uint64) & np.uint64(0x1FFFFFFF)
+    off = np.abs(low.astype(np.int64) - 0x10000000)
+    keep = (off <= within) & np.isfinite(d) & (np.abs(d) >= np.finfo(np.float32).tiny)
+    return x[keep], off[keep]
+
+
+@pytest.mark.parametrize("name", QUICK)
+def test_inputs_near_a_rounding_midpoint(need_native, name):
+    hard, off = _near_midpoints(name, 4_000_000, 1 << 20)
+    # the loop hands those within 2**14 ulps (TSQ_SLACK) back to ts_f and keeps the rest
+    assert hard.size > 1000 and np.count_nonzero(off <= 1 << 14) > 10
+    _same(name, hard)
+
+
+def _neighbours(values, k=3):
+    v = np.asarray(values, dtype=np.float32)
+    out = [v]
+    up, down = v.copy(), v.copy()
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN's and FLT_MAX's neighbours
+        for _ in range(k):
+            up = np.nextafter(up, np.float32(np.inf))
+            down = np.nextafter(down, np.float32(-np.inf))
+            out += [up, down]
+    return np.concatenate(out)
+
+
+THRESHOLDS = [
+    0.0, -0.0, 1.0, -1.0, 2.0**-29, -(2.0**-29), 2.0**-54, 2.0**-126, -(2.0**-126), 2.0**-149,
+    1e-30, -1e-30, 0.125, -0.125, 0.3465736, -0.3465736, 0.6931472, -0.6931472, 1.0397208,
+    22.0, -22.0, 9.0, -9.0, 17.3, -17.3, 38.8, -38.8, 87.33655, -87.33655, 88.72284, -88.72284,
+    100.0, -100.0, 103.97208, -103.97208, 104.0, -104.0, 708.0, -708.0, 709.78, -745.2,
+    2.0**24, 2.0**53, 2.0**60, 3.4e38, -3.4e38, 0.41421357, -0.29289323, 1.4142135, 0.70710677,
+    np.inf, -np.inf, np.nan,
+]
+
+
+@pytest.mark.parametrize("name", QUICK)
+def test_thresholds_specials_and_their_neighbours(need_native, name):
+    _same(name, _neighbours(THRESHOLDS))
+    x = domain_sample(name, np.float32, 0)  # the specials and branch boundaries of ts_f
+    _same(name, _neighbours(x, 2))
+
+
+@pytest.mark.parametrize("name", QUICK)
+def test_deferred_elements_at_block_edges(need_native, name):
+    """NaN, inf, subnormals and near-midpoint inputs at the edges of the loop's blocks."""
+    rng = np.random.default_rng(11)
+    hard, _ = _near_midpoints(name, 400_000, 1 << 12)
+    odd = np.array([np.nan, np.inf, -np.inf, 1e-40, -1e-45, 0.0, -0.0], dtype=np.float32)
+    for n in (1, 7, 511, 512, 513, 1023, 1024, 1025, 3000):
+        x = rng.uniform(-3, 3, n).astype(np.float32)
+        for i in {0, 510, 511, 512, 513, 1023, 1024, n - 1}:
+            if i < n:
+                pool = hard if hard.size and rng.random() < 0.5 else odd
+                x[i] = pool[rng.integers(pool.size)]
+        _same(name, x)
