@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QColor, QImage, QPainter, QPen
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -14,9 +12,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
 from views.graph_model import GraphModel
-from views.graph_view import GraphView, severity
+from views.graph_view import GraphView
+from views.minimap import Overview
 
 DEBOUNCE_MS = 120  # a pause in typing this long runs the search
 DEBOUNCE_FROM = 2000  # nodes: smaller tapes search on every keystroke
@@ -45,113 +43,6 @@ LEGEND_TIP = (
     "both sides hold with the same bits, such as a causal mask, is data). Black outline: the "
     "first divergence; slate dots: breakpoints; blue: the selection.")
 
-
-
-class Overview(QWidget):
-    """A minimap: every node as a dot, the visible area as a frame; click or drag to go there."""
-
-    def __init__(self, view: GraphView, parent=None):
-        super().__init__(parent)
-        self.view = view
-        self.setFixedSize(110, 150)
-        self._image: QImage | None = None
-        self.bands = False  # drawn as a silhouette of bands (a deep tape), not as dots
-        view.layout_ready.connect(self.rebuild)
-        view.marks_changed.connect(self.rebuild)
-        view.view_changed.connect(self.update)
-
-    def _scale(self) -> tuple[float, float]:
-        r = self.view.canvas.boundingRect()
-        # NOTE: independent x/y scales: a deep tape is hundreds of times taller than wide
-        return self.width() / max(r.width(), 1.0), self.height() / max(r.height(), 1.0)
-
-    @Slot()
-    def rebuild(self) -> None:
-        """Re-render after a new layout (or new colours and marks)."""
-        c = self.view.canvas
-        if c.layout is None:
-            return
-        img = QImage(self.size(), QImage.Format_ARGB32_Premultiplied)
-        img.fill(QColor(255, 255, 255, 225))
-        p = QPainter(img)
-        sx, sy = self._scale()
-        r = c.boundingRect()
-        xs = ((c.layout.x - r.left()) * sx).astype(int)
-        ys = ((c.layout.y - r.top()) * sy).astype(int)
-        self.bands = sy * 20 < 1.0  # ranks closer than 1/20 px: dots would be barcode stripes
-        if self.bands:
-            self._paint_bands(p, c, ys)
-        else:
-            kinds = c.graph.kinds.tolist()
-            for k, (_, border) in KIND_STYLE.items():
-                p.setPen(QColor(border))
-                p.drawPoints([QPointF(x, y) for x, y, kk in zip(
-                    xs.tolist(), ys.tolist(), kinds, strict=True) if kk == k])
-        p.setPen(QPen(NAN_BORDER, 1))  # marks: one line each, whatever the scale
-        for items, color in ((c.nan_items, NAN_BORDER), (c.first_items, FIRST_COLOR)):
-            p.setPen(QPen(color, 1.5))
-            for i in items:
-                p.drawLine(0, int(ys[i]), self.width(), int(ys[i]))
-        p.end()
-        self._image = img
-        self.update()
-
-    def _paint_bands(self, p: QPainter, c, ys) -> None:
-        """A deep tape as its silhouette: per pixel row, a bar as wide as the share of nodes in
-        that band, coloured by the worst parity stripe in it (grey where nothing is compared),
-        so where a 10,000-node tape differs shows at a glance."""
-        h, w = self.height(), self.width()
-        ys = np.clip(ys, 0, h - 1)
-        counts = np.bincount(ys, minlength=h)
-        worst: dict[int, QColor] = {}
-        if c.overlay:  # the worst colour per pixel row: NaN violet, then least green
-            its = np.fromiter(c.overlay.keys(), dtype=np.int64, count=len(c.overlay))
-            cols = list(c.overlay.values())
-            names = [q.name() for q in cols]
-            pal = {nm: q for nm, q in zip(names, cols, strict=True)}
-            order = sorted(pal, key=lambda nm: severity(pal[nm]))  # best first
-            code = {nm: i for i, nm in enumerate(order)}
-            sev = np.fromiter((code[nm] for nm in names), dtype=np.int64, count=len(names))
-            top_sev = np.full(h, -1, dtype=np.int64)
-            np.maximum.at(top_sev, ys[its], sev)
-            for y in np.flatnonzero(top_sev >= 0).tolist():
-                worst[y] = pal[order[top_sev[y]]]
-        top = max(1, int(counts.max()))
-        grey = QColor("#9aa3b2")
-        for y in np.flatnonzero(counts).tolist():
-            bw = max(2, int((w - 8) * counts[y] / top))
-            p.fillRect(QRectF((w - bw) / 2, y, bw, 1), worst.get(y, grey))
-
-    def paintEvent(self, ev) -> None:  # noqa: N802 (Qt override)
-        p = QPainter(self)
-        p.fillRect(self.rect(), QColor(255, 255, 255, 200))
-        if self._image is not None:
-            p.drawImage(0, 0, self._image)
-        r = self.view.canvas.boundingRect()
-        if not r.isEmpty():
-            v = self.view.visible_scene_rect()
-            sx, sy = self._scale()
-            frame = QRectF((v.left() - r.left()) * sx, (v.top() - r.top()) * sy,
-                           v.width() * sx, v.height() * sy)
-            p.setPen(QPen(QColor("#1d6fe0"), 1.5))
-            p.setBrush(QColor(29, 111, 224, 40))
-            p.drawRect(frame.adjusted(0, 0, -1, -1).intersected(QRectF(self.rect())).adjusted(
-                0, 0, 0, max(0.0, 3 - frame.height())))
-        p.setPen(QColor("#9aa3b2"))
-        p.setBrush(Qt.NoBrush)
-        p.drawRect(self.rect().adjusted(0, 0, -1, -1))
-
-    def mousePressEvent(self, ev) -> None:  # noqa: N802 (Qt override)
-        self._go(ev.position())
-
-    def mouseMoveEvent(self, ev) -> None:  # noqa: N802 (Qt override)
-        self._go(ev.position())
-
-    def _go(self, pos) -> None:
-        r = self.view.canvas.boundingRect()
-        sx, sy = self._scale()
-        self.view.centerOn(QPointF(r.left() + pos.x() / sx, r.top() + pos.y() / sy))
-        self.update()
 
 
 class SearchBar(QWidget):

@@ -29,6 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from views.scope_runs import scope_runs
+
 MAX_POINTS = 20_000
 HEAT_STEPS = 300
 REDRAW_S = 0.5
@@ -261,28 +263,14 @@ class TrainingPanel(QWidget):
         return max(64, int(h) if h and h > 1 else 300)
 
     def _row_starts(self, n: int, budget: int) -> np.ndarray | None:
-        """First node of each heatmap row when ``n`` nodes do not fit ``budget`` rows: runs of
-        one scope (the deepest level that fits), else equal runs of consecutive nodes."""
+        """First node of each heatmap row when ``n`` nodes do not fit ``budget`` rows (runs of
+        whole scopes: ``views.scope_runs``, shared with the minimap's bands)."""
         if n <= budget:
             return None
         key = (n, budget)
         if self._groups_cache is not None and self._groups_cache[0] == key:
             return self._groups_cache[1]
-        starts = None
-        even = np.unique(np.arange(budget) * n // budget)  # equal runs of consecutive nodes
-        names = self.node_names if self.node_names and len(self.node_names) == n else None
-        if names is not None:
-            split = [(nm or "").split("/")[:-1] for nm in names]
-            for depth in range(max(len(p) for p in split), 0, -1):
-                ks = np.array(["/".join(p[:depth]) for p in split])
-                cand = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
-                if cand.size <= budget:
-                    starts = cand
-                    break
-            if starts is None:  # more top-level scopes than rows: a row holds whole scopes
-                starts = np.unique(cand[np.searchsorted(cand, even, side="right") - 1])
-        if starts is None:
-            starts = even
+        starts = scope_runs(self.node_names, n, budget)
         self._groups_cache = (key, starts)
         return starts
 
