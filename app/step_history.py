@@ -23,9 +23,12 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+
+from views.array_stats import nonfinite_flags
 
 # per node and step, one record
 RECORD = np.dtype([("v_n", "<i4"), ("v_ulp", "<f8"), ("g_n", "<i4"), ("g_ulp", "<f8"),
@@ -39,6 +42,13 @@ F_V_NAN = 32  # a NaN against a number (n_nan) in the value
 F_G_NAN = 64
 SOURCE_PROVENANCE = "provenance"
 SOURCE_ROOTS = "roots"  # placeholder: differing values whose inputs (reference side) all agree
+# what comparison() writes, shared read-only: flag bits → (value n_nan, grad n_nan,
+# {"value", "grad", "update"} introduced, alarm), and a side that is all zero
+_FLAG_BITS = tuple((int(bool(f & F_V_NAN)), int(bool(f & F_G_NAN)), MappingProxyType({
+    "value": bool(f & F_V_INTRO), "grad": bool(f & F_G_INTRO), "update": bool(f & F_U_INTRO)}),
+    bool(f & (F_V_ONESIDED | F_G_ONESIDED))) for f in range(256))
+_ZERO_VALUE = MappingProxyType({"n_diff": 0, "max_ulp": 0.0, "n_nan": 0, "nan_bits_differ": 0})
+_ZERO_GRAD = MappingProxyType({"n_diff": 0, "max_ulp": 0.0, "n_nan": 0})
 DEFAULT_BUDGET = 128 << 20
 STEP_OVERHEAD = 700  # bytes per stored step beside its records: the array header, its meta dict
 
@@ -54,25 +64,34 @@ def _one_sided(d: Mapping | None) -> bool:
     return bool(d.get("n_nan")) or (ma is not None and math.isinf(float(ma)))
 
 
-def produced_nonfinite(nodes: Iterable, value: Any, grad: Any = None) -> list[int]:
+def produced_nonfinite(nodes: Iterable, value: Any, grad: Any = None,
+                       flags: tuple[np.ndarray, np.ndarray] | None = None) -> list[int]:
     """Nodes that *made* a NaN or inf: a value with one from all-finite input values, or a
     gradient with one while every consumer's gradient is finite. A leaf holding -inf (the
-    transformer's causal mask) is data, and what only flows on from it is not an alarm."""
+    transformer's causal mask) is data, and what only flows on from it is not an alarm.
+    ``flags``: the per-node (values, gradients) ``nonfinite_flags`` when already scanned."""
     nodes = list(nodes)
-    fin_v: dict[int, bool] = {}
-    fin_g: dict[int, bool] = {}
-    consumers: dict[int, list[int]] = {}
-    for n in nodes:
-        fin_v[n.id] = _finite(value(n.id))
-        fin_g[n.id] = True if grad is None else _finite(grad(n.id))
-        for j in n.inputs:
-            consumers.setdefault(j, []).append(n.id)
+    if flags is None:  # one batched scan per side (views.array_stats), not a call per array
+        flags = (nonfinite_flags([value(n.id) for n in nodes]),
+                 nonfinite_flags([grad(n.id) for n in nodes]) if grad is not None
+                 else np.zeros(len(nodes), dtype=bool))
+    bad_v, bad_g = flags
+    hit_v, hit_g = np.flatnonzero(bad_v).tolist(), np.flatnonzero(bad_g).tolist()
+    if not hit_v and not hit_g:  # the usual case: nothing to look at per node
+        return []
+    nonfin_v = {nodes[k].id for k in hit_v}  # an input outside ``nodes`` counts as finite
+    nonfin_g = {nodes[k].id for k in hit_g}
     out = set()
-    for n in nodes:
-        if n.inputs and not fin_v[n.id] and all(fin_v.get(j, True) for j in n.inputs):
+    for k in hit_v:
+        n = nodes[k]
+        if n.inputs and not any(j in nonfin_v for j in n.inputs):
             out.add(n.id)
-        if not fin_g[n.id] and all(fin_g.get(c, True) for c in consumers.get(n.id, ())):
-            out.add(n.id)
+    if nonfin_g:
+        bad_consumer: set[int] = set()  # nodes with a consumer whose gradient is not finite
+        for n in nodes:
+            if n.id in nonfin_g:
+                bad_consumer.update(n.inputs)
+        out.update(i for i in nonfin_g if i not in bad_consumer)
     return sorted(out)
 
 
@@ -256,20 +275,48 @@ class StepHistory:
     def comparison(self, step: int) -> list[dict]:
         """The per-node dicts of one step as the parity table and graph read them."""
         r = self.record(step)
+        # NOTE: a 10k-node step is built each time the scrubber shows one (the record-tuple
+        # loop cost ~30 ms of the GUI thread). One column at a time to Python, the flag bits
+        # decoded through a table, and the sides that are all zero (most nodes: exact) share
+        # one read-only mapping instead of a new dict each
+        f = r["flags"]
+        zero_v = ((r["v_n"] == 0) & (r["v_ulp"].view(np.int64) == 0) & (r["nb"] == 0)
+                  & ((f & F_V_NAN) == 0))
+        zero_g = (r["g_n"] == 0) & (r["g_ulp"].view(np.int64) == 0) & ((f & F_G_NAN) == 0)
+        cols = (r["v_n"].tolist(), r["v_ulp"].tolist(), r["g_n"].tolist(), r["g_ulp"].tolist(),
+                r["nb"].tolist(), f.tolist(), zero_v.tolist(), zero_g.tolist())
+        bits, zv_, zg_ = _FLAG_BITS, _ZERO_VALUE, _ZERO_GRAD
         out = []
-        for (nid, op, name), e in zip(self.nodes, r.tolist(), strict=True):
-            v_n, v_ulp, g_n, g_ulp, nb, flags = e
-            d = {"id": nid, "op": op, "name": name,
-                 "value": {"n_diff": v_n, "max_ulp": v_ulp, "n_nan": int(bool(flags & F_V_NAN)),
-                           "nan_bits_differ": nb},
-                 "grad": None if g_n < 0 else {"n_diff": g_n, "max_ulp": g_ulp,
-                                               "n_nan": int(bool(flags & F_G_NAN))},
-                 "introduced": {"value": bool(flags & F_V_INTRO),
-                                "grad": bool(flags & F_G_INTRO),
-                                "update": bool(flags & F_U_INTRO)},
-                 "alarm": bool(flags & (F_V_ONESIDED | F_G_ONESIDED))}
-            out.append(d)
+        append = out.append
+        for (nid, op, name), v_n, v_ulp, g_n, g_ulp, nb, fl, zv, zg in zip(self.nodes, *cols,
+                                                                          strict=True):
+            v_nan, g_nan, intro, alarm = bits[fl]
+            append({"id": nid, "op": op, "name": name,
+                    "value": zv_ if zv else {"n_diff": v_n, "max_ulp": v_ulp, "n_nan": v_nan,
+                                             "nan_bits_differ": nb},
+                    "grad": None if g_n < 0 else zg_ if zg else {
+                        "n_diff": g_n, "max_ulp": g_ulp, "n_nan": g_nan},
+                    "introduced": intro, "alarm": alarm})
         return out
+
+    def overlay(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per node (as ``comparison(step)`` lists them): ``core.parity.entry_worst`` (0
+        exact, >= 1 ulp, -1 a NaN), ``entry_differs``, and whether it introduced error: what
+        the graph colours need, without the dicts."""
+        r = self.record(step)
+        v_on, g_on = r["v_n"] != 0, r["g_n"] > 0  # (g_n -1: no gradient entry)
+        f = r["flags"]
+        # Python's max(worst, ulp, 1.0) in entry_worst skips a NaN ulp: np.fmax does the same
+        v = np.where(v_on, np.fmax(r["v_ulp"], 1.0), 0.0)
+        g = np.where(g_on, np.fmax(r["g_ulp"], 1.0), 0.0)
+        nan = (v_on & ((f & F_V_NAN) > 0)) | (g_on & ((f & F_G_NAN) > 0))
+        worst = np.where(nan, -1.0, np.fmax(v, g))
+        intro = (f & (F_V_INTRO | F_G_INTRO | F_U_INTRO)) > 0
+        return worst, v_on | g_on, intro
+
+    def first_steps(self) -> np.ndarray:
+        """Per node, the first step at which its value or gradient differed (-1: never)."""
+        return self._first_step.copy()
 
     def introduced(self, step: int) -> list[int]:
         """Node ids that introduced error (value, gradient or update) at ``step``."""

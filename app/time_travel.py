@@ -19,9 +19,8 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFileDialog
 
-from app.session import parity_colors
+from app.session import worst_colors
 from app.step_history import SOURCE_PROVENANCE, StepHistory, summarize
-from core.parity import entry_differs
 from views.step_scrubber import StepScrubber
 from views.training_view import HEAT_STEPS, heat_levels
 
@@ -63,6 +62,8 @@ class TimeTravel(QObject):
         self._cols: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._thinned = 0
         self._param_rows: list | None = None
+        self._param_ids: list[tuple[int, str]] | None = None  # (id, name) of every parameter
+        self._sent: tuple = (None, {})  # (session, kind → node ids) of the marks set last
 
     def install(self, menu) -> None:
         """Name the controller's actions apart, give them keys and tooltips that say them; add
@@ -112,7 +113,8 @@ class TimeTravel(QObject):
         self.history = None
         self.view_step = -1
         self.repro = None
-        self._cols, self._thinned, self._param_rows = [], 0, None
+        self._cols, self._thinned, self._param_rows, self._param_ids = [], 0, None, None
+        self._sent = (None, {})
         self.scrubber.follow = True
         self.scrubber.set_steps([])
         self.update_actions()
@@ -155,23 +157,36 @@ class TimeTravel(QObject):
             return
         step = h.nearest(step)
         self.view_step = step
-        comp = h.comparison(step)
-        self.win.set_comparison(comp)
-        self._marks(step, comp)
+        self.win.set_comparison(h.comparison(step), overlay=False)  # the colours: _marks, once
+        self._marks(step)
         self.ctl.training.set_cursor(step)
         self.ctl.kernels.set_parity(self.kernel_parity(step))
         self.step_shown.emit(step)
 
-    def _marks(self, step: int, comp: list[dict] | None = None) -> None:
+    def _marks(self, step: int) -> None:
         h = self.history
-        comp = h.comparison(step) if comp is None else comp
-        intro = set(h.introduced(step))
-        differ = {e["id"] for e in comp if entry_differs(e)}
+        # NOTE: straight from the step's records (StepHistory.overlay), not its 10k dicts:
+        # the same colours parity_colors(comparison) gives, held to it in the tests
+        worst, differ, intro = h.overlay(step)
+        ids = np.array([nid for nid, _, _ in h.nodes], dtype=np.int64)
         w = self.win
-        w.set_graph_overlay(parity_colors(comp), muted=differ - intro, introduced=intro & differ)
-        w.set_graph_marks("nan", h.alarms(step))
+        w.set_graph_overlay(worst_colors(ids.tolist(), worst), muted=ids[differ & ~intro].tolist(),
+                            introduced=ids[differ & intro].tolist())
+        self._mark("nan", h.alarms(step))
         f = h.first
-        w.set_graph_marks("first", [] if f is None else [int(f["node"])])
+        self._mark("first", [] if f is None else [int(f["node"])])
+
+    def _mark(self, kind: str, ids: list[int]) -> None:
+        """Set the graph's ``kind`` marks unless they already are these (each set redraws the
+        minimap: ~7 ms on a 10k-node tape, twice per snapshot for marks that rarely move)."""
+        session, sent = self._sent
+        if session is not self.win.session:  # another tape: its marks were set by the window
+            session, sent = self.win.session, {}
+            self._sent = (session, sent)
+        ids = [int(i) for i in ids]
+        if sent.get(kind) != ids:
+            sent[kind] = ids
+            self.win.set_graph_marks(kind, ids)
 
     def source_text(self) -> str:
         """Where the shown step's introduced/inherited split comes from, for the status line."""
@@ -234,10 +249,12 @@ class TimeTravel(QObject):
         s = self.win.session
         if s is None or self.history is None:
             return
-        first = self.history.first_step_differing()
-        n = len(self.history.nodes)
-        rows = [(p.id, p.name or "", first.get(p.id)) for p in s.tape.nodes[:n]
-                if p.op == "param"]
+        if self._param_ids is None:  # once per session: the tape's nodes do not change
+            n = len(self.history.nodes)
+            self._param_ids = [(p.id, p.name or "") for p in s.tape.nodes[:n] if p.op == "param"]
+        first = self.history.first_steps()
+        rows = [(i, name, None if first[i] < 0 else int(first[i]))
+                for i, name in self._param_ids]
         if rows != self._param_rows:  # rebuilt only when a parameter first differs
             self._param_rows = rows
             self.ctl.training.set_params(rows)

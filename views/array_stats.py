@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -44,29 +44,64 @@ def has_nonfinite(a: np.ndarray | None) -> bool:
     return a is not None and np.asarray(a).dtype.kind == "f" and not bool(np.isfinite(a).all())
 
 
-def nonfinite_nodes(
-    ids: Iterable[int], value: Callable[[int], np.ndarray | None],
-    grad: Callable[[int], np.ndarray | None] | None = None,
-) -> list[int]:
-    """Ids (in the given order) whose value or gradient holds a NaN or inf."""
-    out = []
-    for i in ids:
-        if has_nonfinite(value(i)) or (grad is not None and has_nonfinite(grad(i))):
-            out.append(int(i))
+def nonfinite_flags(arrays: Sequence[np.ndarray | None]) -> np.ndarray:
+    """Per array, ``has_nonfinite`` of it (a bool array), in one pass that costs ~1.5 µs an
+    array plus a read of its data: 200k arrays in a fraction of a second, not seconds."""
+    # NOTE: a float sum is finite only when every element is (an inf or a NaN never turns
+    # finite again: inf + -inf is NaN), so each array is summed (no temporary, one numpy call)
+    # and only the arrays whose sum is not finite (a NaN/inf, or finite values that overflow)
+    # are settled by np.isfinite. At 100k nodes the per-array isfinite().all() and its
+    # wrappers, not the data, cost 3.8 s of opening a tape.
+    reduce = np.add.reduce
+    idx: list[int] = []
+    sums: list = []
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum: settled below
+        for i, a in enumerate(arrays):
+            if a is None:
+                continue
+            if type(a) is not np.ndarray:
+                a = np.asarray(a)
+            if a.dtype.kind == "f":
+                idx.append(i)
+                sums.append(reduce(a, axis=None))
+    out = np.zeros(len(arrays), dtype=bool)
+    if sums:
+        # (one array of every sum: a wider float keeps an inf an inf and a finite finite)
+        for k in np.flatnonzero(~np.isfinite(np.array(sums))).tolist():
+            i = idx[k]
+            out[i] = not bool(np.isfinite(arrays[i]).all())
     return out
 
 
-def first_nonfinite(ids: Iterable[int], value, grad=None) -> int | None:
-    """The first id in tape order whose value (then gradient) is not all finite."""
-    ids = sorted(ids)
-    for i in ids:
-        if has_nonfinite(value(i)):
-            return int(i)
-    if grad is not None:
-        for i in reversed(ids):  # gradients are born in reverse tape order
-            if has_nonfinite(grad(i)):
-                return int(i)
-    return None
+def nonfinite_nodes(
+    ids: Iterable[int], value: Callable[[int], np.ndarray | None],
+    grad: Callable[[int], np.ndarray | None] | None = None, flags=None,
+) -> list[int]:
+    """Ids (in the given order) whose value or gradient holds a NaN or inf; ``flags``: the
+    (values, gradients) ``nonfinite_flags`` of ``ids`` when already scanned."""
+    ids = [int(i) for i in ids]
+    bad_v, bad_g = flags if flags is not None else _scan(ids, value, grad)
+    return [ids[k] for k in np.flatnonzero(bad_v | bad_g).tolist()]
+
+
+def first_nonfinite(ids: Iterable[int], value, grad=None, flags=None) -> int | None:
+    """The first id in tape order whose value (then gradient) is not all finite; ``flags`` as
+    in ``nonfinite_nodes``."""
+    ids = [int(i) for i in ids]
+    bad_v, bad_g = flags if flags is not None else _scan(ids, value, grad)
+    order = np.argsort(ids, kind="stable")
+    hit = np.flatnonzero(bad_v[order])
+    if hit.size:
+        return ids[order[hit[0]]]
+    hit = np.flatnonzero(bad_g[order])  # gradients are born in reverse tape order
+    return ids[order[hit[-1]]] if hit.size else None
+
+
+def _scan(ids: list[int], value, grad) -> tuple[np.ndarray, np.ndarray]:
+    bad_v = nonfinite_flags([value(i) for i in ids])
+    bad_g = (nonfinite_flags([grad(i) for i in ids]) if grad is not None
+             else np.zeros(len(ids), dtype=bool))
+    return bad_v, bad_g
 
 
 def numpy_text(a: np.ndarray) -> str:

@@ -94,8 +94,8 @@ class FakeWindow(QWidget):
         self._rec("select_node", node_id)
         self.node_selected.emit(node_id)
 
-    def set_comparison(self, comparison):
-        self._rec("set_comparison", comparison)
+    def set_comparison(self, comparison, overlay=True):
+        self._rec("set_comparison", comparison, overlay)
 
     def place_live_docks(self, training, kernels):
         for w in (training, kernels):

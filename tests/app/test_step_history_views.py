@@ -1,0 +1,105 @@
+"""What time travel shows of a step, built from its records, answers exactly as the per-node
+dicts and loops it replaced (the oracles: the old ``comparison`` loop, ``core.parity``'s
+``entry_worst``/``entry_differs`` and ``app.session.parity_colors``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.session import parity_colors, worst_colors
+from app.step_history import (
+    F_G_INTRO,
+    F_G_NAN,
+    F_G_ONESIDED,
+    F_U_INTRO,
+    F_V_INTRO,
+    F_V_NAN,
+    F_V_ONESIDED,
+    StepHistory,
+)
+from core.parity import entry_differs, entry_worst
+
+
+def oracle_comparison(h: StepHistory, step: int) -> list[dict]:
+    """The record-tuple loop ``StepHistory.comparison`` was."""
+    r = h.record(step)
+    out = []
+    for (nid, op, name), e in zip(h.nodes, r.tolist(), strict=True):
+        v_n, v_ulp, g_n, g_ulp, nb, flags = e
+        out.append({"id": nid, "op": op, "name": name,
+                    "value": {"n_diff": v_n, "max_ulp": v_ulp,
+                              "n_nan": int(bool(flags & F_V_NAN)), "nan_bits_differ": nb},
+                    "grad": None if g_n < 0 else {"n_diff": g_n, "max_ulp": g_ulp,
+                                                  "n_nan": int(bool(flags & F_G_NAN))},
+                    "introduced": {"value": bool(flags & F_V_INTRO),
+                                   "grad": bool(flags & F_G_INTRO),
+                                   "update": bool(flags & F_U_INTRO)},
+                    "alarm": bool(flags & (F_V_ONESIDED | F_G_ONESIDED))})
+    return out
+
+
+class _Node:
+    def __init__(self, i: int) -> None:
+        self.id, self.op, self.name = i, ("matmul", "add", "param")[i % 3], f"b{i // 7}/x{i}"
+
+
+def _history(seed: int, n: int = 300, steps: int = 4) -> StepHistory:
+    rng = np.random.default_rng(seed)
+    h = StepHistory([_Node(i) for i in range(n)])
+    for step in range(1, steps + 1):
+        v = rng.integers(0, 3, n) * (rng.random(n) < 0.3)
+        g = np.where(rng.random(n) < 0.2, -1, rng.integers(0, 3, n) * (rng.random(n) < 0.3))
+        vu = np.where(v > 0, rng.choice([0.0, 0.5, 1.0, 3.0, 2.0**30, np.inf, np.nan], n),
+                      rng.choice([0.0, -0.0, 0.0, 2.0], n))  # (a zero count's ulp: any)
+        gu = np.where(g > 0, rng.choice([0.0, 1.0, 7.0, 2.0**21, np.inf, np.nan], n),
+                      rng.choice([0.0, -0.0], n))
+        f = rng.integers(0, 128, n) * (rng.random(n) < 0.5)
+        h.add({"step": step, "n": n, "v": v.tolist(), "vu": vu.tolist(), "g": g.tolist(),
+               "gu": gu.tolist(), "nb": rng.integers(0, 2, n).tolist(), "f": f.tolist()})
+    return h
+
+
+def _plain(x):
+    """Mappings as dicts (the shared read-only sides), every leaf with its type."""
+    from collections.abc import Mapping
+
+    if isinstance(x, Mapping):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_plain(v) for v in x]
+    return (type(x).__name__, repr(x))  # repr: NaN == NaN, -0.0 apart from 0.0
+
+
+def _same(a, b) -> bool:
+    return _plain(a) == _plain(b)
+
+
+def test_comparison_is_the_record_loop():
+    for seed in range(4):
+        h = _history(seed)
+        for step in h.step_nums:
+            got, want = h.comparison(step), oracle_comparison(h, step)
+            assert _same(got, want)
+            assert all(isinstance(e, dict) for e in got)  # each entry its own
+
+
+def test_overlay_is_entry_worst_and_entry_differs_and_its_colours_are_parity_colors():
+    for seed in range(4):
+        h = _history(seed)
+        ids = [nid for nid, _, _ in h.nodes]
+        for step in h.step_nums:
+            comp = oracle_comparison(h, step)
+            worst, differ, intro = h.overlay(step)
+            assert worst.tolist() == [entry_worst(e) for e in comp]
+            assert differ.tolist() == [entry_differs(e) for e in comp]
+            assert np.flatnonzero(intro).tolist() == h.introduced(step)
+            assert worst_colors(ids, worst) == parity_colors(comp)
+            assert (worst < 0).any() and (worst > 1).any() and (worst == 0).any()
+
+
+def test_first_steps_is_first_step_differing():
+    h = _history(5)
+    fs = h.first_steps()
+    assert {i: int(s) for i, s in enumerate(fs.tolist()) if s >= 0} == h.first_step_differing()
+    fs[:] = 99  # a copy: the history keeps its own
+    assert h.first_steps().max() < 99
