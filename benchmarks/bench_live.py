@@ -1,6 +1,7 @@
 """Live sessions: throughput against the headless run, GUI latency, memory over 1,000 steps.
 
     python benchmarks/bench_live.py [--steps 1000] [--workloads mlp,transformer]
+    python benchmarks/bench_live.py --feed-only [--feed-steps 40] [--memory-steps 10000]
 
 For each workload on the host device (CPU reference vs device, as ``tapescope parity`` runs it):
 
@@ -12,6 +13,14 @@ For each workload on the host device (CPU reference vs device, as ``tapescope pa
 - GUI latency: a 10 ms QTimer's lateness while training (max and p99; target max <= 50 ms);
 - memory: RSS of the GUI process and of the worker after step 100 and at the end (target flat,
   < 10 % growth);
+- GUI work per snapshot on a big tape (``--feed-nodes N``, default a 238-block transformer:
+  10,005 nodes): a synthetic worker (``FeedSession``: no process) hands the window one step's
+  snapshot at a time through the live session's own mailbox (``LiveSession._post``, as its
+  reader thread does), and the window takes it as from a real worker (the table, the graph
+  colours and marks, the heatmap, the scrubber); per snapshot the GUI thread's time;
+- memory over ``--memory-steps N`` (e.g. 10000): that feed for N snapshots, the GUI's RSS at
+  steps 100/1000/5000/10000, and a real worker on the mlp for N steps (GUI and worker RSS at
+  the same steps);
 - provenance (``core.provenance`` on every step, on by default in the pair loop): headless
   steps/s with it off and on, and its own time per step (mean and p95, ms), for refmath
   (everything exact: the skip hints leave nothing to recompute) and platform math (drifting:
@@ -82,8 +91,12 @@ def provenance_table(workloads: list[str], steps: int, repeat: int) -> None:
                       f"{np.percentile(t, 95):>7.2f}{intro:>16.1f}", flush=True)
 
 
+MEMORY_AT = (100, 1000, 5000, 10000)  # steps at which the memory table reads RSS
+
+
 def live(workload: str, steps: int) -> dict:
-    """Run a live session of ``steps`` in an offscreen window; measure rate, latency, memory."""
+    """Run a live session of ``steps`` in an offscreen window; measure rate, latency, memory
+    (``mem_at``: step → (GUI MiB, worker MiB) at the first snapshot past each MEMORY_AT)."""
     from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 
     from app.live import FAILED, STOPPED
@@ -94,7 +107,7 @@ def live(workload: str, steps: int) -> dict:
     win.resize(1440, 900)
     win.show()
     marks: list[tuple[float, int]] = []  # (time, steps seen by the GUI)
-    mem: dict[str, float] = {}
+    mem: dict = {"mem_at": {}}
     lateness: list[float] = []
     startup: list[float] = []
     cpu: list[float] = []  # this (GUI) process's CPU time at each snapshot
@@ -115,6 +128,9 @@ def live(workload: str, steps: int) -> dict:
             mem["gui_start"] = rss_mb()
             mem["worker_start"] = rss_mb(win.live.live.proc.pid)
             mem["at_step"] = done
+        for at in MEMORY_AT:
+            if done >= at and at <= steps and at not in mem["mem_at"]:
+                mem["mem_at"][at] = (rss_mb(), rss_mb(win.live.live.proc.pid))
         if done >= steps:
             mem["gui_end"] = rss_mb()
             mem["worker_end"] = rss_mb(win.live.live.proc.pid)
@@ -149,6 +165,152 @@ def live(workload: str, steps: int) -> dict:
             "startup": float(max(startup) * 1e3), **mem}
 
 
+# ---- the synthetic feed: a big tape's snapshots without a worker -----------------------------
+def big_session(blocks: int = 238):
+    """A session on a recorded ``blocks``-block transformer (238: 10,005 nodes)."""
+    from app.session import Session
+    from core import workloads
+
+    wl = workloads.get("transformer", seed=0, blocks=blocks)
+    loss = wl.record(0)
+    wl.tape.backward(loss)
+    return Session(wl.tape, loss.id, "workload:transformer", {"workload": "transformer",
+                                                             "step": 0}, workload=wl)
+
+
+def _feed_session_class():
+    from app.live import RUNNING, LiveSession
+
+    class FeedSession(LiveSession):
+        """A live session whose snapshots come from ``feed`` (no worker process)."""
+
+        def start(self, paused: bool = False) -> None:
+            self._set_state(RUNNING)
+
+        def is_alive(self) -> bool:
+            return False  # nothing to ask for a node's arrays
+
+        def feed(self, msg: dict) -> None:
+            """One worker message, decoded and posted as the reader thread does."""
+            from app.live import _snapshot
+
+            self._post(_snapshot(msg))
+
+    return FeedSession
+
+
+def synthetic_messages(n: int, kinds: int = 8, seed: int = 0):
+    """``step → the worker's snapshot message`` of one step on an ``n``-node tape: a few
+    per cent of the nodes differ by 1-3 ulp (which ones changes with the step), the rest agree;
+    per-step lists are fresh objects, as a JSON decode makes them."""
+    from app.step_history import F_V_INTRO
+
+    rng = np.random.default_rng(seed)
+    tmpl = []
+    for k in range(kinds):
+        u = rng.integers(0, 4, n) * (rng.random(n) < 0.02 * (k % 5))
+        v = (u > 0).astype(int)
+        f = np.where(u > 0, F_V_INTRO * (rng.random(n) < 0.3), 0)
+        tmpl.append((v.tolist(), u.astype(float).tolist(), f.tolist(),
+                     np.where(u > 0, np.maximum(u, 1), 0).astype(float).tolist()))
+    zeros_i, zeros_f = [0] * n, [0.0] * n
+
+    def message(step: int) -> dict:
+        v, vu, f, col = tmpl[step % kinds]
+        first = {"step": 2, "node": 7, "op": "matmul", "which": "value"}
+        summary = {"step": step, "losses": [1.0 / step, 1.0 / step], "exact": not any(v),
+                   "first": None if step != 2 else {"node": 7, "op": "matmul", "which": "value"},
+                   "n": n, "v": list(v), "vu": list(vu), "g": list(zeros_i),
+                   "gu": list(zeros_f), "nb": list(zeros_i), "f": list(f), "src": "provenance",
+                   "kernels": [], "produced": []}
+        latest = {"step": step, "loss_ref": 1.0 / step, "loss_cand": 1.0 / step,
+                  "seconds": 1.4, "exact": summary["exact"], "first": None, "nodes": []}
+        return {"type": "snapshot", "state": "running", "steps_done": step,
+                "steps": [[step, 1.0 / step, 1.0 / step, 1.4, summary["exact"]]],
+                "columns": [list(col)], "latest": latest,
+                "first": first if step >= 2 else None, "steps_per_s": 0.7,
+                "summaries": [summary]}
+
+    return message
+
+
+def feed(steps: int, blocks: int = 238, memory_at: tuple = ()) -> dict:
+    """Feed ``steps`` one-step snapshots of a ``blocks``-block transformer to an offscreen
+    window's live session; the GUI thread's time per snapshot (CPU and wall) and RSS at the
+    ``memory_at`` steps."""
+    from PySide6.QtCore import QCoreApplication
+
+    import app.live_controller as lc
+    from app.main_window import MainWindow
+    from app.runs import SessionConfig
+
+    win = MainWindow()
+    win.resize(1440, 900)
+    win.show()
+    win.set_session(big_session(blocks))
+    win.wait_until_ready(60)
+    n = len(win.session.tape)
+    real = lc.LiveSession
+    lc.LiveSession = _feed_session_class()
+    try:
+        win.live.start(SessionConfig(workload="transformer", device="host"))
+    finally:
+        lc.LiveSession = real
+    sess = win.live.live
+    message = synthetic_messages(n)
+    cpu, wall, mem = [], [], {}
+    rss0 = rss_mb()
+    for step in range(1, steps + 1):
+        msg = message(step)
+        t, c = time.perf_counter(), time.process_time()
+        sess.feed(msg)  # the window takes it (the mailbox calls the GUI at once in its thread)
+        QCoreApplication.processEvents()  # and paints it
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+        if step in memory_at:
+            mem[step] = rss_mb()
+    hist = win.live.travel.history
+    out = {"nodes": n, "cpu": np.array(cpu) * 1e3, "wall": np.array(wall) * 1e3,
+           "rss_open": rss0, "mem_at": mem, "stored": len(hist),
+           "history_mib": hist.nbytes / 2**20}
+    win.live.close()
+    win.close()
+    win.deleteLater()
+    QCoreApplication.processEvents()
+    return out
+
+
+def feed_table(steps: int, blocks: int) -> None:
+    """The GUI's work per snapshot on a big tape (synthetic feed)."""
+    r = feed(steps, blocks)
+    c, w = r["cpu"][3:], r["wall"][3:]  # the first ones build the heatmap and the scrubber
+    print(f"GUI work per snapshot, {r['nodes']} nodes, {steps} snapshots (synthetic feed, "
+          f"one step each): CPU median {np.median(c):.1f} ms, p90 {np.percentile(c, 90):.1f}, "
+          f"max {c.max():.1f}; wall median {np.median(w):.1f} ms, max {w.max():.1f}", flush=True)
+
+
+def memory_table(steps: int, blocks: int) -> None:
+    """RSS over ``steps`` live steps: the synthetic feed on a big tape, a real mlp worker."""
+    at = tuple(a for a in MEMORY_AT if a <= steps) or (steps,)
+    t = time.perf_counter()
+    r = feed(steps, blocks, at)
+    fed_s = time.perf_counter() - t
+    t = time.perf_counter()
+    m = live("mlp", steps)
+    mlp_s = time.perf_counter() - t
+    print(f"memory over {steps} live steps (RSS MiB; growth from step {at[0]})")
+    print(f"{'':<44}" + "".join(f"{'step ' + str(a):>12}" for a in at) + f"{'growth':>9}")
+    rows = [(f"feed, {r['nodes']} nodes: GUI (opened: {r['rss_open']:.0f})",
+             [r["mem_at"][a] for a in at]),
+            ("mlp, real worker: GUI", [m["mem_at"][a][0] for a in at]),
+            ("mlp, real worker: worker", [m["mem_at"][a][1] for a in at])]
+    for name, vals in rows:
+        g = (vals[-1] - vals[0]) / vals[0] * 100
+        print(f"{name:<44}" + "".join(f"{v:>12.0f}" for v in vals) + f"{g:>8.1f}%")
+    print(f"feed: {fed_s:.0f} s, {r['stored']} steps stored ({r['history_mib']:.0f} MiB of "
+          f"history, budget 128); mlp: {mlp_s:.0f} s, {m['rate']:.0f} steps/s", flush=True)
+
+
 def main() -> None:
     """Measure (interleaved, repeated: the machine is shared) and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -157,14 +319,30 @@ def main() -> None:
     ap.add_argument("--workloads", default="mlp,transformer")
     ap.add_argument("--provenance-only", action="store_true",
                     help="only the provenance table (no GUI runs)")
+    ap.add_argument("--feed-steps", type=int, default=40,
+                    help="snapshots of the synthetic feed on the big tape (0: none)")
+    ap.add_argument("--feed-blocks", type=int, default=238,
+                    help="transformer blocks of the fed tape (238: 10,005 nodes)")
+    ap.add_argument("--memory-steps", type=int, default=0,
+                    help="RSS over this many live steps (feed on the big tape, mlp worker)")
+    ap.add_argument("--feed-only", action="store_true",
+                    help="only the synthetic feed (and --memory-steps): no provenance or "
+                         "workload tables")
     a = ap.parse_args()
-    provenance_table(a.workloads.split(","), min(a.steps, 300), a.repeat)
+    if not a.feed_only:
+        provenance_table(a.workloads.split(","), min(a.steps, 300), a.repeat)
     if a.provenance_only:
         return
     __import__("views")  # the PySide6 guard
     from PySide6.QtWidgets import QApplication
 
     _app = QApplication.instance() or QApplication([])
+    if a.feed_steps:
+        feed_table(a.feed_steps, a.feed_blocks)
+    if a.memory_steps:
+        memory_table(a.memory_steps, a.feed_blocks)
+    if a.feed_only:
+        return
     print(f"{a.steps} steps per live run, host device, CPU reference vs device; "
           f"{os.cpu_count()} CPUs; {a.repeat} interleaved rounds")
     head = (f"{'workload':<12}{'round':>6}{'headless/s':>11}{'live/s':>9}{'ratio':>7}"
