@@ -83,6 +83,16 @@ def _build(cc: str) -> Path:
     return path
 
 
+class Epilogue(ctypes.Structure):
+    """refkernels.c's ep_t: the ops applied to a convolution's output rows as they are done
+    (bias; BatchNormalization's four roundings; a same-shape residual add; relu), NULL = skip."""
+
+    _fields_ = [("bias", ctypes.c_void_p), ("mean", ctypes.c_void_p), ("den", ctypes.c_void_p),
+                ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("res", ctypes.c_void_p),
+                ("groups", ctypes.c_longlong), ("res_first", ctypes.c_int),
+                ("relu", ctypes.c_int)]
+
+
 def _load() -> ctypes.CDLL | None:
     cc = shutil.which(os.environ.get("CC", "gcc"))
     if os.environ.get("TAPESCOPE_NO_NATIVE") or cc is None:
@@ -115,6 +125,16 @@ def _load() -> ctypes.CDLL | None:
         getattr(lib, name).restype = None
     for name in ("ts_conv_mg1_f64", "ts_conv_mg1_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 15
+        getattr(lib, name).restype = None
+    for name in ("ts_avgpool2d_f64", "ts_avgpool2d_f32"):
+        getattr(lib, name).argtypes = [p, p, p] + [ll] * 13
+        getattr(lib, name).restype = None
+    for name in ("ts_conv_mg1_ep_f64", "ts_conv_mg1_ep_f32"):
+        getattr(lib, name).argtypes = [p, p, p] + [ll] * 15 + [ctypes.POINTER(Epilogue)]
+        getattr(lib, name).restype = None
+    for name in ("ts_bmm_ep_f64", "ts_bmm_ep_f32"):
+        getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int,
+                                       ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
     for name in REFMATH:
         for sfx in ("", "f"):
@@ -277,11 +297,12 @@ def im2col2d(x: np.ndarray, kernel, strides, dilations, padw, outs) -> np.ndarra
 
 
 def conv2d_one_per_group(x: np.ndarray, w: np.ndarray, strides, dilations, padw,
-                         outs) -> np.ndarray | None:
+                         outs, ep=None) -> np.ndarray | None:
     """A 2-D convolution with ONE output channel per group (depthwise...), direct, or None.
 
     ``w`` is (G, C/G, kh, kw); the result (N, G, oh, ow) has the bits of im2col + the reference
-    matmul (each output one serial chain over (c, kh, kw), padding taps included).
+    matmul (each output one serial chain over (c, kh, kw), padding taps included). ``ep`` (from
+    :func:`epilogue`): the ops to apply to each output plane as it is done.
     """
     lib = library()
     if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4:
@@ -294,10 +315,100 @@ def conv2d_one_per_group(x: np.ndarray, w: np.ndarray, strides, dilations, padw,
         return None
     (kh, kw), (oh, ow) = w.shape[2:], outs
     out = np.empty((nb, g, oh, ow), dtype=x.dtype)
-    fn = lib.ts_conv_mg1_f64 if x.dtype == np.float64 else lib.ts_conv_mg1_f32
+    if ep is None:
+        fn = lib.ts_conv_mg1_f64 if x.dtype == np.float64 else lib.ts_conv_mg1_f32
+        fn(x.ctypes.data, w.ctypes.data, out.ctypes.data, nb, c, h, wd, g, kh, kw, oh, ow,
+           strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1])
+        return out
+    fn = lib.ts_conv_mg1_ep_f64 if x.dtype == np.float64 else lib.ts_conv_mg1_ep_f32
     fn(x.ctypes.data, w.ctypes.data, out.ctypes.data, nb, c, h, wd, g, kh, kw, oh, ow,
-       strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1])
+       strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1],
+       ctypes.byref(ep))
     return out
+
+
+def epilogue(dtype, channels: int, bias=None, bn=None, res=None, res_first: bool = False,
+             relu: bool = False):
+    """(Epilogue, the arrays it points into) for a convolution with ``channels`` outputs, or
+    None when an operand does not fit (then run the ops separately).
+
+    ``bias``: C values; ``bn``: (mean, den, scale, beta), each C values, den = sqrt(var + eps)
+    as the caller computed it; ``res``: a C-contiguous tensor of the output's shape (the other
+    operand of a Sum; ``res_first``: it is Sum's first input); ``relu``: then Relu. All of
+    ``dtype``. Keep the returned arrays alive for as long as the Epilogue is used."""
+    dt = np.dtype(dtype)
+    keep = []
+
+    def vec(v):
+        v = np.ascontiguousarray(v).reshape(-1)
+        if v.dtype != dt or v.size != channels:
+            raise ValueError
+        keep.append(v)
+        return v.ctypes.data
+
+    try:
+        e = Epilogue()
+        if bias is not None:
+            e.bias = vec(bias)
+        if bn is not None:
+            e.mean, e.den, e.scale, e.beta = (vec(v) for v in bn)
+    except ValueError:
+        return None
+    if res is not None:
+        if res.dtype != dt or not res.flags.c_contiguous:
+            return None
+        keep.append(res)
+        e.res = res.ctypes.data
+        e.res_first = int(bool(res_first))
+    e.relu = int(bool(relu))
+    return e, keep
+
+
+def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
+    """``bmm(a, b)`` with the epilogue ``ep`` (from :func:`epilogue`) applied to each block of
+    rows as it is done: the bits of the product followed by each op of the epilogue as its own
+    rounding. Batch entry q holds output channels ``(q % groups) * M + i``; ``ep``'s residual
+    has the (batch, M, N) layout of the result. None when native code is unavailable."""
+    lib = library()
+    if lib is None or a.dtype != b.dtype or a.dtype not in _DT or a.ndim != 3 or b.ndim != 3:
+        return None
+    bsz = max(a.shape[0], b.shape[0])
+    if a.shape[0] not in (1, bsz) or b.shape[0] not in (1, bsz) or a.shape[2] != b.shape[1]:
+        return None
+    m, k = a.shape[1:]
+    n = b.shape[2]
+    if ep is not None and ep.res and bsz * m * n == 0:
+        return None
+    a, sa = _batch(a, bsz)
+    b, sb = _batch(b, bsz)
+    c = np.empty((bsz, m, n), dtype=a.dtype)
+    e = ep if ep is not None else Epilogue(groups=1)
+    e.groups = groups
+    fn = lib.ts_bmm_ep_f64 if a.dtype == np.float64 else lib.ts_bmm_ep_f32
+    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, bsz, m, k, n, sa, sb, threads(),
+       ctypes.byref(e))
+    return c
+
+
+def avg_pool2d(x: np.ndarray, counts: np.ndarray, kernel, strides, dilations, padw,
+               outs) -> np.ndarray | None:
+    """A 2-D average pool in ``core.ops.nn.pool_nd``'s order (every tap added to +0.0 in
+    row-major order, padding taps as +0.0; then divided by ``counts``, the (oh, ow) divisors
+    pool_nd computes), or None (no native code, or a dtype it does not take)."""
+    lib = library()
+    if lib is None or x.dtype not in _DT or x.ndim != 4 or counts.dtype != x.dtype:
+        return None
+    x = np.ascontiguousarray(x)
+    cnt = np.ascontiguousarray(counts).reshape(-1)
+    (oh, ow) = outs
+    if cnt.size != oh * ow:
+        return None
+    nb, c, h, w = x.shape
+    y = np.empty((nb, c, oh, ow), dtype=x.dtype)
+    fn = lib.ts_avgpool2d_f64 if x.dtype == np.float64 else lib.ts_avgpool2d_f32
+    fn(x.ctypes.data, cnt.ctypes.data, y.ctypes.data, nb * c, h, w, kernel[0], kernel[1], oh,
+       ow, strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1])
+    return y
 
 
 _ext: object = False  # False: not tried yet; None: unavailable

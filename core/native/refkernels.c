@@ -19,8 +19,16 @@
  * b[k][j..] feeds R independent chains; every chain still runs k = 0, 1, 2, ... in order, one
  * rounding for the product and one for the add. JB is a compile-time constant so gcc keeps the
  * tile in vector registers. Columns past the last whole tile take the plain i-k-j loop. */
+/* GCC vector types of 64 bytes (16 floats, 8 doubles): lane-wise IEEE operations, one rounding
+ * each (no FMA under -ffp-contract=off), loadable from any element-aligned address. */
+typedef float v16f32 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
+
 #define JB64 32
 #define JB32 64
+/* narrower tiles (one vector register wide) for the columns past the last whole JB panel */
+#define JS64 8
+#define JS32 16
 
 /* One tile: R rows from i, JB columns of the panel bp (row stride bs), k-steps [k0, k1), nv <= JB
  * of the columns stored at column j of c. A tile starts its chains at +0.0 (k0 == 0) or
@@ -40,6 +48,27 @@
                     T p = x * bk[jj];                                                   \
                     acc[r][jj] = acc[r][jj] + p;                                        \
                 }                                                                       \
+            }                                                                           \
+        }                                                                               \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (long long jj = 0; jj < (nv); ++jj) c[(i + r) * n + j + jj] = acc[r][jj]; \
+    }
+
+/* The same tile R rows x one vector of JS columns, written with GCC vector types (lane-wise
+ * IEEE mul and add, one rounding each) so gcc keeps the R accumulators in registers. */
+#define MM_TILEV(T, V, R, JS, bp, bs, nv)                                               \
+    {                                                                                   \
+        V acc[R];                                                                       \
+        for (int r = 0; r < R; ++r) {                                                   \
+            for (int jj = 0; jj < JS; ++jj)                                             \
+                acc[r][jj] = (k0 == 0 || jj >= (nv)) ? (T)0 : c[(i + r) * n + j + jj];  \
+        }                                                                               \
+        for (long long kk = k0; kk < k1; ++kk) {                                        \
+            const V bk = *(const V *)((bp) + kk * (bs));                                \
+            for (int r = 0; r < R; ++r) {                                               \
+                const T x = a[(i + r) * k + kk];                                        \
+                V p = x * bk;                                                           \
+                acc[r] = acc[r] + p;                                                    \
             }                                                                           \
         }                                                                               \
         for (int r = 0; r < R; ++r)                                                     \
@@ -67,42 +96,100 @@
  * tile too (the extra lanes compute products nobody stores); when that buffer cannot be had,
  * those columns take the plain i-k-j loop. */
 #define KC 128
-#define MM_ROWS(T, JB)                                                                  \
+#define MM_ROWS(T, V, JB, JS)                                                           \
     long long i, j, k0, k1;                                                             \
-    long long jfull = n - n % JB;                                                       \
+    long long jfull = n - n % JB, jmid = n - n % JS;                                    \
     T *pack = NULL;                                                                     \
-    if (jfull < n && k > 0) {                                                           \
-        pack = (T *)malloc((size_t)k * JB * sizeof(T));                                 \
+    if (jmid < n && k > 0) {                                                            \
+        pack = (T *)malloc((size_t)k * JS * sizeof(T));                                 \
         if (pack)                                                                       \
             for (long long kk = 0; kk < k; ++kk)                                        \
-                for (long long jj = 0; jj < JB; ++jj)                                   \
-                    pack[kk * JB + jj] = jfull + jj < n ? b[kk * n + jfull + jj] : (T)0; \
+                for (long long jj = 0; jj < JS; ++jj)                                   \
+                    pack[kk * JS + jj] = jmid + jj < n ? b[kk * n + jmid + jj] : (T)0;  \
     }                                                                                   \
     for (k0 = 0; k0 < k || (k == 0 && k0 == 0); k0 += KC) {                            \
         k1 = k0 + KC < k ? k0 + KC : k;                                                 \
         for (j = 0; j < jfull; j += JB) {                                               \
             for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB, b + j, n, JB)           \
+            for (; i + 2 <= i1; i += 2) MM_TILE(T, 2, JB, b + j, n, JB)                 \
             for (; i < i1; ++i) MM_TILE(T, 1, JB, b + j, n, JB)                         \
         }                                                                               \
+        for (j = jfull; j < jmid; j += JS) {                                            \
+            for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, b + j, n, JS)       \
+            for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, b + j, n, JS)             \
+            for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, b + j, n, JS)             \
+            for (; i < i1; ++i) MM_TILEV(T, V, 1, JS, b + j, n, JS)                     \
+        }                                                                               \
         if (pack) {                                                                     \
-            j = jfull;                                                                  \
-            for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB, pack, JB, n - jfull)    \
-            for (; i < i1; ++i) MM_TILE(T, 1, JB, pack, JB, n - jfull)                  \
+            j = jmid;                                                                   \
+            for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, pack, JS, n - jmid) \
+            for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, pack, JS, n - jmid)       \
+            for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, pack, JS, n - jmid)       \
+            for (; i < i1; ++i) MM_TILEV(T, V, 1, JS, pack, JS, n - jmid)               \
         }                                                                               \
         if (k == 0) break;                                                              \
     }                                                                                   \
-    if (jfull < n && !pack) {                                                           \
-        j = jfull;                                                                      \
+    if (jmid < n && !pack) {                                                            \
+        j = jmid;                                                                       \
         for (i = i0; i + 4 <= i1; i += 4) MM_TAIL(T, 4, j)                              \
         for (; i < i1; ++i) MM_TAIL(T, 1, j)                                            \
     }                                                                                   \
     free(pack);
 
 static void mm_rows_f64(const double *a, const double *b, double *c, long long i0,
-                        long long i1, long long k, long long n) { MM_ROWS(double, JB64) }
+                        long long i1, long long k, long long n) { MM_ROWS(double, v8f64, JB64, JS64) }
 
 static void mm_rows_f32(const float *a, const float *b, float *c, long long i0,
-                        long long i1, long long k, long long n) { MM_ROWS(float, JB32) }
+                        long long i1, long long k, long long n) { MM_ROWS(float, v16f32, JB32, JS32) }
+
+/* A convolution's epilogue: the ops that follow it in an ONNX graph (Conv's bias, then
+ * BatchNormalization's inference formula, then a two-input Sum with a same-shape tensor, then
+ * Relu), applied to rows of the product while they are still in cache. Each op is its own
+ * rounding, in the order and with the operand order of the separate ops' numpy spelling:
+ *   y = y + bias[ch]; y = ((y - mean[ch]) / den[ch]) * scale[ch] + beta[ch];
+ *   y = res + y (res_first) or y + res; y = (y <= 0) ? +0 : y (NaN stays, -0 becomes +0).
+ * A NULL pointer skips its op (mean, den, scale and beta come together). Rows belong to output
+ * channel ch = (q % groups) * m + i for row i of batch entry q; res has the output's layout. */
+typedef struct {
+    const void *bias, *mean, *den, *scale, *beta, *res;
+    long long groups;
+    int res_first, relu;
+} ep_t;
+
+#define EP_ROWS(T, NAME)                                                                \
+    static void NAME(const ep_t *E, T *c, const T *res, long long ch0, long long rows,  \
+                     long long n) {                                                     \
+        for (long long r = 0; r < rows; ++r) {                                          \
+            const long long ch = ch0 + r;                                               \
+            T *y = c + r * n;                                                           \
+            if (E->bias) {                                                              \
+                const T b = ((const T *)E->bias)[ch];                                   \
+                for (long long j = 0; j < n; ++j) y[j] = y[j] + b;                      \
+            }                                                                           \
+            if (E->mean) {                                                              \
+                const T m = ((const T *)E->mean)[ch], d = ((const T *)E->den)[ch];      \
+                const T g = ((const T *)E->scale)[ch], b = ((const T *)E->beta)[ch];    \
+                for (long long j = 0; j < n; ++j) {                                     \
+                    T t = y[j] - m;                                                     \
+                    t = t / d;                                                          \
+                    t = t * g;                                                          \
+                    y[j] = t + b;                                                       \
+                }                                                                       \
+            }                                                                           \
+            if (res) {                                                                  \
+                const T *rr = res + r * n;                                              \
+                if (E->res_first)                                                       \
+                    for (long long j = 0; j < n; ++j) y[j] = rr[j] + y[j];              \
+                else                                                                    \
+                    for (long long j = 0; j < n; ++j) y[j] = y[j] + rr[j];              \
+            }                                                                           \
+            if (E->relu)                                                                \
+                for (long long j = 0; j < n; ++j) y[j] = y[j] <= (T)0 ? (T)0 : y[j];    \
+        }                                                                               \
+    }
+
+EP_ROWS(double, ep_rows_f64)
+EP_ROWS(float, ep_rows_f32)
 
 /* A batched product c[q] = a[q] @ b[q], q < batch, a[q] at a + q*sa, b[q] at b + q*sb (a
  * stride of 0 broadcasts one operand), c contiguous. Work unit u = one block of ROWS rows of one
@@ -114,6 +201,7 @@ typedef struct {
     void *c;
     long long batch, m, k, n, sa, sb, u0, u1;
     int f32;
+    const ep_t *ep; /* NULL: the plain product */
 } job_t;
 
 static void run_units(const job_t *J) {
@@ -121,12 +209,23 @@ static void run_units(const job_t *J) {
     for (long long u = J->u0; u < J->u1; ++u) {
         long long q = u / blocks, i0 = (u % blocks) * ROWS;
         long long i1 = i0 + ROWS < J->m ? i0 + ROWS : J->m;
-        if (J->f32)
+        const long long off = q * J->m * J->n + i0 * J->n;
+        const long long ch0 = J->ep ? (q % J->ep->groups) * J->m + i0 : 0;
+        if (J->f32) {
             mm_rows_f32((const float *)J->a + q * J->sa, (const float *)J->b + q * J->sb,
                         (float *)J->c + q * J->m * J->n, i0, i1, J->k, J->n);
-        else
+            if (J->ep)
+                ep_rows_f32(J->ep, (float *)J->c + off,
+                            J->ep->res ? (const float *)J->ep->res + off : NULL, ch0, i1 - i0,
+                            J->n);
+        } else {
             mm_rows_f64((const double *)J->a + q * J->sa, (const double *)J->b + q * J->sb,
                         (double *)J->c + q * J->m * J->n, i0, i1, J->k, J->n);
+            if (J->ep)
+                ep_rows_f64(J->ep, (double *)J->c + off,
+                            J->ep->res ? (const double *)J->ep->res + off : NULL, ch0, i1 - i0,
+                            J->n);
+        }
     }
 }
 
@@ -141,7 +240,8 @@ static void *worker(void *p) {
 #define MIN_WORK_PER_THREAD (1LL << 20)
 
 static void bmm(const void *a, const void *b, void *c, long long batch, long long m,
-                long long k, long long n, long long sa, long long sb, int threads, int f32) {
+                long long k, long long n, long long sa, long long sb, int threads, int f32,
+                const ep_t *ep) {
     if (batch <= 0 || m <= 0 || n <= 0) return;
     long long units = batch * ((m + ROWS - 1) / ROWS);
     long long work = batch * m * n * (k > 0 ? k : 1);
@@ -153,7 +253,7 @@ static void bmm(const void *a, const void *b, void *c, long long batch, long lon
     pthread_t tid[MAX_THREADS];
     int started[MAX_THREADS];
     for (long long w = 0; w < t; ++w) {
-        job_t J = {a, b, c, batch, m, k, n, sa, sb, units * w / t, units * (w + 1) / t, f32};
+        job_t J = {a, b, c, batch, m, k, n, sa, sb, units * w / t, units * (w + 1) / t, f32, ep};
         jobs[w] = J;
         started[w] = 0;
     }
@@ -169,19 +269,33 @@ static void bmm(const void *a, const void *b, void *c, long long batch, long lon
 }
 
 void ts_mm_f64(const double *a, const double *b, double *c, long long m, long long k,
-               long long n, int threads) { bmm(a, b, c, 1, m, k, n, 0, 0, threads, 0); }
+               long long n, int threads) { bmm(a, b, c, 1, m, k, n, 0, 0, threads, 0, NULL); }
 
 void ts_mm_f32(const float *a, const float *b, float *c, long long m, long long k,
-               long long n, int threads) { bmm(a, b, c, 1, m, k, n, 0, 0, threads, 1); }
+               long long n, int threads) { bmm(a, b, c, 1, m, k, n, 0, 0, threads, 1, NULL); }
 
 void ts_bmm_f64(const double *a, const double *b, double *c, long long batch, long long m,
                 long long k, long long n, long long sa, long long sb, int threads) {
-    bmm(a, b, c, batch, m, k, n, sa, sb, threads, 0);
+    bmm(a, b, c, batch, m, k, n, sa, sb, threads, 0, NULL);
 }
 
 void ts_bmm_f32(const float *a, const float *b, float *c, long long batch, long long m,
                 long long k, long long n, long long sa, long long sb, int threads) {
-    bmm(a, b, c, batch, m, k, n, sa, sb, threads, 1);
+    bmm(a, b, c, batch, m, k, n, sa, sb, threads, 1, NULL);
+}
+
+/* The batched product with an epilogue (ep_t) applied to each block of rows as it is done:
+ * the bits of the product followed by each epilogue op as a separate pass. */
+void ts_bmm_ep_f64(const double *a, const double *b, double *c, long long batch, long long m,
+                   long long k, long long n, long long sa, long long sb, int threads,
+                   const ep_t *ep) {
+    bmm(a, b, c, batch, m, k, n, sa, sb, threads, 0, ep);
+}
+
+void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, long long m,
+                   long long k, long long n, long long sa, long long sb, int threads,
+                   const ep_t *ep) {
+    bmm(a, b, c, batch, m, k, n, sa, sb, threads, 1, ep);
 }
 
 /* im2col for 2-D convolutions: cols[n][(c, kh, kw)][(oh, ow)] = x[n][c][oh*sh + kh*dh - ph]
@@ -226,7 +340,7 @@ void ts_im2col_f32(const float *x, float *cols, long long nb, long long c, long 
  * products in the same order), padding taps included as products with +0.0 (w*0.0 is -0.0 or
  * NaN for some w, so they are not skipped). Every output element is one chain, kept in `out`
  * while the taps pass over the plane. */
-#define CONV_MG1(T)                                                                     \
+#define CONV_MG1_PLANES(T)                                                                     \
     long long cgc = c / g;                                                              \
     for (long long nq = 0; nq < nb * g; ++nq) {                                         \
         long long q = nq % g;                                                           \
@@ -276,17 +390,189 @@ void ts_im2col_f32(const float *x, float *cols, long long nb, long long c, long 
                     }                                                                   \
                 }                                                                       \
         }                                                                               \
+        if (ep) EPF(ep, o, ep->res ? (const T *)ep->res + nq * oh * ow : NULL, q, 1, oh * ow); \
     }
+
+
+/* The same chains, quicker: per (image, group) the group's input channels are copied once into
+ * zero-padded "phase planes" P[ci][a][b][R][S] = xpad[R*sh + a][S*sw + b] (xpad: x with its
+ * padding, +0.0 outside the image), so tap (u, v) of output (r, s) reads phase plane
+ * ((u*dh) % sh, (v*dw) % sw) at (r + u*dh/sh, s + v*dw/sw): a plain offset in a row-major plane
+ * of width Wq. The outputs are then computed VB at a time over the flattened (oh x Wq) grid,
+ * each lane one output's chain kept in a register: acc = 0; for (c, u, v) in row-major order:
+ * acc = acc + w*x -- the same products (padding taps as w * +0.0) in the same order, so the
+ * same bits. Lanes past a row's ow columns compute values nobody stores. */
+#define CONV_MG1_FAST(T, V, VB)                                                         \
+    long long cgc = c / g, ntap = cgc * kh * kw;                                        \
+    long long hq = oh + ((kh - 1) * dh) / sh, wq = ow + ((kw - 1) * dw) / sw;           \
+    long long pl = hq * wq + wq + VB; /* one phase plane, with slack for the last lanes */ \
+    long long npos = oh * wq, nblk = (npos + VB - 1) / VB;                              \
+    /* the padding stays +0.0 from calloc: every plane has the same geometry, and only the \
+     * cells inside the image are written, plane after plane */                         \
+    T *P = (T *)calloc((size_t)(cgc * sh * sw * pl + nblk * VB), sizeof(T));           \
+    long long *toff = (long long *)malloc((size_t)(ntap > 0 ? ntap : 1) * sizeof(long long)); \
+    if (!P || !toff) {                                                                  \
+        free(P);                                                                        \
+        free(toff);                                                                     \
+        return 0;                                                                       \
+    }                                                                                   \
+    T *tmp = P + cgc * sh * sw * pl;                                                    \
+    for (long long ci = 0; ci < cgc; ++ci)                                              \
+        for (long long u = 0; u < kh; ++u)                                              \
+            for (long long v = 0; v < kw; ++v)                                          \
+                toff[(ci * kh + u) * kw + v] =                                          \
+                    ((ci * sh + (u * dh) % sh) * sw + (v * dw) % sw) * pl +             \
+                    ((u * dh) / sh) * wq + (v * dw) / sw;                               \
+    for (long long nq = 0; nq < nb * g; ++nq) {                                         \
+        long long q = nq % g;                                                           \
+        for (long long ci = 0; ci < cgc; ++ci) {                                        \
+            const T *xc = x + ((nq / g) * c + q * cgc + ci) * h * wd;                   \
+            for (long long a = 0; a < sh; ++a)                                          \
+                for (long long b = 0; b < sw; ++b) {                                    \
+                    T *pp = P + ((ci * sh + a) * sw + b) * pl;                          \
+                    /* S in [lo, hi): 0 <= S*sw + b - pw < wd */                       \
+                    long long lo = pw - b <= 0 ? 0 : (pw - b + sw - 1) / sw;            \
+                    long long hi = wd + pw - b <= 0 ? 0 : (wd + pw - b + sw - 1) / sw;  \
+                    if (hi > wq) hi = wq;                                               \
+                    if (lo > hi) lo = hi;                                               \
+                    for (long long R = 0; R < hq; ++R) {                                \
+                        long long iy = R * sh + a - ph;                                 \
+                        if (iy < 0 || iy >= h) continue;                                \
+                        const T *xr = xc + iy * wd + b - pw;                            \
+                        T *prow = pp + R * wq;                                          \
+                        if (sw == 1)                                                    \
+                            for (long long S = lo; S < hi; ++S) prow[S] = xr[S];        \
+                        else                                                            \
+                            for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];   \
+                    }                                                                   \
+                }                                                                       \
+        }                                                                               \
+        const T *wg = wt + q * ntap;                                                    \
+        for (long long blk = 0; blk < nblk; ++blk) {                                    \
+            const T *base = P + blk * VB;                                               \
+            V a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                   \
+            for (long long tp = 0; tp < ntap; ++tp) {                                   \
+                const T wv = wg[tp];                                                    \
+                const V *src = (const V *)(base + toff[tp]);                            \
+                V p0 = src[0] * wv, p1 = src[1] * wv, p2 = src[2] * wv, p3 = src[3] * wv; \
+                a0 = a0 + p0;                                                           \
+                a1 = a1 + p1;                                                           \
+                a2 = a2 + p2;                                                           \
+                a3 = a3 + p3;                                                           \
+            }                                                                           \
+            V *dst = (V *)(tmp + blk * VB);                                             \
+            dst[0] = a0;                                                                \
+            dst[1] = a1;                                                                \
+            dst[2] = a2;                                                                \
+            dst[3] = a3;                                                                \
+        }                                                                               \
+        T *o = out + nq * oh * ow;                                                      \
+        for (long long r = 0; r < oh; ++r)                                              \
+            for (long long s = 0; s < ow; ++s) o[r * ow + s] = tmp[r * wq + s];         \
+        if (ep) EPF(ep, o, ep->res ? (const T *)ep->res + nq * oh * ow : NULL, q, 1, oh * ow); \
+    }                                                                                   \
+    free(toff);                                                                         \
+    free(P);                                                                            \
+    return 1;
+
+static int conv_mg1_fast_f64(const double *x, const double *wt, double *out, long long nb,
+                             long long c, long long h, long long wd, long long g, long long kh,
+                             long long kw, long long oh, long long ow, long long sh,
+                             long long sw, long long ph, long long pw, long long dh,
+                             long long dw, const ep_t *ep) {
+#define EPF ep_rows_f64
+    CONV_MG1_FAST(double, v8f64, 32)
+#undef EPF
+}
+
+static int conv_mg1_fast_f32(const float *x, const float *wt, float *out, long long nb,
+                             long long c, long long h, long long wd, long long g, long long kh,
+                             long long kw, long long oh, long long ow, long long sh,
+                             long long sw, long long ph, long long pw, long long dh,
+                             long long dw, const ep_t *ep) {
+#define EPF ep_rows_f32
+    CONV_MG1_FAST(float, v16f32, 64)
+#undef EPF
+}
+
+/* Strides and dilations of at least 1 take the fast loop; anything else (or no memory for the
+ * phase planes) the plain one. */
+#define CONV_MG1(T, SFX)                                                                \
+    if (sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 &&                                     \
+        conv_mg1_fast_##SFX(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, \
+                            dw, ep))                                                    \
+        return;                                                                         \
+    {                                                                                   \
+        CONV_MG1_PLANES(T)                                                              \
+    }
+
+void ts_conv_mg1_ep_f64(const double *x, const double *wt, double *out, long long nb,
+                        long long c, long long h, long long wd, long long g, long long kh,
+                        long long kw, long long oh, long long ow, long long sh, long long sw,
+                        long long ph, long long pw, long long dh, long long dw,
+                        const ep_t *ep) {
+#define EPF ep_rows_f64
+    CONV_MG1(double, f64)
+#undef EPF
+}
+
+void ts_conv_mg1_ep_f32(const float *x, const float *wt, float *out, long long nb,
+                        long long c, long long h, long long wd, long long g, long long kh,
+                        long long kw, long long oh, long long ow, long long sh, long long sw,
+                        long long ph, long long pw, long long dh, long long dw,
+                        const ep_t *ep) {
+#define EPF ep_rows_f32
+    CONV_MG1(float, f32)
+#undef EPF
+}
 
 void ts_conv_mg1_f64(const double *x, const double *wt, double *out, long long nb, long long c,
                      long long h, long long wd, long long g, long long kh, long long kw,
                      long long oh, long long ow, long long sh, long long sw, long long ph,
-                     long long pw, long long dh, long long dw) { CONV_MG1(double) }
+                     long long pw, long long dh, long long dw) {
+    ts_conv_mg1_ep_f64(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, NULL);
+}
 
 void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, long long c,
                      long long h, long long wd, long long g, long long kh, long long kw,
                      long long oh, long long ow, long long sh, long long sw, long long ph,
-                     long long pw, long long dh, long long dw) { CONV_MG1(float) }
+                     long long pw, long long dh, long long dw) {
+    ts_conv_mg1_ep_f32(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, NULL);
+}
+
+/* A 2-D average pool in pool_nd's order (core.ops.nn): per output, acc = +0.0; for each tap
+ * (u, v) in row-major order: acc = acc + (the input there, or +0.0 outside the image); then
+ * y = acc / cnt[output position] (the caller's counts). Every tap is added, padding included
+ * (-0.0 + +0.0 is +0.0). */
+#define AVGPOOL(T)                                                                      \
+    for (long long q = 0; q < planes; ++q) {                                            \
+        const T *xq = x + q * h * w;                                                    \
+        T *yq = y + q * oh * ow;                                                        \
+        for (long long r = 0; r < oh; ++r)                                              \
+            for (long long s = 0; s < ow; ++s) {                                        \
+                T acc = (T)0;                                                           \
+                for (long long u = 0; u < kh; ++u) {                                    \
+                    long long iy = r * sh + u * dh - ph;                                \
+                    int rin = iy >= 0 && iy < h;                                        \
+                    for (long long v = 0; v < kw; ++v) {                                \
+                        long long ix = s * sw + v * dw - pw;                            \
+                        T t = (rin && ix >= 0 && ix < w) ? xq[iy * w + ix] : (T)0;      \
+                        acc = acc + t;                                                  \
+                    }                                                                   \
+                }                                                                       \
+                yq[r * ow + s] = acc / cnt[r * ow + s];                                 \
+            }                                                                           \
+    }
+
+void ts_avgpool2d_f64(const double *x, const double *cnt, double *y, long long planes,
+                      long long h, long long w, long long kh, long long kw, long long oh,
+                      long long ow, long long sh, long long sw, long long ph, long long pw,
+                      long long dh, long long dw) { AVGPOOL(double) }
+
+void ts_avgpool2d_f32(const float *x, const float *cnt, float *y, long long planes,
+                      long long h, long long w, long long kh, long long kw, long long oh,
+                      long long ow, long long sh, long long sw, long long ph, long long pw,
+                      long long dh, long long dw) { AVGPOOL(float) }
 
 /* Serial sums of the rows of x (r x n): out[j] = acc = +0.0; for i = 0..r-1: acc = acc + x[i][j]
  * (docs/reference-order.md, serial_sum). Vector lanes hold different j: no chain reordered. */

@@ -10,6 +10,7 @@ import numpy as np
 from onnx import AttributeProto, GraphProto, ModelProto, numpy_helper
 
 from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
+from core.onnx import plan as _plan
 from core.onnx.errors import OnnxError, node_label
 from core.onnx.functions import function_kernel
 from core.onnx.limits import (
@@ -49,8 +50,7 @@ class CompiledGraph:
 
 
 #: ops never folded: their outputs must be fresh per run (or are random)
-_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-               "Multinomial", "Bernoulli", "Dropout"}
+_NOT_FOLDED = _plan.NOT_FOLDED
 
 
 def _inline_functions(model: ModelProto) -> ModelProto:
@@ -68,11 +68,16 @@ class Session:
     ``limits`` bounds what one run may take (:class:`core.onnx.limits.Limits`; defaults keep a
     hostile model under ~1 GB); ``cancel`` (a ``threading.Event``) stops constant folding here,
     as ``run(..., cancel=)`` stops a run, between nodes and loop iterations.
+
+    ``plan`` (default: on unless ``TAPESCOPE_ONNX_PLAN=0``): ``run`` executes a plan made on
+    the first run (:mod:`core.onnx.plan`: folding under the inputs' defaults, fused Conv
+    chains), which gives the plain node loop's outputs bit for bit.
+    ``graph.steps`` stays the plain node list.
     """
 
     def __init__(self, model_or_path: Any, mode: str = "reference", fold: bool = True,
-                 check: bool = True, *, limits: Limits | None = None, cancel: Any = None
-                 ) -> None:
+                 check: bool = True, *, limits: Limits | None = None, cancel: Any = None,
+                 plan: bool | None = None) -> None:
         self.lm: LoadedModel = load(model_or_path, check=check)
         self.limits = limits or Limits()
         self.k = kernels(mode)
@@ -88,6 +93,9 @@ class Session:
         self.input_names = [i.name for i in self.model.graph.input if i.name not in init_names]
         self.output_names = list(self.graph.outputs)
         self.folded = self._fold_constants(Budget(self.limits, cancel)) if fold else 0
+        self._fold = fold
+        self._want_plan = _plan.enabled() if plan is None else bool(plan)
+        self._plan: _plan.Plan | None = None
 
     def _fold_constants(self, budget: Budget) -> int:
         """Run once, now, every node whose inputs are all constants; return how many."""
@@ -172,20 +180,43 @@ class Session:
         feeds = {k: (np.asarray(v) if not isinstance(v, (list, np.ndarray)) and v is not None
                      else v) for k, v in feeds.items()}  # None: an empty optional
         check_inputs(self.lm, feeds)
+        plan = self.plan(cancel)
+        if plan is not None and not plan.usable(feeds, outputs):
+            plan = None
         budget = self.budget(cancel)
         env: dict[str, Any] = dict(self.graph.inits)
+        if plan is not None:
+            env.update(plan.values)
         env.update(feeds)
         try:
             for v in list(feeds.values()) + [self.graph.inits[n] for n in self._folded_names]:
                 budget.hold(v)
+            if plan is not None:
+                for v in plan.values.values():
+                    budget.hold(v)
         except OnnxError as exc:
             raise exc.with_file(self.label) from None
-        self._run_steps(self.graph, env, budget)
+        if plan is None:
+            self._run_steps(self.graph, env, budget)
+        else:
+            self._run_plan(plan, env, budget)
         want = outputs or self.output_names
         missing = [n for n in want if n not in env]
         if missing:
             raise OnnxError(f"output {missing[0]!r} was never computed", file=self.label)
         return {n: env[n] for n in want}
+
+    def plan(self, cancel: Any = None) -> _plan.Plan | None:
+        """The run plan (made on first use; ``cancel`` stops that), or None when this session
+        runs without one."""
+        if self._plan is None and self._want_plan:
+            try:
+                self._plan = _plan.build(self, self.budget(cancel), fold=self._fold)
+            except OnnxCancelled as exc:
+                raise exc.with_file(self.label) from None
+            except OnnxLimitError:
+                self._want_plan = False  # folding would go over the limits: run plainly
+        return self._plan
 
     def budget(self, cancel: Any = None) -> Budget:
         """A fresh account of one run against this session's limits."""
@@ -207,36 +238,57 @@ class Session:
 
         with np.errstate(all="ignore"):  # IEEE results (inf, nan) are ONNX semantics, not errors
             for st in cg.steps:
-                ins = []
-                for name in st.node.input:
-                    if not name:
-                        ins.append(None)
-                    elif name in env:
-                        ins.append(env[name])
-                    else:
-                        raise OnnxError(f"input {name!r} is not defined before this node",
-                                        file=self.label, node=st.label)
-                ctx = Ctx(st.opset, st.node, self.k, run_sub, env, cg,
-                          self.lm.opsets.get("", 1), budget)
-                try:
-                    budget.before(st.node.op_type, ins, st.attrs, st.opset)
-                    out = st.kernel(ctx, *ins, **st.attrs)
-                    if not isinstance(out, tuple):
-                        out = (out,)
-                    for v in out:
-                        budget.hold(v)
-                except OnnxError as exc:
-                    if exc.node is None:
-                        exc.node = st.label
-                    raise exc.with_file(self.label) from None
-                except Exception as exc:  # any kernel failure is reported against its node
-                    raise OnnxError(f"{type(exc).__name__}: {exc}", file=self.label,
-                                    node=st.label) from None
-                names = st.node.output
-                for name, v in zip(names, out, strict=False):
-                    if name:
-                        env[name] = v if isinstance(v, (list, np.ndarray)) or v is None \
-                            else np.asarray(v)
+                self._run_step(st, cg, env, budget, run_sub)
+
+    def _run_plan(self, plan: _plan.Plan, env, budget: Budget) -> None:
+        def run_sub(g, inputs, outer):
+            return self.run_graph(g, inputs, outer, budget)
+
+        cg = self.graph
+        with np.errstate(all="ignore"):
+            for st in plan.steps:
+                if type(st) is Step:
+                    self._run_step(st, cg, env, budget, run_sub)
+                else:
+                    st.run(self, env, budget, run_sub)
+
+    def _run_step(self, st: Step, cg: CompiledGraph, env, budget: Budget, run_sub,
+                  consts: dict | None = None) -> None:
+        """Run one node: inputs from ``env`` (``consts``: positions given instead), outputs
+        into it."""
+        ins = []
+        for name in st.node.input:
+            if not name:
+                ins.append(None)
+            elif name in env:
+                ins.append(env[name])
+            else:
+                raise OnnxError(f"input {name!r} is not defined before this node",
+                                file=self.label, node=st.label)
+        if consts:
+            for i, v in consts.items():
+                ins[i] = v
+        ctx = Ctx(st.opset, st.node, self.k, run_sub, env, cg,
+                  self.lm.opsets.get("", 1), budget)
+        try:
+            budget.before(st.node.op_type, ins, st.attrs, st.opset)
+            out = st.kernel(ctx, *ins, **st.attrs)
+            if not isinstance(out, tuple):
+                out = (out,)
+            for v in out:
+                budget.hold(v)
+        except OnnxError as exc:
+            if exc.node is None:
+                exc.node = st.label
+            raise exc.with_file(self.label) from None
+        except Exception as exc:  # any kernel failure is reported against its node
+            raise OnnxError(f"{type(exc).__name__}: {exc}", file=self.label,
+                            node=st.label) from None
+        names = st.node.output
+        for name, v in zip(names, out, strict=False):
+            if name:
+                env[name] = v if isinstance(v, (list, np.ndarray)) or v is None \
+                    else np.asarray(v)
 
 
 def run(model_or_path: Any, feeds: dict[str, np.ndarray], *, mode: str = "reference",

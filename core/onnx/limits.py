@@ -130,13 +130,49 @@ class Budget:
             n = None if pred is None else pred(ins, attrs, opset)
         except Exception:  # noqa: BLE001 - a malformed node: its kernel says what is wrong
             n = None
+        self._check_output(n)
+        self.charge_work(op_type, ins, attrs, n)
+
+    def _check_output(self, n: int | None) -> None:
         if n is not None and n > self.limits.max_elements:
             raise _over(f"the output would have {n} elements", self.limits.max_elements,
                         "max_elements")
         if n is not None and self.bytes + n > self.limits.max_bytes:  # a byte an element
             raise _over(f"the run would hold at least {self.bytes + n} bytes",
                         self.limits.max_bytes, "max_bytes")
-        self.charge_work(op_type, ins, attrs, n)
+
+    @staticmethod
+    def cost(op_type: str, ins: list, attrs: dict, opset: int) -> tuple[int | None, int] | None:
+        """(predicted output elements, work) that :meth:`before` charges for this node, for
+        replaying with :meth:`replay` on inputs of the same shapes; None for a node whose
+        charge depends on more than that (strings)."""
+        pred = PREDICT.get(op_type)
+        try:
+            n = None if pred is None else pred(ins, attrs, opset)
+        except Exception:  # noqa: BLE001
+            n = None
+        sizes = [_size(x) for x in ins]
+        est = n if n is not None else max(sizes, default=1)
+        if makes_or_reads_strings(op_type, ins, attrs):
+            return None
+        work = NODE_COST + est * (SLOW_COST if op_type in SLOW_OPS else 1)
+        macs = MACS.get(op_type)
+        if macs is not None:
+            try:
+                work += macs(ins, attrs, est)
+            except Exception:  # noqa: BLE001
+                pass
+        return n, work
+
+    def replay(self, n: int | None, work: int) -> None:
+        """:meth:`before` for a node whose :meth:`cost` is known: the same checks, in order."""
+        self.check_cancel()
+        self.nodes += 1
+        self._check_output(n)
+        self.work += work
+        if self.work > self.limits.max_work:
+            raise _over(f"the run would take an estimated {self.work} units of work (this "
+                        f"node {work})", self.limits.max_work, "max_work")
 
     def check_elements(self, n: int, what: str) -> None:
         """Refuse ``what`` of ``n`` elements over ``max_elements``."""
@@ -194,6 +230,15 @@ class Budget:
             self._held[key] = weakref.ref(base, partial(self._freed, key, nbytes))
         except TypeError:  # not weak-referenceable: count it for the whole run
             self._held[key] = base
+        self.bytes += nbytes
+
+    def charge(self, nbytes: int) -> None:
+        """Account for ``nbytes`` held until the run ends without an array to show for them
+        (a fused chain's intermediates, which the plain run would have kept); refuse them
+        over the limit."""
+        if self.bytes + nbytes > self.limits.max_bytes:
+            raise _over(f"the run would hold {self.bytes + nbytes} bytes",
+                        self.limits.max_bytes, "max_bytes")
         self.bytes += nbytes
 
     def _freed(self, key: int, nbytes: int, _ref: Any) -> None:

@@ -267,3 +267,134 @@ def test_channel_norm_equals_the_broadcast_formula(dtype, monkeypatch):
         m.setattr(native, "_lib", None)
         numpy_op = batch_norm(None, x, scale, bias, mean, var)
     assert via_op.tobytes() == numpy_op.tobytes() == want.tobytes()
+
+
+def _same_bits_nan_equal(a, b):
+    """Same bits, except that a NaN's sign and payload are free (docs/reference-order.md)."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    na, nb = np.isnan(a), np.isnan(b)
+    assert np.array_equal(na, nb)
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    assert np.array_equal(a[~na].view(u), b[~nb].view(u))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_bmm_tiles_for_every_row_and_column_remainder(dtype):
+    """The narrow column tiles and the 2-row tiles keep every chain: any (m, n) remainder."""
+    from core.ops.reference import bmm_numpy
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(21)
+    for m in (1, 2, 3, 5, 6, 7, 9, 17, 34):
+        for n in (1, 7, 8, 9, 15, 16, 17, 31, 33, 49, 63, 64, 65, 80, 196):
+            a = _spread(rng, (2, m, 13), dtype)
+            b = _spread(rng, (2, 13, n), dtype)
+            assert native.bmm(a, b).tobytes() == bmm_numpy(a, b).tobytes(), (m, n)
+    a = _spread(rng, (3, 9, 300), dtype)  # k-blocks continue across the narrow tiles too
+    b = _spread(rng, (3, 300, 21), dtype)
+    assert native.bmm(a, b).tobytes() == bmm_numpy(a, b).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_bmm_epilogue_equals_the_separate_ops(dtype):
+    """bias, BatchNormalization's four roundings, a residual add (either operand order) and
+    relu applied per block of rows: the bits of the separate numpy ops, in order."""
+    from core.ops.reference import bmm_numpy
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(22)
+    groups, mg, k, n = 3, 7, 11, 40
+    m = groups * mg
+    for nb in (1, 2):
+        a = _spread(rng, (groups, mg, k), dtype)
+        a.flat[0] = np.inf
+        b = _spread(rng, (nb * groups, k, n), dtype)
+        b.flat[::17] = -0.0
+        bias, mean, scale, beta = (_spread(rng, (m,), dtype) for _ in range(4))
+        den = np.sqrt(np.abs(_spread(rng, (m,), dtype)))
+        den[2] = 0.0
+        res = _spread(rng, (nb * groups, mg, n), dtype)
+        res.flat[::13] = np.nan
+        a_full = np.broadcast_to(a[None], (nb,) + a.shape).reshape(nb * groups, mg, k)
+        prod = bmm_numpy(np.ascontiguousarray(a_full), b).reshape(nb, m, n)
+        ch = (slice(None), slice(None), None)
+        for use_bias, use_bn, res_first, relu in [(True, True, True, True),
+                                                  (False, True, False, True),
+                                                  (True, False, None, False),
+                                                  (False, False, None, True)]:
+            with np.errstate(all="ignore"):
+                want = prod.copy()
+                if use_bias:
+                    want = want + bias[ch[1:]]
+                if use_bn:
+                    want = (want - mean[ch[1:]]) / den[ch[1:]] * scale[ch[1:]] + beta[ch[1:]]
+                r3 = res.reshape(nb, m, n)
+                if res_first is not None:
+                    want = r3 + want if res_first else want + r3
+                if relu:
+                    want = np.where(want <= 0, dtype(0), want)
+            ep, keep = native.epilogue(
+                dtype, m, bias=bias if use_bias else None,
+                bn=(mean, den, scale, beta) if use_bn else None,
+                res=res if res_first is not None else None, res_first=bool(res_first),
+                relu=relu)
+            got = native.bmm_ep(a_full, b, groups, ep)
+            _same_bits_nan_equal(got.reshape(nb, m, n), want)
+    assert native.epilogue(dtype, 5, bias=np.zeros(4, dtype)) is None  # wrong size: refused
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_direct_conv_epilogue_equals_the_separate_ops(dtype):
+    from core.ops import nn
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(23)
+    x = _spread(rng, (2, 6, 9, 8), dtype)
+    x.flat[::11] = np.nan
+    w = _spread(rng, (6, 1, 3, 3), dtype)
+    mean, scale, beta = (_spread(rng, (6,), dtype) for _ in range(3))
+    den = np.abs(_spread(rng, (6,), dtype))
+    padw = ((1, 1), (1, 1))
+    plain = nn.conv_nd(x, w, (2, 1), padw, (1, 1), 6)
+    res = _spread(rng, plain.shape, dtype)
+    ch = (None, slice(None), None, None)
+    with np.errstate(all="ignore"):
+        want = res + ((plain - mean[ch]) / den[ch] * scale[ch] + beta[ch])
+        want = np.where(want <= 0, dtype(0), want)
+    ep, keep = native.epilogue(dtype, 6, bn=(mean, den, scale, beta), res=res, res_first=True,
+                               relu=True)
+    got = native.conv2d_one_per_group(x, w, (2, 1), (1, 1), padw, plain.shape[2:], ep)
+    _same_bits_nan_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_native_average_pool_equals_pool_nd(dtype):
+    """AveragePool's C pass (reference mode) gives pool_nd's per-tap loop's bits."""
+    from core.onnx.ops.pool import _avg_pool2d_native
+    from core.ops import nn
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(24)
+    x = _spread(rng, (2, 3, 11, 9), dtype)
+    x[0, 0] = -0.0  # all -0.0 windows sum to +0.0
+    x[1, 1, 2, 3], x[1, 2, 4, 4], x[0, 2, 5, 5] = np.inf, np.nan, -np.inf
+    for k, st, dil, padw, ceil, cip in [((3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), 0, 0),
+                                        ((3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), 0, 1),
+                                        ((2, 3), (1, 2), (1, 1), ((0, 1), (1, 0)), 1, 1),
+                                        ((2, 3), (3, 2), (1, 1), ((0, 1), (1, 0)), 1, 0),
+                                        ((3, 2), (1, 1), (2, 3), ((2, 0), (1, 2)), 0, 0),
+                                        ((7, 7), (1, 1), (1, 1), ((0, 0), (0, 0)), 0, 0),
+                                        ((1, 1), (1, 1), (1, 1), ((0, 0), (0, 0)), 0, 0)]:
+        if k == (7, 7):
+            x7 = x[:, :, :7, :7]
+            got = _avg_pool2d_native(x7, k, st, dil, padw, ceil, cip)
+            want = nn.pool_nd(x7, "avg", k, st, padw, dil, ceil, cip)
+        else:
+            got = _avg_pool2d_native(x, k, st, dil, padw, ceil, cip)
+            want = nn.pool_nd(x, "avg", k, st, padw, dil, ceil, cip)
+        _same_bits_nan_equal(got, want)

@@ -10,7 +10,8 @@ import numpy as np
 
 from core.onnx.ops.window import attrs_nd, pads_for, windows
 from core.onnx.registry import op
-from core.ops.nn import pool_nd
+from core.ops.nn import pool_counts, pool_nd
+from core.ops.reference import serial_sum
 
 
 def _lowest(dt):
@@ -62,8 +63,36 @@ def avg_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilati
              kernel_shape=(), pads=None, strides=None):
     k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
     padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
+    if ctx.k.sum is serial_sum and len(k) == 2 and x.dtype in (np.float32, np.float64) \
+            and min(st) >= 1 and min(dil) >= 1 and x.size:
+        # pool_nd's per-tap loop in one C pass (the same additions in the same order)
+        y = _avg_pool2d_native(x, k, st, dil, padw, ceil_mode, count_include_pad)
+        if y is not None:
+            return y
     # the tape's avgpool2d (core.ops.nn.pool_nd) with this kernel set's sum
     return pool_nd(x, "avg", k, st, padw, dil, ceil_mode, count_include_pad, sum_fn=ctx.k.sum)
+
+
+_COUNTS: dict = {}  # (dtype, spatial shape, geometry) -> pool_nd's divisors, read-only
+
+
+def _avg_pool2d_native(x, k, st, dil, padw, ceil_mode, count_include_pad):
+    from core import native
+
+    if native.library() is None:
+        return None
+    key = (x.dtype.str, x.shape[2:], tuple(k), tuple(st), tuple(dil),
+           tuple(tuple(p) for p in padw), int(ceil_mode), int(bool(count_include_pad)))
+    cnt = _COUNTS.get(key)
+    if cnt is None:
+        cnt = pool_counts(x[:1, :1], k, st, padw, dil, ceil_mode, count_include_pad)
+        cnt = np.ascontiguousarray(cnt, dtype=x.dtype)
+        cnt.flags.writeable = False
+        if len(_COUNTS) > 256:
+            _COUNTS.clear()
+        _COUNTS[key] = cnt
+    outs = cnt.shape[2:]
+    return native.avg_pool2d(x, cnt, k, st, dil, padw, outs)
 
 
 @op("LpPool")

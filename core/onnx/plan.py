@@ -1,0 +1,392 @@
+"""A session's run plan: the same outputs, bit for bit, with less work per run.
+
+``Session.run`` runs the plan instead of the plain node list when it applies (see
+:meth:`Plan.usable`); ``Session(..., plan=False)`` and ``TAPESCOPE_ONNX_PLAN=0`` turn it off, and
+the tests hold every planned run to the plain executor byte for byte. Three things:
+
+* **Folding under defaults.** A graph input with a default (an initializer also listed as an
+  input) may be overridden by a feed, so ``Session`` never folds what depends on one. The plan
+  folds those nodes too, once, with the defaults (the light models build every weight with a
+  ``ConstantOfShape`` of such an input: 243 of shufflenet's 446 nodes), and remembers which
+  inputs it assumed (``guard``): a run that feeds one of them runs the plain node list.
+* **Conv chains in one C pass** (reference mode, native code available): ``Conv`` followed by
+  any of ``BatchNormalization`` (inference), a two-input ``Sum``/``Add`` with a same-shape
+  tensor, and ``Relu``, each intermediate used only by the next. The product runs as before
+  (the batched reference matmul, or the direct one-output-per-group kernel) and each block of
+  output rows then takes the following ops in order while it is in cache, every op still its
+  own rounding with the operands in the node's order (``core.native.epilogue``). Anything the
+  C pass does not cover (a dtype, a broadcast, a shape) runs the nodes one by one instead.
+* **Gemm with a constant B and transB=1**: B transposed (copied) once, not every run.
+
+Budget accounting is kept: every original node still passes ``Budget.before`` and a fused
+chain charges the bytes its unmaterialised intermediates would have held.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.onnx.errors import OnnxError
+from core.onnx.limits import OnnxCancelled
+
+#: ops never folded: their outputs must be fresh per run (or are random)
+NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+              "Multinomial", "Bernoulli", "Dropout"}
+
+
+def enabled() -> bool:
+    """Whether sessions plan their runs (``TAPESCOPE_ONNX_PLAN=0`` turns it off)."""
+    return os.environ.get("TAPESCOPE_ONNX_PLAN", "1") != "0"
+
+
+@dataclass
+class Plan:
+    """What ``Session.run`` runs instead of the plain node list."""
+
+    steps: list  # executor Steps and FusedConv/ConstArgs entries, in graph order
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # folded under defaults
+    guard: frozenset = frozenset()  # inputs with defaults the folded values assumed
+    hidden: frozenset = frozenset()  # names a fused chain never materialises
+
+    def usable(self, feeds: dict, outputs) -> bool:
+        """A run may use the plan unless it feeds a guarded input or asks for a hidden value."""
+        if self.guard and any(k in self.guard for k in feeds):
+            return False
+        return not (outputs and self.hidden and any(o in self.hidden for o in outputs))
+
+
+# ---- building ---------------------------------------------------------------------------------
+
+def _subgraph_names(sess) -> set[str]:
+    """Every name a node inside any subgraph reads (it may be an outer-scope value)."""
+    from core.onnx.executor import CompiledGraph
+
+    names: set[str] = set()
+
+    def walk(cg):
+        for st in cg.steps:
+            for v in st.attrs.values():
+                if isinstance(v, CompiledGraph):
+                    for sub in v.steps:
+                        names.update(i for i in sub.node.input if i)
+                    walk(v)
+    walk(sess.graph)
+    return names
+
+
+def _fold_under_defaults(sess, budget) -> tuple[list, dict, set]:
+    """(steps left, folded values, inputs assumed): Session's folding, but an input with a
+    default counts as a constant with that value."""
+    from core.onnx.executor import CompiledGraph
+
+    g = sess.graph
+    overridable = {i.name for i in sess.model.graph.input} & set(g.inits)
+    known = dict(g.inits)
+    deps: dict[str, frozenset] = {n: frozenset([n]) for n in overridable}
+    outputs = set(g.outputs)
+    keep, values, guard = [], {}, set()
+    for st in g.steps:
+        ins = [i for i in st.node.input if i]
+        const = (st.node.op_type not in NOT_FOLDED
+                 and not any(isinstance(v, CompiledGraph) for v in st.attrs.values())
+                 and all(i in known for i in ins)
+                 and not any(o in outputs for o in st.node.output))
+        d = frozenset().union(*(deps.get(i, frozenset()) for i in ins)) if const else None
+        if const and not d:
+            const = False  # Session would have folded it had it been foldable: leave it
+        if const:
+            env = dict(known)
+            try:
+                sess._run_steps(CompiledGraph("fold", [st], {}, [], [], g.proto), env, budget)
+            except OnnxCancelled:
+                raise
+            except OnnxError:  # a limit or a kernel error: at run it surfaces as without a plan
+                const = False
+        if const:
+            for o in st.node.output:
+                if o:
+                    v = env[o]
+                    if isinstance(v, np.ndarray):
+                        v.flags.writeable = False  # shared by every run: nobody writes it
+                    known[o] = values[o] = v
+                    deps[o] = d
+            guard |= d
+        else:
+            keep.append(st)
+    return keep, values, guard
+
+
+def _consumers(steps, extra: set[str]) -> dict[str, int]:
+    n: dict[str, int] = {}
+    for st in steps:
+        for i in st.node.input:
+            if i:
+                n[i] = n.get(i, 0) + 1
+    for i in extra:
+        n[i] = n.get(i, 0) + 2  # read from a subgraph or a graph output: never fused away
+    return n
+
+
+def _single_output(st) -> bool:
+    return len([o for o in st.node.output if o]) == 1 and bool(st.node.output[0])
+
+
+def _fuse(steps, consumers, constants) -> tuple[list, set]:
+    """Replace Conv chains by FusedConv entries and constant-B Gemms by ConstArgs."""
+    by_input: dict[str, list[int]] = {}
+    for j, st in enumerate(steps):
+        for i in st.node.input:
+            if i:
+                by_input.setdefault(i, []).append(j)
+    out, hidden, used = [], set(), set()
+    place: dict[int, Any] = {}  # a fused chain runs where its last node was
+    for j, st in enumerate(steps):
+        if j in used:
+            if j in place:
+                out.append(place[j])
+            continue
+        op = st.node.op_type
+        if op == "Gemm" and st.node.domain in ("", "ai.onnx") and st.attrs.get("transB") \
+                and not st.attrs.get("transA") and len(st.node.input) >= 2 \
+                and st.node.input[1] in constants:
+            b = constants[st.node.input[1]]
+            if isinstance(b, np.ndarray) and b.ndim == 2:
+                out.append(ConstArgs(st, {1: np.ascontiguousarray(b.T)}, {"transB": 0}))
+                continue
+        if op != "Conv" or st.node.domain not in ("", "ai.onnx") or not _single_output(st) \
+                or len([i for i in st.node.input if i]) < 2:
+            out.append(st)
+            continue
+        chain = [st]
+        cur = st.node.output[0]
+        k = j
+        stage = 0  # 1: BN taken, 2: Sum taken, 3: Relu taken
+        while consumers.get(cur, 0) == 1 and len(by_input.get(cur, [])) == 1:
+            nj = by_input[cur][0]
+            if nj <= k or nj in used:
+                break
+            nxt = steps[nj]
+            nop = nxt.node.op_type
+            if nxt.node.domain not in ("", "ai.onnx") or not _single_output(nxt):
+                break
+            if nop == "BatchNormalization" and stage < 1 and len(nxt.node.input) == 5 \
+                    and nxt.node.input[0] == cur and all(nxt.node.input) \
+                    and not nxt.attrs.get("training_mode") and nxt.attrs.get("spatial", 1) \
+                    and cur not in nxt.node.input[1:]:
+                stage = 1
+            elif nop in ("Sum", "Add") and stage < 2 and len(nxt.node.input) == 2 \
+                    and all(nxt.node.input) and nxt.node.input[0] != nxt.node.input[1] \
+                    and not (nop == "Add" and nxt.attrs.get("broadcast")):
+                stage = 2
+            elif nop == "Relu" and stage < 3:
+                stage = 3
+            else:
+                break
+            chain.append(nxt)
+            hidden.add(cur)
+            used.add(nj)
+            cur = nxt.node.output[0]
+            k = nj
+            if stage == 3:
+                break
+        if len(chain) == 1:
+            out.append(st)
+            continue
+        place[k] = FusedConv(chain)
+    return out, hidden
+
+
+def build(sess, budget, fold: bool = True) -> Plan:
+    """The plan for ``sess``'s main graph (folding runs kernels: limits apply)."""
+    if fold:
+        steps, values, guard = _fold_under_defaults(sess, budget)
+    else:
+        steps, values, guard = list(sess.graph.steps), {}, set()
+    hidden: set[str] = set()
+    if sess.mode == "reference":
+        from core import native
+
+        overridable = {i.name for i in sess.model.graph.input}
+        constants = {k: v for k, v in sess.graph.inits.items() if k not in overridable}
+        constants.update(values)
+        if native.library() is not None:
+            extra = _subgraph_names(sess) | set(sess.graph.outputs)
+            steps, hidden = _fuse(steps, _consumers(steps, extra), constants)
+        else:
+            steps, _ = _fuse(steps, {}, constants)  # only the Gemm rewrite: no native needed
+    return Plan(steps, values, frozenset(guard), frozenset(hidden))
+
+
+# ---- running ----------------------------------------------------------------------------------
+
+class ConstArgs:
+    """A node run with some inputs replaced by precomputed constants (and attributes changed)."""
+
+    def __init__(self, st, consts: dict[int, np.ndarray], attrs: dict) -> None:
+        from core.onnx.executor import Step
+
+        self.orig = st
+        self.consts = consts
+        self.step = Step(st.label, st.node, st.kernel, {**st.attrs, **attrs}, st.opset)
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        sess._run_step(self.step, sess.graph, env, budget, run_sub, self.consts)
+
+
+class FusedConv:
+    """Conv [BatchNormalization] [Sum/Add] [Relu] in one C pass (see the module docstring)."""
+
+    def __init__(self, chain: list) -> None:
+        self.chain = chain
+        self.conv = chain[0]
+        self.bn = next((s for s in chain if s.node.op_type == "BatchNormalization"), None)
+        self.add = next((s for s in chain if s.node.op_type in ("Sum", "Add")), None)
+        self.relu = any(s.node.op_type == "Relu" for s in chain)
+        self.out = chain[-1].node.output[0]
+        self.inner = {s.node.output[0] for s in chain[:-1]}  # never materialised
+        if self.add is not None:
+            prev = chain[chain.index(self.add) - 1].node.output[0]
+            ins = list(self.add.node.input)
+            self.res_first = ins[0] != prev
+            self.res_name = ins[0] if self.res_first else ins[1]
+        self._den_key: Any = None
+        self._den = None
+        self._costs: dict = {}
+        self._ep: Any = None  # (the operands it was made from, Epilogue, arrays it points into)
+
+    def _epilogue(self, native, dt, m, b, bn, res):
+        """The Epilogue for these operands: made once while they are the same objects (the
+        model's constants), only the residual's address set per run."""
+        ops = (b,) + (bn or ())
+        got = self._ep
+        if got is None or len(got[0]) != len(ops) or got[1].relu != int(self.relu) \
+                or got[3] != dt or any(p is not q for p, q in zip(got[0], ops, strict=True)):
+            made = native.epilogue(dt, m, bias=b, bn=bn, res=None, relu=self.relu)
+            if made is None:
+                return None
+            got = self._ep = (ops, made[0], made[1], dt)
+        e = got[1]
+        if res is not None:
+            e.res = res.ctypes.data
+            e.res_first = int(self.res_first)
+        else:
+            e.res = None
+        return e
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        y = self._fused(env, budget, sess)
+        if y is None:  # not a case the C pass covers: the nodes one by one
+            for st in self.chain:
+                sess._run_step(st, sess.graph, env, budget, run_sub)
+            return
+        env[self.out] = y
+
+    def _den_for(self, var, eps, t):
+        key = (id(var), eps)
+        if self._den_key != key or self._den[0] is not var:
+            self._den = (var, np.sqrt(var + t(eps)))  # as batch_norm computes it
+            self._den_key = key
+        return self._den[1]
+
+    def _fused(self, env, budget, sess):
+        from core import native
+        from core.onnx.ops.window import attrs_nd, pads_for
+        from core.ops.nn import im2col, out_size
+
+        names = self.conv.node.input
+        if any(n and n not in env for n in names):
+            return None
+        x, w = env[names[0]], env[names[1]]
+        b = env[names[2]] if len(names) > 2 and names[2] else None
+        if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray)) or x.ndim != 4 \
+                or w.ndim != 4 or x.dtype not in (np.float32, np.float64) or w.dtype != x.dtype:
+            return None
+        dt = x.dtype
+        at = self.conv.attrs
+        group = at.get("group", 1)
+        m, c = w.shape[0], x.shape[1]
+        if not isinstance(group, int) or group < 1 or c % group or m % group \
+                or w.shape[1] * group != c or 0 in x.shape or 0 in w.shape:
+            return None
+        try:
+            k, st, dil = attrs_nd(x, at.get("kernel_shape") or w.shape[2:], at.get("strides"),
+                                  at.get("dilations"))
+            if list(k) != list(w.shape[2:]) or len(st) != 2 or len(dil) != 2 \
+                    or min(st) < 1 or min(dil) < 1:
+                return None
+            padw = pads_for(x.shape[2:], k, st, dil, at.get("pads"),
+                            at.get("auto_pad", "NOTSET"))
+            outs = [out_size(x.shape[2 + i], k[i], st[i], dil[i], *padw[i]) for i in range(2)]
+        except Exception:  # noqa: BLE001 - the plain Conv kernel says what is wrong
+            return None
+        if b is not None and (not isinstance(b, np.ndarray) or b.dtype != dt or b.size != m):
+            return None
+        yshape = (x.shape[0], m, outs[0], outs[1])
+        bn = None
+        if self.bn is not None:
+            bnames = self.bn.node.input
+            if any(n not in env for n in bnames[1:]):
+                return None
+            scale, beta, mean, var = (env[n] for n in bnames[1:])
+            if not all(isinstance(v, np.ndarray) and v.dtype == dt and v.size == m
+                       for v in (scale, beta, mean, var)):
+                return None
+            eps = self.bn.attrs.get("epsilon", 1e-5)
+            bn = (mean, self._den_for(var, eps, dt.type), scale, beta)
+        res = None
+        if self.add is not None:
+            if self.res_name not in env:
+                return None
+            res = env[self.res_name]
+            if not isinstance(res, np.ndarray) or res.dtype != dt or res.shape != yshape:
+                return None
+            res = np.ascontiguousarray(res)
+        epi = self._epilogue(native, dt, m, b, bn, res)
+        if epi is None:
+            return None
+        # the budget sees every node of the chain, as the plain run would (the charges depend
+        # on shapes and attributes only: computed once per shape)
+        key = (dt, x.shape, w.shape, None if b is None else b.shape,
+               None if bn is None else tuple(v.shape for v in bn))
+        costs = self._costs.get(key)
+        if costs is None:
+            y_like = np.broadcast_to(np.zeros((), dt), yshape)
+            costs = []
+            for s in self.chain:
+                ins = [None if not n else y_like if n in self.inner else env[n]
+                       for n in s.node.input]
+                costs.append(budget.cost(s.node.op_type, ins, s.attrs, s.opset))
+            if len(self._costs) > 8:
+                self._costs.clear()
+            self._costs[key] = costs
+        for s, c in zip(self.chain, costs, strict=True):
+            try:
+                budget.replay(*c)
+            except OnnxError as exc:
+                if exc.node is None:
+                    exc.node = s.label
+                raise exc.with_file(sess.label) from None
+        if m == group:
+            y = native.conv2d_one_per_group(x, w, st, dil, padw, outs, epi)
+        else:
+            cols, _ = im2col(x, w.shape[2:], st, dil, padw, group)
+            n = x.shape[0]
+            wg = w.reshape(group, m // group, -1)
+            if n > 1:
+                wg = np.broadcast_to(wg[None], (n,) + wg.shape).reshape((n * group,) + wg.shape[1:])
+            y = native.bmm_ep(wg, cols.reshape((n * group,) + cols.shape[2:]), group, epi)
+        if y is None:
+            return None
+        y = y.reshape(yshape)
+        try:
+            budget.hold(y)
+            budget.charge(y.nbytes * (len(self.chain) - 1))  # the intermediates' share
+        except OnnxError as exc:
+            if exc.node is None:
+                exc.node = self.chain[-1].label
+            raise exc.with_file(sess.label) from None
+        return y

@@ -1,0 +1,277 @@
+"""The run plan (core.onnx.plan: folding under the inputs' defaults, fused Conv chains, Gemm's
+B transposed once) gives the plain executor's bits: every value a planned run makes is held
+bit for bit to ``Session(..., plan=False)``, on the light conv nets and on small graphs with
+NaN, infinities and signed zeros in the inputs, weights and normalisation statistics.
+
+"Bit for bit" under the project's NaN policy (docs/reference-order.md): a NaN must be a NaN on
+both sides, its sign and payload are outside the contract (numpy itself returns the first
+operand's NaN of ``nan + nan`` in its vector body and the second's in its tail); every other
+element, signed zeros included, must have the same bits."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from core import native
+from core.onnx import Limits, OnnxError, Session
+from core.onnx.plan import ConstArgs, FusedConv
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
+
+
+def _specials(x: np.ndarray, every: int = 37) -> np.ndarray:
+    x = x.copy()
+    flat = x.reshape(-1)
+    flat[::every] = np.nan
+    flat[5::every] = np.inf
+    flat[9::every] = -np.inf
+    flat[13::every] = -0.0
+    flat[17::every] = 0.0
+    return x
+
+
+def _values(sess: Session, planned: bool = True) -> list[str]:
+    """Every node output the planned run materialises."""
+    hidden = sess.plan().hidden if planned and sess.plan() is not None else frozenset()
+    return [o for st in sess.graph.steps for o in st.node.output if o and o not in hidden]
+
+
+def _same_bits(planned: Session, plain: Session, feeds: dict) -> int:
+    names = _values(planned)
+    got = planned.run(feeds, outputs=names)
+    want = plain.run(feeds, outputs=names)
+    for n in names:
+        _assert_same_bits(got[n], want[n], n)
+    return len(names)
+
+
+def _assert_same_bits(a, b, what=""):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape, what
+    if a.dtype.kind != "f":
+        assert a.tobytes() == b.tobytes(), what
+        return
+    na, nb = np.isnan(a), np.isnan(b)
+    assert np.array_equal(na, nb), what
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    assert np.array_equal(a[~na].view(u), b[~nb].view(u)), what
+
+
+def _input(sess: Session, scale: float = 1.0, seed: int = 0) -> dict:
+    name = sess.input_names[0]
+    vi = next(v for v in sess.model.graph.input if v.name == name)
+    shape = [d.dim_value or 1 for d in vi.type.tensor_type.shape.dim]
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * np.float32(scale)
+    return {name: x}
+
+
+@needs_native
+@pytest.mark.parametrize("model", ["squeezenet", "shufflenet", "resnet50"])
+def test_light_models_planned_equal_plain_bit_for_bit(model):
+    path = os.path.join(LIGHT, f"light_{model}.onnx")
+    planned, plain = Session(path), Session(path, plan=False)
+    plan = planned.plan()
+    assert plan is not None and plan.values and plan.guard  # the weights' ConstantOfShapes
+    assert any(isinstance(st, FusedConv) for st in plan.steps)
+    assert len(plan.steps) < len(plain.graph.steps)
+    for feeds in (_input(planned), _input(planned, 1e-3, 1)):
+        assert _same_bits(planned, plain, feeds) > 20
+    feeds = _input(planned)
+    name = next(iter(feeds))
+    feeds[name] = _specials(feeds[name])
+    _same_bits(planned, plain, feeds)
+
+
+# ---- small hand-built graphs ------------------------------------------------------------------
+
+def _model(nodes, inputs: dict, inits: dict, outputs: list[str], opset: int = 17):
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(
+            next(iter(inputs.values())).dtype), ["n", "c", "h", "w"]) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _spread(rng, shape, dtype):
+    x = rng.standard_normal(shape).astype(dtype)
+    return x * np.exp2(rng.integers(-6, 6, shape)).astype(dtype)
+
+
+def _bn_params(rng, c, dtype, prefix):
+    scale = _spread(rng, (c,), dtype)
+    scale[0] = -0.0
+    bias = _spread(rng, (c,), dtype)
+    mean = _spread(rng, (c,), dtype)
+    mean[-1] = np.inf
+    var = np.abs(_spread(rng, (c,), dtype))
+    var[1 % c] = 0.0  # with epsilon=0 below: a division by zero
+    return {f"{prefix}s": scale, f"{prefix}b": bias, f"{prefix}m": mean, f"{prefix}v": var}
+
+
+def _chain_model(dtype, c_in, c_out, group, kernel, strides, pads, dilations, bias, bn, add,
+                 relu, spatial=(9, 11), eps=1e-5):
+    """x -> Conv -> [BN] -> [Sum/Add with r] -> [Relu] -> y, plus a second output that reads
+    the input (so the graph has more than the chain)."""
+    rng = np.random.default_rng(c_in * 100 + c_out + group)
+    w = _spread(rng, (c_out, c_in // group) + kernel, dtype)
+    w.flat[0] = np.inf
+    w.flat[-1] = -0.0
+    inits = {"w": w}
+    conv_in = ["x", "w"]
+    if bias:
+        inits["bias"] = _spread(rng, (c_out,), dtype)
+        conv_in.append("bias")
+    nodes = [helper.make_node("Conv", conv_in, ["c"], group=group, kernel_shape=list(kernel),
+                              strides=list(strides), pads=list(pads),
+                              dilations=list(dilations))]
+    cur = "c"
+    if bn:
+        inits.update(_bn_params(rng, c_out, dtype, "bn_"))
+        nodes.append(helper.make_node("BatchNormalization",
+                                      [cur, "bn_s", "bn_b", "bn_m", "bn_v"], ["n"],
+                                      epsilon=eps))
+        cur = "n"
+    inputs = {"x": _specials(_spread(rng, (2, c_in) + spatial, dtype), 23)}
+    if add:
+        oh = (spatial[0] + pads[0] + pads[2] - ((kernel[0] - 1) * dilations[0] + 1)) \
+            // strides[0] + 1
+        ow = (spatial[1] + pads[1] + pads[3] - ((kernel[1] - 1) * dilations[1] + 1)) \
+            // strides[1] + 1
+        inputs["r"] = _specials(_spread(rng, (2, c_out, oh, ow), dtype), 19)
+        op, first = add
+        nodes.append(helper.make_node(op, ["r", cur] if first else [cur, "r"], ["s"]))
+        cur = "s"
+    if relu:
+        nodes.append(helper.make_node("Relu", [cur], ["y"]))
+        cur = "y"
+    nodes.append(helper.make_node("Neg", ["x"], ["other"]))
+    return _model(nodes, inputs, inits, [cur, "other"]), inputs
+
+
+CHAINS = [
+    # dtype, c_in, c_out, group, kernel, strides, pads, dilations, bias, bn, add, relu
+    (np.float32, 6, 8, 2, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False, True, None, True),
+    (np.float32, 6, 8, 2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True, True, ("Sum", True), True),
+    (np.float32, 6, 6, 1, (3, 3), (2, 2), (1, 0, 2, 1), (1, 1), True, True, ("Add", False), True),
+    (np.float32, 8, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, True, None, False),
+    (np.float32, 8, 8, 8, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), True, True, None, True),
+    (np.float32, 8, 4, 4, (3, 2), (2, 3), (0, 2, 3, 1), (2, 1), False, True, ("Sum", False),
+     True),
+    (np.float32, 5, 7, 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), True, False, None, True),
+    (np.float32, 12, 36, 3, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False, True, ("Sum", True),
+     True),
+    (np.float64, 6, 8, 2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True, True, ("Sum", False), True),
+    (np.float64, 8, 8, 8, (3, 3), (2, 1), (1, 1, 1, 1), (1, 2), False, True, ("Add", True), True),
+    (np.float64, 4, 70, 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False, False, None, True),
+]
+
+
+@needs_native
+@pytest.mark.parametrize("case", CHAINS, ids=[str(i) for i in range(len(CHAINS))])
+@pytest.mark.parametrize("eps", [1e-5, 0.0])
+def test_fused_conv_chains_equal_the_separate_ops_bit_for_bit(case, eps):
+    m, inputs = _chain_model(*case, eps=eps)
+    planned, plain = Session(m), Session(m, plan=False)
+    fused = [st for st in planned.plan().steps if isinstance(st, FusedConv)]
+    assert len(fused) == 1
+    assert len(fused[0].chain) == 1 + sum(bool(v) for v in case[9:12])
+    _same_bits(planned, plain, inputs)
+    y = planned.run(inputs)
+    assert np.isnan(next(iter(y.values()))).any()  # the specials went through
+
+
+@needs_native
+def test_a_shape_the_c_pass_does_not_take_runs_the_nodes_one_by_one():
+    # the residual broadcasts (1, C, 1, 1): Sum's numpy broadcast, not the C pass
+    m, inputs = _chain_model(np.float32, 6, 8, 2, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False,
+                             True, ("Sum", True), True)
+    r = next(v for v in m.graph.input if v.name == "r")
+    for d in r.type.tensor_type.shape.dim:
+        d.dim_param = "any"  # clears dim_value
+    planned, plain = Session(m), Session(m, plan=False)
+    inputs = dict(inputs, r=_specials(np.random.default_rng(3).standard_normal(
+        (1, 8, 1, 1)).astype(np.float32), 3))
+    _same_bits(planned, plain, inputs)
+
+
+@needs_native
+def test_asking_for_a_fused_intermediate_runs_plainly():
+    m, inputs = _chain_model(np.float32, 6, 8, 2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True,
+                             True, ("Sum", True), True)
+    planned, plain = Session(m), Session(m, plan=False)
+    assert {"c", "n", "s"} <= planned.plan().hidden
+    got = planned.run(inputs, outputs=["c", "n", "s", "y"])
+    want = plain.run(inputs, outputs=["c", "n", "s", "y"])
+    for k in want:
+        _assert_same_bits(got[k], want[k], k)
+
+
+@needs_native
+def test_an_intermediate_read_twice_or_as_a_graph_output_is_not_fused_away():
+    m, inputs = _chain_model(np.float32, 6, 8, 2, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False,
+                             True, None, True)
+    g = m.graph
+    g.node.append(helper.make_node("Neg", ["n"], ["neg_n"]))  # n read twice: BN ends a chain
+    g.output.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, ["n", "c", "h", "w"]))
+    planned, plain = Session(m), Session(m, plan=False)
+    assert not planned.plan().hidden  # c is a graph output: nothing fused
+    _same_bits(planned, plain, inputs)
+
+
+def _guarded_model():
+    """Weights made by ConstantOfShape from an input with a default (the light models' form),
+    and a Gemm with transB=1 on them."""
+    shape = np.array([5, 4], np.int64)
+    nodes = [helper.make_node("ConstantOfShape", ["wshape"], ["w"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.75])),
+             helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)]
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "k"]),
+         helper.make_tensor_value_info("wshape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "m"])],
+        [numpy_helper.from_array(shape, "wshape"),
+         numpy_helper.from_array(np.arange(5, dtype=np.float32), "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_values_folded_under_defaults_give_way_to_a_feed():
+    m = _guarded_model()
+    planned, plain = Session(m), Session(m, plan=False)
+    plan = planned.plan()
+    assert "w" in plan.values and plan.guard == {"wshape"}
+    assert not plan.values["w"].flags.writeable
+    assert any(isinstance(st, ConstArgs) for st in plan.steps)  # B transposed once
+    x = _specials(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32), 5)
+    _assert_same_bits(planned.run({"x": x})["y"], plain.run({"x": x})["y"])
+    # feeding the defaulted input: the plain node list runs, with the fed shape
+    feeds = {"x": np.ones((3, 2), np.float32), "wshape": np.array([5, 2], np.int64)}
+    got, want = planned.run(feeds)["y"], plain.run(feeds)["y"]
+    assert got.shape == (3, 5)
+    _assert_same_bits(got, want)
+    _assert_same_bits(planned.run({"x": x})["y"], plain.run({"x": x})["y"])
+
+
+@needs_native
+def test_a_fused_run_is_refused_by_the_same_limits():
+    m, inputs = _chain_model(np.float32, 6, 8, 2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True,
+                             True, ("Sum", True), True)
+    assert Session(m).run(inputs)
+    for plan in (True, False):
+        sess = Session(m, plan=plan, limits=Limits(max_bytes=4000))
+        with pytest.raises(OnnxError, match="bytes"):
+            sess.run(inputs)
+
+
+def test_the_env_switch_turns_the_plan_off(monkeypatch):
+    monkeypatch.setenv("TAPESCOPE_ONNX_PLAN", "0")
+    assert Session(_guarded_model()).plan() is None
