@@ -166,6 +166,7 @@ class GraphModel:
                     ins[t].add(s)
         kinds = np.empty(m, dtype=np.int8)
         labels: list[tuple[str, str, str]] = []
+        shapes: dict[tuple, str] = {}  # a tape has few distinct shapes: each spelled once
         order_key: list[int] = []
         for it in range(m):
             nid = item_node[it]
@@ -175,7 +176,10 @@ class GraphModel:
                 name = nd.name or f"#{nid}"
                 if name.endswith("/"):  # an unnamed node inside a scope
                     name += f"#{nid}"
-                labels.append((nd.op, name, shape_text(nd.shape)))
+                st = shapes.get(nd.shape)
+                if st is None:
+                    st = shapes[nd.shape] = shape_text(nd.shape)
+                labels.append((nd.op, name, st))
                 order_key.append(nid)
             else:
                 g = item_group[it]

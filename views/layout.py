@@ -133,50 +133,74 @@ def _sweep(pos: list[float], members: list[list[int]], nbrs, ranks_iter) -> None
         members[r] = [item[2] for item in keyed]
 
 
-def _crossings(pos: list[float], adjacent: list[list[tuple[int, int]]]) -> int:
-    """Crossings among edges joining adjacent ranks (edges grouped by their upper rank)."""
-    total = 0
-    for edges in adjacent:
-        m = len(edges)
-        if m < 2:
-            continue
-        if m > 48:  # wide rank: vectorize the pair test
-            a = np.array([pos[u] for u, _ in edges])
-            b = np.array([pos[v] for _, v in edges])
+class _Crossings:
+    """Counts crossings among edges joining adjacent ranks (edges grouped by their upper rank)
+    for any node positions: the pairs to test are listed once, each count is a few array ops."""
+
+    def __init__(self, adjacent: list[list[tuple[int, int]]]):
+        small = [e for e in adjacent if 2 <= len(e) <= 48]
+        self.wide = [(np.array([u for u, _ in e]), np.array([v for _, v in e]))
+                     for e in adjacent if len(e) > 48]
+        sizes = np.array([len(e) for e in small], dtype=np.int64)
+        self.eu = np.array([u for e in small for u, _ in e], dtype=np.int64)
+        self.ev = np.array([v for e in small for _, v in e], dtype=np.int64)
+        # every pair i < j inside each group: edge i is paired with the rest of its group
+        end = np.repeat(np.cumsum(sizes), sizes)
+        cnt = end - np.arange(self.eu.size) - 1
+        self.i = np.repeat(np.arange(self.eu.size), cnt)
+        first = np.repeat(np.cumsum(cnt) - cnt, cnt)
+        self.j = self.i + 1 + (np.arange(self.i.size) - first)
+
+    def count(self, pos) -> int:
+        """Crossings with node ``v`` at position ``pos[v]``."""
+        p = np.asarray(pos, dtype=np.float64)
+        pa, pb = p[self.eu], p[self.ev]
+        # two edges cross when their ends are ordered oppositely on the two ranks
+        total = int(np.count_nonzero((pa[self.i] - pa[self.j]) * (pb[self.i] - pb[self.j]) < 0))
+        for u, v in self.wide:  # a wide rank: the sign form, as one matrix
+            a, b = p[u], p[v]
             total += int(((np.sign(a[:, None] - a[None, :])
                            * np.sign(b[:, None] - b[None, :])) < 0).sum()) // 2
-            continue
-        pa = [pos[u] for u, _ in edges]
-        pb = [pos[v] for _, v in edges]
-        for i in range(m):
-            ai, bi = pa[i], pb[i]
-            for j in range(i + 1, m):
-                # two edges cross when their ends are ordered oppositely on the two ranks
-                if (ai - pa[j]) * (bi - pb[j]) < 0:
-                    total += 1
-    return total
+        return total
 
 
-def _place_x(members: list[list[int]], ins, outs, n: int, iterations: int = 4) -> list[float]:
-    """Coordinates: keep the in-rank order, pull each node toward its neighbours' mean."""
+def _crossings(pos: list[float], adjacent: list[list[tuple[int, int]]]) -> int:
+    """Crossings among edges joining adjacent ranks (edges grouped by their upper rank)."""
+    return _Crossings(adjacent).count(pos)
+
+
+def _place_x(members: list[list[int]], src: np.ndarray, dst: np.ndarray, w: np.ndarray, n: int,
+             iterations: int = 4) -> list[float]:
+    """Coordinates: keep the in-rank order, pull each node toward its neighbours' mean
+    (edge ``src[k] -> dst[k]`` weighing ``w[k]``)."""
     step = NODE_W + GAP_X
     x = [0.0] * n
     for mem in members:
         c = (len(mem) - 1) / 2.0
         for i, v in enumerate(mem):
             x[v] = (i - c) * step
+    # NOTE: each node's weighted mean of its neighbours is two bincounts over the edges listed
+    # in the order a per-node loop added them (its inputs in edge order, then its users):
+    # bincount adds in array order from 0.0, so the sums are that loop's, bit for bit
+    tgt = np.concatenate([dst, src])
+    other = np.concatenate([src, dst])
+    side = np.repeat(np.array([0, 1], dtype=np.int64), src.size)
+    o = np.argsort(tgt * 2 + side, kind="stable")
+    tgt, other, wo = tgt[o], other[o], np.concatenate([w, w])[o]
+    tw = np.bincount(tgt, weights=wo, minlength=n)
+    has = tw != 0
+    safe_tw = np.where(has, tw, 1.0)
+    sizes = np.array([len(m) for m in members], dtype=np.int64)
+    wide = int(sizes.max(initial=0))
+    cols = _columns(members, sizes) if wide * 20 <= n else None
     for _ in range(iterations):
-        want = x[:]
-        for v in range(n):
-            tw = ts = 0.0
-            for u, w in ins[v]:
-                tw += w
-                ts += w * x[u]
-            for u, w in outs[v]:
-                tw += w
-                ts += w * x[u]
-            if tw:
-                want[v] = ts / tw
+        xa = np.asarray(x)
+        ts = np.bincount(tgt, weights=wo * xa[other], minlength=n)
+        want = np.where(has, ts / safe_tw, xa)
+        if cols is not None:
+            x = _spread(want, cols, sizes, step, n)
+            continue
+        want = want.tolist()
         for mem in members:
             k = len(mem)
             if k == 0:
@@ -192,7 +216,36 @@ def _place_x(members: list[list[int]], ins, outs, n: int, iterations: int = 4) -
             shift = sum(p - want[v] for p, v in zip(placed, mem, strict=True)) / k
             for p, v in zip(placed, mem, strict=True):
                 x[v] = p - shift
-    return x
+    return x.tolist() if isinstance(x, np.ndarray) else x
+
+
+def _columns(members: list[list[int]], sizes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(nodes, their ranks) at each in-rank position: column ``k`` holds every rank's k-th."""
+    flat = np.fromiter((v for m in members for v in m), dtype=np.int64, count=int(sizes.sum()))
+    rank = np.repeat(np.arange(sizes.size), sizes)
+    k = np.arange(flat.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    o = np.argsort(k, kind="stable")
+    cuts = np.flatnonzero(np.diff(k[o])) + 1
+    return [(flat[c], rank[c]) for c in np.split(o, cuts)]
+
+
+def _spread(want: np.ndarray, cols, sizes: np.ndarray, step: float, n: int) -> np.ndarray:
+    """The per-rank running maximum of ``_place_x``, one in-rank position at a time across
+    every rank: the same operations in the same order per rank, so the same bits."""
+    prev = np.full(sizes.size, -np.inf)
+    acc = np.zeros(sizes.size)
+    placed = np.empty(n)
+    for v, r in cols:
+        a, b = want[v], prev[r] + step
+        xv = np.where(b > a, b, a)  # Python's max(a, b): a unless b is greater (-0.0 stays)
+        placed[v] = xv
+        prev[r] = xv
+        acc[r] += xv - a
+    shift = acc / np.maximum(sizes, 1)
+    rank = np.empty(n, dtype=np.int64)
+    for v, r in cols:
+        rank[v] = r
+    return placed - shift[rank]
 
 
 def layered_layout(
@@ -220,17 +273,20 @@ def layered_layout(
     for u, v in zip(src.tolist(), dst.tolist(), strict=True):
         if rank[v] - rank[u] == 1:
             adjacent[rank[u]].append((u, v))
-    best, best_members = _crossings(pos, adjacent), [m[:] for m in members]
+    crossings = _Crossings(adjacent)
+    best, best_members = crossings.count(pos), [m[:] for m in members]
     for s in range(sweeps):
         if s % 2 == 0:
             _sweep(pos, members, ins, range(1, n_ranks))
         else:
             _sweep(pos, members, outs, range(n_ranks - 2, -1, -1))
-        c = _crossings(pos, adjacent)
+        c = crossings.count(pos)
         if c < best:  # barycenter is a heuristic: keep the best ordering seen, never a worse one
             best, best_members = c, [m[:] for m in members]
     members = best_members
-    x = np.asarray(_place_x(members, ins, outs, n))
+    # the weights _neighbours gave each edge (1 / rank span), as one array
+    w = 1.0 / np.maximum(1, np.abs(rank_arr[dst] - rank_arr[src]))
+    x = np.asarray(_place_x(members, src, dst, w, n))
     x -= x.min() - NODE_W / 2
     y = rank_arr * (NODE_H + GAP_Y) + NODE_H / 2
     order = np.empty(n, dtype=np.int64)

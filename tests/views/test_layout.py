@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import views.layout as layout_mod
+from views.graph_model import GraphModel, GraphNode
 from views.layout import GAP_X, NODE_W, LayoutCache, count_crossings, layered_layout, structure_key
 from views.synthetic import transformer_like
 
@@ -81,3 +83,102 @@ def test_empty_and_cyclic_quotients_are_defined():
     # a quotient graph can have a back edge: ranking ignores it, layout still completes
     lay = layered_layout([(1,), (0,), (1,)], key=[0, 1, 2])
     assert lay.rank[2] > lay.rank[1]
+
+
+# ---- the array spellings hold to the per-node loops they replaced, bit for bit -----------------
+def loop_place_x(members, src, dst, w, n, iterations=4):
+    """The former ``_place_x``: a Python loop per node and per rank (the oracle)."""
+    ins = [[] for _ in range(n)]
+    outs = [[] for _ in range(n)]
+    for u, v, wk in zip(src.tolist(), dst.tolist(), w.tolist(), strict=True):
+        ins[v].append((u, wk))
+        outs[u].append((v, wk))
+    step = NODE_W + GAP_X
+    x = [0.0] * n
+    for mem in members:
+        c = (len(mem) - 1) / 2.0
+        for i, v in enumerate(mem):
+            x[v] = (i - c) * step
+    for _ in range(iterations):
+        want = x[:]
+        for v in range(n):
+            tw = ts = 0.0
+            for u, wk in ins[v]:
+                tw += wk
+                ts += wk * x[u]
+            for u, wk in outs[v]:
+                tw += wk
+                ts += wk * x[u]
+            if tw:
+                want[v] = ts / tw
+        for mem in members:
+            if not mem:
+                continue
+            placed, prev = [], -float("inf")
+            for v in mem:
+                prev = max(want[v], prev + step)
+                placed.append(prev)
+            shift = sum(p - want[v] for p, v in zip(placed, mem, strict=True)) / len(mem)
+            for p, v in zip(placed, mem, strict=True):
+                x[v] = p - shift
+    return x
+
+
+class LoopCrossings:
+    """The former ``_crossings``: every pair of edges tested in Python (the oracle)."""
+
+    def __init__(self, adjacent):
+        self.adjacent = adjacent
+
+    def count(self, pos):
+        total = 0
+        for edges in self.adjacent:
+            for i in range(len(edges)):
+                for j in range(i + 1, len(edges)):
+                    (a, b), (c, d) = edges[i], edges[j]
+                    total += (pos[a] - pos[c]) * (pos[b] - pos[d]) < 0
+        return total
+
+
+def wide_dag() -> list[tuple[int, ...]]:
+    """300 parameters read by one node: a rank 300 wide (the per-rank loop's path)."""
+    return [()] * 300 + [tuple(range(300)), (300,)]
+
+
+def quotient() -> tuple[list, list]:
+    m = GraphModel([GraphNode(i, o, tuple(x), nm) for i, (o, x, nm) in
+                    enumerate(zip(*transformer_like(1500), strict=True))])
+    m.collapsed = {g for g in m.groups if g.endswith("/attn")}
+    d = m.display()
+    return d.inputs, d.order_key
+
+
+@pytest.mark.parametrize("case", ["random0", "random1", "random2", "transformer", "wide",
+                                  "quotient"])
+def test_the_layout_is_the_per_node_loops_layout_bit_for_bit(case, monkeypatch):
+    ins, key = {"random0": (random_dag(500, 0), None), "random1": (random_dag(800, 1), None),
+                "random2": (random_dag(300, 2), None),
+                "transformer": (transformer_like(3000)[1], None), "wide": (wide_dag(), None),
+                "quotient": quotient()}[case]
+    fast = layered_layout(ins, key)
+    with monkeypatch.context() as mp:
+        mp.setattr(layout_mod, "_place_x", loop_place_x)
+        mp.setattr(layout_mod, "_Crossings", LoopCrossings)
+        slow = layered_layout(ins, key)
+    assert np.array_equal(fast.x.view(np.int64), slow.x.view(np.int64))  # every bit
+    assert np.array_equal(fast.order, slow.order) and np.array_equal(fast.rank, slow.rank)
+
+
+def test_crossing_counts_equal_the_pairwise_loop():
+    rng = np.random.default_rng(3)
+    for ins in (random_dag(400, 4), transformer_like(600)[1], wide_dag()):
+        lay = layered_layout(ins, sweeps=0)
+        src, dst = layout_mod._edge_arrays(ins)
+        adjacent = [[] for _ in range(int(lay.rank.max()) + 1)]
+        for u, v in zip(src.tolist(), dst.tolist(), strict=True):
+            if lay.rank[v] - lay.rank[u] == 1:
+                adjacent[lay.rank[u]].append((u, v))
+        for _ in range(5):  # positions with ties, as barycenters give
+            pos = rng.integers(0, 6, len(ins)).astype(float).tolist()
+            assert layout_mod._Crossings(adjacent).count(pos) == \
+                LoopCrossings(adjacent).count(pos)
