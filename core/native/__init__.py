@@ -126,9 +126,9 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_conv_mg1_f64", "ts_conv_mg1_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 15
         getattr(lib, name).restype = None
-    for name in ("ts_avgpool2d_f64", "ts_avgpool2d_f32"):
+    for name in ("ts_avgpool2d_f64", "ts_avgpool2d_f32", "ts_maxpool2d_f64", "ts_maxpool2d_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 13
-        getattr(lib, name).restype = None
+        getattr(lib, name).restype = ctypes.c_int
     for name in ("ts_conv_mg1_ep_f64", "ts_conv_mg1_ep_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 15 + [ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
@@ -390,25 +390,34 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
     return c
 
 
-def avg_pool2d(x: np.ndarray, counts: np.ndarray, kernel, strides, dilations, padw,
-               outs) -> np.ndarray | None:
-    """A 2-D average pool in ``core.ops.nn.pool_nd``'s order (every tap added to +0.0 in
-    row-major order, padding taps as +0.0; then divided by ``counts``, the (oh, ow) divisors
-    pool_nd computes), or None (no native code, or a dtype it does not take)."""
+def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides, dilations,
+           padw, outs) -> np.ndarray | None:
+    """A 2-D pool in ``core.ops.nn.pool_nd``'s order, or None (no native code, a dtype or a
+    geometry it does not take). ``kind`` "avg": every tap added to +0.0 in row-major order,
+    padding taps as +0.0, then divided by ``counts`` (the (oh, ow) divisors pool_nd computes);
+    "max": ``np.maximum`` of the taps in row-major order, padding as -inf."""
     lib = library()
-    if lib is None or x.dtype not in _DT or x.ndim != 4 or counts.dtype != x.dtype:
+    if lib is None or x.dtype not in _DT or x.ndim != 4 or min(strides) < 1 \
+            or min(dilations) < 1 or min(padw[0][0], padw[1][0]) < 0:
         return None
-    x = np.ascontiguousarray(x)
-    cnt = np.ascontiguousarray(counts).reshape(-1)
     (oh, ow) = outs
-    if cnt.size != oh * ow:
-        return None
+    if kind == "avg":
+        if counts is None or counts.dtype != x.dtype:
+            return None
+        cnt = np.ascontiguousarray(counts).reshape(-1)
+        if cnt.size != oh * ow:
+            return None
+    else:
+        cnt = x  # unused
+    x = np.ascontiguousarray(x)
     nb, c, h, w = x.shape
     y = np.empty((nb, c, oh, ow), dtype=x.dtype)
-    fn = lib.ts_avgpool2d_f64 if x.dtype == np.float64 else lib.ts_avgpool2d_f32
-    fn(x.ctypes.data, cnt.ctypes.data, y.ctypes.data, nb * c, h, w, kernel[0], kernel[1], oh,
-       ow, strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1])
-    return y
+    f32 = x.dtype == np.float32
+    fn = {("avg", False): lib.ts_avgpool2d_f64, ("avg", True): lib.ts_avgpool2d_f32,
+          ("max", False): lib.ts_maxpool2d_f64, ("max", True): lib.ts_maxpool2d_f32}[kind, f32]
+    ok = fn(x.ctypes.data, cnt.ctypes.data, y.ctypes.data, nb * c, h, w, kernel[0], kernel[1],
+            oh, ow, strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1])
+    return y if ok else None
 
 
 _ext: object = False  # False: not tried yet; None: unavailable

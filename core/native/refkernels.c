@@ -540,39 +540,77 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
     ts_conv_mg1_ep_f32(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, NULL);
 }
 
-/* A 2-D average pool in pool_nd's order (core.ops.nn): per output, acc = +0.0; for each tap
- * (u, v) in row-major order: acc = acc + (the input there, or +0.0 outside the image); then
- * y = acc / cnt[output position] (the caller's counts). Every tap is added, padding included
- * (-0.0 + +0.0 is +0.0). */
-#define AVGPOOL(T)                                                                      \
+/* 2-D pools in pool_nd's order (core.ops.nn), over a padded copy of each plane P (Hp x Wp, the
+ * region the windows cover; `fill` outside the image) so the tap loops have no bounds checks.
+ * Each output keeps its own chain while the taps (u, v) pass in row-major order:
+ *   average: acc = +0.0; acc = acc + tap ... (padding taps add +0.0: -0.0 + +0.0 is +0.0);
+ *            y = acc / cnt[position] (the caller's divisors);
+ *   max:     acc = tap(0, 0); acc = (acc > t || acc != acc) ? acc : t ..., numpy's
+ *            np.maximum(acc, t): the first NaN stays, and of two equal values (+0.0 and -0.0)
+ *            the second. */
+#define POOL2D(T, AVG)                                                                  \
+    long long hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1; \
+    T *P = (T *)malloc((size_t)(hp * wp + ow) * sizeof(T));                             \
+    if (!P) return 0;                                                                   \
+    T *acc = P + hp * wp;                                                               \
     for (long long q = 0; q < planes; ++q) {                                            \
         const T *xq = x + q * h * w;                                                    \
         T *yq = y + q * oh * ow;                                                        \
-        for (long long r = 0; r < oh; ++r)                                              \
-            for (long long s = 0; s < ow; ++s) {                                        \
-                T acc = (T)0;                                                           \
-                for (long long u = 0; u < kh; ++u) {                                    \
-                    long long iy = r * sh + u * dh - ph;                                \
-                    int rin = iy >= 0 && iy < h;                                        \
-                    for (long long v = 0; v < kw; ++v) {                                \
-                        long long ix = s * sw + v * dw - pw;                            \
-                        T t = (rin && ix >= 0 && ix < w) ? xq[iy * w + ix] : (T)0;      \
-                        acc = acc + t;                                                  \
+        for (long long Y = 0; Y < hp; ++Y) {                                            \
+            long long iy = Y - ph;                                                      \
+            for (long long X = 0; X < wp; ++X) {                                        \
+                long long ix = X - pw;                                                  \
+                P[Y * wp + X] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? xq[iy * w + ix] \
+                                                                          : fill;      \
+            }                                                                           \
+        }                                                                               \
+        for (long long r = 0; r < oh; ++r) {                                            \
+            for (long long u = 0; u < kh; ++u) {                                        \
+                const T *row = P + (r * sh + u * dh) * wp;                              \
+                for (long long v = 0; v < kw; ++v) {                                    \
+                    const T *src = row + v * dw;                                        \
+                    if (AVG) {                                                          \
+                        if (u == 0 && v == 0)                                           \
+                            for (long long s = 0; s < ow; ++s) acc[s] = (T)0 + src[s * sw]; \
+                        else                                                            \
+                            for (long long s = 0; s < ow; ++s) acc[s] = acc[s] + src[s * sw]; \
+                    } else {                                                            \
+                        if (u == 0 && v == 0)                                           \
+                            for (long long s = 0; s < ow; ++s) acc[s] = src[s * sw];    \
+                        else                                                            \
+                            for (long long s = 0; s < ow; ++s) {                        \
+                                T a = acc[s], t = src[s * sw];                          \
+                                acc[s] = (a > t || a != a) ? a : t;                     \
+                            }                                                           \
                     }                                                                   \
                 }                                                                       \
-                yq[r * ow + s] = acc / cnt[r * ow + s];                                 \
             }                                                                           \
-    }
+            if (AVG)                                                                    \
+                for (long long s = 0; s < ow; ++s) yq[r * ow + s] = acc[s] / cnt[r * ow + s]; \
+            else                                                                        \
+                for (long long s = 0; s < ow; ++s) yq[r * ow + s] = acc[s];             \
+        }                                                                               \
+    }                                                                                   \
+    free(P);                                                                            \
+    return 1;
 
-void ts_avgpool2d_f64(const double *x, const double *cnt, double *y, long long planes,
-                      long long h, long long w, long long kh, long long kw, long long oh,
-                      long long ow, long long sh, long long sw, long long ph, long long pw,
-                      long long dh, long long dw) { AVGPOOL(double) }
+#define POOL_ARGS(T)                                                                    \
+    const T *x, const T *cnt, T *y, long long planes, long long h, long long w, long long kh, \
+        long long kw, long long oh, long long ow, long long sh, long long sw, long long ph, \
+        long long pw, long long dh, long long dw
 
-void ts_avgpool2d_f32(const float *x, const float *cnt, float *y, long long planes,
-                      long long h, long long w, long long kh, long long kw, long long oh,
-                      long long ow, long long sh, long long sw, long long ph, long long pw,
-                      long long dh, long long dw) { AVGPOOL(float) }
+int ts_avgpool2d_f64(POOL_ARGS(double)) { const double fill = 0.0; POOL2D(double, 1) }
+int ts_avgpool2d_f32(POOL_ARGS(float)) { const float fill = 0.0f; POOL2D(float, 1) }
+int ts_maxpool2d_f64(POOL_ARGS(double)) {
+    const double fill = -__builtin_inf();
+    (void)cnt;
+    POOL2D(double, 0)
+}
+int ts_maxpool2d_f32(POOL_ARGS(float)) {
+    const float fill = -__builtin_inff();
+    (void)cnt;
+    POOL2D(float, 0)
+}
 
 /* Serial sums of the rows of x (r x n): out[j] = acc = +0.0; for i = 0..r-1: acc = acc + x[i][j]
  * (docs/reference-order.md, serial_sum). Vector lanes hold different j: no chain reordered. */

@@ -35,6 +35,15 @@ class Step:
     kernel: Any
     attrs: dict
     opset: int
+    # the node's names, read from the protobuf once (a protobuf field read costs ~1 us)
+    ins: tuple = field(init=False, repr=False, compare=False)
+    outs: tuple = field(init=False, repr=False, compare=False)
+    op_type: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.ins = tuple(self.node.input)
+        self.outs = tuple(self.node.output)
+        self.op_type = self.node.op_type
 
 
 @dataclass
@@ -192,8 +201,7 @@ class Session:
             for v in list(feeds.values()) + [self.graph.inits[n] for n in self._folded_names]:
                 budget.hold(v)
             if plan is not None:
-                for v in plan.values.values():
-                    budget.hold(v)
+                plan.hold(budget)
         except OnnxError as exc:
             raise exc.with_file(self.label) from None
         if plan is None:
@@ -257,7 +265,7 @@ class Session:
         """Run one node: inputs from ``env`` (``consts``: positions given instead), outputs
         into it."""
         ins = []
-        for name in st.node.input:
+        for name in st.ins:
             if not name:
                 ins.append(None)
             elif name in env:
@@ -271,7 +279,7 @@ class Session:
         ctx = Ctx(st.opset, st.node, self.k, run_sub, env, cg,
                   self.lm.opsets.get("", 1), budget)
         try:
-            budget.before(st.node.op_type, ins, st.attrs, st.opset)
+            budget.before(st.op_type, ins, st.attrs, st.opset)
             out = st.kernel(ctx, *ins, **st.attrs)
             if not isinstance(out, tuple):
                 out = (out,)
@@ -284,8 +292,7 @@ class Session:
         except Exception as exc:  # any kernel failure is reported against its node
             raise OnnxError(f"{type(exc).__name__}: {exc}", file=self.label,
                             node=st.label) from None
-        names = st.node.output
-        for name, v in zip(names, out, strict=False):
+        for name, v in zip(st.outs, out, strict=False):
             if name:
                 env[name] = v if isinstance(v, (list, np.ndarray)) or v is None \
                     else np.asarray(v)

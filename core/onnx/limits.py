@@ -232,6 +232,19 @@ class Budget:
             self._held[key] = base
         self.bytes += nbytes
 
+    def hold_static(self, bases: dict, nbytes: int) -> None:
+        """:meth:`hold` for arrays that outlive the run (a plan's folded values): ``bases``
+        maps id(base array) -> base, as hold() keys them, ``nbytes`` their total; counted
+        once, never given back during the run."""
+        new = {k: v for k, v in bases.items() if k not in self._held}
+        if len(new) != len(bases):  # some already held: count only the others, as hold() does
+            nbytes = sum(v.nbytes for v in new.values())
+        if self.bytes + nbytes > self.limits.max_bytes:
+            raise _over(f"the run would hold {self.bytes + nbytes} bytes",
+                        self.limits.max_bytes, "max_bytes")
+        self._held.update(new)
+        self.bytes += nbytes
+
     def charge(self, nbytes: int) -> None:
         """Account for ``nbytes`` held until the run ends without an array to show for them
         (a fused chain's intermediates, which the plain run would have kept); refuse them

@@ -51,6 +51,16 @@ class Plan:
     values: dict[str, np.ndarray] = field(default_factory=dict)  # folded under defaults
     guard: frozenset = frozenset()  # inputs with defaults the folded values assumed
     hidden: frozenset = frozenset()  # names a fused chain never materialises
+    bases: dict = field(default_factory=dict)  # id -> base array of the values, as hold() keys
+    nbytes: int = 0  # what holding them all costs (hold()'s count)
+    largest: int = 0  # the most elements of one value
+
+    def hold(self, budget) -> None:
+        """Account for the folded values as ``Budget.hold`` on each would."""
+        if self.largest > budget.limits.max_elements:
+            for v in self.values.values():
+                budget.hold(v)  # raises, naming the value
+        budget.hold_static(self.bases, self.nbytes)
 
     def usable(self, feeds: dict, outputs) -> bool:
         """A run may use the plan unless it feeds a guarded input or asks for a hidden value."""
@@ -157,6 +167,15 @@ def _fuse(steps, consumers, constants) -> tuple[list, set]:
             if isinstance(b, np.ndarray) and b.ndim == 2:
                 out.append(ConstArgs(st, {1: np.ascontiguousarray(b.T)}, {"transB": 0}))
                 continue
+        if op == "Reshape" and st.node.domain in ("", "ai.onnx") and _single_output(st):
+            chain = _shuffle_chain(steps, j, by_input, consumers, used)
+            if chain is not None:
+                for nj in chain[1]:
+                    used.add(nj)
+                for s_ in chain[0][:-1]:
+                    hidden.add(s_.node.output[0])
+                place[chain[1][-1]] = Shuffle(chain[0])
+                continue
         if op != "Conv" or st.node.domain not in ("", "ai.onnx") or not _single_output(st) \
                 or len([i for i in st.node.input if i]) < 2:
             out.append(st)
@@ -200,6 +219,26 @@ def _fuse(steps, consumers, constants) -> tuple[list, set]:
     return out, hidden
 
 
+def _shuffle_chain(steps, j, by_input, consumers, used):
+    """Reshape -> Transpose -> Reshape from step j, each intermediate read once: (the three
+    steps, their indices after j), or None."""
+    chain, idx = [steps[j]], []
+    cur, k = steps[j].node.output[0], j
+    for want in ("Transpose", "Reshape"):
+        if consumers.get(cur, 0) != 1 or len(by_input.get(cur, [])) != 1:
+            return None
+        nj = by_input[cur][0]
+        nxt = steps[nj]
+        if nj <= k or nj in used or nxt.node.op_type != want or not _single_output(nxt) \
+                or nxt.node.domain not in ("", "ai.onnx") or nxt.node.input[0] != cur \
+                or cur in nxt.node.input[1:]:
+            return None
+        chain.append(nxt)
+        idx.append(nj)
+        cur, k = nxt.node.output[0], nj
+    return chain, idx
+
+
 def build(sess, budget, fold: bool = True) -> Plan:
     """The plan for ``sess``'s main graph (folding runs kernels: limits apply)."""
     if fold:
@@ -218,7 +257,18 @@ def build(sess, budget, fold: bool = True) -> Plan:
             steps, hidden = _fuse(steps, _consumers(steps, extra), constants)
         else:
             steps, _ = _fuse(steps, {}, constants)  # only the Gemm rewrite: no native needed
-    return Plan(steps, values, frozenset(guard), frozenset(hidden))
+    bases: dict = {}
+    nbytes = largest = 0
+    for v in values.values():
+        if isinstance(v, np.ndarray):
+            largest = max(largest, v.size)
+            base = v
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            if id(base) not in bases:
+                bases[id(base)] = base
+                nbytes += base.nbytes if base.flags.owndata else v.nbytes
+    return Plan(steps, values, frozenset(guard), frozenset(hidden), bases, nbytes, largest)
 
 
 # ---- running ----------------------------------------------------------------------------------
@@ -248,34 +298,19 @@ class FusedConv:
         self.relu = any(s.node.op_type == "Relu" for s in chain)
         self.out = chain[-1].node.output[0]
         self.inner = {s.node.output[0] for s in chain[:-1]}  # never materialised
+        self.res_first, self.res_name = False, None
         if self.add is not None:
             prev = chain[chain.index(self.add) - 1].node.output[0]
             ins = list(self.add.node.input)
             self.res_first = ins[0] != prev
             self.res_name = ins[0] if self.res_first else ins[1]
-        self._den_key: Any = None
-        self._den = None
-        self._costs: dict = {}
-        self._ep: Any = None  # (the operands it was made from, Epilogue, arrays it points into)
-
-    def _epilogue(self, native, dt, m, b, bn, res):
-        """The Epilogue for these operands: made once while they are the same objects (the
-        model's constants), only the residual's address set per run."""
-        ops = (b,) + (bn or ())
-        got = self._ep
-        if got is None or len(got[0]) != len(ops) or got[1].relu != int(self.relu) \
-                or got[3] != dt or any(p is not q for p, q in zip(got[0], ops, strict=True)):
-            made = native.epilogue(dt, m, bias=b, bn=bn, res=None, relu=self.relu)
-            if made is None:
-                return None
-            got = self._ep = (ops, made[0], made[1], dt)
-        e = got[1]
-        if res is not None:
-            e.res = res.ctypes.data
-            e.res_first = int(self.res_first)
-        else:
-            e.res = None
-        return e
+        cin = list(self.conv.node.input)
+        # the operands besides x, fixed per model as a rule: w, bias, scale, beta, mean, var
+        self.const_names = [cin[1], cin[2] if len(cin) > 2 and cin[2] else None]
+        if self.bn is not None:
+            self.const_names += list(self.bn.node.input[1:])
+        self.x_name = cin[0]
+        self._prep: Any = None  # (x shape, dtype, operands, prepared geometry): see _prepare
 
     def run(self, sess, env, budget, run_sub) -> None:
         y = self._fused(env, budget, sess)
@@ -285,24 +320,16 @@ class FusedConv:
             return
         env[self.out] = y
 
-    def _den_for(self, var, eps, t):
-        key = (id(var), eps)
-        if self._den_key != key or self._den[0] is not var:
-            self._den = (var, np.sqrt(var + t(eps)))  # as batch_norm computes it
-            self._den_key = key
-        return self._den[1]
-
-    def _fused(self, env, budget, sess):
+    def _prepare(self, x, ops, env, budget):
+        """Everything about this chain that depends on x's shape and the operands only (the
+        geometry, the Epilogue, the budget's charges, the weights as the product takes them),
+        or None when the C pass does not cover the case."""
         from core import native
         from core.onnx.ops.window import attrs_nd, pads_for
-        from core.ops.nn import im2col, out_size
+        from core.ops.nn import out_size
 
-        names = self.conv.node.input
-        if any(n and n not in env for n in names):
-            return None
-        x, w = env[names[0]], env[names[1]]
-        b = env[names[2]] if len(names) > 2 and names[2] else None
-        if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray)) or x.ndim != 4 \
+        w, b = ops[0], ops[1]
+        if not isinstance(x, np.ndarray) or not isinstance(w, np.ndarray) or x.ndim != 4 \
                 or w.ndim != 4 or x.dtype not in (np.float32, np.float64) or w.dtype != x.dtype:
             return None
         dt = x.dtype
@@ -328,63 +355,196 @@ class FusedConv:
         yshape = (x.shape[0], m, outs[0], outs[1])
         bn = None
         if self.bn is not None:
-            bnames = self.bn.node.input
-            if any(n not in env for n in bnames[1:]):
-                return None
-            scale, beta, mean, var = (env[n] for n in bnames[1:])
+            scale, beta, mean, var = ops[2:]
             if not all(isinstance(v, np.ndarray) and v.dtype == dt and v.size == m
                        for v in (scale, beta, mean, var)):
                 return None
             eps = self.bn.attrs.get("epsilon", 1e-5)
-            bn = (mean, self._den_for(var, eps, dt.type), scale, beta)
-        res = None
-        if self.add is not None:
-            if self.res_name not in env:
+            with np.errstate(all="ignore"):
+                den = np.sqrt(var + dt.type(eps))  # as batch_norm computes it
+            bn = (mean, den, scale, beta)
+        made = native.epilogue(dt, m, bias=b, bn=bn, relu=self.relu)
+        if made is None:
+            return None
+        # the budget's charges for every node of the chain, as the plain run makes them (they
+        # depend on shapes and attributes only)
+        y_like = np.broadcast_to(np.zeros((), dt), yshape)
+        costs = []
+        for s in self.chain:
+            ins = [None if not n else y_like if n in self.inner else env.get(n, y_like)
+                   for n in s.node.input]
+            cost = budget.cost(s.node.op_type, ins, s.attrs, s.opset)
+            if cost is None:
                 return None
-            res = env[self.res_name]
-            if not isinstance(res, np.ndarray) or res.dtype != dt or res.shape != yshape:
+            costs.append(cost)
+        n = x.shape[0]
+        if m == group:
+            wprep = np.ascontiguousarray(w)
+        else:
+            wg = w.reshape(group, m // group, -1)
+            if n > 1:
+                wg = np.broadcast_to(wg[None], (n,) + wg.shape).reshape((n * group,) +
+                                                                         wg.shape[1:])
+            wprep = np.ascontiguousarray(wg)
+        return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
+                    ep=made[0], keep=made[1], costs=costs, w=wprep, k=tuple(k))
+
+    def _fused(self, env, budget, sess):
+        from core import native
+
+        try:
+            x = env[self.x_name]
+            ops = tuple(env[n] if n else None for n in self.const_names)
+            res = env[self.res_name] if self.res_name else None
+        except KeyError:
+            return None
+        got = self._prep
+        if got is None or got[0] != getattr(x, "shape", None) or got[1] != getattr(x, "dtype",
+                                                                                   None) \
+                or any(p is not q for p, q in zip(got[2], ops, strict=True)):
+            prep = self._prepare(x, ops, env, budget)
+            if prep is None:
+                return None
+            got = self._prep = (x.shape, x.dtype, ops, prep)
+        p = got[3]
+        ep = p["ep"]
+        if res is not None:
+            if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
+                    or res.shape != p["yshape"]:
                 return None
             res = np.ascontiguousarray(res)
-        epi = self._epilogue(native, dt, m, b, bn, res)
-        if epi is None:
-            return None
-        # the budget sees every node of the chain, as the plain run would (the charges depend
-        # on shapes and attributes only: computed once per shape)
-        key = (dt, x.shape, w.shape, None if b is None else b.shape,
-               None if bn is None else tuple(v.shape for v in bn))
-        costs = self._costs.get(key)
-        if costs is None:
-            y_like = np.broadcast_to(np.zeros((), dt), yshape)
-            costs = []
-            for s in self.chain:
-                ins = [None if not n else y_like if n in self.inner else env[n]
-                       for n in s.node.input]
-                costs.append(budget.cost(s.node.op_type, ins, s.attrs, s.opset))
-            if len(self._costs) > 8:
-                self._costs.clear()
-            self._costs[key] = costs
-        for s, c in zip(self.chain, costs, strict=True):
+            ep.res = res.ctypes.data
+            ep.res_first = int(self.res_first)
+        else:
+            ep.res = None
+        for s, c in zip(self.chain, p["costs"], strict=True):
             try:
                 budget.replay(*c)
             except OnnxError as exc:
                 if exc.node is None:
                     exc.node = s.label
                 raise exc.with_file(sess.label) from None
-        if m == group:
-            y = native.conv2d_one_per_group(x, w, st, dil, padw, outs, epi)
+        if p["m"] == p["group"]:
+            y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
+                                            ep)
         else:
-            cols, _ = im2col(x, w.shape[2:], st, dil, padw, group)
-            n = x.shape[0]
-            wg = w.reshape(group, m // group, -1)
-            if n > 1:
-                wg = np.broadcast_to(wg[None], (n,) + wg.shape).reshape((n * group,) + wg.shape[1:])
-            y = native.bmm_ep(wg, cols.reshape((n * group,) + cols.shape[2:]), group, epi)
+            from core.ops.nn import im2col
+
+            group = p["group"]
+            cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
+            y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
+                              group, ep)
+        ep.res = None
+        del res
         if y is None:
             return None
-        y = y.reshape(yshape)
+        y = y.reshape(p["yshape"])
         try:
             budget.hold(y)
             budget.charge(y.nbytes * (len(self.chain) - 1))  # the intermediates' share
+        except OnnxError as exc:
+            if exc.node is None:
+                exc.node = self.chain[-1].label
+            raise exc.with_file(sess.label) from None
+        return y
+
+
+class Shuffle:
+    """Reshape -> Transpose -> Reshape (a channel shuffle) as one copy: the element order is
+    found once per input shape by running the three kernels themselves on element indices, and
+    the data then moves as whole contiguous runs (``np.take`` of rows): a copy, so exact."""
+
+    def __init__(self, chain: list) -> None:
+        self.chain = chain
+        self.out = chain[-1].node.output[0]
+        self.inner = {s.node.output[0] for s in chain[:-1]}
+        self._cache: dict = {}
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        y = self._shuffled(env, budget, sess)
+        if y is None:
+            for st in self.chain:
+                sess._run_step(st, sess.graph, env, budget, run_sub)
+            return
+        env[self.out] = y
+
+    def _layout(self, sess, x, consts):
+        """(output shape, row length, source rows or None for the identity, costs), or None."""
+        from core.onnx.registry import Ctx
+
+        ids = np.arange(x.size, dtype=np.int64).reshape(x.shape)
+        shapes = []
+        try:
+            with np.errstate(all="ignore"):
+                v = ids
+                for st, c in zip(self.chain, consts, strict=True):
+                    ctx = Ctx(st.opset, st.node, sess.k, None, {}, sess.graph,
+                              sess.lm.opsets.get("", 1), None)
+                    v = st.kernel(ctx, v, *c, **st.attrs)
+                    if not isinstance(v, np.ndarray) or v.dtype != np.int64:
+                        return None
+                    shapes.append(v.shape)
+        except Exception:  # noqa: BLE001 - the plain kernels say what is wrong
+            return None
+        flat = v.reshape(-1)
+        if flat.size != x.size:
+            return None
+        if np.array_equal(flat, np.arange(x.size)):
+            rows, run = None, max(x.size, 1)
+        else:
+            run = 1
+            for k in range(1, v.ndim):  # the longest contiguous runs: trailing output dims
+                L = int(np.prod(v.shape[k:]))
+                if L <= 1 or x.size % L:
+                    continue
+                r = flat.reshape(-1, L)
+                if np.all(r[:, :1] % L == 0) and np.array_equal(
+                        r, r[:, :1] + np.arange(L, dtype=np.int64)):
+                    run = L
+                    break
+            rows = np.ascontiguousarray(flat.reshape(-1, run)[:, 0] // run)
+        costs = []
+        prev = x
+        for st, c, shp in zip(self.chain, consts, shapes, strict=True):
+            cost = type(sess.budget()).cost(st.node.op_type, [prev, *c], st.attrs, st.opset)
+            if cost is None:
+                return None
+            costs.append(cost)
+            prev = np.broadcast_to(np.zeros((), x.dtype), shp)
+        return v.shape, run, rows, costs
+
+    def _shuffled(self, env, budget, sess):
+        names = [list(st.node.input) for st in self.chain]
+        if any(n and n not in env for ns in names for n in ns[1:]) or names[0][0] not in env:
+            return None
+        x = env[names[0][0]]
+        if not isinstance(x, np.ndarray) or x.dtype == object:
+            return None
+        consts = [[env[n] if n else None for n in ns[1:]] for ns in names]
+        key = (x.shape, tuple(id(c) for cs in consts for c in cs))
+        got = self._cache.get(key)
+        if got is None or any(a is not b for a, b in zip(got[1], [c for cs in consts for c in cs],
+                                                         strict=True)):
+            lay = self._layout(sess, x, consts)
+            if lay is None:
+                return None
+            if len(self._cache) > 8:
+                self._cache.clear()
+            got = self._cache[key] = (lay, [c for cs in consts for c in cs])
+        (shape, run, rows, costs) = got[0]
+        for st, c in zip(self.chain, costs, strict=True):
+            try:
+                budget.replay(*c)
+            except OnnxError as exc:
+                if exc.node is None:
+                    exc.node = st.label
+                raise exc.with_file(sess.label) from None
+        if rows is None:
+            y = x.reshape(shape)
+        else:
+            y = np.take(np.ascontiguousarray(x).reshape(-1, run), rows, axis=0).reshape(shape)
+        try:
+            budget.hold(y)
         except OnnxError as exc:
             if exc.node is None:
                 exc.node = self.chain[-1].label

@@ -398,3 +398,44 @@ def test_native_average_pool_equals_pool_nd(dtype):
             got = _avg_pool2d_native(x, k, st, dil, padw, ceil, cip)
             want = nn.pool_nd(x, "avg", k, st, padw, dil, ceil, cip)
         _same_bits_nan_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_native_pools_equal_the_numpy_tap_loops(dtype, monkeypatch):
+    """The ONNX MaxPool and AveragePool kernels through C (reference mode) give the bits of
+    their numpy tap loops: np.maximum's choices between +0.0 and -0.0, NaN, +-inf, padding."""
+    from types import SimpleNamespace
+
+    from core.onnx.ops.pool import avg_pool, max_pool
+    from core.onnx.reference import REFERENCE
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(25)
+    x = _spread(rng, (2, 3, 11, 9), dtype)
+    x[0, 0, ::2] = -0.0
+    x[0, 0, 1::2] = 0.0
+    x[0, 1, :, ::2] = 0.0
+    x[0, 1, :, 1::2] = -0.0
+    x[1, 0] = -np.inf
+    x[1, 1, 2, 3], x[1, 2, 4, 4], x[0, 2, 5, 5] = np.inf, np.nan, -np.inf
+    ctx = SimpleNamespace(wants=lambda i: i == 0, k=REFERENCE)
+    cases = [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+             dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0], ceil_mode=1),
+             dict(kernel_shape=[2, 3], strides=[3, 2], pads=[0, 1, 1, 0], ceil_mode=1,
+                  count_include_pad=1),
+             dict(kernel_shape=[3, 2], strides=[1, 1], pads=[2, 1, 0, 2], dilations=[2, 3]),
+             dict(kernel_shape=[2, 2], auto_pad="SAME_UPPER", strides=[2, 2]),
+             dict(kernel_shape=[1, 1])]
+    for kw in cases:
+        for fn in (max_pool, avg_pool):
+            if fn is max_pool:
+                kw = {k: v for k, v in kw.items() if k != "count_include_pad"}
+            got = fn(ctx, x, **kw)
+            with monkeypatch.context() as m, np.errstate(all="ignore"):
+                m.setattr(native, "_lib", None)
+                want = fn(ctx, x, **kw)
+            _same_bits_nan_equal(got, want)
+            zeros = (got == 0) & (want == 0)
+            assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))

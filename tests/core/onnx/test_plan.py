@@ -275,3 +275,36 @@ def test_a_fused_run_is_refused_by_the_same_limits():
 def test_the_env_switch_turns_the_plan_off(monkeypatch):
     monkeypatch.setenv("TAPESCOPE_ONNX_PLAN", "0")
     assert Session(_guarded_model()).plan() is None
+
+
+@pytest.mark.parametrize("shape1, perm, shape2", [
+    ((2, 3, 4, 5, 6), (0, 2, 1, 3, 4), (2, 12, 5, 6)),  # a channel shuffle: whole planes move
+    ((2, 12, 30), (0, 2, 1), (2, 30, 12)),  # every element moves on its own
+    ((2, 12, 5, 6), (0, 1, 3, 2), (2, 12, 30)),  # each plane transposed: runs of one element
+    ((24, 30), (0, 1), (2, 12, 5, 6)),  # the identity: a view, as the plain run makes it
+])
+def test_reshape_transpose_reshape_as_one_copy(shape1, perm, shape2):
+    x = _specials(np.random.default_rng(5).standard_normal((2, 12, 5, 6)).astype(np.float32))
+    nodes = [helper.make_node("Neg", ["x"], ["a"]),
+             helper.make_node("Reshape", ["a", "s1"], ["b"]),
+             helper.make_node("Transpose", ["b"], ["c"], perm=list(perm)),
+             helper.make_node("Reshape", ["c", "s2"], ["y"])]
+    m = _model(nodes, {"x": x}, {"s1": np.array(shape1, np.int64),
+                                 "s2": np.array(shape2, np.int64)}, ["y"])
+    m.graph.output[0].type.tensor_type.shape.ClearField("dim")
+    planned, plain = Session(m), Session(m, plan=False)
+    from core.onnx.plan import Shuffle
+
+    assert any(isinstance(st, Shuffle) for st in planned.plan().steps)
+    _same_bits(planned, plain, {"x": x})
+    got = planned.run({"x": x})["y"]
+    assert got.shape == shape2
+    assert got.tobytes() == plain.run({"x": x})["y"].tobytes()  # a copy: even NaN bits
+
+
+@needs_native
+def test_shufflenet_plans_its_channel_shuffles_as_copies():
+    from core.onnx.plan import Shuffle
+
+    planned = Session(os.path.join(LIGHT, "light_shufflenet.onnx"))
+    assert sum(isinstance(st, Shuffle) for st in planned.plan().steps) == 16
