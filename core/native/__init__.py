@@ -85,12 +85,14 @@ def _build(cc: str) -> Path:
 
 class Epilogue(ctypes.Structure):
     """refkernels.c's ep_t: the ops applied to a convolution's output rows as they are done
-    (bias; BatchNormalization's four roundings; a same-shape residual add; relu), NULL = skip."""
+    (bias; BatchNormalization's four roundings; a same-shape residual add; relu), NULL = skip;
+    then, with ``dst``, each row copied to row ``dst_row[image * channels + channel]`` of dst."""
 
     _fields_ = [("bias", ctypes.c_void_p), ("mean", ctypes.c_void_p), ("den", ctypes.c_void_p),
                 ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("res", ctypes.c_void_p),
                 ("groups", ctypes.c_longlong), ("res_first", ctypes.c_int),
-                ("relu", ctypes.c_int)]
+                ("relu", ctypes.c_int), ("dst", ctypes.c_void_p), ("dst_row", ctypes.c_void_p),
+                ("channels", ctypes.c_longlong)]
 
 
 def _load() -> ctypes.CDLL | None:

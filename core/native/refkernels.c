@@ -60,8 +60,10 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
     {                                                                                   \
         V acc[R];                                                                       \
         for (int r = 0; r < R; ++r) {                                                   \
+            V t0 = {0};                                                                 \
             for (int jj = 0; jj < JS; ++jj)                                             \
-                acc[r][jj] = (k0 == 0 || jj >= (nv)) ? (T)0 : c[(i + r) * n + j + jj];  \
+                t0[jj] = (k0 == 0 || jj >= (nv)) ? (T)0 : c[(i + r) * n + j + jj];      \
+            acc[r] = t0;                                                                \
         }                                                                               \
         for (long long kk = k0; kk < k1; ++kk) {                                        \
             const V bk = *(const V *)((bp) + kk * (bs));                                \
@@ -154,11 +156,16 @@ typedef struct {
     const void *bias, *mean, *den, *scale, *beta, *res;
     long long groups;
     int res_first, relu;
+    /* when dst is set, each finished row (image img, channel ch) is then copied to row
+     * dst_row[img * channels + ch] of dst (a channel shuffle: a copy, so exact) */
+    void *dst;
+    const long long *dst_row;
+    long long channels;
 } ep_t;
 
 #define EP_ROWS(T, NAME)                                                                \
-    static void NAME(const ep_t *E, T *c, const T *res, long long ch0, long long rows,  \
-                     long long n) {                                                     \
+    static void NAME(const ep_t *E, T *c, const T *res, long long img, long long ch0,   \
+                     long long rows, long long n) {                                     \
         for (long long r = 0; r < rows; ++r) {                                          \
             const long long ch = ch0 + r;                                               \
             T *y = c + r * n;                                                           \
@@ -185,6 +192,10 @@ typedef struct {
             }                                                                           \
             if (E->relu)                                                                \
                 for (long long j = 0; j < n; ++j) y[j] = y[j] <= (T)0 ? (T)0 : y[j];    \
+            if (E->dst) {                                                               \
+                T *d = (T *)E->dst + E->dst_row[img * E->channels + ch] * n;            \
+                for (long long j = 0; j < n; ++j) d[j] = y[j];                          \
+            }                                                                           \
         }                                                                               \
     }
 
@@ -216,15 +227,15 @@ static void run_units(const job_t *J) {
                         (float *)J->c + q * J->m * J->n, i0, i1, J->k, J->n);
             if (J->ep)
                 ep_rows_f32(J->ep, (float *)J->c + off,
-                            J->ep->res ? (const float *)J->ep->res + off : NULL, ch0, i1 - i0,
-                            J->n);
+                            J->ep->res ? (const float *)J->ep->res + off : NULL,
+                            q / J->ep->groups, ch0, i1 - i0, J->n);
         } else {
             mm_rows_f64((const double *)J->a + q * J->sa, (const double *)J->b + q * J->sb,
                         (double *)J->c + q * J->m * J->n, i0, i1, J->k, J->n);
             if (J->ep)
                 ep_rows_f64(J->ep, (double *)J->c + off,
-                            J->ep->res ? (const double *)J->ep->res + off : NULL, ch0, i1 - i0,
-                            J->n);
+                            J->ep->res ? (const double *)J->ep->res + off : NULL,
+                            q / J->ep->groups, ch0, i1 - i0, J->n);
         }
     }
 }
@@ -390,7 +401,8 @@ void ts_im2col_f32(const float *x, float *cols, long long nb, long long c, long 
                     }                                                                   \
                 }                                                                       \
         }                                                                               \
-        if (ep) EPF(ep, o, ep->res ? (const T *)ep->res + nq * oh * ow : NULL, q, 1, oh * ow); \
+        if (ep) EPF(ep, o, ep->res ? (const T *)ep->res + nq * oh * ow : NULL, nq / g, q, 1, \
+                     oh * ow);                                                   \
     }
 
 
@@ -469,7 +481,8 @@ void ts_im2col_f32(const float *x, float *cols, long long nb, long long c, long 
         T *o = out + nq * oh * ow;                                                      \
         for (long long r = 0; r < oh; ++r)                                              \
             for (long long s = 0; s < ow; ++s) o[r * ow + s] = tmp[r * wq + s];         \
-        if (ep) EPF(ep, o, ep->res ? (const T *)ep->res + nq * oh * ow : NULL, q, 1, oh * ow); \
+        if (ep) EPF(ep, o, ep->res ? (const T *)ep->res + nq * oh * ow : NULL, nq / g, q, 1, \
+                     oh * ow);                                                   \
     }                                                                                   \
     free(toff);                                                                         \
     free(P);                                                                            \

@@ -239,6 +239,22 @@ def _shuffle_chain(steps, j, by_input, consumers, used):
     return chain, idx
 
 
+def _merge_shuffles(steps: list, consumers: dict, hidden: set) -> list:
+    """A fused chain whose only reader is a channel shuffle writes its rows straight to their
+    shuffled places (the pair runs where the shuffle was)."""
+    fused = {e.out: e for e in steps if isinstance(e, FusedConv)}
+    merged: dict[int, Any] = {}
+    for e in steps:
+        if isinstance(e, Shuffle) and e.src in fused and consumers.get(e.src, 0) == 1:
+            f = fused.pop(e.src)
+            f.shuffle = e
+            hidden.add(f.out)
+            merged[id(f)] = e
+    by_shuffle = {id(sh): f for f in steps if isinstance(f, FusedConv) and id(f) in merged
+                  for sh in (merged[id(f)],)}
+    return [by_shuffle.get(id(e), e) for e in steps if id(e) not in merged]
+
+
 def build(sess, budget, fold: bool = True) -> Plan:
     """The plan for ``sess``'s main graph (folding runs kernels: limits apply)."""
     if fold:
@@ -254,7 +270,9 @@ def build(sess, budget, fold: bool = True) -> Plan:
         constants.update(values)
         if native.library() is not None:
             extra = _subgraph_names(sess) | set(sess.graph.outputs)
-            steps, hidden = _fuse(steps, _consumers(steps, extra), constants)
+            consumers = _consumers(steps, extra)
+            steps, hidden = _fuse(steps, consumers, constants)
+            steps = _merge_shuffles(steps, consumers, hidden)
         else:
             steps, _ = _fuse(steps, {}, constants)  # only the Gemm rewrite: no native needed
     bases: dict = {}
@@ -311,14 +329,22 @@ class FusedConv:
             self.const_names += list(self.bn.node.input[1:])
         self.x_name = cin[0]
         self._prep: Any = None  # (x shape, dtype, operands, prepared geometry): see _prepare
+        self.shuffle: Shuffle | None = None  # the channel shuffle that reads the output
 
     def run(self, sess, env, budget, run_sub) -> None:
+        if self.shuffle is not None:
+            y = self._fused(env, budget, sess, self.shuffle)
+            if y is not None:
+                env[self.shuffle.out] = y
+                return
         y = self._fused(env, budget, sess)
         if y is None:  # not a case the C pass covers: the nodes one by one
             for st in self.chain:
                 sess._run_step(st, sess.graph, env, budget, run_sub)
-            return
-        env[self.out] = y
+        else:
+            env[self.out] = y
+        if self.shuffle is not None:
+            self.shuffle.run(sess, env, budget, run_sub)
 
     def _prepare(self, x, ops, env, budget):
         """Everything about this chain that depends on x's shape and the operands only (the
@@ -389,7 +415,9 @@ class FusedConv:
         return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
                     ep=made[0], keep=made[1], costs=costs, w=wprep, k=tuple(k))
 
-    def _fused(self, env, budget, sess):
+    def _fused(self, env, budget, sess, shuffle=None):
+        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
+        their places by the C pass), or None, before any charge, when not covered."""
         from core import native
 
         try:
@@ -408,6 +436,11 @@ class FusedConv:
             got = self._prep = (x.shape, x.dtype, ops, prep)
         p = got[3]
         ep = p["ep"]
+        lay = None
+        if shuffle is not None:
+            lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
+            if lay is None or lay[4] is None:
+                return None
         if res is not None:
             if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
                     or res.shape != p["yshape"]:
@@ -417,7 +450,12 @@ class FusedConv:
             ep.res_first = int(self.res_first)
         else:
             ep.res = None
-        for s, c in zip(self.chain, p["costs"], strict=True):
+        steps, costs = self.chain, p["costs"]
+        if lay is not None:
+            steps, costs = steps + shuffle.chain, costs + lay[3]
+            dst = np.empty(lay[0], dtype=x.dtype)
+            ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, lay[4].ctypes.data, p["m"]
+        for s, c in zip(steps, costs, strict=True):
             try:
                 budget.replay(*c)
             except OnnxError as exc:
@@ -434,14 +472,17 @@ class FusedConv:
             cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
             y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
                               group, ep)
-        ep.res = None
+        ep.res = ep.dst = ep.dst_row = None
         del res
         if y is None:
             return None
         y = y.reshape(p["yshape"])
+        n_inner = len(self.chain) - 1
+        if lay is not None:
+            y, n_inner = dst, n_inner + 1  # the chain's own output is an intermediate now
         try:
             budget.hold(y)
-            budget.charge(y.nbytes * (len(self.chain) - 1))  # the intermediates' share
+            budget.charge(y.nbytes * n_inner)  # the intermediates' share
         except OnnxError as exc:
             if exc.node is None:
                 exc.node = self.chain[-1].label
@@ -456,9 +497,36 @@ class Shuffle:
 
     def __init__(self, chain: list) -> None:
         self.chain = chain
+        self.src = chain[0].node.input[0]
         self.out = chain[-1].node.output[0]
         self.inner = {s.node.output[0] for s in chain[:-1]}
         self._cache: dict = {}
+
+    def layout(self, sess, env, shape, dtype):
+        """(output shape, run, source rows, costs, destination row of each source plane or
+        None) for an input of ``shape``/``dtype``, or None; cached."""
+        names = [list(st.node.input) for st in self.chain]
+        if any(n and n not in env for ns in names for n in ns[1:]):
+            return None
+        consts = [[env[n] if n else None for n in ns[1:]] for ns in names]
+        flat = [c for cs in consts for c in cs]
+        key = (tuple(shape), np.dtype(dtype).str, tuple(id(c) for c in flat))
+        got = self._cache.get(key)
+        if got is None or any(a is not b for a, b in zip(got[1], flat, strict=True)):
+            lay = self._layout(sess, np.broadcast_to(np.zeros((), dtype), shape), consts)
+            if lay is None:
+                return None
+            out_shape, run, rows, costs = lay
+            dst_row = None
+            plane = int(np.prod(shape[2:])) if len(shape) == 4 else 0
+            if rows is not None and run == plane and rows.size == shape[0] * shape[1] \
+                    and np.array_equal(np.sort(rows), np.arange(rows.size)):
+                dst_row = np.empty(rows.size, np.int64)
+                dst_row[rows] = np.arange(rows.size, dtype=np.int64)
+            if len(self._cache) > 8:
+                self._cache.clear()
+            got = self._cache[key] = ((out_shape, run, rows, costs, dst_row), flat)
+        return got[0]
 
     def run(self, sess, env, budget, run_sub) -> None:
         y = self._shuffled(env, budget, sess)
@@ -514,24 +582,15 @@ class Shuffle:
         return v.shape, run, rows, costs
 
     def _shuffled(self, env, budget, sess):
-        names = [list(st.node.input) for st in self.chain]
-        if any(n and n not in env for ns in names for n in ns[1:]) or names[0][0] not in env:
+        if self.src not in env:
             return None
-        x = env[names[0][0]]
+        x = env[self.src]
         if not isinstance(x, np.ndarray) or x.dtype == object:
             return None
-        consts = [[env[n] if n else None for n in ns[1:]] for ns in names]
-        key = (x.shape, tuple(id(c) for cs in consts for c in cs))
-        got = self._cache.get(key)
-        if got is None or any(a is not b for a, b in zip(got[1], [c for cs in consts for c in cs],
-                                                         strict=True)):
-            lay = self._layout(sess, x, consts)
-            if lay is None:
-                return None
-            if len(self._cache) > 8:
-                self._cache.clear()
-            got = self._cache[key] = (lay, [c for cs in consts for c in cs])
-        (shape, run, rows, costs) = got[0]
+        lay = self.layout(sess, env, x.shape, x.dtype)
+        if lay is None:
+            return None
+        shape, run, rows, costs, _ = lay
         for st, c in zip(self.chain, costs, strict=True):
             try:
                 budget.replay(*c)

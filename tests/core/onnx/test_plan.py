@@ -303,8 +303,29 @@ def test_reshape_transpose_reshape_as_one_copy(shape1, perm, shape2):
 
 
 @needs_native
-def test_shufflenet_plans_its_channel_shuffles_as_copies():
-    from core.onnx.plan import Shuffle
-
+def test_shufflenet_writes_its_channel_shuffles_from_the_fused_convs():
     planned = Session(os.path.join(LIGHT, "light_shufflenet.onnx"))
-    assert sum(isinstance(st, Shuffle) for st in planned.plan().steps) == 16
+    assert sum(isinstance(st, FusedConv) and st.shuffle is not None
+               for st in planned.plan().steps) == 16
+
+
+@needs_native
+@pytest.mark.parametrize("perm, shape1, shape2", [
+    ((0, 2, 1, 3, 4), (2, 2, 4, 9, 11), (2, 8, 9, 11)),  # planes move: written in place
+    ((0, 1, 2, 4, 3), (2, 2, 4, 9, 11), (2, 8, 11, 9)),  # not planes: the copy after
+])
+def test_a_fused_chain_writes_a_following_shuffle_bit_for_bit(perm, shape1, shape2):
+    m, inputs = _chain_model(np.float32, 6, 8, 2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True,
+                             True, ("Sum", True), True)
+    g = m.graph
+    g.node.extend([helper.make_node("Reshape", ["y", "s1"], ["b"]),
+                   helper.make_node("Transpose", ["b"], ["c2"], perm=list(perm)),
+                   helper.make_node("Reshape", ["c2", "s2"], ["z"])])
+    g.initializer.extend([numpy_helper.from_array(np.array(shape1, np.int64), "s1"),
+                          numpy_helper.from_array(np.array(shape2, np.int64), "s2")])
+    g.output[0].name = "z"
+    planned, plain = Session(m), Session(m, plan=False)
+    assert [st.shuffle is not None for st in planned.plan().steps
+            if isinstance(st, FusedConv)] == [True]
+    _same_bits(planned, plain, inputs)
+    assert "z" in _values(planned)
