@@ -181,3 +181,17 @@ def test_the_frame_is_visible_on_a_100k_tape(qtbot):
     assert sum(1 for _, y in blue if y == rows[0]) > ov.width() // 2
     assert img.pixelColor(1, cy).name() == FRAME.name()
     assert img.pixelColor(ov.width() - 2, cy).name() == FRAME.name()
+
+
+def test_the_shared_runs_and_the_table_rows_import_without_qt():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.test_layers import _BLOCKER, QT
+
+    mods = ("views.scope_runs", "views.parity_rows", "views.search")
+    r = subprocess.run([sys.executable, "-c", _BLOCKER.format(qt=QT, mods=mods)],
+                       cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
