@@ -33,6 +33,7 @@ class Bands:
         names = [lab[1] + "/" if g is not None else lab[1]  # a collapsed scope: its scope
                  for lab, g in zip(graph.labels, graph.item_group, strict=True)]
         self.names = names
+        self.members = np.bincount(np.asarray(graph.node_item, dtype=np.int64), minlength=m)
         starts = scope_runs(names, m, max(1, h // BAND_PX))
         if starts is None:
             starts = np.arange(m)
@@ -61,8 +62,8 @@ class Bands:
         return run_label(self.names, lo, hi)
 
     def size(self, band: int) -> int:
-        """Items in a band."""
-        return int(np.count_nonzero(self.band_of == band))
+        """Tape nodes in a band (a collapsed scope counts its members)."""
+        return int(self.members[self.band_of == band].sum())
 
 
 class Overview(QWidget):
@@ -187,7 +188,10 @@ class Overview(QWidget):
             f = self.frame_rect()
         cy = f.center().y()
         if f.height() < FRAME_MIN_PX:
-            f = QRectF(f.left(), cy - FRAME_MIN_PX / 2, f.width(), FRAME_MIN_PX)
+            # kept whole inside the minimap at the top and bottom ends of the tape
+            top = min(max(cy - FRAME_MIN_PX / 2, 2.0), self.height() - 2.0 - FRAME_MIN_PX)
+            f = QRectF(f.left(), top, f.width(), FRAME_MIN_PX)
+            cy = f.center().y()
         f = f.adjusted(1, 0, -1, 0) if f.width() > 4 else f
         p.setRenderHint(QPainter.Antialiasing, True)
         p.setBrush(Qt.NoBrush)

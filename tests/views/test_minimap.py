@@ -195,3 +195,29 @@ def test_the_shared_runs_and_the_table_rows_import_without_qt():
                        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def test_collapsed_scopes_are_counted_by_their_nodes_and_colour_their_band(qtbot):
+    m = model(10_000)
+    p = panel(qtbot, m)
+    v, ov = p.view, p.overview
+    m.collapsed = {g for g in m.groups if g.count("/") == 1}  # every block's attn and mlp
+    v.relayout(wait=True)
+    v.fit(readable=True)  # the top of the tape: the frame sits at the minimap's top edge
+    b = ov.band_layout()
+    assert b is not None and len(v.display) < len(m.nodes) // 5
+    assert sum(b.size(k) for k in range(b.starts.size)) == len(m.nodes)
+    bad = m.groups["block150/mlp"][2]
+    v.set_overlay({i: QColor(RED if i == bad else GREEN) for i in range(len(m.nodes))})
+    item = int(v.display.node_item[bad])
+    assert v.display.item_group[item] == "block150/mlp"
+    band = int(b.band_of[item])
+    y0, y1, _ = next(s for s in b.spans if s[2] == band)
+    assert ov._image.pixelColor(ov.width() // 2, (y0 + y1 - 1) // 2).name() == RED
+    assert {s[2] for s in b.spans if ov._image.pixelColor(
+        ov.width() // 2, (s[0] + s[1] - 1) // 2).name() == RED} == {band}
+    # the frame is drawn whole at the top: its top line below the border, not clipped
+    img = ov.grab().toImage()
+    rows = [y for y in range(ov.height()) if img.pixelColor(ov.width() // 2, y).name()
+            == FRAME.name()]
+    assert rows and rows[0] >= 1 and rows[-1] - rows[0] >= 6
