@@ -132,48 +132,47 @@ static inline float tsb__to_float(double r) {
 
 static inline float tsb_rsqrtf(float x) { return tsb__to_float(tsb_rsqrt((double)x)); }
 
-/* ---- float32: a quick double, certified per element, else the exact routine ----
+/* ---- float32: a quick double, certified per element, else ts_f itself ----
  *
- * The float result is (float)ts_f((double)x): ts_f's double (within ~1 ulp of f) rounded once.
- * Any other double r within a few ulps of f rounds to the same float unless f lies near a
- * float rounding midpoint. So tsq_f(x) computes such an r without ts_f's divisions and
- * branches (a division-free exp polynomial; tanh and sigmoid as one quotient; log, log1p as
- * fdlibm's general formula), and the loop keeps (float)r only when r's 29 bits below the float
- * mantissa are more than TSQ_SLACK double ulps from the midpoint pattern -- far more than both
- * errors together (tsq_f: <= ~16 ulps, ts_f: <= ~1) -- and r is a normal float, an exact zero
- * or an infinity tsq_f meant; every other element (NaN, specials, float subnormals, ~1 in
- * 2**14 near a midpoint) is recomputed by ts_f itself. So the bits are ts_f's by construction;
- * tests/core/test_refmath_native.py and tests/core/test_refmath_simd_f32.py hold them to the
- * numpy spelling, and `python benchmarks/bench_refmath.py --exhaustive NAMES` to the scalar C
- * routine on all 2**32 float inputs.
+ * The float result is (float)ts_f((double)x): ts_f's double, within ~1 ulp of f(x), rounded
+ * once. Any other double r close to f(x) rounds to the same float unless f(x) lies near a
+ * float rounding midpoint. tsq_f(x) computes such an r with fewer operations than ts_f and no
+ * branches (exp, expm1: Chebyshev polynomials, no division; tanh, sigmoid: one quotient of
+ * those; log, log1p: fdlibm's reduction and polynomial, rearranged), and the loop keeps
+ * (float)r only when r is a normal float (or a zero or infinity tsq_f gives on purpose) whose
+ * 29 bits below the float mantissa are more than TSQ_SLACK double ulps from the midpoint
+ * pattern: far more than tsq_f and ts_f ever differ (<= 124 ulps, measured on all 2**32
+ * floats). Every other element -- NaN, the specials, float subnormals, ~1 in 2**14 near a
+ * midpoint -- is recomputed by ts_f itself. So the bits are ts_f's: tests/core/
+ * test_refmath_native.py and test_refmath_simd_f32.py hold them to the numpy spelling, and
+ * `python benchmarks/bench_refmath.py --exhaustive NAMES` to the scalar C routine on every
+ * float input. (Not for double: there the result is ts_f's double itself, no slack.)
  */
 #define TSQ_SLACK 16384ULL
 
-/* nearest integer of |v| < 2**51 as a double, branch-free (the 1.5 * 2**52 trick) */
-static inline double tsq__rint(double v) {
-    return __dsub_rn(__dadd_rn(v, 6755399441055744.0), 6755399441055744.0);
-}
-
-/* 2**k * p for |k| <= 1000 and p, the result normal: the exponent field added as integers */
-static inline double tsq__scale(double p, double kd) {
-    unsigned long long k = (unsigned long long)(long long)kd;
-    unsigned long long b = (unsigned long long)__double_as_longlong(p);
-    return __longlong_as_double((long long)(b + (k << 52)));
-}
-
-/* x = k ln2 + r, |r| <= ln2/2 + 2**-40 (as fdlibm's exp: k*ln2_hi exact), for |x| <= 2**20 */
-static inline double tsq__reduce(double x, double *kd) {
+/* x = k ln2 + r, |r| <= ln2/2 + 2**-40 (as fdlibm's exp: k*ln2_hi exact), for |x| <= 2**20.
+ * k is rounded by adding 1.5 * 2**52 (v holds k in its low mantissa bits; kd = k as a double):
+ * no float-to-int conversion, so a NaN x runs through harmlessly and comes out NaN. */
+static inline double tsq__reduce(double x, double *v, double *kd) {
     TS_EXP_CONSTANTS
     (void)o_threshold, (void)u_threshold, (void)twom1000;
     (void)P1, (void)P2, (void)P3, (void)P4, (void)P5;
-    *kd = tsq__rint(__dmul_rn(x, invln2));
+    *v = __dadd_rn(__dmul_rn(x, invln2), 6755399441055744.0);
+    *kd = __dsub_rn(*v, 6755399441055744.0);
     return __dsub_rn(__dsub_rn(x, __dmul_rn(*kd, ln2_hi)), __dmul_rn(*kd, ln2_lo));
+}
+
+/* 2**k * p, the result normal, k from tsq__reduce's v: k's low 12 bits added to the exponent */
+static inline double tsq__scale(double p, double v) {
+    unsigned long long b = (unsigned long long)__double_as_longlong(p);
+    unsigned long long k = (unsigned long long)__double_as_longlong(v);
+    return __longlong_as_double((long long)(b + (k << 52)));
 }
 
 /* exp(x) for -160 <= x <= 160: a degree-9 Chebyshev fit of exp on |r| <= 0.3466 (mpmath
  * chebyfit; relative error 2**-45.6 with these double coefficients) */
 static inline double tsq__exp(double x) {
-    double kd, r = tsq__reduce(x, &kd);
+    double v, kd, r = tsq__reduce(x, &v, &kd);
     double p = __dadd_rn(2.48844724010672e-05, __dmul_rn(r, 2.763265216957956e-06));
     p = __dadd_rn(0.00019841190623382567, __dmul_rn(r, p));
     p = __dadd_rn(0.0013888801723066747, __dmul_rn(r, p));
@@ -183,13 +182,13 @@ static inline double tsq__exp(double x) {
     p = __dadd_rn(0.4999999999943825, __dmul_rn(r, p));
     p = __dadd_rn(1.0000000000000013, __dmul_rn(r, p));
     p = __dadd_rn(1.0000000000000135, __dmul_rn(r, p));
-    return tsq__scale(p, kd);
+    return tsq__scale(p, v);
 }
 
-/* expm1(x) for -160 <= x <= 160, x != 0: r + r*r*P(r), P a degree-8 Chebyshev fit of
+/* expm1(x) for -160 <= x <= 160 (+0 for +-0): r + r*r*P(r), P a degree-8 Chebyshev fit of
  * (expm1(r) - r) / r**2 (2**-48.3 relative), then 2**k (expm1(r) + 1) - 1 */
 static inline double tsq__expm1(double x) {
-    double kd, r = tsq__reduce(x, &kd);
+    double v, kd, r = tsq__reduce(x, &v, &kd);
     double p = __dadd_rn(2.7625112348132093e-06, __dmul_rn(r, 2.761380417063004e-07));
     p = __dadd_rn(2.4801536393539694e-05, __dmul_rn(r, p));
     p = __dadd_rn(0.0001984120873835699, __dmul_rn(r, p));
@@ -199,38 +198,39 @@ static inline double tsq__expm1(double x) {
     p = __dadd_rn(0.16666666666648292, __dmul_rn(r, p));
     p = __dadd_rn(0.5, __dmul_rn(r, p));
     double q = __dadd_rn(r, __dmul_rn(__dmul_rn(r, r), p));
-    double t = tsq__scale(1.0, kd);
+    double t = tsq__scale(1.0, v);
     /* k = 0: q (+ 0); else no cancellation worse than 3.5x: |x| >= ln2/2 */
     return __dadd_rn(__dmul_rn(t, q), __dsub_rn(t, 1.0));
 }
 
+/* lo <= x <= hi ? x : the bound; NaN stays NaN */
+static inline double tsq__clamp(double x, double lo, double hi) {
+    double y = x < lo ? lo : x;
+    return y > hi ? hi : y;
+}
+
+/* NOTE: a NaN x runs through the quick twins as NaN (unsure: ts_f decides) */
 static inline double tsq_exp(double x) {
-    int ok = (x >= -104.0) & (x <= 100.0);
-    double r = tsq__exp(tsb__sel(ok, x, 0.0));
-    r = tsb__sel(x > 100.0, TS_INF64, r);  /* float inf, as ts_exp's huge double or inf */
-    r = tsb__sel(x < -104.0, 0.0, r);      /* ts_exp < 2**-150: +0 as a float */
-    return tsb__sel(x != x, TS_NAN64, r);
+    /* x > 100: exp(100), an infinity as a float like ts_exp's */
+    double r = tsq__exp(tsq__clamp(x, -104.0, 100.0));
+    return tsb__sel(x < -104.0, 0.0, r); /* ts_exp < 2**-150: +0 as a float */
 }
 
 static inline double tsq_expm1(double x) {
-    int ok = (x >= -104.0) & (x <= 100.0);
-    double res = tsq__expm1(tsb__sel(ok, x, 0.0));
-    res = tsb__sel(x == 0.0, x, res); /* +-0 */
-    res = tsb__sel(x > 100.0, TS_INF64, res);
-    res = tsb__sel(x < -104.0, -1.0, res); /* ts_expm1: -1 + (< 2**-150) or -1 */
-    return tsb__sel(x != x, TS_NAN64, res);
+    /* x > 100: an infinity as a float; x < -104: -1, as ts_expm1; expm1 has x's sign (+-0) */
+    return __builtin_copysign(tsq__expm1(tsq__clamp(x, -104.0, 100.0)), x);
 }
 
 /* log(u) for a positive normal double u: fdlibm's general formula, ~1 ulp */
 static inline double tsq__log(double u) {
     TS_LOG_CONSTANTS
     (void)two54;
-    int hx = ts__hi(u);
-    int k = (hx >> 20) - 1023;
-    hx &= 0x000fffff;
-    int i = (hx + 0x95f64) & 0x100000; /* mantissa above sqrt(2): normalize u/2 instead */
-    double x = ts__with_hi(u, hx | (i ^ 0x3ff00000));
-    double dk = (double)(k + (i >> 20));
+    /* as ts_log's hx, k, i on the high word, in 64-bit lanes (no packing to 32 bits) */
+    long long b = __double_as_longlong(u);
+    long long m = b & 0x000fffffffffffffLL;
+    long long i = (m + (0x95f64LL << 32)) & (1LL << 52); /* mantissa above sqrt(2): u/2 */
+    double x = __longlong_as_double(m | (i ^ (0x3ffLL << 52)));
+    double dk = (double)((b >> 52) - 1023 + (i >> 52));
     double f = __dsub_rn(x, 1.0);
     double s = __ddiv_rn(f, __dadd_rn(2.0, f));
     double z = __dmul_rn(s, s);
@@ -238,11 +238,10 @@ static inline double tsq__log(double u) {
     double t1 = __dmul_rn(w, __dadd_rn(Lg2, __dmul_rn(w, __dadd_rn(Lg4, __dmul_rn(w, Lg6)))));
     double t2 = __dmul_rn(z, __dadd_rn(Lg1, __dmul_rn(w, __dadd_rn(Lg3, __dmul_rn(w,
                     __dadd_rn(Lg5, __dmul_rn(w, Lg7)))))));
-    double R = __dadd_rn(t2, t1);
-    double hfsq = __dmul_rn(__dmul_rn(0.5, f), f);
-    return __dsub_rn(__dmul_rn(dk, ln2_hi),
-                     __dsub_rn(__dsub_rn(hfsq, __dadd_rn(__dmul_rn(s, __dadd_rn(hfsq, R)),
-                                                         __dmul_rn(dk, ln2_lo))), f));
+    /* log(1 + f) = 2s + s R: fdlibm's f - (hfsq - s (hfsq + R)) rearranged, a few ulps */
+    double l = __dadd_rn(__dmul_rn(2.0, s), __dadd_rn(__dmul_rn(s, __dadd_rn(t2, t1)),
+                                                      __dmul_rn(dk, ln2_lo)));
+    return __dadd_rn(__dmul_rn(dk, ln2_hi), l);
 }
 
 static inline double tsq_log(double x) {
@@ -263,25 +262,19 @@ static inline double tsq_log1p(double x) {
 }
 
 static inline double tsq_tanh(double x) {
-    /* tanh|x| = -m / (2 + m), m = expm1(-2|x|) in (-1, 0]: relative error <= ~2x expm1's */
+    /* tanh|x| = -m / (2 + m), m = expm1(-2|x|) in (-1, 0]: relative error <= ~2x expm1's;
+     * |x| >= 22: 1 - 2**-62 rounds to 1, as ts_tanh; tanh has x's sign (+-0) */
     double a = __builtin_fabs(x);
-    int mid = a < 22.0; /* and not NaN */
-    double m = tsq__expm1(__dmul_rn(-2.0, tsb__sel(mid, a, 1.0)));
-    double y = __ddiv_rn(-m, __dadd_rn(2.0, m));
-    y = tsb__sel(mid, y, 1.0); /* |x| >= 22: 1, as ts_tanh */
-    y = tsb__sel(x < 0.0, -y, y);
-    y = tsb__sel(x == 0.0, x, y); /* +-0 */
-    return tsb__sel(x != x, TS_NAN64, y);
+    double m = tsq__expm1(__dmul_rn(-2.0, a > 22.0 ? 22.0 : a));
+    return __builtin_copysign(__ddiv_rn(-m, __dadd_rn(2.0, m)), x);
 }
 
 static inline double tsq_sigmoid(double x) {
+    /* x >= 0: 1 / (1 + e), else e / (1 + e), e = exp(-|x|) */
     double a = __builtin_fabs(x);
-    int ok = a <= 104.0; /* and not NaN */
-    double e = tsq__exp(-tsb__sel(ok, a, 0.0)); /* exp(-|x|) */
-    double d = __dadd_rn(1.0, e);
-    double y = __ddiv_rn(tsb__sel(x < 0.0, e, 1.0), d);
-    y = tsb__sel(ok, y, x < 0.0 ? 0.0 : 1.0); /* ts_sigmoid: < 2**-150 or > 1 - 2**-60 */
-    return tsb__sel(x != x, TS_NAN64, y);
+    double e = tsq__exp(-(a > 104.0 ? 104.0 : a));
+    double y = __ddiv_rn(x < 0.0 ? e : 1.0, __dadd_rn(1.0, e));
+    return tsb__sel(x < -104.0, 0.0, y); /* ts_sigmoid < 2**-150: +0 as a float */
 }
 
 /* 1 when (float)r may differ from the float of ts_f: NaN, a float subnormal, or r within
