@@ -3,9 +3,10 @@
 Throughput (default): each refmath function on ``--n`` elements (1e6) vs its numpy peer in the
 same run (np.exp, np.expm1, np.log, np.log1p, np.tanh; 1/(1+np.exp(-x)) for sigmoid and
 1/np.sqrt(x) for rsqrt, as core.mathlib's "platform" mode spells them; erf: numpy has none, the
-platform mode maps math.erf, timed on the same array). Best of ``--repeat`` runs of process
-CPU time (time.process_time: the machines we run on are shared, and CPU time is what a busy
-neighbour disturbs least; everything here is single-threaded); the ratio is refmath / peer.
+platform mode maps math.erf, timed on the same array). ``--repeat`` pairs of runs, ours then
+the peer's, in process CPU time (time.process_time: the machines we run on are shared, and CPU
+time is what a busy neighbour disturbs least; everything here is single-threaded); the table
+gives each side's best and the median of the per-pair ratios refmath / peer.
 
 Accuracy (``--accuracy``): max error in ulps and the fraction correctly rounded over
 ``--samples`` inputs per function and dtype spanning the domain (core.refmath._domain), against
@@ -14,8 +15,9 @@ each re-checked by mpmath at 120 bits; erf (no long double erf in numpy) against
 ``--mp-samples`` inputs. numpy's own functions are measured on the same inputs for comparison.
 
 Exhaustive float32 parity (``--exhaustive exp,tanh``): every one of the 2**32 float32 bit
-patterns through refmath and through the C twin (gcc -O2 -ffp-contract=off, ctypes), counting
-bit mismatches (several minutes per function).
+patterns through refmath (its float32 loops: core/native/refmath_simd.h's quick twins, certified
+per element) and through the C twin's scalar (float)ts_f((double)x) (gcc -O2
+-ffp-contract=off, ctypes), counting bit mismatches (a minute or more per function).
 
 Run: ``python benchmarks/bench_refmath.py [--n 1000000] [--repeat 7]``
      ``python benchmarks/bench_refmath.py --accuracy [--samples 1000000] [--mp-samples 20000]``
@@ -63,31 +65,38 @@ PEERS = {
 }
 
 
-def _best(fn, x: np.ndarray, repeat: int) -> float:
-    fn(x)  # warm-up
-    best = math.inf
+def _paired(ours, peer, x: np.ndarray, repeat: int) -> tuple[float, float, float]:
+    """Best CPU seconds of ours and of the peer, and the median of the per-pair ratios: the two
+    run interleaved (ours, peer, ours, peer ...) so a busy neighbour slows both alike."""
+    ours(x), peer(x)  # warm-up
+    t_ours, t_peer, ratios = [], [], []
     for _ in range(repeat):
         t0 = time.process_time()
-        fn(x)
-        best = min(best, time.process_time() - t0)
-    return best
+        ours(x)
+        t1 = time.process_time()
+        peer(x)
+        t2 = time.process_time()
+        t_ours.append(t1 - t0)
+        t_peer.append(t2 - t1)
+        ratios.append((t1 - t0) / max(t2 - t1, 1e-9))
+    return min(t_ours), min(t_peer), float(np.median(ratios))
 
 
 def throughput(n: int, repeat: int) -> None:
     """Print the refmath vs numpy throughput table (markdown)."""
     rng = np.random.default_rng(0)
-    print(f"refmath vs numpy, {n:,} elements, best of {repeat} "
-          "(CPU ms; Melem/s; ratio = ours/peer)")
+    print(f"refmath vs numpy, {n:,} elements, best of {repeat} interleaved pairs "
+          "(CPU ms; Melem/s; ratio = median of the per-pair ours/peer)")
     print("| function | dtype | refmath ms | Melem/s | peer | peer ms | ratio |")
     print("|---|---|---:|---:|---|---:|---:|")
     for name in refmath.FUNCTIONS:
         label, peer, (lo, hi) = PEERS[name]
         for dtype in (np.float64, np.float32):
             x = rng.uniform(lo, hi, n).astype(dtype)
-            ours = _best(getattr(refmath, name), x, repeat)
-            theirs = _best(peer, x, 1 if name == "erf" else repeat)
+            ours, theirs, ratio = _paired(getattr(refmath, name), peer, x,
+                                          3 if name == "erf" else repeat)
             print(f"| {name} | {np.dtype(dtype)} | {ours * 1e3:.1f} | {n / ours / 1e6:.0f} | "
-                  f"{label} | {theirs * 1e3:.1f} | {ours / theirs:.2f} |")
+                  f"{label} | {theirs * 1e3:.2f} | {ratio:.2f} |", flush=True)
 
 
 LONGDOUBLE = {
