@@ -435,7 +435,9 @@ class FusedConv:
                 return None
             got = self._prep = (x.shape, x.dtype, ops, prep)
         p = got[3]
-        ep = p["ep"]
+        # a copy per run: the residual's and destination's addresses are this run's own (two
+        # threads may run one session)
+        ep = type(p["ep"]).from_buffer_copy(p["ep"])
         lay = None
         if shuffle is not None:
             lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
@@ -472,7 +474,6 @@ class FusedConv:
             cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
             y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
                               group, ep)
-        ep.res = ep.dst = ep.dst_row = None
         del res
         if y is None:
             return None
