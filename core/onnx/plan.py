@@ -24,6 +24,7 @@ chain charges the bytes its unmaterialised intermediates would have held.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,8 +74,7 @@ class Plan:
 
 def _subgraph_names(sess) -> set[str]:
     """Every name a node inside any subgraph reads (it may be an outer-scope value)."""
-    from core.onnx.executor import CompiledGraph
-
+    CompiledGraph = type(sess.graph)  # noqa: N806 - the executor's class (it imports us)
     names: set[str] = set()
 
     def walk(cg):
@@ -91,9 +91,8 @@ def _subgraph_names(sess) -> set[str]:
 def _fold_under_defaults(sess, budget) -> tuple[list, dict, set]:
     """(steps left, folded values, inputs assumed): Session's folding, but an input with a
     default counts as a constant with that value."""
-    from core.onnx.executor import CompiledGraph
-
     g = sess.graph
+    CompiledGraph = type(g)  # noqa: N806 - the executor's class (it imports us)
     overridable = {i.name for i in sess.model.graph.input} & set(g.inits)
     known = dict(g.inits)
     deps: dict[str, frozenset] = {n: frozenset([n]) for n in overridable}
@@ -295,11 +294,9 @@ class ConstArgs:
     """A node run with some inputs replaced by precomputed constants (and attributes changed)."""
 
     def __init__(self, st, consts: dict[int, np.ndarray], attrs: dict) -> None:
-        from core.onnx.executor import Step
-
         self.orig = st
         self.consts = consts
-        self.step = Step(st.label, st.node, st.kernel, {**st.attrs, **attrs}, st.opset)
+        self.step = dataclasses.replace(st, attrs={**st.attrs, **attrs})
 
     def run(self, sess, env, budget, run_sub) -> None:
         sess._run_step(self.step, sess.graph, env, budget, run_sub, self.consts)
