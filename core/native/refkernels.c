@@ -562,37 +562,53 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
  *            np.maximum(acc, t): the first NaN stays, and of two equal values (+0.0 and -0.0)
  *            the second. */
 #define POOL2D(T, AVG)                                                                  \
-    long long hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1; \
-    T *P = (T *)malloc((size_t)(hp * wp + ow) * sizeof(T));                             \
+    long long hp = (oh - 1) * sh + (kh - 1) * dh + 1;                                   \
+    long long wq = ow + ((kw - 1) * dw) / sw; /* one column phase's width */            \
+    long long pl = hp * wq;                                                             \
+    T *P = (T *)malloc((size_t)(sw * pl + ow) * sizeof(T));                             \
     if (!P) return 0;                                                                   \
-    T *acc = P + hp * wp;                                                               \
+    T *acc = P + sw * pl;                                                               \
+    /* the padding is the same cells in every plane: filled once, the image cells written \
+     * per plane. Phase b holds columns X = S*sw + b of the padded plane, so a tap's reads \
+     * over the output columns s are contiguous: X = s*sw + v*dw -> phase (v*dw) % sw,  \
+     * S = s + (v*dw) / sw. */                                                          \
+    for (long long i = 0; i < sw * pl; ++i) P[i] = fill;                                \
     for (long long q = 0; q < planes; ++q) {                                            \
         const T *xq = x + q * h * w;                                                    \
         T *yq = y + q * oh * ow;                                                        \
-        for (long long Y = 0; Y < hp; ++Y) {                                            \
-            long long iy = Y - ph;                                                      \
-            for (long long X = 0; X < wp; ++X) {                                        \
-                long long ix = X - pw;                                                  \
-                P[Y * wp + X] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? xq[iy * w + ix] \
-                                                                          : fill;      \
+        for (long long b = 0; b < sw; ++b) {                                            \
+            /* S in [lo, hi): 0 <= S*sw + b - pw < w */                                \
+            long long lo = pw - b <= 0 ? 0 : (pw - b + sw - 1) / sw;                    \
+            long long hi = w + pw - b <= 0 ? 0 : (w + pw - b + sw - 1) / sw;            \
+            if (hi > wq) hi = wq;                                                       \
+            if (lo > hi) lo = hi;                                                       \
+            for (long long Y = 0; Y < hp; ++Y) {                                        \
+                long long iy = Y - ph;                                                  \
+                if (iy < 0 || iy >= h) continue;                                        \
+                const T *xr = xq + iy * w + b - pw;                                     \
+                T *prow = P + b * pl + Y * wq;                                          \
+                if (sw == 1)                                                            \
+                    for (long long S = lo; S < hi; ++S) prow[S] = xr[S];                \
+                else                                                                    \
+                    for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];           \
             }                                                                           \
         }                                                                               \
         for (long long r = 0; r < oh; ++r) {                                            \
             for (long long u = 0; u < kh; ++u) {                                        \
-                const T *row = P + (r * sh + u * dh) * wp;                              \
                 for (long long v = 0; v < kw; ++v) {                                    \
-                    const T *src = row + v * dw;                                        \
+                    const T *src = P + ((v * dw) % sw) * pl + (r * sh + u * dh) * wq +  \
+                                   (v * dw) / sw;                                       \
                     if (AVG) {                                                          \
                         if (u == 0 && v == 0)                                           \
-                            for (long long s = 0; s < ow; ++s) acc[s] = (T)0 + src[s * sw]; \
+                            for (long long s = 0; s < ow; ++s) acc[s] = (T)0 + src[s];  \
                         else                                                            \
-                            for (long long s = 0; s < ow; ++s) acc[s] = acc[s] + src[s * sw]; \
+                            for (long long s = 0; s < ow; ++s) acc[s] = acc[s] + src[s]; \
                     } else {                                                            \
                         if (u == 0 && v == 0)                                           \
-                            for (long long s = 0; s < ow; ++s) acc[s] = src[s * sw];    \
+                            for (long long s = 0; s < ow; ++s) acc[s] = src[s];         \
                         else                                                            \
                             for (long long s = 0; s < ow; ++s) {                        \
-                                T a = acc[s], t = src[s * sw];                          \
+                                T a = acc[s], t = src[s];                               \
                                 acc[s] = (a > t || a != a) ? a : t;                     \
                             }                                                           \
                     }                                                                   \
