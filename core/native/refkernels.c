@@ -54,6 +54,39 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
             for (long long jj = 0; jj < (nv); ++jj) c[(i + r) * n + j + jj] = acc[r][jj]; \
     }
 
+/* A whole JB-wide tile (four vectors per row) with GCC vector types: the panel's four vectors
+ * of b[k] are loaded once per k and feed all R rows' chains (gcc otherwise reloads them per
+ * row). Same chains, same order, one rounding per mul and per add. */
+#define MM_TILE4(T, V, R, bp, bs)                                                       \
+    {                                                                                   \
+        V acc[R][4];                                                                    \
+        const long long lanes = (long long)(sizeof(V) / sizeof(T));                     \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < 4; ++q) {                                               \
+                if (k0 == 0) {                                                          \
+                    V z = {0};                                                          \
+                    acc[r][q] = z;                                                      \
+                } else {                                                                \
+                    acc[r][q] = *(const V *)(c + (i + r) * n + j + q * lanes);          \
+                }                                                                       \
+            }                                                                           \
+        for (long long kk = k0; kk < k1; ++kk) {                                        \
+            const V *bk = (const V *)((bp) + kk * (bs));                                \
+            const V b0 = bk[0], b1 = bk[1], b2 = bk[2], b3 = bk[3];                     \
+            for (int r = 0; r < R; ++r) {                                               \
+                const T x = a[(i + r) * k + kk];                                        \
+                V p0 = x * b0, p1 = x * b1, p2 = x * b2, p3 = x * b3;                   \
+                acc[r][0] = acc[r][0] + p0;                                             \
+                acc[r][1] = acc[r][1] + p1;                                             \
+                acc[r][2] = acc[r][2] + p2;                                             \
+                acc[r][3] = acc[r][3] + p3;                                             \
+            }                                                                           \
+        }                                                                               \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < 4; ++q)                                                 \
+                *(V *)(c + (i + r) * n + j + q * lanes) = acc[r][q];                    \
+    }
+
 /* The same tile R rows x one vector of JS columns, written with GCC vector types (lane-wise
  * IEEE mul and add, one rounding each) so gcc keeps the R accumulators in registers. */
 #define MM_TILEV(T, V, R, JS, bp, bs, nv)                                               \
@@ -112,9 +145,10 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
     for (k0 = 0; k0 < k || (k == 0 && k0 == 0); k0 += KC) {                            \
         k1 = k0 + KC < k ? k0 + KC : k;                                                 \
         for (j = 0; j < jfull; j += JB) {                                               \
-            for (i = i0; i + 4 <= i1; i += 4) MM_TILE(T, 4, JB, b + j, n, JB)           \
-            for (; i + 2 <= i1; i += 2) MM_TILE(T, 2, JB, b + j, n, JB)                 \
-            for (; i < i1; ++i) MM_TILE(T, 1, JB, b + j, n, JB)                         \
+            for (i = i0; i + 6 <= i1; i += 6) MM_TILE4(T, V, 6, b + j, n)               \
+            for (; i + 4 <= i1; i += 4) MM_TILE4(T, V, 4, b + j, n)                     \
+            for (; i + 2 <= i1; i += 2) MM_TILE4(T, V, 2, b + j, n)                     \
+            for (; i < i1; ++i) MM_TILE4(T, V, 1, b + j, n)                             \
         }                                                                               \
         for (j = jfull; j < jmid; j += JS) {                                            \
             for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, b + j, n, JS)       \
