@@ -8,9 +8,13 @@ Each engine runs the same input; times are the median of ``--repeat`` runs after
 Ratios are ours / onnxruntime, so lower is better and 1.0 is parity. ``ref/ort1`` is the target
 row of issue 15: reference mode (one thread: ``core.native.set_threads(1)``) against onnxruntime
 with one intra-op thread, the two interleaved run by run and timed in process CPU time (on a
-shared machine wall time counts other jobs' turns), reported as the median of per-run ratios.
+shared machine wall time counts other jobs' turns), reported as the median of per-run ratios;
+``ref cpu``/``ort1 cpu`` are the medians of those runs' CPU milliseconds. Reference mode runs
+its plan (core.onnx.plan: weights folded once, fused Conv chains), bit-identical to the plain
+node loop; ``--no-plan`` times the plain loop instead.
 
     python benchmarks/bench_onnx.py [--models squeezenet,resnet50] [--repeat 3] [--no-reference]
+                                    [--no-plan]
 """
 
 from __future__ import annotations
@@ -66,22 +70,26 @@ def _time(fn, repeat: int) -> float:
     return statistics.median(ts)
 
 
-def _paired_ratio(ours, peer, repeat: int) -> float:
-    """Median of per-run CPU-time ratios ours / peer, one thread each, runs interleaved."""
+def _paired_ratio(ours, peer, repeat: int) -> tuple[float, float, float]:
+    """(median of per-run CPU-time ratios ours / peer, median CPU s of ours, of peer): one
+    thread each, runs interleaved."""
     from core import native
 
     before = native.threads()
     native.set_threads(1)
     try:
-        ratios = []
+        ratios, ta, tb = [], [], []
         for _ in range(repeat):
             t = time.process_time()
             ours()
             a = time.process_time() - t
             t = time.process_time()
             peer()
-            ratios.append(a / (time.process_time() - t))
-        return statistics.median(ratios)
+            b = time.process_time() - t
+            ratios.append(a / b)
+            ta.append(a)
+            tb.append(b)
+        return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
     finally:
         native.set_threads(before)
 
@@ -102,10 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=DEFAULT)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-reference", action="store_true", help="skip the (slow) reference mode")
+    ap.add_argument("--no-plan", action="store_true",
+                    help="reference mode without its run plan (the plain node loop)")
     args = ap.parse_args(argv)
     hdr = (f"{'model':14s} {'ort 1t ms':>10s} {'ort dflt ms':>11s} {'fast ms':>9s} "
            f"{'ref ms':>9s} {'fast/ort':>9s} {'fast/ort1':>9s} {'ref/ort':>9s} {'ref/ort1':>9s} "
-           f"{'max|ref-ort|':>12s}")
+           f"{'max|ref-ort|':>12s} {'ref cpu':>8s} {'ort1 cpu':>8s}")
     print(f"cores: {os.cpu_count()}  onnxruntime {ort.__version__}  numpy {np.__version__}  "
           f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
     print(hdr)
@@ -122,16 +132,17 @@ def main(argv: list[str] | None = None) -> int:
         td = _time(lambda s=sd, f=feeds: s.run(None, f), args.repeat)
         fast = Session(path, mode="fast")
         tf = _time(lambda s=fast, f=feeds: s.run(f), args.repeat)
-        tr, err, r1 = float("nan"), float("nan"), float("nan")
+        tr, err, r1, c1, c2 = (float("nan"),) * 5
         if not args.no_reference:
-            ref = Session(path, mode="reference")
+            ref = Session(path, mode="reference", plan=not args.no_plan)
             tr = _time(lambda s=ref, f=feeds: s.run(f), max(1, args.repeat // 3))
             y_ref = next(iter(ref.run(feeds).values()))
             err = float(np.max(np.abs(y_ref - sd.run(None, feeds)[0])))
-            r1 = _paired_ratio(lambda s=ref, f=feeds: s.run(f),
-                               lambda s=s1, f=feeds: s.run(None, f), args.repeat)
+            r1, c1, c2 = _paired_ratio(lambda s=ref, f=feeds: s.run(f),
+                                       lambda s=s1, f=feeds: s.run(None, f), args.repeat)
         print(f"{name:14s} {t1 * 1e3:10.1f} {td * 1e3:11.1f} {tf * 1e3:9.1f} {tr * 1e3:9.1f} "
-              f"{tf / td:9.2f} {tf / t1:9.2f} {tr / td:9.1f} {r1:9.1f} {err:12.2e}")
+              f"{tf / td:9.2f} {tf / t1:9.2f} {tr / td:9.1f} {r1:9.1f} {err:12.2e} "
+              f"{c1 * 1e3:8.1f} {c2 * 1e3:8.1f}")
     return 0
 
 
