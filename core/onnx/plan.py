@@ -144,8 +144,9 @@ def _single_output(st) -> bool:
     return len([o for o in st.node.output if o]) == 1 and bool(st.node.output[0])
 
 
-def _fuse(steps, consumers, constants) -> tuple[list, set]:
-    """Replace Conv chains by FusedConv entries and constant-B Gemms by ConstArgs."""
+def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
+    """Replace Conv chains by FusedConv entries (``convs``: native code is there), channel
+    shuffles by Shuffle entries and constant-B Gemms by ConstArgs."""
     by_input: dict[str, list[int]] = {}
     for j, st in enumerate(steps):
         for i in st.node.input:
@@ -175,8 +176,8 @@ def _fuse(steps, consumers, constants) -> tuple[list, set]:
                     hidden.add(s_.node.output[0])
                 place[chain[1][-1]] = Shuffle(chain[0])
                 continue
-        if op != "Conv" or st.node.domain not in ("", "ai.onnx") or not _single_output(st) \
-                or len([i for i in st.node.input if i]) < 2:
+        if not convs or op != "Conv" or st.node.domain not in ("", "ai.onnx") \
+                or not _single_output(st) or len([i for i in st.node.input if i]) < 2:
             out.append(st)
             continue
         chain = [st]
@@ -267,13 +268,11 @@ def build(sess, budget, fold: bool = True) -> Plan:
         overridable = {i.name for i in sess.model.graph.input}
         constants = {k: v for k, v in sess.graph.inits.items() if k not in overridable}
         constants.update(values)
-        if native.library() is not None:
-            extra = _subgraph_names(sess) | set(sess.graph.outputs)
-            consumers = _consumers(steps, extra)
-            steps, hidden = _fuse(steps, consumers, constants)
+        convs = native.library() is not None
+        consumers = _consumers(steps, _subgraph_names(sess) | set(sess.graph.outputs))
+        steps, hidden = _fuse(steps, consumers, constants, convs)
+        if convs:
             steps = _merge_shuffles(steps, consumers, hidden)
-        else:
-            steps, _ = _fuse(steps, {}, constants)  # only the Gemm rewrite: no native needed
     bases: dict = {}
     nbytes = largest = 0
     for v in values.values():
