@@ -6,6 +6,7 @@ import ctypes
 import functools
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -17,6 +18,7 @@ import numpy as np
 
 from core.cache import KernelCache, cache_key
 from core.native import cpu_id
+from core.native import threads as native_threads
 from gpu.device import KERNEL_DIR, Buffer, Device, DeviceError, Kernel, Launch, Module
 from gpu.signature import KernelSig, parse_kernels
 
@@ -27,11 +29,17 @@ __all__ = ["HostDevice", "HOST_FLAGS", "ORDERS", "find_compiler", "host_flags"]
 # -march=native: the machine's real ISA (FMA included where the CPU has it), so that a
 # contraction, were it ever allowed, would change bits and the parity tests would see it
 # (tests/gpu/test_fp_contract.py). Dropped only where the compiler refuses it.
-# -fno-tree-vectorize: gcc's vectorizers fuse despite -ffp-contract=off (gcc 12 turns rope's
-# `x1*c - x2*s`, `x2*c + x1*s` pair into one vfmaddsub132pd); the kernels are per-thread
-# scalar code, so nothing is lost. tests/gpu/test_fp_contract.py audits the machine code.
-HOST_FLAGS = ("-O2", "-ffp-contract=off", "-march=native", "-fno-tree-vectorize", "-fPIC",
-              "-shared", "-std=c++17", "-x", "c++")
+# Vectorising: loops only (-ftree-loop-vectorize with the dynamic cost model, so a loop over
+# several pointers is versioned for aliasing), never straight-line code (-fno-tree-slp-
+# vectorize: gcc 12's basic-block SLP turned rope's `x1*c - x2*s`, `x2*c + x1*s` pair into one
+# vfmaddsub132pd despite -ffp-contract=off). A vectorised loop runs its iterations as lanes:
+# each lane is one iteration with its own operations in their order, and gcc never reorders a
+# floating-point sum across iterations without -fassociative-math, so no bit changes (the lane
+# kernels of host_prelude.h rely on it). tests/gpu/test_fp_contract.py and test_host_lanes.py
+# disassemble the objects and fail on any FMA instruction.
+HOST_FLAGS = ("-O2", "-ffp-contract=off", "-march=native", "-ftree-loop-vectorize",
+              "-fno-tree-slp-vectorize", "-fvect-cost-model=dynamic",
+              "-fPIC", "-shared", "-std=c++17", "-x", "c++")
 # The fibers of host_prelude.h switch stacks by hand: a CET shadow stack must not be claimed.
 _X86_FLAGS = ("-fcf-protection=none",)
 ORDERS = ("forward", "reverse", "both")
@@ -108,21 +116,119 @@ def _headers_digest() -> str:
     return cache_key(*parts)
 
 
-def _launcher(sig: KernelSig) -> str:
+def _launcher(sig: KernelSig, lanes: bool = False) -> str:
     casts = []
     for i, p in enumerate(sig.params):
         ctype = f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''}"
         casts.append(f"*({ctype}*)a[{i}]")
     call = f"{sig.name}({', '.join(casts)});"
-    # A kernel with a barrier runs its block's threads as fibers (host_prelude.h)
+    # A kernel with a barrier runs its block's threads as fibers, a lane kernel runs runs of
+    # threads in one call (host_prelude.h)
     return (
         f"static void ts_body_{sig.name}(void** a) {{ (void)a; {call} }}\n"
         f'extern "C" int ts_launch_{sig.name}(long long gx, long long gy, long long gz,'
-        " long long bx, long long by, long long bz, void** a, int order) {\n"
+        " long long bx, long long by, long long bz, void** a, int order, int nthreads) {\n"
         f"  return ts_run_grid(ts_body_{sig.name}, a, gx, gy, gz, bx, by, bz,"
-        f" {int(sig.barrier)}, order);\n"
+        f" {int(sig.barrier)}, {int(lanes)}, order, nthreads);\n"
         "}\n"
     )
+
+
+# ---- lane kernels: which kernels may run a run of threads in one call ------------------------
+
+# The loops host_prelude.h defines with lanes; a kernel source may define them only under
+# `#ifndef NAME` (so the prelude's definition is the one used), never #undef them.
+LANE_LOOPS = ("TS_GRID_STRIDE", "TS_BLOCK_STRIDE")
+_COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)((?:[^\n]*\\\n)*[^\n]*)", re.M)
+_KERNEL_HEAD_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\([^)]*\)\s*\{')
+# what a lane kernel's body may not contain once its lane loops are taken out
+_LANE_FORBIDDEN = re.compile(r"\b(threadIdx|__syncthreads|__shared__|return|break|goto|asm|"
+                             r"__asm__|setjmp|longjmp)\b")
+
+
+def _block(text: str, open_brace: int) -> int:
+    """The index just past the brace that closes the one at open_brace."""
+    depth = 0
+    for i in range(open_brace, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    raise DeviceError("compile: unbalanced braces in the kernel source")
+
+
+def _strip_call(body: str, name: str) -> str | None:
+    """body with every `name(...)` invocation removed (None if one is not closed)."""
+    out, at = [], 0
+    for m in re.finditer(rf"\b{name}\s*\(", body):
+        if m.start() < at:
+            continue
+        depth, i = 0, m.end() - 1
+        while i < len(body):
+            depth += {"(": 1, ")": -1}.get(body[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        else:
+            return None
+        out.append(body[at:m.start()])
+        at = i + 1
+    return "".join(out) + body[at:]
+
+
+def lane_kernels(source: str) -> frozenset[str]:
+    """The kernels of `source` that run runs of threads in one call (host_prelude.h, "lanes").
+
+    A kernel qualifies when every way its body can tell threads apart is a lane loop
+    (LANE_LOOPS): its body uses one, and once they are taken out it names no threadIdx, no
+    barrier, no __shared__, and has no return, break or goto (each would end the other lanes'
+    work too); no macro of the source other than the lane loops, and no code outside the kernel
+    bodies, mentions threadIdx; the source includes only the kernel directory's headers (none of
+    which names threadIdx: tests/gpu/test_host_lanes.py); and the lane loops are the prelude's
+    (defined in the source only under their #ifndef, never #undef). Code outside a lane loop then
+    cannot tell which thread runs it, so running it once per run of threads changes nothing.
+    """
+    text = _COMMENT_RE.sub(" ", source)
+    for inc in re.findall(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', text, re.M):
+        if "/" in inc or not (KERNEL_DIR / inc).is_file():
+            return frozenset()
+    loops = []
+    for name in LANE_LOOPS:
+        if re.search(rf"#[ \t]*undef[ \t]+{name}\b", text):
+            continue
+        defs = [m.start() for m in _DEFINE_RE.finditer(text) if m.group(1) == name]
+        if all(re.search(rf"#[ \t]*ifndef[ \t]+{name}[ \t]*\n[ \t]*$", text[:d]) for d in defs):
+            loops.append(name)
+    tainted = {m.group(1) for m in _DEFINE_RE.finditer(text)
+               if "threadIdx" in m.group(2) and m.group(1) not in LANE_LOOPS}
+    bodies, rest, at = {}, [], 0
+    for m in _KERNEL_HEAD_RE.finditer(text):
+        if m.start() < at:
+            continue
+        end = _block(text, m.end() - 1)
+        bodies[m.group(1)] = text[m.end():end - 1]
+        rest.append(text[at:m.start()])
+        at = end
+    rest.append(text[at:])
+    outside = _DEFINE_RE.sub(" ", "".join(rest))
+    if "threadIdx" in outside or not loops:
+        return frozenset()
+    ok = set()
+    for name, body in bodies.items():
+        if not any(re.search(rf"\b{loop}\s*\(", body) for loop in loops):
+            continue
+        stripped = body
+        for loop in loops:
+            stripped = _strip_call(stripped, loop) if stripped is not None else None
+        if stripped is None or _LANE_FORBIDDEN.search(stripped):
+            continue
+        if any(re.search(rf"\b{t}\b", stripped) for t in tainted):
+            continue
+        ok.add(name)
+    return frozenset(ok)
 
 
 _ERRORS = {
@@ -134,19 +240,24 @@ _ERRORS = {
 
 
 class HostDevice(Device):
-    """Runs kernels on the CPU: blocks one after another with their real blockDim; a barrier
-    kernel's threads as fibers (docs/devices.md).
+    """Runs kernels on the CPU with their real blockDim (docs/devices.md): a barrier kernel's
+    threads as fibers, a lane kernel's (`lane_kernels`) runs of threads in one vectorised call,
+    any other kernel's threads one after another; a launch's blocks on up to ``threads`` OS
+    threads (independent units: the bits do not depend on the count).
 
-    ``orders``: "forward" runs blocks and threads in index order, "reverse" in the opposite
-    order, "both" runs every launch list both ways from the same memory and raises
+    ``orders``: "forward" runs blocks and threads in index order (lanes and the block pool
+    included), "reverse" runs blocks and threads last to first, one thread after another;
+    "both" runs every launch list forward, then thread by thread forward (where that is another
+    schedule: lanes or more than one thread), then reverse, from the same memory, and raises
     DeviceError naming the kernel when the bits differ (a missing barrier, a race). Default:
-    $TAPESCOPE_HOST_ORDERS, else "forward".
+    $TAPESCOPE_HOST_ORDERS, else "forward". ``threads``: None follows core.native.threads()
+    ($TAPESCOPE_THREADS / set_threads).
     """
 
     kind = "host"
 
     def __init__(self, reason: str, cache_root: Path | None = None,
-                 orders: str | None = None) -> None:
+                 orders: str | None = None, threads: int | None = None) -> None:
         super().__init__(reason)
         self._cache_root = cache_root
         self._modules: dict[str, Module] = {}
@@ -156,6 +267,11 @@ class HostDevice(Device):
         self.orders = orders or os.environ.get("TAPESCOPE_HOST_ORDERS") or "forward"
         if self.orders not in ORDERS:
             raise DeviceError(f"host thread orders {self.orders!r}: one of {', '.join(ORDERS)}")
+        self.threads = threads
+
+    def n_threads(self) -> int:
+        """OS threads a launch may use: ``threads``, else core.native.threads()."""
+        return max(1, int(self.threads if self.threads is not None else native_threads()))
 
     # --- memory -----------------------------------------------------------------------------
     def alloc(self, n: int, dtype: Any) -> Buffer:
@@ -195,13 +311,14 @@ class HostDevice(Device):
         sigs = parse_kernels(source)
         if not sigs:
             raise DeviceError("compile: the source defines no extern \"C\" __global__ kernels")
+        lanes = lane_kernels(source)
         full = source + "\n\n/* generated host launchers */\n" + "".join(
-            _launcher(s) for s in sigs.values()
+            _launcher(s, s.name in lanes) for s in sigs.values()
         )
         cflags = host_flags(cxx)
         flags = cflags + ("-I", str(KERNEL_DIR), "-include", "host_prelude.h")
         # -march=native code is keyed by the CPU too: a shared home may hold another model's
-        key = cache_key("host-v2", version, " ".join(cflags), cpu_id(), _headers_digest(), full)
+        key = cache_key("host-v3", version, " ".join(cflags), cpu_id(), _headers_digest(), full)
         if key in self._modules:
             return self._modules[key]
         cache = KernelCache(self._cache_root)
@@ -231,8 +348,9 @@ class HostDevice(Device):
             kernels[name] = Kernel(self, sig, ctypes.cast(fn, ctypes.c_void_p).value)
         replay = lib.ts_host_replay
         replay.restype = ctypes.c_longlong
-        replay.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int]
+        replay.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_int]
         mod = Module(kernels, path, built)
+        mod.lanes = lanes  # type: ignore[attr-defined]
         mod.lib = lib  # type: ignore[attr-defined]  # keeps the .so loaded
         mod.replay = replay  # type: ignore[attr-defined]
         for k in kernels.values():
@@ -288,46 +406,67 @@ class HostLaunchList:
         if self.device.orders == "both" and self._own:
             self._replay_both()
         else:
-            self._call(int(self.device.orders == "reverse"))
+            self._call(_REVERSE if self.device.orders == "reverse" else _FORWARD)
         self.device.stats.launches += len(self.launches)
 
     def _call(self, order: int, lo: int = 0, hi: int | None = None) -> None:
         hi = len(self.launches) if hi is None else hi
         start = ctypes.addressof(self._recs) + lo * ctypes.sizeof(_Rec)
-        bad = self._replay(start, hi - lo, order)
+        threads = self.device.n_threads() if order == _FORWARD else 1
+        bad = self._replay(start, hi - lo, order, threads)
         if bad:
             k = self.launches[lo + bad // 4 - 1].kernel.name
             raise DeviceError(f"kernel {k}: {_ERRORS.get(bad % 4, 'failed')}")
 
+    def schedules(self) -> list[int]:
+        """The orders "both" runs: forward, thread by thread forward where that is another
+        schedule (a lane kernel, or more than one OS thread), reverse."""
+        lanes = any(ln.kernel.name in getattr(ln.kernel.module, "lanes", ())
+                    for ln in self.launches)
+        if lanes or self.device.n_threads() > 1:
+            return [_FORWARD, _SERIAL, _REVERSE]
+        return [_FORWARD, _REVERSE]
+
     def _replay_both(self) -> None:
-        """Forward, then reverse from the same memory; the bits must agree."""
+        """Every schedule from the same memory; the bits must agree."""
         mem = list(self.device._memory.values())
         before = [m.copy() for m in mem]
-        self._call(0)
-        fwd = [m.copy() for m in mem]
-        _restore(mem, before)
-        self._call(1)
-        if all(np.array_equal(a, b) for a, b in zip(fwd, mem, strict=True)):
+        order = self.schedules()
+        self._call(order[0])
+        first = [m.copy() for m in mem]
+        same = True
+        for o in order[1:]:
+            _restore(mem, before)
+            self._call(o)
+            same = same and all(np.array_equal(a, b) for a, b in zip(first, mem, strict=True))
+        if same:
             return
-        # Find the first launch whose two orders disagree, one launch at a time.
+        # Find the first launch whose schedules disagree, one launch at a time.
         _restore(mem, before)
         for i, ln in enumerate(self.launches):
             pre = [m.copy() for m in mem]
-            self._call(0, i, i + 1)
+            self._call(order[0], i, i + 1)
             post = [m.copy() for m in mem]
-            _restore(mem, pre)
-            self._call(1, i, i + 1)
-            for a, b in zip(post, mem, strict=True):
-                if not np.array_equal(a, b):
-                    at = int(np.flatnonzero(a != b)[0])
-                    raise DeviceError(
-                        f"kernel {ln.kernel.name}: the result depends on the order threads run "
-                        f"in (forward vs reverse differ at byte {at} of a {a.size}-byte "
-                        "allocation): a missing __syncthreads() or threads racing on one "
-                        "element"
-                    )
+            for o in order[1:]:
+                _restore(mem, pre)
+                self._call(o, i, i + 1)
+                for a, b in zip(post, mem, strict=True):
+                    if not np.array_equal(a, b):
+                        at = int(np.flatnonzero(a != b)[0])
+                        raise DeviceError(
+                            f"kernel {ln.kernel.name}: the result depends on the order threads "
+                            f"run in (forward vs {_ORDER_NAMES[o]} differ at byte {at} of a "
+                            f"{a.size}-byte allocation): a missing __syncthreads() or threads "
+                            "racing on one element"
+                        )
+            _restore(mem, post)
         raise DeviceError("the launch list gives different bits forward and reverse, but no "
                           "single launch does: a kernel depends on memory it does not own")
+
+
+# host_prelude.h's order bits: forward (lanes, the block pool), reverse, thread by thread
+_FORWARD, _REVERSE, _SERIAL = 0, 1, 2
+_ORDER_NAMES = {_REVERSE: "reverse", _SERIAL: "thread by thread"}
 
 
 def _restore(mem: list[np.ndarray], saved: list[np.ndarray]) -> None:

@@ -7,9 +7,11 @@
  * lists, for each input slot j, the R output positions that reduce into it in row-major order.
  */
 
+#ifndef TS_GRID_STRIDE /* the host backend's prelude defines its own (lanes: docs/devices.md) */
 #define TS_GRID_STRIDE(i, n)                                                             \
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);       \
          i += (long long)gridDim.x * blockDim.x)
+#endif
 
 /* sigmoid under math="platform" (and refmath's fallback): 1 / (1 + exp(-x)), core.mathlib's. */
 __device__ __forceinline__ real_t ts_psigmoid_T(real_t x) {

@@ -6,9 +6,11 @@
  *   reference adds them (col2im: tap-major; max-pool backward: output row-major).
  */
 
+#ifndef TS_GRID_STRIDE /* the host backend's prelude defines its own (lanes: docs/devices.md) */
 #define TS_GRID_STRIDE(i, n)                                                             \
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);       \
          i += (long long)gridDim.x * blockDim.x)
+#endif
 
 #ifndef TS_NINF
 #define TS_NINF __longlong_as_double((long long)0xfff0000000000000ULL)

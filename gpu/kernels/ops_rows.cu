@@ -3,9 +3,11 @@
  * from +0.0 in the order docs/reference-order.md fixes, inside one thread.
  */
 
+#ifndef TS_GRID_STRIDE /* the host backend's prelude defines its own (lanes: docs/devices.md) */
 #define TS_GRID_STRIDE(i, n)                                                             \
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);       \
          i += (long long)gridDim.x * blockDim.x)
+#endif
 
 /* sum / mean: perm lists, per output slot j, the R input positions in row-major order. */
 extern "C" __global__ void reduce_fwd_T(const real_t* x, real_t* y, const long long* perm,

@@ -4,9 +4,14 @@
  * Per-step scalars live in small device buffers (ctl, k), so an episode is graph-capturable.
  */
 
+#ifndef TS_GRID_STRIDE /* the host backend's prelude defines its own (lanes: docs/devices.md) */
 #define TS_GRID_STRIDE(i, n)                                                             \
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);       \
          i += (long long)gridDim.x * blockDim.x)
+#endif
+#ifndef TS_BLOCK_STRIDE
+#define TS_BLOCK_STRIDE(i, n) for (long long i = threadIdx.x; i < (n); i += blockDim.x)
+#endif
 
 extern "C" __global__ void fill_T(real_t* x, real_t v, long long n) {
     TS_GRID_STRIDE(i, n) { x[i] = v; }
@@ -17,7 +22,7 @@ extern "C" __global__ void zero_many_T(const long long* table, long long count) 
     for (long long j = blockIdx.x; j < count; j += gridDim.x) {
         real_t* p = (real_t*)(unsigned long long)table[2 * j];
         long long n = table[2 * j + 1];
-        for (long long i = threadIdx.x; i < n; i += blockDim.x) p[i] = (real_t)0;
+        TS_BLOCK_STRIDE(i, n) p[i] = (real_t)0;
     }
 }
 

@@ -251,12 +251,12 @@ def test_ucontext_fallback_gives_the_same_bits(tmp_path):
     lib = ctypes.CDLL(str(so))
     fn = lib.ts_launch_tree_sum
     ll = ctypes.c_longlong
-    fn.argtypes = [ll, ll, ll, ll, ll, ll, ctypes.c_void_p, ctypes.c_int]
+    fn.argtypes = [ll, ll, ll, ll, ll, ll, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     x = np.random.default_rng(5).standard_normal(2 * 64)
     for order in (0, 1):
         out, y = np.zeros(2), np.zeros(x.size)
         ptrs = [ctypes.c_void_p(a.ctypes.data) for a in (x, out, y)]
         argv = (ctypes.c_void_p * 3)(*[ctypes.cast(ctypes.pointer(p), ctypes.c_void_p)
                                       for p in ptrs])
-        assert fn(2, 1, 1, 64, 1, 1, argv, order) == 0
+        assert fn(2, 1, 1, 64, 1, 1, argv, order, 2) == 0  # 2 OS threads where forward
         assert bits_equal(out, _tree_sum_reference(x, 64))

@@ -1,0 +1,232 @@
+"""The host backend's fast paths keep every bit: lane kernels (a run of a block's threads in one
+vectorised call, host_prelude.h) and the block pool (a launch's blocks on several OS threads)
+give the tape's bits, the same bits for 1, 2 and 4 threads and for every thread order, and the
+machine code they compile to has no FMA instruction. Which kernels may run as lanes is decided
+from the source (gpu.host.lane_kernels); a kernel that could tell its threads apart outside its
+grid-stride loop never does.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import gpu
+from core import workloads
+from gpu import fusion
+from gpu import source as kernel_source
+from gpu.device import KERNEL_DIR
+from gpu.host import HostDevice, lane_kernels
+from gpu.signature import parse_kernels
+from tests.gpu.test_fp_contract import _fma_instructions
+
+GUARD = """#ifndef TS_GRID_STRIDE
+#define TS_GRID_STRIDE(i, n)                                                          \\
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);    \\
+         i += (long long)gridDim.x * blockDim.x)
+#endif
+"""
+
+# per element: a serial sum of K products (the reference order of a dot product), and a
+# multiply-add pair written so that a contraction would change the bits
+SRC = GUARD + r"""
+extern "C" __global__ void rowdot(const double* a, const double* b, double* y, long long n,
+                                  long long K) {
+    TS_GRID_STRIDE(i, n) {
+        double acc = 0.0;
+        for (long long k = 0; k < K; ++k) acc = __dadd_rn(acc, __dmul_rn(a[i * K + k], b[k]));
+        y[i] = acc;
+    }
+}
+extern "C" __global__ void muladd(const double* a, const double* b, const double* c,
+                                  double* y, double* z, long long n) {
+    TS_GRID_STRIDE(i, n) {
+        y[i] = __dadd_rn(__dmul_rn(a[i], b[i]), c[i]);
+        z[i] = __dsub_rn(__dmul_rn(a[i], c[i]), __dmul_rn(b[i], c[i]));
+    }
+}
+extern "C" __global__ void racy(const double* x, double* y, long long n) {
+    TS_GRID_STRIDE(i, n) { y[i % 7] = x[i]; }  /* planted: threads write one element */
+}
+extern "C" __global__ void by_thread(double* y, long long n) {
+    if (threadIdx.x == 3) return;  /* tells threads apart outside the loop: never lanes */
+    TS_GRID_STRIDE(i, n) { y[i] = 1.0; }
+}
+"""
+
+
+def _lanes_of(src: str) -> set[str]:
+    return set(lane_kernels(src))
+
+
+# ---- which kernels run as lanes --------------------------------------------------------------
+
+def test_the_library_runs_every_grid_stride_kernel_as_lanes():
+    for math in ("refmath", "platform"):
+        src = kernel_source.library_source(math)
+        sigs = set(parse_kernels(src))
+        lanes = _lanes_of(src)
+        not_lanes = {re.sub(r"_f(32|64)$", "", k) for k in sigs - lanes}
+        # one thread by index (ce_total, clip_norm); an argmax loop that breaks (maxpool)
+        assert not_lanes == {"ce_total", "clip_norm", "maxpool_fwd"}
+        assert {"mm_f64", "adam_f64", "binary_fwd_f32", "zero_many_f64"} <= lanes
+
+
+def test_a_kernel_that_can_tell_its_threads_apart_is_not_lanes():
+    assert _lanes_of(SRC) == {"rowdot", "muladd", "racy"}
+    body = "TS_GRID_STRIDE(i, n) { y[i] = 1.0; }"
+    head = 'extern "C" __global__ void k(double* y, long long n) {'
+    assert _lanes_of(GUARD + head + body + "}") == {"k"}
+    for inside in ("if (n < 0) return;", "for (;;) break;", "__shared__ double s[4];",
+                   "y[0] = threadIdx.x;", "__syncthreads();", "TID(y);"):
+        src = GUARD + "#define TID(p) p[threadIdx.x] = 0\n" + head + inside + body + "}"
+        assert _lanes_of(src) == set(), inside
+    # a helper that reads threadIdx, a loop macro defined without its #ifndef, an #undef,
+    # a header from outside the kernel directory: nothing runs as lanes
+    helper = "__device__ long long tid() { return threadIdx.x; }\n"
+    assert _lanes_of(GUARD + helper + head + body + "}") == set()
+    unguarded = GUARD.replace("#ifndef TS_GRID_STRIDE\n", "").replace("#endif\n", "")
+    assert _lanes_of(unguarded + head + body + "}") == set()
+    assert _lanes_of(GUARD + "#undef TS_GRID_STRIDE\n" + head + body + "}") == set()
+    assert _lanes_of('#include "/tmp/x.h"\n' + GUARD + head + body + "}") == set()
+    assert _lanes_of('#include "refmath.cuh"\n' + GUARD + head + body + "}") == {"k"}
+
+
+def test_no_kernel_header_names_threadidx():
+    """lane_kernels trusts the kernel directory's headers: only the prelude (which defines the
+    thread indices and the lane loops) may name threadIdx."""
+    for p in KERNEL_DIR.iterdir():
+        if p.suffix in (".h", ".cuh") and p.name != "host_prelude.h":
+            assert "threadIdx" not in p.read_text(), p.name
+
+
+# ---- the same bits: lanes, the pool, every order ---------------------------------------------
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("orders", ["forward", "reverse", "both"])
+def test_lane_kernels_give_the_serial_bits(threads, orders):
+    dev = HostDevice("test", orders=orders, threads=threads)
+    mod = dev.compile(SRC)
+    rng = np.random.default_rng(11)
+    K = 37
+    for grid, block, n in ((3, 128, 5000), (1, 96, 77), (40, 64, 2560), (7, 33, 1)):
+        a_h, b_h = rng.standard_normal(n * K), rng.standard_normal(K)
+        a, b, y = dev.alloc(n * K, np.float64), dev.alloc(K, np.float64), dev.alloc(n, np.float64)
+        a.upload(a_h)
+        b.upload(b_h)
+        mod["rowdot"](grid, block, a, b, y, n, K)
+        want = np.zeros(n)
+        for k in range(K):  # acc = acc + a*b, k in order, two roundings each
+            want = want + a_h.reshape(n, K)[:, k] * b_h[k]
+        assert y.download().tobytes() == want.tobytes(), (grid, block, n)
+
+
+def _fma_cases(n: int):
+    e = 2.0**-30
+    rng = np.random.default_rng(7)
+    a = np.concatenate([[1 + e, 1 - e], rng.uniform(0.5, 2, n - 2)])
+    b = np.concatenate([[1 + e, 1 + e], rng.uniform(0.5, 2, n - 2)])
+    return a, b, -(a * b)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lanes_round_every_product_and_add_apart(threads):
+    dev = HostDevice("test", threads=threads)
+    mod = dev.compile(SRC)
+    assert "muladd" in mod.lanes
+    n = 4099
+    a_h, b_h, c_h = _fma_cases(n)
+    bufs = [dev.alloc(n, np.float64) for _ in range(5)]
+    for buf, arr in zip(bufs, (a_h, b_h, c_h), strict=False):
+        buf.upload(arr)
+    mod["muladd"](9, 128, *bufs, n)
+    assert bufs[3].download().tobytes() == ((a_h * b_h) + c_h).tobytes()
+    assert bufs[4].download().tobytes() == ((a_h * c_h) - (b_h * c_h)).tobytes()
+    assert _fma_instructions(mod.path) == []
+
+
+def test_lane_objects_are_vectorised_and_have_no_fma():
+    """The loop vectoriser is on (packed arithmetic in the objects), the SLP one and every FMA
+    off: the library of both math modes as the host builds it."""
+    from gpu.fusion import capture
+
+    dev = HostDevice("test")
+    for math in ("refmath", "platform"):
+        wl = workloads.get("mlp", math=math)
+        prog = capture(dev, wl.tape, wl.record(0), fuse=False)
+        path = prog.module.path
+        assert _fma_instructions(path) == [], math
+        import shutil
+        import subprocess
+
+        objdump = shutil.which("objdump")
+        if objdump is None:
+            pytest.skip("objdump not found")
+        asm = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)],
+                             capture_output=True, text=True, timeout=120).stdout
+        assert re.search(r"\bv(add|mul)pd\b", asm), "no packed double arithmetic"
+
+
+def test_a_race_between_lanes_is_still_caught():
+    dev = HostDevice("test", orders="both", threads=2)
+    mod = dev.compile(SRC)
+    x, y = dev.alloc(3000, np.float64), dev.alloc(7, np.float64)
+    x.upload(np.arange(3000.0))
+    with pytest.raises(gpu.DeviceError, match="racy.*order threads run in"):
+        mod["racy"](4, 128, x, y, 3000)
+
+
+def test_a_kernel_kept_thread_by_thread_still_runs_each_thread():
+    for threads in (1, 2):
+        dev = HostDevice("test", orders="both", threads=threads)
+        mod = dev.compile(SRC)
+        assert "by_thread" not in mod.lanes
+        y = dev.alloc(4096, np.float64)
+        mod["by_thread"](8, 128, y, 4096)
+        got = y.download()
+        want = np.ones(4096)
+        want[3::128] = 0  # thread 3 of each block returned before its elements
+        assert got.tobytes() == want.tobytes()
+
+
+def _episodes(name: str, dims: dict, threads: int, orders: str, steps: int, fuse: bool):
+    wl = workloads.get(name, **dims)
+    opt = wl.make_optimizer()
+    dev = HostDevice("test", orders=orders, threads=threads)
+    prog = fusion.capture(dev, wl.tape, wl.record(0), fuse=fuse)
+    dopt = gpu.from_core(opt)
+    for s in range(steps):
+        loss = wl.record(s)
+        wl.tape.backward(loss)
+        opt.step()
+        for v in wl.inputs.values():
+            prog.set_input(v.id, wl.tape.value(v))
+        prog.run_episode(dopt)
+    # the parameters after `steps` updates on both sides, and every node of the last step
+    assert gpu.parity.compare(wl.tape, prog).exact
+    for i in prog.param_ids():
+        assert wl.tape.value(i).tobytes() == prog.read(i).tobytes()
+    return {i: prog.read(i).tobytes() for i in range(len(prog.nodes))}
+
+
+BIG = {"dims": (784, 128, 32, 128, 784), "batch_size": 64}
+
+
+def test_big_mlp_episodes_are_the_tapes_bits_for_every_thread_count_and_order():
+    """The benchmark's network: 3 Adam steps equal the tape bit for bit, with 1, 2 and 4 OS
+    threads, forward and reverse (and "both", which compares the schedules itself)."""
+    seen = {}
+    for threads in (1, 2, 4):
+        for orders in ("forward", "reverse"):
+            seen[threads, orders] = _episodes("mlp", BIG, threads, orders, 3, fuse=False)
+    _episodes("mlp", BIG, 2, "both", 2, fuse=False)
+    first = next(iter(seen.values()))
+    assert all(v == first for v in seen.values())
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_fused_workloads_with_lanes_and_the_pool(name):
+    for threads in (1, 4):
+        _episodes(name, {}, threads, "both", 2, fuse=True)
