@@ -1,4 +1,5 @@
-"""The executor: a plain loop over the graph's nodes in order, one kernel call per node."""
+"""The executor: a plain loop over the graph's nodes in order, one kernel call per node (a
+session's run plan, core.onnx.plan, may run some of them together, with the same bits)."""
 
 from __future__ import annotations
 

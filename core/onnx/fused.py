@@ -1,0 +1,332 @@
+"""The entries a run plan (core.onnx.plan) runs besides plain executor steps: a node with
+precomputed constant inputs, a Conv chain in one C pass, a channel shuffle as one copy. Each
+has ``run(sess, env, budget, run_sub)`` and, when a case is not one it covers, runs its nodes
+one by one through the executor instead, so the results never depend on it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from core.onnx.errors import OnnxError
+
+
+class ConstArgs:
+    """A node run with some inputs replaced by precomputed constants (and attributes changed)."""
+
+    def __init__(self, st, consts: dict[int, np.ndarray], attrs: dict) -> None:
+        self.orig = st
+        self.consts = consts
+        self.step = dataclasses.replace(st, attrs={**st.attrs, **attrs})
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        sess._run_step(self.step, sess.graph, env, budget, run_sub, self.consts)
+
+
+class FusedConv:
+    """Conv [BatchNormalization] [Sum/Add] [Relu] in one C pass (see the module docstring)."""
+
+    def __init__(self, chain: list) -> None:
+        self.chain = chain
+        self.conv = chain[0]
+        self.bn = next((s for s in chain if s.node.op_type == "BatchNormalization"), None)
+        self.add = next((s for s in chain if s.node.op_type in ("Sum", "Add")), None)
+        self.relu = any(s.node.op_type == "Relu" for s in chain)
+        self.out = chain[-1].node.output[0]
+        self.inner = {s.node.output[0] for s in chain[:-1]}  # never materialised
+        self.res_first, self.res_name = False, None
+        if self.add is not None:
+            prev = chain[chain.index(self.add) - 1].node.output[0]
+            ins = list(self.add.node.input)
+            self.res_first = ins[0] != prev
+            self.res_name = ins[0] if self.res_first else ins[1]
+        cin = list(self.conv.node.input)
+        # the operands besides x, fixed per model as a rule: w, bias, scale, beta, mean, var
+        self.const_names = [cin[1], cin[2] if len(cin) > 2 and cin[2] else None]
+        if self.bn is not None:
+            self.const_names += list(self.bn.node.input[1:])
+        self.x_name = cin[0]
+        self._prep: Any = None  # (x shape, dtype, operands, prepared geometry): see _prepare
+        self.shuffle: Shuffle | None = None  # the channel shuffle that reads the output
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        if self.shuffle is not None:
+            y = self._fused(env, budget, sess, self.shuffle)
+            if y is not None:
+                env[self.shuffle.out] = y
+                return
+        y = self._fused(env, budget, sess)
+        if y is None:  # not a case the C pass covers: the nodes one by one
+            for st in self.chain:
+                sess._run_step(st, sess.graph, env, budget, run_sub)
+        else:
+            env[self.out] = y
+        if self.shuffle is not None:
+            self.shuffle.run(sess, env, budget, run_sub)
+
+    def _prepare(self, x, ops, env, budget):
+        """Everything about this chain that depends on x's shape and the operands only (the
+        geometry, the Epilogue, the budget's charges, the weights as the product takes them),
+        or None when the C pass does not cover the case."""
+        from core import native
+        from core.onnx.ops.window import attrs_nd, pads_for
+        from core.ops.nn import out_size
+
+        w, b = ops[0], ops[1]
+        if not isinstance(x, np.ndarray) or not isinstance(w, np.ndarray) or x.ndim != 4 \
+                or w.ndim != 4 or x.dtype not in (np.float32, np.float64) or w.dtype != x.dtype:
+            return None
+        dt = x.dtype
+        at = self.conv.attrs
+        group = at.get("group", 1)
+        m, c = w.shape[0], x.shape[1]
+        if not isinstance(group, int) or group < 1 or c % group or m % group \
+                or w.shape[1] * group != c or 0 in x.shape or 0 in w.shape:
+            return None
+        try:
+            k, st, dil = attrs_nd(x, at.get("kernel_shape") or w.shape[2:], at.get("strides"),
+                                  at.get("dilations"))
+            if list(k) != list(w.shape[2:]) or len(st) != 2 or len(dil) != 2 \
+                    or min(st) < 1 or min(dil) < 1:
+                return None
+            padw = pads_for(x.shape[2:], k, st, dil, at.get("pads"),
+                            at.get("auto_pad", "NOTSET"))
+            outs = [out_size(x.shape[2 + i], k[i], st[i], dil[i], *padw[i]) for i in range(2)]
+        except Exception:  # noqa: BLE001 - the plain Conv kernel says what is wrong
+            return None
+        if b is not None and (not isinstance(b, np.ndarray) or b.dtype != dt or b.size != m):
+            return None
+        yshape = (x.shape[0], m, outs[0], outs[1])
+        bn = None
+        if self.bn is not None:
+            scale, beta, mean, var = ops[2:]
+            if not all(isinstance(v, np.ndarray) and v.dtype == dt and v.size == m
+                       for v in (scale, beta, mean, var)):
+                return None
+            eps = self.bn.attrs.get("epsilon", 1e-5)
+            with np.errstate(all="ignore"):
+                den = np.sqrt(var + dt.type(eps))  # as batch_norm computes it
+            bn = (mean, den, scale, beta)
+        made = native.epilogue(dt, m, bias=b, bn=bn, relu=self.relu)
+        if made is None:
+            return None
+        # the budget's charges for every node of the chain, as the plain run makes them (they
+        # depend on shapes and attributes only)
+        y_like = np.broadcast_to(np.zeros((), dt), yshape)
+        costs = []
+        for s in self.chain:
+            ins = [None if not n else y_like if n in self.inner else env.get(n, y_like)
+                   for n in s.node.input]
+            cost = budget.cost(s.node.op_type, ins, s.attrs, s.opset)
+            if cost is None:
+                return None
+            costs.append(cost)
+        n = x.shape[0]
+        if m == group:
+            wprep = np.ascontiguousarray(w)
+        else:
+            wg = w.reshape(group, m // group, -1)
+            if n > 1:
+                wg = np.broadcast_to(wg[None], (n,) + wg.shape).reshape((n * group,) +
+                                                                         wg.shape[1:])
+            wprep = np.ascontiguousarray(wg)
+        return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
+                    ep=made[0], keep=made[1], costs=costs, w=wprep, k=tuple(k))
+
+    def _fused(self, env, budget, sess, shuffle=None):
+        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
+        their places by the C pass), or None, before any charge, when not covered."""
+        from core import native
+
+        try:
+            x = env[self.x_name]
+            ops = tuple(env[n] if n else None for n in self.const_names)
+            res = env[self.res_name] if self.res_name else None
+        except KeyError:
+            return None
+        got = self._prep
+        if got is None or got[0] != getattr(x, "shape", None) or got[1] != getattr(x, "dtype",
+                                                                                   None) \
+                or any(p is not q for p, q in zip(got[2], ops, strict=True)):
+            prep = self._prepare(x, ops, env, budget)
+            if prep is None:
+                return None
+            got = self._prep = (x.shape, x.dtype, ops, prep)
+        p = got[3]
+        # a copy per run: the residual's and destination's addresses are this run's own (two
+        # threads may run one session)
+        ep = type(p["ep"]).from_buffer_copy(p["ep"])
+        lay = None
+        if shuffle is not None:
+            lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
+            if lay is None or lay[4] is None:
+                return None
+        if res is not None:
+            if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
+                    or res.shape != p["yshape"]:
+                return None
+            res = np.ascontiguousarray(res)
+            ep.res = res.ctypes.data
+            ep.res_first = int(self.res_first)
+        else:
+            ep.res = None
+        steps, costs = self.chain, p["costs"]
+        if lay is not None:
+            steps, costs = steps + shuffle.chain, costs + lay[3]
+            dst = np.empty(lay[0], dtype=x.dtype)
+            ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, lay[4].ctypes.data, p["m"]
+        for s, c in zip(steps, costs, strict=True):
+            try:
+                budget.replay(*c)
+            except OnnxError as exc:
+                if exc.node is None:
+                    exc.node = s.label
+                raise exc.with_file(sess.label) from None
+        if p["m"] == p["group"]:
+            y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
+                                            ep)
+        else:
+            from core.ops.nn import im2col
+
+            group = p["group"]
+            cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
+            y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
+                              group, ep)
+        del res
+        if y is None:
+            return None
+        y = y.reshape(p["yshape"])
+        n_inner = len(self.chain) - 1
+        if lay is not None:
+            y, n_inner = dst, n_inner + 1  # the chain's own output is an intermediate now
+        try:
+            budget.hold(y)
+            budget.charge(y.nbytes * n_inner)  # the intermediates' share
+        except OnnxError as exc:
+            if exc.node is None:
+                exc.node = self.chain[-1].label
+            raise exc.with_file(sess.label) from None
+        return y
+
+
+class Shuffle:
+    """Reshape -> Transpose -> Reshape (a channel shuffle) as one copy: the element order is
+    found once per input shape by running the three kernels themselves on element indices, and
+    the data then moves as whole contiguous runs (``np.take`` of rows): a copy, so exact."""
+
+    def __init__(self, chain: list) -> None:
+        self.chain = chain
+        self.src = chain[0].node.input[0]
+        self.out = chain[-1].node.output[0]
+        self.inner = {s.node.output[0] for s in chain[:-1]}
+        self._cache: dict = {}
+
+    def layout(self, sess, env, shape, dtype):
+        """(output shape, run, source rows, costs, destination row of each source plane or
+        None) for an input of ``shape``/``dtype``, or None; cached."""
+        names = [list(st.node.input) for st in self.chain]
+        if any(n and n not in env for ns in names for n in ns[1:]):
+            return None
+        consts = [[env[n] if n else None for n in ns[1:]] for ns in names]
+        flat = [c for cs in consts for c in cs]
+        key = (tuple(shape), np.dtype(dtype).str, tuple(id(c) for c in flat))
+        got = self._cache.get(key)
+        if got is None or any(a is not b for a, b in zip(got[1], flat, strict=True)):
+            lay = self._layout(sess, np.broadcast_to(np.zeros((), dtype), shape), consts)
+            if lay is None:
+                return None
+            out_shape, run, rows, costs = lay
+            dst_row = None
+            plane = int(np.prod(shape[2:])) if len(shape) == 4 else 0
+            if rows is not None and run == plane and rows.size == shape[0] * shape[1] \
+                    and np.array_equal(np.sort(rows), np.arange(rows.size)):
+                dst_row = np.empty(rows.size, np.int64)
+                dst_row[rows] = np.arange(rows.size, dtype=np.int64)
+            if len(self._cache) > 8:
+                self._cache.clear()
+            got = self._cache[key] = ((out_shape, run, rows, costs, dst_row), flat)
+        return got[0]
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        y = self._shuffled(env, budget, sess)
+        if y is None:
+            for st in self.chain:
+                sess._run_step(st, sess.graph, env, budget, run_sub)
+            return
+        env[self.out] = y
+
+    def _layout(self, sess, x, consts):
+        """(output shape, row length, source rows or None for the identity, costs), or None."""
+        from core.onnx.registry import Ctx
+
+        ids = np.arange(x.size, dtype=np.int64).reshape(x.shape)
+        shapes = []
+        try:
+            with np.errstate(all="ignore"):
+                v = ids
+                for st, c in zip(self.chain, consts, strict=True):
+                    ctx = Ctx(st.opset, st.node, sess.k, None, {}, sess.graph,
+                              sess.lm.opsets.get("", 1), None)
+                    v = st.kernel(ctx, v, *c, **st.attrs)
+                    if not isinstance(v, np.ndarray) or v.dtype != np.int64:
+                        return None
+                    shapes.append(v.shape)
+        except Exception:  # noqa: BLE001 - the plain kernels say what is wrong
+            return None
+        flat = v.reshape(-1)
+        if flat.size != x.size:
+            return None
+        if np.array_equal(flat, np.arange(x.size)):
+            rows, run = None, max(x.size, 1)
+        else:
+            run = 1
+            for k in range(1, v.ndim):  # the longest contiguous runs: trailing output dims
+                L = int(np.prod(v.shape[k:]))
+                if L <= 1 or x.size % L:
+                    continue
+                r = flat.reshape(-1, L)
+                if np.all(r[:, :1] % L == 0) and np.array_equal(
+                        r, r[:, :1] + np.arange(L, dtype=np.int64)):
+                    run = L
+                    break
+            rows = np.ascontiguousarray(flat.reshape(-1, run)[:, 0] // run)
+        costs = []
+        prev = x
+        for st, c, shp in zip(self.chain, consts, shapes, strict=True):
+            cost = type(sess.budget()).cost(st.node.op_type, [prev, *c], st.attrs, st.opset)
+            if cost is None:
+                return None
+            costs.append(cost)
+            prev = np.broadcast_to(np.zeros((), x.dtype), shp)
+        return v.shape, run, rows, costs
+
+    def _shuffled(self, env, budget, sess):
+        if self.src not in env:
+            return None
+        x = env[self.src]
+        if not isinstance(x, np.ndarray) or x.dtype == object:
+            return None
+        lay = self.layout(sess, env, x.shape, x.dtype)
+        if lay is None:
+            return None
+        shape, run, rows, costs, _ = lay
+        for st, c in zip(self.chain, costs, strict=True):
+            try:
+                budget.replay(*c)
+            except OnnxError as exc:
+                if exc.node is None:
+                    exc.node = st.label
+                raise exc.with_file(sess.label) from None
+        if rows is None:
+            y = x.reshape(shape)
+        else:
+            y = np.take(np.ascontiguousarray(x).reshape(-1, run), rows, axis=0).reshape(shape)
+        try:
+            budget.hold(y)
+        except OnnxError as exc:
+            if exc.node is None:
+                exc.node = self.chain[-1].label
+            raise exc.with_file(sess.label) from None
+        return y
