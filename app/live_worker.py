@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 
 from app.report_data import ReportAccumulator
@@ -47,6 +47,13 @@ from app.wire import MAX_WIRE_BYTES, WIRE_KINDS, decode_array, encode_array  # n
 IDLE, RUNNING, PAUSED, STOPPED, FAILED = "idle", "running", "paused", "stopped", "failed"
 ROOT = Path(__file__).resolve().parent.parent
 QUIT_GRACE_S = 5.0  # after the command pipe closes, the step in flight gets this long to end
+
+
+def wire_fields(res: StepResult) -> dict:
+    """A StepResult's fields for the pipe: the same JSON as ``dataclasses.asdict`` (its fields
+    hold plain dicts, lists and numbers), without asdict's deep copy of every node's dicts
+    (0.4 s a step on a 10k-node tape: a third of the step, in the worker, every snapshot)."""
+    return {f.name: getattr(res, f.name) for f in fields(res)}
 
 
 class Stepper:
@@ -190,7 +197,7 @@ class Stepper:
                    "steps": [[p.step, p.loss_ref, p.loss_cand, p.seconds, p.exact]
                              for p in pend],
                    "columns": [p.node_max_ulp().tolist() for p in pend],
-                   "latest": asdict(pend[-1]), "first": self.first, "steps_per_s": sps,
+                   "latest": wire_fields(pend[-1]), "first": self.first, "steps_per_s": sps,
                    "summaries": summ})
 
     def _fail(self, e: BaseException) -> None:
