@@ -97,3 +97,24 @@ def test_deferred_elements_at_block_edges(need_native, name):
                 pool = hard if hard.size and rng.random() < 0.5 else odd
                 x[i] = pool[rng.integers(pool.size)]
         _same(name, x)
+
+
+def test_the_float_loops_are_vectorised_without_fma(need_native):
+    """Each quick float loop holds packed double arithmetic and no FMA (x86-64 objdump)."""
+    import platform
+    import re
+    import shutil
+    import subprocess
+
+    if platform.machine() not in ("x86_64", "AMD64") or shutil.which("objdump") is None:
+        pytest.skip("the audit reads x86-64 machine code with objdump")
+    path = native._build(shutil.which("gcc"))
+    dis = subprocess.run(["objdump", "-d", str(path)], capture_output=True, text=True,
+                         check=True).stdout
+    bodies = dict(re.findall(r"<(tsl_\w+)>:\n(.*?)(?:\n\n|\Z)", dis, flags=re.S))
+    for name in QUICK:
+        body = bodies.get(f"tsl_{name}f")
+        if body is None:
+            pytest.skip(f"tsl_{name}f inlined away: nothing to audit by name")
+        assert re.search(r"\bv?mulpd\b", body), f"tsl_{name}f: no packed double multiply"
+        assert not re.findall(r"\bv?f(?:n?m(?:add|sub)|maddsub|msubadd)\w*", body), name
