@@ -11,11 +11,10 @@
 #include "refmath.cuh"
 #include "refmath_simd.h"
 
-/* name: the function; dfn: its double spelling per element (a branch-free twin where one
- * exists, so the loop vectorises); floop: its float loop (refmath_simd.h) */
-#define TS_LOOP(name, dfn, floop)                                                           \
+/* name: the function; dloop, floop: its double and float loops (refmath_simd.h) */
+#define TS_LOOP(name, dloop, floop)                                                         \
     void tsv_##name(const double *restrict x, double *restrict y, long long n) {        \
-        for (long long i = 0; i < n; ++i) y[i] = dfn(x[i]);                               \
+        dloop(x, y, n);                                                                 \
     }                                                                                   \
     void tsv_##name##f(const float *restrict x, float *restrict y, long long n) {       \
         floop(x, y, n);                                                                 \

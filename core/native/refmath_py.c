@@ -12,13 +12,10 @@
 #include "refmath.cuh"
 #include "refmath_simd.h"
 
-/* as refmath_host.c: a branch-free twin where one exists, so the loop vectorises; the float
- * loops of refmath_simd.h */
-#define TS_PAIR(name, dfn, floop)                                                       \
+/* as refmath_host.c: the loops of refmath_simd.h */
+#define TS_PAIR(name, dloop, floop)                                                     \
     static void d_##name(const void *x, void *y, Py_ssize_t n) {                        \
-        const double *restrict a = (const double *)x;                                   \
-        double *restrict b = (double *)y;                                               \
-        for (Py_ssize_t i = 0; i < n; ++i) b[i] = dfn(a[i]);                            \
+        dloop((const double *)x, (double *)y, (long long)n);                            \
     }                                                                                   \
     static void f_##name(const void *x, void *y, Py_ssize_t n) {                        \
         floop((const float *)x, (float *)y, (long long)n);                              \
@@ -28,7 +25,7 @@ TS_REFMATH_FUNCS(TS_PAIR)
 
 typedef void (*loop_fn)(const void *, void *, Py_ssize_t);
 /* the order of core.native.REFMATH: double, float per function */
-#define TS_ENTRY(name, dfn, floop) d_##name, f_##name,
+#define TS_ENTRY(name, dloop, floop) d_##name, f_##name,
 static const loop_fn LOOPS[16] = {TS_REFMATH_FUNCS(TS_ENTRY)};
 
 static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {

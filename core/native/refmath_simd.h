@@ -15,9 +15,8 @@
 
 static inline double tsb__sel(int c, double a, double b) { return c ? a : b; }
 
-/* NOTE: the others (expm1, log1p, sigmoid, erf) keep ts_f's branches in double: their loops
- * stay scalar (a branch-free sigmoid did not vectorise with gcc 12; expm1/log1p/erf have many
- * more cases). */
+/* NOTE: expm1, log1p and erf keep ts_f's branches in double: their loops stay scalar (many
+ * more cases); sigmoid's twin leaves |x| > 708 and NaN to ts_sigmoid (its loop redoes them). */
 
 static inline double tsb_exp(double x) {
     TS_EXP_CONSTANTS
@@ -124,6 +123,22 @@ static inline double tsb_tanh(double x) {
     res = tsb__sel(ix < 0x3c800000, __dmul_rn(xs, __dadd_rn(1.0, xs)), res);
     return tsb__sel(nan, TS_NAN64, res);
 }
+
+/* ts_sigmoid for |x| <= 708 (the rest: any value; the double loop hands those lanes to
+ * ts_sigmoid): exp_dd and the ratio as ts_sigmoid runs them, its two numerators selected */
+static inline double tsb_sigmoid(double x) {
+    double eh, el;
+    int neg = x < 0.0;
+    double xs = tsb__sel(__builtin_fabs(x) <= 708.0, x, 0.0); /* NaN too */
+    ts__exp_dd(neg ? xs : -xs, &eh, &el);
+    double d = __dadd_rn(1.0, eh); /* Fast2Sum: 1 + eh == d + (eh - (d - 1)) */
+    double s = __dadd_rn(__dsub_rn(eh, __dsub_rn(d, 1.0)), el);
+    double y = ts__ratio_dd(tsb__sel(neg, eh, 1.0), tsb__sel(neg, el, 0.0), d, s);
+    return tsb__sel(x > 708.0, 1.0, y);
+}
+
+/* ts_sigmoid's rare lanes: x < -708 (ts_exp(x)) and NaN */
+static inline int tsb_sigmoid_rare(double x) { return !(x >= -708.0); }
 
 /* float: the double routine, rounded once (NaN canonical), as ts__to_float */
 static inline float tsb__to_float(double r) {
@@ -322,17 +337,52 @@ TSQ_LOOP(sigmoid)
 TSQ_PLAIN_LOOP(erf, ts_erff)
 TSQ_PLAIN_LOOP(rsqrt, tsb_rsqrtf)
 
+/* the double loop of a twin that leaves rare lanes to ts_f: blocks, those lanes redone */
+#define TSB_RARE_LOOP(name)                                                                 \
+    static void tsl_##name(const double *restrict x, double *restrict y, long long n) {     \
+        unsigned char rare[TSQ_BLOCK];                                                      \
+        for (long long i0 = 0; i0 < n; i0 += TSQ_BLOCK) {                                   \
+            int m = n - i0 < TSQ_BLOCK ? (int)(n - i0) : TSQ_BLOCK, any = 0;                \
+            const double *restrict xb = x + i0;                                             \
+            double *restrict yb = y + i0;                                                   \
+            for (int i = 0; i < m; ++i) {                                                   \
+                yb[i] = tsb_##name(xb[i]);                                                  \
+                rare[i] = (unsigned char)tsb_##name##_rare(xb[i]);                          \
+            }                                                                               \
+            for (int i = 0; i < m; ++i) any |= rare[i];                                     \
+            if (any)                                                                        \
+                for (int i = 0; i < m; ++i)                                                 \
+                    if (rare[i]) yb[i] = ts_##name(xb[i]);                                  \
+        }                                                                                   \
+    }
+
+
+/* the double loop of the others: their per-element spelling */
+#define TSB_PLAIN_LOOP(name, dfn)                                                           \
+    static void tsl_##name(const double *restrict x, double *restrict y, long long n) {     \
+        for (long long i = 0; i < n; ++i) y[i] = dfn(x[i]);                                 \
+    }
+
+TSB_PLAIN_LOOP(exp, tsb_exp)
+TSB_PLAIN_LOOP(expm1, ts_expm1)
+TSB_PLAIN_LOOP(log, tsb_log)
+TSB_PLAIN_LOOP(log1p, ts_log1p)
+TSB_PLAIN_LOOP(tanh, tsb_tanh)
+TSB_RARE_LOOP(sigmoid)
+TSB_PLAIN_LOOP(erf, ts_erf)
+TSB_PLAIN_LOOP(rsqrt, tsb_rsqrt)
+
 /* Every function the CPU tape runs in C, in the order of core.native.REFMATH: X(name, the
- * double spelling per element, the float loop), a branch-free twin where one exists so the
- * loops vectorise. refmath_host.c (ctypes) and refmath_py.c (the CPython extension) expand it. */
+ * double loop, the float loop). refmath_host.c (ctypes) and refmath_py.c (the CPython
+ * extension) expand it. */
 #define TS_REFMATH_FUNCS(X)                 \
-    X(exp, tsb_exp, tsl_expf)               \
-    X(expm1, ts_expm1, tsl_expm1f)          \
-    X(log, tsb_log, tsl_logf)               \
-    X(log1p, ts_log1p, tsl_log1pf)          \
-    X(tanh, tsb_tanh, tsl_tanhf)            \
-    X(sigmoid, ts_sigmoid, tsl_sigmoidf)    \
-    X(erf, ts_erf, tsl_erff)                \
-    X(rsqrt, tsb_rsqrt, tsl_rsqrtf)
+    X(exp, tsl_exp, tsl_expf)               \
+    X(expm1, tsl_expm1, tsl_expm1f)         \
+    X(log, tsl_log, tsl_logf)               \
+    X(log1p, tsl_log1p, tsl_log1pf)         \
+    X(tanh, tsl_tanh, tsl_tanhf)            \
+    X(sigmoid, tsl_sigmoid, tsl_sigmoidf)   \
+    X(erf, tsl_erf, tsl_erff)               \
+    X(rsqrt, tsl_rsqrt, tsl_rsqrtf)
 
 #endif /* TS_REFMATH_SIMD_H */

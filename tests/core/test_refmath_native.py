@@ -120,3 +120,22 @@ def test_the_tape_runs_refmath_ops_through_either_path_with_the_same_bits():
     finally:
         refmath.use_native(True)
     assert fast == slow
+
+
+def test_sigmoid_double_rare_lanes_at_block_edges(need_native):
+    """The double sigmoid loop leaves |x| > 708 and NaN to ts_sigmoid, block by block (512)."""
+    rng = np.random.default_rng(17)
+    edge = np.array([708.0, -708.0, 745.2, -745.2, 1e308, -1e308, np.inf, -np.inf, np.nan,
+                     5e-324, -5e-324, 0.0, -0.0])
+    with np.errstate(over="ignore"):
+        near = np.concatenate([edge] + [np.nextafter(edge, d) for d in (np.inf, -np.inf)])
+    for n in (1, 511, 512, 513, 1025, 3000):
+        x = rng.uniform(-40, 40, n)
+        for i in {0, 510, 511, 512, 513, 1024, n - 1}:
+            if i < n:
+                x[i] = near[rng.integers(near.size)]
+        got, want = refmath.sigmoid(x), refmath.numpy_apply("sigmoid", x)
+        assert got.tobytes() == want.tobytes(), _report(x, got, want)
+    x = np.concatenate([near, rng.uniform(-800, 800, 100_000)])
+    got, want = refmath.sigmoid(x), refmath.numpy_apply("sigmoid", x)
+    assert got.tobytes() == want.tobytes(), _report(x, got, want)

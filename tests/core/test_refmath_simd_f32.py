@@ -100,7 +100,8 @@ def test_deferred_elements_at_block_edges(need_native, name):
 
 
 def test_the_float_loops_are_vectorised_without_fma(need_native):
-    """Each quick float loop holds packed double arithmetic and no FMA (x86-64 objdump)."""
+    """Each quick float loop (and the double sigmoid loop) holds packed double arithmetic and no
+    FMA (x86-64 objdump)."""
     import platform
     import re
     import shutil
@@ -112,9 +113,9 @@ def test_the_float_loops_are_vectorised_without_fma(need_native):
     dis = subprocess.run(["objdump", "-d", str(path)], capture_output=True, text=True,
                          check=True).stdout
     bodies = dict(re.findall(r"<(tsl_\w+)>:\n(.*?)(?:\n\n|\Z)", dis, flags=re.S))
-    for name in QUICK:
-        body = bodies.get(f"tsl_{name}f")
+    for loop in [f"tsl_{name}f" for name in QUICK] + ["tsl_sigmoid"]:
+        body = bodies.get(loop)
         if body is None:
-            pytest.skip(f"tsl_{name}f inlined away: nothing to audit by name")
-        assert re.search(r"\bv?mulpd\b", body), f"tsl_{name}f: no packed double multiply"
-        assert not re.findall(r"\bv?f(?:n?m(?:add|sub)|maddsub|msubadd)\w*", body), name
+            pytest.skip(f"{loop} inlined away: nothing to audit by name")
+        assert re.search(r"\bv?mulpd\b", body), f"{loop}: no packed double multiply"
+        assert not re.findall(r"\bv?f(?:n?m(?:add|sub)|maddsub|msubadd)\w*", body), loop
