@@ -171,16 +171,20 @@ TS_RM_FN double ts_log(double x) {
 
 /* ---- expm1: fdlibm s_expm1.c. The exp reduction keeps the rounding error c of r = hi - lo ---- */
 
-TS_RM_FN double ts_expm1(double x) {
-    const double ln2_hi = 6.93147180369123816490e-01;
-    const double ln2_lo = 1.90821492927058770002e-10;
-    const double invln2 = 1.44269504088896338700e+00;
-    const double o_threshold = 7.09782712893383973096e+02;
-    const double Q1 = -3.33333333333331316428e-02;
-    const double Q2 = 1.58730158725481460165e-03;
-    const double Q3 = -7.93650757867487942473e-05;
-    const double Q4 = 4.00821782732936239552e-06;
+/* expm1's constants: one spelling, shared with core/native/refmath_simd.h's branch-free twin */
+#define TS_EXPM1_CONSTANTS \
+    const double ln2_hi = 6.93147180369123816490e-01; \
+    const double ln2_lo = 1.90821492927058770002e-10; \
+    const double invln2 = 1.44269504088896338700e+00; \
+    const double o_threshold = 7.09782712893383973096e+02; \
+    const double Q1 = -3.33333333333331316428e-02; \
+    const double Q2 = 1.58730158725481460165e-03; \
+    const double Q3 = -7.93650757867487942473e-05; \
+    const double Q4 = 4.00821782732936239552e-06; \
     const double Q5 = -2.01099218183624371326e-07;
+
+TS_RM_FN double ts_expm1(double x) {
+    TS_EXPM1_CONSTANTS
     int hx, ix, k;
     double t, hi, lo, r, c, hfx, hxs, r1, tt, e, y;
 
