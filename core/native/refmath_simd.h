@@ -15,8 +15,8 @@
 
 static inline double tsb__sel(int c, double a, double b) { return c ? a : b; }
 
-/* NOTE: expm1, log1p and erf keep ts_f's branches in double: their loops stay scalar (many
- * more cases); sigmoid's twin leaves |x| > 708 and NaN to ts_sigmoid (its loop redoes them). */
+/* NOTE: log1p and erf keep ts_f's branches in double: their loops stay scalar (many more
+ * cases); sigmoid's twin leaves |x| > 708 and NaN to ts_sigmoid (its loop redoes them). */
 
 static inline double tsb_exp(double x) {
     TS_EXP_CONSTANTS
@@ -88,6 +88,52 @@ static inline double tsb_log(double x0) {
     res = tsb__sel(x0 == TS_INF64, TS_INF64, res);
     res = tsb__sel(x0 == 0.0, TS_NINF64, res);
     return tsb__sel(!(x0 >= 0.0), TS_NAN64, res);
+}
+
+static inline double tsb_expm1(double x) {
+    TS_EXPM1_CONSTANTS
+    int hx = ts__hi(x);
+    int ix = hx & 0x7fffffff;
+    int low = (hx < 0) & (ix >= 0x4043687a); /* x <= -56 ln2 (and -inf): -1 */
+    int special = (x != x) | (x > o_threshold) | low;
+    double xs = tsb__sel(special, 0.0, x);
+    int kb = (int)__dadd_rn(__dmul_rn(invln2, xs), hx < 0 ? -0.5 : 0.5);
+    int k = ix <= 0x3fd62e42 ? 0 : (ix < 0x3ff0a2b2 ? (hx < 0 ? -1 : 1) : kb);
+    k = special ? 0 : k;
+    double t = (double)k;
+    double hi = __dsub_rn(xs, __dmul_rn(t, ln2_hi));
+    double lo = __dmul_rn(t, ln2_lo);
+    double r = __dsub_rn(hi, lo);
+    double c = __dsub_rn(__dsub_rn(hi, r), lo);
+    double hfx = __dmul_rn(0.5, r);
+    double hxs = __dmul_rn(r, hfx);
+    double r1 = __dadd_rn(1.0, __dmul_rn(hxs, __dadd_rn(Q1, __dmul_rn(hxs, __dadd_rn(Q2,
+                    __dmul_rn(hxs, __dadd_rn(Q3, __dmul_rn(hxs, __dadd_rn(Q4,
+                    __dmul_rn(hxs, Q5))))))))));
+    double tt = __dsub_rn(3.0, __dmul_rn(r1, hfx));
+    double e = __dmul_rn(hxs, __ddiv_rn(__dsub_rn(r1, tt), __dsub_rn(6.0, __dmul_rn(r, tt))));
+    double r0 = __dsub_rn(r, __dsub_rn(__dmul_rn(r, e), hxs)); /* k == 0 */
+    double e2 = __dsub_rn(__dsub_rn(__dmul_rn(r, __dsub_rn(e, c)), c), hxs);
+    double rm1 = __dsub_rn(__dmul_rn(0.5, __dsub_rn(r, e2)), 0.5); /* k == -1 */
+    double rp1 = tsb__sel(r < -0.25, __dmul_rn(-2.0, __dsub_rn(e2, __dadd_rn(r, 0.5))),
+                          __dadd_rn(1.0, __dmul_rn(2.0, __dsub_rn(r, e2)))); /* k == 1 */
+    /* k <= -2 or k > 56 */
+    double rf = __dsub_rn(ts__add_exponent(__dsub_rn(1.0, __dsub_rn(e2, r)), k), 1.0);
+    /* 2 <= k < 20, 20 <= k <= 56: the shifts on a k kept in range (C leaves the rest undefined) */
+    int k2 = (k >= 2) & (k < 20) ? k : 2;
+    double rn = ts__add_exponent(__dsub_rn(ts__from_hi(0x3ff00000 - (0x200000 >> k2)),
+                                           __dsub_rn(e2, r)), k);
+    int k3 = (k >= 20) & (k <= 56) ? k : 20;
+    double rb = ts__add_exponent(__dadd_rn(__dsub_rn(r, __dadd_rn(e2,
+                                          ts__from_hi((0x3ff - k3) << 20))), 1.0), k);
+    double res = tsb__sel((k <= -2) | (k > 56), rf, tsb__sel(k < 20, rn, rb));
+    res = tsb__sel(k == 1, rp1, res);
+    res = tsb__sel(k == -1, rm1, res);
+    res = tsb__sel(k == 0, r0, res);
+    res = tsb__sel(ix < 0x3c900000, x, res); /* |x| < 2**-54 */
+    res = tsb__sel(low, -1.0, res);
+    res = tsb__sel(x > o_threshold, TS_INF64, res);
+    return tsb__sel(x != x, TS_NAN64, res);
 }
 
 static inline double tsb_rsqrt(double x) {
@@ -364,7 +410,7 @@ TSQ_PLAIN_LOOP(rsqrt, tsb_rsqrtf)
     }
 
 TSB_PLAIN_LOOP(exp, tsb_exp)
-TSB_PLAIN_LOOP(expm1, ts_expm1)
+TSB_PLAIN_LOOP(expm1, tsb_expm1)
 TSB_PLAIN_LOOP(log, tsb_log)
 TSB_PLAIN_LOOP(log1p, ts_log1p)
 TSB_PLAIN_LOOP(tanh, tsb_tanh)
