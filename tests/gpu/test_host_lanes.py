@@ -94,6 +94,44 @@ def test_a_kernel_that_can_tell_its_threads_apart_is_not_lanes():
     assert _lanes_of('#include "refmath.cuh"\n' + GUARD + head + body + "}") == {"k"}
 
 
+@pytest.mark.parametrize("body, lanes", [
+    ("long long c = 0; TS_GRID_STRIDE(i, n) { y[i] = c++; }", False),
+    ("double acc = 0.0; TS_GRID_STRIDE(i, n) acc = acc + y[i]; y[0] = acc;", False),
+    ("double b[2]; TS_GRID_STRIDE(i, n) { b[0] = y[i]; y[i] = b[0]; }", False),
+    ("TS_GRID_STRIDE(i, n) { n = n - 0; y[i] = 1.0; }", False),
+    ("double a; TS_GRID_STRIDE(i, n) { set(&a); y[i] = a; }", False),
+    ("dim3 d; TS_GRID_STRIDE(i, n) { d.x = 1; y[i] = d.x; }", False),
+    ("long long c = 0; TS_GRID_STRIDE(i, n) if (i) y[i] = 1.0; else c++;", False),
+    ("TS_GRID_STRIDE(i, n) { TS_GRID_STRIDE(j, n) y[j] = 1.0; }", False),
+    ("double* p = y + 1; TS_GRID_STRIDE(i, n - 1) p[i] = 0.0;", True),
+    ("TS_GRID_STRIDE(i, n) { double a = y[i]; a = a * 2.0; y[i] = a; }", True),
+    ("TS_GRID_STRIDE(i, n) { double s = 0.0; for (long long k = 0; k < 3; ++k) s += y[k]; "
+     "y[i] = s; }", True),
+])
+def test_a_lane_loop_that_carries_a_threads_state_is_not_lanes(body, lanes):
+    """A variable that outlives one iteration is the thread's own: run as lanes, the threads
+    would share it."""
+    head = 'extern "C" __global__ void k(double* y, long long n) {'
+    helper = "__device__ void set(double* a) { *a = 1.0; }\n"
+    assert _lanes_of(GUARD + helper + head + body + "}") == ({"k"} if lanes else set())
+
+
+def test_a_threads_running_count_stays_the_threads():
+    src = GUARD + r"""
+extern "C" __global__ void count(double* y, long long n) {
+    long long c = 0;
+    TS_GRID_STRIDE(i, n) { y[i] = (double)c; c += 1; }
+}
+"""
+    for threads in (1, 2):
+        dev = HostDevice("test", orders="both", threads=threads)
+        mod = dev.compile(src)
+        assert mod.lanes == frozenset()
+        y = dev.alloc(5000, np.float64)
+        mod["count"](4, 128, y, 5000)
+        assert y.download().tobytes() == (np.arange(5000) // 512).astype(np.float64).tobytes()
+
+
 def test_no_kernel_header_names_threadidx():
     """lane_kernels trusts the kernel directory's headers: only the prelude (which defines the
     thread indices and the lane loops) may name threadIdx."""
