@@ -213,6 +213,8 @@ class Session:
         missing = [n for n in want if n not in env]
         if missing:
             raise OnnxError(f"output {missing[0]!r} was never computed", file=self.label)
+        if plan is not None and plan.values:  # folded once, shared by every run: hand out copies
+            return {n: np.array(env[n]) if n in plan.values else env[n] for n in want}
         return {n: env[n] for n in want}
 
     def plan(self, cancel: Any = None) -> _plan.Plan | None:

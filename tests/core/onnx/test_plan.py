@@ -329,3 +329,13 @@ def test_a_fused_chain_writes_a_following_shuffle_bit_for_bit(perm, shape1, shap
             if isinstance(st, FusedConv)] == [True]
     _same_bits(planned, plain, inputs)
     assert "z" in _values(planned)
+
+
+def test_a_folded_value_asked_for_is_the_callers_own_copy():
+    m = _guarded_model()
+    planned = Session(m)
+    x = np.ones((3, 4), np.float32)
+    w = planned.run({"x": x}, outputs=["w", "y"])["w"]
+    assert w.flags.writeable and w is not planned.plan().values["w"]
+    w[...] = 7.0  # the session's value is not touched
+    assert planned.run({"x": x}, outputs=["w"])["w"][0, 0] == np.float32(0.75)
