@@ -339,3 +339,34 @@ def test_a_folded_value_asked_for_is_the_callers_own_copy():
     assert w.flags.writeable and w is not planned.plan().values["w"]
     w[...] = 7.0  # the session's value is not touched
     assert planned.run({"x": x}, outputs=["w"])["w"][0, 0] == np.float32(0.75)
+
+
+def test_budget_replay_charges_what_before_charges():
+    """A fused chain charges each of its nodes through Budget.cost + Budget.replay: the same
+    node count and work as Budget.before on the same inputs, and the same refusals."""
+    from core.onnx.limits import Budget
+
+    x = np.zeros((2, 6, 9, 11), np.float32)
+    w = np.zeros((8, 3, 3, 3), np.float32)
+    c = np.zeros((8,), np.float32)
+    y = np.zeros((2, 8, 9, 11), np.float32)
+    nodes = [("Conv", [x, w, c], dict(group=2, pads=[1, 1, 1, 1], kernel_shape=[3, 3])),
+             ("BatchNormalization", [y, c, c, c, c], dict(epsilon=1e-5)),
+             ("Sum", [y, y], {}), ("Add", [y, y], {}), ("Relu", [y], {}),
+             ("Reshape", [y, np.array([2, 2, 4, 9, 11], np.int64)], {}),
+             ("Transpose", [y.reshape(2, 2, 4, 9, 11)], dict(perm=[0, 2, 1, 3, 4]))]
+    plain, replayed = Budget(Limits()), Budget(Limits())
+    for op, ins, attrs in nodes:
+        plain.before(op, ins, attrs, 17)
+        replayed.replay(*Budget.cost(op, ins, attrs, 17))
+    assert (plain.nodes, plain.work, plain.bytes) == (replayed.nodes, replayed.work,
+                                                      replayed.bytes)
+    tight = Limits(max_work=plain.work - 1)
+    a, b = Budget(tight), Budget(tight)
+    with pytest.raises(OnnxError, match="work"):
+        for op, ins, attrs in nodes:
+            a.before(op, ins, attrs, 17)
+    with pytest.raises(OnnxError, match="work"):
+        for op, ins, attrs in nodes:
+            b.replay(*Budget.cost(op, ins, attrs, 17))
+    assert a.nodes == b.nodes
