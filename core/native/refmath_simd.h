@@ -15,8 +15,8 @@
 
 static inline double tsb__sel(int c, double a, double b) { return c ? a : b; }
 
-/* NOTE: log1p and erf keep ts_f's branches in double: their loops stay scalar (many more
- * cases); sigmoid's twin leaves |x| > 708 and NaN to ts_sigmoid (its loop redoes them). */
+/* NOTE: erf keeps ts_erf's branches in double: its loop stays scalar (many more cases, two
+ * exps); sigmoid's twin leaves |x| > 708 and NaN to ts_sigmoid (its loop redoes them). */
 
 static inline double tsb_exp(double x) {
     TS_EXP_CONSTANTS
@@ -134,6 +134,59 @@ static inline double tsb_expm1(double x) {
     res = tsb__sel(low, -1.0, res);
     res = tsb__sel(x > o_threshold, TS_INF64, res);
     return tsb__sel(x != x, TS_NAN64, res);
+}
+
+static inline double tsb_log1p(double x0) {
+    TS_LOG_CONSTANTS /* ts_log1p's Lp1..Lp7 are log's Lg1..Lg7 */
+    (void)two54;
+    /* NaN, x <= -1 and inf run through too (integer and double arithmetic only, nothing C
+     * leaves undefined) and are replaced at the end */
+    double x = x0;
+    int hx = ts__hi(x);
+    int ax = hx & 0x7fffffff;
+    /* |x| < 2**-29 */
+    double rt = tsb__sel(ax < 0x3c900000, x, __dsub_rn(x, __dmul_rn(__dmul_rn(x, x), 0.5)));
+    /* -0.2929 < x < 0.41422: k = 0, f = x, c = 0 (hu = 1: the general formula) */
+    int k0 = (hx < 0x3fda827a) & ((hx > 0) | (hx <= (int)0xbfd2bec3));
+    /* else u = 1 + x with c its rounding error over u (x < 2**53), or u = x (c = 0) */
+    int small = hx < 0x43400000;
+    double u = tsb__sel(small, __dadd_rn(1.0, x), x);
+    int hu = ts__hi(u);
+    int k = (hu >> 20) - 1023;
+    double cu = tsb__sel(k > 0, __dsub_rn(1.0, __dsub_rn(u, x)), __dsub_rn(x, __dsub_rn(u, 1.0)));
+    double c = tsb__sel(k0, 0.0, tsb__sel(small, __ddiv_rn(cu, u), 0.0));
+    hu &= 0x000fffff;
+    int up = hu >= 0x6a09e; /* normalize u/2 instead */
+    double un = ts__with_hi(u, hu | (up ? 0x3fe00000 : 0x3ff00000));
+    k = k0 ? 0 : k + up;
+    hu = k0 ? 1 : (up ? (0x00100000 - hu) >> 2 : hu);
+    double f = tsb__sel(k0, x, __dsub_rn(un, 1.0));
+    double dk = (double)k;
+    double hfsq = __dmul_rn(__dmul_rn(0.5, f), f);
+    /* hu == 0: |f| < 2**-20 */
+    double rz = tsb__sel(k == 0, 0.0, __dadd_rn(__dmul_rn(dk, ln2_hi),
+                                                __dadd_rn(c, __dmul_rn(dk, ln2_lo))));
+    double R0 = __dmul_rn(hfsq, __dsub_rn(1.0, __dmul_rn(0.66666666666666666, f)));
+    double a1 = __dsub_rn(f, R0);
+    double a2 = __dsub_rn(__dmul_rn(dk, ln2_hi),
+                          __dsub_rn(__dsub_rn(R0, __dadd_rn(__dmul_rn(dk, ln2_lo), c)), f));
+    double ra = tsb__sel(f == 0.0, rz, tsb__sel(k == 0, a1, a2));
+    /* the general case */
+    double s = __ddiv_rn(f, __dadd_rn(2.0, f));
+    double z = __dmul_rn(s, s);
+    double R = __dmul_rn(z, __dadd_rn(Lg1, __dmul_rn(z, __dadd_rn(Lg2, __dmul_rn(z, __dadd_rn(Lg3,
+                   __dmul_rn(z, __dadd_rn(Lg4, __dmul_rn(z, __dadd_rn(Lg5, __dmul_rn(z,
+                   __dadd_rn(Lg6, __dmul_rn(z, Lg7)))))))))))));
+    double b1 = __dsub_rn(f, __dsub_rn(hfsq, __dmul_rn(s, __dadd_rn(hfsq, R))));
+    double b2 = __dsub_rn(__dmul_rn(dk, ln2_hi),
+                          __dsub_rn(__dsub_rn(hfsq, __dadd_rn(__dmul_rn(s, __dadd_rn(hfsq, R)),
+                                                              __dadd_rn(__dmul_rn(dk, ln2_lo), c))),
+                                    f));
+    double res = tsb__sel(hu == 0, ra, tsb__sel(k == 0, b1, b2));
+    res = tsb__sel(ax < 0x3e200000, rt, res);
+    res = tsb__sel(x0 == TS_INF64, TS_INF64, res);
+    res = tsb__sel(x0 == -1.0, TS_NINF64, res);
+    return tsb__sel(!(x0 >= -1.0), TS_NAN64, res);
 }
 
 static inline double tsb_rsqrt(double x) {
@@ -412,7 +465,7 @@ TSQ_PLAIN_LOOP(rsqrt, tsb_rsqrtf)
 TSB_PLAIN_LOOP(exp, tsb_exp)
 TSB_PLAIN_LOOP(expm1, tsb_expm1)
 TSB_PLAIN_LOOP(log, tsb_log)
-TSB_PLAIN_LOOP(log1p, ts_log1p)
+TSB_PLAIN_LOOP(log1p, tsb_log1p)
 TSB_PLAIN_LOOP(tanh, tsb_tanh)
 TSB_RARE_LOOP(sigmoid)
 TSB_PLAIN_LOOP(erf, ts_erf)

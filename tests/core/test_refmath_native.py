@@ -139,3 +139,22 @@ def test_sigmoid_double_rare_lanes_at_block_edges(need_native):
     x = np.concatenate([near, rng.uniform(-800, 800, 100_000)])
     got, want = refmath.sigmoid(x), refmath.numpy_apply("sigmoid", x)
     assert got.tobytes() == want.tobytes(), _report(x, got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_expm1_and_log1p_branch_cases(need_native, dtype):
+    """The branch-free twins select among every case ts_expm1 and ts_log1p branch on: x near
+    k ln2 for each k (expm1), and 1 + x near each power of two, f ~ 0 (log1p)."""
+    rng = np.random.default_rng(23)
+    k = np.arange(-60, 1030, dtype=np.float64)
+    near_k = (k[:, None] * np.log(2.0) + rng.uniform(-0.5, 0.5, (k.size, 40))).ravel()
+    p = np.exp2(np.arange(-3, 70, dtype=np.float64))
+    tiny = np.concatenate([np.zeros(1), np.exp2(-np.arange(20.0, 60.0))])
+    near_p = (p[:, None] * (1 + np.concatenate([tiny, -tiny, rng.uniform(-1e-5, 1e-5, 200)]))
+              - 1).ravel()
+    with np.errstate(over="ignore"):
+        for name, x in (("expm1", near_k), ("log1p", near_p)):
+            x = x.astype(dtype)
+            x = np.concatenate([x, np.nextafter(x, np.inf), np.nextafter(x, -np.inf)])
+            got, want = getattr(refmath, name)(x), refmath.numpy_apply(name, x)
+            assert got.tobytes() == want.tobytes(), (name, _report(x, got, want))
