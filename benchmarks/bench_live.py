@@ -50,21 +50,30 @@ def rss_mb(pid: int | None = None) -> float:
     return float("nan")
 
 
+def cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) a process has used so far, from /proc."""
+    with open(f"/proc/{pid or 'self'}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def headless(workload: str, steps: int, provenance: str = "every", math: str = "refmath",
-             fuse: bool = False, times: list | None = None) -> float:
+             fuse: bool = False, times: list | None = None, cpu: list | None = None) -> float:
     """Steps per second of the headless pair (what ``tapescope parity`` does per step);
-    ``times`` collects each step's provenance seconds."""
+    ``times`` collects each step's provenance seconds, ``cpu`` gets the CPU seconds a step."""
     from app.runs import PairRunner, SessionConfig
 
     r = PairRunner(SessionConfig(workload=workload, device="host", math=math, fuse=fuse),
                    provenance=provenance)
     for _ in range(5):  # warm-up: first launches, caches
         r.step()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         res = r.step()
         if times is not None:
             times.append(res.provenance_s)
+    if cpu is not None:
+        cpu.append((time.process_time() - c0) / steps)
     return steps / (time.perf_counter() - t0)
 
 
@@ -111,6 +120,7 @@ def live(workload: str, steps: int) -> dict:
     lateness: list[float] = []
     startup: list[float] = []
     cpu: list[float] = []  # this (GUI) process's CPU time at each snapshot
+    wcpu: list[float] = []  # the worker's
     last = [time.perf_counter()]
 
     def tick() -> None:
@@ -124,6 +134,7 @@ def live(workload: str, steps: int) -> dict:
         done = snap.extra["steps_done"]
         marks.append((time.perf_counter(), done))
         cpu.append(time.process_time())
+        wcpu.append(cpu_s(win.live.live.proc.pid))
         if "gui_start" not in mem and done >= 100:
             mem["gui_start"] = rss_mb()
             mem["worker_start"] = rss_mb(win.live.live.proc.pid)
@@ -160,6 +171,9 @@ def live(workload: str, steps: int) -> dict:
     (t0, s0), (t1, s1) = marks[0], marks[-1]
     lat = np.array(lateness[1:]) * 1e3
     return {"rate": (s1 - s0) / (t1 - t0), "gui_cpu": (cpu[-1] - cpu[0]) / (t1 - t0) * 100,
+            # CPU seconds per step, worker and GUI: what the load on the cores cannot change
+            "worker_cpu_step": (wcpu[-1] - wcpu[0]) / (s1 - s0),
+            "gui_cpu_step": (cpu[-1] - cpu[0]) / (s1 - s0),
             "lat_max": float(lat.max()),
             "lat_p99": float(np.percentile(lat, 99)), "snapshots": len(marks),
             "startup": float(max(startup) * 1e3), **mem}
