@@ -400,9 +400,18 @@ static inline int tsq__unsure(double r) {
     return (r != r) | tiny | mid;
 }
 
+/* tsq__unsure, cheaper, for a twin whose zero and infinite results are rare enough to leave
+ * to ts_f too: 1 unless r is a normal float far from a midpoint (exponent field only) */
+static inline int tsq__unsure_normal(double r) {
+    unsigned long long b = (unsigned long long)__double_as_longlong(r);
+    int odd = (((b >> 52) & 0x7ffULL) - 897ULL) >= 1150ULL; /* below 2**-126, inf or NaN */
+    int mid = ((b & 0x1fffffffULL) - (0x10000000ULL - TSQ_SLACK)) <= 2 * TSQ_SLACK;
+    return odd | mid;
+}
+
 /* the float loop of a function with a quick twin: blocks of TSQ_BLOCK, the unsure redone */
 #define TSQ_BLOCK 512
-#define TSQ_LOOP(name)                                                                      \
+#define TSQ_LOOP(name, unsure_fn)                                                           \
     static void tsl_##name##f(const float *restrict x, float *restrict y, long long n) {    \
         unsigned char unsure[TSQ_BLOCK];                                                    \
         for (long long i0 = 0; i0 < n; i0 += TSQ_BLOCK) {                                   \
@@ -411,7 +420,7 @@ static inline int tsq__unsure(double r) {
             float *restrict yb = y + i0;                                                    \
             for (int i = 0; i < m; ++i) {                                                   \
                 double r = tsq_##name((double)xb[i]);                                       \
-                unsure[i] = (unsigned char)tsq__unsure(r);                                  \
+                unsure[i] = (unsigned char)unsure_fn(r);                                    \
                 yb[i] = (float)r;                                                           \
             }                                                                               \
             /* NOTE: a loop apart: with `any |=` in the first, gcc 12 vectorises neither */ \
@@ -427,12 +436,12 @@ static inline int tsq__unsure(double r) {
         for (long long i = 0; i < n; ++i) y[i] = ffn(x[i]);                                 \
     }
 
-TSQ_LOOP(exp)
-TSQ_LOOP(expm1)
-TSQ_LOOP(log)
-TSQ_LOOP(log1p)
-TSQ_LOOP(tanh)
-TSQ_LOOP(sigmoid)
+TSQ_LOOP(exp, tsq__unsure)     /* exp(x < -104) = +0: attention masks */
+TSQ_LOOP(expm1, tsq__unsure)   /* expm1(+-0): ELU's min(x, 0) */
+TSQ_LOOP(log, tsq__unsure)     /* log(1) = 0 */
+TSQ_LOOP(log1p, tsq__unsure)
+TSQ_LOOP(tanh, tsq__unsure_normal) /* zero only for +-0, never infinite */
+TSQ_LOOP(sigmoid, tsq__unsure) /* sigmoid(x < -104) = +0 */
 TSQ_PLAIN_LOOP(erf, ts_erff)
 TSQ_PLAIN_LOOP(rsqrt, tsb_rsqrtf)
 
