@@ -7,8 +7,11 @@ Rows, measured in the same run, median of --repeat episodes:
   PyTorch CPU       the same network in float64, Adam, 1 thread    (when torch is installed)
   cuda eager / cuda graph / PyTorch CUDA eager / PyTorch CUDA graph (when a device answers)
 Every device row first checks that the run is bit-identical to the tape (or says it is not).
+The host episode row also gives the median ratio of episode/tape pairs timed back to back.
+--threads N: the tape's matmul and the host's block pool use N threads (CPU rows in wall time).
 
 Run: python benchmarks/bench_replay.py [--repeat N] [--size small|large|both] [--device ...]
+     [--threads N]
 """
 
 from __future__ import annotations
@@ -26,14 +29,18 @@ from core.parity import compare_arrays
 SIZES = {"small": {}, "large": {"dims": (784, 128, 32, 128, 784), "batch_size": 64}}
 
 
-def median_time(fn, repeat: int, sync=None) -> float:
-    """Median seconds of fn over `repeat` runs after one warm-up.
+def _clock(sync=None):
+    """Process CPU time for single-threaded runs with nothing to synchronise (on a shared
+    machine wall time also counts the turns other jobs get); wall time for device runs and
+    for runs on more than one thread (CPU time would add the threads up)."""
+    from core import native
 
-    Runs with nothing to synchronise (the tape, the host backend, PyTorch CPU: one thread
-    each) are timed in process CPU time: on a shared machine wall time also counts the turns
-    other jobs get. Device runs (a sync function) in wall time.
-    """
-    clock = time.perf_counter if sync is not None else time.process_time
+    return time.perf_counter if sync is not None or native.threads() > 1 else time.process_time
+
+
+def median_time(fn, repeat: int, sync=None) -> float:
+    """Median seconds of fn over `repeat` runs after one warm-up (clock: `_clock`)."""
+    clock = _clock(sync)
     sync = sync or (lambda: None)
     fn()
     sync()
@@ -46,7 +53,25 @@ def median_time(fn, repeat: int, sync=None) -> float:
     return statistics.median(out)
 
 
-def tape_row(size: str, repeat: int):
+def paired_ratio(fn, peer, repeat: int) -> float:
+    """Median over `repeat` pairs (fn, then peer, timed back to back) of time(fn) / time(peer):
+    load that comes and goes hits both halves of a pair alike."""
+    clock = _clock()
+    fn()
+    peer()
+    ratios = []
+    for _ in range(repeat):
+        t0 = clock()
+        fn()
+        t1 = clock()
+        peer()
+        t2 = clock()
+        ratios.append((t1 - t0) / max(t2 - t1, 1e-9))
+    return statistics.median(ratios)
+
+
+def tape_episode(size: str):
+    """One tape episode per call: record + backward + Adam step."""
     wl = workloads.get("mlp", **SIZES[size])
     opt = wl.make_optimizer()
     step = [0]
@@ -57,7 +82,11 @@ def tape_row(size: str, repeat: int):
         opt.step()
         step[0] += 1
 
-    return median_time(run, repeat)
+    return run
+
+
+def tape_row(size: str, repeat: int):
+    return median_time(tape_episode(size), repeat)
 
 
 def device_rows(dev, size: str, repeat: int) -> list[tuple[str, float, str]]:
@@ -94,6 +123,9 @@ def device_rows(dev, size: str, repeat: int) -> list[tuple[str, float, str]]:
             (f"{dev.kind} {'graph' if dev.kind == 'cuda' else 'episode'}",
              median_time(episode, repeat, sync),
              f"{note}; {prog.stats['launches_per_episode']} launches")]
+    if dev.kind == "host":
+        r = paired_ratio(episode, tape_episode(size), repeat)
+        rows[-1] = (*rows[-1][:2], f"{rows[-1][2]}; paired with the tape: {r:.2f}x")
     return rows
 
 
@@ -151,8 +183,9 @@ def main() -> None:
     ap.add_argument("--size", default="both", choices=["small", "large", "both"])
     ap.add_argument("--device", default="all", choices=["host", "cuda", "all"])
     ap.add_argument("--threads", type=int, default=1,
-                    help="threads the CPU tape's reference matmul may use (default 1, as the "
-                         "host backend and PyTorch here)")
+                    help="threads the CPU tape's reference matmul and the host backend's block "
+                         "pool may use (default 1; PyTorch stays on 1). Above 1 the CPU rows "
+                         "are timed in wall time")
     args = ap.parse_args()
     from core import native
 
@@ -182,8 +215,9 @@ def main() -> None:
         rows += torch_rows(size, args.repeat, "cpu")
         if any(d.kind == "cuda" for d in devices):
             rows += torch_rows(size, args.repeat, "cuda")
+        clock = "wall" if args.threads > 1 else "CPU"
         print(f"\nmlp {'-'.join(map(str, dims))}, batch {bs}, float64, Adam; "
-              f"median of {args.repeat} episodes")
+              f"median of {args.repeat} episodes; {args.threads} thread(s), {clock} time")
         print(f"{'run':<24} {'ms/episode':>11} {'vs tape':>8}  note")
         for name, t, note in rows:
             ms = f"{t * 1e3:11.3f}" if t == t else f"{'n/a':>11}"
