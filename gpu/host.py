@@ -30,17 +30,19 @@ __all__ = ["HostDevice", "HOST_FLAGS", "ORDERS", "find_compiler", "host_flags"]
 # contraction, were it ever allowed, would change bits and the parity tests would see it
 # (tests/gpu/test_fp_contract.py). Dropped only where the compiler refuses it.
 # Vectorising: loops only (-ftree-loop-vectorize with the dynamic cost model, so a loop over
-# several pointers is versioned for aliasing), never straight-line code (-fno-tree-slp-
-# vectorize: gcc 12's basic-block SLP turned rope's `x1*c - x2*s`, `x2*c + x1*s` pair into one
+# several pointers is versioned for aliasing), not straight-line code (-fno-tree-slp-vectorize:
+# gcc 12's basic-block SLP turned rope's `x1*c - x2*s`, `x2*c + x1*s` pair into one
 # vfmaddsub132pd despite -ffp-contract=off). A vectorised loop runs its iterations as lanes:
 # each lane is one iteration with its own operations in their order, and gcc never reorders a
 # floating-point sum across iterations without -fassociative-math, so no bit changes (the lane
-# kernels of host_prelude.h rely on it). tests/gpu/test_fp_contract.py and test_host_lanes.py
-# disassemble the objects and fail on any FMA instruction.
-# -funroll-loops: the matmul kernel's 4x4 tile loops unrolled keep its 16 chains in registers
-# (1.7x on the big mlp's products); unrolling repeats operations, it never reorders them, and
-# -fno-variable-expansion-in-unroller keeps each accumulator one variable (gcc splits a float
-# accumulator only under -fassociative-math anyway).
+# kernels of host_prelude.h rely on it). The loop vectoriser groups statements too (SLP inside
+# a loop), so the machine code is what holds the line: tests/gpu/test_fp_contract.py and
+# test_host_lanes.py disassemble the library, the diff kernels, the lane kernels and both
+# workloads' fused kernels and fail on any FMA instruction.
+# -funroll-loops: the matmul kernel's 4x4 tile loops unrolled, a k-step's loads and its four row
+# updates overlap (1.7x on the big mlp's products); unrolling repeats operations, it never
+# reorders them, and -fno-variable-expansion-in-unroller keeps each accumulator one variable
+# (gcc splits a float accumulator only under -fassociative-math anyway).
 HOST_FLAGS = ("-O2", "-ffp-contract=off", "-march=native", "-ftree-loop-vectorize",
               "-fno-tree-slp-vectorize", "-fvect-cost-model=dynamic", "-funroll-loops",
               "-fno-variable-expansion-in-unroller", "-fPIC", "-shared", "-std=c++17", "-x",

@@ -1,7 +1,8 @@
 /* host_prelude.h: the CUDA names the kernel library uses, defined for gcc (the host backend).
  *
  * The host backend compiles the identical CUDA C kernel text with g++ (-O2 -ffp-contract=off
- * -march=native, never -ffast-math) behind this prelude and loads the shared object with ctypes.
+ * -march=native, loops vectorised, never -ffast-math; gpu/host.py) behind this prelude and loads
+ * the shared object with ctypes.
  *
  * Execution model (docs/devices.md):
  *  - A launch runs the grid's blocks one after another with their real blockDim. A kernel
@@ -12,12 +13,15 @@
  *    resumes every live fiber once per phase; each runs until its next __syncthreads() or until
  *    it returns. When every thread waits at the barrier the next phase starts; a barrier that
  *    only some threads reach (the others returned) is an error, as on CUDA.
- *  - `order` (0 forward, 1 reverse) is the order blocks run in and the order threads run in
- *    within each phase. A kernel that is right for CUDA gives the same bits under both orders;
- *    one that reads a value another thread writes in the same phase (a missing barrier) or
- *    that two threads write, does not. gpu/host.py runs both and compares (docs/devices.md).
- *  - __shared__ memory is one static per OS thread: blocks run one at a time, so it is the
- *    block's, shared by its threads (fibers), exactly CUDA's scope.
+ *  - A lane kernel (see "lanes" below) runs runs of a block's threads in one vectorised call,
+ *    and a forward launch's blocks may run on a pool of OS threads ("the block pool" below).
+ *  - `order` (0 forward, 1 reverse; +2 thread by thread, no lanes) is the order blocks run in
+ *    and the order threads run in within each phase. A kernel that is right for CUDA gives the
+ *    same bits under every order; one that reads a value another thread writes in the same
+ *    phase (a missing barrier) or that two threads write, does not. gpu/host.py runs them all
+ *    and compares (orders="both", docs/devices.md).
+ *  - __shared__ memory is one static per OS thread: each OS thread runs one block at a time, so
+ *    it is the block's, shared by its threads (fibers), exactly CUDA's scope.
  */
 #ifndef TS_HOST_PRELUDE_H
 #define TS_HOST_PRELUDE_H
@@ -251,7 +255,8 @@ static int ts_run_block_fibers(ts_body_fn body, void** a, long long nt, int orde
 
 /* A kernel whose only use of threadIdx is the grid-stride loop TS_GRID_STRIDE (or the block-
  * stride loop TS_BLOCK_STRIDE), with no barrier, no __shared__, no return/break/goto in its body
- * (gpu/host.py decides, `_lane_kernel`), runs a run of w consecutive threads of a block in ONE
+ * and no variable that outlives one iteration of the loop (gpu.host.lane_kernels decides from
+ * the source), runs a run of w consecutive threads of a block in ONE
  * call: threadIdx.x is the first of them and ts_lane_w = w. The loop below then visits, for each
  * grid-stride step, the indices of those w threads in thread order (an inner loop over
  * consecutive i that gcc can vectorise: each lane is one thread's element, with that thread's
@@ -290,7 +295,7 @@ struct ts_grid_job {
     long long nb, nt, slices, units;
     int barrier, lanes, order;
     long long next;   /* the next unit to take (atomic when the pool runs it) */
-    long long failed; /* the first failing unit (atomic min), or `units` */
+    long long failed; /* the first failing unit (under ts_pool.mu), or `units` */
     int rc;           /* its error code */
 };
 
