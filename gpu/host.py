@@ -25,7 +25,12 @@ from gpu.signature import KernelSig, parse_kernels
 __all__ = ["HostDevice", "HOST_FLAGS", "ORDERS", "find_compiler", "host_flags"]
 
 # -ffp-contract=off: no fused multiply-add, each written operation rounds once (the parity
-# contract). Never -ffast-math (the prelude refuses it). -fno-math-errno is NOT added either.
+# contract). Never -ffast-math (the prelude refuses it).
+# -fno-math-errno: sqrt stays the one correctly rounded instruction it always was; the flag only
+# drops the libm call gcc keeps beside it to set errno for a negative argument (whose result,
+# the default NaN, is the instruction's anyway), a call that kept every loop with a square root
+# (Adam) from vectorising. No result bit depends on it (test_host_lanes.py checks sqrt of -x,
+# -0, NaN and inf bit for bit). -ffast-math's other parts stay off.
 # -march=native: the machine's real ISA (FMA included where the CPU has it), so that a
 # contraction, were it ever allowed, would change bits and the parity tests would see it
 # (tests/gpu/test_fp_contract.py). Dropped only where the compiler refuses it.
@@ -49,10 +54,15 @@ __all__ = ["HostDevice", "HOST_FLAGS", "ORDERS", "find_compiler", "host_flags"]
 # moves them back), so each unrolled body reloads and stores them: a store-to-load round trip
 # in every output's chain once per body instead of once per two k-steps (big-mlp products
 # 5.2 -> 3.8 ms). Unrolling repeats each k-step's operations in k order; no bit changes.
+# --param vect-max-version-for-alias-checks=40 (10 by default): Adam's loop reads and writes
+# six pointers (w, g, m, v, ctl, k), more pairs than gcc checks at run time by default, so it
+# stayed scalar; with the checks it runs as lanes when the buffers do not overlap and as the
+# scalar loop when they do. Lanes are iterations, each with its own operations in order.
 HOST_FLAGS = ("-O2", "-ffp-contract=off", "-march=native", "-ftree-loop-vectorize",
               "-fno-tree-slp-vectorize", "-fvect-cost-model=dynamic", "-funroll-loops",
               "-fno-variable-expansion-in-unroller", "--param=max-unrolled-insns=800",
-              "--param=max-average-unrolled-insns=400", "-fPIC", "-shared", "-std=c++17", "-x",
+              "--param=max-average-unrolled-insns=400", "-fno-math-errno",
+              "--param=vect-max-version-for-alias-checks=40", "-fPIC", "-shared", "-std=c++17", "-x",
               "c++")
 # The fibers of host_prelude.h switch stacks by hand: a CET shadow stack must not be claimed.
 _X86_FLAGS = ("-fcf-protection=none",)
