@@ -58,12 +58,15 @@ __all__ = ["HostDevice", "HOST_FLAGS", "ORDERS", "find_compiler", "host_flags"]
 # six pointers (w, g, m, v, ctl, k), more pairs than gcc checks at run time by default, so it
 # stayed scalar; with the checks it runs as lanes when the buffers do not overlap and as the
 # scalar loop when they do. Lanes are iterations, each with its own operations in order.
+# -funswitch-loops: a loop-invariant test inside a loop (binary_fwd/bwd's broadcast flags) is
+# taken once, outside, and each copy of the loop keeps the other statements as written: only
+# which branch runs is decided earlier (binary kernels ~0.8 -> ~0.63 ms per big-mlp episode).
 HOST_FLAGS = ("-O2", "-ffp-contract=off", "-march=native", "-ftree-loop-vectorize",
               "-fno-tree-slp-vectorize", "-fvect-cost-model=dynamic", "-funroll-loops",
               "-fno-variable-expansion-in-unroller", "--param=max-unrolled-insns=800",
               "--param=max-average-unrolled-insns=400", "-fno-math-errno",
-              "--param=vect-max-version-for-alias-checks=40", "-fPIC", "-shared", "-std=c++17", "-x",
-              "c++")
+              "--param=vect-max-version-for-alias-checks=40", "-funswitch-loops", "-fPIC",
+              "-shared", "-std=c++17", "-x", "c++")
 # The fibers of host_prelude.h switch stacks by hand: a CET shadow stack must not be claimed.
 _X86_FLAGS = ("-fcf-protection=none",)
 ORDERS = ("forward", "reverse", "both")
