@@ -325,9 +325,12 @@ def test_sqrt_of_negative_nan_and_inf_keeps_its_bits(threads):
 def test_adam_is_vectorised_and_calls_no_libm_sqrt():
     """Adam's loop runs as packed square roots (its clip-scale load is not behind the branch,
     the alias checks cover its six pointers, and no errno path is kept)."""
+    import platform
     import shutil
     import subprocess
 
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("reads x86-64 machine code")
     objdump = shutil.which("objdump")
     if objdump is None:
         pytest.skip("objdump not found")
@@ -338,5 +341,5 @@ def test_adam_is_vectorised_and_calls_no_libm_sqrt():
                          capture_output=True, text=True, timeout=120).stdout
     adam = re.search(r"<adam_f64>:\n(.*?)\n\n", asm, re.S)
     assert adam is not None
-    assert re.search(r"\bvsqrtpd\b", adam.group(1)), "adam_f64 is not vectorised"
+    assert re.search(r"\bv?sqrtpd\b", adam.group(1)), "adam_f64 is not vectorised"
     assert not re.search(r"call.*<sqrt", asm), "a libm sqrt call is left in the library"
