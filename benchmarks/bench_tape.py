@@ -36,20 +36,37 @@ def _once(fn, clock) -> float:
 
 
 def paired(ours, peer, repeat: int, threads: int = 1):
-    """Interleaved runs: (median ours, median peer, median of per-pair ratios) in seconds."""
+    """Interleaved runs: (median ours, median peer, median of per-pair ratios) in seconds.
+
+    Above one thread each "run" is the median of a burst of BURST runs, with a pause before every
+    burst: PyTorch's OpenMP workers spin for a while after each product, and interleaving single
+    runs made our threads compete with them for the cores (our 2-thread step measured 7 ms
+    interleaved, 3.1-3.6 ms on its own). The pause lets each engine's threads go idle first.
+    """
     clock = CLOCK.get(threads, time.perf_counter)
     ours()  # warm up (and compile / load native kernels)
     if peer:
         peer()
+
+    def one(fn) -> float:
+        if threads == 1:
+            return _once(fn, clock)
+        time.sleep(PAUSE_S)
+        return statistics.median(_once(fn, clock) for _ in range(BURST))
+
     a, b = [], []
     for _ in range(repeat):
-        a.append(_once(ours, clock))
+        a.append(one(ours))
         if peer:
-            b.append(_once(peer, clock))
+            b.append(one(peer))
     if not peer:
         return statistics.median(a), None, None
     return (statistics.median(a), statistics.median(b),
             statistics.median(x / y for x, y in zip(a, b, strict=True)))
+
+
+BURST = 5
+PAUSE_S = 0.25
 
 
 def _step_tape(i, h, x, transcendental):
@@ -162,9 +179,10 @@ def main() -> None:
         rs = f"{r:5.2f}" if r else "  n/a"
         print(f"| {name:<46} | {th:>7} | {a * 1e6:8.1f}us | {bs} | {rs} |")
     if torch:
-        print(f"(pytorch {torch.__version__}; {args.repeat} interleaved pairs per row; times are "
-              "medians (1 thread: CPU time, more: wall time), ratio = median of per-pair "
-              "tapescope / pytorch, lower is better)")
+        print(f"(pytorch {torch.__version__}; {args.repeat} interleaved pairs per row (above 1 "
+              f"thread each side of a pair is the median of a burst of {BURST} runs after a "
+              f"{PAUSE_S} s pause); times are medians (1 thread: CPU time, more: wall time), "
+              "ratio = median of per-pair tapescope / pytorch, lower is better)")
 
 
 if __name__ == "__main__":
