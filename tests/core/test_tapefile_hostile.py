@@ -579,3 +579,17 @@ def test_fuzz_json_mutations_of_the_header(data):
         if not isinstance(h, (dict, list)):
             break
     _load_outcome(_zip_bytes(with_header(members, h)))
+
+
+def test_headers_this_numpy_would_not_write_take_the_full_parse(small, tmp_path):
+    """The loader skips parsing a member header that is byte for byte the one numpy writes for
+    the node; any other spelling (format 2.0 here, or a lying shape) is parsed and checked."""
+    members = read_members(small)
+    v = np.load(small)["v0"]
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, v, version=(2, 0), allow_pickle=False)
+    assert buf.getvalue() != members["v0.npy"]
+    back, _ = tapefile.load(write_zip(tmp_path / "v2.tape", {**members, "v0.npy": buf.getvalue()}))
+    assert back.value(0).tobytes() == v.tobytes()
+    lying = npy(v.reshape(3, 2))  # same bytes, another shape: refused by the parse
+    refused(write_zip(tmp_path / "lie.tape", {**members, "v0.npy": lying}), "v0")
