@@ -119,3 +119,20 @@ def test_the_float_loops_are_vectorised_without_fma(need_native):
             pytest.skip(f"{loop} inlined away: nothing to audit by name")
         assert re.search(r"\bv?mulpd\b", body), f"{loop}: no packed double multiply"
         assert not re.findall(r"\bv?f(?:n?m(?:add|sub)|maddsub|msubadd)\w*", body), loop
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["exp", "expm1", "log", "log1p", "tanh", "sigmoid"])
+def test_every_float32_input_gives_the_scalar_twins_bits(name):
+    """The certificate's slack rests on a measured bound (tsq_f vs ts_f <= 124 double ulps on all
+    2**32 floats): run that whole check (`python -m pytest -m slow`; ~1 min a function here)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if native.library() is None:
+        pytest.skip("no C compiler: the numpy spelling runs, nothing to certify")
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_refmath.py"
+    out = subprocess.run([sys.executable, str(bench), "--exhaustive", name], check=True,
+                         capture_output=True, text=True).stdout
+    assert f"{name} float32: all 2**32 inputs, 0 bit mismatches" in out, out
