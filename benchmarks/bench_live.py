@@ -332,6 +332,26 @@ def memory_table(steps: int, blocks: int) -> None:
           f"history, budget 128); mlp: {mlp_s:.0f} s, {m['rate']:.0f} steps/s", flush=True)
 
 
+BIG = str(Path(__file__).resolve().parent / "transformer10k.py")
+
+
+def big_live_table(steps: int, repeat: int) -> None:
+    """A real worker on the 10k-node tape (benchmarks/transformer10k.py, host device): steps/s
+    and CPU per step headless vs live, interleaved; the CPU ratio is the steady one on a shared
+    machine (the steps/s of two runs minutes apart swing by 30 %)."""
+    print(f"real worker, 10,005-node transformer, {steps} steps a run, {repeat} rounds")
+    print(f"{'round':>5}{'headless/s':>11}{'live/s':>8}{'ratio':>7}{'CPU/step headless':>19}"
+          f"{'worker':>8}{'CPU ratio':>10}{'GUI CPU/step':>13}{'lat max':>9}{'p99 ms':>8}")
+    for k in range(repeat):
+        cpu: list = []
+        h = headless(BIG, steps, cpu=cpu)
+        r = live(BIG, steps)
+        print(f"{k + 1:>5}{h:>11.3f}{r['rate']:>8.3f}{r['rate'] / h:>7.2f}"
+              f"{cpu[0] * 1e3:>17.0f}ms{r['worker_cpu_step'] * 1e3:>6.0f}ms"
+              f"{cpu[0] / r['worker_cpu_step']:>10.2f}{r['gui_cpu_step'] * 1e3:>11.0f}ms"
+              f"{r['lat_max']:>9.1f}{r['lat_p99']:>8.1f}", flush=True)
+
+
 def main() -> None:
     """Measure (interleaved, repeated: the machine is shared) and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -346,6 +366,9 @@ def main() -> None:
                     help="transformer blocks of the fed tape (238: 10,005 nodes)")
     ap.add_argument("--memory-steps", type=int, default=0,
                     help="RSS over this many live steps (feed on the big tape, mlp worker)")
+    ap.add_argument("--big-steps", type=int, default=0,
+                    help="steps of a real worker on the 10k-node tape, headless vs live (0: "
+                         "none; ~1.4 s a step here)")
     ap.add_argument("--feed-only", action="store_true",
                     help="only the synthetic feed (and --memory-steps): no provenance or "
                          "workload tables")
@@ -362,6 +385,8 @@ def main() -> None:
         feed_table(a.feed_steps, a.feed_blocks)
     if a.memory_steps:
         memory_table(a.memory_steps, a.feed_blocks)
+    if a.big_steps:
+        big_live_table(a.big_steps, a.repeat)
     if a.feed_only:
         return
     print(f"{a.steps} steps per live run, host device, CPU reference vs device; "
