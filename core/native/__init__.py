@@ -113,8 +113,10 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_bmm_f64", "ts_bmm_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int]
         getattr(lib, name).restype = None
-    lib.ts_adam_f64.argtypes = [p] * 5 + [ll] + [ctypes.c_double] * 6
-    lib.ts_adam_f32.argtypes = [p] * 5 + [ll] + [ctypes.c_float] * 6
+    lib.ts_adam_f64.argtypes = [p] * 5 + [ll] + [ctypes.c_double] * 6 + [ctypes.c_int]
+    lib.ts_adam_f32.argtypes = [p] * 5 + [ll] + [ctypes.c_float] * 6 + [ctypes.c_int]
+    lib.ts_pool_shutdown.argtypes = lib.ts_pool_size.argtypes = []
+    lib.ts_pool_shutdown.restype = lib.ts_pool_size.restype = ctypes.c_int
     lib.ts_adam_f64.restype = lib.ts_adam_f32.restype = None
     for name in ("ts_chnorm_f64", "ts_chnorm_f32"):
         getattr(lib, name).argtypes = [p] * 6 + [ll] * 3
@@ -151,6 +153,10 @@ def library() -> ctypes.CDLL | None:
     global _lib
     if _lib is False:
         _lib = _load()
+        if _lib is not None:
+            import atexit
+
+            atexit.register(_lib.ts_pool_shutdown)
     return _lib
 
 
@@ -174,6 +180,22 @@ def set_threads(n: int) -> None:
     """Use up to ``n`` threads per product (1: serial). Never changes a bit of any result."""
     global _threads
     _threads = max(1, int(n))
+
+
+def pool_size() -> int:
+    """Worker threads the native pool holds now in this process (0: none started yet, or a
+    forked child that has not used it yet). They are created on the first threaded product and
+    kept: a product hands them their shares instead of starting threads of its own."""
+    lib = library()
+    return lib.ts_pool_size() if lib is not None else 0
+
+
+def shutdown_pool() -> int:
+    """Stop and join the pool's workers (at interpreter exit, and for tests); how many were
+    joined, -1 when a product owns the pool right now. The next threaded product starts a new
+    pool."""
+    lib = library()
+    return lib.ts_pool_shutdown() if lib is not None else 0
 
 
 _DT = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
@@ -241,7 +263,7 @@ def adam(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
     out = np.empty(w.shape, dtype=dt)
     fn = lib.ts_adam_f64 if dt == np.float64 else lib.ts_adam_f32
     fn(w.ctypes.data, g.ctypes.data, m.ctypes.data, v.ctypes.data, out.ctypes.data, w.size,
-       k["b1"], k["omb1"], k["b2"], k["omb2"], k["eps"], k["lr_t"])
+       k["b1"], k["omb1"], k["b2"], k["omb2"], k["eps"], k["lr_t"], threads())
     return out
 
 

@@ -9,10 +9,16 @@
  * product); each output element is computed by exactly one thread, with the same serial k-loop
  * as one thread would run, and no two threads ever add into the same element. So the bits do not
  * depend on the thread count (deterministic by construction; tests/core/test_native.py checks).
+ * The threads are a persistent pool (pool_run below), created once and reused by every product
+ * and Adam update; the blocks are claimed from a shared counter, never split inside.
  */
+#define _GNU_SOURCE /* clock_gettime, pthread_atfork, getpid under -std=c99 */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Rows [i0, i1) of one product, in register tiles: R rows x JB columns of c live in local
  * accumulators for the whole k-loop (so c is not reloaded and stored once per k), each loaded
@@ -274,15 +280,236 @@ static void run_units(const job_t *J) {
     }
 }
 
-static void *worker(void *p) {
-    run_units((const job_t *)p);
-    return NULL;
+/* How long a waiting worker (or the caller) spins before it sleeps ($TAPESCOPE_SPIN_US
+ * overrides): long enough to bridge the numpy work between two products of a training step,
+ * an OpenMP-like spin (libgomp spins a few ms too), after which a worker holds no core. */
+#define SPIN_NS 2000000LL
+
+/* A persistent worker pool (created on first use, grown on demand, like OpenMP's): the caller
+ * and up to t-1 workers share a job. Between jobs a worker spins for a short while (SPIN_NS,
+ * $TAPESCOPE_SPIN_US) on the job word, then sleeps on a condition variable. Dispatching costs a
+ * store and a wake-up instead of a pthread_create/pthread_join per product.
+ * The shares are claimed, not assigned: each participant takes the next chunk of units from an
+ * atomic counter until none are left. On a shared machine a worker the scheduler has not run
+ * yet leaves its chunks to the others instead of making the caller wait for it; and a worker
+ * that arrives after the caller has closed the job (the `state` word's CLOSED bit) does not join
+ * it at all. Which thread computes a unit never changes its chains (each unit is whole output
+ * elements, each with its serial k-loop), so no bit depends on the pool or the schedule.
+ * Fork: a child has none of its parent's workers (and may inherit a locked mutex): the pool is
+ * reset there (pthread_atfork, and a pid check before each use). Two callers at once (ctypes
+ * drops the GIL): the second finds the pool busy and runs its whole job on its own thread. */
+#define MAX_THREADS 64
+#define CLOSED 0x40000000
+
+typedef void (*pool_fn)(void *ctx);
+
+static struct {
+    pthread_mutex_t mu, use; /* mu guards the sleeps; use: held by the job that owns the pool */
+    pthread_cond_t wake, done;
+    unsigned long long word; /* generation << 8 | participants wanted, atomic */
+    int state;               /* CLOSED bit | workers inside the current job, atomic */
+    int nworkers, stop;
+    pool_fn fn;
+    void *ctx;
+    pid_t pid;
+    long long spin_ns;
+    pthread_t tid[MAX_THREADS];
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER, 0, CLOSED, 0, 0, NULL, NULL, 0, -1, {0}};
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-#define MAX_THREADS 64
-/* below this many multiply-adds per thread, starting a thread (~20-50 us) costs more than it
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin until *p differs from old (acquire) or the spin budget is gone; 1 when it changed. */
+static int spin_ull(const unsigned long long *p, unsigned long long old) {
+    if (pool.spin_ns <= 0) return __atomic_load_n(p, __ATOMIC_ACQUIRE) != old;
+    long long until = now_ns() + pool.spin_ns;
+    for (;;) {
+        for (int i = 0; i < 64; ++i) {
+            if (__atomic_load_n(p, __ATOMIC_ACQUIRE) != old) return 1;
+            cpu_relax();
+        }
+        if (now_ns() > until) return 0;
+    }
+}
+
+/* Spin until *p == want or the budget is gone; 1 when it got there. */
+static int spin_int(const int *p, int want) {
+    if (pool.spin_ns <= 0) return __atomic_load_n(p, __ATOMIC_ACQUIRE) == want;
+    long long until = now_ns() + pool.spin_ns;
+    for (;;) {
+        for (int i = 0; i < 64; ++i) {
+            if (__atomic_load_n(p, __ATOMIC_ACQUIRE) == want) return 1;
+            cpu_relax();
+        }
+        if (now_ns() > until) return 0;
+    }
+}
+
+typedef struct {
+    int id;
+    unsigned long long seen;
+} pool_arg;
+
+static pool_arg pool_args[MAX_THREADS];
+
+static void *pool_worker(void *p) {
+    const int id = ((pool_arg *)p)->id;
+    unsigned long long seen = ((pool_arg *)p)->seen;
+    for (;;) {
+        unsigned long long w;
+        if (spin_ull(&pool.word, seen)) {
+            w = __atomic_load_n(&pool.word, __ATOMIC_ACQUIRE);
+        } else {
+            pthread_mutex_lock(&pool.mu);
+            while ((w = __atomic_load_n(&pool.word, __ATOMIC_ACQUIRE)) == seen && !pool.stop)
+                pthread_cond_wait(&pool.wake, &pool.mu);
+            pthread_mutex_unlock(&pool.mu);
+        }
+        if (__atomic_load_n(&pool.stop, __ATOMIC_ACQUIRE)) return NULL;
+        seen = w;
+        if (id >= (int)(w & 0xff)) continue; /* not wanted for this job */
+        /* join the open job (whichever it is by now), or skip a closed one */
+        int st = __atomic_load_n(&pool.state, __ATOMIC_ACQUIRE);
+        int joined = 0;
+        while (!(st & CLOSED))
+            if (__atomic_compare_exchange_n(&pool.state, &st, st + 1, 1, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE)) {
+                joined = 1;
+                break;
+            }
+        if (!joined) continue;
+        pool.fn(pool.ctx); /* published before the state reset our join acquired */
+        if (__atomic_sub_fetch(&pool.state, 1, __ATOMIC_ACQ_REL) == CLOSED) {
+            pthread_mutex_lock(&pool.mu);
+            pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.mu);
+        }
+    }
+}
+
+/* In a forked child: the parent's workers do not exist here and its mutexes may be held by
+ * threads that do not either. Start over with fresh ones (the threads are not joined: gone). */
+static void pool_reset_child(void) {
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+    pool.mu = m;
+    pool.use = m;
+    pool.wake = c;
+    pool.done = c;
+    pool.nworkers = 0;
+    pool.state = CLOSED;
+    pool.stop = 0;
+    pool.pid = getpid();
+}
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void pool_init_once(void) {
+    const char *s = getenv("TAPESCOPE_SPIN_US");
+    pool.spin_ns = s ? atoll(s) * 1000LL : SPIN_NS;
+    pool.pid = getpid();
+    pthread_atfork(NULL, NULL, pool_reset_child);
+}
+
+/* Run fn(ctx) on this thread and on up to t-1 workers at once; return when every participant
+ * is out of it. fn claims its own work (see above), so it is complete with any number of
+ * participants, one included. */
+static void pool_run(pool_fn fn, void *ctx, int t) {
+    if (t > MAX_THREADS) t = MAX_THREADS;
+    if (t <= 1) {
+        fn(ctx);
+        return;
+    }
+    pthread_once(&pool_once, pool_init_once);
+    if (pool.pid != getpid()) pool_reset_child(); /* forked without the atfork handler */
+    if (pthread_mutex_trylock(&pool.use) != 0) { /* another caller owns the pool right now */
+        fn(ctx);
+        return;
+    }
+    while (pool.nworkers < t - 1 && !pool.stop) {
+        pool_arg *a = &pool_args[pool.nworkers + 1];
+        a->id = pool.nworkers + 1;
+        a->seen = __atomic_load_n(&pool.word, __ATOMIC_ACQUIRE);
+        if (pthread_create(&pool.tid[a->id], NULL, pool_worker, a) != 0) break;
+        pool.nworkers++;
+    }
+    if (t > pool.nworkers + 1) t = pool.nworkers + 1;
+    if (t > 1) {
+        pool.fn = fn;
+        pool.ctx = ctx;
+        __atomic_store_n(&pool.state, 0, __ATOMIC_RELEASE); /* open: workers may join */
+        unsigned long long w = __atomic_load_n(&pool.word, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&pool.mu);
+        __atomic_store_n(&pool.word, (((w >> 8) + 1) << 8) | (unsigned long long)t,
+                         __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.mu);
+    }
+    fn(ctx);
+    if (t > 1 && (__atomic_fetch_or(&pool.state, CLOSED, __ATOMIC_ACQ_REL) & ~CLOSED) != 0 &&
+        !spin_int(&pool.state, CLOSED)) {
+        pthread_mutex_lock(&pool.mu);
+        while (__atomic_load_n(&pool.state, __ATOMIC_ACQUIRE) != CLOSED)
+            pthread_cond_wait(&pool.done, &pool.mu);
+        pthread_mutex_unlock(&pool.mu);
+    }
+    pthread_mutex_unlock(&pool.use);
+}
+
+/* Stop and join the workers (tests; interpreter exit); how many were joined, or -1 when a job
+ * owns the pool right now (nothing is stopped). A later job starts a new pool. */
+int ts_pool_shutdown(void) {
+    if (pool.pid != getpid() || pool.nworkers == 0) return 0;
+    if (pthread_mutex_trylock(&pool.use) != 0) return -1;
+    pthread_mutex_lock(&pool.mu);
+    __atomic_store_n(&pool.stop, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.mu);
+    int n = pool.nworkers;
+    for (int i = 1; i <= n; ++i) pthread_join(pool.tid[i], NULL);
+    pool.nworkers = 0;
+    __atomic_store_n(&pool.stop, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&pool.use);
+    return n;
+}
+
+/* Workers the pool holds now (tests). */
+int ts_pool_size(void) { return pool.pid == getpid() ? pool.nworkers : 0; }
+
+/* A job's units are claimed CHUNK at a time from J->next (J->u0 and J->u1 bound the job) */
+typedef struct {
+    job_t J;
+    long long next, chunk; /* next: atomic */
+} bmm_job;
+
+static void bmm_part(void *ctx) {
+    bmm_job *B = (bmm_job *)ctx;
+    job_t J = B->J;
+    for (;;) {
+        long long u = __atomic_fetch_add(&B->next, B->chunk, __ATOMIC_RELAXED);
+        if (u >= B->J.u1) return;
+        J.u0 = u;
+        J.u1 = u + B->chunk < B->J.u1 ? u + B->chunk : B->J.u1;
+        run_units(&J);
+    }
+}
+
+/* below this many multiply-adds per thread, handing a share to a pool worker (a store and a
+ * wake-up, a few microseconds; more when the worker has gone to sleep) costs more than it
  * saves */
-#define MIN_WORK_PER_THREAD (1LL << 20)
+#define MIN_WORK_PER_THREAD (1LL << 18)
 
 static void bmm(const void *a, const void *b, void *c, long long batch, long long m,
                 long long k, long long n, long long sa, long long sb, int threads, int f32,
@@ -294,23 +521,11 @@ static void bmm(const void *a, const void *b, void *c, long long batch, long lon
     if (t > units) t = units;
     if (t > work / MIN_WORK_PER_THREAD) t = work / MIN_WORK_PER_THREAD;
     if (t < 1) t = 1;
-    job_t jobs[MAX_THREADS];
-    pthread_t tid[MAX_THREADS];
-    int started[MAX_THREADS];
-    for (long long w = 0; w < t; ++w) {
-        job_t J = {a, b, c, batch, m, k, n, sa, sb, units * w / t, units * (w + 1) / t, f32, ep};
-        jobs[w] = J;
-        started[w] = 0;
-    }
-    for (long long w = 1; w < t; ++w)
-        started[w] = pthread_create(&tid[w], NULL, worker, &jobs[w]) == 0;
-    run_units(&jobs[0]);
-    for (long long w = 1; w < t; ++w) {
-        if (started[w])
-            pthread_join(tid[w], NULL);
-        else
-            run_units(&jobs[w]); /* no thread could be made: do its share here */
-    }
+    /* chunks of about an eighth of a participant's share, so a late or descheduled worker's
+     * part is taken by the others */
+    long long chunk = units / (t * 8);
+    bmm_job B = {{a, b, c, batch, m, k, n, sa, sb, 0, units, f32, ep}, 0, chunk < 1 ? 1 : chunk};
+    pool_run(bmm_part, &B, (int)t);
 }
 
 void ts_mm_f64(const double *a, const double *b, double *c, long long m, long long k,
@@ -696,9 +911,11 @@ void ts_colsum_f32(const float *x, float *out, long long r, long long n) { COLSU
 
 /* One Adam update in core.optim.Adam's order, one rounding per written operation:
  * m = m*b1 + omb1*g; v = v*b2 + (g*g)*omb2; w_new = w - (m / (sqrt(v) + eps)) * lr_t.
- * m and v in place; the new weights into out. sqrt is IEEE (correctly rounded). */
+ * m and v in place; the new weights into out. sqrt is IEEE (correctly rounded). Every element
+ * is its own chain, so the pool's threads claim slices of [0, n) and the bits do not depend on
+ * how many there are or who takes which. */
 #define ADAM(T)                                                                         \
-    for (long long i = 0; i < n; ++i) {                                                 \
+    for (long long i = i0; i < i1; ++i) {                                               \
         T gi = g[i];                                                                    \
         T m1 = m[i] * b1, p = omb1 * gi;                                                \
         T mi = m1 + p;                                                                  \
@@ -714,19 +931,74 @@ void ts_colsum_f32(const float *x, float *out, long long r, long long n) { COLSU
         out[i] = w[i] - u;                                                              \
     }
 
-void ts_adam_f64(const double *w, const double *g, double *m, double *v, double *out,
-                 long long n, double b1, double omb1, double b2, double omb2, double eps,
-                 double lr_t) {
+static void adam_rows_f64(const double *w, const double *g, double *m, double *v, double *out,
+                          long long i0, long long i1, double b1, double omb1, double b2,
+                          double omb2, double eps, double lr_t) {
 #define SQRT __builtin_sqrt
     ADAM(double)
 #undef SQRT
 }
 
-void ts_adam_f32(const float *w, const float *g, float *m, float *v, float *out, long long n,
-                 float b1, float omb1, float b2, float omb2, float eps, float lr_t) {
+static void adam_rows_f32(const float *w, const float *g, float *m, float *v, float *out,
+                          long long i0, long long i1, float b1, float omb1, float b2, float omb2,
+                          float eps, float lr_t) {
 #define SQRT __builtin_sqrtf
     ADAM(float)
 #undef SQRT
+}
+
+typedef struct {
+    const void *w, *g;
+    void *m, *v, *out;
+    long long n;
+    double s[6]; /* b1, omb1, b2, omb2, eps, lr_t (a float's value is exact in a double) */
+    int f32;
+    long long next; /* the next element to claim, atomic */
+} adam_t;
+
+/* chunks of ADAM_CHUNK elements claimed from A->next (atomic) */
+#define ADAM_CHUNK 4096LL
+
+static void adam_part(void *ctx) {
+    adam_t *A = (adam_t *)ctx;
+    for (;;) {
+        long long i0 = __atomic_fetch_add(&A->next, ADAM_CHUNK, __ATOMIC_RELAXED);
+        if (i0 >= A->n) return;
+        long long i1 = i0 + ADAM_CHUNK < A->n ? i0 + ADAM_CHUNK : A->n;
+        if (A->f32)
+            adam_rows_f32((const float *)A->w, (const float *)A->g, (float *)A->m,
+                          (float *)A->v, (float *)A->out, i0, i1, (float)A->s[0],
+                          (float)A->s[1], (float)A->s[2], (float)A->s[3], (float)A->s[4],
+                          (float)A->s[5]);
+        else
+            adam_rows_f64((const double *)A->w, (const double *)A->g, (double *)A->m,
+                          (double *)A->v, (double *)A->out, i0, i1, A->s[0], A->s[1], A->s[2],
+                          A->s[3], A->s[4], A->s[5]);
+    }
+}
+
+/* below this many elements per thread a share is not worth a worker's wake-up */
+#define MIN_ADAM_PER_THREAD (1LL << 14)
+
+static void adam(adam_t *A, int threads) {
+    long long t = threads < 1 ? 1 : threads;
+    if (t > A->n / MIN_ADAM_PER_THREAD) t = A->n / MIN_ADAM_PER_THREAD;
+    if (t < 1) t = 1;
+    pool_run(adam_part, A, (int)(t > MAX_THREADS ? MAX_THREADS : t));
+}
+
+void ts_adam_f64(const double *w, const double *g, double *m, double *v, double *out,
+                 long long n, double b1, double omb1, double b2, double omb2, double eps,
+                 double lr_t, int threads) {
+    adam_t A = {w, g, m, v, out, n, {b1, omb1, b2, omb2, eps, lr_t}, 0, 0};
+    adam(&A, threads);
+}
+
+void ts_adam_f32(const float *w, const float *g, float *m, float *v, float *out, long long n,
+                 float b1, float omb1, float b2, float omb2, float eps, float lr_t,
+                 int threads) {
+    adam_t A = {w, g, m, v, out, n, {b1, omb1, b2, omb2, eps, lr_t}, 1, 0};
+    adam(&A, threads);
 }
 
 /* Per-channel normalisation, BatchNormalization's inference formula in its order:

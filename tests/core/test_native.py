@@ -1,5 +1,10 @@
 """The native reference-order matmul gives the numpy reference's bits, and degrades cleanly."""
 
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -65,6 +70,151 @@ def test_thread_count_never_changes_a_bit(dtype):
         for t in (1, 2, 3, 7, 64):
             native.set_threads(t)
             assert native.mm(a, b).tobytes() == want, t
+    finally:
+        native.set_threads(before)
+
+
+def _adam_numpy(w, g, m, v, k):
+    """core.optim.Adam's numpy spelling (the oracle of the C update), on copies of m and v."""
+    m, v = m.copy(), v.copy()
+    m *= k["b1"]
+    m += k["omb1"] * g
+    gg = g * g
+    gg *= k["omb2"]
+    v *= k["b2"]
+    v += gg
+    den = np.sqrt(v)
+    den += k["eps"]
+    upd = np.divide(m, den, out=den)
+    upd *= k["lr_t"]
+    return np.subtract(w, upd, out=upd), m, v
+
+
+def _pool_cases(dtype, seed):
+    """Products big enough for several pool workers (and small ones that stay on one thread),
+    with their oracle bits, and an Adam update of 300k elements with its numpy bits."""
+    from core.ops.reference import bmm_numpy
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for m, k, n in [(64, 784, 128), (784, 64, 128), (128, 64, 784), (203, 301, 97), (3, 5, 7)]:
+        a, b = _spread(rng, (m, k), dtype), _spread(rng, (k, n), dtype)
+        cases.append(("mm", (a, b), mm_numpy(a, b).tobytes()))
+    a, b = _spread(rng, (6, 70, 90), dtype), _spread(rng, (6, 90, 65), dtype)
+    cases.append(("bmm", (a, b), bmm_numpy(a, b).tobytes()))
+    size = (600, 500)
+    w, g = _spread(rng, size, dtype), _spread(rng, size, dtype)
+    m0, v0 = _spread(rng, size, dtype), np.abs(_spread(rng, size, dtype))
+    k = {name: dtype(x) for name, x in
+         dict(b1=0.9, omb1=0.1, b2=0.999, omb2=1 - 0.999, eps=1e-8, lr_t=3e-3).items()}
+    want = b"".join(x.tobytes() for x in _adam_numpy(w, g, m0, v0, k))
+    cases.append(("adam", (w, g, m0, v0, k), want))
+    return cases
+
+
+def _run_case(kind, args):
+    if kind == "adam":
+        w, g, m0, v0, k = args
+        m, v = m0.copy(), v0.copy()
+        out = native.adam(w, g, m, v, k)
+        return out.tobytes() + m.tobytes() + v.tobytes()
+    return getattr(native, kind)(*args).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_worker_pool_never_changes_a_bit(dtype):
+    """The persistent pool: many products and Adam updates, over 1/2/4/8 threads in turn and
+    repeated (workers reused, grown, stopped and restarted), each the oracle's bits."""
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    cases = _pool_cases(dtype, 21)
+    before = native.threads()
+    try:
+        for rnd in range(3):
+            for t in (1, 2, 4, 8, 2, 1, 8):
+                native.set_threads(t)
+                for kind, args, want in cases:
+                    assert _run_case(kind, args) == want, (kind, t, rnd)
+            assert native.pool_size() >= 1  # the workers stay between products
+            if rnd == 1:
+                assert native.shutdown_pool() >= 1 and native.pool_size() == 0
+    finally:
+        native.set_threads(before)
+
+
+def _child_runs_cases(cases, threads):
+    """In a forked child: the cases on a pool of `threads`, exit status 0 when every bit is
+    right and the child has a pool of its own (3: a wrong bit, 4: an exception, 5: no workers
+    of its own: the parent's pool was not reset, so the child runs everything serially).
+    Never returns."""
+    code = 4
+    try:
+        native.set_threads(threads)
+        ok = all(_run_case(kind, args) == want for kind, args, want in cases for _ in range(3))
+        code = 0 if ok and native.pool_size() >= 1 else (3 if not ok else 5)
+    finally:
+        os._exit(code)
+
+
+def _wait_child(pid, seconds=120):
+    """The child's exit status; a child still running after `seconds` is killed (a deadlock)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return "deadlocked"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_the_worker_pool_survives_fork():
+    """A child forked after the parent's pool has started workers (which the child does not
+    inherit) runs threaded products to the oracle's bits, without deadlock; so does a child
+    forked while another thread of the parent is inside a threaded product (the pool's locks
+    held at the fork); and the parent's pool still works afterwards."""
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    cases = _pool_cases(np.float64, 23)
+    before = native.threads()
+    try:
+        native.set_threads(4)
+        for kind, args, want in cases:
+            assert _run_case(kind, args) == want
+        assert native.pool_size() >= 1
+        pid = os.fork()
+        if pid == 0:
+            _child_runs_cases(cases, 4)
+        assert _wait_child(pid) == 0
+
+        # fork while a second thread keeps the pool busy
+        stop = threading.Event()
+        errors = []
+
+        def busy():
+            while not stop.is_set():
+                for kind, args, want in cases[:3]:
+                    if _run_case(kind, args) != want:
+                        errors.append(kind)
+
+        th = threading.Thread(target=busy)
+        th.start()
+        try:
+            for _ in range(4):
+                time.sleep(0.01)
+                pid = os.fork()
+                if pid == 0:
+                    _child_runs_cases(cases, 2)
+                assert _wait_child(pid) == 0
+        finally:
+            stop.set()
+            th.join()
+        assert not errors
+        for kind, args, want in cases:  # the parent's pool after all that
+            assert _run_case(kind, args) == want
     finally:
         native.set_threads(before)
 
