@@ -313,9 +313,10 @@ static struct {
     void *ctx;
     pid_t pid;
     long long spin_ns;
+    int ncpu; /* CPUs online */
     pthread_t tid[MAX_THREADS];
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, 0, CLOSED, 0, 0, NULL, NULL, 0, -1, {0}};
+          PTHREAD_COND_INITIALIZER, 0, CLOSED, 0, 0, NULL, NULL, 0, -1, 1, {0}};
 
 static long long now_ns(void) {
     struct timespec ts;
@@ -366,10 +367,12 @@ static pool_arg pool_args[MAX_THREADS];
 
 static void *pool_worker(void *p) {
     const int id = ((pool_arg *)p)->id;
+    /* a worker past the CPUs there are would spin on a core another thread needs: it sleeps */
+    const int spins = id < pool.ncpu;
     unsigned long long seen = ((pool_arg *)p)->seen;
     for (;;) {
         unsigned long long w;
-        if (spin_ull(&pool.word, seen)) {
+        if (spins && spin_ull(&pool.word, seen)) {
             w = __atomic_load_n(&pool.word, __ATOMIC_ACQUIRE);
         } else {
             pthread_mutex_lock(&pool.mu);
@@ -419,6 +422,8 @@ static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static void pool_init_once(void) {
     const char *s = getenv("TAPESCOPE_SPIN_US");
     pool.spin_ns = s ? atoll(s) * 1000LL : SPIN_NS;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    pool.ncpu = n < 1 ? 1 : (n > MAX_THREADS ? MAX_THREADS : (int)n);
     pool.pid = getpid();
     pthread_atfork(NULL, NULL, pool_reset_child);
 }
