@@ -224,6 +224,17 @@ def _batch(x: np.ndarray, bsz: int) -> tuple[np.ndarray, int]:
     return x, x.shape[1] * x.shape[2]
 
 
+def _bmm_dims(lib, a: np.ndarray, b: np.ndarray) -> tuple[int, int, int, int] | None:
+    """(batch, M, K, N) of a native batched product of ``a`` and ``b``, or None when there is no
+    native code or it does not take them (dtypes, ranks, batch sizes, inner dimensions)."""
+    if lib is None or a.dtype != b.dtype or a.dtype not in _DT or a.ndim != 3 or b.ndim != 3:
+        return None
+    bsz = max(a.shape[0], b.shape[0])
+    if a.shape[0] not in (1, bsz) or b.shape[0] not in (1, bsz) or a.shape[2] != b.shape[1]:
+        return None
+    return bsz, a.shape[1], a.shape[2], b.shape[2]
+
+
 def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """``[B|1, M, K] @ [B|1, K, N]`` in the reference order of ``mm`` per batch entry, or None.
 
@@ -231,13 +242,10 @@ def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     copied.
     """
     lib = library()
-    if lib is None or a.dtype != b.dtype or a.dtype not in _DT or a.ndim != 3 or b.ndim != 3:
+    dims = _bmm_dims(lib, a, b)
+    if dims is None:
         return None
-    bsz = max(a.shape[0], b.shape[0])
-    if a.shape[0] not in (1, bsz) or b.shape[0] not in (1, bsz) or a.shape[2] != b.shape[1]:
-        return None
-    m, k = a.shape[1:]
-    n = b.shape[2]
+    bsz, m, k, n = dims
     a, sa = _batch(a, bsz)
     b, sb = _batch(b, bsz)
     c = np.empty((bsz, m, n), dtype=a.dtype)
@@ -394,13 +402,10 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
     rounding. Batch entry q holds output channels ``(q % groups) * M + i``; ``ep``'s residual
     has the (batch, M, N) layout of the result. None when native code is unavailable."""
     lib = library()
-    if lib is None or a.dtype != b.dtype or a.dtype not in _DT or a.ndim != 3 or b.ndim != 3:
+    dims = _bmm_dims(lib, a, b)
+    if dims is None:
         return None
-    bsz = max(a.shape[0], b.shape[0])
-    if a.shape[0] not in (1, bsz) or b.shape[0] not in (1, bsz) or a.shape[2] != b.shape[1]:
-        return None
-    m, k = a.shape[1:]
-    n = b.shape[2]
+    bsz, m, k, n = dims
     if ep is not None and ep.res and bsz * m * n == 0:
         return None
     a, sa = _batch(a, bsz)

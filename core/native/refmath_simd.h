@@ -18,19 +18,30 @@ static inline double tsb__sel(int c, double a, double b) { return c ? a : b; }
 /* NOTE: erf keeps ts_erf's branches in double: its loop stays scalar (many more cases, two
  * exps); sigmoid's twin leaves |x| > 708 and NaN to ts_sigmoid (its loop redoes them). */
 
+/* fdlibm's reduction shared by exp and expm1: x = k ln2 + r, r = hi - lo (k = 0 for |x| <=
+ * 0.5 ln2, +-1 below 1.5 ln2, else round(x / ln2)); `special` lanes reduce a harmless 0.0 (k = 0)
+ * and are overwritten by the caller's selects. Returns k; *xs is the (possibly replaced) x. */
+static inline int tsb__reduce_ln2(double x, int hx, int ix, int special, double invln2,
+                                  double ln2_hi, double ln2_lo, double *xs, double *hi,
+                                  double *lo, double *r) {
+    *xs = tsb__sel(special, 0.0, x);
+    int kb = (int)__dadd_rn(__dmul_rn(invln2, *xs), hx < 0 ? -0.5 : 0.5);
+    int k = ix <= 0x3fd62e42 ? 0 : (ix < 0x3ff0a2b2 ? (hx < 0 ? -1 : 1) : kb);
+    k = special ? 0 : k;
+    double t = (double)k;
+    *hi = __dsub_rn(*xs, __dmul_rn(t, ln2_hi));
+    *lo = __dmul_rn(t, ln2_lo);
+    *r = __dsub_rn(*hi, *lo);
+    return k;
+}
+
 static inline double tsb_exp(double x) {
     TS_EXP_CONSTANTS
     int hx = ts__hi(x);
     int ix = hx & 0x7fffffff;
     int special = (x != x) | (x > o_threshold) | (x < u_threshold);
-    double xs = tsb__sel(special, 0.0, x);
-    int kb = (int)__dadd_rn(__dmul_rn(invln2, xs), hx < 0 ? -0.5 : 0.5);
-    int k = ix <= 0x3fd62e42 ? 0 : (ix < 0x3ff0a2b2 ? (hx < 0 ? -1 : 1) : kb);
-    k = special ? 0 : k;
-    double t = (double)k;
-    double hi = __dsub_rn(xs, __dmul_rn(t, ln2_hi));
-    double lo = __dmul_rn(t, ln2_lo);
-    double r = __dsub_rn(hi, lo);
+    double xs, hi, lo, r;
+    int k = tsb__reduce_ln2(x, hx, ix, special, invln2, ln2_hi, ln2_lo, &xs, &hi, &lo, &r);
     double rr = __dmul_rn(r, r);
     double c = __dsub_rn(r, __dmul_rn(rr, __dadd_rn(P1, __dmul_rn(rr, __dadd_rn(P2, __dmul_rn(rr,
             __dadd_rn(P3, __dmul_rn(rr, __dadd_rn(P4, __dmul_rn(rr, P5))))))))));
@@ -96,14 +107,8 @@ static inline double tsb_expm1(double x) {
     int ix = hx & 0x7fffffff;
     int low = (hx < 0) & (ix >= 0x4043687a); /* x <= -56 ln2 (and -inf): -1 */
     int special = (x != x) | (x > o_threshold) | low;
-    double xs = tsb__sel(special, 0.0, x);
-    int kb = (int)__dadd_rn(__dmul_rn(invln2, xs), hx < 0 ? -0.5 : 0.5);
-    int k = ix <= 0x3fd62e42 ? 0 : (ix < 0x3ff0a2b2 ? (hx < 0 ? -1 : 1) : kb);
-    k = special ? 0 : k;
-    double t = (double)k;
-    double hi = __dsub_rn(xs, __dmul_rn(t, ln2_hi));
-    double lo = __dmul_rn(t, ln2_lo);
-    double r = __dsub_rn(hi, lo);
+    double xs, hi, lo, r;
+    int k = tsb__reduce_ln2(x, hx, ix, special, invln2, ln2_hi, ln2_lo, &xs, &hi, &lo, &r);
     double c = __dsub_rn(__dsub_rn(hi, r), lo);
     double hfx = __dmul_rn(0.5, r);
     double hxs = __dmul_rn(r, hfx);
