@@ -56,8 +56,22 @@ static inline double tsb_exp(double x) {
     return tsb__sel(x != x, TS_NAN64, res);
 }
 
+/* fdlibm log's polynomial R(s) = t2 + t1 of s = f / (2 + f) (z = s^2, w = z^2), shared by
+ * log's branch-free twin and float32's quick log: the same operations in ts_log's order. */
+static inline double tsb__log_R(double s) {
+    TS_LOG_CONSTANTS
+    (void)ln2_hi, (void)ln2_lo, (void)two54;
+    double z = __dmul_rn(s, s);
+    double w = __dmul_rn(z, z);
+    double t1 = __dmul_rn(w, __dadd_rn(Lg2, __dmul_rn(w, __dadd_rn(Lg4, __dmul_rn(w, Lg6)))));
+    double t2 = __dmul_rn(z, __dadd_rn(Lg1, __dmul_rn(w, __dadd_rn(Lg3, __dmul_rn(w,
+                    __dadd_rn(Lg5, __dmul_rn(w, Lg7)))))));
+    return __dadd_rn(t2, t1);
+}
+
 static inline double tsb_log(double x0) {
     TS_LOG_CONSTANTS
+    (void)Lg1, (void)Lg2, (void)Lg3, (void)Lg4, (void)Lg5, (void)Lg6, (void)Lg7; /* in tsb__log_R */
     int special = !(x0 >= 0.0) | (x0 == 0.0) | (x0 == TS_INF64);
     double x = tsb__sel(special, 1.0, x0);
     int sub = x < 2.2250738585072014e-308;
@@ -78,12 +92,7 @@ static inline double tsb_log(double x0) {
     double ra = tsb__sel(f == 0.0, tsb__sel(k == 0, 0.0, a0), tsb__sel(k == 0, a1, a2));
     /* the general case */
     double s = __ddiv_rn(f, __dadd_rn(2.0, f));
-    double z = __dmul_rn(s, s);
-    double w = __dmul_rn(z, z);
-    double t1 = __dmul_rn(w, __dadd_rn(Lg2, __dmul_rn(w, __dadd_rn(Lg4, __dmul_rn(w, Lg6)))));
-    double t2 = __dmul_rn(z, __dadd_rn(Lg1, __dmul_rn(w, __dadd_rn(Lg3, __dmul_rn(w,
-                    __dadd_rn(Lg5, __dmul_rn(w, Lg7)))))));
-    double R = __dadd_rn(t2, t1);
+    double R = tsb__log_R(s);
     double hfsq = __dmul_rn(__dmul_rn(0.5, f), f);
     double b1 = __dsub_rn(f, __dsub_rn(hfsq, __dmul_rn(s, __dadd_rn(hfsq, R))));
     double b2 = __dsub_rn(__dmul_rn(dk, ln2_hi),
@@ -344,6 +353,7 @@ static inline double tsq_expm1(double x) {
 static inline double tsq__log(double u) {
     TS_LOG_CONSTANTS
     (void)two54;
+    (void)Lg1, (void)Lg2, (void)Lg3, (void)Lg4, (void)Lg5, (void)Lg6, (void)Lg7; /* in tsb__log_R */
     /* as ts_log's hx, k, i on the high word, in 64-bit lanes (no packing to 32 bits) */
     long long b = __double_as_longlong(u);
     long long m = b & 0x000fffffffffffffLL;
@@ -352,13 +362,8 @@ static inline double tsq__log(double u) {
     double dk = (double)((b >> 52) - 1023 + (i >> 52));
     double f = __dsub_rn(x, 1.0);
     double s = __ddiv_rn(f, __dadd_rn(2.0, f));
-    double z = __dmul_rn(s, s);
-    double w = __dmul_rn(z, z);
-    double t1 = __dmul_rn(w, __dadd_rn(Lg2, __dmul_rn(w, __dadd_rn(Lg4, __dmul_rn(w, Lg6)))));
-    double t2 = __dmul_rn(z, __dadd_rn(Lg1, __dmul_rn(w, __dadd_rn(Lg3, __dmul_rn(w,
-                    __dadd_rn(Lg5, __dmul_rn(w, Lg7)))))));
     /* log(1 + f) = 2s + s R: fdlibm's f - (hfsq - s (hfsq + R)) rearranged, a few ulps */
-    double l = __dadd_rn(__dmul_rn(2.0, s), __dadd_rn(__dmul_rn(s, __dadd_rn(t2, t1)),
+    double l = __dadd_rn(__dmul_rn(2.0, s), __dadd_rn(__dmul_rn(s, tsb__log_R(s)),
                                                       __dmul_rn(dk, ln2_lo)));
     return __dadd_rn(__dmul_rn(dk, ln2_hi), l);
 }
