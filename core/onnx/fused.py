@@ -13,6 +13,18 @@ import numpy as np
 from core.onnx.errors import OnnxError
 
 
+def _charge(budget, steps, costs, sess) -> None:
+    """Charge each planned node's cost to the run's budget as the plain loop would; an error
+    names the node that went over and the model file."""
+    for st, c in zip(steps, costs, strict=True):
+        try:
+            budget.replay(*c)
+        except OnnxError as exc:
+            if exc.node is None:
+                exc.node = st.label
+            raise exc.with_file(sess.label) from None
+
+
 class ConstArgs:
     """A node run with some inputs replaced by precomputed constants (and attributes changed)."""
 
@@ -177,13 +189,7 @@ class FusedConv:
             steps, costs = steps + shuffle.chain, costs + lay[3]
             dst = np.empty(lay[0], dtype=x.dtype)
             ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, lay[4].ctypes.data, p["m"]
-        for s, c in zip(steps, costs, strict=True):
-            try:
-                budget.replay(*c)
-            except OnnxError as exc:
-                if exc.node is None:
-                    exc.node = s.label
-                raise exc.with_file(sess.label) from None
+        _charge(budget, steps, costs, sess)
         if p["m"] == p["group"]:
             y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
                                             ep)
@@ -312,13 +318,7 @@ class Shuffle:
         if lay is None:
             return None
         shape, run, rows, costs, _ = lay
-        for st, c in zip(self.chain, costs, strict=True):
-            try:
-                budget.replay(*c)
-            except OnnxError as exc:
-                if exc.node is None:
-                    exc.node = st.label
-                raise exc.with_file(sess.label) from None
+        _charge(budget, self.chain, costs, sess)
         if rows is None:
             y = x.reshape(shape)
         else:
