@@ -55,23 +55,15 @@ def unconfirmed_script(session: Session | None, spec: str | None) -> str | None:
 
 def parity_colors(comparison: list[dict] | None) -> dict[int, str]:
     """Overlay colour per compared node: green exact, amber to red by max ulp, NaN purple."""
-    out: dict[int, str] = {}
     from core.parity import entry_worst
 
-    for e in comparison or ():
-        worst = entry_worst(e)
-        if worst < 0:
-            out[int(e["id"])] = NAN_COLOR
-        elif worst == 0:
-            out[int(e["id"])] = EXACT_COLOR
-        else:
-            out[int(e["id"])] = ulp_color(worst)
-    return out
+    entries = list(comparison or ())
+    return worst_colors([int(e["id"]) for e in entries], [entry_worst(e) for e in entries])
 
 
-def worst_colors(ids: list[int], worst: np.ndarray) -> dict[int, str]:
-    """``parity_colors`` of entries whose ``entry_worst`` is ``worst`` (one per id), computed
-    once per distinct worst value (a live 10k-node step has a handful)."""
+def worst_colors(ids: list[int], worst) -> dict[int, str]:
+    """The colour of each id from its ``entry_worst`` (NaN purple below 0, green at 0, amber to
+    red by ulp), computed once per distinct worst value (a live 10k-node step has a handful)."""
     uniq, inv = np.unique(np.asarray(worst, dtype=np.float64), return_inverse=True)
     names = [NAN_COLOR if u < 0 else EXACT_COLOR if u == 0 else ulp_color(u)
              for u in uniq.tolist()]
