@@ -18,7 +18,8 @@ candidate's output bit for bit; otherwise whatever error it carries was inherite
 - fused kernels (``StepState.kernels``), judged whole: a forward kernel's outputs against its
   segment's reference ops run in order on the kernel's inputs (intermediates recomputed, not
   read back); a backward kernel's gradients against the segment's backward rules run from the
-  gradients flowing into it.
+  gradients flowing into it. ``first_node``: the first member that differs in the kernel's
+  own order (forward: increasing id; backward: decreasing id, where it first went wrong).
 
 The judge is ``core.parity.compare_arrays(reference-on-candidate-inputs, candidate)``; its
 ``n_diff``, ``max_ulp`` and ``first_index`` are the introduced error's own size.
@@ -409,7 +410,9 @@ def _kernel(state: StepState, cons: list[list[int]], k: dict, made: set) -> dict
             r = reference_grad(nodes, x, state.loss, cons[x], state.value, grad, g.dtype)
             if r is not None:
                 rg[x] = r
-        pairs = [(x, rg[x], state.grad(x)) for x in sorted(rg)]
+        # in the kernel's own order (backward: decreasing id), so first_node is where it first
+        # went wrong, not the lowest gradient the error reached
+        pairs = [(x, rg[x], state.grad(x)) for x in sorted(rg, reverse=True)]
     for i, ref, cand in pairs:
         d = _judge(ref, cand)
         if d is not None:
