@@ -1,0 +1,341 @@
+"""core.tapefile, line by line: each bound and rule here is one a mutation run found no test for
+(issue 31). Round trips of tapes that exercise a path, and crafted files wrong in one way.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core import Tape, ops, tapefile
+from core.tapefile import MAX_NAME, Limits, TapeFileError
+from tests.core.test_tapefile_hostile import (
+    MiB,
+    digest,
+    header_of,
+    npy,
+    read_members,
+    refused,
+    with_header,
+    write_zip,
+)
+
+
+@pytest.fixture
+def small(tmp_path) -> Path:
+    """x[2,3] param -> tanh -> sum, with gradients; meta names the loss."""
+    t = Tape()
+    x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
+    loss = ops.sum(ops.tanh(x))
+    t.backward(loss)
+    return tapefile.save(t, tmp_path / "small.tape", meta={"loss": loss.id})
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+# ---- round trips ------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [(4 * MiB) // 8 + 1, (9 * MiB) // 8 + 3])
+def test_an_array_over_4_mib_round_trips(tmp_path, n):
+    """The loader reads data in 4 MiB chunks: a member of more than one chunk, and of a size
+    that is no multiple of it, comes back bit for bit."""
+    rng = np.random.default_rng(5)
+    t = Tape()
+    x = t.param(rng.normal(size=n))
+    loss = ops.sum(ops.muls(x, 3.0))
+    t.backward(loss)
+    back, _ = tapefile.load(tapefile.save(t, tmp_path / "big.tape"))
+    assert _same(back.value(0), t.value(0)) and _same(back.grad(0), t.grad(0))
+    assert _same(back.value(1), t.value(1))
+
+
+@pytest.mark.parametrize("math", ["refmath", "platform"])
+def test_the_math_mode_round_trips(tmp_path, math):
+    t = Tape(math=math)
+    x = t.param(np.linspace(0.1, 1, 4))
+    ops.sum(ops.exp(x))
+    back, _ = tapefile.load(tapefile.save(t, tmp_path / "m.tape"))
+    assert back.math == math == t.math
+
+
+def test_a_header_without_a_math_mode_reads_as_refmath(small, tmp_path):
+    members = read_members(small)
+    h = header_of(members)
+    del h["math"]
+    back, _ = tapefile.load(write_zip(tmp_path / "nomath.tape", with_header(members, h)))
+    assert back.math == "refmath"
+
+
+def test_a_failed_tape_and_its_error_round_trip(tmp_path):
+    t = Tape()
+    ops.sum(t.param(np.ones(3)))
+    t.ok, t.error = False, "node 1 sum: overflow"
+    back, meta = tapefile.load(tapefile.save(t, tmp_path / "bad.tape"))
+    assert (back.ok, back.error, meta) == (False, "node 1 sum: overflow", {})
+    ok, _ = tapefile.load(tapefile.save(Tape(), tmp_path / "empty.tape"))
+    assert (ok.ok, ok.error, len(ok)) == (True, None, 0)
+
+
+def test_attrs_names_flags_and_params_round_trip(tmp_path):
+    t = Tape(np.float32)
+    w = t.param(np.arange(6.0).reshape(2, 3), name="w")
+    c = t.const(np.ones((2, 3)), name="c" * MAX_NAME)  # the longest name there may be
+    s = ops.sum(ops.mul(w, c), axis=(np.int64(1),), name="rows")
+    y = ops.muls(s, np.float64(0.25))
+    u = t.param(np.zeros(2))  # a param backward never reaches: no gradient
+    loss = ops.sum(ops.add(y, u))
+    t.backward(loss)
+    path = tapefile.save(t, tmp_path / "a.tape", meta={"loss": loss.id, "workload": "w",
+                                                       "k": [1, 2]})
+    back, meta = tapefile.load(path)
+    assert meta == {"loss": loss.id, "workload": "w", "k": [1, 2]}
+    assert back.dtype == np.float32 and [p.id for p in back.params()] == [w.id, u.id]
+    for a, b in zip(t.nodes, back.nodes, strict=True):
+        assert (a.op, a.inputs, a.shape, a.name, a.requires_grad) == (
+            b.op, b.inputs, b.shape, b.name, b.requires_grad)
+        assert dict(a.attrs) == dict(b.attrs)
+        assert _same(np.asarray(t.value(a.id)), np.asarray(back.value(b.id)))
+        ga, gb = t.grad(a.id), back.grad(b.id)
+        assert (ga is None) == (gb is None) and (ga is None or _same(ga, gb))
+    attrs = header_of(read_members(path))["nodes"][s.id]["attrs"]
+    assert type(attrs["axis"]) is list and type(attrs["axis"][0]) is int  # plain JSON
+    assert not (tmp_path / "a.tape.partial").exists()
+
+
+@pytest.mark.parametrize("name", ["x" * (MAX_NAME + 1), "a\nb", "tab\there", 7])
+def test_save_refuses_a_name_the_loader_would_refuse(tmp_path, name):
+    t = Tape()
+    t.param(np.ones(2), name="ok")
+    t._nodes[0] = t._nodes[0]._replace(name=name)
+    with pytest.raises(TapeFileError, match="node 0 param"):
+        tapefile.save(t, tmp_path / "n.tape")
+    assert not (tmp_path / "n.tape").exists() and not (tmp_path / "n.tape.partial").exists()
+
+
+# ---- meta and header values at their edges ----------------------------------------------------
+@pytest.mark.parametrize("loss,ok", [(0, True), (2, True), (3, False), (-1, False)])
+def test_a_loss_at_node_0_and_the_last_node_is_accepted(small, tmp_path, loss, ok):
+    members = read_members(small)
+    h = header_of(members)
+    h["meta"]["loss"] = loss
+    path = write_zip(tmp_path / "loss.tape", with_header(members, h))
+    if ok:
+        assert tapefile.load(path)[1]["loss"] == loss
+    else:
+        refused(path, "meta 'loss'")
+
+
+@pytest.mark.parametrize("version", [True, 2, 0, 1.0])
+def test_only_format_version_1_as_an_integer_is_read(small, tmp_path, version):
+    members = read_members(small)
+    h = header_of(members)
+    h["version"] = version
+    refused(write_zip(tmp_path / "v.tape", with_header(members, h)), "format version")
+
+
+def test_a_node_may_not_read_itself_or_a_negative_id(small, tmp_path):
+    members = read_members(small)
+    for inputs in ([1], [-1]):
+        h = header_of(members)
+        h["nodes"][1]["inputs"] = inputs
+        refused(write_zip(tmp_path / "self.tape", with_header(members, h)), "earlier nodes")
+
+
+def test_a_param_listed_twice_is_refused(small, tmp_path):
+    members = read_members(small)
+    h = header_of(members)
+    h["params"] = [0, 0]
+    refused(write_zip(tmp_path / "p.tape", with_header(members, h)), "twice")
+
+
+def test_a_variadic_op_without_inputs_is_refused(small, tmp_path):
+    members = read_members(small)
+    h = header_of(members)
+    h["nodes"][1].update(op="concat", inputs=[], attrs={"axis": 0})
+    refused(write_zip(tmp_path / "c.tape", with_header(members, h)), "takes")
+
+
+@pytest.mark.parametrize("rank,ok", [(32, True), (33, False)])
+def test_the_rank_limit_is_32(tmp_path, rank, ok):
+    t = Tape()
+    t.param(np.ones((1,) * min(rank, 32)))
+    path = tapefile.save(t, tmp_path / "r.tape")
+    if ok:
+        assert tapefile.load(path)[0].value(0).shape == (1,) * 32
+        return
+    members = read_members(path)
+    h = header_of(members)
+    h["nodes"][0]["shape"] = [1] * rank
+    refused(write_zip(tmp_path / "r33.tape", with_header(members, h)), "not a list of sizes")
+
+
+@pytest.mark.parametrize("name,ok", [("n" * MAX_NAME, True), ("n" * (MAX_NAME + 1), False),
+                                     (None, True), ("ünïcode ok", True)])
+def test_names_up_to_the_limit_load(small, tmp_path, name, ok):
+    members = read_members(small)
+    h = header_of(members)
+    h["nodes"][0]["name"] = name
+    path = write_zip(tmp_path / "nm.tape", with_header(members, h))
+    if ok:
+        assert tapefile.load(path)[0].nodes[0].name == name
+    else:
+        refused(path, f"at most {MAX_NAME}")
+
+
+# ---- the zip directory ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["v0", "v0.npz", "v0.np", "v0.npy.npy", "V0.npy", "v00.npy",
+                                  "v01.npy", "x0.npy", "v.npy", "header2.npy", "dir/v0.npy",
+                                  "v0.NPY", "v1234567890.npy", "g-1.npy", ".npy"])
+def test_only_npy_members_named_for_a_node_are_read(small, tmp_path, name):
+    """The one member renamed: "v0" without ".npy" (or any other spelling) is not the node's
+    value, even if the rest of the name would do."""
+    members = read_members(small)
+    data = members.pop("v0.npy")
+    refused(write_zip(tmp_path / "name.tape", {**members, name: data}), "unexpected member")
+
+
+def test_the_largest_member_id_there_may_be_is_still_a_node_check(small, tmp_path):
+    members = read_members(small)
+    refused(write_zip(tmp_path / "id.tape", {**members, "g999999999.npy": members["g0.npy"]}),
+            "not referenced by any node")
+
+
+def _local(name: bytes, data: bytes, extra: bytes = b"") -> bytes:
+    return struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0, zlib.crc32(data), len(data),
+                       len(data), len(name), len(extra)) + name + extra
+
+
+def _central(name: bytes, data: bytes, offset: int) -> bytes:
+    return struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 0, 0, 0, zlib.crc32(data),
+                       len(data), len(data), len(name), 0, 0, 0, 0, 0, offset) + name
+
+
+def test_a_member_hidden_inside_another_is_refused_by_the_claimed_size(tmp_path):
+    """v0's stored bytes contain v1's whole member (its local header and data): each member
+    reads back with a good CRC, but together they claim more bytes than the file holds."""
+    v1 = np.arange(2000.0)
+    b1 = npy(v1)
+    lh1 = _local(b"v1.npy", b1, extra=b"\0" * 4)  # 40 bytes: v0's data stays whole float64s
+    payload0 = b"\0" * 8 + lh1 + b1
+    assert len(payload0) % 8 == 0
+    v0 = np.frombuffer(payload0, "<f8")
+    d0 = npy(v0)
+    assert d0.endswith(payload0)
+    header = {"format": "tapescope.tape", "version": 1, "dtype": "float64", "math": "refmath",
+              "ok": True, "error": None,
+              "nodes": [{"id": i, "op": "param", "inputs": [], "attrs": {}, "shape": [a.size],
+                         "name": None, "requires_grad": True} for i, a in enumerate((v0, v1))],
+              "params": [0, 1], "digests": {"v0": digest(v0), "v1": digest(v1)}, "meta": {}}
+    hdr = npy(np.frombuffer(json.dumps(header).encode(), np.uint8))
+    out = io.BytesIO()
+    off_h = out.tell()
+    out.write(_local(b"header.npy", hdr) + hdr)
+    off_0 = out.tell()
+    lh0 = _local(b"v0.npy", d0)
+    out.write(lh0 + d0)
+    off_1 = off_0 + len(lh0) + len(d0) - len(payload0) + 8  # v1's local header, inside v0
+    cd_at = out.tell()
+    cd = (_central(b"header.npy", hdr, off_h) + _central(b"v0.npy", d0, off_0)
+          + _central(b"v1.npy", b1, off_1))
+    out.write(cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 3, 3, len(cd), cd_at, 0))
+    path = tmp_path / "hidden.tape"
+    path.write_bytes(out.getvalue())
+    with zipfile.ZipFile(path) as z:  # a well-formed zip to zipfile: every member reads
+        assert z.testzip() is None
+        assert z.read("v1.npy") == b1 and z.read("v0.npy") == d0
+    refused(path, "members claim")
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_header_limit_edge(small, tmp_path, extra):
+    size = zipfile.ZipFile(small).getinfo("header.npy").file_size
+    if extra:
+        refused(small, "header is", limits=Limits(max_header_bytes=size - 1))
+    else:
+        assert len(tapefile.load(small, limits=Limits(max_header_bytes=size))[0]) == 3
+
+
+def test_the_inflate_limit_edge_exactly_at_and_one_past(small, tmp_path):
+    path = write_zip(tmp_path / "d.tape", read_members(small), zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(path) as z:
+        # the header is held to its own limit (max_header_bytes), the arrays to this one
+        infl = sum(zi.file_size for zi in z.infolist() if zi.filename != "header.npy")
+        assert all(zi.compress_type == zipfile.ZIP_DEFLATED for zi in z.infolist())
+    assert len(tapefile.load(path, limits=Limits(max_inflate_bytes=infl))[0]) == 3
+    err = refused(path, f"inflate to {infl} bytes", limits=Limits(max_inflate_bytes=infl - 1))
+    assert f"limit of {infl - 1}" in str(err)
+    # stored members never inflate: a limit of 0 still reads a stored file
+    assert len(tapefile.load(small, limits=Limits(max_inflate_bytes=0))[0]) == 3
+
+
+def test_only_the_deflated_members_count_toward_the_inflate_limit(small, tmp_path):
+    members = read_members(small)
+    path = tmp_path / "mixed.tape"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data, zipfile.ZIP_DEFLATED if n == "v1.npy" else zipfile.ZIP_STORED)
+    one = len(members["v1.npy"])
+    assert len(tapefile.load(path, limits=Limits(max_inflate_bytes=one))[0]) == 3
+    refused(path, "inflate", limits=Limits(max_inflate_bytes=one - 1))
+
+
+@pytest.mark.parametrize("raw,want", [("1024", 1024), ("64M", 64 << 20), ("2G", 2 << 30),
+                                      ("3k", 3 << 10), ("1KiB", 1 << 10), ("5 MB", 5 << 20),
+                                      ("1T", 1 << 40), (" 7 ", 7)])
+def test_limits_from_the_environment(monkeypatch, raw, want):
+    monkeypatch.setenv("TAPESCOPE_TAPE_MAX_HEADER", raw)
+    monkeypatch.setenv("TAPESCOPE_TAPE_MAX_INFLATE", raw)
+    lim = Limits.from_env()
+    assert lim.max_header_bytes == want and lim.max_inflate_bytes == want
+    assert lim.max_rank == 32
+
+
+@pytest.mark.parametrize("raw", ["1.5G", "-1", "G", "12X", "1 G B x"])
+def test_a_malformed_limit_in_the_environment_is_one_error(monkeypatch, raw, small):
+    monkeypatch.setenv("TAPESCOPE_TAPE_MAX_HEADER", raw)
+    with pytest.raises(ValueError, match="TAPESCOPE_TAPE_MAX_HEADER"):
+        Limits.from_env()
+    refused(small, "cannot read it with these limits")
+
+
+def test_unset_limits_are_the_defaults(monkeypatch):
+    monkeypatch.delenv("TAPESCOPE_TAPE_MAX_HEADER", raising=False)
+    monkeypatch.setenv("TAPESCOPE_TAPE_MAX_INFLATE", "  ")
+    assert Limits.from_env() == Limits() == Limits(128 * MiB, 512 * MiB, 32)
+
+
+# ---- members --------------------------------------------------------------------------------
+def test_a_npy_format_3_member_is_refused(small, tmp_path):
+    members = read_members(small)
+    v = np.load(small)["v0"]
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, v, version=(3, 0), allow_pickle=False)
+    refused(write_zip(tmp_path / "v3.tape", {**members, "v0.npy": buf.getvalue()}),
+            "format version (3, 0)")
+
+
+def test_a_stored_header_member_altered_in_place_fails_the_zip_crc(small, tmp_path):
+    """The header has no SHA-256 of its own: the zip CRC-32 is what notices a changed byte."""
+    data = bytearray(small.read_bytes())
+    at = data.find(b'"name": "x"')
+    assert at > 0
+    data[at + 9] = ord("y")
+    bad = tmp_path / "crc.tape"
+    bad.write_bytes(bytes(data))
+    refused(bad, "corrupt")
+
+
+def test_a_header_that_is_not_a_byte_vector_is_refused(small, tmp_path):
+    members = read_members(small)
+    text = np.frombuffer(members["header.npy"][128:], np.uint8)
+    for arr in (text.astype(np.int8), text.reshape(1, -1)):
+        refused(write_zip(tmp_path / "h.tape", {**members, "header.npy": npy(arr)}),
+                "not a byte array")
