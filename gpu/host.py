@@ -19,7 +19,16 @@ import numpy as np
 from core.cache import KernelCache, cache_key
 from core.native import cpu_id
 from core.native import threads as native_threads
-from gpu.device import KERNEL_DIR, Buffer, Device, DeviceError, Kernel, Launch, Module
+from gpu.device import (
+    INCLUDE_DIRS,
+    Buffer,
+    Device,
+    DeviceError,
+    Kernel,
+    Launch,
+    Module,
+    header_paths,
+)
 from gpu.signature import KernelSig, parse_kernels
 
 __all__ = ["HostDevice", "HOST_FLAGS", "ORDERS", "find_compiler", "host_flags"]
@@ -136,10 +145,9 @@ def host_flags(cxx: str) -> tuple[str, ...]:
 
 def _headers_digest() -> str:
     parts = []
-    for p in sorted(KERNEL_DIR.iterdir()):
-        if p.suffix in (".h", ".cuh"):
-            parts.append(p.name)
-            parts.append(p.read_bytes().decode("utf-8", "replace"))
+    for name, p in header_paths().items():
+        parts.append(name)
+        parts.append(p.read_bytes().decode("utf-8", "replace"))
     return cache_key(*parts)
 
 
@@ -294,8 +302,9 @@ def lane_kernels(source: str) -> frozenset[str]:
     running it once per run of threads changes nothing, and each iteration is one thread's.
     """
     text = _COMMENT_RE.sub(" ", source)
+    ours = header_paths()
     for inc in re.findall(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', text, re.M):
-        if "/" in inc or not (KERNEL_DIR / inc).is_file():
+        if "/" in inc or inc not in ours:
             return frozenset()
     loops = []
     for name in LANE_LOOPS:
@@ -422,7 +431,7 @@ class HostDevice(Device):
             _launcher(s, s.name in lanes) for s in sigs.values()
         )
         cflags = host_flags(cxx)
-        flags = cflags + ("-I", str(KERNEL_DIR), "-include", "host_prelude.h")
+        flags = cflags + tuple(f"-I{d}" for d in INCLUDE_DIRS) + ("-include", "host_prelude.h")
         # -march=native code is keyed by the CPU too: a shared home may hold another model's
         key = cache_key("host-v3", version, " ".join(cflags), cpu_id(), _headers_digest(), full)
         if key in self._modules:
