@@ -1,8 +1,10 @@
 """No import cycles among our modules (core, gpu, views, app), built from the source with ast.
 
 Module-level imports (what runs at import time) must form a DAG. Imports inside functions are
-lazy; a cycle through one still couples two modules both ways, so those left today are listed
-below and may only disappear: a new one fails this test.
+lazy, but a cycle through one still couples two modules both ways: the whole graph, lazy imports
+included, must be a DAG too, but for the cycles listed below, which may only disappear (a new
+one fails, and so does a listed one that is gone: take it off the list). No module imports names
+from its own package's ``__init__`` (a re-export): it imports the sibling that defines them.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "gpu", "views", "app")
 
-# lazy (function-level) cycles left: each as its sorted member list
+# lazy (function-level) cycles left, each as its sorted member list. The only one: app.runs
+# builds a RemoteRun lazily and app.remote subclasses app.runs' runs; the Run protocol (issue 24,
+# item 2) removes it. When this set is empty the test asserts no cycle at all.
 KNOWN_LAZY_CYCLES = {
     ("app.remote", "app.runs"),
-    ("core.onnx.executor", "core.onnx.importer", "core.onnx.ops", "core.onnx.ops.training"),
 }
 
 
@@ -88,14 +91,37 @@ def test_module_level_imports_form_a_dag():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_no_new_lazy_import_cycle():
+def test_no_import_cycle_but_the_known_lazy_ones():
     found = {tuple(sorted(c)) for c in nx.simple_cycles(_graph(lazy=True))}
     new = found - KNOWN_LAZY_CYCLES
     assert not new, "new import cycles (through function-level imports):\n" + "\n".join(
         " <-> ".join(c) for c in sorted(new))
+    gone = KNOWN_LAZY_CYCLES - found
+    assert not gone, "cycles gone, take them off KNOWN_LAZY_CYCLES:\n" + "\n".join(
+        " <-> ".join(c) for c in sorted(gone))
+
+
+def test_no_module_imports_its_own_package_init():
+    """`from core import Tape` inside core/ reads a re-export of core/__init__, which imports
+    half of core: a cycle waiting for its first import-order change. Import core.tape."""
+    g = _graph(lazy=True)
+    bad = sorted(f"{a} imports {b}" for a, b in g.edges if a.startswith(b + "."))
+    assert not bad, "\n".join(bad)
 
 
 def test_the_graph_sees_our_imports():
     g = _graph(lazy=False)
     assert g.has_edge("gpu.program", "core.tape") and g.has_edge("core.ops", "core.tape")
     assert not g.has_edge("core.tape", "core.ops") and not g.has_edge("gpu.program", "gpu.fusion")
+    lazy = _graph(lazy=True)  # a function-level import, and a package's re-export as its own
+    assert lazy.has_edge("app.runs", "app.remote") and not g.has_edge("app.runs", "app.remote")
+    assert lazy.has_edge("core.onnx", "core.onnx.gradient") and g.has_edge("core.gradcheck",
+                                                                          "core.ops")
+
+
+def test_a_re_export_is_an_edge_to_the_package(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    from core import Tape, ops\n")
+    mods = _modules()
+    assert _imports("core.onnx.m", src, mods, lazy=True) == {"core", "core.ops"}
+    assert _imports("core.onnx.m", src, mods, lazy=False) == set()
