@@ -10,6 +10,7 @@ from its own package's ``__init__`` (a re-export): it imports the sibling that d
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import networkx as nx
@@ -76,12 +77,22 @@ def _imports(mod: str, path: Path, mods: dict[str, Path], lazy: bool) -> set[str
     return out
 
 
-def _graph(lazy: bool) -> nx.DiGraph:
+@functools.lru_cache(maxsize=None)  # read-only: the tests only look
+def _graph(lazy: bool, inits: bool = False) -> nx.DiGraph:
+    """Module -> the modules it imports. ``inits``: an import of ``a.b.c`` also runs ``a/__init__``
+    and ``a/b/__init__`` first, so it is an edge to those packages too (but for the importer's own
+    packages, which are loaded before it)."""
     mods = _modules()
     g = nx.DiGraph()
     g.add_nodes_from(mods)
     for m, p in mods.items():
-        g.add_edges_from((m, t) for t in _imports(m, p, mods, lazy))
+        for t in _imports(m, p, mods, lazy):
+            g.add_edge(m, t)
+            parts = t.split(".")
+            for i in range(1, len(parts)):
+                pkg = ".".join(parts[:i])
+                if inits and pkg != m and not m.startswith(pkg + "."):
+                    g.add_edge(m, pkg)
     return g
 
 
@@ -101,6 +112,27 @@ def test_no_import_cycle_but_the_known_lazy_ones():
         " <-> ".join(c) for c in sorted(gone))
 
 
+# cycles that close only through a package's __init__ (importing a submodule runs it), each as
+# its sorted member list; they may only disappear. core.tape imports core.ops.registry, whose
+# package __init__ (the op wrappers) imports core.tape: the op table wants to leave core.ops (it
+# is being rewritten for issue 24 item 1, so it stays for now). core.workloads.get loads
+# core.onnx.workload lazily, which subclasses core.workloads.base.Workload.
+KNOWN_INIT_CYCLES = {
+    ("core.ops", "core.tape"),
+    ("core.onnx.workload", "core.workloads"),
+}
+
+
+def test_no_cycle_through_a_package_init_but_the_known_ones():
+    found = {tuple(sorted(c)) for c in nx.simple_cycles(_graph(lazy=True, inits=True))}
+    found -= KNOWN_LAZY_CYCLES
+    new, gone = found - KNOWN_INIT_CYCLES, KNOWN_INIT_CYCLES - found
+    assert not new, "new import cycles (through a package __init__):\n" + "\n".join(
+        " <-> ".join(c) for c in sorted(new))
+    assert not gone, "cycles gone, take them off KNOWN_INIT_CYCLES:\n" + "\n".join(
+        " <-> ".join(c) for c in sorted(gone))
+
+
 def test_no_module_imports_its_own_package_init():
     """`from core import Tape` inside core/ reads a re-export of core/__init__, which imports
     half of core: a cycle waiting for its first import-order change. Import core.tape."""
@@ -117,6 +149,9 @@ def test_the_graph_sees_our_imports():
     assert lazy.has_edge("app.runs", "app.remote") and not g.has_edge("app.runs", "app.remote")
     assert lazy.has_edge("core.onnx", "core.onnx.gradient") and g.has_edge("core.gradcheck",
                                                                           "core.ops")
+    inits = _graph(lazy=False, inits=True)  # core.tape imports core.ops.registry
+    assert inits.has_edge("core.tape", "core.ops") and not g.has_edge("core.tape", "core.ops")
+    assert not inits.has_edge("core.ops.nn", "core.ops") and not inits.has_edge("core.tape", "core")
 
 
 def test_a_re_export_is_an_edge_to_the_package(tmp_path):
