@@ -1,5 +1,7 @@
 """Imports flow downward only (DESIGN.md): core never imports gpu, Qt, views or app; gpu never
-imports Qt, views or app; views never import app. Checked on the source, like import-linter."""
+imports Qt, views or app; views never import app. The rules are import-linter contracts in
+pyproject.toml ([tool.importlinter], docs/layers.md), run here; the ast checks below say the same
+in a second way, and the subprocess checks prove what no static tool can (what is loaded)."""
 
 import ast
 from pathlib import Path
@@ -24,6 +26,32 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.append((node.lineno, node.module))
     return out
+
+
+def test_import_linter_contracts_are_kept():
+    """`lint-imports` over pyproject.toml's contracts (its API, no cache written)."""
+    import contextlib
+    import io
+    import os
+    import sys
+
+    pytest.importorskip("importlinter", reason="import-linter is in the test extra")
+    from importlinter.cli import lint_imports
+
+    out, old = io.StringIO(), os.getcwd()
+    try:
+        os.chdir(ROOT)
+        sys.path.insert(0, str(ROOT))
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = lint_imports(config_filenames=(str(ROOT / "pyproject.toml"),), no_cache=True,
+                                no_logo=True)
+    finally:
+        sys.path.remove(str(ROOT))
+        os.chdir(old)
+    text = out.getvalue()
+    assert code == 0, text[-6000:]
+    n = (ROOT / "pyproject.toml").read_text().count("[[tool.importlinter.contracts]]")
+    assert n >= 8 and f"Contracts: {n} kept, 0 broken." in text, text[-6000:]
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
