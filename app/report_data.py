@@ -180,7 +180,7 @@ def environment(device: str) -> dict[str, Any]:
                            "platform": platform.platform(), "machine": platform.machine(),
                            "device": device}
     try:
-        from gpu.host import find_compiler, host_flags
+        from gpu.host_compiler import find_compiler, host_flags
 
         env["host_compiler"] = str(find_compiler())
         env["host_flags"] = " ".join(host_flags(env["host_compiler"]))  # as this CPU takes them

@@ -77,7 +77,7 @@ def _imports(mod: str, path: Path, mods: dict[str, Path], lazy: bool) -> set[str
     return out
 
 
-@functools.lru_cache(maxsize=None)  # read-only: the tests only look
+@functools.cache  # read-only: the tests only look
 def _graph(lazy: bool, inits: bool = False) -> nx.DiGraph:
     """Module -> the modules it imports. ``inits``: an import of ``a.b.c`` also runs ``a/__init__``
     and ``a/b/__init__`` first, so it is an edge to those packages too (but for the importer's own

@@ -33,7 +33,7 @@ from core.cache import CacheError, KernelCache, cache_key
 # NOTE: -march=native only widens the vectors; -ffp-contract=off keeps every product and add a
 # separate rounding, so the bits are those of the numpy reference on every CPU. The machine code
 # is audited for FMA instructions in tests/core/test_native.py (gcc's vectorizer once formed one
-# from a mul/add pair despite -ffp-contract=off, see gpu/host.py).
+# from a mul/add pair despite -ffp-contract=off, see gpu/host_compiler.py).
 # -fno-trapping-math and -fno-math-errno change no value (they let gcc evaluate the unselected
 # candidates of refmath_simd.h's selects, and inline sqrt without an errno branch), so the
 # branch-free refmath loops vectorise.

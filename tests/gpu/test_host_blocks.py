@@ -17,7 +17,8 @@ import gpu
 from core import Tape, ops, workloads
 from gpu import fusion
 from gpu.device import INCLUDE_DIRS
-from gpu.host import HostDevice, host_flags
+from gpu.host import HostDevice
+from gpu.host_compiler import host_flags
 from gpu.signature import parse_kernels
 from tests.gpu.test_fusion import bits_equal, diff_nodes
 
@@ -238,9 +239,9 @@ def test_ucontext_fallback_gives_the_same_bits(tmp_path):
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("g++ not found")
-    from gpu.host import _launcher
+    from gpu.host_launcher import launcher
 
-    text = SRC + "".join(_launcher(s) for s in parse_kernels(SRC).values())
+    text = SRC + "".join(launcher(s) for s in parse_kernels(SRC).values())
     src = tmp_path / "k.cu"
     src.write_text(text)
     so = tmp_path / "k.so"
