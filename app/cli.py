@@ -31,17 +31,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (``--steps``)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand found in ``app.commands``."""
     parser = Parser(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from app.live_worker import (
     FAILED,
     IDLE,

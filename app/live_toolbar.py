@@ -12,6 +12,7 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QCheckBox, QComboBox, QLabel, QStyle, QToolBar
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from app.live import PAUSED, RUNNING
 from app.runs import COMPARES, SessionConfig
 

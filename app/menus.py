@@ -5,6 +5,8 @@ from __future__ import annotations
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+
 
 def _action(win, text: str, fn, shortcut=None, tip: str | None = None) -> QAction:
     a = QAction(text, win)

@@ -14,6 +14,7 @@ from typing import Any
 from PySide6.QtCore import QEventLoop, Qt, QTimer
 from PySide6.QtWidgets import QProgressDialog
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from app.session import SessionError, open_onnx_file
 
 

@@ -180,7 +180,7 @@ def environment(device: str) -> dict[str, Any]:
                            "platform": platform.platform(), "machine": platform.machine(),
                            "device": device}
     try:
-        from gpu.host import find_compiler, host_flags
+        from gpu.host_compiler import find_compiler, host_flags
 
         env["host_compiler"] = str(find_compiler())
         env["host_flags"] = " ".join(host_flags(env["host_compiler"]))  # as this CPU takes them
@@ -192,12 +192,16 @@ def environment(device: str) -> dict[str, Any]:
         env["nvrtc_flags"] = " ".join(cuda.NVRTC_FLAGS)
     except Exception:  # noqa: BLE001 — CuPy-less machines import gpu.cuda lazily
         pass
-    try:
-        import pyqtgraph
-        import PySide6
+    # the installed versions, read from the package metadata: importing PySide6 to ask would
+    # load Qt into the headless worker, which builds this report too
+    from importlib import metadata
 
-        env["PySide6"] = PySide6.__version__
-        env["pyqtgraph"] = pyqtgraph.__version__
-    except ImportError:
-        pass
+    for key, dists in (("PySide6", ("PySide6", "PySide6-Essentials")),
+                       ("pyqtgraph", ("pyqtgraph",))):
+        for dist in dists:
+            try:
+                env[key] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     return env

@@ -12,6 +12,8 @@ from __future__ import annotations
 from PySide6.QtCore import QByteArray, QRect, QSettings, Qt
 from PySide6.QtGui import QGuiApplication
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+
 GEOMETRY_KEY = "window/geometry"
 STATE_KEY = "window/state"
 MAXIMIZED_KEY = "window/maximized"

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from core.refmath import C_DIR as REFMATH_C_DIR
+from core.refmath import C_HEADERS as REFMATH_C_HEADERS
 from gpu.signature import KernelSig, check_args
 
 __all__ = [
@@ -18,9 +20,25 @@ __all__ = [
     "Launch",
     "Device",
     "KERNEL_DIR",
+    "INCLUDE_DIRS",
+    "REFMATH_C_DIR",
+    "header_paths",
 ]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+#: where a kernel source's #includes are found: gpu's own headers (the host prelude) and the C
+#: that core owns and gpu reads from there (refmath's C twin, the host intrinsics: core/refmath/)
+INCLUDE_DIRS = (KERNEL_DIR, REFMATH_C_DIR)
+
+
+def header_paths() -> dict[str, Path]:
+    """Every header a kernel source may include, by its include name, sorted by name."""
+    paths = [p for p in KERNEL_DIR.iterdir() if p.suffix in (".h", ".cuh")]
+    paths += [REFMATH_C_DIR / n for n in REFMATH_C_HEADERS]
+    names = [p.name for p in paths]
+    if len(set(names)) != len(names):  # one include name, one file: a clash is a packaging bug
+        raise DeviceError(f"kernel headers: two files named alike in {INCLUDE_DIRS}")
+    return {p.name: p for p in sorted(paths, key=lambda p: p.name)}
 
 
 class DeviceError(RuntimeError):

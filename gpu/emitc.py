@@ -25,7 +25,7 @@ import numpy as np
 
 from core.ops.registry import grad_inputs, reached_nodes
 from core.tape import Node, Tape, Var
-from gpu.device import KERNEL_DIR
+from gpu.device import REFMATH_C_DIR
 from gpu.optable import BINARY, UNARY, cform, render, scalar_of
 from gpu.source import TRANSCENDENTALS, instantiate, node_comment
 
@@ -261,13 +261,13 @@ def _check_math(tape: Tape, li: int) -> None:
         return  # platform libm: parity is not expected, the C calls libm by name
     from core import refmath
 
-    header = (KERNEL_DIR / "refmath.cuh").read_text()
+    header = (REFMATH_C_DIR / "refmath.cuh").read_text()
     for name in sorted(needed_math(tape, li)):
         if name not in getattr(refmath, "FUNCTIONS", ()):
             raise EmitError(f"emitc: the tape's refmath has no {name} yet (it falls back to the "
                             "platform libm), so no C twin can match it bit for bit")
         if not re.search(rf"\bts_{name}\s*\(", header):
-            raise EmitError(f"emitc: gpu/kernels/refmath.cuh defines no ts_{name} yet")
+            raise EmitError(f"emitc: core/refmath/refmath.cuh defines no ts_{name} yet")
 
 
 def emit_lines(tape: Tape, loss: Var | int, leaves: Mapping[Any, str] | None = None,

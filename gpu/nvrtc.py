@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpu.device import KERNEL_DIR, DeviceError
+from gpu.device import DeviceError, header_paths
 
 __all__ = ["NVRTC_FLAGS", "NvrtcOutput", "Target", "load_nvrtc", "nvrtc_version",
            "kernel_headers", "check_arch", "nvrtc_compile", "choose_target", "cuda_version_text",
@@ -58,9 +58,10 @@ def nvrtc_version() -> tuple[int, int]:
 
 
 def kernel_headers() -> tuple[list[bytes], list[bytes]]:
-    """(include names, texts) of gpu/kernels' headers as NVRTC takes them: bytes, not str."""
-    paths = sorted(p for p in KERNEL_DIR.iterdir() if p.suffix in (".cuh", ".h"))
-    paths = [p for p in paths if p.name not in ("host_prelude.h", "intrinsics_host.h")]
+    """(include names, texts) of the kernels' device headers as NVRTC takes them: bytes, not
+    str. refmath.cuh comes from core (core/refmath/); the host-only ones stay out."""
+    paths = [p for n, p in header_paths().items()
+             if n not in ("host_prelude.h", "intrinsics_host.h")]
     return [p.name.encode() for p in paths], [p.read_bytes() for p in paths]
 
 

@@ -59,7 +59,7 @@ _COMMON = {
     },
 }
 
-# Transcendentals: refmath's C twins (gpu/kernels/refmath.cuh) or the platform libm. PEXP is
+# Transcendentals: refmath's C twins (core/refmath/refmath.cuh) or the platform libm. PEXP is
 # always the platform exp: it spells core.mathlib's platform sigmoid 1 / (1 + exp(-x)).
 TRANSCENDENTALS = ("EXP", "LOG", "TANH", "SIGMOID", "ERF", "EXPM1", "LOG1P")
 _PLATFORM = {

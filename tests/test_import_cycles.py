@@ -1,13 +1,16 @@
 """No import cycles among our modules (core, gpu, views, app), built from the source with ast.
 
 Module-level imports (what runs at import time) must form a DAG. Imports inside functions are
-lazy; a cycle through one still couples two modules both ways, so those left today are listed
-below and may only disappear: a new one fails this test.
+lazy, but a cycle through one still couples two modules both ways: the whole graph, lazy imports
+included, must be a DAG too, but for the cycles listed below, which may only disappear (a new
+one fails, and so does a listed one that is gone: take it off the list). No module imports names
+from its own package's ``__init__`` (a re-export): it imports the sibling that defines them.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import networkx as nx
@@ -15,10 +18,11 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "gpu", "views", "app")
 
-# lazy (function-level) cycles left: each as its sorted member list
+# lazy (function-level) cycles left, each as its sorted member list. The only one: app.runs
+# builds a RemoteRun lazily and app.remote subclasses app.runs' runs; the Run protocol (issue 24,
+# item 2) removes it. When this set is empty the test asserts no cycle at all.
 KNOWN_LAZY_CYCLES = {
     ("app.remote", "app.runs"),
-    ("core.onnx.executor", "core.onnx.importer", "core.onnx.ops", "core.onnx.ops.training"),
 }
 
 
@@ -73,12 +77,22 @@ def _imports(mod: str, path: Path, mods: dict[str, Path], lazy: bool) -> set[str
     return out
 
 
-def _graph(lazy: bool) -> nx.DiGraph:
+@functools.cache  # read-only: the tests only look
+def _graph(lazy: bool, inits: bool = False) -> nx.DiGraph:
+    """Module -> the modules it imports. ``inits``: an import of ``a.b.c`` also runs ``a/__init__``
+    and ``a/b/__init__`` first, so it is an edge to those packages too (but for the importer's own
+    packages, which are loaded before it)."""
     mods = _modules()
     g = nx.DiGraph()
     g.add_nodes_from(mods)
     for m, p in mods.items():
-        g.add_edges_from((m, t) for t in _imports(m, p, mods, lazy))
+        for t in _imports(m, p, mods, lazy):
+            g.add_edge(m, t)
+            parts = t.split(".")
+            for i in range(1, len(parts)):
+                pkg = ".".join(parts[:i])
+                if inits and pkg != m and not m.startswith(pkg + "."):
+                    g.add_edge(m, pkg)
     return g
 
 
@@ -88,14 +102,61 @@ def test_module_level_imports_form_a_dag():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_no_new_lazy_import_cycle():
+def test_no_import_cycle_but_the_known_lazy_ones():
     found = {tuple(sorted(c)) for c in nx.simple_cycles(_graph(lazy=True))}
     new = found - KNOWN_LAZY_CYCLES
     assert not new, "new import cycles (through function-level imports):\n" + "\n".join(
         " <-> ".join(c) for c in sorted(new))
+    gone = KNOWN_LAZY_CYCLES - found
+    assert not gone, "cycles gone, take them off KNOWN_LAZY_CYCLES:\n" + "\n".join(
+        " <-> ".join(c) for c in sorted(gone))
+
+
+# cycles that close only through a package's __init__ (importing a submodule runs it), each as
+# its sorted member list; they may only disappear. core.tape imports core.ops.registry, whose
+# package __init__ (the op wrappers) imports core.tape: the op table wants to leave core.ops (it
+# is being rewritten for issue 24 item 1, so it stays for now). core.workloads.get loads
+# core.onnx.workload lazily, which subclasses core.workloads.base.Workload.
+KNOWN_INIT_CYCLES = {
+    ("core.ops", "core.tape"),
+    ("core.onnx.workload", "core.workloads"),
+}
+
+
+def test_no_cycle_through_a_package_init_but_the_known_ones():
+    found = {tuple(sorted(c)) for c in nx.simple_cycles(_graph(lazy=True, inits=True))}
+    found -= KNOWN_LAZY_CYCLES
+    new, gone = found - KNOWN_INIT_CYCLES, KNOWN_INIT_CYCLES - found
+    assert not new, "new import cycles (through a package __init__):\n" + "\n".join(
+        " <-> ".join(c) for c in sorted(new))
+    assert not gone, "cycles gone, take them off KNOWN_INIT_CYCLES:\n" + "\n".join(
+        " <-> ".join(c) for c in sorted(gone))
+
+
+def test_no_module_imports_its_own_package_init():
+    """`from core import Tape` inside core/ reads a re-export of core/__init__, which imports
+    half of core: a cycle waiting for its first import-order change. Import core.tape."""
+    g = _graph(lazy=True)
+    bad = sorted(f"{a} imports {b}" for a, b in g.edges if a.startswith(b + "."))
+    assert not bad, "\n".join(bad)
 
 
 def test_the_graph_sees_our_imports():
     g = _graph(lazy=False)
     assert g.has_edge("gpu.program", "core.tape") and g.has_edge("core.ops", "core.tape")
     assert not g.has_edge("core.tape", "core.ops") and not g.has_edge("gpu.program", "gpu.fusion")
+    lazy = _graph(lazy=True)  # a function-level import, and a package's re-export as its own
+    assert lazy.has_edge("app.runs", "app.remote") and not g.has_edge("app.runs", "app.remote")
+    assert lazy.has_edge("core.onnx", "core.onnx.gradient") and g.has_edge("core.gradcheck",
+                                                                          "core.ops")
+    inits = _graph(lazy=False, inits=True)  # core.tape imports core.ops.registry
+    assert inits.has_edge("core.tape", "core.ops") and not g.has_edge("core.tape", "core.ops")
+    assert not inits.has_edge("core.ops.nn", "core.ops") and not inits.has_edge("core.tape", "core")
+
+
+def test_a_re_export_is_an_edge_to_the_package(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    from core import Tape, ops\n")
+    mods = _modules()
+    assert _imports("core.onnx.m", src, mods, lazy=True) == {"core", "core.ops"}
+    assert _imports("core.onnx.m", src, mods, lazy=False) == set()

@@ -1,5 +1,7 @@
 """Imports flow downward only (DESIGN.md): core never imports gpu, Qt, views or app; gpu never
-imports Qt, views or app; views never import app. Checked on the source, like import-linter."""
+imports Qt, views or app; views never import app. The rules are import-linter contracts in
+pyproject.toml ([tool.importlinter], docs/layers.md), run here; the ast checks below say the same
+in a second way, and the subprocess checks prove what no static tool can (what is loaded)."""
 
 import ast
 from pathlib import Path
@@ -24,6 +26,32 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.append((node.lineno, node.module))
     return out
+
+
+def test_import_linter_contracts_are_kept():
+    """`lint-imports` over pyproject.toml's contracts (its API, no cache written)."""
+    import contextlib
+    import io
+    import os
+    import sys
+
+    pytest.importorskip("importlinter", reason="import-linter is in the test extra")
+    from importlinter.cli import lint_imports
+
+    out, old = io.StringIO(), os.getcwd()
+    try:
+        os.chdir(ROOT)
+        sys.path.insert(0, str(ROOT))
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = lint_imports(config_filenames=(str(ROOT / "pyproject.toml"),), no_cache=True,
+                                no_logo=True)
+    finally:
+        sys.path.remove(str(ROOT))
+        os.chdir(old)
+    text = out.getvalue()
+    assert code == 0, text[-6000:]
+    n = (ROOT / "pyproject.toml").read_text().count("[[tool.importlinter.contracts]]")
+    assert n >= 8 and f"Contracts: {n} kept, 0 broken." in text, text[-6000:]
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
@@ -53,9 +81,12 @@ QT_FREE = (
     "app.commands.fuse", "app.commands.gradcheck", "app.commands.gui", "app.commands.kernels",
     "app.commands.model_args", "app.commands.onnx_cmd", "app.commands.parity",
     "app.commands.report", "app.commands.train", "app.commands.worker",
+    "app.style", "app.tensor_window",
     "views.graph_model", "views.array_stats", "views.node_details", "views.layout",
-    "core", "core.ops", "core.parity", "core.provenance", "core.onnx", "gpu", "gpu.fusion",
-    "gpu.emitc",
+    "views.parity_rows", "views.search", "views.scope_runs", "views.stepper_model",
+    "views.synthetic", "views.repro", "views.examples",
+    "core", "core.ops", "core.parity", "core.provenance", "core.onnx", "core.native", "gpu",
+    "gpu.fusion", "gpu.emitc", "gpu.host", "gpu.nvrtc", "gpu.backends",
 )
 
 _BLOCKER = """
@@ -80,3 +111,50 @@ def test_model_logic_imports_with_qt_blocked():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+_INSTALLED = """
+import importlib, sys
+for m in {mods!r}:
+    importlib.import_module(m)
+    loaded = [k for k in sys.modules if k.split(".")[0] in {qt!r}]
+    assert not loaded, (m, loaded[:3])
+print("ok")
+"""
+
+
+def test_headless_modules_load_no_qt_where_pyside6_is_installed():
+    """Blocking Qt proves a module works without it; this proves it does not load it where it is
+    there (the headless worker once loaded PySide6.QtCore through views/__init__)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("PySide6") is None:
+        pytest.skip("PySide6 is not installed: test_model_logic_imports_with_qt_blocked covers it")
+    code = _INSTALLED.format(qt=QT, mods=QT_FREE)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def test_every_qt_module_applies_the_pyside_guard():
+    """views/__init__ is Qt-free, so the PySide6 refcount guard (views/_pyside_guard.py) runs
+    because each module that imports Qt at import time imports it, directly or through a module
+    it imports, before any of its code can call Qt."""
+    import networkx as nx
+
+    from tests.test_import_cycles import _graph, _modules
+
+    def imports_qt(path: Path) -> bool:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        return any(mod.split(".")[0] in QT for node in tree.body
+                   for mod in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                               [node.module or ""] if isinstance(node, ast.ImportFrom) else []))
+
+    mods, g = _modules(), _graph(lazy=False)
+    qt_mods = {m for m, p in mods.items() if imports_qt(p)} - {"views._pyside_guard"}
+    assert {"views.graph_view", "app.main_window", "app.live"} <= qt_mods
+    bad = sorted(m for m in qt_mods if "views._pyside_guard" not in nx.descendants(g, m))
+    assert not bad, f"import views._pyside_guard in: {bad}"
+    assert not qt_mods & set(QT_FREE)

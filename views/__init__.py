@@ -1,8 +1,8 @@
-"""Qt widgets, one per model object."""
+"""Qt widgets, one per model object, and the Qt-free models they show.
 
-from views._pyside_guard import guard_none_refcount
-
-try:
-    guard_none_refcount()  # before any widget code runs: see views/_pyside_guard.py
-except ImportError:  # PySide6 missing or blocked: only the Qt-free modules are usable
-    pass
+This package's ``__init__`` imports nothing, so the Qt-free modules (``views.graph_model``,
+``views.array_stats``, ``views.node_details``, ``views.layout``, ``views.parity_rows``, ...) load
+no Qt even where PySide6 is installed: the headless worker and CLI read them. Every widget module
+imports ``views._pyside_guard`` (the PySide6 refcount workaround, applied on import) before its
+first Qt call; tests/test_headless.py holds both.
+"""

@@ -6,6 +6,10 @@ CPython >= 3.12, where ``None`` is immortal). On CPython 3.11 each such call (``
 the interpreter aborts with "none_dealloc: deallocating None"; emitting a ``bool`` signal a few
 hundred times ends in "bool_dealloc" the same way. We probe for the bug and, only when it is
 present, give these singletons enough extra references to outlive any session.
+
+Importing this module applies the workaround: every module that calls Qt imports it first (the
+widget modules of views/, and through them app's Qt code). It is not in ``views/__init__``, so
+the Qt-free modules of views/ load no Qt.
 """
 
 from __future__ import annotations
@@ -41,3 +45,6 @@ def guard_none_refcount() -> bool:
             ctypes.c_ssize_t.from_address(id(singleton)).value += EXTRA_REFS
         applied = True
     return applied
+
+
+guard_none_refcount()  # on import: before the importing module's first Qt call

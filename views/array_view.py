@@ -8,6 +8,8 @@ from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QStackedWidget, QVBoxLayout, QWidget
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
 
 PAGE_EMPTY, PAGE_NUMBER, PAGE_PLOT, PAGE_IMAGE = range(4)

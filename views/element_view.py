@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+
 WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
                  "rel error")
 MAX_ROWS = 200

@@ -11,6 +11,7 @@ from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_model import KIND_CONST, KIND_GROUP, KIND_LOSS, KIND_OP, KIND_PARAM, DisplayGraph
 from views.layout import NODE_H, NODE_W, Layout
 

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_model import GraphModel
 from views.graph_view import GraphView
 from views.minimap import Overview

@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, QPointF, QRectF, QRunnable, Qt, QThreadPool,
 from PySide6.QtGui import QAction, QColor, QPainter
 from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QMenu
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_canvas import GraphCanvas
 from views.graph_model import DisplayGraph, GraphModel
 from views.layout import CACHE, Layout

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.array_stats import array_stats, format_number, numpy_text
 from views.array_view import ArrayView, HistogramView
 from views.element_view import ElementView, ulp_map

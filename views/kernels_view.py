@@ -24,6 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+
 KEYWORDS = ("extern", "__global__", "__device__", "__syncthreads", "const", "long", "int",
             "unsigned", "double", "float", "void", "for", "if", "else", "return", "real_t",
             "static", "inline", "struct")

@@ -13,6 +13,7 @@ from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Slot
 from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QToolTip, QWidget
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
 from views.graph_view import NAN_COLOR, GraphView, severity
 from views.scope_runs import run_label, scope_runs

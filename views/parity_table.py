@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_model import shape_text
 from views.parity_proxy import ParityFilterProxy
 from views.parity_rows import COLUMNS, ParityRow, ParityRows, differs, sort_key, sort_keys

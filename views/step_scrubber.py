@@ -13,6 +13,8 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QSpinBox, QToolButton, QWidget
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+
 SHORTCUTS = {"prev": "Alt+Left", "next": "Alt+Right", "latest": "Alt+End"}
 
 

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.scope_runs import scope_runs
 
 MAX_POINTS = 20_000

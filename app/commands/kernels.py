@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                        "the PTX")
     p.add_argument("--arch", default="sm_90",
                    help="sm_XX (cubin + PTX) or compute_XX (PTX only); default sm_90")
-    p.add_argument("--out", metavar="DIR", help="write DIR/<unit>-<dtype>-<math>.cu/.ptx/.cubin")
+    p.add_argument("--out", metavar="DIR", help="write DIR/<unit>-<dtype>-<math>.cu/.ptx/.cubin "
+                   "and the headers they include")
     p.add_argument("--audit", action="store_true",
                    help="exit 1 unless every refmath unit has no fma/.ftz/.approx and only "
                         "round-to-nearest division/sqrt")
@@ -129,6 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         audit_ptx,
         check_arch,
         cuda_version_text,
+        kernel_headers,
         nvrtc_compile,
         nvrtc_version,
     )
@@ -138,6 +140,9 @@ def _run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
+        # the headers the units include (refmath.cuh, from core/refmath/): DIR compiles alone
+        for hname, htext in zip(*kernel_headers(), strict=True):
+            (out_dir / hname.decode()).write_bytes(htext)
     print(f"NVRTC {cuda_version_text(version)}, --gpu-architecture={args.arch} "
           f"{' '.join(NVRTC_FLAGS)}")
     head = "".join(f"{c:>{max(len(c), 5) + 1}}" for c in AUDIT_COLUMNS)

@@ -14,7 +14,7 @@ from core.parity import entry_differs
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``parity`` subcommand."""
-    from app.cli import positive_int
+    from app.commands.argtypes import positive_int
 
     p = sub.add_parser("parity", help="CPU tape vs device replay, bit for bit, every step",
                        description="CPU tape (refmath) vs device replay, every node every step. "

@@ -8,7 +8,7 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``report`` subcommand."""
-    from app.cli import positive_int
+    from app.commands.argtypes import positive_int
     from app.runs import COMPARES
 
     p = sub.add_parser("report", help="HTML parity report (+ .json) of a side-by-side run")

@@ -7,7 +7,7 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``train`` subcommand."""
-    from app.cli import positive_int
+    from app.commands.argtypes import positive_int
 
     p = sub.add_parser("train", help="train a workload on the CPU tape (headless)",
                        description="Train a workload on the CPU tape, one loss line per step. "

@@ -9,7 +9,7 @@ a corrupt entry rebuilt):
   serial column sums (``serial_sum``) and Adam's update -- each the same roundings in the same
   order as its numpy spelling in core, which the tests hold it to bit for bit;
 * ``refmath_host.c`` (ctypes) and ``refmath_py.c`` (a CPython extension, where ``Python.h`` is
-  installed): refmath's C twin ``gpu/kernels/refmath.cuh`` itself, as the host backend compiles
+  installed): refmath's C twin ``core/refmath/refmath.cuh`` itself, as the host backend compiles
   it, with the branch-free loops of ``refmath_simd.h``.
 
 Without gcc the numpy reference runs instead: the same bits, slower. ``TAPESCOPE_NO_NATIVE=1``
@@ -33,7 +33,7 @@ from core.cache import CacheError, KernelCache, cache_key
 # NOTE: -march=native only widens the vectors; -ffp-contract=off keeps every product and add a
 # separate rounding, so the bits are those of the numpy reference on every CPU. The machine code
 # is audited for FMA instructions in tests/core/test_native.py (gcc's vectorizer once formed one
-# from a mul/add pair despite -ffp-contract=off, see gpu/host.py).
+# from a mul/add pair despite -ffp-contract=off, see gpu/host_compiler.py).
 # -fno-trapping-math and -fno-math-errno change no value (they let gcc evaluate the unselected
 # candidates of refmath_simd.h's selects, and inline sqrt without an errno branch), so the
 # branch-free refmath loops vectorise.
@@ -41,10 +41,10 @@ FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-trapping-math", "-f
          "-fPIC", "-shared", "-std=c99", "-march=native", "-pthread"]
 _HERE = Path(__file__).resolve().parent
 _SRCS = [_HERE / "refkernels.c", _HERE / "refmath_host.c"]
-# the C twin of core.refmath lives with the device kernels: one source for every backend. It is
-# read as C text here, never imported (core does not import gpu).
-KERNELS = _HERE.parents[1] / "gpu" / "kernels"
-_HEADERS = [KERNELS / "intrinsics_host.h", KERNELS / "refmath.cuh", _HERE / "refmath_simd.h"]
+# the C twin of core.refmath lives next to its numpy (core/refmath/): one source for every
+# backend, which gpu reads from there too
+REFMATH_C = _HERE.parent / "refmath"
+_HEADERS = [REFMATH_C / "intrinsics_host.h", REFMATH_C / "refmath.cuh", _HERE / "refmath_simd.h"]
 _lib: ctypes.CDLL | None | bool = False  # False: not tried yet; None: unavailable
 _threads: int | None = None
 
@@ -75,7 +75,7 @@ def _build(cc: str) -> Path:
                     _compiler_id(cc), cpu_id())
 
     def build(out: Path) -> None:
-        subprocess.run([cc, *FLAGS, f"-I{KERNELS}", f"-I{_HERE}", "-o", str(out),
+        subprocess.run([cc, *FLAGS, f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out),
                         *map(str, _SRCS)],
                        check=True, capture_output=True, timeout=120)
 
@@ -468,7 +468,7 @@ def _load_ext():
                     inc)
 
     def build(out: Path) -> None:
-        subprocess.run([cc, *[f for f in FLAGS if f != "-std=c99"], f"-I{inc}", f"-I{KERNELS}",
+        subprocess.run([cc, *[f for f in FLAGS if f != "-std=c99"], f"-I{inc}", f"-I{REFMATH_C}",
                         f"-I{_HERE}", "-o", str(out), str(src)], check=True, capture_output=True,
                        timeout=120)
 

@@ -1,4 +1,4 @@
-/* refmath on the CPU tape: the C twin gpu/kernels/refmath.cuh itself, compiled for the host.
+/* refmath on the CPU tape: the C twin core/refmath/refmath.cuh itself, compiled for the host.
  *
  * Built exactly as the host backend builds it (intrinsics_host.h: each __d*_rn is one IEEE
  * operation; -ffp-contract=off: no FMA), one loop per function and dtype. core.refmath calls

@@ -5,6 +5,7 @@
 may take is bounded by :class:`Limits` (``Session(path, limits=Limits(max_elements=...))``).
 """
 
+from core.onnx import gradient as _gradient  # noqa: F401  (registers Gradient, above the importer)
 from core.onnx.errors import OnnxError
 from core.onnx.executor import Session, default_inputs, run
 from core.onnx.limits import Limits, OnnxCancelled, OnnxLimitError

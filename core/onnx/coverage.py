@@ -48,9 +48,9 @@ def node_cases(op_types: set[str]) -> Iterator[tuple[str, Any, list[np.ndarray]]
 def recorded_ops() -> dict[str, Counter]:
     """ONNX op -> Counter of the tape ops its converter recorded over its node tests (float
     data input, float32/float64 only; cases outside the tape form are skipped)."""
-    from core import Tape
     from core.onnx.executor import Session
     from core.onnx.importer import CONVERTERS, import_to_tape
+    from core.tape import Tape
 
     out: dict[str, Counter] = {}
     for op_type, model, ins in node_cases(set(CONVERTERS)):

@@ -2,7 +2,7 @@
 
 Every function is a fixed sequence of IEEE-exact operations (+ - * /, sqrt, comparisons and bit
 manipulation) derived from fdlibm's algorithms, written once here in numpy and once in CUDA C
-(``gpu/kernels/refmath.cuh``); no fused multiply-add anywhere. float32 inputs are computed with
+(``core/refmath/refmath.cuh``); no fused multiply-add anywhere. float32 inputs are computed with
 the float64 routine and rounded once to float32 (``(float)ts_exp((double)x)`` in C). See
 docs/refmath.md for the algorithms, the accuracy measured and the special values.
 """
@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from core.refmath import _derived, _explog, _log
+
+#: The directory of refmath's C twin (``refmath.cuh``) and the host intrinsics it needs there
+#: (``intrinsics_host.h``): read as C text by core.native and by gpu (NVRTC's headers, the host
+#: backend's include path), so one source serves every backend.
+C_DIR = Path(__file__).resolve().parent
+C_HEADERS = ("intrinsics_host.h", "refmath.cuh")
 
 #: The names the tape calls; each exists here and as ``ts_<name>``/``ts_<name>f`` in C.
 FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "rsqrt")
@@ -78,7 +85,7 @@ def use_native(enabled: bool) -> None:
 def _apply(name: str, x: Any) -> np.ndarray:
     """Run kernel ``name`` over ``x`` (ndarray or scalar, float64/float32) into a new array.
 
-    The C twin (``gpu/kernels/refmath.cuh`` built for the host by ``core.native``) runs when it
+    The C twin (``core/refmath/refmath.cuh`` built for the host by ``core.native``) runs when it
     is available: the same bits as the numpy spelling (tests/core/test_refmath_native.py), at a
     fraction of the cost; without a compiler the numpy spelling runs.
     """

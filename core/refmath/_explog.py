@@ -3,7 +3,7 @@
 Each kernel takes a 1-D float64 array and returns a new one. fdlibm's branches become masks:
 the common path runs on the whole block (on a sanitized copy, so no integer cast ever sees NaN
 or inf), and the rare branches run on just their own elements, spelled out in full. Each numpy
-operation is one IEEE operation in the order the C twin (gpu/kernels/refmath.cuh) spells it,
+operation is one IEEE operation in the order the C twin (core/refmath/refmath.cuh) spells it,
 and products are never fused, so both produce the same bits. Callers wrap these in
 ``np.errstate(all="ignore")``.
 """

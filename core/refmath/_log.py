@@ -1,7 +1,7 @@
 """log and log1p on float64 arrays: fdlibm's algorithms as whole-array numpy.
 
 Same rules as _explog: each numpy operation is one IEEE operation in the order the C twin
-(gpu/kernels/refmath.cuh) spells it; rare branches are computed on their own elements only.
+(core/refmath/refmath.cuh) spells it; rare branches are computed on their own elements only.
 """
 
 from __future__ import annotations

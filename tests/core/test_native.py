@@ -589,3 +589,17 @@ def test_native_pools_equal_the_numpy_tap_loops(dtype, monkeypatch):
             _same_bits_nan_equal(got, want)
             zeros = (got == 0) & (want == 0)
             assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
+
+
+def test_the_native_build_reads_only_core_files():
+    """core.native compiles refmath's C twin from core/refmath/ (where gpu reads it too), never
+    from gpu/: every source and header it hashes and every -I it passes lies under core/."""
+    from pathlib import Path
+
+    from core import refmath
+
+    core_dir = Path(native.__file__).resolve().parents[1]
+    assert native.REFMATH_C == refmath.C_DIR
+    for p in native._SRCS + native._HEADERS:
+        assert core_dir in p.parents and p.is_file(), p
+    assert {p.name for p in native._HEADERS} >= set(refmath.C_HEADERS)

@@ -1,4 +1,4 @@
-"""Bit identity: core.refmath (numpy) vs its C twin gpu/kernels/refmath.cuh compiled by gcc.
+"""Bit identity: core.refmath (numpy) vs its C twin core/refmath/refmath.cuh compiled by gcc.
 
 The C twin is compiled for the host exactly as the host backend does it (intrinsics_host.h,
 -O2 -ffp-contract=off) and called through ctypes on >= 1e6 inputs per function and dtype that
@@ -19,7 +19,9 @@ import pytest
 from core import refmath
 from core.refmath._domain import domain_sample
 
-KERNELS = Path(__file__).resolve().parents[2] / "gpu" / "kernels"
+C_DIR = refmath.C_DIR  # refmath.cuh and intrinsics_host.h
+# the host backend's prelude (gpu/), only for the "prelude" build: the C twin as it ships
+PRELUDE_DIR = Path(__file__).resolve().parents[2] / "gpu" / "kernels"
 N = 1_000_000
 
 SHIM = """
@@ -49,7 +51,7 @@ def _build(tmp: Path, build: str) -> ctypes.CDLL | None:
     src = tmp / f"shim_{build}.src"
     body = SHIM + "".join(f"LOOP({name})\n" for name in refmath.FUNCTIONS)
     if build == "prelude":
-        if not (KERNELS / "host_prelude.h").exists():
+        if not (PRELUDE_DIR / "host_prelude.h").exists():
             return None
         body = '#include "host_prelude.h"\n' + body
     if build in ("cxx", "prelude"):
@@ -60,7 +62,8 @@ def _build(tmp: Path, build: str) -> ctypes.CDLL | None:
     # our own headers must be warning-free; the prelude is another file, built as it ships
     warn = [] if build == "prelude" else ["-Wall", "-Wextra", "-Werror"]
     cmd = [compiler, *flags, "-O2", "-ffp-contract=off", *warn, "-shared", "-fPIC",
-           f"-I{KERNELS}", str(src), "-o", str(lib)]
+           f"-I{C_DIR}", *([f"-I{PRELUDE_DIR}"] if build == "prelude" else []), str(src), "-o",
+           str(lib)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stderr}"
     return ctypes.CDLL(str(lib))
@@ -160,7 +163,7 @@ def test_c_twin_has_no_undefined_behaviour(tmp_path: Path) -> None:
     xs = [domain_sample(name, np.float64, 50_000, seed=3) for name in refmath.FUNCTIONS]
     np.concatenate(xs).tofile(data)
     cmd = ["gcc", "-std=c99", "-O1", "-ffp-contract=off", "-fsanitize=undefined",
-           "-fno-sanitize-recover=all", f"-I{KERNELS}", str(src), "-o", str(exe), "-lm"]
+           "-fno-sanitize-recover=all", f"-I{C_DIR}", str(src), "-o", str(exe), "-lm"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0 and "sanitizer" in done.stderr.lower():
         pytest.skip(f"this gcc has no UBSan runtime: {done.stderr[:200]}")

@@ -1,6 +1,6 @@
 """The tape's refmath runs through the C twin (core.native); the numpy spelling is its oracle.
 
-core.refmath calls gpu/kernels/refmath.cuh compiled for the host when gcc is here. These tests
+core.refmath calls core/refmath/refmath.cuh compiled for the host when gcc is here. These tests
 hold that path to the numpy spelling (core.refmath.numpy_apply) bit for bit, NaN bits included,
 on >= 1e6 inputs per function and dtype spanning the domain (special values, subnormals, branch
 boundaries, random bit patterns), on every memory layout the tape hands it, and check that a

@@ -11,7 +11,8 @@ import pytest
 import gpu
 from core.cache import CacheError, KernelCache
 from gpu.cuda import NVRTC_FLAGS, cuda_unavailable_reason
-from gpu.host import HOST_FLAGS, HostDevice
+from gpu.host import HostDevice
+from gpu.host_compiler import HOST_FLAGS
 
 SRC = r"""
 extern "C" __global__ void axpy(const double* x, double* y, double a, long long n) {

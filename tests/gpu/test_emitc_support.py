@@ -13,7 +13,7 @@ import numpy as np
 from core import Tape, ops, refmath
 from core.ops import REGISTRY
 from gpu import optable
-from gpu.device import KERNEL_DIR
+from gpu.device import INCLUDE_DIRS, REFMATH_C_DIR
 from gpu.emitc import emit
 from gpu.source import TRANSCENDENTALS
 
@@ -30,7 +30,7 @@ def gcc() -> str:
 
 def have_math(name: str) -> bool:
     """A transcendental exists on both sides of refmath (numpy and refmath.cuh)."""
-    header = (KERNEL_DIR / "refmath.cuh").read_text()
+    header = (REFMATH_C_DIR / "refmath.cuh").read_text()
     return name in refmath.FUNCTIONS and re.search(rf"\bts_{name}\s*\(", header) is not None
 
 
@@ -118,7 +118,7 @@ def compile_all(tmp: Path, sources: list[str]) -> ctypes.CDLL:
     src = tmp / "emitted.c"
     src.write_text('#include "intrinsics_host.h"\n#include "refmath.cuh"\n\n' + "\n".join(sources))
     so = tmp / f"emitted_{abs(hash(src.read_text()))}.so"
-    cmd = [gcc(), *CFLAGS, "-I", str(KERNEL_DIR), str(src), "-o", str(so)]
+    cmd = [gcc(), *CFLAGS, *(f"-I{d}" for d in INCLUDE_DIRS), str(src), "-o", str(so)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
     return ctypes.CDLL(str(so))

@@ -17,7 +17,7 @@ import pytest
 import gpu
 from core import native
 from gpu import fusion
-from gpu import host as host_mod
+from gpu import host_compiler as host_mod
 from gpu.host import HostDevice
 
 SRC = r"""

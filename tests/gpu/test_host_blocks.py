@@ -16,8 +16,9 @@ import pytest
 import gpu
 from core import Tape, ops, workloads
 from gpu import fusion
-from gpu.device import KERNEL_DIR
-from gpu.host import HostDevice, host_flags
+from gpu.device import INCLUDE_DIRS
+from gpu.host import HostDevice
+from gpu.host_compiler import host_flags
 from gpu.signature import parse_kernels
 from tests.gpu.test_fusion import bits_equal, diff_nodes
 
@@ -238,14 +239,14 @@ def test_ucontext_fallback_gives_the_same_bits(tmp_path):
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("g++ not found")
-    from gpu.host import _launcher
+    from gpu.host_launcher import launcher
 
-    text = SRC + "".join(_launcher(s) for s in parse_kernels(SRC).values())
+    text = SRC + "".join(launcher(s) for s in parse_kernels(SRC).values())
     src = tmp_path / "k.cu"
     src.write_text(text)
     so = tmp_path / "k.so"
-    cmd = [cxx, *host_flags(cxx), "-DTS_HOST_UCONTEXT", "-I", str(KERNEL_DIR), "-include",
-           "host_prelude.h", str(src), "-o", str(so)]
+    cmd = [cxx, *host_flags(cxx), "-DTS_HOST_UCONTEXT", *(f"-I{d}" for d in INCLUDE_DIRS),
+           "-include", "host_prelude.h", str(src), "-o", str(so)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     lib = ctypes.CDLL(str(so))

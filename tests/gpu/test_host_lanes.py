@@ -2,8 +2,8 @@
 vectorised call, host_prelude.h) and the block pool (a launch's blocks on several OS threads)
 give the tape's bits, the same bits for 1, 2 and 4 threads and for every thread order, and the
 machine code they compile to has no FMA instruction. Which kernels may run as lanes is decided
-from the source (gpu.host.lane_kernels); a kernel that could tell its threads apart outside its
-grid-stride loop never does.
+from the source (gpu.host_lanes.lane_kernels); a kernel that could tell its threads apart outside
+its grid-stride loop never does.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import gpu
 from core import workloads
 from gpu import fusion
 from gpu import source as kernel_source
-from gpu.device import KERNEL_DIR
-from gpu.host import HostDevice, lane_kernels
+from gpu.device import header_paths
+from gpu.host import HostDevice
+from gpu.host_lanes import lane_kernels
 from gpu.signature import parse_kernels
 from tests.gpu.test_fp_contract import _fma_instructions
 
@@ -135,9 +136,11 @@ extern "C" __global__ void count(double* y, long long n) {
 def test_no_kernel_header_names_threadidx():
     """lane_kernels trusts the kernel directory's headers: only the prelude (which defines the
     thread indices and the lane loops) may name threadIdx."""
-    for p in KERNEL_DIR.iterdir():
-        if p.suffix in (".h", ".cuh") and p.name != "host_prelude.h":
-            assert "threadIdx" not in p.read_text(), p.name
+    heads = header_paths()
+    assert {"host_prelude.h", "refmath.cuh", "intrinsics_host.h"} <= set(heads)
+    for name, p in heads.items():
+        if name != "host_prelude.h":
+            assert "threadIdx" not in p.read_text(), name
 
 
 # ---- the same bits: lanes, the pool, every order ---------------------------------------------
@@ -302,7 +305,7 @@ def _sqrt_cases(dtype) -> np.ndarray:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_sqrt_of_negative_nan_and_inf_keeps_its_bits(threads):
-    """The host compiles with -fno-math-errno (gpu/host.py): sqrt of a negative number, -0,
+    """The host compiles with -fno-math-errno (gpu/host_compiler.py): sqrt of a negative number, -0,
     NaN (payload and sign), +-inf, subnormals and ordinary numbers give the bits numpy's
     square root gives, in lanes and thread by thread, and the library calls no libm sqrt."""
     x, xf = _sqrt_cases(np.float64), _sqrt_cases(np.float32)

@@ -47,6 +47,11 @@ def test_headers_go_to_nvrtc_as_bytes():
     nvrtc = load_nvrtc()
     names, texts = kernel_headers()
     assert b"refmath.cuh" in names and all(isinstance(t, bytes) for t in names + texts)
+    # refmath's C twin is core's (core/refmath/), the host-only headers stay out
+    from core import refmath
+
+    assert texts[names.index(b"refmath.cuh")] == (refmath.C_DIR / "refmath.cuh").read_bytes()
+    assert b"host_prelude.h" not in names and b"intrinsics_host.h" not in names
     with pytest.raises(TypeError):
         nvrtc.createProgram("int x;", "t.cu", [t.decode() for t in texts],
                             [n.decode() for n in names])
@@ -98,6 +103,10 @@ def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out)
     rc, text, out = kernels_out
     assert rc == 0, text
     assert "audit ok" in text
+    # DIR holds the headers its units include, as core has them: it compiles alone
+    from core import refmath
+
+    assert (out / "refmath.cuh").read_bytes() == (refmath.C_DIR / "refmath.cuh").read_bytes()
     stems = [f"{u}-{dt}-{m}" for m in MATHS for dt in DTYPES
              for u in ("library", "fused-mlp", "fused-transformer")]
     stems += [f"diff-{dt}-refmath" for dt in DTYPES]

@@ -10,7 +10,7 @@ import views._pyside_guard as guard
 SCRIPT = """
 import os, sys
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
-import views  # applies the guard
+import views._pyside_guard  # applies the guard on import
 from PySide6.QtCore import QCoreApplication, QObject, QPointF, Signal
 app = QCoreApplication([])
 p = QPointF()
