@@ -7,6 +7,7 @@ documents), kept in our own cache and loaded with `cupy.RawModule(path=...)`.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -179,9 +180,14 @@ class CudaDevice(Device):
         try:
             for ln in launches:
                 ln.kernel.handle(ln.grid, ln.block, ln.packed, stream=self.stream)
-        finally:
-            graph = self.stream.end_capture()
-        return graph
+        except BaseException:
+            # the failed launch invalidated the capture: end it (the stream must not stay
+            # capturing), but raise the launch's own error, not end_capture's "capture
+            # invalidated", which names no kernel
+            with contextlib.suppress(Exception):
+                self.stream.end_capture()
+            raise
+        return self.stream.end_capture()
 
     def launch_graph(self, graph: Any, n_launches: int) -> None:
         """Replay a captured graph; counts its kernels as launches."""

@@ -165,7 +165,10 @@ def choose_target(cc: int, nvrtc: tuple[int, int], supported: tuple[int, ...],
 # ---- the PTX audit ---------------------------------------------------------------------------
 _FLOAT = r"f(?:16|32|64)"
 _RULES = {
-    "fma": re.compile(r"^\s*(?:@!?%\w+\s+)?fma\.", re.M),
+    # a fused multiply-add in either spelling: fma.rn.f64, or the older mad.rn.f32 / mad.f32
+    # (a float mad with a rounding mode IS fma; integer mad.lo/mad.wide/mad.hi are index math)
+    "fma": re.compile(rf"^\s*(?:@!?%\w+\s+)?(?:fma\.|mad(?:\.(?:rn|rz|rm|rp|ftz|sat))*\."
+                      rf"{_FLOAT}\b)", re.M),
     "ftz": re.compile(r"\.ftz\b"),
     "approx": re.compile(r"\.approx\b"),
     "div.rn": re.compile(rf"\bdiv\.rn\.{_FLOAT}\b"),
@@ -177,8 +180,9 @@ AUDIT_COLUMNS = ("kernels", *_RULES)
 
 
 def audit_ptx(ptx: bytes | str) -> dict[str, int]:
-    """Counts per rule in PTX text: kernels (.entry), fma, .ftz, .approx, round-to-nearest
-    division/sqrt and any other float division/sqrt (full, approx, directed rounding)."""
+    """Counts per rule in PTX text: kernels (.entry), fma (either spelling: fma.*, float mad.*),
+    .ftz, .approx, round-to-nearest division/sqrt and any other float division/sqrt (full,
+    approx, directed rounding)."""
     text = ptx.decode() if isinstance(ptx, bytes) else ptx
     text = re.sub(r"//[^\n]*", "", text)  # comments name source files, not instructions
     out = {"kernels": len(re.findall(r"\.entry\s+\w+", text))}

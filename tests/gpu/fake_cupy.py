@@ -23,12 +23,20 @@ and run only when something waits for it (synchronize, an event, a blocking get)
 pinned memory reads the host memory when it runs (so overwriting a pinned slot too early shows
 up as a wrong result), a copy from pageable memory snapshots it at the call (CUDA stages it).
 Copies and synchronization while a stream is capturing are refused, as CUDA refuses them.
+A launch is held to the device's limits (CUDA's for compute capability 9.0, checked by the driver
+at cuLaunchKernel: CUDA_ERROR_INVALID_VALUE): at most 1024 threads per block, block x and y <=
+1024 and z <= 64, grid x < 2**31, grid y and z <= 65535, no zero dimension, and static plus
+dynamic shared memory <= 48 KB (more needs an opt-in attribute tapescope never sets); a PTX
+whose entry declares more than 48 KB static shared memory does not load (ptxas refuses the
+same in a cubin). A launch that fails while its stream captures invalidates the capture, and
+`end_capture()` then raises cudaErrorStreamCaptureInvalidated, as CUDA does.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import re
 import struct
 import sys
 import types
@@ -42,9 +50,16 @@ from gpu.host import HostDevice
 
 _HOST = HostDevice("fake cupy")
 _SOURCES: dict[str, str] = {}  # sha256 of a binary NVRTC produced → its source
+_PTX: dict[str, str] = {}  # sha256 of a binary NVRTC produced → its PTX
 _PINNED: list[PinnedMemoryPointer] = []
 _SCALAR_TYPES = {np.dtype(c).type for c in "?bhilqBHILQefdFD"}  # CuPy's _pointer_numpy_types
 EM_CUDA = 190
+# the per-launch limits of compute capability 9.0 (CUDA C Programming Guide, "Technical
+# Specifications per Compute Capability"; the same for every architecture since 3.0)
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_SHARED_PER_BLOCK = 48 * 1024  # static + dynamic, without cudaFuncAttributeMaxDynamicShared...
 
 
 class FakeState:
@@ -182,6 +197,7 @@ class Stream:
 
     def __init__(self, null=False, non_blocking=False, ptds=False, priority=None) -> None:
         self.capturing: list | None = None
+        self.invalidated = False  # a launch failed during this capture
         self.pending: deque = deque()
         self.done = 0
         self.queued = 0
@@ -211,11 +227,16 @@ class Stream:
             raise RuntimeError("cudaErrorIllegalState: the stream is already capturing")
         state.captures += 1
         self.capturing = []
+        self.invalidated = False
 
     def end_capture(self) -> Graph:
         if self.capturing is None:
             raise RuntimeError("cudaErrorIllegalState: the stream is not capturing")
         g, self.capturing = Graph(self.capturing), None
+        if self.invalidated:
+            self.invalidated = False
+            raise RuntimeError("cudaErrorStreamCaptureInvalidated: operation failed due to a "
+                               "previous error during capture")
         return g
 
     def record(self, event=None) -> Event:
@@ -242,9 +263,48 @@ def _arch_of_cubin(data: bytes) -> int:
     return flags & 0xFF if flags & 0xFF >= 20 else (flags >> 8) & 0xFF
 
 
+def _static_shared(ptx: str) -> dict[str, int]:
+    """Bytes of static shared memory per .entry: the `.shared` arrays declared in its body and
+    the module-scope (file-level __shared__) ones it names; `.extern .shared` is dynamic."""
+    text = re.sub(r"//[^\n]*", "", ptx)
+    decl = re.compile(r"^\s*\.shared\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)(?:\[(\d+)\])?",
+                      re.M)
+    heads = list(re.finditer(r"\.entry\s+(\w+)\s*\(", text))
+    module_vars = {m.group(1): int(m.group(2) or 1)
+                   for m in decl.finditer(text[:heads[0].start()] if heads else text)}
+    out = {}
+    for i, h in enumerate(heads):
+        body = text[h.end():heads[i + 1].start() if i + 1 < len(heads) else len(text)]
+        size = sum(int(m.group(2) or 1) for m in decl.finditer(body))
+        size += sum(n for v, n in module_vars.items() if re.search(rf"\b{re.escape(v)}\b", body))
+        out[h.group(1)] = size
+    return out
+
+
+def _check_launch(name: str, grid: tuple, block: tuple, shared: int) -> None:
+    """cuLaunchKernel's checks (CUDA_ERROR_INVALID_VALUE), with what broke which limit."""
+    bad = "CUDA_ERROR_INVALID_VALUE: invalid argument"
+    for what, dims, limits in (("grid", grid, MAX_GRID), ("block", block, MAX_BLOCK)):
+        if not 1 <= len(dims) <= 3 or any(not isinstance(d, (int, np.integer))
+                                          or isinstance(d, bool) for d in dims):
+            raise TypeError(f"{what} must be a tuple of 1-3 ints, got {dims!r}")
+        full = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+        for axis, d, lim in zip("xyz", full, limits, strict=True):
+            if not 1 <= d <= lim:
+                raise RuntimeError(f"{bad} ({name}: {what}.{axis} = {d}, the limit is {lim})")
+    threads = int(np.prod([int(b) for b in block]))
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise RuntimeError(f"{bad} ({name}: block {block} is {threads} threads, the limit is "
+                           f"{MAX_THREADS_PER_BLOCK})")
+    if shared > MAX_SHARED_PER_BLOCK:
+        raise RuntimeError(f"{bad} ({name}: {shared} bytes of shared memory per block, the "
+                           f"limit is {MAX_SHARED_PER_BLOCK})")
+
+
 class Function:
-    def __init__(self, kernel) -> None:
+    def __init__(self, kernel, static_shared: int = 0) -> None:
         self.kernel = kernel
+        self.static_shared = static_shared
 
     def _run(self, grid, block, args) -> None:
         conv = []
@@ -263,32 +323,23 @@ class Function:
 
     def __call__(self, grid, block, args, shared_mem=0, stream=None,
                  enable_cooperative_groups=False) -> None:
-        for what, v in (("grid", grid), ("block", block)):
-            if not isinstance(v, tuple):
-                raise TypeError(f"Argument '{what}' has incorrect type (expected tuple, got "
-                                f"{type(v).__name__})")
-        if not isinstance(args, (tuple, list)):
-            raise TypeError(f"args must be a tuple or list, not {type(args).__name__}")
-        if len(args) != len(self.kernel.sig.params):
-            raise TypeError(f"{self.kernel.name}: {len(args)} arguments for "
-                            f"{len(self.kernel.sig.params)} parameters")
+        s = stream if isinstance(stream, Stream) else (_current[-1] if _current else None)
+        try:
+            self._check(grid, block, args, shared_mem, stream)
+        except Exception:
+            if s is not None and s.capturing is not None:
+                s.invalidated = True  # CUDA: a failed launch invalidates the capture
+            raise
         conv = []
         for a in args:  # CuPy's _pointer(): arrays, its numpy scalar types, int, float, bool
-            if isinstance(a, ndarray):
-                conv.append(a)
-            elif type(a) in _SCALAR_TYPES:
+            if isinstance(a, ndarray) or type(a) in _SCALAR_TYPES:
                 conv.append(a)
             elif isinstance(a, bool):
                 conv.append(np.bool_(a))
             elif isinstance(a, int):
                 conv.append(np.int64(a))
-            elif isinstance(a, float):
-                conv.append(np.float64(a))
             else:
-                raise TypeError(f"Unsupported type {type(a)}")
-        if stream is not None and not isinstance(stream, Stream):
-            raise TypeError(f"stream must be a cupy.cuda.Stream, not {type(stream).__name__}")
-        s = stream or (_current[-1] if _current else None)
+                conv.append(np.float64(a))
 
         def op() -> None:
             self._run(grid, block, conv)
@@ -298,6 +349,26 @@ class Function:
             op()
         else:
             s._enqueue(op)
+
+    def _check(self, grid, block, args, shared_mem, stream) -> None:
+        for what, v in (("grid", grid), ("block", block)):
+            if not isinstance(v, tuple):
+                raise TypeError(f"Argument '{what}' has incorrect type (expected tuple, got "
+                                f"{type(v).__name__})")
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"args must be a tuple or list, not {type(args).__name__}")
+        if len(args) != len(self.kernel.sig.params):
+            raise TypeError(f"{self.kernel.name}: {len(args)} arguments for "
+                            f"{len(self.kernel.sig.params)} parameters")
+        for a in args:  # CuPy's _pointer(): arrays, its numpy scalar types, int, float, bool
+            if not (isinstance(a, (ndarray, int, float)) or type(a) in _SCALAR_TYPES):
+                raise TypeError(f"Unsupported type {type(a)}")
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"stream must be a cupy.cuda.Stream, not {type(stream).__name__}")
+        if isinstance(shared_mem, bool) or not isinstance(shared_mem, (int, np.integer)) \
+                or shared_mem < 0:
+            raise TypeError(f"shared_mem (size_t): got {shared_mem!r}")
+        _check_launch(self.kernel.name, grid, block, self.static_shared + int(shared_mem))
 
 
 class RawModule:
@@ -332,6 +403,12 @@ class RawModule:
         if digest not in _SOURCES:
             raise RuntimeError("fake cupy: this binary was not compiled by NVRTC in this "
                                "process, so the fake cannot emulate it")
+        self.shared = _static_shared(_PTX[digest])
+        for name, size in self.shared.items():
+            if size > MAX_SHARED_PER_BLOCK:  # what ptxas says for a cubin, the JIT for PTX
+                raise RuntimeError(f"CUDA_ERROR_INVALID_PTX: entry function '{name}' uses too "
+                                   f"much shared data ({size:#x} bytes, "
+                                   f"{MAX_SHARED_PER_BLOCK:#x} max)")
         self.mod = _HOST.compile(_SOURCES[digest])
 
     def get_function(self, name) -> Function:
@@ -340,7 +417,7 @@ class RawModule:
                             f"{type(name).__name__})")
         if name not in self.mod:
             raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol not found: {name}")
-        return Function(self.mod[name])
+        return Function(self.mod[name], self.shared.get(name, 0))
 
 
 # ---- install ---------------------------------------------------------------------------------
@@ -362,7 +439,9 @@ def install(monkeypatch, cc: str = "90", driver: int | None = None) -> types.Mod
 
     def spy(source: str, arch: str, name: str = "tapescope.cu"):
         out = real_compile(source, arch, name)
-        _SOURCES[hashlib.sha256(out.binary).hexdigest()] = source
+        digest = hashlib.sha256(out.binary).hexdigest()
+        _SOURCES[digest] = source
+        _PTX[digest] = out.ptx.decode("ascii", "replace")
         return out
 
     monkeypatch.setattr(gpu.cuda, "nvrtc_compile", spy)

@@ -5,6 +5,8 @@ uploads, the PTX fallback and the driver-version errors."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -209,3 +211,74 @@ def test_real_cupy_without_a_device_is_one_clear_line():
                           timeout=300)
     assert proc.returncode == 0
     assert proc.stdout.splitlines()[0] == f"device: host ({why})"
+
+
+_GRID = ('extern "C" __global__ void grid(double* y) '
+         '{ if (blockIdx.x == 0 && threadIdx.x == 0) y[0] = 1.0; }')
+
+
+def test_the_fake_enforces_the_launch_limits(fake_cuda):
+    import cupy  # the fake
+
+    fn = fake_cuda.compile(_GRID)["grid"].handle
+    y = cupy.zeros(1, np.float64)
+    for grid, block in (((1,), (1024,)), ((1,), (32, 32)), ((1,), (1, 16, 64)), ((2,), (1,))):
+        fn(grid, block, (y,))
+    assert y.get()[0] == 1.0
+    for grid in ((2**31 - 1,), (1, 65535, 65535)):  # legal, but billions of blocks on the host
+        fake_cupy._check_launch("grid", grid, (1,), 0)
+    bad = {((1,), (1025,)): "block.x = 1025", ((1,), (64, 32)): "2048 threads",
+           ((1,), (1, 1, 65)): "block.z = 65", ((1,), (1, 1025)): "block.y = 1025",
+           ((2**31,), (1,)): "grid.x = 2147483648", ((1, 65536), (1,)): "grid.y = 65536",
+           ((1, 1, 65536), (1,)): "grid.z = 65536", ((0,), (1,)): "grid.x = 0",
+           ((1,), (0,)): "block.x = 0"}
+    for (grid, block), what in bad.items():
+        with pytest.raises(RuntimeError, match=rf"CUDA_ERROR_INVALID_VALUE.*{re.escape(what)}"):
+            fn(grid, block, (y,))
+    # 48 KB of shared memory per block, static + dynamic
+    fn((1,), (1,), (y,), shared_mem=48 * 1024)
+    with pytest.raises(RuntimeError, match="49153 bytes of shared memory"):
+        fn((1,), (1,), (y,), shared_mem=48 * 1024 + 1)
+    stat = fake_cuda.compile(
+        'extern "C" __global__ void st(double* y) { __shared__ double b[4000]; '
+        'b[threadIdx.x] = y[0]; __syncthreads(); y[0] = b[3999 - threadIdx.x]; }')["st"].handle
+    assert stat.static_shared == 32000
+    stat((1,), (1,), (y,), shared_mem=48 * 1024 - 32000)
+    with pytest.raises(RuntimeError, match="49153 bytes"):
+        stat((1,), (1,), (y,), shared_mem=48 * 1024 - 32000 + 1)
+
+
+def test_a_ptx_with_too_much_static_shared_memory_does_not_load(monkeypatch, cache):
+    # ptxas refuses > 48 KB of static shared memory in a cubin (NVRTC's error); the driver's JIT
+    # refuses the same PTX at load: the fake must too (a device newer than NVRTC gets PTX)
+    fake_cupy.install(monkeypatch, cc="200", driver=99990)
+    dev = gpu.open_device("cuda")
+    src = ('extern "C" __global__ void big(double* y) { __shared__ double b[7000]; '
+           'b[threadIdx.x] = y[0]; __syncthreads(); y[0] = b[6999 - threadIdx.x]; }')
+    with pytest.raises(DeviceError, match=r"INVALID_PTX: entry function 'big' uses too much "
+                                          r"shared data \(0xdac0 bytes, 0xc000 max\)"):
+        dev.compile(src)
+
+
+def test_a_launch_failing_during_capture_surfaces_its_own_error(fake_cuda):
+    import cupy  # the fake
+
+    k = fake_cuda.compile(_GRID)["grid"]
+    y = fake_cuda.alloc(1, np.float64)
+    good, bad = k.record(1, 1, y), k.record(1, 1025, y)
+    # the fake itself: a failed launch invalidates the capture, as on CUDA
+    s = cupy.cuda.Stream(non_blocking=True)
+    s.begin_capture()
+    with pytest.raises(RuntimeError, match="block.x = 1025"):
+        bad.kernel.handle(bad.grid, bad.block, bad.packed, stream=s)
+    with pytest.raises(RuntimeError, match="cudaErrorStreamCaptureInvalidated"):
+        s.end_capture()
+    # the backend: the launch's error, not end_capture's, and the stream is usable after
+    with pytest.raises(RuntimeError, match="block.x = 1025") as e:
+        fake_cuda.capture_graph([good, bad])
+    assert "Invalidated" not in str(e.value)
+    assert fake_cuda.stream.capturing is None
+    graph = fake_cuda.capture_graph([good])
+    fake_cuda.launch_graph(graph, 1)
+    fake_cuda.synchronize()
+    assert y.download()[0] == 1.0

@@ -95,6 +95,30 @@ def test_audit_flags_every_forbidden_instruction():
     assert audit_ok(counts) and counts["div.rn"] == counts["sqrt.rn"] == 1
 
 
+def test_audit_counts_the_mad_spelling_of_fma_but_not_integer_mad():
+    # PTX spells a fused multiply-add `fma.rn.f32` or, older, `mad.rn.f32` / `mad.f32` (which
+    # sm_20+ reads as fma); integer `mad.lo`/`mad.wide`/`mad.hi` are index arithmetic
+    fused = ["mad.rn.f32 %f3, %f4, %f5, %f6;", "mad.f32 %f1, %f2, %f3, %f4;",
+             "@%p1 mad.rz.ftz.sat.f32 %f1, %f2, %f3, %f4;", "mad.rn.f64 %fd1, %fd2, %fd3, %fd4;",
+             "fma.rn.f64 %fd1, %fd2, %fd3, %fd4;"]
+    for line in fused:
+        counts = audit_ptx(f".entry k(\n)\n{{\n\t{line}\n}}\n")
+        assert counts["fma"] == 1 and not audit_ok(counts), line
+    index = "\tmad.lo.s32 %r1, %r4, %r3, %r5;\n\tmad.wide.u32 %rd1, %r1, 8, %rd2;\n" \
+            "\tmad.hi.u64 %rd3, %rd1, %rd2, %rd3;\n\t// mad.rn.f32 in a comment\n"
+    counts = audit_ptx(f".entry k(\n)\n{{\n{index}}}\n")
+    assert counts["fma"] == 0 and audit_ok(counts)
+
+
+@needs_nvrtc
+def test_audit_flags_mad_in_real_nvrtc_ptx():
+    res = nvrtc_compile('extern "C" __global__ void k(float* y) { asm("mad.rn.f32 %0, %1, %2, '
+                        '%3;" : "=f"(y[0]) : "f"(y[1]), "f"(y[2]), "f"(y[3])); }', "sm_90")
+    assert b"mad.rn.f32" in res.ptx
+    counts = audit_ptx(res.ptx)
+    assert counts["fma"] == 1 and not audit_ok(counts)
+
+
 @needs_nvrtc
 def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out):
     from app.commands.kernels import DTYPES, MATHS
