@@ -133,12 +133,13 @@ def lane_kernels(source: str) -> frozenset[str]:
     (LANE_LOOPS): its body uses one, and once they are taken out it names no threadIdx, no
     barrier, no __shared__, and has no return, break or goto (each would end the other lanes'
     work too); no macro of the source other than the lane loops, and no code outside the kernel
-    bodies, mentions threadIdx; the source includes only the kernel directory's headers (none of
-    which names threadIdx: tests/gpu/test_host_lanes.py); and the lane loops are the prelude's
-    (defined in the source only under their #ifndef, never #undef); and no lane loop writes a
-    variable that outlives one iteration (`_carries_state`: a thread's running count would be
-    shared by the lanes). Code outside a lane loop then cannot tell which thread runs it, so
-    running it once per run of threads changes nothing, and each iteration is one thread's.
+    bodies, mentions threadIdx; the source includes only the kernel headers (header_paths(),
+    none of which names threadIdx: tests/gpu/test_host_lanes.py); and the lane loops are the
+    prelude's (defined in the source only under their #ifndef, never #undef); and no lane loop
+    writes a variable that outlives one iteration (`_carries_state`: a thread's running count
+    would be shared by the lanes). Code outside a lane loop then cannot tell which thread runs
+    it, so running it once per run of threads changes nothing, and each iteration is one
+    thread's.
     """
     text = _COMMENT_RE.sub(" ", source)
     ours = header_paths()

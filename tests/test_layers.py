@@ -80,7 +80,7 @@ QT_FREE = (
     "app.live_inspect", "app.onnx_view", "app.wire",
     "app.commands.fuse", "app.commands.gradcheck", "app.commands.gui", "app.commands.kernels",
     "app.commands.model_args", "app.commands.onnx_cmd", "app.commands.parity",
-    "app.commands.report", "app.commands.train", "app.commands.worker",
+    "app.commands.report", "app.commands.train", "app.commands.worker", "app.commands.argtypes",
     "app.style", "app.tensor_window",
     "views.graph_model", "views.array_stats", "views.node_details", "views.layout",
     "views.parity_rows", "views.search", "views.scope_runs", "views.stepper_model",
@@ -111,6 +111,13 @@ def test_model_logic_imports_with_qt_blocked():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def test_every_command_module_is_checked_headless():
+    """Every CLI command starts without Qt (Qt only inside ``run``): none escapes the list."""
+    names = {f"app.commands.{p.stem}" for p in (ROOT / "app" / "commands").glob("*.py")
+             if p.stem != "__init__"}
+    assert names and names <= set(QT_FREE), sorted(names - set(QT_FREE))
 
 
 _INSTALLED = """

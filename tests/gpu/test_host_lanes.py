@@ -134,8 +134,9 @@ extern "C" __global__ void count(double* y, long long n) {
 
 
 def test_no_kernel_header_names_threadidx():
-    """lane_kernels trusts the kernel directory's headers: only the prelude (which defines the
-    thread indices and the lane loops) may name threadIdx."""
+    """lane_kernels trusts the kernel headers (gpu.device.header_paths, core's refmath C
+    included): only the prelude (which defines the thread indices and the lane loops) may name
+    threadIdx."""
     heads = header_paths()
     assert {"host_prelude.h", "refmath.cuh", "intrinsics_host.h"} <= set(heads)
     for name, p in heads.items():
