@@ -379,7 +379,7 @@ class LiveController(QObject):
         try:
             write_report(data, path)
         except OSError as e:
-            self.win.show_error("Cannot export", f"{path}: {e}")
+            self.win.show_error("Cannot export", str(e))  # it names the file
             return False
         self.win.set_status(f"wrote {path}", 5000)
         return True

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from core.atomic import write_atomic
 from core.mathlib import MODES
 from core.ops.registry import REGISTRY
 from core.tape import DTYPES, Tape
@@ -128,11 +129,8 @@ def save(tape: Tape, path: str | os.PathLike, meta: dict | None = None) -> Path:
         "meta": meta or {},
     }
     blob = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "wb") as f:
-        np.savez(f, header=blob, **arrays)
-    os.replace(tmp, path)  # never leave a half-written file under the real name
-    return path
+    # whole or not at all: an exclusive temporary beside it, fsynced, renamed (core.atomic)
+    return write_atomic(path, lambda f: np.savez(f, header=blob, **arrays))
 
 
 def load(path: str | os.PathLike, *, limits: Limits | None = None) -> tuple[Tape, dict]:

@@ -97,10 +97,13 @@ def run(args: argparse.Namespace) -> int:
 
     from app.commands.worker import timeouts as worker_timeouts
     from app.runs import PairRunner, SessionConfig
+    from core.atomic import check_writable, write_atomic
     from core.parity import strict_json
 
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
+    if args.json:
+        check_writable(args.json, "--json")  # before the run, not after it
     from app.commands.model_args import resolve_workload
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
@@ -168,7 +171,6 @@ def run(args: argparse.Namespace) -> int:
     if introduced:
         n_steps = len({e["step"] for e in introduced})
         print(f"{len(introduced)} introduced arrays over {n_steps} steps (--json lists them)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(strict_json(report), f, indent=1, allow_nan=False)
+    if args.json:  # whole or not at all (core.atomic): a full disk keeps the old file
+        write_atomic(args.json, json.dumps(strict_json(report), indent=1, allow_nan=False))
     return 0 if exact else 1
