@@ -32,6 +32,7 @@ import numpy as np
 
 from core.atomic import write_atomic
 from core.mathlib import MODES
+from core.names import MAX_NAME, shown
 from core.ops.registry import REGISTRY
 from core.tape import DTYPES, Tape
 
@@ -39,7 +40,6 @@ __all__ = ["FORMAT", "VERSION", "MAX_NAME", "Limits", "TapeFileError", "save", "
 
 FORMAT = "tapescope.tape"
 VERSION = 1
-MAX_NAME = 256  # characters in a node name
 _MiB = 1 << 20
 _MEMBER = re.compile(r"header|[vg](?:0|[1-9][0-9]{0,8})")  # member names without ".npy"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -100,7 +100,7 @@ def _name_problem(name: Any) -> str | None:
     if len(name) > MAX_NAME:
         return f"name is {len(name)} characters (at most {MAX_NAME})"
     if not name.isprintable():
-        return f"name {name[:40]!r} has a non-printable character"
+        return f"name '{shown(name, 40)}' has a non-printable character"
     return None
 
 
