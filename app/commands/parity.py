@@ -73,6 +73,14 @@ def _fold(per_node: dict[int, dict], nodes: list[dict], step: int) -> None:
                     e["first_step_differing"] = step
 
 
+def divergence_text(first: dict | None) -> str:
+    """``step 2 node #5 matmul (value)``, or ``none``: the first divergence as a user reads it
+    (the summary line, the live session's label)."""
+    if not first:
+        return "none"
+    return f"step {first['step']} node #{first['node']} {first['op']} ({first['which']})"
+
+
 def introduced_entries(step: int, introduced: list[dict]) -> list[dict]:
     """A step's introduced arrays (``StepResult.introduced``) as the JSON lists them."""
     keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part")
@@ -161,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     nan_bits = sum(s["nan_bits_differ"] for n in nodes for s in (n["value"], n["grad"]) if s)
     print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device.kind}: "
           f"{'bit-identical' if exact else f'{len(bad)} nodes differ'}; first divergence: "
-          f"{first}; launches per episode: {prog.stats['launches_per_episode']}; "
+          f"{divergence_text(first)}; launches per episode: {prog.stats['launches_per_episode']}; "
           f"NaNs differing only in sign/payload (equal): {nan_bits}")
     if first_introduced:
         print(f"introduced at step {first_introduced[0]['step']}: "
