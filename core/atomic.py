@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["check_writable", "write_all", "write_atomic"]
+__all__ = ["build_atomic", "check_writable", "write_all", "write_atomic"]
 
 Data = bytes | str | Callable[[BinaryIO], None]  # the bytes, text (utf-8), or a writer
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
@@ -176,6 +176,35 @@ def write_all(files: list[tuple[str | os.PathLike, Data]], mode: int | None = No
     for folder in {p.parent for p in paths}:
         _fsync_dir(folder)
     return paths
+
+
+def build_atomic(path: str | os.PathLike, build: Callable[[Path], None],
+                 mode: int | None = None) -> Path:
+    """Replace ``path`` with what ``build(tmp)`` writes at a temporary path beside it (for a
+    writer that takes a path, as a compiler's ``-o``): the temporary is created exclusively,
+    then fsynced, given ``mode`` and renamed as ``write_atomic`` does; on any failure nothing
+    is left and ``path`` is as it was."""
+    path = Path(path)
+    try:
+        fd, tmp = _temporary(path)
+    except OSError as e:
+        raise _error(path, e) from e
+    os.close(fd)
+    try:
+        build(tmp)
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+    return path
 
 
 def _backup(p: Path) -> Path | None:

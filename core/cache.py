@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from core.atomic import write_atomic
+from core.atomic import build_atomic, write_atomic
 
 __all__ = ["CacheError", "cache_dir", "cache_key", "KernelCache", "STORE", "MARKER"]
 
@@ -29,7 +29,7 @@ MARKER = "CACHEDIR.TAG"  # https://bford.info/cachedir/: backup tools skip the f
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# This file marks a cache folder created by tapescope (compiled kernels).\n"
         "# Everything in this folder may be deleted; tapescope rebuilds it.\n")
-# the names get_or_build's mkstemp makes, and core.atomic's for the sidecars
+# core.atomic's temporaries, and the names an older get_or_build's mkstemp made
 _TEMP = re.compile(r"\.[\w-]{1,16}\.\w+\.\w+|\.[\w.-]+\.[0-9a-f]{12}\.tmp")
 
 
@@ -246,17 +246,13 @@ class KernelCache:
         if hit is not None:
             return hit, False
         art, sidecar = self.paths(key, suffix)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=suffix, dir=self.store)
-        os.close(fd)
-        tmp_path = Path(tmp)
-        try:
-            build(tmp_path)
-            digest = _sha256_file(tmp_path)
-            os.chmod(tmp_path, 0o600)
-            os.replace(tmp_path, art)
-        finally:
-            if tmp_path.exists():
-                tmp_path.unlink()
-        record = dict(meta or {}, key=key, sha256=digest)
+        digest = []
+
+        def build_and_hash(tmp: Path) -> None:
+            build(tmp)
+            digest.append(_sha256_file(tmp))
+
+        build_atomic(art, build_and_hash, mode=0o600)  # an exclusive temporary, then renamed
+        record = dict(meta or {}, key=key, sha256=digest[0])
         write_atomic(sidecar, json.dumps(record), mode=0o600)
         return art, True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.cli import main
@@ -9,32 +11,15 @@ from app.commands.parity import divergence_text
 from app.run_provenance import parse_inject
 from app.runs import PairRunner, SessionConfig, StepError
 
-SAYS_ITS_STEP = '''
-import numpy as np
-
-from core import ops
-from core.workloads import Workload
-
-
-class SaysItsStep(Workload):
-    name = "says-its-step"
-
-    def build(self):
-        self.w = self.tape.param(self.init(4, 3), name="w")
-
-    def batch(self, step):
-        if step == 3:
-            raise ValueError(f"bad batch at step {step}")
-        return {"x": np.full((2, 4), float(step))}
-
-    def episode(self, data):
-        return ops.mean(data["x"] @ self.w, name="loss")
-'''
+BRANCHES = Path(__file__).with_name("data") / "branches.py"
 
 
 def test_batch_gets_the_step_number_every_message_prints(tmp_path):
-    wl = tmp_path / "says.py"
-    wl.write_text(SAYS_ITS_STEP)
+    wl = tmp_path / "says.py"  # a user workload whose own message names the step it was given
+    wl.write_text(BRANCHES.read_text().replace(
+        "    def batch(self, step):\n",
+        "    def batch(self, step):\n        if step == 3:\n"
+        "            raise ValueError(f'bad batch at step {step}')\n"))
     r = PairRunner(SessionConfig(workload=str(wl), device="host"))
     assert [r.step().step for _ in range(2)] == [1, 2]
     with pytest.raises(StepError, match=r"^step 3: ValueError: bad batch at step 3$"):

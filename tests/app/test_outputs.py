@@ -3,13 +3,11 @@ keeps the previous good file (core.atomic)."""
 
 from __future__ import annotations
 
-import errno
-import os
 import subprocess
 import sys
 
 from app.cli import main
-from core import atomic
+from tests.fs_faults import full_disk, read_only
 
 CLI = [sys.executable, "-m", "app.cli"]
 
@@ -35,14 +33,7 @@ def test_a_missing_folder_is_one_line_before_the_run_and_is_never_created(tmp_pa
 
 
 def test_a_read_only_place_is_refused_before_the_run(tmp_path, monkeypatch, capsys):
-    real = os.open
-
-    def read_only(path, flags, mode=0o777, **kw):
-        if flags & os.O_CREAT:
-            raise OSError(errno.EROFS, "Read-only file system")
-        return real(path, flags, mode, **kw)
-
-    monkeypatch.setattr(atomic.os, "open", read_only)
+    read_only(monkeypatch)
     for argv in (["report", "--out", str(tmp_path / "r.html")],
                  ["parity", "--json", str(tmp_path / "p.json")],
                  ["fuse", "--json", str(tmp_path / "f.json")]):
@@ -55,20 +46,26 @@ def test_a_read_only_place_is_refused_before_the_run(tmp_path, monkeypatch, caps
 def test_parity_json_on_a_full_disk_keeps_the_good_file(tmp_path, monkeypatch, capsys):
     good = tmp_path / "p.json"
     good.write_text('{"good": "file"}')
-    real = os.write
-
-    def full(fd, data):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
     assert main(["parity", "--device", "host", "--steps", "1", "--json", str(good)]) == 0
     capsys.readouterr()
     good.write_text('{"good": "file"}')
-    monkeypatch.setattr(atomic.os, "write", full)
+    full_disk(monkeypatch)
     assert main(["parity", "--device", "host", "--steps", "1", "--json", str(good)]) == 2
-    monkeypatch.setattr(atomic.os, "write", real)
+    monkeypatch.undo()
     err = capsys.readouterr().err
-    # (the CLI adds where the fake os.write raised: this test's own file and line)
+    # (the CLI adds where the fake os.write raised: tests/fs_faults.py and its line)
     assert err.startswith(f"tapescope parity: cannot write {good}: No space left on device "
                           "(the old file is unchanged)") and err.count("\n") == 1, err
     assert good.read_text() == '{"good": "file"}'
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
+
+
+def test_settings_are_written_atomically_by_qt(tmp_path):
+    from PySide6.QtCore import QSettings
+
+    s = QSettings(str(tmp_path / "tapescope.ini"), QSettings.IniFormat)
+    assert s.isAtomicSyncRequired()  # QSaveFile: a temporary, then a rename, never in place
+    s.setValue("recent", ["a.tape"])
+    s.sync()
+    assert s.status() == QSettings.NoError
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tapescope.ini"]

@@ -11,19 +11,7 @@ import pytest
 
 from core import Tape, atomic, tapefile
 from core.atomic import check_writable, write_all, write_atomic
-
-
-def full_disk(monkeypatch, after: int = 0):
-    """os.write raises ENOSPC once ``after`` bytes went out (what a full disk does)."""
-    real, sent = os.write, [0]
-
-    def write(fd, data):
-        if sent[0] + len(data) > after:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        sent[0] += len(data)
-        return real(fd, data)
-
-    monkeypatch.setattr(atomic.os, "write", write)
+from tests.fs_faults import full_disk, read_only
 
 
 def leftovers(folder) -> list[str]:
@@ -139,14 +127,6 @@ def test_check_writable_creates_no_folder_and_leaves_nothing(tmp_path, monkeypat
         check_writable(tmp_path, "--json")
     assert check_writable(tmp_path / "ok.json") == tmp_path / "ok.json"
     assert list(tmp_path.iterdir()) == []
-    # a read-only filesystem (as root, chmod would not stop us: the refusal is faked)
-    real = os.open
-
-    def refuse(path, flags, mode=0o777, **kw):
-        if flags & os.O_CREAT:
-            raise OSError(errno.EROFS, "Read-only file system")
-        return real(path, flags, mode, **kw)
-
-    monkeypatch.setattr(atomic.os, "open", refuse)
+    read_only(monkeypatch)  # as root, chmod would not stop us: the refusal is faked
     with pytest.raises(OSError, match="cannot write --out .*r.html: Read-only file system"):
         check_writable(tmp_path / "r.html", "--out")
