@@ -130,3 +130,20 @@ def test_check_writable_creates_no_folder_and_leaves_nothing(tmp_path, monkeypat
     read_only(monkeypatch)  # as root, chmod would not stop us: the refusal is faked
     with pytest.raises(OSError, match="cannot write --out .*r.html: Read-only file system"):
         check_writable(tmp_path / "r.html", "--out")
+
+
+def test_build_atomic_leaves_nothing_when_the_builder_fails_and_keeps_the_old_file(tmp_path):
+    from core.atomic import build_atomic
+
+    art = tmp_path / "k.so"
+    art.write_bytes(b"old")
+
+    def compiler_dies(out):
+        out.write_bytes(b"half an object")
+        raise RuntimeError("gcc: internal compiler error")
+
+    with pytest.raises(RuntimeError, match="internal compiler error"):
+        build_atomic(art, compiler_dies)
+    assert art.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["k.so"]
+    build_atomic(art, lambda out: out.write_bytes(b"new"), mode=0o600)
+    assert art.read_bytes() == b"new" and art.stat().st_mode & 0o777 == 0o600
