@@ -137,7 +137,7 @@ class CpuRun:
         self.loss_id = self.wl.record(0).id
 
     def advance(self, step: int, backward: bool = True) -> None:
-        """Record minibatch ``step`` (and run backward)."""
+        """Record step ``step`` (from 1, as messages print it; and run backward)."""
         loss = self.wl.record(step)
         self.loss_id = loss.id
         if backward:
@@ -188,7 +188,7 @@ class DeviceRun:
         for v in self.feed.wl.inputs.values():
             self.prog.set_input(v.id, tape.value(v))
         f = self.inject
-        if f is None or f.step != step + 1:
+        if f is None or f.step != step:
             self.prog.forward()
             self.prog.backward()
             return
@@ -352,7 +352,7 @@ class PairRunner:
 
     def _step(self, with_provenance: bool = False) -> StepResult:
         t0 = time.perf_counter()
-        s = self.step_index  # the workload API counts minibatches from 0
+        s = self.step_index + 1  # from 1: what batch(step) receives and every message says
         for f in self.feeds:
             f.advance(s, backward=False)
         for r in (self.ref, self.cand):
@@ -364,7 +364,7 @@ class PairRunner:
         report = self._compare()
         js = report.to_json()
         t1 = time.perf_counter()
-        st = self.probe.before_update(s + 1, js["nodes"]) if with_provenance else None
+        st = self.probe.before_update(s, js["nodes"]) if with_provenance else None
         tp = time.perf_counter() - t1
         self.ref.update()
         self.cand.update()
@@ -385,7 +385,7 @@ class PairRunner:
             self.probe.skip()
         dt = time.perf_counter() - t0
         self.step_index += 1
-        return StepResult(s + 1, loss_ref, loss_cand, dt, report.exact, js["first_divergence"],
+        return StepResult(s, loss_ref, loss_cand, dt, report.exact, js["first_divergence"],
                           js["nodes"], roots(self.nodes, js["nodes"]), prov is not None,
                           [e.to_json() for e in prov.introduced] if prov else [],
                           prov.kernels if prov else [], tp)

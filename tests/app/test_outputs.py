@@ -1,0 +1,74 @@
+"""Outputs are checked before the run and written whole: a bad place costs nothing, a full disk
+keeps the previous good file (core.atomic)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+
+from app.cli import main
+from core import atomic
+
+CLI = [sys.executable, "-m", "app.cli"]
+
+
+def one_line_before_any_work(p: subprocess.CompletedProcess) -> str:
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert p.stdout == "", p.stdout  # not a step was run, not a device line printed
+    return lines[0]
+
+
+def test_a_missing_folder_is_one_line_before_the_run_and_is_never_created(tmp_path):
+    where = tmp_path / "no" / "dir"
+    p = subprocess.run([*CLI, "report", "--steps", "50", "--out", str(where / "r.html")],
+                       capture_output=True, text=True, timeout=300)
+    line = one_line_before_any_work(p)
+    assert line == f"tapescope report: cannot write --out {where / 'r.html'}: the folder " \
+                   f"{where} does not exist"
+    assert not (tmp_path / "no").exists()
+    p = subprocess.run([*CLI, "parity", "--steps", "50", "--json", str(where / "x.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert "--json" in one_line_before_any_work(p) and not (tmp_path / "no").exists()
+
+
+def test_a_read_only_place_is_refused_before_the_run(tmp_path, monkeypatch, capsys):
+    real = os.open
+
+    def read_only(path, flags, mode=0o777, **kw):
+        if flags & os.O_CREAT:
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(path, flags, mode, **kw)
+
+    monkeypatch.setattr(atomic.os, "open", read_only)
+    for argv in (["report", "--out", str(tmp_path / "r.html")],
+                 ["parity", "--json", str(tmp_path / "p.json")],
+                 ["fuse", "--json", str(tmp_path / "f.json")]):
+        assert main([*argv, "--steps", "50"] if argv[0] != "fuse" else argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, (out, err)
+        assert "Read-only file system" in err and str(tmp_path) in err
+
+
+def test_parity_json_on_a_full_disk_keeps_the_good_file(tmp_path, monkeypatch, capsys):
+    good = tmp_path / "p.json"
+    good.write_text('{"good": "file"}')
+    real = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    assert main(["parity", "--device", "host", "--steps", "1", "--json", str(good)]) == 0
+    capsys.readouterr()
+    good.write_text('{"good": "file"}')
+    monkeypatch.setattr(atomic.os, "write", full)
+    assert main(["parity", "--device", "host", "--steps", "1", "--json", str(good)]) == 2
+    monkeypatch.setattr(atomic.os, "write", real)
+    err = capsys.readouterr().err
+    # (the CLI adds where the fake os.write raised: this test's own file and line)
+    assert err.startswith(f"tapescope parity: cannot write {good}: No space left on device "
+                          "(the old file is unchanged)") and err.count("\n") == 1, err
+    assert good.read_text() == '{"good": "file"}'
+    assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
