@@ -231,7 +231,7 @@ def test_a_store_whose_marker_is_a_directory_is_not_ours(tmp_path):
     root = tmp_path / "c"
     (root / STORE / MARKER).mkdir(parents=True)
     os.chmod(root / STORE, 0o700)
-    with pytest.raises(CacheError, match="did not create it"):
+    with pytest.raises(CacheError, match=f"{MARKER} is a folder"):
         KernelCache(root)
     assert (root / STORE / MARKER).is_dir()  # left alone
 
@@ -442,14 +442,10 @@ def test_refusals_name_what_and_where(tmp_path, monkeypatch):
 def test_a_store_that_cannot_be_made_is_a_cache_error_naming_it(tmp_path, monkeypatch):
     import core.cache
 
-    real = os.chmod
+    def write_atomic(path, data, mode=0o666):
+        raise OSError(f"cannot write {path}: Permission denied")
 
-    def chmod(p, mode, *a, **k):
-        if Path(p).name == MARKER:
-            raise PermissionError(13, "Permission denied")
-        return real(p, mode, *a, **k)
-
-    monkeypatch.setattr(core.cache.os, "chmod", chmod)
+    monkeypatch.setattr(core.cache, "write_atomic", write_atomic)
     store = tmp_path / "c" / STORE
     with pytest.raises(CacheError, match=rf"kernel cache {store}: cannot create \("):
         KernelCache(tmp_path / "c")
@@ -471,22 +467,25 @@ def test_the_sweep_age_is_one_hour_by_default(tmp_path):
     assert not old.exists()
 
 
-def test_a_build_that_dies_writing_its_sidecar_leaves_a_temporary_the_sweep_removes(
+def test_a_build_that_dies_writing_its_sidecar_leaves_no_entry_and_no_temporary(
         tmp_path, monkeypatch):
     import core.cache
 
     cache = KernelCache(tmp_path / "c")
+    real = core.cache.write_atomic
 
-    def dump(*a, **k):
-        raise OSError(28, "No space left on device")
+    def dies_half_way(path, data, mode=0o666):
+        def writer(f):
+            f.write(b'{"key": ')
+            raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(core.cache.json, "dump", dump)
+        return real(path, writer, mode=mode)
+
+    monkeypatch.setattr(core.cache, "write_atomic", dies_half_way)
     with pytest.raises(OSError, match="No space"):
         _built(cache)
     monkeypatch.undo()
-    left = [p for p in cache.store.iterdir() if p.name not in (MARKER, f"{GOOD}.so")]
-    assert len(left) == 1 and left[0].name.startswith(f".{GOOD[:16]}.")
+    assert sorted(p.name for p in cache.store.iterdir()) == sorted([MARKER, f"{GOOD}.so"])
     assert cache.lookup(GOOD, ".so") is None  # no sidecar: not an entry, rebuilt
-    _aged(left[0], 7200)
-    KernelCache(tmp_path / "c")
-    assert not left[0].exists()
+    path, built, _ = _built(cache, data=b"again")
+    assert built and path.read_bytes() == b"again" and cache.lookup(GOOD, ".so") == path
