@@ -3,13 +3,13 @@ worker's device diff reach this side as the worker counted them."""
 
 from __future__ import annotations
 
-import io
+import os
 
 import numpy as np
 
-from app.remote import RemoteRun, read_message, write_message
+from app.remote import RemoteRun
 from app.runs import PairRunner, SessionConfig
-from app.wire import encode_array
+from app.wire import LinePipe, encode_array, parse_line
 from core.parity import TensorDiff, compare_arrays
 from tests.app.test_worker import WORKER
 from tests.core.test_parity_json_mutants import _nan, _report
@@ -17,12 +17,16 @@ from tests.core.test_parity_json_mutants import _nan, _report
 
 def test_every_field_survives_the_protocol_line_codec():
     rep = _report()
-    pipe = io.BytesIO()
-    write_message(pipe, {"type": "parity", "nodes": [
-        {"value": n.value.to_json(), "grad": None if n.grad is None else n.grad.to_json()}
-        for n in rep.nodes]})
-    pipe.seek(0)
-    got = read_message(pipe, "test")
+    r, w = os.pipe()
+    try:
+        pipe = LinePipe(r, w)
+        pipe.send({"type": "parity", "nodes": [
+            {"value": n.value.to_json(), "grad": None if n.grad is None else n.grad.to_json()}
+            for n in rep.nodes]})
+        got = parse_line(pipe.receive(1 << 20), "test", 100)
+    finally:
+        os.close(r)
+        os.close(w)
     back = [(TensorDiff.from_json(e["value"]),
              None if e["grad"] is None else TensorDiff.from_json(e["grad"]))
             for e in got["nodes"]]

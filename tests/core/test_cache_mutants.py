@@ -231,7 +231,7 @@ def test_a_store_whose_marker_is_a_directory_is_not_ours(tmp_path):
     root = tmp_path / "c"
     (root / STORE / MARKER).mkdir(parents=True)
     os.chmod(root / STORE, 0o700)
-    with pytest.raises(CacheError, match="did not create it"):
+    with pytest.raises(CacheError, match=f"{MARKER} is a folder"):
         KernelCache(root)
     assert (root / STORE / MARKER).is_dir()  # left alone
 
@@ -396,3 +396,96 @@ def test_an_entry_owned_by_another_user_is_refused_naming_both_uids(tmp_path):
     os.chown(cache.store / f"{GOOD}.so.json", 1, -1)
     with pytest.raises(CacheError, match=rf"owned by uid 1, not you \(uid {os.getuid()}\)"):
         cache.lookup(GOOD, ".so")
+
+
+# ---- from the mutation run's survivors --------------------------------------------------------
+def test_a_store_others_may_enter_but_not_write_is_used(tmp_path):
+    cache = KernelCache(tmp_path / "c")
+    path, _, _ = _built(cache)
+    os.chmod(cache.store, 0o711)
+    os.chmod(path, 0o701)
+    again = KernelCache(tmp_path / "c")
+    assert again.lookup(GOOD, ".so") == path
+
+
+def test_refusals_name_what_and_where(tmp_path, monkeypatch):
+    f = tmp_path / "f"
+    f.write_text("x")
+    with pytest.raises(CacheError, match=rf"kernel cache {f}: cannot create"):
+        KernelCache(f)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777)
+    with pytest.raises(CacheError, match="TAPESCOPE_CACHE_DIR"):  # where to go instead
+        KernelCache(shared)
+    cache = KernelCache(tmp_path / "c")
+    os.chmod(cache.store, 0o770)
+    with pytest.raises(CacheError, match=rf"kernel cache folder {cache.store}: writable"):
+        KernelCache(tmp_path / "c")
+    os.chmod(cache.store, 0o700)
+    path, _, _ = _built(cache)
+    os.chmod(path, 0o666)
+    with pytest.raises(CacheError, match=rf"kernel cache entry {path}: writable"):
+        cache.lookup(GOOD, ".so")
+    monkeypatch.delenv("TAPESCOPE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(_unusable(tmp_path)))
+    tmp = tmp_path / "systmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    planted = tmp / f"tapescope-{os.getuid()}"
+    planted.mkdir()
+    os.chmod(planted, 0o777)
+    with pytest.raises(CacheError, match=rf"kernel cache folder {planted}: writable"):
+        KernelCache()
+
+
+def test_a_store_that_cannot_be_made_is_a_cache_error_naming_it(tmp_path, monkeypatch):
+    import core.cache
+
+    def write_atomic(path, data, mode=0o666):
+        raise OSError(f"cannot write {path}: Permission denied")
+
+    monkeypatch.setattr(core.cache, "write_atomic", write_atomic)
+    store = tmp_path / "c" / STORE
+    with pytest.raises(CacheError, match=rf"kernel cache {store}: cannot create \("):
+        KernelCache(tmp_path / "c")
+
+
+def test_a_marker_holding_only_the_signature_is_a_cache_marker(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    (root / STORE / MARKER).write_text("Signature: 8a477f597d28d172789f06886806bc55")
+    assert KernelCache(root).store.is_dir()
+
+
+def test_the_sweep_age_is_one_hour_by_default(tmp_path):
+    cache = KernelCache(tmp_path / "c")
+    old = cache.store / ".refkernels-aaaa.x1_y.so"
+    old.write_bytes(b"half")
+    _aged(old, 3600.8)
+    cache._sweep_temporaries()
+    assert not old.exists()
+
+
+def test_a_build_that_dies_writing_its_sidecar_leaves_no_entry_and_no_temporary(
+        tmp_path, monkeypatch):
+    import core.cache
+
+    cache = KernelCache(tmp_path / "c")
+    real = core.cache.write_atomic
+
+    def dies_half_way(path, data, mode=0o666):
+        def writer(f):
+            f.write(b'{"key": ')
+            raise OSError(28, "No space left on device")
+
+        return real(path, writer, mode=mode)
+
+    monkeypatch.setattr(core.cache, "write_atomic", dies_half_way)
+    with pytest.raises(OSError, match="No space"):
+        _built(cache)
+    monkeypatch.undo()
+    assert sorted(p.name for p in cache.store.iterdir()) == sorted([MARKER, f"{GOOD}.so"])
+    assert cache.lookup(GOOD, ".so") is None  # no sidecar: not an entry, rebuilt
+    path, built, _ = _built(cache, data=b"again")
+    assert built and path.read_bytes() == b"again" and cache.lookup(GOOD, ".so") == path

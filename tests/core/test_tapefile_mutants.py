@@ -339,3 +339,79 @@ def test_a_header_that_is_not_a_byte_vector_is_refused(small, tmp_path):
     for arr in (text.astype(np.int8), text.reshape(1, -1)):
         refused(write_zip(tmp_path / "h.tape", {**members, "header.npy": npy(arr)}),
                 "not a byte array")
+
+
+# ---- from the mutation run's survivors: what each refusal says -------------------------------
+def test_one_line_messages_are_joined_and_cut_at_200_characters():
+    from core.tapefile import _one_line, _short
+
+    assert _one_line(ValueError("a\n  b\tc ")) == "a b c"
+    assert _one_line(ValueError("x" * 200)) == "x" * 200
+    assert _one_line(ValueError("x" * 201)) == "x" * 200 + "..."
+    assert _short("ab") == "'ab'" and _short(2) == "2" and _short(None) == "None"
+    assert _short("x" * 58) == repr("x" * 58)  # 60 characters quoted: kept
+    assert _short("x" * 59) == repr("x" * 59)[:60] + "..."
+
+
+@pytest.mark.parametrize("depth,ok", [(1, True), (2, True), (4, True), (5, False)])
+def test_list_attributes_nest_at_most_four_deep(small, tmp_path, depth, ok):
+    members = read_members(small)
+    h = header_of(members)
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    h["nodes"][1]["attrs"]["extra"] = value  # tanh's shape rule ignores it
+    path = write_zip(tmp_path / "deep.tape", with_header(members, h))
+    if ok:
+        got = tapefile.load(path)[0].nodes[1].attrs["extra"]
+        for _ in range(depth):
+            assert type(got) is tuple and len(got) == 1
+            got = got[0]
+        assert got == 1
+    else:
+        refused(path, "attribute value of type list")
+
+
+def test_an_object_attribute_is_refused_even_where_the_op_ignores_it(small, tmp_path):
+    members = read_members(small)
+    h = header_of(members)
+    h["nodes"][1]["attrs"]["extra"] = {"a": 1}
+    refused(write_zip(tmp_path / "obj.tape", with_header(members, h)),
+            "attribute value of type dict")
+
+
+def _crafted(small: Path, tmp_path: Path, case: str) -> Path:
+    members = read_members(small)
+    h = header_of(members)
+    if case == "meta":
+        h["meta"] = [1]
+    elif case == "missing-value":
+        del members["v1.npy"]
+        del h["digests"]["v1"]
+    elif case == "no-digest":
+        del h["digests"]["g0"]
+    elif case == "extra-digest":
+        h["digests"]["g9"] = "0" * 64
+    elif case == "member-one-past":
+        members["v3.npy"] = members["v2.npy"]
+        h["digests"]["v3"] = h["digests"]["v2"]
+    elif case == "trailing-bytes":
+        members["v0.npy"] = members["v0.npy"] + b"\0" * 8
+    elif case == "npy-v3":
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.load(small)["v0"], version=(3, 0), allow_pickle=False)
+        members["v0.npy"] = buf.getvalue()
+    return write_zip(tmp_path / f"{case}.tape", with_header(members, h))
+
+
+@pytest.mark.parametrize("case,says", [
+    ("meta", "'meta' must be an object"),
+    ("missing-value", "node 1 tanh: value missing"),
+    ("no-digest", "member g0 has no SHA-256 checksum"),
+    ("extra-digest", "a checksum for 'g9' but no such member"),
+    ("member-one-past", "member v3.npy is not referenced by any node"),
+    ("trailing-bytes", "member v0: declares (2, 3) float64 = 48 bytes but carries 56"),
+    ("npy-v3", "member v0: .npy format version (3, 0) is not supported"),
+])
+def test_each_refusal_says_what_is_wrong_and_where(small, tmp_path, case, says):
+    refused(_crafted(small, tmp_path, case), says)

@@ -1,0 +1,194 @@
+"""app.wire, line by line (issue 31): the worker pipe's limits at their edges (an array's bytes
+and rank, a line's length, containers and depth) and the codecs' round trips. A mutation run
+asks of each check which test fails if it is wrong; these are those tests."""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import app.wire as wire
+from app.wire import (
+    MAX_DEPTH,
+    LinePipe,
+    LineTimeout,
+    LineTooLong,
+    decode_array,
+    encode_array,
+    json_shape,
+    parse_line,
+)
+
+
+@pytest.mark.parametrize("a", [np.arange(6.0).reshape(2, 3), np.float32(2.5) * np.ones(()),
+                               np.array([1, -2], np.int8), np.array([7], np.uint64),
+                               np.array([True, False]), np.zeros((0, 3)),
+                               np.arange(6.0).reshape(2, 3).T, np.array([1.0, 2.0], ">f8")])
+def test_arrays_round_trip_with_dtype_shape_and_bytes(a):
+    d = encode_array(a)
+    back = decode_array(d)
+    assert back.dtype == a.dtype and back.shape == a.shape and back.tobytes() == a.tobytes()
+    assert back.flags.writeable and back.flags.owndata
+    assert d["dtype"] == a.dtype.str and d["shape"] == list(a.shape)
+    assert encode_array(None) is None and decode_array(None) is None
+
+
+def test_only_numeric_arrays_are_sent_or_received():
+    for bad in (np.array(["x"]), np.array([1j]), np.array([None], object)):
+        with pytest.raises(ValueError, match="numeric dtypes only"):
+            encode_array(bad)
+    good = encode_array(np.zeros(2))
+    for dt in ("<c16", "|O", "<U1", "<M8[s]"):
+        with pytest.raises(ValueError, match="not a numeric dtype"):
+            decode_array({**good, "dtype": dt}, "input #3")
+
+
+@pytest.mark.parametrize("bad,says", [
+    ({"shape": [2]}, "malformed"), ({"dtype": "<f8", "data": ""}, "malformed"),
+    ({"dtype": "nope", "shape": [1], "data": ""}, "malformed"),
+    ({"dtype": "<f8", "shape": 2, "data": "AAAA"}, "malformed"),
+    ({"dtype": "<f8", "shape": [1], "data": "AA AAAAAAAA"}, "not base64"),
+    ({"dtype": "<f8", "shape": [1], "data": 5}, "not base64"),
+])
+def test_a_malformed_array_message_names_what_it_was(bad, says):
+    with pytest.raises(ValueError, match=f"node #4 value: .*{says}"):
+        decode_array(bad, "node #4 value")
+
+
+def test_the_byte_limit_edge_exactly_at_and_one_past(monkeypatch):
+    monkeypatch.setattr(wire, "MAX_WIRE_BYTES", 64)
+    at = encode_array(np.arange(8.0))  # 64 bytes
+    assert decode_array(at).size == 8
+    over = encode_array(np.arange(65, dtype=np.uint8))
+    with pytest.raises(ValueError, match="refused .at most 64 bytes"):
+        decode_array(over)
+
+
+def test_the_rank_limit_is_32_dimensions():
+    assert decode_array(encode_array(np.zeros((1,) * 32))).ndim == 32
+    with pytest.raises(ValueError, match="32 dimensions"):
+        decode_array(encode_array(np.zeros((1,) * 33)))
+    with pytest.raises(ValueError, match="refused"):
+        decode_array({**encode_array(np.zeros(0)), "shape": [0, -1]})  # 0 bytes, still refused
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_base64_of_the_wrong_length_is_refused_before_decoding_and_says_what_it_holds(n):
+    good = encode_array(np.arange(n, dtype=np.uint8))
+    short = base64.b64encode(bytes(n - 1)).decode()
+    long = base64.b64encode(bytes(n + 1)).decode()
+    for data, held in ((short, n - 1), (long, n + 1)):
+        if len(data) == len(good["data"]):  # the same base64 length: caught after decoding
+            with pytest.raises(ValueError, match=f"{held} bytes do not fill"):
+                decode_array({**good, "data": data})
+            continue
+        with pytest.raises(ValueError, match=f"{held} bytes do not fill"):
+            decode_array({**good, "data": data})
+    with pytest.raises(ValueError, match="malformed"):
+        decode_array({**good, "data": "=" * len(good["data"])})
+
+
+# ---- lines ------------------------------------------------------------------------------------
+def test_json_shape_and_parse_line_at_their_edges():
+    assert json_shape(b"{}", 5) == (1, 1)
+    assert json_shape(b'{"a": 1}', 0) == (1, 0)
+    assert json_shape(b"1", 5) == (0, 0)
+    assert json_shape(b'{"a": "\\\\", "b": []}', 5) == (2, 2)
+    six = b'{"a": [[], [], {}], "b": []}'
+    assert json_shape(six, 6) == (6, 3)
+    assert parse_line(six, "x", 6) == {"a": [[], [], {}], "b": []}  # exactly at the bound
+    with pytest.raises(ValueError, match="x: a protocol line with 6 arrays and objects .* 5"):
+        parse_line(six, "x", 5)
+    deepest = b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
+    assert json_shape(deepest, 100) == (MAX_DEPTH, MAX_DEPTH)
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        parse_line(deepest, "x", 100)  # as deep as may be: parsed, then not an object
+    with pytest.raises(ValueError, match="x: not a protocol line: 'nope"):
+        parse_line(b"nope {", "x", 100)
+    with pytest.raises(ValueError, match="x: not a protocol line"):
+        parse_line(b'{"a": 1', "x", 100)
+
+
+def _pipe():
+    r, w = os.pipe()
+    return r, w, LinePipe(r, w)
+
+
+def test_lines_split_across_reads_and_several_in_one_read():
+    r, w, pipe = _pipe()
+    try:
+        os.write(w, b'{"a": 1}\n{"b"')
+        assert pipe.receive(100, time.monotonic() + 5) == b'{"a": 1}'
+        os.write(w, b': 2}\n\n')
+        assert pipe.receive(100, time.monotonic() + 5) == b'{"b": 2}'
+        assert pipe.receive(100, time.monotonic() + 5) == b""  # an empty line is a line
+        line = b"x" * 100
+        os.write(w, line + b"\n")
+        assert pipe.receive(100, time.monotonic() + 5) == line  # exactly at the bound
+        os.write(w, line + b"y\n")
+        with pytest.raises(LineTooLong, match="longer than 100 bytes"):
+            pipe.receive(100, time.monotonic() + 5)
+        os.close(w)
+        w = -1
+        assert pipe.receive(100, time.monotonic() + 5) is None
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
+def test_a_partial_line_at_eof_is_the_end_not_a_message():
+    r, w, pipe = _pipe()
+    os.write(w, b'{"a": 1}\n{"trunc')
+    os.close(w)
+    try:
+        assert pipe.receive(100) == b'{"a": 1}'
+        assert pipe.receive(100) is None and pipe.receive(100) is None
+    finally:
+        os.close(r)
+
+
+def test_a_message_larger_than_the_pipe_is_sent_whole_and_read_back():
+    r, w, pipe = _pipe()
+    msg = {"data": "A" * (3 << 20), "n": [1.5, float("inf")]}
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(LinePipe(r, -1).receive(4 << 20,
+                                                                          time.monotonic() + 60)))
+    t.start()
+    try:
+        pipe.send(msg, time.monotonic() + 60)
+        t.join(60)
+        assert parse_line(got[0], "x", 10) == msg
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_send_nobody_reads_misses_its_deadline():
+    r, w, pipe = _pipe()
+    os.set_blocking(w, False)  # as the client's end to the worker is
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(LineTimeout, match="sending"):
+            pipe.send({"data": "A" * (1 << 20)}, time.monotonic() + 0.3)
+        assert time.monotonic() - t0 >= 0.29
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_receive_past_its_deadline_times_out_and_without_one_waits():
+    r, w, pipe = _pipe()
+    try:
+        with pytest.raises(LineTimeout, match="receiving"):
+            pipe.receive(100, time.monotonic() - 1)  # already past: no wait at all
+        threading.Timer(0.3, lambda: os.write(w, b"late\n")).start()
+        assert pipe.receive(100) == b"late"  # no deadline: waits for the line
+    finally:
+        os.close(r)
+        os.close(w)
