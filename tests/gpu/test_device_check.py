@@ -113,10 +113,12 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(660)  # the script's own budget is 470 s
 @needs_bash
 def test_device_check_dry_run(tmp_path):
-    # the whole dry run (~3-4 min here): every stage on the host backend, in the default form's
-    # budget, in an interpreter like the GPU machines' (no PySide6, Hypothesis or onnx)
+    # the whole dry run (~4-6 min on 2 loaded cores): every stage on the host backend, within
+    # the default form's budget, in an interpreter like the GPU machines' (no PySide6,
+    # Hypothesis or onnx)
     env = _env(tmp_path, (*QT, "hypothesis", "onnx", "onnxruntime"))
     proc = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--out", str(tmp_path / "out")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
