@@ -10,8 +10,6 @@ import argparse
 import importlib.metadata as md
 import os
 import platform
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 
@@ -76,17 +74,19 @@ def check_display() -> tuple[str, str, str]:
 
 
 def check_gcc() -> tuple[str, str, str]:
-    cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("gcc")
-    if cc is None:
-        return (MISSING, "no gcc on PATH",
-                "the host backend compiles its kernels with gcc: apt-get install gcc "
-                "(dnf install gcc)")
+    """The C++ compiler the host backend would use (gpu.host.find_compiler: $TAPESCOPE_CXX or
+    g++), and its version, as the backend reads them."""
+    from gpu.device import DeviceError
+    from gpu.host import _compiler_version, find_compiler
+
     try:
-        v = subprocess.run([cc, "-dumpfullversion", "-dumpversion"], capture_output=True,
-                           text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError) as e:
-        return MISSING, f"{cc} does not run: {_one_line(e)}", "reinstall gcc"
-    return OK, f"gcc {v} ({cc})", ""
+        cxx = find_compiler()
+        first = _compiler_version(cxx).splitlines()[0]
+    except DeviceError as e:
+        return (MISSING, _one_line(str(e).split(":")[0]),
+                "the host backend compiles its kernels with g++: apt-get install g++ "
+                "(dnf install gcc-c++), or set TAPESCOPE_CXX")
+    return OK, f"{first} ({cxx})", ""
 
 
 def check_nvrtc() -> tuple[str, str, str]:

@@ -3,6 +3,7 @@ checked against what the backends themselves find."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 from app.cli import main
@@ -28,7 +29,8 @@ def test_doctor_says_exactly_what_this_machine_has(capsys, monkeypatch):
 
     assert rows["numpy"].split()[1:3] == ["ok", numpy.__version__]
     assert rows["Python"].split()[1] == "ok"
-    assert (rows["gcc"].split()[1] == "ok") == (shutil.which("gcc") is not None)
+    assert (rows["gcc"].split()[1] == "ok") == (shutil.which(os.environ.get("TAPESCOPE_CXX",
+                                                                          "g++")) is not None)
     from gpu.cuda import cuda_unavailable_reason
 
     why = cuda_unavailable_reason()
@@ -47,7 +49,7 @@ def test_doctor_says_exactly_what_this_machine_has(capsys, monkeypatch):
 
 def test_what_is_missing_says_what_to_install(capsys, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setenv("CC", "no-such-cc")
+    monkeypatch.setenv("TAPESCOPE_CXX", "no-such-cxx")
     monkeypatch.setattr(doctor, "_dist", lambda *names: None)  # no PySide6, CuPy, torch
 
     def broken():
@@ -56,7 +58,8 @@ def test_what_is_missing_says_what_to_install(capsys, monkeypatch):
     monkeypatch.setattr(doctor, "CHECKS", [(n, broken if n == "numpy" else c)
                                            for n, c in doctor.CHECKS])
     rows = _table(capsys)
-    assert "MISSING" in rows["gcc"] and "apt-get install gcc" in rows["gcc"]
+    assert "MISSING" in rows["gcc"] and "no-such-cxx" in rows["gcc"]
+    assert "apt-get install g++" in rows["gcc"]
     assert "MISSING" in rows["Qt"] and "pip install PySide6-Essentials" in rows["Qt"]
     assert "not available" in rows["CuPy"] and "pip install cupy-cuda12x" in rows["CuPy"]
     assert "not available" in rows["torch"] and "pip install torch" in rows["torch"]
