@@ -19,6 +19,7 @@ import numpy as np
 from core.cache import KernelCache, cache_key
 from core.native import cpu_id
 from core.native import threads as native_threads
+from core.progress import progress
 from gpu.device import KERNEL_DIR, Buffer, Device, DeviceError, Kernel, Launch, Module
 from gpu.signature import KernelSig, parse_kernels
 
@@ -430,7 +431,9 @@ class HostDevice(Device):
         cache = KernelCache(self._cache_root)
 
         def build(out: Path) -> None:
-            with tempfile.TemporaryDirectory(prefix="tapescope-cc-") as td:
+            # the first compile of a big source takes a minute: say so on a terminal
+            with tempfile.TemporaryDirectory(prefix="tapescope-cc-") as td, progress(
+                    f"compiling {len(sigs)} host kernels with {Path(cxx).name} (cached after)"):
                 src = Path(td) / "kernels.cu"
                 src.write_text(full)
                 cmd = [cxx, *flags, str(src), "-o", str(out)]
