@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print the traceback too (also after the command)")
+    from app import version
+
+    parser.add_argument("--version", action="version", version=f"tapescope {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(app.commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):

@@ -6,6 +6,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from resources import EXAMPLES
 
 
 def _action(win, text: str, fn, shortcut=None, tip: str | None = None) -> QAction:
@@ -18,6 +19,18 @@ def _action(win, text: str, fn, shortcut=None, tip: str | None = None) -> QActio
     return a
 
 
+def _open_example(win, name: str) -> bool:
+    """File > Open example: the shipped file, found through the installed package."""
+    from resources import example_path
+
+    try:
+        path = example_path(name)
+    except FileNotFoundError as e:
+        QMessageBox.warning(win, "tapescope", str(e))
+        return False
+    return win.open_file(str(path))
+
+
 def build_menus(win) -> None:
     """File, Edit, View, Debug, Help menus and the main toolbar on ``win`` (a MainWindow)."""
     mb = win.menuBar()
@@ -28,6 +41,13 @@ def build_menus(win) -> None:
     wl = f.addMenu("Built-in &workloads")
     for name in ("mlp", "transformer"):
         wl.addAction(_action(win, name, lambda _=False, n=name: win.open_workload(n)))
+    ex = f.addMenu("Open e&xample")  # the tapes and models the package ships
+    win.example_actions = {}
+    for name, rel in EXAMPLES.items():
+        a = _action(win, f"{name} ({rel.rsplit('/', 1)[-1]})",
+                    lambda _=False, n=name: _open_example(win, n))
+        win.example_actions[name] = a
+        ex.addAction(a)
     f.addAction(_action(win, "&Save tape as…", win.save_dialog, QKeySequence.StandardKey.SaveAs))
     f.addSeparator()
     f.addAction(_action(win, "&Quit", win.close, QKeySequence.StandardKey.Quit))

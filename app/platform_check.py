@@ -3,7 +3,9 @@
 Qt aborts the process (SIGABRT, rc 134) when its platform plugin cannot start, with a message
 that blames the installation. This module looks first and turns each case into one line that
 says what to do: no display at all (an SSH session, a server), an X display whose xcb runtime
-libraries are missing (common on fresh installs), or an X server that does not answer.
+libraries are missing (common on fresh installs), an X server that does not answer, or a
+QT_QPA_PLATFORM naming a platform whose plugin is not there or does not load (the line names
+the ones available).
 It imports no Qt, so a test can fake the environment, the library lookup and the display.
 """
 
@@ -113,6 +115,57 @@ def qt_plugin(name: str) -> Path | None:
     return None
 
 
+def qt_platforms(env: Mapping[str, str] | None = None) -> dict[str, Path]:
+    """Every Qt platform plugin Qt would find, by key (``libqoffscreen.so`` -> ``offscreen``):
+    PySide6's own folder, then ``QT_QPA_PLATFORM_PLUGIN_PATH`` and ``QT_PLUGIN_PATH/platforms``
+    (where Qt looks too). Empty when PySide6 is not installed."""
+    env = os.environ if env is None else env
+    spec = importlib.util.find_spec("PySide6")
+    roots = [Path(r) / "Qt" / "plugins" / "platforms"
+             for r in ((spec.submodule_search_locations or []) if spec else [])]
+    roots += [Path(d) for d in env.get("QT_QPA_PLATFORM_PLUGIN_PATH", "").split(os.pathsep) if d]
+    roots += [Path(d) / "platforms" for d in env.get("QT_PLUGIN_PATH", "").split(os.pathsep)
+              if d]
+    out: dict[str, Path] = {}
+    for root in roots:
+        for f in sorted(root.glob("libq*.so")) if root.is_dir() else []:
+            out.setdefault(f.name[len("libq"):-len(".so")], f)
+    return out
+
+
+def plugin_load_error(path: Path) -> str | None:
+    """None when the dynamic loader can load the plugin file (and everything it needs) as Qt
+    would; else the loader's one-line reason (a missing library, not an ELF, ...)."""
+    try:
+        ctypes.CDLL(str(path))
+    except OSError as e:
+        return " ".join(str(e).split())
+    return None
+
+
+def _explicit_error(explicit: str, platforms: Mapping[str, Path],
+                    load_error: Callable[[Path], str | None]) -> str | None:
+    """Why none of the platforms QT_QPA_PLATFORM names (``a;b``: Qt tries them in order; options
+    after ``:``) can load, or None when one can. Qt itself would abort the process."""
+    names = [p.split(":")[0].strip() for p in explicit.split(";") if p.split(":")[0].strip()]
+    have = ", ".join(sorted(platforms)) or "none (is PySide6 installed?)"
+    errors = []
+    for name in names:
+        # Qt 6's one wayland plugin serves wayland, wayland-egl, wayland-brcm, ...
+        path = platforms.get(name) or (platforms.get("wayland") if name.startswith("wayland")
+                                       else None)
+        if path is None:
+            continue
+        why = load_error(path)
+        if why is None:
+            return None
+        errors.append(f"Qt's {name!r} platform plugin does not load ({why})")
+    if errors:
+        return f"QT_QPA_PLATFORM={explicit}: {errors[0]}; available platforms: {have}"
+    return (f"QT_QPA_PLATFORM={explicit}: Qt has no platform plugin {' or '.join(map(repr, names))}"
+            f"; available platforms: {have}")
+
+
 def missing_packages(missing: list[str], table: Mapping[str, tuple[str, str]]) -> str:
     """'apt-get install a b (Debian/Ubuntu) or dnf install c (Fedora)' for the missing sonames."""
     deb = list(dict.fromkeys(table[m][0] for m in missing))
@@ -130,19 +183,26 @@ def choose_platform(env: Mapping[str, str], *, screenshot: bool = False,
                     system: str = sys.platform,
                     loads: Callable[[str], bool] = library_loads,
                     answers: Callable[[str], bool] = display_answers,
-                    plugin: Callable[[str], Path | None] = qt_plugin) -> PlatformChoice:
+                    plugin: Callable[[str], Path | None] = qt_plugin,
+                    platforms: Callable[[], Mapping[str, Path]] | None = None,
+                    load_error: Callable[[Path], str | None] = plugin_load_error,
+                    ) -> PlatformChoice:
     """Pick the Qt platform for ``tapescope gui`` from the environment, or say why none starts.
 
     ``screenshot``: a picture needs no screen, so offscreen stands in for a missing one.
+    ``platforms``/``load_error``: the plugins found (default: `qt_platforms` of ``env``) and
+    whether one loads, for an explicit QT_QPA_PLATFORM.
     """
     if not system.startswith("linux"):
         return PlatformChoice()  # Windows and macOS always have their native platform
     fallback = PlatformChoice(platform="offscreen") if screenshot else None
     explicit = env.get("QT_QPA_PLATFORM", "").strip()
     x11 = env.get("DISPLAY", "").strip()
-    if explicit:  # the user chose; only xcb is worth checking before Qt aborts on it
-        if explicit.split(";")[0].split(":")[0] != "xcb":
-            return PlatformChoice()
+    if explicit:  # the user chose: xcb's libraries and display, else that the plugin loads
+        if explicit.split(";")[0].split(":")[0].strip() != "xcb":
+            found = platforms() if platforms is not None else qt_platforms(env)
+            error = _explicit_error(explicit, found, load_error)
+            return PlatformChoice(error=error) if error else PlatformChoice()
         if not x11:
             return PlatformChoice(error="QT_QPA_PLATFORM=xcb but DISPLAY is unset: " + NO_DISPLAY)
         missing = [s for s in XCB_LIBS if not loads(s)]

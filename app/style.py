@@ -1,14 +1,17 @@
-"""The application's look: Fusion style plus resources/style.qss."""
+"""The application's look: Fusion style plus the shipped style sheet (resources/style.qss)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-STYLE_PATH = Path(__file__).resolve().parent.parent / "resources" / "style.qss"
-
 
 def apply_style(app) -> None:
-    """Use the Fusion style and our style sheet (silently plain when the sheet is missing)."""
+    """Use the Fusion style and our style sheet. The sheet comes from the installed package; a
+    missing one is an installation fault, so it is said on stderr (the app still opens)."""
+    import sys
+
+    from resources import resource_path
+
     app.setStyle("Fusion")
-    if STYLE_PATH.is_file():
-        app.setStyleSheet(STYLE_PATH.read_text(encoding="utf-8"))
+    try:
+        app.setStyleSheet(resource_path("style.qss").read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        print(f"tapescope: {e}; the window is unstyled", file=sys.stderr)

@@ -84,7 +84,7 @@ def main() -> int:
         label = f"{name} {dtype}" + (f" {kw}" if kw else "")
         print(f"{label[:34]:<34}{pa.stats['launches_per_episode']:>10}"
               f"{pb.stats['launches_per_episode']:>7}{ta * 1e3:>12.3f}{tb * 1e3:>10.3f}"
-              f"{ta / tb:>8.2f}x  {'==' if same else 'DIFFER'}")
+              f"{ta / tb:>8.2f}x  {'==' if same else 'DIFFER'}", flush=True)
     return 0 if ok else 1
 
 

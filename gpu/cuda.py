@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from core.cache import KernelCache, cache_key
+from core.progress import progress
 from gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
 from gpu.nvrtc import (
     NVRTC_FLAGS,
@@ -146,7 +147,9 @@ class CudaDevice(Device):
             return self._modules[key]
 
         def build(out: Path) -> None:
-            res = nvrtc_compile(source, tgt.arch)
+            with progress(f"compiling {len(sigs)} kernels with NVRTC {version} for "
+                          f"{tgt.arch} (cached after)"):
+                res = nvrtc_compile(source, tgt.arch)
             out.write_bytes(res.binary)
 
         path, built = KernelCache(self._cache_root).get_or_build(key, f".{tgt.kind}", build)

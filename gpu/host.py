@@ -19,6 +19,7 @@ import numpy as np
 from core.cache import KernelCache, cache_key
 from core.native import cpu_id
 from core.native import threads as native_threads
+from core.progress import progress
 from gpu import host_compiler
 from gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
 from gpu.host_lanes import lane_kernels
@@ -121,7 +122,10 @@ class HostDevice(Device):
         cache = KernelCache(self._cache_root)
 
         def build(out: Path) -> None:
-            host_compiler.build_shared_object(cxx, cflags, full, out)
+            # the first compile of a big source takes a minute: say so on a terminal
+            with progress(f"compiling {len(sigs)} host kernels with {Path(cxx).name} "
+                          "(cached after)"):
+                host_compiler.build_shared_object(cxx, cflags, full, out)
 
         path, built = cache.get_or_build(key, ".so", build, {"compiler": version.splitlines()[0]})
         try:

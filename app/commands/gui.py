@@ -11,6 +11,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``gui`` subcommand."""
     p = sub.add_parser("gui", help="open the desktop inspector (the default command)")
     p.add_argument("file", nargs="?", help="a .tape file or .onnx model to open")
+    from resources import EXAMPLES
+
+    p.add_argument("--example", choices=list(EXAMPLES), default=None,
+                   help="open a shipped example: " + ", ".join(
+                       f"{k} ({v.rsplit('/', 1)[-1]})" for k, v in EXAMPLES.items()))
     p.add_argument("--workload", default=None,
                    help="mlp | transformer | PATH.py (default: mlp when no file is given)")
     p.add_argument("--screenshot", metavar="OUT.png", default=None,
@@ -141,6 +146,16 @@ def run(args: argparse.Namespace) -> int:
         try:
             check_writable(args.screenshot, "--screenshot")
         except OSError as e:
+            return _fail(str(e))
+    if args.example:
+        if args.file:
+            return _fail(f"give a FILE or --example, not both ({args.file!r} and --example "
+                         f"{args.example})")
+        from resources import example_path
+
+        try:
+            args.file = str(example_path(args.example))
+        except FileNotFoundError as e:
             return _fail(str(e))
     problem = start_platform(screenshot=bool(args.screenshot))
     if problem:

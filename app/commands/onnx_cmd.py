@@ -18,7 +18,11 @@ def register(subparsers) -> None:
         description="Run an ONNX model with the reference executor (the tape's rounding order). "
                     "Inputs come from .npy or TensorProto .pb files; with none, a deterministic "
                     "input is generated. Exit 0 = ok, 1 = outputs differ, 2 = bad model/input.")
-    p.add_argument("model", help="the .onnx file")
+    p.add_argument("model", nargs="?", help="the .onnx file (or --example)")
+    from resources import ONNX_EXAMPLES
+
+    p.add_argument("--example", choices=ONNX_EXAMPLES, default=None,
+                   help="a shipped model, with its shipped input and expected outputs")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE",
                    help="a graph input from a .npy or .pb file (repeatable; NAME= may be "
                         "omitted for a .pb that carries its name, or for a single input)")
@@ -162,6 +166,16 @@ def run(args: argparse.Namespace) -> int:
 
     from core.onnx import OnnxError, Session, default_inputs
 
+    if args.example and args.model or not (args.example or args.model):
+        print("tapescope onnx: give MODEL.onnx or --example NAME (one of them)", file=sys.stderr)
+        return 2
+    if args.example:  # the shipped model, and its input/expected files unless given
+        from resources import onnx_example
+
+        model, inputs, expected = onnx_example(args.example)
+        args.model = str(model)
+        args.input = args.input or inputs
+        args.expected = args.expected or [expected]
     try:
         sess = Session(args.model, mode=args.mode, limits=limits_from(args))
         feeds = _named(args.input, sess.input_names, "input") if args.input \

@@ -131,20 +131,26 @@ def run(args: argparse.Namespace) -> int:
     introduced: list[dict] = []
     kernels: list[dict] = []
     first_introduced: list[dict] | None = None
-    for _ in range(args.steps):
-        r = runner.step()
-        _fold(per_node, r.nodes, r.step)
-        if first is None and r.first is not None:
-            first = {"step": r.step, **r.first}
-        intro = introduced_entries(r.step, r.introduced)
-        introduced += intro
-        kernels += [{"step": r.step, **{k: e[k] for k in ("kernel", "role", "segment",
-                                                          "first_node", "n_diff", "max_ulp")}}
-                    for e in r.kernels if e["introduced"]]
-        if first_introduced is None and (not r.exact or intro):
-            first_introduced = intro
-        print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  device {r.loss_cand:.9g}  "
-              f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
+    from core.progress import progress
+
+    # a terminal gets one updating stderr line: steps done, elapsed (nothing in a pipe or log)
+    with progress(f"parity {args.workload if args.model is None else args.model}",
+                  total=args.steps) as bar:
+        for _ in range(args.steps):
+            r = runner.step()
+            bar.advance()
+            _fold(per_node, r.nodes, r.step)
+            if first is None and r.first is not None:
+                first = {"step": r.step, **r.first}
+            intro = introduced_entries(r.step, r.introduced)
+            introduced += intro
+            kernels += [{"step": r.step, **{k: e[k] for k in ("kernel", "role", "segment",
+                                                              "first_node", "n_diff", "max_ulp")}}
+                        for e in r.kernels if e["introduced"]]
+            if first_introduced is None and (not r.exact or intro):
+                first_introduced = intro
+            print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  device {r.loss_cand:.9g}  "
+                  f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
     # the trained parameters after the last update (each step compares them before its own)
     params = runner.compare_params().to_json()
     _fold(per_node, params["nodes"], args.steps)

@@ -104,11 +104,73 @@ def test_wayland_without_its_libraries_uses_x_or_says_what_is_missing():
     assert "no wayland platform plugin" in c.error
 
 
+FOUND = {k: Path(f"/fake/platforms/libq{k}.so") for k in ("minimal", "offscreen", "vnc",
+                                                           "wayland", "xcb")}
+
+
 def test_an_explicit_platform_is_respected():
-    for name in ("offscreen", "wayland", "vnc:size=1280x800", "minimal"):
+    for name in ("offscreen", "wayland", "wayland-egl", "vnc:size=1280x800", "minimal",
+                 "bogus;offscreen"):
         c = choose_platform({"QT_QPA_PLATFORM": name}, system="linux", loads=never,
-                            answers=never, plugin=never)
+                            answers=never, plugin=never, platforms=lambda: FOUND,
+                            load_error=lambda path: None)
         assert c == pc.PlatformChoice(), name
+
+
+def test_an_explicit_platform_without_a_plugin_names_the_available_ones():
+    # Qt aborts (rc 134) on a platform it cannot find; the check says so in one line
+    for screenshot in (False, True):
+        c = choose_platform({"QT_QPA_PLATFORM": "bogus"}, system="linux", loads=never,
+                            answers=never, plugin=never, platforms=lambda: FOUND,
+                            load_error=never, screenshot=screenshot)
+        assert c.platform is None and "\n" not in c.error
+        assert c.error == ("QT_QPA_PLATFORM=bogus: Qt has no platform plugin 'bogus'; available "
+                           "platforms: minimal, offscreen, vnc, wayland, xcb")
+    c = choose_platform({"QT_QPA_PLATFORM": "nope;bogus:opt=1"}, system="linux", loads=never,
+                        answers=never, plugin=never, platforms=lambda: {}, load_error=never)
+    assert c.error.startswith("QT_QPA_PLATFORM=nope;bogus:opt=1: Qt has no platform plugin "
+                              "'nope' or 'bogus'; available platforms: none")
+
+
+def test_an_explicit_platform_whose_plugin_does_not_load_says_why():
+    why = {FOUND["vnc"]: "libfreetype.so.6: cannot open shared object file"}
+    c = choose_platform({"QT_QPA_PLATFORM": "vnc"}, system="linux", loads=never, answers=never,
+                        plugin=never, platforms=lambda: FOUND, load_error=why.get)
+    assert c.error == ("QT_QPA_PLATFORM=vnc: Qt's 'vnc' platform plugin does not load "
+                       "(libfreetype.so.6: cannot open shared object file); available platforms: "
+                       "minimal, offscreen, vnc, wayland, xcb")
+    ok = choose_platform({"QT_QPA_PLATFORM": "vnc;offscreen"}, system="linux", loads=never,
+                         answers=never, plugin=never, platforms=lambda: FOUND, load_error=why.get)
+    assert ok == pc.PlatformChoice()  # Qt falls back to the next one, which loads
+
+
+def test_the_real_plugin_lookup(tmp_path):
+    pytest.importorskip("PySide6", reason="PySide6 is not installed")
+    found = pc.qt_platforms({})
+    assert "offscreen" in found and pc.plugin_load_error(found["offscreen"]) is None
+    (tmp_path / "libqbroken.so").write_bytes(b"not an ELF")
+    more = pc.qt_platforms({"QT_QPA_PLATFORM_PLUGIN_PATH": str(tmp_path)})
+    assert more["broken"] == tmp_path / "libqbroken.so"
+    assert "libqbroken.so" in pc.plugin_load_error(more["broken"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Qt platform plugins: Linux")
+def test_a_bogus_or_broken_platform_is_one_line_and_exit_2_not_a_qt_abort(tmp_path):
+    import os
+
+    pytest.importorskip("PySide6", reason="PySide6 is not installed")
+    (tmp_path / "libqbroken.so").write_bytes(b"not an ELF")
+    for platform, says in (("bogus", "Qt has no platform plugin 'bogus'; available platforms: "),
+                           ("broken", "Qt's 'broken' platform plugin does not load (")):
+        env = dict(os.environ, QT_QPA_PLATFORM=platform, PYTHONPATH=str(ROOT),
+                   QT_QPA_PLATFORM_PLUGIN_PATH=str(tmp_path))
+        r = subprocess.run([sys.executable, "-m", "app.cli", "gui", "--screenshot",
+                            str(tmp_path / "s.png")], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, (platform, r.returncode, r.stderr)
+        assert r.stderr.startswith(f"tapescope gui: QT_QPA_PLATFORM={platform}: {says}")
+        assert len(r.stderr.splitlines()) == 1 and "offscreen" in r.stderr
+        assert not (tmp_path / "s.png").exists()
 
 
 def test_an_explicit_xcb_is_still_checked():

@@ -61,23 +61,87 @@ def test_headless_parity_never_imports_qt(tmp_path):
     assert _attempts(tmp_path) == []  # not even a caught attempt
 
 
-@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
-                    reason="device_check.sh needs bash and coreutils' timeout")
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
+                                reason="device_check.sh needs bash and coreutils' timeout")
+SCRIPT = ROOT / "benchmarks" / "device_check.sh"
+
+
+def _summary(out: str) -> dict[str, tuple[str, str]]:
+    """stage name -> (result, exit code) from the summary rows the script prints last."""
+    rows = out[out.index("device check summary"):].splitlines()[1:]
+    cells = [[c.strip() for c in r.strip("|").split(" | ")] for r in rows if r.startswith("|")]
+    return {c[0]: (c[1], c[2]) for c in cells}
+
+
+@needs_bash
+def test_a_failing_stage_is_reported_as_failed_with_its_exit_code(tmp_path):
+    # the old script ran a stage as `bash -c 'cmd | tee log'` without pipefail: a stage exiting
+    # 3 read "ok". Planted here: a stage failing behind a tee, one passing, one hanging past
+    # the budget, and one the budget has no room left for
+    env = _env(tmp_path, QT)
+    out_dir = tmp_path / "out"
+    planted = ("python3 -c 'import sys; print(\"row 1\"); sys.exit(3)' | tee "
+               f"'{tmp_path / 'planted.txt'}'")  # extras run in the repository root
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "--only", "extra", "--out", str(out_dir),
+         "--budget", "12", "--extra", planted, "--extra", "echo fine", "--extra", "sleep 60",
+         "--extra", "echo never"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (tmp_path / "planted.txt").read_text() == "row 1\n"  # it did run, behind the tee
+    got = _summary(proc.stdout)
+    names = list(got)
+    assert len(names) == 4 and all(n.startswith(f"extra {i}: ") for i, n in enumerate(names, 1))
+    assert got[names[0]] == ("FAIL", "3")
+    assert got[names[1]] == ("ok", "0")
+    assert got[names[2]][0].startswith("TIMEOUT after ") and got[names[2]][1] in ("124", "137")
+    assert got[names[3]] == ("not run: out of budget", "-")
+    # the report file holds each stage as it ended, its rows, and the same summary
+    report = (out_dir / "device_check.md").read_text()
+    assert "FAIL (exit 3, " in report and "row 1" in report and "ok (exit 0, " in report
+    assert report.index("FAIL (exit 3") < report.index("ok (exit 0") < report.index("TIMEOUT")
+    assert "### summary: NOT all passed" in report and "| FAIL | 3 |" in report
+
+
+@needs_bash
+def test_bad_usage_is_one_line_and_exit_2(tmp_path):
+    for argv in (["--bogus"], ["--only", "nope"], ["--budget", "ten"], ["--out"]):
+        proc = subprocess.run(["bash", str(SCRIPT), *argv], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stdout == "", argv
+        assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("device_check.sh: ")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(660)  # the script's own budget is 470 s
+@needs_bash
 def test_device_check_dry_run(tmp_path):
+    # the whole dry run (~4-6 min on 2 loaded cores): every stage on the host backend, within
+    # the default form's budget, in an interpreter like the GPU machines' (no PySide6,
+    # Hypothesis or onnx)
     env = _env(tmp_path, (*QT, "hypothesis", "onnx", "onnxruntime"))
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "device_check.sh"), "--dry-run"],
+    proc = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--out", str(tmp_path / "out")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-3000:]
     assert "Traceback" not in out + proc.stderr
-    summary = out[out.index("device check summary"):]
-    rows = [ln for ln in summary.splitlines() if ln[:2] in ("1 ", "2 ", "3 ", "4 ")]
-    assert len(rows) == 11 and all(" ok " in r for r in rows), summary
-    assert "smoke: bit-identical" in out
-    assert out.count("bit-identical; first divergence: none") == 8  # every parity run
-    # the benchmark table is printed last
-    tail = [ln for ln in out.splitlines() if ln.strip()][-4:]
-    assert tail[0].startswith("CPU tape") and tail[2].startswith("host episode"), tail
+    got = _summary(out)
+    parity = [n for n in got if n.startswith("parity ")]
+    assert len(parity) == 16 and len(got) == 16 + 7, got
+    for name, (res, rc) in got.items():
+        if name.startswith("torch candidate"):
+            assert res.startswith("skipped: ") or res == "ok", (name, res)
+        elif " platform " in name:
+            assert (res, rc) in (("ok", "0"), ("ok: differs: drift, expected for platform math",
+                                               "1")), (name, res)
+        else:
+            assert (res, rc) == ("ok", "0"), (name, res)
+    assert out.count("bit-identical; first divergence: none") >= 8  # every refmath run
+    report = (tmp_path / "out" / "device_check.md").read_text()
+    assert "### summary: every stage passed" in report
+    assert "CPU tape (reference)" in report and "host fused episode" in report  # bench rows
+    assert "audit ok" in report
+    assert "introduced: [(2, 44, 'value')]; expected exactly [(2, 44, 'value')]" in report
     # onnx is blocked: the full CLI cannot build its parser, the script says so and goes on
     assert "running the subcommands directly" in out or "onnx" not in _attempts(tmp_path)
     assert not any(a.split(".")[0] in QT for a in _attempts(tmp_path))

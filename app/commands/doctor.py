@@ -1,0 +1,162 @@
+"""``tapescope doctor``: what this machine has for tapescope, in one table, and what to install
+for what does not work. Each check is small and imports nothing heavy it does not need; GPU and
+NVRTC checks go through the same functions the backends use, so the table says what a run would
+find. Exit 0 (the table is information; every row that is not ok says what to do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import os
+import platform
+import sys
+from collections.abc import Callable
+
+OK, MISSING, OPTIONAL = "ok", "MISSING", "not available"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``doctor`` subcommand."""
+    p = sub.add_parser("doctor", help="what works here (Python, numpy, Qt, display, gcc, "
+                                      "NVRTC, CuPy, GPU, torch) and what to install")
+    p.set_defaults(func=run)
+
+
+def _dist(*names: str) -> str | None:
+    """The version of the first installed distribution among ``names``."""
+    for n in names:
+        try:
+            return f"{md.version(n)}"
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
+def _one_line(e: BaseException | str) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+def check_python() -> tuple[str, str, str]:
+    ok = sys.version_info >= (3, 10)
+    return (OK if ok else MISSING, f"{platform.python_version()} ({sys.executable})",
+            "" if ok else "tapescope needs Python 3.10 or newer")
+
+
+def check_numpy() -> tuple[str, str, str]:
+    import numpy
+
+    return OK, numpy.__version__, ""
+
+
+def check_qt() -> tuple[str, str, str]:
+    v = _dist("PySide6-Essentials", "PySide6")
+    if v is None:
+        return MISSING, "PySide6 not installed", "pip install PySide6-Essentials (the window)"
+    g = _dist("pyqtgraph")
+    if g is None:
+        return MISSING, f"PySide6 {v}, pyqtgraph not installed", "pip install pyqtgraph"
+    return OK, f"PySide6 {v}, pyqtgraph {g}", ""
+
+
+def check_display() -> tuple[str, str, str]:
+    from app.platform_check import NO_DISPLAY, choose_platform
+
+    choice = choose_platform(os.environ)
+    if choice.error == NO_DISPLAY:
+        return (OPTIONAL, "no display (DISPLAY and WAYLAND_DISPLAY are unset)",
+                "run on a desktop or over `ssh -X`; --screenshot OUT.png and `tapescope "
+                "report` work headless")
+    if choice.error:  # the line says what to install or set
+        return OPTIONAL, " ".join(choice.error.split()), ""
+    shown = choice.platform or os.environ.get("QT_QPA_PLATFORM") or "Qt's default"
+    return OK, f"Qt platform {shown}", ""
+
+
+def check_gcc() -> tuple[str, str, str]:
+    """The C++ compiler the host backend would use (gpu.host.find_compiler: $TAPESCOPE_CXX or
+    g++), and its version, as the backend reads them."""
+    from gpu.device import DeviceError
+    from gpu.host import _compiler_version, find_compiler
+
+    try:
+        cxx = find_compiler()
+        first = _compiler_version(cxx).splitlines()[0]
+    except DeviceError as e:
+        return (MISSING, _one_line(str(e).split(":")[0]),
+                "the host backend compiles its kernels with g++: apt-get install g++ "
+                "(dnf install gcc-c++), or set TAPESCOPE_CXX")
+    return OK, f"{first} ({cxx})", ""
+
+
+def check_nvrtc() -> tuple[str, str, str]:
+    from gpu.device import DeviceError
+    from gpu.nvrtc import cuda_version_text, nvrtc_version
+
+    try:
+        return OK, f"NVRTC {cuda_version_text(nvrtc_version())}", ""
+    except (DeviceError, ImportError, OSError) as e:
+        return (OPTIONAL, _one_line(e), "`tapescope kernels` and the cuda backend need it: "
+                "pip install cupy-cuda12x nvidia-cuda-nvrtc-cu12 (Linux x86_64)")
+
+
+def check_cupy() -> tuple[str, str, str]:
+    v = _dist("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy")
+    if v is None:
+        return OPTIONAL, "CuPy not installed", "for the cuda backend: pip install cupy-cuda12x"
+    return OK, f"CuPy {v}", ""
+
+
+def check_gpu() -> tuple[str, str, str]:
+    from gpu.cuda import cuda_unavailable_reason
+
+    why = cuda_unavailable_reason()
+    if why is not None:
+        return (OPTIONAL, why, "a CUDA device for --device cuda; --device host runs the same "
+                "kernels on the CPU")
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    return OK, f"{name}, sm_{cupy.cuda.Device(0).compute_capability}", ""
+
+
+def check_torch() -> tuple[str, str, str]:
+    v = _dist("torch")
+    if v is None:
+        return (OPTIONAL, "PyTorch not installed", "only for the PyTorch benchmarks and "
+                "exporting your own models to ONNX: pip install torch")
+    return OK, f"PyTorch {v}", ""
+
+
+CHECKS: list[tuple[str, Callable[[], tuple[str, str, str]]]] = [
+    ("Python", check_python), ("numpy", check_numpy), ("Qt", check_qt),
+    ("display", check_display), ("gcc", check_gcc), ("NVRTC", check_nvrtc),
+    ("CuPy", check_cupy), ("GPU", check_gpu), ("torch", check_torch),
+]
+
+
+def rows() -> list[tuple[str, str, str, str]]:
+    """(what, status, found, what to do) per check; a check that raises is reported, not
+    propagated (a broken install is what doctor is for)."""
+    out = []
+    for what, check in CHECKS:
+        try:
+            status, found, todo = check()
+        except Exception as e:  # noqa: BLE001
+            status, found, todo = MISSING, f"{type(e).__name__}: {_one_line(e)}", "reinstall it"
+        out.append((what, status, found, todo))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the table; exit 0."""
+    from app import version
+
+    print(f"tapescope {version()}")
+    table = rows()
+    w = max(len(r[0]) for r in table)
+    s = max(len(r[1]) for r in table)
+    for what, status, found, todo in table:
+        print(f"{what:<{w}}  {status:<{s}}  {found}" + (f"  -> {todo}" if todo else ""))
+    return 0

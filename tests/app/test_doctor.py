@@ -1,0 +1,73 @@
+"""``tapescope doctor`` and ``tapescope --version``: one table that says what this machine has,
+checked against what the backends themselves find."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from app.cli import main
+from app.commands import doctor
+
+NAMES = ["Python", "numpy", "Qt", "display", "gcc", "NVRTC", "CuPy", "GPU", "torch"]
+
+
+def _table(capsys) -> dict[str, str]:
+    assert main(["doctor"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("tapescope ")
+    return {ln.split()[0]: ln for ln in lines[1:]}
+
+
+def test_doctor_says_exactly_what_this_machine_has(capsys, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    rows = _table(capsys)
+    assert list(rows) == NAMES
+    import numpy
+
+    assert rows["numpy"].split()[1:3] == ["ok", numpy.__version__]
+    assert rows["Python"].split()[1] == "ok"
+    assert (rows["gcc"].split()[1] == "ok") == (shutil.which(os.environ.get("TAPESCOPE_CXX",
+                                                                          "g++")) is not None)
+    from gpu.cuda import cuda_unavailable_reason
+
+    why = cuda_unavailable_reason()
+    if why is None:
+        assert rows["GPU"].split()[1] == "ok"
+    else:
+        assert "not available" in rows["GPU"] and why in rows["GPU"]
+    try:
+        from gpu.nvrtc import cuda_version_text, nvrtc_version
+
+        assert f"NVRTC {cuda_version_text(nvrtc_version())}" in rows["NVRTC"]
+    except Exception:  # noqa: BLE001  (no NVRTC here: the row must say what to install)
+        assert "pip install" in rows["NVRTC"]
+    assert "no display" in rows["display"] and "--screenshot" in rows["display"]
+
+
+def test_what_is_missing_says_what_to_install(capsys, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("TAPESCOPE_CXX", "no-such-cxx")
+    monkeypatch.setattr(doctor, "_dist", lambda *names: None)  # no PySide6, CuPy, torch
+
+    def broken():
+        raise RuntimeError("numpy is half installed\nsecond line")
+
+    monkeypatch.setattr(doctor, "CHECKS", [(n, broken if n == "numpy" else c)
+                                           for n, c in doctor.CHECKS])
+    rows = _table(capsys)
+    assert "MISSING" in rows["gcc"] and "no-such-cxx" in rows["gcc"]
+    assert "apt-get install g++" in rows["gcc"]
+    assert "MISSING" in rows["Qt"] and "pip install PySide6-Essentials" in rows["Qt"]
+    assert "not available" in rows["CuPy"] and "pip install cupy-cuda12x" in rows["CuPy"]
+    assert "not available" in rows["torch"] and "pip install torch" in rows["torch"]
+    assert "RuntimeError: numpy is half installed second line" in rows["numpy"]
+
+
+def test_version(capsys):
+    from app import version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"tapescope {version()}\n"
