@@ -1,4 +1,4 @@
-"""Row-wise ops over the last axis: softmax, rms_norm, silu, swiglu, rope, cross_entropy.
+"""Row ops over the last axis: softmax, rms_norm, layer_norm, silu, swiglu, rope, cross_entropy.
 
 Each is the formula of docs/reference-order.md written out step by step; every reduction is the
 serial ``serial_sum`` and every transcendental comes from the math namespace ``M`` (refmath).
@@ -103,6 +103,65 @@ register(OpDef(
                             Step("c", "let", "MUL(DIV(MUL(MUL({r}, {r}), {r}), {n}), {dot})")),
                      lets=(("gd", "MUL({g}, {gamma})"),)),
              RowPass(("MUL({g}, MUL({x}, {r}))",))))))
+
+
+# ---- layer_norm --------------------------------------------------------------------------------
+def _ln_eps(at):
+    return at.get("eps", 1e-5)  # ONNX LayerNormalization's default epsilon
+
+
+def _ln_parts(x, eps):
+    n = x.dtype.type(x.shape[-1])
+    mu = serial_sum(x, -1, keepdims=True) / n
+    d = x - mu
+    var = serial_sum(d * d, -1, keepdims=True) / n
+    return d, _one(x) / np.sqrt(var + x.dtype.type(eps)), n  # two roundings: 1 / sqrt(.)
+
+
+def _ln_fwd(M, xs, at):
+    x, gamma = xs
+    d, r, _ = _ln_parts(x, _ln_eps(at))
+    return (d * r) * gamma
+
+
+def _ln_bwd(M, g, xs, y, at, nd):
+    x, gamma = xs
+    d, r, n = _ln_parts(x, _ln_eps(at))
+    gd, xh = g * gamma, d * r
+    ma = serial_sum(gd, -1, keepdims=True) / n
+    mb = serial_sum(gd * xh, -1, keepdims=True) / n
+    gx = r * ((gd - ma) - (xh * mb)) if nd[0] else None
+    gg = unbroadcast(g * xh, gamma.shape) if nd[1] else None
+    return [gx, gg]
+
+
+def _ln_shape(shapes, at):
+    x, gamma = shapes
+    if len(x) < 1 or gamma != (x[-1],):
+        raise ShapeError(f"layer_norm needs x [..., D] and gamma [D]; got {x} and {gamma}")
+    return x
+
+
+register(OpDef(
+    "layer_norm", 2, "rowwise", "row_local", _ln_shape, forward=_ln_fwd, backward=_ln_bwd,
+    sample=lambda rng, dt: [([_r(rng, dt, 3, 6), _r(rng, dt, 6, lo=0.5, hi=1.5)],
+                             {"eps": 1e-5}),
+                            ([_r(rng, dt, 2, 2, 4), _r(rng, dt, 4)], {"eps": 1e-3}),
+                            ([_r(rng, dt, 5), _r(rng, dt, 5)], {})],
+    doc="mu = serial_sum(x)/n; d = x - mu; r = 1/sqrt(serial_sum(d*d)/n + eps); y = (d*r)*gamma",
+    row=RowForm(
+        ins=(("x", "row"), ("gamma", "col")), keep=("mu", "r"), scalars=(("eps", _ln_eps),),
+        fwd=RowPass(("MUL(MUL(SUB({x}, {mu}), {r}), {gamma})",),
+                    steps=(Step("sx", "sum", "{x}"), Step("mu", "let", "DIV({sx}, {n})"),
+                           Step("sd", "sum", "MUL(SUB({x}, {mu}), SUB({x}, {mu}))"),
+                           Step("r", "let", "DIV((real_t)1, SQRT(ADD(DIV({sd}, {n}), {eps})))"))),
+        bwd=(RowPass(("MUL({r}, SUB(SUB({gd}, {ma}), MUL({xh}, {mb})))",),
+                     steps=(Step("sa", "sum", "MUL({g}, {gamma})"),
+                            Step("sb", "sum", "MUL(MUL({g}, {gamma}), MUL(SUB({x}, {mu}), {r}))"),
+                            Step("ma", "let", "DIV({sa}, {n})"),
+                            Step("mb", "let", "DIV({sb}, {n})")),
+                     lets=(("gd", "MUL({g}, {gamma})"), ("xh", "MUL(SUB({x}, {mu}), {r})"))),
+             RowPass(("MUL({g}, MUL(SUB({x}, {mu}), {r}))",))))))
 
 
 # ---- silu / swiglu -----------------------------------------------------------------------------

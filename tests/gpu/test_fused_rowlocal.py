@@ -74,6 +74,8 @@ CASES["muls"] = lambda t, a, x, rng: ops.muls(a, -1.7)
 CASES["softmax"] = lambda t, a, x, rng: ops.softmax(a)
 CASES["rms_norm"] = lambda t, a, x, rng: ops.rms_norm(
     a, t.param(rng.uniform(0.5, 1.5, SHAPE[-1]), name="gamma"))
+CASES["layer_norm"] = lambda t, a, x, rng: ops.layer_norm(
+    a, t.param(rng.uniform(0.5, 1.5, SHAPE[-1]), name="gamma"), eps=1e-5)
 CASES["rope"] = lambda t, a, x, rng: ops.rope(a, base=100.0)
 CASES["matmul"] = lambda t, a, x, rng: a @ t.param(rng.uniform(-1, 1, (SHAPE[-1], 6)), name="W3")
 
