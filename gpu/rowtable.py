@@ -46,10 +46,6 @@ class LazyEnv(dict):
         return self.elem(key)
 
 
-def _fill(text: str, env: Mapping[str, str]) -> str:
-    return fill(text, env)
-
-
 class Target:
     """Where one target keeps things. Subclasses say how to read an element at a column, a kept
     row value, a host scalar; how to loop over a row; how to write an output."""
@@ -78,6 +74,7 @@ class Target:
         raise NotImplementedError
 
     def red_loop(self, first: int = 0) -> str:
+        """The head of a row value's loop over the columns (from ``first``)."""
         return f"for (long long {self.red_var} = {first}; {self.red_var} < {self.width()}; " \
                f"++{self.red_var})"
 
@@ -108,9 +105,9 @@ def step_lines(t: Target, form_: RowForm, steps: tuple, rowvals: dict[str, str],
     for s in steps:
         v = f"rv_{s.name}"
         if s.kind == "let":
-            lines.append(f"real_t {v} = {_fill(s.expr, _env(t, form_, rowvals, ''))};")
+            lines.append(f"real_t {v} = {fill(s.expr, _env(t, form_, rowvals, ''))};")
         elif s.kind == "sum":
-            e = _fill(s.expr, _env(t, form_, rowvals, t.red_var))
+            e = fill(s.expr, _env(t, form_, rowvals, t.red_var))
             lines.append(f"real_t {v} = (real_t)0;")
             if stash is not None and s is steps[-1]:
                 lines.append(f"{t.red_loop()} {{ real_t e = {e}; {stash} = e; "
@@ -118,8 +115,8 @@ def step_lines(t: Target, form_: RowForm, steps: tuple, rowvals: dict[str, str],
             else:
                 lines.append(f"{t.red_loop()} {v} = ADD({v}, {e});")
         else:  # max: exact in any order; NaN propagates
-            e0 = _fill(s.expr, _env(t, form_, rowvals, "0"))
-            e = _fill(s.expr, _env(t, form_, rowvals, t.red_var))
+            e0 = fill(s.expr, _env(t, form_, rowvals, "0"))
+            e = fill(s.expr, _env(t, form_, rowvals, t.red_var))
             lines.append(f"real_t {v} = {e0};")
             lines.append(f"{t.red_loop(1)} {{ real_t q = {e}; "
                          f"if (q != q || q > {v}) {v} = ({v} != {v}) ? {v} : q; }}")
@@ -150,8 +147,8 @@ def pass_lines(t: Target, form_: RowForm, which: str | int, p: RowPass | None = 
     st = term = None
     if stash and p.steps and p.steps[-1].kind == "sum" and not p.lets and len(outs) == 1:
         names = {**rowvals, **{s.name: f"rv_{s.name}" for s in p.steps}}
-        term = _fill(p.steps[-1].expr, _env(t, form_, names, t.red_var))
-        if term in _fill(outs[0], _env(t, form_, names, t.red_var)):
+        term = fill(p.steps[-1].expr, _env(t, form_, names, t.red_var))
+        if term in fill(outs[0], _env(t, form_, names, t.red_var)):
             st = t.elem("y", t.red_var)
     lines += step_lines(t, form_, p.steps, rowvals, st)
     if which == "fwd":
@@ -161,10 +158,10 @@ def pass_lines(t: Target, form_: RowForm, which: str | int, p: RowPass | None = 
     env = _env(t, form_, rowvals, col)
     body = []
     for name, expr in p.lets:
-        body.append(f"real_t el_{name} = {_fill(expr, env)};")
+        body.append(f"real_t el_{name} = {fill(expr, env)};")
         env[name] = f"el_{name}"
     for k, text in enumerate(outs):
-        e = _fill(text, env)
+        e = fill(text, env)
         if st is not None and term is not None:
             e = e.replace(term, st)  # the term the sum loop left in the output
         body.append(t.write(k, e, col))
@@ -271,7 +268,7 @@ def _kernel(op: str, f: RowForm, which: str | int) -> str:
         t = _Lib(f, which, "col")
         kp = "".join(f"real_t rv_{k} = kp{j}[rw]; " for j, k in enumerate(f.keep))
         env = _env(t, f, {k: f"rv_{k}" for k in f.keep}, "d")
-        term = _fill(p.out[0], env)
+        term = fill(p.out[0], env)
         return "\n".join([
             head, "    TS_GRID_STRIDE(d, L) {",
             "        if (!reduce) {",
