@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print the traceback too (also after the command)")
-    from app import version
+    from app.about import version
 
     parser.add_argument("--version", action="version", version=f"tapescope {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

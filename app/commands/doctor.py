@@ -74,14 +74,14 @@ def check_display() -> tuple[str, str, str]:
 
 
 def check_gcc() -> tuple[str, str, str]:
-    """The C++ compiler the host backend would use (gpu.host.find_compiler: $TAPESCOPE_CXX or
-    g++), and its version, as the backend reads them."""
+    """The C++ compiler the host backend would use (gpu.host_compiler.find_compiler:
+    $TAPESCOPE_CXX or g++), and its version, as the backend reads them."""
     from gpu.device import DeviceError
-    from gpu.host import _compiler_version, find_compiler
+    from gpu.host_compiler import compiler_version, find_compiler
 
     try:
         cxx = find_compiler()
-        first = _compiler_version(cxx).splitlines()[0]
+        first = compiler_version(cxx).splitlines()[0]
     except DeviceError as e:
         return (MISSING, _one_line(str(e).split(":")[0]),
                 "the host backend compiles its kernels with g++: apt-get install g++ "
@@ -151,7 +151,7 @@ def rows() -> list[tuple[str, str, str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the table; exit 0."""
-    from app import version
+    from app.about import version
 
     print(f"tapescope {version()}")
     table = rows()

@@ -67,7 +67,7 @@ def test_what_is_missing_says_what_to_install(capsys, monkeypatch):
 
 
 def test_version(capsys):
-    from app import version
+    from app.about import version
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"tapescope {version()}\n"
