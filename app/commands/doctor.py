@@ -34,7 +34,7 @@ def _dist(*names: str) -> str | None:
 
 
 def _one_line(e: BaseException | str) -> str:
-    return " ".join(str(e).split())[:200]
+    return " ".join(str(e).split())[:400]
 
 
 def check_python() -> tuple[str, str, str]:

@@ -148,6 +148,36 @@ def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out)
 
 
 @needs_nvrtc
+def test_the_audit_table_in_devices_md_is_what_kernels_prints(kernels_out):
+    # docs/devices.md restates the audit's counts; they went stale once (div.rn 152 vs 160)
+    import re
+    from pathlib import Path
+
+    from gpu.nvrtc import AUDIT_COLUMNS, cuda_version_text
+
+    _, text, _ = kernels_out
+    printed = {}
+    for ln in text.splitlines():
+        parts = ln.split()
+        if len(parts) > 3 + len(AUDIT_COLUMNS) and parts[0].count("-") >= 2:
+            printed[parts[0]] = parts[3:3 + len(AUDIT_COLUMNS)]
+    assert len(printed) == 14, text
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "devices.md").read_text()
+    section = doc[doc.index("## Compiling and auditing every kernel"):]
+    version = re.search(r"With NVRTC (\d+\.\d+)", section).group(1)
+    if version != cuda_version_text(nvrtc_version()):
+        pytest.skip(f"docs/devices.md's table is for NVRTC {version}, this is "
+                    f"{cuda_version_text(nvrtc_version())}")
+    table = {}
+    start = section.index("| unit |")
+    for ln in section[start:section.index("\n\n", start)].splitlines()[2:]:
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        table[cells[0]] = cells[1:]
+    want = "\n".join(f"| {u} | {' | '.join(v)} |" for u, v in printed.items())
+    assert table == printed, f"docs/devices.md's audit table should read:\n{want}"
+
+
+@needs_nvrtc
 def test_platform_units_really_differ(kernels_out):
     # control: the platform libm does use fma/approx, so a clean refmath audit means something
     _, _, out = kernels_out
