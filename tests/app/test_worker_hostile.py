@@ -125,14 +125,11 @@ def test_a_reply_without_its_fields_is_named_not_a_keyerror(mode, says):
         "NoneType", "")
 
 
+# every field's checks are tests/core/test_tensordiff_checks.py (no worker needed); through a
+# worker: a NaN count, and what only the client can know (the node's size, how many nodes)
 @pytest.mark.parametrize("field,value,says", [
     ("n_diff", "NaN", "'n_diff' must be a whole number, not 'nan'"),
-    ("n_diff", "0.5", "'n_diff' must be a whole number"),
-    ("n_diff", "true", "'n_diff' must be a whole number"),
-    ("n_diff", "-3", "'n_diff' is -3"),
     ("n", "3", "counts 3 elements of"),
-    ("max_abs", "\"garbage\"", "'max_abs' must be a number >= 0"),
-    ("first_index", "7", "first_index 7 with n_diff 0"),
     ("count", "0", "node summaries for"),
 ])
 def test_nan_or_garbage_in_a_summary_is_a_malformed_reply_never_bit_identical(field, value,
