@@ -109,3 +109,65 @@ def test_entry_helpers_read_the_round_tripped_counts():
     exact = ParityReport.of([NodeParity(0, "param", None, compare_arrays(np.ones(2),
                                                                          np.ones(2)), None)])
     assert exact.to_json()["first_divergence"] is None and exact.to_json()["exact"] is True
+
+
+# ---- from the mutation run's survivors: a summary off a file or the pipe is checked ----------
+def _summary(**kw) -> dict:
+    return {**compare_arrays(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.5, 3.0])).to_json(),
+            **kw}
+
+
+@pytest.mark.parametrize("kw,says", [
+    ({"n_diff": 4}, "'n_diff' is 4, not in 0..3"),
+    ({"first_index": 3}, "'first_index' is 3, not in 0..2"),
+    ({"n_nan": 2}, "'n_nan' is 2, not in 0..1"),
+    ({"n_signed_zero": 2}, "'n_signed_zero' is 2, not in 0..1"),
+    ({"nan_bits_differ": 4}, "'nan_bits_differ' is 4, not in 0..3"),
+    ({"max_ulp": -1}, "'max_ulp' is -1, not in 0.."),
+    ({"n": -1}, "'n' is -1, not in 0.."),
+    ({"first_index": None}, "first_index None with n_diff 1"),
+    ({"n_diff": 0}, "first_index 1 with n_diff 0"),
+    ({"n": 2.0}, "'n' must be a whole number, not '2.0'"),
+    ({"n_nan": True}, "'n_nan' must be a whole number, not 'True'"),
+    ({"max_abs": -0.5}, "'max_abs' must be a number >= 0, not '-0.5'"),
+    ({"max_abs": "1.5"}, "'max_abs' must be a number >= 0, not '1.5'"),
+    ({"max_rel": True}, "'max_rel' must be a number >= 0, not 'True'"),
+    ({"max_rel": None}, "'max_rel' must be a number >= 0, not 'None'"),
+])
+def test_a_summary_out_of_range_is_refused_naming_the_field(kw, says):
+    with pytest.raises(ValueError) as ei:
+        TensorDiff.from_json(_summary(**kw))
+    assert str(ei.value).endswith(says), str(ei.value)
+
+
+def test_a_summary_at_its_bounds_is_read():
+    d = TensorDiff.from_json(_summary(n_diff=3, first_index=2, n_nan=3, n_signed_zero=3,
+                                      nan_bits_differ=3, max_abs="nan", max_rel="inf"))
+    assert (d.n_diff, d.first_index, d.n_nan, d.n_signed_zero, d.nan_bits_differ) == (3, 2, 3, 3, 3)
+    assert math.isnan(d.max_abs) and d.max_rel == math.inf
+    missing = _summary()
+    del missing["max_ulp"]
+    with pytest.raises(ValueError, match="'max_ulp' is missing"):
+        TensorDiff.from_json(missing)
+    with pytest.raises(ValueError, match="a tensor summary must be an object, not list"):
+        TensorDiff.from_json([1])
+
+
+def test_the_first_divergence_in_the_gradients_is_the_highest_differing_one():
+    same = compare_arrays(np.ones(2), np.ones(2))
+    off = compare_arrays(np.ones(2), np.array([1.0, 2.0]))
+    rep = ParityReport.of([NodeParity(0, "param", None, same, off),
+                           NodeParity(1, "exp", None, same, off),
+                           NodeParity(2, "sum", None, same, same)])
+    assert rep.first_divergence == (1, "grad")
+    assert rep.to_json()["first_divergence"] == {"node": 1, "op": "exp", "which": "grad"}
+    e = rep.to_json()["nodes"][0]
+    assert entry_differs(e) and entry_differs(e, "grad") and not entry_differs(e, "value")
+
+
+def test_the_worst_of_an_entry_is_over_both_sides():
+    e = {"value": {"n_diff": 1, "max_ulp": 7, "n_nan": 0},
+         "grad": {"n_diff": 1, "max_ulp": 2, "n_nan": 0}}
+    assert entry_worst(e) == 7.0
+    e["grad"]["max_ulp"] = 9
+    assert entry_worst(e) == 9.0

@@ -11,7 +11,8 @@
 # TAPESCOPE_CACHE_DIR (a mutant of core/cache.py may break the cache it runs on). The copy's
 # [tool.mutmut] is narrowed to the module and its tests from [tool.tapescope.mutation]
 # (pyproject.toml); mutmut then runs, per mutant, only the tests that reach the mutated function.
-# MUTATION_JOBS (default 1) is mutmut's --max-children. Output: <dir>/results.txt (every mutant
+# MUTATION_JOBS (default 1) is mutmut's --max-children; MUTATION_SAMPLE=k runs every k-th
+# mutant only, MUTATION_ONLY=REGEX those whose names match (e.g. 'ǁ_tagged'). Output: <dir>/results.txt (every mutant
 # that is not killed, with `mutmut show NAME` for its diff) and <dir>/stats.json (the counts).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -56,7 +57,18 @@ with open("setup.cfg", "w") as f:
 PY
         export TAPESCOPE_CACHE_DIR="$dir/.kernel-cache" QT_QPA_PLATFORM=offscreen
         start=$(date +%s)
-        python -m mutmut run --max-children "${MUTATION_JOBS:-1}" > run.log 2>&1 || true
+        jobs=${MUTATION_JOBS:-1} sample=${MUTATION_SAMPLE:-1}
+        if [ "$sample" -gt 1 ] || [ -n "${MUTATION_ONLY:-}" ]; then
+            # generate the mutants and the test map without running any, then run a subset:
+            # those matching MUTATION_ONLY (a glob of mutant names), every MUTATION_SAMPLE-th
+            python -m mutmut run --max-children "$jobs" "no-such-mutant" > run.log 2>&1 || true
+            names=$(python -m mutmut results --all true 2>/dev/null | tr -d ':' | awk '{print $1}' \
+                    | grep -E "${MUTATION_ONLY:-.}" | awk -v k="$sample" 'NR % k == 1 || k == 1')
+            # shellcheck disable=SC2086
+            python -m mutmut run --max-children "$jobs" $names >> run.log 2>&1 || true
+        else
+            python -m mutmut run --max-children "$jobs" > run.log 2>&1 || true
+        fi
         python -m mutmut results > results.txt 2>&1 || true
         python -m mutmut export-cicd-stats > /dev/null 2>&1 || true
         cp mutants/mutmut-cicd-stats.json stats.json 2>/dev/null || true
