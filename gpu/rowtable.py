@@ -14,6 +14,7 @@ SECURITY: the text holds only strings of our own table (core/ops) and numbers, n
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 import core.ops  # noqa: F401  (every op registered)
@@ -198,6 +199,8 @@ class _Lib(Target):
     def _pos(self, col: str) -> str:
         if self.mode == "row" and self.f.axis is not None:
             return f"base + {col} * inner"
+        if self.mode == "elem" and not self.f.pair and col == "c":
+            return "e"  # the thread's own element: no row/column split needed
         return f"rw * L + {col}"
 
     def elem(self, name: str, col: str) -> str:
@@ -288,8 +291,9 @@ def _kernel(op: str, f: RowForm, which: str | int) -> str:
     w = "(L / 2)" if f.pair else "L"
     t.col_var = "c"
     body = pass_lines(t, f, which)
-    return "\n".join([head, f"    TS_GRID_STRIDE(e, R * {w}) {{",
-                      f"        long long rw = e / {w}, c = e - rw * {w};",
+    split = [f"        long long rw = e / {w}, c = e - rw * {w};"] if re.search(
+        r"\b(rw|c)\b", "\n".join(body)) else []
+    return "\n".join([head, f"    TS_GRID_STRIDE(e, R * {w}) {{", *split,
                       *("        " + b for b in body), "    }", "}"])
 
 

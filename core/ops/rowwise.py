@@ -4,7 +4,7 @@ Each is the formula of docs/reference-order.md written out step by step; every r
 serial ``serial_sum`` and every transcendental comes from the math namespace ``M`` (refmath).
 Beside the numpy reference, each row op holds its ONE C spelling, a ``RowForm`` (core/ops/rows.py):
 every device target and its docs row are rendered from it, and tests/core/test_row_forms.py holds
-it to the numpy lines here bit for bit. silu and swiglu are elementwise: a ``CForm``.
+it to the numpy lines here bit for bit. silu is elementwise: a ``CForm``.
 """
 
 from __future__ import annotations
@@ -202,11 +202,15 @@ register(OpDef(
     transcendental=True,
     sample=lambda rng, dt: [([_r(rng, dt, 3, 4), _r(rng, dt, 3, 4)], {})],
     doc="y = (a * sigmoid(a)) * u; ga = (g*u) * silu'(a); gu = g * (a*s)",
-    # equal shapes only (the shape rule), so the binary family's broadcast never arises
-    c=CForm("MUL(MUL({a}, SIGMOID({a})), {b})",
-            ("MUL(MUL({g}, {b}), MUL({sg}, ADD((real_t)1, MUL({a}, SUB((real_t)1, {sg})))))",
-             "MUL({g}, MUL({a}, {sg}))"),
-            lets=(("sg", "SIGMOID({a})"),))))
+    # a row form with no row values: its own elementwise kernel (the binary family's switch
+    # kernel measured ~7% slower here), fused and emitted like every row op
+    row=RowForm(
+        ins=(("a", "row"), ("u", "row")),
+        fwd=RowPass(("MUL(MUL({a}, SIGMOID({a})), {u})",)),
+        bwd=(RowPass(("MUL(MUL({g}, {u}), {slope})",),
+                     lets=(("sg", "SIGMOID({a})"),
+                           ("slope", "MUL({sg}, ADD((real_t)1, MUL({a}, SUB((real_t)1, {sg}))))"))),
+             RowPass(("MUL({g}, MUL({a}, {sg}))",), lets=(("sg", "SIGMOID({a})"),))))))
 
 
 # ---- rope --------------------------------------------------------------------------------------

@@ -141,20 +141,8 @@ def _bin_fwd(op: str, a: str, b: str) -> str:
 
 
 def _bin_term(op: str, k: int, a: str, b: str, y: str, g: str) -> str:
-    """ts_bin_term_T of the op table (gpu/optable.py), its lets inlined."""
+    """ts_bin_term_T of the op table (gpu/optable.py)."""
     return render(op, k, {"a": a, "b": b, "y": y, "g": g}, _inline)
-
-
-def _bin_term_lets(op: str, k: int, a: str, b: str, y: str, g: str) -> tuple[str, str]:
-    """(declarations of the table's lets, the expression) of a binary's term."""
-    lets: list[str] = []
-
-    def bind(name: str, expr: str) -> str:
-        lets.append(f"real_t {name} = {expr}; ")
-        return name
-
-    expr = render(op, k, {"a": a, "b": b, "y": y, "g": g}, bind)
-    return "".join(lets), expr
 
 
 def _un(w: _W, op: str, term: str | int, x: str, y: str, g: str, node) -> tuple[str, str]:
@@ -272,9 +260,7 @@ def _bwd_node(w: _W, info, k: int) -> list[str]:
     if op in BINARY:
         a = _operand(w, node, 0, info.kinds[0], "s", "c")
         b = _operand(w, node, 1, info.kinds[1], "s", "c")
-        lets, t = _bin_term_lets(op, k, a, b, f"{w.v(i)}[s * {C} + c]", g)
-        if lets:
-            return [f"{_cloop(C)} {{ {lets}{gx} = ADD({gx}, {t}); }}"]
+        t = _bin_term(op, k, a, b, f"{w.v(i)}[s * {C} + c]", g)
         return [f"{_cloop(C)} {gx} = ADD({gx}, {t});"]
     if op == "matmul":
         wt = node.inputs[1]
