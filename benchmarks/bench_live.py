@@ -103,9 +103,64 @@ def provenance_table(workloads: list[str], steps: int, repeat: int) -> None:
 MEMORY_AT = (100, 1000, 5000, 10000)  # steps at which the memory table reads RSS
 
 
-def live(workload: str, steps: int) -> dict:
+def count_objects(x: object) -> int:
+    """Python objects a decoded message holds (each dict, list, str, number, array: one),
+    the decoder's allocations, counted the same way before and after a change of the wire."""
+    if isinstance(x, dict):
+        return 1 + sum(1 + count_objects(v) for v in x.values())  # (+1: each key)
+    if isinstance(x, (list, tuple)):
+        return 1 + sum(count_objects(v) for v in x)
+    return 1
+
+
+class PipeCount:
+    """Counts what the worker's message pipe carries to the GUI: bytes of each message type,
+    and per snapshot the objects its JSON decodes into (``count_objects``)."""
+
+    def __init__(self) -> None:
+        self.bytes: dict[str, int] = {}
+        self.snapshots = 0
+        self.objects: list[int] = []
+        self.steps = 0
+
+    def __enter__(self) -> PipeCount:
+        import json
+
+        from app.live_worker import WorkerProcess
+
+        self._real = WorkerProcess.messages
+        me = self
+
+        def messages(proc):  # WorkerProcess.messages, counting
+            with os.fdopen(proc.msg_fd, "rb") as f:
+                for line in f:
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    if not isinstance(msg, dict) or "type" not in msg:
+                        continue
+                    kind = msg["type"]
+                    me.bytes[kind] = me.bytes.get(kind, 0) + len(line)
+                    if kind == "snapshot":
+                        me.snapshots += 1
+                        me.objects.append(count_objects(msg))
+                        me.steps += len(msg.get("steps") or ())
+                    yield msg
+
+        WorkerProcess.messages = messages
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from app.live_worker import WorkerProcess
+
+        WorkerProcess.messages = self._real
+
+
+def live(workload: str, steps: int, pipe: PipeCount | None = None) -> dict:
     """Run a live session of ``steps`` in an offscreen window; measure rate, latency, memory
-    (``mem_at``: step → (GUI MiB, worker MiB) at the first snapshot past each MEMORY_AT)."""
+    (``mem_at``: step → (GUI MiB, worker MiB) at the first snapshot past each MEMORY_AT);
+    ``pipe`` counts the message pipe's bytes and objects."""
     from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 
     from app.live import FAILED, STOPPED
@@ -146,7 +201,11 @@ def live(workload: str, steps: int) -> dict:
             mem["gui_end"] = rss_mb()
             mem["worker_end"] = rss_mb(win.live.live.proc.pid)
 
-    win.live.start(SessionConfig(workload=workload, device="host"), max_steps=steps)
+    if pipe is not None:
+        with pipe:  # the reader thread takes the patched generator when the session starts
+            win.live.start(SessionConfig(workload=workload, device="host"), max_steps=steps)
+    else:
+        win.live.start(SessionConfig(workload=workload, device="host"), max_steps=steps)
     win.live.live.snapshot.connect(on_snapshot)
     timer = QTimer()
     timer.setInterval(10)
@@ -342,14 +401,25 @@ def big_live_table(steps: int, repeat: int) -> None:
     print(f"real worker, 10,005-node transformer, {steps} steps a run, {repeat} rounds")
     print(f"{'round':>5}{'headless/s':>11}{'live/s':>8}{'ratio':>7}{'CPU/step headless':>19}"
           f"{'worker':>8}{'CPU ratio':>10}{'GUI CPU/step':>13}{'lat max':>9}{'p99 ms':>8}")
+    pipes = []
     for k in range(repeat):
         cpu: list = []
         h = headless(BIG, steps, cpu=cpu)
-        r = live(BIG, steps)
+        pipe = PipeCount()
+        r = live(BIG, steps, pipe)
+        pipes.append(pipe)
         print(f"{k + 1:>5}{h:>11.3f}{r['rate']:>8.3f}{r['rate'] / h:>7.2f}"
               f"{cpu[0] * 1e3:>17.0f}ms{r['worker_cpu_step'] * 1e3:>6.0f}ms"
               f"{cpu[0] / r['worker_cpu_step']:>10.2f}{r['gui_cpu_step'] * 1e3:>11.0f}ms"
               f"{r['lat_max']:>9.1f}{r['lat_p99']:>8.1f}", flush=True)
+    # counts, not times: what the pipe carried and what the GUI decoded (the same each run)
+    print(f"{'round':>5}{'snapshots':>10}{'steps':>7}{'snapshot bytes/step':>21}"
+          f"{'other bytes':>12}{'objects/snapshot':>18}")
+    for k, p in enumerate(pipes):
+        other = sum(v for t, v in p.bytes.items() if t != "snapshot")
+        print(f"{k + 1:>5}{p.snapshots:>10}{p.steps:>7}"
+              f"{p.bytes.get('snapshot', 0) / max(p.steps, 1):>21,.0f}{other:>12,}"
+              f"{(sum(p.objects) / max(len(p.objects), 1)):>18,.0f}", flush=True)
 
 
 def main() -> None:
