@@ -55,6 +55,8 @@ class SessionConfig:
     compare: str = "cpu-device"
     seed: int = 0
     worker: str | None = None  # a command that serves the device side (app.remote), or here
+    worker_timeout: float | None = None  # seconds per worker request (None: env or default)
+    worker_open_timeout: float | None = None  # the same for hello, device and open
 
     def __post_init__(self) -> None:
         if self.compare not in COMPARES:
@@ -258,7 +260,8 @@ class PairRunner:
             from app.remote import RemoteDevice, RemoteRun
 
             self.device = RemoteDevice(config.worker, config.device, config.workload,
-                                       config.seed)
+                                       config.seed, config.worker_timeout,
+                                       config.worker_open_timeout)
             make_run = RemoteRun  # the device side runs in the worker; the CPU stays here
         elif device is None and "device" in (ref.side, cand.side):
             import gpu

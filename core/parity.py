@@ -53,11 +53,46 @@ class TensorDiff:
 
     @classmethod
     def from_json(cls, d: dict) -> TensorDiff:
-        """The inverse of ``to_json``; also reads strict JSON ("inf", "nan" strings)."""
+        """The inverse of ``to_json``; also reads strict JSON ("inf", "nan" strings). Every
+        field is checked (a count is a whole number in range, never NaN, 2.5 or true): a
+        malformed summary raises ValueError naming the field, never reads as exact."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a tensor summary must be an object, not {type(d).__name__}")
+        n = _count(d, "n", None)
+        n_diff = _count(d, "n_diff", n)
         fi = d.get("first_index")
-        return cls(int(d["n"]), int(d["n_diff"]), int(d["max_ulp"]), float(d["max_abs"]),
-                   float(d["max_rel"]), None if fi is None else int(fi), int(d.get("n_nan", 0)),
-                   int(d.get("n_signed_zero", 0)), int(d.get("nan_bits_differ", 0)))
+        if fi is not None:
+            fi = _count(d, "first_index", n - 1)
+        if (fi is None) != (n_diff == 0):
+            raise ValueError(f"first_index {fi!r} with n_diff {n_diff}")
+        return cls(n, n_diff, _count(d, "max_ulp", None), _measure(d, "max_abs"),
+                   _measure(d, "max_rel"), fi, _count(d, "n_nan", n_diff, 0),
+                   _count(d, "n_signed_zero", n_diff, 0), _count(d, "nan_bits_differ", n, 0))
+
+
+_NO_DEFAULT = object()
+
+
+def _count(d: dict, key: str, most: int | None, default: object = _NO_DEFAULT) -> int:
+    """``d[key]`` as a count in 0..``most`` (a JSON whole number: not a float, not a bool)."""
+    v = d.get(key, default)
+    if v is _NO_DEFAULT:
+        raise ValueError(f"{key!r} is missing")
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{key!r} must be a whole number, not {str(v)[:40]!r}")
+    if v < 0 or (most is not None and v > most):
+        raise ValueError(f"{key!r} is {v}, not in 0..{'' if most is None else most}")
+    return v
+
+
+def _measure(d: dict, key: str) -> float:
+    """``d[key]`` as a float >= 0 (inf and nan allowed, also as strict JSON's strings)."""
+    v = d.get(key)
+    if isinstance(v, str) and v in ("inf", "nan"):
+        return float(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise ValueError(f"{key!r} must be a number >= 0, not {str(v)[:40]!r}")
+    return float(v)
 
 
 @dataclass(frozen=True)

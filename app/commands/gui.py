@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     live.add_argument("--worker", metavar="CMD", default=None,
                       help="run the device side through this command, e.g. \"ssh gpu-box "
                            "tapescope worker\" (split like a shell line, never run by a shell)")
+    from app.commands.worker import add_timeout_flags
+
+    add_timeout_flags(live)
     live.add_argument("--steps", type=int, default=30,
                       help="with --screenshot: steps to run before the picture")
     from app.commands.onnx_cmd import _limit_flags
@@ -155,11 +158,13 @@ def run(args: argparse.Namespace) -> int:
     if workload or not args.file:
         ok = win.open_workload(workload or "mlp") and ok
     if args.live and ok and win.session is not None and win.session.workload is not None:
+        from app.commands.worker import timeouts as worker_timeouts
         from app.runs import SessionConfig
 
         cfg = SessionConfig(workload=win.session.meta["workload"], device=args.device,
                             fuse=args.fuse, dtype=args.dtype, math=args.math,
-                            compare=args.compare, worker=getattr(args, "worker", None))
+                            compare=args.compare, worker=getattr(args, "worker", None),
+                            **worker_timeouts(args))
         ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)
     if args.screenshot:
         return _screenshot(win, args, size, ok)

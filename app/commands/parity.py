@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flip the lowest mantissa bit of element 0 of NODE's (id or name) "
                         "device value (gradient) at STEP, right after the device computes it "
                         "(unfused only): that node is then reported as introduced")
+    from app.commands.worker import add_timeout_flags
+
+    add_timeout_flags(p)  # --worker-timeout S, --worker-open-timeout S
     p.set_defaults(func=run)
 
 
@@ -92,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     input raises: ``tapescope`` turns it into one line and exit 2)."""
     import json
 
+    from app.commands.worker import timeouts as worker_timeouts
     from app.runs import PairRunner, SessionConfig
     from core.parity import strict_json
 
@@ -101,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
                         dtype=args.dtype, math=args.math, compare="cpu-device", seed=args.seed,
-                        worker=getattr(args, "worker", None))
+                        worker=getattr(args, "worker", None), **worker_timeouts(args))
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")

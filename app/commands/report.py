@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker", metavar="CMD", default=None,
                    help="run the device side through this command (split like a shell line, "
                         "never run by a shell), e.g. \"ssh gpu-box tapescope worker\"")
+    from app.commands.worker import add_timeout_flags
+
+    add_timeout_flags(p)  # --worker-timeout S, --worker-open-timeout S
     p.set_defaults(func=run)
 
 
@@ -47,12 +50,13 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise OSError(f"cannot write {args.out}: {e}") from e
     from app.commands.model_args import resolve_workload
+    from app.commands.worker import timeouts as worker_timeouts
     from app.report_data import ReportAccumulator
     from app.runs import PairRunner, SessionConfig
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
                         dtype=args.dtype, math=args.math, compare=args.compare, seed=args.seed,
-                        worker=getattr(args, "worker", None))
+                        worker=getattr(args, "worker", None), **worker_timeouts(args))
     runner = PairRunner(cfg)
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None

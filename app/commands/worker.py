@@ -20,6 +20,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _seconds(text: str) -> float:
+    from app.remote import seconds
+
+    try:
+        return seconds(text, "the value")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_timeout_flags(p: argparse.ArgumentParser) -> None:
+    """``--worker-timeout S`` and ``--worker-open-timeout S`` beside a command's ``--worker``."""
+    from app.remote import OPEN_TIMEOUT_ENV, OPEN_TIMEOUT_S, TIMEOUT_ENV, TIMEOUT_S
+
+    p.add_argument("--worker-timeout", metavar="S", type=_seconds, default=None,
+                   help=f"with --worker: seconds the worker may take to answer one request "
+                        f"(default ${TIMEOUT_ENV} or {TIMEOUT_S:g}); one it misses ends the run")
+    p.add_argument("--worker-open-timeout", metavar="S", type=_seconds, default=None,
+                   help=f"with --worker: the same for its hello, device and open (the first "
+                        f"compile; default ${OPEN_TIMEOUT_ENV} or {OPEN_TIMEOUT_S:g})")
+
+
+def timeouts(args: argparse.Namespace) -> dict:
+    """The SessionConfig fields of ``add_timeout_flags``' flags."""
+    return {"worker_timeout": getattr(args, "worker_timeout", None),
+            "worker_open_timeout": getattr(args, "worker_open_timeout", None)}
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until the client says quit or closes the pipe."""
     import os
@@ -29,5 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
     die_with_parent()  # e.g. an ssh session that drops: no worker left behind on the GPU box
     pin, pout = protect_stdio()
-    with os.fdopen(pin, "rb") as fin, os.fdopen(pout, "wb") as fout:
-        return serve(fin, fout)
+    try:
+        return serve(pin, pout)
+    finally:
+        os.close(pin)
+        os.close(pout)

@@ -1,0 +1,133 @@
+"""A hostile or broken stand-in for ``tapescope worker``: ``python hostile_worker.py MODE``.
+
+Each mode misbehaves in one way the client must survive with one line and exit 2, in bounded
+time and memory (tests/app/test_worker_hostile.py). Modes that start honest run the real
+worker (``app.remote._Worker``) for the requests before they misbehave. Every mode ends by
+itself after ``LIFETIME_S``, so a client that fails to end it leaves nothing behind for long.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+LIFETIME_S = 120
+
+
+def _line() -> dict | None:
+    line = sys.stdin.buffer.readline(1 << 30)  # the client is the test's: trusted here
+    return json.loads(line) if line.strip() else None
+
+
+def _say(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+def _reply(msg: dict) -> None:
+    _say(json.dumps(msg).encode() + b"\n")
+
+
+def _hang() -> None:
+    time.sleep(LIFETIME_S)
+    sys.exit(0)
+
+
+def _hello() -> None:
+    _line()
+    from app.remote import PROTOCOL
+
+    _reply({"type": "hello", "protocol": PROTOCOL})
+
+
+def _honest_until(stop) -> dict:
+    """Serve like the real worker; return the first request ``stop(msg, counts)`` says to."""
+    from app.remote import _Worker
+
+    worker, counts = _Worker(), {}
+    while True:
+        msg = _line()
+        if msg is None or msg.get("cmd") == "quit":
+            sys.exit(0)
+        counts[msg["cmd"]] = counts.get(msg["cmd"], 0) + 1
+        if stop(msg, counts):
+            return msg
+        _reply(worker.handle(msg))
+
+
+def main(mode: str) -> None:
+    signal.alarm(LIFETIME_S)  # never outlive a test run
+    if mode == "silent":  # reads the hello, never answers
+        _line()
+        _hang()
+    _hello()
+    if mode == "after_hello":  # answers hello, then nothing
+        _line()
+        _hang()
+    if mode == "half_line":  # half a device reply, then sleeps
+        _line()
+        _say(b'{"type": "device", "kind": "ho')
+        _hang()
+    if mode == "huge_line":  # 700 MiB without a newline, made lazily a MiB at a time
+        _line()
+        chunk = b"A" * (1 << 20)
+        try:
+            for _ in range(700):
+                _say(chunk)
+        except BrokenPipeError:
+            sys.exit(0)
+        _hang()
+    if mode == "deep":  # a line nested 4,000 deep (json.loads would recurse per level)
+        _line()
+        _say(b'{"type": "device", "kind": ' + b"[" * 4000 + b"\n")
+        _hang()
+    if mode == "wide":  # a valid line of 300,000 empty lists: ~30x its size as objects
+        _line()
+        _say(b'{"type": "device", "kind": "host", "describe": "x", "pad": ['
+             + b"[]," * 300_000 + b"[]]}\n")
+        _hang()
+    if mode == "no_kind":  # a device reply without its fields
+        _line()
+        _reply({"type": "device"})
+        _hang()
+    if mode == "no_type":  # a device reply without a type
+        _line()
+        _reply({"kind": "host"})
+        _hang()
+    if mode == "stall_mid_run":  # honest until the second step's advance, then silent
+        _honest_until(lambda msg, n: msg["cmd"] == "advance" and n["advance"] == 2)
+        _hang()
+    if mode.startswith("bad_summary:"):  # honest, but the first compare reply is doctored
+        field, value = mode.split(":", 2)[1:]
+        msg = _honest_until(lambda msg, n: msg["cmd"] == "compare")
+        reply = _doctored_compare(msg, field, json.loads(value))
+        _reply(reply)
+        _line()
+        _hang()
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+def _doctored_compare(msg: dict, field: str, value) -> dict:
+    """An exact compare reply for ``msg``'s arrays with node 0's value ``field`` set to
+    ``value`` (or, for field "count", one node summary too few)."""
+    nodes = []
+    for v, g in zip(msg["values"], msg["grads"], strict=True):
+        n = 1
+        for k in v["shape"]:
+            n *= k
+        exact = {"n": n, "n_diff": 0, "max_ulp": 0, "max_abs": 0.0, "max_rel": 0.0,
+                 "first_index": None, "n_nan": 0, "n_signed_zero": 0, "nan_bits_differ": 0}
+        nodes.append({"value": dict(exact), "grad": None if g is None else dict(exact)})
+    if field == "count":
+        nodes.pop()
+    else:
+        nodes[0]["value"][field] = value
+    return {"type": "parity", "nodes": nodes}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,185 @@
+"""A hostile or broken worker never hangs the client nor makes it allocate: one line, exit 2.
+
+The fakes are ``tests/app/hostile_worker.py MODE``. Each run is bounded in time (the
+subprocess timeout, far above the deadlines under test) and in memory: a small wrapper runs
+the client and reports its peak RSS (``RUSAGE_CHILDREN``), which must stay far below what the
+hostile line would cost if it were held whole or parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from app.remote import PROTOCOL
+from app.wire import MAX_DEPTH, LinePipe, LineTooLong, json_shape, parse_line
+
+FAKE = Path(__file__).with_name("hostile_worker.py")
+CLI = [sys.executable, "-m", "app.cli"]
+PEAK_MB = 450  # the client's own imports are ~150-250 MB; a held 700 MiB line is not
+FAST = ["--worker-timeout", "3", "--worker-open-timeout", "3"]
+WRAP = textwrap.dedent("""
+    import json, resource, subprocess, sys
+    p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps({"rc": p.returncode, "err": p.stderr.decode("utf-8", "replace"),
+                      "peak_mb": peak}))
+""")
+
+
+def fake(mode: str) -> str:
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE))} {shlex.quote(mode)}"
+
+
+def parity(worker: str, *flags: str) -> dict:
+    """rc, err (stderr), peak_mb and seconds of ``tapescope parity --worker WORKER``."""
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", WRAP, *CLI, "parity", "--workload", "mlp",
+                          "--device", "host", "--steps", "3", "--worker", worker, *flags],
+                         capture_output=True, text=True, timeout=300)
+    got = json.loads(out.stdout)
+    got["seconds"] = time.monotonic() - t0
+    return got
+
+
+def one_line(got: dict) -> str:
+    lines = got["err"].strip().splitlines()
+    assert got["rc"] == 2 and len(lines) == 1, got
+    assert "Traceback" not in got["err"]
+    assert lines[0].startswith("tapescope parity: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("mode,request_", [
+    ("silent", "hello"),  # says nothing at all
+    ("after_hello", "device"),  # stops after hello
+    ("half_line", "device"),  # half a line, then sleeps
+])
+def test_a_worker_that_stops_answering_misses_its_deadline(mode, request_):
+    got = parity(fake(mode), *FAST)
+    line = one_line(got)
+    assert f"did not answer {request_!r} within 3 s" in line, line
+    assert "hostile_worker.py" in line and mode in line  # the worker command is named
+    assert "--worker-open-timeout" in line  # and how to give it longer
+    assert got["seconds"] < 120  # it ended (the fake itself would sleep 120 s)
+
+
+def test_a_worker_that_stalls_mid_run_misses_the_request_deadline():
+    # honest through open and the first step; the second step's advance is never answered
+    got = parity(fake("stall_mid_run"), "--worker-timeout", "10")
+    line = one_line(got)
+    assert "did not answer 'advance' within 10 s" in line and "--worker-timeout S" in line
+    assert "stall_mid_run" in line
+
+
+def test_the_deadline_comes_from_the_environment_too(monkeypatch):
+    monkeypatch.setenv("TAPESCOPE_WORKER_OPEN_TIMEOUT", "2")
+    line = one_line(parity(fake("silent")))
+    assert "within 2 s" in line
+    monkeypatch.setenv("TAPESCOPE_WORKER_OPEN_TIMEOUT", "soon")
+    line = one_line(parity(fake("silent")))
+    assert "TAPESCOPE_WORKER_OPEN_TIMEOUT" in line and "'soon'" in line
+
+
+def test_timeout_flags_are_checked():
+    for bad in ("0", "-1", "nan", "inf", "x"):
+        p = subprocess.run([*CLI, "parity", "--worker-timeout", bad], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and "--worker-timeout" in p.stderr, (bad, p.stderr)
+        assert "Traceback" not in p.stderr
+
+
+def test_700_mib_without_a_newline_is_refused_at_the_replys_bound_in_bounded_memory():
+    got = parity(fake("huge_line"), *FAST)
+    line = one_line(got)
+    assert "answering 'device'" in line and "longer than" in line, line
+    assert got["peak_mb"] < PEAK_MB, got
+
+
+@pytest.mark.parametrize("mode,says", [
+    ("deep", f"nested 4001 deep (at most {MAX_DEPTH})"),
+    ("wide", "with 300003 arrays and objects"),
+])
+def test_deep_or_wide_json_is_refused_before_parsing(mode, says):
+    got = parity(fake(mode), *FAST)
+    line = one_line(got)
+    assert says in line and "answering 'device'" in line, line
+    assert got["peak_mb"] < PEAK_MB, got
+
+
+@pytest.mark.parametrize("mode,says", [
+    ("no_kind", "malformed 'device' reply to 'device': 'kind' is NoneType, not str"),
+    ("no_type", "sent a reply with no type to 'device' (expected 'device')"),
+])
+def test_a_reply_without_its_fields_is_named_not_a_keyerror(mode, says):
+    line = one_line(parity(fake(mode), *FAST))
+    assert says in line, line
+    assert "KeyError" not in line and "None" not in line.split(":", 1)[1].replace(
+        "NoneType", "")
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("n_diff", "NaN", "'n_diff' must be a whole number, not 'nan'"),
+    ("n_diff", "0.5", "'n_diff' must be a whole number"),
+    ("n_diff", "true", "'n_diff' must be a whole number"),
+    ("n_diff", "-3", "'n_diff' is -3"),
+    ("n", "3", "counts 3 elements of"),
+    ("max_abs", "\"garbage\"", "'max_abs' must be a number >= 0"),
+    ("first_index", "7", "first_index 7 with n_diff 0"),
+    ("count", "0", "node summaries for"),
+])
+def test_nan_or_garbage_in_a_summary_is_a_malformed_reply_never_bit_identical(field, value,
+                                                                              says):
+    got = parity(fake(f"bad_summary:{field}:{value}"), "--worker-timeout", "60")
+    line = one_line(got)
+    assert "malformed reply to 'compare'" in line and says in line, line
+    assert "bit-identical" not in got["err"] and "zip()" not in line
+
+
+def test_the_worker_answers_deep_or_huge_json_with_one_error_line_on_stdout():
+    hello = json.dumps({"cmd": "hello", "protocol": PROTOCOL}) + "\n"
+    for bad, says in ((b"[" * 200_000 + b"\n", "with 200000 arrays and objects"),
+                      (b"[" * 1000 + b"\n", "nested 1000 deep"),
+                      (b'{"cmd": ' + b"[]," * 100_000 + b"1}\n", "arrays and objects")):
+        p = subprocess.run([*CLI, "worker"], input=hello.encode() + bad, capture_output=True,
+                           timeout=120)
+        assert p.returncode == 2, p.stderr[-2000:]
+        assert b"Traceback" not in p.stderr and b"RecursionError" not in p.stderr
+        hello_reply, reply = [json.loads(x) for x in p.stdout.splitlines()]
+        assert hello_reply["type"] == "hello"
+        assert reply["type"] == "error" and says in reply["message"], reply
+
+
+def test_json_shape_counts_brackets_outside_strings_only():
+    assert json_shape(b'{"a": [1, {"b": "[[[\\"]]"}]}', 100) == (3, 3)
+    assert json_shape(b'"\\\\"[]', 100) == (1, 1)  # an escaped backslash ends no string early
+    assert json_shape(b"[" * 50, 10) == (50, 0)  # over the count: the depth is not measured
+    with pytest.raises(ValueError, match="nested 33 deep"):
+        parse_line(b"[" * 33 + b"]" * 33, "x", 100)
+    assert parse_line(b'{"a": ' + b"[" * 31 + b"]" * 31 + b"}", "x", 100) == {"a": [[[[
+        [[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}
+
+
+def test_a_line_is_read_in_bounded_chunks_and_refused_past_its_bound():
+    import os
+
+    r, w = os.pipe()
+    try:
+        os.write(w, b'{"a": 1}\n' + b"B" * 5000)
+        pipe = LinePipe(r, w)
+        assert pipe.receive(100, time.monotonic() + 5) == b'{"a": 1}'
+        with pytest.raises(LineTooLong, match="longer than 100 bytes"):
+            pipe.receive(100, time.monotonic() + 5)
+        assert len(pipe._buf) == 0  # what was read of the refused line is let go
+        with pytest.raises(TimeoutError):
+            pipe.receive(1 << 20, time.monotonic() + 0.2)
+    finally:
+        os.close(r)
+        os.close(w)
