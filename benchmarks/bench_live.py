@@ -275,34 +275,33 @@ def _feed_session_class():
 def synthetic_messages(n: int, kinds: int = 8, seed: int = 0):
     """``step → the worker's snapshot message`` of one step on an ``n``-node tape: a few
     per cent of the nodes differ by 1-3 ulp (which ones changes with the step), the rest agree;
-    per-step lists are fresh objects, as a JSON decode makes them."""
-    from app.step_history import F_V_INTRO
+    each step's record packed as the worker packs it (``app.step_wire``)."""
+    from core.step_record import F_V_INTRO, STEP_RECORD, pack
 
     rng = np.random.default_rng(seed)
     tmpl = []
     for k in range(kinds):
         u = rng.integers(0, 4, n) * (rng.random(n) < 0.02 * (k % 5))
-        v = (u > 0).astype(int)
-        f = np.where(u > 0, F_V_INTRO * (rng.random(n) < 0.3), 0)
-        tmpl.append((v.tolist(), u.astype(float).tolist(), f.tolist(),
-                     np.where(u > 0, np.maximum(u, 1), 0).astype(float).tolist()))
-    zeros_i, zeros_f = [0] * n, [0.0] * n
+        rec = np.zeros(n, STEP_RECORD)
+        rec["id"] = np.arange(n)
+        rec["v_n"] = rec["g_n"] = 8
+        rec["v_diff"], rec["v_ulp"] = (u > 0).astype(int), u
+        rec["v_first"] = np.where(u > 0, 0, -1)
+        rec["v_abs"] = np.where(u > 0, 1e-16, 0.0)
+        rec["g_first"] = -1
+        rec["flags"] = np.where(u > 0, F_V_INTRO * (rng.random(n) < 0.3), 0)
+        tmpl.append((pack(rec), not (u > 0).any()))
 
     def message(step: int) -> dict:
-        v, vu, f, col = tmpl[step % kinds]
+        packed, exact = tmpl[step % kinds]
         first = {"step": 2, "node": 7, "op": "matmul", "which": "value"}
-        summary = {"step": step, "losses": [1.0 / step, 1.0 / step], "exact": not any(v),
-                   "first": None if step != 2 else {"node": 7, "op": "matmul", "which": "value"},
-                   "n": n, "v": list(v), "vu": list(vu), "g": list(zeros_i),
-                   "gu": list(zeros_f), "nb": list(zeros_i), "f": list(f), "src": "provenance",
-                   "kernels": [], "produced": []}
-        latest = {"step": step, "loss_ref": 1.0 / step, "loss_cand": 1.0 / step,
-                  "seconds": 1.4, "exact": summary["exact"], "first": None, "nodes": []}
+        wire = {"step": step, "loss_ref": 1.0 / step, "loss_cand": 1.0 / step, "seconds": 1.4,
+                "exact": exact, "first": None if step != 2 else {"node": 7, "op": "matmul",
+                                                                  "which": "value"},
+                "provenance": True, "kernels": [], "provenance_s": 0.0, "produced": [],
+                "roots": [], "n": n, "record": packed}
         return {"type": "snapshot", "state": "running", "steps_done": step,
-                "steps": [[step, 1.0 / step, 1.0 / step, 1.4, summary["exact"]]],
-                "columns": [list(col)], "latest": latest,
-                "first": first if step >= 2 else None, "steps_per_s": 0.7,
-                "summaries": [summary]}
+                "steps": [wire], "first": first if step >= 2 else None, "steps_per_s": 0.7}
 
     return message
 

@@ -17,7 +17,6 @@ PACKAGES = ("core", "gpu", "views", "app")
 
 # lazy (function-level) cycles left: each as its sorted member list
 KNOWN_LAZY_CYCLES = {
-    ("app.remote", "app.runs"),
     ("core.onnx.executor", "core.onnx.importer", "core.onnx.ops", "core.onnx.ops.training"),
 }
 

@@ -72,10 +72,10 @@ def test_a_worker_that_stops_answering_misses_its_deadline(mode, request_):
 
 
 def test_a_worker_that_stalls_mid_run_misses_the_request_deadline():
-    # honest through open and the first step; the second step's advance is never answered
+    # honest through open and the first step; the second step is never answered
     got = parity(fake("stall_mid_run"), "--worker-timeout", "10")
     line = one_line(got)
-    assert "did not answer 'advance' within 10 s" in line and "--worker-timeout S" in line
+    assert "did not answer 'step' within 10 s" in line and "--worker-timeout S" in line
     assert "stall_mid_run" in line
 
 
@@ -126,20 +126,21 @@ def test_a_reply_without_its_fields_is_named_not_a_keyerror(mode, says):
 
 
 @pytest.mark.parametrize("field,value,says", [
-    ("n_diff", "NaN", "'n_diff' must be a whole number, not 'nan'"),
-    ("n_diff", "0.5", "'n_diff' must be a whole number"),
-    ("n_diff", "true", "'n_diff' must be a whole number"),
-    ("n_diff", "-3", "'n_diff' is -3"),
-    ("n", "3", "counts 3 elements of"),
-    ("max_abs", "\"garbage\"", "'max_abs' must be a number >= 0"),
-    ("first_index", "7", "first_index 7 with n_diff 0"),
-    ("count", "0", "node summaries for"),
+    # a step record is binary columns of this side's layout: what can be wrong is a value
+    ("v_diff", "-3", "v_diff out of 0..n"),
+    ("v_diff", "999999", "v_diff out of 0..n"),
+    ("v_n", "3", "value n is not the node's element count"),
+    ("v_abs", "-1.5", "v_abs or v_rel < 0"),
+    ("v_first", "7", "v_first where nothing differs"),
+    ("v_nan", "2", "v_nan out of 0..n_diff"),
+    ("flags", "200", "unknown flag bits"),
+    ("id", "5", "not the nodes in order"),
+    ("count", "0", "not a record of"),
 ])
-def test_nan_or_garbage_in_a_summary_is_a_malformed_reply_never_bit_identical(field, value,
-                                                                              says):
-    got = parity(fake(f"bad_summary:{field}:{value}"), "--worker-timeout", "60")
+def test_garbage_in_a_step_record_is_a_malformed_reply_never_bit_identical(field, value, says):
+    got = parity(fake(f"bad_record:{field}:{value}"), "--worker-timeout", "60")
     line = one_line(got)
-    assert "malformed reply to 'compare'" in line and says in line, line
+    assert "malformed reply to 'step'" in line and says in line, line
     assert "bit-identical" not in got["err"] and "zip()" not in line
 
 
