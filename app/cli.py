@@ -149,8 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 — the contract: any failure is one line and exit 2
         if args.debug:
             traceback.print_exception(e)
-        print(f"tapescope {args.command}: {one_line(e)}", file=sys.stderr, flush=True)
+        msg = out_of_memory(args) if any(isinstance(x, MemoryError) for x in _chain(e)) \
+            else one_line(e)
+        print(f"tapescope {args.command}: {msg}", file=sys.stderr, flush=True)
         return 2
+
+
+def out_of_memory(args: argparse.Namespace) -> str:
+    """The one line for a MemoryError: which budget to raise (the process's memory) or lower
+    (the command's own, where it has them)."""
+    own = [f"{flag} (now {getattr(args, key) or 'its default'})" for key, flag in
+           (("max_bytes", "--max-bytes"), ("max_elements", "--max-elements"))
+           if hasattr(args, key)]
+    lower = f"; or lower {' or '.join(own)} so that the run is refused before it" if own else ""
+    return ("out of memory: the process's memory ran out (MemoryError); raise its memory limit "
+            f"(ulimit -v, the container's limit) or use a machine with more{lower}")
 
 
 if __name__ == "__main__":

@@ -344,9 +344,10 @@ class LiveController(QObject):
     def _label(self) -> None:
         if self.live is None:
             return
+        from app.commands.parity import divergence_text
+
         f = self.live.first
-        first = (f"first divergence: step {f['step']} node #{f['node']} {f['op']} "
-                 f"({f['which']})") if f else "no divergence"
+        first = f"first divergence: {divergence_text(f)}" if f else "no divergence"
         state = f"{self.live.state} (killed)" if self.live.killed else self.live.state
         self.state_label.setText(f"live {state} · step {self.live.steps_done} · {first}")
         shown, src = self.travel.view_step, self.travel.source_text()
@@ -379,7 +380,7 @@ class LiveController(QObject):
         try:
             write_report(data, path)
         except OSError as e:
-            self.win.show_error("Cannot export", f"{path}: {e}")
+            self.win.show_error("Cannot export", str(e))  # it names the file
             return False
         self.win.set_status(f"wrote {path}", 5000)
         return True

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from core.names import MAX_NAME, shown
+
 
 @dataclass(frozen=True)
 class OnnxNode:
@@ -98,6 +100,7 @@ def onnx_tape_view(path: str | os.PathLike, seed: int = 0, cancel: Any = None,
     def add(op: str, ins: tuple[int, ...], name: str, value: Any, attrs=None) -> int:
         a = _as_array(value)
         i = len(nodes)
+        name = shown(name, MAX_NAME)  # from the file: escaped and cut before any view sees it
         nodes.append(OnnxNode(i, op, ins, tuple(a.shape), a.dtype, name,
                               MappingProxyType(dict(attrs or {}))))
         values.append(a)
@@ -120,6 +123,6 @@ def onnx_tape_view(path: str | os.PathLike, seed: int = 0, cancel: Any = None,
         for o in outs:
             producer[o] = first  # later outputs of a multi-output node point at its box
     float_dt = next((v.dtype for v in values if v.dtype.kind == "f"), np.dtype(np.float32))
-    meta = {"onnx": str(path), "inputs": {k: list(v.shape) for k, v in feeds.items()},
-            "outputs": list(sess.output_names)}
+    meta = {"onnx": str(path), "inputs": {shown(k): list(v.shape) for k, v in feeds.items()},
+            "outputs": [shown(n) for n in sess.output_names]}
     return OnnxTapeView(nodes, values, params, float_dt), meta

@@ -9,6 +9,7 @@ from html import escape
 from pathlib import Path
 
 from app.session import EXACT_COLOR, NAN_COLOR, parity_colors
+from core.atomic import write_all
 from core.parity import entry_differs, strict_json
 
 SECTIONS = ("verdict", "environment", "first-divergence", "introduced", "dag", "plots",
@@ -197,6 +198,6 @@ def write_report(data: dict, path: str | Path) -> tuple[Path, Path]:
     path = Path(path)
     html = build_html(data, render_dag(data), render_training(data))
     side = path.with_suffix(".json")
-    path.write_text(html, encoding="utf-8")
-    side.write_text(json.dumps(strict_json(data), indent=1, allow_nan=False), encoding="utf-8")
+    # a pair: both complete on disk before either replaces the old one (core.atomic)
+    write_all([(path, html), (side, json.dumps(strict_json(data), indent=1, allow_nan=False))])
     return path, side

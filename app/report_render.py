@@ -20,13 +20,13 @@ from views.layout import CACHE
 MAX_W, MAX_H = 1200, 5000
 
 
-def png_bytes(img: QImage) -> bytes:
-    """Encode a QImage as PNG."""
+def png_bytes(img: QImage, fmt: str = "PNG") -> bytes:
+    """Encode a QImage as PNG (or ``fmt``: JPG, BMP, ... as Qt names them)."""
     ba = QByteArray()
     buf = QBuffer(ba)
     buf.open(QIODevice.WriteOnly)
-    if not img.save(buf, "PNG"):
-        raise OSError("PNG encoding failed")
+    if not img.save(buf, fmt):
+        raise OSError(f"{fmt} encoding failed")
     buf.close()
     return bytes(ba.data())
 

@@ -61,7 +61,8 @@ def parse_inject(spec: str, nodes: tuple, steps: int | None = None) -> Inject:
                              "(use the node id)")
         node = hits[0]
     if step < 1 or (steps is not None and step > steps):
-        raise ValueError(f"--inject {spec!r}: step {step} is not run (steps 1..{steps})")
+        run = f"steps 1..{steps}" if steps is not None else "steps are numbered from 1"
+        raise ValueError(f"--inject {spec!r}: step {step} is not run ({run})")
     return Inject(node, which, step)
 
 

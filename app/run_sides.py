@@ -60,7 +60,8 @@ class Run(Protocol):
         """The loss node's id."""
 
     def advance(self, step: int) -> None:
-        """Minibatch ``step`` (from 0): forward and backward; idempotent within a step."""
+        """Step ``step`` (from 1, as messages print it): forward and backward; idempotent
+        within a step."""
 
     def update(self) -> None:
         """The optimizer step, after the comparison."""
@@ -100,7 +101,7 @@ class CpuRun:
         self.wl = workloads.get(workload, dtype=spec.dtype, math=spec.math, seed=seed)
         self.opt = self.wl.make_optimizer()
         self._loss = self.wl.record(0)
-        self._at: int | None = None  # the minibatch recorded last (None: only the probe)
+        self._at: int | None = None  # the step recorded last (None: only step 0's probe)
         self._backward = False
 
     @property
@@ -114,8 +115,9 @@ class CpuRun:
         return self._loss.id
 
     def advance(self, step: int, backward: bool = True) -> None:
-        """Record minibatch ``step`` (and run backward); a second call of the same step only
-        adds what the first left out (a feed records once for every run it feeds)."""
+        """Record step ``step`` (from 1, as messages print it; and run backward); a second call
+        of the same step only adds what the first left out (a feed records once for every run
+        it feeds)."""
         if self._at != step:
             self._loss = self.wl.record(step)
             self._at, self._backward = step, False
@@ -189,14 +191,14 @@ class DeviceRun:
         return self.prog.loss_id
 
     def advance(self, step: int) -> None:
-        """Record the feed's minibatch (once, whoever it feeds), upload its inputs; forward and
+        """Record the feed's step (once, whoever it feeds), upload its inputs; forward and
         backward on the device."""
         self.feed.advance(step, backward=False)
         tape = self.feed.wl.tape
         for v in self.feed.wl.inputs.values():
             self.prog.set_input(v.id, tape.value(v))
         f = self.inject
-        if f is None or f.step != step + 1:
+        if f is None or f.step != step:
             self.prog.forward()
             self.prog.backward()
             return

@@ -218,17 +218,17 @@ class PairRunner:
 
     def _step(self, with_provenance: bool = False) -> StepResult:
         t0 = time.perf_counter()
-        s = self.step_index  # the workload API counts minibatches from 0
+        s = self.step_index + 1  # from 1: what batch(step) receives and every message says
         self.ref.advance(s)
         self.cand.advance(s)
-        store = self.store = StepArrays(s + 1, self.ref, self.cand, self.params)
+        store = self.store = StepArrays(s, self.ref, self.cand, self.params)
         rep = self.cand.compare(self.ref, self.nodes)
         if rep is None:
             rep = host_compare(self.nodes, lambda i, w: store.get("ref", i, w),
                                lambda i, w: store.get("cand", i, w))
         rec = record_of(rep.nodes)
         t1 = time.perf_counter()
-        st = (self.probe.before_update(s + 1, rec, store.side("cand")) if with_provenance
+        st = (self.probe.before_update(s, rec, store.side("cand")) if with_provenance
               else None)
         tp = time.perf_counter() - t1
         self.ref.update()
@@ -256,7 +256,7 @@ class PairRunner:
         first = rep.first_divergence
         first_d = None if first is None else {"node": first[0], "op": self.nodes[first[0]].op,
                                               "which": first[1]}
-        res = StepResult(s + 1, loss_ref, loss_cand, dt, rep.exact, first_d, rec, rts,
+        res = StepResult(s, loss_ref, loss_cand, dt, rep.exact, first_d, rec, rts,
                          prov is not None,
                          [e.to_json() for e in prov.introduced] if prov else [],
                          prov.kernels if prov else [], tp, labels=self.nodes)

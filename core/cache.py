@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from core.atomic import build_atomic, write_atomic
+
 __all__ = ["CacheError", "cache_dir", "cache_key", "KernelCache", "STORE", "MARKER"]
 
 STORE = "tapescope-cache"  # the subfolder the cache creates, marks and alone manages
@@ -27,7 +29,19 @@ MARKER = "CACHEDIR.TAG"  # https://bford.info/cachedir/: backup tools skip the f
 _TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
         "# This file marks a cache folder created by tapescope (compiled kernels).\n"
         "# Everything in this folder may be deleted; tapescope rebuilds it.\n")
-_TEMP = re.compile(r"\.[\w-]{1,16}\.\w+\.\w+")  # the names get_or_build's mkstemp makes
+# core.atomic's temporaries, and the names an older get_or_build's mkstemp made
+_TEMP = re.compile(r"\.[\w-]{1,16}\.\w+\.\w+|\.[\w.-]+\.[0-9a-f]{12}\.tmp")
+
+
+_MARKER_MAX = 4096  # bytes of a marker read: ours is 185
+_MARKER_TEMP = re.compile(re.escape(f".{MARKER}.") + r"[0-9a-f]{12}\.tmp")  # core.atomic's
+
+
+def _write_marker(marker: Path) -> None:
+    try:
+        write_atomic(marker, _TAG, mode=0o600)  # never seen half-written by a concurrent first use
+    except OSError as e:
+        raise CacheError(f"kernel cache {marker.parent}: cannot create ({e})") from e
 
 
 class CacheError(RuntimeError):
@@ -115,28 +129,61 @@ class KernelCache:
                              "sticky bit; choose a private folder (TAPESCOPE_CACHE_DIR)")
         try:
             store.mkdir(mode=0o700)
-            (store / MARKER).write_text(_TAG)
-            os.chmod(store / MARKER, 0o600)
         except FileExistsError:
-            pass
+            pass  # ours from before, or another process's first use at this very moment
         except OSError as e:
             raise CacheError(f"kernel cache {store}: cannot create ({e})") from e
         st = os.lstat(store)
         if not stat.S_ISDIR(st.st_mode):
             raise CacheError(f"kernel cache {store}: not a directory (refusing to use it)")
         _owned_private(store, st, "folder")
-        try:
-            tagged = (store / MARKER).read_text().startswith(_TAG[:43])
-        except FileNotFoundError:
-            tagged = not any(store.iterdir())  # ours, empty: a creation cut short; finish it
-            if tagged:
-                (store / MARKER).write_text(_TAG)
-        except OSError:
-            tagged = False
-        if not tagged:
+        if not self._tagged(store):
             raise CacheError(f"kernel cache {store}: exists but tapescope did not create it "
-                             f"(no {MARKER}); refusing to use or clean it")
+                             f"(no {MARKER}); refusing to use or clean it. If it is yours to "
+                             f"discard, remove it (rm -r {store}), or choose another folder "
+                             "with TAPESCOPE_CACHE_DIR")
         self._sweep_temporaries()
+
+    @staticmethod
+    def _tagged(store: Path) -> bool:
+        """True when ``store`` carries our marker, writing it when the folder is ours and the
+        marker is missing (a first use, ours or a concurrent one) or torn (empty or cut short:
+        what an older tapescope's in-place write left); CacheError for a marker that is not a
+        small regular file."""
+        marker = store / MARKER
+        fix = (f"remove it (rm -r {store}; tapescope rebuilds the cache) or choose another "
+               "folder with TAPESCOPE_CACHE_DIR")
+        try:
+            st = os.lstat(marker)
+        except FileNotFoundError:
+            # a fresh folder holds nothing but a concurrent first use's marker (or its temporary,
+            # or the marker just renamed into place since the lstat)
+            if any(p.name != MARKER and not _MARKER_TEMP.fullmatch(p.name)
+                   for p in store.iterdir()):
+                return False
+            _write_marker(marker)
+            return True
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MARKER_MAX:
+            kind = ("a symlink" if stat.S_ISLNK(st.st_mode) else "a folder"
+                    if stat.S_ISDIR(st.st_mode) else "not a regular file"
+                    if not stat.S_ISREG(st.st_mode) else f"{st.st_size} bytes")
+            raise CacheError(f"kernel cache {store}: its {MARKER} is {kind}, not the marker "
+                             f"tapescope writes; refusing to use the cache: {fix}")
+        try:
+            fd = os.open(marker, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as e:
+            raise CacheError(f"kernel cache {store}: cannot read its {MARKER} ({e.strerror}): "
+                             f"{fix}") from None
+        try:
+            text = os.read(fd, _MARKER_MAX + 1)
+        finally:
+            os.close(fd)
+        if text.startswith(_TAG.encode()[:43]):
+            return True
+        if _TAG.encode().startswith(text) and st.st_uid == os.getuid():
+            _write_marker(marker)  # torn: empty or a prefix of ours, in our own folder
+            return True
+        return False
 
     def _sweep_temporaries(self, max_age_s: float = 3600.0) -> None:
         """Remove our own builds that died half-way (temporaries older than an hour)."""
@@ -199,20 +246,13 @@ class KernelCache:
         if hit is not None:
             return hit, False
         art, sidecar = self.paths(key, suffix)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=suffix, dir=self.store)
-        os.close(fd)
-        tmp_path = Path(tmp)
-        try:
-            build(tmp_path)
-            digest = _sha256_file(tmp_path)
-            os.chmod(tmp_path, 0o600)
-            os.replace(tmp_path, art)
-        finally:
-            if tmp_path.exists():
-                tmp_path.unlink()
-        record = dict(meta or {}, key=key, sha256=digest)
-        fd, tmpm = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".json", dir=self.store)
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-        os.replace(tmpm, sidecar)
+        digest = []
+
+        def build_and_hash(tmp: Path) -> None:
+            build(tmp)
+            digest.append(_sha256_file(tmp))
+
+        build_atomic(art, build_and_hash, mode=0o600)  # an exclusive temporary, then renamed
+        record = dict(meta or {}, key=key, sha256=digest[0])
+        write_atomic(sidecar, json.dumps(record), mode=0o600)
         return art, True

@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from core.atomic import write_atomic
 from core.mathlib import MODES
+from core.names import MAX_NAME, shown
 from core.ops.registry import REGISTRY
 from core.tape import DTYPES, Tape
 
@@ -38,7 +40,6 @@ __all__ = ["FORMAT", "VERSION", "MAX_NAME", "Limits", "TapeFileError", "save", "
 
 FORMAT = "tapescope.tape"
 VERSION = 1
-MAX_NAME = 256  # characters in a node name
 _MiB = 1 << 20
 _MEMBER = re.compile(r"header|[vg](?:0|[1-9][0-9]{0,8})")  # member names without ".npy"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -99,7 +100,7 @@ def _name_problem(name: Any) -> str | None:
     if len(name) > MAX_NAME:
         return f"name is {len(name)} characters (at most {MAX_NAME})"
     if not name.isprintable():
-        return f"name {name[:40]!r} has a non-printable character"
+        return f"name '{shown(name, 40)}' has a non-printable character"
     return None
 
 
@@ -128,11 +129,8 @@ def save(tape: Tape, path: str | os.PathLike, meta: dict | None = None) -> Path:
         "meta": meta or {},
     }
     blob = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "wb") as f:
-        np.savez(f, header=blob, **arrays)
-    os.replace(tmp, path)  # never leave a half-written file under the real name
-    return path
+    # whole or not at all: an exclusive temporary beside it, fsynced, renamed (core.atomic)
+    return write_atomic(path, lambda f: np.savez(f, header=blob, **arrays))
 
 
 def load(path: str | os.PathLike, *, limits: Limits | None = None) -> tuple[Tape, dict]:

@@ -57,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     outcomes = run_suite()
     text = page(outcomes, time.perf_counter() - t0)
-    with open(args.doc, "w") as f:
-        f.write(text)
+    from core.atomic import write_atomic
+
+    write_atomic(args.doc, text)  # whole or not at all
     print(f"wrote {args.doc}")
     return 0
 

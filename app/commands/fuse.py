@@ -67,8 +67,11 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     import gpu
+    from core.atomic import check_writable, write_atomic
     from gpu import fusion
 
+    if args.json:
+        check_writable(args.json, "--json")
     tape, loss, _ = _episode(args)
     dev = gpu.open_device(args.device)
     prog = gpu.capture(dev, tape, loss)
@@ -76,12 +79,8 @@ def run(args: argparse.Namespace) -> int:
     plan = fusion.plan(prog)
     what = f"tape {args.tape}" if args.tape else f"workload {args.workload}"
     print(f"{what}: {plan.describe(sources=args.source)}")
-    if args.json:
-        try:
-            with open(args.json, "w") as f:
-                json.dump(plan.to_json(), f, indent=1)
-        except OSError as e:
-            raise OSError(f"cannot write {args.json}: {e}") from e
+    if args.json:  # whole or not at all (core.atomic); the error names the file
+        write_atomic(args.json, json.dumps(plan.to_json(), indent=1))
     if args.check:
         return 0 if _check(dev, args) else 1
     return 0

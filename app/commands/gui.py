@@ -135,6 +135,13 @@ def run(args: argparse.Namespace) -> int:
         return _fail(size)
     if args.steps < 1:
         return _fail(f"--steps {args.steps}: a live session runs at least 1 step")
+    if args.screenshot:  # before the window and the run: a bad place costs nothing
+        from core.atomic import check_writable
+
+        try:
+            check_writable(args.screenshot, "--screenshot")
+        except OSError as e:
+            return _fail(str(e))
     problem = start_platform(screenshot=bool(args.screenshot))
     if problem:
         return _fail(problem)
@@ -187,13 +194,26 @@ def _screenshot(win, args: argparse.Namespace, size: tuple[int, int], ok: bool) 
         QCoreApplication.processEvents()
     img = win.grab()
     win.live.close()
-    saved = img.save(args.screenshot)  # on failure too: the picture shows the error
+    saved = _save_picture(img, args.screenshot)  # on failure too: the picture shows the error
     if not ok or win.session is None:
         box = win.last_error
         if box is not None and box.detailedText() and getattr(args, "debug", False):
             print(box.detailedText().rstrip(), file=sys.stderr)  # the traceback, when asked
         return _fail(box.text() if box is not None else "nothing to show")
-    if not saved:
-        return _fail(f"could not write {args.screenshot}")
+    if saved is not None:
+        return _fail(saved)
     print(f"wrote {args.screenshot} ({img.width()}x{img.height()})")
     return 0
+
+
+def _save_picture(img, path: str) -> str | None:
+    """Write the window's picture whole or not at all (core.atomic); the error, or None."""
+    from app.report_render import png_bytes
+    from core.atomic import write_atomic
+
+    fmt = os.path.splitext(path)[1].lstrip(".").upper() or "PNG"
+    try:
+        write_atomic(path, png_bytes(img.toImage(), "JPEG" if fmt == "JPG" else fmt))
+    except OSError as e:
+        return f"{e} ({path})" if path not in str(e) else str(e)
+    return None

@@ -122,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
+    from core.atomic import check_writable, write_atomic
     from gpu.nvrtc import (
         AUDIT_COLUMNS,
         NVRTC_FLAGS,
@@ -136,8 +137,12 @@ def _run(args: argparse.Namespace) -> int:
     version = nvrtc_version()  # a DeviceError (one line) when NVRTC cannot load
     check_arch(args.arch)
     out_dir = Path(args.out) if args.out else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir is not None:  # the folder the user named, not its parents; checked before work
+        try:
+            out_dir.mkdir(exist_ok=True)
+        except OSError as e:
+            raise OSError(f"cannot make --out {out_dir}: {e.strerror or e}") from None
+        check_writable(out_dir / "probe", f"in --out {out_dir}:")
     print(f"NVRTC {cuda_version_text(version)}, --gpu-architecture={args.arch} "
           f"{' '.join(NVRTC_FLAGS)}")
     head = "".join(f"{c:>{max(len(c), 5) + 1}}" for c in AUDIT_COLUMNS)
@@ -156,11 +161,11 @@ def _run(args: argparse.Namespace) -> int:
         cubin = len(res.cubin) if res.cubin is not None else None
         print(_row(unit, counts, len(res.ptx), cubin, verdict if args.audit else ""),
               flush=True)
-        if out_dir is not None:
-            (out_dir / f"{unit.stem}.cu").write_text(unit.source)
-            (out_dir / f"{unit.stem}.ptx").write_bytes(res.ptx)
+        if out_dir is not None:  # each file whole or not at all (core.atomic)
+            write_atomic(out_dir / f"{unit.stem}.cu", unit.source)
+            write_atomic(out_dir / f"{unit.stem}.ptx", res.ptx)
             if res.cubin is not None:
-                (out_dir / f"{unit.stem}.cubin").write_bytes(res.cubin)
+                write_atomic(out_dir / f"{unit.stem}.cubin", res.cubin)
     if args.audit:
         if failed:
             print(f"audit FAILED: {', '.join(failed)} (refmath PTX must have no fma, .ftz, "

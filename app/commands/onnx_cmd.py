@@ -113,8 +113,10 @@ def _named(specs: list[str], names: list[str], what: str) -> dict:
         if name is None:
             raise _BadInput(f"{path}: cannot tell which {what} it is; write NAME={path}")
         if name not in names:
-            raise _BadInput(f"{path}: {what} {name!r} is not one of the model's "
-                            f"({', '.join(names)})")
+            from core.names import shown
+
+            raise _BadInput(f"{path}: {what} '{shown(name)}' is not one of the model's "
+                            f"({', '.join(shown(n) for n in names)})")
         out[name] = arr
     return out
 
@@ -131,6 +133,9 @@ def _stats(a) -> str:
 def _compare(name, got, want, rtol, atol) -> tuple[bool, str]:
     import numpy as np
 
+    from core.names import shown
+
+    name = shown(name)
     if got.shape != want.shape:
         return False, f"{name}: shape {got.shape}, expected {want.shape}"
     if got.dtype.kind in "fc" or want.dtype.kind in "fc":
@@ -170,16 +175,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"model   {args.model}  (opset {sess.lm.opset}, {len(sess.graph.steps)} nodes, "
           f"mode {args.mode})")
+    from core.names import shown  # names from the file: escaped and cut, never raw
+
     for name in sess.input_names:
         x = feeds[name]
         src = "generated" if generated else "given"
-        print(f"input   {name:20s} {str(x.dtype):8s} {str(tuple(x.shape)):20s} ({src})")
+        print(f"input   {shown(name):20s} {str(x.dtype):8s} {str(tuple(x.shape)):20s} ({src})")
     for name, y in outs.items():
         y = np.asarray(y) if not isinstance(y, list) else y
         if isinstance(y, list):
-            print(f"output  {name:20s} sequence of {len(y)}")
+            print(f"output  {shown(name):20s} sequence of {len(y)}")
             continue
-        print(f"output  {name:20s} {str(y.dtype):8s} {str(tuple(y.shape)):20s} {_stats(y)}")
+        print(f"output  {shown(name):20s} {str(y.dtype):8s} {str(tuple(y.shape)):20s} "
+              f"{_stats(y)}")
     if not expected:
         return 0
     ok_all = True

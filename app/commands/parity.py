@@ -73,6 +73,14 @@ def _fold(per_node: dict[int, dict], nodes: list[dict], step: int) -> None:
                     e["first_step_differing"] = step
 
 
+def divergence_text(first: dict | None) -> str:
+    """``step 2 node #5 matmul (value)``, or ``none``: the first divergence as a user reads it
+    (the summary line, the live session's label)."""
+    if not first:
+        return "none"
+    return f"step {first['step']} node #{first['node']} {first['op']} ({first['which']})"
+
+
 def introduced_entries(step: int, introduced: list[dict]) -> list[dict]:
     """A step's introduced arrays (``StepResult.introduced``) as the JSON lists them."""
     keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part")
@@ -98,10 +106,13 @@ def run(args: argparse.Namespace) -> int:
     from app.commands.worker import timeouts as worker_timeouts
     from app.pairs import open_pair
     from app.runs import SessionConfig
+    from core.atomic import check_writable, write_atomic
     from core.parity import strict_json
 
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
+    if args.json:
+        check_writable(args.json, "--json")  # before the run, not after it
     from app.commands.model_args import resolve_workload
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
@@ -159,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     nan_bits = sum(s["nan_bits_differ"] for n in nodes for s in (n["value"], n["grad"]) if s)
     print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device_kind}: "
           f"{'bit-identical' if exact else f'{len(bad)} nodes differ'}; first divergence: "
-          f"{first}; launches per episode: {stats['launches_per_episode']}; "
+          f"{divergence_text(first)}; launches per episode: {stats['launches_per_episode']}; "
           f"NaNs differing only in sign/payload (equal): {nan_bits}")
     if first_introduced:
         print(f"introduced at step {first_introduced[0]['step']}: "
@@ -169,7 +180,6 @@ def run(args: argparse.Namespace) -> int:
     if introduced:
         n_steps = len({e["step"] for e in introduced})
         print(f"{len(introduced)} introduced arrays over {n_steps} steps (--json lists them)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(strict_json(report), f, indent=1, allow_nan=False)
+    if args.json:  # whole or not at all (core.atomic): a full disk keeps the old file
+        write_atomic(args.json, json.dumps(strict_json(report), indent=1, allow_nan=False))
     return 0 if exact else 1

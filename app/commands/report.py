@@ -45,10 +45,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
     if not args.out.lower().endswith((".html", ".htm")):
         raise ValueError(f"--out {args.out!r} must end in .html")
-    try:  # before the run: a bad place to write should not cost the user the whole run
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    except OSError as e:
-        raise OSError(f"cannot write {args.out}: {e}") from e
+    from pathlib import Path
+
+    from core.atomic import check_writable
+
+    # before the run: a bad place to write must not cost the user the whole run (the folder is
+    # the user's to make: none is created for them)
+    check_writable(args.out, "--out")
+    check_writable(Path(args.out).with_suffix(".json"), "--out's JSON")
     from app.commands.model_args import resolve_workload
     from app.commands.worker import timeouts as worker_timeouts
     from app.pairs import open_pair
@@ -77,10 +81,7 @@ def run(args: argparse.Namespace) -> int:
     _app = QApplication.instance() or QApplication(sys.argv[:1])
     from app.report_html import write_report
 
-    try:
-        html, side = write_report(data, args.out)
-    except OSError as e:
-        raise OSError(f"cannot write {args.out}: {e}") from e
+    html, side = write_report(data, args.out)  # both or neither; an OSError names the file
     fi = data.get("first_introduced")
     if fi and fi["entries"]:
         from app.commands.parity import introduced_text

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     losses = []
     for step in range(1, args.steps + 1):
         try:
-            loss = wl.record(step - 1)  # the workload API counts minibatches from 0
+            loss = wl.record(step)  # from 1, as the line below prints it
             wl.tape.backward(loss)
             opt.step()
             losses.append(float(wl.tape.value(loss)))

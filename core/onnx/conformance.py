@@ -206,13 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cat:18s} {p:5d} / {t:5d}", file=buf)
     print(f"{'seconds':18s} {dt:.1f}", file=buf)
     sys.stdout.write(buf.getvalue())
+    from core.atomic import write_atomic  # every file whole or not at all
+
     if args.passing:
-        with open(args.passing, "w") as f:
-            f.writelines(f"{o.category} {o.name}\n" for o in sorted(
-                outcomes, key=lambda o: (o.category, o.name)) if o.passed)
+        write_atomic(args.passing, "".join(f"{o.category} {o.name}\n" for o in sorted(
+            outcomes, key=lambda o: (o.category, o.name)) if o.passed))
     if args.doc:
-        with open(args.doc, "w") as f:
-            f.write(coverage_markdown(outcomes, dt))
+        write_atomic(args.doc, coverage_markdown(outcomes, dt))
     return 0
 
 

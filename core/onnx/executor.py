@@ -19,8 +19,10 @@ from core.onnx.limits import (
     Limits,
     OnnxCancelled,
     OnnxLimitError,
+    charge_file_strings,
     check_shape,
     count_inlined_nodes,
+    string_tensor_bytes,
 )
 from core.onnx.loader import LoadedModel, check_inputs, load
 from core.onnx.reference import kernels
@@ -93,6 +95,7 @@ class Session:
         self.k = kernels(mode)
         self.mode = mode
         self._folded_names: list[str] = []
+        self._string_bytes = 0  # the file's string tensors, charged before they are converted
         count_inlined_nodes(self.lm.model, self.limits, self.lm.label)  # before inlining
         try:
             self.model = _inline_functions(self.lm.model)
@@ -155,6 +158,12 @@ class Session:
             if opset is None:
                 raise OnnxError(f"the model imports no opset for domain {node.domain!r}",
                                 file=self.label, node=label)
+            for a in node.attribute:  # a string tensor attribute costs as an initializer
+                for t in ([a.t] if a.type == AttributeProto.TENSOR else list(a.tensors)):
+                    self._string_bytes = charge_file_strings(
+                        self._string_bytes, string_tensor_bytes(t),
+                        f"the string tensors of the file (attribute {a.name!r} of {label})",
+                        self.limits)
             kernel = kernel_for(node) or function_kernel(self, node, opset)
             if kernel is None:
                 dom = f" of domain {node.domain!r}" if node.domain else ""
@@ -168,13 +177,21 @@ class Session:
                 if a.type == AttributeProto.GRAPH:
                     attrs[a.name] = self.compile(a.g, f"{label}.{a.name}", opsets)
             steps.append(Step(label, node, kernel, attrs, opset))
+        for t in g.initializer:
+            self._string_bytes = charge_file_strings(
+                self._string_bytes, string_tensor_bytes(t),
+                f"the string tensors of the file (initializer {t.name[:80]!r} in {where})",
+                self.limits)
         try:
             # copied: to_array may view protobuf bytes, unaligned, and numpy's matmul then
             # skips BLAS (10x slower in fast mode); copies are aligned and ours
             inits = {t.name: np.array(numpy_helper.to_array(t), copy=True)
                      for t in g.initializer}
+        except MemoryError:
+            raise  # the CLI says which budget to lower or which memory to give
         except Exception as exc:
-            raise OnnxError(f"bad initializer in {where}: {exc}", file=self.label) from None
+            reason = str(exc) or type(exc).__name__  # never "bad initializer in graph: "
+            raise OnnxError(f"bad initializer in {where}: {reason}", file=self.label) from None
         for sp in g.sparse_initializer:
             raise OnnxError(f"sparse initializer {sp.values.name!r} is not supported",
                             file=self.label)

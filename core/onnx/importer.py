@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from core import ops
+from core.names import shown
 from core.onnx.errors import OnnxError
 from core.onnx.executor import Session
 from core.onnx.limits import Budget, Limits
@@ -46,17 +47,21 @@ def _nn_record(tape, op: str, inputs: list, attrs: dict | None = None):
     return tape.record(op, inputs, attrs)
 
 
+NAME_PART = 120  # characters of a scope or a leaf name: scope/leaf fits core.names.MAX_NAME
+
 def leaf_name(name: str | None) -> str | None:
     """A tensor name as a tape leaf's name: '/' is the tape's scope separator, so an
     initializer ``gpu_0/conv1_w_0`` becomes ``gpu_0.conv1_w_0`` (and sits in its layer's scope,
-    not in a ``gpu_0`` group of every weight)."""
-    return None if name is None else name.replace("/", ".")
+    not in a ``gpu_0`` group of every weight). Escaped and cut (``core.names.shown``): a scope
+    and a leaf stay within what a tape file keeps."""
+    return None if name is None else shown(name.replace("/", "."), NAME_PART)
 
 
 def scope_name(st) -> str:
     """The tape scope of an ONNX node's ops: its name, else its first output, else op + index."""
     n = st.node
-    return n.name or next((o for o in n.output if o), "") or f"{n.op_type}_{st.label}"
+    return shown(n.name or next((o for o in n.output if o), "") or f"{n.op_type}_{st.label}",
+                 NAME_PART)
 
 
 # ops whose folded float outputs are weights (the light models' ConstantOfShape weights)

@@ -259,6 +259,29 @@ class Budget:
         self.bytes -= nbytes
 
 
+# ---- strings in the file ------------------------------------------------------------------------
+#: what one string of a STRING tensor from the file costs beside its bytes, counted twice (the
+#: bytes objects onnx makes, then the str objects of the array): measured ~400 B for 64 bytes
+STRING_OBJECT_BYTES = 256
+
+
+def string_tensor_bytes(t: Any) -> int:
+    """The memory a STRING ``TensorProto`` becomes as an array (0 for other tensors), counted
+    from the protobuf before any conversion."""
+    if t.data_type != 8:  # TensorProto.STRING (core.onnx.limits imports no onnx)
+        return 0
+    return len(t.string_data) * STRING_OBJECT_BYTES + 2 * sum(map(len, t.string_data))
+
+
+def charge_file_strings(held: int, nbytes: int, what: str, limits: Limits) -> int:
+    """``held`` + ``nbytes`` of strings from the file (initializers and tensor attributes,
+    which live as long as the model); refused over ``max_bytes``."""
+    if held + nbytes > limits.max_bytes:
+        raise _over(f"{what} would take about {held + nbytes} bytes as Python strings",
+                    limits.max_bytes, "max_bytes")
+    return held + nbytes
+
+
 # ---- inlining ---------------------------------------------------------------------------------
 
 def count_inlined_nodes(model, limits: Limits, label: str) -> int:

@@ -205,7 +205,7 @@ class OnnxWorkload(Workload):
 
     def batch_inputs(self, step: int) -> dict[str, np.ndarray]:
         """The model's inputs of minibatch ``step``: standard normal floats, integers 0..9."""
-        rng = np.random.default_rng((self.seed, step))
+        rng = self.step_rng(step)
         out = {}
         for k, (shape, dt) in self.input_specs.items():
             if dt.kind == "f":
@@ -217,7 +217,7 @@ class OnnxWorkload(Workload):
     def batch(self, step: int) -> dict[str, np.ndarray]:
         data = self.batch_inputs(step)
         if self.loss_kind == "cross_entropy":
-            rng = np.random.default_rng((self.seed, step, 1))
+            rng = self.step_rng(step, 1)
             data[self.target_name] = rng.integers(0, self.n_classes, self.n_rows).astype(
                 np.float64)
         return data

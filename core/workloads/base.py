@@ -30,7 +30,11 @@ class Workload:
         raise NotImplementedError
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
-        """The data leaves of minibatch ``step`` by name (deterministic in seed and step)."""
+        """The data leaves of step ``step`` by name (deterministic in seed and step).
+
+        Steps are numbered from 1, as every message prints them (the first step trained is
+        ``batch(1)``); ``batch(0)`` is the episode recorded before any step, whose structure
+        the device captures and the example tapes keep."""
         raise NotImplementedError
 
     def episode(self, data: dict[str, Var]) -> Var:
@@ -50,7 +54,7 @@ class Workload:
         return self.tape.params()
 
     def record(self, step: int = 0, batch: dict[str, np.ndarray] | None = None) -> Var:
-        """Reset to the mark and record minibatch ``step``; returns the loss Var."""
+        """Reset to the mark and record step ``step`` (from 1; 0 before any); the loss Var."""
         self.tape.reset_to(self.mark)
         data = self.batch(step) if batch is None else batch
         self.inputs = {name: self.tape.const(a, name=name) for name, a in data.items()}
@@ -61,10 +65,10 @@ class Workload:
 
     def train(self, steps: int, on_step: Callable[[int, float], None] | None = None,
               opt: optim.Optimizer | None = None) -> list[float]:
-        """Record, backward and step ``steps`` times; returns the losses."""
+        """Record, backward and step ``steps`` times (steps 1..steps); returns the losses."""
         opt = opt or self.make_optimizer()
         losses = []
-        for step in range(steps):
+        for step in range(1, steps + 1):
             loss = self.record(step)
             self.tape.backward(loss)
             opt.step()
@@ -73,6 +77,14 @@ class Workload:
             if on_step:
                 on_step(step, value)
         return losses
+
+    def step_rng(self, step: int, *more: int) -> np.random.Generator:
+        """The generator of step ``step``'s data, deterministic in (seed, step, *more).
+
+        NOTE: seeded with step - 1, so that step 1 draws what the first minibatch drew when
+        ``batch`` counted from 0 (example tapes and every recorded number stay valid); step 0,
+        the episode before any step, draws as step 1."""
+        return np.random.default_rng((self.seed, max(step, 1) - 1, *more))
 
     def init(self, *shape: int, fan_in: int | None = None) -> np.ndarray:
         """Uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) initial weights from the workload's rng."""

@@ -33,7 +33,7 @@ class MLP(Workload):
         self.basis = basis_rng.standard_normal((self.rank, self.dims[0])) / np.sqrt(self.rank)
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng((self.seed, step))
+        rng = self.step_rng(step)
         z = rng.standard_normal((self.batch_size, self.rank))
         return {"x": z @ self.basis}
 

@@ -42,7 +42,7 @@ class Transformer(Workload):
             self.wout = t.param(self.init(d, self.vocab), name="W")
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng((self.seed, step))
+        rng = self.step_rng(step)
         start = rng.integers(0, self.vocab, (self.batch_size, 1))
         stride = rng.integers(1, 3, (self.batch_size, 1))
         seq = (start + stride * np.arange(self.seq + 1)[None, :]) % self.vocab

@@ -20,7 +20,7 @@ class Logistic(Workload):
 
     def batch(self, step):
         # deterministic in (seed, step), so the CPU tape and a device see the same data
-        rng = np.random.default_rng((self.seed, step))
+        rng = self.step_rng(step)
         y = rng.integers(0, 2, (32, 1)).astype(float)
         x = rng.standard_normal((32, 2)) + (2 * y - 1) * 1.5
         return {"x": x, "y": y}

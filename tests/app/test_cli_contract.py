@@ -47,7 +47,7 @@ class RunsDry(Workload):
         self.w = self.tape.param(self.init(4, 3), name="w")
 
     def batch(self, step):
-        if step >= 1:  # the workload API counts minibatches from 0: this is the second step
+        if step >= 2:  # steps count from 1, in batch() as in every message: the second step
             raise RuntimeError("the data ran out")
         return {"x": np.ones((2, 4))}
 

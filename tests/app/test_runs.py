@@ -103,7 +103,7 @@ class RunsDry(Workload):
         self.w = self.tape.param(self.init(4, 3), name="w")
 
     def batch(self, step):
-        if step >= 2:  # minibatches count from 0: the third step fails
+        if step >= 3:  # steps count from 1, in batch() as in every message: the third fails
             raise KeyError("batch")
         return {"x": np.ones((2, 4))}
 

@@ -74,7 +74,7 @@ def test_device_check_dry_run(tmp_path):
     rows = [ln for ln in summary.splitlines() if ln[:2] in ("1 ", "2 ", "3 ", "4 ")]
     assert len(rows) == 11 and all(" ok " in r for r in rows), summary
     assert "smoke: bit-identical" in out
-    assert out.count("bit-identical; first divergence: None") == 8  # every parity run
+    assert out.count("bit-identical; first divergence: none") == 8  # every parity run
     # the benchmark table is printed last
     tail = [ln for ln in out.splitlines() if ln.strip()][-4:]
     assert tail[0].startswith("CPU tape") and tail[2].startswith("host episode"), tail

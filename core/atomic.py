@@ -1,0 +1,242 @@
+"""Files written whole or not at all: the one way tapescope writes a file (no Qt, no gpu).
+
+``write_atomic(path, data)`` writes to a temporary in the same folder, created exclusively
+(``O_EXCL | O_NOFOLLOW``, a random name: a symlink planted there is never followed, and two
+writers never share one), fsyncs it, renames it over ``path`` and fsyncs the folder. A full
+disk, a read-only folder or a kill -9 at any moment leaves the old ``path`` as it was and no
+temporary behind (but after a kill -9, which this module cannot clean; those are named
+``.NAME.XXXXXXXXXXXX.tmp``). ``write_all`` does the same for files that belong together (a
+report's HTML and JSON): both are complete on disk before either is renamed, and when a rename
+fails, the ones already renamed are put back, so both or neither replace the old ones.
+
+``check_writable(path)`` is the check before a long run: the folder exists (never created for
+the user), a temporary can be created and removed in it, and ``path`` is not a folder.
+
+Every error is an ``OSError`` whose message names the file and the reason, e.g. ``cannot write
+report.html: No space left on device (the old file is unchanged)``.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = ["build_atomic", "check_writable", "write_all", "write_atomic"]
+
+Data = bytes | str | Callable[[BinaryIO], None]  # the bytes, text (utf-8), or a writer
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
+    | getattr(os, "O_CLOEXEC", 0)
+_CHUNK = 1 << 20
+
+
+def _error(label: object, e: OSError, note: str = "") -> OSError:
+    """``e`` as an OSError that names the file (the errno is kept for callers)."""
+    why = e.strerror or str(e) or type(e).__name__
+    err = OSError(f"cannot write {label}: {why}{note}")
+    err.errno = e.errno
+    return err
+
+
+class _FdWriter(io.RawIOBase):
+    """A file object over our fd whose writes all go through ``os.write`` (one place where a
+    full disk shows, and where a test can make it show)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:  # noqa: ANN001 — io's buffer protocol
+        return os.write(self.fd, memoryview(b)[:_CHUNK])
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return os.lseek(self.fd, pos, whence)
+
+    def tell(self) -> int:
+        return os.lseek(self.fd, 0, os.SEEK_CUR)
+
+
+def _temporary(path: Path) -> tuple[int, Path]:
+    """A new file beside ``path``, created exclusively under a random name (fd, path)."""
+    stem = path.name[:200]  # a name stays under the 255-byte limit with its tail
+    for _ in range(100):
+        tmp = path.with_name(f".{stem}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, _FLAGS, 0o666), tmp  # the umask applies, as to any new file
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name")
+
+
+def _write_temporary(path: Path, data: Data, mode: int | None = None) -> Path:
+    """``data`` written and fsynced to a new temporary beside ``path``; its path."""
+    fd, tmp = _temporary(path)
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)
+        else:
+            try:
+                old = os.stat(path)
+                if stat.S_ISREG(old.st_mode):
+                    os.fchmod(fd, stat.S_IMODE(old.st_mode))  # a replaced file keeps its mode
+            except FileNotFoundError:
+                pass
+        with io.BufferedWriter(_FdWriter(fd), _CHUNK) as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(fd)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+    return tmp
+
+
+def _unlink(p: Path) -> None:
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # a platform without directory fds: the rename is still atomic
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a folder; the data itself is synced
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike, data: Data, mode: int | None = None) -> Path:
+    """Replace ``path`` with ``data`` (bytes, str as utf-8, or ``writer(file)``) whole, or
+    leave it as it was; an OSError names the file. ``mode``: the new file's permissions
+    (default: the replaced file's, else what the umask gives)."""
+    return write_all([(path, data)], mode)[0]
+
+
+def write_all(files: list[tuple[str | os.PathLike, Data]], mode: int | None = None) -> list[Path]:
+    """Replace every path with its data, all or none (see the module docstring)."""
+    paths = [Path(p) for p, _ in files]
+    temps: list[tuple[Path, Path]] = []
+    try:
+        for p, (_, data) in zip(paths, files, strict=True):
+            try:
+                temps.append((_write_temporary(p, data, mode), p))
+            except OSError as e:
+                kept = " (the old file is unchanged)" if os.path.lexists(p) else ""
+                raise _error(p, e, kept) from e
+    except BaseException:
+        for tmp, _ in temps:
+            _unlink(tmp)
+        raise
+    # every file is complete on disk: rename them, keeping the old ones to put back on failure
+    backups: dict[Path, Path | None] = {}
+    done: list[Path] = []
+    try:
+        for tmp, p in temps:
+            backups[p] = _backup(p) if len(temps) > 1 else None
+            try:
+                os.replace(tmp, p)
+            except OSError as e:
+                raise _error(p, e) from e
+            done.append(p)
+    except BaseException:
+        for p in reversed(done):
+            b = backups.get(p)
+            if b is not None:
+                os.replace(b, p)
+            else:
+                _unlink(p)  # it did not exist before
+        for tmp, _ in temps:
+            _unlink(tmp)
+        raise
+    finally:
+        for b in backups.values():
+            if b is not None:
+                _unlink(b)
+    for folder in {p.parent for p in paths}:
+        _fsync_dir(folder)
+    return paths
+
+
+def build_atomic(path: str | os.PathLike, build: Callable[[Path], None],
+                 mode: int | None = None) -> Path:
+    """Replace ``path`` with what ``build(tmp)`` writes at a temporary path beside it (for a
+    writer that takes a path, as a compiler's ``-o``): the temporary is created exclusively,
+    then fsynced, given ``mode`` and renamed as ``write_atomic`` does; on any failure nothing
+    is left and ``path`` is as it was."""
+    path = Path(path)
+    try:
+        fd, tmp = _temporary(path)
+    except OSError as e:
+        raise _error(path, e) from e
+    os.close(fd)
+    try:
+        build(tmp)
+        fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _backup(p: Path) -> Path | None:
+    """A hard link to the current ``p`` (to put back), None when there is none."""
+    if not os.path.lexists(p):
+        return None
+    for _ in range(100):
+        b = p.with_name(f".{p.name[:200]}.{secrets.token_hex(6)}.tmp")
+        try:
+            os.link(p, b, follow_symlinks=False)
+            return b
+        except FileExistsError:
+            continue
+        except OSError:
+            return None  # no hard links here: the other file may then be new alone
+    return None
+
+
+def check_writable(path: str | os.PathLike, what: str = "") -> Path:
+    """Before a run: ``path`` can be written (its folder exists, a temporary can be created and
+    removed there, ``path`` is not a folder). OSError naming ``path`` (and ``what``) if not."""
+    path = Path(path)
+    label = f"{what} {path}".strip()
+    folder = path.parent
+    if not folder.is_dir():
+        raise OSError(f"cannot write {label}: the folder {folder} does not exist")
+    if path.is_dir():
+        raise OSError(f"cannot write {label}: it is a folder")
+    try:
+        fd, tmp = _temporary(path)
+    except OSError as e:
+        raise _error(label, e) from e
+    os.close(fd)
+    _unlink(tmp)
+    return path

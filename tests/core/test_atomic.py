@@ -1,0 +1,149 @@
+"""core.atomic: every file tapescope writes is whole or not there; the old one survives."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from core import Tape, atomic, tapefile
+from core.atomic import check_writable, write_all, write_atomic
+from tests.fs_faults import full_disk, read_only
+
+
+def leftovers(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_full_disk_keeps_the_old_file_and_names_it(tmp_path, monkeypatch):
+    p = tmp_path / "p.json"
+    write_atomic(p, '{"good": true}')
+    full_disk(monkeypatch, after=100)
+    with pytest.raises(OSError, match=f"cannot write {p}: No space left on device "
+                                      r"\(the old file is unchanged\)") as e:
+        write_atomic(p, "x" * 100_000)
+    assert e.value.errno == errno.ENOSPC
+    assert p.read_text() == '{"good": true}' and leftovers(tmp_path) == []
+
+
+def test_a_writer_that_fails_half_way_leaves_nothing(tmp_path):
+    def half(f):
+        f.write(b"half")
+        raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(OSError, match="new.bin: Input/output error"):
+        write_atomic(tmp_path / "new.bin", half)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pair_is_replaced_both_or_neither(tmp_path, monkeypatch):
+    html, js = tmp_path / "r.html", tmp_path / "r.json"
+    write_all([(html, "<html>old</html>"), (js, "{}")])
+    full_disk(monkeypatch, after=len("<html>new</html>") + 5)  # the second runs out
+    with pytest.raises(OSError, match="r.json"):
+        write_all([(html, "<html>new</html>"), (js, '{"new": ' + "1" * 1000 + "}")])
+    assert html.read_text() == "<html>old</html>" and js.read_text() == "{}"
+    monkeypatch.undo()
+    # the second rename fails: the first is put back
+    real, calls = os.replace, []
+
+    def replace(a, b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(a, b)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(OSError, match="r.json: Input/output error"):
+        write_all([(html, "<html>new</html>"), (js, '{"new": 1}')])
+    assert html.read_text() == "<html>old</html>" and js.read_text() == "{}"
+    assert leftovers(tmp_path) == []
+
+
+def test_a_symlink_planted_at_the_temporary_is_never_followed(tmp_path, monkeypatch):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    out = tmp_path / "out.tape"
+    # the old fixed temporary name, and the first random name the writer will draw
+    (tmp_path / "out.tape.partial").symlink_to(victim)
+    names = iter(["aaaaaaaaaaaa", "bbbbbbbbbbbb"])
+    monkeypatch.setattr(atomic.secrets, "token_hex", lambda n: next(names))
+    (tmp_path / ".out.tape.aaaaaaaaaaaa.tmp").symlink_to(victim)
+    t = Tape()
+    t.param(np.arange(3.0), name="w")
+    tapefile.save(t, out)
+    assert victim.read_text() == "precious"
+    assert out.is_file() and not out.is_symlink()
+    assert tapefile.load(out)[0].value(0).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_two_saves_to_one_path_never_share_a_temporary(tmp_path):
+    out = tmp_path / "t.tape"
+    tapes = []
+    for k in range(4):
+        t = Tape()
+        t.param(np.full(20_000, float(k)), name="w")
+        tapes.append(t)
+    errors = []
+
+    def save(t):
+        try:
+            for _ in range(5):
+                tapefile.save(t, out)
+        except Exception as e:  # noqa: BLE001 — collected, asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=save, args=(t,)) for t in tapes]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert errors == []
+    back = tapefile.load(out)[0].value(0)  # one save's file whole, never a mix
+    assert len(set(back.tolist())) == 1
+    assert leftovers(tmp_path) == []
+
+
+def test_a_replaced_file_keeps_its_mode_and_a_new_one_gets_the_umask(tmp_path):
+    p = tmp_path / "a"
+    p.write_text("old")
+    os.chmod(p, 0o640)
+    write_atomic(p, "new")
+    assert p.stat().st_mode & 0o777 == 0o640
+    q = write_atomic(tmp_path / "b", b"x", mode=0o600)
+    assert q.stat().st_mode & 0o777 == 0o600
+
+
+def test_check_writable_creates_no_folder_and_leaves_nothing(tmp_path, monkeypatch):
+    missing = tmp_path / "no" / "such" / "r.html"
+    with pytest.raises(OSError, match=r"cannot write --out .*r.html: the folder .*such does "
+                                      "not exist"):
+        check_writable(missing, "--out")
+    assert not (tmp_path / "no").exists()
+    with pytest.raises(OSError, match="it is a folder"):
+        check_writable(tmp_path, "--json")
+    assert check_writable(tmp_path / "ok.json") == tmp_path / "ok.json"
+    assert list(tmp_path.iterdir()) == []
+    read_only(monkeypatch)  # as root, chmod would not stop us: the refusal is faked
+    with pytest.raises(OSError, match="cannot write --out .*r.html: Read-only file system"):
+        check_writable(tmp_path / "r.html", "--out")
+
+
+def test_build_atomic_leaves_nothing_when_the_builder_fails_and_keeps_the_old_file(tmp_path):
+    from core.atomic import build_atomic
+
+    art = tmp_path / "k.so"
+    art.write_bytes(b"old")
+
+    def compiler_dies(out):
+        out.write_bytes(b"half an object")
+        raise RuntimeError("gcc: internal compiler error")
+
+    with pytest.raises(RuntimeError, match="internal compiler error"):
+        build_atomic(art, compiler_dies)
+    assert art.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["k.so"]
+    build_atomic(art, lambda out: out.write_bytes(b"new"), mode=0o600)
+    assert art.read_bytes() == b"new" and art.stat().st_mode & 0o777 == 0o600
