@@ -116,16 +116,24 @@ def test_export_from_the_gui(qtbot, settings, tmp_path):
         win.live.close()
 
 
-def test_cli_report_makes_the_folder_or_refuses_before_running(qapp, tmp_path, capsys):
+def test_cli_report_refuses_before_running_and_makes_no_folder(qapp, tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     assert main(["report", "--device", "host", "--out", str(blocker / "r.html")]) == 2
     err = capsys.readouterr()
     assert "cannot write" in err.err and "step" not in err.out  # refused before any step ran
     assert err.err.count("\n") == 1
+    # a folder the user did not make is not made for them (issue 26: report --out
+    # /nonexistent/dir/r.html created that tree at the filesystem root)
     nested = tmp_path / "new" / "dir" / "r.html"
-    assert report.run(args(tmp_path, out=str(nested), steps=1)) == 0
-    assert nested.exists() and nested.with_suffix(".json").exists()
+    assert main(["report", "--device", "host", "--out", str(nested)]) == 2
+    err = capsys.readouterr()
+    assert "the folder" in err.err and "does not exist" in err.err and err.out == ""
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "new").mkdir()
+    out = tmp_path / "new" / "r.html"
+    assert report.run(args(tmp_path, out=str(out), steps=1)) == 0
+    assert out.exists() and out.with_suffix(".json").exists()
 
 
 def test_the_window_numbers_steps_from_1_like_the_cli(qtbot, win):

@@ -125,16 +125,12 @@ def test_a_reply_without_its_fields_is_named_not_a_keyerror(mode, says):
         "NoneType", "")
 
 
+# every column's checks are tests/core/test_step_record.py (no worker needed); through a worker:
+# a count out of range, and what only the client can know (the node's size, how many nodes)
 @pytest.mark.parametrize("field,value,says", [
     # a step record is binary columns of this side's layout: what can be wrong is a value
     ("v_diff", "-3", "v_diff out of 0..n"),
-    ("v_diff", "999999", "v_diff out of 0..n"),
     ("v_n", "3", "value n is not the node's element count"),
-    ("v_abs", "-1.5", "v_abs or v_rel < 0"),
-    ("v_first", "7", "v_first where nothing differs"),
-    ("v_nan", "2", "v_nan out of 0..n_diff"),
-    ("flags", "200", "unknown flag bits"),
-    ("id", "5", "not the nodes in order"),
     ("count", "0", "not a record of"),
 ])
 def test_garbage_in_a_step_record_is_a_malformed_reply_never_bit_identical(field, value, says):
