@@ -37,6 +37,7 @@ from app.live_worker import (
     launch,
 )
 from app.runs import SessionConfig, StepResult
+from app.step_wire import step_from_wire
 
 __all__ = ["FAILED", "IDLE", "Inspection", "LiveSession", "LogTail", "PAUSED", "ROOT", "RUNNING",
            "STOPPED", "Snapshot"]
@@ -60,16 +61,29 @@ def _release_finished_sessions() -> None:
 
 @dataclass
 class Snapshot:
-    """What the GUI receives: the steps since the last snapshot, and the latest in full."""
+    """What the GUI receives: every step since the last snapshot, each with its step record
+    (``core.step_record``, decoded once in the reader thread); the views read its columns."""
 
-    steps: list[tuple]  # (step, loss_ref, loss_cand, seconds, exact)
-    ulp_columns: list[np.ndarray]  # per step: per-node worst ulp (-1 NaN)
-    latest: StepResult
+    results: list[StepResult]
     first: dict | None  # the session's first divergence so far: {"step", "node", "op", "which"}
     steps_per_s: float
     state: str = RUNNING
     extra: dict = field(default_factory=dict)
-    summaries: list[dict] = field(default_factory=list)  # every step: app.step_history
+
+    @property
+    def latest(self) -> StepResult:
+        """The newest step."""
+        return self.results[-1]
+
+    @property
+    def steps(self) -> list[tuple]:
+        """Per step (step, loss_ref, loss_cand, seconds, exact): the training plots' points."""
+        return [(r.step, r.loss_ref, r.loss_cand, r.seconds, r.exact) for r in self.results]
+
+    @property
+    def ulp_columns(self) -> list[np.ndarray]:
+        """Per step, per node the worst ulp (-1 NaN), from the record's columns."""
+        return [r.node_max_ulp() for r in self.results]
 
 
 @dataclass
@@ -313,7 +327,7 @@ class LiveSession(QObject):
             elif msg["type"] == "inspect":
                 self._post(_inspection(msg))
             else:
-                self._post(_snapshot(msg) if msg["type"] == "snapshot" else msg)
+                self._post(_decoded(msg) if msg["type"] == "snapshot" else msg)
         self._post({"type": "eof"})
 
     def _post(self, msg) -> None:
@@ -427,20 +441,28 @@ def _is_log(msg) -> bool:
 
 
 def _merge(old: Snapshot, new: Snapshot) -> Snapshot:
-    """Two snapshots the GUI has not seen yet as one (all steps kept, the newest in full)."""
-    new.steps = old.steps + new.steps
-    new.ulp_columns = old.ulp_columns + new.ulp_columns
-    new.summaries = old.summaries + new.summaries
+    """Two snapshots the GUI has not seen yet as one (all steps kept)."""
+    new.results = old.results + new.results
     return new
 
 
-def _snapshot(msg: dict) -> Snapshot:
-    latest = StepResult(**msg["latest"])
-    return Snapshot(steps=[tuple(s) for s in msg["steps"]],
-                    ulp_columns=[np.asarray(c, dtype=np.float64) for c in msg["columns"]],
-                    latest=latest, first=msg["first"], steps_per_s=msg["steps_per_s"],
-                    state=msg["state"], extra={"steps_done": msg["steps_done"]},
-                    summaries=list(msg.get("summaries") or []))
+def _decoded(msg: dict) -> Snapshot | dict:
+    """A snapshot, or the session's failure when the worker sent one this side cannot read."""
+    try:
+        return _snapshot(msg)
+    except (KeyError, TypeError, ValueError) as e:
+        return {"type": "failed", "message": f"the live worker sent a malformed snapshot: {e}",
+                "details": ""}
+
+
+def _snapshot(msg: dict, labels: tuple = ()) -> Snapshot:
+    """Decode a ``snapshot`` message (in the reader thread): each step's record unpacked once.
+    Its row count is the first step's (the worker compares the same nodes every step)."""
+    steps = msg["steps"]
+    n = steps[0]["n"] if steps and isinstance(steps[0], dict) else 0
+    return Snapshot(results=[step_from_wire(d, n, labels) for d in steps], first=msg["first"],
+                    steps_per_s=msg["steps_per_s"], state=msg["state"],
+                    extra={"steps_done": msg["steps_done"]})
 
 
 def _inspection(msg: dict) -> Inspection:

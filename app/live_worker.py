@@ -9,10 +9,11 @@ GUI: the stepping is Python work, and a busy Python thread makes every Qt→Pyth
 GUI thread (each table cell, each paint) wait for the GIL, which froze the window for seconds
 in our first version.
 
-Snapshots are rate-bounded: every step's small numbers (losses, per-node worst ulp, time) are
-batched into the next snapshot (``summaries``: every step per node, ``app.step_history``), the
-per-node parity dicts only of the latest step. Tensors
-never stream: ``inspect`` answers for ONE node, when the user selects it (``inspect_message``).
+Snapshots are rate-bounded: every step is batched into the next snapshot, each once, as its
+step record packed (``app.step_wire``: the scalars of the step and ``core.step_record.pack``
+of its per-node columns); the GUI reads everything per node (table, colours, heatmap, worst
+ulp) from those columns. Tensors never stream: ``inspect`` answers for ONE node, when the user
+selects it (``inspect_message``), from the step's one store (``app.run_sides.StepArrays``).
 
 The protocol's pipes are its own (``pass_fds``), never fd 0/1/2: a workload may print anything,
 with or without a newline, to fd 1 or fd 2; both go to one log pipe the GUI reads in bounded
@@ -33,12 +34,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
 
+from app.pairs import open_pair
 from app.report_data import ReportAccumulator
 from app.runs import PairRunner, SessionConfig, StepResult
-from app.step_history import step_summary
+from app.step_wire import step_to_wire
 from app.tensor_window import TensorWindow
 
 # (re-exported: app.live and the tests import the wire format from here)
@@ -47,13 +48,6 @@ from app.wire import MAX_WIRE_BYTES, WIRE_KINDS, decode_array, encode_array  # n
 IDLE, RUNNING, PAUSED, STOPPED, FAILED = "idle", "running", "paused", "stopped", "failed"
 ROOT = Path(__file__).resolve().parent.parent
 QUIT_GRACE_S = 5.0  # after the command pipe closes, the step in flight gets this long to end
-
-
-def wire_fields(res: StepResult) -> dict:
-    """A StepResult's fields for the pipe: the same JSON as ``dataclasses.asdict`` (its fields
-    hold plain dicts, lists and numbers), without asdict's deep copy of every node's dicts
-    (0.4 s a step on a 10k-node tape: a third of the step, in the worker, every snapshot)."""
-    return {f.name: getattr(res, f.name) for f in fields(res)}
 
 
 class Stepper:
@@ -76,7 +70,6 @@ class Stepper:
             self._go.set()
         self._single = self._stop = False
         self._pending: list[StepResult] = []
-        self._summaries: list[dict] = []  # app.step_history: every step, per node, compact
         self.window = TensorWindow()  # the last steps' tensors, for the step scrubber
         self._times: list[float] = []
         self._later: threading.Timer | None = None
@@ -120,7 +113,7 @@ class Stepper:
         """Build the runner, then step until stopped (or ``max_steps``)."""
         try:
             with self._run_lock:
-                r = self.runner = PairRunner(self.config)
+                r = self.runner = open_pair(self.config, scan_nonfinite=True)
             plan = r.plan.to_json() if r.plan is not None else None
             self.report = ReportAccumulator(self.config, r.nodes, r.ref_spec.label(),
                                             r.cand_spec.label(), r.describe_device(), plan)
@@ -141,7 +134,6 @@ class Stepper:
             try:
                 with self._run_lock:
                     res = r.step()
-                    summary = step_summary(r, res)
                     # paused (a single step): always kept; running: within its time budget
                     self.window.capture(res.step, r, res.seconds, always=not self._go.is_set())
             except Exception as e:  # noqa: BLE001 — shown in the GUI, the app stays up
@@ -154,7 +146,6 @@ class Stepper:
                 if self.first is None and res.first is not None:
                     self.first = {"step": res.step, **res.first}
                 self._pending.append(res)
-                self._summaries.append(summary)
                 self._times.append(now)
                 del self._times[:-20]
                 done = self.max_steps is not None and self.steps_done >= self.max_steps
@@ -190,15 +181,12 @@ class Stepper:
             return
         state = self.state
         pend, self._pending = self._pending, []
-        summ, self._summaries = self._summaries, []
         t = self._times
         sps = (len(t) - 1) / (t[-1] - t[0]) if len(t) > 1 and t[-1] > t[0] else 0.0
+        # each step once: its scalars and its packed record (the GUI needs no export detail)
         self.emit({"type": "snapshot", "state": state, "steps_done": self.steps_done,
-                   "steps": [[p.step, p.loss_ref, p.loss_cand, p.seconds, p.exact]
-                             for p in pend],
-                   "columns": [p.node_max_ulp().tolist() for p in pend],
-                   "latest": wire_fields(pend[-1]), "first": self.first, "steps_per_s": sps,
-                   "summaries": summ})
+                   "steps": [step_to_wire(p, detail=False) for p in pend],
+                   "first": self.first, "steps_per_s": sps})
 
     def _fail(self, e: BaseException) -> None:
         details = getattr(e, "details", "") or traceback.format_exc()

@@ -1,18 +1,22 @@
-"""The device side of a pair through a worker command: ``--worker "ssh gpu-box tapescope worker"``.
+"""The whole pair through a worker command: ``--worker "ssh gpu-box tapescope worker"``.
 
 GPUs live in servers, the app on a laptop. ``RemoteDevice`` runs the worker command (split with
 ``shlex``, never a shell) and speaks the worker protocol with it over the command's stdin and
-stdout; ``RemoteRun`` is a ``DeviceRun`` whose program lives in that worker. The CPU reference
-stays here: every step the candidate gets this side's inputs, and the comparison ships this
-side's reference arrays to the worker, where the same device diff (``gpu.parity.compare``) as a
-local run reduces them, so a run through a worker gives the same numbers as a local one.
+stdout, every request to a deadline and every reply read in bounded chunks. ``RemotePair`` is a
+``PairRunner`` that lives in that worker: the reference (the CPU tape) and the candidate both
+run on the worker's machine, each step only its record comes back (``app.step_wire``: the
+step's scalars and ``core.step_record.pack`` of its columns, checked row by row here), and
+tensors move only when the user asks (``arrays``: inspect, the element view, a repro). So a
+run through a worker gives the same numbers, and the same ``--json``, as a local one.
 
-The protocol (``PROTOCOL``): one JSON object per line each way, a request and exactly one reply.
-The client's first line is ``{"cmd": "hello", "protocol": N}``; a worker of another version
-answers with one error line and exits 2. Nothing is ever pickled: arrays travel as dtype, shape
-and base64 of the raw bytes (``app.wire.encode_array``), and a received array's size is
-checked against its declared shape and a cap before anything is allocated. ``serve`` is the
-worker's side (``tapescope worker``).
+The protocol (``PROTOCOL``): one JSON object per line each way, a request and exactly one reply:
+``hello``, ``device``, ``open`` (the session config: the worker builds its ``PairRunner``),
+then ``step``, ``params``, ``arrays``, ``stats``, ``quit``. The client's first line is
+``{"cmd": "hello", "protocol": N}``; a worker of another version answers with one error line
+and exits 2. Nothing is ever pickled: arrays travel as dtype, shape and base64 of the raw
+bytes (``app.wire.encode_array``), and a received array's size is checked against its declared
+shape and a cap before anything is allocated; a record's layout is this side's own. ``serve``
+is the worker's side (``tapescope worker``).
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import subprocess
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from app.runs import CpuRun, DeviceRun, RunSpec
+from app.runs import PairRunner, SessionConfig, StepResult
+from app.step_wire import step_from_wire, step_to_wire
 from app.wire import (
     LinePipe,
     LineTimeout,
@@ -38,9 +44,10 @@ from app.wire import (
     encode_array,
     parse_line,
 )
+from core.step_record import check, exact, node_parity, pack, record_of, unpack
 
-__all__ = ["PROTOCOL", "RemoteDevice", "RemoteError", "RemoteRun", "serve", "worker_timeouts"]
-PROTOCOL = 1  # bump on any change of the messages below
+__all__ = ["PROTOCOL", "RemoteDevice", "RemoteError", "RemotePair", "serve", "worker_timeouts"]
+PROTOCOL = 2  # bump on any change of the messages below (2: the whole pair in the worker)
 MAX_REQUEST = 1 << 31  # bytes of one request line the worker reads (compare ships every array)
 SMALL_REPLY = 1 << 20  # bytes of a reply with no arrays (an error's traceback fits many times)
 # NOTE: a reply's containers are bounded per node: json.loads makes ~30x its text in objects
@@ -216,22 +223,6 @@ def _field(reply: dict, key: str, kind: type, command: str, cmd: str) -> Any:
     return v
 
 
-class _RemoteProgram:
-    """The parts of a ``gpu.Program`` that this side reads from a remote one."""
-
-    def __init__(self, run: RemoteRun, loss_id: int) -> None:
-        self._run, self.loss_id = run, loss_id
-
-    @property
-    def stats(self) -> dict:
-        """The worker program's launch and transfer counts."""
-        got = self._run._ask({"cmd": "stats"}, "stats")
-        return _field(got, "stats", dict, self._run.remote.command, "stats")
-
-    def completed_at(self, node: int, which: str) -> Any:
-        raise ValueError("--inject needs the device in this process: drop --worker")
-
-
 class _Segment:
     def __init__(self, d: dict) -> None:
         self.__dict__.update(d)
@@ -249,170 +240,225 @@ class _RemotePlan:
         return self._data
 
 
-class RemoteRun(DeviceRun):
-    """A ``DeviceRun`` whose program lives in a worker; ``feed`` (the CPU tape) stays here."""
+@dataclass(frozen=True)
+class NodeInfo:
+    """A compared node as the worker's tape holds it (what the client shows and exports)."""
 
-    def __init__(self, spec: RunSpec, device: RemoteDevice, feed: CpuRun) -> None:
-        self.spec, self.feed, self.remote = spec, feed, device
-        self.inject: Any = None
-        self.dopt = None
-        self.key = device.new_run()
-        loss = feed.wl.record(0)  # as DeviceRun does: the episode the worker captures
-        self.nodes = feed.wl.tape.nodes[: loss.id + 1]
-        n = len(self.nodes)
-        device.nodes_hint = max(device.nodes_hint, n)
-        # the plan's generated sources are the big part of this reply
-        got = device.request({"cmd": "open", "run": self.key, "workload": device.workload,
-                              "seed": device.seed, "math": spec.math, "dtype": spec.dtype,
-                              "fuse": spec.fuse}, "opened", max_bytes=(64 << 20) + n * (64 << 10))
-        cmd = device.command
+    id: int
+    op: str
+    name: str | None
+    shape: tuple[int, ...]
+    inputs: tuple[int, ...]
+
+
+def _node_table(nodes: Any) -> dict:
+    """The compared nodes as a few flat columns (a 10k-node tape: six JSON containers)."""
+    return {"op": [n.op for n in nodes], "name": [n.name for n in nodes],
+            "ndim": encode_array(np.array([len(n.shape) for n in nodes], dtype=np.int64)),
+            "dims": encode_array(np.array([d for n in nodes for d in n.shape], dtype=np.int64)),
+            "nin": encode_array(np.array([len(n.inputs) for n in nodes], dtype=np.int64)),
+            "inputs": encode_array(np.array([j for n in nodes for j in n.inputs],
+                                            dtype=np.int64))}
+
+
+def _read_node_table(t: Any) -> tuple[NodeInfo, ...]:
+    """The inverse of ``_node_table``; ValueError when its columns do not fit together."""
+    if not isinstance(t, dict):
+        raise ValueError("no node table")
+    ops, names = t.get("op"), t.get("name")
+    if not (isinstance(ops, list) and isinstance(names, list) and len(ops) == len(names)
+            and all(isinstance(o, str) for o in ops)
+            and all(x is None or isinstance(x, str) for x in names)):
+        raise ValueError("the node table's ops and names are not strings, one per node")
+    cols = {k: decode_array(t.get(k), f"node table {k}") for k in ("ndim", "dims", "nin",
+                                                                   "inputs")}
+    if any(c is None or c.dtype.kind != "i" or c.ndim != 1 for c in cols.values()):
+        raise ValueError("the node table's columns are not integer lists")
+    n = len(ops)
+    ndim, nin = cols["ndim"], cols["nin"]
+    if (len(ndim) != n or len(nin) != n or (ndim < 0).any() or (nin < 0).any()
+            or ndim.sum() != len(cols["dims"]) or nin.sum() != len(cols["inputs"])
+            or (cols["dims"] < 0).any()):
+        raise ValueError("the node table's shapes and inputs do not fit its nodes")
+    out, d, k = [], 0, 0
+    dims, inputs = cols["dims"].tolist(), cols["inputs"].tolist()
+    for i, (nd, ni) in enumerate(zip(ndim.tolist(), nin.tolist(), strict=True)):
+        ins = tuple(inputs[k:k + ni])
+        if any(not 0 <= j < i for j in ins):
+            raise ValueError(f"node #{i}'s inputs {ins} are not earlier nodes")
+        out.append(NodeInfo(i, ops[i], names[i], tuple(dims[d:d + nd]), ins))
+        d, k = d + nd, k + ni
+    return tuple(out)
+
+
+def _size(node: Any) -> int:
+    return int(np.prod(node.shape, dtype=np.int64))
+
+
+class RemotePair:
+    """A ``PairRunner`` in the worker's process (``app.pairs.Pair``): the reference and the
+    candidate both run there; each step only its record comes back (``app.step_wire``), and
+    tensors only when asked (``arrays``: the Inspector, the element view, a repro)."""
+
+    def __init__(self, config: Any, provenance: str = "every", inject: Any = None,
+                 keep_states: int = 0, scan_nonfinite: bool = False) -> None:
+        if keep_states:
+            raise ValueError("keep_states needs the pair in this process: drop --worker")
+        if inject is not None and not isinstance(inject, str):
+            inject = inject.label()  # (the worker parses it against its own tape)
+        self.config = config
+        self.ref_spec, self.cand_spec = config.pair()
+        self.remote = RemoteDevice(config.worker, config.device, config.workload, config.seed,
+                                   config.worker_timeout, config.worker_open_timeout)
+        self.command = config.worker
+        here = {k: getattr(config, k) for k in ("workload", "device", "fuse", "dtype", "math",
+                                                "compare", "seed")}
+        got = self.remote.request({"cmd": "open", "config": here, "provenance": provenance,
+                                   "inject": inject, "scan_nonfinite": bool(scan_nonfinite)},
+                                  "opened", max_bytes=OPENED_REPLY)
         try:
-            theirs = [(str(op), tuple(int(k) for k in shape))
-                      for op, shape in _field(got, "nodes", list, cmd, "open")]
-        except (TypeError, ValueError):
-            raise RemoteError(f"the worker {cmd!r} sent a malformed 'opened' reply to 'open': "
-                              "its nodes are not [op, shape] pairs") from None
-        ours = [(n.op, tuple(n.shape)) for n in self.nodes]
-        if theirs != ours:
-            raise RemoteError(f"the worker recorded another episode of {device.workload!r} "
-                              f"({len(theirs)} nodes, here {len(ours)}): is it the same "
-                              "tapescope and workload file?")
-        loss_id = _field(got, "loss_id", int, cmd, "open")
-        if loss_id != loss.id:
-            raise RemoteError(f"the worker {cmd!r} sent a malformed 'opened' reply to 'open': "
-                              f"loss node #{loss_id}, here #{loss.id}")
-        self.prog = _RemoteProgram(self, loss_id)
+            self.nodes = _read_node_table(got.get("nodes"))
+        except ValueError as e:
+            raise self._malformed("open", str(e)) from None
+        self.remote.nodes_hint = n = len(self.nodes)
+        self.sizes = [_size(nd) for nd in self.nodes]
+        self.step_index = 0
         plan = got.get("plan")
         segments = plan.get("segments", []) if isinstance(plan, dict) else None
         if plan is not None and not (isinstance(segments, list)
                                      and all(isinstance(x, dict) for x in segments)):
-            raise RemoteError(f"the worker {cmd!r} sent a malformed 'opened' reply to 'open': "
-                              "its plan is not a fusion plan")
+            raise self._malformed("open", "its plan is not a fusion plan")
         self.plan = _RemotePlan(plan) if plan is not None else None
+        self.inject = None
+        inj = got.get("inject")
+        if inj is not None:
+            from app.run_provenance import Inject
 
-    def _ask(self, msg: dict, expect: str, max_bytes: int = SMALL_REPLY) -> dict:
-        return self.remote.request({**msg, "run": self.key}, expect, max_bytes)
-
-    def _nbytes(self, i: int) -> int:
-        """Base64 bytes of node ``i``'s array (float64 at most: the reply's line bound)."""
-        return _b64_len(8 * int(np.prod(self.nodes[i].shape, dtype=np.int64)))
+            if not (isinstance(inj, list) and len(inj) == 3 and isinstance(inj[0], int)
+                    and 0 <= inj[0] < n and inj[1] in ("value", "grad")
+                    and isinstance(inj[2], int)):
+                raise self._malformed("open", f"the fault {str(inj)[:40]!r}")
+            self.inject = Inject(*inj)
+        self.device_kind = _field(got, "kind", str, self.command, "open")
+        self._has_grad: list[bool] | None = None
+        self.store = None  # no step arrays here: tensors cross only in ``arrays``
 
     def _malformed(self, cmd: str, why: str) -> RemoteError:
-        return RemoteError(f"the worker {self.remote.command!r} sent a malformed reply to "
-                           f"{cmd!r}: {why}")
+        return RemoteError(f"the worker {self.command!r} sent a malformed reply to {cmd!r}: "
+                           f"{why}")
 
-    def _array(self, d: Any, i: int, which: str) -> np.ndarray | None:
-        try:
-            a = decode_array(d, f"node #{i} {which} from the worker")
-        except ValueError as e:
-            raise RemoteError(str(e)) from None
-        if a is not None and a.shape != tuple(self.nodes[i].shape):
-            raise RemoteError(f"node #{i} {which} from the worker has shape {a.shape}, not "
-                              f"{tuple(self.nodes[i].shape)}")
-        return a
+    def describe_device(self) -> str:
+        """The worker's device line, and which command it runs through."""
+        return self.remote.describe()
 
-    def advance(self, step: int) -> None:
-        """Ship this step's inputs (the feed's); forward and backward in the worker."""
-        tape = self.feed.wl.tape
-        self._ask({"cmd": "advance", "inputs": {str(v.id): encode_array(tape.value(v))
-                                                for v in self.feed.wl.inputs.values()}}, "ok")
+    def stats(self) -> dict | None:
+        """The worker's device program's launch and transfer counts (None: no device)."""
+        got = self.remote.request({"cmd": "stats"}, "stats").get("stats")
+        if got is not None and not isinstance(got, dict):
+            raise self._malformed("stats", "its stats are not an object")
+        return got
 
-    def compare(self, tape: Any) -> Any:
-        """``gpu.parity.compare(tape, prog)`` in the worker, on this side's reference arrays."""
-        from core.parity import NodeParity, ParityReport, TensorDiff
-
+    def _record(self, d: Any, cmd: str, what: str) -> np.ndarray:
+        """A packed record of every compared node, checked row by row (``core.step_record``)."""
         n = len(self.nodes)
-        grads = [tape.grad(i) for i in range(n)]
-        got = self._ask({"cmd": "compare",
-                         "values": [encode_array(tape.value(i)) for i in range(n)],
-                         "grads": [encode_array(g) for g in grads]}, "parity",
-                        max_bytes=1024 * n)
-        # the worker sends each node's {"value", "grad"} summaries; the node's id, op and name
-        # are this side's own, and every summary field is checked (TensorDiff.from_json)
-        entries = got.get("nodes")
-        if not isinstance(entries, list) or len(entries) != n:
-            count = len(entries) if isinstance(entries, list) else "no"
-            raise self._malformed("compare", f"{count} node summaries for {n} nodes")
-        out = []
-        for e, node, g in zip(entries, self.nodes, grads, strict=True):
-            size = int(np.prod(node.shape, dtype=np.int64))
-            try:
-                if not isinstance(e, dict):
-                    raise ValueError("not an object")
-                if (e.get("grad") is None) != (g is None):
-                    raise ValueError("a gradient summary where the reference has none"
-                                     if g is None else "no gradient summary")
-                value = TensorDiff.from_json(e.get("value"))
-                grad = None if g is None else TensorDiff.from_json(e["grad"])
-                if value.n != size or (grad is not None and grad.n != size):
-                    raise ValueError(f"counts {value.n} elements of {size}")
-            except ValueError as why:
-                raise self._malformed("compare", f"node #{node.id} {node.op}: {why}") from None
-            out.append(NodeParity(node.id, node.op, node.name, value, grad))
-        return ParityReport.of(out)
-
-    def update(self) -> None:
-        """The device optimizer step, in the worker."""
-        self._ask({"cmd": "update"}, "ok")
-
-    def loss(self) -> float:
-        """This step's loss (one scalar from the worker)."""
-        v = self._ask({"cmd": "loss"}, "loss").get("value")
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self._malformed("loss", f"the loss is {str(v)[:40]!r}, not a number")
-        return float(v)
-
-    def array(self, i: int, which: str) -> np.ndarray | None:
-        """A node's value or gradient, from the worker."""
-        if not 0 <= int(i) < len(self.nodes):
-            raise ValueError(f"no node #{i} (the episode has {len(self.nodes)})")
-        got = self._ask({"cmd": "read", "node": int(i), "which": which}, "array",
-                        max_bytes=self._nbytes(int(i)))
-        return self._array(got.get("array"), i, which)
-
-    def optimizer_arrays(self, after: bool) -> dict:
-        """The worker's device optimizer settings and moments (provenance)."""
-        params = [n.id for n in self.nodes if n.op == "param"]
-        got = self._ask({"cmd": "optimizer", "after": bool(after)}, "optimizer",
-                        max_bytes=sum(2 * self._nbytes(i) + 1024 for i in params))
-        data = _field(got, "data", dict, self.remote.command, "optimizer")
+        if not isinstance(d, dict) or d.get("n") != n:
+            raise self._malformed(cmd, f"{what} is not a record of {n} nodes")
         try:
-            rows = [(int(i), l2, m, v) for i, l2, m, v in data["params"]]
-        except (KeyError, TypeError, ValueError):
-            raise self._malformed("optimizer", "its params are not [node, l2, m, v]") from None
-        if any(i not in params for i, *_ in rows):
-            raise self._malformed("optimizer", "a moment of a node that is not a parameter")
-        data["params"] = [(i, l2, self._array(m, i, "m"), self._array(v, i, "v"))
-                          for i, l2, m, v in rows]
-        return data
+            rec = unpack(d.get("record"), n, what)
+            if self._has_grad is None:  # which nodes have a gradient: the first step says
+                self._has_grad = (rec["g_n"] >= 0).tolist()
+            check(rec, self.sizes, self._has_grad)
+        except ValueError as e:
+            raise self._malformed(cmd, str(e)) from None
+        return rec
+
+    def step(self, provenance: bool | None = None) -> StepResult:
+        """One step of the pair in the worker; its record (checked) and scalars come back."""
+        n = len(self.nodes)
+        got = self.remote.request({"cmd": "step", "provenance": provenance}, "stepped",
+                                  max_bytes=STEP_REPLY_PER_NODE * n)
+        d = got.get("step")
+        rec = self._record(d, "step", "the step's record")
+        try:
+            res = step_from_wire({**d, "record": pack(rec)}, n, self.nodes)
+        except ValueError as e:
+            raise self._malformed("step", str(e)) from None
+        if res.step != self.step_index + 1:
+            raise self._malformed("step", f"step {res.step} after step {self.step_index}")
+        if res.exact != bool(exact(rec)):
+            raise self._malformed("step", "its exact flag contradicts its record")
+        self.step_index = res.step
+        return res
+
+    def compare_params(self) -> Any:
+        """The parameters after the last update, compared in the worker."""
+        from core.parity import ParityReport
+
+        got = self.remote.request({"cmd": "params"}, "params",
+                                  max_bytes=STEP_REPLY_PER_NODE * len(self.nodes))
+        params = [nd for nd in self.nodes if nd.op == "param"]
+        d = got.get("params")
+        if not isinstance(d, dict) or d.get("n") != len(params):
+            raise self._malformed("params", f"not a record of {len(params)} parameters")
+        try:
+            rec = unpack(d.get("record"), len(params), "the parameters' record")
+            if rec["id"].tolist() != [p.id for p in params]:
+                raise ValueError("its rows are not the parameters")
+            if (rec["g_n"] != -1).any() or (rec["v_n"] != [_size(p) for p in params]).any():
+                raise ValueError("its counts are not the parameters'")
+        except ValueError as e:
+            raise self._malformed("params", str(e)) from None
+        return ParityReport.of(node_parity(rec, self.nodes))
+
+    def arrays(self, node_id: Any) -> dict:
+        """One node's value and gradient on both sides, from the worker (``PairRunner.arrays``'
+        form); only now do its tensors cross."""
+        if isinstance(node_id, bool) or not isinstance(node_id, int):
+            raise TypeError(f"node must be an integer id, not {node_id!r}")
+        if not 0 <= node_id < len(self.nodes):
+            raise IndexError(f"node #{node_id} is not compared (ids 0..{len(self.nodes) - 1})")
+        nd = self.nodes[node_id]
+        got = self.remote.request({"cmd": "arrays", "node": node_id}, "arrays",
+                                  max_bytes=4 * _b64_len(8 * _size(nd)) + 4096)
+        if got.get("error") is not None:
+            raise ValueError(str(got["error"])[:400])
+        out: dict = {"step": got.get("step")}
+        if not isinstance(out["step"], int):
+            raise self._malformed("arrays", "no step number")
+        for side in ("ref", "cand"):
+            d = got.get(side)
+            if not isinstance(d, dict):
+                raise self._malformed("arrays", f"no {side!r} arrays")
+            out[side] = {}
+            for w in ("value", "grad"):
+                try:
+                    a = decode_array(d.get(w), f"node #{node_id} {side} {w} from the worker")
+                except ValueError as e:
+                    raise RemoteError(str(e)) from None
+                if a is not None and a.shape != nd.shape:
+                    raise self._malformed("arrays", f"node #{node_id} {w} has shape {a.shape}, "
+                                          f"not {nd.shape}")
+                out[side][w] = a
+        return out
+
+    def close(self) -> None:
+        """End the worker."""
+        self.remote.close()
+
+
+OPENED_REPLY = 256 << 20  # the node table and the fusion plan's generated sources
+# a step reply per node: the packed record (149 raw bytes a row, in base64 when nothing
+# deflates) and up to three introduced entries of ~300 bytes
+STEP_REPLY_PER_NODE = 2048
 
 
 # ---- the worker: `tapescope worker` -------------------------------------------------------------
-class _TapeView:
-    """What ``gpu.parity.compare`` reads of a tape: the worker's nodes, the client's arrays."""
-
-    def __init__(self, tape: Any, values: list, grads: list) -> None:
-        self._tape, self._values, self._grads = tape, values, grads
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def node(self, i: int) -> Any:
-        return self._tape.node(i)
-
-    def value(self, i: int) -> np.ndarray:
-        return self._values[i]
-
-    def grad(self, i: int) -> np.ndarray | None:
-        return self._grads[i]
-
-
 class _Worker:
-    """The worker's state: one device, the runs the client opened on it."""
+    """The worker's state: one device, and the pair the client opened on it."""
 
     def __init__(self) -> None:
         self.device: Any = None
-        self.runs: dict[int, DeviceRun] = {}
+        self.pair: Any = None
 
     def handle(self, msg: dict) -> dict:
         cmd = msg.get("cmd")
@@ -425,63 +471,44 @@ class _Worker:
                     "describe": self.device.describe()}
         if cmd == "open":
             return self._open(msg)
-        run = self.runs.get(msg.get("run"))  # type: ignore[arg-type]
-        if run is None:
-            raise ValueError(f"no run {msg.get('run')!r} is open (send 'open' first)")
-        prog = run.prog
-        if cmd == "advance":
-            inputs = msg["inputs"]
-            for k, d in inputs.items():
-                prog.set_input(int(k), decode_array(d, f"input #{k}"))
-            prog.forward()
-            prog.backward()
-            return {"type": "ok"}
-        if cmd == "compare":
-            import gpu
-
-            n = len(prog.nodes)
-            vals = [decode_array(d, f"reference value #{i}") for i, d in enumerate(msg["values"])]
-            grads = [decode_array(d, f"reference grad #{i}") for i, d in enumerate(msg["grads"])]
-            if len(vals) != n or len(grads) != n:
-                raise ValueError(f"compare needs {n} values and gradients")
-            rep = gpu.parity.compare(_TapeView(run.feed.wl.tape, vals, grads), prog)
-            return {"type": "parity", "nodes": [
-                {"value": e.value.to_json(), "grad": None if e.grad is None else e.grad.to_json()}
-                for e in rep.nodes]}
-        if cmd == "update":
-            run.update()
-            return {"type": "ok"}
-        if cmd == "loss":
-            return {"type": "loss", "value": run.loss()}
-        if cmd == "read":
-            which = msg.get("which")
-            if which not in ("value", "grad"):
-                raise ValueError(f"which must be 'value' or 'grad', not {which!r}")
-            return {"type": "array", "array": encode_array(run.array(int(msg["node"]), which))}
-        if cmd == "optimizer":
-            data = run.optimizer_arrays(bool(msg.get("after")))
-            data["params"] = [(i, l2, encode_array(m), encode_array(v))
-                              for i, l2, m, v in data["params"]]
-            return {"type": "optimizer", "data": data}
+        r = self.pair
+        if r is None:
+            raise ValueError("no pair is open (send 'open' first)")
+        if cmd == "step":
+            prov = msg.get("provenance")
+            res = r.step(None if prov is None else bool(prov))
+            return {"type": "stepped", "step": step_to_wire(res)}
+        if cmd == "params":
+            rec = record_of(r.compare_params().nodes)
+            return {"type": "params", "params": {"n": len(rec), "record": pack(rec)}}
+        if cmd == "arrays":
+            try:
+                got = r.arrays(msg.get("node"))
+            except (ValueError, TypeError, IndexError) as e:  # (no step yet, no such node)
+                return {"type": "arrays", "error": str(e)}
+            return {"type": "arrays", "error": None, "step": got["step"],
+                    **{side: {w: encode_array(a) for w, a in got[side].items()}
+                       for side in ("ref", "cand")}}
         if cmd == "stats":
-            return {"type": "stats", "stats": prog.stats}
+            return {"type": "stats", "stats": r.stats()}
         raise ValueError(f"unknown command {cmd!r}")
 
     def _open(self, msg: dict) -> dict:
         if self.device is None:
             raise ValueError("no device is open (send 'device' first)")
-        key = msg["run"]
-        if not isinstance(key, int) or key in self.runs:
-            raise ValueError(f"run id {key!r} is not a new integer")
-        spec = RunSpec("device", str(msg["math"]), str(msg["dtype"]), bool(msg["fuse"]))
-        seed = int(msg["seed"])
-        # the worker records the episode only to capture it; its inputs come from the client
-        feed = CpuRun(RunSpec("cpu", "refmath", spec.dtype), str(msg["workload"]), seed)
-        run = self.runs[key] = DeviceRun(spec, self.device, feed)
-        prog = run.prog
-        return {"type": "opened", "loss_id": prog.loss_id,
-                "nodes": [[n.op, list(n.shape)] for n in prog.nodes],
-                "plan": run.plan.to_json() if run.plan is not None else None}
+        if self.pair is not None:
+            raise ValueError("a pair is open already")
+        cfg = msg.get("config")
+        if not isinstance(cfg, dict):
+            raise ValueError("open needs a config")
+        config = SessionConfig(**cfg)  # (worker None: the pair runs here)
+        r = self.pair = PairRunner(config, self.device, provenance=str(msg["provenance"]),
+                                   inject=msg.get("inject"),
+                                   scan_nonfinite=bool(msg.get("scan_nonfinite")))
+        inj = r.inject
+        return {"type": "opened", "nodes": _node_table(r.nodes), "kind": r.device_kind,
+                "plan": r.plan.to_json() if r.plan is not None else None,
+                "inject": None if inj is None else [inj.node, inj.which, inj.step]}
 
 
 def serve(fin: int, fout: int) -> int:
@@ -496,8 +523,8 @@ def serve(fin: int, fout: int) -> int:
 
     def receive() -> dict | None:
         line = pipe.receive(MAX_REQUEST)  # the client is ours to wait for: no deadline
-        limit = CONTAINERS_BASE + CONTAINERS_PER_NODE * max(
-            (len(r.prog.nodes) for r in worker.runs.values()), default=0)
+        limit = CONTAINERS_BASE + CONTAINERS_PER_NODE * (
+            len(worker.pair.nodes) if worker.pair is not None else 0)
         return None if line is None else parse_line(line, what, limit)
 
     try:

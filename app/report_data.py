@@ -15,6 +15,7 @@ from typing import Any
 
 from app.runs import SessionConfig, StepResult
 from core.parity import entry_differs
+from core.step_record import differs, entries
 
 HEAT_STEPS = 300
 INTRODUCED_MAX = 5000  # introduced entries kept (the count goes on): memory stays flat
@@ -66,11 +67,17 @@ class ReportAccumulator:
             self.heat.append(col.tolist())
             self.heat_steps.append(r.step)
             del self.heat[:-HEAT_STEPS], self.heat_steps[:-HEAT_STEPS]
-            for e in r.nodes:
+            # an exact row changes no worst value: once every node has its entry, only the
+            # rows that differ become dicts (the export form), not the whole 10k-node record
+            rec = r.record
+            if len(self.worst) >= len(rec):
+                rec = rec[differs(rec)]
+            nodes = entries(rec, r.labels or None)
+            for e in nodes:
                 w = self.worst.get(e["id"])
                 v, g = e["value"], e["grad"]
                 if w is not None and not entry_differs(e):
-                    continue  # an exact step changes no worst value (the common case: fast)
+                    continue
                 if w is None:
                     w = self.worst[e["id"]] = {"value": None, "grad": None}
                 w["value"] = _merge(w["value"], v)
@@ -80,7 +87,7 @@ class ReportAccumulator:
                 self.first = {"step": r.step, **r.first}
                 self.first_roots = list(r.roots)
             if not r.exact:
-                for e in r.nodes:
+                for e in nodes:
                     if entry_differs(e) and e["id"] not in self.first_step_differing:
                         self.first_step_differing[e["id"]] = r.step
             self._add_provenance(r)

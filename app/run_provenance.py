@@ -6,9 +6,10 @@ what the update left read after it) and keeps what the next step needs (each par
 update left it: what the parameter must hold next step). ``parse_inject`` reads the
 ``--inject NODE[:grad]@STEP`` fault specification; ``flip_lowest_bit`` is the fault.
 
-A run takes part through ``array(i, which)`` (every run has it) and, for the update check,
-``optimizer_arrays(after)`` (``CpuRun``, ``DeviceRun``); a run without the latter (a remote one
-that cannot fetch moments) gets value and gradient provenance only.
+A run takes part through the ``app.run_sides.Run`` protocol: ``array(i, which)``,
+``leaf_value(i)`` and, for the update check, ``optimizer_arrays(after)`` (None: value and
+gradient provenance only). The step's arrays come from the pair's one store
+(``app.run_sides.StepArrays``), each fetched once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from core.parity import entry_differs
 from core.provenance import OptimizerState, ParamUpdate, StepState
 
 __all__ = ["Inject", "StepProbe", "flip_lowest_bit", "kernel_list", "parse_inject"]
@@ -87,26 +87,6 @@ def kernel_list(plan: Any) -> list[dict]:
     return out
 
 
-class _Fetch:
-    """A run's arrays of this step, each fetched (downloaded) at most once."""
-
-    def __init__(self, run: Any) -> None:
-        self.run = run
-        self.cache: dict[tuple[int, str], np.ndarray | None] = {}
-
-    def get(self, i: int, which: str) -> np.ndarray | None:
-        key = (i, which)
-        if key not in self.cache:
-            self.cache[key] = self.run.array(i, which)
-        return self.cache[key]
-
-    def value(self, i: int) -> np.ndarray | None:
-        return self.get(i, "value")
-
-    def grad(self, i: int) -> np.ndarray | None:
-        return self.get(i, "grad")
-
-
 class StepProbe:
     """Builds each step's StepState for the candidate of a pair (see the module docstring)."""
 
@@ -119,33 +99,35 @@ class StepProbe:
         self.expect: dict[int, np.ndarray | None] = {i: _own(cand.array(i, "value"))
                                                      for i in self.params}
 
-    def before_update(self, step: int, parity_nodes: list[dict]) -> StepState:
-        """The state of this step, read before the optimizer update."""
-        f = _Fetch(self.cand)
+    def before_update(self, step: int, record: np.ndarray, f: Any) -> StepState:
+        """The state of this step, read before the optimizer update; ``record`` is the step's
+        ``core.step_record``, ``f`` the candidate's side of the step's store (``value(i)``,
+        ``grad(i)``: each array fetched once)."""
         for i in self.params:  # the update overwrites them: read now
             f.value(i)
             f.grad(i)
         ev = eg = None
         if self.hints:
-            ev = [not entry_differs(e, "value") for e in parity_nodes]
-            eg = [not entry_differs(e, "grad") for e in parity_nodes]
+            ev = (record["v_diff"] == 0).tolist()
+            eg = (record["g_diff"] <= 0).tolist()  # (-1: no gradient entry, nothing differs)
         opt = _optimizer_before(self.cand, f)
         expect = dict(self.expect)  # this step's: after_update moves self.expect on
 
         def leaf(i: int) -> np.ndarray | None:
             if self.nodes[i].op == "param":
                 return expect.get(i)
-            feed = getattr(self.cand, "feed", None)  # a device replays its feed's inputs
-            return None if feed is None else feed.wl.tape.value(i)
+            return self.cand.leaf_value(i)
 
         return StepState(step, self.nodes, self.loss, f.value, f.grad, leaf, ev, eg, opt,
                          self.kernels)
 
-    def after_update(self, st: StepState) -> None:
-        """Read what the update left; remember each parameter's new value for the next step."""
+    def after_update(self, st: StepState, value_after: Any = None) -> None:
+        """Read what the update left (``value_after(i)``: a parameter's value now, from the
+        step's store; else the run's); remember each parameter's new value for the next step."""
         done = set()
         if st.update is not None:
-            _optimizer_after(self.cand, st.update)
+            _optimizer_after(self.cand, st.update,
+                             value_after or (lambda i: self.cand.array(i, "value")))
             for p in st.update.params:
                 self.expect[p.node] = p.w_after
                 done.add(p.node)
@@ -163,22 +145,21 @@ def _own(a: np.ndarray | None) -> np.ndarray | None:
     return None if a is None else np.array(a, copy=True)
 
 
-def _optimizer_before(run: Any, f: _Fetch) -> OptimizerState | None:
-    get = getattr(run, "optimizer_arrays", None)
-    if get is None:
+def _optimizer_before(run: Any, f: Any) -> OptimizerState | None:
+    info = run.optimizer_arrays(after=False)
+    if info is None:
         return None
-    info = get(after=False)
     params = [ParamUpdate(i, l2, f.value(i), f.grad(i), None, m, v)
               for i, l2, m, v in info["params"]]
     return OptimizerState(info["kind"], info["lr"], info["t"], params, info["clip"],
                           info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
 
 
-def _optimizer_after(run: Any, st: OptimizerState) -> None:
+def _optimizer_after(run: Any, st: OptimizerState, value_after: Any) -> None:
     info = run.optimizer_arrays(after=True)
     by_id = {i: (m, v) for i, _, m, v in info["params"]}
     for p in st.params:
-        p.w_after = run.array(p.node, "value")
+        p.w_after = value_after(p.node)
         p.m_after, p.v_after = by_id.get(p.node, (None, None))
 
 

@@ -12,10 +12,18 @@ in the narrower dtype when the two runs differ), never recomputed here.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from app.run_sides import CpuRun, DeviceRun, Run, RunSpec, StepArrays, open_runs
+from core.step_record import F_V_INTRO, entries, record_of, set_introduced, worst
+from core.step_record import roots as record_roots
+
+__all__ = ["COMPARES", "CpuRun", "DeviceRun", "PairRunner", "Run", "RunSpec", "SessionConfig",
+           "StepError", "StepResult", "host_compare", "roots"]
 
 COMPARES = {
     "cpu-device": "CPU ↔ device",
@@ -23,24 +31,6 @@ COMPARES = {
     "unfused-fused": "device unfused ↔ fused",
     "f64-device": "CPU float64 ↔ device",
 }
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One side of a comparison: where it runs, its math, dtype and fusion."""
-
-    side: str  # "cpu" | "device"
-    math: str = "refmath"
-    dtype: str = "float64"
-    fuse: bool = False
-
-    def label(self) -> str:
-        """A short human name, e.g. ``device fused float32 platform``."""
-        parts = ["CPU" if self.side == "cpu" else "device"]
-        if self.side == "device":
-            parts.append("fused" if self.fuse else "unfused")
-        parts += [self.dtype, self.math]
-        return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -94,7 +84,7 @@ class StepError(RuntimeError):
 
 @dataclass
 class StepResult:
-    """One step of a pair: losses, per-node parity (``ParityReport.to_json`` nodes), timing.
+    """One step of a pair: losses, the step record (``core.step_record``), timing.
 
     Steps are numbered from 1 (the first step is step 1) everywhere a user reads them.
     """
@@ -105,132 +95,28 @@ class StepResult:
     seconds: float
     exact: bool
     first: dict | None  # {"node", "op", "which"} of this step, or None
-    nodes: list[dict]
+    record: np.ndarray  # core.step_record.STEP_RECORD: per compared node, both sides' diffs
     roots: list[int] = field(default_factory=list)  # differing values whose inputs all agree
     # provenance (core.provenance; docs/reports.md): computed this step or not, then every
     # introduced array {"node", "op", "which", "n_diff", "max_ulp", "max_abs", "first_index",
-    # "n_nan", +"by" | "part"} in execution order, and each fused kernel judged whole. When
-    # computed, every entry of ``nodes`` also has "introduced": {"value", "grad", "update"}.
+    # "n_nan", +"by" | "part"} in execution order, and each fused kernel judged whole. The
+    # record's F_*_INTRO flags say what each node introduced (without provenance: the roots)
     provenance: bool = False
     introduced: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     provenance_s: float = 0.0  # seconds provenance took (included in ``seconds``)
+    produced: list[int] = field(default_factory=list)  # made a NaN/inf (the live scan)
+    labels: Sequence = ()  # the compared nodes (op, name), for ``nodes``; never sent
+
+    @property
+    def nodes(self) -> list[dict]:
+        """The export form (``NodeParity.to_json`` per node, with "introduced" when provenance
+        ran): for ``--json``, reports and tests; the record is what everything else reads."""
+        return entries(self.record, self.labels or None, introduced=self.provenance)
 
     def node_max_ulp(self) -> np.ndarray:
         """Per compared node, the worst ulp of value and gradient (-1 for a NaN mismatch)."""
-        if self.exact:
-            return np.zeros(len(self.nodes), dtype=np.float64)
-        from core.parity import entry_worst
-
-        return np.array([entry_worst(e) for e in self.nodes], dtype=np.float64)
-
-
-class CpuRun:
-    """The workload trained on the CPU tape."""
-
-    def __init__(self, spec: RunSpec, workload: str, seed: int) -> None:
-        from core import workloads
-
-        self.spec = spec
-        self.wl = workloads.get(workload, dtype=spec.dtype, math=spec.math, seed=seed)
-        self.opt = self.wl.make_optimizer()
-        self.loss_id = self.wl.record(0).id
-
-    def advance(self, step: int, backward: bool = True) -> None:
-        """Record step ``step`` (from 1, as messages print it; and run backward)."""
-        loss = self.wl.record(step)
-        self.loss_id = loss.id
-        if backward:
-            self.wl.tape.backward(loss)
-
-    def update(self) -> None:
-        """The optimizer step after the comparison."""
-        self.opt.step()
-
-    def loss(self) -> float:
-        """This step's loss."""
-        return float(self.wl.tape.value(self.loss_id))
-
-    def array(self, i: int, which: str) -> np.ndarray | None:
-        """A node's value or gradient."""
-        t = self.wl.tape
-        return t.value(i) if which == "value" else t.grad(i)
-
-    def optimizer_arrays(self, after: bool) -> dict:
-        """The optimizer's settings and moments around its update (provenance)."""
-        from app.run_provenance import core_optimizer_arrays
-
-        return core_optimizer_arrays(self.opt, self.wl.tape, after)
-
-
-class DeviceRun:
-    """The episode replayed on a device; ``feed`` is the CPU run whose inputs it takes."""
-
-    def __init__(self, spec: RunSpec, device: Any, feed: CpuRun) -> None:
-        import gpu
-
-        self.spec, self.feed = spec, feed
-        wl = feed.wl
-        loss = wl.record(0)
-        math = spec.math if spec.math != wl.tape.math else None
-        self.prog = gpu.capture(device, wl.tape, loss, math=math)
-        self.plan = None
-        if spec.fuse:
-            from gpu.fusion import apply
-
-            self.plan = apply(self.prog)
-        self.dopt = gpu.from_core(feed.opt)
-        self.inject: Any = None  # app.run_provenance.Inject: a one-bit fault at one step
-
-    def advance(self, step: int) -> None:
-        """Upload the feed's inputs of this step; forward and backward on the device."""
-        tape = self.feed.wl.tape
-        for v in self.feed.wl.inputs.values():
-            self.prog.set_input(v.id, tape.value(v))
-        f = self.inject
-        if f is None or f.step != step:
-            self.prog.forward()
-            self.prog.backward()
-            return
-        # the fault lands right after the device computes the array, between two launches
-        phase, k = self.prog.completed_at(f.node, f.which)
-        for name in ("forward", "backward"):
-            hooks = {k: lambda: self._flip(f.node, f.which)} if name == phase else {}
-            self.prog.run_phase_hooked(name, hooks)
-
-    def _flip(self, i: int, which: str) -> None:
-        from app.run_provenance import flip_lowest_bit
-
-        buf = self.prog.values[i] if which == "value" else self.prog.grads[i]
-        buf.upload(flip_lowest_bit(buf.download()))
-
-    def optimizer_arrays(self, after: bool) -> dict:
-        """The device optimizer's settings and moments around its update (provenance)."""
-        from app.run_provenance import device_optimizer_arrays
-
-        return device_optimizer_arrays(self.dopt, self.prog, after)
-
-    def update(self) -> None:
-        """The device optimizer step."""
-        self.prog.step(self.dopt)
-
-    def loss(self) -> float:
-        """This step's loss (one scalar crosses to the host)."""
-        return self.prog.loss()
-
-    def array(self, i: int, which: str) -> np.ndarray | None:
-        """A node's value or gradient, downloaded."""
-        return self.prog.read(i, which)
-
-    def compare(self, tape: Any) -> Any:
-        """Every node against the same node of ``tape``, summarised on the device."""
-        import gpu
-
-        return gpu.parity.compare(tape, self.prog)
-
-
-def _copy(a: np.ndarray | None) -> np.ndarray | None:
-    return None if a is None else np.array(a, copy=True)
+        return worst(self.record)
 
 
 def _narrow(a: np.ndarray, dt: np.dtype) -> np.ndarray:
@@ -240,59 +126,40 @@ def _narrow(a: np.ndarray, dt: np.dtype) -> np.ndarray:
 
 
 class PairRunner:
-    """Steps a reference and a candidate run together and compares them every step."""
+    """Steps a reference and a candidate run (any two ``Run``s) together and compares them
+    every step."""
 
     def __init__(self, config: SessionConfig, device: Any | None = None,
-                 provenance: str = "every", inject: Any = None, keep_states: int = 0) -> None:
+                 provenance: str = "every", inject: Any = None, keep_states: int = 0,
+                 runs: tuple[Run, Run] | None = None, scan_nonfinite: bool = False) -> None:
         """``provenance``: "every" step or "off" (then ``step(provenance=True)`` asks for one);
         ``inject``: an ``app.run_provenance.Inject`` fault (or its ``NODE[:grad]@STEP`` text)
         for the (unfused) device candidate;
         ``keep_states``: how many recent steps' ``core.provenance.StepState`` snapshots to keep
-        in ``states`` (every array of the candidate: for provenance on demand)."""
+        in ``states`` (every array of the candidate: for provenance on demand);
+        ``runs``: the (reference, candidate) to compose, else ``config.pair()``'s on
+        ``device`` (opened from ``config.device`` when a side needs one);
+        ``scan_nonfinite``: each step's ``produced`` (the live NaN alarm,
+        ``app.step_history.scan_produced``). A config with a ``worker`` runs the whole pair
+        there: ``app.pairs.open_pair``."""
         if provenance not in ("every", "off"):
             raise ValueError(f"provenance must be 'every' or 'off', not {provenance!r}")
         self.config = config
-        ref, cand = config.pair()
-        self.ref_spec, self.cand_spec = ref, cand
+        self.ref_spec, self.cand_spec = config.pair() if runs is None else (runs[0].spec,
+                                                                           runs[1].spec)
         self.device = device
-        make_run: Any = DeviceRun
-        if device is None and "device" in (ref.side, cand.side) and config.worker is not None:
-            from app.remote import RemoteDevice, RemoteRun
+        if runs is None:
+            if device is None and "device" in (self.ref_spec.side, self.cand_spec.side):
+                import gpu
 
-            self.device = RemoteDevice(config.worker, config.device, config.workload,
-                                       config.seed, config.worker_timeout,
-                                       config.worker_open_timeout)
-            make_run = RemoteRun  # the device side runs in the worker; the CPU stays here
-        elif device is None and "device" in (ref.side, cand.side):
-            import gpu
-
-            self.device = gpu.open_device(config.device)
-        runs: list[Any] = []
-        cpu_by_spec: dict[tuple, CpuRun] = {}
-        for spec in (ref, cand):
-            if spec.side == "cpu":
-                r = CpuRun(spec, config.workload, config.seed)
-                cpu_by_spec[(spec.dtype, spec.math)] = r
-                runs.append(r)
-            else:
-                runs.append(None)
-        self.feeds: list[CpuRun] = []
-        for k, spec in enumerate((ref, cand)):
-            if spec.side == "device":
-                # the device replays the CPU tape of its dtype (refmath: math overrides capture)
-                feed = cpu_by_spec.get((spec.dtype, "refmath"))
-                if feed is None:
-                    feed = CpuRun(RunSpec("cpu", "refmath", spec.dtype), config.workload,
-                                  config.seed)
-                    cpu_by_spec[(spec.dtype, "refmath")] = feed
-                    self.feeds.append(feed)
-                runs[k] = make_run(spec, self.device, feed)
+                self.device = gpu.open_device(config.device)
+            runs = open_runs(config, self.device)
         self.ref, self.cand = runs
+        self.scan_nonfinite = scan_nonfinite
         self.step_index = 0
-        first = self.cand.prog if isinstance(self.cand, DeviceRun) else None
-        self.prog = first or (self.ref.prog if isinstance(self.ref, DeviceRun) else None)
-        tape = (self.ref.feed if isinstance(self.ref, DeviceRun) else self.ref).wl.tape
-        self.nodes = tape.nodes[: self._loss_id() + 1]
+        self.nodes = self.ref.tape.nodes[: self.ref.loss_id + 1]
+        self.params = frozenset(n.id for n in self.nodes if n.op == "param")
+        self.store = StepArrays(0, self.ref, self.cand, self.params)
         self._setup_provenance(provenance, inject, keep_states)
 
     def _setup_provenance(self, mode: str, inject: Any, keep: int) -> None:
@@ -302,35 +169,34 @@ class PairRunner:
 
         self.provenance_mode = mode
         self.states: deque = deque(maxlen=max(int(keep), 0))
-        cand, ref = self.cand, self.ref
         if isinstance(inject, str):
             from app.run_provenance import parse_inject
 
             inject = parse_inject(inject, self.nodes)
         if inject is not None:
-            if not isinstance(cand, DeviceRun):
-                raise ValueError("--inject needs a device candidate")
-            if cand.plan is not None:
-                raise ValueError("--inject works on the unfused replay: drop --fuse (a fused "
-                                 "kernel computes many nodes in one launch)")
-            cand.prog.completed_at(inject.node, inject.which)  # no gradient: raises here
-            cand.inject = inject
+            self.cand.set_inject(inject)
+        self.inject = inject
         # the skip hints hold when the reference run is the numpy reference in the same dtype
-        hints = (isinstance(ref, CpuRun) and ref.spec.math == "refmath"
-                 and ref.spec.dtype == cand.spec.dtype)
-        self.probe = StepProbe(self.nodes, self._loss_id(), cand, self.plan, hints)
-
-    def _loss_id(self) -> int:
-        r = self.ref
-        return r.prog.loss_id if isinstance(r, DeviceRun) else r.loss_id
+        hints = self.ref_spec.is_numpy_reference and self.ref_spec.dtype == self.cand_spec.dtype
+        self.probe = StepProbe(self.nodes, self.ref.loss_id, self.cand, self.plan, hints)
 
     @property
     def plan(self) -> Any:
         """The fusion plan of the fused side, or None."""
-        for r in (self.cand, self.ref):
-            if isinstance(r, DeviceRun) and r.plan is not None:
-                return r.plan
-        return None
+        return self.cand.plan if self.cand.plan is not None else self.ref.plan
+
+    def stats(self) -> dict | None:
+        """The device program's launch and transfer counts (the candidate's first)."""
+        got = self.cand.stats()
+        return got if got is not None else self.ref.stats()
+
+    @property
+    def device_kind(self) -> str:
+        """The device's kind ("host", "cuda"), or "none" for a CPU-only pair."""
+        return self.device.kind if self.device is not None else "none"
+
+    def close(self) -> None:
+        """Nothing to let go of here (a ``RemotePair`` ends its worker)."""
 
     def describe_device(self) -> str:
         """The device line, or ``no device`` for a CPU-only pair."""
@@ -353,48 +219,76 @@ class PairRunner:
     def _step(self, with_provenance: bool = False) -> StepResult:
         t0 = time.perf_counter()
         s = self.step_index + 1  # from 1: what batch(step) receives and every message says
-        for f in self.feeds:
-            f.advance(s, backward=False)
-        for r in (self.ref, self.cand):
-            if isinstance(r, CpuRun):
-                r.advance(s)
-        for r in (self.ref, self.cand):
-            if isinstance(r, DeviceRun):
-                r.advance(s)
-        report = self._compare()
-        js = report.to_json()
+        self.ref.advance(s)
+        self.cand.advance(s)
+        store = self.store = StepArrays(s, self.ref, self.cand, self.params)
+        rep = self.cand.compare(self.ref, self.nodes)
+        if rep is None:
+            rep = host_compare(self.nodes, lambda i, w: store.get("ref", i, w),
+                               lambda i, w: store.get("cand", i, w))
+        rec = record_of(rep.nodes)
         t1 = time.perf_counter()
-        st = self.probe.before_update(s, js["nodes"]) if with_provenance else None
+        st = (self.probe.before_update(s, rec, store.side("cand")) if with_provenance
+              else None)
         tp = time.perf_counter() - t1
         self.ref.update()
         self.cand.update()
+        store.mark_updated()
         loss_ref, loss_cand = self.ref.loss(), self.cand.loss()
         prov = None
+        rts = roots(self.nodes, rec)
         if st is not None:
             from core.provenance import provenance
 
             t1 = time.perf_counter()
             if self.states.maxlen:  # before after_update moves the leaves' expectations on
-                self.states.append(st.snapshot())  # (its update is filled in just below)
-            self.probe.after_update(st)
+                self.states.append(self._kept(st, store))  # (its update: filled in below)
+            self.probe.after_update(st, lambda i: store.get("cand", i, "value", after=True))
             prov = provenance(st)
-            for e, f in zip(js["nodes"], prov.flags(len(js["nodes"])), strict=True):
-                e["introduced"] = f
+            set_introduced(rec, prov.flags(len(rec)))
             tp += time.perf_counter() - t1
         else:
             self.probe.skip()
+            # PLACEHOLDER until a step carries provenance: where value drift starts
+            rec["flags"][np.isin(rec["id"], rts)] |= np.uint8(F_V_INTRO)
         dt = time.perf_counter() - t0
         self.step_index += 1
-        return StepResult(s, loss_ref, loss_cand, dt, report.exact, js["first_divergence"],
-                          js["nodes"], roots(self.nodes, js["nodes"]), prov is not None,
-                          [e.to_json() for e in prov.introduced] if prov else [],
-                          prov.kernels if prov else [], tp)
+        first = rep.first_divergence
+        first_d = None if first is None else {"node": first[0], "op": self.nodes[first[0]].op,
+                                              "which": first[1]}
+        res = StepResult(s, loss_ref, loss_cand, dt, rep.exact, first_d, rec, rts,
+                         prov is not None,
+                         [e.to_json() for e in prov.introduced] if prov else [],
+                         prov.kernels if prov else [], tp, labels=self.nodes)
+        if self.scan_nonfinite:
+            from app.step_history import scan_produced  # (views' numpy helpers: live only)
+
+            res.produced = scan_produced(self, res)
+        return res
+
+    def _kept(self, st: Any, store: StepArrays) -> Any:
+        """``st`` made to outlive the step: its arrays are the step's store, completed (not a
+        second copy of them); only the leaves, which the next step overwrites, are copied."""
+        side = store.side("cand")
+        for n in self.nodes:
+            side.value(n.id)
+            side.grad(n.id)
+        leaves = None
+        if st.leaf is not None:
+            got = {n.id: st.leaf(n.id) for n in self.nodes if not n.inputs}
+            leaves = {i: None if a is None else np.array(a, copy=True)
+                      for i, a in got.items()}.get
+        return replace(st, leaf=leaves, exact_value=None if st.exact_value is None
+                        else list(st.exact_value), exact_grad=None if st.exact_grad is None
+                        else list(st.exact_grad), kernels=[dict(k) for k in st.kernels])
 
     def compare_params(self) -> Any:
         """The parameters' values on both sides after the last update, as a ``ParityReport``
         (``step()`` compares them before its update; this covers the last one)."""
         params = tuple(n for n in self.nodes if n.op == "param")
-        return host_compare(params, self.ref.array, self.cand.array, which=("value",))
+        st = self.store
+        return host_compare(params, lambda i, w: st.get("ref", i, w, after=True),
+                            lambda i, w: st.get("cand", i, w, after=True), which=("value",))
 
     def arrays(self, node_id: Any) -> dict:
         """One compared node's value and gradient on both sides, as the last step left them.
@@ -402,6 +296,7 @@ class PairRunner:
         ``{"step", "ref": {"value", "grad"}, "cand": {...}}`` (``step`` counts from 1, as
         ``StepResult.step`` does). Intermediate nodes hold what
         that step computed (and compared); a parameter's value is already past its update.
+        Read from the step's one store (``StepArrays``): each array fetched once.
         """
         if isinstance(node_id, bool) or not isinstance(node_id, int):
             raise TypeError(f"node must be an integer id, not {node_id!r}")
@@ -409,17 +304,10 @@ class PairRunner:
             raise IndexError(f"node #{node_id} is not compared (ids 0..{len(self.nodes) - 1})")
         if self.step_index == 0:
             raise ValueError("no step has run yet")
-        out: dict = {"step": self.step_index}
-        for key, r in (("ref", self.ref), ("cand", self.cand)):
-            # a copy: the CPU tape hands out views that the next step overwrites
-            out[key] = {w: _copy(r.array(node_id, w)) for w in ("value", "grad")}
-        return out
-
-    def _compare(self) -> Any:
-        ref, cand = self.ref, self.cand
-        if (isinstance(ref, CpuRun) and isinstance(cand, DeviceRun) and cand.feed is ref):
-            return cand.compare(ref.wl.tape)  # summaries computed on device
-        return host_compare(self.nodes, ref.array, cand.array)
+        st = self.store
+        return {"step": self.step_index,
+                **{side: {w: st.get(side, node_id, w, after=True) for w in ("value", "grad")}
+                   for side in ("ref", "cand")}}
 
 
 def host_compare(nodes: tuple, ref_array: Any, cand_array: Any,
@@ -441,8 +329,11 @@ def host_compare(nodes: tuple, ref_array: Any, cand_array: Any,
     return ParityReport.of(out)  # the same first-divergence rule as the device comparison
 
 
-def roots(nodes: tuple, parity: list[dict]) -> list[int]:
-    """Nodes whose value differs although every input's value agrees: where drift starts."""
+def roots(nodes: tuple, parity: Any) -> list[int]:
+    """Nodes whose value differs although every input's value agrees: where drift starts
+    (``parity``: a step record, or ``NodeParity.to_json`` entries)."""
+    if isinstance(parity, np.ndarray):
+        return record_roots(parity, nodes)
     from core.parity import entry_differs
 
     bad = {e["id"] for e in parity if entry_differs(e, "value")}

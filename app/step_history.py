@@ -1,11 +1,12 @@
 """Every step of a live session, per node, in a few bytes (no Qt): what the step scrubber shows.
 
-The worker reduces each ``StepResult`` to a compact summary (``summarize``: per node the value
-and gradient ``n_diff`` and max ulp, NaN-policy counts and flag bits); the GUI keeps one
-``StepHistory`` of them and rebuilds, for any stored step, the per-node comparison dicts the
-parity table and the graph colours read (``comparison``), the nodes × steps heatmap
-(``heat``), the first step at which each node (each parameter) differs, the introduced nodes
-and the non-finite alarms.
+Each step arrives as a ``StepResult`` holding its step record (``core.step_record``: one row per
+node, both sides' diffs and the flag bits, decoded from the wire once); the GUI keeps one
+``StepHistory`` of the record's columns the views read (``RECORD``: per node the value and
+gradient ``n_diff`` and max ulp, NaN-policy counts and the flags) and rebuilds, for any stored
+step, what the parity table and the graph colours read (``comparison``, ``overlay``), the
+nodes × steps heatmap (``heat``), the first step at which each node (each parameter) differs,
+the introduced nodes and the non-finite alarms.
 
 Memory is bounded: about 29 bytes per node per step (a 51-node transformer: 1.5 kB a step,
 15 MB for 10,000 steps). Past ``budget_bytes`` every second step of the older half is dropped
@@ -13,33 +14,40 @@ Memory is bounded: about 29 bytes per node per step (a 51-node transformer: 1.5 
 any length and any tape size stays under the budget.
 
 Introduced vs inherited comes from the provenance engine (``core.provenance``) when the step
-carries it (``StepResult.introduced`` or a node's ``"introduced"`` flags); a step without it
-falls back to ``roots``: the differing values whose inputs all agree (``SOURCE_ROOTS``), which
-is the forward half of the same rule, judged on the reference's inputs.
+carries it (``StepResult.provenance``); a step without it has the ``roots`` in its flags: the
+differing values whose inputs all agree (``SOURCE_ROOTS``), which is the forward half of the
+same rule, judged on the reference's inputs (``app.runs.PairRunner`` sets them).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from core.step_record import (
+    F_G_INTRO,
+    F_G_NAN,
+    F_G_ONESIDED,
+    F_U_INTRO,
+    F_V_INTRO,
+    F_V_NAN,
+    F_V_ONESIDED,
+)
 from views.array_stats import nonfinite_flags
+from views.parity_rows import ColumnComparison
 
-# per node and step, one record
+__all__ = ["F_G_INTRO", "F_G_NAN", "F_G_ONESIDED", "F_U_INTRO", "F_V_INTRO", "F_V_NAN",
+           "F_V_ONESIDED", "RECORD", "SOURCE_PROVENANCE", "SOURCE_ROOTS", "StepHistory",
+           "produced_nonfinite", "scan_produced"]
+
+# per node and step, the step record's columns the views read
 RECORD = np.dtype([("v_n", "<i4"), ("v_ulp", "<f8"), ("g_n", "<i4"), ("g_ulp", "<f8"),
                    ("nb", "<i4"), ("flags", "u1")])
-F_V_ONESIDED = 1  # the value holds a NaN/inf the other side does not have
-F_G_ONESIDED = 2  # the gradient does
-F_V_INTRO = 4  # the value's error was introduced here (else inherited)
-F_G_INTRO = 8
-F_U_INTRO = 16  # a parameter update introduced error
-F_V_NAN = 32  # a NaN against a number (n_nan) in the value
-F_G_NAN = 64
 SOURCE_PROVENANCE = "provenance"
 SOURCE_ROOTS = "roots"  # placeholder: differing values whose inputs (reference side) all agree
 # what comparison() writes, shared read-only: flag bits → (value n_nan, grad n_nan,
@@ -53,15 +61,13 @@ DEFAULT_BUDGET = 128 << 20
 STEP_OVERHEAD = 700  # bytes per stored step beside its records: the array header, its meta dict
 
 
-def _one_sided(d: Mapping | None) -> bool:
-    """A non-finite element only one side holds: a NaN against a number, or an inf against
-    anything else (``max_abs`` is then inf). Same-bits infinities and NaN pairs are data."""
-    if not d or not d.get("n_diff"):
-        return False
-    ma = d.get("max_abs")
-    if isinstance(ma, str):  # strict JSON writes "inf"
-        ma = float(ma)
-    return bool(d.get("n_nan")) or (ma is not None and math.isinf(float(ma)))
+def compact(rec: np.ndarray) -> np.ndarray:
+    """The history's columns of a ``core.step_record`` record (``RECORD``)."""
+    r = np.empty(len(rec), dtype=RECORD)
+    r["v_n"], r["v_ulp"], r["g_n"] = rec["v_diff"], rec["v_ulp"], rec["g_diff"]
+    r["g_ulp"], r["flags"] = rec["g_ulp"], rec["flags"]
+    r["nb"] = rec["v_nb"] + np.maximum(rec["g_nb"], 0)
+    return r
 
 
 def produced_nonfinite(nodes: Iterable, value: Any, grad: Any = None,
@@ -105,81 +111,31 @@ def _finite(a: Any) -> bool:
 SCAN_EVERY = 16  # the full non-finite scan runs at least every this many steps
 
 
-def step_summary(runner: Any, res: Any) -> dict:
-    """``summarize(res)`` plus the nodes that produced a NaN/inf on the reference side (read
-    from ``runner.ref`` right after the step, before the next one overwrites it).
+def scan_produced(runner: Any, res: Any) -> list[int]:
+    """The nodes that produced a NaN/inf on the reference side this step (``res.produced``),
+    read from the step's one store (``runner.store``: what the Inspector and the tensor window
+    read too, each array fetched once).
 
     NOTE: the full scan costs ~0.6 ms a step on the transformer (6 % of its step); it runs when
     the loss or a parameter's gradient is not finite (where a NaN made anywhere ends up), and
     every ``SCAN_EVERY`` steps for what vanished on the way (an inf that exp(-inf) turned to 0).
     """
-    out = summarize(res)
-    ref = runner.ref
+    st = runner.store
     try:
         params = [n.id for n in runner.nodes if n.op == "param"]
         clean = (math.isfinite(res.loss_ref) and all(
-            _finite(ref.array(i, "grad")) for i in params))
+            _finite(st.get("ref", i, "grad", after=True)) for i in params))
         if clean and res.step % SCAN_EVERY:
-            out["produced"] = []
-            return out
-        out["produced"] = produced_nonfinite(runner.nodes, lambda i: ref.array(i, "value"),
-                                             lambda i: ref.array(i, "grad"))
+            return []
+        return produced_nonfinite(runner.nodes,
+                                  lambda i: st.get("ref", i, "value", after=True),
+                                  lambda i: st.get("ref", i, "grad", after=True))
     except Exception:  # noqa: BLE001 — an alarm scan must never fail a step
-        out["produced"] = []
-    return out
-
-
-def summarize(res: Any) -> dict:
-    """One ``StepResult`` (or its dict) as plain lists for the wire: ``{"step", "losses",
-    "exact", "first", "n", "v", "vu", "g", "gu", "nb", "f", "src", "kernels"}``."""
-    get = res.get if isinstance(res, Mapping) else (lambda k, d=None: getattr(res, k, d))
-    nodes = get("nodes") or []
-    v, vu, g, gu, nb, f = [], [], [], [], [], []
-    computed = get("provenance")  # StepResult.provenance: did this step run core.provenance
-    intro = _introduced(get("introduced") if computed or computed is None else None, nodes,
-                        get("roots") or [])
-    src = SOURCE_PROVENANCE if intro[1] else SOURCE_ROOTS
-    for e in nodes:
-        dv, dg = e.get("value") or {}, e.get("grad")
-        v.append(int(dv.get("n_diff", 0) or 0))
-        vu.append(float(dv.get("max_ulp", 0) or 0))
-        g.append(-1 if dg is None else int(dg.get("n_diff", 0) or 0))
-        gu.append(0.0 if dg is None else float(dg.get("max_ulp", 0) or 0))
-        nb.append(int(dv.get("nan_bits_differ", 0) or 0)
-                  + (0 if dg is None else int(dg.get("nan_bits_differ", 0) or 0)))
-        bits = intro[0].get(int(e["id"]), 0)
-        bits |= F_V_ONESIDED if _one_sided(dv) else 0
-        bits |= F_G_ONESIDED if _one_sided(dg) else 0
-        bits |= F_V_NAN if dv.get("n_nan") else 0
-        bits |= F_G_NAN if dg and dg.get("n_nan") else 0
-        f.append(bits)
-    return {"step": int(get("step")), "losses": [get("loss_ref"), get("loss_cand")],
-            "exact": bool(get("exact")), "first": get("first"), "n": len(nodes), "v": v,
-            "vu": vu, "g": g, "gu": gu, "nb": nb, "f": f, "src": src,
-            "kernels": list(get("kernels") or []), "produced": list(get("produced") or [])}
-
-
-def _introduced(intro: Iterable | None, nodes: list, roots: list) -> tuple[dict[int, int], bool]:
-    """node id → F_*_INTRO bits, and whether they came from the provenance engine."""
-    out: dict[int, int] = {}
-    bit = {"value": F_V_INTRO, "grad": F_G_INTRO, "update": F_U_INTRO}
-    have = bool(intro)  # (an empty list from a step without the field says nothing)
-    for e in intro or ():
-        out[int(e["node"])] = out.get(int(e["node"]), 0) | bit.get(e.get("which"), 0)
-    for e in nodes:  # the per-node form: {"introduced": {"value", "grad", "update": bool}}
-        flags = e.get("introduced")
-        if isinstance(flags, Mapping):
-            have = True
-            for k, b in bit.items():
-                if flags.get(k):
-                    out[int(e["id"])] = out.get(int(e["id"]), 0) | b
-    if not have:  # PLACEHOLDER until a step carries provenance: where value drift starts
-        out = {int(i): F_V_INTRO for i in roots}
-    return out, have
+        return []
 
 
 class StepHistory:
-    """Per-node summaries of every step (bounded); ``add`` takes ``summarize`` dicts."""
+    """Per-node columns of every step (bounded); ``add`` takes a ``StepResult``."""
 
     def __init__(self, nodes: list | tuple = (), budget_bytes: int = DEFAULT_BUDGET) -> None:
         self.nodes = [(int(n.id), str(n.op), n.name or "") for n in nodes]
@@ -200,32 +156,31 @@ class StepHistory:
         """Bytes the summaries hold (records and their per-step overhead, roughly)."""
         return self._bytes
 
-    def add(self, s: Mapping) -> None:
-        """Append one step's ``summarize`` dict."""
-        n = int(s["n"])
+    def add(self, res: Any) -> None:
+        """Append one step (a ``StepResult``: its record, losses, first, kernels, ...)."""
+        rec = res.record
+        n = len(rec)
         if self.nodes and n != len(self.nodes):
-            raise ValueError(f"step {s['step']}: {n} nodes, the history has {len(self.nodes)}")
+            raise ValueError(f"step {res.step}: {n} nodes, the history has {len(self.nodes)}")
         if not self.nodes:
             self.nodes = [(i, "", "") for i in range(n)]
             self._first_step = np.full(n, -1, dtype=np.int64)
-        r = np.empty(n, dtype=RECORD)
-        r["v_n"], r["v_ulp"], r["g_n"] = s["v"], s["vu"], s["g"]
-        r["g_ulp"], r["nb"], r["flags"] = s["gu"], s["nb"], s["f"]
-        step = int(s["step"])
+        r = compact(rec)
+        step = int(res.step)
         if self.step_nums and step <= self.step_nums[-1]:
             raise ValueError(f"step {step} after step {self.step_nums[-1]}")
         differs = (r["v_n"] > 0) | (r["g_n"] > 0)
         new = differs & (self._first_step < 0)
         self._first_step[new] = step
-        if self.first is None and s.get("first"):
-            self.first = {"step": step, **s["first"]}
+        if self.first is None and res.first:
+            self.first = {"step": step, **res.first}
         self.step_nums.append(step)
         self.records.append(r)
         self._bytes += r.nbytes + STEP_OVERHEAD
-        self.meta.append({"losses": s.get("losses"), "exact": s.get("exact"),
-                          "first": s.get("first"), "src": s.get("src", SOURCE_ROOTS),
-                          "kernels": s.get("kernels") or [],
-                          "produced": list(s.get("produced") or [])})
+        self.meta.append({"losses": [res.loss_ref, res.loss_cand], "exact": bool(res.exact),
+                          "first": res.first,
+                          "src": SOURCE_PROVENANCE if res.provenance else SOURCE_ROOTS,
+                          "kernels": res.kernels or [], "produced": list(res.produced or [])})
         if self.nbytes > self.budget_bytes:
             self._thin()
 
@@ -272,32 +227,27 @@ class StepHistory:
         """losses, exact, first (of that step), src, kernels."""
         return self.meta[self.index_of(step)]
 
-    def comparison(self, step: int) -> list[dict]:
-        """The per-node dicts of one step as the parity table and graph read them."""
+    def comparison(self, step: int) -> ColumnComparison:
+        """One step as the parity table reads it: its columns (``views.parity_rows``), each
+        node's dict (the list-of-dicts form) made only when that entry is read."""
         r = self.record(step)
-        # NOTE: a 10k-node step is built each time the scrubber shows one (the record-tuple
-        # loop cost ~30 ms of the GUI thread). One column at a time to Python, the flag bits
-        # decoded through a table, and the sides that are all zero (most nodes: exact) share
-        # one read-only mapping instead of a new dict each
-        f = r["flags"]
-        zero_v = ((r["v_n"] == 0) & (r["v_ulp"].view(np.int64) == 0) & (r["nb"] == 0)
-                  & ((f & F_V_NAN) == 0))
-        zero_g = (r["g_n"] == 0) & (r["g_ulp"].view(np.int64) == 0) & ((f & F_G_NAN) == 0)
-        cols = (r["v_n"].tolist(), r["v_ulp"].tolist(), r["g_n"].tolist(), r["g_ulp"].tolist(),
-                r["nb"].tolist(), f.tolist(), zero_v.tolist(), zero_g.tolist())
-        bits, zv_, zg_ = _FLAG_BITS, _ZERO_VALUE, _ZERO_GRAD
-        out = []
-        append = out.append
-        for (nid, op, name), v_n, v_ulp, g_n, g_ulp, nb, fl, zv, zg in zip(self.nodes, *cols,
-                                                                          strict=True):
-            v_nan, g_nan, intro, alarm = bits[fl]
-            append({"id": nid, "op": op, "name": name,
-                    "value": zv_ if zv else {"n_diff": v_n, "max_ulp": v_ulp, "n_nan": v_nan,
-                                             "nan_bits_differ": nb},
-                    "grad": None if g_n < 0 else zg_ if zg else {
-                        "n_diff": g_n, "max_ulp": g_ulp, "n_nan": g_nan},
-                    "introduced": intro, "alarm": alarm})
-        return out
+        ids = [nid for nid, _, _ in self.nodes]
+        cols = {k: r[k] for k in ("v_n", "v_ulp", "g_n", "g_ulp", "nb", "flags")}
+        return ColumnComparison(ids, cols, lambda k: self._entry(r, k))
+
+    def _entry(self, r: np.ndarray, k: int) -> dict:
+        nid, op, name = self.nodes[k]
+        v_n, v_ulp, g_n, g_ulp, nb, fl = r[k].tolist()
+        v_nan, g_nan, intro, alarm = _FLAG_BITS[fl]
+        # the sides that are all zero (most nodes: exact) share one read-only mapping
+        zv = v_n == 0 and v_ulp == 0 and math.copysign(1.0, v_ulp) > 0 and nb == 0 and not v_nan
+        zg = g_n == 0 and g_ulp == 0 and math.copysign(1.0, g_ulp) > 0 and not g_nan
+        return {"id": nid, "op": op, "name": name,
+                "value": _ZERO_VALUE if zv else {"n_diff": v_n, "max_ulp": v_ulp, "n_nan": v_nan,
+                                                 "nan_bits_differ": nb},
+                "grad": None if g_n < 0 else _ZERO_GRAD if zg else {
+                    "n_diff": g_n, "max_ulp": g_ulp, "n_nan": g_nan},
+                "introduced": intro, "alarm": alarm}
 
     def overlay(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per node (as ``comparison(step)`` lists them): ``core.parity.entry_worst`` (0

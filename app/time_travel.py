@@ -20,7 +20,7 @@ from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFileDialog
 
 from app.session import worst_colors
-from app.step_history import SOURCE_PROVENANCE, StepHistory, summarize
+from app.step_history import SOURCE_PROVENANCE, StepHistory
 from views.step_scrubber import StepScrubber
 from views.training_view import HEAT_STEPS, heat_levels
 
@@ -121,18 +121,18 @@ class TimeTravel(QObject):
 
     # ---- feeding ----------------------------------------------------------------------------
     def add(self, snap) -> None:
-        """Take a snapshot's step summaries (or its latest step, from an older worker)."""
-        summaries = snap.summaries or [summarize(snap.latest)]
+        """Take a snapshot's steps (each with its step record)."""
+        results = snap.results
         s = self.win.session
         if self.history is None:
-            n = int(summaries[0]["n"])
+            n = len(results[0].record)
             nodes = s.tape.nodes[:n] if s is not None and len(s.tape) >= n else ()
             self.history = StepHistory(nodes)
         known = self.history.step_nums[-1] if len(self.history) else 0
         h = self.history
-        for summary in summaries:
-            if int(summary["step"]) > known:
-                h.add(summary)
+        for res in results:
+            if res.step > known:
+                h.add(res)
                 if h.thinned == self._thinned:
                     self._add_column(len(h) - 1)
         if h.thinned != self._thinned:  # old steps dropped: rebuild the (recent) columns

@@ -103,9 +103,64 @@ def provenance_table(workloads: list[str], steps: int, repeat: int) -> None:
 MEMORY_AT = (100, 1000, 5000, 10000)  # steps at which the memory table reads RSS
 
 
-def live(workload: str, steps: int) -> dict:
+def count_objects(x: object) -> int:
+    """Python objects a decoded message holds (each dict, list, str, number, array: one),
+    the decoder's allocations, counted the same way before and after a change of the wire."""
+    if isinstance(x, dict):
+        return 1 + sum(1 + count_objects(v) for v in x.values())  # (+1: each key)
+    if isinstance(x, (list, tuple)):
+        return 1 + sum(count_objects(v) for v in x)
+    return 1
+
+
+class PipeCount:
+    """Counts what the worker's message pipe carries to the GUI: bytes of each message type,
+    and per snapshot the objects its JSON decodes into (``count_objects``)."""
+
+    def __init__(self) -> None:
+        self.bytes: dict[str, int] = {}
+        self.snapshots = 0
+        self.objects: list[int] = []
+        self.steps = 0
+
+    def __enter__(self) -> PipeCount:
+        import json
+
+        from app.live_worker import WorkerProcess
+
+        self._real = WorkerProcess.messages
+        me = self
+
+        def messages(proc):  # WorkerProcess.messages, counting
+            with os.fdopen(proc.msg_fd, "rb") as f:
+                for line in f:
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    if not isinstance(msg, dict) or "type" not in msg:
+                        continue
+                    kind = msg["type"]
+                    me.bytes[kind] = me.bytes.get(kind, 0) + len(line)
+                    if kind == "snapshot":
+                        me.snapshots += 1
+                        me.objects.append(count_objects(msg))
+                        me.steps += len(msg.get("steps") or ())
+                    yield msg
+
+        WorkerProcess.messages = messages
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from app.live_worker import WorkerProcess
+
+        WorkerProcess.messages = self._real
+
+
+def live(workload: str, steps: int, pipe: PipeCount | None = None) -> dict:
     """Run a live session of ``steps`` in an offscreen window; measure rate, latency, memory
-    (``mem_at``: step → (GUI MiB, worker MiB) at the first snapshot past each MEMORY_AT)."""
+    (``mem_at``: step → (GUI MiB, worker MiB) at the first snapshot past each MEMORY_AT);
+    ``pipe`` counts the message pipe's bytes and objects."""
     from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 
     from app.live import FAILED, STOPPED
@@ -146,7 +201,11 @@ def live(workload: str, steps: int) -> dict:
             mem["gui_end"] = rss_mb()
             mem["worker_end"] = rss_mb(win.live.live.proc.pid)
 
-    win.live.start(SessionConfig(workload=workload, device="host"), max_steps=steps)
+    if pipe is not None:
+        with pipe:  # the reader thread takes the patched generator when the session starts
+            win.live.start(SessionConfig(workload=workload, device="host"), max_steps=steps)
+    else:
+        win.live.start(SessionConfig(workload=workload, device="host"), max_steps=steps)
     win.live.live.snapshot.connect(on_snapshot)
     timer = QTimer()
     timer.setInterval(10)
@@ -216,34 +275,33 @@ def _feed_session_class():
 def synthetic_messages(n: int, kinds: int = 8, seed: int = 0):
     """``step → the worker's snapshot message`` of one step on an ``n``-node tape: a few
     per cent of the nodes differ by 1-3 ulp (which ones changes with the step), the rest agree;
-    per-step lists are fresh objects, as a JSON decode makes them."""
-    from app.step_history import F_V_INTRO
+    each step's record packed as the worker packs it (``app.step_wire``)."""
+    from core.step_record import F_V_INTRO, STEP_RECORD, pack
 
     rng = np.random.default_rng(seed)
     tmpl = []
     for k in range(kinds):
         u = rng.integers(0, 4, n) * (rng.random(n) < 0.02 * (k % 5))
-        v = (u > 0).astype(int)
-        f = np.where(u > 0, F_V_INTRO * (rng.random(n) < 0.3), 0)
-        tmpl.append((v.tolist(), u.astype(float).tolist(), f.tolist(),
-                     np.where(u > 0, np.maximum(u, 1), 0).astype(float).tolist()))
-    zeros_i, zeros_f = [0] * n, [0.0] * n
+        rec = np.zeros(n, STEP_RECORD)
+        rec["id"] = np.arange(n)
+        rec["v_n"] = rec["g_n"] = 8
+        rec["v_diff"], rec["v_ulp"] = (u > 0).astype(int), u
+        rec["v_first"] = np.where(u > 0, 0, -1)
+        rec["v_abs"] = np.where(u > 0, 1e-16, 0.0)
+        rec["g_first"] = -1
+        rec["flags"] = np.where(u > 0, F_V_INTRO * (rng.random(n) < 0.3), 0)
+        tmpl.append((pack(rec), not (u > 0).any()))
 
     def message(step: int) -> dict:
-        v, vu, f, col = tmpl[step % kinds]
+        packed, exact = tmpl[step % kinds]
         first = {"step": 2, "node": 7, "op": "matmul", "which": "value"}
-        summary = {"step": step, "losses": [1.0 / step, 1.0 / step], "exact": not any(v),
-                   "first": None if step != 2 else {"node": 7, "op": "matmul", "which": "value"},
-                   "n": n, "v": list(v), "vu": list(vu), "g": list(zeros_i),
-                   "gu": list(zeros_f), "nb": list(zeros_i), "f": list(f), "src": "provenance",
-                   "kernels": [], "produced": []}
-        latest = {"step": step, "loss_ref": 1.0 / step, "loss_cand": 1.0 / step,
-                  "seconds": 1.4, "exact": summary["exact"], "first": None, "nodes": []}
+        wire = {"step": step, "loss_ref": 1.0 / step, "loss_cand": 1.0 / step, "seconds": 1.4,
+                "exact": exact, "first": None if step != 2 else {"node": 7, "op": "matmul",
+                                                                  "which": "value"},
+                "provenance": True, "kernels": [], "provenance_s": 0.0, "produced": [],
+                "roots": [], "n": n, "record": packed}
         return {"type": "snapshot", "state": "running", "steps_done": step,
-                "steps": [[step, 1.0 / step, 1.0 / step, 1.4, summary["exact"]]],
-                "columns": [list(col)], "latest": latest,
-                "first": first if step >= 2 else None, "steps_per_s": 0.7,
-                "summaries": [summary]}
+                "steps": [wire], "first": first if step >= 2 else None, "steps_per_s": 0.7}
 
     return message
 
@@ -342,14 +400,25 @@ def big_live_table(steps: int, repeat: int) -> None:
     print(f"real worker, 10,005-node transformer, {steps} steps a run, {repeat} rounds")
     print(f"{'round':>5}{'headless/s':>11}{'live/s':>8}{'ratio':>7}{'CPU/step headless':>19}"
           f"{'worker':>8}{'CPU ratio':>10}{'GUI CPU/step':>13}{'lat max':>9}{'p99 ms':>8}")
+    pipes = []
     for k in range(repeat):
         cpu: list = []
         h = headless(BIG, steps, cpu=cpu)
-        r = live(BIG, steps)
+        pipe = PipeCount()
+        r = live(BIG, steps, pipe)
+        pipes.append(pipe)
         print(f"{k + 1:>5}{h:>11.3f}{r['rate']:>8.3f}{r['rate'] / h:>7.2f}"
               f"{cpu[0] * 1e3:>17.0f}ms{r['worker_cpu_step'] * 1e3:>6.0f}ms"
               f"{cpu[0] / r['worker_cpu_step']:>10.2f}{r['gui_cpu_step'] * 1e3:>11.0f}ms"
               f"{r['lat_max']:>9.1f}{r['lat_p99']:>8.1f}", flush=True)
+    # counts, not times: what the pipe carried and what the GUI decoded (the same each run)
+    print(f"{'round':>5}{'snapshots':>10}{'steps':>7}{'snapshot bytes/step':>21}"
+          f"{'other bytes':>12}{'objects/snapshot':>18}")
+    for k, p in enumerate(pipes):
+        other = sum(v for t, v in p.bytes.items() if t != "snapshot")
+        print(f"{k + 1:>5}{p.snapshots:>10}{p.steps:>7}"
+              f"{p.bytes.get('snapshot', 0) / max(p.steps, 1):>21,.0f}{other:>12,}"
+              f"{(sum(p.objects) / max(len(p.objects), 1)):>18,.0f}", flush=True)
 
 
 def main() -> None:

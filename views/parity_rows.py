@@ -1,7 +1,10 @@
 """Rows of the parity table as plain data (no Qt): one per node, comparison columns optional.
 
 A comparison is a list of per-node dicts ``{"id", "value": {"n_diff", "max_ulp", ...},
-"grad": {...}}`` (what gpu.parity reports); a node without an entry has empty comparison cells.
+"grad": {...}}`` (what a parity file holds), or a ``ColumnComparison``: one step's columns
+(what a live session's step history keeps, ``app.step_history``), read column by column, a
+node's dict made only when something asks for that entry. A node without an entry has empty
+comparison cells.
 """
 
 from __future__ import annotations
@@ -63,13 +66,37 @@ def _side(entry: Mapping, key: str, where: str) -> tuple[int | None, float | Non
     return (None if n is None else int(n)), (None if u is None else float(u))
 
 
+class ColumnComparison(Sequence):
+    """One step's comparison as columns, aligned with ``ids``: ``v_n``, ``v_ulp``, ``g_n`` (-1:
+    no gradient entry), ``g_ulp``, ``nb`` (NaN pairs differing in bits, both sides), and an
+    ``entry(k)`` that makes row ``k``'s dict (the list-of-dicts form) only when read."""
+
+    def __init__(self, ids: list[int], cols: Mapping[str, np.ndarray], entry) -> None:
+        self.ids, self.cols, self._entry = ids, cols, entry
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        return self._entry(k)
+
+
 class ParityRows(Sequence):
     """The table's rows, built when asked for (a 10k-node comparison arrives up to 10 times a
-    second in a live session: building every row each time cost ~60 ms of the GUI thread)."""
+    second in a live session: building every row each time cost ~60 ms of the GUI thread);
+    with a ``ColumnComparison`` each cell and sort key is read from its column."""
 
-    def __init__(self, nodes: Sequence, by_id: dict[int, Mapping]):
-        self.nodes, self.by_id = nodes, by_id
+    def __init__(self, nodes: Sequence, by_id: dict[int, Mapping],
+                 cols: ColumnComparison | None = None):
+        self.nodes, self.by_id, self.cols = nodes, by_id, cols
         self.ids = [nd.id for nd in nodes]
+        # row k's position in the columns (-1: no entry)
+        self._at: np.ndarray | None = None
+        if cols is not None:
+            pos = {i: k for k, i in enumerate(cols.ids)}
+            self._at = np.array([pos.get(i, -1) for i in self.ids], dtype=np.int64)
         self._cache: dict[int, ParityRow] = {}
         self._keys: dict[int, np.ndarray] = {}
         self._differs: np.ndarray | None = None
@@ -85,7 +112,8 @@ class ParityRows(Sequence):
             if len(self._cache) > 4096:  # only what is on screen (and sorting) is kept
                 self._cache.clear()
             nd = self.nodes[k]
-            r = self._cache[k] = _row(nd, self.by_id.get(nd.id))
+            r = self._cache[k] = (_row(nd, self.by_id.get(nd.id)) if self._at is None
+                                  else _column_row(nd, self.cols, int(self._at[k])))
         return r
 
     def sort_keys(self, col: int) -> np.ndarray:
@@ -103,6 +131,15 @@ class ParityRows(Sequence):
             got = np.array([nd.name or "" for nd in nodes], dtype=str)
         elif col == 3:
             got = np.array([sum(nd.shape) for nd in nodes], dtype=np.int64)
+        elif self._at is not None:  # straight from the step's columns
+            name = ("v_n", "v_ulp", "g_n", "g_ulp")[col - 4]
+            c, at = self.cols.cols[name], self._at
+            got = np.full(len(nodes), -1, dtype=np.int64 if col % 2 == 0 else np.float64)
+            have = at >= 0
+            vals = c[at[have]]
+            if col >= 6:  # a node without a gradient entry: an empty cell, as in a dict
+                vals = np.where(self.cols.cols["g_n"][at[have]] < 0, -1, vals)
+            got[have] = vals
         else:
             side, field = ("value", "grad")[(col - 4) // 2], ("n_diff", "max_ulp")[col % 2]
             got = np.full(len(nodes), -1, dtype=np.int64 if field == "n_diff" else np.float64)
@@ -119,6 +156,12 @@ class ParityRows(Sequence):
 
     def differs(self) -> np.ndarray:
         """``ParityRow.differs`` of every row, as one boolean array."""
+        if self._differs is None and self._at is not None:
+            at, c = self._at, self.cols.cols
+            d = np.zeros(len(self.nodes), dtype=bool)
+            have = at >= 0
+            d[have] = (c["v_n"][at[have]] != 0) | (c["g_n"][at[have]] > 0)
+            self._differs = d
         if self._differs is None:
             d = np.zeros(len(self.nodes), dtype=bool)
             if self.by_id:
@@ -167,9 +210,25 @@ def _row(nd, e: Mapping | None) -> ParityRow:
     return ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), vn, vu, gn, gu, vb, gb)
 
 
+def _column_row(nd, cols: ColumnComparison, k: int) -> ParityRow:
+    if k < 0:
+        return ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape))
+    c = cols.cols
+    g_n = int(c["g_n"][k])
+    return ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), int(c["v_n"][k]),
+                     float(c["v_ulp"][k]), None if g_n < 0 else g_n,
+                     None if g_n < 0 else float(c["g_ulp"][k]), int(c["nb"][k]), 0)
+
+
 def build_rows(nodes: Sequence, comparison: Iterable[Mapping] | None = None) -> ParityRows:
     """One ParityRow per node (objects with id/op/name/shape), merged with ``comparison``; the
     entries are checked here, the rows built when first read."""
+    if isinstance(comparison, ColumnComparison):
+        rows = ParityRows(nodes, {}, comparison)
+        unknown = set(comparison.ids) - set(rows.ids)
+        if unknown:
+            raise ValueError(f"comparison names nodes not on the tape: {sorted(unknown)[:5]}")
+        return rows
     by_id: dict[int, Mapping] = {}
     for k, entry in enumerate(comparison or ()):
         if not isinstance(entry, Mapping) or "id" not in entry:

@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from app.commands.worker import timeouts as worker_timeouts
-    from app.runs import PairRunner, SessionConfig
+    from app.pairs import open_pair
+    from app.runs import SessionConfig
     from core.atomic import check_writable, write_atomic
     from core.parity import strict_json
 
@@ -120,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")
-    runner = PairRunner(cfg, inject=args.inject)
-    inj = runner.cand.inject
+    runner = open_pair(cfg, inject=args.inject)
+    inj = runner.inject
     if inj is not None and inj.step > args.steps:
         raise ValueError(f"--inject {args.inject!r}: step {inj.step} is not run "
                          f"(--steps {args.steps})")
@@ -160,9 +161,9 @@ def run(args: argparse.Namespace) -> int:
     nodes = [per_node[i] for i in sorted(per_node)]
     bad = [n for n in nodes if entry_differs(n)]
     exact = not bad
-    prog = runner.prog
-    report = {"device": runner.device.kind, "steps": args.steps, "exact": exact,
-              "first_divergence": first, "nodes": nodes, "stats": prog.stats,
+    stats = runner.stats()
+    report = {"device": runner.device_kind, "steps": args.steps, "exact": exact,
+              "first_divergence": first, "nodes": nodes, "stats": stats,
               "introduced": introduced, "kernels_introduced": kernels,
               "inject": None if inj is None else inj.label()}
     print(f"{'node':>5} {'op':<14} {'name':<28} {'value diff':>11} {'ulp':>6} "
@@ -173,9 +174,9 @@ def run(args: argparse.Namespace) -> int:
               f"{n['value']['n_diff']:>11} {n['value']['max_ulp']:>6} {g['n_diff']:>10} "
               f"{g['max_ulp']:>6}")
     nan_bits = sum(s["nan_bits_differ"] for n in nodes for s in (n["value"], n["grad"]) if s)
-    print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device.kind}: "
+    print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device_kind}: "
           f"{'bit-identical' if exact else f'{len(bad)} nodes differ'}; first divergence: "
-          f"{divergence_text(first)}; launches per episode: {prog.stats['launches_per_episode']}; "
+          f"{divergence_text(first)}; launches per episode: {stats['launches_per_episode']}; "
           f"NaNs differing only in sign/payload (equal): {nan_bits}")
     if first_introduced:
         print(f"introduced at step {first_introduced[0]['step']}: "

@@ -55,13 +55,14 @@ def run(args: argparse.Namespace) -> int:
     check_writable(Path(args.out).with_suffix(".json"), "--out's JSON")
     from app.commands.model_args import resolve_workload
     from app.commands.worker import timeouts as worker_timeouts
+    from app.pairs import open_pair
     from app.report_data import ReportAccumulator
-    from app.runs import PairRunner, SessionConfig
+    from app.runs import SessionConfig
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
                         dtype=args.dtype, math=args.math, compare=args.compare, seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args))
-    runner = PairRunner(cfg)
+    runner = open_pair(cfg)
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None
     acc = ReportAccumulator(cfg, runner.nodes, runner.ref_spec.label(),

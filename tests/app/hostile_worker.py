@@ -44,11 +44,14 @@ def _hello() -> None:
     _reply({"type": "hello", "protocol": PROTOCOL})
 
 
-def _honest_until(stop) -> dict:
-    """Serve like the real worker; return the first request ``stop(msg, counts)`` says to."""
+def _honest_until(stop, keep: dict | None = None) -> dict:
+    """Serve like the real worker; return the first request ``stop(msg, counts)`` says to
+    (``keep["it"]``: the worker, to answer it after all)."""
     from app.remote import _Worker
 
     worker, counts = _Worker(), {}
+    if keep is not None:
+        keep["it"] = worker
     while True:
         msg = _line()
         if msg is None or msg.get("cmd") == "quit":
@@ -98,35 +101,32 @@ def main(mode: str) -> None:
         _line()
         _reply({"kind": "host"})
         _hang()
-    if mode == "stall_mid_run":  # honest until the second step's advance, then silent
-        _honest_until(lambda msg, n: msg["cmd"] == "advance" and n["advance"] == 2)
+    if mode == "stall_mid_run":  # honest until the second step, then silent
+        _honest_until(lambda msg, n: msg["cmd"] == "step" and n["step"] == 2)
         _hang()
-    if mode.startswith("bad_summary:"):  # honest, but the first compare reply is doctored
+    if mode.startswith("bad_record:"):  # honest, but the first step's record is doctored
         field, value = mode.split(":", 2)[1:]
-        msg = _honest_until(lambda msg, n: msg["cmd"] == "compare")
-        reply = _doctored_compare(msg, field, json.loads(value))
-        _reply(reply)
+        worker = {}
+        msg = _honest_until(lambda msg, n: msg["cmd"] == "step", worker)
+        _reply(_doctored_step(worker["it"].handle(msg), field, json.loads(value)))
         _line()
         _hang()
     raise SystemExit(f"unknown mode {mode!r}")
 
 
-def _doctored_compare(msg: dict, field: str, value) -> dict:
-    """An exact compare reply for ``msg``'s arrays with node 0's value ``field`` set to
-    ``value`` (or, for field "count", one node summary too few)."""
-    nodes = []
-    for v, g in zip(msg["values"], msg["grads"], strict=True):
-        n = 1
-        for k in v["shape"]:
-            n *= k
-        exact = {"n": n, "n_diff": 0, "max_ulp": 0, "max_abs": 0.0, "max_rel": 0.0,
-                 "first_index": None, "n_nan": 0, "n_signed_zero": 0, "nan_bits_differ": 0}
-        nodes.append({"value": dict(exact), "grad": None if g is None else dict(exact)})
+def _doctored_step(reply: dict, field: str, value) -> dict:
+    """The honest ``stepped`` reply with node 0's record column ``field`` set to ``value``
+    (for field "count": the record of one node fewer)."""
+    from core.step_record import pack, unpack
+
+    d = reply["step"]
+    rec = unpack(d["record"], d["n"])
     if field == "count":
-        nodes.pop()
+        rec = rec[:-1]
     else:
-        nodes[0]["value"][field] = value
-    return {"type": "parity", "nodes": nodes}
+        rec[field][0] = value
+    d["record"], d["n"] = pack(rec), len(rec) if field == "count" else d["n"]
+    return reply
 
 
 if __name__ == "__main__":

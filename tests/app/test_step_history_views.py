@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.runs import StepResult
 from app.session import parity_colors, worst_colors
 from app.step_history import (
     F_G_INTRO,
@@ -18,6 +19,7 @@ from app.step_history import (
     StepHistory,
 )
 from core.parity import entry_differs, entry_worst
+from core.step_record import STEP_RECORD
 
 
 def oracle_comparison(h: StepHistory, step: int) -> list[dict]:
@@ -49,13 +51,20 @@ def _history(seed: int, n: int = 300, steps: int = 4) -> StepHistory:
     for step in range(1, steps + 1):
         v = rng.integers(0, 3, n) * (rng.random(n) < 0.3)
         g = np.where(rng.random(n) < 0.2, -1, rng.integers(0, 3, n) * (rng.random(n) < 0.3))
-        vu = np.where(v > 0, rng.choice([0.0, 0.5, 1.0, 3.0, 2.0**30, np.inf, np.nan], n),
-                      rng.choice([0.0, -0.0, 0.0, 2.0], n))  # (a zero count's ulp: any)
-        gu = np.where(g > 0, rng.choice([0.0, 1.0, 7.0, 2.0**21, np.inf, np.nan], n),
-                      rng.choice([0.0, -0.0], n))
+        # max ulp is a count (uint64): 0 with a signed zero, up to across the whole line
+        vu = np.where(v > 0, rng.choice(np.array([0, 1, 3, 2**30, 2**53 + 1, 2**64 - 1],
+                                                 dtype=np.uint64), n),
+                      rng.choice(np.array([0, 0, 2], dtype=np.uint64), n))  # (a 0 count: any)
+        gu = np.where(g > 0, rng.choice(np.array([0, 1, 7, 2**21, 2**63], dtype=np.uint64), n),
+                      np.uint64(0))
         f = rng.integers(0, 128, n) * (rng.random(n) < 0.5)
-        h.add({"step": step, "n": n, "v": v.tolist(), "vu": vu.tolist(), "g": g.tolist(),
-               "gu": gu.tolist(), "nb": rng.integers(0, 2, n).tolist(), "f": f.tolist()})
+        rec = np.zeros(n, STEP_RECORD)
+        rec["id"] = np.arange(n)
+        rec["v_diff"], rec["v_ulp"], rec["g_diff"], rec["g_ulp"] = v, vu, g, gu
+        rec["g_n"] = np.where(g < 0, -1, 8)
+        rec["v_nb"] = rng.integers(0, 2, n)
+        rec["flags"] = f
+        h.add(StepResult(step, 1.0, 1.0, 0.0, False, None, rec))
     return h
 
 
@@ -78,7 +87,7 @@ def test_comparison_is_the_record_loop():
     for seed in range(4):
         h = _history(seed)
         for step in h.step_nums:
-            got, want = h.comparison(step), oracle_comparison(h, step)
+            got, want = list(h.comparison(step)), oracle_comparison(h, step)
             assert _same(got, want)
             assert all(isinstance(e, dict) for e in got)  # each entry its own
 
@@ -95,6 +104,25 @@ def test_overlay_is_entry_worst_and_entry_differs_and_its_colours_are_parity_col
             assert np.flatnonzero(intro).tolist() == h.introduced(step)
             assert worst_colors(ids, worst) == parity_colors(comp)
             assert (worst < 0).any() and (worst > 1).any() and (worst == 0).any()
+
+
+def test_the_table_reads_the_columns_as_it_reads_the_dicts():
+    from views.parity_rows import build_rows
+
+    for seed in range(3):
+        h = _history(seed)
+        nodes = [_Node(i) for i in range(len(h.nodes))]
+        for nd in nodes:
+            nd.shape = (nd.id % 4 + 1,)
+        for step in h.step_nums:
+            cols = build_rows(nodes, h.comparison(step))  # the live path: no dicts
+            dicts = build_rows(nodes, oracle_comparison(h, step))  # a file's path
+            assert cols.cols is not None and dicts.cols is None
+            assert [cols[k] for k in range(len(cols))] == [dicts[k] for k in range(len(dicts))]
+            for c in range(8):
+                assert cols.sort_keys(c).tolist() == dicts.sort_keys(c).tolist(), c
+            assert cols.differs().tolist() == dicts.differs().tolist()
+            assert cols.differs().any() and (cols.sort_keys(6) == -1).any()
 
 
 def test_first_steps_is_first_step_differing():

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import QToolButton
 from app.live import PAUSED, Inspection, LiveSession, Snapshot
 from app.runs import PairRunner, SessionConfig
 from app.session import parity_colors
-from app.step_history import summarize
 from core.ops.registry import REGISTRY
+from core.step_record import F_V_NAN, F_V_ONESIDED
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = SessionConfig(workload="transformer", compare="cpu-platform", math="platform")
@@ -40,12 +40,12 @@ def episode():
         results.append(dataclasses.replace(res, step=res.step + 1))
         arrays[res.step + 1] = [r.arrays(i) for i in range(len(r.nodes))]
     first = results[0]
-    exact_nodes = [{**e, "value": {**e["value"], "n_diff": 0, "max_ulp": 0},
-                    "grad": None if e["grad"] is None else {**e["grad"], "n_diff": 0,
-                                                            "max_ulp": 0},
-                    "introduced": {"value": False, "grad": False, "update": False}}
-                   for e in first.nodes]
-    exact = dataclasses.replace(first, step=1, exact=True, first=None, nodes=exact_nodes,
+    rec = first.record.copy()  # nothing differs, nothing introduced
+    for k in ("v_diff", "v_ulp", "v_nan", "g_ulp", "g_nan"):
+        rec[k] = 0
+    rec["g_diff"] = np.where(rec["g_n"] < 0, -1, 0)
+    rec["flags"] = 0
+    exact = dataclasses.replace(first, step=1, exact=True, first=None, record=rec,
                                 roots=[], introduced=[], kernels=[])
     arrays[1] = arrays[2]  # (not asked for: step 1 is never inspected here)
     return [exact, *results], arrays, r.nodes
@@ -85,17 +85,13 @@ def fake_live(win) -> LiveSession:
     return lv
 
 
-def feed(win, results, summaries=None) -> None:
+def feed(win, results) -> None:
     lv = win.live.live
     lv.steps_done = results[-1].step
     first = next(({"step": r.step, **r.first} for r in results if r.first), None)
     lv.first = first
-    snap = Snapshot(steps=[(r.step, r.loss_ref, r.loss_cand, r.seconds, r.exact)
-                           for r in results],
-                    ulp_columns=[r.node_max_ulp() for r in results], latest=results[-1],
-                    first=first, steps_per_s=10.0, state=PAUSED,
-                    extra={"steps_done": results[-1].step},
-                    summaries=summaries or [summarize(r) for r in results])
+    snap = Snapshot(results=list(results), first=first, steps_per_s=10.0, state=PAUSED,
+                    extra={"steps_done": results[-1].step})
     win.live._on_snapshot(snap)
 
 
@@ -277,17 +273,17 @@ def test_alarms_know_a_mask_from_a_fault(qtbot, tt, episode):
     results, _, nodes = episode
     win = tt
     res = results[1]
-    sums = [summarize(r) for r in results]
+    results = list(results)
     mask = next(n.id for n in nodes if n.op == "const" and "mask" in (n.name or ""))
     masked_add = next(n.id for n in nodes if mask in n.inputs)
     # step 3: node 20's value is NaN on the candidate only (a NaN against a number)
-    bad = dict(results[2].nodes[20])
-    bad["value"] = {**bad["value"], "n_diff": 1, "n_nan": 1}
-    results3 = dataclasses.replace(results[2], nodes=[*results[2].nodes[:20], bad,
-                                                      *results[2].nodes[21:]])
-    sums[2] = summarize(results3)
-    sums[3]["produced"] = [30]  # step 4: node 30 made a NaN from finite inputs (both sides)
-    feed(win, results, sums)
+    rec = results[2].record.copy()
+    rec["v_diff"][20], rec["v_nan"][20] = 1, 1
+    rec["flags"][20] |= F_V_NAN | F_V_ONESIDED  # (what record_of sets for a NaN vs a number)
+    results[2] = dataclasses.replace(results[2], record=rec)
+    # step 4: node 30 made a NaN from finite inputs (both sides)
+    results[3] = dataclasses.replace(results[3], produced=[30])
+    feed(win, results)
     travel = win.live.travel
     for step, want in ((2, []), (3, [20]), (4, [30])):
         travel.scrubber.show_step(step)

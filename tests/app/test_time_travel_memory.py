@@ -10,7 +10,9 @@ import numpy as np
 
 from app.live import PAUSED, RUNNING, LiveSession, Snapshot
 from app.runs import SessionConfig, StepResult
-from app.step_history import StepHistory, summarize
+from app.step_history import StepHistory
+from app.step_wire import step_from_wire, step_to_wire
+from tests.app.records import record
 
 N_STEPS = 10_000
 BATCH = 250  # steps per snapshot (the worker batches ~20 at 100 steps/s)
@@ -37,7 +39,7 @@ def synthetic(step: int, n: int, rng) -> StepResult:
                                      "update": False}})
     first = next(({"node": e["id"], "op": "x", "which": "value"} for e in nodes
                   if e["value"]["n_diff"]), None)
-    return StepResult(step, 1.0, 1.0, 0.001, first is None, first, nodes, [], True,
+    return StepResult(step, 1.0, 1.0, 0.001, first is None, first, record(nodes), [], True,
                       [{"node": e["id"], "which": "value"} for e in nodes
                        if e["introduced"]["value"]])
 
@@ -60,18 +62,13 @@ def test_10000_steps_through_the_window_keep_memory_flat(qtbot, win):
     rng = np.random.default_rng(0)
     # a pool of distinct steps, renumbered: the feed costs little, the window does the work
     pool = [synthetic(k + 1, n, rng) for k in range(POOL)]
-    wire = json.loads(json.dumps([summarize(r) for r in pool]))  # as the pipe delivers them
-    cols = [r.node_max_ulp() for r in pool]
+    wire = json.loads(json.dumps([step_to_wire(r, detail=False) for r in pool]))  # (the pipe)
     start = None
     for b in range(N_STEPS // BATCH):
         nums = range(b * BATCH + 1, (b + 1) * BATCH + 1)
-        results = [pool[(k - 1) % POOL] for k in nums]
-        snap = Snapshot(steps=[(k, 1.0, 1.0, 0.001, r.exact) for k, r in zip(
-                            nums, results, strict=True)],
-                        ulp_columns=[cols[(k - 1) % POOL] for k in nums],
-                        latest=results[-1], first=None, steps_per_s=100.0, state=RUNNING,
-                        extra={"steps_done": nums[-1]},
-                        summaries=[{**wire[(k - 1) % POOL], "step": k} for k in nums])
+        results = [step_from_wire({**wire[(k - 1) % POOL], "step": k}, n) for k in nums]
+        snap = Snapshot(results=results, first=None, steps_per_s=100.0, state=RUNNING,
+                        extra={"steps_done": nums[-1]})
         lv.steps_done = nums[-1]
         win.live._on_snapshot(snap)
         if b == 3:  # after 1,000 steps: the plots and tables have their working sets
@@ -102,7 +99,7 @@ def test_summaries_round_trip_and_the_budget_thins_old_steps():
     rng = np.random.default_rng(1)
     steps = [synthetic(k, 20, rng) for k in range(1, 401)]
     one = StepHistory()
-    one.add(json.loads(json.dumps(summarize(steps[0]))))
+    one.add(step_from_wire(json.loads(json.dumps(step_to_wire(steps[0]))), 20))
     got = one.comparison(1)
     for e, want in zip(got, steps[0].nodes, strict=True):
         for side in ("value", "grad"):
@@ -112,16 +109,17 @@ def test_summaries_round_trip_and_the_budget_thins_old_steps():
     assert one.source(1) == "provenance"
     small = StepHistory(budget_bytes=40_000)
     for r in steps:
-        small.add(summarize(r))
+        small.add(r)
     assert small.nbytes <= 40_000 and small.thinned > 0
     assert small.step_nums[-1] == 400 and small.step_nums == sorted(small.step_nums)
     assert small.first["step"] in small.step_nums  # the first divergence's step is kept
     assert small.nearest(3) in small.step_nums
-    # a step without provenance falls back to roots, and says so
+    # a step without provenance has the roots in its flags (app.runs sets them), and says so
     bare = [{k: v for k, v in e.items() if k != "introduced"} for e in steps[0].nodes]
-    plain = StepResult(1, 1.0, 1.0, 0.0, False, {"node": 2, "op": "x", "which": "value"}, bare,
-                       [2, 5])
-    s = summarize(plain)
+    for e in bare:
+        e["introduced"] = {"value": e["id"] in (2, 5)}
+    plain = StepResult(1, 1.0, 1.0, 0.0, False, {"node": 2, "op": "x", "which": "value"},
+                       record(bare), [2, 5])
     h = StepHistory()
-    h.add(s)
+    h.add(plain)
     assert h.source(1) == "roots" and h.introduced(1) == [2, 5]

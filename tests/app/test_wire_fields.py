@@ -1,23 +1,63 @@
-"""The live worker sends a step's fields without asdict's deep copy: the same JSON."""
+"""A step on the pipe (``app.step_wire``): its record packed once, the same step back out."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
-from app.live_worker import wire_fields
+import numpy as np
+import pytest
+
 from app.runs import PairRunner, SessionConfig
+from app.step_wire import step_from_wire, step_to_wire
+from core.step_record import STEP_RECORD, pack, unpack
 
 
-def test_wire_fields_are_asdicts_json_for_exact_and_drifting_steps():
+def test_a_step_off_the_wire_is_the_step_that_went_in_for_exact_and_drifting_steps():
     # the transformer with platform math drifts: introduced entries, a first divergence
     for wl, math in (("mlp", "refmath"), ("transformer", "platform")):
         r = PairRunner(SessionConfig(workload=wl, device="host", math=math))
         for _ in range(2):
             res = r.step()
-            assert json.dumps(wire_fields(res)) == json.dumps(asdict(res))
+            back = step_from_wire(json.loads(json.dumps(step_to_wire(res))), len(r.nodes),
+                                  r.nodes)
+            assert back.record.tobytes() == res.record.tobytes()
+            assert json.dumps(back.nodes) == json.dumps(res.nodes)  # the export form too
+            for k in ("step", "loss_ref", "loss_cand", "seconds", "exact", "first", "roots",
+                      "provenance", "introduced", "kernels", "provenance_s", "produced"):
+                assert getattr(back, k) == getattr(res, k), k
+            lean = step_from_wire(step_to_wire(res, detail=False), len(r.nodes))
+            assert lean.introduced == [] and lean.record.tobytes() == res.record.tobytes()
         if math == "platform":
             assert not res.exact and res.introduced  # the drifting case was exercised
+            assert res.record["flags"].any()
+
+
+def test_a_malformed_record_is_refused_before_it_is_inflated():
+    rec = np.zeros(4, STEP_RECORD)
+    rec["id"] = np.arange(4)
+    text = pack(rec)
+    assert unpack(text, 4).tobytes() == rec.tobytes()
+    with pytest.raises(ValueError, match="not a packed record"):
+        unpack(text, 3)  # more bytes than 3 rows: never inflated past them
+    with pytest.raises(ValueError, match="do not fill"):
+        unpack(text, 5)
+    with pytest.raises(ValueError, match="not a packed record"):
+        unpack("not base64!", 4)
+    import base64
+    import zlib
+
+    bomb = base64.b64encode(zlib.compress(b"\0" * (64 << 20))).decode()
+    with pytest.raises(ValueError, match="not a packed record"):
+        unpack(bomb, 4)  # 64 MiB of zeros in 64 kB: inflated no further than 4 rows
+    good = step_to_wire(PairRunner(SessionConfig(workload="mlp", device="host")).step())
+    n = good["n"]
+    for bad, why in (({**good, "n": n + 1}, "nodes"), ({**good, "step": True}, "step"),
+                     ({**good, "loss_ref": "1"}, "numbers"), ({**good, "produced": [1.5]},
+                                                               "produced")):
+        with pytest.raises(ValueError, match=why):
+            step_from_wire(bad, n)
+    with pytest.raises(ValueError, match="without"):
+        step_from_wire({k: v for k, v in good.items() if k != "record"}, n)
 
 
 def test_report_step_rows_are_kept_compact_and_exact():
@@ -30,7 +70,7 @@ def test_report_step_rows_are_kept_compact_and_exact():
     acc = ReportAccumulator(r.config, r.nodes, "ref", "cand", "host", None)
     results = [r.step() for _ in range(3)]
     # odd values the rows must keep bit for bit: NaN/inf losses, a tiny time, a huge step
-    odd = StepResult(2**40, float("nan"), -math.inf, 5e-324, False, None, results[-1].nodes)
+    odd = StepResult(2**40, float("nan"), -math.inf, 5e-324, False, None, results[-1].record)
     for res in [*results, odd]:
         acc.add(res)
     want = [[x.step, x.loss_ref, x.loss_cand, x.seconds, x.exact] for x in [*results, odd]]

@@ -72,10 +72,10 @@ def test_a_worker_that_stops_answering_misses_its_deadline(mode, request_):
 
 
 def test_a_worker_that_stalls_mid_run_misses_the_request_deadline():
-    # honest through open and the first step; the second step's advance is never answered
+    # honest through open and the first step; the second step is never answered
     got = parity(fake("stall_mid_run"), "--worker-timeout", "10")
     line = one_line(got)
-    assert "did not answer 'advance' within 10 s" in line and "--worker-timeout S" in line
+    assert "did not answer 'step' within 10 s" in line and "--worker-timeout S" in line
     assert "stall_mid_run" in line
 
 
@@ -125,18 +125,18 @@ def test_a_reply_without_its_fields_is_named_not_a_keyerror(mode, says):
         "NoneType", "")
 
 
-# every field's checks are tests/core/test_tensordiff_checks.py (no worker needed); through a
-# worker: a NaN count, and what only the client can know (the node's size, how many nodes)
+# every column's checks are tests/core/test_step_record.py (no worker needed); through a worker:
+# a count out of range, and what only the client can know (the node's size, how many nodes)
 @pytest.mark.parametrize("field,value,says", [
-    ("n_diff", "NaN", "'n_diff' must be a whole number, not 'nan'"),
-    ("n", "3", "counts 3 elements of"),
-    ("count", "0", "node summaries for"),
+    # a step record is binary columns of this side's layout: what can be wrong is a value
+    ("v_diff", "-3", "v_diff out of 0..n"),
+    ("v_n", "3", "value n is not the node's element count"),
+    ("count", "0", "not a record of"),
 ])
-def test_nan_or_garbage_in_a_summary_is_a_malformed_reply_never_bit_identical(field, value,
-                                                                              says):
-    got = parity(fake(f"bad_summary:{field}:{value}"), "--worker-timeout", "60")
+def test_garbage_in_a_step_record_is_a_malformed_reply_never_bit_identical(field, value, says):
+    got = parity(fake(f"bad_record:{field}:{value}"), "--worker-timeout", "60")
     line = one_line(got)
-    assert "malformed reply to 'compare'" in line and says in line, line
+    assert "malformed reply to 'step'" in line and says in line, line
     assert "bit-identical" not in got["err"] and "zip()" not in line
 
 

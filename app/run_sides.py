@@ -1,0 +1,335 @@
+"""The sides of a comparison (no Qt): the ``Run`` protocol and the runs that implement it.
+
+A run is one side of a pair: the CPU tape (``CpuRun``: the reference in refmath, or platform
+math) or a device replay of it (``DeviceRun``: host or cuda, fused or not). ``app.runs.PairRunner``
+steps any two of them together through ``Run`` alone, never asking which kind a run is; a new
+kind of candidate (PyTorch, a user's kernel) is one more class with these methods. A pair
+whose both sides run elsewhere is ``app.remote.RemotePair`` (the whole pair in the worker).
+
+``StepArrays`` is the one store of a step's arrays: each (side, node, which) fetched from its
+run at most once per step, read by provenance, the NaN scan, ``PairRunner.arrays`` (the
+Inspector) and the live worker's tensor window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["CpuRun", "DeviceRun", "Run", "RunSpec", "StepArrays"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One side of a comparison: where it runs, its math, dtype and fusion."""
+
+    side: str  # "cpu" | "device"
+    math: str = "refmath"
+    dtype: str = "float64"
+    fuse: bool = False
+
+    def label(self) -> str:
+        """A short human name, e.g. ``device fused float32 platform``."""
+        parts = ["CPU" if self.side == "cpu" else "device"]
+        if self.side == "device":
+            parts.append("fused" if self.fuse else "unfused")
+        parts += [self.dtype, self.math]
+        return " ".join(parts)
+
+    @property
+    def is_numpy_reference(self) -> bool:
+        """The CPU tape in refmath: the bits every other run is held to."""
+        return self.side == "cpu" and self.math == "refmath"
+
+
+@runtime_checkable
+class Run(Protocol):
+    """One side of a comparison, stepped by ``PairRunner`` (module docstring)."""
+
+    spec: RunSpec
+    plan: Any  # the fusion plan (``to_json()``, ``segments``) of a fused run, else None
+
+    @property
+    def tape(self) -> Any:
+        """The CPU tape this run records or replays (its nodes are the compared ones)."""
+
+    @property
+    def loss_id(self) -> int:
+        """The loss node's id."""
+
+    def advance(self, step: int) -> None:
+        """Step ``step`` (from 1, as messages print it): forward and backward; idempotent
+        within a step."""
+
+    def update(self) -> None:
+        """The optimizer step, after the comparison."""
+
+    def loss(self) -> float:
+        """This step's loss."""
+
+    def array(self, i: int, which: str) -> np.ndarray | None:
+        """Node ``i``'s "value" or "grad" as this run holds it now (fetched on request)."""
+
+    def compare(self, ref: Run, nodes: tuple) -> Any:
+        """This run against ``ref`` where its data is (a ``core.parity.ParityReport``), or
+        None: then the pair compares ``array`` by ``array`` on the host."""
+
+    def optimizer_arrays(self, after: bool) -> dict | None:
+        """The optimizer's settings and moments around its update (provenance), or None."""
+
+    def leaf_value(self, i: int) -> np.ndarray | None:
+        """What this run was fed for leaf ``i`` this step (None: not judged)."""
+
+    def set_inject(self, inject: Any) -> None:
+        """Take a one-bit fault (``app.run_provenance.Inject``); ValueError if it cannot."""
+
+    def stats(self) -> dict | None:
+        """Launch and transfer counts of a device program, or None."""
+
+
+class CpuRun:
+    """The workload trained on the CPU tape."""
+
+    plan = None
+
+    def __init__(self, spec: RunSpec, workload: str, seed: int) -> None:
+        from core import workloads
+
+        self.spec = spec
+        self.wl = workloads.get(workload, dtype=spec.dtype, math=spec.math, seed=seed)
+        self.opt = self.wl.make_optimizer()
+        self._loss = self.wl.record(0)
+        self._at: int | None = None  # the step recorded last (None: only step 0's probe)
+        self._backward = False
+
+    @property
+    def tape(self) -> Any:
+        """The tape."""
+        return self.wl.tape
+
+    @property
+    def loss_id(self) -> int:
+        """The loss node's id."""
+        return self._loss.id
+
+    def advance(self, step: int, backward: bool = True) -> None:
+        """Record step ``step`` (from 1, as messages print it; and run backward); a second call
+        of the same step only adds what the first left out (a feed records once for every run
+        it feeds)."""
+        if self._at != step:
+            self._loss = self.wl.record(step)
+            self._at, self._backward = step, False
+        if backward and not self._backward:
+            self.wl.tape.backward(self._loss)
+            self._backward = True
+
+    def update(self) -> None:
+        """The optimizer step after the comparison."""
+        self.opt.step()
+
+    def loss(self) -> float:
+        """This step's loss."""
+        return float(self.wl.tape.value(self._loss.id))
+
+    def array(self, i: int, which: str) -> np.ndarray | None:
+        """A node's value or gradient (a read-only view the next step overwrites)."""
+        t = self.wl.tape
+        return t.value(i) if which == "value" else t.grad(i)
+
+    def compare(self, ref: Run, nodes: tuple) -> Any:
+        """Nothing of its own: the host compares."""
+        return None
+
+    def optimizer_arrays(self, after: bool) -> dict:
+        """The optimizer's settings and moments around its update (provenance)."""
+        from app.run_provenance import core_optimizer_arrays
+
+        return core_optimizer_arrays(self.opt, self.wl.tape, after)
+
+    def leaf_value(self, i: int) -> np.ndarray | None:
+        """Not judged: the tape's leaves are its own inputs."""
+        return None
+
+    def set_inject(self, inject: Any) -> None:
+        """A CPU run takes no fault."""
+        raise ValueError("--inject needs a device candidate")
+
+    def stats(self) -> dict | None:
+        """No device program."""
+        return None
+
+
+class DeviceRun:
+    """The episode replayed on a device; ``feed`` is the CPU run whose inputs it takes."""
+
+    def __init__(self, spec: RunSpec, device: Any, feed: CpuRun) -> None:
+        import gpu
+
+        self.spec, self.feed = spec, feed
+        wl = feed.wl
+        loss = wl.record(0)
+        math = spec.math if spec.math != wl.tape.math else None
+        self.prog = gpu.capture(device, wl.tape, loss, math=math)
+        self.plan = None
+        if spec.fuse:
+            from gpu.fusion import apply
+
+            self.plan = apply(self.prog)
+        self.dopt = gpu.from_core(feed.opt)
+        self.inject: Any = None  # app.run_provenance.Inject: a one-bit fault at one step
+
+    @property
+    def tape(self) -> Any:
+        """The feed's tape (the episode this program replays)."""
+        return self.feed.wl.tape
+
+    @property
+    def loss_id(self) -> int:
+        """The loss node's id."""
+        return self.prog.loss_id
+
+    def advance(self, step: int) -> None:
+        """Record the feed's step (once, whoever it feeds), upload its inputs; forward and
+        backward on the device."""
+        self.feed.advance(step, backward=False)
+        tape = self.feed.wl.tape
+        for v in self.feed.wl.inputs.values():
+            self.prog.set_input(v.id, tape.value(v))
+        f = self.inject
+        if f is None or f.step != step:
+            self.prog.forward()
+            self.prog.backward()
+            return
+        # the fault lands right after the device computes the array, between two launches
+        phase, k = self.prog.completed_at(f.node, f.which)
+        for name in ("forward", "backward"):
+            hooks = {k: lambda: self._flip(f.node, f.which)} if name == phase else {}
+            self.prog.run_phase_hooked(name, hooks)
+
+    def _flip(self, i: int, which: str) -> None:
+        from app.run_provenance import flip_lowest_bit
+
+        buf = self.prog.values[i] if which == "value" else self.prog.grads[i]
+        buf.upload(flip_lowest_bit(buf.download()))
+
+    def optimizer_arrays(self, after: bool) -> dict:
+        """The device optimizer's settings and moments around its update (provenance)."""
+        from app.run_provenance import device_optimizer_arrays
+
+        return device_optimizer_arrays(self.dopt, self.prog, after)
+
+    def update(self) -> None:
+        """The device optimizer step."""
+        self.prog.step(self.dopt)
+
+    def loss(self) -> float:
+        """This step's loss (one scalar crosses to the host)."""
+        return self.prog.loss()
+
+    def array(self, i: int, which: str) -> np.ndarray | None:
+        """A node's value or gradient, downloaded."""
+        return self.prog.read(i, which)
+
+    def compare(self, ref: Run, nodes: tuple) -> Any:
+        """Against the very run that feeds it: every node summarised on the device (the diff
+        kernel), so only summaries cross; any other reference: None (the host compares)."""
+        if ref is not self.feed:
+            return None
+        import gpu
+
+        return gpu.parity.compare(self.feed.wl.tape, self.prog)
+
+    def leaf_value(self, i: int) -> np.ndarray | None:
+        """The feed's input (a device replays its feed's inputs)."""
+        return self.feed.wl.tape.value(i)
+
+    def set_inject(self, inject: Any) -> None:
+        """The fault for the unfused replay (a fused kernel computes many nodes at once)."""
+        if self.plan is not None:
+            raise ValueError("--inject works on the unfused replay: drop --fuse (a fused "
+                             "kernel computes many nodes in one launch)")
+        self.prog.completed_at(inject.node, inject.which)  # no gradient: raises here
+        self.inject = inject
+
+    def stats(self) -> dict:
+        """The program's launch and transfer counts."""
+        return self.prog.stats
+
+
+def open_runs(config: Any, device: Any) -> tuple[Run, Run]:
+    """(reference, candidate) of a ``SessionConfig`` (``config.pair()``), on ``device``. Device
+    runs replay the CPU tape of their dtype, one feed shared by every run of that dtype."""
+    ref, cand = config.pair()
+    feeds: dict[str, CpuRun] = {}
+    if ref.side == "cpu" and ref.math == "refmath":
+        feeds[ref.dtype] = r = CpuRun(ref, config.workload, config.seed)
+        first: Run | None = r
+    else:
+        first = None
+    out: list[Run] = []
+    for spec in (ref, cand):
+        if spec is ref and first is not None:
+            out.append(first)
+        elif spec.side == "cpu":
+            out.append(CpuRun(spec, config.workload, config.seed))
+        else:
+            feed = feeds.get(spec.dtype)
+            if feed is None:
+                feed = feeds[spec.dtype] = CpuRun(RunSpec("cpu", "refmath", spec.dtype),
+                                                  config.workload, config.seed)
+            out.append(DeviceRun(spec, device, feed))
+    return out[0], out[1]
+
+
+class StepArrays:
+    """One step's arrays of both sides, each fetched from its run at most once (module
+    docstring). An entry is ``(side, node, which)``, side "ref" or "cand", owned (a copy of
+    a CPU tape's view, which the next step overwrites). A parameter has two moments: as the
+    step computed with it (read before the optimizer update: provenance) and as the update
+    left it (``after``: the Inspector and the tensor window, after the step)."""
+
+    def __init__(self, step: int, ref: Run, cand: Run, params: frozenset[int]) -> None:
+        self.step, self.runs, self.params = step, {"ref": ref, "cand": cand}, params
+        self.cache: dict[tuple, np.ndarray | None] = {}
+        self.updated = False
+        self.fetches = 0  # how many arrays came from the runs (each at most once)
+
+    def get(self, side: str, i: int, which: str, after: bool = False) -> np.ndarray | None:
+        """``side``'s array of node ``i``: as the step computed it, or ``after`` the update."""
+        late = after and self.updated and i in self.params
+        key = (side, i, which, late)
+        if key not in self.cache:
+            a = self.runs[side].array(i, which)
+            if a is not None and not a.flags.writeable:  # a CPU tape's view: the next step
+                a = np.array(a, copy=True)  # overwrites it (a download is ours already)
+            self.cache[key] = a
+            self.fetches += 1
+        return self.cache[key]
+
+    def mark_updated(self) -> None:
+        """The optimizer ran: a parameter read ``after`` now gets what its update left (what
+        the step computed with stays for provenance)."""
+        self.updated = True
+
+    def side(self, side: str) -> _Side:
+        """A ``value(i)`` / ``grad(i)`` view of one side as the step computed it (what
+        ``core.provenance.StepState`` reads)."""
+        return _Side(self, side)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the fetched arrays hold."""
+        return sum(a.nbytes for a in self.cache.values() if a is not None)
+
+
+class _Side:
+    def __init__(self, store: StepArrays, side: str) -> None:
+        self.store, self.name = store, side
+
+    def value(self, i: int) -> np.ndarray | None:
+        return self.store.get(self.name, i, "value")
+
+    def grad(self, i: int) -> np.ndarray | None:
+        return self.store.get(self.name, i, "grad")
