@@ -38,7 +38,7 @@ LIVE_WINDOW_API = frozenset({
     "open_workload", "show_error", "set_status", "select_node", "set_comparison",
     "place_live_docks", "dock_toggle", "add_menu", "add_toolbar", "tool_row",
     "add_status_widget", "set_graph_groups", "set_graph_overlay", "set_graph_marks",
-    "show_details", "show_own_details", "set_inspector_note",
+    "show_details", "show_own_details", "set_inspector_note", "set_inspector_action",
 })
 MAX_RECENT = 8
 
@@ -243,6 +243,9 @@ class MainWindow(QMainWindow):
         self.splitDockWidget(d["Parity table"], d["Training"], Qt.Horizontal)
         self.resizeDocks([d["Parity table"]], [330], Qt.Vertical)
         self.resizeDocks([d["Parity table"], d["Training"]], [560, 560], Qt.Horizontal)
+        # a live session's Inspector holds both sides, the compare maps and the Elements table:
+        # it gets two thirds of the right column (issue 25: the worst elements showed one row)
+        self.resizeDocks([d["Inspector"], d["Backward stepper"]], [620, 300], Qt.Vertical)
 
     def dock_toggle(self, title: str) -> QAction:
         """The show/hide action of the dock ``title`` (for a menu)."""
@@ -299,6 +302,10 @@ class MainWindow(QMainWindow):
     def set_inspector_note(self, text: str) -> None:
         """A one-line note in the Inspector (e.g. "fetching node #3 …")."""
         self.inspector.set_note(text)
+
+    def set_inspector_action(self, text: str = "", tip: str = "", fn=None) -> None:
+        """A button under the Inspector's note (``fn`` None: disabled, ``tip`` says why)."""
+        self.inspector.set_action(text, tip, fn)
 
     # ---- recent files -----------------------------------------------------------------------
     def recent_files(self) -> list[str]:
@@ -391,9 +398,11 @@ class MainWindow(QMainWindow):
 
     @Slot(int)
     def _stepper_moved(self, node_id: int) -> None:
+        # the stepper's node becomes the one selection (it used to move the graph's outline
+        # only, so the Inspector and the table still showed the node clicked before, issue 25)
         self.graph.view.set_current(node_id)
         if node_id >= 0:
-            self.graph.view.select_node(node_id)
+            self.select_node(node_id)
 
     def _status(self, alarms: list[int] | None = None) -> None:
         s = self.session

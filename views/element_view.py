@@ -25,7 +25,21 @@ from PySide6.QtWidgets import (
 
 WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
                  "rel error")
+# NOTE: the table shows each side's bits under its number and the relative error under the ulp
+# (two lines a row), and hides the columns folded in: seven columns side by side did not fit a
+# 600 px dock, and the ulp and relative error went behind a scroll bar (issue 25)
+FOLDED = {1: 3, 2: 4, 5: 6}  # shown column → the one whose text is its second line
 MAX_ROWS = 200
+
+
+def ulp_ticks(hi: float) -> list[tuple[float, str]]:
+    """Colour-bar ticks of a log10(1 + ulp) scale up to ``hi``, labelled in ulp (0, 1, 10, …)."""
+    out = [(0.0, "0")]
+    u = 1
+    while np.log10(1.0 + u) <= hi + 1e-9:
+        out.append((float(np.log10(1.0 + u)), f"{u:,}" if u < 10 ** 5 else f"1e{len(str(u)) - 1}"))
+        u *= 10 if hi < 4 else 100
+    return out
 
 
 def number_text(v: float, dtype: np.dtype) -> str:
@@ -114,9 +128,16 @@ class WorstElementsModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(WORST_COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802 (Qt override)
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal and \
-                0 <= section < len(WORST_COLUMNS):
-            return WORST_COLUMNS[section]
+        if orientation == Qt.Horizontal and 0 <= section < len(WORST_COLUMNS):
+            if role == Qt.DisplayRole:
+                if section == 5:
+                    return "ulp\nrel error"
+                return WORST_COLUMNS[section] + ("\nbits" if section in (1, 2) else "")
+            if role == Qt.ToolTipRole:
+                return {1: "the reference's value (digits that round-trip) and its bits (hex)",
+                        2: "the candidate's value and its bits", 5: "units in the last place "
+                        "between the two, and the relative error |candidate − reference| / "
+                        "|reference|"}.get(section)
         return None
 
     def cell_text(self, row: int, col: int) -> str:
@@ -136,10 +157,13 @@ class WorstElementsModel(QAbstractTableModel):
         if not index.isValid() or not 0 <= index.row() < len(self.rows):
             return None
         if role == Qt.DisplayRole:
-            return self.cell_text(index.row(), index.column())
+            r, c = index.row(), index.column()
+            if c in FOLDED:  # the number, its bits (or relative error) below it
+                return f"{self.cell_text(r, c)}\n{self.cell_text(r, FOLDED[c])}"
+            return self.cell_text(r, c)
         if role == Qt.TextAlignmentRole:
             return int(Qt.AlignRight | Qt.AlignVCenter)
-        if role == Qt.FontRole and index.column() in (3, 4):
+        if role == Qt.FontRole and index.column() in (1, 2, 3, 4):
             f = QFont("Monospace")
             f.setStyleHint(QFont.TypeWriter)
             return f
@@ -193,13 +217,16 @@ class ElementView(QWidget):
         self.map.setBackground("w")
         self.map.invertY(True)
         self.map.setMinimumHeight(80)
-        self.map.setLabel("left", "row")
-        self.map.setLabel("bottom", "column")
         self.image = pg.ImageItem(axisOrder="row-major")
         self.map.addItem(self.image)
+        # NOTE: no rotated axis titles: in a map 80 px tall "log10(1 + ulp)" was cut to
+        # "log10(1 + u"; the scale is labelled in ulp (0, 1, 10, …) and the caption says so
         self.colorbar = pg.ColorBarItem(colorMap=pg.colormap.get("inferno"), interactive=False,
-                                        width=14, label="log10(1 + ulp)")
+                                        width=14)
         self.colorbar.setImageItem(self.image, insert_in=self.map.getPlotItem())
+        self.caption = QLabel("ulp per element (rows × columns; colour on a log scale, "
+                              "NaN against a number at the top)", self)
+        self.caption.setStyleSheet("color: #4b5563")
         self.model = WorstElementsModel(self)
         self.table = QTableView(self)
         self.table.setModel(self.model)
@@ -207,6 +234,12 @@ class ElementView(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.setAlternatingRowColors(True)
         self.table.setMinimumHeight(60)
+        for c in FOLDED.values():
+            self.table.setColumnHidden(c, True)
+        self.table.horizontalHeader().setDefaultAlignment(Qt.AlignCenter)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.verticalHeader().setDefaultSectionSize(
+            2 * self.table.fontMetrics().height() + 6)
         self.repro = QPushButton("Copy repro…", self)
         self.repro.setToolTip("Write a small Python script and .npy inputs that re-run this "
                               "node's reference op on the candidate's inputs (to file a bug "
@@ -214,10 +247,16 @@ class ElementView(QWidget):
         self.repro.clicked.connect(self.repro_requested)
         self.repro.setEnabled(False)
         split = self.split = QSplitter(Qt.Vertical, self)
-        split.addWidget(self.map)
+        top_map = QWidget(self)
+        ml = QVBoxLayout(top_map)
+        ml.setContentsMargins(0, 0, 0, 0)
+        ml.setSpacing(0)
+        ml.addWidget(self.caption)
+        ml.addWidget(self.map, 1)
+        split.addWidget(top_map)
         split.addWidget(self.table)
-        split.setStretchFactor(0, 3)  # the map a little more than the worst elements
-        split.setStretchFactor(1, 2)
+        split.setStretchFactor(0, 2)  # the worst elements a little more than the map
+        split.setStretchFactor(1, 3)
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
         top.addWidget(self.repro)
@@ -231,9 +270,9 @@ class ElementView(QWidget):
     def resizeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(ev)
         h = self.split.height()
-        if not self._sized and h > 150:  # the first real size: the map gets 55 %, the table
+        if not self._sized and h > 150:  # the first real size: the map gets 35 %, the table
             self._sized = True  # the rest (a table's size hint would take nearly all of it)
-            self.split.setSizes([int(h * 0.55), h - int(h * 0.55)])
+            self.split.setSizes([int(h * 0.35), h - int(h * 0.35)])
 
     def set_pair(self, ref: np.ndarray | None, cand: np.ndarray | None, what: str = "") -> None:
         """Show where ``cand`` differs from ``ref`` (None: nothing to compare)."""
@@ -254,6 +293,10 @@ class ElementView(QWidget):
         hi = max(1.0, float(self.img.max()))
         self.image.setImage(self.img, autoLevels=False, levels=(0.0, hi))
         self.colorbar.setLevels((0.0, hi))
+        ticks = ulp_ticks(hi)
+        if (np.isnan(r) != np.isnan(c)).any():  # log_ulp_image draws these a decade up
+            ticks.append((hi, "NaN"))
+        self.colorbar.axis.setTicks([ticks])
         self.map.getPlotItem().getViewBox().autoRange(padding=0.02)
         n = n_differ(r, c)
         more = f" (worst {MAX_ROWS} listed)" if n > MAX_ROWS else ""

@@ -248,6 +248,9 @@ class InspectorPanel(QWidget):
         self.grad_view = ArrayView("gradient", self)
         self.hist = HistogramView(self)
         self.tabs = QTabWidget(self)
+        # NOTE: short titles, never elided: five tabs in a 600 px dock came out "Ele" (issue 25)
+        self.tabs.setElideMode(Qt.ElideNone)
+        self.tabs.tabBar().setExpanding(False)
         self.tabs.addTab(self.value_view, "Value")
         self.tabs.addTab(self.grad_view, "Gradient")
         self.tabs.addTab(self.hist, "Histogram")
@@ -262,6 +265,12 @@ class InspectorPanel(QWidget):
         self.note = QLabel("", self)
         self.note.setWordWrap(True)
         self.note.hide()
+        # what the note offers to do about it (time travel: "Re-run to step 7 …"); hidden
+        # unless a caller sets one (set_action)
+        self.action_button = QPushButton("", self)
+        self.action_button.hide()
+        self._action = None
+        self.action_button.clicked.connect(self._run_action)
         self.copy_value = QPushButton("Copy value as numpy", self)
         self.copy_grad = QPushButton("Copy gradient as numpy", self)
         self.nan_button = QPushButton("Jump to first NaN", self)
@@ -278,6 +287,10 @@ class InspectorPanel(QWidget):
         lay.addWidget(self.header)
         lay.addWidget(self.inputs)
         lay.addWidget(self.note)
+        act = QHBoxLayout()
+        act.addWidget(self.action_button)
+        act.addStretch(1)
+        lay.addLayout(act)
         lay.addWidget(self.stats)
         lay.addWidget(self.tabs, 1)
         lay.addLayout(buttons)
@@ -287,6 +300,20 @@ class InspectorPanel(QWidget):
         """A line under the header (e.g. "fetching device values…"); empty hides it."""
         self.note.setText(text)
         self.note.setVisible(bool(text))
+
+    def set_action(self, text: str = "", tip: str = "", fn=None) -> None:
+        """A button under the note that runs ``fn`` (None: shown disabled, ``tip`` says why);
+        an empty ``text`` hides it."""
+        self._action = fn
+        self.action_button.setText(text)
+        self.action_button.setToolTip(tip)
+        self.action_button.setEnabled(fn is not None)
+        self.action_button.setVisible(bool(text))
+
+    @Slot()
+    def _run_action(self) -> None:
+        if self._action is not None:
+            self._action()
 
     @Slot(int)
     def _tab_changed(self, _index: int) -> None:
@@ -301,6 +328,7 @@ class InspectorPanel(QWidget):
         """Show one node (None clears the panel)."""
         self.details = d
         self.set_note(d.note if d is not None else "")
+        self.set_action()  # an offer belongs to the details it was made for
         if d is None:
             self._drop_compare_tab()
             self.header.setText("Select a node in the graph")
@@ -343,8 +371,10 @@ class InspectorPanel(QWidget):
             self.device_view.set_pairs((d.value, d.device_value), (d.grad, d.device_grad))
             if self.tabs.indexOf(self.device_view) < 0:
                 self.tabs.blockSignals(True)  # adding is not the user leaving the tab
-                self.tabs.addTab(self.device_view,
-                                 "reference vs candidate" if d.sides else "CPU vs device")
+                self.tabs.addTab(self.device_view, "Compare")
+                self.tabs.setTabToolTip(self.tabs.indexOf(self.device_view),
+                                        "reference vs candidate, side by side, and the ulp "
+                                        "map between them" if d.sides else "CPU vs device")
                 self.tabs.addTab(self.element_view, "Elements")
                 self.tabs.blockSignals(False)
             self._show_elements()

@@ -39,8 +39,11 @@ def test_worst_elements_table_shows_values_bits_ulp_and_relative_error(qtbot):
     w.set_pair(ref, cand, "#3 exp value at step 2")
     m = w.model
     QAbstractItemModelTester(m, QAbstractItemModelTester.FailureReportingMode.Fatal)
-    assert [m.headerData(c, Qt.Horizontal) for c in range(m.columnCount())] == list(
+    assert [m.headerData(c, Qt.Horizontal).split("\n")[0] for c in range(m.columnCount())] == list(
         WORST_COLUMNS)
+    # shown two lines a row: each number over its bits, the ulp over the relative error
+    assert m.data(m.index(0, 1)) == f"{m.cell_text(0, 1)}\n{m.cell_text(0, 3)}"
+    assert m.data(m.index(0, 5)) == f"{m.cell_text(0, 5)}\n{m.cell_text(0, 6)}"
     rows = {m.cell_text(r, 0): [m.cell_text(r, c) for c in range(m.columnCount())]
             for r in range(m.rowCount())}
     assert m.cell_text(0, 0) == "[0, 2]"  # the NaN mismatch is the worst: listed first
