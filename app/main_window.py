@@ -9,15 +9,17 @@ from __future__ import annotations
 import os
 import traceback
 
-from PySide6.QtCore import QSettings, Qt, Signal, Slot
+from PySide6.QtCore import QEvent, QSettings, QSize, Qt, Signal, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
+    QFrame,
     QLabel,
     QMainWindow,
     QMenu,
     QMessageBox,
+    QScrollArea,
     QToolBar,
 )
 
@@ -43,6 +45,27 @@ LIVE_WINDOW_API = frozenset({
 MAX_RECENT = 8
 
 
+class TallScroll(QScrollArea):
+    """Scrolls ``widget`` up and down only: as wide as it needs, as short as the dock is."""
+
+    def __init__(self, widget, parent=None):
+        super().__init__(parent)
+        self.setWidget(widget)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        widget.installEventFilter(self)
+
+    def eventFilter(self, obj, ev) -> bool:  # noqa: N802 (Qt override)
+        if obj is self.widget() and ev.type() == QEvent.LayoutRequest:
+            self.updateGeometry()  # a tab added (Compare, Elements) may need a wider dock
+        return super().eventFilter(obj, ev)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        w = self.widget().minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
+        return QSize(w, 90)
+
+
 class MainWindow(QMainWindow):
     """Shows one Session at a time; a failed open leaves the current one untouched."""
 
@@ -57,6 +80,7 @@ class MainWindow(QMainWindow):
         self.stepper: BackwardStepper | None = None
         self.selected = -1
         self.last_error: QMessageBox | None = None
+        self.last_traceback = ""  # of the last failed open (``gui --debug`` prints it)
         self._fanning = False
         self.setWindowTitle("tapescope")
         self.resize(*DEFAULT_SIZE)
@@ -69,7 +93,10 @@ class MainWindow(QMainWindow):
         self.stepper_panel = StepperPanel(self)
         self.parity = ParityPanel(self)
         self.docks: dict[str, QDockWidget] = {}
-        self._add_dock("Inspector", self.inspector, Qt.RightDockWidgetArea)
+        # NOTE: in a scroll area: a live node's Inspector (four stats rows, three drawings) asked
+        # for 476 px, and with the stepper below it the window could not be 800 px tall (a
+        # 1280x800 window came out 1280x894, issue 25); a short screen scrolls it instead
+        self._add_dock("Inspector", TallScroll(self.inspector, self), Qt.RightDockWidgetArea)
         self._add_dock("Backward stepper", self.stepper_panel, Qt.RightDockWidgetArea)
         self._add_dock("Parity table", self.parity, Qt.BottomDockWidgetArea)
         self.setCorner(Qt.BottomRightCorner, Qt.RightDockWidgetArea)
@@ -123,6 +150,7 @@ class MainWindow(QMainWindow):
                 if path.lower().endswith(".onnx") else open_path(path)
             s.ensure_gradients()
         except SessionError as e:
+            self.last_traceback = e.details or traceback.format_exc()
             self.show_error("Cannot open file", str(e), e.details or None)
             return False
         except Exception as e:  # noqa: BLE001 — a bug must not take the user's session down
@@ -138,6 +166,7 @@ class MainWindow(QMainWindow):
         try:
             s = open_workload(spec)
         except SessionError as e:
+            self.last_traceback = e.details or traceback.format_exc()
             self.show_error("Cannot open workload", str(e), e.details or None)
             return False
         self.set_session(s)

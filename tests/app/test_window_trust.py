@@ -207,3 +207,21 @@ def test_the_elements_tab_shows_its_title_columns_and_rows(qtbot, win, episode, 
     labels = [s for _, s in ticks]
     assert labels[:2] == ["0", "1"] and all(s.replace(",", "").isdigit() or s.startswith("1e")
                                             or s == "NaN" for s in labels)
+
+
+def test_a_1280x800_live_window_fits_shows_export_and_one_tab_bar(qtbot, win, episode):
+    from PySide6.QtWidgets import QTabBar
+
+    live_node_at_latest(qtbot, win, episode)
+    win.window_layout.persist = False
+    win.window_layout.reset()  # what --screenshot does: the docks restored to the default
+    win.resize(1280, 800)
+    qtbot.wait(200)
+    assert (win.width(), win.height()) == (1280, 800)  # it came out 1280x894
+    bars = [tb for tb in win.findChildren(QTabBar) if tb.parent() is win and tb.isVisible()]
+    assert [[tb.tabText(i) for i in range(tb.count())] for tb in bars] == [
+        ["Backward stepper", "Kernels"]]  # one bar, not a second one painted over the docks
+    tb = win.live.toolbar
+    export = tb.widgetForAction(win.live.act_export)
+    assert export is not None and export.isVisible()  # not behind the » overflow
+    assert export.geometry().right() <= tb.width()
