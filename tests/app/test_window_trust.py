@@ -225,3 +225,25 @@ def test_a_1280x800_live_window_fits_shows_export_and_one_tab_bar(qtbot, win, ep
     export = tb.widgetForAction(win.live.act_export)
     assert export is not None and export.isVisible()  # not behind the » overflow
     assert export.geometry().right() <= tb.width()
+
+
+def test_training_steps_and_backward_nodes_are_named_apart(qtbot, win):
+    from PySide6.QtWidgets import QToolButton
+
+    open_transformer(qtbot, win)
+    live = next(a.menu() for a in win.menuBar().actions() if a.text() == "&Live")
+    texts = [a.text() for a in live.actions()]
+    for words in ("Previous training step", "Next training step",
+                  "Latest training step (follow the session)"):
+        assert words in texts  # the menu says it in words, not "◀ ▶ ⇥"
+    assert not any(t in ("◀", "▶", "⇥") for t in texts)
+    sc = win.live.travel.scrubber
+    glyphs = {b.text() for b in sc.findChildren(QToolButton)}
+    assert glyphs == {"◀", "▶", "⇥"}  # the buttons stay small
+    assert sc.title.text() == "training step"
+    win.stepper_panel.actions["step"].trigger()
+    where = win.stepper_panel.where.text()
+    assert where.startswith("backward node 1:") and "step" not in where.split(":")[0]
+    # and the stepper's sums are never cut: the max on a line of its own
+    cell = win.stepper_panel.table.item(0, 1).text()
+    assert cell.startswith("Σ ") and "\nmax|·| " in cell
