@@ -59,6 +59,8 @@ class LiveController(QObject):
         self.rerun = StepRerun(self)  # a step whose tensors are gone: its summary, re-run
         win.place_live_docks(self.training, self.kernels)
         self.kernels.nodes_highlighted.connect(self._kernel_nodes)
+        self.training.start_requested.connect(self.restart)  # the empty panels' one action
+        self.kernels.start_fused_requested.connect(self._start_fused)
         win.node_selected.connect(self._on_selected)
         self._build_toolbar()
         self._sync_toolbar()
@@ -165,6 +167,11 @@ class LiveController(QObject):
     def restart(self) -> None:
         """Start again with the toolbar's settings."""
         self.start(self.toolbar_config())
+
+    @Slot()
+    def _start_fused(self) -> None:
+        self.toolbar.fuse_box.setChecked(True)
+        self.restart()
 
     @Slot()
     def pause(self) -> None:

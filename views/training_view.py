@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QPushButton,
     QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
@@ -77,6 +78,7 @@ class TrainingPanel(QWidget):
 
     cell_clicked = Signal(int, int)  # node id, step (from 1)
     introduced_only_changed = Signal(bool)
+    start_requested = Signal()  # the empty panel's "Start a live session"
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -150,10 +152,27 @@ class TrainingPanel(QWidget):
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self.glw, "plots")
         self.tabs.addTab(self.params, "parameters: first step ≠")
+        # NOTE: before any step, what the panel will show and the one action that fills it, not
+        # empty axes (issue 25: half the window was empty panels without a live session)
+        self.empty = QWidget(self)
+        el = QVBoxLayout(self.empty)
+        self.empty_text = QLabel(
+            "<b>Training</b> — a live session trains the workload on the CPU tape and on a "
+            "device, step by step, and this panel shows both losses, the worst ulp of each "
+            "step and a nodes × steps heatmap of where bits differ (click a cell: that node at "
+            "that step).", self.empty)
+        self.empty_text.setWordWrap(True)
+        self.empty_text.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.start_button = QPushButton("Start a live session (Ctrl+R)", self.empty)
+        self.start_button.clicked.connect(self.start_requested)
+        el.addWidget(self.empty_text)
+        el.addWidget(self.start_button, 0, Qt.AlignLeft)
+        el.addStretch(1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addLayout(top)
         lay.addWidget(self.tabs, 1)
+        lay.addWidget(self.empty, 1)
         self._last_draw = 0.0
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -191,6 +210,9 @@ class TrainingPanel(QWidget):
             plot.enableAutoRange()
         self.heat_plot.hide()  # empty, its axes would auto-range to nonsense
         self.rate.setText("No live session yet: press Start on the Live toolbar (or gui --live)")
+        self.tabs.hide()
+        self.introduced_only.hide()
+        self.empty.show()
 
     def add_steps(self, steps: list[tuple], columns: list[np.ndarray], steps_per_s: float,
                   worst: list[float] | None = None) -> None:
@@ -198,6 +220,10 @@ class TrainingPanel(QWidget):
         (of the last ``len(columns)`` steps; ``worst`` per step when columns are fewer)."""
         if not steps:
             return
+        if self.empty.isVisibleTo(self) or self.tabs.isHidden():
+            self.empty.hide()
+            self.tabs.show()
+            self.introduced_only.show()
         a = np.array([s[:3] for s in steps], dtype=np.float64)
         if worst is None:
             worst = [_worst(c) for c in columns]

@@ -3,6 +3,7 @@ the ones it shows. Each defect driven as a user would (keys, menu actions, click
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
@@ -247,3 +248,24 @@ def test_training_steps_and_backward_nodes_are_named_apart(qtbot, win):
     # and the stepper's sums are never cut: the max on a line of its own
     cell = win.stepper_panel.table.item(0, 1).text()
     assert cell.startswith("Σ ") and "\nmax|·| " in cell
+
+
+def test_without_a_live_session_the_panels_say_what_they_will_show(qtbot, win, monkeypatch):
+    open_transformer(qtbot, win)
+    t, k = win.live.training, win.live.kernels
+    # no empty axes, no empty source box: what will be there and the one action that fills it
+    assert not t.tabs.isVisible() and t.empty.isVisible()
+    assert "heatmap" in t.empty_text.text() and t.start_button.isVisible()
+    win.docks["Kernels"].raise_()
+    qtbot.wait(50)
+    assert not k.split.isVisible() and "kernel" in k.summary.text().lower()
+    assert k.start_button.isVisible()
+    started = []
+    monkeypatch.setattr(win.live, "start", lambda config=None, **kw: started.append(config))
+    qtbot.mouseClick(t.start_button, Qt.LeftButton)
+    qtbot.mouseClick(k.start_button, Qt.LeftButton)
+    assert [c.fuse for c in started] == [False, True]  # "Start a fused live session": Fuse on
+    assert win.live.toolbar.fuse_box.isChecked()
+    # the first step shows the plots
+    t.add_steps([(1, 2.0, 2.0, 0.01, True)], [np.zeros(len(win.session.tape))], 10.0)
+    assert t.tabs.isVisible() and not t.empty.isVisible()
