@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QTableView,
     QVBoxLayout,
@@ -30,16 +31,6 @@ WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate
 # 600 px dock, and the ulp and relative error went behind a scroll bar (issue 25)
 FOLDED = {1: 3, 2: 4, 5: 6}  # shown column → the one whose text is its second line
 MAX_ROWS = 200
-
-
-def ulp_ticks(hi: float) -> list[tuple[float, str]]:
-    """Colour-bar ticks of a log10(1 + ulp) scale up to ``hi``, labelled in ulp (0, 1, 10, …)."""
-    out = [(0.0, "0")]
-    u = 1
-    while np.log10(1.0 + u) <= hi + 1e-9:
-        out.append((float(np.log10(1.0 + u)), f"{u:,}" if u < 10 ** 5 else f"1e{len(str(u)) - 1}"))
-        u *= 10 if hi < 4 else 100
-    return out
 
 
 def number_text(v: float, dtype: np.dtype) -> str:
@@ -182,25 +173,18 @@ def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
     return d
 
 
-def log_ulp_image(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
-    """log10(1 + ulp) per element as a 2-D image (rank > 2 folds its leading dims into rows);
-    a NaN against a number is drawn one decade above the worst."""
-    r, c = np.asarray(ref), np.asarray(cand)
-    if r.dtype != c.dtype:
-        dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
-        r, c = r.astype(dt), c.astype(dt)
-    u = ulp_map(r, c)
-    img = np.log10(1.0 + np.nan_to_num(u, nan=0.0))
-    nan = np.isnan(u)
-    if nan.any():
-        img[nan] = (img[~nan].max() if (~nan).any() else 0.0) + 1.0
+def ulp_level_image(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """The ulp map as levels of the window's one ulp scale (views.ulp_scale.heat_levels), 2-D
+    (rank > 2 folds its leading dims into rows), a NaN against a number at level 255."""
+    from views.ulp_scale import heat_levels
+
+    u = ulp_map(*_same_dtype(ref, cand))
+    img = heat_levels(u)
     if img.ndim == 0:
-        img = img.reshape(1, 1)
-    elif img.ndim == 1:
-        img = img.reshape(1, -1)
-    elif img.ndim > 2:
-        img = img.reshape(-1, img.shape[-1])
-    return img
+        return img.reshape(1, 1)
+    if img.ndim == 1:
+        return img.reshape(1, -1)
+    return img.reshape(-1, img.shape[-1]) if img.ndim > 2 else img
 
 
 class ElementView(QWidget):
@@ -221,12 +205,19 @@ class ElementView(QWidget):
         self.map.addItem(self.image)
         # NOTE: no rotated axis titles: in a map 80 px tall "log10(1 + ulp)" was cut to
         # "log10(1 + u"; the scale is labelled in ulp (0, 1, 10, …) and the caption says so
-        self.colorbar = pg.ColorBarItem(colorMap=pg.colormap.get("inferno"), interactive=False,
-                                        width=14)
+        from views.ulp_scale import HEAT_TICKS, heat_lut
+
+        # the window's one ulp scale (views.ulp_scale): the graph stripe's and heatmap's colours
+        self.colorbar = pg.ColorBarItem(
+            values=(0, 255), colorMap=pg.ColorMap(np.linspace(0.0, 1.0, 256), heat_lut()),
+            interactive=False, width=14)
         self.colorbar.setImageItem(self.image, insert_in=self.map.getPlotItem())
-        self.caption = QLabel("ulp per element (rows × columns; colour on a log scale, "
-                              "NaN against a number at the top)", self)
+        self.colorbar.axis.setTicks([HEAT_TICKS])
+        self.caption = QLabel("ulp per element (rows × columns), in the graph stripe's colours: "
+                              "green exact, amber 1 ulp → red 2^20, violet NaN ≠", self)
         self.caption.setStyleSheet("color: #4b5563")
+        self.caption.setWordWrap(True)  # (a long caption must not widen the dock)
+        self.caption.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.model = WorstElementsModel(self)
         self.table = QTableView(self)
         self.table.setModel(self.model)
@@ -289,14 +280,16 @@ class ElementView(QWidget):
         dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
         rows = worst_elements(r, c)
         self.model.set_rows(rows, dt)
-        self.img = log_ulp_image(r, c)
-        hi = max(1.0, float(self.img.max()))
-        self.image.setImage(self.img, autoLevels=False, levels=(0.0, hi))
-        self.colorbar.setLevels((0.0, hi))
-        ticks = ulp_ticks(hi)
-        if (np.isnan(r) != np.isnan(c)).any():  # log_ulp_image draws these a decade up
-            ticks.append((hi, "NaN"))
-        self.colorbar.axis.setTicks([ticks])
+        # the whole row on screen: the dock grows to it (a scroll bar hid the ulp, issue 25)
+        t = self.table
+        t.resizeColumnsToContents()
+        shown = sum(t.columnWidth(k) for k in range(self.model.columnCount())
+                    if not t.isColumnHidden(k))
+        t.setMinimumWidth(shown + t.verticalScrollBar().sizeHint().width() + 2 * t.frameWidth()
+                          + 40)  # (the style's margins: a row one pixel too wide scrolled)
+        self.img = ulp_level_image(r, c)
+        self.image.setImage(self.img, autoLevels=False, levels=(0.0, 255.0))
+        self.colorbar.setLevels((0.0, 255.0))
         self.map.getPlotItem().getViewBox().autoRange(padding=0.02)
         n = n_differ(r, c)
         more = f" (worst {MAX_ROWS} listed)" if n > MAX_ROWS else ""

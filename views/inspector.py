@@ -117,6 +117,7 @@ class DeviceCompareView(QWidget):
         self.cpu_view = ArrayView("cpu", self)
         self.dev_view = ArrayView("device", self)
         self.ulp_view = ArrayView("ulp", self)
+        self.ulp_view.use_ulp_scale()  # the graph stripe's colours, the Elements map's
         self.ulp: np.ndarray | None = None
         self.pairs: dict[str, tuple] = {"value": (None, None), "grad": (None, None)}
         self.which_box = QComboBox(self)

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from views.scope_runs import scope_runs
+from views.ulp_scale import HEAT_TICKS, heat_levels, heat_lut  # noqa: F401  (re-exported)
 
 MAX_POINTS = 20_000
 HEAT_STEPS = 300
@@ -39,34 +40,6 @@ REF_PEN = pg.mkPen("#2563eb", width=2)
 CAND_PEN = pg.mkPen("#ea580c", width=1.5, style=Qt.DashLine)
 ULP_PEN = pg.mkPen("#b91c1c", width=1.5)
 CURSOR_PEN = pg.mkPen("#1d6fe0", width=1.5)
-HEAT_TICKS = [(0.0, "exact"), (1 + 253 * 5 / 20, "32 ulp"), (1 + 253 * 10 / 20, "1024"),
-              (1 + 253 * 15 / 20, "2^15"), (254.0, "≥2^20"), (255.0, "NaN")]
-
-
-def heat_lut() -> np.ndarray:
-    """Colour table for log2(ulp)+1 levels: 0 exact green, then amber → red; NaN purple last."""
-    lut = np.zeros((256, 4), dtype=np.ubyte)
-    lut[:, 3] = 255
-    t = np.linspace(0.0, 1.0, 254)
-    lut[0] = (22, 163, 74, 255)
-    lut[1:255, 0] = (245 - 25 * t).astype(np.ubyte)
-    lut[1:255, 1] = (158 * (1 - t)).astype(np.ubyte)
-    lut[1:255, 2] = 11
-    lut[255] = (124, 58, 237, 255)
-    return lut
-
-
-def heat_levels(col: np.ndarray) -> np.ndarray:
-    """Per-node worst ulp (−1: NaN) → heatmap level 0..255 (log scale, 2**20 ulp saturates)."""
-    c = np.asarray(col, dtype=np.float64)
-    out = np.zeros(c.shape, dtype=np.float64)
-    pos = c > 0
-    # NOTE: log2 so 1 ulp and 1e6 ulp both stay visible; 1 + ... keeps "1 ulp" off the exact colour
-    out[pos] = np.minimum(1 + np.log2(c[pos]) * (253 / 20.0), 254)
-    out[c < 0] = 255
-    return out
-
-
 def heat_colormap() -> pg.ColorMap:
     """The heatmap's lookup table as a ColorMap over levels 0..255 (for its colour bar)."""
     lut = heat_lut()
@@ -89,8 +62,14 @@ class TrainingPanel(QWidget):
         self.loss_plot.showGrid(x=True, y=True, alpha=0.2)
         self.ref_curve = self.loss_plot.plot(pen=REF_PEN, name="reference")
         self.cand_curve = self.loss_plot.plot(pen=CAND_PEN, name="candidate")
-        self.ulp_plot = self.glw.addPlot(row=0, col=1, title="max ulp per step: log2(1 + ulp)")
+        self.ulp_plot = self.glw.addPlot(row=0, col=1, title="max ulp per step (log scale)")
         self.ulp_plot.showGrid(x=True, y=True, alpha=0.2)
+        # drawn as log2(1 + ulp), labelled in ulp: the heatmap's and the stripe's marks
+        self.ulp_plot.getAxis("left").setTicks([[
+            (float(np.log2(1.0 + u)), t) for u, t in (
+                (0, "0"), (1, "1"), (32, "32"), (1024, "1024"), (2 ** 15, "2^15"),
+                (2 ** 20, "2^20"), (2 ** 30, "2^30"), (2 ** 40, "2^40"), (2 ** 52, "2^52"),
+                (2 ** 63, "2^63"))]])
         self.ulp_plot.setXLink(self.loss_plot)
         self.ulp_curve = self.ulp_plot.plot(pen=ULP_PEN, stepMode=None)
         self.heat_plot = self.glw.addPlot(row=1, col=0, colspan=2,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
 
 from app.main_window import MainWindow
 from tests.app import test_time_travel as time_travel_tests
@@ -203,11 +204,10 @@ def test_the_elements_tab_shows_its_title_columns_and_rows(qtbot, win, episode, 
     if size == (1920, 1080):
         assert t.rowAt(t.viewport().height() - 2) >= 3 or t.rowAt(t.viewport().height() - 2) < 0
         assert t.rowAt(3 * t.rowHeight(0) + 2) == 3  # four rows on screen, not one
-    # the colour scale is labelled in ulp, with no title to cut
-    ticks = ins.element_view.colorbar.axis._tickLevels[0]
-    labels = [s for _, s in ticks]
-    assert labels[:2] == ["0", "1"] and all(s.replace(",", "").isdigit() or s.startswith("1e")
-                                            or s == "NaN" for s in labels)
+    # the colour scale is labelled in ulp (the window's one ulp scale), with no title to cut
+    from views.ulp_scale import HEAT_TICKS
+
+    assert ins.element_view.colorbar.axis._tickLevels[0] == HEAT_TICKS
 
 
 def test_a_1280x800_live_window_fits_shows_export_and_one_tab_bar(qtbot, win, episode):
@@ -269,3 +269,27 @@ def test_without_a_live_session_the_panels_say_what_they_will_show(qtbot, win, m
     # the first step shows the plots
     t.add_steps([(1, 2.0, 2.0, 0.01, True)], [np.zeros(len(win.session.tape))], 10.0)
     assert t.tabs.isVisible() and not t.empty.isVisible()
+
+
+def test_one_ulp_colour_scale_everywhere_and_one_legend(qtbot, win, episode):
+    from app.session import ulp_color
+    from views.graph_panel import LEGEND
+    from views.ulp_scale import HEAT_TICKS, heat_levels, level_color
+
+    node = live_node_at_latest(qtbot, win, episode)
+    ins = win.inspector
+    # the graph stripe and the scale agree at every mark (1 ulp amber ... 2^20 red)
+    for u in (1.0, 32.0, 1024.0, 2.0 ** 15, 2.0 ** 20):
+        a, b = QColor(ulp_color(u)), QColor(level_color(heat_levels(np.array([u]))[0]))
+        assert max(abs(a.red() - b.red()), abs(a.green() - b.green())) <= 1, u
+    # the Compare tab's ulp map and the Elements map draw levels of that scale, ticks in ulp
+    cmp_view = ins.device_view.ulp_view
+    assert cmp_view.ulp_scale and cmp_view.colorbar.axis._tickLevels[0] == HEAT_TICKS
+    shown = cmp_view.image.image
+    assert np.array_equal(shown, heat_levels(cmp_view.current_slice()))
+    assert ins.element_view.colorbar.axis._tickLevels[0] == HEAT_TICKS
+    assert win.live.training.colorbar.axis._tickLevels[0] == HEAT_TICKS
+    # one legend names the scale's marks in the same colours
+    for lv, _ in [(0.0, "")] + HEAT_TICKS[1:]:
+        assert level_color(lv) in LEGEND
+    assert node == win.selected
