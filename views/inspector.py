@@ -331,6 +331,8 @@ class InspectorPanel(QWidget):
         self.set_note(d.note if d is not None else "")
         self.set_action()  # an offer belongs to the details it was made for
         if d is None:
+            self.stats.show()
+            self.tabs.show()
             self._drop_compare_tab()
             self.header.setText("Select a node in the graph")
             self.inputs.setText("")
@@ -353,6 +355,10 @@ class InspectorPanel(QWidget):
         else:
             self.inputs.setText("inputs: none (leaf)")
         has_dev = d.device_value is not None or d.device_grad is not None
+        # a step's summary alone (time travel, its tensors gone): no empty table and plots
+        arrays = has_dev or d.value is not None or d.grad is not None
+        self.stats.setVisible(arrays)
+        self.tabs.setVisible(arrays)
         if d.sides is not None:  # a live session: reference and candidate, named
             rows = {"ref value": d.value, "ref grad": d.grad,
                     "cand value": d.device_value, "cand grad": d.device_grad}

@@ -79,7 +79,9 @@ class StepperPanel(QWidget):
         self.table = QTableWidget(0, 5, self)
         self.table.setHorizontalHeaderLabels(
             ["input", "contribution", "before", "after", "sum check"])
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        # the numbers as wide as they are (never elided), the input's name takes the rest
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         self.table.verticalHeader().hide()
         self.table.setWordWrap(True)
         self.table.verticalHeader().setDefaultSectionSize(2 * self.fontMetrics().height() + 6)

@@ -121,6 +121,7 @@ def test_a_step_whose_tensors_are_gone_shows_its_summary_and_offers_a_rerun(
     d = ins.details
     assert d.step == 4 and d.value is None and d.device_value is None
     assert ins.tabs.indexOf(ins.device_view) < 0 and ins.stats.rowCount() == 0
+    assert not ins.stats.isVisible() and not ins.tabs.isVisible()  # no empty table, no axes
     assert "step 4" in ins.note.text() and "Fetching" in ins.note.text()
     # the worker no longer holds step 4
     from app.live import Inspection
@@ -151,7 +152,7 @@ def test_a_step_whose_tensors_are_gone_shows_its_summary_and_offers_a_rerun(
     answer(win, arrays, sm, 4)
     d = ins.details
     assert d.step == 4 and d.device_value.tobytes() == arrays[4][sm]["cand"]["value"].tobytes()
-    assert not b.isVisible()
+    assert not b.isVisible() and ins.tabs.isVisible() and ins.stats.isVisible()
 
 
 def np_prod(shape) -> int:
@@ -293,3 +294,16 @@ def test_one_ulp_colour_scale_everywhere_and_one_legend(qtbot, win, episode):
     for lv, _ in [(0.0, "")] + HEAT_TICKS[1:]:
         assert level_color(lv) in LEGEND
     assert node == win.selected
+
+
+def test_the_stepper_rows_show_their_numbers_whole(qtbot, win):
+    open_transformer(qtbot, win)
+    win.resize(1280, 800)
+    for _ in range(3):
+        win.stepper_panel.actions["step"].trigger()
+    qtbot.wait(100)
+    t = win.stepper_panel.table
+    fm = t.fontMetrics()
+    for c in (1, 2, 3, 4):
+        for line in t.item(0, c).text().split("\n"):  # no "max|·| …": each line fits
+            assert fm.horizontalAdvance(line) <= t.columnWidth(c), (line, t.columnWidth(c))
