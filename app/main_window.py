@@ -82,6 +82,9 @@ class MainWindow(QMainWindow):
         self.last_error: QMessageBox | None = None
         self.last_traceback = ""  # of the last failed open (``gui --debug`` prints it)
         self._fanning = False
+        self.trail: list[int] = []  # the nodes visited, oldest first (Back / Forward)
+        self.trail_pos = -1
+        self._walking = False
         self.setWindowTitle("tapescope")
         self.resize(*DEFAULT_SIZE)
         self.setAcceptDrops(True)
@@ -114,6 +117,8 @@ class MainWindow(QMainWindow):
             lambda ids: self.graph.view.set_marks("bp", ids))
         self.graph.view.breakpoint_toggled.connect(self.stepper_panel.toggle_breakpoint)
         self.graph.view.run_to_requested.connect(self._run_to)
+        self.graph.view.navigate_requested.connect(
+            lambda d: self.go_back() if d < 0 else self.go_forward())
 
         self.status_label = QLabel("No tape open — File ▸ Open, or drop a .tape file here")
         self.statusBar().addWidget(self.status_label, 1)
@@ -216,6 +221,7 @@ class MainWindow(QMainWindow):
         self.session = s
         self.setWindowTitle(f"tapescope — {s.title}")
         self.selected = -1
+        self.trail, self.trail_pos = [], -1  # another tape: its own trail
         self.graph.set_model(s.graph)
         self.parity.set_rows(build_rows(s.tape.nodes, s.comparison))
         # one search index for the graph and the table, built when first searched
@@ -383,6 +389,10 @@ class MainWindow(QMainWindow):
         if self.session is None or self._fanning or not (0 <= node_id < len(self.session.tape)):
             return
         self._fanning = True
+        if not self._walking and (self.trail_pos < 0 or self.trail[self.trail_pos] != node_id):
+            del self.trail[self.trail_pos + 1:]  # a new visit drops the forward part
+            self.trail.append(node_id)
+            self.trail_pos = len(self.trail) - 1
         try:
             self.selected = node_id
             self.graph.view.select_node(node_id)
@@ -392,6 +402,26 @@ class MainWindow(QMainWindow):
         finally:
             self._fanning = False
         self.node_selected.emit(node_id)
+
+    def go_back(self) -> bool:
+        """Select the node visited before this one (Alt+Left, the mouse's back button)."""
+        return self._walk(-1)
+
+    def go_forward(self) -> bool:
+        """Select the node visited after this one again (Alt+Right, the forward button)."""
+        return self._walk(1)
+
+    def _walk(self, step: int) -> bool:
+        k = self.trail_pos + step
+        if not 0 <= k < len(self.trail):
+            return False
+        self.trail_pos = k
+        self._walking = True
+        try:
+            self.select_node(self.trail[k])
+        finally:
+            self._walking = False
+        return True
 
     def alarms(self) -> list[int]:
         """NaN/inf alarms, tape order: in a live session those of the shown step (a non-finite

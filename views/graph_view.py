@@ -62,6 +62,7 @@ class GraphView(QGraphicsView):
     marks_changed = Signal()  # colours or marks changed (the minimap redraws)
     breakpoint_toggled = Signal(int)
     run_to_requested = Signal(int)
+    navigate_requested = Signal(int)  # the mouse's back (-1) / forward (+1) buttons
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -240,6 +241,10 @@ class GraphView(QGraphicsView):
                 self.centerOn(r.center())
 
     def mousePressEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        if ev.button() in (Qt.BackButton, Qt.ForwardButton):
+            self.navigate_requested.emit(-1 if ev.button() == Qt.BackButton else 1)
+            ev.accept()
+            return
         self._press_pos = ev.position()
         super().mousePressEvent(ev)
 

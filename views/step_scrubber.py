@@ -13,7 +13,9 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QSpinBox, QToolButton, QWidget
 
-SHORTCUTS = {"prev": "Alt+Left", "next": "Alt+Right", "latest": "Alt+End"}
+# NOTE: Alt+PgUp/PgDown, not Alt+Left/Right: those go back and forward through the nodes
+# visited, as in a browser, Netron or an IDE (app.main_window)
+SHORTCUTS = {"prev": "Alt+PgUp", "next": "Alt+PgDown", "latest": "Alt+End"}
 
 
 class StepScrubber(QWidget):

@@ -307,3 +307,31 @@ def test_the_stepper_rows_show_their_numbers_whole(qtbot, win):
     for c in (1, 2, 3, 4):
         for line in t.item(0, c).text().split("\n"):  # no "max|·| …": each line fits
             assert fm.horizontalAdvance(line) <= t.columnWidth(c), (line, t.columnWidth(c))
+
+
+def test_back_and_forward_walk_the_nodes_visited(qtbot, win):
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QMouseEvent
+
+    open_transformer(qtbot, win)
+    a, b, c = 14, 26, 35
+    for n in (a, b, c):
+        win.select_node(n)
+    win.activateWindow()
+    win.graph.view.setFocus()
+    qtbot.keyClick(win.graph.view, Qt.Key_Left, Qt.AltModifier)  # Edit ▸ Back
+    assert win.selected == b and win.inspector.details.id == b
+    qtbot.keyClick(win.graph.view, Qt.Key_Left, Qt.AltModifier)
+    assert win.selected == a
+    qtbot.keyClick(win.graph.view, Qt.Key_Right, Qt.AltModifier)  # Edit ▸ Forward
+    assert win.selected == b
+    # the mouse's back button on the graph
+    vp = win.graph.view.viewport()
+    pos = QPointF(10, 10)
+    ev = QMouseEvent(QMouseEvent.MouseButtonPress, pos, vp.mapToGlobal(pos), Qt.BackButton,
+                     Qt.BackButton, Qt.NoModifier)
+    win.graph.view.mousePressEvent(ev)
+    assert win.selected == a
+    # a new visit drops the forward part
+    win.select_node(c)
+    assert not win.go_forward() and win.go_back() and win.selected == a
