@@ -26,6 +26,9 @@ from views.graph_model import shape_text
 from views.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
+EMPTY_TEXT = ("<b>Inspector</b> — select a node in the graph or the parity table (or find one: "
+              "Ctrl+F): its op, inputs, value and gradient statistics, drawings and histograms, "
+              "and in a live session both sides and the elements that differ, show here.")
 NONFINITE_COLOR = "#7c3aed"  # violet: a NaN/inf (red means "bits differ" everywhere)
 MAX_COPY = 1 << 20  # elements: beyond this the text would be tens of megabytes
 
@@ -237,7 +240,7 @@ class InspectorPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.details: NodeDetails | None = None
-        self.header = QLabel("Select a node in the graph", self)
+        self.header = QLabel(EMPTY_TEXT, self)
         self.header.setTextFormat(Qt.RichText)
         self.header.setWordWrap(True)
         self.inputs = QLabel("", self)
@@ -296,6 +299,8 @@ class InspectorPanel(QWidget):
         lay.addWidget(self.tabs, 1)
         lay.addLayout(buttons)
         self._set_enabled(False)
+        self.stats.hide()  # nothing selected yet: the header says what will be here
+        self.tabs.hide()
 
     def set_note(self, text: str) -> None:
         """A line under the header (e.g. "fetching device values…"); empty hides it."""
@@ -330,11 +335,11 @@ class InspectorPanel(QWidget):
         self.details = d
         self.set_note(d.note if d is not None else "")
         self.set_action()  # an offer belongs to the details it was made for
-        if d is None:
-            self.stats.show()
-            self.tabs.show()
+        if d is None:  # what will be here and how to get it, not an empty table and axes
+            self.stats.hide()
+            self.tabs.hide()
             self._drop_compare_tab()
-            self.header.setText("Select a node in the graph")
+            self.header.setText(EMPTY_TEXT)
             self.inputs.setText("")
             self.stats.set_rows({})
             self.value_view.set_array(None)

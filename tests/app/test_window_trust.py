@@ -254,6 +254,11 @@ def test_training_steps_and_backward_nodes_are_named_apart(qtbot, win):
 def test_without_a_live_session_the_panels_say_what_they_will_show(qtbot, win, monkeypatch):
     open_transformer(qtbot, win)
     t, k = win.live.training, win.live.kernels
+    ins = win.inspector  # nothing selected: what it will show, not an empty table and axes
+    assert not ins.stats.isVisible() and not ins.tabs.isVisible()
+    assert "select a node" in ins.header.text()
+    win.select_node(14)
+    assert ins.stats.isVisible() and ins.tabs.isVisible()
     # no empty axes, no empty source box: what will be there and the one action that fills it
     assert not t.tabs.isVisible() and t.empty.isVisible()
     assert "heatmap" in t.empty_text.text() and t.start_button.isVisible()
