@@ -297,10 +297,11 @@ class InspectorPanel(QWidget):
         lay.addLayout(act)
         lay.addWidget(self.stats)
         lay.addWidget(self.tabs, 1)
+        self.filler = QWidget(self)  # takes the tabs' room while they are hidden
+        lay.addWidget(self.filler, 1)
         lay.addLayout(buttons)
         self._set_enabled(False)
-        self.stats.hide()  # nothing selected yet: the header says what will be here
-        self.tabs.hide()
+        self._show_arrays(False)  # nothing selected yet: the header says what will be here
 
     def set_note(self, text: str) -> None:
         """A line under the header (e.g. "fetching device values…"); empty hides it."""
@@ -326,8 +327,14 @@ class InspectorPanel(QWidget):
         if self.tabs.indexOf(self.device_view) >= 0:
             self.prefer_compare = self.tabs.currentWidget() is self.device_view
 
+    def _show_arrays(self, on: bool) -> None:
+        self.stats.setVisible(on)
+        self.tabs.setVisible(on)
+        self.filler.setVisible(not on)
+
     def _set_enabled(self, on: bool) -> None:
-        self.copy_value.setEnabled(on)
+        self.copy_value.setEnabled(on and self.details is not None
+                                   and self.details.value is not None)
         self.copy_grad.setEnabled(on and self.details is not None and self.details.grad is not None)
 
     def show_details(self, d: NodeDetails | None) -> None:
@@ -336,8 +343,7 @@ class InspectorPanel(QWidget):
         self.set_note(d.note if d is not None else "")
         self.set_action()  # an offer belongs to the details it was made for
         if d is None:  # what will be here and how to get it, not an empty table and axes
-            self.stats.hide()
-            self.tabs.hide()
+            self._show_arrays(False)
             self._drop_compare_tab()
             self.header.setText(EMPTY_TEXT)
             self.inputs.setText("")
@@ -362,8 +368,7 @@ class InspectorPanel(QWidget):
         has_dev = d.device_value is not None or d.device_grad is not None
         # a step's summary alone (time travel, its tensors gone): no empty table and plots
         arrays = has_dev or d.value is not None or d.grad is not None
-        self.stats.setVisible(arrays)
-        self.tabs.setVisible(arrays)
+        self._show_arrays(arrays)
         if d.sides is not None:  # a live session: reference and candidate, named
             rows = {"ref value": d.value, "ref grad": d.grad,
                     "cand value": d.device_value, "cand grad": d.device_grad}
