@@ -111,7 +111,7 @@ class StepScrubber(QWidget):
         self.slider.setValue(self._index(step))
         self.spin.setValue(step)
         self._block(False)
-        self.title.setText("step" if self.follow else "<b>step</b>")
+        self.title.setText("training step" if self.follow else "<b>training step</b>")
         if step != self.current:
             self.current = step
             self.step_changed.emit(step)

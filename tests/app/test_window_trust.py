@@ -243,6 +243,9 @@ def test_training_steps_and_backward_nodes_are_named_apart(qtbot, win):
     glyphs = {b.text() for b in sc.findChildren(QToolButton)}
     assert glyphs == {"◀", "▶", "⇥"}  # the buttons stay small
     assert sc.title.text() == "training step"
+    sc.set_steps([1, 2, 3])
+    sc.show_step(2)  # not following: the label is bold, and still says which step it is
+    assert sc.title.text() == "<b>training step</b>"
     win.stepper_panel.actions["step"].trigger()
     where = win.stepper_panel.where.text()
     assert where.startswith("backward node 1:") and "step" not in where.split(":")[0]
