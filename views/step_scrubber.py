@@ -32,7 +32,8 @@ class StepScrubber(QWidget):
         # backward pass (its position is "backward node k"), this picks a step of training
         self.title = QLabel("training step", self)
         self.slider = QSlider(Qt.Horizontal, self)
-        self.slider.setMinimumWidth(220)
+        # (the row must fit 1280 px, and the label says "training step")
+        self.slider.setMinimumWidth(140)
         self.slider.setToolTip("Scrub through the session's steps: the graph, parity table, "
                                "Inspector and Kernels dock all show the chosen step")
         self.spin = QSpinBox(self)

@@ -227,6 +227,9 @@ def test_a_1280x800_live_window_fits_shows_export_and_one_tab_bar(qtbot, win, ep
     export = tb.widgetForAction(win.live.act_export)
     assert export is not None and export.isVisible()  # not behind the » overflow
     assert export.geometry().right() <= tb.width()
+    # and the main row keeps the step scrubber on screen, not behind its » overflow
+    sc = win.live.travel.scrubber
+    assert sc.isVisible() and sc.geometry().right() <= win.main_toolbar.width()
 
 
 def test_training_steps_and_backward_nodes_are_named_apart(qtbot, win):
