@@ -28,6 +28,7 @@ from app.live_panels import LogWindow, WatchdogBar
 from app.live_toolbar import LiveToolbar
 from app.runs import SessionConfig
 from app.session import unconfirmed_script
+from app.step_rerun import StepRerun
 from app.time_travel import TimeTravel
 from views.kernels_view import KernelsPanel
 from views.training_view import TrainingPanel
@@ -55,8 +56,11 @@ class LiveController(QObject):
         self.kernels = KernelsPanel()
         self.travel = TimeTravel(self)  # the step scrubber: any past step, in every panel
         self.travel.step_shown.connect(self._step_shown)
+        self.rerun = StepRerun(self)  # a step whose tensors are gone: its summary, re-run
         win.place_live_docks(self.training, self.kernels)
         self.kernels.nodes_highlighted.connect(self._kernel_nodes)
+        self.training.start_requested.connect(self.restart)  # the empty panels' one action
+        self.kernels.start_fused_requested.connect(self._start_fused)
         win.node_selected.connect(self._on_selected)
         self._build_toolbar()
         self._sync_toolbar()
@@ -165,6 +169,11 @@ class LiveController(QObject):
         self.start(self.toolbar_config())
 
     @Slot()
+    def _start_fused(self) -> None:
+        self.toolbar.fuse_box.setChecked(True)
+        self.restart()
+
+    @Slot()
     def pause(self) -> None:
         """Pause after the current step."""
         if self.live:
@@ -253,6 +262,7 @@ class LiveController(QObject):
             # ahead, at its step
             if first is not None and self.can_inspect():
                 self._request(int(first["node"]), int(first["step"]))
+            self.rerun.on_snapshot()
 
     @Slot(int)
     def _step_shown(self, step: int) -> None:
@@ -295,7 +305,11 @@ class LiveController(QObject):
         """The window selected ``node``: show both sides of it (cached, or ask the worker)."""
         if self.kernels.plan:
             self.kernels.show_node(node)  # its lines in the kernel that computes it
+        step = self.travel.view_step
         if not self.can_inspect():
+            if self.live is not None and step > 0:  # the step's summary, not the tape's arrays
+                self.rerun.show_summary(node, step, "The session's worker has ended: its "
+                                        "tensors went with it.")
             return
         if self.live.steps_done == 0:
             self.win.set_inspector_note("live: no step has run yet; both sides show after one")
@@ -305,15 +319,20 @@ class LiveController(QObject):
             self._show(got)
             return
         if self._request(node):
-            self.win.set_inspector_note(
-                f"live: fetching node #{node} from both sides (step {self.shown_step()})…")
+            # until the answer: this step's summary, not the arrays of the step shown before
+            self.rerun.show_summary(node, self.shown_step(), f"Fetching node #{node} from "
+                                    f"both sides (step {self.shown_step()})…", offer=False)
         else:
             self.win.set_inspector_note("live: the session's worker has ended; start a new one")
 
     @Slot(object)
     def _on_inspected(self, got: Inspection) -> None:
         if got.error is not None:
-            if got.node == self.win.selected:
+            if got.node == self.win.selected and self.travel.view_step > 0:
+                # (an error carries no step: it answers the shown one, asked last)
+                self.rerun.show_summary(got.node, self.shown_step(), f"Its tensors: "
+                                        f"{got.error}.")
+            elif got.node == self.win.selected:
                 self.win.set_inspector_note(f"live: {got.error}")
             self.travel.try_repro(got.error)
             return

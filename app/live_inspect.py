@@ -65,3 +65,34 @@ def live_details(d: NodeDetails, got: Inspection, differs_since: int | None) -> 
     since = f" · differs since step {differs_since}" if differs_since is not None else ""
     d.note = f"live · step {got.step}{since} · {got.reference} ↔ {got.candidate}"
     return d
+
+
+def _side_text(side: str, e: dict | None, size: int) -> str:
+    if e is None:
+        return f"{side}: not compared"
+    n = int(e.get("n_diff") or 0)
+    if n == 0:
+        return f"{side}: all {size:,} elements bit-identical"
+    tail = ", NaN against a number" if e.get("n_nan") else ""
+    worst = float(e.get("max_ulp") or 0)
+    return f"{side}: {n:,} of {size:,} elements differ, max {worst:,.0f} ulp{tail}"
+
+
+def summary_details(d: NodeDetails, entry: dict | None, step: int, why: str) -> NodeDetails:
+    """``d`` (the tape's own details of the node) with no arrays: only what the shown
+    ``step`` knows of the node, its per-node summary ``entry`` (the parity table's dict),
+    and ``why`` its tensors are not on screen. NOTE: the tape's own arrays (or another step's)
+    beside a step's label read as that step's: issue 25 found "39 of 512 differ" from the
+    previous step under a note saying this step's tensors were not kept."""
+    d.value = d.grad = d.device_value = d.device_grad = None
+    d.sides, d.step = None, step
+    size = 1
+    for k in d.shape:
+        size *= int(k)
+    if entry is None:
+        known = "not compared at this step"
+    else:
+        known = " · ".join((_side_text("value", entry.get("value"), size),
+                            _side_text("gradient", entry.get("grad"), size)))
+    d.note = f"live · step {step} · {known}. {why}"
+    return d

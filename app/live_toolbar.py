@@ -36,6 +36,12 @@ class LiveToolbar(QToolBar):
         self.math_box = self._combo({"refmath": "refmath", "platform": "platform libm"},
                                     "Math of the candidate (the reference is always refmath)")
         self.compare_box = self._combo(COMPARES, "Which two runs of the episode to compare")
+        # NOTE: the boxes as wide as a short name (their lists show the whole text): at full
+        # width the row overflowed a 1280 px window and hid Export report (issue 25)
+        for box, chars in ((self.compare_box, 13), (self.math_box, 9)):
+            box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+            box.setMinimumContentsLength(chars)
+            box.view().setMinimumWidth(box.view().sizeHintForColumn(0) + 24)
         self.fuse_box = QCheckBox("Fuse", self)
         self.fuse_box.setToolTip("Replay the fused plan (gpu.fusion)")
         for label, w in (("Device", self.device_box), (None, self.fuse_box),

@@ -9,15 +9,17 @@ from __future__ import annotations
 import os
 import traceback
 
-from PySide6.QtCore import QSettings, Qt, Signal, Slot
+from PySide6.QtCore import QEvent, QSettings, QSize, Qt, Signal, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
+    QFrame,
     QLabel,
     QMainWindow,
     QMenu,
     QMessageBox,
+    QScrollArea,
     QToolBar,
 )
 
@@ -38,9 +40,30 @@ LIVE_WINDOW_API = frozenset({
     "open_workload", "show_error", "set_status", "select_node", "set_comparison",
     "place_live_docks", "dock_toggle", "add_menu", "add_toolbar", "tool_row",
     "add_status_widget", "set_graph_groups", "set_graph_overlay", "set_graph_marks",
-    "show_details", "show_own_details", "set_inspector_note",
+    "show_details", "show_own_details", "set_inspector_note", "set_inspector_action",
 })
 MAX_RECENT = 8
+
+
+class TallScroll(QScrollArea):
+    """Scrolls ``widget`` up and down only: as wide as it needs, as short as the dock is."""
+
+    def __init__(self, widget, parent=None):
+        super().__init__(parent)
+        self.setWidget(widget)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        widget.installEventFilter(self)
+
+    def eventFilter(self, obj, ev) -> bool:  # noqa: N802 (Qt override)
+        if obj is self.widget() and ev.type() == QEvent.LayoutRequest:
+            self.updateGeometry()  # a tab added (Compare, Elements) may need a wider dock
+        return super().eventFilter(obj, ev)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        w = self.widget().minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
+        return QSize(w, 90)
 
 
 class MainWindow(QMainWindow):
@@ -57,7 +80,11 @@ class MainWindow(QMainWindow):
         self.stepper: BackwardStepper | None = None
         self.selected = -1
         self.last_error: QMessageBox | None = None
+        self.last_traceback = ""  # of the last failed open (``gui --debug`` prints it)
         self._fanning = False
+        self.trail: list[int] = []  # the nodes visited, oldest first (Back / Forward)
+        self.trail_pos = -1
+        self._walking = False
         self.setWindowTitle("tapescope")
         self.resize(*DEFAULT_SIZE)
         self.setAcceptDrops(True)
@@ -69,7 +96,10 @@ class MainWindow(QMainWindow):
         self.stepper_panel = StepperPanel(self)
         self.parity = ParityPanel(self)
         self.docks: dict[str, QDockWidget] = {}
-        self._add_dock("Inspector", self.inspector, Qt.RightDockWidgetArea)
+        # NOTE: in a scroll area: a live node's Inspector (four stats rows, three drawings) asked
+        # for 476 px, and with the stepper below it the window could not be 800 px tall (a
+        # 1280x800 window came out 1280x894, issue 25); a short screen scrolls it instead
+        self._add_dock("Inspector", TallScroll(self.inspector, self), Qt.RightDockWidgetArea)
         self._add_dock("Backward stepper", self.stepper_panel, Qt.RightDockWidgetArea)
         self._add_dock("Parity table", self.parity, Qt.BottomDockWidgetArea)
         self.setCorner(Qt.BottomRightCorner, Qt.RightDockWidgetArea)
@@ -87,6 +117,8 @@ class MainWindow(QMainWindow):
             lambda ids: self.graph.view.set_marks("bp", ids))
         self.graph.view.breakpoint_toggled.connect(self.stepper_panel.toggle_breakpoint)
         self.graph.view.run_to_requested.connect(self._run_to)
+        self.graph.view.navigate_requested.connect(
+            lambda d: self.go_back() if d < 0 else self.go_forward())
 
         self.status_label = QLabel("No tape open — File ▸ Open, or drop a .tape file here")
         self.statusBar().addWidget(self.status_label, 1)
@@ -123,6 +155,7 @@ class MainWindow(QMainWindow):
                 if path.lower().endswith(".onnx") else open_path(path)
             s.ensure_gradients()
         except SessionError as e:
+            self.last_traceback = e.details or traceback.format_exc()
             self.show_error("Cannot open file", str(e), e.details or None)
             return False
         except Exception as e:  # noqa: BLE001 — a bug must not take the user's session down
@@ -138,6 +171,7 @@ class MainWindow(QMainWindow):
         try:
             s = open_workload(spec)
         except SessionError as e:
+            self.last_traceback = e.details or traceback.format_exc()
             self.show_error("Cannot open workload", str(e), e.details or None)
             return False
         self.set_session(s)
@@ -187,6 +221,7 @@ class MainWindow(QMainWindow):
         self.session = s
         self.setWindowTitle(f"tapescope — {s.title}")
         self.selected = -1
+        self.trail, self.trail_pos = [], -1  # another tape: its own trail
         self.graph.set_model(s.graph)
         self.parity.set_rows(build_rows(s.tape.nodes, s.comparison))
         # one search index for the graph and the table, built when first searched
@@ -243,6 +278,9 @@ class MainWindow(QMainWindow):
         self.splitDockWidget(d["Parity table"], d["Training"], Qt.Horizontal)
         self.resizeDocks([d["Parity table"]], [330], Qt.Vertical)
         self.resizeDocks([d["Parity table"], d["Training"]], [560, 560], Qt.Horizontal)
+        # a live session's Inspector holds both sides, the compare maps and the Elements table:
+        # it gets two thirds of the right column (issue 25: the worst elements showed one row)
+        self.resizeDocks([d["Inspector"], d["Backward stepper"]], [620, 300], Qt.Vertical)
 
     def dock_toggle(self, title: str) -> QAction:
         """The show/hide action of the dock ``title`` (for a menu)."""
@@ -300,6 +338,10 @@ class MainWindow(QMainWindow):
         """A one-line note in the Inspector (e.g. "fetching node #3 …")."""
         self.inspector.set_note(text)
 
+    def set_inspector_action(self, text: str = "", tip: str = "", fn=None) -> None:
+        """A button under the Inspector's note (``fn`` None: disabled, ``tip`` says why)."""
+        self.inspector.set_action(text, tip, fn)
+
     # ---- recent files -----------------------------------------------------------------------
     def recent_files(self) -> list[str]:
         """Most recent first."""
@@ -347,6 +389,10 @@ class MainWindow(QMainWindow):
         if self.session is None or self._fanning or not (0 <= node_id < len(self.session.tape)):
             return
         self._fanning = True
+        if not self._walking and (self.trail_pos < 0 or self.trail[self.trail_pos] != node_id):
+            del self.trail[self.trail_pos + 1:]  # a new visit drops the forward part
+            self.trail.append(node_id)
+            self.trail_pos = len(self.trail) - 1
         try:
             self.selected = node_id
             self.graph.view.select_node(node_id)
@@ -356,6 +402,26 @@ class MainWindow(QMainWindow):
         finally:
             self._fanning = False
         self.node_selected.emit(node_id)
+
+    def go_back(self) -> bool:
+        """Select the node visited before this one (Alt+Left, the mouse's back button)."""
+        return self._walk(-1)
+
+    def go_forward(self) -> bool:
+        """Select the node visited after this one again (Alt+Right, the forward button)."""
+        return self._walk(1)
+
+    def _walk(self, step: int) -> bool:
+        k = self.trail_pos + step
+        if not 0 <= k < len(self.trail):
+            return False
+        self.trail_pos = k
+        self._walking = True
+        try:
+            self.select_node(self.trail[k])
+        finally:
+            self._walking = False
+        return True
 
     def alarms(self) -> list[int]:
         """NaN/inf alarms, tape order: in a live session those of the shown step (a non-finite
@@ -391,9 +457,11 @@ class MainWindow(QMainWindow):
 
     @Slot(int)
     def _stepper_moved(self, node_id: int) -> None:
+        # the stepper's node becomes the one selection (it used to move the graph's outline
+        # only, so the Inspector and the table still showed the node clicked before, issue 25)
         self.graph.view.set_current(node_id)
         if node_id >= 0:
-            self.graph.view.select_node(node_id)
+            self.select_node(node_id)
 
     def _status(self, alarms: list[int] | None = None) -> None:
         s = self.session

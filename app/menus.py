@@ -65,6 +65,14 @@ def build_menus(win) -> None:
                           "(Ctrl+N)")
     e.addAction(win.act_nan)
 
+    e.addSeparator()
+    win.act_back = _action(win, "&Back", win.go_back, "Alt+Left",
+                           "The node selected before this one (Alt+Left, the mouse's back button)")
+    win.act_forward = _action(win, "&Forward", win.go_forward, "Alt+Right",
+                              "The next node of the ones visited (Alt+Right)")
+    e.addAction(win.act_back)
+    e.addAction(win.act_forward)
+
     v = mb.addMenu("&View")
     graph_actions = win.graph.view.actions_for_menu()
     for a in graph_actions:

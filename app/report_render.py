@@ -91,7 +91,13 @@ def render_training(data: dict, size: tuple[int, int] = (1116, 560)) -> bytes:
     w.show()
     from PySide6.QtCore import QCoreApplication
 
-    QCoreApplication.processEvents()
+    # NOTE: drawn now, then laid out: the panel redraws from a timer (at most every 0.5 s),
+    # and the heatmap, hidden until its first drawing, needs a layout pass to get its rows;
+    # one processEvents grabbed the plots without the nodes × steps heatmap the alt text
+    # promises (issue 25)
+    w.flush()
+    for _ in range(3):
+        QCoreApplication.processEvents()
     img = w.grab().toImage()
     w.close()
     # NOTE: deleted now, not with deleteLater(): the CLI runs no event loop afterwards, and a

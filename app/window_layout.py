@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QRect, QSettings, Qt
 from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QTabBar
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 
@@ -22,6 +23,24 @@ FRAME_ALLOWANCE = (16, 48)  # title bar and borders a window manager adds, befor
 # The offscreen platform's 800x800 "screen" is a fiction: fitting the window to it would only
 # shrink every offscreen test and picture (which set their sizes themselves).
 VIRTUAL_PLATFORMS = ("offscreen", "minimal")
+
+
+def restore_state(win, state) -> bool:
+    """``win.restoreState(state)``, then hide the tab bars it left behind.
+
+    NOTE: restoring a state whose docks are tabified makes new tab bars for the tab groups and
+    leaves the old ones shown where they were: ``--screenshot`` (which resets the layout)
+    painted a second "Backward stepper | Kernels" bar over the docks (issue 25). Per set of
+    tabs, the newest bar is the one the layout uses."""
+    ok = win.restoreState(state, STATE_VERSION)
+    newest: dict[tuple, QTabBar] = {}
+    for tb in win.findChildren(QTabBar):  # creation order: the newest last
+        if tb.parent() is win:
+            key = tuple(tb.tabText(i) for i in range(tb.count()))
+            if key in newest:
+                newest[key].hide()
+            newest[key] = tb
+    return ok
 
 
 class WindowLayout:
@@ -77,10 +96,10 @@ class WindowLayout:
             if str(self.settings.value(MAXIMIZED_KEY, "false")).lower() == "true":
                 self.win.setWindowState(self.win.windowState() | Qt.WindowMaximized)
         if isinstance(state, QByteArray) and not state.isEmpty():
-            done = self.win.restoreState(state, STATE_VERSION) and done
+            done = restore_state(self.win, state) and done
         if self.fit_to_screen():
             # dock sizes saved for a bigger window would squeeze some docks to slivers here
-            self.win.restoreState(self.default_state, STATE_VERSION)
+            restore_state(self.win, self.default_state)
         return done
 
     def save(self) -> None:
@@ -97,7 +116,7 @@ class WindowLayout:
         win = self.win
         if win.isMaximized() or win.isFullScreen():
             win.showNormal()
-        win.restoreState(self.default_state, STATE_VERSION)
+        restore_state(win, self.default_state)
         win.resize(*self.default_size)
         self.fit_to_screen()
         self.settings.remove(GEOMETRY_KEY)

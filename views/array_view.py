@@ -55,6 +55,7 @@ class ArrayView(QWidget):
         self.colorbar = pg.ColorBarItem(colorMap=pg.colormap.get("CET-D1"), interactive=False,
                                         width=12)
         self.colorbar.setImageItem(self.image, insert_in=self.image_plot.getPlotItem())
+        self.ulp_scale = False  # use_ulp_scale: drawn in the window's one ulp colour scale
         for w in (self.empty, self.number, self.plot, self.image_plot):
             self.stack.addWidget(w)
         self.slice_row = QWidget(self)
@@ -69,6 +70,15 @@ class ArrayView(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.slice_row)
         lay.addWidget(self.stack, 1)
+
+    def use_ulp_scale(self) -> None:
+        """Draw ulp counts (NaN: a NaN against a number) in the one ulp scale of the window
+        (views.ulp_scale): exact green, amber → red, NaN violet, ticks in ulp."""
+        from views.ulp_scale import HEAT_TICKS, heat_lut
+
+        self.ulp_scale = True
+        self.colorbar.setColorMap(pg.ColorMap(np.linspace(0.0, 1.0, 256), heat_lut()))
+        self.colorbar.axis.setTicks([HEAT_TICKS])
 
     def page(self) -> int:
         """Which drawing is shown: PAGE_EMPTY, PAGE_NUMBER, PAGE_PLOT or PAGE_IMAGE."""
@@ -140,6 +150,13 @@ class ArrayView(QWidget):
                 self.plot.plot(bad, np.zeros(bad.size), pen=None, symbol="x",
                                symbolBrush="#7c3aed", symbolPen="#7c3aed")  # NaN/inf: violet
             self.stack.setCurrentIndex(PAGE_PLOT)
+        elif self.ulp_scale:
+            from views.ulp_scale import heat_levels
+
+            self.image.setImage(heat_levels(af), autoLevels=False)
+            self.colorbar.setLevels((0.0, 255.0))
+            self.image_plot.getPlotItem().getViewBox().autoRange(padding=0.02)
+            self.stack.setCurrentIndex(PAGE_IMAGE)
         else:
             lo, hi = _finite_levels(af)
             self.image.setImage(af, autoLevels=False)

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QTableView,
     QVBoxLayout,
@@ -27,6 +28,10 @@ import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before an
 
 WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
                  "rel error")
+# NOTE: the table shows each side's bits under its number and the relative error under the ulp
+# (two lines a row), and hides the columns folded in: seven columns side by side did not fit a
+# 600 px dock, and the ulp and relative error went behind a scroll bar (issue 25)
+FOLDED = {1: 3, 2: 4, 5: 6}  # shown column → the one whose text is its second line
 MAX_ROWS = 200
 
 
@@ -116,9 +121,16 @@ class WorstElementsModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(WORST_COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802 (Qt override)
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal and \
-                0 <= section < len(WORST_COLUMNS):
-            return WORST_COLUMNS[section]
+        if orientation == Qt.Horizontal and 0 <= section < len(WORST_COLUMNS):
+            if role == Qt.DisplayRole:
+                if section == 5:
+                    return "ulp\nrel error"
+                return WORST_COLUMNS[section] + ("\nbits" if section in (1, 2) else "")
+            if role == Qt.ToolTipRole:
+                return {1: "the reference's value (digits that round-trip) and its bits (hex)",
+                        2: "the candidate's value and its bits", 5: "units in the last place "
+                        "between the two, and the relative error |candidate − reference| / "
+                        "|reference|"}.get(section)
         return None
 
     def cell_text(self, row: int, col: int) -> str:
@@ -138,10 +150,13 @@ class WorstElementsModel(QAbstractTableModel):
         if not index.isValid() or not 0 <= index.row() < len(self.rows):
             return None
         if role == Qt.DisplayRole:
-            return self.cell_text(index.row(), index.column())
+            r, c = index.row(), index.column()
+            if c in FOLDED:  # the number, its bits (or relative error) below it
+                return f"{self.cell_text(r, c)}\n{self.cell_text(r, FOLDED[c])}"
+            return self.cell_text(r, c)
         if role == Qt.TextAlignmentRole:
             return int(Qt.AlignRight | Qt.AlignVCenter)
-        if role == Qt.FontRole and index.column() in (3, 4):
+        if role == Qt.FontRole and index.column() in (1, 2, 3, 4):
             f = QFont("Monospace")
             f.setStyleHint(QFont.TypeWriter)
             return f
@@ -160,25 +175,18 @@ def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
     return d
 
 
-def log_ulp_image(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
-    """log10(1 + ulp) per element as a 2-D image (rank > 2 folds its leading dims into rows);
-    a NaN against a number is drawn one decade above the worst."""
-    r, c = np.asarray(ref), np.asarray(cand)
-    if r.dtype != c.dtype:
-        dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
-        r, c = r.astype(dt), c.astype(dt)
-    u = ulp_map(r, c)
-    img = np.log10(1.0 + np.nan_to_num(u, nan=0.0))
-    nan = np.isnan(u)
-    if nan.any():
-        img[nan] = (img[~nan].max() if (~nan).any() else 0.0) + 1.0
+def ulp_level_image(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """The ulp map as levels of the window's one ulp scale (views.ulp_scale.heat_levels), 2-D
+    (rank > 2 folds its leading dims into rows), a NaN against a number at level 255."""
+    from views.ulp_scale import heat_levels
+
+    u = ulp_map(*_same_dtype(ref, cand))
+    img = heat_levels(u)
     if img.ndim == 0:
-        img = img.reshape(1, 1)
-    elif img.ndim == 1:
-        img = img.reshape(1, -1)
-    elif img.ndim > 2:
-        img = img.reshape(-1, img.shape[-1])
-    return img
+        return img.reshape(1, 1)
+    if img.ndim == 1:
+        return img.reshape(1, -1)
+    return img.reshape(-1, img.shape[-1]) if img.ndim > 2 else img
 
 
 class ElementView(QWidget):
@@ -195,13 +203,23 @@ class ElementView(QWidget):
         self.map.setBackground("w")
         self.map.invertY(True)
         self.map.setMinimumHeight(80)
-        self.map.setLabel("left", "row")
-        self.map.setLabel("bottom", "column")
         self.image = pg.ImageItem(axisOrder="row-major")
         self.map.addItem(self.image)
-        self.colorbar = pg.ColorBarItem(colorMap=pg.colormap.get("inferno"), interactive=False,
-                                        width=14, label="log10(1 + ulp)")
+        # NOTE: no rotated axis titles: in a map 80 px tall "log10(1 + ulp)" was cut to
+        # "log10(1 + u"; the scale is labelled in ulp (0, 1, 10, …) and the caption says so
+        from views.ulp_scale import HEAT_TICKS, heat_lut
+
+        # the window's one ulp scale (views.ulp_scale): the graph stripe's and heatmap's colours
+        self.colorbar = pg.ColorBarItem(
+            values=(0, 255), colorMap=pg.ColorMap(np.linspace(0.0, 1.0, 256), heat_lut()),
+            interactive=False, width=14)
         self.colorbar.setImageItem(self.image, insert_in=self.map.getPlotItem())
+        self.colorbar.axis.setTicks([HEAT_TICKS])
+        self.caption = QLabel("ulp per element (rows × columns), in the graph stripe's colours: "
+                              "green exact, amber 1 ulp → red 2^20, violet NaN ≠", self)
+        self.caption.setStyleSheet("color: #4b5563")
+        self.caption.setWordWrap(True)  # (a long caption must not widen the dock)
+        self.caption.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.model = WorstElementsModel(self)
         self.table = QTableView(self)
         self.table.setModel(self.model)
@@ -209,6 +227,12 @@ class ElementView(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.setAlternatingRowColors(True)
         self.table.setMinimumHeight(60)
+        for c in FOLDED.values():
+            self.table.setColumnHidden(c, True)
+        self.table.horizontalHeader().setDefaultAlignment(Qt.AlignCenter)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.verticalHeader().setDefaultSectionSize(
+            2 * self.table.fontMetrics().height() + 6)
         self.repro = QPushButton("Copy repro…", self)
         self.repro.setToolTip("Write a small Python script and .npy inputs that re-run this "
                               "node's reference op on the candidate's inputs (to file a bug "
@@ -216,10 +240,16 @@ class ElementView(QWidget):
         self.repro.clicked.connect(self.repro_requested)
         self.repro.setEnabled(False)
         split = self.split = QSplitter(Qt.Vertical, self)
-        split.addWidget(self.map)
+        top_map = QWidget(self)
+        ml = QVBoxLayout(top_map)
+        ml.setContentsMargins(0, 0, 0, 0)
+        ml.setSpacing(0)
+        ml.addWidget(self.caption)
+        ml.addWidget(self.map, 1)
+        split.addWidget(top_map)
         split.addWidget(self.table)
-        split.setStretchFactor(0, 3)  # the map a little more than the worst elements
-        split.setStretchFactor(1, 2)
+        split.setStretchFactor(0, 2)  # the worst elements a little more than the map
+        split.setStretchFactor(1, 3)
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
         top.addWidget(self.repro)
@@ -233,9 +263,9 @@ class ElementView(QWidget):
     def resizeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(ev)
         h = self.split.height()
-        if not self._sized and h > 150:  # the first real size: the map gets 55 %, the table
+        if not self._sized and h > 150:  # the first real size: the map gets 35 %, the table
             self._sized = True  # the rest (a table's size hint would take nearly all of it)
-            self.split.setSizes([int(h * 0.55), h - int(h * 0.55)])
+            self.split.setSizes([int(h * 0.35), h - int(h * 0.35)])
 
     def set_pair(self, ref: np.ndarray | None, cand: np.ndarray | None, what: str = "") -> None:
         """Show where ``cand`` differs from ``ref`` (None: nothing to compare)."""
@@ -252,10 +282,16 @@ class ElementView(QWidget):
         dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
         rows = worst_elements(r, c)
         self.model.set_rows(rows, dt)
-        self.img = log_ulp_image(r, c)
-        hi = max(1.0, float(self.img.max()))
-        self.image.setImage(self.img, autoLevels=False, levels=(0.0, hi))
-        self.colorbar.setLevels((0.0, hi))
+        # the whole row on screen: the dock grows to it (a scroll bar hid the ulp, issue 25)
+        t = self.table
+        t.resizeColumnsToContents()
+        shown = sum(t.columnWidth(k) for k in range(self.model.columnCount())
+                    if not t.isColumnHidden(k))
+        t.setMinimumWidth(shown + t.verticalScrollBar().sizeHint().width() + 2 * t.frameWidth()
+                          + 40)  # (the style's margins: a row one pixel too wide scrolled)
+        self.img = ulp_level_image(r, c)
+        self.image.setImage(self.img, autoLevels=False, levels=(0.0, 255.0))
+        self.colorbar.setLevels((0.0, 255.0))
         self.map.getPlotItem().getViewBox().autoRange(padding=0.02)
         n = n_differ(r, c)
         more = f" (worst {MAX_ROWS} listed)" if n > MAX_ROWS else ""

@@ -16,6 +16,7 @@ import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before an
 from views.graph_model import GraphModel
 from views.graph_view import GraphView
 from views.minimap import Overview
+from views.ulp_scale import HEAT_TICKS, level_color
 
 DEBOUNCE_MS = 120  # a pause in typing this long runs the search
 DEBOUNCE_FROM = 2000  # nodes: smaller tapes search on every keystroke
@@ -30,13 +31,16 @@ def _chip(fill: str, text: str, border: str = "") -> str:
 LEGEND = " ".join([
     _chip("#e8eef7", "op", "#5b7db1"), _chip("#fde3b5", "param"), _chip("#ececec", "const"),
     _chip("#e0e7ff", "loss", "#3730a3"), _chip("#dcefdc", "group"),
-    "&nbsp;stripe:", _chip("#16a34a", "<font color=white>exact</font>"),
-    _chip("#f59e0b", "1 ulp"), _chip("#dc2626", "<font color=white>bits differ</font>"),
-    _chip("#7c3aed", "<font color=white>NaN ≠</font>"),
+    # the window's one ulp scale (views.ulp_scale): the stripe, the heatmap and the maps
+    "&nbsp;ulp:", _chip(level_color(0), "<font color=white>exact</font>"),
+    *(_chip(level_color(lv), f"<font color={'black' if lv < 128 else 'white'}>{t}</font>")
+      for lv, t in [(1.0, "1")] + [(lv, t.replace(" ulp", "")) for lv, t in HEAT_TICKS[1:5]]),
+    _chip(level_color(255), "<font color=white>NaN ≠</font>"),
     _chip("#ddd6fe", "⚠ NaN/inf alarm", "#7c3aed"),
     "<b style='color:#111827'>▭ first divergence</b>"])
 LEGEND_TIP = (
-    "Boxes: node kinds. The stripe at a box's left edge is its parity at the shown step: green "
+    "Boxes: node kinds. The stripe at a box's left edge is its parity at the shown step, in the "
+    "one ulp scale the Training heatmap and the Compare and Elements maps use too: green "
     "bit-exact, amber (1 ulp) to red (2^20 ulp and more) where bits differ, violet a NaN "
     "against a number. A node that introduced error has its box outlined in that colour; a "
     "faded stripe means the error was only inherited from its inputs. Violet boxes with ⚠: a "

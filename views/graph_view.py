@@ -63,6 +63,7 @@ class GraphView(QGraphicsView):
     marks_changed = Signal()  # colours or marks changed (the minimap redraws)
     breakpoint_toggled = Signal(int)
     run_to_requested = Signal(int)
+    navigate_requested = Signal(int)  # the mouse's back (-1) / forward (+1) buttons
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -91,6 +92,11 @@ class GraphView(QGraphicsView):
         self._current_node = -1
         self._overlay: tuple[dict, set, set] = ({}, set(), set())
         self._user_moved = False  # until the user pans or zooms, resizes keep the graph fitted
+        # NOTE: how a resize re-fits: readable (the width, from the top) after opening, the
+        # whole graph after View ▸ Fit graph. Fit used to clear _user_moved only; the scroll
+        # bars it removed resized the viewport and resizeEvent re-fitted "readable", so the
+        # view snapped back to 0.75 one event-loop pass later (issue 25)
+        self._fit_whole = False
         self.horizontalScrollBar().valueChanged.connect(self.view_changed)
         self.verticalScrollBar().valueChanged.connect(self.view_changed)
 
@@ -133,7 +139,7 @@ class GraphView(QGraphicsView):
         self._apply_overlay()  # the stripes follow the items of the new layout
         if self._fit_next or (self._fit_next is None and not same):
             self.fit(readable=True)
-            self._user_moved = False
+            self._user_moved = self._fit_whole = False
         elif keep is not None:
             self.centerOn(keep)
         if self._pending_select is not None:
@@ -236,6 +242,10 @@ class GraphView(QGraphicsView):
                 self.centerOn(r.center())
 
     def mousePressEvent(self, ev) -> None:  # noqa: N802 (Qt override)
+        if ev.button() in (Qt.BackButton, Qt.ForwardButton):
+            self.navigate_requested.emit(-1 if ev.button() == Qt.BackButton else 1)
+            ev.accept()
+            return
         self._press_pos = ev.position()
         super().mousePressEvent(ev)
 
@@ -316,7 +326,7 @@ class GraphView(QGraphicsView):
             return
         if not readable:
             self.fitInView(r, Qt.KeepAspectRatio)
-            self._user_moved = False
+            self._user_moved, self._fit_whole = False, True
             self.view_changed.emit()
             return
         vp = self.viewport().rect()
@@ -348,7 +358,7 @@ class GraphView(QGraphicsView):
     def resizeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(ev)
         if not self._user_moved and self.is_ready():
-            self.fit(readable=True)
+            self.fit(readable=not self._fit_whole)
             item = self.canvas.selected_item
             if item >= 0:  # a resize keeps the selection, and keeps it on screen
                 r = self.canvas.item_rect(item)

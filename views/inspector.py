@@ -27,6 +27,9 @@ from views.graph_model import shape_text
 from views.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
+EMPTY_TEXT = ("<b>Inspector</b> — select a node in the graph or the parity table (or find one: "
+              "Ctrl+F): its op, inputs, value and gradient statistics, drawings and histograms, "
+              "and in a live session both sides and the elements that differ, show here.")
 NONFINITE_COLOR = "#7c3aed"  # violet: a NaN/inf (red means "bits differ" everywhere)
 MAX_COPY = 1 << 20  # elements: beyond this the text would be tens of megabytes
 
@@ -118,6 +121,7 @@ class DeviceCompareView(QWidget):
         self.cpu_view = ArrayView("cpu", self)
         self.dev_view = ArrayView("device", self)
         self.ulp_view = ArrayView("ulp", self)
+        self.ulp_view.use_ulp_scale()  # the graph stripe's colours, the Elements map's
         self.ulp: np.ndarray | None = None
         self.pairs: dict[str, tuple] = {"value": (None, None), "grad": (None, None)}
         self.which_box = QComboBox(self)
@@ -237,7 +241,7 @@ class InspectorPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.details: NodeDetails | None = None
-        self.header = QLabel("Select a node in the graph", self)
+        self.header = QLabel(EMPTY_TEXT, self)
         self.header.setTextFormat(Qt.RichText)
         self.header.setWordWrap(True)
         self.inputs = QLabel("", self)
@@ -249,6 +253,9 @@ class InspectorPanel(QWidget):
         self.grad_view = ArrayView("gradient", self)
         self.hist = HistogramView(self)
         self.tabs = QTabWidget(self)
+        # NOTE: short titles, never elided: five tabs in a 600 px dock came out "Ele" (issue 25)
+        self.tabs.setElideMode(Qt.ElideNone)
+        self.tabs.tabBar().setExpanding(False)
         self.tabs.addTab(self.value_view, "Value")
         self.tabs.addTab(self.grad_view, "Gradient")
         self.tabs.addTab(self.hist, "Histogram")
@@ -263,6 +270,12 @@ class InspectorPanel(QWidget):
         self.note = QLabel("", self)
         self.note.setWordWrap(True)
         self.note.hide()
+        # what the note offers to do about it (time travel: "Re-run to step 7 …"); hidden
+        # unless a caller sets one (set_action)
+        self.action_button = QPushButton("", self)
+        self.action_button.hide()
+        self._action = None
+        self.action_button.clicked.connect(self._run_action)
         self.copy_value = QPushButton("Copy value as numpy", self)
         self.copy_grad = QPushButton("Copy gradient as numpy", self)
         self.nan_button = QPushButton("Jump to first NaN", self)
@@ -279,32 +292,61 @@ class InspectorPanel(QWidget):
         lay.addWidget(self.header)
         lay.addWidget(self.inputs)
         lay.addWidget(self.note)
+        act = QHBoxLayout()
+        act.addWidget(self.action_button)
+        act.addStretch(1)
+        lay.addLayout(act)
         lay.addWidget(self.stats)
         lay.addWidget(self.tabs, 1)
+        self.filler = QWidget(self)  # takes the tabs' room while they are hidden
+        lay.addWidget(self.filler, 1)
         lay.addLayout(buttons)
         self._set_enabled(False)
+        self._show_arrays(False)  # nothing selected yet: the header says what will be here
 
     def set_note(self, text: str) -> None:
         """A line under the header (e.g. "fetching device values…"); empty hides it."""
         self.note.setText(text)
         self.note.setVisible(bool(text))
 
+    def set_action(self, text: str = "", tip: str = "", fn=None) -> None:
+        """A button under the note that runs ``fn`` (None: shown disabled, ``tip`` says why);
+        an empty ``text`` hides it."""
+        self._action = fn
+        self.action_button.setText(text)
+        self.action_button.setToolTip(tip)
+        self.action_button.setEnabled(fn is not None)
+        self.action_button.setVisible(bool(text))
+
+    @Slot()
+    def _run_action(self) -> None:
+        if self._action is not None:
+            self._action()
+
     @Slot(int)
     def _tab_changed(self, _index: int) -> None:
         if self.tabs.indexOf(self.device_view) >= 0:
             self.prefer_compare = self.tabs.currentWidget() is self.device_view
 
+    def _show_arrays(self, on: bool) -> None:
+        self.stats.setVisible(on)
+        self.tabs.setVisible(on)
+        self.filler.setVisible(not on)
+
     def _set_enabled(self, on: bool) -> None:
-        self.copy_value.setEnabled(on)
+        self.copy_value.setEnabled(on and self.details is not None
+                                   and self.details.value is not None)
         self.copy_grad.setEnabled(on and self.details is not None and self.details.grad is not None)
 
     def show_details(self, d: NodeDetails | None) -> None:
         """Show one node (None clears the panel)."""
         self.details = d
         self.set_note(d.note if d is not None else "")
-        if d is None:
+        self.set_action()  # an offer belongs to the details it was made for
+        if d is None:  # what will be here and how to get it, not an empty table and axes
+            self._show_arrays(False)
             self._drop_compare_tab()
-            self.header.setText("Select a node in the graph")
+            self.header.setText(EMPTY_TEXT)
             self.inputs.setText("")
             self.stats.set_rows({})
             self.value_view.set_array(None)
@@ -325,6 +367,9 @@ class InspectorPanel(QWidget):
         else:
             self.inputs.setText("inputs: none (leaf)")
         has_dev = d.device_value is not None or d.device_grad is not None
+        # a step's summary alone (time travel, its tensors gone): no empty table and plots
+        arrays = has_dev or d.value is not None or d.grad is not None
+        self._show_arrays(arrays)
         if d.sides is not None:  # a live session: reference and candidate, named
             rows = {"ref value": d.value, "ref grad": d.grad,
                     "cand value": d.device_value, "cand grad": d.device_grad}
@@ -344,8 +389,10 @@ class InspectorPanel(QWidget):
             self.device_view.set_pairs((d.value, d.device_value), (d.grad, d.device_grad))
             if self.tabs.indexOf(self.device_view) < 0:
                 self.tabs.blockSignals(True)  # adding is not the user leaving the tab
-                self.tabs.addTab(self.device_view,
-                                 "reference vs candidate" if d.sides else "CPU vs device")
+                self.tabs.addTab(self.device_view, "Compare")
+                self.tabs.setTabToolTip(self.tabs.indexOf(self.device_view),
+                                        "reference vs candidate, side by side, and the ulp "
+                                        "map between them" if d.sides else "CPU vs device")
                 self.tabs.addTab(self.element_view, "Elements")
                 self.tabs.blockSignals(False)
             self._show_elements()

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
+    QPushButton,
     QSplitter,
     QTextEdit,
     QVBoxLayout,
@@ -78,14 +79,20 @@ class CudaHighlighter(QSyntaxHighlighter):
             pos, inside = end + 2, False
 
 
+NO_PLAN = ("<b>Kernels</b> — a fused live session's plan: each generated CUDA kernel, its "
+           "source with the selected node's lines marked, its launches and its parity at the "
+           "shown step. This session has no plan: it runs unfused.")
+
+
 class KernelsPanel(QWidget):
     """List of generated kernels + source view + launch counts."""
 
     nodes_highlighted = Signal(list)
+    start_fused_requested = Signal()  # the empty panel's "Start a fused session"
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.summary = QLabel("No fusion plan — turn Fuse on and start a session", self)
+        self.summary = QLabel(NO_PLAN, self)
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.RichText)
         self.list = QListWidget(self)
@@ -96,27 +103,39 @@ class KernelsPanel(QWidget):
         mono.setStyleHint(QFont.TypeWriter)
         self.source.setFont(mono)
         self.highlighter = CudaHighlighter(self.source.document())
-        split = QSplitter(Qt.Vertical, self)
+        self.start_button = QPushButton("Start a fused live session", self)
+        self.start_button.setToolTip("Tick Fuse on the Live toolbar and start a session: its "
+                                     "plan's kernels appear here")
+        self.start_button.clicked.connect(self.start_fused_requested)
+        split = self.split = QSplitter(Qt.Vertical, self)
         split.addWidget(self.list)
         split.addWidget(self.source)
         split.setSizes([160, 320])
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.summary)
+        lay.addWidget(self.start_button, 0, Qt.AlignLeft)
         lay.addWidget(split, 1)
+        self.empty = QWidget(self)  # (fills the dock while there is no plan)
+        lay.addWidget(self.empty, 1)
         self.plan: dict | None = None
         self.parity: dict[str, dict] = {}
         self.node_lines: tuple[int, int] | None = None  # (first, last) line of the shown node
         self._quiet = False  # a selection from show_node: no nodes_highlighted back
         self.list.currentRowChanged.connect(self._picked)
+        self.set_plan(None)
 
     def set_plan(self, plan: dict | None) -> None:
         """Show a plan (``FusionPlan.to_json()``) or nothing."""
         self.plan = plan
         self.list.clear()
         self.source.clear()
+        has = bool(plan)
+        self.split.setVisible(has)  # no empty list and source box: what will be here, and how
+        self.empty.setVisible(not has)
+        self.start_button.setVisible(not has)
         if not plan:
-            self.summary.setText("No fusion plan (this session runs unfused)")
+            self.summary.setText(NO_PLAN)
             return
         b, a = plan["launches_before"], plan["launches_after"]
         self.summary.setText(

@@ -16,6 +16,13 @@ import numpy as np
 
 COLUMNS = ("id", "op", "name", "shape", "value n_diff", "value max_ulp", "grad n_diff",
            "grad max_ulp")
+# what the table's header says (COLUMNS are the field names the code and tests key on)
+HEADERS = {"value n_diff": "value\ndiffering", "value max_ulp": "value\nmax ulp",
+           "grad n_diff": "gradient\ndiffering", "grad max_ulp": "gradient\nmax ulp"}
+HEADER_TIPS = {"value n_diff": "elements of the value whose bits differ",
+               "value max_ulp": "the value's largest distance in units in the last place",
+               "grad n_diff": "elements of the gradient whose bits differ",
+               "grad max_ulp": "the gradient's largest distance in units in the last place"}
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,23 @@ from PySide6.QtWidgets import (
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_model import shape_text
 from views.parity_proxy import ParityFilterProxy
-from views.parity_rows import COLUMNS, ParityRow, ParityRows, differs, sort_key, sort_keys
+from views.parity_rows import (
+    COLUMNS,
+    HEADER_TIPS,
+    HEADERS,
+    ParityRow,
+    ParityRows,
+    differs,
+    sort_key,
+    sort_keys,
+)
 from views.search import NodeSearch
 
 SORT_ROLE = Qt.UserRole + 1
 DEBOUNCE_MS = 120  # a pause in typing this long applies the filter
 DEBOUNCE_FROM = 2000  # rows: smaller tables filter on every keystroke
 ID_ROLE = Qt.UserRole + 2
+KEY_ROLE = Qt.UserRole + 3  # a header's field name (COLUMNS), under the words it shows
 
 
 _ROLES = frozenset({Qt.DisplayRole, SORT_ROLE, ID_ROLE, Qt.TextAlignmentRole, Qt.BackgroundRole,
@@ -91,8 +101,15 @@ class ParityTableModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802 (Qt override)
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal and 0 <= section < len(COLUMNS):
-            return COLUMNS[section]
+        if orientation != Qt.Horizontal or not 0 <= section < len(COLUMNS):
+            return None
+        key = COLUMNS[section]
+        if role == Qt.DisplayRole:  # words, not field names ("value\ndiffering", not n_diff)
+            return HEADERS.get(key, key)
+        if role == KEY_ROLE:
+            return key
+        if role == Qt.ToolTipRole:
+            return HEADER_TIPS.get(key)
         return None
 
     def sort_keys(self, col: int) -> np.ndarray:
@@ -120,8 +137,10 @@ class ParityTableModel(QAbstractTableModel):
                 return ""
             if c == 3:
                 return shape_text(v)
-            if c in (5, 7):
-                return f"{v:g}"
+            if c in (5, 7):  # whole ulp counts with thousands separators: 23,296, not 23296
+                return f"{int(v):,}" if float(v).is_integer() and abs(v) < 1e15 else f"{v:g}"
+            if c in (4, 6):
+                return f"{v:,}"
             return str(v)
         if role == SORT_ROLE:
             return sort_key(r, c)
@@ -201,7 +220,9 @@ class ParityPanel(QWidget):
             if fresh:
                 fm = self.table.horizontalHeader().fontMetrics()
                 for c in range(4, len(COLUMNS)):
-                    self.table.setColumnWidth(c, fm.horizontalAdvance(COLUMNS[c]) + 24)
+                    words = max(HEADERS.get(COLUMNS[c], COLUMNS[c]).split("\n"),
+                                key=fm.horizontalAdvance)
+                    self.table.setColumnWidth(c, fm.horizontalAdvance(words) + 24)
             return
         self.model.set_rows(rows)
         if self.filter.text().strip():

@@ -15,7 +15,9 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QSpinBox, QToolButto
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 
-SHORTCUTS = {"prev": "Alt+Left", "next": "Alt+Right", "latest": "Alt+End"}
+# NOTE: Alt+PgUp/PgDown, not Alt+Left/Right: those go back and forward through the nodes
+# visited, as in a browser, Netron or an IDE (app.main_window)
+SHORTCUTS = {"prev": "Alt+PgUp", "next": "Alt+PgDown", "latest": "Alt+End"}
 
 
 class StepScrubber(QWidget):
@@ -28,24 +30,29 @@ class StepScrubber(QWidget):
         self.steps: list[int] = []
         self.follow = True
         self.current = -1
-        self.title = QLabel("step", self)
+        # "training step", never bare "step": the Backward stepper walks the nodes of one
+        # backward pass (its position is "backward node k"), this picks a step of training
+        self.title = QLabel("training step", self)
         self.slider = QSlider(Qt.Horizontal, self)
-        self.slider.setMinimumWidth(220)
+        # (the row must fit 1280 px, and the label says "training step")
+        self.slider.setMinimumWidth(140)
         self.slider.setToolTip("Scrub through the session's steps: the graph, parity table, "
                                "Inspector and Kernels dock all show the chosen step")
         self.spin = QSpinBox(self)
         self.spin.setMinimumWidth(80)
-        self.spin.setToolTip("The step shown (steps count from 1)")
+        self.spin.setToolTip("The training step shown (steps count from 1)")
         self.total = QLabel("of 0", self)
         self.actions: dict[str, QAction] = {}
         lay = QHBoxLayout(self)
         lay.setContentsMargins(4, 0, 4, 0)
         lay.addWidget(self.title)
-        for key, text, tip, fn in (("prev", "◀", "Previous step", self.previous),
-                                   ("next", "▶", "Next step", self.next),
-                                   ("latest", "⇥", "Latest step (follow the session)",
-                                    self.latest)):
-            a = QAction(text, self)
+        for key, glyph, text, fn in (
+                ("prev", "◀", "Previous training step", self.previous),
+                ("next", "▶", "Next training step", self.next),
+                ("latest", "⇥", "Latest training step (follow the session)", self.latest)):
+            a = QAction(text, self)  # the Live menu says it in words, the button in a glyph
+            a.setIconText(glyph)
+            tip = text
             a.setShortcut(QKeySequence(SHORTCUTS[key]))
             a.setShortcutContext(Qt.WindowShortcut)
             a.setToolTip(f"{tip} ({SHORTCUTS[key]})")
@@ -107,7 +114,7 @@ class StepScrubber(QWidget):
         self.slider.setValue(self._index(step))
         self.spin.setValue(step)
         self._block(False)
-        self.title.setText("step" if self.follow else "<b>step</b>")
+        self.title.setText("training step" if self.follow else "<b>training step</b>")
         if step != self.current:
             self.current = step
             self.step_changed.emit(step)

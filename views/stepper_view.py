@@ -33,7 +33,8 @@ def _summary(a: np.ndarray | None) -> str:
     a = np.asarray(a)
     if a.size == 1:
         return format_number(float(a.reshape(())))
-    return f"Σ {float(a.sum()):.4g} · max|·| {float(np.abs(a).max()):.3g}"
+    # two lines: on one, "Σ -0.09799 · max|·| …" hid the max in a 120 px column (issue 25)
+    return f"Σ {float(a.sum()):.4g}\nmax|·| {float(np.abs(a).max()):.3g}"
 
 
 class StepperPanel(QWidget):
@@ -79,8 +80,12 @@ class StepperPanel(QWidget):
         self.table = QTableWidget(0, 5, self)
         self.table.setHorizontalHeaderLabels(
             ["input", "contribution", "before", "after", "sum check"])
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        # the numbers as wide as they are (never elided), the input's name takes the rest
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         self.table.verticalHeader().hide()
+        self.table.setWordWrap(True)
+        self.table.verticalHeader().setDefaultSectionSize(2 * self.fontMetrics().height() + 6)
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.currentCellChanged.connect(self._row_changed)
@@ -198,7 +203,9 @@ class StepperPanel(QWidget):
             return
         bp = " ● breakpoint" if ev.node.id in s.breakpoints else ""
         end = " — <b>backward complete</b>" if s.at_end else ""
-        self.where.setText(f"step {s.pos + 1}: <b>{self._label(ev.node.id)}</b>{bp}{end}")
+        # "backward node k", not "step k": the window's "step" is a training step (scrubber)
+        self.where.setText(f"backward node {s.pos + 1:,}: <b>{self._label(ev.node.id)}</b>"
+                           f"{bp}{end}")
         self.incoming.set_array(ev.grad)
         self.table.setRowCount(len(ev.contributions))
         for r, c in enumerate(ev.contributions):

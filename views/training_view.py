@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QPushButton,
     QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.scope_runs import scope_runs
+from views.ulp_scale import HEAT_TICKS, heat_levels, heat_lut  # noqa: F401  (re-exported)
 
 MAX_POINTS = 20_000
 HEAT_STEPS = 300
@@ -39,34 +41,6 @@ REF_PEN = pg.mkPen("#2563eb", width=2)
 CAND_PEN = pg.mkPen("#ea580c", width=1.5, style=Qt.DashLine)
 ULP_PEN = pg.mkPen("#b91c1c", width=1.5)
 CURSOR_PEN = pg.mkPen("#1d6fe0", width=1.5)
-HEAT_TICKS = [(0.0, "exact"), (1 + 253 * 5 / 20, "32 ulp"), (1 + 253 * 10 / 20, "1024"),
-              (1 + 253 * 15 / 20, "2^15"), (254.0, "≥2^20"), (255.0, "NaN")]
-
-
-def heat_lut() -> np.ndarray:
-    """Colour table for log2(ulp)+1 levels: 0 exact green, then amber → red; NaN purple last."""
-    lut = np.zeros((256, 4), dtype=np.ubyte)
-    lut[:, 3] = 255
-    t = np.linspace(0.0, 1.0, 254)
-    lut[0] = (22, 163, 74, 255)
-    lut[1:255, 0] = (245 - 25 * t).astype(np.ubyte)
-    lut[1:255, 1] = (158 * (1 - t)).astype(np.ubyte)
-    lut[1:255, 2] = 11
-    lut[255] = (124, 58, 237, 255)
-    return lut
-
-
-def heat_levels(col: np.ndarray) -> np.ndarray:
-    """Per-node worst ulp (−1: NaN) → heatmap level 0..255 (log scale, 2**20 ulp saturates)."""
-    c = np.asarray(col, dtype=np.float64)
-    out = np.zeros(c.shape, dtype=np.float64)
-    pos = c > 0
-    # NOTE: log2 so 1 ulp and 1e6 ulp both stay visible; 1 + ... keeps "1 ulp" off the exact colour
-    out[pos] = np.minimum(1 + np.log2(c[pos]) * (253 / 20.0), 254)
-    out[c < 0] = 255
-    return out
-
-
 def heat_colormap() -> pg.ColorMap:
     """The heatmap's lookup table as a ColorMap over levels 0..255 (for its colour bar)."""
     lut = heat_lut()
@@ -78,6 +52,7 @@ class TrainingPanel(QWidget):
 
     cell_clicked = Signal(int, int)  # node id, step (from 1)
     introduced_only_changed = Signal(bool)
+    start_requested = Signal()  # the empty panel's "Start a live session"
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -88,8 +63,14 @@ class TrainingPanel(QWidget):
         self.loss_plot.showGrid(x=True, y=True, alpha=0.2)
         self.ref_curve = self.loss_plot.plot(pen=REF_PEN, name="reference")
         self.cand_curve = self.loss_plot.plot(pen=CAND_PEN, name="candidate")
-        self.ulp_plot = self.glw.addPlot(row=0, col=1, title="max ulp per step: log2(1 + ulp)")
+        self.ulp_plot = self.glw.addPlot(row=0, col=1, title="max ulp per step (log scale)")
         self.ulp_plot.showGrid(x=True, y=True, alpha=0.2)
+        # drawn as log2(1 + ulp), labelled in ulp: the heatmap's and the stripe's marks
+        self.ulp_plot.getAxis("left").setTicks([[
+            (float(np.log2(1.0 + u)), t) for u, t in (
+                (0, "0"), (1, "1"), (32, "32"), (1024, "1024"), (2 ** 15, "2^15"),
+                (2 ** 20, "2^20"), (2 ** 30, "2^30"), (2 ** 40, "2^40"), (2 ** 52, "2^52"),
+                (2 ** 63, "2^63"))]])
         self.ulp_plot.setXLink(self.loss_plot)
         self.ulp_curve = self.ulp_plot.plot(pen=ULP_PEN, stepMode=None)
         self.heat_plot = self.glw.addPlot(row=1, col=0, colspan=2,
@@ -151,10 +132,27 @@ class TrainingPanel(QWidget):
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self.glw, "plots")
         self.tabs.addTab(self.params, "parameters: first step ≠")
+        # NOTE: before any step, what the panel will show and the one action that fills it, not
+        # empty axes (issue 25: half the window was empty panels without a live session)
+        self.empty = QWidget(self)
+        el = QVBoxLayout(self.empty)
+        self.empty_text = QLabel(
+            "<b>Training</b> — a live session trains the workload on the CPU tape and on a "
+            "device, step by step, and this panel shows both losses, the worst ulp of each "
+            "step and a nodes × steps heatmap of where bits differ (click a cell: that node at "
+            "that step).", self.empty)
+        self.empty_text.setWordWrap(True)
+        self.empty_text.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.start_button = QPushButton("Start a live session (Ctrl+R)", self.empty)
+        self.start_button.clicked.connect(self.start_requested)
+        el.addWidget(self.empty_text)
+        el.addWidget(self.start_button, 0, Qt.AlignLeft)
+        el.addStretch(1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addLayout(top)
         lay.addWidget(self.tabs, 1)
+        lay.addWidget(self.empty, 1)
         self._last_draw = 0.0
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -192,6 +190,9 @@ class TrainingPanel(QWidget):
             plot.enableAutoRange()
         self.heat_plot.hide()  # empty, its axes would auto-range to nonsense
         self.rate.setText("No live session yet: press Start on the Live toolbar (or gui --live)")
+        self.tabs.hide()
+        self.introduced_only.hide()
+        self.empty.show()
 
     def add_steps(self, steps: list[tuple], columns: list[np.ndarray], steps_per_s: float,
                   worst: list[float] | None = None) -> None:
@@ -199,6 +200,10 @@ class TrainingPanel(QWidget):
         (of the last ``len(columns)`` steps; ``worst`` per step when columns are fewer)."""
         if not steps:
             return
+        if self.empty.isVisibleTo(self) or self.tabs.isHidden():
+            self.empty.hide()
+            self.tabs.show()
+            self.introduced_only.show()
         a = np.array([s[:3] for s in steps], dtype=np.float64)
         if worst is None:
             worst = [_worst(c) for c in columns]

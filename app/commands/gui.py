@@ -78,10 +78,14 @@ def start_platform(screenshot: bool = False) -> str | None:
     return None
 
 
-def make_window(argv0: str = "tapescope"):
+def make_window(argv0: str = "tapescope", debug: bool = False):
     """The QApplication (styled) and a MainWindow, for ``run`` and the desktop smoke test."""
     __import__("views")  # the PySide6 guard (views/__init__.py), before any Qt work
     from PySide6.QtWidgets import QApplication
+
+    from app.qt_messages import quiet_qt
+
+    quiet_qt(debug)  # no "propagateSizeHints()" on every run (issue 25)
 
     from app.main_window import MainWindow
     from app.style import apply_style
@@ -160,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
     problem = start_platform(screenshot=bool(args.screenshot))
     if problem:
         return _fail(problem)
-    app, win = make_window(sys.argv[0] if sys.argv else "tapescope")
+    irq = Interrupts() if not args.screenshot else None
+    app, win = make_window(sys.argv[0] if sys.argv else "tapescope",
+                           debug=bool(getattr(args, "debug", False)))
     if args.screenshot:
         win.window_layout.persist = False  # a picture shows the default layout, saves nothing
         win.window_layout.reset()
@@ -191,7 +197,81 @@ def run(args: argparse.Namespace) -> int:
     if args.screenshot:
         return _screenshot(win, args, size, ok)
     win.show()
-    return app.exec()
+    return exec_until_interrupted(app, win, irq)
+
+
+def _delete_window(win) -> None:
+    """Delete the window now, while the QApplication lives. NOTE: left to the interpreter's
+    exit, Python freed the plots' items in its own order and a plot's axis, told of a range
+    change mid-teardown, touched a deleted label: a traceback, then a segfault (exit -11)."""
+    import pyqtgraph as pg
+    from PySide6.QtCore import QCoreApplication, QEvent
+    from PySide6.QtWidgets import QGraphicsView
+
+    for view in win.findChildren(QGraphicsView):  # each plot's items go while all are alive
+        scene = view.scene()
+        if scene is None:
+            continue
+        for item in scene.items():
+            if isinstance(item, pg.AxisItem):
+                item.unlinkFromView()
+        scene.clear()
+    win.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
+
+
+class Interrupts:
+    """Ctrl-C for ``tapescope gui``: installed before any Qt work, so one pressed while the
+    window is still being built is not a KeyboardInterrupt thrown through Qt's set-up (the
+    interpreter then tore half-made widgets down and segfaulted); once the window runs, it
+    closes the window (its live worker with it) and the event loop ends."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.got = False
+        self.app = self.win = None
+        self._old = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, _sig, _frame) -> None:
+        self.got = True
+        if self.app is not None:
+            self.win.close()
+            self.app.quit()
+
+    def restore(self) -> None:
+        """Python's own Ctrl-C handling back."""
+        import signal
+
+        signal.signal(signal.SIGINT, self._old)
+
+
+def exec_until_interrupted(app, win, interrupts: Interrupts | None = None) -> int:
+    """``app.exec()``; Ctrl-C in the terminal closes the window (its live worker with it) and
+    exits 130. NOTE: Python runs a signal handler only between bytecodes, and the Qt event loop
+    runs none while idle: a KeyboardInterrupt surfaced later inside some slot, printed its
+    traceback and the window (and its worker) kept running. A timer lets Python look in."""
+    from PySide6.QtCore import QTimer
+
+    irq = interrupts or Interrupts()
+    rc = 0
+    if not irq.got:  # (pressed while the window was being built: no loop at all)
+        irq.app, irq.win = app, win
+        tick = QTimer()
+        tick.timeout.connect(lambda: None)
+        tick.start(200)
+        try:
+            rc = app.exec()
+        finally:
+            tick.stop()
+    irq.restore()
+    if irq.got:
+        win.close()
+    _delete_window(win)
+    if irq.got:
+        print("tapescope gui: interrupted", file=sys.stderr)
+        return 130
+    return rc
 
 
 def _screenshot(win, args: argparse.Namespace, size: tuple[int, int], ok: bool) -> int:
@@ -212,8 +292,9 @@ def _screenshot(win, args: argparse.Namespace, size: tuple[int, int], ok: bool) 
     saved = _save_picture(img, args.screenshot)  # on failure too: the picture shows the error
     if not ok or win.session is None:
         box = win.last_error
-        if box is not None and box.detailedText() and getattr(args, "debug", False):
-            print(box.detailedText().rstrip(), file=sys.stderr)  # the traceback, when asked
+        trace = (box.detailedText() if box is not None else "") or win.last_traceback
+        if trace and getattr(args, "debug", False):
+            print(trace.rstrip(), file=sys.stderr)  # the traceback, when asked
         return _fail(box.text() if box is not None else "nothing to show")
     if saved is not None:
         return _fail(saved)

@@ -115,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except DeviceError as e:
+        if getattr(args, "debug", False):  # the one line stays last, as for every command
+            import traceback
+
+            traceback.print_exception(e)
         print(f"tapescope kernels: {e}", file=sys.stderr)
         return 2
 

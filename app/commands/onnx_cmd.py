@@ -185,6 +185,10 @@ def run(args: argparse.Namespace) -> int:
         expected = _named(expected_specs, sess.output_names, "output")
         outs = sess.run(feeds)
     except (OnnxError, _BadInput) as exc:
+        if getattr(args, "debug", False):  # the one line stays last, as for every command
+            import traceback
+
+            traceback.print_exception(exc)
         print(f"tapescope onnx: {exc}", file=sys.stderr)
         return 2
     print(f"model   {args.model}  (opset {sess.lm.opset}, {len(sess.graph.steps)} nodes, "

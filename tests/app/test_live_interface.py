@@ -20,7 +20,7 @@ from app.session import open_workload
 from tests.app.conftest import READY_MS
 
 APP = Path(__file__).resolve().parents[2] / "app"
-LIVE_MODULES = ("live_controller.py", "time_travel.py", "live_toolbar.py")
+LIVE_MODULES = ("live_controller.py", "time_travel.py", "live_toolbar.py", "step_rerun.py")
 
 
 def window_uses(path: Path) -> set[str]:
@@ -134,6 +134,9 @@ class FakeWindow(QWidget):
     def set_inspector_note(self, text):
         self._rec("set_inspector_note", text)
 
+    def set_inspector_action(self, text="", tip="", fn=None):
+        self._rec("set_inspector_action", text)
+
 
 def test_fake_window_lists_exactly_the_interface():
     own = {n for n in vars(FakeWindow) if not n.startswith("_")
@@ -163,7 +166,11 @@ def test_start_snapshots_inspect_and_stop_through_the_interface_only(qtbot):
         assert {k for k, _ in w.called("set_graph_marks")} >= {"nan", "first"}
         # a selection fetches both sides of the node from the worker into show_details
         w.select_node(1)
-        qtbot.waitUntil(lambda: bool(w.called("show_details")), timeout=10000)
+        # at once: the shown step's summary, no arrays (none of another step's), then the answer
+        first = w.called("show_details")[0][0]
+        assert first.value is None and first.step == ctl.shown_step()
+        qtbot.waitUntil(lambda: w.called("show_details")[-1][0].sides is not None,
+                        timeout=10000)
         d = w.called("show_details")[-1][0]
         assert d.step == ctl.shown_step() and d.sides[0].startswith("reference")
         ctl.stop()

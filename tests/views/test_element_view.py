@@ -12,7 +12,6 @@ from views.element_view import (
     WORST_COLUMNS,
     ElementView,
     WorstElementsModel,
-    log_ulp_image,
     worst_elements,
 )
 from views.kernels_view import KernelsPanel
@@ -39,8 +38,11 @@ def test_worst_elements_table_shows_values_bits_ulp_and_relative_error(qtbot):
     w.set_pair(ref, cand, "#3 exp value at step 2")
     m = w.model
     QAbstractItemModelTester(m, QAbstractItemModelTester.FailureReportingMode.Fatal)
-    assert [m.headerData(c, Qt.Horizontal) for c in range(m.columnCount())] == list(
+    assert [m.headerData(c, Qt.Horizontal).split("\n")[0] for c in range(m.columnCount())] == list(
         WORST_COLUMNS)
+    # shown two lines a row: each number over its bits, the ulp over the relative error
+    assert m.data(m.index(0, 1)) == f"{m.cell_text(0, 1)}\n{m.cell_text(0, 3)}"
+    assert m.data(m.index(0, 5)) == f"{m.cell_text(0, 5)}\n{m.cell_text(0, 6)}"
     rows = {m.cell_text(r, 0): [m.cell_text(r, c) for c in range(m.columnCount())]
             for r in range(m.rowCount())}
     assert m.cell_text(0, 0) == "[0, 2]"  # the NaN mismatch is the worst: listed first
@@ -54,11 +56,14 @@ def test_worst_elements_table_shows_values_bits_ulp_and_relative_error(qtbot):
     assert "[1, 2]" not in rows  # NaN on both sides: equal under the NaN policy
     assert "4 of 6 elements differ" in w.summary.text()
     assert w.repro.isEnabled()
-    # the map: log10(1 + ulp), the NaN mismatch a decade above the worst
-    img = log_ulp_image(ref, cand)
-    assert img.shape == (2, 3) and img[0, 1] == np.log10(2.0) and img[0, 0] == 0
-    assert img[0, 2] == img[1, 0] + 1.0
-    assert np.array_equal(w.image.image, img)
+    # drawn in the window's one ulp scale: exact 0, 1 ulp amber (1), NaN ≠ violet (255)
+    from views.element_view import ulp_level_image
+    from views.ulp_scale import heat_levels
+
+    lv = ulp_level_image(ref, cand)
+    assert np.array_equal(w.image.image, lv)
+    assert lv[0, 0] == 0 and lv[0, 1] == 1 and lv[0, 2] == 255
+    assert lv[1, 0] == heat_levels(np.array([2.0]))[0]
 
 
 def test_float32_bits_and_a_float64_reference_compared_in_float32():

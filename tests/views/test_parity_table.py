@@ -89,7 +89,23 @@ CELLS = {  # node id -> the text of each column, in HEADERS order
 
 
 def headers(m) -> list[str]:
-    return [m.headerData(c, Qt.Horizontal) for c in range(m.columnCount())]
+    """The columns' field names (the header shows words: see the test below)."""
+    from views.parity_table import KEY_ROLE
+
+    return [m.headerData(c, Qt.Horizontal, KEY_ROLE) for c in range(m.columnCount())]
+
+
+def test_headers_are_words_and_counts_have_thousands_separators():
+    m = ParityTableModel()
+    shown = [m.headerData(c, Qt.Horizontal) for c in range(m.columnCount())]
+    assert shown == ["id", "op", "name", "shape", "value\ndiffering", "value\nmax ulp",
+                     "gradient\ndiffering", "gradient\nmax ulp"]
+    assert not any("_" in h for h in shown)  # no snake_case field names
+    nodes = [GraphNode(0, "exp", (), "e", (100, 100))]
+    m.set_rows(build_rows(nodes, [{"id": 0, "value": {"n_diff": 9876, "max_ulp": 23296.0},
+                                   "grad": {"n_diff": 1234567, "max_ulp": 2.5}}]))
+    assert [m.data(m.index(0, c)) for c in range(4, 8)] == ["9,876", "23,296", "1,234,567",
+                                                             "2.5"]
 
 
 def expected_sort(node: GraphNode, entry: dict | None, header: str):

@@ -100,7 +100,7 @@ STEPPER_HEADERS = ("input", "contribution", "before", "after", "sum check")
 
 def _numbers(text: str) -> tuple[float, ...]:
     """The numbers a summary cell shows: one scalar, or (sum, max |x|) of an array."""
-    m = re.fullmatch(r"Σ (\S+) · max\|·\| (\S+)", text)
+    m = re.fullmatch(r"Σ (\S+)\nmax\|·\| (\S+)", text)  # two lines: the max never cut
     return (float(m[1]), float(m[2])) if m else (float(text),)
 
 

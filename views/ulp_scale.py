@@ -1,0 +1,46 @@
+"""The one ulp colour scale (numpy only): every drawing of ulp in the window uses it.
+
+Exact is green; 1 ulp amber, darkening to red at 2**20 ulp and beyond, on a log2 scale (so 1 ulp
+and a million ulp both stay visible); a NaN against a number is violet. The graph's parity
+stripe (app.session.ulp_color), the Training heatmap, the Compare and Elements maps and the
+graph's legend all read it (issue 25: five encodings, one of them explained).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# (level, label) of the scale's marks: the colour bars' ticks and the legend's chips
+HEAT_TICKS = [(0.0, "exact"), (1 + 253 * 5 / 20, "32 ulp"), (1 + 253 * 10 / 20, "1024"),
+              (1 + 253 * 15 / 20, "2^15"), (254.0, "≥2^20"), (255.0, "NaN")]
+
+
+def heat_lut() -> np.ndarray:
+    """Colour table for log2(ulp)+1 levels: 0 exact green, then amber → red; NaN purple last."""
+    lut = np.zeros((256, 4), dtype=np.ubyte)
+    lut[:, 3] = 255
+    t = np.linspace(0.0, 1.0, 254)
+    lut[0] = (22, 163, 74, 255)
+    lut[1:255, 0] = (245 - 25 * t).astype(np.ubyte)
+    lut[1:255, 1] = (158 * (1 - t)).astype(np.ubyte)
+    lut[1:255, 2] = 11
+    lut[255] = (124, 58, 237, 255)
+    return lut
+
+
+def heat_levels(col: np.ndarray) -> np.ndarray:
+    """Per-node worst ulp (−1 or NaN: a NaN against a number) → level 0..255 (log scale,
+    2**20 ulp saturates)."""
+    c = np.asarray(col, dtype=np.float64)
+    out = np.zeros(c.shape, dtype=np.float64)
+    pos = c > 0
+    # NOTE: log2 so 1 ulp and 1e6 ulp both stay visible; 1 + ... keeps "1 ulp" off the exact colour
+    out[pos] = np.minimum(1 + np.log2(c[pos]) * (253 / 20.0), 254)
+    out[(c < 0) | np.isnan(c)] = 255
+    return out
+
+
+def level_color(level: float) -> str:
+    """The scale's colour at ``level`` as #rrggbb."""
+    r, g, b, _ = heat_lut()[int(round(min(max(level, 0.0), 255.0)))]
+    return f"#{int(r):02x}{int(g):02x}{int(b):02x}"
