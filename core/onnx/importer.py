@@ -4,9 +4,10 @@ stepped through backward, fine-tuned with ``core.optim`` and replayed on a devic
 
 Nodes whose inputs are all known at import (initializers, constants, shapes of tape values) are
 computed right away with the executor's kernels: shape subgraphs fold and never reach the tape.
-Weights become params (trainable) where they reach a tape op: floating initializers, the outputs
-of ConstantOfShape (how the onnx package's light models ship theirs) and anything folded from
-them (densenet's Unsqueeze of a scale). ``Constant`` nodes and everything else stay const.
+Weights become params (trainable) where they reach a tape op: floating initializers with at
+least one dimension, the outputs of ConstantOfShape (how the onnx package's light models ship
+theirs) and anything folded from them (densenet's Unsqueeze of a scale); see ``weight_names``.
+``Constant`` nodes, 0-d values and everything else stay const.
 A node with no tape form raises OnnxError naming it.
 """
 
@@ -63,6 +64,32 @@ def scope_name(st) -> str:
 WEIGHT_SOURCES = ("ConstantOfShape",)
 
 
+def is_weight_value(v: Any) -> bool:
+    """Whether a value may be a weight: a floating array with at least one dimension (a 0-d
+    value is a constant: the exporters' attention scale, GELU's 0.5 and sqrt(2), a Pow
+    exponent)."""
+    return isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.ndim >= 1
+
+
+def weight_names(graph) -> set[str]:
+    """The names whose values are weights (docs/models.md): the file's floating initializers
+    with at least one dimension, the outputs of ConstantOfShape, and the outputs of every node
+    that reads a weight (a Transpose of a weight folded by the executor is still that weight).
+    ``Constant`` nodes are never weights, nor anything computed from constants alone; the
+    importer further keeps a weight constant where its consumer reads it as data (running
+    statistics, a recurrent initial state) and wherever its value is 0-d or not floating."""
+    names = {t.name for t in graph.initializer
+             if t.data_type in _FLOAT_TYPES and len(t.dims) >= 1}
+    for n in graph.node:
+        if n.op_type in WEIGHT_SOURCES or any(i in names for i in n.input if i):
+            names.update(o for o in n.output if o)
+    return names
+
+
+# TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_FLOAT_TYPES = (1, 10, 11, 16)
+
+
 class _Importer:
     def __init__(self, sess: Session, tape, trainable: bool, budget: Budget) -> None:
         self.sess = sess
@@ -70,10 +97,8 @@ class _Importer:
         self.tape = tape
         self.trainable = trainable
         self.init_names = set(sess.graph.inits)
-        # names whose values are weights: float initializers, ConstantOfShape outputs and what
-        # is folded from them (grown as the import folds)
-        self.weights = {k for k, v in sess.graph.inits.items()
-                        if isinstance(v, np.ndarray) and v.dtype.kind == "f"}
+        # names whose values are weights (the rule of weight_names; grown as the import folds)
+        self.weights = weight_names(sess.model.graph)
         self.params: dict[str, Any] = {}
         self.label = ""
         self.env: dict[str, Any] = {}
@@ -85,7 +110,7 @@ class _Importer:
             return v
         if name in self.params:
             return self.params[name]
-        if name in self.weights and v.dtype.kind == "f" and self.trainable:
+        if name in self.weights and is_weight_value(v) and self.trainable:
             if name not in self.params:
                 self.params[name] = self.tape.param(v, name=leaf_name(name))
             return self.params[name]
@@ -461,9 +486,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                     imp.budget.hold(v)
                 folded.append(st.label)
                 if st.node.op_type in WEIGHT_SOURCES or any(n in imp.weights for n in names):
-                    imp.weights.update(o for o, v in zip(
-                        st.node.output, out if isinstance(out, tuple) else (out,), strict=False)
-                        if o and isinstance(v, np.ndarray) and v.dtype.kind == "f")
+                    imp.weights.update(o for o in st.node.output if o)
                 if over:
                     out = tuple(over.get(o, v) for o, v in zip(
                         st.node.output, out if isinstance(out, tuple) else (out,), strict=False))
