@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from core import ops
+from core.onnx import lowerings
 from core.onnx.errors import OnnxError
 from core.onnx.executor import Session
 from core.onnx.limits import Budget, Limits
@@ -40,6 +41,12 @@ class Imported:
     # per recorded ONNX node: {"name", "op_type", "attributes", "inputs", "first", "stop"}
     # (its tape nodes are ids first..stop-1): what the Inspector shows, as Netron does
     onnx_nodes: list[dict] = field(default_factory=list)
+    # this step's data beyond the inputs: derived constants and dropout masks (tape leaves)
+    data_leaves: dict[str, Any] = field(default_factory=dict)
+    # batch norm in training mode: the updated running statistics by input name (ONNX spec)
+    running: dict[str, np.ndarray] = field(default_factory=dict)
+    # integer input -> the row count of the Gather it indexes (valid ids are 0..n-1)
+    index_bounds: dict[str, int] = field(default_factory=dict)
 
 
 def _nn_record(tape, op: str, inputs: list, attrs: dict | None = None):
@@ -103,6 +110,19 @@ class _Importer:
         self.label = ""
         self.env: dict[str, Any] = {}
         self.calibrate: dict[str, np.ndarray] | None = None
+        # integer graph inputs by name, as integers (step data: token ids, labels)
+        self.int_data: dict[str, np.ndarray] = {}
+        # names of values folded from step data (an integer input's view, a Where's mask from
+        # an attention_mask): constants of this step only, not of the model
+        self.derived: set[str] = set()
+        # the tape leaves holding derived values (and dropout masks): the step's data, which
+        # a device replay uploads every step like the inputs (OnnxWorkload adds them)
+        self.data_leaves: dict[str, Var] = {}
+        self.step_seed: Any = 0  # dropout masks: default_rng((step_seed, node index))
+        self.masks: dict[str, np.ndarray] = {}  # dropout masks by node output name
+        self.running: dict[str, np.ndarray] = {}  # batch norm (training): updated statistics
+        self.index_bounds: dict[str, int] = {}  # integer input -> rows of the Gather it indexes
+        self.roots: dict[str, set[str]] = {}  # a derived value -> the integer inputs it reads
 
     def var(self, v: Any, name: str | None = None):
         """A tape Var for ``v``: float initializers become (shared) params, the rest consts."""
@@ -114,7 +134,18 @@ class _Importer:
             if name not in self.params:
                 self.params[name] = self.tape.param(v, name=leaf_name(name))
             return self.params[name]
-        return self.tape.const(v, name=leaf_name(name))
+        return self.const(v, name, derived=name in self.derived)
+
+    def const(self, v: np.ndarray, name: str | None = None, derived: bool = False) -> Var:
+        """A const leaf; a ``derived`` one (computed from this step's data) is registered as a
+        data leaf, so a device replay gets its new value every step."""
+        c = self.tape.const(v, name=leaf_name(name))
+        if derived:
+            key = name or f"leaf{c.id}"
+            while key in self.data_leaves:
+                key += "'"
+            self.data_leaves[key] = c
+        return c
 
     def static(self, v: Any, what: str) -> np.ndarray:
         if v is not None and not isinstance(v, np.ndarray):
@@ -219,7 +250,7 @@ def _channel(imp, v, name, c, nd):
 
 def _batchnorm(imp, st, ins, names):
     if st.attrs.get("training_mode", 0):
-        raise OnnxError("BatchNormalization in training mode has no tape form", node=imp.label)
+        return lowerings.batchnorm_training(imp, st, ins, names)
     x = _v(imp, ins, names, 0)
     c, nd = x.shape[1], len(x.shape)
     scale, bias = (_channel(imp, ins[i], names[i], c, nd) for i in (1, 2))
@@ -327,12 +358,19 @@ def _split(imp, st, ins, names):
 
 def _gather(imp, st, ins, names):
     idx = ins[1]
+    x = _v(imp, ins, names, 0)
+    axis = int(st.attrs.get("axis", 0))
     if isinstance(idx, np.ndarray):
-        idx = imp.tape.const(idx)
+        idx = imp.var(idx, names[1])  # a constant, or this step's (folded from integer inputs)
     elif idx.op != "const":  # a graph input is a const leaf: fine; a computed index is not
-        raise OnnxError("Gather indices computed on the tape have no tape form", node=imp.label)
-    return _nn_record(imp.tape, "gather", [_v(imp, ins, names, 0), idx],
-                           {"axis": int(st.attrs.get("axis", 0))})
+        raise OnnxError("Gather indices computed from float values on the tape have no tape "
+                        "form (integer inputs and what is computed from them alone fold)",
+                        node=imp.label)
+    if len(x.shape):
+        n = x.shape[axis % len(x.shape)]
+        for root in imp.roots.get(names[1], ()):
+            imp.index_bounds[root] = min(n, imp.index_bounds.get(root, n))
+    return _nn_record(imp.tape, "gather", [x, idx], {"axis": axis})
 
 
 def _leaky_relu(imp, st, ins, names):
@@ -399,6 +437,7 @@ CONVERTERS = {
     "Unsqueeze": _reshape_like, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
     "Split": _split, "Gather": _gather, "LeakyRelu": _leaky_relu, "Identity": _passthrough,
     "Dropout": _passthrough, "Sum": _sum, "LRN": _lrn,
+    **lowerings.CONVERTERS,  # what the PyTorch exporters emit (Where, Gelu, GRU, ...)
 }
 
 
@@ -435,7 +474,8 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                    trainable: bool = True, params: dict[str, Any] | None = None,
                    wrt: tuple[str, ...] = (), limits: Limits | None = None,
                    cancel: Any = None, overrides: dict[str, np.ndarray] | None = None,
-                   calibrate: dict[str, np.ndarray] | None = None) -> Imported:
+                   calibrate: dict[str, np.ndarray] | None = None,
+                   step_seed: Any = 0) -> Imported:
     """Record ``model`` on ``tape`` for ``inputs``; returns outputs, params and every value.
 
     Training: import once, ``m = tape.mark()``, then per step ``tape.reset_to(m)`` and import
@@ -448,6 +488,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     or a folded node): ``--reinit``'s fresh batch-norm statistics. Given a dict, ``calibrate``
     makes every BatchNormalization use its input's own per-channel mean and (biased) variance
     instead of the running ones, and collects them by name (``--reinit`` sets them this way).
+    ``step_seed`` seeds a training-mode Dropout's masks (``default_rng((step_seed, node))``).
     """
     sess = model if isinstance(model, Session) else Session(model, mode="reference", fold=False,
                                                             limits=limits)
@@ -461,6 +502,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     imp = _Importer(sess, tape, trainable, Budget(limits or sess.limits, cancel))
     imp.params.update(params or {})
     imp.calibrate = calibrate
+    imp.step_seed = step_seed
     env = imp.env
     env.update(sess.graph.inits)
     over = dict(overrides or {})
@@ -468,8 +510,16 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     env.update(given)
     for name, x in feeds.items():
         env[name] = tape.const(x, name=leaf_name(name))
-    for name in wrt:
-        env[name] = imp.var(env[name], name)
+    for name, v in env.items():  # integer step data, kept as integers for folding
+        if name in declared and name not in sess.graph.inits and isinstance(v, Var):
+            dt = np_dtype(declared[name]) if declared[name] else None
+            if dt is not None and dt.kind in "iub":
+                imp.int_data[name] = np.asarray(feeds.get(name, v.value)).astype(dt)
+                imp.roots[name] = {name}
+    for name in wrt:  # differentiated with respect to: a param whatever its shape
+        if name not in imp.params:
+            imp.params[name] = tape.param(env[name], name=leaf_name(name))
+        env[name] = imp.params[name]
     folded = []
     onnx_nodes: list[dict] = []
     for st in sess.graph.steps:
@@ -478,13 +528,28 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
         ins = [env[n] if n else None for n in names]
         if st.node.op_type in ("Shape", "Size") and ins and not isinstance(ins[0], np.ndarray):
             ins = [np.broadcast_to(np.zeros((), np.float32), ins[0].shape)] + ins[1:]
+        from_data = any(n in imp.derived or n in imp.int_data for n in names if n)
+        if (imp.int_data and any(n in imp.int_data for n in names if n)
+                and not any(n in imp.weights for n in names if n)):
+            # an integer-only subgraph (input_ids.view(...), a Shape of the ids): fold it on
+            # this step's integers; what it computes is this step's data, not the model's
+            ins = [imp.int_data.get(n, v) if n else v for n, v in zip(names, ins, strict=True)]
+            if not all(v is None or isinstance(v, np.ndarray) for v in ins):
+                ins = [env[n] if n else None for n in names]
         try:
             imp.budget.before(st.node.op_type, ins, st.attrs, st.opset)
             if all(v is None or isinstance(v, np.ndarray) for v in ins):
                 out = st.kernel(_ctx(st, imp), *ins, **st.attrs)  # known now: fold
+                # NOTE: a kernel may hand back a numpy scalar (Gather of a 0-d index): an array
+                out = (tuple(v if v is None else np.asarray(v) for v in out)
+                       if isinstance(out, tuple) else np.asarray(out))
                 for v in out if isinstance(out, tuple) else (out,):
                     imp.budget.hold(v)
                 folded.append(st.label)
+                if from_data:
+                    imp.derived.update(o for o in st.node.output if o)
+                    roots = set().union(*(imp.roots.get(n, ()) for n in names if n))
+                    imp.roots.update({o: roots for o in st.node.output if o})
                 if st.node.op_type in WEIGHT_SOURCES or any(n in imp.weights for n in names):
                     imp.weights.update(o for o in st.node.output if o)
                 if over:
@@ -512,4 +577,5 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
             if n:
                 env[n] = v
     outputs = {n: imp.var(env[n], n) for n in sess.output_names}
-    return Imported(outputs, imp.params, dict(env), folded, onnx_nodes)
+    return Imported(outputs, imp.params, dict(env), folded, onnx_nodes, imp.data_leaves,
+                    imp.running, imp.index_bounds)

@@ -36,6 +36,24 @@ def is_model_spec(spec: str) -> bool:
     return spec.startswith((PREFIX, PREFIX_REINIT)) or spec.lower().endswith(".onnx")
 
 
+def model_dtype(path: str) -> str | None:
+    """The model's floating precision (``float32``, ``float64``, ``float16``, ``bfloat16``):
+    its first floating graph input's, else its first floating initializer's; None when it has
+    neither or the file cannot be read (the import then says why). Reads the file as data."""
+    import onnx
+
+    names = {1: "float32", 11: "float64", 10: "float16", 16: "bfloat16"}
+    try:
+        m = onnx.load(path, load_external_data=False)
+    except Exception:
+        return None
+    inits = {t.name for t in m.graph.initializer}
+    for vi in m.graph.input:
+        if vi.name not in inits and vi.type.tensor_type.elem_type in names:
+            return names[vi.type.tensor_type.elem_type]
+    return next((names[t.data_type] for t in m.graph.initializer if t.data_type in names), None)
+
+
 def model_spec(path: str, reinit: bool = False) -> str:
     """The workload spec of ``path`` (``onnx:PATH`` or ``onnx+reinit:PATH``)."""
     return (PREFIX_REINIT if reinit else PREFIX) + str(path)
@@ -65,13 +83,17 @@ def logits_of(out: Var) -> Var:
     return out
 
 
-def loss_kind(out: Var) -> tuple[str, int]:
-    """("given" | "cross_entropy" | "mean", number of classes) for a model's first output."""
+def loss_kind(out: Var, sequence: bool = False) -> tuple[str, int]:
+    """("given" | "cross_entropy" | "mean", number of classes) for a model's first output:
+    a scalar is the loss; [N, K] logits, or [B, T, V] ones of a model with an integer input
+    (``sequence``: token ids), train on cross-entropy; anything else on its mean."""
     if out.node.size == 1:
         return "given", 0
     lg = logits_of(out)
     if len(lg.shape) == 2 and lg.shape[1] > 1:
         return "cross_entropy", lg.shape[1]
+    if sequence and len(lg.shape) == 3 and lg.shape[2] > 1:
+        return "cross_entropy", lg.shape[2]
     return "mean", 0
 
 
@@ -159,7 +181,18 @@ class OnnxWorkload(Workload):
         # a first import on a scratch tape finds the weights that reach tape ops, their roles
         # and the output; the workload's own tape gets the params first (before the mark)
         scratch = Tape(dtype=self.tape.dtype, math=self.tape.math)
-        first = import_to_tape(self.sess, scratch, self.batch_inputs(0), limits=self.limits)
+        self.index_bounds: dict[str, int] = {}
+        first = import_to_tape(self.sess, scratch, self.batch_inputs(0), limits=self.limits,
+                               step_seed=(self.seed, 0))
+        if first.index_bounds:  # token ids: draw them within the embedding's rows
+            self.index_bounds = first.index_bounds
+            first = import_to_tape(self.sess, Tape(dtype=self.tape.dtype, math=self.tape.math),
+                                   self.batch_inputs(0), limits=self.limits,
+                                   step_seed=(self.seed, 0))
+            scratch = first.outputs[next(iter(first.outputs))].tape
+        # batch norm in training mode: the running statistics after each step (ONNX spec)
+        self.running: dict[int, dict[str, np.ndarray]] = {}
+        self._step = 0
         values = {k: v.value for k, v in first.params.items()}
         self.overrides: dict[str, np.ndarray] = {}
         if self.reinit:
@@ -188,8 +221,10 @@ class OnnxWorkload(Workload):
                 self.weights[k] = self.tape.param(values[k], name=leaf_name(k))
         self.onnx_nodes: list[dict] = []
         self.output_name, out = next(iter(first.outputs.items()))
-        self.loss_kind, self.n_classes = loss_kind(out)
-        self.n_rows = logits_of(out).shape[0] if self.loss_kind == "cross_entropy" else 0
+        has_ids = any(dt.kind in "iu" for _, dt in self.input_specs.values())
+        self.loss_kind, self.n_classes = loss_kind(out, sequence=has_ids)
+        self.target_shape = logits_of(out).shape[:-1] if self.loss_kind == "cross_entropy" \
+            else ()
         self.target_name = "targets"
         while self.target_name in self.input_specs:
             self.target_name += "_"
@@ -200,7 +235,8 @@ class OnnxWorkload(Workload):
             return f"the model's scalar output {self.output_name!r}"
         if self.loss_kind == "cross_entropy":
             return (f"cross-entropy of {self.output_name!r}'s logits against a seeded random "
-                    f"class ({self.n_classes} classes)")
+                    f"class per position ({self.n_classes} classes, targets "
+                    f"{list(self.target_shape)})")
         return f"mean of output {self.output_name!r}"
 
     def batch_inputs(self, step: int) -> dict[str, np.ndarray]:
@@ -210,24 +246,37 @@ class OnnxWorkload(Workload):
         for k, (shape, dt) in self.input_specs.items():
             if dt.kind == "f":
                 out[k] = rng.standard_normal(shape).astype(dt)
-            else:
-                out[k] = rng.integers(0, 10, size=shape).astype(dt)
+            else:  # ids within the rows of the Gather they index (else 0..9)
+                out[k] = rng.integers(0, self.index_bounds.get(k, 10), size=shape).astype(dt)
         return out
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         data = self.batch_inputs(step)
         if self.loss_kind == "cross_entropy":
             rng = np.random.default_rng((self.seed, step, 1))
-            data[self.target_name] = rng.integers(0, self.n_classes, self.n_rows).astype(
+            data[self.target_name] = rng.integers(0, self.n_classes, self.target_shape).astype(
                 np.float64)
         return data
+
+    def record(self, step: int = 0, batch: dict[str, np.ndarray] | None = None) -> Var:
+        self._step = step  # the episode's dropout masks and running statistics are per step
+        return super().record(step, batch)
 
     def episode(self, data: dict[str, Var]) -> Var:
         from core.onnx.importer import import_to_tape
 
         feeds = {k: v for k, v in data.items() if k in self.input_specs}
+        step = self._step
+        over = {**self.overrides, **self.running.get(step - 1, {})}
         imp = import_to_tape(self.sess, self.tape, feeds, params=self.weights,
-                             limits=self.limits, overrides=self.overrides)
+                             limits=self.limits, overrides=over, step_seed=(self.seed, step))
+        if imp.running:
+            self.running[step] = imp.running
+            self.running.pop(step - 2, None)
+        # what the import folded from this step's data (ids' views, masks, dropout masks) is
+        # data too: a device replay uploads every data leaf each step
+        for k, v in imp.data_leaves.items():
+            data[f"onnx:{k}"] = v
         self.onnx_nodes = imp.onnx_nodes
         out = imp.outputs[self.output_name]
         if self.loss_kind == "given":
