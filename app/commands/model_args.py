@@ -29,3 +29,22 @@ def resolve_workload(args: argparse.Namespace, default: str | None = "mlp") -> s
     if getattr(args, "reinit", False):
         raise ValueError("--reinit needs --model M.onnx")
     return getattr(args, "workload", None) or default
+
+
+def resolve_dtype(given: str | None, workload: str | None) -> str:
+    """``--dtype``, else the model's own precision for a model workload (float32 model ->
+    float32 episodes), else float64. A half-precision model without ``--dtype`` is refused
+    with the way out (half precision on the tape is its own issue)."""
+    if given:
+        return given
+    if workload:
+        from core.onnx.workload import is_model_spec, model_dtype, parse_spec
+
+        if is_model_spec(workload):
+            dt = model_dtype(parse_spec(workload)[0])
+            if dt in ("float16", "bfloat16"):
+                raise ValueError(f"the model is {dt}; the tape trains float32 or float64: "
+                                 "give --dtype float32")
+            if dt in ("float32", "float64"):
+                return dt
+    return "float64"
