@@ -416,6 +416,22 @@ def _lrn(imp, st, ins, names):
     return ops.div(x, ops.exp(ops.muls(ops.log(d), at.get("beta", 0.75))))
 
 
+def no_tape_form(op_type: str, opset: int) -> str:
+    """The message for an op without a tape form: what it is and the ways out."""
+    from onnx import defs
+
+    hint = ""
+    try:  # an op the onnx package defines as a function of others: a newer opset may lower it
+        schema = defs.get_schema(op_type, opset)
+        if schema.has_function or schema.has_context_dependent_function:
+            hint = (f"; ONNX defines {op_type} by a function of other ops: a model with that "
+                    "function's ops in its place trains (e.g. an exporter that decomposes it)")
+    except Exception:  # noqa: BLE001 - a custom domain or unknown op: no schema
+        pass
+    return (f"op {op_type} has no tape form (the ops that have one: docs/onnx-coverage.md; "
+            f"adding one: docs/adding-an-op.md){hint}")
+
+
 def _table_op(op: str):
     """The converter of an ONNX operator that the op table maps to exactly ``op``."""
     fn = getattr(ops, op, None)
@@ -558,7 +574,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
             else:
                 conv = CONVERTERS.get(st.node.op_type)
                 if conv is None:
-                    raise OnnxError(f"op {st.node.op_type} has no tape form", node=st.label)
+                    raise OnnxError(no_tape_form(st.node.op_type, st.opset), node=st.label)
                 first_id = len(tape)
                 with tape.scope(scope_name(st)):
                     out = conv(imp, st, ins, names)
