@@ -61,10 +61,25 @@ def leaf_name(name: str | None) -> str | None:
     return None if name is None else name.replace("/", ".")
 
 
+def module_path(node) -> str:
+    """The PyTorch module path the dynamo exporter records in a node's metadata
+    (``namespace``: ``": __main__.Net/blocks.0: ...Block/attn: ...Attention/linear: aten..."``
+    -> ``blocks.0/attn``: scope ``/blocks.0/attn/<node>``), or "". Read as text, never evaluated; long values are ignored."""
+    for p in node.metadata_props:
+        if p.key == "namespace" and len(p.value) <= 4096:
+            parts = [seg.split(":", 1)[0].strip() for seg in p.value.split("/")]
+            return "/".join(x for x in parts[1:-1] if x)
+    return ""
+
+
 def scope_name(st) -> str:
-    """The tape scope of an ONNX node's ops: its name, else its first output, else op + index."""
+    """The tape scope of an ONNX node's ops: its name, else its first output, else op + index;
+    under its module path when the exporter recorded one (dynamo), so a layer's nodes group
+    as TorchScript's ``/layer/Op`` names do."""
     n = st.node
-    return n.name or next((o for o in n.output if o), "") or f"{n.op_type}_{st.label}"
+    name = n.name or next((o for o in n.output if o), "") or f"{n.op_type}_{st.label}"
+    path = module_path(n) if n.metadata_props else ""
+    return f"/{path}/{name}" if path and not name.startswith("/") else name
 
 
 # ops whose folded float outputs are weights (the light models' ConstantOfShape weights)
