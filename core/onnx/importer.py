@@ -64,7 +64,8 @@ def leaf_name(name: str | None) -> str | None:
 def module_path(node) -> str:
     """The PyTorch module path the dynamo exporter records in a node's metadata
     (``namespace``: ``": __main__.Net/blocks.0: ...Block/attn: ...Attention/linear: aten..."``
-    -> ``blocks.0/attn``: scope ``/blocks.0/attn/<node>``), or "". Read as text, never evaluated; long values are ignored."""
+    -> ``blocks.0/attn``: scope ``/blocks.0/attn/<node>``), or "". Read as text, never
+    evaluated; long values are ignored."""
     for p in node.metadata_props:
         if p.key == "namespace" and len(p.value) <= 4096:
             parts = [seg.split(":", 1)[0].strip() for seg in p.value.split("/")]
