@@ -5,6 +5,7 @@ worker and every command take it the same way."""
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -25,10 +26,23 @@ def resolve_workload(args: argparse.Namespace, default: str | None = "mlp") -> s
 
         if getattr(args, "workload", None):
             raise ValueError("give --model or --workload, not both")
-        return model_spec(model, bool(getattr(args, "reinit", False)))
+        return model_spec(os.path.abspath(model), bool(getattr(args, "reinit", False)))
     if getattr(args, "reinit", False):
         raise ValueError("--reinit needs --model M.onnx")
-    return getattr(args, "workload", None) or default
+    return absolute_spec(getattr(args, "workload", None)) or default
+
+
+def absolute_spec(spec: str | None) -> str | None:
+    """A workload spec whose file part is absolute (``rel.py``, ``onnx:rel.onnx``), so a live
+    worker started in another directory (the repository root) finds the same file."""
+    if not spec:
+        return spec
+    for prefix in ("onnx+reinit:", "onnx:"):
+        if spec.startswith(prefix):
+            return prefix + os.path.abspath(spec[len(prefix):])
+    if spec.lower().endswith((".py", ".onnx")):
+        return os.path.abspath(spec)
+    return spec
 
 
 def resolve_dtype(given: str | None, workload: str | None) -> str:
