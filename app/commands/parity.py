@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--inject {args.inject!r}: step {inj.step} is not run "
                          f"(--steps {args.steps})")
     print(runner.describe_device())
+    for note in getattr(runner.ref.wl, "input_notes", []):  # dynamic axes: what was chosen
+        print(note)
     per_node: dict[int, dict] = {}
     first = None
     introduced: list[dict] = []
