@@ -219,7 +219,10 @@ def dropout(imp, st, ins, names):
     m = np.where(keep, 1.0 / (1.0 - ratio), 0.0)
     imp.masks[st.node.output[0]] = keep
     y = ops.mul(x, imp.const(m, f"{st.node.output[0]}_mask", derived=True))
-    return (y, keep) if want_mask else y
+    if want_mask:  # the mask output is this step's too, wherever it is read
+        imp.derived.add(st.node.output[1])
+        return y, keep
+    return y
 
 
 def batchnorm_training(imp, st, ins, names):
