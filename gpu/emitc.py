@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import grad_inputs, reached_nodes
+from core.ops.registry import REGISTRY, grad_inputs, reached_nodes
+from core.ops.rows import RowForm, Step, fill
 from core.tape import Node, Tape, Var
 from gpu.device import KERNEL_DIR
 from gpu.optable import BINARY, UNARY, cform, render, scalar_of
+from gpu.rowtable import ROW_OPS, LazyEnv, Target, fwd_steps_for_keep
 from gpu.source import TRANSCENDENTALS, instantiate, node_comment
 
 __all__ = ["EmitError", "emit", "emit_lines", "needed_math", "C_OPS", "NO_C_RULE"]
@@ -96,58 +98,6 @@ Fwd = Callable[[_Ctx], str]
 Bwd = Callable[[_Ctx], list["str | None"]]
 
 
-def _rms_r(c: _Ctx) -> str:
-    x = c.ins[0]
-    ms = c.let(f"DIV({c.serial1(f'MUL({x}, {x})')}, {c.lit(c.in_shapes[0][-1])})")
-    return c.let(f"DIV({c.lit(1)}, SQRT(ADD({ms}, {c.lit(c.node.attrs['eps'])})))")
-
-
-def _softmax_fwd(c: _Ctx) -> str:
-    x = c.ins[0]
-    e = c.let(f"EXP(SUB({x}, {x}))")  # m = max over one element = x itself
-    return f"DIV({e}, {c.serial1(e)})"
-
-
-def _ce_parts(c: _Ctx) -> tuple[str, str, str]:
-    x = c.ins[0]
-    z = c.let(f"SUB({x}, {x})")  # one class: z = x - max = x - x; the only valid target is 0
-    e = c.let(f"EXP({z})")
-    return z, e, c.let(c.serial1(e))
-
-
-def _ce_fwd(c: _Ctx) -> str:
-    z, e, s = _ce_parts(c)
-    return f"DIV({c.serial1(f'SUB(LOG({s}), {z})')}, {c.lit(1)})"
-
-
-def _ce_bwd(c: _Ctx) -> list[str | None]:
-    z, e, s = _ce_parts(c)
-    d = c.let(f"SUB(DIV({e}, {s}), {c.lit(1)})")
-    return [f"MUL({d}, DIV({c.g}, {c.lit(1)}))", None]
-
-
-def _silu_slope(c: _Ctx, x: str, s: str) -> str:
-    one = c.lit(1)
-    return f"MUL({s}, ADD({one}, MUL({x}, SUB({one}, {s}))))"
-
-
-def _rms_bwd(c: _Ctx) -> list[str | None]:
-    x, gamma = c.ins
-    r = _rms_r(c)
-    gd = c.let(f"MUL({c.g}, {gamma})")
-    dot = c.let(c.serial1(f"MUL({gd}, {x})"))
-    k = c.let(f"MUL(DIV(MUL(MUL({r}, {r}), {r}), {c.lit(c.in_shapes[0][-1])}), {dot})")
-    gx = f"SUB(MUL({gd}, {r}), MUL({x}, {k}))"
-    gg = f"MUL({c.g}, MUL({x}, {r}))"
-    return [gx, gg if c.in_shapes[1] == c.node.shape else c.serial1(gg)]
-
-
-def _swiglu_bwd(c: _Ctx) -> list[str | None]:
-    a, u = c.ins
-    s = c.let(f"SIGMOID({a})")
-    return [f"MUL(MUL({c.g}, {u}), {_silu_slope(c, a, s)})", f"MUL({c.g}, MUL({a}, {s}))"]
-
-
 def _copy_bwd(c: _Ctx) -> list[str | None]:
     return [c.g] * len(c.ins)
 
@@ -166,11 +116,6 @@ C_OPS: dict[str, tuple[Fwd, Bwd]] = {
     "reshape": (lambda c: c.ins[0], _copy_bwd),
     "slice": (lambda c: c.ins[0], _copy_bwd),
     "concat": (lambda c: c.ins[0], _copy_bwd),
-    "softmax": (_softmax_fwd,
-                lambda c: [f"MUL({c.y}, SUB({c.g}, {c.serial1(f'MUL({c.g}, {c.y})')}))"]),
-    "rms_norm": (lambda c: f"MUL(MUL({c.ins[0]}, {_rms_r(c)}), {c.ins[1]})", _rms_bwd),
-    "swiglu": (lambda c: "MUL(MUL({0}, SIGMOID({0})), {1})".format(*c.ins), _swiglu_bwd),
-    "cross_entropy": (_ce_fwd, _ce_bwd),
 }
 C_OPS["bmm"] = C_OPS["matmul"]
 
@@ -196,14 +141,84 @@ def _table_rule(op: str) -> tuple[Fwd, Bwd]:
 
 C_OPS.update({op: _table_rule(op) for op in (*BINARY, *UNARY)})
 
+
+class _Row(Target):
+    """A row form over a one-element row: every element is its operand's temporary."""
+
+    def __init__(self, c: _Ctx, f: RowForm) -> None:
+        self.c, self.f = c, f
+        self.ins = {n: name for (n, _), name in zip(f.ins, c.ins, strict=True)}
+        self.cols = int(c.in_shapes[next(k for k, (_, kind) in enumerate(f.ins)
+                                         if kind == "row")][-1])
+
+    def width(self) -> str:
+        return "1"
+
+    def elem(self, name: str, col: str) -> str:
+        if name in self.ins:
+            return self.ins[name]
+        if name in ("y", "g"):
+            return self.c.y if name == "y" else self.c.g
+        if name.startswith("is_"):
+            return "1"  # one column: the only valid index is 0, the current one
+        return self.ins[name.rpartition("_")[0]]  # x_t: the row input at its only column
+
+    def scalar(self, name: str) -> str:
+        if name in ("n", "R"):
+            return self.c.lit(1)  # one column, one row
+        return self.c.lit(dict(self.f.scalars)[name](self.c.node.attrs))
+
+    def write(self, k: int, expr: str, col: str) -> str:
+        return expr
+
+
+def _row_lines(c: _Ctx, f: RowForm, which: str | int) -> str:
+    """The pass's term for one element; its row values and lets bound to temporaries."""
+    t = _Row(c, f)
+    p = f.fwd if which == "fwd" else f.bwd[int(which)]
+    assert p is not None
+    scalars = {"n", "R", *dict(f.scalars)}
+    env = LazyEnv({}, lambda n: t.scalar(n) if n in scalars else t.elem(n, "0"))
+    steps = (*(fwd_steps_for_keep(f) if which != "fwd" else ()), *p.steps,
+             *(Step(name, "let", expr) for name, expr in p.lets))
+    for s in steps:  # over one element: max is the element, a sum is +0.0 + it
+        e = fill(s.expr, env)
+        env[s.name] = c.let(c.serial1(e) if s.kind == "sum" else e)
+    return fill(p.out[0], env)
+
+
+def _row_rule(op: str) -> tuple[Fwd, Bwd]:
+    """An op of the table with a row form, over one element (a total: y = (+0.0 + l) / 1)."""
+    f = REGISTRY[op].row
+
+    def fwd(c: _Ctx) -> str:
+        e = _row_lines(c, f, "fwd")
+        return f"DIV({c.serial1(e)}, {c.lit(1)})" if f.total else e
+
+    def bwd(c: _Ctx) -> list[str | None]:
+        out: list[str | None] = []
+        for k, ((_, kind), p) in enumerate(zip(f.ins, f.bwd, strict=True)):
+            if p is None:
+                out.append(None)
+                continue
+            e = _row_lines(c, f, k)
+            # a col input's gradient is unb over rows: a serial sum when the shapes differ
+            out.append(c.unb(e, k) if kind == "col" else e)
+        return out
+    return fwd, bwd
+
+
+C_OPS.update({op: _row_rule(op) for op in ROW_OPS if not REGISTRY[op].row.pair})
+
 # Ops with no emitc rule, and why (a one-element tape cannot hold them meaningfully).
-NO_C_RULE = {
-    "rope": "pairs columns i and i + D/2: a one-element row has no pair",
+NO_C_RULE = {op: "pairs columns c and c + W/2: a one-element row has no pair"
+             for op in ROW_OPS if REGISTRY[op].row.pair}
+NO_C_RULE.update({
     "conv2d": "windows over [N, C, H, W] operands",
     "maxpool2d": "windows over [N, C, H, W] operands",
     "avgpool2d": "windows over [N, C, H, W] operands",
     "gather": "an index operand read at run time",
-}
+})
 
 _MATH_TOKENS = {t: t.lower() for t in TRANSCENDENTALS}
 

@@ -36,7 +36,7 @@ __all__ = ["HostDevice", "HOST_FLAGS", "ORDERS", "find_compiler", "host_flags"]
 # (tests/gpu/test_fp_contract.py). Dropped only where the compiler refuses it.
 # Vectorising: loops only (-ftree-loop-vectorize with the dynamic cost model, so a loop over
 # several pointers is versioned for aliasing), not straight-line code (-fno-tree-slp-vectorize:
-# gcc 12's basic-block SLP turned rope's `x1*c - x2*s`, `x2*c + x1*s` pair into one
+# gcc 12's basic-block SLP turned a rotation's `x1*c - x2*s`, `x2*c + x1*s` pair into one
 # vfmaddsub132pd despite -ffp-contract=off). A vectorised loop runs its iterations as lanes:
 # each lane is one iteration with its own operations in their order, and gcc never reorders a
 # floating-point sum across iterations without -fassociative-math, so no bit changes (the lane

@@ -1,5 +1,5 @@
 """Launch builders of the elementwise family: every op of the op table with a C form (binaries
-with broadcasting, unaries), swiglu, and the leaves (docs/reference-order.md)."""
+with broadcasting, unaries), and the leaves (docs/reference-order.md)."""
 
 from __future__ import annotations
 
@@ -77,21 +77,6 @@ def _unary(op: str) -> OpKernels:
         (x,) = node.inputs
         return [ctx.launch("unary_bwd", node.size, code, ctx.values[x], ctx.values[node.id],
                            ctx.grads[node.id], ctx.grads[x], scalar(ctx, node), node.size)]
-
-    return OpKernels(fwd, bwd)
-
-
-@register_kernels("swiglu")
-def _swiglu(op: str) -> OpKernels:
-    def fwd(ctx: BuildCtx, node) -> list[Launch]:
-        a, u = node.inputs
-        return [ctx.launch("swiglu_fwd", node.size, ctx.values[a], ctx.values[u],
-                           ctx.values[node.id], node.size)]
-
-    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
-        a, u = node.inputs
-        return [ctx.launch("swiglu_bwd", node.size, np.int64(k), ctx.values[a], ctx.values[u],
-                           ctx.grads[node.id], ctx.grads[node.inputs[k]], node.size)]
 
     return OpKernels(fwd, bwd)
 

@@ -1,4 +1,4 @@
-"""Launch builders of reductions, matmul/bmm, data movement and the row-wise ops."""
+"""Launch builders of reductions, matmul/bmm, data movement and the row ops of the op table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 from core.ops.reduce import count as reduce_count
 from core.ops.reduce import reduced_axes
 from core.ops.registry import norm_axis
-from core.ops.rowwise import rope_tables
+from gpu import rowtable
 from gpu.device import Launch
 from gpu.kernel_table import BuildCtx, OpKernels, register_kernels
 
@@ -194,101 +194,54 @@ def _concat(op: str) -> OpKernels:
     return OpKernels(fwd, bwd)
 
 
-# ---- row-wise ----------------------------------------------------------------------------------
-@register_kernels("softmax")
-def _softmax(op: str) -> OpKernels:
-    def geom(ctx: BuildCtx, node) -> tuple[int, int, int]:
-        s = ctx.shape(node.id)
-        ax = norm_axis(node.attrs.get("axis", -1), len(s))
+# ---- row ops: every op of the table with a row form (gpu/rowtable.py renders the kernels) -----
+@register_kernels(*rowtable.ROW_OPS)
+def _rows(op: str) -> OpKernels:
+    f = rowtable.form(op)
+    names = rowtable.kernel_names(op)
+    first_row = next(k for k, (_, kind) in enumerate(f.ins) if kind == "row")
+
+    def geom(ctx: BuildCtx, node) -> tuple[tuple, int, int, int]:
+        s = ctx.shape(node.inputs[first_row])
+        ax = norm_axis(node.attrs.get(f.axis, -1), len(s)) if f.axis else len(s) - 1
         outer = int(np.prod(s[:ax], dtype=np.int64))
         inner = int(np.prod(s[ax + 1:], dtype=np.int64))
-        return outer, s[ax], inner
+        return s, outer * inner, s[ax], inner
+
+    def common(ctx: BuildCtx, node, out: list, reduce: bool = False) -> list:
+        s, r, L, inner = geom(ctx, node)
+        kept = [ctx.aux(node.id, f"keep_{k}", n=max(r, 1)) for k in f.keep]
+        tabs = []
+        if f.make_tables is not None:
+            arrays = f.make_tables(s, node.attrs, ctx.dtype)
+            tabs = [ctx.aux(node.id, f"table_{t}", a) for t, a in zip(f.tables, arrays,
+                                                                     strict=True)]
+        p = s[-2] if f.tables else 1
+        return ([ctx.values[j] for j in node.inputs] + out + kept + tabs
+                + [r, L, inner, p, i64(reduce), ctx.real(L), ctx.real(r)]
+                + [ctx.real(fn(node.attrs)) for _, fn in f.scalars])
+
+    def items(ctx: BuildCtx, node, p) -> int:
+        _, r, L, _ = geom(ctx, node)
+        return r if p.steps else r * (L // 2 if f.pair else L)
 
     def fwd(ctx: BuildCtx, node) -> list[Launch]:
-        o, L, inn = geom(ctx, node)
-        return [ctx.launch("softmax_fwd", o * inn, ctx.values[node.inputs[0]],
-                           ctx.values[node.id], o, L, inn)]
+        _, r, _, _ = geom(ctx, node)
+        if not f.total:
+            return [ctx.launch(names["fwd"], items(ctx, node, f.fwd),
+                               *common(ctx, node, [ctx.values[node.id]]))]
+        rows = ctx.aux(node.id, "rows", n=max(r, 1))  # one value per row, then their mean
+        return [ctx.launch(names["fwd"], r, *common(ctx, node, [rows])),
+                ctx.single(names["total"], rows, ctx.values[node.id], r, ctx.real(r))]
 
     def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
-        o, L, inn = geom(ctx, node)
-        return [ctx.launch("softmax_bwd", o * inn, ctx.values[node.id], ctx.grads[node.id],
-                           ctx.grads[node.inputs[0]], o, L, inn)]
-
-    return OpKernels(fwd, bwd)
-
-
-@register_kernels("rms_norm")
-def _rms(op: str) -> OpKernels:
-    def geom(ctx: BuildCtx, node) -> tuple[int, int]:
-        d = ctx.shape(node.id)[-1]
-        return node.size // d, d
-
-    def fwd(ctx: BuildCtx, node) -> list[Launch]:
-        x, gamma = node.inputs
-        r, d = geom(ctx, node)
-        rbuf = ctx.aux(node.id, "r", n=max(r, 1))
-        return [ctx.launch("rms_fwd", r, ctx.values[x], ctx.values[gamma], ctx.values[node.id],
-                           rbuf, r, d, ctx.real(d), ctx.real(node.attrs["eps"]))]
-
-    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
-        x, gamma = node.inputs
-        r, d = geom(ctx, node)
-        rbuf = ctx.aux(node.id, "r", n=max(r, 1))
-        g = ctx.grads[node.id]
-        if k == 0:
-            return [ctx.launch("rms_bwd_x", r, ctx.values[x], ctx.values[gamma], g, rbuf,
-                               ctx.grads[x], r, d, ctx.real(d))]
-        reduce = i64(ctx.shape(x) != ctx.shape(gamma))
-        return [ctx.launch("rms_bwd_gamma", d, ctx.values[x], g, rbuf, ctx.grads[gamma], r, d,
-                           reduce)]
-
-    return OpKernels(fwd, bwd)
-
-
-@register_kernels("rope")
-def _rope(op: str) -> OpKernels:
-    def tables(ctx: BuildCtx, node):
-        s = ctx.shape(node.id)
-        c, sn = rope_tables(s[-2], s[-1], node.attrs.get("base", 10000.0), ctx.dtype)
-        return ctx.aux(node.id, "cos", c), ctx.aux(node.id, "sin", sn), s
-
-    def fwd(ctx: BuildCtx, node) -> list[Launch]:
-        c, sn, s = tables(ctx, node)
-        r = node.size // s[-1]
-        return [ctx.launch("rope", r * (s[-1] // 2), ctx.values[node.inputs[0]], c, sn,
-                           ctx.values[node.id], r, s[-2], s[-1], i64(0))]
-
-    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
-        c, sn, s = tables(ctx, node)
-        r = node.size // s[-1]
-        return [ctx.launch("rope", r * (s[-1] // 2), ctx.grads[node.id], c, sn,
-                           ctx.grads[node.inputs[0]], r, s[-2], s[-1], i64(1))]
-
-    return OpKernels(fwd, bwd)
-
-
-@register_kernels("cross_entropy")
-def _ce(op: str) -> OpKernels:
-    def geom(ctx: BuildCtx, node) -> tuple[int, int]:
-        x = node.inputs[0]
-        c = ctx.shape(x)[-1]
-        return ctx.nodes[x].size // c, c
-
-    def scratch(ctx: BuildCtx, node, r: int):
-        return tuple(ctx.aux(node.id, key, n=max(r, 1)) for key in ("nll", "m", "s"))
-
-    def fwd(ctx: BuildCtx, node) -> list[Launch]:
-        x, t = node.inputs
-        r, c = geom(ctx, node)
-        nll, mb, sb = scratch(ctx, node, r)
-        return [ctx.launch("ce_rows", r, ctx.values[x], ctx.values[t], nll, mb, sb, r, c),
-                ctx.single("ce_total", nll, ctx.values[node.id], r, ctx.real(r))]
-
-    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
-        x, t = node.inputs
-        r, c = geom(ctx, node)
-        _, mb, sb = scratch(ctx, node, r)
-        return [ctx.launch("ce_bwd", r * c, ctx.values[x], ctx.values[t], mb, sb,
-                           ctx.grads[node.id], ctx.grads[x], r, c, ctx.real(r))]
+        p = f.bwd[k]
+        assert p is not None
+        s, _, L, _ = geom(ctx, node)
+        col = f.ins[k][1] == "col"  # serial over rows into each column unless the shapes agree
+        args = common(ctx, node, [ctx.values[node.id], ctx.grads[node.id],
+                                  ctx.grads[node.inputs[k]]],
+                      reduce=col and s != ctx.shape(node.inputs[k]))
+        return [ctx.launch(names[f"bwd{k}"], L if col else items(ctx, node, p), *args)]
 
     return OpKernels(fwd, bwd)

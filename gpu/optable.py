@@ -116,8 +116,17 @@ def library_switches() -> str:
             "real_t a,", "                                                 real_t b, real_t y, "
             "real_t g) {", "    switch (op) {"]
     for n, k in BINARY_CODES.items():
-        t0, t1 = render(n, 0, ab, _no_let), render(n, 1, ab, _no_let)
-        out.append(f"        case {k}: return which == 0 ? {t0} : {t1};")
+        lets: list[str] = []
+
+        def bind(name: str, expr: str, lets: list[str] = lets) -> str:
+            if f"real_t {name} = {expr};" not in lets:  # a let both terms use: bound once
+                lets.append(f"real_t {name} = {expr};")
+            return name
+
+        t0, t1 = render(n, 0, ab, bind), render(n, 1, ab, bind)
+        ret = f"return which == 0 ? {t0} : {t1};"
+        out.append(f"        case {k}: {{ {' '.join(lets)} {ret} }}" if lets else
+                   f"        case {k}: {ret}")
     out += ["        default: return g;", "    }", "}", "",
             "/* unary codes: " + " ".join(f"{k} {n}" for n, k in UNARY_CODES.items()) + " */",
             "__device__ __forceinline__ real_t ts_un_T(long long op, real_t x, real_t s) {",
@@ -133,7 +142,3 @@ def library_switches() -> str:
         out.append(f"        case {k}: {_case(n, 0, xs)}")
     out += ["        default: return g;", "    }", "}"]
     return "\n".join(out) + "\n"
-
-
-def _no_let(name: str, expr: str) -> str:
-    return f"({expr})"

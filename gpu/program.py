@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import grad_inputs, reached_nodes
+from core.ops.registry import REGISTRY, grad_inputs, reached_nodes
 from core.tape import Tape, Var
 from gpu.device import Buffer, Device, Launch
 from gpu.library import KERNELS, LEAF, BuildCtx
@@ -266,10 +266,14 @@ class Program:
                              f"{n.shape} captured")
         a = np.ascontiguousarray(a, dtype=self.dtype)
         for c in self.nodes:  # an index out of range would read outside a buffer
-            if c.op == "cross_entropy" and c.inputs[1] == i:
-                ncls = self.nodes[c.inputs[0]].shape[-1]
+            row = REGISTRY[c.op].row
+            for k, (_, kind) in enumerate(row.ins if row is not None else ()):
+                if kind != "index" or c.inputs[k] != i:
+                    continue
+                x = c.inputs[[kd for _, kd in row.ins].index("row")]
+                ncls = self.nodes[x].shape[-1]  # a column of the row input
                 if not np.all((a >= 0) & (a < ncls) & (a == np.floor(a))):
-                    raise ValueError(f"node {i} {n.name or n.op}: cross_entropy targets must "
+                    raise ValueError(f"node {i} {n.name or n.op}: {c.op} targets must "
                                      f"be integers in [0, {ncls})")
             if c.op == "gather" and c.inputs[1] == i:
                 xs = self.nodes[c.inputs[0]].shape

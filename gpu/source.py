@@ -88,12 +88,14 @@ def _math_table(math: str, sfx: str) -> dict[str, str]:
 
 @lru_cache(maxsize=64)
 def template(name: str) -> str:
-    """The text of gpu/kernels/<name>.cu, with the op table's generated switches spliced in."""
+    """The text of gpu/kernels/<name>.cu, with the op table's generated code spliced in."""
     text = (KERNEL_DIR / f"{name}.cu").read_text()
-    from gpu import optable  # lazily: it imports every op of core.ops
+    from gpu import optable, rowtable  # lazily: they import every op of core.ops
 
     if optable.MARK in text:
         text = text.replace(optable.MARK, optable.library_switches())
+    if rowtable.MARK in text:
+        text = text.replace(rowtable.MARK, rowtable.library_kernels())
     return text
 
 

@@ -204,5 +204,5 @@ class GraphModel:
 
     def search(self, text: str) -> list[int]:
         """Node ids matching ``text``: an id (``12`` or ``#12``), or a substring of an op or a
-        name (case-insensitive; ``softm`` finds ``softmax``)."""
+        name (case-insensitive; ``sigm`` finds ``sigmoid``)."""
         return self.searcher.search(text)

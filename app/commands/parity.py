@@ -78,7 +78,7 @@ def introduced_entries(step: int, introduced: list[dict]) -> list[dict]:
 
 
 def introduced_text(entries: list[dict], nodes: tuple) -> str:
-    """``#45 swiglu ffn/act value (250 elements, max 3 ulp); ...`` for the summary line."""
+    """``#45 mul ffn/act value (250 elements, max 3 ulp); ...`` for the summary line."""
     parts = []
     for e in entries:
         name = nodes[e["node"]].name if 0 <= e["node"] < len(nodes) else None

@@ -234,15 +234,20 @@ def attention(q, k, v, causal: bool = False, name=None):
 
 def __getattr__(attr: str):
     """``ops.<op>(*inputs, name=None)`` for an op of the table with a C form and no wrapper above
-    (erf, and any op added by docs/adding-an-op.md): the op table is its tape form too."""
+    (erf, and any op added by docs/adding-an-op.md), and ``ops.<op>(*inputs, name=None,
+    **scalars)`` for a row op (its host scalars by name, e.g. ``eps``, as floats): the op table
+    is its tape form too."""
     d = REGISTRY.get(attr)
-    if d is None or d.c is None:
+    if d is None or (d.c is None and d.row is None):
         raise AttributeError(f"module 'core.ops' has no attribute {attr!r}")
+    known = {n for n, _ in d.row.scalars} if d.row is not None else set()
 
-    def record(*xs: Any, name: str | None = None) -> Var:
+    def record(*xs: Any, name: str | None = None, **attrs: float) -> Var:
         if len(xs) != d.arity:
             raise TypeError(f"{attr} takes {d.arity} input(s), got {len(xs)}")
-        return _rec(attr, xs, name=name)
+        if set(attrs) - known:
+            raise TypeError(f"{attr} takes no attribute {sorted(set(attrs) - known)}")
+        return _rec(attr, xs, {k: float(v) for k, v in attrs.items()} or None, name)
 
     record.__name__ = record.__qualname__ = attr
     record.__doc__ = f"{attr}: {d.doc}"

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from core.ops.rows import RowForm, check
+
 Shape = tuple[int, ...]
 # forward(M, xs, attrs) -> y ; M is the math namespace of core.mathlib
 Forward = Callable[[Any, Sequence[np.ndarray], Mapping[str, Any]], np.ndarray]
@@ -65,6 +67,7 @@ class OpDef:
     nondiff_inputs: tuple[int, ...] = ()  # inputs that never receive a gradient (targets)
     doc: str = ""
     c: CForm | None = None  # elementwise ops: the one C spelling every C target renders
+    row: RowForm | None = None  # row ops: the one row loop every C target renders (rows.py)
     onnx: tuple[str, ...] = ()  # ONNX operators that import as exactly this op
 
 
@@ -79,6 +82,10 @@ def register(op: OpDef) -> OpDef:
         raise ValueError(f"op {op.name!r}: kind {op.kind!r} is not one of {KINDS}")
     if op.fusion not in FUSION:
         raise ValueError(f"op {op.name!r}: fusion {op.fusion!r} is not one of {FUSION}")
+    if op.row is not None:
+        if op.c is not None:
+            raise ValueError(f"op {op.name!r}: a C form or a row form, not both")
+        check(op.name, op.row, op.arity)
     REGISTRY[op.name] = op
     return op
 

@@ -1,7 +1,10 @@
-"""Row-wise ops over the last axis: softmax, rms_norm, silu, swiglu, rope, cross_entropy.
+"""Row ops over the last axis: softmax, rms_norm, layer_norm, silu, swiglu, rope, cross_entropy.
 
 Each is the formula of docs/reference-order.md written out step by step; every reduction is the
 serial ``serial_sum`` and every transcendental comes from the math namespace ``M`` (refmath).
+Beside the numpy reference, each row op holds its ONE C spelling, a ``RowForm`` (core/ops/rows.py):
+every device target and its docs row are rendered from it, and tests/core/test_row_forms.py holds
+it to the numpy lines here bit for bit. silu and swiglu are elementwise: a ``CForm``.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import numpy as np
 
 from core.ops.reference import serial_sum, softmax, unbroadcast
 from core.ops.registry import CForm, OpDef, ShapeError, norm_axis, register
+from core.ops.rows import RowForm, RowPass, Step
 
 
 def _r(rng, dtype, *s, lo=-2.0, hi=2.0):
@@ -40,7 +44,12 @@ register(OpDef(
                             ([_r(rng, dt, 4, 3)], {"axis": 0}),
                             ([_r(rng, dt, 2, 3, 4)], {"axis": -1})],
     doc="m = max; e = exp(x - m); s = serial_sum(e); y = e / s; "
-        "ga = y * (g - serial_sum(g * y))"))
+        "ga = y * (g - serial_sum(g * y))",
+    row=RowForm(
+        ins=(("x", "row"),), axis="axis",
+        fwd=RowPass(("DIV(EXP(SUB({x}, {m})), {s})",),
+                    steps=(Step("m", "max", "{x}"), Step("s", "sum", "EXP(SUB({x}, {m}))"))),
+        bwd=(RowPass(("MUL({y}, SUB({g}, {d}))",), steps=(Step("d", "sum", "MUL({g}, {y})"),)),))))
 
 
 # ---- rms_norm ----------------------------------------------------------------------------------
@@ -55,6 +64,10 @@ def _inv_rms(x, eps):
     n = x.dtype.type(x.shape[-1])
     ms = serial_sum(x * x, -1, keepdims=True) / n
     return _one(x) / np.sqrt(ms + x.dtype.type(eps))  # two roundings: 1 / sqrt(.)
+
+
+def _eps(at):
+    return at["eps"]
 
 
 def _rms_fwd(M, xs, at):
@@ -79,7 +92,76 @@ register(OpDef(
     sample=lambda rng, dt: [([_r(rng, dt, 3, 6), _r(rng, dt, 6, lo=0.5, hi=1.5)],
                              {"eps": 1e-6}),
                             ([_r(rng, dt, 2, 2, 4), _r(rng, dt, 4)], {"eps": 1e-5})],
-    doc="r = 1/sqrt(serial_sum(x*x)/n + eps); y = (x*r)*gamma"))
+    doc="r = 1/sqrt(serial_sum(x*x)/n + eps); y = (x*r)*gamma",
+    row=RowForm(
+        ins=(("x", "row"), ("gamma", "col")), keep=("r",), scalars=(("eps", _eps),),
+        fwd=RowPass(("MUL(MUL({x}, {r}), {gamma})",),
+                    steps=(Step("ss", "sum", "MUL({x}, {x})"),
+                           Step("r", "let", "DIV((real_t)1, SQRT(ADD(DIV({ss}, {n}), {eps})))"))),
+        bwd=(RowPass(("SUB(MUL({gd}, {r}), MUL({x}, {c}))",),
+                     steps=(Step("dot", "sum", "MUL(MUL({g}, {gamma}), {x})"),
+                            Step("c", "let", "MUL(DIV(MUL(MUL({r}, {r}), {r}), {n}), {dot})")),
+                     lets=(("gd", "MUL({g}, {gamma})"),)),
+             RowPass(("MUL({g}, MUL({x}, {r}))",))))))
+
+
+# ---- layer_norm --------------------------------------------------------------------------------
+def _ln_eps(at):
+    return at.get("eps", 1e-5)  # ONNX LayerNormalization's default epsilon
+
+
+def _ln_parts(x, eps):
+    n = x.dtype.type(x.shape[-1])
+    mu = serial_sum(x, -1, keepdims=True) / n
+    d = x - mu
+    var = serial_sum(d * d, -1, keepdims=True) / n
+    return d, _one(x) / np.sqrt(var + x.dtype.type(eps)), n  # two roundings: 1 / sqrt(.)
+
+
+def _ln_fwd(M, xs, at):
+    x, gamma = xs
+    d, r, _ = _ln_parts(x, _ln_eps(at))
+    return (d * r) * gamma
+
+
+def _ln_bwd(M, g, xs, y, at, nd):
+    x, gamma = xs
+    d, r, n = _ln_parts(x, _ln_eps(at))
+    gd, xh = g * gamma, d * r
+    ma = serial_sum(gd, -1, keepdims=True) / n
+    mb = serial_sum(gd * xh, -1, keepdims=True) / n
+    gx = r * ((gd - ma) - (xh * mb)) if nd[0] else None
+    gg = unbroadcast(g * xh, gamma.shape) if nd[1] else None
+    return [gx, gg]
+
+
+def _ln_shape(shapes, at):
+    x, gamma = shapes
+    if len(x) < 1 or gamma != (x[-1],):
+        raise ShapeError(f"layer_norm needs x [..., D] and gamma [D]; got {x} and {gamma}")
+    return x
+
+
+register(OpDef(
+    "layer_norm", 2, "rowwise", "row_local", _ln_shape, forward=_ln_fwd, backward=_ln_bwd,
+    sample=lambda rng, dt: [([_r(rng, dt, 3, 6), _r(rng, dt, 6, lo=0.5, hi=1.5)],
+                             {"eps": 1e-5}),
+                            ([_r(rng, dt, 2, 2, 4), _r(rng, dt, 4)], {"eps": 1e-3}),
+                            ([_r(rng, dt, 5), _r(rng, dt, 5)], {})],
+    doc="mu = serial_sum(x)/n; d = x - mu; r = 1/sqrt(serial_sum(d*d)/n + eps); y = (d*r)*gamma",
+    row=RowForm(
+        ins=(("x", "row"), ("gamma", "col")), keep=("mu", "r"), scalars=(("eps", _ln_eps),),
+        fwd=RowPass(("MUL(MUL(SUB({x}, {mu}), {r}), {gamma})",),
+                    steps=(Step("sx", "sum", "{x}"), Step("mu", "let", "DIV({sx}, {n})"),
+                           Step("sd", "sum", "MUL(SUB({x}, {mu}), SUB({x}, {mu}))"),
+                           Step("r", "let", "DIV((real_t)1, SQRT(ADD(DIV({sd}, {n}), {eps})))"))),
+        bwd=(RowPass(("MUL({r}, SUB(SUB({gd}, {ma}), MUL({xh}, {mb})))",),
+                     steps=(Step("sa", "sum", "MUL({g}, {gamma})"),
+                            Step("sb", "sum", "MUL(MUL({g}, {gamma}), MUL(SUB({x}, {mu}), {r}))"),
+                            Step("ma", "let", "DIV({sa}, {n})"),
+                            Step("mb", "let", "DIV({sb}, {n})")),
+                     lets=(("gd", "MUL({g}, {gamma})"), ("xh", "MUL(SUB({x}, {mu}), {r})"))),
+             RowPass(("MUL({g}, MUL(SUB({x}, {mu}), {r}))",))))))
 
 
 # ---- silu / swiglu -----------------------------------------------------------------------------
@@ -119,7 +201,12 @@ register(OpDef(
     forward=lambda M, xs, at: (xs[0] * M.sigmoid(xs[0])) * xs[1], backward=_swiglu_bwd,
     transcendental=True,
     sample=lambda rng, dt: [([_r(rng, dt, 3, 4), _r(rng, dt, 3, 4)], {})],
-    doc="y = (a * sigmoid(a)) * u; ga = (g*u) * silu'(a); gu = g * (a*s)"))
+    doc="y = (a * sigmoid(a)) * u; ga = (g*u) * silu'(a); gu = g * (a*s)",
+    # equal shapes only (the shape rule), so the binary family's broadcast never arises
+    c=CForm("MUL(MUL({a}, SIGMOID({a})), {b})",
+            ("MUL(MUL({g}, {b}), MUL({sg}, ADD((real_t)1, MUL({a}, SUB((real_t)1, {sg})))))",
+             "MUL({g}, MUL({a}, {sg}))"),
+            lets=(("sg", "SIGMOID({a})"),))))
 
 
 # ---- rope --------------------------------------------------------------------------------------
@@ -133,6 +220,10 @@ def rope_tables(seq: int, dim: int, base: float, dtype) -> tuple[np.ndarray, np.
     inv = np.array([float(base) ** (-(2.0 * i) / dim) for i in range(half)], dtype=np.float64)
     theta = np.arange(seq, dtype=np.float64)[:, None] * inv[None, :]
     return np.cos(theta).astype(dtype), np.sin(theta).astype(dtype)
+
+
+def _rope_tables_of(shape, at, dtype):
+    return rope_tables(shape[-2], shape[-1], at.get("base", 10000.0), dtype)
 
 
 def _rope_shape(shapes, at):
@@ -163,7 +254,14 @@ register(OpDef(
     "rope", 1, "rowwise", "row_local", _rope_shape, forward=_rope_fwd, backward=_rope_bwd,
     sample=lambda rng, dt: [([_r(rng, dt, 5, 4)], {"base": 10000.0}),
                             ([_r(rng, dt, 2, 3, 6)], {"base": 100.0})],
-    doc="y1 = x1*c - x2*s; y2 = x2*c + x1*s (position = index on axis -2)"))
+    doc="y1 = x1*c - x2*s; y2 = x2*c + x1*s (position = index on axis -2)",
+    row=RowForm(
+        ins=(("x", "row"),), pair=True, tables=("cos", "sin"), make_tables=_rope_tables_of,
+        fwd=RowPass(("SUB(MUL({x1}, {cos}), MUL({x2}, {sin}))",
+                     "ADD(MUL({x2}, {cos}), MUL({x1}, {sin}))")),
+        # the rotation is orthogonal: the gradient is rotated back by -theta
+        bwd=(RowPass(("ADD(MUL({g1}, {cos}), MUL({g2}, {sin}))",
+                      "SUB(MUL({g2}, {cos}), MUL({g1}, {sin}))")),))))
 
 
 # ---- cross_entropy -----------------------------------------------------------------------------
@@ -214,4 +312,11 @@ register(OpDef(
     "cross_entropy", 2, "loss", "none", _ce_shape, forward=_ce_fwd, backward=_ce_bwd,
     sample=_ce_sample, transcendental=True, nondiff_inputs=(1,),
     doc="z = x - max; e = exp(z); s = serial_sum(e); nll = log(s) - z[t]; "
-        "y = serial_sum(nll) / R; ga = (e/s - onehot) * (g / R)"))
+        "y = serial_sum(nll) / R; ga = (e/s - onehot) * (g / R)",
+    row=RowForm(
+        ins=(("x", "row"), ("t", "index")), keep=("m", "s"), total=True,
+        fwd=RowPass(("SUB(LOG({s}), SUB({x_t}, {m}))",),
+                    steps=(Step("m", "max", "{x}"), Step("s", "sum", "EXP(SUB({x}, {m}))"))),
+        # NOTE: the one-hot is a branch, not p - 0: p itself where c != t (exact)
+        bwd=(RowPass(("MUL(({is_t} ? SUB({p}, (real_t)1) : {p}), DIV({g}, {R}))",),
+                     lets=(("p", "DIV(EXP(SUB({x}, {m})), {s})"),)), None))))

@@ -3,9 +3,10 @@
 A node is row-local when its output row s (the flattened leading axes; columns are the last axis)
 depends only on row s of its ACTIVATION inputs (same shape as the output, or a matmul's left
 operand) plus WHOLE leaf operands read in full: elementwise ops with [..., c], [c] or [1]
-operands, every unary, matmul act[..., k] @ W[k, c] with W a leaf, and softmax / rms_norm over
-the last axis, rope, silu, swiglu. A maximal run of consecutive row-local nodes with the same
-row count (leaves in between are transparent) becomes one segment. A whole operand that needs a
+operands, every unary, matmul act[..., k] @ W[k, c] with W a leaf, and every row op of the
+table (a row form, core/ops/rows.py) over the last axis, its col inputs leaves. A maximal run
+of consecutive row-local nodes with the same row count (leaves in between are transparent)
+becomes one segment. A whole operand that needs a
 gradient must broadcast over rows only (leading axes all 1), so its gradient is a serial sum over
 rows in the tape's order; the parameter-gradient kernel computes it.
 """
@@ -17,16 +18,19 @@ from dataclasses import dataclass, field
 from core.ops.registry import REGISTRY
 from gpu.optable import BINARY as OPTABLE_BINARY
 from gpu.optable import UNARY as OPTABLE_UNARY
+from gpu.rowtable import ROW_OPS
 
-__all__ = ["RowNode", "Segment", "row_info", "find_segments", "LEAVES", "BINARY", "UNARY",
+__all__ = ["RowNode", "Segment", "row_info", "find_segments", "LEAVES", "BINARY", "UNARY", "ROW",
            "HAND_FUSED"]
 
 LEAVES = ("param", "const")
 # every op of the table with a C form fuses: binaries with whole (broadcast) operands, unaries
 BINARY = tuple(n for n in OPTABLE_BINARY if REGISTRY[n].fusion == "row_local")
 UNARY = tuple(n for n in OPTABLE_UNARY if REGISTRY[n].fusion == "row_local")
-# row-local ops without a one-line C form: row_info and codegen spell each by hand
-HAND_FUSED = ("swiglu", "rope", "softmax", "rms_norm", "matmul")
+# every row op of the table that is row-local (a total, e.g. a loss, runs in the serial tail)
+ROW = tuple(n for n in ROW_OPS if REGISTRY[n].fusion == "row_local" and not REGISTRY[n].row.total)
+# row-local ops with neither form: row_info and codegen spell each by hand
+HAND_FUSED = ("matmul",)
 
 
 @dataclass(frozen=True)
@@ -97,18 +101,21 @@ def row_info(nodes: tuple, i: int) -> RowNode | None:
                 kinds.append("whole")
             else:
                 return None
-    elif n.op in UNARY or n.op in ("swiglu", "rope"):
+    elif n.op in UNARY:
         if any(tuple(x.shape) != tuple(n.shape) for x in ins):
             return None
         kinds = ["act"] * len(ins)
-    elif n.op == "softmax":
-        if n.attrs.get("axis", -1) % len(n.shape) != len(n.shape) - 1:
-            return None
-        kinds = ["act"]
-    elif n.op == "rms_norm":
-        kinds = ["act", "whole"]
-        if ins[1].op not in LEAVES:
-            return None
+    elif n.op in ROW:
+        f = REGISTRY[n.op].row
+        if f.axis and n.attrs.get(f.axis, -1) % len(n.shape) != len(n.shape) - 1:
+            return None  # the fused row is the last axis
+        for x, (_, kind) in zip(ins, f.ins, strict=True):
+            if kind == "row" and tuple(x.shape) == tuple(n.shape):
+                kinds.append("act")
+            elif kind == "col" and x.op in LEAVES:
+                kinds.append("whole")  # its gradient: the parameter kernel, serial over rows
+            else:
+                return None
     elif n.op == "matmul":
         a, w = ins
         if w.op not in LEAVES or len(w.shape) != 2 or _geom(a.shape)[0] != rows:

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.ops.registry import grad_inputs
+from core.ops.registry import REGISTRY, grad_inputs
+from core.ops.rows import RowForm, fill
 from gpu.emitc import literal
-from gpu.fusion.analysis import BINARY, Segment
+from gpu.fusion.analysis import BINARY, ROW, Segment
 from gpu.optable import cform, render, scalar_of
+from gpu.rowtable import LazyEnv, Target, pass_lines
 from gpu.source import node_comment
 
 __all__ = ["Layout", "KernelText", "row_forward", "row_backward", "param_grads", "HEADER"]
@@ -47,7 +49,8 @@ class Layout:
         return self.n_nodes + i
 
     def extra(self, node: int, key: str) -> int:
-        """Table slot of a per-node extra buffer (rms_norm's 1/rms, rope's tables)."""
+        """Table slot of a per-node extra buffer: a row form's kept row values ("k_<name>",
+        one per row) and host tables ("t_<name>")."""
         k = (node, key)
         if k not in self.extras:
             self.extras[k] = 2 * self.n_nodes + len(self.extras)
@@ -138,13 +141,20 @@ def _bin_fwd(op: str, a: str, b: str) -> str:
 
 
 def _bin_term(op: str, k: int, a: str, b: str, y: str, g: str) -> str:
-    """ts_bin_term_T of the op table (gpu/optable.py)."""
+    """ts_bin_term_T of the op table (gpu/optable.py), its lets inlined."""
     return render(op, k, {"a": a, "b": b, "y": y, "g": g}, _inline)
 
 
-def _slope(x: str, s: str) -> str:
-    """swiglu's silu slope s * (1 + x * (1 - s)) (ops_elementwise.cu ts_silu_slope_T)."""
-    return f"MUL({s}, ADD((real_t)1, MUL({x}, SUB((real_t)1, {s}))))"
+def _bin_term_lets(op: str, k: int, a: str, b: str, y: str, g: str) -> tuple[str, str]:
+    """(declarations of the table's lets, the expression) of a binary's term."""
+    lets: list[str] = []
+
+    def bind(name: str, expr: str) -> str:
+        lets.append(f"real_t {name} = {expr}; ")
+        return name
+
+    expr = render(op, k, {"a": a, "b": b, "y": y, "g": g}, bind)
+    return "".join(lets), expr
 
 
 def _un(w: _W, op: str, term: str | int, x: str, y: str, g: str, node) -> tuple[str, str]:
@@ -160,15 +170,62 @@ def _un(w: _W, op: str, term: str | int, x: str, y: str, g: str, node) -> tuple[
     return "".join(lets), expr
 
 
-def _rowmax(src: str, n: int, out: str) -> list[str]:
-    """ts_rowmax_T: NaN propagates, exactly as the stock kernel picks."""
-    return [f"real_t {out} = {src}[0];",
-            f"for (long long l = 1; l < {n}; ++l) {{ real_t q = {src}[l]; "
-            f"if (q != q || q > {out}) {out} = ({out} != {out}) ? {out} : q; }}"]
-
-
 def _cloop(n: int | str) -> str:
     return f"for (long long c = threadIdx.x; c < {n}; c += blockDim.x)"
+
+
+class _Fused(Target):
+    """A row form in a fused kernel: block = row ``s``, threads stride the columns; every thread
+    computes the row values itself from the same inputs (the same bits), thread 0 keeps them."""
+
+    def __init__(self, w: _W, node, which: str | int, row: str = "s") -> None:
+        self.w, self.node, self.which, self.row = w, node, which, row
+        self.f: RowForm = REGISTRY[node.op].row
+        self.C = w.cols(node.id)
+        self.ins = {n: j for (n, _), j in zip(self.f.ins, node.inputs, strict=True)}
+
+    def width(self) -> str:
+        return str(self.C)
+
+    def elem(self, name: str, col: str) -> str:
+        w, i, C, s = self.w, self.node.id, self.C, self.row
+        if name in self.ins:
+            j = self.ins[name]
+            return f"{w.v(j)}[{col}]" if dict(self.f.ins)[name] == "col" else \
+                f"{w.v(j)}[{s} * {C} + {col}]"
+        if name in ("y", "g"):
+            return f"{w.v(i) if name == 'y' else w.g(i)}[{s} * {C} + {col}]"
+        if name in self.f.tables:
+            return f"{w.x(i, 't_' + name)}[({s} % {self.node.shape[-2]}) * {C // 2} + {col}]"
+        base = name[:-1]
+        ptr = w.g(i) if base == "g" else w.v(self.ins[base])
+        return f"{ptr}[{s} * {C} + {col}{'' if name[-1] == '1' else f' + {C // 2}'}]"
+
+    def scalar(self, name: str) -> str:
+        if name == "n":
+            return self.w.lit(self.C)
+        return self.w.lit(dict(self.f.scalars)[name](self.node.attrs))
+
+    def kept(self, name: str) -> str:
+        return f"{self.w.x(self.node.id, 'k_' + name)}[{self.row}]"
+
+    def store_kept(self, name: str, value: str) -> list[str]:
+        return [f"if (threadIdx.x == 0) {self.kept(name)} = {value};"]
+
+    def out_loop(self) -> str | None:
+        return _cloop(self.C // 2 if self.f.pair else self.C)
+
+    def write(self, k: int, expr: str, col: str) -> str:
+        off = "" if k == 0 else f" + {self.C // 2}"
+        if self.which == "fwd":
+            return f"{self.w.v(self.node.id)}[{self.row} * {self.C} + {col}{off}] = {expr};"
+        j = self.node.inputs[int(self.which)]
+        gx = f"{self.w.g(j)}[{self.row} * {self.w.cols(j)} + {col}{off}]"
+        return f"{gx} = ADD({gx}, {expr});"
+
+
+def _row_block(t: _Fused, which: str | int) -> list[str]:
+    return ["{", *("    " + ln for ln in pass_lines(t, t.f, which)), "}"]
 
 
 def _fwd_node(w: _W, info) -> list[str]:
@@ -179,9 +236,6 @@ def _fwd_node(w: _W, info) -> list[str]:
         a = _operand(w, node, 0, info.kinds[0], "s", "c")
         b = _operand(w, node, 1, info.kinds[1], "s", "c")
         return [f"{_cloop(C)} {y} = {_bin_fwd(op, a, b)};"]
-    if op == "swiglu":
-        a, u = (f"{w.v(j)}[s * {C} + c]" for j in node.inputs)
-        return [f"{_cloop(C)} {{ real_t a = {a}; {y} = MUL(MUL(a, SIGMOID(a)), {u}); }}"]
     if op == "matmul":
         a, wt = node.inputs
         K = w.nodes[wt].shape[0]
@@ -189,31 +243,8 @@ def _fwd_node(w: _W, info) -> list[str]:
                 f"    for (long long k = 0; k < {K}; ++k) acc = ADD(acc, "
                 f"MUL({w.v(a)}[s * {K} + k], {w.v(wt)}[k * {C} + c]));",
                 f"    {y} = acc;", "}"]
-    if op == "softmax":
-        x = w.v(node.inputs[0])
-        return ["{", f"    const real_t* xr = {x} + s * {C};",
-                *("    " + ln for ln in _rowmax("xr", C, "m")),
-                "    real_t sum = (real_t)0;",
-                f"    for (long long l = 0; l < {C}; ++l) sum = ADD(sum, EXP(SUB(xr[l], m)));",
-                f"    {_cloop(C)} {y} = DIV(EXP(SUB(xr[c], m)), sum);", "}"]
-    if op == "rms_norm":
-        x, gm = node.inputs
-        rs = w.x(i, "r")
-        return ["{", f"    const real_t* xr = {w.v(x)} + s * {C};", "    real_t ss = (real_t)0;",
-                f"    for (long long d = 0; d < {C}; ++d) ss = ADD(ss, MUL(xr[d], xr[d]));",
-                f"    real_t r = DIV((real_t)1, SQRT(ADD(DIV(ss, {w.lit(C)}), "
-                f"{w.lit(node.attrs['eps'])})));",
-                f"    if (threadIdx.x == 0) {rs}[s] = r;",
-                f"    {_cloop(C)} {y} = MUL(MUL(xr[c], r), {w.v(gm)}[c]);", "}"]
-    if op == "rope":
-        S, h = node.shape[-2], C // 2
-        x, cs, sn = w.v(node.inputs[0]), w.x(i, "cos"), w.x(i, "sin")
-        yv = w.v(i)
-        return [f"{_cloop(h)} {{", f"    long long p = s % {S};",
-                f"    real_t cv = {cs}[p * {h} + c], sv = {sn}[p * {h} + c];",
-                f"    real_t x1 = {x}[s * {C} + c], x2 = {x}[s * {C} + c + {h}];",
-                f"    {yv}[s * {C} + c] = SUB(MUL(x1, cv), MUL(x2, sv));",
-                f"    {yv}[s * {C} + c + {h}] = ADD(MUL(x2, cv), MUL(x1, sv));", "}"]
+    if op in ROW:
+        return _row_block(_Fused(w, node, "fwd"), "fwd")
     x = f"{w.v(node.inputs[0])}[s * {C} + c]"
     lets, e = _un(w, op, "fwd", "x", y, "", node)
     return [f"{_cloop(C)} {{ real_t x = {x}; {lets}{y} = {e}; }}"]
@@ -241,13 +272,10 @@ def _bwd_node(w: _W, info, k: int) -> list[str]:
     if op in BINARY:
         a = _operand(w, node, 0, info.kinds[0], "s", "c")
         b = _operand(w, node, 1, info.kinds[1], "s", "c")
-        t = _bin_term(op, k, a, b, f"{w.v(i)}[s * {C} + c]", g)
+        lets, t = _bin_term_lets(op, k, a, b, f"{w.v(i)}[s * {C} + c]", g)
+        if lets:
+            return [f"{_cloop(C)} {{ {lets}{gx} = ADD({gx}, {t}); }}"]
         return [f"{_cloop(C)} {gx} = ADD({gx}, {t});"]
-    if op == "swiglu":
-        a, u = (f"{w.v(q)}[s * {C} + c]" for q in node.inputs)
-        t = f"MUL(MUL({g}, {u}), {_slope('a', 'sg')})" if k == 0 else f"MUL({g}, MUL(a, sg))"
-        return [f"{_cloop(C)} {{ real_t a = {a}; real_t sg = SIGMOID(a); "
-                f"{gx} = ADD({gx}, {t}); }}"]
     if op == "matmul":
         wt = node.inputs[1]
         K = w.nodes[wt].shape[0]
@@ -255,31 +283,8 @@ def _bwd_node(w: _W, info, k: int) -> list[str]:
                 f"    for (long long n = 0; n < {C}; ++n) acc = ADD(acc, "
                 f"MUL({w.g(i)}[s * {C} + n], {w.v(wt)}[c * {C} + n]));",
                 f"    {gx} = ADD({gx}, acc);", "}"]
-    if op == "softmax":
-        yv, gv = w.v(i), w.g(i)
-        return ["{", "    real_t d = (real_t)0;",
-                f"    for (long long l = 0; l < {C}; ++l) d = ADD(d, MUL({gv}[s * {C} + l], "
-                f"{yv}[s * {C} + l]));",
-                f"    {_cloop(C)} {gx} = ADD({gx}, MUL({yv}[s * {C} + c], SUB({g}, d)));", "}"]
-    if op == "rms_norm":
-        x, gm = node.inputs
-        xv, gmv, gv, rs = w.v(x), w.v(gm), w.g(i), w.x(i, "r")
-        return ["{", f"    real_t r = {rs}[s];", "    real_t dot = (real_t)0;",
-                f"    for (long long d = 0; d < {C}; ++d) dot = ADD(dot, "
-                f"MUL(MUL({gv}[s * {C} + d], {gmv}[d]), {xv}[s * {C} + d]));",
-                f"    real_t cc = MUL(DIV(MUL(MUL(r, r), r), {w.lit(C)}), dot);",
-                f"    {_cloop(C)} {{ real_t gd = MUL({g}, {gmv}[c]); "
-                f"{gx} = ADD({gx}, SUB(MUL(gd, r), MUL({xv}[s * {C} + c], cc))); }}", "}"]
-    if op == "rope":
-        S, h = node.shape[-2], C // 2
-        cs, sn, gv, gxv = w.x(i, "cos"), w.x(i, "sin"), w.g(i), w.g(j)
-        return [f"{_cloop(h)} {{", f"    long long p = s % {S};",
-                f"    real_t cv = {cs}[p * {h} + c], sv = {sn}[p * {h} + c];",
-                f"    real_t x1 = {gv}[s * {C} + c], x2 = {gv}[s * {C} + c + {h}];",
-                f"    {gxv}[s * {C} + c] = ADD({gxv}[s * {C} + c], "
-                "ADD(MUL(x1, cv), MUL(x2, sv)));",
-                f"    {gxv}[s * {C} + c + {h}] = ADD({gxv}[s * {C} + c + {h}], "
-                "SUB(MUL(x2, cv), MUL(x1, sv)));", "}"]
+    if op in ROW:
+        return _row_block(_Fused(w, node, k), k)
     x = f"{w.v(node.inputs[0])}[s * {C} + c]"
     lets, t = _un(w, op, 0, "x", f"{w.v(i)}[s * {C} + c]", g, node)
     return [f"{_cloop(C)} {{ real_t x = {x}; {lets}{gx} = ADD({gx}, {t}); }}"]
@@ -321,10 +326,14 @@ def _param_terms(w: _W, info, k: int, rows: int) -> list[str]:
         return [f"long long kk = j / {C}, n = j % {C};",
                 f"for (long long r = 0; r < {rows}; ++r) acc = ADD(acc, "
                 f"MUL({w.v(a)}[r * {K} + kk], {w.g(i)}[r * {C} + n]));"]
-    if op == "rms_norm":  # ggamma[d] = serial over rows of g * (x * r)
-        x = node.inputs[0]
-        return [f"for (long long r = 0; r < {rows}; ++r) acc = ADD(acc, MUL({w.g(i)}[r * {C} + j], "
-                f"MUL({w.v(x)}[r * {C} + j], {w.x(i, 'r')}[r])));"]
+    if op in ROW:  # a col input's gradient: its term, serial over rows
+        t = _Fused(w, node, k, row="r")
+        p = t.f.bwd[k]
+        assert p is not None
+        env = {n: t.kept(n) for n in t.f.keep}
+        env.update({n: t.scalar(n) for n in ("n", *(m for m, _ in t.f.scalars))})
+        term = fill(p.out[0], LazyEnv(env, lambda name: t.elem(name, "j")))
+        return [f"for (long long r = 0; r < {rows}; ++r) acc = ADD(acc, {term});"]
     j = node.inputs[k]
     per_col = w.nodes[j].shape and w.nodes[j].shape[-1] == C and C > 1
     a = _operand(w, node, 0, info.kinds[0], "r", "c")

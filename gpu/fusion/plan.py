@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.rowwise import rope_tables
+from core.ops.registry import REGISTRY
 from gpu.fusion import codegen
 from gpu.fusion.analysis import Segment, find_segments
 from gpu.fusion.optimizer import OPTIMIZER_TEXT, FusionRuntime
@@ -217,12 +217,12 @@ def _table(prog: Program, p: FusionPlan) -> tuple[np.ndarray, list]:
     tab[n:2 * n] = prog.grad_ptrs
     for (i, key), slot in p.layout.extras.items():
         node = prog.nodes[i]
-        if key == "r":
+        f = REGISTRY[node.op].row
+        if key.startswith("k_"):  # a kept row value: one per row
             buf = prog.device.alloc(max(node.size // node.shape[-1], 1), prog.dtype)
-        else:
-            c, s = rope_tables(node.shape[-2], node.shape[-1], node.attrs.get("base", 10000.0),
-                               prog.dtype)
-            arr = np.ascontiguousarray(c if key == "cos" else s).reshape(-1)
+        else:  # a host table of the row form ("t_<name>")
+            arrays = f.make_tables(node.shape, node.attrs, prog.dtype)
+            arr = np.ascontiguousarray(arrays[f.tables.index(key[2:])]).reshape(-1)
             buf = prog.device.alloc(arr.size, prog.dtype)
             buf.upload(arr)
         keep.append(buf)

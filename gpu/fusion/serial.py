@@ -3,7 +3,8 @@ forward and ONE backward (which also seeds the loss gradient with 1).
 
 The tail is the maximal run of consecutive nodes ending at the loss whose outputs hold one
 element: scalar arithmetic (emitc's expressions, the reference formulas for one element), sum /
-mean reductions to one slot (serial, flat row-major order) and cross_entropy (rows in order).
+mean reductions to one slot (serial, flat row-major order) and the table's row ops that reduce a
+whole tensor to one value (a row form with ``total``, e.g. a loss: rows in order).
 One thread runs it, so every sum keeps the tape's order.
 """
 
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.ops.registry import REGISTRY
 from gpu.emitc import C_OPS, _Ctx
 from gpu.fusion.analysis import LEAVES
-from gpu.fusion.codegen import _W, KernelText, Layout, _rowmax, pushes
+from gpu.fusion.codegen import _W, KernelText, Layout, pushes
+from gpu.rowtable import Target, pass_lines
 
 __all__ = ["Tail", "find_tail", "tail_forward", "tail_backward"]
 
@@ -33,7 +36,7 @@ def _serial_ok(nodes: tuple, i: int) -> bool:
     n = nodes[i]
     if n.size != 1:
         return False
-    if n.op in ("sum", "mean", "cross_entropy"):
+    if n.op in ("sum", "mean") or _total(n.op):
         return True
     return n.op in C_OPS and all(nodes[j].size == 1 for j in n.inputs)
 
@@ -66,10 +69,52 @@ def _load(w: _W, done: set[int], j: int) -> list[str]:
     return [f"const real_t t{j} = {w.v(j)}[0];"]
 
 
-def _ce_rows(w: _W, node) -> tuple[str, str, int, int]:
-    x, t = node.inputs
-    C = w.nodes[x].shape[-1]
-    return w.v(x), w.v(t), w.nodes[x].size // C, C
+def _total(op: str) -> bool:
+    f = REGISTRY[op].row
+    return f is not None and f.total
+
+
+class _Rows(Target):
+    """A total row form run by the one thread: row ``row`` of R in order, columns serial."""
+
+    def __init__(self, w: _W, node, which: str | int) -> None:
+        self.w, self.node, self.which = w, node, which
+        self.f = REGISTRY[node.op].row
+        self.ins = {n: j for (n, _), j in zip(self.f.ins, node.inputs, strict=True)}
+        x = node.inputs[next(k for k, (_, kind) in enumerate(self.f.ins) if kind == "row")]
+        self.C = w.nodes[x].shape[-1]
+        self.R = w.nodes[x].size // self.C
+
+    def width(self) -> str:
+        return str(self.C)
+
+    def elem(self, name: str, col: str) -> str:
+        w, C = self.w, self.C
+        if name in self.ins:
+            j = self.ins[name]
+            return f"{w.v(j)}[{col}]" if dict(self.f.ins)[name] == "col" else \
+                f"{w.v(j)}[row * {C} + {col}]"
+        if name == "g":
+            return f"{w.g(self.node.id)}[0]"
+        if name.startswith("is_"):
+            return f"({col} == (long long){w.v(self.ins[name[3:]])}[row])"
+        r, _, t = name.rpartition("_")
+        return f"{w.v(self.ins[r])}[row * {C} + (long long){w.v(self.ins[t])}[row]]"
+
+    def scalar(self, name: str) -> str:
+        if name in ("n", "R"):
+            return self.w.lit(self.C if name == "n" else self.R)
+        return self.w.lit(dict(self.f.scalars)[name](self.node.attrs))
+
+    def out_loop(self) -> str | None:
+        return None if self.which == "fwd" else f"for (long long c = 0; c < {self.C}; ++c)"
+
+    def write(self, k: int, expr: str, col: str) -> str:
+        if self.which == "fwd":
+            return f"acc = ADD(acc, {expr});"
+        j = self.node.inputs[int(self.which)]
+        gx = f"{self.w.g(j)}[row * {self.C} + {col}]"
+        return f"{gx} = ADD({gx}, {expr});"
 
 
 def tail_forward(name: str, tail: Tail, nodes: tuple, lay: Layout, dt: np.dtype) -> KernelText:
@@ -87,18 +132,12 @@ def tail_forward(name: str, tail: Tail, nodes: tuple, lay: Layout, dt: np.dtype)
             w.body += ["{", "    real_t acc = (real_t)0;",
                        f"    for (long long e = 0; e < {cnt}; ++e) acc = ADD(acc, {w.v(x)}[e]);",
                        f"    {w.v(i)}[0] = {div};", "}"]
-        elif n.op == "cross_entropy":
-            xv, tv, R, C = _ce_rows(w, n)
+        elif _total(n.op):  # y = serial_sum(the rows' values, in row order) / T(R)
+            t = _Rows(w, n, "fwd")
             w.body += ["{", "    real_t acc = (real_t)0;",
-                       f"    for (long long row = 0; row < {R}; ++row) {{",
-                       f"        const real_t* xr = {xv} + row * {C};",
-                       *("        " + ln for ln in _rowmax("xr", C, "m")),
-                       "        real_t s = (real_t)0;",
-                       f"        for (long long c = 0; c < {C}; ++c) "
-                       "s = ADD(s, EXP(SUB(xr[c], m)));",
-                       f"        long long ti = (long long){tv}[row];",
-                       "        acc = ADD(acc, SUB(LOG(s), SUB(xr[ti], m)));", "    }",
-                       f"    {w.v(i)}[0] = DIV(acc, {w.lit(R)});", "}"]
+                       f"    for (long long row = 0; row < {t.R}; ++row) {{",
+                       *("        " + ln for ln in pass_lines(t, t.f, "fwd")), "    }",
+                       f"    {w.v(i)}[0] = DIV(acc, {w.lit(t.R)});", "}"]
         else:
             for j in n.inputs:
                 w.body += _load(w, done, j)
@@ -131,20 +170,11 @@ def tail_backward(name: str, tail: Tail, nodes: tuple, reached: list[bool], lay:
             v = f"DIV({g}, {w.lit(cnt)})" if n.op == "mean" else g
             gx = f"{w.g(x)}[e]"
             w.body.append(f"for (long long e = 0; e < {cnt}; ++e) {gx} = ADD({gx}, {v});")
-        elif n.op == "cross_entropy":
-            xv, tv, R, C = _ce_rows(w, n)
-            gx = w.g(n.inputs[0])
-            w.body += [f"for (long long row = 0; row < {R}; ++row) {{",
-                       f"    const real_t* xr = {xv} + row * {C};",
-                       *("    " + ln for ln in _rowmax("xr", C, "m")),
-                       "    real_t s = (real_t)0;",
-                       f"    for (long long c = 0; c < {C}; ++c) s = ADD(s, EXP(SUB(xr[c], m)));",
-                       f"    for (long long c = 0; c < {C}; ++c) {{",
-                       f"        real_t k = DIV({g}, {w.lit(R)});",
-                       "        real_t p = DIV(EXP(SUB(xr[c], m)), s);",
-                       f"        if (c == (long long){tv}[row]) p = SUB(p, (real_t)1);",
-                       f"        {gx}[row * {C} + c] = ADD({gx}[row * {C} + c], MUL(p, k));",
-                       "    }", "}"]
+        elif _total(n.op):  # kept row values recomputed: the same operations, the same bits
+            for k in ks:
+                t = _Rows(w, n, k)
+                w.body += [f"for (long long row = 0; row < {t.R}; ++row) {{",
+                           *("    " + ln for ln in pass_lines(t, t.f, k, recompute=True)), "}"]
         else:
             w.body.append("{")
             for j in (*n.inputs, i):

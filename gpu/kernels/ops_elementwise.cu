@@ -57,11 +57,6 @@ extern "C" __global__ void binary_bwd_T(long long op, long long which, const rea
     }
 }
 
-/* s * (1 + x * (1 - s)): d/dx x*sigmoid(x) in the reference order. */
-__device__ __forceinline__ real_t ts_silu_slope_T(real_t x, real_t s) {
-    return MUL(s, ADD((real_t)1, MUL(x, SUB((real_t)1, s))));
-}
-
 extern "C" __global__ void unary_fwd_T(long long op, const real_t* x, real_t* y, real_t s,
                                        long long n) {
     TS_GRID_STRIDE(i, n) { y[i] = ts_un_T(op, x[i], s); }
@@ -70,22 +65,6 @@ extern "C" __global__ void unary_fwd_T(long long op, const real_t* x, real_t* y,
 extern "C" __global__ void unary_bwd_T(long long op, const real_t* x, const real_t* y,
                                        const real_t* g, real_t* gx, real_t s, long long n) {
     TS_GRID_STRIDE(i, n) { gx[i] = ADD(gx[i], ts_un_term_T(op, x[i], y[i], g[i], s)); }
-}
-
-/* swiglu(a, u): s = sigmoid(a); y = (a * s) * u */
-extern "C" __global__ void swiglu_fwd_T(const real_t* a, const real_t* u, real_t* y,
-                                        long long n) {
-    TS_GRID_STRIDE(i, n) { y[i] = MUL(MUL(a[i], SIGMOID(a[i])), u[i]); }
-}
-
-extern "C" __global__ void swiglu_bwd_T(long long which, const real_t* a, const real_t* u,
-                                        const real_t* g, real_t* gx, long long n) {
-    TS_GRID_STRIDE(i, n) {
-        real_t s = SIGMOID(a[i]);
-        real_t c = which == 0 ? MUL(MUL(g[i], u[i]), ts_silu_slope_T(a[i], s))
-                              : MUL(g[i], MUL(a[i], s));
-        gx[i] = ADD(gx[i], c);
-    }
 }
 
 /* ---- data movement: exact copies; backward adds (+0.0 where idx < 0: slice padding) ---- */

@@ -46,7 +46,7 @@ UNARY = {**{n: table_math(n) for n in optable.UNARY},
          "sum": (), "mean": (), "transpose": (), "reshape": (), "slice": (), "concat": (),
          "softmax": ("exp",), "cross_entropy": ("exp", "log")}
 BINARY = {**{n: table_math(n) for n in optable.BINARY},
-          "matmul": (), "bmm": (), "rms_norm": (), "swiglu": ("sigmoid",)}
+          "matmul": (), "bmm": (), "rms_norm": (), "layer_norm": (), "swiglu": ("sigmoid",)}
 SHAPES = [(), (1,), (1, 1)]
 
 
@@ -98,6 +98,9 @@ def build(dtype, leaves: list[tuple[str, float, int]], steps: list[tuple]) -> tu
         elif op == "rms_norm":
             y = ops.rms_norm(ops.reshape(a, (1,) if si != 2 else (1, 1)), ops.reshape(b, (1,)),
                              eps=abs(s) * 1e-3)
+        elif op == "layer_norm":
+            y = ops.layer_norm(ops.reshape(a, (1,) if si != 2 else (1, 1)), ops.reshape(b, (1,)),
+                               eps=abs(s) * 1e-3 + 1e-5)
         elif op == "swiglu":
             y = ops.swiglu(a, ops.reshape(b, a.shape))
         elif op in BINARY:

@@ -20,7 +20,7 @@ from tests.gpu.test_fusion import diff_nodes
 
 UNARY = ["neg", "relu", "sigmoid", "tanh", "exp", "silu"]
 OPS = ["matmul", "bias", "scale_col", "div_const", "act_binary", "unary", "adds", "muls",
-       "softmax", "rms_norm", "rope", "swiglu", "scalar_const"]
+       "softmax", "rms_norm", "rope", "swiglu", "scalar_const", "layer_norm"]
 
 STEP = st.tuples(st.sampled_from(OPS), st.integers(0, 9), st.integers(1, 6),
                  st.floats(-2, 2, allow_nan=False))
@@ -87,6 +87,8 @@ def build(rows: int, c0: int, seed: int, steps: list, tail: list[str] = (),
             y = ops.softmax(a)
         elif op == "rms_norm":
             y = ops.rms_norm(a, t.param(rng.uniform(0.5, 1.5, (c,)), name="gamma"))
+        elif op == "layer_norm":
+            y = ops.layer_norm(a, t.param(rng.uniform(0.5, 1.5, (c,)), name="gamma"), eps=1e-5)
         elif op == "rope":
             y = ops.rope(a if c % 2 == 0 else a @ t.param(rng.uniform(-1, 1, (c, 2 * width))))
         else:  # swiglu of two projections of the same activation

@@ -69,8 +69,9 @@ def test_the_library_runs_every_grid_stride_kernel_as_lanes():
         sigs = set(parse_kernels(src))
         lanes = _lanes_of(src)
         not_lanes = {re.sub(r"_f(32|64)$", "", k) for k in sigs - lanes}
-        # one thread by index (ce_total, clip_norm); an argmax loop that breaks (maxpool)
-        assert not_lanes == {"ce_total", "clip_norm", "maxpool_fwd"}
+        # one thread by index (a row form's total: cross_entropy_total, clip_norm); an argmax
+        # loop that breaks (maxpool)
+        assert not_lanes == {"cross_entropy_total", "clip_norm", "maxpool_fwd"}
         assert {"mm_f64", "adam_f64", "binary_fwd_f32", "zero_many_f64"} <= lanes
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from core.ops import REGISTRY
 from gpu import optable
 from gpu.emitc import C_OPS, NO_C_RULE
-from gpu.fusion.analysis import BINARY, HAND_FUSED, UNARY
+from gpu.fusion.analysis import BINARY, HAND_FUSED, ROW, UNARY
 from gpu.library import KERNELS, LEAF
 from gpu.source import TRANSCENDENTALS, library_source, template
 
@@ -44,8 +44,8 @@ def test_every_op_has_every_target():
             "grad-check sample": d.sample and d.sample(np.random.default_rng(0),
                                                        np.dtype(np.float64)),
             "kernels (gpu/library*.py)": name in KERNELS and KERNELS[name].fwd != LEAF,
-            "fusion rule (C form or analysis.HAND_FUSED)": d.fusion == "none"
-            or name in BINARY or name in UNARY or name in HAND_FUSED,
+            "fusion rule (C form, row form or analysis.HAND_FUSED)": d.fusion == "none"
+            or name in BINARY or name in UNARY or name in ROW or name in HAND_FUSED,
             "emitc rule (C form, C_OPS or emitc.NO_C_RULE)": name in C_OPS or name in NO_C_RULE,
             "a row in docs/reference-order*.md": name in doc_ops,
             "a C form (every unary is one line of C)": d.kind != "unary" or d.c is not None,
@@ -66,6 +66,29 @@ def test_table_ops_reach_every_generated_target():
         if d.fusion == "row_local":
             assert name in UNARY or name in BINARY, f"{name}: never fuses"
         assert name in C_OPS, f"{name}: no emitc rule"
+
+
+def test_row_ops_reach_every_generated_target():
+    """An op with a row form gets its library kernels, its fusion, its emitc rule, all rendered."""
+    from gpu import rowtable
+    from gpu.fusion.analysis import ROW
+
+    src = library_source()
+    gen = rowtable.library_kernels()
+    assert gen in template("ops_rows") and rowtable.MARK not in template("ops_rows")
+    for name, d in REGISTRY.items():
+        if d.row is None:
+            continue
+        assert name in rowtable.ROW_OPS
+        for kernel in rowtable.kernel_names(name).values():
+            assert f" {kernel}_f64(" in src and f" {kernel}_f32(" in src, kernel
+        if d.fusion == "row_local" and not d.row.total:
+            assert name in ROW, f"{name}: never fuses"
+        assert (name in C_OPS) != (name in NO_C_RULE), name
+        text = " ".join(e for _, p in d.row.passes()
+                        for e in (*p.out, *(s.expr for s in p.steps), *(x for _, x in p.lets)))
+        calls = {t for t in TRANSCENDENTALS if re.search(rf"\b{t}\(", text)}
+        assert bool(calls) == d.transcendental, f"{name}: transcendental={d.transcendental}"
 
 
 def test_transcendental_flag_matches_the_c_form():
