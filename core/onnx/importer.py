@@ -288,6 +288,21 @@ def _layernorm(imp, st, ins, names):
     x = _v(imp, ins, names, 0)
     nd = len(x.shape)
     axes = tuple(range(st.attrs.get("axis", -1) % nd, nd))
+    scale = _v(imp, ins, names, 1)
+    norm = x.shape[axes[0]:]
+    wants_stats = any(o for o in st.node.output[1:])
+    if not wants_stats and tuple(scale.shape) in (norm, (int(np.prod(norm)),)):
+        # the row op (its forward is this composite's, bit for bit; its backward is written
+        # once): normalized dims flattened to one row
+        flat = int(np.prod(norm))
+        xr = x if len(axes) == 1 else ops.reshape(x, x.shape[:axes[0]] + (flat,))
+        sr = scale if len(scale.shape) == 1 else ops.reshape(scale, (flat,))
+        y = ops.layer_norm(xr, sr, eps=float(st.attrs.get("epsilon", 1e-5)))
+        if len(axes) != 1:
+            y = ops.reshape(y, x.shape)
+        if len(ins) > 2 and ins[2] is not None:
+            y = ops.add(y, _v(imp, ins, names, 2))
+        return y
     mean = ops.mean(x, axes, keepdims=True)
     d = ops.sub(x, mean)
     var = ops.mean(ops.mul(d, d), axes, keepdims=True)

@@ -174,3 +174,17 @@ def test_recurrent_layers_unrolled_match_the_executor(kind, direction, lbr, peep
     for w in ("W", "R", "B"):
         assert np.any(tape.grad(imp.params[w]) != 0), w
     assert "h0" not in imp.params  # an initial state is data, not a weight
+
+
+@pytest.mark.parametrize("axis, shape", [(-1, (3, 4, 5)), (1, (3, 4, 5))])
+def test_layer_normalization_is_the_row_op_and_the_executor_bit_for_bit(axis, shape):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape)
+    sc = rng.standard_normal(shape[axis:] if axis > 0 else shape[-1:])
+    m = _model([helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=axis)],
+               {"x": x}, ["y"], [("s", sc), ("b", sc * 0.5)], opset=17)
+    want, imp, tape = _both(m, {"x": x})
+    assert np.asarray(imp.outputs["y"].value).tobytes() == want["y"].tobytes()
+    assert [n.op for n in tape.nodes].count("layer_norm") == 1
+    tape.backward(ops.sum(imp.outputs["y"]))
+    assert np.any(tape.grad(imp.params["s"]) != 0)
