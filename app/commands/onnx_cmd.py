@@ -65,7 +65,7 @@ def _limit_flags(p) -> None:
                    help=f"nodes once local functions are inlined (default {d.max_nodes})")
     g.add_argument("--max-work", type=_count, metavar="N",
                    help="estimated work of one run, in ~nanoseconds of the reference executor "
-                        f"(default {d.max_work}, about 23 s)")
+                        f"(default {d.max_work}, about 20 s)")
 
 
 def limits_from(args: argparse.Namespace):
