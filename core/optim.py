@@ -75,7 +75,8 @@ class Optimizer:
         for slot, g in live:
             if slot.l2 != 0.0:
                 g = g + self.scalar(slot.l2) * self.tape.value(slot.var)
-            out.append((slot, g))
+            # NOTE: np.asarray: arithmetic on a 0-d array gives a numpy scalar (a 0-d param)
+            out.append((slot, np.asarray(g)))
         return out
 
     def step(self) -> None:

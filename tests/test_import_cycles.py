@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "gpu", "views", "app")
 
 # lazy (function-level) cycles left, each as its sorted member list: none (the Run protocol,
-# issue 24 item 2, removed app.remote <-> app.runs; core.onnx's ring went with core/onnx/gradient.py).
+# issue 24 item 2, removed app.remote <-> app.runs; core.onnx's ring went with
+# core/onnx/gradient.py).
 # With the set empty the test asserts no cycle at all; a new one fails it.
 KNOWN_LAZY_CYCLES: set[tuple[str, ...]] = set()
 

@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     live.add_argument("--fuse", action="store_true", help="replay the fused plan")
     live.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                       help="the candidate's math (the reference is always refmath)")
-    live.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    live.add_argument("--dtype", default=None, choices=["float64", "float32"],
+                      help="default: a model's own precision, else float64")
     live.add_argument("--compare", default="cpu-device",
                       choices=["cpu-device", "cpu-platform", "unfused-fused", "f64-device"])
     live.add_argument("--worker", metavar="CMD", default=None,
@@ -186,11 +187,13 @@ def run(args: argparse.Namespace) -> int:
     if workload or not args.file:
         ok = win.open_workload(workload or "mlp") and ok
     if args.live and ok and win.session is not None and win.session.workload is not None:
+        from app.commands.model_args import resolve_dtype
         from app.commands.worker import timeouts as worker_timeouts
         from app.runs import SessionConfig
 
-        cfg = SessionConfig(workload=win.session.meta["workload"], device=args.device,
-                            fuse=args.fuse, dtype=args.dtype, math=args.math,
+        spec = win.session.meta["workload"]
+        cfg = SessionConfig(workload=spec, device=args.device,
+                            fuse=args.fuse, dtype=resolve_dtype(args.dtype, spec), math=args.math,
                             compare=args.compare, worker=getattr(args, "worker", None),
                             **worker_timeouts(args))
         ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)

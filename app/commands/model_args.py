@@ -5,6 +5,7 @@ worker and every command take it the same way."""
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -14,6 +15,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "default loss: docs/workloads.md)")
     p.add_argument("--reinit", action="store_true",
                    help="with --model: seeded He/Glorot weights instead of the file's")
+    p.add_argument("--input", dest="model_inputs", action="append", default=[],
+                   metavar="NAME=FILE.npy",
+                   help="with --model: this array as input NAME every step (repeatable)")
+    p.add_argument("--shape", dest="model_shapes", action="append", default=[],
+                   metavar="NAME=d0,d1,...",
+                   help="with --model: the dims of input NAME (dynamic axes are 1 otherwise)")
+    p.add_argument("--weights", dest="model_weights", default=None, metavar="FILE.safetensors",
+                   help="with --model: trained weights by initializer name (safetensors)")
 
 
 def resolve_workload(args: argparse.Namespace, default: str | None = "mlp") -> str | None:
@@ -25,7 +34,70 @@ def resolve_workload(args: argparse.Namespace, default: str | None = "mlp") -> s
 
         if getattr(args, "workload", None):
             raise ValueError("give --model or --workload, not both")
-        return model_spec(model, bool(getattr(args, "reinit", False)))
+        spec = model_spec(os.path.abspath(model), bool(getattr(args, "reinit", False)))
+        return _with_model_options(spec, args)
     if getattr(args, "reinit", False):
         raise ValueError("--reinit needs --model M.onnx")
-    return getattr(args, "workload", None) or default
+    for flag, dest in (("--input", "model_inputs"), ("--shape", "model_shapes"),
+                       ("--weights", "model_weights")):
+        if getattr(args, dest, None):
+            raise ValueError(f"{flag} needs --model M.onnx")
+    return absolute_spec(getattr(args, "workload", None)) or default
+
+
+def _pair(text: str, flag: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise ValueError(f"{flag} {text!r}: write {flag} NAME=VALUE")
+    return name, value
+
+
+def _with_model_options(spec: str, args: argparse.Namespace) -> str:
+    """``spec`` carrying --input / --shape / --weights (absolute paths)."""
+    from core.onnx.workload import parse_dims, with_options
+
+    inputs = dict(_pair(t, "--input") for t in getattr(args, "model_inputs", None) or [])
+    inputs = {k: os.path.abspath(v) for k, v in inputs.items()}
+    for k, v in inputs.items():
+        if not os.path.isfile(v):
+            raise ValueError(f"--input {k}={v}: no such file")
+    shapes = {k: parse_dims(v, k) for k, v in (
+        _pair(t, "--shape") for t in getattr(args, "model_shapes", None) or [])}
+    weights = getattr(args, "model_weights", None)
+    if weights:
+        weights = os.path.abspath(weights)
+        if not os.path.isfile(weights):
+            raise ValueError(f"--weights {weights}: no such file")
+    return with_options(spec, inputs, shapes, weights)
+
+
+def absolute_spec(spec: str | None) -> str | None:
+    """A workload spec whose file part is absolute (``rel.py``, ``onnx:rel.onnx``), so a live
+    worker started in another directory (the repository root) finds the same file."""
+    if not spec:
+        return spec
+    for prefix in ("onnx+reinit:", "onnx:"):
+        if spec.startswith(prefix):
+            return prefix + os.path.abspath(spec[len(prefix):])
+    if spec.lower().endswith((".py", ".onnx")):
+        return os.path.abspath(spec)
+    return spec
+
+
+def resolve_dtype(given: str | None, workload: str | None) -> str:
+    """``--dtype``, else the model's own precision for a model workload (float32 model ->
+    float32 episodes), else float64. A half-precision model without ``--dtype`` is refused
+    with the way out (half precision on the tape is its own issue)."""
+    if given:
+        return given
+    if workload:
+        from core.onnx.workload import is_model_spec, model_dtype, parse_spec, split_options
+
+        if is_model_spec(workload):
+            dt = model_dtype(parse_spec(split_options(workload)[0])[0])
+            if dt in ("float16", "bfloat16"):
+                raise ValueError(f"the model is {dt}; the tape trains float32 or float64: "
+                                 "give --dtype float32")
+            if dt in ("float32", "float64"):
+                return dt
+    return "float64"

@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)  # --model M.onnx [--reinit]
     p.add_argument("--device", default="auto", choices=["auto", "host", "cuda"])
     p.add_argument("--steps", type=positive_int, default=5)
-    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--dtype", default=None, choices=["float64", "float32"],
+                   help="default: a model's own precision, else float64")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
@@ -113,10 +114,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
     if args.json:
         check_writable(args.json, "--json")  # before the run, not after it
-    from app.commands.model_args import resolve_workload
+    from app.commands.model_args import resolve_dtype, resolve_workload
 
-    cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
-                        dtype=args.dtype, math=args.math, compare="cpu-device", seed=args.seed,
+    wl_spec = resolve_workload(args)
+    cfg = SessionConfig(workload=wl_spec, device=args.device, fuse=args.fuse,
+                        dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
+                        compare="cpu-device", seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args))
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
@@ -127,11 +130,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--inject {args.inject!r}: step {inj.step} is not run "
                          f"(--steps {args.steps})")
     print(runner.describe_device())
+    for note in getattr(runner.ref.wl, "input_notes", []):  # dynamic axes: what was chosen
+        print(note)
     per_node: dict[int, dict] = {}
     first = None
     introduced: list[dict] = []
     kernels: list[dict] = []
     first_introduced: list[dict] | None = None
+    losses: list[dict] = []  # each step's loss on both sides (the JSON's "losses")
     from core.progress import progress
 
     # a terminal gets one updating stderr line: steps done, elapsed (nothing in a pipe or log)
@@ -140,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         for _ in range(args.steps):
             r = runner.step()
             bar.advance()
+            losses.append({"step": r.step, "reference": r.loss_ref, "candidate": r.loss_cand})
             _fold(per_node, r.nodes, r.step)
             if first is None and r.first is not None:
                 first = {"step": r.step, **r.first}
@@ -165,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     report = {"device": runner.device_kind, "steps": args.steps, "exact": exact,
               "first_divergence": first, "nodes": nodes, "stats": stats,
               "introduced": introduced, "kernels_introduced": kernels,
-              "inject": None if inj is None else inj.label()}
+              "inject": None if inj is None else inj.label(), "dtype": cfg.dtype,
+              "losses": losses}
     print(f"{'node':>5} {'op':<14} {'name':<28} {'value diff':>11} {'ulp':>6} "
           f"{'grad diff':>10} {'ulp':>6}")
     for n in bad[:15]:

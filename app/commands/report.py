@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")
-    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--dtype", default=None, choices=["float64", "float32"],
+                   help="default: a model's own precision, else float64")
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
                    help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))
     p.add_argument("--steps", type=positive_int, default=20)
@@ -53,14 +54,16 @@ def run(args: argparse.Namespace) -> int:
     # the user's to make: none is created for them)
     check_writable(args.out, "--out")
     check_writable(Path(args.out).with_suffix(".json"), "--out's JSON")
-    from app.commands.model_args import resolve_workload
+    from app.commands.model_args import resolve_dtype, resolve_workload
     from app.commands.worker import timeouts as worker_timeouts
     from app.pairs import open_pair
     from app.report_data import ReportAccumulator
     from app.runs import SessionConfig
 
-    cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
-                        dtype=args.dtype, math=args.math, compare=args.compare, seed=args.seed,
+    wl_spec = resolve_workload(args)
+    cfg = SessionConfig(workload=wl_spec, device=args.device, fuse=args.fuse,
+                        dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
+                        compare=args.compare, seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args))
     runner = open_pair(cfg)
     print(runner.describe_device())

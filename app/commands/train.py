@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Exit 0 when it ran, 2 on a bad input (one line on stderr).")
     p.add_argument("--workload", default="mlp", help="mlp | transformer | PATH.py")
     p.add_argument("--steps", type=positive_int, default=20)
-    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--dtype", default=None, choices=["float64", "float32"],
+                   help="default: a model's own precision, else float64")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"])
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
@@ -30,6 +31,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
+    from app.commands.model_args import resolve_dtype
+
+    args.dtype = resolve_dtype(args.dtype, args.workload)
     wl = workloads.get(args.workload, dtype=args.dtype, math=args.math, seed=args.seed)
     print(f"workload {wl.name}: {len(wl.params)} parameter tensors, "
           f"{sum(p.node.size for p in wl.params)} weights, {args.dtype}, math={args.math}")

@@ -267,8 +267,9 @@ def adam(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
         return None
     if not m.flags.writeable or not v.flags.writeable:
         return None
+    shape = w.shape  # NOTE: np.ascontiguousarray makes a 0-d array 1-d: keep the shape apart
     w = np.ascontiguousarray(w)
-    out = np.empty(w.shape, dtype=dt)
+    out = np.empty(shape, dtype=dt)
     fn = lib.ts_adam_f64 if dt == np.float64 else lib.ts_adam_f32
     fn(w.ctypes.data, g.ctypes.data, m.ctypes.data, v.ctypes.data, out.ctypes.data, w.size,
        k["b1"], k["omb1"], k["b2"], k["omb2"], k["eps"], k["lr_t"], threads())

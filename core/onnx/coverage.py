@@ -38,11 +38,14 @@ def node_cases(op_types: set[str]) -> Iterator[tuple[str, Any, list[np.ndarray]]
             continue
         m = onnx.ModelProto()
         m.CopyFrom(model)
-        rest = list(m.graph.input)[1:len(ins)]
-        for vi, v in zip(rest, ins[1:], strict=True):
-            m.graph.initializer.append(numpy_helper.from_array(v, vi.name))
-            m.graph.input.remove(vi)
-        yield model.graph.node[0].op_type, m, ins[:1]
+        # the data input: the first floating one (Where's first input is its condition)
+        k = next((i for i, v in enumerate(ins) if v.dtype.kind == "f"), 0)
+        every = list(m.graph.input)[:len(ins)]
+        for i, (vi, v) in enumerate(zip(every, ins, strict=True)):
+            if i != k:
+                m.graph.initializer.append(numpy_helper.from_array(v, vi.name))
+                m.graph.input.remove(vi)
+        yield model.graph.node[0].op_type, m, ins[k:k + 1]
 
 
 def recorded_ops() -> dict[str, Counter]:

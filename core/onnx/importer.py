@@ -4,9 +4,10 @@ stepped through backward, fine-tuned with ``core.optim`` and replayed on a devic
 
 Nodes whose inputs are all known at import (initializers, constants, shapes of tape values) are
 computed right away with the executor's kernels: shape subgraphs fold and never reach the tape.
-Weights become params (trainable) where they reach a tape op: floating initializers, the outputs
-of ConstantOfShape (how the onnx package's light models ship theirs) and anything folded from
-them (densenet's Unsqueeze of a scale). ``Constant`` nodes and everything else stay const.
+Weights become params (trainable) where they reach a tape op: floating initializers with at
+least one dimension, the outputs of ConstantOfShape (how the onnx package's light models ship
+theirs) and anything folded from them (densenet's Unsqueeze of a scale); see ``weight_names``.
+``Constant`` nodes, 0-d values and everything else stay const.
 A node with no tape form raises OnnxError naming it.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from core import ops
 from core.names import shown
+from core.onnx import lowerings
 from core.onnx.errors import OnnxError
 from core.onnx.executor import Session
 from core.onnx.limits import Budget, Limits
@@ -40,6 +42,12 @@ class Imported:
     # per recorded ONNX node: {"name", "op_type", "attributes", "inputs", "first", "stop"}
     # (its tape nodes are ids first..stop-1): what the Inspector shows, as Netron does
     onnx_nodes: list[dict] = field(default_factory=list)
+    # this step's data beyond the inputs: derived constants and dropout masks (tape leaves)
+    data_leaves: dict[str, Any] = field(default_factory=dict)
+    # batch norm in training mode: the updated running statistics by input name (ONNX spec)
+    running: dict[str, np.ndarray] = field(default_factory=dict)
+    # integer input -> the row count of the Gather it indexes (valid ids are 0..n-1)
+    index_bounds: dict[str, int] = field(default_factory=dict)
 
 
 def _nn_record(tape, op: str, inputs: list, attrs: dict | None = None):
@@ -57,15 +65,56 @@ def leaf_name(name: str | None) -> str | None:
     return None if name is None else shown(name.replace("/", "."), NAME_PART)
 
 
+def module_path(node) -> str:
+    """The PyTorch module path the dynamo exporter records in a node's metadata
+    (``namespace``: ``": __main__.Net/blocks.0: ...Block/attn: ...Attention/linear: aten..."``
+    -> ``blocks.0/attn``: scope ``/blocks.0/attn/<node>``), or "". Read as text, never
+    evaluated; long values are ignored."""
+    for p in node.metadata_props:
+        if p.key == "namespace" and len(p.value) <= 4096:
+            parts = [seg.split(":", 1)[0].strip() for seg in p.value.split("/")]
+            return "/".join(x for x in parts[1:-1] if x)
+    return ""
+
+
 def scope_name(st) -> str:
-    """The tape scope of an ONNX node's ops: its name, else its first output, else op + index."""
+    """The tape scope of an ONNX node's ops: its name, else its first output, else op + index;
+    under its module path when the exporter recorded one (dynamo), so a layer's nodes group
+    as TorchScript's ``/layer/Op`` names do."""
     n = st.node
-    return shown(n.name or next((o for o in n.output if o), "") or f"{n.op_type}_{st.label}",
-                 NAME_PART)
+    name = n.name or next((o for o in n.output if o), "") or f"{n.op_type}_{st.label}"
+    path = module_path(n) if n.metadata_props else ""
+    return shown(f"/{path}/{name}" if path and not name.startswith("/") else name, NAME_PART)
 
 
 # ops whose folded float outputs are weights (the light models' ConstantOfShape weights)
 WEIGHT_SOURCES = ("ConstantOfShape",)
+
+
+def is_weight_value(v: Any) -> bool:
+    """Whether a value may be a weight: a floating array with at least one dimension (a 0-d
+    value is a constant: the exporters' attention scale, GELU's 0.5 and sqrt(2), a Pow
+    exponent)."""
+    return isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.ndim >= 1
+
+
+def weight_names(graph) -> set[str]:
+    """The names whose values are weights (docs/models.md): the file's floating initializers
+    with at least one dimension, the outputs of ConstantOfShape, and the outputs of every node
+    that reads a weight (a Transpose of a weight folded by the executor is still that weight).
+    ``Constant`` nodes are never weights, nor anything computed from constants alone; the
+    importer further keeps a weight constant where its consumer reads it as data (running
+    statistics, a recurrent initial state) and wherever its value is 0-d or not floating."""
+    names = {t.name for t in graph.initializer
+             if t.data_type in _FLOAT_TYPES and len(t.dims) >= 1}
+    for n in graph.node:
+        if n.op_type in WEIGHT_SOURCES or any(i in names for i in n.input if i):
+            names.update(o for o in n.output if o)
+    return names
+
+
+# TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_FLOAT_TYPES = (1, 10, 11, 16)
 
 
 class _Importer:
@@ -75,14 +124,25 @@ class _Importer:
         self.tape = tape
         self.trainable = trainable
         self.init_names = set(sess.graph.inits)
-        # names whose values are weights: float initializers, ConstantOfShape outputs and what
-        # is folded from them (grown as the import folds)
-        self.weights = {k for k, v in sess.graph.inits.items()
-                        if isinstance(v, np.ndarray) and v.dtype.kind == "f"}
+        # names whose values are weights (the rule of weight_names; grown as the import folds)
+        self.weights = weight_names(sess.model.graph)
         self.params: dict[str, Any] = {}
         self.label = ""
         self.env: dict[str, Any] = {}
         self.calibrate: dict[str, np.ndarray] | None = None
+        # integer graph inputs by name, as integers (step data: token ids, labels)
+        self.int_data: dict[str, np.ndarray] = {}
+        # names of values folded from step data (an integer input's view, a Where's mask from
+        # an attention_mask): constants of this step only, not of the model
+        self.derived: set[str] = set()
+        # the tape leaves holding derived values (and dropout masks): the step's data, which
+        # a device replay uploads every step like the inputs (OnnxWorkload adds them)
+        self.data_leaves: dict[str, Var] = {}
+        self.step_seed: Any = 0  # dropout masks: default_rng((step_seed, node index))
+        self.masks: dict[str, np.ndarray] = {}  # dropout masks by node output name
+        self.running: dict[str, np.ndarray] = {}  # batch norm (training): updated statistics
+        self.index_bounds: dict[str, int] = {}  # integer input -> rows of the Gather it indexes
+        self.roots: dict[str, set[str]] = {}  # a derived value -> the integer inputs it reads
 
     def var(self, v: Any, name: str | None = None):
         """A tape Var for ``v``: float initializers become (shared) params, the rest consts."""
@@ -90,11 +150,22 @@ class _Importer:
             return v
         if name in self.params:
             return self.params[name]
-        if name in self.weights and v.dtype.kind == "f" and self.trainable:
+        if name in self.weights and is_weight_value(v) and self.trainable:
             if name not in self.params:
                 self.params[name] = self.tape.param(v, name=leaf_name(name))
             return self.params[name]
-        return self.tape.const(v, name=leaf_name(name))
+        return self.const(v, name, derived=name in self.derived)
+
+    def const(self, v: np.ndarray, name: str | None = None, derived: bool = False) -> Var:
+        """A const leaf; a ``derived`` one (computed from this step's data) is registered as a
+        data leaf, so a device replay gets its new value every step."""
+        c = self.tape.const(v, name=leaf_name(name))
+        if derived:
+            key = name or f"leaf{c.id}"
+            while key in self.data_leaves:
+                key += "'"
+            self.data_leaves[key] = c
+        return c
 
     def static(self, v: Any, what: str) -> np.ndarray:
         if v is not None and not isinstance(v, np.ndarray):
@@ -199,7 +270,7 @@ def _channel(imp, v, name, c, nd):
 
 def _batchnorm(imp, st, ins, names):
     if st.attrs.get("training_mode", 0):
-        raise OnnxError("BatchNormalization in training mode has no tape form", node=imp.label)
+        return lowerings.batchnorm_training(imp, st, ins, names)
     x = _v(imp, ins, names, 0)
     c, nd = x.shape[1], len(x.shape)
     scale, bias = (_channel(imp, ins[i], names[i], c, nd) for i in (1, 2))
@@ -221,6 +292,21 @@ def _layernorm(imp, st, ins, names):
     x = _v(imp, ins, names, 0)
     nd = len(x.shape)
     axes = tuple(range(st.attrs.get("axis", -1) % nd, nd))
+    scale = _v(imp, ins, names, 1)
+    norm = x.shape[axes[0]:]
+    wants_stats = any(o for o in st.node.output[1:])
+    if not wants_stats and tuple(scale.shape) in (norm, (int(np.prod(norm)),)):
+        # the row op (its forward is this composite's, bit for bit; its backward is written
+        # once): normalized dims flattened to one row
+        flat = int(np.prod(norm))
+        xr = x if len(axes) == 1 else ops.reshape(x, x.shape[:axes[0]] + (flat,))
+        sr = scale if len(scale.shape) == 1 else ops.reshape(scale, (flat,))
+        y = ops.layer_norm(xr, sr, eps=float(st.attrs.get("epsilon", 1e-5)))
+        if len(axes) != 1:
+            y = ops.reshape(y, x.shape)
+        if len(ins) > 2 and ins[2] is not None:
+            y = ops.add(y, _v(imp, ins, names, 2))
+        return y
     mean = ops.mean(x, axes, keepdims=True)
     d = ops.sub(x, mean)
     var = ops.mean(ops.mul(d, d), axes, keepdims=True)
@@ -307,12 +393,19 @@ def _split(imp, st, ins, names):
 
 def _gather(imp, st, ins, names):
     idx = ins[1]
+    x = _v(imp, ins, names, 0)
+    axis = int(st.attrs.get("axis", 0))
     if isinstance(idx, np.ndarray):
-        idx = imp.tape.const(idx)
+        idx = imp.var(idx, names[1])  # a constant, or this step's (folded from integer inputs)
     elif idx.op != "const":  # a graph input is a const leaf: fine; a computed index is not
-        raise OnnxError("Gather indices computed on the tape have no tape form", node=imp.label)
-    return _nn_record(imp.tape, "gather", [_v(imp, ins, names, 0), idx],
-                           {"axis": int(st.attrs.get("axis", 0))})
+        raise OnnxError("Gather indices computed from float values on the tape have no tape "
+                        "form (integer inputs and what is computed from them alone fold)",
+                        node=imp.label)
+    if len(x.shape):
+        n = x.shape[axis % len(x.shape)]
+        for root in imp.roots.get(names[1], ()):
+            imp.index_bounds[root] = min(n, imp.index_bounds.get(root, n))
+    return _nn_record(imp.tape, "gather", [x, idx], {"axis": axis})
 
 
 def _leaky_relu(imp, st, ins, names):
@@ -358,6 +451,22 @@ def _lrn(imp, st, ins, names):
     return ops.div(x, ops.exp(ops.muls(ops.log(d), at.get("beta", 0.75))))
 
 
+def no_tape_form(op_type: str, opset: int) -> str:
+    """The message for an op without a tape form: what it is and the ways out."""
+    from onnx import defs
+
+    hint = ""
+    try:  # an op the onnx package defines as a function of others: a newer opset may lower it
+        schema = defs.get_schema(op_type, opset)
+        if schema.has_function or schema.has_context_dependent_function:
+            hint = (f"; ONNX defines {op_type} by a function of other ops: a model with that "
+                    "function's ops in its place trains (e.g. an exporter that decomposes it)")
+    except Exception:  # noqa: BLE001 - a custom domain or unknown op: no schema
+        pass
+    return (f"op {op_type} has no tape form (the ops that have one: docs/onnx-coverage.md; "
+            f"adding one: docs/adding-an-op.md){hint}")
+
+
 def _table_op(op: str):
     """The converter of an ONNX operator that the op table maps to exactly ``op``."""
     fn = getattr(ops, op, None)
@@ -379,6 +488,7 @@ CONVERTERS = {
     "Unsqueeze": _reshape_like, "Transpose": _transpose, "Concat": _concat, "Slice": _slice,
     "Split": _split, "Gather": _gather, "LeakyRelu": _leaky_relu, "Identity": _passthrough,
     "Dropout": _passthrough, "Sum": _sum, "LRN": _lrn,
+    **lowerings.CONVERTERS,  # what the PyTorch exporters emit (Where, Gelu, GRU, ...)
 }
 
 
@@ -415,7 +525,8 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                    trainable: bool = True, params: dict[str, Any] | None = None,
                    wrt: tuple[str, ...] = (), limits: Limits | None = None,
                    cancel: Any = None, overrides: dict[str, np.ndarray] | None = None,
-                   calibrate: dict[str, np.ndarray] | None = None) -> Imported:
+                   calibrate: dict[str, np.ndarray] | None = None,
+                   step_seed: Any = 0) -> Imported:
     """Record ``model`` on ``tape`` for ``inputs``; returns outputs, params and every value.
 
     Training: import once, ``m = tape.mark()``, then per step ``tape.reset_to(m)`` and import
@@ -428,6 +539,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     or a folded node): ``--reinit``'s fresh batch-norm statistics. Given a dict, ``calibrate``
     makes every BatchNormalization use its input's own per-channel mean and (biased) variance
     instead of the running ones, and collects them by name (``--reinit`` sets them this way).
+    ``step_seed`` seeds a training-mode Dropout's masks (``default_rng((step_seed, node))``).
     """
     sess = model if isinstance(model, Session) else Session(model, mode="reference", fold=False,
                                                             limits=limits)
@@ -441,6 +553,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     imp = _Importer(sess, tape, trainable, Budget(limits or sess.limits, cancel))
     imp.params.update(params or {})
     imp.calibrate = calibrate
+    imp.step_seed = step_seed
     env = imp.env
     env.update(sess.graph.inits)
     over = dict(overrides or {})
@@ -448,8 +561,16 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     env.update(given)
     for name, x in feeds.items():
         env[name] = tape.const(x, name=leaf_name(name))
-    for name in wrt:
-        env[name] = imp.var(env[name], name)
+    for name, v in env.items():  # integer step data, kept as integers for folding
+        if name in declared and name not in sess.graph.inits and isinstance(v, Var):
+            dt = np_dtype(declared[name]) if declared[name] else None
+            if dt is not None and dt.kind in "iub":
+                imp.int_data[name] = np.asarray(feeds.get(name, v.value)).astype(dt)
+                imp.roots[name] = {name}
+    for name in wrt:  # differentiated with respect to: a param whatever its shape
+        if name not in imp.params:
+            imp.params[name] = tape.param(env[name], name=leaf_name(name))
+        env[name] = imp.params[name]
     folded = []
     onnx_nodes: list[dict] = []
     for st in sess.graph.steps:
@@ -458,24 +579,37 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
         ins = [env[n] if n else None for n in names]
         if st.node.op_type in ("Shape", "Size") and ins and not isinstance(ins[0], np.ndarray):
             ins = [np.broadcast_to(np.zeros((), np.float32), ins[0].shape)] + ins[1:]
+        from_data = any(n in imp.derived or n in imp.int_data for n in names if n)
+        if (imp.int_data and any(n in imp.int_data for n in names if n)
+                and not any(n in imp.weights for n in names if n)):
+            # an integer-only subgraph (input_ids.view(...), a Shape of the ids): fold it on
+            # this step's integers; what it computes is this step's data, not the model's
+            ins = [imp.int_data.get(n, v) if n else v for n, v in zip(names, ins, strict=True)]
+            if not all(v is None or isinstance(v, np.ndarray) for v in ins):
+                ins = [env[n] if n else None for n in names]
         try:
             imp.budget.before(st.node.op_type, ins, st.attrs, st.opset)
             if all(v is None or isinstance(v, np.ndarray) for v in ins):
                 out = st.kernel(_ctx(st, imp), *ins, **st.attrs)  # known now: fold
+                # NOTE: a kernel may hand back a numpy scalar (Gather of a 0-d index): an array
+                out = (tuple(v if v is None else np.asarray(v) for v in out)
+                       if isinstance(out, tuple) else np.asarray(out))
                 for v in out if isinstance(out, tuple) else (out,):
                     imp.budget.hold(v)
                 folded.append(st.label)
+                if from_data:
+                    imp.derived.update(o for o in st.node.output if o)
+                    roots = set().union(*(imp.roots.get(n, ()) for n in names if n))
+                    imp.roots.update({o: roots for o in st.node.output if o})
                 if st.node.op_type in WEIGHT_SOURCES or any(n in imp.weights for n in names):
-                    imp.weights.update(o for o, v in zip(
-                        st.node.output, out if isinstance(out, tuple) else (out,), strict=False)
-                        if o and isinstance(v, np.ndarray) and v.dtype.kind == "f")
+                    imp.weights.update(o for o in st.node.output if o)
                 if over:
                     out = tuple(over.get(o, v) for o, v in zip(
                         st.node.output, out if isinstance(out, tuple) else (out,), strict=False))
             else:
                 conv = CONVERTERS.get(st.node.op_type)
                 if conv is None:
-                    raise OnnxError(f"op {st.node.op_type} has no tape form", node=st.label)
+                    raise OnnxError(no_tape_form(st.node.op_type, st.opset), node=st.label)
                 first_id = len(tape)
                 with tape.scope(scope_name(st)):
                     out = conv(imp, st, ins, names)
@@ -494,4 +628,5 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
             if n:
                 env[n] = v
     outputs = {n: imp.var(env[n], n) for n in sess.output_names}
-    return Imported(outputs, imp.params, dict(env), folded, onnx_nodes)
+    return Imported(outputs, imp.params, dict(env), folded, onnx_nodes, imp.data_leaves,
+                    imp.running, imp.index_bounds)

@@ -36,6 +36,24 @@ def is_model_spec(spec: str) -> bool:
     return spec.startswith((PREFIX, PREFIX_REINIT)) or spec.lower().endswith(".onnx")
 
 
+def model_dtype(path: str) -> str | None:
+    """The model's floating precision (``float32``, ``float64``, ``float16``, ``bfloat16``):
+    its first floating graph input's, else its first floating initializer's; None when it has
+    neither or the file cannot be read (the import then says why). Reads the file as data."""
+    import onnx
+
+    names = {1: "float32", 11: "float64", 10: "float16", 16: "bfloat16"}
+    try:
+        m = onnx.load(path, load_external_data=False)
+    except Exception:
+        return None
+    inits = {t.name for t in m.graph.initializer}
+    for vi in m.graph.input:
+        if vi.name not in inits and vi.type.tensor_type.elem_type in names:
+            return names[vi.type.tensor_type.elem_type]
+    return next((names[t.data_type] for t in m.graph.initializer if t.data_type in names), None)
+
+
 def model_spec(path: str, reinit: bool = False) -> str:
     """The workload spec of ``path`` (``onnx:PATH`` or ``onnx+reinit:PATH``)."""
     return (PREFIX_REINIT if reinit else PREFIX) + str(path)
@@ -65,13 +83,17 @@ def logits_of(out: Var) -> Var:
     return out
 
 
-def loss_kind(out: Var) -> tuple[str, int]:
-    """("given" | "cross_entropy" | "mean", number of classes) for a model's first output."""
+def loss_kind(out: Var, sequence: bool = False) -> tuple[str, int]:
+    """("given" | "cross_entropy" | "mean", number of classes) for a model's first output:
+    a scalar is the loss; [N, K] logits, or [B, T, V] ones of a model with an integer input
+    (``sequence``: token ids), train on cross-entropy; anything else on its mean."""
     if out.node.size == 1:
         return "given", 0
     lg = logits_of(out)
     if len(lg.shape) == 2 and lg.shape[1] > 1:
         return "cross_entropy", lg.shape[1]
+    if sequence and len(lg.shape) == 3 and lg.shape[2] > 1:
+        return "cross_entropy", lg.shape[2]
     return "mean", 0
 
 
@@ -133,34 +155,137 @@ def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], gr
     return fresh, stats
 
 
+def _input_specs(sess, shapes: dict[str, tuple[int, ...]]):
+    """{input: (shape, dtype)} at the declared shapes, ``shapes`` filling (or checking) the
+    dims; and one note per input whose dynamic dims were chosen (1 unless --shape says)."""
+    from core.onnx.loader import np_dtype
+
+    inits = set(sess.graph.inits)
+    specs, notes = {}, []
+    declared = [vi for vi in sess.model.graph.input if vi.name not in inits]
+    names = {vi.name for vi in declared}
+    for k in shapes:
+        if k not in names:
+            raise OnnxError(f"--shape {k}=...: the model has no input {k!r} (its inputs: "
+                            f"{', '.join(sorted(names))})", file=sess.label)
+    for vi in declared:
+        tt = vi.type.tensor_type
+        dims = list(tt.shape.dim)
+        want = shapes.get(vi.name)
+        if want is not None and len(want) != len(dims):
+            raise OnnxError(f"--shape {vi.name}={','.join(map(str, want))}: the input has rank "
+                            f"{len(dims)}", file=sess.label)
+        shape = []
+        dynamic = []
+        for i, d in enumerate(dims):
+            if d.HasField("dim_value"):
+                if want is not None and want[i] != d.dim_value:
+                    raise OnnxError(f"--shape {vi.name}: axis {i} is fixed at {d.dim_value}, "
+                                    f"not {want[i]}", file=sess.label)
+                shape.append(d.dim_value)
+            else:
+                shape.append(want[i] if want is not None else 1)
+                dynamic.append(f"{d.dim_param or f'axis {i}'}={shape[-1]}")
+        if dynamic:
+            notes.append(f"input {vi.name!r}: dynamic {', '.join(dynamic)}"
+                         + ("" if want is not None else f" (give --shape {vi.name}=...)"))
+        from core.onnx.limits import check_shape
+
+        check_shape(tuple(shape), f"input {vi.name!r}", sess.limits)
+        specs[vi.name] = (tuple(shape), np_dtype(tt.elem_type))
+    return specs, notes
+
+
+def _given_input(name: str, path: str, specs) -> np.ndarray:
+    """--input NAME=FILE.npy: read without pickle, checked against the input's shape."""
+    if name not in specs:
+        raise OnnxError(f"--input {name}=...: the model has no input {name!r} (its inputs: "
+                        f"{', '.join(sorted(specs))})", file=path)
+    try:
+        a = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise OnnxError(f"--input {name}: not a readable .npy array ({exc})", file=path) from None
+    shape, dt = specs[name]
+    if a.shape != shape:
+        raise OnnxError(f"--input {name}: shape {a.shape}, the model takes {shape} (give "
+                        f"--shape {name}={','.join(map(str, a.shape))} for dynamic axes)",
+                        file=path)
+    return a.astype(dt)
+
+
+def _read_weights(path: str, current: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """--weights FILE.safetensors: trained weights by initializer name (safetensors, never
+    pickle); an unknown name or a shape that differs is one line naming it."""
+    try:
+        from safetensors.numpy import load_file
+
+        got = load_file(path)
+    except Exception as exc:
+        raise OnnxError(f"--weights: not a readable .safetensors file ({exc})",
+                        file=path) from None
+    for k, v in got.items():
+        if k not in current:
+            some = ", ".join(sorted(current)[:8]) + (", ..." if len(current) > 8 else "")
+            raise OnnxError(f"--weights: {k!r} is not a weight of the model (its weights: "
+                            f"{some})", file=path)
+        if tuple(v.shape) != tuple(current[k].shape):
+            raise OnnxError(f"--weights: {k!r} has shape {tuple(v.shape)}, the model's is "
+                            f"{tuple(current[k].shape)}", file=path)
+    return {k: np.asarray(v) for k, v in got.items()}
+
+
 class OnnxWorkload(Workload):
     """An ONNX model trained on the tape: one import per step, the weights as parameters."""
 
     name = "onnx"
 
     def __init__(self, path: str | os.PathLike, reinit: bool = False, dtype=np.float64,
-                 math: str = "refmath", seed: int = 0, limits: Limits | None = None) -> None:
+                 math: str = "refmath", seed: int = 0, limits: Limits | None = None,
+                 inputs: dict[str, str] | None = None,
+                 shapes: dict[str, tuple[int, ...]] | None = None,
+                 weights: str | None = None) -> None:
         self.path = str(path)
         self.reinit = reinit
+        # --input NAME=FILE.npy (the same array every step), --shape NAME=d0,d1 (dynamic
+        # axes), --weights FILE.safetensors (trained weights by initializer name)
+        self.given_files = dict(inputs or {})
+        self.given_shapes = dict(shapes or {})
+        self.weights_file = weights
+        if weights and reinit:
+            raise OnnxError("give --weights or --reinit, not both", file=self.path)
         self.limits = limits or TRAIN_LIMITS
         self.name = model_spec(os.path.basename(self.path), reinit)
         super().__init__(dtype=dtype, math=math, seed=seed)
 
     def build(self) -> None:
-        from core.onnx.executor import Session, default_inputs
+        from core.onnx.executor import Session
         from core.onnx.importer import import_to_tape, leaf_name
 
         if not os.path.isfile(self.path):
             raise OnnxError("no such model file", file=self.path)
         # fold=True: the weights (ConstantOfShape in the light models) are computed once, here
         self.sess = Session(self.path, fold=True, limits=self.limits)
-        self.input_specs = {k: (v.shape, v.dtype)
-                            for k, v in default_inputs(self.sess, self.seed).items()}
+        self.input_specs, self.input_notes = _input_specs(self.sess, self.given_shapes)
+        self.given = {k: _given_input(k, f, self.input_specs) for k, f in
+                      self.given_files.items()}
         # a first import on a scratch tape finds the weights that reach tape ops, their roles
         # and the output; the workload's own tape gets the params first (before the mark)
         scratch = Tape(dtype=self.tape.dtype, math=self.tape.math)
-        first = import_to_tape(self.sess, scratch, self.batch_inputs(0), limits=self.limits)
+        self.index_bounds: dict[str, int] = {}
+        first = import_to_tape(self.sess, scratch, self.batch_inputs(0), limits=self.limits,
+                               step_seed=(self.seed, 0))
+        if first.index_bounds:  # token ids: draw them within the embedding's rows
+            self.index_bounds = first.index_bounds
+            first = import_to_tape(self.sess, Tape(dtype=self.tape.dtype, math=self.tape.math),
+                                   self.batch_inputs(0), limits=self.limits,
+                                   step_seed=(self.seed, 0))
+            scratch = first.outputs[next(iter(first.outputs))].tape
+        # batch norm in training mode: the running statistics after each step (ONNX spec)
+        self.running: dict[int, dict[str, np.ndarray]] = {}
+        self._step = 0
         values = {k: v.value for k, v in first.params.items()}
+        if self.weights_file:
+            values.update(_read_weights(self.weights_file, values))
         self.overrides: dict[str, np.ndarray] = {}
         if self.reinit:
             values, self.overrides = reinit_values(scratch, first.params, first.values,
@@ -188,8 +313,10 @@ class OnnxWorkload(Workload):
                 self.weights[k] = self.tape.param(values[k], name=leaf_name(k))
         self.onnx_nodes: list[dict] = []
         self.output_name, out = next(iter(first.outputs.items()))
-        self.loss_kind, self.n_classes = loss_kind(out)
-        self.n_rows = logits_of(out).shape[0] if self.loss_kind == "cross_entropy" else 0
+        has_ids = any(dt.kind in "iu" for _, dt in self.input_specs.values())
+        self.loss_kind, self.n_classes = loss_kind(out, sequence=has_ids)
+        self.target_shape = logits_of(out).shape[:-1] if self.loss_kind == "cross_entropy" \
+            else ()
         self.target_name = "targets"
         while self.target_name in self.input_specs:
             self.target_name += "_"
@@ -200,7 +327,8 @@ class OnnxWorkload(Workload):
             return f"the model's scalar output {self.output_name!r}"
         if self.loss_kind == "cross_entropy":
             return (f"cross-entropy of {self.output_name!r}'s logits against a seeded random "
-                    f"class ({self.n_classes} classes)")
+                    f"class per position ({self.n_classes} classes, targets "
+                    f"{list(self.target_shape)})")
         return f"mean of output {self.output_name!r}"
 
     def batch_inputs(self, step: int) -> dict[str, np.ndarray]:
@@ -208,26 +336,41 @@ class OnnxWorkload(Workload):
         rng = self.step_rng(step)
         out = {}
         for k, (shape, dt) in self.input_specs.items():
-            if dt.kind == "f":
+            if k in getattr(self, "given", {}):
+                out[k] = self.given[k]
+            elif dt.kind == "f":
                 out[k] = rng.standard_normal(shape).astype(dt)
-            else:
-                out[k] = rng.integers(0, 10, size=shape).astype(dt)
+            else:  # ids within the rows of the Gather they index (else 0..9)
+                out[k] = rng.integers(0, self.index_bounds.get(k, 10), size=shape).astype(dt)
         return out
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         data = self.batch_inputs(step)
         if self.loss_kind == "cross_entropy":
             rng = self.step_rng(step, 1)
-            data[self.target_name] = rng.integers(0, self.n_classes, self.n_rows).astype(
+            data[self.target_name] = rng.integers(0, self.n_classes, self.target_shape).astype(
                 np.float64)
         return data
+
+    def record(self, step: int = 0, batch: dict[str, np.ndarray] | None = None) -> Var:
+        self._step = step  # the episode's dropout masks and running statistics are per step
+        return super().record(step, batch)
 
     def episode(self, data: dict[str, Var]) -> Var:
         from core.onnx.importer import import_to_tape
 
         feeds = {k: v for k, v in data.items() if k in self.input_specs}
+        step = self._step
+        over = {**self.overrides, **self.running.get(step - 1, {})}
         imp = import_to_tape(self.sess, self.tape, feeds, params=self.weights,
-                             limits=self.limits, overrides=self.overrides)
+                             limits=self.limits, overrides=over, step_seed=(self.seed, step))
+        if imp.running:
+            self.running[step] = imp.running
+            self.running.pop(step - 2, None)
+        # what the import folded from this step's data (ids' views, masks, dropout masks) is
+        # data too: a device replay uploads every data leaf each step
+        for k, v in imp.data_leaves.items():
+            data[f"onnx:{k}"] = v
         self.onnx_nodes = imp.onnx_nodes
         out = imp.outputs[self.output_name]
         if self.loss_kind == "given":
@@ -246,6 +389,57 @@ class OnnxWorkload(Workload):
 
 
 def load_model(spec: str, **kwargs: Any) -> OnnxWorkload:
-    """The workload of a model spec (``onnx:PATH``, ``onnx+reinit:PATH``, ``PATH.onnx``)."""
+    """The workload of a model spec (``onnx:PATH``, ``onnx+reinit:PATH``, ``PATH.onnx``, each
+    optionally followed by ``OPTIONS``: see ``with_options``)."""
+    spec, opts = split_options(spec)
     path, reinit = parse_spec(spec)
-    return OnnxWorkload(path, reinit=reinit, **kwargs)
+    return OnnxWorkload(path, reinit=reinit, **opts, **kwargs)
+
+
+OPTIONS = "::"  # separates a model spec's options: onnx:PATH::input=x=/a/x.npy::shape=x=2,3
+
+
+def with_options(spec: str, inputs: dict[str, str] | None = None,
+                 shapes: dict[str, tuple[int, ...]] | None = None,
+                 weights: str | None = None) -> str:
+    """``spec`` carrying --input / --shape / --weights, so PairRunner and the live worker,
+    which take a spec string, build the same workload."""
+    parts = [spec]
+    parts += [f"input={k}={v}" for k, v in (inputs or {}).items()]
+    parts += [f"shape={k}={','.join(map(str, v))}" for k, v in (shapes or {}).items()]
+    if weights:
+        parts.append(f"weights={weights}")
+    return OPTIONS.join(parts)
+
+
+def split_options(spec: str) -> tuple[str, dict]:
+    """(the spec, OnnxWorkload's keyword options) of a spec made by ``with_options``."""
+    head, *rest = spec.split(OPTIONS)
+    inputs: dict[str, str] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    weights = None
+    for r in rest:
+        kind, _, val = r.partition("=")
+        if kind == "input":
+            k, _, f = val.partition("=")
+            inputs[k] = f
+        elif kind == "shape":
+            k, _, dims = val.partition("=")
+            shapes[k] = parse_dims(dims, k)
+        elif kind == "weights":
+            weights = val
+        else:
+            raise OnnxError(f"unknown model option {kind!r}", file=head)
+    opts = {"inputs": inputs, "shapes": shapes, "weights": weights}
+    return head, {k: v for k, v in opts.items() if v}
+
+
+def parse_dims(text: str, name: str = "") -> tuple[int, ...]:
+    """``2,3,224`` -> (2, 3, 224); each a positive integer, else ValueError naming it."""
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        dims = ()
+    if not dims or any(d < 1 for d in dims):
+        raise ValueError(f"--shape {name}={text}: give positive integers, e.g. {name}=2,3")
+    return dims

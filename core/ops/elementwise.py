@@ -204,3 +204,45 @@ register(OpDef(
     c=CForm("ADD(({x} > (real_t)0 ? {x} : (real_t)0), LOG1P(EXP({nx})))",
             ("MUL({g}, SIGMOID({x}))",),
             lets=(("nx", "{x} > (real_t)0 ? -{x} : {x}"),))))
+
+
+# ---- the ONNX exporters' clamps and masks (docs/onnx-coverage.md) -----------------------------
+def _clip01(M, xs, at):
+    x = xs[0]
+    # NOTE: x <= 0 first, then x >= 1: a NaN takes neither branch and propagates (as np.clip)
+    return np.where(x <= 0, x.dtype.type(0), np.where(x >= 1, _one(x), x))
+
+
+register(OpDef(
+    "clip01", 1, "unary", "row_local", _same_shape, forward=_clip01,
+    backward=lambda M, g, xs, y, at, nd: [
+        np.where((xs[0] > 0) & (xs[0] < 1), g, g.dtype.type(0))],
+    sample=_unary_sample(-0.5, 1.5, away=0.05),
+    doc="y = (a <= 0) ? +0.0 : ((a >= 1) ? 1 : a) (exact); ga = (0 < a < 1) ? g : +0.0",
+    c=CForm("({x} <= (real_t)0) ? (real_t)0 : (({x} >= (real_t)1) ? (real_t)1 : {x})",
+            ("({x} > (real_t)0 && {x} < (real_t)1) ? {g} : (real_t)0",))))
+
+
+def _keep_sample(rng, dtype):
+    cases = []
+    for sa, sm in [((3, 4), (3, 4)), ((2, 3, 4), (3, 1)), ((3, 4), (4,)), ((1, 4), (3, 4))]:
+        a = rng.uniform(-2, 2, sa).astype(dtype)
+        m = (rng.uniform(0, 1, sm) > 0.4).astype(dtype)
+        cases.append(([a, m], {}))
+    return cases
+
+
+def _keep_bwd(M, g, xs, y, at, nd):
+    a, m = xs
+    return [_ub(np.where(m != 0, g, g.dtype.type(0)), a) if nd[0] else None, None]
+
+
+register(OpDef(
+    "keep", 2, "elementwise", "row_local", _binary_shape,
+    # NOTE: -0.0 where masked out, so keep(a, m) + keep(b, !m) (ONNX Where) is a or b exactly,
+    # -0.0 and NaN included: x + (-0.0) == x for every x
+    forward=lambda M, xs, at: np.where(xs[1] != 0, xs[0], xs[0].dtype.type(-0.0)),
+    backward=_keep_bwd, sample=_keep_sample, nondiff_inputs=(1,),
+    doc="y = (m != 0) ? a : -0.0 (exact); ga = unb((m != 0) ? g : +0.0); m gets none",
+    c=CForm("({b} != (real_t)0) ? {a} : -(real_t)0",
+            ("({b} != (real_t)0) ? {g} : (real_t)0", "(real_t)0"))))

@@ -16,7 +16,10 @@ def test_exact_run_writes_the_schema(tmp_path, capsys):
     assert "device: host" in text and "bit-identical" in text
     rep = json.loads(out.read_text())
     assert set(rep) == {"device", "steps", "exact", "first_divergence", "nodes", "stats",
-                        "introduced", "kernels_introduced", "inject"}
+                        "introduced", "kernels_introduced", "inject", "dtype", "losses"}
+    assert rep["dtype"] == "float64"
+    assert [e["step"] for e in rep["losses"]] == [1, 2, 3]
+    assert all(e["reference"] == e["candidate"] for e in rep["losses"])
     assert rep["device"] == "host" and rep["steps"] == 3 and rep["exact"] is True
     assert rep["first_divergence"] is None
     # an exact run introduces nothing and nothing was injected

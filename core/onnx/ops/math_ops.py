@@ -205,7 +205,9 @@ def shape(ctx, x, start=0, end=None):
 @op("ConstantOfShape")
 def constant_of_shape(ctx, shp, value=None):
     v = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
-    return np.full(as_int_list(shp), v[0], dtype=v.dtype)
+    # NOTE: a read-only broadcast of the one value, not np.full: the light models ship their
+    # weights this way (vgg19: 575 MB of them), and a view holds no memory (nor budget bytes)
+    return np.broadcast_to(np.asarray(v[0], dtype=v.dtype), tuple(as_int_list(shp)))
 
 
 @op("Constant")

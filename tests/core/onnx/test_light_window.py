@@ -83,14 +83,17 @@ def test_onnx_html_escapes_names_from_the_file():
 
 
 def test_model_arguments_become_the_workload_spec():
+    import os
     from argparse import Namespace
 
     from app.commands.model_args import resolve_workload
 
+    # absolute: the live worker starts in the repository root (tests/models/test_relative_paths)
+    m = os.path.abspath("m.onnx")
     assert resolve_workload(Namespace(model="m.onnx", reinit=False, workload=None)) == \
-        "onnx:m.onnx"
+        "onnx:" + m
     assert resolve_workload(Namespace(model="m.onnx", reinit=True, workload=None)) == \
-        "onnx+reinit:m.onnx"
+        "onnx+reinit:" + m
     assert resolve_workload(Namespace(model=None, reinit=False, workload=None)) == "mlp"
     with pytest.raises(ValueError, match="not both"):
         resolve_workload(Namespace(model="m.onnx", reinit=False, workload="mlp"))
