@@ -303,6 +303,7 @@ def test_a_built_entry_is_private_recorded_and_found_again(tmp_path):
     assert built and len(calls) == 1 and calls[0].parent == cache.store
     assert calls[0].name.startswith(f".{GOOD[:16]}.") and calls[0].name.endswith(".so")
     assert path.read_bytes() == b"artifact" and _mode(path) == 0o600
+    assert _mode(cache.store / f"{GOOD}.so.json") == 0o600
     info = json.loads((cache.store / f"{GOOD}.so.json").read_text())
     assert info == {"compiler": "gcc", "key": GOOD,
                     "sha256": hashlib.sha256(b"artifact").hexdigest()}
@@ -489,3 +490,45 @@ def test_a_build_that_dies_writing_its_sidecar_leaves_no_entry_and_no_temporary(
     assert cache.lookup(GOOD, ".so") is None  # no sidecar: not an entry, rebuilt
     path, built, _ = _built(cache, data=b"again")
     assert built and path.read_bytes() == b"again" and cache.lookup(GOOD, ".so") == path
+
+
+def test_a_first_use_finds_only_a_concurrent_markers_temporary_and_finishes(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    (root / STORE / f".{MARKER}.0123456789ab.tmp").write_text("Sig")  # another's, mid-write
+    assert (KernelCache(root).store / MARKER).read_text().startswith("Signature: ")
+
+
+@pytest.mark.parametrize("size,ok", [(4096, True), (4097, False)])
+def test_a_marker_is_read_up_to_4_kib(tmp_path, size, ok):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    sig = "Signature: 8a477f597d28d172789f06886806bc55\n"
+    (root / STORE / MARKER).write_text(sig + "#" * (size - len(sig)))
+    if ok:
+        assert KernelCache(root).store.is_dir()
+    else:
+        with pytest.raises(CacheError, match=f"{MARKER} is 4097 bytes"):
+            KernelCache(root)
+
+
+@pytest.mark.parametrize("kind", ["a symlink", "a folder", "not a regular file"])
+def test_a_marker_that_is_not_a_small_file_is_refused_saying_what_it_is_and_how_to_fix(
+        tmp_path, kind):
+    root = tmp_path / "c"
+    store = root / STORE
+    store.mkdir(parents=True, mode=0o700)
+    marker = store / MARKER
+    if kind == "a symlink":
+        real = tmp_path / "tag"
+        real.write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
+        marker.symlink_to(real)
+    elif kind == "a folder":
+        marker.mkdir()
+    else:
+        os.mkfifo(marker)
+    with pytest.raises(CacheError) as ei:
+        KernelCache(root)
+    msg = str(ei.value)
+    assert f"its {MARKER} is {kind}, not the marker" in msg
+    assert f"rm -r {store}" in msg and "TAPESCOPE_CACHE_DIR" in msg
