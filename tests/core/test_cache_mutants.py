@@ -532,3 +532,21 @@ def test_a_marker_that_is_not_a_small_file_is_refused_saying_what_it_is_and_how_
     msg = str(ei.value)
     assert f"its {MARKER} is {kind}, not the marker" in msg
     assert f"rm -r {store}" in msg and "TAPESCOPE_CACHE_DIR" in msg
+
+
+def test_only_the_43_byte_signature_is_needed_whatever_follows_it(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    (root / STORE / MARKER).write_bytes(b"Signature: 8a477f597d28d172789f06886806bc55\r\n# x\r\n")
+    assert KernelCache(root).store.is_dir()
+    assert (root / STORE / MARKER).read_bytes().endswith(b"# x\r\n")  # not rewritten
+
+
+def test_a_torn_marker_of_ours_is_rewritten_whole(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    for torn in (b"", b"Signature: 8a47"):
+        (root / STORE / MARKER).write_bytes(torn)
+        assert KernelCache(root).store.is_dir()
+        assert (root / STORE / MARKER).read_text().startswith(
+            "Signature: 8a477f597d28d172789f06886806bc55\n# This file marks")
