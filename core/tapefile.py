@@ -80,6 +80,8 @@ _ENV = {"max_header_bytes": "TAPESCOPE_TAPE_MAX_HEADER",
 def _json_attr(v: Any) -> Any:
     if isinstance(v, tuple):
         return [_json_attr(x) for x in v]
+    if isinstance(v, np.bool_):  # before np.integer: json cannot write a numpy bool
+        return bool(v)
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating,)):

@@ -305,6 +305,7 @@ def test_a_built_entry_is_private_recorded_and_found_again(tmp_path):
     # core.atomic's exclusive temporary beside the entry (a name the sweep knows as ours)
     assert re.fullmatch(rf"\.{GOOD}\.so\.[0-9a-f]{{12}}\.tmp", calls[0].name), calls[0].name
     assert path.read_bytes() == b"artifact" and _mode(path) == 0o600
+    assert _mode(cache.store / f"{GOOD}.so.json") == 0o600
     info = json.loads((cache.store / f"{GOOD}.so.json").read_text())
     assert info == {"compiler": "gcc", "key": GOOD,
                     "sha256": hashlib.sha256(b"artifact").hexdigest()}
@@ -491,3 +492,63 @@ def test_a_build_that_dies_writing_its_sidecar_leaves_no_entry_and_no_temporary(
     assert cache.lookup(GOOD, ".so") is None  # no sidecar: not an entry, rebuilt
     path, built, _ = _built(cache, data=b"again")
     assert built and path.read_bytes() == b"again" and cache.lookup(GOOD, ".so") == path
+
+
+def test_a_first_use_finds_only_a_concurrent_markers_temporary_and_finishes(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    (root / STORE / f".{MARKER}.0123456789ab.tmp").write_text("Sig")  # another's, mid-write
+    assert (KernelCache(root).store / MARKER).read_text().startswith("Signature: ")
+
+
+@pytest.mark.parametrize("size,ok", [(4096, True), (4097, False)])
+def test_a_marker_is_read_up_to_4_kib(tmp_path, size, ok):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    sig = "Signature: 8a477f597d28d172789f06886806bc55\n"
+    (root / STORE / MARKER).write_text(sig + "#" * (size - len(sig)))
+    if ok:
+        assert KernelCache(root).store.is_dir()
+    else:
+        with pytest.raises(CacheError, match=f"{MARKER} is 4097 bytes"):
+            KernelCache(root)
+
+
+@pytest.mark.parametrize("kind", ["a symlink", "a folder", "not a regular file"])
+def test_a_marker_that_is_not_a_small_file_is_refused_saying_what_it_is_and_how_to_fix(
+        tmp_path, kind):
+    root = tmp_path / "c"
+    store = root / STORE
+    store.mkdir(parents=True, mode=0o700)
+    marker = store / MARKER
+    if kind == "a symlink":
+        real = tmp_path / "tag"
+        real.write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
+        marker.symlink_to(real)
+    elif kind == "a folder":
+        marker.mkdir()
+    else:
+        os.mkfifo(marker)
+    with pytest.raises(CacheError) as ei:
+        KernelCache(root)
+    msg = str(ei.value)
+    assert f"its {MARKER} is {kind}, not the marker" in msg
+    assert f"rm -r {store}" in msg and "TAPESCOPE_CACHE_DIR" in msg
+
+
+def test_only_the_43_byte_signature_is_needed_whatever_follows_it(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    (root / STORE / MARKER).write_bytes(b"Signature: 8a477f597d28d172789f06886806bc55\r\n# x\r\n")
+    assert KernelCache(root).store.is_dir()
+    assert (root / STORE / MARKER).read_bytes().endswith(b"# x\r\n")  # not rewritten
+
+
+def test_a_torn_marker_of_ours_is_rewritten_whole(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    for torn in (b"", b"Signature: 8a47"):
+        (root / STORE / MARKER).write_bytes(torn)
+        assert KernelCache(root).store.is_dir()
+        assert (root / STORE / MARKER).read_text().startswith(
+            "Signature: 8a477f597d28d172789f06886806bc55\n# This file marks")

@@ -298,7 +298,9 @@ def test_a_snapshot_outlives_the_step_it_copies():
     leaves = {X_: np.array(X), C_: np.array(C), A: np.zeros(3)}  # a: not a leaf, never read
     ev, eg = [True, False, False, True, False, False], [False] * 6
     ks = _kernels(ab=("forward", [A, B]))
-    live = StepState(4, t.nodes, LOSS, vals.get, grads.get, leaves.get, ev, eg, kernels=ks)
+    upd = OptimizerState("sgd", 0.1, 1, [])
+    live = StepState(4, t.nodes, LOSS, vals.get, grads.get, leaves.get, ev, eg, update=upd,
+                     kernels=ks)
     snap = live.snapshot()
     before = provenance(live).to_json()
     for a in list(vals.values()) + [g for g in grads.values() if g is not None] + list(
@@ -308,8 +310,17 @@ def test_a_snapshot_outlives_the_step_it_copies():
     ks[0]["node_ids"] = [M]
     assert provenance(snap).to_json() == before
     assert snap.step == 4 and snap.loss == LOSS and snap.nodes == t.nodes
+    assert snap.update is upd  # the optimizer state was captured around the update already
     assert snap.leaf(A) is None and snap.leaf(X_) is not None
     assert snap.value(A) is not vals[A] and snap.grad(C_) is None
     bare = StepState(1, t.nodes, LOSS, t.value, t.grad).snapshot()
     assert bare.leaf is None and bare.exact_value is None and bare.exact_grad is None
     assert bare.kernels == [] and bare.update is None
+
+
+def test_no_weight_decay_adds_nothing_not_even_zero_times_an_infinite_weight():
+    t, loss, w, _, _ = _adam_state()
+    p = ParamUpdate(w.id, 0.0, np.array([np.inf, 1.0, -2.0]), np.array([1.0, 1.0, 1.0]),
+                    w_after=None)
+    (w1, _, _), = reference_update(OptimizerState("sgd", 0.5, 1, [p]))
+    assert w1.tolist() == [np.inf, 0.5, -2.5]  # g + 0 * inf would be NaN, and so w

@@ -130,7 +130,7 @@ def test_a_loss_at_node_0_and_the_last_node_is_accepted(small, tmp_path, loss, o
     if ok:
         assert tapefile.load(path)[1]["loss"] == loss
     else:
-        refused(path, "meta 'loss'")
+        refused(path, f"meta 'loss' {loss} is not a node id")
 
 
 @pytest.mark.parametrize("version", [True, 2, 0, 1.0])
@@ -153,7 +153,10 @@ def test_a_param_listed_twice_is_refused(small, tmp_path):
     members = read_members(small)
     h = header_of(members)
     h["params"] = [0, 0]
-    refused(write_zip(tmp_path / "p.tape", with_header(members, h)), "twice")
+    refused(write_zip(tmp_path / "p.tape", with_header(members, h)), "'params' lists a node twice")
+    h["params"] = [3]  # one past the last node
+    refused(write_zip(tmp_path / "p3.tape", with_header(members, h)),
+            "'params' [3] must list ids of param nodes")
 
 
 def test_a_variadic_op_without_inputs_is_refused(small, tmp_path):
@@ -385,6 +388,8 @@ def _crafted(small: Path, tmp_path: Path, case: str) -> Path:
     h = header_of(members)
     if case == "meta":
         h["meta"] = [1]
+    elif case == "workload":
+        h["meta"]["workload"] = 3
     elif case == "missing-value":
         del members["v1.npy"]
         del h["digests"]["v1"]
@@ -406,6 +411,7 @@ def _crafted(small: Path, tmp_path: Path, case: str) -> Path:
 
 @pytest.mark.parametrize("case,says", [
     ("meta", "'meta' must be an object"),
+    ("workload", "meta 'workload' must be a string"),
     ("missing-value", "node 1 tanh: value missing"),
     ("no-digest", "member g0 has no SHA-256 checksum"),
     ("extra-digest", "a checksum for 'g9' but no such member"),
@@ -415,3 +421,17 @@ def _crafted(small: Path, tmp_path: Path, case: str) -> Path:
 ])
 def test_each_refusal_says_what_is_wrong_and_where(small, tmp_path, case, says):
     refused(_crafted(small, tmp_path, case), says)
+
+
+def test_numpy_scalar_attributes_are_saved_as_plain_json_and_load_equal(tmp_path):
+    t = Tape()
+    x = t.param(np.arange(6.0).reshape(2, 3))
+    t.record("muls", [x], {"s": np.float64(0.25)})
+    t.record("sum", [x], {"axis": (np.int64(1),), "keepdims": np.bool_(False)})
+    path = tapefile.save(t, tmp_path / "np.tape")
+    nodes = header_of(read_members(path))["nodes"]
+    assert nodes[1]["attrs"] == {"s": 0.25} and type(nodes[1]["attrs"]["s"]) is float
+    assert nodes[2]["attrs"]["axis"] == [1] and type(nodes[2]["attrs"]["axis"][0]) is int
+    back, _ = tapefile.load(path)
+    assert dict(back.nodes[1].attrs) == {"s": 0.25}
+    assert back.nodes[2].attrs["axis"] == (1,)
