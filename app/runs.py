@@ -241,12 +241,14 @@ class PairRunner:
     """Steps a reference and a candidate run together and compares them every step."""
 
     def __init__(self, config: SessionConfig, device: Any | None = None,
-                 provenance: str = "every", inject: Any = None, keep_states: int = 0) -> None:
+                 provenance: str = "every", inject: Any = None, keep_states: int = 0,
+                 explain: bool = False) -> None:
         """``provenance``: "every" step or "off" (then ``step(provenance=True)`` asks for one);
         ``inject``: an ``app.run_provenance.Inject`` fault (or its ``NODE[:grad]@STEP`` text)
         for the (unfused) device candidate;
         ``keep_states``: how many recent steps' ``core.provenance.StepState`` snapshots to keep
         in ``states`` (every array of the candidate: for provenance on demand)."""
+        self.explain = explain  # core.explain: a cause on every introduced value / gradient
         if provenance not in ("every", "off"):
             raise ValueError(f"provenance must be 'every' or 'off', not {provenance!r}")
         self.config = config
@@ -374,7 +376,7 @@ class PairRunner:
             if self.states.maxlen:  # before after_update moves the leaves' expectations on
                 self.states.append(st.snapshot())  # (its update is filled in just below)
             self.probe.after_update(st)
-            prov = provenance(st)
+            prov = provenance(st, explain=self.explain)
             for e, f in zip(js["nodes"], prov.flags(len(js["nodes"])), strict=True):
                 e["introduced"] = f
             tp += time.perf_counter() - t1

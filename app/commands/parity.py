@@ -39,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flip the lowest mantissa bit of element 0 of NODE's (id or name) "
                         "device value (gradient) at STEP, right after the device computes it "
                         "(unfused only): that node is then reported as introduced")
+    p.add_argument("--explain", action="store_true",
+                   help="for every introduced node, the first documented variant of the "
+                        "reference order (fma, reciprocal, libm, reassociation, accumulator, "
+                        "ftz) that reproduces the candidate's bits (docs/candidates.md)")
     p.set_defaults(func=run)
 
 
@@ -72,7 +76,8 @@ def _fold(per_node: dict[int, dict], nodes: list[dict], step: int) -> None:
 
 def introduced_entries(step: int, introduced: list[dict]) -> list[dict]:
     """A step's introduced arrays (``StepResult.introduced``) as the JSON lists them."""
-    keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part")
+    keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part", "cause",
+            "explain")
     return [{"step": step, **{k: e[k] for k in keep if k in e}} for e in introduced]
 
 
@@ -82,9 +87,19 @@ def introduced_text(entries: list[dict], nodes: tuple) -> str:
     for e in entries:
         name = nodes[e["node"]].name if 0 <= e["node"] < len(nodes) else None
         by = f" by #{', #'.join(map(str, e['by']))}" if e.get("by") else ""
+        why = f": {e['cause']}, {cause_text(e)}" if e.get("explain") else ""
         parts.append(f"#{e['node']} {e['op']}{' ' + name if name else ''} {e['which']}{by} "
-                     f"({e['n_diff']} elements, max {e['max_ulp']} ulp)")
+                     f"({e['n_diff']} elements, max {e['max_ulp']} ulp){why}")
     return "; ".join(parts)
+
+
+def cause_text(e: dict) -> str:
+    """An explained entry's cause as one phrase (``core.explain.Cause.text``)."""
+    from core.explain import Cause
+
+    x = e["explain"]
+    return Cause(x["cause"], x.get("variant", ""), x.get("closest"), x.get("max_ulp", 0),
+                 x.get("n_diff", 0)).text()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")
-    runner = PairRunner(cfg, inject=args.inject)
+    explain = getattr(args, "explain", False)
+    runner = PairRunner(cfg, inject=args.inject, explain=explain)
     inj = runner.cand.inject
     if inj is not None and inj.step > args.steps:
         raise ValueError(f"--inject {args.inject!r}: step {inj.step} is not run "
@@ -144,13 +160,18 @@ def run(args: argparse.Namespace) -> int:
               "first_divergence": first, "nodes": nodes, "stats": prog.stats,
               "introduced": introduced, "kernels_introduced": kernels,
               "inject": None if inj is None else inj.label()}
+    causes: dict[int, str] = {}  # --explain: per node, its first introduced array's cause
+    for e in introduced:
+        if "cause" in e:
+            causes.setdefault(e["node"], e["cause"])
     print(f"{'node':>5} {'op':<14} {'name':<28} {'value diff':>11} {'ulp':>6} "
-          f"{'grad diff':>10} {'ulp':>6}")
+          f"{'grad diff':>10} {'ulp':>6}" + (f" {'cause':<13}" if explain else ""))
     for n in bad[:15]:
         g = n["grad"] or {"n_diff": 0, "max_ulp": 0}
         print(f"{n['id']:>5} {n['op']:<14} {(n['name'] or '')[:28]:<28} "
               f"{n['value']['n_diff']:>11} {n['value']['max_ulp']:>6} {g['n_diff']:>10} "
-              f"{g['max_ulp']:>6}")
+              f"{g['max_ulp']:>6}"
+              + (f" {causes.get(n['id'], 'inherited'):<13}" if explain else ""))
     nan_bits = sum(s["nan_bits_differ"] for n in nodes for s in (n["value"], n["grad"]) if s)
     print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device.kind}: "
           f"{'bit-identical' if exact else f'{len(bad)} nodes differ'}; first divergence: "

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
                    help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))
     p.add_argument("--steps", type=positive_int, default=20)
+    p.add_argument("--explain", action="store_true",
+                   help="give every introduced node its cause: the first documented variant "
+                        "of the reference order reproducing the candidate (docs/candidates.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="report.html", help="the HTML file (the .json goes beside)")
     p.add_argument("--worker", metavar="CMD", default=None,
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
                         dtype=args.dtype, math=args.math, compare=args.compare, seed=args.seed,
                         worker=getattr(args, "worker", None))
-    runner = PairRunner(cfg)
+    runner = PairRunner(cfg, explain=getattr(args, "explain", False))
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None
     acc = ReportAccumulator(cfg, runner.nodes, runner.ref_spec.label(),
