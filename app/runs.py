@@ -33,6 +33,7 @@ class RunSpec:
     math: str = "refmath"
     dtype: str = "float64"
     fuse: bool = False
+    kernels: tuple[str, ...] = ()  # --kernel specs: the user's files replacing stock kernels
 
     def label(self) -> str:
         """A short human name, e.g. ``device fused float32 platform``."""
@@ -40,6 +41,8 @@ class RunSpec:
         if self.side == "device":
             parts.append("fused" if self.fuse else "unfused")
         parts += [self.dtype, self.math]
+        if self.kernels:
+            parts.append("+ " + ", ".join(self.kernels))
         return " ".join(parts)
 
 
@@ -55,6 +58,7 @@ class SessionConfig:
     compare: str = "cpu-device"
     seed: int = 0
     worker: str | None = None  # a command that serves the device side (app.remote), or here
+    kernels: tuple[str, ...] = ()  # --kernel OP=FILE.cu / NODE=FILE.cu (gpu.user_kernels)
 
     def __post_init__(self) -> None:
         if self.compare not in COMPARES:
@@ -63,10 +67,13 @@ class SessionConfig:
             raise ValueError(f"dtype must be float64 or float32, not {self.dtype!r}")
         if self.math not in ("refmath", "platform"):
             raise ValueError(f"math must be refmath or platform, not {self.math!r}")
+        if self.kernels and self.worker is not None:
+            raise ValueError("--kernel compiles your file on this machine: it cannot go with "
+                             "--worker")
 
     def pair(self) -> tuple[RunSpec, RunSpec]:
         """(reference, candidate). The reference is always refmath: it defines the bits."""
-        dev = RunSpec("device", self.math, self.dtype, self.fuse)
+        dev = RunSpec("device", self.math, self.dtype, self.fuse, tuple(self.kernels))
         if self.compare == "cpu-device":
             return RunSpec("cpu", "refmath", self.dtype), dev
         if self.compare == "cpu-platform":
@@ -171,7 +178,12 @@ class DeviceRun:
         wl = feed.wl
         loss = wl.record(0)
         math = spec.math if spec.math != wl.tape.math else None
-        self.prog = gpu.capture(device, wl.tape, loss, math=math)
+        specs = None
+        if spec.kernels:
+            from gpu.user_kernels import parse_spec
+
+            specs = [parse_spec(k) for k in spec.kernels]
+        self.prog = gpu.capture(device, wl.tape, loss, math=math, kernels=specs)
         self.plan = None
         if spec.fuse:
             from gpu.fusion import apply

@@ -431,15 +431,52 @@ def explain(node: Any, xs: Sequence[np.ndarray], cand: np.ndarray) -> Cause:
                  for v in variants_for(node.op, dt)], np.asarray(cand))
 
 
-def explain_grad(recompute: Callable[[Any], np.ndarray | None], transcendental: bool,
+def _mm_rule(mmf: Callable) -> Callable:
+    """matmul's backward rule (core/ops/linalg.py) with its product swapped."""
+    def bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
+            nd: Sequence[bool]) -> list:
+        a, b = xs
+        a2, g2 = a.reshape(-1, a.shape[-1]), g.reshape(-1, g.shape[-1])
+        ga = mmf(g2, np.ascontiguousarray(b.T)).reshape(a.shape) if nd[0] else None
+        gb = mmf(np.ascontiguousarray(a2.T), g2) if nd[1] else None
+        return [ga, gb]
+    return bwd
+
+
+def _bmm_rule(mmf: Callable) -> Callable:
+    def per(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.stack([mmf(a[i], b[i]) for i in range(a.shape[0])])
+
+    def bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
+            nd: Sequence[bool]) -> list:
+        a, b = xs
+        ga = per(g, np.ascontiguousarray(b.transpose(0, 2, 1))) if nd[0] else None
+        gb = per(np.ascontiguousarray(a.transpose(0, 2, 1)), g) if nd[1] else None
+        return [ga, gb]
+    return bwd
+
+
+_GRAD_RULES = {"matmul": _mm_rule, "bmm": _bmm_rule}
+
+
+def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequence[str],
                  cand: np.ndarray) -> Cause:
-    """A gradient's cause: the backward rules rerun with the platform's transcendentals
-    (``recompute(math_namespace)``) when a consumer's rule calls one; the other variants
-    rewrite forward formulas only (docs/candidates.md), so any other gradient is ``unknown``."""
-    tries = []
-    if transcendental:
-        tries.append(("libm", "the platform's (numpy's) transcendentals",
-                      lambda: recompute(mathlib.get("platform"))))
+    """A gradient's cause. ``recompute(math=None, rules=None)`` reruns the reference gradient
+    with another math namespace or other backward rules (``rules(op)``); ``consumers`` are the
+    ops whose rules made it. Tried in CAUSES order: the product variants (fma, blocked, tree,
+    accumulators) of matmul / bmm consumers' rules; the platform's transcendentals when a
+    consumer's rule calls one. Other gradients are ``unknown`` (docs/candidates.md)."""
+    tries: list[tuple[str, str, Callable[[], np.ndarray | None]]] = []
+    dt = np.asarray(cand).dtype
+    mm_only = bool(consumers) and all(op in _GRAD_RULES for op in consumers)
+    trans = any(REGISTRY[op].transcendental for op in consumers)
+    for v in VARIANTS:
+        if v.cause == "libm" and trans:
+            tries.append((v.cause, v.label, lambda: recompute(mathlib.get("platform"))))
+        elif v.prim == "mm" and mm_only and v in variants_for("matmul", dt):
+            def rules(op: str, f: Callable = v.value) -> Callable:
+                return _GRAD_RULES[op](f) if op in _GRAD_RULES else REGISTRY[op].backward
+            tries.append((v.cause, v.label, lambda rules=rules: recompute(None, rules)))
     tries = [(c, lab, (lambda f=f: _nonnull(f()))) for c, lab, f in tries]
     return _try(tries, np.asarray(cand))
 

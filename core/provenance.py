@@ -227,11 +227,12 @@ def reference_value(node: Any, xs: Sequence[np.ndarray], dtype: Any) -> np.ndarr
 
 def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Getter,
                    grad: Getter, dtype: Any, memo: dict | None = None,
-                   math: Any = None) -> np.ndarray | None:
+                   math: Any = None, rules: Callable | None = None) -> np.ndarray | None:
     """Node ``j``'s gradient from its consumers ``by`` (their gradients ``grad(i)`` and the
     values ``value``), added as the tape adds them; None when no consumer was reached.
     ``memo`` keeps each consumer's contributions for its other inputs (same getters only);
-    ``math``: another math namespace than refmath (``core.explain``'s libm variant)."""
+    ``math``: another math namespace than refmath (``core.explain``'s libm variant);
+    ``rules(op)``: another backward rule than the op table's (``core.explain``'s variants)."""
     dt = np.dtype(dtype)
     shape = nodes[j].shape
     if j == loss:
@@ -247,7 +248,8 @@ def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Ge
             needs = _needs(nodes, n)
             parts = None if memo is None else memo.get(i)
             if parts is None:
-                parts = REGISTRY[n.op].backward(math or _ref_math(), g,
+                rule = REGISTRY[n.op].backward if rules is None else rules(n.op)
+                parts = rule(math or _ref_math(), g,
                                                 [value(x) for x in n.inputs],
                                                 value(i), n.attrs, needs)
                 if memo is not None:
@@ -377,12 +379,11 @@ def _grad_cause(state: StepState, j: int, by: Sequence[int], g: np.ndarray) -> A
 
     nodes = state.nodes
 
-    def recompute(math: Any) -> np.ndarray | None:
+    def recompute(math: Any = None, rules: Callable | None = None) -> np.ndarray | None:
         return reference_grad(nodes, j, state.loss, by, state.value, state.grad, g.dtype,
-                              None, math)
+                              None, math, rules)
 
-    trans = any(REGISTRY[nodes[i].op].transcendental for i in by)
-    return explain_grad(recompute, trans, g)
+    return explain_grad(recompute, [nodes[i].op for i in by], g)
 
 
 def _updates(nodes: tuple, opt: OptimizerState | None) -> list[Introduced]:

@@ -39,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flip the lowest mantissa bit of element 0 of NODE's (id or name) "
                         "device value (gradient) at STEP, right after the device computes it "
                         "(unfused only): that node is then reported as introduced")
+    p.add_argument("--kernel", action="append", metavar="OP=FILE.cu",
+                   help="run your kernel file in place of the stock kernels of every OP node "
+                        "(NODE=FILE.cu: one node, by id or name); repeatable. The file is code "
+                        "and is compiled and run because you name it (docs/kernels.md)")
     p.add_argument("--explain", action="store_true",
                    help="for every introduced node, the first documented variant of the "
                         "reference order (fma, reciprocal, libm, reassociation, accumulator, "
@@ -87,7 +91,10 @@ def introduced_text(entries: list[dict], nodes: tuple) -> str:
     for e in entries:
         name = nodes[e["node"]].name if 0 <= e["node"] < len(nodes) else None
         by = f" by #{', #'.join(map(str, e['by']))}" if e.get("by") else ""
-        why = f": {e['cause']}, {cause_text(e)}" if e.get("explain") else ""
+        why = ""
+        if e.get("explain"):
+            why = f": {cause_text(e)}" if e["cause"] == "unknown" else \
+                f": {e['cause']}, {cause_text(e)}"
         parts.append(f"#{e['node']} {e['op']}{' ' + name if name else ''} {e['which']}{by} "
                      f"({e['n_diff']} elements, max {e['max_ulp']} ulp){why}")
     return "; ".join(parts)
@@ -116,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
                         dtype=args.dtype, math=args.math, compare="cpu-device", seed=args.seed,
-                        worker=getattr(args, "worker", None))
+                        worker=getattr(args, "worker", None),
+                        kernels=tuple(getattr(args, "kernel", None) or ()))
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")

@@ -24,6 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
                    help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))
     p.add_argument("--steps", type=positive_int, default=20)
+    p.add_argument("--kernel", action="append", metavar="OP=FILE.cu",
+                   help="run your kernel file in place of the stock kernels of every OP node "
+                        "(NODE=FILE.cu: one node, by id or name); repeatable. The file is code "
+                        "and is compiled and run because you name it (docs/kernels.md)")
     p.add_argument("--explain", action="store_true",
                    help="give every introduced node its cause: the first documented variant "
                         "of the reference order reproducing the candidate (docs/candidates.md)")
@@ -55,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = SessionConfig(workload=resolve_workload(args), device=args.device, fuse=args.fuse,
                         dtype=args.dtype, math=args.math, compare=args.compare, seed=args.seed,
-                        worker=getattr(args, "worker", None))
+                        worker=getattr(args, "worker", None),
+                        kernels=tuple(getattr(args, "kernel", None) or ()))
     runner = PairRunner(cfg, explain=getattr(args, "explain", False))
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None
