@@ -59,6 +59,7 @@ class SessionConfig:
     seed: int = 0
     worker: str | None = None  # a command that serves the device side (app.remote), or here
     kernels: tuple[str, ...] = ()  # --kernel OP=FILE.cu / NODE=FILE.cu (gpu.user_kernels)
+    explain: bool = False  # core.explain: a cause on every introduced value / gradient
 
     def __post_init__(self) -> None:
         if self.compare not in COMPARES:
@@ -260,7 +261,7 @@ class PairRunner:
         for the (unfused) device candidate;
         ``keep_states``: how many recent steps' ``core.provenance.StepState`` snapshots to keep
         in ``states`` (every array of the candidate: for provenance on demand)."""
-        self.explain = explain  # core.explain: a cause on every introduced value / gradient
+        self.explain = explain or config.explain  # core.explain: a cause per introduced array
         if provenance not in ("every", "off"):
             raise ValueError(f"provenance must be 'every' or 'off', not {provenance!r}")
         self.config = config

@@ -156,7 +156,25 @@ def summarize(res: Any) -> dict:
     return {"step": int(get("step")), "losses": [get("loss_ref"), get("loss_cand")],
             "exact": bool(get("exact")), "first": get("first"), "n": len(nodes), "v": v,
             "vu": vu, "g": g, "gu": gu, "nb": nb, "f": f, "src": src,
-            "kernels": list(get("kernels") or []), "produced": list(get("produced") or [])}
+            "kernels": list(get("kernels") or []), "produced": list(get("produced") or []),
+            "causes": _causes(get("introduced") if computed or computed is None else None)}
+
+
+CAUSES_MAX = 64  # explained entries a step summary carries (the Inspector's line)
+
+
+def _causes(intro: Iterable | None) -> list[list]:
+    """The explained introduced arrays (core.explain) as ``[node, which, cause, text, n_diff,
+    max_ulp]``, for the Inspector's provenance line."""
+    from core.explain import cause_text
+
+    out = []
+    for e in intro or ():
+        if isinstance(e, Mapping) and e.get("explain") and len(out) < CAUSES_MAX:
+            out.append([int(e["node"]), str(e.get("which", "")), str(e["cause"]),
+                        cause_text(e["explain"]), int(e.get("n_diff", 0)),
+                        int(e.get("max_ulp", 0))])
+    return out
 
 
 def _introduced(intro: Iterable | None, nodes: list, roots: list) -> tuple[dict[int, int], bool]:
@@ -225,7 +243,8 @@ class StepHistory:
         self.meta.append({"losses": s.get("losses"), "exact": s.get("exact"),
                           "first": s.get("first"), "src": s.get("src", SOURCE_ROOTS),
                           "kernels": s.get("kernels") or [],
-                          "produced": list(s.get("produced") or [])})
+                          "produced": list(s.get("produced") or []),
+                          "causes": list(s.get("causes") or [])})
         if self.nbytes > self.budget_bytes:
             self._thin()
 
@@ -317,6 +336,14 @@ class StepHistory:
     def first_steps(self) -> np.ndarray:
         """Per node, the first step at which its value or gradient differed (-1: never)."""
         return self._first_step.copy()
+
+    def causes(self, step: int, node: int) -> list[list]:
+        """The explained introduced arrays of ``node`` at ``step`` (``summarize``'s
+        ``causes`` rows); empty when the step was not explained or is not stored."""
+        if step not in self.step_nums:
+            return []
+        meta = self.meta[self.step_nums.index(step)]
+        return [c for c in meta.get("causes") or () if c[0] == node]
 
     def introduced(self, step: int) -> list[int]:
         """Node ids that introduced error (value, gradient or update) at ``step``."""

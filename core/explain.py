@@ -41,7 +41,7 @@ from core.ops.reference import mm, serial_sum
 from core.ops.registry import REGISTRY
 from core.parity import compare_arrays
 
-__all__ = ["CAUSES", "Cause", "FORMULAS", "Prims", "VARIANTS", "Variant", "explain",
+__all__ = ["CAUSES", "Cause", "FORMULAS", "cause_text", "Prims", "VARIANTS", "Variant", "explain",
            "explain_grad", "fma", "reference_prims", "variants_for"]
 
 CAUSES = ("fma", "reciprocal", "libm", "reassociation", "accumulator", "ftz")
@@ -399,6 +399,12 @@ class Cause:
         if self.cause == "unknown":
             d.update(closest=self.closest, max_ulp=self.max_ulp, n_diff=self.n_diff)
         return d
+
+
+def cause_text(d: dict) -> str:
+    """``Cause.text`` of a ``Cause.to_json`` dict (as the JSON and the wire carry it)."""
+    return Cause(str(d["cause"]), str(d.get("variant", "")), d.get("closest"),
+                 int(d.get("max_ulp", 0)), int(d.get("n_diff", 0))).text()
 
 
 def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarray) -> Cause:

@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="start a live session: the workload on the CPU tape and on a device")
     live.add_argument("--device", default="host", choices=["host", "cuda", "auto"])
     live.add_argument("--fuse", action="store_true", help="replay the fused plan")
+    live.add_argument("--explain", action="store_true",
+                      help="the Inspector names why a node introduced error (docs/candidates.md)")
     live.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                       help="the candidate's math (the reference is always refmath)")
     live.add_argument("--dtype", default="float64", choices=["float64", "float32"])
@@ -159,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
 
         cfg = SessionConfig(workload=win.session.meta["workload"], device=args.device,
                             fuse=args.fuse, dtype=args.dtype, math=args.math,
-                            compare=args.compare, worker=getattr(args, "worker", None))
+                            compare=args.compare, worker=getattr(args, "worker", None),
+                            explain=getattr(args, "explain", False))
         ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)
     if args.screenshot:
         return _screenshot(win, args, size, ok)

@@ -102,11 +102,9 @@ def introduced_text(entries: list[dict], nodes: tuple) -> str:
 
 def cause_text(e: dict) -> str:
     """An explained entry's cause as one phrase (``core.explain.Cause.text``)."""
-    from core.explain import Cause
+    from core.explain import cause_text as text
 
-    x = e["explain"]
-    return Cause(x["cause"], x.get("variant", ""), x.get("closest"), x.get("max_ulp", 0),
-                 x.get("n_diff", 0)).text()
+    return text(e["explain"])
 
 
 def run(args: argparse.Namespace) -> int:
