@@ -68,6 +68,9 @@ class SessionConfig:
             raise ValueError(f"dtype must be float64 or float32, not {self.dtype!r}")
         if self.math not in ("refmath", "platform"):
             raise ValueError(f"math must be refmath or platform, not {self.math!r}")
+        if self.kernels and self.compare == "cpu-platform":
+            raise ValueError("--kernel replaces a device kernel: --compare cpu-platform has no "
+                             "device side")
         if self.kernels and self.worker is not None:
             raise ValueError("--kernel compiles your file on this machine: it cannot go with "
                              "--worker")

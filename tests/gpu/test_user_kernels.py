@@ -12,6 +12,7 @@ import pytest
 
 import gpu
 from app.cli import main
+from app.runs import SessionConfig
 from core import workloads
 from gpu.kernel_template import op_kernels, template
 from gpu.source import LIBRARY
@@ -143,6 +144,10 @@ def test_a_wrong_signature_or_a_missing_kernel_is_refused(tmp_path, capsys):
     assert code == 2 and "neither an op nor the name of one node" in err
     code, _, _, err = _parity(tmp_path, capsys, "--kernel", "matmul")
     assert code == 2 and "expected OP=FILE.cu" in err
+    with pytest.raises(ValueError, match="no device side"):
+        SessionConfig(compare="cpu-platform", kernels=(f"matmul={q}",))
+    with pytest.raises(ValueError, match="cannot go with --worker"):
+        SessionConfig(worker="ssh box tapescope worker", kernels=(f"matmul={q}",))
 
 
 def test_kernels_template_writes_the_file(tmp_path, capsys):
