@@ -30,6 +30,9 @@ __all__ = ["KernelSpec", "NameSpy", "Overlay", "UserKernelError", "compile_overr
            "parse_spec"]
 
 
+MAX_KERNEL_BYTES = 4 << 20  # a kernel file's size, checked before it is read
+
+
 class UserKernelError(ValueError):
     """A ``--kernel`` file that cannot stand in for the stock kernel: one line, file and line."""
 
@@ -51,6 +54,10 @@ def parse_spec(spec: str) -> KernelSpec:
     p = Path(path.strip())
     if not p.is_file():
         raise UserKernelError(f"--kernel {spec!r}: no file {str(p)!r}")
+    size = p.stat().st_size
+    if size > MAX_KERNEL_BYTES:  # read whole into memory and into the compiler: bounded first
+        raise UserKernelError(f"--kernel {spec!r}: {p} is {size} bytes (a kernel file may have "
+                              f"{MAX_KERNEL_BYTES})")
     return KernelSpec(spec, key.strip(), p)
 
 
