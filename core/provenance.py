@@ -368,6 +368,12 @@ def provenance(state: StepState, explain: bool = False) -> Provenance:
             cause = _grad_cause(state, j, by, g) if explain else None
             grads.append(Introduced(j, n.op, "grad", d, by=tuple(by), cause=cause))
     updates = _updates(nodes, state.update)
+    if explain:  # no variant rewrites the optimizer's formulas: every update entry says so
+        from dataclasses import replace as _with
+
+        from core.explain import Cause
+
+        updates = [_with(e, cause=Cause("unknown", "")) for e in updates]
     checked += len(state.update.params) if state.update is not None else 0
     made = {(e.node, e.which) for e in values + grads}
     kernels = [_kernel(state, cons, k, made) for k in state.kernels]

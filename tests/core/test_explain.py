@@ -121,3 +121,22 @@ def test_an_exact_op_has_only_ftz():
     assert [v.cause for v in variants_for("add")] == ["ftz"]
     assert [v.cause for v in variants_for("matmul", np.float32)] == [
         "fma", "reassociation", "reassociation", "accumulator", "ftz"]
+
+
+def test_every_introduced_entry_has_a_cause_updates_included():
+    """An update that departs (a one-ulp nudge of a parameter after SGD) is `unknown`."""
+    from core.provenance import OptimizerState, ParamUpdate, StepState, provenance
+
+    Nd = namedtuple("Nd", "id op inputs shape attrs requires_grad name")
+    w = np.array([1.0, 2.0])
+    g = np.array([0.5, 0.25])
+    after = w - 0.1 * g
+    after.view(np.uint64)[0] += np.uint64(1)
+    nodes = (Nd(0, "param", (), (2,), {}, True, "w"),)
+    opt = OptimizerState("sgd", 0.1, 1, [ParamUpdate(0, 0.0, w, g, after)])
+    st = StepState(1, nodes, 0, {0: w}.get, {0: g}.get, None, None, None, opt)
+    intro = provenance(st, explain=True).introduced
+    (e,) = [x for x in intro if x.which == "update"]
+    assert e.to_json()["cause"] == "unknown" and e.to_json()["explain"]["closest"] is None
+    assert all("cause" in x.to_json() for x in intro)
+    assert not any("cause" in x.to_json() for x in provenance(st).introduced)
