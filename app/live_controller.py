@@ -347,8 +347,9 @@ class LiveController(QObject):
             return
         h = self.travel.history
         since = h.first_step_differing().get(got.node) if h is not None else None
+        causes = h.causes(got.step, got.node) if h is not None else []
         self.shown = got
-        self.win.show_details(live_details(s.details(got.node), got, since))
+        self.win.show_details(live_details(s.details(got.node), got, since, causes))
 
     @Slot(str)
     def _on_state(self, state: str) -> None:

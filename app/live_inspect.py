@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from app.live import Inspection
     from views.node_details import NodeDetails
@@ -53,9 +55,22 @@ class InspectionCache:
         self.asked.clear()
 
 
-def live_details(d: NodeDetails, got: Inspection, differs_since: int | None) -> NodeDetails:
+def cause_line(op: str, node: int, size: int, causes: list) -> str:
+    """``softmax #35 introduced 1 ulp on 39 of 512 elements: matches the reference with
+    x * (1/y)`` per explained array (``StepHistory.causes`` rows), joined by "; "."""
+    parts = []
+    for _, which, _, text, n_diff, max_ulp in causes:
+        what = "" if which == "value" else f" ({which})"
+        parts.append(f"{op} #{node}{what} introduced {max_ulp} ulp on {n_diff} of {size} "
+                     f"elements: {text}")
+    return "; ".join(parts)
+
+
+def live_details(d: NodeDetails, got: Inspection, differs_since: int | None,
+                 causes: list | None = None) -> NodeDetails:
     """``d`` (the tape's own details of the node) with both sides of ``got`` in it
-    (``differs_since``: the first step the node differed, if it has)."""
+    (``differs_since``: the first step the node differed, if it has; ``causes``: the node's
+    explained introduced arrays at that step, shown on the note's line)."""
     d.value, d.grad = got.ref_value, got.ref_grad
     d.device_value, d.device_grad = got.cand_value, got.cand_grad
     dts = {str(a.dtype) for a in (got.ref_value, got.cand_value) if a is not None}
@@ -64,6 +79,9 @@ def live_details(d: NodeDetails, got: Inspection, differs_since: int | None) -> 
     d.step = got.step
     since = f" · differs since step {differs_since}" if differs_since is not None else ""
     d.note = f"live · step {got.step}{since} · {got.reference} ↔ {got.candidate}"
+    if causes:
+        size = int(np.prod(d.shape, dtype=np.int64)) if d.shape is not None else 0
+        d.note += " · " + cause_line(d.op, d.id, size, causes)
     return d
 
 

@@ -96,7 +96,8 @@ class ReportAccumulator:
         if not r.provenance:
             return
         self.provenance_steps += 1
-        keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part")
+        keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part",
+                "cause", "explain")
         entries = [{"step": r.step, **{k: e[k] for k in keep if k in e}} for e in r.introduced]
         self.introduced_total += len(entries)
         self.introduced.extend(entries[: max(INTRODUCED_MAX - len(self.introduced), 0)])

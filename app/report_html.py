@@ -121,18 +121,27 @@ def _introduced(data: dict) -> str:
     if not rows:
         return head
     names = {n["id"]: n["name"] or "" for n in data["nodes"]}
+    explained = any("explain" in e for e in rows)
     body = "".join(
         f"<tr><td class=n>{e['step']}</td><td class=n>{e['node']}</td><td>{escape(e['op'])}"
         f"</td><td class=mono>{escape(names.get(e['node'], ''))}</td><td>{escape(e['which'])}"
         + (f" <span class=mono>by #{', #'.join(map(str, e['by']))}</span>" if e.get('by')
            else "") + (f" <span class=mono>{escape(e['part'])}</span>" if e.get("part") else "")
-        + f"</td><td class=n>{e['n_diff']}</td><td class=n>{e['max_ulp']}</td></tr>"
+        + f"</td><td class=n>{e['n_diff']}</td><td class=n>{e['max_ulp']}</td>"
+        + (f"<td>{escape(_cause(e))}</td>" if explained else "") + "</tr>"
         for e in rows[:INTRODUCED_ROWS])
     more = (f"<p>… {len(rows) - INTRODUCED_ROWS} more in the JSON.</p>"
             if len(rows) > INTRODUCED_ROWS else "")
     return (f"{head}<div class=scroll><table><tr><th class=n>step</th><th class=n>node</th>"
             f"<th>op</th><th>name</th><th>which</th><th class=n>n_diff</th><th class=n>max ulp"
-            f"</th></tr>{body}</table></div>{more}")
+            f"</th>{'<th>cause (--explain)</th>' if explained else ''}</tr>{body}</table></div>"
+            f"{more}")
+
+
+def _cause(e: dict) -> str:
+    from app.commands.parity import cause_text
+
+    return f"{e['cause']}: {cause_text(e)}" if e.get("explain") else "-"
 
 
 def _fusion(plan: dict | None) -> str:

@@ -29,6 +29,7 @@ class RunSpec:
     math: str = "refmath"
     dtype: str = "float64"
     fuse: bool = False
+    kernels: tuple[str, ...] = ()  # --kernel specs: the user's files replacing stock kernels
 
     def label(self) -> str:
         """A short human name, e.g. ``device fused float32 platform``."""
@@ -36,6 +37,8 @@ class RunSpec:
         if self.side == "device":
             parts.append("fused" if self.fuse else "unfused")
         parts += [self.dtype, self.math]
+        if self.kernels:
+            parts.append("+ " + ", ".join(self.kernels))
         return " ".join(parts)
 
     @property
@@ -171,7 +174,12 @@ class DeviceRun:
         wl = feed.wl
         loss = wl.record(0)
         math = spec.math if spec.math != wl.tape.math else None
-        self.prog = gpu.capture(device, wl.tape, loss, math=math)
+        specs = None
+        if spec.kernels:  # the user's kernel files (gpu.user_kernels), compiled because named
+            from gpu.user_kernels import parse_spec
+
+            specs = [parse_spec(k) for k in spec.kernels]
+        self.prog = gpu.capture(device, wl.tape, loss, math=math, kernels=specs)
         self.plan = None
         if spec.fuse:
             from gpu.fusion import apply

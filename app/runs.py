@@ -47,6 +47,8 @@ class SessionConfig:
     worker: str | None = None  # a command that serves the device side (app.remote), or here
     worker_timeout: float | None = None  # seconds per worker request (None: env or default)
     worker_open_timeout: float | None = None  # the same for hello, device and open
+    kernels: tuple[str, ...] = ()  # --kernel OP=FILE.cu / NODE=FILE.cu (gpu.user_kernels)
+    explain: bool = False  # core.explain: a cause on every introduced value / gradient
 
     def __post_init__(self) -> None:
         if self.compare not in COMPARES:
@@ -55,10 +57,16 @@ class SessionConfig:
             raise ValueError(f"dtype must be float64 or float32, not {self.dtype!r}")
         if self.math not in ("refmath", "platform"):
             raise ValueError(f"math must be refmath or platform, not {self.math!r}")
+        if self.kernels and self.compare == "cpu-platform":
+            raise ValueError("--kernel replaces a device kernel: --compare cpu-platform has no "
+                             "device side")
+        if self.kernels and self.worker is not None:
+            raise ValueError("--kernel compiles your file on this machine: it cannot go with "
+                             "--worker")
 
     def pair(self) -> tuple[RunSpec, RunSpec]:
         """(reference, candidate). The reference is always refmath: it defines the bits."""
-        dev = RunSpec("device", self.math, self.dtype, self.fuse)
+        dev = RunSpec("device", self.math, self.dtype, self.fuse, tuple(self.kernels))
         if self.compare == "cpu-device":
             return RunSpec("cpu", "refmath", self.dtype), dev
         if self.compare == "cpu-platform":
@@ -131,7 +139,8 @@ class PairRunner:
 
     def __init__(self, config: SessionConfig, device: Any | None = None,
                  provenance: str = "every", inject: Any = None, keep_states: int = 0,
-                 runs: tuple[Run, Run] | None = None, scan_nonfinite: bool = False) -> None:
+                 runs: tuple[Run, Run] | None = None, scan_nonfinite: bool = False,
+                 explain: bool = False) -> None:
         """``provenance``: "every" step or "off" (then ``step(provenance=True)`` asks for one);
         ``inject``: an ``app.run_provenance.Inject`` fault (or its ``NODE[:grad]@STEP`` text)
         for the (unfused) device candidate;
@@ -141,7 +150,9 @@ class PairRunner:
         ``device`` (opened from ``config.device`` when a side needs one);
         ``scan_nonfinite``: each step's ``produced`` (the live NaN alarm,
         ``app.step_history.scan_produced``). A config with a ``worker`` runs the whole pair
-        there: ``app.pairs.open_pair``."""
+        there: ``app.pairs.open_pair``; ``explain`` (or ``config.explain``): a cause on each
+        introduced array (``core.explain``)."""
+        self.explain = explain or config.explain
         if provenance not in ("every", "off"):
             raise ValueError(f"provenance must be 'every' or 'off', not {provenance!r}")
         self.config = config
@@ -244,7 +255,7 @@ class PairRunner:
             if self.states.maxlen:  # before after_update moves the leaves' expectations on
                 self.states.append(self._kept(st, store))  # (its update: filled in below)
             self.probe.after_update(st, lambda i: store.get("cand", i, "value", after=True))
-            prov = provenance(st)
+            prov = provenance(st, explain=self.explain)
             set_introduced(rec, prov.flags(len(rec)))
             tp += time.perf_counter() - t1
         else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -134,6 +134,23 @@ def scan_produced(runner: Any, res: Any) -> list[int]:
         return []
 
 
+CAUSES_MAX = 64  # explained entries a step summary carries (the Inspector's line)
+
+
+def _causes(intro: Iterable | None) -> list[list]:
+    """The explained introduced arrays (core.explain) as ``[node, which, cause, text, n_diff,
+    max_ulp]``, for the Inspector's provenance line."""
+    from core.explain import cause_text
+
+    out = []
+    for e in intro or ():
+        if isinstance(e, Mapping) and e.get("explain") and len(out) < CAUSES_MAX:
+            out.append([int(e["node"]), str(e.get("which", "")), str(e["cause"]),
+                        cause_text(e["explain"]), int(e.get("n_diff", 0)),
+                        int(e.get("max_ulp", 0))])
+    return out
+
+
 class StepHistory:
     """Per-node columns of every step (bounded); ``add`` takes a ``StepResult``."""
 
@@ -180,7 +197,8 @@ class StepHistory:
         self.meta.append({"losses": [res.loss_ref, res.loss_cand], "exact": bool(res.exact),
                           "first": res.first,
                           "src": SOURCE_PROVENANCE if res.provenance else SOURCE_ROOTS,
-                          "kernels": res.kernels or [], "produced": list(res.produced or [])})
+                          "kernels": res.kernels or [], "produced": list(res.produced or []),
+                          "causes": _causes(res.introduced if res.provenance else None)})
         if self.nbytes > self.budget_bytes:
             self._thin()
 
@@ -267,6 +285,14 @@ class StepHistory:
     def first_steps(self) -> np.ndarray:
         """Per node, the first step at which its value or gradient differed (-1: never)."""
         return self._first_step.copy()
+
+    def causes(self, step: int, node: int) -> list[list]:
+        """The explained introduced arrays of ``node`` at ``step`` (``summarize``'s
+        ``causes`` rows); empty when the step was not explained or is not stored."""
+        if step not in self.step_nums:
+            return []
+        meta = self.meta[self.step_nums.index(step)]
+        return [c for c in meta.get("causes") or () if c[0] == node]
 
     def introduced(self, step: int) -> list[int]:
         """Node ids that introduced error (value, gradient or update) at ``step``."""

@@ -76,10 +76,12 @@ class Introduced:
     diff: TensorDiff  # compare_arrays(reference on the candidate's inputs, candidate)
     by: tuple[int, ...] = ()  # grad: the consumers whose backward rules produce it
     part: str = ""  # update: "param" | "m" | "v"
+    cause: Any = None  # core.explain.Cause when provenance ran with explain=True
 
     def to_json(self) -> dict:
         """``{"node", "op", "which", "n_diff", "max_ulp", "max_abs", "first_index", "n_nan"}``
-        plus ``"by"`` (grad) or ``"part"`` (update)."""
+        plus ``"by"`` (grad) or ``"part"`` (update), and ``"cause"`` / ``"explain"`` (the
+        cause's name and ``core.explain.Cause.to_json``) when explained."""
         d = self.diff
         out = {"node": self.node, "op": self.op, "which": self.which, "n_diff": d.n_diff,
                "max_ulp": d.max_ulp, "max_abs": d.max_abs, "first_index": d.first_index,
@@ -88,6 +90,9 @@ class Introduced:
             out["by"] = list(self.by)
         if self.which == "update":
             out["part"] = self.part
+        if self.cause is not None:
+            out["cause"] = self.cause.cause
+            out["explain"] = self.cause.to_json()
         return out
 
 
@@ -222,10 +227,13 @@ def reference_value(node: Any, xs: Sequence[np.ndarray], dtype: Any) -> np.ndarr
 
 
 def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Getter,
-                   grad: Getter, dtype: Any, memo: dict | None = None) -> np.ndarray | None:
+                   grad: Getter, dtype: Any, memo: dict | None = None,
+                   math: Any = None, rules: Callable | None = None) -> np.ndarray | None:
     """Node ``j``'s gradient from its consumers ``by`` (their gradients ``grad(i)`` and the
     values ``value``), added as the tape adds them; None when no consumer was reached.
-    ``memo`` keeps each consumer's contributions for its other inputs (same getters only)."""
+    ``memo`` keeps each consumer's contributions for its other inputs (same getters only);
+    ``math``: another math namespace than refmath (``core.explain``'s libm variant);
+    ``rules(op)``: another backward rule than the op table's (``core.explain``'s variants)."""
     dt = np.dtype(dtype)
     shape = nodes[j].shape
     if j == loss:
@@ -241,7 +249,9 @@ def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Ge
             needs = _needs(nodes, n)
             parts = None if memo is None else memo.get(i)
             if parts is None:
-                parts = REGISTRY[n.op].backward(_ref_math(), g, [value(x) for x in n.inputs],
+                rule = REGISTRY[n.op].backward if rules is None else rules(n.op)
+                parts = rule(math or _ref_math(), g,
+                                                [value(x) for x in n.inputs],
                                                 value(i), n.attrs, needs)
                 if memo is not None:
                     memo[i] = parts
@@ -307,8 +317,9 @@ def _judge(ref: np.ndarray, cand: np.ndarray | None) -> TensorDiff | None:
     return d if d.n_diff else None
 
 
-def provenance(state: StepState) -> Provenance:
-    """Split the candidate's error at one step into introduced and inherited (module doc)."""
+def provenance(state: StepState, explain: bool = False) -> Provenance:
+    """Split the candidate's error at one step into introduced and inherited (module doc).
+    ``explain``: give every introduced value and gradient its ``core.explain`` cause."""
     nodes, loss = state.nodes, state.loss
     ev, eg = state.exact_value, state.exact_grad
     cons = consumers(nodes, loss)
@@ -335,7 +346,12 @@ def provenance(state: StepState) -> Provenance:
             checked += 1
             d = _judge(reference_value(n, [state.value(j) for j in n.inputs], y.dtype), y)
         if d is not None:
-            values.append(Introduced(i, n.op, "value", d))
+            cause = None
+            if explain and n.inputs:
+                from core.explain import explain as why
+
+                cause = why(n, [state.value(j) for j in n.inputs], y)
+            values.append(Introduced(i, n.op, "value", d, cause=cause))
     memo: dict = {}
     for n in reversed(nodes):
         j = n.id
@@ -350,12 +366,31 @@ def provenance(state: StepState) -> Provenance:
         r = reference_grad(nodes, j, loss, by, state.value, state.grad, g.dtype, memo)
         d = None if r is None else _judge(r, g)
         if d is not None:
-            grads.append(Introduced(j, n.op, "grad", d, by=tuple(by)))
+            cause = _grad_cause(state, j, by, g) if explain else None
+            grads.append(Introduced(j, n.op, "grad", d, by=tuple(by), cause=cause))
     updates = _updates(nodes, state.update)
+    if explain:  # no variant rewrites the optimizer's formulas: every update entry says so
+        from dataclasses import replace as _with
+
+        from core.explain import Cause
+
+        updates = [_with(e, cause=Cause("unknown", "")) for e in updates]
     checked += len(state.update.params) if state.update is not None else 0
     made = {(e.node, e.which) for e in values + grads}
     kernels = [_kernel(state, cons, k, made) for k in state.kernels]
     return Provenance(state.step, values + grads + updates, kernels, checked)
+
+
+def _grad_cause(state: StepState, j: int, by: Sequence[int], g: np.ndarray) -> Any:
+    from core.explain import explain_grad
+
+    nodes = state.nodes
+
+    def recompute(math: Any = None, rules: Callable | None = None) -> np.ndarray | None:
+        return reference_grad(nodes, j, state.loss, by, state.value, state.grad, g.dtype,
+                              None, math, rules)
+
+    return explain_grad(recompute, [nodes[i].op for i in by], g)
 
 
 def _updates(nodes: tuple, opt: OptimizerState | None) -> list[Introduced]:

@@ -30,11 +30,12 @@ __all__ = [
 ]
 
 
-def capture(device: Device, tape, loss, math: str | None = None, fuse: bool = False) -> Program:
+def capture(device: Device, tape, loss, math: str | None = None, fuse: bool = False,
+            kernels: list | None = None) -> Program:
     """Mirror the episode [0, loss] of ``tape`` on ``device`` (``gpu.program.capture``); ``fuse``
     replaces runs of row-local nodes with generated kernels (gpu.fusion; bit-identical results).
     """
-    prog = _capture(device, tape, loss, math)
+    prog = _capture(device, tape, loss, math, kernels)
     if fuse:
         from gpu import fusion  # fusion composes the Program: imported only when asked for
 

@@ -44,12 +44,14 @@ def _node_id(tape: Tape, v: Var | int) -> int:
     return int(v)
 
 
-def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None) -> Program:
+def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None,
+            kernels: list | None = None) -> Program:
     """Mirror the episode [0, loss] of `tape` on `device` (values uploaded for the leaves).
 
     `math` overrides the tape's math mode on the device: replaying a refmath tape with
     math="platform" shows exactly where and how far the platform libm drifts. Fusion is
-    ``gpu.capture(..., fuse=True)`` (gpu/__init__.py): it builds on this Program.
+    ``gpu.capture(..., fuse=True)`` (gpu/__init__.py): it builds on this Program. ``kernels``:
+    ``gpu.user_kernels.KernelSpec`` files run in place of the stock kernels of their nodes.
     """
     if math is not None and math not in ("refmath", "platform"):
         raise CaptureError(f"math must be 'refmath' or 'platform', not {math!r}")
@@ -70,13 +72,14 @@ def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None
                                f"for op {n.op!r}")
         if n.dtype != tape.dtype:
             raise CaptureError(f"node {n.id} {n.op}: dtype {n.dtype} differs from the tape's")
-    return Program(device, tape, li, math)
+    return Program(device, tape, li, math, kernels)
 
 
 class Program:
     """A captured episode on a device; see the module docstring."""
 
-    def __init__(self, device: Device, tape: Tape, loss: int, math: str | None = None) -> None:
+    def __init__(self, device: Device, tape: Tape, loss: int, math: str | None = None,
+                 kernels: list | None = None) -> None:
         self.device = device
         self.dtype = np.dtype(tape.dtype)
         self.math = math or tape.math
@@ -84,6 +87,8 @@ class Program:
         self.nodes = tape.nodes[: loss + 1]
         self.source = library_source(self.math)  # the CUDA C both backends compile
         self.module = device.compile(self.source)
+        # --kernel: per node id, a module answering its op's kernel names from the user's file
+        self.user_kernels: dict[int, Any] = {}
         self.reached = reached_nodes(self.nodes, loss)
         dev = device
         self.values: list[Buffer] = [dev.alloc(n.size, self.dtype) for n in self.nodes]
@@ -101,6 +106,11 @@ class Program:
         self.gtab = dev.alloc(len(self.nodes), np.int64)
         self.gtab.upload(self.grad_ptrs)
         self.ctx = BuildCtx(dev, self.module, self.dtype, self.nodes, self.values, self.grads)
+        if kernels:
+            from gpu.user_kernels import compile_overrides
+
+            self.user_kernels = compile_overrides(device, list(kernels), self.nodes, self.dtype,
+                                                  self.math, self.module, self._kernel_names)
         self.phases: dict[str, list[Step]] = {
             "forward": self._build_forward(),
             "backward": self._build_backward(),
@@ -113,13 +123,33 @@ class Program:
         self.bytes_to_host_start = dev.stats.bytes_to_host
 
     # ---- building ----------------------------------------------------------------------------
+    def _kernel_names(self, i: int) -> set[str]:
+        """The kernel names node ``i``'s launch builders record (a dry build: what a user's
+        kernel file must define to stand in for them)."""
+        from gpu.user_kernels import NameSpy
+
+        spy = NameSpy(self.module)
+        self.ctx.module = spy
+        try:
+            n = self.nodes[i]
+            if KERNELS[n.op].fwd != LEAF:
+                KERNELS[n.op].fwd(self.ctx, n)
+                if self.reached[i]:
+                    for k in grad_inputs(self.nodes, i):
+                        KERNELS[n.op].bwd(self.ctx, n, k)
+        finally:
+            self.ctx.module = self.module
+        return spy.seen
+
     def _build_forward(self) -> list[Step]:
         steps = []
         for n in self.nodes:
             fwd = KERNELS[n.op].fwd
             if fwd == LEAF:
                 continue
+            self.ctx.module = self.user_kernels.get(n.id, self.module)
             steps += [Step(n.id, ln) for ln in fwd(self.ctx, n)]
+        self.ctx.module = self.module
         return steps
 
     def _build_backward(self) -> list[Step]:
@@ -135,8 +165,10 @@ class Program:
             if not self.reached[i]:
                 continue
             n = self.nodes[i]
+            ctx.module = self.user_kernels.get(i, self.module)
             for k in grad_inputs(self.nodes, i):
                 steps += [Step(i, ln) for ln in KERNELS[n.op].bwd(ctx, n, k)]
+        ctx.module = self.module
         return steps
 
     # ---- running -----------------------------------------------------------------------------

@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="start a live session: the workload on the CPU tape and on a device")
     live.add_argument("--device", default="host", choices=["host", "cuda", "auto"])
     live.add_argument("--fuse", action="store_true", help="replay the fused plan")
+    live.add_argument("--explain", action="store_true",
+                      help="the Inspector names why a node introduced error (docs/candidates.md)")
     live.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                       help="the candidate's math (the reference is always refmath)")
     live.add_argument("--dtype", default=None, choices=["float64", "float32"],
@@ -195,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
         cfg = SessionConfig(workload=spec, device=args.device,
                             fuse=args.fuse, dtype=resolve_dtype(args.dtype, spec), math=args.math,
                             compare=args.compare, worker=getattr(args, "worker", None),
-                            **worker_timeouts(args))
+                            **worker_timeouts(args),
+                            explain=getattr(args, "explain", False))
         ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)
     if args.screenshot:
         return _screenshot(win, args, size, ok)

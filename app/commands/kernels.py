@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sm_XX (cubin + PTX) or compute_XX (PTX only); default sm_90")
     p.add_argument("--out", metavar="DIR", help="write DIR/<unit>-<dtype>-<math>.cu/.ptx/.cubin "
                    "and the headers they include")
+    p.add_argument("--template", metavar="OP",
+                   help="write OP's stock kernels as one editable file to --out FILE.cu (for "
+                        "parity/report --kernel OP=FILE.cu; docs/kernels.md) and exit")
     p.add_argument("--audit", action="store_true",
                    help="exit 1 unless every refmath unit has no fma/.ftz/.approx and only "
                         "round-to-nearest division/sqrt")
@@ -112,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
     from gpu.device import DeviceError
 
+    if getattr(args, "template", None):
+        return _template(args)
     try:
         return _run(args)
     except DeviceError as e:
@@ -121,6 +126,25 @@ def run(args: argparse.Namespace) -> int:
             traceback.print_exception(e)
         print(f"tapescope kernels: {e}", file=sys.stderr)
         return 2
+
+
+def _template(args: argparse.Namespace) -> int:
+    """``--template OP --out FILE.cu``: the op's stock kernels as one file (no compiler)."""
+    from pathlib import Path
+
+    from gpu.kernel_template import template
+
+    if not args.out or not args.out.endswith((".cu", ".cuh", ".c")):
+        raise ValueError(f"--template {args.template}: give --out FILE.cu (not {args.out!r})")
+    text = template(args.template)  # UserKernelError (a ValueError): one line, exit 2
+    out = Path(args.out)
+    try:
+        out.write_text(text)
+    except OSError as e:
+        raise OSError(f"cannot write {out}: {e}") from e
+    print(f"wrote {out}: the stock {args.template} kernels; run them with "
+          f"--kernel {args.template}={out}")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -43,6 +43,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.commands.worker import add_timeout_flags
 
     add_timeout_flags(p)  # --worker-timeout S, --worker-open-timeout S
+    p.add_argument("--kernel", action="append", metavar="OP=FILE.cu",
+                   help="run your kernel file in place of the stock kernels of every OP node "
+                        "(NODE=FILE.cu: one node, by id or name); repeatable. The file is code "
+                        "and is compiled and run because you name it (docs/kernels.md)")
+    p.add_argument("--explain", action="store_true",
+                   help="for every introduced node, the first documented variant of the "
+                        "reference order (fma, reciprocal, libm, reassociation, accumulator, "
+                        "ftz) that reproduces the candidate's bits (docs/candidates.md)")
     p.set_defaults(func=run)
 
 
@@ -84,7 +92,8 @@ def divergence_text(first: dict | None) -> str:
 
 def introduced_entries(step: int, introduced: list[dict]) -> list[dict]:
     """A step's introduced arrays (``StepResult.introduced``) as the JSON lists them."""
-    keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part")
+    keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part", "cause",
+            "explain")
     return [{"step": step, **{k: e[k] for k in keep if k in e}} for e in introduced]
 
 
@@ -94,9 +103,20 @@ def introduced_text(entries: list[dict], nodes: tuple) -> str:
     for e in entries:
         name = nodes[e["node"]].name if 0 <= e["node"] < len(nodes) else None
         by = f" by #{', #'.join(map(str, e['by']))}" if e.get("by") else ""
+        why = ""
+        if e.get("explain"):
+            why = f": {cause_text(e)}" if e["cause"] == "unknown" else \
+                f": {e['cause']}, {cause_text(e)}"
         parts.append(f"#{e['node']} {e['op']}{' ' + name if name else ''} {e['which']}{by} "
-                     f"({e['n_diff']} elements, max {e['max_ulp']} ulp)")
+                     f"({e['n_diff']} elements, max {e['max_ulp']} ulp){why}")
     return "; ".join(parts)
+
+
+def cause_text(e: dict) -> str:
+    """An explained entry's cause as one phrase (``core.explain.Cause.text``)."""
+    from core.explain import cause_text as text
+
+    return text(e["explain"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,10 +140,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = SessionConfig(workload=wl_spec, device=args.device, fuse=args.fuse,
                         dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
                         compare="cpu-device", seed=args.seed,
-                        worker=getattr(args, "worker", None), **worker_timeouts(args))
+                        worker=getattr(args, "worker", None), **worker_timeouts(args),
+                        kernels=tuple(getattr(args, "kernel", None) or ()),
+                        explain=getattr(args, "explain", False))
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")
+    explain = cfg.explain
     runner = open_pair(cfg, inject=args.inject)
     inj = runner.inject
     if inj is not None and inj.step > args.steps:
@@ -174,13 +197,18 @@ def run(args: argparse.Namespace) -> int:
               "introduced": introduced, "kernels_introduced": kernels,
               "inject": None if inj is None else inj.label(), "dtype": cfg.dtype,
               "losses": losses}
+    causes: dict[int, str] = {}  # --explain: per node, its first introduced array's cause
+    for e in introduced:
+        if "cause" in e:
+            causes.setdefault(e["node"], e["cause"])
     print(f"{'node':>5} {'op':<14} {'name':<28} {'value diff':>11} {'ulp':>6} "
-          f"{'grad diff':>10} {'ulp':>6}")
+          f"{'grad diff':>10} {'ulp':>6}" + (f" {'cause':<13}" if explain else ""))
     for n in bad[:15]:
         g = n["grad"] or {"n_diff": 0, "max_ulp": 0}
         print(f"{n['id']:>5} {n['op']:<14} {(n['name'] or '')[:28]:<28} "
               f"{n['value']['n_diff']:>11} {n['value']['max_ulp']:>6} {g['n_diff']:>10} "
-              f"{g['max_ulp']:>6}")
+              f"{g['max_ulp']:>6}"
+              + (f" {causes.get(n['id'], 'inherited'):<13}" if explain else ""))
     nan_bits = sum(s["nan_bits_differ"] for n in nodes for s in (n["value"], n["grad"]) if s)
     print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device_kind}: "
           f"{'bit-identical' if exact else f'{len(bad)} nodes differ'}; first divergence: "

@@ -125,6 +125,9 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
         raise FusionError("this program is already fused; plan the unfused capture")
     nodes, dt = prog.nodes, np.dtype(prog.dtype)
     segs = find_segments(nodes, min_nodes)
+    # a node running the user's kernel (--kernel) stays unfused: so does its segment
+    own = set(getattr(prog, "user_kernels", None) or ())
+    segs = [s for s in segs if not own & set(s.ids)]
     lay = codegen.Layout(len(nodes))
     texts: list[tuple[codegen.KernelText, str, int | None, int, int]] = []
     seg_names = []
@@ -143,6 +146,8 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
             texts.append((p, "params", k, max(1, min(-(-slots // 128), _MAX_GRID)), 128))
         seg_names.append((f.name, b.name if b else None, p.name if p else None))
     tail = find_tail(nodes, prog.loss_id)
+    if tail is not None and own & set(tail.ids):
+        tail = None
     if tail is not None:
         k = len(segs)
         f = tail_forward(f"fzPLANID_s{k}_ser_T", tail, nodes, lay, dt)

@@ -1,0 +1,493 @@
+"""Why a node introduced error: re-run its reference op under documented variants of the
+reference order and name the first that reproduces the candidate's bits (no gpu, no Qt).
+
+``explain(node, xs, cand)`` takes a node provenance marked introduced (its ``"value"``), the
+candidate's own inputs ``xs`` and the candidate's output, and tries, in this fixed order, the
+variants of ``VARIANTS`` that apply to the node's op (docs/candidates.md lists them):
+
+==================  ==========================================================================
+``fma``             multiply-adds contracted to one rounding: ``acc = fma(a, b, acc)`` in a
+                    product, ``fma(x, x, acc)`` in a sum of squares
+``reciprocal``      ``x / y`` computed as ``x * (1 / y)`` (softmax, mean, div, rms_norm, ...)
+``libm``            the platform's transcendentals (numpy's) instead of refmath
+``reassociation``   numpy's pairwise ``np.sum``, a halving tree (a GPU block reduction), BLAS's
+                    blocked ``np.matmul`` instead of the serial reference order
+``accumulator``     sums and products accumulated in a wider type (float32 in float64, float64
+                    in long double) or a narrower one (float64 in float32), rounded once at the
+                    end
+``ftz``             subnormal inputs and outputs flushed to (signed) zero
+==================  ==========================================================================
+
+The answer (``Cause``) is the first variant equal bit for bit to the candidate (NaN policy of
+``core.parity``), or ``unknown`` with the closest variant tried and its max ulp / n_diff.
+
+Each variant is the reference formula of the op (``core.ops``, docs/reference-order.md) with ONE
+primitive swapped: ``Prims`` holds the primitives (sum, division, product, math namespace) and
+``FORMULAS`` writes the ops that use them; ``ftz`` and ``libm`` apply to every op (``libm`` to the
+transcendental ones, through the op table's own forward). A test holds every formula with the
+reference primitives to the op table's forward, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from core import mathlib
+from core.ops.reference import mm, serial_sum
+from core.ops.registry import REGISTRY
+from core.parity import compare_arrays
+
+__all__ = ["CAUSES", "Cause", "FORMULAS", "cause_text", "Prims", "VARIANTS", "Variant", "explain",
+           "explain_grad", "fma", "reference_prims", "variants_for"]
+
+CAUSES = ("fma", "reciprocal", "libm", "reassociation", "accumulator", "ftz")
+
+
+# ---- exact multiply-add (numpy has none) -------------------------------------------------------
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    c = np.float64(134217729.0) * a  # Veltkamp: 2**27 + 1
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def _two_prod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _round_odd_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b rounded to odd (float64): exact, or the neighbour with an odd last bit."""
+    s, e = _two_sum(a, b)
+    even = (np.ascontiguousarray(s).view(np.uint64) & np.uint64(1)) == 0
+    bump = (e != 0) & even & np.isfinite(s)
+    return np.where(bump, np.nextafter(s, np.copysign(np.inf, e)), s)
+
+
+def fma(a: Any, b: Any, c: Any) -> np.ndarray:
+    """``a * b + c`` rounded once, elementwise, float64 or float32 (exact, like C's fma).
+
+    float64: Boldo & Melquiond's emulation (an exact product, two exact sums, one add rounded
+    to odd, one rounded to nearest); float32: the exact product in float64 plus c rounded to
+    odd, then rounded to float32 (53 >= 24 + 2 bits: one correct rounding). Non-finite
+    intermediates fall back to the plain expression (the same inf / NaN as C's fma).
+    """
+    a, b, c = np.broadcast_arrays(np.asarray(a), np.asarray(b), np.asarray(c))
+    dt = np.result_type(a, b, c)
+    with np.errstate(all="ignore"):
+        if dt == np.float32:
+            a64, b64, c64 = (x.astype(np.float64) for x in (a, b, c))
+            out = _round_odd_add(a64 * b64, c64).astype(np.float32)
+            plain = a * b + c
+        else:
+            a, b, c = (x.astype(np.float64) for x in (a, b, c))
+            uh, ul = _two_prod(a, b)
+            th, tl = _two_sum(c, ul)
+            vh, vl = _two_sum(uh, th)
+            out = vh + _round_odd_add(tl, vl)
+            plain = a * b + c
+        return np.where(np.isfinite(out) & np.isfinite(plain), out, plain).astype(dt)
+
+
+# ---- primitives and their variants -------------------------------------------------------------
+def _axes_last(x: np.ndarray, axis: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+    """x with the reduced axes moved last and flattened into one: [kept..., R]."""
+    nd = x.ndim
+    if axis is None:
+        axes = tuple(range(nd))
+    elif isinstance(axis, int):
+        axes = (axis % max(nd, 1),)
+    else:
+        axes = tuple(sorted(a % max(nd, 1) for a in axis))
+    keep = [a for a in range(nd) if a not in axes]
+    moved = np.transpose(x, tuple(keep) + axes)
+    kshape = tuple(x.shape[a] for a in keep)
+    return np.ascontiguousarray(moved).reshape(kshape + (-1,)), axes
+
+
+def _finish(r: np.ndarray, x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    if keepdims:
+        r = r.reshape(tuple(1 if a in axes else x.shape[a] for a in range(x.ndim)))
+    return np.asarray(r, dtype=x.dtype)
+
+
+def _sum_pairwise(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+    """numpy's np.sum: pairwise (blocks of 8, unrolled) along a contiguous axis."""
+    x = np.asarray(x)
+    f, axes = _axes_last(x, axis)
+    return _finish(np.add.reduce(f, axis=-1), x, axes, keepdims)
+
+
+def _sum_tree(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+    """A halving tree (a GPU block reduction): pad to a power of two with +0, then
+    ``s[i] = s[i] + s[i + n/2]`` until one remains."""
+    x = np.asarray(x)
+    f, axes = _axes_last(x, axis)
+    n = f.shape[-1]
+    p = 1
+    while p < n:
+        p *= 2
+    if p != n:
+        f = np.concatenate([f, np.zeros(f.shape[:-1] + (p - n,), dtype=f.dtype)], axis=-1)
+    while f.shape[-1] > 1:
+        h = f.shape[-1] // 2
+        f = f[..., :h] + f[..., h:]
+    r = f[..., 0] if n else np.zeros(f.shape[:-1], dtype=x.dtype)
+    return _finish(r + x.dtype.type(0), x, axes, keepdims)
+
+
+def _acc_type(dt: np.dtype, wider: bool) -> Any:
+    if wider:
+        return np.float64 if dt == np.float32 else np.longdouble
+    return np.float32 if dt == np.float64 else None
+
+
+def _sum_acc(wider: bool) -> Callable:
+    def s(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+        x = np.asarray(x)
+        at = _acc_type(x.dtype, wider)
+        f, axes = _axes_last(x, axis)
+        acc = np.zeros(f.shape[:-1], dtype=at)
+        for k in range(f.shape[-1]):  # serial, in the accumulator's type
+            acc = acc + f[..., k].astype(at)
+        return _finish(acc.astype(x.dtype), x, axes, keepdims)
+    return s
+
+
+def _sumsq_fma(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+    """serial sum of x * x with each step ``acc = fma(x, x, acc)``."""
+    x = np.asarray(x)
+    f, axes = _axes_last(x, axis)
+    acc = np.zeros(f.shape[:-1], dtype=x.dtype)
+    for k in range(f.shape[-1]):
+        acc = fma(f[..., k], f[..., k], acc)
+    return _finish(acc, x, axes, keepdims)
+
+
+def _sumsq_ref(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+    return serial_sum(x * x, axis, keepdims)
+
+
+def _mm_fma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
+    for k in range(a.shape[1]):
+        acc = fma(a[:, k, None], b[None, k, :], acc)
+    return acc
+
+
+def _mm_blas(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.matmul(a, b)
+
+
+def _mm_acc(wider: bool) -> Callable:
+    def m(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        at = _acc_type(a.dtype, wider)
+        a2, b2 = a.astype(at), b.astype(at)
+        acc = np.zeros((a.shape[0], b.shape[1]), dtype=at)
+        for k in range(a.shape[1]):
+            acc = acc + a2[:, k, None] * b2[None, k, :]
+        return acc.astype(a.dtype)
+    return m
+
+
+def _mm_tree(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """products summed over k by the halving tree."""
+    return _sum_tree(a[:, :, None] * b[None, :, :], axis=1)
+
+
+def _div_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a / b
+
+
+def _div_recip(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    b = np.asarray(b)
+    return a * (np.asarray(b.dtype.type(1)) / b)
+
+
+@dataclass(frozen=True)
+class Prims:
+    """The primitives a reference formula is written in; the reference's are serial and exact."""
+
+    sum: Callable = serial_sum  # (x, axis, keepdims)
+    sumsq: Callable = _sumsq_ref  # sum of x * x (rms_norm)
+    div: Callable = _div_ref  # x / y
+    mm: Callable = mm  # 2-D product
+    M: Any = None  # the math namespace (None: refmath)
+
+    def math(self) -> Any:
+        return self.M if self.M is not None else mathlib.get("refmath")
+
+
+def reference_prims() -> Prims:
+    """The reference order's primitives."""
+    return Prims()
+
+
+# ---- the ops written in the primitives ---------------------------------------------------------
+def _mean(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    from core.ops.reduce import count
+
+    x = xs[0]
+    return P.div(P.sum(x, at.get("axis"), at.get("keepdims", False)),
+                 x.dtype.type(count(x.shape, at)))
+
+
+def _softmax(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    x, axis = xs[0], at.get("axis", -1)
+    m = np.max(x, axis=axis, keepdims=True)
+    e = P.math().exp(x - m)
+    return P.div(e, P.sum(e, axis, keepdims=True))
+
+
+def _rms_norm(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    x, gamma = xs
+    one = x.dtype.type(1)
+    ms = P.div(P.sumsq(x, -1, keepdims=True), x.dtype.type(x.shape[-1]))
+    r = P.div(np.asarray(one, dtype=x.dtype), np.sqrt(ms + x.dtype.type(at["eps"])))
+    return (x * r) * gamma
+
+
+def _matmul(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    a, b = xs
+    return P.mm(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+
+
+def _bmm(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    a, b = xs
+    if a.shape[0] == 0:
+        return np.zeros((0, a.shape[1], b.shape[2]), dtype=a.dtype)
+    return np.stack([P.mm(a[i], b[i]) for i in range(a.shape[0])])
+
+
+def _cross_entropy(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    from core.ops.rowwise import _ce_parts
+
+    M = P.math()
+    z, e, _, ti = _ce_parts(M, xs[0], xs[1])
+    s = P.sum(e, -1, keepdims=True)
+    nll = M.log(s[:, 0]) - z[np.arange(len(ti)), ti]
+    return P.div(P.sum(nll), z.dtype.type(len(ti)))
+
+
+# op -> (formula, the primitives it uses): which variants apply
+FORMULAS: dict[str, tuple[Callable, frozenset[str]]] = {
+    "sum": (lambda P, xs, at: P.sum(xs[0], at.get("axis"), at.get("keepdims", False)),
+            frozenset({"sum"})),
+    "mean": (_mean, frozenset({"sum", "div"})),
+    "div": (lambda P, xs, at: P.div(xs[0], xs[1]), frozenset({"div"})),
+    "softmax": (_softmax, frozenset({"sum", "div", "M"})),
+    "rms_norm": (_rms_norm, frozenset({"sumsq", "div"})),
+    "matmul": (_matmul, frozenset({"mm"})),
+    "bmm": (_bmm, frozenset({"mm"})),
+    "cross_entropy": (_cross_entropy, frozenset({"sum", "div", "M"})),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One departure from the reference order: its cause, what it computes, what it swaps."""
+
+    cause: str
+    label: str  # as the report prints it: "x * (1/y)"
+    prim: str  # the Prims field it replaces ("" : applies to every op, see ``run``)
+    value: Any = None  # the replacement primitive
+
+    def applies(self, op: str) -> bool:
+        if self.cause == "ftz":
+            return REGISTRY[op].forward is not None
+        if self.cause == "libm":
+            return REGISTRY[op].transcendental
+        f = FORMULAS.get(op)
+        return f is not None and self.prim in f[1]
+
+    def run(self, node: Any, xs: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+        """The node's op under this variant on ``xs``, in ``dtype``, shaped as the node."""
+        op, at = node.op, dict(node.attrs)
+        with np.errstate(all="ignore"):
+            if self.cause == "ftz":
+                y = _reference(node, [_flush(x) for x in xs], dtype)
+                return _flush(y)
+            if self.cause == "libm" and node.op not in FORMULAS:
+                y = REGISTRY[op].forward(mathlib.get("platform"), list(xs), at)
+            else:
+                formula = FORMULAS[op][0]
+                y = formula(replace(Prims(), **{self.prim: self.value}), list(xs), at)
+        return np.asarray(y, dtype=dtype).reshape(node.shape)
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("fma", "acc = fma(a, b, acc)", "mm", _mm_fma),
+    Variant("fma", "acc = fma(x, x, acc)", "sumsq", _sumsq_fma),
+    Variant("reciprocal", "x * (1/y)", "div", _div_recip),
+    Variant("libm", "the platform's (numpy's) transcendentals", "M", mathlib.get("platform")),
+    Variant("reassociation", "pairwise sum (numpy's np.sum)", "sum", _sum_pairwise),
+    Variant("reassociation", "pairwise sum of squares", "sumsq",
+            lambda x, axis=None, keepdims=False: _sum_pairwise(x * x, axis, keepdims)),
+    Variant("reassociation", "blocked product (BLAS np.matmul)", "mm", _mm_blas),
+    Variant("reassociation", "halving-tree sum", "sum", _sum_tree),
+    Variant("reassociation", "halving-tree sum of squares", "sumsq",
+            lambda x, axis=None, keepdims=False: _sum_tree(x * x, axis, keepdims)),
+    Variant("reassociation", "halving-tree product", "mm", _mm_tree),
+    Variant("accumulator", "wider accumulator", "sum", _sum_acc(True)),
+    Variant("accumulator", "wider accumulator", "mm", _mm_acc(True)),
+    Variant("accumulator", "narrower accumulator (float32)", "sum", _sum_acc(False)),
+    Variant("accumulator", "narrower accumulator (float32)", "mm", _mm_acc(False)),
+    Variant("ftz", "subnormals flushed to zero", ""),
+)
+
+
+def variants_for(op: str, dtype: Any = np.float64) -> list[Variant]:
+    """The variants that apply to ``op`` in ``dtype``, in the order they are tried."""
+    dt = np.dtype(dtype)
+    out = []
+    for v in VARIANTS:
+        if not v.applies(op):
+            continue
+        if v.cause == "accumulator" and "narrower" in v.label and dt == np.float32:
+            continue  # no narrower float than float32 here
+        out.append(v)
+    return out
+
+
+def _flush(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        return x
+    tiny = np.finfo(x.dtype).tiny
+    return np.where((x != 0) & (np.abs(x) < tiny), np.copysign(x.dtype.type(0), x), x)
+
+
+def _reference(node: Any, xs: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    y = REGISTRY[node.op].forward(mathlib.get("refmath"), list(xs), dict(node.attrs))
+    return np.asarray(y, dtype=dtype).reshape(node.shape)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a node's output left the reference: the first variant that reproduces it, or
+    ``unknown`` with the closest variant tried (``closest``; None when none applies)."""
+
+    cause: str  # one of CAUSES or "unknown"
+    variant: str  # the matching variant's label ("" when unknown and none was tried)
+    closest: str | None = None  # unknown: the closest variant's cause
+    max_ulp: int = 0  # unknown: the closest variant's max ulp to the candidate
+    n_diff: int = 0  # unknown: ... and its differing elements
+
+    def text(self) -> str:
+        """``matches the reference with x * (1/y)`` or ``unknown (closest: ...)``."""
+        if self.cause != "unknown":
+            return f"matches the reference with {self.variant}"
+        if self.closest is None:
+            return "unknown (no variant of the reference order applies to this op)"
+        return (f"unknown (closest: {self.closest}, {self.variant}: {self.n_diff} elements, "
+                f"max {self.max_ulp} ulp)")
+
+    def to_json(self) -> dict:
+        """``{"cause", "variant"}`` plus ``"closest", "max_ulp", "n_diff"`` when unknown."""
+        d = {"cause": self.cause, "variant": self.variant}
+        if self.cause == "unknown":
+            d.update(closest=self.closest, max_ulp=self.max_ulp, n_diff=self.n_diff)
+        return d
+
+
+def cause_text(d: dict) -> str:
+    """``Cause.text`` of a ``Cause.to_json`` dict (as the JSON and the wire carry it)."""
+    return Cause(str(d["cause"]), str(d.get("variant", "")), d.get("closest"),
+                 int(d.get("max_ulp", 0)), int(d.get("n_diff", 0))).text()
+
+
+def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarray) -> Cause:
+    best: tuple[Any, ...] | None = None
+    for cause, label, make in cands:
+        try:
+            y = make()
+        except (ValueError, TypeError, FloatingPointError):
+            continue  # a variant that cannot run on these inputs explains nothing
+        if y.shape != cand.shape:
+            continue
+        d = compare_arrays(y, cand)
+        if d.n_diff == 0:
+            return Cause(cause, label)
+        key = (d.n_nan, d.max_ulp, d.n_diff)
+        if best is None or key < best[0]:
+            best = (key, cause, label, d)
+    if best is None:
+        return Cause("unknown", "")
+    _, cause, label, d = best
+    return Cause("unknown", label, cause, int(d.max_ulp), int(d.n_diff))
+
+
+def explain(node: Any, xs: Sequence[np.ndarray], cand: np.ndarray) -> Cause:
+    """The first variant of the reference order (``variants_for``) under which ``node``'s op on
+    the candidate's inputs ``xs`` gives the candidate's output ``cand`` bit for bit."""
+    dt = np.asarray(cand).dtype
+    xs = [np.asarray(x) for x in xs]
+    return _try([(v.cause, v.label, lambda v=v: v.run(node, xs, dt))
+                 for v in variants_for(node.op, dt)], np.asarray(cand))
+
+
+def _mm_rule(mmf: Callable) -> Callable:
+    """matmul's backward rule (core/ops/linalg.py) with its product swapped."""
+    def bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
+            nd: Sequence[bool]) -> list:
+        a, b = xs
+        a2, g2 = a.reshape(-1, a.shape[-1]), g.reshape(-1, g.shape[-1])
+        ga = mmf(g2, np.ascontiguousarray(b.T)).reshape(a.shape) if nd[0] else None
+        gb = mmf(np.ascontiguousarray(a2.T), g2) if nd[1] else None
+        return [ga, gb]
+    return bwd
+
+
+def _bmm_rule(mmf: Callable) -> Callable:
+    def per(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.stack([mmf(a[i], b[i]) for i in range(a.shape[0])])
+
+    def bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
+            nd: Sequence[bool]) -> list:
+        a, b = xs
+        ga = per(g, np.ascontiguousarray(b.transpose(0, 2, 1))) if nd[0] else None
+        gb = per(np.ascontiguousarray(a.transpose(0, 2, 1)), g) if nd[1] else None
+        return [ga, gb]
+    return bwd
+
+
+_GRAD_RULES = {"matmul": _mm_rule, "bmm": _bmm_rule}
+
+
+def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequence[str],
+                 cand: np.ndarray) -> Cause:
+    """A gradient's cause. ``recompute(math=None, rules=None)`` reruns the reference gradient
+    with another math namespace or other backward rules (``rules(op)``); ``consumers`` are the
+    ops whose rules made it. Tried in CAUSES order: the product variants (fma, blocked, tree,
+    accumulators) of matmul / bmm consumers' rules; the platform's transcendentals when a
+    consumer's rule calls one. Other gradients are ``unknown`` (docs/candidates.md)."""
+    tries: list[tuple[str, str, Callable[[], np.ndarray | None]]] = []
+    dt = np.asarray(cand).dtype
+    mm_only = bool(consumers) and all(op in _GRAD_RULES for op in consumers)
+    trans = any(REGISTRY[op].transcendental for op in consumers)
+    for v in VARIANTS:
+        if v.cause == "libm" and trans:
+            tries.append((v.cause, v.label, lambda: recompute(mathlib.get("platform"))))
+        elif v.prim == "mm" and mm_only and v in variants_for("matmul", dt):
+            def rules(op: str, f: Callable = v.value) -> Callable:
+                return _GRAD_RULES[op](f) if op in _GRAD_RULES else REGISTRY[op].backward
+            tries.append((v.cause, v.label, lambda rules=rules: recompute(None, rules)))
+    tries = [(c, lab, (lambda f=f: _nonnull(f()))) for c, lab, f in tries]
+    return _try(tries, np.asarray(cand))
+
+
+def _nonnull(y: np.ndarray | None) -> np.ndarray:
+    if y is None:
+        raise ValueError("no gradient")
+    return y
