@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from core.step_record import (
+    CAUSES_MAX,
     F_G_INTRO,
     F_G_NAN,
     F_G_ONESIDED,
@@ -134,7 +135,6 @@ def scan_produced(runner: Any, res: Any) -> list[int]:
         return []
 
 
-CAUSES_MAX = 64  # explained entries a step summary carries (the Inspector's line)
 
 
 def _causes(intro: Iterable | None) -> list[list]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.runs import StepResult
-from core.step_record import pack, unpack
+from core.step_record import CAUSES_MAX, pack, unpack
 
 __all__ = ["step_from_wire", "step_to_wire"]
 
@@ -21,7 +21,8 @@ _FLOATS = ("loss_ref", "loss_cand", "seconds", "provenance_s")
 
 def step_to_wire(res: StepResult, detail: bool = True) -> dict:
     """The step as a JSON object; ``detail`` False leaves out what only an export reads (the
-    introduced arrays' list: the record's flags say per node what each introduced)."""
+    introduced arrays' list: the record's flags say per node what each introduced), all but
+    the explained entries (``--explain``: the Inspector's cause line), at most CAUSES_MAX."""
     out = {"step": res.step, "loss_ref": res.loss_ref, "loss_cand": res.loss_cand,
            "seconds": res.seconds, "exact": res.exact, "first": res.first,
            "provenance": res.provenance, "kernels": res.kernels,
@@ -29,6 +30,8 @@ def step_to_wire(res: StepResult, detail: bool = True) -> dict:
            "n": len(res.record), "record": pack(res.record)}
     if detail:
         out["introduced"] = res.introduced
+    else:
+        out["introduced"] = [e for e in res.introduced if e.get("explain")][:CAUSES_MAX]
     return out
 
 

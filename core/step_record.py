@@ -23,7 +23,7 @@ import numpy as np
 
 from core.parity import NodeParity, TensorDiff
 
-__all__ = ["FIELDS", "F_G_INTRO", "F_G_NAN", "F_G_ONESIDED", "F_INTRO", "F_U_INTRO",
+__all__ = ["CAUSES_MAX", "FIELDS", "F_G_INTRO", "F_G_NAN", "F_G_ONESIDED", "F_INTRO", "F_U_INTRO",
            "F_V_INTRO", "F_V_NAN", "F_V_ONESIDED", "STEP_RECORD", "TENSOR_DIFF_FIELDS",
            "check", "differs", "entries", "exact", "first_divergence", "node_parity", "pack",
            "record_of", "roots", "set_introduced", "set_nan_flags", "unpack", "worst"]
@@ -45,6 +45,10 @@ F_V_NAN = 32  # a NaN against a number (n_nan) in the value
 F_G_NAN = 64
 F_INTRO = F_V_INTRO | F_G_INTRO | F_U_INTRO
 _INTRO_BIT = {"value": F_V_INTRO, "grad": F_G_INTRO, "update": F_U_INTRO}
+
+# explained introduced entries (core.explain) a live step carries beside its record: the
+# Inspector's cause line (app.step_wire sends them, app.step_history keeps them)
+CAUSES_MAX = 64
 
 
 def _row(d: TensorDiff | None) -> tuple:

@@ -7,17 +7,20 @@ import numpy as np
 
 from app.live_inspect import cause_line, live_details
 from app.runs import PairRunner, SessionConfig
-from app.step_history import StepHistory, summarize
+from app.step_history import StepHistory
+from app.step_wire import step_from_wire, step_to_wire
 from views.node_details import NodeDetails
 
 
 def test_a_platform_math_step_carries_libm_causes_to_the_inspector_line():
     cfg = SessionConfig(workload="transformer", device="host", math="platform", explain=True)
     r = PairRunner(cfg).step()
-    s = summarize(r)
-    assert s["causes"], "platform math introduces error on the transformer"
+    # what the live worker sends per step (no detail): the explained entries ride along
+    wire = step_to_wire(r, detail=False)
+    assert wire["introduced"], "platform math introduces error on the transformer"
+    assert all(e.get("explain") for e in wire["introduced"])
     h = StepHistory()
-    h.add(s)
+    h.add(step_from_wire(wire, len(r.record)))
     sm = next(e for e in r.introduced if e["op"] == "softmax" and e["which"] == "value")
     rows = h.causes(r.step, sm["node"])
     assert rows and rows[0][2] == "libm"
