@@ -153,7 +153,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--inject {args.inject!r}: step {inj.step} is not run "
                          f"(--steps {args.steps})")
     print(runner.describe_device())
-    for note in getattr(runner.ref.wl, "input_notes", []):  # dynamic axes: what was chosen
+    # dynamic axes: what was chosen (a local pair's reference workload; a worker's pair keeps
+    # its workload on the worker's side)
+    ref_wl = getattr(getattr(runner, "ref", None), "wl", None)
+    for note in getattr(ref_wl, "input_notes", []):
         print(note)
     per_node: dict[int, dict] = {}
     first = None
