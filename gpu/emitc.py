@@ -148,8 +148,8 @@ class _Row(Target):
     def __init__(self, c: _Ctx, f: RowForm) -> None:
         self.c, self.f = c, f
         self.ins = {n: name for (n, _), name in zip(f.ins, c.ins, strict=True)}
-        self.cols = int(c.in_shapes[next(k for k, (_, kind) in enumerate(f.ins)
-                                         if kind == "row")][-1])
+        row = c.in_shapes[next(k for k, (_, kind) in enumerate(f.ins) if kind == "row")]
+        self.cols = int(row[-1]) if row else 1  # a 0-d operand is a row of one
 
     def width(self) -> str:
         return "1"
