@@ -17,13 +17,14 @@ import numpy as np
 from gpu.device import DeviceError, Kernel, Module
 from gpu.user_kernels import UserKernelError
 
-__all__ = ["op_kernels", "template"]
+__all__ = ["op_kernels", "source_only_device", "template"]
 
 
 # ---- which kernels an op launches --------------------------------------------------------------
-def _source_only() -> Any:
-    """Enough of a device to capture a tape: parses kernels, allocates host arrays, runs
-    nothing (no compiler)."""
+def source_only_device() -> Any:
+    """A host-memory device that parses kernels but never builds or runs them: enough to capture
+    a tape and plan its fusion (generated text), with no compiler at all (``tapescope kernels``
+    and the op templates)."""
     from gpu.host import HostDevice
     from gpu.signature import parse_kernels
 
@@ -56,7 +57,7 @@ def op_kernels(op: str) -> tuple[str, ...]:
         known = sorted(o for o, k in KERNELS.items() if k.fwd != LEAF)
         raise UserKernelError(f"op {op!r} has no stock kernels to replace (ops: "
                               f"{', '.join(known)})")
-    dev = _source_only()
+    dev = source_only_device()
     names: list[str] = []
     rng = np.random.default_rng(0)
     for xs, attrs in d.sample(rng, np.dtype(np.float64)):

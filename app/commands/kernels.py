@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any
 
 DTYPES = ("float64", "float32")
 MATHS = ("refmath", "platform")
@@ -50,27 +49,6 @@ class Unit:
         return f"{self.name}-{self.dtype}-{self.math}"
 
 
-def _source_only_device() -> Any:
-    """A host-memory device that parses kernels but never builds or runs them: enough to capture
-    a workload and plan its fusion (the plan is generated text), with no compiler at all."""
-    from gpu.device import DeviceError, Kernel, Module
-    from gpu.host import HostDevice
-    from gpu.signature import parse_kernels
-
-    class SourceOnly(HostDevice):
-        def compile(self, source: str) -> Module:
-            return Module({n: Kernel(self, s, None) for n, s in parse_kernels(source).items()},
-                          None, False)
-
-        def _pack(self, launch: Any) -> None:
-            launch.packed = None
-
-        def run(self, launches: list) -> None:
-            raise DeviceError("the source-only device of `tapescope kernels` runs nothing")
-
-    return SourceOnly("source only")
-
-
 def units(workloads: tuple[str, ...] = WORKLOADS) -> list[Unit]:
     """Every compilation unit tapescope generates, in a fixed order."""
     import numpy as np
@@ -90,7 +68,9 @@ def units(workloads: tuple[str, ...] = WORKLOADS) -> list[Unit]:
             out.append(Unit("library", dt, math, "\n".join(parts)))
     for dt in DTYPES:  # gpu.diff.DeviceDiff's text (no transcendentals: one math mode)
         out.append(Unit("diff", dt, "refmath", instantiate(template("diff"), np.dtype(dt))))
-    dev = _source_only_device()
+    from gpu.kernel_template import source_only_device
+
+    dev = source_only_device()
     for name in workloads:
         for math in MATHS:
             for dt in DTYPES:
