@@ -29,7 +29,7 @@ def source_only_device() -> Any:
     from gpu.signature import parse_kernels
 
     class SourceOnly(HostDevice):
-        def compile(self, source: str) -> Module:
+        def compile(self, source: str, facts: Any = None) -> Module:
             return Module({n: Kernel(self, s, None) for n, s in parse_kernels(source).items()},
                           None, False)
 
