@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import REGISTRY, grad_inputs, reached_nodes
+from core.optable.registry import REGISTRY, grad_inputs, reached_nodes
 from core.tape import Tape, Var
 from gpu.device import Buffer, Device, Launch
 from gpu.library import KERNELS, LEAF, BuildCtx

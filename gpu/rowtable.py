@@ -1,6 +1,6 @@
 """Every C target of the row ops, rendered from the op table's one row loop (``OpDef.row``).
 
-A row op with a ``RowForm`` (core/ops/rows.py) gets, with no other edit: its library kernels
+A row op with a ``RowForm`` (core/optable/rows.py) gets, with no other edit: its library kernels
 (spliced into gpu/kernels/ops_rows.cu at build time) and their launches (gpu/library_rows.py), its
 fused row-segment code (gpu/fusion/codegen.py), the serial loss tail's code for a ``total`` op
 (gpu/fusion/serial.py) and its emitc rule (gpu/emitc.py). Each target only says where an element,
@@ -18,8 +18,8 @@ import re
 from collections.abc import Callable, Mapping
 
 import core.ops  # noqa: F401  (every op registered)
-from core.ops.registry import REGISTRY
-from core.ops.rows import RowForm, RowPass, fill
+from core.optable.registry import REGISTRY
+from core.optable.rows import RowForm, RowPass, fill
 from gpu.kernel_facts import LANES, PLAIN, KernelFacts
 
 __all__ = ["ROW_OPS", "MARK", "form", "Target", "LazyEnv", "pass_lines", "step_lines",

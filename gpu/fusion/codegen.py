@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.ops.registry import REGISTRY, grad_inputs
-from core.ops.rows import RowForm, fill
+from core.optable.registry import REGISTRY, grad_inputs
+from core.optable.rows import RowForm, fill
 from gpu.emitc import literal
 from gpu.fusion.analysis import BINARY, ROW, Segment
 from gpu.kernel_facts import KernelFacts

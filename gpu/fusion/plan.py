@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from gpu.fusion import codegen
 from gpu.fusion.analysis import Segment, find_segments
 from gpu.fusion.optimizer import OPTIMIZER_FACTS, OPTIMIZER_TEXT, FusionRuntime

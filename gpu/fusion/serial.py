@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from gpu.emitc import C_OPS, _Ctx
 from gpu.fusion.analysis import LEAVES
 from gpu.fusion.codegen import _W, KernelText, Layout, pushes

@@ -1,6 +1,6 @@
 """The op table is complete: every op has every target, and each target is rendered from it.
 
-One test per promise of the table (core/ops/registry.py ``OpDef``; gpu/optable.py renders the
+One test per promise of the table (core/optable/registry.py ``OpDef``; gpu/optable.py renders the
 C targets): a new op that lacks a kernel, a fusion rule, an emitc rule, a reference-order row, a
 grad-check sample or its C form fails here by name, before any parity test runs.
 """

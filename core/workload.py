@@ -1,4 +1,10 @@
-"""The workload protocol shared by the built-ins and users' own episodes."""
+"""The workload protocol shared by the built-ins (core.workloads), users' own episodes and ONNX
+models (core.onnx.workload).
+
+It lives beside core.workloads, not in it, so that core.onnx.workload can subclass it without
+running core/workloads/__init__ (whose ``get`` loads core.onnx.workload for ``onnx:`` names):
+the two import one way only. ``from core.workloads import Workload`` names it too.
+"""
 
 from __future__ import annotations
 
