@@ -6,8 +6,8 @@ import numpy as np
 
 from core.parity import TensorDiff
 from gpu.device import Buffer, Device, DeviceError, Module
-from gpu.kernel_facts import instantiate_facts, merge_facts
-from gpu.source import instantiate, template, template_facts
+from gpu.kernel_facts import merge_facts
+from gpu.source import instantiate, instantiate_facts, template, template_facts
 
 __all__ = ["DeviceDiff"]
 

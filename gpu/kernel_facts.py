@@ -18,10 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
-__all__ = ["KernelFacts", "LANES", "PLAIN", "BARRIER", "Facts", "instantiate_facts",
-           "merge_facts"]
+__all__ = ["KernelFacts", "LANES", "PLAIN", "BARRIER", "Facts", "merge_facts"]
 
 
 @dataclass(frozen=True)
@@ -51,20 +48,6 @@ BARRIER = KernelFacts(barrier=True)
 
 #: kernel name -> its facts
 Facts = Mapping[str, KernelFacts]
-
-_SFX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
-
-
-def instantiate_facts(facts: Facts, dtype: np.dtype | type) -> dict[str, KernelFacts]:
-    """Template-token names (``foo_T``) as gpu.source.instantiate spells them for ``dtype``."""
-    sfx = _SFX[np.dtype(dtype)]
-    out = {}
-    for name, f in facts.items():
-        if not name.endswith("_T"):
-            raise ValueError(f"kernel facts: {name!r} is not a template name (foo_T)")
-        out[f"{name[:-2]}_{sfx}"] = f
-    return out
-
 
 def merge_facts(parts: Iterable[Facts]) -> dict[str, KernelFacts]:
     """One table from several; a name stated twice is a generator bug (ValueError)."""

@@ -308,34 +308,30 @@ def _total(op: str) -> str:
         "        y[0] = DIV(acc, rn);", "    }", "}"])
 
 
-def _library() -> list[tuple[str, str, str, KernelFacts]]:
-    """(op, template name, text, facts) of every row kernel: a pass is a grid-stride loop over
-    rows, elements or columns whose iterations share nothing (LANES); a total's sum is one
-    thread's (PLAIN)."""
-    out = []
-    for op in ROW_OPS:
-        f = form(op)
-        names = kernel_names(op)
-        for which, _ in f.passes():
-            key = "fwd" if which == "fwd" else f"bwd{which}"
-            out.append((op, f"{names[key]}_T", _kernel(op, f, which), LANES))
-        if f.total:
-            out.append((op, f"{names['total']}_T", _total(op), PLAIN))
-    return out
-
-
 def library_kernels() -> str:
     """The row ops' kernels of ops_rows.cu, every pass of every form of the table."""
     out = ["/* generated from the op table (core/ops, OpDef.row) by gpu/rowtable.py */"]
-    last = None
-    for op, _, text, _ in _library():
-        if op != last:
-            out.append(f"/* {op}: forward, then the gradient of each input */")
-            last = op
-        out.append(text)
+    for op in ROW_OPS:
+        f = form(op)
+        out.append(f"/* {op}: forward, then the gradient of each input */")
+        for which, _ in f.passes():
+            out.append(_kernel(op, f, which))
+        if f.total:
+            out.append(_total(op))
     return "\n\n".join(out) + "\n"
 
 
 def library_facts() -> dict[str, KernelFacts]:
-    """What the host launcher needs of each row kernel (gpu.kernel_facts), by template name."""
-    return {name: facts for _, name, _, facts in _library()}
+    """What the host launcher needs of each kernel library_kernels writes (gpu.kernel_facts),
+    by template name: a pass (``_kernel``) is one grid-stride loop over rows, elements or
+    columns whose iterations share nothing and nothing outside it tells threads apart (LANES);
+    a total (``_total``) is thread 0's serial sum (PLAIN)."""
+    out = {}
+    for op in ROW_OPS:
+        f = form(op)
+        names = kernel_names(op)
+        for which, _ in f.passes():
+            out[f"{names['fwd' if which == 'fwd' else f'bwd{which}']}_T"] = LANES
+        if f.total:
+            out[f"{names['total']}_T"] = PLAIN
+    return out

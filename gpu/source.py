@@ -16,9 +16,10 @@ from functools import lru_cache
 import numpy as np
 
 from gpu.device import KERNEL_DIR
-from gpu.kernel_facts import LANES, PLAIN, KernelFacts, instantiate_facts, merge_facts
+from gpu.kernel_facts import LANES, PLAIN, Facts, KernelFacts, merge_facts
 
-__all__ = ["instantiate", "template", "template_facts", "library_source", "library_facts",
+__all__ = ["instantiate", "instantiate_facts", "template", "template_facts", "library_source",
+           "library_facts",
            "node_comment", "SUFFIX", "MATH_MODES", "LIBRARY", "TEMPLATE_FACTS"]
 
 # SECURITY: generated source never carries text from a file (a node name once closed its comment
@@ -146,6 +147,18 @@ def instantiate(text: str, dtype: np.dtype | type, math: str = "refmath") -> str
     out = pat.sub(lambda m: table[m.group(1)], text)
     # Kernel and helper names: foo_T -> foo_f64 / foo_f32.
     return re.sub(r"\b(\w+?)_T\b", rf"\1_{sfx}", out)
+
+
+def instantiate_facts(facts: Facts, dtype: np.dtype | type) -> dict[str, KernelFacts]:
+    """Template-token kernel names (``foo_T``) of ``facts`` as ``instantiate`` spells them for
+    ``dtype`` (``foo_f64``)."""
+    sfx = SUFFIX[np.dtype(dtype)]
+    out = {}
+    for name, f in facts.items():
+        if not name.endswith("_T"):
+            raise ValueError(f"kernel facts: {name!r} is not a template name (foo_T)")
+        out[f"{name[:-2]}_{sfx}"] = f
+    return out
 
 
 LIBRARY = ("ops_elementwise", "ops_rows", "ops_nn", "optim")

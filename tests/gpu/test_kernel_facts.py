@@ -18,7 +18,7 @@ from gpu import source as kernel_source
 from gpu.device import header_paths
 from gpu.host import HostDevice
 from gpu.host_launcher import launcher, launchers
-from gpu.kernel_facts import BARRIER, LANES, PLAIN, KernelFacts, instantiate_facts, merge_facts
+from gpu.kernel_facts import BARRIER, LANES, PLAIN, KernelFacts, merge_facts
 from gpu.kernel_template import source_only_device
 from gpu.signature import parse_kernels
 from tests.gpu.lane_analyser import lane_kernels
@@ -57,7 +57,7 @@ def _sources():
     dd = kernel_source.template("diff")
     yield ("diff", kernel_source.instantiate(dd, np.float64) + "\n"
            + kernel_source.instantiate(dd, np.float32),
-           merge_facts(instantiate_facts(kernel_source.template_facts("diff"), dt)
+           merge_facts(kernel_source.instantiate_facts(kernel_source.template_facts("diff"), dt)
                        for dt in (np.float64, np.float32)))
     dev = source_only_device()
     for name in ("mlp", "transformer"):
@@ -111,9 +111,9 @@ def test_facts_are_consistent_and_names_are_checked():
         KernelFacts(lanes=True, barrier=True)
     with pytest.raises(ValueError, match="no barrier"):
         KernelFacts(lanes=True, shared=True)
-    assert instantiate_facts({"k_T": LANES}, np.float32) == {"k_f32": LANES}
+    assert kernel_source.instantiate_facts({"k_T": LANES}, np.float32) == {"k_f32": LANES}
     with pytest.raises(ValueError, match="not a template name"):
-        instantiate_facts({"k": LANES}, np.float64)
+        kernel_source.instantiate_facts({"k": LANES}, np.float64)
     with pytest.raises(ValueError, match="k_T stated twice"):
         merge_facts([{"k_T": LANES}, {"k_T": PLAIN}])
 
