@@ -174,12 +174,13 @@ def library_source(math: str = "refmath") -> str:
     return "\n".join(parts)
 
 
-def library_facts() -> dict[str, KernelFacts]:
-    """The facts of every kernel of library_source (the same names in both math modes)."""
-    return dict(_library_facts())
+def library_facts(dtypes: tuple = (np.float64, np.float32)) -> dict[str, KernelFacts]:
+    """The facts of every kernel of library_source for ``dtypes`` (the same names in both math
+    modes)."""
+    return dict(_library_facts(tuple(np.dtype(d) for d in dtypes)))
 
 
-@lru_cache(maxsize=1)
-def _library_facts() -> dict[str, KernelFacts]:  # read-only: library_facts hands out copies
+@lru_cache(maxsize=8)
+def _library_facts(dtypes: tuple) -> dict[str, KernelFacts]:  # read-only: copies go out
     return merge_facts(instantiate_facts(template_facts(name), dt)
-                       for name in LIBRARY for dt in (np.float64, np.float32))
+                       for name in LIBRARY for dt in dtypes)

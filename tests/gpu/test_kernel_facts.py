@@ -104,6 +104,8 @@ def test_the_library_facts_come_from_the_templates_and_the_row_table():
     assert row and all(f == LANES for n, f in row.items() if not n.endswith("_total_T"))
     assert [n for n, f in row.items() if f == PLAIN] == ["cross_entropy_total_T"]
     assert kernel_source.library_facts() is not kernel_source.library_facts()  # copies
+    f32 = kernel_source.library_facts((np.float32,))  # as library_source's dtypes
+    assert set(f32) == {n for n in facts if n.endswith("_f32")}
 
 
 def test_facts_are_consistent_and_names_are_checked():
