@@ -160,3 +160,24 @@ def test_a_re_export_is_an_edge_to_the_package(tmp_path):
     mods = _modules()
     assert _imports("core.onnx.m", src, mods, lazy=True) == {"core", "core.ops"}
     assert _imports("core.onnx.m", src, mods, lazy=False) == set()
+
+
+def test_the_old_addresses_of_the_moved_modules_name_the_same_objects():
+    """core.ops.registry / core.ops.rows / core.workloads.base moved (core.optable,
+    core.workload); code written against the old names gets the very same objects, and no
+    module of ours still imports them."""
+    import core.ops.registry as old_registry
+    import core.ops.rows as old_rows
+    import core.optable.registry as registry
+    import core.optable.rows as rows
+    import core.workload as workload
+    import core.workloads.base as old_base
+
+    assert old_registry.REGISTRY is registry.REGISTRY and old_registry.OpDef is registry.OpDef
+    assert old_registry.grad_inputs is registry.grad_inputs
+    assert old_rows.RowForm is rows.RowForm and old_rows.fill is rows.fill
+    assert old_base.Workload is workload.Workload
+    g = _graph(lazy=True)
+    old = {"core.ops.registry", "core.ops.rows", "core.workloads.base"}
+    users = sorted(f"{a} imports {b}" for a, b in g.edges if b in old)
+    assert not users, "\n".join(users)
