@@ -43,8 +43,8 @@ class HostDevice(Device):
     """Runs kernels on the CPU with their real blockDim (docs/devices.md): a barrier kernel's
     threads as fibers, a lane kernel's runs of threads in one vectorised call (which kernels are
     which: the ``facts`` their source was compiled with, gpu.kernel_facts), any other kernel's
-    threads one after another; a launch's blocks on up to ``threads`` OS
-    threads (independent units: the bits do not depend on the count).
+    threads one after another; a launch's blocks on up to ``threads`` OS threads (independent
+    units: the bits do not depend on the count).
 
     ``orders``: "forward" runs blocks and threads in index order (lanes and the block pool
     included), "reverse" runs blocks and threads last to first, one thread after another;

@@ -26,9 +26,10 @@ class KernelFacts:
     """One kernel's schedule facts.
 
     ``lanes``: every way its body tells threads apart is a lane loop of host_prelude.h
-    (TS_GRID_STRIDE, TS_BLOCK_STRIDE), it returns, breaks or jumps out of nothing around them
-    and no lane loop carries a variable from one iteration to the next: running a run of
-    threads in one call gives each thread's own operations (docs/devices.md, "lanes").
+    (TS_GRID_STRIDE, TS_BLOCK_STRIDE), it has no return, break or goto (each would end the
+    other lanes' work too), and no lane loop carries a variable from one iteration to the next:
+    running a run of threads in one call gives each thread its own operations (docs/devices.md,
+    "Lane kernels").
     ``barrier``: it calls __syncthreads(). ``shared``: it declares __shared__ memory. A lane
     kernel has neither (ValueError): lanes share no block state.
     """
@@ -48,6 +49,7 @@ BARRIER = KernelFacts(barrier=True)
 
 #: kernel name -> its facts
 Facts = Mapping[str, KernelFacts]
+
 
 def merge_facts(parts: Iterable[Facts]) -> dict[str, KernelFacts]:
     """One table from several; a name stated twice is a generator bug (ValueError)."""

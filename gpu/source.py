@@ -19,8 +19,7 @@ from gpu.device import KERNEL_DIR
 from gpu.kernel_facts import LANES, PLAIN, Facts, KernelFacts, merge_facts
 
 __all__ = ["instantiate", "instantiate_facts", "template", "template_facts", "library_source",
-           "library_facts",
-           "node_comment", "SUFFIX", "MATH_MODES", "LIBRARY", "TEMPLATE_FACTS"]
+           "library_facts", "node_comment", "SUFFIX", "MATH_MODES", "LIBRARY", "TEMPLATE_FACTS"]
 
 # SECURITY: generated source never carries text from a file (a node name once closed its comment
 # with a backslash-newline splice and ran a shell command). A comment holds only node ids and op
