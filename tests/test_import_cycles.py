@@ -181,3 +181,25 @@ def test_the_old_addresses_of_the_moved_modules_name_the_same_objects():
     old = {"core.ops.registry", "core.ops.rows", "core.workloads.base"}
     users = sorted(f"{a} imports {b}" for a, b in g.edges if b in old)
     assert not users, "\n".join(users)
+
+
+def test_the_worker_protocols_two_ends_do_not_import_each_other():
+    """app.remote_server (the worker) never loads the client, the client never the server,
+    even lazily; and the worker command, as it starts serving, has loaded no client code (a
+    live session's --worker reaches the client only when it opens a remote pair)."""
+    import os
+    import subprocess
+    import sys
+
+    g = _graph(lazy=True)
+    server, client = nx.descendants(g, "app.remote_server"), nx.descendants(g, "app.remote_client")
+    assert "app.remote_protocol" in server and "app.remote_protocol" in client
+    assert "app.remote_client" not in server and "app.remote" not in server
+    assert "app.remote_server" not in client and "app.remote" not in client
+    code = ("import sys, argparse; from app.commands import worker; p = argparse.ArgumentParser();"
+            " worker.add_timeout_flags(p); import app.live_worker, app.remote_server;"
+            " print(sorted(m for m in sys.modules if m.startswith('app.remote')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["['app.remote_protocol',", "'app.remote_server']"]
