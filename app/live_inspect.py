@@ -56,7 +56,7 @@ class InspectionCache:
 
 
 def cause_line(op: str, node: int, size: int, causes: list) -> str:
-    """``softmax #35 introduced 1 ulp on 39 of 512 elements: matches the reference with
+    """``div #35 introduced 1 ulp on 39 of 512 elements: matches the reference with
     x * (1/y)`` per explained array (``StepHistory.causes`` rows), joined by "; "."""
     parts = []
     for _, which, _, text, n_diff, max_ulp in causes:

@@ -38,7 +38,7 @@ import numpy as np
 
 from core import mathlib
 from core.ops.reference import mm, serial_sum
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from core.parity import compare_arrays
 
 __all__ = ["CAUSES", "Cause", "FORMULAS", "cause_text", "Prims", "VARIANTS", "Variant", "explain",

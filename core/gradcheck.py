@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core import ops
-from core.ops.registry import REGISTRY, OpDef
+from core.optable.registry import REGISTRY, OpDef
 from core.tape import Tape
 
 EPS = 1e-6

@@ -57,7 +57,7 @@ import numpy as np
 
 from core import mathlib
 from core.ops.reference import serial_sum
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from core.parity import TensorDiff, compare_arrays
 
 __all__ = ["Introduced", "OptimizerState", "ParamUpdate", "Provenance", "StepState",

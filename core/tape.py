@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from core import mathlib
-from core.ops.registry import REGISTRY, ShapeError, grad_inputs
+from core.optable.registry import REGISTRY, ShapeError, grad_inputs
 
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 

@@ -33,7 +33,7 @@ import numpy as np
 from core.atomic import write_atomic
 from core.mathlib import MODES
 from core.names import MAX_NAME, shown
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from core.tape import DTYPES, Tape
 
 __all__ = ["FORMAT", "VERSION", "MAX_NAME", "Limits", "TapeFileError", "save", "load"]

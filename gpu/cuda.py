@@ -16,6 +16,7 @@ import numpy as np
 from core.cache import KernelCache, cache_key
 from core.progress import progress
 from gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
+from gpu.kernel_facts import Facts
 from gpu.nvrtc import (
     NVRTC_FLAGS,
     choose_target,
@@ -133,8 +134,9 @@ class CudaDevice(Device):
         arr = buf.handle[offset : offset + max(n, 1)]
         return Buffer(self, n, buf.dtype, arr, buf.ptr + offset * buf.dtype.itemsize)
 
-    def compile(self, source: str) -> Module:
-        """NVRTC (our flags) → cubin (or the PTX fallback) in the per-user cache → RawModule."""
+    def compile(self, source: str, facts: Facts | None = None) -> Module:
+        """NVRTC (our flags) → cubin (or the PTX fallback) in the per-user cache → RawModule.
+        ``facts`` (gpu.kernel_facts) change nothing here: CUDA schedules its own threads."""
         sigs = parse_kernels(source)
         if not sigs:
             raise DeviceError("compile: the source defines no extern \"C\" __global__ kernels")

@@ -10,6 +10,7 @@ import numpy as np
 
 from core.refmath import C_DIR as REFMATH_C_DIR
 from core.refmath import C_HEADERS as REFMATH_C_HEADERS
+from gpu.kernel_facts import Facts
 from gpu.signature import KernelSig, check_args
 
 __all__ = [
@@ -197,8 +198,10 @@ class Device:
         return np.ascontiguousarray(a).reshape(-1)
 
     # --- code -------------------------------------------------------------------------------
-    def compile(self, source: str) -> Module:
-        """Compile (or fetch from the per-user cache) a CUDA C source; return its kernels."""
+    def compile(self, source: str, facts: Facts | None = None) -> Module:
+        """Compile (or fetch from the per-user cache) a CUDA C source; return its kernels.
+        ``facts``: what the code that wrote the source says of its kernels (gpu.kernel_facts),
+        by kernel name; a backend that needs none ignores them."""
         raise NotImplementedError
 
     def _pack(self, launch: Launch) -> None:

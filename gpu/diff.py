@@ -6,7 +6,8 @@ import numpy as np
 
 from core.parity import TensorDiff
 from gpu.device import Buffer, Device, DeviceError, Module
-from gpu.source import instantiate, template
+from gpu.kernel_facts import merge_facts
+from gpu.source import instantiate, instantiate_facts, template, template_facts
 
 __all__ = ["DeviceDiff"]
 
@@ -23,7 +24,9 @@ class DeviceDiff:
         self.device = device
         src = template("diff")
         text = instantiate(src, np.float64) + "\n" + instantiate(src, np.float32)
-        self.module: Module = device.compile(text)
+        facts = merge_facts(instantiate_facts(template_facts("diff"), dt)
+                            for dt in (np.float64, np.float32))
+        self.module: Module = device.compile(text, facts)
 
     def summarize(self, pairs: list[tuple[Buffer, Buffer]]) -> list[TensorDiff]:
         """One TensorDiff per (ref, other) pair, in order (pairs of mixed dtypes allowed)."""

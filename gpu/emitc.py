@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import REGISTRY, grad_inputs, reached_nodes
-from core.ops.rows import RowForm, Step, fill
+from core.optable.registry import REGISTRY, grad_inputs, reached_nodes
+from core.optable.rows import RowForm, Step, fill
 from core.tape import Node, Tape, Var
 from gpu.device import REFMATH_C_DIR
 from gpu.optable import BINARY, UNARY, cform, render, scalar_of

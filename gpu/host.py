@@ -1,9 +1,9 @@
 """The host backend: CUDA C kernels compiled by g++ behind host_prelude.h, run via ctypes.
 
-The backend is four jobs in four modules: finding g++ and its flags (gpu.host_compiler), the C
-launchers appended to a source (gpu.host_launcher), the C analyser that picks the lane kernels
-(gpu.host_lanes), and the device here: memory, compile-and-load through the kernel cache, launch
-lists and their replay in one or more thread orders.
+The backend is three jobs in three modules: finding g++ and its flags (gpu.host_compiler), the C
+launchers appended to a source (gpu.host_launcher), built from what the code generators state of
+each kernel (gpu.kernel_facts: lanes, barrier), and the device here: memory, compile-and-load
+through the kernel cache, launch lists and their replay in one or more thread orders.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from core.native import threads as native_threads
 from core.progress import progress
 from gpu import host_compiler
 from gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
-from gpu.host_lanes import lane_kernels
 from gpu.host_launcher import LaunchRecord, launchers, pack_args
+from gpu.kernel_facts import Facts, KernelFacts
 from gpu.signature import parse_kernels
 
 __all__ = ["HostDevice", "HostLaunchList", "ORDERS"]
@@ -41,9 +41,10 @@ _ERRORS = {
 
 class HostDevice(Device):
     """Runs kernels on the CPU with their real blockDim (docs/devices.md): a barrier kernel's
-    threads as fibers, a lane kernel's (`lane_kernels`) runs of threads in one vectorised call,
-    any other kernel's threads one after another; a launch's blocks on up to ``threads`` OS
-    threads (independent units: the bits do not depend on the count).
+    threads as fibers, a lane kernel's runs of threads in one vectorised call (which kernels are
+    which: the ``facts`` their source was compiled with, gpu.kernel_facts), any other kernel's
+    threads one after another; a launch's blocks on up to ``threads`` OS threads (independent
+    units: the bits do not depend on the count).
 
     ``orders``: "forward" runs blocks and threads in index order (lanes and the block pool
     included), "reverse" runs blocks and threads last to first, one thread after another;
@@ -104,15 +105,26 @@ class HostDevice(Device):
                       buf.ptr + offset * buf.dtype.itemsize)
 
     # --- code -------------------------------------------------------------------------------
-    def compile(self, source: str) -> Module:
-        """g++ the source (+ generated launchers) into a cached shared object and load it."""
+    def compile(self, source: str, facts: Facts | None = None) -> Module:
+        """g++ the source (+ generated launchers) into a cached shared object and load it.
+
+        ``facts`` (gpu.kernel_facts), by kernel name, say which kernels run as lanes and which
+        have a barrier; a kernel they do not name runs one thread after another, as fibers where
+        its body calls __syncthreads (``KernelSig.barrier``). Facts naming a kernel the source
+        does not define are a stale table: DeviceError."""
         cxx = host_compiler.find_compiler()
         version = host_compiler.compiler_version(cxx)
         sigs = parse_kernels(source)
         if not sigs:
             raise DeviceError("compile: the source defines no extern \"C\" __global__ kernels")
-        lanes = lane_kernels(source)
-        full = source + launchers(sigs.values(), lanes)
+        facts = dict(facts or {})
+        stale = sorted(set(facts) - set(sigs))
+        if stale:
+            raise DeviceError(f"compile: kernel facts for kernels the source does not define: "
+                              f"{', '.join(stale[:5])}")
+        plan = {n: facts.get(n, KernelFacts(barrier=s.barrier)) for n, s in sigs.items()}
+        lanes = frozenset(n for n, f in plan.items() if f.lanes)
+        full = source + launchers(sigs.values(), plan)
         cflags = host_compiler.host_flags(cxx)
         # -march=native code is keyed by the CPU too: a shared home may hold another model's
         key = cache_key("host-v3", version, " ".join(cflags), cpu_id(),
@@ -144,6 +156,7 @@ class HostDevice(Device):
         replay.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_int]
         mod = Module(kernels, path, built)
         mod.lanes = lanes  # type: ignore[attr-defined]
+        mod.facts = plan  # type: ignore[attr-defined]  # what each launcher was built from
         mod.lib = lib  # type: ignore[attr-defined]  # keeps the .so loaded
         mod.replay = replay  # type: ignore[attr-defined]
         for k in kernels.values():

@@ -1,15 +1,16 @@
 """The host backend's launchers: the C it appends to a kernel source, one ``ts_launch_<name>``
 per kernel, that unpacks a launch's argument pointers and hands the body to host_prelude.h's
-grid runner (``ts_run_grid``), and the launch records (``LaunchRecord``) the prelude's replay loop
-reads.
+grid runner (``ts_run_grid``) with the kernel's schedule (gpu.kernel_facts: lanes, barrier), and
+the launch records (``LaunchRecord``) the prelude's replay loop reads.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpu.kernel_facts import KernelFacts
 from gpu.signature import KernelSig
 
 __all__ = ["CTYPES", "LaunchRecord", "launcher", "launchers", "pack_args"]
@@ -36,9 +37,9 @@ class LaunchRecord(ctypes.Structure):
 
 
 
-def launcher(sig: KernelSig, lanes: bool = False) -> str:
-    """The C launcher of one kernel: ``lanes`` runs runs of its threads in one call
-    (host_lanes.lane_kernels decides), ``sig.barrier`` its block's threads as fibers."""
+def launcher(sig: KernelSig, facts: KernelFacts) -> str:
+    """The C launcher of one kernel: ``facts.lanes`` runs runs of its threads in one call,
+    ``facts.barrier`` its block's threads as fibers."""
     casts = []
     for i, p in enumerate(sig.params):
         ctype = f"{'const ' if p.const else ''}{p.ctype}{'*' if p.pointer else ''}"
@@ -51,15 +52,15 @@ def launcher(sig: KernelSig, lanes: bool = False) -> str:
         f'extern "C" int ts_launch_{sig.name}(long long gx, long long gy, long long gz,'
         " long long bx, long long by, long long bz, void** a, int order, int nthreads) {\n"
         f"  return ts_run_grid(ts_body_{sig.name}, a, gx, gy, gz, bx, by, bz,"
-        f" {int(sig.barrier)}, {int(lanes)}, order, nthreads);\n"
+        f" {int(facts.barrier)}, {int(facts.lanes)}, order, nthreads);\n"
         "}\n"
     )
 
 
-def launchers(sigs: Iterable[KernelSig], lanes: frozenset[str]) -> str:
-    """The text appended to a kernel source: every kernel's launcher."""
+def launchers(sigs: Iterable[KernelSig], facts: Mapping[str, KernelFacts]) -> str:
+    """The text appended to a kernel source: every kernel's launcher (``facts``: each one's)."""
     return "\n\n/* generated host launchers */\n" + "".join(
-        launcher(s, s.name in lanes) for s in sigs)
+        launcher(s, facts[s.name]) for s in sigs)
 
 
 def pack_args(sig: KernelSig, args: list[Any]) -> tuple[list, Any]:

@@ -29,7 +29,7 @@ def source_only_device() -> Any:
     from gpu.signature import parse_kernels
 
     class SourceOnly(HostDevice):
-        def compile(self, source: str) -> Module:
+        def compile(self, source: str, facts: Any = None) -> Module:
             return Module({n: Kernel(self, s, None) for n, s in parse_kernels(source).items()},
                           None, False)
 
@@ -47,7 +47,7 @@ def op_kernels(op: str) -> tuple[str, ...]:
     """The template names (``softmax_fwd_T``) of every kernel the op's launch builders record,
     forward and backward, over the op table's samples; UserKernelError for an op without
     kernels."""
-    from core.ops.registry import REGISTRY
+    from core.optable.registry import REGISTRY
     from core.tape import Tape
     from gpu.library import KERNELS, LEAF
     from gpu.program import capture

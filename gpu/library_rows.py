@@ -6,7 +6,7 @@ import numpy as np
 
 from core.ops.reduce import count as reduce_count
 from core.ops.reduce import reduced_axes
-from core.ops.registry import norm_axis
+from core.optable.registry import norm_axis
 from gpu import rowtable
 from gpu.device import Launch
 from gpu.kernel_table import BuildCtx, OpKernels, register_kernels

@@ -1,6 +1,6 @@
 """Every C target of the elementwise ops, rendered from the op table's one spelling (``OpDef.c``).
 
-An op with a ``CForm`` (core/ops/registry.py) gets, with no other edit: its case in the kernel
+An op with a ``CForm`` (core/optable/registry.py) gets, with no other edit: its case in the kernel
 library's switches (``ts_bin_T``/``ts_bin_term_T``, ``ts_un_T``/``ts_un_term_T``, spliced into
 gpu/kernels/ops_elementwise.cu at build time), its integer code, its kernels (gpu/library.py),
 its place in the fusion op sets (gpu/fusion/analysis.py), its fused-kernel expressions
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import core.ops  # noqa: F401  (every op registered, so the codes cover the whole table)
-from core.ops.registry import REGISTRY, CForm
+from core.optable.registry import REGISTRY, CForm
 
 __all__ = ["BINARY", "UNARY", "BINARY_CODES", "UNARY_CODES", "MARK", "cform", "render",
            "scalar_of", "library_switches"]

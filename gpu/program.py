@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import REGISTRY, grad_inputs, reached_nodes
+from core.optable.registry import REGISTRY, grad_inputs, reached_nodes
 from core.tape import Tape, Var
 from gpu.device import Buffer, Device, Launch
 from gpu.library import KERNELS, LEAF, BuildCtx
-from gpu.source import library_source
+from gpu.source import library_facts, library_source
 
 __all__ = ["CaptureError", "Program", "Step", "capture", "reached_nodes"]
 
@@ -86,7 +86,7 @@ class Program:
         self.loss_id = loss
         self.nodes = tape.nodes[: loss + 1]
         self.source = library_source(self.math)  # the CUDA C both backends compile
-        self.module = device.compile(self.source)
+        self.module = device.compile(self.source, library_facts())
         # --kernel: per node id, a module answering its op's kernel names from the user's file
         self.user_kernels: dict[int, Any] = {}
         self.reached = reached_nodes(self.nodes, loss)

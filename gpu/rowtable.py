@@ -1,6 +1,6 @@
 """Every C target of the row ops, rendered from the op table's one row loop (``OpDef.row``).
 
-A row op with a ``RowForm`` (core/ops/rows.py) gets, with no other edit: its library kernels
+A row op with a ``RowForm`` (core/optable/rows.py) gets, with no other edit: its library kernels
 (spliced into gpu/kernels/ops_rows.cu at build time) and their launches (gpu/library_rows.py), its
 fused row-segment code (gpu/fusion/codegen.py), the serial loss tail's code for a ``total`` op
 (gpu/fusion/serial.py) and its emitc rule (gpu/emitc.py). Each target only says where an element,
@@ -18,11 +18,12 @@ import re
 from collections.abc import Callable, Mapping
 
 import core.ops  # noqa: F401  (every op registered)
-from core.ops.registry import REGISTRY
-from core.ops.rows import RowForm, RowPass, fill
+from core.optable.registry import REGISTRY
+from core.optable.rows import RowForm, RowPass, fill
+from gpu.kernel_facts import LANES, PLAIN, KernelFacts
 
 __all__ = ["ROW_OPS", "MARK", "form", "Target", "LazyEnv", "pass_lines", "step_lines",
-           "kernel_names", "library_kernels", "fwd_steps_for_keep"]
+           "kernel_names", "library_kernels", "library_facts", "fwd_steps_for_keep"]
 
 MARK = "/* @@ROW_TABLE_KERNELS@@ */"
 ROW_OPS = tuple(n for n, d in REGISTRY.items() if d.row is not None)
@@ -318,3 +319,19 @@ def library_kernels() -> str:
         if f.total:
             out.append(_total(op))
     return "\n\n".join(out) + "\n"
+
+
+def library_facts() -> dict[str, KernelFacts]:
+    """What the host launcher needs of each kernel library_kernels writes (gpu.kernel_facts),
+    by template name: a pass (``_kernel``) is one grid-stride loop over rows, elements or
+    columns whose iterations share nothing and nothing outside it tells threads apart (LANES);
+    a total (``_total``) is thread 0's serial sum (PLAIN)."""
+    out = {}
+    for op in ROW_OPS:
+        f = form(op)
+        names = kernel_names(op)
+        for which, _ in f.passes():
+            out[f"{names['fwd' if which == 'fwd' else f'bwd{which}']}_T"] = LANES
+        if f.total:
+            out[f"{names['total']}_T"] = PLAIN
+    return out

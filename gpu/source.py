@@ -16,9 +16,10 @@ from functools import lru_cache
 import numpy as np
 
 from gpu.device import KERNEL_DIR
+from gpu.kernel_facts import LANES, PLAIN, Facts, KernelFacts, merge_facts
 
-__all__ = ["instantiate", "template", "library_source", "node_comment", "SUFFIX", "MATH_MODES",
-           "LIBRARY"]
+__all__ = ["instantiate", "instantiate_facts", "template", "template_facts", "library_source",
+           "library_facts", "node_comment", "SUFFIX", "MATH_MODES", "LIBRARY", "TEMPLATE_FACTS"]
 
 # SECURITY: generated source never carries text from a file (a node name once closed its comment
 # with a backslash-newline splice and ran a shell command). A comment holds only node ids and op
@@ -99,6 +100,37 @@ def template(name: str) -> str:
     return text
 
 
+# What each hand-written template's kernels are (gpu.kernel_facts): a lane kernel strides its
+# work with TS_GRID_STRIDE / TS_BLOCK_STRIDE only; PLAIN ones tell threads apart otherwise (one
+# thread by index, an argmax loop that breaks, the diff's per-thread partials). None has a
+# barrier or __shared__ memory. The row ops' kernels of ops_rows.cu state their own
+# (gpu.rowtable.library_facts). tests/gpu/test_kernel_facts.py holds this table to the text.
+def _lanes(*names: str) -> dict[str, KernelFacts]:
+    return {f"{n}_T": LANES for n in names}
+
+
+TEMPLATE_FACTS: dict[str, dict[str, KernelFacts]] = {
+    "ops_elementwise": _lanes("binary_fwd", "binary_bwd", "unary_fwd", "unary_bwd", "gather",
+                              "scatter", "copy", "gather_add", "add_into", "take", "take_bwd"),
+    "ops_rows": _lanes("reduce_fwd", "reduce_bwd", "mm"),
+    "ops_nn": {**_lanes("maxpool_bwd", "avgpool_fwd", "avgpool_scale", "im2col", "col2im",
+                        "batch_sum_add"), "maxpool_fwd_T": PLAIN},
+    "optim": {**_lanes("fill", "zero_many", "sgd", "adam"), "clip_norm_T": PLAIN},
+    "diff": {"diff_partial_T": PLAIN, "diff_combine_T": PLAIN},
+}
+
+
+def template_facts(name: str) -> dict[str, KernelFacts]:
+    """The facts of template ``name``'s kernels (template-token names), the generated row
+    kernels spliced into it included."""
+    from gpu import rowtable  # lazily, as template(): it imports every op of core.ops
+
+    parts = [TEMPLATE_FACTS[name]]
+    if rowtable.MARK in (KERNEL_DIR / f"{name}.cu").read_text():
+        parts.append(rowtable.library_facts())
+    return merge_facts(parts)
+
+
 def instantiate(text: str, dtype: np.dtype | type, math: str = "refmath") -> str:
     """Expand a template for one dtype (float64 / float32) and math mode."""
     dt = np.dtype(dtype)
@@ -116,6 +148,18 @@ def instantiate(text: str, dtype: np.dtype | type, math: str = "refmath") -> str
     return re.sub(r"\b(\w+?)_T\b", rf"\1_{sfx}", out)
 
 
+def instantiate_facts(facts: Facts, dtype: np.dtype | type) -> dict[str, KernelFacts]:
+    """Template-token kernel names (``foo_T``) of ``facts`` as ``instantiate`` spells them for
+    ``dtype`` (``foo_f64``)."""
+    sfx = SUFFIX[np.dtype(dtype)]
+    out = {}
+    for name, f in facts.items():
+        if not name.endswith("_T"):
+            raise ValueError(f"kernel facts: {name!r} is not a template name (foo_T)")
+        out[f"{name[:-2]}_{sfx}"] = f
+    return out
+
+
 LIBRARY = ("ops_elementwise", "ops_rows", "ops_nn", "optim")
 
 
@@ -127,3 +171,15 @@ def library_source(math: str = "refmath") -> str:
             parts.append(f"/* ---- {name}.cu, {np.dtype(dt).name} ---- */\n")
             parts.append(instantiate(template(name), dt, math))
     return "\n".join(parts)
+
+
+def library_facts(dtypes: tuple = (np.float64, np.float32)) -> dict[str, KernelFacts]:
+    """The facts of every kernel of library_source for ``dtypes`` (the same names in both math
+    modes)."""
+    return dict(_library_facts(tuple(np.dtype(d) for d in dtypes)))
+
+
+@lru_cache(maxsize=8)
+def _library_facts(dtypes: tuple) -> dict[str, KernelFacts]:  # read-only: copies go out
+    return merge_facts(instantiate_facts(template_facts(name), dt)
+                       for name in LIBRARY for dt in dtypes)

@@ -136,7 +136,7 @@ def compile_overrides(device: Any, specs: list[KernelSpec], nodes: tuple, dtype:
     compile or does not define the node's kernels (``kernel_names(node_id)``: the names its
     builders record) with the stock parameters raises UserKernelError (one line: the spec, the
     file, the line, the compiler's words)."""
-    from core.ops.registry import REGISTRY
+    from core.optable.registry import REGISTRY
     dt = np.dtype(dtype)
     sfx = "f64" if dt == np.float64 else "f32"
     out: dict[int, Overlay] = {}

@@ -112,14 +112,11 @@ def test_no_import_cycle_but_the_known_lazy_ones():
 
 
 # cycles that close only through a package's __init__ (importing a submodule runs it), each as
-# its sorted member list; they may only disappear. core.tape imports core.ops.registry, whose
-# package __init__ (the op wrappers) imports core.tape: the op table wants to leave core.ops (it
-# is being rewritten for issue 24 item 1, so it stays for now). core.workloads.get loads
-# core.onnx.workload lazily, which subclasses core.workloads.base.Workload.
-KNOWN_INIT_CYCLES = {
-    ("core.ops", "core.tape"),
-    ("core.onnx.workload", "core.workloads"),
-}
+# its sorted member list; they may only disappear. None left: the op table (core.optable) left
+# core.ops, whose __init__ (the op wrappers) imports core.tape, which looks ops up in the table;
+# the Workload base (core.workload) left core.workloads, whose get() loads core.onnx.workload,
+# which subclasses it. With the set empty the test asserts no such cycle at all.
+KNOWN_INIT_CYCLES: set[tuple[str, ...]] = set()
 
 
 def test_no_cycle_through_a_package_init_but_the_known_ones():
@@ -149,8 +146,11 @@ def test_the_graph_sees_our_imports():
                                                                  "app.step_history")
     assert lazy.has_edge("core.onnx", "core.onnx.gradient") and g.has_edge("core.gradcheck",
                                                                           "core.ops")
-    inits = _graph(lazy=False, inits=True)  # core.tape imports core.ops.registry
-    assert inits.has_edge("core.tape", "core.ops") and not g.has_edge("core.tape", "core.ops")
+    inits = _graph(lazy=False, inits=True)  # core.tape imports core.optable.registry
+    assert inits.has_edge("core.tape", "core.optable") and not g.has_edge("core.tape",
+                                                                          "core.optable")
+    assert inits.has_edge("core.ops.nn", "core.optable") and not inits.has_edge("core.tape",
+                                                                                "core.ops")
     assert not inits.has_edge("core.ops.nn", "core.ops") and not inits.has_edge("core.tape", "core")
 
 
@@ -160,3 +160,46 @@ def test_a_re_export_is_an_edge_to_the_package(tmp_path):
     mods = _modules()
     assert _imports("core.onnx.m", src, mods, lazy=True) == {"core", "core.ops"}
     assert _imports("core.onnx.m", src, mods, lazy=False) == set()
+
+
+def test_the_old_addresses_of_the_moved_modules_name_the_same_objects():
+    """core.ops.registry / core.ops.rows / core.workloads.base moved (core.optable,
+    core.workload); code written against the old names gets the very same objects, and no
+    module of ours still imports them."""
+    import core.ops.registry as old_registry
+    import core.ops.rows as old_rows
+    import core.optable.registry as registry
+    import core.optable.rows as rows
+    import core.workload as workload
+    import core.workloads.base as old_base
+
+    assert old_registry.REGISTRY is registry.REGISTRY and old_registry.OpDef is registry.OpDef
+    assert old_registry.grad_inputs is registry.grad_inputs
+    assert old_rows.RowForm is rows.RowForm and old_rows.fill is rows.fill
+    assert old_base.Workload is workload.Workload
+    g = _graph(lazy=True)
+    old = {"core.ops.registry", "core.ops.rows", "core.workloads.base"}
+    users = sorted(f"{a} imports {b}" for a, b in g.edges if b in old)
+    assert not users, "\n".join(users)
+
+
+def test_the_worker_protocols_two_ends_do_not_import_each_other():
+    """app.remote_server (the worker) never loads the client, the client never the server,
+    even lazily; and the worker command, as it starts serving, has loaded no client code (a
+    live session's --worker reaches the client only when it opens a remote pair)."""
+    import os
+    import subprocess
+    import sys
+
+    g = _graph(lazy=True)
+    server, client = nx.descendants(g, "app.remote_server"), nx.descendants(g, "app.remote_client")
+    assert "app.remote_protocol" in server and "app.remote_protocol" in client
+    assert "app.remote_client" not in server and "app.remote" not in server
+    assert "app.remote_server" not in client and "app.remote" not in client
+    code = ("import sys, argparse; from app.commands import worker; p = argparse.ArgumentParser();"
+            " worker.add_timeout_flags(p); import app.live_worker, app.remote_server;"
+            " print(sorted(m for m in sys.modules if m.startswith('app.remote')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["['app.remote_protocol',", "'app.remote_server']"]

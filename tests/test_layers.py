@@ -76,7 +76,8 @@ def test_core_onnx_is_the_only_core_module_importing_onnx():
 # (A "(no Qt)" docstring is not a boundary; this is.) Widgets and the live toolbar stay out.
 QT_FREE = (
     "app.session", "app.runs", "app.report_data", "app.report_html", "app.live_worker",
-    "app.run_provenance", "app.platform_check", "app.remote", "app.step_history", "app.cli",
+    "app.run_provenance", "app.platform_check", "app.remote", "app.remote_protocol",
+    "app.remote_client", "app.remote_server", "app.step_history", "app.cli",
     "app.live_inspect", "app.onnx_view", "app.wire",
     "app.commands.fuse", "app.commands.gradcheck", "app.commands.gui", "app.commands.kernels",
     "app.commands.model_args", "app.commands.onnx_cmd", "app.commands.parity",

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from core import mathlib
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 
 HERE = Path(__file__).resolve().parent
 

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _seconds(text: str) -> float:
-    from app.remote import seconds
+    from app.remote_protocol import seconds
 
     try:
         return seconds(text, "the value")
@@ -31,7 +31,7 @@ def _seconds(text: str) -> float:
 
 def add_timeout_flags(p: argparse.ArgumentParser) -> None:
     """``--worker-timeout S`` and ``--worker-open-timeout S`` beside a command's ``--worker``."""
-    from app.remote import OPEN_TIMEOUT_ENV, OPEN_TIMEOUT_S, TIMEOUT_ENV, TIMEOUT_S
+    from app.remote_protocol import OPEN_TIMEOUT_ENV, OPEN_TIMEOUT_S, TIMEOUT_ENV, TIMEOUT_S
 
     p.add_argument("--worker-timeout", metavar="S", type=_seconds, default=None,
                    help=f"with --worker: seconds the worker may take to answer one request "
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from app.live_worker import die_with_parent, protect_stdio
-    from app.remote import serve
+    from app.remote_server import serve
 
     die_with_parent()  # e.g. an ssh session that drops: no worker left behind on the GPU box
     pin, pout = protect_stdio()

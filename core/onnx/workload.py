@@ -22,7 +22,7 @@ from core import ops, optim
 from core.onnx.errors import OnnxError
 from core.onnx.limits import Limits
 from core.tape import Tape, Var
-from core.workloads.base import Workload
+from core.workload import Workload
 
 PREFIX, PREFIX_REINIT = "onnx:", "onnx+reinit:"
 # a model the user chose to train: tensors up to 2**28 elements (vgg19's 25088x4096 weight),

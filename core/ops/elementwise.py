@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.ops.reference import unbroadcast
-from core.ops.registry import CForm, OpDef, broadcast_shape, register
+from core.optable.registry import CForm, OpDef, broadcast_shape, register
 
 BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 1), (1, 4)),
                  ((4,), (2, 3, 4)), ((5,), ())]

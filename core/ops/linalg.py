@@ -6,7 +6,7 @@ import numpy as np
 
 from core.ops.reference import bmm as ref_bmm
 from core.ops.reference import mm
-from core.ops.registry import OpDef, ShapeError, register
+from core.optable.registry import OpDef, ShapeError, register
 
 
 def _mm_shape(shapes, attrs):

@@ -18,7 +18,7 @@ import numpy as np
 
 from core.ops.reference import matmul as ref_matmul
 from core.ops.reference import serial_sum
-from core.ops.registry import REGISTRY, CForm, OpDef, ShapeError, register
+from core.optable.registry import REGISTRY, CForm, OpDef, ShapeError, register
 
 # ---- windows (shared with core.onnx) ----------------------------------------------------------
 

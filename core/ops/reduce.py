@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.ops.reference import serial_sum
-from core.ops.registry import OpDef, ShapeError, norm_axis, register
+from core.optable.registry import OpDef, ShapeError, norm_axis, register
 
 
 def _no_shape(shapes, attrs):

@@ -2,9 +2,10 @@
 
 Each is the formula of docs/reference-order.md written out step by step; every reduction is the
 serial ``serial_sum`` and every transcendental comes from the math namespace ``M`` (refmath).
-Beside the numpy reference, each row op holds its ONE C spelling, a ``RowForm`` (core/ops/rows.py):
-every device target and its docs row are rendered from it, and tests/core/test_row_forms.py holds
-it to the numpy lines here bit for bit. silu is elementwise: a ``CForm``.
+Beside the numpy reference, each row op holds its ONE C spelling, a ``RowForm``
+(core/optable/rows.py): every device target and its docs row are rendered from it, and
+tests/core/test_row_forms.py holds it to the numpy lines here bit for bit. silu is elementwise:
+a ``CForm``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from core.ops.reference import serial_sum, softmax, unbroadcast
-from core.ops.registry import CForm, OpDef, ShapeError, norm_axis, register
-from core.ops.rows import RowForm, RowPass, Step
+from core.optable.registry import CForm, OpDef, ShapeError, norm_axis, register
+from core.optable.rows import RowForm, RowPass, Step
 
 
 def _r(rng, dtype, *s, lo=-2.0, hi=2.0):

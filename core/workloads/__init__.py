@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.workloads.base import Workload
+from core.workload import Workload
 from core.workloads.mlp import MLP
 from core.workloads.transformer import Transformer
 from core.workloads.user import WorkloadError, load_file

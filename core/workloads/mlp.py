@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from core import ops
-from core.workloads.base import Workload
+from core.workload import Workload
 
 
 class MLP(Workload):

@@ -4,7 +4,7 @@ A node is row-local when its output row s (the flattened leading axes; columns a
 depends only on row s of its ACTIVATION inputs (same shape as the output, or a matmul's left
 operand) plus WHOLE leaf operands read in full: elementwise ops with [..., c], [c] or [1]
 operands, every unary, matmul act[..., k] @ W[k, c] with W a leaf, and every row op of the
-table (a row form, core/ops/rows.py) over the last axis, its col inputs leaves. A maximal run
+table (a row form, core/optable/rows.py) over the last axis, its col inputs leaves. A maximal run
 of consecutive row-local nodes with the same row count (leaves in between are transparent)
 becomes one segment. A whole operand that needs a
 gradient must broadcast over rows only (leading axes all 1), so its gradient is a serial sum over
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from gpu.optable import BINARY as OPTABLE_BINARY
 from gpu.optable import UNARY as OPTABLE_UNARY
 from gpu.rowtable import ROW_OPS

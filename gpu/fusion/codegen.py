@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.ops.registry import REGISTRY, grad_inputs
-from core.ops.rows import RowForm, fill
+from core.optable.registry import REGISTRY, grad_inputs
+from core.optable.rows import RowForm, fill
 from gpu.emitc import literal
 from gpu.fusion.analysis import BINARY, ROW, Segment
+from gpu.kernel_facts import KernelFacts
 from gpu.optable import cform, render, scalar_of
 from gpu.rowtable import LazyEnv, Target, pass_lines
 from gpu.source import node_comment
@@ -59,11 +60,12 @@ class Layout:
 
 @dataclass
 class KernelText:
-    """One generated kernel: its template-token name and body."""
+    """One generated kernel: its template-token name, body, and what the host launcher needs of
+    it (gpu.kernel_facts: a row kernel's barriers; no generated kernel here runs as lanes)."""
 
     name: str
     text: str
-    barrier: bool
+    facts: KernelFacts
 
 
 class _W:
@@ -75,6 +77,12 @@ class _W:
         self.vname, self.gname = vname, gname  # pointer names: v<id> / g<id> by default
         self.decl: dict[str, str] = {}
         self.body: list[str] = []
+        self.barrier = False  # whether sync() wrote a __syncthreads()
+
+    def sync(self) -> None:
+        """A barrier between two nodes' loops: every thread of the block waits here."""
+        self.body.append("__syncthreads();")
+        self.barrier = True
 
     def lit(self, x: float) -> str:
         return literal(x, self.dt)
@@ -96,12 +104,15 @@ class _W:
         s = self.nodes[i].shape
         return s[-1] if s else 1
 
-    def kernel(self, name: str, loop: str, barrier: bool) -> KernelText:
+    def kernel(self, name: str, loop: str) -> KernelText:
+        """The kernel: ``loop`` around the body. Its threads tell each other apart by
+        threadIdx (a row's columns, one thread, TS_FZ_STRIDE), never by a lane loop, so none
+        runs as lanes; a barrier where sync() wrote one."""
         decl = "\n".join("    " + d for d in self.decl.values())
         body = "\n".join("        " + ln for ln in self.body)
         text = (f'extern "C" __global__ void {name}(const long long* tab, long long R) {{\n'
                 f"{decl}\n    {loop} {{\n{body}\n    }}\n}}\n")
-        return KernelText(name, text, barrier)
+        return KernelText(name, text, KernelFacts(barrier=self.barrier))
 
 
 def whole_index(shape: tuple, out: tuple, s: str, c: str) -> str:
@@ -244,10 +255,10 @@ def row_forward(name: str, seg: Segment, nodes: tuple, lay: Layout, dt: np.dtype
     for k, info in enumerate(seg.nodes):
         n = nodes[info.id]
         if k:
-            w.body.append("__syncthreads();")
+            w.sync()
         w.body.append(node_comment(n.id, n.op))  # never the node's name: it is file text
         w.body.extend(_fwd_node(w, info))
-    return w.kernel(name, "for (long long s = blockIdx.x; s < R; s += gridDim.x)", True)
+    return w.kernel(name, "for (long long s = blockIdx.x; s < R; s += gridDim.x)")
 
 
 def _bwd_node(w: _W, info, k: int) -> list[str]:
@@ -292,14 +303,14 @@ def row_backward(name: str, seg: Segment, nodes: tuple, reached: list[bool], lay
             continue
         n = nodes[info.id]
         if not first:
-            w.body.append("__syncthreads();")
+            w.sync()
         first = False
         w.body.append(node_comment(n.id, n.op))
         for k in ks:
             w.body.extend(_bwd_node(w, info, k))
     if first:
         return None
-    return w.kernel(name, "for (long long s = blockIdx.x; s < R; s += gridDim.x)", True)
+    return w.kernel(name, "for (long long s = blockIdx.x; s < R; s += gridDim.x)")
 
 
 def _param_terms(w: _W, info, k: int, rows: int) -> list[str]:
@@ -359,4 +370,4 @@ def param_grads(name: str, seg: Segment, nodes: tuple, reached: list[bool], lay:
         off += size
     branches.append("}")
     w.body = branches
-    return w.kernel(name, f"TS_FZ_STRIDE(t, {off})", False)
+    return w.kernel(name, f"TS_FZ_STRIDE(t, {off})")

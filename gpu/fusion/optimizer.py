@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpu.device import Launch
+from gpu.kernel_facts import PLAIN
 
 if TYPE_CHECKING:
     from gpu.program import Program
 
-__all__ = ["OPTIMIZER_TEXT", "FusionRuntime", "fused_optimizer_launches"]
+__all__ = ["OPTIMIZER_TEXT", "OPTIMIZER_FACTS", "FusionRuntime", "fused_optimizer_launches"]
 
 # table rows: Adam [w, g, m, v, n, use_l2], SGD [w, g, n, use_l2]; l2s[j] = T(l2) of param j
 OPTIMIZER_TEXT = """
@@ -60,6 +61,9 @@ extern "C" __global__ void fzPLANID_sgd_T(const long long* tab, const real_t* l2
     }
 }
 """
+
+# for the host launcher (gpu.kernel_facts): block j strides parameter j by threadIdx, no barrier
+OPTIMIZER_FACTS = {"fzPLANID_adam_T": PLAIN, "fzPLANID_sgd_T": PLAIN}
 
 
 def fused_optimizer_launches(prog: Program, opt: Any, stock: list[Launch]) -> list[Launch]:

@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from gpu.fusion import codegen
 from gpu.fusion.analysis import Segment, find_segments
-from gpu.fusion.optimizer import OPTIMIZER_TEXT, FusionRuntime
+from gpu.fusion.optimizer import OPTIMIZER_FACTS, OPTIMIZER_TEXT, FusionRuntime
 from gpu.fusion.serial import find_tail, tail_backward, tail_forward
+from gpu.kernel_facts import KernelFacts
 from gpu.program import Program, Step
 from gpu.source import SUFFIX, instantiate
 
@@ -70,6 +71,9 @@ class FusionPlan:
     launches_after: dict[str, int]
     layout: codegen.Layout = field(repr=False)
     _segs: list[Segment] = field(repr=False, default_factory=list)
+    #: what the host launcher needs of each kernel of ``source`` (gpu.kernel_facts), as the
+    #: generators stated it: the row kernels' barriers; the optimizer's threads one by one
+    facts: dict[str, KernelFacts] = field(repr=False, default_factory=dict)
 
     def kernel(self, name: str) -> FusedKernel:
         """A generated kernel by name."""
@@ -174,6 +178,8 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
                                        "PLANID", pid), dt, prog.math), oname),
                                    max(1, min(n_live, _MAX_GRID)), 128))
     source = instantiate(raw.replace("PLANID", pid), dt, prog.math)
+    facts = {final(t.name): t.facts for t, *_ in texts}
+    facts.update({final(n): f for n, f in OPTIMIZER_FACTS.items()})
     fwd_b = len(prog.phases["forward"])
     bwd_b = len(prog.phases["backward"])
     seg_plans, fwd_a, bwd_a = [], fwd_b, bwd_b
@@ -195,7 +201,7 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
     before["episode"] = sum(before.values())
     after["episode"] = sum(after.values())
     return FusionPlan(pid, dt, prog.math, len(nodes), seg_plans, kernels, source, before, after,
-                      lay, segs)
+                      lay, segs, facts)
 
 
 def _one_kernel(text: str, which: str) -> str:
@@ -256,7 +262,7 @@ def apply(prog: Program, p: FusionPlan | None = None) -> FusionPlan:
     if p.n_nodes != len(prog.nodes):
         raise FusionError(f"plan {p.plan_id} was made for {p.n_nodes} nodes, the program has "
                           f"{len(prog.nodes)}")
-    module = prog.device.compile(p.source)
+    module = prog.device.compile(p.source, p.facts)
     tab, keep = _table(prog, p)
     tbuf = prog.device.alloc(tab.size, np.int64)
     tbuf.upload(tab)

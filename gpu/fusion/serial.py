@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from gpu.emitc import C_OPS, _Ctx
 from gpu.fusion.analysis import LEAVES
 from gpu.fusion.codegen import _W, KernelText, Layout, pushes
@@ -147,7 +147,7 @@ def tail_forward(name: str, tail: Tail, nodes: tuple, lay: Layout, dt: np.dtype)
             done.add(i)
             continue
         done.discard(i)
-    return w.kernel(name, "if (blockIdx.x == 0 && threadIdx.x == 0)", False)
+    return w.kernel(name, "if (blockIdx.x == 0 && threadIdx.x == 0)")
 
 
 def tail_backward(name: str, tail: Tail, nodes: tuple, reached: list[bool], lay: Layout,
@@ -188,4 +188,4 @@ def tail_backward(name: str, tail: Tail, nodes: tuple, reached: list[bool], lay:
                 w.body.append(f"    {tgt} = ADD({tgt}, {parts[k]});")
             w.body.append("}")
             done.clear()  # locals above are scoped to the block
-    return w.kernel(name, "if (blockIdx.x == 0 && threadIdx.x == 0)", False)
+    return w.kernel(name, "if (blockIdx.x == 0 && threadIdx.x == 0)")

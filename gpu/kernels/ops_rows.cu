@@ -70,6 +70,6 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
     }
 }
 
-/* The row ops (every op of the table with a row form, core/ops/rows.py) are generated here by
+/* The row ops (every op of the table with a row form, core/optable/rows.py) are generated here by
  * gpu/rowtable.py, one kernel per pass. */
 /* @@ROW_TABLE_KERNELS@@ */

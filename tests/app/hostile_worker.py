@@ -2,7 +2,7 @@
 
 Each mode misbehaves in one way the client must survive with one line and exit 2, in bounded
 time and memory (tests/app/test_worker_hostile.py). Modes that start honest run the real
-worker (``app.remote._Worker``) for the requests before they misbehave. Every mode ends by
+worker (``app.remote_server._Worker``) for the requests before they misbehave. Every mode ends by
 itself after ``LIFETIME_S``, so a client that fails to end it leaves nothing behind for long.
 """
 
@@ -47,7 +47,7 @@ def _hello() -> None:
 def _honest_until(stop, keep: dict | None = None) -> dict:
     """Serve like the real worker; return the first request ``stop(msg, counts)`` says to
     (``keep["it"]``: the worker, to answer it after all)."""
-    from app.remote import _Worker
+    from app.remote_server import _Worker
 
     worker, counts = _Worker(), {}
     if keep is not None:

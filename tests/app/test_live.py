@@ -19,7 +19,7 @@ from PySide6.QtGui import QColor
 from app.live import FAILED, LOG_TAIL_BYTES, PAUSED, ROOT, RUNNING, STOPPED, LiveSession
 from app.runs import SessionConfig
 from app.session import EXACT_COLOR
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from tests.app.conftest import READY_MS, wait_ready
 
 BRANCHES = str(Path(__file__).parent / "data" / "branches.py")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.runs import PairRunner, SessionConfig, StepError, roots
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from core.parity import compare_arrays
 
 BRANCHES = str(Path(__file__).parent / "data" / "branches.py")

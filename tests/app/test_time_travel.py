@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QToolButton
 from app.live import PAUSED, Inspection, LiveSession, Snapshot
 from app.runs import PairRunner, SessionConfig
 from app.session import parity_colors
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from core.step_record import F_V_NAN, F_V_ONESIDED
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
-"""A row form (core/ops/rows.py) evaluated in numpy, token by token: the oracle that holds an op's
-numpy reference to its one C spelling.
+"""A row form (core/optable/rows.py) evaluated in numpy, token by token: the oracle that holds an
+op's numpy reference to its one C spelling.
 
 Every token is one numpy operation on arrays of the tape dtype (ADD -> +, EXP -> M.exp, ...), a
 sum step is the serial loop ``acc = +0.0; for c: acc = acc + term`` and a max step the C loop
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from core.ops.registry import norm_axis
-from core.ops.rows import RowForm
+from core.optable.registry import norm_axis
+from core.optable.rows import RowForm
 
 _TOKEN = re.compile(r"\s*(\(real_t\)|\{\w+\}|[A-Z][A-Z0-9]+(?=\()|\d+(?:\.\d+)?|==|!=|>=|<=|"
                     r"\|\||[-()?:,<>])")

@@ -11,7 +11,7 @@ import pytest
 
 from core import mathlib
 from core.explain import CAUSES, FORMULAS, VARIANTS, Prims, explain, fma, variants_for
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 
 Node = namedtuple("Node", "op attrs shape")
 rng = np.random.default_rng(7)

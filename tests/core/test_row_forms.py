@@ -17,7 +17,7 @@ import pytest
 
 from core import mathlib
 from core.ops import REGISTRY
-from core.ops.rows import RowForm, RowPass, Step, check, doc_row, infix
+from core.optable.rows import RowForm, RowPass, Step, check, doc_row, infix
 from tests.core.rowform_numpy import evaluate, run
 
 ROW_OPS = [n for n, d in REGISTRY.items() if d.row is not None]

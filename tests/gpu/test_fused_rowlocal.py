@@ -15,7 +15,7 @@ import pytest
 
 import gpu
 from core import Tape, ops
-from core.ops.registry import REGISTRY
+from core.optable.registry import REGISTRY
 from gpu import fusion
 from gpu.fusion.analysis import BINARY, UNARY
 from tests.gpu.test_fusion import diff_nodes

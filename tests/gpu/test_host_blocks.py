@@ -240,8 +240,10 @@ def test_ucontext_fallback_gives_the_same_bits(tmp_path):
     if cxx is None:
         pytest.skip("g++ not found")
     from gpu.host_launcher import launcher
+    from gpu.kernel_facts import KernelFacts
 
-    text = SRC + "".join(launcher(s) for s in parse_kernels(SRC).values())
+    text = SRC + "".join(launcher(s, KernelFacts(barrier=s.barrier))
+                         for s in parse_kernels(SRC).values())
     src = tmp_path / "k.cu"
     src.write_text(text)
     so = tmp_path / "k.so"

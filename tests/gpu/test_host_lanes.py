@@ -1,9 +1,9 @@
 """The host backend's fast paths keep every bit: lane kernels (a run of a block's threads in one
 vectorised call, host_prelude.h) and the block pool (a launch's blocks on several OS threads)
 give the tape's bits, the same bits for 1, 2 and 4 threads and for every thread order, and the
-machine code they compile to has no FMA instruction. Which kernels may run as lanes is decided
-from the source (gpu.host_lanes.lane_kernels); a kernel that could tell its threads apart outside
-its grid-stride loop never does.
+machine code they compile to has no FMA instruction. Which kernels run as lanes is what the code
+that wrote the source states (gpu.kernel_facts); tests/gpu/test_kernel_facts.py holds the
+statements to the text, SRC_FACTS below included.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import gpu
 from core import workloads
 from gpu import fusion
 from gpu import source as kernel_source
-from gpu.device import header_paths
 from gpu.host import HostDevice
-from gpu.host_lanes import lane_kernels
+from gpu.kernel_facts import BARRIER, LANES, PLAIN
 from gpu.signature import parse_kernels
 from tests.gpu.test_fp_contract import _fma_instructions
 
@@ -56,69 +55,51 @@ extern "C" __global__ void by_thread(double* y, long long n) {
     TS_GRID_STRIDE(i, n) { y[i] = 1.0; }
 }
 """
-
-
-def _lanes_of(src: str) -> set[str]:
-    return set(lane_kernels(src))
+#: what SRC's author states of its kernels (the generators' role in these tests)
+SRC_FACTS = {"rowdot": LANES, "muladd": LANES, "racy": LANES, "by_thread": PLAIN}
 
 
 # ---- which kernels run as lanes --------------------------------------------------------------
 
 def test_the_library_runs_every_grid_stride_kernel_as_lanes():
+    dev = HostDevice("test")
     for math in ("refmath", "platform"):
         src = kernel_source.library_source(math)
+        mod = dev.compile(src, kernel_source.library_facts())
         sigs = set(parse_kernels(src))
-        lanes = _lanes_of(src)
-        not_lanes = {re.sub(r"_f(32|64)$", "", k) for k in sigs - lanes}
+        not_lanes = {re.sub(r"_f(32|64)$", "", k) for k in sigs - mod.lanes}
         # one thread by index (a row form's total: cross_entropy_total, clip_norm); an argmax
         # loop that breaks (maxpool)
         assert not_lanes == {"cross_entropy_total", "clip_norm", "maxpool_fwd"}
-        assert {"mm_f64", "adam_f64", "binary_fwd_f32", "zero_many_f64"} <= lanes
+        assert {"mm_f64", "adam_f64", "binary_fwd_f32", "zero_many_f64"} <= mod.lanes
+    wl = workloads.get("mlp")  # a captured program compiles the library with its facts
+    prog = fusion.capture(dev, wl.tape, wl.record(0), fuse=False)
+    assert prog.module.lanes == mod.lanes
 
 
-def test_a_kernel_that_can_tell_its_threads_apart_is_not_lanes():
-    assert _lanes_of(SRC) == {"rowdot", "muladd", "racy"}
-    body = "TS_GRID_STRIDE(i, n) { y[i] = 1.0; }"
-    head = 'extern "C" __global__ void k(double* y, long long n) {'
-    assert _lanes_of(GUARD + head + body + "}") == {"k"}
-    for inside in ("if (n < 0) return;", "for (;;) break;", "__shared__ double s[4];",
-                   "y[0] = threadIdx.x;", "__syncthreads();", "TID(y);"):
-        src = GUARD + "#define TID(p) p[threadIdx.x] = 0\n" + head + inside + body + "}"
-        assert _lanes_of(src) == set(), inside
-    # a helper that reads threadIdx, a loop macro defined without its #ifndef, an #undef,
-    # a header from outside the kernel directory: nothing runs as lanes
-    helper = "__device__ long long tid() { return threadIdx.x; }\n"
-    assert _lanes_of(GUARD + helper + head + body + "}") == set()
-    unguarded = GUARD.replace("#ifndef TS_GRID_STRIDE\n", "").replace("#endif\n", "")
-    assert _lanes_of(unguarded + head + body + "}") == set()
-    assert _lanes_of(GUARD + "#undef TS_GRID_STRIDE\n" + head + body + "}") == set()
-    assert _lanes_of('#include "/tmp/x.h"\n' + GUARD + head + body + "}") == set()
-    assert _lanes_of('#include "refmath.cuh"\n' + GUARD + head + body + "}") == {"k"}
-
-
-@pytest.mark.parametrize("body, lanes", [
-    ("long long c = 0; TS_GRID_STRIDE(i, n) { y[i] = c++; }", False),
-    ("double acc = 0.0; TS_GRID_STRIDE(i, n) acc = acc + y[i]; y[0] = acc;", False),
-    ("double b[2]; TS_GRID_STRIDE(i, n) { b[0] = y[i]; y[i] = b[0]; }", False),
-    ("TS_GRID_STRIDE(i, n) { n = n - 0; y[i] = 1.0; }", False),
-    ("double a; TS_GRID_STRIDE(i, n) { set(&a); y[i] = a; }", False),
-    ("dim3 d; TS_GRID_STRIDE(i, n) { d.x = 1; y[i] = d.x; }", False),
-    ("long long c = 0; TS_GRID_STRIDE(i, n) if (i) y[i] = 1.0; else c++;", False),
-    ("TS_GRID_STRIDE(i, n) { TS_GRID_STRIDE(j, n) y[j] = 1.0; }", False),
-    ("double* p = y + 1; TS_GRID_STRIDE(i, n - 1) p[i] = 0.0;", True),
-    ("TS_GRID_STRIDE(i, n) { double a = y[i]; a = a * 2.0; y[i] = a; }", True),
-    ("TS_GRID_STRIDE(i, n) { double s = 0.0; for (long long k = 0; k < 3; ++k) s += y[k]; "
-     "y[i] = s; }", True),
-])
-def test_a_lane_loop_that_carries_a_threads_state_is_not_lanes(body, lanes):
-    """A variable that outlives one iteration is the thread's own: run as lanes, the threads
-    would share it."""
-    head = 'extern "C" __global__ void k(double* y, long long n) {'
-    helper = "__device__ void set(double* a) { *a = 1.0; }\n"
-    assert _lanes_of(GUARD + helper + head + body + "}") == ({"k"} if lanes else set())
+def test_lanes_are_what_the_facts_say_and_only_that():
+    """No facts, no lanes (a --kernel file, a test's source): the text is never read for them;
+    a barrier kernel the facts do not name still runs as fibers (its body calls
+    __syncthreads); facts naming a kernel the source lacks are a stale table."""
+    dev = HostDevice("test")
+    assert dev.compile(SRC).lanes == frozenset()
+    assert dev.compile(SRC, SRC_FACTS).lanes == {"rowdot", "muladd", "racy"}
+    assert dev.compile(SRC, {"muladd": LANES}).lanes == {"muladd"}
+    with pytest.raises(gpu.DeviceError, match="facts for kernels the source does not define: "
+                                              "nope"):
+        dev.compile(SRC, {**SRC_FACTS, "nope": LANES})
+    mod = dev.compile(SRC)
+    assert {n: (f.lanes, f.barrier) for n, f in mod.facts.items()} == {
+        n: (False, False) for n in SRC_FACTS}
+    bar = ('extern "C" __global__ void b(double* y) {\n'
+           '    y[threadIdx.x] = 1.0; __syncthreads(); y[threadIdx.x] += y[0];\n}\n')
+    assert dev.compile(bar).facts["b"] == BARRIER
 
 
 def test_a_threads_running_count_stays_the_threads():
+    """A kernel whose lane loop carries a count is stated PLAIN by its author (the analyser of
+    test_kernel_facts.py refuses it as lanes): one thread after another keeps the count each
+    thread's."""
     src = GUARD + r"""
 extern "C" __global__ void count(double* y, long long n) {
     long long c = 0;
@@ -127,22 +108,11 @@ extern "C" __global__ void count(double* y, long long n) {
 """
     for threads in (1, 2):
         dev = HostDevice("test", orders="both", threads=threads)
-        mod = dev.compile(src)
+        mod = dev.compile(src, {"count": PLAIN})
         assert mod.lanes == frozenset()
         y = dev.alloc(5000, np.float64)
         mod["count"](4, 128, y, 5000)
         assert y.download().tobytes() == (np.arange(5000) // 512).astype(np.float64).tobytes()
-
-
-def test_no_kernel_header_names_threadidx():
-    """lane_kernels trusts the kernel headers (gpu.device.header_paths, core's refmath C
-    included): only the prelude (which defines the thread indices and the lane loops) may name
-    threadIdx."""
-    heads = header_paths()
-    assert {"host_prelude.h", "refmath.cuh", "intrinsics_host.h"} <= set(heads)
-    for name, p in heads.items():
-        if name != "host_prelude.h":
-            assert "threadIdx" not in p.read_text(), name
 
 
 # ---- the same bits: lanes, the pool, every order ---------------------------------------------
@@ -151,7 +121,7 @@ def test_no_kernel_header_names_threadidx():
 @pytest.mark.parametrize("orders", ["forward", "reverse", "both"])
 def test_lane_kernels_give_the_serial_bits(threads, orders):
     dev = HostDevice("test", orders=orders, threads=threads)
-    mod = dev.compile(SRC)
+    mod = dev.compile(SRC, SRC_FACTS)
     rng = np.random.default_rng(11)
     K = 37
     for grid, block, n in ((3, 128, 5000), (1, 96, 77), (40, 64, 2560), (7, 33, 1)):
@@ -177,7 +147,7 @@ def _fma_cases(n: int):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_lanes_round_every_product_and_add_apart(threads):
     dev = HostDevice("test", threads=threads)
-    mod = dev.compile(SRC)
+    mod = dev.compile(SRC, SRC_FACTS)
     assert "muladd" in mod.lanes
     n = 4099
     a_h, b_h, c_h = _fma_cases(n)
@@ -214,7 +184,7 @@ def test_lane_objects_are_vectorised_and_have_no_fma():
 
 def test_a_race_between_lanes_is_still_caught():
     dev = HostDevice("test", orders="both", threads=2)
-    mod = dev.compile(SRC)
+    mod = dev.compile(SRC, SRC_FACTS)
     x, y = dev.alloc(3000, np.float64), dev.alloc(7, np.float64)
     x.upload(np.arange(3000.0))
     with pytest.raises(gpu.DeviceError, match="racy.*order threads run in"):
@@ -224,7 +194,7 @@ def test_a_race_between_lanes_is_still_caught():
 def test_a_kernel_kept_thread_by_thread_still_runs_each_thread():
     for threads in (1, 2):
         dev = HostDevice("test", orders="both", threads=threads)
-        mod = dev.compile(SRC)
+        mod = dev.compile(SRC, SRC_FACTS)
         assert "by_thread" not in mod.lanes
         y = dev.alloc(4096, np.float64)
         mod["by_thread"](8, 128, y, 4096)
@@ -316,7 +286,7 @@ def test_sqrt_of_negative_nan_and_inf_keeps_its_bits(threads):
         want, wantf = np.sqrt(x), np.sqrt(xf)
     for orders in ("forward", "both"):
         dev = HostDevice("test", orders=orders, threads=threads)
-        mod = dev.compile(SQRT_SRC)
+        mod = dev.compile(SQRT_SRC, {"sqrts": LANES})
         assert "sqrts" in mod.lanes
         bx, by = dev.alloc(n, np.float64), dev.alloc(n, np.float64)
         bxf, byf = dev.alloc(n, np.float32), dev.alloc(n, np.float32)
@@ -341,7 +311,7 @@ def test_adam_is_vectorised_and_calls_no_libm_sqrt(tmp_path, monkeypatch):
     import subprocess
 
     from gpu import host_compiler
-    from gpu.source import library_source
+    from gpu.source import library_facts, library_source
 
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("reads x86-64 machine code")
@@ -369,7 +339,7 @@ def test_adam_is_vectorised_and_calls_no_libm_sqrt(tmp_path, monkeypatch):
     if "-march=native" not in native_flags(host_compiler.find_compiler()):
         pytest.skip("this g++ takes no -march (the pinned AVX-512 build needs one)")
     monkeypatch.setattr(host_compiler, "host_flags", pinned)
-    module = HostDevice("test", cache_root=tmp_path).compile(library_source())
+    module = HostDevice("test", cache_root=tmp_path).compile(library_source(), library_facts())
     asm = disassemble(module.path)
     adam = re.search(r"<adam_f64>:\n(.*?)\n\n", asm, re.S)
     assert adam is not None

@@ -1,6 +1,6 @@
 """The op table is complete: every op has every target, and each target is rendered from it.
 
-One test per promise of the table (core/ops/registry.py ``OpDef``; gpu/optable.py renders the
+One test per promise of the table (core/optable/registry.py ``OpDef``; gpu/optable.py renders the
 C targets): a new op that lacks a kernel, a fusion rule, an emitc rule, a reference-order row, a
 grad-check sample or its C form fails here by name, before any parity test runs.
 """
@@ -167,3 +167,30 @@ def test_reference_order_rows_name_what_the_c_form_calls():
         for t in TRANSCENDENTALS:
             if re.search(rf"\b{t}\(", text):
                 assert re.search(rf"\b{t.lower()}\b", rows[name]), f"{name}: {t.lower()}"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# demo data: the synthetic graph the GUI shows without a tape names ops as any tape would
+DEMO = {"views/synthetic.py"}
+
+
+def test_no_code_below_the_table_names_a_row_op():
+    """Every row op is rendered from the table (core.optable.rows): no file of gpu/, app/ or
+    views/ (demo data aside) names one, so adding a row op touches the table, its docs row
+    and tests only (issue 24)."""
+    from gpu.rowtable import ROW_OPS
+
+    # the row ops, and silu (issue 24's list: an elementwise CForm since)
+    names = set(ROW_OPS) | {n for n, d in REGISTRY.items() if d.kind == "rowwise"} | {"silu"}
+    assert {"softmax", "rms_norm", "layer_norm", "cross_entropy", "swiglu", "rope"} <= names
+    word = re.compile(r"\b(" + "|".join(sorted(names)) + r")\b")
+    bad = []
+    for pkg in ("gpu", "app", "views"):
+        for p in sorted((ROOT / pkg).rglob("*")):
+            rel = p.relative_to(ROOT).as_posix()
+            if p.suffix not in (".py", ".cu", ".cuh", ".h") or rel in DEMO:
+                continue
+            for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+                if m := word.search(line):
+                    bad.append(f"{rel}:{k}: {m.group(1)}")
+    assert not bad, "\n".join(bad)

@@ -1,5 +1,11 @@
-"""The host backend's C analyser: which kernels of a source may run a run of threads in one
-call (host_prelude.h's "lanes"), decided from the kernel text (``lane_kernels``).
+"""An independent check of the kernel facts (gpu.kernel_facts): which kernels of a source may
+run a run of threads in one call (host_prelude.h's "lanes"), read from the kernel text.
+
+The host backend once decided lanes with this analyser; now the code generators state it and
+the backend never reads the text for it. This stays as a test tool:
+tests/gpu/test_kernel_facts.py holds every stated fact to what it reads here, so a hand-written
+template that starts telling its threads apart, or a generator that starts writing threadIdx
+into a lane loop, fails the suite instead of running wrong lanes.
 """
 
 from __future__ import annotations
