@@ -9,6 +9,9 @@ long, and a Cancel that stops the work or says plainly what it cannot stop.
 - ``run_with_progress``: a load on a thread behind a window-modal dialog (``open_with_progress``:
   a big ``.tape``). The tape reader has no cancel point, so Cancel abandons the load (its
   result is dropped when it ends) and says so; the window is usable at once.
+- ``prepare_native``: the window process's own first compile (refmath's C kernels, before the
+  first workload opens); Cancel goes on without them (numpy's reference, the same bits) while
+  the build finishes in the background for the next run.
 
 ``app.onnx_open`` is the ONNX model's own dialog (its executor stops at Cancel between nodes).
 """
@@ -184,6 +187,31 @@ def run_with_progress(parent, title: str, what: str, fn: Callable[[], Any],
     if "error" in result:
         raise result["error"]
     return result["value"]
+
+
+def prepare_native(parent, show_after_ms: int = 500) -> bool:
+    """Load refmath's native kernels (``core.native``), building them first on a cold cache
+    (a minute of gcc on a busy machine, before the window could open anything), on a thread
+    behind a dialog. False when cancelled: this session then runs numpy's reference (the same
+    bits, slower) while the build finishes in the background and is cached for the next."""
+    from core import native
+
+    def build() -> None:
+        native.library()
+        native.refmath_ext()
+
+    try:
+        run_with_progress(parent, "Preparing tapescope",
+                          "Compiling refmath's C kernels (first run only, cached after)", build,
+                          show_after_ms, name="native_progress")
+    except Cancelled:
+        native.defer()
+        if parent is not None and hasattr(parent, "set_status"):
+            parent.set_status("refmath's C kernels compile in the background for the next run; "
+                              "this session uses numpy's reference (the same bits, slower)",
+                              15000)
+        return False
+    return True
 
 
 def open_with_progress(parent, path: str | os.PathLike) -> Session:

@@ -489,6 +489,18 @@ def _load_ext():
         return None  # ctypes loops instead: the same code, a little more overhead per call
 
 
+def defer() -> None:
+    """Answer None from here on (numpy's reference: the same bits, slower) instead of building:
+    for a build already running on another thread that the user chose not to wait for (the
+    window's Cancel); that build still stores its library, and a thread in ``library()`` when
+    it ends installs it."""
+    global _lib, _ext
+    if _lib is False:
+        _lib = None
+    if _ext is False:
+        _ext = None
+
+
 def refmath_ext():
     """The CPython extension ``run(i, x, y)`` over refmath's C twin, or None (use ctypes)."""
     global _ext

@@ -144,3 +144,48 @@ def test_run_with_progress_returns_the_result_or_raises_the_error(qtbot, win, fa
     else:
         assert pd.run_with_progress(win, "t", "working", work, show_after_ms=100) == 42
     assert _dialog(win, "load_progress") is None
+
+
+def test_a_cold_native_build_shows_a_dialog_and_cancel_goes_on_without_it(qtbot, win,
+                                                                          monkeypatch):
+    from core import native
+
+    gate, built = threading.Event(), threading.Event()
+    lib = native.library()  # the real one, handed out once the "build" below ends
+
+    def slow_build(cc):
+        gate.wait(30)  # a cold cache on a busy machine: a minute of gcc
+        built.set()
+        return "built"
+
+    monkeypatch.setattr(native, "_lib", False)  # not tried yet (restored after the test)
+    monkeypatch.setattr(native, "_ext", False)
+    monkeypatch.setattr(native, "_build", slow_build)
+    monkeypatch.setattr(native.ctypes, "CDLL", lambda path: lib)
+    seen: dict = {}
+
+    def press_cancel_when_shown() -> None:
+        dlg = _dialog(win, "native_progress")
+        if dlg is not None:
+            seen["label"] = dlg.labelText()
+            if SHOTS:
+                dlg.grab().save(os.path.join(SHOTS, "native_dialog.png"))
+            _click_cancel(qtbot, dlg)
+            timer.stop()
+
+    from PySide6.QtCore import QTimer
+
+    timer = QTimer()
+    timer.setInterval(50)
+    timer.timeout.connect(press_cancel_when_shown)
+    timer.start()
+    try:
+        assert pd.prepare_native(win, show_after_ms=100) is False
+        assert seen["label"].startswith("Compiling refmath's C kernels (first run only")
+        assert not built.is_set()  # Cancel did not wait for the build
+        assert native.library() is None  # meanwhile numpy's reference, no second build
+        assert "numpy's reference" in win.statusBar().currentMessage()
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: native.library() is lib, timeout=10000)  # installed when it ends
+    assert built.is_set()
