@@ -6,6 +6,7 @@ shows its dialog, and Cancel says what it cannot stop and gives the window back 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -40,6 +41,9 @@ def _group_gone(pgid: int) -> bool:
 
 
 def test_the_first_compile_shows_progress_and_cancel_ends_it(qtbot, win, tmp_path, monkeypatch):
+    from core import native
+
+    native.library()  # this process's own build, from the usual cache, before the cold one
     monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "cold"))  # the worker compiles
     assert win.open_workload("mlp")
     assert win.live.start(SessionConfig(workload="mlp", device="host"), paused=True)
@@ -54,6 +58,9 @@ def test_the_first_compile_shows_progress_and_cancel_ends_it(qtbot, win, tmp_pat
     assert " with " in text and "(cached after)" in text and text.endswith(" s")
     assert "opening mlp on host: " in text  # what the compile is part of
     assert dlg.maximum() == 0  # a compile has no "how far": busy, with the seconds so far
+    # how long: the seconds count up while it compiles (the dialog redraws on its own timer)
+    qtbot.waitUntil(lambda: bool(re.search(r"opening mlp on host: [1-9]", dlg.labelText())),
+                    timeout=READY_MS)
     if SHOTS:
         win.grab().save(os.path.join(SHOTS, "compile_window.png"))
         dlg.grab().save(os.path.join(SHOTS, "compile_dialog.png"))
@@ -69,6 +76,8 @@ def test_the_first_compile_shows_progress_and_cancel_ends_it(qtbot, win, tmp_pat
     win.select_node(1)
     assert win.selected == 1
     assert win.live.act_start.isEnabled() and not win.live.act_stop.isEnabled()
+    if SHOTS:
+        win.grab().save(os.path.join(SHOTS, "after_cancel.png"))
     # the cancelled library was not stored (a temporary a kill leaves is swept, never used);
     # refmath's own native build, done before the kernels, may be
     stored = [p.name for p in (tmp_path / "cold").rglob("*.so")]
