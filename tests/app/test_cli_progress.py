@@ -80,3 +80,15 @@ def test_a_report_shows_opening_steps_and_writing_on_a_terminal(tmp_path):
     assert "\x1b" not in out and "step    2" in out and "wrote " in out
     piped = _in_a_pipe(argv, tmp_path)
     assert piped.returncode == 0 and piped.stderr == "", piped.stderr
+
+
+def test_a_bad_tape_on_a_terminal_still_ends_in_one_clean_line(tmp_path):
+    bad = tmp_path / "bad.tape"
+    bad.write_bytes(b"PK\x03\x04 not really a zip")
+    rc, text, out = _on_a_terminal(["fuse", "--tape", str(bad)], tmp_path)
+    assert rc == 2 and out == ""
+    assert "loading bad.tape" in text  # the line was drawn ...
+    # ... and erased before the error: what is left on the terminal is the one line
+    left = text.rsplit("\x1b[2K", 1)[-1]
+    assert "\x1b" not in left and left.strip().splitlines() == [
+        f"tapescope fuse: {bad}: truncated or corrupt (BadZipFile: File is not a zip file)"]
