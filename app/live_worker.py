@@ -126,8 +126,10 @@ class Stepper:
         try:
             # the GUI's progress dialog hears what opening takes (a model's import, the first
             # kernel compile on a cold cache: up to a minute) as "progress" messages
+            # (a model's or script's file name, not its whole spec: onnx:/abs/m.onnx::input=...)
+            name = os.path.basename((self.config.workload or "mlp").split("::")[0])
             with self._run_lock, listening(self._progress), progress(
-                    f"opening {self.config.workload or 'mlp'} on {self.config.device}"):
+                    f"opening {name} on {self.config.device}"):
                 r = self.runner = open_pair(self.config, scan_nonfinite=True)
             plan = r.plan.to_json() if r.plan is not None else None
             self.report = ReportAccumulator(self.config, r.nodes, r.ref_spec.label(),

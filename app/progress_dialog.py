@@ -61,9 +61,9 @@ class StartupProgress(QObject):
         self.tasks: dict[str, tuple[dict, float]] = {}  # what -> (last message, when heard)
         self.t0 = time.monotonic()
         self.finished = self.cancelled = False
+        name = os.path.basename((live.config.workload or "mlp").split("::")[0])
         self.dialog = _dialog(win, "Starting the live session",
-                              f"Opening {live.config.workload or 'mlp'} on "
-                              f"{live.config.device}…", "live_progress")
+                              f"Opening {name} on {live.config.device}…", "live_progress")
         self.dialog.setWindowModality(Qt.NonModal)  # the graph and tables stay usable
         self.dialog.canceled.connect(self._on_cancel)
         live.progress.connect(self._on_progress)

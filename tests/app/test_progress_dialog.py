@@ -198,3 +198,24 @@ def test_a_cold_native_build_shows_a_dialog_and_cancel_goes_on_without_it(qtbot,
         gate.set()
     qtbot.waitUntil(lambda: native.library() is lib, timeout=10000)  # installed when it ends
     assert built.is_set()
+
+
+def test_the_worker_says_what_opening_takes_before_ready():
+    from app.live_worker import Stepper
+
+    msgs: list[dict] = []
+    st = Stepper(SessionConfig(workload="mlp", device="host"), msgs.append, max_steps=1)
+    st.run()
+    kinds = [m["type"] for m in msgs]
+    assert "ready" in kinds, msgs[-1]
+    ready = kinds.index("ready")
+    opening = [m for m in msgs[:ready] if m["type"] == "progress"
+               and m["what"] == "opening mlp on host"]
+    assert [m["event"] for m in opening] == ["start", "end"]
+    assert not any(m["type"] == "progress" for m in msgs[ready:])  # only while opening
+    # many advances in a burst: at most one progress message per 0.1 s, starts and ends always
+    msgs.clear()
+    for k in range(50):
+        st._progress({"event": "advance", "what": "x", "done": k, "total": 50, "elapsed": 0})
+    st._progress({"event": "end", "what": "x", "done": 50, "total": 50, "elapsed": 0})
+    assert len(msgs) < 10 and msgs[-1]["event"] == "end"  # (50 asked)
