@@ -173,6 +173,7 @@ class LiveSession(QObject):
     log = Signal(list)  # new lines of the worker's fd 1 / fd 2
     unresponsive = Signal(float)  # seconds without an answer the worker owes (repeats)
     answered = Signal()  # the worker spoke again after ``unresponsive``
+    progress = Signal(object)  # while opening: {"event", "what", "done", "total", "elapsed"}
     _message = Signal(object)
 
     def __init__(self, config: SessionConfig, interval_s: float = 0.1,
@@ -411,6 +412,8 @@ class LiveSession(QObject):
         kind = msg["type"]
         if kind == "log":
             self.log.emit(msg["lines"])
+        elif kind == "progress":
+            self.progress.emit(msg)
         elif kind == "ready":
             self.info = msg
             self.ready.emit(msg)

@@ -26,6 +26,7 @@ from app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, 
 from app.live_inspect import InspectionCache, live_details
 from app.live_panels import LogWindow, WatchdogBar
 from app.live_toolbar import LiveToolbar
+from app.progress_dialog import StartupProgress
 from app.runs import SessionConfig
 from app.session import unconfirmed_script
 from app.step_rerun import StepRerun
@@ -150,6 +151,7 @@ class LiveController(QObject):
         self.live.state_changed.connect(self._on_state)
         self.live.failed.connect(self._on_failed)
         self.live.ready.connect(self._on_ready)
+        self.startup = StartupProgress(self.win, self.live, self.kill)  # with Cancel
         self.live.start(paused=paused)
         return True
 

@@ -4,10 +4,11 @@
 Commands arrive on a pipe of their own, one JSON object per line (``{"cmd": "pause" | "resume"
 | "step" | "stop" | "report" | "quit"}``, or ``{"cmd": "inspect", "node": ID, "req": N,
 "step": S}``); messages leave on a second pipe, one per line (``ready``, ``state``,
-``snapshot``, ``report``, ``inspect``, ``failed``). A separate process, not a thread of the
-GUI: the stepping is Python work, and a busy Python thread makes every Qt→Python call of the
-GUI thread (each table cell, each paint) wait for the GIL, which froze the window for seconds
-in our first version.
+``snapshot``, ``report``, ``inspect``, ``failed``, and while the pair opens ``progress``:
+core.progress's start / advance / end of the first kernel compile and the like). A separate
+process, not a thread of the GUI: the stepping is Python work, and a busy Python thread makes
+every Qt→Python call of the GUI thread (each table cell, each paint) wait for the GIL, which
+froze the window for seconds in our first version.
 
 Snapshots are rate-bounded: every step is batched into the next snapshot, each once, as its
 step record packed (``app.step_wire``: the scalars of the step and ``core.step_record.pack``
@@ -73,6 +74,7 @@ class Stepper:
         self.window = TensorWindow()  # the last steps' tensors, for the step scrubber
         self._times: list[float] = []
         self._later: threading.Timer | None = None
+        self._progress_t = 0.0  # when the last progress message went out
 
     def command(self, cmd: str, args: dict | None = None) -> None:
         """pause | resume | step | stop | report | inspect (``args``: {"node", "req"})."""
@@ -105,14 +107,29 @@ class Stepper:
         msg["req"] = args.get("req")
         self.emit(msg)
 
+    def _progress(self, msg: dict) -> None:
+        """A core.progress event as a ``progress`` message (advances: at most 10 a second)."""
+        now = time.monotonic()
+        if msg["event"] == "advance" and now - self._progress_t < 0.1:
+            return
+        self._progress_t = now
+        self.emit({"type": "progress", **msg})
+
     def _state(self, s: str) -> None:
         self.state = s
         self.emit({"type": "state", "state": s, "steps_done": self.steps_done})
 
     def run(self) -> None:
         """Build the runner, then step until stopped (or ``max_steps``)."""
+        from core.progress import listening, progress
+
         try:
-            with self._run_lock:
+            # the GUI's progress dialog hears what opening takes (a model's import, the first
+            # kernel compile on a cold cache: up to a minute) as "progress" messages
+            # (a model's or script's file name, not its whole spec: onnx:/abs/m.onnx::input=...)
+            name = os.path.basename((self.config.workload or "mlp").split("::")[0])
+            with self._run_lock, listening(self._progress), progress(
+                    f"opening {name} on {self.config.device}"):
                 r = self.runner = open_pair(self.config, scan_nonfinite=True)
             plan = r.plan.to_json() if r.plan is not None else None
             self.report = ReportAccumulator(self.config, r.nodes, r.ref_spec.label(),

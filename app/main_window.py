@@ -25,7 +25,8 @@ from PySide6.QtWidgets import (
 
 from app.menus import build_menus
 from app.onnx_open import open_onnx_with_progress
-from app.session import Session, SessionError, open_path, open_workload
+from app.progress_dialog import open_with_progress
+from app.session import Session, SessionError, open_workload
 from views.graph_panel import GraphPanel
 from views.inspector import InspectorPanel
 from views.parity_rows import build_rows
@@ -150,9 +151,9 @@ class MainWindow(QMainWindow):
     # ---- opening ----------------------------------------------------------------------------
     def open_file(self, path: str) -> bool:
         """Open a .tape / .onnx / workload .py file; on failure show why and keep the session."""
-        try:  # an ONNX model runs on a worker thread behind a progress dialog with Cancel
+        try:  # an ONNX model or a tape opens on a worker thread behind a dialog with Cancel
             s = open_onnx_with_progress(self, path, limits=self.onnx_limits) \
-                if path.lower().endswith(".onnx") else open_path(path)
+                if path.lower().endswith(".onnx") else open_with_progress(self, path)
             s.ensure_gradients()
         except SessionError as e:
             self.last_traceback = e.details or traceback.format_exc()

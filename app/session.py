@@ -208,9 +208,11 @@ def _values(tape) -> list:
 def open_tape_file(path: str | os.PathLike) -> Session:
     """A session on a recorded ``.tape`` file."""
     from core import tapefile
+    from core.progress import file_label, progress
 
     try:
-        tape, meta = tapefile.load(path)
+        with progress(file_label("loading", path)):  # a terminal sees a big tape load
+            tape, meta = tapefile.load(path)
     except tapefile.TapeFileError as e:
         raise SessionError(str(e)) from None
     except (OSError, ValueError) as e:  # anything the loader did not classify

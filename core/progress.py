@@ -7,6 +7,10 @@ contract stay clean. ``TAPESCOPE_PROGRESS=0`` turns it off.
 
 A ``progress`` inside another (a compile during a parity step) is a second line of the same
 display (rich allows one live display at a time).
+
+``listening(fn)`` also hands every start, advance and end to ``fn`` (a dict: ``event``, ``what``,
+``done``, ``total``, ``elapsed``), terminal or not: the live worker sends them to the GUI, whose
+progress dialog (``app.progress_dialog``) shows the first kernel compile with a Cancel button.
 """
 
 from __future__ import annotations
@@ -14,10 +18,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 _ACTIVE: list[Any] = []  # the rich Progress being shown, if any
+_LISTENERS: list[Callable[[dict], None]] = []  # listening(fn)'s, in the order they came
+_LOCK = threading.Lock()
 
 
 class _Silent:
@@ -34,6 +42,41 @@ class _Task:
     def advance(self, n: int = 1) -> None:
         """n more units done."""
         self.bar.advance(self.task, n)
+
+
+class _Notify:
+    """Hands each step of one ``progress`` to the listeners, besides what ``inner`` draws."""
+
+    def __init__(self, inner: _Silent | _Task, what: str, total: int | None) -> None:
+        self.inner, self.what, self.total = inner, what, total
+        self.done, self.t0 = 0, time.monotonic()
+
+    def tell(self, event: str) -> None:
+        msg = {"event": event, "what": self.what, "done": self.done, "total": self.total,
+               "elapsed": round(time.monotonic() - self.t0, 3)}
+        with _LOCK:
+            fns = list(_LISTENERS)
+        for fn in fns:
+            fn(msg)
+
+    def advance(self, n: int = 1) -> None:
+        """n more units done."""
+        self.done += n
+        self.inner.advance(n)
+        self.tell("advance")
+
+
+@contextlib.contextmanager
+def listening(fn: Callable[[dict], None]) -> Iterator[None]:
+    """Hand every ``progress``'s start, advance and end to ``fn`` while the block runs (from
+    whatever thread the work runs in; ``fn`` must be quick and must not raise)."""
+    with _LOCK:
+        _LISTENERS.append(fn)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _LISTENERS.remove(fn)
 
 
 def enabled(stream: TextIO | None = None) -> bool:
@@ -58,8 +101,24 @@ def _same_terminal() -> bool:
 
 @contextlib.contextmanager
 def progress(what: str, total: int | None = None,
-             stream: TextIO | None = None) -> Iterator[_Silent | _Task]:
+             stream: TextIO | None = None) -> Iterator[_Silent | _Task | _Notify]:
     """Show ``what`` (with a bar when ``total`` is known) while the block runs; gone after."""
+    if not _LISTENERS:
+        with _drawn(what, total, stream) as inner:
+            yield inner
+        return
+    with _drawn(what, total, stream) as inner:
+        note = _Notify(inner, what, total)
+        note.tell("start")
+        try:
+            yield note
+        finally:
+            note.tell("end")
+
+
+@contextlib.contextmanager
+def _drawn(what: str, total: int | None, stream: TextIO | None) -> Iterator[_Silent | _Task]:
+    """The terminal's line (or nothing, off a terminal)."""
     if not enabled(stream):
         yield _Silent()
         return
@@ -96,3 +155,27 @@ def progress(what: str, total: int | None = None,
             yield _Task(bar, task)
         finally:
             _ACTIVE.pop()
+
+
+def file_label(verb: str, path: str | os.PathLike) -> str:
+    """``"loading big.tape (812.3 MB)"``: what a load of ``path`` is, with its size."""
+    name = os.path.basename(os.fspath(path))
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return f"{verb} {name}"
+    return f"{verb} {name} ({size / 1e6:.1f} MB)" if size >= 100_000 else \
+        f"{verb} {name} ({size / 1e3:.1f} kB)"
+
+
+class Ticks:
+    """A cancel flag (``is_set()``, as the ONNX executor asks between nodes and loop
+    iterations) that counts each question as one unit done on ``bar``, and answers what
+    ``cancel`` (a ``threading.Event``, or None: never) says."""
+
+    def __init__(self, bar: Any, cancel: Any = None) -> None:
+        self.bar, self.cancel = bar, cancel
+
+    def is_set(self) -> bool:
+        self.bar.advance()
+        return self.cancel is not None and self.cancel.is_set()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from core.atomic import write_atomic
+
 
 def demo_tape():
     """A small recorded workload episode with gradients: (tape, loss id)."""
@@ -113,6 +115,19 @@ def make(name: str):
                      "(graph, inspector, parity, stepper, training, kernels, elements, all)")
 
 
+def _png(img) -> bytes:
+    """A QImage as PNG bytes (encoded in memory, so the file is written by core.atomic)."""
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice
+
+    ba = QByteArray()
+    buf = QBuffer(ba)
+    buf.open(QIODevice.WriteOnly)
+    if not img.save(buf, "PNG"):
+        raise OSError("PNG encoding failed")
+    buf.close()
+    return bytes(ba.data())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Show (or save) the chosen examples."""
     ap = argparse.ArgumentParser(prog="python -m views.examples")
@@ -137,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         app.processEvents()
         for name, w in widgets:
             path = out / f"{name}.png"
-            if not w.grab().save(str(path)):
-                print(f"views.examples: could not write {path}", file=sys.stderr)
+            try:  # whole or not at all, as every writer (core.atomic)
+                write_atomic(path, _png(w.grab().toImage()))
+            except OSError as e:
+                print(f"views.examples: could not write {path}: {e}", file=sys.stderr)
                 return 1
             print(f"wrote {path}")
         return 0

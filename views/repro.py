@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from core.atomic import write_all
+
 SCRIPT = '''"""Re-run one tapescope node's reference op on the candidate's inputs (by tapescope).
 
     python repro.py        # exit 0: the candidate is bit-identical, 1: it differs
@@ -85,18 +87,23 @@ def write_repro(folder: str | Path, node: dict, inputs: list[np.ndarray],
     """
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    for k, a in enumerate(inputs):
-        np.save(out / f"input{k}.npy", np.asarray(a), allow_pickle=False)
-    np.save(out / "candidate.npy", np.asarray(candidate), allow_pickle=False)
+
+    def npy(a: np.ndarray):
+        return lambda f: np.save(f, np.asarray(a), allow_pickle=False)
+
+    files: list[tuple[Path, object]] = [(out / f"input{k}.npy", npy(a))
+                                        for k, a in enumerate(inputs)]
+    files.append((out / "candidate.npy", npy(candidate)))
     if reference is not None:
-        np.save(out / "reference.npy", np.asarray(reference), allow_pickle=False)
+        files.append((out / "reference.npy", npy(reference)))
     meta = {"id": int(node["id"]), "op": str(node["op"]),
             "attrs": {str(k): _jsonable(v) for k, v in dict(node.get("attrs") or {}).items()},
             "shape": [int(s) for s in node["shape"]],
             "dtype": np.dtype(node.get("dtype", np.asarray(candidate).dtype)).name,
             "step": node.get("step"), "n_inputs": len(inputs),
             "reference": node.get("reference", ""), "candidate": node.get("candidate", "")}
-    (out / "node.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     script = out / "repro.py"
-    script.write_text(SCRIPT, encoding="utf-8")
+    files += [(out / "node.json", json.dumps(meta, indent=1)), (script, SCRIPT)]
+    # the files belong together: all replace the old ones or none does (core.atomic)
+    write_all(files)  # type: ignore[arg-type]
     return script

@@ -28,7 +28,10 @@ def _episode(args):
     from core import tapefile, workloads
 
     if args.tape:
-        tape, meta = tapefile.load(args.tape)
+        from core.progress import file_label, progress
+
+        with progress(file_label("loading", args.tape)):  # a terminal sees a big tape load
+            tape, meta = tapefile.load(args.tape)
         return tape, int(meta.get("loss", len(tape) - 1)), None
     wl = workloads.get(args.workload, dtype=args.dtype, math=args.math)
     return wl.tape, wl.record(0), wl.make_optimizer()

@@ -184,6 +184,9 @@ def run(args: argparse.Namespace) -> int:
     from app.commands.onnx_cmd import limits_from
 
     win.onnx_limits = limits_from(args)
+    from app.progress_dialog import prepare_native
+
+    prepare_native(win)  # a cold cache: refmath's C kernels compile behind a dialog with Cancel
     if args.file:
         ok = win.open_file(args.file)
     if workload or not args.file:

@@ -176,14 +176,21 @@ def run(args: argparse.Namespace) -> int:
         args.model = str(model)
         args.input = args.input or inputs
         args.expected = args.expected or [expected]
+    from core.progress import Ticks, file_label, progress
+
     try:
-        sess = Session(args.model, mode=args.mode, limits=limits_from(args))
+        # a terminal sees the load, then the nodes and loop iterations run (the executor's
+        # cancel question, asked between them, counts them)
+        with progress(file_label("loading", args.model)) as bar:
+            sess = Session(args.model, mode=args.mode, limits=limits_from(args),
+                           cancel=Ticks(bar))
         feeds = _named(args.input, sess.input_names, "input") if args.input \
             else default_inputs(sess, args.seed)
         generated = not args.input
         expected_specs = [s for group in args.expected for s in group]
         expected = _named(expected_specs, sess.output_names, "output")
-        outs = sess.run(feeds)
+        with progress(f"running {os.path.basename(args.model)} (nodes and iterations)") as bar:
+            outs = sess.run(feeds, cancel=Ticks(bar))
     except (OnnxError, _BadInput) as exc:
         if getattr(args, "debug", False):  # the one line stays last, as for every command
             import traceback

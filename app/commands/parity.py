@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the side-by-side training; print a summary table; 0 when exact, 1 when not (a bad
     input raises: ``tapescope`` turns it into one line and exit 2)."""
     import json
+    import os
 
     from app.commands.worker import timeouts as worker_timeouts
     from app.pairs import open_pair
@@ -147,7 +148,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")
     explain = cfg.explain
-    runner = open_pair(cfg, inject=args.inject)
+    from core.progress import progress
+
+    label = (args.workload or "mlp") if args.model is None else os.path.basename(args.model)
+    with progress(f"opening {label} on {args.device}"):  # a model's import, the first compile
+        runner = open_pair(cfg, inject=args.inject)
     inj = runner.inject
     if inj is not None and inj.step > args.steps:
         raise ValueError(f"--inject {args.inject!r}: step {inj.step} is not run "
@@ -164,11 +169,8 @@ def run(args: argparse.Namespace) -> int:
     kernels: list[dict] = []
     first_introduced: list[dict] | None = None
     losses: list[dict] = []  # each step's loss on both sides (the JSON's "losses")
-    from core.progress import progress
-
     # a terminal gets one updating stderr line: steps done, elapsed (nothing in a pipe or log)
-    with progress(f"parity {args.workload if args.model is None else args.model}",
-                  total=args.steps) as bar:
+    with progress(f"parity {label}", total=args.steps) as bar:
         for _ in range(args.steps):
             r = runner.step()
             bar.advance()

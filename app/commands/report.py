@@ -74,16 +74,23 @@ def run(args: argparse.Namespace) -> int:
                         worker=getattr(args, "worker", None), **worker_timeouts(args),
                         kernels=tuple(getattr(args, "kernel", None) or ()),
                         explain=getattr(args, "explain", False))
-    runner = open_pair(cfg)
+    from core.progress import progress
+
+    label = (args.workload or "mlp") if args.model is None else os.path.basename(args.model)
+    with progress(f"opening {label} on {args.device}"):  # a model's import, the first compile
+        runner = open_pair(cfg)
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None
     acc = ReportAccumulator(cfg, runner.nodes, runner.ref_spec.label(),
                             runner.cand_spec.label(), runner.describe_device(), plan)
-    for _ in range(args.steps):
-        r = runner.step()
-        acc.add(r)
-        print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  {r.loss_cand:.9g}  "
-              f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
+    # a terminal gets one updating stderr line: steps done, elapsed (nothing in a pipe or log)
+    with progress(f"report {label}", total=args.steps) as bar:
+        for _ in range(args.steps):
+            r = runner.step()
+            acc.add(r)
+            bar.advance()
+            print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  {r.loss_cand:.9g}  "
+                  f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
     data = acc.to_json()
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # pictures need no screen
@@ -96,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     _app = QApplication.instance() or QApplication(sys.argv[:1])
     from app.report_html import write_report
 
-    html, side = write_report(data, args.out)  # both or neither; an OSError names the file
+    with progress(f"writing {os.path.basename(args.out)} (pictures, tables)"):
+        html, side = write_report(data, args.out)  # both or neither; an OSError names the file
     fi = data.get("first_introduced")
     if fi and fi["entries"]:
         from app.commands.parity import introduced_text

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from core.cache import CacheError, KernelCache, cache_key
+from core.progress import progress
 
 # NOTE: -march=native only widens the vectors; -ffp-contract=off keeps every product and add a
 # separate rounding, so the bits are those of the numpy reference on every CPU. The machine code
@@ -75,9 +76,11 @@ def _build(cc: str) -> Path:
                     _compiler_id(cc), cpu_id())
 
     def build(out: Path) -> None:
-        subprocess.run([cc, *FLAGS, f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out),
-                        *map(str, _SRCS)],
-                       check=True, capture_output=True, timeout=120)
+        # a cold cache: seconds of gcc a terminal (and the GUI's dialog) should see
+        with progress(f"compiling refmath's C kernels with {Path(cc).name} (cached after)"):
+            subprocess.run([cc, *FLAGS, f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out),
+                            *map(str, _SRCS)],
+                           check=True, capture_output=True, timeout=120)
 
     path, _ = KernelCache().get_or_build(f"refkernels-{key}", ".so", build)
     return path
@@ -469,9 +472,11 @@ def _load_ext():
                     inc)
 
     def build(out: Path) -> None:
-        subprocess.run([cc, *[f for f in FLAGS if f != "-std=c99"], f"-I{inc}", f"-I{REFMATH_C}",
-                        f"-I{_HERE}", "-o", str(out), str(src)], check=True, capture_output=True,
-                       timeout=120)
+        with progress(f"compiling refmath's Python extension with {Path(cc).name} "
+                      "(cached after)"):
+            subprocess.run([cc, *[f for f in FLAGS if f != "-std=c99"], f"-I{inc}",
+                            f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out), str(src)],
+                           check=True, capture_output=True, timeout=120)
 
     try:
         path, _ = KernelCache().get_or_build(f"refmath-py-{key}", ".so", build)
@@ -482,6 +487,18 @@ def _load_ext():
         return mod
     except (OSError, ImportError, CacheError, subprocess.SubprocessError):
         return None  # ctypes loops instead: the same code, a little more overhead per call
+
+
+def defer() -> None:
+    """Answer None from here on (numpy's reference: the same bits, slower) instead of building:
+    for a build already running on another thread that the user chose not to wait for (the
+    window's Cancel); that build still stores its library, and a thread in ``library()`` when
+    it ends installs it."""
+    global _lib, _ext
+    if _lib is False:
+        _lib = None
+    if _ext is False:
+        _ext = None
 
 
 def refmath_ext():

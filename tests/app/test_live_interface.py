@@ -20,7 +20,8 @@ from app.session import open_workload
 from tests.app.conftest import READY_MS
 
 APP = Path(__file__).resolve().parents[2] / "app"
-LIVE_MODULES = ("live_controller.py", "time_travel.py", "live_toolbar.py", "step_rerun.py")
+LIVE_MODULES = ("live_controller.py", "time_travel.py", "live_toolbar.py", "step_rerun.py",
+                "progress_dialog.py")
 
 
 def window_uses(path: Path) -> set[str]:

@@ -111,3 +111,38 @@ def test_parity_progress_goes_to_the_terminal_and_stdout_stays_clean(tmp_path):
     piped = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=300)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_a_listener_hears_start_advance_and_end_off_a_terminal_too():
+    heard: list[dict] = []
+    buf = io.StringIO()  # not a terminal: nothing drawn, the listener still hears
+    with pg.listening(heard.append):
+        with pg.progress("compiling 3 kernels", stream=buf):
+            with pg.progress("parity mlp", total=2, stream=buf) as p:
+                p.advance()
+                p.advance()
+    with pg.progress("after", stream=buf):  # no listener any more
+        pass
+    assert buf.getvalue() == ""
+    assert [(m["event"], m["what"], m["done"], m["total"]) for m in heard] == [
+        ("start", "compiling 3 kernels", 0, None), ("start", "parity mlp", 0, 2),
+        ("advance", "parity mlp", 1, 2), ("advance", "parity mlp", 2, 2),
+        ("end", "parity mlp", 2, 2), ("end", "compiling 3 kernels", 0, None)]
+    assert all(m["elapsed"] >= 0 for m in heard)
+
+
+def test_ticks_count_the_executors_questions_and_pass_on_a_real_cancel():
+    import threading
+
+    class Bar:
+        n = 0
+
+        def advance(self, k: int = 1) -> None:
+            self.n += k
+
+    bar, stop = Bar(), threading.Event()
+    t = pg.Ticks(bar, stop)
+    assert not t.is_set() and not t.is_set() and bar.n == 2
+    stop.set()
+    assert t.is_set() and bar.n == 3
+    assert pg.file_label("loading", "/no/such.tape") == "loading such.tape"
