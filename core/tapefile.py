@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import itertools
 import json
 import math as _math
 import os
@@ -547,7 +548,9 @@ def _save_v2(tape: Tape, path: Path, meta: dict | None, block_bytes: int) -> Pat
     op_ix: dict[str, int] = {}
     attrs_tab: list[dict] = []
     attrs_ix: dict[str, int] = {}
-    col_op, arity, inputs, rank, dims, col_attrs, names, rg = [], [], [], [], [], [], [], []
+    shapes_tab: list[list[int]] = []
+    shape_ix: dict[tuple, int] = {}
+    col_op, inputs, col_shape, col_attrs, names, rg = [], [], [], [], [], []
     for nd in nodes:
         why = _name_problem(nd.name)
         if why:  # the loader would refuse it: say so now, not when the file is opened
@@ -557,10 +560,12 @@ def _save_v2(tape: Tape, path: Path, meta: dict | None, block_bytes: int) -> Pat
             k = op_ix[nd.op] = len(ops_tab)
             ops_tab.append(nd.op)
         col_op.append(k)
-        arity.append(len(nd.inputs))
-        inputs.extend(nd.inputs)
-        rank.append(len(nd.shape))
-        dims.extend(int(d) for d in nd.shape)
+        inputs.append(list(nd.inputs))
+        j = shape_ix.get(nd.shape)
+        if j is None:
+            j = shape_ix[nd.shape] = len(shapes_tab)
+            shapes_tab.append([int(d) for d in nd.shape])
+        col_shape.append(j)
         a = {str(key): _json_attr(v) for key, v in nd.attrs.items()}
         text = json.dumps(a, sort_keys=True)
         j = attrs_ix.get(text)
@@ -594,8 +599,9 @@ def _save_v2(tape: Tape, path: Path, meta: dict | None, block_bytes: int) -> Pat
     header = {
         "format": FORMAT, "version": 2, "dtype": tape.dtype.name, "byteorder": sys.byteorder,
         "math": tape.math, "ok": tape.ok, "error": tape.error,
-        "ops": ops_tab, "op": col_op, "arity": arity, "inputs": inputs, "rank": rank,
-        "dims": dims, "attrs_table": attrs_tab, "attrs": col_attrs, "names": names,
+        "ops": ops_tab, "op": col_op, "inputs": inputs,
+        "shapes_table": shapes_tab, "shape": col_shape, "attrs_table": attrs_tab,
+        "attrs": col_attrs, "names": names,
         "requires_grad": rg, "params": [p.id for p in tape.params()],
         "blocks": None, "values": loc[0], "grads": loc[1],
         "nonfinite_values": [i for i in range(n) if _nonfinite(values[i])],
@@ -745,10 +751,14 @@ class _HeaderV2:
         self.ops = ops_tab
         op = _int_list(h, "op", bad, None, 0, len(ops_tab))
         n = self.n = len(op)
-        arity = _int_list(h, "arity", bad, n, 0, 1 << 20)
-        inputs = _int_list(h, "inputs", bad, None, 0, max(n, 1))
-        if sum(arity) != len(inputs):
-            raise bad(f"'arity' counts {sum(arity)} inputs but 'inputs' holds {len(inputs)}")
+        nested = h.get("inputs")
+        if not isinstance(nested, list) or len(nested) != n or not (
+                set(map(type, nested)) <= {list}):
+            raise bad(f"'inputs' must be a list of {n} lists of node ids")
+        arity = list(map(len, nested))
+        inputs = list(itertools.chain.from_iterable(nested))
+        if not set(map(type, inputs)) <= {int} or (inputs and min(inputs) < 0):
+            raise bad("'inputs' must hold node ids (integers from 0)")
         opa, ara = np.array(op, dtype=np.int64), np.array(arity, dtype=np.int64)
         defs = [REGISTRY[o] for o in ops_tab]
         want = np.array([-1 if d.arity is None else d.arity for d in defs] or [0])[opa]
@@ -762,16 +772,19 @@ class _HeaderV2:
         if late.size:
             i = int(owner[late[0]])
             raise bad(f"node {i} {ops_tab[op[i]]}: inputs must be ids of earlier nodes")
-        rank = _int_list(h, "rank", bad, n, 0, lim.max_rank + 1)
-        dims = h.get("dims")
-        if not isinstance(dims, list) or len(dims) != sum(rank):
-            raise bad(f"'dims' must hold the {sum(rank)} sizes 'rank' counts")
-        if dims and (not set(map(type, dims)) <= {int} or min(dims) < 0 or max(dims) >= 1 << 62):
-            raise bad("a node's shape holds something that is not a size (0 <= d < 2**62)")
-        cut = np.concatenate([[0], np.cumsum(rank)]).tolist()
-        self.shapes = shapes = [tuple(dims[cut[i]:cut[i + 1]]) for i in range(n)]
-        cut = np.concatenate([[0], np.cumsum(ara)]).tolist()
-        self.inputs = ins = [tuple(inputs[cut[i]:cut[i + 1]]) for i in range(n)]
+        table = h.get("shapes_table")
+        if not isinstance(table, list):
+            raise bad("'shapes_table' must be a list of shapes")
+        for k, sh in enumerate(table):
+            if not isinstance(sh, list) or len(sh) > lim.max_rank or not all(
+                    _is_int(d) and 0 <= d < 1 << 62 for d in sh):
+                raise bad(f"shape {k} {str(sh)[:80]} of 'shapes_table' is not a list of at most "
+                          f"{lim.max_rank} sizes (0 <= d < 2**62; the rank limit)")
+        stab = [tuple(sh) for sh in table]
+        shape = _int_list(h, "shape", bad, n, 0, max(len(stab), 1))
+        self.shapes = shapes = [stab[k] for k in shape] if stab else []
+        self.shapes_table, self.shape = stab, shape
+        self.inputs = ins = list(map(tuple, nested))
         table = h.get("attrs_table")
         if not isinstance(table, list):
             raise bad("'attrs_table' must be a list of objects")
@@ -783,8 +796,11 @@ class _HeaderV2:
         names = h.get("names")
         if not isinstance(names, list) or len(names) != n:
             raise bad(f"'names' must be a list of {n} names")
-        for i, name in enumerate(names):
-            if name is not None:
+        strs = [x for x in names if x is not None]
+        # one C call for the common case; the name at fault is looked for only when it fails
+        if not (set(map(type, strs)) <= {str} and "".join(strs).isprintable()
+                and max(map(len, strs), default=0) <= MAX_NAME):
+            for i, name in enumerate(names):
                 why = _name_problem(name)
                 if why:
                     raise bad(f"node {i} {ops_tab[op[i]]}: {why}")
@@ -793,26 +809,36 @@ class _HeaderV2:
         if not isinstance(rg, list) or len(rg) != n or not set(map(type, rg)) <= {bool}:
             raise bad(f"'requires_grad' must be a list of {n} true/false")
         self.rg = rg
-        # each op's own shape rule must give the stored shape; one call per distinct
-        # (op, attrs, input shapes): a transformer's blocks repeat, so a few hundred calls
-        seen: dict[tuple, Any] = {}
-        for i in range(n):
+        # each op's own shape rule must give the stored shape: checked once per distinct
+        # (op, attrs, shape, input shapes) row (a transformer's blocks repeat: a few hundred)
+        wide = 4  # inputs in a row; nodes with more (concat) are keyed one by one
+        rows = np.full((n, 3 + wide), -1, dtype=np.int64)
+        rows[:, 0], rows[:, 1], rows[:, 2] = opa, attrs, shape
+        sha = np.array(shape, dtype=np.int64)
+        inp = np.array(inputs, dtype=np.int64)
+        starts = np.cumsum(ara) - ara
+        pos = np.arange(len(inputs)) - np.repeat(starts, ara)
+        fits = pos < wide
+        rows[owner[fits], 3 + pos[fits]] = sha[inp[fits]]
+        leaf = np.array([d.kind == "leaf" for d in defs] or [False])[opa]
+        check = ~leaf & (ara <= wide)
+        sub = rows[check]
+        order = np.lexsort(sub.T[::-1])  # stable: the first node of each distinct row leads
+        srt = sub[order]
+        lead = np.ones(len(srt), dtype=bool)
+        lead[1:] = (srt[1:] != srt[:-1]).any(axis=1)
+        todo = np.flatnonzero(check)[order[lead]].tolist() + np.flatnonzero(
+            ~leaf & (ara > wide)).tolist()
+        for i in sorted(todo):
             d = defs[op[i]]
-            if d.kind == "leaf":
-                continue
-            key = (op[i], attrs[i], *[shapes[j] for j in ins[i]])
-            got = seen.get(key)
-            if got is None:
-                try:
-                    got = tuple(d.shape([shapes[j] for j in ins[i]], self.attrs_table[attrs[i]]))
-                except Exception as e:  # noqa: BLE001 - whatever the rule raised is this node's
-                    got = f"attrs {_short(table[attrs[i]])} do not fit " \
-                          f"({type(e).__name__}: {_one_line(e)})"
-                seen[key] = got
+            try:
+                got = tuple(d.shape([shapes[j] for j in ins[i]], self.attrs_table[attrs[i]]))
+            except Exception as e:  # noqa: BLE001 - whatever the rule raised is this node's
+                raise bad(f"node {i} {ops_tab[op[i]]}: attrs {_short(table[attrs[i]])} do not "
+                          f"fit ({type(e).__name__}: {_one_line(e)})") from None
             if got != shapes[i]:
-                why = got if isinstance(got, str) else (
-                    f"inputs and attrs give shape {list(got)}, the header says {list(shapes[i])}")
-                raise bad(f"node {i} {ops_tab[op[i]]}: {why}")
+                raise bad(f"node {i} {ops_tab[op[i]]}: inputs and attrs give shape {list(got)}, "
+                          f"the header says {list(shapes[i])}")
         self.op = op
         params = h.get("params")
         if not isinstance(params, list) or not all(
@@ -846,13 +872,12 @@ class _HeaderV2:
         self.blocks = blocks
         bstart = np.array([b[0] for b in blocks] or [0], dtype=np.int64)
         bsize = np.array([b[1] for b in blocks] or [0], dtype=np.int64)
-        nbytes = []
-        for i, s in enumerate(self.shapes):
-            nb = _math.prod(s) * item
+        per_shape = [_math.prod(s) * item for s in self.shapes_table]
+        for k, nb in enumerate(per_shape):
             if nb > hoff:
-                raise bad(f"node {i} {self.ops[self.op[i]]}: shape {list(s)} declares {nb} bytes, "
-                          f"more than the file holds")
-            nbytes.append(nb)
+                raise bad(f"shape {list(self.shapes_table[k])} declares {nb} bytes, more than the "
+                          "file holds")
+        nbytes = [per_shape[k] for k in self.shape]
         nb = np.array(nbytes, dtype=np.int64)
         self.nbytes = nbytes
         starts, ends = [], []
@@ -909,8 +934,10 @@ class _HeaderV2:
         tape = Tape(dtype=self.dtype, math=self.math)
         proxies = [MappingProxyType(a) for a in self.attrs_table]  # read-only, shared
         dt, ops_tab, op, attrs = self.dtype, self.ops, self.op, self.attrs
-        tape._nodes = [Node(i, ops_tab[op[i]], self.inputs[i], proxies[attrs[i]], self.shapes[i],
-                            dt, self.names[i], self.rg[i]) for i in range(self.n)]
+        n = self.n
+        tape._nodes = list(map(functools.partial(tuple.__new__, Node), zip(
+            range(n), [ops_tab[k] for k in op], self.inputs, [proxies[k] for k in attrs],
+            self.shapes, itertools.repeat(dt, n), self.names, self.rg, strict=True)))
         if lazy:
             tape._values, tape._grads = _Lazy(store, 0), _Lazy(store, 1)
         else:
@@ -952,7 +979,7 @@ class _Store:
         weakref.finalize(self, self.f.close)
         self.size, self.spec, self.bad = size, spec, bad
         self.lock = threading.Lock()
-        self.blocks_read = 0
+        self.blocks_read = self.bytes_read = 0
         n = spec.n
         self.arrays: list[list] = [[_UNREAD] * n, [None] * n]
         self.by_block = []  # per kind: (node ids sorted by block, each block's first index)
@@ -1010,6 +1037,7 @@ class _Store:
         for kind, i, a in made:  # only a block that passed every check is handed out
             self.arrays[kind][i] = a
         self.blocks_read += 1
+        self.bytes_read += size
 
 
 class _Lazy:
@@ -1031,6 +1059,11 @@ class _Lazy:
     def blocks_read(self) -> int:
         """Blocks of the file read so far (by any sequence of the same file)."""
         return self._store.blocks_read
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes of those blocks (what the tape holds in memory of the file's arrays)."""
+        return self._store.bytes_read
 
     def __len__(self) -> int:
         return len(self._items)

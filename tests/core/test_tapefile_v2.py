@@ -325,17 +325,23 @@ HOSTILE = {
     "dtype-list": (lambda h: h.update(dtype=["float64"]), "dtype"),
     "byteorder": (lambda h: h.update(byteorder="big"), "byte order"),
     # shapes
-    "shape-huge": (lambda h: h.update(dims=[10**12, 10**12] + h["dims"][2:]), "shape"),
-    "shape-overflow": (lambda h: h.update(dims=[2**61, 2**61] + h["dims"][2:]), "shape"),
-    "shape-negative": (lambda h: h.update(dims=[-2, -3] + h["dims"][2:]), "shape"),
-    "rank-over-limit": (lambda h: h["rank"].__setitem__(0, 33), "rank"),
-    "dims-count": (lambda h: h.update(dims=h["dims"] + [1]), "dims"),
+    "shape-huge": (lambda h: h["shapes_table"].__setitem__(0, [10**12, 10**12]), "shape"),
+    "shape-overflow": (lambda h: h["shapes_table"].__setitem__(0, [2**61, 2**61]), "shape"),
+    "shape-negative": (lambda h: h["shapes_table"].__setitem__(0, [-2, -3]), "shape"),
+    "shape-float": (lambda h: h["shapes_table"].__setitem__(0, [2.0, 3]), "shape"),
+    "rank-over-limit": (lambda h: h["shapes_table"].__setitem__(0, [1] * 33), "rank"),
+    "shape-index": (lambda h: h["shape"].__setitem__(0, 99), "shape"),
+    "shape-wrong-for-op": (lambda h: h["shapes_table"].append([3, 2])
+                           or h["shape"].__setitem__(1, len(h["shapes_table"]) - 1), "shape"),
     # structure
     "op-unknown": (lambda h: h["ops"].__setitem__(0, "exec"), "op"),
     "op-index": (lambda h: h["op"].__setitem__(1, 99), "op"),
     "ops-duplicated": (lambda h: h.update(ops=h["ops"] + [h["ops"][0]]), "twice"),
-    "input-later-node": (lambda h: h["inputs"].__setitem__(0, 2), "earlier"),
-    "arity-wrong": (lambda h: h["arity"].__setitem__(1, 2), "input"),
+    "input-later-node": (lambda h: h["inputs"][1].__setitem__(0, 2), "earlier"),
+    "input-negative": (lambda h: h["inputs"][1].__setitem__(0, -1), "input"),
+    "input-float": (lambda h: h["inputs"][1].__setitem__(0, 0.0), "input"),
+    "inputs-not-lists": (lambda h: h["inputs"].__setitem__(1, 0), "input"),
+    "arity-wrong": (lambda h: h["inputs"].__setitem__(1, [0, 0]), "input"),
     "attrs-index": (lambda h: h["attrs"].__setitem__(2, 50), "attrs"),
     "attrs-wrong-for-op": (lambda h: h["attrs_table"].append({"axis": 7, "keepdims": False})
                            or h["attrs"].__setitem__(2, len(h["attrs_table"]) - 1), "attrs"),
@@ -373,7 +379,7 @@ def test_duplicated_keys_in_the_header_are_refused(small, tmp_path):
 
 def test_a_huge_declared_shape_allocates_nothing(small, tmp_path):
     bad = edited(small, tmp_path / "huge.tape",
-                 lambda h: h.update(dims=[1 << 20, 1 << 20] + h["dims"][2:]))
+                 lambda h: h["shapes_table"].__setitem__(0, [1 << 20, 1 << 20]))
     refused(bad, "shape", budget_bytes=4 * MiB)
 
 
