@@ -757,8 +757,9 @@ class _HeaderV2:
             raise bad(f"'inputs' must be a list of {n} lists of node ids")
         arity = list(map(len, nested))
         inputs = list(itertools.chain.from_iterable(nested))
-        if not set(map(type, inputs)) <= {int} or (inputs and min(inputs) < 0):
-            raise bad("'inputs' must hold node ids (integers from 0)")
+        if not set(map(type, inputs)) <= {int} or (inputs and (min(inputs) < 0
+                                                               or max(inputs) >= n)):
+            raise bad(f"'inputs' must hold node ids (integers from 0 to {n - 1})")
         opa, ara = np.array(op, dtype=np.int64), np.array(arity, dtype=np.int64)
         defs = [REGISTRY[o] for o in ops_tab]
         want = np.array([-1 if d.arity is None else d.arity for d in defs] or [0])[opa]
@@ -882,7 +883,7 @@ class _HeaderV2:
         self.nbytes = nbytes
         starts, ends = [], []
         for kind in ("values", "grads"):
-            flat = _int_list(h, kind, bad, 2 * n)
+            flat = _int_list(h, kind, bad, 2 * n, -1, 1 << 62)
             loc = np.array(flat, dtype=np.int64).reshape(n, 2)
             blk, off = loc[:, 0], loc[:, 1]
             absent = blk == -1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -474,3 +475,52 @@ def test_hostile_files_through_the_gui_are_one_line_and_exit_2(small, many, tmp_
     r = _cli("gui", str(late), "--screenshot", str(tmp_path / "b.png"))
     _one_line_exit_2(r, "gui", late)
     assert "SHA-256" in r.stderr
+
+
+# ---- fuzz: any edit of the header is a tape or one TapeFileError ---------------------------
+JUNK = [0, 1, -1, 2, 7, 64, 2**31, 2**62, 2**64, -(2**63), 10**400, 0.5, float("inf"), True,
+        None, "", "float64", "x" * 300, [], [0], [[0]], {}, {"a": 1}, "0" * 64]
+
+
+def _fuzz_one(src: Path, dst: Path, path: list, value) -> None:
+    body, h = parts(src)
+    node = h
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    bad = assemble(dst, body, h)
+    for lazy in (False, True):
+        try:
+            t, _ = tapefile.load(bad, lazy=lazy)
+            for i in range(len(t)):
+                t.value(i), t.grad(i)
+        except TapeFileError as e:
+            assert str(bad) in str(e) and "\n" not in str(e)
+            # a check of its own, not the loader's last-resort wrapper of an exception
+            assert not re.search(r"(truncated or corrupt|unreadable) \(\w+: ", str(e)), (
+                path, value, str(e))
+
+
+def _paths(h, prefix=()):
+    """Every (container path) of the header a value can be put at."""
+    if isinstance(h, dict):
+        for k, v in h.items():
+            yield [*prefix, k]
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(h, list):
+        for i, v in enumerate(h[:4]):
+            yield [*prefix, i]
+            yield from _paths(v, (*prefix, i))
+
+
+def test_every_header_field_set_to_junk_is_a_tape_or_one_line(small, tmp_path):
+    """Deterministic: every place in the small tape's header, each junk value (a few thousand
+    loads, each of a few hundred bytes)."""
+    _, h = parts(small)
+    places = list(_paths(h))
+    assert len(places) > 60
+    for k, place in enumerate(places):
+        for j, value in enumerate(JUNK):
+            if (k + j) % 3:  # a third of the grid: every place, every value, in ~10 s
+                continue
+            _fuzz_one(small, tmp_path / "f.tape", place, value)
