@@ -35,8 +35,8 @@ class GraphNode:
     def from_node(cls, node) -> GraphNode:
         """Copy the fields the graph shows from a ``core`` Node (or look-alike)."""
         return cls(
-            id=int(node.id), op=str(node.op), inputs=tuple(int(i) for i in node.inputs),
-            name=node.name, shape=tuple(int(s) for s in node.shape),
+            id=int(node.id), op=str(node.op), inputs=tuple(map(int, node.inputs)),
+            name=node.name, shape=tuple(map(int, node.shape)),
             dtype=_dtype_text(node.dtype),
         )
 
