@@ -12,7 +12,13 @@ process per size:
   read v2      ``tapefile.load`` of that file (every block read and checked)
   open v2      ``tapefile.load(lazy=True)`` (the header; what the window does)
   read v1      the same tape in the version-1 zip (the old format, for the ratio)
-  graph open   ``GraphModel.from_tape`` + ``display()`` + ``layered_layout`` (no Qt)
+  graph open   ``GraphModel.from_tape`` + ``display()`` + a fresh ``layered_layout`` (no Qt;
+               on the lazily opened tape, as the window; the window itself reuses a cached
+               layout of a structure it has laid out before)
+
+Before each stage ``gc.collect(); gc.freeze()`` (``--no-freeze``: not): a stage's own cost,
+not the garbage collector rescanning the millions of objects earlier stages left alive (at
+100k nodes without it, compare and graph open grew superlinearly: docs/benchmarks.md).
 
 Times are CPU seconds of this process (``time.process_time``: on a shared machine the wall
 clock also counts other jobs' turns); file reads also give wall seconds. The table gives each
@@ -30,6 +36,7 @@ Run: ``python benchmarks/bench_growth.py [--blocks 23 238 2380] [--cache DIR]``.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -44,7 +51,7 @@ STAGES = ["record", "backward", "capture", "replay", "compare", "provenance", "s
           "read v2", "open v2", "read v1", "graph open"]
 
 
-def measure(blocks: int, cache: Path) -> dict:
+def measure(blocks: int, cache: Path, freeze: bool = True) -> dict:
     """Every stage once at ``blocks`` blocks: {stage: cpu seconds}, plus nodes and wall times."""
     sys.path.insert(0, str(ROOT))
     import gpu
@@ -59,6 +66,9 @@ def measure(blocks: int, cache: Path) -> dict:
     clock = time.process_time
 
     def timed(name: str, fn, wall: bool = False):
+        if freeze:  # what earlier stages left alive is not rescanned by this stage's collections
+            gc.collect()
+            gc.freeze()
         w0, t0 = time.perf_counter(), clock()
         r = fn()
         out[name] = clock() - t0
@@ -85,11 +95,11 @@ def measure(blocks: int, cache: Path) -> dict:
     timed("save", lambda: tapefile.save(tape, p2, meta={"loss": loss.id}))
     tapefile.save(tape, p1, meta={"loss": loss.id}, version=1)
     out["MB"] = p2.stat().st_size / 1e6
-    timed("graph open", lambda: layered_layout(
-        GraphModel.from_tape(tape, loss.id).display().inputs))
+    lid = loss.id
     tape = wl = loss = None
     timed("read v2", lambda: tapefile.load(p2), wall=True)
-    timed("open v2", lambda: tapefile.load(p2, lazy=True), wall=True)
+    lazy, _ = timed("open v2", lambda: tapefile.load(p2, lazy=True), wall=True)
+    timed("graph open", lambda: layered_layout(GraphModel.from_tape(lazy, lid).display().inputs))
     timed("read v1", lambda: tapefile.load(p1), wall=True)
     for p in (p1, p2):
         p.unlink()
@@ -100,15 +110,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--blocks", type=int, nargs="+", default=[23, 238, 2380])
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()))
+    ap.add_argument("--no-freeze", action="store_true",
+                    help="no gc.freeze() before each stage (each stage then also pays for the "
+                         "garbage collector rescanning what earlier stages left alive)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one size, JSON out
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.cache)))
+        print(json.dumps(measure(args.one, args.cache, freeze=not args.no_freeze)))
         return
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     rows = []
     for b in args.blocks:
-        r = subprocess.run([sys.executable, __file__, "--one", str(b), "--cache", str(args.cache)],
+        r = subprocess.run([sys.executable, __file__, "--one", str(b), "--cache", str(args.cache),
+                            *(["--no-freeze"] if args.no_freeze else [])],
                            capture_output=True, text=True)
         if r.returncode != 0:
             print(f"{b} blocks FAILED: {r.stderr.strip().splitlines()[-1:]}", flush=True)
