@@ -524,3 +524,13 @@ def test_every_header_field_set_to_junk_is_a_tape_or_one_line(small, tmp_path):
             if (k + j) % 3:  # a third of the grid: every place, every value, in ~10 s
                 continue
             _fuzz_one(small, tmp_path / "f.tape", place, value)
+
+
+def test_the_dtype_allow_list_is_the_tapes_own_and_holds_no_object_dtype():
+    """One list (core.tape.DTYPES): a dtype added to the tape is a file dtype too; never one
+    that can hold Python objects."""
+    from core.tape import DTYPES
+
+    assert set(tapefile.FILE_DTYPES) == {d.name for d in DTYPES}
+    assert all(not d.hasobject for d in tapefile.FILE_DTYPES.values())
+    assert "object" not in tapefile.FILE_DTYPES and "O" not in tapefile.FILE_DTYPES
