@@ -27,6 +27,7 @@ from app.menus import build_menus
 from app.onnx_open import open_onnx_with_progress
 from app.progress_dialog import open_with_progress
 from app.session import Session, SessionError, open_workload
+from core.tapefile import TapeFileError
 from views.graph_panel import GraphPanel
 from views.inspector import InspectorPanel
 from views.parity_rows import build_rows
@@ -399,7 +400,12 @@ class MainWindow(QMainWindow):
             self.graph.view.select_node(node_id)
             self.parity.select_node(node_id)
             self.stepper_panel.set_selected(node_id)
-            self.inspector.show_details(self.session.details(node_id))
+            try:
+                details = self.session.details(node_id)
+            except TapeFileError as e:  # a block of a lazily read tape failed its check
+                self.show_error("Cannot read the tape", str(e))
+                details = None
+            self.inspector.show_details(details)
         finally:
             self._fanning = False
         self.node_selected.emit(node_id)

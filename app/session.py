@@ -102,7 +102,10 @@ class Session:
         """Remember the gradients of the full backward; the stepper may reset the tape's own."""
         # NOTE: the tape replaces gradient arrays (never writes into them), so keeping the
         # read-only views is enough: no copy
-        self.grads = [self.tape.grad(n.id) for n in self.tape.nodes]
+        lazy = getattr(getattr(self.tape, "_grads", None), "snapshot", None)
+        # a tape file read lazily (core.tapefile): the same blocks on first touch, none now
+        self.grads = lazy() if lazy is not None else [self.tape.grad(n.id)
+                                                      for n in self.tape.nodes]
         self._flags = None  # the NaN/inf scan read the old gradients
 
     @property
@@ -153,7 +156,13 @@ class Session:
         values of an opened tape never change)."""
         n = len(self.tape)
         if self._flags is None or len(self._flags[0]) != n:
-            self._flags = (nonfinite_flags(_values(self.tape)), nonfinite_flags(self.grads[:n]))
+            vals, grads = getattr(self.tape, "_values", None), self.grads[:n]
+            if hasattr(vals, "nonfinite") and hasattr(grads, "nonfinite") and len(vals) == n:
+                # a tape file read lazily: the file's NaN/inf lists (core.tapefile checks each
+                # against the data when its block is read), not a read of every array
+                self._flags = (vals.nonfinite(), grads.nonfinite())
+            else:
+                self._flags = (nonfinite_flags(_values(self.tape)), nonfinite_flags(grads))
         return self._flags
 
     def nonfinite(self) -> list[int]:
@@ -212,7 +221,7 @@ def open_tape_file(path: str | os.PathLike) -> Session:
 
     try:
         with progress(file_label("loading", path)):  # a terminal sees a big tape load
-            tape, meta = tapefile.load(path)
+            tape, meta = tapefile.load(path, lazy=True)  # blocks are read as the window shows them
     except tapefile.TapeFileError as e:
         raise SessionError(str(e)) from None
     except (OSError, ValueError) as e:  # anything the loader did not classify

@@ -7,6 +7,7 @@ view consume. Groups are name scopes (``block0/attn``) and, later, any id set (f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,10 +35,17 @@ class GraphNode:
     def from_node(cls, node) -> GraphNode:
         """Copy the fields the graph shows from a ``core`` Node (or look-alike)."""
         return cls(
-            id=int(node.id), op=str(node.op), inputs=tuple(int(i) for i in node.inputs),
-            name=node.name, shape=tuple(int(s) for s in node.shape),
-            dtype=str(np.dtype(node.dtype)),
+            id=int(node.id), op=str(node.op), inputs=tuple(map(int, node.inputs)),
+            name=node.name, shape=tuple(map(int, node.shape)),
+            dtype=_dtype_text(node.dtype),
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_text(dtype) -> str:
+    """``str(np.dtype(dtype))``, once per dtype: numpy's ``__str__`` costs ~20 us, 2 s of
+    opening a 100k-node tape."""
+    return str(np.dtype(dtype))
 
 
 def scopes_of(name: str | None) -> list[str]:

@@ -24,6 +24,11 @@ from hypothesis import strategies as st
 from core import Tape, ops, tapefile
 from core.tapefile import Limits, TapeFileError
 
+
+def save_v1(*args, **kw):
+    """These files craft version-1 zips (tests/core/test_tapefile_v2.py holds version 2's)."""
+    return tapefile.save(*args, version=1, **kw)
+
 MiB = 1 << 20
 
 
@@ -73,7 +78,7 @@ def small(tmp_path) -> Path:
     x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
     loss = ops.sum(ops.tanh(x))
     t.backward(loss)
-    return tapefile.save(t, tmp_path / "small.tape", meta={"loss": loss.id})
+    return save_v1(t, tmp_path / "small.tape", meta={"loss": loss.id})
 
 
 def refused(path: Path, match: str = "", limits: Limits | None = None, budget_s: float = 10.0,
@@ -274,7 +279,7 @@ def test_every_npy_header_is_checked_before_any_data_is_read(tmp_path):
     # a big valid first member and a foreign second one: nothing may be allocated for the first
     t = Tape()
     t.param(np.zeros(3), name="x")
-    members = read_members(tapefile.save(t, tmp_path / "one.tape"))
+    members = read_members(save_v1(t, tmp_path / "one.tape"))
     h = header_of(members)
     size = 48 * MiB
     h["nodes"][0]["shape"] = [size // 8]
@@ -461,7 +466,7 @@ def _base_members() -> dict[str, bytes]:
         loss = ops.sum(y, name="loss")
         t.backward(loss)
         with tempfile.TemporaryDirectory() as td:
-            path = tapefile.save(t, Path(td) / "base.tape", meta={"loss": loss.id, "k": [1]})
+            path = save_v1(t, Path(td) / "base.tape", meta={"loss": loss.id, "k": [1]})
             _BASE.update(read_members(path))
             _BASE["__file__"] = path.read_bytes()
     return _BASE

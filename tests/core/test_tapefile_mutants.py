@@ -28,6 +28,11 @@ from tests.core.test_tapefile_hostile import (
 )
 
 
+def save_v1(*args, **kw):
+    """These files craft version-1 zips (tests/core/test_tapefile_v2.py holds version 2's)."""
+    return tapefile.save(*args, version=1, **kw)
+
+
 @pytest.fixture
 def small(tmp_path) -> Path:
     """x[2,3] param -> tanh -> sum, with gradients; meta names the loss."""
@@ -35,7 +40,7 @@ def small(tmp_path) -> Path:
     x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
     loss = ops.sum(ops.tanh(x))
     t.backward(loss)
-    return tapefile.save(t, tmp_path / "small.tape", meta={"loss": loss.id})
+    return save_v1(t, tmp_path / "small.tape", meta={"loss": loss.id})
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -52,7 +57,7 @@ def test_an_array_over_4_mib_round_trips(tmp_path, n):
     x = t.param(rng.normal(size=n))
     loss = ops.sum(ops.muls(x, 3.0))
     t.backward(loss)
-    back, _ = tapefile.load(tapefile.save(t, tmp_path / "big.tape"))
+    back, _ = tapefile.load(save_v1(t, tmp_path / "big.tape"))
     assert _same(back.value(0), t.value(0)) and _same(back.grad(0), t.grad(0))
     assert _same(back.value(1), t.value(1))
 
@@ -62,7 +67,7 @@ def test_the_math_mode_round_trips(tmp_path, math):
     t = Tape(math=math)
     x = t.param(np.linspace(0.1, 1, 4))
     ops.sum(ops.exp(x))
-    back, _ = tapefile.load(tapefile.save(t, tmp_path / "m.tape"))
+    back, _ = tapefile.load(save_v1(t, tmp_path / "m.tape"))
     assert back.math == math == t.math
 
 
@@ -78,9 +83,9 @@ def test_a_failed_tape_and_its_error_round_trip(tmp_path):
     t = Tape()
     ops.sum(t.param(np.ones(3)))
     t.ok, t.error = False, "node 1 sum: overflow"
-    back, meta = tapefile.load(tapefile.save(t, tmp_path / "bad.tape"))
+    back, meta = tapefile.load(save_v1(t, tmp_path / "bad.tape"))
     assert (back.ok, back.error, meta) == (False, "node 1 sum: overflow", {})
-    ok, _ = tapefile.load(tapefile.save(Tape(), tmp_path / "empty.tape"))
+    ok, _ = tapefile.load(save_v1(Tape(), tmp_path / "empty.tape"))
     assert (ok.ok, ok.error, len(ok)) == (True, None, 0)
 
 
@@ -93,7 +98,7 @@ def test_attrs_names_flags_and_params_round_trip(tmp_path):
     u = t.param(np.zeros(2))  # a param backward never reaches: no gradient
     loss = ops.sum(ops.add(y, u))
     t.backward(loss)
-    path = tapefile.save(t, tmp_path / "a.tape", meta={"loss": loss.id, "workload": "w",
+    path = save_v1(t, tmp_path / "a.tape", meta={"loss": loss.id, "workload": "w",
                                                        "k": [1, 2]})
     back, meta = tapefile.load(path)
     assert meta == {"loss": loss.id, "workload": "w", "k": [1, 2]}
@@ -116,7 +121,7 @@ def test_save_refuses_a_name_the_loader_would_refuse(tmp_path, name):
     t.param(np.ones(2), name="ok")
     t._nodes[0] = t._nodes[0]._replace(name=name)
     with pytest.raises(TapeFileError, match="node 0 param"):
-        tapefile.save(t, tmp_path / "n.tape")
+        save_v1(t, tmp_path / "n.tape")
     assert not (tmp_path / "n.tape").exists() and not (tmp_path / "n.tape.partial").exists()
 
 
@@ -170,7 +175,7 @@ def test_a_variadic_op_without_inputs_is_refused(small, tmp_path):
 def test_the_rank_limit_is_32(tmp_path, rank, ok):
     t = Tape()
     t.param(np.ones((1,) * min(rank, 32)))
-    path = tapefile.save(t, tmp_path / "r.tape")
+    path = save_v1(t, tmp_path / "r.tape")
     if ok:
         assert tapefile.load(path)[0].value(0).shape == (1,) * 32
         return
@@ -428,7 +433,7 @@ def test_numpy_scalar_attributes_are_saved_as_plain_json_and_load_equal(tmp_path
     x = t.param(np.arange(6.0).reshape(2, 3))
     t.record("muls", [x], {"s": np.float64(0.25)})
     t.record("sum", [x], {"axis": (np.int64(1),), "keepdims": np.bool_(False)})
-    path = tapefile.save(t, tmp_path / "np.tape")
+    path = save_v1(t, tmp_path / "np.tape")
     nodes = header_of(read_members(path))["nodes"]
     assert nodes[1]["attrs"] == {"s": 0.25} and type(nodes[1]["attrs"]["s"]) is float
     assert nodes[2]["attrs"]["axis"] == [1] and type(nodes[2]["attrs"]["axis"][0]) is int
