@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.commands.model_args import add_model_args
 
     add_model_args(p)
-    p.add_argument("--device", default="auto", choices=["auto", "host", "cuda"])
+    from app.commands.argtypes import add_candidate_args
+
+    add_candidate_args(p)  # --device, the torch settings, --kernel, --explain
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")
@@ -25,13 +27,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
                    help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))
     p.add_argument("--steps", type=positive_int, default=20)
-    p.add_argument("--kernel", action="append", metavar="OP=FILE.cu",
-                   help="run your kernel file in place of the stock kernels of every OP node "
-                        "(NODE=FILE.cu: one node, by id or name); repeatable. The file is code "
-                        "and is compiled and run because you name it (docs/kernels.md)")
-    p.add_argument("--explain", action="store_true",
-                   help="give every introduced node its cause: the first documented variant "
-                        "of the reference order reproducing the candidate (docs/candidates.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="report.html", help="the HTML file (the .json goes beside)")
     p.add_argument("--worker", metavar="CMD", default=None,
@@ -68,12 +63,13 @@ def run(args: argparse.Namespace) -> int:
     from app.runs import SessionConfig
 
     wl_spec = resolve_workload(args)
-    cfg = SessionConfig(workload=wl_spec, device=args.device, fuse=args.fuse,
+    from app.commands.argtypes import candidate_config
+
+    cfg = SessionConfig(workload=wl_spec, fuse=args.fuse,
                         dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
                         compare=args.compare, seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args),
-                        kernels=tuple(getattr(args, "kernel", None) or ()),
-                        explain=getattr(args, "explain", False))
+                        **candidate_config(args))
     runner = open_pair(cfg)
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None
