@@ -115,10 +115,16 @@ class Against:
         of value and gradient, and introduced (its cause with --explain) or inherited), and A
         against B."""
         def causes(entries: list[dict]) -> dict[int, str]:
-            out: dict[int, str] = {}
+            # per node: which arrays it introduced (v value, g gradient, u update) and the
+            # first one's cause (--explain), e.g. "g fma", "v+g unknown", "v introduced"
+            which: dict[int, list[str]] = {}
+            cause: dict[int, str] = {}
             for e in entries:
-                out.setdefault(e["node"], e.get("cause", "introduced"))
-            return out
+                w = which.setdefault(e["node"], [])
+                if e["which"][0] not in w:
+                    w.append(e["which"][0])
+                cause.setdefault(e["node"], e.get("cause", "introduced"))
+            return {i: f"{'+'.join(w)} {cause[i]}" for i, w in which.items()}
 
         a_causes, causes_b = causes(a_introduced), causes(self.introduced)
         a_intro = set(a_causes)
@@ -132,16 +138,15 @@ class Against:
         def side(i: int, nodes: dict, causes: dict, intro: set) -> str:
             n = nodes.get(i)
             if n is None:
-                return f"{'-':>6} {'-':>6} {'':<13}"
-            tag = causes.get(i) or ("introduced" if i in intro else
-                                    "inherited" if entry_differs(n) else "exact")
-            return f"{ulp(n['value']):>6} {ulp(n['grad']):>6} {tag[:13]:<13}"
+                return f"{'-':>6} {'-':>6} {'':<15}"
+            tag = causes.get(i) or ("inherited" if entry_differs(n) else "exact")
+            return f"{ulp(n['value']):>6} {ulp(n['grad']):>6} {tag[:15]:<15}"
 
         b_intro = {e["node"] for e in self.introduced}
         print(f"A = {label_a}; B = {self.b.cand_spec.label()}; ulp against the reference "
               "(value, grad), and A against B")
-        print(f"{'node':>5} {'op':<14} {'A val':>6} {'A grad':>6} {'A':<13} {'B val':>6} "
-              f"{'B grad':>6} {'B':<13} {'A-B val':>7} {'A-B grad':>8}")
+        print(f"{'node':>5} {'op':<14} {'A val':>6} {'A grad':>6} {'A':<15} {'B val':>6} "
+              f"{'B grad':>6} {'B':<15} {'A-B val':>7} {'A-B grad':>8}")
         for i in ids[:20]:
             n = self.per_node[i]
             ab = self.between.get(i)

@@ -19,6 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.commands.argtypes import add_candidate_args
 
     add_candidate_args(p)  # --device, the torch settings, --kernel, --explain
+    from app.commands.argtypes import DEVICES
+
+    p.add_argument("--against", metavar="B", default=None, choices=list(DEVICES),
+                   help="a second candidate (e.g. --device torch --against host): both against "
+                        "the reference per node, and where they part (a section of the report)")
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")
@@ -72,15 +77,30 @@ def run(args: argparse.Namespace) -> int:
                         **candidate_config(args))
     runner = open_pair(cfg)
     print(runner.describe_device())
+    against = None
+    if getattr(args, "against", None):
+        from app.commands.against import Against
+
+        against = Against(cfg, args.against, runner)
+        print(against.describe())
     plan = runner.plan.to_json() if runner.plan is not None else None
     acc = ReportAccumulator(cfg, runner.nodes, runner.ref_spec.label(),
                             runner.cand_spec.label(), runner.describe_device(), plan)
+    from app.commands.parity import _fold, introduced_entries
+
     for _ in range(args.steps):
+        if against is not None:
+            against.before()
         r = runner.step()
+        if against is not None:
+            against.step(r, _fold, introduced_entries)
         acc.add(r)
         print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  {r.loss_cand:.9g}  "
               f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
     data = acc.to_json()
+    if against is not None:
+        against.finish(args.steps, _fold)
+        data["against"] = against.to_json()
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # pictures need no screen
     __import__("views")  # the PySide6 guard (views/__init__.py), before any Qt work
@@ -99,4 +119,5 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"introduced at step {fi['step']}: {introduced_text(fi['entries'], runner.nodes)}")
     print(f"{data['verdict']['text']}\nwrote {html} and {side}")
-    return 0 if data["verdict"]["exact"] else 1
+    both = against is None or against.exact
+    return 0 if data["verdict"]["exact"] and both else 1

@@ -63,3 +63,20 @@ def test_against_with_a_worker_is_one_line(capsys):
                  "--worker", "tapescope worker"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--against" in err
+
+
+def test_report_has_the_two_candidates_section(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    code = main(["report", "--workload", "mlp", "--device", "torch", "--against", "host",
+                 "--steps", "1", "--out", str(out)])
+    capsys.readouterr()
+    assert code == 1
+    html = out.read_text()
+    side = json.loads(out.with_suffix(".json").read_text())
+    assert side["against"]["device"] == "host" and side["against"]["exact"]
+    sec = html[html.index("<section id=against>"):]
+    sec = sec[: sec.index("</section>")]
+    assert "A = torch cpu float64, B = device unfused float64 refmath" in sec
+    assert "A and B part first at step 1, node #" in sec
+    assert sec.count("<tr") == len(side["against"]["nodes"]) + 1  # a row per node + header
+    assert "<tr class=diff>" in sec  # where A and B part
