@@ -20,6 +20,8 @@ variants of ``VARIANTS`` that apply to the node's op (docs/candidates.md lists t
 
 The answer (``Cause``) is the first variant equal bit for bit to the candidate (NaN policy of
 ``core.parity``), or ``unknown`` with the closest variant tried and its max ulp / n_diff.
+Before any variant, provenance checks ``signed_zero``: arrays equal but for the sign of zeros
+(the reference's sums start at +0.0) are ``signed-zero``, read from the diff alone.
 
 Each variant is the reference formula of the op (``core.ops``, docs/reference-order.md) with ONE
 primitive swapped: ``Prims`` holds the primitives (sum, division, product, math namespace) and
