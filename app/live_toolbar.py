@@ -110,7 +110,8 @@ class LiveToolbar(QToolBar):
                "compare": self.compare_box.currentData(),
                "fuse": self.fuse_box.isChecked() and not torch}
         if not torch:
-            out.update(torch_threads=None, tf32=None, deterministic=False)
+            out.update(torch_threads=None, tf32=None, deterministic=False,
+                       torch_optimizer="tape")
         return out
 
     def update_actions(self, live: bool, state: str, exportable: bool) -> None:

@@ -35,6 +35,7 @@ class RunSpec:
     threads: int | None = None  # torch.set_num_threads (None: PyTorch's default)
     tf32: bool | None = None  # TF32 matmul / cuDNN on CUDA (None: PyTorch's default)
     deterministic: bool = False  # torch.use_deterministic_algorithms(True)
+    optimizer: str = "tape"  # "tape": core.optim's update in torch ops; "torch": torch.optim
 
     def label(self) -> str:
         """A short human name, e.g. ``device fused float32 platform``."""
@@ -42,6 +43,7 @@ class RunSpec:
             extra = [f"{self.threads} threads"] if self.threads else []
             extra += [f"tf32 {'on' if self.tf32 else 'off'}"] if self.tf32 is not None else []
             extra += ["deterministic"] if self.deterministic else []
+            extra += ["torch.optim"] if self.optimizer == "torch" else []
             return " ".join([f"torch {self.target}", self.dtype, *extra])
         parts = ["CPU" if self.side == "cpu" else "device"]
         if self.side == "device":

@@ -53,6 +53,7 @@ class SessionConfig:
     torch_threads: int | None = None
     tf32: bool | None = None
     deterministic: bool = False
+    torch_optimizer: str = "tape"  # "tape": the tape's update in torch ops; "torch": torch.optim
 
     @property
     def torch_target(self) -> str | None:
@@ -82,18 +83,25 @@ class SessionConfig:
     def _check_torch(self) -> None:
         target = self.torch_target
         if target is None:
-            if self.torch_threads is not None or self.tf32 is not None or self.deterministic:
-                raise ValueError("--torch-threads, --tf32 and --deterministic set the torch "
-                                 "candidate: add --device torch")
+            if (self.torch_threads is not None or self.tf32 is not None or self.deterministic
+                    or self.torch_optimizer != "tape"):
+                raise ValueError("--torch-threads, --tf32, --deterministic and "
+                                 "--torch-optimizer set the torch candidate: add --device torch")
             return
         if target not in ("cpu", "cuda"):
             raise ValueError(f"--device {self.device!r}: expected torch, torch:cpu or "
                              "torch:cuda")
+        if self.compare == "cpu-platform":
+            raise ValueError("--compare cpu-platform compares two CPU runs: it has no place "
+                             "for --device torch")
         if self.compare == "unfused-fused" or self.fuse:
             raise ValueError("--fuse replays tapescope's fused kernels: not with --device "
                              "torch (PyTorch runs its own ops)")
         if self.kernels:
             raise ValueError("--kernel replaces a tapescope kernel: not with --device torch")
+        if self.torch_optimizer not in ("tape", "torch"):
+            raise ValueError(f"--torch-optimizer must be tape or torch, not "
+                             f"{self.torch_optimizer!r}")
         if self.math != "refmath":
             raise ValueError("--math picks the device replay's libm: PyTorch uses its own, "
                              "drop --math with --device torch")
@@ -109,7 +117,7 @@ class SessionConfig:
         if self.torch_target is not None:
             dev = RunSpec("torch", "torch", self.dtype, target=self.torch_target,
                           threads=self.torch_threads, tf32=self.tf32,
-                          deterministic=self.deterministic)
+                          deterministic=self.deterministic, optimizer=self.torch_optimizer)
         if self.compare == "cpu-device":
             return RunSpec("cpu", "refmath", self.dtype), dev
         if self.compare == "cpu-platform":

@@ -6,9 +6,10 @@ computed for the nodes before (the parameters are its own, updated by its own op
 the data leaves are the episode's), so provenance judges every node on PyTorch's own inputs
 (introduced vs inherited, per node). Backward is PyTorch's autograd of those ops; every node
 whose tape gradient exists keeps its autograd gradient (``retain_grad``), so each tape gradient
-has its torch counterpart to compare. The update is the tape's optimizer (core.optim: clipping,
-L2, SGD / Adam with the host-computed scalars) written in torch tensor ops, one IEEE operation
-each; the clipping norm is ``torch.sum`` per parameter.
+has its torch counterpart to compare. By default the update is the tape's optimizer (core.optim:
+clipping, L2, SGD / Adam with the host-computed scalars) written in torch tensor ops, one IEEE
+operation each; the clipping norm is ``torch.sum`` per parameter. ``--torch-optimizer torch`` runs
+PyTorch's own ``torch.optim`` instead (``_TorchOptim``).
 
 The settings a user changes to see what moves (``RunSpec``): the target ("cpu" or "cuda"),
 ``threads`` (``torch.set_num_threads``), ``tf32`` (matmul and cuDNN TF32 on CUDA; None leaves
@@ -104,7 +105,8 @@ class TorchRun:
         # its own parameters: the initial values, then only its own updates
         self.params = {p.id: self._tensor(tape.value(p.id)).requires_grad_(True)
                        for p in tape.params()}
-        self.opt = _TorchOptimizer(torch, feed.opt, self.params)
+        self.opt = (_TorchOptim(torch, feed.opt, self.params) if spec.optimizer == "torch"
+                    else _TorchOptimizer(torch, feed.opt, self.params))
         self.values: list[Any] = []
         self.grads: dict[int, Any] = {}
         self._fed: dict[int, np.ndarray] = {}
@@ -207,6 +209,58 @@ class TorchRun:
     def stats(self) -> dict | None:
         """No device program."""
         return None
+
+
+class _TorchOptim:
+    """``--torch-optimizer torch``: PyTorch's own ``torch.optim.SGD`` / ``Adam`` (single-tensor
+    loops, ``foreach=False``) with the workload's settings, one parameter group per L2
+    coefficient (``weight_decay``: PyTorch adds it to the gradient, as core.optim's L2), and
+    ``torch.nn.utils.clip_grad_norm_`` for clipping. Its formulas are PyTorch's, not the tape's
+    (Adam's eps is added to sqrt(v) / sqrt(1 - b2^t); m is a lerp; the clip coefficient is
+    clip / (norm + 1e-6)): provenance shows where its update leaves the tape's."""
+
+    def __init__(self, torch: Any, core_opt: Any, params: dict[int, Any]) -> None:
+        from core import optim
+
+        self.torch, self.params = torch, params
+        self.adam = isinstance(core_opt, optim.Adam)
+        self.kind = "adam" if self.adam else "sgd"
+        self.core = core_opt
+        self.lr, self.clip, self.t = core_opt.lr, core_opt.clip, 0
+        self.slots = [(s.var.id, s.l2) for s in core_opt.slots]
+        groups: dict[float, list] = {}
+        for i, l2 in self.slots:
+            groups.setdefault(l2, []).append(params[i])
+        pg = [{"params": ps, "weight_decay": l2} for l2, ps in groups.items()]
+        if self.adam:
+            self.opt = torch.optim.Adam(pg, lr=core_opt.lr, betas=(core_opt.b1, core_opt.b2),
+                                        eps=core_opt.eps, foreach=False)
+        else:
+            self.opt = torch.optim.SGD(pg, lr=core_opt.lr, foreach=False)
+
+    def step(self, grads: dict[int, Any]) -> None:
+        """clip_grad_norm_ (when the workload clips), then the optimizer's step."""
+        self.t += 1
+        live = [self.params[i] for i, _ in self.slots if i in grads]
+        if self.clip is not None and live:
+            self.torch.nn.utils.clip_grad_norm_(live, self.clip, foreach=False)
+        self.opt.step()
+
+    def arrays(self, after: bool, grads: dict[int, Any]) -> dict:
+        """Settings and per stepped parameter ``(id, l2, m, v)`` (exp_avg, exp_avg_sq)."""
+        out: dict = {"kind": self.kind, "lr": self.lr, "clip": self.clip,
+                     "t": self.t if after else self.t + 1, "params": []}
+        if self.adam:
+            out.update(b1=self.core.b1, b2=self.core.b2, eps=self.core.eps)
+        for i, l2 in self.slots:
+            if i not in grads:
+                continue
+            st = self.opt.state.get(self.params[i], {})
+            m, v = ((None, None) if "exp_avg" not in st else
+                    (np.array(st[k].detach().cpu().numpy(), copy=True)
+                     for k in ("exp_avg", "exp_avg_sq")))
+            out["params"].append((i, l2, m, v))
+        return out
 
 
 class _TorchOptimizer:

@@ -23,7 +23,8 @@ def _other_config(cfg: Any, device: str) -> Any:
     apply to a replay side, the torch settings to a torch side."""
     if device == "torch" or device.startswith("torch:"):
         return cfg.with_(device=device, fuse=False, math="refmath", kernels=())
-    return cfg.with_(device=device, torch_threads=None, tf32=None, deterministic=False)
+    return cfg.with_(device=device, torch_threads=None, tf32=None, deterministic=False,
+                     torch_optimizer="tape")
 
 
 class Against:

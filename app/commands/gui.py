@@ -27,15 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     live = p.add_argument_group("live session (the Live toolbar sets the same)")
     live.add_argument("--live", action="store_true",
                       help="start a live session: the workload on the CPU tape and on a device")
-    from app.commands.argtypes import DEVICES, add_torch_args
+    from app.commands.argtypes import add_candidate_args
 
-    live.add_argument("--device", default="host", choices=list(DEVICES),
-                      help="the candidate: the replay on host | cuda | auto, or PyTorch: torch, "
-                           "torch:cuda")
-    add_torch_args(live)  # --torch-threads, --tf32, --deterministic
+    # --device (a replay or torch), the torch settings, --explain (the Inspector names why a
+    # node introduced error)
+    add_candidate_args(live, device_default="host", kernel=False)
     live.add_argument("--fuse", action="store_true", help="replay the fused plan")
-    live.add_argument("--explain", action="store_true",
-                      help="the Inspector names why a node introduced error (docs/candidates.md)")
     live.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                       help="the candidate's math (the reference is always refmath)")
     live.add_argument("--dtype", default=None, choices=["float64", "float32"],

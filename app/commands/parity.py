@@ -26,11 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.commands.argtypes import add_candidate_args
 
     add_candidate_args(p)  # --device, the torch settings, --kernel, --explain
-    from app.commands.argtypes import DEVICES
+    from app.commands.argtypes import add_against_arg
 
-    p.add_argument("--against", metavar="B", default=None, choices=list(DEVICES),
-                   help="a second candidate (e.g. --device torch --against host): both against "
-                        "the reference per node, and where they part from each other")
+    add_against_arg(p)  # --against B
     p.add_argument("--steps", type=positive_int, default=5)
     p.add_argument("--dtype", default=None, choices=["float64", "float32"],
                    help="default: a model's own precision, else float64")

@@ -19,11 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.commands.argtypes import add_candidate_args
 
     add_candidate_args(p)  # --device, the torch settings, --kernel, --explain
-    from app.commands.argtypes import DEVICES
+    from app.commands.argtypes import add_against_arg
 
-    p.add_argument("--against", metavar="B", default=None, choices=list(DEVICES),
-                   help="a second candidate (e.g. --device torch --against host): both against "
-                        "the reference per node, and where they part (a section of the report)")
+    add_against_arg(p)  # --against B
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")

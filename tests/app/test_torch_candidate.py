@@ -193,6 +193,13 @@ def test_device_replay_flags_with_torch_are_one_line(flags, says, capsys):
     assert err.count("\n") == 1 and says in err and "Traceback" not in err
 
 
+def test_torch_with_a_cpu_only_comparison_is_one_line(tmp_path, capsys):
+    assert main(["report", "--device", "torch", "--compare", "cpu-platform", "--steps", "1",
+                 "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cpu-platform" in err
+
+
 def test_torch_cuda_without_a_gpu_is_one_line(capsys):
     import torch
 
@@ -242,3 +249,24 @@ def test_torch_candidate_through_a_worker(tmp_path, capsys, monkeypatch):
     data = json.loads(out.read_text())
     assert data["device"] == "torch"
     _check_introduced(data["introduced"], _pair("mlp").nodes)
+
+
+def test_the_update_tape_in_torch_ops_or_torch_optim():
+    """Default: the tape's Adam in torch ops; it leaves the tape's only through torch's sqrt (a
+    few ulp on a few elements). --torch-optimizer torch: PyTorch's own Adam, whose formula is
+    not the tape's (eps added to sqrt(v)/sqrt(1-b2^t)): every stepped parameter's update is
+    introduced, far off, with a cause, and the next step's values inherit it."""
+    r = _pair("mlp")
+    tape_updates = [e for e in r.step().introduced if e["which"] == "update"]
+    assert all(e["max_ulp"] <= 4 and e["n_diff"] <= 8 for e in tape_updates), tape_updates
+    r = PairRunner(SessionConfig(workload="mlp", device="torch", explain=True,
+                                 torch_optimizer="torch"))
+    assert r.cand_spec.label().endswith("torch.optim")
+    res = r.step()
+    ups = [e for e in res.introduced if e["which"] == "update"]
+    params = [n.id for n in r.nodes if n.op == "param"]
+    assert sorted(e["node"] for e in ups) == params
+    assert all(e["cause"] and e["max_ulp"] > 1000 for e in ups), ups
+    nxt = r.step()
+    assert not any(e["op"] == "param" and e["which"] == "value" for e in nxt.introduced)
+    _check_introduced(nxt.introduced, r.nodes)
