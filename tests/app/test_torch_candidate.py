@@ -161,21 +161,30 @@ def test_torch_run_follows_its_own_inputs_and_optimizer():
     _check_introduced(res.introduced, r.nodes)
 
 
-def test_torch_settings_reach_torch_and_the_device_line(tmp_path):
-    code = (
-        "import sys, torch\n"
-        "from app.runs import PairRunner, SessionConfig\n"
-        "r = PairRunner(SessionConfig(workload='mlp', device='torch', torch_threads=1,\n"
-        "                             deterministic=True, tf32=False))\n"
-        "print(r.describe_device()); print(torch.get_num_threads(),\n"
-        "      torch.are_deterministic_algorithms_enabled(), r.cand_spec.label())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
-    assert out.returncode == 0, out.stderr
-    line, state = out.stdout.splitlines()
+@pytest.fixture
+def torch_state():
+    """PyTorch's process-wide settings, put back after the test (a torch run sets them)."""
+    import torch
+
+    saved = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
+             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    yield torch
+    torch.set_num_threads(saved[0])
+    torch.use_deterministic_algorithms(saved[1])
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[2:]
+
+
+def test_torch_settings_reach_torch_and_the_device_line(torch_state):
+    torch = torch_state
+    r = PairRunner(SessionConfig(workload="mlp", device="torch", torch_threads=1,
+                                 deterministic=True, tf32=True))
+    line = r.describe_device()
+    assert torch.get_num_threads() == 1 and torch.are_deterministic_algorithms_enabled()
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     assert line.startswith("device: torch ") and "1 threads" in line
-    assert "deterministic on" in line and "tf32 off" in line
-    assert state.startswith("1 True torch cpu float64 1 threads tf32 off deterministic")
+    assert "deterministic on" in line and "tf32 on" in line
+    assert r.cand_spec.label() == "torch cpu float64 1 threads tf32 on deterministic"
+    assert not r.step().exact  # deterministic algorithms are not the reference order either
 
 
 def test_torch_flags_without_device_torch_are_refused(capsys):

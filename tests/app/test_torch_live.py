@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from app.live import PAUSED  # noqa: E402
 from app.runs import SessionConfig  # noqa: E402
 from tests.app.conftest import wait_ready  # noqa: E402
 from tests.app.test_live_inspect import click_row, shown_live  # noqa: E402
@@ -29,11 +30,14 @@ def test_the_toolbar_offers_torch_and_the_inspector_names_the_cause(qtbot, win, 
     wait_ready(qtbot, win)
     assert win.live.live.info is not None, win.live.live.state
     qtbot.waitUntil(lambda: win.live.last is not None and win.live.last.latest.step >= 1,
-                    timeout=20000)
+                    timeout=120_000)  # (a hang guard: a loaded machine takes its time)
     win.live.pause()
+    qtbot.waitUntil(lambda: win.live.live.state == PAUSED, timeout=60_000)
+    qtbot.wait(500)  # the step in flight (if any) lands
+    step = win.live.last.latest.step
     mm = next(n.id for n in win.session.tape.nodes if n.op == "matmul")
     click_row(qtbot, win, mm)
-    qtbot.waitUntil(lambda: shown_live(win, mm, win.live.last.latest.step), timeout=10000)
+    qtbot.waitUntil(lambda: shown_live(win, mm, step), timeout=60_000)
     note = win.inspector.note.text()
     assert "torch cpu float64" in note and f"matmul #{mm} introduced " in note, note
     assert "unknown (closest: " in note or "matches the reference with" in note, note
