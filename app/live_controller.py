@@ -167,8 +167,14 @@ class LiveController(QObject):
 
     @Slot()
     def restart(self) -> None:
-        """Start again with the toolbar's settings."""
-        self.start(self.toolbar_config())
+        """Start again with the toolbar's settings (settings that do not go together, as
+        torch with unfused-fused, are said in the status bar; nothing starts)."""
+        try:
+            cfg = self.toolbar_config()
+        except ValueError as e:
+            self.state_label.setText(f"not started: {e}")
+            return
+        self.start(cfg)
 
     @Slot()
     def _start_fused(self) -> None:

@@ -30,8 +30,19 @@ class LiveToolbar(QToolBar):
     def __init__(self, slots: dict[str, Callable[[], None]], parent=None) -> None:
         super().__init__("Live", parent)
         self.setObjectName("live_toolbar")
-        self.device_box = self._combo({"host": "host", "cuda": "cuda", "auto": "auto"},
-                                      "Device backend for the replay")
+        import os
+
+        from app.torch_run import torch_available  # (finds torch without importing it)
+
+        devices = {"host": "host", "cuda": "cuda", "auto": "auto"}
+        if torch_available():  # PyTorch eager as the candidate (app.torch_run)
+            devices["torch"] = "torch (PyTorch CPU)"
+            # NOTE: an NVIDIA driver, not torch.cuda: importing torch here would cost the
+            # window seconds; the live worker says in one line when torch has no CUDA
+            if os.path.exists("/proc/driver/nvidia"):
+                devices["torch:cuda"] = "torch:cuda"
+        self.device_box = self._combo(devices, "The candidate: tapescope's replay on a "
+                                               "device backend, or PyTorch eager (torch)")
         self.dtype_box = self._combo({"float64": "float64", "float32": "float32"}, "dtype")
         self.math_box = self._combo({"refmath": "refmath", "platform": "platform libm"},
                                     "Math of the candidate (the reference is always refmath)")
@@ -44,6 +55,8 @@ class LiveToolbar(QToolBar):
             box.view().setMinimumWidth(box.view().sizeHintForColumn(0) + 24)
         self.fuse_box = QCheckBox("Fuse", self)
         self.fuse_box.setToolTip("Replay the fused plan (gpu.fusion)")
+        # a torch candidate runs PyTorch's own ops: no fused plan, no libm choice
+        self.device_box.currentIndexChanged.connect(self._device_changed)
         for label, w in (("Device", self.device_box), (None, self.fuse_box),
                          ("dtype", self.dtype_box), ("math", self.math_box),
                          ("compare", self.compare_box)):
@@ -65,6 +78,15 @@ class LiveToolbar(QToolBar):
         self.act_first.setToolTip("Select the first node whose bits differ (tape order)")
         self.state_label = QLabel("no live session")  # the controller puts it in the status bar
 
+    def is_torch(self) -> bool:
+        """The device box names a PyTorch candidate."""
+        return str(self.device_box.currentData()).startswith("torch")
+
+    def _device_changed(self) -> None:
+        torch = self.is_torch()
+        self.fuse_box.setEnabled(not torch)
+        self.math_box.setEnabled(not torch)
+
     def _combo(self, items: dict[str, str], tip: str) -> QComboBox:
         c = QComboBox(self)
         for key, text in items.items():
@@ -80,10 +102,17 @@ class LiveToolbar(QToolBar):
         self.fuse_box.setChecked(c.fuse)
 
     def choices(self) -> dict:
-        """The boxes' settings, as ``SessionConfig.with_`` keywords."""
-        return {"device": self.device_box.currentData(), "dtype": self.dtype_box.currentData(),
-                "math": self.math_box.currentData(), "compare": self.compare_box.currentData(),
-                "fuse": self.fuse_box.isChecked()}
+        """The boxes' settings, as ``SessionConfig.with_`` keywords (a torch candidate: no
+        fuse, refmath; a replay: no torch settings)."""
+        torch = self.is_torch()
+        out = {"device": self.device_box.currentData(), "dtype": self.dtype_box.currentData(),
+               "math": "refmath" if torch else self.math_box.currentData(),
+               "compare": self.compare_box.currentData(),
+               "fuse": self.fuse_box.isChecked() and not torch}
+        if not torch:
+            out.update(torch_threads=None, tf32=None, deterministic=False,
+                       torch_optimizer="tape")
+        return out
 
     def update_actions(self, live: bool, state: str, exportable: bool) -> None:
         """Enable what a session in ``state`` can do (``live``: a session exists)."""

@@ -196,7 +196,8 @@ class RemotePair:
                                    config.worker_timeout, config.worker_open_timeout)
         self.command = config.worker
         here = {k: getattr(config, k) for k in ("workload", "device", "fuse", "dtype", "math",
-                                                "compare", "seed")}
+                                                "compare", "seed", "explain", "torch_threads",
+                                                "tf32", "deterministic", "torch_optimizer")}
         got = self.remote.request({"cmd": "open", "config": here, "provenance": provenance,
                                    "inject": inject, "scan_nonfinite": bool(scan_nonfinite)},
                                   "opened", max_bytes=OPENED_REPLY)

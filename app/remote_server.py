@@ -25,6 +25,25 @@ from core.step_record import pack, record_of
 __all__ = ["serve"]
 
 
+class _TorchSide:
+    """The worker's "device" for ``--device torch``: PyTorch runs the candidate there (the pair
+    opens no gpu device); its line names torch and where it runs."""
+
+    def __init__(self, name: str) -> None:
+        from app.torch_run import import_torch
+
+        torch = import_torch()  # (not installed on the worker: one line back to the client)
+        self.kind = name if name != "torch:cpu" else "torch"
+        where = name.split(":", 1)[1] if ":" in name else "cpu"
+        if where == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {name}: torch.cuda has no device on the worker")
+        self._line = f"device: torch {torch.__version__} on {where}"
+
+    def describe(self) -> str:
+        """The device line."""
+        return self._line
+
+
 class _Worker:
     """The worker's state: one device, and the pair the client opened on it."""
 
@@ -37,8 +56,11 @@ class _Worker:
         if cmd == "device":
             import gpu
 
+            name = str(msg["name"])
+            if self.device is None and (name == "torch" or name.startswith("torch:")):
+                self.device = _TorchSide(name)  # PyTorch runs the candidate: no gpu device
             if self.device is None:
-                self.device = gpu.open_device(str(msg["name"]))
+                self.device = gpu.open_device(name)
             return {"type": "device", "kind": self.device.kind,
                     "describe": self.device.describe()}
         if cmd == "open":
@@ -74,7 +96,8 @@ class _Worker:
         if not isinstance(cfg, dict):
             raise ValueError("open needs a config")
         config = SessionConfig(**cfg)  # (worker None: the pair runs here)
-        r = self.pair = PairRunner(config, self.device, provenance=str(msg["provenance"]),
+        dev = None if isinstance(self.device, _TorchSide) else self.device
+        r = self.pair = PairRunner(config, dev, provenance=str(msg["provenance"]),
                                    inject=msg.get("inject"),
                                    scan_nonfinite=bool(msg.get("scan_nonfinite")))
         inj = r.inject

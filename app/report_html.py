@@ -144,6 +144,42 @@ def _cause(e: dict) -> str:
     return f"{e['cause']}: {cause_text(e)}" if e.get("explain") else "-"
 
 
+def _against(data: dict) -> str:
+    """``--against B``: per node A and B against the reference, and A against B."""
+    ag = data.get("against")
+    if not ag:
+        return ""
+    a = {n["id"]: n for n in data["nodes"]}
+    between = {n["id"]: n for n in ag["between"]["nodes"]}
+
+    def ulp(n: dict | None, w: str) -> str:
+        d = None if n is None else n.get(w)
+        return "" if d is None else str(d["max_ulp"]) if d["n_diff"] else "0"
+
+    rows = []
+    for n in ag["nodes"]:
+        i = n["id"]
+        cls = " class=diff" if entry_differs(between.get(i, n)) else ""
+        rows.append(f"<tr{cls}><td class=n>{i}</td><td>{escape(n['op'])}</td>"
+                    f"<td class=mono>{escape(n['name'] or '')}</td>"
+                    + "".join(f"<td class=n>{ulp(x, w)}</td>" for x in (a.get(i), n,
+                                                                          between.get(i))
+                              for w in ("value", "grad")) + "</tr>")
+    fa = ag["between"]["first_apart"]
+    where = "never" if fa is None else (f"first at step {fa['step']}, node #{fa['node']} "
+                                        f"{escape(fa['op'])} ({fa['which']})")
+    head = ("<tr><th class=n>id</th><th>op</th><th>name</th><th class=n>A value ulp</th>"
+            "<th class=n>A grad ulp</th><th class=n>B value ulp</th><th class=n>B grad ulp</th>"
+            "<th class=n>A↔B value ulp</th><th class=n>A↔B grad ulp</th></tr>")
+    b_intro = sorted({e["node"] for e in ag["introduced"]})
+    return (f"<section id=against><h2>Two candidates: A = {escape(data['candidate'])}, "
+            f"B = {escape(ag['label'])}</h2><p>Both against the reference, each with its own "
+            f"provenance; A and B part {where}. B is "
+            f"{'bit-identical to the reference' if ag['exact'] else 'not bit-identical'}"
+            f"; B introduced error at {len(b_intro)} nodes.</p>"
+            f"<div class=scroll><table>{head}{''.join(rows)}</table></div></section>")
+
+
 def _fusion(plan: dict | None) -> str:
     if not plan:
         return ""
@@ -194,6 +230,7 @@ def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
 <div class=img><img alt="loss, max ulp per step, nodes × steps heatmap" src="{_b64(plots_png)}">
 </div></section>
 <section id=nodes><h2>Per node (worst step)</h2>{_node_table(data)}</section>
+{_against(data)}
 {_fusion(data.get('fusion'))}
 <section id=environment><h2>Environment</h2>{_kv(data['environment'])}</section>
 </main></body></html>

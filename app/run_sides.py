@@ -25,14 +25,26 @@ __all__ = ["CpuRun", "DeviceRun", "Run", "RunSpec", "StepArrays"]
 class RunSpec:
     """One side of a comparison: where it runs, its math, dtype and fusion."""
 
-    side: str  # "cpu" | "device"
+    side: str  # "cpu" | "device" | "torch"
     math: str = "refmath"
     dtype: str = "float64"
     fuse: bool = False
     kernels: tuple[str, ...] = ()  # --kernel specs: the user's files replacing stock kernels
+    # a torch run (app.torch_run): where, and the settings that change its bits
+    target: str = "cpu"  # "cpu" | "cuda"
+    threads: int | None = None  # torch.set_num_threads (None: PyTorch's default)
+    tf32: bool | None = None  # TF32 matmul / cuDNN on CUDA (None: PyTorch's default)
+    deterministic: bool = False  # torch.use_deterministic_algorithms(True)
+    optimizer: str = "tape"  # "tape": core.optim's update in torch ops; "torch": torch.optim
 
     def label(self) -> str:
         """A short human name, e.g. ``device fused float32 platform``."""
+        if self.side == "torch":
+            extra = [f"{self.threads} threads"] if self.threads else []
+            extra += [f"tf32 {'on' if self.tf32 else 'off'}"] if self.tf32 is not None else []
+            extra += ["deterministic"] if self.deterministic else []
+            extra += ["torch.optim"] if self.optimizer == "torch" else []
+            return " ".join([f"torch {self.target}", self.dtype, *extra])
         parts = ["CPU" if self.side == "cpu" else "device"]
         if self.side == "device":
             parts.append("fused" if self.fuse else "unfused")
@@ -90,6 +102,9 @@ class Run(Protocol):
 
     def stats(self) -> dict | None:
         """Launch and transfer counts of a device program, or None."""
+
+    # optional: ``describe() -> str``, a run's own device line where no gpu device says it
+    # (app.torch_run.TorchRun); PairRunner.describe_device reads it when present
 
 
 class CpuRun:
@@ -287,7 +302,12 @@ def open_runs(config: Any, device: Any) -> tuple[Run, Run]:
             if feed is None:
                 feed = feeds[spec.dtype] = CpuRun(RunSpec("cpu", "refmath", spec.dtype),
                                                   config.workload, config.seed)
-            out.append(DeviceRun(spec, device, feed))
+            if spec.side == "torch":
+                from app.torch_run import TorchRun  # (torch is imported only for a torch run)
+
+                out.append(TorchRun(spec, feed))
+            else:
+                out.append(DeviceRun(spec, device, feed))
     return out[0], out[1]
 
 

@@ -49,6 +49,21 @@ class SessionConfig:
     worker_open_timeout: float | None = None  # the same for hello, device and open
     kernels: tuple[str, ...] = ()  # --kernel OP=FILE.cu / NODE=FILE.cu (gpu.user_kernels)
     explain: bool = False  # core.explain: a cause on every introduced value / gradient
+    # --device torch (app.torch_run): its settings (None: PyTorch's defaults)
+    torch_threads: int | None = None
+    tf32: bool | None = None
+    deterministic: bool = False
+    torch_optimizer: str = "tape"  # "tape": the tape's update in torch ops; "torch": torch.optim
+
+    @property
+    def torch_target(self) -> str | None:
+        """"cpu" or "cuda" for ``device`` torch / torch:cpu / torch:cuda; None otherwise."""
+        d = self.device
+        if d == "torch":
+            return "cpu"
+        if d.startswith("torch:"):
+            return d.split(":", 1)[1]
+        return None
 
     def __post_init__(self) -> None:
         if self.compare not in COMPARES:
@@ -63,10 +78,46 @@ class SessionConfig:
         if self.kernels and self.worker is not None:
             raise ValueError("--kernel compiles your file on this machine: it cannot go with "
                              "--worker")
+        self._check_torch()
+
+    def _check_torch(self) -> None:
+        target = self.torch_target
+        if target is None:
+            if (self.torch_threads is not None or self.tf32 is not None or self.deterministic
+                    or self.torch_optimizer != "tape"):
+                raise ValueError("--torch-threads, --tf32, --deterministic and "
+                                 "--torch-optimizer set the torch candidate: add --device torch")
+            return
+        if target not in ("cpu", "cuda"):
+            raise ValueError(f"--device {self.device!r}: expected torch, torch:cpu or "
+                             "torch:cuda")
+        if self.compare == "cpu-platform":
+            raise ValueError("--compare cpu-platform compares two CPU runs: it has no place "
+                             "for --device torch")
+        if self.compare == "unfused-fused" or self.fuse:
+            raise ValueError("--fuse replays tapescope's fused kernels: not with --device "
+                             "torch (PyTorch runs its own ops)")
+        if self.kernels:
+            raise ValueError("--kernel replaces a tapescope kernel: not with --device torch")
+        if self.torch_optimizer not in ("tape", "torch"):
+            raise ValueError(f"--torch-optimizer must be tape or torch, not "
+                             f"{self.torch_optimizer!r}")
+        if self.math != "refmath":
+            raise ValueError("--math picks the device replay's libm: PyTorch uses its own, "
+                             "drop --math with --device torch")
+        if self.torch_threads is not None and (isinstance(self.torch_threads, bool) or
+                                               not isinstance(self.torch_threads, int) or
+                                               self.torch_threads < 1):
+            raise ValueError(f"--torch-threads must be a whole number >= 1, not "
+                             f"{self.torch_threads!r}")
 
     def pair(self) -> tuple[RunSpec, RunSpec]:
         """(reference, candidate). The reference is always refmath: it defines the bits."""
         dev = RunSpec("device", self.math, self.dtype, self.fuse, tuple(self.kernels))
+        if self.torch_target is not None:
+            dev = RunSpec("torch", "torch", self.dtype, target=self.torch_target,
+                          threads=self.torch_threads, tf32=self.tf32,
+                          deterministic=self.deterministic, optimizer=self.torch_optimizer)
         if self.compare == "cpu-device":
             return RunSpec("cpu", "refmath", self.dtype), dev
         if self.compare == "cpu-platform":
@@ -203,15 +254,28 @@ class PairRunner:
 
     @property
     def device_kind(self) -> str:
-        """The device's kind ("host", "cuda"), or "none" for a CPU-only pair."""
-        return self.device.kind if self.device is not None else "none"
+        """The device's kind ("host", "cuda", "torch", "torch:cuda"), or "none" for a CPU-only
+        pair."""
+        if self.device is not None:
+            return self.device.kind
+        if self.cand_spec.side == "torch":
+            t = self.cand_spec.target
+            return "torch" if t == "cpu" else f"torch:{t}"
+        return "none"
 
     def close(self) -> None:
         """Nothing to let go of here (a ``RemotePair`` ends its worker)."""
 
     def describe_device(self) -> str:
-        """The device line, or ``no device`` for a CPU-only pair."""
-        return self.device.describe() if self.device is not None else "device: none (CPU only)"
+        """The device line (a run's own, as a torch run's), or ``no device`` for a CPU-only
+        pair."""
+        if self.device is not None:
+            return self.device.describe()
+        for run in (self.cand, self.ref):  # a run's own line (optional: a torch run's)
+            own = getattr(run, "describe", None)
+            if own is not None:
+                return own()
+        return "device: none (CPU only)"
 
     def step(self, provenance: bool | None = None) -> StepResult:
         """Advance both runs one minibatch, compare, update both; return the step's result

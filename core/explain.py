@@ -20,6 +20,8 @@ variants of ``VARIANTS`` that apply to the node's op (docs/candidates.md lists t
 
 The answer (``Cause``) is the first variant equal bit for bit to the candidate (NaN policy of
 ``core.parity``), or ``unknown`` with the closest variant tried and its max ulp / n_diff.
+Before any variant, provenance checks ``signed_zero``: arrays equal but for the sign of zeros
+(the reference's sums start at +0.0) are ``signed-zero``, read from the diff alone.
 
 Each variant is the reference formula of the op (``core.ops``, docs/reference-order.md) with ONE
 primitive swapped: ``Prims`` holds the primitives (sum, division, product, math namespace) and
@@ -41,10 +43,15 @@ from core.ops.reference import mm, serial_sum
 from core.optable.registry import REGISTRY
 from core.parity import compare_arrays
 
-__all__ = ["CAUSES", "Cause", "FORMULAS", "cause_text", "Prims", "VARIANTS", "Variant", "explain",
-           "explain_grad", "fma", "reference_prims", "variants_for"]
+__all__ = ["CAUSES", "SIGNED_ZERO", "Cause", "FORMULAS", "cause_text", "Prims", "VARIANTS",
+           "Variant", "explain", "explain_grad", "fma", "reference_prims", "signed_zero",
+           "variants_for"]
 
 CAUSES = ("fma", "reciprocal", "libm", "reassociation", "accumulator", "ftz")
+# not a variant: the arrays are equal but for the sign of some zeros (checked before the
+# variants, from the diff alone). The reference's sums start at +0.0, so +0.0 + -0.0 makes
+# +0.0 where an order that never adds to +0.0 (PyTorch's autograd) keeps -0.0
+SIGNED_ZERO = "signed-zero"
 
 
 # ---- exact multiply-add (numpy has none) -------------------------------------------------------
@@ -386,6 +393,8 @@ class Cause:
 
     def text(self) -> str:
         """``matches the reference with x * (1/y)`` or ``unknown (closest: ...)``."""
+        if self.cause == SIGNED_ZERO:
+            return f"equal but for the sign of zero ({self.variant})"
         if self.cause != "unknown":
             return f"matches the reference with {self.variant}"
         if self.closest is None:
@@ -399,6 +408,14 @@ class Cause:
         if self.cause == "unknown":
             d.update(closest=self.closest, max_ulp=self.max_ulp, n_diff=self.n_diff)
         return d
+
+
+def signed_zero(diff: Any) -> Cause | None:
+    """``signed-zero`` when every differing element of ``diff`` (a ``TensorDiff``) is +0.0
+    against -0.0, else None."""
+    if diff.n_diff and diff.n_signed_zero == diff.n_diff:
+        return Cause(SIGNED_ZERO, "the reference's sums start at +0.0: +0.0 + -0.0 = +0.0")
+    return None
 
 
 def cause_text(d: dict) -> str:

@@ -349,8 +349,9 @@ def provenance(state: StepState, explain: bool = False) -> Provenance:
             cause = None
             if explain and n.inputs:
                 from core.explain import explain as why
+                from core.explain import signed_zero
 
-                cause = why(n, [state.value(j) for j in n.inputs], y)
+                cause = signed_zero(d) or why(n, [state.value(j) for j in n.inputs], y)
             values.append(Introduced(i, n.op, "value", d, cause=cause))
     memo: dict = {}
     for n in reversed(nodes):
@@ -366,7 +367,7 @@ def provenance(state: StepState, explain: bool = False) -> Provenance:
         r = reference_grad(nodes, j, loss, by, state.value, state.grad, g.dtype, memo)
         d = None if r is None else _judge(r, g)
         if d is not None:
-            cause = _grad_cause(state, j, by, g) if explain else None
+            cause = _grad_cause(state, j, by, g, d) if explain else None
             grads.append(Introduced(j, n.op, "grad", d, by=tuple(by), cause=cause))
     updates = _updates(nodes, state.update)
     if explain:  # no variant rewrites the optimizer's formulas: every update entry says so
@@ -381,9 +382,11 @@ def provenance(state: StepState, explain: bool = False) -> Provenance:
     return Provenance(state.step, values + grads + updates, kernels, checked)
 
 
-def _grad_cause(state: StepState, j: int, by: Sequence[int], g: np.ndarray) -> Any:
-    from core.explain import explain_grad
+def _grad_cause(state: StepState, j: int, by: Sequence[int], g: np.ndarray, d: Any) -> Any:
+    from core.explain import explain_grad, signed_zero
 
+    if signed_zero(d) is not None:
+        return signed_zero(d)
     nodes = state.nodes
 
     def recompute(math: Any = None, rules: Callable | None = None) -> np.ndarray | None:

@@ -82,7 +82,7 @@ QT_FREE = (
     "app.commands.fuse", "app.commands.gradcheck", "app.commands.gui", "app.commands.kernels",
     "app.commands.model_args", "app.commands.onnx_cmd", "app.commands.parity",
     "app.commands.report", "app.commands.train", "app.commands.worker", "app.commands.argtypes",
-    "app.commands.doctor", "app.about",
+    "app.commands.doctor", "app.about", "app.commands.against", "app.torch_run",
     "app.style", "app.tensor_window",
     "views.graph_model", "views.array_stats", "views.node_details", "views.layout",
     "views.parity_rows", "views.search", "views.scope_runs", "views.stepper_model",

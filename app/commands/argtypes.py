@@ -7,6 +7,7 @@ cycle (tests/test_import_cycles.py).
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def positive_int(text: str) -> int:
@@ -18,3 +19,60 @@ def positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
     return n
+
+
+DEVICES = ("auto", "host", "cuda", "torch", "torch:cpu", "torch:cuda")
+
+
+def add_candidate_args(p: Any, device_default: str = "auto", kernel: bool = True) -> None:
+    """The candidate's flags that ``parity``, ``report`` and ``gui --live`` share (registered
+    here once): --device (the device replay or PyTorch), the torch settings, --kernel (not
+    for ``gui``: ``kernel=False``) and --explain."""
+    p.add_argument("--device", default=device_default, choices=list(DEVICES),
+                   help="the candidate: tapescope's replay on host | cuda | auto, or PyTorch "
+                        "eager: torch (its CPU), torch:cuda (docs/candidates.md)")
+    add_torch_args(p)
+    if kernel:
+        _kernel_arg(p)
+    p.add_argument("--explain", action="store_true",
+                   help="for every introduced node, the first documented variant of the "
+                        "reference order (fma, reciprocal, libm, reassociation, accumulator, "
+                        "ftz) that reproduces the candidate's bits (docs/candidates.md)")
+
+
+def add_against_arg(p: Any) -> None:
+    """--against B (``parity``, ``report``: app/commands/against.py)."""
+    p.add_argument("--against", metavar="B", default=None, choices=list(DEVICES),
+                   help="a second candidate (e.g. --device torch --against host): both against "
+                        "the reference per node, and where they part from each other")
+
+
+def _kernel_arg(p: Any) -> None:
+    p.add_argument("--kernel", action="append", metavar="OP=FILE.cu",
+                   help="run your kernel file in place of the stock kernels of every OP node "
+                        "(NODE=FILE.cu: one node, by id or name); repeatable. The file is code "
+                        "and is compiled and run because you name it (docs/kernels.md)")
+
+
+def add_torch_args(p: Any) -> None:
+    """--torch-threads, --tf32, --deterministic, --torch-optimizer (a parser or a group)."""
+    p.add_argument("--torch-threads", type=positive_int, default=None, metavar="N",
+                   help="--device torch: torch.set_num_threads(N) (default: PyTorch's)")
+    p.add_argument("--tf32", choices=["on", "off"], default=None,
+                   help="--device torch:cuda: TF32 matmul and cuDNN (default: PyTorch's)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="--device torch: torch.use_deterministic_algorithms(True)")
+    p.add_argument("--torch-optimizer", choices=["tape", "torch"], default="tape",
+                   help="--device torch: the update as the tape's optimizer in torch ops "
+                        "(tape, the default) or PyTorch's own torch.optim (torch)")
+
+
+def candidate_config(args: argparse.Namespace) -> dict:
+    """``add_candidate_args``' flags as ``SessionConfig`` keywords."""
+    tf32 = getattr(args, "tf32", None)
+    return {"device": args.device, "kernels": tuple(getattr(args, "kernel", None) or ()),
+            "explain": bool(getattr(args, "explain", False)),
+            "torch_threads": getattr(args, "torch_threads", None),
+            "tf32": None if tf32 is None else tf32 == "on",
+            "deterministic": bool(getattr(args, "deterministic", False)),
+            "torch_optimizer": getattr(args, "torch_optimizer", None) or "tape"}

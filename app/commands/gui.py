@@ -27,10 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     live = p.add_argument_group("live session (the Live toolbar sets the same)")
     live.add_argument("--live", action="store_true",
                       help="start a live session: the workload on the CPU tape and on a device")
-    live.add_argument("--device", default="host", choices=["host", "cuda", "auto"])
+    from app.commands.argtypes import add_candidate_args
+
+    # --device (a replay or torch), the torch settings, --explain (the Inspector names why a
+    # node introduced error)
+    add_candidate_args(live, device_default="host", kernel=False)
     live.add_argument("--fuse", action="store_true", help="replay the fused plan")
-    live.add_argument("--explain", action="store_true",
-                      help="the Inspector names why a node introduced error (docs/candidates.md)")
     live.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                       help="the candidate's math (the reference is always refmath)")
     live.add_argument("--dtype", default=None, choices=["float64", "float32"],
@@ -197,11 +199,12 @@ def run(args: argparse.Namespace) -> int:
         from app.runs import SessionConfig
 
         spec = win.session.meta["workload"]
-        cfg = SessionConfig(workload=spec, device=args.device,
+        from app.commands.argtypes import candidate_config
+
+        cfg = SessionConfig(workload=spec,
                             fuse=args.fuse, dtype=resolve_dtype(args.dtype, spec), math=args.math,
                             compare=args.compare, worker=getattr(args, "worker", None),
-                            **worker_timeouts(args),
-                            explain=getattr(args, "explain", False))
+                            **worker_timeouts(args), **candidate_config(args))
         ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)
     if args.screenshot:
         return _screenshot(win, args, size, ok)

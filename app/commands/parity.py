@@ -23,7 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.commands.model_args import add_model_args
 
     add_model_args(p)  # --model M.onnx [--reinit]
-    p.add_argument("--device", default="auto", choices=["auto", "host", "cuda"])
+    from app.commands.argtypes import add_candidate_args
+
+    add_candidate_args(p)  # --device, the torch settings, --kernel, --explain
+    from app.commands.argtypes import add_against_arg
+
+    add_against_arg(p)  # --against B
     p.add_argument("--steps", type=positive_int, default=5)
     p.add_argument("--dtype", default=None, choices=["float64", "float32"],
                    help="default: a model's own precision, else float64")
@@ -43,14 +48,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.commands.worker import add_timeout_flags
 
     add_timeout_flags(p)  # --worker-timeout S, --worker-open-timeout S
-    p.add_argument("--kernel", action="append", metavar="OP=FILE.cu",
-                   help="run your kernel file in place of the stock kernels of every OP node "
-                        "(NODE=FILE.cu: one node, by id or name); repeatable. The file is code "
-                        "and is compiled and run because you name it (docs/kernels.md)")
-    p.add_argument("--explain", action="store_true",
-                   help="for every introduced node, the first documented variant of the "
-                        "reference order (fma, reciprocal, libm, reassociation, accumulator, "
-                        "ftz) that reproduces the candidate's bits (docs/candidates.md)")
     p.set_defaults(func=run)
 
 
@@ -138,12 +135,13 @@ def run(args: argparse.Namespace) -> int:
     from app.commands.model_args import resolve_dtype, resolve_workload
 
     wl_spec = resolve_workload(args)
-    cfg = SessionConfig(workload=wl_spec, device=args.device, fuse=args.fuse,
+    from app.commands.argtypes import candidate_config
+
+    cfg = SessionConfig(workload=wl_spec, fuse=args.fuse,
                         dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
                         compare="cpu-device", seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args),
-                        kernels=tuple(getattr(args, "kernel", None) or ()),
-                        explain=getattr(args, "explain", False))
+                        **candidate_config(args))
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")
@@ -158,6 +156,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--inject {args.inject!r}: step {inj.step} is not run "
                          f"(--steps {args.steps})")
     print(runner.describe_device())
+    against = None
+    if getattr(args, "against", None):
+        from app.commands.against import Against
+
+        against = Against(cfg, args.against, runner)
+        print(against.describe())
     # dynamic axes: what was chosen (a local pair's reference workload; a worker's pair keeps
     # its workload on the worker's side)
     ref_wl = getattr(getattr(runner, "ref", None), "wl", None)
@@ -172,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     # a terminal gets one updating stderr line: steps done, elapsed (nothing in a pipe or log)
     with progress(f"parity {label}", total=args.steps) as bar:
         for _ in range(args.steps):
+            if against is not None:
+                against.before()
             r = runner.step()
             bar.advance()
             losses.append({"step": r.step, "reference": r.loss_ref, "candidate": r.loss_cand})
@@ -185,14 +191,19 @@ def run(args: argparse.Namespace) -> int:
                         for e in r.kernels if e["introduced"]]
             if first_introduced is None and (not r.exact or intro):
                 first_introduced = intro
+            rb = None if against is None else against.step(r, _fold, introduced_entries)
             print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  device {r.loss_cand:.9g}  "
-                  f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
+                  f"{'exact' if r.exact else 'DIFFERS'}"
+                  + ("" if rb is None else f"  against {rb.loss_cand:.9g}  "
+                     f"{'exact' if rb.exact else 'DIFFERS'}"), flush=True)
     # the trained parameters after the last update (each step compares them before its own)
     params = runner.compare_params().to_json()
     _fold(per_node, params["nodes"], args.steps)
     if first is None and params["first_divergence"] is not None:
         first = {"step": args.steps, "node": params["first_divergence"]["node"], "op": "param",
                  "which": "value"}
+    if against is not None:
+        against.finish(args.steps, _fold)
     nodes = [per_node[i] for i in sorted(per_node)]
     bad = [n for n in nodes if entry_differs(n)]
     exact = not bad
@@ -217,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
     nan_bits = sum(s["nan_bits_differ"] for n in nodes for s in (n["value"], n["grad"]) if s)
     print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device_kind}: "
           f"{'bit-identical' if exact else f'{len(bad)} nodes differ'}; first divergence: "
-          f"{divergence_text(first)}; launches per episode: {stats['launches_per_episode']}; "
+          f"{divergence_text(first)}; "
+          + (f"launches per episode: {stats['launches_per_episode']}; " if stats else "") +
           f"NaNs differing only in sign/payload (equal): {nan_bits}")
     if first_introduced:
         print(f"introduced at step {first_introduced[0]['step']}: "
@@ -227,6 +239,10 @@ def run(args: argparse.Namespace) -> int:
     if introduced:
         n_steps = len({e["step"] for e in introduced})
         print(f"{len(introduced)} introduced arrays over {n_steps} steps (--json lists them)")
+    if against is not None:
+        against.print_table(per_node, introduced, runner.cand_spec.label())
+        report["against"] = against.to_json()
+        exact = exact and against.exact
     if args.json:  # whole or not at all (core.atomic): a full disk keeps the old file
         write_atomic(args.json, json.dumps(strict_json(report), indent=1, allow_nan=False))
     return 0 if exact else 1

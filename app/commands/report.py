@@ -16,7 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.commands.model_args import add_model_args
 
     add_model_args(p)
-    p.add_argument("--device", default="auto", choices=["auto", "host", "cuda"])
+    from app.commands.argtypes import add_candidate_args
+
+    add_candidate_args(p)  # --device, the torch settings, --kernel, --explain
+    from app.commands.argtypes import add_against_arg
+
+    add_against_arg(p)  # --against B
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")
@@ -25,13 +30,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
                    help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))
     p.add_argument("--steps", type=positive_int, default=20)
-    p.add_argument("--kernel", action="append", metavar="OP=FILE.cu",
-                   help="run your kernel file in place of the stock kernels of every OP node "
-                        "(NODE=FILE.cu: one node, by id or name); repeatable. The file is code "
-                        "and is compiled and run because you name it (docs/kernels.md)")
-    p.add_argument("--explain", action="store_true",
-                   help="give every introduced node its cause: the first documented variant "
-                        "of the reference order reproducing the candidate (docs/candidates.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="report.html", help="the HTML file (the .json goes beside)")
     p.add_argument("--worker", metavar="CMD", default=None,
@@ -68,30 +66,46 @@ def run(args: argparse.Namespace) -> int:
     from app.runs import SessionConfig
 
     wl_spec = resolve_workload(args)
-    cfg = SessionConfig(workload=wl_spec, device=args.device, fuse=args.fuse,
+    from app.commands.argtypes import candidate_config
+
+    cfg = SessionConfig(workload=wl_spec, fuse=args.fuse,
                         dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
                         compare=args.compare, seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args),
-                        kernels=tuple(getattr(args, "kernel", None) or ()),
-                        explain=getattr(args, "explain", False))
+                        **candidate_config(args))
     from core.progress import progress
 
     label = (args.workload or "mlp") if args.model is None else os.path.basename(args.model)
     with progress(f"opening {label} on {args.device}"):  # a model's import, the first compile
         runner = open_pair(cfg)
     print(runner.describe_device())
+    against = None
+    if getattr(args, "against", None):
+        from app.commands.against import Against
+
+        against = Against(cfg, args.against, runner)
+        print(against.describe())
     plan = runner.plan.to_json() if runner.plan is not None else None
     acc = ReportAccumulator(cfg, runner.nodes, runner.ref_spec.label(),
                             runner.cand_spec.label(), runner.describe_device(), plan)
+    from app.commands.parity import _fold, introduced_entries
+
     # a terminal gets one updating stderr line: steps done, elapsed (nothing in a pipe or log)
     with progress(f"report {label}", total=args.steps) as bar:
         for _ in range(args.steps):
+            if against is not None:
+                against.before()
             r = runner.step()
+            if against is not None:
+                against.step(r, _fold, introduced_entries)
             acc.add(r)
             bar.advance()
             print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  {r.loss_cand:.9g}  "
                   f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
     data = acc.to_json()
+    if against is not None:
+        against.finish(args.steps, _fold)
+        data["against"] = against.to_json()
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # pictures need no screen
     __import__("views")  # the PySide6 guard (views/__init__.py), before any Qt work
@@ -111,4 +125,5 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"introduced at step {fi['step']}: {introduced_text(fi['entries'], runner.nodes)}")
     print(f"{data['verdict']['text']}\nwrote {html} and {side}")
-    return 0 if data["verdict"]["exact"] else 1
+    both = against is None or against.exact
+    return 0 if data["verdict"]["exact"] and both else 1

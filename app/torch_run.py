@@ -1,0 +1,334 @@
+"""PyTorch as a candidate run (``--device torch``, ``torch:cuda``): the episode in PyTorch eager.
+
+Each node of the step's tape runs through its PyTorch spelling (``core.ops.torch_forms``: one
+table, one spelling per op) on this run's own tensors: its inputs are what PyTorch itself
+computed for the nodes before (the parameters are its own, updated by its own optimizer step;
+the data leaves are the episode's), so provenance judges every node on PyTorch's own inputs
+(introduced vs inherited, per node). Backward is PyTorch's autograd of those ops; every node
+whose tape gradient exists keeps its autograd gradient (``retain_grad``), so each tape gradient
+has its torch counterpart to compare. By default the update is the tape's optimizer (core.optim:
+clipping, L2, SGD / Adam with the host-computed scalars) written in torch tensor ops, one IEEE
+operation each; the clipping norm is ``torch.sum`` per parameter. ``--torch-optimizer torch`` runs
+PyTorch's own ``torch.optim`` instead (``_TorchOptim``).
+
+The settings a user changes to see what moves (``RunSpec``): the target ("cpu" or "cuda"),
+``threads`` (``torch.set_num_threads``), ``tf32`` (matmul and cuDNN TF32 on CUDA; None leaves
+PyTorch's default), ``deterministic`` (``torch.use_deterministic_algorithms``). They are
+process-wide in PyTorch: the run sets them when it opens.
+
+torch is optional (the ``torch`` extra) and imported only here, when a torch run opens.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TorchRun", "describe_torch", "import_torch", "torch_available"]
+
+INSTALL = 'pip install -e ".[torch]"'
+
+
+def import_torch() -> Any:
+    """The torch module, or ValueError saying how to get it (one line)."""
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(f"--device torch needs PyTorch, which is not installed: {INSTALL}"
+                         ) from None
+    return torch
+
+
+def torch_available(cuda: bool = False) -> bool:
+    """Whether torch imports here (and, with ``cuda``, whether torch.cuda has a device); never
+    raises, never imports torch when it is absent."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("torch") is None:
+            return False
+    except (ImportError, ValueError):
+        return False
+    if not cuda:
+        return True
+    try:
+        return bool(import_torch().cuda.is_available())
+    except Exception:  # noqa: BLE001 — a broken install is "not available"
+        return False
+
+
+def describe_torch(spec: Any) -> str:
+    """The device line of a torch run: version, target, dtype and the settings in force."""
+    torch = import_torch()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    where = spec.target
+    if spec.target == "cuda":
+        where = f"cuda ({torch.cuda.get_device_name(0)})"
+    return (f"device: torch {torch.__version__} on {where}, {spec.dtype}, "
+            f"{torch.get_num_threads()} threads, tf32 {'on' if tf32 else 'off'} (matmul), "
+            f"deterministic {'on' if torch.are_deterministic_algorithms_enabled() else 'off'}")
+
+
+def _apply_settings(torch: Any, spec: Any) -> None:
+    if spec.target == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device torch:cuda: torch.cuda has no device here (torch "
+                         f"{torch.__version__}); use --device torch for the CPU")
+    if spec.threads is not None:
+        torch.set_num_threads(int(spec.threads))
+    if spec.tf32 is not None:
+        torch.backends.cuda.matmul.allow_tf32 = bool(spec.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(spec.tf32)
+    if spec.deterministic:
+        if spec.target == "cuda":  # cuBLAS needs its workspace fixed before its first call
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+
+
+class TorchRun:
+    """The episode in PyTorch eager (module docstring); ``feed`` is the CPU run whose tape
+    (the step's nodes and data) it follows."""
+
+    plan = None
+
+    def __init__(self, spec: Any, feed: Any) -> None:
+        torch = self.torch = import_torch()
+        _apply_settings(torch, spec)
+        from core.ops.torch_forms import spelling
+
+        self.spell = spelling
+        self.spec, self.feed = spec, feed
+        self.dtype = {"float64": torch.float64, "float32": torch.float32}[spec.dtype]
+        self.dev = torch.device(spec.target)
+        tape = feed.wl.tape
+        # its own parameters: the initial values, then only its own updates
+        self.params = {p.id: self._tensor(tape.value(p.id)).requires_grad_(True)
+                       for p in tape.params()}
+        self.opt = (_TorchOptim(torch, feed.opt, self.params) if spec.optimizer == "torch"
+                    else _TorchOptimizer(torch, feed.opt, self.params))
+        self.values: list[Any] = []
+        self.grads: dict[int, Any] = {}
+        self._fed: dict[int, np.ndarray] = {}
+        self._at: int | None = None
+
+    def _tensor(self, a: np.ndarray) -> Any:
+        return self.torch.tensor(np.asarray(a), dtype=self.dtype, device=self.dev)
+
+    @property
+    def tape(self) -> Any:
+        """The feed's tape (the episode this run computes in torch)."""
+        return self.feed.wl.tape
+
+    @property
+    def loss_id(self) -> int:
+        """The loss node's id."""
+        return self.feed.loss_id
+
+    def describe(self) -> str:
+        """The device line."""
+        return describe_torch(self.spec)
+
+    def advance(self, step: int) -> None:
+        """The feed records step ``step`` (its data); every node in torch on this run's own
+        tensors, then autograd from the loss. Once per step."""
+        if self._at == step:
+            return
+        torch = self.torch
+        self.feed.advance(step, backward=False)
+        tape = self.feed.wl.tape
+        nodes = tape.nodes[: self.loss_id + 1]
+        vals: list[Any] = []
+        self._fed = {}
+        for p in self.params.values():
+            p.grad = None
+        for n in nodes:
+            if n.op == "param":
+                t = self.params[n.id]
+            elif n.op == "const":
+                self._fed[n.id] = a = np.array(tape.value(n.id), copy=True)
+                t = self._tensor(a)
+            else:
+                try:
+                    t = self.spell(n.op)(torch, [vals[j] for j in n.inputs], n.attrs)
+                except Exception as e:
+                    raise ValueError(f"torch could not run node #{n.id} {n.op}: "
+                                     f"{type(e).__name__}: {e}") from e
+                if tuple(t.shape) != tuple(n.shape):
+                    raise ValueError(f"torch's {n.op} at node #{n.id} made shape "
+                                     f"{tuple(t.shape)}, the tape's is {n.shape}")
+                if t.dtype != self.dtype:  # (a spelling that promotes: a bug in the table)
+                    raise ValueError(f"torch's {n.op} at node #{n.id} made {t.dtype}, "
+                                     f"not {self.dtype}")
+                if t.requires_grad:
+                    t.retain_grad()
+            vals.append(t)
+        loss = vals[self.loss_id]
+        if loss.requires_grad:
+            loss.backward()
+        self.grads = {n.id: vals[n.id].grad for n in nodes
+                      if vals[n.id].requires_grad and vals[n.id].grad is not None}
+        self.values = vals
+        self._at = step
+
+    def update(self) -> None:
+        """The tape's optimizer step, in torch ops."""
+        self.opt.step(self.grads)
+
+    def loss(self) -> float:
+        """This step's loss."""
+        return float(self.values[self.loss_id].detach().cpu().item())
+
+    def array(self, i: int, which: str) -> np.ndarray | None:
+        """Node ``i``'s value or autograd gradient, as a numpy copy (a parameter's value is
+        updated in place: a copy keeps what the step computed with)."""
+        if which == "value":
+            t = self.params[i] if i in self.params else self.values[i]
+        else:
+            t = self.grads.get(i)
+            if t is None:
+                return None
+        return np.array(t.detach().cpu().numpy(), copy=True)
+
+    def compare(self, ref: Any, nodes: tuple) -> Any:
+        """Nothing of its own: the host compares."""
+        return None
+
+    def optimizer_arrays(self, after: bool) -> dict:
+        """The optimizer's settings and moments around its update (provenance)."""
+        return self.opt.arrays(after, self.grads)
+
+    def leaf_value(self, i: int) -> np.ndarray | None:
+        """The data it was fed for a const leaf this step."""
+        return self._fed.get(i)
+
+    def set_inject(self, inject: Any) -> None:
+        """No faults: --inject is the device replay's."""
+        raise ValueError("--inject flips a bit in the device replay: not with --device torch")
+
+    def stats(self) -> dict | None:
+        """No device program."""
+        return None
+
+
+class _TorchOptim:
+    """``--torch-optimizer torch``: PyTorch's own ``torch.optim.SGD`` / ``Adam`` (single-tensor
+    loops, ``foreach=False``) with the workload's settings, one parameter group per L2
+    coefficient (``weight_decay``: PyTorch adds it to the gradient, as core.optim's L2), and
+    ``torch.nn.utils.clip_grad_norm_`` for clipping. Its formulas are PyTorch's, not the tape's
+    (Adam's eps is added to sqrt(v) / sqrt(1 - b2^t); m is a lerp; the clip coefficient is
+    clip / (norm + 1e-6)): provenance shows where its update leaves the tape's."""
+
+    def __init__(self, torch: Any, core_opt: Any, params: dict[int, Any]) -> None:
+        from core import optim
+
+        self.torch, self.params = torch, params
+        self.adam = isinstance(core_opt, optim.Adam)
+        self.kind = "adam" if self.adam else "sgd"
+        self.core = core_opt
+        self.lr, self.clip, self.t = core_opt.lr, core_opt.clip, 0
+        self.slots = [(s.var.id, s.l2) for s in core_opt.slots]
+        groups: dict[float, list] = {}
+        for i, l2 in self.slots:
+            groups.setdefault(l2, []).append(params[i])
+        pg = [{"params": ps, "weight_decay": l2} for l2, ps in groups.items()]
+        if self.adam:
+            self.opt = torch.optim.Adam(pg, lr=core_opt.lr, betas=(core_opt.b1, core_opt.b2),
+                                        eps=core_opt.eps, foreach=False)
+        else:
+            self.opt = torch.optim.SGD(pg, lr=core_opt.lr, foreach=False)
+
+    def step(self, grads: dict[int, Any]) -> None:
+        """clip_grad_norm_ (when the workload clips), then the optimizer's step."""
+        self.t += 1
+        live = [self.params[i] for i, _ in self.slots if i in grads]
+        if self.clip is not None and live:
+            self.torch.nn.utils.clip_grad_norm_(live, self.clip, foreach=False)
+        self.opt.step()
+
+    def arrays(self, after: bool, grads: dict[int, Any]) -> dict:
+        """Settings and per stepped parameter ``(id, l2, m, v)`` (exp_avg, exp_avg_sq)."""
+        out: dict = {"kind": self.kind, "lr": self.lr, "clip": self.clip,
+                     "t": self.t if after else self.t + 1, "params": []}
+        if self.adam:
+            out.update(b1=self.core.b1, b2=self.core.b2, eps=self.core.eps)
+        for i, l2 in self.slots:
+            if i not in grads:
+                continue
+            st = self.opt.state.get(self.params[i], {})
+            m, v = ((None, None) if "exp_avg" not in st else
+                    (np.array(st[k].detach().cpu().numpy(), copy=True)
+                     for k in ("exp_avg", "exp_avg_sq")))
+            out["params"].append((i, l2, m, v))
+        return out
+
+
+class _TorchOptimizer:
+    """core.optim's update (its docstring's order) in torch ops on the run's parameters: the
+    same scalars rounded once to the dtype, one IEEE operation per line."""
+
+    def __init__(self, torch: Any, core_opt: Any, params: dict[int, Any]) -> None:
+        from core import optim
+
+        self.torch = torch
+        self.adam = isinstance(core_opt, optim.Adam)
+        self.kind = "adam" if self.adam else "sgd"
+        self.core = core_opt  # (its settings and step_scalars only; its state is the CPU's)
+        self.lr, self.clip, self.t = core_opt.lr, core_opt.clip, 0
+        self.slots = [(s.var.id, s.l2) for s in core_opt.slots]
+        self.params = params
+        self.moments: dict[int, tuple[Any, Any]] = {}
+
+    def _s(self, p: Any, v: float) -> Any:
+        return self.torch.tensor(float(v), dtype=p.dtype, device=p.device)
+
+    def step(self, grads: dict[int, Any]) -> None:
+        """One update of every parameter its gradient reached."""
+        torch = self.torch
+        self.t += 1
+        live = [(i, l2, grads[i].detach()) for i, l2 in self.slots if i in grads]
+        with torch.no_grad():
+            if self.clip is not None and live:
+                p0 = self.params[live[0][0]]
+                acc = self._s(p0, 0.0)
+                for _, _, g in live:
+                    acc = acc + torch.sum(g * g)
+                norm = torch.sqrt(acc)
+                if bool(norm > self._s(p0, self.clip)):
+                    s = self._s(p0, self.clip) / norm
+                    live = [(i, l2, g * s) for i, l2, g in live]
+            k = None
+            if self.adam:  # the host scalars of this step, as core.optim computes them (a
+                import copy  # copy: the CPU optimizer's own step count is not ours to move)
+
+                at = copy.copy(self.core)
+                at.t = self.t
+                k = at.step_scalars()
+            for i, l2, g in live:
+                w = self.params[i]
+                if l2 != 0.0:
+                    g = g + self._s(w, l2) * w
+                if not self.adam:
+                    w.copy_(w - self._s(w, self.lr) * g)
+                    continue
+                m, v = self.moments.get(i) or (torch.zeros_like(w), torch.zeros_like(w))
+                m = m * self._s(w, k["b1"]) + self._s(w, k["omb1"]) * g
+                v = v * self._s(w, k["b2"]) + (g * g) * self._s(w, k["omb2"])
+                den = torch.sqrt(v) + self._s(w, k["eps"])
+                w.copy_(w - (m / den) * self._s(w, k["lr_t"]))
+                self.moments[i] = (m, v)
+
+    def arrays(self, after: bool, grads: dict[int, Any]) -> dict:
+        """Settings and per stepped parameter ``(id, l2, m, v)`` (numpy copies)."""
+        out: dict = {"kind": self.kind, "lr": self.lr, "clip": self.clip,
+                     "t": self.t if after else self.t + 1, "params": []}
+        if self.adam:
+            out.update(b1=self.core.b1, b2=self.core.b2, eps=self.core.eps)
+        for i, l2 in self.slots:
+            if i not in grads:
+                continue
+            mv = self.moments.get(i)
+            m, v = (None, None) if mv is None else (
+                np.array(t.detach().cpu().numpy(), copy=True) for t in mv)
+            out["params"].append((i, l2, m, v))
+        return out
