@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.ops.reduce import reduced_axes
-from core.ops.registry import norm_axis
+from core.optable.registry import norm_axis
 
 __all__ = ["LEAF", "TORCH", "spelling"]
 
