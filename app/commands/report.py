@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
                         **candidate_config(args))
     from core.progress import progress
 
-    label = (args.workload or "mlp") if args.model is None else os.path.basename(args.model)
+    model = getattr(args, "model", None)
+    label = (args.workload or "mlp") if model is None else os.path.basename(model)
     with progress(f"opening {label} on {args.device}"):  # a model's import, the first compile
         runner = open_pair(cfg)
     print(runner.describe_device())
