@@ -258,6 +258,16 @@ class TrainingPanel(QWidget):
                           f"{self.exact_steps} bit-exact · last step max {last_txt}")
 
 
+    def csv_table(self) -> tuple[list[str], list[list[str]]] | None:
+        """The plotted series, one row a training step (File ▸ Export ▸ … as CSV)."""
+        if not self.steps.size:
+            return None
+        rows = [[f"{int(s)}", repr(float(a)), repr(float(b)), "NaN" if u < 0 else f"{u:g}"]
+                for s, a, b, u in zip(self.steps.tolist(), self.loss_ref.tolist(),
+                                      self.loss_cand.tolist(), self.max_ulp.tolist(),
+                                      strict=True)]
+        return ["training step", "reference loss", "candidate loss", "max ulp"], rows
+
     def set_node_names(self, names: list[str | None] | None) -> None:
         """Node names in tape order: a tall heatmap aggregates its rows by their scopes."""
         self.node_names = list(names) if names is not None else None
