@@ -132,6 +132,20 @@ class GraphModel:
             raise KeyError(f"no group named {group!r}")
         (self.collapsed.add if collapsed else self.collapsed.discard)(group)
 
+    def hidden_in(self, node_id: int) -> list[str]:
+        """The collapsed groups that hide ``node_id`` (its folded scopes, fused segments)."""
+        if not self.collapsed:
+            return []
+        scopes = set(scopes_of(self.nodes[node_id].name))
+        return sorted(g for g in self.collapsed if g in scopes or (
+            g in self.extra_groups and node_id in self.extra_groups[g]))
+
+    def reveal(self, node_id: int) -> bool:
+        """Unfold every group that hides ``node_id``; True when one was folded."""
+        hidden = self.hidden_in(node_id)
+        self.collapsed.difference_update(hidden)
+        return bool(hidden)
+
     def display(self) -> DisplayGraph:
         """The graph to draw: nodes of collapsed groups merged into one box per group."""
         n = len(self.nodes)

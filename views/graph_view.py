@@ -85,6 +85,7 @@ class GraphView(QGraphicsView):
         self._signals.done.connect(self._on_layout)
         self._pending_select: int | None = None
         self._press_pos = None
+        self._clicked = -1  # the node a click on the view itself selects (while it fans out)
         self.selected_node = -1
         self._marks: dict[str, set[int]] = {"nan": set(), "bp": set(), "search": set(),
                                             "first": set(), "kernel": set()}
@@ -228,10 +229,18 @@ class GraphView(QGraphicsView):
     # ---- selection --------------------------------------------------------------------------
     @Slot(int)
     def select_node(self, node_id: int, center: bool = True) -> None:
-        """Select a node from elsewhere (table, inspector): highlight and bring into view."""
+        """Select a node from elsewhere (table, inspector, search, stepper): highlight it and
+        bring it into view, unfolding the collapsed groups that hide it (a click on a
+        collapsed box selects its first node and leaves the box folded)."""
         if not self.is_ready():
             self._pending_select = node_id
             self.selected_node = node_id
+            return
+        if (node_id != self._clicked and self.model is not None
+                and 0 <= node_id < len(self.model.nodes) and self.model.reveal(node_id)):
+            self._pending_select = node_id  # selected (and centred) once laid out again
+            self.selected_node = node_id
+            self.relayout()
             return
         self.selected_node = node_id
         self._apply_marks()
@@ -264,7 +273,11 @@ class GraphView(QGraphicsView):
             nid = min(self.model.groups[self.display.item_group[item]])
         self.selected_node = nid
         self._apply_marks()
-        self.node_selected.emit(nid)
+        self._clicked = nid  # the window's select_node comes back here: no reveal
+        try:
+            self.node_selected.emit(nid)
+        finally:
+            self._clicked = -1
 
     def mouseDoubleClickEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         if self.display is None:
