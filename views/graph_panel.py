@@ -16,7 +16,7 @@ import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before an
 from views.graph_model import GraphModel
 from views.graph_view import GraphView
 from views.minimap import Overview
-from views.ulp_scale import HEAT_TICKS, level_color
+from views.ulp_scale import HEAT_TICKS, faded_color, level_color
 
 DEBOUNCE_MS = 120  # a pause in typing this long runs the search
 DEBOUNCE_FROM = 2000  # nodes: smaller tapes search on every keystroke
@@ -36,6 +36,7 @@ LEGEND = " ".join([
     *(_chip(level_color(lv), f"<font color={'black' if lv < 128 else 'white'}>{t}</font>")
       for lv, t in [(1.0, "1")] + [(lv, t.replace(" ulp", "")) for lv, t in HEAT_TICKS[1:5]]),
     _chip(level_color(255), "<font color=white>NaN ≠</font>"),
+    _chip(faded_color(254), "inherited"),  # faded: the error came from the inputs
     _chip("#ddd6fe", "⚠ NaN/inf alarm", "#7c3aed"),
     "<b style='color:#111827'>▭ first divergence</b>"])
 LEGEND_TIP = (
