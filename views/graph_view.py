@@ -269,8 +269,8 @@ class GraphView(QGraphicsView):
         if item < 0:
             return
         nid = self.display.item_node[item]
-        if nid < 0:  # a collapsed group: select its first node
-            nid = min(self.model.groups[self.display.item_group[item]])
+        if nid < 0:  # a collapsed group: its first node (an ONNX op's box: its output)
+            nid = self.model.pick(self.display.item_group[item])
         self.selected_node = nid
         self._apply_marks()
         self._clicked = nid  # the window's select_node comes back here: no reveal

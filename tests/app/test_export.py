@@ -4,6 +4,7 @@ through the menu entries with the save dialog answered as a user would."""
 from __future__ import annotations
 
 import csv
+import gc
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -16,6 +17,14 @@ from app.export_menu import export_csv
 from app.main_window import MainWindow
 from views import export
 from views.ulp_scale import level_color
+
+
+@pytest.fixture(autouse=True)
+def _collect_here():
+    """Collect these tests' windows now, while no layout job runs (tests/views/test_scale.py:
+    left to a later GC they were finalised during another test's layout, a segfault)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture

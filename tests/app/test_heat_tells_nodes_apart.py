@@ -5,7 +5,10 @@ stripes), in the one ulp scale; the graph's legend explains both."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
+import pytest
 from PySide6.QtGui import QColor, QImage
 
 from tests.app import test_time_travel as tt_tests
@@ -13,6 +16,14 @@ from tests.app.test_time_travel import episode, feed, tt  # noqa: F401  (fixture
 from views.graph_panel import LEGEND
 from views.training_view import TrainingPanel
 from views.ulp_scale import FADED, INHERITED, heat_lut, level_color, two_tone_lut
+
+
+@pytest.fixture(autouse=True)
+def _collect_here():
+    """Collect these tests' windows now, while no layout job runs (tests/views/test_scale.py:
+    left to a later GC they were finalised during another test's layout, a segfault)."""
+    yield
+    gc.collect()
 
 
 def pixels(img: QImage) -> np.ndarray:
