@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QSpinBox,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -142,14 +143,21 @@ class DeviceCompareView(QWidget):
         top.addLayout(self.slice_lay)
         top.addWidget(self.summary, 1)
         lay.addLayout(top)
-        row = QHBoxLayout()
+        sides = QWidget(self)
+        row = QHBoxLayout(sides)
+        row.setContentsMargins(0, 0, 0, 0)
         for title, v in ((self.ref_title, self.cpu_view), (self.dev_title, self.dev_view)):
             col = QVBoxLayout()
             col.addWidget(title)
             col.addWidget(v, 1)
             row.addLayout(col, 1)
-        lay.addLayout(row, 1)
-        lay.addWidget(self.ulp_view, 1)
+        # NOTE: a splitter: the maps were ~45 px tall in a live dock; drag it, or double-click
+        # a map to open it large (views.array_window)
+        self.split = QSplitter(Qt.Vertical, self)
+        self.split.addWidget(sides)
+        self.split.addWidget(self.ulp_view)
+        self.split.setChildrenCollapsible(False)
+        lay.addWidget(self.split, 1)
 
     def set_titles(self, reference: str = "CPU", candidate: str = "device",
                    tips: tuple[str, str] = ("", "")) -> None:
@@ -158,6 +166,7 @@ class DeviceCompareView(QWidget):
                                  (self.dev_title, candidate, tips[1])):
             label.setText(f"<b>{text}</b>")
             label.setToolTip(tip)
+        self.cpu_view.title, self.dev_view.title = reference, candidate  # (their large views)
 
     def set_arrays(self, cpu: np.ndarray | None, dev: np.ndarray | None) -> None:
         """Show one value pair (either may be None)."""
