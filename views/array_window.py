@@ -20,14 +20,12 @@ class ArrayWindow(QDialog):
     """One array, large: its own ArrayView over a copy of the small one's state."""
 
     def __init__(self, source, parent=None):
-        from views.array_view import ArrayView
-
         super().__init__(parent)
         self.setAttribute(Qt.WA_DeleteOnClose, True)
         title = source.title or "array"
         shape = "×".join(str(d) for d in source.array.shape) if source.array is not None else ""
         self.setWindowTitle(f"tapescope — {title} {shape}".rstrip())
-        self.view = ArrayView(title, self)
+        self.view = type(source)(title, self)  # an ArrayView (not imported: no cycle)
         if source.ulp_scale:
             self.view.use_ulp_scale()
         self.view.set_array(source.array)
