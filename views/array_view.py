@@ -9,6 +9,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QStackedWidget, QVBoxLayout, QWidget
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
 
@@ -46,10 +47,10 @@ class ArrayView(QWidget):
         f.setPointSize(18)
         self.number.setFont(f)
         self.plot = pg.PlotWidget(self)
-        self.plot.setBackground("w")
+        self.plot.setBackground(theme.current().plot_bg)
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.image_plot = pg.PlotWidget(self)
-        self.image_plot.setBackground("w")
+        self.image_plot.setBackground(theme.current().plot_bg)
         self.image_plot.invertY(True)
         self.image_plot.setAspectLocked(False)
         self.image = pg.ImageItem()
@@ -192,7 +193,7 @@ class HistogramView(pg.PlotWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.setBackground("w")
+        self.setBackground(theme.current().plot_bg)
         self.addLegend(offset=(-10, 10))
         self.counts: dict[str, np.ndarray] = {}
 

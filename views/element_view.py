@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 
 WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
                  "rel error")
@@ -200,7 +201,7 @@ class ElementView(QWidget):
                               self)
         self.summary.setWordWrap(True)
         self.map = pg.PlotWidget(self)
-        self.map.setBackground("w")
+        self.map.setBackground(theme.current().plot_bg)
         self.map.invertY(True)
         self.map.setMinimumHeight(80)
         self.image = pg.ImageItem(axisOrder="row-major")

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
 )
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 from views.graph_model import GraphModel
 from views.graph_view import GraphView
 from views.minimap import Overview
@@ -24,7 +25,8 @@ DEBOUNCE_FROM = 2000  # nodes: smaller tapes search on every keystroke
 
 def _chip(fill: str, text: str, border: str = "") -> str:
     b = f";border:1px solid {border}" if border else ""
-    return f"<span style='background:{fill}{b}'>&nbsp;{text}&nbsp;</span>"
+    # dark words on a light chip in either theme (a white chip word is set with <font>)
+    return f"<span style='background:{fill};color:#1f2937{b}'>&nbsp;{text}&nbsp;</span>"
 
 
 # one meaning per colour (red: bits differ, nothing else)
@@ -144,9 +146,12 @@ class GraphPanel(QWidget):
         lay.addWidget(self.view, 1)
         self.overview = Overview(self.view, self.view)
         self.legend = QLabel(self.view)
-        self.legend.setText(LEGEND)
+        t = theme.current()  # the chips keep their colours; the words follow the theme
+        self.legend.setText(LEGEND.replace("color:#111827", f"color:{t.on_background}"))
         self.legend.setToolTip(LEGEND_TIP)
-        self.legend.setStyleSheet("background: rgba(255,255,255,210); padding: 3px;")
+        bg = t.overlay_bg
+        self.legend.setStyleSheet(f"background: rgba({bg.red()},{bg.green()},{bg.blue()},"
+                                  f"{bg.alpha()}); color: {t.plot_fg}; padding: 3px;")
         self.view.node_selected.connect(self.node_selected)
         # the viewport, not the view: its size is final when its Resize arrives (the view's
         # own Resize came before the scroll bars settled, and the overlays ended off screen)

@@ -10,6 +10,7 @@ from PySide6.QtGui import QAction, QColor, QPainter
 from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QMenu
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 from views.graph_canvas import GraphCanvas
 from views.graph_model import DisplayGraph, GraphModel
 from views.layout import CACHE, Layout
@@ -75,7 +76,7 @@ class GraphView(QGraphicsView):
         self.setViewportUpdateMode(QGraphicsView.FullViewportUpdate)
         self.setOptimizationFlag(QGraphicsView.DontSavePainterState, True)
         self.setFrameShape(QFrame.NoFrame)
-        self.setBackgroundBrush(QColor("#f7f8fa"))
+        self.setBackgroundBrush(QColor(theme.current().graph_bg))
         self.setRenderHint(QPainter.TextAntialiasing, True)
         self.model: GraphModel | None = None
         self.display: DisplayGraph | None = None

@@ -200,7 +200,10 @@ class KernelsPanel(QWidget):
             if p is not None:
                 color = "#16a34a" if p.get("worst", 0) == 0 else (
                     "#7c3aed" if p["worst"] < 0 else "#b91c1c")
-            it.setForeground(QColor(color) if color else QColor("#111827"))
+            if color:
+                it.setForeground(QColor(color))
+            else:  # the theme's text colour
+                it.setData(Qt.ForegroundRole, None)
 
     def kernel_of(self, node_id: int, role: str = "forward") -> str | None:
         """The kernel of ``role`` whose segment computes ``node_id``, or None."""

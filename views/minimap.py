@@ -14,6 +14,7 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QToolTip, QWidget
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 from views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
 from views.graph_model import KIND_GROUP, KIND_OP
 from views.graph_view import NAN_COLOR, GraphView, severity
@@ -102,7 +103,7 @@ class Overview(QWidget):
         if c.layout is None:
             return
         img = QImage(self.size(), QImage.Format_ARGB32_Premultiplied)
-        img.fill(QColor(255, 255, 255, 225))
+        img.fill(theme.current().overlay_bg)
         p = QPainter(img)
         sx, sy = self._scale()
         r = c.boundingRect()
@@ -198,7 +199,7 @@ class Overview(QWidget):
 
     def paintEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         p = QPainter(self)
-        p.fillRect(self.rect(), QColor(255, 255, 255, 200))
+        p.fillRect(self.rect(), theme.current().overlay_bg)
         if self._image is not None:
             p.drawImage(0, 0, self._image)
         if not self.view.canvas.boundingRect().isEmpty():

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 from views.scope_runs import scope_runs
 from views.ulp_scale import (  # noqa: F401  (heat_levels, heat_lut: re-exported)
     HEAT_TICKS,
@@ -63,7 +64,7 @@ class TrainingPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.glw = pg.GraphicsLayoutWidget(self)
-        self.glw.setBackground("w")
+        self.glw.setBackground(theme.current().plot_bg)
         self.loss_plot = self.glw.addPlot(row=0, col=0, title="loss")
         self.loss_plot.addLegend(offset=(-5, 5), labelTextSize="8pt")
         self.loss_plot.showGrid(x=True, y=True, alpha=0.2)
@@ -88,7 +89,8 @@ class TrainingPanel(QWidget):
         # NOTE: two tones (views.ulp_scale.two_tone_lut): a cell whose node introduced its
         # error in full colour, an inherited one faded, as the graph's stripes; with error
         # flowing down the tape every cell was the same red and no node stood out (issue 25)
-        self.heat.setLookupTable(two_tone_lut())
+        bg = pg.mkColor(theme.current().plot_bg)
+        self.heat.setLookupTable(two_tone_lut((bg.red(), bg.green(), bg.blue())))
         self.heat_plot.addItem(self.heat)
         self.heat_plot.invertY(True)
         self.colorbar = pg.ColorBarItem(values=(0, 255), colorMap=heat_colormap(),

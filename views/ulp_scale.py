@@ -32,12 +32,14 @@ FADED = 0.3  # inherited error: its colour at this strength over white (the grap
 INHERITED = 256  # added to a heatmap level: the cell's error was inherited, drawn faded
 
 
-def two_tone_lut() -> np.ndarray:
+def two_tone_lut(background: tuple[int, int, int] = (255, 255, 255)) -> np.ndarray:
     """heat_lut() for levels 0..255 (introduced, or nothing known of where the error came
-    from), then the same colours faded for INHERITED + level: 512 entries."""
+    from), then the same colours faded toward ``background`` (the plot's: white, or a dark
+    theme's) for INHERITED + level: 512 entries."""
     full = heat_lut()
     faded = full.copy()
-    faded[:, :3] = np.round(FADED * full[:, :3] + (1 - FADED) * 255).astype(np.ubyte)
+    bg = np.asarray(background, dtype=np.float64)
+    faded[:, :3] = np.round(FADED * full[:, :3] + (1 - FADED) * bg).astype(np.ubyte)
     faded[0] = full[0]  # exact stays exact
     return np.concatenate((full, faded))
 
