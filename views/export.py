@@ -8,16 +8,18 @@ is vector: scene units, every item.
 
 A panel's CSV is the table it shows, rows in the order and filter on screen; a panel that draws
 plots instead (Training) gives its series through ``csv_table()``. Numbers are written as
-numbers: the thousands separators the table shows (``23,296``) are taken out.
+numbers: the thousands separators the table shows (``23,296``) are taken out. Every file is
+written whole or not at all (``core.atomic``).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import re
 from collections.abc import Sequence
 
-from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtCore import QBuffer, QIODevice, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QAbstractItemView, QWidget
 
@@ -72,11 +74,28 @@ def graph_image(view) -> QImage:
     return img
 
 
+def _write(path: str, data, kind: str) -> None:
+    """Whole or not at all (core.atomic, as every file tapescope writes)."""
+    from core.atomic import write_atomic
+
+    try:
+        write_atomic(path, data)
+    except OSError as e:
+        raise ExportError(f"{path}: cannot write the {kind} ({e.strerror or e})") from e
+
+
+def _encoded(write) -> bytes:
+    buf = QBuffer()
+    buf.open(QIODevice.WriteOnly)
+    write(buf)
+    buf.close()
+    return bytes(buf.data())
+
+
 def save_graph_png(view, path: str) -> QSize:
     """Write the whole graph as a PNG; returns its size in pixels."""
     img = graph_image(view)
-    if not img.save(path, "PNG"):
-        raise ExportError(f"{path}: cannot write the PNG (no such folder, or not writable)")
+    _write(path, _encoded(lambda buf: img.save(buf, "PNG")), "PNG")
     return img.size()
 
 
@@ -86,20 +105,22 @@ def save_graph_svg(view, path: str, title: str = "tapescope graph") -> QSize:
 
     src = _source(view)
     size = QSize(int(src.width()), int(src.height()))
-    gen = QSvgGenerator()
-    gen.setFileName(path)
-    gen.setSize(size)
-    gen.setResolution(96)  # the CSS pixel: a browser shows it at the PNG's size
-    gen.setViewBox(QRectF(0, 0, size.width(), size.height()))
-    gen.setTitle(title)
-    gen.setDescription("exported by tapescope")
-    p = QPainter()
-    if not p.begin(gen):
-        raise ExportError(f"{path}: cannot write the SVG (no such folder, or not writable)")
-    p.fillRect(QRectF(0, 0, size.width(), size.height()), BACKGROUND)
-    view.scene().render(p, QRectF(0, 0, size.width(), size.height()), src,
-                        Qt.KeepAspectRatio)
-    p.end()
+
+    def draw(buf) -> None:
+        gen = QSvgGenerator()
+        gen.setOutputDevice(buf)
+        gen.setSize(size)
+        gen.setResolution(96)  # the CSS pixel: a browser shows it at the PNG's size
+        gen.setViewBox(QRectF(0, 0, size.width(), size.height()))
+        gen.setTitle(title)
+        gen.setDescription("exported by tapescope")
+        p = QPainter(gen)
+        p.fillRect(QRectF(0, 0, size.width(), size.height()), BACKGROUND)
+        view.scene().render(p, QRectF(0, 0, size.width(), size.height()), src,
+                            Qt.KeepAspectRatio)
+        p.end()
+
+    _write(path, _encoded(draw), "SVG")
     return size
 
 
@@ -162,11 +183,9 @@ def graph_table(model) -> tuple[list[str], list[list[str]]]:
 
 def write_csv(path: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
     """Write a table as CSV (UTF-8, one header line); returns the rows written."""
-    try:
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(headers)
-            w.writerows(rows)
-    except OSError as e:
-        raise ExportError(f"{path}: cannot write the CSV ({e.strerror or e})") from e
+    out = io.StringIO(newline="")
+    w = csv.writer(out)
+    w.writerow(headers)
+    w.writerows(rows)
+    _write(path, out.getvalue(), "CSV")
     return len(rows)
