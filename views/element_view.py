@@ -218,7 +218,7 @@ class ElementView(QWidget):
         self.colorbar.axis.setTicks([HEAT_TICKS])
         self.caption = QLabel("ulp per element (rows × columns), in the graph stripe's colours: "
                               "green exact, amber 1 ulp → red 2^20, violet NaN ≠", self)
-        self.caption.setStyleSheet("color: #4b5563")
+        self.caption.setStyleSheet(f"color: {theme.current().plot_fg}")  # grey words, either theme
         self.caption.setWordWrap(True)  # (a long caption must not widen the dock)
         self.caption.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.model = WorstElementsModel(self)
