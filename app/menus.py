@@ -49,6 +49,9 @@ def build_menus(win) -> None:
         win.example_actions[name] = a
         ex.addAction(a)
     f.addAction(_action(win, "&Save tape as…", win.save_dialog, QKeySequence.StandardKey.SaveAs))
+    from app.export_menu import add_export_menu
+
+    add_export_menu(win, f)  # graph as PNG / SVG, the current panel as CSV
     f.addSeparator()
     f.addAction(_action(win, "&Quit", win.close, QKeySequence.StandardKey.Quit))
 

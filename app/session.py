@@ -94,6 +94,9 @@ class Session:
     def __post_init__(self) -> None:
         # -1: no loss node to mark (a forward-only ONNX run)
         self.graph = GraphModel.from_tape(self.tape, -1 if self.loss_id is None else self.loss_id)
+        # an imported model reads as its ONNX ops, each a folded box of its tape nodes
+        self.graph.group_onnx(self.meta.get("onnx_nodes") or getattr(
+            self.workload, "onnx_nodes", None) or ())
         self.grads: list = []
         self._flags: tuple[np.ndarray, np.ndarray] | None = None
         self.snapshot_gradients()

@@ -242,8 +242,11 @@ class TimeTravel(QObject):
             return
         only = self.ctl.training.introduced_only.isChecked()
         img = np.stack([c[2] if only else c[1] for c in self._cols], axis=1)
+        # all error: where a node did not introduce its own, drawn faded (an inherited cell)
+        inherited = None if only else np.stack([c[2] == 0 for c in self._cols], axis=1)
         # a toggle (args: the checkbox's bool) redraws at once; a snapshot with the plots
-        self.ctl.training.set_heat(img, [c[0] for c in self._cols], now=bool(args))
+        self.ctl.training.set_heat(img, [c[0] for c in self._cols], now=bool(args),
+                                   inherited=inherited)
 
     def _params(self) -> None:
         s = self.win.session

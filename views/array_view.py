@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Slot
+from PySide6.QtCore import QEvent, Qt, Slot
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QStackedWidget, QVBoxLayout, QWidget
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
 
@@ -33,6 +34,8 @@ class ArrayView(QWidget):
 
     def __init__(self, title: str = "", parent=None):
         super().__init__(parent)
+        self.title = title  # what a larger view (double-click) is called
+        self.large = None  # the ArrayWindow a double-click opened last
         self.array: np.ndarray | None = None
         self.stack = QStackedWidget(self)
         self.empty = QLabel("—", self)
@@ -44,10 +47,10 @@ class ArrayView(QWidget):
         f.setPointSize(18)
         self.number.setFont(f)
         self.plot = pg.PlotWidget(self)
-        self.plot.setBackground("w")
+        self.plot.setBackground(theme.current().plot_bg)
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.image_plot = pg.PlotWidget(self)
-        self.image_plot.setBackground("w")
+        self.image_plot.setBackground(theme.current().plot_bg)
         self.image_plot.invertY(True)
         self.image_plot.setAspectLocked(False)
         self.image = pg.ImageItem()
@@ -56,6 +59,10 @@ class ArrayView(QWidget):
                                         width=12)
         self.colorbar.setImageItem(self.image, insert_in=self.image_plot.getPlotItem())
         self.ulp_scale = False  # use_ulp_scale: drawn in the window's one ulp colour scale
+        for w in (self.plot, self.image_plot):  # a double-click opens the drawing large
+            w.viewport().installEventFilter(self)  # (the scene's own click signal misses it
+            # while the view box holds the mouse)
+        self.setToolTip("Double-click to open this drawing in a window of its own")
         for w in (self.empty, self.number, self.plot, self.image_plot):
             self.stack.addWidget(w)
         self.slice_row = QWidget(self)
@@ -79,6 +86,22 @@ class ArrayView(QWidget):
         self.ulp_scale = True
         self.colorbar.setColorMap(pg.ColorMap(np.linspace(0.0, 1.0, 256), heat_lut()))
         self.colorbar.axis.setTicks([HEAT_TICKS])
+
+    def eventFilter(self, obj, ev) -> bool:  # noqa: N802 (Qt override)
+        if ev.type() == QEvent.MouseButtonDblClick and ev.button() == Qt.LeftButton:
+            self.open_large()
+            return True
+        return False
+
+    def open_large(self):
+        """Open this drawing in a window of its own (same array, scale and slice)."""
+        if self.array is None:
+            return None
+        from views.array_window import ArrayWindow
+
+        self.large = ArrayWindow(self, self.window())
+        self.large.show()
+        return self.large
 
     def page(self) -> int:
         """Which drawing is shown: PAGE_EMPTY, PAGE_NUMBER, PAGE_PLOT or PAGE_IMAGE."""
@@ -170,7 +193,7 @@ class HistogramView(pg.PlotWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.setBackground("w")
+        self.setBackground(theme.current().plot_bg)
         self.addLegend(offset=(-10, 10))
         self.counts: dict[str, np.ndarray] = {}
 

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 
 WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
                  "rel error")
@@ -200,7 +201,7 @@ class ElementView(QWidget):
                               self)
         self.summary.setWordWrap(True)
         self.map = pg.PlotWidget(self)
-        self.map.setBackground("w")
+        self.map.setBackground(theme.current().plot_bg)
         self.map.invertY(True)
         self.map.setMinimumHeight(80)
         self.image = pg.ImageItem(axisOrder="row-major")
@@ -217,7 +218,7 @@ class ElementView(QWidget):
         self.colorbar.axis.setTicks([HEAT_TICKS])
         self.caption = QLabel("ulp per element (rows × columns), in the graph stripe's colours: "
                               "green exact, amber 1 ulp → red 2^20, violet NaN ≠", self)
-        self.caption.setStyleSheet("color: #4b5563")
+        self.caption.setStyleSheet(f"color: {theme.current().plot_fg}")  # grey words, either theme
         self.caption.setWordWrap(True)  # (a long caption must not widen the dock)
         self.caption.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.model = WorstElementsModel(self)

@@ -238,8 +238,9 @@ class GraphCanvas(QGraphicsItem):
                 p.moveTo(a, b)
                 p.cubicTo(a, mid, c, mid, c, e)  # top-down S-curve: leaves down, enters from above
             painter.drawPath(path)
-            painter.setPen(QPen(EDGE_HI_COLOR, 2.4))
-            painter.drawPath(hi)
+            if not hi.isEmpty():  # (an empty path is an SVG export's empty d="", a warning)
+                painter.setPen(QPen(EDGE_HI_COLOR, 2.4))
+                painter.drawPath(hi)
         elif edges.size == len(self._lines):
             painter.drawLines(self._lines)
         else:

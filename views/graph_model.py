@@ -86,6 +86,10 @@ class GraphModel:
     loss_id: int | None = None
     extra_groups: dict[str, list[int]] = field(default_factory=dict)
     collapsed: set[str] = field(default_factory=set)
+    # a group that stands for a node of an imported model (group_onnx): the op its box is
+    # labelled with, and the node a click on the folded box selects (its output)
+    group_ops: dict[str, str] = field(default_factory=dict)
+    group_head: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
         for i, n in enumerate(self.nodes):
@@ -129,6 +133,33 @@ class GraphModel:
         self.extra_groups = {k: sorted(v) for k, v in groups.items()}
         self.groups.update(self.extra_groups)
 
+    def group_onnx(self, infos, fold: bool = True) -> list[str]:
+        """Make each ONNX node (``core.onnx.importer.onnx_node_info``: op_type, first, stop)
+        that became more than one tape node a group: the name scope its tape nodes share,
+        labelled with its op type and, with ``fold``, collapsed, so the graph reads as the
+        model's ops (BatchNormalization, not sqrt/sub/div/mul); double-click unfolds one.
+        Returns the groups made."""
+        made = []
+        n = len(self.nodes)
+        for info in infos or ():
+            first, stop = int(info.get("first", 0)), int(info.get("stop", 0))
+            if not 0 <= first < stop <= n or stop - first < 2:
+                continue  # one tape node: it is its own box already
+            scope = self.innermost_scope(stop - 1)
+            if scope is None or self.groups.get(scope) != list(range(first, stop)):
+                continue  # not exactly this node's tape nodes: no box that would lie
+            self.group_ops[scope] = str(info.get("op_type", "onnx"))
+            self.group_head[scope] = stop - 1
+            made.append(scope)
+        if fold:
+            self.collapsed.update(made)
+        return made
+
+    def pick(self, group: str) -> int:
+        """The node a click on the folded box of ``group`` selects: an ONNX op's output, else
+        the group's first node."""
+        return self.group_head.get(group, min(self.groups[group]))
+
     def innermost_scope(self, node_id: int) -> str | None:
         """The deepest name scope of a node (what "collapse" folds), or None."""
         s = scopes_of(self.nodes[node_id].name)
@@ -139,6 +170,20 @@ class GraphModel:
         if group not in self.groups:
             raise KeyError(f"no group named {group!r}")
         (self.collapsed.add if collapsed else self.collapsed.discard)(group)
+
+    def hidden_in(self, node_id: int) -> list[str]:
+        """The collapsed groups that hide ``node_id`` (its folded scopes, fused segments)."""
+        if not self.collapsed:
+            return []
+        scopes = set(scopes_of(self.nodes[node_id].name))
+        return sorted(g for g in self.collapsed if g in scopes or (
+            g in self.extra_groups and node_id in self.extra_groups[g]))
+
+    def reveal(self, node_id: int) -> bool:
+        """Unfold every group that hides ``node_id``; True when one was folded."""
+        hidden = self.hidden_in(node_id)
+        self.collapsed.difference_update(hidden)
+        return bool(hidden)
 
     def display(self) -> DisplayGraph:
         """The graph to draw: nodes of collapsed groups merged into one box per group."""
@@ -193,7 +238,9 @@ class GraphModel:
                 g = item_group[it]
                 members = self.groups[g]
                 kinds[it] = KIND_GROUP
-                labels.append(("▸ group", g, f"{len(members)} nodes"))
+                op = self.group_ops.get(g)
+                labels.append((f"▸ {op}" if op else "▸ group", g,
+                               f"{len(members)} tape nodes" if op else f"{len(members)} nodes"))
                 order_key.append(min(members))
         inputs = [tuple(sorted(s)) for s in ins]
         ops = [("g:" + item_group[i]) if item_node[i] < 0 else self.nodes[item_node[i]].op

@@ -13,10 +13,11 @@ from PySide6.QtWidgets import (
 )
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 from views.graph_model import GraphModel
 from views.graph_view import GraphView
 from views.minimap import Overview
-from views.ulp_scale import HEAT_TICKS, level_color
+from views.ulp_scale import HEAT_TICKS, faded_color, level_color
 
 DEBOUNCE_MS = 120  # a pause in typing this long runs the search
 DEBOUNCE_FROM = 2000  # nodes: smaller tapes search on every keystroke
@@ -24,7 +25,8 @@ DEBOUNCE_FROM = 2000  # nodes: smaller tapes search on every keystroke
 
 def _chip(fill: str, text: str, border: str = "") -> str:
     b = f";border:1px solid {border}" if border else ""
-    return f"<span style='background:{fill}{b}'>&nbsp;{text}&nbsp;</span>"
+    # dark words on a light chip in either theme (a white chip word is set with <font>)
+    return f"<span style='background:{fill};color:#1f2937{b}'>&nbsp;{text}&nbsp;</span>"
 
 
 # one meaning per colour (red: bits differ, nothing else)
@@ -36,6 +38,7 @@ LEGEND = " ".join([
     *(_chip(level_color(lv), f"<font color={'black' if lv < 128 else 'white'}>{t}</font>")
       for lv, t in [(1.0, "1")] + [(lv, t.replace(" ulp", "")) for lv, t in HEAT_TICKS[1:5]]),
     _chip(level_color(255), "<font color=white>NaN ≠</font>"),
+    _chip(faded_color(254), "inherited"),  # faded: the error came from the inputs
     _chip("#ddd6fe", "⚠ NaN/inf alarm", "#7c3aed"),
     "<b style='color:#111827'>▭ first divergence</b>"])
 LEGEND_TIP = (
@@ -143,9 +146,12 @@ class GraphPanel(QWidget):
         lay.addWidget(self.view, 1)
         self.overview = Overview(self.view, self.view)
         self.legend = QLabel(self.view)
-        self.legend.setText(LEGEND)
+        t = theme.current()  # the chips keep their colours; the words follow the theme
+        self.legend.setText(LEGEND.replace("color:#111827", f"color:{t.on_background}"))
         self.legend.setToolTip(LEGEND_TIP)
-        self.legend.setStyleSheet("background: rgba(255,255,255,210); padding: 3px;")
+        bg = t.overlay_bg
+        self.legend.setStyleSheet(f"background: rgba({bg.red()},{bg.green()},{bg.blue()},"
+                                  f"{bg.alpha()}); color: {t.plot_fg}; padding: 3px;")
         self.view.node_selected.connect(self.node_selected)
         # the viewport, not the view: its size is final when its Resize arrives (the view's
         # own Resize came before the scroll bars settled, and the overlays ended off screen)

@@ -10,6 +10,7 @@ from PySide6.QtGui import QAction, QColor, QPainter
 from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QMenu
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 from views.graph_canvas import GraphCanvas
 from views.graph_model import DisplayGraph, GraphModel
 from views.layout import CACHE, Layout
@@ -75,7 +76,7 @@ class GraphView(QGraphicsView):
         self.setViewportUpdateMode(QGraphicsView.FullViewportUpdate)
         self.setOptimizationFlag(QGraphicsView.DontSavePainterState, True)
         self.setFrameShape(QFrame.NoFrame)
-        self.setBackgroundBrush(QColor("#f7f8fa"))
+        self.setBackgroundBrush(QColor(theme.current().graph_bg))
         self.setRenderHint(QPainter.TextAntialiasing, True)
         self.model: GraphModel | None = None
         self.display: DisplayGraph | None = None
@@ -85,6 +86,7 @@ class GraphView(QGraphicsView):
         self._signals.done.connect(self._on_layout)
         self._pending_select: int | None = None
         self._press_pos = None
+        self._clicked = -1  # the node a click on the view itself selects (while it fans out)
         self.selected_node = -1
         self._marks: dict[str, set[int]] = {"nan": set(), "bp": set(), "search": set(),
                                             "first": set(), "kernel": set()}
@@ -228,10 +230,18 @@ class GraphView(QGraphicsView):
     # ---- selection --------------------------------------------------------------------------
     @Slot(int)
     def select_node(self, node_id: int, center: bool = True) -> None:
-        """Select a node from elsewhere (table, inspector): highlight and bring into view."""
+        """Select a node from elsewhere (table, inspector, search, stepper): highlight it and
+        bring it into view, unfolding the collapsed groups that hide it (a click on a
+        collapsed box selects its first node and leaves the box folded)."""
         if not self.is_ready():
             self._pending_select = node_id
             self.selected_node = node_id
+            return
+        if (node_id != self._clicked and self.model is not None
+                and 0 <= node_id < len(self.model.nodes) and self.model.reveal(node_id)):
+            self._pending_select = node_id  # selected (and centred) once laid out again
+            self.selected_node = node_id
+            self.relayout()
             return
         self.selected_node = node_id
         self._apply_marks()
@@ -260,11 +270,15 @@ class GraphView(QGraphicsView):
         if item < 0:
             return
         nid = self.display.item_node[item]
-        if nid < 0:  # a collapsed group: select its first node
-            nid = min(self.model.groups[self.display.item_group[item]])
+        if nid < 0:  # a collapsed group: its first node (an ONNX op's box: its output)
+            nid = self.model.pick(self.display.item_group[item])
         self.selected_node = nid
         self._apply_marks()
-        self.node_selected.emit(nid)
+        self._clicked = nid  # the window's select_node comes back here: no reveal
+        try:
+            self.node_selected.emit(nid)
+        finally:
+            self._clicked = -1
 
     def mouseDoubleClickEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         if self.display is None:

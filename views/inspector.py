@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QSpinBox,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -62,13 +63,18 @@ def onnx_html(info: dict | None) -> str:
 
 
 class StatsTable(QTableWidget):
-    """Rows value/gradient (and device rows when present) × min max mean std NaN inf."""
+    """One column per array (value, gradient; both sides in a live session), one row per
+    statistic: min, max, mean, std, and NaN / inf counts."""
+
+    ROWS = ("min", "max", "mean", "std", "NaN / inf")
 
     def __init__(self, parent=None):
-        super().__init__(0, len(STAT_KEYS), parent)
-        self.setHorizontalHeaderLabels(["min", "max", "mean", "std", "NaN", "inf"])
-        # NOTE: sized to their contents, never elided: "-7.2526…" for -7.25265e-05 reads as
-        # another number; a narrow dock scrolls instead
+        super().__init__(len(self.ROWS), 0, parent)
+        self.setVerticalHeaderLabels(list(self.ROWS))
+        # NOTE: arrays as columns, statistics as rows: six statistics across a ~460 px dock
+        # put NaN and inf behind a horizontal scroll bar even at 1920x1080 (issue 25); four
+        # arrays across fit. Sized to their contents, never elided: "-7.2526…" for
+        # -7.25265e-05 reads as another number; a narrower dock scrolls instead
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.horizontalHeader().setStretchLastSection(True)
         self.setTextElideMode(Qt.ElideNone)
@@ -77,22 +83,25 @@ class StatsTable(QTableWidget):
         self.stats: dict[str, dict] = {}
 
     def set_rows(self, rows: dict[str, np.ndarray | None]) -> None:
-        """One row per named array (None arrays are skipped)."""
+        """One column per named array (None arrays are skipped)."""
         self.stats = {k: array_stats(a) for k, a in rows.items() if a is not None}
-        self.setRowCount(len(self.stats))
-        self.setVerticalHeaderLabels(list(self.stats))
-        for r, st in enumerate(self.stats.values()):
-            for c, key in enumerate(STAT_KEYS):
+        self.setColumnCount(len(self.stats))
+        self.setHorizontalHeaderLabels(list(self.stats))
+        for c, st in enumerate(self.stats.values()):
+            for r, key in enumerate(STAT_KEYS[:4]):
                 it = QTableWidgetItem(format_number(st[key]))
                 it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
-                if key in ("nan", "inf") and st[key]:
-                    it.setForeground(QColor(NONFINITE_COLOR))
                 self.setItem(r, c, it)
+            it = QTableWidgetItem(f"{st['nan']:,} / {st['inf']:,}")
+            it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+            if st["nan"] or st["inf"]:
+                it.setForeground(QColor(NONFINITE_COLOR))
+            self.setItem(4, c, it)
         self._fit_height()
 
     def _fit_height(self) -> None:
         # every row on screen, plus the horizontal scroll bar only while the numbers need it
-        h = 24 + 21 * max(1, len(self.stats))
+        h = (24 + 21 * len(self.ROWS)) if self.stats else 24
         sb = self.horizontalScrollBar()
         if sb.maximum() > 0:
             h += sb.sizeHint().height()
@@ -142,14 +151,21 @@ class DeviceCompareView(QWidget):
         top.addLayout(self.slice_lay)
         top.addWidget(self.summary, 1)
         lay.addLayout(top)
-        row = QHBoxLayout()
+        sides = QWidget(self)
+        row = QHBoxLayout(sides)
+        row.setContentsMargins(0, 0, 0, 0)
         for title, v in ((self.ref_title, self.cpu_view), (self.dev_title, self.dev_view)):
             col = QVBoxLayout()
             col.addWidget(title)
             col.addWidget(v, 1)
             row.addLayout(col, 1)
-        lay.addLayout(row, 1)
-        lay.addWidget(self.ulp_view, 1)
+        # NOTE: a splitter: the maps were ~45 px tall in a live dock; drag it, or double-click
+        # a map to open it large (views.array_window)
+        self.split = QSplitter(Qt.Vertical, self)
+        self.split.addWidget(sides)
+        self.split.addWidget(self.ulp_view)
+        self.split.setChildrenCollapsible(False)
+        lay.addWidget(self.split, 1)
 
     def set_titles(self, reference: str = "CPU", candidate: str = "device",
                    tips: tuple[str, str] = ("", "")) -> None:
@@ -158,6 +174,7 @@ class DeviceCompareView(QWidget):
                                  (self.dev_title, candidate, tips[1])):
             label.setText(f"<b>{text}</b>")
             label.setToolTip(tip)
+        self.cpu_view.title, self.dev_view.title = reference, candidate  # (their large views)
 
     def set_arrays(self, cpu: np.ndarray | None, dev: np.ndarray | None) -> None:
         """Show one value pair (either may be None)."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtCore import QEvent, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QFont, QSyntaxHighlighter, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
+    QDialog,
     QLabel,
     QListWidget,
     QListWidgetItem,
@@ -123,6 +124,11 @@ class KernelsPanel(QWidget):
         self.node_lines: tuple[int, int] | None = None  # (first, last) line of the shown node
         self._quiet = False  # a selection from show_node: no nodes_highlighted back
         self.list.currentRowChanged.connect(self._picked)
+        # the dock shows a few source lines: a double-click opens the kernel large
+        self.list.itemDoubleClicked.connect(lambda _it: self.open_source())
+        self.source.viewport().installEventFilter(self)
+        self.source.setToolTip("Double-click: this kernel's source in a window of its own")
+        self.large = None  # the SourceWindow opened last
         self.set_plan(None)
 
     def set_plan(self, plan: dict | None) -> None:
@@ -160,11 +166,17 @@ class KernelsPanel(QWidget):
             if p.get("worst", 0) == 0:
                 badge = "✓ exact  ·  "
             else:
-                worst = "NaN" if p["worst"] < 0 else f"{p['worst']:.6g} ulp"
+                worst = "NaN" if p["worst"] < 0 else f"{p['worst']:,.6g} ulp"  # 2,432 ulp
                 who = f" at #{p['node']}" if p.get("node") is not None else ""
                 intro = {True: " introduced", False: " inherited"}.get(p.get("introduced"), "")
                 badge = f"≠ {worst}{who}{intro}  ·  "
-        return (f"{badge}{k['name']}  ·  {k['role']}  ·  "
+        # NOTE: the name without its plan's id (the summary line holds it): the whole line
+        # was clipped in a 460 px dock; the tooltip has the full name
+        name = k["name"]
+        pid = str((self.plan or {}).get("plan_id") or "")
+        m = re.match(r"[a-z]{0,3}" + re.escape(pid) + "_(.+)", name) if pid else None
+        short = m.group(1) if m else name  # fzd739bbbcb564_s1_fwd_f64 → s1_fwd_f64
+        return (f"{badge}{short}  ·  {k['role']}  ·  "
                 f"{'seg ' + str(seg) if seg is not None else 'optimizer'}  ·  "
                 f"{span}  ·  grid {k['grid']} × block {k['block']}")
 
@@ -181,12 +193,17 @@ class KernelsPanel(QWidget):
             if k is None:
                 continue
             it.setText(self._item_text(k))
+            it.setToolTip(f"{k['name']}\n{self._item_text(k)}\n(double-click: the source in a "
+                          "window of its own)")
             p = self.parity.get(k["name"])
             color = None
             if p is not None:
                 color = "#16a34a" if p.get("worst", 0) == 0 else (
                     "#7c3aed" if p["worst"] < 0 else "#b91c1c")
-            it.setForeground(QColor(color) if color else QColor("#111827"))
+            if color:
+                it.setForeground(QColor(color))
+            else:  # the theme's text colour
+                it.setData(Qt.ForegroundRole, None)
 
     def kernel_of(self, node_id: int, role: str = "forward") -> str | None:
         """The kernel of ``role`` whose segment computes ``node_id``, or None."""
@@ -249,6 +266,41 @@ class KernelsPanel(QWidget):
         seg = self.plan["segments"][k["segment"]]
         return list(seg["node_ids"])
 
+    def eventFilter(self, obj, ev) -> bool:  # noqa: N802 (Qt override)
+        if obj is self.source.viewport() and ev.type() == QEvent.MouseButtonDblClick:
+            self.open_source()
+            return True
+        return False
+
+    def open_source(self):
+        """The selected kernel's source, highlighted, in a window of its own (its node's
+        lines marked as here, scrolled to them)."""
+        it = self.list.currentItem()
+        if it is None or not self.source.toPlainText():
+            return None
+        w = QDialog(self.window())
+        w.setAttribute(Qt.WA_DeleteOnClose, True)
+        w.setWindowTitle(f"tapescope — kernel {it.data(Qt.UserRole)}")
+        text = QPlainTextEdit(w)
+        text.setReadOnly(True)
+        text.setLineWrapMode(QPlainTextEdit.NoWrap)
+        text.setFont(self.source.font())
+        text.setPlainText(self.source.toPlainText())
+        w.highlighter = CudaHighlighter(text.document())
+        if self.node_lines is not None:  # the node's lines, marked and scrolled to as here
+            first, last = self.node_lines
+            text.setExtraSelections([_line_selection(text, first, last)])
+            c = QTextCursor(text.document().findBlockByNumber(first - 1))
+            text.setTextCursor(c)
+            text.centerCursor()
+        QVBoxLayout(w).addWidget(text)
+        w.text = text
+        w.resize(900, 760)
+        w.show()
+        text.horizontalScrollBar().setValue(0)  # lines start at the left (centring scrolled)
+        self.large = w
+        return w
+
     def select_kernel(self, name: str) -> None:
         """Select a kernel by name (as a click would)."""
         for r in range(self.list.count()):
@@ -267,3 +319,17 @@ class KernelsPanel(QWidget):
         self.node_lines = None
         if not self._quiet:
             self.nodes_highlighted.emit(self.kernel_nodes(name))
+
+
+
+def _line_selection(edit: QPlainTextEdit, first: int, last: int):
+    """An extra selection over lines ``first``..``last`` (from 1) of ``edit``, in the colour
+    the dock marks a node's lines with."""
+    doc = edit.document()
+    c = QTextCursor(doc.findBlockByNumber(first - 1))
+    end = doc.findBlockByNumber(last - 1)
+    c.setPosition(end.position() + max(0, end.length() - 1), QTextCursor.KeepAnchor)
+    e = QTextEdit.ExtraSelection()
+    e.format.setBackground(QColor("#fef3c7"))  # as _highlight_node marks them
+    e.cursor = c
+    return e

@@ -14,7 +14,9 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QToolTip, QWidget
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 from views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
+from views.graph_model import KIND_GROUP, KIND_OP
 from views.graph_view import NAN_COLOR, GraphView, severity
 from views.scope_runs import run_label, scope_runs
 
@@ -101,7 +103,7 @@ class Overview(QWidget):
         if c.layout is None:
             return
         img = QImage(self.size(), QImage.Format_ARGB32_Premultiplied)
-        img.fill(QColor(255, 255, 255, 225))
+        img.fill(theme.current().overlay_bg)
         p = QPainter(img)
         sx, sy = self._scale()
         r = c.boundingRect()
@@ -111,11 +113,7 @@ class Overview(QWidget):
         if self.bands:
             self._paint_bands(p, c, ys)
         else:
-            kinds = c.graph.kinds.tolist()
-            for k, (_, border) in KIND_STYLE.items():
-                p.setPen(QColor(border))
-                p.drawPoints([QPointF(x, y) for x, y, kk in zip(
-                    xs.tolist(), ys.tolist(), kinds, strict=True) if kk == k])
+            self._paint_dots(p, c, xs, ys)
         for items, color in ((c.nan_items, NAN_BORDER), (c.first_items, FIRST_COLOR)):
             p.setPen(QPen(color, 1.5))  # marks: one line each, whatever the scale
             for i in items:
@@ -123,6 +121,23 @@ class Overview(QWidget):
         p.end()
         self._image = img
         self.update()
+
+    def _paint_dots(self, p: QPainter, c, xs: np.ndarray, ys: np.ndarray) -> None:
+        """Each item a dot: in its parity stripe's colour where it was compared (a 3x3 square,
+        worst drawn last so a red node is never hidden under green ones), else a point in its
+        kind's border colour."""
+        compared = c.overlay
+        kinds = c.graph.kinds.tolist()
+        pts = list(zip(xs.tolist(), ys.tolist(), strict=True))
+        for k, (_, border) in KIND_STYLE.items():
+            p.setPen(QColor(border))
+            p.drawPoints([QPointF(x, y) for i, ((x, y), kk) in enumerate(zip(
+                pts, kinds, strict=True)) if kk == k and i not in compared])
+        p.setPen(Qt.NoPen)
+        for it, col in sorted(compared.items(), key=lambda kv: severity(kv[1])):
+            if 0 <= it < len(pts):
+                x, y = pts[it]
+                p.fillRect(QRectF(x - 1, y - 1, 3, 3), col)
 
     def _paint_bands(self, p: QPainter, c, ys: np.ndarray) -> None:
         """One tile per band, coloured by the worst parity stripe of its items (NaN violet,
@@ -150,9 +165,22 @@ class Overview(QWidget):
             for j in first.tolist():
                 self.band_color[int(band[j])] = order[sev[j]]
                 self.band_worst[int(band[j])] = int(its[j])
+        # a band nothing in was compared takes the colour of the kind most of its items are, as
+        # the graph draws their borders (ops blue, parameters amber): grey bands on ResNet-50
+        # said nothing (issue 25); parity, once there is any, is drawn over it
+        nk = len(KIND_STYLE)
+        votes = np.bincount(b.band_of * nk + np.asarray(c.graph.kinds, dtype=np.int64),
+                            minlength=b.starts.size * nk).reshape(-1, nk)
+        # (a collapsed group's border is green: here it would read as bit-exact; drawn as ops)
+        kind_col = [QColor(KIND_STYLE[KIND_OP if k == KIND_GROUP else k][1]).lighter(115)
+                    for k in sorted(KIND_STYLE)]
+        most = votes.argmax(axis=1).tolist()
         for y0, y1, band in b.spans:
             gap = 1 if y1 - y0 >= 3 else 0
-            p.fillRect(QRectF(4, y0, w - 8, y1 - y0 - gap), self.band_color.get(band, GREY))
+            col = self.band_color.get(band)
+            if col is None:
+                col = kind_col[most[band]] if not c.overlay else GREY
+            p.fillRect(QRectF(4, y0, w - 8, y1 - y0 - gap), col)
 
     def band_at(self, y: float) -> int:
         """The band drawn at pixel row ``y`` (-1: none, or not drawn as bands)."""
@@ -171,7 +199,7 @@ class Overview(QWidget):
 
     def paintEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         p = QPainter(self)
-        p.fillRect(self.rect(), QColor(255, 255, 255, 200))
+        p.fillRect(self.rect(), theme.current().overlay_bg)
         if self._image is not None:
             p.drawImage(0, 0, self._image)
         if not self.view.canvas.boundingRect().isEmpty():

@@ -48,8 +48,9 @@ KEY_ROLE = Qt.UserRole + 3  # a header's field name (COLUMNS), under the words i
 
 
 _ROLES = frozenset({Qt.DisplayRole, SORT_ROLE, ID_ROLE, Qt.TextAlignmentRole, Qt.BackgroundRole,
-                    Qt.ToolTipRole})
+                    Qt.ForegroundRole, Qt.ToolTipRole})
 _DIFF_BG = QColor("#fde2e2")
+_DIFF_FG = QColor("#111827")  # dark on the pink, whatever the theme's text colour
 
 
 def _seq(rows) -> Sequence[ParityRow]:
@@ -150,6 +151,8 @@ class ParityTableModel(QAbstractTableModel):
             return int(Qt.AlignRight | Qt.AlignVCenter)
         if role == Qt.BackgroundRole and c >= 4 and v:
             return _DIFF_BG  # this side has differing bits
+        if role == Qt.ForegroundRole and c >= 4 and v:
+            return _DIFF_FG
         if role == Qt.ToolTipRole and c == 2:
             return r.name
         if role == Qt.ToolTipRole and c in (4, 6) and r.nan_bits(c):

@@ -31,8 +31,15 @@ from PySide6.QtWidgets import (
 )
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views import theme
 from views.scope_runs import scope_runs
-from views.ulp_scale import HEAT_TICKS, heat_levels, heat_lut  # noqa: F401  (re-exported)
+from views.ulp_scale import (  # noqa: F401  (heat_levels, heat_lut: re-exported)
+    HEAT_TICKS,
+    INHERITED,
+    heat_levels,
+    heat_lut,
+    two_tone_lut,
+)
 
 MAX_POINTS = 20_000
 HEAT_STEPS = 300
@@ -57,7 +64,7 @@ class TrainingPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.glw = pg.GraphicsLayoutWidget(self)
-        self.glw.setBackground("w")
+        self.glw.setBackground(theme.current().plot_bg)
         self.loss_plot = self.glw.addPlot(row=0, col=0, title="loss")
         self.loss_plot.addLegend(offset=(-5, 5), labelTextSize="8pt")
         self.loss_plot.showGrid(x=True, y=True, alpha=0.2)
@@ -73,17 +80,25 @@ class TrainingPanel(QWidget):
                 (2 ** 63, "2^63"))]])
         self.ulp_plot.setXLink(self.loss_plot)
         self.ulp_curve = self.ulp_plot.plot(pen=ULP_PEN, stepMode=None)
+        # (short: the dock is ~370 px wide at 1280x800; the tooltip says the rest)
         self.heat_plot = self.glw.addPlot(row=1, col=0, colspan=2,
-                                          title="worst ulp, node × step (click a cell)")
+                                          title="worst ulp per step (faded: inherited)")
         self.heat_plot.setLabel("left", "node")
         self.heat_plot.setLabel("bottom", "step")
         self.heat = pg.ImageItem(axisOrder="row-major")
-        self.heat.setLookupTable(heat_lut())
+        # NOTE: two tones (views.ulp_scale.two_tone_lut): a cell whose node introduced its
+        # error in full colour, an inherited one faded, as the graph's stripes; with error
+        # flowing down the tape every cell was the same red and no node stood out (issue 25)
+        bg = pg.mkColor(theme.current().plot_bg)
+        self.heat.setLookupTable(two_tone_lut((bg.red(), bg.green(), bg.blue())))
         self.heat_plot.addItem(self.heat)
         self.heat_plot.invertY(True)
         self.colorbar = pg.ColorBarItem(values=(0, 255), colorMap=heat_colormap(),
                                         interactive=False, width=12)
-        self.colorbar.setImageItem(self.heat, insert_in=self.heat_plot)  # the colour scale
+        # the scale beside the plot, not bound to the image (binding sets the image's table
+        # to the bar's 256 colours, which have no faded half)
+        self.heat_plot.layout.addItem(self.colorbar, 2, 5)
+        self.heat_plot.layout.setColumnFixedWidth(4, 5)
         self.colorbar.axis.setTicks([HEAT_TICKS])
         self.cursors = [pg.InfiniteLine(angle=90, pen=CURSOR_PEN, movable=False)
                         for _ in range(3)]
@@ -249,14 +264,24 @@ class TrainingPanel(QWidget):
         if self.columns and not self.override_heat:
             self._draw_heat(np.stack(self.columns, axis=1), self.col_steps)
         if self._heat_pending is not None:
-            img, steps = self._heat_pending
+            img, steps, inherited = self._heat_pending
             self._heat_pending = None
-            self._draw_heat(img, steps)
+            self._draw_heat(img, steps, inherited)
         last = self.max_ulp[-1] if self.max_ulp.size else 0
         last_txt = "NaN" if last < 0 else f"{last:g} ulp"
         self.rate.setText(f"{self.total_steps} steps · {self.steps_per_s:.1f} steps/s · "
                           f"{self.exact_steps} bit-exact · last step max {last_txt}")
 
+
+    def csv_table(self) -> tuple[list[str], list[list[str]]] | None:
+        """The plotted series, one row a training step (File ▸ Export ▸ … as CSV)."""
+        if not self.steps.size:
+            return None
+        rows = [[f"{int(s)}", repr(float(a)), repr(float(b)), "NaN" if u < 0 else f"{u:g}"]
+                for s, a, b, u in zip(self.steps.tolist(), self.loss_ref.tolist(),
+                                      self.loss_cand.tolist(), self.max_ulp.tolist(),
+                                      strict=True)]
+        return ["training step", "reference loss", "candidate loss", "max ulp"], rows
 
     def set_node_names(self, names: list[str | None] | None) -> None:
         """Node names in tape order: a tall heatmap aggregates its rows by their scopes."""
@@ -280,7 +305,7 @@ class TrainingPanel(QWidget):
         self._groups_cache = (key, starts)
         return starts
 
-    def _draw_heat(self, img: np.ndarray, steps: list[int]) -> None:
+    def _draw_heat(self, img: np.ndarray, steps: list[int], inherited=None) -> None:
         # NOTE: 10k nodes in a 200 px plot drew every 50th row; each row is now the worst
         # (max level: NaN is 255) of a scope or a run of nodes, so no error is dropped
         self._heat_full = img
@@ -288,7 +313,12 @@ class TrainingPanel(QWidget):
         self.heat_row_starts = starts
         if starts is not None:
             img = np.maximum.reduceat(img, starts, axis=0)
-        self.heat.setImage(img, levels=(0, 255), autoLevels=False)
+        if inherited is not None:  # a row is bright when any node of it introduced error
+            intro = ~np.asarray(inherited, dtype=bool)
+            if starts is not None:
+                intro = np.maximum.reduceat(intro.astype(np.uint8), starts, axis=0) > 0
+            img = np.where((img > 0) & ~intro, img.astype(np.uint16) + INHERITED, img)
+        self.heat.setImage(img, levels=(0, 2 * INHERITED - 1), autoLevels=False)
         x0, x1 = steps[0], steps[-1]
         self.heat.setRect(x0 - 0.5, -0.5, x1 - x0 + 1, img.shape[0])
         self.heat_steps, self.heat_nodes = list(steps), img.shape[0]
@@ -298,14 +328,16 @@ class TrainingPanel(QWidget):
         self.heat_plot.getViewBox().setRange(xRange=(x0 - 0.5, x1 + 0.5),
                                              yRange=(-0.5, img.shape[0] - 0.5), padding=0.02)
 
-    def set_heat(self, levels: np.ndarray, steps: list[int], now: bool = False) -> None:
+    def set_heat(self, levels: np.ndarray, steps: list[int], now: bool = False,
+                 inherited: np.ndarray | None = None) -> None:
         """Show a nodes × steps array of heat levels (``heat_levels`` of each step's worst ulp)
-        over ``steps`` (the step history's; replaces what ``add_steps`` collected). Drawn with
+        over ``steps`` (the step history's; replaces what ``add_steps`` collected); cells
+        True in ``inherited`` (their error came from the inputs) are drawn faded. Drawn with
         the other plots (at most every REDRAW_S), or ``now``."""
         if not steps:
             return
         self.override_heat = True
-        self._heat_pending = (np.asarray(levels), list(steps))
+        self._heat_pending = (np.asarray(levels), list(steps), inherited)
         if now:
             self.flush()
         else:

@@ -28,6 +28,28 @@ def heat_lut() -> np.ndarray:
     return lut
 
 
+FADED = 0.3  # inherited error: its colour at this strength over white (the graph's faded stripe)
+INHERITED = 256  # added to a heatmap level: the cell's error was inherited, drawn faded
+
+
+def two_tone_lut(background: tuple[int, int, int] = (255, 255, 255)) -> np.ndarray:
+    """heat_lut() for levels 0..255 (introduced, or nothing known of where the error came
+    from), then the same colours faded toward ``background`` (the plot's: white, or a dark
+    theme's) for INHERITED + level: 512 entries."""
+    full = heat_lut()
+    faded = full.copy()
+    bg = np.asarray(background, dtype=np.float64)
+    faded[:, :3] = np.round(FADED * full[:, :3] + (1 - FADED) * bg).astype(np.ubyte)
+    faded[0] = full[0]  # exact stays exact
+    return np.concatenate((full, faded))
+
+
+def mark_inherited(levels: np.ndarray, introduced: np.ndarray) -> np.ndarray:
+    """Levels with INHERITED added where a cell differs but did not introduce its error."""
+    lv = np.asarray(levels, dtype=np.float64)
+    return np.where((lv > 0) & ~np.asarray(introduced, dtype=bool), lv + INHERITED, lv)
+
+
 def heat_levels(col: np.ndarray) -> np.ndarray:
     """Per-node worst ulp (−1 or NaN: a NaN against a number) → level 0..255 (log scale,
     2**20 ulp saturates)."""
@@ -43,4 +65,10 @@ def heat_levels(col: np.ndarray) -> np.ndarray:
 def level_color(level: float) -> str:
     """The scale's colour at ``level`` as #rrggbb."""
     r, g, b, _ = heat_lut()[int(round(min(max(level, 0.0), 255.0)))]
+    return f"#{int(r):02x}{int(g):02x}{int(b):02x}"
+
+
+def faded_color(level: float) -> str:
+    """The scale's colour at ``level`` faded (inherited error) as #rrggbb."""
+    r, g, b, _ = two_tone_lut()[INHERITED + int(round(min(max(level, 0.0), 255.0)))]
     return f"#{int(r):02x}{int(g):02x}{int(b):02x}"

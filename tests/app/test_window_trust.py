@@ -120,7 +120,7 @@ def test_a_step_whose_tensors_are_gone_shows_its_summary_and_offers_a_rerun(
     # at once (before the worker answers): step 4's summary, none of step 5's arrays
     d = ins.details
     assert d.step == 4 and d.value is None and d.device_value is None
-    assert ins.tabs.indexOf(ins.device_view) < 0 and ins.stats.rowCount() == 0
+    assert ins.tabs.indexOf(ins.device_view) < 0 and ins.stats.columnCount() == 0
     assert not ins.stats.isVisible() and not ins.tabs.isVisible()  # no empty table, no axes
     assert "step 4" in ins.note.text() and "Fetching" in ins.note.text()
     # the worker no longer holds step 4

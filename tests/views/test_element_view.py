@@ -172,10 +172,10 @@ def test_stats_are_never_cut_to_another_number(qtbot):
     t.show()
     t.set_rows({"value": np.array([-7.25265e-05, 3.0, 1234567.0])})
     fm = t.fontMetrics()
-    for c in range(t.columnCount()):
-        it = t.item(0, c)
+    for r in range(t.rowCount()):
+        it = t.item(r, 0)
         # the whole text fits its column: "-7.2526…" would read as another number
-        assert fm.horizontalAdvance(it.text()) <= t.columnWidth(c), (it.text(), t.columnWidth(c))
+        assert fm.horizontalAdvance(it.text()) <= t.columnWidth(0), (it.text(), t.columnWidth(0))
     assert t.item(0, 0).text() == "-7.25265e-05"
 
 
