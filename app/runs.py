@@ -53,8 +53,9 @@ class SessionConfig:
     def __post_init__(self) -> None:
         if self.compare not in COMPARES:
             raise ValueError(f"compare must be one of {', '.join(COMPARES)}, not {self.compare!r}")
-        if self.dtype not in ("float64", "float32"):
-            raise ValueError(f"dtype must be float64 or float32, not {self.dtype!r}")
+        if self.dtype not in ("float64", "float32", "float16", "bfloat16"):
+            raise ValueError(f"dtype must be float64, float32, float16 or bfloat16, not "
+                             f"{self.dtype!r}")
         if self.math not in ("refmath", "platform"):
             raise ValueError(f"math must be refmath or platform, not {self.math!r}")
         if self.kernels and self.compare == "cpu-platform":

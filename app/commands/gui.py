@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="the Inspector names why a node introduced error (docs/candidates.md)")
     live.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                       help="the candidate's math (the reference is always refmath)")
-    live.add_argument("--dtype", default=None, choices=["float64", "float32"],
+    live.add_argument("--dtype", default=None,
+                      choices=["float64", "float32", "float16", "bfloat16"],
                       help="default: a model's own precision, else float64")
     live.add_argument("--compare", default="cpu-device",
                       choices=["cpu-device", "cpu-platform", "unfused-fused", "f64-device"])

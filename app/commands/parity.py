@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)  # --model M.onnx [--reinit]
     p.add_argument("--device", default="auto", choices=["auto", "host", "cuda"])
     p.add_argument("--steps", type=positive_int, default=5)
-    p.add_argument("--dtype", default=None, choices=["float64", "float32"],
+    p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")

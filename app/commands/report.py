@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")
-    p.add_argument("--dtype", default=None, choices=["float64", "float32"],
+    p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
                    help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))

@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Exit 0 when it ran, 2 on a bad input (one line on stderr).")
     p.add_argument("--workload", default="mlp", help="mlp | transformer | PATH.py")
     p.add_argument("--steps", type=positive_int, default=20)
-    p.add_argument("--dtype", default=None, choices=["float64", "float32"],
+    p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"])
     p.add_argument("--seed", type=int, default=0)
