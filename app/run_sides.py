@@ -18,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from core.precision import HALF
+
 __all__ = ["CpuRun", "DeviceRun", "Run", "RunSpec", "StepArrays"]
 
 
@@ -243,7 +245,7 @@ class DeviceRun:
     def compare(self, ref: Run, nodes: tuple) -> Any:
         """Against the very run that feeds it: every node summarised on the device (the diff
         kernel), so only summaries cross; any other reference: None (the host compares)."""
-        if ref is not self.feed:
+        if ref is not self.feed or self.prog.dtype in HALF:  # no half diff kernel: host
             return None
         import gpu
 

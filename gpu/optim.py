@@ -60,7 +60,7 @@ class _DeviceOptimizer:
         return self._launches
 
     def _bind(self, prog: Any) -> None:
-        ctx, dt = prog.ctx, prog.dtype
+        ctx, dt = prog.ctx, prog.compute_dtype  # ctl holds scalars: float32 when half
         for i, _ in self.params:
             if prog.nodes[i].op != "param":
                 raise ValueError(f"node {i} {prog.nodes[i].op} is not a parameter")
@@ -119,7 +119,7 @@ class Adam(_DeviceOptimizer):
         self.initial_moments: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _setup(self, prog: Any) -> None:
-        self.k: Buffer = prog.device.alloc(6, prog.dtype)
+        self.k: Buffer = prog.device.alloc(6, prog.compute_dtype)
         self.moments = {i: (prog.device.alloc(prog.nodes[i].size, prog.dtype),
                             prog.device.alloc(prog.nodes[i].size, prog.dtype))
                         for i, _ in self.live}
@@ -145,7 +145,7 @@ class Adam(_DeviceOptimizer):
 
     def _upload_scalars(self) -> None:
         s = self.step_scalars()
-        dt = self._prog.dtype
+        dt = self._prog.compute_dtype
         # staged: from pinned memory on cuda, in stream order before the episode that reads it
         self._prog.device.stage(self.k, np.array(
             [s["b1"], s["omb1"], s["b2"], s["omb2"], s["eps"], s["lr_t"]],

@@ -15,11 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from core import precision
 from core.ops.registry import REGISTRY, grad_inputs, reached_nodes
 from core.tape import Tape, Var
 from gpu.device import Buffer, Device, Launch
 from gpu.library import KERNELS, LEAF, BuildCtx
-from gpu.source import library_source
+from gpu.source import STORAGE, SUFFIX, library_source
+
+# ops whose kernels pass scratch through storage-typed buffers (im2col columns, pooled
+# gradients): not instantiated for the half types yet (docs/devices.md, "Half precision")
+NO_HALF_KERNELS = ("conv2d", "maxpool2d", "avgpool2d")
 
 __all__ = ["CaptureError", "Program", "Step", "capture", "reached_nodes"]
 
@@ -64,14 +69,19 @@ def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None
     if nodes[li].size != 1:
         raise CaptureError(f"node {li} {nodes[li].op}: the loss must be a scalar, "
                            f"shape {nodes[li].shape}")
-    if tape.dtype not in (np.float64, np.float32):
-        raise CaptureError(f"tape dtype {tape.dtype} has no kernels (float64, float32)")
+    if tape.dtype not in SUFFIX:
+        raise CaptureError(f"tape dtype {tape.dtype} has no kernels (float64, float32, "
+                           "float16, bfloat16)")
     for n in nodes[: li + 1]:
         if n.op not in KERNELS:
             raise CaptureError(f"node {n.id} {n.op} ({n.name or 'unnamed'}): no device kernel "
                                f"for op {n.op!r}")
         if n.dtype != tape.dtype:
             raise CaptureError(f"node {n.id} {n.op}: dtype {n.dtype} differs from the tape's")
+        if tape.dtype in STORAGE and n.op in NO_HALF_KERNELS:
+            raise CaptureError(f"node {n.id} {n.op} ({n.name or 'unnamed'}): no {tape.dtype} "
+                               f"kernels for op {n.op!r} yet (its scratch buffers are "
+                               "float32 or float64 only): use --dtype float32")
     return Program(device, tape, li, math, kernels)
 
 
@@ -82,10 +92,14 @@ class Program:
                  kernels: list | None = None) -> None:
         self.device = device
         self.dtype = np.dtype(tape.dtype)
+        # scalars, scratch, optimizer settings: float32 in a half episode
+        self.compute_dtype = precision.compute_dtype(self.dtype)
         self.math = math or tape.math
         self.loss_id = loss
         self.nodes = tape.nodes[: loss + 1]
-        self.source = library_source(self.math)  # the CUDA C both backends compile
+        # the CUDA C both backends compile (a half episode: its own dtype's kernels only)
+        self.source = library_source(self.math, (self.dtype,)) if self.dtype in STORAGE \
+            else library_source(self.math)
         self.module = device.compile(self.source)
         # --kernel: per node id, a module answering its op's kernel names from the user's file
         self.user_kernels: dict[int, Any] = {}

@@ -224,11 +224,11 @@ def _table(prog: Program, p: FusionPlan) -> tuple[np.ndarray, list]:
         node = prog.nodes[i]
         f = REGISTRY[node.op].row
         if key.startswith("k_"):  # a kept row value: one per row
-            buf = prog.device.alloc(max(node.size // node.shape[-1], 1), prog.dtype)
+            buf = prog.device.alloc(max(node.size // node.shape[-1], 1), prog.compute_dtype)
         else:  # a host table of the row form ("t_<name>")
-            arrays = f.make_tables(node.shape, node.attrs, prog.dtype)
+            arrays = f.make_tables(node.shape, node.attrs, prog.compute_dtype)
             arr = np.ascontiguousarray(arrays[f.tables.index(key[2:])]).reshape(-1)
-            buf = prog.device.alloc(arr.size, prog.dtype)
+            buf = prog.device.alloc(arr.size, prog.compute_dtype)
             buf.upload(arr)
         keep.append(buf)
         tab[slot] = buf.ptr

@@ -1,7 +1,8 @@
 /* optim.cu: gradient zero-fill, loss seed and the device optimizers (template: gpu/source.py).
  * core.optim's order (docs/reference-order.md, Optimizers): clip, then L2, then the update.
  * The gradient buffers are never modified: clipping and L2 act on a per-element copy.
- * Per-step scalars live in small device buffers (ctl, k), so an episode is graph-capturable.
+ * Per-step scalars live in small device buffers (ctl, k), so an episode is graph-capturable;
+ * they hold the compute type acc_t (float for a half episode: its scalars are float32).
  */
 
 #ifndef TS_GRID_STRIDE /* the host backend's prelude defines its own (lanes: docs/devices.md) */
@@ -28,7 +29,7 @@ extern "C" __global__ void zero_many_T(const long long* table, long long count) 
 
 /* Global norm over (address, n) pairs in order, serial: ctl = [s, active]. One thread. */
 extern "C" __global__ void clip_norm_T(const long long* table, long long count, real_t clip,
-                                       real_t* ctl) {
+                                       acc_t* ctl) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     real_t acc = (real_t)0;
     for (long long j = 0; j < count; ++j) {
@@ -46,7 +47,7 @@ extern "C" __global__ void clip_norm_T(const long long* table, long long count, 
     }
 }
 
-__device__ __forceinline__ real_t ts_opt_grad_T(real_t g, real_t w, const real_t* ctl,
+__device__ __forceinline__ real_t ts_opt_grad_T(real_t g, real_t w, const acc_t* ctl,
                                                  long long use_l2, real_t l2) {
     /* ctl[0] is read whether or not clipping is on (ctl always holds two values): a load that
      * sits behind the branch kept gcc from vectorising the host's Adam/SGD loops. */
@@ -56,7 +57,7 @@ __device__ __forceinline__ real_t ts_opt_grad_T(real_t g, real_t w, const real_t
     return g;
 }
 
-extern "C" __global__ void sgd_T(real_t* w, const real_t* g, const real_t* ctl, real_t lr,
+extern "C" __global__ void sgd_T(real_t* w, const real_t* g, const acc_t* ctl, real_t lr,
                                  long long use_l2, real_t l2, long long n) {
     TS_GRID_STRIDE(i, n) {
         real_t gi = ts_opt_grad_T(g[i], w[i], ctl, use_l2, l2);
@@ -66,7 +67,7 @@ extern "C" __global__ void sgd_T(real_t* w, const real_t* g, const real_t* ctl, 
 
 /* k = [b1, 1-b1, b2, 1-b2, eps, lr_t], each rounded once to real_t on the host. */
 extern "C" __global__ void adam_T(real_t* w, const real_t* g, real_t* m, real_t* v,
-                                  const real_t* ctl, const real_t* k, long long use_l2,
+                                  const acc_t* ctl, const acc_t* k, long long use_l2,
                                   real_t l2, long long n) {
     TS_GRID_STRIDE(i, n) {
         real_t gi = ts_opt_grad_T(g[i], w[i], ctl, use_l2, l2);
