@@ -2,9 +2,10 @@
 generate with real NVRTC and the cuda backend's exact flags (no GPU needed), and audit the PTX.
 
 Compilation units: the kernel library, the parity diff kernels, and the fused kernels of both
-built-in workloads, each per dtype (float64, float32) and math mode (refmath, platform). The
-audit fails (exit 1) unless every refmath unit's PTX has no ``fma``, no ``.ftz``, no
-``.approx``, and only round-to-nearest float division and square root.
+built-in workloads, each per dtype (float64, float32, float16, bfloat16; the diff kernels
+float64 and float32) and math mode (refmath, platform). The audit fails (exit 1) unless every
+refmath unit's PTX has no ``fma``, no ``.ftz``, no ``.approx``, only round-to-nearest float
+division and square root, and no half conversion other than round-to-nearest-even.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-DTYPES = ("float64", "float32")
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+DIFF_DTYPES = ("float64", "float32")  # the device diff kernels (half episodes compare on host)
 MATHS = ("refmath", "platform")
 WORKLOADS = ("mlp", "transformer")
 
@@ -54,6 +56,7 @@ def units(workloads: tuple[str, ...] = WORKLOADS) -> list[Unit]:
     import numpy as np
 
     import gpu
+    from core import precision
     from core import workloads as wls
     from gpu import fusion
     from gpu.source import LIBRARY, instantiate, template
@@ -62,11 +65,13 @@ def units(workloads: tuple[str, ...] = WORKLOADS) -> list[Unit]:
     for math in MATHS:
         for dt in DTYPES:
             # the library as gpu.source.library_source writes it, one dtype per unit
-            parts = ['#include "refmath.cuh"\n']
+            half = dt in ("float16", "bfloat16")
+            parts = ['#include "refmath.cuh"\n'] + (['#include "half.cuh"\n'] if half else [])
             for n in LIBRARY:
-                parts += [f"/* ---- {n}.cu, {dt} ---- */\n", instantiate(template(n), dt, math)]
+                parts += [f"/* ---- {n}.cu, {dt} ---- */\n",
+                          instantiate(template(n, half), precision.dtype_of(dt), math)]
             out.append(Unit("library", dt, math, "\n".join(parts)))
-    for dt in DTYPES:  # gpu.diff.DeviceDiff's text (no transcendentals: one math mode)
+    for dt in DIFF_DTYPES:  # gpu.diff.DeviceDiff's text (no transcendentals: one math mode)
         out.append(Unit("diff", dt, "refmath", instantiate(template("diff"), np.dtype(dt))))
     from gpu.kernel_template import source_only_device
 
@@ -185,5 +190,5 @@ def _run(args: argparse.Namespace) -> int:
                   f".approx, and only .rn division/sqrt)", file=sys.stderr)
             return 1
         print("audit ok: every refmath unit has no fma, no .ftz, no .approx, only .rn "
-              "division/sqrt")
+              "division/sqrt, no half conversion but round-to-nearest-even")
     return 0

@@ -14,7 +14,7 @@ from gpu.fusion.analysis import Segment, find_segments
 from gpu.fusion.optimizer import OPTIMIZER_TEXT, FusionRuntime
 from gpu.fusion.serial import find_tail, tail_backward, tail_forward
 from gpu.program import Program, Step
-from gpu.source import SUFFIX, instantiate
+from gpu.source import STORAGE, SUFFIX, instantiate
 
 __all__ = ["FusionError", "FusedKernel", "SegmentPlan", "FusionPlan", "plan", "apply"]
 
@@ -156,7 +156,7 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
         seg_names.append((f.name, b.name, None))
         segs.append(Segment(tail.lo, tail.hi, 1))
     body = "\n".join(t[0].text for t in texts) + "\n" + OPTIMIZER_TEXT
-    raw = codegen.HEADER + body
+    raw = ('#include "half.cuh"\n' if dt in STORAGE else "") + codegen.HEADER + body
     sfx = SUFFIX[dt]
     digest = hashlib.sha256(f"{sfx}|{prog.math}|{raw}".encode()).hexdigest()[:10]
     pid = f"{digest}{sfx[1:]}"

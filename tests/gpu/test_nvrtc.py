@@ -84,6 +84,9 @@ def test_audit_flags_every_forbidden_instruction():
         "ftz": 'asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(y[0]) : "f"(y[1]), "f"(y[2]));',
         "div.other": "y[0] = __fdiv_rz(y[0], y[1]);",
         "sqrt.other": "y[0] = __fsqrt_ru(y[0]);",
+        # a truncating conversion to float16 (the half kernels must round to nearest even)
+        "cvt.other": 'unsigned short h; asm("cvt.rz.f16.f32 %0, %1;" : "=h"(h) : "f"(y[1])); '
+                     "y[0] = (float)h;",
     }
     for rule, body in bad.items():
         res = nvrtc_compile(f'extern "C" __global__ void k(float* y) {{ {body} }}', "sm_90")
@@ -93,6 +96,11 @@ def test_audit_flags_every_forbidden_instruction():
                          '{ y[0] = __fdiv_rn(__fsqrt_rn(y[0]), y[1]); }', "sm_90")
     counts = audit_ptx(good.ptx)
     assert audit_ok(counts) and counts["div.rn"] == counts["sqrt.rn"] == 1
+    # round-to-nearest-even conversions are allowed; the half kernels' integer code has none
+    rn = nvrtc_compile('extern "C" __global__ void k(float* y) { unsigned short h; '
+                       'asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(y[1])); y[0] = (float)h; }',
+                       "sm_90")
+    assert b"cvt.rn.f16.f32" in rn.ptx and audit_ok(audit_ptx(rn.ptx))
 
 
 def test_audit_counts_the_mad_spelling_of_fma_but_not_integer_mad():
@@ -133,7 +141,7 @@ def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out)
     assert (out / "refmath.cuh").read_bytes() == (refmath.C_DIR / "refmath.cuh").read_bytes()
     stems = [f"{u}-{dt}-{m}" for m in MATHS for dt in DTYPES
              for u in ("library", "fused-mlp", "fused-transformer")]
-    stems += [f"diff-{dt}-refmath" for dt in DTYPES]
+    stems += [f"diff-{dt}-refmath" for dt in ("float64", "float32")]
     for stem in stems:
         src = (out / f"{stem}.cu").read_text()
         ptx = (out / f"{stem}.ptx").read_bytes()
@@ -161,7 +169,7 @@ def test_the_audit_table_in_devices_md_is_what_kernels_prints(kernels_out):
         parts = ln.split()
         if len(parts) > 3 + len(AUDIT_COLUMNS) and parts[0].count("-") >= 2:
             printed[parts[0]] = parts[3:3 + len(AUDIT_COLUMNS)]
-    assert len(printed) == 14, text
+    assert len(printed) == 26, text
     doc = (Path(__file__).resolve().parents[2] / "docs" / "devices.md").read_text()
     section = doc[doc.index("## Compiling and auditing every kernel"):]
     version = re.search(r"With NVRTC (\d+\.\d+)", section).group(1)
@@ -197,6 +205,14 @@ def test_library_unit_is_what_the_backend_compiles(kernels_out):
             body = unit.split("\n", 1)[1]  # after the shared #include line
             for part in body.split("/* ---- ")[1:]:
                 assert "/* ---- " + part.rstrip("\n") in both
+        for dt in ("float16", "bfloat16"):  # a half program compiles its own dtype only
+            from core.precision import dtype_of
+
+            one = library_source(math, (dtype_of(dt),))
+            unit = (out / f"library-{dt}-{math}.cu").read_text()
+            assert '#include "half.cuh"' in unit and '#include "half.cuh"' in one
+            for part in unit.split("/* ---- ")[1:]:
+                assert "/* ---- " + part.rstrip("\n") in one
 
 
 def test_target_choice():
