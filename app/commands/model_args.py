@@ -86,8 +86,8 @@ def absolute_spec(spec: str | None) -> str | None:
 
 def resolve_dtype(given: str | None, workload: str | None) -> str:
     """``--dtype``, else the model's own precision for a model workload (float32 model ->
-    float32 episodes), else float64. A half-precision model without ``--dtype`` is refused
-    with the way out (half precision on the tape is its own issue)."""
+    float32 episodes, float16 / bfloat16 model -> a half episode: docs/reference-order.md,
+    "Half precision"), else float64."""
     if given:
         return given
     if workload:
@@ -95,9 +95,6 @@ def resolve_dtype(given: str | None, workload: str | None) -> str:
 
         if is_model_spec(workload):
             dt = model_dtype(parse_spec(split_options(workload)[0])[0])
-            if dt in ("float16", "bfloat16"):
-                raise ValueError(f"the model is {dt}; the tape trains float32 or float64: "
-                                 "give --dtype float32")
-            if dt in ("float32", "float64"):
+            if dt in ("float32", "float64", "float16", "bfloat16"):
                 return dt
     return "float64"
