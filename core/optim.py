@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core import precision
+from core.amp import LossScaler
 from core.ops.reference import serial_sum
 from core.tape import Tape, TapeError, Var
 
@@ -35,6 +36,7 @@ class _Slot:
     l2: float
     m: np.ndarray | None = None
     v: np.ndarray | None = None
+    master: np.ndarray | None = None  # mixed precision: the float32 weight (core.amp)
 
 
 @dataclass
@@ -46,6 +48,8 @@ class Optimizer:
     clip: float | None = None
     t: int = 0
     slots: list[_Slot] = field(default_factory=list)
+    amp: LossScaler | None = None  # mixed precision (enable_amp; core.amp)
+    found_inf: bool = False  # mixed precision: the last step was skipped
 
     def add(self, param: Var, l2: float = 0.0) -> None:
         """Optimize ``param`` with its own L2 coefficient."""
@@ -85,8 +89,46 @@ class Optimizer:
             out.append((slot, np.asarray(g)))
         return out
 
+    def enable_amp(self, scaler: LossScaler, masters: dict[int, np.ndarray] | None = None
+                   ) -> None:
+        """Mixed precision (core.amp): float32 masters (``masters`` by node id, else the
+        tape's values widened), float32 moments, the half tape's parameters the masters
+        rounded once; ``step`` unscales, skips an overflowing step and updates ``scaler``."""
+        if not self.tape.half:
+            raise TapeError(f"mixed precision needs a float16/bfloat16 tape, not {self.tape.dtype}")
+        if self.clip is not None:
+            raise TapeError("mixed precision with gradient clipping is not supported yet")
+        self.amp = scaler
+        for s in self.slots:
+            w = masters.get(s.var.id) if masters else None
+            s.master = np.array(precision.widen(np.asarray(self.tape.value(s.var)))
+                                if w is None else w, dtype=np.float32)
+            self.tape.assign(s.var, s.master)
+
+    def _amp_step(self) -> None:
+        sc = self.amp
+        assert sc is not None
+        inv = np.float32(1.0 / sc.scale)  # a power of two: exact
+        with np.errstate(all="ignore"):
+            live = [(s, self.tape.grad(s.var)) for s in self.slots]
+            live = [(s, np.asarray(g).astype(np.float32) * inv) for s, g in live
+                    if g is not None]
+            self.found_inf = sc.skips and any(not np.isfinite(g).all() for _, g in live)
+            if not self.found_inf:
+                self.t += 1
+                for slot, g in live:
+                    if slot.l2 != 0.0:
+                        g = g + self.scalar(slot.l2) * slot.master
+                    slot.master = np.asarray(self.update(slot, slot.master, np.asarray(g)),
+                                             dtype=np.float32)
+                    self.tape.assign(slot.var, slot.master)
+        sc.update(self.found_inf)
+
     def step(self) -> None:
         """One update of every touched parameter, in place on the tape."""
+        if self.amp is not None:
+            self._amp_step()
+            return
         self.t += 1
         half = self.tape.half
         for slot, g in self.grads():

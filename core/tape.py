@@ -399,16 +399,17 @@ class Tape:
             self.ok, self.error, self._error_at = True, None, None
 
     # ---- backward ---------------------------------------------------------------------------
-    def backward(self, loss: Var) -> None:
-        """Reverse-mode sweep from ``loss`` (seeded with ones); fills every reached gradient."""
-        for _ in self._sweep(loss, events=False):
+    def backward(self, loss: Var, seed: float = 1.0) -> None:
+        """Reverse-mode sweep from ``loss`` (seeded with ones, or ``seed``: a loss scale, which
+        must be exact in the tape dtype); fills every reached gradient."""
+        for _ in self._sweep(loss, events=False, seed=seed):
             pass
 
     def backward_steps(self, loss: Var) -> Iterator[BackwardStep]:
         """The same sweep as ``backward``, one event per node that pushes a gradient."""
         yield from self._sweep(loss, events=True)
 
-    def _sweep(self, loss: Var, events: bool) -> Iterator[BackwardStep]:
+    def _sweep(self, loss: Var, events: bool, seed: float = 1.0) -> Iterator[BackwardStep]:
         if not self.ok:
             raise TapeError(self.error)
         li = self._id(loss)
@@ -416,7 +417,9 @@ class Tape:
             raise TapeError(f"backward needs a scalar loss; node {li} "
                             f"{self._nodes[li].op} has shape {self._nodes[li].shape}")
         self._grads = [None] * len(self._nodes)
-        self._grads[li] = np.ones(self._nodes[li].shape, dtype=self.dtype)
+        self._grads[li] = np.full(self._nodes[li].shape, seed, dtype=self.dtype)
+        if seed != 1.0 and float(self._grads[li].reshape(-1)[0]) != seed:
+            raise TapeError(f"backward seed {seed!r} is not exact in {self.dtype}")
         with np.errstate(all="ignore"):  # once per sweep: inf/NaN are data here
             yield from self._sweep_nodes(li, events)
 

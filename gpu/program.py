@@ -113,6 +113,12 @@ class Program:
         for n in self.nodes:
             if n.op in ("param", "const"):
                 self.values[n.id].upload(np.ascontiguousarray(tape.value(n.id)).reshape(-1))
+        # the loss seed of a half episode comes from this buffer (the loss scale under --amp,
+        # set per step: set_seed); float64/float32 episodes fill it with 1 in the launch
+        self.seed_buf: Buffer | None = None
+        if self.dtype in STORAGE:
+            self.seed_buf = dev.alloc(1, self.compute_dtype)
+            self.seed_buf.upload(np.ones(1, self.compute_dtype))
         self.value_ptrs = np.array([b.ptr for b in self.values], dtype=np.int64)
         self.grad_ptrs = np.array([b.ptr if b else 0 for b in self.grads], dtype=np.int64)
         self.vtab = dev.alloc(len(self.nodes), np.int64)
@@ -174,7 +180,8 @@ class Program:
         steps = [Step(-1, ctx.module[f"zero_many_{ctx.sfx}"].record(
                      max(len(live), 1), 128, ctx.aux(-1, "zero_table", table), len(live))),
                  Step(self.loss_id, ctx.launch("fill", 1, self.grads[self.loss_id],
-                                               ctx.real(1.0), 1))]
+                                               ctx.real(1.0), 1) if self.seed_buf is None else
+                      ctx.launch("fill_from", 1, self.grads[self.loss_id], self.seed_buf, 1))]
         for i in range(self.loss_id, -1, -1):
             if not self.reached[i]:
                 continue
@@ -266,6 +273,12 @@ class Program:
         launches = self.fusion_runtime.optimizer_launches(self, opt, stock)
         self._opt_launches = len(launches)
         return launches
+
+    def set_seed(self, seed: float) -> None:
+        """The loss gradient's seed for the next backward (a half episode's loss scale)."""
+        if self.seed_buf is None:
+            raise ValueError(f"a {self.dtype} program seeds backward with 1 (no loss scale)")
+        self.seed_buf.upload(np.full(1, seed, self.compute_dtype))
 
     def step(self, opt: Any) -> None:
         """One optimizer update on the device (opt: gpu.SGD / gpu.Adam)."""

@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the candidate's math (the reference is always refmath)")
     p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
+    from app.commands.model_args import add_amp_args
+
+    add_amp_args(p)
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
                    help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))
     p.add_argument("--steps", type=positive_int, default=20)
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     # the user's to make: none is created for them)
     check_writable(args.out, "--out")
     check_writable(Path(args.out).with_suffix(".json"), "--out's JSON")
-    from app.commands.model_args import resolve_dtype, resolve_workload
+    from app.commands.model_args import amp_kwargs, resolve_dtype, resolve_workload
     from app.commands.worker import timeouts as worker_timeouts
     from app.pairs import open_pair
     from app.report_data import ReportAccumulator
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                         compare=args.compare, seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args),
                         kernels=tuple(getattr(args, "kernel", None) or ()),
-                        explain=getattr(args, "explain", False))
+                        explain=getattr(args, "explain", False), **amp_kwargs(args))
     runner = open_pair(cfg)
     print(runner.describe_device())
     plan = runner.plan.to_json() if runner.plan is not None else None

@@ -67,6 +67,8 @@ def fused_optimizer_launches(prog: Program, opt: Any, stock: list[Launch]) -> li
     from gpu.optim import SGD, Adam
 
     state, p = prog.fusion_runtime, prog.fusion
+    if getattr(opt, "amp", False):
+        return list(stock)  # mixed precision keeps its own launches (check, then updates)
     live = list(opt.live)
     if not live:
         return []

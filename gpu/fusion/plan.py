@@ -223,7 +223,9 @@ def _table(prog: Program, p: FusionPlan) -> tuple[np.ndarray, list]:
     for (i, key), slot in p.layout.extras.items():
         node = prog.nodes[i]
         f = REGISTRY[node.op].row
-        if key.startswith("k_"):  # a kept row value: one per row
+        if key == "s_seed":  # the loss seed of a half episode (Program.seed_buf)
+            buf = prog.seed_buf
+        elif key.startswith("k_"):  # a kept row value: one per row
             buf = prog.device.alloc(max(node.size // node.shape[-1], 1), prog.compute_dtype)
         else:  # a host table of the row form ("t_<name>")
             arrays = f.make_tables(node.shape, node.attrs, prog.compute_dtype)

@@ -20,6 +20,7 @@ from gpu.emitc import C_OPS, _Ctx
 from gpu.fusion.analysis import LEAVES
 from gpu.fusion.codegen import _W, KernelText, Layout, pushes
 from gpu.rowtable import Target, pass_lines
+from gpu.source import STORAGE
 
 __all__ = ["Tail", "find_tail", "tail_forward", "tail_backward"]
 
@@ -158,7 +159,10 @@ def tail_backward(name: str, tail: Tail, nodes: tuple, reached: list[bool], lay:
     w = _W(nodes, lay, dt, "pv", "pg")  # emitc's rules own the names t<id>, g<id>
     shim = _Shim(nodes, precision.compute_dtype(dt))  # literals: T(s)
     done: set[int] = set()
-    w.body.append(f"{w.g(tail.hi)}[0] = (real_t)1;  /* the seed */")
+    if np.dtype(dt) in STORAGE:  # a half episode: the seed buffer (the loss scale, --amp)
+        w.body.append(f"{w.g(tail.hi)}[0] = {w.x(tail.hi, 's_seed')}[0];  /* the seed */")
+    else:
+        w.body.append(f"{w.g(tail.hi)}[0] = (real_t)1;  /* the seed */")
     for i in reversed(tail.ids):
         ks = pushes(nodes, reached, i)
         if not ks:
