@@ -40,7 +40,13 @@ class RunSpec:
         parts = ["CPU" if self.side == "cpu" else "device"]
         if self.side == "device":
             parts.append("fused" if self.fuse else "unfused")
-        parts += [f"amp {self.dtype}" if self.amp else self.dtype, self.math]
+        if self.amp:  # what each side stores and accumulates in (issue 28)
+            parts.append(f"amp {self.dtype} (float32 masters, float32 accumulate)")
+        elif self.dtype in ("float16", "bfloat16"):
+            parts.append(f"{self.dtype} (float32 accumulate)")
+        else:
+            parts.append(self.dtype)
+        parts.append(self.math)
         if self.kernels:
             parts.append("+ " + ", ".join(self.kernels))
         return " ".join(parts)
