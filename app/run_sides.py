@@ -114,9 +114,7 @@ class CpuRun:
         self.wl = workloads.get(workload, dtype=spec.dtype, math=spec.math, seed=seed)
         self.opt = self.wl.make_optimizer()
         if spec.amp:  # float32 masters: the float32 episode's own initial weights (core.amp)
-            from core import amp
-
-            amp.enable(self.wl, self.opt, workload, seed, spec.loss_scale)
+            workloads.enable_amp(self.wl, self.opt, workload, seed, spec.loss_scale)
         self._loss = self.wl.record(0)
         self._at: int | None = None  # the step recorded last (None: only step 0's probe)
         self._backward = False

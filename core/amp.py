@@ -15,9 +15,8 @@ whose GradScaler is for float16).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-__all__ = ["FLOAT16_MAX_SCALE", "LossScaler", "enable"]
+__all__ = ["FLOAT16_MAX_SCALE", "LossScaler"]
 
 # 2**16 (torch's default init_scale) is inf in float16: our loss is a float16 node, so its seed
 # must be finite there (torch's autocast loss is float32); 2**15 is the largest power of two.
@@ -70,16 +69,3 @@ class LossScaler:
         """scale, tracker (for the device optimizer and reports)."""
         return {"scale": self.scale, "tracker": self.tracker}
 
-
-def enable(wl: Any, opt: Any, workload: str, seed: int, loss_scale: float | None = None) -> None:
-    """Turn a half workload's optimizer into mixed precision: its masters are the float32
-    episode's own initial weights (the same workload and seed at float32), so the half tape's
-    parameters are float32 values rounded once, as under torch autocast."""
-    import numpy as np
-
-    from core import workloads
-
-    w32 = workloads.get(workload, dtype="float32", math=wl.tape.math, seed=seed)
-    masters = {p.id: np.array(q.value) for p, q in zip(wl.tape.params(), w32.tape.params(),
-                                                      strict=True)}
-    opt.enable_amp(LossScaler.for_dtype(wl.tape.dtype.name, loss_scale), masters)

@@ -44,9 +44,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     opt = wl.make_optimizer()
     if amp:  # float32 masters and moments, the loss scale (core.amp)
-        from core import amp as core_amp
-
-        core_amp.enable(wl, opt, args.workload, args.seed, amp["loss_scale"])
+        workloads.enable_amp(wl, opt, args.workload, args.seed, amp["loss_scale"])
     losses = []
     for step in range(1, args.steps + 1):
         try:
