@@ -43,7 +43,13 @@ class LiveToolbar(QToolBar):
                 devices["torch:cuda"] = "torch:cuda"
         self.device_box = self._combo(devices, "The candidate: tapescope's replay on a "
                                                "device backend, or PyTorch eager (torch)")
-        self.dtype_box = self._combo({"float64": "float64", "float32": "float32"}, "dtype")
+        # "amp X": mixed precision (float32 masters, X computes; docs/reference-order.md)
+        self.dtype_box = self._combo({"float64": "float64", "float32": "float32",
+                                      "float16": "float16", "bfloat16": "bfloat16",
+                                      "amp float16": "amp float16",
+                                      "amp bfloat16": "amp bfloat16"},
+                                     "dtype (stored; half types compute in float32), or mixed "
+                                     "precision (amp)")
         self.math_box = self._combo({"refmath": "refmath", "platform": "platform libm"},
                                     "Math of the candidate (the reference is always refmath)")
         self.compare_box = self._combo(COMPARES, "Which two runs of the episode to compare")
@@ -96,7 +102,8 @@ class LiveToolbar(QToolBar):
 
     def show_config(self, c: SessionConfig) -> None:
         """Set the boxes to ``c``'s settings."""
-        for box, v in ((self.device_box, c.device), (self.dtype_box, c.dtype),
+        dt = f"amp {c.amp}" if c.amp else c.dtype
+        for box, v in ((self.device_box, c.device), (self.dtype_box, dt),
                        (self.math_box, c.math), (self.compare_box, c.compare)):
             box.setCurrentIndex(max(0, box.findData(v)))
         self.fuse_box.setChecked(c.fuse)
@@ -105,7 +112,10 @@ class LiveToolbar(QToolBar):
         """The boxes' settings, as ``SessionConfig.with_`` keywords (a torch candidate: no
         fuse, refmath; a replay: no torch settings)."""
         torch = self.is_torch()
-        out = {"device": self.device_box.currentData(), "dtype": self.dtype_box.currentData(),
+        dt = self.dtype_box.currentData()
+        amp = dt[4:] if dt.startswith("amp ") else None  # "amp X": mixed precision
+        out = {"device": self.device_box.currentData(), "dtype": amp or dt, "amp": amp,
+               "loss_scale": None,
                "math": "refmath" if torch else self.math_box.currentData(),
                "compare": self.compare_box.currentData(),
                "fuse": self.fuse_box.isChecked() and not torch}

@@ -18,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from core.precision import HALF
+
 __all__ = ["CpuRun", "DeviceRun", "Run", "RunSpec", "StepArrays"]
 
 
@@ -36,6 +38,8 @@ class RunSpec:
     tf32: bool | None = None  # TF32 matmul / cuDNN on CUDA (None: PyTorch's default)
     deterministic: bool = False  # torch.use_deterministic_algorithms(True)
     optimizer: str = "tape"  # "tape": core.optim's update in torch ops; "torch": torch.optim
+    amp: bool = False  # mixed precision: float32 masters, dtype (a half type) computes
+    loss_scale: float | None = None  # --amp float16: a static scale (None: dynamic)
 
     def label(self) -> str:
         """A short human name, e.g. ``device fused float32 platform``."""
@@ -48,7 +52,13 @@ class RunSpec:
         parts = ["CPU" if self.side == "cpu" else "device"]
         if self.side == "device":
             parts.append("fused" if self.fuse else "unfused")
-        parts += [self.dtype, self.math]
+        if self.amp:  # what each side stores and accumulates in (issue 28)
+            parts.append(f"amp {self.dtype} (float32 masters, float32 accumulate)")
+        elif self.dtype in ("float16", "bfloat16"):
+            parts.append(f"{self.dtype} (float32 accumulate)")
+        else:
+            parts.append(self.dtype)
+        parts.append(self.math)
         if self.kernels:
             parts.append("+ " + ", ".join(self.kernels))
         return " ".join(parts)
@@ -118,6 +128,8 @@ class CpuRun:
         self.spec = spec
         self.wl = workloads.get(workload, dtype=spec.dtype, math=spec.math, seed=seed)
         self.opt = self.wl.make_optimizer()
+        if spec.amp:  # float32 masters: the float32 episode's own initial weights (core.amp)
+            workloads.enable_amp(self.wl, self.opt, workload, seed, spec.loss_scale)
         self._loss = self.wl.record(0)
         self._at: int | None = None  # the step recorded last (None: only step 0's probe)
         self._backward = False
@@ -140,7 +152,8 @@ class CpuRun:
             self._loss = self.wl.record(step)
             self._at, self._backward = step, False
         if backward and not self._backward:
-            self.wl.tape.backward(self._loss)
+            amp = self.opt.amp
+            self.wl.tape.backward(self._loss, seed=1.0 if amp is None else amp.scale)
             self._backward = True
 
     def update(self) -> None:
@@ -164,6 +177,8 @@ class CpuRun:
         """The optimizer's settings and moments around its update (provenance)."""
         from app.run_provenance import core_optimizer_arrays
 
+        if self.spec.amp:
+            return None  # the update check does not model mixed precision yet
         return core_optimizer_arrays(self.opt, self.wl.tape, after)
 
     def leaf_value(self, i: int) -> np.ndarray | None:
@@ -220,6 +235,8 @@ class DeviceRun:
         tape = self.feed.wl.tape
         for v in self.feed.wl.inputs.values():
             self.prog.set_input(v.id, tape.value(v))
+        if self.spec.amp:  # this run's own loss scale (its scaler saw its own overflows)
+            self.prog.set_seed(self.dopt.scaler.scale)
         f = self.inject
         if f is None or f.step != step:
             self.prog.forward()
@@ -241,11 +258,15 @@ class DeviceRun:
         """The device optimizer's settings and moments around its update (provenance)."""
         from app.run_provenance import device_optimizer_arrays
 
+        if self.spec.amp:
+            return None  # the update check does not model mixed precision yet
         return device_optimizer_arrays(self.dopt, self.prog, after)
 
     def update(self) -> None:
-        """The device optimizer step."""
+        """The device optimizer step (mixed precision: then the scaler's update)."""
         self.prog.step(self.dopt)
+        if self.spec.amp:
+            self.dopt.after_step(self.prog)
 
     def loss(self) -> float:
         """This step's loss (one scalar crosses to the host)."""
@@ -258,7 +279,7 @@ class DeviceRun:
     def compare(self, ref: Run, nodes: tuple) -> Any:
         """Against the very run that feeds it: every node summarised on the device (the diff
         kernel), so only summaries cross; any other reference: None (the host compares)."""
-        if ref is not self.feed:
+        if ref is not self.feed or self.prog.dtype in HALF:  # no half diff kernel: host
             return None
         import gpu
 
@@ -300,7 +321,9 @@ def open_runs(config: Any, device: Any) -> tuple[Run, Run]:
         else:
             feed = feeds.get(spec.dtype)
             if feed is None:
-                feed = feeds[spec.dtype] = CpuRun(RunSpec("cpu", "refmath", spec.dtype),
+                feed = feeds[spec.dtype] = CpuRun(RunSpec("cpu", "refmath", spec.dtype,
+                                                          amp=spec.amp,
+                                                          loss_scale=spec.loss_scale),
                                                   config.workload, config.seed)
             if spec.side == "torch":
                 from app.torch_run import TorchRun  # (torch is imported only for a torch run)

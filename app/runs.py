@@ -49,6 +49,8 @@ class SessionConfig:
     worker_open_timeout: float | None = None  # the same for hello, device and open
     kernels: tuple[str, ...] = ()  # --kernel OP=FILE.cu / NODE=FILE.cu (gpu.user_kernels)
     explain: bool = False  # core.explain: a cause on every introduced value / gradient
+    amp: str | None = None  # --amp float16|bfloat16: mixed precision (core.amp); sets dtype
+    loss_scale: float | None = None  # --loss-scale S with --amp float16 (None: dynamic)
     # --device torch (app.torch_run): its settings (None: PyTorch's defaults)
     torch_threads: int | None = None
     tf32: bool | None = None
@@ -68,8 +70,19 @@ class SessionConfig:
     def __post_init__(self) -> None:
         if self.compare not in COMPARES:
             raise ValueError(f"compare must be one of {', '.join(COMPARES)}, not {self.compare!r}")
-        if self.dtype not in ("float64", "float32"):
-            raise ValueError(f"dtype must be float64 or float32, not {self.dtype!r}")
+        if self.dtype not in ("float64", "float32", "float16", "bfloat16"):
+            raise ValueError(f"dtype must be float64, float32, float16 or bfloat16, not "
+                             f"{self.dtype!r}")
+        if self.amp is not None:
+            if self.amp not in ("float16", "bfloat16"):
+                raise ValueError(f"amp must be float16 or bfloat16, not {self.amp!r}")
+            if self.dtype != self.amp:
+                object.__setattr__(self, "dtype", self.amp)  # the half type computes
+            if self.compare == "f64-device":
+                raise ValueError("--amp with --compare f64-device: the float64 reference has "
+                                 "no mixed precision")
+        if self.loss_scale is not None and self.amp != "float16":
+            raise ValueError("--loss-scale goes with --amp float16 (bfloat16 needs no scale)")
         if self.math not in ("refmath", "platform"):
             raise ValueError(f"math must be refmath or platform, not {self.math!r}")
         if self.kernels and self.compare == "cpu-platform":
@@ -113,15 +126,17 @@ class SessionConfig:
 
     def pair(self) -> tuple[RunSpec, RunSpec]:
         """(reference, candidate). The reference is always refmath: it defines the bits."""
-        dev = RunSpec("device", self.math, self.dtype, self.fuse, tuple(self.kernels))
+        amp = {"amp": self.amp is not None, "loss_scale": self.loss_scale}
+        dev = RunSpec("device", self.math, self.dtype, self.fuse, tuple(self.kernels), **amp)
         if self.torch_target is not None:
             dev = RunSpec("torch", "torch", self.dtype, target=self.torch_target,
                           threads=self.torch_threads, tf32=self.tf32,
                           deterministic=self.deterministic, optimizer=self.torch_optimizer)
         if self.compare == "cpu-device":
-            return RunSpec("cpu", "refmath", self.dtype), dev
+            return RunSpec("cpu", "refmath", self.dtype, **amp), dev
         if self.compare == "cpu-platform":
-            return RunSpec("cpu", "refmath", self.dtype), RunSpec("cpu", "platform", self.dtype)
+            return (RunSpec("cpu", "refmath", self.dtype, **amp),
+                    RunSpec("cpu", "platform", self.dtype, **amp))
         if self.compare == "unfused-fused":
             return replace(dev, fuse=False), replace(dev, fuse=True)
         return RunSpec("cpu", "refmath", "float64"), dev

@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from core.precision import BFLOAT16
+
 WIRE_KINDS = "fiub"  # numeric dtypes only: an object dtype can never come off the wire
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 MAX_WIRE_BYTES = 1 << 30  # one array off the wire: refused beyond this before decoding
@@ -25,6 +27,9 @@ def encode_array(a: np.ndarray | None) -> dict | None:
     if a is None:
         return None
     a = np.asarray(a)  # NOTE: not ascontiguousarray, which makes a 0-d loss 1-d
+    if a.dtype == BFLOAT16:  # ml_dtypes' bfloat16 is numpy kind "V": sent by its name
+        return {"dtype": "bfloat16", "shape": list(a.shape),
+                "data": base64.b64encode(a.tobytes(order="C")).decode("ascii")}
     if a.dtype.kind not in WIRE_KINDS:
         raise ValueError(f"cannot send a {a.dtype} array (numeric dtypes only)")
     return {"dtype": a.dtype.str, "shape": list(a.shape),
@@ -36,14 +41,15 @@ def decode_array(d: dict | None, what: str = "array") -> np.ndarray | None:
     if d is None:
         return None
     try:
-        dt = np.dtype(d["dtype"])
+        # bfloat16 by its name (one known 2-byte type), everything else numpy's own spelling
+        dt = BFLOAT16 if d["dtype"] == "bfloat16" else np.dtype(d["dtype"])
         shape = tuple(int(n) for n in d["shape"])
         data = d["data"]
         if not isinstance(data, str) or not _BASE64.fullmatch(data):
             raise ValueError("data is not base64 text")
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{what}: malformed array message ({e})") from None
-    if dt.kind not in WIRE_KINDS:
+    if dt.kind not in WIRE_KINDS and dt != BFLOAT16:
         raise ValueError(f"{what}: dtype {dt} is not a numeric dtype")
     # sizes are checked before anything is allocated: Python ints, no overflow
     nbytes = dt.itemsize

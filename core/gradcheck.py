@@ -3,6 +3,14 @@
 Each registry op supplies ``sample`` cases (random shapes, broadcast cases included). The check
 builds ``L = sum(y * W)`` for a fixed random W, runs the tape's backward, and compares each input's
 gradient with central differences of the op's own forward (float64, refmath).
+
+Half dtypes (``check_op_half``): finite differences mean nothing at 11 (float16) or 8 (bfloat16)
+significant bits, so the half tape's gradient is held to the float64 tape's analytic gradient
+(which ``check_op`` holds to finite differences) on the same inputs and W, both exactly
+representable in the half type, within a tolerance stated per op in units of the type's
+epsilon (``HALF_TOL``): a contribution is rounded once (half an epsilon) and a backward that
+reads the stored output reads it rounded once, so 1 epsilon bounds every op; data movement and
+the ops whose gradient is a copy are exact.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import ops
+from core import ops, precision
 from core.optable.registry import REGISTRY, OpDef
 from core.tape import Tape
 
@@ -79,6 +87,58 @@ def check_op(name: str, seed: int = 0) -> OpCheck:
         checked += n
         worst = max(worst, e)
     return OpCheck(name, len(cases), checked, worst, worst <= TOL)
+
+
+# Tolerances of the half-precision check, in epsilons of the half type (float16 2**-10,
+# bfloat16 2**-7), on |half - float64| / max(1, |half|, |float64|). Ops not named: 1 epsilon.
+HALF_EXACT = ("adds", "clip01", "concat", "neg", "relu", "reshape", "slice", "sum",
+              "transpose")
+HALF_TOL: dict[str, float] = dict.fromkeys(HALF_EXACT, 0.0)
+HALF_TOL_DEFAULT = 1.0
+
+
+def _grads(opdef: OpDef, xs: list[np.ndarray], attrs: dict, w: np.ndarray,
+           dtype: str) -> list[np.ndarray | None]:
+    t = Tape(dtype)
+    leaves = [t.const(x) if k in opdef.nondiff_inputs else t.param(x)
+              for k, x in enumerate(xs)]
+    y = t.record(opdef.name, leaves, attrs)
+    if not t.ok:
+        raise AssertionError(f"{opdef.name} sample case poisoned the tape: {t.error}")
+    t.backward(ops.sum(y * t.const(w)))
+    out: list[np.ndarray | None] = []
+    for k, x in enumerate(xs):
+        g = None if k in opdef.nondiff_inputs else t.grad(leaves[k])
+        out.append(None if k in opdef.nondiff_inputs else
+                   np.zeros(np.shape(x)) if g is None else precision.widen(g).astype(np.float64))
+    return out
+
+
+def check_op_half(name: str, dtype: str, seed: int = 0) -> OpCheck:
+    """Check op ``name``'s gradient on a ``dtype`` (float16 / bfloat16) tape against the
+    float64 tape's, every sample case; ``max_err`` is in epsilons of ``dtype``."""
+    opdef = REGISTRY[name]
+    dt = precision.dtype_of(dtype)
+    eps = 2.0 ** -10 if dt == precision.FLOAT16 else 2.0 ** -7
+    rng = np.random.default_rng(seed)
+    cases = opdef.sample(rng, np.dtype(np.float64))
+    checked, worst = 0, 0.0
+    for xs, attrs in cases:
+        # inputs and W representable in both tapes: only the half tape's roundings differ
+        xs = [np.asarray(x).astype(dt).astype(np.float64) for x in xs]
+        t0 = Tape(np.float64)
+        shape = t0.record(name, [t0.const(x) for x in xs], attrs).shape
+        w = rng.uniform(-1.0, 1.0, shape).astype(dt).astype(np.float64)
+        with np.errstate(all="ignore"):
+            gh, g64 = _grads(opdef, xs, attrs, w, dtype), _grads(opdef, xs, attrs, w, "float64")
+        for a, b in zip(gh, g64, strict=True):
+            if a is None or b is None or not a.size:
+                continue
+            err = np.abs(a - b) / np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
+            worst = max(worst, float(np.max(err)) / eps)
+            checked += a.size
+    tol = HALF_TOL.get(name, HALF_TOL_DEFAULT)
+    return OpCheck(name, len(cases), checked, worst, worst <= tol)
 
 
 def identities() -> list[tuple[str, bool]]:

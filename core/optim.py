@@ -11,6 +11,10 @@ Semantics (the opt seed; device optimizers mirror them operation for operation):
   once per step on the host in python float64 (libm pow), then rounded to the tape dtype.
 - A parameter whose gradient backward never reached is skipped (not decayed, not in the norm).
 Every scalar (lr, 1-b1, ...) is rounded to the tape dtype once, so float32 runs in float32.
+Half tapes (float16, bfloat16) keep w, g, m and v in the half type and compute all of the above
+in float32 (the scalars rounded to float32): each step widens w, g, m, v exactly, runs the
+float32 formulas (clip, L2, the update), and rounds the new m, v and w once each to storage
+(docs/reference-order.md, "Half precision").
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core import precision
+from core.amp import LossScaler
 from core.ops.reference import serial_sum
 from core.tape import Tape, TapeError, Var
 
@@ -30,6 +36,7 @@ class _Slot:
     l2: float
     m: np.ndarray | None = None
     v: np.ndarray | None = None
+    master: np.ndarray | None = None  # mixed precision: the float32 weight (core.amp)
 
 
 @dataclass
@@ -41,6 +48,8 @@ class Optimizer:
     clip: float | None = None
     t: int = 0
     slots: list[_Slot] = field(default_factory=list)
+    amp: LossScaler | None = None  # mixed precision (enable_amp; core.amp)
+    found_inf: bool = False  # mixed precision: the last step was skipped
 
     def add(self, param: Var, l2: float = 0.0) -> None:
         """Optimize ``param`` with its own L2 coefficient."""
@@ -56,13 +65,14 @@ class Optimizer:
             self.add(p, l2)
 
     def scalar(self, x: float):
-        """``x`` rounded once to the tape dtype."""
-        return self.tape.dtype.type(x)
+        """``x`` rounded once to the tape's compute dtype (float32 for a half tape)."""
+        return self.tape.compute_dtype.type(x)
 
     def grads(self) -> list[tuple[_Slot, np.ndarray]]:
-        """(slot, gradient) for every touched parameter, clipped and with L2 applied."""
+        """(slot, gradient) for every touched parameter, clipped and with L2 applied (in the
+        compute dtype: a half tape's gradients are widened to float32 first)."""
         live = [(s, self.tape.grad(s.var)) for s in self.slots]
-        live = [(s, np.array(g)) for s, g in live if g is not None]
+        live = [(s, np.array(precision.widen(g))) for s, g in live if g is not None]
         if self.clip is not None and live:
             acc = self.scalar(0.0)
             for _, g in live:
@@ -74,17 +84,68 @@ class Optimizer:
         out = []
         for slot, g in live:
             if slot.l2 != 0.0:
-                g = g + self.scalar(slot.l2) * self.tape.value(slot.var)
+                g = g + self.scalar(slot.l2) * precision.widen(self.tape.value(slot.var))
             # NOTE: np.asarray: arithmetic on a 0-d array gives a numpy scalar (a 0-d param)
             out.append((slot, np.asarray(g)))
         return out
 
+    def enable_amp(self, scaler: LossScaler, masters: dict[int, np.ndarray] | None = None
+                   ) -> None:
+        """Mixed precision (core.amp): float32 masters (``masters`` by node id, else the
+        tape's values widened), float32 moments, the half tape's parameters the masters
+        rounded once; ``step`` unscales, skips an overflowing step and updates ``scaler``."""
+        if not self.tape.half:
+            raise TapeError(f"mixed precision needs a float16/bfloat16 tape, not {self.tape.dtype}")
+        if self.clip is not None:
+            raise TapeError("mixed precision with gradient clipping is not supported yet")
+        self.amp = scaler
+        for s in self.slots:
+            w = masters.get(s.var.id) if masters else None
+            s.master = np.array(precision.widen(np.asarray(self.tape.value(s.var)))
+                                if w is None else w, dtype=np.float32)
+            self.tape.assign(s.var, s.master)
+
+    def _amp_step(self) -> None:
+        sc = self.amp
+        assert sc is not None
+        inv = np.float32(1.0 / sc.scale)  # a power of two: exact
+        with np.errstate(all="ignore"):
+            live = [(s, self.tape.grad(s.var)) for s in self.slots]
+            live = [(s, np.asarray(g).astype(np.float32) * inv) for s, g in live
+                    if g is not None]
+            self.found_inf = sc.skips and any(not np.isfinite(g).all() for _, g in live)
+            if not self.found_inf:
+                self.t += 1
+                for slot, g in live:
+                    if slot.l2 != 0.0:
+                        g = g + self.scalar(slot.l2) * slot.master
+                    slot.master = np.asarray(self.update(slot, slot.master, np.asarray(g)),
+                                             dtype=np.float32)
+                    self.tape.assign(slot.var, slot.master)
+        sc.update(self.found_inf)
+
     def step(self) -> None:
         """One update of every touched parameter, in place on the tape."""
+        if self.amp is not None:
+            self._amp_step()
+            return
         self.t += 1
+        half = self.tape.half
         for slot, g in self.grads():
-            self.tape.assign(slot.var, self.update(slot, np.asarray(self.tape.value(slot.var)),
-                                                   g))
+            w = np.asarray(self.tape.value(slot.var))
+            if not half:
+                self.tape.assign(slot.var, self.update(slot, w, g))
+                continue
+            # half: the moments widen exactly, the update runs in float32, and m, v and w are
+            # each rounded once to storage (assign rounds w)
+            dt = self.tape.dtype
+            if slot.m is not None:
+                slot.m, slot.v = slot.m.astype(np.float32), slot.v.astype(np.float32)
+            new = self.update(slot, w.astype(np.float32), g)
+            with np.errstate(over="ignore"):  # an overflow to inf is data here
+                if slot.m is not None:
+                    slot.m, slot.v = slot.m.astype(dt), slot.v.astype(dt)
+                self.tape.assign(slot.var, new)
 
     def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
         raise NotImplementedError

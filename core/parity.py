@@ -19,12 +19,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from core import precision
+
 __all__ = ["NodeParity", "ParityReport", "TensorDiff", "compare_arrays", "entry_differs",
            "entry_worst", "first_divergence", "ordered", "strict_json", "ulp_distance"]
 
 _BITS = {
     np.dtype(np.float64): (np.int64, np.uint64),
     np.dtype(np.float32): (np.int32, np.uint32),
+    # the half types: ulp in their own units (adjacent float16s / bfloat16s are 1 apart)
+    precision.FLOAT16: (np.int16, np.uint16),
+    precision.BFLOAT16: (np.int16, np.uint16),
 }
 
 
@@ -195,7 +200,8 @@ def _check_pair(ref: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndar
     if r.dtype != o.dtype:
         raise TypeError(f"parity: dtypes differ ({r.dtype} vs {o.dtype})")
     if r.dtype not in _BITS:
-        raise TypeError(f"parity: unsupported dtype {r.dtype} (float64 and float32 only)")
+        raise TypeError(f"parity: unsupported dtype {r.dtype} "
+                        "(float64, float32, float16, bfloat16)")
     if r.shape != o.shape:
         raise ValueError(f"parity: shapes differ ({r.shape} vs {o.shape})")
     return np.ascontiguousarray(r).reshape(-1), np.ascontiguousarray(o).reshape(-1)

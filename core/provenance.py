@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from core import mathlib
+from core import mathlib, precision
 from core.ops.reference import serial_sum
 from core.optable.registry import REGISTRY
 from core.parity import TensorDiff, compare_arrays
@@ -220,9 +220,11 @@ def reference_value(node: Any, xs: Sequence[np.ndarray], dtype: Any) -> np.ndarr
     """``node``'s reference forward (refmath) on the input values ``xs``, in ``dtype``."""
     dt = np.dtype(dtype)
     with np.errstate(all="ignore"):  # inf and NaN are data here, as on the tape
-        y = REGISTRY[node.op].forward(_ref_math(), list(xs), node.attrs)
-    if type(y) is not np.ndarray or y.dtype != dt:
-        y = np.asarray(y, dtype=dt)
+        # a half dtype: the float32 op on the widened inputs, rounded once (as the tape)
+        y = REGISTRY[node.op].forward(_ref_math(), [precision.widen(np.asarray(x))
+                                                    for x in xs], node.attrs)
+        if type(y) is not np.ndarray or y.dtype != dt:
+            y = np.asarray(y).astype(dt) if dt in precision.HALF else np.asarray(y, dtype=dt)
     return y.reshape(node.shape)
 
 
@@ -250,9 +252,10 @@ def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Ge
             parts = None if memo is None else memo.get(i)
             if parts is None:
                 rule = REGISTRY[n.op].backward if rules is None else rules(n.op)
-                parts = rule(math or _ref_math(), g,
-                                                [value(x) for x in n.inputs],
-                                                value(i), n.attrs, needs)
+                w = precision.widen  # a half dtype computes in float32 (as the tape)
+                parts = rule(math or _ref_math(), w(np.asarray(g)),
+                             [w(np.asarray(value(x))) for x in n.inputs],
+                             w(np.asarray(value(i))), n.attrs, needs)
                 if memo is not None:
                     memo[i] = parts
             for k, x in enumerate(n.inputs):  # mul(x, x): both contributions, in input order
@@ -260,7 +263,8 @@ def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Ge
                 if x != j or not needs[k] or c is None:
                     continue
                 if type(c) is not np.ndarray or c.shape != shape or c.dtype != dt:
-                    c = np.asarray(c, dtype=dt).reshape(shape)
+                    c = (np.asarray(c).astype(dt) if dt in precision.HALF
+                         else np.asarray(c, dtype=dt)).reshape(shape)
                 acc = np.add(zero if acc is None else acc, c)
     return acc
 
@@ -271,8 +275,18 @@ def reference_update(opt: OptimizerState) -> list[tuple[np.ndarray, Any, Any]]:
     if not opt.params:
         return []
     dt = opt.params[0].w.dtype
-    T = dt.type
-    gs = [np.array(p.g) for p in opt.params]
+    # a half episode's optimizer computes in float32 and rounds m, v, w once (core.optim)
+    T = precision.compute_dtype(dt).type
+    w_ = precision.widen
+    gs = [np.array(w_(np.asarray(p.g))) for p in opt.params]
+    if dt in precision.HALF:
+        return [tuple(None if a is None else np.asarray(a).astype(dt) for a in r)
+                for r in _update_f32(opt, gs, T)]
+    return _update_f32(opt, gs, T)
+
+
+def _update_f32(opt: OptimizerState, gs: list, T: Any) -> list[tuple[np.ndarray, Any, Any]]:
+    w_ = precision.widen
     with np.errstate(all="ignore"):
         if opt.clip is not None:
             acc = T(0.0)
@@ -282,28 +296,30 @@ def reference_update(opt: OptimizerState) -> list[tuple[np.ndarray, Any, Any]]:
             if norm > T(opt.clip):
                 s = T(opt.clip) / norm
                 gs = [g * s for g in gs]
-        gs = [g + T(p.l2) * p.w if p.l2 != 0.0 else g for p, g in zip(opt.params, gs,
-                                                                       strict=True)]
+        gs = [g + T(p.l2) * w_(p.w) if p.l2 != 0.0 else g for p, g in zip(opt.params, gs,
+                                                                           strict=True)]
         out: list[tuple[np.ndarray, Any, Any]] = []
         if opt.kind == "sgd":
-            return [(p.w - T(opt.lr) * g, None, None) for p, g in zip(opt.params, gs,
-                                                                      strict=True)]
+            return [(w_(p.w) - T(opt.lr) * g, None, None) for p, g in zip(opt.params, gs,
+                                                                          strict=True)]
         t = opt.t
         # host scalars in python float64 (libm pow), then rounded once, as core.optim.Adam
         lr_t = opt.lr * math.sqrt(1.0 - opt.b2 ** t) / (1.0 - opt.b1 ** t)
         b1, omb1, b2, omb2 = T(opt.b1), T(1.0 - opt.b1), T(opt.b2), T(1.0 - opt.b2)
         eps, lrt = T(opt.eps), T(lr_t)
         for p, g in zip(opt.params, gs, strict=True):
-            m0 = np.zeros_like(p.w) if p.m is None else p.m
-            v0 = np.zeros_like(p.w) if p.v is None else p.v
+            pw = w_(np.asarray(p.w))
+            m0 = np.zeros_like(pw) if p.m is None else w_(np.asarray(p.m))
+            v0 = np.zeros_like(pw) if p.v is None else w_(np.asarray(p.v))
             m = (b1 * m0) + (omb1 * g)
             v = (b2 * v0) + (omb2 * (g * g))
-            w = p.w - (lrt * (m / (np.sqrt(v) + eps)))
+            w = pw - (lrt * (m / (np.sqrt(v) + eps)))
             out.append((w, m, v))
     return out
 
 
-_UINT = {np.dtype(np.float64): np.uint64, np.dtype(np.float32): np.uint32}
+_UINT = {np.dtype(np.float64): np.uint64, np.dtype(np.float32): np.uint32,
+         precision.FLOAT16: np.uint16, precision.BFLOAT16: np.uint16}
 
 
 def _judge(ref: np.ndarray, cand: np.ndarray | None) -> TensorDiff | None:

@@ -15,10 +15,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from core import mathlib
+from core import mathlib, precision
 from core.optable.registry import REGISTRY, ShapeError, grad_inputs
 
+# NOTE: DTYPES is also core.tapefile's allow-list; tape files do not carry the half types yet
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+_F32 = np.dtype(np.float32)
 
 
 class TapeError(RuntimeError):
@@ -188,10 +190,16 @@ class Tape:
     """A define-by-run reverse-mode autodiff tape: the semantic reference of every device."""
 
     def __init__(self, dtype: Any = np.float64, math: str = "refmath") -> None:
-        dt = np.dtype(dtype)
-        if dt not in DTYPES:
-            raise TapeError(f"tape dtype {dt} is not supported (float64 or float32)")
+        try:
+            dt = precision.dtype_of(dtype)
+        except (TypeError, ValueError):
+            raise TapeError(f"tape dtype {dtype} is not supported "
+                            f"({', '.join(precision.NAMES)})") from None
         self.dtype = dt
+        # half: values, gradients and leaves are stored in dt; every op computes in float32
+        # from its inputs widened exactly and rounds its result once (docs/reference-order.md)
+        self.half = dt in precision.HALF
+        self.compute_dtype = precision.compute_dtype(dt)
         self.math = math
         self.M = mathlib.get(math)
         self._nodes: list[Node] = []
@@ -267,9 +275,14 @@ class Tape:
         if not self.ok:
             return Var(self, -1)
         a = np.asarray(array)
-        if a.dtype.kind not in "fiub":
+        if a.dtype.kind not in "fiub" and a.dtype not in precision.HALF:
             raise TapeError(f"{op} {name or ''}: cannot take an array of dtype {a.dtype}")
         value = np.array(a, dtype=self.dtype, order="C", copy=True)
+        if self.half and a.dtype.kind in "iu" and a.size and \
+                not np.array_equal(value.astype(np.float64), a):
+            # integer data (indices, targets) must survive the storage type exactly
+            raise TapeError(f"{op} {name or ''}: integer data is not exact in {self.dtype} "
+                            f"(largest {int(np.abs(a).max())})")
         return self._append(op, (), {}, value, name, requires_grad=(op == "param"))
 
     def _lift(self, o: Any) -> Var:
@@ -332,7 +345,12 @@ class Tape:
             shape = tuple(opdef.shape([nodes[j].shape for j in ids], attrs))
             # NOTE: no np.errstate here (it costs more than a small op): inf and NaN are data
             # the inspector shows; numpy warns once per place at most.
-            y = opdef.forward(self.M, [self._values[j] for j in ids], attrs)
+            if self.half:
+                y = opdef.forward(self.M, [self._values[j].astype(_F32) for j in ids], attrs)
+                with np.errstate(over="ignore"):  # the op's one rounding to storage (inf: data)
+                    y = np.asarray(y).astype(self.dtype)
+            else:
+                y = opdef.forward(self.M, [self._values[j] for j in ids], attrs)
         except ShapeError as e:  # shapes, or a value the op cannot take (a target out of range)
             self._poison(f"node {len(nodes)} {op}: {e}")
             return Var(self, -1)
@@ -381,16 +399,17 @@ class Tape:
             self.ok, self.error, self._error_at = True, None, None
 
     # ---- backward ---------------------------------------------------------------------------
-    def backward(self, loss: Var) -> None:
-        """Reverse-mode sweep from ``loss`` (seeded with ones); fills every reached gradient."""
-        for _ in self._sweep(loss, events=False):
+    def backward(self, loss: Var, seed: float = 1.0) -> None:
+        """Reverse-mode sweep from ``loss`` (seeded with ones, or ``seed``: a loss scale, which
+        must be exact in the tape dtype); fills every reached gradient."""
+        for _ in self._sweep(loss, events=False, seed=seed):
             pass
 
     def backward_steps(self, loss: Var) -> Iterator[BackwardStep]:
         """The same sweep as ``backward``, one event per node that pushes a gradient."""
         yield from self._sweep(loss, events=True)
 
-    def _sweep(self, loss: Var, events: bool) -> Iterator[BackwardStep]:
+    def _sweep(self, loss: Var, events: bool, seed: float = 1.0) -> Iterator[BackwardStep]:
         if not self.ok:
             raise TapeError(self.error)
         li = self._id(loss)
@@ -398,7 +417,9 @@ class Tape:
             raise TapeError(f"backward needs a scalar loss; node {li} "
                             f"{self._nodes[li].op} has shape {self._nodes[li].shape}")
         self._grads = [None] * len(self._nodes)
-        self._grads[li] = np.ones(self._nodes[li].shape, dtype=self.dtype)
+        self._grads[li] = np.full(self._nodes[li].shape, seed, dtype=self.dtype)
+        if seed != 1.0 and float(self._grads[li].reshape(-1)[0]) != seed:
+            raise TapeError(f"backward seed {seed!r} is not exact in {self.dtype}")
         with np.errstate(all="ignore"):  # once per sweep: inf/NaN are data here
             yield from self._sweep_nodes(li, events)
 
@@ -415,8 +436,13 @@ class Tape:
                 continue
             opdef = REGISTRY[node.op]
             needs = [k in push for k in range(len(node.inputs))]
-            parts = opdef.backward(self.M, g, [values[j] for j in node.inputs], values[i],
-                                   node.attrs, needs)
+            if self.half:  # computed in float32, each contribution rounded once below
+                parts = opdef.backward(self.M, g.astype(_F32),
+                                       [values[j].astype(_F32) for j in node.inputs],
+                                       values[i].astype(_F32), node.attrs, needs)
+            else:
+                parts = opdef.backward(self.M, g, [values[j] for j in node.inputs], values[i],
+                                       node.attrs, needs)
             contribs = []
             for k, j in enumerate(node.inputs):
                 c = parts[k]
@@ -424,7 +450,8 @@ class Tape:
                     continue
                 shape = nodes[j].shape
                 if type(c) is not np.ndarray or c.shape != shape or c.dtype != self.dtype:
-                    c = np.asarray(c, dtype=self.dtype).reshape(shape)
+                    c = (np.asarray(c).astype(self.dtype) if self.half  # (in the sweep's errstate)
+                         else np.asarray(c, dtype=self.dtype)).reshape(shape)
                 before = grads[j]
                 # gradients start at +0.0 and every contribution is added: g = g + c
                 after = np.add(zero if before is None else before, c)

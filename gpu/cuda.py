@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from core.cache import KernelCache, cache_key
+from core.precision import BFLOAT16
 from core.progress import progress
 from gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
 from gpu.kernel_facts import Facts
@@ -97,15 +98,15 @@ class CudaDevice(Device):
     def alloc(self, n: int, dtype: Any) -> Buffer:
         """A zero-filled device array."""
         dt = np.dtype(dtype)
-        with self.stream:
-            arr = self.cp.zeros(max(int(n), 1), dtype=dt)
+        with self.stream:  # bfloat16 (numpy kind "V", unknown to CuPy): held as its bits
+            arr = self.cp.zeros(max(int(n), 1), dtype=np.uint16 if dt == BFLOAT16 else dt)
         return Buffer(self, int(n), dt, arr, arr.data.ptr)
 
     def upload(self, buf: Buffer, array: np.ndarray) -> None:
         """Host → device on the device stream (pageable: the host array is free on return)."""
         flat = self._check_upload(buf, array)
         if buf.n:
-            buf.handle[: buf.n].set(flat, stream=self.stream)
+            buf.handle[: buf.n].set(_bits(flat), stream=self.stream)
 
     def stage(self, buf: Buffer, array: np.ndarray) -> None:
         """Per-step data (optimizer scalars) through a pinned host slot: an asynchronous copy
@@ -121,13 +122,14 @@ class CudaDevice(Device):
         if slot[1] is not None:
             slot[1].synchronize()
         slot[0][...] = flat
-        buf.handle[: buf.n].set(slot[0], stream=self.stream)
+        buf.handle[: buf.n].set(_bits(slot[0]), stream=self.stream)
         slot[1] = self.stream.record()
 
     def download(self, buf: Buffer) -> np.ndarray:
         """Device → host (synchronous)."""
         self.stats.bytes_to_host += buf.nbytes
-        return buf.handle[: buf.n].get(stream=self.stream)
+        out = buf.handle[: buf.n].get(stream=self.stream)
+        return out.view(BFLOAT16) if buf.dtype == BFLOAT16 else out
 
     def view(self, buf: Buffer, offset: int, n: int) -> Buffer:
         """Elements [offset, offset + n) of buf (a CuPy view, same memory)."""
@@ -214,3 +216,8 @@ class CudaLaunchList:
     def replay(self) -> None:
         """Launch every kernel in order."""
         self.device.run(self.launches)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """What a CuPy array holds of ``a``: a bfloat16 array's bits (uint16), else ``a``."""
+    return a.view(np.uint16) if a.dtype == BFLOAT16 else a

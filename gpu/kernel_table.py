@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from core import precision
 from gpu.device import Buffer, Device, Launch, Module
+from gpu.source import SUFFIX
 
 __all__ = ["KERNELS", "LEAF", "OpKernels", "BuildCtx", "register_kernels", "broadcast_index",
            "unb_perm"]
@@ -55,19 +57,22 @@ class BuildCtx:
         self.device = device
         self.module = module
         self.dtype = np.dtype(dtype)
-        self.sfx = "f64" if self.dtype == np.float64 else "f32"
+        self.sfx = SUFFIX[self.dtype]
+        # scalars and scratch: float32 in a half episode (docs/reference-order.md)
+        self.compute_dtype = precision.compute_dtype(self.dtype)
         self.nodes = nodes
         self.values = values
         self.grads = grads
         self.aux_buffers: dict[tuple[int, str], Buffer] = {}
 
     def real(self, x: float) -> np.generic:
-        """A host scalar rounded once to the tape dtype (the contract's T(s))."""
-        return self.dtype.type(x)
+        """A host scalar rounded once to the tape's compute dtype (the contract's T(s))."""
+        return self.compute_dtype.type(x)
 
     def aux(self, node_id: int, key: str, array: np.ndarray | None = None,
             n: int = 0, dtype: Any = None) -> Buffer:
-        """A per-node device buffer made at capture: uploaded from `array`, or zeroed."""
+        """A per-node device buffer made at capture: uploaded from `array`, or zeroed (of
+        ``dtype``, default the compute dtype: scratch is float32 in a half episode)."""
         k = (node_id, key)
         if k not in self.aux_buffers:
             if array is not None:
@@ -75,7 +80,7 @@ class BuildCtx:
                 buf = self.device.alloc(a.size, a.dtype)
                 buf.upload(a)
             else:
-                buf = self.device.alloc(n, dtype if dtype is not None else self.dtype)
+                buf = self.device.alloc(n, dtype if dtype is not None else self.compute_dtype)
             self.aux_buffers[k] = buf
         return self.aux_buffers[k]
 

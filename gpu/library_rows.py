@@ -213,7 +213,7 @@ def _rows(op: str) -> OpKernels:
         kept = [ctx.aux(node.id, f"keep_{k}", n=max(r, 1)) for k in f.keep]
         tabs = []
         if f.make_tables is not None:
-            arrays = f.make_tables(s, node.attrs, ctx.dtype)
+            arrays = f.make_tables(s, node.attrs, ctx.compute_dtype)
             tabs = [ctx.aux(node.id, f"table_{t}", a) for t, a in zip(f.tables, arrays,
                                                                      strict=True)]
         p = s[-2] if f.tables else 1

@@ -175,6 +175,11 @@ _RULES = {
     "div.other": re.compile(rf"\bdiv\.(?!rn\.)[\w.]*{_FLOAT}\b"),
     "sqrt.rn": re.compile(rf"\bsqrt\.rn\.{_FLOAT}\b"),
     "sqrt.other": re.compile(rf"\bsqrt\.(?!rn\.)[\w.]*{_FLOAT}\b"),
+    # a conversion to a half type that does not round to nearest even (truncating, directed,
+    # stochastic or relu/satfinite). The half kernels convert in integer code
+    # (gpu/kernels/half.cuh), so their PTX has none at all.
+    "cvt.other": re.compile(r"\bcvt\.(?:(?:rz|rm|rp|rna|rs)\b[\w.]*|rn\.(?:relu|satfinite)[\w.]*)"
+                            r"\.b?f16(?:x2)?\b"),
 }
 AUDIT_COLUMNS = ("kernels", *_RULES)
 
@@ -191,6 +196,7 @@ def audit_ptx(ptx: bytes | str) -> dict[str, int]:
 
 
 def audit_ok(counts: dict[str, int]) -> bool:
-    """The refmath contract: no fma, no .ftz, no .approx, only .rn float division and sqrt."""
+    """The refmath contract: no fma, no .ftz, no .approx, only .rn float division and sqrt,
+    no half conversion other than round-to-nearest-even."""
     return not (counts["fma"] or counts["ftz"] or counts["approx"] or counts["div.other"]
-                or counts["sqrt.other"])
+                or counts["sqrt.other"] or counts["cvt.other"])

@@ -18,7 +18,7 @@ from core import optim as core_optim
 from core.tape import Var
 from gpu.device import Buffer, Launch
 
-__all__ = ["SGD", "Adam", "from_core"]
+__all__ = ["SGD", "Adam", "AmpAdam", "AmpSGD", "from_core"]
 
 
 class _DeviceOptimizer:
@@ -60,7 +60,7 @@ class _DeviceOptimizer:
         return self._launches
 
     def _bind(self, prog: Any) -> None:
-        ctx, dt = prog.ctx, prog.dtype
+        ctx, dt = prog.ctx, prog.compute_dtype  # ctl holds scalars: float32 when half
         for i, _ in self.params:
             if prog.nodes[i].op != "param":
                 raise ValueError(f"node {i} {prog.nodes[i].op} is not a parameter")
@@ -119,7 +119,7 @@ class Adam(_DeviceOptimizer):
         self.initial_moments: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _setup(self, prog: Any) -> None:
-        self.k: Buffer = prog.device.alloc(6, prog.dtype)
+        self.k: Buffer = prog.device.alloc(6, prog.compute_dtype)
         self.moments = {i: (prog.device.alloc(prog.nodes[i].size, prog.dtype),
                             prog.device.alloc(prog.nodes[i].size, prog.dtype))
                         for i, _ in self.live}
@@ -145,24 +145,124 @@ class Adam(_DeviceOptimizer):
 
     def _upload_scalars(self) -> None:
         s = self.step_scalars()
-        dt = self._prog.dtype
+        dt = self._prog.compute_dtype
         # staged: from pinned memory on cuda, in stream order before the episode that reads it
         self._prog.device.stage(self.k, np.array(
             [s["b1"], s["omb1"], s["b2"], s["omb2"], s["eps"], s["lr_t"]],
             dtype=np.float64).astype(dt))
 
 
+class _Amp:
+    """Mixed precision on the device (core.amp): float32 masters and moments, the unscale and
+    overflow check of core.optim's ``_amp_step``, and the scaler's update on the host after
+    each step (one flag read back: the next step's seed depends on it)."""
+
+    amp = True
+
+    def _amp_init(self) -> None:
+        self.scaler: Any = None  # a core.amp.LossScaler, copied from the core optimizer
+        self.initial_masters: dict[int, np.ndarray] = {}
+        self.found_inf = False
+
+    def _bind(self, prog: Any) -> None:
+        ctx, dt = prog.ctx, prog.compute_dtype
+        for i, _ in self.params:
+            if prog.nodes[i].op != "param":
+                raise ValueError(f"node {i} {prog.nodes[i].op} is not a parameter")
+        self.live = [(i, l2) for i, l2 in self.params if prog.grads[i] is not None]
+        self.ctl: Buffer = prog.device.alloc(4, dt)
+        self.ctl.upload(np.array([1, 0, 0, 1.0 / self.scaler.scale], dtype=dt))
+        self.masters = {i: prog.device.alloc(prog.nodes[i].size, dt) for i, _ in self.live}
+        for i, buf in self.masters.items():
+            buf.upload(np.asarray(self.initial_masters[i], dtype=dt).reshape(-1))
+        launches = []
+        if self.scaler.skips and self.live:
+            table = np.array([[prog.grad_ptrs[i], prog.nodes[i].size] for i, _ in self.live],
+                             dtype=np.int64).reshape(-1)
+            tbuf = prog.device.alloc(table.size, np.int64)
+            tbuf.upload(table)
+            self._keep = tbuf
+            launches.append(ctx.single("amp_check", tbuf, len(self.live), self.ctl))
+        self._setup(prog)
+        for i, l2 in self.live:
+            launches.append(self._update(prog, i, l2))
+        self._launches = launches
+        self._prog = prog
+        prog._opt_launches = len(launches)
+
+    def after_step(self, prog: Any) -> None:
+        """Read the overflow flag, undo a skipped step's count, update the scale and ship its
+        inverse for the next step (the seed: Program.set_seed, by the run)."""
+        self.found_inf = False
+        if self.scaler.skips:
+            prog.device.synchronize()
+            self.found_inf = bool(self.ctl.download()[2] != 0)
+        if self.found_inf:
+            self.t -= 1  # as core.optim: a skipped step does not advance Adam's t
+        self.scaler.update(self.found_inf)
+        dt = prog.compute_dtype
+        prog.device.stage(self.ctl, np.array([1, 0, 0, 1.0 / self.scaler.scale], dtype=dt))
+
+
+class AmpSGD(_Amp, SGD):
+    """SGD on float32 masters (mixed precision)."""
+
+    def __init__(self, lr: float) -> None:
+        SGD.__init__(self, lr)
+        self._amp_init()
+
+    def _update(self, prog: Any, i: int, l2: float) -> Launch:
+        ctx = prog.ctx
+        n = prog.nodes[i].size
+        return ctx.launch("amp_sgd", n, prog.values[i], self.masters[i], prog.grads[i],
+                          self.ctl, ctx.real(self.lr), np.int64(l2 != 0.0), ctx.real(l2), n)
+
+
+class AmpAdam(_Amp, Adam):
+    """Adam on float32 masters and moments (mixed precision)."""
+
+    def __init__(self, lr: float, betas: tuple[float, float], eps: float) -> None:
+        Adam.__init__(self, lr, betas, eps)
+        self._amp_init()
+
+    def _setup(self, prog: Any) -> None:
+        dt = prog.compute_dtype
+        self.k = prog.device.alloc(6, dt)
+        self.moments = {i: (prog.device.alloc(prog.nodes[i].size, dt),
+                            prog.device.alloc(prog.nodes[i].size, dt)) for i, _ in self.live}
+        for i, (m0, v0) in self.initial_moments.items():
+            if i in self.moments:
+                self.moments[i][0].upload(np.asarray(m0, dtype=dt).reshape(-1))
+                self.moments[i][1].upload(np.asarray(v0, dtype=dt).reshape(-1))
+
+    def _update(self, prog: Any, i: int, l2: float) -> Launch:
+        ctx = prog.ctx
+        n = prog.nodes[i].size
+        m, v = self.moments[i]
+        return ctx.launch("amp_adam", n, prog.values[i], self.masters[i], prog.grads[i], m, v,
+                          self.ctl, self.k, np.int64(l2 != 0.0), ctx.real(l2), n)
+
+
 def from_core(opt: core_optim.Optimizer) -> SGD | Adam:
-    """A device optimizer configured like a core.optim one (same params, L2, clip, betas)."""
+    """A device optimizer configured like a core.optim one (same params, L2, clip, betas; under
+    mixed precision its masters, moments and loss scale)."""
+    import copy
+
+    amp = getattr(opt, "amp", None) is not None
     if isinstance(opt, core_optim.Adam):
-        out: SGD | Adam = Adam(opt.lr, (opt.b1, opt.b2), opt.eps, opt.clip)
+        out: SGD | Adam = (AmpAdam(opt.lr, (opt.b1, opt.b2), opt.eps) if amp else
+                           Adam(opt.lr, (opt.b1, opt.b2), opt.eps, opt.clip))
     elif isinstance(opt, core_optim.SGD):
-        out = SGD(opt.lr, opt.clip)
+        out = AmpSGD(opt.lr) if amp else SGD(opt.lr, opt.clip)
     else:
         raise TypeError(f"no device optimizer mirrors {type(opt).__name__}")
+    if amp:
+        out.scaler = copy.deepcopy(opt.amp)  # type: ignore[attr-defined]
     for slot in opt.slots:
         out.add(slot.var.id, slot.l2)
         if getattr(slot, "m", None) is not None and isinstance(out, Adam):
             out.initial_moments[slot.var.id] = (np.array(slot.m), np.array(slot.v))
+        if amp:
+            out.initial_masters[slot.var.id] = np.array(slot.master)  # type: ignore[attr-defined]
     out.t = opt.t
     return out

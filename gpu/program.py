@@ -15,11 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from core import precision
 from core.optable.registry import REGISTRY, grad_inputs, reached_nodes
 from core.tape import Tape, Var
 from gpu.device import Buffer, Device, Launch
 from gpu.library import KERNELS, LEAF, BuildCtx
-from gpu.source import library_facts, library_source
+from gpu.source import STORAGE, SUFFIX, library_facts, library_source
+
+# ops whose kernels pass scratch through storage-typed buffers (im2col columns, pooled
+# gradients): not instantiated for the half types yet (docs/devices.md, "Half precision")
+NO_HALF_KERNELS = ("conv2d", "maxpool2d", "avgpool2d")
 
 __all__ = ["CaptureError", "Program", "Step", "capture", "reached_nodes"]
 
@@ -64,14 +69,19 @@ def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None
     if nodes[li].size != 1:
         raise CaptureError(f"node {li} {nodes[li].op}: the loss must be a scalar, "
                            f"shape {nodes[li].shape}")
-    if tape.dtype not in (np.float64, np.float32):
-        raise CaptureError(f"tape dtype {tape.dtype} has no kernels (float64, float32)")
+    if tape.dtype not in SUFFIX:
+        raise CaptureError(f"tape dtype {tape.dtype} has no kernels (float64, float32, "
+                           "float16, bfloat16)")
     for n in nodes[: li + 1]:
         if n.op not in KERNELS:
             raise CaptureError(f"node {n.id} {n.op} ({n.name or 'unnamed'}): no device kernel "
                                f"for op {n.op!r}")
         if n.dtype != tape.dtype:
             raise CaptureError(f"node {n.id} {n.op}: dtype {n.dtype} differs from the tape's")
+        if tape.dtype in STORAGE and n.op in NO_HALF_KERNELS:
+            raise CaptureError(f"node {n.id} {n.op} ({n.name or 'unnamed'}): no {tape.dtype} "
+                               f"kernels for op {n.op!r} yet (its scratch buffers are "
+                               "float32 or float64 only): use --dtype float32")
     return Program(device, tape, li, math, kernels)
 
 
@@ -82,11 +92,19 @@ class Program:
                  kernels: list | None = None) -> None:
         self.device = device
         self.dtype = np.dtype(tape.dtype)
+        # scalars, scratch, optimizer settings: float32 in a half episode
+        self.compute_dtype = precision.compute_dtype(self.dtype)
         self.math = math or tape.math
         self.loss_id = loss
         self.nodes = tape.nodes[: loss + 1]
-        self.source = library_source(self.math)  # the CUDA C both backends compile
-        self.module = device.compile(self.source, library_facts())
+        # the CUDA C both backends compile (a half episode: its own dtype's kernels only), and
+        # the facts of the same kernels (the host's lanes and barriers)
+        if self.dtype in STORAGE:
+            self.source = library_source(self.math, (self.dtype,))
+            self.module = device.compile(self.source, library_facts((self.dtype,)))
+        else:
+            self.source = library_source(self.math)
+            self.module = device.compile(self.source, library_facts())
         # --kernel: per node id, a module answering its op's kernel names from the user's file
         self.user_kernels: dict[int, Any] = {}
         self.reached = reached_nodes(self.nodes, loss)
@@ -99,6 +117,12 @@ class Program:
         for n in self.nodes:
             if n.op in ("param", "const"):
                 self.values[n.id].upload(np.ascontiguousarray(tape.value(n.id)).reshape(-1))
+        # the loss seed of a half episode comes from this buffer (the loss scale under --amp,
+        # set per step: set_seed); float64/float32 episodes fill it with 1 in the launch
+        self.seed_buf: Buffer | None = None
+        if self.dtype in STORAGE:
+            self.seed_buf = dev.alloc(1, self.compute_dtype)
+            self.seed_buf.upload(np.ones(1, self.compute_dtype))
         self.value_ptrs = np.array([b.ptr for b in self.values], dtype=np.int64)
         self.grad_ptrs = np.array([b.ptr if b else 0 for b in self.grads], dtype=np.int64)
         self.vtab = dev.alloc(len(self.nodes), np.int64)
@@ -160,7 +184,8 @@ class Program:
         steps = [Step(-1, ctx.module[f"zero_many_{ctx.sfx}"].record(
                      max(len(live), 1), 128, ctx.aux(-1, "zero_table", table), len(live))),
                  Step(self.loss_id, ctx.launch("fill", 1, self.grads[self.loss_id],
-                                               ctx.real(1.0), 1))]
+                                               ctx.real(1.0), 1) if self.seed_buf is None else
+                      ctx.launch("fill_from", 1, self.grads[self.loss_id], self.seed_buf, 1))]
         for i in range(self.loss_id, -1, -1):
             if not self.reached[i]:
                 continue
@@ -252,6 +277,12 @@ class Program:
         launches = self.fusion_runtime.optimizer_launches(self, opt, stock)
         self._opt_launches = len(launches)
         return launches
+
+    def set_seed(self, seed: float) -> None:
+        """The loss gradient's seed for the next backward (a half episode's loss scale)."""
+        if self.seed_buf is None:
+            raise ValueError(f"a {self.dtype} program seeds backward with 1 (no loss scale)")
+        self.seed_buf.upload(np.full(1, seed, self.compute_dtype))
 
     def step(self, opt: Any) -> None:
         """One optimizer update on the device (opt: gpu.SGD / gpu.Adam)."""

@@ -246,23 +246,26 @@ class _Lib(Target):
                 return f"y[rw] = {expr};"
             return f"y[{self._pos(col)}{off}] = {expr};"
         i = f"{self._pos(col)}{off}"
-        return f"gx[{i}] = ADD(gx[{i}], {expr});"
+        return f"gx[{i}] = ADD(gx[{i}], RND({expr}));"
 
 
 def _params(f: RowForm, which: str | int) -> str:
+    # kept row values, tables and a total's per-row values are scratch in the compute type
+    # (acc_t: float in a half episode, whose tape keeps them in float32)
     ins = [f"const real_t* in{k}" for k in range(len(f.ins))]
     if which == "fwd":
-        outs = ["real_t* y"] + [f"real_t* kp{j}" for j in range(len(f.keep))]
+        outs = ["acc_t* y" if f.total else "real_t* y"] + [
+            f"acc_t* kp{j}" for j in range(len(f.keep))]
     else:
         outs = ["const real_t* y", "const real_t* g", "real_t* gx"] + [
-            f"const real_t* kp{j}" for j in range(len(f.keep))]
-    tabs = [f"const real_t* tb{j}" for j in range(len(f.tables))]
+            f"const acc_t* kp{j}" for j in range(len(f.keep))]
+    tabs = [f"const acc_t* tb{j}" for j in range(len(f.tables))]
     ints = ["long long R", "long long L", "long long inner", "long long P", "long long reduce",
             "real_t n", "real_t rn"] + [f"real_t sc_{s}" for s, _ in f.scalars]
     return ", ".join(ins + outs + tabs + ints)
 
 
-def _kernel(op: str, f: RowForm, which: str | int) -> str:
+def _kernel(op: str, f: RowForm, which: str | int, stash: bool = True) -> str:
     p = f.fwd if which == "fwd" else f.bwd[int(which)]
     assert p is not None
     name = kernel_names(op)["fwd" if which == "fwd" else f"bwd{which}"]
@@ -276,17 +279,17 @@ def _kernel(op: str, f: RowForm, which: str | int) -> str:
         return "\n".join([
             head, "    TS_GRID_STRIDE(d, L) {",
             "        if (!reduce) {",
-            f"            long long rw = 0; {kp}gx[d] = ADD(gx[d], {term});",
+            f"            long long rw = 0; {kp}gx[d] = ADD(gx[d], RND({term}));",
             "        } else {",
             "            real_t acc = (real_t)0;",
             f"            for (long long rw = 0; rw < R; ++rw) {{ {kp}acc = ADD(acc, {term}); }}",
-            "            gx[d] = ADD(gx[d], acc);", "        }", "    }", "}"])
+            "            gx[d] = ADD(gx[d], RND(acc));", "        }", "    }", "}"])
     if p.steps or (which == "fwd" and f.total):
         t = _Lib(f, which, "row")
         lines = ["    TS_GRID_STRIDE(rw, R) {"]
         if f.axis is not None:
             lines.append("        long long base = (rw / inner) * L * inner + (rw % inner);")
-        body = pass_lines(t, f, which, stash=which == "fwd" and not f.total)
+        body = pass_lines(t, f, which, stash=stash and which == "fwd" and not f.total)
         return "\n".join([head, *lines, *("        " + b for b in body), "    }", "}"])
     t = _Lib(f, which, "elem")
     w = "(L / 2)" if f.pair else "L"
@@ -300,7 +303,7 @@ def _kernel(op: str, f: RowForm, which: str | int) -> str:
 
 def _total(op: str) -> str:
     return "\n".join([
-        f'extern "C" __global__ void {op}_total_T(const real_t* rows, real_t* y, long long R, '
+        f'extern "C" __global__ void {op}_total_T(const acc_t* rows, real_t* y, long long R, '
         "real_t rn) {",
         "    if (blockIdx.x == 0 && threadIdx.x == 0) {  /* y = serial_sum(rows) / T(R) */",
         "        real_t acc = (real_t)0;",
@@ -308,14 +311,17 @@ def _total(op: str) -> str:
         "        y[0] = DIV(acc, rn);", "    }", "}"])
 
 
-def library_kernels() -> str:
-    """The row ops' kernels of ops_rows.cu, every pass of every form of the table."""
+def library_kernels(stash: bool = True) -> str:
+    """The row ops' kernels of ops_rows.cu, every pass of every form of the table.
+
+    ``stash=False`` (half episodes): a forward never keeps its sum's term in the output, which
+    would round the term to storage before the output reads it back; it recomputes it."""
     out = ["/* generated from the op table (core/ops, OpDef.row) by gpu/rowtable.py */"]
     for op in ROW_OPS:
         f = form(op)
         out.append(f"/* {op}: forward, then the gradient of each input */")
         for which, _ in f.passes():
-            out.append(_kernel(op, f, which))
+            out.append(_kernel(op, f, which, stash))
         if f.total:
             out.append(_total(op))
     return "\n\n".join(out) + "\n"

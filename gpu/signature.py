@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core import precision
+
 __all__ = ["KernelArgError", "Param", "KernelSig", "parse_kernels", "check_args"]
 
 
@@ -21,6 +23,9 @@ _SCALARS = {
     "long long": np.dtype(np.int64),
     "unsigned long long": np.dtype(np.uint64),
     "int": np.dtype(np.int32),
+    # the half storage types (gpu/kernels/half.cuh): pointers only
+    "ts_f16": precision.FLOAT16,
+    "ts_bf16": precision.BFLOAT16,
 }
 
 _KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{')

@@ -6,6 +6,15 @@ and every transcendental as `EXP(x)`, `LOG(x)`, ... The substitution pass turns 
 float64 (`__dadd_rn`, `ts_exp`, suffix `_f64`) or float32 (`__fadd_rn`, `ts_expf`, `_f32`)
 spelling; under math="platform" the transcendentals become CUDA libm / glibc (`exp`, `expf`).
 The expanded text is what both backends compile, so it is also what the tests read.
+
+Half precision (float16 / bfloat16; docs/reference-order.md, "Half precision"): a `real_t` that
+is pointed to (`real_t*`: a tensor in memory) becomes the storage type `ts_f16` / `ts_bf16`
+(gpu/kernels/half.cuh), every other `real_t` (locals, arguments, returns) becomes `float`, the
+operations are the float ones, and `RND(x)` rounds a register value to the storage type where
+the tape rounds it (a backward contribution before it is added, a fused node's value); for
+float64 / float32 `RND(x)` is `(x)`. `acc_t` is the compute type (float for the half types,
+`real_t` otherwise): scratch and scalar buffers (an optimizer's scalars, a row op's kept row
+values, rope tables) that the tape keeps in float32.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from core import precision
 from gpu.device import KERNEL_DIR
 from gpu.kernel_facts import LANES, PLAIN, Facts, KernelFacts, merge_facts
 
@@ -34,7 +44,10 @@ def node_comment(node_id: int, *words: str) -> str:
         raise ValueError(f"generated source: refusing comment text {text!r} (node {node_id})")
     return f"/* {text} */"
 
-SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
+SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", precision.FLOAT16: "f16",
+          precision.BFLOAT16: "bf16"}
+# the storage type a half template's `real_t*` becomes (gpu/kernels/half.cuh)
+STORAGE = {precision.FLOAT16: "ts_f16", precision.BFLOAT16: "ts_bf16"}
 MATH_MODES = ("refmath", "platform")
 
 _COMMON = {
@@ -47,6 +60,8 @@ _COMMON = {
         "SQRT": "__dsqrt_rn",
         "AS_BITS": "__double_as_longlong",
         "BITS_MIN": "(-9223372036854775807LL - 1)",
+        "acc_t": "double",
+        "RND": "",
     },
     np.dtype(np.float32): {
         "real_t": "float",
@@ -57,8 +72,13 @@ _COMMON = {
         "SQRT": "__fsqrt_rn",
         "AS_BITS": "__float_as_int",
         "BITS_MIN": "(-2147483647LL - 1)",
+        "acc_t": "float",
+        "RND": "",
     },
 }
+for _dt, _st in STORAGE.items():  # stored in a half type, computed in float
+    _COMMON[_dt] = {**_COMMON[np.dtype(np.float32)], "RND": f"ts_rnd_{SUFFIX[_dt]}"}
+    del _COMMON[_dt]["AS_BITS"], _COMMON[_dt]["BITS_MIN"]  # no half bit-level kernels (diff)
 
 # Transcendentals: refmath's C twins (core/refmath/refmath.cuh) or the platform libm. PEXP is
 # always the platform exp: it spells core.mathlib's platform sigmoid 1 / (1 + exp(-x)).
@@ -88,15 +108,16 @@ def _math_table(math: str, sfx: str) -> dict[str, str]:
 
 
 @lru_cache(maxsize=64)
-def template(name: str) -> str:
-    """The text of gpu/kernels/<name>.cu, with the op table's generated code spliced in."""
+def template(name: str, half: bool = False) -> str:
+    """The text of gpu/kernels/<name>.cu, with the op table's generated code spliced in (for a
+    half dtype: the row kernels without the stash, gpu.rowtable.library_kernels)."""
     text = (KERNEL_DIR / f"{name}.cu").read_text()
     from gpu import optable, rowtable  # lazily: they import every op of core.ops
 
     if optable.MARK in text:
         text = text.replace(optable.MARK, optable.library_switches())
     if rowtable.MARK in text:
-        text = text.replace(rowtable.MARK, rowtable.library_kernels())
+        text = text.replace(rowtable.MARK, rowtable.library_kernels(stash=not half))
     return text
 
 
@@ -132,15 +153,18 @@ def template_facts(name: str) -> dict[str, KernelFacts]:
 
 
 def instantiate(text: str, dtype: np.dtype | type, math: str = "refmath") -> str:
-    """Expand a template for one dtype (float64 / float32) and math mode."""
+    """Expand a template for one dtype (float64 / float32 / float16 / bfloat16) and math mode."""
     dt = np.dtype(dtype)
     if dt not in SUFFIX:
-        raise TypeError(f"kernel templates support float64 and float32, not {dt}")
+        raise TypeError(f"kernel templates support float64, float32, float16 and bfloat16, "
+                        f"not {dt}")
     if math not in MATH_MODES:
         raise ValueError(f"math must be one of {MATH_MODES}, not {math!r}")
     sfx = SUFFIX[dt]
     table = dict(_COMMON[dt])
-    table.update(_math_table(math, sfx))
+    table.update(_math_table(math, "f32" if dt in STORAGE else sfx))
+    if dt in STORAGE:  # a pointed-to real_t is memory: the storage type (module docstring)
+        text = re.sub(r"\breal_t(?=\s*\*)", STORAGE[dt], text)
     words = sorted(table, key=len, reverse=True)
     pat = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\b")
     out = pat.sub(lambda m: table[m.group(1)], text)
@@ -163,13 +187,16 @@ def instantiate_facts(facts: Facts, dtype: np.dtype | type) -> dict[str, KernelF
 LIBRARY = ("ops_elementwise", "ops_rows", "ops_nn", "optim")
 
 
-def library_source(math: str = "refmath") -> str:
-    """The whole kernel library (both dtypes) for one math mode, as both backends compile it."""
+def library_source(math: str = "refmath", dtypes: tuple = (np.float64, np.float32)) -> str:
+    """The whole kernel library (float64 and float32, or the given dtypes) for one math mode,
+    as both backends compile it."""
     parts = ['#include "refmath.cuh"\n']
+    if any(np.dtype(d) in STORAGE for d in dtypes):
+        parts.append('#include "half.cuh"\n')
     for name in LIBRARY:
-        for dt in (np.float64, np.float32):
+        for dt in dtypes:
             parts.append(f"/* ---- {name}.cu, {np.dtype(dt).name} ---- */\n")
-            parts.append(instantiate(template(name), dt, math))
+            parts.append(instantiate(template(name, np.dtype(dt) in STORAGE), dt, math))
     return "\n".join(parts)
 
 

@@ -7,12 +7,14 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from core import precision
+
 
 def array_stats(a: np.ndarray | None) -> dict[str, float | int]:
     """min, max, mean, std over the finite elements, plus NaN/inf counts and size."""
     if a is None:
         return {}
-    a = np.asarray(a)
+    a = precision.widen(np.asarray(a))  # a half array widens exactly (bfloat16 is kind "V")
     out: dict[str, float | int] = {"size": int(a.size)}
     if a.dtype.kind == "b":
         a = a.astype(np.int8)  # booleans summarise as 0/1
@@ -41,7 +43,10 @@ def array_stats(a: np.ndarray | None) -> dict[str, float | int]:
 
 def has_nonfinite(a: np.ndarray | None) -> bool:
     """True when a float array holds a NaN or an inf."""
-    return a is not None and np.asarray(a).dtype.kind == "f" and not bool(np.isfinite(a).all())
+    if a is None:
+        return False
+    a = precision.widen(np.asarray(a))
+    return a.dtype.kind == "f" and not bool(np.isfinite(a).all())
 
 
 def nonfinite_flags(arrays: Sequence[np.ndarray | None]) -> np.ndarray:
@@ -61,6 +66,8 @@ def nonfinite_flags(arrays: Sequence[np.ndarray | None]) -> np.ndarray:
                 continue
             if type(a) is not np.ndarray:
                 a = np.asarray(a)
+            if a.dtype == precision.BFLOAT16:  # numpy kind "V": widened (exact)
+                a = a.astype(np.float32)
             if a.dtype.kind == "f":
                 idx.append(i)
                 sums.append(reduce(a, axis=None))

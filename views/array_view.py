@@ -9,6 +9,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QStackedWidget, QVBoxLayout, QWidget
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from core import precision
 from views import theme
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
@@ -148,6 +149,7 @@ class ArrayView(QWidget):
         if a is None:
             self.stack.setCurrentIndex(PAGE_EMPTY)
             return
+        a = precision.widen(a)  # float16 / bfloat16 drawn as their (exact) float32 values
         if a.dtype.kind not in "fiub":
             self.empty.setText(f"dtype {a.dtype} not drawn")
             self.stack.setCurrentIndex(PAGE_EMPTY)
@@ -203,7 +205,9 @@ class HistogramView(pg.PlotWidget):
         self.counts = {}
         for name, a, color in (("value", value, (29, 78, 216, 110)),
                                ("gradient", grad, (13, 148, 136, 110))):  # teal: red = bits differ
-            if a is None or np.asarray(a).dtype.kind not in "fiu":
+            if a is not None:
+                a = precision.widen(np.asarray(a))
+            if a is None or a.dtype.kind not in "fiu":
                 continue
             fin = np.asarray(a, dtype=np.float64).ravel()
             fin = fin[np.isfinite(fin)]

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from core import precision
 from views import theme
 
 WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
@@ -42,15 +43,25 @@ def number_text(v: float, dtype: np.dtype) -> str:
         return "nan"
     if np.isinf(v):
         return "inf" if v > 0 else "-inf"
-    return f"{v:.9g}" if np.dtype(dtype) == np.float32 else f"{v:.17g}"
+    dt = np.dtype(dtype)
+    # the shortest count of significant digits that round-trips in each type
+    digits = {np.dtype(np.float32): 9, precision.FLOAT16: 5, precision.BFLOAT16: 4}.get(dt, 17)
+    return f"{v:.{digits}g}"
 
 
 def bits_text(v, dtype: np.dtype) -> str:
     """The IEEE bit pattern of one element as hex (``0x3ff0000000000000``)."""
     dt = np.dtype(dtype)
+    if dt in precision.HALF:  # the half type's own 16 bits: 4 hex digits
+        return f"0x{int(np.asarray(v).astype(dt).view(np.uint16)):04x}"
     if dt == np.float32:
         return f"0x{int(np.asarray(v, np.float32).view(np.uint32)):08x}"
     return f"0x{int(np.asarray(v, np.float64).view(np.uint64)):016x}"
+
+
+def _is_float(a: np.ndarray) -> bool:
+    """float64/32/16 or bfloat16 (ml_dtypes' bfloat16 is numpy kind "V")."""
+    return a.dtype.kind == "f" or a.dtype in precision.HALF
 
 
 def _same_dtype(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -64,7 +75,7 @@ def _same_dtype(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def n_differ(ref: np.ndarray, cand: np.ndarray) -> int:
     """Elements whose bits differ (two NaNs are equal: the NaN policy)."""
     r, c = _same_dtype(ref, cand)
-    sint = np.int64 if r.dtype == np.float64 else np.int32
+    sint = precision.bits_types(r.dtype)[0]
     both_nan = np.isnan(r) & np.isnan(c)
     return int(((r.view(sint) != c.view(sint)) & ~both_nan).sum())
 
@@ -78,7 +89,7 @@ def worst_elements(ref: np.ndarray, cand: np.ndarray, limit: int = MAX_ROWS) -> 
     if r.dtype != c.dtype:
         dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
         r, c = r.astype(dt), c.astype(dt)
-    sint = np.int64 if r.dtype == np.float64 else np.int32
+    sint = precision.bits_types(r.dtype)[0]
     rb, cb = r.reshape(-1).view(sint), c.reshape(-1).view(sint)
     both_nan = np.isnan(r.reshape(-1)) & np.isnan(c.reshape(-1))
     differ = (rb != cb) & ~both_nan  # two NaNs are equal (the NaN policy)
@@ -271,7 +282,7 @@ class ElementView(QWidget):
     def set_pair(self, ref: np.ndarray | None, cand: np.ndarray | None, what: str = "") -> None:
         """Show where ``cand`` differs from ``ref`` (None: nothing to compare)."""
         ok = (ref is not None and cand is not None and np.shape(ref) == np.shape(cand)
-              and np.asarray(ref).dtype.kind == "f" and np.asarray(cand).dtype.kind == "f")
+              and _is_float(np.asarray(ref)) and _is_float(np.asarray(cand)))
         self.repro.setEnabled(ok)
         if not ok:
             self.img = None

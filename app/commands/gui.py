@@ -35,8 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     live.add_argument("--fuse", action="store_true", help="replay the fused plan")
     live.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                       help="the candidate's math (the reference is always refmath)")
-    live.add_argument("--dtype", default=None, choices=["float64", "float32"],
+    live.add_argument("--dtype", default=None,
+                      choices=["float64", "float32", "float16", "bfloat16"],
                       help="default: a model's own precision, else float64")
+    from app.commands.model_args import add_amp_args
+
+    add_amp_args(live)
     live.add_argument("--compare", default="cpu-device",
                       choices=["cpu-device", "cpu-platform", "unfused-fused", "f64-device"])
     live.add_argument("--worker", metavar="CMD", default=None,
@@ -194,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     if workload or not args.file:
         ok = win.open_workload(workload or "mlp") and ok
     if args.live and ok and win.session is not None and win.session.workload is not None:
-        from app.commands.model_args import resolve_dtype
+        from app.commands.model_args import amp_kwargs, resolve_dtype
         from app.commands.worker import timeouts as worker_timeouts
         from app.runs import SessionConfig
 
@@ -204,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
         cfg = SessionConfig(workload=spec,
                             fuse=args.fuse, dtype=resolve_dtype(args.dtype, spec), math=args.math,
                             compare=args.compare, worker=getattr(args, "worker", None),
-                            **worker_timeouts(args), **candidate_config(args))
+                            **worker_timeouts(args), **candidate_config(args),
+                            **amp_kwargs(args))
         ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)
     if args.screenshot:
         return _screenshot(win, args, size, ok)

@@ -2,9 +2,10 @@
 generate with real NVRTC and the cuda backend's exact flags (no GPU needed), and audit the PTX.
 
 Compilation units: the kernel library, the parity diff kernels, and the fused kernels of both
-built-in workloads, each per dtype (float64, float32) and math mode (refmath, platform). The
-audit fails (exit 1) unless every refmath unit's PTX has no ``fma``, no ``.ftz``, no
-``.approx``, and only round-to-nearest float division and square root.
+built-in workloads, each per dtype (float64, float32, float16, bfloat16; the diff kernels
+float64 and float32) and math mode (refmath, platform). The audit fails (exit 1) unless every
+refmath unit's PTX has no ``fma``, no ``.ftz``, no ``.approx``, only round-to-nearest float
+division and square root, and no half conversion other than round-to-nearest-even.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-DTYPES = ("float64", "float32")
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+DIFF_DTYPES = ("float64", "float32")  # the device diff kernels (half episodes compare on host)
 MATHS = ("refmath", "platform")
 WORKLOADS = ("mlp", "transformer")
 
@@ -28,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--template", metavar="OP",
                    help="write OP's stock kernels as one editable file to --out FILE.cu (for "
                         "parity/report --kernel OP=FILE.cu; docs/kernels.md) and exit")
+    p.add_argument("--dtype", action="append", choices=DTYPES,
+                   help="only this dtype's units (repeatable; default: all four)")
     p.add_argument("--audit", action="store_true",
                    help="exit 1 unless every refmath unit has no fma/.ftz/.approx and only "
                         "round-to-nearest division/sqrt")
@@ -49,31 +53,35 @@ class Unit:
         return f"{self.name}-{self.dtype}-{self.math}"
 
 
-def units(workloads: tuple[str, ...] = WORKLOADS) -> list[Unit]:
-    """Every compilation unit tapescope generates, in a fixed order."""
+def units(workloads: tuple[str, ...] = WORKLOADS, dtypes: tuple[str, ...] = DTYPES) -> list[Unit]:
+    """Every compilation unit tapescope generates (of ``dtypes``), in a fixed order."""
     import numpy as np
 
     import gpu
+    from core import precision
     from core import workloads as wls
     from gpu import fusion
     from gpu.source import LIBRARY, instantiate, template
 
     out = []
     for math in MATHS:
-        for dt in DTYPES:
+        for dt in dtypes:
             # the library as gpu.source.library_source writes it, one dtype per unit
-            parts = ['#include "refmath.cuh"\n']
+            half = dt in ("float16", "bfloat16")
+            parts = ['#include "refmath.cuh"\n'] + (['#include "half.cuh"\n'] if half else [])
             for n in LIBRARY:
-                parts += [f"/* ---- {n}.cu, {dt} ---- */\n", instantiate(template(n), dt, math)]
+                parts += [f"/* ---- {n}.cu, {dt} ---- */\n",
+                          instantiate(template(n, half), precision.dtype_of(dt), math)]
             out.append(Unit("library", dt, math, "\n".join(parts)))
-    for dt in DTYPES:  # gpu.diff.DeviceDiff's text (no transcendentals: one math mode)
+    # gpu.diff.DeviceDiff's text (no transcendentals: one math mode)
+    for dt in (d for d in DIFF_DTYPES if d in dtypes):
         out.append(Unit("diff", dt, "refmath", instantiate(template("diff"), np.dtype(dt))))
     from gpu.kernel_template import source_only_device
 
     dev = source_only_device()
     for name in workloads:
         for math in MATHS:
-            for dt in DTYPES:
+            for dt in dtypes:
                 wl = wls.get(name, dtype=dt, math=math)
                 prog = gpu.capture(dev, wl.tape, wl.record(0), math=math)
                 out.append(Unit(f"fused-{name}", dt, math, fusion.plan(prog).source))
@@ -161,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
     head = "".join(f"{c:>{max(len(c), 5) + 1}}" for c in AUDIT_COLUMNS)
     print(f"{'unit':<36}{'ptx B':>10}{'cubin B':>10}{head}  audit")
     failed = []
-    for unit in units():
+    for unit in units(dtypes=tuple(args.dtype) if getattr(args, "dtype", None) else DTYPES):
         res = nvrtc_compile(unit.source, args.arch, name=f"{unit.stem}.cu")
         counts = audit_ptx(res.ptx)
         ok = audit_ok(counts)
@@ -185,5 +193,5 @@ def _run(args: argparse.Namespace) -> int:
                   f".approx, and only .rn division/sqrt)", file=sys.stderr)
             return 1
         print("audit ok: every refmath unit has no fma, no .ftz, no .approx, only .rn "
-              "division/sqrt")
+              "division/sqrt, no half conversion but round-to-nearest-even")
     return 0

@@ -86,8 +86,8 @@ def absolute_spec(spec: str | None) -> str | None:
 
 def resolve_dtype(given: str | None, workload: str | None) -> str:
     """``--dtype``, else the model's own precision for a model workload (float32 model ->
-    float32 episodes), else float64. A half-precision model without ``--dtype`` is refused
-    with the way out (half precision on the tape is its own issue)."""
+    float32 episodes, float16 / bfloat16 model -> a half episode: docs/reference-order.md,
+    "Half precision"), else float64."""
     if given:
         return given
     if workload:
@@ -95,9 +95,34 @@ def resolve_dtype(given: str | None, workload: str | None) -> str:
 
         if is_model_spec(workload):
             dt = model_dtype(parse_spec(split_options(workload)[0])[0])
-            if dt in ("float16", "bfloat16"):
-                raise ValueError(f"the model is {dt}; the tape trains float32 or float64: "
-                                 "give --dtype float32")
-            if dt in ("float32", "float64"):
+            if dt in ("float32", "float64", "float16", "bfloat16"):
                 return dt
     return "float64"
+
+
+def add_amp_args(p) -> None:
+    """``--amp float16|bfloat16`` and ``--loss-scale S`` (mixed precision: core.amp)."""
+    p.add_argument("--amp", default=None, choices=["float16", "bfloat16"],
+                   help="mixed precision: float32 master weights and optimizer, the episode in "
+                        "this half type (float16: a dynamic loss scale; docs/reference-order.md)")
+    p.add_argument("--loss-scale", default=None, metavar="S",
+                   help="with --amp float16: a static loss scale (a power of two up to 2**15) "
+                        "instead of the dynamic one")
+
+
+def amp_kwargs(args) -> dict:
+    """SessionConfig's amp and loss_scale from the flags; --dtype must agree with --amp."""
+    amp = getattr(args, "amp", None)
+    ls = getattr(args, "loss_scale", None)
+    if amp is None:
+        if ls is not None:
+            raise ValueError("--loss-scale goes with --amp float16")
+        return {}
+    if getattr(args, "dtype", None) not in (None, amp):
+        raise ValueError(f"--amp {amp} computes in {amp}: drop --dtype {args.dtype}")
+    if ls is not None:
+        try:
+            ls = float(ls)
+        except ValueError:
+            raise ValueError(f"--loss-scale {ls!r}: not a number") from None
+    return {"amp": amp, "loss_scale": ls}

@@ -30,8 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_against_arg(p)  # --against B
     p.add_argument("--steps", type=positive_int, default=5)
-    p.add_argument("--dtype", default=None, choices=["float64", "float32"],
+    p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
+    from app.commands.model_args import add_amp_args
+
+    add_amp_args(p)
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
@@ -132,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
     if args.json:
         check_writable(args.json, "--json")  # before the run, not after it
-    from app.commands.model_args import resolve_dtype, resolve_workload
+    from app.commands.model_args import amp_kwargs, resolve_dtype, resolve_workload
 
     wl_spec = resolve_workload(args)
     from app.commands.argtypes import candidate_config
@@ -141,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                         dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
                         compare="cpu-device", seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args),
-                        **candidate_config(args))
+                        **candidate_config(args), **amp_kwargs(args))
     if args.inject and args.fuse:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")

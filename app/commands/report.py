@@ -25,8 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
                    help="the candidate's math (the reference is always refmath)")
-    p.add_argument("--dtype", default=None, choices=["float64", "float32"],
+    p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
+    from app.commands.model_args import add_amp_args
+
+    add_amp_args(p)
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
                    help="which two runs: " + "; ".join(f"{k}: {v}" for k, v in COMPARES.items()))
     p.add_argument("--steps", type=positive_int, default=20)
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     # the user's to make: none is created for them)
     check_writable(args.out, "--out")
     check_writable(Path(args.out).with_suffix(".json"), "--out's JSON")
-    from app.commands.model_args import resolve_dtype, resolve_workload
+    from app.commands.model_args import amp_kwargs, resolve_dtype, resolve_workload
     from app.commands.worker import timeouts as worker_timeouts
     from app.pairs import open_pair
     from app.report_data import ReportAccumulator
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                         dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
                         compare=args.compare, seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args),
-                        **candidate_config(args))
+                        **candidate_config(args), **amp_kwargs(args))
     from core.progress import progress
 
     model = getattr(args, "model", None)

@@ -14,8 +14,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Exit 0 when it ran, 2 on a bad input (one line on stderr).")
     p.add_argument("--workload", default="mlp", help="mlp | transformer | PATH.py")
     p.add_argument("--steps", type=positive_int, default=20)
-    p.add_argument("--dtype", default=None, choices=["float64", "float32"],
+    p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
+    from app.commands.model_args import add_amp_args
+
+    add_amp_args(p)
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"])
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
@@ -31,19 +34,22 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
-    from app.commands.model_args import resolve_dtype
+    from app.commands.model_args import amp_kwargs, resolve_dtype
 
-    args.dtype = resolve_dtype(args.dtype, args.workload)
+    amp = amp_kwargs(args)
+    args.dtype = amp["amp"] if amp else resolve_dtype(args.dtype, args.workload)
     wl = workloads.get(args.workload, dtype=args.dtype, math=args.math, seed=args.seed)
     print(f"workload {wl.name}: {len(wl.params)} parameter tensors, "
           f"{sum(p.node.size for p in wl.params)} weights, {args.dtype}, math={args.math}")
     t0 = time.perf_counter()
     opt = wl.make_optimizer()
+    if amp:  # float32 masters and moments, the loss scale (core.amp)
+        workloads.enable_amp(wl, opt, args.workload, args.seed, amp["loss_scale"])
     losses = []
     for step in range(1, args.steps + 1):
         try:
             loss = wl.record(step)  # from 1, as the line below prints it
-            wl.tape.backward(loss)
+            wl.tape.backward(loss, seed=1.0 if opt.amp is None else opt.amp.scale)
             opt.step()
             losses.append(float(wl.tape.value(loss)))
         except Exception as e:

@@ -3,7 +3,11 @@
 Every function is a fixed sequence of IEEE-exact operations (+ - * /, sqrt, comparisons and bit
 manipulation) derived from fdlibm's algorithms, written once here in numpy and once in CUDA C
 (``core/refmath/refmath.cuh``); no fused multiply-add anywhere. float32 inputs are computed with
-the float64 routine and rounded once to float32 (``(float)ts_exp((double)x)`` in C). See
+the float64 routine and rounded once to float32 (``(float)ts_exp((double)x)`` in C). float16 and
+bfloat16 inputs are widened to float32, computed by the float32 function and rounded to their
+type (what a half tape does: compute in float32, round once to storage); that is the float64
+result rounded twice, which differs from rounding it once only where the float32 result lands
+exactly on a half-way point (docs/refmath.md, "Half precision", counts every such input). See
 docs/refmath.md for the algorithms, the accuracy measured and the special values.
 """
 
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from core.refmath import _derived, _explog, _log
@@ -49,6 +54,7 @@ _BLOCK = 1 << 12
 
 _F64 = np.dtype(np.float64)
 _F32 = np.dtype(np.float32)
+_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 # name -> {dtype: the C twin's loop}; filled on first use; {} when native code is unavailable
 _NATIVE: dict[str, dict[np.dtype, Any]] | None = None
 
@@ -91,6 +97,9 @@ def _apply(name: str, x: Any) -> np.ndarray:
     """
     arr = np.asarray(x)
     dt = arr.dtype
+    if dt in _HALF:
+        with np.errstate(over="ignore"):
+            return _apply(name, arr.astype(_F32)).astype(dt)
     if dt == _F64 or dt == _F32:  # native byte order only
         loops = _NATIVE if _NATIVE is not None else _native_loops()
         if loops:

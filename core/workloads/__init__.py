@@ -40,3 +40,18 @@ def get(name: str, **kwargs: Any) -> Workload:
 
 
 __all__ = ["MLP", "WORKLOADS", "Transformer", "Workload", "WorkloadError", "get", "load_file"]
+
+
+def enable_amp(wl: Workload, opt: Any, name: str, seed: int,
+               loss_scale: float | None = None) -> None:
+    """Turn a half workload's optimizer into mixed precision (core.amp): its float32 masters
+    are the float32 episode's own initial weights (workload ``name`` at float32, same seed), so
+    the half tape's parameters are float32 values rounded once, as under torch autocast."""
+    import numpy as np
+
+    from core.amp import LossScaler
+
+    w32 = get(name, dtype="float32", math=wl.tape.math, seed=seed)
+    masters = {p.id: np.array(q.value) for p, q in zip(wl.tape.params(), w32.tape.params(),
+                                                      strict=True)}
+    opt.enable_amp(LossScaler.for_dtype(wl.tape.dtype.name, loss_scale), masters)

@@ -3,7 +3,10 @@
 Every element is computed by one thread with the same expression, in the same order, as the
 stock per-node kernel (gpu/kernels/ops_*.cu), so fused results are bit-identical. Kernels read
 every address from one int64 table (see ``Layout``): ``(const long long* tab, long long R)`` is
-the signature of every generated kernel.
+the signature of every generated kernel. Every node's value goes through memory, so a half
+episode's values are rounded to storage exactly where the tape rounds them; a contribution
+computed in a register is ``RND(...)``-rounded before it is added (gpu/source.py), and kept row
+values and tables are ``acc_t`` (float32 scratch, as in the library kernels).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core import precision
 from core.optable.registry import REGISTRY, grad_inputs
 from core.optable.rows import RowForm, fill
 from gpu.emitc import literal
@@ -73,7 +77,8 @@ class _W:
 
     def __init__(self, nodes: tuple, lay: Layout, dtype: np.dtype, vname: str = "v",
                  gname: str = "g") -> None:
-        self.nodes, self.lay, self.dt = nodes, lay, dtype
+        # literals in the compute dtype (float32 in a half episode: the tape's T(s))
+        self.nodes, self.lay, self.dt = nodes, lay, precision.compute_dtype(dtype)
         self.vname, self.gname = vname, gname  # pointer names: v<id> / g<id> by default
         self.decl: dict[str, str] = {}
         self.body: list[str] = []
@@ -87,8 +92,9 @@ class _W:
     def lit(self, x: float) -> str:
         return literal(x, self.dt)
 
-    def _ptr(self, name: str, slot: int) -> str:
-        self.decl.setdefault(name, f"real_t* {name} = (real_t*)(unsigned long long)tab[{slot}];")
+    def _ptr(self, name: str, slot: int, ctype: str = "real_t") -> str:
+        self.decl.setdefault(name, f"{ctype}* {name} = ({ctype}*)(unsigned long long)"
+                                   f"tab[{slot}];")
         return name
 
     def v(self, i: int) -> str:
@@ -98,7 +104,7 @@ class _W:
         return self._ptr(f"{self.gname}{i}", self.lay.g(i))
 
     def x(self, i: int, key: str) -> str:
-        return self._ptr(f"x{i}_{key}", self.lay.extra(i, key))
+        return self._ptr(f"x{i}_{key}", self.lay.extra(i, key), "acc_t")  # scratch, tables
 
     def cols(self, i: int) -> int:
         s = self.nodes[i].shape
@@ -220,7 +226,7 @@ class _Fused(Target):
             return f"{self.w.v(self.node.id)}[{self.row} * {self.C} + {col}{off}] = {expr};"
         j = self.node.inputs[int(self.which)]
         gx = f"{self.w.g(j)}[{self.row} * {self.w.cols(j)} + {col}{off}]"
-        return f"{gx} = ADD({gx}, {expr});"
+        return f"{gx} = ADD({gx}, RND({expr}));"
 
 
 def _row_block(t: _Fused, which: str | int) -> list[str]:
@@ -272,19 +278,19 @@ def _bwd_node(w: _W, info, k: int) -> list[str]:
         a = _operand(w, node, 0, info.kinds[0], "s", "c")
         b = _operand(w, node, 1, info.kinds[1], "s", "c")
         t = _bin_term(op, k, a, b, f"{w.v(i)}[s * {C} + c]", g)
-        return [f"{_cloop(C)} {gx} = ADD({gx}, {t});"]
+        return [f"{_cloop(C)} {gx} = ADD({gx}, RND({t}));"]
     if op == "matmul":
         wt = node.inputs[1]
         K = w.nodes[wt].shape[0]
         return [f"{_cloop(K)} {{", "    real_t acc = (real_t)0;",
                 f"    for (long long n = 0; n < {C}; ++n) acc = ADD(acc, "
                 f"MUL({w.g(i)}[s * {C} + n], {w.v(wt)}[c * {C} + n]));",
-                f"    {gx} = ADD({gx}, acc);", "}"]
+                f"    {gx} = ADD({gx}, RND(acc));", "}"]
     if op in ROW:
         return _row_block(_Fused(w, node, k), k)
     x = f"{w.v(node.inputs[0])}[s * {C} + c]"
     lets, t = _un(w, op, 0, "x", f"{w.v(i)}[s * {C} + c]", g, node)
-    return [f"{_cloop(C)} {{ real_t x = {x}; {lets}{gx} = ADD({gx}, {t}); }}"]
+    return [f"{_cloop(C)} {{ real_t x = {x}; {lets}{gx} = ADD({gx}, RND({t})); }}"]
 
 
 def pushes(nodes: tuple, reached: list[bool], i: int) -> list[int]:
@@ -362,7 +368,7 @@ def param_grads(name: str, seg: Segment, nodes: tuple, reached: list[bool], lay:
             lines.append("{ " + node_comment(info.id, nodes[info.id].op, "->", "input", str(k)))
             lines.append("    real_t acc = (real_t)0;")
             lines += ["    " + ln for ln in _param_terms(w, info, k, seg.rows)]
-            lines.append(f"    {w.g(p)}[j] = ADD({w.g(p)}[j], acc);")
+            lines.append(f"    {w.g(p)}[j] = ADD({w.g(p)}[j], RND(acc));")
             lines.append("}")
         cond = "if" if not branches else "} else if"
         branches.append(f"{cond} (t < {off + size}) {{  /* gradient of node {p} */")

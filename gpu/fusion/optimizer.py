@@ -23,8 +23,8 @@ __all__ = ["OPTIMIZER_TEXT", "OPTIMIZER_FACTS", "FusionRuntime", "fused_optimize
 
 # table rows: Adam [w, g, m, v, n, use_l2], SGD [w, g, n, use_l2]; l2s[j] = T(l2) of param j
 OPTIMIZER_TEXT = """
-extern "C" __global__ void fzPLANID_adam_T(const long long* tab, const real_t* l2s,
-                                           const real_t* ctl, const real_t* k, long long count) {
+extern "C" __global__ void fzPLANID_adam_T(const long long* tab, const acc_t* l2s,
+                                           const acc_t* ctl, const acc_t* k, long long count) {
     for (long long j = blockIdx.x; j < count; j += gridDim.x) {
         real_t* w = (real_t*)(unsigned long long)tab[6 * j];
         const real_t* g = (const real_t*)(unsigned long long)tab[6 * j + 1];
@@ -45,8 +45,8 @@ extern "C" __global__ void fzPLANID_adam_T(const long long* tab, const real_t* l
     }
 }
 
-extern "C" __global__ void fzPLANID_sgd_T(const long long* tab, const real_t* l2s,
-                                          const real_t* ctl, real_t lr, long long count) {
+extern "C" __global__ void fzPLANID_sgd_T(const long long* tab, const acc_t* l2s,
+                                          const acc_t* ctl, real_t lr, long long count) {
     for (long long j = blockIdx.x; j < count; j += gridDim.x) {
         real_t* w = (real_t*)(unsigned long long)tab[4 * j];
         const real_t* g = (const real_t*)(unsigned long long)tab[4 * j + 1];
@@ -71,10 +71,12 @@ def fused_optimizer_launches(prog: Program, opt: Any, stock: list[Launch]) -> li
     from gpu.optim import SGD, Adam
 
     state, p = prog.fusion_runtime, prog.fusion
+    if getattr(opt, "amp", False):
+        return list(stock)  # mixed precision keeps its own launches (check, then updates)
     live = list(opt.live)
     if not live:
         return []
-    dev, dt = prog.device, prog.dtype
+    dev, dt = prog.device, prog.compute_dtype  # scalars: float32 in a half episode
     lead = list(stock[: len(stock) - len(live)])  # clip_norm, when clipping
     l2s = np.array([l2 for _, l2 in live], dtype=np.float64).astype(dt)
     if isinstance(opt, Adam):

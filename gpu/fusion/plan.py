@@ -15,7 +15,7 @@ from gpu.fusion.optimizer import OPTIMIZER_FACTS, OPTIMIZER_TEXT, FusionRuntime
 from gpu.fusion.serial import find_tail, tail_backward, tail_forward
 from gpu.kernel_facts import KernelFacts
 from gpu.program import Program, Step
-from gpu.source import SUFFIX, instantiate
+from gpu.source import STORAGE, SUFFIX, instantiate
 
 __all__ = ["FusionError", "FusedKernel", "SegmentPlan", "FusionPlan", "plan", "apply"]
 
@@ -160,7 +160,7 @@ def plan(prog: Program, min_nodes: int = 2) -> FusionPlan:
         seg_names.append((f.name, b.name, None))
         segs.append(Segment(tail.lo, tail.hi, 1))
     body = "\n".join(t[0].text for t in texts) + "\n" + OPTIMIZER_TEXT
-    raw = codegen.HEADER + body
+    raw = ('#include "half.cuh"\n' if dt in STORAGE else "") + codegen.HEADER + body
     sfx = SUFFIX[dt]
     digest = hashlib.sha256(f"{sfx}|{prog.math}|{raw}".encode()).hexdigest()[:10]
     pid = f"{digest}{sfx[1:]}"
@@ -229,12 +229,14 @@ def _table(prog: Program, p: FusionPlan) -> tuple[np.ndarray, list]:
     for (i, key), slot in p.layout.extras.items():
         node = prog.nodes[i]
         f = REGISTRY[node.op].row
-        if key.startswith("k_"):  # a kept row value: one per row
-            buf = prog.device.alloc(max(node.size // node.shape[-1], 1), prog.dtype)
+        if key == "s_seed":  # the loss seed of a half episode (Program.seed_buf)
+            buf = prog.seed_buf
+        elif key.startswith("k_"):  # a kept row value: one per row
+            buf = prog.device.alloc(max(node.size // node.shape[-1], 1), prog.compute_dtype)
         else:  # a host table of the row form ("t_<name>")
-            arrays = f.make_tables(node.shape, node.attrs, prog.dtype)
+            arrays = f.make_tables(node.shape, node.attrs, prog.compute_dtype)
             arr = np.ascontiguousarray(arrays[f.tables.index(key[2:])]).reshape(-1)
-            buf = prog.device.alloc(arr.size, prog.dtype)
+            buf = prog.device.alloc(arr.size, prog.compute_dtype)
             buf.upload(arr)
         keep.append(buf)
         tab[slot] = buf.ptr

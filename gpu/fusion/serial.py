@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core import precision
 from core.optable.registry import REGISTRY
 from gpu.emitc import C_OPS, _Ctx
 from gpu.fusion.analysis import LEAVES
 from gpu.fusion.codegen import _W, KernelText, Layout, pushes
 from gpu.rowtable import Target, pass_lines
+from gpu.source import STORAGE
 
 __all__ = ["Tail", "find_tail", "tail_forward", "tail_backward"]
 
@@ -114,13 +116,13 @@ class _Rows(Target):
             return f"acc = ADD(acc, {expr});"
         j = self.node.inputs[int(self.which)]
         gx = f"{self.w.g(j)}[row * {self.C} + {col}]"
-        return f"{gx} = ADD({gx}, {expr});"
+        return f"{gx} = ADD({gx}, RND({expr}));"
 
 
 def tail_forward(name: str, tail: Tail, nodes: tuple, lay: Layout, dt: np.dtype) -> KernelText:
     """Forward of the tail by one thread, in tape order."""
     w = _W(nodes, lay, dt, "pv", "pg")  # emitc's rules own the names t<id>, g<id>
-    shim = _Shim(nodes, dt)
+    shim = _Shim(nodes, precision.compute_dtype(dt))  # literals: T(s)
     done: set[int] = set()
     for i in tail.ids:
         n = nodes[i]
@@ -143,7 +145,8 @@ def tail_forward(name: str, tail: Tail, nodes: tuple, lay: Layout, dt: np.dtype)
                 w.body += _load(w, done, j)
             c = _Ctx(shim, n)  # type: ignore[arg-type]
             expr = C_OPS[n.op][0](c)
-            w.body += c.lines + [f"const real_t t{i} = {expr};", f"{w.v(i)}[0] = t{i};"]
+            # RND: later nodes read t<i> as the tape does, rounded to storage (half types)
+            w.body += c.lines + [f"const real_t t{i} = RND({expr});", f"{w.v(i)}[0] = t{i};"]
             done.add(i)
             continue
         done.discard(i)
@@ -154,9 +157,12 @@ def tail_backward(name: str, tail: Tail, nodes: tuple, reached: list[bool], lay:
                   dt: np.dtype) -> KernelText:
     """Seed the loss gradient with 1, then the tail's contributions in decreasing id."""
     w = _W(nodes, lay, dt, "pv", "pg")  # emitc's rules own the names t<id>, g<id>
-    shim = _Shim(nodes, dt)
+    shim = _Shim(nodes, precision.compute_dtype(dt))  # literals: T(s)
     done: set[int] = set()
-    w.body.append(f"{w.g(tail.hi)}[0] = (real_t)1;  /* the seed */")
+    if np.dtype(dt) in STORAGE:  # a half episode: the seed buffer (the loss scale, --amp)
+        w.body.append(f"{w.g(tail.hi)}[0] = {w.x(tail.hi, 's_seed')}[0];  /* the seed */")
+    else:
+        w.body.append(f"{w.g(tail.hi)}[0] = (real_t)1;  /* the seed */")
     for i in reversed(tail.ids):
         ks = pushes(nodes, reached, i)
         if not ks:
@@ -169,7 +175,7 @@ def tail_backward(name: str, tail: Tail, nodes: tuple, reached: list[bool], lay:
             cnt = nodes[x].size
             v = f"DIV({g}, {w.lit(cnt)})" if n.op == "mean" else g
             gx = f"{w.g(x)}[e]"
-            w.body.append(f"for (long long e = 0; e < {cnt}; ++e) {gx} = ADD({gx}, {v});")
+            w.body.append(f"for (long long e = 0; e < {cnt}; ++e) {gx} = ADD({gx}, RND({v}));")
         elif _total(n.op):  # kept row values recomputed: the same operations, the same bits
             for k in ks:
                 t = _Rows(w, n, k)
@@ -185,7 +191,7 @@ def tail_backward(name: str, tail: Tail, nodes: tuple, reached: list[bool], lay:
             w.body += ["    " + ln for ln in c.lines]
             for k in ks:
                 tgt = f"{w.g(n.inputs[k])}[0]"
-                w.body.append(f"    {tgt} = ADD({tgt}, {parts[k]});")
+                w.body.append(f"    {tgt} = ADD({tgt}, RND({parts[k]}));")
             w.body.append("}")
             done.clear()  # locals above are scoped to the block
     return w.kernel(name, "if (blockIdx.x == 0 && threadIdx.x == 0)")

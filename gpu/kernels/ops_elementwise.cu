@@ -5,6 +5,7 @@
  * Broadcasting is resolved on the host into int64 index maps (ia[i], ib[i]: the input element
  * read at output position i). A broadcast input's gradient reduces in the reference order: perm
  * lists, for each input slot j, the R output positions that reduce into it in row-major order.
+ * RND(c): a contribution rounded to storage before it is added (half types; gpu/source.py).
  */
 
 #ifndef TS_GRID_STRIDE /* the host backend's prelude defines its own (lanes: docs/devices.md) */
@@ -43,7 +44,7 @@ extern "C" __global__ void binary_bwd_T(long long op, long long which, const rea
         if (!(flags & 4)) {
             long long ja = (flags & 1) ? ia[j] : j;
             long long jb = (flags & 2) ? ib[j] : j;
-            gx[j] = ADD(gx[j], ts_bin_term_T(op, which, a[ja], b[jb], y[j], g[j]));
+            gx[j] = ADD(gx[j], RND(ts_bin_term_T(op, which, a[ja], b[jb], y[j], g[j])));
         } else {
             real_t acc = (real_t)0;
             for (long long r = 0; r < R; ++r) {
@@ -52,7 +53,7 @@ extern "C" __global__ void binary_bwd_T(long long op, long long which, const rea
                 long long jb = (flags & 2) ? ib[i] : i;
                 acc = ADD(acc, ts_bin_term_T(op, which, a[ja], b[jb], y[i], g[i]));
             }
-            gx[j] = ADD(gx[j], acc);
+            gx[j] = ADD(gx[j], RND(acc));
         }
     }
 }
@@ -64,7 +65,7 @@ extern "C" __global__ void unary_fwd_T(long long op, const real_t* x, real_t* y,
 
 extern "C" __global__ void unary_bwd_T(long long op, const real_t* x, const real_t* y,
                                        const real_t* g, real_t* gx, real_t s, long long n) {
-    TS_GRID_STRIDE(i, n) { gx[i] = ADD(gx[i], ts_un_term_T(op, x[i], y[i], g[i], s)); }
+    TS_GRID_STRIDE(i, n) { gx[i] = ADD(gx[i], RND(ts_un_term_T(op, x[i], y[i], g[i], s))); }
 }
 
 /* ---- data movement: exact copies; backward adds (+0.0 where idx < 0: slice padding) ---- */
@@ -118,6 +119,6 @@ extern "C" __global__ void take_bwd_T(const real_t* g, const real_t* idx, real_t
         real_t acc = (real_t)0;
         for (long long k = 0; k < K; ++k)
             if (ts_index_T(idx[k], D) == d) acc = ADD(acc, g[(ou * K + k) * inner + in]);
-        gx[e] = ADD(gx[e], acc);
+        gx[e] = ADD(gx[e], RND(acc));
     }
 }

@@ -25,7 +25,7 @@ extern "C" __global__ void reduce_bwd_T(const real_t* g, real_t* gx, const long 
     TS_GRID_STRIDE(i, count) {
         real_t v = g[slot[i]];
         if (mean) v = DIV(v, n);
-        gx[i] = ADD(gx[i], v);
+        gx[i] = ADD(gx[i], RND(v));
     }
 }
 
@@ -65,7 +65,7 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
         for (int p = 0; p < TS_MM && i0 + p < M; ++p)
             for (int q = 0; q < TS_MM && j0 + q < N; ++q) {
                 long long o = bi * syb + (i0 + p) * N + j0 + q;
-                y[o] = accumulate ? ADD(y[o], acc[p][q]) : acc[p][q];
+                y[o] = accumulate ? ADD(y[o], RND(acc[p][q])) : acc[p][q];
             }
     }
 }

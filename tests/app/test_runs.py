@@ -86,7 +86,7 @@ def test_bad_config_is_named():
     with pytest.raises(ValueError, match="compare must be one of"):
         SessionConfig(compare="gpu-gpu")
     with pytest.raises(ValueError, match="dtype"):
-        SessionConfig(dtype="float16")
+        SessionConfig(dtype="float8")
 
 
 RUNS_DRY = """

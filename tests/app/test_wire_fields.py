@@ -82,3 +82,20 @@ def test_report_step_rows_are_kept_compact_and_exact():
                                              "exact": False, "max_ulp": got[3]["max_ulp"]})
     assert [type(s["step"]) for s in got] == [int] * 4
     assert [type(s["exact"]) for s in got] == [bool] * 4
+
+
+def test_half_arrays_cross_the_wire_bit_for_bit():
+    # issue 28: the live worker's tensors of a half episode (bfloat16 is numpy kind "V": it is
+    # sent by its name; any other "V" dtype stays refused)
+    import numpy as np
+    import pytest
+
+    from app.wire import decode_array, encode_array
+    from core.precision import BFLOAT16
+
+    for dt in (np.float16, BFLOAT16):
+        a = (np.arange(12, dtype=np.float32).reshape(3, 4) / 7).astype(dt)
+        b = decode_array(encode_array(a))
+        assert b.dtype == a.dtype and np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    with pytest.raises(ValueError, match="not a numeric dtype"):
+        decode_array({"dtype": "|V2", "shape": [1], "data": "AAA="})

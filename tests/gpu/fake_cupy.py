@@ -159,6 +159,8 @@ class ndarray:  # noqa: N801  (CuPy's name)
 
 
 def zeros(shape, dtype=float, order="C") -> ndarray:
+    if np.dtype(dtype).kind not in "biufc":  # as CuPy: ml_dtypes' bfloat16 (kind "V") is not
+        raise TypeError(f"Unsupported dtype {np.dtype(dtype)}")  # one of its dtypes
     return ndarray(np.zeros(shape, dtype, order=order))
 
 
@@ -313,6 +315,8 @@ class Function:
                 if not p.pointer:
                     raise TypeError(f"{self.kernel.name}: a device array where {p} is declared")
                 flat = a._a.reshape(-1)
+                if p.dtype.kind == "V" and flat.dtype == np.uint16:  # bfloat16 held as bits
+                    flat = flat.view(p.dtype)  # (a GPU reads the pointer, whatever its type)
                 conv.append(Buffer(_HOST, flat.size, flat.dtype, (flat, flat), a.data.ptr))
             else:
                 if p.pointer or a.dtype.itemsize != p.dtype.itemsize:

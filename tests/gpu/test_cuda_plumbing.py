@@ -45,6 +45,17 @@ def test_graph_episodes_bit_identical_through_the_cuda_path(fake_cuda):
     assert fake_cupy.state.loaded and set(fake_cupy.state.loaded) == {("cubin", "sm_90")}
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_episodes_through_the_cuda_path(fake_cuda, dtype):
+    # CuPy has no bfloat16: its buffers hold the bits (uint16), uploads and downloads view them
+    from tests.gpu.test_workloads import train_side_by_side
+
+    for _, _, _, rep in train_side_by_side(fake_cuda, "mlp", dtype, 2):
+        assert rep.exact, rep.first_divergence
+    with pytest.raises(TypeError, match="Unsupported dtype"):
+        fake_cupy.zeros(4, dtype="bfloat16")
+
+
 @pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
 def test_run_episode_captures_one_graph_across_episodes(fake_cuda, fuse):
     from core import workloads

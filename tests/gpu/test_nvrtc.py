@@ -36,7 +36,24 @@ def kernels_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("kernels")
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = main(["kernels", "--arch", "sm_90", "--out", str(out), "--audit"])
+        rc = main(["kernels", "--arch", "sm_90", "--out", str(out), "--audit",
+                   "--dtype", "float64", "--dtype", "float32"])
+    return rc, buf.getvalue(), out
+
+
+@pytest.fixture(scope="module")
+def half_kernels_out(tmp_path_factory):
+    """The same for the float16 and bfloat16 units (12 more: the suite's slow tier)."""
+    import contextlib
+    import io
+
+    from app.cli import main
+
+    out = tmp_path_factory.mktemp("kernels_half")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["kernels", "--arch", "sm_90", "--out", str(out), "--audit",
+                   "--dtype", "float16", "--dtype", "bfloat16"])
     return rc, buf.getvalue(), out
 
 
@@ -84,6 +101,9 @@ def test_audit_flags_every_forbidden_instruction():
         "ftz": 'asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(y[0]) : "f"(y[1]), "f"(y[2]));',
         "div.other": "y[0] = __fdiv_rz(y[0], y[1]);",
         "sqrt.other": "y[0] = __fsqrt_ru(y[0]);",
+        # a truncating conversion to float16 (the half kernels must round to nearest even)
+        "cvt.other": 'unsigned short h; asm("cvt.rz.f16.f32 %0, %1;" : "=h"(h) : "f"(y[1])); '
+                     "y[0] = (float)h;",
     }
     for rule, body in bad.items():
         res = nvrtc_compile(f'extern "C" __global__ void k(float* y) {{ {body} }}', "sm_90")
@@ -93,6 +113,11 @@ def test_audit_flags_every_forbidden_instruction():
                          '{ y[0] = __fdiv_rn(__fsqrt_rn(y[0]), y[1]); }', "sm_90")
     counts = audit_ptx(good.ptx)
     assert audit_ok(counts) and counts["div.rn"] == counts["sqrt.rn"] == 1
+    # round-to-nearest-even conversions are allowed; the half kernels' integer code has none
+    rn = nvrtc_compile('extern "C" __global__ void k(float* y) { unsigned short h; '
+                       'asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(y[1])); y[0] = (float)h; }',
+                       "sm_90")
+    assert b"cvt.rn.f16.f32" in rn.ptx and audit_ok(audit_ptx(rn.ptx))
 
 
 def test_audit_counts_the_mad_spelling_of_fma_but_not_integer_mad():
@@ -131,9 +156,9 @@ def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out)
     from core import refmath
 
     assert (out / "refmath.cuh").read_bytes() == (refmath.C_DIR / "refmath.cuh").read_bytes()
-    stems = [f"{u}-{dt}-{m}" for m in MATHS for dt in DTYPES
+    stems = [f"{u}-{dt}-{m}" for m in MATHS for dt in DTYPES[:2]
              for u in ("library", "fused-mlp", "fused-transformer")]
-    stems += [f"diff-{dt}-refmath" for dt in DTYPES]
+    stems += [f"diff-{dt}-refmath" for dt in ("float64", "float32")]
     for stem in stems:
         src = (out / f"{stem}.cu").read_text()
         ptx = (out / f"{stem}.ptx").read_bytes()
@@ -150,18 +175,58 @@ def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out)
 @needs_nvrtc
 def test_the_audit_table_in_devices_md_is_what_kernels_prints(kernels_out):
     # docs/devices.md restates the audit's counts; they went stale once (div.rn 152 vs 160)
+
+
+    _, text, _ = kernels_out
+    _check_doc_table(text, 14)
+
+
+@needs_nvrtc
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_half_unit_compiles_audits_and_is_in_devices_md(half_kernels_out):
+    from app.commands.kernels import MATHS
+    from gpu.signature import parse_kernels
+
+    rc, text, out = half_kernels_out
+    assert rc == 0 and "audit ok" in text, text
+    for m in MATHS:
+        for dt in ("float16", "bfloat16"):
+            for u in ("library", "fused-mlp", "fused-transformer"):
+                stem = f"{u}-{dt}-{m}"
+                names = parse_kernels((out / f"{stem}.cu").read_text())
+                counts = audit_ptx((out / f"{stem}.ptx").read_bytes())
+                assert names and counts["kernels"] == len(names), stem
+                assert m == "platform" or audit_ok(counts), (stem, counts)
+    _check_doc_table(text, 12)
+
+
+@needs_nvrtc
+def test_the_half_library_compiles_and_passes_the_audit():
+    # the quick tier's half check: both half libraries (refmath), as the backends compile them
+    from app.commands.kernels import units
+
+    half = [u for u in units(workloads=(), dtypes=("float16", "bfloat16"))
+            if u.math == "refmath"]
+    assert [u.stem for u in half] == ["library-float16-refmath", "library-bfloat16-refmath"]
+    for u in half:
+        res = nvrtc_compile(u.source, "sm_90", name=f"{u.stem}.cu")
+        counts = audit_ptx(res.ptx)
+        assert audit_ok(counts) and counts["kernels"] > 40 and counts["cvt.other"] == 0, counts
+
+
+def _check_doc_table(text: str, rows: int) -> None:
     import re
     from pathlib import Path
 
     from gpu.nvrtc import AUDIT_COLUMNS, cuda_version_text
 
-    _, text, _ = kernels_out
     printed = {}
     for ln in text.splitlines():
         parts = ln.split()
         if len(parts) > 3 + len(AUDIT_COLUMNS) and parts[0].count("-") >= 2:
             printed[parts[0]] = parts[3:3 + len(AUDIT_COLUMNS)]
-    assert len(printed) == 14, text
+    assert len(printed) == rows, text
     doc = (Path(__file__).resolve().parents[2] / "docs" / "devices.md").read_text()
     section = doc[doc.index("## Compiling and auditing every kernel"):]
     version = re.search(r"With NVRTC (\d+\.\d+)", section).group(1)
@@ -174,7 +239,9 @@ def test_the_audit_table_in_devices_md_is_what_kernels_prints(kernels_out):
         cells = [c.strip() for c in ln.strip().strip("|").split("|")]
         table[cells[0]] = cells[1:]
     want = "\n".join(f"| {u} | {' | '.join(v)} |" for u, v in printed.items())
-    assert table == printed, f"docs/devices.md's audit table should read:\n{want}"
+    assert len(table) == 26  # every unit of every dtype is in the doc
+    assert {u: table.get(u) for u in printed} == printed, \
+        f"docs/devices.md's audit table should read:\n{want}"
 
 
 @needs_nvrtc
@@ -197,6 +264,16 @@ def test_library_unit_is_what_the_backend_compiles(kernels_out):
             body = unit.split("\n", 1)[1]  # after the shared #include line
             for part in body.split("/* ---- ")[1:]:
                 assert "/* ---- " + part.rstrip("\n") in both
+        for dt in ("float16", "bfloat16"):  # a half program compiles its own dtype only
+            from app.commands.kernels import units
+            from core.precision import dtype_of
+
+            one = library_source(math, (dtype_of(dt),))
+            (u,) = [u for u in units(workloads=(), dtypes=(dt,)) if u.math == math]
+            unit = u.source
+            assert '#include "half.cuh"' in unit and '#include "half.cuh"' in one
+            for part in unit.split("/* ---- ")[1:]:
+                assert "/* ---- " + part.rstrip("\n") in one
 
 
 def test_target_choice():

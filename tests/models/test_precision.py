@@ -1,5 +1,5 @@
 """A model's precision by default: a float32 model runs float32 episodes unless --dtype says
-otherwise; a half-precision model is refused with one line naming --dtype float32."""
+otherwise; a half-precision model runs a half episode (docs/reference-order.md)."""
 
 from __future__ import annotations
 
@@ -46,10 +46,31 @@ def test_parity_runs_a_float32_model_in_float32(tmp_path, capsys):
     assert float(np.float32(loss["reference"])) == loss["reference"]  # a float32 loss
 
 
-@pytest.mark.parametrize("elem, np_dt, name", [(TensorProto.FLOAT16, np.float16, "float16")])
-def test_a_half_model_is_refused_with_the_way_out(tmp_path, capsys, elem, np_dt, name):
-    half = _model(tmp_path / "h.onnx", elem, np_dt)
-    assert main(["parity", "--model", half, "--device", "host", "--steps", "1"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and name in err[0] and "--dtype float32" in err[0], err
-    assert "Traceback" not in err[0]
+def _bf16_model(path):
+    import ml_dtypes
+
+    w = numpy_helper.from_array(np.ones((3, 4), np.float32), "w")
+    w.data_type = TensorProto.BFLOAT16  # bfloat16 bits in the raw data
+    w.raw_data = np.ones((3, 4), np.float32).astype(ml_dtypes.bfloat16).tobytes()
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "p",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 4])], [w])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_a_half_model_runs_at_its_own_type(tmp_path, capsys, name):
+    import json
+
+    half = (_model(tmp_path / "h.onnx", TensorProto.FLOAT16, np.float16) if name == "float16"
+            else _bf16_model(tmp_path / "h.onnx"))
+    assert model_dtype(half) == name and resolve_dtype(None, model_spec(half)) == name
+    out = tmp_path / "p.json"
+    rc = main(["parity", "--model", half, "--device", "host", "--steps", "2", "--json", str(out)])
+    text = capsys.readouterr()
+    assert rc == 0, text
+    rep = json.loads(out.read_text())
+    assert rep["dtype"] == name and rep["exact"] is True
+    assert all(e["reference"] == e["candidate"] for e in rep["losses"])
