@@ -135,7 +135,7 @@ def bench(path: str, steps: int) -> dict:
     st = runner.stats() or {}
     return {"nodes": len(runner.nodes), "tape": statistics.median(tape_t),
             "parity": statistics.median(par_t), "exact": all(exact),
-            "launches": st.get("launches")}
+            "launches": st.get("launches_per_episode")}
 
 
 def main() -> int:
