@@ -33,7 +33,9 @@ extern "C" __global__ void reduce_bwd_T(const real_t* g, real_t* gx, const long 
  * matmul, bmm, conv2d and all their backward products are this kernel with different strides;
  * y is [B, M, N] with rows contiguous and batch stride syb.
  * One thread owns a TS_MM x TS_MM tile of outputs: each output still accumulates alone, from
- * +0.0, in k order (the tile only shares the loads), so the bits do not depend on the tile. */
+ * +0.0, in k order (the tile only shares the loads), so the bits do not depend on the tile.
+ * The host backend compiles its own body (wider per thread, below; a user's --kernel file
+ * runs the tile there too); CUDA's is the tile. */
 #define TS_MM 4
 #define TS_HMI 6   /* host body: rows per thread */
 #define TS_HKC 64  /* host body: k-steps of b packed at a time */
@@ -41,8 +43,9 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
                                 long long M, long long N, long long K, long long sab,
                                 long long sam, long long sak, long long sbb, long long sbk,
                                 long long sbn, long long syb, long long accumulate) {
-#ifdef TS_HOST_PRELUDE_H
-    /* The host backend's body: one thread owns TS_HMI rows x one 64-byte vector of columns
+#if defined(TS_HOST_PRELUDE_H) && !defined(TS_USER_KERNEL)
+    /* The host backend's body (not in a user's --kernel file, whose edits are to the body
+     * below): one thread owns TS_HMI rows x one 64-byte vector of columns
      * (GCC vector types, lane-wise IEEE mul and add, one rounding each, no FMA under
      * -ffp-contract=off), with b's panel packed KC k-steps at a time into a local buffer so the
      * vector load is contiguous whatever b's strides. Every output is still its own chain,
