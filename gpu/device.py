@@ -188,6 +188,11 @@ class Device:
         """A Buffer over elements [offset, offset + n) of buf."""
         raise NotImplementedError
 
+    def host_view(self, buf: Buffer) -> np.ndarray | None:
+        """The buffer's memory as a read-only host array without a copy, or None where the
+        device's memory is not the host's (cuda). Valid until the next launch or upload."""
+        return None
+
     def _check_upload(self, buf: Buffer, array: np.ndarray) -> np.ndarray:
         a = np.asarray(array)
         if a.dtype != buf.dtype:

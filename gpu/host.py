@@ -98,6 +98,12 @@ class HostDevice(Device):
         self.stats.bytes_to_host += buf.nbytes
         return buf.handle[1].copy()
 
+    def host_view(self, buf: Buffer) -> np.ndarray:
+        """The buffer's memory itself, read-only (no copy: the host's memory is the device's)."""
+        arr = buf.handle[1].view()
+        arr.flags.writeable = False
+        return arr
+
     def view(self, buf: Buffer, offset: int, n: int) -> Buffer:
         """Elements [offset, offset + n) of buf (same memory)."""
         raw, arr = buf.handle

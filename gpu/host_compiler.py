@@ -41,7 +41,8 @@ __all__ = ["HOST_FLAGS", "find_compiler", "compiler_version", "host_flags", "hea
 # a loop), so the machine code is what holds the line: tests/gpu/test_fp_contract.py and
 # test_host_lanes.py disassemble the library, the diff kernels, the lane kernels and both
 # workloads' fused kernels and fail on any FMA instruction.
-# -funroll-loops: the matmul kernel's 4x4 tile loops unrolled, a k-step's loads and its four row
+# -funroll-loops (written for the matmul's 4x4 tile; the host now compiles its own mm_T body,
+# gpu/kernels/ops_rows.cu): the tile loops unrolled, a k-step's loads and its four row
 # updates overlap (1.7x on the big mlp's products); unrolling repeats operations, it never
 # reorders them, and -fno-variable-expansion-in-unroller keeps each accumulator one variable
 # (gcc splits a float accumulator only under -fassociative-math anyway).

@@ -78,7 +78,10 @@ def _user_source(spec: KernelSpec, dtype: np.dtype, math: str) -> tuple[str, str
     except (OSError, UnicodeDecodeError) as e:
         raise UserKernelError(f"--kernel {spec.text!r}: cannot read {spec.path}: {e}") from None
     tag = _SAFE.sub("_", spec.path.name) or "user.cu"
-    src = '#include "refmath.cuh"\n' + f'#line 1 "{tag}"\n' + instantiate(text, dtype, math)
+    # TS_USER_KERNEL: the library's host-only bodies (mm_T's) step aside, so a user's edit of
+    # the kernel text they see runs on the host backend too
+    src = ('#include "refmath.cuh"\n#define TS_USER_KERNEL 1\n' + f'#line 1 "{tag}"\n'
+           + instantiate(text, dtype, math))
     return src, tag
 
 

@@ -61,7 +61,8 @@ def _limit_flags(p) -> None:
     g.add_argument("--max-elements", type=_count, metavar="N",
                    help=f"elements in any one tensor (default {d.max_elements})")
     g.add_argument("--max-bytes", type=_count, metavar="N",
-                   help=f"bytes held by one run's tensors, e.g. 4G (default {d.max_bytes})")
+                   help=f"bytes held by one run's tensors, e.g. 4G (default {d.max_bytes}: "
+                        "1/32 of this machine's memory, 512M..2G)")
     g.add_argument("--max-loop-iterations", type=_count, metavar="N",
                    help="Loop/Scan iterations of one run, all loops together "
                         f"(default {d.max_loop_iterations})")
@@ -69,7 +70,7 @@ def _limit_flags(p) -> None:
                    help=f"nodes once local functions are inlined (default {d.max_nodes})")
     g.add_argument("--max-work", type=_count, metavar="N",
                    help="estimated work of one run, in ~nanoseconds of the reference executor "
-                        f"(default {d.max_work}, about 20 s)")
+                        f"(default {d.max_work}, about 25 s)")
 
 
 def limits_from(args: argparse.Namespace):

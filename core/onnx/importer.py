@@ -143,6 +143,9 @@ class _Importer:
         self.running: dict[str, np.ndarray] = {}  # batch norm (training): updated statistics
         self.index_bounds: dict[str, int] = {}  # integer input -> rows of the Gather it indexes
         self.roots: dict[str, set[str]] = {}  # a derived value -> the integer inputs it reads
+        # a probe import finds index_bounds on drawn inputs: labels out of range are taken
+        # modulo the classes instead of refused (the caller draws them again within bounds)
+        self.probe = False
 
     def var(self, v: Any, name: str | None = None):
         """A tape Var for ``v``: float initializers become (shared) params, the rest consts."""
@@ -526,7 +529,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                    wrt: tuple[str, ...] = (), limits: Limits | None = None,
                    cancel: Any = None, overrides: dict[str, np.ndarray] | None = None,
                    calibrate: dict[str, np.ndarray] | None = None,
-                   step_seed: Any = 0) -> Imported:
+                   step_seed: Any = 0, probe: bool = False) -> Imported:
     """Record ``model`` on ``tape`` for ``inputs``; returns outputs, params and every value.
 
     Training: import once, ``m = tape.mark()``, then per step ``tape.reset_to(m)`` and import
@@ -540,6 +543,8 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     makes every BatchNormalization use its input's own per-channel mean and (biased) variance
     instead of the running ones, and collects them by name (``--reinit`` sets them this way).
     ``step_seed`` seeds a training-mode Dropout's masks (``default_rng((step_seed, node))``).
+    ``probe``: the inputs were drawn to find ``index_bounds`` (labels out of range are wrapped,
+    not refused); import again with inputs drawn within them.
     """
     sess = model if isinstance(model, Session) else Session(model, mode="reference", fold=False,
                                                             limits=limits)
@@ -554,6 +559,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     imp.params.update(params or {})
     imp.calibrate = calibrate
     imp.step_seed = step_seed
+    imp.probe = probe
     env = imp.env
     env.update(sess.graph.inits)
     over = dict(overrides or {})

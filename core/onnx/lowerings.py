@@ -3,6 +3,7 @@
 Each converter records existing tape ops in a written order (docs/onnx-coverage.md, "lowered";
 docs/reference-order-nn.md gives each order), so every device already has its kernels and the
 replay is bit for bit: Where (masked_fill), Gelu (none and tanh), Pow, HardSigmoid, HardSwish,
+LogSoftmax (its row op),
 SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, Dropout in training mode (a seeded mask per
 step), BatchNormalization in training mode (batch statistics; running statistics updated as the
 spec says), and RNN / GRU / LSTM unrolled over time. A converter is
@@ -133,6 +134,19 @@ def pow_(imp, st, ins, names):
     return ops.exp(ops.muls(ops.log(x), e))
 
 
+# ---- LogSoftmax: the tape's log_softmax row op ------------------------------------------------
+
+def log_softmax(imp, st, ins, names):
+    """LogSoftmax as the tape's ``log_softmax`` (the executor's order: d = x - max;
+    d - log(serial_sum(exp(d)))); before opset 13 over the input flattened to 2-D at axis."""
+    x = _v(imp, ins, names, 0)
+    ax = st.attrs.get("axis", 1 if st.opset < 13 else -1) % len(x.shape)
+    if st.opset >= 13:
+        return ops.log_softmax(x, ax)
+    flat = ops.reshape(x, (int(np.prod(x.shape[:ax])), -1))
+    return ops.reshape(ops.log_softmax(flat, -1), x.shape)
+
+
 # ---- losses ---------------------------------------------------------------------------------
 
 def _labels(imp, st, ins, names, logits_shape):
@@ -142,6 +156,12 @@ def _labels(imp, st, ins, names, logits_shape):
         raise OnnxError(f"{st.node.op_type} with class weights has no tape form",
                         node=imp.label)
     vals = lab.value if isinstance(lab, Var) else np.asarray(lab)
+    c = int(logits_shape[-1])
+    roots = imp.roots.get(names[1], ())
+    for root in roots:  # labels from an integer input: a workload draws them in [0, classes)
+        imp.index_bounds[root] = min(c, imp.index_bounds.get(root, c))
+    if imp.probe and roots and np.any((np.asarray(vals) < 0) | (np.asarray(vals) >= c)):
+        lab = vals = np.mod(np.asarray(vals), c)  # a probe's drawn labels (drawn again after)
     ign = st.attrs.get("ignore_index")
     if ign is not None and np.any(np.asarray(vals) == ign):
         raise OnnxError(f"{st.node.op_type}: a label equals ignore_index {ign}; the tape's "
@@ -406,6 +426,6 @@ def _cell(kind, f, xt, hr, h, c, rbs, pds, rn, hsz):
 CONVERTERS = {
     "Where": where, "Gelu": gelu, "HardSigmoid": hard_sigmoid, "HardSwish": hard_swish,
     "Pow": pow_, "Abs": abs_, "SoftmaxCrossEntropyLoss": softmax_ce,
-    "NegativeLogLikelihoodLoss": nll_loss,
+    "NegativeLogLikelihoodLoss": nll_loss, "LogSoftmax": log_softmax,
     "Dropout": dropout, "RNN": recurrent, "GRU": recurrent, "LSTM": recurrent,
 }

@@ -273,8 +273,8 @@ class OnnxWorkload(Workload):
         scratch = Tape(dtype=self.tape.dtype, math=self.tape.math)
         self.index_bounds: dict[str, int] = {}
         first = import_to_tape(self.sess, scratch, self.batch_inputs(0), limits=self.limits,
-                               step_seed=(self.seed, 0))
-        if first.index_bounds:  # token ids: draw them within the embedding's rows
+                               step_seed=(self.seed, 0), probe=True)
+        if first.index_bounds:  # token ids, labels: draw them within the rows, the classes
             self.index_bounds = first.index_bounds
             first = import_to_tape(self.sess, Tape(dtype=self.tape.dtype, math=self.tape.math),
                                    self.batch_inputs(0), limits=self.limits,

@@ -24,7 +24,8 @@ register_nn()  # conv2d, pools, erf, gather: the ops ONNX import records
 __all__ = [
     "REGISTRY", "OpDef", "ShapeError", "register", "rope_tables",
     "add", "sub", "mul", "div", "neg", "adds", "muls", "relu", "sigmoid", "tanh", "exp", "log",
-    "sqrt", "sum", "mean", "matmul", "bmm", "transpose", "reshape", "softmax", "slice", "concat",
+    "sqrt", "sum", "mean", "matmul", "bmm", "transpose", "reshape", "softmax", "log_softmax",
+    "slice", "concat",
     "mse", "add_bias", "scale", "rms_norm", "silu", "swiglu", "rope", "cross_entropy",
     "attention",
 ]
@@ -150,6 +151,11 @@ def reshape(x, shape, name=None):
 def softmax(x, axis: int = -1, name=None):
     """Softmax along ``axis``."""
     return _rec("softmax", [x], {"axis": int(axis)}, name)
+
+
+def log_softmax(x, axis: int = -1, name=None):
+    """log(softmax(x)) along ``axis``, as ``(x - max) - log(serial_sum(exp(x - max)))``."""
+    return _rec("log_softmax", [x], {"axis": int(axis)}, name)
 
 
 def slice(x, axis: int, start: int, stop: int, name=None):  # noqa: A001

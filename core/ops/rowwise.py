@@ -1,4 +1,5 @@
-"""Row ops over the last axis: softmax, rms_norm, layer_norm, silu, swiglu, rope, cross_entropy.
+"""Row ops over the last axis: softmax, log_softmax, rms_norm, layer_norm, silu, swiglu, rope,
+cross_entropy.
 
 Each is the formula of docs/reference-order.md written out step by step; every reduction is the
 serial ``serial_sum`` and every transcendental comes from the math namespace ``M`` (refmath).
@@ -51,6 +52,35 @@ register(OpDef(
         fwd=RowPass(("DIV(EXP(SUB({x}, {m})), {s})",),
                     steps=(Step("m", "max", "{x}"), Step("s", "sum", "EXP(SUB({x}, {m}))"))),
         bwd=(RowPass(("MUL({y}, SUB({g}, {d}))",), steps=(Step("d", "sum", "MUL({g}, {y})"),)),))))
+
+
+# ---- log_softmax -------------------------------------------------------------------------------
+def _log_softmax_fwd(M, xs, at):
+    # the ONNX executor's order: d = x - max; y = d - log(serial_sum(exp(d)))
+    x = xs[0]
+    ax = at.get("axis", -1)
+    d = x - np.max(x, axis=ax, keepdims=True)
+    return d - M.log(serial_sum(M.exp(d), ax, keepdims=True))
+
+
+def _log_softmax_bwd(M, g, xs, y, at, nd):
+    return [g - M.exp(y) * serial_sum(g, at.get("axis", -1), keepdims=True)]
+
+
+register(OpDef(
+    "log_softmax", 1, "rowwise", "row_local", _softmax_shape,
+    forward=_log_softmax_fwd, backward=_log_softmax_bwd, transcendental=True,
+    sample=lambda rng, dt: [([_r(rng, dt, 3, 5)], {"axis": -1}),
+                            ([_r(rng, dt, 4, 3)], {"axis": 0}),
+                            ([_r(rng, dt, 2, 3, 4)], {"axis": -1})],
+    doc="m = max; d = x - m; y = d - log(serial_sum(exp(d))); "
+        "ga = g - exp(y) * serial_sum(g)",
+    row=RowForm(
+        ins=(("x", "row"),), axis="axis",
+        fwd=RowPass(("SUB(SUB({x}, {m}), {ls})",),
+                    steps=(Step("m", "max", "{x}"), Step("s", "sum", "EXP(SUB({x}, {m}))"),
+                           Step("ls", "let", "LOG({s})"))),
+        bwd=(RowPass(("SUB({g}, MUL(EXP({y}), {d}))",), steps=(Step("d", "sum", "{g}"),)),))))
 
 
 # ---- rms_norm ----------------------------------------------------------------------------------

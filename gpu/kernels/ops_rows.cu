@@ -33,12 +33,66 @@ extern "C" __global__ void reduce_bwd_T(const real_t* g, real_t* gx, const long 
  * matmul, bmm, conv2d and all their backward products are this kernel with different strides;
  * y is [B, M, N] with rows contiguous and batch stride syb.
  * One thread owns a TS_MM x TS_MM tile of outputs: each output still accumulates alone, from
- * +0.0, in k order (the tile only shares the loads), so the bits do not depend on the tile. */
+ * +0.0, in k order (the tile only shares the loads), so the bits do not depend on the tile.
+ * The host backend compiles its own body (wider per thread, below; a user's --kernel file
+ * runs the tile there too); CUDA's is the tile. */
 #define TS_MM 4
+#define TS_HMI 6   /* host body: rows per thread */
+#define TS_HKC 64  /* host body: k-steps of b packed at a time */
 extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, long long B,
                                 long long M, long long N, long long K, long long sab,
                                 long long sam, long long sak, long long sbb, long long sbk,
                                 long long sbn, long long syb, long long accumulate) {
+#if defined(TS_HOST_PRELUDE_H) && !defined(TS_USER_KERNEL)
+    /* The host backend's body (not in a user's --kernel file, whose edits are to the body
+     * below): one thread owns TS_HMI rows x one 64-byte vector of columns
+     * (GCC vector types, lane-wise IEEE mul and add, one rounding each, no FMA under
+     * -ffp-contract=off), with b's panel packed KC k-steps at a time into a local buffer so the
+     * vector load is contiguous whatever b's strides. Every output is still its own chain,
+     * acc = +0.0; acc = acc + a * b for k = 0, 1, ... in order: the same bits as the tile
+     * below (the launch keeps its 4x4 thread count; threads past the last unit do nothing). */
+    typedef real_t ts_hv __attribute__((vector_size(64), aligned(sizeof(real_t)), may_alias));
+    const int hj = (int)(64 / sizeof(real_t));
+    const long long tm = (M + TS_HMI - 1) / TS_HMI, tn = (N + hj - 1) / hj;
+    const long long total = B * tm * tn;
+    TS_GRID_STRIDE(t, total) {
+        long long bi = t / (tm * tn);
+        long long rem = t - bi * (tm * tn);
+        /* rows fastest: consecutive units read the same panel of b (still in cache) */
+        long long j0 = (rem / tm) * hj;
+        long long i0 = (rem - (rem / tm) * tm) * TS_HMI;
+        long long nj = N - j0 < hj ? N - j0 : hj;
+        long long ia[TS_HMI];
+        for (int p = 0; p < TS_HMI; ++p) /* rows past the edge re-read the last valid one */
+            ia[p] = bi * sab + (i0 + p < M ? i0 + p : M - 1) * sam;
+        ts_hv acc[TS_HMI];
+        for (int p = 0; p < TS_HMI; ++p) {
+            ts_hv z = {0};
+            acc[p] = z;
+        }
+        alignas(64) real_t pan[TS_HKC * (64 / sizeof(real_t))];
+        for (long long k0 = 0; k0 < K; k0 += TS_HKC) {
+            long long kc = K - k0 < TS_HKC ? K - k0 : TS_HKC;
+            for (long long kk = 0; kk < kc; ++kk) {
+                const real_t* bk = b + bi * sbb + (k0 + kk) * sbk + j0 * sbn;
+                for (int q = 0; q < hj; ++q) pan[kk * hj + q] = q < nj ? bk[q * sbn] : (real_t)0;
+            }
+            for (long long kk = 0; kk < kc; ++kk) {
+                const ts_hv bv = *(const ts_hv*)(pan + kk * hj);
+                for (int p = 0; p < TS_HMI; ++p) {
+                    const real_t av = a[ia[p] + (k0 + kk) * sak];
+                    ts_hv prod = av * bv;
+                    acc[p] = acc[p] + prod;
+                }
+            }
+        }
+        for (int p = 0; p < TS_HMI && i0 + p < M; ++p)
+            for (long long q = 0; q < nj; ++q) {
+                long long o = bi * syb + (i0 + p) * N + j0 + q;
+                y[o] = accumulate ? ADD(y[o], acc[p][q]) : acc[p][q];
+            }
+    }
+#else
     long long tm = (M + TS_MM - 1) / TS_MM, tn = (N + TS_MM - 1) / TS_MM;
     long long total = B * tm * tn;
     TS_GRID_STRIDE(t, total) {
@@ -68,6 +122,7 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
                 y[o] = accumulate ? ADD(y[o], RND(acc[p][q])) : acc[p][q];
             }
     }
+#endif
 }
 
 /* The row ops (every op of the table with a row form, core/optable/rows.py) are generated here by

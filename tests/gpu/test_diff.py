@@ -60,3 +60,24 @@ def test_random_bit_patterns(host, ddiff, bits, flips):
                                                   & np.uint64(0x800000000000000F))).view(np.float64)
     (d,) = ddiff.summarize([(_upload(host, ref), _upload(host, got))])
     assert d == compare_arrays(ref, got)
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+def test_the_host_compare_skips_only_equal_bits_and_says_what_the_kernel_says(host, ddiff, dt):
+    # gpu.parity.compare judges equal bits on the host (no upload, no kernel): the summary it
+    # writes for them must be the kernel's for equal bits, NaNs and signed zeros included
+    from core.parity import TensorDiff
+    from gpu.parity import _same_bits
+
+    same = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1.5, np.finfo(dt).smallest_subnormal],
+                    dt)
+    assert _same_bits(same, _upload(host, same), host)
+    (d,) = ddiff.summarize([(_upload(host, same), _upload(host, same))])
+    assert d == TensorDiff(same.size, 0, 0, 0.0, 0.0, None)
+    other = same.copy()
+    other[0] = -0.0  # +0 vs -0: equal as numbers, not as bits
+    assert not _same_bits(same, _upload(host, other), host)
+    nan2 = same.copy()
+    nan2.view(np.uint64 if dt == np.float64 else np.uint32)[2] ^= 1  # another NaN payload
+    assert not _same_bits(same, _upload(host, nan2), host)
+    assert host.host_view(_upload(host, same)).flags.writeable is False

@@ -63,6 +63,7 @@ CASES.update({op: _unary(op) for op in set(UNARY) | {"erf"}})
 CASES["adds"] = lambda t, a, x, rng: ops.adds(a, 0.3125)
 CASES["muls"] = lambda t, a, x, rng: ops.muls(a, -1.7)
 CASES["softmax"] = lambda t, a, x, rng: ops.softmax(a)
+CASES["log_softmax"] = lambda t, a, x, rng: ops.log_softmax(a)
 CASES["rms_norm"] = lambda t, a, x, rng: ops.rms_norm(
     a, t.param(rng.uniform(0.5, 1.5, SHAPE[-1]), name="gamma"))
 CASES["layer_norm"] = lambda t, a, x, rng: ops.layer_norm(

@@ -136,3 +136,20 @@ def test_attention_composite(host, dtype):
         prog.forward()
         prog.backward()
         _assert_exact(gpu.parity.compare(tape, prog), f"attention {shape} causal={causal}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
+def test_products_around_the_host_mm_tile_edges(host, dtype):
+    # the host body of mm_T owns 6 rows x one 64-byte vector of columns and packs b 64
+    # k-steps at a time: shapes one under, at and over each of those, forward and both
+    # backward products (transposed strides), each bit for bit
+    rng = np.random.default_rng(5)
+    for m, k, n in ((1, 1, 1), (5, 3, 7), (6, 64, 16), (7, 65, 17), (13, 130, 33), (2, 200, 9)):
+        a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+        _tape, _prog, rep = run_case(host, "matmul", [a, b], {}, dtype)
+        _assert_exact(rep, f"matmul {m}x{k} @ {k}x{n}")
+    for bsz, m, k, n in ((3, 7, 70, 19), (2, 1, 5, 40)):
+        a = rng.standard_normal((bsz, m, k)).astype(dtype)
+        b = rng.standard_normal((bsz, k, n)).astype(dtype)
+        _tape, _prog, rep = run_case(host, "bmm", [a, b], {}, dtype)
+        _assert_exact(rep, f"bmm {bsz}x{m}x{k} @ {k}x{n}")

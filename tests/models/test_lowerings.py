@@ -188,3 +188,34 @@ def test_layer_normalization_is_the_row_op_and_the_executor_bit_for_bit(axis, sh
     assert [n.op for n in tape.nodes].count("layer_norm") == 1
     tape.backward(ops.sum(imp.outputs["y"]))
     assert np.any(tape.grad(imp.params["s"]) != 0)
+
+
+@pytest.mark.parametrize("axis, shape, opset", [(-1, (4, 6), 13), (1, (2, 5, 3), 13),
+                                                 (1, (2, 3, 4), 11), (0, (5, 4), 13)])
+def test_log_softmax_is_the_row_op_and_the_executor_bit_for_bit(axis, shape, opset):
+    rng = np.random.default_rng(6)
+    x = rng.uniform(-30, 30, shape)  # far from 0: log(softmax) would underflow where this does not
+    x.reshape(-1)[0] = 700.0
+    m = _model([helper.make_node("LogSoftmax", ["x"], ["y"], axis=axis)], {"x": x}, ["y"],
+               opset=opset)
+    want, imp, tape = _both(m, {"x": x})
+    got = np.asarray(imp.outputs["y"].value)
+    assert got.tobytes() == want["y"].tobytes()
+    assert np.all(np.isfinite(got))
+    assert [n.op for n in tape.nodes].count("log_softmax") == 1
+    # as a weight: d/dx sum(w * log_softmax(x)) = w - softmax(x) * sum(w) along the axis
+    one = np.ones(shape)
+    mw = _model([helper.make_node("Mul", ["u", "x"], ["p"]),
+                 helper.make_node("LogSoftmax", ["p"], ["y"], axis=axis)], {"u": one}, ["y"],
+                [("x", x)], opset=opset)
+    _, imp, tape = _both(mw, {"u": one})
+    w = rng.standard_normal(shape)
+    tape.backward(ops.sum(ops.mul(imp.outputs["y"], tape.const(w))))
+    ax = axis % len(shape)
+    flat = (x.reshape(int(np.prod(shape[:ax])), -1), w.reshape(int(np.prod(shape[:ax])), -1)) \
+        if opset < 13 else (x, w)
+    a = 1 if opset < 13 else ax
+    p = np.exp(flat[0] - flat[0].max(a, keepdims=True))
+    p /= p.sum(a, keepdims=True)
+    want_g = (flat[1] - p * flat[1].sum(a, keepdims=True)).reshape(shape)
+    np.testing.assert_allclose(tape.grad(imp.params["x"]), want_g, rtol=1e-9, atol=1e-12)

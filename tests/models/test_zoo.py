@@ -129,3 +129,23 @@ def test_batchnorm_training_uses_batch_statistics_and_updates_running_ones(expor
                for a in n.attribute if a.name == "momentum")
     np.testing.assert_allclose(new_mean, inits[name_mean] * mom + batch * (1 - mom), rtol=1e-6)
     assert not np.allclose(new_var, inits[name_var])
+
+
+@pytest.mark.parametrize("dynamo", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["ts", "dynamo"])
+def test_classifier_trains_on_log_softmax_and_nll_loss(exported, dynamo):
+    path = exported("classifier", dynamo)
+    ops_in_file = {n.op_type for n in onnx.load(path).graph.node}
+    assert "LogSoftmax" in ops_in_file
+    assert ("NegativeLogLikelihoodLoss" if dynamo else "SoftmaxCrossEntropyLoss") in ops_in_file
+    wl = OnnxWorkload(path, dtype=np.float32)
+    assert wl.loss_kind == "given"
+    loss = wl.record(0)
+    assert "log_softmax" in [n.op for n in wl.tape.nodes]
+    batch = wl.batch(0)
+    labels = [v for v in batch.values() if v.dtype.kind == "i"]
+    assert labels and all(0 <= v.min() and v.max() < 5 for v in labels)  # drawn in the classes
+    from core.onnx.executor import Session
+
+    want = next(iter(Session(path).run(batch).values()))
+    np.testing.assert_allclose(float(np.asarray(loss.value)), float(want), rtol=1e-6)

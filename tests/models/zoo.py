@@ -1,7 +1,8 @@
 """The model zoo: small PyTorch modules of the families people export (nanoGPT-style attention
 with masked_fill / GELU / F.cross_entropy, LayerNorm + GELU(tanh) + Dropout, Conv + BatchNorm,
-GRU / LSTM / RNN, HardSwish / HardSigmoid / Pow), each exported by ``torch.onnx.export`` at test
-time with small seeded random weights, as a user would (no edits to the file)."""
+GRU / LSTM / RNN, HardSwish / HardSigmoid / Pow, log_softmax + nll_loss), each exported by
+``torch.onnx.export`` at test time with small seeded random weights, as a user would (no edits
+to the file)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,21 @@ class Activations(nn.Module):
         return F.hardswish(y) + F.hardsigmoid(y) + y ** 2 + torch.pow(y.abs() + 1, y) + y.pow(3)
 
 
+class Classifier(nn.Module):
+    """An MLP classifier with its loss in the graph: F.nll_loss of F.log_softmax, minus a
+    confidence penalty on the same log-probabilities (LogSoftmax in both exports; the dynamo
+    one keeps NegativeLogLikelihoodLoss, TorchScript fuses that use into
+    SoftmaxCrossEntropyLoss)."""
+
+    def __init__(self, n_in=6, classes=5):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(n_in, 16), nn.Linear(16, classes)
+
+    def forward(self, x, targets):
+        lp = F.log_softmax(self.fc2(torch.tanh(self.fc1(x))), dim=-1)
+        return F.nll_loss(lp, targets) - 0.1 * lp.mean()
+
+
 def _ints(shape, high):
     return torch.randint(0, high, shape)
 
@@ -108,6 +124,7 @@ FAMILIES = {
     "lstm": (lambda: Recurrent("LSTM"), lambda: (torch.randn(2, 4, 6),), False),
     "rnn": (lambda: Recurrent("RNN"), lambda: (torch.randn(2, 4, 6),), False),
     "activations": (Activations, lambda: (torch.randn(3, 8),), False),
+    "classifier": (Classifier, lambda: (torch.randn(4, 6), _ints((4,), 5)), False),
 }
 
 

@@ -338,19 +338,30 @@ CASES = {f.__name__: f for f in (
 
 
 def run_case(name: str, folder: str) -> dict:
-    """Open and run one case the way ``tapescope onnx`` does; report how it ended and how long
-    it took."""
+    """Open and run one case the way ``tapescope onnx`` does; report how it ended, how long it
+    took, and what its budgets admitted (work, loop iterations, bytes held at most)."""
     from core.onnx import OnnxError, Session, default_inputs
 
     path, feeds = CASES[name](folder)
     size = os.path.getsize(path)
+    budgets = []  # every account the session opened (its plan's, then the run's)
     t0 = time.perf_counter()
     try:
         sess = Session(path)
+        opened = sess.budget
+
+        def counted(cancel=None):
+            budgets.append(opened(cancel))
+            return budgets[-1]
+
+        sess.budget = counted
         sess.run(default_inputs(sess) if feeds is None else feeds)
         ended = "ok"
     except OnnxError as exc:
         ended = f"OnnxError: {exc}"
     except BaseException as exc:  # noqa: BLE001 - what else it raised is the finding
         ended = f"{type(exc).__name__}: {exc}"[:300]
-    return {"case": name, "bytes": size, "seconds": time.perf_counter() - t0, "ended": ended}
+    return {"case": name, "bytes": size, "seconds": time.perf_counter() - t0, "ended": ended,
+            "work": max((b.work for b in budgets), default=0),
+            "iterations": max((b.iterations for b in budgets), default=0),
+            "held": max((b.peak_bytes for b in budgets), default=0)}

@@ -28,6 +28,10 @@ def outcomes():
 
 
 def test_light_pytorch_and_simple_models_all_pass(outcomes):
+    from core.onnx.backend import Backend
+    from core.onnx.limits import Limits
+
+    assert Backend.limits == Limits()  # the nine light models run with the default limits
     s = summary(outcomes)
     for cat, total in (("light", 9), ("pytorch-converted", 82), ("pytorch-operator", 35),
                        ("simple", 23)):
