@@ -179,6 +179,7 @@ TORCH: dict[str, TorchForm] = {
     "avgpool2d": lambda T, xs, at: _pool(T, xs, at, "avg"),
     # row ops
     "softmax": lambda T, xs, at: T.softmax(xs[0], dim=int(at.get("axis", -1))),
+    "log_softmax": lambda T, xs, at: T.log_softmax(xs[0], dim=int(at.get("axis", -1))),
     "rms_norm": lambda T, xs, at: T.nn.functional.rms_norm(xs[0], _last(xs[0]), xs[1],
                                                            float(at["eps"])),
     "layer_norm": lambda T, xs, at: T.nn.functional.layer_norm(xs[0], _last(xs[0]), xs[1],

@@ -89,7 +89,7 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
         for (int p = 0; p < TS_HMI && i0 + p < M; ++p)
             for (long long q = 0; q < nj; ++q) {
                 long long o = bi * syb + (i0 + p) * N + j0 + q;
-                y[o] = accumulate ? ADD(y[o], acc[p][q]) : acc[p][q];
+                y[o] = accumulate ? ADD(y[o], RND(acc[p][q])) : acc[p][q];  /* as the tile */
             }
     }
 #else

@@ -68,9 +68,9 @@ def test_the_library_runs_every_grid_stride_kernel_as_lanes():
         mod = dev.compile(src, kernel_source.library_facts())
         sigs = set(parse_kernels(src))
         not_lanes = {re.sub(r"_f(32|64)$", "", k) for k in sigs - mod.lanes}
-        # one thread by index (a row form's total: cross_entropy_total, clip_norm); an argmax
-        # loop that breaks (maxpool)
-        assert not_lanes == {"cross_entropy_total", "clip_norm", "maxpool_fwd"}
+        # one thread by index (a row form's total: cross_entropy_total, clip_norm, amp's
+        # overflow check); an argmax loop that breaks (maxpool)
+        assert not_lanes == {"cross_entropy_total", "clip_norm", "amp_check", "maxpool_fwd"}
         assert {"mm_f64", "adam_f64", "binary_fwd_f32", "zero_many_f64"} <= mod.lanes
     wl = workloads.get("mlp")  # a captured program compiles the library with its facts
     prog = fusion.capture(dev, wl.tape, wl.record(0), fuse=False)
