@@ -36,18 +36,18 @@ class LiveToolbar(QToolBar):
 
         devices = {"host": "host", "cuda": "cuda", "auto": "auto"}
         if torch_available():  # PyTorch eager as the candidate (app.torch_run)
-            devices["torch"] = "torch (PyTorch CPU)"
+            devices["torch"] = "torch"  # PyTorch eager on the CPU (the tooltip says so)
             # NOTE: an NVIDIA driver, not torch.cuda: importing torch here would cost the
             # window seconds; the live worker says in one line when torch has no CUDA
             if os.path.exists("/proc/driver/nvidia"):
                 devices["torch:cuda"] = "torch:cuda"
         self.device_box = self._combo(devices, "The candidate: tapescope's replay on a "
-                                               "device backend, or PyTorch eager (torch)")
+                                               "device backend, or PyTorch eager on the CPU (torch)")
         # "amp X": mixed precision (float32 masters, X computes; docs/reference-order.md)
         self.dtype_box = self._combo({"float64": "float64", "float32": "float32",
                                       "float16": "float16", "bfloat16": "bfloat16",
-                                      "amp float16": "amp float16",
-                                      "amp bfloat16": "amp bfloat16"},
+                                      "amp float16": "amp f16",  # short: the toolbar
+                                      "amp bfloat16": "amp bf16"},  # fits 1280 px
                                      "dtype (stored; half types compute in float32), or mixed "
                                      "precision (amp)")
         self.math_box = self._combo({"refmath": "refmath", "platform": "platform libm"},

@@ -14,7 +14,7 @@ operations are the float ones, and `RND(x)` rounds a register value to the stora
 the tape rounds it (a backward contribution before it is added, a fused node's value); for
 float64 / float32 `RND(x)` is `(x)`. `acc_t` is the compute type (float for the half types,
 `real_t` otherwise): scratch and scalar buffers (an optimizer's scalars, a row op's kept row
-values, rope tables) that the tape keeps in float32.
+values, per-row tables) that the tape keeps in float32.
 """
 
 from __future__ import annotations

@@ -68,15 +68,17 @@ def test_backward_and_parameter_reduction_text(host):
     p = _plan(host)
     bwd = p.kernel(p.segments[0].backward).source
     # mul(h, h): g*b then g*a into the same gradient, in input order
-    assert bwd.count("g5[s * 5 + c] = __dadd_rn(g5[s * 5 + c], __dmul_rn(g6[s * 5 + c], "
-                     "v5[s * 5 + c]));") == 2
+    # (each contribution in RND(...): a half type rounds it before the add; float64's RND is
+    # the bare parentheses)
+    assert bwd.count("g5[s * 5 + c] = __dadd_rn(g5[s * 5 + c], (__dmul_rn(g6[s * 5 + c], "
+                     "v5[s * 5 + c])));") == 2
     assert bwd.index("/* node 6 mul */") < bwd.index("/* node 5 relu */") < bwd.index(
         "/* node 4 add */")
     par = p.kernel(p.segments[0].params).source
     # bias: serial over rows from +0.0, then added once; W: dot over all rows
     assert "for (long long r = 0; r < 3; ++r) acc = __dadd_rn(acc, g4[r * 5 + c]);" in par
     assert "acc = __dadd_rn(acc, __dmul_rn(v0[r * 4 + kk], g3[r * 5 + n]));" in par
-    assert "g1[j] = __dadd_rn(g1[j], acc);" in par
+    assert "g1[j] = __dadd_rn(g1[j], (acc));" in par
     tail = p.kernel(p.segments[1].backward).source
     assert tail.index("pg7[0] = (double)1;") < tail.index("__ddiv_rn(pg7[0], ((double)(15.0)))")
 

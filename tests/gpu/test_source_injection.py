@@ -39,10 +39,11 @@ def payloads(marker: Path) -> list[str]:
 
 
 def _write_named_tape(path: Path, name: str) -> Path:
-    """The mlp episode saved, then its header rewritten so every node carries ``name``."""
+    """The mlp episode saved, then its header rewritten so every node carries ``name`` (a
+    version-1 file, a zip of .npy members: still read, and the easiest to rewrite)."""
     wl = workloads.get("mlp")
     loss = wl.record(0)
-    tapefile.save(wl.tape, path, meta={"loss": loss.id})
+    tapefile.save(wl.tape, path, meta={"loss": loss.id}, version=1)
     with np.load(path, allow_pickle=False) as z:
         members = {k: z[k] for k in z.files}
     header = json.loads(members["header"].tobytes())
