@@ -133,3 +133,28 @@ def test_half_ftz_flushes_in_the_half_type(dt):
     cand = np.array([0.0, 0.25, -0.0], dtype=dt)
     n = Nd(2, "div", (0, 1), (3,), {}, False, "q")
     assert explain(n, [a, b], cand).cause == "ftz"
+
+
+@HALF
+def test_a_half_accumulated_matmul_gradient_is_accumulator(dt):
+    """The gradient side: b's gradient a.T @ g of a matmul, planted with a half accumulator."""
+    from core.provenance import consumers, reference_grad
+
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((64, 32)).astype(dt), rng.standard_normal((32, 5)).astype(dt)
+    nodes = (Nd(0, "const", (), a.shape, {}, False, "a"),
+             Nd(1, "param", (), b.shape, {}, True, "b"),
+             Nd(2, "matmul", (0, 1), (64, 5), {}, True, "p"),
+             Nd(3, "sum", (2,), (), {"axis": None, "keepdims": False}, True, "l"))
+    vals = {0: a, 1: b}
+    for n in nodes[2:]:
+        vals[n.id] = reference_value(n, [vals[j] for j in n.inputs], dt)
+    cons, grads = consumers(nodes, 3), {}
+    for j in (3, 2, 1):
+        grads[j] = reference_grad(nodes, j, 3, cons[j], vals.get, grads.get, dt)
+    exact = provenance(StepState(1, nodes, 3, vals.get, grads.get), explain=True).introduced
+    assert exact == []
+    cand = {**grads, 1: _half_mm(np.ascontiguousarray(a.T), grads[2])}
+    assert not np.array_equal(cand[1], grads[1]), "the data must tell the accumulators apart"
+    (e,) = provenance(StepState(1, nodes, 3, vals.get, cand.get), explain=True).introduced
+    assert (e.node, e.which, e.to_json()["cause"]) == (1, "grad", "accumulator")
