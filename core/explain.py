@@ -14,7 +14,8 @@ variants of ``VARIANTS`` that apply to the node's op (docs/candidates.md lists t
                     blocked ``np.matmul`` instead of the serial reference order
 ``accumulator``     sums and products accumulated in a wider type (float32 in float64, float64
                     in long double) or a narrower one (float64 in float32), rounded once at the
-                    end
+                    end; in a half episode a float64 accumulator, or the half type itself (every
+                    term and every add rounded to float16 / bfloat16, not float32's one rounding)
 ``ftz``             subnormal inputs and outputs flushed to (signed) zero
 ==================  ==========================================================================
 
@@ -28,6 +29,10 @@ primitive swapped: ``Prims`` holds the primitives (sum, division, product, math 
 ``FORMULAS`` writes the ops that use them; ``ftz`` and ``libm`` apply to every op (``libm`` to the
 transcendental ones, through the op table's own forward). A test holds every formula with the
 reference primitives to the op table's forward, bit for bit.
+
+A half episode (float16, bfloat16; ``core.precision``) runs every variant as the tape runs the
+reference: on the inputs widened to float32, rounded once to the half type at the end; only the
+half accumulator variant rounds to the half type inside the loop.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from core import mathlib
+from core import mathlib, precision
 from core.ops.reference import mm, serial_sum
 from core.optable.registry import REGISTRY
 from core.parity import compare_arrays
@@ -160,10 +165,13 @@ def _acc_type(dt: np.dtype, wider: bool) -> Any:
     return np.float32 if dt == np.float64 else None
 
 
-def _sum_acc(wider: bool) -> Callable:
+def _sum_acc(wider: bool, to: Any = None) -> Callable:
+    """serial sum in a wider / narrower accumulator (``to``: that type, else ``_acc_type``);
+    a half ``to`` rounds every term and every add to it (numpy's float16 and ml_dtypes'
+    bfloat16 round each + to nearest even)."""
     def s(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
         x = np.asarray(x)
-        at = _acc_type(x.dtype, wider)
+        at = _acc_type(x.dtype, wider) if to is None else np.dtype(to)
         f, axes = _axes_last(x, axis)
         acc = np.zeros(f.shape[:-1], dtype=at)
         for k in range(f.shape[-1]):  # serial, in the accumulator's type
@@ -197,9 +205,11 @@ def _mm_blas(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
-def _mm_acc(wider: bool) -> Callable:
+def _mm_acc(wider: bool, to: Any = None) -> Callable:
+    """serial product in a wider / narrower accumulator (as ``_sum_acc``; a half ``to`` rounds
+    each product and each add to it)."""
     def m(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        at = _acc_type(a.dtype, wider)
+        at = _acc_type(a.dtype, wider) if to is None else np.dtype(to)
         a2, b2 = a.astype(at), b.astype(at)
         acc = np.zeros((a.shape[0], b.shape[1]), dtype=at)
         for k in range(a.shape[1]):
@@ -325,12 +335,19 @@ class Variant:
             if self.cause == "ftz":
                 y = _reference(node, [_flush(x) for x in xs], dtype)
                 return _flush(y)
+            ws = [precision.widen(np.asarray(x)) for x in xs]  # half: computed in float32
             if self.cause == "libm" and node.op not in FORMULAS:
-                y = REGISTRY[op].forward(mathlib.get("platform"), list(xs), at)
+                y = REGISTRY[op].forward(mathlib.get("platform"), ws, at)
             else:
                 formula = FORMULAS[op][0]
-                y = formula(replace(Prims(), **{self.prim: self.value}), list(xs), at)
-        return np.asarray(y, dtype=dtype).reshape(node.shape)
+                y = formula(replace(Prims(), **{self.prim: self.value}), ws, at)
+        return _cast(y, dtype).reshape(node.shape)
+
+
+def _cast(y: Any, dtype: np.dtype) -> np.ndarray:
+    """``y`` in ``dtype``; a half dtype rounds the float32 result once (as the tape)."""
+    dt = np.dtype(dtype)
+    return np.asarray(y).astype(dt) if dt in precision.HALF else np.asarray(y, dtype=dt)
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -354,30 +371,46 @@ VARIANTS: tuple[Variant, ...] = (
 )
 
 
+def _in_dtype(v: Variant, dt: np.dtype) -> Variant | None:
+    """``v`` as it runs in a tape of dtype ``dt`` (None: not in that dtype). float32 has no
+    narrower accumulator here; a half dtype's narrower one is the half type itself (its
+    reference accumulates in float32), its wider one float64."""
+    if v.cause != "accumulator" or "narrower" not in v.label:
+        return v
+    if dt in precision.HALF:
+        return _HALF_ACC[(v.prim, dt)]
+    return None if dt == np.float32 else v
+
+
+# one Variant per (primitive, half dtype): equal to itself wherever variants_for is asked again
+_HALF_ACC = {(prim, dt): Variant("accumulator", f"narrower accumulator ({dt.name}, rounded at "
+                                 "every add)", prim, make(False, dt))
+             for prim, make in (("sum", _sum_acc), ("mm", _mm_acc)) for dt in precision.HALF}
+
+
 def variants_for(op: str, dtype: Any = np.float64) -> list[Variant]:
     """The variants that apply to ``op`` in ``dtype``, in the order they are tried."""
     dt = np.dtype(dtype)
     out = []
     for v in VARIANTS:
-        if not v.applies(op):
-            continue
-        if v.cause == "accumulator" and "narrower" in v.label and dt == np.float32:
-            continue  # no narrower float than float32 here
-        out.append(v)
+        w = _in_dtype(v, dt) if v.applies(op) else None
+        if w is not None:
+            out.append(w)
     return out
 
 
 def _flush(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
-    if x.dtype.kind != "f":
+    if x.dtype.kind != "f" and x.dtype not in precision.HALF:  # bfloat16's kind is "V"
         return x
     tiny = np.finfo(x.dtype).tiny
     return np.where((x != 0) & (np.abs(x) < tiny), np.copysign(x.dtype.type(0), x), x)
 
 
 def _reference(node: Any, xs: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
-    y = REGISTRY[node.op].forward(mathlib.get("refmath"), list(xs), dict(node.attrs))
-    return np.asarray(y, dtype=dtype).reshape(node.shape)
+    y = REGISTRY[node.op].forward(mathlib.get("refmath"),
+                                  [precision.widen(np.asarray(x)) for x in xs], dict(node.attrs))
+    return _cast(y, dtype).reshape(node.shape)
 
 
 @dataclass(frozen=True)
@@ -493,10 +526,11 @@ def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequenc
     dt = np.asarray(cand).dtype
     mm_only = bool(consumers) and all(op in _GRAD_RULES for op in consumers)
     trans = any(REGISTRY[op].transcendental for op in consumers)
+    mm_variants = variants_for("matmul", dt)  # in dt: a half dtype's own accumulator
     for v in VARIANTS:
         if v.cause == "libm" and trans:
             tries.append((v.cause, v.label, lambda: recompute(mathlib.get("platform"))))
-        elif v.prim == "mm" and mm_only and v in variants_for("matmul", dt):
+        elif v.prim == "mm" and mm_only and (v := _in_dtype(v, np.dtype(dt))) in mm_variants:
             def rules(op: str, f: Callable = v.value) -> Callable:
                 return _GRAD_RULES[op](f) if op in _GRAD_RULES else REGISTRY[op].backward
             tries.append((v.cause, v.label, lambda rules=rules: recompute(None, rules)))
