@@ -42,7 +42,8 @@ class LiveToolbar(QToolBar):
             if os.path.exists("/proc/driver/nvidia"):
                 devices["torch:cuda"] = "torch:cuda"
         self.device_box = self._combo(devices, "The candidate: tapescope's replay on a "
-                                               "device backend, or PyTorch eager on the CPU (torch)")
+                                               "device backend, or PyTorch eager on the CPU "
+                                               "(torch)")
         # "amp X": mixed precision (float32 masters, X computes; docs/reference-order.md)
         self.dtype_box = self._combo({"float64": "float64", "float32": "float32",
                                       "float16": "float16", "bfloat16": "bfloat16",
