@@ -248,19 +248,11 @@ class _TorchOptim:
 
     def arrays(self, after: bool, grads: dict[int, Any]) -> dict:
         """Settings and per stepped parameter ``(id, l2, m, v)`` (exp_avg, exp_avg_sq)."""
-        out: dict = {"kind": self.kind, "lr": self.lr, "clip": self.clip,
-                     "t": self.t if after else self.t + 1, "params": []}
-        if self.adam:
-            out.update(b1=self.core.b1, b2=self.core.b2, eps=self.core.eps)
-        for i, l2 in self.slots:
-            if i not in grads:
-                continue
+        def moments(i: int) -> tuple | None:
             st = self.opt.state.get(self.params[i], {})
-            m, v = ((None, None) if "exp_avg" not in st else
-                    (np.array(st[k].detach().cpu().numpy(), copy=True)
-                     for k in ("exp_avg", "exp_avg_sq")))
-            out["params"].append((i, l2, m, v))
-        return out
+            return None if "exp_avg" not in st else (st["exp_avg"], st["exp_avg_sq"])
+
+        return _optimizer_arrays(self, after, grads, moments)
 
 
 class _TorchOptimizer:
@@ -320,15 +312,21 @@ class _TorchOptimizer:
 
     def arrays(self, after: bool, grads: dict[int, Any]) -> dict:
         """Settings and per stepped parameter ``(id, l2, m, v)`` (numpy copies)."""
-        out: dict = {"kind": self.kind, "lr": self.lr, "clip": self.clip,
-                     "t": self.t if after else self.t + 1, "params": []}
-        if self.adam:
-            out.update(b1=self.core.b1, b2=self.core.b2, eps=self.core.eps)
-        for i, l2 in self.slots:
-            if i not in grads:
-                continue
-            mv = self.moments.get(i)
-            m, v = (None, None) if mv is None else (
-                np.array(t.detach().cpu().numpy(), copy=True) for t in mv)
-            out["params"].append((i, l2, m, v))
-        return out
+        return _optimizer_arrays(self, after, grads, self.moments.get)
+
+
+def _optimizer_arrays(opt: Any, after: bool, grads: dict[int, Any], moments: Any) -> dict:
+    """Either torch optimizer's settings and, per stepped parameter, ``(id, l2, m, v)`` as
+    numpy copies (``moments(i)``: its two torch tensors, or None before its first step)."""
+    out: dict = {"kind": opt.kind, "lr": opt.lr, "clip": opt.clip,
+                 "t": opt.t if after else opt.t + 1, "params": []}
+    if opt.adam:
+        out.update(b1=opt.core.b1, b2=opt.core.b2, eps=opt.core.eps)
+    for i, l2 in opt.slots:
+        if i not in grads:
+            continue
+        mv = moments(i)
+        m, v = (None, None) if mv is None else (
+            np.array(t.detach().cpu().numpy(), copy=True) for t in mv)
+        out["params"].append((i, l2, m, v))
+    return out
