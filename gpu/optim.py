@@ -61,22 +61,34 @@ class _DeviceOptimizer:
 
     def _bind(self, prog: Any) -> None:
         ctx, dt = prog.ctx, prog.compute_dtype  # ctl holds scalars: float32 when half
+        self._bind_live(prog)
+        self.ctl: Buffer = prog.device.alloc(2, dt)
+        self.ctl.upload(np.array([1, 0], dtype=dt))
+        launches = []
+        if self.clip is not None and self.live:
+            launches.append(ctx.single("clip_norm", self._grad_table(prog), len(self.live),
+                                       ctx.real(self.clip), self.ctl))
+        self._bind_updates(prog, launches)
+
+    def _bind_live(self, prog: Any) -> None:
+        """Check every parameter is one; ``live``: those backward reaches."""
         for i, _ in self.params:
             if prog.nodes[i].op != "param":
                 raise ValueError(f"node {i} {prog.nodes[i].op} is not a parameter")
         # skipped: never reached by backward (the tape's grad stays None)
         self.live = [(i, l2) for i, l2 in self.params if prog.grads[i] is not None]
-        self.ctl: Buffer = prog.device.alloc(2, dt)
-        self.ctl.upload(np.array([1, 0], dtype=dt))
-        launches = []
-        if self.clip is not None and self.live:
-            table = np.array([[prog.grad_ptrs[i], prog.nodes[i].size] for i, _ in self.live],
-                             dtype=np.int64).reshape(-1)
-            tbuf = prog.device.alloc(table.size, np.int64)
-            tbuf.upload(table)
-            self._keep = tbuf
-            launches.append(ctx.single("clip_norm", tbuf, len(self.live), ctx.real(self.clip),
-                                       self.ctl))
+
+    def _grad_table(self, prog: Any) -> Buffer:
+        """The live gradients as (address, n) pairs on the device (kept with the optimizer)."""
+        table = np.array([[prog.grad_ptrs[i], prog.nodes[i].size] for i, _ in self.live],
+                         dtype=np.int64).reshape(-1)
+        tbuf = prog.device.alloc(table.size, np.int64)
+        tbuf.upload(table)
+        self._keep = tbuf
+        return tbuf
+
+    def _bind_updates(self, prog: Any, launches: list[Launch]) -> None:
+        """``launches`` (the step's checks) then one update per live parameter, bound to prog."""
         self._setup(prog)
         for i, l2 in self.live:
             launches.append(self._update(prog, i, l2))
@@ -166,10 +178,7 @@ class _Amp:
 
     def _bind(self, prog: Any) -> None:
         ctx, dt = prog.ctx, prog.compute_dtype
-        for i, _ in self.params:
-            if prog.nodes[i].op != "param":
-                raise ValueError(f"node {i} {prog.nodes[i].op} is not a parameter")
-        self.live = [(i, l2) for i, l2 in self.params if prog.grads[i] is not None]
+        self._bind_live(prog)
         self.ctl: Buffer = prog.device.alloc(4, dt)
         self.ctl.upload(np.array([1, 0, 0, 1.0 / self.scaler.scale], dtype=dt))
         self.masters = {i: prog.device.alloc(prog.nodes[i].size, dt) for i, _ in self.live}
@@ -177,18 +186,9 @@ class _Amp:
             buf.upload(np.asarray(self.initial_masters[i], dtype=dt).reshape(-1))
         launches = []
         if self.scaler.skips and self.live:
-            table = np.array([[prog.grad_ptrs[i], prog.nodes[i].size] for i, _ in self.live],
-                             dtype=np.int64).reshape(-1)
-            tbuf = prog.device.alloc(table.size, np.int64)
-            tbuf.upload(table)
-            self._keep = tbuf
-            launches.append(ctx.single("amp_check", tbuf, len(self.live), self.ctl))
-        self._setup(prog)
-        for i, l2 in self.live:
-            launches.append(self._update(prog, i, l2))
-        self._launches = launches
-        self._prog = prog
-        prog._opt_launches = len(launches)
+            launches.append(ctx.single("amp_check", self._grad_table(prog), len(self.live),
+                                       self.ctl))
+        self._bind_updates(prog, launches)
 
     def after_step(self, prog: Any) -> None:
         """Read the overflow flag, undo a skipped step's count, update the scale and ship its
