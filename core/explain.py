@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from core import mathlib, precision
-from core.ops.reference import mm, serial_sum
+from core.ops.reference import mm, reduced_axes, serial_sum
 from core.optable.registry import REGISTRY
 from core.parity import compare_arrays
 
@@ -116,12 +116,7 @@ def fma(a: Any, b: Any, c: Any) -> np.ndarray:
 def _axes_last(x: np.ndarray, axis: Any) -> tuple[np.ndarray, tuple[int, ...]]:
     """x with the reduced axes moved last and flattened into one: [kept..., R]."""
     nd = x.ndim
-    if axis is None:
-        axes = tuple(range(nd))
-    elif isinstance(axis, int):
-        axes = (axis % max(nd, 1),)
-    else:
-        axes = tuple(sorted(a % max(nd, 1) for a in axis))
+    axes = reduced_axes(axis, nd)
     keep = [a for a in range(nd) if a not in axes]
     moved = np.transpose(x, tuple(keep) + axes)
     kshape = tuple(x.shape[a] for a in keep)

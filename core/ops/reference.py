@@ -13,6 +13,16 @@ from collections.abc import Sequence
 import numpy as np
 
 
+def reduced_axes(axis: int | Sequence[int] | None, nd: int) -> tuple[int, ...]:
+    """The axes a reduction over ``axis`` (None: all; negative counts from the end) visits, in
+    increasing order."""
+    if axis is None:
+        return tuple(range(nd))
+    if isinstance(axis, int):
+        return (axis % max(nd, 1),)
+    return tuple(sorted(a % max(nd, 1) for a in axis))
+
+
 def serial_sum(x: np.ndarray, axis: int | Sequence[int] | None = None,
                keepdims: bool = False) -> np.ndarray:
     """Sum in serial row-major order: ``acc = 0.0; for e in order: acc = acc + e`` per slot.
@@ -22,12 +32,7 @@ def serial_sum(x: np.ndarray, axis: int | Sequence[int] | None = None,
     """
     x = np.asarray(x)
     nd = x.ndim
-    if axis is None:
-        axes = tuple(range(nd))
-    elif isinstance(axis, int):
-        axes = (axis % max(nd, 1),)
-    else:
-        axes = tuple(sorted(a % max(nd, 1) for a in axis))
+    axes = reduced_axes(axis, nd)
     keep = [a for a in range(nd) if a not in axes]
     out_shape = tuple(1 if a in axes else x.shape[a] for a in range(nd)) if keepdims else \
         tuple(x.shape[a] for a in keep)
