@@ -322,8 +322,10 @@ def _layernorm(imp, st, ins, names):
 
 
 def _softmax(imp, st, ins, names):
+    """Softmax; before opset 13 the axis defaults to 1 and the input is flattened to 2-D there
+    (the executor's rule, ``core/onnx/ops/reduce.py``)."""
     x = _v(imp, ins, names, 0)
-    ax = st.attrs.get("axis", -1) % len(x.shape)
+    ax = st.attrs.get("axis", 1 if st.opset < 13 else -1) % len(x.shape)
     if st.opset >= 13:
         return ops.softmax(x, ax)
     flat = ops.reshape(x, (int(np.prod(x.shape[:ax])), -1))

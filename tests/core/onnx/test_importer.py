@@ -128,3 +128,21 @@ def test_an_op_without_tape_form_is_named():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(OnnxError, match=r"node 1 'd2s' \(DepthToSpace\).*no tape form"):
         import_to_tape(m, Tape(np.float32), {"x": x})
+
+
+@pytest.mark.parametrize("opset, op", [(11, "Softmax"), (11, "LogSoftmax"), (13, "Softmax")])
+def test_softmax_without_an_axis_takes_the_opsets_default(opset, op):
+    # before opset 13 the default axis is 1 and the input is flattened to 2-D there, so each of
+    # the 2 rows of a [2, 3, 4] input normalises over all 12 values; from 13 it is the last axis
+    x = np.linspace(-2.0, 3.0, 24, dtype=np.float32).reshape(2, 3, 4)
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    tape = Tape(np.float32)
+    imp = import_to_tape(model, tape, {"x": x})
+    _same_bits(tape, imp, run(model, {"x": x}))
+    y = tape.value(imp.outputs["y"]).astype(np.float64)
+    p = np.exp(y) if op == "LogSoftmax" else y
+    sums = p.reshape(2, 12).sum(axis=1) if opset < 13 else p.sum(axis=-1).ravel()
+    np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
