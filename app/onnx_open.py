@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
-from PySide6.QtCore import QEventLoop, Qt, QTimer
-from PySide6.QtWidgets import QProgressDialog
-
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from app.progress_dialog import run_with_progress
 from app.session import SessionError, open_onnx_file
 
 
@@ -33,7 +30,8 @@ class _CountingCancel(threading.Event):
 
 def open_onnx_with_progress(parent, path: str | os.PathLike, show_after_ms: int = 300,
                             limits: Any = None):
-    """Open an ONNX model on a worker thread behind a progress dialog with Cancel.
+    """Open an ONNX model on a worker thread behind a progress dialog with Cancel
+    (``app.progress_dialog.run_with_progress``).
 
     Cancel stops the executor between nodes and loop iterations; the result is the
     ``app.session.Session``, or a ``SessionError`` (also for a cancelled open: "cancelled").
@@ -41,48 +39,15 @@ def open_onnx_with_progress(parent, path: str | os.PathLike, show_after_ms: int 
     (core.onnx.Limits) raises or lowers the executor's budgets for this model.
     """
     cancel = _CountingCancel()
-    result: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            result["session"] = open_onnx_file(path, cancel=cancel, limits=limits)
-        except BaseException as exc:  # noqa: BLE001 - handed to the GUI thread as is
-            result["error"] = exc
-
     name = os.path.basename(os.fspath(path))
-    dlg = QProgressDialog(f"Running {name}…", "Cancel", 0, 0, parent)
-    dlg.setObjectName("onnx_progress")
-    dlg.setWindowTitle("Opening ONNX model")
-    dlg.setWindowModality(Qt.WindowModal)
-    dlg.setMinimumDuration(show_after_ms)
-    dlg.canceled.connect(cancel.set)
-    dlg.setValue(0)  # starts the show-after timer
-    worker = threading.Thread(target=work, name="onnx-open", daemon=True)
-    loop = QEventLoop()
-    t0 = time.perf_counter()
-
-    def poll() -> None:
-        if not worker.is_alive():
-            loop.quit()
-        elif dlg.wasCanceled():  # (cancel() called on the dialog emits no canceled signal)
-            cancel.set()
-        elif not threading.Event.is_set(cancel):  # (not counted as a step)
-            dlg.setLabelText(f"Running {name}… {cancel.steps} nodes and iterations, "
-                             f"{time.perf_counter() - t0:.1f} s")
-
-    timer = QTimer()
-    timer.setInterval(50)
-    timer.timeout.connect(poll)
-    worker.start()
-    timer.start()
-    loop.exec()
-    timer.stop()
-    worker.join()
-    dlg.reset()
-    dlg.deleteLater()
-    if "error" in result:
-        err = result["error"]
-        if isinstance(err, SessionError):
-            raise err
+    try:
+        return run_with_progress(
+            parent, "Opening ONNX model", f"Running {name}…",
+            lambda: open_onnx_file(path, cancel=cancel, limits=limits), show_after_ms,
+            name="onnx_progress", cancel=cancel,
+            label=lambda elapsed: (f"Running {name}… {cancel.steps} nodes and iterations, "
+                                   f"{elapsed:.1f} s"))
+    except SessionError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure of the open is the file's error
         raise SessionError(f"{path}: {type(err).__name__}: {err}") from None
-    return result["session"]

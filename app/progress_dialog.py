@@ -144,10 +144,15 @@ class Cancelled(SessionError):
 
 def run_with_progress(parent, title: str, what: str, fn: Callable[[], Any],
                       show_after_ms: int = 300, cannot_stop: str = "",
-                      name: str = "load_progress") -> Any:
+                      name: str = "load_progress", cancel: threading.Event | None = None,
+                      label: Callable[[float], str] | None = None) -> Any:
     """``fn()`` on a thread behind a window-modal dialog with Cancel; its result, or its
-    exception. The Qt event loop runs meanwhile. ``fn`` has no cancel point: Cancel returns
-    at once with ``Cancelled`` (saying ``cannot_stop``) and the thread's result is dropped."""
+    exception. The Qt event loop runs meanwhile.
+
+    Without ``cancel``, ``fn`` has no cancel point: Cancel returns at once with ``Cancelled``
+    (saying ``cannot_stop``) and the thread's result is dropped. With it, Cancel sets the event
+    and waits for ``fn`` to stop at its next cancel point (``fn`` then raises, and that error is
+    what comes back). ``label(elapsed)`` is the dialog's text while it runs."""
     result: dict[str, Any] = {}
 
     def work() -> None:
@@ -161,24 +166,30 @@ def run_with_progress(parent, title: str, what: str, fn: Callable[[], Any],
     worker = threading.Thread(target=work, name=name, daemon=True)
     loop = QEventLoop()
     t0 = time.perf_counter()
-    dlg.canceled.connect(loop.quit)
+    text = label or (lambda elapsed: f"{what}\n{elapsed:.0f} s")
+    dlg.canceled.connect(loop.quit if cancel is None else cancel.set)
 
     def poll() -> None:
         if not worker.is_alive():
             loop.quit()
             return
-        elapsed = time.perf_counter() - t0
-        dlg.setLabelText(f"{what}\n{elapsed:.0f} s")
-        if elapsed * 1000 >= show_after_ms and not dlg.isVisible():
-            dlg.show()
+        if cancel is not None and dlg.wasCanceled():  # (cancel() on the dialog emits nothing)
+            cancel.set()
+        if cancel is None or not threading.Event.is_set(cancel):
+            elapsed = time.perf_counter() - t0
+            dlg.setLabelText(text(elapsed))
+            if elapsed * 1000 >= show_after_ms and not dlg.isVisible():
+                dlg.show()
 
     timer = QTimer()
-    timer.setInterval(100)
+    timer.setInterval(50 if cancel is not None else 100)
     timer.timeout.connect(poll)
     worker.start()
     timer.start()
     loop.exec()
     timer.stop()
+    if cancel is not None:
+        worker.join()
     cancelled = worker.is_alive()
     dlg.hide()
     dlg.deleteLater()
