@@ -48,6 +48,7 @@ class LiveController(QObject):
         self.watchdog_s = 30.0  # "no answer from the worker for N s" after this long
         self.live: LiveSession | None = None
         self.info: dict = {}
+        self.startup: StartupProgress | None = None
         self.last: Snapshot | None = None
         self.snapshots = 0
         self.cache = InspectionCache()  # the worker's answers by (node, step)
@@ -152,6 +153,7 @@ class LiveController(QObject):
         self.live.failed.connect(self._on_failed)
         self.live.ready.connect(self._on_ready)
         self.startup = StartupProgress(self.win, self.live, self.kill)  # with Cancel
+        self.startup.changed.connect(self._label)
         self.live.start(paused=paused)
         return True
 
@@ -374,6 +376,11 @@ class LiveController(QObject):
             return
         from app.commands.parity import divergence_text
 
+        st = self.startup
+        if not self.info and st is not None and st.live is self.live and not st.finished:
+            # opening (a compile, the worker's first answer): what it is doing, not "paused"
+            self.state_label.setText("live starting · " + " · ".join(st.label().splitlines()))
+            return
         f = self.live.first
         first = f"first divergence: {divergence_text(f)}" if f else "no divergence"
         state = f"{self.live.state} (killed)" if self.live.killed else self.live.state

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer
+from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QProgressDialog
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
@@ -54,6 +54,8 @@ def _how_far(msg: dict, elapsed: float) -> str:
 
 class StartupProgress(QObject):
     """The live session's opening, shown after ``show_after_ms`` if it is not ready by then."""
+
+    changed = Signal()  # label() says something new (a task began or ended, a second passed)
 
     def __init__(self, win, live, cancel: Callable[[], None], show_after_ms: int = 500) -> None:
         super().__init__(live)  # goes with the session
@@ -106,6 +108,7 @@ class StartupProgress(QObject):
         if self.finished:
             return
         self.dialog.setLabelText(self.label())
+        self.changed.emit()
         msg = list(self.tasks.values())[-1][0] if self.tasks else {}
         total = msg.get("total")
         if total:
@@ -136,6 +139,7 @@ class StartupProgress(QObject):
         self._tick.stop()
         self.dialog.hide()
         self.dialog.deleteLater()
+        self.changed.emit()  # the state label goes back to the session's own state
 
 
 class Cancelled(SessionError):

@@ -58,6 +58,8 @@ def test_the_first_compile_shows_progress_and_cancel_ends_it(qtbot, win, tmp_pat
     assert " with " in text and "(cached after)" in text and text.endswith(" s")
     assert "opening mlp on host: " in text  # what the compile is part of
     assert dlg.maximum() == 0  # a compile has no "how far": busy, with the seconds so far
+    # the toolbar's state says the same, not "live paused · step 0" as if it were ready
+    assert win.live.state_label.text().startswith("live starting · compiling ")
     # how long: the seconds count up while it compiles (the dialog redraws on its own timer)
     qtbot.waitUntil(lambda: bool(re.search(r"opening mlp on host: [1-9]", dlg.labelText())),
                     timeout=READY_MS)
@@ -90,6 +92,8 @@ def test_the_dialog_goes_when_the_session_is_ready(qtbot, win):
     qtbot.waitUntil(lambda: win.live.live.info is not None, timeout=READY_MS)
     assert startup.finished and not startup.cancelled
     assert _dialog(win, "live_progress") is None  # shown or not (a warm cache), gone now
+    qtbot.waitUntil(lambda: win.live.state_label.text().startswith("live paused · step 0"),
+                    timeout=READY_MS)
 
 
 def test_a_tape_load_shows_a_dialog_and_cancel_gives_the_window_back(qtbot, win, monkeypatch):
