@@ -29,12 +29,32 @@
  * each (no FMA under -ffp-contract=off), loadable from any element-aligned address. */
 typedef float v16f32 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
-
+/* The product's tile is sized to the register file: with AVX-512 (32 registers of 64 bytes)
+ * R rows x 4 vectors of 64 bytes; without it (AVX2: 16 registers of 32 bytes) a 64-byte tile
+ * of 6 x 4 vectors is 48 registers of accumulators, which gcc spills to the stack on every
+ * k-step (measured on a znver3: 2.4 GFLOP/s float32), so there the tile is R rows x 2
+ * vectors of 32 bytes (12 accumulators, 2 of b, 1 of a). The tile shape only decides which
+ * chains run side by side; every chain is the same serial k-loop, so the bits are the same. */
+#if defined(__AVX512F__) || !defined(__AVX__)
+typedef v16f32 vmf32;
+typedef v8f64 vmf64;
+#define MM_Q 4
 #define JB64 32
 #define JB32 64
 /* narrower tiles (one vector register wide) for the columns past the last whole JB panel */
 #define JS64 8
 #define JS32 16
+#else
+typedef float v8f32 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double v4f64 __attribute__((vector_size(32), aligned(8), may_alias));
+typedef v8f32 vmf32;
+typedef v4f64 vmf64;
+#define MM_Q 2
+#define JB64 8
+#define JB32 16
+#define JS64 4
+#define JS32 8
+#endif
 
 /* One tile: R rows from i, JB columns of the panel bp (row stride bs), k-steps [k0, k1), nv <= JB
  * of the columns stored at column j of c. A tile starts its chains at +0.0 (k0 == 0) or
@@ -60,9 +80,10 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
             for (long long jj = 0; jj < (nv); ++jj) c[(i + r) * n + j + jj] = acc[r][jj]; \
     }
 
-/* A whole JB-wide tile (four vectors per row) with GCC vector types: the panel's four vectors
+/* A whole JB-wide tile (MM_Q vectors per row) with GCC vector types: the panel's vectors
  * of b[k] are loaded once per k and feed all R rows' chains (gcc otherwise reloads them per
  * row). Same chains, same order, one rounding per mul and per add. */
+#if MM_Q == 4
 #define MM_TILE4(T, V, R, bp, bs)                                                       \
     {                                                                                   \
         V acc[R][4];                                                                    \
@@ -77,7 +98,7 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
                 }                                                                       \
             }                                                                           \
         for (long long kk = k0; kk < k1; ++kk) {                                        \
-            const V *bk = (const V *)((bp) + kk * (bs));                                \
+            const V *bk = (const V *)((bp) + (kk - k0) * (bs));                         \
             const V b0 = bk[0], b1 = bk[1], b2 = bk[2], b3 = bk[3];                     \
             for (int r = 0; r < R; ++r) {                                               \
                 const T x = a[(i + r) * k + kk];                                        \
@@ -92,6 +113,35 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
             for (int q = 0; q < 4; ++q)                                                 \
                 *(V *)(c + (i + r) * n + j + q * lanes) = acc[r][q];                    \
     }
+#else
+#define MM_TILE4(T, V, R, bp, bs)                                                       \
+    {                                                                                   \
+        V acc[R][2];                                                                    \
+        const long long lanes = (long long)(sizeof(V) / sizeof(T));                     \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < 2; ++q) {                                               \
+                if (k0 == 0) {                                                          \
+                    V z = {0};                                                          \
+                    acc[r][q] = z;                                                      \
+                } else {                                                                \
+                    acc[r][q] = *(const V *)(c + (i + r) * n + j + q * lanes);          \
+                }                                                                       \
+            }                                                                           \
+        for (long long kk = k0; kk < k1; ++kk) {                                        \
+            const V *bk = (const V *)((bp) + (kk - k0) * (bs));                         \
+            const V b0 = bk[0], b1 = bk[1];                                             \
+            for (int r = 0; r < R; ++r) {                                               \
+                const T x = a[(i + r) * k + kk];                                        \
+                V p0 = x * b0, p1 = x * b1;                                             \
+                acc[r][0] = acc[r][0] + p0;                                             \
+                acc[r][1] = acc[r][1] + p1;                                             \
+            }                                                                           \
+        }                                                                               \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < 2; ++q)                                                 \
+                *(V *)(c + (i + r) * n + j + q * lanes) = acc[r][q];                    \
+    }
+#endif
 
 /* The same tile R rows x one vector of JS columns, written with GCC vector types (lane-wise
  * IEEE mul and add, one rounding each) so gcc keeps the R accumulators in registers. */
@@ -141,6 +191,7 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
     long long i, j, k0, k1;                                                             \
     long long jfull = n - n % JB, jmid = n - n % JS;                                    \
     T *pack = NULL;                                                                     \
+    T bpk[KC * JB] __attribute__((aligned(64)));                                        \
     if (jmid < n && k > 0) {                                                            \
         pack = (T *)malloc((size_t)k * JS * sizeof(T));                                 \
         if (pack)                                                                       \
@@ -151,10 +202,15 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
     for (k0 = 0; k0 < k || (k == 0 && k0 == 0); k0 += KC) {                            \
         k1 = k0 + KC < k ? k0 + KC : k;                                                 \
         for (j = 0; j < jfull; j += JB) {                                               \
-            for (i = i0; i + 6 <= i1; i += 6) MM_TILE4(T, V, 6, b + j, n)               \
-            for (; i + 4 <= i1; i += 4) MM_TILE4(T, V, 4, b + j, n)                     \
-            for (; i + 2 <= i1; i += 2) MM_TILE4(T, V, 2, b + j, n)                     \
-            for (; i < i1; ++i) MM_TILE4(T, V, 1, b + j, n)                             \
+            /* the panel b[k0:k1, j:j+JB] copied contiguous (exact): read in place, its   \
+             * rows are n apart, and at n of a multiple of 1 KiB they fall in a few L1 sets \
+             * and evict each other every k-step (measured 3-4x slower products) */      \
+            for (long long kk = k0; kk < k1; ++kk)                                      \
+                for (int jj = 0; jj < JB; ++jj) bpk[(kk - k0) * JB + jj] = b[kk * n + j + jj]; \
+            for (i = i0; i + 6 <= i1; i += 6) MM_TILE4(T, V, 6, bpk, JB)                \
+            for (; i + 4 <= i1; i += 4) MM_TILE4(T, V, 4, bpk, JB)                      \
+            for (; i + 2 <= i1; i += 2) MM_TILE4(T, V, 2, bpk, JB)                      \
+            for (; i < i1; ++i) MM_TILE4(T, V, 1, bpk, JB)                              \
         }                                                                               \
         for (j = jfull; j < jmid; j += JS) {                                            \
             for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, b + j, n, JS)       \
@@ -179,10 +235,10 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
     free(pack);
 
 static void mm_rows_f64(const double *a, const double *b, double *c, long long i0,
-                        long long i1, long long k, long long n) { MM_ROWS(double, v8f64, JB64, JS64) }
+                        long long i1, long long k, long long n) { MM_ROWS(double, vmf64, JB64, JS64) }
 
 static void mm_rows_f32(const float *a, const float *b, float *c, long long i0,
-                        long long i1, long long k, long long n) { MM_ROWS(float, v16f32, JB32, JS32) }
+                        long long i1, long long k, long long n) { MM_ROWS(float, vmf32, JB32, JS32) }
 
 /* A convolution's epilogue: the ops that follow it in an ONNX graph (Conv's bias, then
  * BatchNormalization's inference formula, then a two-input Sum with a same-shape tensor, then
