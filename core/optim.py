@@ -134,7 +134,11 @@ class Optimizer:
         for slot, g in self.grads():
             w = np.asarray(self.tape.value(slot.var))
             if not half:
-                self.tape.assign(slot.var, self.update(slot, w, g))
+                new = self.update(slot, w, g)
+                if new is w or new is slot.m or new is slot.v or new is g:
+                    self.tape.assign(slot.var, new)
+                else:  # a fresh array (Adam's C pass, SGD's w - lr*g): no second copy
+                    self.tape._adopt(slot.var, new)
                 continue
             # half: the moments widen exactly, the update runs in float32, and m, v and w are
             # each rounded once to storage (assign rounds w)

@@ -302,6 +302,18 @@ class Tape:
                             f"{n.shape} expected")
         self._values[i] = np.array(a, dtype=self.dtype, order="C", copy=True)
 
+    def _adopt(self, v: Var, array: np.ndarray) -> None:
+        """``assign`` of a fresh array nobody else holds (an optimizer's new weights): kept
+        as it is, without assign's copy, when it already is the tape's dtype, C-contiguous
+        and owns its memory; copied otherwise."""
+        i = self._id(v)
+        n = self._nodes[i]
+        if isinstance(array, np.ndarray) and array.dtype == self.dtype and array.shape == n.shape \
+                and array.flags.c_contiguous and array.flags.owndata and n.op == "param":
+            self._values[i] = array
+        else:
+            self.assign(v, array)
+
     # ---- recording --------------------------------------------------------------------------
     @contextlib.contextmanager
     def scope(self, name: str) -> Iterator[None]:
