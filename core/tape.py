@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from core import mathlib, precision
-from core.optable.registry import REGISTRY, ShapeError, grad_inputs
+from core.optable.registry import REGISTRY, ShapeError
 
 # NOTE: DTYPES is also core.tapefile's allow-list; tape files do not carry the half types yet
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
@@ -443,11 +443,14 @@ class Tape:
             if g is None:
                 continue
             node = nodes[i]
-            push = grad_inputs(nodes, i)
-            if not push:
+            if not node.requires_grad or not node.inputs:
                 continue
+            # registry.grad_inputs' rule, inline (the sweep's hot path, as in record)
             opdef = REGISTRY[node.op]
-            needs = [k in push for k in range(len(node.inputs))]
+            nd = opdef.nondiff_inputs
+            needs = [nodes[j].requires_grad and k not in nd for k, j in enumerate(node.inputs)]
+            if True not in needs:
+                continue
             if self.half:  # computed in float32, each contribution rounded once below
                 parts = opdef.backward(self.M, g.astype(_F32),
                                        [values[j].astype(_F32) for j in node.inputs],
