@@ -72,7 +72,9 @@ class Optimizer:
         """(slot, gradient) for every touched parameter, clipped and with L2 applied (in the
         compute dtype: a half tape's gradients are widened to float32 first)."""
         live = [(s, self.tape.grad(s.var)) for s in self.slots]
-        live = [(s, np.array(precision.widen(g))) for s, g in live if g is not None]
+        # no copy: the tape's read-only view (every use below makes new arrays; an update
+        # that wrote into g would raise, not change the tape's gradient)
+        live = [(s, np.asarray(precision.widen(g))) for s, g in live if g is not None]
         if self.clip is not None and live:
             acc = self.scalar(0.0)
             for _, g in live:
