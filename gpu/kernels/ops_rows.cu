@@ -82,15 +82,26 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
                 acc[p][h] = z;
             }
         alignas(64) real_t pan[TS_HKC * (64 / sizeof(real_t))];
+        /* a whole panel of a b whose rows are contiguous is read in place (the pack would
+         * load the same elements, store and reload them); the others are packed */
+        const int direct = sbn == 1 && nj == hj;
         for (long long k0 = 0; k0 < K; k0 += TS_HKC) {
             long long kc = K - k0 < TS_HKC ? K - k0 : TS_HKC;
-            for (long long kk = 0; kk < kc; ++kk) {
-                const real_t* bk = b + bi * sbb + (k0 + kk) * sbk + j0 * sbn;
-                for (int q = 0; q < hj; ++q) pan[kk * hj + q] = q < nj ? bk[q * sbn] : (real_t)0;
+            const real_t* src = pan;
+            long long sst = hj;
+            if (direct) {
+                src = b + bi * sbb + k0 * sbk + j0;
+                sst = sbk;
+            } else {
+                for (long long kk = 0; kk < kc; ++kk) {
+                    const real_t* bk = b + bi * sbb + (k0 + kk) * sbk + j0 * sbn;
+                    for (int q = 0; q < hj; ++q)
+                        pan[kk * hj + q] = q < nj ? bk[q * sbn] : (real_t)0;
+                }
             }
             for (long long kk = 0; kk < kc; ++kk) {
                 ts_hv bv[TS_HVN];
-                for (int h = 0; h < TS_HVN; ++h) bv[h] = *(const ts_hv*)(pan + kk * hj + h * hv);
+                for (int h = 0; h < TS_HVN; ++h) bv[h] = *(const ts_hv*)(src + kk * sst + h * hv);
                 for (int p = 0; p < TS_HMI; ++p) {
                     const real_t av = a[ia[p] + (k0 + kk) * sak];
                     for (int h = 0; h < TS_HVN; ++h) {
