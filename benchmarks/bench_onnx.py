@@ -70,9 +70,10 @@ def _time(fn, repeat: int) -> float:
     return statistics.median(ts)
 
 
-def _paired_ratio(ours, peer, repeat: int) -> tuple[float, float, float]:
-    """(median of per-run CPU-time ratios ours / peer, median CPU s of ours, of peer): one
-    thread each, runs interleaved."""
+def _paired_ratio(ours, peer, repeat: int) -> tuple[float, float, float, float]:
+    """(median of per-run CPU-time ratios ours / peer, median CPU s of ours, of peer, least
+    CPU s of ours / least of peer): one thread each, runs interleaved. On a loaded machine the
+    least of N is the steadiest number of each side (a neighbour only ever adds time)."""
     from core import native
 
     before = native.threads()
@@ -89,7 +90,8 @@ def _paired_ratio(ours, peer, repeat: int) -> tuple[float, float, float]:
             ratios.append(a / b)
             ta.append(a)
             tb.append(b)
-        return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
+        return (statistics.median(ratios), statistics.median(ta), statistics.median(tb),
+                min(ta) / min(tb))
     finally:
         native.set_threads(before)
 
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     hdr = (f"{'model':14s} {'ort 1t ms':>10s} {'ort dflt ms':>11s} {'fast ms':>9s} "
            f"{'ref ms':>9s} {'fast/ort':>9s} {'fast/ort1':>9s} {'ref/ort':>9s} {'ref/ort1':>9s} "
-           f"{'max|ref-ort|':>12s} {'ref cpu':>8s} {'ort1 cpu':>8s}")
+           f"{'max|ref-ort|':>12s} {'ref cpu':>8s} {'ort1 cpu':>8s} {'best ref/ort1':>13s}")
     print(f"cores: {os.cpu_count()}  onnxruntime {ort.__version__}  numpy {np.__version__}  "
           f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
     print(hdr)
@@ -132,17 +134,17 @@ def main(argv: list[str] | None = None) -> int:
         td = _time(lambda s=sd, f=feeds: s.run(None, f), args.repeat)
         fast = Session(path, mode="fast")
         tf = _time(lambda s=fast, f=feeds: s.run(f), args.repeat)
-        tr, err, r1, c1, c2 = (float("nan"),) * 5
+        tr, err, r1, c1, c2, best = (float("nan"),) * 6
         if not args.no_reference:
             ref = Session(path, mode="reference", plan=not args.no_plan)
             tr = _time(lambda s=ref, f=feeds: s.run(f), max(1, args.repeat // 3))
             y_ref = next(iter(ref.run(feeds).values()))
             err = float(np.max(np.abs(y_ref - sd.run(None, feeds)[0])))
-            r1, c1, c2 = _paired_ratio(lambda s=ref, f=feeds: s.run(f),
+            r1, c1, c2, best = _paired_ratio(lambda s=ref, f=feeds: s.run(f),
                                        lambda s=s1, f=feeds: s.run(None, f), args.repeat)
         print(f"{name:14s} {t1 * 1e3:10.1f} {td * 1e3:11.1f} {tf * 1e3:9.1f} {tr * 1e3:9.1f} "
               f"{tf / td:9.2f} {tf / t1:9.2f} {tr / td:9.1f} {r1:9.1f} {err:12.2e} "
-              f"{c1 * 1e3:8.1f} {c2 * 1e3:8.1f}")
+              f"{c1 * 1e3:8.1f} {c2 * 1e3:8.1f} {best:13.2f}")
     return 0
 
 

@@ -59,10 +59,16 @@ def paired(ours, peer, repeat: int, threads: int = 1):
         a.append(one(ours))
         if peer:
             b.append(one(peer))
+    BEST.append((min(a), min(b) if peer else None))
     if not peer:
         return statistics.median(a), None, None
     return (statistics.median(a), statistics.median(b),
             statistics.median(x / y for x, y in zip(a, b, strict=True)))
+
+
+# (best ours, best peer) of every paired() call, in order: on a loaded machine the least CPU
+# time of N runs is the steadiest number of each side (a neighbour only ever adds time)
+BEST: list = []
 
 
 BURST = 5
@@ -161,7 +167,7 @@ def main() -> None:
     except ImportError:
         torch = None
     rows = []
-    for threads in (1, args.threads):
+    for threads in dict.fromkeys((1, args.threads)):  # --threads 1: the 1-thread rows only
         _set_threads(torch, threads)
         for label, tr in (("1000-op chain muls/add/neg/relu, per node", False),
                           ("1000-op chain, every 5th op tanh, per node", True)):
@@ -172,17 +178,19 @@ def main() -> None:
         ours, peer, ratio = paired(mlp_tape(), mlp_torch(torch) if torch else None, args.repeat,
                                    threads)
         rows.append(("MLP AE 784-128-32-128-784 b64 f64 Adam step", threads, ours, peer, ratio))
-    print(f"| {'benchmark':<46} | threads | {'tapescope':>10} | {'pytorch':>10} | ratio |")
-    print(f"|{'-' * 48}|--------:|{'-' * 11}:|{'-' * 11}:|------:|")
-    for name, th, a, b, r in rows:
+    print(f"| {'benchmark':<46} | threads | {'tapescope':>10} | {'pytorch':>10} | ratio | best |")
+    print(f"|{'-' * 48}|--------:|{'-' * 11}:|{'-' * 11}:|------:|-----:|")
+    for (name, th, a, b, r), (ba, bb) in zip(rows, BEST, strict=True):
         bs = f"{b * 1e6:8.1f}us" if b else "       n/a"
         rs = f"{r:5.2f}" if r else "  n/a"
-        print(f"| {name:<46} | {th:>7} | {a * 1e6:8.1f}us | {bs} | {rs} |")
+        best = f"{ba / bb:4.2f}" if bb else " n/a"
+        print(f"| {name:<46} | {th:>7} | {a * 1e6:8.1f}us | {bs} | {rs} | {best} |")
     if torch:
         print(f"(pytorch {torch.__version__}; {args.repeat} interleaved pairs per row (above 1 "
               f"thread each side of a pair is the median of a burst of {BURST} runs after a "
               f"{PAUSE_S} s pause); times are medians (1 thread: CPU time, more: wall time), "
-              "ratio = median of per-pair tapescope / pytorch, lower is better)")
+              "ratio = median of per-pair tapescope / pytorch, best = least ours / least pytorch, "
+              "lower is better)")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,9 @@ class Optimizer:
         """(slot, gradient) for every touched parameter, clipped and with L2 applied (in the
         compute dtype: a half tape's gradients are widened to float32 first)."""
         live = [(s, self.tape.grad(s.var)) for s in self.slots]
-        live = [(s, np.array(precision.widen(g))) for s, g in live if g is not None]
+        # no copy: the tape's read-only view (every use below makes new arrays; an update
+        # that wrote into g would raise, not change the tape's gradient)
+        live = [(s, np.asarray(precision.widen(g))) for s, g in live if g is not None]
         if self.clip is not None and live:
             acc = self.scalar(0.0)
             for _, g in live:
@@ -134,7 +136,11 @@ class Optimizer:
         for slot, g in self.grads():
             w = np.asarray(self.tape.value(slot.var))
             if not half:
-                self.tape.assign(slot.var, self.update(slot, w, g))
+                new = self.update(slot, w, g)
+                if new is w or new is slot.m or new is slot.v or new is g:
+                    self.tape.assign(slot.var, new)
+                else:  # a fresh array (Adam's C pass, SGD's w - lr*g): no second copy
+                    self.tape._adopt(slot.var, new)
                 continue
             # half: the moments widen exactly, the update runs in float32, and m, v and w are
             # each rounded once to storage (assign rounds w)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from core import mathlib, precision
-from core.optable.registry import REGISTRY, ShapeError, grad_inputs
+from core.optable.registry import REGISTRY, ShapeError
 
 # NOTE: DTYPES is also core.tapefile's allow-list; tape files do not carry the half types yet
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
@@ -302,6 +302,18 @@ class Tape:
                             f"{n.shape} expected")
         self._values[i] = np.array(a, dtype=self.dtype, order="C", copy=True)
 
+    def _adopt(self, v: Var, array: np.ndarray) -> None:
+        """``assign`` of a fresh array nobody else holds (an optimizer's new weights): kept
+        as it is, without assign's copy, when it already is the tape's dtype, C-contiguous
+        and owns its memory; copied otherwise."""
+        i = self._id(v)
+        n = self._nodes[i]
+        if isinstance(array, np.ndarray) and array.dtype == self.dtype and array.shape == n.shape \
+                and array.flags.c_contiguous and array.flags.owndata and n.op == "param":
+            self._values[i] = array
+        else:
+            self.assign(v, array)
+
     # ---- recording --------------------------------------------------------------------------
     @contextlib.contextmanager
     def scope(self, name: str) -> Iterator[None]:
@@ -431,11 +443,14 @@ class Tape:
             if g is None:
                 continue
             node = nodes[i]
-            push = grad_inputs(nodes, i)
-            if not push:
+            if not node.requires_grad or not node.inputs:
                 continue
+            # registry.grad_inputs' rule, inline (the sweep's hot path, as in record)
             opdef = REGISTRY[node.op]
-            needs = [k in push for k in range(len(node.inputs))]
+            nd = opdef.nondiff_inputs
+            needs = [nodes[j].requires_grad and k not in nd for k, j in enumerate(node.inputs)]
+            if True not in needs:
+                continue
             if self.half:  # computed in float32, each contribution rounded once below
                 parts = opdef.backward(self.M, g.astype(_F32),
                                        [values[j].astype(_F32) for j in node.inputs],

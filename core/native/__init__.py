@@ -113,6 +113,9 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_mm_f64", "ts_mm_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ctypes.c_int]
         getattr(lib, name).restype = None
+    for name in ("ts_mm_s_f64", "ts_mm_s_f32"):
+        getattr(lib, name).argtypes = [p, p, p] + [ll] * 7 + [ctypes.c_int]
+        getattr(lib, name).restype = None
     for name in ("ts_bmm_f64", "ts_bmm_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int]
         getattr(lib, name).restype = None
@@ -209,14 +212,34 @@ def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     lib = library()
     if lib is None or a.dtype != b.dtype or a.dtype not in _DT:
         return None
-    a = np.ascontiguousarray(a)
-    b = np.ascontiguousarray(b)
     m, k = a.shape
     n = b.shape[1]
+    sa, sb = _strides(a), _strides(b)
+    if sa is None or sb is None or (sa == (k, 1) and sb == (n, 1)):
+        a = np.ascontiguousarray(a)
+        b = np.ascontiguousarray(b)
+        c = np.empty((m, n), dtype=a.dtype)
+        fn = lib.ts_mm_f64 if a.dtype == np.float64 else lib.ts_mm_f32
+        fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, k, n, threads())
+        return c
+    # a transposed operand (the backward's g @ b.T and a.T @ g) read in place: the kernel
+    # packs b's panels anyway, so reading them across rows costs no extra pass
     c = np.empty((m, n), dtype=a.dtype)
-    fn = lib.ts_mm_f64 if a.dtype == np.float64 else lib.ts_mm_f32
-    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, k, n, threads())
+    fn = lib.ts_mm_s_f64 if a.dtype == np.float64 else lib.ts_mm_s_f32
+    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, k, n, *sa, *sb, threads())
     return c
+
+
+def _strides(x: np.ndarray) -> tuple[int, int] | None:
+    """(row, column) strides of a 2-D array in elements when it is C- or F-contiguous (a
+    transposed contiguous array), else None (it is copied)."""
+    if x.ndim != 2:
+        return None
+    if x.flags.c_contiguous:
+        return (x.shape[1], 1)
+    if x.flags.f_contiguous:
+        return (1, x.shape[0])
+    return None
 
 
 def _batch(x: np.ndarray, bsz: int) -> tuple[np.ndarray, int]:

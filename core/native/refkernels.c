@@ -29,12 +29,32 @@
  * each (no FMA under -ffp-contract=off), loadable from any element-aligned address. */
 typedef float v16f32 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
-
+/* The product's tile is sized to the register file: with AVX-512 (32 registers of 64 bytes)
+ * R rows x 4 vectors of 64 bytes; without it (AVX2: 16 registers of 32 bytes) a 64-byte tile
+ * of 6 x 4 vectors is 48 registers of accumulators, which gcc spills to the stack on every
+ * k-step (measured on a znver3: 2.4 GFLOP/s float32), so there the tile is R rows x 2
+ * vectors of 32 bytes (12 accumulators, 2 of b, 1 of a). The tile shape only decides which
+ * chains run side by side; every chain is the same serial k-loop, so the bits are the same. */
+#if defined(__AVX512F__) || !defined(__AVX__)
+typedef v16f32 vmf32;
+typedef v8f64 vmf64;
+#define MM_Q 4
 #define JB64 32
 #define JB32 64
 /* narrower tiles (one vector register wide) for the columns past the last whole JB panel */
 #define JS64 8
 #define JS32 16
+#else
+typedef float v8f32 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double v4f64 __attribute__((vector_size(32), aligned(8), may_alias));
+typedef v8f32 vmf32;
+typedef v4f64 vmf64;
+#define MM_Q 2
+#define JB64 8
+#define JB32 16
+#define JS64 4
+#define JS32 8
+#endif
 
 /* One tile: R rows from i, JB columns of the panel bp (row stride bs), k-steps [k0, k1), nv <= JB
  * of the columns stored at column j of c. A tile starts its chains at +0.0 (k0 == 0) or
@@ -49,7 +69,7 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
         for (long long kk = k0; kk < k1; ++kk) {                                        \
             const T *bk = (bp) + kk * (bs);                                             \
             for (int r = 0; r < R; ++r) {                                               \
-                const T x = a[(i + r) * k + kk];                                        \
+                const T x = a[(i + r) * sar + kk * sac];                                        \
                 for (int jj = 0; jj < JB; ++jj) {                                       \
                     T p = x * bk[jj];                                                   \
                     acc[r][jj] = acc[r][jj] + p;                                        \
@@ -60,9 +80,10 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
             for (long long jj = 0; jj < (nv); ++jj) c[(i + r) * n + j + jj] = acc[r][jj]; \
     }
 
-/* A whole JB-wide tile (four vectors per row) with GCC vector types: the panel's four vectors
+/* A whole JB-wide tile (MM_Q vectors per row) with GCC vector types: the panel's vectors
  * of b[k] are loaded once per k and feed all R rows' chains (gcc otherwise reloads them per
  * row). Same chains, same order, one rounding per mul and per add. */
+#if MM_Q == 4
 #define MM_TILE4(T, V, R, bp, bs)                                                       \
     {                                                                                   \
         V acc[R][4];                                                                    \
@@ -77,10 +98,10 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
                 }                                                                       \
             }                                                                           \
         for (long long kk = k0; kk < k1; ++kk) {                                        \
-            const V *bk = (const V *)((bp) + kk * (bs));                                \
+            const V *bk = (const V *)((bp) + (kk - k0) * (bs));                         \
             const V b0 = bk[0], b1 = bk[1], b2 = bk[2], b3 = bk[3];                     \
             for (int r = 0; r < R; ++r) {                                               \
-                const T x = a[(i + r) * k + kk];                                        \
+                const T x = a[(i + r) * sar + kk * sac];                                        \
                 V p0 = x * b0, p1 = x * b1, p2 = x * b2, p3 = x * b3;                   \
                 acc[r][0] = acc[r][0] + p0;                                             \
                 acc[r][1] = acc[r][1] + p1;                                             \
@@ -92,10 +113,39 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
             for (int q = 0; q < 4; ++q)                                                 \
                 *(V *)(c + (i + r) * n + j + q * lanes) = acc[r][q];                    \
     }
+#else
+#define MM_TILE4(T, V, R, bp, bs)                                                       \
+    {                                                                                   \
+        V acc[R][2];                                                                    \
+        const long long lanes = (long long)(sizeof(V) / sizeof(T));                     \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < 2; ++q) {                                               \
+                if (k0 == 0) {                                                          \
+                    V z = {0};                                                          \
+                    acc[r][q] = z;                                                      \
+                } else {                                                                \
+                    acc[r][q] = *(const V *)(c + (i + r) * n + j + q * lanes);          \
+                }                                                                       \
+            }                                                                           \
+        for (long long kk = k0; kk < k1; ++kk) {                                        \
+            const V *bk = (const V *)((bp) + (kk - k0) * (bs));                         \
+            const V b0 = bk[0], b1 = bk[1];                                             \
+            for (int r = 0; r < R; ++r) {                                               \
+                const T x = a[(i + r) * sar + kk * sac];                                        \
+                V p0 = x * b0, p1 = x * b1;                                             \
+                acc[r][0] = acc[r][0] + p0;                                             \
+                acc[r][1] = acc[r][1] + p1;                                             \
+            }                                                                           \
+        }                                                                               \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < 2; ++q)                                                 \
+                *(V *)(c + (i + r) * n + j + q * lanes) = acc[r][q];                    \
+    }
+#endif
 
 /* The same tile R rows x one vector of JS columns, written with GCC vector types (lane-wise
  * IEEE mul and add, one rounding each) so gcc keeps the R accumulators in registers. */
-#define MM_TILEV(T, V, R, JS, bp, bs, nv)                                               \
+#define MM_TILEV(T, V, R, JS, bp, bs, nv, KB)                                             \
     {                                                                                   \
         V acc[R];                                                                       \
         for (int r = 0; r < R; ++r) {                                                   \
@@ -105,9 +155,9 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
             acc[r] = t0;                                                                \
         }                                                                               \
         for (long long kk = k0; kk < k1; ++kk) {                                        \
-            const V bk = *(const V *)((bp) + kk * (bs));                                \
+            const V bk = *(const V *)((bp) + (kk - (KB)) * (bs));                       \
             for (int r = 0; r < R; ++r) {                                               \
-                const T x = a[(i + r) * k + kk];                                        \
+                const T x = a[(i + r) * sar + kk * sac];                                        \
                 V p = x * bk;                                                           \
                 acc[r] = acc[r] + p;                                                    \
             }                                                                           \
@@ -119,13 +169,12 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
 #define MM_TAIL(T, R, J0)                                                               \
     for (int r = 0; r < R; ++r) {                                                       \
         T *ci = c + (i + r) * n;                                                        \
-        const T *ai = a + (i + r) * k;                                                  \
         for (long long jj = J0; jj < n; ++jj) ci[jj] = (T)0;                            \
         for (long long kk = 0; kk < k; ++kk) {                                          \
-            const T aik = ai[kk];                                                       \
-            const T *bk = b + kk * n;                                                   \
+            const T aik = a[(i + r) * sar + kk * sac];                                  \
+            const T *bk = b + kk * sbr;                                                 \
             for (long long jj = J0; jj < n; ++jj) {                                     \
-                T p = aik * bk[jj];                                                     \
+                T p = aik * bk[jj * sbc];                                               \
                 ci[jj] = ci[jj] + p;                                                    \
             }                                                                           \
         }                                                                               \
@@ -137,37 +186,52 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
  * tile too (the extra lanes compute products nobody stores); when that buffer cannot be had,
  * those columns take the plain i-k-j loop. */
 #define KC 128
+/* b[k0:k1, j:j+W] into bpk, W to a row: a copy, from b's strides (sbr, sbc) */
+#define MM_PACK(W)                                                                      \
+    if (sbc == 1)                                                                       \
+        for (long long kk = k0; kk < k1; ++kk)                                          \
+            for (int jj = 0; jj < (W); ++jj) bpk[(kk - k0) * (W) + jj] = b[kk * sbr + j + jj]; \
+    else                                                                                \
+        for (int jj = 0; jj < (W); ++jj)                                                \
+            for (long long kk = k0; kk < k1; ++kk)                                      \
+                bpk[(kk - k0) * (W) + jj] = b[kk * sbr + (j + jj) * sbc];
 #define MM_ROWS(T, V, JB, JS)                                                           \
     long long i, j, k0, k1;                                                             \
     long long jfull = n - n % JB, jmid = n - n % JS;                                    \
     T *pack = NULL;                                                                     \
+    T bpk[KC * JB] __attribute__((aligned(64)));                                        \
     if (jmid < n && k > 0) {                                                            \
         pack = (T *)malloc((size_t)k * JS * sizeof(T));                                 \
         if (pack)                                                                       \
             for (long long kk = 0; kk < k; ++kk)                                        \
                 for (long long jj = 0; jj < JS; ++jj)                                   \
-                    pack[kk * JS + jj] = jmid + jj < n ? b[kk * n + jmid + jj] : (T)0;  \
+                    pack[kk * JS + jj] = jmid + jj < n ? b[kk * sbr + (jmid + jj) * sbc] : (T)0; \
     }                                                                                   \
     for (k0 = 0; k0 < k || (k == 0 && k0 == 0); k0 += KC) {                            \
         k1 = k0 + KC < k ? k0 + KC : k;                                                 \
         for (j = 0; j < jfull; j += JB) {                                               \
-            for (i = i0; i + 6 <= i1; i += 6) MM_TILE4(T, V, 6, b + j, n)               \
-            for (; i + 4 <= i1; i += 4) MM_TILE4(T, V, 4, b + j, n)                     \
-            for (; i + 2 <= i1; i += 2) MM_TILE4(T, V, 2, b + j, n)                     \
-            for (; i < i1; ++i) MM_TILE4(T, V, 1, b + j, n)                             \
+            /* the panel b[k0:k1, j:j+JB] copied contiguous (exact): read in place, its   \
+             * rows are n apart, and at n of a multiple of 1 KiB they fall in a few L1 sets \
+             * and evict each other every k-step (measured 3-4x slower products) */      \
+            MM_PACK(JB)                                                                 \
+            for (i = i0; i + 6 <= i1; i += 6) MM_TILE4(T, V, 6, bpk, JB)                \
+            for (; i + 4 <= i1; i += 4) MM_TILE4(T, V, 4, bpk, JB)                      \
+            for (; i + 2 <= i1; i += 2) MM_TILE4(T, V, 2, bpk, JB)                      \
+            for (; i < i1; ++i) MM_TILE4(T, V, 1, bpk, JB)                              \
         }                                                                               \
         for (j = jfull; j < jmid; j += JS) {                                            \
-            for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, b + j, n, JS)       \
-            for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, b + j, n, JS)             \
-            for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, b + j, n, JS)             \
-            for (; i < i1; ++i) MM_TILEV(T, V, 1, JS, b + j, n, JS)                     \
+            MM_PACK(JS)                                                                 \
+            for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, bpk, JS, JS, k0)    \
+            for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, bpk, JS, JS, k0)          \
+            for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, bpk, JS, JS, k0)          \
+            for (; i < i1; ++i) MM_TILEV(T, V, 1, JS, bpk, JS, JS, k0)                  \
         }                                                                               \
         if (pack) {                                                                     \
             j = jmid;                                                                   \
-            for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, pack, JS, n - jmid) \
-            for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, pack, JS, n - jmid)       \
-            for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, pack, JS, n - jmid)       \
-            for (; i < i1; ++i) MM_TILEV(T, V, 1, JS, pack, JS, n - jmid)               \
+            for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, pack, JS, n - jmid, 0) \
+            for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, pack, JS, n - jmid, 0)       \
+            for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, pack, JS, n - jmid, 0)       \
+            for (; i < i1; ++i) MM_TILEV(T, V, 1, JS, pack, JS, n - jmid, 0)               \
         }                                                                               \
         if (k == 0) break;                                                              \
     }                                                                                   \
@@ -178,11 +242,15 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
     }                                                                                   \
     free(pack);
 
+/* a[i][kk] is a[i * sar + kk * sac], b[kk][j] is b[kk * sbr + j * sbc] (a transposed operand
+ * read in place, no copy first); c is contiguous */
 static void mm_rows_f64(const double *a, const double *b, double *c, long long i0,
-                        long long i1, long long k, long long n) { MM_ROWS(double, v8f64, JB64, JS64) }
+                        long long i1, long long k, long long n, long long sar, long long sac,
+                        long long sbr, long long sbc) { MM_ROWS(double, vmf64, JB64, JS64) }
 
 static void mm_rows_f32(const float *a, const float *b, float *c, long long i0,
-                        long long i1, long long k, long long n) { MM_ROWS(float, v16f32, JB32, JS32) }
+                        long long i1, long long k, long long n, long long sar, long long sac,
+                        long long sbr, long long sbc) { MM_ROWS(float, vmf32, JB32, JS32) }
 
 /* A convolution's epilogue: the ops that follow it in an ONNX graph (Conv's bias, then
  * BatchNormalization's inference formula, then a two-input Sum with a same-shape tensor, then
@@ -251,27 +319,34 @@ typedef struct {
     const void *a, *b;
     void *c;
     long long batch, m, k, n, sa, sb, u0, u1;
+    long long sar, sac, sbr, sbc; /* element strides inside one batch entry */
     int f32;
     const ep_t *ep; /* NULL: the plain product */
 } job_t;
 
 static void run_units(const job_t *J) {
     long long blocks = (J->m + ROWS - 1) / ROWS;
-    for (long long u = J->u0; u < J->u1; ++u) {
+    /* consecutive units of one batch entry run as one row range: each packed panel of b then
+     * serves all of their rows (a 16-row unit alone re-read all of b from L2/L3 per unit, the
+     * conv products' cost; measured). Which rows share a call changes no chain. */
+    for (long long u = J->u0, ue; u < J->u1; u = ue) {
         long long q = u / blocks, i0 = (u % blocks) * ROWS;
-        long long i1 = i0 + ROWS < J->m ? i0 + ROWS : J->m;
+        ue = (q + 1) * blocks < J->u1 ? (q + 1) * blocks : J->u1;
+        long long i1 = (ue - q * blocks) * ROWS < J->m ? (ue - q * blocks) * ROWS : J->m;
         const long long off = q * J->m * J->n + i0 * J->n;
         const long long ch0 = J->ep ? (q % J->ep->groups) * J->m + i0 : 0;
         if (J->f32) {
             mm_rows_f32((const float *)J->a + q * J->sa, (const float *)J->b + q * J->sb,
-                        (float *)J->c + q * J->m * J->n, i0, i1, J->k, J->n);
+                        (float *)J->c + q * J->m * J->n, i0, i1, J->k, J->n, J->sar, J->sac,
+                        J->sbr, J->sbc);
             if (J->ep)
                 ep_rows_f32(J->ep, (float *)J->c + off,
                             J->ep->res ? (const float *)J->ep->res + off : NULL,
                             q / J->ep->groups, ch0, i1 - i0, J->n);
         } else {
             mm_rows_f64((const double *)J->a + q * J->sa, (const double *)J->b + q * J->sb,
-                        (double *)J->c + q * J->m * J->n, i0, i1, J->k, J->n);
+                        (double *)J->c + q * J->m * J->n, i0, i1, J->k, J->n, J->sar, J->sac,
+                        J->sbr, J->sbc);
             if (J->ep)
                 ep_rows_f64(J->ep, (double *)J->c + off,
                             J->ep->res ? (const double *)J->ep->res + off : NULL,
@@ -517,9 +592,10 @@ static void bmm_part(void *ctx) {
  * 64x128x32 products now take two threads: ~16 -> ~12 us each. */
 #define MIN_WORK_PER_THREAD (1LL << 17)
 
-static void bmm(const void *a, const void *b, void *c, long long batch, long long m,
-                long long k, long long n, long long sa, long long sb, int threads, int f32,
-                const ep_t *ep) {
+static void bmm_s(const void *a, const void *b, void *c, long long batch, long long m,
+                  long long k, long long n, long long sa, long long sb, long long sar,
+                  long long sac, long long sbr, long long sbc, int threads, int f32,
+                  const ep_t *ep) {
     if (batch <= 0 || m <= 0 || n <= 0) return;
     long long units = batch * ((m + ROWS - 1) / ROWS);
     long long work = batch * m * n * (k > 0 ? k : 1);
@@ -529,9 +605,17 @@ static void bmm(const void *a, const void *b, void *c, long long batch, long lon
     if (t < 1) t = 1;
     /* chunks of about an eighth of a participant's share, so a late or descheduled worker's
      * part is taken by the others */
-    long long chunk = units / (t * 8);
-    bmm_job B = {{a, b, c, batch, m, k, n, sa, sb, 0, units, f32, ep}, 0, chunk < 1 ? 1 : chunk};
+    long long chunk = t == 1 ? units : units / (t * 8);
+    bmm_job B = {{a, b, c, batch, m, k, n, sa, sb, 0, units, sar, sac, sbr, sbc, f32, ep}, 0,
+                 chunk < 1 ? 1 : chunk};
     pool_run(bmm_part, &B, (int)t);
+}
+
+/* contiguous batch entries */
+static void bmm(const void *a, const void *b, void *c, long long batch, long long m,
+                long long k, long long n, long long sa, long long sb, int threads, int f32,
+                const ep_t *ep) {
+    bmm_s(a, b, c, batch, m, k, n, sa, sb, k, 1, n, 1, threads, f32, ep);
 }
 
 void ts_mm_f64(const double *a, const double *b, double *c, long long m, long long k,
@@ -539,6 +623,16 @@ void ts_mm_f64(const double *a, const double *b, double *c, long long m, long lo
 
 void ts_mm_f32(const float *a, const float *b, float *c, long long m, long long k,
                long long n, int threads) { bmm(a, b, c, 1, m, k, n, 0, 0, threads, 1, NULL); }
+
+/* a 2-D product with operands read through element strides: a[i][kk] = a[i*sar + kk*sac],
+ * b[kk][j] = b[kk*sbr + j*sbc] (a transposed operand without a copy first) */
+void ts_mm_s_f64(const double *a, const double *b, double *c, long long m, long long k,
+                 long long n, long long sar, long long sac, long long sbr, long long sbc,
+                 int threads) { bmm_s(a, b, c, 1, m, k, n, 0, 0, sar, sac, sbr, sbc, threads, 0, NULL); }
+
+void ts_mm_s_f32(const float *a, const float *b, float *c, long long m, long long k,
+                 long long n, long long sar, long long sac, long long sbr, long long sbc,
+                 int threads) { bmm_s(a, b, c, 1, m, k, n, 0, 0, sar, sac, sbr, sbc, threads, 1, NULL); }
 
 void ts_bmm_f64(const double *a, const double *b, double *c, long long batch, long long m,
                 long long k, long long n, long long sa, long long sb, int threads) {

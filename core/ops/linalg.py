@@ -26,8 +26,10 @@ def _mm_bwd(M, g, xs, y, at, nd):
     a2 = a.reshape(-1, a.shape[-1])
     g2 = g.reshape(-1, g.shape[-1])
     # ga[r,k] = sum over n (in order) of g[r,n]*b[k,n]; gb[k,n] = sum over rows r (in order)
-    ga = mm(g2, np.ascontiguousarray(b.T)).reshape(a.shape) if nd[0] else None
-    gb = mm(np.ascontiguousarray(a2.T), g2) if nd[1] else None
+    # the transposes are views: the native product reads them in place (the numpy spelling
+    # copies them itself)
+    ga = mm(g2, b.T).reshape(a.shape) if nd[0] else None
+    gb = mm(a2.T, g2) if nd[1] else None
     return [ga, gb]
 
 

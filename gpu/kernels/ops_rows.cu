@@ -51,7 +51,17 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
      * vector load is contiguous whatever b's strides. Every output is still its own chain,
      * acc = +0.0; acc = acc + a * b for k = 0, 1, ... in order: the same bits as the tile
      * below (the launch keeps its 4x4 thread count; threads past the last unit do nothing). */
+    /* 64 bytes of columns a row: one vector with AVX-512, two of 32 bytes without (gcc -O2
+     * lowered a 64-byte vector on AVX2 through memory and general registers every k-step,
+     * ~10x slower products on a znver3, measured); the same lanes, the same chains */
+#if defined(__AVX512F__) || !defined(__AVX__)
     typedef real_t ts_hv __attribute__((vector_size(64), aligned(sizeof(real_t)), may_alias));
+#define TS_HVN 1
+#else
+    typedef real_t ts_hv __attribute__((vector_size(32), aligned(sizeof(real_t)), may_alias));
+#define TS_HVN 2
+#endif
+    const int hv = (int)(sizeof(ts_hv) / sizeof(real_t));
     const int hj = (int)(64 / sizeof(real_t));
     const long long tm = (M + TS_HMI - 1) / TS_HMI, tn = (N + hj - 1) / hj;
     const long long total = B * tm * tn;
@@ -65,33 +75,52 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
         long long ia[TS_HMI];
         for (int p = 0; p < TS_HMI; ++p) /* rows past the edge re-read the last valid one */
             ia[p] = bi * sab + (i0 + p < M ? i0 + p : M - 1) * sam;
-        ts_hv acc[TS_HMI];
-        for (int p = 0; p < TS_HMI; ++p) {
-            ts_hv z = {0};
-            acc[p] = z;
-        }
+        ts_hv acc[TS_HMI][TS_HVN];
+        for (int p = 0; p < TS_HMI; ++p)
+            for (int h = 0; h < TS_HVN; ++h) {
+                ts_hv z = {0};
+                acc[p][h] = z;
+            }
         alignas(64) real_t pan[TS_HKC * (64 / sizeof(real_t))];
+        /* a whole panel of a b whose rows are contiguous is read in place (the pack would
+         * load the same elements, store and reload them); the others are packed */
+        const int direct = sbn == 1 && nj == hj;
         for (long long k0 = 0; k0 < K; k0 += TS_HKC) {
             long long kc = K - k0 < TS_HKC ? K - k0 : TS_HKC;
-            for (long long kk = 0; kk < kc; ++kk) {
-                const real_t* bk = b + bi * sbb + (k0 + kk) * sbk + j0 * sbn;
-                for (int q = 0; q < hj; ++q) pan[kk * hj + q] = q < nj ? bk[q * sbn] : (real_t)0;
+            const real_t* src = pan;
+            long long sst = hj;
+            if (direct) {
+                src = b + bi * sbb + k0 * sbk + j0;
+                sst = sbk;
+            } else {
+                for (long long kk = 0; kk < kc; ++kk) {
+                    const real_t* bk = b + bi * sbb + (k0 + kk) * sbk + j0 * sbn;
+                    for (int q = 0; q < hj; ++q)
+                        pan[kk * hj + q] = q < nj ? bk[q * sbn] : (real_t)0;
+                }
             }
             for (long long kk = 0; kk < kc; ++kk) {
-                const ts_hv bv = *(const ts_hv*)(pan + kk * hj);
+                ts_hv bv[TS_HVN];
+                for (int h = 0; h < TS_HVN; ++h) bv[h] = *(const ts_hv*)(src + kk * sst + h * hv);
                 for (int p = 0; p < TS_HMI; ++p) {
                     const real_t av = a[ia[p] + (k0 + kk) * sak];
-                    ts_hv prod = av * bv;
-                    acc[p] = acc[p] + prod;
+                    for (int h = 0; h < TS_HVN; ++h) {
+                        ts_hv prod = av * bv[h];
+                        acc[p][h] = acc[p][h] + prod;
+                    }
                 }
             }
         }
-        for (int p = 0; p < TS_HMI && i0 + p < M; ++p)
+        for (int p = 0; p < TS_HMI && i0 + p < M; ++p) {
+            alignas(64) real_t row[64 / sizeof(real_t)];
+            for (int h = 0; h < TS_HVN; ++h) *(ts_hv*)(row + h * hv) = acc[p][h];
             for (long long q = 0; q < nj; ++q) {
                 long long o = bi * syb + (i0 + p) * N + j0 + q;
-                y[o] = accumulate ? ADD(y[o], RND(acc[p][q])) : acc[p][q];  /* as the tile */
+                y[o] = accumulate ? ADD(y[o], RND(row[q])) : row[q];  /* as the tile */
             }
+        }
     }
+#undef TS_HVN
 #else
     long long tm = (M + TS_MM - 1) / TS_MM, tn = (N + TS_MM - 1) / TS_MM;
     long long total = B * tm * tn;

@@ -27,6 +27,29 @@ def test_native_mm_is_bit_identical_to_numpy_reference(dtype):
         assert got.tobytes() == mm_numpy(a, b).tobytes(), (m, k, n)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_transposed_operands_are_read_in_place_with_the_same_bits(dtype):
+    """A transposed (F-contiguous) operand goes to the kernel through its strides, not copied:
+    the same chains as the contiguous product, whatever the panel widths, k-blocks (k > 128)
+    and thread count."""
+    if native.library() is None:
+        pytest.skip("no C compiler here: the numpy reference runs instead (covered elsewhere)")
+    rng = np.random.default_rng(12)
+    before = native.threads()
+    try:
+        for m, k, n in [(1, 1, 1), (7, 9, 13), (64, 300, 37), (33, 129, 130), (5, 0, 3)]:
+            a, b = _spread(rng, (m, k), dtype), _spread(rng, (k, n), dtype)
+            want = mm_numpy(a, b).tobytes()
+            at, bt = np.asfortranarray(a), np.asfortranarray(b)
+            assert not at.flags.c_contiguous or m == 1 or k <= 1
+            for t in (1, 3):
+                native.set_threads(t)
+                for x, y in ((at, b), (a, bt), (at, bt), (a, b)):
+                    assert native.mm(x, y).tobytes() == want, (m, k, n, t)
+    finally:
+        native.set_threads(before)
+
+
 def test_special_values_follow_ieee():
     a = np.array([[np.inf, 1.0], [np.nan, -0.0], [-0.0, -0.0]])
     b = np.array([[0.0, 1.0], [1.0, -0.0]])
