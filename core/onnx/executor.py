@@ -14,6 +14,7 @@ from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
 from core.onnx import plan as _plan
 from core.onnx.errors import OnnxError, node_label
 from core.onnx.functions import function_kernel
+from core.onnx.half import in_float32 as half_rule
 from core.onnx.limits import (
     Budget,
     Limits,
@@ -168,6 +169,8 @@ class Session:
             if kernel is None:
                 dom = f" of domain {node.domain!r}" if node.domain else ""
                 raise OnnxError(f"unsupported op {node.op_type}{dom}", file=self.label, node=label)
+            if self.mode == "reference":  # a half node computes in float32 (core.onnx.half)
+                kernel = half_rule(kernel, node.op_type, opset, domain)
             try:
                 attrs = node_attrs(node, opset)
             except Exception as exc:  # a tensor attribute whose data does not fit its dims...
