@@ -131,7 +131,8 @@ class SessionConfig:
         if self.torch_target is not None:
             dev = RunSpec("torch", "torch", self.dtype, target=self.torch_target,
                           threads=self.torch_threads, tf32=self.tf32,
-                          deterministic=self.deterministic, optimizer=self.torch_optimizer)
+                          deterministic=self.deterministic, optimizer=self.torch_optimizer,
+                          **amp)
         if self.compare == "cpu-device":
             return RunSpec("cpu", "refmath", self.dtype, **amp), dev
         if self.compare == "cpu-platform":
