@@ -34,6 +34,16 @@ def test_mlp_in_half_on_torch_runs_and_says_what_it_stores(flag, dt, tmp_path, c
     assert all(e.get("cause") for e in data["introduced"])
 
 
+def test_the_torch_side_says_what_it_stores_and_who_accumulates():
+    def label(**kw):
+        return SessionConfig(workload="mlp", device="torch", **kw).pair()[1].label()
+
+    assert label(dtype="bfloat16") == "torch cpu bfloat16 (torch's own accumulators)"
+    assert label(amp="float16") == ("torch cpu amp float16 (float32 masters, torch's own "
+                                    "accumulators)")
+    assert label(dtype="float32") == "torch cpu float32"
+
+
 def _pair(dt, **kw):
     return PairRunner(SessionConfig(workload="mlp", device="torch", dtype=dt, **kw))
 
