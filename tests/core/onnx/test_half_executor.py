@@ -178,3 +178,15 @@ def test_the_onnx_command_agrees_with_onnxruntime_on_a_float16_model(tmp_path, c
             "--expected", str(tmp_path / "z.npy"), str(tmp_path / "y.npy")]
     assert main(args + ["--rtol", "0", "--atol", str(2.0 ** -10 * np.abs(z).max())]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+def test_only_a_model_that_mentions_a_half_type_gets_the_rule():
+    from core.onnx.half import mentions_half
+
+    assert mentions_half(mlp(np.float16)) and mentions_half(mlp(ml_dtypes.bfloat16))
+    m32 = mlp(np.float32)
+    assert not mentions_half(m32)
+    assert Session(m32)._half is False and Session(mlp(np.float16))._half is True
+    # a float32 model that casts to float16 inside: a half value appears, the rule applies
+    m32.graph.node.append(helper.make_node("Cast", ["y"], ["y16"], to=TensorProto.FLOAT16))
+    assert mentions_half(m32)
