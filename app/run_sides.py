@@ -48,7 +48,10 @@ class RunSpec:
             extra += [f"tf32 {'on' if self.tf32 else 'off'}"] if self.tf32 is not None else []
             extra += ["deterministic"] if self.deterministic else []
             extra += ["torch.optim"] if self.optimizer == "torch" else []
-            return " ".join([f"torch {self.target}", self.dtype, *extra])
+            dt = (f"amp {self.dtype} (float32 masters, torch's own accumulators)" if self.amp
+                  else f"{self.dtype} (torch's own accumulators)"
+                  if self.dtype in ("float16", "bfloat16") else self.dtype)
+            return " ".join([f"torch {self.target}", dt, *extra])
         parts = ["CPU" if self.side == "cpu" else "device"]
         if self.side == "device":
             parts.append("fused" if self.fuse else "unfused")

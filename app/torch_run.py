@@ -11,6 +11,15 @@ clipping, L2, SGD / Adam with the host-computed scalars) written in torch tensor
 operation each; the clipping norm is ``torch.sum`` per parameter. ``--torch-optimizer torch`` runs
 PyTorch's own ``torch.optim`` instead (``_TorchOptim``).
 
+Half precision (issue 28): ``--dtype float16|bfloat16`` runs every node on ``torch.float16`` /
+``torch.bfloat16`` tensors (PyTorch's own half kernels: where they accumulate, in float32 or in
+the half type, is theirs; ``--explain`` names the ``accumulator``); the tape's optimizer widens
+``w, g, m, v`` to float32, updates there and rounds ``m, v, w`` once each, as core.optim does.
+``--amp float16|bfloat16``: float32 master weights and moments (the feed's own initial
+masters), the nodes in the half type on the masters rounded once, backward seeded with the
+loss scale, the gradients unscaled in float32, an overflowing step skipped and the scale
+updated by the same rule (core.amp.LossScaler, GradScaler's); this run keeps its own scaler.
+
 The settings a user changes to see what moves (``RunSpec``): the target ("cpu" or "cuda"),
 ``threads`` (``torch.set_num_threads``), ``tf32`` (matmul and cuDNN TF32 on CUDA; None leaves
 PyTorch's default), ``deterministic`` (``torch.use_deterministic_algorithms``). They are
@@ -66,7 +75,9 @@ def describe_torch(spec: Any) -> str:
     where = spec.target
     if spec.target == "cuda":
         where = f"cuda ({torch.cuda.get_device_name(0)})"
-    return (f"device: torch {torch.__version__} on {where}, {spec.dtype}, "
+    dt = (f"amp {spec.dtype} (float32 masters and optimizer)" if getattr(spec, "amp", False)
+          else spec.dtype)
+    return (f"device: torch {torch.__version__} on {where}, {dt}, "
             f"{torch.get_num_threads()} threads, tf32 {'on' if tf32 else 'off'} (matmul), "
             f"deterministic {'on' if torch.are_deterministic_algorithms_enabled() else 'off'}")
 
@@ -99,21 +110,34 @@ class TorchRun:
 
         self.spell = spelling
         self.spec, self.feed = spec, feed
-        self.dtype = {"float64": torch.float64, "float32": torch.float32}[spec.dtype]
+        self.dtype = {"float64": torch.float64, "float32": torch.float32,
+                      "float16": torch.float16, "bfloat16": torch.bfloat16}[spec.dtype]
         self.dev = torch.device(spec.target)
         tape = feed.wl.tape
         # its own parameters: the initial values, then only its own updates
         self.params = {p.id: self._tensor(tape.value(p.id)).requires_grad_(True)
                        for p in tape.params()}
-        self.opt = (_TorchOptim(torch, feed.opt, self.params) if spec.optimizer == "torch"
-                    else _TorchOptimizer(torch, feed.opt, self.params))
+        self.scaler = None
+        masters = None
+        if spec.amp:  # float32 masters: the feed's, before any step (its initial weights)
+            import copy
+
+            self.scaler = copy.copy(feed.opt.amp)
+            masters = {s.var.id: torch.tensor(np.asarray(s.master, np.float32),
+                                              device=self.dev) for s in feed.opt.slots}
+        self.opt = (_TorchOptim(torch, feed.opt, self.params, masters, self.scaler)
+                    if spec.optimizer == "torch"
+                    else _TorchOptimizer(torch, feed.opt, self.params, masters, self.scaler))
         self.values: list[Any] = []
         self.grads: dict[int, Any] = {}
         self._fed: dict[int, np.ndarray] = {}
         self._at: int | None = None
 
     def _tensor(self, a: np.ndarray) -> Any:
-        return self.torch.tensor(np.asarray(a), dtype=self.dtype, device=self.dev)
+        from core.precision import widen
+
+        # a half array through float32 (exact: torch takes no ml_dtypes bfloat16), then back
+        return self.torch.tensor(widen(np.asarray(a)), dtype=self.dtype, device=self.dev)
 
     @property
     def tape(self) -> Any:
@@ -164,8 +188,9 @@ class TorchRun:
                     t.retain_grad()
             vals.append(t)
         loss = vals[self.loss_id]
-        if loss.requires_grad:
-            loss.backward()
+        if loss.requires_grad:  # (mixed precision: seeded with this run's loss scale)
+            seed = None if self.scaler is None else torch.full_like(loss, self.scaler.scale)
+            loss.backward(seed)
         self.grads = {n.id: vals[n.id].grad for n in nodes
                       if vals[n.id].requires_grad and vals[n.id].grad is not None}
         self.values = vals
@@ -188,14 +213,17 @@ class TorchRun:
             t = self.grads.get(i)
             if t is None:
                 return None
-        return np.array(t.detach().cpu().numpy(), copy=True)
+        return _numpy(t)
 
     def compare(self, ref: Any, nodes: tuple) -> Any:
         """Nothing of its own: the host compares."""
         return None
 
-    def optimizer_arrays(self, after: bool) -> dict:
-        """The optimizer's settings and moments around its update (provenance)."""
+    def optimizer_arrays(self, after: bool) -> dict | None:
+        """The optimizer's settings and moments around its update (provenance; None under
+        --amp, as the other runs: the update check does not model mixed precision yet)."""
+        if self.spec.amp:
+            return None
         return self.opt.arrays(after, self.grads)
 
     def leaf_value(self, i: int) -> np.ndarray | None:
@@ -217,12 +245,18 @@ class _TorchOptim:
     coefficient (``weight_decay``: PyTorch adds it to the gradient, as core.optim's L2), and
     ``torch.nn.utils.clip_grad_norm_`` for clipping. Its formulas are PyTorch's, not the tape's
     (Adam's eps is added to sqrt(v) / sqrt(1 - b2^t); m is a lerp; the clip coefficient is
-    clip / (norm + 1e-6)): provenance shows where its update leaves the tape's."""
+    clip / (norm + 1e-6)): provenance shows where its update leaves the tape's. A half
+    parameter keeps its state in its own type (torch's rule); under --amp the optimizer steps
+    the float32 masters, given the unscaled gradients, only when none overflowed (as
+    ``GradScaler.step``), and the parameters become the masters rounded once."""
 
-    def __init__(self, torch: Any, core_opt: Any, params: dict[int, Any]) -> None:
+    def __init__(self, torch: Any, core_opt: Any, params: dict[int, Any],
+                 masters: dict[int, Any] | None = None, scaler: Any = None) -> None:
         from core import optim
 
         self.torch, self.params = torch, params
+        self.masters, self.scaler, self.found_inf = masters, scaler, False
+        self.stepped = masters if masters is not None else params  # what torch.optim holds
         self.adam = isinstance(core_opt, optim.Adam)
         self.kind = "adam" if self.adam else "sgd"
         self.core = core_opt
@@ -230,7 +264,7 @@ class _TorchOptim:
         self.slots = [(s.var.id, s.l2) for s in core_opt.slots]
         groups: dict[float, list] = {}
         for i, l2 in self.slots:
-            groups.setdefault(l2, []).append(params[i])
+            groups.setdefault(l2, []).append(self.stepped[i])
         pg = [{"params": ps, "weight_decay": l2} for l2, ps in groups.items()]
         if self.adam:
             self.opt = torch.optim.Adam(pg, lr=core_opt.lr, betas=(core_opt.b1, core_opt.b2),
@@ -240,6 +274,18 @@ class _TorchOptim:
 
     def step(self, grads: dict[int, Any]) -> None:
         """clip_grad_norm_ (when the workload clips), then the optimizer's step."""
+        if self.scaler is not None:
+            live, self.found_inf = _unscaled(self.torch, self.scaler, self.slots, grads)
+            for i, _, g in live:
+                self.masters[i].grad = g
+            if not self.found_inf:
+                self.t += 1
+                self.opt.step()
+                with self.torch.no_grad():
+                    for i, _, _ in live:
+                        self.params[i].copy_(self.masters[i].to(self.params[i].dtype))
+            self.scaler.update(self.found_inf)
+            return
         self.t += 1
         live = [self.params[i] for i, _ in self.slots if i in grads]
         if self.clip is not None and live:
@@ -249,7 +295,7 @@ class _TorchOptim:
     def arrays(self, after: bool, grads: dict[int, Any]) -> dict:
         """Settings and per stepped parameter ``(id, l2, m, v)`` (exp_avg, exp_avg_sq)."""
         def moments(i: int) -> tuple | None:
-            st = self.opt.state.get(self.params[i], {})
+            st = self.opt.state.get(self.stepped[i], {})
             return None if "exp_avg" not in st else (st["exp_avg"], st["exp_avg_sq"])
 
         return _optimizer_arrays(self, after, grads, moments)
@@ -257,9 +303,14 @@ class _TorchOptim:
 
 class _TorchOptimizer:
     """core.optim's update (its docstring's order) in torch ops on the run's parameters: the
-    same scalars rounded once to the dtype, one IEEE operation per line."""
+    same scalars rounded once to the dtype, one IEEE operation per line. A half parameter
+    updates as core.optim's half rule: ``w, g, m, v`` widened to float32, the lines in float32
+    (float32 scalars), the new ``m, v, w`` rounded once each to the half type; under --amp the
+    float32 masters and moments update, on unscaled gradients, and an overflowing step is
+    skipped (core.amp)."""
 
-    def __init__(self, torch: Any, core_opt: Any, params: dict[int, Any]) -> None:
+    def __init__(self, torch: Any, core_opt: Any, params: dict[int, Any],
+                 masters: dict[int, Any] | None = None, scaler: Any = None) -> None:
         from core import optim
 
         self.torch = torch
@@ -269,6 +320,7 @@ class _TorchOptimizer:
         self.lr, self.clip, self.t = core_opt.lr, core_opt.clip, 0
         self.slots = [(s.var.id, s.l2) for s in core_opt.slots]
         self.params = params
+        self.masters, self.scaler, self.found_inf = masters, scaler, False
         self.moments: dict[int, tuple[Any, Any]] = {}
 
     def _s(self, p: Any, v: float) -> Any:
@@ -277,42 +329,88 @@ class _TorchOptimizer:
     def step(self, grads: dict[int, Any]) -> None:
         """One update of every parameter its gradient reached."""
         torch = self.torch
-        self.t += 1
-        live = [(i, l2, grads[i].detach()) for i, l2 in self.slots if i in grads]
         with torch.no_grad():
+            if self.scaler is not None:
+                live, self.found_inf = _unscaled(torch, self.scaler, self.slots, grads)
+                if not self.found_inf:
+                    self.t += 1
+                    for i, new in self._update(live, self.masters, torch.float32):
+                        self.masters[i] = new
+                        self.params[i].copy_(new.to(self.params[i].dtype))
+                self.scaler.update(self.found_inf)
+                return
+            self.t += 1
+            live = [(i, l2, grads[i].detach()) for i, l2 in self.slots if i in grads]
+            half = next(iter(self.params.values())).dtype in (torch.float16, torch.bfloat16) \
+                if self.params else False
+            if half:  # the half rule: everything below in float32
+                live = [(i, l2, g.float()) for i, l2, g in live]
             if self.clip is not None and live:
-                p0 = self.params[live[0][0]]
-                acc = self._s(p0, 0.0)
+                g0 = live[0][2]
+                acc = self._s(g0, 0.0)
                 for _, _, g in live:
                     acc = acc + torch.sum(g * g)
                 norm = torch.sqrt(acc)
-                if bool(norm > self._s(p0, self.clip)):
-                    s = self._s(p0, self.clip) / norm
+                if bool(norm > self._s(g0, self.clip)):
+                    s = self._s(g0, self.clip) / norm
                     live = [(i, l2, g * s) for i, l2, g in live]
-            k = None
-            if self.adam:  # the host scalars of this step, as core.optim computes them (a
-                import copy  # copy: the CPU optimizer's own step count is not ours to move)
+            ws = {i: (self.params[i].float() if half else self.params[i]) for i, _, _ in live}
+            store = self.params[live[0][0]].dtype if live else None
+            for i, new in self._update(live, ws, store):
+                self.params[i].copy_(new.to(self.params[i].dtype) if half else new)
 
-                at = copy.copy(self.core)
-                at.t = self.t
-                k = at.step_scalars()
-            for i, l2, g in live:
-                w = self.params[i]
-                if l2 != 0.0:
-                    g = g + self._s(w, l2) * w
-                if not self.adam:
-                    w.copy_(w - self._s(w, self.lr) * g)
-                    continue
-                m, v = self.moments.get(i) or (torch.zeros_like(w), torch.zeros_like(w))
-                m = m * self._s(w, k["b1"]) + self._s(w, k["omb1"]) * g
-                v = v * self._s(w, k["b2"]) + (g * g) * self._s(w, k["omb2"])
-                den = torch.sqrt(v) + self._s(w, k["eps"])
-                w.copy_(w - (m / den) * self._s(w, k["lr_t"]))
-                self.moments[i] = (m, v)
+    def _update(self, live: list, ws: dict[int, Any], store: Any) -> list:
+        """``(id, new weight)`` of each stepped parameter from weights ``ws`` (the compute
+        type); the moments kept in ``store``."""
+        torch = self.torch
+        k = None
+        if self.adam:  # the host scalars of this step, as core.optim computes them (a
+            import copy  # copy: the CPU optimizer's own step count is not ours to move)
+
+            at = copy.copy(self.core)
+            at.t = self.t
+            k = at.step_scalars()
+        out = []
+        for i, l2, g in live:
+            w = ws[i]
+            if l2 != 0.0:
+                g = g + self._s(w, l2) * w
+            if not self.adam:
+                out.append((i, w - self._s(w, self.lr) * g))
+                continue
+            m, v = self.moments.get(i) or (torch.zeros_like(w), torch.zeros_like(w))
+            m, v = m.to(w.dtype), v.to(w.dtype)
+            m = m * self._s(w, k["b1"]) + self._s(w, k["omb1"]) * g
+            v = v * self._s(w, k["b2"]) + (g * g) * self._s(w, k["omb2"])
+            den = torch.sqrt(v) + self._s(w, k["eps"])
+            out.append((i, w - (m / den) * self._s(w, k["lr_t"])))
+            self.moments[i] = (m.to(store), v.to(store))
+        return out
 
     def arrays(self, after: bool, grads: dict[int, Any]) -> dict:
         """Settings and per stepped parameter ``(id, l2, m, v)`` (numpy copies)."""
         return _optimizer_arrays(self, after, grads, self.moments.get)
+
+
+def _numpy(t: Any) -> np.ndarray:
+    """A torch tensor as a numpy copy; bfloat16 (which ``.numpy()`` refuses) through float32,
+    exactly, to ``ml_dtypes.bfloat16``."""
+    t = t.detach().cpu()
+    if str(t.dtype) == "torch.bfloat16":
+        from core.precision import BFLOAT16
+
+        return t.float().numpy().astype(BFLOAT16)
+    return np.array(t.numpy(), copy=True)
+
+
+def _unscaled(torch: Any, scaler: Any, slots: list, grads: dict[int, Any]) -> tuple[list, bool]:
+    """Mixed precision: ``(id, l2, g)`` per stepped parameter, each gradient widened to
+    float32 and multiplied by float32(1 / S) (exact), and whether any is inf or NaN."""
+    inv = torch.tensor(np.float32(1.0 / scaler.scale))
+    live = [(i, l2, grads[i].detach().float() * inv.to(grads[i].device))
+            for i, l2 in slots if i in grads]
+    found = scaler.skips and any(not bool(torch.isfinite(g).all()) for _, _, g in live)
+    return live, found
 
 
 def _optimizer_arrays(opt: Any, after: bool, grads: dict[int, Any], moments: Any) -> dict:
@@ -326,7 +424,6 @@ def _optimizer_arrays(opt: Any, after: bool, grads: dict[int, Any], moments: Any
         if i not in grads:
             continue
         mv = moments(i)
-        m, v = (None, None) if mv is None else (
-            np.array(t.detach().cpu().numpy(), copy=True) for t in mv)
+        m, v = (None, None) if mv is None else (_numpy(t) for t in mv)
         out["params"].append((i, l2, m, v))
     return out

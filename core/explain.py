@@ -330,6 +330,13 @@ class Variant:
             if self.cause == "ftz":
                 y = _reference(node, [_flush(x) for x in xs], dtype)
                 return _flush(y)
+            if self.prim == "half_steps":  # no widening: each step rounds to the half type
+                try:
+                    y = REGISTRY[op].forward(mathlib.get("refmath"),
+                                             [np.asarray(x) for x in xs], at)
+                except Exception as e:  # noqa: BLE001 - a form numpy cannot run in the half
+                    raise ValueError(f"{op} in {np.dtype(dtype).name}: {e}") from None
+                return _cast(y, dtype).reshape(node.shape)
             ws = [precision.widen(np.asarray(x)) for x in xs]  # half: computed in float32
             if self.cause == "libm" and node.op not in FORMULAS:
                 y = REGISTRY[op].forward(mathlib.get("platform"), ws, at)
@@ -383,11 +390,22 @@ _HALF_ACC = {(prim, dt): Variant("accumulator", f"narrower accumulator ({dt.name
              for prim, make in (("sum", _sum_acc), ("mm", _mm_acc)) for dt in precision.HALF}
 
 
+# a half episode's composite op computed with every step in the half type (the op's forward on
+# the half inputs themselves, numpy rounding each primitive's result to the half type), where
+# the reference keeps float32 intermediates and rounds once: PyTorch's half rope (cos/sin cast
+# to the half type), its bfloat16 cross_entropy and float16 log_softmax on the CPU do this
+_HALF_STEPS = {dt: Variant("accumulator", f"{dt.name} intermediates (every step rounded to "
+                           f"{dt.name})", "half_steps") for dt in precision.HALF}
+
+
 def variants_for(op: str, dtype: Any = np.float64) -> list[Variant]:
     """The variants that apply to ``op`` in ``dtype``, in the order they are tried."""
     dt = np.dtype(dtype)
     out = []
     for v in VARIANTS:
+        if v.cause == "ftz" and dt in precision.HALF and REGISTRY[op].forward is not None \
+                and REGISTRY[op].kind != "leaf":
+            out.append(_HALF_STEPS[dt])  # the last accumulator variant, before ftz
         w = _in_dtype(v, dt) if v.applies(op) else None
         if w is not None:
             out.append(w)

@@ -14,6 +14,8 @@ from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
 from core.onnx import plan as _plan
 from core.onnx.errors import OnnxError, node_label
 from core.onnx.functions import function_kernel
+from core.onnx.half import in_float32 as half_rule
+from core.onnx.half import mentions_half
 from core.onnx.limits import (
     Budget,
     Limits,
@@ -101,6 +103,7 @@ class Session:
             self.model = _inline_functions(self.lm.model)
         except Exception as exc:  # inliner failures are model errors
             raise OnnxError(f"cannot expand local functions: {exc}", file=self.lm.label) from None
+        self._half = mode == "reference" and mentions_half(self.model)
         self.graph = self.compile(self.model.graph, "graph")
         init_names = set(self.graph.inits)
         self.input_names = [i.name for i in self.model.graph.input if i.name not in init_names]
@@ -168,6 +171,8 @@ class Session:
             if kernel is None:
                 dom = f" of domain {node.domain!r}" if node.domain else ""
                 raise OnnxError(f"unsupported op {node.op_type}{dom}", file=self.label, node=label)
+            if self._half:  # a half node computes in float32 (core.onnx.half)
+                kernel = half_rule(kernel, node.op_type, opset, domain)
             try:
                 attrs = node_attrs(node, opset)
             except Exception as exc:  # a tensor attribute whose data does not fit its dims...

@@ -10,7 +10,9 @@ Two kernel sets:
   rounding depends on the machine. Used by benchmarks and when a caller asks for ``mode="fast"``.
 
 refmath is defined on float32/float64; narrower floats (float16, bfloat16) go through float32
-and are rounded once on the way back.
+and are rounded once on the way back. In reference mode a whole half node does
+(core.onnx.half): its kernel sees float32 inputs, so these sums and products accumulate in
+float32, and its outputs are rounded once.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ core stays numpy-only and torch an optional extra. ``LEAF`` marks the leaves (``
 ``core.ops.REGISTRY`` and holds every op to having a spelling here (docs/adding-an-op.md).
 
 Scalars of the table (``adds``' s, an eps) enter as 0-d tensors of the input's dtype, rounded
-once, as the reference rounds them (``x.dtype.type(s)``).
+once, as the reference rounds them (``x.dtype.type(s)``); on half tensors as Python floats
+(``_s``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,13 @@ def LEAF(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:  # noqa: N802
 
 
 def _s(T: Any, x: Any, v: float) -> Any:
-    """``v`` as a 0-d tensor of ``x``'s dtype and device (rounded once)."""
+    """``v`` as a 0-d tensor of ``x``'s dtype and device (rounded once); for a half ``x`` the
+    Python float a PyTorch user writes (``x * 0.125``): the reference rounds a half tape's
+    scalars to float32, not to the half type, and PyTorch's own scalar handling is then what
+    the parity check sees (its ``mul`` takes the scalar in float32, its ``add`` rounds it to
+    the tensor's type first: measured, torch 2.13 CPU)."""
+    if str(x.dtype) in ("torch.float16", "torch.bfloat16"):
+        return float(v)
     return T.tensor(float(v), dtype=x.dtype, device=x.device)
 
 
@@ -126,11 +133,14 @@ def _rope(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
     # candidate gets them as inputs, so libm never reaches them); the rotation is torch's
     from core.ops.rowwise import rope_tables
 
+    # (a half x: the tables in float32, the reference's, cast to x's type as a PyTorch model
+    # casts its cached cos/sin: the products then round in the half type)
     x = xs[0]
+    name = str(x.dtype).replace("torch.", "")
     c, s = rope_tables(x.shape[-2], x.shape[-1], at.get("base", 10000.0),
-                       str(x.dtype).replace("torch.", ""))
-    c = T.from_numpy(c).to(x.device)
-    s = T.from_numpy(s).to(x.device)
+                       "float32" if name in ("float16", "bfloat16") else name)
+    c = T.from_numpy(c).to(device=x.device, dtype=x.dtype)
+    s = T.from_numpy(s).to(device=x.device, dtype=x.dtype)
     x1, x2 = x.chunk(2, dim=-1)
     return T.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 

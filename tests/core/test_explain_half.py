@@ -108,7 +108,8 @@ def test_half_variants_name_their_type_float32_has_no_narrower():
     for dt in precision.HALF:
         labels = [v.label for v in variants_for("sum", dt) if v.cause == "accumulator"]
         assert labels == ["wider accumulator",
-                          f"narrower accumulator ({dt.name}, rounded at every add)"]
+                          f"narrower accumulator ({dt.name}, rounded at every add)",
+                          f"{dt.name} intermediates (every step rounded to {dt.name})"]
     assert [v.label for v in variants_for("sum", np.float32) if v.cause == "accumulator"] == [
         "wider accumulator"]
 
@@ -158,3 +159,24 @@ def test_a_half_accumulated_matmul_gradient_is_accumulator(dt):
     assert not np.array_equal(cand[1], grads[1]), "the data must tell the accumulators apart"
     (e,) = provenance(StepState(1, nodes, 3, vals.get, cand.get), explain=True).introduced
     assert (e.node, e.which, e.to_json()["cause"]) == (1, "grad", "accumulator")
+
+
+@HALF
+def test_a_composite_with_half_intermediates_is_accumulator(dt):
+    """rope with its tables and products rounded to the half type (PyTorch's half rope casts
+    cos/sin to x's type), where the reference computes in float32 and rounds once: named
+    ``accumulator``, the half-intermediates variant; the reference's own output is not."""
+    from core import mathlib
+    from core.optable.registry import REGISTRY
+
+    x = np.random.default_rng(7).standard_normal((2, 8, 16)).astype(dt)
+    n = Nd(1, "rope", (0,), x.shape, {"base": 10000.0}, False, "q")
+    cand = np.asarray(REGISTRY["rope"].forward(mathlib.get("refmath"), [x], dict(n.attrs)))
+    cand = cand.astype(dt)
+    ref = reference_value(n, [x], dt)
+    assert not np.array_equal(cand, ref), "the data must tell the two apart"
+    c = explain(n, [x], cand)
+    assert (c.cause, c.variant) == ("accumulator",
+                                    f"{dt.name} intermediates (every step rounded to {dt.name})")
+    assert explain(n, [x], (ref.view(precision.bits_types(dt)[1]) + 3).view(dt)).cause \
+        == "unknown"
