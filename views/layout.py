@@ -7,6 +7,7 @@ structure (a tape's structure is identical across minibatch episodes, so only ov
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -311,13 +312,32 @@ def count_crossings(inputs: Sequence[Sequence[int]], layout: Layout) -> int:
 
 def structure_key(ops: Sequence[str], inputs: Sequence[Sequence[int]]) -> str:
     """A digest of a graph's structure (ops and edges): equal across episodes of one tape."""
+    counts = np.fromiter(map(len, inputs), dtype=np.int64, count=len(inputs))
+    src = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64,
+                      count=int(counts.sum()))
+    return structure_key_arrays(ops, src, np.concatenate(([0], np.cumsum(counts))))
+
+
+def structure_key_arrays(ops: Sequence[str], src, bounds) -> str:
+    """``structure_key`` of the graph whose node ``i`` is ``ops[i]`` with inputs
+    ``src[bounds[i]:bounds[i + 1]]``: the op names once each, then three arrays hashed whole
+    (a loop per node cost ~0.5 s at 100k nodes)."""
+    table = _Interned()
+    codes = np.fromiter(map(table.__getitem__, ops), dtype=np.int64, count=len(ops))
     h = hashlib.blake2b(digest_size=16)
-    for op, ins in zip(ops, inputs, strict=True):
-        h.update(op.encode())
-        h.update(b"(")
-        h.update(",".join(map(str, ins)).encode())
-        h.update(b")")
+    h.update("\0".join(table).encode())
+    for a in (codes, np.asarray(bounds, dtype=np.int64), np.asarray(src, dtype=np.int64)):
+        h.update(b"|")
+        h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
+
+
+class _Interned(dict):
+    """key → a number, the next one for each new key."""
+
+    def __missing__(self, key):
+        c = self[key] = len(self)
+        return c
 
 
 class LayoutCache:
