@@ -37,11 +37,13 @@ class Layout:
 
 
 def _edge_arrays(inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Flatten per-node input lists into (src, dst) edge arrays, duplicates removed."""
+    """Flatten per-node input lists into (src, dst) edge arrays, duplicates removed, sorted by
+    (src, dst)."""
     n = len(inputs)
-    counts = np.fromiter((len(ins) for ins in inputs), dtype=np.int64, count=n)
+    counts = np.fromiter(map(len, inputs), dtype=np.int64, count=n)
     dst = np.repeat(np.arange(n, dtype=np.int64), counts)
-    src = np.fromiter((i for ins in inputs for i in ins), dtype=np.int64, count=int(counts.sum()))
+    src = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64,
+                      count=int(counts.sum()))
     if src.size and (src.min() < 0 or src.max() >= n):
         bad = int(np.flatnonzero((src < 0) | (src >= n))[0])
         raise ValueError(f"layout: node {int(dst[bad])} has input {int(src[bad])} "
@@ -49,89 +51,115 @@ def _edge_arrays(inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarra
     keep = src != dst
     src, dst = src[keep], dst[keep]
     if src.size:
-        uniq = np.unique(src * n + dst)
+        uniq = np.sort(src * n + dst)
+        uniq = uniq[np.r_[True, uniq[1:] != uniq[:-1]]]
         src, dst = uniq // n, uniq % n
     return src, dst
 
 
-def assign_ranks(inputs: Sequence[Sequence[int]], key: Sequence[int] | None = None) -> np.ndarray:
+def _grouped(by: np.ndarray, vals: np.ndarray, n: int) -> tuple[list[int], list[int]]:
+    """``vals`` grouped by ``by`` (0..n-1), each group in array order: (ptr, flat) lists, group
+    ``i`` is ``flat[ptr[i]:ptr[i + 1]]``."""
+    o = np.argsort(by, kind="stable")
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(by, minlength=n))))
+    return ptr.tolist(), vals[o].tolist()
+
+
+def assign_ranks(inputs: Sequence[Sequence[int]], key: Sequence[int] | None = None,
+                 edges: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Longest-path ranks in ``key`` order (tape order by default); sources sink to their users.
 
     Edges that point backwards in ``key`` order (possible in a collapsed quotient graph) are
-    ignored for ranking, so the result is defined for any input.
+    ignored for ranking, so the result is defined for any input. ``edges``: ``_edge_arrays``
+    of ``inputs`` when the caller has them.
     """
     n = len(inputs)
-    src, dst = _edge_arrays(inputs)  # validates ids first
+    src, dst = _edge_arrays(inputs) if edges is None else edges  # validates ids first
     key_arr = np.arange(n) if key is None else np.asarray(key)
     visit = np.argsort(key_arr, kind="stable")
+    # NOTE: over the forward edges as arrays grouped per node, each node's step one C-level
+    # max/all over its group (a loop over every input in Python cost ~0.5 s at 100k nodes)
+    ks, kd = key_arr[src], key_arr[dst]
+    fwd = (ks < kd) | ((ks == kd) & (src < dst))
+    fs, fd = src[fwd], dst[fwd]
+    ptr, ins = _grouped(fd, fs, n)
     rank = [0] * n
-    kl = key_arr.tolist()
-    for v in visit.tolist():
-        r = 0
-        kv = kl[v]
-        for u in inputs[v]:
-            if kl[u] < kv or (kl[u] == kv and u < v):
-                ru = rank[u] + 1
-                if ru > r:
-                    r = ru
-        rank[v] = r
+    get = rank.__getitem__
+    has_in = np.diff(ptr) > 0
+    for v in visit[has_in[visit]].tolist():
+        rank[v] = max(map(get, ins[ptr[v]:ptr[v + 1]])) + 1
     # NOTE: leaves (params, consts) would all sit on rank 0 with edges spanning the whole graph
     # (resnet50: 270 weights in one 48,000-unit row). Every constant subtree -- a source, or a
     # node all of whose inputs are constant (an ONNX ConstantOfShape weight, a reshaped scale)
     # -- is pulled down to just above its first consumer instead, users first, so it sits
     # beside the layer that reads it.
     if src.size:
-        const = [not inputs[v] for v in range(n)]
-        for v in visit.tolist():
-            if not const[v] and inputs[v] and all(
-                    const[u] for u in inputs[v] if kl[u] < kl[v] or (kl[u] == kl[v] and u < v)):
-                const[v] = True
-        users: list[list[int]] = [[] for _ in range(n)]
-        for u, v in zip(src.tolist(), dst.tolist(), strict=True):
-            if kl[u] < kl[v] or (kl[u] == kl[v] and u < v):
-                users[u].append(v)
-        for v in reversed(visit.tolist()):
-            if const[v] and users[v]:
-                rank[v] = max(rank[v], min(rank[w] for w in users[v]) - 1)
+        const = (~has_in).tolist()
+        is_const = const.__getitem__
+        for v in visit[has_in[visit]].tolist():
+            const[v] = all(map(is_const, ins[ptr[v]:ptr[v + 1]]))
+        uptr, users = _grouped(fs, fd, n)
+        pull = np.asarray(const, dtype=bool) & (np.diff(uptr) > 0)
+        for v in visit[pull[visit]][::-1].tolist():
+            r = min(map(get, users[uptr[v]:uptr[v + 1]])) - 1
+            if r > rank[v]:
+                rank[v] = r
     return np.asarray(rank, dtype=np.int64)
 
 
-def _neighbours(src: np.ndarray, dst: np.ndarray, rank: list[int], n: int):
-    """Per node: [(input, weight)] and [(user, weight)], weight = 1 / rank span."""
-    ins: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    outs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    for u, v in zip(src.tolist(), dst.tolist(), strict=True):
-        # NOTE: no dummy nodes for long edges; a neighbour weighs 1/span instead, so a far-away
-        # residual input pulls less than the adjacent rank does
-        w = 1.0 / max(1, abs(rank[v] - rank[u]))
-        ins[v].append((u, w))
-        outs[u].append((v, w))
-    return ins, outs
+class _Neighbours:
+    """Each node's neighbours on one side (inputs or users) with their weights (1 / rank span),
+    grouped per node in edge order, and each node's total weight."""
+
+    def __init__(self, node: np.ndarray, other: np.ndarray, w: np.ndarray, n: int):
+        o = np.argsort(node, kind="stable")
+        self.ptr = np.concatenate(([0], np.cumsum(np.bincount(node, minlength=n)))).tolist()
+        self.other, self.w = other[o].tolist(), w[o].tolist()
+        # bincount adds in array order from 0.0: the per-node loop's running sum, bit for bit
+        self.total = np.bincount(node[o], weights=w[o], minlength=n).tolist()
 
 
-def _sweep(pos: list[float], members: list[list[int]], nbrs, ranks_iter) -> None:
+def _sweep(pos: list[float], members: list[list[int]], nbrs: _Neighbours, ranks_iter,
+           clock: list[int], changed: list[int], seen: list[int], near: list[list[int]]) -> None:
     """One barycenter sweep: reorder each rank by the weighted mean position of neighbours.
 
     Pure Python on purpose: tapes have thousands of narrow ranks, where per-rank numpy calls
-    cost more than the arithmetic.
+    cost more than the arithmetic. A rank is sorted again only when it or a rank holding its
+    neighbours (``near``) changed since this sweep direction last sorted it (``seen``): the
+    same order the sort would give, without the sort (a 100k-node tape's later sweeps change
+    a few hundred of its 50k ranks).
     """
+    ptr, other, wt, total = nbrs.ptr, nbrs.other, nbrs.w, nbrs.total
     for r in ranks_iter:
         mem = members[r]
         k = len(mem)
         if k < 2:
             continue
+        last = seen[r]
+        if changed[r] < last and all(changed[q] < last for q in near[r]):
+            continue  # nothing it reads moved: the sort would keep it as it is
+        clock[0] += 1
+        seen[r] = clock[0]
         keyed = []
         for v in mem:
-            tw = ts = 0.0
-            for u, w in nbrs[v]:
-                tw += w
-                ts += w * pos[u]
-            keyed.append((ts / tw if tw else pos[v], pos[v], v))  # ties keep the current order
+            a, b = ptr[v], ptr[v + 1]
+            if a == b:
+                keyed.append((pos[v], pos[v], v))  # ties keep the current order
+                continue
+            ts = 0.0
+            for i in range(a, b):
+                ts += wt[i] * pos[other[i]]
+            keyed.append((ts / total[v], pos[v], v))
         keyed.sort()
+        order = [item[2] for item in keyed]
+        if order == mem:
+            continue
+        clock[0] += 1
+        changed[r] = clock[0]
         c = (k - 1) / 2.0
-        for i, item in enumerate(keyed):
-            pos[item[2]] = i - c
-        members[r] = [item[2] for item in keyed]
+        for i, v in enumerate(order):
+            pos[v] = i - c
+        members[r] = order
 
 
 class _Crossings:
@@ -257,36 +285,42 @@ def layered_layout(
     if n == 0:
         e = np.empty(0)
         return Layout(e, e, e.astype(np.int64), e.astype(np.int64), 0.0, 0.0)
-    rank_arr = assign_ranks(inputs, key)
-    rank = rank_arr.tolist()
     src, dst = _edge_arrays(inputs)
-    n_ranks = max(rank) + 1
-    members: list[list[int]] = [[] for _ in range(n_ranks)]
-    for v, r in enumerate(rank):  # start from tape order inside each rank
-        members[r].append(v)
-    pos = [0.0] * n
-    for mem in members:
-        c = (len(mem) - 1) / 2.0
-        for i, v in enumerate(mem):
-            pos[v] = i - c
-    ins, outs = _neighbours(src, dst, rank, n)
-    adjacent: list[list[tuple[int, int]]] = [[] for _ in range(n_ranks)]
-    for u, v in zip(src.tolist(), dst.tolist(), strict=True):
-        if rank[v] - rank[u] == 1:
-            adjacent[rank[u]].append((u, v))
+    rank_arr = assign_ranks(inputs, key, edges=(src, dst))
+    n_ranks = int(rank_arr.max()) + 1
+    # start from tape order inside each rank
+    by_rank = np.argsort(rank_arr, kind="stable")
+    width = np.bincount(rank_arr, minlength=n_ranks)
+    bounds = np.concatenate(([0], np.cumsum(width))).tolist()
+    flat = by_rank.tolist()
+    members: list[list[int]] = [flat[a:b] for a, b in itertools.pairwise(bounds)]
+    in_rank = np.arange(n) - np.repeat(np.asarray(bounds[:-1]), width)
+    pos = (in_rank - (width[rank_arr[by_rank]] - 1) / 2.0)[np.argsort(by_rank)].tolist()
+    span = np.maximum(1, np.abs(rank_arr[dst] - rank_arr[src]))
+    w = 1.0 / span  # a neighbour weighs 1/span: a far-away residual input pulls less
+    # NOTE: no dummy nodes for long edges; the weight above stands in for them
+    ins, outs = _Neighbours(dst, src, w, n), _Neighbours(src, dst, w, n)
+    near_in = _near(rank_arr[dst], rank_arr[src], width, n_ranks)
+    near_out = _near(rank_arr[src], rank_arr[dst], width, n_ranks)
+    one = rank_arr[dst] - rank_arr[src] == 1
+    adjacent = _adjacent(rank_arr[src[one]], src[one], dst[one], n_ranks)
     crossings = _Crossings(adjacent)
     best, best_members = crossings.count(pos), [m[:] for m in members]
+    clock, changed = [0], [0] * n_ranks
+    seen = {0: [-1] * n_ranks, 1: [-1] * n_ranks}
     for s in range(sweeps):
+        before = clock[0]
         if s % 2 == 0:
-            _sweep(pos, members, ins, range(1, n_ranks))
+            _sweep(pos, members, ins, range(1, n_ranks), clock, changed, seen[0], near_in)
         else:
-            _sweep(pos, members, outs, range(n_ranks - 2, -1, -1))
+            _sweep(pos, members, outs, range(n_ranks - 2, -1, -1), clock, changed, seen[1],
+                   near_out)
+        if max(changed) <= before:
+            continue  # no rank moved: the crossings are those counted already
         c = crossings.count(pos)
         if c < best:  # barycenter is a heuristic: keep the best ordering seen, never a worse one
             best, best_members = c, [m[:] for m in members]
     members = best_members
-    # the weights _neighbours gave each edge (1 / rank span), as one array
-    w = 1.0 / np.maximum(1, np.abs(rank_arr[dst] - rank_arr[src]))
     x = np.asarray(_place_x(members, src, dst, w, n))
     x -= x.min() - NODE_W / 2
     y = rank_arr * (NODE_H + GAP_Y) + NODE_H / 2
@@ -297,6 +331,23 @@ def layered_layout(
         x=x, y=y.astype(np.float64), rank=rank_arr, order=order,
         width=float(x.max() + NODE_W / 2), height=float(y.max() + NODE_H / 2),
     )
+
+
+def _near(at: np.ndarray, nbr: np.ndarray, width: np.ndarray, n_ranks: int) -> list[list[int]]:
+    """Per rank (of two nodes or more), the other ranks holding its nodes' neighbours: the
+    edges from rank ``at[k]`` to rank ``nbr[k]``."""
+    keep = (width[at] >= 2) & (at != nbr)
+    pair = np.unique(at[keep] * n_ranks + nbr[keep])
+    ptr, flat = _grouped(pair // n_ranks, pair % n_ranks, n_ranks)
+    return [flat[a:b] for a, b in itertools.pairwise(ptr)]
+
+
+def _adjacent(upper: np.ndarray, src: np.ndarray, dst: np.ndarray,
+              n_ranks: int) -> list[list[tuple[int, int]]]:
+    """Edges joining adjacent ranks, grouped by their upper rank, in edge order."""
+    ptr, flat = _grouped(upper, np.arange(upper.size), n_ranks)
+    pairs = list(zip(src.tolist(), dst.tolist(), strict=True))
+    return [[pairs[i] for i in flat[a:b]] for a, b in itertools.pairwise(ptr)]
 
 
 def count_crossings(inputs: Sequence[Sequence[int]], layout: Layout) -> int:
