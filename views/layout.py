@@ -167,12 +167,30 @@ class _Crossings:
     for any node positions: the pairs to test are listed once, each count is a few array ops."""
 
     def __init__(self, adjacent: list[list[tuple[int, int]]]):
-        small = [e for e in adjacent if 2 <= len(e) <= 48]
-        self.wide = [(np.array([u for u, _ in e]), np.array([v for _, v in e]))
-                     for e in adjacent if len(e) > 48]
-        sizes = np.array([len(e) for e in small], dtype=np.int64)
-        self.eu = np.array([u for e in small for u, _ in e], dtype=np.int64)
-        self.ev = np.array([v for e in small for _, v in e], dtype=np.int64)
+        u = np.array([u for e in adjacent for u, _ in e], dtype=np.int64)
+        v = np.array([v for e in adjacent for _, v in e], dtype=np.int64)
+        self._pairs(np.repeat(np.arange(len(adjacent)), [len(e) for e in adjacent]), u, v)
+
+    @classmethod
+    def of_arrays(cls, upper: np.ndarray, u: np.ndarray, v: np.ndarray) -> _Crossings:
+        """The edges ``u[k] -> v[k]``, grouped by their upper rank ``upper[k]`` (in edge order
+        within a rank): the same counter as from the lists, without them."""
+        self = cls.__new__(cls)
+        self._pairs(upper, u, v)
+        return self
+
+    def _pairs(self, upper: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
+        o = np.argsort(upper, kind="stable")
+        upper, u, v = upper[o], u[o], v[o]
+        size = np.bincount(upper)[upper] if upper.size else upper
+        small = (size >= 2) & (size <= 48)
+        wide = size > 48
+        cuts = np.flatnonzero(np.diff(upper[wide])) + 1
+        self.wide = list(zip(np.split(u[wide], cuts), np.split(v[wide], cuts),
+                             strict=True)) if wide.any() else []
+        self.eu, self.ev = u[small], v[small]
+        g = upper[small]
+        sizes = np.diff(np.flatnonzero(np.r_[True, g[1:] != g[:-1], True])) if g.size else g
         # every pair i < j inside each group: edge i is paired with the rest of its group
         end = np.repeat(np.cumsum(sizes), sizes)
         cnt = end - np.arange(self.eu.size) - 1
@@ -191,6 +209,11 @@ class _Crossings:
             total += int(((np.sign(a[:, None] - a[None, :])
                            * np.sign(b[:, None] - b[None, :])) < 0).sum()) // 2
         return total
+
+
+def _crossing_counter(upper: np.ndarray, u: np.ndarray, v: np.ndarray, n_ranks: int):
+    """The crossing counter of the edges ``u[k] -> v[k]`` from rank ``upper[k]`` to the next."""
+    return _Crossings.of_arrays(upper, u, v)
 
 
 def _crossings(pos: list[float], adjacent: list[list[tuple[int, int]]]) -> int:
@@ -303,8 +326,7 @@ def layered_layout(
     near_in = _near(rank_arr[dst], rank_arr[src], width, n_ranks)
     near_out = _near(rank_arr[src], rank_arr[dst], width, n_ranks)
     one = rank_arr[dst] - rank_arr[src] == 1
-    adjacent = _adjacent(rank_arr[src[one]], src[one], dst[one], n_ranks)
-    crossings = _Crossings(adjacent)
+    crossings = _crossing_counter(rank_arr[src[one]], src[one], dst[one], n_ranks)
     best, best_members = crossings.count(pos), [m[:] for m in members]
     clock, changed = [0], [0] * n_ranks
     seen = {0: [-1] * n_ranks, 1: [-1] * n_ranks}
@@ -325,8 +347,7 @@ def layered_layout(
     x -= x.min() - NODE_W / 2
     y = rank_arr * (NODE_H + GAP_Y) + NODE_H / 2
     order = np.empty(n, dtype=np.int64)
-    for mem in members:
-        order[mem] = np.arange(len(mem))
+    order[np.fromiter(itertools.chain.from_iterable(members), dtype=np.int64, count=n)] = in_rank
     return Layout(
         x=x, y=y.astype(np.float64), rank=rank_arr, order=order,
         width=float(x.max() + NODE_W / 2), height=float(y.max() + NODE_H / 2),
@@ -337,17 +358,10 @@ def _near(at: np.ndarray, nbr: np.ndarray, width: np.ndarray, n_ranks: int) -> l
     """Per rank (of two nodes or more), the other ranks holding its nodes' neighbours: the
     edges from rank ``at[k]`` to rank ``nbr[k]``."""
     keep = (width[at] >= 2) & (at != nbr)
-    pair = np.unique(at[keep] * n_ranks + nbr[keep])
+    pair = np.sort(at[keep] * n_ranks + nbr[keep])
+    pair = pair[np.r_[True, pair[1:] != pair[:-1]]] if pair.size else pair
     ptr, flat = _grouped(pair // n_ranks, pair % n_ranks, n_ranks)
     return [flat[a:b] for a, b in itertools.pairwise(ptr)]
-
-
-def _adjacent(upper: np.ndarray, src: np.ndarray, dst: np.ndarray,
-              n_ranks: int) -> list[list[tuple[int, int]]]:
-    """Edges joining adjacent ranks, grouped by their upper rank, in edge order."""
-    ptr, flat = _grouped(upper, np.arange(upper.size), n_ranks)
-    pairs = list(zip(src.tolist(), dst.tolist(), strict=True))
-    return [[pairs[i] for i in flat[a:b]] for a, b in itertools.pairwise(ptr)]
 
 
 def count_crossings(inputs: Sequence[Sequence[int]], layout: Layout) -> int:
