@@ -6,8 +6,6 @@ One item instead of one per node: culling is a numpy range query on y-sorted arr
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen
@@ -15,7 +13,7 @@ from PySide6.QtWidgets import QGraphicsItem
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_model import KIND_CONST, KIND_GROUP, KIND_LOSS, KIND_OP, KIND_PARAM, DisplayGraph
-from views.layout import NODE_H, NODE_W, Layout
+from views.layout import NODE_H, NODE_W, Layout, flat_inputs
 
 # NOTE: red means one thing in this app: bits differ (the parity stripe, amber → red by ulp).
 # Everything else has its own colour: NaN/inf alarms violet, the first divergence a black flag,
@@ -108,10 +106,7 @@ class GraphCanvas(QGraphicsItem):
         x, y = layout.x, layout.y
         self._by_y = np.argsort(y, kind="stable")
         self._y_sorted = y[self._by_y]
-        counts = np.fromiter(map(len, graph.inputs), dtype=np.int64, count=len(graph))
-        src = np.fromiter(itertools.chain.from_iterable(graph.inputs), dtype=np.int64,
-                          count=int(counts.sum()))
-        dst = np.repeat(np.arange(len(graph), dtype=np.int64), counts)
+        src, dst = flat_inputs(graph.inputs)
         self._esrc, self._edst = src, dst
         if src.size:
             ey0 = np.minimum(y[src], y[dst])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from views.layout import structure_key_arrays
+from views.layout import EdgeLists, structure_key_arrays
 from views.search import NodeSearch
 
 KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP = 0, 1, 2, 3, 4
@@ -119,7 +119,7 @@ class DisplayGraph:
 
     item_node: list[int]  # tape node id for a node item, -1 for a group item
     item_group: list[str | None]
-    inputs: list[tuple[int, ...]]  # item indices
+    inputs: Sequence[tuple[int, ...]]  # item indices (an EdgeLists: arrays, read as tuples)
     kinds: np.ndarray
     labels: list[tuple[str, str, str]]  # op, name, shape (group: "group", scope, "n nodes")
     order_key: list[int]  # smallest member id: the ranking order for collapsed graphs
@@ -291,9 +291,7 @@ class GraphModel:
         pair = np.sort(t[keep] * max(m, 1) + s[keep])
         pair = pair[np.r_[True, pair[1:] != pair[:-1]]] if pair.size else pair
         et, es = pair // max(m, 1), pair % max(m, 1)
-        bounds = np.searchsorted(et, np.arange(m + 1)).tolist()
-        es_l = es.tolist()
-        inputs = [tuple(es_l[a:b]) for a, b in itertools.pairwise(bounds)]
+        inputs = EdgeLists(es, np.searchsorted(et, np.arange(m + 1)))
         kinds = np.full(m, KIND_GROUP, dtype=np.int8)
         node_items = ~(item_node < 0)
         kinds[node_items] = self.kinds[item_node[node_items]]
@@ -304,8 +302,9 @@ class GraphModel:
         names = [nm if nm and nm[-1] != "/" else f"{nm or ''}#{i}"  # unnamed, or in a scope
                  for i, nm in zip(ids, map(_NAME, shown), strict=True)]
         spelled = _Spelled()  # a tape has few distinct shapes: each spelled once
-        node_labels = list(zip(map(_OP, shown), names, map(spelled.__getitem__, map(
-            _SHAPE, shown)), strict=True))
+        node_ops = list(map(_OP, shown))
+        node_labels = list(zip(node_ops, names, map(spelled.__getitem__, map(_SHAPE, shown)),
+                               strict=True))
         if group_items.size:
             labels: list[tuple[str, str, str]] = [None] * m  # type: ignore[list-item]
             for it, lab in zip(np.flatnonzero(node_items).tolist(), node_labels, strict=True):
@@ -320,10 +319,11 @@ class GraphModel:
                           f"{len(members)} tape nodes" if op else f"{len(members)} nodes")
             order_key[it] = min(members)
         ops = [lab[0] if nid >= 0 else "g:" + item_group[it]
-               for it, (nid, lab) in enumerate(zip(item_node_l, labels, strict=True))]
+               for it, (nid, lab) in enumerate(zip(item_node_l, labels, strict=True))
+               ] if group_items.size else node_ops
         return DisplayGraph(
             item_node_l, item_group, inputs, kinds, labels, order_key.tolist(), node_item,
-            key=structure_key_arrays(ops, es, bounds),
+            key=structure_key_arrays(ops, inputs.flat, inputs.bounds),
         )
 
     @property

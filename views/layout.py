@@ -36,14 +36,59 @@ class Layout:
         return int(self.x.shape[0])
 
 
-def _edge_arrays(inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Flatten per-node input lists into (src, dst) edge arrays, duplicates removed, sorted by
-    (src, dst)."""
+class EdgeLists(Sequence):
+    """Each node's inputs, ``flat[bounds[i]:bounds[i + 1]]``, held as two arrays; reads as a
+    list of tuples (``lists[i]``, ``len``, iteration, ``==`` a list). The layout and the
+    canvas take the arrays as they are: a 100k-node graph's tuples are made only if asked."""
+
+    def __init__(self, flat: np.ndarray, bounds: np.ndarray):
+        self.flat = np.asarray(flat, dtype=np.int64)
+        self.bounds = np.asarray(bounds, dtype=np.int64)
+        self._lists: list[tuple[int, ...]] | None = None
+
+    def _tuples(self) -> list[tuple[int, ...]]:
+        if self._lists is None:
+            fl = self.flat.tolist()
+            self._lists = [tuple(fl[a:b]) for a, b in itertools.pairwise(self.bounds.tolist())]
+        return self._lists
+
+    def __len__(self) -> int:
+        return int(self.bounds.size) - 1
+
+    def __getitem__(self, i):
+        return self._tuples()[i]
+
+    def __iter__(self):
+        return iter(self._tuples())
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+    __hash__ = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst): every edge, in node order."""
+        counts = np.diff(self.bounds)
+        return self.flat, np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+
+
+def flat_inputs(inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) of every input of every node, in node order (``EdgeLists``: its arrays)."""
+    if isinstance(inputs, EdgeLists):
+        return inputs.arrays()
     n = len(inputs)
     counts = np.fromiter(map(len, inputs), dtype=np.int64, count=n)
     dst = np.repeat(np.arange(n, dtype=np.int64), counts)
     src = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64,
                       count=int(counts.sum()))
+    return src, dst
+
+
+def _edge_arrays(inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Flatten per-node input lists into (src, dst) edge arrays, duplicates removed, sorted by
+    (src, dst)."""
+    n = len(inputs)
+    src, dst = flat_inputs(inputs)
     if src.size and (src.min() < 0 or src.max() >= n):
         bad = int(np.flatnonzero((src < 0) | (src >= n))[0])
         raise ValueError(f"layout: node {int(dst[bad])} has input {int(src[bad])} "
@@ -377,6 +422,8 @@ def count_crossings(inputs: Sequence[Sequence[int]], layout: Layout) -> int:
 
 def structure_key(ops: Sequence[str], inputs: Sequence[Sequence[int]]) -> str:
     """A digest of a graph's structure (ops and edges): equal across episodes of one tape."""
+    if isinstance(inputs, EdgeLists):
+        return structure_key_arrays(ops, inputs.flat, inputs.bounds)
     counts = np.fromiter(map(len, inputs), dtype=np.int64, count=len(inputs))
     src = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64,
                       count=int(counts.sum()))
