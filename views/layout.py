@@ -183,8 +183,8 @@ class _Neighbours:
 
 
 def _sweep(pos: list[float], members: list[list[int]], nbrs: _Neighbours, ranks_iter,
-           clock: list[int], changed: list[int], seen: list[int], near: list[list[int]],
-           rank: np.ndarray | None = None) -> None:
+           clock: list[int], changed: list[int], seen: list[int],
+           near: tuple[list[int], list[int]], rank: np.ndarray | None = None) -> None:
     """One barycenter sweep: reorder each rank by the weighted mean position of neighbours.
 
     Pure Python on purpose: tapes have thousands of narrow ranks, where per-rank numpy calls
@@ -197,6 +197,7 @@ def _sweep(pos: list[float], members: list[list[int]], nbrs: _Neighbours, ranks_
     a 100k-node tape move a tenth of its ranks).
     """
     ptr, other, wt, total = nbrs.ptr, nbrs.other, nbrs.w, nbrs.total
+    nptr, nflat = near
     start = clock[0]
     moves = nbrs.reordered_ranks(pos, rank, len(members)) if rank is not None else None
     if moves is not None and not any(moves):
@@ -209,12 +210,13 @@ def _sweep(pos: list[float], members: list[list[int]], nbrs: _Neighbours, ranks_
         if k < 2:
             continue
         last = seen[r]
-        if changed[r] < last and all(changed[q] < last for q in near[r]):
+        near_r = nflat[nptr[r]:nptr[r + 1]]
+        if changed[r] < last and all(changed[q] < last for q in near_r):
             continue  # nothing it reads moved: the sort would keep it as it is
         clock[0] += 1
         seen[r] = clock[0]
         if moves is not None and not moves[r] and changed[r] <= start and all(
-                changed[q] <= start for q in near[r]):
+                changed[q] <= start for q in near_r):
             continue  # read what the start's sort read, and that sort kept it
         keyed = []
         for v in mem:
@@ -403,7 +405,8 @@ def layered_layout(
     near_out = _near(rank_arr[src], rank_arr[dst], width, n_ranks)
     one = rank_arr[dst] - rank_arr[src] == 1
     crossings = _crossing_counter(rank_arr[src[one]], src[one], dst[one], n_ranks)
-    best, best_members = crossings.count(pos), [m[:] for m in members]
+    # the best ordering seen, as its positions (a rank's order is its nodes sorted by them)
+    best, best_pos = crossings.count(pos), pos[:]
     clock, changed = [0], [0] * n_ranks
     seen = {0: [-1] * n_ranks, 1: [-1] * n_ranks}
     for s in range(sweeps):
@@ -418,8 +421,9 @@ def layered_layout(
             continue  # no rank moved: the crossings are those counted already
         c = crossings.count(pos)
         if c < best:  # barycenter is a heuristic: keep the best ordering seen, never a worse one
-            best, best_members = c, [m[:] for m in members]
-    members = best_members
+            best, best_pos = c, pos[:]
+    flat = np.lexsort((best_pos, rank_arr)).tolist()
+    members = [flat[a:b] for a, b in itertools.pairwise(bounds)]
     x = np.asarray(_place_x(members, src, dst, w, n))
     x -= x.min() - NODE_W / 2
     y = rank_arr * (NODE_H + GAP_Y) + NODE_H / 2
@@ -431,14 +435,15 @@ def layered_layout(
     )
 
 
-def _near(at: np.ndarray, nbr: np.ndarray, width: np.ndarray, n_ranks: int) -> list[list[int]]:
-    """Per rank (of two nodes or more), the other ranks holding its nodes' neighbours: the
-    edges from rank ``at[k]`` to rank ``nbr[k]``."""
+def _near(at: np.ndarray, nbr: np.ndarray, width: np.ndarray,
+          n_ranks: int) -> tuple[list[int], list[int]]:
+    """Per rank (of two nodes or more), the other ranks holding its nodes' neighbours (the
+    edges from rank ``at[k]`` to rank ``nbr[k]``): rank ``r``'s are ``flat[ptr[r]:ptr[r+1]]``,
+    (ptr, flat)."""
     keep = (width[at] >= 2) & (at != nbr)
     pair = np.sort(at[keep] * n_ranks + nbr[keep])
     pair = pair[np.r_[True, pair[1:] != pair[:-1]]] if pair.size else pair
-    ptr, flat = _grouped(pair // n_ranks, pair % n_ranks, n_ranks)
-    return [flat[a:b] for a, b in itertools.pairwise(ptr)]
+    return _grouped(pair // n_ranks, pair % n_ranks, n_ranks)
 
 
 def count_crossings(inputs: Sequence[Sequence[int]], layout: Layout) -> int:
