@@ -6,6 +6,8 @@ One item instead of one per node: culling is a numpy range query on y-sorted arr
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen
@@ -61,6 +63,12 @@ class _Rects:
         if r is None:
             r = self._made[i] = QRectF(self._x0[i], self._y0[i], NODE_W, NODE_H)
         return r
+
+    def fresh(self, items: np.ndarray) -> list[QRectF]:
+        """New boxes of ``items``, not kept here (for a list the caller keeps)."""
+        x0, y0 = np.asarray(self._x0)[items].tolist(), np.asarray(self._y0)[items].tolist()
+        return list(map(QRectF, x0, y0, itertools.repeat(NODE_W, len(x0)),
+                        itertools.repeat(NODE_H, len(x0))))
 
     def many(self, items) -> list[QRectF]:
         """The boxes of ``items`` (an index array), for one drawRects."""
@@ -204,7 +212,7 @@ class GraphCanvas(QGraphicsItem):
         rects = self._rects
         everything = vis.size == len(rects)
         if everything and self._kind_rects is None:
-            self._kind_rects = {int(k): rects.many(np.flatnonzero(self.graph.kinds == k))
+            self._kind_rects = {int(k): rects.fresh(np.flatnonzero(self.graph.kinds == k))
                                 for k in np.unique(self.graph.kinds)}
         for k in (KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP):
             if everything:
