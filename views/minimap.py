@@ -157,7 +157,8 @@ class Overview(QWidget):
             order = sorted({q.name(): q for q in pal.values()}.values(), key=severity)
             rank = {q.name(): i for i, q in enumerate(order)}  # best first
             code = {k: rank[q.name()] for k, q in pal.items()}
-            sev = np.fromiter((code[id(q)] for q in cols), dtype=np.int64, count=len(cols))
+            sev = np.fromiter(map(code.__getitem__, map(id, cols)), dtype=np.int64,
+                              count=len(cols))
             band = b.band_of[its]
             # per band its worst item: sort by (band, severity), the last of each band
             k = np.lexsort((its, -sev, band))  # worst first in each band (then lowest item)
