@@ -222,8 +222,11 @@ class GraphView(QGraphicsView):
             # among equally severe colours the first given wins, as the loop's did
             o = np.lexsort((at, -sev[at], items))
             first = o[np.r_[True, items[o][1:] != items[o][:-1]]] if o.size else o
-            overlay = {it: qc[names[vals[j]]] for it, j in
-                       zip(items[first].tolist(), at[first].tolist(), strict=True)}
+            shown = [qc[names[v]] for v in distinct]  # the QColor of each distinct value
+            which = dict(zip(distinct, range(len(shown)), strict=True))
+            pick = np.fromiter(map(which.__getitem__, vals), dtype=np.int64, count=len(vals))
+            overlay = dict(zip(items[first].tolist(), map(shown.__getitem__,
+                                                          pick[at[first]].tolist()), strict=True))
         self.canvas.overlay = overlay
         self.canvas.muted = self._items(muted)
         self.canvas.introduced = self._items(intro)

@@ -153,7 +153,7 @@ class Overview(QWidget):
             cols = list(c.overlay.values())
             # NOTE: the view shares one QColor per distinct colour: rank each once (by object,
             # then by name for equal colours), not 100k name() calls
-            pal = {id(q): q for q in cols}
+            pal = dict(zip(map(id, cols), cols, strict=True))
             order = sorted({q.name(): q for q in pal.values()}.values(), key=severity)
             rank = {q.name(): i for i, q in enumerate(order)}  # best first
             code = {k: rank[q.name()] for k, q in pal.items()}
