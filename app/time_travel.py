@@ -256,12 +256,14 @@ class TimeTravel(QObject):
         if self._param_ids is None:  # once per session: the tape's nodes do not change
             n = len(self.history.nodes)
             self._param_ids = [(p.id, p.name or "") for p in s.tape.nodes[:n] if p.op == "param"]
-        steps = self.history.first_steps()
+        pids = np.fromiter((i for i, _ in self._param_ids), dtype=np.int64,
+                           count=len(self._param_ids))
+        steps = self.history.first_steps()[pids]
         if self._param_rows is not None and np.array_equal(steps, self._param_steps):
             return  # no parameter first differed since: the rows are the same
-        self._param_steps = steps.copy()
-        first = steps.tolist()  # (numpy scalars: ~0.1 s per 21k params)
-        rows = [(i, name, None if first[i] < 0 else first[i]) for i, name in self._param_ids]
+        self._param_steps = steps
+        rows = [(i, name, None if f < 0 else f)
+                for (i, name), f in zip(self._param_ids, steps.tolist(), strict=True)]
         if rows != self._param_rows:  # rebuilt only when a parameter first differs
             self._param_rows = rows
             self.ctl.training.set_params(rows)
