@@ -130,7 +130,7 @@ class TrainingPanel(QWidget):
         # tape has 21k parameters, and 43k items rebuilt whenever one first differed cost
         # ~1.5 s of the GUI thread per snapshot (issue 29, target 4)
         self.params = QTableView(self)
-        self.params_model = ParamRows(self.params)
+        self.params_model = ParamRows(self)
         self.params.setModel(self.params_model)
         self.params.horizontalHeader().setResizeContentsPrecision(100)
         self.params.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
@@ -142,7 +142,7 @@ class TrainingPanel(QWidget):
         self.params.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.params.setToolTip("Per parameter: the first step at which its value or gradient "
                                "differs (click: that parameter at that step)")
-        self.params.clicked.connect(lambda ix: self._param_clicked(ix.row(), ix.column()))
+        self.params.clicked.connect(self._param_index_clicked)
         top = QHBoxLayout()
         top.addWidget(self.rate, 1)
         top.addWidget(self.introduced_only)
@@ -357,6 +357,10 @@ class TrainingPanel(QWidget):
     def set_params(self, first_steps: list[tuple[int, str, int | None]]) -> None:
         """(node id, name, first step differing or None) per parameter."""
         self.params_model.set_rows(first_steps)
+
+    @Slot(QModelIndex)
+    def _param_index_clicked(self, index: QModelIndex) -> None:
+        self._param_clicked(index.row(), index.column())
 
     @Slot(int, int)
     def _param_clicked(self, row: int, _col: int) -> None:
