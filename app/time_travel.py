@@ -62,6 +62,7 @@ class TimeTravel(QObject):
         self._cols: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._thinned = 0
         self._param_rows: list | None = None
+        self._param_steps: np.ndarray | None = None  # the first steps the rows were made of
         self._param_ids: list[tuple[int, str]] | None = None  # (id, name) of every parameter
         self._sent: tuple = (None, {})  # (session, kind → node ids) of the marks set last
 
@@ -168,7 +169,7 @@ class TimeTravel(QObject):
         # NOTE: straight from the step's records (StepHistory.overlay), not its 10k dicts:
         # the same colours parity_colors(comparison) gives, held to it in the tests
         worst, differ, intro = h.overlay(step)
-        ids = np.array([nid for nid, _, _ in h.nodes], dtype=np.int64)
+        ids = np.array(h.node_ids(), dtype=np.int64)
         w = self.win
         w.set_graph_overlay(worst_colors(ids.tolist(), worst), muted=ids[differ & ~intro].tolist(),
                             introduced=ids[differ & intro].tolist())
@@ -255,9 +256,14 @@ class TimeTravel(QObject):
         if self._param_ids is None:  # once per session: the tape's nodes do not change
             n = len(self.history.nodes)
             self._param_ids = [(p.id, p.name or "") for p in s.tape.nodes[:n] if p.op == "param"]
-        first = self.history.first_steps()
-        rows = [(i, name, None if first[i] < 0 else int(first[i]))
-                for i, name in self._param_ids]
+        pids = np.fromiter((i for i, _ in self._param_ids), dtype=np.int64,
+                           count=len(self._param_ids))
+        steps = self.history.first_steps()[pids]
+        if self._param_rows is not None and np.array_equal(steps, self._param_steps):
+            return  # no parameter first differed since: the rows are the same
+        self._param_steps = steps
+        rows = [(i, name, None if f < 0 else f)
+                for (i, name), f in zip(self._param_ids, steps.tolist(), strict=True)]
         if rows != self._param_rows:  # rebuilt only when a parameter first differs
             self._param_rows = rows
             self.ctl.training.set_params(rows)

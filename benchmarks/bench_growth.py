@@ -28,9 +28,11 @@ the two largest sizes (1.0 linear, 2.0 quadratic).
 
 1M nodes (23,800 blocks) is not run by default: its arrays alone are ~8.6 GB for the tape, as
 much again for the host device's copy and the file, over what the 24 GiB development machine
-holds beside other jobs (``--blocks 23800`` runs it where memory allows).
+holds beside other jobs (``--blocks 23800`` runs it where memory allows). ``--skip capture
+replay compare provenance "read v1"`` runs the rest at 1M: the tape, its file and the graph
+(~11 GB here), no device copy.
 
-Run: ``python benchmarks/bench_growth.py [--blocks 23 238 2380] [--cache DIR]``.
+Run: ``python benchmarks/bench_growth.py [--blocks 23 238 2380] [--skip STAGE ...] [--cache DIR]``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import gc
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -51,7 +54,7 @@ STAGES = ["record", "backward", "capture", "replay", "compare", "provenance", "s
           "read v2", "open v2", "read v1", "graph open"]
 
 
-def measure(blocks: int, cache: Path, freeze: bool = True) -> dict:
+def measure(blocks: int, cache: Path, freeze: bool = True, skip: frozenset = frozenset()) -> dict:
     """Every stage once at ``blocks`` blocks: {stage: cpu seconds}, plus nodes and wall times."""
     sys.path.insert(0, str(ROOT))
     import gpu
@@ -66,6 +69,11 @@ def measure(blocks: int, cache: Path, freeze: bool = True) -> dict:
     clock = time.process_time
 
     def timed(name: str, fn, wall: bool = False):
+        if name in skip:
+            out[name] = float("nan")
+            if wall:
+                out[name + " wall"] = float("nan")
+            return None
         if freeze:  # what earlier stages left alive is not rescanned by this stage's collections
             gc.collect()
             gc.freeze()
@@ -81,19 +89,26 @@ def measure(blocks: int, cache: Path, freeze: bool = True) -> dict:
     tape = wl.tape
     out["nodes"] = len(tape)
     timed("backward", lambda: tape.backward(loss))
-    dev = open_device("host")
-    prog = timed("capture", lambda: gpu.capture(dev, tape, loss))
-    timed("replay", lambda: prog.run_episode())
-    rep = timed("compare", lambda: compare(tape, prog))
-    out["exact"] = rep.first_divergence is None if hasattr(rep, "first_divergence") else None
-    nodes = tape.nodes
-    st = StepState(0, nodes, loss.id, lambda i: prog.read(i, "value"),
-                   lambda i: prog.read(i, "grad"))
-    timed("provenance", lambda: provenance(st))
-    prog = st = rep = None  # (freed before the file stages)
+    device = {"capture", "replay", "compare", "provenance"}
+    if device <= skip:  # (no host device copy of the arrays at all)
+        for name in sorted(device):
+            timed(name, None)
+        prog = st = rep = None
+    else:
+        dev = open_device("host")
+        prog = timed("capture", lambda: gpu.capture(dev, tape, loss))
+        timed("replay", lambda: prog.run_episode())
+        rep = timed("compare", lambda: compare(tape, prog))
+        out["exact"] = rep.first_divergence is None if hasattr(rep, "first_divergence") else None
+        nodes = tape.nodes
+        st = StepState(0, nodes, loss.id, lambda i: prog.read(i, "value"),
+                       lambda i: prog.read(i, "grad"))
+        timed("provenance", lambda: provenance(st))
+        prog = st = rep = None  # (freed before the file stages)
     p2, p1 = cache / f"growth-{blocks}.v2.tape", cache / f"growth-{blocks}.v1.tape"
     timed("save", lambda: tapefile.save(tape, p2, meta={"loss": loss.id}))
-    tapefile.save(tape, p1, meta={"loss": loss.id}, version=1)
+    if "read v1" not in skip:
+        tapefile.save(tape, p1, meta={"loss": loss.id}, version=1)
     out["MB"] = p2.stat().st_size / 1e6
     lid = loss.id
     tape = wl = loss = None
@@ -102,7 +117,8 @@ def measure(blocks: int, cache: Path, freeze: bool = True) -> dict:
     timed("graph open", lambda: layered_layout(GraphModel.from_tape(lazy, lid).display().inputs))
     timed("read v1", lambda: tapefile.load(p1), wall=True)
     for p in (p1, p2):
-        p.unlink()
+        p.unlink(missing_ok=True)
+    out["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
 
@@ -113,16 +129,21 @@ def main() -> None:
     ap.add_argument("--no-freeze", action="store_true",
                     help="no gc.freeze() before each stage (each stage then also pays for the "
                          "garbage collector rescanning what earlier stages left alive)")
+    ap.add_argument("--skip", nargs="+", default=[], choices=STAGES, metavar="STAGE",
+                    help="stages not run (a cell of nan): e.g. the device stages at 1M nodes, "
+                         "whose host device copy of the arrays does not fit beside the tape")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one size, JSON out
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.cache, freeze=not args.no_freeze)))
+        print(json.dumps(measure(args.one, args.cache, freeze=not args.no_freeze,
+                                 skip=frozenset(args.skip))))
         return
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     rows = []
     for b in args.blocks:
         r = subprocess.run([sys.executable, __file__, "--one", str(b), "--cache", str(args.cache),
-                            *(["--no-freeze"] if args.no_freeze else [])],
+                            *(["--no-freeze"] if args.no_freeze else []),
+                            *(["--skip", *args.skip] if args.skip else [])],
                            capture_output=True, text=True)
         if r.returncode != 0:
             print(f"{b} blocks FAILED: {r.stderr.strip().splitlines()[-1:]}", flush=True)
@@ -150,6 +171,8 @@ def main() -> None:
     print(f"| file read wall s (v2 / open v2 / v1) | {walls} | | |")
     sizes = " | ".join(f"{r['MB']:.0f}" for r in rows)
     print(f"| file MB (v2) | {sizes} | | |")
+    peaks = " | ".join(f"{r['peak MB']:.0f}" for r in rows)
+    print(f"| peak RSS MB | {peaks} | | |")
     print(f"\nload average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

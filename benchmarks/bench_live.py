@@ -58,14 +58,15 @@ def cpu_s(pid: int | None = None) -> float:
 
 
 def headless(workload: str, steps: int, provenance: str = "every", math: str = "refmath",
-             fuse: bool = False, times: list | None = None, cpu: list | None = None) -> float:
+             fuse: bool = False, times: list | None = None, cpu: list | None = None,
+             warmup: int = 5) -> float:
     """Steps per second of the headless pair (what ``tapescope parity`` does per step);
     ``times`` collects each step's provenance seconds, ``cpu`` gets the CPU seconds a step."""
     from app.runs import PairRunner, SessionConfig
 
     r = PairRunner(SessionConfig(workload=workload, device="host", math=math, fuse=fuse),
                    provenance=provenance)
-    for _ in range(5):  # warm-up: first launches, caches
+    for _ in range(warmup):  # warm-up: first launches, caches
         r.step()
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
@@ -220,7 +221,7 @@ def live(workload: str, steps: int, pipe: PipeCount | None = None) -> dict:
 
     win.live.live.snapshot.connect(check)
     win.live.live.state_changed.connect(check)
-    QTimer.singleShot(600_000, loop.quit)
+    QTimer.singleShot(1_800_000, loop.quit)  # (a 100k-node live run: minutes a step)
     loop.exec()
     timer.stop()
     win.live.close()
@@ -393,19 +394,22 @@ def memory_table(steps: int, blocks: int) -> None:
 BIG = str(Path(__file__).resolve().parent / "transformer10k.py")
 
 
-def big_live_table(steps: int, repeat: int) -> None:
-    """A real worker on the 10k-node tape (benchmarks/transformer10k.py, host device): steps/s
-    and CPU per step headless vs live, interleaved; the CPU ratio is the steady one on a shared
-    machine (the steps/s of two runs minutes apart swing by 30 %)."""
-    print(f"real worker, 10,005-node transformer, {steps} steps a run, {repeat} rounds")
+def big_live_table(steps: int, repeat: int, workload: str = BIG) -> None:
+    """A real worker on the 10k-node tape (benchmarks/transformer10k.py, host device; or
+    ``workload``, e.g. transformer100k.py): steps/s and CPU per step headless vs live,
+    interleaved; the CPU ratio is the steady one on a shared machine (the steps/s of two runs
+    minutes apart swing by 30 %)."""
+    print(f"real worker, {Path(workload).stem}, {steps} steps a run, {repeat} rounds, load "
+          f"{os.getloadavg()[0]:.1f}")
     print(f"{'round':>5}{'headless/s':>11}{'live/s':>8}{'ratio':>7}{'CPU/step headless':>19}"
           f"{'worker':>8}{'CPU ratio':>10}{'GUI CPU/step':>13}{'lat max':>9}{'p99 ms':>8}")
     pipes = []
     for k in range(repeat):
         cpu: list = []
-        h = headless(BIG, steps, cpu=cpu)
+        # (a 100k-node step is ~45 CPU s: one warm-up step, as the live run's first snapshot)
+        h = headless(workload, steps, cpu=cpu, warmup=5 if workload == BIG else 1)
         pipe = PipeCount()
-        r = live(BIG, steps, pipe)
+        r = live(workload, steps, pipe)
         pipes.append(pipe)
         print(f"{k + 1:>5}{h:>11.3f}{r['rate']:>8.3f}{r['rate'] / h:>7.2f}"
               f"{cpu[0] * 1e3:>17.0f}ms{r['worker_cpu_step'] * 1e3:>6.0f}ms"
@@ -438,6 +442,9 @@ def main() -> None:
     ap.add_argument("--big-steps", type=int, default=0,
                     help="steps of a real worker on the 10k-node tape, headless vs live (0: "
                          "none; ~1.4 s a step here)")
+    ap.add_argument("--big-workload", default=BIG,
+                    help="the workload file of --big-steps (benchmarks/transformer100k.py: "
+                         "99,969 nodes, ~45 CPU s a step here)")
     ap.add_argument("--feed-only", action="store_true",
                     help="only the synthetic feed (and --memory-steps): no provenance or "
                          "workload tables")
@@ -455,7 +462,7 @@ def main() -> None:
     if a.memory_steps:
         memory_table(a.memory_steps, a.feed_blocks)
     if a.big_steps:
-        big_live_table(a.big_steps, a.repeat)
+        big_live_table(a.big_steps, a.repeat, a.big_workload)
     if a.feed_only:
         return
     print(f"{a.steps} steps per live run, host device, CPU reference vs device; "

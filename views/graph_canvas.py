@@ -6,6 +6,8 @@ One item instead of one per node: culling is a numpy range query on y-sorted arr
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen
@@ -13,7 +15,7 @@ from PySide6.QtWidgets import QGraphicsItem
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_model import KIND_CONST, KIND_GROUP, KIND_LOSS, KIND_OP, KIND_PARAM, DisplayGraph
-from views.layout import NODE_H, NODE_W, Layout
+from views.layout import NODE_H, NODE_W, Layout, flat_inputs
 
 # NOTE: red means one thing in this app: bits differ (the parity stripe, amber → red by ulp).
 # Everything else has its own colour: NaN/inf alarms violet, the first divergence a black flag,
@@ -43,6 +45,35 @@ EDGE_COLOR = QColor(110, 120, 140)
 EDGE_HI_COLOR = QColor("#1d6fe0")
 LABEL_ALIGN = Qt.AlignLeft | Qt.AlignVCenter
 LONG_EDGE = 8 * (NODE_H + 54.0)  # scene units: an edge spanning more ranks is "long"
+
+
+class _Rects:
+    """Each item's box as a QRectF, made on first use (``rects[i]``, ``rects.many(items)``)."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self._x0 = (x - NODE_W / 2).tolist()
+        self._y0 = (y - NODE_H / 2).tolist()
+        self._made: dict[int, QRectF] = {}
+
+    def __len__(self) -> int:
+        return len(self._x0)
+
+    def __getitem__(self, i: int) -> QRectF:
+        r = self._made.get(i)
+        if r is None:
+            r = self._made[i] = QRectF(self._x0[i], self._y0[i], NODE_W, NODE_H)
+        return r
+
+    def fresh(self, items: np.ndarray) -> list[QRectF]:
+        """New boxes of ``items``, not kept here (for a list the caller keeps)."""
+        x0, y0 = np.asarray(self._x0)[items].tolist(), np.asarray(self._y0)[items].tolist()
+        return list(map(QRectF, x0, y0, itertools.repeat(NODE_W, len(x0)),
+                        itertools.repeat(NODE_H, len(x0))))
+
+    def many(self, items) -> list[QRectF]:
+        """The boxes of ``items`` (an index array), for one drawRects."""
+        get = self.__getitem__
+        return list(map(get, np.asarray(items).tolist()))
 
 
 class GraphCanvas(QGraphicsItem):
@@ -83,8 +114,7 @@ class GraphCanvas(QGraphicsItem):
         x, y = layout.x, layout.y
         self._by_y = np.argsort(y, kind="stable")
         self._y_sorted = y[self._by_y]
-        src = np.fromiter((s for ins in graph.inputs for s in ins), dtype=np.int64)
-        dst = np.repeat(np.arange(len(graph)), [len(i) for i in graph.inputs]).astype(np.int64)
+        src, dst = flat_inputs(graph.inputs)
         self._esrc, self._edst = src, dst
         if src.size:
             ey0 = np.minimum(y[src], y[dst])
@@ -100,13 +130,12 @@ class GraphCanvas(QGraphicsItem):
             o = np.argsort(ey0[short], kind="stable")
             self._e_by_y0 = short[o]
             self._ey0_sorted = ey0[self._e_by_y0]
-        self._rects = [QRectF(float(cx) - NODE_W / 2, float(cy) - NODE_H / 2, NODE_W, NODE_H)
-                       for cx, cy in zip(x.tolist(), y.tolist(), strict=True)]
-        # prebuilt once per layout, so a zoomed-out frame does no per-element Python work
-        self._lines = [QLineF(a, b + NODE_H / 2, c, e - NODE_H / 2) for a, b, c, e in zip(
-            x[src].tolist(), y[src].tolist(), x[dst].tolist(), y[dst].tolist(), strict=True)]
-        self._kind_rects = {int(k): [self._rects[i] for i in np.flatnonzero(graph.kinds == k)]
-                            for k in np.unique(graph.kinds)}
+        # NOTE: a box's QRectF is made when it is first drawn, and every box's (and every
+        # edge's line) only for a frame that shows nearly all of them (zoomed far out): at
+        # 100k nodes making them all here cost ~0.9 s before the first frame (issue 29)
+        self._rects = _Rects(x, y)
+        self._lines: list[QLineF] | None = None
+        self._kind_rects: dict[int, list[QRectF]] | None = None
         # elided when first drawn, not here: at 100k nodes eliding every name cost ~0.4 s of
         # opening, and only the few hundred on screen are ever drawn at a readable zoom
         self._fm_small = QFontMetricsF(self.font_small)
@@ -182,11 +211,14 @@ class GraphCanvas(QGraphicsItem):
         kinds = self.graph.kinds[vis]
         rects = self._rects
         everything = vis.size == len(rects)
+        if everything and self._kind_rects is None:
+            self._kind_rects = {int(k): rects.fresh(np.flatnonzero(self.graph.kinds == k))
+                                for k in np.unique(self.graph.kinds)}
         for k in (KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP):
             if everything:
                 batch = self._kind_rects.get(k, [])
             else:
-                batch = [rects[i] for i in vis[kinds == k].tolist()]
+                batch = rects.many(vis[kinds == k])
             if not batch:
                 continue
             painter.setBrush(self._brushes[k])
@@ -241,11 +273,18 @@ class GraphCanvas(QGraphicsItem):
             if not hi.isEmpty():  # (an empty path is an SVG export's empty d="", a warning)
                 painter.setPen(QPen(EDGE_HI_COLOR, 2.4))
                 painter.drawPath(hi)
-        elif edges.size == len(self._lines):
-            painter.drawLines(self._lines)
-        else:
+        elif edges.size * 2 >= self._esrc.size:  # most of them: every line, made once
+            if self._lines is None:
+                s, d = self._esrc, self._edst
+                self._lines = list(map(QLineF, x[s].tolist(), (y[s] + NODE_H / 2).tolist(),
+                                       x[d].tolist(), (y[d] - NODE_H / 2).tolist()))
             lines = self._lines
-            painter.drawLines([lines[i] for i in edges.tolist()])
+            painter.drawLines(lines if edges.size == len(lines) else
+                              [lines[i] for i in edges.tolist()])
+        else:
+            s, d = self._esrc[edges], self._edst[edges]
+            painter.drawLines(list(map(QLineF, x[s].tolist(), (y[s] + NODE_H / 2).tolist(),
+                                       x[d].tolist(), (y[d] - NODE_H / 2).tolist())))
 
     def _paint_labels(self, painter, vis, alpha) -> None:
         labels = self.graph.labels

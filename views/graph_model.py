@@ -8,16 +8,21 @@ view consume. Groups are name scopes (``block0/attn``) and, later, any id set (f
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from views.layout import structure_key
+from views.layout import EdgeLists, structure_key_arrays
 from views.search import NodeSearch
 
 KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP = 0, 1, 2, 3, 4
 KIND_NAMES = ("op", "param", "const", "loss", "group")
+_KIND_OF = {"param": KIND_PARAM, "const": KIND_CONST}
+_ID, _OP, _NAME, _INPUTS, _SHAPE = (operator.attrgetter(f) for f in
+                                    ("id", "op", "name", "inputs", "shape"))
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,53 @@ def scopes_of(name: str | None) -> list[str]:
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
+def _scope_groups(names: list[str | None]) -> dict[str, list[int]]:
+    """Each scope of ``names`` (``scopes_of``) with the indices of the names inside it, in
+    order; each distinct parent scope spelled out once (a tape has few: 100k nodes, ~5k)."""
+    parents = [nm.rpartition("/")[0] if nm else "" for nm in names]
+    code: dict[str, int] = {}
+    codes = np.fromiter(map(functools.partial(_code, code), parents), dtype=np.int64,
+                        count=len(parents))
+    order = np.argsort(codes, kind="stable")
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+    by_parent = dict(zip(code, np.split(order, cuts), strict=True)) if codes.size else {}
+    members: dict[str, list[np.ndarray]] = {}
+    for parent, ids in by_parent.items():
+        if parent:
+            for s in scopes_of(parent + "/"):
+                members.setdefault(s, []).append(ids)
+    # in the order a scan of the nodes meets each scope first (as the per-node loop made it)
+    parts = {s: (v[0] if len(v) == 1 else np.sort(np.concatenate(v))) for s, v in
+             members.items()}
+    return {s: parts[s].tolist() for s in sorted(parts, key=lambda s: (int(parts[s][0]),
+                                                                         s.count("/")))}
+
+
+def _first_of_each(owner: np.ndarray) -> np.ndarray:
+    """True at the first node of each group (``owner`` >= 0) in tape order."""
+    out = np.zeros(owner.shape, dtype=bool)
+    hidden = np.flatnonzero(owner >= 0)
+    if hidden.size:
+        _, first = np.unique(owner[hidden], return_index=True)
+        out[hidden[first]] = True
+    return out
+
+
+class _Spelled(dict):
+    """shape → ``shape_text(shape)``, each spelled on first look-up."""
+
+    def __missing__(self, shape):
+        t = self[shape] = shape_text(shape)
+        return t
+
+
+def _code(table: dict[str, int], key: str) -> int:
+    c = table.get(key)
+    if c is None:
+        c = table[key] = len(table)
+    return c
+
+
 def shape_text(shape: Sequence[int]) -> str:
     """``(2, 3)`` → ``2×3``; a scalar is ``scalar``."""
     return "×".join(str(s) for s in shape) if len(shape) else "scalar"
@@ -67,7 +119,7 @@ class DisplayGraph:
 
     item_node: list[int]  # tape node id for a node item, -1 for a group item
     item_group: list[str | None]
-    inputs: list[tuple[int, ...]]  # item indices
+    inputs: Sequence[tuple[int, ...]]  # item indices (an EdgeLists: arrays, read as tuples)
     kinds: np.ndarray
     labels: list[tuple[str, str, str]]  # op, name, shape (group: "group", scope, "n nodes")
     order_key: list[int]  # smallest member id: the ranking order for collapsed graphs
@@ -92,29 +144,39 @@ class GraphModel:
     group_head: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
-        for i, n in enumerate(self.nodes):
-            if n.id != i:
-                raise ValueError(f"graph model: node at position {i} has id {n.id}")
-        kinds = np.full(len(self.nodes), KIND_OP, dtype=np.int8)
-        for n in self.nodes:
-            if n.op == "param":
-                kinds[n.id] = KIND_PARAM
-            elif n.op == "const":
-                kinds[n.id] = KIND_CONST
-        if self.loss_id is not None and 0 <= self.loss_id < len(self.nodes):
+        # NOTE: column-wise, not a loop per node: at 100k nodes the per-node loops of the
+        # open (id check, kinds, scopes) cost ~1.3 s of the ~3 s target (issue 29)
+        n = len(self.nodes)
+        ids = np.fromiter(map(_ID, self.nodes), dtype=np.int64, count=n)
+        wrong = np.flatnonzero(ids != np.arange(n))
+        if wrong.size:
+            i = int(wrong[0])
+            raise ValueError(f"graph model: node at position {i} has id {int(ids[i])}")
+        kinds = np.fromiter(map(_KIND_OF.get, map(_OP, self.nodes), itertools.repeat(KIND_OP)),
+                            dtype=np.int8, count=n)
+        if self.loss_id is not None and 0 <= self.loss_id < n:
             kinds[self.loss_id] = KIND_LOSS
         self.kinds = kinds
-        groups: dict[str, list[int]] = {}
-        for n in self.nodes:
-            for s in scopes_of(n.name):
-                groups.setdefault(s, []).append(n.id)
-        groups.update({k: sorted(v) for k, v in self.extra_groups.items()})
-        self.groups = groups
+        self._groups: dict[str, list[int]] | None = None  # the name scopes, made on first use
+
+    @property
+    def groups(self) -> dict[str, list[int]]:
+        """Every name scope (``block0``, ``block0/attn``) and extra group: its member ids in
+        tape order. Made on first use: opening a tape with nothing folded needs none."""
+        if self._groups is None:
+            groups = _scope_groups(list(map(_NAME, self.nodes)))
+            groups.update({k: sorted(v) for k, v in self.extra_groups.items()})
+            self._groups = groups
+        return self._groups
 
     @classmethod
     def from_tape(cls, tape, loss_id: int | None = None) -> GraphModel:
         """Build from a ``core`` Tape's node tuple; the loss defaults to the last node."""
-        nodes = [GraphNode.from_node(n) for n in tape.nodes]
+        # NOTE: a core Node has every field the graph reads (id, op, inputs, name, shape,
+        # dtype): used as it is, not copied into 100k GraphNodes (1.1 s at 100k nodes)
+        nodes = list(tape.nodes)
+        if nodes and getattr(type(nodes[0]), "_fields", ())[:3] != ("id", "op", "inputs"):
+            nodes = [GraphNode.from_node(n) for n in nodes]
         if loss_id is None and nodes:
             loss_id = nodes[-1].id
         return cls(nodes, loss_id)
@@ -187,67 +249,81 @@ class GraphModel:
 
     def display(self) -> DisplayGraph:
         """The graph to draw: nodes of collapsed groups merged into one box per group."""
+        # NOTE: column-wise (numpy over the edges, one pass over the nodes for the labels):
+        # the per-node loops with a set of inputs each cost ~1 s at 100k nodes (issue 29)
         n = len(self.nodes)
-        node_item = np.full(n, -1, dtype=np.int64)
-        owner: dict[int, str] = {}
+        owner = np.full(n, -1, dtype=np.int64)  # the collapsed group (its index) hiding a node
+        folded = [g for g in self.collapsed if g in self.groups] if self.collapsed else []
         # outermost collapsed group wins: assign shorter (enclosing) names last
-        for g in sorted(self.collapsed, key=len, reverse=True):
-            for m in self.groups.get(g, ()):
-                owner[m] = g
-        item_node: list[int] = []
-        item_group: list[str | None] = []
-        group_item: dict[str, int] = {}
-        for nd in self.nodes:
-            g = owner.get(nd.id)
-            if g is None:
-                node_item[nd.id] = len(item_node)
-                item_node.append(nd.id)
-                item_group.append(None)
-            else:
-                if g not in group_item:
-                    group_item[g] = len(item_node)
-                    item_node.append(-1)
-                    item_group.append(g)
-                node_item[nd.id] = group_item[g]
-        m = len(item_node)
-        ins: list[set[int]] = [set() for _ in range(m)]
-        for nd in self.nodes:
-            t = int(node_item[nd.id])
-            for i in nd.inputs:
-                s = int(node_item[i])
-                if s != t:
-                    ins[t].add(s)
-        kinds = np.empty(m, dtype=np.int8)
-        labels: list[tuple[str, str, str]] = []
-        shapes: dict[tuple, str] = {}  # a tape has few distinct shapes: each spelled once
-        order_key: list[int] = []
-        for it in range(m):
-            nid = item_node[it]
-            if nid >= 0:
-                nd = self.nodes[nid]
-                kinds[it] = self.kinds[nid]
-                name = nd.name or f"#{nid}"
-                if name.endswith("/"):  # an unnamed node inside a scope
-                    name += f"#{nid}"
-                st = shapes.get(nd.shape)
-                if st is None:
-                    st = shapes[nd.shape] = shape_text(nd.shape)
-                labels.append((nd.op, name, st))
-                order_key.append(nid)
-            else:
-                g = item_group[it]
-                members = self.groups[g]
-                kinds[it] = KIND_GROUP
-                op = self.group_ops.get(g)
-                labels.append((f"▸ {op}" if op else "▸ group", g,
-                               f"{len(members)} tape nodes" if op else f"{len(members)} nodes"))
-                order_key.append(min(members))
-        inputs = [tuple(sorted(s)) for s in ins]
-        ops = [("g:" + item_group[i]) if item_node[i] < 0 else self.nodes[item_node[i]].op
-               for i in range(m)]
+        folded.sort(key=len, reverse=True)
+        for k, g in enumerate(folded):
+            owner[np.asarray(self.groups[g], dtype=np.int64)] = k
+        free = owner < 0
+        # an item per free node and per group, in the order of its first node
+        first = free | _first_of_each(owner)
+        item_of_first = np.cumsum(first) - 1
+        m = int(first.sum())
+        node_item = np.empty(n, dtype=np.int64)
+        node_item[free] = item_of_first[free]
+        firsts = np.flatnonzero(first)
+        item_node = np.where(free[firsts], firsts, -1)
+        group_items = np.flatnonzero(item_node < 0)
+        item_group: list[str | None] = [None] * m
+        gk = owner[firsts[group_items]]
+        group_at = np.empty(len(folded), dtype=np.int64)
+        group_at[gk] = group_items
+        node_item[~free] = group_at[owner[~free]]
+        for it, k in zip(group_items.tolist(), gk.tolist(), strict=True):
+            item_group[it] = folded[k]
+        # edges between items, each once, none from an item to itself; sorted by (target,
+        # source): each item's inputs in increasing item order
+        ins_of = list(map(_INPUTS, self.nodes))
+        counts = np.fromiter(map(len, ins_of), dtype=np.int64, count=n)
+        src = np.fromiter(itertools.chain.from_iterable(ins_of), dtype=np.int64,
+                          count=int(counts.sum()))
+        if src.size and (src.min() < 0 or src.max() >= n):
+            bad = int(np.flatnonzero((src < 0) | (src >= n))[0])
+            raise IndexError(f"graph model: node {int(np.repeat(np.arange(n), counts)[bad])} "
+                             f"has input {int(src[bad])} outside 0..{n - 1}")
+        t = node_item[np.repeat(np.arange(n, dtype=np.int64), counts)]
+        s = node_item[src]
+        keep = s != t
+        pair = np.sort(t[keep] * max(m, 1) + s[keep])
+        pair = pair[np.r_[True, pair[1:] != pair[:-1]]] if pair.size else pair
+        et, es = pair // max(m, 1), pair % max(m, 1)
+        inputs = EdgeLists(es, np.searchsorted(et, np.arange(m + 1)))
+        kinds = np.full(m, KIND_GROUP, dtype=np.int8)
+        node_items = ~(item_node < 0)
+        kinds[node_items] = self.kinds[item_node[node_items]]
+        order_key = item_node.copy()
+        item_node_l = item_node.tolist()
+        ids = [i for i in item_node_l if i >= 0] if group_items.size else range(n)
+        shown = list(map(self.nodes.__getitem__, ids)) if group_items.size else self.nodes
+        names = [nm if nm and nm[-1] != "/" else f"{nm or ''}#{i}"  # unnamed, or in a scope
+                 for i, nm in zip(ids, map(_NAME, shown), strict=True)]
+        spelled = _Spelled()  # a tape has few distinct shapes: each spelled once
+        node_ops = list(map(_OP, shown))
+        node_labels = list(zip(node_ops, names, map(spelled.__getitem__, map(_SHAPE, shown)),
+                               strict=True))
+        if group_items.size:
+            labels: list[tuple[str, str, str]] = [None] * m  # type: ignore[list-item]
+            for it, lab in zip(np.flatnonzero(node_items).tolist(), node_labels, strict=True):
+                labels[it] = lab
+        else:
+            labels = node_labels
+        for it in group_items.tolist():
+            g = item_group[it]
+            members = self.groups[g]
+            op = self.group_ops.get(g)
+            labels[it] = (f"▸ {op}" if op else "▸ group", g,
+                          f"{len(members)} tape nodes" if op else f"{len(members)} nodes")
+            order_key[it] = min(members)
+        ops = [lab[0] if nid >= 0 else "g:" + item_group[it]
+               for it, (nid, lab) in enumerate(zip(item_node_l, labels, strict=True))
+               ] if group_items.size else node_ops
         return DisplayGraph(
-            item_node, item_group, inputs, kinds, labels, order_key, node_item,
-            key=structure_key(ops, inputs),
+            item_node_l, item_group, inputs, kinds, labels, order_key.tolist(), node_item,
+            key=structure_key_arrays(ops, inputs.flat, inputs.bounds),
         )
 
     @property

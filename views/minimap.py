@@ -153,11 +153,12 @@ class Overview(QWidget):
             cols = list(c.overlay.values())
             # NOTE: the view shares one QColor per distinct colour: rank each once (by object,
             # then by name for equal colours), not 100k name() calls
-            pal = {id(q): q for q in cols}
+            pal = dict(zip(map(id, cols), cols, strict=True))
             order = sorted({q.name(): q for q in pal.values()}.values(), key=severity)
             rank = {q.name(): i for i, q in enumerate(order)}  # best first
             code = {k: rank[q.name()] for k, q in pal.items()}
-            sev = np.fromiter((code[id(q)] for q in cols), dtype=np.int64, count=len(cols))
+            sev = np.fromiter(map(code.__getitem__, map(id, cols)), dtype=np.int64,
+                              count=len(cols))
             band = b.band_of[its]
             # per band its worst item: sort by (band, severity), the last of each band
             k = np.lexsort((its, -sev, band))  # worst first in each band (then lowest item)

@@ -9,6 +9,7 @@ comparison cells.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -98,12 +99,15 @@ class ParityRows(Sequence):
     def __init__(self, nodes: Sequence, by_id: dict[int, Mapping],
                  cols: ColumnComparison | None = None):
         self.nodes, self.by_id, self.cols = nodes, by_id, cols
-        self.ids = [nd.id for nd in nodes]
+        self.ids = list(map(operator.attrgetter("id"), nodes))
         # row k's position in the columns (-1: no entry)
         self._at: np.ndarray | None = None
         if cols is not None:
-            pos = {i: k for k, i in enumerate(cols.ids)}
-            self._at = np.array([pos.get(i, -1) for i in self.ids], dtype=np.int64)
+            if cols.ids == self.ids:  # a live step: the tape's nodes, in order (no 100k dict)
+                self._at = np.arange(len(self.ids), dtype=np.int64)
+            else:
+                pos = {i: k for k, i in enumerate(cols.ids)}
+                self._at = np.array([pos.get(i, -1) for i in self.ids], dtype=np.int64)
         self._cache: dict[int, ParityRow] = {}
         self._keys: dict[int, np.ndarray] = {}
         self._differs: np.ndarray | None = None
@@ -232,7 +236,7 @@ def build_rows(nodes: Sequence, comparison: Iterable[Mapping] | None = None) -> 
     entries are checked here, the rows built when first read."""
     if isinstance(comparison, ColumnComparison):
         rows = ParityRows(nodes, {}, comparison)
-        unknown = set(comparison.ids) - set(rows.ids)
+        unknown = () if comparison.ids == rows.ids else set(comparison.ids) - set(rows.ids)
         if unknown:
             raise ValueError(f"comparison names nodes not on the tape: {sorted(unknown)[:5]}")
         return rows

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -23,8 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QSizePolicy,
-    QTableWidget,
-    QTableWidgetItem,
+    QTableView,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -127,18 +126,23 @@ class TrainingPanel(QWidget):
             "op on the candidate's inputs does not reproduce the candidate); inherited error "
             "is left out")
         self.introduced_only.toggled.connect(self.introduced_only_changed)
-        self.params = QTableWidget(0, 2, self)
-        self.params.setHorizontalHeaderLabels(["parameter", "first step it differs"])
+        # NOTE: a view over a model of the rows, not a QTableWidget of items: a 100k-node
+        # tape has 21k parameters, and 43k items rebuilt whenever one first differed cost
+        # ~1.5 s of the GUI thread per snapshot (issue 29, target 4)
+        self.params = QTableView(self)
+        self.params_model = ParamRows(self)
+        self.params.setModel(self.params_model)
+        self.params.horizontalHeader().setResizeContentsPrecision(100)
         self.params.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         self.params.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeToContents)
         self.params.verticalHeader().hide()
         self.params.setWordWrap(False)
         self.params.setTextElideMode(Qt.ElideMiddle)
-        self.params.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.params.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.params.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.params.setToolTip("Per parameter: the first step at which its value or gradient "
                                "differs (click: that parameter at that step)")
-        self.params.cellClicked.connect(self._param_clicked)
+        self.params.clicked.connect(self._param_index_clicked)
         top = QHBoxLayout()
         top.addWidget(self.rate, 1)
         top.addWidget(self.introduced_only)
@@ -197,7 +201,7 @@ class TrainingPanel(QWidget):
         self.heat_steps, self.heat_nodes, self.cursor_step = [], 0, -1
         self.override_heat = False
         self._heat_pending: tuple | None = None
-        self.params.setRowCount(0)
+        self.params_model.set_rows([])
         for line in self.cursors:
             line.hide()
         for plot in (self.loss_plot, self.ulp_plot, self.heat_plot):
@@ -352,22 +356,17 @@ class TrainingPanel(QWidget):
 
     def set_params(self, first_steps: list[tuple[int, str, int | None]]) -> None:
         """(node id, name, first step differing or None) per parameter."""
-        self.params.setRowCount(len(first_steps))
-        for r, (nid, name, step) in enumerate(first_steps):
-            a = QTableWidgetItem(f"#{nid} {name}")
-            a.setData(Qt.UserRole, nid)
-            b = QTableWidgetItem("—" if step is None else str(step))
-            b.setData(Qt.UserRole, -1 if step is None else step)
-            b.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
-            a.setToolTip("never differed so far" if step is None else
-                         f"first differs at step {step}")
-            self.params.setItem(r, 0, a)
-            self.params.setItem(r, 1, b)
+        self.params_model.set_rows(first_steps)
+
+    @Slot(QModelIndex)
+    def _param_index_clicked(self, index: QModelIndex) -> None:
+        self._param_clicked(index.row(), index.column())
 
     @Slot(int, int)
     def _param_clicked(self, row: int, _col: int) -> None:
-        step = int(self.params.item(row, 1).data(Qt.UserRole))
-        nid = int(self.params.item(row, 0).data(Qt.UserRole))
+        m = self.params_model
+        step = int(m.index(row, 1).data(Qt.UserRole))
+        nid = int(m.index(row, 0).data(Qt.UserRole))
         self.cell_clicked.emit(nid, step if step > 0 else self.cursor_step)
 
     def cell_at(self, scene_pos) -> tuple[int, int] | None:
@@ -402,6 +401,59 @@ class TrainingPanel(QWidget):
         got = self.cell_at(ev.scenePos())
         if got is not None:
             self.cell_clicked.emit(*got)
+
+
+class ParamRows(QAbstractTableModel):
+    """The parameter list: "#id name" and the first step it differs ("—": not yet); the
+    UserRole of a row is its node id (column 0) and that step (column 1, -1 for none)."""
+
+    HEADERS = ("parameter", "first step it differs")
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[tuple[int, str, int | None]] = []
+
+    def set_rows(self, rows: list[tuple[int, str, int | None]]) -> None:
+        """New rows; the same parameters with new steps change only those cells."""
+        rows = list(rows)
+        old = self.rows
+        if len(old) == len(rows) and all(a[0] == b[0] for a, b in zip(old, rows, strict=True)):
+            self.rows = rows
+            changed = [r for r, (a, b) in enumerate(zip(old, rows, strict=True)) if a != b]
+            if changed:
+                self.dataChanged.emit(self.index(min(changed), 0),
+                                      self.index(max(changed), 1))
+            return
+        self.beginResetModel()
+        self.rows = rows
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802, B008 (Qt override)
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802, B008 (Qt override)
+        return 0 if parent.isValid() else 2
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802
+        if orientation == Qt.Horizontal and role == Qt.DisplayRole and 0 <= section < 2:
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid() or not 0 <= index.row() < len(self.rows):
+            return None
+        nid, name, step = self.rows[index.row()]
+        col = index.column()
+        if role == Qt.DisplayRole:
+            return f"#{nid} {name}" if col == 0 else "—" if step is None else str(step)
+        if role == Qt.UserRole:
+            return nid if col == 0 else -1 if step is None else step
+        if role == Qt.TextAlignmentRole and col == 1:
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == Qt.ToolTipRole and col == 0:
+            return ("never differed so far" if step is None else
+                    f"first differs at step {step}")
+        return None
 
 
 def _worst(col: np.ndarray) -> float:

@@ -246,8 +246,8 @@ def test_first_divergence_opens_the_node_at_its_step(qtbot, tt, episode):
     assert win.live.travel.view_step == 2 and win.selected == f["node"]  # step 2, not step 5
     assert win.live.travel.scrubber.spin.value() == 2
     # per parameter: the first step at which it differs (none at the exact step 1)
-    params = win.live.training.params
-    rows = {int(params.item(r, 0).data(Qt.UserRole)): params.item(r, 1).text()
+    params = win.live.training.params.model()
+    rows = {int(params.index(r, 0).data(Qt.UserRole)): params.index(r, 1).data()
             for r in range(params.rowCount())}
     want = {}
     for n in win.session.tape.nodes[:len(results[0].nodes)]:

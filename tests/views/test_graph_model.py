@@ -51,3 +51,77 @@ def test_search_by_id_op_and_name():
     assert m.search("relu") == [3]
     assert m.search("ATTN") == [1, 2]
     assert m.search("   ") == []
+
+
+# ---- the column-wise display() holds to the per-node loop it replaced (issue 29) ---------------
+def loop_display(m: GraphModel):
+    """The former ``display()``: one pass per node, a set of inputs per item (the oracle)."""
+    from views.graph_model import scopes_of, shape_text
+
+    groups: dict[str, list[int]] = {}
+    for nd in m.nodes:
+        for s in scopes_of(nd.name):
+            groups.setdefault(s, []).append(nd.id)
+    groups.update({k: sorted(v) for k, v in m.extra_groups.items()})
+    owner: dict[int, str] = {}
+    for g in sorted(m.collapsed, key=len, reverse=True):
+        for i in groups.get(g, ()):
+            owner[i] = g
+    item_node, item_group, group_item, node_item = [], [], {}, {}
+    for nd in m.nodes:
+        g = owner.get(nd.id)
+        if g is None:
+            node_item[nd.id] = len(item_node)
+            item_node.append(nd.id)
+            item_group.append(None)
+        else:
+            if g not in group_item:
+                group_item[g] = len(item_node)
+                item_node.append(-1)
+                item_group.append(g)
+            node_item[nd.id] = group_item[g]
+    ins = [set() for _ in item_node]
+    for nd in m.nodes:
+        for i in nd.inputs:
+            if node_item[i] != node_item[nd.id]:
+                ins[node_item[nd.id]].add(node_item[i])
+    labels, order_key = [], []
+    for it, nid in enumerate(item_node):
+        if nid >= 0:
+            nd = m.nodes[nid]
+            name = nd.name or f"#{nid}"
+            labels.append((nd.op, name + f"#{nid}" if name.endswith("/") else name,
+                           shape_text(nd.shape)))
+            order_key.append(nid)
+        else:
+            g = item_group[it]
+            labels.append(("▸ group", g, f"{len(groups[g])} nodes"))
+            order_key.append(min(groups[g]))
+    return (groups, item_node, item_group, [tuple(sorted(s)) for s in ins], labels, order_key,
+            [node_item[i] for i in range(len(m.nodes))])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_display_is_the_per_node_loops_display(seed):
+    import numpy as np
+
+    from views.synthetic import transformer_like
+
+    ops, ins, names = transformer_like(700, seed=seed)
+    rng = np.random.default_rng(seed)
+    names = [None if rng.random() < 0.05 else nm + "/" if rng.random() < 0.05 else nm
+             for nm in names]
+    ins = [i + i[:1] if rng.random() < 0.1 else i for i in ins]  # an input twice (x * x)
+    m = GraphModel([GraphNode(i, o, tuple(x), nm, (i % 3, 2)[: i % 3]) for i, (o, x, nm) in
+                    enumerate(zip(ops, ins, names, strict=True))], loss_id=len(ops) - 1)
+    m.set_extra_groups({"fused/k0": [40, 41, 42, 60]})
+    scopes = sorted(m.groups)
+    m.collapsed = {g for g in scopes if rng.random() < 0.3} | ({"fused/k0"} if seed % 2 else set())
+    groups, item_node, item_group, inputs, labels, order_key, node_item = loop_display(m)
+    d = m.display()
+    assert m.groups == groups
+    assert d.item_node == item_node and d.item_group == item_group
+    assert d.inputs == inputs and d.labels == labels and d.order_key == order_key
+    assert d.node_item.tolist() == node_item
+    m.collapsed = set()
+    assert m.display().key == GraphModel(m.nodes, m.loss_id).display().key != d.key

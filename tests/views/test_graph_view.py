@@ -159,3 +159,34 @@ def test_overview_click_moves_the_view(qtbot):
     r = v.canvas.boundingRect()
     after = v.visible_scene_rect().center().y()
     assert after != before and abs(after - r.center().y()) < v.visible_scene_rect().height()
+
+
+def test_overlay_takes_each_boxs_worst_colour_as_the_per_node_loop_did(qtbot):
+    from PySide6.QtGui import QColor
+
+    from views.graph_view import severity
+
+    m = model(300)
+    m.collapsed = {g for g in m.groups if g.endswith("/attn")}
+    p = panel(qtbot, m)
+    v = p.view
+    rng = np.random.default_rng(4)
+    # exact green, two ambers of the same green (equal severity: the first given wins), red,
+    # NaN violet; some as QColors; ids off the tape are ignored
+    pal = ["#16a34a", "#f59e0b", "#e09e0b", "#dc000b", "#7c3aed"]
+    colors = {int(i): (pal[k] if k % 2 else QColor(pal[k])) for i, k in zip(
+        rng.permutation(len(m.nodes))[:250].tolist(), rng.integers(0, 5, 250).tolist(),
+        strict=True)}
+    colors[10**6] = "#dc000b"
+    v.set_overlay(colors)
+    want: dict[int, str] = {}  # the former loop
+    ni = v.display.node_item
+    for k, c in colors.items():
+        if 0 <= k < len(ni):
+            name = c if isinstance(c, str) else c.name(QColor.HexArgb)
+            it, cur = int(ni[k]), want.get(int(ni[k]))
+            if cur is None or severity(QColor(name)) > severity(QColor(cur)):
+                want[it] = name
+    got = {it: q.name(QColor.HexArgb) for it, q in v.canvas.overlay.items()}
+    assert got == {it: QColor(c).name(QColor.HexArgb) for it, c in want.items()}
+    assert any(v.display.item_node[it] < 0 for it in got)  # folded boxes took a child's colour

@@ -140,6 +140,13 @@ class LoopCrossings:
         return total
 
 
+def loop_crossing_counter(upper, u, v, n_ranks):
+    adjacent = [[] for _ in range(n_ranks)]
+    for r, a, b in zip(upper.tolist(), u.tolist(), v.tolist(), strict=True):
+        adjacent[r].append((a, b))
+    return LoopCrossings(adjacent)
+
+
 def wide_dag() -> list[tuple[int, ...]]:
     """300 parameters read by one node: a rank 300 wide (the per-rank loop's path)."""
     return [()] * 300 + [tuple(range(300)), (300,)]
@@ -163,7 +170,7 @@ def test_the_layout_is_the_per_node_loops_layout_bit_for_bit(case, monkeypatch):
     fast = layered_layout(ins, key)
     with monkeypatch.context() as mp:
         mp.setattr(layout_mod, "_place_x", loop_place_x)
-        mp.setattr(layout_mod, "_Crossings", LoopCrossings)
+        mp.setattr(layout_mod, "_crossing_counter", loop_crossing_counter)
         slow = layered_layout(ins, key)
     assert np.array_equal(fast.x.view(np.int64), slow.x.view(np.int64))  # every bit
     assert np.array_equal(fast.order, slow.order) and np.array_equal(fast.rank, slow.rank)
@@ -178,7 +185,95 @@ def test_crossing_counts_equal_the_pairwise_loop():
         for u, v in zip(src.tolist(), dst.tolist(), strict=True):
             if lay.rank[v] - lay.rank[u] == 1:
                 adjacent[lay.rank[u]].append((u, v))
+        one = lay.rank[dst] - lay.rank[src] == 1
+        arrays = layout_mod._crossing_counter(lay.rank[src[one]], src[one], dst[one],
+                                              len(adjacent))
         for _ in range(5):  # positions with ties, as barycenters give
             pos = rng.integers(0, 6, len(ins)).astype(float).tolist()
             assert layout_mod._Crossings(adjacent).count(pos) == \
-                LoopCrossings(adjacent).count(pos)
+                LoopCrossings(adjacent).count(pos) == arrays.count(pos)
+
+
+# ---- the grouped-array ranks and the sweeps that skip unmoved ranks hold to the loops -----------
+def loop_ranks(inputs, key=None):
+    """The former ``assign_ranks``: a loop over every input of every node (the oracle)."""
+    n = len(inputs)
+    src, dst = layout_mod._edge_arrays(inputs)
+    kl = list(range(n)) if key is None else list(key)
+    fwd = [(u, v) for u, v in zip(src.tolist(), dst.tolist(), strict=True)
+           if kl[u] < kl[v] or (kl[u] == kl[v] and u < v)]
+    visit = sorted(range(n), key=lambda v: kl[v])
+    rank = [0] * n
+    ins = [[] for _ in range(n)]
+    users = [[] for _ in range(n)]
+    for u, v in fwd:
+        ins[v].append(u)
+        users[u].append(v)
+    for v in visit:
+        rank[v] = max((rank[u] + 1 for u in ins[v]), default=0)
+    if src.size:
+        const = [False] * n
+        for v in visit:
+            const[v] = all(const[u] for u in ins[v])
+        for v in reversed(visit):
+            if const[v] and users[v]:
+                rank[v] = max(rank[v], min(rank[w] for w in users[v]) - 1)
+    return rank
+
+
+def loop_order(inputs, key=None, sweeps=6):
+    """The former sweeps: every rank sorted by its barycenters each sweep, no rank skipped."""
+    n = len(inputs)
+    rank = loop_ranks(inputs, key)
+    src, dst = layout_mod._edge_arrays(inputs)
+    members = [[] for _ in range(max(rank) + 1)]
+    for v, r in enumerate(rank):
+        members[r].append(v)
+    pos = [0.0] * n
+    for mem in members:
+        for i, v in enumerate(mem):
+            pos[v] = i - (len(mem) - 1) / 2.0
+    ins, outs = [[] for _ in range(n)], [[] for _ in range(n)]
+    adjacent = [[] for _ in members]
+    for u, v in zip(src.tolist(), dst.tolist(), strict=True):
+        w = 1.0 / max(1, abs(rank[v] - rank[u]))
+        ins[v].append((u, w))
+        outs[u].append((v, w))
+        if rank[v] - rank[u] == 1:
+            adjacent[rank[u]].append((u, v))
+    count = LoopCrossings(adjacent).count
+    best, best_members = count(pos), [m[:] for m in members]
+    for s in range(sweeps):
+        nbrs, ranks = (ins, range(1, len(members))) if s % 2 == 0 else (
+            outs, range(len(members) - 2, -1, -1))
+        for r in ranks:
+            keyed = []
+            for v in members[r]:
+                tw = ts = 0.0
+                for u, w in nbrs[v]:
+                    tw += w
+                    ts += w * pos[u]
+                keyed.append((ts / tw if tw else pos[v], pos[v], v))
+            keyed.sort()
+            for i, item in enumerate(keyed):
+                pos[item[2]] = i - (len(keyed) - 1) / 2.0
+            members[r] = [item[2] for item in keyed]
+        c = count(pos)
+        if c < best:
+            best, best_members = c, [m[:] for m in members]
+    order = [0] * n
+    for mem in best_members:
+        for i, v in enumerate(mem):
+            order[v] = i
+    return rank, order
+
+
+@pytest.mark.parametrize("case", ["random0", "random1", "transformer", "wide", "quotient"])
+def test_ranks_and_order_are_the_loops(case):
+    ins, key = {"random0": (random_dag(400, 0), None), "random1": (random_dag(600, 5), None),
+                "transformer": (transformer_like(1500)[1], None), "wide": (wide_dag(), None),
+                "quotient": quotient()}[case]
+    rank, order = loop_order(ins, key)
+    lay = layered_layout(ins, key)
+    assert lay.rank.tolist() == rank and lay.order.tolist() == order
+    assert layout_mod.assign_ranks(ins, key).tolist() == rank

@@ -74,3 +74,35 @@ def test_highlighter_colours_keywords_intrinsics_and_multiline_comments(qtbot):
     assert colour(0, 24) == QColor("#6b7280").name()  # /* start
     assert colour(1, 0) == QColor("#6b7280").name()  # still comment (next line)
     assert colour(1, 18) == QColor("#7c3aed").name()  # return, after the comment closed
+
+
+def test_parameter_rows_update_in_place_and_a_click_opens_the_first_step(qtbot):
+    from PySide6.QtCore import Qt
+
+    p = TrainingPanel()
+    qtbot.addWidget(p)
+    p.resize(600, 400)
+    p.show()
+    p.tabs.setCurrentWidget(p.params)
+    p.set_cursor(7)
+    rows = [(i, f"w{i}", None) for i in range(0, 300, 3)]
+    p.set_params(rows)
+    m = p.params.model()
+    assert m.rowCount() == 100 and m.index(2, 0).data() == "#6 w6"
+    assert m.index(2, 1).data() == "—" and m.index(2, 1).data(Qt.UserRole) == -1
+    changed = []
+    m.dataChanged.connect(lambda a, b: changed.append((a.row(), b.row())))
+    reset = []
+    m.modelReset.connect(lambda: reset.append(1))
+    rows[2] = (6, "w6", 4)
+    p.set_params(rows)  # one parameter first differs: that row changes, no reset
+    assert changed == [(2, 2)] and not reset
+    assert m.index(2, 1).data() == "4" and "step 4" in m.index(2, 0).data(Qt.ToolTipRole)
+    got = []
+    p.cell_clicked.connect(lambda nid, step: got.append((nid, step)))
+    for row, want in ((2, (6, 4)), (0, (0, 7))):  # never differed: the step shown now
+        rect = p.params.visualRect(m.index(row, 0))
+        qtbot.mouseClick(p.params.viewport(), Qt.LeftButton, pos=rect.center())
+        assert got[-1] == want
+    p.set_params(rows[:10])  # other parameters: a new list
+    assert reset and m.rowCount() == 10
