@@ -83,14 +83,16 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
             }
         alignas(64) real_t pan[TS_HKC * (64 / sizeof(real_t))];
         /* a whole panel of a b whose rows are contiguous is read in place (the pack would
-         * load the same elements, store and reload them); the others are packed */
-        const int direct = sbn == 1 && nj == hj;
+         * load the same elements, store and reload them); the others are packed, and so is
+         * every panel of a half-precision b (stored in 2 bytes, computed in float: the pack
+         * is the conversion) */
+        const int direct = sizeof(b[0]) == sizeof(pan[0]) && sbn == 1 && nj == hj;
         for (long long k0 = 0; k0 < K; k0 += TS_HKC) {
             long long kc = K - k0 < TS_HKC ? K - k0 : TS_HKC;
-            const real_t* src = pan;
+            const acc_t* src = pan;
             long long sst = hj;
-            if (direct) {
-                src = b + bi * sbb + k0 * sbk + j0;
+            if (direct) {  /* (the cast is the identity where direct: the same element type) */
+                src = (const acc_t*)(b + bi * sbb + k0 * sbk + j0);
                 sst = sbk;
             } else {
                 for (long long kk = 0; kk < kc; ++kk) {
