@@ -60,6 +60,16 @@ def test_a_malformed_array_message_names_what_it_was(bad, says):
         decode_array(bad, "node #4 value")
 
 
+@pytest.mark.parametrize("shape", ["23", "6", {"2": 0, "3": 0}, [2.0, 3.0], [True, 3], ["2", "3"],
+                                   None, [[2], 3]])
+def test_a_shape_that_is_not_a_list_of_integers_is_refused_not_read_as_digits(shape):
+    good = encode_array(np.arange(6.0).reshape(2, 3))
+    with pytest.raises(ValueError, match="node #4 value: malformed array message .*shape .* is "
+                                         "not a list of integers"):
+        decode_array({**good, "shape": shape}, "node #4 value")
+    assert decode_array(good).shape == (2, 3)  # the list the encoder sends is fine
+
+
 def test_the_byte_limit_edge_exactly_at_and_one_past(monkeypatch):
     monkeypatch.setattr(wire, "MAX_WIRE_BYTES", 64)
     at = encode_array(np.arange(8.0))  # 64 bytes
