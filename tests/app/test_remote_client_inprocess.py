@@ -617,3 +617,62 @@ def test_stats_are_an_object_or_none(monkeypatch, stats, ok):
         with pytest.raises(RemoteError, match=f"^{WHO} sent a malformed reply to 'stats': its "
                                               "stats are not an object$"):
             r.stats()
+
+
+def test_a_request_the_worker_does_not_read_misses_its_deadline_instead_of_blocking(
+        monkeypatch):
+    started = peer(monkeypatch, scripted(HELLO, DEVICE, None))
+    d = device(timeout=0.1)
+    assert (d.workload, d.seed) == ("mlp", 0)
+    with pytest.raises(RemoteError, match="did not answer 'stats' within 0.1 s"):
+        d.request({"cmd": "stats", "pad": "x" * (4 << 20)}, "stats")  # more than a pipe holds
+    assert started[0][1].killed
+
+
+def test_a_worker_that_lingers_after_quit_is_killed(monkeypatch):
+    waits = []
+
+    class Lingers(Peer):
+        def wait(self, timeout=None):
+            waits.append(timeout)
+            if len(waits) == 1:
+                raise subprocess.TimeoutExpired("peer", timeout)
+            return super().wait(timeout)
+
+    made = []
+    _popen(monkeypatch, lambda argv, stdin=None, stdout=None: made.append(Lingers(honest))
+           or made[-1])
+    d = device()
+    d.close()
+    assert waits == [5, None] and made[0].killed
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+@pytest.mark.parametrize("cmd", ["step", "params", "arrays", "stats"])
+def test_each_reply_is_read_up_to_its_own_bound_and_refused_one_byte_past(monkeypatch, cmd,
+                                                                          extra):
+    from app.remote_protocol import STEP_REPLY_PER_NODE, b64_len
+
+    bound = []  # the reply's bound in bytes, once the node table is known
+
+    def pad(reply):
+        base = len(json.dumps({**reply, "pad": ""}))
+        return {**reply, "pad": "x" * (bound[0] + extra - base)}
+
+    peer(monkeypatch, Doctor(cmd, pad))
+    r = RemotePair(config())
+    n, node = len(r.nodes), max(range(len(r.nodes)), key=lambda i: r.sizes[i])
+    bound.append(SMALL_REPLY + {"step": STEP_REPLY_PER_NODE * n,
+                                "params": STEP_REPLY_PER_NODE * n,
+                                "arrays": 4 * b64_len(8 * r.sizes[node]) + 4096,
+                                "stats": SMALL_REPLY}[cmd])  # (the default)
+    if cmd != "step":
+        r.step()
+    ask = {"step": r.step, "params": r.compare_params, "arrays": lambda: r.arrays(node),
+           "stats": r.stats}[cmd]
+    if extra == 0:
+        ask()
+    else:
+        with pytest.raises(RemoteError, match=f"answering {cmd!r}: a protocol line longer than "
+                                              f"{bound[0]} bytes"):
+            ask()
