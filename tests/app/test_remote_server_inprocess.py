@@ -306,3 +306,32 @@ def test_device_torch_cuda_without_a_gpu_is_an_error_naming_it(worker):
     else:
         assert got["message"] == ("ValueError: --device torch:cuda: torch.cuda has no device "
                                   "on the worker")
+
+
+def test_open_sends_the_fusion_plan_of_a_fused_pair():
+    w = remote_server._Worker()
+    w.handle({"cmd": "device", "name": "host"})
+    got = w.handle({"cmd": "open", "config": {"workload": "mlp", "fuse": True},
+                    "provenance": "every"})
+    assert got["plan"] == w.pair.plan.to_json() and got["plan"]["segments"]
+    assert json.loads(json.dumps(got)) == got  # plain JSON
+
+
+def test_open_gives_the_pair_the_gpu_device_but_no_device_for_torch(monkeypatch):
+    made = []
+
+    class Recorder:
+        def __init__(self, config, dev, **kw):
+            made.append((config, dev, kw))
+            raise RuntimeError("recorded")
+
+    monkeypatch.setattr(remote_server, "PairRunner", Recorder)
+    for device in (object.__new__(remote_server._TorchSide), "a gpu device"):
+        w = remote_server._Worker()
+        w.device = device
+        with pytest.raises(RuntimeError, match="recorded"):
+            w.handle({"cmd": "open", "config": {"workload": "mlp", "seed": 4},
+                      "provenance": "off"})
+    assert [m[1] for m in made] == [None, "a gpu device"]
+    assert made[0][0] == SessionConfig(workload="mlp", seed=4)
+    assert made[0][2] == {"provenance": "off", "inject": None, "scan_nonfinite": False}
