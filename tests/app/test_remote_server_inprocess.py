@@ -283,17 +283,41 @@ def test_a_worker_out_of_memory_says_so_naming_the_request(worker, monkeypatch):
     assert worker.ask({"cmd": "quit"}) is None and worker.ended() == 0
 
 
-def test_device_torch_runs_the_candidate_in_pytorch(worker):
+@pytest.mark.parametrize("name", ["torch", "torch:cpu"])
+def test_device_torch_runs_the_candidate_in_pytorch(worker, name):
     pytest.importorskip("torch")
     import torch
 
     worker.ask(HELLO)
-    for name in ("torch", "torch:cpu"):
-        got = worker.ask({"cmd": "device", "name": name})
-        assert got == {"type": "device", "kind": "torch",
-                       "describe": f"device: torch {torch.__version__} on cpu"}
+    got = worker.ask({"cmd": "device", "name": name})
+    assert got == {"type": "device", "kind": "torch",
+                   "describe": f"device: torch {torch.__version__} on cpu"}
     # the device is opened once: a later request names what is open
     assert worker.ask({"cmd": "device", "name": "host"})["kind"] == "torch"
+
+
+def test_device_torch_cuda_names_cuda_where_torch_has_it(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # (nothing runs on it here)
+    side = remote_server._TorchSide("torch:cuda")
+    assert side.kind == "torch:cuda"
+    assert side.describe() == f"device: torch {torch.__version__} on cuda"
+
+
+def test_hello_names_the_installed_tapescope_or_unknown(worker, monkeypatch):
+    import importlib.metadata as md
+
+    try:
+        want = md.version("tapescope")
+    except md.PackageNotFoundError:
+        want = "unknown"
+    assert worker.ask(HELLO)["tapescope"] == want
+
+    def missing(name):
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(md, "version", missing)
+    assert remote_server._version() == "unknown"
 
 
 def test_device_torch_cuda_without_a_gpu_is_an_error_naming_it(worker):
