@@ -155,11 +155,12 @@ def test_open_builds_the_pair_with_the_fault_scan_and_provenance_asked(fields, w
     ({"cmd": "hello", "protocol": PROTOCOL - 1},
      f"protocol mismatch: this tapescope worker speaks protocol {PROTOCOL}, the client "
      f"{PROTOCOL - 1}: install the same tapescope on both sides"),
-    ({"cmd": "hello"}, f"speaks protocol {PROTOCOL}, the client None"),
+    ({"cmd": "hello"}, f"protocol mismatch: this tapescope worker speaks protocol {PROTOCOL}, "
+                       "the client None: install the same tapescope on both sides"),
 ])
 def test_a_first_line_that_is_not_our_hello_is_one_error_and_exit_2(worker, first, says):
     got = worker.ask(first)
-    assert got["type"] == "error" and says in got["message"], got
+    assert got == {"type": "error", "message": says}
     assert worker.ended() == 2
 
 
