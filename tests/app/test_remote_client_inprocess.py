@@ -676,3 +676,26 @@ def test_each_reply_is_read_up_to_its_own_bound_and_refused_one_byte_past(monkey
         with pytest.raises(RemoteError, match=f"answering {cmd!r}: a protocol line longer than "
                                               f"{bound[0]} bytes"):
             ask()
+
+
+def test_a_gradient_of_no_elements_is_still_a_gradient(monkeypatch):
+    from core.parity import NodeParity, compare_arrays
+    from core.step_record import record_of
+
+    monkeypatch.setattr(RemotePair, "__init__", lambda self: None)
+    r = RemotePair()
+    r.command, r._has_grad = CMD, None
+    empty, three = compare_arrays(np.zeros((0, 4)), np.zeros((0, 4))), compare_arrays(
+        np.zeros(3), np.zeros(3))
+    r.nodes, r.sizes = [None, None], [0, 3]
+    rec = record_of([NodeParity(0, "param", None, empty, empty),
+                     NodeParity(1, "add", None, three, None)])
+    got = r._record({"n": 2, "record": pack(rec)}, "step", "the step's record")
+    assert got.tobytes() == rec.tobytes() and r._has_grad == [True, False]
+
+
+def test_a_plan_without_segments_has_none(monkeypatch):
+    peer(monkeypatch, Doctor("open", _set("plan", {"plan_id": "p"})))
+    r = RemotePair(config())
+    assert r.plan.segments == [] and r.plan.to_json() == {"plan_id": "p"}
+    r.close()
