@@ -316,6 +316,7 @@ def test_a_remote_pair_gives_what_the_same_pair_here_gives(monkeypatch):
         a, b = r.step(), here.step()
         assert (a.step, a.loss_ref, a.loss_cand, a.exact) == (b.step, b.loss_ref, b.loss_cand,
                                                               b.exact)
+        assert a.nodes == b.nodes  # the export form: each row with its node's op and name
     assert r.step_index == 2
     assert r.compare_params().to_json() == here.compare_params().to_json()
     node = max(range(len(r.nodes)), key=lambda i: r.sizes[i])
@@ -473,7 +474,7 @@ def _rec(field, value, row=0):
     (_rec("v_n", 10**6), ""),
     (_step(step=2), "step 2 after step 0"),
     (_step(exact=False), "its exact flag contradicts its record"),
-    (_step(loss_ref="x"), ""),
+    (_step(loss_ref="x"), "losses and times must be numbers"),
 ])
 def test_a_malformed_step_reply_is_named(monkeypatch, change, says):
     peer(monkeypatch, Doctor("step", change))
