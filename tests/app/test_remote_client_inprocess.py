@@ -700,3 +700,29 @@ def test_a_plan_without_segments_has_none(monkeypatch):
     r = RemotePair(config())
     assert r.plan.segments == [] and r.plan.to_json() == {"plan_id": "p"}
     r.close()
+
+
+def test_a_remote_pair_opens_its_worker_with_the_configs_settings(monkeypatch):
+    started = peer(monkeypatch, scripted(HELLO, DEVICE, {"type": "error", "message": "stop"}))
+    cfg = config(seed=5, worker_timeout=7, worker_open_timeout=9)
+    made = []
+    real = remote_client.RemoteDevice
+
+    def remote(*args):
+        made.append(real(*args))
+        return made[-1]
+
+    monkeypatch.setattr(remote_client, "RemoteDevice", remote)
+    with pytest.raises(RemoteError, match="answering 'open'"):
+        RemotePair(cfg)
+    d = made[0]
+    assert (d.command, d.workload, d.seed, d.timeout, d.open_timeout) == (CMD, "mlp", 5, 7.0, 9.0)
+    msg = started[0][1].seen[2]  # the defaults: provenance every step, no fault, no scan
+    assert (msg["provenance"], msg["inject"], msg["scan_nonfinite"]) == ("every", None, False)
+    peer(monkeypatch, honest)
+    r = RemotePair(cfg)
+    assert r.config is cfg and r.command == CMD
+    r.close()
+    with pytest.raises(ValueError, match="^keep_states needs the pair in this process: drop "
+                                         "--worker$"):
+        RemotePair(cfg, keep_states=1)
