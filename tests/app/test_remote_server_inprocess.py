@@ -284,6 +284,7 @@ def test_a_worker_out_of_memory_says_so_naming_the_request(worker, monkeypatch):
     assert worker.ask({"cmd": "quit"}) is None and worker.ended() == 0
 
 
+@pytest.mark.slow  # importing torch: ~5-13 s here (the mutation run selects it)
 @pytest.mark.parametrize("name", ["torch", "torch:cpu"])
 def test_device_torch_runs_the_candidate_in_pytorch(worker, name):
     pytest.importorskip("torch")
@@ -297,6 +298,7 @@ def test_device_torch_runs_the_candidate_in_pytorch(worker, name):
     assert worker.ask({"cmd": "device", "name": "host"})["kind"] == "torch"
 
 
+@pytest.mark.slow  # importing torch: ~5-13 s here (the mutation run selects it)
 def test_device_torch_cuda_names_cuda_where_torch_has_it(monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # (nothing runs on it here)
@@ -321,6 +323,7 @@ def test_hello_names_the_installed_tapescope_or_unknown(worker, monkeypatch):
     assert remote_server._version() == "unknown"
 
 
+@pytest.mark.slow  # importing torch: ~5-13 s here (the mutation run selects it)
 def test_device_torch_cuda_without_a_gpu_is_an_error_naming_it(worker):
     torch = pytest.importorskip("torch")
     worker.ask(HELLO)
