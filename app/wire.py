@@ -43,7 +43,10 @@ def decode_array(d: dict | None, what: str = "array") -> np.ndarray | None:
     try:
         # bfloat16 by its name (one known 2-byte type), everything else numpy's own spelling
         dt = BFLOAT16 if d["dtype"] == "bfloat16" else np.dtype(d["dtype"])
-        shape = tuple(int(n) for n in d["shape"])
+        shape = d["shape"]  # a list of ints: a string "23" would iterate as (2, 3)
+        if not isinstance(shape, list) or not all(type(n) is int for n in shape):
+            raise ValueError(f"shape {str(shape)[:40]!r} is not a list of integers")
+        shape = tuple(shape)
         data = d["data"]
         if not isinstance(data, str) or not _BASE64.fullmatch(data):
             raise ValueError("data is not base64 text")

@@ -60,6 +60,16 @@ def test_a_malformed_array_message_names_what_it_was(bad, says):
         decode_array(bad, "node #4 value")
 
 
+@pytest.mark.parametrize("shape", ["23", "6", {"2": 0, "3": 0}, [2.0, 3.0], [True, 3], ["2", "3"],
+                                   None, [[2], 3]])
+def test_a_shape_that_is_not_a_list_of_integers_is_refused_not_read_as_digits(shape):
+    good = encode_array(np.arange(6.0).reshape(2, 3))
+    with pytest.raises(ValueError, match="node #4 value: malformed array message .*shape .* is "
+                                         "not a list of integers"):
+        decode_array({**good, "shape": shape}, "node #4 value")
+    assert decode_array(good).shape == (2, 3)  # the list the encoder sends is fine
+
+
 def test_the_byte_limit_edge_exactly_at_and_one_past(monkeypatch):
     monkeypatch.setattr(wire, "MAX_WIRE_BYTES", 64)
     at = encode_array(np.arange(8.0))  # 64 bytes
@@ -189,6 +199,143 @@ def test_a_receive_past_its_deadline_times_out_and_without_one_waits():
             pipe.receive(100, time.monotonic() - 1)  # already past: no wait at all
         threading.Timer(0.3, lambda: os.write(w, b"late\n")).start()
         assert pipe.receive(100) == b"late"  # no deadline: waits for the line
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+# ---- from the mutation run of 2026-12-01 (helper mutA) -------------------------------------------
+def test_a_malformed_array_without_a_name_is_called_array_and_its_shape_is_quoted():
+    good = encode_array(np.zeros(6))
+    with pytest.raises(ValueError, match=r"^array: malformed array message \(shape '23' is not"):
+        decode_array({**good, "shape": "23"})
+    with pytest.raises(ValueError, match=r"^array: malformed array message \(data is not base64 "
+                                         r"text\)$"):
+        decode_array({**good, "data": "!"})
+
+
+def test_json_shape_sees_an_escaped_quote_as_inside_its_string():
+    # unescaped, the quote after the backslash would end the string and the bracket count
+    assert json_shape(b'{"a": "x\\"[", "b": 1}', 10) == (1, 1)
+    assert parse_line(b'{"a": "x\\"["}', "x", 1) == {"a": 'x"['}
+
+
+def test_json_shape_measures_depth_after_a_closed_branch():
+    assert json_shape(b"[[], [[[]]]]", 10) == (5, 4)
+    assert json_shape(b'{"a": [{}, {}, {}], "b": [[[1]]]}', 10) == (8, 4)
+
+
+def test_a_line_that_is_not_utf8_is_quoted_with_replacements_and_cut_at_80_bytes():
+    with pytest.raises(ValueError, match="^x: not a protocol line: '\ufffd\ufffd nope'$"):
+        parse_line(b"\xff\xfe nope", "x", 10)
+    with pytest.raises(ValueError) as ei:
+        parse_line(b"z" * 200, "x", 10)
+    assert str(ei.value) == f"x: not a protocol line: {'z' * 80!r}"
+
+
+def test_a_pipe_wait_times_out_naming_its_direction_exactly():
+    r, w, pipe = _pipe()
+    try:
+        with pytest.raises(LineTimeout) as ei:
+            pipe.receive(100, time.monotonic() + 0.05)
+        assert str(ei.value) == "receiving"
+        os.set_blocking(w, False)
+        with pytest.raises(LineTimeout) as ei:
+            pipe.send({"data": "A" * (1 << 20)}, time.monotonic() + 0.05)
+        assert str(ei.value) == "sending"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_receive_on_a_two_way_fd_waits_for_input_not_for_room_to_write():
+    import socket
+
+    a, b = socket.socketpair()
+    try:
+        a.setblocking(False)  # always writable: a wait that counted that would read at once
+        pipe = LinePipe(a.fileno(), a.fileno())
+        with pytest.raises(LineTimeout, match="receiving"):
+            pipe.receive(100, time.monotonic() + 0.05)
+        b.sendall(b'{"a": 1}\n')
+        assert pipe.receive(100, time.monotonic() + 5) == b'{"a": 1}'
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_wait_sleeps_until_its_deadline_instead_of_waking_every_millisecond(monkeypatch):
+    polls = []
+    real = wire.select.poll
+
+    class Counting:
+        def __init__(self):
+            self.p = real()
+
+        def register(self, fd, mask):
+            self.p.register(fd, mask)
+
+        def poll(self, ms):
+            polls.append(ms)
+            return self.p.poll(ms)
+
+    monkeypatch.setattr(wire.select, "poll", Counting)
+    r, w, pipe = _pipe()
+    try:
+        with pytest.raises(LineTimeout):
+            pipe.receive(100, time.monotonic() + 0.2)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert 1 <= len(polls) <= 5, polls  # one wait (and a millisecond or two of remainder)
+    assert 100 <= polls[0] <= 202
+
+
+def test_a_write_the_pipe_turns_away_is_tried_again_not_dropped(monkeypatch):
+    real, calls = os.write, []
+
+    def write(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return real(fd, data)
+
+    r, w, pipe = _pipe()
+    try:
+        monkeypatch.setattr(wire.os, "write", write)
+        pipe.send({"a": [1, 2]}, time.monotonic() + 5)
+        monkeypatch.undo()
+        assert LinePipe(r, -1).receive(100, time.monotonic() + 5) == b'{"a": [1, 2]}'
+        assert len(calls) == 2
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_line_exactly_at_the_bound_may_wait_for_its_newline():
+    r, w, pipe = _pipe()
+    try:
+        os.write(w, b"x" * 100)
+        with pytest.raises(LineTimeout):  # held: 100 bytes, not yet too long
+            pipe.receive(100, time.monotonic() + 0.05)
+        os.write(w, b"\n")
+        assert pipe.receive(100, time.monotonic() + 5) == b"x" * 100
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_line_is_read_no_further_than_one_byte_past_its_bound():
+    r, w, pipe = _pipe()
+    try:
+        os.write(w, b"y" * 50)
+        with pytest.raises(LineTimeout):
+            pipe.receive(100, time.monotonic() + 0.05)
+        os.write(w, b"z" * 5000)
+        with pytest.raises(LineTooLong):
+            pipe.receive(100, time.monotonic() + 5)
+        os.set_blocking(r, False)
+        assert len(os.read(r, 1 << 16)) == 5000 - (102 - 50)  # held at most 102 bytes in all
     finally:
         os.close(r)
         os.close(w)

@@ -552,3 +552,31 @@ def test_a_torn_marker_of_ours_is_rewritten_whole(tmp_path):
         assert KernelCache(root).store.is_dir()
         assert (root / STORE / MARKER).read_text().startswith(
             "Signature: 8a477f597d28d172789f06886806bc55\n# This file marks")
+
+
+# ---- from the mutation run of 2026-12-01 (helper mutA) -------------------------------------------
+def test_a_foreign_store_is_refused_naming_the_variable_that_moves_the_cache(tmp_path):
+    store = tmp_path / "c" / STORE
+    store.mkdir(parents=True, mode=0o700)
+    (store / "theirs.txt").write_text("not ours")
+    with pytest.raises(CacheError) as ei:
+        KernelCache(tmp_path / "c")
+    msg = str(ei.value)
+    assert msg.startswith(f"kernel cache {store}: exists but tapescope did not create it")
+    assert f"(rm -r {store}), or choose another folder with TAPESCOPE_CACHE_DIR" in msg
+
+
+def test_a_store_that_cannot_be_made_in_its_root_is_a_cache_error_naming_it(tmp_path,
+                                                                             monkeypatch):
+    real = Path.mkdir
+    store = tmp_path / "c" / STORE
+
+    def mkdir(self, mode=0o777, parents=False, exist_ok=False):
+        if self == store:  # (the suite runs as root, whom a read-only root does not stop)
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, mode=mode, parents=parents, exist_ok=exist_ok)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with pytest.raises(CacheError, match=rf"^kernel cache {store}: cannot create \(\[Errno 13\] "
+                                         "Permission denied"):
+        KernelCache(tmp_path / "c")
