@@ -91,12 +91,6 @@ class SessionConfig:
         if self.kernels and self.worker is not None:
             raise ValueError("--kernel compiles your file on this machine: it cannot go with "
                              "--worker")
-        if self.amp is not None and self.worker is not None:
-            # the worker's open request (app/remote_client.py) does not carry amp/loss_scale:
-            # it would run a plain half episode and say nothing
-            raise ValueError(f"--amp {self.amp} cannot go with --worker yet: the worker "
-                             f"protocol does not carry it (use --dtype {self.amp}, or drop "
-                             "--worker)")
         self._check_torch()
 
     def _check_torch(self) -> None:

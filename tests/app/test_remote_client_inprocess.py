@@ -347,7 +347,24 @@ def test_the_open_request_carries_the_config_fault_and_scan(monkeypatch):
                        "workload": "mlp", "device": "host", "fuse": False, "dtype": "float64",
                        "math": "refmath", "compare": "cpu-device", "seed": 3, "explain": True,
                        "torch_threads": None, "tf32": None, "deterministic": False,
-                       "torch_optimizer": "tape"}}
+                       "torch_optimizer": "tape", "amp": None, "loss_scale": None}}
+
+
+@pytest.mark.parametrize("amp,scale", [("float16", 1024.0), ("bfloat16", None)])
+def test_a_mixed_precision_pair_through_the_worker_is_the_one_here(monkeypatch, amp, scale):
+    # the open request carries --amp and --loss-scale (without them the worker ran a plain
+    # half episode and said nothing): the worker's losses and exactness are the pair's here
+    import gpu
+
+    started = peer(monkeypatch, honest)
+    r = RemotePair(config(amp=amp, loss_scale=scale))
+    here = PairRunner(SessionConfig(workload="mlp", device="host", amp=amp, loss_scale=scale),
+                      gpu.open_device("host"))
+    for _ in range(2):
+        a, b = r.step(), here.step()
+        assert (a.loss_ref, a.loss_cand, a.exact) == (b.loss_ref, b.loss_cand, b.exact)
+    assert r.stats() == here.stats()
+    r.close()
 
 
 def test_keep_states_needs_a_local_pair(monkeypatch):

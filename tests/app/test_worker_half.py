@@ -1,7 +1,6 @@
 """``--worker`` with half precision (issue 28): ``--dtype float16|bfloat16`` runs the pair in
-the worker, bit for bit as here; ``--amp`` is refused in one line until the worker's open
-request carries it (app/remote_client.py sends a fixed list of settings without amp, so the
-worker would run a plain half episode and say nothing)."""
+the worker, bit for bit as here (``--amp`` through the worker: the in-process pair of
+tests/app/test_remote_client_inprocess.py)."""
 
 from __future__ import annotations
 
@@ -29,12 +28,3 @@ def test_a_bfloat16_episode_through_the_worker_is_the_one_run_here(tmp_path, cap
     there, here = (json.loads((tmp_path / f).read_text()) for f in ("w.json", "h.json"))
     assert there["losses"] == here["losses"]
     assert there["losses"][1]["reference"] == 1.0859375  # a bfloat16 value, not float32's
-
-
-@pytest.mark.parametrize("amp", ["float16", "bfloat16"])
-def test_amp_with_a_worker_is_one_line_and_exit_2(amp, capsys):
-    code = main(["parity", "--workload", "mlp", "--device", "host", "--amp", amp,
-                 "--worker", f"{sys.executable} -m app.cli worker"])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith(f"tapescope parity: --amp {amp} cannot go with --worker"), err
