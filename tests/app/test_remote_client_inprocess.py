@@ -356,7 +356,7 @@ def test_a_mixed_precision_pair_through_the_worker_is_the_one_here(monkeypatch, 
     # half episode and said nothing): the worker's losses and exactness are the pair's here
     import gpu
 
-    started = peer(monkeypatch, honest)
+    peer(monkeypatch, honest)
     r = RemotePair(config(amp=amp, loss_scale=scale))
     here = PairRunner(SessionConfig(workload="mlp", device="host", amp=amp, loss_scale=scale),
                       gpu.open_device("host"))
