@@ -675,3 +675,21 @@ def test_an_explained_update_is_unknown_with_nothing_closer():
     assert e.which == "update" and e.to_json()["cause"] == "unknown"
     assert e.to_json()["explain"] == {"cause": "unknown", "variant": "", "closest": None,
                                       "max_ulp": 0, "n_diff": 0}
+
+
+def test_a_float32_gradient_is_explained_in_float32():
+    from core.explain import _mm_fma
+
+    rng = np.random.default_rng(32)
+    t = Tape(np.float32)
+    a = t.param(rng.standard_normal((4, 40)).astype(np.float32))
+    b = t.param(rng.standard_normal((40, 6)).astype(np.float32))
+    y = ops.matmul(a, b)
+    loss = ops.sum(ops.mul(y, t.const(rng.standard_normal((4, 6)).astype(np.float32))))
+    t.backward(loss)
+    grads = {n.id: t.grad(n.id) for n in t.nodes}
+    grads[a.id] = _mm_fma(t.grad(y), np.ascontiguousarray(t.value(b).T))
+    assert grads[a.id].dtype == np.float32
+    st = StepState(1, t.nodes, loss.id, t.value, grads.get)
+    (e,) = provenance(st, explain=True).introduced
+    assert (e.node, e.which, e.cause.cause) == (a.id, "grad", "fma")
