@@ -364,6 +364,8 @@ def test_explained_entries_carry_their_cause_value_and_gradient():
     assert got[(a.id, "grad")]["cause"] == "fma" and got[(a.id, "grad")]["by"] == [y.id]
     assert got[(a.id, "grad")]["explain"]["cause"] == "fma"
     assert got[(x.id, "grad")]["cause"] == "libm", got[(x.id, "grad")]
+    plain = provenance(st).introduced  # without explain: no cause looked for
+    assert len(plain) == 2 and all(i.cause is None and "cause" not in i.to_json() for i in plain)
 
 
 def test_a_zero_of_the_other_sign_is_explained_as_signed_zero_value_and_gradient():
