@@ -18,7 +18,7 @@ import numpy as np
 from core import mathlib, precision
 from core.optable.registry import REGISTRY, ShapeError, grad_inputs
 
-# NOTE: DTYPES is also core.tapefile's allow-list; tape files do not carry the half types yet
+# NOTE: DTYPES and core.precision.HALF are core.tapefile's allow-list
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 _F32 = np.dtype(np.float32)
 

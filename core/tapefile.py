@@ -54,6 +54,7 @@ from core.atomic import write_atomic
 from core.mathlib import MODES
 from core.names import MAX_NAME, shown
 from core.optable.registry import REGISTRY
+from core.precision import BFLOAT16, HALF
 from core.tape import DTYPES, Node, Tape
 
 __all__ = ["FORMAT", "VERSION", "VERSIONS", "FILE_DTYPES", "MAX_NAME", "Limits", "TapeFileError",
@@ -65,7 +66,16 @@ VERSIONS = (1, 2)  # what ``load`` reads
 # THE dtype allow-list of tape files: a dtype name from a file is looked up here, never passed to
 # np.dtype(); it is the tape's own (core.tape.DTYPES), so a dtype added there is read and written
 # here too. A dtype that can hold objects is refused even if someone adds it there.
-FILE_DTYPES: dict[str, np.dtype] = {d.name: d for d in DTYPES if not d.hasobject}
+# The half types too (core.precision.HALF): a version-2 array is raw bytes viewed as the dtype;
+# in a version-1 .npy member bfloat16 is stored as its uint16 bits (numpy's .npy has no bfloat16;
+# its "<V2" would load as void), the header's dtype saying what the bits are.
+FILE_DTYPES: dict[str, np.dtype] = {d.name: d for d in (*DTYPES, *HALF) if not d.hasobject}
+_NPY_STORED = {np.dtype(BFLOAT16): np.dtype(np.uint16)}  # v1 member dtype when not the tape's
+
+
+def _npy_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype a version-1 .npy member of a ``dt`` tape holds."""
+    return _NPY_STORED.get(dt, dt)
 _MiB = 1 << 20
 _MEMBER = re.compile(r"header|[vg](?:0|[1-9][0-9]{0,8})")  # member names without ".npy"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -147,10 +157,10 @@ def save(tape: Tape, path: str | os.PathLike, meta: dict | None = None, *,
             raise TapeFileError(f"{path}: node {n.id} {n.op}: {why}")
     arrays: dict[str, np.ndarray] = {}
     for n in tape.nodes:
-        arrays[f"v{n.id}"] = np.asarray(tape.value(n.id))
+        arrays[f"v{n.id}"] = np.asarray(tape.value(n.id)).view(_npy_dtype(tape.dtype))
         g = tape.grad(n.id)
         if g is not None:
-            arrays[f"g{n.id}"] = np.asarray(g)
+            arrays[f"g{n.id}"] = np.asarray(g).view(_npy_dtype(tape.dtype))
     header = {
         "format": FORMAT, "version": 1, "dtype": tape.dtype.name, "math": tape.math,
         "ok": tape.ok, "error": tape.error,
@@ -340,16 +350,17 @@ def _read_array(z: zipfile.ZipFile, zi: zipfile.ZipInfo, key: str, spec: _Header
     """One value or gradient: dtype, shape and size must be the node's before anything is
     allocated (``data=False``: only that check)."""
     want = spec.shapes[int(key[1:])]
+    stored = _npy_dtype(spec.dtype)
     with z.open(zi) as m:
-        expect = _npy_header(spec.dtype.str, want)
+        expect = _npy_header(stored.str, want)
         if m.read(len(expect)) == expect:  # the header this numpy writes for the node: no parse
-            shape, fortran, dtype = want, False, spec.dtype
+            shape, fortran, dtype = want, False, stored
         else:
             m.seek(0)
             shape, fortran, dtype = _npy_start(m, bad, key)
-        if dtype != spec.dtype or shape != want:
+        if dtype != stored or shape != want:
             raise bad(f"member {key} is {dtype}{list(shape)}, the header says "
-                      f"{spec.dtype}{list(want)}")
+                      f"{stored}{list(want)}")
         _data_size(m, zi, shape, dtype, bad, key)
         if not data:
             return None
@@ -359,7 +370,7 @@ def _read_array(z: zipfile.ZipFile, zi: zipfile.ZipInfo, key: str, spec: _Header
     if hashlib.sha256(memoryview(arr)).hexdigest() != spec.digests[key]:
         raise bad(f"array {key} does not match its SHA-256 checksum in the header "
                   "(the file was altered or is corrupt)")
-    return arr
+    return arr if stored == spec.dtype else arr.view(spec.dtype)
 
 
 def _is_int(x: Any) -> bool:
@@ -882,6 +893,7 @@ class _HeaderV2:
         nb = np.array(nbytes, dtype=np.int64)
         self.nbytes = nbytes
         starts, ends = [], []
+        filled = np.zeros(len(blocks), dtype=np.int64)  # where each block's last array ends
         for kind in ("values", "grads"):
             flat = _int_list(h, kind, bad, 2 * n, -1, 1 << 62)
             loc = np.array(flat, dtype=np.int64).reshape(n, 2)
@@ -909,10 +921,18 @@ class _HeaderV2:
                 raise bad(f"node {i} {self.ops[self.op[i]]}: its {kind[:-1]} ({nbytes[i]} bytes "
                           f"at offset {int(off[i])}) lies outside block {int(blk[i])} "
                           f"({int(bsize[blk[i]])} bytes)")
+            np.maximum.at(filled, b[here], (off + nb)[here])
             keep = here & (nb > 0)
             starts.append((bstart[b] + off)[keep])
             ends.append((bstart[b] + off + nb)[keep])
             setattr(self, f"loc_{kind}", loc)
+        # the writer ends a block with its last array: bytes past it mean the header's dtype or
+        # shapes are not the ones written (a float32 body relabelled bfloat16 fits, half-read)
+        short = np.flatnonzero(filled != bsize[:len(blocks)]) if len(blocks) else filled[:0]
+        if short.size:
+            k = int(short[0])
+            raise bad(f"block {k} is {int(bsize[k])} bytes but its arrays end at byte "
+                      f"{int(filled[k])} (the header's dtype or shapes are not the file's)")
         s, e = np.concatenate(starts), np.concatenate(ends)
         order = np.argsort(s, kind="stable")
         clash = np.flatnonzero(e[order][:-1] > s[order][1:])

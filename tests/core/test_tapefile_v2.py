@@ -529,8 +529,64 @@ def test_every_header_field_set_to_junk_is_a_tape_or_one_line(small, tmp_path):
 def test_the_dtype_allow_list_is_the_tapes_own_and_holds_no_object_dtype():
     """One list (core.tape.DTYPES): a dtype added to the tape is a file dtype too; never one
     that can hold Python objects."""
+    from core.precision import HALF
     from core.tape import DTYPES
 
-    assert set(tapefile.FILE_DTYPES) == {d.name for d in DTYPES}
+    assert set(tapefile.FILE_DTYPES) == {d.name for d in (*DTYPES, *HALF)}
     assert all(not d.hasobject for d in tapefile.FILE_DTYPES.values())
     assert "object" not in tapefile.FILE_DTYPES and "O" not in tapefile.FILE_DTYPES
+
+
+# ---- half tapes ----------------------------------------------------------------------------
+def _half_tape(dtype: str) -> tuple[Tape, int]:
+    t = Tape(dtype=dtype)
+    x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
+    loss = ops.sum(ops.tanh(x))
+    t.backward(loss)
+    return t, x.id
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_tapes_round_trip_every_bit(tmp_path, dtype, version):
+    """float16 and bfloat16 tapes save and load in both versions (bfloat16 in a version-1 .npy
+    member as its uint16 bits), with their dtype and every value's and gradient's bits."""
+    t, x = _half_tape(dtype)
+    p = tapefile.save(t, tmp_path / "h.tape", version=version)
+    for lazy in (False, True):
+        u, _ = tapefile.load(p, lazy=lazy)
+        assert u.dtype.name == dtype and u.value(x).dtype.name == dtype
+        assert u.grad(x).dtype.name == dtype
+        same(t, u)
+
+
+def test_a_float32_body_relabelled_bfloat16_is_refused(tmp_path):
+    """The header says bfloat16 over float32 arrays: each array would be read at half its size
+    (garbage that fits); the block's bytes past its last array give it away."""
+    t = Tape(dtype="float32")
+    x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
+    t.backward(ops.sum(ops.tanh(x)))
+    p = tapefile.save(t, tmp_path / "f.tape", block_bytes=64)
+    refused(edited(p, tmp_path / "b.tape", lambda h: h.update(dtype="bfloat16")),
+            "the header's dtype or shapes are not the file's")
+    tb, _ = _half_tape("bfloat16")
+    q = tapefile.save(tb, tmp_path / "h.tape", block_bytes=64)
+    refused(edited(q, tmp_path / "w.tape", lambda h: h.update(dtype="float32")), "lies outside")
+
+
+def test_a_version_1_bfloat16_member_of_another_dtype_is_refused(tmp_path):
+    """A version-1 bfloat16 tape's members must be uint16 bits of the node's shape."""
+    import zipfile
+
+    tb, _ = _half_tape("bfloat16")
+    p = tapefile.save(tb, tmp_path / "h.tape", version=1)
+    with zipfile.ZipFile(p) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    buf = __import__("io").BytesIO()
+    np.save(buf, np.zeros((2, 3), np.float32))
+    members["v0.npy"] = buf.getvalue()
+    bad = tmp_path / "bad.tape"
+    with zipfile.ZipFile(bad, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    refused(bad, "member v0 is float32[2, 3], the header says uint16[2, 3]")
