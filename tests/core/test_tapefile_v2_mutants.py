@@ -252,3 +252,113 @@ def test_a_snapshot_reads_the_same_file_and_keeps_its_own_items(many):
     s[i + 1] = np.array([np.nan])
     assert s.nonfinite()[i + 1] and not g.nonfinite()[i + 1]
     assert all((s[k] is None) == (eager.grad(k) is None) for k in range(len(s)))
+
+
+# ---- the structure and the trailer: each refusal names what, exactly ---------------------------
+def _set(key, value):
+    return lambda h: h.update({key: value})
+
+
+def _item(key, i, value):
+    def edit(h):
+        h[key][i] = value
+    return edit
+
+
+STRUCTURE = [  # (edit of the small tape's header: x param, tanh, sum; message)
+    (_set("ops", "tanh"), "'ops' must be a list of op names"),
+    (_item("ops", 0, "e" * 60), "unknown op '" + "e" * 24 + "…(60 characters)'"),
+    (_item("op", 1, 3), "'op' holds a value outside [0, 3)"),
+    (_item("op", 1, -1), "'op' holds a value outside [0, 3)"),
+    (_set("op", 5), "'op' must be a list of integers"),
+    (lambda h: h.update(inputs=h["inputs"][:-1]), "'inputs' must be a list of 3 lists of node ids"),
+    (_item("inputs", 2, [3]), "'inputs' must hold node ids (integers from 0 to 2)"),
+    (_item("inputs", 1, [1]), "node 1 tanh: inputs must be ids of earlier nodes"),
+    (_set("shapes_table", {}), "'shapes_table' must be a list of shapes"),
+    (lambda h: h["shapes_table"].__setitem__(0, [1 << 62]),
+     f"shape 0 [{1 << 62}] of 'shapes_table' is not a list of at most 32 sizes"),
+    (lambda h: h.update(shape=h["shape"][:-1]), "'shape' must be a list of 3 integers"),
+    (_item("shape", 0, -1), "'shape' holds a value outside [0, "),
+    (_item("attrs_table", 0, 5), "'attrs_table': attrs must be an object, not int"),
+    (_item("attrs", 0, -1), "'attrs' holds a value outside [0, "),
+    (lambda h: h.update(names=h["names"][:-1]), "'names' must be a list of 3 names"),
+    (_set("params", [3]), "'params' [3] must list ids of param nodes"),
+    (_set("version", 1), "header version 1 is not 2 (the preamble's)"),
+    (_set("dtype", "int64"), "dtype 'int64' is not supported (float64 or float32"),
+    (_set("byteorder", "big"), "byte order 'big' is not this machine's"),
+    (_set("math", "fast"), "math mode 'fast' is not one of"),
+    (_set("ok", "yes"), "'ok' must be true/false and 'error' a string or null"),
+    (lambda h: h["shapes_table"].append([3, 2]) or h["shape"].__setitem__(1, 2),
+     "node 1 tanh: inputs and attrs give shape [2, 3], the header says [3, 2]"),
+]
+
+
+@pytest.mark.parametrize("k", range(len(STRUCTURE)))
+def test_each_structure_refusal_says_exactly_what(small, tmp_path, k):
+    edit, want = STRUCTURE[k]
+    _fail(small, tmp_path, edit, want)
+
+
+def test_attrs_are_checked_for_each_node_not_each_shape(tmp_path):
+    """Two sums of the same shapes, differing only in their attrs: the second one's attrs wrong
+    for the op is refused though a node of the same shapes passed."""
+    t = Tape()
+    x = t.param(np.arange(9.0).reshape(3, 3))
+    ops.sum(x, axis=0)
+    ops.sum(x, axis=1)
+    path = tapefile.save(t, tmp_path / "s.tape")
+    assert len(tapefile.load(path)[0]) == 3
+
+    def edit(h):
+        h["attrs_table"].append({"axis": 7, "keepdims": False})
+        h["attrs"][2] = len(h["attrs_table"]) - 1
+    bad = edited(path, tmp_path / "b.tape", edit)
+    err = str(refused(bad))
+    assert "node 2 sum: attrs {'axis': 7, 'keepdims': False} do not fit (" in err, err
+
+
+@pytest.mark.parametrize("k", [2, 4, 5])
+def test_concat_of_many_inputs_round_trips_and_its_shape_is_checked(tmp_path, k):
+    t = Tape()
+    xs = [t.param(np.full((2, 1 + j), float(j))) for j in range(k)]
+    y = ops.concat(xs, axis=1)
+    ops.sum(y)
+    path = tapefile.save(t, tmp_path / "c.tape")
+    same(t, tapefile.load(path)[0])
+    wide = sum(1 + j for j in range(k))
+    bad = edited(path, tmp_path / "cb.tape",
+                 lambda h: h["shapes_table"].append([2, wide + 1])
+                 or h["shape"].__setitem__(y.id, len(h["shapes_table"]) - 1))
+    err = str(refused(bad))
+    assert f"node {y.id} concat: inputs and attrs give shape [2, {wide}]" in err, err
+
+
+def test_the_trailer_and_the_header_edges(small, tmp_path):
+    import hashlib
+    import struct
+
+    from core.tapefile import MAGIC, TRAILER_MAGIC, Limits
+
+    body, h = parts(small)
+    raw = small.read_bytes()
+    short = tmp_path / "short.tape"
+    short.write_bytes(raw[:64] + raw[-36:])
+    assert "truncated (100 bytes: shorter than a preamble and a trailer)" in str(refused(short))
+    tiny = tmp_path / "tiny.tape"  # exactly a preamble and a trailer: an empty header
+    tiny.write_bytes(MAGIC + struct.pack("<H", 2) + bytes(64 - len(MAGIC) - 2) + struct.pack(
+        "<8sQQ32s", TRAILER_MAGIC, 64, 0, hashlib.sha256(b"").digest()))
+    assert "header is not valid JSON" in str(refused(tiny))
+    hoff, hlen = len(body), len(raw) - len(body) - 56
+    moved = tmp_path / "moved.tape"
+    moved.write_bytes(raw[:-56] + struct.pack("<8sQQ32s", TRAILER_MAGIC, hoff + 8, hlen,
+                                              raw[-32:]))
+    assert (f"the trailer puts a {hlen}-byte header at {hoff + 8} in a file of {len(raw)} bytes"
+            in str(refused(moved)))
+    assert tapefile.load(small, limits=Limits(max_header_bytes=hlen))[0] is not None
+    assert f"header is {hlen} bytes, over the limit of {hlen - 1}" in str(
+        refused(small, limits=Limits(max_header_bytes=hlen - 1)))
+    deep = tmp_path / "deep.tape"
+    text = ("[" * 100000 + "]" * 100000).encode()
+    deep.write_bytes(body + text + struct.pack("<8sQQ32s", TRAILER_MAGIC, hoff, len(text),
+                                               hashlib.sha256(text).digest()))
+    assert "header JSON is nested too deeply" in str(refused(deep))
