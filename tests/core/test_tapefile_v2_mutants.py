@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from core import Tape, ops, tapefile
+from core.tapefile import TapeFileError
 from tests.core.test_tapefile_v2 import _set_loc, chain, edited, parts, refused, same
 
 
@@ -362,3 +363,37 @@ def test_the_trailer_and_the_header_edges(small, tmp_path):
     deep.write_bytes(body + text + struct.pack("<8sQQ32s", TRAILER_MAGIC, hoff, len(text),
                                                hashlib.sha256(text).digest()))
     assert "header JSON is nested too deeply" in str(refused(deep))
+
+
+# ---- both versions: round trips at the edges --------------------------------------------------
+@pytest.mark.parametrize("version", [1, 2])
+def test_concat_and_empty_arrays_round_trip_in_both_versions(tmp_path, version):
+    t = Tape()
+    a, b = t.param(np.ones((2, 3))), t.param(np.zeros((2, 0)))
+    loss = ops.sum(ops.concat([a, b], axis=1))
+    t.backward(loss)
+    same(t, tapefile.load(tapefile.save(t, tmp_path / "c.tape", version=version))[0])
+
+
+def test_large_finite_values_are_not_flagged_nonfinite(tmp_path):
+    """[1e308, 1e308] sums to inf but holds no inf: the file's NaN/inf list leaves it out."""
+    t = Tape()
+    t.param(np.array([1e308, 1e308]))
+    back, _ = tapefile.load(tapefile.save(t, tmp_path / "f.tape"), lazy=True)
+    assert not back._values.nonfinite()[0]
+    assert np.array_equal(back.value(0), t.value(0))
+
+
+def test_version_2_refuses_to_write_a_name_the_loader_would_refuse(tmp_path):
+    t = Tape()
+    t.param(np.ones(2), name="ok")
+    t._nodes[0] = t._nodes[0]._replace(name="a\nb")
+    with pytest.raises(TapeFileError, match="node 0 param: name"):
+        tapefile.save(t, tmp_path / "n.tape")
+    assert not (tmp_path / "n.tape").exists()
+
+
+def test_blocks_close_at_the_size_aimed_at(many):
+    _, h = parts(many)
+    sizes = [s for _, s, _ in h["blocks"]]
+    assert len(sizes) > 10 and max(sizes) <= 1024
