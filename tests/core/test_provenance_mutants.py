@@ -324,3 +324,374 @@ def test_no_weight_decay_adds_nothing_not_even_zero_times_an_infinite_weight():
                     w_after=None)
     (w1, _, _), = reference_update(OptimizerState("sgd", 0.5, 1, [p]))
     assert w1.tolist() == [np.inf, 0.5, -2.5]  # g + 0 * inf would be NaN, and so w
+
+
+# ---- second mutation run (issue 31, full module): what the first sample never reached ----------
+def test_explained_entries_carry_their_cause_value_and_gradient():
+    """explain=True: a value made with the platform's exp is ``libm``; a gradient made with a
+    contracted product (matmul's rule) is ``fma``, one made with the platform's sigmoid
+    (softplus's rule) ``libm``; the cause travels in to_json, and not without explain."""
+    from core import mathlib
+    from core.explain import _mm_fma
+
+    rng = np.random.default_rng(31)
+    pl = mathlib.get("platform")
+    t = Tape(np.float64)
+    x = t.param(rng.uniform(-4, 4, 400))
+    e = ops.exp(x)  # the last node: nothing reads the candidate's exp
+    vals = {x.id: t.value(x), e.id: pl.exp(t.value(x))}
+    st = StepState(1, t.nodes, e.id, vals.get, lambda i: None)
+    (v,) = provenance(st, explain=True).introduced
+    assert (v.node, v.which, v.to_json()["cause"]) == (e.id, "value", "libm")
+    assert v.to_json()["explain"] == {"cause": "libm",
+                                      "variant": "the platform's (numpy's) transcendentals"}
+    assert "cause" not in provenance(st).introduced[0].to_json()
+    assert "explain" not in provenance(st).introduced[0].to_json()
+
+    t = Tape(np.float64)
+    a, b = t.param(rng.standard_normal((4, 40))), t.param(rng.standard_normal((40, 6)))
+    x = t.param(rng.uniform(-4, 4, 400))
+    y, s = ops.matmul(a, b), ops.softplus(x)
+    loss = ops.add(ops.sum(ops.mul(y, t.const(rng.standard_normal((4, 6))))),
+                   ops.sum(ops.mul(s, t.const(rng.standard_normal(400)))))
+    t.backward(loss)
+    grads = {n.id: t.grad(n.id) for n in t.nodes}
+    grads[a.id] = _mm_fma(t.grad(y), np.ascontiguousarray(t.value(b).T))
+    grads[x.id] = t.grad(s) * pl.sigmoid(t.value(x))
+    st = StepState(1, t.nodes, loss.id, t.value, grads.get)
+    got = {(i.node, i.which): i.to_json() for i in provenance(st, explain=True).introduced}
+    assert set(got) == {(a.id, "grad"), (x.id, "grad")}, sorted(got)
+    assert got[(a.id, "grad")]["cause"] == "fma" and got[(a.id, "grad")]["by"] == [y.id]
+    assert got[(a.id, "grad")]["explain"]["cause"] == "fma"
+    assert got[(x.id, "grad")]["cause"] == "libm", got[(x.id, "grad")]
+    plain = provenance(st).introduced  # without explain: no cause looked for
+    assert len(plain) == 2 and all(i.cause is None and "cause" not in i.to_json() for i in plain)
+
+
+def test_a_zero_of_the_other_sign_is_explained_as_signed_zero_value_and_gradient():
+    from core.explain import SIGNED_ZERO
+
+    t = Tape(np.float64)
+    x = t.param(np.array([1.0, 2.0, 3.0]))
+    m = ops.mul(x, t.const(np.array([0.0, 1.0, 2.0])))  # m[0] = +0.0, x's gradient[0] = +0.0
+    loss = ops.sum(m)  # its sum starts at +0.0: -0.0 there changes nothing below
+    t.backward(loss)
+    vals = {n.id: np.array(t.value(n.id)) for n in t.nodes}
+    grads = {n.id: None if t.grad(n.id) is None else np.array(t.grad(n.id)) for n in t.nodes}
+    assert vals[m.id][0] == 0 and not np.signbit(vals[m.id][0]) and grads[x.id][0] == 0
+    vals[m.id][0], grads[x.id][0] = -0.0, -0.0
+    st = StepState(1, t.nodes, loss.id, vals.get, grads.get)
+    got = {(i.node, i.which): i.cause for i in provenance(st, explain=True).introduced}
+    assert set(got) == {(m.id, "value"), (x.id, "grad")}
+    assert got[(m.id, "value")].cause == SIGNED_ZERO and got[(x.id, "grad")].cause == SIGNED_ZERO
+
+
+def test_the_reference_is_refmath_whatever_ran_first(monkeypatch):
+    """The refmath namespace is looked up once and kept; from a cold start it is refmath, not
+    the platform's (their exp differs in the last bit on some of these)."""
+    import core.provenance as prov
+    from core import mathlib
+    from core.provenance import reference_value
+
+    monkeypatch.setattr(prov, "_M", None)
+    x = np.random.default_rng(4).uniform(-5, 5, 400)
+    node = Tape(np.float64)
+    v = ops.exp(node.param(x)).node
+    got = reference_value(v, [x], np.float64)
+    want = mathlib.get("refmath").exp(x)
+    assert not np.array_equal(want, mathlib.get("platform").exp(x)), "needs a libm difference"
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+    assert prov._M is mathlib.get("refmath")
+    assert np.array_equal(reference_value(v, [x], np.float64), got)  # the kept one, again
+
+
+def test_reference_value_is_in_the_dtype_asked_for():
+    """On float64 inputs asked in float32 the result is float32, rounded once."""
+    from core.provenance import reference_value
+
+    x = np.array([0.1, 1.0 / 3.0, 2.5])
+    t = Tape(np.float64)
+    n = ops.muls(t.param(x), 3.0).node
+    got = reference_value(n, [x], np.float32)
+    assert got.dtype == np.float32 and got.shape == (3,)
+    assert np.array_equal(got, (x * 3.0).astype(np.float32))
+
+
+def test_inf_and_nan_are_data_not_warnings():
+    """exp overflowing, 0 * inf and an overflowing clip norm: provenance and the reference
+    update run with every floating-point warning an error and say nothing."""
+    import warnings
+
+    t = Tape(np.float64)
+    x = t.param(np.array([1000.0, 1.0, -1.0]))
+    with np.errstate(all="ignore"):
+        y = ops.exp(x)
+        loss = ops.sum(ops.mul(y, t.const(np.array([0.0, 1.0, 2.0]))))
+        t.backward(loss)
+    assert np.isinf(t.value(y)[0]) and np.isnan(t.grad(x)[0])
+    big = ParamUpdate(x.id, 0.0, np.array([1.0, 2.0, 3.0]), np.array([1e200, 1.0, 1.0]),
+                      w_after=None)
+    opt = OptimizerState("sgd", 0.1, 1, [big], clip=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="warn"):
+            st = StepState(1, t.nodes, loss.id, t.value, t.grad)
+            assert provenance(st).introduced == []
+            (w1, _, _), = reference_update(opt)
+    assert w1.tolist() == [1.0, 2.0, 3.0]  # the norm is inf: every gradient scaled to 0
+
+
+def test_consumers_are_what_backward_reaches_no_more():
+    """A node recorded after the loss and a param in a non-differentiable input (keep's mask)
+    are not consumers: backward never pushes a contribution through them."""
+    t = Tape(np.float64)
+    x = t.param(np.array([1.0, -2.0, 3.0]))
+    mask = t.param(np.array([1.0, 0.0, 1.0]))
+    k = ops.keep(x, mask)
+    u = ops.mul(mask, t.const(np.array([2.0, 2.0, 2.0])))
+    loss = ops.sum(ops.add(k, u))
+    after = ops.muls(x, 5.0)  # a metric recorded after the loss
+    cons = consumers(t.nodes, loss.id)
+    assert cons[x.id] == [k.id] and after.id == loss.id + 1
+    assert cons[mask.id] == [u.id]
+    t.backward(loss)
+    grads = {n.id: t.grad(n.id) for n in t.nodes}
+    grads[mask.id] = flip(t.grad(mask))
+    got = provenance(StepState(1, t.nodes, loss.id, t.value, grads.get)).introduced
+    assert [(e.node, e.which, e.by) for e in got] == [(mask.id, "grad", (u.id,))]
+
+
+def test_a_snapshot_keeps_the_skip_hints():
+    t = chain()
+    n = len(t.nodes)
+    live = state(t, exact_value=[True] * n, exact_grad=[True] * n)
+    snap = live.snapshot()
+    assert snap.exact_value == [True] * n and snap.exact_grad == [True] * n
+    assert provenance(snap).checked == provenance(live).checked == 1  # the param leaf only
+
+
+def test_a_forward_kernel_of_one_member_that_introduced_is_introduced():
+    t = chain(plant=(A, "value"))
+    p = provenance(state(t, kernels=_kernels(a=("forward", [A]))))
+    (k,) = p.kernels
+    assert (k["introduced"], k["n_diff"], k["max_ulp"], k["first_node"]) == (True, 1, 1, A)
+
+
+def test_a_float32_backward_kernel_is_judged_in_float32():
+    """tanh's rule rounds differently in float64: the kernel's one wrong element is found, not
+    every element a float64 recomputation would differ in."""
+    t = Tape(np.float32)
+    x = t.param(np.linspace(-1.3, 1.7, 64, dtype=np.float32))
+    p = Planted(t, x.id, "grad")
+    h = ops.tanh(x)
+    loss = ops.sum(ops.mul(h, t.const(np.linspace(0.5, 1.5, 64, dtype=np.float32))))
+    p.backward(loss)
+    st = StepState(1, t.nodes, loss.id, t.value, t.grad,
+                   kernels=_kernels(th=("backward", [h.id])))
+    pr = provenance(st)
+    assert [(e.node, e.which, e.diff.n_diff) for e in pr.introduced] == [(x.id, "grad", 1)]
+    (k,) = pr.kernels
+    assert (k["introduced"], k["n_diff"], k["max_ulp"], k["first_node"]) == (True, 1, 1, x.id)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_adams_numpy_lines_are_its_c_pass_bit_for_bit(dtype, monkeypatch):
+    """Without the native module the reference Adam step runs its numpy lines: the same bits,
+    and no moments (a first step) the same as zero moments."""
+    from core import native
+
+    rng = np.random.default_rng(5)
+
+    def opt(zero_moments: bool) -> OptimizerState:
+        w, g = rng.standard_normal(50).astype(dtype), rng.standard_normal(50).astype(dtype)
+        m = np.zeros(50, dtype) if zero_moments else None
+        return OptimizerState("adam", 0.01, 1, [ParamUpdate(0, 0.0, w, g, None, m, m)])
+
+    rng = np.random.default_rng(5)
+    first = reference_update(opt(True))
+    rng = np.random.default_rng(5)
+    fresh = reference_update(opt(False))
+    monkeypatch.setattr(native, "adam", lambda *a, **k: None)
+    rng = np.random.default_rng(5)
+    slow = reference_update(opt(True))
+    rng = np.random.default_rng(5)
+    slow_fresh = reference_update(opt(False))
+    assert first[0][0] is not None and first[0][0].dtype == dtype
+    for r in (fresh, slow, slow_fresh):
+        for got, want in zip(r[0], first[0], strict=True):
+            assert got.dtype == dtype
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    w0 = opt(True).params[0]  # and it moved: not the weights handed back
+    assert not np.array_equal(first[0][0], w0.w)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+@pytest.mark.parametrize("dtname", ["float16", "bfloat16"])
+def test_a_half_update_is_core_optims_rounded_once(kind, dtname):
+    from core import optim, precision
+    from tests.core.test_provenance import _opt_state
+
+    dt = precision.dtype_of(dtname)
+    t = Tape(dtname)
+    w = t.param(np.array([0.5, -1.25, 2.0, 3.0]).astype(dt))
+    loss = ops.sum(ops.mul(ops.tanh(w), w))
+    o = optim.SGD(t, 0.1, clip=0.5) if kind == "sgd" else optim.Adam(t, 0.01, clip=0.5)
+    o.add(w)
+    for _ in range(2):
+        t.backward(loss)
+        st = _opt_state(o, t, kind)
+        o.step()
+        (w1, m1, v1), = reference_update(st)
+        assert w1.dtype == dt
+        assert np.array_equal(w1.view(np.uint16), np.asarray(t.value(w)).view(np.uint16))
+        if kind == "adam":
+            slot = o.slots[0]
+            assert m1.dtype == v1.dtype == dt
+            assert np.array_equal(m1.view(np.uint16), slot.m.view(np.uint16))
+            assert np.array_equal(v1.view(np.uint16), slot.v.view(np.uint16))
+        else:
+            assert m1 is None and v1 is None
+        loss = ops.sum(ops.mul(ops.tanh(w), w))
+
+
+def _flip_half(a: np.ndarray) -> np.ndarray:
+    out = np.array(a, copy=True)
+    out.reshape(-1).view(np.uint16)[0] ^= 1
+    return out
+
+
+@pytest.mark.parametrize("dtname", ["float16", "bfloat16"])
+def test_a_half_tape_is_judged_in_its_own_type(dtname):
+    """A half tape computes in float32 and rounds once: recomputed that way, the clean tape
+    introduces nothing (a float32 result left unrounded would differ nearly everywhere), and a
+    planted one-ulp value or gradient is one element at the node planted."""
+    from core import precision
+
+    dt = precision.dtype_of(dtname)
+    t = Tape(dtname)
+    x = t.param(np.linspace(-1.3, 1.7, 32).astype(dt))
+    h = ops.tanh(x)
+    s = ops.muls(h, 3.0)
+    loss = ops.sum(ops.mul(s, t.const(np.linspace(0.5, 1.5, 32).astype(dt))))
+    t.backward(loss)
+    vals = {n.id: np.array(t.value(n.id)) for n in t.nodes}
+    grads = {n.id: None if t.grad(n.id) is None else np.array(t.grad(n.id)) for n in t.nodes}
+    st = StepState(1, t.nodes, loss.id, vals.get, grads.get)
+    assert provenance(st).introduced == []
+    vals[loss.id] = np.array(vals[loss.id])  # (the loss's value: not read below)
+    grads[x.id] = _flip_half(grads[x.id])
+    got = provenance(st).introduced
+    assert [(e.node, e.which, e.diff.n_diff) for e in got] == [(x.id, "grad", 1)]
+    grads[x.id] = np.array(t.grad(x))
+    vals[loss.id] = _flip_half(vals[loss.id])
+    got = provenance(st).introduced
+    assert [(e.node, e.which, e.diff.n_diff) for e in got] == [(loss.id, "value", 1)]
+
+
+def test_reference_grad_is_in_the_dtype_asked_for():
+    t = chain()
+    r = reference_grad(t.nodes, A, LOSS, [B], t.value, t.grad, np.float32)
+    assert r.dtype == np.float32 and r.shape == (3,)
+    assert np.array_equal(r, (2.0 * t.grad(B)).astype(np.float32))
+
+
+def test_an_adam_step_without_its_moments_is_judged_on_the_weights():
+    """A candidate that reports the parameter after Adam but not its moments: m and v are not
+    judged (nothing to compare), the parameter is."""
+    t, loss, w, p, opt = _adam_state()
+    p.m_after = p.v_after = None
+    full = StepState(1, t.nodes, loss.id, t.value, t.grad, update=opt)
+    assert provenance(full).introduced == []
+    p.w_after = flip(p.w_after)
+    assert [(e.node, e.part) for e in provenance(full).introduced] == [(w.id, "param")]
+
+
+def test_a_leaf_is_judged_in_the_tapes_dtype_not_the_data_given():
+    """float64 data given to a float32 tape: the leaf holds it rounded to float32, as given."""
+    data = np.array([0.1, 0.2, 1.0 / 3.0])
+    t = Tape(np.float32)
+    x = t.param(data)
+    loss = ops.sum(ops.muls(x, 2.0))
+    t.backward(loss)
+    st = StepState(1, t.nodes, loss.id, t.value, t.grad, {x.id: data}.get)
+    assert provenance(st).introduced == []
+    st.leaf = {x.id: flip(data.astype(np.float32))}.get
+    assert [(e.node, e.which) for e in provenance(st).introduced] == [(x.id, "value")]
+
+
+def test_a_node_without_a_value_does_not_end_the_walk():
+    t, loss, x = _fan(False, plant=(None, "value"))  # x, tanh, exp (dangling), 3x, add, sum
+    z = next(n.id for n in t.nodes if n.op == "exp")
+    b = next(n.id for n in t.nodes if n.op == "muls")
+    vals = {n.id: t.value(n.id) for n in t.nodes}
+    vals[z] = None  # a node the device never read back
+    vals[b] = flip(vals[b])  # (what reads b read the clean one: only b differs)
+    st = StepState(1, t.nodes[: loss + 1], loss, vals.get, t.grad)
+    got = provenance(st).introduced
+    assert (b, "value") in [(e.node, e.which) for e in got] and z < b
+
+
+def _hinted(grads: dict, t: Tape) -> StepState:
+    """Hints as a comparison with the clean tape gives them: bit-equal arrays are exact."""
+    clean = chain()
+    ev = [True] * 6
+    eg = [grads[i] is None or np.array_equal(grads[i], clean.grad(i)) for i in range(6)]
+    return state(t, exact_value=ev, exact_grad=eg)
+
+
+def test_value_hints_without_gradient_hints_skip_no_gradient():
+    t = chain(plant=(A, "grad"))
+    st = state(t, exact_value=[True] * 6)
+    assert [(e.node, e.which) for e in provenance(st).introduced] == [(A, "grad")]
+
+
+def test_a_gradient_equal_to_the_reference_but_not_from_its_consumer_is_introduced():
+    """b's gradient is 1 ulp off and a's equals the clean run's: a's rule, run on b's gradient,
+    does not give a's; every value exact, a's gradient exact, yet a introduced (it compensated)."""
+    t = chain()
+    grads = {n.id: None if t.grad(n.id) is None else np.array(t.grad(n.id)) for n in t.nodes}
+    grads[B] = flip(grads[B])
+    st = _hinted(grads, t)
+    st.grad = grads.get
+    assert st.exact_grad[A] and not st.exact_grad[B]
+    got = [(e.node, e.which) for e in provenance(st).introduced]
+    assert got == [(B, "grad"), (A, "grad")]
+
+
+def test_a_skipped_gradient_does_not_end_the_walk():
+    t = chain(plant=(X_, "grad"))
+    grads = {n.id: t.grad(n.id) for n in t.nodes}
+    st = _hinted(grads, t)
+    assert st.exact_grad[LOSS] and st.exact_grad[A] and not st.exact_grad[X_]
+    assert [(e.node, e.which) for e in provenance(st).introduced] == [(X_, "grad")]
+
+
+def test_an_explained_update_is_unknown_with_nothing_closer():
+    """No variant rewrites the optimizer: an update entry's cause is exactly 'unknown', with no
+    variant and no closest one."""
+    t, loss, w, p, opt = _adam_state()
+    p.w_after = flip(p.w_after)
+    got = provenance(StepState(1, t.nodes, loss.id, t.value, t.grad, update=opt),
+                     explain=True).introduced
+    (e,) = got
+    assert e.which == "update" and e.to_json()["cause"] == "unknown"
+    assert e.to_json()["explain"] == {"cause": "unknown", "variant": "", "closest": None,
+                                      "max_ulp": 0, "n_diff": 0}
+
+
+def test_a_float32_gradient_is_explained_in_float32():
+    from core.explain import _mm_fma
+
+    rng = np.random.default_rng(32)
+    t = Tape(np.float32)
+    a = t.param(rng.standard_normal((4, 40)).astype(np.float32))
+    b = t.param(rng.standard_normal((40, 6)).astype(np.float32))
+    y = ops.matmul(a, b)
+    loss = ops.sum(ops.mul(y, t.const(rng.standard_normal((4, 6)).astype(np.float32))))
+    t.backward(loss)
+    grads = {n.id: t.grad(n.id) for n in t.nodes}
+    grads[a.id] = _mm_fma(t.grad(y), np.ascontiguousarray(t.value(b).T))
+    assert grads[a.id].dtype == np.float32
+    st = StepState(1, t.nodes, loss.id, t.value, grads.get)
+    (e,) = provenance(st, explain=True).introduced
+    assert (e.node, e.which, e.cause.cause) == (a.id, "grad", "fma")

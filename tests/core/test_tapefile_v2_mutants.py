@@ -1,0 +1,399 @@
+"""core.tapefile version 2, line by line: each check here is one the mutation run of issue 31
+found no test for. Crafted headers wrong in one way, refused with the message that names what
+and where; round trips of the tapes that exercise an edge (empty arrays, a block over the
+reader's 16 MiB chunk); the lazy arrays as the GUI's session uses them (slices, snapshots,
+NaN/inf flags of arrays set after the load).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core import Tape, ops, tapefile
+from core.tapefile import TapeFileError
+from tests.core.test_tapefile_v2 import _set_loc, chain, edited, parts, refused, same
+
+
+@pytest.fixture
+def small(tmp_path) -> Path:
+    """x[2,3] param -> tanh -> sum (test_tapefile_v2's): one block an array."""
+    t = Tape()
+    x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
+    loss = ops.sum(ops.tanh(x))
+    t.backward(loss)
+    return tapefile.save(t, tmp_path / "small.tape", meta={"loss": loss.id}, block_bytes=64)
+
+
+@pytest.fixture
+def many(tmp_path) -> Path:
+    """~83 nodes over many 1 KiB blocks (test_tapefile_v2's)."""
+    t, loss = chain()
+    return tapefile.save(t, tmp_path / "many.tape", meta={"loss": loss}, block_bytes=1024)
+
+
+def _fail(src: Path, tmp_path: Path, edit, want: str, name: str = "bad.tape") -> None:
+    """``src`` edited is refused at the open (eager and lazy), the message saying ``want``."""
+    bad = edited(src, tmp_path / name, edit)
+    for lazy in (False, True):
+        err = refused(bad, lazy=lazy)
+        assert want in str(err), str(err)
+
+
+# ---- the layout: each refusal names what and where --------------------------------------------
+def _block(b: int, k: int, v):
+    def edit(h):
+        h["blocks"][b][k] = v
+    return edit
+
+
+def test_blocks_that_are_not_a_list_of_triples(small, tmp_path):
+    _fail(small, tmp_path, lambda h: h.update(blocks={}),
+          "'blocks' must be a list of [offset, size, sha256]")
+    _fail(small, tmp_path, _block(0, 0, 64.0), "block 0 must be [offset, size, sha256 hex]")
+    _fail(small, tmp_path, _block(1, 1, True), "block 1 must be [offset, size, sha256 hex]")
+
+
+def test_blocks_overlapping_the_preamble_or_each_other_are_refused(small, tmp_path):
+    _, h = parts(small)
+    b0 = h["blocks"][0]
+    _fail(small, tmp_path, _block(0, 0, 8), "block 0 at 8 overlaps the 64-byte preamble")
+    inside = b0[0] + b0[1] - 8  # block 1 starting 8 bytes before block 0 ends
+    _fail(small, tmp_path, _block(1, 0, inside),
+          f"block 1 at {inside} overlaps the preamble or block 0 (blocks lie in file order")
+
+
+def test_a_block_past_the_data_is_refused_where_it_ends(small, tmp_path):
+    body, h = parts(small)
+    start, size, _ = h["blocks"][-1]
+    hoff = len(body)
+    last = len(h["blocks"]) - 1
+    _fail(small, tmp_path, _block(last, 1, hoff - start + 1),
+          f"block {last} ({hoff - start + 1} bytes at {start}) is not inside the data "
+          f"(which ends at {hoff})")
+    _fail(small, tmp_path, _block(last, 1, -1), f"block {last} (-1 bytes at {start})")
+
+
+def test_a_shape_larger_than_the_file_is_refused_by_its_bytes(small, tmp_path):
+    body, _ = parts(small)
+    big = len(body) // 8 + 1  # float64: one element past what the data can hold
+    _fail(small, tmp_path, lambda h: h["shapes_table"].__setitem__(0, [big]),
+          f"shape [{big}] declares {big * 8} bytes, more than the file holds")
+
+
+@pytest.mark.parametrize("kind", ["values", "grads"])
+def test_array_locations_out_of_range_are_refused_by_the_list_check(small, tmp_path, kind):
+    n = len(parts(small)[1]["op"])
+    _fail(small, tmp_path, lambda h: h.update({kind: h[kind][:-2]}),
+          f"'{kind}' must be a list of {2 * n} integers")
+    _fail(small, tmp_path, lambda h: _set_loc(h, kind, 0, [0, 1 << 62]),
+          f"'{kind}' holds a value outside [-1, {1 << 62})")
+    _fail(small, tmp_path, lambda h: _set_loc(h, kind, 0, [-2, 0]),
+          f"'{kind}' holds a value outside [-1, {1 << 62})")
+
+
+def test_each_array_location_refusal_names_the_node_and_the_place(small, tmp_path):
+    _, h = parts(small)
+    nb = len(h["blocks"])
+    _fail(small, tmp_path, lambda h: _set_loc(h, "values", 1, [-1, -1]),
+          "node 1 tanh: value missing")
+    _fail(small, tmp_path, lambda h: _set_loc(h, "values", 1, [nb, 0]),
+          f"node 1 tanh: its value (block {nb}, offset 0) is in no block")
+    _fail(small, tmp_path, lambda h: _set_loc(h, "grads", 1, [0, 3]),
+          "node 1 tanh: its grad (block 0, offset 3) is not aligned (offset not a multiple of 8)")
+    _fail(small, tmp_path, lambda h: _set_loc(h, "values", 2, [0, -1]),
+          "node 2 sum: its value (block 0, offset -1) has a negative offset")
+    _fail(small, tmp_path, lambda h: _set_loc(h, "values", 1, [0, 1 << 20]),
+          f"node 1 tanh: its value (48 bytes at offset {1 << 20}) lies outside block 0")
+
+
+def test_arrays_overlapping_inside_one_block_are_refused(many, tmp_path):
+    """Two arrays of one block, the second moved to start inside the first (not at its start)."""
+    _, h = parts(many)
+    v = h["values"]
+    i = next(k for k in range(1, len(v) // 2) if v[2 * k] == v[2 * k - 2] and v[2 * k + 1] > 0)
+    blk, off = v[2 * i - 2], v[2 * i - 1]  # node i-1's value: same block, before node i's
+    _fail(many, tmp_path, lambda h: _set_loc(h, "values", i, [blk, off + 8]),
+          "two arrays overlap in the file")
+
+
+def test_empty_arrays_and_an_empty_block_round_trip(tmp_path):
+    """A zero-size block (a tape of one empty array) and empty arrays sharing an offset with
+    the next array are valid layouts, read back as written."""
+    t = Tape()
+    t.param(np.zeros(0))
+    for lazy in (False, True):
+        back, _ = tapefile.load(tapefile.save(t, tmp_path / "empty.tape"), lazy=lazy)
+        assert back.value(0).shape == (0,)
+    t = Tape()
+    x = t.param(np.zeros((0, 3)))
+    y = t.param(np.array([1.0, 2.0]))
+    loss = ops.add(ops.sum(x), ops.sum(y))
+    t.backward(loss)
+    path = tapefile.save(t, tmp_path / "e.tape")
+    for lazy in (False, True):
+        back, _ = tapefile.load(path, lazy=lazy)
+        same(t, back)
+
+
+# ---- meta ---------------------------------------------------------------------------------------
+def test_meta_loss_at_node_0_and_the_last_node_is_accepted_one_past_is_not(small, tmp_path):
+    n = len(parts(small)[1]["op"])
+    for loss in (0, n - 1):
+        ok = edited(small, tmp_path / f"ok{loss}.tape", lambda h, v=loss: h["meta"].update(loss=v))
+        assert tapefile.load(ok)[1]["loss"] == loss
+    _fail(small, tmp_path, lambda h: h["meta"].update(loss=n), f"meta 'loss' {n} is not a node id")
+    _fail(small, tmp_path, lambda h: h["meta"].update(workload=5),
+          "meta 'workload' must be a string")
+    _fail(small, tmp_path, lambda h: h.update(meta=[1]), "'meta' must be an object")
+
+
+@pytest.mark.parametrize("math", ["refmath", "platform"])
+def test_the_math_mode_round_trips(tmp_path, math):
+    t = Tape(math=math)
+    ops.sum(ops.exp(t.param(np.linspace(0.1, 1, 4))))
+    for lazy in (False, True):
+        assert tapefile.load(tapefile.save(t, tmp_path / "m.tape"), lazy=lazy)[0].math == math
+
+
+# ---- blocks as read --------------------------------------------------------------------------
+def test_a_block_over_the_readers_chunk_round_trips(tmp_path):
+    """The reader takes a block in 16 MiB reads: one of 16 MiB and a bit comes back whole."""
+    t = Tape(np.float32)
+    t.param(np.arange((16 << 20) // 4 + 17, dtype=np.float32))
+    back, _ = tapefile.load(tapefile.save(t, tmp_path / "big.tape"), lazy=True)
+    assert np.array_equal(back.value(0), t.value(0))
+
+
+def test_arrays_read_from_a_file_are_read_only_and_counted(many):
+    back, _ = tapefile.load(many, lazy=True)
+    v = back._values
+    a = v[0]
+    assert not a.flags.writeable
+    with pytest.raises(ValueError):
+        a[...] = 0
+    first = v.bytes_read
+    assert v.blocks_read == 1 and first > 0
+    h = parts(many)[1]
+    far = next(i for i in range(len(h["op"])) if h["values"][2 * i] != h["values"][0])
+    v[far]
+    sizes = {b: s for b, (_, s, _) in enumerate(h["blocks"])}
+    assert v.blocks_read == 2
+    assert v.bytes_read == first + sizes[h["values"][2 * far]]
+
+
+def test_a_gradient_with_an_inf_beside_a_finite_value_is_no_false_claim(tmp_path):
+    """x = [0, 1] -> sqrt: x's value is finite, its gradient holds an inf (1 / (2 sqrt 0))."""
+    t = Tape()
+    x = t.param(np.array([0.0, 1.0]))
+    with np.errstate(divide="ignore"):
+        loss = ops.sum(ops.sqrt(x))
+        t.backward(loss)
+    assert np.isinf(t.grad(x)[0]) and np.isfinite(t.value(x)).all()
+    back, _ = tapefile.load(tapefile.save(t, tmp_path / "g.tape"), lazy=True)
+    assert back._grads.nonfinite()[x.id] and not back._values.nonfinite()[x.id]
+    same(t, back)  # every block read, every claim checked: none raised
+
+
+# ---- the lazy arrays: slices, cuts, snapshots, flags ---------------------------------------------
+def _lazy(many):
+    back, _ = tapefile.load(many, lazy=True)
+    eager, _ = tapefile.load(many)
+    return back, eager
+
+
+def test_a_slice_of_the_lazy_values_reads_the_right_nodes(many):
+    back, eager = _lazy(many)
+    v = back._values
+    sl = v[3:9]
+    assert len(sl) == 6
+    assert all(np.array_equal(sl[k], eager.value(3 + k)) for k in range(6))
+    st = v[1:12:2]
+    assert isinstance(st, list) and len(st) == 6
+    assert all(np.array_equal(st[k], eager.value(1 + 2 * k)) for k in range(6))
+    assert len(v[len(v):len(v) + 4]) == 0
+
+
+def test_arrays_set_after_the_load_are_flagged_by_their_own_data(many):
+    back, _ = _lazy(many)
+    v = back._values
+    n = len(v)
+    v[4] = np.array([np.nan])
+    flags = v.nonfinite()
+    assert len(flags) == n and flags.tolist() == [i == 4 for i in range(n)]
+    sl = v[4:10]  # the set item at the slice's start, and one before it out of the slice
+    assert sl.nonfinite().tolist() == [True] + [False] * 5
+    assert v[5:10].nonfinite().tolist() == [False] * 5
+    del v[4:]
+    assert v.nonfinite().tolist() == [False] * 4
+    v.append(np.array([np.inf]))
+    assert v.nonfinite().tolist() == [False] * 4 + [True]
+
+
+def test_a_lazy_array_list_is_cut_only_at_its_end(many):
+    back, _ = _lazy(many)
+    v = back._values
+    for cut in (0, slice(2, 4), slice(0, None, 2)):
+        with pytest.raises(TypeError, match="only ever cut at the end"):
+            del v[cut]
+
+
+def test_a_snapshot_reads_the_same_file_and_keeps_its_own_items(many):
+    back, eager = _lazy(many)
+    g = back._grads
+    s = g.snapshot()
+    assert len(s) == len(g) and s.nonfinite().tolist() == g.nonfinite().tolist()
+    i = next(k for k in range(len(g)) if eager.grad(k) is not None)
+    assert np.array_equal(s[i], eager.grad(i))
+    assert g.blocks_read == s.blocks_read >= 1  # one store: what the snapshot read, both see
+    g[i] = np.array([np.inf])
+    assert np.array_equal(s[i], eager.grad(i)) and not s.nonfinite()[i] and g.nonfinite()[i]
+    s[i + 1] = np.array([np.nan])
+    assert s.nonfinite()[i + 1] and not g.nonfinite()[i + 1]
+    assert all((s[k] is None) == (eager.grad(k) is None) for k in range(len(s)))
+
+
+# ---- the structure and the trailer: each refusal names what, exactly ---------------------------
+def _set(key, value):
+    return lambda h: h.update({key: value})
+
+
+def _item(key, i, value):
+    def edit(h):
+        h[key][i] = value
+    return edit
+
+
+STRUCTURE = [  # (edit of the small tape's header: x param, tanh, sum; message)
+    (_set("ops", "tanh"), "'ops' must be a list of op names"),
+    (_item("ops", 0, "e" * 60), "unknown op '" + "e" * 24 + "…(60 characters)'"),
+    (_item("op", 1, 3), "'op' holds a value outside [0, 3)"),
+    (_item("op", 1, -1), "'op' holds a value outside [0, 3)"),
+    (_set("op", 5), "'op' must be a list of integers"),
+    (lambda h: h.update(inputs=h["inputs"][:-1]), "'inputs' must be a list of 3 lists of node ids"),
+    (_item("inputs", 2, [3]), "'inputs' must hold node ids (integers from 0 to 2)"),
+    (_item("inputs", 1, [1]), "node 1 tanh: inputs must be ids of earlier nodes"),
+    (_set("shapes_table", {}), "'shapes_table' must be a list of shapes"),
+    (lambda h: h["shapes_table"].__setitem__(0, [1 << 62]),
+     f"shape 0 [{1 << 62}] of 'shapes_table' is not a list of at most 32 sizes"),
+    (lambda h: h.update(shape=h["shape"][:-1]), "'shape' must be a list of 3 integers"),
+    (_item("shape", 0, -1), "'shape' holds a value outside [0, "),
+    (_item("attrs_table", 0, 5), "'attrs_table': attrs must be an object, not int"),
+    (_item("attrs", 0, -1), "'attrs' holds a value outside [0, "),
+    (lambda h: h.update(names=h["names"][:-1]), "'names' must be a list of 3 names"),
+    (_set("params", [3]), "'params' [3] must list ids of param nodes"),
+    (_set("version", 1), "header version 1 is not 2 (the preamble's)"),
+    (_set("dtype", "int64"), "dtype 'int64' is not supported (float64 or float32"),
+    (_set("byteorder", "big"), "byte order 'big' is not this machine's"),
+    (_set("math", "fast"), "math mode 'fast' is not one of"),
+    (_set("ok", "yes"), "'ok' must be true/false and 'error' a string or null"),
+    (lambda h: h["shapes_table"].append([3, 2]) or h["shape"].__setitem__(1, 2),
+     "node 1 tanh: inputs and attrs give shape [2, 3], the header says [3, 2]"),
+]
+
+
+@pytest.mark.parametrize("k", range(len(STRUCTURE)))
+def test_each_structure_refusal_says_exactly_what(small, tmp_path, k):
+    edit, want = STRUCTURE[k]
+    _fail(small, tmp_path, edit, want)
+
+
+def test_attrs_are_checked_for_each_node_not_each_shape(tmp_path):
+    """Two sums of the same shapes, differing only in their attrs: the second one's attrs wrong
+    for the op is refused though a node of the same shapes passed."""
+    t = Tape()
+    x = t.param(np.arange(9.0).reshape(3, 3))
+    ops.sum(x, axis=0)
+    ops.sum(x, axis=1)
+    path = tapefile.save(t, tmp_path / "s.tape")
+    assert len(tapefile.load(path)[0]) == 3
+
+    def edit(h):
+        h["attrs_table"].append({"axis": 7, "keepdims": False})
+        h["attrs"][2] = len(h["attrs_table"]) - 1
+    bad = edited(path, tmp_path / "b.tape", edit)
+    err = str(refused(bad))
+    assert "node 2 sum: attrs {'axis': 7, 'keepdims': False} do not fit (" in err, err
+
+
+@pytest.mark.parametrize("k", [2, 4, 5])
+def test_concat_of_many_inputs_round_trips_and_its_shape_is_checked(tmp_path, k):
+    t = Tape()
+    xs = [t.param(np.full((2, 1 + j), float(j))) for j in range(k)]
+    y = ops.concat(xs, axis=1)
+    ops.sum(y)
+    path = tapefile.save(t, tmp_path / "c.tape")
+    same(t, tapefile.load(path)[0])
+    wide = sum(1 + j for j in range(k))
+    bad = edited(path, tmp_path / "cb.tape",
+                 lambda h: h["shapes_table"].append([2, wide + 1])
+                 or h["shape"].__setitem__(y.id, len(h["shapes_table"]) - 1))
+    err = str(refused(bad))
+    assert f"node {y.id} concat: inputs and attrs give shape [2, {wide}]" in err, err
+
+
+def test_the_trailer_and_the_header_edges(small, tmp_path):
+    import hashlib
+    import struct
+
+    from core.tapefile import MAGIC, TRAILER_MAGIC, Limits
+
+    body, h = parts(small)
+    raw = small.read_bytes()
+    short = tmp_path / "short.tape"
+    short.write_bytes(raw[:64] + raw[-36:])
+    assert "truncated (100 bytes: shorter than a preamble and a trailer)" in str(refused(short))
+    tiny = tmp_path / "tiny.tape"  # exactly a preamble and a trailer: an empty header
+    tiny.write_bytes(MAGIC + struct.pack("<H", 2) + bytes(64 - len(MAGIC) - 2) + struct.pack(
+        "<8sQQ32s", TRAILER_MAGIC, 64, 0, hashlib.sha256(b"").digest()))
+    assert "header is not valid JSON" in str(refused(tiny))
+    hoff, hlen = len(body), len(raw) - len(body) - 56
+    moved = tmp_path / "moved.tape"
+    moved.write_bytes(raw[:-56] + struct.pack("<8sQQ32s", TRAILER_MAGIC, hoff + 8, hlen,
+                                              raw[-32:]))
+    assert (f"the trailer puts a {hlen}-byte header at {hoff + 8} in a file of {len(raw)} bytes"
+            in str(refused(moved)))
+    assert tapefile.load(small, limits=Limits(max_header_bytes=hlen))[0] is not None
+    assert f"header is {hlen} bytes, over the limit of {hlen - 1}" in str(
+        refused(small, limits=Limits(max_header_bytes=hlen - 1)))
+    deep = tmp_path / "deep.tape"
+    text = ("[" * 100000 + "]" * 100000).encode()
+    deep.write_bytes(body + text + struct.pack("<8sQQ32s", TRAILER_MAGIC, hoff, len(text),
+                                               hashlib.sha256(text).digest()))
+    assert "header JSON is nested too deeply" in str(refused(deep))
+
+
+# ---- both versions: round trips at the edges --------------------------------------------------
+@pytest.mark.parametrize("version", [1, 2])
+def test_concat_and_empty_arrays_round_trip_in_both_versions(tmp_path, version):
+    t = Tape()
+    a, b = t.param(np.ones((2, 3))), t.param(np.zeros((2, 0)))
+    loss = ops.sum(ops.concat([a, b], axis=1))
+    t.backward(loss)
+    same(t, tapefile.load(tapefile.save(t, tmp_path / "c.tape", version=version))[0])
+
+
+def test_large_finite_values_are_not_flagged_nonfinite(tmp_path):
+    """[1e308, 1e308] sums to inf but holds no inf: the file's NaN/inf list leaves it out."""
+    t = Tape()
+    t.param(np.array([1e308, 1e308]))
+    back, _ = tapefile.load(tapefile.save(t, tmp_path / "f.tape"), lazy=True)
+    assert not back._values.nonfinite()[0]
+    assert np.array_equal(back.value(0), t.value(0))
+
+
+def test_version_2_refuses_to_write_a_name_the_loader_would_refuse(tmp_path):
+    t = Tape()
+    t.param(np.ones(2), name="ok")
+    t._nodes[0] = t._nodes[0]._replace(name="a\nb")
+    with pytest.raises(TapeFileError, match="node 0 param: name"):
+        tapefile.save(t, tmp_path / "n.tape")
+    assert not (tmp_path / "n.tape").exists()
+
+
+def test_blocks_close_at_the_size_aimed_at(many):
+    _, h = parts(many)
+    sizes = [s for _, s, _ in h["blocks"]]
+    assert len(sizes) > 10 and max(sizes) <= 1024
