@@ -38,7 +38,8 @@ WRAP = textwrap.dedent("""
 
 
 def fake(mode: str) -> str:
-    return f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE))} {shlex.quote(mode)}"
+    # PROTOCOL as an argument: the fake says hello without importing the app first
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE))} {shlex.quote(mode)} {PROTOCOL}"
 
 
 def parity(worker: str, *flags: str) -> dict:
