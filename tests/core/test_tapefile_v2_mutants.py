@@ -14,17 +14,10 @@ import pytest
 
 from core import Tape, ops, tapefile
 from core.tapefile import TapeFileError
+from tests.core import test_tapefile_v2
 from tests.core.test_tapefile_v2 import _set_loc, chain, edited, parts, refused, same
 
-
-@pytest.fixture
-def small(tmp_path) -> Path:
-    """x[2,3] param -> tanh -> sum (test_tapefile_v2's): one block an array."""
-    t = Tape()
-    x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
-    loss = ops.sum(ops.tanh(x))
-    t.backward(loss)
-    return tapefile.save(t, tmp_path / "small.tape", meta={"loss": loss.id}, block_bytes=64)
+small = test_tapefile_v2.small  # the fixture: x[2,3] param -> tanh -> sum, one block an array
 
 
 @pytest.fixture
