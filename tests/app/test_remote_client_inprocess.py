@@ -105,7 +105,10 @@ def scripted(*answers, then_wait: bool = True):
             p.seen.append(json.loads(line))
             if a is None:
                 break
-            os.write(wfd, a if isinstance(a, bytes) else json.dumps(a).encode() + b"\n")
+            try:
+                os.write(wfd, a if isinstance(a, bytes) else json.dumps(a).encode() + b"\n")
+            except BrokenPipeError:  # the client has ended this peer already: its test is done
+                return 0
         while then_wait and os.read(rfd, 1 << 16):
             pass  # until the client closes its end
         return 3
@@ -499,6 +502,20 @@ def test_a_malformed_step_reply_is_named(monkeypatch, change, says):
     with pytest.raises(RemoteError) as ei:
         r.step()
     assert str(ei.value).startswith(f"{WHO} sent a malformed reply to 'step': {says}"), ei.value
+    assert r.step_index == 0
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("v_diff", -3, "v_diff out of 0..n"),
+    ("v_n", 3, "value n is not the node's element count"),
+])
+def test_a_step_record_with_a_bad_column_value_is_named(monkeypatch, field, value, says):
+    # (tests/app/test_worker_hostile.py has these through a real worker process, `slow`)
+    peer(monkeypatch, Doctor("step", _rec(field, value)))
+    r = RemotePair(config())
+    with pytest.raises(RemoteError) as ei:
+        r.step()
+    assert "malformed reply to 'step'" in str(ei.value) and says in str(ei.value), ei.value
     assert r.step_index == 0
 
 

@@ -133,8 +133,9 @@ def test_a_reply_without_its_fields_is_named_not_a_keyerror(mode, says):
 # a count out of range, and what only the client can know (the node's size, how many nodes)
 @pytest.mark.parametrize("field,value,says", [
     # a step record is binary columns of this side's layout: what can be wrong is a value
-    ("v_diff", "-3", "v_diff out of 0..n"),
-    ("v_n", "3", "value n is not the node's element count"),
+    # (v_diff and v_n also in-process: tests/app/test_remote_client_inprocess.py; 12 s each here)
+    pytest.param("v_diff", "-3", "v_diff out of 0..n", marks=pytest.mark.slow),
+    pytest.param("v_n", "3", "value n is not the node's element count", marks=pytest.mark.slow),
     ("count", "0", "not a record of"),
 ])
 def test_garbage_in_a_step_record_is_a_malformed_reply_never_bit_identical(field, value, says):
