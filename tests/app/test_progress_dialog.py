@@ -32,6 +32,30 @@ def _click_cancel(qtbot, dlg: QProgressDialog) -> None:
     qtbot.mouseClick(button, Qt.LeftButton)
 
 
+def _cancel_when_shown(qtbot, win, name: str, shot: str):
+    """A 50 ms timer that, once dialog ``name`` shows, notes its label and modality in the
+    returned dict (and its picture under TAPESCOPE_SHOTS), clicks Cancel and stops."""
+    from PySide6.QtCore import QTimer
+
+    seen: dict = {}
+    timer = QTimer()
+
+    def press() -> None:
+        dlg = _dialog(win, name)
+        if dlg is None:
+            return
+        seen["label"], seen["modal"] = dlg.labelText(), dlg.isModal()
+        if SHOTS:
+            dlg.grab().save(os.path.join(SHOTS, shot))
+        _click_cancel(qtbot, dlg)
+        timer.stop()
+
+    timer.setInterval(50)
+    timer.timeout.connect(press)
+    timer.start()
+    return seen, timer
+
+
 def _group_gone(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -109,25 +133,7 @@ def test_a_tape_load_shows_a_dialog_and_cancel_gives_the_window_back(qtbot, win,
     monkeypatch.setattr(pd, "open_path", slow_open)
     before = win.session
     path = str(example_path("mlp"))
-    result: dict = {}
-
-    def press_cancel_when_shown() -> None:
-        dlg = _dialog(win, "load_progress")
-        if dlg is None:
-            return
-        result["label"] = dlg.labelText()
-        result["modal"] = dlg.isModal()
-        if SHOTS:
-            dlg.grab().save(os.path.join(SHOTS, "tape_dialog.png"))
-        _click_cancel(qtbot, dlg)
-        timer.stop()
-
-    from PySide6.QtCore import QTimer
-
-    timer = QTimer()
-    timer.setInterval(50)
-    timer.timeout.connect(press_cancel_when_shown)
-    timer.start()
+    result, timer = _cancel_when_shown(qtbot, win, "load_progress", "tape_dialog.png")
     t0 = time.monotonic()
     assert not win.open_file(path)  # returns as soon as Cancel is pressed
     took = time.monotonic() - t0
@@ -175,23 +181,7 @@ def test_a_cold_native_build_shows_a_dialog_and_cancel_goes_on_without_it(qtbot,
     monkeypatch.setattr(native, "_ext", False)
     monkeypatch.setattr(native, "_build", slow_build)
     monkeypatch.setattr(native.ctypes, "CDLL", lambda path: lib)
-    seen: dict = {}
-
-    def press_cancel_when_shown() -> None:
-        dlg = _dialog(win, "native_progress")
-        if dlg is not None:
-            seen["label"] = dlg.labelText()
-            if SHOTS:
-                dlg.grab().save(os.path.join(SHOTS, "native_dialog.png"))
-            _click_cancel(qtbot, dlg)
-            timer.stop()
-
-    from PySide6.QtCore import QTimer
-
-    timer = QTimer()
-    timer.setInterval(50)
-    timer.timeout.connect(press_cancel_when_shown)
-    timer.start()
+    seen, timer = _cancel_when_shown(qtbot, win, "native_progress", "native_dialog.png")
     try:
         assert pd.prepare_native(win, show_after_ms=100) is False
         assert seen["label"].startswith("Compiling refmath's C kernels (first run only")
