@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import struct
 
-import numpy as np
 import pytest
 
 from app.main_window import MainWindow
-from core import Tape, ops, tapefile
+from core import tapefile
+from tests.core.test_tapefile_v2 import chain
 
 TRAILER = struct.Struct("<8sQQ32s")
 
@@ -25,16 +25,9 @@ def win(qtbot, settings):
 
 
 def chain_file(path, n: int = 30):
-    """x[4,8] through n tanh(mul) steps to a sum, saved in many 1 KiB blocks."""
-    t = Tape()
-    x = t.param(np.linspace(-1, 1, 32).reshape(4, 8), name="x")
-    w = t.param(np.full((4, 8), 0.5), name="w")
-    y = x
-    for k in range(n):
-        y = ops.tanh(ops.mul(y, w), name=f"h{k}")
-    loss = ops.sum(y, name="loss")
-    t.backward(loss)
-    tapefile.save(t, path, meta={"loss": loss.id}, block_bytes=1024)
+    """test_tapefile_v2's chain of n tanh(mul) steps, saved in many 1 KiB blocks."""
+    t, loss = chain(n)
+    tapefile.save(t, path, meta={"loss": loss}, block_bytes=1024)
     return t
 
 
