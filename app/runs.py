@@ -182,6 +182,9 @@ class StepResult:
     provenance_s: float = 0.0  # seconds provenance took (included in ``seconds``)
     produced: list[int] = field(default_factory=list)  # made a NaN/inf (the live scan)
     labels: Sequence = ()  # the compared nodes (op, name), for ``nodes``; never sent
+    # arrays made from ``record`` ahead of their readers (app.live's reader thread fills it:
+    # "max_ulp", app.step_history's "history" columns), so the GUI thread finds them made
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def nodes(self) -> list[dict]:
@@ -191,7 +194,8 @@ class StepResult:
 
     def node_max_ulp(self) -> np.ndarray:
         """Per compared node, the worst ulp of value and gradient (-1 for a NaN mismatch)."""
-        return worst(self.record)
+        got = self.derived.get("max_ulp")
+        return worst(self.record) if got is None else got
 
 
 def _narrow(a: np.ndarray, dt: np.dtype) -> np.ndarray:

@@ -64,10 +64,27 @@ def parity_colors(comparison: list[dict] | None) -> dict[int, str]:
 def worst_colors(ids: list[int], worst) -> dict[int, str]:
     """The colour of each id from its ``entry_worst`` (NaN purple below 0, green at 0, amber to
     red by ulp), computed once per distinct worst value (a live 10k-node step has a handful)."""
-    uniq, inv = np.unique(np.asarray(worst, dtype=np.float64), return_inverse=True)
-    names = [NAN_COLOR if u < 0 else EXACT_COLOR if u == 0 else ulp_color(u)
-             for u in uniq.tolist()]
-    return dict(zip(ids, [names[k] for k in inv.ravel().tolist()], strict=True))
+    code, names = worst_codes(worst)
+    return dict(zip(ids, [names[k] for k in code.tolist()], strict=True))
+
+
+def worst_codes(worst) -> tuple[np.ndarray, list[str]]:
+    """``worst_colors`` as arrays: a palette index per entry and the palette (one colour name
+    per distinct worst value), what ``views.overlay.NodeColors`` holds."""
+    w = np.asarray(worst, dtype=np.float64).ravel()
+    # NOTE: most nodes of a step are exact: only the others are sorted (np.unique over a
+    # 100k-node step's every entry cost ~10 ms a snapshot)
+    off = np.flatnonzero(w != 0)
+    uniq, inv = np.unique(w[off], return_inverse=True)
+    vals = uniq.tolist()
+    code = np.zeros(w.size, dtype=np.int64)
+    if off.size < w.size:  # some exact: palette entry 0 is green
+        vals.insert(0, 0.0)
+        code[off] = inv.ravel() + 1
+    else:
+        code[off] = inv.ravel()
+    names = [NAN_COLOR if u < 0 else EXACT_COLOR if u == 0 else ulp_color(u) for u in vals]
+    return code, names
 
 
 EXACT_COLOR, NAN_COLOR = "#16a34a", "#7c3aed"

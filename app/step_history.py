@@ -182,7 +182,9 @@ class StepHistory:
         if not self.nodes:
             self.nodes = [(i, "", "") for i in range(n)]
             self._first_step = np.full(n, -1, dtype=np.int64)
-        r = compact(rec)
+        r = getattr(res, "derived", {}).get("history")  # (made by the reader thread)
+        if r is None or len(r) != n:
+            r = compact(rec)
         step = int(res.step)
         if self.step_nums and step <= self.step_nums[-1]:
             raise ValueError(f"step {step} after step {self.step_nums[-1]}")
@@ -251,6 +253,15 @@ class StepHistory:
         got = getattr(self, "_ids_of", None)
         if got is None or got[0] is not self.nodes or len(got[1]) != len(self.nodes):
             got = self._ids_of = (self.nodes, [nid for nid, _, _ in self.nodes])
+        return got[1]
+
+    def node_id_array(self) -> np.ndarray:
+        """``node_ids`` as a read-only int64 array (made once while ``nodes`` is the same)."""
+        got = getattr(self, "_id_array_of", None)
+        if got is None or got[0] is not self.nodes or got[1].size != len(self.nodes):
+            a = np.array(self.node_ids(), dtype=np.int64)
+            a.setflags(write=False)
+            got = self._id_array_of = (self.nodes, a)
         return got[1]
 
     def comparison(self, step: int) -> ColumnComparison:

@@ -19,8 +19,9 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFileDialog
 
-from app.session import worst_colors
+from app.session import worst_codes
 from app.step_history import SOURCE_PROVENANCE, StepHistory
+from views.overlay import NodeColors
 from views.step_scrubber import StepScrubber
 from views.training_view import HEAT_STEPS, heat_levels
 
@@ -64,6 +65,7 @@ class TimeTravel(QObject):
         self._param_rows: list | None = None
         self._param_steps: np.ndarray | None = None  # the first steps the rows were made of
         self._param_ids: list[tuple[int, str]] | None = None  # (id, name) of every parameter
+        self._param_pids = np.zeros(0, dtype=np.int64)  # their ids, as an array
         self._sent: tuple = (None, {})  # (session, kind → node ids) of the marks set last
 
     def install(self, menu) -> None:
@@ -169,10 +171,11 @@ class TimeTravel(QObject):
         # NOTE: straight from the step's records (StepHistory.overlay), not its 10k dicts:
         # the same colours parity_colors(comparison) gives, held to it in the tests
         worst, differ, intro = h.overlay(step)
-        ids = np.array(h.node_ids(), dtype=np.int64)
-        w = self.win
-        w.set_graph_overlay(worst_colors(ids.tolist(), worst), muted=ids[differ & ~intro].tolist(),
-                            introduced=ids[differ & intro].tolist())
+        ids = h.node_id_array()
+        code, palette = worst_codes(worst)
+        # arrays end to end (views.overlay): a 100k-entry dict per snapshot cost ~70 ms
+        self.win.set_graph_overlay(NodeColors(ids, code, palette), muted=ids[differ & ~intro],
+                                   introduced=ids[differ & intro])
         self._mark("nan", h.alarms(step))
         f = h.first
         self._mark("first", [] if f is None else [int(f["node"])])
@@ -256,17 +259,27 @@ class TimeTravel(QObject):
         if self._param_ids is None:  # once per session: the tape's nodes do not change
             n = len(self.history.nodes)
             self._param_ids = [(p.id, p.name or "") for p in s.tape.nodes[:n] if p.op == "param"]
-        pids = np.fromiter((i for i, _ in self._param_ids), dtype=np.int64,
-                           count=len(self._param_ids))
-        steps = self.history.first_steps()[pids]
-        if self._param_rows is not None and np.array_equal(steps, self._param_steps):
+            self._param_pids = np.fromiter((i for i, _ in self._param_ids), dtype=np.int64,
+                                           count=len(self._param_ids))
+        steps = self.history.first_steps()[self._param_pids]
+        old = self._param_rows
+        if old is not None and np.array_equal(steps, self._param_steps):
             return  # no parameter first differed since: the rows are the same
+        if old is None or self._param_steps is None or len(old) != steps.size:
+            rows = [(i, name, None if f < 0 else f)
+                    for (i, name), f in zip(self._param_ids, steps.tolist(), strict=True)]
+            changed = None
+        else:
+            # NOTE: only the rows whose first step moved are made again (21k parameters of a
+            # 100k-node tape: all their tuples cost ~50 ms of the GUI thread a time)
+            changed = np.flatnonzero(steps != self._param_steps).tolist()
+            rows = list(old)
+            for k, f in zip(changed, steps[changed].tolist(), strict=True):
+                i, name = self._param_ids[k]
+                rows[k] = (i, name, None if f < 0 else f)
         self._param_steps = steps
-        rows = [(i, name, None if f < 0 else f)
-                for (i, name), f in zip(self._param_ids, steps.tolist(), strict=True)]
-        if rows != self._param_rows:  # rebuilt only when a parameter first differs
-            self._param_rows = rows
-            self.ctl.training.set_params(rows)
+        self._param_rows = rows
+        self.ctl.training.set_params(rows, changed)
 
     # ---- going places -----------------------------------------------------------------------
     @Slot(int, int)

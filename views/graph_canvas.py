@@ -7,6 +7,7 @@ One item instead of one per node: culling is a numpy range query on y-sorted arr
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 
 import numpy as np
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import QGraphicsItem
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_model import KIND_CONST, KIND_GROUP, KIND_LOSS, KIND_OP, KIND_PARAM, DisplayGraph
 from views.layout import NODE_H, NODE_W, Layout, flat_inputs
+from views.overlay import EMPTY, ItemColors
 
 # NOTE: red means one thing in this app: bits differ (the parity stripe, amber → red by ulp).
 # Everything else has its own colour: NaN/inf alarms violet, the first divergence a black flag,
@@ -45,6 +47,14 @@ EDGE_COLOR = QColor(110, 120, 140)
 EDGE_HI_COLOR = QColor("#1d6fe0")
 LABEL_ALIGN = Qt.AlignLeft | Qt.AlignVCenter
 LONG_EDGE = 8 * (NODE_H + 54.0)  # scene units: an edge spanning more ranks is "long"
+
+
+def _flags(mask: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """``mask[items]``, False past the mask's end."""
+    out = np.zeros(items.size, dtype=bool)
+    inside = items < mask.size
+    out[inside] = mask[items[inside]]
+    return out
 
 
 class _Rects:
@@ -93,9 +103,11 @@ class GraphCanvas(QGraphicsItem):
         self.first_items: set[int] = set()
         self.kernel_items: set[int] = set()
         self.frames: list[tuple[str, list[int]]] = []
-        self.overlay: dict[int, QColor] = {}
-        self.muted: set[int] = set()  # overlay items drawn faded (error only inherited)
-        self.introduced: set[int] = set()  # overlay items outlined (error introduced here)
+        self._overlay = EMPTY  # each item's parity colour (views.overlay: codes, a palette)
+        self._faded: list[QColor] = []
+        # per item (bool arrays): drawn faded (error only inherited), outlined (introduced)
+        self.muted = np.zeros(0, dtype=bool)
+        self.introduced = np.zeros(0, dtype=bool)
         self.font_op = QFont("Sans Serif", 9)
         self.font_op.setBold(True)
         self.font_small = QFont("Sans Serif", 8)
@@ -107,6 +119,22 @@ class GraphCanvas(QGraphicsItem):
         self.frames_painted = 0
 
     # ---- data -------------------------------------------------------------------------------
+    @property
+    def overlay(self) -> ItemColors:
+        """Each item's parity stripe colour (reads as ``{item: QColor}``)."""
+        return self._overlay
+
+    @overlay.setter
+    def overlay(self, colors: ItemColors | Mapping) -> None:
+        # (a mapping {item: QColor}, as the report sets it, becomes codes)
+        n = len(self.graph) if self.graph is not None else None
+        self._overlay = ov = ItemColors.from_mapping(colors or {}, n) if colors else EMPTY
+        self._faded = []
+        for q in ov.palette:  # inherited error: the same colour, faded (made once a colour)
+            f = QColor(q)
+            f.setAlphaF(MUTED_ALPHA)
+            self._faded.append(f)
+
     def set_graph(self, graph: DisplayGraph, layout: Layout) -> None:
         """Take a new graph + layout; precomputes culling indices and elided labels."""
         self.prepareGeometryChange()
@@ -230,22 +258,24 @@ class GraphCanvas(QGraphicsItem):
             painter.setBrush(NAN_FILL)
             painter.setPen(QPen(NAN_BORDER, 2.5))
             painter.drawRects([rects[i] for i in self.nan_items if i in vis_set])
-        if self.overlay:
-            vis_set = vis_set or set(vis.tolist())
-            for it, col in self.overlay.items():
-                if it in vis_set:
-                    rr = rects[it]
-                    if it in self.muted:
-                        col = QColor(col)
-                        col.setAlphaF(MUTED_ALPHA)
-                    painter.fillRect(QRectF(rr.left(), rr.top(), STRIPE_W, rr.height()), col)
-            if self.introduced:
+        ov = self._overlay
+        if len(ov):
+            code = ov.code
+            on = vis[vis < code.size]
+            on = on[code[on] >= 0]
+            on.sort()  # (in item order, as the mapping reads)
+            muted = _flags(self.muted, on)
+            pal, faded = ov.palette, self._faded
+            for it, c, mu in zip(on.tolist(), code[on].tolist(), muted.tolist(), strict=True):
+                rr = rects[it]
+                painter.fillRect(QRectF(rr.left(), rr.top(), STRIPE_W, rr.height()),
+                                 faded[c] if mu else pal[c])
+            outlined = on[_flags(self.introduced, on)]
+            if outlined.size:
                 painter.setBrush(Qt.NoBrush)
-                for it in self.introduced & vis_set:
-                    col = self.overlay.get(it)
-                    if col is not None:
-                        painter.setPen(QPen(col, 3.0))
-                        painter.drawRect(rects[it].adjusted(1.5, 1.5, -1.5, -1.5))
+                for it, c in zip(outlined.tolist(), code[outlined].tolist(), strict=True):
+                    painter.setPen(QPen(pal[c], 3.0))
+                    painter.drawRect(rects[it].adjusted(1.5, 1.5, -1.5, -1.5))
         alpha = min(1.0, max(0.0, (scale - 0.3) / 0.3))  # labels fade in between 30% and 60%
         if alpha > 0 and vis.size < 4000:
             self._paint_labels(painter, vis, alpha)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 
 import numpy as np
 from PySide6.QtCore import QObject, QPointF, QRectF, QRunnable, Qt, QThreadPool, Signal, Slot
@@ -14,15 +15,15 @@ from views import theme
 from views.graph_canvas import GraphCanvas
 from views.graph_model import DisplayGraph, GraphModel
 from views.layout import CACHE, Layout
+from views.overlay import EMPTY, NAN_COLOR, NodeColors, item_mask, severity
 
-NAN_COLOR = "#7c3aed"  # app.session's NaN-mismatch stripe
+__all__ = ["NAN_COLOR", "GraphView", "severity"]  # (NAN_COLOR, severity: views.overlay's)
 
-
-def severity(color: QColor) -> tuple[bool, int]:
-    """Order of parity stripe colours, worst last: exact green < amber < red < NaN violet."""
-    # NOTE: the stripes run amber → red by lowering green (app.session.ulp_color); exact green
-    # has the most green of all, so it ranks lowest
-    return color.name() == NAN_COLOR, -color.green()
+def _ids(node_ids) -> np.ndarray:
+    """Node ids as an int64 array (an array as it is; None: none)."""
+    if isinstance(node_ids, np.ndarray):
+        return node_ids.astype(np.int64, copy=False).ravel()
+    return np.fromiter(map(int, node_ids or ()), dtype=np.int64)
 
 
 class _LayoutSignals(QObject):
@@ -92,7 +93,8 @@ class GraphView(QGraphicsView):
                                             "first": set(), "kernel": set()}
         self._frames: dict[str, list[int]] = {}
         self._current_node = -1
-        self._overlay: tuple[dict, set, set] = ({}, set(), set())
+        self._overlay: tuple[NodeColors | None, np.ndarray, np.ndarray] = (None, _ids(()),
+                                                                            _ids(()))
         self._user_moved = False  # until the user pans or zooms, resizes keep the graph fitted
         # NOTE: how a resize re-fits: readable (the width, from the top) after opening, the
         # whole graph after View ▸ Fit graph. Fit used to clear _user_moved only; the scroll
@@ -187,49 +189,30 @@ class GraphView(QGraphicsView):
         self._frames = {k: list(v) for k, v in frames.items()}
         self._apply_marks()
 
-    def set_overlay(self, colors: dict[int, QColor] | None, muted=None, introduced=None) -> None:
-        """A colour stripe per node (parity overlays); None clears it. ``muted`` node ids are
-        drawn faded (their error is only inherited), ``introduced`` ones outlined in it."""
-        self._overlay = (dict(colors or {}), set(muted or ()), set(introduced or ()))
+    def set_overlay(self, colors: NodeColors | Mapping | None, muted=None,
+                    introduced=None) -> None:
+        """A colour stripe per node (parity overlays): ``NodeColors`` (arrays: what a live
+        step hands over) or ``{node id: colour}``; None clears it. ``muted`` node ids are
+        drawn faded (their error is only inherited), ``introduced`` ones outlined in it (id
+        iterables or int arrays)."""
+        if colors is None or not len(colors):
+            colors = None
+        elif not isinstance(colors, NodeColors):
+            colors = NodeColors.from_mapping(colors)
+        self._overlay = (colors, _ids(muted), _ids(introduced))
         self._apply_overlay()
 
     def _apply_overlay(self) -> None:
         colors, muted, intro = self._overlay
-        ni = self.display.node_item if self.display is not None else None
-        overlay: dict[int, QColor] = {}
-        if colors and ni is not None:
-            n = ni.shape[0]
-            # NOTE: a handful of distinct colours over 100k nodes: one QColor (and its rank)
-            # per colour, the worst per item chosen in arrays (a loop per node cost ~0.2 s a
-            # live snapshot at 100k nodes, issue 29 target 4)
-            vals = list(colors.values())
-            try:
-                distinct = set(vals)
-            except TypeError:  # QColors (not hashable): by name
-                vals = [v if isinstance(v, str) else QColor(v).name(QColor.HexArgb)
-                        for v in vals]
-                distinct = set(vals)
-            names = {v: v if isinstance(v, str) else QColor(v).name(QColor.HexArgb)
-                     for v in distinct}
-            qc = {v: QColor(v) for v in set(names.values())}
-            sevs = sorted({severity(q) for q in qc.values()})
-            code = {v: sevs.index(severity(qc[names[v]])) for v in names}  # equal: equal code
-            keys = np.fromiter(colors.keys(), dtype=np.int64, count=len(colors))
-            sev = np.fromiter(map(code.__getitem__, vals), dtype=np.int64, count=len(vals))
-            at = np.flatnonzero((keys >= 0) & (keys < n))
-            items = ni[keys[at]]
-            # a collapsed scope's box shows its worst child (NaN violet, then least green);
-            # among equally severe colours the first given wins, as the loop's did
-            o = np.lexsort((at, -sev[at], items))
-            first = o[np.r_[True, items[o][1:] != items[o][:-1]]] if o.size else o
-            shown = [qc[names[v]] for v in distinct]  # the QColor of each distinct value
-            which = dict(zip(distinct, range(len(shown)), strict=True))
-            pick = np.fromiter(map(which.__getitem__, vals), dtype=np.int64, count=len(vals))
-            overlay = dict(zip(items[first].tolist(), map(shown.__getitem__,
-                                                          pick[at[first]].tolist()), strict=True))
-        self.canvas.overlay = overlay
-        self.canvas.muted = self._items(muted)
-        self.canvas.introduced = self._items(intro)
+        d = self.display
+        ni = d.node_item if d is not None else None
+        m = len(d) if d is not None else 0
+        # NOTE: arrays end to end, a code per node: a dict of 100k colours per snapshot cost
+        # ~70 ms of the GUI thread at 100k nodes (issue 29 target 4)
+        self.canvas.overlay = (colors.to_items(ni, m) if colors is not None and ni is not None
+                               else EMPTY)
+        self.canvas.muted = item_mask(ni, m, muted)
+        self.canvas.introduced = item_mask(ni, m, intro)
         self.canvas.update()
         self.marks_changed.emit()
 

@@ -17,7 +17,7 @@ import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before an
 from views import theme
 from views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
 from views.graph_model import KIND_GROUP, KIND_OP
-from views.graph_view import NAN_COLOR, GraphView, severity
+from views.graph_view import NAN_COLOR, GraphView
 from views.scope_runs import run_label, scope_runs
 
 BAND_PX = 6  # the thinnest band, pixels: a band and its 1 px gap stay visible
@@ -126,18 +126,23 @@ class Overview(QWidget):
         """Each item a dot: in its parity stripe's colour where it was compared (a 3x3 square,
         worst drawn last so a red node is never hidden under green ones), else a point in its
         kind's border colour."""
-        compared = c.overlay
-        kinds = c.graph.kinds.tolist()
-        pts = list(zip(xs.tolist(), ys.tolist(), strict=True))
-        for k, (_, border) in KIND_STYLE.items():
+        ov = c.overlay
+        code = np.full(len(xs), -1, dtype=np.int64)
+        k = min(len(xs), ov.code.size)
+        code[:k] = ov.code[:k]
+        kinds = np.asarray(c.graph.kinds)
+        for kind, (_, border) in KIND_STYLE.items():
             p.setPen(QColor(border))
-            p.drawPoints([QPointF(x, y) for i, ((x, y), kk) in enumerate(zip(
-                pts, kinds, strict=True)) if kk == k and i not in compared])
+            at = np.flatnonzero((kinds == kind) & (code < 0))
+            p.drawPoints([QPointF(x, y) for x, y in zip(xs[at].tolist(), ys[at].tolist(),
+                                                        strict=True)])
         p.setPen(Qt.NoPen)
-        for it, col in sorted(compared.items(), key=lambda kv: severity(kv[1])):
-            if 0 <= it < len(pts):
-                x, y = pts[it]
-                p.fillRect(QRectF(x - 1, y - 1, 3, 3), col)
+        shown = np.flatnonzero(code >= 0)
+        # worst drawn last (a stable sort: equally severe ones in item order)
+        shown = shown[np.argsort(ov.sev[code[shown]], kind="stable")]
+        for x, y, col in zip(xs[shown].tolist(), ys[shown].tolist(), code[shown].tolist(),
+                             strict=True):
+            p.fillRect(QRectF(x - 1, y - 1, 3, 3), ov.palette[col])
 
     def _paint_bands(self, p: QPainter, c, ys: np.ndarray) -> None:
         """One tile per band, coloured by the worst parity stripe of its items (NaN violet,
@@ -148,24 +153,22 @@ class Overview(QWidget):
             self._bands, self._bands_key = Bands(c.graph, ys, h), key
         b = self._bands
         self.band_color, self.band_worst = {}, {}
-        if c.overlay:
-            its = np.fromiter(c.overlay.keys(), dtype=np.int64, count=len(c.overlay))
-            cols = list(c.overlay.values())
-            # NOTE: the view shares one QColor per distinct colour: rank each once (by object,
-            # then by name for equal colours), not 100k name() calls
-            pal = dict(zip(map(id, cols), cols, strict=True))
-            order = sorted({q.name(): q for q in pal.values()}.values(), key=severity)
-            rank = {q.name(): i for i, q in enumerate(order)}  # best first
-            code = {k: rank[q.name()] for k, q in pal.items()}
-            sev = np.fromiter(map(code.__getitem__, map(id, cols)), dtype=np.int64,
-                              count=len(cols))
+        ov = c.overlay
+        if len(ov):
+            its = ov.items_colored()
+            its = its[its < b.band_of.size]
+            sev = ov.sev[ov.code[its]]
             band = b.band_of[its]
-            # per band its worst item: sort by (band, severity), the last of each band
-            k = np.lexsort((its, -sev, band))  # worst first in each band (then lowest item)
-            first = k[np.r_[True, band[k][1:] != band[k][:-1]]]
-            for j in first.tolist():
-                self.band_color[int(band[j])] = order[sev[j]]
-                self.band_worst[int(band[j])] = int(its[j])
+            # per band its worst item (the lowest of the worst): items ascend, so do their
+            # bands (runs of items), and one key per item, largest the worst, picks it
+            m = b.band_of.size
+            key = sev * m + (m - 1 - its)
+            edges = np.flatnonzero(np.r_[True, band[1:] != band[:-1]]) if its.size else its
+            best = np.maximum.reduceat(key, edges) if its.size else key
+            worst = m - 1 - best % m
+            for bd, it in zip(band[edges].tolist(), worst.tolist(), strict=True):
+                self.band_color[bd] = ov.palette[int(ov.code[it])]
+                self.band_worst[bd] = it
         # a band nothing in was compared takes the colour of the kind most of its items are, as
         # the graph draws their borders (ops blue, parameters amber): grey bands on ResNet-50
         # said nothing (issue 25); parity, once there is any, is drawn over it
@@ -180,7 +183,7 @@ class Overview(QWidget):
             gap = 1 if y1 - y0 >= 3 else 0
             col = self.band_color.get(band)
             if col is None:
-                col = kind_col[most[band]] if not c.overlay else GREY
+                col = kind_col[most[band]] if not len(ov) else GREY
             p.fillRect(QRectF(4, y0, w - 8, y1 - y0 - gap), col)
 
     def band_at(self, y: float) -> int:

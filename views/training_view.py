@@ -354,9 +354,11 @@ class TrainingPanel(QWidget):
             line.setValue(step)
             line.setVisible(step > 0)
 
-    def set_params(self, first_steps: list[tuple[int, str, int | None]]) -> None:
-        """(node id, name, first step differing or None) per parameter."""
-        self.params_model.set_rows(first_steps)
+    def set_params(self, first_steps: list[tuple[int, str, int | None]],
+                   changed: list[int] | None = None) -> None:
+        """(node id, name, first step differing or None) per parameter; ``changed``: the rows
+        that differ from the last call's (the same parameters), when the caller knows."""
+        self.params_model.set_rows(first_steps, changed)
 
     @Slot(QModelIndex)
     def _param_index_clicked(self, index: QModelIndex) -> None:
@@ -413,13 +415,20 @@ class ParamRows(QAbstractTableModel):
         super().__init__(parent)
         self.rows: list[tuple[int, str, int | None]] = []
 
-    def set_rows(self, rows: list[tuple[int, str, int | None]]) -> None:
-        """New rows; the same parameters with new steps change only those cells."""
+    def set_rows(self, rows: list[tuple[int, str, int | None]],
+                 changed: list[int] | None = None) -> None:
+        """New rows; the same parameters with new steps change only those cells (``changed``:
+        which rows differ, when the caller knows: then the rows are not compared here)."""
         rows = list(rows)
         old = self.rows
-        if len(old) == len(rows) and all(a[0] == b[0] for a, b in zip(old, rows, strict=True)):
+        if changed is not None and len(old) == len(rows):
+            self.rows = rows
+        elif len(old) == len(rows) and all(a[0] == b[0] for a, b in zip(old, rows, strict=True)):
             self.rows = rows
             changed = [r for r, (a, b) in enumerate(zip(old, rows, strict=True)) if a != b]
+        else:
+            changed = None
+        if changed is not None:
             if changed:
                 self.dataChanged.emit(self.index(min(changed), 0),
                                       self.index(max(changed), 1))
