@@ -121,9 +121,9 @@ extern "C" __global__ void col2im_T(const real_t* cols, real_t* gx, const long l
         long long base = mode ? ((g * N + n) * cg_n * T + cg * T) * P : (n * C + c) * P;
         real_t acc = (real_t)0;
         for (long long r = off[s]; r < off[s + 1]; ++r) {
+            /* conv2d's column is t * P + p = lst[r] itself (no division); avgpool's is p */
             long long tp = lst[r];
-            long long t = tp / P, p = tp - (tp / P) * P;
-            acc = ADD(acc, cols[base + (mode ? t * P : 0) + p]);
+            acc = ADD(acc, cols[base + (mode ? tp : tp - (tp / P) * P)]);
         }
         gx[e] = ADD(gx[e], acc);
     }
