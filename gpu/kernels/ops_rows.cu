@@ -66,14 +66,18 @@ typedef acc_t ts_hv_T __attribute__((vector_size(64 / TS_HVN), aligned(sizeof(ac
                                      may_alias));
 
 /* R rows of a unit: row r of a at a + ra[r] (k stride sak), k-steps [k0, k0 + kc) against the
- * packed panel pan (kc rows of TS_HJ columns); chains continue from acc rows accb. */
+ * packed panel pan (kc rows of TS_HJ columns); chains start at +0.0 (k0 == 0) or continue
+ * from acc rows accb, and are left there. */
 template <int R>
 static inline void ts_mm_tile_T(const real_t* a, const long long* ra, long long sak,
                                 long long k0, long long kc, const acc_t* pan, acc_t* accb) {
     const int hv = (int)(sizeof(ts_hv_T) / sizeof(acc_t)), hj = TS_HJ(acc_t);
     ts_hv_T acc[R][TS_HVN];
     for (int r = 0; r < R; ++r)
-        for (int h = 0; h < TS_HVN; ++h) acc[r][h] = *(const ts_hv_T*)(accb + r * hj + h * hv);
+        for (int h = 0; h < TS_HVN; ++h) {
+            ts_hv_T z = {0};
+            acc[r][h] = k0 == 0 ? z : *(const ts_hv_T*)(accb + r * hj + h * hv);
+        }
     for (long long kk = 0; kk < kc; ++kk) {
         ts_hv_T bv[TS_HVN];
         for (int h = 0; h < TS_HVN; ++h) bv[h] = *(const ts_hv_T*)(pan + kk * hj + h * hv);
@@ -115,7 +119,7 @@ extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, lon
         long long ra[TS_HRB];
         for (long long p = 0; p < ni; ++p) ra[p] = bi * xab + (i0 + p) * xam;
         alignas(64) acc_t accb[TS_HRB * TS_HJ(acc_t)];
-        for (long long q = 0; q < ni * hj; ++q) accb[q] = (acc_t)0;
+        for (long long q = 0; K == 0 && q < ni * hj; ++q) accb[q] = (acc_t)0; /* no k-block */
         alignas(64) acc_t pan[TS_HKC * TS_HJ(acc_t)];
         const real_t* bp = xb + bi * xbb + j0 * xbn;
         for (long long k0 = 0; k0 < K; k0 += TS_HKC) {
