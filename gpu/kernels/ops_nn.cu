@@ -81,6 +81,22 @@ extern "C" __global__ void im2col_T(const real_t* x, real_t* cols, const long lo
                                     long long N, long long C, long long G, long long HW,
                                     long long T, long long P) {
     long long cg_n = C / G;
+#if defined(TS_HOST_PRELUDE_H) && !defined(TS_USER_KERNEL)
+    /* the host: one row (n, c, t) of P columns per thread, its index split once, not per
+     * element (four 64-bit divisions an element were most of this copy's time); threads past
+     * the last row do nothing. The same copies. */
+    TS_GRID_STRIDE(r, N * C * T) {
+        long long t = r % T, c = (r / T) % C, n = r / (T * C);
+        long long g = c / cg_n, cg = c - g * cg_n;
+        const real_t* xs = x + (n * C + c) * HW;
+        real_t* dst = cols + ((g * N + n) * cg_n * T + cg * T + t) * P;
+        for (long long p = 0; p < P; ++p) {
+            long long s = taps[p * T + t];
+            real_t v = s >= 0 ? xs[s] : (real_t)0;
+            dst[p] = v;
+        }
+    }
+#else
     TS_GRID_STRIDE(i, N * C * T * P) {
         long long p = i % P, t = (i / P) % T, c = (i / (P * T)) % C, n = i / (P * T * C);
         long long g = c / cg_n, cg = c - g * cg_n;
@@ -88,6 +104,7 @@ extern "C" __global__ void im2col_T(const real_t* x, real_t* cols, const long lo
         real_t v = s >= 0 ? x[(n * C + c) * HW + s] : (real_t)0;
         cols[((g * N + n) * cg_n * T + cg * T + t) * P + p] = v;
     }
+#endif
 }
 
 /* col2im: gx[n, c, s] += (+0.0 + every (tap, p) column value landing on s, tap-major).
@@ -104,9 +121,9 @@ extern "C" __global__ void col2im_T(const real_t* cols, real_t* gx, const long l
         long long base = mode ? ((g * N + n) * cg_n * T + cg * T) * P : (n * C + c) * P;
         real_t acc = (real_t)0;
         for (long long r = off[s]; r < off[s + 1]; ++r) {
+            /* conv2d's column is t * P + p = lst[r] itself (no division); avgpool's is p */
             long long tp = lst[r];
-            long long t = tp / P, p = tp - (tp / P) * P;
-            acc = ADD(acc, cols[base + (mode ? t * P : 0) + p]);
+            acc = ADD(acc, cols[base + (mode ? tp : tp - (tp / P) * P)]);
         }
         gx[e] = ADD(gx[e], acc);
     }
@@ -115,9 +132,24 @@ extern "C" __global__ void col2im_T(const real_t* cols, real_t* gx, const long l
 /* dst[j] += serial sum over b of src[b * stride + j] (conv2d's gw: the batch sum) */
 extern "C" __global__ void batch_sum_add_T(const real_t* src, real_t* dst, long long B,
                                            long long stride, long long m) {
+#if defined(TS_HOST_PRELUDE_H) && !defined(TS_USER_KERNEL)
+    /* the host: 64 consecutive j a thread, b outside, j inside (contiguous: vectorised); each
+     * j is still its own chain in b order. Threads past the last chunk do nothing. */
+    TS_GRID_STRIDE(u, (m + 63) / 64) {
+        long long j0 = u * 64, nj = m - j0 < 64 ? m - j0 : 64;
+        acc_t acc[64];
+        for (long long q = 0; q < nj; ++q) acc[q] = (acc_t)0;
+        for (long long b = 0; b < B; ++b) {
+            const real_t* sb = src + b * stride + j0;
+            for (long long q = 0; q < nj; ++q) acc[q] = ADD(acc[q], sb[q]);
+        }
+        for (long long q = 0; q < nj; ++q) dst[j0 + q] = ADD(dst[j0 + q], acc[q]);
+    }
+#else
     TS_GRID_STRIDE(j, m) {
         real_t acc = (real_t)0;
         for (long long b = 0; b < B; ++b) acc = ADD(acc, src[b * stride + j]);
         dst[j] = ADD(dst[j], acc);
     }
+#endif
 }

@@ -34,95 +34,132 @@ extern "C" __global__ void reduce_bwd_T(const real_t* g, real_t* gx, const long 
  * y is [B, M, N] with rows contiguous and batch stride syb.
  * One thread owns a TS_MM x TS_MM tile of outputs: each output still accumulates alone, from
  * +0.0, in k order (the tile only shares the loads), so the bits do not depend on the tile.
- * The host backend compiles its own body (wider per thread, below; a user's --kernel file
- * runs the tile there too); CUDA's is the tile. */
+ * The host backend compiles its own body (below; a user's --kernel file runs the tile there
+ * too); CUDA's is the tile. */
 #define TS_MM 4
-#define TS_HMI 6   /* host body: rows per thread */
-#define TS_HKC 64  /* host body: k-steps of b packed at a time */
+#if defined(TS_HOST_PRELUDE_H) && !defined(TS_USER_KERNEL)
+/* The host body: core/native/refkernels.c's packed-panel scheme. A unit (one thread of the
+ * launch; the launch keeps its 4x4 thread count, threads past the last unit do nothing) owns
+ * TS_HRB rows x one 64-byte vector of columns; k runs in blocks of TS_HKC steps, and each
+ * block's panel of b (TS_HKC x 64 bytes, whatever b's strides) is packed once and serves every
+ * row tile of the unit (6, 4, 2 or 1 rows x the vector, in registers), which keep their
+ * chains in a local buffer between k-blocks (a store and a reload: exact). A product whose
+ * output has fewer columns than a vector and more rows (a late conv's 2x2 or 4x4 image) runs
+ * transposed: y^T = b^T a^T, the vector over y's rows, so its lanes are not mostly idle. Every
+ * output is still its own chain, acc = +0.0; acc = acc + a * b for k = 0, 1, ... in order
+ * (GCC vector types: lane-wise IEEE mul and add, one rounding each, no FMA under
+ * -ffp-contract=off): the same bits as the tile below. */
+#define TS_HRB 48  /* rows per unit */
+#define TS_HKC 128 /* k-steps of b packed at a time */
+#define TS_HJ(t) ((int)(64 / sizeof(t))) /* columns per unit: one 64-byte vector */
+#ifndef TS_HVN
+/* 64 bytes of columns: one vector with AVX-512, two of 32 bytes without (gcc -O2 lowered a
+ * 64-byte vector on AVX2 through memory and general registers every k-step, ~10x slower
+ * products on a znver3, measured); the same lanes, the same chains */
+#if defined(__AVX512F__) || !defined(__AVX__)
+#define TS_HVN 1
+#else
+#define TS_HVN 2
+#endif
+#endif
+typedef acc_t ts_hv_T __attribute__((vector_size(64 / TS_HVN), aligned(sizeof(acc_t)),
+                                     may_alias));
+
+/* R rows of a unit: row r of a at a + ra[r] (k stride sak), k-steps [k0, k0 + kc) against the
+ * packed panel pan (kc rows of TS_HJ columns); chains start at +0.0 (k0 == 0) or continue
+ * from acc rows accb, and are left there. */
+template <int R>
+static inline void ts_mm_tile_T(const real_t* a, const long long* ra, long long sak,
+                                long long k0, long long kc, const acc_t* pan, acc_t* accb) {
+    const int hv = (int)(sizeof(ts_hv_T) / sizeof(acc_t)), hj = TS_HJ(acc_t);
+    ts_hv_T acc[R][TS_HVN];
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < TS_HVN; ++h) {
+            ts_hv_T z = {0};
+            acc[r][h] = k0 == 0 ? z : *(const ts_hv_T*)(accb + r * hj + h * hv);
+        }
+    for (long long kk = 0; kk < kc; ++kk) {
+        ts_hv_T bv[TS_HVN];
+        for (int h = 0; h < TS_HVN; ++h) bv[h] = *(const ts_hv_T*)(pan + kk * hj + h * hv);
+        for (int r = 0; r < R; ++r) {
+            const acc_t av = a[ra[r] + (k0 + kk) * sak];
+            for (int h = 0; h < TS_HVN; ++h) {
+                ts_hv_T prod = av * bv[h];
+                acc[r][h] = acc[r][h] + prod;
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < TS_HVN; ++h) *(ts_hv_T*)(accb + r * hj + h * hv) = acc[r][h];
+}
+#endif
 extern "C" __global__ void mm_T(const real_t* a, const real_t* b, real_t* y, long long B,
                                 long long M, long long N, long long K, long long sab,
                                 long long sam, long long sak, long long sbb, long long sbk,
                                 long long sbn, long long syb, long long accumulate) {
 #if defined(TS_HOST_PRELUDE_H) && !defined(TS_USER_KERNEL)
-    /* The host backend's body (not in a user's --kernel file, whose edits are to the body
-     * below): one thread owns TS_HMI rows x one 64-byte vector of columns
-     * (GCC vector types, lane-wise IEEE mul and add, one rounding each, no FMA under
-     * -ffp-contract=off), with b's panel packed KC k-steps at a time into a local buffer so the
-     * vector load is contiguous whatever b's strides. Every output is still its own chain,
-     * acc = +0.0; acc = acc + a * b for k = 0, 1, ... in order: the same bits as the tile
-     * below (the launch keeps its 4x4 thread count; threads past the last unit do nothing). */
-    /* 64 bytes of columns a row: one vector with AVX-512, two of 32 bytes without (gcc -O2
-     * lowered a 64-byte vector on AVX2 through memory and general registers every k-step,
-     * ~10x slower products on a znver3, measured); the same lanes, the same chains */
-#if defined(__AVX512F__) || !defined(__AVX__)
-    typedef real_t ts_hv __attribute__((vector_size(64), aligned(sizeof(real_t)), may_alias));
-#define TS_HVN 1
-#else
-    typedef real_t ts_hv __attribute__((vector_size(32), aligned(sizeof(real_t)), may_alias));
-#define TS_HVN 2
-#endif
-    const int hv = (int)(sizeof(ts_hv) / sizeof(real_t));
-    const int hj = (int)(64 / sizeof(real_t));
-    const long long tm = (M + TS_HMI - 1) / TS_HMI, tn = (N + hj - 1) / hj;
-    const long long total = B * tm * tn;
-    TS_GRID_STRIDE(t, total) {
-        long long bi = t / (tm * tn);
-        long long rem = t - bi * (tm * tn);
-        /* rows fastest: consecutive units read the same panel of b (still in cache) */
-        long long j0 = (rem / tm) * hj;
-        long long i0 = (rem - (rem / tm) * tm) * TS_HMI;
-        long long nj = N - j0 < hj ? N - j0 : hj;
-        long long ia[TS_HMI];
-        for (int p = 0; p < TS_HMI; ++p) /* rows past the edge re-read the last valid one */
-            ia[p] = bi * sab + (i0 + p < M ? i0 + p : M - 1) * sam;
-        ts_hv acc[TS_HMI][TS_HVN];
-        for (int p = 0; p < TS_HMI; ++p)
-            for (int h = 0; h < TS_HVN; ++h) {
-                ts_hv z = {0};
-                acc[p][h] = z;
-            }
-        alignas(64) real_t pan[TS_HKC * (64 / sizeof(real_t))];
-        /* a whole panel of a b whose rows are contiguous is read in place (the pack would
-         * load the same elements, store and reload them); the others are packed, and so is
-         * every panel of a half-precision b (stored in 2 bytes, computed in float: the pack
-         * is the conversion) */
-        const int direct = sizeof(b[0]) == sizeof(pan[0]) && sbn == 1 && nj == hj;
+    /* the host body (above): x is the product as computed, y's rows or (transposed) columns */
+    const int hj = TS_HJ(acc_t);
+    const int tr = N < hj && M > N;
+    const long long xm = tr ? N : M, xn = tr ? M : N;
+    const real_t* const xa = tr ? b : a;
+    const real_t* const xb = tr ? a : b;
+    const long long xab = tr ? sbb : sab, xam = tr ? sbn : sam, xak = tr ? sbk : sak;
+    const long long xbb = tr ? sab : sbb, xbk = tr ? sak : sbk, xbn = tr ? sam : sbn;
+    const long long ysr = tr ? 1 : N, ysc = tr ? N : 1;
+    const long long um = (xm + TS_HRB - 1) / TS_HRB, un = (xn + hj - 1) / hj;
+    TS_GRID_STRIDE(t, B * um * un) {
+        long long bi = t / (um * un);
+        long long rem = t - bi * (um * un);
+        /* rows fastest: consecutive units read the same columns of b (still in cache) */
+        long long j0 = (rem / um) * hj;
+        long long i0 = (rem - (rem / um) * um) * TS_HRB;
+        long long nj = xn - j0 < hj ? xn - j0 : hj;
+        long long ni = xm - i0 < TS_HRB ? xm - i0 : TS_HRB;
+        long long ra[TS_HRB];
+        for (long long p = 0; p < ni; ++p) ra[p] = bi * xab + (i0 + p) * xam;
+        alignas(64) acc_t accb[TS_HRB * TS_HJ(acc_t)];
+        for (long long q = 0; K == 0 && q < ni * hj; ++q) accb[q] = (acc_t)0; /* no k-block */
+        alignas(64) acc_t pan[TS_HKC * TS_HJ(acc_t)];
+        const real_t* bp = xb + bi * xbb + j0 * xbn;
         for (long long k0 = 0; k0 < K; k0 += TS_HKC) {
             long long kc = K - k0 < TS_HKC ? K - k0 : TS_HKC;
-            const acc_t* src = pan;
-            long long sst = hj;
-            if (direct) {  /* (the cast is the identity where direct: the same element type) */
-                src = (const acc_t*)(b + bi * sbb + k0 * sbk + j0);
-                sst = sbk;
+            /* the panel b[k0:k0+kc, j0:j0+hj], zeros past the last column (lanes nobody
+             * stores); a copy (for a half b: the conversion), along b's contiguous axis */
+            if (xbn == 1) {
+                for (long long kk = 0; kk < kc; ++kk)
+                    for (long long q = 0; q < hj; ++q)
+                        pan[kk * hj + q] = q < nj ? (acc_t)bp[(k0 + kk) * xbk + q] : (acc_t)0;
             } else {
-                for (long long kk = 0; kk < kc; ++kk) {
-                    const real_t* bk = b + bi * sbb + (k0 + kk) * sbk + j0 * sbn;
-                    for (int q = 0; q < hj; ++q)
-                        pan[kk * hj + q] = q < nj ? bk[q * sbn] : (real_t)0;
-                }
+                for (long long q = 0; q < hj; ++q)
+                    for (long long kk = 0; kk < kc; ++kk)
+                        pan[kk * hj + q] = q < nj ? (acc_t)bp[(k0 + kk) * xbk + q * xbn]
+                                                  : (acc_t)0;
             }
-            for (long long kk = 0; kk < kc; ++kk) {
-                ts_hv bv[TS_HVN];
-                for (int h = 0; h < TS_HVN; ++h) bv[h] = *(const ts_hv*)(src + kk * sst + h * hv);
-                for (int p = 0; p < TS_HMI; ++p) {
-                    const real_t av = a[ia[p] + (k0 + kk) * sak];
-                    for (int h = 0; h < TS_HVN; ++h) {
-                        ts_hv prod = av * bv[h];
-                        acc[p][h] = acc[p][h] + prod;
-                    }
-                }
+            long long p = 0;
+            for (; p + 6 <= ni; p += 6) ts_mm_tile_T<6>(xa, ra + p, xak, k0, kc, pan, accb + p * hj);
+            if (ni - p >= 4) {
+                ts_mm_tile_T<4>(xa, ra + p, xak, k0, kc, pan, accb + p * hj);
+                p += 4;
             }
+            if (ni - p >= 2) {
+                ts_mm_tile_T<2>(xa, ra + p, xak, k0, kc, pan, accb + p * hj);
+                p += 2;
+            }
+            if (ni - p >= 1) ts_mm_tile_T<1>(xa, ra + p, xak, k0, kc, pan, accb + p * hj);
         }
-        for (int p = 0; p < TS_HMI && i0 + p < M; ++p) {
-            alignas(64) real_t row[64 / sizeof(real_t)];
-            for (int h = 0; h < TS_HVN; ++h) *(ts_hv*)(row + h * hv) = acc[p][h];
-            for (long long q = 0; q < nj; ++q) {
-                long long o = bi * syb + (i0 + p) * N + j0 + q;
-                y[o] = accumulate ? ADD(y[o], RND(row[q])) : row[q];  /* as the tile */
+        for (long long p = 0; p < ni; ++p) {
+            real_t* yo = y + bi * syb + (i0 + p) * ysr + j0 * ysc;
+            const acc_t* ar = accb + p * hj;
+            if (ysc == 1) { /* a row of y: contiguous (vectorised) */
+                for (long long q = 0; q < nj; ++q)
+                    yo[q] = accumulate ? ADD(yo[q], RND(ar[q])) : ar[q]; /* as the tile */
+            } else {
+                for (long long q = 0; q < nj; ++q)
+                    yo[q * ysc] = accumulate ? ADD(yo[q * ysc], RND(ar[q])) : ar[q];
             }
         }
     }
-#undef TS_HVN
 #else
     long long tm = (M + TS_MM - 1) / TS_MM, tn = (N + TS_MM - 1) / TS_MM;
     long long total = B * tm * tn;
