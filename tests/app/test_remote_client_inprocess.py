@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import threading
 import time
@@ -92,9 +93,14 @@ def honest(rfd, wfd, p) -> int:
     return serve(rfd, wfd)
 
 
+SILENT_S = 5.0  # how long a silent peer waits for the client to give up before it ends
+
+
 def scripted(*answers, then_wait: bool = True):
     """A peer that reads a line per answer and writes the answer (a dict as JSON, bytes as
-    they are, None: nothing and wait for EOF), then waits for EOF; requests go to ``seen``."""
+    they are, None: nothing and wait for EOF), then waits for EOF; requests go to ``seen``.
+    A silent peer (None) ends after ``SILENT_S`` if the client has not closed its end by then:
+    a client without its deadline then sees the worker end instead of waiting for ever."""
 
     def target(rfd, wfd, p) -> int:
         pipe = LinePipe(rfd, wfd)
@@ -104,7 +110,12 @@ def scripted(*answers, then_wait: bool = True):
                 return 0
             p.seen.append(json.loads(line))
             if a is None:
-                break
+                end = time.monotonic() + SILENT_S
+                while (left := end - time.monotonic()) > 0 and select.select([rfd], [], [],
+                                                                              left)[0]:
+                    if not os.read(rfd, 1 << 16):
+                        return 3  # the client closed its end: it gave up in time
+                return 5
             try:
                 os.write(wfd, a if isinstance(a, bytes) else json.dumps(a).encode() + b"\n")
             except BrokenPipeError:  # the client has ended this peer already: its test is done
@@ -120,14 +131,21 @@ HELLO = {"type": "hello", "protocol": PROTOCOL}
 DEVICE = {"type": "device", "kind": "host", "describe": "device: host (fake)"}
 
 
+# Every test's requests have short deadlines (the defaults are 300 s and 1800 s): a client
+# that waits where it should not fails in seconds, which a mutation run needs (docs/testing.md).
+SHORT = {"timeout": 30.0, "open_timeout": 30.0}
+
+
 def device(**kw) -> RemoteDevice:
-    return RemoteDevice(CMD, "host", "mlp", 0, **kw)
+    return RemoteDevice(CMD, "host", "mlp", 0, **{**SHORT, **kw})
 
 
 # ---- RemoteDevice -----------------------------------------------------------------------------
 def test_a_device_through_the_real_worker_says_hello_and_names_its_device(monkeypatch):
     started = peer(monkeypatch, honest)
-    d = device()
+    monkeypatch.delenv("TAPESCOPE_WORKER_TIMEOUT", raising=False)
+    monkeypatch.delenv("TAPESCOPE_WORKER_OPEN_TIMEOUT", raising=False)
+    d = RemoteDevice(CMD, "host", "mlp", 0)  # (the only test on the default deadlines)
     argv, p = started[0]
     assert argv == ["fake-worker", "--x", "a b"]  # split as a shell would, run without one
     assert d.kind == "host"
@@ -300,7 +318,9 @@ def test_a_send_to_a_worker_that_is_gone_is_an_end_not_a_crash(monkeypatch):
 
 # ---- RemotePair -------------------------------------------------------------------------------
 def config(**kw) -> SessionConfig:
-    return SessionConfig(workload="mlp", device="host", worker=CMD, **kw)
+    return SessionConfig(workload="mlp", device="host", worker=CMD,
+                         **{"worker_timeout": SHORT["timeout"],
+                            "worker_open_timeout": SHORT["open_timeout"], **kw})
 
 
 def test_a_remote_pair_gives_what_the_same_pair_here_gives(monkeypatch):
