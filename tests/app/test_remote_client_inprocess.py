@@ -131,9 +131,11 @@ HELLO = {"type": "hello", "protocol": PROTOCOL}
 DEVICE = {"type": "device", "kind": "host", "describe": "device: host (fake)"}
 
 
-# Every test's requests have short deadlines (the defaults are 300 s and 1800 s): a client
-# that waits where it should not fails in seconds, which a mutation run needs (docs/testing.md).
-SHORT = {"timeout": 30.0, "open_timeout": 30.0}
+# Every test's requests have shorter deadlines than the defaults (300 s and 1800 s), long
+# enough for a first compile of the pair's kernels on a loaded machine under a mutation run's
+# tracing (an open took over 30 s there); a silent peer ends after SILENT_S, so a client that
+# waits where it should not fails in seconds, which a mutation run needs (docs/testing.md).
+SHORT = {"timeout": 120.0, "open_timeout": 120.0}
 
 
 def device(**kw) -> RemoteDevice:
