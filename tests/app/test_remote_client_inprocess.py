@@ -782,3 +782,29 @@ def test_a_remote_pair_opens_its_worker_with_the_configs_settings(monkeypatch):
     with pytest.raises(ValueError, match="^keep_states needs the pair in this process: drop "
                                          "--worker$"):
         RemotePair(cfg, keep_states=1)
+
+
+def test_the_quit_is_sent_to_its_own_1_s_deadline(monkeypatch):
+    # close never blocks on a worker that stopped reading: the quit has 1 s, then EOF and kill
+    peer(monkeypatch, honest)
+    d = device()
+    sent, real = [], d.pipe.send
+
+    def send(msg, deadline=None):
+        sent.append((msg, deadline, time.monotonic()))
+        return real(msg, deadline)
+
+    d.pipe.send = send
+    d.close()
+    (msg, deadline, now), = sent
+    assert msg == {"cmd": "quit"}
+    assert isinstance(deadline, float) and 0.5 < deadline - now <= 1.0
+
+
+def test_an_opened_reply_longer_than_a_small_reply_is_read(monkeypatch):
+    # the node table and a fused plan's generated sources: the open reply has its own bound
+    pad = "p" * (2 * SMALL_REPLY)  # past the default bound, 2 small replies
+    peer(monkeypatch, Doctor("open", _set("pad", pad)))
+    r = RemotePair(config())
+    assert len(r.nodes) == 23
+    r.close()
