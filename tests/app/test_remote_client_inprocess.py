@@ -676,9 +676,22 @@ def test_stats_are_an_object_or_none(monkeypatch, stats, ok):
             r.stats()
 
 
+def deaf(rfd, wfd, p) -> int:
+    """A peer that answers hello and device, then reads nothing more (until it is killed, or
+    for SILENT_S: a client that blocks on its send sees it end instead)."""
+    pipe = LinePipe(rfd, wfd)
+    for a in (HELLO, DEVICE):
+        p.seen.append(json.loads(pipe.receive(1 << 20)))
+        os.write(wfd, json.dumps(a).encode() + b"\n")
+    end = time.monotonic() + SILENT_S
+    while not p.killed and time.monotonic() < end:
+        time.sleep(0.01)
+    return 5
+
+
 def test_a_request_the_worker_does_not_read_misses_its_deadline_instead_of_blocking(
         monkeypatch):
-    started = peer(monkeypatch, scripted(HELLO, DEVICE, None))
+    started = peer(monkeypatch, deaf)
     d = device(timeout=0.1)
     assert (d.workload, d.seed) == ("mlp", 0)
     with pytest.raises(RemoteError, match="did not answer 'stats' within 0.1 s"):
