@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import threading
 import time
@@ -92,9 +93,14 @@ def honest(rfd, wfd, p) -> int:
     return serve(rfd, wfd)
 
 
+SILENT_S = 5.0  # how long a silent peer waits for the client to give up before it ends
+
+
 def scripted(*answers, then_wait: bool = True):
     """A peer that reads a line per answer and writes the answer (a dict as JSON, bytes as
-    they are, None: nothing and wait for EOF), then waits for EOF; requests go to ``seen``."""
+    they are, None: nothing and wait for EOF), then waits for EOF; requests go to ``seen``.
+    A silent peer (None) ends after ``SILENT_S`` if the client has not closed its end by then:
+    a client without its deadline then sees the worker end instead of waiting for ever."""
 
     def target(rfd, wfd, p) -> int:
         pipe = LinePipe(rfd, wfd)
@@ -104,7 +110,12 @@ def scripted(*answers, then_wait: bool = True):
                 return 0
             p.seen.append(json.loads(line))
             if a is None:
-                break
+                end = time.monotonic() + SILENT_S
+                while (left := end - time.monotonic()) > 0 and select.select([rfd], [], [],
+                                                                              left)[0]:
+                    if not os.read(rfd, 1 << 16):
+                        return 3  # the client closed its end: it gave up in time
+                return 5
             try:
                 os.write(wfd, a if isinstance(a, bytes) else json.dumps(a).encode() + b"\n")
             except BrokenPipeError:  # the client has ended this peer already: its test is done
@@ -120,14 +131,23 @@ HELLO = {"type": "hello", "protocol": PROTOCOL}
 DEVICE = {"type": "device", "kind": "host", "describe": "device: host (fake)"}
 
 
+# Every test's requests have shorter deadlines than the defaults (300 s and 1800 s), long
+# enough for a first compile of the pair's kernels on a loaded machine under a mutation run's
+# tracing (an open took over 30 s there); a silent peer ends after SILENT_S, so a client that
+# waits where it should not fails in seconds, which a mutation run needs (docs/testing.md).
+SHORT = {"timeout": 120.0, "open_timeout": 120.0}
+
+
 def device(**kw) -> RemoteDevice:
-    return RemoteDevice(CMD, "host", "mlp", 0, **kw)
+    return RemoteDevice(CMD, "host", "mlp", 0, **{**SHORT, **kw})
 
 
 # ---- RemoteDevice -----------------------------------------------------------------------------
 def test_a_device_through_the_real_worker_says_hello_and_names_its_device(monkeypatch):
     started = peer(monkeypatch, honest)
-    d = device()
+    monkeypatch.delenv("TAPESCOPE_WORKER_TIMEOUT", raising=False)
+    monkeypatch.delenv("TAPESCOPE_WORKER_OPEN_TIMEOUT", raising=False)
+    d = RemoteDevice(CMD, "host", "mlp", 0)  # (the only test on the default deadlines)
     argv, p = started[0]
     assert argv == ["fake-worker", "--x", "a b"]  # split as a shell would, run without one
     assert d.kind == "host"
@@ -300,7 +320,9 @@ def test_a_send_to_a_worker_that_is_gone_is_an_end_not_a_crash(monkeypatch):
 
 # ---- RemotePair -------------------------------------------------------------------------------
 def config(**kw) -> SessionConfig:
-    return SessionConfig(workload="mlp", device="host", worker=CMD, **kw)
+    return SessionConfig(workload="mlp", device="host", worker=CMD,
+                         **{"worker_timeout": SHORT["timeout"],
+                            "worker_open_timeout": SHORT["open_timeout"], **kw})
 
 
 def test_a_remote_pair_gives_what_the_same_pair_here_gives(monkeypatch):
@@ -654,9 +676,22 @@ def test_stats_are_an_object_or_none(monkeypatch, stats, ok):
             r.stats()
 
 
+def deaf(rfd, wfd, p) -> int:
+    """A peer that answers hello and device, then reads nothing more (until it is killed, or
+    for SILENT_S: a client that blocks on its send sees it end instead)."""
+    pipe = LinePipe(rfd, wfd)
+    for a in (HELLO, DEVICE):
+        p.seen.append(json.loads(pipe.receive(1 << 20)))
+        os.write(wfd, json.dumps(a).encode() + b"\n")
+    end = time.monotonic() + SILENT_S
+    while not p.killed and time.monotonic() < end:
+        time.sleep(0.01)
+    return 5
+
+
 def test_a_request_the_worker_does_not_read_misses_its_deadline_instead_of_blocking(
         monkeypatch):
-    started = peer(monkeypatch, scripted(HELLO, DEVICE, None))
+    started = peer(monkeypatch, deaf)
     d = device(timeout=0.1)
     assert (d.workload, d.seed) == ("mlp", 0)
     with pytest.raises(RemoteError, match="did not answer 'stats' within 0.1 s"):
@@ -760,3 +795,29 @@ def test_a_remote_pair_opens_its_worker_with_the_configs_settings(monkeypatch):
     with pytest.raises(ValueError, match="^keep_states needs the pair in this process: drop "
                                          "--worker$"):
         RemotePair(cfg, keep_states=1)
+
+
+def test_the_quit_is_sent_to_its_own_1_s_deadline(monkeypatch):
+    # close never blocks on a worker that stopped reading: the quit has 1 s, then EOF and kill
+    peer(monkeypatch, honest)
+    d = device()
+    sent, real = [], d.pipe.send
+
+    def send(msg, deadline=None):
+        sent.append((msg, deadline, time.monotonic()))
+        return real(msg, deadline)
+
+    d.pipe.send = send
+    d.close()
+    (msg, deadline, now), = sent
+    assert msg == {"cmd": "quit"}
+    assert isinstance(deadline, float) and 0.5 < deadline - now <= 1.0
+
+
+def test_an_opened_reply_longer_than_a_small_reply_is_read(monkeypatch):
+    # the node table and a fused plan's generated sources: the open reply has its own bound
+    pad = "p" * (2 * SMALL_REPLY)  # past the default bound, 2 small replies
+    peer(monkeypatch, Doctor("open", _set("pad", pad)))
+    r = RemotePair(config())
+    assert len(r.nodes) == 23
+    r.close()

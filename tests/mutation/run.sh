@@ -46,6 +46,9 @@ text = open("pyproject.toml").read()
 conf = tomllib.loads(text)["tool"]
 mm, tests = conf["mutmut"], conf["tapescope"]["mutation"][module]
 mm["only_mutate"], mm["pytest_add_cli_args_test_selection"] = [module], tests
+if "-m" in tests:  # each mutant's run names its tests with pytest_add_cli_args only: without the
+    i = tests.index("-m")  # selection's marker filter there, addopts' "not slow" drops the slow ones
+    mm["pytest_add_cli_args"] = mm["pytest_add_cli_args"] + tests[i:i + 2]
 # mutmut reads [tool.mutmut] from pyproject.toml, else setup.cfg: move the narrowed one there
 text = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", "", text)
 open("pyproject.toml", "w").write(text)
