@@ -390,3 +390,67 @@ def test_blocks_close_at_the_size_aimed_at(many):
     _, h = parts(many)
     sizes = [s for _, s, _ in h["blocks"]]
     assert len(sizes) > 10 and max(sizes) <= 1024
+
+
+# ---- the full mutation run (issue 31): the lazy lists as the session uses them ------------------
+def test_the_lazy_flags_are_bool_masks_and_the_nodes_keep_the_dtype(many):
+    back, eager = _lazy(many)
+    for seq in (back._values, back._grads):
+        flags = seq.nonfinite()
+        assert flags.dtype == np.bool_ and len(flags) == len(back)
+    for t in (back, eager):
+        assert {nd.dtype for nd in t.nodes} == {np.dtype(np.float64)} == {t.dtype}
+
+
+def test_iterating_the_lazy_lists_gives_every_array(many):
+    back, eager = _lazy(many)
+    vals, grads = list(back._values), list(back._grads)
+    assert len(vals) == len(grads) == len(eager)
+    for i in range(len(eager)):
+        assert np.array_equal(vals[i], eager.value(i))
+        assert (grads[i] is None) == (eager.grad(i) is None)
+        assert grads[i] is None or np.array_equal(grads[i], eager.grad(i))
+
+
+def test_a_snapshot_after_a_set_and_an_append_keeps_both(many):
+    back, eager = _lazy(many)
+    g = back._grads
+    n = len(g)
+    i = next(k for k in range(n) if eager.grad(k) is not None)
+    g[i] = np.array([np.nan])
+    g.append(np.array([1.0]))
+    s = g.snapshot()
+    assert len(s) == n + 1 and np.isnan(s[i]).all() and np.array_equal(s[n], [1.0])
+    flags = s.nonfinite()
+    assert flags.tolist() == [k == i for k in range(n + 1)]
+    assert flags.tolist() == g.nonfinite().tolist()
+
+
+def test_a_slice_ending_at_a_set_item_leaves_it_out(many):
+    back, _ = _lazy(many)
+    v = back._values
+    v[5] = np.array([np.inf])
+    assert v[0:5].nonfinite().tolist() == [False] * 5
+    assert v[0:6].nonfinite().tolist() == [False] * 5 + [True]
+
+
+def test_a_lazy_tape_warns_of_nothing_and_closes_its_file(many):
+    """Its own descriptor of the file is closed when the tape goes (no unclosed-file warning,
+    no failing finalizer)."""
+    import gc
+    import sys
+    import warnings
+
+    caught = []
+    old = sys.unraisablehook
+    sys.unraisablehook = caught.append
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            back, _ = tapefile.load(many, lazy=True)
+            back.value(0)
+            del back
+            gc.collect()
+    finally:
+        sys.unraisablehook = old
+    assert not caught and not seen, (caught, [str(w.message) for w in seen])
