@@ -454,3 +454,90 @@ def test_a_lazy_tape_warns_of_nothing_and_closes_its_file(many):
     finally:
         sys.unraisablehook = old
     assert not caught and not seen, (caught, [str(w.message) for w in seen])
+
+
+# ---- the full mutation run: the layout's bounds at their edges, each refusal exact --------------
+def test_a_shape_of_exactly_the_datas_bytes_is_allowed_one_element_more_is_not(small, tmp_path):
+    """The bound is "more than the file holds": an (unused) shapes_table entry of exactly the
+    bytes before the header passes it; 8 bytes more is refused before anything is read."""
+    hoff = len(parts(small)[0])
+    assert hoff % 8 == 0
+    ok = edited(small, tmp_path / "ok.tape", lambda h: h["shapes_table"].append([hoff // 8]))
+    assert len(tapefile.load(ok)[0]) == 3
+    _fail(small, tmp_path, lambda h: h["shapes_table"].append([hoff // 8 + 1]),
+          f"shape [{hoff // 8 + 1}] declares {hoff + 8} bytes, more than the file holds")
+
+
+@pytest.fixture
+def with_const(tmp_path) -> Path:
+    """x param, c const (no gradient), x * c, sum: node 1 has no gradient."""
+    t = Tape()
+    x = t.param(np.arange(4.0))
+    loss = ops.sum(ops.mul(x, t.const(np.full(4, 2.0))))
+    t.backward(loss)
+    assert t.grad(1) is None and t.grad(0) is not None
+    return tapefile.save(t, tmp_path / "c.tape")
+
+
+def test_an_absent_gradient_must_say_so_in_both_places(with_const, tmp_path):
+    _fail(with_const, tmp_path, lambda h: _set_loc(h, "grads", 1, [-1, 0]),
+          "'grads': an absent array's offset must be -1")
+
+
+@pytest.mark.parametrize("case", ["not-a-list", "negative", "one-past", "twice", "no-gradient"])
+def test_the_nonfinite_lists_are_distinct_ids_of_arrays_there_are(with_const, tmp_path, case):
+    edit, says = {
+        "not-a-list": (_set("nonfinite_values", 0),
+                       "'nonfinite_values' must be a list of integers"),
+        "negative": (_set("nonfinite_values", [-1]),
+                     "'nonfinite_values' holds a value outside [0, 4)"),
+        "one-past": (_set("nonfinite_grads", [4]),
+                     "'nonfinite_grads' holds a value outside [0, 4)"),
+        "twice": (_set("nonfinite_values", [2, 2]),
+                  "'nonfinite_values' must list distinct nodes that have a value"),
+        "no-gradient": (_set("nonfinite_grads", [1]),
+                        "'nonfinite_grads' must list distinct nodes that have a grad"),
+    }[case]
+    _fail(with_const, tmp_path, edit, says)
+
+
+def test_the_nonfinite_lists_of_a_one_node_tape(tmp_path):
+    t = Tape()
+    t.param(np.array([np.inf]))
+    one = tapefile.save(t, tmp_path / "one.tape")
+    back, _ = tapefile.load(one, lazy=True)
+    assert back._values.nonfinite().tolist() == [True] and np.isinf(back.value(0)).all()
+    _fail(one, tmp_path, _set("nonfinite_values", [1]),
+          "'nonfinite_values' holds a value outside [0, 1)")
+
+
+def test_the_first_short_block_is_the_one_named(small, tmp_path):
+    """x's shape [2, 3] made [2, 2] (tanh's rule agrees): every block of such an array now ends
+    16 bytes past its arrays; the refusal names the first."""
+    _, h = parts(small)
+    k = h["shapes_table"].index([2, 3])
+    first = min(h["values"][2 * i] for i in range(3) if h["shape"][i] == k)
+    size = h["blocks"][first][1]
+    _fail(small, tmp_path, lambda h: h["shapes_table"].__setitem__(k, [2, 2]),
+          f"block {first} is {size} bytes but its arrays end at byte {size - 16} (the header's "
+          "dtype or shapes are not the file's)")
+
+
+def test_an_overlap_deep_in_a_block_is_found_and_named_by_its_bytes(many, tmp_path):
+    """Node b's value moved to start 8 bytes into node a's gradient, which is neither its
+    block's first array nor the file's: the two are named by their bytes in the file."""
+    _, h = parts(many)
+    v, g, blocks = h["values"], h["grads"], h["blocks"]
+    nb = 32 * 8  # the chain's arrays are [4, 8] float64: four to a 1 KiB block, v g v g
+    a = next(k for k in range(2, len(v) // 2 - 2)
+             if v[2 * k + 1] == 0 and g[2 * k:2 * k + 2] == [v[2 * k], nb]
+             and v[2 * k + 2] == v[2 * k])
+    blk = v[2 * a]
+    start = blocks[blk][0] + nb  # node a's gradient, in the file
+    _fail(many, tmp_path, lambda h: _set_loc(h, "values", a + 1, [blk, nb + 8]),
+          f"two arrays overlap in the file (bytes {start}..{start + nb} and {start + 8}..)")
+
+
+def test_a_long_loss_is_quoted_to_40_characters(small, tmp_path):
+    _fail(small, tmp_path, lambda h: h["meta"].update(loss="x" * 50),
+          "meta 'loss' " + "x" * 40 + " is not a node id")
