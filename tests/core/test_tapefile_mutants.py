@@ -600,3 +600,8 @@ def test_the_header_member_is_named_in_its_own_refusals(small, tmp_path):
 ], ids=["not-json", "200k-deep"])
 def test_a_header_that_is_not_json_says_so(small, tmp_path, text, says):
     refused(write_zip(tmp_path / "j.tape", with_header(read_members(small), text)), says)
+
+
+def test_a_checksum_for_no_member_is_quoted_to_40_characters(small, tmp_path):
+    err = refused(_edited(small, tmp_path, lambda h: h["digests"].update({"k" * 50: "0" * 64})))
+    assert "the header has a checksum for '" + "k" * 40 + "' but no such member" in str(err)

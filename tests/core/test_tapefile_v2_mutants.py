@@ -541,3 +541,20 @@ def test_an_overlap_deep_in_a_block_is_found_and_named_by_its_bytes(many, tmp_pa
 def test_a_long_loss_is_quoted_to_40_characters(small, tmp_path):
     _fail(small, tmp_path, lambda h: h["meta"].update(loss="x" * 50),
           "meta 'loss' " + "x" * 40 + " is not a node id")
+
+
+@pytest.mark.parametrize("version,says", [
+    (None, "truncated (the file ends inside its preamble)"),
+    (0xFFFF, "format version 65535 is not supported (this build reads (1, 2))"),
+    (0x8000, "format version 32768 is not supported"),
+])
+def test_the_preamble_version_is_an_unsigned_16_bit_number(small, tmp_path, version, says):
+    import struct
+
+    from core.tapefile import MAGIC
+
+    raw = small.read_bytes()
+    bad = tmp_path / "v.tape"
+    bad.write_bytes(MAGIC + b"\x02" if version is None
+                    else MAGIC + struct.pack("<H", version) + raw[len(MAGIC) + 2:])
+    assert says in str(refused(bad))
