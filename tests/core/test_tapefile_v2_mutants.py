@@ -558,3 +558,9 @@ def test_the_preamble_version_is_an_unsigned_16_bit_number(small, tmp_path, vers
     bad.write_bytes(MAGIC + b"\x02" if version is None
                     else MAGIC + struct.pack("<H", version) + raw[len(MAGIC) + 2:])
     assert says in str(refused(bad))
+
+
+def test_a_file_without_its_trailer_says_so(small, tmp_path):
+    bad = tmp_path / "t.tape"
+    bad.write_bytes(small.read_bytes() + b"\0" * 8)  # the trailer no longer at the end
+    assert "truncated or corrupt (no trailer at the end of the file)" in str(refused(bad))
