@@ -210,6 +210,13 @@ def test_only_npy_members_named_for_a_node_are_read(small, tmp_path, name):
     refused(write_zip(tmp_path / "name.tape", {**members, name: data}), "unexpected member")
 
 
+def test_an_unexpected_member_is_quoted_to_80_characters(small, tmp_path):
+    members = read_members(small)
+    refused(write_zip(tmp_path / "long.tape", {**members, "n" * 100 + ".npy": b"x"}),
+            "unexpected member '" + "n" * 80 + "' (a tape holds only header.npy, v<id>.npy and "
+            "g<id>.npy)")
+
+
 def test_the_largest_member_id_there_may_be_is_still_a_node_check(small, tmp_path):
     members = read_members(small)
     refused(write_zip(tmp_path / "id.tape", {**members, "g999999999.npy": members["g0.npy"]}),
@@ -226,10 +233,11 @@ def _central(name: bytes, data: bytes, offset: int) -> bytes:
                        len(data), len(data), len(name), 0, 0, 0, 0, 0, offset) + name
 
 
-def test_a_member_hidden_inside_another_is_refused_by_the_claimed_size(tmp_path):
+def _hidden_member_zip(path: Path, n1: int = 2000, comment: bytes = b"") -> Path:
     """v0's stored bytes contain v1's whole member (its local header and data): each member
-    reads back with a good CRC, but together they claim more bytes than the file holds."""
-    v1 = np.arange(2000.0)
+    reads back with a good CRC, and together they claim len(header) + len(v0) + len(v1)
+    bytes of a file that holds v1's only once."""
+    v1 = np.arange(float(n1))
     b1 = npy(v1)
     lh1 = _local(b"v1.npy", b1, extra=b"\0" * 4)  # 40 bytes: v0's data stays whole float64s
     payload0 = b"\0" * 8 + lh1 + b1
@@ -253,13 +261,33 @@ def test_a_member_hidden_inside_another_is_refused_by_the_claimed_size(tmp_path)
     cd_at = out.tell()
     cd = (_central(b"header.npy", hdr, off_h) + _central(b"v0.npy", d0, off_0)
           + _central(b"v1.npy", b1, off_1))
-    out.write(cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 3, 3, len(cd), cd_at, 0))
-    path = tmp_path / "hidden.tape"
+    out.write(cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 3, 3, len(cd), cd_at,
+                               len(comment)) + comment)
     path.write_bytes(out.getvalue())
     with zipfile.ZipFile(path) as z:  # a well-formed zip to zipfile: every member reads
         assert z.testzip() is None
         assert z.read("v1.npy") == b1 and z.read("v0.npy") == d0
-    refused(path, "members claim")
+    return path
+
+
+def test_a_member_hidden_inside_another_is_refused_by_the_claimed_size(tmp_path):
+    refused(_hidden_member_zip(tmp_path / "hidden.tape"), "members claim")
+
+
+def test_the_claimed_bytes_bound_is_the_files_size_exactly(tmp_path):
+    """A small v1 hidden in v0: the members claim exactly the file's size (accepted; the bound
+    is "more than the file holds"), then one byte more than a file one byte shorter."""
+    probe = _hidden_member_zip(tmp_path / "probe.tape", n1=17)
+    with zipfile.ZipFile(probe) as z:
+        claimed = sum(zi.compress_size for zi in z.infolist())
+    room = claimed - probe.stat().st_size  # comment bytes that make the file exactly that long
+    assert room > 1
+    ok = _hidden_member_zip(tmp_path / "ok.tape", n1=17, comment=b"c" * room)
+    assert ok.stat().st_size == claimed
+    back, _ = tapefile.load(ok)
+    assert np.array_equal(back.value(1), np.arange(17.0))
+    over = _hidden_member_zip(tmp_path / "over.tape", n1=17, comment=b"c" * (room - 1))
+    refused(over, f"members claim {claimed} bytes but the file holds {claimed - 1} (corrupt)")
 
 
 @pytest.mark.parametrize("extra", [0, 1])

@@ -564,3 +564,8 @@ def test_a_file_without_its_trailer_says_so(small, tmp_path):
     bad = tmp_path / "t.tape"
     bad.write_bytes(small.read_bytes() + b"\0" * 8)  # the trailer no longer at the end
     assert "truncated or corrupt (no trailer at the end of the file)" in str(refused(bad))
+
+
+def test_a_header_that_is_not_json_says_why(small, tmp_path):
+    _fail(small, tmp_path, lambda h: "{not json",
+          "header is not valid JSON (Expecting property name enclosed in double quotes")
