@@ -633,3 +633,19 @@ def test_a_header_that_is_not_json_says_so(small, tmp_path, text, says):
 def test_a_checksum_for_no_member_is_quoted_to_40_characters(small, tmp_path):
     err = refused(_edited(small, tmp_path, lambda h: h["digests"].update({"k" * 50: "0" * 64})))
     assert "the header has a checksum for '" + "k" * 40 + "' but no such member" in str(err)
+
+
+def test_a_stored_member_whose_sizes_differ_is_refused_naming_both(small, tmp_path):
+    """v1.npy's compressed size in the directory 8 more than its size: refused from the
+    directory, before any member is read."""
+    n = len(read_members(small)["v1.npy"])
+    bad = tmp_path / "sizes.tape"
+    data = bytearray(small.read_bytes())
+    enc = b"v1.npy"
+    pos = data.find(b"PK\x01\x02")
+    while pos >= 0:
+        if data[pos + 46: pos + 46 + len(enc)] == enc:
+            data[pos + 20: pos + 24] = struct.pack("<I", n + 8)  # compressed size
+        pos = data.find(b"PK\x01\x02", pos + 4)
+    bad.write_bytes(bytes(data))
+    refused(bad, f"member v1.npy: stored size {n + 8} != size {n}")
