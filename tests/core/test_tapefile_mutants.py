@@ -649,3 +649,8 @@ def test_a_stored_member_whose_sizes_differ_is_refused_naming_both(small, tmp_pa
         pos = data.find(b"PK\x01\x02", pos + 4)
     bad.write_bytes(bytes(data))
     refused(bad, f"member v1.npy: stored size {n + 8} != size {n}")
+
+
+def test_a_long_loss_is_quoted_to_40_characters(small, tmp_path):
+    err = refused(_edited(small, tmp_path, lambda h: h["meta"].update(loss="x" * 50)))
+    assert "meta 'loss' " + "x" * 40 + " is not a node id" in str(err), str(err)

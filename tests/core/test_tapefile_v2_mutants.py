@@ -569,3 +569,24 @@ def test_a_file_without_its_trailer_says_so(small, tmp_path):
 def test_a_header_that_is_not_json_says_why(small, tmp_path):
     _fail(small, tmp_path, lambda h: "{not json",
           "header is not valid JSON (Expecting property name enclosed in double quotes")
+
+
+def test_a_variadic_op_takes_one_input_or_more_never_none(tmp_path):
+    t = Tape()
+    x = t.param(np.ones((2, 3)))
+    ops.sum(ops.concat([x], axis=1))
+    path = tapefile.save(t, tmp_path / "c1.tape")
+    same(t, tapefile.load(path)[0])
+    _fail(path, tmp_path, _item("inputs", 1, []),
+          "node 1 concat: takes None inputs, the header gives 0")
+
+
+def test_the_shapes_table_holds_lists_of_at_most_32_sizes(small, tmp_path):
+    t = Tape()
+    t.param(np.ones((1,) * 32))
+    assert tapefile.load(tapefile.save(t, tmp_path / "r32.tape"))[0].value(0).shape == (1,) * 32
+    _fail(small, tmp_path, lambda h: h["shapes_table"].append({}),
+          "shape 2 {} of 'shapes_table' is not a list of at most 32 sizes")
+    long = [1 << 62] * 10
+    _fail(small, tmp_path, lambda h: h["shapes_table"].append(long),
+          f"shape 2 {str(long)[:80]} of 'shapes_table' is not a list")
