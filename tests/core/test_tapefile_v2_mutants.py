@@ -590,3 +590,18 @@ def test_the_shapes_table_holds_lists_of_at_most_32_sizes(small, tmp_path):
     long = [1 << 62] * 10
     _fail(small, tmp_path, lambda h: h["shapes_table"].append(long),
           f"shape 2 {str(long)[:80]} of 'shapes_table' is not a list")
+
+
+def test_the_shape_and_attrs_columns_are_bounded_both_ways(small, tmp_path):
+    _, h = parts(small)
+    ns, na = len(h["shapes_table"]), len(h["attrs_table"])
+    for edit, says in [
+            (_item("shape", 2, ns), f"'shape' holds a value outside [0, {ns})"),
+            (_item("attrs", 2, na), f"'attrs' holds a value outside [0, {na})"),
+            (lambda h: h.update(attrs=h["attrs"][:-1]), "'attrs' must be a list of 3 integers"),
+            (_set("attrs_table", {}), "'attrs_table' must be a list of objects")]:
+        _fail(small, tmp_path, edit, says)
+    t = Tape()
+    t.param(np.ones(2))
+    one = tapefile.save(t, tmp_path / "one.tape")  # one shape in the table
+    _fail(one, tmp_path, _item("shape", 0, 1), "'shape' holds a value outside [0, 1)")
