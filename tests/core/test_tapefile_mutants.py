@@ -210,6 +210,13 @@ def test_only_npy_members_named_for_a_node_are_read(small, tmp_path, name):
     refused(write_zip(tmp_path / "name.tape", {**members, name: data}), "unexpected member")
 
 
+def test_an_unexpected_member_is_quoted_to_80_characters(small, tmp_path):
+    members = read_members(small)
+    refused(write_zip(tmp_path / "long.tape", {**members, "n" * 100 + ".npy": b"x"}),
+            "unexpected member '" + "n" * 80 + "' (a tape holds only header.npy, v<id>.npy and "
+            "g<id>.npy)")
+
+
 def test_the_largest_member_id_there_may_be_is_still_a_node_check(small, tmp_path):
     members = read_members(small)
     refused(write_zip(tmp_path / "id.tape", {**members, "g999999999.npy": members["g0.npy"]}),
@@ -226,10 +233,11 @@ def _central(name: bytes, data: bytes, offset: int) -> bytes:
                        len(data), len(data), len(name), 0, 0, 0, 0, 0, offset) + name
 
 
-def test_a_member_hidden_inside_another_is_refused_by_the_claimed_size(tmp_path):
+def _hidden_member_zip(path: Path, n1: int = 2000, comment: bytes = b"") -> Path:
     """v0's stored bytes contain v1's whole member (its local header and data): each member
-    reads back with a good CRC, but together they claim more bytes than the file holds."""
-    v1 = np.arange(2000.0)
+    reads back with a good CRC, and together they claim len(header) + len(v0) + len(v1)
+    bytes of a file that holds v1's only once."""
+    v1 = np.arange(float(n1))
     b1 = npy(v1)
     lh1 = _local(b"v1.npy", b1, extra=b"\0" * 4)  # 40 bytes: v0's data stays whole float64s
     payload0 = b"\0" * 8 + lh1 + b1
@@ -253,13 +261,33 @@ def test_a_member_hidden_inside_another_is_refused_by_the_claimed_size(tmp_path)
     cd_at = out.tell()
     cd = (_central(b"header.npy", hdr, off_h) + _central(b"v0.npy", d0, off_0)
           + _central(b"v1.npy", b1, off_1))
-    out.write(cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 3, 3, len(cd), cd_at, 0))
-    path = tmp_path / "hidden.tape"
+    out.write(cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 3, 3, len(cd), cd_at,
+                               len(comment)) + comment)
     path.write_bytes(out.getvalue())
     with zipfile.ZipFile(path) as z:  # a well-formed zip to zipfile: every member reads
         assert z.testzip() is None
         assert z.read("v1.npy") == b1 and z.read("v0.npy") == d0
-    refused(path, "members claim")
+    return path
+
+
+def test_a_member_hidden_inside_another_is_refused_by_the_claimed_size(tmp_path):
+    refused(_hidden_member_zip(tmp_path / "hidden.tape"), "members claim")
+
+
+def test_the_claimed_bytes_bound_is_the_files_size_exactly(tmp_path):
+    """A small v1 hidden in v0: the members claim exactly the file's size (accepted; the bound
+    is "more than the file holds"), then one byte more than a file one byte shorter."""
+    probe = _hidden_member_zip(tmp_path / "probe.tape", n1=17)
+    with zipfile.ZipFile(probe) as z:
+        claimed = sum(zi.compress_size for zi in z.infolist())
+    room = claimed - probe.stat().st_size  # comment bytes that make the file exactly that long
+    assert room > 1
+    ok = _hidden_member_zip(tmp_path / "ok.tape", n1=17, comment=b"c" * room)
+    assert ok.stat().st_size == claimed
+    back, _ = tapefile.load(ok)
+    assert np.array_equal(back.value(1), np.arange(17.0))
+    over = _hidden_member_zip(tmp_path / "over.tape", n1=17, comment=b"c" * (room - 1))
+    refused(over, f"members claim {claimed} bytes but the file holds {claimed - 1} (corrupt)")
 
 
 @pytest.mark.parametrize("extra", [0, 1])
@@ -440,3 +468,189 @@ def test_numpy_scalar_attributes_are_saved_as_plain_json_and_load_equal(tmp_path
     back, _ = tapefile.load(path)
     assert dict(back.nodes[1].attrs) == {"s": 0.25}
     assert back.nodes[2].attrs["axis"] == (1,)
+
+
+# ---- the full mutation run (issue 31): each version-1 refusal says what and where ------------
+# (a mutant that raised the refusal with no message, or quoted None for the value at fault, or
+# let the wrong value through to a later, vaguer refusal, survived the looser matches above)
+def _edited(small: Path, tmp_path: Path, edit, name: str = "e.tape") -> Path:
+    members = read_members(small)
+    h = header_of(members)
+    edit(h)
+    return write_zip(tmp_path / name, with_header(members, h))
+
+
+def _node_is(i: int, **kw):
+    return lambda h: h["nodes"][i].update(kw)
+
+
+V1_REFUSALS = {
+    "version": (lambda h: h.update(version=2),
+                "format version 2 is not supported in a zip tape (version 1)"),
+    "dtype-name": (lambda h: h.update(dtype="int8"),
+                   f"dtype 'int8' is not supported ({' or '.join(tapefile.FILE_DTYPES)})"),
+    "dtype-number": (lambda h: h.update(dtype=5), "dtype 5 is not supported"),
+    "math": (lambda h: h.update(math="fast"), "math mode 'fast' is not one of"),
+    "ok": (lambda h: h.update(ok="yes"), "'ok' must be true/false and 'error' a string or null"),
+    "nodes": (lambda h: h.update(nodes={}), "'nodes' must be a list"),
+    "digest-not-hex": (lambda h: h["digests"].update(v0="z" * 64),
+                       "'digests' must map member names to SHA-256 hex strings"),
+    "digest-number": (lambda h: h["digests"].update(v0=5),
+                      "'digests' must map member names to SHA-256 hex strings"),
+    "node-not-object": (lambda h: h["nodes"].__setitem__(1, 5), "node 1: must be an object"),
+    "node-missing": (lambda h: h["nodes"][1].pop("shape"), "node 1: missing ['shape']"),
+    "node-id": (_node_is(1, id=7), "node 1: id 7 out of order"),
+    "node-op": (_node_is(1, op="nope"), "node 1: unknown op 'nope'"),
+    "requires-grad": (_node_is(1, requires_grad=1),
+                      "node 1 tanh: requires_grad must be true or false"),
+    "attrs-not-object": (_node_is(1, attrs=[1]), "node 1 tanh: attrs [1] do not fit "
+                         "(TypeError: attrs must be an object, not list)"),
+    "attrs-wrong-shape": (_node_is(2, shape=[5]), "do not fit (ValueError: inputs and attrs "
+                          "give shape [])"),
+    "shape-float": (_node_is(0, shape=[2.0, 3]),
+                    "node 0 param: shape [2.0, 3] is not a list of sizes"),
+    "shape-2**62": (_node_is(0, shape=[1 << 62, 3]),
+                    f"node 0 param: shape [{1 << 62}, 3] is not a list of sizes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(V1_REFUSALS))
+def test_each_version_1_header_refusal_names_the_field_and_the_value(small, tmp_path, case):
+    edit, says = V1_REFUSALS[case]
+    err = refused(_edited(small, tmp_path, edit))
+    assert says in str(err), str(err)
+
+
+def test_the_largest_size_there_may_be_is_still_a_size(small, tmp_path):
+    """2**62 - 1 is a size: node 0 passes, the refusal is node 1's, whose shape rule gives it."""
+    err = refused(_edited(small, tmp_path, _node_is(0, shape=[(1 << 62) - 1])))
+    assert f"node 1 tanh: attrs {{}} do not fit (ValueError: inputs and attrs give shape " \
+           f"[{(1 << 62) - 1}])" in str(err), str(err)
+
+
+def test_a_header_without_ok_or_error_reads_as_a_good_tape(small, tmp_path):
+    def edit(h):
+        del h["ok"], h["error"]
+    back, _ = tapefile.load(_edited(small, tmp_path, edit))
+    assert (back.ok, back.error) == (True, None)
+
+
+def test_empty_arrays_round_trip_in_version_1(tmp_path):
+    t = Tape()
+    x = t.param(np.zeros((0, 3)))
+    loss = ops.sum(x)
+    t.backward(loss)
+    back, _ = tapefile.load(save_v1(t, tmp_path / "e.tape"))
+    assert back.value(0).shape == (0, 3) and back.grad(0).shape == (0, 3)
+    assert back.nodes[0].shape == (0, 3) and float(back.value(1)) == 0.0
+
+
+def test_a_numpy_true_attribute_is_saved_true(tmp_path):
+    for version in (1, 2):
+        t = Tape()
+        x = t.param(np.arange(6.0).reshape(2, 3))
+        t.record("sum", [x], {"axis": (1,), "keepdims": np.bool_(True)})
+        back, _ = tapefile.load(tapefile.save(t, tmp_path / f"k{version}.tape", version=version))
+        assert back.nodes[1].attrs["keepdims"] is True and back.nodes[1].shape == (2, 1)
+
+
+def test_a_member_named_twice_is_refused_by_name(small, tmp_path):
+    members = read_members(small)
+    bad = tmp_path / "dup.tape"
+    with pytest.warns(UserWarning, match="Duplicate name"), zipfile.ZipFile(bad, "w") as z:
+        for n, data in [*members.items(), ("v1.npy", members["v1.npy"])]:
+            z.writestr(n, data)
+    refused(bad, "member v1.npy appears twice")
+
+
+@pytest.mark.parametrize("flag", [0x1, 0x40])
+def test_an_encrypted_member_is_refused_as_encrypted(small, tmp_path, flag):
+    from tests.core.test_tapefile_hostile import _patch_member_flags
+
+    bad = tmp_path / "enc.tape"
+    bad.write_bytes(small.read_bytes())
+    _patch_member_flags(bad, "v1.npy", flag=flag)
+    refused(bad, "member v1.npy is encrypted (not supported)")
+
+
+def _set_size(path: Path, name: str, size: int) -> None:
+    """Patch ``name``'s uncompressed size in its local (offset 22) and central (24) headers."""
+    data = bytearray(path.read_bytes())
+    enc = name.encode()
+    for sig, size_at, name_at in ((b"PK\x03\x04", 22, 30), (b"PK\x01\x02", 24, 46)):
+        pos = data.find(sig)
+        while pos >= 0:
+            if data[pos + name_at: pos + name_at + len(enc)] == enc:
+                data[pos + size_at: pos + size_at + 4] = struct.pack("<I", size)
+            pos = data.find(sig, pos + 4)
+    path.write_bytes(bytes(data))
+
+
+def test_a_deflated_member_that_inflates_short_is_refused_as_truncated(small, tmp_path):
+    """v0's deflate stream (and CRC) hold 8 bytes less than its directory entry says: every
+    size check passes, the read comes up short."""
+    members = read_members(small)
+    full = len(members["v0.npy"])
+    path = write_zip(tmp_path / "short.tape", {**members, "v0.npy": members["v0.npy"][:-8]},
+                     zipfile.ZIP_DEFLATED)
+    _set_size(path, "v0.npy", full)
+    refused(path, "member v0 is truncated")
+
+
+def _header_member(text: bytes, shape: tuple) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "|u1", "fortran_order": False,
+                                               "shape": shape})
+    return buf.getvalue() + text
+
+
+def npy_v3(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, a, version=(3, 0), allow_pickle=False)
+    return buf.getvalue()
+
+
+def test_the_header_member_is_named_in_its_own_refusals(small, tmp_path):
+    members = read_members(small)
+    text = json.dumps(header_of(members)).encode()
+    n = len(text)
+    cases = [(_header_member(text, (n + 8,)), f"member header: declares ({n + 8},) uint8 = "
+              f"{n + 8} bytes but carries {n}"),
+             (npy_v3(np.frombuffer(text, np.uint8)),
+              "member header: .npy format version (3, 0) is not supported")]
+    for k, (data, says) in enumerate(cases):
+        refused(write_zip(tmp_path / f"h{k}.tape", {**members, "header.npy": data}), says)
+
+
+@pytest.mark.parametrize("text,says", [
+    ("{not json", "header is not valid JSON (Expecting property name"),
+    ("[" * 200_000 + "]" * 200_000, "header JSON is nested too deeply"),
+], ids=["not-json", "200k-deep"])
+def test_a_header_that_is_not_json_says_so(small, tmp_path, text, says):
+    refused(write_zip(tmp_path / "j.tape", with_header(read_members(small), text)), says)
+
+
+def test_a_checksum_for_no_member_is_quoted_to_40_characters(small, tmp_path):
+    err = refused(_edited(small, tmp_path, lambda h: h["digests"].update({"k" * 50: "0" * 64})))
+    assert "the header has a checksum for '" + "k" * 40 + "' but no such member" in str(err)
+
+
+def test_a_stored_member_whose_sizes_differ_is_refused_naming_both(small, tmp_path):
+    """v1.npy's compressed size in the directory 8 more than its size: refused from the
+    directory, before any member is read."""
+    n = len(read_members(small)["v1.npy"])
+    bad = tmp_path / "sizes.tape"
+    data = bytearray(small.read_bytes())
+    enc = b"v1.npy"
+    pos = data.find(b"PK\x01\x02")
+    while pos >= 0:
+        if data[pos + 46: pos + 46 + len(enc)] == enc:
+            data[pos + 20: pos + 24] = struct.pack("<I", n + 8)  # compressed size
+        pos = data.find(b"PK\x01\x02", pos + 4)
+    bad.write_bytes(bytes(data))
+    refused(bad, f"member v1.npy: stored size {n + 8} != size {n}")
+
+
+def test_a_long_loss_is_quoted_to_40_characters(small, tmp_path):
+    err = refused(_edited(small, tmp_path, lambda h: h["meta"].update(loss="x" * 50)))
+    assert "meta 'loss' " + "x" * 40 + " is not a node id" in str(err), str(err)

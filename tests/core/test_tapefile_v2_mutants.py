@@ -390,3 +390,218 @@ def test_blocks_close_at_the_size_aimed_at(many):
     _, h = parts(many)
     sizes = [s for _, s, _ in h["blocks"]]
     assert len(sizes) > 10 and max(sizes) <= 1024
+
+
+# ---- the full mutation run (issue 31): the lazy lists as the session uses them ------------------
+def test_the_lazy_flags_are_bool_masks_and_the_nodes_keep_the_dtype(many):
+    back, eager = _lazy(many)
+    for seq in (back._values, back._grads):
+        flags = seq.nonfinite()
+        assert flags.dtype == np.bool_ and len(flags) == len(back)
+    for t in (back, eager):
+        assert {nd.dtype for nd in t.nodes} == {np.dtype(np.float64)} == {t.dtype}
+
+
+def test_iterating_the_lazy_lists_gives_every_array(many):
+    back, eager = _lazy(many)
+    vals, grads = list(back._values), list(back._grads)
+    assert len(vals) == len(grads) == len(eager)
+    for i in range(len(eager)):
+        assert np.array_equal(vals[i], eager.value(i))
+        assert (grads[i] is None) == (eager.grad(i) is None)
+        assert grads[i] is None or np.array_equal(grads[i], eager.grad(i))
+
+
+def test_a_snapshot_after_a_set_and_an_append_keeps_both(many):
+    back, eager = _lazy(many)
+    g = back._grads
+    n = len(g)
+    i = next(k for k in range(n) if eager.grad(k) is not None)
+    g[i] = np.array([np.nan])
+    g.append(np.array([1.0]))
+    s = g.snapshot()
+    assert len(s) == n + 1 and np.isnan(s[i]).all() and np.array_equal(s[n], [1.0])
+    flags = s.nonfinite()
+    assert flags.tolist() == [k == i for k in range(n + 1)]
+    assert flags.tolist() == g.nonfinite().tolist()
+
+
+def test_a_slice_ending_at_a_set_item_leaves_it_out(many):
+    back, _ = _lazy(many)
+    v = back._values
+    v[5] = np.array([np.inf])
+    assert v[0:5].nonfinite().tolist() == [False] * 5
+    assert v[0:6].nonfinite().tolist() == [False] * 5 + [True]
+
+
+def test_a_lazy_tape_warns_of_nothing_and_closes_its_file(many):
+    """Its own descriptor of the file is closed when the tape goes (no unclosed-file warning,
+    no failing finalizer)."""
+    import gc
+    import sys
+    import warnings
+
+    caught = []
+    old = sys.unraisablehook
+    sys.unraisablehook = caught.append
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            back, _ = tapefile.load(many, lazy=True)
+            back.value(0)
+            del back
+            gc.collect()
+    finally:
+        sys.unraisablehook = old
+    assert not caught and not seen, (caught, [str(w.message) for w in seen])
+
+
+# ---- the full mutation run: the layout's bounds at their edges, each refusal exact --------------
+def test_a_shape_of_exactly_the_datas_bytes_is_allowed_one_element_more_is_not(small, tmp_path):
+    """The bound is "more than the file holds": an (unused) shapes_table entry of exactly the
+    bytes before the header passes it; 8 bytes more is refused before anything is read."""
+    hoff = len(parts(small)[0])
+    assert hoff % 8 == 0
+    ok = edited(small, tmp_path / "ok.tape", lambda h: h["shapes_table"].append([hoff // 8]))
+    assert len(tapefile.load(ok)[0]) == 3
+    _fail(small, tmp_path, lambda h: h["shapes_table"].append([hoff // 8 + 1]),
+          f"shape [{hoff // 8 + 1}] declares {hoff + 8} bytes, more than the file holds")
+
+
+@pytest.fixture
+def with_const(tmp_path) -> Path:
+    """x param, c const (no gradient), x * c, sum: node 1 has no gradient."""
+    t = Tape()
+    x = t.param(np.arange(4.0))
+    loss = ops.sum(ops.mul(x, t.const(np.full(4, 2.0))))
+    t.backward(loss)
+    assert t.grad(1) is None and t.grad(0) is not None
+    return tapefile.save(t, tmp_path / "c.tape")
+
+
+def test_an_absent_gradient_must_say_so_in_both_places(with_const, tmp_path):
+    _fail(with_const, tmp_path, lambda h: _set_loc(h, "grads", 1, [-1, 0]),
+          "'grads': an absent array's offset must be -1")
+
+
+@pytest.mark.parametrize("case", ["not-a-list", "negative", "one-past", "twice", "no-gradient"])
+def test_the_nonfinite_lists_are_distinct_ids_of_arrays_there_are(with_const, tmp_path, case):
+    edit, says = {
+        "not-a-list": (_set("nonfinite_values", 0),
+                       "'nonfinite_values' must be a list of integers"),
+        "negative": (_set("nonfinite_values", [-1]),
+                     "'nonfinite_values' holds a value outside [0, 4)"),
+        "one-past": (_set("nonfinite_grads", [4]),
+                     "'nonfinite_grads' holds a value outside [0, 4)"),
+        "twice": (_set("nonfinite_values", [2, 2]),
+                  "'nonfinite_values' must list distinct nodes that have a value"),
+        "no-gradient": (_set("nonfinite_grads", [1]),
+                        "'nonfinite_grads' must list distinct nodes that have a grad"),
+    }[case]
+    _fail(with_const, tmp_path, edit, says)
+
+
+def test_the_nonfinite_lists_of_a_one_node_tape(tmp_path):
+    t = Tape()
+    t.param(np.array([np.inf]))
+    one = tapefile.save(t, tmp_path / "one.tape")
+    back, _ = tapefile.load(one, lazy=True)
+    assert back._values.nonfinite().tolist() == [True] and np.isinf(back.value(0)).all()
+    _fail(one, tmp_path, _set("nonfinite_values", [1]),
+          "'nonfinite_values' holds a value outside [0, 1)")
+
+
+def test_the_first_short_block_is_the_one_named(small, tmp_path):
+    """x's shape [2, 3] made [2, 2] (tanh's rule agrees): every block of such an array now ends
+    16 bytes past its arrays; the refusal names the first."""
+    _, h = parts(small)
+    k = h["shapes_table"].index([2, 3])
+    first = min(h["values"][2 * i] for i in range(3) if h["shape"][i] == k)
+    size = h["blocks"][first][1]
+    _fail(small, tmp_path, lambda h: h["shapes_table"].__setitem__(k, [2, 2]),
+          f"block {first} is {size} bytes but its arrays end at byte {size - 16} (the header's "
+          "dtype or shapes are not the file's)")
+
+
+def test_an_overlap_deep_in_a_block_is_found_and_named_by_its_bytes(many, tmp_path):
+    """Node b's value moved to start 8 bytes into node a's gradient, which is neither its
+    block's first array nor the file's: the two are named by their bytes in the file."""
+    _, h = parts(many)
+    v, g, blocks = h["values"], h["grads"], h["blocks"]
+    nb = 32 * 8  # the chain's arrays are [4, 8] float64: four to a 1 KiB block, v g v g
+    a = next(k for k in range(2, len(v) // 2 - 2)
+             if v[2 * k + 1] == 0 and g[2 * k:2 * k + 2] == [v[2 * k], nb]
+             and v[2 * k + 2] == v[2 * k])
+    blk = v[2 * a]
+    start = blocks[blk][0] + nb  # node a's gradient, in the file
+    _fail(many, tmp_path, lambda h: _set_loc(h, "values", a + 1, [blk, nb + 8]),
+          f"two arrays overlap in the file (bytes {start}..{start + nb} and {start + 8}..)")
+
+
+def test_a_long_loss_is_quoted_to_40_characters(small, tmp_path):
+    _fail(small, tmp_path, lambda h: h["meta"].update(loss="x" * 50),
+          "meta 'loss' " + "x" * 40 + " is not a node id")
+
+
+@pytest.mark.parametrize("version,says", [
+    (None, "truncated (the file ends inside its preamble)"),
+    (0xFFFF, "format version 65535 is not supported (this build reads (1, 2))"),
+    (0x8000, "format version 32768 is not supported"),
+])
+def test_the_preamble_version_is_an_unsigned_16_bit_number(small, tmp_path, version, says):
+    import struct
+
+    from core.tapefile import MAGIC
+
+    raw = small.read_bytes()
+    bad = tmp_path / "v.tape"
+    bad.write_bytes(MAGIC + b"\x02" if version is None
+                    else MAGIC + struct.pack("<H", version) + raw[len(MAGIC) + 2:])
+    assert says in str(refused(bad))
+
+
+def test_a_file_without_its_trailer_says_so(small, tmp_path):
+    bad = tmp_path / "t.tape"
+    bad.write_bytes(small.read_bytes() + b"\0" * 8)  # the trailer no longer at the end
+    assert "truncated or corrupt (no trailer at the end of the file)" in str(refused(bad))
+
+
+def test_a_header_that_is_not_json_says_why(small, tmp_path):
+    _fail(small, tmp_path, lambda h: "{not json",
+          "header is not valid JSON (Expecting property name enclosed in double quotes")
+
+
+def test_a_variadic_op_takes_one_input_or_more_never_none(tmp_path):
+    t = Tape()
+    x = t.param(np.ones((2, 3)))
+    ops.sum(ops.concat([x], axis=1))
+    path = tapefile.save(t, tmp_path / "c1.tape")
+    same(t, tapefile.load(path)[0])
+    _fail(path, tmp_path, _item("inputs", 1, []),
+          "node 1 concat: takes None inputs, the header gives 0")
+
+
+def test_the_shapes_table_holds_lists_of_at_most_32_sizes(small, tmp_path):
+    t = Tape()
+    t.param(np.ones((1,) * 32))
+    assert tapefile.load(tapefile.save(t, tmp_path / "r32.tape"))[0].value(0).shape == (1,) * 32
+    _fail(small, tmp_path, lambda h: h["shapes_table"].append({}),
+          "shape 2 {} of 'shapes_table' is not a list of at most 32 sizes")
+    long = [1 << 62] * 10
+    _fail(small, tmp_path, lambda h: h["shapes_table"].append(long),
+          f"shape 2 {str(long)[:80]} of 'shapes_table' is not a list")
+
+
+def test_the_shape_and_attrs_columns_are_bounded_both_ways(small, tmp_path):
+    _, h = parts(small)
+    ns, na = len(h["shapes_table"]), len(h["attrs_table"])
+    for edit, says in [
+            (_item("shape", 2, ns), f"'shape' holds a value outside [0, {ns})"),
+            (_item("attrs", 2, na), f"'attrs' holds a value outside [0, {na})"),
+            (lambda h: h.update(attrs=h["attrs"][:-1]), "'attrs' must be a list of 3 integers"),
+            (_set("attrs_table", {}), "'attrs_table' must be a list of objects")]:
+        _fail(small, tmp_path, edit, says)
+    t = Tape()
+    t.param(np.ones(2))
+    one = tapefile.save(t, tmp_path / "one.tape")  # one shape in the table
+    _fail(one, tmp_path, _item("shape", 0, 1), "'shape' holds a value outside [0, 1)")
