@@ -11,8 +11,32 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# ---- one bytecode cache for the subprocesses the suite starts ------------------------------
+# Hundreds of tests run `python -m app.cli ...` (the CLI contract, the GUI, workers). Where
+# PYTHONDONTWRITEBYTECODE is set (as on this project's machines), each of those interpreters
+# compiled every project module it imports from source again. Instead the children write their
+# bytecode under one PYTHONPYCACHEPREFIX for the run (the session's temp folder, shared by the
+# xdist workers; never the tree, which is what the variable asks for) and the next child reads it
+# back. Only the children: it is set when the first test starts, not before xdist starts its
+# workers, because a prefix also hides site-packages' own bytecode (torch cold: ~7 CPU s).
+@pytest.fixture(scope="session", autouse=True)
+def _children_share_bytecode(tmp_path_factory):
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        yield  # bytecode goes where the user wants it already
+        return
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session folder, above each worker's own
+    os.environ["PYTHONPYCACHEPREFIX"] = str(base / "pycache")
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    yield
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    del os.environ["PYTHONPYCACHEPREFIX"]

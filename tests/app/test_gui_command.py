@@ -39,7 +39,7 @@ def error_lines(r: subprocess.CompletedProcess) -> list[str]:
     return [ln for ln in r.stderr.splitlines() if "propagateSizeHints" not in ln]
 
 
-def test_screenshot_with_a_bad_file_is_one_line_and_exit_2(tmp_path):
+def test_screenshot_with_a_bad_file_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     bad = tmp_path / "junk.tape"
     bad.write_bytes(b"not a tape at all")
     out = tmp_path / "shot.png"
@@ -52,12 +52,21 @@ def test_screenshot_with_a_bad_file_is_one_line_and_exit_2(tmp_path):
     r = run_gui("--workload", "nope", "--screenshot", str(out), config=tmp_path)
     assert r.returncode == 2 and "unknown workload 'nope'" in r.stderr
     assert len(error_lines(r)) == 1, r.stderr
-    r = run_gui("--size", "800x600", "--screenshot", str(out), config=tmp_path)
-    assert r.returncode == 2
-    assert error_lines(r) == ["tapescope gui: --size 800x600 is below the 1280x800 minimum"]
-    r = run_gui("--live", "--steps", "0", config=tmp_path)  # checked before any window opens
-    assert r.returncode == 2
-    assert error_lines(r) == ["tapescope gui: --steps 0: a live session runs at least 1 step"]
+    # checked before any window opens: the same main() in this process (a fresh interpreter
+    # costs ~2.4 CPU s each; the two real processes above keep the status and stderr as a user
+    # sees them, and tests/app/test_cli_contract.py runs every bad gui input in one too)
+    from app.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    capsys.readouterr()
+    assert main(["gui", "--size", "800x600", "--screenshot", str(out)]) == 2
+    got = capsys.readouterr()
+    assert got.err.splitlines() == ["tapescope gui: --size 800x600 is below the 1280x800 minimum"]
+    assert got.out == ""
+    assert main(["gui", "--live", "--steps", "0"]) == 2
+    got = capsys.readouterr()
+    assert got.err.splitlines() == ["tapescope gui: --steps 0: a live session runs at least 1 step"]
+    assert got.out == ""
 
 
 def test_a_live_session_that_fails_is_one_line_and_exit_2(tmp_path):

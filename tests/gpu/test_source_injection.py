@@ -55,9 +55,18 @@ def _write_named_tape(path: Path, name: str) -> Path:
     return path
 
 
-def test_fuse_check_on_a_crafted_tape_runs_no_code(tmp_path):
+@pytest.fixture(scope="module")
+def kernel_cache(tmp_path_factory) -> Path:
+    """One fresh kernel cache for this module's fusion tests, not one per test: every payload's
+    kernels are the same text (no name reaches it), so they compile once. Sharing hides nothing:
+    the cache key is a hash of the full source, so a name that did reach the source would be a
+    miss, compiled and run like the first."""
+    return tmp_path_factory.mktemp("injection-cache")
+
+
+def test_fuse_check_on_a_crafted_tape_runs_no_code(tmp_path, kernel_cache):
     marker = tmp_path / "PWNED"
-    env = dict(os.environ, TAPESCOPE_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, TAPESCOPE_CACHE_DIR=str(kernel_cache))
     for k, name in enumerate(payloads(marker)):
         tape = _write_named_tape(tmp_path / f"evil{k}.tape", name)
         r = subprocess.run([sys.executable, "-m", "app.cli", "fuse", "--tape", str(tape),
@@ -80,8 +89,8 @@ def _named_mlp(name: str) -> tuple[Tape, int]:
     return wl.tape, loss.id
 
 
-def test_fusion_api_never_pastes_names_into_source(tmp_path, monkeypatch):
-    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "cache"))
+def test_fusion_api_never_pastes_names_into_source(tmp_path, monkeypatch, kernel_cache):
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(kernel_cache))
     marker = tmp_path / "PWNED"
     dev = gpu.open_device("host")
     for name in payloads(marker):
@@ -96,8 +105,8 @@ def test_fusion_api_never_pastes_names_into_source(tmp_path, monkeypatch):
             assert "system(" not in text and "PWNED" not in text
 
 
-def test_a_printable_name_does_not_reach_source_either(tmp_path, monkeypatch):
-    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "cache"))
+def test_a_printable_name_does_not_reach_source_either(tmp_path, monkeypatch, kernel_cache):
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(kernel_cache))
     path = _write_named_tape(tmp_path / "named.tape", "ZqXnameZqX")
     tape, meta = tapefile.load(path)
     prog = gpu.capture(gpu.open_device("host"), tape, int(meta["loss"]))
