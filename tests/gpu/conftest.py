@@ -3,9 +3,7 @@ are cached per user, so later sessions only load them)."""
 
 from __future__ import annotations
 
-import os
 import platform
-from pathlib import Path
 
 import pytest
 
@@ -23,18 +21,6 @@ def _nvrtc_skip_reason() -> str | None:
     except DeviceError as e:
         return f"NVRTC cannot be loaded on {platform.system()} {platform.machine()}: {e}"
     return None
-
-
-def session_cache_dir(tmp_path_factory, name: str) -> Path:
-    """A kernel cache folder fresh for this test session and shared by all its xdist workers
-    (their base temps are folders of one session folder), so a library NVRTC takes a minute
-    to compile is compiled once per run, not once per worker that happens to need it. The
-    cache is made for concurrent first use (core/cache.py) and keys an entry by its full
-    source, so sharing it changes what is built only by building it fewer times."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    return base / name
 
 
 NVRTC_SKIP_REASON = _nvrtc_skip_reason()

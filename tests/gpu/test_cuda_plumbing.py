@@ -13,7 +13,7 @@ import pytest
 import gpu
 from gpu.device import DeviceError
 from tests.gpu import fake_cupy
-from tests.gpu.conftest import needs_nvrtc, session_cache_dir
+from tests.gpu.conftest import needs_nvrtc
 
 pytestmark = needs_nvrtc  # the fake compiles with the real NVRTC
 
@@ -23,8 +23,8 @@ _TINY = ('extern "C" __global__ void twice(const double* x, double* y) '
 
 @pytest.fixture
 def cache(monkeypatch, tmp_path_factory):
-    # one private cache for this run: the library compiles once, not per test or worker
-    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(session_cache_dir(tmp_path_factory, "fakecuda")))
+    # one private cache for this module: the library compiles once, not per test
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fakecuda"))
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import pytest
 import gpu
 from core import Tape, ops, workloads
 from gpu import fusion
-from tests.gpu.conftest import session_cache_dir
 
 
 def bits_equal(a, b) -> bool:
@@ -189,7 +188,7 @@ def test_fused_episode_through_the_cuda_path(monkeypatch, tmp_path_factory):
     episode holding the fused kernels and the one-launch optimizer, parameters == the tape."""
     from tests.gpu import fake_cupy
 
-    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(session_cache_dir(tmp_path_factory, "fakecuda")))
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fakecuda"))
     fake_cupy.install(monkeypatch)
     dev = gpu.open_device("cuda")
     wl = workloads.get("mlp")
