@@ -416,7 +416,7 @@ def _flush(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind != "f" and x.dtype not in precision.HALF:  # bfloat16's kind is "V"
         return x
-    tiny = np.finfo(x.dtype).tiny
+    tiny = precision.finfo(x.dtype).tiny
     return np.where((x != 0) & (np.abs(x) < tiny), np.copysign(x.dtype.type(0), x), x)
 
 

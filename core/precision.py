@@ -31,6 +31,12 @@ _BITS = {F64: (np.int64, np.uint64), F32: (np.int32, np.uint32),
          FLOAT16: (np.int16, np.uint16), BFLOAT16: (np.int16, np.uint16)}
 
 
+def finfo(dt: Any) -> Any:
+    """Machine limits of a float dtype, the half types included: ``np.finfo`` refuses bfloat16
+    before ml_dtypes 0.7 ("not inexact"); ``ml_dtypes.finfo`` answers for every float type."""
+    return ml_dtypes.finfo(np.dtype(dt))
+
+
 def dtype_of(x: Any) -> np.dtype:
     """The tape dtype named or given by ``x`` ("bfloat16" works without importing ml_dtypes);
     ValueError for anything else."""

@@ -128,7 +128,7 @@ def test_a_float64_accumulator_for_float32_is_accumulator():
 @HALF
 def test_half_ftz_flushes_in_the_half_type(dt):
     """ftz in a half episode flushes the half type's subnormals (bfloat16's numpy kind is V)."""
-    tiny = float(np.finfo(dt).tiny)
+    tiny = float(precision.finfo(dt).tiny)
     a = np.array([tiny / 4, 1.0, -tiny / 2], dtype=dt)
     b = np.array([1.0, 4.0, 1.0], dtype=dt)
     cand = np.array([0.0, 0.25, -0.0], dtype=dt)
