@@ -654,3 +654,12 @@ def test_a_stored_member_whose_sizes_differ_is_refused_naming_both(small, tmp_pa
 def test_a_long_loss_is_quoted_to_40_characters(small, tmp_path):
     err = refused(_edited(small, tmp_path, lambda h: h["meta"].update(loss="x" * 50)))
     assert "meta 'loss' " + "x" * 40 + " is not a node id" in str(err), str(err)
+
+
+# ---- the full mutation run, continued (issue 31) -----------------------------------------------
+def test_a_long_params_list_is_quoted_to_80_characters(small, tmp_path):
+    params = list(range(3, 60))
+    text = str(params)
+    assert text[80] != " "
+    err = refused(_edited(small, tmp_path, lambda h: h.update(params=params)))
+    assert f"'params' {text[:80]} must list ids of param nodes" in str(err), str(err)
