@@ -663,3 +663,8 @@ def test_a_long_params_list_is_quoted_to_80_characters(small, tmp_path):
     assert text[80] != " "
     err = refused(_edited(small, tmp_path, lambda h: h.update(params=params)))
     assert f"'params' {text[:80]} must list ids of param nodes" in str(err), str(err)
+
+
+def test_a_long_unknown_op_is_quoted_to_40_characters(small, tmp_path):
+    err = refused(_edited(small, tmp_path, lambda h: h["nodes"][1].update(op="e" * 60)))
+    assert f"node 1: unknown op '{'e' * 40}'" in str(err), str(err)

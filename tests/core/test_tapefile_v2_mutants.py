@@ -762,3 +762,13 @@ def test_a_node_like_an_earlier_one_but_for_one_column_is_checked(repeats, tmp_p
     checked one's: one differing column (and an input that is absent, not of shape 1) makes it
     checked, wherever it sits in the tape."""
     _fail(repeats, tmp_path, edit, says)
+
+
+def test_the_header_holds_exactly_the_documented_keys(small):
+    """docs/tapefile.md's table of keys, no more (a stray key is a field no reader knows)."""
+    _, h = parts(small)
+    assert set(h) == {
+        "format", "version", "dtype", "byteorder", "math", "ok", "error", "ops", "op", "inputs",
+        "shapes_table", "shape", "attrs_table", "attrs", "names", "requires_grad", "params",
+        "blocks", "values", "grads", "nonfinite_values", "nonfinite_grads", "meta"}
+    assert len(h["blocks"]) >= 1 and all(len(b) == 3 for b in h["blocks"])
