@@ -668,3 +668,27 @@ def test_a_long_params_list_is_quoted_to_80_characters(small, tmp_path):
 def test_a_long_unknown_op_is_quoted_to_40_characters(small, tmp_path):
     err = refused(_edited(small, tmp_path, lambda h: h["nodes"][1].update(op="e" * 60)))
     assert f"node 1: unknown op '{'e' * 40}'" in str(err), str(err)
+
+
+_LONG_INPUTS, _LONG_SHAPE, _LONG_ATTRS = list(range(40)), [2.25] * 30, [1] * 40
+LONG_VALUES = {  # a value at fault quoted to 80 characters (a name to 40), escaped
+    "inputs": (_node_is(1, inputs=_LONG_INPUTS),
+               f"node 1 tanh: inputs {str(_LONG_INPUTS)[:80]} must be ids of earlier nodes"),
+    "shape": (_node_is(0, shape=_LONG_SHAPE),
+              f"node 0 param: shape {str(_LONG_SHAPE)[:80]} is not a list of sizes"),
+    "attrs": (_node_is(1, attrs=_LONG_ATTRS),
+              f"node 1 tanh: attrs {str(_LONG_ATTRS)[:80]} do not fit (TypeError: attrs must be "
+              "an object, not list)"),
+    "name": (_node_is(1, name="a\n" + "b" * 60),
+             "node 1 tanh: name 'a\\n" + "b" * 21 + "…(62 characters)' has a non-printable "
+             "character"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LONG_VALUES))
+def test_a_long_value_at_fault_is_quoted_cut_short(small, tmp_path, case):
+    edit, says = LONG_VALUES[case]
+    for v in (_LONG_INPUTS, _LONG_SHAPE, _LONG_ATTRS):
+        assert str(v)[80] != " "
+    err = refused(_edited(small, tmp_path, edit))
+    assert says in str(err), str(err)
