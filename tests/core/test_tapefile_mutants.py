@@ -692,3 +692,16 @@ def test_a_long_value_at_fault_is_quoted_cut_short(small, tmp_path, case):
         assert str(v)[80] != " "
     err = refused(_edited(small, tmp_path, edit))
     assert says in str(err), str(err)
+
+
+def test_the_meta_round_trips_and_a_header_without_one_reads_as_empty(small, tmp_path):
+    t = Tape()
+    x = t.param(np.ones(3))
+    loss = ops.sum(x)
+    meta = {"loss": loss.id, "workload": "w", "step": 3}
+    assert tapefile.load(save_v1(t, tmp_path / "m.tape", meta=meta))[1] == meta
+
+    def edit(h):
+        del h["meta"]
+    back, got = tapefile.load(_edited(small, tmp_path, edit))
+    assert got == {} and len(back) == 3
