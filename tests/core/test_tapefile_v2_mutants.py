@@ -772,3 +772,16 @@ def test_the_header_holds_exactly_the_documented_keys(small):
         "shapes_table", "shape", "attrs_table", "attrs", "names", "requires_grad", "params",
         "blocks", "values", "grads", "nonfinite_values", "nonfinite_grads", "meta"}
     assert len(h["blocks"]) >= 1 and all(len(b) == 3 for b in h["blocks"])
+
+
+def test_an_array_over_the_block_size_opens_no_empty_block(tmp_path):
+    """The first array over block_bytes (and one after an empty array) is a block of its own;
+    no empty block is written before it."""
+    t = Tape()
+    t.param(np.ones(256))  # 2 KiB, over the 1 KiB aimed at
+    t.param(np.zeros(0))
+    t.param(np.ones(200))
+    path = tapefile.save(t, tmp_path / "b.tape", block_bytes=1024)
+    _, h = parts(path)
+    assert [s for _, s, _ in h["blocks"]] == [2048, 1600], h["blocks"]
+    same(t, tapefile.load(path)[0])
