@@ -705,3 +705,13 @@ def test_the_meta_round_trips_and_a_header_without_one_reads_as_empty(small, tmp
         del h["meta"]
     back, got = tapefile.load(_edited(small, tmp_path, edit))
     assert got == {} and len(back) == 3
+
+
+@pytest.mark.parametrize("case", ["other-format", "not-an-object"])
+def test_a_header_of_another_format_or_not_an_object_is_refused_by_its_tag(small, tmp_path,
+                                                                           case):
+    members = read_members(small)
+    h = header_of(members)  # every other field as saved: only the tag is wrong
+    text = json.dumps({**h, "format": "other.tape"} if case == "other-format" else [1, 2])
+    err = refused(write_zip(tmp_path / "f.tape", with_header(members, text)))
+    assert str(err).endswith("not a tapescope tape file (wrong format tag)"), str(err)
