@@ -793,7 +793,7 @@ class _HeaderV2:
                 raise bad(f"shape {k} {str(sh)[:80]} of 'shapes_table' is not a list of at most "
                           f"{lim.max_rank} sizes (0 <= d < 2**62; the rank limit)")
         stab = [tuple(sh) for sh in table]
-        shape = _int_list(h, "shape", bad, n, 0, max(len(stab), 1))
+        shape = _int_list(h, "shape", bad, n, 0, len(stab))
         self.shapes = shapes = [stab[k] for k in shape] if stab else []
         self.shapes_table, self.shape = stab, shape
         self.inputs = ins = list(map(tuple, nested))
@@ -804,7 +804,7 @@ class _HeaderV2:
             self.attrs_table = [_attrs_of(a) for a in table]
         except TypeError as e:
             raise bad(f"'attrs_table': {e}") from None
-        attrs = self.attrs = _int_list(h, "attrs", bad, n, 0, max(len(table), 1))
+        attrs = self.attrs = _int_list(h, "attrs", bad, n, 0, len(table))
         names = h.get("names")
         if not isinstance(names, list) or len(names) != n:
             raise bad(f"'names' must be a list of {n} names")

@@ -654,3 +654,64 @@ def test_a_stored_member_whose_sizes_differ_is_refused_naming_both(small, tmp_pa
 def test_a_long_loss_is_quoted_to_40_characters(small, tmp_path):
     err = refused(_edited(small, tmp_path, lambda h: h["meta"].update(loss="x" * 50)))
     assert "meta 'loss' " + "x" * 40 + " is not a node id" in str(err), str(err)
+
+
+# ---- the full mutation run, continued (issue 31) -----------------------------------------------
+def test_a_long_params_list_is_quoted_to_80_characters(small, tmp_path):
+    params = list(range(3, 60))
+    text = str(params)
+    assert text[80] != " "
+    err = refused(_edited(small, tmp_path, lambda h: h.update(params=params)))
+    assert f"'params' {text[:80]} must list ids of param nodes" in str(err), str(err)
+
+
+def test_a_long_unknown_op_is_quoted_to_40_characters(small, tmp_path):
+    err = refused(_edited(small, tmp_path, lambda h: h["nodes"][1].update(op="e" * 60)))
+    assert f"node 1: unknown op '{'e' * 40}'" in str(err), str(err)
+
+
+_LONG_INPUTS, _LONG_SHAPE, _LONG_ATTRS = list(range(40)), [2.25] * 30, [1] * 40
+LONG_VALUES = {  # a value at fault quoted to 80 characters (a name to 40), escaped
+    "inputs": (_node_is(1, inputs=_LONG_INPUTS),
+               f"node 1 tanh: inputs {str(_LONG_INPUTS)[:80]} must be ids of earlier nodes"),
+    "shape": (_node_is(0, shape=_LONG_SHAPE),
+              f"node 0 param: shape {str(_LONG_SHAPE)[:80]} is not a list of sizes"),
+    "attrs": (_node_is(1, attrs=_LONG_ATTRS),
+              f"node 1 tanh: attrs {str(_LONG_ATTRS)[:80]} do not fit (TypeError: attrs must be "
+              "an object, not list)"),
+    "name": (_node_is(1, name="a\n" + "b" * 60),
+             "node 1 tanh: name 'a\\n" + "b" * 21 + "…(62 characters)' has a non-printable "
+             "character"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LONG_VALUES))
+def test_a_long_value_at_fault_is_quoted_cut_short(small, tmp_path, case):
+    edit, says = LONG_VALUES[case]
+    for v in (_LONG_INPUTS, _LONG_SHAPE, _LONG_ATTRS):
+        assert str(v)[80] != " "
+    err = refused(_edited(small, tmp_path, edit))
+    assert says in str(err), str(err)
+
+
+def test_the_meta_round_trips_and_a_header_without_one_reads_as_empty(small, tmp_path):
+    t = Tape()
+    x = t.param(np.ones(3))
+    loss = ops.sum(x)
+    meta = {"loss": loss.id, "workload": "w", "step": 3}
+    assert tapefile.load(save_v1(t, tmp_path / "m.tape", meta=meta))[1] == meta
+
+    def edit(h):
+        del h["meta"]
+    back, got = tapefile.load(_edited(small, tmp_path, edit))
+    assert got == {} and len(back) == 3
+
+
+@pytest.mark.parametrize("case", ["other-format", "not-an-object"])
+def test_a_header_of_another_format_or_not_an_object_is_refused_by_its_tag(small, tmp_path,
+                                                                           case):
+    members = read_members(small)
+    h = header_of(members)  # every other field as saved: only the tag is wrong
+    text = json.dumps({**h, "format": "other.tape"} if case == "other-format" else [1, 2])
+    err = refused(write_zip(tmp_path / "f.tape", with_header(members, text)))
+    assert str(err).endswith("not a tapescope tape file (wrong format tag)"), str(err)

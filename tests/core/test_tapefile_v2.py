@@ -378,6 +378,19 @@ def test_duplicated_keys_in_the_header_are_refused(small, tmp_path):
     refused(assemble(tmp_path / "dup2.tape", body, dup_attr), "twice")
 
 
+
+@pytest.mark.parametrize("table,column", [("shapes_table", "shape"), ("attrs_table", "attrs")])
+def test_an_empty_table_that_nodes_index_is_refused_by_the_column(small, tmp_path, table, column):
+    """A header with nodes but an empty shapes or attrs table: refused by the column that
+    indexes it (it once passed that check, index 0 allowed, and failed later as
+    "unreadable (IndexError ...)" or as attrs that "do not fit")."""
+    bad = edited(small, tmp_path / "empty.tape", lambda h: h.update({table: [], column: [0] * 3}))
+    for lazy in (False, True):
+        err = str(refused(bad, lazy=lazy))
+        assert err.endswith(f"'{column}' holds a value outside [0, 0)"), err
+    t = Tape()  # a tape of no nodes has empty tables, and loads
+    assert len(tapefile.load(tapefile.save(t, tmp_path / "none.tape"))[0]) == 0
+
 def test_a_huge_declared_shape_allocates_nothing(small, tmp_path):
     bad = edited(small, tmp_path / "huge.tape",
                  lambda h: h["shapes_table"].__setitem__(0, [1 << 20, 1 << 20]))

@@ -7,13 +7,14 @@ NaN/inf flags of arrays set after the load).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from core import Tape, ops, tapefile
-from core.tapefile import TapeFileError
+from core.tapefile import MAX_NAME, TapeFileError
 from tests.core import test_tapefile_v2
 from tests.core.test_tapefile_v2 import _set_loc, chain, edited, parts, refused, same
 
@@ -605,3 +606,182 @@ def test_the_shape_and_attrs_columns_are_bounded_both_ways(small, tmp_path):
     t.param(np.ones(2))
     one = tapefile.save(t, tmp_path / "one.tape")  # one shape in the table
     _fail(one, tmp_path, _item("shape", 0, 1), "'shape' holds a value outside [0, 1)")
+
+
+# ---- the full mutation run, continued (issue 31): the header's parse, names, flags, dedupe -----
+def test_a_duplicated_key_is_the_one_named_cut_to_40_characters(small, tmp_path):
+    """The key that appears twice is named (not the object's first key, not None), cut to 40."""
+    from tests.core.test_tapefile_v2 import assemble
+
+    body, h = parts(small)
+    long = "k" * 60
+    text = json.dumps(h).replace('"meta": {', f'"meta": {{"a": 0, "{long}": 1, "{long}": 2, ', 1)
+    assert text.count(long) == 2
+    err = str(refused(assemble(tmp_path / "dup.tape", body, text)))
+    assert f"header: key '{'k' * 24}…(60 characters)' appears twice in one object" in err, err
+
+
+def test_saving_and_checking_nan_and_inf_warns_of_nothing(tmp_path):
+    """A sum that overflows ([1e308, 1e308]) or is inf - inf is how the NaN/inf lists are found:
+    no RuntimeWarning reaches the user, writing or checking the file."""
+    import warnings
+
+    t = Tape()
+    t.param(np.array([1e308, 1e308]))
+    t.param(np.array([np.inf, -np.inf]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = tapefile.save(t, tmp_path / "w.tape")
+        back, _ = tapefile.load(path)
+        lazy, _ = tapefile.load(path, lazy=True)
+        flags = lazy._values.nonfinite().tolist()
+    assert flags == [False, True]
+    same(t, back)
+
+
+def test_version_2_refuses_to_write_a_dtype_it_cannot_read(tmp_path):
+    """No Tape holds such a dtype; a tape-like object that does is refused by name, nothing
+    written."""
+    from types import SimpleNamespace
+
+    path = tmp_path / "i.tape"
+    with pytest.raises(TapeFileError) as ei:
+        tapefile.save(SimpleNamespace(dtype=np.dtype(np.int64)), path)
+    assert str(ei.value) == f"{path}: dtype int64 cannot be written to a tape file"
+    assert not path.exists()
+
+
+def test_equal_attrs_share_one_table_entry_whatever_their_key_order(tmp_path):
+    t = Tape()
+    x = t.param(np.ones((2, 3)))
+    for _ in range(3):
+        ops.tanh(x)
+    a = ops.sum(x, axis=0)
+    b = ops.sum(x, axis=0)
+    t._nodes[b.id] = t._nodes[b.id]._replace(attrs={"keepdims": False, "axis": 0})
+    assert list(t.nodes[a.id].attrs) != list(t.nodes[b.id].attrs)
+    path = tapefile.save(t, tmp_path / "a.tape")
+    _, h = parts(path)
+    assert h["attrs_table"] == [{}, {"axis": 0, "keepdims": False}]
+    assert h["attrs"] == [0, 0, 0, 0, 1, 1]
+    same(t, tapefile.load(path)[0])
+
+
+@pytest.mark.parametrize("name,says", [
+    ("a\nb", "node 1 tanh: name 'a\\nb' has a non-printable character"),
+    (5, "node 1 tanh: name must be a string or null, not int"),
+    ("n" * (MAX_NAME + 1), f"node 1 tanh: name is {MAX_NAME + 1} characters (at most {MAX_NAME})"),
+])
+def test_a_bad_name_among_names_that_are_all_strings_is_refused(small, tmp_path, name, says):
+    """No None among the names (the one-call check's list is the non-None names)."""
+    def edit(h):
+        h["names"] = ["x", name, "s"]
+    _fail(small, tmp_path, edit, says)
+    ok = edited(small, tmp_path / "ok.tape", lambda h: h.update(names=["x", "t" * MAX_NAME, "s"]))
+    assert tapefile.load(ok)[0].nodes[1].name == "t" * MAX_NAME
+
+
+@pytest.mark.parametrize("rg", [[True, True], [True, True, True, True], 5, None])
+def test_requires_grad_must_be_a_list_of_one_bool_per_node(small, tmp_path, rg):
+    _fail(small, tmp_path, _set("requires_grad", rg),
+          "'requires_grad' must be a list of 3 true/false")
+
+
+def test_the_attrs_column_of_a_one_entry_table_is_bounded(tmp_path):
+    t = Tape()
+    t.param(np.ones(2))
+    one = tapefile.save(t, tmp_path / "one.tape")
+    assert parts(one)[1]["attrs_table"] == [{}]
+    _fail(one, tmp_path, _item("attrs", 0, 1), "'attrs' holds a value outside [0, 1)")
+
+
+def test_a_shape_rules_refusal_keeps_its_type_and_its_words(small, tmp_path):
+    def edit(h):
+        h["attrs_table"][h["attrs"][2]] = {"axis": 7, "keepdims": False}
+    _fail(small, tmp_path, edit, "node 2 sum: attrs {'axis': 7, 'keepdims': False} do not fit "
+          "(ShapeError: axis 7 is out of range for rank 2)")
+
+
+def test_a_long_params_list_is_quoted_to_80_characters(small, tmp_path):
+    params = list(range(3, 60))
+    text = str(params)
+    assert text[80] != " "
+    _fail(small, tmp_path, _set("params", params), f"'params' {text[:80]} must list ids of param")
+
+
+@pytest.fixture
+def repeats(tmp_path) -> Path:
+    """Nodes whose shape rows repeat (the loader checks one node of each distinct row): x[2,3]
+    (shape 0), w[2,2] (shape 1), tanh(x) x5 (2..6), tanh(w) (7), concat([x] * 4, axis=0) (8),
+    concat([x], axis=1) (9), concat([x, w], axis=1) x2 (10, 11), sum(x) (12)."""
+    t = Tape()
+    x = t.param(np.linspace(-1, 1, 6).reshape(2, 3))
+    w = t.param(np.full((2, 2), 0.5))
+    for _ in range(5):
+        ops.tanh(x)
+    ops.tanh(w)
+    ops.concat([x, x, x, x], axis=0)
+    ops.concat([x], axis=1)
+    ops.concat([x, w], axis=1)
+    ops.concat([x, w], axis=1)
+    ops.sum(x)
+    path = tapefile.save(t, tmp_path / "rep.tape")
+    _, h = parts(path)
+    assert h["shapes_table"][:2] == [[2, 3], [2, 2]] and h["ops"][:3] == ["param", "tanh", "concat"]
+    same(t, tapefile.load(path)[0])
+    return path
+
+
+def _reshape(i, shape):
+    def edit(h):
+        if shape not in h["shapes_table"]:
+            h["shapes_table"].append(shape)
+        h["shape"][i] = h["shapes_table"].index(shape)
+    return edit
+
+
+def _as_sum(h):  # node 6, a tanh(x) like nodes 2..5, made a sum with tanh's attrs ({})
+    h["op"][6] = h["ops"].index("sum")
+
+
+@pytest.mark.parametrize("edit,says", [
+    (_as_sum, "node 6 sum: inputs and attrs give shape [], the header says [2, 3]"),
+    (_reshape(6, [3, 2]), "node 6 tanh: inputs and attrs give shape [2, 3], the header says "
+                          "[3, 2]"),
+    (_reshape(7, [2, 3]), "node 7 tanh: inputs and attrs give shape [2, 2], the header says "
+                          "[2, 3]"),
+    (_reshape(8, [3, 8]), "node 8 concat: inputs and attrs give shape [8, 3], the header says "
+                          "[3, 8]"),
+    (_reshape(10, [2, 3]), "node 10 concat: inputs and attrs give shape [2, 5], the header says "
+                           "[2, 3]"),
+    (_reshape(11, [2, 3]), "node 11 concat: inputs and attrs give shape [2, 5], the header says "
+                           "[2, 3]"),
+], ids=["op", "shape", "input-late", "all-columns-differ", "absent-input", "second-input"])
+def test_a_node_like_an_earlier_one_but_for_one_column_is_checked(repeats, tmp_path, edit, says):
+    """A node is skipped only when its op, attrs, shape and input shapes all equal an earlier
+    checked one's: one differing column (and an input that is absent, not of shape 1) makes it
+    checked, wherever it sits in the tape."""
+    _fail(repeats, tmp_path, edit, says)
+
+
+def test_the_header_holds_exactly_the_documented_keys(small):
+    """docs/tapefile.md's table of keys, no more (a stray key is a field no reader knows)."""
+    _, h = parts(small)
+    assert set(h) == {
+        "format", "version", "dtype", "byteorder", "math", "ok", "error", "ops", "op", "inputs",
+        "shapes_table", "shape", "attrs_table", "attrs", "names", "requires_grad", "params",
+        "blocks", "values", "grads", "nonfinite_values", "nonfinite_grads", "meta"}
+    assert len(h["blocks"]) >= 1 and all(len(b) == 3 for b in h["blocks"])
+
+
+def test_an_array_over_the_block_size_opens_no_empty_block(tmp_path):
+    """The first array over block_bytes (and one after an empty array) is a block of its own;
+    no empty block is written before it."""
+    t = Tape()
+    t.param(np.ones(256))  # 2 KiB, over the 1 KiB aimed at
+    t.param(np.zeros(0))
+    t.param(np.ones(200))
+    path = tapefile.save(t, tmp_path / "b.tape", block_bytes=1024)
+    _, h = parts(path)
+    assert [s for _, s, _ in h["blocks"]] == [2048, 1600], h["blocks"]
+    same(t, tapefile.load(path)[0])
