@@ -286,19 +286,27 @@ def test_a_worker_that_ends_before_answering_is_named_with_its_exit_status(monke
                              "answered 'device'")
 
 
+class FirstWaitTimesOut(Peer):
+    """A peer whose first ``wait`` times out (its process lingers), later ones really wait;
+    every timeout asked for goes into ``waits``."""
+
+    def __init__(self, target, waits: list) -> None:
+        super().__init__(target)
+        self.waits = waits
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        if len(self.waits) == 1:
+            raise subprocess.TimeoutExpired("peer", timeout)
+        return super().wait(timeout)
+
+
 def test_a_worker_that_ends_but_lingers_is_named_without_a_status(monkeypatch):
     # its stdout closed but the process still running after the client's 5 s: no status
     waits = []
 
-    class Slow(Peer):
-        def wait(self, timeout=None):
-            waits.append(timeout)
-            if len(waits) == 1:
-                raise subprocess.TimeoutExpired("peer", timeout)
-            return super().wait(timeout)
-
     def popen(argv, stdin=None, stdout=None):
-        return Slow(scripted(HELLO, then_wait=False))
+        return FirstWaitTimesOut(scripted(HELLO, then_wait=False), waits)
 
     _popen(monkeypatch, popen)
     with pytest.raises(RemoteError) as ei:
@@ -701,17 +709,9 @@ def test_a_request_the_worker_does_not_read_misses_its_deadline_instead_of_block
 
 def test_a_worker_that_lingers_after_quit_is_killed(monkeypatch):
     waits = []
-
-    class Lingers(Peer):
-        def wait(self, timeout=None):
-            waits.append(timeout)
-            if len(waits) == 1:
-                raise subprocess.TimeoutExpired("peer", timeout)
-            return super().wait(timeout)
-
     made = []
-    _popen(monkeypatch, lambda argv, stdin=None, stdout=None: made.append(Lingers(honest))
-           or made[-1])
+    _popen(monkeypatch, lambda argv, stdin=None, stdout=None:
+           made.append(FirstWaitTimesOut(honest, waits)) or made[-1])
     d = device()
     d.close()
     assert waits == [5, None] and made[0].killed
