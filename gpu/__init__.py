@@ -12,6 +12,7 @@ from gpu.device import Buffer, Device, DeviceError
 from gpu.optim import SGD, Adam, from_core
 from gpu.program import CaptureError, Program
 from gpu.program import capture as _capture
+from gpu.program import gc_paused as _gc_paused
 from gpu.signature import KernelArgError
 
 __all__ = [
@@ -39,5 +40,6 @@ def capture(device: Device, tape, loss, math: str | None = None, fuse: bool = Fa
     if fuse:
         from gpu import fusion  # fusion composes the Program: imported only when asked for
 
-        fusion.apply(prog)
+        with _gc_paused():  # (as the capture: the fused launches are kept)
+            fusion.apply(prog)
     return prog

@@ -72,7 +72,7 @@ def pack_args(sig: KernelSig, args: list[Any]) -> tuple[list, Any]:
             store.append(ctypes.c_void_p(a.ptr))
         else:
             store.append(CTYPES[p.ctype](a.item()))
-    argv = (ctypes.c_void_p * max(len(store), 1))(
-        *[ctypes.cast(ctypes.pointer(s), ctypes.c_void_p) for s in store]
-    )
+    # each slot holds the address of its value (what ``cast(pointer(s), c_void_p)`` gives,
+    # without the two ctypes objects per argument)
+    argv = (ctypes.c_void_p * max(len(store), 1))(*[ctypes.addressof(s) for s in store])
     return store, argv

@@ -10,6 +10,9 @@ the pointer tables generated (fused) kernels read.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +29,7 @@ from gpu.source import STORAGE, SUFFIX, library_facts, library_source
 # gradients): not instantiated for the half types yet (docs/devices.md, "Half precision")
 NO_HALF_KERNELS = ("conv2d", "maxpool2d", "avgpool2d")
 
-__all__ = ["CaptureError", "Program", "Step", "capture", "reached_nodes"]
+__all__ = ["CaptureError", "Program", "Step", "capture", "gc_paused", "reached_nodes"]
 
 
 class CaptureError(RuntimeError):
@@ -82,7 +85,28 @@ def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None
             raise CaptureError(f"node {n.id} {n.op} ({n.name or 'unnamed'}): no {tape.dtype} "
                                f"kernels for op {n.op!r} yet (its scratch buffers are "
                                "float32 or float64 only): use --dtype float32")
-    return Program(device, tape, li, math, kernels)
+    with gc_paused():
+        return Program(device, tape, li, math, kernels)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a capture builds its launches.
+
+    A capture keeps every object it makes (each launch's ctypes argument pack, its buffers),
+    so each full collection during it rescans all the launches made so far: at 10k nodes that
+    was 7 full collections and ~1/3 of the capture's CPU, the reason its cost per node grew
+    1.5x from 1k to 10k nodes (docs/benchmarks.md, target 5). Nothing is freed later than it
+    would be: what a capture makes lives as long as its Program. The state is restored, also
+    when the collector was already off.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class Program:

@@ -115,27 +115,48 @@ def check_args(sig: KernelSig, args: tuple, buffer_type: type) -> list:
         )
     out = []
     for i, (p, a) in enumerate(zip(sig.params, args, strict=True)):
-        where = f"kernel {sig.name} argument {i} ({p})"
         if p.pointer:
             if not isinstance(a, buffer_type):
-                raise KernelArgError(f"{where}: expected a device buffer, got {type(a).__name__}")
+                raise KernelArgError(f"{_where(sig, i, p)}: expected a device buffer, got "
+                                     f"{type(a).__name__}")
             if a.dtype != p.dtype:
-                raise KernelArgError(f"{where}: buffer dtype {a.dtype} does not match {p.ctype}")
+                raise KernelArgError(f"{_where(sig, i, p)}: buffer dtype {a.dtype} does not "
+                                     f"match {p.ctype}")
             out.append(a)
             continue
         if isinstance(a, (bool, np.bool_)):
-            raise KernelArgError(f"{where}: bool given")
+            raise KernelArgError(f"{_where(sig, i, p)}: bool given")
         if isinstance(a, np.generic):
             if a.dtype != p.dtype:
-                raise KernelArgError(f"{where}: {a.dtype} given where {p.ctype} is declared")
+                raise KernelArgError(f"{_where(sig, i, p)}: {a.dtype} given where {p.ctype} "
+                                     "is declared")
             out.append(a)
         elif isinstance(a, int) and p.dtype.kind in "iu":
-            info = np.iinfo(p.dtype)
-            if not info.min <= a <= info.max:
-                raise KernelArgError(f"{where}: {a} does not fit {p.ctype}")
+            lo, hi = _int_range(p.dtype)
+            if not lo <= a <= hi:
+                raise KernelArgError(f"{_where(sig, i, p)}: {a} does not fit {p.ctype}")
             out.append(p.dtype.type(a))
         elif isinstance(a, float) and p.ctype == "double":
             out.append(np.float64(a))
         else:
-            raise KernelArgError(f"{where}: {type(a).__name__} given where {p.ctype} is declared")
+            raise KernelArgError(f"{_where(sig, i, p)}: {type(a).__name__} given where "
+                                 f"{p.ctype} is declared")
     return out
+
+
+def _where(sig: KernelSig, i: int, p: Param) -> str:
+    """The argument an error is about (formatted only for the error: a capture checks ~10
+    arguments a launch, tens of thousands of launches at 10k nodes)."""
+    return f"kernel {sig.name} argument {i} ({p})"
+
+
+_INT_RANGES: dict[np.dtype, tuple[int, int]] = {}
+
+
+def _int_range(dt: np.dtype) -> tuple[int, int]:
+    """(min, max) of an integer dtype, looked up once (``np.iinfo`` builds a fresh object)."""
+    r = _INT_RANGES.get(dt)
+    if r is None:
+        info = np.iinfo(dt)
+        r = _INT_RANGES[dt] = (int(info.min), int(info.max))
+    return r
