@@ -140,11 +140,14 @@ def test_attention_composite(host, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 def test_products_around_the_host_mm_tile_edges(host, dtype):
-    # the host body of mm_T owns 6 rows x one 64-byte vector of columns and packs b 64
-    # k-steps at a time: shapes one under, at and over each of those, forward and both
-    # backward products (transposed strides), each bit for bit
+    # the host body of mm_T: a unit of 48 rows x one 64-byte vector of columns, k in blocks
+    # of 128 whose packed panel of b serves the unit's 6/4/2/1-row register tiles, and an
+    # output with fewer columns than a vector and more rows run transposed: shapes one under,
+    # at and over each of those, forward and both backward products (transposed strides),
+    # each bit for bit
     rng = np.random.default_rng(5)
-    for m, k, n in ((1, 1, 1), (5, 3, 7), (6, 64, 16), (7, 65, 17), (13, 130, 33), (2, 200, 9)):
+    for m, k, n in ((1, 1, 1), (5, 3, 7), (6, 64, 16), (7, 65, 17), (13, 130, 33), (2, 200, 9),
+                    (47, 127, 3), (48, 128, 5), (49, 129, 2), (97, 7, 1)):
         a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
         _tape, _prog, rep = run_case(host, "matmul", [a, b], {}, dtype)
         _assert_exact(rep, f"matmul {m}x{k} @ {k}x{n}")
