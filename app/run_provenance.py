@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from core.provenance import OptimizerState, ParamUpdate, StepState
+from core.provenance import OptimizerState, ParamUpdate, StepState, same_inputs
 
 __all__ = ["Inject", "StepProbe", "flip_lowest_bit", "kernel_list", "parse_inject"]
 
@@ -90,8 +90,14 @@ def kernel_list(plan: Any) -> list[dict]:
 class StepProbe:
     """Builds each step's StepState for the candidate of a pair (see the module docstring)."""
 
-    def __init__(self, nodes: tuple, loss: int, cand: Any, plan: Any, hints: bool) -> None:
+    def __init__(self, nodes: tuple, loss: int, cand: Any, plan: Any, hints: bool,
+                 ref: Any = None) -> None:
+        """``ref``: the reference run when it is core.optim's numpy reference in the
+        candidate's dtype and offers ``optimizer_views`` (``CpuRun``): then an update whose
+        inputs are its own bits is judged against its own after-update arrays, no rerun."""
         self.nodes, self.loss, self.cand, self.hints = nodes, loss, cand, hints
+        self.ref = ref if hints and hasattr(ref, "optimizer_views") else None
+        self._same: list[bool] | None = None  # this step's same_inputs, before its update
         self.kernels = kernel_list(plan)
         self.params = [n.id for n in nodes if n.op == "param"]
         # what each parameter must hold at the next step: as capture uploaded it, then as each
@@ -111,6 +117,11 @@ class StepProbe:
             ev = (record["v_diff"] == 0).tolist()
             eg = (record["g_diff"] <= 0).tolist()  # (-1: no gradient entry, nothing differs)
         opt = _optimizer_before(self.cand, f)
+        self._same = None
+        if opt is not None and self.ref is not None:  # before the update rewrites m, v
+            mine = self.ref.optimizer_views(after=False)
+            if mine is not None:
+                self._same = same_inputs(opt, _state_of(mine, self.ref))
         expect = dict(self.expect)  # this step's: after_update moves self.expect on
 
         def leaf(i: int) -> np.ndarray | None:
@@ -131,9 +142,25 @@ class StepProbe:
             for p in st.update.params:
                 self.expect[p.node] = p.w_after
                 done.add(p.node)
+            if self._same is not None and any(self._same):
+                mine = self.ref.optimizer_views(after=True)
+                views = {i: (self.ref.array(i, "value"), m, v) for i, _, m, v in mine["params"]}
+                # views of the reference's arrays: valid until its next update (the pair
+                # drops them once this step's provenance ran: ``release``)
+                st.update.reference = [views.get(p.node) if same else None
+                                       for p, same in zip(st.update.params, self._same,
+                                                          strict=True)]
+            self._same = None
         for i in self.params:
             if i not in done:  # not stepped (never reached), or the update is not checked
                 self.expect[i] = st.value(i) if st.update is not None else None
+
+    @staticmethod
+    def release(st: StepState) -> None:
+        """Drop the reference's views from ``st`` (its next update overwrites them): a kept
+        state judged again later reruns the reference update instead (the same verdict)."""
+        if st.update is not None:
+            st.update.reference = None
 
     def skip(self) -> None:
         """A step without provenance: the parameters' next values are unknown."""
@@ -155,6 +182,15 @@ def _optimizer_before(run: Any, f: Any) -> OptimizerState | None:
                           info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
 
 
+def _state_of(info: dict, run: Any) -> OptimizerState:
+    """An ``optimizer_arrays`` / ``optimizer_views`` dict of ``run`` before its update as an
+    OptimizerState (w, g: the run's arrays now)."""
+    params = [ParamUpdate(i, l2, run.array(i, "value"), run.array(i, "grad"), None, m, v)
+              for i, l2, m, v in info["params"]]
+    return OptimizerState(info["kind"], info["lr"], info["t"], params, info["clip"],
+                          info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
+
+
 def _optimizer_after(run: Any, st: OptimizerState, value_after: Any) -> None:
     info = run.optimizer_arrays(after=True)
     by_id = {i: (m, v) for i, _, m, v in info["params"]}
@@ -163,9 +199,10 @@ def _optimizer_after(run: Any, st: OptimizerState, value_after: Any) -> None:
         p.m_after, p.v_after = by_id.get(p.node, (None, None))
 
 
-def core_optimizer_arrays(opt: Any, tape: Any, after: bool) -> dict:
+def core_optimizer_arrays(opt: Any, tape: Any, after: bool, copy: bool = True) -> dict:
     """A ``core.optim`` optimizer's settings and per stepped parameter ``(id, l2, m, v)``
-    (copies; m, v None for SGD or before Adam's first step), before or after its update."""
+    (copies, or with ``copy=False`` the optimizer's own arrays, which its next update
+    rewrites; m, v None for SGD or before Adam's first step), before or after its update."""
     from core import optim
 
     adam = isinstance(opt, optim.Adam)
@@ -177,7 +214,8 @@ def core_optimizer_arrays(opt: Any, tape: Any, after: bool) -> dict:
         if tape.grad(s.var) is None:
             continue  # not stepped
         m, v = getattr(s, "m", None), getattr(s, "v", None)
-        out["params"].append((s.var.id, s.l2, _own(m), _own(v)))
+        out["params"].append((s.var.id, s.l2, _own(m), _own(v)) if copy else
+                             (s.var.id, s.l2, m, v))
     return out
 
 

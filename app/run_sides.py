@@ -117,7 +117,9 @@ class Run(Protocol):
         """Launch and transfer counts of a device program, or None."""
 
     # optional: ``describe() -> str``, a run's own device line where no gpu device says it
-    # (app.torch_run.TorchRun); PairRunner.describe_device reads it when present
+    # (app.torch_run.TorchRun); PairRunner.describe_device reads it when present;
+    # ``optimizer_views(after) -> dict | None``, ``optimizer_arrays`` without copies (a
+    # numpy reference's: provenance judges an update on its reference's own bits, CpuRun)
 
 
 class CpuRun:
@@ -183,6 +185,15 @@ class CpuRun:
         if self.spec.amp:
             return None  # the update check does not model mixed precision yet
         return core_optimizer_arrays(self.opt, self.wl.tape, after)
+
+    def optimizer_views(self, after: bool) -> dict | None:
+        """``optimizer_arrays`` without copies: the optimizer's own moments, which its next
+        update rewrites in place (read them before it; provenance's update skip)."""
+        from app.run_provenance import core_optimizer_arrays
+
+        if self.spec.amp:
+            return None
+        return core_optimizer_arrays(self.opt, self.wl.tape, after, copy=False)
 
     def leaf_value(self, i: int) -> np.ndarray | None:
         """Not judged: the tape's leaves are its own inputs."""

@@ -260,7 +260,8 @@ class PairRunner:
         self.inject = inject
         # the skip hints hold when the reference run is the numpy reference in the same dtype
         hints = self.ref_spec.is_numpy_reference and self.ref_spec.dtype == self.cand_spec.dtype
-        self.probe = StepProbe(self.nodes, self.ref.loss_id, self.cand, self.plan, hints)
+        self.probe = StepProbe(self.nodes, self.ref.loss_id, self.cand, self.plan, hints,
+                               self.ref)
 
     @property
     def plan(self) -> Any:
@@ -340,6 +341,7 @@ class PairRunner:
                 self.states.append(self._kept(st, store))  # (its update: filled in below)
             self.probe.after_update(st, lambda i: store.get("cand", i, "value", after=True))
             prov = provenance(st, explain=self.explain)
+            self.probe.release(st)
             set_introduced(rec, prov.flags(len(rec)))
             tp += time.perf_counter() - t1
         else:
