@@ -132,13 +132,17 @@ class StepProbe:
         return StepState(step, self.nodes, self.loss, f.value, f.grad, leaf, ev, eg, opt,
                          self.kernels)
 
-    def after_update(self, st: StepState, value_after: Any = None) -> None:
+    def after_update(self, st: StepState, value_after: Any = None, views: bool = False) -> None:
         """Read what the update left (``value_after(i)``: a parameter's value now, from the
-        step's store; else the run's); remember each parameter's new value for the next step."""
+        step's store; else the run's); remember each parameter's new value for the next step.
+        ``views``: the moments the update left as the candidate's own memory where it offers
+        that (``optimizer_views``: a host device's, no download), valid until its next launch:
+        only for a state judged now and not kept (``release`` then drops them)."""
         done = set()
         if st.update is not None:
             _optimizer_after(self.cand, st.update,
-                             value_after or (lambda i: self.cand.array(i, "value")))
+                             value_after or (lambda i: self.cand.array(i, "value")),
+                             views and hasattr(self.cand, "optimizer_views"))
             for p in st.update.params:
                 self.expect[p.node] = p.w_after
                 done.add(p.node)
@@ -158,7 +162,9 @@ class StepProbe:
     @staticmethod
     def release(st: StepState) -> None:
         """Drop the reference's views from ``st`` (its next update overwrites them): a kept
-        state judged again later reruns the reference update instead (the same verdict)."""
+        state judged again later reruns the reference update instead (the same verdict).
+        (The candidate's moments read with ``after_update(views=True)`` stay: such a state
+        is not kept, it is dropped with the step.)"""
         if st.update is not None:
             st.update.reference = None
 
@@ -191,8 +197,8 @@ def _state_of(info: dict, run: Any) -> OptimizerState:
                           info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
 
 
-def _optimizer_after(run: Any, st: OptimizerState, value_after: Any) -> None:
-    info = run.optimizer_arrays(after=True)
+def _optimizer_after(run: Any, st: OptimizerState, value_after: Any, views: bool) -> None:
+    info = run.optimizer_views(after=True) if views else run.optimizer_arrays(after=True)
     by_id = {i: (m, v) for i, _, m, v in info["params"]}
     for p in st.params:
         p.w_after = value_after(p.node)
@@ -219,9 +225,10 @@ def core_optimizer_arrays(opt: Any, tape: Any, after: bool, copy: bool = True) -
     return out
 
 
-def device_optimizer_arrays(dopt: Any, prog: Any, after: bool) -> dict:
+def device_optimizer_arrays(dopt: Any, prog: Any, after: bool, views: bool = False) -> dict:
     """The same for a device optimizer (``gpu.SGD`` / ``gpu.Adam``) bound to ``prog``; the
-    moments are downloaded."""
+    moments are downloaded (``views``: the device's memory itself where it is the host's,
+    read-only and valid until the next launch; else downloaded)."""
     adam = dopt.kind == "adam"
     out: dict = {"kind": dopt.kind, "lr": dopt.lr, "clip": dopt.clip,
                  "t": dopt.t if after else dopt.t + 1, "params": []}
@@ -236,8 +243,13 @@ def device_optimizer_arrays(dopt: Any, prog: Any, after: bool) -> dict:
         m = v = None
         if adam and moments:
             shape = prog.nodes[i].shape
-            m, v = (b.download().reshape(shape) for b in moments[i])
+            m, v = (_read(prog.device, b, views).reshape(shape) for b in moments[i])
         elif adam:
             m, v = dopt.initial_moments.get(i, (None, None))
         out["params"].append((i, l2, m, v))
     return out
+
+
+def _read(dev: Any, buf: Any, view: bool) -> np.ndarray:
+    got = dev.host_view(buf) if view else None
+    return buf.download() if got is None else got

@@ -339,7 +339,10 @@ class PairRunner:
             t1 = time.perf_counter()
             if self.states.maxlen:  # before after_update moves the leaves' expectations on
                 self.states.append(self._kept(st, store))  # (its update: filled in below)
-            self.probe.after_update(st, lambda i: store.get("cand", i, "value", after=True))
+            # not kept: the candidate's moments after the update are read in place (judged
+            # now, before its next launch), not downloaded
+            self.probe.after_update(st, lambda i: store.get("cand", i, "value", after=True),
+                                    views=not self.states.maxlen)
             prov = provenance(st, explain=self.explain)
             self.probe.release(st)
             set_introduced(rec, prov.flags(len(rec)))

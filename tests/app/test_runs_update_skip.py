@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import app.run_provenance as rp
 import core.provenance as cp
-from app.run_sides import DeviceRun
 from app.runs import PairRunner, SessionConfig
 
 
@@ -44,10 +44,10 @@ def _plant(monkeypatch, when: bool, node_of: list) -> None:
     """Element 0 of the first stepped parameter's m, as the device's optimizer reports it
     after its update (``when``) or before: after, one bit off; before, moved enough that the
     update's outputs move (the device's memory is untouched)."""
-    real = DeviceRun.optimizer_arrays
+    real = rp.device_optimizer_arrays  # what DeviceRun's optimizer_arrays / _views read
 
-    def planted(self, after: bool):
-        info = real(self, after)
+    def planted(dopt, prog, after: bool, views: bool = False):
+        info = real(dopt, prog, after, views)
         if info is not None and after == when and info["params"]:
             i, l2, m, v = info["params"][0]
             if m is not None:
@@ -60,7 +60,27 @@ def _plant(monkeypatch, when: bool, node_of: list) -> None:
                 node_of.append(i)
         return info
 
-    monkeypatch.setattr(DeviceRun, "optimizer_arrays", planted)
+    monkeypatch.setattr(rp, "device_optimizer_arrays", planted)
+
+
+def test_a_pair_keeping_no_state_reads_the_moments_after_the_update_in_place(monkeypatch):
+    r = _pair()
+    r.step()
+    seen = []
+    real = rp.device_optimizer_arrays
+
+    def spy(dopt, prog, after, views=False):
+        seen.append((after, views))
+        return real(dopt, prog, after, views)
+
+    monkeypatch.setattr(rp, "device_optimizer_arrays", spy)
+    assert r.step().introduced == []
+    assert seen == [(False, False), (True, True)]  # before: owned (the rerun's inputs)
+    kept = _pair(keep_states=1)
+    kept.step()
+    del seen[:]
+    kept.step()
+    assert seen == [(False, False), (True, False)]  # a kept state owns its arrays
 
 
 def test_an_exact_pair_judges_its_updates_without_a_rerun(reruns):
