@@ -105,10 +105,15 @@ class StepProbe:
         self.expect: dict[int, np.ndarray | None] = {i: _own(cand.array(i, "value"))
                                                      for i in self.params}
 
-    def before_update(self, step: int, record: np.ndarray, f: Any) -> StepState:
+    def before_update(self, step: int, record: np.ndarray, f: Any,
+                      views: bool = False) -> StepState:
         """The state of this step, read before the optimizer update; ``record`` is the step's
         ``core.step_record``, ``f`` the candidate's side of the step's store (``value(i)``,
-        ``grad(i)``: each array fetched once)."""
+        ``grad(i)``: each array fetched once). ``views`` (a state judged this step and not
+        kept): the candidate's moments read in place where it offers that, and copied now
+        only for the parameters whose inputs are not the reference's (the others are judged
+        on the reference's after arrays and never read their moments again: the update
+        rewrites them in place)."""
         for i in self.params:  # the update overwrites them: read now
             f.value(i)
             f.grad(i)
@@ -116,12 +121,17 @@ class StepProbe:
         if self.hints:
             ev = (record["v_diff"] == 0).tolist()
             eg = (record["g_diff"] <= 0).tolist()  # (-1: no gradient entry, nothing differs)
-        opt = _optimizer_before(self.cand, f)
+        mine = None if self.ref is None else self.ref.optimizer_views(after=False)
+        view = views and mine is not None and hasattr(self.cand, "optimizer_views")
+        opt = _optimizer_before(self.cand, f, view)
         self._same = None
-        if opt is not None and self.ref is not None:  # before the update rewrites m, v
-            mine = self.ref.optimizer_views(after=False)
-            if mine is not None:
-                self._same = same_inputs(opt, _state_of(mine, self.ref))
+        if opt is not None and mine is not None:  # before the update rewrites m, v
+            self._same = same_inputs(opt, _state_of(mine, self.ref))
+        if opt is not None and view:
+            for p, same in zip(opt.params, self._same or [False] * len(opt.params),
+                               strict=True):
+                if not same:  # the rerun's inputs: owned before the update
+                    p.m, p.v = _unview(p.m), _unview(p.v)
         expect = dict(self.expect)  # this step's: after_update moves self.expect on
 
         def leaf(i: int) -> np.ndarray | None:
@@ -178,8 +188,21 @@ def _own(a: np.ndarray | None) -> np.ndarray | None:
     return None if a is None else np.array(a, copy=True)
 
 
-def _optimizer_before(run: Any, f: Any) -> OptimizerState | None:
-    info = run.optimizer_arrays(after=False)
+def _readonly(a: np.ndarray | None) -> np.ndarray | None:
+    if a is None:
+        return None
+    out = a.view()
+    out.flags.writeable = False
+    return out
+
+
+def _unview(a: np.ndarray | None) -> np.ndarray | None:
+    """A read-only array (a device's memory in place) copied; an owned download as it is."""
+    return a if a is None or a.flags.writeable else np.array(a, copy=True)
+
+
+def _optimizer_before(run: Any, f: Any, views: bool = False) -> OptimizerState | None:
+    info = run.optimizer_views(after=False) if views else run.optimizer_arrays(after=False)
     if info is None:
         return None
     params = [ParamUpdate(i, l2, f.value(i), f.grad(i), None, m, v)
@@ -207,8 +230,9 @@ def _optimizer_after(run: Any, st: OptimizerState, value_after: Any, views: bool
 
 def core_optimizer_arrays(opt: Any, tape: Any, after: bool, copy: bool = True) -> dict:
     """A ``core.optim`` optimizer's settings and per stepped parameter ``(id, l2, m, v)``
-    (copies, or with ``copy=False`` the optimizer's own arrays, which its next update
-    rewrites; m, v None for SGD or before Adam's first step), before or after its update."""
+    (copies, or with ``copy=False`` read-only views of the optimizer's own arrays, which its
+    next update rewrites; m, v None for SGD or before Adam's first step), before or after its
+    update."""
     from core import optim
 
     adam = isinstance(opt, optim.Adam)
@@ -221,7 +245,7 @@ def core_optimizer_arrays(opt: Any, tape: Any, after: bool, copy: bool = True) -
             continue  # not stepped
         m, v = getattr(s, "m", None), getattr(s, "v", None)
         out["params"].append((s.var.id, s.l2, _own(m), _own(v)) if copy else
-                             (s.var.id, s.l2, m, v))
+                             (s.var.id, s.l2, _readonly(m), _readonly(v)))
     return out
 
 

@@ -75,12 +75,32 @@ def test_a_pair_keeping_no_state_reads_the_moments_after_the_update_in_place(mon
 
     monkeypatch.setattr(rp, "device_optimizer_arrays", spy)
     assert r.step().introduced == []
-    assert seen == [(False, False), (True, True)]  # before: owned (the rerun's inputs)
+    assert seen == [(False, True), (True, True)]
     kept = _pair(keep_states=1)
     kept.step()
     del seen[:]
     kept.step()
     assert seen == [(False, False), (True, False)]  # a kept state owns its arrays
+
+
+def test_moments_read_in_place_are_copied_before_the_update_where_a_rerun_needs_them(
+        reruns):
+    """The device's own m differs from the reference's (planted in its memory between two
+    steps): that parameter is rerun on the m the device updated from, so the update is
+    inherited, not introduced; read in place and not copied, the rerun would see the m the
+    update left."""
+    r = _pair()
+    r.step()
+    dopt = r.cand.dopt
+    i = dopt.params[0][0]
+    bm = dopt.moments[i][0]
+    m = bm.download()
+    m[0] = m[0] * 1.5 + 1.0
+    bm.upload(m)
+    del reruns[:]
+    res = r.step()
+    assert reruns == [1]
+    assert [e for e in res.introduced if e["which"] == "update"] == []
 
 
 def test_an_exact_pair_judges_its_updates_without_a_rerun(reruns):
