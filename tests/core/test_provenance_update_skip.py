@@ -189,3 +189,37 @@ def test_an_entry_missing_what_its_judge_reads_is_rerun():
     cand.params[0].w_after = _flip(cand.params[0].w_after)
     assert _judged(t, _with(cand, [(after[0][0], None, None), None])) == [
         (cand.params[0].node, "param")]
+
+
+def test_an_sgd_entry_is_its_weight_alone_and_it_is_what_is_judged():
+    t, o, _ = _episode("sgd")
+    cand, ref, after = _around(t, o, "sgd")
+    assert same_inputs(cand, ref) == [True, True]
+    wrong = (_flip(after[0][0]), None, None)  # no moments: the entry is used, not rerun
+    assert _judged(t, _with(cand, [wrong, after[1]])) == [(cand.params[0].node, "param")]
+
+
+def test_the_rerun_keeps_the_optimizers_own_eps():
+    t = Tape(np.float64)
+    w = t.param(np.array([1e-3, -2e-3, 0.5]))
+    t.backward(ops.sum(ops.mul(w, w)))
+    o = optim.Adam(t, 0.1, eps=1e-2)  # large enough to move every update
+    o.add(w)
+    cand, ref, after = _around(t, o, "adam")
+    assert cand.eps == 1e-2
+    assert _judged(t, _with(cand, [None])) == []  # the rerun with eps 1e-8 would differ
+
+
+def test_an_sgd_candidate_reporting_moments_has_none_judged():
+    t, o, _ = _episode("sgd")
+    cand, ref, after = _around(t, o, "sgd")
+    for p in cand.params:
+        p.m_after = p.v_after = np.full_like(p.w, np.nan)  # no reference moments to hold
+    assert _judged(t, cand) == _judged(t, _with(cand, after)) == []
+
+
+def test_a_reference_list_of_another_length_is_refused():
+    t, o, _ = _episode()
+    cand, ref, after = _around(t, o, "adam")
+    with pytest.raises(ValueError):
+        _judged(t, _with(cand, after[:1]))
