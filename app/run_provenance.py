@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from core.provenance import OptimizerState, ParamUpdate, StepState
+from core.provenance import OptimizerState, ParamUpdate, StepState, same_inputs
 
 __all__ = ["Inject", "StepProbe", "flip_lowest_bit", "kernel_list", "parse_inject"]
 
@@ -90,8 +90,14 @@ def kernel_list(plan: Any) -> list[dict]:
 class StepProbe:
     """Builds each step's StepState for the candidate of a pair (see the module docstring)."""
 
-    def __init__(self, nodes: tuple, loss: int, cand: Any, plan: Any, hints: bool) -> None:
+    def __init__(self, nodes: tuple, loss: int, cand: Any, plan: Any, hints: bool,
+                 ref: Any = None) -> None:
+        """``ref``: the reference run when it is core.optim's numpy reference in the
+        candidate's dtype and offers ``optimizer_views`` (``CpuRun``): then an update whose
+        inputs are its own bits is judged against its own after-update arrays, no rerun."""
         self.nodes, self.loss, self.cand, self.hints = nodes, loss, cand, hints
+        self.ref = ref if hints and hasattr(ref, "optimizer_views") else None
+        self._same: list[bool] | None = None  # this step's same_inputs, before its update
         self.kernels = kernel_list(plan)
         self.params = [n.id for n in nodes if n.op == "param"]
         # what each parameter must hold at the next step: as capture uploaded it, then as each
@@ -99,10 +105,15 @@ class StepProbe:
         self.expect: dict[int, np.ndarray | None] = {i: _own(cand.array(i, "value"))
                                                      for i in self.params}
 
-    def before_update(self, step: int, record: np.ndarray, f: Any) -> StepState:
+    def before_update(self, step: int, record: np.ndarray, f: Any,
+                      views: bool = False) -> StepState:
         """The state of this step, read before the optimizer update; ``record`` is the step's
         ``core.step_record``, ``f`` the candidate's side of the step's store (``value(i)``,
-        ``grad(i)``: each array fetched once)."""
+        ``grad(i)``: each array fetched once). ``views`` (a state judged this step and not
+        kept): the candidate's moments read in place where it offers that, and copied now
+        only for the parameters whose inputs are not the reference's (the others are judged
+        on the reference's after arrays and never read their moments again: the update
+        rewrites them in place)."""
         for i in self.params:  # the update overwrites them: read now
             f.value(i)
             f.grad(i)
@@ -110,7 +121,17 @@ class StepProbe:
         if self.hints:
             ev = (record["v_diff"] == 0).tolist()
             eg = (record["g_diff"] <= 0).tolist()  # (-1: no gradient entry, nothing differs)
-        opt = _optimizer_before(self.cand, f)
+        mine = None if self.ref is None else self.ref.optimizer_views(after=False)
+        view = views and mine is not None and hasattr(self.cand, "optimizer_views")
+        opt = _optimizer_before(self.cand, f, view)
+        self._same = None
+        if opt is not None and mine is not None:  # before the update rewrites m, v
+            self._same = same_inputs(opt, _state_of(mine, self.ref))
+        if opt is not None and view:
+            for p, same in zip(opt.params, self._same or [False] * len(opt.params),
+                               strict=True):
+                if not same:  # the rerun's inputs: owned before the update
+                    p.m, p.v = _unview(p.m), _unview(p.v)
         expect = dict(self.expect)  # this step's: after_update moves self.expect on
 
         def leaf(i: int) -> np.ndarray | None:
@@ -121,19 +142,41 @@ class StepProbe:
         return StepState(step, self.nodes, self.loss, f.value, f.grad, leaf, ev, eg, opt,
                          self.kernels)
 
-    def after_update(self, st: StepState, value_after: Any = None) -> None:
+    def after_update(self, st: StepState, value_after: Any = None, views: bool = False) -> None:
         """Read what the update left (``value_after(i)``: a parameter's value now, from the
-        step's store; else the run's); remember each parameter's new value for the next step."""
+        step's store; else the run's); remember each parameter's new value for the next step.
+        ``views``: the moments the update left as the candidate's own memory where it offers
+        that (``optimizer_views``: a host device's, no download), valid until its next launch:
+        only for a state judged now and not kept (``release`` then drops them)."""
         done = set()
         if st.update is not None:
             _optimizer_after(self.cand, st.update,
-                             value_after or (lambda i: self.cand.array(i, "value")))
+                             value_after or (lambda i: self.cand.array(i, "value")),
+                             views and hasattr(self.cand, "optimizer_views"))
             for p in st.update.params:
                 self.expect[p.node] = p.w_after
                 done.add(p.node)
+            if self._same is not None and any(self._same):
+                mine = self.ref.optimizer_views(after=True)
+                views = {i: (self.ref.array(i, "value"), m, v) for i, _, m, v in mine["params"]}
+                # views of the reference's arrays: valid until its next update (the pair
+                # drops them once this step's provenance ran: ``release``)
+                st.update.reference = [views.get(p.node) if same else None
+                                       for p, same in zip(st.update.params, self._same,
+                                                          strict=True)]
+            self._same = None
         for i in self.params:
             if i not in done:  # not stepped (never reached), or the update is not checked
                 self.expect[i] = st.value(i) if st.update is not None else None
+
+    @staticmethod
+    def release(st: StepState) -> None:
+        """Drop the reference's views from ``st`` (its next update overwrites them): a kept
+        state judged again later reruns the reference update instead (the same verdict).
+        (The candidate's moments read with ``after_update(views=True)`` stay: such a state
+        is not kept, it is dropped with the step.)"""
+        if st.update is not None:
+            st.update.reference = None
 
     def skip(self) -> None:
         """A step without provenance: the parameters' next values are unknown."""
@@ -145,8 +188,21 @@ def _own(a: np.ndarray | None) -> np.ndarray | None:
     return None if a is None else np.array(a, copy=True)
 
 
-def _optimizer_before(run: Any, f: Any) -> OptimizerState | None:
-    info = run.optimizer_arrays(after=False)
+def _readonly(a: np.ndarray | None) -> np.ndarray | None:
+    if a is None:
+        return None
+    out = a.view()
+    out.flags.writeable = False
+    return out
+
+
+def _unview(a: np.ndarray | None) -> np.ndarray | None:
+    """A read-only array (a device's memory in place) copied; an owned download as it is."""
+    return a if a is None or a.flags.writeable else np.array(a, copy=True)
+
+
+def _optimizer_before(run: Any, f: Any, views: bool = False) -> OptimizerState | None:
+    info = run.optimizer_views(after=False) if views else run.optimizer_arrays(after=False)
     if info is None:
         return None
     params = [ParamUpdate(i, l2, f.value(i), f.grad(i), None, m, v)
@@ -155,17 +211,28 @@ def _optimizer_before(run: Any, f: Any) -> OptimizerState | None:
                           info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
 
 
-def _optimizer_after(run: Any, st: OptimizerState, value_after: Any) -> None:
-    info = run.optimizer_arrays(after=True)
+def _state_of(info: dict, run: Any) -> OptimizerState:
+    """An ``optimizer_arrays`` / ``optimizer_views`` dict of ``run`` before its update as an
+    OptimizerState (w, g: the run's arrays now)."""
+    params = [ParamUpdate(i, l2, run.array(i, "value"), run.array(i, "grad"), None, m, v)
+              for i, l2, m, v in info["params"]]
+    return OptimizerState(info["kind"], info["lr"], info["t"], params, info["clip"],
+                          info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
+
+
+def _optimizer_after(run: Any, st: OptimizerState, value_after: Any, views: bool) -> None:
+    info = run.optimizer_views(after=True) if views else run.optimizer_arrays(after=True)
     by_id = {i: (m, v) for i, _, m, v in info["params"]}
     for p in st.params:
         p.w_after = value_after(p.node)
         p.m_after, p.v_after = by_id.get(p.node, (None, None))
 
 
-def core_optimizer_arrays(opt: Any, tape: Any, after: bool) -> dict:
+def core_optimizer_arrays(opt: Any, tape: Any, after: bool, copy: bool = True) -> dict:
     """A ``core.optim`` optimizer's settings and per stepped parameter ``(id, l2, m, v)``
-    (copies; m, v None for SGD or before Adam's first step), before or after its update."""
+    (copies, or with ``copy=False`` read-only views of the optimizer's own arrays, which its
+    next update rewrites; m, v None for SGD or before Adam's first step), before or after its
+    update."""
     from core import optim
 
     adam = isinstance(opt, optim.Adam)
@@ -177,13 +244,15 @@ def core_optimizer_arrays(opt: Any, tape: Any, after: bool) -> dict:
         if tape.grad(s.var) is None:
             continue  # not stepped
         m, v = getattr(s, "m", None), getattr(s, "v", None)
-        out["params"].append((s.var.id, s.l2, _own(m), _own(v)))
+        out["params"].append((s.var.id, s.l2, _own(m), _own(v)) if copy else
+                             (s.var.id, s.l2, _readonly(m), _readonly(v)))
     return out
 
 
-def device_optimizer_arrays(dopt: Any, prog: Any, after: bool) -> dict:
+def device_optimizer_arrays(dopt: Any, prog: Any, after: bool, views: bool = False) -> dict:
     """The same for a device optimizer (``gpu.SGD`` / ``gpu.Adam``) bound to ``prog``; the
-    moments are downloaded."""
+    moments are downloaded (``views``: the device's memory itself where it is the host's,
+    read-only and valid until the next launch; else downloaded)."""
     adam = dopt.kind == "adam"
     out: dict = {"kind": dopt.kind, "lr": dopt.lr, "clip": dopt.clip,
                  "t": dopt.t if after else dopt.t + 1, "params": []}
@@ -198,8 +267,13 @@ def device_optimizer_arrays(dopt: Any, prog: Any, after: bool) -> dict:
         m = v = None
         if adam and moments:
             shape = prog.nodes[i].shape
-            m, v = (b.download().reshape(shape) for b in moments[i])
+            m, v = (_read(prog.device, b, views).reshape(shape) for b in moments[i])
         elif adam:
             m, v = dopt.initial_moments.get(i, (None, None))
         out["params"].append((i, l2, m, v))
     return out
+
+
+def _read(dev: Any, buf: Any, view: bool) -> np.ndarray:
+    got = dev.host_view(buf) if view else None
+    return buf.download() if got is None else got

@@ -117,7 +117,10 @@ class Run(Protocol):
         """Launch and transfer counts of a device program, or None."""
 
     # optional: ``describe() -> str``, a run's own device line where no gpu device says it
-    # (app.torch_run.TorchRun); PairRunner.describe_device reads it when present
+    # (app.torch_run.TorchRun); PairRunner.describe_device reads it when present;
+    # ``optimizer_views(after) -> dict | None``, ``optimizer_arrays`` without copies (valid
+    # until the run's next update or launch: a numpy reference's, CpuRun, lets provenance
+    # judge an update on its reference's own bits; a host device's saves the downloads)
 
 
 class CpuRun:
@@ -183,6 +186,15 @@ class CpuRun:
         if self.spec.amp:
             return None  # the update check does not model mixed precision yet
         return core_optimizer_arrays(self.opt, self.wl.tape, after)
+
+    def optimizer_views(self, after: bool) -> dict | None:
+        """``optimizer_arrays`` without copies: the optimizer's own moments, which its next
+        update rewrites in place (read them before it; provenance's update skip)."""
+        from app.run_provenance import core_optimizer_arrays
+
+        if self.spec.amp:
+            return None
+        return core_optimizer_arrays(self.opt, self.wl.tape, after, copy=False)
 
     def leaf_value(self, i: int) -> np.ndarray | None:
         """Not judged: the tape's leaves are its own inputs."""
@@ -264,6 +276,15 @@ class DeviceRun:
         if self.spec.amp:
             return None  # the update check does not model mixed precision yet
         return device_optimizer_arrays(self.dopt, self.prog, after)
+
+    def optimizer_views(self, after: bool) -> dict | None:
+        """``optimizer_arrays`` with the moments as the device's own memory where it is the
+        host's (no download; valid until the next launch), else downloaded."""
+        from app.run_provenance import device_optimizer_arrays
+
+        if self.spec.amp:
+            return None
+        return device_optimizer_arrays(self.dopt, self.prog, after, views=True)
 
     def update(self) -> None:
         """The device optimizer step (mixed precision: then the scaler's update)."""

@@ -260,7 +260,8 @@ class PairRunner:
         self.inject = inject
         # the skip hints hold when the reference run is the numpy reference in the same dtype
         hints = self.ref_spec.is_numpy_reference and self.ref_spec.dtype == self.cand_spec.dtype
-        self.probe = StepProbe(self.nodes, self.ref.loss_id, self.cand, self.plan, hints)
+        self.probe = StepProbe(self.nodes, self.ref.loss_id, self.cand, self.plan, hints,
+                               self.ref)
 
     @property
     def plan(self) -> Any:
@@ -323,7 +324,9 @@ class PairRunner:
                                lambda i, w: store.get("cand", i, w))
         rec = record_of(rep.nodes)
         t1 = time.perf_counter()
-        st = (self.probe.before_update(s, rec, store.side("cand")) if with_provenance
+        # a state not kept is judged this step: the candidate's moments are read in place
+        st = (self.probe.before_update(s, rec, store.side("cand"),
+                                       views=not self.states.maxlen) if with_provenance
               else None)
         tp = time.perf_counter() - t1
         self.ref.update()
@@ -338,8 +341,12 @@ class PairRunner:
             t1 = time.perf_counter()
             if self.states.maxlen:  # before after_update moves the leaves' expectations on
                 self.states.append(self._kept(st, store))  # (its update: filled in below)
-            self.probe.after_update(st, lambda i: store.get("cand", i, "value", after=True))
+            # (not kept: the moments after the update in place too, judged before the next
+            # launch)
+            self.probe.after_update(st, lambda i: store.get("cand", i, "value", after=True),
+                                    views=not self.states.maxlen)
             prov = provenance(st, explain=self.explain)
+            self.probe.release(st)
             set_introduced(rec, prov.flags(len(rec)))
             tp += time.perf_counter() - t1
         else:

@@ -15,6 +15,11 @@ after one warm-up step, in process CPU time (the machine is shared: wall time co
 jobs' turns); the load average is printed. Every parity step must be exact (checked).
 
     python benchmarks/bench_model_parity.py [--models resnet18,gpt] [--steps 5] [--profile M]
+                                            [--parts M]
+
+``--parts M``: where a parity step of model M goes, each ``PairRunner`` call (both runs'
+advance and update, the compare, provenance's probe before and after the update and
+``core.provenance.provenance``) wrapped in ``time.process_time``, mean CPU s per step.
 """
 
 from __future__ import annotations
@@ -138,15 +143,64 @@ def bench(path: str, steps: int) -> dict:
             "launches": st.get("launches_per_episode")}
 
 
+def parts(path: str, steps: int) -> None:
+    """Print the mean CPU seconds per step of each part of a parity step (``--parts``)."""
+    import collections
+
+    import core.provenance as cp
+    from app.runs import PairRunner, SessionConfig
+    from core.onnx.workload import model_spec
+
+    acc: dict = collections.defaultdict(float)
+
+    def wrap(obj, name, key):
+        f = getattr(obj, name)
+
+        def timed(*a, **k):
+            t0 = time.process_time()
+            try:
+                return f(*a, **k)
+            finally:
+                acc[key] += time.process_time() - t0
+
+        setattr(obj, name, timed)
+
+    r = PairRunner(SessionConfig(workload=model_spec(path), device="host", dtype="float32"))
+    for obj, name, key in ((r.ref, "advance", "tape record + backward (ref.advance)"),
+                           (r.cand, "advance", "device replay (cand.advance)"),
+                           (r.cand, "compare", "compare (cand.compare)"),
+                           (r.probe, "before_update", "provenance: read before the update"),
+                           (r.ref, "update", "tape update (ref.update)"),
+                           (r.cand, "update", "device update (cand.update)"),
+                           (r.probe, "after_update", "provenance: read after the update"),
+                           (cp, "provenance", "provenance: judge (core.provenance)")):
+        wrap(obj, name, key)
+    r.step()
+    acc.clear()
+    total = []
+    for _ in range(steps):
+        t0 = time.process_time()
+        if not r.step().exact:
+            raise SystemExit("a parity step was not exact")
+        total.append(time.process_time() - t0)
+    print(f"parity step {statistics.median(total):.3f} s (median of {steps}); parts, mean:")
+    for k, v in acc.items():
+        print(f"  {k:40s} {v / steps:.3f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet18,gpt")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--profile", help="cProfile the parity steps of this model (top 25)")
+    ap.add_argument("--parts", help="CPU seconds of each part of this model's parity step")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores; CPU seconds, "
           f"median of {args.steps} steps")
     with tempfile.TemporaryDirectory() as d:
+        if args.parts:
+            parts(export(args.parts, d), args.steps)
+            return 0
         if args.profile:
             import cProfile
             import pstats

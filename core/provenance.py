@@ -14,7 +14,9 @@ candidate's output bit for bit; otherwise whatever error it carries was inherite
   its consumers (``Introduced.by``).
 - ``"update"``: the reference optimizer step (``core.optim``'s order, clipping and L2
   included) on the candidate's parameters, gradients and moments before the update, against
-  the parameters and moments it left.
+  the parameters and moments it left. Where those inputs are the reference run's own bits
+  (``same_inputs``, read before the update), the reference run's own after-update arrays
+  (``OptimizerState.reference``) are that step's result and stand in for the rerun.
 - fused kernels (``StepState.kernels``), judged whole: a forward kernel's outputs against its
   segment's reference ops run in order on the kernel's inputs (intermediates recomputed, not
   read back); a backward kernel's gradients against the segment's backward rules run from the
@@ -61,7 +63,8 @@ from core.optable.registry import REGISTRY
 from core.parity import TensorDiff, compare_arrays
 
 __all__ = ["Introduced", "OptimizerState", "ParamUpdate", "Provenance", "StepState",
-           "consumers", "provenance", "reference_grad", "reference_update", "reference_value"]
+           "consumers", "provenance", "reference_grad", "reference_update", "reference_value",
+           "same_inputs"]
 
 Getter = Callable[[int], "np.ndarray | None"]
 
@@ -124,6 +127,10 @@ class OptimizerState:
     b1: float = 0.9
     b2: float = 0.999
     eps: float = 1e-8
+    # per parameter, the reference run's own ``(w, m, v)`` after this update, or None (rerun):
+    # an entry only where ``same_inputs`` found the update's inputs the reference's bits, the
+    # reference being core.optim in the same dtype (then it IS ``reference_update``'s result)
+    reference: list | None = None
 
 
 @dataclass
@@ -328,6 +335,32 @@ def _update_f32(opt: OptimizerState, gs: list, T: Any) -> list[tuple[np.ndarray,
     return out
 
 
+def _same_bits(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = np.asarray(a), np.asarray(b)
+    u = _UINT.get(a.dtype)
+    return (u is not None and a.dtype == b.dtype and a.shape == b.shape
+            and np.array_equal(np.ascontiguousarray(a).view(u), np.ascontiguousarray(b).view(u)))
+
+
+def same_inputs(cand: OptimizerState, ref: OptimizerState) -> list[bool]:
+    """Per candidate parameter: its update's inputs are the reference run's own, bit for bit
+    (w, g, m, v, its L2, the optimizer's settings, the same parameters stepped in the same
+    order), so the reference optimizer's after-update arrays are what ``reference_update``
+    would compute from them. Read before the update (an update rewrites its moments in
+    place). Clipping scales every gradient by one norm of all of them: all or none."""
+    no = [False] * len(cand.params)
+    keys = ("kind", "lr", "t", "clip", "b1", "b2", "eps")
+    if (any(getattr(cand, k) != getattr(ref, k) for k in keys)
+            or [p.node for p in cand.params] != [p.node for p in ref.params]):
+        return no
+    out = [p.l2 == r.l2 and all(_same_bits(a, b) for a, b in
+                                ((p.w, r.w), (p.g, r.g), (p.m, r.m), (p.v, r.v)))
+           for p, r in zip(cand.params, ref.params, strict=True)]
+    return no if cand.clip is not None and not all(out) else out
+
+
 _UINT = {np.dtype(np.float64): np.uint64, np.dtype(np.float32): np.uint32,
          precision.FLOAT16: np.uint16, precision.BFLOAT16: np.uint16}
 
@@ -422,11 +455,28 @@ def _grad_cause(state: StepState, j: int, by: Sequence[int], g: np.ndarray, d: A
     return explain_grad(recompute, [nodes[i].op for i in by], g)
 
 
+def _usable(adam: bool, p: ParamUpdate, r: Any) -> bool:
+    """A reference entry stands in for the rerun only whole: every array its judge reads, in
+    the parameter's shape and dtype (else the rerun; a missing one would judge nothing)."""
+    if r is None:
+        return False
+    return all(a is not None and a.shape == p.w.shape and a.dtype == p.w.dtype
+               for a in (r if adam else r[:1]))
+
+
 def _updates(nodes: tuple, opt: OptimizerState | None) -> list[Introduced]:
     if opt is None:
         return []
+    refs = [None] * len(opt.params) if opt.reference is None else list(opt.reference)
+    ok = [_usable(opt.kind == "adam", p, r) for p, r in zip(opt.params, refs, strict=True)]
+    if opt.clip is not None and not all(ok):
+        ok = [False] * len(ok)  # one norm of every gradient: a rerun is of all of them
+    rerun = iter(reference_update(OptimizerState(
+        opt.kind, opt.lr, opt.t, [p for p, k in zip(opt.params, ok, strict=True) if not k],
+        opt.clip, opt.b1, opt.b2, opt.eps)))
     out = []
-    for p, (w, m, v) in zip(opt.params, reference_update(opt), strict=True):
+    for p, r, k in zip(opt.params, refs, ok, strict=True):
+        w, m, v = r if k else next(rerun)
         for part, ref, cand in (("param", w, p.w_after), ("m", m, p.m_after),
                                 ("v", v, p.v_after)):
             d = None if ref is None else _judge(ref, cand)
