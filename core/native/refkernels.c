@@ -898,7 +898,7 @@ static int conv_mg1_fast_f64(const double *x, const double *wt, double *out, lon
                              long long sw, long long ph, long long pw, long long dh,
                              long long dw, const ep_t *ep) {
 #define EPF ep_rows_f64
-    CONV_MG1_FAST(double, v8f64, 32)
+    CONV_MG1_FAST(double, vmf64, (long long)(4 * sizeof(vmf64) / sizeof(double)))
 #undef EPF
 }
 
@@ -908,7 +908,7 @@ static int conv_mg1_fast_f32(const float *x, const float *wt, float *out, long l
                              long long sw, long long ph, long long pw, long long dh,
                              long long dw, const ep_t *ep) {
 #define EPF ep_rows_f32
-    CONV_MG1_FAST(float, v16f32, 64)
+    CONV_MG1_FAST(float, vmf32, (long long)(4 * sizeof(vmf32) / sizeof(float)))
 #undef EPF
 }
 
