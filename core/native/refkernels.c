@@ -213,6 +213,21 @@ typedef v4f64 vmf64;
             for (long long kk = k0; kk < k1; ++kk)                                      \
                 wide[((jj - jc) / (W)) * KC * (W) + (kk - k0) * (W) + (jj - jc) % (W)] = \
                     b[kk * sbr + jj * sbc];
+/* Ask for the block the next MM_PACK_WIDE copies (the next k-block of these columns, or the
+ * first of the next columns) while this one is computed: it reads each of up to KC rows of b
+ * in runs of NCW * JB elements, and fetched on demand those runs came at the memory's latency
+ * (m = 32 products of a 3 MB b at half the speed of the same with b in L2). A hint only: no
+ * value depends on it. */
+#define MM_PREFETCH_NEXT(T, W)                                                          \
+    if (sbc == 1) {                                                                     \
+        const long long nk0 = k1 < k ? k1 : 0, njc = k1 < k ? jc : jce;                 \
+        const long long nk1 = nk0 + KC < k ? nk0 + KC : k;                              \
+        const long long njce = njc + NCW * (W) < jfull ? njc + NCW * (W) : jfull;       \
+        if (njc < jfull)                                                                \
+            for (long long kk = nk0; kk < nk1; ++kk)                                    \
+                for (long long jj = njc; jj < njce; jj += 64 / (long long)sizeof(T))    \
+                    __builtin_prefetch(b + kk * sbr + jj, 0, 2);                        \
+    }
 #define MM_ROWS(T, V, JB, JS, EPC)                                                      \
     long long i, j, k0, k1, jc, jce, ib, ie;                                            \
     long long jfull = n - n % JB, jmid = n - n % JS;                                    \
@@ -240,7 +255,10 @@ typedef v4f64 vmf64;
             /* the panels b[k0:k1, j:j+JB] copied contiguous (exact): read in place,    \
              * their rows are n apart, and at n of a multiple of 1 KiB they fall in a   \
              * few L1 sets and evict each other every k-step (measured 3-4x slower) */  \
-            if (wide) { MM_PACK_WIDE(T, JB) }                                           \
+            if (wide) {                                                                 \
+                MM_PACK_WIDE(T, JB)                                                     \
+                MM_PREFETCH_NEXT(T, JB)                                                 \
+            }                                                                           \
             /* rows MC at a time across the packed panels: those rows of a stay in L2   \
              * (a product of 1000 rows re-read all of a from L3 for every panel) */     \
             for (ib = i0; ib < i1; ib = ie) {                                           \
