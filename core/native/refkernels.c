@@ -195,11 +195,49 @@ typedef v4f64 vmf64;
         for (int jj = 0; jj < (W); ++jj)                                                \
             for (long long kk = k0; kk < k1; ++kk)                                      \
                 bpk[(kk - k0) * (W) + jj] = b[kk * sbr + (j + jj) * sbc];
-#define MM_ROWS(T, V, JB, JS)                                                           \
-    long long i, j, k0, k1;                                                             \
+/* b[k0:k1, jc:jce] into wide as consecutive KC x JB panels (panel p at wide + p * KC * JB,
+ * W to a row): each row of b read jce - jc elements in a run; a copy, so exact */
+#define NCW (256 / JB32) /* 256 floats (128 doubles) of each row of b */
+#define MC 96             /* rows of a a packed block serves before the next (a multiple of 6) */
+#define MM_PACK_WIDE(T, W)                                                               \
+    if (sbc == 1)                                                                       \
+        for (long long kk = k0; kk < k1; ++kk) {                                        \
+            const T *bk_ = b + kk * sbr + jc;                                           \
+            T *wk_ = wide + (kk - k0) * (W);                                            \
+            for (long long p_ = 0; p_ < (jce - jc) / (W); ++p_)                         \
+                for (int jj = 0; jj < (W); ++jj)                                        \
+                    wk_[p_ * KC * (W) + jj] = bk_[p_ * (W) + jj];                       \
+        }                                                                               \
+    else                                                                                \
+        for (long long jj = jc; jj < jce; ++jj)                                         \
+            for (long long kk = k0; kk < k1; ++kk)                                      \
+                wide[((jj - jc) / (W)) * KC * (W) + (kk - k0) * (W) + (jj - jc) % (W)] = \
+                    b[kk * sbr + jj * sbc];
+/* Ask for the block the next MM_PACK_WIDE copies (the next k-block of these columns, or the
+ * first of the next columns) while this one is computed: it reads each of up to KC rows of b
+ * in runs of NCW * JB elements, and fetched on demand those runs came at the memory's latency
+ * (m = 32 products of a 3 MB b at half the speed of the same with b in L2). A hint only: no
+ * value depends on it. */
+#define MM_PREFETCH_NEXT(T, W)                                                          \
+    if (sbc == 1) {                                                                     \
+        const long long nk0 = k1 < k ? k1 : 0, njc = k1 < k ? jc : jce;                 \
+        const long long nk1 = nk0 + KC < k ? nk0 + KC : k;                              \
+        const long long njce = njc + NCW * (W) < jfull ? njc + NCW * (W) : jfull;       \
+        if (njc < jfull)                                                                \
+            for (long long kk = nk0; kk < nk1; ++kk)                                    \
+                for (long long jj = njc; jj < njce; jj += 64 / (long long)sizeof(T))    \
+                    __builtin_prefetch(b + kk * sbr + jj, 0, 2);                        \
+    }
+#define MM_ROWS(T, V, JB, JS, EPC)                                                      \
+    long long i, j, k0, k1, jc, jce, ib, ie;                                            \
     long long jfull = n - n % JB, jmid = n - n % JS;                                    \
     T *pack = NULL;                                                                     \
     T bpk[KC * JB] __attribute__((aligned(64)));                                        \
+    /* NCW whole panels of b are packed together, b's rows read NCW * JB long: a panel \
+     * alone read JB elements from each of k rows n apart, a latency-bound gather the  \
+     * hardware prefetcher does not follow (measured: m = 64 products at half the      \
+     * speed of m = 256 ones of the same k and n) */                                    \
+    T *wide = jfull > JB ? (T *)wide_buf : NULL;                                        \
     if (jmid < n && k > 0) {                                                            \
         pack = (T *)malloc((size_t)k * JS * sizeof(T));                                 \
         if (pack)                                                                       \
@@ -207,50 +245,62 @@ typedef v4f64 vmf64;
                 for (long long jj = 0; jj < JS; ++jj)                                   \
                     pack[kk * JS + jj] = jmid + jj < n ? b[kk * sbr + (jmid + jj) * sbc] : (T)0; \
     }                                                                                   \
-    for (k0 = 0; k0 < k || (k == 0 && k0 == 0); k0 += KC) {                            \
-        k1 = k0 + KC < k ? k0 + KC : k;                                                 \
-        for (j = 0; j < jfull; j += JB) {                                               \
-            /* the panel b[k0:k1, j:j+JB] copied contiguous (exact): read in place, its   \
-             * rows are n apart, and at n of a multiple of 1 KiB they fall in a few L1 sets \
-             * and evict each other every k-step (measured 3-4x slower products) */      \
-            MM_PACK(JB)                                                                 \
-            for (i = i0; i + 6 <= i1; i += 6) MM_TILE4(T, V, 6, bpk, JB)                \
-            for (; i + 4 <= i1; i += 4) MM_TILE4(T, V, 4, bpk, JB)                      \
-            for (; i + 2 <= i1; i += 2) MM_TILE4(T, V, 2, bpk, JB)                      \
-            for (; i < i1; ++i) MM_TILE4(T, V, 1, bpk, JB)                              \
+    /* column blocks outside, k-blocks inside: a block's columns are finished (every     \
+     * k-block done) before the next block starts, so the epilogue (E) takes them while \
+     * they are still in cache (a pass of its own re-read the whole output from memory) */ \
+    for (jc = 0; jc < jfull; jc = jce) {                                                \
+        jce = wide && jc + NCW * JB < jfull ? jc + NCW * JB : (wide ? jfull : jc + JB); \
+        for (k0 = 0; k0 < k || (k == 0 && k0 == 0); k0 += KC) {                        \
+            k1 = k0 + KC < k ? k0 + KC : k;                                             \
+            /* the panels b[k0:k1, j:j+JB] copied contiguous (exact): read in place,    \
+             * their rows are n apart, and at n of a multiple of 1 KiB they fall in a   \
+             * few L1 sets and evict each other every k-step (measured 3-4x slower) */  \
+            if (wide) {                                                                 \
+                MM_PACK_WIDE(T, JB)                                                     \
+                MM_PREFETCH_NEXT(T, JB)                                                 \
+            }                                                                           \
+            /* rows MC at a time across the packed panels: those rows of a stay in L2   \
+             * (a product of 1000 rows re-read all of a from L3 for every panel) */     \
+            for (ib = i0; ib < i1; ib = ie) {                                           \
+                ie = wide && ib + MC < i1 ? ib + MC : i1;                               \
+                for (j = jc; j < jce; j += JB) {                                        \
+                    T *bp = wide ? wide + (j - jc) * KC : bpk;                          \
+                    if (!wide) { MM_PACK(JB) }                                          \
+                    for (i = ib; i + 6 <= ie; i += 6) MM_TILE4(T, V, 6, bp, JB)         \
+                    for (; i + 4 <= ie; i += 4) MM_TILE4(T, V, 4, bp, JB)               \
+                    for (; i + 2 <= ie; i += 2) MM_TILE4(T, V, 2, bp, JB)               \
+                    for (; i < ie; ++i) MM_TILE4(T, V, 1, bp, JB)                       \
+                }                                                                       \
+            }                                                                           \
+            if (k == 0) break;                                                          \
         }                                                                               \
-        for (j = jfull; j < jmid; j += JS) {                                            \
+        if (E) EPC(E, c + i0 * n, res, img, ch0, i1 - i0, n, jc, jce);                  \
+    }                                                                                   \
+    for (j = jfull; j < jmid; j += JS)                                                  \
+        for (k0 = 0; k0 < k || (k == 0 && k0 == 0); k0 += KC) {                        \
+            k1 = k0 + KC < k ? k0 + KC : k;                                             \
             MM_PACK(JS)                                                                 \
             for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, bpk, JS, JS, k0)    \
             for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, bpk, JS, JS, k0)          \
             for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, bpk, JS, JS, k0)          \
             for (; i < i1; ++i) MM_TILEV(T, V, 1, JS, bpk, JS, JS, k0)                  \
+            if (k == 0) break;                                                          \
         }                                                                               \
-        if (pack) {                                                                     \
-            j = jmid;                                                                   \
-            for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, pack, JS, n - jmid, 0) \
-            for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, pack, JS, n - jmid, 0)       \
-            for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, pack, JS, n - jmid, 0)       \
-            for (; i < i1; ++i) MM_TILEV(T, V, 1, JS, pack, JS, n - jmid, 0)               \
-        }                                                                               \
-        if (k == 0) break;                                                              \
-    }                                                                                   \
-    if (jmid < n && !pack) {                                                            \
+    if (pack) {                                                                         \
+        j = jmid;                                                                       \
+        k0 = 0;                                                                         \
+        k1 = k;                                                                         \
+        for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, pack, JS, n - jmid, 0) \
+        for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, pack, JS, n - jmid, 0)       \
+        for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, pack, JS, n - jmid, 0)       \
+        for (; i < i1; ++i) MM_TILEV(T, V, 1, JS, pack, JS, n - jmid, 0)               \
+    } else if (jmid < n) {                                                              \
         j = jmid;                                                                       \
         for (i = i0; i + 4 <= i1; i += 4) MM_TAIL(T, 4, j)                              \
         for (; i < i1; ++i) MM_TAIL(T, 1, j)                                            \
     }                                                                                   \
+    if (E && jfull < n) EPC(E, c + i0 * n, res, img, ch0, i1 - i0, n, jfull, n);        \
     free(pack);
-
-/* a[i][kk] is a[i * sar + kk * sac], b[kk][j] is b[kk * sbr + j * sbc] (a transposed operand
- * read in place, no copy first); c is contiguous */
-static void mm_rows_f64(const double *a, const double *b, double *c, long long i0,
-                        long long i1, long long k, long long n, long long sar, long long sac,
-                        long long sbr, long long sbc) { MM_ROWS(double, vmf64, JB64, JS64) }
-
-static void mm_rows_f32(const float *a, const float *b, float *c, long long i0,
-                        long long i1, long long k, long long n, long long sar, long long sac,
-                        long long sbr, long long sbc) { MM_ROWS(float, vmf32, JB32, JS32) }
 
 /* A convolution's epilogue: the ops that follow it in an ONNX graph (Conv's bias, then
  * BatchNormalization's inference formula, then a two-input Sum with a same-shape tensor, then
@@ -271,20 +321,21 @@ typedef struct {
     long long channels;
 } ep_t;
 
-#define EP_ROWS(T, NAME)                                                                \
-    static void NAME(const ep_t *E, T *c, const T *res, long long img, long long ch0,   \
-                     long long rows, long long n) {                                     \
+/* columns [j0, j1) of each row (an element's ops need only that element) */
+#define EP_ROWS(T, NAME, COLS)                                                          \
+    static void COLS(const ep_t *E, T *c, const T *res, long long img, long long ch0,   \
+                     long long rows, long long n, long long j0, long long j1) {         \
         for (long long r = 0; r < rows; ++r) {                                          \
             const long long ch = ch0 + r;                                               \
             T *y = c + r * n;                                                           \
             if (E->bias) {                                                              \
                 const T b = ((const T *)E->bias)[ch];                                   \
-                for (long long j = 0; j < n; ++j) y[j] = y[j] + b;                      \
+                for (long long j = j0; j < j1; ++j) y[j] = y[j] + b;                      \
             }                                                                           \
             if (E->mean) {                                                              \
                 const T m = ((const T *)E->mean)[ch], d = ((const T *)E->den)[ch];      \
                 const T g = ((const T *)E->scale)[ch], b = ((const T *)E->beta)[ch];    \
-                for (long long j = 0; j < n; ++j) {                                     \
+                for (long long j = j0; j < j1; ++j) {                                     \
                     T t = y[j] - m;                                                     \
                     t = t / d;                                                          \
                     t = t * g;                                                          \
@@ -294,21 +345,48 @@ typedef struct {
             if (res) {                                                                  \
                 const T *rr = res + r * n;                                              \
                 if (E->res_first)                                                       \
-                    for (long long j = 0; j < n; ++j) y[j] = rr[j] + y[j];              \
+                    for (long long j = j0; j < j1; ++j) y[j] = rr[j] + y[j];              \
                 else                                                                    \
-                    for (long long j = 0; j < n; ++j) y[j] = y[j] + rr[j];              \
+                    for (long long j = j0; j < j1; ++j) y[j] = y[j] + rr[j];              \
             }                                                                           \
             if (E->relu)                                                                \
-                for (long long j = 0; j < n; ++j) y[j] = y[j] <= (T)0 ? (T)0 : y[j];    \
+                for (long long j = j0; j < j1; ++j) y[j] = y[j] <= (T)0 ? (T)0 : y[j];    \
             if (E->dst) {                                                               \
                 T *d = (T *)E->dst + E->dst_row[img * E->channels + ch] * n;            \
-                for (long long j = 0; j < n; ++j) d[j] = y[j];                          \
+                for (long long j = j0; j < j1; ++j) d[j] = y[j];                          \
             }                                                                           \
         }                                                                               \
+    } \
+    static void NAME(const ep_t *E, T *c, const T *res, long long img, long long ch0,   \
+                     long long rows, long long n) {                                     \
+        COLS(E, c, res, img, ch0, rows, n, 0, n);                                       \
     }
 
-EP_ROWS(double, ep_rows_f64)
-EP_ROWS(float, ep_rows_f32)
+EP_ROWS(double, ep_rows_f64, ep_cols_f64)
+EP_ROWS(float, ep_rows_f32, ep_cols_f32)
+
+/* the wide packs' buffer, one per thread (a malloc of its 128 KiB per product was an mmap, and
+ * its 32 pages faulted in again every call) */
+static __thread double wide_buf[KC * NCW * JB32 / 2] __attribute__((aligned(64)));
+
+/* a[i][kk] is a[i * sar + kk * sac], b[kk][j] is b[kk * sbr + j * sbc] (a transposed operand
+ * read in place, no copy first); c is contiguous */
+/* E (or NULL): the epilogue, taken by rows [i0, i1) as each block of their columns is done;
+ * res is the residual's row i0, img and ch0 as for ep_rows */
+static void mm_rows_f64(const double *a, const double *b, double *c, long long i0,
+                        long long i1, long long k, long long n, long long sar, long long sac,
+                        long long sbr, long long sbc, const ep_t *E, const double *res,
+                        long long img, long long ch0) {
+    MM_ROWS(double, vmf64, JB64, JS64, ep_cols_f64)
+}
+
+static void mm_rows_f32(const float *a, const float *b, float *c, long long i0,
+                        long long i1, long long k, long long n, long long sar, long long sac,
+                        long long sbr, long long sbc, const ep_t *E, const float *res,
+                        long long img, long long ch0) {
+    MM_ROWS(float, vmf32, JB32, JS32, ep_cols_f32)
+}
+
 
 /* A batched product c[q] = a[q] @ b[q], q < batch, a[q] at a + q*sa, b[q] at b + q*sb (a
  * stride of 0 broadcasts one operand), c contiguous. Work unit u = one block of ROWS rows of one
@@ -335,23 +413,18 @@ static void run_units(const job_t *J) {
         long long i1 = (ue - q * blocks) * ROWS < J->m ? (ue - q * blocks) * ROWS : J->m;
         const long long off = q * J->m * J->n + i0 * J->n;
         const long long ch0 = J->ep ? (q % J->ep->groups) * J->m + i0 : 0;
-        if (J->f32) {
+        const long long img = J->ep ? q / J->ep->groups : 0;
+        if (J->f32)
             mm_rows_f32((const float *)J->a + q * J->sa, (const float *)J->b + q * J->sb,
                         (float *)J->c + q * J->m * J->n, i0, i1, J->k, J->n, J->sar, J->sac,
-                        J->sbr, J->sbc);
-            if (J->ep)
-                ep_rows_f32(J->ep, (float *)J->c + off,
-                            J->ep->res ? (const float *)J->ep->res + off : NULL,
-                            q / J->ep->groups, ch0, i1 - i0, J->n);
-        } else {
+                        J->sbr, J->sbc, J->ep,
+                        J->ep && J->ep->res ? (const float *)J->ep->res + off : NULL, img, ch0);
+        else
             mm_rows_f64((const double *)J->a + q * J->sa, (const double *)J->b + q * J->sb,
                         (double *)J->c + q * J->m * J->n, i0, i1, J->k, J->n, J->sar, J->sac,
-                        J->sbr, J->sbc);
-            if (J->ep)
-                ep_rows_f64(J->ep, (double *)J->c + off,
-                            J->ep->res ? (const double *)J->ep->res + off : NULL,
-                            q / J->ep->groups, ch0, i1 - i0, J->n);
-        }
+                        J->sbr, J->sbc, J->ep,
+                        J->ep && J->ep->res ? (const double *)J->ep->res + off : NULL, img,
+                        ch0);
     }
 }
 
@@ -843,7 +916,7 @@ static int conv_mg1_fast_f64(const double *x, const double *wt, double *out, lon
                              long long sw, long long ph, long long pw, long long dh,
                              long long dw, const ep_t *ep) {
 #define EPF ep_rows_f64
-    CONV_MG1_FAST(double, v8f64, 32)
+    CONV_MG1_FAST(double, vmf64, (long long)(4 * sizeof(vmf64) / sizeof(double)))
 #undef EPF
 }
 
@@ -853,7 +926,7 @@ static int conv_mg1_fast_f32(const float *x, const float *wt, float *out, long l
                              long long sw, long long ph, long long pw, long long dh,
                              long long dw, const ep_t *ep) {
 #define EPF ep_rows_f32
-    CONV_MG1_FAST(float, v16f32, 64)
+    CONV_MG1_FAST(float, vmf32, (long long)(4 * sizeof(vmf32) / sizeof(float)))
 #undef EPF
 }
 

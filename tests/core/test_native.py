@@ -645,3 +645,28 @@ def test_the_native_build_reads_only_core_files():
     for p in native._SRCS + native._HEADERS:
         assert core_dir in p.parents and p.is_file(), p
     assert {p.name for p in native._HEADERS} >= set(refmath.C_HEADERS)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_direct_conv_over_many_vector_blocks_and_wide_products(dtype):
+    """Planes of several vector blocks in the direct conv (the last block partial), and
+    products over several packed column blocks and k-blocks (b read through its strides too),
+    hold the reference chains bit for bit."""
+    from core.ops import nn
+    from core.ops.reference import matmul
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(11)
+    for xs, st, padw in [((1, 3, 21, 23), (1, 1), ((1, 1), (1, 1))),
+                         ((2, 2, 19, 30), (2, 2), ((1, 0), (0, 1)))]:
+        x, w = _spread(rng, xs, dtype), _spread(rng, (xs[1], 1, 3, 3), dtype)
+        w.flat[0] = np.inf
+        got = nn.conv_nd(x, w, st, padw, (1, 1), xs[1])
+        want = nn.conv_nd(x, w, st, padw, (1, 1), xs[1], matmul=lambda a, b: matmul(a, b))
+        assert got.tobytes() == want.tobytes(), xs
+    for m, k, n in [(7, 300, 611), (100, 20, 530)]:
+        a, b = _spread(rng, (m, k), dtype), _spread(rng, (k, n), dtype)
+        want = mm_numpy(a, b).tobytes()
+        assert native.mm(a, b).tobytes() == want, (m, k, n)
+        assert native.mm(a, np.asfortranarray(b)).tobytes() == want, (m, k, n)
