@@ -372,20 +372,31 @@ class Tape:
         # a comprehension is a Python call of its own (issue 29). Only _id raises in it, so the
         # first bad input still raises before anything is computed.
         nd = opdef.nondiff_inputs
-        ids = []
-        shapes = []
-        xs = []
-        rg = False
-        for v in inputs:
+        if type(inputs) is list and len(inputs) == 1:  # a unary op (most of a chain's nodes)
+            v = inputs[0]
             if v.tape is not self or not 0 <= v.id < n:
                 self._id(v)  # raises the precise error
             j = v.id
             node = nodes[j]
-            if node.requires_grad and not rg and (not nd or len(ids) not in nd):
-                rg = True
-            ids.append(j)
-            shapes.append(node.shape)
-            xs.append(values[j])
+            rg = True if node.requires_grad and not (nd and 0 in nd) else False
+            ids = [j]
+            shapes = [node.shape]
+            xs = [values[j]]
+        else:
+            ids = []
+            shapes = []
+            xs = []
+            rg = False
+            for v in inputs:
+                if v.tape is not self or not 0 <= v.id < n:
+                    self._id(v)  # raises the precise error
+                j = v.id
+                node = nodes[j]
+                if node.requires_grad and not rg and (not nd or len(ids) not in nd):
+                    rg = True
+                ids.append(j)
+                shapes.append(node.shape)
+                xs.append(values[j])
         attrs = {} if attrs is None else attrs
         try:
             shape = tuple(opdef.shape(shapes, attrs))
@@ -480,16 +491,23 @@ class Tape:
             # gathers needs and the inputs' values (a comprehension is a Python call of its own)
             opdef = REGISTRY[node.op]
             nd = opdef.nondiff_inputs
-            needs = []
-            xs = []
-            reach = False
-            for j in inputs:
-                need = nodes[j].requires_grad and (not nd or len(needs) not in nd)
-                needs.append(need)
-                xs.append(values[j])
-                reach = reach or need
-            if not reach:
-                continue
+            if len(inputs) == 1:  # a unary op (most of a chain's nodes)
+                j = inputs[0]
+                if not nodes[j].requires_grad or (nd and 0 in nd):
+                    continue
+                needs = [True]
+                xs = [values[j]]
+            else:
+                needs = []
+                xs = []
+                reach = False
+                for j in inputs:
+                    need = nodes[j].requires_grad and (not nd or len(needs) not in nd)
+                    needs.append(need)
+                    xs.append(values[j])
+                    reach = reach or need
+                if not reach:
+                    continue
             if half:  # computed in float32, each contribution rounded once below
                 parts = opdef.backward(M, g.astype(_F32), [x.astype(_F32) for x in xs],
                                        values[i].astype(_F32), node.attrs, needs)
