@@ -58,7 +58,7 @@ def serial_sum(x: np.ndarray, axis: int | Sequence[int] | None = None,
 
 def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Reduce a broadcast-shaped gradient to ``shape``: serial row-major sum over broadcast axes."""
-    if g.shape == tuple(shape):
+    if g.shape == shape or g.shape == tuple(shape):  # (a tuple already: the common case)
         return g
     lead = g.ndim - len(shape)
     axes = list(range(lead)) + [lead + i for i, s in enumerate(shape)
