@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core import native as _native
 from core import precision
 from core.amp import LossScaler
 from core.ops.reference import serial_sum
@@ -183,14 +184,23 @@ class Adam(Optimizer):
         return {"b1": self.b1, "omb1": 1.0 - self.b1, "b2": self.b2, "omb2": 1.0 - self.b2,
                 "eps": self.eps, "lr_t": lr_t}
 
+    def _rounded_scalars(self) -> dict:
+        # the step scalars rounded to the compute dtype, made once per step for every parameter
+        # (issue 29: they were remade per parameter); any change to t or a hyperparameter
+        # (a schedule's new lr) makes them anew
+        key = (self.t, self.lr, self.b1, self.b2, self.eps, self.tape.compute_dtype)
+        cached = getattr(self, "_k", None)
+        if cached is None or cached[0] != key:
+            cached = self._k = (key, {name: self.scalar(v)
+                                      for name, v in self.step_scalars().items()})
+        return cached[1]
+
     def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
-        k = {name: self.scalar(v) for name, v in self.step_scalars().items()}
+        k = self._rounded_scalars()
         if slot.m is None:
             slot.m = np.zeros_like(w)
             slot.v = np.zeros_like(w)
-        from core import native
-
-        fast = native.adam(w, g, slot.m, slot.v, k)  # one C pass, the same roundings as below
+        fast = _native.adam(w, g, slot.m, slot.v, k)  # one C pass, the same roundings as below
         if fast is not None:
             return fast
         # in place, but the same roundings in the same order as the docstring's formulas

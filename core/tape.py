@@ -76,6 +76,15 @@ class BackwardStep:
 
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})  # shared by every node without attributes
+
+
+def _ro_zero(dt: np.dtype) -> np.ndarray:
+    z = np.zeros((), dt)
+    z.flags.writeable = False
+    return z
+
+
+_ZEROS = {dt: _ro_zero(dt) for dt in DTYPES}  # +0.0 of float64 / float32, for the sweep
 _new_node = tuple.__new__
 
 
@@ -140,13 +149,19 @@ class Var:
     # directly (what core.ops' wrappers do), so this module never imports core.ops.
     def _bin(self, op: str, a: Any, b: Any) -> Var:
         t = self.tape
-        return t.record(op, [t._lift(a), t._lift(b)])
+        return t.record(op, [a if isinstance(a, Var) else t._lift(a),
+                             b if isinstance(b, Var) else t._lift(b)])
 
     def _scalar(self, op: str, x: Var, s: Any) -> Var:
         return self.tape.record(op, [x], {"s": float(s)})
 
+    # NOTE: the chain's hot operators (+, *) test for a python float first and record in place:
+    # one Python call fewer a node than through _scalar/_bin (issue 29); the same ops recorded
     def __add__(self, o: Any) -> Var:
-        return self._scalar("adds", self, o) if _is_scalar(o) else self._bin("add", self, o)
+        if type(o) is float or _is_scalar(o):
+            return self.tape.record("adds", [self], {"s": float(o)})
+        t = self.tape
+        return t.record("add", [self, o if isinstance(o, Var) else t._lift(o)])
 
     def __radd__(self, o: Any) -> Var:
         return self._scalar("adds", self, o) if _is_scalar(o) else self._bin("add", o, self)
@@ -160,7 +175,10 @@ class Var:
         return self._bin("sub", o, self)
 
     def __mul__(self, o: Any) -> Var:
-        return self._scalar("muls", self, o) if _is_scalar(o) else self._bin("mul", self, o)
+        if type(o) is float or _is_scalar(o):
+            return self.tape.record("muls", [self], {"s": float(o)})
+        t = self.tape
+        return t.record("mul", [self, o if isinstance(o, Var) else t._lift(o)])
 
     def __rmul__(self, o: Any) -> Var:
         return self._scalar("muls", self, o) if _is_scalar(o) else self._bin("mul", o, self)
@@ -347,24 +365,51 @@ class Tape:
             return Var(self, -1)
         opdef = REGISTRY[op]
         nodes = self._nodes
-        ids = []
-        for v in inputs:
-            if v.tape is not self or not 0 <= v.id < len(nodes):
+        values = self._values
+        n = len(nodes)
+        # NOTE: one pass over the inputs gathers their ids, shapes and values and the node's
+        # requires_grad (registry.grad_inputs' rule, inline): record is the tape's hot path, and
+        # a comprehension is a Python call of its own (issue 29). Only _id raises in it, so the
+        # first bad input still raises before anything is computed.
+        nd = opdef.nondiff_inputs
+        if type(inputs) is list and len(inputs) == 1:  # a unary op (most of a chain's nodes)
+            v = inputs[0]
+            if v.tape is not self or not 0 <= v.id < n:
                 self._id(v)  # raises the precise error
-            ids.append(v.id)
+            j = v.id
+            node = nodes[j]
+            rg = True if node.requires_grad and not (nd and 0 in nd) else False
+            ids = [j]
+            shapes = [node.shape]
+            xs = [values[j]]
+        else:
+            ids = []
+            shapes = []
+            xs = []
+            rg = False
+            for v in inputs:
+                if v.tape is not self or not 0 <= v.id < n:
+                    self._id(v)  # raises the precise error
+                j = v.id
+                node = nodes[j]
+                if node.requires_grad and not rg and (not nd or len(ids) not in nd):
+                    rg = True
+                ids.append(j)
+                shapes.append(node.shape)
+                xs.append(values[j])
         attrs = {} if attrs is None else attrs
         try:
-            shape = tuple(opdef.shape([nodes[j].shape for j in ids], attrs))
+            shape = tuple(opdef.shape(shapes, attrs))
             # NOTE: no np.errstate here (it costs more than a small op): inf and NaN are data
             # the inspector shows; numpy warns once per place at most.
             if self.half:
-                y = opdef.forward(self.M, [self._values[j].astype(_F32) for j in ids], attrs)
+                y = opdef.forward(self.M, [x.astype(_F32) for x in xs], attrs)
                 with np.errstate(over="ignore"):  # the op's one rounding to storage (inf: data)
                     y = np.asarray(y).astype(self.dtype)
             else:
-                y = opdef.forward(self.M, [self._values[j] for j in ids], attrs)
+                y = opdef.forward(self.M, xs, attrs)
         except ShapeError as e:  # shapes, or a value the op cannot take (a target out of range)
-            self._poison(f"node {len(nodes)} {op}: {e}")
+            self._poison(f"node {n} {op}: {e}")
             return Var(self, -1)
         dt = self.dtype
         if type(y) is not np.ndarray or (y.dtype is not dt and y.dtype != dt) or \
@@ -372,21 +417,13 @@ class Tape:
             y = np.ascontiguousarray(y, dtype=self.dtype).reshape(np.shape(y))
         if y.shape != shape:
             raise AssertionError(f"{op}: forward gave {y.shape}, shape rule said {shape}")
-        # requires_grad: some input would receive a gradient (registry.grad_inputs' rule, inline
-        # because record is the tape's hot path)
-        nd = opdef.nondiff_inputs
-        rg = False
-        for k, j in enumerate(ids):
-            if nodes[j].requires_grad and k not in nd:
-                rg = True
-                break
         i = len(nodes)
         # NOTE: tuple.__new__ builds the same Node as Node(...) without namedtuple's Python-level
         # __new__ (a measurable share of a small op's cost)
         nodes.append(_new_node(Node, (i, op, tuple(ids), MappingProxyType(dict(attrs)) if attrs
                                       else _NO_ATTRS, shape, dt,
                                       self._scoped(name) if self._scope else name, rg)))
-        self._values.append(y)
+        values.append(y)
         self._grads.append(None)
         return Var(self, i)
 
@@ -436,37 +473,56 @@ class Tape:
             yield from self._sweep_nodes(li, events)
 
     def _sweep_nodes(self, li: int, events: bool) -> Iterator[BackwardStep]:
-        zero = self.dtype.type(0)
+        dt = self.dtype
+        # +0.0 as a read-only 0-d array (float64/float32): np.add takes it quicker than a numpy
+        # scalar, the same value and loop (issue 29); half types keep their scalar
+        zero = _ZEROS[dt] if dt in _ZEROS else dt.type(0)
         nodes, values, grads = self._nodes, self._values, self._grads
+        half, M = self.half, self.M
         for i in range(li, -1, -1):
             g = grads[i]
             if g is None:
                 continue
             node = nodes[i]
-            if not node.requires_grad or not node.inputs:
+            inputs = node.inputs
+            if not node.requires_grad or not inputs:
                 continue
-            # registry.grad_inputs' rule, inline (the sweep's hot path, as in record)
+            # registry.grad_inputs' rule, inline (the sweep's hot path, as in record); one loop
+            # gathers needs and the inputs' values (a comprehension is a Python call of its own)
             opdef = REGISTRY[node.op]
             nd = opdef.nondiff_inputs
-            needs = [nodes[j].requires_grad and k not in nd for k, j in enumerate(node.inputs)]
-            if True not in needs:
-                continue
-            if self.half:  # computed in float32, each contribution rounded once below
-                parts = opdef.backward(self.M, g.astype(_F32),
-                                       [values[j].astype(_F32) for j in node.inputs],
+            if len(inputs) == 1:  # a unary op (most of a chain's nodes)
+                j = inputs[0]
+                if not nodes[j].requires_grad or (nd and 0 in nd):
+                    continue
+                needs = [True]
+                xs = [values[j]]
+            else:
+                needs = []
+                xs = []
+                reach = False
+                for j in inputs:
+                    need = nodes[j].requires_grad and (not nd or len(needs) not in nd)
+                    needs.append(need)
+                    xs.append(values[j])
+                    reach = reach or need
+                if not reach:
+                    continue
+            if half:  # computed in float32, each contribution rounded once below
+                parts = opdef.backward(M, g.astype(_F32), [x.astype(_F32) for x in xs],
                                        values[i].astype(_F32), node.attrs, needs)
             else:
-                parts = opdef.backward(self.M, g, [values[j] for j in node.inputs], values[i],
-                                       node.attrs, needs)
+                parts = opdef.backward(M, g, xs, values[i], node.attrs, needs)
             contribs = []
-            for k, j in enumerate(node.inputs):
+            for k, j in enumerate(inputs):
                 c = parts[k]
                 if not needs[k] or c is None:
                     continue
                 shape = nodes[j].shape
-                if type(c) is not np.ndarray or c.shape != shape or c.dtype != self.dtype:
-                    c = (np.asarray(c).astype(self.dtype) if self.half  # (in the sweep's errstate)
-                         else np.asarray(c, dtype=self.dtype)).reshape(shape)
+                if type(c) is not np.ndarray or c.shape != shape or \
+                        (c.dtype is not dt and c.dtype != dt):
+                    c = (np.asarray(c).astype(dt) if half  # (in the sweep's errstate)
+                         else np.asarray(c, dtype=dt)).reshape(shape)
                 before = grads[j]
                 # gradients start at +0.0 and every contribution is added: g = g + c
                 after = np.add(zero if before is None else before, c)

@@ -52,6 +52,29 @@ def _ub(c, x):
     return unbroadcast(c, x.shape)
 
 
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
+
+
+def _ro(v, dt):
+    a = np.array(v, dt)
+    a.flags.writeable = False
+    return a
+
+
+_ZERO = {_F64: _ro(0.0, _F64), _F32: _ro(0.0, _F32)}
+_ONE = {_F64: _ro(1.0, _F64), _F32: _ro(1.0, _F32)}
+
+# NOTE: a constant operand of float64/float32 is a 0-d array of that dtype, not a numpy scalar:
+# a ufunc (or np.where) converts a numpy scalar to an array on every call, ~1-4 us of a small
+# op's cost (issue 29). The same value, the same dtype, the same loop: the same bits. Other
+# dtypes (a half array passed by a caller outside the tape) keep the scalar.
+
+
+def _zero(x):
+    dt = x.dtype
+    return _ZERO[dt] if dt is _F64 or dt is _F32 else dt.type(0)
+
+
 # ---- binary ------------------------------------------------------------------------------------
 register(OpDef(
     "add", 2, "elementwise", "row_local", _binary_shape,
@@ -72,6 +95,9 @@ register(OpDef(
 
 def _mul_bwd(M, g, xs, y, at, nd):
     a, b = xs
+    if a is b and nd[0] and nd[1]:  # x * x (mse's d * d): g * x once, the same bits for both
+        c = _ub(g * a, a)
+        return [c, c]
     return [_ub(g * b, a) if nd[0] else None, _ub(g * a, b) if nd[1] else None]
 
 
@@ -100,7 +126,9 @@ register(OpDef(
 
 
 def _s(x, at):
-    return x.dtype.type(at["s"])  # the scalar rounded once to the tape dtype
+    # the scalar rounded once to the tape dtype (np.array and dt.type round alike: C's cast)
+    dt = x.dtype
+    return np.array(at["s"], dt) if dt is _F64 or dt is _F32 else dt.type(at["s"])
 
 
 def _attr_s(at):
@@ -133,12 +161,17 @@ def _relu(M, xs, at):
     x = xs[0]
     # NaN propagates (a debugger must not hide it); -0.0 and negatives become +0.0. NOTE: one
     # comparison: x <= 0 is false for NaN, so this is exactly (x > 0 || x != x) ? x : 0
-    return np.where(x <= 0, x.dtype.type(0), x)
+    z = _zero(x)
+    return np.where(x <= z, z, x)
+
+
+def _relu_bwd(M, g, xs, y, at, nd):
+    z = _zero(g)
+    return [np.where(xs[0] > z, g, z)]
 
 
 register(OpDef(
-    "relu", 1, "unary", "row_local", _same_shape, forward=_relu,
-    backward=lambda M, g, xs, y, at, nd: [np.where(xs[0] > 0, g, g.dtype.type(0))],
+    "relu", 1, "unary", "row_local", _same_shape, forward=_relu, backward=_relu_bwd,
     sample=_unary_sample(away=0.05),
     doc="y = (a > 0 || a != a) ? a : 0; ga = a > 0 ? g : 0",
     c=CForm("({x} > (real_t)0 || {x} != {x}) ? {x} : (real_t)0",
@@ -146,7 +179,8 @@ register(OpDef(
 
 
 def _one(x):
-    return x.dtype.type(1)
+    dt = x.dtype
+    return _ONE[dt] if dt is _F64 or dt is _F32 else dt.type(1)
 
 
 register(OpDef(

@@ -95,8 +95,13 @@ def _apply(name: str, x: Any) -> np.ndarray:
     is available: the same bits as the numpy spelling (tests/core/test_refmath_native.py), at a
     fraction of the cost; without a compiler the numpy spelling runs.
     """
-    arr = np.asarray(x)
+    arr = x if type(x) is np.ndarray else np.asarray(x)
     dt = arr.dtype
+    if (dt is _F64 or dt is _F32) and _NATIVE:  # the tape's case, first (issue 29: per node)
+        src = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        out = np.empty(arr.shape, dt)
+        _NATIVE[name][dt](src, out)
+        return out
     if dt in _HALF:
         with np.errstate(over="ignore"):
             return _apply(name, arr.astype(_F32)).astype(dt)
