@@ -9,6 +9,7 @@ import io
 import json
 import os
 import struct
+import tracemalloc
 import zipfile
 import zlib
 from pathlib import Path
@@ -784,3 +785,19 @@ def test_running_out_of_memory_while_loading_says_so(small, monkeypatch):
         tapefile.load(small)
     monkeypatch.undo()
     assert str(ei.value) == f"{small}: too large to load in this process's memory"
+
+
+def test_a_member_is_read_in_pieces_not_copied_whole(tmp_path):
+    """A 12 MiB array loads into its own buffer through 4 MiB reads: the peak is the array and
+    a few reads' worth (zipfile's copy of each), not a second and third whole copy of it."""
+    t = Tape()
+    t.param(np.arange(12 * MiB // 8, dtype=np.float64))
+    path = save_v1(t, tmp_path / "big.tape")
+    tracemalloc.start()
+    try:
+        back, _ = tapefile.load(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert back.value(0).tobytes() == t.value(0).tobytes()
+    assert peak < 12 * MiB + 3 * tapefile._CHUNK, f"peak {peak / MiB:.1f} MiB"
