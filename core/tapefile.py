@@ -43,6 +43,7 @@ import sys
 import threading
 import weakref
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -227,8 +228,10 @@ def load(path: str | os.PathLike, *, limits: Limits | None = None,
     except MemoryError:
         raise bad("too large to load in this process's memory") from None
     except Exception as e:  # noqa: BLE001 - any other failure is still this file's, in one line
-        what = "truncated or corrupt" if isinstance(e, (zipfile.BadZipFile, EOFError, OSError,
-                                                         ValueError)) else "unreadable"
+        # a deflate stream zlib cannot inflate is the file's corruption too (zipfile passes
+        # zlib.error through); "unreadable" is left for failures that are not the file's bytes
+        what = "truncated or corrupt" if isinstance(e, (zipfile.BadZipFile, zlib.error, EOFError,
+                                                         OSError, ValueError)) else "unreadable"
         raise bad(f"{what} ({type(e).__name__}: {_one_line(e)})") from None
 
 

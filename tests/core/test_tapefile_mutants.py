@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 import struct
+import tracemalloc
 import zipfile
 import zlib
 from pathlib import Path
@@ -715,3 +718,86 @@ def test_a_header_of_another_format_or_not_an_object_is_refused_by_its_tag(small
     text = json.dumps({**h, "format": "other.tape"} if case == "other-format" else [1, 2])
     err = refused(write_zip(tmp_path / "f.tape", with_header(members, text)))
     assert str(err).endswith("not a tapescope tape file (wrong format tag)"), str(err)
+
+
+# ---- the full mutation run, sorted (issue 31): the loader's last-resort refusals -------------
+# load()'s except arms: each turns what went wrong into one line that still says what it was
+def test_a_path_through_a_regular_file_cannot_be_opened_and_says_why(small):
+    """The open itself fails (ENOTDIR: an OSError with an errno and a file name)."""
+    err = refused(small / "inside.tape")
+    assert str(err).endswith(f"cannot open it ({os.strerror(errno.ENOTDIR)})"), str(err)
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc/self/mem")
+def test_a_file_whose_read_fails_is_corrupt_with_the_os_error_named():
+    """/proc/self/mem is a regular file that opens, then fails its first read (EIO at address
+    0): an OSError with an errno but no file name, so not 'cannot open it'."""
+    err = refused(Path("/proc/self/mem"))
+    assert str(err).endswith(
+        f"truncated or corrupt (OSError: [Errno {errno.EIO}] {os.strerror(errno.EIO)})"), str(err)
+
+
+def test_a_zip_without_a_directory_names_zipfiles_error(tmp_path):
+    path = tmp_path / "pk.tape"
+    path.write_bytes(b"PK\x03\x04" + bytes(100))
+    err = refused(path)
+    assert str(err).endswith("truncated or corrupt (BadZipFile: File is not a zip file)"), str(err)
+
+
+def test_a_corrupt_deflate_stream_is_corrupt_not_unreadable(small, tmp_path):
+    """v0's deflate stream starts with a block of the reserved type: zlib's own error, which
+    zipfile passes through, is the file's corruption (as a bad CRC-32 is), with zlib's words."""
+    path = write_zip(tmp_path / "z.tape", read_members(small), zipfile.ZIP_DEFLATED)
+    data = bytearray(path.read_bytes())
+    pos = data.find(b"PK\x03\x04")
+    while pos >= 0:
+        nl, el = struct.unpack("<HH", data[pos + 26:pos + 30])
+        if data[pos + 30:pos + 30 + nl] == b"v0.npy":
+            data[pos + 30 + nl + el] = 0xFF  # BFINAL 1, BTYPE 11 (reserved)
+        pos = data.find(b"PK\x03\x04", pos + 4)
+    path.write_bytes(bytes(data))
+    err = refused(path)
+    assert str(err).endswith("truncated or corrupt (error: Error -3 while decompressing data: "
+                             "invalid block type)"), str(err)
+
+
+def test_a_file_the_user_may_not_read_is_refused_as_permission_denied(small, monkeypatch):
+    """The suite may run as root (who reads any file), so the open's EACCES is the OS's answer
+    played back: os.open refusing this one path."""
+    real = os.open
+
+    def deny(p, *a, **kw):
+        if Path(p) == small:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(p))
+        return real(p, *a, **kw)
+    monkeypatch.setattr(os, "open", deny)
+    err = refused(small)
+    assert str(err) == f"{small}: permission denied"
+
+
+def test_running_out_of_memory_while_loading_says_so(small, monkeypatch):
+    """A member the raised limits admit but this process cannot hold: numpy's MemoryError
+    (played back by np.empty, which _read_into allocates each member with) is one line."""
+    def no_memory(*a, **kw):
+        raise MemoryError("Unable to allocate")
+    monkeypatch.setattr(np, "empty", no_memory)
+    with pytest.raises(TapeFileError) as ei:
+        tapefile.load(small)
+    monkeypatch.undo()
+    assert str(ei.value) == f"{small}: too large to load in this process's memory"
+
+
+def test_a_member_is_read_in_pieces_not_copied_whole(tmp_path):
+    """A 12 MiB array loads into its own buffer through 4 MiB reads: the peak is the array and
+    a few reads' worth (zipfile's copy of each), not a second and third whole copy of it."""
+    t = Tape()
+    t.param(np.arange(12 * MiB // 8, dtype=np.float64))
+    path = save_v1(t, tmp_path / "big.tape")
+    tracemalloc.start()
+    try:
+        back, _ = tapefile.load(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert back.value(0).tobytes() == t.value(0).tobytes()
+    assert peak < 12 * MiB + 3 * tapefile._CHUNK, f"peak {peak / MiB:.1f} MiB"

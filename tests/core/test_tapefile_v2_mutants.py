@@ -785,3 +785,25 @@ def test_an_array_over_the_block_size_opens_no_empty_block(tmp_path):
     _, h = parts(path)
     assert [s for _, s, _ in h["blocks"]] == [2048, 1600], h["blocks"]
     same(t, tapefile.load(path)[0])
+
+
+# ---- the full mutation run, sorted (issue 31) --------------------------------------------------
+@pytest.mark.parametrize("lazy", [False, True])
+def test_gradients_absent_between_and_after_present_ones_round_trip(tmp_path, lazy):
+    """Nodes without a gradient (not on the loss's path, or made after the backward pass) in
+    the middle and at the end of the tape: each node's two 'grads' slots are its own, the
+    column one pair per node however the absent ones fall."""
+    t = Tape()
+    x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
+    a = ops.tanh(x)
+    ops.exp(x)  # off the loss's path: no gradient
+    loss = ops.sum(ops.tanh(a))
+    t.backward(loss)
+    ops.exp(a)  # after the backward pass: no gradient
+    ops.tanh(x)
+    have = [t.grad(i) is not None for i in range(len(t))]
+    assert have == [True, True, False, True, True, False, False], have
+    path = tapefile.save(t, tmp_path / "g.tape", meta={"loss": loss.id})
+    back, _ = tapefile.load(path, lazy=lazy)
+    same(t, back)
+    assert len(parts(path)[1]["grads"]) == 2 * len(t)
