@@ -397,8 +397,20 @@ class ChannelAffine:
                 return None
             costs.append(cost)
         zeros, ones = np.zeros_like(cv), np.ones_like(cv)
+        ep = None
+        if self.relu and x.ndim == 4:
+            # with Relu: a 1x1 depthwise conv with weights c (each chain +0.0 + x*c: Mul's
+            # rounding, a -0.0 product becoming +0.0) and the epilogue's bias d and Relu, in
+            # one pass. A zero's sign is all that +0.0 + p can change, and Relu makes every
+            # zero +0.0 (+-0.0 + d is d for any other d; a NaN stays a NaN)
+            from core import native
+
+            made = native.epilogue(x.dtype, x.shape[1], bias=dv, relu=True)
+            if made is not None:
+                ep = made
         return dict(c=cv, d=dv, zeros=zeros, ones=ones, costs=costs, total=_total(costs),
-                    zero=x.dtype.type(0))
+                    zero=x.dtype.type(0), ep=ep, w=cv.reshape(-1, 1, 1, 1),
+                    outs=x.shape[2:] if x.ndim == 4 else None)
 
     def _fused(self, env, budget, sess):
         from core import native
@@ -416,11 +428,15 @@ class ChannelAffine:
         if p is None:
             return None
         _charge(budget, self.chain, p["costs"], sess, p["total"])
-        y = native.channel_norm(x, p["zeros"], p["ones"], p["c"], p["d"])
+        if p["ep"] is not None:
+            y = native.conv2d_one_per_group(x, p["w"], (1, 1), (1, 1), ((0, 0), (0, 0)),
+                                            p["outs"], p["ep"][0])
+        else:
+            y = native.channel_norm(x, p["zeros"], p["ones"], p["c"], p["d"])
+            if y is not None and self.relu:
+                np.copyto(y, p["zero"], where=y <= 0)
         if y is None:
             return None  # pragma: no cover - _prepare ran with native code there
-        if self.relu:
-            np.copyto(y, p["zero"], where=y <= 0)
         try:
             budget.hold(y)
             budget.charge(y.nbytes * (len(self.chain) - 1))  # the intermediates' share

@@ -392,8 +392,8 @@ def _affine_model(dtype, cshape, dshape, relu=True, swap=False, conv=True, bias=
         cur = "n0"
     c, d = _spread(rng, cshape, dtype), _spread(rng, dshape, dtype)
     c.flat[0], c.flat[-1] = -0.0, np.nan
-    if d.size > 2:
-        d.flat[1], d.flat[-1] = -0.0, np.inf
+    if d.size > 2:  # a zero product plus -0.0 (the channel with c = -0.0) and plus +0.0
+        d.flat[0], d.flat[1], d.flat[2], d.flat[-1] = -0.0, -0.0, 0.0, np.inf
     inits.update(mc=c, ad=d)
     nodes.append(helper.make_node("Mul", ["mc", cur] if swap else [cur, "mc"], ["m0"]))
     nodes.append(helper.make_node("Add", ["ad", "m0"] if swap else ["m0", "ad"], ["a0"]))
