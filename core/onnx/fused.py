@@ -13,9 +13,19 @@ import numpy as np
 from core.onnx.errors import OnnxError
 
 
-def _charge(budget, steps, costs, sess) -> None:
+def _total(costs) -> tuple:
+    """(largest predicted output or None, summed work) of a list of Budget.cost results."""
+    ns = [c[0] for c in costs if c[0] is not None]
+    return (max(ns) if ns else None, sum(c[1] for c in costs))
+
+
+def _charge(budget, steps, costs, sess, total=None) -> None:
     """Charge each planned node's cost to the run's budget as the plain loop would; an error
-    names the node that went over and the model file."""
+    names the node that went over and the model file. ``total`` (``_total(costs)``): when the
+    whole list fits, it is admitted at once (the same count and work as one by one: nothing
+    between the nodes changes the bytes held, and work only grows)."""
+    if total is not None and budget.replay_all(len(steps), *total):
+        return
     for st, c in zip(steps, costs, strict=True):
         try:
             budget.replay(*c)
@@ -145,7 +155,7 @@ class FusedConv:
                                                                          wg.shape[1:])
             wprep = np.ascontiguousarray(wg)
         return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
-                    ep=made[0], keep=made[1], costs=costs, w=wprep, k=tuple(k))
+                    ep=made[0], keep=made[1], costs=costs, total=_total(costs), w=wprep, k=tuple(k))
 
     def _fused(self, env, budget, sess, shuffle=None):
         """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
@@ -154,18 +164,21 @@ class FusedConv:
 
         try:
             x = env[self.x_name]
-            ops = tuple(env[n] if n else None for n in self.const_names)
+            ops = tuple([env[n] if n else None for n in self.const_names])
             res = env[self.res_name] if self.res_name else None
         except KeyError:
             return None
         got = self._prep
         if got is None or got[0] != getattr(x, "shape", None) or got[1] != getattr(x, "dtype",
                                                                                    None) \
-                or any(p is not q for p, q in zip(got[2], ops, strict=True)):
+                or not all([p is q for p, q in zip(got[2], ops, strict=True)]):
             prep = self._prepare(x, ops, env, budget)
-            if prep is None:
-                return None
-            got = self._prep = (x.shape, x.dtype, ops, prep)
+            # remembered either way: a case the C pass does not take is not re-examined
+            # every run (the same shape, dtype and operands give the same answer)
+            got = self._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), ops,
+                                prep)
+        if got[3] is None:
+            return None
         p = got[3]
         # a copy per run: the residual's and destination's addresses are this run's own (two
         # threads may run one session)
@@ -184,12 +197,13 @@ class FusedConv:
             ep.res_first = int(self.res_first)
         else:
             ep.res = None
-        steps, costs = self.chain, p["costs"]
+        steps, costs, total = self.chain, p["costs"], p["total"]
         if lay is not None:
             steps, costs = steps + shuffle.chain, costs + lay[3]
+            total = _total(costs)
             dst = np.empty(lay[0], dtype=x.dtype)
             ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, lay[4].ctypes.data, p["m"]
-        _charge(budget, steps, costs, sess)
+        _charge(budget, steps, costs, sess, total)
         if p["m"] == p["group"]:
             y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
                                             ep)
@@ -325,6 +339,107 @@ class Shuffle:
             y = np.take(np.ascontiguousarray(x).reshape(-1, run), rows, axis=0).reshape(shape)
         try:
             budget.hold(y)
+        except OnnxError as exc:
+            if exc.node is None:
+                exc.node = self.chain[-1].label
+            raise exc.with_file(sess.label) from None
+        return y
+
+
+class ChannelAffine:
+    """Mul by a per-channel constant, Add of one, [Relu] (see core.onnx.plan): one C pass,
+    ``((x - 0) / 1) * c + d`` per channel (``core.native.channel_norm``; ``x - 0`` and ``x / 1``
+    are exact, -0.0 included, so each element takes Mul's rounding, then Add's), then Relu in
+    place (``x <= 0`` becomes +0.0, NaN stays, as the Relu kernel)."""
+
+    def __init__(self, chain: list, consts: list) -> None:
+        self.chain = chain
+        self.mul_c, self.add_c = consts
+        self.x_name = next(i for i in chain[0].node.input if i != self.mul_c)
+        self.relu = len(chain) == 3
+        self.out = chain[-1].node.output[0]
+        self._prep: Any = None  # (x shape, dtype, c, d, prepared) or None
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        y = self._fused(env, budget, sess)
+        if y is None:  # not a case the C pass covers: the nodes one by one
+            for st in self.chain:
+                sess._run_step(st, sess.graph, env, budget, run_sub)
+        else:
+            env[self.out] = y
+
+    @staticmethod
+    def _per_channel(v, x):
+        """``v`` as x's C channel values when numpy broadcasts it along axis 1 only (and to
+        x's own shape), else None."""
+        if not isinstance(v, np.ndarray) or v.dtype != x.dtype or v.ndim > x.ndim:
+            return None
+        full = (1,) * (x.ndim - v.ndim) + v.shape
+        c = x.shape[1]
+        if full[0] != 1 or any(d != 1 for d in full[2:]) or full[1] not in (1, c):
+            return None
+        return np.ascontiguousarray(np.broadcast_to(v.reshape(-1), (c,)))
+
+    def _prepare(self, x, c, d, budget):
+        if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) \
+                or x.ndim < 2 or x.size == 0:
+            return None
+        cv, dv = self._per_channel(c, x), self._per_channel(d, x)
+        if cv is None or dv is None:
+            return None
+        y_like = np.broadcast_to(np.zeros((), x.dtype), x.shape)
+        costs = []
+        for s in self.chain:
+            ins = [y_like if n not in (self.mul_c, self.add_c) else c if n == self.mul_c else d
+                   for n in s.node.input]
+            cost = budget.cost(s.node.op_type, ins, s.attrs, s.opset)
+            if cost is None:
+                return None
+            costs.append(cost)
+        zeros, ones = np.zeros_like(cv), np.ones_like(cv)
+        ep = None
+        if self.relu and x.ndim == 4:
+            # with Relu: a 1x1 depthwise conv with weights c (each chain +0.0 + x*c: Mul's
+            # rounding, a -0.0 product becoming +0.0) and the epilogue's bias d and Relu, in
+            # one pass. A zero's sign is all that +0.0 + p can change, and Relu makes every
+            # zero +0.0 (+-0.0 + d is d for any other d; a NaN stays a NaN)
+            from core import native
+
+            made = native.epilogue(x.dtype, x.shape[1], bias=dv, relu=True)
+            if made is not None:
+                ep = made
+        return dict(c=cv, d=dv, zeros=zeros, ones=ones, costs=costs, total=_total(costs),
+                    zero=x.dtype.type(0), ep=ep, w=cv.reshape(-1, 1, 1, 1),
+                    outs=x.shape[2:] if x.ndim == 4 else None)
+
+    def _fused(self, env, budget, sess):
+        from core import native
+
+        try:
+            x, c, d = env[self.x_name], env[self.mul_c], env[self.add_c]
+        except KeyError:
+            return None
+        got = self._prep
+        if got is None or got[0] != getattr(x, "shape", None) \
+                or got[1] != getattr(x, "dtype", None) or got[2] is not c or got[3] is not d:
+            got = self._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), c, d,
+                                self._prepare(x, c, d, budget))
+        p = got[4]
+        if p is None:
+            return None
+        _charge(budget, self.chain, p["costs"], sess, p["total"])
+        if p["ep"] is not None:
+            y = native.conv2d_one_per_group(x, p["w"], (1, 1), (1, 1), ((0, 0), (0, 0)),
+                                            p["outs"], p["ep"][0])
+        else:
+            y = native.channel_norm(x, p["zeros"], p["ones"], p["c"], p["d"])
+            if y is not None and self.relu:
+                np.copyto(y, p["zero"], where=y <= 0)
+        if y is None:
+            return None  # pragma: no cover - _prepare ran with native code there
+        try:
+            budget.hold(y)
+            budget.charge(y.nbytes * (len(self.chain) - 1))  # the intermediates' share
         except OnnxError as exc:
             if exc.node is None:
                 exc.node = self.chain[-1].label

@@ -194,6 +194,19 @@ class Budget:
         self._check_output(n)
         self._admit_work(work)
 
+    def replay_all(self, nodes: int, largest: int | None, work: int) -> bool:
+        """:meth:`replay` of ``nodes`` nodes at once, given their largest predicted output and
+        summed work, when none of them would be refused (True); otherwise nothing is charged
+        and False: replay them one by one, so that the refusal names its node."""
+        lim = self.limits
+        if self.work + work > lim.max_work or (largest is not None and (
+                largest > lim.max_elements or self.bytes + largest > lim.max_bytes)):
+            return False
+        self.check_cancel()
+        self.nodes += nodes
+        self.work += work
+        return True
+
     def _admit_work(self, work: int) -> None:
         """Add a node's work to the account, or refuse it (the account keeps only admitted
         work: ``self.work <= max_work`` always, so a test can count what a run did)."""

@@ -20,6 +20,10 @@ stays the plain node list (the importer and the GUI read it). What the plan does
   Anything the C pass does not cover (a dtype, a broadcast, a shape) runs the nodes one by one.
 * **Channel shuffles** (Reshape -> Transpose -> Reshape) as one copy of whole runs; after a
   fused chain, its rows are written straight to their shuffled places.
+* **A lone Conv** runs the same C pass (its bias add as the epilogue).
+* **Mul -> Add [-> Relu] by per-channel constants** (densenet's and inception_v2's BN written
+  out as ops) as one C pass (``core.native.channel_norm`` with mean 0 and den 1, both exact),
+  Relu then in place: each element still takes Mul's rounding, then Add's.
 * **Gemm with a constant B and transB=1**: B transposed (copied) once, not every run.
 
 A run may ask for any value: one a fused chain never materialises (``hidden``) makes that run
@@ -37,10 +41,11 @@ from typing import Any
 import numpy as np
 
 from core.onnx.errors import OnnxError
-from core.onnx.fused import ConstArgs, FusedConv, Shuffle
+from core.onnx.fused import ChannelAffine, ConstArgs, FusedConv, Shuffle
 from core.onnx.limits import OnnxCancelled
 
-__all__ = ["NOT_FOLDED", "ConstArgs", "FusedConv", "Plan", "Shuffle", "build", "enabled"]
+__all__ = ["NOT_FOLDED", "ChannelAffine", "ConstArgs", "FusedConv", "Plan", "Shuffle", "build",
+           "enabled"]
 
 #: ops never folded: their outputs must be fresh per run (or are random)
 NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -184,6 +189,15 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
                     hidden.add(s_.node.output[0])
                 place[chain[1][-1]] = Shuffle(chain[0])
                 continue
+        if convs and op == "Mul" and st.node.domain in ("", "ai.onnx") and _single_output(st):
+            chain = _affine_chain(steps, j, by_input, consumers, used, constants)
+            if chain is not None:
+                for nj in chain[1]:
+                    used.add(nj)
+                for s_ in chain[0][:-1]:
+                    hidden.add(s_.node.output[0])
+                place[chain[1][-1]] = ChannelAffine(chain[0], chain[2])
+                continue
         if not convs or op != "Conv" or st.node.domain not in ("", "ai.onnx") \
                 or not _single_output(st) or len([i for i in st.node.input if i]) < 2:
             out.append(st)
@@ -220,11 +234,46 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
             k = nj
             if stage == 3:
                 break
+        # a lone Conv too: its bias add is the C pass's epilogue and its product skips the
+        # plain op's per-call work (densenet's 3x3 convs feed a Concat)
         if len(chain) == 1:
-            out.append(st)
+            out.append(FusedConv(chain))
             continue
         place[k] = FusedConv(chain)
     return out, hidden
+
+
+def _affine_chain(steps, j, by_input, consumers, used, constants):
+    """Mul -> Add [-> Relu] from step j, Mul and Add each with one constant operand and each
+    intermediate read once: (the steps, their indices after j, the constants), or None."""
+    chain, idx, consts = [steps[j]], [], []
+    cur, k = None, j
+    for pos, want in enumerate(("Mul", "Add", "Relu")):
+        st = chain[-1] if pos == 0 else None
+        if pos:
+            if consumers.get(cur, 0) != 1 or len(by_input.get(cur, [])) != 1:
+                return None if pos < 2 else (chain, idx, consts)
+            nj = by_input[cur][0]
+            st = steps[nj]
+            if nj <= k or nj in used or st.node.op_type != want or not _single_output(st) \
+                    or st.node.domain not in ("", "ai.onnx"):
+                return None if pos < 2 else (chain, idx, consts)
+        ins = list(st.node.input)
+        if want != "Relu":
+            if len(ins) != 2 or not all(ins) or st.attrs.get("broadcast"):
+                return None
+            const = [i for i in ins if i in constants and i != cur]
+            other = [i for i in ins if i not in constants or i == cur]
+            if len(const) != 1 or len(other) != 1 or (pos and other[0] != cur) \
+                    or not isinstance(constants[const[0]], np.ndarray):
+                return None
+            consts.append(const[0])
+        if pos:
+            chain.append(st)
+            idx.append(nj)
+            k = nj
+        cur = st.node.output[0]
+    return chain, idx, consts
 
 
 def _shuffle_chain(steps, j, by_input, consumers, used):

@@ -370,3 +370,101 @@ def test_budget_replay_charges_what_before_charges():
         for op, ins, attrs in nodes:
             b.replay(*Budget.cost(op, ins, attrs, 17))
     assert a.nodes == b.nodes
+
+
+# ---- lone convs and per-channel Mul -> Add [-> Relu] ------------------------------------------
+
+def _affine_model(dtype, cshape, dshape, relu=True, swap=False, conv=True, bias=False):
+    """x -> [Conv -> BN] -> Mul(c) -> Add(d) -> [Relu] -> y (densenet's BN written out), with
+    specials in x, c and d; ``swap``: the constants as the first operands."""
+    rng = np.random.default_rng(len(cshape) * 10 + len(dshape))
+    inits, nodes, cur = {}, [], "x"
+    if conv:
+        inits["w"] = _spread(rng, (6, 4, 3, 3), dtype)
+        ins = ["x", "w"]
+        if bias:
+            inits["cb"] = _spread(rng, (6,), dtype)
+            ins.append("cb")
+        nodes.append(helper.make_node("Conv", ins, ["c0"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]))
+        inits.update(_bn_params(rng, 6, dtype, "bn_"))
+        nodes.append(helper.make_node("BatchNormalization", ["c0", "bn_s", "bn_b", "bn_m",
+                                                             "bn_v"], ["n0"]))
+        cur = "n0"
+    c, d = _spread(rng, cshape, dtype), _spread(rng, dshape, dtype)
+    c.flat[0], c.flat[-1] = -0.0, np.nan
+    if d.size > 2:  # a zero product plus -0.0 (the channel with c = -0.0) and plus +0.0
+        d.flat[0], d.flat[1], d.flat[2], d.flat[-1] = -0.0, -0.0, 0.0, np.inf
+    inits.update(mc=c, ad=d)
+    nodes.append(helper.make_node("Mul", ["mc", cur] if swap else [cur, "mc"], ["m0"]))
+    nodes.append(helper.make_node("Add", ["ad", "m0"] if swap else ["m0", "ad"], ["a0"]))
+    out = "a0"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["a0"], ["y"]))
+        out = "y"
+    nodes.append(helper.make_node("Neg", ["x"], ["other"]))
+    x = _specials(_spread(rng, (2, 4 if conv else 6, 7, 5), dtype), 97 if conv else 11)
+    return _model(nodes, {"x": x}, inits, [out, "other"]), {"x": x}
+
+
+AFFINE = [  # dtype, c shape, d shape, relu, swap, conv, conv bias
+    (np.float32, (6, 1, 1), (6, 1, 1), True, False, True, False),
+    (np.float32, (1, 6, 1, 1), (6, 1, 1), False, True, True, True),
+    (np.float32, (6, 1, 1), (1,), True, True, False, False),
+    (np.float64, (1, 6, 1, 1), (1, 6, 1, 1), True, False, False, False),
+    (np.float64, (6, 1, 1), (6, 1, 1), False, False, True, True),
+]
+
+
+@needs_native
+@pytest.mark.parametrize("case", AFFINE, ids=[str(i) for i in range(len(AFFINE))])
+def test_per_channel_mul_add_relu_equals_the_separate_ops_bit_for_bit(case):
+    from core.onnx.plan import ChannelAffine
+
+    m, inputs = _affine_model(*case)
+    planned, plain = Session(m), Session(m, plan=False)
+    aff = [st for st in planned.plan().steps if isinstance(st, ChannelAffine)]
+    assert len(aff) == 1 and len(aff[0].chain) == (3 if case[3] else 2)
+    assert _same_bits(planned, plain, inputs) >= 2
+    y = planned.run(inputs)["y" if case[3] else "a0"]
+    assert np.isnan(y).any() and np.isfinite(y).any()  # the specials went through
+    assert not (case[3] and (np.signbit(y) & (y == 0)).any())  # Relu made -0.0 +0.0
+
+
+@needs_native
+def test_a_constant_that_is_not_per_channel_runs_the_nodes_one_by_one():
+    from core.onnx.plan import ChannelAffine
+
+    m, inputs = _affine_model(np.float32, (5,), (6, 1, 1), conv=False)  # broadcasts along w
+    planned, plain = Session(m), Session(m, plan=False)
+    aff = [st for st in planned.plan().steps if isinstance(st, ChannelAffine)]
+    assert len(aff) == 1
+    _same_bits(planned, plain, inputs)
+    assert aff[0]._prep[4] is None  # the C pass refused it, and remembers that
+
+
+@needs_native
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_lone_conv_runs_the_c_pass_bit_for_bit(bias):
+    m, inputs = _chain_model(np.float32, 6, 8, 2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), bias,
+                             False, None, False)
+    planned, plain = Session(m), Session(m, plan=False)
+    fused = [st for st in planned.plan().steps if isinstance(st, FusedConv)]
+    assert len(fused) == 1 and len(fused[0].chain) == 1
+    assert _same_bits(planned, plain, inputs) == 2
+    assert fused[0]._prep[3] is not None  # the C pass took it
+
+
+def test_budget_replay_all_admits_what_replay_admits_or_nothing():
+    from core.onnx.limits import Budget
+
+    costs = [(100, 50), (None, 7), (300, 20)]
+    one, many = Budget(Limits()), Budget(Limits())
+    for c in costs:
+        one.replay(*c)
+    assert many.replay_all(3, 300, 77)
+    assert (one.nodes, one.work) == (many.nodes, many.work)
+    for lim in (Limits(max_work=one.work - 1), Limits(max_elements=299),
+                Limits(max_bytes=299)):
+        b = Budget(lim)
+        assert not b.replay_all(3, 300, 77)
+        assert (b.nodes, b.work) == (0, 0)  # nothing charged: the caller goes one by one
