@@ -70,10 +70,36 @@ extern "C" __global__ void sgd_T(real_t* w, const real_t* g, const acc_t* ctl, r
     }
 }
 
+#define TS_HAC 64 /* the host Adam's elements per thread */
+
 /* k = [b1, 1-b1, b2, 1-b2, eps, lr_t], each rounded once to real_t on the host. */
 extern "C" __global__ void adam_T(real_t* w, const real_t* g, real_t* m, real_t* v,
                                   const acc_t* ctl, const acc_t* k, long long use_l2,
                                   real_t l2, long long n) {
+#if defined(TS_HOST_PRELUDE_H) && !defined(TS_USER_KERNEL)
+    /* The host: TS_HAC consecutive elements a thread (a lane call's run of threads is one
+     * contiguous span, vectorised), the step's scalars read once per span instead of once per
+     * element (ctl and k may share a type with w, m, v, so gcc could not hoist their loads past
+     * the stores: the element loop was twice core.optim's C pass). Threads past the last span
+     * do nothing. Each element is its own chain with the operations below in their order, so
+     * which thread owns it changes no bit. */
+    TS_GRID_STRIDE(u, (n + TS_HAC - 1) / TS_HAC) {
+        long long i0 = u * TS_HAC, i1 = n - i0 < TS_HAC ? n : i0 + TS_HAC;
+        const acc_t s = ctl[0], k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4],
+                    k5 = k[5];
+        const int clip = ctl[1] != (acc_t)0;
+        for (long long i = i0; i < i1; ++i) {
+            real_t gi = g[i];
+            if (clip) gi = MUL(gi, s);
+            if (use_l2) gi = ADD(gi, MUL(l2, w[i]));
+            real_t mi = ADD(MUL(k0, m[i]), MUL(k1, gi));
+            real_t vi = ADD(MUL(k2, v[i]), MUL(k3, MUL(gi, gi)));
+            m[i] = mi;
+            v[i] = vi;
+            w[i] = SUB(w[i], MUL(k5, DIV(mi, ADD(SQRT(vi), k4))));
+        }
+    }
+#else
     TS_GRID_STRIDE(i, n) {
         real_t gi = ts_opt_grad_T(g[i], w[i], ctl, use_l2, l2);
         real_t mi = ADD(MUL(k[0], m[i]), MUL(k[1], gi));
@@ -82,6 +108,7 @@ extern "C" __global__ void adam_T(real_t* w, const real_t* g, real_t* m, real_t*
         v[i] = vi;
         w[i] = SUB(w[i], MUL(k[5], DIV(mi, ADD(SQRT(vi), k[4]))));
     }
+#endif
 }
 
 /* ---- mixed precision (core.amp, docs/reference-order.md "Mixed precision") ----------------
