@@ -79,12 +79,7 @@ class FusedConv:
             if y is not None:
                 env[self.shuffle.out] = y
                 return
-        y = self._fused(env, budget, sess)
-        if y is None:  # not a case the C pass covers: the nodes one by one
-            for st in self.chain:
-                sess._run_step(st, sess.graph, env, budget, run_sub)
-        else:
-            env[self.out] = y
+        _fused_or_nodes(self, sess, env, budget, run_sub)
         if self.shuffle is not None:
             self.shuffle.run(sess, env, budget, run_sub)
 
@@ -361,12 +356,7 @@ class ChannelAffine:
         self._prep: Any = None  # (x shape, dtype, c, d, prepared) or None
 
     def run(self, sess, env, budget, run_sub) -> None:
-        y = self._fused(env, budget, sess)
-        if y is None:  # not a case the C pass covers: the nodes one by one
-            for st in self.chain:
-                sess._run_step(st, sess.graph, env, budget, run_sub)
-        else:
-            env[self.out] = y
+        _fused_or_nodes(self, sess, env, budget, run_sub)
 
     @staticmethod
     def _per_channel(v, x):
@@ -445,3 +435,14 @@ class ChannelAffine:
                 exc.node = self.chain[-1].label
             raise exc.with_file(sess.label) from None
         return y
+
+
+def _fused_or_nodes(entry, sess, env, budget, run_sub) -> None:
+    """A plan entry's C pass (``entry._fused``) into ``env[entry.out]``, or, where the pass
+    does not cover the case, its chain's nodes one by one."""
+    y = entry._fused(env, budget, sess)
+    if y is None:
+        for st in entry.chain:
+            sess._run_step(st, sess.graph, env, budget, run_sub)
+    else:
+        env[entry.out] = y
