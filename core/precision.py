@@ -13,8 +13,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-__all__ = ["BFLOAT16", "FLOAT16", "HALF", "NAMES", "bits_types", "compute_dtype", "dtype_of",
-           "from_float64", "is_half", "widen"]
+__all__ = ["BFLOAT16", "FLOAT16", "HALF", "NAMES", "ONE", "ZERO", "bits_types", "compute_dtype",
+           "dtype_of", "finfo", "from_float64", "frozen", "is_half", "widen"]
 
 FLOAT16 = np.dtype(np.float16)
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -29,6 +29,21 @@ _BY_NAME = {"float64": F64, "float32": F32, "float16": FLOAT16, "bfloat16": BFLO
 # (signed, unsigned) integer types of the same width: bit views, ordered-integer ulp distance
 _BITS = {F64: (np.int64, np.uint64), F32: (np.int32, np.uint32),
          FLOAT16: (np.int16, np.uint16), BFLOAT16: (np.int16, np.uint16)}
+
+
+def frozen(v: float, dt: Any) -> np.ndarray:
+    """``v`` rounded once to ``dt`` as a read-only 0-d array: a ufunc operand numpy does not
+    convert again on every call, as it does a numpy scalar (~1-4 us of a small op, issue 29).
+    The same value, dtype and loop as ``dt.type(v)``: the same bits."""
+    a = np.array(v, dt)
+    a.flags.writeable = False
+    return a
+
+
+#: +0.0 and 1.0 of float64 and float32 as such operands (the tape's elementwise constants and
+#: the backward sweep's starting +0.0; the half types keep their numpy scalars)
+ZERO = {F64: frozen(0.0, F64), F32: frozen(0.0, F32)}
+ONE = {F64: frozen(1.0, F64), F32: frozen(1.0, F32)}
 
 
 def finfo(dt: Any) -> Any:

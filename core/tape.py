@@ -76,15 +76,6 @@ class BackwardStep:
 
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})  # shared by every node without attributes
-
-
-def _ro_zero(dt: np.dtype) -> np.ndarray:
-    z = np.zeros((), dt)
-    z.flags.writeable = False
-    return z
-
-
-_ZEROS = {dt: _ro_zero(dt) for dt in DTYPES}  # +0.0 of float64 / float32, for the sweep
 _new_node = tuple.__new__
 
 
@@ -476,7 +467,9 @@ class Tape:
         dt = self.dtype
         # +0.0 as a read-only 0-d array (float64/float32): np.add takes it quicker than a numpy
         # scalar, the same value and loop (issue 29); half types keep their scalar
-        zero = _ZEROS[dt] if dt in _ZEROS else dt.type(0)
+        zero = precision.ZERO.get(dt)
+        if zero is None:
+            zero = dt.type(0)
         nodes, values, grads = self._nodes, self._values, self._grads
         half, M = self.half, self.M
         for i in range(li, -1, -1):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from core import precision
 from core.ops.reference import unbroadcast
 from core.optable.registry import CForm, OpDef, broadcast_shape, register
 
@@ -52,17 +53,7 @@ def _ub(c, x):
     return unbroadcast(c, x.shape)
 
 
-_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
-
-
-def _ro(v, dt):
-    a = np.array(v, dt)
-    a.flags.writeable = False
-    return a
-
-
-_ZERO = {_F64: _ro(0.0, _F64), _F32: _ro(0.0, _F32)}
-_ONE = {_F64: _ro(1.0, _F64), _F32: _ro(1.0, _F32)}
+_F64, _F32, _ZERO, _ONE = precision.F64, precision.F32, precision.ZERO, precision.ONE
 
 # NOTE: a constant operand of float64/float32 is a 0-d array of that dtype, not a numpy scalar:
 # a ufunc (or np.where) converts a numpy scalar to an array on every call, ~1-4 us of a small
