@@ -203,19 +203,19 @@ def _unview(a: np.ndarray | None) -> np.ndarray | None:
 
 def _optimizer_before(run: Any, f: Any, views: bool = False) -> OptimizerState | None:
     info = run.optimizer_views(after=False) if views else run.optimizer_arrays(after=False)
-    if info is None:
-        return None
-    params = [ParamUpdate(i, l2, f.value(i), f.grad(i), None, m, v)
-              for i, l2, m, v in info["params"]]
-    return OptimizerState(info["kind"], info["lr"], info["t"], params, info["clip"],
-                          info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
+    return None if info is None else _state(info, f.value, f.grad)
 
 
 def _state_of(info: dict, run: Any) -> OptimizerState:
     """An ``optimizer_arrays`` / ``optimizer_views`` dict of ``run`` before its update as an
     OptimizerState (w, g: the run's arrays now)."""
-    params = [ParamUpdate(i, l2, run.array(i, "value"), run.array(i, "grad"), None, m, v)
-              for i, l2, m, v in info["params"]]
+    return _state(info, lambda i: run.array(i, "value"), lambda i: run.array(i, "grad"))
+
+
+def _state(info: dict, value: Any, grad: Any) -> OptimizerState:
+    """``info`` (an ``optimizer_arrays`` dict) as an OptimizerState before the update, each
+    parameter's w and g read with ``value(i)``, ``grad(i)``."""
+    params = [ParamUpdate(i, l2, value(i), grad(i), None, m, v) for i, l2, m, v in info["params"]]
     return OptimizerState(info["kind"], info["lr"], info["t"], params, info["clip"],
                           info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
 
