@@ -19,6 +19,21 @@ def _total(costs) -> tuple:
     return (max(ns) if ns else None, sum(c[1] for c in costs))
 
 
+def _held(budget, y, inner: int, chain, sess):
+    """``y`` held by the run's budget, and the ``inner`` intermediates the chain never made
+    charged as their bytes (as the plain loop would); an error names the chain's last node and
+    the model file."""
+    try:
+        budget.hold(y)
+        if inner:
+            budget.charge(y.nbytes * inner)  # the intermediates' share
+    except OnnxError as exc:
+        if exc.node is None:
+            exc.node = chain[-1].label
+        raise exc.with_file(sess.label) from None
+    return y
+
+
 def _charge(budget, steps, costs, sess, total=None) -> None:
     """Charge each planned node's cost to the run's budget as the plain loop would; an error
     names the node that went over and the model file. ``total`` (``_total(costs)``): when the
@@ -216,14 +231,7 @@ class FusedConv:
         n_inner = len(self.chain) - 1
         if lay is not None:
             y, n_inner = dst, n_inner + 1  # the chain's own output is an intermediate now
-        try:
-            budget.hold(y)
-            budget.charge(y.nbytes * n_inner)  # the intermediates' share
-        except OnnxError as exc:
-            if exc.node is None:
-                exc.node = self.chain[-1].label
-            raise exc.with_file(sess.label) from None
-        return y
+        return _held(budget, y, n_inner, self.chain, sess)
 
 
 class Shuffle:
@@ -332,13 +340,7 @@ class Shuffle:
             y = x.reshape(shape)
         else:
             y = np.take(np.ascontiguousarray(x).reshape(-1, run), rows, axis=0).reshape(shape)
-        try:
-            budget.hold(y)
-        except OnnxError as exc:
-            if exc.node is None:
-                exc.node = self.chain[-1].label
-            raise exc.with_file(sess.label) from None
-        return y
+        return _held(budget, y, 0, self.chain, sess)
 
 
 class ChannelAffine:
@@ -427,14 +429,7 @@ class ChannelAffine:
                 np.copyto(y, p["zero"], where=y <= 0)
         if y is None:
             return None  # pragma: no cover - _prepare ran with native code there
-        try:
-            budget.hold(y)
-            budget.charge(y.nbytes * (len(self.chain) - 1))  # the intermediates' share
-        except OnnxError as exc:
-            if exc.node is None:
-                exc.node = self.chain[-1].label
-            raise exc.with_file(sess.label) from None
-        return y
+        return _held(budget, y, len(self.chain) - 1, self.chain, sess)
 
 
 def _fused_or_nodes(entry, sess, env, budget, run_sub) -> None:
