@@ -176,6 +176,7 @@ class Adam(Optimizer):
         super().__init__(tape, lr, clip)
         self.b1, self.b2 = betas
         self.eps = eps
+        self._k: tuple | None = None  # (what the step scalars depend on, them rounded)
 
     def step_scalars(self) -> dict[str, float]:
         """The per-step scalars, as the host computes them for this step ``t``."""
@@ -189,7 +190,7 @@ class Adam(Optimizer):
         # (issue 29: they were remade per parameter); any change to t or a hyperparameter
         # (a schedule's new lr) makes them anew
         key = (self.t, self.lr, self.b1, self.b2, self.eps, self.tape.compute_dtype)
-        cached = getattr(self, "_k", None)
+        cached = self._k
         if cached is None or cached[0] != key:
             cached = self._k = (key, {name: self.scalar(v)
                                       for name, v in self.step_scalars().items()})
