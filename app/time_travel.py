@@ -265,9 +265,9 @@ class TimeTravel(QObject):
         old = self._param_rows
         if old is not None and np.array_equal(steps, self._param_steps):
             return  # no parameter first differed since: the rows are the same
+        ids = self._param_ids
         if old is None or self._param_steps is None or len(old) != steps.size:
-            rows = [(i, name, None if f < 0 else f)
-                    for (i, name), f in zip(self._param_ids, steps.tolist(), strict=True)]
+            rows = [_param_row(p, f) for p, f in zip(ids, steps.tolist(), strict=True)]
             changed = None
         else:
             # NOTE: only the rows whose first step moved are made again (21k parameters of a
@@ -275,8 +275,7 @@ class TimeTravel(QObject):
             changed = np.flatnonzero(steps != self._param_steps).tolist()
             rows = list(old)
             for k, f in zip(changed, steps[changed].tolist(), strict=True):
-                i, name = self._param_ids[k]
-                rows[k] = (i, name, None if f < 0 else f)
+                rows[k] = _param_row(ids[k], f)
         self._param_steps = steps
         self._param_rows = rows
         self.ctl.training.set_params(rows, changed)
@@ -401,3 +400,9 @@ class TimeTravel(QObject):
         self.last_repro = path
         self.win.set_status(f"wrote {path} (run it: exit 1 while the candidate "
                                          "differs)", 8000)
+
+
+def _param_row(param: tuple[int, str], first: int) -> tuple:
+    """A parameter list row: (id, name, the step it first differed at, or None)."""
+    i, name = param
+    return (i, name, None if first < 0 else first)
