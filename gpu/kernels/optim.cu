@@ -52,14 +52,20 @@ extern "C" __global__ void clip_norm_T(const long long* table, long long count, 
     }
 }
 
+/* The gradient an update steps with: scaled by s when clipping is on, then plus L2 * w. */
+__device__ __forceinline__ real_t ts_opt_grad_s_T(real_t g, real_t w, real_t s, int clip,
+                                                   long long use_l2, real_t l2) {
+    if (clip) g = MUL(g, s);
+    if (use_l2) g = ADD(g, MUL(l2, w));
+    return g;
+}
+
 __device__ __forceinline__ real_t ts_opt_grad_T(real_t g, real_t w, const acc_t* ctl,
                                                  long long use_l2, real_t l2) {
     /* ctl[0] is read whether or not clipping is on (ctl always holds two values): a load that
      * sits behind the branch kept gcc from vectorising the host's Adam/SGD loops. */
     real_t s = ctl[0];
-    if (ctl[1] != (real_t)0) g = MUL(g, s);
-    if (use_l2) g = ADD(g, MUL(l2, w));
-    return g;
+    return ts_opt_grad_s_T(g, w, s, ctl[1] != (real_t)0, use_l2, l2);
 }
 
 extern "C" __global__ void sgd_T(real_t* w, const real_t* g, const acc_t* ctl, real_t lr,
@@ -85,13 +91,11 @@ extern "C" __global__ void adam_T(real_t* w, const real_t* g, real_t* m, real_t*
      * which thread owns it changes no bit. */
     TS_GRID_STRIDE(u, (n + TS_HAC - 1) / TS_HAC) {
         long long i0 = u * TS_HAC, i1 = n - i0 < TS_HAC ? n : i0 + TS_HAC;
-        const acc_t s = ctl[0], k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4],
-                    k5 = k[5];
-        const int clip = ctl[1] != (acc_t)0;
+        const real_t s = ctl[0];
+        const acc_t k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5];
+        const int clip = ctl[1] != (real_t)0;
         for (long long i = i0; i < i1; ++i) {
-            real_t gi = g[i];
-            if (clip) gi = MUL(gi, s);
-            if (use_l2) gi = ADD(gi, MUL(l2, w[i]));
+            real_t gi = ts_opt_grad_s_T(g[i], w[i], s, clip, use_l2, l2);
             real_t mi = ADD(MUL(k0, m[i]), MUL(k1, gi));
             real_t vi = ADD(MUL(k2, v[i]), MUL(k3, MUL(gi, gi)));
             m[i] = mi;
