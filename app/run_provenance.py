@@ -126,7 +126,9 @@ class StepProbe:
         opt = _optimizer_before(self.cand, f, view)
         self._same = None
         if opt is not None and mine is not None:  # before the update rewrites m, v
-            self._same = same_inputs(opt, _state_of(mine, self.ref))
+            eq = getattr(self.cand, "equal_bits", None)  # w, g: the compare read them already
+            self._same = same_inputs(opt, _state_of(mine, self.ref),
+                                     () if eq is None else eq(self.ref))
         if opt is not None and view:
             for p, same in zip(opt.params, self._same or [False] * len(opt.params),
                                strict=True):

@@ -120,7 +120,9 @@ class Run(Protocol):
     # (app.torch_run.TorchRun); PairRunner.describe_device reads it when present;
     # ``optimizer_views(after) -> dict | None``, ``optimizer_arrays`` without copies (valid
     # until the run's next update or launch: a numpy reference's, CpuRun, lets provenance
-    # judge an update on its reference's own bits; a host device's saves the downloads)
+    # judge an update on its reference's own bits; a host device's saves the downloads);
+    # ``equal_bits(ref) -> set``, the (node, which) its last ``compare`` against ``ref`` found
+    # bit-equal, until its next launch (provenance's update skip then reads them once)
 
 
 class CpuRun:
@@ -232,6 +234,7 @@ class DeviceRun:
             self.plan = apply(self.prog)
         self.dopt = gpu.from_core(feed.opt)
         self.inject: Any = None  # app.run_provenance.Inject: a one-bit fault at one step
+        self._equal: tuple[Run, set] | None = None  # this step's compare: (ref, bit-equal)
 
     @property
     def tape(self) -> Any:
@@ -246,6 +249,7 @@ class DeviceRun:
     def advance(self, step: int) -> None:
         """Record the feed's step (once, whoever it feeds), upload its inputs; forward and
         backward on the device."""
+        self._equal = None
         self.feed.advance(step, backward=False)
         tape = self.feed.wl.tape
         for v in self.feed.wl.inputs.values():
@@ -288,6 +292,7 @@ class DeviceRun:
 
     def update(self) -> None:
         """The device optimizer step (mixed precision: then the scaler's update)."""
+        self._equal = None
         self.prog.step(self.dopt)
         if self.spec.amp:
             self.dopt.after_step(self.prog)
@@ -303,11 +308,22 @@ class DeviceRun:
     def compare(self, ref: Run, nodes: tuple) -> Any:
         """Against the very run that feeds it: every node summarised on the device (the diff
         kernel), so only summaries cross; any other reference: None (the host compares)."""
+        self._equal = None
         if ref is not self.feed or self.prog.dtype in HALF:  # no half diff kernel: host
             return None
         import gpu
 
-        return gpu.parity.compare(self.feed.wl.tape, self.prog)
+        equal: set = set()
+        rep = gpu.parity.compare(self.feed.wl.tape, self.prog, equal=equal)
+        self._equal = (ref, equal)
+        return rep
+
+    def equal_bits(self, ref: Run) -> frozenset | set:
+        """The ``(node, "value" | "grad")`` that this step's ``compare`` against ``ref`` found
+        bit for bit the same on both sides, valid until this run's next launch (``advance``
+        and ``update`` forget them); empty when it did not compare against ``ref``."""
+        got = self._equal
+        return got[1] if got is not None and got[0] is ref else frozenset()
 
     def leaf_value(self, i: int) -> np.ndarray | None:
         """The feed's input (a device replays its feed's inputs)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.bits import same_bytes
 from core.parity import NodeParity, ParityReport, TensorDiff, compare_arrays, first_divergence
 from core.precision import HALF
 from core.tape import Tape
@@ -58,16 +59,22 @@ def _same_bits(ref: np.ndarray, buf, dev) -> bool:
     u = _UINT.get(ref.dtype)
     if mem is None or u is None or mem.dtype != ref.dtype or mem.size != ref.size:
         return False
-    return bool(np.array_equal(np.ascontiguousarray(ref).reshape(-1).view(u), mem.view(u)))
+    return same_bytes(ref, mem)
 
 
-def compare(tape: Tape, prog: Program, grads: bool = True) -> ParityReport:
+def compare(tape: Tape, prog: Program, grads: bool = True,
+            equal: set | None = None) -> ParityReport:
     """Compare every captured node of `prog` with the same node of `tape` (same structure).
     A half program (no half diff kernel) downloads its arrays and compares on the host.
 
     Where the device's memory is the host's, a pair whose bits are equal is exact without an
     upload or a diff kernel (its summary is what the kernel gives equal bits: all zero); only
-    the pairs that differ go through the device diff, so its every field is the kernel's."""
+    the pairs that differ go through the device diff, so its every field is the kernel's.
+    ``equal``: a set that gets the ``(node id, "value" | "grad")`` of each of those pairs, the
+    device's array the tape's bits now (NaN payloads and zero signs included; an exact
+    summary alone does not say that: two NaNs are equal whatever their bits), so a later
+    check of the same arrays before the next launch need not read them again
+    (``core.provenance.same_inputs``)."""
     if len(tape) < len(prog.nodes):
         raise ValueError(f"the tape has {len(tape)} nodes, the program {len(prog.nodes)}")
     if prog.dtype in HALF:
@@ -86,6 +93,8 @@ def compare(tape: Tape, prog: Program, grads: bool = True) -> ParityReport:
         tv = np.asarray(tape.value(n.id))
         if _same_bits(tv, prog.values[n.id], dev):
             same[(n.id, "value")] = TensorDiff(n.size, 0, 0, 0.0, 0.0, None)
+            if equal is not None:
+                equal.add((n.id, "value"))
         else:
             rv[n.id].upload(np.ascontiguousarray(tv).reshape(-1))
             pairs.append((rv[n.id], prog.values[n.id]))
@@ -98,6 +107,8 @@ def compare(tape: Tape, prog: Program, grads: bool = True) -> ParityReport:
             tg = np.asarray(tg)
             if _same_bits(tg, prog.grads[n.id], dev):
                 same[(n.id, "grad")] = TensorDiff(n.size, 0, 0, 0.0, 0.0, None)
+                if equal is not None:
+                    equal.add((n.id, "grad"))
                 continue
             rg[n.id].upload(np.ascontiguousarray(tg).reshape(-1))
             pairs.append((rg[n.id], prog.grads[n.id]))
