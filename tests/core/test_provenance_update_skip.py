@@ -223,3 +223,22 @@ def test_a_reference_list_of_another_length_is_refused():
     cand, ref, after = _around(t, o, "adam")
     with pytest.raises(ValueError):
         _judged(t, _with(cand, after[:1]))
+
+
+@pytest.mark.parametrize("part", ["w", "g", "m", "v"])
+def test_w_and_g_known_equal_are_not_read_again_m_and_v_always_are(part):
+    """``known``: the parity compare found this step's w / g the reference's bits already; a
+    planted difference in a known array is not seen (it is not read again: the caller's
+    promise), one in m, v or an array not known is (each pair of its own node only)."""
+    t, o, _ = _episode()
+    cand, ref, _ = _around(t, o, "adam")
+    a, b = (p.node for p in cand.params)
+    p = cand.params[0]
+    setattr(p, part, _flip(getattr(p, part)))
+    known = {(a, "value"), (a, "grad")}
+    assert same_inputs(cand, ref, known) == ([True, True] if part in "wg" else [False, True])
+    which = {"w": "value", "g": "grad"}.get(part)
+    if which is not None:  # known for the other array, or for the other node: read, seen
+        other = "grad" if which == "value" else "value"
+        assert same_inputs(cand, ref, {(a, other), (b, which), (b, other)}) == [False, True]
+    assert same_inputs(cand, ref) == [False, True]

@@ -228,3 +228,31 @@ def test_gather_indices_checked_and_read_at_run_time(host, monkeypatch):
     prog.backward()
     assert prog.loss() == 3.0 + 4.0 + 5.0 + 9.0 + 10.0 + 11.0 + 3.0 + 4.0 + 5.0
     np.testing.assert_array_equal(prog.read(emb, "grad"), [[0] * 3, [2] * 3, [0] * 3, [1] * 3])
+
+
+def test_compare_names_the_pairs_whose_bits_are_equal_not_those_only_exact(host):
+    """``compare(equal=)``: every (node, value | grad) the device holds bit for bit; a NaN of
+    another payload is exact by the NaN policy and not bit-equal, a one-ulp change neither."""
+    tape = Tape()
+    x = tape.param(np.array([np.nan, 1.0, 2.0]), name="x")
+    w = tape.param(np.array([0.5, -1.0, 3.0]), name="w")
+    loss = ops.sum(ops.mul(x, w), name="loss")
+    tape.backward(loss)
+    prog = gpu.capture(host, tape, loss)
+    prog.forward()
+    prog.backward()
+    every = {(n.id, "value") for n in prog.nodes} | {
+        (n.id, "grad") for n in prog.nodes if tape.grad(n.id) is not None}
+    rep = gpu.parity.compare(tape, prog, equal=(eq := set()))
+    exact = {(n.id, k) for n in rep.nodes for k, d in (("value", n.value), ("grad", n.grad))
+             if d is not None and d.exact}
+    assert rep.exact and eq == exact == every
+    nan2 = prog.values[x.id].download().copy()
+    nan2.view(np.uint64)[0] ^= 1  # still a NaN, another payload
+    prog.values[x.id].upload(nan2)
+    gw = prog.grads[w.id].download().copy()
+    gw[1] = np.nextafter(gw[1], np.inf)
+    prog.grads[w.id].upload(gw)
+    rep = gpu.parity.compare(tape, prog, equal=(eq := set()))
+    assert rep.nodes[x.id].value.exact and not rep.nodes[w.id].grad.exact
+    assert eq == every - {(x.id, "value"), (w.id, "grad")}
