@@ -337,17 +337,18 @@ CASES = {f.__name__: f for f in (
     cast_to_string, megabyte_outer, megabyte_of_nodes)}
 
 
-def run_case(name: str, folder: str) -> dict:
-    """Open and run one case the way ``tapescope onnx`` does; report how it ended, how long it
-    took, and what its budgets admitted (work, loop iterations, bytes held at most)."""
-    from core.onnx import OnnxError, Session, default_inputs
+def run_case(name: str, folder: str, limits: dict | None = None) -> dict:
+    """Open and run one case the way ``tapescope onnx`` does (its default limits, or the
+    ``Limits`` fields given in ``limits``); report how it ended, how long it took, and what its
+    budgets admitted (work, loop iterations, bytes held at most)."""
+    from core.onnx import Limits, OnnxError, Session, default_inputs
 
     path, feeds = CASES[name](folder)
     size = os.path.getsize(path)
     budgets = []  # every account the session opened (its plan's, then the run's)
     t0 = time.perf_counter()
     try:
-        sess = Session(path)
+        sess = Session(path, limits=Limits(**limits)) if limits else Session(path)
         opened = sess.budget
 
         def counted(cancel=None):
