@@ -95,7 +95,10 @@ class Epilogue(ctypes.Structure):
                 ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("res", ctypes.c_void_p),
                 ("groups", ctypes.c_longlong), ("res_first", ctypes.c_int),
                 ("relu", ctypes.c_int), ("dst", ctypes.c_void_p), ("dst_row", ctypes.c_void_p),
-                ("channels", ctypes.c_longlong)]
+                ("channels", ctypes.c_longlong),
+                # after BN: a per-channel Mul then Add (bit 0/1 of aff_first: constant first)
+                ("mul2", ctypes.c_void_p), ("add2", ctypes.c_void_p),
+                ("aff_first", ctypes.c_int)]
 
 
 def _load() -> ctypes.CDLL | None:
@@ -145,6 +148,9 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_bmm_ep_f64", "ts_bmm_ep_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int,
                                        ctypes.POINTER(Epilogue)]
+        getattr(lib, name).restype = None
+    for name in ("ts_ep_apply_f64", "ts_ep_apply_f32"):
+        getattr(lib, name).argtypes = [p, p, ll, ll, ll, ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
     for name in REFMATH:
         for sfx in ("", "f"):
@@ -444,6 +450,22 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
     fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, bsz, m, k, n, sa, sb, threads(),
        ctypes.byref(e))
     return c
+
+
+def ep_apply(x: np.ndarray, ep) -> np.ndarray | None:
+    """The epilogue ``ep`` (from :func:`epilogue`, its ``channels`` the size of x's axis 1)
+    applied to a copy of ``x`` (N, C, ...) in one pass: the ops after a node other than a
+    Conv, each its own rounding as after a Conv (the copy is exact). ``ep``'s residual, if any,
+    has x's shape. None when native code is unavailable or x is not float32/float64."""
+    lib = library()
+    if lib is None or x.dtype not in _DT or x.ndim < 2 or ep.dst:
+        return None
+    x = np.ascontiguousarray(x)
+    y = np.empty(x.shape, dtype=x.dtype)
+    plane = int(np.prod(x.shape[2:], dtype=np.int64))
+    fn = lib.ts_ep_apply_f64 if x.dtype == np.float64 else lib.ts_ep_apply_f32
+    fn(x.ctypes.data, y.ctypes.data, x.shape[0], x.shape[1], plane, ctypes.byref(ep))
+    return y
 
 
 def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides, dilations,

@@ -309,7 +309,10 @@ typedef v4f64 vmf64;
  *   y = y + bias[ch]; y = ((y - mean[ch]) / den[ch]) * scale[ch] + beta[ch];
  *   y = res + y (res_first) or y + res; y = (y <= 0) ? +0 : y (NaN stays, -0 becomes +0).
  * A NULL pointer skips its op (mean, den, scale and beta come together). Rows belong to output
- * channel ch = (q % groups) * m + i for row i of batch entry q; res has the output's layout. */
+ * channel ch = (q % groups) * m + i for row i of batch entry q; res has the output's layout.
+ * mul2/add2 (after BN, before the residual): a per-channel Mul then Add by constants (a BN
+ * written out as ops), y = y * mul2[ch] (or mul2[ch] * y with bit 0 of aff_first) then
+ * y = y + add2[ch] (add2[ch] + y with bit 1), each its own rounding; NULL skips it. */
 typedef struct {
     const void *bias, *mean, *den, *scale, *beta, *res;
     long long groups;
@@ -319,6 +322,8 @@ typedef struct {
     void *dst;
     const long long *dst_row;
     long long channels;
+    const void *mul2, *add2;
+    int aff_first;
 } ep_t;
 
 /* columns [j0, j1) of each row (an element's ops need only that element) */
@@ -342,6 +347,20 @@ typedef struct {
                     y[j] = t + b;                                                       \
                 }                                                                       \
             }                                                                           \
+            if (E->mul2) {                                                              \
+                const T g = ((const T *)E->mul2)[ch];                                   \
+                if (E->aff_first & 1)                                                   \
+                    for (long long j = j0; j < j1; ++j) y[j] = g * y[j];                  \
+                else                                                                    \
+                    for (long long j = j0; j < j1; ++j) y[j] = y[j] * g;                  \
+            }                                                                           \
+            if (E->add2) {                                                              \
+                const T b = ((const T *)E->add2)[ch];                                   \
+                if (E->aff_first & 2)                                                   \
+                    for (long long j = j0; j < j1; ++j) y[j] = b + y[j];                  \
+                else                                                                    \
+                    for (long long j = j0; j < j1; ++j) y[j] = y[j] + b;                  \
+            }                                                                           \
             if (res) {                                                                  \
                 const T *rr = res + r * n;                                              \
                 if (E->res_first)                                                       \
@@ -364,6 +383,28 @@ typedef struct {
 
 EP_ROWS(double, ep_rows_f64, ep_cols_f64)
 EP_ROWS(float, ep_rows_f32, ep_cols_f32)
+
+/* The epilogue alone, on a copy of x (images x channels planes of `plane` elements, y of the
+ * same layout; res, when E->res is set, too): ops that follow a node other than a Conv (a
+ * BatchNormalization, its Mul/Add, a Relu) in one pass, a cache-sized block of a plane at a
+ * time. The copy is exact, so each element takes the ops' roundings exactly as after a Conv. */
+#define EP_APPLY(T, NAME, COLS)                                                         \
+    void NAME(const T *x, T *y, long long images, long long channels, long long plane,  \
+              const ep_t *E) {                                                          \
+        for (long long q = 0; q < images * channels; ++q) {                             \
+            const T *xr = x + q * plane;                                                \
+            T *yr = y + q * plane;                                                      \
+            const T *rr = E->res ? (const T *)E->res + q * plane : NULL;                \
+            for (long long j0 = 0; j0 < plane; j0 += 1024) {                            \
+                long long j1 = j0 + 1024 < plane ? j0 + 1024 : plane;                   \
+                for (long long j = j0; j < j1; ++j) yr[j] = xr[j];                      \
+                COLS(E, yr, rr, q / channels, q % channels, 1, plane, j0, j1);          \
+            }                                                                           \
+        }                                                                               \
+    }
+
+EP_APPLY(double, ts_ep_apply_f64, ep_cols_f64)
+EP_APPLY(float, ts_ep_apply_f32, ep_cols_f32)
 
 /* the wide packs' buffer, one per thread (a malloc of its 128 KiB per product was an mmap, and
  * its 32 pages faulted in again every call) */
