@@ -1016,71 +1016,89 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
     ts_conv_mg1_ep_f32(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, NULL);
 }
 
-/* 2-D pools in pool_nd's order (core.ops.nn), over a padded copy of each plane P (Hp x Wp, the
- * region the windows cover; `fill` outside the image) so the tap loops have no bounds checks.
+/* 2-D pools in pool_nd's order (core.ops.nn), over a padded copy of each plane P (the region
+ * the windows cover; `fill` outside the image) so the tap loops have no bounds checks.
  * Each output keeps its own chain while the taps (u, v) pass in row-major order:
  *   average: acc = +0.0; acc = acc + tap ... (padding taps add +0.0: -0.0 + +0.0 is +0.0);
  *            y = acc / cnt[position] (the caller's divisors);
  *   max:     acc = tap(0, 0); acc = (acc > t || acc != acc) ? acc : t ..., numpy's
  *            np.maximum(acc, t): the first NaN stays, and of two equal values (+0.0 and -0.0)
- *            the second. */
+ *            the second.
+ * P is split by stride phase in both axes: phase (a, b) holds the padded cells (R*sh + a,
+ * S*sw + b) as a plane of hq x wq (plus a row of slack), so one tap's reads for every output
+ * of a block of rows are one contiguous run: output (r, s), tap (u, v) reads phase
+ * ((u*dh) % sh, (v*dw) % sw) at R = r + (u*dh) / sh, S = s + (v*dw) / sw. The flat loop also
+ * computes wq - ow columns past each row's end, from padding or slack, which are dropped. */
 #define POOL2D(T, AVG)                                                                  \
-    long long hp = (oh - 1) * sh + (kh - 1) * dh + 1;                                   \
-    long long wq = ow + ((kw - 1) * dw) / sw; /* one column phase's width */            \
-    long long pl = hp * wq;                                                             \
-    T *P = (T *)malloc((size_t)(sw * pl + ow) * sizeof(T));                             \
+    long long hq = oh + ((kh - 1) * dh) / sh; /* one row phase's height */             \
+    long long wq = ow + ((kw - 1) * dw) / sw; /* one column phase's width */           \
+    long long pl = hq * wq + wq;              /* a phase plane and its slack row */     \
+    long long nph = sh * sw;                                                            \
+    long long rb = 2048 / wq; /* output rows per block: the accumulators stay in L1 */ \
+    if (rb < 1) rb = 1;                                                                 \
+    if (rb > oh) rb = oh;                                                               \
+    T *P = (T *)malloc((size_t)(nph * pl + rb * wq) * sizeof(T));                       \
     if (!P) return 0;                                                                   \
-    T *acc = P + sw * pl;                                                               \
+    T *acc = P + nph * pl;                                                              \
     /* the padding is the same cells in every plane: filled once, the image cells written \
-     * per plane. Phase b holds columns X = S*sw + b of the padded plane, so a tap's reads \
-     * over the output columns s are contiguous: X = s*sw + v*dw -> phase (v*dw) % sw,  \
-     * S = s + (v*dw) / sw. */                                                          \
-    for (long long i = 0; i < sw * pl; ++i) P[i] = fill;                                \
+     * per plane */                                                                     \
+    for (long long i = 0; i < nph * pl; ++i) P[i] = fill;                               \
     for (long long q = 0; q < planes; ++q) {                                            \
         const T *xq = x + q * h * w;                                                    \
         T *yq = y + q * oh * ow;                                                        \
-        for (long long b = 0; b < sw; ++b) {                                            \
-            /* S in [lo, hi): 0 <= S*sw + b - pw < w */                                \
-            long long lo = pw - b <= 0 ? 0 : (pw - b + sw - 1) / sw;                    \
-            long long hi = w + pw - b <= 0 ? 0 : (w + pw - b + sw - 1) / sw;            \
-            if (hi > wq) hi = wq;                                                       \
-            if (lo > hi) lo = hi;                                                       \
-            for (long long Y = 0; Y < hp; ++Y) {                                        \
-                long long iy = Y - ph;                                                  \
-                if (iy < 0 || iy >= h) continue;                                        \
-                const T *xr = xq + iy * w + b - pw;                                     \
-                T *prow = P + b * pl + Y * wq;                                          \
-                if (sw == 1)                                                            \
-                    for (long long S = lo; S < hi; ++S) prow[S] = xr[S];                \
-                else                                                                    \
-                    for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];           \
+        for (long long a = 0; a < sh; ++a) {                                            \
+            /* R in [rlo, rhi): 0 <= R*sh + a - ph < h */                               \
+            long long rlo = ph - a <= 0 ? 0 : (ph - a + sh - 1) / sh;                   \
+            long long rhi = h + ph - a <= 0 ? 0 : (h + ph - a + sh - 1) / sh;           \
+            if (rhi > hq) rhi = hq;                                                     \
+            if (rlo > rhi) rlo = rhi;                                                   \
+            for (long long b = 0; b < sw; ++b) {                                        \
+                /* S in [lo, hi): 0 <= S*sw + b - pw < w */                            \
+                long long lo = pw - b <= 0 ? 0 : (pw - b + sw - 1) / sw;                \
+                long long hi = w + pw - b <= 0 ? 0 : (w + pw - b + sw - 1) / sw;        \
+                if (hi > wq) hi = wq;                                                   \
+                if (lo > hi) lo = hi;                                                   \
+                T *pp = P + (a * sw + b) * pl;                                          \
+                for (long long R = rlo; R < rhi; ++R) {                                 \
+                    const T *xr = xq + (R * sh + a - ph) * w + b - pw;                  \
+                    T *prow = pp + R * wq;                                              \
+                    if (sw == 1)                                                        \
+                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S];            \
+                    else                                                                \
+                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];       \
+                }                                                                       \
             }                                                                           \
         }                                                                               \
-        for (long long r = 0; r < oh; ++r) {                                            \
+        for (long long r0 = 0; r0 < oh; r0 += rb) {                                     \
+            const long long r1 = r0 + rb < oh ? r0 + rb : oh;                           \
+            const long long len = (r1 - r0) * wq;                                       \
             for (long long u = 0; u < kh; ++u) {                                        \
                 for (long long v = 0; v < kw; ++v) {                                    \
-                    const T *src = P + ((v * dw) % sw) * pl + (r * sh + u * dh) * wq +  \
-                                   (v * dw) / sw;                                       \
+                    const T *src = P + (((u * dh) % sh) * sw + (v * dw) % sw) * pl +    \
+                                   (r0 + (u * dh) / sh) * wq + (v * dw) / sw;           \
                     if (AVG) {                                                          \
                         if (u == 0 && v == 0)                                           \
-                            for (long long s = 0; s < ow; ++s) acc[s] = (T)0 + src[s];  \
+                            for (long long i = 0; i < len; ++i) acc[i] = (T)0 + src[i]; \
                         else                                                            \
-                            for (long long s = 0; s < ow; ++s) acc[s] = acc[s] + src[s]; \
+                            for (long long i = 0; i < len; ++i) acc[i] = acc[i] + src[i]; \
                     } else {                                                            \
                         if (u == 0 && v == 0)                                           \
-                            for (long long s = 0; s < ow; ++s) acc[s] = src[s];         \
+                            for (long long i = 0; i < len; ++i) acc[i] = src[i];        \
                         else                                                            \
-                            for (long long s = 0; s < ow; ++s) {                        \
-                                T a = acc[s], t = src[s];                               \
-                                acc[s] = (a > t || a != a) ? a : t;                     \
+                            for (long long i = 0; i < len; ++i) {                       \
+                                T a_ = acc[i], t = src[i];                              \
+                                acc[i] = (a_ > t || a_ != a_) ? a_ : t;                 \
                             }                                                           \
                     }                                                                   \
                 }                                                                       \
             }                                                                           \
-            if (AVG)                                                                    \
-                for (long long s = 0; s < ow; ++s) yq[r * ow + s] = acc[s] / cnt[r * ow + s]; \
-            else                                                                        \
-                for (long long s = 0; s < ow; ++s) yq[r * ow + s] = acc[s];             \
+            for (long long r = r0; r < r1; ++r) {                                       \
+                const T *ar = acc + (r - r0) * wq;                                      \
+                if (AVG)                                                                \
+                    for (long long s = 0; s < ow; ++s) yq[r * ow + s] = ar[s] / cnt[r * ow + s]; \
+                else                                                                    \
+                    for (long long s = 0; s < ow; ++s) yq[r * ow + s] = ar[s];          \
+            }                                                                           \
         }                                                                               \
     }                                                                                   \
     free(P);                                                                            \
