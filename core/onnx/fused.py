@@ -210,11 +210,9 @@ class FusedConv:
         return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
                     ep=made[0], keep=made[1], costs=costs, total=_total(costs), w=wprep, k=tuple(k))
 
-    def _fused(self, env, budget, sess, shuffle=None):
-        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
-        their places by the C pass), or None, before any charge, when not covered."""
-        from core import native
-
+    def _ready(self, env, budget):
+        """(x, prepared, residual) for this run, or None when the C pass does not cover it
+        (nothing charged yet)."""
         try:
             x = env[self.x_name]
             ops = tuple([env[n] if n else None for n in self.const_names])
@@ -233,48 +231,155 @@ class FusedConv:
         if got[3] is None:
             return None
         p = got[3]
-        # a copy per run: the residual's and destination's addresses are this run's own (two
-        # threads may run one session)
-        ep = type(p["ep"]).from_buffer_copy(p["ep"])
-        lay = None
-        if shuffle is not None:
-            lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
-            if lay is None or lay[4] is None:
-                return None
         if res is not None:
             if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
                     or res.shape != p["yshape"]:
                 return None
             res = np.ascontiguousarray(res)
+        return x, p, res
+
+    def _launch(self, x, p, res, dst=None, dst_row=None):
+        """The C pass (rows also copied to ``dst`` at ``dst_row``, when given): its output."""
+        from core import native
+
+        # a copy per run: the residual's and destination's addresses are this run's own (two
+        # threads may run one session)
+        ep = type(p["ep"]).from_buffer_copy(p["ep"])
+        if res is not None:
             ep.res = res.ctypes.data
             ep.res_first = int(self.res_first)
         else:
             ep.res = None
+        if dst is not None:
+            ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, dst_row.ctypes.data, p["m"]
+        if p["m"] == p["group"]:
+            return native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"],
+                                               p["outs"], ep)
+        from core.ops.nn import im2col
+
+        group = p["group"]
+        cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
+        return native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
+                             group, ep)
+
+    def _fused(self, env, budget, sess, shuffle=None):
+        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
+        their places by the C pass), or None, before any charge, when not covered."""
+        got = self._ready(env, budget)
+        if got is None:
+            return None
+        x, p, res = got
+        lay = None
+        if shuffle is not None:
+            lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
+            if lay is None or lay[4] is None:
+                return None
         steps, costs, total = self.chain, p["costs"], p["total"]
+        dst = None
         if lay is not None:
             steps, costs = steps + shuffle.chain, costs + lay[3]
             total = _total(costs)
             dst = np.empty(lay[0], dtype=x.dtype)
-            ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, lay[4].ctypes.data, p["m"]
         _charge(budget, steps, costs, sess, total)
-        if p["m"] == p["group"]:
-            y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
-                                            ep)
-        else:
-            from core.ops.nn import im2col
-
-            group = p["group"]
-            cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
-            y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
-                              group, ep)
+        y = self._launch(x, p, res, dst, None if lay is None else lay[4])
         del res
         if y is None:
-            return None
+            return None  # pragma: no cover - _prepare ran with native code there
         y = y.reshape(p["yshape"])
         n_inner = len(self.chain) - 1
         if lay is not None:
             y, n_inner = dst, n_inner + 1  # the chain's own output is an intermediate now
         return _held(budget, y, n_inner, self.chain, sess)
+
+
+class ConcatConvs:
+    """A Concat along channels whose inputs include fused chains read by it alone: each chain's
+    C pass copies its finished rows straight into their slice of the Concat's output (the
+    dst row copy a channel shuffle uses), the other inputs are copied in by numpy; a copy
+    either way, so exact. The chains run here, where the Concat was (nothing else reads them).
+    Whatever is not covered runs the chains and the Concat as before."""
+
+    def __init__(self, step, convs: dict) -> None:
+        self.step = step  # the Concat's executor Step
+        self.convs = convs  # input name -> FusedConv
+        self.ins = [i for i in step.node.input]
+        self.out = step.node.output[0]
+        self._rows: dict = {}  # (shape, channel offset, m) -> dst rows
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        y = self._fused(env, budget, sess)
+        if y is None:
+            for f in dict.fromkeys(self.convs.values()):
+                f.run(sess, env, budget, run_sub)
+            sess._run_step(self.step, sess.graph, env, budget, run_sub)
+        else:
+            env[self.out] = y
+
+    def _fused(self, env, budget, sess):
+        ready, shapes, dt = {}, [], None
+        for name in self.ins:
+            f = self.convs.get(name)
+            if f is not None:
+                got = f._ready(env, budget)
+                if got is None:
+                    return None
+                ready[name] = got
+                shape, kind = got[1]["yshape"], got[0].dtype
+            else:
+                v = env.get(name)
+                if not isinstance(v, np.ndarray):
+                    return None
+                shape, kind = v.shape, v.dtype
+            if dt is None:
+                dt = kind
+            if kind != dt or len(shape) != 4 or (shapes and (shape[0], shape[2:]) !=
+                                                 (shapes[0][0], shapes[0][2:])):
+                return None
+            shapes.append(tuple(shape))
+        axis = self.step.attrs.get("axis", 1)
+        if not isinstance(axis, int) or axis % 4 != 1:
+            return None
+        out_shape = (shapes[0][0], sum(s[1] for s in shapes)) + shapes[0][2:]
+        like = [np.broadcast_to(np.zeros((), dt), s) for s in shapes]
+        ins = [like[i] if n in ready else env[n] for i, n in enumerate(self.ins)]
+        cost = budget.cost("Concat", ins, self.step.attrs, self.step.opset)
+        if cost is None:
+            return None
+        steps, costs = [], []
+        for name in self.ins:
+            if name in ready:
+                steps += self.convs[name].chain
+                costs += ready[name][1]["costs"]
+        _charge(budget, steps + [self.step], costs + [cost], sess, _total(costs + [cost]))
+        dst = np.empty(out_shape, dtype=dt)
+        c0, inner = 0, 0
+        for name, shape in zip(self.ins, shapes, strict=True):
+            if name in ready:
+                x, p, res = ready[name]
+                key = (out_shape, c0, p["m"])
+                rows = self._rows.get(key)
+                if rows is None:
+                    n, m = out_shape[0], p["m"]
+                    rows = (np.arange(n, dtype=np.int64)[:, None] * out_shape[1] + c0 +
+                            np.arange(m, dtype=np.int64)[None, :]).reshape(-1)
+                    if len(self._rows) > 8:
+                        self._rows.clear()
+                    self._rows[key] = rows
+                y = self.convs[name]._launch(x, p, res, dst, rows)
+                if y is None:
+                    return None  # pragma: no cover - _prepare ran with native code there
+                inner += y.nbytes * len(self.convs[name].chain)
+            else:
+                dst[:, c0:c0 + shape[1]] = env[name]
+            c0 += shape[1]
+        try:
+            budget.hold(dst)
+            budget.charge(inner)  # each chain's intermediates and its own output
+        except OnnxError as exc:
+            if exc.node is None:
+                exc.node = self.step.label
+            raise exc.with_file(sess.label) from None
+        return dst
 
 
 class Shuffle:

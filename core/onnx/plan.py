@@ -41,11 +41,19 @@ from typing import Any
 import numpy as np
 
 from core.onnx.errors import OnnxError
-from core.onnx.fused import ChannelAffine, ChannelChain, ConstArgs, FusedConv, Shuffle, _Affine
+from core.onnx.fused import (
+    ChannelAffine,
+    ChannelChain,
+    ConcatConvs,
+    ConstArgs,
+    FusedConv,
+    Shuffle,
+    _Affine,
+)
 from core.onnx.limits import OnnxCancelled
 
-__all__ = ["NOT_FOLDED", "ChannelAffine", "ChannelChain", "ConstArgs", "FusedConv", "Plan",
-           "Shuffle", "build", "enabled"]
+__all__ = ["NOT_FOLDED", "ChannelAffine", "ChannelChain", "ConcatConvs", "ConstArgs", "FusedConv",
+           "Plan", "Shuffle", "build", "enabled"]
 
 #: ops never folded: their outputs must be fresh per run (or are random)
 NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -404,6 +412,28 @@ def _merge_shuffles(steps: list, consumers: dict, hidden: set) -> list:
     return [by_shuffle.get(id(e), e) for e in steps if id(e) not in merged]
 
 
+def _merge_concats(steps: list, consumers: dict, hidden: set) -> list:
+    """A Concat whose inputs include fused chains (no shuffle) read by it alone: those chains
+    write their rows straight into the Concat's output (they run where the Concat was)."""
+    fused = {e.out: e for e in steps if isinstance(e, FusedConv) and e.shuffle is None}
+    moved: set[int] = set()
+    repl: dict[int, Any] = {}
+    for e in steps:
+        if type(e).__name__ != "Step" or e.op_type != "Concat" \
+                or e.node.domain not in ("", "ai.onnx") or not _single_output(e):
+            continue
+        ins = list(e.node.input)
+        convs = {n: fused[n] for n in ins if n and n in fused and consumers.get(n, 0) == 1
+                 and id(fused[n]) not in moved}
+        if not convs or not all(ins):
+            continue
+        for n, f in convs.items():
+            moved.add(id(f))
+            hidden.add(n)
+        repl[id(e)] = ConcatConvs(e, convs)
+    return [repl.get(id(e), e) for e in steps if id(e) not in moved]
+
+
 def build(sess, budget, fold: bool = True) -> Plan:
     """The plan for ``sess``'s main graph (folding runs kernels: limits apply)."""
     if fold:
@@ -422,6 +452,7 @@ def build(sess, budget, fold: bool = True) -> Plan:
         steps, hidden = _fuse(steps, consumers, constants, convs)
         if convs:
             steps = _merge_shuffles(steps, consumers, hidden)
+            steps = _merge_concats(steps, consumers, hidden)
     bases: dict = {}
     nbytes = largest = 0
     for v in values.values():
