@@ -152,6 +152,9 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_ep_apply_f64", "ts_ep_apply_f32"):
         getattr(lib, name).argtypes = [p, p, ll, ll, ll, ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
+    for name in ("ts_gemv_f64", "ts_gemv_f32"):
+        getattr(lib, name).argtypes = [p, p, p, ll, ll, ll]
+        getattr(lib, name).restype = None
     for name in REFMATH:
         for sfx in ("", "f"):
             fn = getattr(lib, f"tsv_{name}{sfx}")
@@ -466,6 +469,22 @@ def ep_apply(x: np.ndarray, ep) -> np.ndarray | None:
     fn = lib.ts_ep_apply_f64 if x.dtype == np.float64 else lib.ts_ep_apply_f32
     fn(x.ctypes.data, y.ctypes.data, x.shape[0], x.shape[1], plane, ctypes.byref(ep))
     return y
+
+
+def mm_few_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """:func:`mm`'s bits for a product of few rows (``a`` m x k, ``b`` k x n, contiguous, the
+    same dtype) with ``b`` read once in memory order (a Gemm on one image; single-threaded),
+    or None (no native code, another dtype or layout)."""
+    lib = library()
+    if lib is None or a.dtype != b.dtype or a.dtype not in _DT or a.ndim != 2 or b.ndim != 2 \
+            or a.shape[1] != b.shape[0] or not b.flags.c_contiguous:
+        return None
+    a = np.ascontiguousarray(a)
+    m, k = a.shape
+    c = np.empty((m, b.shape[1]), dtype=a.dtype)
+    fn = lib.ts_gemv_f64 if a.dtype == np.float64 else lib.ts_gemv_f32
+    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, k, b.shape[1])
+    return c
 
 
 def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides, dilations,

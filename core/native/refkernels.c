@@ -406,6 +406,31 @@ EP_ROWS(float, ep_rows_f32, ep_cols_f32)
 EP_APPLY(double, ts_ep_apply_f64, ep_cols_f64)
 EP_APPLY(float, ts_ep_apply_f32, ep_cols_f32)
 
+/* A product of few rows (a Gemm on one image: m = 1) in the reference order, c[i][j]: acc =
+ * +0.0; acc = acc + a[i][k] * b[k][j] for k = 0, 1, ..., with b (k x n, contiguous) streamed
+ * once in memory order: row k of b updates the accumulators of every row of c (each a column
+ * block of JW that stays in L1). A packed product reads a weight of 10^7-10^8 elements three
+ * times for one output row; this reads it once. Single-threaded. */
+#define GEMV_JW 4096
+#define GEMV(T, NAME)                                                                   \
+    void NAME(const T *a, const T *b, T *c, long long m, long long k, long long n) {    \
+        for (long long i = 0; i < m * n; ++i) c[i] = (T)0;                              \
+        for (long long j0 = 0; j0 < n; j0 += GEMV_JW) {                                  \
+            const long long j1 = j0 + GEMV_JW < n ? j0 + GEMV_JW : n;                   \
+            for (long long kk = 0; kk < k; ++kk) {                                      \
+                const T *br = b + kk * n;                                               \
+                for (long long i = 0; i < m; ++i) {                                     \
+                    const T ai = a[i * k + kk];                                         \
+                    T *ci = c + i * n;                                                  \
+                    for (long long j = j0; j < j1; ++j) ci[j] = ci[j] + ai * br[j];     \
+                }                                                                       \
+            }                                                                           \
+        }                                                                               \
+    }
+
+GEMV(double, ts_gemv_f64)
+GEMV(float, ts_gemv_f32)
+
 /* the wide packs' buffer, one per thread (a malloc of its 128 KiB per product was an mmap, and
  * its 32 pages faulted in again every call) */
 static __thread double wide_buf[KC * NCW * JB32 / 2] __attribute__((aligned(64)));

@@ -51,12 +51,14 @@ def _charge(budget, steps, costs, sess, total=None) -> None:
 
 
 class ConstArgs:
-    """A node run with some inputs replaced by precomputed constants (and attributes changed)."""
+    """A node run with some inputs replaced by precomputed constants (and attributes changed;
+    ``kernel``: another kernel with the node's bits)."""
 
-    def __init__(self, st, consts: dict[int, np.ndarray], attrs: dict) -> None:
+    def __init__(self, st, consts: dict[int, np.ndarray], attrs: dict, kernel=None) -> None:
         self.orig = st
         self.consts = consts
-        self.step = dataclasses.replace(st, attrs={**st.attrs, **attrs})
+        self.step = dataclasses.replace(st, attrs={**st.attrs, **attrs},
+                                        kernel=kernel or st.kernel)
 
     def run(self, sess, env, budget, run_sub) -> None:
         sess._run_step(self.step, sess.graph, env, budget, run_sub, self.consts)
@@ -101,6 +103,40 @@ def _chain_costs(chain, inner, env, y_like, budget):
             return None
         costs.append(cost)
     return costs
+
+
+class _FewRowsMatmul:
+    """A kernel set whose matmul of a few-row ``a`` by a contiguous ``b`` reads b once
+    (``core.native.mm_few_rows``: the reference product's bits); everything else is ``k``'s."""
+
+    ROWS = 2  # up to this many rows of a: a Gemm on one or two images
+
+    def __init__(self, k) -> None:
+        self._k = k
+
+    def __getattr__(self, name):
+        return getattr(self._k, name)
+
+    def matmul(self, a, b):
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim == 2 \
+                and b.ndim == 2 and a.shape[0] <= self.ROWS:
+            from core import native
+
+            y = native.mm_few_rows(a, b)
+            if y is not None:
+                return y
+        return self._k.matmul(a, b)
+
+
+def gemm_few_rows(ctx, a, *args, **attrs):
+    """The Gemm kernel with its product through :class:`_FewRowsMatmul` (reference mode: the
+    plan's Gemm with a constant B made contiguous once; fc layers on one image, where a packed
+    product read a weight of 10^7-10^8 elements three times per run)."""
+    from core.onnx.ops.math_ops import gemm
+
+    if ctx.k.name == "reference":
+        ctx = dataclasses.replace(ctx, k=_FewRowsMatmul(ctx.k))
+    return gemm(ctx, a, *args, **attrs)
 
 
 class FusedConv:

@@ -49,6 +49,7 @@ from core.onnx.fused import (
     FusedConv,
     Shuffle,
     _Affine,
+    gemm_few_rows,
 )
 from core.onnx.limits import OnnxCancelled
 
@@ -186,7 +187,12 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
                 and st.node.input[1] in constants:
             b = constants[st.node.input[1]]
             if isinstance(b, np.ndarray) and b.ndim == 2:
-                out.append(ConstArgs(st, {1: np.ascontiguousarray(b.T)}, {"transB": 0}))
+                from core.onnx.ops.math_ops import gemm
+
+                # the few-row product only where the node runs the plain Gemm kernel (not a
+                # half-precision wrapper of it)
+                out.append(ConstArgs(st, {1: np.ascontiguousarray(b.T)}, {"transB": 0},
+                                     gemm_few_rows if st.kernel is gemm else None))
                 continue
         if op == "Reshape" and st.node.domain in ("", "ai.onnx") and _single_output(st):
             chain = _shuffle_chain(steps, j, by_input, consumers, used)

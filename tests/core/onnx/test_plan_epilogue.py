@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from core import native
 from core.onnx import Session
@@ -216,3 +216,39 @@ def test_a_concat_of_fused_chains_is_refused_by_the_same_limits():
     for plan in (True, False):
         with pytest.raises(OnnxError, match="bytes"):
             Session(m, plan=plan, limits=Limits(max_bytes=2000)).run(inputs)
+
+
+# ---- Gemm with a constant B on one or two rows -----------------------------------------------
+
+@needs_native
+@pytest.mark.parametrize("dtype,rows,alpha,bias", [(np.float32, 1, 1.0, True),
+                                                   (np.float64, 2, 0.5, True),
+                                                   (np.float32, 3, 1.0, False)])
+def test_a_gemm_on_few_rows_reads_b_once_bit_for_bit(dtype, rows, alpha, bias):
+    from onnx import helper as h
+
+    from core.onnx.fused import ConstArgs, gemm_few_rows
+
+    rng = np.random.default_rng(rows)
+    w = _spread(rng, (37, 300), dtype)  # transB: (n, k)
+    w[3, 5], w[7, 0], w[0, 0], w[9, :] = np.inf, -0.0, np.nan, -0.0  # output 9: signed-zero products
+    inits = {"w": w}
+    ins = ["x", "w"]
+    if bias:
+        inits["b"] = _spread(rng, (37,), dtype)
+        ins.append("b")
+    x = _spread(rng, (rows, 300), dtype)  # a NaN or inf in x would reach every output
+    x[0, 1], x[0, 2], x[-1, 4] = -0.0, 0.0, -0.0
+    nodes = [h.make_node("Gemm", ins, ["y"], transB=1, alpha=alpha),
+             h.make_node("Neg", ["x"], ["other"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", h.np_dtype_to_tensor_dtype(
+        np.dtype(dtype)), x.shape)], [h.make_tensor_value_info(o, h.np_dtype_to_tensor_dtype(
+            np.dtype(dtype)), ["r", "c"]) for o in ("y", "other")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    planned, plain = Session(m), Session(m, plan=False)
+    ca = [st for st in planned.plan().steps if isinstance(st, ConstArgs)]
+    assert len(ca) == 1 and ca[0].step.kernel is gemm_few_rows
+    assert _same_bits(planned, plain, {"x": x}) == 2
+    y = planned.run({"x": x})["y"]
+    assert np.isnan(y).any() and np.isfinite(y).any()
