@@ -12,8 +12,10 @@ stays the plain node list (the importer and the GUI read it). What the plan does
   ``ConstantOfShape`` of such an input: 243 of shufflenet's 446 nodes), and remembers which
   inputs it assumed (``guard``): a run that feeds one of them runs the plain node list.
 * **Conv chains in one C pass** (reference mode, native code available; ``core.onnx.fused``):
-  ``Conv`` followed by any of ``BatchNormalization`` (inference), a two-input ``Sum``/``Add``
-  with a same-shape tensor, and ``Relu``, each intermediate read only by the next. The product
+  ``Conv`` followed by any of ``BatchNormalization`` (inference), ``Mul`` -> ``Add`` by
+  per-channel constants (a BN written out as ops: the epilogue's second per-channel stage), a
+  two-input ``Sum``/``Add`` with a same-shape tensor, and ``Relu``, in that order, each
+  intermediate read only by the next. The product
   runs as before (the batched reference matmul, or the direct one-output-per-group kernel) and
   each block of output rows then takes the following ops in order while it is in cache, every
   op still its own rounding with the operands in the node's order (``core.native.epilogue``).
@@ -21,10 +23,14 @@ stays the plain node list (the importer and the GUI read it). What the plan does
 * **Channel shuffles** (Reshape -> Transpose -> Reshape) as one copy of whole runs; after a
   fused chain, its rows are written straight to their shuffled places.
 * **A lone Conv** runs the same C pass (its bias add as the epilogue).
+* **BatchNormalization [-> Mul -> Add by per-channel constants] [-> Relu]** (densenet's BN
+  before each conv) as one C pass: the conv epilogue on a copy of x (``core.native.ep_apply``).
 * **Mul -> Add [-> Relu] by per-channel constants** (densenet's and inception_v2's BN written
   out as ops) as one C pass (``core.native.channel_norm`` with mean 0 and den 1, both exact),
   Relu then in place: each element still takes Mul's rounding, then Add's.
-* **Gemm with a constant B and transB=1**: B transposed (copied) once, not every run.
+* **Gemm with a constant B and transB=1**: B transposed (copied) once, not every run; on one
+  or two rows of A (an fc layer on one image) the product streams B once in memory order
+  (``core.native.mm_few_rows``: the reference product's chains) instead of packing it.
 
 A run may ask for any value: one a fused chain never materialises (``hidden``) makes that run
 use the plain node list. Budget accounting is kept: every original node is still charged
@@ -44,7 +50,6 @@ from core.onnx.errors import OnnxError
 from core.onnx.fused import (
     ChannelAffine,
     ChannelChain,
-    ConcatConvs,
     ConstArgs,
     FusedConv,
     Shuffle,
@@ -53,8 +58,8 @@ from core.onnx.fused import (
 )
 from core.onnx.limits import OnnxCancelled
 
-__all__ = ["NOT_FOLDED", "ChannelAffine", "ChannelChain", "ConcatConvs", "ConstArgs", "FusedConv",
-           "Plan", "Shuffle", "build", "enabled"]
+__all__ = ["NOT_FOLDED", "ChannelAffine", "ChannelChain", "ConstArgs", "FusedConv", "Plan",
+           "Shuffle", "build", "enabled"]
 
 #: ops never folded: their outputs must be fresh per run (or are random)
 NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -418,28 +423,6 @@ def _merge_shuffles(steps: list, consumers: dict, hidden: set) -> list:
     return [by_shuffle.get(id(e), e) for e in steps if id(e) not in merged]
 
 
-def _merge_concats(steps: list, consumers: dict, hidden: set) -> list:
-    """A Concat whose inputs include fused chains (no shuffle) read by it alone: those chains
-    write their rows straight into the Concat's output (they run where the Concat was)."""
-    fused = {e.out: e for e in steps if isinstance(e, FusedConv) and e.shuffle is None}
-    moved: set[int] = set()
-    repl: dict[int, Any] = {}
-    for e in steps:
-        if type(e).__name__ != "Step" or e.op_type != "Concat" \
-                or e.node.domain not in ("", "ai.onnx") or not _single_output(e):
-            continue
-        ins = list(e.node.input)
-        convs = {n: fused[n] for n in ins if n and n in fused and consumers.get(n, 0) == 1
-                 and id(fused[n]) not in moved}
-        if not convs or not all(ins):
-            continue
-        for n, f in convs.items():
-            moved.add(id(f))
-            hidden.add(n)
-        repl[id(e)] = ConcatConvs(e, convs)
-    return [repl.get(id(e), e) for e in steps if id(e) not in moved]
-
-
 def build(sess, budget, fold: bool = True) -> Plan:
     """The plan for ``sess``'s main graph (folding runs kernels: limits apply)."""
     if fold:
@@ -458,7 +441,6 @@ def build(sess, budget, fold: bool = True) -> Plan:
         steps, hidden = _fuse(steps, consumers, constants, convs)
         if convs:
             steps = _merge_shuffles(steps, consumers, hidden)
-            steps = _merge_concats(steps, consumers, hidden)
     bases: dict = {}
     nbytes = largest = 0
     for v in values.values():

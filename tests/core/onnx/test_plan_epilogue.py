@@ -138,86 +138,6 @@ def test_asking_for_the_bn_output_of_a_chain_runs_plainly():
         assert np.array_equal(got[k], want[k], equal_nan=True)
 
 
-# ---- fused chains written straight into a Concat's output -------------------------------------
-
-def _concat_model(dtype, axis=1, extra_reader=False, pool=True):
-    """x -> Conv/Relu (grouped), Conv -> BN (depthwise), [MaxPool] -> Concat(axis) -> y; with
-    ``extra_reader`` the first conv's output is also a graph output."""
-    from onnx import helper as h
-
-    rng = np.random.default_rng(11)
-    inits = {"w1": _spread(rng, (4, 2, 3, 3), dtype), "b1": _spread(rng, (4,), dtype),
-             "w2": _spread(rng, (4, 1, 3, 3), dtype)}
-    inits.update(_bn_params(rng, 4, dtype, "bn_"))
-    nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], group=2, pads=[1, 1, 1, 1],
-                         kernel_shape=[3, 3]),
-             h.make_node("Relu", ["c1"], ["r1"]),
-             h.make_node("Conv", ["x", "w2"], ["c2"], group=4, pads=[1, 1, 1, 1],
-                         kernel_shape=[3, 3]),
-             h.make_node("BatchNormalization", ["c2", "bn_s", "bn_b", "bn_m", "bn_v"], ["n2"])]
-    cat_in = ["r1", "n2"]
-    if pool:
-        nodes.append(h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3],
-                                 pads=[1, 1, 1, 1]))
-        cat_in = ["r1", "p", "n2"]
-    nodes.append(h.make_node("Concat", cat_in, ["y"], axis=axis))
-    x = _specials(_spread(rng, (2, 4, 7, 5), dtype), 53)
-    outs = ["y", "r1"] if extra_reader else ["y"]
-    return _model(nodes, {"x": x}, inits, outs), {"x": x}
-
-
-@needs_native
-@pytest.mark.parametrize("dtype,axis,pool", [(np.float32, 1, True), (np.float64, -3, True),
-                                             (np.float32, 1, False)])
-def test_fused_chains_write_into_the_concat_bit_for_bit(dtype, axis, pool):
-    from core.onnx.plan import ConcatConvs
-
-    m, inputs = _concat_model(dtype, axis, pool=pool)
-    planned, plain = Session(m), Session(m, plan=False)
-    cats = [st for st in planned.plan().steps if isinstance(st, ConcatConvs)]
-    assert len(cats) == 1 and set(cats[0].convs) == {"r1", "n2"}
-    assert not any(isinstance(st, FusedConv) for st in planned.plan().steps)  # moved in
-    assert _same_bits(planned, plain, inputs) == 1 + pool  # y (and the pool's output)
-    want = plain.run(inputs, outputs=["r1", "n2"])  # asked for: the plain loop runs
-    got = planned.run(inputs, outputs=["r1", "n2"])
-    for k in want:
-        assert np.array_equal(got[k], want[k], equal_nan=True)
-    y = planned.run(inputs)["y"]
-    assert np.isnan(y).any() and np.isfinite(y).any()
-
-
-@needs_native
-def test_a_concat_along_another_axis_runs_the_chains_and_the_concat():
-    from core.onnx.plan import ConcatConvs
-
-    m, inputs = _concat_model(np.float32, axis=2)
-    planned, plain = Session(m), Session(m, plan=False)
-    assert any(isinstance(st, ConcatConvs) for st in planned.plan().steps)
-    assert _same_bits(planned, plain, inputs) == 2
-
-
-@needs_native
-def test_a_chain_read_twice_is_not_written_into_the_concat():
-    from core.onnx.plan import ConcatConvs
-
-    m, inputs = _concat_model(np.float32, extra_reader=True)
-    planned, plain = Session(m), Session(m, plan=False)
-    cats = [st for st in planned.plan().steps if isinstance(st, ConcatConvs)]
-    assert len(cats) == 1 and set(cats[0].convs) == {"n2"}
-    assert _same_bits(planned, plain, inputs) == 3
-
-
-@needs_native
-def test_a_concat_of_fused_chains_is_refused_by_the_same_limits():
-    from core.onnx import Limits, OnnxError
-
-    m, inputs = _concat_model(np.float32)
-    assert Session(m).run(inputs)
-    for plan in (True, False):
-        with pytest.raises(OnnxError, match="bytes"):
-            Session(m, plan=plan, limits=Limits(max_bytes=2000)).run(inputs)
-
-
 # ---- Gemm with a constant B on one or two rows -----------------------------------------------
 
 @needs_native
@@ -231,7 +151,7 @@ def test_a_gemm_on_few_rows_reads_b_once_bit_for_bit(dtype, rows, alpha, bias):
 
     rng = np.random.default_rng(rows)
     w = _spread(rng, (37, 300), dtype)  # transB: (n, k)
-    w[3, 5], w[7, 0], w[0, 0], w[9, :] = np.inf, -0.0, np.nan, -0.0  # output 9: signed-zero products
+    w[3, 5], w[7, 0], w[0, 0], w[9, :] = np.inf, -0.0, np.nan, -0.0  # row 9: zeros
     inits = {"w": w}
     ins = ["x", "w"]
     if bias:
