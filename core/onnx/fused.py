@@ -246,9 +246,11 @@ class FusedConv:
         return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
                     ep=made[0], keep=made[1], costs=costs, total=_total(costs), w=wprep, k=tuple(k))
 
-    def _ready(self, env, budget):
-        """(x, prepared, residual) for this run, or None when the C pass does not cover it
-        (nothing charged yet)."""
+    def _fused(self, env, budget, sess, shuffle=None):
+        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
+        their places by the C pass), or None, before any charge, when not covered."""
+        from core import native
+
         try:
             x = env[self.x_name]
             ops = tuple([env[n] if n else None for n in self.const_names])
@@ -267,60 +269,43 @@ class FusedConv:
         if got[3] is None:
             return None
         p = got[3]
-        if res is not None:
-            if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
-                    or res.shape != p["yshape"]:
-                return None
-            res = np.ascontiguousarray(res)
-        return x, p, res
-
-    def _launch(self, x, p, res, dst=None, dst_row=None):
-        """The C pass (rows also copied to ``dst`` at ``dst_row``, when given): its output."""
-        from core import native
-
         # a copy per run: the residual's and destination's addresses are this run's own (two
         # threads may run one session)
         ep = type(p["ep"]).from_buffer_copy(p["ep"])
-        if res is not None:
-            ep.res = res.ctypes.data
-            ep.res_first = int(self.res_first)
-        else:
-            ep.res = None
-        if dst is not None:
-            ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, dst_row.ctypes.data, p["m"]
-        if p["m"] == p["group"]:
-            return native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"],
-                                               p["outs"], ep)
-        from core.ops.nn import im2col
-
-        group = p["group"]
-        cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
-        return native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
-                             group, ep)
-
-    def _fused(self, env, budget, sess, shuffle=None):
-        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
-        their places by the C pass), or None, before any charge, when not covered."""
-        got = self._ready(env, budget)
-        if got is None:
-            return None
-        x, p, res = got
         lay = None
         if shuffle is not None:
             lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
             if lay is None or lay[4] is None:
                 return None
+        if res is not None:
+            if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
+                    or res.shape != p["yshape"]:
+                return None
+            res = np.ascontiguousarray(res)
+            ep.res = res.ctypes.data
+            ep.res_first = int(self.res_first)
+        else:
+            ep.res = None
         steps, costs, total = self.chain, p["costs"], p["total"]
-        dst = None
         if lay is not None:
             steps, costs = steps + shuffle.chain, costs + lay[3]
             total = _total(costs)
             dst = np.empty(lay[0], dtype=x.dtype)
+            ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, lay[4].ctypes.data, p["m"]
         _charge(budget, steps, costs, sess, total)
-        y = self._launch(x, p, res, dst, None if lay is None else lay[4])
+        if p["m"] == p["group"]:
+            y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
+                                            ep)
+        else:
+            from core.ops.nn import im2col
+
+            group = p["group"]
+            cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
+            y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
+                              group, ep)
         del res
         if y is None:
-            return None  # pragma: no cover - _prepare ran with native code there
+            return None
         y = y.reshape(p["yshape"])
         n_inner = len(self.chain) - 1
         if lay is not None:
