@@ -172,3 +172,15 @@ def test_a_gemm_on_few_rows_reads_b_once_bit_for_bit(dtype, rows, alpha, bias):
     assert _same_bits(planned, plain, {"x": x}) == 2
     y = planned.run({"x": x})["y"]
     assert np.isnan(y).any() and np.isfinite(y).any()
+
+
+@needs_native
+@pytest.mark.parametrize("lead", ["conv", "bn"])
+def test_the_new_chains_are_refused_by_the_same_limits(lead):
+    from core.onnx import Limits, OnnxError
+
+    m, inputs, _ = _model_for(np.float32, lead)
+    assert Session(m).run(inputs)
+    for plan in (True, False):
+        with pytest.raises(OnnxError, match="bytes"):
+            Session(m, plan=plan, limits=Limits(max_bytes=2500)).run(inputs)
