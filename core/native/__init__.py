@@ -95,7 +95,10 @@ class Epilogue(ctypes.Structure):
                 ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("res", ctypes.c_void_p),
                 ("groups", ctypes.c_longlong), ("res_first", ctypes.c_int),
                 ("relu", ctypes.c_int), ("dst", ctypes.c_void_p), ("dst_row", ctypes.c_void_p),
-                ("channels", ctypes.c_longlong)]
+                ("channels", ctypes.c_longlong),
+                # after BN: a per-channel Mul then Add (bit 0/1 of aff_first: constant first)
+                ("mul2", ctypes.c_void_p), ("add2", ctypes.c_void_p),
+                ("aff_first", ctypes.c_int)]
 
 
 def _load() -> ctypes.CDLL | None:
@@ -126,6 +129,12 @@ def _load() -> ctypes.CDLL | None:
     lib.ts_adam_f64.restype = lib.ts_adam_f32.restype = None
     for name in ("ts_chnorm_f64", "ts_chnorm_f32"):
         getattr(lib, name).argtypes = [p] * 6 + [ll] * 3
+        getattr(lib, name).restype = None
+    for name in ("ts_ep_apply_f64", "ts_ep_apply_f32"):
+        getattr(lib, name).argtypes = [p, p, ll, ll, ll, ctypes.POINTER(Epilogue)]
+        getattr(lib, name).restype = None
+    for name in ("ts_gemv_f64", "ts_gemv_f32"):
+        getattr(lib, name).argtypes = [p, p, p, ll, ll, ll]
         getattr(lib, name).restype = None
     for name in ("ts_colsum_f64", "ts_colsum_f32"):
         getattr(lib, name).argtypes = [p, p, ll, ll]
@@ -321,6 +330,38 @@ def channel_norm(x: np.ndarray, mean: np.ndarray, den: np.ndarray, scale: np.nda
     fn = lib.ts_chnorm_f64 if dt == np.float64 else lib.ts_chnorm_f32
     fn(x.ctypes.data, *(v.ctypes.data for v in chans), y.ctypes.data, x.shape[0], c, plane)
     return y
+
+
+def ep_apply(x: np.ndarray, ep) -> np.ndarray | None:
+    """The epilogue ``ep`` (from :func:`epilogue`, its ``channels`` the size of x's axis 1)
+    applied to a copy of ``x`` (N, C, ...) in one pass: the ops after a node other than a
+    Conv, each its own rounding as after a Conv (the copy is exact). ``ep``'s residual, if any,
+    has x's shape. None when native code is unavailable or x is not float32/float64."""
+    lib = library()
+    if lib is None or x.dtype not in _DT or x.ndim < 2 or ep.dst:
+        return None
+    x = np.ascontiguousarray(x)
+    y = np.empty(x.shape, dtype=x.dtype)
+    plane = int(np.prod(x.shape[2:], dtype=np.int64))
+    fn = lib.ts_ep_apply_f64 if x.dtype == np.float64 else lib.ts_ep_apply_f32
+    fn(x.ctypes.data, y.ctypes.data, x.shape[0], x.shape[1], plane, ctypes.byref(ep))
+    return y
+
+
+def mm_few_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """:func:`mm`'s bits for a product of few rows (``a`` m x k, ``b`` k x n, contiguous, the
+    same dtype) with ``b`` read once in memory order (a Gemm on one image; single-threaded),
+    or None (no native code, another dtype or layout)."""
+    lib = library()
+    if lib is None or a.dtype != b.dtype or a.dtype not in _DT or a.ndim != 2 or b.ndim != 2 \
+            or a.shape[1] != b.shape[0] or not b.flags.c_contiguous:
+        return None
+    a = np.ascontiguousarray(a)
+    m, k = a.shape
+    c = np.empty((m, b.shape[1]), dtype=a.dtype)
+    fn = lib.ts_gemv_f64 if a.dtype == np.float64 else lib.ts_gemv_f32
+    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, k, b.shape[1])
+    return c
 
 
 def colsum(x: np.ndarray) -> np.ndarray | None:

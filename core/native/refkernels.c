@@ -309,7 +309,10 @@ typedef v4f64 vmf64;
  *   y = y + bias[ch]; y = ((y - mean[ch]) / den[ch]) * scale[ch] + beta[ch];
  *   y = res + y (res_first) or y + res; y = (y <= 0) ? +0 : y (NaN stays, -0 becomes +0).
  * A NULL pointer skips its op (mean, den, scale and beta come together). Rows belong to output
- * channel ch = (q % groups) * m + i for row i of batch entry q; res has the output's layout. */
+ * channel ch = (q % groups) * m + i for row i of batch entry q; res has the output's layout.
+ * mul2/add2 (after BN, before the residual): a per-channel Mul then Add by constants (a BN
+ * written out as ops), y = y * mul2[ch] (or mul2[ch] * y with bit 0 of aff_first) then
+ * y = y + add2[ch] (add2[ch] + y with bit 1), each its own rounding; NULL skips it. */
 typedef struct {
     const void *bias, *mean, *den, *scale, *beta, *res;
     long long groups;
@@ -319,6 +322,8 @@ typedef struct {
     void *dst;
     const long long *dst_row;
     long long channels;
+    const void *mul2, *add2;
+    int aff_first;
 } ep_t;
 
 /* columns [j0, j1) of each row (an element's ops need only that element) */
@@ -342,6 +347,20 @@ typedef struct {
                     y[j] = t + b;                                                       \
                 }                                                                       \
             }                                                                           \
+            if (E->mul2) {                                                              \
+                const T g = ((const T *)E->mul2)[ch];                                   \
+                if (E->aff_first & 1)                                                   \
+                    for (long long j = j0; j < j1; ++j) y[j] = g * y[j];                  \
+                else                                                                    \
+                    for (long long j = j0; j < j1; ++j) y[j] = y[j] * g;                  \
+            }                                                                           \
+            if (E->add2) {                                                              \
+                const T b = ((const T *)E->add2)[ch];                                   \
+                if (E->aff_first & 2)                                                   \
+                    for (long long j = j0; j < j1; ++j) y[j] = b + y[j];                  \
+                else                                                                    \
+                    for (long long j = j0; j < j1; ++j) y[j] = y[j] + b;                  \
+            }                                                                           \
             if (res) {                                                                  \
                 const T *rr = res + r * n;                                              \
                 if (E->res_first)                                                       \
@@ -364,6 +383,53 @@ typedef struct {
 
 EP_ROWS(double, ep_rows_f64, ep_cols_f64)
 EP_ROWS(float, ep_rows_f32, ep_cols_f32)
+
+/* The epilogue alone, on a copy of x (images x channels planes of `plane` elements, y of the
+ * same layout; res, when E->res is set, too): ops that follow a node other than a Conv (a
+ * BatchNormalization, its Mul/Add, a Relu) in one pass, a cache-sized block of a plane at a
+ * time. The copy is exact, so each element takes the ops' roundings exactly as after a Conv. */
+#define EP_APPLY(T, NAME, COLS)                                                         \
+    void NAME(const T *x, T *y, long long images, long long channels, long long plane,  \
+              const ep_t *E) {                                                          \
+        for (long long q = 0; q < images * channels; ++q) {                             \
+            const T *xr = x + q * plane;                                                \
+            T *yr = y + q * plane;                                                      \
+            const T *rr = E->res ? (const T *)E->res + q * plane : NULL;                \
+            for (long long j0 = 0; j0 < plane; j0 += 1024) {                            \
+                long long j1 = j0 + 1024 < plane ? j0 + 1024 : plane;                   \
+                for (long long j = j0; j < j1; ++j) yr[j] = xr[j];                      \
+                COLS(E, yr, rr, q / channels, q % channels, 1, plane, j0, j1);          \
+            }                                                                           \
+        }                                                                               \
+    }
+
+EP_APPLY(double, ts_ep_apply_f64, ep_cols_f64)
+EP_APPLY(float, ts_ep_apply_f32, ep_cols_f32)
+
+/* A product of few rows (a Gemm on one image: m = 1) in the reference order, c[i][j]: acc =
+ * +0.0; acc = acc + a[i][k] * b[k][j] for k = 0, 1, ..., with b (k x n, contiguous) streamed
+ * once in memory order: row k of b updates the accumulators of every row of c (each a column
+ * block of JW that stays in L1). A packed product reads a weight of 10^7-10^8 elements three
+ * times for one output row; this reads it once. Single-threaded. */
+#define GEMV_JW 4096
+#define GEMV(T, NAME)                                                                   \
+    void NAME(const T *a, const T *b, T *c, long long m, long long k, long long n) {    \
+        for (long long i = 0; i < m * n; ++i) c[i] = (T)0;                              \
+        for (long long j0 = 0; j0 < n; j0 += GEMV_JW) {                                  \
+            const long long j1 = j0 + GEMV_JW < n ? j0 + GEMV_JW : n;                   \
+            for (long long kk = 0; kk < k; ++kk) {                                      \
+                const T *br = b + kk * n;                                               \
+                for (long long i = 0; i < m; ++i) {                                     \
+                    const T ai = a[i * k + kk];                                         \
+                    T *ci = c + i * n;                                                  \
+                    for (long long j = j0; j < j1; ++j) ci[j] = ci[j] + ai * br[j];     \
+                }                                                                       \
+            }                                                                           \
+        }                                                                               \
+    }
+
+GEMV(double, ts_gemv_f64)
+GEMV(float, ts_gemv_f32)
 
 /* the wide packs' buffer, one per thread (a malloc of its 128 KiB per product was an mmap, and
  * its 32 pages faulted in again every call) */
@@ -975,71 +1041,89 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
     ts_conv_mg1_ep_f32(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, NULL);
 }
 
-/* 2-D pools in pool_nd's order (core.ops.nn), over a padded copy of each plane P (Hp x Wp, the
- * region the windows cover; `fill` outside the image) so the tap loops have no bounds checks.
+/* 2-D pools in pool_nd's order (core.ops.nn), over a padded copy of each plane P (the region
+ * the windows cover; `fill` outside the image) so the tap loops have no bounds checks.
  * Each output keeps its own chain while the taps (u, v) pass in row-major order:
  *   average: acc = +0.0; acc = acc + tap ... (padding taps add +0.0: -0.0 + +0.0 is +0.0);
  *            y = acc / cnt[position] (the caller's divisors);
  *   max:     acc = tap(0, 0); acc = (acc > t || acc != acc) ? acc : t ..., numpy's
  *            np.maximum(acc, t): the first NaN stays, and of two equal values (+0.0 and -0.0)
- *            the second. */
+ *            the second.
+ * P is split by stride phase in both axes: phase (a, b) holds the padded cells (R*sh + a,
+ * S*sw + b) as a plane of hq x wq (plus a row of slack), so one tap's reads for every output
+ * of a block of rows are one contiguous run: output (r, s), tap (u, v) reads phase
+ * ((u*dh) % sh, (v*dw) % sw) at R = r + (u*dh) / sh, S = s + (v*dw) / sw. The flat loop also
+ * computes wq - ow columns past each row's end, from padding or slack, which are dropped. */
 #define POOL2D(T, AVG)                                                                  \
-    long long hp = (oh - 1) * sh + (kh - 1) * dh + 1;                                   \
-    long long wq = ow + ((kw - 1) * dw) / sw; /* one column phase's width */            \
-    long long pl = hp * wq;                                                             \
-    T *P = (T *)malloc((size_t)(sw * pl + ow) * sizeof(T));                             \
+    long long hq = oh + ((kh - 1) * dh) / sh; /* one row phase's height */             \
+    long long wq = ow + ((kw - 1) * dw) / sw; /* one column phase's width */           \
+    long long pl = hq * wq + wq;              /* a phase plane and its slack row */     \
+    long long nph = sh * sw;                                                            \
+    long long rb = 2048 / wq; /* output rows per block: the accumulators stay in L1 */ \
+    if (rb < 1) rb = 1;                                                                 \
+    if (rb > oh) rb = oh;                                                               \
+    T *P = (T *)malloc((size_t)(nph * pl + rb * wq) * sizeof(T));                       \
     if (!P) return 0;                                                                   \
-    T *acc = P + sw * pl;                                                               \
+    T *acc = P + nph * pl;                                                              \
     /* the padding is the same cells in every plane: filled once, the image cells written \
-     * per plane. Phase b holds columns X = S*sw + b of the padded plane, so a tap's reads \
-     * over the output columns s are contiguous: X = s*sw + v*dw -> phase (v*dw) % sw,  \
-     * S = s + (v*dw) / sw. */                                                          \
-    for (long long i = 0; i < sw * pl; ++i) P[i] = fill;                                \
+     * per plane */                                                                     \
+    for (long long i = 0; i < nph * pl; ++i) P[i] = fill;                               \
     for (long long q = 0; q < planes; ++q) {                                            \
         const T *xq = x + q * h * w;                                                    \
         T *yq = y + q * oh * ow;                                                        \
-        for (long long b = 0; b < sw; ++b) {                                            \
-            /* S in [lo, hi): 0 <= S*sw + b - pw < w */                                \
-            long long lo = pw - b <= 0 ? 0 : (pw - b + sw - 1) / sw;                    \
-            long long hi = w + pw - b <= 0 ? 0 : (w + pw - b + sw - 1) / sw;            \
-            if (hi > wq) hi = wq;                                                       \
-            if (lo > hi) lo = hi;                                                       \
-            for (long long Y = 0; Y < hp; ++Y) {                                        \
-                long long iy = Y - ph;                                                  \
-                if (iy < 0 || iy >= h) continue;                                        \
-                const T *xr = xq + iy * w + b - pw;                                     \
-                T *prow = P + b * pl + Y * wq;                                          \
-                if (sw == 1)                                                            \
-                    for (long long S = lo; S < hi; ++S) prow[S] = xr[S];                \
-                else                                                                    \
-                    for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];           \
+        for (long long a = 0; a < sh; ++a) {                                            \
+            /* R in [rlo, rhi): 0 <= R*sh + a - ph < h */                               \
+            long long rlo = ph - a <= 0 ? 0 : (ph - a + sh - 1) / sh;                   \
+            long long rhi = h + ph - a <= 0 ? 0 : (h + ph - a + sh - 1) / sh;           \
+            if (rhi > hq) rhi = hq;                                                     \
+            if (rlo > rhi) rlo = rhi;                                                   \
+            for (long long b = 0; b < sw; ++b) {                                        \
+                /* S in [lo, hi): 0 <= S*sw + b - pw < w */                            \
+                long long lo = pw - b <= 0 ? 0 : (pw - b + sw - 1) / sw;                \
+                long long hi = w + pw - b <= 0 ? 0 : (w + pw - b + sw - 1) / sw;        \
+                if (hi > wq) hi = wq;                                                   \
+                if (lo > hi) lo = hi;                                                   \
+                T *pp = P + (a * sw + b) * pl;                                          \
+                for (long long R = rlo; R < rhi; ++R) {                                 \
+                    const T *xr = xq + (R * sh + a - ph) * w + b - pw;                  \
+                    T *prow = pp + R * wq;                                              \
+                    if (sw == 1)                                                        \
+                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S];            \
+                    else                                                                \
+                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];       \
+                }                                                                       \
             }                                                                           \
         }                                                                               \
-        for (long long r = 0; r < oh; ++r) {                                            \
+        for (long long r0 = 0; r0 < oh; r0 += rb) {                                     \
+            const long long r1 = r0 + rb < oh ? r0 + rb : oh;                           \
+            const long long len = (r1 - r0) * wq;                                       \
             for (long long u = 0; u < kh; ++u) {                                        \
                 for (long long v = 0; v < kw; ++v) {                                    \
-                    const T *src = P + ((v * dw) % sw) * pl + (r * sh + u * dh) * wq +  \
-                                   (v * dw) / sw;                                       \
+                    const T *src = P + (((u * dh) % sh) * sw + (v * dw) % sw) * pl +    \
+                                   (r0 + (u * dh) / sh) * wq + (v * dw) / sw;           \
                     if (AVG) {                                                          \
                         if (u == 0 && v == 0)                                           \
-                            for (long long s = 0; s < ow; ++s) acc[s] = (T)0 + src[s];  \
+                            for (long long i = 0; i < len; ++i) acc[i] = (T)0 + src[i]; \
                         else                                                            \
-                            for (long long s = 0; s < ow; ++s) acc[s] = acc[s] + src[s]; \
+                            for (long long i = 0; i < len; ++i) acc[i] = acc[i] + src[i]; \
                     } else {                                                            \
                         if (u == 0 && v == 0)                                           \
-                            for (long long s = 0; s < ow; ++s) acc[s] = src[s];         \
+                            for (long long i = 0; i < len; ++i) acc[i] = src[i];        \
                         else                                                            \
-                            for (long long s = 0; s < ow; ++s) {                        \
-                                T a = acc[s], t = src[s];                               \
-                                acc[s] = (a > t || a != a) ? a : t;                     \
+                            for (long long i = 0; i < len; ++i) {                       \
+                                T a_ = acc[i], t = src[i];                              \
+                                acc[i] = (a_ > t || a_ != a_) ? a_ : t;                 \
                             }                                                           \
                     }                                                                   \
                 }                                                                       \
             }                                                                           \
-            if (AVG)                                                                    \
-                for (long long s = 0; s < ow; ++s) yq[r * ow + s] = acc[s] / cnt[r * ow + s]; \
-            else                                                                        \
-                for (long long s = 0; s < ow; ++s) yq[r * ow + s] = acc[s];             \
+            for (long long r = r0; r < r1; ++r) {                                       \
+                const T *ar = acc + (r - r0) * wq;                                      \
+                if (AVG)                                                                \
+                    for (long long s = 0; s < ow; ++s) yq[r * ow + s] = ar[s] / cnt[r * ow + s]; \
+                else                                                                    \
+                    for (long long s = 0; s < ow; ++s) yq[r * ow + s] = ar[s];          \
+            }                                                                           \
         }                                                                               \
     }                                                                                   \
     free(P);                                                                            \

@@ -51,25 +51,105 @@ def _charge(budget, steps, costs, sess, total=None) -> None:
 
 
 class ConstArgs:
-    """A node run with some inputs replaced by precomputed constants (and attributes changed)."""
+    """A node run with some inputs replaced by precomputed constants (and attributes changed;
+    ``kernel``: another kernel with the node's bits)."""
 
-    def __init__(self, st, consts: dict[int, np.ndarray], attrs: dict) -> None:
+    def __init__(self, st, consts: dict[int, np.ndarray], attrs: dict, kernel=None) -> None:
         self.orig = st
         self.consts = consts
-        self.step = dataclasses.replace(st, attrs={**st.attrs, **attrs})
+        self.step = dataclasses.replace(st, attrs={**st.attrs, **attrs},
+                                        kernel=kernel or st.kernel)
 
     def run(self, sess, env, budget, run_sub) -> None:
         sess._run_step(self.step, sess.graph, env, budget, run_sub, self.consts)
 
 
-class FusedConv:
-    """Conv [BatchNormalization] [Sum/Add] [Relu] in one C pass (see the module docstring)."""
+class _Affine:
+    """A per-channel Mul then Add by constants inside a chain (a BN written out as ops): the
+    constants' names and whether each is its node's first operand (``ep_t``'s aff_first)."""
 
-    def __init__(self, chain: list) -> None:
+    def __init__(self, mul, add, c_name: str, d_name: str) -> None:
+        self.mul, self.add, self.c, self.d = mul, add, c_name, d_name
+        self.first = (1 if mul.node.input[0] == c_name else 0) | \
+            (2 if add.node.input[0] == d_name else 0)
+
+    def vectors(self, c, d, y_like):
+        """(c, d) as the output's per-channel values, or None when either does not broadcast
+        along axis 1 only (then the chain runs its nodes)."""
+        cv, dv = ChannelAffine._per_channel(c, y_like), ChannelAffine._per_channel(d, y_like)
+        return None if cv is None or dv is None else (cv, dv)
+
+    def set(self, ep, keep, vecs) -> None:
+        keep.extend(vecs)
+        ep.mul2, ep.add2 = vecs[0].ctypes.data, vecs[1].ctypes.data
+        ep.aff_first = self.first
+
+
+def _bn_den(bn, var, dt):
+    """sqrt(var + eps) per channel, as batch_norm computes it."""
+    with np.errstate(all="ignore"):
+        return np.sqrt(var + dt.type(bn.attrs.get("epsilon", 1e-5)))
+
+
+def _chain_costs(chain, inner, env, y_like, budget):
+    """The budget's charges for every node of a chain as the plain run makes them (they depend
+    on shapes and attributes only), or None for a node Budget.cost does not know."""
+    costs = []
+    for s in chain:
+        ins = [None if not n else y_like if n in inner else env.get(n, y_like)
+               for n in s.node.input]
+        cost = budget.cost(s.node.op_type, ins, s.attrs, s.opset)
+        if cost is None:
+            return None
+        costs.append(cost)
+    return costs
+
+
+class _FewRowsMatmul:
+    """A kernel set whose matmul of a few-row ``a`` by a contiguous ``b`` reads b once
+    (``core.native.mm_few_rows``: the reference product's bits); everything else is ``k``'s."""
+
+    ROWS = 2  # up to this many rows of a: a Gemm on one or two images
+
+    def __init__(self, k) -> None:
+        self._k = k
+
+    def __getattr__(self, name):
+        return getattr(self._k, name)
+
+    def matmul(self, a, b):
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim == 2 \
+                and b.ndim == 2 and a.shape[0] <= self.ROWS:
+            from core import native
+
+            y = native.mm_few_rows(a, b)
+            if y is not None:
+                return y
+        return self._k.matmul(a, b)
+
+
+def gemm_few_rows(ctx, a, *args, **attrs):
+    """The Gemm kernel with its product through :class:`_FewRowsMatmul` (reference mode: the
+    plan's Gemm with a constant B made contiguous once; fc layers on one image, where a packed
+    product read a weight of 10^7-10^8 elements three times per run)."""
+    from core.onnx.ops.math_ops import gemm
+
+    if ctx.k.name == "reference":
+        ctx = dataclasses.replace(ctx, k=_FewRowsMatmul(ctx.k))
+    return gemm(ctx, a, *args, **attrs)
+
+
+class FusedConv:
+    """Conv [BatchNormalization] [Mul -> Add by per-channel constants] [Sum/Add] [Relu] in one
+    C pass (see the module docstring)."""
+
+    def __init__(self, chain: list, affine: _Affine | None = None) -> None:
         self.chain = chain
         self.conv = chain[0]
+        self.affine = affine
         self.bn = next((s for s in chain if s.node.op_type == "BatchNormalization"), None)
-        self.add = next((s for s in chain if s.node.op_type in ("Sum", "Add")), None)
+        self.add = next((s for s in chain if s.node.op_type in ("Sum", "Add")
+                         and (affine is None or s is not affine.add)), None)
         self.relu = any(s.node.op_type == "Relu" for s in chain)
         self.out = chain[-1].node.output[0]
         self.inner = {s.node.output[0] for s in chain[:-1]}  # never materialised
@@ -84,6 +164,8 @@ class FusedConv:
         self.const_names = [cin[1], cin[2] if len(cin) > 2 and cin[2] else None]
         if self.bn is not None:
             self.const_names += list(self.bn.node.input[1:])
+        if affine is not None:
+            self.const_names += [affine.c, affine.d]
         self.x_name = cin[0]
         self._prep: Any = None  # (x shape, dtype, operands, prepared geometry): see _prepare
         self.shuffle: Shuffle | None = None  # the channel shuffle that reads the output
@@ -133,28 +215,25 @@ class FusedConv:
         yshape = (x.shape[0], m, outs[0], outs[1])
         bn = None
         if self.bn is not None:
-            scale, beta, mean, var = ops[2:]
+            scale, beta, mean, var = ops[2:6]
             if not all(isinstance(v, np.ndarray) and v.dtype == dt and v.size == m
                        for v in (scale, beta, mean, var)):
                 return None
-            eps = self.bn.attrs.get("epsilon", 1e-5)
-            with np.errstate(all="ignore"):
-                den = np.sqrt(var + dt.type(eps))  # as batch_norm computes it
-            bn = (mean, den, scale, beta)
+            bn = (mean, _bn_den(self.bn, var, dt), scale, beta)
+        y_like = np.broadcast_to(np.zeros((), dt), yshape)
+        vecs = None
+        if self.affine is not None:
+            vecs = self.affine.vectors(*ops[-2:], y_like)
+            if vecs is None:
+                return None
         made = native.epilogue(dt, m, bias=b, bn=bn, relu=self.relu)
         if made is None:
             return None
-        # the budget's charges for every node of the chain, as the plain run makes them (they
-        # depend on shapes and attributes only)
-        y_like = np.broadcast_to(np.zeros((), dt), yshape)
-        costs = []
-        for s in self.chain:
-            ins = [None if not n else y_like if n in self.inner else env.get(n, y_like)
-                   for n in s.node.input]
-            cost = budget.cost(s.node.op_type, ins, s.attrs, s.opset)
-            if cost is None:
-                return None
-            costs.append(cost)
+        if vecs is not None:
+            self.affine.set(made[0], made[1], vecs)
+        costs = _chain_costs(self.chain, self.inner, env, y_like, budget)
+        if costs is None:
+            return None
         n = x.shape[0]
         if m == group:
             wprep = np.ascontiguousarray(w)
@@ -427,6 +506,78 @@ class ChannelAffine:
             y = native.channel_norm(x, p["zeros"], p["ones"], p["c"], p["d"])
             if y is not None and self.relu:
                 np.copyto(y, p["zero"], where=y <= 0)
+        if y is None:
+            return None  # pragma: no cover - _prepare ran with native code there
+        return _held(budget, y, len(self.chain) - 1, self.chain, sess)
+
+
+class ChannelChain:
+    """BatchNormalization (inference) [-> Mul -> Add by per-channel constants] [-> Relu] in one
+    C pass (``core.native.ep_apply``: a Conv's epilogue on a copy of x, each op its own
+    rounding in the separate ops' order; densenet's BN before each conv)."""
+
+    def __init__(self, chain: list, affine: _Affine | None = None) -> None:
+        self.chain = chain
+        self.bn = chain[0]
+        self.affine = affine
+        self.relu = chain[-1].node.op_type == "Relu"
+        self.out = chain[-1].node.output[0]
+        self.inner = {s.node.output[0] for s in chain[:-1]}
+        self.x_name = self.bn.node.input[0]
+        self.const_names = list(self.bn.node.input[1:]) + \
+            ([affine.c, affine.d] if affine is not None else [])
+        self._prep: Any = None  # (x shape, dtype, operands, prepared) as FusedConv's
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        _fused_or_nodes(self, sess, env, budget, run_sub)
+
+    def _prepare(self, x, ops, env, budget):
+        from core import native
+
+        if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) \
+                or x.ndim < 2 or x.size == 0:
+            return None
+        dt, c = x.dtype, x.shape[1]
+        scale, beta, mean, var = ops[:4]
+        if not all(isinstance(v, np.ndarray) and v.dtype == dt and v.size == c
+                   for v in (scale, beta, mean, var)):
+            return None
+        y_like = np.broadcast_to(np.zeros((), dt), x.shape)
+        vecs = None
+        if self.affine is not None:
+            vecs = self.affine.vectors(*ops[4:], y_like)
+            if vecs is None:
+                return None
+        made = native.epilogue(dt, c, bn=(mean, _bn_den(self.bn, var, dt), scale, beta),
+                               relu=self.relu)
+        if made is None:
+            return None
+        if vecs is not None:
+            self.affine.set(made[0], made[1], vecs)
+        costs = _chain_costs(self.chain, self.inner, env, y_like, budget)
+        if costs is None:
+            return None
+        return dict(ep=made[0], keep=made[1], costs=costs, total=_total(costs))
+
+    def _fused(self, env, budget, sess):
+        from core import native
+
+        try:
+            x = env[self.x_name]
+            ops = tuple([env[n] for n in self.const_names])
+        except KeyError:
+            return None
+        got = self._prep
+        if got is None or got[0] != getattr(x, "shape", None) \
+                or got[1] != getattr(x, "dtype", None) \
+                or not all([p is q for p, q in zip(got[2], ops, strict=True)]):
+            got = self._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), ops,
+                                self._prepare(x, ops, env, budget))
+        p = got[3]
+        if p is None:
+            return None
+        _charge(budget, self.chain, p["costs"], sess, p["total"])
+        y = native.ep_apply(x, p["ep"])  # the Epilogue is read only: shared by every run
         if y is None:
             return None  # pragma: no cover - _prepare ran with native code there
         return _held(budget, y, len(self.chain) - 1, self.chain, sess)

@@ -12,8 +12,10 @@ stays the plain node list (the importer and the GUI read it). What the plan does
   ``ConstantOfShape`` of such an input: 243 of shufflenet's 446 nodes), and remembers which
   inputs it assumed (``guard``): a run that feeds one of them runs the plain node list.
 * **Conv chains in one C pass** (reference mode, native code available; ``core.onnx.fused``):
-  ``Conv`` followed by any of ``BatchNormalization`` (inference), a two-input ``Sum``/``Add``
-  with a same-shape tensor, and ``Relu``, each intermediate read only by the next. The product
+  ``Conv`` followed by any of ``BatchNormalization`` (inference), ``Mul`` -> ``Add`` by
+  per-channel constants (a BN written out as ops: the epilogue's second per-channel stage), a
+  two-input ``Sum``/``Add`` with a same-shape tensor, and ``Relu``, in that order, each
+  intermediate read only by the next. The product
   runs as before (the batched reference matmul, or the direct one-output-per-group kernel) and
   each block of output rows then takes the following ops in order while it is in cache, every
   op still its own rounding with the operands in the node's order (``core.native.epilogue``).
@@ -21,10 +23,14 @@ stays the plain node list (the importer and the GUI read it). What the plan does
 * **Channel shuffles** (Reshape -> Transpose -> Reshape) as one copy of whole runs; after a
   fused chain, its rows are written straight to their shuffled places.
 * **A lone Conv** runs the same C pass (its bias add as the epilogue).
+* **BatchNormalization [-> Mul -> Add by per-channel constants] [-> Relu]** (densenet's BN
+  before each conv) as one C pass: the conv epilogue on a copy of x (``core.native.ep_apply``).
 * **Mul -> Add [-> Relu] by per-channel constants** (densenet's and inception_v2's BN written
   out as ops) as one C pass (``core.native.channel_norm`` with mean 0 and den 1, both exact),
   Relu then in place: each element still takes Mul's rounding, then Add's.
-* **Gemm with a constant B and transB=1**: B transposed (copied) once, not every run.
+* **Gemm with a constant B and transB=1**: B transposed (copied) once, not every run; on one
+  or two rows of A (an fc layer on one image) the product streams B once in memory order
+  (``core.native.mm_few_rows``: the reference product's chains) instead of packing it.
 
 A run may ask for any value: one a fused chain never materialises (``hidden``) makes that run
 use the plain node list. Budget accounting is kept: every original node is still charged
@@ -41,11 +47,19 @@ from typing import Any
 import numpy as np
 
 from core.onnx.errors import OnnxError
-from core.onnx.fused import ChannelAffine, ConstArgs, FusedConv, Shuffle
+from core.onnx.fused import (
+    ChannelAffine,
+    ChannelChain,
+    ConstArgs,
+    FusedConv,
+    Shuffle,
+    _Affine,
+    gemm_few_rows,
+)
 from core.onnx.limits import OnnxCancelled
 
-__all__ = ["NOT_FOLDED", "ChannelAffine", "ConstArgs", "FusedConv", "Plan", "Shuffle", "build",
-           "enabled"]
+__all__ = ["NOT_FOLDED", "ChannelAffine", "ChannelChain", "ConstArgs", "FusedConv", "Plan",
+           "Shuffle", "build", "enabled"]
 
 #: ops never folded: their outputs must be fresh per run (or are random)
 NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -178,7 +192,12 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
                 and st.node.input[1] in constants:
             b = constants[st.node.input[1]]
             if isinstance(b, np.ndarray) and b.ndim == 2:
-                out.append(ConstArgs(st, {1: np.ascontiguousarray(b.T)}, {"transB": 0}))
+                from core.onnx.ops.math_ops import gemm
+
+                # the few-row product only where the node runs the plain Gemm kernel (not a
+                # half-precision wrapper of it)
+                out.append(ConstArgs(st, {1: np.ascontiguousarray(b.T)}, {"transB": 0},
+                                     gemm_few_rows if st.kernel is gemm else None))
                 continue
         if op == "Reshape" and st.node.domain in ("", "ai.onnx") and _single_output(st):
             chain = _shuffle_chain(steps, j, by_input, consumers, used)
@@ -198,6 +217,15 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
                     hidden.add(s_.node.output[0])
                 place[chain[1][-1]] = ChannelAffine(chain[0], chain[2])
                 continue
+        if convs and op == "BatchNormalization" and st.node.domain in ("", "ai.onnx"):
+            chain = _bn_chain(steps, j, by_input, consumers, used, constants)
+            if chain is not None:
+                for nj in chain[1]:
+                    used.add(nj)
+                for s_ in chain[0][:-1]:
+                    hidden.add(s_.node.output[0])
+                place[chain[1][-1]] = ChannelChain(chain[0], chain[2])
+                continue
         if not convs or op != "Conv" or st.node.domain not in ("", "ai.onnx") \
                 or not _single_output(st) or len([i for i in st.node.input if i]) < 2:
             out.append(st)
@@ -205,7 +233,8 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
         chain = [st]
         cur = st.node.output[0]
         k = j
-        stage = 0  # 1: BN taken, 2: Sum taken, 3: Relu taken
+        affine = None
+        stage = 0  # 1: BN taken, 2: Mul -> Add taken, 3: Sum taken, 4: Relu taken
         while consumers.get(cur, 0) == 1 and len(by_input.get(cur, [])) == 1:
             nj = by_input[cur][0]
             if nj <= k or nj in used:
@@ -214,17 +243,24 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
             nop = nxt.node.op_type
             if nxt.node.domain not in ("", "ai.onnx") or not _single_output(nxt):
                 break
-            if nop == "BatchNormalization" and stage < 1 and len(nxt.node.input) == 5 \
-                    and nxt.node.input[0] == cur and all(nxt.node.input) \
-                    and not nxt.attrs.get("training_mode") and nxt.attrs.get("spatial", 1) \
-                    and cur not in nxt.node.input[1:]:
+            if nop == "BatchNormalization" and stage < 1 and _inference_bn(nxt, cur):
                 stage = 1
-            elif nop in ("Sum", "Add") and stage < 2 and len(nxt.node.input) == 2 \
+            elif nop == "Mul" and stage < 2:
+                pair = _affine_pair(steps, nj, cur, by_input, consumers, used, constants)
+                if pair is None:
+                    break
+                affine, aj = pair
+                chain += [nxt, affine.add]
+                hidden.update((cur, nxt.node.output[0]))
+                used.update((nj, aj))
+                cur, k, stage = affine.add.node.output[0], aj, 2
+                continue
+            elif nop in ("Sum", "Add") and stage < 3 and len(nxt.node.input) == 2 \
                     and all(nxt.node.input) and nxt.node.input[0] != nxt.node.input[1] \
                     and not (nop == "Add" and nxt.attrs.get("broadcast")):
-                stage = 2
-            elif nop == "Relu" and stage < 3:
                 stage = 3
+            elif nop == "Relu" and stage < 4:
+                stage = 4
             else:
                 break
             chain.append(nxt)
@@ -232,15 +268,90 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
             used.add(nj)
             cur = nxt.node.output[0]
             k = nj
-            if stage == 3:
+            if stage == 4:
                 break
         # a lone Conv too: its bias add is the C pass's epilogue and its product skips the
         # plain op's per-call work (densenet's 3x3 convs feed a Concat)
         if len(chain) == 1:
             out.append(FusedConv(chain))
             continue
-        place[k] = FusedConv(chain)
+        place[k] = FusedConv(chain, affine)
     return out, hidden
+
+
+def _inference_bn(st, cur: str | None = None) -> bool:
+    """A BatchNormalization the epilogue computes: inference, five inputs, x (``cur``, when
+    given) not among the others."""
+    ins = list(st.node.input)
+    return len(ins) == 5 and all(ins) and (cur is None or ins[0] == cur) \
+        and ins[0] not in ins[1:] and not st.attrs.get("training_mode") \
+        and bool(st.attrs.get("spatial", 1))
+
+
+def _affine_pair(steps, mj, cur, by_input, consumers, used, constants):
+    """(the _Affine, the Add's index) when step mj is a Mul of ``cur`` by a constant whose only
+    reader is an Add of a constant (a BN written out as ops), else None."""
+    mul = steps[mj]
+    c = _const_operand(mul, cur, constants)
+    if c is None or not _single_output(mul):
+        return None
+    mo = mul.node.output[0]
+    if consumers.get(mo, 0) != 1 or len(by_input.get(mo, [])) != 1:
+        return None
+    aj = by_input[mo][0]
+    add = steps[aj]
+    if aj <= mj or aj in used or add.node.op_type != "Add" or not _single_output(add) \
+            or add.node.domain not in ("", "ai.onnx"):
+        return None
+    d = _const_operand(add, mo, constants)
+    return None if d is None else (_Affine(mul, add, c, d), aj)
+
+
+def _const_operand(st, cur, constants):
+    """The name of ``st``'s constant operand when its two inputs are ``cur`` and an ndarray
+    constant (and no old-style broadcast attribute), else None."""
+    ins = list(st.node.input)
+    if len(ins) != 2 or not all(ins) or st.attrs.get("broadcast") or cur not in ins:
+        return None
+    other = ins[1] if ins[0] == cur else ins[0]
+    if other == cur or other not in constants or not isinstance(constants[other], np.ndarray):
+        return None
+    return other
+
+
+def _bn_chain(steps, j, by_input, consumers, used, constants):
+    """BatchNormalization [-> Mul -> Add by constants] [-> Relu] from step j, each
+    intermediate read once, with at least one op after the BN: (the steps, their indices after
+    j, the _Affine or None), or None."""
+    st = steps[j]
+    if not _inference_bn(st) or not _single_output(st):
+        return None
+    chain, idx, affine = [st], [], None
+    cur = st.node.output[0]
+
+    def reader():
+        if consumers.get(cur, 0) != 1 or len(by_input.get(cur, [])) != 1:
+            return None
+        nj = by_input[cur][0]
+        nxt = steps[nj]
+        if nj <= (idx[-1] if idx else j) or nj in used or not _single_output(nxt) \
+                or nxt.node.domain not in ("", "ai.onnx"):
+            return None
+        return nj
+
+    nj = reader()
+    if nj is not None and steps[nj].node.op_type == "Mul":
+        pair = _affine_pair(steps, nj, cur, by_input, consumers, used, constants)
+        if pair is not None:
+            affine, aj = pair
+            chain += [steps[nj], affine.add]
+            idx += [nj, aj]
+            cur = affine.add.node.output[0]
+            nj = reader()
+    if nj is not None and steps[nj].node.op_type == "Relu":
+        chain.append(steps[nj])
+        idx.append(nj)
+    return (chain, idx, affine) if idx else None
 
 
 def _affine_chain(steps, j, by_input, consumers, used, constants):

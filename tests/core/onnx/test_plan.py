@@ -422,9 +422,14 @@ def test_per_channel_mul_add_relu_equals_the_separate_ops_bit_for_bit(case):
 
     m, inputs = _affine_model(*case)
     planned, plain = Session(m), Session(m, plan=False)
-    aff = [st for st in planned.plan().steps if isinstance(st, ChannelAffine)]
-    assert len(aff) == 1 and len(aff[0].chain) == (3 if case[3] else 2)
+    if case[5]:  # after Conv -> BN: the epilogue's second per-channel stage, one entry
+        entry = [st for st in planned.plan().steps if isinstance(st, FusedConv)]
+        assert len(entry) == 1 and len(entry[0].chain) == (5 if case[3] else 4)
+    else:
+        entry = [st for st in planned.plan().steps if isinstance(st, ChannelAffine)]
+        assert len(entry) == 1 and len(entry[0].chain) == (3 if case[3] else 2)
     assert _same_bits(planned, plain, inputs) >= 2
+    assert entry[0]._prep[-1] is not None  # the C pass took it
     y = planned.run(inputs)["y" if case[3] else "a0"]
     assert np.isnan(y).any() and np.isfinite(y).any()  # the specials went through
     assert not (case[3] and (np.signbit(y) & (y == 0)).any())  # Relu made -0.0 +0.0
