@@ -407,6 +407,7 @@ static void mm_rows_f32(const float *a, const float *b, float *c, long long i0,
  * the same tiles, chains and epilogue as MM_ROWS over it, so the same bits. */
 typedef struct {
     long long c, g, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw; /* c: all input channels */
+    int shift; /* try conv_shift (below) first */
 } conv_t;
 
 /* dst[0, L) = row kk of the image's im2col matrix, columns [j0, j0 + L): output row by
@@ -482,11 +483,146 @@ CV_LINE_FN(float, cv_line_f32)
 #define ROWS_PACK_WIDE(T, W) CV_PACK_WIDE(T, W)
 #define ROWS_PREFETCH(T, W) /* the image is small and read in runs: nothing to ask for */
 
+/* The shifted conv: no packed matrix at all. The group's input channels are copied once into
+ * zero-padded phase planes (as the direct conv above does: P[ci][a][b][R][S] =
+ * xpad[R*sh + a][S*sw + b]), so row kk = (ci, u, v) of the im2col matrix, over the output grid
+ * widened to Wq columns (R*Wq + S), is the contiguous run P + toff[kk] + (R*Wq + S): the tile
+ * loads its b vectors straight from there, k-step by k-step. Outputs with S >= ow are values
+ * nobody keeps (the Wq - ow extra columns of each output row); each kept output's chain is
+ * the same acc = 0; acc = acc + w*x over kk in order, the padding's +0.0 included, so the bits
+ * of im2col + MM_ROWS. Rows MC at a time (a stays in L2), columns NB at a time into a block
+ * buffer; each finished block is copied to its outputs and the epilogue takes them there. */
+#define CV_SHIFT_TILE(T, V, R)                                                          \
+    {                                                                                   \
+        V acc[R][MM_Q];                                                                 \
+        const long long lanes = (long long)(sizeof(V) / sizeof(T));                     \
+        T *cb = cbuf + (i - ib) * NB + (j - jc);                                        \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < MM_Q; ++q) {                                            \
+                if (k0 == 0) {                                                          \
+                    V z = {0};                                                          \
+                    acc[r][q] = z;                                                      \
+                } else {                                                                \
+                    acc[r][q] = *(const V *)(cb + r * NB + q * lanes);                  \
+                }                                                                       \
+            }                                                                           \
+        for (long long kk = k0; kk < k1; ++kk) {                                        \
+            const V *bk = (const V *)(bj + toff[kk]);                                   \
+            V bq[MM_Q];                                                                 \
+            for (int q = 0; q < MM_Q; ++q) bq[q] = bk[q];                               \
+            for (int r = 0; r < R; ++r) {                                               \
+                const T x = a[(i + r) * k + kk];                                        \
+                for (int q = 0; q < MM_Q; ++q) {                                        \
+                    V p = x * bq[q];                                                    \
+                    acc[r][q] = acc[r][q] + p;                                          \
+                }                                                                       \
+            }                                                                           \
+        }                                                                               \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < MM_Q; ++q) *(V *)(cb + r * NB + q * lanes) = acc[r][q]; \
+    }
+#define CV_SHIFT(T, V, JB, EPC)                                                         \
+    const long long NB = NCW * JB;                                                      \
+    const long long cgc = cv->c / cv->g, sh = cv->sh, sw = cv->sw, h = cv->h, wd = cv->w; \
+    const long long oh = cv->oh, ow = cv->ow, n = oh * ow;                              \
+    const long long hq = oh + ((cv->kh - 1) * cv->dh) / sh;                             \
+    const long long wq = ow + ((cv->kw - 1) * cv->dw) / sw;                             \
+    const long long pl = hq * wq + wq + JB, np = oh * wq;                               \
+    T *P = (T *)calloc((size_t)(cgc * sh * sw * pl), sizeof(T));                        \
+    long long *toff = (long long *)malloc((size_t)(k > 0 ? k : 1) * sizeof(long long)); \
+    T *cbuf = (T *)c_buf;                                                               \
+    if (!P || !toff) {                                                                  \
+        free(P);                                                                        \
+        free(toff);                                                                     \
+        return 0;                                                                       \
+    }                                                                                   \
+    for (long long ci = 0; ci < cgc; ++ci)                                              \
+        for (long long u = 0; u < cv->kh; ++u)                                          \
+            for (long long v = 0; v < cv->kw; ++v)                                      \
+                toff[(ci * cv->kh + u) * cv->kw + v] =                                  \
+                    ((ci * sh + (u * cv->dh) % sh) * sw + (v * cv->dw) % sw) * pl +     \
+                    ((u * cv->dh) / sh) * wq + (v * cv->dw) / sw;                       \
+    for (long long ci = 0; ci < cgc; ++ci) {                                            \
+        const T *xc = x + ci * h * wd;                                                  \
+        for (long long pa = 0; pa < sh; ++pa)                                           \
+            for (long long pb = 0; pb < sw; ++pb) {                                     \
+                T *pp = P + ((ci * sh + pa) * sw + pb) * pl;                            \
+                /* S in [lo, hi): 0 <= S*sw + pb - pw < wd */                          \
+                long long lo = cv->pw - pb <= 0 ? 0 : (cv->pw - pb + sw - 1) / sw;      \
+                long long hi = wd + cv->pw - pb <= 0 ? 0 : (wd + cv->pw - pb + sw - 1) / sw; \
+                if (hi > wq) hi = wq;                                                   \
+                if (lo > hi) lo = hi;                                                   \
+                for (long long R = 0; R < hq; ++R) {                                    \
+                    long long iy = R * sh + pa - cv->ph;                                \
+                    if (iy < 0 || iy >= h) continue;                                    \
+                    const T *xr = xc + iy * wd + pb - cv->pw;                           \
+                    T *prow = pp + R * wq;                                              \
+                    if (sw == 1)                                                        \
+                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S];            \
+                    else                                                                \
+                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];       \
+                }                                                                       \
+            }                                                                           \
+    }                                                                                   \
+    for (long long ib = i0, ie; ib < i1; ib = ie) {                                     \
+        ie = ib + MC < i1 ? ib + MC : i1;                                               \
+        for (long long jc = 0, jce; jc < np; jc = jce) {                                \
+            jce = jc + NB < np ? jc + NB : np;                                          \
+            for (long long k0 = 0, k1; k0 < k || (k == 0 && k0 == 0); k0 += KC) {       \
+                k1 = k0 + KC < k ? k0 + KC : k;                                         \
+                for (long long j = jc; j < jce; j += JB) {                              \
+                    const T *bj = P + j;                                                \
+                    long long i = ib;                                                   \
+                    for (; i + 6 <= ie; i += 6) CV_SHIFT_TILE(T, V, 6)                  \
+                    for (; i + 4 <= ie; i += 4) CV_SHIFT_TILE(T, V, 4)                  \
+                    for (; i + 2 <= ie; i += 2) CV_SHIFT_TILE(T, V, 2)                  \
+                    for (; i < ie; ++i) CV_SHIFT_TILE(T, V, 1)                          \
+                }                                                                       \
+                if (k == 0) break;                                                      \
+            }                                                                           \
+            /* the block's kept columns (S < ow) to their outputs: one run per row */   \
+            for (long long jr = jc; jr < jce;) {                                        \
+                const long long R = jr / wq, S = jr % wq;                               \
+                const long long re = (R + 1) * wq < jce ? (R + 1) * wq : jce;           \
+                const long long se = re - R * wq < ow ? re - R * wq : ow;               \
+                for (long long i = ib; i < ie; ++i)                                     \
+                    for (long long s = S; s < se; ++s)                                  \
+                        c[i * n + R * ow + s] = cbuf[(i - ib) * NB + R * wq + s - jc];  \
+                jr = re;                                                                \
+            }                                                                           \
+            if (E) {                                                                    \
+                const long long f0 = (jc / wq) * ow + (jc % wq < ow ? jc % wq : ow);    \
+                const long long f1 = (jce / wq) * ow + (jce % wq < ow ? jce % wq : ow); \
+                EPC(E, c + ib * n, res ? res + (ib - i0) * n : NULL, img, ch0 + (ib - i0), \
+                    ie - ib, n, f0, f1);                                                \
+            }                                                                           \
+        }                                                                               \
+    }                                                                                   \
+    free(toff);                                                                         \
+    free(P);                                                                            \
+    return 1;
+
+/* the shifted conv's block buffer (MC rows x NB columns), one per thread */
+static __thread double c_buf[MC * NCW * JB64] __attribute__((aligned(64)));
+
+static int conv_shift_f64(const double *a, const double *x, double *c, long long i0, long long i1,
+                          long long k, const conv_t *cv, const ep_t *E, const double *res,
+                          long long img, long long ch0) {
+    CV_SHIFT(double, vmf64, JB64, ep_cols_f64)
+}
+
+static int conv_shift_f32(const float *a, const float *x, float *c, long long i0, long long i1,
+                          long long k, const conv_t *cv, const ep_t *E, const float *res,
+                          long long img, long long ch0) {
+    CV_SHIFT(float, vmf32, JB32, ep_cols_f32)
+}
+
 /* rows [i0, i1) of one (image, group)'s product: a is its weights (k = cg*kh*kw to a row),
  * b its first input channel's plane */
 static void mm_rows_cv_f64(const double *a, const double *b, double *c, long long i0,
                            long long i1, long long k, long long n, const conv_t *cv,
                            const ep_t *E, const double *res, long long img, long long ch0) {
+    if (cv->shift && conv_shift_f64(a, b, c, i0, i1, k, cv, E, res, img, ch0)) return;
     const long long sar = k, sac = 1;
 #define CV_LINE_T cv_line_f64
     MM_ROWS(double, vmf64, JB64, JS64, ep_cols_f64)
@@ -496,6 +632,7 @@ static void mm_rows_cv_f64(const double *a, const double *b, double *c, long lon
 static void mm_rows_cv_f32(const float *a, const float *b, float *c, long long i0,
                            long long i1, long long k, long long n, const conv_t *cv,
                            const ep_t *E, const float *res, long long img, long long ch0) {
+    if (cv->shift && conv_shift_f32(a, b, c, i0, i1, k, cv, E, res, img, ch0)) return;
     const long long sar = k, sac = 1;
 #define CV_LINE_T cv_line_f32
     MM_ROWS(float, vmf32, JB32, JS32, ep_cols_f32)
@@ -880,9 +1017,20 @@ void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, lo
  * (nb, c, h, wd), wt (g, m/g, (c/g)*kh*kw) contiguous, out (nb, m, oh, ow); ep as for
  * ts_bmm_ep with ep->groups == g. The bits of ts_im2col followed by ts_bmm_ep. Strides and
  * dilations >= 1 (the caller checks). */
+/* The shifted conv (no pack) when the pack would be shared by few rows (m / g <= 64: the
+ * pack's cost per element of b is that of ~16-32 rows' multiply-adds), the widened grid adds
+ * at most 1/16 of the columns, and every phase plane is read (kh >= sh, kw >= sw: a strided
+ * 1x1 conv would copy four times the image it reads). Measured per shape (docs/benchmarks.md,
+ * session 9): 0.8-0.9x the time of the packed conv on those, 1.0-1.5x outside them. */
+#ifndef CV_SHIFT_ON
+#define CV_SHIFT_ON 1
+#endif
+#define CV_SHIFT_WHEN(mg)                                                               \
+    (CV_SHIFT_ON && (mg) <= 64 && kh >= sh && kw >= sw &&                               \
+     16 * (((kw - 1) * dw) / sw) <= ow)
 #define CONV_EP(F32)                                                                    \
     const long long mg = m / g, k = (c / g) * kh * kw;                                  \
-    const conv_t cv = {c, g, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw};            \
+    const conv_t cv = {c, g, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, CV_SHIFT_WHEN(mg)}; \
     if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && oh == h && ow == wd) \
         /* a 1x1 conv's image is its own column matrix: the plain product over it */     \
         bmm_cv(wt, x, out, nb * g, mg, k, oh * ow, mg * k, k * h * wd, k, 1, oh * ow, 1, threads, \
