@@ -5,7 +5,9 @@ sources, headers, flags, compiler and CPU, written atomically, verified by sha25
 a corrupt entry rebuilt):
 
 * ``refkernels.c`` (ctypes): the reference-order matmul (register tiles, threads over blocks of
-  whole output rows), its batched form, im2col and a direct conv for one-output-channel groups,
+  whole output rows), its batched form, im2col, the conv product without the im2col matrix
+  (``conv2d``: panels packed from the image, or read from its padded phase planes), a direct
+  conv for one-output-channel groups,
   serial column sums (``serial_sum``) and Adam's update -- each the same roundings in the same
   order as its numpy spelling in core, which the tests hold it to bit for bit;
 * ``refmath_host.c`` (ctypes) and ``refmath_py.c`` (a CPython extension, where ``Python.h`` is
