@@ -11,6 +11,14 @@
  * depend on the thread count (deterministic by construction; tests/core/test_native.py checks).
  * The threads are a persistent pool (pool_run below), created once and reused by every product
  * and Adam update; the blocks are claimed from a shared counter, never split inside.
+ *
+ * Convolutions (ts_conv_ep): the product w @ im2col(x) without the im2col matrix. MM_ROWS reads
+ * b only through ROWS_GET / ROWS_LINE / ROWS_PACK / ROWS_PACK_WIDE, so the same loops either
+ * pack b from a matrix (the plain products) or build each packed row straight from the image
+ * (mm_rows_cv: zero padding, strides, dilations); with few rows per group the shifted conv
+ * (conv_shift) packs nothing and reads b's vectors from zero-padded phase planes of the image
+ * over a widened output grid. A packing or layout changes which values sit where, never a
+ * chain: every output is still acc = 0; acc = acc + w*x over (c, kh, kw) in order.
  */
 #define _GNU_SOURCE /* clock_gettime, pthread_atfork, getpid under -std=c99 */
 #include <pthread.h>
