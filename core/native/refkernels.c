@@ -536,6 +536,10 @@ CV_LINE_FN(float, cv_line_f32)
     const long long hq = oh + ((cv->kh - 1) * cv->dh) / sh;                             \
     const long long wq = ow + ((cv->kw - 1) * cv->dw) / sw;                             \
     const long long pl = hq * wq + wq + JB, np = oh * wq;                               \
+    /* k-blocks of equal size up to CV_KC (nothing is packed, so a block is bounded only by \
+     * the b lines a panel touches staying in L1): no short last block whose tiles store \
+     * and reload their accumulators for a few k-steps (k = 144 = 128 + 16) */         \
+    const long long nkb = (k + CV_KC - 1) / CV_KC, kc = nkb > 0 ? (k + nkb - 1) / nkb : 1; \
     T *P = (T *)calloc((size_t)(cgc * sh * sw * pl), sizeof(T));                        \
     long long *toff = (long long *)malloc((size_t)(k > 0 ? k : 1) * sizeof(long long)); \
     T *cbuf = (T *)c_buf;                                                               \
@@ -576,8 +580,8 @@ CV_LINE_FN(float, cv_line_f32)
         ie = ib + MC < i1 ? ib + MC : i1;                                               \
         for (long long jc = 0, jce; jc < np; jc = jce) {                                \
             jce = jc + NB < np ? jc + NB : np;                                          \
-            for (long long k0 = 0, k1; k0 < k || (k == 0 && k0 == 0); k0 += KC) {       \
-                k1 = k0 + KC < k ? k0 + KC : k;                                         \
+            for (long long k0 = 0, k1; k0 < k || (k == 0 && k0 == 0); k0 += kc) {       \
+                k1 = k0 + kc < k ? k0 + kc : k;                                         \
                 for (long long j = jc; j < jce; j += JB) {                              \
                     const T *bj = P + j;                                                \
                     long long i = ib;                                                   \
@@ -610,6 +614,9 @@ CV_LINE_FN(float, cv_line_f32)
     free(P);                                                                            \
     return 1;
 
+#ifndef CV_KC
+#define CV_KC 256
+#endif
 /* the shifted conv's block buffer (MC rows x NB columns), one per thread */
 static __thread double c_buf[MC * NCW * JB64] __attribute__((aligned(64)));
 

@@ -24,6 +24,7 @@ SHAPES = [
     (1, 3, 3, 3, 2, 1, (5, 5), (1, 1), (1, 1), ((3, 3), (3, 3))),
     (2, 16, 20, 50, 12, 4, (3, 3), (1, 2), (2, 1), ((1, 0), (0, 1))),
     (1, 16, 18, 37, 13, 1, (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1))),
+    (1, 60, 8, 40, 8, 1, (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1))),
 ]
 
 
@@ -85,7 +86,7 @@ def test_conv2d_epilogue_equals_the_separate_ops(dtype):
     if native.library() is None:
         pytest.skip("no C compiler here")
     rng = np.random.default_rng(32)
-    for nb, c, h, wd, m, g, k, st, dil, pad in (SHAPES[3], SHAPES[7], SHAPES[9], SHAPES[10]):
+    for nb, c, h, wd, m, g, k, st, dil, pad in (SHAPES[3], SHAPES[7], SHAPES[9], SHAPES[11]):
         x = _spread(rng, (nb, c, h, wd), dtype)
         w = _spread(rng, (m, c // g) + k, dtype)
         prod, outs = _old(x, w, st, dil, pad, g)
