@@ -533,6 +533,15 @@ CV_LINE_FN(float, cv_line_f32)
     const long long NB = NCW * JB;                                                      \
     const long long cgc = cv->c / cv->g, sh = cv->sh, sw = cv->sw, h = cv->h, wd = cv->w; \
     const long long oh = cv->oh, ow = cv->ow, n = oh * ow;                              \
+    /* the phase planes are sized by the dilated window, not by the arrays: a model's huge \
+     * dilation or padding would make them far larger than the image and the output   \
+     * together; then (checked in doubles, before any product can overflow) the packed \
+     * conv runs instead */                                                             \
+    if ((double)sh * (double)sw *                                                       \
+            ((double)oh + (double)(cv->kh - 1) * (double)cv->dh / (double)sh + 1.0) *   \
+            ((double)ow + (double)(cv->kw - 1) * (double)cv->dw / (double)sw + 1.0) >   \
+        4.0 * ((double)h * (double)wd + (double)n) + 4096.0)                            \
+        return 0;                                                                       \
     const long long hq = oh + ((cv->kh - 1) * cv->dh) / sh;                             \
     const long long wq = ow + ((cv->kw - 1) * cv->dw) / sw;                             \
     const long long pl = hq * wq + wq + JB, np = oh * wq;                               \
