@@ -5,7 +5,9 @@ sources, headers, flags, compiler and CPU, written atomically, verified by sha25
 a corrupt entry rebuilt):
 
 * ``refkernels.c`` (ctypes): the reference-order matmul (register tiles, threads over blocks of
-  whole output rows), its batched form, im2col and a direct conv for one-output-channel groups,
+  whole output rows), its batched form, im2col, the conv product without the im2col matrix
+  (``conv2d``: panels packed from the image, or read from its padded phase planes), a direct
+  conv for one-output-channel groups,
   serial column sums (``serial_sum``) and Adam's update -- each the same roundings in the same
   order as its numpy spelling in core, which the tests hold it to bit for bit;
 * ``refmath_host.c`` (ctypes) and ``refmath_py.c`` (a CPython extension, where ``Python.h`` is
@@ -154,6 +156,10 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_bmm_ep_f64", "ts_bmm_ep_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int,
                                        ctypes.POINTER(Epilogue)]
+        getattr(lib, name).restype = None
+    for name in ("ts_conv_ep_f64", "ts_conv_ep_f32"):
+        getattr(lib, name).argtypes = [p, p, p] + [ll] * 16 + [ctypes.c_int,
+                                                               ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
     for name in REFMATH:
         for sfx in ("", "f"):
@@ -485,6 +491,40 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
     fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, bsz, m, k, n, sa, sb, threads(),
        ctypes.byref(e))
     return c
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: int,
+           ep=None) -> np.ndarray | None:
+    """A 2-D convolution (no bias) with the bits of ``im2col`` + ``bmm_ep``, the im2col matrix
+    never built: the product's panels are packed straight from ``x`` (implicit GEMM), or None
+    (no native code, a dtype or geometry it does not take).
+
+    ``w`` is (M, C/G, kh, kw); ``padw`` = ((top, bottom), (left, right)) as in
+    ``core.ops.nn.im2col``, ``outs`` = (oh, ow); ``ep`` (from :func:`epilogue`) as for
+    :func:`bmm_ep`. The result is (N, M, oh, ow)."""
+    lib = library()
+    if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4 \
+            or len(strides) != 2 or min(strides) < 1 or min(dilations) < 1:
+        return None
+    nb, c, h, wd = x.shape
+    m = w.shape[0]
+    if group < 1 or c % group or m % group or w.shape[1] * group != c:
+        return None
+    (kh, kw), (oh, ow) = w.shape[2:], outs
+    if ep is not None and ep.res and nb * m * oh * ow == 0:
+        return None
+    x = np.ascontiguousarray(x)
+    w = np.ascontiguousarray(w)
+    out = np.empty((nb, m, oh, ow), dtype=x.dtype)
+    if out.size == 0:
+        return out
+    e = ep if ep is not None else Epilogue(groups=1)
+    e.groups = group
+    fn = lib.ts_conv_ep_f64 if x.dtype == np.float64 else lib.ts_conv_ep_f32
+    fn(x.ctypes.data, w.ctypes.data, out.ctypes.data, nb, c, h, wd, group, m, kh, kw, oh, ow,
+       strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1], threads(),
+       ctypes.byref(e))
+    return out
 
 
 def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides, dilations,

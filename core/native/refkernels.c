@@ -11,6 +11,14 @@
  * depend on the thread count (deterministic by construction; tests/core/test_native.py checks).
  * The threads are a persistent pool (pool_run below), created once and reused by every product
  * and Adam update; the blocks are claimed from a shared counter, never split inside.
+ *
+ * Convolutions (ts_conv_ep): the product w @ im2col(x) without the im2col matrix. MM_ROWS reads
+ * b only through ROWS_GET / ROWS_LINE / ROWS_PACK / ROWS_PACK_WIDE, so the same loops either
+ * pack b from a matrix (the plain products) or build each packed row straight from the image
+ * (mm_rows_cv: zero padding, strides, dilations); with few rows per group the shifted conv
+ * (conv_shift) packs nothing and reads b's vectors from zero-padded phase planes of the image
+ * over a widened output grid. A packing or layout changes which values sit where, never a
+ * chain: every output is still acc = 0; acc = acc + w*x over (c, kh, kw) in order.
  */
 #define _GNU_SOURCE /* clock_gettime, pthread_atfork, getpid under -std=c99 */
 #include <pthread.h>
@@ -172,9 +180,8 @@ typedef v4f64 vmf64;
         for (long long jj = J0; jj < n; ++jj) ci[jj] = (T)0;                            \
         for (long long kk = 0; kk < k; ++kk) {                                          \
             const T aik = a[(i + r) * sar + kk * sac];                                  \
-            const T *bk = b + kk * sbr;                                                 \
             for (long long jj = J0; jj < n; ++jj) {                                     \
-                T p = aik * bk[jj * sbc];                                               \
+                T p = aik * ROWS_GET(kk, jj);                                           \
                 ci[jj] = ci[jj] + p;                                                    \
             }                                                                           \
         }                                                                               \
@@ -242,8 +249,7 @@ typedef v4f64 vmf64;
         pack = (T *)malloc((size_t)k * JS * sizeof(T));                                 \
         if (pack)                                                                       \
             for (long long kk = 0; kk < k; ++kk)                                        \
-                for (long long jj = 0; jj < JS; ++jj)                                   \
-                    pack[kk * JS + jj] = jmid + jj < n ? b[kk * sbr + (jmid + jj) * sbc] : (T)0; \
+                ROWS_LINE(T, kk, jmid, n - jmid, pack + kk * JS, JS)                    \
     }                                                                                   \
     /* column blocks outside, k-blocks inside: a block's columns are finished (every     \
      * k-block done) before the next block starts, so the epilogue (E) takes them while \
@@ -256,8 +262,8 @@ typedef v4f64 vmf64;
              * their rows are n apart, and at n of a multiple of 1 KiB they fall in a   \
              * few L1 sets and evict each other every k-step (measured 3-4x slower) */  \
             if (wide) {                                                                 \
-                MM_PACK_WIDE(T, JB)                                                     \
-                MM_PREFETCH_NEXT(T, JB)                                                 \
+                ROWS_PACK_WIDE(T, JB)                                                   \
+                ROWS_PREFETCH(T, JB)                                                    \
             }                                                                           \
             /* rows MC at a time across the packed panels: those rows of a stay in L2   \
              * (a product of 1000 rows re-read all of a from L3 for every panel) */     \
@@ -265,7 +271,7 @@ typedef v4f64 vmf64;
                 ie = wide && ib + MC < i1 ? ib + MC : i1;                               \
                 for (j = jc; j < jce; j += JB) {                                        \
                     T *bp = wide ? wide + (j - jc) * KC : bpk;                          \
-                    if (!wide) { MM_PACK(JB) }                                          \
+                    if (!wide) { ROWS_PACK(JB) }                                          \
                     for (i = ib; i + 6 <= ie; i += 6) MM_TILE4(T, V, 6, bp, JB)         \
                     for (; i + 4 <= ie; i += 4) MM_TILE4(T, V, 4, bp, JB)               \
                     for (; i + 2 <= ie; i += 2) MM_TILE4(T, V, 2, bp, JB)               \
@@ -279,7 +285,7 @@ typedef v4f64 vmf64;
     for (j = jfull; j < jmid; j += JS)                                                  \
         for (k0 = 0; k0 < k || (k == 0 && k0 == 0); k0 += KC) {                        \
             k1 = k0 + KC < k ? k0 + KC : k;                                             \
-            MM_PACK(JS)                                                                 \
+            ROWS_PACK(JS)                                                               \
             for (i = i0; i + 8 <= i1; i += 8) MM_TILEV(T, V, 8, JS, bpk, JS, JS, k0)    \
             for (; i + 4 <= i1; i += 4) MM_TILEV(T, V, 4, JS, bpk, JS, JS, k0)          \
             for (; i + 2 <= i1; i += 2) MM_TILEV(T, V, 2, JS, bpk, JS, JS, k0)          \
@@ -439,6 +445,14 @@ static __thread double wide_buf[KC * NCW * JB32 / 2] __attribute__((aligned(64))
  * read in place, no copy first); c is contiguous */
 /* E (or NULL): the epilogue, taken by rows [i0, i1) as each block of their columns is done;
  * res is the residual's row i0, img and ch0 as for ep_rows */
+/* MM_ROWS reads b through these: the plain products from b itself (its strides) */
+#define ROWS_GET(kk, jj) b[(kk) * sbr + (jj) * sbc]
+/* dst[0, W) = b[kk][j0, j0 + L) and +0.0 past L */
+#define ROWS_LINE(T, kk, j0, L, dst, W)                                                 \
+    for (long long jj = 0; jj < (W); ++jj) (dst)[jj] = jj < (L) ? ROWS_GET(kk, (j0) + jj) : (T)0;
+#define ROWS_PACK(W) MM_PACK(W)
+#define ROWS_PACK_WIDE(T, W) MM_PACK_WIDE(T, W)
+#define ROWS_PREFETCH(T, W) MM_PREFETCH_NEXT(T, W)
 static void mm_rows_f64(const double *a, const double *b, double *c, long long i0,
                         long long i1, long long k, long long n, long long sar, long long sac,
                         long long sbr, long long sbc, const ep_t *E, const double *res,
@@ -452,6 +466,273 @@ static void mm_rows_f32(const float *a, const float *b, float *c, long long i0,
                         long long img, long long ch0) {
     MM_ROWS(float, vmf32, JB32, JS32, ep_cols_f32)
 }
+#undef ROWS_GET
+#undef ROWS_LINE
+#undef ROWS_PACK
+#undef ROWS_PACK_WIDE
+#undef ROWS_PREFETCH
+
+/* An implicit-GEMM convolution: the product w @ im2col(x) of one (image, group), with the
+ * panels of the im2col matrix packed straight from the image x (zero padding, strides,
+ * dilations), so that matrix never exists in memory (written by im2col, read again by the
+ * pack, megabytes each way: the small-m conv products' cost). b[kk][jj] is
+ * x[ci][r*sh + u*dh - ph][s*sw + v*dw - pw] for kk = (ci, u, v) and jj = (r, s) in row-major
+ * order, +0.0 outside the image: the same matrix, element for element, as ts_im2col's, and
+ * the same tiles, chains and epilogue as MM_ROWS over it, so the same bits. */
+typedef struct {
+    long long c, g, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw; /* c: all input channels */
+    int shift; /* try conv_shift (below) first */
+} conv_t;
+
+/* dst[0, L) = row kk of the image's im2col matrix, columns [j0, j0 + L): output row by
+ * output row, a run of contiguous input for stride 1 and +0.0 where the window is off the
+ * image; a copy, so exact */
+#define CV_LINE_FN(T, NAME)                                                             \
+    static inline void NAME(const conv_t *cv, const T *xq, long long kk, long long j0,  \
+                            long long L, T *dst) {                                      \
+        const long long khw = cv->kh * cv->kw, rem = kk % khw, ow = cv->ow, sw = cv->sw;    \
+        const long long offy = (rem / cv->kw) * cv->dh - cv->ph;                        \
+        const long long offx = (rem % cv->kw) * cv->dw - cv->pw;                        \
+        const T *xc = xq + (kk / khw) * cv->h * cv->w;                                  \
+        /* s in [lo, hi) reads inside the row: 0 <= s*sw + offx < w */                  \
+        long long lo = offx >= 0 ? 0 : (-offx + sw - 1) / sw;                           \
+        long long hi = cv->w - offx <= 0 ? 0 : (cv->w - offx + sw - 1) / sw;            \
+        if (hi > ow) hi = ow;                                                           \
+        if (lo > hi) lo = hi;                                                           \
+        long long t = 0, r = j0 / ow, s0 = j0 % ow;                                     \
+        while (t < L) {                                                                 \
+            const long long e = s0 + (L - t) < ow ? s0 + (L - t) : ow;                  \
+            const long long iy = r * cv->sh + offy;                                     \
+            T *ln = dst + t - s0; /* ln[s], s in [s0, e) */                             \
+            if (iy < 0 || iy >= cv->h) {                                                \
+                for (long long s = s0; s < e; ++s) ln[s] = (T)0;                        \
+            } else {                                                                    \
+                const T *xr = xc + iy * cv->w + offx;                                   \
+                /* [s0, a0) off the left edge, [a0, a1) inside, [z, e) off the right */ \
+                const long long a0 = s0 > lo ? s0 : (lo < e ? lo : e);                  \
+                const long long a1 = e < hi ? e : hi, z = a1 > a0 ? a1 : a0;            \
+                for (long long s = s0; s < a0; ++s) ln[s] = (T)0;                       \
+                if (sw == 1)                                                            \
+                    for (long long s = a0; s < a1; ++s) ln[s] = xr[s];                  \
+                else                                                                    \
+                    for (long long s = a0; s < a1; ++s) ln[s] = xr[s * sw];             \
+                for (long long s = z; s < e; ++s) ln[s] = (T)0;                         \
+            }                                                                           \
+            t += e - s0;                                                                \
+            s0 = 0;                                                                     \
+            ++r;                                                                        \
+        }                                                                               \
+    }
+CV_LINE_FN(double, cv_line_f64)
+CV_LINE_FN(float, cv_line_f32)
+#define CV_LINE(T, kk, j0, L, dst, W)                                                   \
+    {                                                                                   \
+        CV_LINE_T(cv, b, kk, j0, L, dst);                                               \
+        for (long long jj = (L); jj < (W); ++jj) (dst)[jj] = (T)0;                      \
+    }
+/* the element of the im2col matrix (MM_TAIL, without memory for a tail pack) */
+#define CV_GET(kk, jj)                                                                  \
+    ({                                                                                  \
+        __typeof__(*b + 0) v_;                                                          \
+        CV_LINE_T(cv, b, kk, jj, 1, &v_);                                               \
+        v_;                                                                             \
+    })
+#define CV_PACK(W)                                                                      \
+    for (long long kk = k0; kk < k1; ++kk) CV_LINE_T(cv, b, kk, j, (W), bpk + (kk - k0) * (W));
+/* row kk of the block [jc, jce) built in `line`, then dealt out to the block's KC x W
+ * panels as MM_PACK_WIDE does */
+#define CV_PACK_WIDE(T, W)                                                              \
+    {                                                                                   \
+        T line[256] __attribute__((aligned(64)));                                       \
+        for (long long kk = k0; kk < k1; ++kk) {                                        \
+            CV_LINE_T(cv, b, kk, jc, jce - jc, line);                                   \
+            T *wk_ = wide + (kk - k0) * (W);                                            \
+            for (long long p_ = 0; p_ < (jce - jc) / (W); ++p_)                         \
+                for (int jj = 0; jj < (W); ++jj) wk_[p_ * KC * (W) + jj] = line[p_ * (W) + jj]; \
+        }                                                                               \
+    }
+#define ROWS_GET(kk, jj) CV_GET(kk, jj)
+#define ROWS_LINE(T, kk, j0, L, dst, W) CV_LINE(T, kk, j0, L, dst, W)
+#define ROWS_PACK(W) CV_PACK(W)
+#define ROWS_PACK_WIDE(T, W) CV_PACK_WIDE(T, W)
+#define ROWS_PREFETCH(T, W) /* the image is small and read in runs: nothing to ask for */
+
+/* The shifted conv: no packed matrix at all. The group's input channels are copied once into
+ * zero-padded phase planes (as the direct conv above does: P[ci][a][b][R][S] =
+ * xpad[R*sh + a][S*sw + b]), so row kk = (ci, u, v) of the im2col matrix, over the output grid
+ * widened to Wq columns (R*Wq + S), is the contiguous run P + toff[kk] + (R*Wq + S): the tile
+ * loads its b vectors straight from there, k-step by k-step. Outputs with S >= ow are values
+ * nobody keeps (the Wq - ow extra columns of each output row); each kept output's chain is
+ * the same acc = 0; acc = acc + w*x over kk in order, the padding's +0.0 included, so the bits
+ * of im2col + MM_ROWS. Rows MC at a time (a stays in L2), columns NB at a time into a block
+ * buffer; each finished block is copied to its outputs and the epilogue takes them there. */
+#define CV_SHIFT_TILE(T, V, R)                                                          \
+    {                                                                                   \
+        V acc[R][MM_Q];                                                                 \
+        const long long lanes = (long long)(sizeof(V) / sizeof(T));                     \
+        T *cb = cbuf + (i - ib) * NB + (j - jc);                                        \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < MM_Q; ++q) {                                            \
+                if (k0 == 0) {                                                          \
+                    V z = {0};                                                          \
+                    acc[r][q] = z;                                                      \
+                } else {                                                                \
+                    acc[r][q] = *(const V *)(cb + r * NB + q * lanes);                  \
+                }                                                                       \
+            }                                                                           \
+        for (long long kk = k0; kk < k1; ++kk) {                                        \
+            const V *bk = (const V *)(bj + toff[kk]);                                   \
+            V bq[MM_Q];                                                                 \
+            for (int q = 0; q < MM_Q; ++q) bq[q] = bk[q];                               \
+            for (int r = 0; r < R; ++r) {                                               \
+                const T x = a[(i + r) * k + kk];                                        \
+                for (int q = 0; q < MM_Q; ++q) {                                        \
+                    V p = x * bq[q];                                                    \
+                    acc[r][q] = acc[r][q] + p;                                          \
+                }                                                                       \
+            }                                                                           \
+        }                                                                               \
+        for (int r = 0; r < R; ++r)                                                     \
+            for (int q = 0; q < MM_Q; ++q) *(V *)(cb + r * NB + q * lanes) = acc[r][q]; \
+    }
+#define CV_SHIFT(T, V, JB, EPC)                                                         \
+    const long long NB = NCW * JB;                                                      \
+    const long long cgc = cv->c / cv->g, sh = cv->sh, sw = cv->sw, h = cv->h, wd = cv->w; \
+    const long long oh = cv->oh, ow = cv->ow, n = oh * ow;                              \
+    /* the phase planes are sized by the dilated window, not by the arrays: a model's huge \
+     * dilation or padding would make them far larger than the image and the output   \
+     * together; then (checked in doubles, before any product can overflow) the packed \
+     * conv runs instead */                                                             \
+    if ((double)sh * (double)sw *                                                       \
+            ((double)oh + (double)(cv->kh - 1) * (double)cv->dh / (double)sh + 1.0) *   \
+            ((double)ow + (double)(cv->kw - 1) * (double)cv->dw / (double)sw + 1.0) >   \
+        4.0 * ((double)h * (double)wd + (double)n) + 4096.0)                            \
+        return 0;                                                                       \
+    const long long hq = oh + ((cv->kh - 1) * cv->dh) / sh;                             \
+    const long long wq = ow + ((cv->kw - 1) * cv->dw) / sw;                             \
+    const long long pl = hq * wq + wq + JB, np = oh * wq;                               \
+    /* k-blocks of equal size up to CV_KC (nothing is packed, so a block is bounded only by \
+     * the b lines a panel touches staying in L1): no short last block whose tiles store \
+     * and reload their accumulators for a few k-steps (k = 144 = 128 + 16) */         \
+    const long long nkb = (k + CV_KC - 1) / CV_KC, kc = nkb > 0 ? (k + nkb - 1) / nkb : 1; \
+    T *P = (T *)calloc((size_t)(cgc * sh * sw * pl), sizeof(T));                        \
+    long long *toff = (long long *)malloc((size_t)(k > 0 ? k : 1) * sizeof(long long)); \
+    T *cbuf = (T *)c_buf;                                                               \
+    if (!P || !toff) {                                                                  \
+        free(P);                                                                        \
+        free(toff);                                                                     \
+        return 0;                                                                       \
+    }                                                                                   \
+    for (long long ci = 0; ci < cgc; ++ci)                                              \
+        for (long long u = 0; u < cv->kh; ++u)                                          \
+            for (long long v = 0; v < cv->kw; ++v)                                      \
+                toff[(ci * cv->kh + u) * cv->kw + v] =                                  \
+                    ((ci * sh + (u * cv->dh) % sh) * sw + (v * cv->dw) % sw) * pl +     \
+                    ((u * cv->dh) / sh) * wq + (v * cv->dw) / sw;                       \
+    for (long long ci = 0; ci < cgc; ++ci) {                                            \
+        const T *xc = x + ci * h * wd;                                                  \
+        for (long long pa = 0; pa < sh; ++pa)                                           \
+            for (long long pb = 0; pb < sw; ++pb) {                                     \
+                T *pp = P + ((ci * sh + pa) * sw + pb) * pl;                            \
+                /* S in [lo, hi): 0 <= S*sw + pb - pw < wd */                          \
+                long long lo = cv->pw - pb <= 0 ? 0 : (cv->pw - pb + sw - 1) / sw;      \
+                long long hi = wd + cv->pw - pb <= 0 ? 0 : (wd + cv->pw - pb + sw - 1) / sw; \
+                if (hi > wq) hi = wq;                                                   \
+                if (lo > hi) lo = hi;                                                   \
+                for (long long R = 0; R < hq; ++R) {                                    \
+                    long long iy = R * sh + pa - cv->ph;                                \
+                    if (iy < 0 || iy >= h) continue;                                    \
+                    const T *xr = xc + iy * wd + pb - cv->pw;                           \
+                    T *prow = pp + R * wq;                                              \
+                    if (sw == 1)                                                        \
+                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S];            \
+                    else                                                                \
+                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];       \
+                }                                                                       \
+            }                                                                           \
+    }                                                                                   \
+    for (long long ib = i0, ie; ib < i1; ib = ie) {                                     \
+        ie = ib + MC < i1 ? ib + MC : i1;                                               \
+        for (long long jc = 0, jce; jc < np; jc = jce) {                                \
+            jce = jc + NB < np ? jc + NB : np;                                          \
+            for (long long k0 = 0, k1; k0 < k || (k == 0 && k0 == 0); k0 += kc) {       \
+                k1 = k0 + kc < k ? k0 + kc : k;                                         \
+                for (long long j = jc; j < jce; j += JB) {                              \
+                    const T *bj = P + j;                                                \
+                    long long i = ib;                                                   \
+                    for (; i + 6 <= ie; i += 6) CV_SHIFT_TILE(T, V, 6)                  \
+                    for (; i + 4 <= ie; i += 4) CV_SHIFT_TILE(T, V, 4)                  \
+                    for (; i + 2 <= ie; i += 2) CV_SHIFT_TILE(T, V, 2)                  \
+                    for (; i < ie; ++i) CV_SHIFT_TILE(T, V, 1)                          \
+                }                                                                       \
+                if (k == 0) break;                                                      \
+            }                                                                           \
+            /* the block's kept columns (S < ow) to their outputs: one run per row */   \
+            for (long long jr = jc; jr < jce;) {                                        \
+                const long long R = jr / wq, S = jr % wq;                               \
+                const long long re = (R + 1) * wq < jce ? (R + 1) * wq : jce;           \
+                const long long se = re - R * wq < ow ? re - R * wq : ow;               \
+                for (long long i = ib; i < ie; ++i)                                     \
+                    for (long long s = S; s < se; ++s)                                  \
+                        c[i * n + R * ow + s] = cbuf[(i - ib) * NB + R * wq + s - jc];  \
+                jr = re;                                                                \
+            }                                                                           \
+            if (E) {                                                                    \
+                const long long f0 = (jc / wq) * ow + (jc % wq < ow ? jc % wq : ow);    \
+                const long long f1 = (jce / wq) * ow + (jce % wq < ow ? jce % wq : ow); \
+                EPC(E, c + ib * n, res ? res + (ib - i0) * n : NULL, img, ch0 + (ib - i0), \
+                    ie - ib, n, f0, f1);                                                \
+            }                                                                           \
+        }                                                                               \
+    }                                                                                   \
+    free(toff);                                                                         \
+    free(P);                                                                            \
+    return 1;
+
+#ifndef CV_KC
+#define CV_KC 256
+#endif
+/* the shifted conv's block buffer (MC rows x NB columns), one per thread */
+static __thread double c_buf[MC * NCW * JB64] __attribute__((aligned(64)));
+
+static int conv_shift_f64(const double *a, const double *x, double *c, long long i0, long long i1,
+                          long long k, const conv_t *cv, const ep_t *E, const double *res,
+                          long long img, long long ch0) {
+    CV_SHIFT(double, vmf64, JB64, ep_cols_f64)
+}
+
+static int conv_shift_f32(const float *a, const float *x, float *c, long long i0, long long i1,
+                          long long k, const conv_t *cv, const ep_t *E, const float *res,
+                          long long img, long long ch0) {
+    CV_SHIFT(float, vmf32, JB32, ep_cols_f32)
+}
+
+/* rows [i0, i1) of one (image, group)'s product: a is its weights (k = cg*kh*kw to a row),
+ * b its first input channel's plane */
+static void mm_rows_cv_f64(const double *a, const double *b, double *c, long long i0,
+                           long long i1, long long k, long long n, const conv_t *cv,
+                           const ep_t *E, const double *res, long long img, long long ch0) {
+    if (cv->shift && conv_shift_f64(a, b, c, i0, i1, k, cv, E, res, img, ch0)) return;
+    const long long sar = k, sac = 1;
+#define CV_LINE_T cv_line_f64
+    MM_ROWS(double, vmf64, JB64, JS64, ep_cols_f64)
+#undef CV_LINE_T
+}
+
+static void mm_rows_cv_f32(const float *a, const float *b, float *c, long long i0,
+                           long long i1, long long k, long long n, const conv_t *cv,
+                           const ep_t *E, const float *res, long long img, long long ch0) {
+    if (cv->shift && conv_shift_f32(a, b, c, i0, i1, k, cv, E, res, img, ch0)) return;
+    const long long sar = k, sac = 1;
+#define CV_LINE_T cv_line_f32
+    MM_ROWS(float, vmf32, JB32, JS32, ep_cols_f32)
+#undef CV_LINE_T
+}
+#undef ROWS_GET
+#undef ROWS_LINE
+#undef ROWS_PACK
+#undef ROWS_PACK_WIDE
+#undef ROWS_PREFETCH
 
 
 /* A batched product c[q] = a[q] @ b[q], q < batch, a[q] at a + q*sa, b[q] at b + q*sb (a
@@ -466,6 +747,8 @@ typedef struct {
     long long sar, sac, sbr, sbc; /* element strides inside one batch entry */
     int f32;
     const ep_t *ep; /* NULL: the plain product */
+    const conv_t *cv; /* set: b is the image of an implicit-GEMM conv (mm_rows_cv) */
+    long long ag; /* > 0: batch entry q uses a's entry q % ag (a conv's groups) */
 } job_t;
 
 static void run_units(const job_t *J) {
@@ -480,13 +763,29 @@ static void run_units(const job_t *J) {
         const long long off = q * J->m * J->n + i0 * J->n;
         const long long ch0 = J->ep ? (q % J->ep->groups) * J->m + i0 : 0;
         const long long img = J->ep ? q / J->ep->groups : 0;
-        if (J->f32)
-            mm_rows_f32((const float *)J->a + q * J->sa, (const float *)J->b + q * J->sb,
+        if (J->cv) {
+            /* batch entry q = (image q / g, group q % g): the group's weights, and its first
+             * input channel's plane of that image */
+            const conv_t *cv = J->cv;
+            const long long qa = (q % cv->g) * J->sa;
+            const long long qb = ((q / cv->g) * cv->c + (q % cv->g) * (cv->c / cv->g)) * cv->h * cv->w;
+            if (J->f32)
+                mm_rows_cv_f32((const float *)J->a + qa, (const float *)J->b + qb,
+                               (float *)J->c + q * J->m * J->n, i0, i1, J->k, J->n, cv, J->ep,
+                               J->ep && J->ep->res ? (const float *)J->ep->res + off : NULL,
+                               img, ch0);
+            else
+                mm_rows_cv_f64((const double *)J->a + qa, (const double *)J->b + qb,
+                               (double *)J->c + q * J->m * J->n, i0, i1, J->k, J->n, cv, J->ep,
+                               J->ep && J->ep->res ? (const double *)J->ep->res + off : NULL,
+                               img, ch0);
+        } else if (J->f32)
+            mm_rows_f32((const float *)J->a + (J->ag ? q % J->ag : q) * J->sa, (const float *)J->b + q * J->sb,
                         (float *)J->c + q * J->m * J->n, i0, i1, J->k, J->n, J->sar, J->sac,
                         J->sbr, J->sbc, J->ep,
                         J->ep && J->ep->res ? (const float *)J->ep->res + off : NULL, img, ch0);
         else
-            mm_rows_f64((const double *)J->a + q * J->sa, (const double *)J->b + q * J->sb,
+            mm_rows_f64((const double *)J->a + (J->ag ? q % J->ag : q) * J->sa, (const double *)J->b + q * J->sb,
                         (double *)J->c + q * J->m * J->n, i0, i1, J->k, J->n, J->sar, J->sac,
                         J->sbr, J->sbc, J->ep,
                         J->ep && J->ep->res ? (const double *)J->ep->res + off : NULL, img,
@@ -731,10 +1030,10 @@ static void bmm_part(void *ctx) {
  * 64x128x32 products now take two threads: ~16 -> ~12 us each. */
 #define MIN_WORK_PER_THREAD (1LL << 17)
 
-static void bmm_s(const void *a, const void *b, void *c, long long batch, long long m,
-                  long long k, long long n, long long sa, long long sb, long long sar,
-                  long long sac, long long sbr, long long sbc, int threads, int f32,
-                  const ep_t *ep) {
+static void bmm_cv(const void *a, const void *b, void *c, long long batch, long long m,
+                   long long k, long long n, long long sa, long long sb, long long sar,
+                   long long sac, long long sbr, long long sbc, int threads, int f32,
+                   const ep_t *ep, const conv_t *cv, long long ag) {
     if (batch <= 0 || m <= 0 || n <= 0) return;
     long long units = batch * ((m + ROWS - 1) / ROWS);
     long long work = batch * m * n * (k > 0 ? k : 1);
@@ -745,9 +1044,16 @@ static void bmm_s(const void *a, const void *b, void *c, long long batch, long l
     /* chunks of about an eighth of a participant's share, so a late or descheduled worker's
      * part is taken by the others */
     long long chunk = t == 1 ? units : units / (t * 8);
-    bmm_job B = {{a, b, c, batch, m, k, n, sa, sb, 0, units, sar, sac, sbr, sbc, f32, ep}, 0,
-                 chunk < 1 ? 1 : chunk};
+    bmm_job B = {{a, b, c, batch, m, k, n, sa, sb, 0, units, sar, sac, sbr, sbc, f32, ep, cv, ag},
+                 0, chunk < 1 ? 1 : chunk};
     pool_run(bmm_part, &B, (int)t);
+}
+
+static void bmm_s(const void *a, const void *b, void *c, long long batch, long long m,
+                  long long k, long long n, long long sa, long long sb, long long sar,
+                  long long sac, long long sbr, long long sbc, int threads, int f32,
+                  const ep_t *ep) {
+    bmm_cv(a, b, c, batch, m, k, n, sa, sb, sar, sac, sbr, sbc, threads, f32, ep, NULL, 0);
 }
 
 /* contiguous batch entries */
@@ -795,6 +1101,48 @@ void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, lo
                    long long k, long long n, long long sa, long long sb, int threads,
                    const ep_t *ep) {
     bmm(a, b, c, batch, m, k, n, sa, sb, threads, 1, ep);
+}
+
+/* A 2-D convolution as im2col + ts_bmm_ep without the im2col matrix (mm_rows_cv): x is
+ * (nb, c, h, wd), wt (g, m/g, (c/g)*kh*kw) contiguous, out (nb, m, oh, ow); ep as for
+ * ts_bmm_ep with ep->groups == g. The bits of ts_im2col followed by ts_bmm_ep. Strides and
+ * dilations >= 1 (the caller checks). */
+/* The shifted conv (no pack) when the pack would be shared by few rows (m / g <= 64: the
+ * pack's cost per element of b is that of ~16-32 rows' multiply-adds), the widened grid adds
+ * at most 1/16 of the columns, and every phase plane is read (kh >= sh, kw >= sw: a strided
+ * 1x1 conv would copy four times the image it reads). Measured per shape (docs/benchmarks.md,
+ * session 9): 0.8-0.9x the time of the packed conv on those, 1.0-1.5x outside them. */
+#ifndef CV_SHIFT_ON
+#define CV_SHIFT_ON 1
+#endif
+#define CV_SHIFT_WHEN(mg)                                                               \
+    (CV_SHIFT_ON && (mg) <= 64 && kh >= sh && kw >= sw &&                               \
+     16 * (((kw - 1) * dw) / sw) <= ow)
+#define CONV_EP(F32)                                                                    \
+    const long long mg = m / g, k = (c / g) * kh * kw;                                  \
+    const conv_t cv = {c, g, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, CV_SHIFT_WHEN(mg)}; \
+    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && oh == h && ow == wd) \
+        /* a 1x1 conv's image is its own column matrix: the plain product over it */     \
+        bmm_cv(wt, x, out, nb * g, mg, k, oh * ow, mg * k, k * h * wd, k, 1, oh * ow, 1, threads, \
+               F32, ep, NULL, g);                                                       \
+    else                                                                                \
+        bmm_cv(wt, x, out, nb * g, mg, k, oh * ow, mg * k, 0, k, 1, 0, 0, threads, F32, ep, &cv, \
+               0);
+
+void ts_conv_ep_f64(const double *x, const double *wt, double *out, long long nb, long long c,
+                    long long h, long long wd, long long g, long long m, long long kh,
+                    long long kw, long long oh, long long ow, long long sh, long long sw,
+                    long long ph, long long pw, long long dh, long long dw, int threads,
+                    const ep_t *ep) {
+    CONV_EP(0)
+}
+
+void ts_conv_ep_f32(const float *x, const float *wt, float *out, long long nb, long long c,
+                    long long h, long long wd, long long g, long long m, long long kh,
+                    long long kw, long long oh, long long ow, long long sh, long long sw,
+                    long long ph, long long pw, long long dh, long long dw, int threads,
+                    const ep_t *ep) {
+    CONV_EP(1)
 }
 
 /* im2col for 2-D convolutions: cols[n][(c, kh, kw)][(oh, ow)] = x[n][c][oh*sh + kh*dh - ph]

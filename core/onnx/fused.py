@@ -297,12 +297,16 @@ class FusedConv:
             y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
                                             ep)
         else:
-            from core.ops.nn import im2col
-
             group = p["group"]
-            cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
-            y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
-                              group, ep)
+            # the product's panels packed straight from x (no im2col matrix): the same bits
+            y = native.conv2d(x, p["w"][:group].reshape((p["m"], -1) + p["k"]), p["st"],
+                              p["dil"], p["padw"], p["outs"], group, ep)
+            if y is None:
+                from core.ops.nn import im2col
+
+                cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
+                y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
+                                  group, ep)
         del res
         if y is None:
             return None

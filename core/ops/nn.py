@@ -97,14 +97,18 @@ def conv_nd(x, w, strides, padw, dilations, group, matmul=ref_matmul):
     m = w.shape[0]
     if c % group or m % group or w.shape[1] * group != c:
         raise ShapeError(f"conv: input channels {c}, weight {w.shape}, group {group} disagree")
-    if m == group and len(strides) == 2 and (
+    if len(strides) == 2 and (
             matmul is ref_matmul or getattr(matmul, "reference_order", False)):
-        # one output channel per group (depthwise): direct in C, the same chains and bits
+        # one output channel per group (depthwise): direct in C; else the product with its
+        # panels packed straight from x (no im2col matrix); the same chains and bits
         from core import native
 
         outs = [out_size(x.shape[2 + i], w.shape[2 + i], strides[i], dilations[i], *padw[i])
                 for i in range(2)]
-        y = native.conv2d_one_per_group(x, w, strides, dilations, padw, outs)
+        if m == group:
+            y = native.conv2d_one_per_group(x, w, strides, dilations, padw, outs)
+        else:
+            y = native.conv2d(x, w, strides, dilations, padw, outs, group)
         if y is not None:
             return y
     cols, outs = im2col(x, w.shape[2:], strides, dilations, padw, group)
