@@ -55,7 +55,7 @@ def test_gui_example_opens_the_shipped_model_from_another_folder(tmp_path, capsy
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "s.png").stat().st_size > 10_000
     # refused before any window opens: the same main() in this process (a fresh interpreter
-    # costs ~2.4 CPU s each; tests/app/test_cli_contract.py runs bad gui input in real
+    # costs ~0.8-3 CPU s each; tests/app/test_cli_contract.py runs bad gui input in real
     # processes, with their status and stderr as a user sees them)
     from app.cli import main
 

@@ -72,7 +72,7 @@ def test_debug_shows_the_traceback_for_onnx_and_gui_too(tmp_path, capsys, monkey
     }
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     for name, argv in runs.items():
-        # without --debug: the same main() in this process (a fresh interpreter costs ~2.4 CPU
+        # without --debug: the same main() in this process (a fresh interpreter costs ~1-3 CPU
         # s; tests/app/test_cli_contract.py runs a corrupt file through every command, gui and
         # onnx too, in a real process: one line, no Qt noise, as a user sees it)
         capsys.readouterr()

@@ -102,7 +102,7 @@ def test_the_deadline_comes_from_the_environment_too(monkeypatch, capsys):
 
 def test_timeout_flags_are_checked(capsys):
     # one real process keeps the status and stderr as a user sees them; the other values go
-    # through the same main() in this process (a fresh interpreter costs ~2.4 CPU s each)
+    # through the same main() in this process (a fresh interpreter costs ~0.8 CPU s each)
     from app.cli import main
 
     p = subprocess.run([*CLI, "parity", "--worker-timeout", "0"], capture_output=True,
