@@ -40,9 +40,14 @@ def _type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
 
 
+@functools.cache  # each graph below walks the same trees: every file is parsed once, not per graph
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(mod: str, path: Path, mods: dict[str, Path], lazy: bool) -> set[str]:
     """Our modules that ``mod`` imports (at import time only, unless ``lazy``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path)
     if lazy:
         nodes = list(ast.walk(tree))
     else:  # module level, including under if/try, never under `if TYPE_CHECKING`

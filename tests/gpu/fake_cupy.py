@@ -4,7 +4,10 @@ Compilation is NOT faked: `cupy.cuda.nvrtc` here is CuPy's real NVRTC binding, a
 backend compiles through `gpu.nvrtc.nvrtc_compile` with it, so the fake is only usable where
 NVRTC loads (tests/gpu/conftest.py `needs_nvrtc`). What a GPU would do with the cubin is
 emulated: every binary the real NVRTC produced in this process is remembered with its source
-(a spy on `nvrtc_compile`), and `RawModule(path=...)` runs that source on the host backend.
+(a spy on `nvrtc_compile`), and `RawModule(path=...)` runs that source on the host backend. With
+`session_cache` (one kernel cache for every fake-CUDA test of the run, shared by the xdist
+workers) the spy also leaves source and PTX beside the cache, so a binary another worker of the
+same run compiled loads too, instead of each worker compiling the same library again.
 
 The real CuPy contract is enforced (checked against the installed CuPy 14.2 sources and
 docstrings; tests/gpu/test_cuda_plumbing.py compares the signatures with the installed CuPy):
@@ -36,11 +39,14 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
+import os
 import re
 import struct
 import sys
 import types
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -405,8 +411,11 @@ class RawModule:
             state.loaded.append(("ptx", target))
         digest = hashlib.sha256(data).hexdigest()
         if digest not in _SOURCES:
+            _recall(digest)
+        if digest not in _SOURCES:
             raise RuntimeError("fake cupy: this binary was not compiled by NVRTC in this "
-                               "process, so the fake cannot emulate it")
+                               "process or this run's session_cache, so the fake cannot "
+                               "emulate it")
         self.shared = _static_shared(_PTX[digest])
         for name, size in self.shared.items():
             if size > MAX_SHARED_PER_BLOCK:  # what ptxas says for a cubin, the JIT for PTX
@@ -422,6 +431,55 @@ class RawModule:
         if name not in self.mod:
             raise RuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol not found: {name}")
         return Function(self.mod[name], self.shared.get(name, 0))
+
+
+# ---- one cache for the run ---------------------------------------------------------------------
+_SHARED = "fake-nvrtc"  # beside the kernel cache's own folders: {sha256 of a binary}.json
+
+
+def session_cache(tmp_path_factory) -> Path:
+    """The kernel cache (for TAPESCOPE_CACHE_DIR) of every fake-CUDA test in this run: the
+    session's temp folder, above each xdist worker's own, so the library NVRTC and g++ build
+    for one dtype is built once per run, not once per worker and module. A test about the
+    cache itself uses its own folder. Sharing hides nothing: the cache keys hash the full
+    source, flags and target. refmath's own C library (core.native) is loaded first, from the
+    per-user cache the rest of the suite uses, so it is not built again into this one."""
+    from core import native
+
+    native.library()
+    native.refmath_ext()
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session folder, shared by the workers
+    return base / "fakecuda"
+
+
+def _shared_dir() -> Path | None:
+    root = os.environ.get("TAPESCOPE_CACHE_DIR")
+    return Path(root) / _SHARED if root else None
+
+
+def _remember(digest: str, source: str, ptx: str) -> None:
+    """Source and PTX of a binary, where another process of the run finds them (written before
+    the cache renames the binary into place, so whoever sees the binary finds these)."""
+    _SOURCES[digest] = source
+    _PTX[digest] = ptx
+    d = _shared_dir()
+    if d is None:
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{digest}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"source": source, "ptx": ptx}))
+    os.replace(tmp, d / f"{digest}.json")
+
+
+def _recall(digest: str) -> None:
+    d = _shared_dir()
+    if d is None or not (d / f"{digest}.json").is_file():
+        return
+    rec = json.loads((d / f"{digest}.json").read_text())
+    _SOURCES[digest] = rec["source"]
+    _PTX[digest] = rec["ptx"]
 
 
 # ---- install ---------------------------------------------------------------------------------
@@ -443,9 +501,8 @@ def install(monkeypatch, cc: str = "90", driver: int | None = None) -> types.Mod
 
     def spy(source: str, arch: str, name: str = "tapescope.cu"):
         out = real_compile(source, arch, name)
-        digest = hashlib.sha256(out.binary).hexdigest()
-        _SOURCES[digest] = source
-        _PTX[digest] = out.ptx.decode("ascii", "replace")
+        _remember(hashlib.sha256(out.binary).hexdigest(), source,
+                  out.ptx.decode("ascii", "replace"))
         return out
 
     monkeypatch.setattr(gpu.cuda, "nvrtc_compile", spy)

@@ -23,8 +23,9 @@ _TINY = ('extern "C" __global__ void twice(const double* x, double* y) '
 
 @pytest.fixture
 def cache(monkeypatch, tmp_path_factory):
-    # one private cache for this module: the library compiles once, not per test
-    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fakecuda"))
+    # one cache for every fake-CUDA test of the run: the library compiles once, not per test
+    # or per worker (fake_cupy.session_cache)
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(fake_cupy.session_cache(tmp_path_factory)))
 
 
 @pytest.fixture

@@ -188,7 +188,7 @@ def test_fused_episode_through_the_cuda_path(monkeypatch, tmp_path_factory):
     episode holding the fused kernels and the one-launch optimizer, parameters == the tape."""
     from tests.gpu import fake_cupy
 
-    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fakecuda"))
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(fake_cupy.session_cache(tmp_path_factory)))
     fake_cupy.install(monkeypatch)
     dev = gpu.open_device("cuda")
     wl = workloads.get("mlp")

@@ -166,7 +166,7 @@ def test_a_user_kernel_through_the_cuda_compile(tmp_path, monkeypatch, tmp_path_
     """The cuda backend (CuPy stand-in over real NVRTC) takes the same file the same way."""
     from tests.gpu import fake_cupy
 
-    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "ukcuda"))
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(fake_cupy.session_cache(tmp_path_factory)))
     fake_cupy.install(monkeypatch)
     dev = gpu.open_device("cuda")
     f = _write(tmp_path, "softmax", RECIP)
