@@ -180,6 +180,8 @@ def test_a_user_kernel_through_the_cuda_compile(tmp_path, monkeypatch, tmp_path_
     assert all(np.array_equal(plain.read(i), wl.tape.value(i)) for i in sm)
     assert any(not np.array_equal(mine.read(i), plain.read(i)) for i in sm)
     bad = tmp_path / "bad.cu"
-    bad.write_text(template("softmax").replace("real_t s = (real_t)0;", "real_t s = ;"))
+    text = template("softmax")
+    assert "real_t rv_s = (real_t)0;" in text, "the stock kernel changed"
+    bad.write_text(text.replace("real_t rv_s = (real_t)0;", "real_t rv_s = ;", 1))
     with pytest.raises(ValueError, match=rf"{re.escape(str(bad))}:\d+: "):
         gpu.capture(dev, wl.tape, loss, kernels=[parse_spec(f"softmax={bad}")])
