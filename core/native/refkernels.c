@@ -557,8 +557,42 @@ CV_LINE_FN(float, cv_line_f32)
 #define ROWS_PACK_WIDE(T, W) CV_PACK_WIDE(T, W)
 #define ROWS_PREFETCH(T, W) /* the image is small and read in runs: nothing to ask for */
 
+/* The phase planes of a strided, dilated window (the direct depthwise conv and the shifted
+ * conv below share them). PHASE_TOFF: toff[(ci*kh + u)*kw + v], where tap (ci, u, v) starts in
+ * the planes P[ci][a][b] (pl elements each, wq to a row). PHASE_COPY: the image plane xc of
+ * input channel ci into its sh*sw zero-padded phase planes, P[ci][a][b][R][S] =
+ * xpad[R*sh + a][S*sw + b]: only the cells inside the image are written (the padding stays
+ * the +0.0 of calloc). Copies, so exact. */
+#define PHASE_TOFF(toff, cgc, kh, kw, dh, dw, sh, sw, pl, wq)                           \
+    for (long long ci = 0; ci < (cgc); ++ci)                                            \
+        for (long long u = 0; u < (kh); ++u)                                            \
+            for (long long v = 0; v < (kw); ++v)                                        \
+                (toff)[(ci * (kh) + u) * (kw) + v] =                                    \
+                    ((ci * (sh) + (u * (dh)) % (sh)) * (sw) + (v * (dw)) % (sw)) * (pl) + \
+                    ((u * (dh)) / (sh)) * (wq) + (v * (dw)) / (sw);
+#define PHASE_COPY(T, P, xc, ci, sh, sw, pl, hq, wq, h, wd, ph, pw)                     \
+    for (long long pa = 0; pa < (sh); ++pa)                                             \
+        for (long long pb = 0; pb < (sw); ++pb) {                                       \
+            T *pp = (P) + (((ci) * (sh) + pa) * (sw) + pb) * (pl);                      \
+            /* S in [lo, hi): 0 <= S*sw + pb - pw < wd */                               \
+            long long lo = (pw) - pb <= 0 ? 0 : ((pw) - pb + (sw) - 1) / (sw);          \
+            long long hi = (wd) + (pw) - pb <= 0 ? 0 : ((wd) + (pw) - pb + (sw) - 1) / (sw); \
+            if (hi > (wq)) hi = (wq);                                                   \
+            if (lo > hi) lo = hi;                                                       \
+            for (long long R = 0; R < (hq); ++R) {                                      \
+                long long iy = R * (sh) + pa - (ph);                                    \
+                if (iy < 0 || iy >= (h)) continue;                                      \
+                const T *xr = (xc) + iy * (wd) + pb - (pw);                             \
+                T *prow = pp + R * (wq);                                                \
+                if ((sw) == 1)                                                          \
+                    for (long long S = lo; S < hi; ++S) prow[S] = xr[S];                \
+                else                                                                    \
+                    for (long long S = lo; S < hi; ++S) prow[S] = xr[S * (sw)];         \
+            }                                                                           \
+        }
+
 /* The shifted conv: no packed matrix at all. The group's input channels are copied once into
- * zero-padded phase planes (as the direct conv above does: P[ci][a][b][R][S] =
+ * zero-padded phase planes (PHASE_COPY, as the direct depthwise conv: P[ci][a][b][R][S] =
  * xpad[R*sh + a][S*sw + b]), so row kk = (ci, u, v) of the im2col matrix, over the output grid
  * widened to Wq columns (R*Wq + S), is the contiguous run P + toff[kk] + (R*Wq + S): the tile
  * loads its b vectors straight from there, k-step by k-step. Outputs with S >= ow are values
@@ -623,33 +657,10 @@ CV_LINE_FN(float, cv_line_f32)
         free(toff);                                                                     \
         return 0;                                                                       \
     }                                                                                   \
-    for (long long ci = 0; ci < cgc; ++ci)                                              \
-        for (long long u = 0; u < cv->kh; ++u)                                          \
-            for (long long v = 0; v < cv->kw; ++v)                                      \
-                toff[(ci * cv->kh + u) * cv->kw + v] =                                  \
-                    ((ci * sh + (u * cv->dh) % sh) * sw + (v * cv->dw) % sw) * pl +     \
-                    ((u * cv->dh) / sh) * wq + (v * cv->dw) / sw;                       \
+    PHASE_TOFF(toff, cgc, cv->kh, cv->kw, cv->dh, cv->dw, sh, sw, pl, wq);              \
     for (long long ci = 0; ci < cgc; ++ci) {                                            \
         const T *xc = x + ci * h * wd;                                                  \
-        for (long long pa = 0; pa < sh; ++pa)                                           \
-            for (long long pb = 0; pb < sw; ++pb) {                                     \
-                T *pp = P + ((ci * sh + pa) * sw + pb) * pl;                            \
-                /* S in [lo, hi): 0 <= S*sw + pb - pw < wd */                          \
-                long long lo = cv->pw - pb <= 0 ? 0 : (cv->pw - pb + sw - 1) / sw;      \
-                long long hi = wd + cv->pw - pb <= 0 ? 0 : (wd + cv->pw - pb + sw - 1) / sw; \
-                if (hi > wq) hi = wq;                                                   \
-                if (lo > hi) lo = hi;                                                   \
-                for (long long R = 0; R < hq; ++R) {                                    \
-                    long long iy = R * sh + pa - cv->ph;                                \
-                    if (iy < 0 || iy >= h) continue;                                    \
-                    const T *xr = xc + iy * wd + pb - cv->pw;                           \
-                    T *prow = pp + R * wq;                                              \
-                    if (sw == 1)                                                        \
-                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S];            \
-                    else                                                                \
-                        for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];       \
-                }                                                                       \
-            }                                                                           \
+        PHASE_COPY(T, P, xc, ci, sh, sw, pl, hq, wq, h, wd, cv->ph, cv->pw)             \
     }                                                                                   \
     for (long long ib = i0, ie; ib < i1; ib = ie) {                                     \
         ie = ib + MC < i1 ? ib + MC : i1;                                               \
@@ -1265,35 +1276,12 @@ void ts_im2col_f32(const float *x, float *cols, long long nb, long long c, long 
         return 0;                                                                       \
     }                                                                                   \
     T *tmp = P + cgc * sh * sw * pl;                                                    \
-    for (long long ci = 0; ci < cgc; ++ci)                                              \
-        for (long long u = 0; u < kh; ++u)                                              \
-            for (long long v = 0; v < kw; ++v)                                          \
-                toff[(ci * kh + u) * kw + v] =                                          \
-                    ((ci * sh + (u * dh) % sh) * sw + (v * dw) % sw) * pl +             \
-                    ((u * dh) / sh) * wq + (v * dw) / sw;                               \
+    PHASE_TOFF(toff, cgc, kh, kw, dh, dw, sh, sw, pl, wq);                              \
     for (long long nq = 0; nq < nb * g; ++nq) {                                         \
         long long q = nq % g;                                                           \
         for (long long ci = 0; ci < cgc; ++ci) {                                        \
             const T *xc = x + ((nq / g) * c + q * cgc + ci) * h * wd;                   \
-            for (long long a = 0; a < sh; ++a)                                          \
-                for (long long b = 0; b < sw; ++b) {                                    \
-                    T *pp = P + ((ci * sh + a) * sw + b) * pl;                          \
-                    /* S in [lo, hi): 0 <= S*sw + b - pw < wd */                       \
-                    long long lo = pw - b <= 0 ? 0 : (pw - b + sw - 1) / sw;            \
-                    long long hi = wd + pw - b <= 0 ? 0 : (wd + pw - b + sw - 1) / sw;  \
-                    if (hi > wq) hi = wq;                                               \
-                    if (lo > hi) lo = hi;                                               \
-                    for (long long R = 0; R < hq; ++R) {                                \
-                        long long iy = R * sh + a - ph;                                 \
-                        if (iy < 0 || iy >= h) continue;                                \
-                        const T *xr = xc + iy * wd + b - pw;                            \
-                        T *prow = pp + R * wq;                                          \
-                        if (sw == 1)                                                    \
-                            for (long long S = lo; S < hi; ++S) prow[S] = xr[S];        \
-                        else                                                            \
-                            for (long long S = lo; S < hi; ++S) prow[S] = xr[S * sw];   \
-                    }                                                                   \
-                }                                                                       \
+            PHASE_COPY(T, P, xc, ci, sh, sw, pl, hq, wq, h, wd, ph, pw)                 \
         }                                                                               \
         const T *wg = wt + q * ntap;                                                    \
         for (long long blk = 0; blk < nblk; ++blk) {                                    \
