@@ -91,6 +91,23 @@ def _bn_den(bn, var, dt):
         return np.sqrt(var + dt.type(bn.attrs.get("epsilon", 1e-5)))
 
 
+def _epilogue(affine, affine_ops, y_like, dt, channels, **stages):
+    """``native.epilogue(dt, channels, **stages)`` with the chain's second per-channel stage
+    (``affine``, its constants ``affine_ops``) set on it: (ep, keep), or None when the C pass
+    cannot take the chain (no library, or constants that are not one per channel)."""
+    from core import native
+
+    vecs = None
+    if affine is not None:
+        vecs = affine.vectors(*affine_ops, y_like)
+        if vecs is None:
+            return None
+    made = native.epilogue(dt, channels, **stages)
+    if made is not None and vecs is not None:
+        affine.set(made[0], made[1], vecs)
+    return made
+
+
 def _chain_costs(chain, inner, env, y_like, budget):
     """The budget's charges for every node of a chain as the plain run makes them (they depend
     on shapes and attributes only), or None for a node Budget.cost does not know."""
@@ -184,7 +201,6 @@ class FusedConv:
         """Everything about this chain that depends on x's shape and the operands only (the
         geometry, the Epilogue, the budget's charges, the weights as the product takes them),
         or None when the C pass does not cover the case."""
-        from core import native
         from core.onnx.ops.window import attrs_nd, pads_for
         from core.ops.nn import out_size
 
@@ -221,16 +237,9 @@ class FusedConv:
                 return None
             bn = (mean, _bn_den(self.bn, var, dt), scale, beta)
         y_like = np.broadcast_to(np.zeros((), dt), yshape)
-        vecs = None
-        if self.affine is not None:
-            vecs = self.affine.vectors(*ops[-2:], y_like)
-            if vecs is None:
-                return None
-        made = native.epilogue(dt, m, bias=b, bn=bn, relu=self.relu)
+        made = _epilogue(self.affine, ops[-2:], y_like, dt, m, bias=b, bn=bn, relu=self.relu)
         if made is None:
             return None
-        if vecs is not None:
-            self.affine.set(made[0], made[1], vecs)
         costs = _chain_costs(self.chain, self.inner, env, y_like, budget)
         if costs is None:
             return None
@@ -536,7 +545,6 @@ class ChannelChain:
         _fused_or_nodes(self, sess, env, budget, run_sub)
 
     def _prepare(self, x, ops, env, budget):
-        from core import native
 
         if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) \
                 or x.ndim < 2 or x.size == 0:
@@ -547,17 +555,10 @@ class ChannelChain:
                    for v in (scale, beta, mean, var)):
             return None
         y_like = np.broadcast_to(np.zeros((), dt), x.shape)
-        vecs = None
-        if self.affine is not None:
-            vecs = self.affine.vectors(*ops[4:], y_like)
-            if vecs is None:
-                return None
-        made = native.epilogue(dt, c, bn=(mean, _bn_den(self.bn, var, dt), scale, beta),
-                               relu=self.relu)
+        made = _epilogue(self.affine, ops[4:], y_like, dt, c,
+                         bn=(mean, _bn_den(self.bn, var, dt), scale, beta), relu=self.relu)
         if made is None:
             return None
-        if vecs is not None:
-            self.affine.set(made[0], made[1], vecs)
         costs = _chain_costs(self.chain, self.inner, env, y_like, budget)
         if costs is None:
             return None
