@@ -181,6 +181,13 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
                 by_input.setdefault(i, []).append(j)
     out, hidden, used = [], set(), set()
     place: dict[int, Any] = {}  # a fused chain runs where its last node was
+
+    def claim(chain, entry) -> None:
+        """A found chain (its steps, their indices, ...) becomes `entry`: its nodes are used,
+        the values inside it hidden, and the entry runs where its last node was."""
+        used.update(chain[1])
+        hidden.update(s_.node.output[0] for s_ in chain[0][:-1])
+        place[chain[1][-1]] = entry
     for j, st in enumerate(steps):
         if j in used:
             if j in place:
@@ -202,29 +209,17 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
         if op == "Reshape" and st.node.domain in ("", "ai.onnx") and _single_output(st):
             chain = _shuffle_chain(steps, j, by_input, consumers, used)
             if chain is not None:
-                for nj in chain[1]:
-                    used.add(nj)
-                for s_ in chain[0][:-1]:
-                    hidden.add(s_.node.output[0])
-                place[chain[1][-1]] = Shuffle(chain[0])
+                claim(chain, Shuffle(chain[0]))
                 continue
         if convs and op == "Mul" and st.node.domain in ("", "ai.onnx") and _single_output(st):
             chain = _affine_chain(steps, j, by_input, consumers, used, constants)
             if chain is not None:
-                for nj in chain[1]:
-                    used.add(nj)
-                for s_ in chain[0][:-1]:
-                    hidden.add(s_.node.output[0])
-                place[chain[1][-1]] = ChannelAffine(chain[0], chain[2])
+                claim(chain, ChannelAffine(chain[0], chain[2]))
                 continue
         if convs and op == "BatchNormalization" and st.node.domain in ("", "ai.onnx"):
             chain = _bn_chain(steps, j, by_input, consumers, used, constants)
             if chain is not None:
-                for nj in chain[1]:
-                    used.add(nj)
-                for s_ in chain[0][:-1]:
-                    hidden.add(s_.node.output[0])
-                place[chain[1][-1]] = ChannelChain(chain[0], chain[2])
+                claim(chain, ChannelChain(chain[0], chain[2]))
                 continue
         if not convs or op != "Conv" or st.node.domain not in ("", "ai.onnx") \
                 or not _single_output(st) or len([i for i in st.node.input if i]) < 2:
