@@ -108,6 +108,20 @@ def _epilogue(affine, affine_ops, y_like, dt, channels, **stages):
     return made
 
 
+def _prepared(entry, x, ops: tuple, prepare):
+    """``prepare()``'s answer for input ``x`` and operands ``ops``, kept on ``entry._prep`` as
+    (x's shape, x's dtype, ops, answer) while the shape, dtype and operands (by identity) stay:
+    remembered either way, so a case the C pass does not take (None) is not re-examined every
+    run (the same shape, dtype and operands give the same answer)."""
+    got = entry._prep
+    if got is None or got[0] != getattr(x, "shape", None) \
+            or got[1] != getattr(x, "dtype", None) \
+            or not all([p is q for p, q in zip(got[2], ops, strict=True)]):
+        got = entry._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), ops,
+                             prepare())
+    return got[3]
+
+
 def _chain_costs(chain, inner, env, y_like, budget):
     """The budget's charges for every node of a chain as the plain run makes them (they depend
     on shapes and attributes only), or None for a node Budget.cost does not know."""
@@ -184,7 +198,7 @@ class FusedConv:
         if affine is not None:
             self.const_names += [affine.c, affine.d]
         self.x_name = cin[0]
-        self._prep: Any = None  # (x shape, dtype, operands, prepared geometry): see _prepare
+        self._prep: Any = None  # (x shape, dtype, operands, prepared geometry): _prepared
         self.shuffle: Shuffle | None = None  # the channel shuffle that reads the output
 
     def run(self, sess, env, budget, run_sub) -> None:
@@ -266,18 +280,9 @@ class FusedConv:
             res = env[self.res_name] if self.res_name else None
         except KeyError:
             return None
-        got = self._prep
-        if got is None or got[0] != getattr(x, "shape", None) or got[1] != getattr(x, "dtype",
-                                                                                   None) \
-                or not all([p is q for p, q in zip(got[2], ops, strict=True)]):
-            prep = self._prepare(x, ops, env, budget)
-            # remembered either way: a case the C pass does not take is not re-examined
-            # every run (the same shape, dtype and operands give the same answer)
-            got = self._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), ops,
-                                prep)
-        if got[3] is None:
+        p = _prepared(self, x, ops, lambda: self._prepare(x, ops, env, budget))
+        if p is None:
             return None
-        p = got[3]
         # a copy per run: the residual's and destination's addresses are this run's own (two
         # threads may run one session)
         ep = type(p["ep"]).from_buffer_copy(p["ep"])
@@ -447,7 +452,7 @@ class ChannelAffine:
         self.x_name = next(i for i in chain[0].node.input if i != self.mul_c)
         self.relu = len(chain) == 3
         self.out = chain[-1].node.output[0]
-        self._prep: Any = None  # (x shape, dtype, c, d, prepared) or None
+        self._prep: Any = None  # (x shape, dtype, (c, d), prepared) or None: _prepared
 
     def run(self, sess, env, budget, run_sub) -> None:
         _fused_or_nodes(self, sess, env, budget, run_sub)
@@ -503,12 +508,7 @@ class ChannelAffine:
             x, c, d = env[self.x_name], env[self.mul_c], env[self.add_c]
         except KeyError:
             return None
-        got = self._prep
-        if got is None or got[0] != getattr(x, "shape", None) \
-                or got[1] != getattr(x, "dtype", None) or got[2] is not c or got[3] is not d:
-            got = self._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), c, d,
-                                self._prepare(x, c, d, budget))
-        p = got[4]
+        p = _prepared(self, x, (c, d), lambda: self._prepare(x, c, d, budget))
         if p is None:
             return None
         _charge(budget, self.chain, p["costs"], sess, p["total"])
@@ -539,13 +539,12 @@ class ChannelChain:
         self.x_name = self.bn.node.input[0]
         self.const_names = list(self.bn.node.input[1:]) + \
             ([affine.c, affine.d] if affine is not None else [])
-        self._prep: Any = None  # (x shape, dtype, operands, prepared) as FusedConv's
+        self._prep: Any = None  # (x shape, dtype, operands, prepared) or None: _prepared
 
     def run(self, sess, env, budget, run_sub) -> None:
         _fused_or_nodes(self, sess, env, budget, run_sub)
 
     def _prepare(self, x, ops, env, budget):
-
         if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) \
                 or x.ndim < 2 or x.size == 0:
             return None
@@ -572,13 +571,7 @@ class ChannelChain:
             ops = tuple([env[n] for n in self.const_names])
         except KeyError:
             return None
-        got = self._prep
-        if got is None or got[0] != getattr(x, "shape", None) \
-                or got[1] != getattr(x, "dtype", None) \
-                or not all([p is q for p, q in zip(got[2], ops, strict=True)]):
-            got = self._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), ops,
-                                self._prepare(x, ops, env, budget))
-        p = got[3]
+        p = _prepared(self, x, ops, lambda: self._prepare(x, ops, env, budget))
         if p is None:
             return None
         _charge(budget, self.chain, p["costs"], sess, p["total"])

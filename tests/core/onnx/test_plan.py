@@ -444,7 +444,7 @@ def test_a_constant_that_is_not_per_channel_runs_the_nodes_one_by_one():
     aff = [st for st in planned.plan().steps if isinstance(st, ChannelAffine)]
     assert len(aff) == 1
     _same_bits(planned, plain, inputs)
-    assert aff[0]._prep[4] is None  # the C pass refused it, and remembers that
+    assert aff[0]._prep[3] is None  # the C pass refused it, and remembers that
 
 
 @needs_native
