@@ -70,7 +70,8 @@ def _source() -> str:
         for kind, body in (("muladd", _MULADD[w]), ("fma", _FMA[w])):
             fns.append(f"void peak_{kind}_{w}(long iters) {{\n"
                        f"  __asm__ volatile(\"{init}1:\\n{body}dec %0\\n jnz 1b\\n\"\n"
-                       f"                   : \"+r\"(iters) :: \"eax\", \"cc\", {_CLOBBER[w]});\n}}\n")
+                       f"                   : \"+r\"(iters) :: \"eax\", \"cc\", "
+                       f"{_CLOBBER[w]});\n}}\n")
     return "\n".join(fns)
 
 
