@@ -402,13 +402,26 @@ def im2col2d(x: np.ndarray, kernel, strides, dilations, padw, outs) -> np.ndarra
     return cols
 
 
+def _out(out: np.ndarray | None, shape: tuple, dtype) -> np.ndarray | None:
+    """A fresh result array, or ``out`` when it can be the result: C-contiguous, writeable, of
+    that shape (reshaped, a view) and dtype (a plan writes a Concat's inputs straight into
+    their slices of its output); None otherwise."""
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.c_contiguous \
+            or not out.flags.writeable or out.size != int(np.prod(shape)):
+        return None
+    return out.reshape(shape)
+
+
 def conv2d_one_per_group(x: np.ndarray, w: np.ndarray, strides, dilations, padw,
-                         outs, ep=None) -> np.ndarray | None:
+                         outs, ep=None, out: np.ndarray | None = None) -> np.ndarray | None:
     """A 2-D convolution with ONE output channel per group (depthwise...), direct, or None.
 
     ``w`` is (G, C/G, kh, kw); the result (N, G, oh, ow) has the bits of im2col + the reference
     matmul (each output one serial chain over (c, kh, kw), padding taps included). ``ep`` (from
-    :func:`epilogue`): the ops to apply to each output plane as it is done.
+    :func:`epilogue`): the ops to apply to each output plane as it is done. ``out``: where to
+    write the result (see :func:`_out`).
     """
     lib = library()
     if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4:
@@ -420,7 +433,9 @@ def conv2d_one_per_group(x: np.ndarray, w: np.ndarray, strides, dilations, padw,
     if g == 0 or c % g or w.shape[1] * g != c:
         return None
     (kh, kw), (oh, ow) = w.shape[2:], outs
-    out = np.empty((nb, g, oh, ow), dtype=x.dtype)
+    out = _out(out, (nb, g, oh, ow), x.dtype)
+    if out is None:
+        return None
     if ep is None:
         fn = lib.ts_conv_mg1_f64 if x.dtype == np.float64 else lib.ts_conv_mg1_f32
         fn(x.ctypes.data, w.ctypes.data, out.ctypes.data, nb, c, h, wd, g, kh, kw, oh, ow,
@@ -470,11 +485,13 @@ def epilogue(dtype, channels: int, bias=None, bn=None, res=None, res_first: bool
     return e, keep
 
 
-def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
+def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep,
+           out: np.ndarray | None = None) -> np.ndarray | None:
     """``bmm(a, b)`` with the epilogue ``ep`` (from :func:`epilogue`) applied to each block of
     rows as it is done: the bits of the product followed by each op of the epilogue as its own
     rounding. Batch entry q holds output channels ``(q % groups) * M + i``; ``ep``'s residual
-    has the (batch, M, N) layout of the result. None when native code is unavailable."""
+    has the (batch, M, N) layout of the result; ``out``: where to write it (see :func:`_out`).
+    None when native code is unavailable."""
     lib = library()
     dims = _bmm_dims(lib, a, b)
     if dims is None:
@@ -484,7 +501,9 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
         return None
     a, sa = _batch(a, bsz)
     b, sb = _batch(b, bsz)
-    c = np.empty((bsz, m, n), dtype=a.dtype)
+    c = _out(out, (bsz, m, n), a.dtype)
+    if c is None:
+        return None
     e = ep if ep is not None else Epilogue(groups=1)
     e.groups = groups
     fn = lib.ts_bmm_ep_f64 if a.dtype == np.float64 else lib.ts_bmm_ep_f32
@@ -494,14 +513,15 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: int,
-           ep=None) -> np.ndarray | None:
+           ep=None, out: np.ndarray | None = None) -> np.ndarray | None:
     """A 2-D convolution (no bias) with the bits of ``im2col`` + ``bmm_ep``, the im2col matrix
     never built: the product's panels are packed straight from ``x`` (implicit GEMM), or None
     (no native code, a dtype or geometry it does not take).
 
     ``w`` is (M, C/G, kh, kw); ``padw`` = ((top, bottom), (left, right)) as in
     ``core.ops.nn.im2col``, ``outs`` = (oh, ow); ``ep`` (from :func:`epilogue`) as for
-    :func:`bmm_ep`. The result is (N, M, oh, ow)."""
+    :func:`bmm_ep`; ``out``: where to write the result (see :func:`_out`). The result is
+    (N, M, oh, ow)."""
     lib = library()
     if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4 \
             or len(strides) != 2 or min(strides) < 1 or min(dilations) < 1:
@@ -515,7 +535,9 @@ def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: 
         return None
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w)
-    out = np.empty((nb, m, oh, ow), dtype=x.dtype)
+    out = _out(out, (nb, m, oh, ow), x.dtype)
+    if out is None:
+        return None
     if out.size == 0:
         return out
     e = ep if ep is not None else Epilogue(groups=1)

@@ -269,11 +269,9 @@ class FusedConv:
         return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
                     ep=made[0], keep=made[1], costs=costs, total=_total(costs), w=wprep, k=tuple(k))
 
-    def _fused(self, env, budget, sess, shuffle=None):
-        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
-        their places by the C pass), or None, before any charge, when not covered."""
-        from core import native
-
+    def _case(self, env, budget):
+        """(prepared, x, residual) for this run, or None, before any charge, when the C pass
+        does not cover it."""
         try:
             x = env[self.x_name]
             ops = tuple([env[n] if n else None for n in self.const_names])
@@ -283,6 +281,45 @@ class FusedConv:
         p = _prepared(self, x, ops, lambda: self._prepare(x, ops, env, budget))
         if p is None:
             return None
+        if res is not None:
+            if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
+                    or res.shape != p["yshape"]:
+                return None
+            res = np.ascontiguousarray(res)
+        return p, x, res
+
+    def _product(self, case, ep, out=None):
+        """The chain's C pass with ``ep`` (this run's copy of the prepared Epilogue, its
+        residual set here) into ``out`` (or a fresh array), shaped (N, M, oh, ow); None when
+        the kernels do not take it."""
+        from core import native
+
+        p, x, res = case
+        ep.res = None if res is None else res.ctypes.data
+        ep.res_first = int(self.res_first)
+        if p["m"] == p["group"]:
+            y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
+                                            ep, out=out)
+        else:
+            group = p["group"]
+            # the product's panels packed straight from x (no im2col matrix): the same bits
+            y = native.conv2d(x, p["w"][:group].reshape((p["m"], -1) + p["k"]), p["st"],
+                              p["dil"], p["padw"], p["outs"], group, ep, out=out)
+            if y is None:
+                from core.ops.nn import im2col
+
+                cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
+                y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
+                                  group, ep, out=out)
+        return None if y is None else y.reshape(p["yshape"])
+
+    def _fused(self, env, budget, sess, shuffle=None):
+        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
+        their places by the C pass), or None, before any charge, when not covered."""
+        case = self._case(env, budget)
+        if case is None:
+            return None
+        p, x, res = case
         # a copy per run: the residual's and destination's addresses are this run's own (two
         # threads may run one session)
         ep = type(p["ep"]).from_buffer_copy(p["ep"])
@@ -291,15 +328,6 @@ class FusedConv:
             lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
             if lay is None or lay[4] is None:
                 return None
-        if res is not None:
-            if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
-                    or res.shape != p["yshape"]:
-                return None
-            res = np.ascontiguousarray(res)
-            ep.res = res.ctypes.data
-            ep.res_first = int(self.res_first)
-        else:
-            ep.res = None
         steps, costs, total = self.chain, p["costs"], p["total"]
         if lay is not None:
             steps, costs = steps + shuffle.chain, costs + lay[3]
@@ -307,28 +335,32 @@ class FusedConv:
             dst = np.empty(lay[0], dtype=x.dtype)
             ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, lay[4].ctypes.data, p["m"]
         _charge(budget, steps, costs, sess, total)
-        if p["m"] == p["group"]:
-            y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
-                                            ep)
-        else:
-            group = p["group"]
-            # the product's panels packed straight from x (no im2col matrix): the same bits
-            y = native.conv2d(x, p["w"][:group].reshape((p["m"], -1) + p["k"]), p["st"],
-                              p["dil"], p["padw"], p["outs"], group, ep)
-            if y is None:
-                from core.ops.nn import im2col
-
-                cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
-                y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
-                                  group, ep)
-        del res
+        y = self._product(case, ep)
+        del res, case
         if y is None:
             return None
-        y = y.reshape(p["yshape"])
         n_inner = len(self.chain) - 1
         if lay is not None:
             y, n_inner = dst, n_inner + 1  # the chain's own output is an intermediate now
         return _held(budget, y, n_inner, self.chain, sess)
+
+    def write_into(self, case, buf, c0: int) -> bool:
+        """The chain's output written into channels [c0, c0 + M) of ``buf`` (a Concat's
+        output, (N, C, oh, ow), C-contiguous), nothing charged (the caller charges): one image's
+        channel slice is contiguous, the product's own output; with more images the C pass
+        copies each finished row to its place (``ep_t``'s dst). False when the kernels do not
+        take it."""
+        p = case[0]
+        n, m = buf.shape[0], p["m"]
+        ep = type(p["ep"]).from_buffer_copy(p["ep"])
+        if n == 1:
+            return self._product(case, ep, out=buf[0, c0:c0 + m]) is not None
+        rows = p.get("rows")
+        if rows is None or rows[0] != (buf.shape[1], c0):
+            ch = np.arange(n, dtype=np.int64)[:, None] * buf.shape[1] + c0 + np.arange(m)
+            rows = p["rows"] = ((buf.shape[1], c0), ch.reshape(-1))
+        ep.dst, ep.dst_row, ep.channels = buf.ctypes.data, rows[1].ctypes.data, m
+        return self._product(case, ep) is not None
 
 
 class Shuffle:
@@ -579,6 +611,137 @@ class ChannelChain:
         if y is None:
             return None  # pragma: no cover - _prepare ran with native code there
         return _held(budget, y, len(self.chain) - 1, self.chain, sess)
+
+
+class _Block(np.ndarray):
+    """The output of a chain of Concats on one image (densenet's dense block): each Concat's
+    output is a view of its first channels, ``filled`` of them written so far, and the next
+    Concat of the chain writes only its new inputs after them."""
+
+    filled = 0
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    """The array that owns ``a``'s memory."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+class ConcatInto:
+    """Concat on the channel axis whose inputs made by fused convs for it alone (``parts``)
+    are written by their C pass straight into their slices of its output; the others are
+    copied, or, for a chain's first input (``grows``: the output of the ConcatInto before it),
+    extended in place when its block has room (see core.onnx.plan). A copy is exact: the same
+    bytes as the Concat node."""
+
+    def __init__(self, st, parts: list) -> None:
+        self.step = st
+        self.chain = [st]
+        self.names = list(st.node.input)
+        self.parts = parts  # per input: the FusedConv making it for this Concat alone, or None
+        self.out = st.node.output[0]
+        self.next: ConcatInto | None = None  # the one whose input 0 is our output (it grows)
+        self.grows = False
+        self._cost: Any = None  # (input shapes, dtype, the Concat's Budget.cost)
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        if not self._into(sess, env, budget, run_sub):
+            for f in self.parts:
+                if f is not None and f.out not in env:
+                    f.run(sess, env, budget, run_sub)
+            sess._run_step(self.step, sess.graph, env, budget, run_sub)
+
+    def _room(self, env) -> int:
+        """The channels the Concats after this one in its chain add while each adds fused
+        convs' outputs only (their weights say how many): the room its block keeps for them."""
+        room, nxt = 0, self.next
+        while nxt is not None:
+            add = 0
+            for f in nxt.parts[1:]:
+                w = env.get(f.const_names[0]) if f is not None else None
+                if not isinstance(w, np.ndarray) or w.ndim != 4:
+                    return room
+                add += w.shape[0]
+            room, nxt = room + add, nxt.next
+        return room
+
+    def _grown(self, x0, dt, ctot: int):
+        """The block ``x0`` (input 0) is the filled start of, when it has room for ``ctot``
+        channels, else None."""
+        r = _root(x0)
+        if isinstance(r, _Block) and r.filled == x0.shape[1] and r.dtype == dt \
+                and x0.shape[0] == 1 and r.shape[2:] == x0.shape[2:] and r.shape[1] >= ctot \
+                and x0.flags.c_contiguous and x0.ctypes.data == r.ctypes.data:
+            return r
+        return None
+
+    def _into(self, sess, env, budget, run_sub) -> bool:
+        """The Concat's output into ``env`` with its fused inputs written in place (True), or
+        False, before any charge of its own, when not covered (then the plain node runs)."""
+        cases, vals = [], []
+        for name, f in zip(self.names, self.parts, strict=True):
+            case = f._case(env, budget) if f is not None else None
+            if f is not None and case is None:
+                f.run(sess, env, budget, run_sub)  # made as it would be alone, then copied
+            v = env.get(name) if case is None else None
+            if case is None and not isinstance(v, np.ndarray):
+                return False
+            cases.append(case)
+            vals.append(v)
+        shapes = [c[0]["yshape"] if c else v.shape for c, v in zip(cases, vals, strict=True)]
+        dts = {c[1].dtype if c else v.dtype for c, v in zip(cases, vals, strict=True)}
+        if len(dts) != 1 or any(len(s) != 4 for s in shapes) \
+                or len({(s[0],) + tuple(s[2:]) for s in shapes}) != 1:
+            return False  # the Concat node says what is wrong
+        dt = dts.pop()
+        n, _, h, w = shapes[0]
+        ctot = sum(s[1] for s in shapes)
+        key = (tuple(shapes), dt)
+        if self._cost is None or self._cost[0] != key:
+            like = [np.broadcast_to(np.zeros((), dt), s) for s in shapes]
+            self._cost = (key, budget.cost("Concat", like, self.step.attrs, self.step.opset))
+        if self._cost[1] is None:
+            return False
+        # every charge at once when the plain nodes would be refused none (else they run, and
+        # the refusal names its node): the nodes' work, the Concat's output and the inputs the
+        # plain run would have held
+        costs = [self._cost[1]] + [q for c in cases if c for q in c[0]["costs"]]
+        held = [n * ctot * h * w * dt.itemsize] + [
+            int(np.prod(c[0]["yshape"])) * dt.itemsize * len(f.chain)
+            for c, f in zip(cases, self.parts, strict=True) if c]
+        lim = budget.limits
+        if n * ctot * h * w > lim.max_elements or budget.bytes + sum(held) > lim.max_bytes \
+                or not budget.replay_all(len(costs), *_total(costs)):
+            return False
+        blk, c0, first = None, 0, 0
+        if self.grows and vals[0] is not None:
+            blk = self._grown(vals[0], dt, ctot)
+            if blk is not None:
+                c0, first = vals[0].shape[1], 1
+        if blk is None:
+            room = self._room(env) if n == 1 and self.next is not None else 0
+            blk = _Block((n, ctot + room, h, w), dt) if room else np.empty((n, ctot, h, w), dt)
+        for case, v, f, s in list(zip(cases, vals, self.parts, shapes, strict=True))[first:]:
+            if case is None:
+                blk[:, c0:c0 + s[1]] = v
+            elif not f.write_into(case, blk, c0):  # pragma: no cover - _prepare checked it
+                raise OnnxError("the fused convolution's kernel refused a case it had taken",
+                                node=f.chain[-1].label)
+            c0 += s[1]
+        del cases
+        for b in held[1:]:
+            budget.charge(b)  # the fused inputs and their intermediates, never materialised
+        if isinstance(blk, _Block):
+            blk.filled = ctot
+            y = blk[:, :ctot].view(np.ndarray)
+            budget.hold_static({id(blk): blk}, 0)  # its views count as the plain run's do
+            budget.charge(y.nbytes)  # as the plain run holds the Concat's own output
+        else:
+            y = blk
+            budget.hold(y)
+        env[self.out] = y
+        return True
 
 
 def _fused_or_nodes(entry, sess, env, budget, run_sub) -> None:
