@@ -103,6 +103,17 @@ class Epilogue(ctypes.Structure):
                 ("aff_first", ctypes.c_int)]
 
 
+class ConvCall(ctypes.Structure):
+    """refkernels.c's conv_call_t: one convolution prepared once per shape (:func:`conv_call`),
+    run through one pointer (:func:`run_conv`); ``ep`` is its Epilogue, by value."""
+
+    _fields_ = [("x", ctypes.c_void_p), ("w", ctypes.c_void_p), ("out", ctypes.c_void_p)] + \
+        [(f, ctypes.c_longlong) for f in ("nb", "c", "h", "wd", "g", "m", "kh", "kw", "oh",
+                                          "ow", "sh", "sw", "ph", "pw", "dh", "dw")] + \
+        [("threads", ctypes.c_int), ("f32", ctypes.c_int), ("one_per_group", ctypes.c_int),
+         ("ep", Epilogue)]
+
+
 def _load() -> ctypes.CDLL | None:
     cc = shutil.which(os.environ.get("CC", "gcc"))
     if os.environ.get("TAPESCOPE_NO_NATIVE") or cc is None:
@@ -157,6 +168,8 @@ def _load() -> ctypes.CDLL | None:
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll, ll, ll, ll, ctypes.c_int,
                                        ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
+    lib.ts_conv_call.argtypes = [ctypes.POINTER(ConvCall)]
+    lib.ts_conv_call.restype = None
     for name in ("ts_conv_ep_f64", "ts_conv_ep_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 16 + [ctypes.c_int,
                                                                ctypes.POINTER(Epilogue)]
@@ -402,26 +415,13 @@ def im2col2d(x: np.ndarray, kernel, strides, dilations, padw, outs) -> np.ndarra
     return cols
 
 
-def _out(out: np.ndarray | None, shape: tuple, dtype) -> np.ndarray | None:
-    """A fresh result array, or ``out`` when it can be the result: C-contiguous, writeable, of
-    that shape (reshaped, a view) and dtype (a plan writes a Concat's inputs straight into
-    their slices of its output); None otherwise."""
-    if out is None:
-        return np.empty(shape, dtype=dtype)
-    if not isinstance(out, np.ndarray) or out.dtype != dtype or not out.flags.c_contiguous \
-            or not out.flags.writeable or out.size != int(np.prod(shape)):
-        return None
-    return out.reshape(shape)
-
-
 def conv2d_one_per_group(x: np.ndarray, w: np.ndarray, strides, dilations, padw,
-                         outs, ep=None, out: np.ndarray | None = None) -> np.ndarray | None:
+                         outs, ep=None) -> np.ndarray | None:
     """A 2-D convolution with ONE output channel per group (depthwise...), direct, or None.
 
     ``w`` is (G, C/G, kh, kw); the result (N, G, oh, ow) has the bits of im2col + the reference
     matmul (each output one serial chain over (c, kh, kw), padding taps included). ``ep`` (from
-    :func:`epilogue`): the ops to apply to each output plane as it is done. ``out``: where to
-    write the result (see :func:`_out`).
+    :func:`epilogue`): the ops to apply to each output plane as it is done.
     """
     lib = library()
     if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4:
@@ -433,9 +433,7 @@ def conv2d_one_per_group(x: np.ndarray, w: np.ndarray, strides, dilations, padw,
     if g == 0 or c % g or w.shape[1] * g != c:
         return None
     (kh, kw), (oh, ow) = w.shape[2:], outs
-    out = _out(out, (nb, g, oh, ow), x.dtype)
-    if out is None:
-        return None
+    out = np.empty((nb, g, oh, ow), dtype=x.dtype)
     if ep is None:
         fn = lib.ts_conv_mg1_f64 if x.dtype == np.float64 else lib.ts_conv_mg1_f32
         fn(x.ctypes.data, w.ctypes.data, out.ctypes.data, nb, c, h, wd, g, kh, kw, oh, ow,
@@ -485,13 +483,11 @@ def epilogue(dtype, channels: int, bias=None, bn=None, res=None, res_first: bool
     return e, keep
 
 
-def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep,
-           out: np.ndarray | None = None) -> np.ndarray | None:
+def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
     """``bmm(a, b)`` with the epilogue ``ep`` (from :func:`epilogue`) applied to each block of
     rows as it is done: the bits of the product followed by each op of the epilogue as its own
     rounding. Batch entry q holds output channels ``(q % groups) * M + i``; ``ep``'s residual
-    has the (batch, M, N) layout of the result; ``out``: where to write it (see :func:`_out`).
-    None when native code is unavailable."""
+    has the (batch, M, N) layout of the result. None when native code is unavailable."""
     lib = library()
     dims = _bmm_dims(lib, a, b)
     if dims is None:
@@ -501,9 +497,7 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep,
         return None
     a, sa = _batch(a, bsz)
     b, sb = _batch(b, bsz)
-    c = _out(out, (bsz, m, n), a.dtype)
-    if c is None:
-        return None
+    c = np.empty((bsz, m, n), dtype=a.dtype)
     e = ep if ep is not None else Epilogue(groups=1)
     e.groups = groups
     fn = lib.ts_bmm_ep_f64 if a.dtype == np.float64 else lib.ts_bmm_ep_f32
@@ -513,15 +507,14 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep,
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: int,
-           ep=None, out: np.ndarray | None = None) -> np.ndarray | None:
+           ep=None) -> np.ndarray | None:
     """A 2-D convolution (no bias) with the bits of ``im2col`` + ``bmm_ep``, the im2col matrix
     never built: the product's panels are packed straight from ``x`` (implicit GEMM), or None
     (no native code, a dtype or geometry it does not take).
 
     ``w`` is (M, C/G, kh, kw); ``padw`` = ((top, bottom), (left, right)) as in
     ``core.ops.nn.im2col``, ``outs`` = (oh, ow); ``ep`` (from :func:`epilogue`) as for
-    :func:`bmm_ep`; ``out``: where to write the result (see :func:`_out`). The result is
-    (N, M, oh, ow)."""
+    :func:`bmm_ep`. The result is (N, M, oh, ow)."""
     lib = library()
     if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4 \
             or len(strides) != 2 or min(strides) < 1 or min(dilations) < 1:
@@ -535,9 +528,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: 
         return None
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w)
-    out = _out(out, (nb, m, oh, ow), x.dtype)
-    if out is None:
-        return None
+    out = np.empty((nb, m, oh, ow), dtype=x.dtype)
     if out.size == 0:
         return out
     e = ep if ep is not None else Epilogue(groups=1)
@@ -547,6 +538,49 @@ def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: 
        strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1], threads(),
        ctypes.byref(e))
     return out
+
+
+def conv_call(x_shape, dtype, w: np.ndarray, strides, dilations, padw, outs, group: int,
+              ep) -> ConvCall | None:
+    """The call :func:`conv2d` (or, with one output channel per group,
+    :func:`conv2d_one_per_group`) makes for an image of ``x_shape`` and ``dtype``, with ``w``
+    (C-contiguous, kept alive by the caller) and a copy of the Epilogue ``ep``, prepared once:
+    :func:`run_conv` then runs it on an image (the same bits). None where those would not take
+    it, or for an empty output."""
+    lib = library()
+    dt = np.dtype(dtype)
+    if lib is None or dt not in _DT or w.dtype != dt or len(x_shape) != 4 or w.ndim != 4 \
+            or not w.flags.c_contiguous or len(strides) != 2 or min(strides) < 1 \
+            or min(dilations) < 1:
+        return None
+    nb, c, h, wd = x_shape
+    m = w.shape[0]
+    if group < 1 or c % group or m % group or w.shape[1] * group != c \
+            or min(nb, m, *outs) < 1:
+        return None
+    call = ConvCall(w=w.ctypes.data, nb=nb, c=c, h=h, wd=wd, g=group, m=m, kh=w.shape[2],
+                    kw=w.shape[3], oh=outs[0], ow=outs[1], sh=strides[0], sw=strides[1],
+                    ph=padw[0][0], pw=padw[1][0], dh=dilations[0], dw=dilations[1],
+                    f32=int(dt == np.float32), one_per_group=int(m == group))
+    call.ep = ep
+    return call
+
+
+def address(a: np.ndarray) -> int:
+    """The address of a C-contiguous array's data: through ctypes' view of a writeable buffer
+    (~0.3 us), else ``a.ctypes.data`` (~0.9 us, a plan run asks a few times per node)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
+def run_conv(call: ConvCall, x: np.ndarray, out: np.ndarray) -> None:
+    """Run a prepared :func:`conv_call` (this run's own copy: its Epilogue's residual and
+    destination set by the caller) on ``x`` into ``out``, both C-contiguous, of its shapes and
+    dtype (the caller checks)."""
+    call.x, call.out, call.threads = address(x), address(out), threads()
+    _lib.ts_conv_call(ctypes.byref(call))
 
 
 def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides, dilations,

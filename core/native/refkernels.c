@@ -1377,6 +1377,36 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
     ts_conv_mg1_ep_f32(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, NULL);
 }
 
+/* One prepared convolution call (core.onnx.fused's FusedConv): the geometry and weights fixed
+ * once per shape, this run's image, output and epilogue set in a copy of it. A single pointer
+ * for ctypes to pass: a call with 21 arguments cost ~3 us of argument conversion, more than
+ * a small grouped 1x1 conv's per-group setup. one_per_group: ts_conv_mg1_ep (g == m), else
+ * ts_conv_ep (ep.groups == g). */
+typedef struct {
+    const void *x, *w;
+    void *out;
+    long long nb, c, h, wd, g, m, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw;
+    int threads, f32, one_per_group;
+    ep_t ep;
+} conv_call_t;
+
+void ts_conv_call(conv_call_t *C) {
+    C->ep.groups = C->g;
+    if (C->one_per_group) {
+        if (C->f32)
+            ts_conv_mg1_ep_f32(C->x, C->w, C->out, C->nb, C->c, C->h, C->wd, C->g, C->kh, C->kw,
+                               C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, &C->ep);
+        else
+            ts_conv_mg1_ep_f64(C->x, C->w, C->out, C->nb, C->c, C->h, C->wd, C->g, C->kh, C->kw,
+                               C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, &C->ep);
+    } else if (C->f32)
+        ts_conv_ep_f32(C->x, C->w, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh, C->kw,
+                       C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, C->threads, &C->ep);
+    else
+        ts_conv_ep_f64(C->x, C->w, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh, C->kw,
+                       C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, C->threads, &C->ep);
+}
+
 /* 2-D pools in pool_nd's order (core.ops.nn), over a padded copy of each plane P (the region
  * the windows cover; `fill` outside the image) so the tap loops have no bounds checks.
  * Each output keeps its own chain while the taps (u, v) pass in row-major order:

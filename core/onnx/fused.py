@@ -6,10 +6,12 @@ one by one through the executor instead, so the results never depend on it."""
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any
 
 import numpy as np
 
+from core import native
 from core.onnx.errors import OnnxError
 
 
@@ -95,8 +97,6 @@ def _epilogue(affine, affine_ops, y_like, dt, channels, **stages):
     """``native.epilogue(dt, channels, **stages)`` with the chain's second per-channel stage
     (``affine``, its constants ``affine_ops``) set on it: (ep, keep), or None when the C pass
     cannot take the chain (no library, or constants that are not one per channel)."""
-    from core import native
-
     vecs = None
     if affine is not None:
         vecs = affine.vectors(*affine_ops, y_like)
@@ -115,8 +115,7 @@ def _prepared(entry, x, ops: tuple, prepare):
     run (the same shape, dtype and operands give the same answer)."""
     got = entry._prep
     if got is None or got[0] != getattr(x, "shape", None) \
-            or got[1] != getattr(x, "dtype", None) \
-            or not all([p is q for p, q in zip(got[2], ops, strict=True)]):
+            or got[1] != getattr(x, "dtype", None) or not all(map(operator.is_, got[2], ops)):
         got = entry._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), ops,
                              prepare())
     return got[3]
@@ -151,8 +150,6 @@ class _FewRowsMatmul:
     def matmul(self, a, b):
         if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim == 2 \
                 and b.ndim == 2 and a.shape[0] <= self.ROWS:
-            from core import native
-
             y = native.mm_few_rows(a, b)
             if y is not None:
                 return y
@@ -257,17 +254,12 @@ class FusedConv:
         costs = _chain_costs(self.chain, self.inner, env, y_like, budget)
         if costs is None:
             return None
-        n = x.shape[0]
-        if m == group:
-            wprep = np.ascontiguousarray(w)
-        else:
-            wg = w.reshape(group, m // group, -1)
-            if n > 1:
-                wg = np.broadcast_to(wg[None], (n,) + wg.shape).reshape((n * group,) +
-                                                                         wg.shape[1:])
-            wprep = np.ascontiguousarray(wg)
-        return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
-                    ep=made[0], keep=made[1], costs=costs, total=_total(costs), w=wprep, k=tuple(k))
+        wprep = np.ascontiguousarray(w)
+        call = native.conv_call(x.shape, dt, wprep, st, dil, padw, outs, group, made[0])
+        if call is None:
+            return None
+        return dict(yshape=yshape, m=m, call=call, keep=made[1], costs=costs,
+                    total=_total(costs), w=wprep)
 
     def _case(self, env, budget):
         """(prepared, x, residual) for this run, or None, before any charge, when the C pass
@@ -286,32 +278,21 @@ class FusedConv:
                     or res.shape != p["yshape"]:
                 return None
             res = np.ascontiguousarray(res)
-        return p, x, res
+        return p, np.ascontiguousarray(x), res
 
-    def _product(self, case, ep, out=None):
-        """The chain's C pass with ``ep`` (this run's copy of the prepared Epilogue, its
-        residual set here) into ``out`` (or a fresh array), shaped (N, M, oh, ow); None when
-        the kernels do not take it."""
-        from core import native
-
+    def _product(self, case, out, dst=None) -> None:
+        """The chain's C pass into ``out`` (C-contiguous, the chain's output shape and dtype),
+        with ``dst`` = (array, its row of each output row) the rows then copied there too."""
         p, x, res = case
-        ep.res = None if res is None else res.ctypes.data
-        ep.res_first = int(self.res_first)
-        if p["m"] == p["group"]:
-            y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
-                                            ep, out=out)
-        else:
-            group = p["group"]
-            # the product's panels packed straight from x (no im2col matrix): the same bits
-            y = native.conv2d(x, p["w"][:group].reshape((p["m"], -1) + p["k"]), p["st"],
-                              p["dil"], p["padw"], p["outs"], group, ep, out=out)
-            if y is None:
-                from core.ops.nn import im2col
-
-                cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
-                y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
-                                  group, ep, out=out)
-        return None if y is None else y.reshape(p["yshape"])
+        # a copy per run: the residual's and destination's addresses are this run's own (two
+        # threads may run one session)
+        call = type(p["call"]).from_buffer_copy(p["call"])
+        ep = call.ep
+        if res is not None:
+            ep.res, ep.res_first = native.address(res), int(self.res_first)
+        if dst is not None:
+            ep.dst, ep.dst_row, ep.channels = native.address(dst[0]), dst[1].ctypes.data, p["m"]
+        native.run_conv(call, x, out)
 
     def _fused(self, env, budget, sess, shuffle=None):
         """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
@@ -319,48 +300,39 @@ class FusedConv:
         case = self._case(env, budget)
         if case is None:
             return None
-        p, x, res = case
-        # a copy per run: the residual's and destination's addresses are this run's own (two
-        # threads may run one session)
-        ep = type(p["ep"]).from_buffer_copy(p["ep"])
-        lay = None
+        p, x, _ = case
+        steps, costs, total = self.chain, p["costs"], p["total"]
+        dst = None
         if shuffle is not None:
             lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
             if lay is None or lay[4] is None:
                 return None
-        steps, costs, total = self.chain, p["costs"], p["total"]
-        if lay is not None:
             steps, costs = steps + shuffle.chain, costs + lay[3]
             total = _total(costs)
-            dst = np.empty(lay[0], dtype=x.dtype)
-            ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, lay[4].ctypes.data, p["m"]
+            dst = (np.empty(lay[0], dtype=x.dtype), lay[4])
         _charge(budget, steps, costs, sess, total)
-        y = self._product(case, ep)
-        del res, case
-        if y is None:
-            return None
-        n_inner = len(self.chain) - 1
-        if lay is not None:
-            y, n_inner = dst, n_inner + 1  # the chain's own output is an intermediate now
-        return _held(budget, y, n_inner, self.chain, sess)
+        y = np.empty(p["yshape"], dtype=x.dtype)
+        self._product(case, y, dst)
+        del case
+        if dst is not None:  # the chain's own output is an intermediate now
+            return _held(budget, dst[0], len(self.chain), self.chain, sess)
+        return _held(budget, y, len(self.chain) - 1, self.chain, sess)
 
-    def write_into(self, case, buf, c0: int) -> bool:
+    def write_into(self, case, buf, c0: int) -> None:
         """The chain's output written into channels [c0, c0 + M) of ``buf`` (a Concat's
         output, (N, C, oh, ow), C-contiguous), nothing charged (the caller charges): one image's
         channel slice is contiguous, the product's own output; with more images the C pass
-        copies each finished row to its place (``ep_t``'s dst). False when the kernels do not
-        take it."""
+        copies each finished row to its place (``ep_t``'s dst)."""
         p = case[0]
         n, m = buf.shape[0], p["m"]
-        ep = type(p["ep"]).from_buffer_copy(p["ep"])
         if n == 1:
-            return self._product(case, ep, out=buf[0, c0:c0 + m]) is not None
+            self._product(case, buf[0, c0:c0 + m])
+            return
         rows = p.get("rows")
         if rows is None or rows[0] != (buf.shape[1], c0):
             ch = np.arange(n, dtype=np.int64)[:, None] * buf.shape[1] + c0 + np.arange(m)
             rows = p["rows"] = ((buf.shape[1], c0), ch.reshape(-1))
-        ep.dst, ep.dst_row, ep.channels = buf.ctypes.data, rows[1].ctypes.data, m
-        return self._product(case, ep) is not None
+        self._product(case, np.empty(p["yshape"], dtype=buf.dtype), (buf, rows[1]))
 
 
 class Shuffle:
@@ -524,8 +496,6 @@ class ChannelAffine:
             # rounding, a -0.0 product becoming +0.0) and the epilogue's bias d and Relu, in
             # one pass. A zero's sign is all that +0.0 + p can change, and Relu makes every
             # zero +0.0 (+-0.0 + d is d for any other d; a NaN stays a NaN)
-            from core import native
-
             made = native.epilogue(x.dtype, x.shape[1], bias=dv, relu=True)
             if made is not None:
                 ep = made
@@ -534,8 +504,6 @@ class ChannelAffine:
                     outs=x.shape[2:] if x.ndim == 4 else None)
 
     def _fused(self, env, budget, sess):
-        from core import native
-
         try:
             x, c, d = env[self.x_name], env[self.mul_c], env[self.add_c]
         except KeyError:
@@ -596,8 +564,6 @@ class ChannelChain:
         return dict(ep=made[0], keep=made[1], costs=costs, total=_total(costs))
 
     def _fused(self, env, budget, sess):
-        from core import native
-
         try:
             x = env[self.x_name]
             ops = tuple([env[n] for n in self.const_names])
@@ -725,9 +691,8 @@ class ConcatInto:
         for case, v, f, s in list(zip(cases, vals, self.parts, shapes, strict=True))[first:]:
             if case is None:
                 blk[:, c0:c0 + s[1]] = v
-            elif not f.write_into(case, blk, c0):  # pragma: no cover - _prepare checked it
-                raise OnnxError("the fused convolution's kernel refused a case it had taken",
-                                node=f.chain[-1].label)
+            else:
+                f.write_into(case, blk, c0)
             c0 += s[1]
         del cases
         for b in held[1:]:

@@ -179,3 +179,12 @@ def test_a_concat_run_is_refused_by_the_same_limits(build):
     for plan in (True, False):
         with pytest.raises(OnnxError, match="bytes"):
             Session(m, plan=plan, limits=Limits(max_bytes=3000)).run(feeds)
+
+
+@needs_native
+def test_a_read_only_image_goes_through_the_prepared_call_bit_for_bit():
+    # the prepared call's address of a read-only array: numpy's, not ctypes' writeable view
+    m, feeds = _fire(np.float64, 2)
+    feeds["x"].flags.writeable = False
+    assert native.address(feeds["x"]) == feeds["x"].ctypes.data
+    _same_bits(Session(m), Session(m, plan=False), feeds)
