@@ -280,9 +280,11 @@ class FusedConv:
             res = np.ascontiguousarray(res)
         return p, np.ascontiguousarray(x), res
 
-    def _product(self, case, out, dst=None) -> None:
+    def _product(self, case, out, dst=None, relu: bool = False) -> None:
         """The chain's C pass into ``out`` (C-contiguous, the chain's output shape and dtype),
-        with ``dst`` = (array, its row of each output row) the rows then copied there too."""
+        with ``dst`` = (array, its row of each output row) the rows then copied there too;
+        ``relu``: a Relu after the chain's last op (none if it ends in one: Relu's twice is
+        Relu's once)."""
         p, x, res = case
         # a copy per run: the residual's and destination's addresses are this run's own (two
         # threads may run one session)
@@ -292,6 +294,8 @@ class FusedConv:
             ep.res, ep.res_first = native.address(res), int(self.res_first)
         if dst is not None:
             ep.dst, ep.dst_row, ep.channels = native.address(dst[0]), dst[1].ctypes.data, p["m"]
+        if relu:
+            ep.relu = 1
         native.run_conv(call, x, out)
 
     def _fused(self, env, budget, sess, shuffle=None):
@@ -318,21 +322,21 @@ class FusedConv:
             return _held(budget, dst[0], len(self.chain), self.chain, sess)
         return _held(budget, y, len(self.chain) - 1, self.chain, sess)
 
-    def write_into(self, case, buf, c0: int) -> None:
-        """The chain's output written into channels [c0, c0 + M) of ``buf`` (a Concat's
-        output, (N, C, oh, ow), C-contiguous), nothing charged (the caller charges): one image's
-        channel slice is contiguous, the product's own output; with more images the C pass
-        copies each finished row to its place (``ep_t``'s dst)."""
+    def write_into(self, case, buf, c0: int, relu: bool = False) -> None:
+        """The chain's output [then a Relu] written into channels [c0, c0 + M) of ``buf`` (a
+        Concat's output, (N, C, oh, ow), C-contiguous), nothing charged (the caller charges):
+        one image's channel slice is contiguous, the product's own output; with more images
+        the C pass copies each finished row to its place (``ep_t``'s dst)."""
         p = case[0]
         n, m = buf.shape[0], p["m"]
         if n == 1:
-            self._product(case, buf[0, c0:c0 + m])
+            self._product(case, buf[0, c0:c0 + m], relu=relu)
             return
         rows = p.get("rows")
         if rows is None or rows[0] != (buf.shape[1], c0):
             ch = np.arange(n, dtype=np.int64)[:, None] * buf.shape[1] + c0 + np.arange(m)
             rows = p["rows"] = ((buf.shape[1], c0), ch.reshape(-1))
-        self._product(case, np.empty(p["yshape"], dtype=buf.dtype), (buf, rows[1]))
+        self._product(case, np.empty(p["yshape"], dtype=buf.dtype), (buf, rows[1]), relu)
 
 
 class Shuffle:
@@ -599,7 +603,9 @@ class ConcatInto:
     are written by their C pass straight into their slices of its output; the others are
     copied, or, for a chain's first input (``grows``: the output of the ConcatInto before it),
     extended in place when its block has room (see core.onnx.plan). A copy is exact: the same
-    bytes as the Concat node."""
+    bytes as the Concat node. ``relu``: the Relu that alone reads the output, taken by each
+    slice as it is written (the fused convs' epilogue, the copies' ``x <= 0`` in place: an
+    elementwise op commutes with the copy)."""
 
     def __init__(self, st, parts: list) -> None:
         self.step = st
@@ -609,14 +615,23 @@ class ConcatInto:
         self.out = st.node.output[0]
         self.next: ConcatInto | None = None  # the one whose input 0 is our output (it grows)
         self.grows = False
-        self._cost: Any = None  # (input shapes, dtype, the Concat's Budget.cost)
+        self.relu = None
+        self._cost: Any = None  # (input shapes, dtype, the Concat's [and Relu's] costs)
+
+    def take_relu(self, st) -> None:
+        """Take the Relu ``st`` that alone reads the output: the Concat's output becomes an
+        intermediate, the Relu's output this entry's."""
+        self.relu = st
+        self.chain = [self.step, st]
+        self.out = st.node.output[0]
 
     def run(self, sess, env, budget, run_sub) -> None:
         if not self._into(sess, env, budget, run_sub):
             for f in self.parts:
                 if f is not None and f.out not in env:
                     f.run(sess, env, budget, run_sub)
-            sess._run_step(self.step, sess.graph, env, budget, run_sub)
+            for st in self.chain:
+                sess._run_step(st, sess.graph, env, budget, run_sub)
 
     def _room(self, env) -> int:
         """The channels the Concats after this one in its chain add while each adds fused
@@ -666,14 +681,19 @@ class ConcatInto:
         key = (tuple(shapes), dt)
         if self._cost is None or self._cost[0] != key:
             like = [np.broadcast_to(np.zeros((), dt), s) for s in shapes]
-            self._cost = (key, budget.cost("Concat", like, self.step.attrs, self.step.opset))
+            got = [budget.cost("Concat", like, self.step.attrs, self.step.opset)]
+            if self.relu is not None:
+                y_like = np.broadcast_to(np.zeros((), dt), (n, ctot, h, w))
+                got.append(budget.cost("Relu", [y_like], self.relu.attrs, self.relu.opset))
+            self._cost = (key, None if None in got else got)
         if self._cost[1] is None:
             return False
         # every charge at once when the plain nodes would be refused none (else they run, and
-        # the refusal names its node): the nodes' work, the Concat's output and the inputs the
-        # plain run would have held
-        costs = [self._cost[1]] + [q for c in cases if c for q in c[0]["costs"]]
-        held = [n * ctot * h * w * dt.itemsize] + [
+        # the refusal names its node): the nodes' work, the output and the values the plain
+        # run would have held (the fused inputs and their intermediates, the Concat's output
+        # under a Relu)
+        costs = self._cost[1] + [q for c in cases if c for q in c[0]["costs"]]
+        held = [n * ctot * h * w * dt.itemsize] * len(self.chain) + [
             int(np.prod(c[0]["yshape"])) * dt.itemsize * len(f.chain)
             for c, f in zip(cases, self.parts, strict=True) if c]
         lim = budget.limits
@@ -688,15 +708,19 @@ class ConcatInto:
         if blk is None:
             room = self._room(env) if n == 1 and self.next is not None else 0
             blk = _Block((n, ctot + room, h, w), dt) if room else np.empty((n, ctot, h, w), dt)
+        relu = self.relu is not None
         for case, v, f, s in list(zip(cases, vals, self.parts, shapes, strict=True))[first:]:
             if case is None:
-                blk[:, c0:c0 + s[1]] = v
+                part = blk[:, c0:c0 + s[1]]
+                part[...] = v
+                if relu:  # the Relu kernel's x <= 0 -> +0.0 (NaN stays)
+                    np.copyto(part, dt.type(0), where=part <= 0)
             else:
-                f.write_into(case, blk, c0)
+                f.write_into(case, blk, c0, relu)
             c0 += s[1]
         del cases
         for b in held[1:]:
-            budget.charge(b)  # the fused inputs and their intermediates, never materialised
+            budget.charge(b)  # the values above, never materialised
         if isinstance(blk, _Block):
             blk.filled = ctot
             y = blk[:, :ctot].view(np.ndarray)

@@ -431,7 +431,9 @@ def _merge_concats(steps: list, consumers: dict, hidden: set) -> list:
     they run where it is and write straight into their slices of its output. A Concat whose
     first input is another such Concat's output, read as a first input by no other, grows that
     one's output in place (densenet's dense blocks: each Concat adds a conv's output to all the
-    features before it, which the plain node copies again)."""
+    features before it, which the plain node copies again); one outside a chain whose output
+    only a Relu reads takes the Relu too."""
+    from core.onnx.ops.elementwise import relu
     from core.onnx.ops.shape import concat
 
     fused = {e.out: e for e in steps if isinstance(e, FusedConv) and e.shuffle is None}
@@ -453,13 +455,26 @@ def _merge_concats(steps: list, consumers: dict, hidden: set) -> list:
         prev = by_out.get(c.names[0])
         if prev is not None and firsts[c.names[0]] == 1 and c.names.count(c.names[0]) == 1:
             prev.next, c.grows = c, True
+    readers: dict[str, list] = {}
+    for e in steps:
+        for i in (e.node.input if getattr(e, "kernel", None) is not None else ()):
+            readers.setdefault(i, []).append(e)
     taken: set[int] = set()
     for k, c in list(found.items()):
-        if c.grows or c.next is not None or any(c.parts):
-            taken.update(id(f) for f in c.parts if f is not None)
-            hidden.update(f.out for f in c.parts if f is not None)
-        else:
+        if not (c.grows or c.next is not None or any(c.parts)):
             del found[k]
+            continue
+        taken.update(id(f) for f in c.parts if f is not None)
+        hidden.update(f.out for f in c.parts if f is not None)
+        r = readers.get(c.out, [])
+        # a Relu alone reading the output (shufflenet's stride-2 units) is taken by each slice;
+        # not in a chain, whose outputs are the next one's first channels
+        if not c.grows and c.next is None and consumers.get(c.out, 0) == 1 and len(r) == 1 \
+                and r[0].kernel is relu and r[0].node.domain in ("", "ai.onnx") \
+                and _single_output(r[0]):
+            hidden.add(c.out)
+            taken.add(id(r[0]))
+            c.take_relu(r[0])
     return [found.get(id(e), e) for e in steps if id(e) not in taken]
 
 

@@ -188,3 +188,23 @@ def test_a_read_only_image_goes_through_the_prepared_call_bit_for_bit():
     feeds["x"].flags.writeable = False
     assert native.address(feeds["x"]) == feeds["x"].ctypes.data
     _same_bits(Session(m), Session(m, plan=False), feeds)
+
+
+@needs_native
+@pytest.mark.parametrize("dtype, n", [(np.float32, 1), (np.float64, 2)])
+def test_a_relu_alone_reading_the_concat_is_taken_by_each_slice(monkeypatch, dtype, n):
+    # the MaxPool slice carries x's NaN, infinities and signed zeros through the in-place Relu
+    m, feeds = _fire(dtype, n, extra=[helper.make_node("Relu", ["y"], ["yr"])], outputs=("yr",))
+    planned, plain = Session(m), Session(m, plan=False)
+    (c,) = _entries(planned)
+    assert c.relu is not None and c.out == "yr" and "y" in planned.plan().hidden
+    _same_bits(planned, plain, feeds)
+    y = planned.run(feeds)["yr"]
+    assert np.isnan(y).any() and not np.signbit(y[~np.isnan(y)]).any()
+    _same_budget(monkeypatch, planned, plain, feeds)
+    m, feeds = _fire(dtype, n, extra=[helper.make_node("Relu", ["y"], ["yr"])],
+                     outputs=("yr", "y"))
+    planned, plain = Session(m), Session(m, plan=False)
+    (c,) = _entries(planned)
+    assert c.relu is None  # the Concat's output is asked for: the Relu is its own node
+    _same_bits(planned, plain, feeds)
