@@ -6,6 +6,7 @@ one by one through the executor instead, so the results never depend on it."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 from typing import Any
 
@@ -653,25 +654,30 @@ class ConcatInto:
         r = _root(x0)
         if isinstance(r, _Block) and r.filled == x0.shape[1] and r.dtype == dt \
                 and x0.shape[0] == 1 and r.shape[2:] == x0.shape[2:] and r.shape[1] >= ctot \
-                and x0.flags.c_contiguous and x0.ctypes.data == r.ctypes.data:
+                and x0.flags.c_contiguous and native.address(x0) == native.address(r):
             return r
         return None
 
     def _into(self, sess, env, budget, run_sub) -> bool:
         """The Concat's output into ``env`` with its fused inputs written in place (True), or
         False, before any charge of its own, when not covered (then the plain node runs)."""
-        cases, vals = [], []
+        cases, vals, shapes, dts = [], [], [], set()
         for name, f in zip(self.names, self.parts, strict=True):
             case = f._case(env, budget) if f is not None else None
             if f is not None and case is None:
                 f.run(sess, env, budget, run_sub)  # made as it would be alone, then copied
-            v = env.get(name) if case is None else None
-            if case is None and not isinstance(v, np.ndarray):
-                return False
+            if case is None:
+                v = env.get(name)
+                if not isinstance(v, np.ndarray):
+                    return False
+                shapes.append(v.shape)
+                dts.add(v.dtype)
+            else:
+                v = None
+                shapes.append(case[0]["yshape"])
+                dts.add(case[1].dtype)
             cases.append(case)
             vals.append(v)
-        shapes = [c[0]["yshape"] if c else v.shape for c, v in zip(cases, vals, strict=True)]
-        dts = {c[1].dtype if c else v.dtype for c, v in zip(cases, vals, strict=True)}
         if len(dts) != 1 or any(len(s) != 4 for s in shapes) \
                 or len({(s[0],) + tuple(s[2:]) for s in shapes}) != 1:
             return False  # the Concat node says what is wrong
@@ -692,12 +698,15 @@ class ConcatInto:
         # the refusal names its node): the nodes' work, the output and the values the plain
         # run would have held (the fused inputs and their intermediates, the Concat's output
         # under a Relu)
-        costs = self._cost[1] + [q for c in cases if c for q in c[0]["costs"]]
-        held = [n * ctot * h * w * dt.itemsize] * len(self.chain) + [
-            int(np.prod(c[0]["yshape"])) * dt.itemsize * len(f.chain)
-            for c, f in zip(cases, self.parts, strict=True) if c]
+        costs = list(self._cost[1])
+        size = n * ctot * h * w
+        inner = size * dt.itemsize * (len(self.chain) - 1)
+        for c, f in zip(cases, self.parts, strict=True):
+            if c is not None:
+                costs += c[0]["costs"]
+                inner += math.prod(c[0]["yshape"]) * dt.itemsize * len(f.chain)
         lim = budget.limits
-        if n * ctot * h * w > lim.max_elements or budget.bytes + sum(held) > lim.max_bytes \
+        if size > lim.max_elements or budget.bytes + size * dt.itemsize + inner > lim.max_bytes \
                 or not budget.replay_all(len(costs), *_total(costs)):
             return False
         blk, c0, first = None, 0, 0
@@ -707,28 +716,31 @@ class ConcatInto:
                 c0, first = vals[0].shape[1], 1
         if blk is None:
             room = self._room(env) if n == 1 and self.next is not None else 0
-            blk = _Block((n, ctot + room, h, w), dt) if room else np.empty((n, ctot, h, w), dt)
+            if room:
+                blk = _Block((n, ctot + room, h, w), dt)
+                budget.hold_static({id(blk): blk}, 0)  # its views count as the plain run's do
+            else:
+                blk = np.empty((n, ctot, h, w), dt)
         relu = self.relu is not None
-        for case, v, f, s in list(zip(cases, vals, self.parts, shapes, strict=True))[first:]:
+        for i in range(first, len(cases)):
+            case, f = cases[i], self.parts[i]
             if case is None:
-                part = blk[:, c0:c0 + s[1]]
-                part[...] = v
+                part = blk[:, c0:c0 + shapes[i][1]]
+                part[...] = vals[i]
                 if relu:  # the Relu kernel's x <= 0 -> +0.0 (NaN stays)
                     np.copyto(part, dt.type(0), where=part <= 0)
             else:
                 f.write_into(case, blk, c0, relu)
-            c0 += s[1]
+            c0 += shapes[i][1]
         del cases
-        for b in held[1:]:
-            budget.charge(b)  # the values above, never materialised
         if isinstance(blk, _Block):
             blk.filled = ctot
             y = blk[:, :ctot].view(np.ndarray)
-            budget.hold_static({id(blk): blk}, 0)  # its views count as the plain run's do
-            budget.charge(y.nbytes)  # as the plain run holds the Concat's own output
+            inner += y.nbytes  # as the plain run holds the Concat's own output
         else:
             y = blk
             budget.hold(y)
+        budget.charge(inner)  # the values above, never materialised
         env[self.out] = y
         return True
 
