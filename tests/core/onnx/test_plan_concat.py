@@ -208,3 +208,27 @@ def test_a_relu_alone_reading_the_concat_is_taken_by_each_slice(monkeypatch, dty
     (c,) = _entries(planned)
     assert c.relu is None  # the Concat's output is asked for: the Relu is its own node
     _same_bits(planned, plain, feeds)
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_one_pass_bn_chain_equals_the_per_op_epilogue(dtype):
+    # ts_ep_apply's one-pass loop (BN [-> Mul -> Add] [-> Relu]) against its per-op passes,
+    # which a bias of -0.0 (x + -0.0 is x, bit for bit) sends the same epilogue through
+    rng = np.random.default_rng(5)
+    x = _specials(_spread(rng, (2, 5, 3, 7), dtype), 7)
+    vs = [_spread(rng, (5,), dtype) for _ in range(6)]
+    vs[0][1], vs[4][2], vs[5][3] = np.inf, -0.0, np.nan
+    bn = (vs[0], np.abs(vs[1]), vs[2], vs[3])
+    for aff in (None, 0, 1, 2, 3):
+        for relu in (False, True):
+            eps = [native.epilogue(dtype, 5, bias=bias, bn=bn, relu=relu)
+                   for bias in (None, np.full(5, -0.0, dtype))]
+            if aff is not None:
+                for ep, _ in eps:
+                    ep.mul2, ep.add2, ep.aff_first = vs[4].ctypes.data, vs[5].ctypes.data, aff
+            one, per_op = (native.ep_apply(x, ep) for ep, _ in eps)
+            nan = np.isnan(one)
+            assert np.array_equal(nan, np.isnan(per_op)) and nan.any()
+            u = np.dtype(f"u{x.itemsize}")
+            assert np.array_equal(one[~nan].view(u), per_op[~nan].view(u)), (aff, relu)
