@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import shutil
 import subprocess
@@ -361,9 +362,8 @@ def ep_apply(x: np.ndarray, ep) -> np.ndarray | None:
         return None
     x = np.ascontiguousarray(x)
     y = np.empty(x.shape, dtype=x.dtype)
-    plane = int(np.prod(x.shape[2:], dtype=np.int64))
     fn = lib.ts_ep_apply_f64 if x.dtype == np.float64 else lib.ts_ep_apply_f32
-    fn(x.ctypes.data, y.ctypes.data, x.shape[0], x.shape[1], plane, ctypes.byref(ep))
+    fn(address(x), address(y), x.shape[0], x.shape[1], math.prod(x.shape[2:]), ctypes.byref(ep))
     return y
 
 
