@@ -42,7 +42,9 @@ stays the plain node list (the importer and the GUI read it). What the plan does
 A run may ask for any value: one a fused chain never materialises (``hidden``) makes that run
 use the plain node list. Budget accounting is kept: every original node is still charged
 (``Budget.replay`` of what ``Budget.before`` would charge) and a fused chain charges the bytes
-its unmaterialised intermediates would have held.
+its unmaterialised intermediates would have held (a Concat's inputs written in place among
+them; the outputs of a chain of Concats, views of one block, are each charged their own bytes,
+as the plain run holds them).
 """
 
 from __future__ import annotations
