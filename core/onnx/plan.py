@@ -29,7 +29,8 @@ stays the plain node list (the importer and the GUI read it). What the plan does
   other inputs copied; a Concat whose first input is another one's output (densenet's dense
   blocks) grows that output in place when the block it lies in was made with room for the
   chain (one image: the first channels of a buffer are contiguous), instead of copying all the
-  earlier features again.
+  earlier features again. Outside a chain, a Relu alone reading the output is taken by each
+  slice as it is written (shufflenet's stride-2 units).
 * **BatchNormalization [-> Mul -> Add by per-channel constants] [-> Relu]** (densenet's BN
   before each conv) as one C pass: the conv epilogue on a copy of x (``core.native.ep_apply``).
 * **Mul -> Add [-> Relu] by per-channel constants** (densenet's and inception_v2's BN written
