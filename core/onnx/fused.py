@@ -6,10 +6,13 @@ one by one through the executor instead, so the results never depend on it."""
 from __future__ import annotations
 
 import dataclasses
+import math
+import operator
 from typing import Any
 
 import numpy as np
 
+from core import native
 from core.onnx.errors import OnnxError
 
 
@@ -95,8 +98,6 @@ def _epilogue(affine, affine_ops, y_like, dt, channels, **stages):
     """``native.epilogue(dt, channels, **stages)`` with the chain's second per-channel stage
     (``affine``, its constants ``affine_ops``) set on it: (ep, keep), or None when the C pass
     cannot take the chain (no library, or constants that are not one per channel)."""
-    from core import native
-
     vecs = None
     if affine is not None:
         vecs = affine.vectors(*affine_ops, y_like)
@@ -115,8 +116,7 @@ def _prepared(entry, x, ops: tuple, prepare):
     run (the same shape, dtype and operands give the same answer)."""
     got = entry._prep
     if got is None or got[0] != getattr(x, "shape", None) \
-            or got[1] != getattr(x, "dtype", None) \
-            or not all([p is q for p, q in zip(got[2], ops, strict=True)]):
+            or got[1] != getattr(x, "dtype", None) or not all(map(operator.is_, got[2], ops)):
         got = entry._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), ops,
                              prepare())
     return got[3]
@@ -151,8 +151,6 @@ class _FewRowsMatmul:
     def matmul(self, a, b):
         if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim == 2 \
                 and b.ndim == 2 and a.shape[0] <= self.ROWS:
-            from core import native
-
             y = native.mm_few_rows(a, b)
             if y is not None:
                 return y
@@ -257,23 +255,16 @@ class FusedConv:
         costs = _chain_costs(self.chain, self.inner, env, y_like, budget)
         if costs is None:
             return None
-        n = x.shape[0]
-        if m == group:
-            wprep = np.ascontiguousarray(w)
-        else:
-            wg = w.reshape(group, m // group, -1)
-            if n > 1:
-                wg = np.broadcast_to(wg[None], (n,) + wg.shape).reshape((n * group,) +
-                                                                         wg.shape[1:])
-            wprep = np.ascontiguousarray(wg)
-        return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
-                    ep=made[0], keep=made[1], costs=costs, total=_total(costs), w=wprep, k=tuple(k))
+        wprep = np.ascontiguousarray(w)
+        call = native.conv_call(x.shape, dt, wprep, st, dil, padw, outs, group, made[0])
+        if call is None:
+            return None
+        return dict(yshape=yshape, m=m, call=call, keep=made[1], costs=costs,
+                    total=_total(costs), w=wprep)
 
-    def _fused(self, env, budget, sess, shuffle=None):
-        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
-        their places by the C pass), or None, before any charge, when not covered."""
-        from core import native
-
+    def _case(self, env, budget):
+        """(prepared, x, residual) for this run, or None, before any charge, when the C pass
+        does not cover it."""
         try:
             x = env[self.x_name]
             ops = tuple([env[n] if n else None for n in self.const_names])
@@ -283,52 +274,70 @@ class FusedConv:
         p = _prepared(self, x, ops, lambda: self._prepare(x, ops, env, budget))
         if p is None:
             return None
-        # a copy per run: the residual's and destination's addresses are this run's own (two
-        # threads may run one session)
-        ep = type(p["ep"]).from_buffer_copy(p["ep"])
-        lay = None
-        if shuffle is not None:
-            lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
-            if lay is None or lay[4] is None:
-                return None
         if res is not None:
             if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
                     or res.shape != p["yshape"]:
                 return None
             res = np.ascontiguousarray(res)
-            ep.res = res.ctypes.data
-            ep.res_first = int(self.res_first)
-        else:
-            ep.res = None
+        return p, np.ascontiguousarray(x), res
+
+    def _product(self, case, out, dst=None, relu: bool = False) -> None:
+        """The chain's C pass into ``out`` (C-contiguous, the chain's output shape and dtype),
+        with ``dst`` = (array, its row of each output row) the rows then copied there too;
+        ``relu``: a Relu after the chain's last op (none if it ends in one: Relu's twice is
+        Relu's once)."""
+        p, x, res = case
+        # a copy per run: the residual's and destination's addresses are this run's own (two
+        # threads may run one session)
+        call = type(p["call"]).from_buffer_copy(p["call"])
+        ep = call.ep
+        if res is not None:
+            ep.res, ep.res_first = native.address(res), int(self.res_first)
+        if dst is not None:
+            ep.dst, ep.dst_row, ep.channels = native.address(dst[0]), dst[1].ctypes.data, p["m"]
+        if relu:
+            ep.relu = 1
+        native.run_conv(call, x, out)
+
+    def _fused(self, env, budget, sess, shuffle=None):
+        """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
+        their places by the C pass), or None, before any charge, when not covered."""
+        case = self._case(env, budget)
+        if case is None:
+            return None
+        p, x, _ = case
         steps, costs, total = self.chain, p["costs"], p["total"]
-        if lay is not None:
+        dst = None
+        if shuffle is not None:
+            lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
+            if lay is None or lay[4] is None:
+                return None
             steps, costs = steps + shuffle.chain, costs + lay[3]
             total = _total(costs)
-            dst = np.empty(lay[0], dtype=x.dtype)
-            ep.dst, ep.dst_row, ep.channels = dst.ctypes.data, lay[4].ctypes.data, p["m"]
+            dst = (np.empty(lay[0], dtype=x.dtype), lay[4])
         _charge(budget, steps, costs, sess, total)
-        if p["m"] == p["group"]:
-            y = native.conv2d_one_per_group(x, p["w"], p["st"], p["dil"], p["padw"], p["outs"],
-                                            ep)
-        else:
-            group = p["group"]
-            # the product's panels packed straight from x (no im2col matrix): the same bits
-            y = native.conv2d(x, p["w"][:group].reshape((p["m"], -1) + p["k"]), p["st"],
-                              p["dil"], p["padw"], p["outs"], group, ep)
-            if y is None:
-                from core.ops.nn import im2col
+        y = np.empty(p["yshape"], dtype=x.dtype)
+        self._product(case, y, dst)
+        del case
+        if dst is not None:  # the chain's own output is an intermediate now
+            return _held(budget, dst[0], len(self.chain), self.chain, sess)
+        return _held(budget, y, len(self.chain) - 1, self.chain, sess)
 
-                cols, _ = im2col(x, p["k"], p["st"], p["dil"], p["padw"], group)
-                y = native.bmm_ep(p["w"], cols.reshape((x.shape[0] * group,) + cols.shape[2:]),
-                                  group, ep)
-        del res
-        if y is None:
-            return None
-        y = y.reshape(p["yshape"])
-        n_inner = len(self.chain) - 1
-        if lay is not None:
-            y, n_inner = dst, n_inner + 1  # the chain's own output is an intermediate now
-        return _held(budget, y, n_inner, self.chain, sess)
+    def write_into(self, case, buf, c0: int, relu: bool = False) -> None:
+        """The chain's output [then a Relu] written into channels [c0, c0 + M) of ``buf`` (a
+        Concat's output, (N, C, oh, ow), C-contiguous), nothing charged (the caller charges):
+        one image's channel slice is contiguous, the product's own output; with more images
+        the C pass copies each finished row to its place (``ep_t``'s dst)."""
+        p = case[0]
+        n, m = buf.shape[0], p["m"]
+        if n == 1:
+            self._product(case, buf[0, c0:c0 + m], relu=relu)
+            return
+        rows = p.get("rows")
+        if rows is None or rows[0] != (buf.shape[1], c0):
+            ch = np.arange(n, dtype=np.int64)[:, None] * buf.shape[1] + c0 + np.arange(m)
+            rows = p["rows"] = ((buf.shape[1], c0), ch.reshape(-1))
+        self._product(case, np.empty(p["yshape"], dtype=buf.dtype), (buf, rows[1]), relu)
 
 
 class Shuffle:
@@ -341,16 +350,23 @@ class Shuffle:
         self.src = chain[0].node.input[0]
         self.out = chain[-1].node.output[0]
         self.inner = {s.node.output[0] for s in chain[:-1]}
+        self._names = [list(st.node.input)[1:] for st in chain]  # each node's operands
         self._cache: dict = {}
+        self._last: Any = None  # (shape, dtype, operands, layout): the last answer
 
     def layout(self, sess, env, shape, dtype):
         """(output shape, run, source rows, costs, destination row of each source plane or
-        None) for an input of ``shape``/``dtype``, or None; cached."""
-        names = [list(st.node.input) for st in self.chain]
-        if any(n and n not in env for ns in names for n in ns[1:]):
+        None) for an input of ``shape``/``dtype``, or None; cached (the last answer checked
+        first, its operands by identity: one per run of a fused conv's shuffle)."""
+        try:
+            consts = [[env[n] if n else None for n in ns] for ns in self._names]
+        except KeyError:
             return None
-        consts = [[env[n] if n else None for n in ns[1:]] for ns in names]
         flat = [c for cs in consts for c in cs]
+        last = self._last
+        if last is not None and last[0] == tuple(shape) and last[1] == dtype \
+                and all(map(operator.is_, last[2], flat)):
+            return last[3]
         key = (tuple(shape), np.dtype(dtype).str, tuple(id(c) for c in flat))
         got = self._cache.get(key)
         if got is None or any(a is not b for a, b in zip(got[1], flat, strict=True)):
@@ -367,6 +383,7 @@ class Shuffle:
             if len(self._cache) > 8:
                 self._cache.clear()
             got = self._cache[key] = ((out_shape, run, rows, costs, dst_row), flat)
+        self._last = (tuple(shape), dtype, flat, got[0])
         return got[0]
 
     def run(self, sess, env, budget, run_sub) -> None:
@@ -492,8 +509,6 @@ class ChannelAffine:
             # rounding, a -0.0 product becoming +0.0) and the epilogue's bias d and Relu, in
             # one pass. A zero's sign is all that +0.0 + p can change, and Relu makes every
             # zero +0.0 (+-0.0 + d is d for any other d; a NaN stays a NaN)
-            from core import native
-
             made = native.epilogue(x.dtype, x.shape[1], bias=dv, relu=True)
             if made is not None:
                 ep = made
@@ -502,8 +517,6 @@ class ChannelAffine:
                     outs=x.shape[2:] if x.ndim == 4 else None)
 
     def _fused(self, env, budget, sess):
-        from core import native
-
         try:
             x, c, d = env[self.x_name], env[self.mul_c], env[self.add_c]
         except KeyError:
@@ -564,8 +577,6 @@ class ChannelChain:
         return dict(ep=made[0], keep=made[1], costs=costs, total=_total(costs))
 
     def _fused(self, env, budget, sess):
-        from core import native
-
         try:
             x = env[self.x_name]
             ops = tuple([env[n] for n in self.const_names])
@@ -579,6 +590,167 @@ class ChannelChain:
         if y is None:
             return None  # pragma: no cover - _prepare ran with native code there
         return _held(budget, y, len(self.chain) - 1, self.chain, sess)
+
+
+class _Block(np.ndarray):
+    """The output of a chain of Concats on one image (densenet's dense block): each Concat's
+    output is a view of its first channels, ``filled`` of them written so far, and the next
+    Concat of the chain writes only its new inputs after them."""
+
+    filled = 0
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    """The array that owns ``a``'s memory."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+class ConcatInto:
+    """Concat on the channel axis whose inputs made by fused convs for it alone (``parts``)
+    are written by their C pass straight into their slices of its output; the others are
+    copied, or, for a chain's first input (``grows``: the output of the ConcatInto before it),
+    extended in place when its block has room (see core.onnx.plan). A copy is exact: the same
+    bytes as the Concat node. ``relu``: the Relu that alone reads the output, taken by each
+    slice as it is written (the fused convs' epilogue, the copies' ``x <= 0`` in place: an
+    elementwise op commutes with the copy)."""
+
+    def __init__(self, st, parts: list) -> None:
+        self.step = st
+        self.chain = [st]
+        self.names = list(st.node.input)
+        self.parts = parts  # per input: the FusedConv making it for this Concat alone, or None
+        self.out = st.node.output[0]
+        self.next: ConcatInto | None = None  # the one whose input 0 is our output (it grows)
+        self.grows = False
+        self.relu = None
+        self._cost: Any = None  # (input shapes, dtype, the Concat's [and Relu's] costs)
+
+    def take_relu(self, st) -> None:
+        """Take the Relu ``st`` that alone reads the output: the Concat's output becomes an
+        intermediate, the Relu's output this entry's."""
+        self.relu = st
+        self.chain = [self.step, st]
+        self.out = st.node.output[0]
+
+    def run(self, sess, env, budget, run_sub) -> None:
+        if not self._into(sess, env, budget, run_sub):
+            for f in self.parts:
+                if f is not None and f.out not in env:
+                    f.run(sess, env, budget, run_sub)
+            for st in self.chain:
+                sess._run_step(st, sess.graph, env, budget, run_sub)
+
+    def _room(self, env) -> int:
+        """The channels the Concats after this one in its chain add while each adds fused
+        convs' outputs only (their weights say how many): the room its block keeps for them."""
+        room, nxt = 0, self.next
+        while nxt is not None:
+            add = 0
+            for f in nxt.parts[1:]:
+                w = env.get(f.const_names[0]) if f is not None else None
+                if not isinstance(w, np.ndarray) or w.ndim != 4:
+                    return room
+                add += w.shape[0]
+            room, nxt = room + add, nxt.next
+        return room
+
+    def _grown(self, x0, dt, ctot: int):
+        """The block ``x0`` (input 0) is the filled start of, when it has room for ``ctot``
+        channels, else None."""
+        r = _root(x0)
+        if isinstance(r, _Block) and r.filled == x0.shape[1] and r.dtype == dt \
+                and x0.shape[0] == 1 and r.shape[2:] == x0.shape[2:] and r.shape[1] >= ctot \
+                and x0.flags.c_contiguous and native.address(x0) == native.address(r):
+            return r
+        return None
+
+    def _into(self, sess, env, budget, run_sub) -> bool:
+        """The Concat's output into ``env`` with its fused inputs written in place (True), or
+        False, before any charge of its own, when not covered (then the plain node runs)."""
+        cases, vals, shapes, dts = [], [], [], set()
+        for name, f in zip(self.names, self.parts, strict=True):
+            case = f._case(env, budget) if f is not None else None
+            if f is not None and case is None:
+                f.run(sess, env, budget, run_sub)  # made as it would be alone, then copied
+            if case is None:
+                v = env.get(name)
+                if not isinstance(v, np.ndarray):
+                    return False
+                shapes.append(v.shape)
+                dts.add(v.dtype)
+            else:
+                v = None
+                shapes.append(case[0]["yshape"])
+                dts.add(case[1].dtype)
+            cases.append(case)
+            vals.append(v)
+        if len(dts) != 1 or any(len(s) != 4 for s in shapes) \
+                or len({(s[0],) + tuple(s[2:]) for s in shapes}) != 1:
+            return False  # the Concat node says what is wrong
+        dt = dts.pop()
+        n, _, h, w = shapes[0]
+        ctot = sum(s[1] for s in shapes)
+        key = (tuple(shapes), dt)
+        if self._cost is None or self._cost[0] != key:
+            like = [np.broadcast_to(np.zeros((), dt), s) for s in shapes]
+            got = [budget.cost("Concat", like, self.step.attrs, self.step.opset)]
+            if self.relu is not None:
+                y_like = np.broadcast_to(np.zeros((), dt), (n, ctot, h, w))
+                got.append(budget.cost("Relu", [y_like], self.relu.attrs, self.relu.opset))
+            self._cost = (key, None if None in got else got)
+        if self._cost[1] is None:
+            return False
+        # every charge at once when the plain nodes would be refused none (else they run, and
+        # the refusal names its node): the nodes' work, the output and the values the plain
+        # run would have held (the fused inputs and their intermediates, the Concat's output
+        # under a Relu)
+        costs = list(self._cost[1])
+        size = n * ctot * h * w
+        inner = size * dt.itemsize * (len(self.chain) - 1)
+        for c, f in zip(cases, self.parts, strict=True):
+            if c is not None:
+                costs += c[0]["costs"]
+                inner += math.prod(c[0]["yshape"]) * dt.itemsize * len(f.chain)
+        lim = budget.limits
+        if size > lim.max_elements or budget.bytes + size * dt.itemsize + inner > lim.max_bytes \
+                or not budget.replay_all(len(costs), *_total(costs)):
+            return False
+        blk, c0, first = None, 0, 0
+        if self.grows and vals[0] is not None:
+            blk = self._grown(vals[0], dt, ctot)
+            if blk is not None:
+                c0, first = vals[0].shape[1], 1
+        if blk is None:
+            room = self._room(env) if n == 1 and self.next is not None else 0
+            if room:
+                blk = _Block((n, ctot + room, h, w), dt)
+                budget.hold_static({id(blk): blk}, 0)  # its views count as the plain run's do
+            else:
+                blk = np.empty((n, ctot, h, w), dt)
+        relu = self.relu is not None
+        for i in range(first, len(cases)):
+            case, f = cases[i], self.parts[i]
+            if case is None:
+                part = blk[:, c0:c0 + shapes[i][1]]
+                part[...] = vals[i]
+                if relu:  # the Relu kernel's x <= 0 -> +0.0 (NaN stays)
+                    np.copyto(part, dt.type(0), where=part <= 0)
+            else:
+                f.write_into(case, blk, c0, relu)
+            c0 += shapes[i][1]
+        del cases
+        if isinstance(blk, _Block):
+            blk.filled = ctot
+            y = blk[:, :ctot].view(np.ndarray)
+            inner += y.nbytes  # as the plain run holds the Concat's own output
+        else:
+            y = blk
+            budget.hold(y)
+        budget.charge(inner)  # the values above, never materialised
+        env[self.out] = y
+        return True
 
 
 def _fused_or_nodes(entry, sess, env, budget, run_sub) -> None:

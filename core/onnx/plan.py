@@ -23,6 +23,14 @@ stays the plain node list (the importer and the GUI read it). What the plan does
 * **Channel shuffles** (Reshape -> Transpose -> Reshape) as one copy of whole runs; after a
   fused chain, its rows are written straight to their shuffled places.
 * **A lone Conv** runs the same C pass (its bias add as the epilogue).
+* **Concat on the channel axis** (``ConcatInto``): the fused chains that make its inputs for it
+  alone run where it is and write straight into their slices of its output (one image: its
+  channel slice, contiguous; more: each finished row copied to its place by the C pass), the
+  other inputs copied; a Concat whose first input is another one's output (densenet's dense
+  blocks) grows that output in place when the block it lies in was made with room for the
+  chain (one image: the first channels of a buffer are contiguous), instead of copying all the
+  earlier features again. Outside a chain, a Relu alone reading the output is taken by each
+  slice as it is written (shufflenet's stride-2 units).
 * **BatchNormalization [-> Mul -> Add by per-channel constants] [-> Relu]** (densenet's BN
   before each conv) as one C pass: the conv epilogue on a copy of x (``core.native.ep_apply``).
 * **Mul -> Add [-> Relu] by per-channel constants** (densenet's and inception_v2's BN written
@@ -35,7 +43,9 @@ stays the plain node list (the importer and the GUI read it). What the plan does
 A run may ask for any value: one a fused chain never materialises (``hidden``) makes that run
 use the plain node list. Budget accounting is kept: every original node is still charged
 (``Budget.replay`` of what ``Budget.before`` would charge) and a fused chain charges the bytes
-its unmaterialised intermediates would have held.
+its unmaterialised intermediates would have held (a Concat's inputs written in place among
+them; the outputs of a chain of Concats, views of one block, are each charged their own bytes,
+as the plain run holds them).
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ from core.onnx.errors import OnnxError
 from core.onnx.fused import (
     ChannelAffine,
     ChannelChain,
+    ConcatInto,
     ConstArgs,
     FusedConv,
     Shuffle,
@@ -58,8 +69,8 @@ from core.onnx.fused import (
 )
 from core.onnx.limits import OnnxCancelled
 
-__all__ = ["NOT_FOLDED", "ChannelAffine", "ChannelChain", "ConstArgs", "FusedConv", "Plan",
-           "Shuffle", "build", "enabled"]
+__all__ = ["NOT_FOLDED", "ChannelAffine", "ChannelChain", "ConcatInto", "ConstArgs",
+           "FusedConv", "Plan", "Shuffle", "build", "enabled"]
 
 #: ops never folded: their outputs must be fresh per run (or are random)
 NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -418,6 +429,58 @@ def _merge_shuffles(steps: list, consumers: dict, hidden: set) -> list:
     return [by_shuffle.get(id(e), e) for e in steps if id(e) not in merged]
 
 
+def _merge_concats(steps: list, consumers: dict, hidden: set) -> list:
+    """A Concat on the channel axis takes the fused chains that make its inputs for it alone:
+    they run where it is and write straight into their slices of its output. A Concat whose
+    first input is another such Concat's output, read as a first input by no other, grows that
+    one's output in place (densenet's dense blocks: each Concat adds a conv's output to all the
+    features before it, which the plain node copies again); one outside a chain whose output
+    only a Relu reads takes the Relu too."""
+    from core.onnx.ops.elementwise import relu
+    from core.onnx.ops.shape import concat
+
+    fused = {e.out: e for e in steps if isinstance(e, FusedConv) and e.shuffle is None}
+    found: dict[int, ConcatInto] = {}
+    for e in steps:
+        if getattr(e, "kernel", None) is not concat or e.node.domain not in ("", "ai.onnx") \
+                or not _single_output(e):
+            continue
+        ins = list(e.node.input)
+        if e.attrs.get("axis", 1) not in (1, -3) or not ins or not all(ins):
+            continue
+        found[id(e)] = ConcatInto(e, [fused.get(i) if consumers.get(i, 0) == 1
+                                      and ins.count(i) == 1 else None for i in ins])
+    by_out = {c.out: c for c in found.values()}
+    firsts: dict[str, int] = {}
+    for c in found.values():
+        firsts[c.names[0]] = firsts.get(c.names[0], 0) + 1
+    for c in found.values():
+        prev = by_out.get(c.names[0])
+        if prev is not None and firsts[c.names[0]] == 1 and c.names.count(c.names[0]) == 1:
+            prev.next, c.grows = c, True
+    readers: dict[str, list] = {}
+    for e in steps:
+        for i in (e.node.input if getattr(e, "kernel", None) is not None else ()):
+            readers.setdefault(i, []).append(e)
+    taken: set[int] = set()
+    for k, c in list(found.items()):
+        if not (c.grows or c.next is not None or any(c.parts)):
+            del found[k]
+            continue
+        taken.update(id(f) for f in c.parts if f is not None)
+        hidden.update(f.out for f in c.parts if f is not None)
+        r = readers.get(c.out, [])
+        # a Relu alone reading the output (shufflenet's stride-2 units) is taken by each slice;
+        # not in a chain, whose outputs are the next one's first channels
+        if not c.grows and c.next is None and consumers.get(c.out, 0) == 1 and len(r) == 1 \
+                and r[0].kernel is relu and r[0].node.domain in ("", "ai.onnx") \
+                and _single_output(r[0]):
+            hidden.add(c.out)
+            taken.add(id(r[0]))
+            c.take_relu(r[0])
+    return [found.get(id(e), e) for e in steps if id(e) not in taken]
+
+
 def build(sess, budget, fold: bool = True) -> Plan:
     """The plan for ``sess``'s main graph (folding runs kernels: limits apply)."""
     if fold:
@@ -436,6 +499,7 @@ def build(sess, budget, fold: bool = True) -> Plan:
         steps, hidden = _fuse(steps, consumers, constants, convs)
         if convs:
             steps = _merge_shuffles(steps, consumers, hidden)
+            steps = _merge_concats(steps, consumers, hidden)
     bases: dict = {}
     nbytes = largest = 0
     for v in values.values():
