@@ -47,7 +47,8 @@ _SRCS = [_HERE / "refkernels.c", _HERE / "refmath_host.c"]
 # the C twin of core.refmath lives next to its numpy (core/refmath/): one source for every
 # backend, which gpu reads from there too
 REFMATH_C = _HERE.parent / "refmath"
-_HEADERS = [REFMATH_C / "intrinsics_host.h", REFMATH_C / "refmath.cuh", _HERE / "refmath_simd.h"]
+_HEADERS = [REFMATH_C / "intrinsics_host.h", REFMATH_C / "refmath.cuh", _HERE / "refmath_simd.h",
+            _HERE / "conv_small.h"]
 _lib: ctypes.CDLL | None | bool = False  # False: not tried yet; None: unavailable
 _threads: int | None = None
 
@@ -158,9 +159,13 @@ def _load() -> ctypes.CDLL | None:
                                        ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
     for name in ("ts_conv_ep_f64", "ts_conv_ep_f32"):
-        getattr(lib, name).argtypes = [p, p, p] + [ll] * 16 + [ctypes.c_int,
-                                                               ctypes.POINTER(Epilogue)]
+        getattr(lib, name).argtypes = [p, p, p, p] + [ll] * 16 + [ctypes.c_int,
+                                                                  ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
+    lib.ts_conv_cm_wsize.argtypes = [ll] * 5 + [ctypes.c_int]
+    lib.ts_conv_cm_wsize.restype = ll
+    lib.ts_conv_cm_pack.argtypes = [p, p, ll, ll, ll, ctypes.c_int, ctypes.c_int]
+    lib.ts_conv_cm_pack.restype = None
     for name in REFMATH:
         for sfx in ("", "f"):
             fn = getattr(lib, f"tsv_{name}{sfx}")
@@ -493,15 +498,42 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
     return c
 
 
+def conv2d_pack(w: np.ndarray, group: int, outs) -> np.ndarray | None:
+    """``w`` (M, C/G, kh, kw) transposed for :func:`conv2d`'s small-plane product (lanes over
+    output channels; refkernels' conv_small.h), when a conv onto an ``outs`` = (oh, ow) plane
+    takes it; else None. A copy (exact) to keep and pass to every :func:`conv2d` of that
+    weight: packing it per call costs a pass over the weight."""
+    lib = library()
+    if lib is None or w.dtype not in _DT or w.ndim != 4 or group < 1 or w.shape[0] % group:
+        return None
+    size = _cm_wsize(lib, w, group, outs)
+    if size <= 0:
+        return None
+    wp = np.empty(size, dtype=w.dtype)
+    w = np.ascontiguousarray(w)
+    lib.ts_conv_cm_pack(w.ctypes.data, wp.ctypes.data, group, w.shape[0] // group, w[0].size,
+                        int(w.dtype == np.float32), threads())
+    return wp
+
+
+def _cm_wsize(lib, w: np.ndarray, group: int, outs) -> int:
+    """conv2d_pack's size for ``w`` (0: that conv does not take the small-plane product)."""
+    return lib.ts_conv_cm_wsize(group, w.shape[0] // group, w[0].size,
+                                w.shape[2] * w.shape[3], int(outs[0]) * int(outs[1]),
+                                int(w.dtype == np.float32))
+
+
 def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: int,
-           ep=None) -> np.ndarray | None:
+           ep=None, wpack: np.ndarray | None = None) -> np.ndarray | None:
     """A 2-D convolution (no bias) with the bits of ``im2col`` + ``bmm_ep``, the im2col matrix
-    never built: the product's panels are packed straight from ``x`` (implicit GEMM), or None
-    (no native code, a dtype or geometry it does not take).
+    never built: the product's panels are packed straight from ``x`` (implicit GEMM), or, on
+    a small output plane, its lanes run over the output channels; or None (no native code, a
+    dtype or geometry it does not take).
 
     ``w`` is (M, C/G, kh, kw); ``padw`` = ((top, bottom), (left, right)) as in
     ``core.ops.nn.im2col``, ``outs`` = (oh, ow); ``ep`` (from :func:`epilogue`) as for
-    :func:`bmm_ep`. The result is (N, M, oh, ow)."""
+    :func:`bmm_ep`; ``wpack``: :func:`conv2d_pack` of this ``w``, ``group`` and ``outs`` (else
+    the small-plane product packs w itself). The result is (N, M, oh, ow)."""
     lib = library()
     if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4 \
             or len(strides) != 2 or min(strides) < 1 or min(dilations) < 1:
@@ -521,9 +553,12 @@ def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: 
     e = ep if ep is not None else Epilogue(groups=1)
     e.groups = group
     fn = lib.ts_conv_ep_f64 if x.dtype == np.float64 else lib.ts_conv_ep_f32
-    fn(x.ctypes.data, w.ctypes.data, out.ctypes.data, nb, c, h, wd, group, m, kh, kw, oh, ow,
-       strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1], threads(),
-       ctypes.byref(e))
+    if wpack is not None and (wpack.dtype != x.dtype or not wpack.flags.c_contiguous
+                              or wpack.size != _cm_wsize(lib, w, group, outs)):
+        raise ValueError("conv2d: wpack is not conv2d_pack(w, group, outs)")
+    fn(x.ctypes.data, w.ctypes.data, None if wpack is None else wpack.ctypes.data,
+       out.ctypes.data, nb, c, h, wd, group, m, kh, kw, oh, ow, strides[0], strides[1],
+       padw[0][0], padw[1][0], dilations[0], dilations[1], threads(), ctypes.byref(e))
     return out
 
 

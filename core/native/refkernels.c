@@ -1114,6 +1114,8 @@ void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, lo
     bmm(a, b, c, batch, m, k, n, sa, sb, threads, 1, ep);
 }
 
+#include "conv_small.h"
+
 /* A 2-D convolution as im2col + ts_bmm_ep without the im2col matrix (mm_rows_cv): x is
  * (nb, c, h, wd), wt (g, m/g, (c/g)*kh*kw) contiguous, out (nb, m, oh, ow); ep as for
  * ts_bmm_ep with ep->groups == g. The bits of ts_im2col followed by ts_bmm_ep. Strides and
@@ -1132,6 +1134,10 @@ void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, lo
 #define CONV_EP(F32)                                                                    \
     const long long mg = m / g, k = (c / g) * kh * kw;                                  \
     const conv_t cv = {c, g, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, CV_SHIFT_WHEN(mg)}; \
+    /* a small output plane: lanes over the output channels (conv_small.h) */            \
+    if (cm_when(mg, oh * ow, k, kh * kw, nb, wp != NULL, F32) &&                        \
+        conv_cm(x, wt, wp, out, nb, &cv, mg, k, threads, F32, ep))                      \
+        return;                                                                         \
     if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && oh == h && ow == wd) \
         /* a 1x1 conv's image is its own column matrix: the plain product over it */     \
         bmm_cv(wt, x, out, nb * g, mg, k, oh * ow, mg * k, k * h * wd, k, 1, oh * ow, 1, threads, \
@@ -1140,16 +1146,16 @@ void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, lo
         bmm_cv(wt, x, out, nb * g, mg, k, oh * ow, mg * k, 0, k, 1, 0, 0, threads, F32, ep, &cv, \
                0);
 
-void ts_conv_ep_f64(const double *x, const double *wt, double *out, long long nb, long long c,
-                    long long h, long long wd, long long g, long long m, long long kh,
+void ts_conv_ep_f64(const double *x, const double *wt, const double *wp, double *out,
+                    long long nb, long long c, long long h, long long wd, long long g, long long m, long long kh,
                     long long kw, long long oh, long long ow, long long sh, long long sw,
                     long long ph, long long pw, long long dh, long long dw, int threads,
                     const ep_t *ep) {
     CONV_EP(0)
 }
 
-void ts_conv_ep_f32(const float *x, const float *wt, float *out, long long nb, long long c,
-                    long long h, long long wd, long long g, long long m, long long kh,
+void ts_conv_ep_f32(const float *x, const float *wt, const float *wp, float *out,
+                    long long nb, long long c, long long h, long long wd, long long g, long long m, long long kh,
                     long long kw, long long oh, long long ow, long long sh, long long sw,
                     long long ph, long long pw, long long dh, long long dw, int threads,
                     const ep_t *ep) {

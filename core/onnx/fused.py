@@ -215,6 +215,7 @@ class FusedConv:
         """Everything about this chain that depends on x's shape and the operands only (the
         geometry, the Epilogue, the budget's charges, the weights as the product takes them),
         or None when the C pass does not cover the case."""
+        from core import native
         from core.onnx.ops.window import attrs_nd, pads_for
         from core.ops.nn import out_size
 
@@ -258,16 +259,20 @@ class FusedConv:
         if costs is None:
             return None
         n = x.shape[0]
+        wpack = None
         if m == group:
             wprep = np.ascontiguousarray(w)
         else:
+            # transposed once for a small output plane's product (lanes over the channels)
+            wpack = native.conv2d_pack(w, group, outs)
             wg = w.reshape(group, m // group, -1)
             if n > 1:
                 wg = np.broadcast_to(wg[None], (n,) + wg.shape).reshape((n * group,) +
                                                                          wg.shape[1:])
             wprep = np.ascontiguousarray(wg)
         return dict(st=st, dil=dil, padw=padw, outs=outs, yshape=yshape, m=m, group=group,
-                    ep=made[0], keep=made[1], costs=costs, total=_total(costs), w=wprep, k=tuple(k))
+                    ep=made[0], keep=made[1], costs=costs, total=_total(costs), w=wprep,
+                    wpack=wpack, k=tuple(k))
 
     def _fused(self, env, budget, sess, shuffle=None):
         """The chain's output (with ``shuffle``: the shuffle's output, the rows written to
@@ -314,7 +319,7 @@ class FusedConv:
             group = p["group"]
             # the product's panels packed straight from x (no im2col matrix): the same bits
             y = native.conv2d(x, p["w"][:group].reshape((p["m"], -1) + p["k"]), p["st"],
-                              p["dil"], p["padw"], p["outs"], group, ep)
+                              p["dil"], p["padw"], p["outs"], group, ep, p["wpack"])
             if y is None:
                 from core.ops.nn import im2col
 
