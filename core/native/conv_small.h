@@ -229,8 +229,9 @@ static long long cm_wp_size(long long g, long long mg, long long k, int f32) {
  * Measured per conv of resnet50, inception_v2, densenet121 and squeezenet (one thread, f32):
  * below one whole panel (n < 64) it is 0.5-0.8x the time of MM_ROWS's narrow tiles; on planes
  * of 100-256 with a tail past the panels, 0.85-0.95x for 3x3 convs of mg >= 64 and 1x1 convs of
- * mg >= 192, but 1.05-1.4x for 1x1 convs of fewer channels (MM_ROWS reads their image in
- * place; here it is packed for too few rows) and on whole panels (n = 64: 1.05x). Packing the
+ * mg >= 192 and k >= 256, but 1.05-1.4x for 1x1 convs of fewer channels or a shorter k
+ * (squeezenet's 64 -> 256 at 13x13: 1.13x; MM_ROWS reads their image in place, here it is
+ * packed for too few multiply-adds) and on whole panels (n = 64: 1.05x). Packing the
  * weights per call costs ~1 ns an element, as much as ~40 columns' product: the tape (no
  * cache) takes this path from 48 columns of all its images up (resnet18's n = 4 and 16 at
  * batch 2: 1.2-1.5x; resnet50's n = 49: 0.8x). */
@@ -238,7 +239,7 @@ static int cm_when(long long mg, long long n, long long k, long long taps, long 
                    int packed, int f32) {
     const long long L = f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
     if (n > CM_NMAX || mg < L || k < 8 || (!packed && n * nb < 48)) return 0;
-    return n < 64 || (n % 64 != 0 && (mg >= 192 || (taps > 1 && mg >= 64)));
+    return n < 64 || (n % 64 != 0 && (taps > 1 ? mg >= 64 : mg >= 192 && k >= 256));
 }
 
 /* The conv through the small-plane product, wp packed already (or NULL: packed here from wt);
