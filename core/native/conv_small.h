@@ -77,20 +77,62 @@ typedef struct {
     long long next, chunk; /* next: atomic */
 } cm_job;
 
-/* xp's rows [kk0, kk1) of batch entry q */
+/* xp's rows [kk0, kk1) of batch entry q. Row kk = (ci, u, v) at column j = (r, s) is
+ * xpad[ci][r*sh + u*dh][s*sw + v*dw] of the zero-padded image: read through offsets joff[j]
+ * from the tap's corner in the input planes themselves (no padding: a 1x1 conv, strided or
+ * not), or in zero-padded copies of the unit's channels; a dilated window far larger than the
+ * image (planes past 4x the image) takes cv_line's rows instead. Copies, so exact. (cv_line
+ * row by row, its divisions and 7-column runs, cost as much as a 1x1 conv's product at
+ * mg = 128: 58 GFLOP/s there, 72 without.) */
 #define CM_PACK_X(T, LINE_FN)                                                           \
     {                                                                                   \
         const conv_t *cv = J->cv;                                                       \
+        const long long n = J->n, k = J->k, khw = cv->kh * cv->kw;                      \
         const T *xq = (const T *)J->x +                                                 \
                       ((q / cv->g) * cv->c + (q % cv->g) * (cv->c / cv->g)) * cv->h * cv->w; \
-        T *xp = (T *)J->xp + q * J->ntile * J->k * CM_NC;                               \
-        T line[CM_NMAX + CM_NC];                                                        \
-        for (long long kk = kk0; kk < kk1; ++kk) {                                      \
-            LINE_FN(cv, xq, kk, 0, J->n, line);                                         \
-            for (long long j = J->n; j < J->np; ++j) line[j] = (T)0;                    \
-            for (long long t = 0; t < J->ntile; ++t)                                    \
-                for (int cc = 0; cc < CM_NC; ++cc)                                      \
-                    xp[(t * J->k + kk) * CM_NC + cc] = line[t * CM_NC + cc];            \
+        T *xp = (T *)J->xp + q * J->ntile * k * CM_NC;                                  \
+        const long long hp = (cv->oh - 1) * cv->sh + (cv->kh - 1) * cv->dh + 1;         \
+        const long long wq = (cv->ow - 1) * cv->sw + (cv->kw - 1) * cv->dw + 1;         \
+        const int inside = cv->ph == 0 && cv->pw == 0 && hp <= cv->h && wq <= cv->w;    \
+        const long long ci0 = kk0 / khw, ci1 = (kk1 - 1) / khw + 1;                     \
+        T *pad = NULL;                                                                  \
+        if (!inside && (double)hp * (double)wq <= 4.0 * (double)cv->h * (double)cv->w + 4096.0) \
+            pad = (T *)calloc((size_t)((ci1 - ci0) * hp * wq), sizeof(T));             \
+        if (inside || pad) {                                                            \
+            const long long ps = inside ? cv->w : wq, pl = inside ? cv->h * cv->w : hp * wq; \
+            const T *planes = inside ? xq + ci0 * pl : pad;                             \
+            if (pad)                                                                    \
+                for (long long ci = ci0; ci < ci1; ++ci)                                \
+                    for (long long y = 0; y < hp; ++y) {                                \
+                        const long long iy = y - cv->ph;                                \
+                        if (iy < 0 || iy >= cv->h) continue;                            \
+                        const long long x0 = cv->pw > 0 ? cv->pw : 0;                   \
+                        const long long x1 = cv->w + cv->pw < wq ? cv->w + cv->pw : wq; \
+                        const T *xr = xq + (ci * cv->h + iy) * cv->w - cv->pw;          \
+                        T *pr = pad + ((ci - ci0) * hp + y) * wq;                       \
+                        for (long long X = x0; X < x1; ++X) pr[X] = xr[X];              \
+                    }                                                                   \
+            long long joff[CM_NMAX];                                                    \
+            for (long long j = 0; j < n; ++j)                                           \
+                joff[j] = (j / cv->ow) * cv->sh * ps + (j % cv->ow) * cv->sw;           \
+            for (long long kk = kk0; kk < kk1; ++kk) {                                  \
+                const long long ci = kk / khw, u = (kk % khw) / cv->kw, v = kk % cv->kw; \
+                const T *base = planes + (ci - ci0) * pl + u * cv->dh * ps + v * cv->dw; \
+                T *dst = xp + kk * CM_NC;                                               \
+                long long j = 0;                                                        \
+                for (long long t = 0; t < J->ntile; ++t, dst += k * CM_NC)              \
+                    for (int cc = 0; cc < CM_NC; ++cc, ++j) dst[cc] = j < n ? base[joff[j]] : (T)0; \
+            }                                                                           \
+            free(pad);                                                                  \
+        } else {                                                                        \
+            T line[CM_NMAX + CM_NC];                                                    \
+            for (long long j = n; j < J->np; ++j) line[j] = (T)0;                       \
+            for (long long kk = kk0; kk < kk1; ++kk) {                                  \
+                LINE_FN(cv, xq, kk, 0, n, line);                                        \
+                for (long long t = 0; t < J->ntile; ++t)                                \
+                    for (int cc = 0; cc < CM_NC; ++cc)                                  \
+                        xp[(t * k + kk) * CM_NC + cc] = line[t * CM_NC + cc];           \
+            }                                                                           \
         }                                                                               \
     }
 
@@ -244,31 +286,73 @@ static int cm_when(long long mg, long long n, long long k, long long taps, long 
 
 /* The conv through the small-plane product, wp packed already (or NULL: packed here from wt);
  * 0 when its buffers cannot be had (nothing written: the caller runs the packed conv). */
+/* The calling thread's grow-only buffers for xp and a per-call wp, up to CM_KEEP bytes each
+ * (larger ones are malloc'd and freed per call), freed when the thread exits: a malloc of a
+ * megabyte or more is an mmap whose pages all fault in again on every call (~0.5 us a 4 KiB
+ * page: the tape's weight pack of a 512x512x3x3 conv took 1.1 ms of faults alone). */
+#define CM_KEEP (64LL << 20)
+typedef struct {
+    void *p[2];
+    size_t n[2];
+} cm_keep_t;
+static pthread_key_t cm_key;
+static pthread_once_t cm_key_once = PTHREAD_ONCE_INIT;
+static void cm_keep_free(void *v) {
+    cm_keep_t *kp = (cm_keep_t *)v;
+    free(kp->p[0]);
+    free(kp->p[1]);
+    free(kp);
+}
+static void cm_key_init(void) {
+    if (pthread_key_create(&cm_key, cm_keep_free) != 0) cm_key = (pthread_key_t)-1;
+}
+/* buffer i of at least `bytes`, or NULL; *own: the caller frees it */
+static void *cm_scratch(int i, size_t bytes, int *own) {
+    *own = 0;
+    pthread_once(&cm_key_once, cm_key_init);
+    cm_keep_t *kp = cm_key == (pthread_key_t)-1 ? NULL : (cm_keep_t *)pthread_getspecific(cm_key);
+    if (!kp && cm_key != (pthread_key_t)-1 && (kp = (cm_keep_t *)calloc(1, sizeof(*kp))) &&
+        pthread_setspecific(cm_key, kp) != 0) {
+        free(kp);
+        kp = NULL;
+    }
+    if (!kp || bytes > (size_t)CM_KEEP) {
+        *own = 1;
+        return malloc(bytes);
+    }
+    if (kp->n[i] < bytes) {
+        free(kp->p[i]);
+        kp->p[i] = malloc(bytes);
+        kp->n[i] = kp->p[i] ? bytes : 0;
+    }
+    return kp->p[i];
+}
+
+/* The conv through the small-plane product, wp packed already (or NULL: packed here from wt);
+ * 0 when its buffers cannot be had (nothing written: the caller runs the packed conv). */
 static int conv_cm(const void *x, const void *wt, const void *wp, void *out, long long nb,
                    const conv_t *cv, long long mg, long long k, int threads, int f32,
                    const ep_t *ep) {
     const long long n = cv->oh * cv->ow, ntile = (n + CM_NC - 1) / CM_NC;
     const long long L = f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
-    const long long sz = f32 ? (long long)sizeof(float) : (long long)sizeof(double);
+    const size_t sz = f32 ? sizeof(float) : sizeof(double);
     const long long nbq = nb * cv->g, nblk = (mg + MM_Q * L - 1) / (MM_Q * L);
     cm_job J = {x, wt, NULL, (void *)wp, out, cv, ep, nbq, mg, k, n, ntile * CM_NC,
                 (mg + L - 1) / L * L, nblk, ntile, 0, 0, 0, f32, 0, 0};
-    J.xp = malloc((size_t)(nbq * ntile * CM_NC * k * sz));
-    void *own = wp ? NULL : malloc((size_t)(cm_wp_size(cv->g, mg, k, f32) * sz));
-    if (!J.xp || (!wp && !own)) {
-        free(J.xp);
-        free(own);
-        return 0;
+    int own_x = 0, own_w = 0;
+    J.xp = cm_scratch(0, (size_t)(nbq * ntile * CM_NC * k) * sz, &own_x);
+    if (!wp) J.wp = cm_scratch(1, (size_t)cm_wp_size(cv->g, mg, k, f32) * sz, &own_w);
+    if (J.xp && J.wp) {
+        J.upack = nbq * ((k + CM_KC - 1) / CM_KC);
+        J.uw = wp ? 0 : cv->g * nblk;
+        cm_run(&J, J.upack + J.uw, nbq * k * n + J.uw * k * MM_Q * L, threads);
+        J.upack = J.uw = 0;
+        cm_run(&J, nbq * ((nblk + CM_UB - 1) / CM_UB), nbq * mg * n * k, threads);
     }
-    if (own) J.wp = own;
-    J.upack = nbq * ((k + CM_KC - 1) / CM_KC);
-    J.uw = own ? cv->g * nblk : 0;
-    cm_run(&J, J.upack + J.uw, nbq * k * n + J.uw * k * MM_Q * L, threads);
-    J.upack = J.uw = 0;
-    cm_run(&J, nbq * ((nblk + CM_UB - 1) / CM_UB), nbq * mg * n * k, threads);
-    free(own);
-    free(J.xp);
-    return 1;
+    const int done = J.xp && J.wp;
+    if (own_x) free(J.xp);
+    if (own_w) free(J.wp);
+    return done;
 }
 
 /* For a caller that keeps the packed weights (the ONNX plan): their size in elements when a

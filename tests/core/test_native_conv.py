@@ -30,7 +30,7 @@ SHAPES = [
     (1, 2, 40, 40, 4, 1, (3, 3), (1, 1), (1000, 1), ((1000, 1000), (1, 1))),
 ]
 
-# small output planes (n = 1, 5, 9, 42, 49, 100), which take the product with its lanes over
+# small output planes (n = 1, 3, 5, 9, 15, 42, 49, 100), which take the product with its lanes over
 # the output channels (conv_small.h): channels per group not a multiple of a vector, several
 # channel blocks and units, a last block of 1-3 vectors, several k-blocks (k > 256), groups,
 # batch 2, strides, padding, dilations, a 1x1 strided conv, a 3x3 one past one whole panel
@@ -42,6 +42,11 @@ SMALL = [
     (2, 32, 7, 7, 150, 1, (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1))),
     (1, 40, 14, 14, 64, 1, (1, 1), (2, 2), (1, 1), ((0, 0), (0, 0))),
     (1, 9, 10, 10, 70, 1, (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1))),
+    # a window inside the image (no padding copy), asymmetric padding, and a dilated window far
+    # larger than the image (the rows built by cv_line)
+    (1, 4, 9, 9, 20, 1, (3, 3), (1, 1), (1, 1), ((0, 0), (0, 0))),
+    (2, 4, 6, 5, 32, 2, (3, 2), (2, 1), (1, 2), ((0, 2), (2, 0))),
+    (1, 2, 2, 3, 16, 1, (3, 3), (1, 1), (1000, 1), ((1000, 1000), (1, 1))),
 ]
 
 
