@@ -274,13 +274,16 @@ static long long cm_wp_size(long long g, long long mg, long long k, int f32) {
  * mg >= 192 and k >= 256, but 1.05-1.4x for 1x1 convs of fewer channels or a shorter k
  * (squeezenet's 64 -> 256 at 13x13: 1.13x; MM_ROWS reads their image in place, here it is
  * packed for too few multiply-adds) and on whole panels (n = 64: 1.05x). Packing the
- * weights per call costs ~1 ns an element, as much as ~40 columns' product: the tape (no
- * cache) takes this path from 48 columns of all its images up (resnet18's n = 4 and 16 at
- * batch 2: 1.2-1.5x; resnet50's n = 49: 0.8x). */
+ * weights per call costs ~0.5 ns an element (memory-bound: the weight read, the pack written
+ * and read again), as much as ~40 columns' product: the tape (no cache) takes this path from
+ * 48 columns of all its images up, for 1x1 convs from 384 channels (resnet18's n = 4 and 16
+ * at batch 2: 1.2-1.5x; n = 49: 0.6-0.8x for 3x3 convs and 1x1 ones of mg >= 512, 1.0-1.1x for
+ * 1x1 ones of mg = 128-352). */
 static int cm_when(long long mg, long long n, long long k, long long taps, long long nb,
                    int packed, int f32) {
     const long long L = f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
-    if (n > CM_NMAX || mg < L || k < 8 || (!packed && n * nb < 48)) return 0;
+    if (n > CM_NMAX || mg < L || k < 8 || (!packed && (n * nb < 48 || (taps == 1 && mg < 384))))
+        return 0;
     return n < 64 || (n % 64 != 0 && (taps > 1 ? mg >= 64 : mg >= 192 && k >= 256));
 }
 
