@@ -112,16 +112,34 @@ typedef struct {
                         T *pr = pad + ((ci - ci0) * hp + y) * wq;                       \
                         for (long long X = x0; X < x1; ++X) pr[X] = xr[X];              \
                     }                                                                   \
-            long long joff[CM_NMAX];                                                    \
+            /* tile by tile, the rows in order: each tile's rows written in a run */     \
+            long long joff[CM_NMAX + CM_NC], koff[CM_KC];                               \
             for (long long j = 0; j < n; ++j)                                           \
                 joff[j] = (j / cv->ow) * cv->sh * ps + (j % cv->ow) * cv->sw;           \
-            for (long long kk = kk0; kk < kk1; ++kk) {                                  \
-                const long long ci = kk / khw, u = (kk % khw) / cv->kw, v = kk % cv->kw; \
-                const T *base = planes + (ci - ci0) * pl + u * cv->dh * ps + v * cv->dw; \
-                T *dst = xp + kk * CM_NC;                                               \
-                long long j = 0;                                                        \
-                for (long long t = 0; t < J->ntile; ++t, dst += k * CM_NC)              \
-                    for (int cc = 0; cc < CM_NC; ++cc, ++j) dst[cc] = j < n ? base[joff[j]] : (T)0; \
+            /* kk = (ci, u, v) counted along (a division per row cost as much as the  \
+             * row's copies) */                                                          \
+            for (long long kk = kk0, ci = ci0, u = (kk0 % khw) / cv->kw, v = kk0 % cv->kw; \
+                 kk < kk1; ++kk) {                                                      \
+                koff[kk - kk0] = (ci - ci0) * pl + u * cv->dh * ps + v * cv->dw;        \
+                if (++v == cv->kw) {                                                    \
+                    v = 0;                                                              \
+                    if (++u == cv->kh) u = 0, ++ci;                                     \
+                }                                                                       \
+            }                                                                           \
+            for (long long t = 0; t < J->ntile; ++t) {                                  \
+                const long long *jo = joff + t * CM_NC;                                 \
+                T *dst = xp + (t * k + kk0) * CM_NC;                                    \
+                if ((t + 1) * CM_NC <= n)                                               \
+                    for (long long kk = kk0; kk < kk1; ++kk, dst += CM_NC) {            \
+                        const T *base = planes + koff[kk - kk0];                        \
+                        for (int cc = 0; cc < CM_NC; ++cc) dst[cc] = base[jo[cc]];      \
+                    }                                                                   \
+                else                                                                    \
+                    for (long long kk = kk0; kk < kk1; ++kk, dst += CM_NC) {            \
+                        const T *base = planes + koff[kk - kk0];                        \
+                        for (int cc = 0; cc < CM_NC; ++cc)                              \
+                            dst[cc] = t * CM_NC + cc < n ? base[jo[cc]] : (T)0;         \
+                    }                                                                   \
             }                                                                           \
             free(pad);                                                                  \
         } else {                                                                        \
