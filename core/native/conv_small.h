@@ -286,23 +286,25 @@ static long long cm_wp_size(long long g, long long mg, long long k, int f32) {
 
 /* Whether a conv of mg channels per group, k = (c/g)*taps, onto a plane of n (nb images) takes
  * the small-plane product; packed: its weights come packed (else they are packed per call).
- * Measured per conv of resnet50, inception_v2, densenet121 and squeezenet (one thread, f32):
- * below one whole panel (n < 64) it is 0.5-0.8x the time of MM_ROWS's narrow tiles; on planes
- * of 100-256 with a tail past the panels, 0.85-0.95x for 3x3 convs of mg >= 64 and 1x1 convs of
- * mg >= 192 and k >= 256, but 1.05-1.4x for 1x1 convs of fewer channels or a shorter k
- * (squeezenet's 64 -> 256 at 13x13: 1.13x; MM_ROWS reads their image in place, here it is
- * packed for too few multiply-adds) and on whole panels (n = 64: 1.05x). Packing the
- * weights per call costs ~0.5 ns an element (memory-bound: the weight read, the pack written
- * and read again), as much as ~40 columns' product: the tape (no cache) takes this path from
- * 48 columns of all its images up, for 1x1 convs from 384 channels (resnet18's n = 4 and 16
- * at batch 2: 1.2-1.5x; n = 49: 0.6-0.8x for 3x3 convs and 1x1 ones of mg >= 512, 1.0-1.1x for
- * 1x1 ones of mg = 128-352). */
+ * Measured per conv of resnet50, inception_v2, densenet121 and squeezenet and on resnet18's
+ * 8x8 and 16x16 planes (one thread, f32): below one whole panel (n < 64) it is 0.4-0.9x the
+ * time of MM_ROWS's narrow tiles (all of them: 47 -> 24 ms over those models' convs); on planes
+ * of 64-256, 0.75-0.97x for 3x3 convs of mg >= 32 and 0.8-1.0x for 1x1 ones with k >= 256 and
+ * a tail past the panels, but 1.1-1.25x for 1x1 convs on whole panels (n = 64, 256) or of a
+ * short k (squeezenet's 48, 64 -> 192, 256 at 13x13): MM_ROWS reads a 1x1 conv's image in
+ * place, here it is packed for too few multiply-adds. Packing the weights per call costs
+ * ~0.5 ns an element (memory-bound: the weight read, the pack written and read again), as much
+ * as ~40 columns' product: the tape (no cache) takes this path below one panel from 48
+ * columns of all its images up, for 1x1 convs from 384 channels (resnet18's n = 4 and 16 at
+ * batch 2: 1.2-1.5x; n = 49: 0.6-0.8x for 3x3 convs and 1x1 ones of mg >= 512, 1.0-1.1x for
+ * 1x1 ones of mg = 128-352; from one panel up the gain is the pack's cost). */
 static int cm_when(long long mg, long long n, long long k, long long taps, long long nb,
                    int packed, int f32) {
     const long long L = f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
-    if (n > CM_NMAX || mg < L || k < 8 || (!packed && (n * nb < 48 || (taps == 1 && mg < 384))))
+    if (n > CM_NMAX || mg < L || k < 8 ||
+        (!packed && (n >= 64 || n * nb < 48 || (taps == 1 && mg < 384))))
         return 0;
-    return n < 64 || (n % 64 != 0 && (taps > 1 ? mg >= 64 : mg >= 192 && k >= 256));
+    return n < 64 || (taps > 1 ? mg >= 32 : n % 64 != 0 && k >= 256);
 }
 
 /* The conv through the small-plane product, wp packed already (or NULL: packed here from wt);
