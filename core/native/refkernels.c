@@ -17,7 +17,8 @@
  * pack b from a matrix (the plain products) or build each packed row straight from the image
  * (mm_rows_cv: zero padding, strides, dilations); with few rows per group the shifted conv
  * (conv_shift) packs nothing and reads b's vectors from zero-padded phase planes of the image
- * over a widened output grid. A packing or layout changes which values sit where, never a
+ * over a widened output grid; onto a small output plane (conv_small.h) the lanes run over
+ * output channels instead. A packing or layout changes which values sit where, never a
  * chain: every output is still acc = 0; acc = acc + w*x over (c, kh, kw) in order.
  */
 #define _GNU_SOURCE /* clock_gettime, pthread_atfork, getpid under -std=c99 */
