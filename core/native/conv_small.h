@@ -71,7 +71,7 @@ typedef struct {
     void *xp, *wp, *c;
     const conv_t *cv;
     const ep_t *ep;
-    long long nbq, mg, k, n, np, mgp, nblk, ntile;
+    long long q0, mg, k, n, np, mgp, nblk, ntile; /* q0: this pass's first batch entry */
     long long upack, uw, units; /* pack units: upack for xp, then uw for wp (0: given) */
     int f32;
     long long next, chunk; /* next: atomic */
@@ -90,7 +90,7 @@ typedef struct {
         const long long n = J->n, k = J->k, khw = cv->kh * cv->kw;                      \
         const T *xq = (const T *)J->x +                                                 \
                       ((q / cv->g) * cv->c + (q % cv->g) * (cv->c / cv->g)) * cv->h * cv->w; \
-        T *xp = (T *)J->xp + q * J->ntile * k * CM_NC;                                  \
+        T *xp = (T *)J->xp + (q - J->q0) * J->ntile * k * CM_NC;                        \
         const long long hp = (cv->oh - 1) * cv->sh + (cv->kh - 1) * cv->dh + 1;         \
         const long long wq = (cv->ow - 1) * cv->sw + (cv->kw - 1) * cv->dw + 1;         \
         const int inside = cv->ph == 0 && cv->pw == 0 && hp <= cv->h && wq <= cv->w;    \
@@ -176,7 +176,7 @@ typedef struct {
     {                                                                                   \
         const long long L = CM_L(T, V), CB = MM_Q * L, k = J->k, n = J->n, np = J->np;  \
         const long long mg = J->mg, g = J->cv->g;                                       \
-        const T *xq = (const T *)J->xp + q * J->ntile * k * CM_NC;                      \
+        const T *xq = (const T *)J->xp + (q - J->q0) * J->ntile * k * CM_NC;            \
         const T *wg = (const T *)J->wp + (q % g) * k * J->mgp;                          \
         T *c = (T *)J->c + q * mg * n;                                                  \
         T *cbuf = (T *)cm_buf;                                                          \
@@ -246,7 +246,7 @@ static void cm_part(void *ctx) {
                 if (u < J->upack) {
                     /* entry q's rows in CM_KC-row pieces */
                     const long long per = (J->k + CM_KC - 1) / CM_KC;
-                    const long long q = u / per, kk0 = (u % per) * CM_KC;
+                    const long long q = J->q0 + u / per, kk0 = (u % per) * CM_KC;
                     const long long kk1 = kk0 + CM_KC < J->k ? kk0 + CM_KC : J->k;
                     if (J->f32) CM_PACK_X(float, cv_line_f32)
                     else CM_PACK_X(double, cv_line_f64)
@@ -257,7 +257,7 @@ static void cm_part(void *ctx) {
                 }
             } else {
                 const long long per = (J->nblk + CM_UB - 1) / CM_UB;
-                const long long q = u / per, b0 = (u % per) * CM_UB;
+                const long long q = J->q0 + u / per, b0 = (u % per) * CM_UB;
                 const long long b1 = b0 + CM_UB < J->nblk ? b0 + CM_UB : J->nblk;
                 if (J->f32) CM_UNIT(float, vmf32, ep_cols_f32)
                 else CM_UNIT(double, vmf64, ep_cols_f64)
@@ -314,6 +314,7 @@ static int cm_when(long long mg, long long n, long long k, long long taps, long 
  * megabyte or more is an mmap whose pages all fault in again on every call (~0.5 us a 4 KiB
  * page: the tape's weight pack of a 512x512x3x3 conv took 1.1 ms of faults alone). */
 #define CM_KEEP (64LL << 20)
+#define CM_XP (32LL << 20)
 typedef struct {
     void *p[2];
     size_t n[2];
@@ -360,17 +361,24 @@ static int conv_cm(const void *x, const void *wt, const void *wp, void *out, lon
     const long long L = f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
     const size_t sz = f32 ? sizeof(float) : sizeof(double);
     const long long nbq = nb * cv->g, nblk = (mg + MM_Q * L - 1) / (MM_Q * L);
-    cm_job J = {x, wt, NULL, (void *)wp, out, cv, ep, nbq, mg, k, n, ntile * CM_NC,
-                (mg + L - 1) / L * L, nblk, ntile, 0, 0, 0, f32, 0, 0};
+    cm_job J = {.x = x, .w = wt, .wp = (void *)wp, .c = out, .cv = cv, .ep = ep, .mg = mg,
+                .k = k, .n = n, .np = ntile * CM_NC, .mgp = (mg + L - 1) / L * L, .nblk = nblk,
+                .ntile = ntile, .f32 = f32};
+    /* the batch entries CM_XP bytes of xp at a time (a large batch's xp, taps times the
+     * images, is not made at once) */
+    const size_t per_q = (size_t)(ntile * CM_NC * k) * sz;
+    long long qc = (long long)(CM_XP / per_q);
+    qc = qc < 1 ? 1 : (qc > nbq ? nbq : qc);
     int own_x = 0, own_w = 0;
-    J.xp = cm_scratch(0, (size_t)(nbq * ntile * CM_NC * k) * sz, &own_x);
+    J.xp = cm_scratch(0, (size_t)qc * per_q, &own_x);
     if (!wp) J.wp = cm_scratch(1, (size_t)cm_wp_size(cv->g, mg, k, f32) * sz, &own_w);
-    if (J.xp && J.wp) {
-        J.upack = nbq * ((k + CM_KC - 1) / CM_KC);
-        J.uw = wp ? 0 : cv->g * nblk;
-        cm_run(&J, J.upack + J.uw, nbq * k * n + J.uw * k * MM_Q * L, threads);
+    for (J.q0 = 0; J.xp && J.wp && J.q0 < nbq; J.q0 += qc) {
+        const long long nq = qc < nbq - J.q0 ? qc : nbq - J.q0;
+        J.upack = nq * ((k + CM_KC - 1) / CM_KC);
+        J.uw = wp || J.q0 > 0 ? 0 : cv->g * nblk;
+        cm_run(&J, J.upack + J.uw, nq * k * n + J.uw * k * MM_Q * L, threads);
         J.upack = J.uw = 0;
-        cm_run(&J, nbq * ((nblk + CM_UB - 1) / CM_UB), nbq * mg * n * k, threads);
+        cm_run(&J, nq * ((nblk + CM_UB - 1) / CM_UB), nq * mg * n * k, threads);
     }
     const int done = J.xp && J.wp;
     if (own_x) free(J.xp);
@@ -391,7 +399,7 @@ void ts_conv_cm_pack(const void *w, void *wp, long long g, long long mg, long lo
                      int threads) {
     const long long L = f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
     const long long nblk = (mg + MM_Q * L - 1) / (MM_Q * L);
-    cm_job J = {NULL, w, NULL, wp, NULL, NULL, NULL, 0, mg, k, 0, 0, (mg + L - 1) / L * L,
-                nblk, 0, 0, g * nblk, 0, f32, 0, 0};
+    cm_job J = {.w = w, .wp = wp, .mg = mg, .k = k, .mgp = (mg + L - 1) / L * L, .nblk = nblk,
+                .uw = g * nblk, .f32 = f32};
     cm_run(&J, J.uw, J.uw * k * MM_Q * L, threads);
 }
