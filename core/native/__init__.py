@@ -48,7 +48,8 @@ _SRCS = [_HERE / "refkernels.c", _HERE / "refmath_host.c"]
 # the C twin of core.refmath lives next to its numpy (core/refmath/): one source for every
 # backend, which gpu reads from there too
 REFMATH_C = _HERE.parent / "refmath"
-_HEADERS = [REFMATH_C / "intrinsics_host.h", REFMATH_C / "refmath.cuh", _HERE / "refmath_simd.h"]
+_HEADERS = [REFMATH_C / "intrinsics_host.h", REFMATH_C / "refmath.cuh", _HERE / "refmath_simd.h",
+            _HERE / "conv_small.h"]
 _lib: ctypes.CDLL | None | bool = False  # False: not tried yet; None: unavailable
 _threads: int | None = None
 
@@ -108,7 +109,8 @@ class ConvCall(ctypes.Structure):
     """refkernels.c's conv_call_t: one convolution prepared once per shape (:func:`conv_call`),
     run through one pointer (:func:`run_conv`); ``ep`` is its Epilogue, by value."""
 
-    _fields_ = [("x", ctypes.c_void_p), ("w", ctypes.c_void_p), ("out", ctypes.c_void_p)] + \
+    _fields_ = [("x", ctypes.c_void_p), ("w", ctypes.c_void_p), ("wpack", ctypes.c_void_p),
+                ("out", ctypes.c_void_p)] + \
         [(f, ctypes.c_longlong) for f in ("nb", "c", "h", "wd", "g", "m", "kh", "kw", "oh",
                                           "ow", "sh", "sw", "ph", "pw", "dh", "dw")] + \
         [("threads", ctypes.c_int), ("f32", ctypes.c_int), ("one_per_group", ctypes.c_int),
@@ -172,9 +174,13 @@ def _load() -> ctypes.CDLL | None:
     lib.ts_conv_call.argtypes = [ctypes.POINTER(ConvCall)]
     lib.ts_conv_call.restype = None
     for name in ("ts_conv_ep_f64", "ts_conv_ep_f32"):
-        getattr(lib, name).argtypes = [p, p, p] + [ll] * 16 + [ctypes.c_int,
-                                                               ctypes.POINTER(Epilogue)]
+        getattr(lib, name).argtypes = [p, p, p, p] + [ll] * 16 + [ctypes.c_int,
+                                                                  ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
+    lib.ts_conv_cm_wsize.argtypes = [ll] * 5 + [ctypes.c_int]
+    lib.ts_conv_cm_wsize.restype = ll
+    lib.ts_conv_cm_pack.argtypes = [p, p, ll, ll, ll, ctypes.c_int, ctypes.c_int]
+    lib.ts_conv_cm_pack.restype = None
     for name in REFMATH:
         for sfx in ("", "f"):
             fn = getattr(lib, f"tsv_{name}{sfx}")
@@ -506,15 +512,42 @@ def bmm_ep(a: np.ndarray, b: np.ndarray, groups: int, ep) -> np.ndarray | None:
     return c
 
 
+def conv2d_pack(w: np.ndarray, group: int, outs) -> np.ndarray | None:
+    """``w`` (M, C/G, kh, kw) transposed for :func:`conv2d`'s small-plane product (lanes over
+    output channels; refkernels' conv_small.h), when a conv onto an ``outs`` = (oh, ow) plane
+    takes it; else None. A copy (exact) to keep and pass to every :func:`conv2d` of that
+    weight: packing it per call costs a pass over the weight."""
+    lib = library()
+    if lib is None or w.dtype not in _DT or w.ndim != 4 or group < 1 or w.shape[0] % group:
+        return None
+    size = _cm_wsize(lib, w, group, outs)
+    if size <= 0:
+        return None
+    wp = np.empty(size, dtype=w.dtype)
+    w = np.ascontiguousarray(w)
+    lib.ts_conv_cm_pack(w.ctypes.data, wp.ctypes.data, group, w.shape[0] // group, w[0].size,
+                        int(w.dtype == np.float32), threads())
+    return wp
+
+
+def _cm_wsize(lib, w: np.ndarray, group: int, outs) -> int:
+    """conv2d_pack's size for ``w`` (0: that conv does not take the small-plane product)."""
+    return lib.ts_conv_cm_wsize(group, w.shape[0] // group, w[0].size,
+                                w.shape[2] * w.shape[3], int(outs[0]) * int(outs[1]),
+                                int(w.dtype == np.float32))
+
+
 def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: int,
-           ep=None) -> np.ndarray | None:
+           ep=None, wpack: np.ndarray | None = None) -> np.ndarray | None:
     """A 2-D convolution (no bias) with the bits of ``im2col`` + ``bmm_ep``, the im2col matrix
-    never built: the product's panels are packed straight from ``x`` (implicit GEMM), or None
-    (no native code, a dtype or geometry it does not take).
+    never built: the product's panels are packed straight from ``x`` (implicit GEMM), or, on
+    a small output plane, its lanes run over the output channels; or None (no native code, a
+    dtype or geometry it does not take).
 
     ``w`` is (M, C/G, kh, kw); ``padw`` = ((top, bottom), (left, right)) as in
     ``core.ops.nn.im2col``, ``outs`` = (oh, ow); ``ep`` (from :func:`epilogue`) as for
-    :func:`bmm_ep`. The result is (N, M, oh, ow)."""
+    :func:`bmm_ep`; ``wpack``: :func:`conv2d_pack` of this ``w``, ``group`` and ``outs`` (else
+    the small-plane product packs w itself). The result is (N, M, oh, ow)."""
     lib = library()
     if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4 \
             or len(strides) != 2 or min(strides) < 1 or min(dilations) < 1:
@@ -534,19 +567,23 @@ def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: 
     e = ep if ep is not None else Epilogue(groups=1)
     e.groups = group
     fn = lib.ts_conv_ep_f64 if x.dtype == np.float64 else lib.ts_conv_ep_f32
-    fn(x.ctypes.data, w.ctypes.data, out.ctypes.data, nb, c, h, wd, group, m, kh, kw, oh, ow,
-       strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1], threads(),
-       ctypes.byref(e))
+    if wpack is not None and (wpack.dtype != x.dtype or not wpack.flags.c_contiguous
+                              or wpack.size != _cm_wsize(lib, w, group, outs)):
+        raise ValueError("conv2d: wpack is not conv2d_pack(w, group, outs)")
+    fn(x.ctypes.data, w.ctypes.data, None if wpack is None else wpack.ctypes.data,
+       out.ctypes.data, nb, c, h, wd, group, m, kh, kw, oh, ow, strides[0], strides[1],
+       padw[0][0], padw[1][0], dilations[0], dilations[1], threads(), ctypes.byref(e))
     return out
 
 
 def conv_call(x_shape, dtype, w: np.ndarray, strides, dilations, padw, outs, group: int,
-              ep) -> ConvCall | None:
+              ep, wpack: np.ndarray | None = None) -> ConvCall | None:
     """The call :func:`conv2d` (or, with one output channel per group,
     :func:`conv2d_one_per_group`) makes for an image of ``x_shape`` and ``dtype``, with ``w``
     (C-contiguous, kept alive by the caller) and a copy of the Epilogue ``ep``, prepared once:
     :func:`run_conv` then runs it on an image (the same bits). None where those would not take
-    it, or for an empty output."""
+    it, or for an empty output. ``wpack``: :func:`conv2d_pack` of ``w`` (kept alive by the
+    caller too), as for :func:`conv2d`."""
     lib = library()
     dt = np.dtype(dtype)
     if lib is None or dt not in _DT or w.dtype != dt or len(x_shape) != 4 or w.ndim != 4 \
@@ -562,6 +599,11 @@ def conv_call(x_shape, dtype, w: np.ndarray, strides, dilations, padw, outs, gro
                     kw=w.shape[3], oh=outs[0], ow=outs[1], sh=strides[0], sw=strides[1],
                     ph=padw[0][0], pw=padw[1][0], dh=dilations[0], dw=dilations[1],
                     f32=int(dt == np.float32), one_per_group=int(m == group))
+    if wpack is not None and m != group:
+        if wpack.dtype != dt or not wpack.flags.c_contiguous \
+                or wpack.size != _cm_wsize(lib, w, group, outs):
+            raise ValueError("conv_call: wpack is not conv2d_pack(w, group, outs)")
+        call.wpack = wpack.ctypes.data
     call.ep = ep
     return call
 

@@ -17,7 +17,8 @@
  * pack b from a matrix (the plain products) or build each packed row straight from the image
  * (mm_rows_cv: zero padding, strides, dilations); with few rows per group the shifted conv
  * (conv_shift) packs nothing and reads b's vectors from zero-padded phase planes of the image
- * over a widened output grid. A packing or layout changes which values sit where, never a
+ * over a widened output grid; onto a small output plane (conv_small.h) the lanes run over
+ * output channels instead. A packing or layout changes which values sit where, never a
  * chain: every output is still acc = 0; acc = acc + w*x over (c, kh, kw) in order.
  */
 #define _GNU_SOURCE /* clock_gettime, pthread_atfork, getpid under -std=c99 */
@@ -1156,6 +1157,8 @@ void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, lo
     bmm(a, b, c, batch, m, k, n, sa, sb, threads, 1, ep);
 }
 
+#include "conv_small.h"
+
 /* A 2-D convolution as im2col + ts_bmm_ep without the im2col matrix (mm_rows_cv): x is
  * (nb, c, h, wd), wt (g, m/g, (c/g)*kh*kw) contiguous, out (nb, m, oh, ow); ep as for
  * ts_bmm_ep with ep->groups == g. The bits of ts_im2col followed by ts_bmm_ep. Strides and
@@ -1174,6 +1177,10 @@ void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, lo
 #define CONV_EP(F32)                                                                    \
     const long long mg = m / g, k = (c / g) * kh * kw;                                  \
     const conv_t cv = {c, g, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, CV_SHIFT_WHEN(mg)}; \
+    /* a small output plane: lanes over the output channels (conv_small.h) */            \
+    if (cm_when(mg, oh * ow, k, kh * kw, nb, wp != NULL, F32) &&                        \
+        conv_cm(x, wt, wp, out, nb, &cv, mg, k, threads, F32, ep))                      \
+        return;                                                                         \
     if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && oh == h && ow == wd) \
         /* a 1x1 conv's image is its own column matrix: the plain product over it */     \
         bmm_cv(wt, x, out, nb * g, mg, k, oh * ow, mg * k, k * h * wd, k, 1, oh * ow, 1, threads, \
@@ -1182,16 +1189,16 @@ void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, lo
         bmm_cv(wt, x, out, nb * g, mg, k, oh * ow, mg * k, 0, k, 1, 0, 0, threads, F32, ep, &cv, \
                0);
 
-void ts_conv_ep_f64(const double *x, const double *wt, double *out, long long nb, long long c,
-                    long long h, long long wd, long long g, long long m, long long kh,
+void ts_conv_ep_f64(const double *x, const double *wt, const double *wp, double *out,
+                    long long nb, long long c, long long h, long long wd, long long g, long long m, long long kh,
                     long long kw, long long oh, long long ow, long long sh, long long sw,
                     long long ph, long long pw, long long dh, long long dw, int threads,
                     const ep_t *ep) {
     CONV_EP(0)
 }
 
-void ts_conv_ep_f32(const float *x, const float *wt, float *out, long long nb, long long c,
-                    long long h, long long wd, long long g, long long m, long long kh,
+void ts_conv_ep_f32(const float *x, const float *wt, const float *wp, float *out,
+                    long long nb, long long c, long long h, long long wd, long long g, long long m, long long kh,
                     long long kw, long long oh, long long ow, long long sh, long long sw,
                     long long ph, long long pw, long long dh, long long dw, int threads,
                     const ep_t *ep) {
@@ -1425,7 +1432,7 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
  * a small grouped 1x1 conv's per-group setup. one_per_group: ts_conv_mg1_ep (g == m), else
  * ts_conv_ep (ep.groups == g). */
 typedef struct {
-    const void *x, *w;
+    const void *x, *w, *wpack; /* wpack: ts_conv_cm_pack of w, or NULL (see ts_conv_ep) */
     void *out;
     long long nb, c, h, wd, g, m, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw;
     int threads, f32, one_per_group;
@@ -1442,10 +1449,10 @@ void ts_conv_call(conv_call_t *C) {
             ts_conv_mg1_ep_f64(C->x, C->w, C->out, C->nb, C->c, C->h, C->wd, C->g, C->kh, C->kw,
                                C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, &C->ep);
     } else if (C->f32)
-        ts_conv_ep_f32(C->x, C->w, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh, C->kw,
+        ts_conv_ep_f32(C->x, C->w, C->wpack, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh, C->kw,
                        C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, C->threads, &C->ep);
     else
-        ts_conv_ep_f64(C->x, C->w, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh, C->kw,
+        ts_conv_ep_f64(C->x, C->w, C->wpack, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh, C->kw,
                        C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, C->threads, &C->ep);
 }
 

@@ -256,11 +256,13 @@ class FusedConv:
         if costs is None:
             return None
         wprep = np.ascontiguousarray(w)
-        call = native.conv_call(x.shape, dt, wprep, st, dil, padw, outs, group, made[0])
+        # transposed once for a small output plane's product (lanes over the channels)
+        wpack = None if m == group else native.conv2d_pack(wprep, group, outs)
+        call = native.conv_call(x.shape, dt, wprep, st, dil, padw, outs, group, made[0], wpack)
         if call is None:
             return None
         return dict(yshape=yshape, m=m, call=call, keep=made[1], costs=costs,
-                    total=_total(costs), w=wprep)
+                    total=_total(costs), w=wprep, wpack=wpack)
 
     def _case(self, env, budget):
         """(prepared, x, residual) for this run, or None, before any charge, when the C pass

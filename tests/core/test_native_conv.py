@@ -30,6 +30,25 @@ SHAPES = [
     (1, 2, 40, 40, 4, 1, (3, 3), (1, 1), (1000, 1), ((1000, 1000), (1, 1))),
 ]
 
+# small output planes (n = 1, 3, 5, 9, 15, 42, 49, 100), which take the product with its lanes over
+# the output channels (conv_small.h): channels per group not a multiple of a vector, several
+# channel blocks and units, a last block of 1-3 vectors, several k-blocks (k > 256), groups,
+# batch 2, strides, padding, dilations, a 1x1 strided conv, a 3x3 one past one whole panel
+SMALL = [
+    (1, 8, 1, 1, 20, 1, (1, 1), (1, 1), (1, 1), ((0, 0), (0, 0))),
+    (1, 4, 1, 5, 16, 1, (1, 3), (1, 1), (1, 1), ((0, 0), (1, 1))),
+    (2, 6, 5, 5, 34, 2, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1))),
+    (1, 6, 7, 6, 48, 3, (3, 3), (1, 1), (2, 2), ((2, 2), (2, 2))),
+    (2, 32, 7, 7, 150, 1, (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1))),
+    (1, 40, 14, 14, 64, 1, (1, 1), (2, 2), (1, 1), ((0, 0), (0, 0))),
+    (1, 9, 10, 10, 70, 1, (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1))),
+    # a window inside the image (no padding copy), asymmetric padding, and a dilated window far
+    # larger than the image (the rows built by cv_line)
+    (1, 4, 9, 9, 20, 1, (3, 3), (1, 1), (1, 1), ((0, 0), (0, 0))),
+    (2, 4, 6, 5, 32, 2, (3, 2), (2, 1), (1, 2), ((0, 2), (2, 0))),
+    (1, 2, 2, 3, 16, 1, (3, 3), (1, 1), (1000, 1), ((1000, 1000), (1, 1))),
+]
+
 
 def _old(x, w, st, dil, padw, group, prod=bmm_numpy):
     """im2col, then the batched product (numpy's spelling of the reference order, or the
@@ -83,13 +102,47 @@ def test_conv2d_equals_im2col_and_the_reference_product(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_plane_conv_equals_im2col_and_the_reference_product(dtype):
+    """The small-plane product, its weights packed once (the ONNX plan) or per call (the
+    tape): the bits of im2col + the native product, NaN for NaN (which NaN an add of two keeps
+    is gcc's choice of operand order, docs/reference-order.md's NaN policy); the lanes past a
+    group's channels and the columns past the plane (0 * inf there) never stored."""
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(34)
+    before = native.threads()
+    try:
+        for nb, c, h, wd, m, g, k, st, dil, pad in SMALL:
+            x = _spread(rng, (nb, c, h, wd), dtype)
+            w = _spread(rng, (m, c // g) + k, dtype)
+            x.flat[rng.integers(0, x.size, 5)] = [np.nan, np.inf, -np.inf, -0.0, np.inf]
+            w.flat[0], w.flat[-1] = -0.0, np.inf
+            want, outs = _old(x, w, st, dil, pad, g)
+            old = _old(x, w, st, dil, pad, g, native.bmm)[0]
+            wp = native.conv2d_pack(w, g, outs)
+            assert wp is not None, (nb, c, h, wd, m, g, k)  # the shape reaches the new path
+            for t in (1, 2):
+                native.set_threads(t)
+                for pack in (wp, None):
+                    got = native.conv2d(x, w, st, dil, pad, outs, g, wpack=pack)
+                    assert got.shape == want.shape and got.dtype == dtype
+                    _same_nan_equal(got, old)
+                _same_nan_equal(got, want)
+        with pytest.raises(ValueError):  # a pack of another geometry
+            native.conv2d(x, w, st, dil, pad, outs, g, wpack=wp[1:])
+    finally:
+        native.set_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv2d_epilogue_equals_the_separate_ops(dtype):
     """bias, BatchNormalization, a residual (either order) and relu per finished block of
     columns, on the shifted and the packed conv: the bits of the product then each op."""
     if native.library() is None:
         pytest.skip("no C compiler here")
     rng = np.random.default_rng(32)
-    for nb, c, h, wd, m, g, k, st, dil, pad in (SHAPES[3], SHAPES[7], SHAPES[9], SHAPES[11]):
+    for nb, c, h, wd, m, g, k, st, dil, pad in (SHAPES[3], SHAPES[7], SHAPES[9], SHAPES[11],
+                                                SMALL[2], SMALL[4]):
         x = _spread(rng, (nb, c, h, wd), dtype)
         w = _spread(rng, (m, c // g) + k, dtype)
         prod, outs = _old(x, w, st, dil, pad, g)
@@ -105,7 +158,8 @@ def test_conv2d_epilogue_equals_the_separate_ops(dtype):
                 want = np.where(want <= 0, dtype(0), want)
             ep, keep = native.epilogue(dtype, m, bias=bias, bn=(mean, den, scale, beta),
                                        res=res, res_first=res_first, relu=True)
-            got = native.conv2d(x, w, st, dil, pad, outs, g, ep)
+            got = native.conv2d(x, w, st, dil, pad, outs, g, ep,
+                                native.conv2d_pack(w, g, outs))
             _same_nan_equal(got, want)
 
 
