@@ -1389,13 +1389,14 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
  * np.maximum(acc, -inf) is acc (or -inf when acc is -inf; NaN stays). A max starts from -inf
  * instead of its first tap: np.maximum(-inf, t) is t for every t, NaN and -0.0 included (and a
  * window wholly in the padding gives -inf, as pool_nd's does).
- * Two loop shapes, by geometry (POOL2D); each only decides which outputs share a vector:
+ * Three loop shapes, by geometry (POOL2D); each only decides which outputs share a vector:
  *   phase (POOL_PHASE): one plane at a time, copied into padded stride-phase planes so that a
  *         tap's reads for a block of outputs are one contiguous run;
+ *   same  (POOL_SAME): strides 1, outputs the image's size: the whole tensor as one run, no copy;
  *   lanes (POOL_LANES): L planes side by side, one output of each per vector; no copy, each
  *         output's in-image taps from a list (global pools, windows that barely overlap,
  *         outputs too narrow for phase's runs). */
-#define POOL_OP(AVG, a, t) ((AVG) ? (a) + (t) : ((((a) > (t)) | ((a) != (a))) ? (a) : (t)))
+#define POOL_OP(AVG, a, t) ((AVG) ? (a) + (t) : ((a) != (a) ? (a) : ((a) > (t) ? (a) : (t))))
 
 #define POOL_STORE(T, AVG, ydst, asrc, ci)                                              \
     if (AVG)                                                                            \
@@ -1405,8 +1406,8 @@ void ts_conv_mg1_f32(const float *x, const float *wt, float *out, long long nb, 
 
 /* Lane-wise np.maximum(a, t): a where a > t or a is NaN, else t (GCC vector compares give
  * all-ones lanes where true) */
-typedef int v16i32 __attribute__((vector_size(64)));
-typedef long long v8i64 __attribute__((vector_size(64)));
+typedef int v16i32 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef long long v8i64 __attribute__((vector_size(64), aligned(8), may_alias));
 static inline v16f32 pool_max_v16f32(v16f32 a, v16f32 t) {
     const v16i32 m = (a > t) | (a != a);
     return (v16f32)(((v16i32)a & m) | ((v16i32)t & ~m));
@@ -1586,15 +1587,118 @@ static inline v8f64 pool_max_v8f64(v8f64 a, v8f64 t) {
         return 1;                                                                       \
     }
 
-/* lanes where a plane's windows read each input about once (global pools, 2x2 stride 2) or the
- * outputs are too narrow for phase's runs to pay for its copy (measured: 7x7 outputs of
- * stride 2 on 14x14 twice as quick; 7x7 of stride 1, 9 reads an input, half as quick) */
-#define POOL2D(T, V, VMAX, AVG, ID, L)                                                  \
+/* Strides 1 and outputs the image's size (oh == h, ow == w: "same" padding): output i of the
+ * whole tensor (planes one after another) reads tap (u, v) at input i + (u*dh - ph)*w + v*dw - pw,
+ * so one tap's reads for any run of outputs, across rows and planes, are contiguous: tiles of 4
+ * vectors run over the flat tensor straight from x into y, no copy. A tap off its plane's image
+ * reads a neighbouring row's or plane's cell, which a mask (per tap, over one plane's positions,
+ * extended by a tile so a tile's run of it is contiguous) turns to ID: as a padding tap, that
+ * changes nothing. The first and last tiles, whose runs would leave x, read a guarded copy. */
+#define POOL_SAME(T, IT, V, VI, VMAX, AVG, ID)                                          \
+    {                                                                                   \
+        const long long VL = (long long)(sizeof(V) / sizeof(T)), TL = 4 * VL;           \
+        const long long hw = h * w, n = planes * hw, nt = kh * kw, ml = hw + TL;        \
+        const long long mino = -(ph * w + pw);                                          \
+        const long long maxo = ((kh - 1) * dh - ph) * w + (kw - 1) * dw - pw;           \
+        const long long gl = TL + maxo - mino;                                          \
+        IT *mk = (IT *)malloc((size_t)(nt * ml) * sizeof(IT));                          \
+        T *tmp = (T *)malloc((size_t)(gl + TL + (AVG ? ml : 0)) * sizeof(T));           \
+        long long *toff = (long long *)malloc((size_t)nt * sizeof(long long));          \
+        if (!mk || !tmp || !toff) {                                                     \
+            free(mk);                                                                   \
+            free(tmp);                                                                  \
+            free(toff);                                                                 \
+            return 0;                                                                   \
+        }                                                                               \
+        T *G = tmp, *yt = tmp + gl, *cx = tmp + gl + TL;                                \
+        for (long long u = 0; u < kh; ++u)                                              \
+            for (long long v = 0; v < kw; ++v) {                                        \
+                const long long t = u * kw + v;                                         \
+                toff[t] = (u * dh - ph) * w + v * dw - pw;                              \
+                /* -1 where the tap is inside; position p is row pr, column pc of a plane */ \
+                for (long long p = 0, pr = 0, pc = 0; p < ml; ++p) {                    \
+                    const long long r = pr + u * dh - ph, c = pc + v * dw - pw;         \
+                    mk[t * ml + p] = (r >= 0 && r < h && c >= 0 && c < w) ? (IT)-1 : (IT)0; \
+                    if (++pc == w) {                                                    \
+                        pc = 0;                                                         \
+                        if (++pr == h) pr = 0;                                          \
+                    }                                                                   \
+                }                                                                       \
+            }                                                                           \
+        if (AVG)                                                                        \
+            for (long long p = 0, pp = 0; p < ml; ++p, pp = pp + 1 == hw ? 0 : pp + 1)  \
+                cx[p] = cnt[pp];                                                        \
+        V idv;                                                                          \
+        for (long long l = 0; l < VL; ++l) idv[l] = ID;                                 \
+        long long pm = 0; /* i0 % hw */                                                 \
+        for (long long i0 = 0; i0 < n; i0 += TL) {                                      \
+            const T *xs = x + i0;                                                       \
+            if (i0 + mino < 0 || i0 + TL + maxo > n) {                                  \
+                for (long long j = 0; j < gl; ++j) {                                    \
+                    const long long k = i0 + mino + j;                                  \
+                    G[j] = k >= 0 && k < n ? x[k] : ID;                                 \
+                }                                                                       \
+                xs = G - mino;                                                          \
+            }                                                                           \
+            V a0 = idv, a1 = idv, a2 = idv, a3 = idv;                                   \
+            for (long long t = 0; t < nt; ++t) {                                        \
+                const T *src = xs + toff[t];                                            \
+                const IT *m = mk + t * ml + pm;                                         \
+                V x0 = *(const V *)src, x1 = *(const V *)(src + VL);                    \
+                V x2 = *(const V *)(src + 2 * VL), x3 = *(const V *)(src + 3 * VL);     \
+                const VI m0 = *(const VI *)m, m1 = *(const VI *)(m + VL);               \
+                const VI m2 = *(const VI *)(m + 2 * VL), m3 = *(const VI *)(m + 3 * VL); \
+                x0 = (V)(((VI)x0 & m0) | ((VI)idv & ~m0));                              \
+                x1 = (V)(((VI)x1 & m1) | ((VI)idv & ~m1));                              \
+                x2 = (V)(((VI)x2 & m2) | ((VI)idv & ~m2));                              \
+                x3 = (V)(((VI)x3 & m3) | ((VI)idv & ~m3));                              \
+                if (AVG) {                                                              \
+                    a0 = a0 + x0;                                                       \
+                    a1 = a1 + x1;                                                       \
+                    a2 = a2 + x2;                                                       \
+                    a3 = a3 + x3;                                                       \
+                } else {                                                                \
+                    a0 = VMAX(a0, x0);                                                  \
+                    a1 = VMAX(a1, x1);                                                  \
+                    a2 = VMAX(a2, x2);                                                  \
+                    a3 = VMAX(a3, x3);                                                  \
+                }                                                                       \
+            }                                                                           \
+            if (AVG) {                                                                  \
+                const T *c = cx + pm;                                                   \
+                a0 = a0 / *(const V *)c;                                                \
+                a1 = a1 / *(const V *)(c + VL);                                         \
+                a2 = a2 / *(const V *)(c + 2 * VL);                                     \
+                a3 = a3 / *(const V *)(c + 3 * VL);                                     \
+            }                                                                           \
+            T *yo = i0 + TL <= n ? y + i0 : yt; /* the last, partial tile: through yt */ \
+            *(V *)yo = a0;                                                              \
+            *(V *)(yo + VL) = a1;                                                       \
+            *(V *)(yo + 2 * VL) = a2;                                                   \
+            *(V *)(yo + 3 * VL) = a3;                                                   \
+            if (yo == yt) memcpy(y + i0, yt, (size_t)(n - i0) * sizeof(T));             \
+            pm += TL;                                                                   \
+            while (pm >= hw) pm -= hw;                                                  \
+        }                                                                               \
+        free(mk);                                                                       \
+        free(tmp);                                                                      \
+        free(toff);                                                                     \
+        return 1;                                                                       \
+    }
+
+/* Which loop shape, as measured on an Intel Xeon (AVX-512) against the others: lanes where a
+ * plane's windows read each input about once (global pools, 2x2 stride 2: 3-10x quicker) or the
+ * outputs are too narrow for phase's runs to pay for its copy (7x7 outputs of stride 2 on 14x14:
+ * 2x); same for stride-1 "same" pools whose masks fit in L1 (7x7 and 14x14 planes, 3x3
+ * windows: 2-3x; with 28x28 even, past that slower than phase); phase for the rest. */
+#define POOL2D(T, IT, V, VI, VMAX, AVG, ID, L)                                          \
     {                                                                                   \
         const long long reads = oh * ow * kh * kw;                                      \
         if (reads <= (1 << 18) && (reads <= h * w || (ow <= 8 && reads <= 4 * h * w)))  \
             POOL_LANES(T, AVG, ID, L)                                                   \
     }                                                                                   \
+    if (sh == 1 && sw == 1 && oh == h && ow == w && kh * kw * h * w <= 4096)            \
+        POOL_SAME(T, IT, V, VI, VMAX, AVG, ID)                                          \
     POOL_PHASE(T, V, VMAX, AVG, ID)
 
 #define POOL_ARGS(T)                                                                    \
@@ -1602,15 +1706,15 @@ static inline v8f64 pool_max_v8f64(v8f64 a, v8f64 t) {
         long long kw, long long oh, long long ow, long long sh, long long sw, long long ph, \
         long long pw, long long dh, long long dw
 
-int ts_avgpool2d_f64(POOL_ARGS(double)) { POOL2D(double, v8f64, pool_max_v8f64, 1, 0.0, 8) }
-int ts_avgpool2d_f32(POOL_ARGS(float)) { POOL2D(float, v16f32, pool_max_v16f32, 1, 0.0f, 16) }
+int ts_avgpool2d_f64(POOL_ARGS(double)) { POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 1, 0.0, 8) }
+int ts_avgpool2d_f32(POOL_ARGS(float)) { POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 1, 0.0f, 16) }
 int ts_maxpool2d_f64(POOL_ARGS(double)) {
     (void)cnt;
-    POOL2D(double, v8f64, pool_max_v8f64, 0, -__builtin_inf(), 8)
+    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 0, -__builtin_inf(), 8)
 }
 int ts_maxpool2d_f32(POOL_ARGS(float)) {
     (void)cnt;
-    POOL2D(float, v16f32, pool_max_v16f32, 0, -__builtin_inff(), 16)
+    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 0, -__builtin_inff(), 16)
 }
 
 /* Serial sums of the rows of x (r x n): out[j] = acc = +0.0; for i = 0..r-1: acc = acc + x[i][j]

@@ -639,8 +639,8 @@ def test_native_pool_loop_shapes_equal_pool_nd(dtype):
     """Every loop shape of the C pools (lanes: global and non-overlapping windows, narrow
     outputs, a last block of fewer planes than lanes; phase: column strides 1, 2 (both column
     phases in one pass, odd and even widths, each end padded or not) and 3, dilations, ceil_mode,
-    several row blocks, rows narrower than a vector) gives pool_nd's bits, with -0.0 / +0.0
-    ties, NaN and +-inf among the taps."""
+    several row blocks, rows narrower than a vector; same: masked taps across rows and planes)
+    gives pool_nd's bits, with -0.0 / +0.0 ties, NaN and +-inf among the taps."""
     from core.ops import nn
 
     if native.library() is None:
@@ -655,7 +655,13 @@ def test_native_pool_loop_shapes_equal_pool_nd(dtype):
             ((1, 2, 10, 20), (3, 3), (2, 2), (1, 1), ((1, 1), (1, 0)), 1),  # even w, left pad
             ((1, 2, 9, 23), (3, 2), (2, 3), (2, 1), ((1, 2), (2, 1)), 1),  # stride 3, dilated
             ((1, 1, 60, 50), (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 0),  # several row blocks
-            ((1, 2, 5, 3), (2, 2), (1, 1), (1, 2), ((1, 1), (2, 2)), 0)]:  # 3 columns, dilated
+            ((1, 2, 5, 3), (2, 2), (1, 1), (1, 2), ((1, 1), (2, 2)), 0),  # 3 columns, dilated
+            # same (strides 1, outputs the image's size): tiles across rows and planes, a
+            # partial last tile, guarded first and last tiles, planes smaller than a tile
+            ((2, 5, 7, 7), (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 0),
+            ((1, 11, 3, 3), (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 0),
+            ((1, 3, 6, 9), (2, 2), (1, 1), (1, 1), ((0, 1), (1, 0)), 0),  # uneven same pads
+            ((1, 3, 9, 8), (3, 2), (1, 1), (2, 3), ((1, 3), (2, 1)), 0)]:  # dilated same
         x = _spread(rng, shape, dtype)
         x[0, 0, ::2, ::2] = -0.0
         x[0, 0, 1::2, 1::2] = 0.0
