@@ -634,6 +634,75 @@ def test_native_pools_equal_the_numpy_tap_loops(dtype, monkeypatch):
             assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_native_pool_loop_shapes_equal_pool_nd(dtype):
+    """Every loop shape of the C pools (lanes: global and non-overlapping windows, narrow
+    outputs, a last block of fewer planes than lanes; phase: column strides 1, 2 (both column
+    phases in one pass, odd and even widths, each end padded or not) and 3, dilations, ceil_mode,
+    several row blocks, rows narrower than a vector; same: masked taps across rows and planes)
+    gives pool_nd's bits, with -0.0 / +0.0 ties, NaN and +-inf among the taps."""
+    from core.ops import nn
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(26)
+    for shape, k, st, dil, padw, ceil in [
+            ((1, 19, 6, 6), (6, 6), (1, 1), (1, 1), ((0, 0), (0, 0)), 0),  # global: lanes
+            ((2, 9, 8, 6), (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0)), 0),  # lanes, 2x2 stride 2
+            ((1, 17, 7, 9), (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), 1),  # lanes, narrow
+            ((1, 3, 9, 11), (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 0),  # phase, stride 1
+            ((1, 2, 11, 21), (3, 3), (2, 2), (1, 1), ((0, 1), (0, 1)), 0),  # stride 2, odd w
+            ((1, 2, 10, 20), (3, 3), (2, 2), (1, 1), ((1, 1), (1, 0)), 1),  # even w, left pad
+            ((1, 2, 9, 23), (3, 2), (2, 3), (2, 1), ((1, 2), (2, 1)), 1),  # stride 3, dilated
+            ((1, 1, 60, 50), (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 0),  # several row blocks
+            ((1, 2, 5, 3), (2, 2), (1, 1), (1, 2), ((1, 1), (2, 2)), 0),  # 3 columns, dilated
+            # same (strides 1, outputs the image's size): tiles across rows and planes, a
+            # partial last tile, guarded first and last tiles, planes smaller than a tile
+            ((2, 5, 7, 7), (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 0),
+            ((1, 11, 3, 3), (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 0),
+            ((1, 3, 6, 9), (2, 2), (1, 1), (1, 1), ((0, 1), (1, 0)), 0),  # uneven same pads
+            ((1, 3, 9, 8), (3, 2), (1, 1), (2, 3), ((1, 3), (2, 1)), 0)]:  # dilated same
+        x = _spread(rng, shape, dtype)
+        x[0, 0, ::2, ::2] = -0.0
+        x[0, 0, 1::2, 1::2] = 0.0
+        x.reshape(-1)[rng.integers(0, x.size, 4)] = np.nan
+        x.reshape(-1)[rng.integers(0, x.size, 4)] = np.inf
+        x.reshape(-1)[rng.integers(0, x.size, 4)] = -np.inf
+        for cip in (0, 1):
+            cnt = nn.pool_counts(x[:1, :1], k, st, padw, dil, ceil, cip).astype(dtype)
+            outs = cnt.shape[2:]
+            with np.errstate(all="ignore"):
+                want = nn.pool_nd(x, "avg", k, st, padw, dil, ceil, cip)
+            _same_bits_nan_equal(native.pool2d("avg", x, cnt, k, st, dil, padw, outs), want)
+        want = nn.pool_nd(x, "max", k, st, padw, dil, ceil)
+        got = native.pool2d("max", x, None, k, st, dil, padw, want.shape[2:])
+        _same_bits_nan_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_global_average_pool_through_c_equals_its_serial_sum(dtype, monkeypatch):
+    """GlobalAveragePool's C pass (reference mode) gives serial_sum's bits, then the divide,
+    for 1-, 2- and 3-D planes (an all -0.0 plane averages to +0.0)."""
+    from types import SimpleNamespace
+
+    from core.onnx.ops.pool import global_avg_pool
+    from core.onnx.reference import REFERENCE
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(27)
+    ctx = SimpleNamespace(wants=lambda i: i == 0, k=REFERENCE)
+    for shape in [(2, 19, 7), (1, 21, 5, 6), (2, 3, 2, 3, 4)]:
+        x = _spread(rng, shape, dtype)
+        x[0, 0] = -0.0
+        x[-1, 1].reshape(-1)[0] = np.nan
+        got = global_avg_pool(ctx, x)
+        with monkeypatch.context() as m, np.errstate(all="ignore"):
+            m.setattr(native, "_lib", None)
+            want = global_avg_pool(ctx, x)
+        _same_bits_nan_equal(got, want)
+
+
 def test_the_native_build_reads_only_core_files():
     """core.native compiles refmath's C twin from core/refmath/ (where gpu reads it too), never
     from gpu/: every source and header it hashes and every -I it passes lies under core/."""

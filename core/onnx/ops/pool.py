@@ -122,6 +122,17 @@ def lp_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape
 def global_avg_pool(ctx, x):
     axes = tuple(range(2, x.ndim))
     n = int(np.prod(x.shape[2:]))
+    if ctx.k.sum is serial_sum and x.ndim >= 3 and x.dtype in (np.float32, np.float64) \
+            and x.size:
+        # the serial sum over each plane (flattened, row-major) and the divide in one C pass:
+        # one 1 x n window per plane, without serial_sum's transposed copy of x
+        from core import native
+
+        cnt = np.full(1, n, x.dtype)
+        y = native.pool2d("avg", x.reshape(x.shape[:2] + (1, n)), cnt, (1, n), (1, 1), (1, 1),
+                          ((0, 0), (0, 0)), (1, 1))
+        if y is not None:
+            return y.reshape(x.shape[:2] + (1,) * (x.ndim - 2))
     return (ctx.k.sum(x, axes, keepdims=True) / x.dtype.type(n)).astype(x.dtype)
 
 
