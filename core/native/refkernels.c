@@ -1450,11 +1450,13 @@ void ts_conv_call(conv_call_t *C) {
             ts_conv_mg1_ep_f64(C->x, C->w, C->out, C->nb, C->c, C->h, C->wd, C->g, C->kh, C->kw,
                                C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, &C->ep);
     } else if (C->f32)
-        ts_conv_ep_f32(C->x, C->w, C->wpack, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh, C->kw,
-                       C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, C->threads, &C->ep);
+        ts_conv_ep_f32(C->x, C->w, C->wpack, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh,
+                       C->kw, C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, C->threads,
+                       &C->ep);
     else
-        ts_conv_ep_f64(C->x, C->w, C->wpack, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh, C->kw,
-                       C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, C->threads, &C->ep);
+        ts_conv_ep_f64(C->x, C->w, C->wpack, C->out, C->nb, C->c, C->h, C->wd, C->g, C->m, C->kh,
+                       C->kw, C->oh, C->ow, C->sh, C->sw, C->ph, C->pw, C->dh, C->dw, C->threads,
+                       &C->ep);
 }
 
 /* 2-D pools in pool_nd's order (core.ops.nn): each output is its own chain over its window's
