@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -339,11 +340,48 @@ class Variant:
                 return _cast(y, dtype).reshape(node.shape)
             ws = [precision.widen(np.asarray(x)) for x in xs]  # half: computed in float32
             if self.cause == "libm" and node.op not in FORMULAS:
-                y = REGISTRY[op].forward(mathlib.get("platform"), ws, at)
+                y = REGISTRY[op].forward(self.value, ws, at)
             else:
                 formula = FORMULAS[op][0]
                 y = formula(replace(Prims(), **{self.prim: self.value}), ws, at)
         return _cast(y, dtype).reshape(node.shape)
+
+
+def _libc_math() -> SimpleNamespace:
+    """The C library's transcendentals (``exp``, ``expf``, ...), element by element, spelled as
+    core.mathlib's platform namespace: what the host and CUDA kernels call under
+    math="platform" (gpu/source.py). numpy's own loops are the same functions on some CPUs but
+    not on others (on AVX-512 numpy has its own exp and log: up to 2 ulp from glibc's), so libm is
+    tried both ways."""
+    import ctypes
+    import ctypes.util
+
+    base = mathlib.get("platform")
+    lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+
+    def lift(name: str) -> Callable[[np.ndarray], np.ndarray]:
+        fns = {}
+        for dt, suffix, ct in ((np.float64, "", ctypes.c_double), (np.float32, "f",
+                                                                    ctypes.c_float)):
+            fn = getattr(lib, name + suffix)
+            fn.restype, fn.argtypes = ct, [ct]
+            fns[np.dtype(dt)] = np.frompyfunc(fn, 1, 1)
+
+        def f(x: np.ndarray) -> np.ndarray:
+            x = np.asarray(x)
+            u = fns.get(x.dtype)
+            return getattr(base, name)(x) if u is None else u(x).astype(x.dtype)
+        return f
+
+    exp = lift("exp")
+
+    def sigmoid(x: np.ndarray) -> np.ndarray:
+        one = x.dtype.type(1)
+        return one / (one + exp(-x))
+
+    return SimpleNamespace(mode="platform", exp=exp, expm1=lift("expm1"), log=lift("log"),
+                           log1p=lift("log1p"), tanh=lift("tanh"), sigmoid=sigmoid,
+                           rsqrt=base.rsqrt, erf=base.erf)
 
 
 def _cast(y: Any, dtype: np.dtype) -> np.ndarray:
@@ -357,6 +395,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("fma", "acc = fma(x, x, acc)", "sumsq", _sumsq_fma),
     Variant("reciprocal", "x * (1/y)", "div", _div_recip),
     Variant("libm", "the platform's (numpy's) transcendentals", "M", mathlib.get("platform")),
+    Variant("libm", "the C library's transcendentals", "M", _libc_math()),
     Variant("reassociation", "pairwise sum (numpy's np.sum)", "sum", _sum_pairwise),
     Variant("reassociation", "pairwise sum of squares", "sumsq",
             lambda x, axis=None, keepdims=False: _sum_pairwise(x * x, axis, keepdims)),
@@ -542,7 +581,7 @@ def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequenc
     mm_variants = variants_for("matmul", dt)  # in dt: a half dtype's own accumulator
     for v in VARIANTS:
         if v.cause == "libm" and trans:
-            tries.append((v.cause, v.label, lambda: recompute(mathlib.get("platform"))))
+            tries.append((v.cause, v.label, lambda v=v: recompute(v.value)))
         elif v.prim == "mm" and mm_only and (v := _in_dtype(v, np.dtype(dt))) in mm_variants:
             def rules(op: str, f: Callable = v.value) -> Callable:
                 return _GRAD_RULES[op](f) if op in _GRAD_RULES else REGISTRY[op].backward

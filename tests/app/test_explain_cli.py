@@ -8,6 +8,9 @@ import json
 from app.cli import main
 from core.ops import REGISTRY
 
+#: the libm variants' labels (core.explain.VARIANTS): which matches depends on the CPU
+LIBM = ("the platform's (numpy's) transcendentals", "the C library's transcendentals")
+
 
 def test_platform_math_is_explained_as_libm(tmp_path, capsys):
     out = tmp_path / "p.json"
@@ -21,12 +24,13 @@ def test_platform_math_is_explained_as_libm(tmp_path, capsys):
     nodes = {n["id"]: n for n in data["nodes"]}
     for e in intro:
         assert e["cause"] == "libm", e
-        assert e["explain"]["variant"] == "the platform's (numpy's) transcendentals"
+        # numpy's loops are glibc's on some CPUs, their own (AVX-512) on others
+        assert e["explain"]["variant"] in LIBM, e
         if e["which"] == "value":
             assert REGISTRY[e["op"]].transcendental
         else:  # a gradient: made by a consumer's rule that calls a transcendental
             assert any(REGISTRY[nodes[i]["op"]].transcendental for i in e["by"])
-    assert "ulp): libm, matches the reference with the platform's (numpy's) transcendentals" in cap
+    assert any(f"ulp): libm, matches the reference with {v}" in cap for v in LIBM), cap
     assert " cause" in cap.splitlines()[2]  # the table's column
 
 

@@ -19,8 +19,10 @@ def test_the_inspector_says_why_softmax_introduced_error(qtbot, win):
     qtbot.waitUntil(lambda: shown_live(win, sm, 1), timeout=5000)
     size = win.session.tape.nodes[sm].size
     note = win.inspector.note.text()
-    assert f"softmax #{sm} introduced " in note and f" of {size} elements: matches the " \
-        "reference with the platform's (numpy's) transcendentals" in note, note
+    assert f"softmax #{sm} introduced " in note and any(
+        f" of {size} elements: matches the reference with {v}" in note
+        for v in ("the platform's (numpy's) transcendentals", "the C library's transcendentals")
+    ), note
     # a node that only inherited error gets no cause
     inherited = next(e["id"] for e in win.live.last.latest.nodes
                      if e["id"] > sm and e["value"]["n_diff"]
