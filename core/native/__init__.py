@@ -537,6 +537,18 @@ def _cm_wsize(lib, w: np.ndarray, group: int, outs) -> int:
                                 int(w.dtype == np.float32))
 
 
+def _wpack_address(lib, who: str, wpack: np.ndarray | None, w: np.ndarray, group: int,
+                   outs) -> int | None:
+    """The address of ``wpack`` (None: the kernel packs ``w`` itself), checked to be
+    :func:`conv2d_pack` of ``w``, ``group`` and ``outs``: the kernel reads its whole size."""
+    if wpack is None:
+        return None
+    if wpack.dtype != w.dtype or not wpack.flags.c_contiguous \
+            or wpack.size != _cm_wsize(lib, w, group, outs):
+        raise ValueError(f"{who}: wpack is not conv2d_pack(w, group, outs)")
+    return wpack.ctypes.data
+
+
 def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: int,
            ep=None, wpack: np.ndarray | None = None) -> np.ndarray | None:
     """A 2-D convolution (no bias) with the bits of ``im2col`` + ``bmm_ep``, the im2col matrix
@@ -567,10 +579,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: 
     e = ep if ep is not None else Epilogue(groups=1)
     e.groups = group
     fn = lib.ts_conv_ep_f64 if x.dtype == np.float64 else lib.ts_conv_ep_f32
-    if wpack is not None and (wpack.dtype != x.dtype or not wpack.flags.c_contiguous
-                              or wpack.size != _cm_wsize(lib, w, group, outs)):
-        raise ValueError("conv2d: wpack is not conv2d_pack(w, group, outs)")
-    fn(x.ctypes.data, w.ctypes.data, None if wpack is None else wpack.ctypes.data,
+    fn(x.ctypes.data, w.ctypes.data, _wpack_address(lib, "conv2d", wpack, w, group, outs),
        out.ctypes.data, nb, c, h, wd, group, m, kh, kw, oh, ow, strides[0], strides[1],
        padw[0][0], padw[1][0], dilations[0], dilations[1], threads(), ctypes.byref(e))
     return out
@@ -599,11 +608,8 @@ def conv_call(x_shape, dtype, w: np.ndarray, strides, dilations, padw, outs, gro
                     kw=w.shape[3], oh=outs[0], ow=outs[1], sh=strides[0], sw=strides[1],
                     ph=padw[0][0], pw=padw[1][0], dh=dilations[0], dw=dilations[1],
                     f32=int(dt == np.float32), one_per_group=int(m == group))
-    if wpack is not None and m != group:
-        if wpack.dtype != dt or not wpack.flags.c_contiguous \
-                or wpack.size != _cm_wsize(lib, w, group, outs):
-            raise ValueError("conv_call: wpack is not conv2d_pack(w, group, outs)")
-        call.wpack = wpack.ctypes.data
+    if m != group:
+        call.wpack = _wpack_address(lib, "conv_call", wpack, w, group, outs)
     call.ep = ep
     return call
 
