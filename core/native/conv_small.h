@@ -55,9 +55,9 @@
             V wv[Q];                                                                    \
             for (int q = 0; q < (Q); ++q) wv[q] = wk[q];                                \
             for (int cc = 0; cc < CM_NC; ++cc) {                                        \
-                const T xv = xk[cc];                                                    \
                 for (int q = 0; q < (Q); ++q) {                                         \
-                    V p = wv[q] * xv;                                                   \
+                    V p;                                                                \
+                    BMUL(T, V, p, &xk[cc], wv[q]);                                      \
                     acc[cc][q] = acc[cc][q] + p;                                        \
                 }                                                                       \
             }                                                                           \

@@ -66,6 +66,26 @@ typedef v4f64 vmf64;
 #define JS32 8
 #endif
 
+/* p = x * bv, lane-wise, x a scalar read from memory at xp: with AVX-512 the broadcast rides
+ * the multiply's memory operand ({1to16}); a separate vbroadcastss into a register cost one
+ * FP-pipe slot per row on a Zen 4 (a 6 x 4-vector tile ran at 90.6 GFLOP/s against 115.5 with
+ * the operand form, its mul + add peak: docs/benchmarks.md, session 11). The same one rounding
+ * per product (vmulps); only which NaN's payload a NaN x NaN keeps may differ, outside the
+ * contract (docs/reference-order.md, NaN policy). */
+#if defined(__AVX512F__) && !defined(TS_NO_EMBCAST)
+#define BMUL(T, V, p, xp, bv)                                                           \
+    do {                                                                                \
+        if (sizeof(V) == 64 && sizeof(T) == 4)                                          \
+            __asm__("vmulps %1%{1to16%}, %2, %0" : "=v"(p) : "m"(*(const float *)(xp)), "v"(bv)); \
+        else if (sizeof(V) == 64 && sizeof(T) == 8)                                     \
+            __asm__("vmulpd %1%{1to8%}, %2, %0" : "=v"(p) : "m"(*(const double *)(xp)), "v"(bv)); \
+        else                                                                            \
+            (p) = *(xp) * (bv);                                                         \
+    } while (0)
+#else
+#define BMUL(T, V, p, xp, bv) ((p) = *(xp) * (bv))
+#endif
+
 /* One tile: R rows from i, JB columns of the panel bp (row stride bs), k-steps [k0, k1), nv <= JB
  * of the columns stored at column j of c. A tile starts its chains at +0.0 (k0 == 0) or
  * continues them from what the previous k-block stored in c: storing and reloading a double is
@@ -111,8 +131,12 @@ typedef v4f64 vmf64;
             const V *bk = (const V *)((bp) + (kk - k0) * (bs));                         \
             const V b0 = bk[0], b1 = bk[1], b2 = bk[2], b3 = bk[3];                     \
             for (int r = 0; r < R; ++r) {                                               \
-                const T x = a[(i + r) * sar + kk * sac];                                        \
-                V p0 = x * b0, p1 = x * b1, p2 = x * b2, p3 = x * b3;                   \
+                const T *xp = &a[(i + r) * sar + kk * sac];                             \
+                V p0, p1, p2, p3;                                                       \
+                BMUL(T, V, p0, xp, b0);                                                 \
+                BMUL(T, V, p1, xp, b1);                                                 \
+                BMUL(T, V, p2, xp, b2);                                                 \
+                BMUL(T, V, p3, xp, b3);                                                 \
                 acc[r][0] = acc[r][0] + p0;                                             \
                 acc[r][1] = acc[r][1] + p1;                                             \
                 acc[r][2] = acc[r][2] + p2;                                             \
@@ -168,7 +192,7 @@ typedef v4f64 vmf64;
             const V bk = *(const V *)((bp) + (kk - (KB)) * (bs));                       \
             for (int r = 0; r < R; ++r) {                                               \
                 const T x = a[(i + r) * sar + kk * sac];                                        \
-                V p = x * bk;                                                           \
+                V p = x * bk; /* BMUL here measured slower: 76.7 against 101.8 GFLOP/s */  \
                 acc[r] = acc[r] + p;                                                    \
             }                                                                           \
         }                                                                               \
@@ -194,7 +218,9 @@ typedef v4f64 vmf64;
  * The last, narrower panel is copied into a zero-filled k x JB buffer so it runs as a whole
  * tile too (the extra lanes compute products nobody stores); when that buffer cannot be had,
  * those columns take the plain i-k-j loop. */
+#ifndef KC
 #define KC 128
+#endif
 /* b[k0:k1, j:j+W] into bpk, W to a row: a copy, from b's strides (sbr, sbc) */
 #define MM_PACK(W)                                                                      \
     if (sbc == 1)                                                                       \
@@ -663,9 +689,10 @@ CV_LINE_FN(float, cv_line_f32)
             V bq[MM_Q];                                                                 \
             for (int q = 0; q < MM_Q; ++q) bq[q] = bk[q];                               \
             for (int r = 0; r < R; ++r) {                                               \
-                const T x = a[(i + r) * k + kk];                                        \
+                const T *xp = &a[(i + r) * k + kk];                                     \
                 for (int q = 0; q < MM_Q; ++q) {                                        \
-                    V p = x * bq[q];                                                    \
+                    V p;                                                                \
+                    BMUL(T, V, p, xp, bq[q]);                                           \
                     acc[r][q] = acc[r][q] + p;                                          \
                 }                                                                       \
             }                                                                           \
