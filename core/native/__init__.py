@@ -632,11 +632,12 @@ def run_conv(call: ConvCall, x: np.ndarray, out: np.ndarray) -> None:
 
 
 def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides, dilations,
-           padw, outs) -> np.ndarray | None:
+           padw, outs, empty=np.empty) -> np.ndarray | None:
     """A 2-D pool in ``core.ops.nn.pool_nd``'s order, or None (no native code, a dtype or a
     geometry it does not take). ``kind`` "avg": every tap added to +0.0 in row-major order,
     padding taps as +0.0, then divided by ``counts`` (the (oh, ow) divisors pool_nd computes);
-    "max": ``np.maximum`` of the taps in row-major order, padding as -inf."""
+    "max": ``np.maximum`` of the taps in row-major order, padding as -inf. ``empty(shape,
+    dtype)`` makes the output (every element of it written here)."""
     lib = library()
     if lib is None or x.dtype not in _DT or x.ndim != 4 or min(strides) < 1 \
             or min(dilations) < 1 or min(padw[0][0], padw[1][0]) < 0:
@@ -652,7 +653,7 @@ def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides,
         cnt = x  # unused
     x = np.ascontiguousarray(x)
     nb, c, h, w = x.shape
-    y = np.empty((nb, c, oh, ow), dtype=x.dtype)
+    y = empty((nb, c, oh, ow), x.dtype)
     f32 = x.dtype == np.float32
     fn = {("avg", False): lib.ts_avgpool2d_f64, ("avg", True): lib.ts_avgpool2d_f32,
           ("max", False): lib.ts_maxpool2d_f64, ("max", True): lib.ts_maxpool2d_f32}[kind, f32]

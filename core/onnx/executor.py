@@ -11,6 +11,7 @@ import numpy as np
 from onnx import AttributeProto, GraphProto, ModelProto, numpy_helper
 
 from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
+from core.onnx import arena as _arena
 from core.onnx import plan as _plan
 from core.onnx.errors import OnnxError, node_label
 from core.onnx.functions import function_kernel
@@ -112,6 +113,7 @@ class Session:
         self._fold = fold
         self._want_plan = _plan.enabled() if plan is None else bool(plan)
         self._plan: _plan.Plan | None = None
+        self._arena = _arena.Arena()  # the plan's big buffers, from run to run
 
     def _fold_constants(self, budget: Budget) -> int:
         """Run once, now, every node whose inputs are all constants; return how many."""
@@ -230,7 +232,8 @@ class Session:
         if plan is None:
             self._run_steps(self.graph, env, budget)
         else:
-            self._run_plan(plan, env, budget)
+            with _arena.use(self._arena):
+                self._run_plan(plan, env, budget)
         want = outputs or self.output_names
         missing = [n for n in want if n not in env]
         if missing:

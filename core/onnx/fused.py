@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from core import native
+from core.onnx import arena as _arena
 from core.onnx.errors import OnnxError
 
 
@@ -316,9 +317,9 @@ class FusedConv:
                 return None
             steps, costs = steps + shuffle.chain, costs + lay[3]
             total = _total(costs)
-            dst = (np.empty(lay[0], dtype=x.dtype), lay[4])
+            dst = (_arena.empty(lay[0], x.dtype), lay[4])
         _charge(budget, steps, costs, sess, total)
-        y = np.empty(p["yshape"], dtype=x.dtype)
+        y = _arena.empty(p["yshape"], x.dtype)
         self._product(case, y, dst)
         del case
         if dst is not None:  # the chain's own output is an intermediate now
@@ -339,7 +340,7 @@ class FusedConv:
         if rows is None or rows[0] != (buf.shape[1], c0):
             ch = np.arange(n, dtype=np.int64)[:, None] * buf.shape[1] + c0 + np.arange(m)
             rows = p["rows"] = ((buf.shape[1], c0), ch.reshape(-1))
-        self._product(case, np.empty(p["yshape"], dtype=buf.dtype), (buf, rows[1]), relu)
+        self._product(case, _arena.empty(p["yshape"], buf.dtype), (buf, rows[1]), relu)
 
 
 class Shuffle:
@@ -730,7 +731,7 @@ class ConcatInto:
                 blk = _Block((n, ctot + room, h, w), dt)
                 budget.hold_static({id(blk): blk}, 0)  # its views count as the plain run's do
             else:
-                blk = np.empty((n, ctot, h, w), dt)
+                blk = _arena.empty((n, ctot, h, w), dt)
         relu = self.relu is not None
         for i in range(first, len(cases)):
             case, f = cases[i], self.parts[i]

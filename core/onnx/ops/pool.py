@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.onnx import arena as _arena
 from core.onnx.ops.window import attrs_nd, out_size, pads_for, windows
 from core.onnx.registry import op
 from core.ops.nn import pool_counts, pool_nd
@@ -37,7 +38,8 @@ def max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
                     for i in range(2)]
         except Exception:  # noqa: BLE001 - windows() below says what is wrong
             outs = None
-        y = None if outs is None else native.pool2d("max", x, None, k, st, dil, padw, outs)
+        y = None if outs is None else native.pool2d("max", x, None, k, st, dil, padw, outs,
+                                                  _arena.empty)
         if y is not None:
             return y
     v, outs = windows(x, k, st, dil, padw, _lowest(x.dtype), ceil_mode)
@@ -104,7 +106,7 @@ def _avg_pool2d_native(x, k, st, dil, padw, ceil_mode, count_include_pad):
             _COUNTS.clear()
         _COUNTS[key] = cnt
     outs = cnt.shape[2:]
-    return native.pool2d("avg", x, cnt, k, st, dil, padw, outs)
+    return native.pool2d("avg", x, cnt, k, st, dil, padw, outs, _arena.empty)
 
 
 @op("LpPool")

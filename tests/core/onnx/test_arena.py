@@ -1,0 +1,140 @@
+"""The run plan's buffers kept from run to run (core.onnx.arena): a buffer is written again only
+when nothing holds it (an output the caller kept, a view of one, another thread's run), every
+run's values are the plain node loop's bit for bit, and what an arena keeps is bounded."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from core import native
+from core.onnx import Session, arena
+from tests.core.onnx.test_plan import _assert_same_bits, _model, _spread
+
+needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
+
+
+def _net(rng):
+    """x (1, 8, 48, 48) -> 3x3 conv + Relu (a: 288 KiB) -> MaxPool 3x3 s1 pad 1 (p) ->
+    1x1 conv (y, 32 channels): every value over arena.MIN_BYTES."""
+    inits = {"w1": _spread(rng, (32, 8, 3, 3), np.float32),
+             "b1": _spread(rng, (32,), np.float32),
+             "w2": _spread(rng, (32, 32, 1, 1), np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["a"]),
+             helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "w2"], ["y"], kernel_shape=[1, 1])]
+    x = _spread(rng, (1, 8, 48, 48), np.float32)
+    return _model(nodes, {"x": x}, inits, ["y"]), x
+
+
+def _feeds(seed):
+    return {"x": _spread(np.random.default_rng(seed), (1, 8, 48, 48), np.float32)}
+
+
+@needs_native
+def test_a_kept_output_is_never_written_over_and_a_dropped_one_is_taken_again():
+    m, _ = _net(np.random.default_rng(0))
+    planned, plain = Session(m), Session(m, plan=False)
+    f1, f2 = _feeds(1), _feeds(2)
+    want1, want2 = plain.run(f1)["y"], plain.run(f2)["y"]
+    assert want1.nbytes >= arena.MIN_BYTES and not np.array_equal(want1, want2)
+    kept = planned.run(f1)["y"]
+    view = planned.run(f1)["y"][0, 3:5]  # only a view of the second run's output is kept
+    for _ in range(3):
+        got = planned.run(f2)["y"]
+        _assert_same_bits(got, want2)
+        assert native.address(got) != native.address(kept)
+        assert not np.shares_memory(got, view)
+    _assert_same_bits(kept, want1)
+    _assert_same_bits(view, want1[0, 3:5])
+    addr = native.address(got)
+    del got
+    again = planned.run(f1)["y"]  # nothing holds the last output now: its buffer is reused
+    assert native.address(again) == addr
+    _assert_same_bits(again, want1)
+    assert 0 < planned._arena.held_bytes() <= arena.MAX_BYTES
+
+
+@needs_native
+def test_the_intermediates_are_reused_and_each_run_is_the_plain_loops():
+    m, _ = _net(np.random.default_rng(1))
+    planned, plain = Session(m), Session(m, plan=False)
+    seen = set()
+    real = arena.Arena.empty
+
+    def spy(self, shape, dtype):
+        a = real(self, shape, dtype)
+        seen.add(native.address(a))
+        return a
+    mp = pytest.MonkeyPatch()
+    mp.setattr(arena.Arena, "empty", spy)
+    try:
+        for seed in range(6):
+            _assert_same_bits(planned.run(_feeds(seed))["y"], plain.run(_feeds(seed))["y"])
+    finally:
+        mp.undo()
+    # the conv's output, the pool's and the last conv's: a few buffers, not one per run
+    assert 1 <= len(seen) <= 4
+
+
+@needs_native
+def test_two_threads_on_one_session_never_share_a_buffer():
+    m, _ = _net(np.random.default_rng(2))
+    planned, plain = Session(m), Session(m, plan=False)
+    want = {s: plain.run(_feeds(s))["y"] for s in (3, 4)}
+    bad, kept = [], {3: [], 4: []}
+
+    def work(seed):
+        try:
+            for _ in range(12):
+                y = planned.run(_feeds(seed))["y"]
+                if y.tobytes() != want[seed].tobytes():
+                    bad.append(seed)
+                kept[seed].append(native.address(y))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            bad.append(repr(exc))
+    ts = [threading.Thread(target=work, args=(s,)) for s in (3, 4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
+    assert not set(kept[3]) & set(kept[4])  # each thread's buffers are its own
+
+
+def test_the_arena_keeps_what_its_caps_allow_only():
+    ar = arena.Arena(max_bytes=3 * arena.MIN_BYTES)
+    small = ar.empty((16,), np.float32)
+    assert ar.held_bytes() == 0 and small.shape == (16,)
+    n = arena.MIN_BYTES // 4
+    a = ar.empty((n,), np.float32)
+    b = ar.empty((n,), np.float32)  # a is held: a second buffer
+    assert native.address(a) != native.address(b) and ar.held_bytes() == 2 * a.nbytes
+    c = ar.empty((2 * n,), np.float32)  # over the cap: made, not kept
+    assert ar.held_bytes() == 2 * a.nbytes and c.nbytes == 2 * a.nbytes
+    addr = native.address(b)
+    del b
+    e = ar.empty((n,), np.int32)  # another dtype is another key: b's buffer is not taken
+    assert native.address(e) != addr and ar.held_bytes() == 3 * a.nbytes
+    d = ar.empty((n,), np.float32)
+    assert native.address(d) == addr  # b was free again
+    for _ in range(arena.PER_KEY + 2):
+        ar.empty((n, 2), np.float32)  # each dropped at once: the first is taken every time
+    ar.clear()
+    assert ar.held_bytes() == 0
+
+
+def test_outside_a_run_empty_is_plain_numpy():
+    a = arena.empty((arena.MIN_BYTES,), np.uint8)
+    assert a.flags.owndata and a.shape == (arena.MIN_BYTES,)
+    ar = arena.Arena()
+    with arena.use(ar):
+        b = arena.empty((arena.MIN_BYTES,), np.uint8)
+    assert ar.held_bytes() == b.nbytes
+    c = arena.empty((arena.MIN_BYTES,), np.uint8)
+    assert ar.held_bytes() == b.nbytes and not np.shares_memory(b, c)
