@@ -233,7 +233,7 @@ class Session:
             self._run_steps(self.graph, env, budget)
         else:
             with _arena.use(self._arena):
-                self._run_plan(plan, env, budget)
+                self._run_plan(plan, env, budget, set(outputs or self.output_names))
         want = outputs or self.output_names
         missing = [n for n in want if n not in env]
         if missing:
@@ -276,17 +276,22 @@ class Session:
             for st in cg.steps:
                 self._run_step(st, cg, env, budget, run_sub)
 
-    def _run_plan(self, plan: _plan.Plan, env, budget: Budget) -> None:
+    def _run_plan(self, plan: _plan.Plan, env, budget: Budget, want=()) -> None:
         def run_sub(g, inputs, outer):
             return self.run_graph(g, inputs, outer, budget)
 
         cg = self.graph
+        dead = plan.dead if len(plan.dead) == len(plan.steps) else None
         with np.errstate(all="ignore"):
-            for st in plan.steps:
+            for i, st in enumerate(plan.steps):
                 if type(st) is Step:
                     self._run_step(st, cg, env, budget, run_sub)
                 else:
                     st.run(self, env, budget, run_sub)
+                if dead is not None:
+                    for name in dead[i]:
+                        if name not in want:
+                            budget.pin(env.pop(name, None))
 
     def _run_step(self, st: Step, cg: CompiledGraph, env, budget: Budget, run_sub,
                   consts: dict | None = None) -> None:

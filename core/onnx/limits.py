@@ -126,6 +126,7 @@ class Budget:
         self.nodes = 0  # nodes run so far (a progress dialog can read it)
         self.work = 0  # estimated work so far (see Limits.max_work)
         self._held: dict[int, Any] = {}  # id(base array) -> weak reference to it
+        self._pinned: dict[int, Any] = {}  # of those, the ones counted until the run ends
 
     # -- between nodes --------------------------------------------------------------------
     def check_cancel(self) -> None:
@@ -295,8 +296,25 @@ class Budget:
         self.bytes += nbytes
         self.peak_bytes = max(self.peak_bytes, self.bytes)
 
+    def pin(self, value: Any) -> None:
+        """Keep ``value``'s bytes counted until the run ends even if it is freed before: a
+        run plan drops a value no later node reads (so its buffer can be used again), and the
+        run is charged what the plain node loop, which keeps every value, would hold."""
+        if not isinstance(value, np.ndarray):
+            return
+        base = value
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        ref = self._held.get(id(base))
+        if isinstance(ref, weakref.ref):
+            self._pinned[id(base)] = ref
+
     def _freed(self, key: int, nbytes: int, _ref: Any) -> None:
-        self._held.pop(key, None)
+        if self._held.get(key) is not _ref:  # an entry of another array, since
+            return
+        del self._held[key]
+        if self._pinned.pop(key, None) is _ref:
+            return  # still counted: the plain run would hold it
         self.bytes -= nbytes
 
 

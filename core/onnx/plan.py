@@ -93,6 +93,9 @@ class Plan:
     bases: dict = field(default_factory=dict)  # id -> base array of the values, as hold() keys
     nbytes: int = 0  # what holding them all costs (hold()'s count)
     largest: int = 0  # the most elements of one value
+    # per step, the values no later step reads (dropped from the run's env after it, so the
+    # arena hands their buffers to later steps: a run's working set stays cache-sized)
+    dead: list = field(default_factory=list)
 
     def hold(self, budget) -> None:
         """Account for the folded values as ``Budget.hold`` on each would."""
@@ -511,4 +514,43 @@ def build(sess, budget, fold: bool = True) -> Plan:
             if id(base) not in bases:
                 bases[id(base)] = base
                 nbytes += base.nbytes if base.flags.owndata else v.nbytes
-    return Plan(steps, values, frozenset(guard), frozenset(hidden), bases, nbytes, largest)
+    keep = _subgraph_names(sess) | set(sess.graph.outputs) | set(values) \
+        | set(sess.graph.inits) | set(sess.input_names)
+    return Plan(steps, values, frozenset(guard), frozenset(hidden), bases, nbytes, largest,
+                _dead(steps, keep))
+
+
+def _entry_nodes(e) -> list:
+    """The ONNX nodes a plan entry runs (or may run, when its fused pass does not cover a
+    case): what it may read is among their inputs."""
+    if hasattr(e, "node") and hasattr(e, "kernel"):  # an executor Step
+        return [e.node]
+    nodes = []
+    if hasattr(e, "orig"):  # ConstArgs
+        nodes.append(e.orig.node)
+    nodes += [st.node for st in getattr(e, "chain", ())]
+    for f in getattr(e, "parts", ()) or ():
+        if f is not None:
+            nodes += _entry_nodes(f)
+    sh = getattr(e, "shuffle", None)
+    if sh is not None:
+        nodes += _entry_nodes(sh)
+    return nodes
+
+
+def _dead(steps, keep: set) -> list:
+    """Per step, the names read there for the last time (none of ``keep``)."""
+    last: dict[str, int] = {}
+    for i, e in enumerate(steps):
+        for nd in _entry_nodes(e):
+            for name in nd.input:
+                if name:
+                    last[name] = i
+            for name in nd.output:  # made and never read: dropped where it is made
+                if name and name not in last:
+                    last[name] = i
+    dead: list = [[] for _ in steps]
+    for name, i in last.items():
+        if name not in keep:
+            dead[i].append(name)
+    return [tuple(d) for d in dead]

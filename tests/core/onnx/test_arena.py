@@ -108,23 +108,27 @@ def test_two_threads_on_one_session_never_share_a_buffer():
 
 
 def test_the_arena_keeps_what_its_caps_allow_only():
-    ar = arena.Arena(max_bytes=3 * arena.MIN_BYTES)
+    n = arena.MIN_BYTES  # float32 elements: blocks of 4 * MIN_BYTES
+    ar = arena.Arena(max_bytes=3 * 4 * n)
     small = ar.empty((16,), np.float32)
     assert ar.held_bytes() == 0 and small.shape == (16,)
-    n = arena.MIN_BYTES // 4
     a = ar.empty((n,), np.float32)
-    b = ar.empty((n,), np.float32)  # a is held: a second buffer
+    b = ar.empty((n,), np.float32)  # a is held: a second block
     assert native.address(a) != native.address(b) and ar.held_bytes() == 2 * a.nbytes
-    c = ar.empty((2 * n,), np.float32)  # over the cap: made, not kept
+    c = ar.empty((2 * n,), np.float32)  # over the cap (2 + 2 blocks > 3): made, not kept
     assert ar.held_bytes() == 2 * a.nbytes and c.nbytes == 2 * a.nbytes
     addr = native.address(b)
     del b
-    e = ar.empty((n,), np.int32)  # another dtype is another key: b's buffer is not taken
-    assert native.address(e) != addr and ar.held_bytes() == 3 * a.nbytes
-    d = ar.empty((n,), np.float32)
-    assert native.address(d) == addr  # b was free again
-    for _ in range(arena.PER_KEY + 2):
-        ar.empty((n, 2), np.float32)  # each dropped at once: the first is taken every time
+    e = ar.empty((n // 4, 4), np.int32)  # another shape and dtype of b's size takes b's block
+    assert native.address(e) == addr and e.shape == (n // 4, 4) and e.dtype == np.int32
+    assert native.address(ar.empty((n,), np.float32)) != addr  # e holds it: a third block
+    assert ar.held_bytes() == 3 * 4 * n
+    del e
+    f = ar.empty((n // 2 + 1,), np.float32)  # at most twice the size asked for: b's block
+    assert native.address(f) == addr and f.nbytes < n * 4
+    del f
+    g = ar.empty((n // 2 - 64,), np.float32)  # more than twice the size: not b's block
+    assert native.address(g) != addr and g.nbytes >= arena.MIN_BYTES
     ar.clear()
     assert ar.held_bytes() == 0
 
@@ -138,3 +142,32 @@ def test_outside_a_run_empty_is_plain_numpy():
     assert ar.held_bytes() == b.nbytes
     c = arena.empty((arena.MIN_BYTES,), np.uint8)
     assert ar.held_bytes() == b.nbytes and not np.shares_memory(b, c)
+
+
+@needs_native
+def test_a_value_no_later_step_reads_gives_its_buffer_to_a_later_one(monkeypatch):
+    m, _ = _net(np.random.default_rng(5))
+    planned, plain = Session(m), Session(m, plan=False)
+    feeds = _feeds(7)
+    planned.run(feeds)
+    dead = dict(zip(range(len(planned.plan().steps)), planned.plan().dead))
+    assert any("a" in d for d in dead.values()) and not any("y" in d for d in dead.values())
+    made = []
+    real = arena.Arena.empty
+
+    def spy(self, shape, dtype):
+        a = real(self, shape, dtype)
+        made.append(native.address(a))
+        return a
+    monkeypatch.setattr(arena.Arena, "empty", spy)
+    got = planned.run(feeds)["y"]
+    monkeypatch.undo()
+    _assert_same_bits(got, plain.run(feeds)["y"])
+    a_buf, p_buf, y_buf = made  # the conv's output, the pool's, the last conv's
+    assert y_buf == a_buf != p_buf  # a is dead once the pool has read it
+    # asked for, a stays: its buffer is not handed to y
+    both = planned.run(feeds, outputs=["a", "y"])
+    want = plain.run(feeds, outputs=["a", "y"])
+    for k in want:
+        _assert_same_bits(both[k], want[k])
+    assert not np.shares_memory(both["a"], both["y"])
