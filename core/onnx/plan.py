@@ -40,6 +40,12 @@ stays the plain node list (the importer and the GUI read it). What the plan does
   or two rows of A (an fc layer on one image) the product streams B once in memory order
   (``core.native.mm_few_rows``: the reference product's chains) instead of packing it.
 
+* **Values dropped once no later step reads them** (``Plan.dead``; a requested or graph output,
+  a value a subgraph reads, constants and feeds stay), so the C passes' output buffers, from
+  the session's arena (``core.onnx.arena``), go to later steps: a run's working set stays near
+  its live values and in cache. The budget still counts a dropped value until the run ends
+  (``Budget.pin``): a run is charged what the plain loop, which keeps every value, holds.
+
 A run may ask for any value: one a fused chain never materialises (``hidden``) makes that run
 use the plain node list. Budget accounting is kept: every original node is still charged
 (``Budget.replay`` of what ``Budget.before`` would charge) and a fused chain charges the bytes
