@@ -15,8 +15,9 @@ keeps an arena; so does this, for the buffers the run plan's C passes write:
   and the cache keeps them (squeezenet 14.9 -> 11.0 ms, shufflenet 13.9 -> 8.6 ms, paired in
   one process, docs/benchmarks.md session 11);
 - one arena per session and thread (two threads running one session never share a block);
-- at most ``MAX_BYTES`` and ``MAX_BLOCKS`` blocks held per arena; past that a buffer is a plain
-  ``np.empty``; below ``MIN_BYTES`` always (malloc reuses small blocks itself).
+- at most ``MAX_BYTES`` and ``MAX_BLOCKS`` blocks held per arena: a new block past a cap first
+  drops free ones, oldest first (shapes that stopped coming), else is a plain ``np.empty``;
+  below ``MIN_BYTES`` always (malloc reuses small blocks itself).
 
 Nothing read from a buffer is trusted: every user writes all of it before reading (the C
 passes write each element; the caller's contract, as for ``np.empty``)."""
@@ -30,7 +31,7 @@ import threading
 import numpy as np
 
 MIN_BYTES = 256 * 1024
-MAX_BYTES = 512 * 1024 * 1024
+MAX_BYTES = 256 * 1024 * 1024
 MAX_BLOCKS = 64
 
 def _probe() -> int:
@@ -43,6 +44,27 @@ def _probe() -> int:
 
 
 _FREE = _probe()
+
+
+def _smallest_free(blocks: list, nbytes: int) -> np.ndarray | None:
+    """The smallest block nothing else references of ``nbytes`` to twice that, or None."""
+    best = None
+    for b in blocks:
+        # only the list's reference (and this loop's, getrefcount's own): free; a view handed
+        # out earlier references its block (through its root's buffer), so a kept one is busy
+        if nbytes <= b.nbytes <= 2 * nbytes and sys.getrefcount(b) == _FREE \
+                and (best is None or b.nbytes < best.nbytes):
+            best = b
+    return best
+
+
+def _probe_at() -> int:
+    """The same for an element read as ``kept[i]``."""
+    kept = [object()]
+    return sys.getrefcount(kept[0])
+
+
+_FREE_AT = _probe_at()
 
 _current: contextvars.ContextVar[Arena | None] = contextvars.ContextVar(
     "tapescope_onnx_arena", default=None)
@@ -73,18 +95,21 @@ class Arena:
         if nbytes < MIN_BYTES:
             return np.empty(shape, dt)
         blocks, held = self._mine()
-        best = None
-        for b in blocks:
-            # only the list's reference (and this loop's, getrefcount's own): free; a view
-            # handed out earlier references its block (numpy's base), so a kept one is busy
-            if nbytes <= b.nbytes <= 2 * nbytes and sys.getrefcount(b) == _FREE \
-                    and (best is None or b.nbytes < best.nbytes):
-                best = b
+        best = _smallest_free(blocks, nbytes)
         if best is None:
             best = np.empty(nbytes, np.uint8)
-            if len(blocks) < MAX_BLOCKS and held[0] + nbytes <= self.max_bytes:
-                blocks.append(best)
-                held[0] += nbytes
+            if nbytes <= self.max_bytes:
+                # over a cap: free blocks go, oldest first (shapes that stopped coming)
+                i = 0
+                while (len(blocks) >= MAX_BLOCKS or held[0] + nbytes > self.max_bytes) \
+                        and i < len(blocks):
+                    if sys.getrefcount(blocks[i]) == _FREE_AT:
+                        held[0] -= blocks.pop(i).nbytes
+                    else:
+                        i += 1
+                if len(blocks) < MAX_BLOCKS and held[0] + nbytes <= self.max_bytes:
+                    blocks.append(best)
+                    held[0] += nbytes
         # a buffer object per hand-out: the array's root (its base's base) is this run's own,
         # not the block, so a budget counts each value made in the block once (as the plain
         # run's own array) and the block's count rises while any view of it lives

@@ -171,3 +171,18 @@ def test_a_value_no_later_step_reads_gives_its_buffer_to_a_later_one(monkeypatch
     for k in want:
         _assert_same_bits(both[k], want[k])
     assert not np.shares_memory(both["a"], both["y"])
+
+
+def test_a_new_shape_past_the_cap_drops_free_blocks_never_busy_ones():
+    n = arena.MIN_BYTES  # float32 elements: blocks of 4 * MIN_BYTES bytes
+    ar = arena.Arena(max_bytes=10 * n)  # room for a and b, or for a and c
+    a = ar.empty((n,), np.float32)
+    b = ar.empty((n,), np.float32)
+    assert ar.held_bytes() == 2 * a.nbytes
+    del b  # free now; a stays busy
+    c = ar.empty((3 * n // 2,), np.float32)  # no free block of 1-2x its size: b's block goes
+    assert ar.held_bytes() == a.nbytes + c.nbytes
+    a[:] = 1.0
+    d = ar.empty((5 * n // 2,), np.float32)  # a and c busy: too big to keep, a plain array
+    assert ar.held_bytes() == a.nbytes + c.nbytes and not np.shares_memory(d, a)
+    assert (a == 1.0).all()
