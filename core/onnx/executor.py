@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from onnx import AttributeProto, GraphProto, ModelProto, numpy_helper
 
-from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
 from core.onnx import arena as _arena
+from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
 from core.onnx import plan as _plan
 from core.onnx.errors import OnnxError, node_label
 from core.onnx.functions import function_kernel
