@@ -150,8 +150,9 @@ def test_a_value_no_later_step_reads_gives_its_buffer_to_a_later_one(monkeypatch
     planned, plain = Session(m), Session(m, plan=False)
     feeds = _feeds(7)
     planned.run(feeds)
-    dead = dict(zip(range(len(planned.plan().steps)), planned.plan().dead))
-    assert any("a" in d for d in dead.values()) and not any("y" in d for d in dead.values())
+    dead = planned.plan().dead
+    assert len(dead) == len(planned.plan().steps)
+    assert any("a" in d for d in dead) and not any("y" in d for d in dead)
     made = []
     real = arena.Arena.empty
 
