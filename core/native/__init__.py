@@ -711,7 +711,8 @@ def defer() -> None:
 
 
 def refmath_ext():
-    """The CPython extension ``run(i, x, y)`` over refmath's C twin, or None (use ctypes)."""
+    """The CPython extension ``run(i, x, y)`` over refmath's C twin (and ``tanh_grad(g, y,
+    out)``, the tape's tanh backward), or None (use ctypes)."""
     global _ext
     if _ext is False:
         _ext = _load_ext()
