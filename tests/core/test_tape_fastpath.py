@@ -193,8 +193,9 @@ def test_tanh_backward_is_its_numpy_spelling_bit_for_bit(dt):
         assert np.array_equal(bits(got), bits(want))
         fn = elementwise._tanh_grad_fn()
         if fn is not None:  # the extension itself (the op falls back silently)
-            out = np.empty_like(y)
-            assert fn(g, y, out) is None and np.array_equal(bits(out), bits(want))
+            out = fn(g, y)
+            assert out.dtype == want.dtype and out.flags.c_contiguous and out.flags.writeable
+            assert np.array_equal(bits(out), bits(want))
 
 
 def test_tanh_backward_falls_back_to_numpy_for_what_the_extension_refuses():
@@ -218,17 +219,11 @@ def test_tanh_backward_falls_back_to_numpy_for_what_the_extension_refuses():
     fn = elementwise._tanh_grad_fn()
     if fn is None:
         pytest.skip("no native extension here: only the numpy spelling runs")
-    out = np.empty_like(y)
-    for bad in ((g, y, out.T), (g.T, y, out), (g[0], y, out), (g, y.astype(np.float32), out),
-                (g.astype(">f8"), y, out), (g, y, out.astype(np.int64)),
-                (np.arange(12.0).reshape(3, 4).astype(np.float16), y, out)):
+    for bad in ((g.T, y), (g, y.T), (g[:, ::2], y[:, ::2]), (g[0], y), (g[:1], y)):
         with pytest.raises(ValueError):
             fn(*bad)
-    ro = out.copy()
-    ro.flags.writeable = False
-    with pytest.raises((ValueError, BufferError)):
-        fn(g, y, ro)
-    with pytest.raises(TypeError):
-        fn(2.0, y, out)
-    with pytest.raises(TypeError):
-        fn(g, y)
+    for bad in ((g, y.astype(np.float32)), (g.astype(">f8"), y), (g, y.astype(">f8")),
+                (g.astype(np.float16), y.astype(np.float16)), (np.arange(12).reshape(3, 4), y),
+                (2.0, y), (np.float64(2.0), y), (g.tolist(), y), (g, y.view(np.matrix)), (g,)):
+        with pytest.raises(TypeError):
+            fn(*bad)
