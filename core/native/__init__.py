@@ -676,15 +676,19 @@ def _load_ext():
     if cc is None or os.environ.get("TAPESCOPE_NO_NATIVE") or not inc or \
             not os.path.isfile(os.path.join(inc, "Python.h")) or library() is None:
         return None
+    # numpy's C API (the extension allocates its results): built against this numpy's headers,
+    # so its version is in the key (another numpy rebuilds)
+    np_inc = np.get_include()
     key = cache_key(src.read_bytes(), *(p.read_bytes() for p in _HEADERS), " ".join(FLAGS),
                     _compiler_id(cc), cpu_id(), sysconfig.get_config_var("EXT_SUFFIX") or "",
-                    inc)
+                    inc, np_inc, np.__version__)
 
     def build(out: Path) -> None:
         with progress(f"compiling refmath's Python extension with {Path(cc).name} "
                       "(cached after)"):
             subprocess.run([cc, *[f for f in FLAGS if f != "-std=c99"], f"-I{inc}",
-                            f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out), str(src)],
+                            f"-I{np_inc}", f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out),
+                            str(src)],
                            check=True, capture_output=True, timeout=120)
 
     try:
@@ -711,7 +715,8 @@ def defer() -> None:
 
 
 def refmath_ext():
-    """The CPython extension ``run(i, x, y)`` over refmath's C twin, or None (use ctypes)."""
+    """The CPython extension over refmath's C twin (``apply(i, x)``, ``run(i, x, y)``; and
+    ``tanh_grad(g, y)``, the tape's tanh backward), or None (use ctypes)."""
     global _ext
     if _ext is False:
         _ext = _load_ext()

@@ -2,7 +2,8 @@
 
 The constants of adds/muls/relu/tanh/sigmoid are 0-d arrays for float64/float32 instead of
 numpy scalars; the sweep adds contributions to a 0-d +0.0; record and the sweep take unary ops
-without their per-input loops; mul's backward of x * x computes g * x once; Adam rounds its
+without their per-input loops; mul's backward of x * x computes g * x once; tanh's backward
+runs the native extension's tanh_grad (one call for numpy's three ufuncs); Adam rounds its
 step scalars once per step. Each is checked here against the formula spelled with numpy
 scalars (the spelling before), on specials (+-0.0, NaN, +-inf, subnormals) included.
 """
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from core import Tape, TapeError, ops, optim
+from core.ops import REGISTRY
 
 # specials make inf and NaN on purpose (data to the tape, which lets numpy warn)
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -157,3 +159,71 @@ def test_adam_rounds_step_scalars_per_step_and_follows_a_changed_lr():
     assert np.array_equal(bits(t.value(w)), bits(w2))
     assert np.array_equal(bits(t.value(v)), bits(v2))
     assert opt.t == 3
+
+
+def _tanh_grad_numpy(g, y):
+    dt = np.asarray(y).dtype
+    return g * (dt.type(1) - y * y)  # the spelling before the extension took it
+
+
+def _random_bits(rng, dt, n):
+    it = np.uint64 if np.dtype(dt) == np.float64 else np.uint32
+    return rng.integers(0, np.iinfo(it).max, n, dtype=it, endpoint=True).view(dt)
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+def test_tanh_backward_is_its_numpy_spelling_bit_for_bit(dt):
+    """tanh's backward runs the extension's tanh_grad where it is built: g * (1 - y * y), the
+    same three roundings in the same order, on every bit pattern (NaN payloads and signs too)."""
+    from core.ops import elementwise
+
+    rng = np.random.default_rng(29)
+    sp = _x(dt)
+    nans = (np.array([0x7FF8000000000ABC, 0xFFF80000DEADBEEF, 0x7FF0000000000001], np.uint64)
+            if np.dtype(dt) == np.float64 else
+            np.array([0x7FC00ABC, 0xFFC0BEEF, 0x7F800001], np.uint32)).view(dt)
+    sp = np.concatenate([sp, nans])
+    gs, ys = np.meshgrid(sp, sp)
+    g = np.concatenate([gs.ravel(), _random_bits(rng, dt, 200_000)])
+    y = np.concatenate([ys.ravel(), _random_bits(rng, dt, 200_000)])
+    bwd = REGISTRY["tanh"].backward
+    with np.errstate(all="ignore"):
+        want = _tanh_grad_numpy(g, y)
+        got = bwd(None, g, [None], y, {}, [True])[0]
+        assert np.array_equal(bits(got), bits(want))
+        fn = elementwise._tanh_grad_fn()
+        if fn is not None:  # the extension itself (the op falls back silently)
+            out = fn(g, y)
+            assert out.dtype == want.dtype and out.flags.c_contiguous and out.flags.writeable
+            assert np.array_equal(bits(out), bits(want))
+
+
+def test_tanh_backward_falls_back_to_numpy_for_what_the_extension_refuses():
+    """Strided operands, broadcasting, mixed dtypes, non-native byte order, scalars and 0-d
+    values give exactly what numpy's spelling gives: values, dtype, shape and type."""
+    from core.ops import elementwise
+
+    g = np.linspace(-1, 1, 12).reshape(3, 4)
+    y = np.tanh(g)
+    cases = [(g, y), (g.T, y.T), (g[:, ::2], y[:, ::2]), (g[0], y), (g[:1], y), (y, g[0]),
+             (np.float64(2.0), y), (2.0, y), (g.astype(np.float32), y),
+             (g, y.astype(np.float32)), (g, y.astype(">f8")), (g.astype(">f8"), y),
+             (np.array(0.3), np.array(0.2)), (g, np.array(0.2)), (np.empty((0, 4)), y[:0])]
+    bwd = REGISTRY["tanh"].backward
+    for gg, yy in cases:
+        got = bwd(None, gg, [None], yy, {}, [True])[0]
+        want = _tanh_grad_numpy(gg, yy)
+        assert type(got) is type(want) and got.dtype == want.dtype
+        assert np.shape(got) == np.shape(want)
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    fn = elementwise._tanh_grad_fn()
+    if fn is None:
+        pytest.skip("no native extension here: only the numpy spelling runs")
+    for bad in ((g.T, y), (g, y.T), (g[:, ::2], y[:, ::2]), (g[0], y), (g[:1], y)):
+        with pytest.raises(ValueError):
+            fn(*bad)
+    for bad in ((g, y.astype(np.float32)), (g.astype(">f8"), y), (g, y.astype(">f8")),
+                (g.astype(np.float16), y.astype(np.float16)), (np.arange(12).reshape(3, 4), y),
+                (2.0, y), (np.float64(2.0), y), (g.tolist(), y), (g, y.view(np.matrix)), (g,)):
+        with pytest.raises(TypeError):
+            fn(*bad)
