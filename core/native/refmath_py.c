@@ -41,18 +41,27 @@ typedef void (*loop_fn)(const void *, void *, Py_ssize_t);
 #define TS_ENTRY(name, dloop, floop) d_##name, f_##name,
 static const loop_fn LOOPS[16] = {TS_REFMATH_FUNCS(TS_ENTRY)};
 
-static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "run(i, x, y) takes 3 arguments");
-        return NULL;
+/* args[0] as an index into LOOPS, after checking there are `want` arguments; -1 with the error
+ * set (TypeError: `usage`; ValueError: no such function) */
+static long func_index(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                       const char *usage, const char *name) {
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
     }
     long i = PyLong_AsLong(args[0]);
-    if (i == -1 && PyErr_Occurred()) return NULL;
+    if (i == -1 && PyErr_Occurred()) return -1;
     if (i < 0 || i >= 16) {
-        PyErr_SetString(PyExc_ValueError, "run: no such function");
-        return NULL;
+        PyErr_Format(PyExc_ValueError, "%s: no such function", name);
+        return -1;
     }
+    return i;
+}
+
+static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long i = func_index(args, nargs, 3, "run(i, x, y) takes 3 arguments", "run");
+    if (i < 0) return NULL;
     Py_ssize_t item = (i & 1) ? 4 : 8;
     Py_buffer bx, by;
     if (PyObject_GetBuffer(args[1], &bx, PyBUF_C_CONTIGUOUS) < 0) return NULL;
@@ -96,16 +105,8 @@ static int float_type(PyObject *o) {
 
 static PyObject *apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "apply(i, x) takes 2 arguments");
-        return NULL;
-    }
-    long i = PyLong_AsLong(args[0]);
-    if (i == -1 && PyErr_Occurred()) return NULL;
-    if (i < 0 || i >= 16) {
-        PyErr_SetString(PyExc_ValueError, "apply: no such function");
-        return NULL;
-    }
+    long i = func_index(args, nargs, 2, "apply(i, x) takes 2 arguments", "apply");
+    if (i < 0) return NULL;
     if (float_type(args[1]) != ((i & 1) ? NPY_FLOAT : NPY_DOUBLE)) {
         PyErr_SetString(PyExc_TypeError, "apply: x must be an ndarray of the function's dtype");
         return NULL;
