@@ -1876,6 +1876,12 @@ static POOL_SCALAR int pool_lanes_max_f32(POOL_ARGS(float)) {
  * image: with padding taps its per-output tap lists ran 3.4x slower than phase (inception_v2's
  * 576 x 14 x 14 3x3 stride-2 MaxPool padded at the end: 0.400 ms against 0.118; no padding,
  * 13 x 13 and 11 x 11 planes: lanes 0.037 and 0.078 against 0.041 and 0.100) */
+/* "same" pools whose tap masks (taps x plane cells) stay this small take POOL_SAME: 3x3 on
+ * 28x28 planes (7,056) ran 0.178 -> 0.149 ms there against phase (256 planes, avg; Zen 4),
+ * 56x56 (28,224) 0.137 -> 0.170, so not those */
+#ifndef POOL_SAME_MAX
+#define POOL_SAME_MAX 8192
+#endif
 #define POOL_NARROW_OK                                                                  \
     (ow <= 8 && ph == 0 && pw == 0 && (oh - 1) * sh + (kh - 1) * dh < h &&              \
      (ow - 1) * sw + (kw - 1) * dw < w)
@@ -1885,7 +1891,7 @@ static POOL_SCALAR int pool_lanes_max_f32(POOL_ARGS(float)) {
         if (reads <= (1 << 18) && (reads <= h * w || (POOL_NARROW_OK && reads <= 4 * h * w)))      \
             return LANES(x, cnt, y, planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw); \
     }                                                                                   \
-    if (sh == 1 && sw == 1 && oh == h && ow == w && kh * kw * h * w <= 4096)            \
+    if (sh == 1 && sw == 1 && oh == h && ow == w && kh * kw * h * w <= POOL_SAME_MAX)   \
         POOL_SAME(T, IT, V, VI, VMAX, AVG, ID)                                          \
     POOL_PHASE(T, V, VMAX, AVG, ID)
 
