@@ -703,6 +703,8 @@ CV_LINE_FN(float, cv_line_f32)
                 T *prow = pp + R * (wq);                                                \
                 if ((sw) == 1)                                                          \
                     for (long long S = lo; S < hi; ++S) prow[S] = xr[S];                \
+                else if ((sw) == 2) /* a constant stride: gcc deinterleaves by vectors */ \
+                    for (long long S = lo; S < hi; ++S) prow[S] = xr[2 * S];            \
                 else                                                                    \
                     for (long long S = lo; S < hi; ++S) prow[S] = xr[S * (sw)];         \
             }                                                                           \
