@@ -218,9 +218,7 @@ typedef v4f64 vmf64;
  * The last, narrower panel is copied into a zero-filled k x JB buffer so it runs as a whole
  * tile too (the extra lanes compute products nobody stores); when that buffer cannot be had,
  * those columns take the plain i-k-j loop. */
-#ifndef KC
 #define KC 128
-#endif
 /* b[k0:k1, j:j+W] into bpk, W to a row: a copy, from b's strides (sbr, sbc) */
 #define MM_PACK(W)                                                                      \
     if (sbc == 1)                                                                       \
@@ -360,7 +358,6 @@ typedef struct {
     int aff_first;
 } ep_t;
 
-/* columns [j0, j1) of each row (an element's ops need only that element) */
 /* One pass over an element for the usual epilogues (bias, BatchNormalization, Relu, the copy
  * to dst, in that order; no Mul/Add pair, no residual): each op's own rounding, in the order
  * of the passes below, each element finished before the next is loaded (the passes each
@@ -379,6 +376,7 @@ typedef struct {
         y[j] = v;                                                                       \
         if (DST) dd[j] = v;                                                             \
     }
+/* columns [j0, j1) of each row (an element's ops need only that element) */
 #define EP_ROWS(T, NAME, COLS)                                                          \
     static void COLS(const ep_t *E, T *c, const T *res, long long img, long long ch0,   \
                      long long rows, long long n, long long j0, long long j1) {         \
@@ -1869,18 +1867,15 @@ static POOL_SCALAR int pool_lanes_max_f32(POOL_ARGS(float)) {
     POOL_LANES(float, 0, -__builtin_inff(), 16)
 }
 
-/* Which loop shape, as measured on an Intel Xeon (AVX-512) against the others: lanes where a
- * plane's windows read each input about once (global pools, 2x2 stride 2: 3-10x quicker) or the
- * outputs are too narrow for phase's runs to pay for its copy (7x7 outputs of stride 2 on 14x14:
- * 2x); same for stride-1 "same" pools whose masks fit in L1 (7x7 and 14x14 planes, 3x3
- * windows: 2-3x; with 28x28 even, past that slower than phase); phase for the rest. */
-/* outputs too narrow for phase's runs (ow <= 8) take lanes when every window lies inside the
- * image: with padding taps its per-output tap lists ran 3.4x slower than phase (inception_v2's
- * 576 x 14 x 14 3x3 stride-2 MaxPool padded at the end: 0.400 ms against 0.118; no padding,
- * 13 x 13 and 11 x 11 planes: lanes 0.037 and 0.078 against 0.041 and 0.100) */
-/* "same" pools whose tap masks (taps x plane cells) stay this small take POOL_SAME: 3x3 on
- * 28x28 planes (7,056) ran 0.178 -> 0.149 ms there against phase (256 planes, avg; Zen 4),
- * 56x56 (28,224) 0.137 -> 0.170, so not those */
+/* Which loop shape, as measured against the others (an Intel Xeon, then a Zen 4, both
+ * AVX-512): lanes where a plane's windows read each input about once (global pools, 2x2 stride
+ * 2: 3-10x quicker), or where the outputs are too narrow for phase's runs (ow <= 8) and every
+ * window lies inside the image (7x7 outputs of stride 2 on 14x14: 2x; with padding taps its
+ * per-output tap lists ran 3.4x slower than phase: inception_v2's 576 x 14 x 14 3x3 stride-2
+ * MaxPool padded at the end, 0.400 ms against 0.118); same for stride-1 "same" pools whose tap
+ * masks (taps x plane cells) stay under POOL_SAME_MAX (7x7 and 14x14 planes, 3x3 windows: 2-3x;
+ * 28x28, 7,056 cells: 0.196 -> 0.159 ms on 256 planes; 56x56, 28,224: 0.143 against 0.210, so
+ * not those); phase for the rest. */
 #ifndef POOL_SAME_MAX
 #define POOL_SAME_MAX 8192
 #endif

@@ -24,6 +24,7 @@ passes write each element; the caller's contract, as for ``np.empty``)."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import sys
 import threading
@@ -34,9 +35,11 @@ MIN_BYTES = 256 * 1024
 MAX_BYTES = 256 * 1024 * 1024
 MAX_BLOCKS = 64
 
+
 def _probe() -> int:
-    """The count ``sys.getrefcount`` gives an object only a list holds, read the way
-    :meth:`Arena.empty` reads it (an interpreter that borrows loop variables gives less)."""
+    """The count ``sys.getrefcount`` gives a list's element that nothing else holds, read in a
+    ``for`` loop over the list as :func:`_smallest_free` and :meth:`Arena._make_room` read it
+    (an interpreter that borrows loop variables gives less)."""
     kept = [object()]
     for a in kept:
         return sys.getrefcount(a)
@@ -58,14 +61,6 @@ def _smallest_free(blocks: list, nbytes: int) -> np.ndarray | None:
     return best
 
 
-def _probe_at() -> int:
-    """The same for an element read as ``kept[i]``."""
-    kept = [object()]
-    return sys.getrefcount(kept[0])
-
-
-_FREE_AT = _probe_at()
-
 _current: contextvars.ContextVar[Arena | None] = contextvars.ContextVar(
     "tapescope_onnx_arena", default=None)
 
@@ -77,11 +72,11 @@ class Arena:
         self.max_bytes = max_bytes
         self._local = threading.local()
 
-    def _mine(self) -> tuple[list, list]:
+    def _blocks(self) -> list:
         loc = self._local
         if not hasattr(loc, "blocks"):
-            loc.blocks, loc.held = [], [0]
-        return loc.blocks, loc.held
+            loc.blocks = []
+        return loc.blocks
 
     def empty(self, shape, dtype) -> np.ndarray:
         """An uninitialised C-contiguous array of ``shape`` and ``dtype``: a view of a kept
@@ -94,36 +89,39 @@ class Arena:
             nbytes *= s
         if nbytes < MIN_BYTES:
             return np.empty(shape, dt)
-        blocks, held = self._mine()
+        blocks = self._blocks()
         best = _smallest_free(blocks, nbytes)
         if best is None:
             best = np.empty(nbytes, np.uint8)
-            if nbytes <= self.max_bytes:
-                # over a cap: free blocks go, oldest first (shapes that stopped coming)
-                i = 0
-                while (len(blocks) >= MAX_BLOCKS or held[0] + nbytes > self.max_bytes) \
-                        and i < len(blocks):
-                    if sys.getrefcount(blocks[i]) == _FREE_AT:
-                        held[0] -= blocks.pop(i).nbytes
-                    else:
-                        i += 1
-                if len(blocks) < MAX_BLOCKS and held[0] + nbytes <= self.max_bytes:
-                    blocks.append(best)
-                    held[0] += nbytes
+            if self._make_room(blocks, nbytes):
+                blocks.append(best)
         # a buffer object per hand-out: the array's root (its base's base) is this run's own,
         # not the block, so a budget counts each value made in the block once (as the plain
         # run's own array) and the block's count rises while any view of it lives
         return np.frombuffer(memoryview(best)[:nbytes], dtype=dt).reshape(shape)
 
+    def _make_room(self, blocks: list, nbytes: int) -> bool:
+        """Whether a new block of ``nbytes`` may be kept, after dropping free blocks, oldest
+        first, while a cap would be passed (shapes that stopped coming); busy ones stay."""
+        if nbytes > self.max_bytes:
+            return False
+        held, n, keep = sum(b.nbytes for b in blocks), len(blocks), []
+        for b in blocks:
+            if (n >= MAX_BLOCKS or held + nbytes > self.max_bytes) \
+                    and sys.getrefcount(b) == _FREE:
+                held, n = held - b.nbytes, n - 1
+                continue
+            keep.append(b)
+        blocks[:] = keep
+        return n < MAX_BLOCKS and held + nbytes <= self.max_bytes
+
     def held_bytes(self) -> int:
         """The bytes this thread's blocks hold (tests)."""
-        return self._mine()[1][0]
+        return sum(b.nbytes for b in self._blocks())
 
     def clear(self) -> None:
         """Drop this thread's blocks (arrays still referencing one keep it alive)."""
-        blocks, held = self._mine()
-        blocks.clear()
-        held[0] = 0
+        self._blocks().clear()
 
 
 def empty(shape, dtype) -> np.ndarray:
@@ -133,16 +131,11 @@ def empty(shape, dtype) -> np.ndarray:
     return np.empty(shape, dtype) if ar is None else ar.empty(shape, dtype)
 
 
-class use:
+@contextlib.contextmanager
+def use(arena: Arena | None):
     """``with use(arena):`` — :func:`empty` takes from ``arena`` in this context."""
-
-    def __init__(self, arena: Arena | None) -> None:
-        self.arena = arena
-        self._tok = None
-
-    def __enter__(self) -> Arena | None:
-        self._tok = _current.set(self.arena)
-        return self.arena
-
-    def __exit__(self, *exc) -> None:
-        _current.reset(self._tok)
+    tok = _current.set(arena)
+    try:
+        yield arena
+    finally:
+        _current.reset(tok)

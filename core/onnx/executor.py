@@ -229,12 +229,12 @@ class Session:
                 plan.hold(budget)
         except OnnxError as exc:
             raise exc.with_file(self.label) from None
+        want = outputs or self.output_names
         if plan is None:
             self._run_steps(self.graph, env, budget)
         else:
             with _arena.use(self._arena):
-                self._run_plan(plan, env, budget, set(outputs or self.output_names))
-        want = outputs or self.output_names
+                self._run_plan(plan, env, budget, set(want))
         missing = [n for n in want if n not in env]
         if missing:
             raise OnnxError(f"output {missing[0]!r} was never computed", file=self.label)

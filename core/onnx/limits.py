@@ -113,6 +113,13 @@ def check_shape(dims, what: str, limits: Limits) -> int:
     return n
 
 
+def _root(a: np.ndarray) -> np.ndarray:
+    """The array whose memory ``a`` views (``a`` itself when it owns its data): a budget's key."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
 class Budget:
     """One run's account: bytes held, iterations done, and the cancel flag checked between
     nodes. Subgraph runs share their parent's budget."""
@@ -255,9 +262,7 @@ class Budget:
         if value.size > self.limits.max_elements:
             raise _over(f"an output has {value.size} elements {value.shape}",
                         self.limits.max_elements, "max_elements")
-        base = value
-        while isinstance(base.base, np.ndarray):
-            base = base.base
+        base = _root(value)
         key = id(base)
         if key in self._held:
             return
@@ -302,12 +307,10 @@ class Budget:
         run is charged what the plain node loop, which keeps every value, would hold."""
         if not isinstance(value, np.ndarray):
             return
-        base = value
-        while isinstance(base.base, np.ndarray):
-            base = base.base
-        ref = self._held.get(id(base))
+        key = id(_root(value))
+        ref = self._held.get(key)
         if isinstance(ref, weakref.ref):
-            self._pinned[id(base)] = ref
+            self._pinned[key] = ref
 
     def _freed(self, key: int, nbytes: int, _ref: Any) -> None:
         if self._held.get(key) is not _ref:  # an entry of another array, since
