@@ -187,3 +187,49 @@ def test_a_new_shape_past_the_cap_drops_free_blocks_never_busy_ones():
     d = ar.empty((5 * n // 2,), np.float32)  # a and c busy: too big to keep, a plain array
     assert ar.held_bytes() == a.nbytes + c.nbytes and not np.shares_memory(d, a)
     assert (a == 1.0).all()
+
+
+@needs_native
+def test_a_tight_byte_limit_refuses_the_planned_run_where_it_refuses_the_plain_one(monkeypatch):
+    # dropping dead values frees memory mid-run; the budget must still count them (Budget.pin),
+    # or a model the plain loop refuses would pass planned
+    from core.onnx import Limits, OnnxError
+
+    rng = np.random.default_rng(9)
+    inits = {"w0": _spread(rng, (32, 8, 3, 3), np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a0"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1])]
+    for i in range(4):  # pool, 1x1 conv, pool, ...: each value read once, by the next node
+        inits[f"w{i + 1}"] = _spread(rng, (32, 32, 1, 1), np.float32)
+        nodes += [helper.make_node("MaxPool", [f"a{i}"], [f"p{i}"], kernel_shape=[3, 3],
+                                   pads=[1, 1, 1, 1]),
+                  helper.make_node("Conv", [f"p{i}", f"w{i + 1}"],
+                                   ["y" if i == 3 else f"a{i + 1}"], kernel_shape=[1, 1])]
+    feeds = _feeds(9)
+    m = _model(nodes, feeds, inits, ["y"])
+    peaks = []
+    real = Session.budget
+
+    def budget(self, cancel=None):
+        b = real(self, cancel)
+        peaks.append(b)
+        return b
+    monkeypatch.setattr(Session, "budget", budget)
+    Session(m, plan=False).run(feeds)
+    peak = peaks[-1].peak_bytes
+    monkeypatch.undo()
+    assert peak > 3 * arena.MIN_BYTES
+
+    def verdict(plan, limit):
+        try:
+            Session(m, plan=plan, limits=Limits(max_bytes=limit)).run(feeds)
+        except OnnxError as exc:
+            assert "\n" not in str(exc)  # one line, naming the node
+            return str(exc)
+        return "ran"
+    seen = set()
+    for limit in [peak * k // 10 for k in range(3, 13)] + [peak - 1, peak, 2 * peak]:
+        got = verdict(True, limit)
+        assert got == verdict(False, limit), limit
+        seen.add(got == "ran")
+    assert seen == {True, False}  # some limits refuse the run, some let it through
