@@ -13,6 +13,7 @@ from onnx import helper
 from core import native
 from core.onnx import Session, arena
 from tests.core.onnx.test_plan import _assert_same_bits, _model, _spread
+from tests.core.onnx.test_plan_concat import _budgets
 
 needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
 
@@ -207,17 +208,7 @@ def test_a_tight_byte_limit_refuses_the_planned_run_where_it_refuses_the_plain_o
                                    ["y" if i == 3 else f"a{i + 1}"], kernel_shape=[1, 1])]
     feeds = _feeds(9)
     m = _model(nodes, feeds, inits, ["y"])
-    peaks = []
-    real = Session.budget
-
-    def budget(self, cancel=None):
-        b = real(self, cancel)
-        peaks.append(b)
-        return b
-    monkeypatch.setattr(Session, "budget", budget)
-    Session(m, plan=False).run(feeds)
-    peak = peaks[-1].peak_bytes
-    monkeypatch.undo()
+    peak = _budgets(monkeypatch, Session(m, plan=False), feeds).peak_bytes
     assert peak > 3 * arena.MIN_BYTES
 
     def verdict(plan, limit):
