@@ -93,7 +93,8 @@ def _build(cc: str) -> Path:
 class Epilogue(ctypes.Structure):
     """refkernels.c's ep_t: the ops applied to a convolution's output rows as they are done
     (bias; BatchNormalization's four roundings; a same-shape residual add; relu), NULL = skip;
-    then, with ``dst``, each row copied to row ``dst_row[image * channels + channel]`` of dst."""
+    then, with ``dst``, each row written to row ``dst_row[image * channels + channel]`` of dst
+    (the product's own output then holds no defined values: the caller keeps dst only)."""
 
     _fields_ = [("bias", ctypes.c_void_p), ("mean", ctypes.c_void_p), ("den", ctypes.c_void_p),
                 ("scale", ctypes.c_void_p), ("beta", ctypes.c_void_p), ("res", ctypes.c_void_p),

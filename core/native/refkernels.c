@@ -373,8 +373,10 @@ typedef struct {
             v = v + bt;                                                                 \
         }                                                                               \
         if (RELU) v = v <= (T)0 ? (T)0 : v;                                             \
-        y[j] = v;                                                                       \
-        if (DST) dd[j] = v;                                                             \
+        if (DST) /* y is scratch then (the caller keeps dst only): one store, not two */ \
+            dd[j] = v;                                                                  \
+        else                                                                            \
+            y[j] = v;                                                                   \
     }
 /* columns [j0, j1) of each row (an element's ops need only that element) */
 #define EP_ROWS(T, NAME, COLS)                                                          \

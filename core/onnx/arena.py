@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import sys
 import threading
 
@@ -82,11 +83,9 @@ class Arena:
         """An uninitialised C-contiguous array of ``shape`` and ``dtype``: a view of a kept
         block that nothing else references (the smallest of at least its size and at most
         twice it), else of a new block (kept when the caps allow)."""
-        dt = np.dtype(dtype)
-        shape = tuple(int(s) for s in shape)
-        nbytes = dt.itemsize
-        for s in shape:
-            nbytes *= s
+        dt = dtype if type(dtype) is np.dtype else np.dtype(dtype)
+        shape = tuple(map(int, shape))
+        nbytes = dt.itemsize * math.prod(shape)
         if nbytes < MIN_BYTES:
             return np.empty(shape, dt)
         blocks = self._blocks()

@@ -286,7 +286,8 @@ class FusedConv:
 
     def _product(self, case, out, dst=None, relu: bool = False) -> None:
         """The chain's C pass into ``out`` (C-contiguous, the chain's output shape and dtype),
-        with ``dst`` = (array, its row of each output row) the rows then copied there too;
+        with ``dst`` = (array, its row of each output row) the rows written there instead (``out``
+        is then scratch);
         ``relu``: a Relu after the chain's last op (none if it ends in one: Relu's twice is
         Relu's once)."""
         p, x, res = case
