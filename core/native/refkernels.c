@@ -1884,7 +1884,103 @@ static POOL_SCALAR int pool_lanes_max_f32(POOL_ARGS(float)) {
 #define POOL_NARROW_OK                                                                  \
     (ow <= 8 && ph == 0 && pw == 0 && (oh - 1) * sh + (kh - 1) * dh < h &&              \
      (ow - 1) * sw + (kw - 1) * dw < w)
-#define POOL2D(T, IT, V, VI, VMAX, AVG, ID, LANES)                                      \
+/* MaxPool 3x3, stride 2, dilation 1 (squeezenet's, inception's, resnet's stem pools),
+ * separable: each input row's window maxima first (H[i][s] = np.maximum over the row's three
+ * taps 2s, 2s+1, 2s+2 in order), then y[r][s] = np.maximum(np.maximum(H[2r], H[2r+1]),
+ * H[2r+2]). The same bits as the row-major fold of the nine taps: np.maximum(a, t) = (a > t or
+ * a is NaN) ? a : t picks the first NaN of a sequence, else the last of its largest values
+ * (+0.0 and -0.0 compare equal), so it is associative and only the taps' order matters, which
+ * this keeps (row 0's three taps, row 1's, row 2's); -inf (the padding) is its identity on
+ * either side. A padded copy of each input row (-inf outside the image, filled once) gives the
+ * even and odd columns by two vector shuffles each, with no phase planes; each H row serves two
+ * output rows. L = lanes a vector. Returns 0 without memory (the caller runs POOL_PHASE). */
+#ifndef POOL_SEP_OFF /* -DPOOL_SEP_OFF=1: phase only (benchmarks) */
+#define POOL_SEP_OFF 0
+#endif
+#define POOL_MAX3S2(T, V, VI, VMAX, L, EVEN, ODD)                                       \
+    {                                                                                   \
+        /* narrower outputs run quicker in phase's flattened rows (float32, the two loops \
+         * alternated in one process: 55-56 output columns 11-30 % faster here, 28 columns \
+         * 12-50 % slower, 27 and less the same or slower) */                            \
+        if (ow < 3 * (L) || POOL_SEP_OFF)                                               \
+            return 0;                                                                   \
+        const long long nb = (ow + (L) - 1) / (L), hl = nb * (L);                       \
+        const long long wp = 2 * hl + 2 * (L) + 2; /* the padded row, and the loads' slack */ \
+        T *buf = (T *)malloc((size_t)(wp + 3 * hl) * sizeof(T));                        \
+        if (!buf) return 0;                                                             \
+        T *hr[3] = {buf + wp, buf + wp + hl, buf + wp + 2 * hl};                        \
+        const T ninf = -(T)__builtin_inf();                                             \
+        for (long long j = 0; j < wp; ++j) buf[j] = ninf;                               \
+        /* columns of the image inside the padded row: [pw, pw + wn) */                 \
+        const long long wn = w < wp - pw ? w : (wp - pw > 0 ? wp - pw : 0);             \
+        const VI ev = EVEN, od = ODD;                                                   \
+        for (long long q = 0; q < planes; ++q) {                                        \
+            const T *xq = x + q * h * w;                                                \
+            T *yq = y + q * oh * ow;                                                    \
+            for (long long i = 0; i < 2 * oh + 1; ++i) {                                \
+                T *H = hr[i % 3];                                                       \
+                const long long iy = i - ph;                                            \
+                if (iy < 0 || iy >= h) {                                                \
+                    for (long long j = 0; j < hl; ++j) H[j] = ninf;                     \
+                } else {                                                                \
+                    memcpy(buf + pw, xq + iy * w, (size_t)wn * sizeof(T));              \
+                    for (long long b = 0; b < nb; ++b) {                                \
+                        const T *p = buf + 2 * b * (L);                                 \
+                        const V a0 = *(const V *)p, a1 = *(const V *)(p + (L));         \
+                        const V c0 = *(const V *)(p + 2), c1 = *(const V *)(p + 2 + (L)); \
+                        const V e = __builtin_shuffle(a0, a1, ev);                      \
+                        const V o = __builtin_shuffle(a0, a1, od);                      \
+                        const V e2 = __builtin_shuffle(c0, c1, ev);                     \
+                        *(V *)(H + b * (L)) = VMAX(VMAX(e, o), e2);                     \
+                    }                                                                   \
+                }                                                                       \
+                if (i >= 2 && i % 2 == 0) { /* output row (i - 2) / 2 is complete */    \
+                    const long long r = (i - 2) / 2;                                    \
+                    const T *h0 = hr[(i - 2) % 3], *h1 = hr[(i - 1) % 3];               \
+                    T *yr = yq + r * ow;                                                \
+                    for (long long b = 0; b < nb; ++b) {                                \
+                        const V m = VMAX(VMAX(*(const V *)(h0 + b * (L)),               \
+                                              *(const V *)(h1 + b * (L))),              \
+                                         *(const V *)(H + b * (L)));                    \
+                        if ((b + 1) * (L) <= ow)                                        \
+                            *(V *)(yr + b * (L)) = m;                                   \
+                        else                                                            \
+                            for (long long l = 0; l < ow - b * (L); ++l)                \
+                                yr[b * (L) + l] = m[l];                                 \
+                    }                                                                   \
+                }                                                                       \
+            }                                                                           \
+        }                                                                               \
+        free(buf);                                                                      \
+        return 1;                                                                       \
+    }
+#define POOL_MAX3S2_OK (kh == 3 && kw == 3 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && \
+                        ph >= 0 && pw >= 0)
+static int pool_max3s2_f32(POOL_ARGS(float)) {
+    (void)cnt;
+    (void)kh;
+    (void)kw;
+    (void)sh;
+    (void)sw;
+    (void)dh;
+    (void)dw;
+    POOL_MAX3S2(float, v16f32, v16i32, pool_max_v16f32, 16,
+                ((v16i32){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}),
+                ((v16i32){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}))
+}
+static int pool_max3s2_f64(POOL_ARGS(double)) {
+    (void)cnt;
+    (void)kh;
+    (void)kw;
+    (void)sh;
+    (void)sw;
+    (void)dh;
+    (void)dw;
+    POOL_MAX3S2(double, v8f64, v8i64, pool_max_v8f64, 8, ((v8i64){0, 2, 4, 6, 8, 10, 12, 14}),
+                ((v8i64){1, 3, 5, 7, 9, 11, 13, 15}))
+}
+
+#define POOL2D(T, IT, V, VI, VMAX, AVG, ID, LANES, SEP)                                      \
     {                                                                                   \
         const long long reads = oh * ow * kh * kw;                                      \
         if (reads <= (1 << 18) && (reads <= h * w || (POOL_NARROW_OK && reads <= 4 * h * w)))      \
@@ -1892,21 +1988,26 @@ static POOL_SCALAR int pool_lanes_max_f32(POOL_ARGS(float)) {
     }                                                                                   \
     if (sh == 1 && sw == 1 && oh == h && ow == w && kh * kw * h * w <= POOL_SAME_MAX)   \
         POOL_SAME(T, IT, V, VI, VMAX, AVG, ID)                                          \
+    if (!(AVG) && POOL_MAX3S2_OK && /* max pools only: SEP is the separable max */      \
+        SEP(x, cnt, y, planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw))           \
+        return 1;                                                                       \
     POOL_PHASE(T, V, VMAX, AVG, ID)
 
 int ts_avgpool2d_f64(POOL_ARGS(double)) {
-    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 1, 0.0, pool_lanes_avg_f64)
+    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 1, 0.0, pool_lanes_avg_f64,
+           pool_max3s2_f64)
 }
 int ts_avgpool2d_f32(POOL_ARGS(float)) {
-    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 1, 0.0f, pool_lanes_avg_f32)
+    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 1, 0.0f, pool_lanes_avg_f32,
+           pool_max3s2_f32)
 }
 int ts_maxpool2d_f64(POOL_ARGS(double)) {
     (void)cnt;
-    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 0, -__builtin_inf(), pool_lanes_max_f64)
+    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 0, -__builtin_inf(), pool_lanes_max_f64, pool_max3s2_f64)
 }
 int ts_maxpool2d_f32(POOL_ARGS(float)) {
     (void)cnt;
-    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 0, -__builtin_inff(), pool_lanes_max_f32)
+    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 0, -__builtin_inff(), pool_lanes_max_f32, pool_max3s2_f32)
 }
 
 /* Serial sums of the rows of x (r x n): out[j] = acc = +0.0; for i = 0..r-1: acc = acc + x[i][j]

@@ -740,3 +740,41 @@ def test_direct_conv_over_many_vector_blocks_and_wide_products(dtype):
         want = mm_numpy(a, b).tobytes()
         assert native.mm(a, b).tobytes() == want, (m, k, n)
         assert native.mm(a, np.asfortranarray(b)).tobytes() == want, (m, k, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_separable_3x3_stride_2_max_pool_keeps_the_tap_fold(dtype):
+    """MaxPool 3x3 stride 2 runs separable (row maxima, then across rows): pool_nd's bits, NaN
+    payloads included (the first NaN of the row-major taps), the later of tied +0.0 / -0.0,
+    padding on either side, ceil_mode's windows past the image, widths around a vector."""
+    from core.ops import nn
+
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(27)
+    u = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    for (h, w), padw, ceil in [((111, 111), ((0, 0), (0, 0)), 1),  # squeezenet's
+                               ((112, 112), ((0, 1), (0, 1)), 0),  # inception_v2's
+                               ((112, 112), ((1, 1), (1, 1)), 0),  # resnet's stem
+                               ((7, 7), ((0, 0), (0, 0)), 0), ((3, 3), ((1, 1), (1, 1)), 0),
+                               ((9, 33), ((2, 0), (0, 2)), 1), ((10, 34), ((1, 0), (2, 1)), 1),
+                               ((6, 63), ((0, 0), (1, 1)), 0), ((5, 65), ((1, 1), (0, 0)), 1),
+                               ((4, 31), ((0, 1), (0, 0)), 1), ((5, 97), ((0, 1), (1, 0)), 0),
+                               ((3, 96), ((0, 0), (0, 0)), 1), ((5, 100), ((2, 0), (1, 1)), 0)]:
+        x = _spread(rng, (2, 3, h, w), dtype)
+        x[0, 0, ::2] = -0.0  # rows of -0.0 and +0.0: ties across rows
+        x[0, 0, 1::2] = 0.0
+        x[0, 1, :, ::2] = 0.0  # columns of them: ties within a row
+        x[0, 1, :, 1::2] = -0.0
+        x[1, 0] = -np.inf
+        flat = x.reshape(-1)
+        nans = rng.integers(0, x.size, 12)
+        for j, i in enumerate(nans):  # NaNs of distinct payloads: which one survives shows
+            flat[i] = np.array(np.nan, dtype)
+            flat.view(u)[i] |= u.type(j + 1)
+        flat[rng.integers(0, x.size, 4)] = np.inf
+        flat[rng.integers(0, x.size, 4)] = -np.inf
+        want = nn.pool_nd(x, "max", (3, 3), (2, 2), padw, (1, 1), ceil)
+        got = native.pool2d("max", x, None, (3, 3), (2, 2), (1, 1), padw, want.shape[2:])
+        assert got.shape == want.shape
+        assert np.array_equal(got.view(u), want.view(u)), ((h, w), padw, ceil)
