@@ -40,25 +40,3 @@ def _children_share_bytecode(tmp_path_factory):
     yield
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     del os.environ["PYTHONPYCACHEPREFIX"]
-
-
-# ---- Qt widgets are finalised on the GUI thread -----------------------------------------------
-# A closed graph panel is freed only by the cyclic GC (its widgets sit in reference cycles), and
-# a collection runs in whichever thread happens to allocate: a graph view's layout job in the
-# Qt thread pool, a wire reader. A GraphView finalised there, while the GUI thread painted,
-# crashed a worker in drawText (`test_overview_click_moves_the_view`, session 12; test_scale.py
-# saw the same as a hang). So a test that made a GraphView has its garbage collected here, at
-# teardown, on the GUI thread (pytest-qt has closed its widgets by then).
-@pytest.fixture(autouse=True)
-def _qt_garbage_on_the_gui_thread(request):
-    if "qtbot" not in request.fixturenames:
-        yield
-        return
-    from views import graph_view
-
-    before = next(graph_view._TOKENS)  # each GraphView takes the next token: made one?
-    yield
-    if next(graph_view._TOKENS) > before + 1:
-        import gc
-
-        gc.collect()

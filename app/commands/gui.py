@@ -263,35 +263,6 @@ class Interrupts:
         signal.signal(signal.SIGINT, self._old)
 
 
-class _GuiThreadGc:
-    """pyqtgraph's GarbageCollector, stoppable: automatic collection off, a GUI-thread timer
-    collecting instead. NOTE: a closed panel's widgets sit in reference cycles, so only the
-    cyclic GC frees them, and a collection runs in whichever thread allocates (a graph view's
-    layout job in the Qt thread pool, a live session's reader): a QWidget finalised there while
-    the GUI thread painted crashed in drawText (session 12, in the tests)."""
-
-    def __init__(self) -> None:
-        import gc
-
-        from pyqtgraph.util.garbage_collector import GarbageCollector
-
-        self._was = gc.isenabled()
-        self._gc = GarbageCollector(interval=1.0)
-
-    def stop(self) -> None:
-        import gc
-
-        self._gc.timer.stop()
-        gc.collect()  # what the timer has not taken yet, here on the GUI thread
-        if self._was:
-            gc.enable()
-
-
-def gui_thread_gc() -> _GuiThreadGc:
-    """Collect garbage on the GUI thread only, until ``stop()`` (see _GuiThreadGc)."""
-    return _GuiThreadGc()
-
-
 def exec_until_interrupted(app, win, interrupts: Interrupts | None = None) -> int:
     """``app.exec()``; Ctrl-C in the terminal closes the window (its live worker with it) and
     exits 130. NOTE: Python runs a signal handler only between bytecodes, and the Qt event loop
@@ -306,12 +277,10 @@ def exec_until_interrupted(app, win, interrupts: Interrupts | None = None) -> in
         tick = QTimer()
         tick.timeout.connect(lambda: None)
         tick.start(200)
-        collector = gui_thread_gc()
         try:
             rc = app.exec()
         finally:
             tick.stop()
-            collector.stop()
     irq.restore()
     if irq.got:
         win.close()
