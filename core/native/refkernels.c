@@ -1956,29 +1956,17 @@ static POOL_SCALAR int pool_lanes_max_f32(POOL_ARGS(float)) {
     }
 #define POOL_MAX3S2_OK (kh == 3 && kw == 3 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && \
                         ph >= 0 && pw >= 0)
-static int pool_max3s2_f32(POOL_ARGS(float)) {
-    (void)cnt;
-    (void)kh;
-    (void)kw;
-    (void)sh;
-    (void)sw;
-    (void)dh;
-    (void)dw;
-    POOL_MAX3S2(float, v16f32, v16i32, pool_max_v16f32, 16,
-                ((v16i32){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}),
-                ((v16i32){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}))
-}
-static int pool_max3s2_f64(POOL_ARGS(double)) {
-    (void)cnt;
-    (void)kh;
-    (void)kw;
-    (void)sh;
-    (void)sw;
-    (void)dh;
-    (void)dw;
-    POOL_MAX3S2(double, v8f64, v8i64, pool_max_v8f64, 8, ((v8i64){0, 2, 4, 6, 8, 10, 12, 14}),
-                ((v8i64){1, 3, 5, 7, 9, 11, 13, 15}))
-}
+/* (the geometry arguments are POOL_MAX3S2_OK's, checked by the caller) */
+#define POOL_MAX3S2_FN(NAME, T, V, VI, VMAX, L, EVEN, ODD)                              \
+    static int NAME(POOL_ARGS(T)) {                                                     \
+        (void)cnt, (void)kh, (void)kw, (void)sh, (void)sw, (void)dh, (void)dw;          \
+        POOL_MAX3S2(T, V, VI, VMAX, L, EVEN, ODD)                                       \
+    }
+POOL_MAX3S2_FN(pool_max3s2_f32, float, v16f32, v16i32, pool_max_v16f32, 16,
+               ((v16i32){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}),
+               ((v16i32){1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}))
+POOL_MAX3S2_FN(pool_max3s2_f64, double, v8f64, v8i64, pool_max_v8f64, 8,
+               ((v8i64){0, 2, 4, 6, 8, 10, 12, 14}), ((v8i64){1, 3, 5, 7, 9, 11, 13, 15}))
 
 #define POOL2D(T, IT, V, VI, VMAX, AVG, ID, LANES, SEP)                                      \
     {                                                                                   \
