@@ -716,7 +716,7 @@ def defer() -> None:
 
 
 def refmath_ext():
-    """The CPython extension over refmath's C twin (``apply(i, x)``, ``run(i, x, y)``; and
+    """The CPython extension over refmath's C twin (``apply(i, x)``; and
     ``tanh_grad(g, y)``, the tape's tanh backward), or None (use ctypes)."""
     global _ext
     if _ext is False:

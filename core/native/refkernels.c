@@ -1968,34 +1968,37 @@ POOL_MAX3S2_FN(pool_max3s2_f32, float, v16f32, v16i32, pool_max_v16f32, 16,
 POOL_MAX3S2_FN(pool_max3s2_f64, double, v8f64, v8i64, pool_max_v8f64, 8,
                ((v8i64){0, 2, 4, 6, 8, 10, 12, 14}), ((v8i64){1, 3, 5, 7, 9, 11, 13, 15}))
 
-#define POOL2D(T, IT, V, VI, VMAX, AVG, ID, LANES, SEP)                                      \
+/* A loop shape a pool's kind adds before phase (its FN returns 0 to decline): the max pools'
+ * separable 3x3 stride 2; the average pools pass nothing */
+#define POOL_TRY_MAX3S2(FN)                                                             \
+    if (POOL_MAX3S2_OK && FN(x, cnt, y, planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)) \
+        return 1;
+#define POOL2D(T, IT, V, VI, VMAX, AVG, ID, LANES, MORE)                                \
     {                                                                                   \
         const long long reads = oh * ow * kh * kw;                                      \
-        if (reads <= (1 << 18) && (reads <= h * w || (POOL_NARROW_OK && reads <= 4 * h * w)))      \
+        if (reads <= (1 << 18) && (reads <= h * w || (POOL_NARROW_OK && reads <= 4 * h * w))) \
             return LANES(x, cnt, y, planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw); \
     }                                                                                   \
     if (sh == 1 && sw == 1 && oh == h && ow == w && kh * kw * h * w <= POOL_SAME_MAX)   \
         POOL_SAME(T, IT, V, VI, VMAX, AVG, ID)                                          \
-    if (!(AVG) && POOL_MAX3S2_OK && /* max pools only: SEP is the separable max */      \
-        SEP(x, cnt, y, planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw))           \
-        return 1;                                                                       \
+    MORE                                                                                \
     POOL_PHASE(T, V, VMAX, AVG, ID)
 
 int ts_avgpool2d_f64(POOL_ARGS(double)) {
-    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 1, 0.0, pool_lanes_avg_f64,
-           pool_max3s2_f64)
+    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 1, 0.0, pool_lanes_avg_f64, )
 }
 int ts_avgpool2d_f32(POOL_ARGS(float)) {
-    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 1, 0.0f, pool_lanes_avg_f32,
-           pool_max3s2_f32)
+    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 1, 0.0f, pool_lanes_avg_f32, )
 }
 int ts_maxpool2d_f64(POOL_ARGS(double)) {
     (void)cnt;
-    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 0, -__builtin_inf(), pool_lanes_max_f64, pool_max3s2_f64)
+    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 0, -__builtin_inf(),
+           pool_lanes_max_f64, POOL_TRY_MAX3S2(pool_max3s2_f64))
 }
 int ts_maxpool2d_f32(POOL_ARGS(float)) {
     (void)cnt;
-    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 0, -__builtin_inff(), pool_lanes_max_f32, pool_max3s2_f32)
+    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 0, -__builtin_inff(),
+           pool_lanes_max_f32, POOL_TRY_MAX3S2(pool_max3s2_f32))
 }
 
 /* Serial sums of the rows of x (r x n): out[j] = acc = +0.0; for i = 0..r-1: acc = acc + x[i][j]

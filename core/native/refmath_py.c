@@ -7,9 +7,6 @@
  * through numpy's C API: a small array's np.empty and two buffer exports cost more than f_i of
  * 16 elements (~0.15 us a call against ~0.4 us, issue 29).
  *
- * run(i, x, y): y = f_i(x) into a given buffer; x, y C-contiguous buffers of equal size. Python
- * checks dtypes before calling.
- *
  * tanh_grad(g, y): a new array g * (1 - y * y) elementwise, the tape's tanh backward
  * (core.ops.elementwise), here because this is the one native entry point cheap enough to call
  * per node: one call instead of numpy's three ufuncs and two temporaries (issue 29). g and y
@@ -56,29 +53,6 @@ static long func_index(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
         return -1;
     }
     return i;
-}
-
-static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    long i = func_index(args, nargs, 3, "run(i, x, y) takes 3 arguments", "run");
-    if (i < 0) return NULL;
-    Py_ssize_t item = (i & 1) ? 4 : 8;
-    Py_buffer bx, by;
-    if (PyObject_GetBuffer(args[1], &bx, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (PyObject_GetBuffer(args[2], &by, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&bx);
-        return NULL;
-    }
-    if (bx.len != by.len || bx.len % item || bx.itemsize != item || by.itemsize != item) {
-        PyBuffer_Release(&bx);
-        PyBuffer_Release(&by);
-        PyErr_SetString(PyExc_ValueError, "run: x and y must be equal-size arrays of the dtype");
-        return NULL;
-    }
-    LOOPS[i](bx.buf, by.buf, bx.len / item);
-    PyBuffer_Release(&bx);
-    PyBuffer_Release(&by);
-    Py_RETURN_NONE;
 }
 
 /* NOTE: the numpy spelling's three roundings in its order, g * (1 - (y * y)), with g the left
@@ -149,7 +123,6 @@ static PyObject *tanh_grad(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 static PyMethodDef METHODS[] = {
     {"apply", (PyCFunction)(void (*)(void))apply, METH_FASTCALL, "apply(i, x): f_i(x), new"},
-    {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "run(i, x, y): y = f_i(x)"},
     {"tanh_grad", (PyCFunction)(void (*)(void))tanh_grad, METH_FASTCALL,
      "tanh_grad(g, y): g * (1 - y * y), new"},
     {NULL, NULL, 0, NULL}};

@@ -38,10 +38,6 @@ def _tape(*xs: Any):
     raise TypeError("an op needs at least one tape Var among its inputs")
 
 
-# NOTE: the unary wrappers (neg, relu, sigmoid, tanh, exp, log, sqrt) record a Var input
-# themselves and call _rec only for anything else: _rec's frame, its loop over the inputs and
-# the keyword call were ~0.2 us of a small tanh node (issue 29); the same record call, the
-# same node, the same errors.
 def _rec(op: str, xs: Sequence[Any], attrs: dict | None = None, name: str | None = None):
     for x in xs:
         if type(x) is not Var:
@@ -51,6 +47,16 @@ def _rec(op: str, xs: Sequence[Any], attrs: dict | None = None, name: str | None
             return xs[0].tape.record(op, xs, attrs, name)
     t = _tape(*xs)
     return t.record(op, [x if type(x) is Var else t._lift(x) for x in xs], attrs, name)
+
+
+# NOTE: the unary wrappers (neg, relu, sigmoid, tanh, exp, log, sqrt) record a Var input
+# straight away and go through _rec only for anything else: _rec's loop over the inputs and its
+# keyword call were ~0.2 us of a small tanh node (issue 29); the same record call, the same
+# node, the same errors.
+def _unary(op: str, x: Any, name: str | None):
+    if type(x) is Var:
+        return x.tape.record(op, [x], None, name)
+    return _rec(op, [x], name=name)
 
 
 def add(a, b, name=None):
@@ -75,9 +81,7 @@ def div(a, b, name=None):
 
 def neg(x, name=None):
     """-x."""
-    if type(x) is Var:  # the common case first: see _rec
-        return x.tape.record("neg", [x], None, name)
-    return _rec("neg", [x], name=name)
+    return _unary("neg", x, name)
 
 
 def adds(x, s: float, name=None):
@@ -92,44 +96,32 @@ def muls(x, s: float, name=None):
 
 def relu(x, name=None):
     """max(x, 0), NaN propagating."""
-    if type(x) is Var:  # the common case first: see _rec
-        return x.tape.record("relu", [x], None, name)
-    return _rec("relu", [x], name=name)
+    return _unary("relu", x, name)
 
 
 def sigmoid(x, name=None):
     """1 / (1 + exp(-x)) through refmath."""
-    if type(x) is Var:  # the common case first: see _rec
-        return x.tape.record("sigmoid", [x], None, name)
-    return _rec("sigmoid", [x], name=name)
+    return _unary("sigmoid", x, name)
 
 
 def tanh(x, name=None):
     """tanh through refmath."""
-    if type(x) is Var:  # the common case first: see _rec
-        return x.tape.record("tanh", [x], None, name)
-    return _rec("tanh", [x], name=name)
+    return _unary("tanh", x, name)
 
 
 def exp(x, name=None):
     """exp through refmath."""
-    if type(x) is Var:  # the common case first: see _rec
-        return x.tape.record("exp", [x], None, name)
-    return _rec("exp", [x], name=name)
+    return _unary("exp", x, name)
 
 
 def log(x, name=None):
     """log through refmath."""
-    if type(x) is Var:  # the common case first: see _rec
-        return x.tape.record("log", [x], None, name)
-    return _rec("log", [x], name=name)
+    return _unary("log", x, name)
 
 
 def sqrt(x, name=None):
     """IEEE sqrt."""
-    if type(x) is Var:  # the common case first: see _rec
-        return x.tape.record("sqrt", [x], None, name)
-    return _rec("sqrt", [x], name=name)
+    return _unary("sqrt", x, name)
 
 
 def _axis(axis):
