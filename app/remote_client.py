@@ -29,6 +29,7 @@ from app.remote_protocol import (
     STEP_REPLY_PER_NODE,
     RemoteError,
     b64_len,
+    hello_timeout,
     node_size,
     read_node_table,
     reply_field,
@@ -50,12 +51,14 @@ class RemoteDevice:
     reply can need, its nesting bounded before it is parsed."""
 
     def __init__(self, command: str, device: str, workload: str, seed: int,
-                 timeout: float | None = None, open_timeout: float | None = None) -> None:
+                 timeout: float | None = None, open_timeout: float | None = None,
+                 hello_s: float | None = None) -> None:
         argv = shlex.split(command)
         if not argv:
             raise ValueError("--worker: the command is empty")
         self.command, self.workload, self.seed = command, workload, seed
         self.timeout, self.open_timeout = worker_timeouts(timeout, open_timeout)
+        self.hello_timeout = hello_timeout(hello_s)  # hello: the smaller of it and open's
         self._lock = threading.Lock()
         self._runs = 0
         self.nodes_hint = 0  # the largest episode opened: bounds a reply's containers
@@ -89,6 +92,11 @@ class RemoteDevice:
         cmd = msg.get("cmd")
         opening = cmd in OPENING
         limit_s = self.open_timeout if opening else self.timeout
+        flag = "--worker-open-timeout S" if opening else "--worker-timeout S"
+        if cmd == "hello" and self.hello_timeout <= self.open_timeout:
+            limit_s = self.hello_timeout
+            flag = ("--worker-hello-timeout S" if self.hello_timeout < self.open_timeout else
+                    "--worker-hello-timeout S and --worker-open-timeout S")
         who = f"the worker {self.command!r}"
         with self._lock:
             p = self.proc
@@ -101,9 +109,9 @@ class RemoteDevice:
                     CONTAINERS_BASE + CONTAINERS_PER_NODE * self.nodes_hint)
             except LineTimeout:
                 self.kill()
-                flag = "--worker-open-timeout" if opening else "--worker-timeout"
+                give = "give" if " and " in flag else "gives"
                 raise RemoteError(f"{who} did not answer {cmd!r} within {limit_s:g} s (it was "
-                                  f"ended; {flag} S gives it longer)") from None
+                                  f"ended; {flag} {give} it longer)") from None
             except LineTooLong as e:
                 self.kill()
                 raise RemoteError(f"{who} answering {cmd!r}: {e} (more than that reply can "
@@ -193,7 +201,8 @@ class RemotePair:
         self.config = config
         self.ref_spec, self.cand_spec = config.pair()
         self.remote = RemoteDevice(config.worker, config.device, config.workload, config.seed,
-                                   config.worker_timeout, config.worker_open_timeout)
+                                   config.worker_timeout, config.worker_open_timeout,
+                                   getattr(config, "worker_hello_timeout", None))
         self.command = config.worker
         here = {k: getattr(config, k) for k in ("workload", "device", "fuse", "dtype", "math",
                                                 "compare", "seed", "explain", "torch_threads",

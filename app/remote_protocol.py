@@ -18,6 +18,7 @@ from app.wire import decode_array, encode_array
 
 __all__ = ["PROTOCOL", "MAX_REQUEST", "SMALL_REPLY", "CONTAINERS_PER_NODE", "CONTAINERS_BASE",
            "TIMEOUT_S", "OPEN_TIMEOUT_S", "TIMEOUT_ENV", "OPEN_TIMEOUT_ENV", "OPENING",
+           "HELLO_TIMEOUT_S", "HELLO_TIMEOUT_ENV", "hello_timeout",
            "OPENED_REPLY", "STEP_REPLY_PER_NODE", "RemoteError", "NodeInfo", "seconds",
            "worker_timeouts", "b64_len", "reply_field", "node_table", "read_node_table",
            "node_size"]
@@ -30,6 +31,10 @@ CONTAINERS_PER_NODE, CONTAINERS_BASE = 16, 4096
 TIMEOUT_S, OPEN_TIMEOUT_S = 300.0, 1800.0  # per request; hello, device and open (first compile)
 TIMEOUT_ENV, OPEN_TIMEOUT_ENV = "TAPESCOPE_WORKER_TIMEOUT", "TAPESCOPE_WORKER_OPEN_TIMEOUT"
 OPENING = ("hello", "device", "open")  # requests under the open timeout
+# hello alone (issue 49): a command that starts and says nothing (a wrong CMD, an ssh waiting
+# on a prompt nobody sees) is named in 30 s, not after the first compile's 30 minutes; hello
+# waits for the smaller of this and the open timeout
+HELLO_TIMEOUT_S, HELLO_TIMEOUT_ENV = 30.0, "TAPESCOPE_WORKER_HELLO_TIMEOUT"
 OPENED_REPLY = 256 << 20  # the node table and the fusion plan's generated sources
 # a step reply per node: the packed record (149 raw bytes a row, in base64 when nothing
 # deflates) and up to three introduced entries of ~300 bytes
@@ -66,6 +71,16 @@ def worker_timeouts(timeout: float | None = None,
         else:
             out.append(default)
     return out[0], out[1]
+
+
+def hello_timeout(given: float | None = None) -> float:
+    """The hello's own deadline in seconds: the flag, else ``TAPESCOPE_WORKER_HELLO_TIMEOUT``,
+    else 30 s (``HELLO_TIMEOUT_S``)."""
+    if given is not None:
+        return seconds(given, "--worker-hello-timeout")
+    if os.environ.get(HELLO_TIMEOUT_ENV):
+        return seconds(os.environ[HELLO_TIMEOUT_ENV], HELLO_TIMEOUT_ENV)
+    return HELLO_TIMEOUT_S
 
 
 def b64_len(nbytes: int) -> int:

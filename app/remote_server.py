@@ -44,6 +44,49 @@ class _TorchSide:
         return self._line
 
 
+class BadRequest(ValueError):
+    """A request this protocol has no answer for (no or an unknown ``cmd``, a field missing
+    or of the wrong type): an error reply without a traceback, and the worker goes on."""
+
+
+# what each request must carry (name: type); other fields are optional and checked where read
+_REQUESTS: dict[str, dict[str, type]] = {
+    "device": {"name": str}, "open": {"config": dict, "provenance": str}, "step": {},
+    "params": {}, "arrays": {}, "stats": {}}
+MESSAGE_CHARS = 4000  # an error reply's message: one line, at most this long
+
+
+def _checked(msg: dict) -> str:
+    """The request's command, once it is one of ours with its fields; else BadRequest."""
+    cmd = msg.get("cmd")
+    if not isinstance(cmd, str):
+        raise BadRequest(f"a request needs a 'cmd' string, not {_short(cmd)}")
+    if cmd not in _REQUESTS:
+        raise BadRequest(f"unknown command {cmd[:40]!r} (one of hello, "
+                         f"{', '.join(_REQUESTS)}, quit)" if cmd != "hello"
+                         else "hello was said already")
+    for key, kind in _REQUESTS[cmd].items():
+        if not isinstance(msg.get(key), kind):
+            raise BadRequest(f"{cmd!r} needs {key!r} as a JSON "
+                             f"{'string' if kind is str else 'object'}, not "
+                             f"{_short(msg.get(key))}")
+    return cmd
+
+
+def _short(v: Any) -> str:
+    return "nothing" if v is None else f"{type(v).__name__} {str(v)[:40]!r}"
+
+
+def error_reply(message: str, details: str = "") -> dict:
+    """The protocol's one error reply: ``{"type": "error", "message", "details"}``, the
+    message one line of at most MESSAGE_CHARS characters, the details ("" or a traceback)
+    at most 20,000."""
+    one = " ".join(str(message).split())
+    if len(one) > MESSAGE_CHARS:
+        one = one[:MESSAGE_CHARS - 1] + "…"
+    return {"type": "error", "message": one, "details": details[-20000:]}
+
+
 class _Worker:
     """The worker's state: one device, and the pair the client opened on it."""
 
@@ -52,11 +95,11 @@ class _Worker:
         self.pair: Any = None
 
     def handle(self, msg: dict) -> dict:
-        cmd = msg.get("cmd")
+        cmd = _checked(msg)
         if cmd == "device":
             import gpu
 
-            name = str(msg["name"])
+            name = msg["name"]
             if self.device is None and (name == "torch" or name.startswith("torch:")):
                 self.device = _TorchSide(name)  # PyTorch runs the candidate: no gpu device
             if self.device is None:
@@ -67,7 +110,7 @@ class _Worker:
             return self._open(msg)
         r = self.pair
         if r is None:
-            raise ValueError("no pair is open (send 'open' first)")
+            raise BadRequest(f"no pair is open to answer {cmd!r} (send 'open' first)")
         if cmd == "step":
             prov = msg.get("provenance")
             res = r.step(None if prov is None else bool(prov))
@@ -85,19 +128,16 @@ class _Worker:
                        for side in ("ref", "cand")}}
         if cmd == "stats":
             return {"type": "stats", "stats": r.stats()}
-        raise ValueError(f"unknown command {cmd!r}")
+        raise BadRequest(f"unknown command {cmd!r}")  # (a command _REQUESTS has, unserved)
 
     def _open(self, msg: dict) -> dict:
         if self.device is None:
-            raise ValueError("no device is open (send 'device' first)")
+            raise BadRequest("no device is open (send 'device' first)")
         if self.pair is not None:
-            raise ValueError("a pair is open already")
-        cfg = msg.get("config")
-        if not isinstance(cfg, dict):
-            raise ValueError("open needs a config")
-        config = SessionConfig(**cfg)  # (worker None: the pair runs here)
+            raise BadRequest("a pair is open already")
+        config = SessionConfig(**msg["config"])  # (worker None: the pair runs here)
         dev = None if isinstance(self.device, _TorchSide) else self.device
-        r = self.pair = PairRunner(config, dev, provenance=str(msg["provenance"]),
+        r = self.pair = PairRunner(config, dev, provenance=msg["provenance"],
                                    inject=msg.get("inject"),
                                    scan_nonfinite=bool(msg.get("scan_nonfinite")))
         inj = r.inject
@@ -108,7 +148,10 @@ class _Worker:
 
 def serve(fin: int, fout: int) -> int:
     """The worker's loop on fds ``fin``/``fout``: a hello, then one reply per request until
-    ``quit`` or EOF. A line too long, too deep or not JSON gets one error line on ``fout``.
+    ``quit`` or EOF. Every reply to a line it cannot serve is ``error_reply``'s shape: a bad
+    request (valid JSON: no or an unknown ``cmd``, a missing field, a request out of order,
+    a request that fails) is answered and the worker goes on; a line too long, too deep, too
+    wide, not JSON or not an object is answered and ends the worker (exit 2).
 
     Returns the exit code: 0 after quit/EOF, 2 for a protocol mismatch or a garbled line.
     """
@@ -122,40 +165,47 @@ def serve(fin: int, fout: int) -> int:
             len(worker.pair.nodes) if worker.pair is not None else 0)
         return None if line is None else parse_line(line, what, limit)
 
+    def garbled(e: ValueError) -> int:
+        # parse_line names the worker itself; RecursionError cannot happen (the nesting is
+        # measured first), MemoryError is a line too wide for this machine
+        pipe.send(error_reply(f"{what}: {e}" if isinstance(e, LineTooLong) else str(e)))
+        return 2
+
     try:
         hello = receive()
-    except ValueError as e:  # LineTooLong too
-        pipe.send({"type": "error", "message": f"{what}: {e}" if isinstance(e, LineTooLong)
-                   else str(e)})
-        return 2
+    except (ValueError, RecursionError, MemoryError) as e:  # LineTooLong too
+        return garbled(e if isinstance(e, ValueError) else ValueError(f"{what}: {e!r}"))
     if hello is None:
         return 0
     if hello.get("cmd") != "hello" or hello.get("protocol") != PROTOCOL:
         theirs = hello.get("protocol")
-        pipe.send({"type": "error", "message": (
+        pipe.send(error_reply(
             f"protocol mismatch: this tapescope worker speaks protocol {PROTOCOL}, the client "
-            f"{theirs!r}: install the same tapescope on both sides"
-            if hello.get("cmd") == "hello" else "the first line must be a hello")})
+            f"{_short_value(theirs)}: install the same tapescope on both sides"
+            if hello.get("cmd") == "hello" else "the first line must be a hello"))
         return 2
     pipe.send({"type": "hello", "protocol": PROTOCOL, "tapescope": _version()})
     while True:
         try:
             msg = receive()
-        except ValueError as e:
-            pipe.send({"type": "error", "message": f"{what}: {e}" if isinstance(e, LineTooLong)
-                       else str(e)})
-            return 2
+        except (ValueError, RecursionError, MemoryError) as e:
+            return garbled(e if isinstance(e, ValueError) else ValueError(f"{what}: {e!r}"))
         if msg is None or msg.get("cmd") == "quit":
             return 0
         try:
             reply = worker.handle(msg)
+        except BadRequest as e:
+            reply = error_reply(f"{what}: bad request: {e}")
         except MemoryError:
-            reply = {"type": "error", "message": "the worker ran out of memory answering "
-                     f"{str(msg.get('cmd'))[:40]!r}"}
+            reply = error_reply("the worker ran out of memory answering "
+                                f"{str(msg.get('cmd'))[:40]!r}")
         except Exception as e:  # noqa: BLE001 — the client shows it as one line
-            reply = {"type": "error", "message": f"{type(e).__name__}: {e}",
-                     "details": traceback.format_exc()[-20000:]}
+            reply = error_reply(f"{type(e).__name__}: {e}", traceback.format_exc())
         pipe.send(reply)
+
+
+def _short_value(v: Any) -> str:
+    return repr(v) if isinstance(v, (int, float, type(None))) else f"{str(v)[:40]!r}"
 
 
 def _version() -> str:

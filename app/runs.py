@@ -47,6 +47,7 @@ class SessionConfig:
     worker: str | None = None  # a command that serves the device side (app.remote), or here
     worker_timeout: float | None = None  # seconds per worker request (None: env or default)
     worker_open_timeout: float | None = None  # the same for hello, device and open
+    worker_hello_timeout: float | None = None  # hello's own (at most the open one's)
     kernels: tuple[str, ...] = ()  # --kernel OP=FILE.cu / NODE=FILE.cu (gpu.user_kernels)
     explain: bool = False  # core.explain: a cause on every introduced value / gradient
     amp: str | None = None  # --amp float16|bfloat16: mixed precision (core.amp); sets dtype

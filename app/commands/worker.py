@@ -31,7 +31,14 @@ def _seconds(text: str) -> float:
 
 def add_timeout_flags(p: argparse.ArgumentParser) -> None:
     """``--worker-timeout S`` and ``--worker-open-timeout S`` beside a command's ``--worker``."""
-    from app.remote_protocol import OPEN_TIMEOUT_ENV, OPEN_TIMEOUT_S, TIMEOUT_ENV, TIMEOUT_S
+    from app.remote_protocol import (
+        HELLO_TIMEOUT_ENV,
+        HELLO_TIMEOUT_S,
+        OPEN_TIMEOUT_ENV,
+        OPEN_TIMEOUT_S,
+        TIMEOUT_ENV,
+        TIMEOUT_S,
+    )
 
     p.add_argument("--worker-timeout", metavar="S", type=_seconds, default=None,
                    help=f"with --worker: seconds the worker may take to answer one request "
@@ -39,12 +46,17 @@ def add_timeout_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-open-timeout", metavar="S", type=_seconds, default=None,
                    help=f"with --worker: the same for its hello, device and open (the first "
                         f"compile; default ${OPEN_TIMEOUT_ENV} or {OPEN_TIMEOUT_S:g})")
+    p.add_argument("--worker-hello-timeout", metavar="S", type=_seconds, default=None,
+                   help=f"with --worker: seconds its first answer (hello) may take, at most "
+                        f"the open timeout (default ${HELLO_TIMEOUT_ENV} or "
+                        f"{HELLO_TIMEOUT_S:g}): a command that never answers is named soon")
 
 
 def timeouts(args: argparse.Namespace) -> dict:
     """The SessionConfig fields of ``add_timeout_flags``' flags."""
     return {"worker_timeout": getattr(args, "worker_timeout", None),
-            "worker_open_timeout": getattr(args, "worker_open_timeout", None)}
+            "worker_open_timeout": getattr(args, "worker_open_timeout", None),
+            "worker_hello_timeout": getattr(args, "worker_hello_timeout", None)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -160,7 +160,7 @@ def test_open_builds_the_pair_with_the_fault_scan_and_provenance_asked(fields, w
 ])
 def test_a_first_line_that_is_not_our_hello_is_one_error_and_exit_2(worker, first, says):
     got = worker.ask(first)
-    assert got == {"type": "error", "message": says}
+    assert got == {"type": "error", "message": says, "details": ""}
     assert worker.ended() == 2
 
 
@@ -175,7 +175,7 @@ def test_a_too_long_line_is_one_error_and_exit_2(monkeypatch, after_hello):
     if after_hello:
         assert worker.ask(HELLO)["type"] == "hello"
     got = worker.ask(b'{"cmd": "' + b"x" * 101 + b'"}\n')
-    assert got == {"type": "error",
+    assert got == {"type": "error", "details": "",
                    "message": "tapescope worker: a protocol line longer than 100 bytes"}
     assert worker.ended() == 2
 
@@ -199,7 +199,7 @@ def test_a_requests_containers_are_bounded_before_open_and_per_node_after(worker
     assert json.loads(_wide(7)) and _wide(7).count(b"[") + _wide(7).count(b"{") == 7
     assert worker.ask(HELLO)["type"] == "hello"
     got = worker.ask(_wide(CONTAINERS_BASE))  # at the bound: read, and answered
-    assert got["type"] == "error" and "no pair is open" in got["message"]
+    assert got["type"] == "error" and "no pair is open to answer 'stats'" in got["message"]
     assert worker.ask({"cmd": "device", "name": "host"})["type"] == "device"
     n = len(read_node_table(worker.ask({"cmd": "open", "config": {"workload": "mlp"},
                                         "provenance": "every"})["nodes"]))
@@ -219,21 +219,24 @@ def test_before_open_the_bound_is_the_base(worker):
     assert worker.ended() == 2
 
 
+BAD = "tapescope worker: bad request: "
+
+
 @pytest.mark.parametrize("requests,says", [
-    ([{"cmd": "step"}], "ValueError: no pair is open (send 'open' first)"),
+    ([{"cmd": "step"}], BAD + "no pair is open to answer 'step' (send 'open' first)"),
     ([{"cmd": "open", "config": {}, "provenance": "every"}],
-     "ValueError: no device is open (send 'device' first)"),
+     BAD + "no device is open (send 'device' first)"),
     ([{"cmd": "device", "name": "host"}, {"cmd": "open", "provenance": "every"}],
-     "ValueError: open needs a config"),
+     BAD + "'open' needs 'config' as a JSON object, not nothing"),
     ([{"cmd": "device", "name": "host"}, {"cmd": "open", "config": [], "provenance": "every"}],
-     "ValueError: open needs a config"),
+     BAD + "'open' needs 'config' as a JSON object, not list '[]'"),
     ([{"cmd": "device", "name": "host"},
       {"cmd": "open", "config": {"workload": "mlp"}, "provenance": "every"},
       {"cmd": "open", "config": {"workload": "mlp"}, "provenance": "every"}],
-     "ValueError: a pair is open already"),
+     BAD + "a pair is open already"),
     ([{"cmd": "device", "name": "host"},
       {"cmd": "open", "config": {"workload": "mlp"}, "provenance": "every"},
-      {"cmd": "dance"}], "ValueError: unknown command 'dance'"),
+      {"cmd": "dance"}], BAD + "unknown command 'dance'"),
     ([{"cmd": "device", "name": "host"},
       {"cmd": "open", "config": {"workload": "mlp", "bogus": 1}, "provenance": "every"}],
      "TypeError: "),
@@ -244,8 +247,12 @@ def test_a_request_that_cannot_be_answered_is_an_error_reply_and_the_worker_goes
     for msg in requests[:-1]:
         assert worker.ask(msg)["type"] != "error"
     got = worker.ask(requests[-1])
+    assert set(got) == {"type", "message", "details"}, got  # the one error reply shape
     assert got["type"] == "error" and got["message"].startswith(says), got
-    assert "Traceback" in got["details"] and len(got["details"]) <= 20000
+    if says.startswith(BAD):  # the protocol's own refusal: no traceback of the worker's code
+        assert got["details"] == ""
+    else:  # the request's work failed: its traceback rides along for --debug
+        assert "Traceback" in got["details"] and len(got["details"]) <= 20000
     assert worker.ask({"cmd": "device", "name": "host"})["type"] == "device"  # still serving
     assert worker.ask({"cmd": "quit"}) is None and worker.ended() == 0
 
@@ -268,7 +275,8 @@ def test_a_long_traceback_is_cut_to_its_last_20000_characters(worker, monkeypatc
     monkeypatch.setattr(remote_server._Worker, "handle", handle)
     worker.ask(HELLO)
     got = worker.ask({"cmd": "step"})
-    assert got["message"] == "RuntimeError: " + "x" * 30000 + "END"
+    # the message is one line of at most MESSAGE_CHARS; the whole of it is in the details
+    assert got["message"] == "RuntimeError: " + "x" * (remote_server.MESSAGE_CHARS - 15) + "…"
     assert len(got["details"]) == 20000 and got["details"].endswith("END\n")
 
 
@@ -279,7 +287,7 @@ def test_a_worker_out_of_memory_says_so_naming_the_request(worker, monkeypatch):
     monkeypatch.setattr(remote_server._Worker, "handle", handle)
     worker.ask(HELLO)
     got = worker.ask({"cmd": "s" * 100})
-    assert got == {"type": "error",
+    assert got == {"type": "error", "details": "",
                    "message": f"the worker ran out of memory answering {'s' * 40!r}"}
     assert worker.ask({"cmd": "quit"}) is None and worker.ended() == 0
 

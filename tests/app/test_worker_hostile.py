@@ -202,3 +202,67 @@ def test_a_line_is_read_in_bounded_chunks_and_refused_past_its_bound():
     finally:
         os.close(r)
         os.close(w)
+
+
+# issue 49 (red team 2: server_bad_requests_then_quit, server_deep_json_line): every reply to a
+# line the worker cannot serve is the one error shape, and bad requests never end the worker
+ERROR_SHAPE = {"type", "message", "details"}
+
+
+def _error(reply: dict) -> str:
+    assert set(reply) == ERROR_SHAPE and reply["type"] == "error", reply
+    assert isinstance(reply["details"], str) and isinstance(reply["message"], str)
+    assert "\n" not in reply["message"] and len(reply["message"]) <= 4000
+    return reply["message"]
+
+
+def test_a_run_of_bad_requests_is_answered_one_error_each_and_quit_still_ends_the_worker():
+    bad = [{}, {"cmd": 5}, {"cmd": None}, {"cmd": "nope"}, {"cmd": "x" * 10_000},
+           {"cmd": "hello", "protocol": PROTOCOL}, {"cmd": "step"}, {"cmd": "params"},
+           {"cmd": "arrays", "node": "x"}, {"cmd": "device"}, {"cmd": "device", "name": [1]},
+           {"cmd": "open"}, {"cmd": "open", "config": {}, "provenance": "every"},
+           {"cmd": "device", "name": "nonesuch"}]
+    lines = [{"cmd": "hello", "protocol": PROTOCOL}, *bad, {"cmd": "quit"}]
+    p = subprocess.run([*CLI, "worker"], input="".join(json.dumps(m) + "\n" for m in lines),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and "KeyError" not in p.stdout
+    replies = [json.loads(x) for x in p.stdout.splitlines()]
+    assert replies[0]["type"] == "hello" and len(replies) == 1 + len(bad)  # one reply each
+    said = [_error(r) for r in replies[1:]]
+    for msg, text in zip(bad[:-1], said[:-1], strict=True):  # the protocol's own refusals
+        assert text.startswith("tapescope worker: bad request: "), (msg, text)
+    assert "unknown command 'nope'" in said[3] and "'cmd' string" in said[0]
+    assert "no pair is open to answer 'step'" in said[6] and "'name' as a JSON string" in said[9]
+    # a request that is well formed but fails there keeps its traceback in the details
+    assert said[-1].startswith("DeviceError: unknown device 'nonesuch'")
+    assert "Traceback" in replies[-1]["details"]
+
+
+@pytest.mark.parametrize("hello_first", [False, True])
+def test_100000_open_brackets_get_the_error_shape_never_a_recursionerror(hello_first):
+    hello = json.dumps({"cmd": "hello", "protocol": PROTOCOL}) + "\n" if hello_first else ""
+    p = subprocess.run([*CLI, "worker"], input=hello.encode() + b"[" * 100_000 + b"\n",
+                       capture_output=True, timeout=120)
+    assert p.returncode == 2 and p.stderr == b"", p.stderr[-2000:]  # a garbled line: exit 2
+    replies = [json.loads(x) for x in p.stdout.splitlines()]
+    assert len(replies) == 1 + hello_first
+    assert "arrays and objects" in _error(replies[-1])
+
+
+def test_a_silent_worker_is_named_after_the_hellos_own_short_deadline(monkeypatch):
+    # issue 49 (red team 3): hello shared the first compile's 30 minutes; it has its own now,
+    # short by default, and the open timeout (here the default 1800 s) no longer governs it
+    from app.remote_protocol import HELLO_TIMEOUT_ENV, HELLO_TIMEOUT_S, hello_timeout
+
+    monkeypatch.delenv(HELLO_TIMEOUT_ENV, raising=False)
+    assert hello_timeout() == HELLO_TIMEOUT_S <= 30
+    never = f'{shlex.quote(sys.executable)} -c "import time; time.sleep(600)"'
+    got = parity(never, "--worker-hello-timeout", "2")
+    line = one_line(got)
+    assert "did not answer 'hello' within 2 s" in line, line
+    assert "time.sleep(600)" in line and "--worker-hello-timeout S gives it longer" in line
+    assert got["seconds"] < 120  # (a sleeper left alive would hold subprocess.run for 600 s)
+    monkeypatch.setenv(HELLO_TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match=f"^{HELLO_TIMEOUT_ENV} must be a number"):
+        hello_timeout()
