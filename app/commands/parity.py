@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--capture", metavar="FILE", default=None,
+                   help="judge a capture (`tapescope capture`) instead: every recorded aten op "
+                        "against the exact reference, introduced vs inherited (docs/capture.md)")
     p.add_argument("--worker", metavar="CMD", default=None,
                    help="run the device side through this command (split like a shell line, "
                         "never run by a shell), e.g. \"ssh gpu-box tapescope worker\"; the CPU "
@@ -131,6 +134,12 @@ def run(args: argparse.Namespace) -> int:
     from core.atomic import check_writable, write_atomic
     from core.parity import strict_json
 
+    if getattr(args, "capture", None):  # the user's own recorded run (docs/capture.md)
+        if args.workload or getattr(args, "model", None):
+            raise ValueError("--capture judges a recorded run: drop --workload / --model")
+        from app.commands.capture import judge_capture
+
+        return judge_capture(args)
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
     if args.json:

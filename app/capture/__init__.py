@@ -1,0 +1,41 @@
+"""Capture: record the user's own PyTorch run (``tapescope capture``, docs/capture.md).
+
+Imports torch (so it lives in app/, never core/). The Python API::
+
+    from app.capture import capture
+    with capture("run.capture", steps=2):
+        train()            # unmodified; the first 2 optimizer steps are recorded
+
+The file is written when the last step ends (the script runs on untouched) or, with fewer
+steps, when the block ends (the complete steps only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from app.capture.recorder import DEFAULT_MAX_BYTES, Recorder
+
+__all__ = ["DEFAULT_MAX_BYTES", "Recorder", "capture"]
+
+
+@contextlib.contextmanager
+def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT_MAX_BYTES,
+            hashes_only: bool = False) -> Iterator[Recorder]:
+    """Record the first ``steps`` optimizer steps run inside the block into ``path``."""
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, not {steps}")
+    path = os.fspath(path)
+    rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: r.save(path))
+    rec.start()
+    try:
+        yield rec
+    finally:
+        if not rec.done:
+            rec.finish()  # fewer steps than asked: the complete ones are written
+        else:
+            rec.stop()
+    if rec.error is not None:
+        raise rec.error

@@ -1,0 +1,77 @@
+"""The child side of ``tapescope capture``: install the recorder, then run the user's script as
+``python script.py ARGS`` / ``python -m pkg.mod ARGS`` would (``runpy``, ``sys.argv`` and
+``sys.path[0]`` as the script expects), unmodified.
+
+Started as ``python -c BOOTSTRAP SCRIPT-OR-MODULE ARGS...`` with the settings in the environment
+variable ``TAPESCOPE_CAPTURE`` (JSON: out, steps, max_bytes, hashes_only, module, fd), which is
+removed before the script runs. Events go to the parent on the pipe ``fd`` (one JSON object a
+line: ``step``, ``written``, ``error``, ``none``), never on the script's own stdout/stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+
+ENV = "TAPESCOPE_CAPTURE"
+
+
+def code(root: str) -> str:
+    """The ``python -c`` program: our package found first for this import only."""
+    return (f"import sys; sys.path.insert(0, {root!r}); import app.capture.bootstrap as _b; "
+            "del sys.path[0]; _b.main()")
+
+
+def main() -> None:
+    cfg = json.loads(os.environ.pop(ENV))
+    pipe = None
+    if cfg.get("fd") is not None:
+        os.set_inheritable(cfg["fd"], False)  # the script's own children do not get it
+        pipe = os.fdopen(cfg["fd"], "w", buffering=1)
+
+    def tell(**msg: object) -> None:
+        if pipe is not None:
+            try:
+                pipe.write(json.dumps(msg) + "\n")
+            except OSError:
+                pass
+
+    from app.capture.recorder import Recorder
+
+    meta = {"argv": sys.argv[1:], "module": cfg.get("module", False), "cwd": os.getcwd()}
+
+    def done(rec: Recorder) -> None:
+        n = rec.steps_done()
+        if n == 0:
+            tell(event="none")
+            return
+        try:
+            rec.save(cfg["out"], meta)
+        except Exception as e:  # noqa: BLE001 — said to the parent; the script runs on
+            tell(event="error", message=" ".join(str(e).split()))
+            return
+        tell(event="written", steps=n, ops=rec.step_start[n], values=len(rec.v_dtype),
+             stored_bytes=rec.stored_bytes, hashed=rec.n_hashed,
+             seconds=round(rec.t0 and __import__("time").perf_counter() - rec.t0, 3))
+
+    rec = Recorder(cfg["steps"], cfg["max_bytes"], cfg["hashes_only"], on_done=done,
+                   on_step=lambda n: tell(event="step", step=n))
+    target, args = sys.argv[1], sys.argv[2:]
+    if cfg.get("module"):
+        sys.argv = [target, *args]  # runpy puts the module's file in argv[0]
+        sys.path[0] = os.getcwd()
+        rec.start()
+        try:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        finally:
+            rec.finish()
+    else:
+        sys.argv = [target, *args]
+        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        rec.start()
+        try:
+            runpy.run_path(target, run_name="__main__")
+        finally:
+            rec.finish()

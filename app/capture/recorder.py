@@ -1,0 +1,497 @@
+"""The recorder: a ``TorchDispatchMode`` that writes down every aten op of the user's unmodified
+training step (forward, autograd's backward, the optimizer) without changing it.
+
+Read-only by construction: each op runs exactly as it would (``func(*args, **kwargs)``, the
+result handed back as it is); what the recorder keeps are copies (``detach().cpu()`` into numpy)
+and digests. Tensors are keyed by identity and version counter (``t._version``), so an in-place
+op's result is a new value, and a value is copied once: when an op makes it, or when an op first
+reads it (parameters, data, optimizer state: the run's initial state).
+
+Module paths come from global module forward hooks (a stack; backward ops get the module of the
+forward op whose autograd node runs them, labelled in the node's ``metadata`` by the module's
+forward hook); the phase from autograd's engine (``_current_graph_task_id``) and the optimizer's
+step hooks; a step ends at each ``optimizer.step()``. See docs/capture.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), p) + os.sep for p in ("app", "core"))
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_PHASE = {"forward": 0, "backward": 1, "optimizer": 2}
+# random ops: their outputs are the RNG's draws (recorded, never judged)
+RANDOM_OPS = frozenset({
+    "bernoulli", "bernoulli_", "rand", "rand_like", "randn", "randn_like", "randint",
+    "randint_like", "randperm", "normal", "normal_", "uniform_", "exponential_", "geometric_",
+    "cauchy_", "log_normal_", "random_", "multinomial", "native_dropout", "rrelu_with_noise",
+    "poisson", "_standard_gamma", "_sample_dirichlet", "binomial"})
+# ops that write an argument their schema does not mark (running statistics): the argument's
+# next read is recorded afresh
+_UNMARKED_WRITES = {"aten.native_batch_norm.default": (3, 4),
+                    "aten._native_batch_norm_legit.default": (3, 4),
+                    "aten.cudnn_batch_norm.default": (3, 4),
+                    "aten.miopen_batch_norm.default": (3, 4)}
+_SKIP_NAMESPACES = ("profiler.",)
+MiB = 1 << 20
+DEFAULT_MAX_BYTES = 256 * MiB
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _np_of(t: torch.Tensor) -> np.ndarray | None:
+    """A private numpy copy of ``t``'s value, or None for what numpy cannot hold."""
+    a = t.detach()
+    if a.is_sparse or a.is_quantized or a.device.type == "meta":
+        return None
+    if a.device.type != "cpu":
+        a = a.cpu()
+    if a.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return a.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    try:
+        return np.array(a.resolve_conj().resolve_neg().numpy(), copy=True, order="C")
+    except (TypeError, RuntimeError):  # float8, uint16..., complex32: no numpy dtype
+        return None
+
+
+class Recorder(TorchDispatchMode):
+    """Records the first ``steps`` training steps; then passes every op through untouched.
+
+    ``on_done(recorder)`` runs once when the last step ends (the CLI writes the file there);
+    ``on_step(n)`` after each recorded step (progress)."""
+
+    def __init__(self, steps: int = 2, max_bytes: int = DEFAULT_MAX_BYTES,
+                 hashes_only: bool = False,
+                 on_done: Callable[[Recorder], None] | None = None,
+                 on_step: Callable[[int], None] | None = None) -> None:
+        super().__init__()
+        self.steps, self.max_bytes, self.hashes_only = steps, max_bytes, hashes_only
+        self.on_done, self.on_step = on_done, on_step
+        self.recording = True
+        self.step = 1
+        self.thread = threading.get_ident()
+        # values: per id its dtype name, shape, digest, array (None: hashed only)
+        self.v_dtype: list[str] = []
+        self.v_shape: list[list[int]] = []
+        self.v_sha: list[str] = []
+        self.v_array: list[np.ndarray | None] = []
+        self.stored_bytes = 0
+        self.n_hashed = 0
+        self.uid = WeakIdKeyDictionary()
+        self.next_uid = 0
+        self.seen: dict[tuple[int, int], int] = {}
+        # ops, columns (interned tables for the strings)
+        self.tables: dict[str, dict[str, int]] = {"names": {}, "modules": {}, "sources": {}}
+        self.o_op: list[int] = []
+        self.o_module: list[int] = []
+        self.o_phase: list[int] = []
+        self.o_step: list[int] = []
+        self.o_source: list[int] = []
+        self.o_args: list[list] = []
+        self.o_kwargs: list[dict] = []
+        self.o_outputs: list[list[int]] = []
+        self.step_start = [0]  # op index where each step starts
+        self.losses: dict[int, int] = {}
+        self.last_ones_like: int | None = None  # the value a backward's seed was made like
+        self.in_backward = False
+        self.after_backward = False
+        self.in_optimizer = 0
+        self.modules: list[tuple[torch.nn.Module, str]] = []
+        self.initial: dict[str, list] = {"params": [], "buffers": [], "optimizer_state": []}
+        self.roots_seen: set[int] = set()
+        self.roots: list[tuple[str, torch.nn.Module]] = []
+        self.quiet = False  # our own reads outside an op (initial state): not the user's ops
+        self.error: BaseException | None = None
+        self.settings: dict[str, Any] = {}
+        self.devices: set[str] = set()
+        self.hooks: list[Any] = []
+        self.active = False
+        self.done = False
+        self.t0 = time.perf_counter()
+        self._src_cache: dict[str, bool] = {}
+
+    # ---- install / remove -------------------------------------------------------------------
+    def start(self) -> Recorder:
+        """Install the hooks and enter the mode."""
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim_mod
+
+        self.settings = settings()
+        self.hooks = [nn_module.register_module_forward_pre_hook(self._pre),
+                      nn_module.register_module_forward_hook(self._post),
+                      optim_mod.register_optimizer_step_pre_hook(self._step_pre),
+                      optim_mod.register_optimizer_step_post_hook(self._step_post)]
+        self.__enter__()
+        self.active = True
+        return self
+
+    def stop(self) -> None:
+        """Leave the mode (when it is the innermost one) and remove the hooks; idempotent."""
+        self.recording = False
+        for h in self.hooks:
+            h.remove()
+        self.hooks = []
+        if self.active:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+            if _get_current_dispatch_mode() is self:
+                self.__exit__(None, None, None)
+                self.active = False
+            # else another mode entered after ours is still on top: ours stays, passing through
+
+    # ---- hooks ------------------------------------------------------------------------------
+    def _pre(self, mod: torch.nn.Module, args: Any) -> None:
+        if not self.recording or threading.get_ident() != self.thread:
+            return
+        if not self.modules:
+            self.after_backward = False  # a new forward
+            path = type(mod).__name__
+            if id(mod) not in self.roots_seen and self.step == 1:
+                self.roots_seen.add(id(mod))
+                self._note_initial(mod, path)
+        else:
+            parent, ppath = self.modules[-1]
+            name = next((k for k, m in parent._modules.items() if m is mod), None)
+            path = f"{ppath}.{name}" if name is not None else f"{ppath}.{type(mod).__name__}"
+        self.modules.append((mod, path))
+
+    def _post(self, mod: torch.nn.Module, args: Any, out: Any) -> None:
+        if not self.recording or threading.get_ident() != self.thread:
+            return
+        if self.modules and self.modules[-1][0] is mod:
+            _, path = self.modules.pop()
+            if torch.is_grad_enabled():
+                self._label_graph(out, path)
+
+    @staticmethod
+    def _label_graph(out: Any, path: str) -> None:
+        """Label the autograd nodes this module's forward made (not yet labelled by an inner
+        module) with its path: backward ops find their module there."""
+        stack = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+        while stack:
+            n = stack.pop()
+            if n is None:
+                continue
+            meta = n.metadata
+            if "tapescope_module" in meta:
+                continue
+            meta["tapescope_module"] = path
+            stack.extend(f for f, _ in n.next_functions if f is not None)
+
+    def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.recording:
+            return
+        self.in_optimizer += 1
+        if self.step == 1 and not self.initial["optimizer_state"]:
+            names = {}
+            for path, root in self.roots:
+                for n, p in root.named_parameters():
+                    names[id(p)] = f"{path}.{n}"
+            self.quiet = True
+            try:
+                for g in opt.param_groups:
+                    for p in g["params"]:
+                        for k, v in opt.state.get(p, {}).items():
+                            if isinstance(v, torch.Tensor):
+                                self.initial["optimizer_state"].append(
+                                    [names.get(id(p), "?"), k, self._value_of(v)])
+            finally:
+                self.quiet = False
+
+    def _step_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.recording:
+            return
+        self.in_optimizer = max(0, self.in_optimizer - 1)
+        if self.in_optimizer:
+            return
+        self.step_start.append(len(self.o_op))
+        if self.on_step is not None:
+            self.on_step(self.step)
+        self.after_backward = False
+        if self.step >= self.steps:
+            self.finish()
+        else:
+            self.step += 1
+
+    def finish(self) -> None:
+        """Stop recording (the script runs on) and hand the result to ``on_done`` once."""
+        if self.done:
+            return
+        self.done = True
+        self.stop()
+        if self.on_done is not None:
+            try:
+                self.on_done(self)
+            except Exception as e:  # noqa: BLE001 — never the user's step's failure: kept
+                self.error = e
+
+    def _note_initial(self, root: torch.nn.Module, path: str) -> None:
+        self.roots.append((path, root))
+        self.quiet = True
+        try:
+            for n, p in root.named_parameters():
+                self.initial["params"].append([f"{path}.{n}", self._value_of(p)])
+            for n, b in root.named_buffers():
+                self.initial["buffers"].append([f"{path}.{n}", self._value_of(b)])
+        finally:
+            self.quiet = False
+
+    # ---- values -----------------------------------------------------------------------------
+    def _key(self, t: torch.Tensor) -> tuple[int, int]:
+        u = self.uid.get(t)
+        if u is None:
+            u = self.uid[t] = self.next_uid
+            self.next_uid += 1
+        try:
+            ver = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            ver = -1
+        return u, ver
+
+    def _new_value(self, t: torch.Tensor) -> int:
+        self.devices.add(str(t.device))
+        a = _np_of(t)
+        vid = len(self.v_dtype)
+        self.v_dtype.append(_dtype_name(t.dtype))
+        self.v_shape.append(list(t.shape))
+        if a is None:  # no numpy form: the digest of its bytes through torch, when it has one
+            try:
+                raw = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+            except RuntimeError:
+                raw = repr((t.dtype, tuple(t.shape))).encode()
+            self.v_sha.append(hashlib.sha256(raw).hexdigest())
+            self.v_array.append(None)
+            self.n_hashed += 1
+            return vid
+        self.v_sha.append(hashlib.sha256(a.data if a.nbytes else b"").hexdigest())
+        if self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
+            self.v_array.append(None)
+            self.n_hashed += 1
+        else:
+            a.setflags(write=False)
+            self.v_array.append(a)
+            self.stored_bytes += a.nbytes
+        return vid
+
+    def _value_of(self, t: torch.Tensor) -> int:
+        """The value id of ``t`` as it is now (recorded on first sight)."""
+        k = self._key(t)
+        vid = self.seen.get(k)
+        if vid is None:
+            vid = self.seen[k] = self._new_value(t)
+        return vid
+
+    def _made(self, t: torch.Tensor) -> int:
+        """The value an op just made (or wrote) in ``t``."""
+        k = self._key(t)
+        vid = self._new_value(t)
+        self.seen[k] = vid
+        return vid
+
+    def _encode(self, x: Any, depth: int = 0) -> Any:
+        if isinstance(x, torch.Tensor):
+            return {"T": self._value_of(x)}
+        if x is None or isinstance(x, (bool, int, str)):
+            return x
+        if isinstance(x, float):
+            return x if math.isfinite(x) else {"f": str(x)}
+        if isinstance(x, (list, tuple)) and depth < 10:
+            return [self._encode(v, depth + 1) for v in x]
+        if isinstance(x, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+            return str(x)
+        if isinstance(x, complex):
+            return {"c": [self._encode(x.real), self._encode(x.imag)]}
+        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return self._encode({torch.SymInt: int, torch.SymFloat: float,
+                                 torch.SymBool: bool}[type(x)](x))
+        return {"?": type(x).__name__}
+
+    def _source(self) -> int:
+        f = sys._getframe(2)
+        cache = self._src_cache
+        while f is not None:
+            fn = f.f_code.co_filename
+            skip = cache.get(fn)
+            if skip is None:
+                skip = cache[fn] = (fn.startswith((_TORCH_DIR, _STDLIB) + _OURS)
+                                    or fn.startswith("<"))
+            if not skip:
+                return self._intern("sources", f"{fn}:{f.f_lineno}")
+            f = f.f_back
+        return -1
+
+    def _intern(self, table: str, s: str) -> int:
+        t = self.tables[table]
+        i = t.get(s)
+        if i is None:
+            i = t[s] = len(t)
+        return i
+
+    # ---- the mode ---------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        if not self.recording or self.quiet or (threading.get_ident() != self.thread and
+                                                torch._C._current_graph_task_id() == -1):
+            return func(*args, **kwargs)  # another thread's op (a loader's), not the step's
+        name = str(func)
+        if name.startswith(_SKIP_NAMESPACES):
+            return func(*args, **kwargs)
+        # inputs first: a value an op reads for the first time is recorded before the op runs
+        enc_args = self._encode(list(args))
+        enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
+        graph_task = torch._C._current_graph_task_id()
+        out = func(*args, **kwargs)
+        schema = func._schema
+        outs: list[int] = []
+        written = False
+        for i, a in enumerate(schema.arguments):
+            if a.alias_info is not None and a.alias_info.is_write:
+                written = True
+                v = args[i] if i < len(args) and not a.kwarg_only else kwargs.get(a.name)
+                outs += [self._made(t) for t in _tensors(v)]
+        if written:
+            rets = out if isinstance(out, (tuple, list)) and len(schema.returns) > 1 else (out,)
+            for r, v in zip(schema.returns, rets, strict=False):
+                if r.alias_info is None:
+                    outs += [self._made(t) for t in _tensors(v)]
+        else:
+            outs = [self._made(t) for t in _tensors(out)]
+        unmarked = _UNMARKED_WRITES.get(name)
+        if unmarked is not None:
+            for i in unmarked:  # forget the written running stats: their next read is new
+                if i < len(args) and isinstance(args[i], torch.Tensor):
+                    self.seen.pop(self._key(args[i]), None)
+        # phase and module
+        if graph_task != -1:
+            phase = 1
+            self.in_backward = True
+            self.after_backward = True
+            node = torch._C._current_autograd_node()
+            module = node.metadata.get("tapescope_module", "") if node is not None else ""
+            if self.last_ones_like is not None:
+                self.losses[self.step] = self.last_ones_like
+                self.last_ones_like = None
+        else:
+            if self.in_optimizer or (self.after_backward and not self.modules):
+                phase = 2
+            else:
+                phase = 0
+            module = self.modules[-1][1] if self.modules else ""
+            if name == "aten.ones_like.default" and args and isinstance(args[0], torch.Tensor) \
+                    and args[0].dim() == 0:
+                self.last_ones_like = enc_args[0]["T"]
+        self.o_op.append(self._intern("names", name))
+        self.o_module.append(self._intern("modules", module))
+        self.o_phase.append(phase)
+        self.o_step.append(self.step)
+        self.o_source.append(self._source())
+        self.o_args.append(enc_args)
+        self.o_kwargs.append(enc_kwargs)
+        self.o_outputs.append(outs)
+        return out
+
+    # ---- the result -------------------------------------------------------------------------
+    def steps_done(self) -> int:
+        return len(self.step_start) - 1
+
+    def header_and_arrays(self, meta: dict | None = None) -> tuple[dict, list[np.ndarray]]:
+        """The capture's header and stored arrays (``core.capture.file.save``'s inputs): the
+        complete steps only."""
+        n_steps = self.steps_done()
+        n_ops = self.step_start[n_steps]
+        arrays: list[np.ndarray] = []
+        array_of: list[int] = []
+        for a in self.v_array:
+            if a is None:
+                array_of.append(-1)
+            else:
+                array_of.append(len(arrays))
+                arrays.append(a)
+        dtypes: dict[str, int] = {}
+        dtype_idx = [dtypes.setdefault(d, len(dtypes)) for d in self.v_dtype]
+        settings = dict(self.settings)
+        settings["devices"] = sorted(self.devices)
+        header = {
+            "steps": n_steps,
+            "values": {"dtypes": list(dtypes), "dtype": dtype_idx, "shape": self.v_shape,
+                       "sha256": self.v_sha, "array": array_of},
+            "ops": {**{k: list(v) for k, v in self.tables.items()},
+                    "op": self.o_op[:n_ops], "module": self.o_module[:n_ops],
+                    "phase": self.o_phase[:n_ops], "step": self.o_step[:n_ops],
+                    "source": self.o_source[:n_ops], "args": self.o_args[:n_ops],
+                    "kwargs": self.o_kwargs[:n_ops], "outputs": self.o_outputs[:n_ops]},
+            "losses": [self.losses.get(s, -1) for s in range(1, n_steps + 1)],
+            "initial": self.initial,
+            "settings": settings,
+            "meta": {"max_bytes": self.max_bytes, "hashes_only": self.hashes_only,
+                     "values": len(self.v_dtype), "values_hashed": self.n_hashed,
+                     "stored_bytes": self.stored_bytes,
+                     "record_seconds": round(time.perf_counter() - self.t0, 3),
+                     **(meta or {})},
+        }
+        json.dumps(header, allow_nan=False)  # fail here, not half way through a write
+        return header, arrays
+
+    def save(self, path: str, meta: dict | None = None) -> str:
+        from core.capture.file import save
+
+        header, arrays = self.header_and_arrays(meta)
+        return str(save(path, header, arrays))
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    """The tensors in ``x`` (a tensor, or a list/tuple of them, nested), in order; None skipped."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+def settings() -> dict:
+    """The settings in force that change a run's bits."""
+    s: dict[str, Any] = {
+        "torch": torch.__version__, "numpy": np.__version__,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "default_dtype": _dtype_name(torch.get_default_dtype()),
+        "autocast_cpu": torch.is_autocast_enabled("cpu"),
+        "cuda_available": torch.cuda.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "compile": "torch._dynamo" in sys.modules and bool(
+            getattr(sys.modules["torch._dynamo"], "is_compiling", lambda: False)()),
+    }
+    try:
+        s["autocast_cuda"] = torch.is_autocast_enabled("cuda")
+    except RuntimeError:
+        pass
+    if torch.cuda.is_available():
+        s["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
+        s["tf32_cudnn"] = torch.backends.cudnn.allow_tf32
+        s["cudnn_deterministic"] = torch.backends.cudnn.deterministic
+        s["cudnn_benchmark"] = torch.backends.cudnn.benchmark
+        s["gpu"] = torch.cuda.get_device_name()
+    return s

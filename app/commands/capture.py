@@ -1,0 +1,253 @@
+"""``tapescope capture --out FILE [--steps N] -- python train.py ARGS...``: run the user's own
+PyTorch script, unmodified, in a child Python with the recorder installed (app.capture), and
+write its first N training steps to FILE (docs/capture.md). ``parity --capture FILE`` judges it
+(``judge_capture`` below, called by ``app.commands.parity``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PYTHON = re.compile(r"python(?:[0-9]+(?:\.[0-9]+)*)?(?:\.exe)?")
+
+
+def byte_size(text: str) -> int:
+    """``268435456``, ``256M``, ``1G``, ``512KiB``: a number of bytes (>= 0)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes (e.g. 256M, 2G)")
+    return int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``capture`` subcommand."""
+    from app.commands.argtypes import positive_int
+
+    p = sub.add_parser(
+        "capture", help="record your own PyTorch training script's first steps (every aten op)",
+        description="Run `python train.py ARGS` (or `python -m pkg.mod ARGS`) unmodified and "
+                    "record its first N optimizer steps: every aten op (forward, backward, "
+                    "optimizer) with its module, phase, source line, inputs and outputs. "
+                    "Judge the file with `tapescope parity --capture FILE`. Exit 0 written, 2 "
+                    "bad input, the script failed, or no step recorded.",
+        usage="tapescope capture --out FILE [--steps N] [--max-bytes N] [--hashes-only] "
+              "-- python train.py ARGS...")
+    p.add_argument("--out", required=True, metavar="FILE", help="the capture file to write")
+    p.add_argument("--steps", type=positive_int, default=2,
+                   help="optimizer steps to record (a step ends at each optimizer.step())")
+    p.add_argument("--max-bytes", type=byte_size, default=None, metavar="N",
+                   help="values stored up to this many bytes (default 256M), a SHA-256 of "
+                        "each value beyond")
+    p.add_argument("--hashes-only", action="store_true",
+                   help="store no values, a SHA-256 of each (cheapest; cannot be judged)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT ARGS",
+                   help="the command that trains, after --")
+    p.set_defaults(func=run)
+
+
+def _target(cmd: list[str]) -> tuple[str, list[str], str, bool, list[str]]:
+    """``(python, its options, script-or-module, is_module, args)`` from
+    ``python [-u] train.py ARGS``."""
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ValueError("no command to capture: give it after --, e.g. "
+                         "tapescope capture --out run.capture -- python train.py")
+    exe = cmd[0]
+    if not _PYTHON.fullmatch(os.path.basename(exe)):
+        raise ValueError(f"{exe!r} is not a Python interpreter: the command must be "
+                         "`python SCRIPT ARGS` or `python -m MODULE ARGS`")
+    import shutil
+
+    found = sys.executable if exe in ("python", "python3") else shutil.which(exe)
+    if not found:
+        raise ValueError(f"{exe!r} not found")
+    rest = cmd[1:]
+    opts = []
+    while rest and rest[0] in ("-u", "-B", "-O", "-OO", "-E", "-s"):
+        opts.append(rest.pop(0))  # the interpreter's own flags: given to the child as they are
+    if not rest:
+        raise ValueError("no script to capture after the interpreter")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise ValueError("-m needs a module name")
+        return found, opts, rest[1], True, rest[2:]
+    if rest[0].startswith("-"):
+        raise ValueError(f"interpreter option {rest[0]!r} is not supported by capture (give "
+                         "`python SCRIPT ARGS` or `python -m MODULE ARGS`)")
+    script = rest[0]
+    if not os.path.isfile(script):
+        raise ValueError(f"script {script!r} not found")
+    return found, opts, script, False, rest[1:]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the script in a child with the recorder; 0 when the file is written, else raise
+    (one line, exit 2)."""
+    import json
+    import subprocess
+    import threading
+    import time
+
+    from app.capture.bootstrap import ENV, code
+    from app.capture.recorder import DEFAULT_MAX_BYTES
+    from core.atomic import check_writable
+    from core.progress import progress
+
+    python, opts, target, module, rest = _target(list(args.command))
+    check_writable(args.out, "--out")
+    if os.path.exists(args.out):
+        os.unlink(args.out)  # a stale capture must not pass for this run's
+    shown = shlex.join([os.path.basename(python), *(["-m"] if module else []), target, *rest])
+    rfd, wfd = os.pipe()
+    cfg = {"out": os.path.abspath(args.out), "steps": args.steps,
+           "max_bytes": DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes,
+           "hashes_only": args.hashes_only, "module": module, "fd": wfd}
+    env = dict(os.environ)
+    env[ENV] = json.dumps(cfg)
+    events: list[dict] = []
+    t0 = time.perf_counter()
+    with progress(f"capturing {os.path.basename(target)}", total=args.steps) as bar:
+        try:
+            child = subprocess.Popen([python, *opts, "-c", code(_ROOT), target, *rest], env=env,
+                                     pass_fds=(wfd,))
+        except OSError as e:
+            os.close(rfd)
+            raise ValueError(f"cannot start {python}: {e.strerror or e}") from None
+        finally:
+            os.close(wfd)
+
+        def read() -> None:
+            with os.fdopen(rfd, "r") as f:
+                for line in f:
+                    try:
+                        ev = json.loads(line)
+                    except ValueError:
+                        continue
+                    events.append(ev)
+                    if ev.get("event") == "step":
+                        bar.advance()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            rc = child.wait()
+        except KeyboardInterrupt:
+            child.terminate()
+            child.wait()
+            raise
+        reader.join(timeout=5)
+    wall = time.perf_counter() - t0
+    written = next((e for e in events if e.get("event") == "written"), None)
+    err = next((e for e in events if e.get("event") == "error"), None)
+    if rc != 0:
+        tail = f"; {written['steps']} steps were written to {args.out}" if written else ""
+        raise ValueError(f"the script failed (exit {rc}): {shown}{tail}")
+    if err is not None:
+        raise ValueError(f"cannot write {args.out}: {err['message']}")
+    if written is None:
+        raise ValueError(f"no training step recorded: {shown} never called optimizer.step() "
+                         "(a step ends at each optimizer.step())")
+    mib = written["stored_bytes"] / (1 << 20)
+    print(f"captured {written['steps']} steps of {shown}: {written['ops']} ops, "
+          f"{written['values']} values ({mib:.1f} MiB stored, {written['hashed']} as SHA-256 "
+          f"only) in {wall:.1f} s -> {args.out}")
+    if written["steps"] < args.steps:
+        print(f"note: the script made {written['steps']} of the {args.steps} steps asked for")
+    return 0
+
+
+def judge_capture(args: argparse.Namespace) -> int:
+    """``tapescope parity --capture FILE [--json OUT] [--explain]``: every op of every step
+    judged (core.capture.judge); 0 when every judged output is exact, 1 when one differs."""
+    import json
+
+    from core.atomic import check_writable, write_atomic
+    from core.capture.file import load
+    from core.capture.judge import judge
+    from core.parity import strict_json
+    from core.progress import file_label, progress
+
+    if args.json:
+        check_writable(args.json, "--json")
+    with progress(file_label("loading", args.capture)):
+        cap = load(args.capture)
+    if cap.steps == 0:
+        raise ValueError(f"{args.capture}: the capture holds no complete step")
+    with progress(f"judging {os.path.basename(args.capture)}", total=cap.n_ops) as bar:
+        rep = judge(cap, explain=bool(getattr(args, "explain", False)), advance=bar.advance)
+    print_report(rep, explain=bool(getattr(args, "explain", False)))
+    if args.json:
+        write_atomic(args.json, json.dumps(strict_json(rep), indent=1, allow_nan=False))
+    return 0 if rep["exact"] else 1
+
+
+def _short(source: str) -> str:
+    path, _, line = source.rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else source
+
+
+def print_report(rep: dict, explain: bool = False) -> None:
+    """The human summary of a judged capture."""
+    s = rep["settings"]
+    print(f"capture {rep['capture']}: {rep['steps']} steps, {rep['n_ops']} ops "
+          f"(forward {rep['phases']['forward']}, backward {rep['phases']['backward']}, "
+          f"optimizer {rep['phases']['optimizer']}); torch {s.get('torch')}, "
+          f"{s.get('threads')} threads, devices {', '.join(s.get('devices', [])) or '?'}")
+    if rep["reference_note"]:
+        print(f"note: {rep['reference_note']}")
+    for e in rep["losses"]:
+        ref = e["reference"]
+        print(f"step {e['step']:4d}  loss {e['recorded']!s:>14}  reference "
+              f"{'?' if ref is None else f'{ref:.9g}'}"
+              + ("" if ref is None or e["recorded"] is None else
+                 f"  {'exact' if ref == e['recorded'] else 'DIFFERS'}"))
+    c = rep["counts"]
+    print("outputs: " + ", ".join(f"{c[k]} {k}" for k in c if c[k]))
+    bad = [e for e in rep["ops"] if any(o["verdict"] in ("introduced", "inherited")
+                                        for o in e["outputs"])]
+    if bad:
+        print(f"{'step':>4} {'#':>6} {'phase':<9} {'op':<34} {'module':<24} {'verdict':<10} "
+              f"{'n_diff':>7} {'ulp':>6}  source")
+        for e in bad[:15]:
+            o = next(o for o in e["outputs"] if o["verdict"] in ("introduced", "inherited"))
+            n, u = (o["n_diff"], o["max_ulp"]) if o["verdict"] == "introduced" else \
+                (o["total_n_diff"], o["total_max_ulp"])
+            print(f"{e['step']:>4} {e['index']:>6} {e['phase']:<9} {e['op'][:34]:<34} "
+                  f"{e['module'][-24:]:<24} {o['verdict']:<10} {n:>7} {u:>6}  "
+                  f"{_short(e['source'])}")
+        if len(bad) > 15:
+            print(f"... {len(bad) - 15} more ops differ (--json lists them)")
+    nr = rep["no_reference"]
+    if nr:
+        total = sum(d["count"] for d in nr)
+        print(f"no reference: {total} ops of {len(nr)} kinds: "
+              + ", ".join(f"{d['op']} x{d['count']}" for d in nr[:8])
+              + (" ..." if len(nr) > 8 else ""))
+    f = rep["first_divergence"]
+    print("first divergence: " + ("none" if f is None else
+                                  f"step {f['step']} op #{f['index']} {f['op']} "
+                                  f"({f['module'] or 'no module'}, {f['phase']}, "
+                                  f"{_short(f['source'])}) {f['verdict']}"))
+    intro = rep["introduced"]
+    if intro:
+        e = intro[0]
+        why = f": {e['cause']}" if explain and "cause" in e else ""
+        print(f"introduced at step {e['step']}: #{e['index']} {e['op']} "
+              f"{e['module'] or '(no module)'} output {e['output']} ({e['n_diff']} elements, "
+              f"max {e['max_ulp']} ulp) at {_short(e['source'])}{why}"
+              + (f"; {len(intro)} introduced outputs in all" if len(intro) > 1 else ""))
+    judged = c["exact"] + c["introduced"] + c["inherited"]
+    if not rep["exact"]:
+        print("DIFFERS from the reference")
+    elif judged == 0:
+        print("nothing judged: no recorded output has a reference form here")
+    else:
+        print(f"bit-identical to the reference ({judged} outputs judged"
+              + (f"; {c['no-reference']} without a reference" if c["no-reference"] else "")
+              + ")")

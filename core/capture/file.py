@@ -1,0 +1,377 @@
+"""The capture file: a recorded PyTorch run (docs/capture.md), numpy only.
+
+A sibling of the tape file's version 2 (docs/tapefile.md) with the same layout and the same
+care, but its own magic and header (a capture's ops are aten ops, not the tape's op table, so
+the tape reader's node checks do not apply):
+
+    preamble  64 bytes   b"\\x93TSCAPTURE\\r\\n\\x1a\\n", the version (u16 little-endian), zeros
+    arrays    ...        each stored value's raw bytes at a 64-byte-aligned offset
+    header    n bytes    UTF-8 JSON (below)
+    trailer   56 bytes   b"CAPTIDX\\0", the header's offset (u64), length (u64), SHA-256 (32 bytes)
+
+SECURITY: a capture is untrusted input (docs/security.md). ``load`` never unpickles and never
+imports; the file must be a regular file; the header's length is checked against the limit and
+the file before it is read, and its SHA-256 before it is parsed (a JSON object with a repeated
+key is refused); every array must lie inside the file, aligned, with no two overlapping, and its
+size must be exactly its declared shape times its dtype's size (Python integers: a huge declared
+shape cannot overflow) before anything is allocated; a dtype is a name looked up in
+``STORED_DTYPES``, never ``np.dtype(text from the file)``; every array's SHA-256 is checked
+before it is handed out, read-only. Every failure is a ``CaptureFileError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import stat
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.atomic import write_atomic
+from core.precision import BFLOAT16
+
+__all__ = ["FORMAT", "VERSION", "MAGIC", "PHASES", "STORED_DTYPES", "Capture", "CaptureFileError",
+           "Limits", "save", "load", "is_capture"]
+
+FORMAT = "tapescope.capture"
+VERSION = 1
+MAGIC = b"\x93TSCAPTURE\r\n\x1a\n"  # 14 bytes, then the version (u16 LE)
+TRAILER_MAGIC = b"CAPTIDX\x00"
+PHASES = ("forward", "backward", "optimizer")
+_PREAMBLE = 64
+_ALIGN = 64
+_TRAILER = struct.Struct("<8sQQ32s")
+_MiB = 1 << 20
+_MAX_DEPTH = 12  # nesting of one op's argument JSON
+_MAX_TEXT = 4096  # one string in the header (an op name, a module path, a source line)
+
+# THE allow-list of dtypes whose values a capture stores: a name from a file is looked up here.
+STORED_DTYPES: dict[str, np.dtype] = {
+    n: np.dtype(t) for n, t in (
+        ("float64", np.float64), ("float32", np.float32), ("float16", np.float16),
+        ("bfloat16", BFLOAT16), ("int64", np.int64), ("int32", np.int32), ("int16", np.int16),
+        ("int8", np.int8), ("uint8", np.uint8), ("bool", np.bool_),
+        ("complex64", np.complex64), ("complex128", np.complex128))}
+
+
+class CaptureFileError(ValueError):
+    """A capture file is truncated, corrupt, foreign or inconsistent; the message names it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What reading one capture may cost; a hostile file is refused before it costs more."""
+
+    max_header_bytes: int = 256 * _MiB
+    max_rank: int = 32
+    max_elements: int = 1 << 40  # a hash-only value's declared element count
+
+
+@dataclass
+class Capture:
+    """A loaded capture: the ops (columns), the values (their dtype, shape, digest and, when
+    stored, the array), the steps, the initial state and the settings."""
+
+    path: str
+    steps: int
+    ops: dict[str, list]  # op, module, phase, step, source, args, kwargs, inputs, outputs (per op)
+    dtypes: list[str]  # per value
+    shapes: list[tuple[int, ...]]
+    digests: list[str]
+    arrays: list[np.ndarray | None]  # None: over the budget (its digest only)
+    losses: list[int]  # per step, the loss value's id (-1: none seen)
+    initial: dict
+    settings: dict
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.ops["op"])
+
+    def value(self, vid: int) -> np.ndarray | None:
+        """Value ``vid``'s recorded array (read-only), or None when only its digest is stored."""
+        return self.arrays[vid]
+
+
+def is_capture(path: str | os.PathLike) -> bool:
+    """True when ``path`` starts with the capture magic (a cheap sniff, no checks)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def save(path: str | os.PathLike, header: dict, arrays: list[np.ndarray]) -> Path:
+    """Write ``header`` (its ``values.array`` indexes ``arrays``) and the arrays, atomically.
+    ``header`` gets ``format``, ``version`` and ``arrays`` (offset, size, SHA-256 each)."""
+    table: list[list] = []
+    pos = _PREAMBLE
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        table.append([pos, a.nbytes, hashlib.sha256(a.data).hexdigest() if a.nbytes else
+                      hashlib.sha256(b"").hexdigest()])
+        pos = _align(pos + a.nbytes)
+    h = {"format": FORMAT, "version": VERSION, **header, "arrays": table}
+    text = json.dumps(h, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+    def write(f) -> None:
+        f.write(MAGIC + struct.pack("<H", VERSION) + bytes(_PREAMBLE - len(MAGIC) - 2))
+        at = _PREAMBLE
+        for a, (off, n, _) in zip(arrays, table, strict=True):
+            if off > at:
+                f.write(bytes(off - at))
+            f.write(memoryview(np.ascontiguousarray(a)).cast("B"))
+            at = off + n
+        hoff = _align(at)
+        f.write(bytes(hoff - at))
+        f.write(text)
+        f.write(_TRAILER.pack(TRAILER_MAGIC, hoff, len(text), hashlib.sha256(text).digest()))
+
+    return write_atomic(path, write)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise ValueError("a key appears twice in one object")
+    return d
+
+
+def load(path: str | os.PathLike, *, limits: Limits | None = None) -> Capture:
+    """Read and check a capture; every array is read into private memory and its SHA-256
+    checked before it is handed out (read-only)."""
+    lim = limits or Limits()
+    p = Path(path)
+
+    def bad(why: str) -> CaptureFileError:
+        return CaptureFileError(f"{p}: {why}")
+
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise bad(f"cannot open ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise bad("not a regular file (a capture is read only from a plain file)")
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        return _load(f, p, st.st_size, lim, bad)
+
+
+def _read(f, offset: int, n: int, bad, what: str) -> bytearray:
+    buf = bytearray(n)
+    f.seek(offset)
+    got = f.readinto(buf)
+    if got != n:
+        raise bad(f"{what} is truncated ({got} of {n} bytes)")
+    return buf
+
+
+def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
+    if size < _PREAMBLE + _TRAILER.size:
+        raise bad(f"not a capture file (too short: {size} bytes)")
+    pre = _read(f, 0, _PREAMBLE, bad, "the preamble")
+    if bytes(pre[:len(MAGIC)]) != MAGIC:
+        raise bad("not a capture file (no tapescope capture magic at its start)")
+    (ver,) = struct.unpack("<H", pre[len(MAGIC):len(MAGIC) + 2])
+    if ver != VERSION:
+        raise bad(f"capture version {ver} is not supported (this tapescope reads {VERSION})")
+    magic, hoff, hlen, hsha = _TRAILER.unpack(_read(f, size - _TRAILER.size, _TRAILER.size, bad,
+                                                    "the trailer"))
+    if magic != TRAILER_MAGIC:
+        raise bad("truncated or corrupt (no trailer at its end)")
+    if hlen > lim.max_header_bytes:
+        raise bad(f"header of {hlen} bytes is over the limit ({lim.max_header_bytes})")
+    if hoff < _PREAMBLE or hoff + hlen != size - _TRAILER.size:
+        raise bad("truncated or corrupt (the trailer's header offset is outside the file)")
+    text = _read(f, hoff, hlen, bad, "the header")
+    if hashlib.sha256(text).digest() != hsha:
+        raise bad("corrupt header (its SHA-256 does not match the trailer)")
+    try:
+        h = json.loads(bytes(text).decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise bad(f"header is not valid JSON ({' '.join(str(e).split())[:120]})") from None
+    spec = _Spec(h, hoff, lim, bad)
+    arrays: list[np.ndarray | None] = [None] * spec.n_values
+    for vid, ai in enumerate(spec.array_of):
+        if ai < 0:
+            continue
+        off, n, digest = spec.table[ai]
+        buf = _read(f, off, n, bad, f"array {ai} (value {vid})")
+        if hashlib.sha256(buf).hexdigest() != digest:
+            raise bad(f"corrupt array {ai} (value {vid}): its SHA-256 does not match the header")
+        a = np.frombuffer(buf, dtype=STORED_DTYPES[spec.dtypes[vid]]).reshape(spec.shapes[vid])
+        a.setflags(write=False)
+        arrays[vid] = a
+    return Capture(path=str(p), steps=spec.steps, ops=spec.ops, dtypes=spec.dtypes,
+                   shapes=spec.shapes, digests=spec.digests, arrays=arrays, losses=spec.losses,
+                   initial=spec.initial, settings=spec.settings, meta=spec.meta)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+class _Spec:
+    """The header, every field checked (types, ranges, sizes) before any array is read."""
+
+    def __init__(self, h: Any, hoff: int, lim: Limits, bad) -> None:
+        self.bad = bad
+        if not isinstance(h, dict) or h.get("format") != FORMAT:
+            raise bad(f"not a capture header (format is not {FORMAT!r})")
+        if h.get("version") != VERSION:
+            raise bad(f"header version {h.get('version')!r} is not {VERSION}")
+        self.steps = h.get("steps")
+        if not _is_int(self.steps) or self.steps < 0:
+            raise bad("header: 'steps' is not a count")
+        self._values(h, lim)
+        self._arrays(h, hoff)
+        self._ops(h)
+        self.losses = self._list(h, "losses", lambda v: _is_int(v) and -1 <= v < self.n_values,
+                                 n=self.steps)
+        self.initial = self._dict(h, "initial")
+        for key in ("params", "buffers"):
+            for e in self.initial.get(key, []):
+                if not (isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
+                        and _is_int(e[1]) and 0 <= e[1] < self.n_values):
+                    raise bad(f"header: initial {key} entry {str(e)[:60]!r} is malformed")
+        self.settings = self._dict(h, "settings")
+        self.meta = self._dict(h, "meta")
+
+    def _dict(self, h: dict, key: str) -> dict:
+        v = h.get(key, {})
+        if not isinstance(v, dict):
+            raise self.bad(f"header: {key!r} is not an object")
+        return v
+
+    def _list(self, h: dict, key: str, ok, n: int | None = None) -> list:
+        v = h.get(key)
+        if not isinstance(v, list):
+            raise self.bad(f"header: {key!r} is not a list")
+        if n is not None and len(v) != n:
+            raise self.bad(f"header: {key!r} has {len(v)} entries, not {n}")
+        for i, x in enumerate(v):
+            if not ok(x):
+                raise self.bad(f"header: {key!r} entry {i} ({str(x)[:60]!r}) is malformed")
+        return v
+
+    def _values(self, h: dict, lim: Limits) -> None:
+        v = self._dict(h, "values")
+        names = self._list(v, "dtypes", lambda s: isinstance(s, str) and 0 < len(s) <= 64)
+        di = self._list(v, "dtype", lambda i: _is_int(i) and 0 <= i < len(names))
+        n = len(di)
+        self.n_values = n
+        self.dtypes = [names[i] for i in di]
+
+        def shape_ok(s: Any) -> bool:
+            return isinstance(s, list) and len(s) <= lim.max_rank and \
+                all(_is_int(d) and 0 <= d for d in s)
+
+        shapes = self._list(v, "shape", shape_ok, n=n)
+        self.shapes = [tuple(s) for s in shapes]
+        for vid, s in enumerate(self.shapes):
+            if math.prod(s) > lim.max_elements:
+                raise self.bad(f"value {vid}: declared shape {list(s)} has more than "
+                               f"{lim.max_elements} elements")
+        self.digests = self._list(v, "sha256", lambda s: isinstance(s, str) and len(s) == 64
+                                  and all(c in "0123456789abcdef" for c in s), n=n)
+        self.array_of = self._list(v, "array", lambda i: _is_int(i) and i >= -1, n=n)
+
+    def _arrays(self, h: dict, hoff: int) -> None:
+        def ok(e: Any) -> bool:
+            return isinstance(e, list) and len(e) == 3 and _is_int(e[0]) and _is_int(e[1]) \
+                and isinstance(e[2], str) and len(e[2]) == 64
+        self.table = self._list(h, "arrays", ok)
+        used = [False] * len(self.table)
+        for vid, ai in enumerate(self.array_of):
+            if ai < 0:
+                continue
+            if ai >= len(self.table):
+                raise self.bad(f"value {vid} names array {ai}; the file has {len(self.table)}")
+            if used[ai]:
+                raise self.bad(f"array {ai} is named by two values")
+            used[ai] = True
+            name = self.dtypes[vid]
+            if name not in STORED_DTYPES:
+                raise self.bad(f"value {vid}: dtype {name[:40]!r} cannot be stored "
+                               f"(stored dtypes: {', '.join(STORED_DTYPES)})")
+            want = math.prod(self.shapes[vid]) * STORED_DTYPES[name].itemsize
+            off, n, digest = self.table[ai]
+            if n != want:
+                raise self.bad(f"value {vid}: array {ai} holds {n} bytes but shape "
+                               f"{list(self.shapes[vid])} of {name} needs {want}")
+            if self.digests[vid] != digest:
+                raise self.bad(f"value {vid}: its digest and array {ai}'s differ")
+        spans = sorted((off, n, i) for i, (off, n, _) in enumerate(self.table))
+        end = _PREAMBLE
+        for off, n, i in spans:
+            if off % _ALIGN or off < end or off + n > hoff:
+                raise self.bad(f"array {i} (offset {off}, {n} bytes) is misplaced: unaligned, "
+                               "overlapping another, or outside the file's data")
+            end = off + n
+
+    def _ops(self, h: dict) -> None:
+        o = self._dict(h, "ops")
+        text = lambda s: isinstance(s, str) and len(s) <= _MAX_TEXT  # noqa: E731
+        names = self._list(o, "names", text)
+        modules = self._list(o, "modules", text)
+        sources = self._list(o, "sources", text)
+        op = self._list(o, "op", lambda i: _is_int(i) and 0 <= i < len(names))
+        n = len(op)
+        module = self._list(o, "module", lambda i: _is_int(i) and 0 <= i < len(modules), n=n)
+        phase = self._list(o, "phase", lambda i: _is_int(i) and 0 <= i < len(PHASES), n=n)
+        step = self._list(o, "step", lambda i: _is_int(i) and 1 <= i <= self.steps, n=n)
+        source = self._list(o, "source", lambda i: _is_int(i) and -1 <= i < len(sources), n=n)
+        vid = lambda i: _is_int(i) and 0 <= i < self.n_values  # noqa: E731
+        ids = lambda v: isinstance(v, list) and all(vid(i) for i in v)  # noqa: E731
+        outputs = self._list(o, "outputs", ids, n=n)
+        args = self._list(o, "args", lambda a: isinstance(a, list) and self._arg(a, 0), n=n)
+        kwargs = self._list(o, "kwargs", lambda a: isinstance(a, dict) and self._arg(a, 0), n=n)
+        self.ops = {"op": [names[i] for i in op], "module": [modules[i] for i in module],
+                    "phase": [PHASES[i] for i in phase], "step": step,
+                    "source": [sources[i] if i >= 0 else "" for i in source],
+                    "args": args, "kwargs": kwargs, "outputs": outputs}
+
+    def _arg(self, a: Any, depth: int) -> bool:
+        """One recorded argument: None, bool, int, float, str, a list of them, or a tagged
+        object ({"T": value id}, {"f": "nan"|"inf"|"-inf"}, {"c": [re, im]}, {"?": text})."""
+        if depth > _MAX_DEPTH:
+            return False
+        if a is None or isinstance(a, (bool, int, float)):
+            return True
+        if isinstance(a, str):
+            return len(a) <= _MAX_TEXT
+        if isinstance(a, list):
+            return all(self._arg(x, depth + 1) for x in a)
+        if isinstance(a, dict):
+            if depth == 0:  # the kwargs object itself
+                return all(isinstance(k, str) and self._arg(v, 1) for k, v in a.items())
+            if len(a) != 1:
+                return False
+            (k, v), = a.items()
+            if k == "T":
+                return _is_int(v) and 0 <= v < self.n_values
+            if k == "f":
+                return v in ("nan", "inf", "-inf")
+            if k == "c":
+                return isinstance(v, list) and len(v) == 2 and all(
+                    isinstance(x, (int, float, dict)) for x in v)
+            if k == "?":
+                return isinstance(v, str) and len(v) <= _MAX_TEXT
+        return False

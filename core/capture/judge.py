@@ -1,0 +1,296 @@
+"""Judge a capture against the exact reference, per op, per step (numpy only).
+
+(a) **introduced**: each op re-run by the reference (``core.capture.aten_ref``) on its own
+recorded inputs; an output whose bits differ from the recorded one was introduced by that op.
+(b) **total**: the whole step re-run by the reference from the step's recorded initial state
+(every value no op of the step made: parameters, data, optimizer state, the values the step
+before left), each op fed the reference's own outputs of the ops before it (chained by value
+id). total differs, (a) does not: the op only **inherited** the difference.
+
+Verdicts per output: ``exact``, ``introduced``, ``inherited``, ``no-reference`` (the op has no
+reference form, or it failed: named, counted; in the chain its recorded output is used, and the
+ops after it are judged as always), ``recorded`` (an RNG draw or uninitialised memory, e.g.
+``bernoulli_``, ``empty``: the recorded output is the truth the chain uses) and ``unjudged``
+(an input or output is over the capture's size budget: its digest only). Each step's chain
+starts afresh from what was recorded, so a difference is localised to its step.
+
+The metric is ``core.parity.compare_arrays`` (its NaN policy and ulp); integer and bool
+outputs compare by equality.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from core.capture.file import Capture
+from core.parity import compare_arrays
+
+__all__ = ["RANDOM_OPS", "VERDICTS", "judge", "reference_available"]
+
+VERDICTS = ("exact", "introduced", "inherited", "no-reference", "recorded", "unjudged")
+# ops whose outputs are RNG draws (the recorded draw is used; nothing to judge)
+RANDOM_OPS = frozenset({
+    "bernoulli", "bernoulli_", "rand", "rand_like", "randn", "randn_like", "randint",
+    "randint_like", "randperm", "normal", "normal_", "uniform_", "exponential_", "geometric_",
+    "cauchy_", "log_normal_", "random_", "multinomial", "native_dropout", "rrelu_with_noise",
+    "poisson", "_standard_gamma", "_sample_dirichlet", "binomial"})
+# ops whose output is uninitialised memory
+UNINITIALISED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
+                               "new_empty_strided", "empty_permuted"})
+_FLOAT_KINDS = ("float64", "float32", "float16", "bfloat16")
+
+
+class _NoRef(Exception):
+    pass
+
+
+def _reference_fn() -> tuple[Callable | None, type, str]:
+    """``(reference, NoReference, why)``: the aten table, or None (every op no-reference)
+    while ``core.capture.aten_ref`` does not exist."""
+    try:
+        from core.capture.aten_ref import NoReference, reference
+    except ModuleNotFoundError as e:
+        if e.name != "core.capture.aten_ref":
+            raise
+        return None, _NoRef, "no aten reference table (core.capture.aten_ref) is installed"
+    return reference, NoReference, ""
+
+
+def reference_available() -> bool:
+    return _reference_fn()[0] is not None
+
+
+def base_name(op: str) -> str:
+    """``aten.add_.Tensor`` -> ``add_``."""
+    parts = op.split(".")
+    return parts[1] if len(parts) > 1 else op
+
+
+def _decode(a: Any, get: Callable[[int], np.ndarray | None]) -> Any:
+    if isinstance(a, list):
+        return [_decode(x, get) for x in a]
+    if isinstance(a, dict):
+        (k, v), = a.items()
+        if k == "T":
+            x = get(v)
+            if x is None:
+                raise _Missing(v)
+            return x
+        if k == "f":
+            return float(v)
+        if k == "c":
+            return complex(_decode(v[0], get), _decode(v[1], get))
+        raise _NoRef(f"an argument of type {v} was not recorded")
+    return a
+
+
+def _scalar(a: np.ndarray) -> float:
+    return float(np.asarray(a, dtype=np.float64).reshape(-1)[0]) if a.size else float("nan")
+
+
+class _Missing(Exception):
+    def __init__(self, vid: int) -> None:
+        super().__init__(vid)
+        self.vid = vid
+
+
+def _inputs(a: Any) -> list[int]:
+    if isinstance(a, list):
+        return [i for x in a for i in _inputs(x)]
+    if isinstance(a, dict):
+        if "T" in a:
+            return [a["T"]]
+        return [i for v in a.values() for i in _inputs(v)]
+    return []
+
+
+def _diff(ref: np.ndarray, rec: np.ndarray) -> dict:
+    """How ``ref`` differs from ``rec``: n, n_diff, max_ulp, max_abs, first_index, and the
+    signed zeros (floats: ``compare_arrays``; others: equality)."""
+    name = rec.dtype.name
+    if name in _FLOAT_KINDS:
+        d = compare_arrays(ref, rec)
+        return {"n": d.n, "n_diff": d.n_diff, "max_ulp": d.max_ulp, "max_abs": d.max_abs,
+                "first_index": d.first_index, "n_signed_zero": d.n_signed_zero,
+                "nan_bits_differ": d.nan_bits_differ}
+    if rec.dtype.kind == "c":
+        parts = [_diff(np.ascontiguousarray(getattr(ref, p)), np.ascontiguousarray(
+            getattr(rec, p))) for p in ("real", "imag")]
+        return {"n": rec.size, "n_diff": parts[0]["n_diff"] + parts[1]["n_diff"],
+                "max_ulp": max(p["max_ulp"] for p in parts),
+                "max_abs": max(p["max_abs"] for p in parts), "first_index": None,
+                "n_signed_zero": 0, "nan_bits_differ": 0}
+    ne = np.asarray(ref != rec).reshape(-1)
+    n_diff = int(ne.sum())
+    return {"n": rec.size, "n_diff": n_diff, "max_ulp": 0, "max_abs": 0.0,
+            "first_index": int(np.argmax(ne)) if n_diff else None, "n_signed_zero": 0,
+            "nan_bits_differ": 0}
+
+
+def _check_out(j: int, got: Any, rec: np.ndarray) -> np.ndarray:
+    g = np.asarray(got)
+    if g.dtype != rec.dtype or g.shape != rec.shape:
+        raise _NoRef(f"the reference's output {j} is {g.dtype}{list(g.shape)}, the recorded "
+                     f"one {rec.dtype}{list(rec.shape)}")
+    return g
+
+
+def _cause(d: dict) -> dict:
+    """What can be said of an introduced difference without a variant table for aten ops."""
+    if d["n_diff"] and d["n_signed_zero"] == d["n_diff"]:
+        return {"cause": "signed-zero", "variant": "equal but for the sign of zero"}
+    return {"cause": "unknown", "variant": "", "closest": None, "max_ulp": d["max_ulp"],
+            "n_diff": d["n_diff"]}
+
+
+def judge(cap: Capture, *, explain: bool = False,
+          advance: Callable[[], None] | None = None) -> dict:
+    """The capture judged: the JSON report (``ops``, ``introduced``, ``first_divergence``,
+    ``losses``, ``settings``, counts). ``advance()`` is called once per op (progress)."""
+    reference, NoReference, why_none = _reference_fn()
+    ops = cap.ops
+    t0 = time.perf_counter()
+    entries: list[dict] = []
+    introduced: list[dict] = []
+    first: dict | None = None
+    counts: Counter[str] = Counter()
+    no_ref: dict[str, dict] = {}
+    phases: Counter[str] = Counter()
+    chain: dict[int, np.ndarray] = {}  # value id -> the reference's value, where it differs
+    step = 0
+    ref_calls = 0
+    loss_ids = {v for v in cap.losses if v >= 0}
+    ref_loss: dict[int, np.ndarray] = {}  # the reference's own loss (the chain's), per step
+
+    def rec_get(v: int) -> np.ndarray | None:
+        return cap.arrays[v]
+
+    def chain_get(v: int) -> np.ndarray | None:
+        x = chain.get(v)
+        return cap.arrays[v] if x is None else x
+
+    for i in range(cap.n_ops):
+        if ops["step"][i] != step:
+            step = ops["step"][i]
+            chain.clear()
+        op = ops["op"][i]
+        outs = ops["outputs"][i]
+        phases[ops["phase"][i]] += 1
+        e = {"index": i, "op": op, "module": ops["module"][i], "phase": ops["phase"][i],
+             "step": step, "source": ops["source"][i], "outputs": []}
+        entries.append(e)
+        if advance is not None:
+            advance()
+        if not outs:
+            continue
+        base = base_name(op)
+
+        def mark(verdict: str, reason: str | None = None, e=e, outs=outs) -> None:
+            e["outputs"] = [{"value": v, "verdict": verdict} for v in outs]
+            if reason:
+                e["reason"] = reason
+            counts[verdict] += len(outs)
+            for v in outs:
+                chain.pop(v, None)
+
+        if base in RANDOM_OPS or base in UNINITIALISED_OPS:
+            mark("recorded", "an RNG draw" if base in RANDOM_OPS else "uninitialised memory")
+            continue
+        recorded = [cap.arrays[v] for v in outs]
+        if any(r is None for r in recorded):
+            mark("unjudged", "an output is over the capture's size budget (its digest only)")
+            continue
+        args, kwargs = ops["args"][i], ops["kwargs"][i]
+        try:
+            if reference is None:
+                raise _NoRef(why_none)
+            try:
+                a, k = _decode(args, rec_get), _decode(kwargs, rec_get)
+            except _Missing as m:
+                mark("unjudged", f"input value {m.vid} is over the capture's size budget "
+                                 "(its digest only)")
+                continue
+            ref_calls += 1
+            got = reference(op, a, k)
+            if len(got) != len(outs):
+                raise _NoRef(f"the reference returned {len(got)} outputs, the capture has "
+                             f"{len(outs)}")
+            got = [_check_out(j, g, r) for j, (g, r) in enumerate(zip(got, recorded,
+                                                                        strict=True))]
+            tot = got
+            if any(v in chain for v in _inputs(args) + _inputs(kwargs)):
+                ref_calls += 1
+                tot = reference(op, _decode(args, chain_get), _decode(kwargs, chain_get))
+                tot = [_check_out(j, g, r) for j, (g, r) in enumerate(zip(tot, recorded,
+                                                                            strict=True))]
+        except (NoReference, _NoRef) as x:
+            reason = " ".join(str(x).split()) or "no reference form"
+            mark("no-reference", reason)
+            nr = no_ref.setdefault(op, {"op": op, "count": 0, "reason": reason})
+            nr["count"] += 1
+            continue
+        except Exception as x:  # noqa: BLE001 — a form's failure is named, never a crash
+            reason = f"the reference failed: {type(x).__name__}: {' '.join(str(x).split())}"
+            mark("no-reference", reason[:300])
+            nr = no_ref.setdefault(op, {"op": op, "count": 0, "reason": reason[:300]})
+            nr["count"] += 1
+            continue
+        for j, (v, r, g, t) in enumerate(zip(outs, recorded, got, tot, strict=True)):
+            di = _diff(g, r)
+            dt = di if t is g else _diff(t, r)
+            if v in loss_ids:
+                ref_loss[v] = t
+            if dt["n_diff"]:
+                chain[v] = t
+            else:
+                chain.pop(v, None)
+            verdict = "introduced" if di["n_diff"] else ("inherited" if dt["n_diff"]
+                                                         else "exact")
+            counts[verdict] += 1
+            o = {"value": v, "verdict": verdict, "n": di["n"], "n_diff": di["n_diff"],
+                 "max_ulp": di["max_ulp"], "total_n_diff": dt["n_diff"],
+                 "total_max_ulp": dt["max_ulp"]}
+            e["outputs"].append(o)
+            if verdict == "exact":
+                continue
+            where = {"step": step, "index": i, "op": op, "module": e["module"],
+                     "phase": e["phase"], "source": e["source"], "output": j}
+            if first is None:
+                first = {**where, "verdict": verdict}
+            if verdict == "introduced":
+                ent = {**where, "n_diff": di["n_diff"], "max_ulp": di["max_ulp"],
+                       "max_abs": di["max_abs"], "first_index": di["first_index"]}
+                if explain:
+                    c = _cause(di)
+                    ent["cause"], ent["explain"] = c["cause"], c
+                introduced.append(ent)
+        if len(e["outputs"]) != len(outs):  # defensive: every output has its verdict
+            raise AssertionError(f"op {i}: {len(e['outputs'])} verdicts for {len(outs)}")
+        # the chain of a step ends with the step: the next starts from what was recorded
+    losses = []
+    for s, vid in enumerate(cap.losses, start=1):
+        rec = None if vid < 0 else cap.arrays[vid]
+        ref = ref_loss.get(vid)
+        losses.append({"step": s, "value": vid if vid >= 0 else None,
+                       "recorded": None if rec is None else _scalar(rec),
+                       "reference": None if ref is None else _scalar(ref)})
+    n_ops_out = sum(1 for e in entries if e["outputs"])
+    exact = counts["introduced"] == 0 and counts["inherited"] == 0
+    return {
+        "capture": cap.path, "steps": cap.steps, "exact": exact,
+        "reference": "core.capture.aten_ref" if reference is not None else None,
+        "reference_note": why_none or None,
+        "counts": {v: counts[v] for v in VERDICTS},
+        "n_ops": cap.n_ops, "n_ops_with_outputs": n_ops_out,
+        "phases": {p: phases[p] for p in ("forward", "backward", "optimizer")},
+        "no_reference": sorted(no_ref.values(), key=lambda d: (-d["count"], d["op"])),
+        "first_divergence": first, "introduced": introduced, "losses": losses,
+        "settings": cap.settings, "meta": cap.meta,
+        "judge_seconds": round(time.perf_counter() - t0, 3), "reference_calls": ref_calls,
+        "ops": entries,
+    }
