@@ -86,17 +86,25 @@ class _BadInput(Exception):
     pass
 
 
-def _read_array(path: str):
-    """(name or None, array) from a .npy (no pickle) or a serialized TensorProto (.pb)."""
-    import numpy as np
+def _read_array(path: str, limits=None):
+    """(name or None, array) from a .npy (no pickle, no memory map, its declared size checked
+    against the file and ``limits`` first: core.arrayfile) or a serialized TensorProto (.pb)."""
     from onnx import TensorProto, numpy_helper
+
+    from core.arrayfile import ArrayFileError, read_npy
 
     if not os.path.isfile(path):
         raise _BadInput(f"{path}: no such file")
-    if path.endswith(".npy"):
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as exc:
+        raise _BadInput(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if path.endswith((".npy", ".npz")) or magic == b"\x93NUMPY" or magic[:2] == b"PK":
         try:
-            return None, np.load(path, allow_pickle=False)
-        except Exception as exc:
+            return None, read_npy(path, max_bytes=getattr(limits, "max_bytes", None),
+                                  max_elements=getattr(limits, "max_elements", None))
+        except (ArrayFileError, OSError) as exc:
             raise _BadInput(f"{path}: not a readable .npy array ({exc})") from None
     try:
         t = TensorProto()
@@ -107,23 +115,52 @@ def _read_array(path: str):
         raise _BadInput(f"{path}: not a .npy file or a TensorProto ({exc})") from None
 
 
-def _named(specs: list[str], names: list[str], what: str) -> dict:
-    """NAME=FILE or FILE specs resolved to {name: array} against the graph's ``names``."""
+def _named(specs: list[str], names: list[str], what: str, sess=None) -> dict:
+    """NAME=FILE or FILE specs resolved to {name: array} against the graph's ``names``, read
+    within ``sess``'s budgets; a given input of another element type than the model declares is
+    refused here, naming the input and the file."""
+    from core.names import shown
+
     out = {}
     for i, spec in enumerate(specs):
         name, path = (spec.split("=", 1) if "=" in spec and not os.path.isfile(spec)
                       else (None, spec))
-        pb_name, arr = _read_array(path)
+        try:
+            pb_name, arr = _read_array(path, sess.limits if sess is not None else None)
+        except _BadInput as exc:
+            guess = name or (names[i] if i < len(names) else None)
+            if not guess:
+                raise
+            raise _BadInput(f"{what} '{shown(guess)}': {exc}") from None
         name = name or pb_name or (names[i] if i < len(names) else None)
         if name is None:
             raise _BadInput(f"{path}: cannot tell which {what} it is; write NAME={path}")
         if name not in names:
-            from core.names import shown
-
             raise _BadInput(f"{path}: {what} '{shown(name)}' is not one of the model's "
                             f"({', '.join(shown(n) for n in names)})")
+        if sess is not None and what == "input":
+            _check_dtype(sess, name, path, arr)
         out[name] = arr
     return out
+
+
+def _check_dtype(sess, name: str, path: str, arr) -> None:
+    """The given array's element type is the one the model declares for input ``name``."""
+    from core.names import shown
+    from core.onnx.loader import np_dtype
+
+    for vi in sess.model.graph.input:
+        if vi.name != name or not vi.type.HasField("tensor_type"):
+            continue
+        try:
+            want = np_dtype(vi.type.tensor_type.elem_type)
+        except Exception:  # an element type numpy does not know: the run says so
+            return
+        if arr.dtype != want:
+            kind = {"U": " (strings)", "S": " (bytes)", "c": " (complex numbers)"}.get(
+                arr.dtype.kind, "")
+            raise _BadInput(f"input '{shown(name)}': {path}: dtype {arr.dtype}{kind}, the model "
+                            f"declares {want}")
 
 
 def _stats(a) -> str:
@@ -185,11 +222,11 @@ def run(args: argparse.Namespace) -> int:
         with progress(file_label("loading", args.model)) as bar:
             sess = Session(args.model, mode=args.mode, limits=limits_from(args),
                            cancel=Ticks(bar))
-        feeds = _named(args.input, sess.input_names, "input") if args.input \
+        feeds = _named(args.input, sess.input_names, "input", sess) if args.input \
             else default_inputs(sess, args.seed)
         generated = not args.input
         expected_specs = [s for group in args.expected for s in group]
-        expected = _named(expected_specs, sess.output_names, "output")
+        expected = _named(expected_specs, sess.output_names, "output", sess)
         with progress(f"running {os.path.basename(args.model)} (nodes and iterations)") as bar:
             outs = sess.run(feeds, cancel=Ticks(bar))
     except (OnnxError, _BadInput) as exc:

@@ -197,41 +197,45 @@ def _input_specs(sess, shapes: dict[str, tuple[int, ...]]):
 
 
 def _given_input(name: str, path: str, specs) -> np.ndarray:
-    """--input NAME=FILE.npy: read without pickle, checked against the input's shape."""
+    """--input NAME=FILE.npy: read without pickle or a memory map, its header checked against
+    the input's shape and the file's size before anything is allocated (core.arrayfile)."""
+    from core.arrayfile import ArrayFileError, read_npy
+
     if name not in specs:
         raise OnnxError(f"--input {name}=...: the model has no input {name!r} (its inputs: "
                         f"{', '.join(sorted(specs))})", file=path)
-    try:
-        a = np.load(path, allow_pickle=False)
-    except Exception as exc:
-        raise OnnxError(f"--input {name}: not a readable .npy array ({exc})", file=path) from None
     shape, dt = specs[name]
-    if a.shape != shape:
-        raise OnnxError(f"--input {name}: shape {a.shape}, the model takes {shape} (give "
-                        f"--shape {name}={','.join(map(str, a.shape))} for dynamic axes)",
-                        file=path)
+
+    def check(got: tuple, dtype: np.dtype) -> None:
+        if dtype.kind not in "biuf":  # strings, complex: no lossless cast to the model's type
+            what = {"U": "strings", "S": "bytes", "c": "complex numbers"}.get(dtype.kind, "")
+            raise OnnxError(f"--input {name}: dtype {dtype}{f' ({what})' if what else ''}, the "
+                            f"model takes {np.dtype(dt)}", file=path)
+        if got != shape:
+            raise OnnxError(f"--input {name}: shape {got}, the model takes {shape} (give "
+                            f"--shape {name}={','.join(map(str, got))} for dynamic axes)",
+                            file=path)
+
+    try:
+        a = read_npy(path, check=check)
+    except ArrayFileError as exc:
+        raise OnnxError(f"--input {name}: not a readable .npy array ({exc})", file=path) from None
     return a.astype(dt)
 
 
 def _read_weights(path: str, current: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """--weights FILE.safetensors: trained weights by initializer name (safetensors, never
-    pickle); an unknown name or a shape that differs is one line naming it."""
-    try:
-        from safetensors.numpy import load_file
+    """--weights FILE.safetensors: trained weights by initializer name (never pickle, never a
+    memory map); the header's names, shapes and dtypes are checked against the model before
+    any tensor is read, so an unknown name or a shape that differs is one line naming it."""
+    from core.arrayfile import ArrayFileError, read_safetensors
 
-        got = load_file(path)
-    except Exception as exc:
-        raise OnnxError(f"--weights: not a readable .safetensors file ({exc})",
-                        file=path) from None
-    for k, v in got.items():
-        if k not in current:
-            some = ", ".join(sorted(current)[:8]) + (", ..." if len(current) > 8 else "")
-            raise OnnxError(f"--weights: {k!r} is not a weight of the model (its weights: "
-                            f"{some})", file=path)
-        if tuple(v.shape) != tuple(current[k].shape):
-            raise OnnxError(f"--weights: {k!r} has shape {tuple(v.shape)}, the model's is "
-                            f"{tuple(current[k].shape)}", file=path)
-    return {k: np.asarray(v) for k, v in got.items()}
+    try:
+        got = read_safetensors(path, {k: tuple(v.shape) for k, v in current.items()})
+    except ArrayFileError as exc:
+        raise OnnxError(f"--weights: {exc}", file=path) from None
+    except OSError as exc:
+        raise OnnxError(f"--weights: cannot read it ({exc})", file=path) from None
+    return got
 
 
 class OnnxWorkload(Workload):
