@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import secrets
 from html import escape
 from pathlib import Path
 
 from app.session import EXACT_COLOR, NAN_COLOR, parity_colors
-from core.atomic import write_all
+from core.atomic import remove_stale_temporaries, write_all
 from core.parity import entry_differs, strict_json
 
 SECTIONS = ("verdict", "environment", "first-divergence", "introduced", "dag", "plots",
@@ -214,6 +216,7 @@ def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
     title = f"tapescope parity report — {c['workload']}"
     return f"""<!DOCTYPE html>
 <html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>
+<meta name={PAIR_META} content="{escape(str(data.get('pair', '')))}">
 <meta name=viewport content="width=device-width,initial-scale=1"><style>{CSS}</style></head>
 <body><main>
 <h1>{escape(title)}</h1>
@@ -237,13 +240,39 @@ def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
 """
 
 
+PAIR_META = "tapescope-pair"  # the HTML's <meta> carrying the pair id the JSON's "pair" holds
+_PAIR_RE = re.compile(rb'<meta name=' + PAIR_META.encode() + rb' content="([0-9a-f]*)">')
+
+
 def write_report(data: dict, path: str | Path) -> tuple[Path, Path]:
-    """Render the pictures (needs a QApplication) and write ``path`` and ``path.json``."""
+    """Render the pictures (needs a QApplication) and write ``path`` and ``path.json``: one pair
+    id in both (the JSON's ``pair``, the HTML's ``<meta name=tapescope-pair>``), so a reader
+    (``read_report``) can tell a matched pair from what a kill between the renames left."""
     from app.report_render import render_dag, render_training
 
     path = Path(path)
+    data = {**data, "pair": secrets.token_hex(8)}
     html = build_html(data, render_dag(data), render_training(data))
     side = path.with_suffix(".json")
-    # a pair: both complete on disk before either replaces the old one (core.atomic)
-    write_all([(path, html), (side, json.dumps(strict_json(data), indent=1, allow_nan=False))])
+    # a pair: both complete on disk before either replaces the old one, and a failed rename
+    # puts the first back (core.atomic); the HTML, what a person opens, goes last
+    write_all([(side, json.dumps(strict_json(data), indent=1, allow_nan=False)), (path, html)])
+    for p in (side, path):  # what an earlier writer killed mid-write left behind
+        remove_stale_temporaries(p)
     return path, side
+
+
+def read_report(path: str | Path) -> dict:
+    """The JSON of the report ``path`` (the HTML), checked to be its pair: a ValueError naming
+    both files when the JSON beside it is from another run (a write was killed between its
+    renames) or either lacks the pair id."""
+    path = Path(path)
+    side = path.with_suffix(".json")
+    with open(path, "rb") as f:
+        m = _PAIR_RE.search(f.read(4096))  # the <meta> is in the head, within its first lines
+    data = json.loads(side.read_text(encoding="utf-8"))
+    pair = data.get("pair") if isinstance(data, dict) else None
+    if not m or not pair or m.group(1).decode() != pair:
+        raise ValueError(f"{path} and {side.name} are not one report (a write was interrupted, "
+                         "or one was replaced): run the report again")
+    return data

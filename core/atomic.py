@@ -21,13 +21,16 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import secrets
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["build_atomic", "check_writable", "write_all", "write_atomic"]
+__all__ = ["build_atomic", "check_writable", "remove_stale_temporaries", "write_all",
+           "write_atomic"]
 
 Data = bytes | str | Callable[[BinaryIO], None]  # the bytes, text (utf-8), or a writer
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
@@ -221,6 +224,32 @@ def _backup(p: Path) -> Path | None:
         except OSError:
             return None  # no hard links here: the other file may then be new alone
     return None
+
+
+def remove_stale_temporaries(path: str | os.PathLike, older_than: float = 3600.0) -> int:
+    """Remove what a writer of ``path`` killed mid-write left (our temporaries and backups,
+    ``.NAME.XXXXXXXXXXXX.tmp``, yours, untouched for ``older_than`` seconds: a live writer's
+    are newer, since writing or linking one sets its ctime). Nothing else is touched; the
+    number removed."""
+    path = Path(path)
+    pattern = re.compile(re.escape(f".{path.name[:200]}.") + r"[0-9a-f]{12}\.tmp")
+    cut = time.time() - older_than
+    removed = 0
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return 0
+    for name in names:
+        if not pattern.fullmatch(name):
+            continue
+        try:
+            st = os.lstat(path.parent / name)
+            if st.st_uid == os.getuid() and st.st_ctime <= cut:
+                os.unlink(path.parent / name)
+                removed += 1
+        except OSError:
+            pass  # gone already, or not ours to remove
+    return removed
 
 
 def check_writable(path: str | os.PathLike, what: str = "") -> Path:
