@@ -15,6 +15,7 @@ import os
 import pkgutil
 import sys
 import traceback
+import warnings
 from types import TracebackType
 
 import app.commands
@@ -112,6 +113,17 @@ def one_line(e: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; with no command it opens the GUI."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    with warnings.catch_warnings():
+        if "--debug" not in argv:
+            # stderr carries only tapescope's own lines: a numpy RuntimeWarning (a float16 model
+            # overflowing, an empty batch), a ComplexWarning or a library's warning is not
+            # printed. Appended, so it only catches what no other filter does: -W or
+            # PYTHONWARNINGS (and a test's "error" filters) still win; --debug shows them.
+            warnings.simplefilter("ignore", append=True)
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
     if not [a for a in argv if a != "--debug"]:
