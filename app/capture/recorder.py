@@ -42,8 +42,8 @@ RANDOM_OPS = frozenset({
     "randint_like", "randperm", "normal", "normal_", "uniform_", "exponential_", "geometric_",
     "cauchy_", "log_normal_", "random_", "multinomial", "native_dropout", "rrelu_with_noise",
     "poisson", "_standard_gamma", "_sample_dirichlet", "binomial"})
-# ops that write an argument their schema does not mark (running statistics): the argument's
-# next read is recorded afresh
+# ops that write arguments their schema does not mark (the running statistics): those are
+# outputs too, first (core/capture/__init__.py's convention), whenever both are tensors
 _UNMARKED_WRITES = {"aten.native_batch_norm.default": (3, 4),
                     "aten._native_batch_norm_legit.default": (3, 4),
                     "aten.cudnn_batch_norm.default": (3, 4),
@@ -129,6 +129,7 @@ class Recorder(TorchDispatchMode):
         self.done = False
         self.t0 = time.perf_counter()
         self._src_cache: dict[str, bool] = {}
+        self._names: dict[tuple[int, int], str] = {}
 
     # ---- install / remove -------------------------------------------------------------------
     def start(self) -> Recorder:
@@ -172,7 +173,13 @@ class Recorder(TorchDispatchMode):
         else:
             parent, ppath = self.modules[-1]
             name = next((k for k, m in parent._modules.items() if m is mod), None)
-            path = f"{ppath}.{name}" if name is not None else f"{ppath}.{type(mod).__name__}"
+            if name is None:  # a grandchild called directly (a ModuleList's item): its path
+                name = self._names.get((id(parent), id(mod)))
+                if name is None:
+                    name = next((k for k, m in parent.named_modules() if m is mod and k),
+                                type(mod).__name__)
+                    self._names[(id(parent), id(mod))] = name
+            path = f"{ppath}.{name}"
         self.modules.append((mod, path))
 
     def _post(self, mod: torch.nn.Module, args: Any, out: Any) -> None:
@@ -375,12 +382,13 @@ class Recorder(TorchDispatchMode):
                 if r.alias_info is None:
                     outs += [self._made(t) for t in _tensors(v)]
         else:
-            outs = [self._made(t) for t in _tensors(out)]
-        unmarked = _UNMARKED_WRITES.get(name)
-        if unmarked is not None:
-            for i in unmarked:  # forget the written running stats: their next read is new
-                if i < len(args) and isinstance(args[i], torch.Tensor):
-                    self.seen.pop(self._key(args[i]), None)
+            outs = []
+            unmarked = _UNMARKED_WRITES.get(name)
+            if unmarked is not None:  # running stats written, unmarked: outputs all the same
+                stats = [args[i] if i < len(args) else None for i in unmarked]
+                if all(isinstance(t, torch.Tensor) for t in stats):
+                    outs = [self._made(t) for t in stats]
+            outs += [self._made(t) for t in _tensors(out)]
         # phase and module
         if graph_task != -1:
             phase = 1

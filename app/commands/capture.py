@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "bad input, the script failed, or no step recorded.",
         usage="tapescope capture --out FILE [--steps N] [--max-bytes N] [--hashes-only] "
               "-- python train.py ARGS...")
-    p.add_argument("--out", required=True, metavar="FILE", help="the capture file to write")
+    p.add_argument("--out", metavar="FILE", help="the capture file to write (required)")
     p.add_argument("--steps", type=positive_int, default=2,
                    help="optimizer steps to record (a step ends at each optimizer.step())")
     p.add_argument("--max-bytes", type=byte_size, default=None, metavar="N",
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "each value beyond")
     p.add_argument("--hashes-only", action="store_true",
                    help="store no values, a SHA-256 of each (cheapest; cannot be judged)")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT ARGS",
+    p.add_argument("script_command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT ARGS",
                    help="the command that trains, after --")
     p.set_defaults(func=run)
 
@@ -99,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
     from core.atomic import check_writable
     from core.progress import progress
 
-    python, opts, target, module, rest = _target(list(args.command))
+    python, opts, target, module, rest = _target(list(args.script_command))
+    if not args.out:
+        raise ValueError("--out FILE is required (the capture file to write)")
     check_writable(args.out, "--out")
     if os.path.exists(args.out):
         os.unlink(args.out)  # a stale capture must not pass for this run's
@@ -203,8 +205,8 @@ def print_report(rep: dict, explain: bool = False) -> None:
         print(f"note: {rep['reference_note']}")
     for e in rep["losses"]:
         ref = e["reference"]
-        print(f"step {e['step']:4d}  loss {e['recorded']!s:>14}  reference "
-              f"{'?' if ref is None else f'{ref:.9g}'}"
+        print(f"step {e['step']:4d}  loss {e['recorded']!r}  reference "
+              f"{'?' if ref is None else repr(ref)}"
               + ("" if ref is None or e["recorded"] is None else
                  f"  {'exact' if ref == e['recorded'] else 'DIFFERS'}"))
     c = rep["counts"]

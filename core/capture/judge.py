@@ -89,6 +89,10 @@ def _decode(a: Any, get: Callable[[int], np.ndarray | None]) -> Any:
     return a
 
 
+def _decode_kw(kw: dict, get: Callable[[int], np.ndarray | None]) -> dict:
+    return {k: _decode(v, get) for k, v in kw.items()}
+
+
 def _scalar(a: np.ndarray) -> float:
     return float(np.asarray(a, dtype=np.float64).reshape(-1)[0]) if a.size else float("nan")
 
@@ -105,7 +109,7 @@ def _inputs(a: Any) -> list[int]:
     if isinstance(a, dict):
         if "T" in a:
             return [a["T"]]
-        return [i for v in a.values() for i in _inputs(v)]
+        return []
     return []
 
 
@@ -210,7 +214,7 @@ def judge(cap: Capture, *, explain: bool = False,
             if reference is None:
                 raise _NoRef(why_none)
             try:
-                a, k = _decode(args, rec_get), _decode(kwargs, rec_get)
+                a, k = _decode(args, rec_get), _decode_kw(kwargs, rec_get)
             except _Missing as m:
                 mark("unjudged", f"input value {m.vid} is over the capture's size budget "
                                  "(its digest only)")
@@ -223,9 +227,9 @@ def judge(cap: Capture, *, explain: bool = False,
             got = [_check_out(j, g, r) for j, (g, r) in enumerate(zip(got, recorded,
                                                                         strict=True))]
             tot = got
-            if any(v in chain for v in _inputs(args) + _inputs(kwargs)):
+            if any(v in chain for v in _inputs(args) + _inputs(list(kwargs.values()))):
                 ref_calls += 1
-                tot = reference(op, _decode(args, chain_get), _decode(kwargs, chain_get))
+                tot = reference(op, _decode(args, chain_get), _decode_kw(kwargs, chain_get))
                 tot = [_check_out(j, g, r) for j, (g, r) in enumerate(zip(tot, recorded,
                                                                             strict=True))]
         except (NoReference, _NoRef) as x:
