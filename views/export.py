@@ -125,16 +125,24 @@ def save_graph_svg(view, path: str, title: str = "tapescope graph") -> QSize:
 
 
 # ---- tables -----------------------------------------------------------------------------------
-def _plain(text) -> str:
-    """A cell as CSV holds it: ``23,296`` → ``23296``; anything else as shown, but text that a
-    spreadsheet would run as a formula (``=…``, ``+…``, ``@…``: a node name from a file) gets
-    a leading ``'``."""
+def csv_cell(text) -> str:
+    """The one guard for every CSV cell tapescope writes (OWASP's rule for CSV injection): text
+    a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a
+    carriage return: a node name from a file such as ``=cmd|' /C calc'!A0``) gets a leading
+    ``'``; a number (``-1.5``, ``+3``, ``-inf``) stays a number."""
     t = "" if text is None else str(text)
-    if _GROUPED.fullmatch(t):
-        return t.replace(",", "")
     if t[:1] in _FORMULA and not _NUMBER.fullmatch(t):
         return "'" + t
     return t
+
+
+def _plain(text) -> str:
+    """A cell as CSV holds it: ``23,296`` → ``23296``; anything else as shown, guarded by
+    ``csv_cell``."""
+    t = "" if text is None else str(text)
+    if _GROUPED.fullmatch(t):
+        return t.replace(",", "")
+    return csv_cell(t)
 
 
 def model_table(model) -> tuple[list[str], list[list[str]]]:
@@ -182,10 +190,12 @@ def graph_table(model) -> tuple[list[str], list[list[str]]]:
 
 
 def write_csv(path: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
-    """Write a table as CSV (UTF-8, one header line); returns the rows written."""
+    """Write a table as CSV (UTF-8, one header line); returns the rows written. Every cell,
+    headers included, goes through ``csv_cell`` (whatever table it came from: the graph's
+    nodes, a panel, a plot's series)."""
     out = io.StringIO(newline="")
     w = csv.writer(out)
-    w.writerow(headers)
-    w.writerows(rows)
+    w.writerow([csv_cell(h) for h in headers])
+    w.writerows([csv_cell(c) for c in row] for row in rows)
     _write(path, out.getvalue(), "CSV")
     return len(rows)
