@@ -60,7 +60,8 @@ def _with_model_options(spec: str, args: argparse.Namespace) -> str:
     inputs = {k: os.path.abspath(v) for k, v in inputs.items()}
     for k, v in inputs.items():
         if not os.path.isfile(v):
-            raise ValueError(f"--input {k}={v}: no such file")
+            why = "not a regular file" if os.path.exists(v) else "no such file"
+            raise ValueError(f"--input {k}={v}: {why}")
     shapes = {k: parse_dims(v, k) for k, v in (
         _pair(t, "--shape") for t in getattr(args, "model_shapes", None) or [])}
     weights = getattr(args, "model_weights", None)

@@ -94,7 +94,8 @@ def _read_array(path: str, limits=None):
     from core.arrayfile import ArrayFileError, read_npy
 
     if not os.path.isfile(path):
-        raise _BadInput(f"{path}: no such file")
+        why = "not a regular file" if os.path.exists(path) else "no such file"
+        raise _BadInput(f"{path}: {why}")
     try:
         with open(path, "rb") as f:
             magic = f.read(6)

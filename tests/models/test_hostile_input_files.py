@@ -228,6 +228,17 @@ def test_odd_inputs_name_the_input_and_the_file(tmp_path, capsys):
         assert "Warning" not in line
 
 
+def test_a_device_or_fifo_is_not_a_file(tmp_path, capsys):
+    m = _model(tmp_path / "m.onnx")
+    os.mkfifo(tmp_path / "fifo.npy")  # never opened: a reader would block
+    for path in ("/dev/zero", str(tmp_path / "fifo.npy")):
+        assert main(["onnx", m, "--input", f"x={path}"]) == 2
+        _one_line(capsys, "input 'x'", path, "not a regular file")
+        assert main(["parity", "--model", m, "--input", f"x={path}", "--device", "host",
+                     "--steps", "1"]) == 2
+        _one_line(capsys, "tapescope parity: ", path, "not a regular file")
+
+
 def test_a_given_input_still_reads_exactly(tmp_path, capsys):
     from core.arrayfile import read_npy
 
