@@ -45,7 +45,7 @@ typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
  * k-step (measured on a znver3: 2.4 GFLOP/s float32), so there the tile is R rows x 2
  * vectors of 32 bytes (12 accumulators, 2 of b, 1 of a). The tile shape only decides which
  * chains run side by side; every chain is the same serial k-loop, so the bits are the same. */
-#if defined(__AVX512F__) || !defined(__AVX__)
+#if defined(__AVX512F__)
 typedef v16f32 vmf32;
 typedef v8f64 vmf64;
 #define MM_Q 4
@@ -54,7 +54,7 @@ typedef v8f64 vmf64;
 /* narrower tiles (one vector register wide) for the columns past the last whole JB panel */
 #define JS64 8
 #define JS32 16
-#else
+#elif defined(__AVX__)
 typedef float v8f32 __attribute__((vector_size(32), aligned(4), may_alias));
 typedef double v4f64 __attribute__((vector_size(32), aligned(8), may_alias));
 typedef v8f32 vmf32;
@@ -64,6 +64,20 @@ typedef v4f64 vmf64;
 #define JB32 16
 #define JS64 4
 #define JS32 8
+#else
+/* no AVX (TAPESCOPE_ISA=c, or a CPU without it): the 16 registers of 16 bytes that SSE2 has.
+ * The 64-byte tiles this branch once shared with AVX-512 took gcc over two minutes to
+ * allocate and spilled every k-step; the build timed out and numpy ran instead, unnoticed,
+ * because no test ran this path (issue 49). */
+typedef float v4f32 __attribute__((vector_size(16), aligned(4), may_alias));
+typedef double v2f64 __attribute__((vector_size(16), aligned(8), may_alias));
+typedef v4f32 vmf32;
+typedef v2f64 vmf64;
+#define MM_Q 2
+#define JB64 4
+#define JB32 8
+#define JS64 2
+#define JS32 4
 #endif
 
 /* p = x * bv, lane-wise, x a scalar read from memory at xp: with AVX-512 the broadcast rides
@@ -600,6 +614,28 @@ typedef struct {
     long long c, g, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw; /* c: all input channels */
     int shift; /* try conv_shift (below) first */
 } conv_t;
+
+/* Window geometry comes from files (an ONNX model's strides, pads, dilations). Python checks
+ * it before it gets here (core.ops.nn.check_window; core.native's wrappers), and every entry
+ * point that takes it checks again, cheaply, and does nothing with what no checked caller
+ * passes: a size below 0; a stride, dilation or kernel extent below 1; any value past
+ * GEOM_MAX in size; windows reaching past 2 * GEOM_MAX. So no index product below can
+ * overflow (issue 49: strides of 2**32 read out of bounds). */
+#define GEOM_MAX ((1LL << 31) - 1)
+static int geom_ok(long long nb, long long c, long long h, long long w, long long kh,
+                   long long kw, long long oh, long long ow, long long sh, long long sw,
+                   long long ph, long long pw, long long dh, long long dw) {
+    const long long size[] = {nb, c, h, w, oh, ow}, one[] = {kh, kw, sh, sw, dh, dw};
+    for (int i = 0; i < 6; ++i)
+        if (size[i] < 0 || (i >= 2 && size[i] > GEOM_MAX) || one[i] < 1 || one[i] > GEOM_MAX)
+            return 0;
+    if (ph < -GEOM_MAX || ph > GEOM_MAX || pw < -GEOM_MAX || pw > GEOM_MAX) return 0;
+    /* each product below 2**62, so the sums cannot overflow */
+    if (oh > 0 && (oh - 1) * sh + (kh - 1) * dh > 2 * GEOM_MAX) return 0;
+    if (ow > 0 && (ow - 1) * sw + (kw - 1) * dw > 2 * GEOM_MAX) return 0;
+    return 1;
+}
+#define GEOM_OK geom_ok(nb, c, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)
 
 /* dst[0, L) = row kk of the image's im2col matrix, columns [j0, j0 + L): output row by
  * output row, a run of contiguous input for stride 1 and +0.0 where the window is off the
@@ -1252,6 +1288,7 @@ void ts_bmm_ep_f32(const float *a, const float *b, float *c, long long batch, lo
     (CV_SHIFT_ON && (mg) <= 64 && kh >= sh && kw >= sw &&                               \
      16 * (((kw - 1) * dw) / sw) <= ow)
 #define CONV_EP(F32)                                                                    \
+    if (!GEOM_OK || g < 1 || m < 0) return; /* (the caller checked: never here) */     \
     const long long mg = m / g, k = (c / g) * kh * kw;                                  \
     const conv_t cv = {c, g, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, CV_SHIFT_WHEN(mg)}; \
     /* a small output plane: lanes over the output channels (conv_small.h) */            \
@@ -1286,6 +1323,7 @@ void ts_conv_ep_f32(const float *x, const float *wt, const float *wp, float *out
  * [ow*sw + kw*dw - pw], +0.0 outside the image (the zero padding). A copy: no arithmetic, so no
  * rounding; the same matrix as core.ops.nn.im2col's window view, written contiguously. */
 #define IM2COL(T)                                                                       \
+    if (!geom_ok(nb, c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)) return;         \
     for (long long q = 0; q < nb * c; ++q) {                                            \
         const T *xq = x + q * h * w;                                                    \
         T *out = cols + q * kh * kw * oh * ow;                                          \
@@ -1388,6 +1426,17 @@ void ts_im2col_f32(const float *x, float *cols, long long nb, long long c, long 
  * acc = acc + w*x -- the same products (padding taps as w * +0.0) in the same order, so the
  * same bits. Lanes past a row's ow columns compute values nobody stores. */
 #define CONV_MG1_FAST(T, V, VB)                                                         \
+    /* the phase planes are sized by the strides and the dilated window: with a hostile     \
+     * stride or dilation they would be far larger than the image and the output (or their \
+     * size would overflow); then (checked in doubles, before any product can overflow) the \
+     * plain loop runs, the same chains */                                               \
+    if (sh > 16 || sw > 16 ||                                                           \
+        (double)sh * (double)sw *                                                       \
+                ((double)oh + (double)(kh - 1) * (double)dh / (double)sh + 1.0) *       \
+                ((double)ow + (double)(kw - 1) * (double)dw / (double)sw + 1.0 + (double)(VB)) > \
+            4.0 * ((double)h * (double)wd + (double)oh * (double)ow) +                  \
+                256.0 * ((double)ow + (double)wd + (double)(VB) + 16.0) + 4096.0)       \
+        return 0;                                                                       \
     long long cgc = c / g, ntap = cgc * kh * kw;                                        \
     long long hq = oh + ((kh - 1) * dh) / sh, wq = ow + ((kw - 1) * dw) / sw;           \
     long long pl = hq * wq + wq + VB; /* one phase plane, with slack for the last lanes */ \
@@ -1461,6 +1510,7 @@ static int conv_mg1_fast_f32(const float *x, const float *wt, float *out, long l
 /* Strides and dilations of at least 1 take the fast loop; anything else (or no memory for the
  * phase planes) the plain one. */
 #define CONV_MG1(T, SFX)                                                                \
+    if (!GEOM_OK || g < 1) return; /* (the caller checked: never here) */              \
     if (sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 &&                                     \
         conv_mg1_fast_##SFX(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, \
                             dw, ep))                                                    \
@@ -1584,6 +1634,14 @@ static inline v8f64 pool_max_v8f64(v8f64 a, v8f64 t) {
  * tile of slack after the last), which are dropped. */
 #define POOL_PHASE(T, V, VMAX, AVG, ID)                                                 \
     {                                                                                   \
+        /* phase planes far larger than the image (hostile strides or dilations; checked in \
+         * doubles, before a product can overflow): 0, numpy's windows run instead */    \
+        if ((double)sh * (double)sw *                                                   \
+                (double)(oh + (double)(kh - 1) * (double)dh / (double)sh + 1.0) *       \
+                ((double)ow + (double)(kw - 1) * (double)dw / (double)sw + 2.0) >       \
+            4.0 * ((double)h * (double)w + (double)oh * (double)ow) +                   \
+                256.0 * ((double)ow + (double)w + 16.0) + 4096.0)                       \
+            return 0;                                                                   \
         const long long hq = oh + ((kh - 1) * dh) / sh, wq = ow + ((kw - 1) * dw) / sw; \
         const long long pl = hq * wq + wq, nph = sh * sw, nt = kh * kw;                 \
         const long long VL = (long long)(sizeof(V) / sizeof(T)), TL = 4 * VL;           \
@@ -1974,6 +2032,9 @@ POOL_MAX3S2_FN(pool_max3s2_f64, double, v8f64, v8i64, pool_max_v8f64, 8,
     if (POOL_MAX3S2_OK && FN(x, cnt, y, planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)) \
         return 1;
 #define POOL2D(T, IT, V, VI, VMAX, AVG, ID, LANES, MORE)                                \
+    if (!geom_ok(planes, 1, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw) || ph < 0 ||  \
+        pw < 0)                                                                         \
+        return 0; /* 0: the caller runs numpy's windows */                              \
     {                                                                                   \
         const long long reads = oh * ow * kh * kw;                                      \
         if (reads <= (1 << 18) && (reads <= h * w || (POOL_NARROW_OK && reads <= 4 * h * w))) \

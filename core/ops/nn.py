@@ -41,8 +41,32 @@ def pads_for(in_shape, kernel, strides, dilations, pads, auto_pad="NOTSET"):
     return [(p[i], p[i + nd]) for i in range(nd)]
 
 
+#: the largest stride, dilation, kernel extent, pad or padded extent a window may have: every
+#: product of two stays inside C's long long, where native code indexes (core/native) --
+#: integer geometry from a file is checked here, before it reaches C (issue 49: a Conv with
+#: strides 2**32 read out of bounds)
+MAX_EXTENT = (1 << 31) - 1
+
+
+def check_window(n, k, s, d, pb, pe) -> None:
+    """Refuse window geometry out of range (ShapeError naming the value): strides and
+    dilations in [1, MAX_EXTENT], kernel extents too, pads and the padded extent within
+    +-MAX_EXTENT."""
+    for what, v, lo in (("stride", s, 1), ("dilation", d, 1), ("kernel extent", k, 1),
+                        ("pad", pb, -MAX_EXTENT), ("pad", pe, -MAX_EXTENT),
+                        ("input extent", n, 0)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) \
+                or not lo <= v <= MAX_EXTENT:
+            raise ShapeError(f"window {what} {v!r} is out of range [{lo}, {MAX_EXTENT}]")
+    if not 0 <= n + pb + pe <= MAX_EXTENT:
+        raise ShapeError(f"padded extent {n} + {pb} + {pe} is out of range [0, {MAX_EXTENT}]")
+    if (k - 1) * d + 1 > MAX_EXTENT:
+        raise ShapeError(f"window {k} (dilation {d}) spans more than {MAX_EXTENT}")
+
+
 def out_size(n, k, s, d, pb, pe, ceil_mode=0):
-    """Output length of one spatial axis."""
+    """Output length of one spatial axis (the geometry checked first: :func:`check_window`)."""
+    check_window(n, k, s, d, pb, pe)
     span = n + pb + pe - ((k - 1) * d + 1)
     if span < 0:
         raise ShapeError(f"window {k} (dilation {d}) is larger than the padded input {n}")
