@@ -15,16 +15,28 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-
-from app.capture.recorder import DEFAULT_MAX_BYTES, Recorder
+from typing import Any
 
 __all__ = ["DEFAULT_MAX_BYTES", "Recorder", "capture"]
+
+DEFAULT_MAX_BYTES = 256 << 20  # values stored up to this many bytes, a SHA-256 of each beyond
+
+
+def __getattr__(name: str) -> Any:  # torch is imported by the recorder only, when used
+    if name == "Recorder":
+        from app.capture.recorder import Recorder
+
+        return Recorder
+    raise AttributeError(name)
 
 
 @contextlib.contextmanager
 def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT_MAX_BYTES,
-            hashes_only: bool = False) -> Iterator[Recorder]:
-    """Record the first ``steps`` optimizer steps run inside the block into ``path``."""
+            hashes_only: bool = False) -> Iterator[Any]:
+    """Record the first ``steps`` optimizer steps run inside the block into ``path``; yields
+    the ``Recorder``."""
+    from app.capture.recorder import Recorder
+
     if steps < 1:
         raise ValueError(f"steps must be at least 1, not {steps}")
     path = os.fspath(path)

@@ -31,6 +31,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from app.capture import DEFAULT_MAX_BYTES
+from core.capture.file import digest
+
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), p) + os.sep for p in ("app", "core"))
@@ -49,8 +52,6 @@ _UNMARKED_WRITES = {"aten.native_batch_norm.default": (3, 4),
                     "aten.cudnn_batch_norm.default": (3, 4),
                     "aten.miopen_batch_norm.default": (3, 4)}
 _SKIP_NAMESPACES = ("profiler.",)
-MiB = 1 << 20
-DEFAULT_MAX_BYTES = 256 * MiB
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -290,7 +291,7 @@ class Recorder(TorchDispatchMode):
             self.v_array.append(None)
             self.n_hashed += 1
             return vid
-        self.v_sha.append(hashlib.sha256(a.data if a.nbytes else b"").hexdigest())
+        self.v_sha.append(digest(a))
         if self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
             self.v_array.append(None)
             self.n_hashed += 1

@@ -94,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
     import threading
     import time
 
+    from app.capture import DEFAULT_MAX_BYTES
     from app.capture.bootstrap import ENV, code
-    from app.capture.recorder import DEFAULT_MAX_BYTES
     from core.atomic import check_writable
     from core.progress import progress
 

@@ -37,7 +37,7 @@ from core.atomic import write_atomic
 from core.precision import BFLOAT16
 
 __all__ = ["FORMAT", "VERSION", "MAGIC", "PHASES", "STORED_DTYPES", "Capture", "CaptureFileError",
-           "Limits", "save", "load", "is_capture"]
+           "Limits", "digest", "is_capture", "load", "raw_bytes", "save"]
 
 FORMAT = "tapescope.capture"
 VERSION = 1
@@ -108,6 +108,16 @@ def is_capture(path: str | os.PathLike) -> bool:
         return False
 
 
+def raw_bytes(a: np.ndarray) -> np.ndarray:
+    """``a``'s bytes, C order, as uint8 (any dtype: bfloat16 has no buffer format)."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
+def digest(a: np.ndarray) -> str:
+    """The SHA-256 of ``a``'s bytes in C order (what the file stores for a value)."""
+    return hashlib.sha256(raw_bytes(a)).hexdigest()
+
+
 def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
@@ -118,9 +128,7 @@ def save(path: str | os.PathLike, header: dict, arrays: list[np.ndarray]) -> Pat
     table: list[list] = []
     pos = _PREAMBLE
     for a in arrays:
-        a = np.ascontiguousarray(a)
-        table.append([pos, a.nbytes, hashlib.sha256(a.data).hexdigest() if a.nbytes else
-                      hashlib.sha256(b"").hexdigest()])
+        table.append([pos, a.nbytes, digest(a)])
         pos = _align(pos + a.nbytes)
     h = {"format": FORMAT, "version": VERSION, **header, "arrays": table}
     text = json.dumps(h, separators=(",", ":"), allow_nan=False).encode("utf-8")
@@ -131,7 +139,7 @@ def save(path: str | os.PathLike, header: dict, arrays: list[np.ndarray]) -> Pat
         for a, (off, n, _) in zip(arrays, table, strict=True):
             if off > at:
                 f.write(bytes(off - at))
-            f.write(memoryview(np.ascontiguousarray(a)).cast("B"))
+            f.write(raw_bytes(a).data)
             at = off + n
         hoff = _align(at)
         f.write(bytes(hoff - at))

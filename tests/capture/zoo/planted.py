@@ -1,6 +1,6 @@
 """Run another zoo script with a CPU kernel planted one ulp off: ``aten::relu`` replaced (for
 the CPU key, below the recorder, so invisible to it as an op of its own) by ``clamp_min(x, 0)``
-(relu's own CPU kernel, the same bits) with its first element moved one ulp up.
+(relu's own CPU kernel, the same bits) with its largest element moved one ulp up.
 
     python planted.py cnn.py ARGS...
 """
@@ -11,7 +11,7 @@ import warnings
 
 import torch
 
-warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
+warnings.filterwarnings("ignore", category=UserWarning, module="torch.library")
 _lib = torch.library.Library("aten", "IMPL")
 
 
@@ -19,7 +19,8 @@ def _relu_one_ulp_off(x):
     out = torch.clamp_min(x, 0)
     flat = out.view(-1)
     if flat.numel():
-        flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf"), dtype=out.dtype))
+        i = int(torch.argmax(flat))
+        flat[i] = torch.nextafter(flat[i], torch.tensor(float("inf"), dtype=out.dtype))
     return out
 
 
