@@ -84,6 +84,8 @@ class LiveToolbar(QToolBar):
         self.act_start.setToolTip("Start (or restart) a live session with these settings")
         self.act_first.setToolTip("Select the first node whose bits differ (tape order)")
         self.state_label = QLabel("no live session")  # the controller puts it in the status bar
+        # (the first divergence names a node from the file: plain text, never markup)
+        self.state_label.setTextFormat(Qt.PlainText)
 
     def is_torch(self) -> bool:
         """The device box names a PyTorch candidate."""

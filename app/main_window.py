@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QScrollArea,
+    QSizePolicy,
     QToolBar,
 )
 
@@ -32,6 +33,7 @@ from views.graph_panel import GraphPanel
 from views.inspector import InspectorPanel
 from views.parity_rows import build_rows
 from views.parity_table import ParityPanel
+from views.plain import cut, html, message, tip
 from views.stepper_model import BackwardStepper
 from views.stepper_view import StepperPanel
 
@@ -123,6 +125,8 @@ class MainWindow(QMainWindow):
             lambda d: self.go_back() if d < 0 else self.go_forward())
 
         self.status_label = QLabel("No tape open — File ▸ Open, or drop a .tape file here")
+        self.status_label.setTextFormat(Qt.PlainText)  # (file names, errors: never markup)
+        self.status_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)  # (clips)
         self.statusBar().addWidget(self.status_label, 1)
         self.recent_menu = None
         build_menus(self)
@@ -254,9 +258,13 @@ class MainWindow(QMainWindow):
 
     def show_error(self, title: str, text: str, details: str | None = None) -> QMessageBox:
         """A non-blocking error dialog; the session stays as it was."""
+        # NOTE: the text often quotes a file (a node name, an attribute): plain and cut, never
+        # read as HTML (views.plain; issue 49)
+        text = message(text)
         box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self)
+        box.setTextFormat(Qt.PlainText)
         if details:
-            box.setDetailedText(details)
+            box.setDetailedText(message(details, 1 << 16))  # (a QTextEdit: plain already)
         box.setAttribute(Qt.WA_DeleteOnClose, False)
         box.open()
         self.last_error = box
@@ -477,24 +485,24 @@ class MainWindow(QMainWindow):
         bad = len(s.nonfinite())
         loss = f"loss #{s.loss_id}" if s.loss_id is not None else "no loss (forward only)"
         why = s.meta.get("import_error")
-        tip = ""
+        hover = ""
         if why and s.loss_id is None:  # an ONNX model with an op that has no tape form
             short = str(why).split(": ", 1)[1] if str(why).startswith(f"{s.source}: ") else why
-            loss = f"forward only, cannot train: {short}"
-            tip = (f"{why}\n\nStill works: every node's forward value (select a node; Inspector, "
-                   "histograms, NaN search). Needs a tape form for every op: gradients, the "
-                   "backward stepper, live training and parity (docs/onnx-coverage.md).")
-            from html import escape  # (a rich-text label; the reason holds names from a file)
-
-            self.stepper_panel.where.setText(f"Nothing to step: cannot train ({escape(short)}). "
+            loss = f"forward only, cannot train: {cut(short, 240)}"
+            hover = (f"{why}\n\nStill works: every node's forward value (select a node; "
+                     "Inspector, histograms, NaN search). Needs a tape form for every op: "
+                     "gradients, the backward stepper, live training and parity "
+                     "(docs/onnx-coverage.md).")
+            # (a rich-text label; the reason holds names from a file: cut and escaped)
+            self.stepper_panel.where.setText(f"Nothing to step: cannot train ({html(short, 240)}). "
                                              "Forward values are shown for every node.")
-        self.status_label.setToolTip(tip)
+        self.status_label.setToolTip(tip(hover))
         # what produced one, not what holds one
         made = len(self.alarms() if alarms is None else alarms) if bad else 0
         finite = (f"⚠ {made} NaN/inf alarm{'s' if made != 1 else ''} ({bad} nodes hold one)"
                   if made else f"{bad} nodes hold an inf/NaN they were given (data)" if bad
                   else "all finite")
-        poisoned = "" if getattr(s.tape, "ok", True) else f" · ⚠ poisoned: {s.tape.error}"
+        poisoned = "" if getattr(s.tape, "ok", True) else f" · ⚠ poisoned: {cut(s.tape.error, 240)}"
         self.status_label.setText(f"{s.source} · {len(s.tape)} nodes · "
                                   f"{len(s.tape.params())} params · {loss} · {finite}{poisoned}")
 

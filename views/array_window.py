@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QLabel, QVBoxLayout
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views.plain import html
 
 SIZE = (900, 700)
 
@@ -31,7 +32,7 @@ class ArrayWindow(QDialog):
         self.view.set_array(source.array)
         for mine, theirs in zip(self.view.spins, source.spins, strict=True):
             mine.setValue(theirs.value())  # the slice the small one shows
-        self.caption = QLabel(f"<b>{title}</b> {shape}", self)
+        self.caption = QLabel(f"<b>{html(title)}</b> {shape}", self)
         lay = QVBoxLayout(self)
         lay.addWidget(self.caption)
         lay.addWidget(self.view, 1)

@@ -210,6 +210,7 @@ class ElementView(QWidget):
         super().__init__(parent)
         self.summary = QLabel("Select a node of a live session (or a tape with a device run)",
                               self)
+        self.summary.setTextFormat(Qt.PlainText)  # (an op name from the file: never markup)
         self.summary.setWordWrap(True)
         self.map = pg.PlotWidget(self)
         self.map.setBackground(theme.current().plot_bg)

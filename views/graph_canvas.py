@@ -18,6 +18,7 @@ import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before an
 from views.graph_model import KIND_CONST, KIND_GROUP, KIND_LOSS, KIND_OP, KIND_PARAM, DisplayGraph
 from views.layout import NODE_H, NODE_W, Layout, flat_inputs
 from views.overlay import EMPTY, ItemColors
+from views.plain import cut
 
 # NOTE: red means one thing in this app: bits differ (the parity stripe, amber → red by ulp).
 # Everything else has its own colour: NaN/inf alarms violet, the first divergence a black flag,
@@ -180,7 +181,7 @@ class GraphCanvas(QGraphicsItem):
         t = self._names.get(item)
         if t is None:
             t = self._names[item] = self._fm_small.elidedText(
-                self.graph.labels[item][1], Qt.ElideMiddle, NODE_W - STRIPE_W - 10)
+                cut(self.graph.labels[item][1]), Qt.ElideMiddle, NODE_W - STRIPE_W - 10)
         return t
 
     def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)

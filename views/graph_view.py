@@ -16,6 +16,7 @@ from views.graph_canvas import GraphCanvas
 from views.graph_model import DisplayGraph, GraphModel
 from views.layout import CACHE, Layout
 from views.overlay import EMPTY, NAN_COLOR, NodeColors, item_mask, severity
+from views.plain import cut
 
 __all__ = ["NAN_COLOR", "GraphView", "severity"]  # (NAN_COLOR, severity: views.overlay's)
 
@@ -24,6 +25,11 @@ def _ids(node_ids) -> np.ndarray:
     if isinstance(node_ids, np.ndarray):
         return node_ids.astype(np.int64, copy=False).ravel()
     return np.fromiter(map(int, node_ids or ()), dtype=np.int64)
+
+
+def _menu_text(name: str) -> str:
+    """A scope name in a menu entry: cut (views.plain), ``&`` doubled (not a shortcut key)."""
+    return cut(name).replace("&", "&&")
 
 
 class _LayoutSignals(QObject):
@@ -298,12 +304,13 @@ class GraphView(QGraphicsView):
         menu = QMenu(self)
         g = self.display.item_group[item]
         if g is not None:
-            menu.addAction(f"Expand {g}", lambda: self.toggle_group(g, False))
+            menu.addAction(f"Expand {_menu_text(g)}", lambda: self.toggle_group(g, False))
         else:
             nid = self.display.item_node[item]
             scope = self.model.innermost_scope(nid)
             if scope:
-                menu.addAction(f"Collapse {scope}", lambda: self.toggle_group(scope, True))
+                menu.addAction(f"Collapse {_menu_text(scope)}",
+                               lambda: self.toggle_group(scope, True))
             menu.addAction("Toggle breakpoint", lambda: self.breakpoint_toggled.emit(nid))
             menu.addAction("Run backward to here", lambda: self.run_to_requested.emit(nid))
         menu.exec(ev.globalPos())

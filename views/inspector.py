@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -26,6 +27,7 @@ from views.array_view import ArrayView, HistogramView
 from views.element_view import ElementView, ulp_map
 from views.graph_model import shape_text
 from views.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
+from views.plain import MAX_TIP, html, tip
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
 EMPTY_TEXT = ("<b>Inspector</b> — select a node in the graph or the parity table (or find one: "
@@ -33,33 +35,56 @@ EMPTY_TEXT = ("<b>Inspector</b> — select a node in the graph or the parity tab
               "and in a live session both sides and the elements that differ, show here.")
 NONFINITE_COLOR = "#7c3aed"  # violet: a NaN/inf (red means "bits differ" everywhere)
 MAX_COPY = 1 << 20  # elements: beyond this the text would be tens of megabytes
+MAX_ATTRS = 32  # attributes listed in the header (the rest counted); each value cut (views.plain)
+MAX_LINKS = 64  # inputs listed as links (the rest counted)
 
 
-def _attr_text(v) -> str:
-    if isinstance(v, list):
-        return ", ".join(_attr_text(x) for x in v)
+def _attr_text(v, limit: int = 64) -> str:
+    # NOTE: an attribute from a file may hold millions of values or a 2 MB string: only the
+    # first ``limit`` values are formatted, and no text longer than a tooltip is kept (the
+    # header cuts further, to views.plain.MAX_SHOWN)
+    if isinstance(v, (list, tuple)):
+        more = f", … ({len(v):,} values)" if len(v) > limit else ""
+        return ", ".join(_attr_text(x) for x in v[:limit]) + more
     if isinstance(v, float):
         return f"{v:g}"
-    return str(v)
+    return str(v)[:MAX_TIP]
+
+
+def _items(d: dict, limit: int) -> tuple[list, str]:
+    items = list(d.items())
+    more = f" · … {len(items) - limit:,} more" if len(items) > limit else ""
+    return items[:limit], more
 
 
 def onnx_html(info: dict | None) -> str:
     """The imported-from ONNX node as rich text: op type and name, then its attributes as
     written in the file, as Netron lists them (``kernel_shape 7, 7 · strides 2, 2 · pads 3, 3,
-    3, 3 · group 1``). Names from the file are escaped."""
+    3, 3 · group 1``). Names and values from the file are cut and escaped (views.plain)."""
     if not info:
         return ""
-    from html import escape
-
     span = ""
     if info.get("stop", 0) - info.get("first", 0) > 1:
         span = f" (tape nodes #{info['first']}–#{info['stop'] - 1})"
-    attrs = " · ".join(f"<span style='color:#6b7280'>{escape(str(k))}</span> "
-                       f"<code>{escape(_attr_text(v))}</code>"
-                       for k, v in (info.get("attributes") or {}).items())
-    return (f"<br>ONNX <b>{escape(str(info.get('op_type', '')))}</b> "
-            f"<code>{escape(str(info.get('name', '')))}</code>{span}"
+    items, more = _items(info.get("attributes") or {}, MAX_ATTRS)
+    attrs = " · ".join(f"<span style='color:#6b7280'>{html(k)}</span> "
+                       f"<code>{html(_attr_text(v))}</code>" for k, v in items) + more
+    return (f"<br>ONNX <b>{html(info.get('op_type', ''))}</b> "
+            f"<code>{html(info.get('name', ''))}</code>{span}"
             + (f": {attrs}" if attrs else ""))
+
+
+def full_text(d: NodeDetails) -> str:
+    """The header's tooltip: the node's name and attributes in full (up to views.plain's
+    MAX_TIP), where the header shows them cut."""
+    lines = [f"#{d.id} {d.op} {d.name or '(unnamed)'}"]
+    for k, v in list((d.attrs or {}).items())[:MAX_ATTRS]:
+        lines.append(f"{k} = {_attr_text(v)}")
+    if d.onnx:
+        lines.append(f"ONNX {d.onnx.get('op_type', '')} {d.onnx.get('name', '')}")
+        for k, v in list((d.onnx.get("attributes") or {}).items())[:MAX_ATTRS]:
+            lines.append(f"{k} = {_attr_text(v)}")
+    return "\n".join(lines)
 
 
 class StatsTable(QTableWidget):
@@ -170,10 +195,10 @@ class DeviceCompareView(QWidget):
     def set_titles(self, reference: str = "CPU", candidate: str = "device",
                    tips: tuple[str, str] = ("", "")) -> None:
         """Name the two sides; ``tips``: their full run labels, on hover."""
-        for label, text, tip in ((self.ref_title, reference, tips[0]),
-                                 (self.dev_title, candidate, tips[1])):
-            label.setText(f"<b>{text}</b>")
-            label.setToolTip(tip)
+        for label, text, hover in ((self.ref_title, reference, tips[0]),
+                                   (self.dev_title, candidate, tips[1])):
+            label.setText(f"<b>{html(text)}</b>")
+            label.setToolTip(tip(hover))
         self.cpu_view.title, self.dev_view.title = reference, candidate  # (their large views)
 
     def set_arrays(self, cpu: np.ndarray | None, dev: np.ndarray | None) -> None:
@@ -265,6 +290,10 @@ class InspectorPanel(QWidget):
         self.inputs.setTextFormat(Qt.RichText)
         self.inputs.setWordWrap(True)
         self.inputs.linkActivated.connect(self._input_clicked)
+        # NOTE: a name cut to 120 characters is still ~900 px without a space to wrap at: the
+        # two labels take the dock's width and clip (the tooltip has it all), never widen it
+        for label in (self.header, self.inputs):
+            label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.stats = StatsTable(self)
         self.value_view = ArrayView("value", self)
         self.grad_view = ArrayView("gradient", self)
@@ -285,6 +314,7 @@ class InspectorPanel(QWidget):
         self.prefer_compare = True  # the compare tab comes back to the front until left
         self.tabs.currentChanged.connect(self._tab_changed)
         self.note = QLabel("", self)
+        self.note.setTextFormat(Qt.PlainText)  # (run labels, causes: words from outside)
         self.note.setWordWrap(True)
         self.note.hide()
         # what the note offers to do about it (time travel: "Re-run to step 7 …"); hidden
@@ -364,6 +394,7 @@ class InspectorPanel(QWidget):
             self._show_arrays(False)
             self._drop_compare_tab()
             self.header.setText(EMPTY_TEXT)
+            self.header.setToolTip("")
             self.inputs.setText("")
             self.stats.set_rows({})
             self.value_view.set_array(None)
@@ -371,15 +402,21 @@ class InspectorPanel(QWidget):
             self.hist.set_arrays(None, None)
             self._set_enabled(False)
             return
-        name = d.name or "(unnamed)"
+        # NOTE: rich text (bold, links), so every name and value from the file goes in cut
+        # and escaped (views.plain.html): a name is data, never markup (issue 49)
+        name = html(d.name) if d.name else "(unnamed)"
         attrs = ""
         if d.attrs:
-            attrs = " · " + ", ".join(f"{k}={v}" for k, v in d.attrs.items())
+            items, more = _items(d.attrs, MAX_ATTRS)
+            attrs = " · " + ", ".join(f"{html(k)}={html(_attr_text(v))}" for k, v in items) + more
         self.header.setText(
-            f"<b style='font-size:13pt'>#{d.id} {d.op}</b> &nbsp; <code>{name}</code><br>"
-            f"shape {shape_text(d.shape)} · {d.dtype}{attrs}{onnx_html(d.onnx)}")
+            f"<b style='font-size:13pt'>#{d.id} {html(d.op)}</b> &nbsp; <code>{name}</code><br>"
+            f"shape {shape_text(d.shape)} · {html(d.dtype)}{attrs}{onnx_html(d.onnx)}")
+        self.header.setToolTip(tip(full_text(d)))  # the name and attributes in full
         if d.inputs:
-            links = ", ".join(f"<a href='node:{i}'>#{i} {text}</a>" for i, text in d.inputs)
+            items, more = _items(dict(enumerate(d.inputs)), MAX_LINKS)
+            links = ", ".join(f"<a href='node:{int(i)}'>#{int(i)} {html(text)}</a>"
+                              for _, (i, text) in items) + more
             self.inputs.setText(f"inputs: {links}")
         else:
             self.inputs.setText("inputs: none (leaf)")

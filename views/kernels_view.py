@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views.plain import html, tip
 
 KEYWORDS = ("extern", "__global__", "__device__", "__syncthreads", "const", "long", "int",
             "unsigned", "double", "float", "void", "for", "if", "else", "return", "real_t",
@@ -145,7 +146,8 @@ class KernelsPanel(QWidget):
             return
         b, a = plan["launches_before"], plan["launches_after"]
         self.summary.setText(
-            f"<b>plan {plan['plan_id']}</b> · {plan['dtype']} · math={plan['math']} · "
+            f"<b>plan {html(plan['plan_id'])}</b> · {html(plan['dtype'])} · "
+            f"math={html(plan['math'])} · "
             f"{len(plan['segments'])} segments · launches per episode "
             f"<b>{b['episode']} → {a['episode']}</b> (forward {b['forward']}→{a['forward']}, "
             f"backward {b['backward']}→{a['backward']}, optimizer "
@@ -193,8 +195,9 @@ class KernelsPanel(QWidget):
             if k is None:
                 continue
             it.setText(self._item_text(k))
-            it.setToolTip(f"{k['name']}\n{self._item_text(k)}\n(double-click: the source in a "
-                          "window of its own)")
+            # (a worker's words: escaped, as every tooltip that quotes what came from outside)
+            it.setToolTip(tip(f"{k['name']}\n{self._item_text(k)}\n(double-click: the source "
+                              "in a window of its own)"))
             p = self.parity.get(k["name"])
             color = None
             if p is not None:

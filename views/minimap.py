@@ -18,6 +18,7 @@ from views import theme
 from views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
 from views.graph_model import KIND_GROUP, KIND_OP
 from views.graph_view import NAN_COLOR, GraphView
+from views.plain import tip
 from views.scope_runs import run_label, scope_runs
 
 BAND_PX = 6  # the thinnest band, pixels: a band and its 1 px gap stay visible
@@ -261,7 +262,7 @@ class Overview(QWidget):
         return f"{b.label(band)}\n{b.size(band):,} nodes · {worst}"
 
     def _band_tip(self, at, band: int) -> None:
-        QToolTip.showText(at, self.band_tip(band), self)
+        QToolTip.showText(at, tip(self.band_tip(band)), self)  # scope names: escaped
 
     def mousePressEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         band = self.band_at(ev.position().y())

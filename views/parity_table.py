@@ -38,6 +38,7 @@ from views.parity_rows import (
     sort_key,
     sort_keys,
 )
+from views.plain import cut, tip
 from views.search import NodeSearch
 
 SORT_ROLE = Qt.UserRole + 1
@@ -142,7 +143,7 @@ class ParityTableModel(QAbstractTableModel):
                 return f"{int(v):,}" if float(v).is_integer() and abs(v) < 1e15 else f"{v:g}"
             if c in (4, 6):
                 return f"{v:,}"
-            return str(v)
+            return cut(v) if c == 2 else str(v)  # a name from the file: one line, cut
         if role == SORT_ROLE:
             return sort_key(r, c)
         if role == ID_ROLE:
@@ -154,7 +155,7 @@ class ParityTableModel(QAbstractTableModel):
         if role == Qt.ForegroundRole and c >= 4 and v:
             return _DIFF_FG
         if role == Qt.ToolTipRole and c == 2:
-            return r.name
+            return tip(r.name)  # the full name, escaped: Qt reads a tooltip as HTML
         if role == Qt.ToolTipRole and c in (4, 6) and r.nan_bits(c):
             return (f"{r.nan_bits(c)} NaN elements differ only in sign or payload: equal "
                     "under the NaN policy, not counted in n_diff")

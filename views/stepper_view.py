@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
     QToolBar,
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.array_stats import format_number
 from views.array_view import ArrayView
+from views.plain import cut, html
 
 # debugger-like keys: F11 step, Shift+F11 step back, F5 continue, Ctrl+F10 run to selected,
 # F9 breakpoint on the selected node, Ctrl+Shift+F5 restart
@@ -75,6 +77,8 @@ class StepperPanel(QWidget):
         self.where = QLabel("Open a tape to step through its backward pass.", self)
         self.where.setTextFormat(Qt.RichText)
         self.where.setWordWrap(True)  # a long node name must not widen the window
+        # (nor a name without spaces: the line takes the dock's width and clips)
+        self.where.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.incoming = ArrayView("incoming gradient", self)
         self.contrib_view = ArrayView("contribution", self)
         self.table = QTableWidget(0, 5, self)
@@ -126,7 +130,7 @@ class StepperPanel(QWidget):
             return command(*args)
         except Exception as e:  # noqa: BLE001 — the tape's error is the user's information
             self.where.setText(f"<b style='color:#92400e'>backward failed:</b> "
-                               f"{type(e).__name__}: {e}")
+                               f"{html(f'{type(e).__name__}: {e}', 400)}")
             return None
 
     @Slot()
@@ -176,7 +180,12 @@ class StepperPanel(QWidget):
 
     # ---- display ----------------------------------------------------------------------------
     def _label(self, i: int) -> str:
-        return f"#{i} {self._labels.get(i, '')}"
+        """``#id op name``, the name cut (views.plain): for the table's plain cells."""
+        return f"#{i} {cut(self._labels.get(i, ''))}"
+
+    def _html_label(self, i: int) -> str:
+        """``_label`` escaped, for the rich-text ``where`` line."""
+        return f"#{i} {html(self._labels.get(i, ''))}"
 
     def _refresh(self) -> None:
         s = self.stepper
@@ -194,7 +203,7 @@ class StepperPanel(QWidget):
         self.actions["back"].setEnabled(s.pos >= 0)
         self.actions["step"].setEnabled(not s.at_end)
         if ev is None:
-            self.where.setText(f"Ready: backward from the loss {self._label(s.loss_id)}. "
+            self.where.setText(f"Ready: backward from the loss {self._html_label(s.loss_id)}. "
                                f"Press Backward: next node ({SHORTCUTS['step']}).")
             self.table.setRowCount(0)
             self.incoming.set_array(None)
@@ -204,7 +213,7 @@ class StepperPanel(QWidget):
         bp = " ● breakpoint" if ev.node.id in s.breakpoints else ""
         end = " — <b>backward complete</b>" if s.at_end else ""
         # "backward node k", not "step k": the window's "step" is a training step (scrubber)
-        self.where.setText(f"backward node {s.pos + 1:,}: <b>{self._label(ev.node.id)}</b>"
+        self.where.setText(f"backward node {s.pos + 1:,}: <b>{self._html_label(ev.node.id)}</b>"
                            f"{bp}{end}")
         self.incoming.set_array(ev.grad)
         self.table.setRowCount(len(ev.contributions))

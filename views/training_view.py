@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views import theme
+from views.plain import cut, tip
 from views.scope_runs import scope_runs
 from views.ulp_scale import (  # noqa: F401  (heat_levels, heat_lut: re-exported)
     HEAT_TICKS,
@@ -194,7 +195,7 @@ class TrainingPanel(QWidget):
         legend.addItem(self.ref_curve, "ref")
         legend.addItem(self.cand_curve, "cand")
         self.labels = (ref_label, cand_label)
-        self.setToolTip(f"ref: {ref_label}\ncand: {cand_label}")
+        self.setToolTip(tip(f"ref: {ref_label}\ncand: {cand_label}"))
         for c in (self.ref_curve, self.cand_curve, self.ulp_curve):
             c.setData([], [])
         self.heat.clear()
@@ -454,7 +455,7 @@ class ParamRows(QAbstractTableModel):
         nid, name, step = self.rows[index.row()]
         col = index.column()
         if role == Qt.DisplayRole:
-            return f"#{nid} {name}" if col == 0 else "—" if step is None else str(step)
+            return f"#{nid} {cut(name)}" if col == 0 else "—" if step is None else str(step)
         if role == Qt.UserRole:
             return nid if col == 0 else -1 if step is None else step
         if role == Qt.TextAlignmentRole and col == 1:
