@@ -1,0 +1,163 @@
+"""The exact reference for the aten ops a PyTorch training step runs (issue 42, item 2).
+
+``reference(op, args, kwargs)`` re-runs one recorded aten call in the reference order and returns
+its outputs as numpy arrays; ``has_reference(op)`` says whether ``op`` has a form; anything
+without one raises ``NoReference`` naming it (never a guess).
+
+- ``op`` is ``str(func)`` of the OpOverload ("aten.addmm.default", "aten._foreach_add_.List");
+  ``args``/``kwargs`` the recorded call with every tensor a read-only numpy array (float64,
+  float32, float16, bfloat16 via ml_dtypes, int64, bool), tensor lists as lists of arrays,
+  dtypes as torch's strings ("torch.float32"), scalars as Python numbers, None as None.
+- Returns: a functional op's returned tensors, flattened in order (None skipped; a backward's
+  outputs its ``output_mask`` left out are not there); an in-place or ``out=`` op's mutated
+  arguments' new values in argument order (for ``_foreach_*_`` every tensor of the mutated list;
+  for ``_fused_adam(w)_`` params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, each list in
+  full; ``_fused_sgd_`` params, grads, momentum buffers). An op that writes arguments *and*
+  returns tensors of its own (``native_batch_norm``, ``_native_batch_norm_legit`` with running
+  statistics: written whether or not the schema marks them) gives the written arguments first
+  (the new running mean and variance; in eval mode unchanged), then its returned tensors: the
+  convention of core/capture/__init__.py and of the recorder (app/capture/recorder.py).
+- Random ops (``bernoulli_``, ``native_dropout`` in training) stand on their recorded draws:
+  the judge passes the op's recorded outputs as ``kwargs["_recorded"]``; without them they raise
+  ``NoReference``.
+- Dtypes are torch's (its promotion: dimensioned tensors, then 0-d tensors, then Python scalars);
+  inputs are never written.
+
+Each form's order is in docs/reference-order.md, "Captured aten ops". The forms live in
+``aten_ref_pointwise`` (elementwise, activations), ``aten_ref_shape`` (copies, casts, views,
+factories), ``aten_ref_nn`` (reductions, products, softmax, losses), ``aten_ref_layers`` (norms,
+convolution, pools, embedding, attention) and ``aten_ref_optim`` (optimizer kernels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from core.capture import (  # noqa: F401  (each registers its forms)
+    aten_ref_layers,
+    aten_ref_nn,
+    aten_ref_optim,
+    aten_ref_pointwise,
+    aten_ref_shape,
+)
+from core.capture.aten_ref_shape import cast
+from core.capture.aten_ref_table import FORMS, NoReference
+
+__all__ = ["NoReference", "has_reference", "ops", "reference"]
+
+_FOREACH_BASE = {  # foreach name.overload -> the per-tensor op when not aten.<name>.<overload>
+    "norm": ("aten.linalg_vector_norm.default",),
+    "pow.List": ("aten.pow.Tensor_Tensor",),
+    "pow.Scalar": ("aten.pow.Tensor_Scalar",),
+    "pow.ScalarList": ("aten.pow.Tensor_Scalar",),
+    "lerp.List": ("aten.lerp.Tensor",),
+    "lerp.ScalarList": ("aten.lerp.Scalar",),
+}
+
+
+def _split(op: str) -> tuple[str, str]:
+    parts = op.split(".")
+    if len(parts) != 3 or parts[0] != "aten":
+        return op, ""
+    return parts[1], parts[2]
+
+
+def _first(cands: list[str]) -> str | None:
+    for c in cands:
+        if c in FORMS:
+            return c
+    return None
+
+
+def _foreach_base(name: str, ovl: str) -> str | None:
+    base = name[len("_foreach_"):].rstrip("_")
+    special = _FOREACH_BASE.get(f"{base}.{ovl}") or _FOREACH_BASE.get(base)
+    return _first(list(special or ()) + [f"aten.{base}.{ovl}", f"aten.{base}.Tensor",
+                                         f"aten.{base}.default", f"aten.{base}.Scalar"])
+
+
+def _resolve(op: str) -> tuple[str, str | None]:
+    """(how, the form's key): direct, inplace (of a functional twin), foreach, out."""
+    if op in FORMS:
+        return "direct", op
+    name, ovl = _split(op)
+    if not ovl:
+        return "none", None
+    if name.startswith("_foreach_"):
+        return "foreach", _foreach_base(name, ovl)
+    if ovl == "out" or ovl.endswith("_out"):
+        base = ovl[:-4] if ovl.endswith("_out") else ""
+        return "out", _first([f"aten.{name}.{base}"] if base else [] +
+                             [f"aten.{name}.default", f"aten.{name}.Tensor"])
+    if name.endswith("_"):
+        return "inplace", _first([f"aten.{name[:-1]}.{ovl}"])
+    return "none", None
+
+
+def has_reference(op: str) -> bool:
+    """Whether ``op`` (``str`` of an aten OpOverload) has a reference form. A form may still
+    refuse particular arguments (a transposed convolution, attention with dropout) with
+    ``NoReference``."""
+    return _resolve(op)[1] is not None
+
+
+def ops() -> list[str]:
+    """Every overload with a form of its own (in-place, out= and foreach twins are derived)."""
+    return sorted(FORMS)
+
+
+def _into(values: list, targets: list) -> list:
+    """Each value written into its target as torch writes it: cast to the target's dtype,
+    broadcast to its shape."""
+    out = []
+    for v, t in zip(values, targets, strict=True):
+        out.append(cast(np.broadcast_to(v, np.shape(t)), t.dtype))
+    return out
+
+
+def _per_element(args: list, kwargs: dict, n: int, i: int, ovl: str) -> tuple[list, dict]:
+    def pick(a: Any) -> Any:
+        if isinstance(a, list | tuple) and len(a) == n:
+            return a[i]
+        if ovl == "Tensor" and isinstance(a, np.ndarray) and a.ndim == 1 and a.shape[0] == n:
+            return float(a[i])  # addcmul/addcdiv's scalars given as a tensor
+        return a
+    return [pick(a) for a in args], {k: pick(v) for k, v in kwargs.items()}
+
+
+def _foreach(key: str, op: str, args: list, kwargs: dict) -> list:
+    name, ovl = _split(op)
+    selfs = list(args[0])
+    fn: Callable = FORMS[key]
+    outs = []
+    for i in range(len(selfs)):
+        a, k = _per_element([selfs] + list(args[1:]), kwargs, len(selfs), i, ovl)
+        outs.extend(fn(a, k))
+    if name.endswith("_"):
+        return _into(outs, selfs)
+    return outs
+
+
+def reference(op: str, args: list, kwargs: dict) -> list[np.ndarray]:
+    """The outputs of aten op ``op`` on ``args``/``kwargs`` in the reference order (see the
+    module docstring for the conventions); ``NoReference`` when it has no form."""
+    how, key = _resolve(op)
+    if key is None:
+        raise NoReference(f"{op}: no reference form")
+    args, kwargs = list(args), dict(kwargs or {})
+    try:
+        if how == "direct":
+            return [np.asarray(y) for y in FORMS[key](args, kwargs) if y is not None]
+        if how == "foreach":
+            return _foreach(key, op, args, kwargs)
+        if how == "inplace":
+            return _into(FORMS[key](args, kwargs)[:1], [args[0]])
+        target = kwargs.pop("out")
+        if not isinstance(target, np.ndarray):
+            raise NoReference("an out= op with several outputs")
+        return _into(FORMS[key](args, kwargs)[:1], [target])
+    except NoReference as e:
+        raise NoReference(f"{op}: {e}") from None

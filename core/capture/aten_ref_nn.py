@@ -1,0 +1,364 @@
+"""Reference forms of aten's reductions, products, softmax family and losses: the tape's own
+forms where they are the same op (``serial_sum``, ``mean``, the reference ``mm``/``bmm``/
+``matmul``, ``softmax``, ``log_softmax`` and their backwards), composites in the written order of
+docs/reference-order.md, "Captured aten ops", for the rest. Half inputs compute in float32
+(products and sums accumulate there, serially) and round once at the op's end."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from core.capture.aten_ref_table import (
+    F32,
+    I64,
+    M,
+    NoReference,
+    arr,
+    as_dtype,
+    compute,
+    form,
+    is_float,
+    opt,
+    result_type,
+)
+from core.ops import REGISTRY
+from core.ops.reference import matmul as ref_matmul
+from core.ops.reference import serial_sum
+
+
+def axes_of(x: np.ndarray, dim) -> tuple[int, ...]:
+    """The reduced axes: None or [] means every axis (aten's convention)."""
+    if dim is None:
+        return tuple(range(x.ndim))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not dims:
+        return tuple(range(x.ndim))
+    return tuple(sorted({d % max(x.ndim, 1) for d in dims}))
+
+
+def _wide(x: np.ndarray, dt: np.dtype | None = None) -> np.ndarray:
+    return arr(x, compute(dt if dt is not None else x.dtype))
+
+
+def _red_dtype(x: np.ndarray, dtype) -> np.dtype:
+    d = as_dtype(dtype)
+    if d is not None:
+        return d
+    return x.dtype if is_float(x.dtype) else I64
+
+
+def _at(x: np.ndarray, dim, keep: bool) -> dict:
+    ax = axes_of(x, dim)
+    return {"axis": ax if ax else None, "keepdims": bool(keep)}
+
+
+def _reduce(name: str, x: np.ndarray, dim, keep: bool, dtype) -> np.ndarray:
+    out = _red_dtype(x, dtype)
+    if x.ndim == 0:
+        return arr(x, out).copy()
+    if not axes_of(x, dim):
+        return arr(x, out).copy()
+    y = REGISTRY[name].forward(M, [_wide(x, out)], _at(x, dim, keep))
+    return np.asarray(y).astype(out)
+
+
+@form("aten.sum.default", "aten.sum.dim_IntList")
+def _sum(args: list, kwargs: dict) -> list:
+    x = args[0]
+    if len(args) == 1 or isinstance(args[1], str):  # sum.default(x, dtype=)
+        return [_reduce("sum", x, None, False, kwargs.get("dtype"))]
+    return [_reduce("sum", x, args[1], opt(kwargs, args, 2, "keepdim", False),
+                    opt(kwargs, args, 3, "dtype"))]
+
+
+@form("aten.mean.default", "aten.mean.dim")
+def _mean(args: list, kwargs: dict) -> list:
+    x = args[0]
+    if len(args) == 1 or isinstance(args[1], str):
+        return [_reduce("mean", x, None, False, kwargs.get("dtype"))]
+    return [_reduce("mean", x, args[1], opt(kwargs, args, 2, "keepdim", False),
+                    opt(kwargs, args, 3, "dtype"))]
+
+
+def _extreme(fn):
+    def run(args: list, kwargs: dict) -> list:
+        x = args[0]
+        dim = opt(kwargs, args, 1, "dim")
+        keep = opt(kwargs, args, 2, "keepdim", False)
+        return [np.asarray(fn(x, axis=axes_of(x, dim), keepdims=keep))]  # exact; NaN wins
+    return run
+
+
+form("aten.amax.default")(_extreme(np.max))
+form("aten.amin.default")(_extreme(np.min))
+form("aten.max.default")(lambda args, kwargs: [np.asarray(np.max(args[0]))])
+form("aten.min.default")(lambda args, kwargs: [np.asarray(np.min(args[0]))])
+form("aten.all.default")(lambda args, kwargs: [np.asarray(np.all(args[0]))])
+form("aten.any.default")(lambda args, kwargs: [np.asarray(np.any(args[0]))])
+
+
+def _arg_extreme(values, index):
+    def run(args: list, kwargs: dict) -> list:
+        x, d = args[0], args[1] % max(args[0].ndim, 1)
+        keep = opt(kwargs, args, 2, "keepdim", False)
+        i = np.expand_dims(index(x, axis=d), d)  # the first extreme (first NaN)
+        v = np.take_along_axis(x, i, axis=d)
+        return [v if keep else np.squeeze(v, d), (i if keep else np.squeeze(i, d)).astype(I64)]
+    return run
+
+
+form("aten.max.dim")(_arg_extreme(np.max, np.argmax))
+form("aten.min.dim")(_arg_extreme(np.min, np.argmin))
+
+
+def _arg_index(fn):
+    def run(args: list, kwargs: dict) -> list:
+        x, d = args[0], opt(kwargs, args, 1, "dim")
+        keep = opt(kwargs, args, 2, "keepdim", False)
+        if d is None:
+            return [np.asarray(fn(x), I64).reshape((1,) * x.ndim if keep else ())]
+        return [np.asarray(fn(x, axis=d, keepdims=keep), I64)]
+    return run
+
+
+form("aten.argmax.default")(_arg_index(np.argmax))
+form("aten.argmin.default")(_arg_index(np.argmin))
+
+
+def variance(x: np.ndarray, dim, correction: float, keep: bool) -> np.ndarray:
+    """mu = serial_sum(x) / n; d = x - mu; var = serial_sum(d * d) / max(0, n - correction)."""
+    ax = axes_of(x, dim)
+    n = math.prod(x.shape[a] for a in ax)
+    t = x.dtype.type
+    mu = serial_sum(x, ax, keepdims=True) / t(n)
+    d = x - mu
+    with np.errstate(all="ignore"):
+        return serial_sum(d * d, ax, keepdims=keep) / t(max(0.0, n - correction))
+
+
+def _var_args(args: list, kwargs: dict) -> tuple:
+    x = args[0]
+    dim = opt(kwargs, args, 1, "dim")
+    corr = kwargs.get("correction", 1)
+    if "unbiased" in kwargs:
+        corr = 1 if kwargs["unbiased"] else 0
+    return x, dim, 1 if corr is None else corr, kwargs.get("keepdim", False)
+
+
+@form("aten.var.correction", "aten.var.dim")
+def _var(args: list, kwargs: dict) -> list:
+    x, dim, corr, keep = _var_args(args, kwargs)
+    return [variance(_wide(x), dim, corr, keep).astype(x.dtype)]
+
+
+@form("aten.std.correction", "aten.std.dim")
+def _std(args: list, kwargs: dict) -> list:
+    x, dim, corr, keep = _var_args(args, kwargs)
+    return [np.sqrt(variance(_wide(x), dim, corr, keep)).astype(x.dtype)]
+
+
+def vector_norm(x: np.ndarray, ord_: float = 2, dim=None, keep: bool = False,
+                dtype=None) -> np.ndarray:
+    """ord 2: sqrt(serial_sum(x * x)); 1: serial_sum(|x|); inf / -inf: max / min |x|."""
+    out = as_dtype(dtype) or (x.dtype if is_float(x.dtype) else F32)
+    w = _wide(x, out)
+    ax = axes_of(x, dim)
+    with np.errstate(all="ignore"):
+        if ord_ == 2:
+            y = np.sqrt(serial_sum(w * w, ax, keepdims=keep))
+        elif ord_ == 1:
+            y = serial_sum(np.abs(w), ax, keepdims=keep)
+        elif ord_ == math.inf:
+            y = np.max(np.abs(w), axis=ax, keepdims=keep)
+        elif ord_ == -math.inf:
+            y = np.min(np.abs(w), axis=ax, keepdims=keep)
+        else:
+            raise NoReference(f"vector norm of order {ord_}")
+    return np.asarray(y).astype(out)
+
+
+@form("aten.linalg_vector_norm.default")
+def _vector_norm(args: list, kwargs: dict) -> list:
+    return [vector_norm(args[0], float(opt(kwargs, args, 1, "ord", 2)),
+                        opt(kwargs, args, 2, "dim"), opt(kwargs, args, 3, "keepdim", False),
+                        kwargs.get("dtype"))]
+
+
+# ---- products ---------------------------------------------------------------------------------
+def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` by the reference matmul (serial in k), in torch's result type."""
+    out = result_type(a, b)
+    if not is_float(out):
+        return np.matmul(a, b).astype(out)
+    return np.asarray(ref_matmul(_wide(a, out), _wide(b, out)))
+
+
+def _finish(y: np.ndarray, out: np.dtype) -> np.ndarray:
+    return y.astype(out, copy=False)
+
+
+@form("aten.mm.default", "aten.bmm.default", "aten.matmul.default", "aten.mv.default",
+      "aten.dot.default")
+def _mm(args: list, kwargs: dict) -> list:
+    a, b = args[0], args[1]
+    return [_finish(product(a, b), result_type(a, b))]
+
+
+def _scaled_sum(ab: np.ndarray, bias: np.ndarray | None, beta, alpha) -> np.ndarray:
+    """(alpha * ab) + (beta * bias), the scalings only when != 1; beta == 0 drops the bias."""
+    t = ab.dtype.type
+    with np.errstate(all="ignore"):
+        if alpha != 1:
+            ab = t(alpha) * ab
+        if bias is None or beta == 0:
+            return ab
+        bias = arr(bias, ab.dtype)
+        return ab + (bias if beta == 1 else t(beta) * bias)
+
+
+@form("aten.addmm.default", "aten.baddbmm.default", "aten.addmv.default")
+def _addmm(args: list, kwargs: dict) -> list:
+    bias, a, b = args[0], args[1], args[2]
+    out = result_type(bias, a, b)
+    y = _scaled_sum(product(a, b), bias, kwargs.get("beta", 1), kwargs.get("alpha", 1))
+    return [_finish(y, out)]
+
+
+@form("aten.linear.default")
+def _linear(args: list, kwargs: dict) -> list:
+    x, w = args[0], args[1]
+    bias = opt(kwargs, args, 2, "bias")
+    out = result_type(x, w) if bias is None else result_type(x, w, bias)
+    return [_finish(_scaled_sum(product(x, w.T), bias, 1, 1), out)]
+
+
+# ---- softmax family (the tape's forms) --------------------------------------------------------
+def _row_op(name: str, x: np.ndarray, dim: int, out: np.dtype) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.asarray(REGISTRY[name].forward(M, [_wide(x)], {"axis": int(dim)})).astype(out)
+
+
+def _row_bwd(name: str, g: np.ndarray, y: np.ndarray, dim: int, out: np.dtype) -> np.ndarray:
+    ct = compute(out)
+    with np.errstate(all="ignore"):
+        gx = REGISTRY[name].backward(M, arr(g, ct), [None], arr(y, ct), {"axis": int(dim)},
+                                     [True])[0]
+    return np.asarray(gx).astype(out)
+
+
+for _n in ("softmax", "log_softmax"):
+    def _fwd(args: list, kwargs: dict, _n=_n) -> list:
+        x, dim = args[0], args[1]
+        half_to_float = opt(kwargs, args, 2, "half_to_float", False)
+        return [_row_op(_n, x, dim, F32 if half_to_float else x.dtype)]
+
+    def _bwd(args: list, kwargs: dict, _n=_n) -> list:
+        g, y, dim = args[0], args[1], args[2]
+        return [_row_bwd(_n, g, y, dim, as_dtype(opt(kwargs, args, 3, "input_dtype")) or g.dtype)]
+
+    def _public(args: list, kwargs: dict, _n=_n) -> list:
+        x, dim = args[0], args[1]
+        out = as_dtype(opt(kwargs, args, 2, "dtype")) or x.dtype
+        return [_row_op(_n, arr(x, out), dim, out)]
+
+    form(f"aten._{_n}.default")(_fwd)
+    form(f"aten._{_n}_backward_data.default")(_bwd)
+    form(f"aten.{_n}.int")(_public)
+
+
+@form("aten._safe_softmax.default")
+def _safe_softmax(args: list, kwargs: dict) -> list:
+    """softmax, with a row that is -inf throughout giving +0.0 (not NaN)."""
+    x, dim = args[0], args[1]
+    out = as_dtype(opt(kwargs, args, 2, "dtype")) or x.dtype
+    y = _row_op("softmax", arr(x, out), dim, out)
+    dead = np.all(np.isneginf(_wide(x)), axis=dim, keepdims=True)
+    return [np.where(dead, out.type(0), y)]
+
+
+# ---- losses -----------------------------------------------------------------------------------
+def _nll_rows(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Classes last, rows flattened: ([R, C], [R])."""
+    if x.ndim == 1:
+        return x[None, :], np.asarray(t).reshape(1)
+    if x.ndim > 2:  # [N, C, d1, ...] (nll_loss2d): classes moved last
+        x = np.moveaxis(x, 1, -1)
+    return x.reshape(-1, x.shape[-1]), np.asarray(t).reshape(-1)
+
+
+def _nll_weights(t: np.ndarray, weight, keep: np.ndarray, dt: np.dtype) -> np.ndarray:
+    safe = np.where(keep, t, 0).astype(I64)
+    w = np.ones(t.shape, dt) if weight is None else arr(weight, dt)[safe]
+    return np.where(keep, w, dt.type(0))
+
+
+@form("aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default")
+def _nll_forward(args: list, kwargs: dict) -> list:
+    x, t, weight, reduction, ignore = args[:5]
+    out = x.dtype
+    x2, t2 = _nll_rows(_wide(x), t)
+    keep = t2 != ignore
+    w = _nll_weights(t2, weight, keep, x2.dtype)
+    picked = x2[np.arange(len(t2)), np.where(keep, t2, 0)]
+    if weight is not None:
+        picked = picked * w  # x[t] * w[t]: one rounding (none when there is no weight)
+    picked = np.where(keep, picked, x2.dtype.type(0))
+    with np.errstate(all="ignore"):
+        if reduction == 0:
+            lead = x.shape[:1] + x.shape[2:] if x.ndim > 1 else ()
+            return [(-picked).reshape(lead).astype(out), np.zeros((), out)]
+        tw = serial_sum(w)
+        s = -serial_sum(picked)
+        y = s / tw if reduction == 1 else s
+    return [np.asarray(y).astype(out), np.asarray(tw).astype(out)]
+
+
+@form("aten.nll_loss_backward.default", "aten.nll_loss2d_backward.default")
+def _nll_backward(args: list, kwargs: dict) -> list:
+    g, x, t, weight, reduction, ignore, tw = args[:7]
+    out = x.dtype
+    xw = _wide(x)
+    x2, t2 = _nll_rows(xw, t)
+    keep = t2 != ignore
+    w = _nll_weights(t2, weight, keep, x2.dtype)
+    gw = _wide(np.asarray(g), out)
+    with np.errstate(all="ignore"):
+        if reduction == 0:
+            val = (-w) * gw.reshape(-1)  # -w[t] * g[i]
+        else:
+            gs = -(gw.reshape(()) / arr(tw, gw.dtype).reshape(())) if reduction == 1 \
+                else -gw.reshape(())
+            val = gs if weight is None else w * gs
+            val = np.broadcast_to(val, t2.shape)
+    gx = np.zeros(x2.shape, x2.dtype)
+    rows = np.arange(len(t2))[keep]
+    gx[rows, t2[keep].astype(I64)] = np.asarray(val)[keep]
+    if x.ndim > 2:
+        moved = np.moveaxis(xw, 1, -1).shape
+        gx = np.moveaxis(gx.reshape(moved), -1, 1)
+    return [gx.reshape(x.shape).astype(out)]
+
+
+@form("aten.mse_loss.default")
+def _mse(args: list, kwargs: dict) -> list:
+    x, t = args[0], args[1]
+    reduction = opt(kwargs, args, 2, "reduction", 1)
+    out = result_type(x, t)
+    d = _wide(x, out) - _wide(t, out)
+    sq = d * d
+    if reduction == 0:
+        return [sq.astype(out)]
+    name = "mean" if reduction == 1 else "sum"
+    return [np.asarray(REGISTRY[name].forward(M, [sq], {"axis": None})).astype(out)]
+
+
+@form("aten.mse_loss_backward.default")
+def _mse_backward(args: list, kwargs: dict) -> list:
+    g, x, t, reduction = args[:4]
+    out = result_type(x, t)
+    ct = compute(out)
+    norm = 2.0 / x.size if reduction == 1 else 2.0  # float64 on the host, rounded once
+    d = _wide(x, out) - _wide(t, out)
+    return [((d * ct.type(norm)) * arr(g, ct)).astype(out)]

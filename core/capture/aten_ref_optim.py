@@ -1,0 +1,153 @@
+"""Reference forms of the optimizer's aten ops: addcmul, addcdiv, lerp (the single-tensor
+Adam/AdamW/SGD paths), the fused kernels ``_fused_adam_``, ``_fused_adamw_`` and
+``_fused_sgd_`` in their written order (docs/reference-order.md, "Captured aten ops"), and the
+``_foreach_*`` family, which is its per-tensor op on each list element (torch's CPU foreach
+kernels are that loop), handled generically by ``core.capture.aten_ref``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from core.capture.aten_ref_table import (
+    F64,
+    NoReference,
+    arr,
+    compute,
+    ew,
+    form,
+    opt,
+    result_type,
+    scal,
+)
+
+
+@form("aten.addcmul.default")
+def _addcmul(args: list, kwargs: dict) -> list:
+    a, t1, t2 = args[:3]
+    value = opt(kwargs, args, 3, "value", 1)
+    out = result_type(a, t1, t2)
+    v = scal(value, out)
+    # a + ((value * t1) * t2), each product rounded; value == 1 makes the first exact
+    return [ew(lambda x, y, z: x + ((v * y) * z), a, t1, t2, out=out)]
+
+
+@form("aten.addcdiv.default")
+def _addcdiv(args: list, kwargs: dict) -> list:
+    a, t1, t2 = args[:3]
+    value = opt(kwargs, args, 3, "value", 1)
+    out = result_type(a, t1, t2)
+    v = scal(value, out)
+    return [ew(lambda x, y, z: x + ((v * y) / z), a, t1, t2, out=out)]
+
+
+def lerp(a: np.ndarray, b: np.ndarray, w) -> np.ndarray:
+    """|w| < 0.5: a + w * (b - a); else b - (b - a) * (1 - w) (torch's two-sided lerp)."""
+    one = a.dtype.type(1)
+    small = np.abs(w) < a.dtype.type(0.5)
+    return np.where(small, a + (w * (b - a)), b - ((b - a) * (one - w)))
+
+
+@form("aten.lerp.Scalar", "aten.lerp.Tensor")
+def _lerp(args: list, kwargs: dict) -> list:
+    a, b, w = args[:3]
+    return [ew(lerp, a, b, w, out=result_type(a, b))]
+
+
+# ---- fused optimizers -------------------------------------------------------------------------
+def _steps(step) -> float:
+    return float(np.asarray(step, dtype=np.float32))  # torch reads state_step as float
+
+
+def _lr(kwargs: dict) -> float:
+    return float(np.asarray(kwargs["lr"], dtype=F64))
+
+
+def _fused_adam(args: list, kwargs: dict, adamw: bool) -> list:
+    params, grads, m_s, v_s, vmax_s, steps = (list(a) for a in args[:6])
+    lr, b1, b2 = _lr(kwargs), float(kwargs["beta1"]), float(kwargs["beta2"])
+    wd, eps = float(kwargs["weight_decay"]), float(kwargs["eps"])
+    amsgrad, maximize = bool(kwargs.get("amsgrad")), bool(kwargs.get("maximize"))
+    gscale, found = kwargs.get("grad_scale"), kwargs.get("found_inf")
+    copies = [[arr(x, x.dtype).copy() for x in lst] for lst in (params, grads, m_s, v_s, vmax_s)]
+    if found is not None and float(np.asarray(found)) == 1.0:
+        return [x for lst in copies for x in lst]  # an inf was found: nothing moves
+    out_p, out_g, out_m, out_v, out_vm = copies
+    for i, w0 in enumerate(params):
+        step = _steps(steps[i])
+        # host scalars in float64, each rounded once to the compute type
+        bc1, bc2 = 1.0 - b1 ** step, 1.0 - b2 ** step
+        ct = compute(w0.dtype)
+        k = {n: ct.type(v) for n, v in (
+            ("step_size", lr / bc1), ("bc2_sqrt", math.sqrt(bc2)), ("c1", 1.0 - b1),
+            ("b2", b2), ("c2", 1.0 - b2), ("eps", eps), ("wd", wd),
+            ("decay", 1.0 - lr * wd))}
+        w, g = arr(w0, ct), arr(grads[i], ct)
+        m, v = arr(m_s[i], ct), arr(v_s[i], ct)
+        with np.errstate(all="ignore"):
+            if gscale is not None:
+                g = g / ct.type(float(np.asarray(gscale)))
+                out_g[i] = g.astype(grads[i].dtype)
+            if maximize:
+                g = -g
+            if wd != 0:
+                if adamw:
+                    w = w * k["decay"]
+                else:
+                    g = g + (w * k["wd"])
+            m = lerp(m, g, k["c1"])
+            v = (v * k["b2"]) + ((k["c2"] * g) * g)
+            if amsgrad:
+                vm = np.maximum(arr(vmax_s[i], ct), v)
+                out_vm[i] = vm.astype(vmax_s[i].dtype)
+                den = (np.sqrt(vm) / k["bc2_sqrt"]) + k["eps"]
+            else:
+                den = (np.sqrt(v) / k["bc2_sqrt"]) + k["eps"]
+            w = w - ((k["step_size"] * m) / den)
+        out_p[i], out_m[i], out_v[i] = (w.astype(w0.dtype), m.astype(m_s[i].dtype),
+                                        v.astype(v_s[i].dtype))
+    return out_p + out_g + out_m + out_v + out_vm
+
+
+form("aten._fused_adam_.default", "aten._fused_adam_.tensor_lr",
+     "aten._fused_adam.default", "aten._fused_adam.tensor_lr")(
+    lambda args, kwargs: _fused_adam(args, kwargs, adamw=False))
+form("aten._fused_adamw_.default", "aten._fused_adamw_.tensor_lr",
+     "aten._fused_adamw.default", "aten._fused_adamw.tensor_lr")(
+    lambda args, kwargs: _fused_adam(args, kwargs, adamw=True))
+
+
+@form("aten._fused_sgd_.default", "aten._fused_sgd_.tensor_lr")
+def _fused_sgd(args: list, kwargs: dict) -> list:
+    params, grads, bufs = (list(a) for a in args[:3])
+    lr, wd = _lr(kwargs), float(kwargs["weight_decay"])
+    mom, damp = float(kwargs["momentum"]), float(kwargs["dampening"])
+    nesterov, maximize = bool(kwargs.get("nesterov")), bool(kwargs.get("maximize"))
+    first = bool(kwargs.get("is_first_step"))
+    gscale, found = kwargs.get("grad_scale"), kwargs.get("found_inf")
+    out_p = [arr(x, x.dtype).copy() for x in params]
+    out_g = [arr(x, x.dtype).copy() for x in grads]
+    out_b = [arr(x, x.dtype).copy() for x in bufs]
+    if found is not None and float(np.asarray(found)) == 1.0:
+        return out_p + out_g + out_b
+    if mom != 0 and len(bufs) != len(params):
+        raise NoReference("_fused_sgd_ with momentum needs a buffer per parameter")
+    for i, w0 in enumerate(params):
+        ct = compute(w0.dtype)
+        t = ct.type
+        w, g = arr(w0, ct), arr(grads[i], ct)
+        with np.errstate(all="ignore"):
+            if gscale is not None:
+                g = g / t(float(np.asarray(gscale)))
+                out_g[i] = g.astype(grads[i].dtype)
+            if maximize:
+                g = -g
+            if wd != 0:
+                g = g + (w * t(wd))
+            if mom != 0:
+                b = g if first else (arr(bufs[i], ct) * t(mom)) + (t(1.0 - damp) * g)
+                out_b[i] = b.astype(bufs[i].dtype)
+                g = g + (b * t(mom)) if nesterov else b
+            out_p[i] = (w - (t(lr) * g)).astype(w0.dtype)
+    return out_p + out_g + out_b

@@ -1,0 +1,346 @@
+"""Reference forms of aten's copies, casts, fills, factories and views: no arithmetic, so every
+one is exact (a view returns a copy of the values it shows: the reference never aliases a
+recorded input). Casts follow c10's conversions: float64 -> float16/bfloat16 goes through
+float32 (two roundings, as ``c10::Half(double)``), float -> integer truncates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from core.capture.aten_ref_table import (
+    BOOL,
+    F32,
+    F64,
+    HALF,
+    I64,
+    NoReference,
+    arr,
+    as_dtype,
+    form,
+    opt,
+)
+
+
+def cast(x: Any, dt: np.dtype) -> np.ndarray:
+    """``x`` converted to ``dt`` as torch converts (see the module docstring)."""
+    x = np.asarray(x)
+    if x.dtype == dt:
+        return x.copy()
+    with np.errstate(all="ignore"):
+        if dt == BOOL:
+            return x != 0
+        if dt in HALF and x.dtype == F64:
+            return x.astype(F32).astype(dt)
+        return x.astype(dt)
+
+
+def _copy(args: list, kwargs: dict) -> list:
+    return [np.array(args[0], copy=True)]
+
+
+for _n in ("clone", "detach", "alias", "lift_fresh", "lift_fresh_copy", "contiguous",
+           "_local_scalar_dense", "positive"):
+    form(f"aten.{_n}.default")(_copy)
+
+
+@form("aten._to_copy.default")
+def _to_copy(args: list, kwargs: dict) -> list:
+    dt = as_dtype(kwargs.get("dtype"))
+    return [cast(args[0], dt if dt is not None else args[0].dtype)]
+
+
+@form("aten.copy.default")
+def _copy_into(args: list, kwargs: dict) -> list:
+    self, src = args[0], args[1]
+    return [cast(np.broadcast_to(src, self.shape), self.dtype)]
+
+
+@form("aten.fill.Scalar", "aten.fill.Tensor")
+def _fill(args: list, kwargs: dict) -> list:
+    return [np.full(args[0].shape, cast(args[1], args[0].dtype))]
+
+
+@form("aten.zero.default")
+def _zero(args: list, kwargs: dict) -> list:
+    return [np.zeros(args[0].shape, args[0].dtype)]
+
+
+def _fill_dtype(v: Any, dt: Any) -> np.dtype:
+    d = as_dtype(dt)
+    if d is not None:
+        return d
+    if isinstance(v, bool):
+        return BOOL
+    return I64 if isinstance(v, int) else F32
+
+
+def _like(value: Any):
+    def run(args: list, kwargs: dict) -> list:
+        x = args[0]
+        dt = as_dtype(kwargs.get("dtype")) or x.dtype
+        v = args[1] if value is None else value
+        return [np.full(x.shape, cast(v, dt))]
+    return run
+
+
+form("aten.zeros_like.default")(_like(0))
+form("aten.ones_like.default")(_like(1))
+form("aten.full_like.default")(_like(None))
+
+
+def _factory(value: Any):
+    def run(args: list, kwargs: dict) -> list:
+        size = tuple(args[0])
+        v = args[1] if value is None else value
+        dt = as_dtype(kwargs.get("dtype")) or (_fill_dtype(v, None) if value is None else F32)
+        return [np.full(size, cast(v, dt))]
+    return run
+
+
+form("aten.zeros.default")(_factory(0))
+form("aten.ones.default")(_factory(1))
+form("aten.full.default")(_factory(None))
+
+
+def _new(value: Any):
+    def run(args: list, kwargs: dict) -> list:
+        x, size = args[0], tuple(args[1])
+        v = args[2] if value is None else value
+        dt = as_dtype(kwargs.get("dtype")) or x.dtype
+        return [np.full(size, cast(v, dt))]
+    return run
+
+
+form("aten.new_zeros.default")(_new(0))
+form("aten.new_ones.default")(_new(1))
+form("aten.new_full.default")(_new(None))
+
+
+@form("aten.scalar_tensor.default")
+def _scalar_tensor(args: list, kwargs: dict) -> list:
+    return [cast(args[0], as_dtype(kwargs.get("dtype")) or F32)]
+
+
+@form("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
+def _arange(args: list, kwargs: dict) -> list:
+    nums = [a for a in args if isinstance(a, int | float)]
+    start, end, step = (0, nums[0], 1) if len(nums) == 1 else (
+        nums[0], nums[1], nums[2] if len(nums) > 2 else 1)
+    dt = as_dtype(kwargs.get("dtype"))
+    if dt is None:
+        dt = I64 if all(isinstance(v, int) for v in (start, end, step)) else F32
+    n = max(0, -(-(end - start) // step)) if isinstance(end - start, int) else \
+        max(0, int(np.ceil((end - start) / step)))
+    # value i = start + i * step, in float64 (torch's accumulate type), then rounded once
+    vals = np.asarray(start, F64) + np.arange(n, dtype=F64) * np.asarray(step, F64)
+    return [vals.astype(dt) if dt != I64 else start + np.arange(n, dtype=I64) * step]
+
+
+# ---- views: the values they show, copied ------------------------------------------------------
+def _dim(d: int, nd: int) -> int:
+    return d + nd if d < 0 else d
+
+
+def _shape(x: np.ndarray, size) -> tuple[int, ...]:
+    return tuple(int(s) for s in size)
+
+
+@form("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+      "aten._reshape_alias.default")
+def _view(args: list, kwargs: dict) -> list:
+    x = args[0]
+    if isinstance(args[1], str) or "dtype" in kwargs:  # view.dtype: a bit reinterpretation
+        raise NoReference("view.dtype reinterprets bits; it has no reference form")
+    return [np.array(x.reshape(_shape(x, args[1])))]
+
+
+@form("aten.t.default", "aten.numpy_T.default")
+def _t(args: list, kwargs: dict) -> list:
+    return [np.array(args[0].T)]
+
+
+@form("aten.transpose.int")
+def _transpose(args: list, kwargs: dict) -> list:
+    x = args[0]
+    return [np.array(np.swapaxes(x, _dim(args[1], x.ndim), _dim(args[2], x.ndim)))]
+
+
+@form("aten.permute.default")
+def _permute(args: list, kwargs: dict) -> list:
+    x = args[0]
+    return [np.array(np.transpose(x, [_dim(d, x.ndim) for d in args[1]]))]
+
+
+@form("aten.expand.default")
+def _expand(args: list, kwargs: dict) -> list:
+    x, size = args[0], list(args[1])
+    lead = len(size) - x.ndim
+    shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(size)]
+    return [np.array(np.broadcast_to(x, shape))]
+
+
+@form("aten.slice.Tensor")
+def _slice(args: list, kwargs: dict) -> list:
+    x = args[0]
+    d = _dim(opt(kwargs, args, 1, "dim", 0), x.ndim)
+    start, end = opt(kwargs, args, 2, "start"), opt(kwargs, args, 3, "end")
+    step = opt(kwargs, args, 4, "step", 1)
+    return [np.array(x[(slice(None),) * d + (slice(start, end, step),)])]
+
+
+@form("aten.select.int")
+def _select(args: list, kwargs: dict) -> list:
+    x = args[0]
+    d = _dim(args[1], x.ndim)
+    return [np.array(x[(slice(None),) * d + (args[2],)])]
+
+
+@form("aten.narrow.default")
+def _narrow(args: list, kwargs: dict) -> list:
+    x, d, start, length = args
+    d = _dim(d, x.ndim)
+    start = _dim(start, x.shape[d])
+    return [np.array(x[(slice(None),) * d + (slice(start, start + length),)])]
+
+
+@form("aten.unsqueeze.default")
+def _unsqueeze(args: list, kwargs: dict) -> list:
+    x = args[0]
+    return [np.array(np.expand_dims(x, _dim(args[1], x.ndim + 1)))]
+
+
+@form("aten.squeeze.default", "aten.squeeze.dim", "aten.squeeze.dims")
+def _squeeze(args: list, kwargs: dict) -> list:
+    x = args[0]
+    dims = opt(kwargs, args, 1, "dim")
+    if dims is None:
+        return [np.array(np.squeeze(x))]
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    keep = tuple(_dim(d, max(x.ndim, 1)) for d in dims)
+    return [np.array(np.squeeze(x, tuple(d for d in keep if x.ndim and x.shape[d] == 1)))]
+
+
+@form("aten.flatten.using_ints")
+def _flatten(args: list, kwargs: dict) -> list:
+    x = args[0]
+    if x.ndim == 0:
+        return [x.reshape(1).copy()]
+    s = _dim(opt(kwargs, args, 1, "start_dim", 0), x.ndim)
+    e = _dim(opt(kwargs, args, 2, "end_dim", -1), x.ndim)
+    return [np.array(x.reshape(x.shape[:s] + (-1,) + x.shape[e + 1:]))]
+
+
+@form("aten.unflatten.int")
+def _unflatten(args: list, kwargs: dict) -> list:
+    x, d, sizes = args[0], _dim(args[1], args[0].ndim), tuple(args[2])
+    return [np.array(x.reshape(x.shape[:d] + sizes + x.shape[d + 1:]))]
+
+
+def _joined(ts: list) -> tuple[list, np.dtype]:
+    from core.capture.aten_ref_table import result_type
+
+    dt = result_type(*ts)
+    return [cast(t, dt) for t in ts], dt
+
+
+@form("aten.cat.default")
+def _cat(args: list, kwargs: dict) -> list:
+    ts, dt = _joined(list(args[0]))
+    d = opt(kwargs, args, 1, "dim", 0)
+    live = [t for t in ts if not (t.ndim == 1 and t.shape[0] == 0)]  # torch skips legacy []
+    if not live:
+        return [np.zeros((0,), dt)]
+    return [np.concatenate(live, axis=_dim(d, live[0].ndim))]
+
+
+@form("aten.stack.default")
+def _stack(args: list, kwargs: dict) -> list:
+    ts, _ = _joined(list(args[0]))
+    d = opt(kwargs, args, 1, "dim", 0)
+    return [np.stack(ts, axis=_dim(d, ts[0].ndim + 1))]
+
+
+def _pieces(x: np.ndarray, d: int, sizes: list[int]) -> list:
+    out, off = [], 0
+    for n in sizes:
+        out.append(np.array(x[(slice(None),) * d + (slice(off, off + n),)]))
+        off += n
+    return out
+
+
+@form("aten.split.Tensor", "aten.unsafe_split.Tensor")
+def _split(args: list, kwargs: dict) -> list:
+    x, size = args[0], int(args[1])
+    d = _dim(opt(kwargs, args, 2, "dim", 0), x.ndim)
+    n = x.shape[d]
+    return _pieces(x, d, [min(size, n - o) for o in range(0, n, size)] if size else [0])
+
+
+@form("aten.split_with_sizes.default", "aten.unsafe_split_with_sizes.default")
+def _split_sizes(args: list, kwargs: dict) -> list:
+    x = args[0]
+    return _pieces(x, _dim(opt(kwargs, args, 2, "dim", 0), x.ndim), list(args[1]))
+
+
+@form("aten.chunk.default", "aten.unsafe_chunk.default")
+def _chunk(args: list, kwargs: dict) -> list:
+    x, chunks = args[0], int(args[1])
+    d = _dim(opt(kwargs, args, 2, "dim", 0), x.ndim)
+    size = -(-x.shape[d] // chunks)
+    return _split([x, size, d], {})
+
+
+@form("aten.unbind.int")
+def _unbind(args: list, kwargs: dict) -> list:
+    x = args[0]
+    d = _dim(opt(kwargs, args, 1, "dim", 0), x.ndim)
+    return [np.array(np.take(x, i, axis=d)) for i in range(x.shape[d])]
+
+
+@form("aten.index_select.default")
+def _index_select(args: list, kwargs: dict) -> list:
+    x, d, idx = args
+    return [np.take(x, np.asarray(idx).astype(I64), axis=_dim(d, x.ndim))]
+
+
+@form("aten.index.Tensor")
+def _index(args: list, kwargs: dict) -> list:
+    x, idx = args[0], list(args[1])
+    key = tuple(slice(None) if i is None else np.asarray(i) for i in idx)
+    return [np.array(x[key])]
+
+
+@form("aten.gather.default")
+def _gather(args: list, kwargs: dict) -> list:
+    x, d, idx = args[0], args[1], args[2]
+    return [np.take_along_axis(x, np.asarray(idx).astype(I64), axis=_dim(d, x.ndim))]
+
+
+@form("aten.constant_pad_nd.default")
+def _pad(args: list, kwargs: dict) -> list:
+    x, pad = args[0], list(args[1])
+    v = opt(kwargs, args, 2, "value", 0)
+    width = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        width[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if any(a < 0 or b < 0 for a, b in width):
+        raise NoReference("constant_pad_nd with a negative pad (a crop)")
+    return [np.pad(x, width, constant_values=arr(v, x.dtype))]
+
+
+@form("aten.select_backward.default")
+def _select_backward(args: list, kwargs: dict) -> list:
+    g, sizes, d, index = args[:4]
+    gx = np.zeros(tuple(sizes), g.dtype)  # +0.0 everywhere, g placed (exact)
+    gx[(slice(None),) * _dim(d, len(sizes)) + (index,)] = g
+    return [gx]
+
+
+@form("aten.slice_backward.default")
+def _slice_backward(args: list, kwargs: dict) -> list:
+    g, sizes, d, start, end, step = args[:6]
+    gx = np.zeros(tuple(sizes), g.dtype)
+    gx[(slice(None),) * _dim(d, len(sizes)) + (slice(start, end, step),)] = g
+    return [gx]

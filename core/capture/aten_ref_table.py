@@ -1,0 +1,186 @@
+"""The aten reference table's machinery: ``NoReference``, the form registry, and torch's dtype
+rules spelled for numpy (``core.capture.aten_ref`` is the public face; the forms live in
+``aten_ref_pointwise``, ``aten_ref_nn`` and ``aten_ref_optim``).
+
+A form is ``fn(args, kwargs) -> list[np.ndarray]`` registered under the ``str(func)`` of one or
+more aten overloads. It computes in the reference order (docs/reference-order.md, "Captured aten
+ops") and returns arrays of the dtype torch would return. Half inputs (float16, bfloat16) are
+widened to float32, computed there and rounded once (the tape's half rule); every Python scalar
+is rounded once to the compute dtype before use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from core import mathlib
+
+__all__ = ["FORMS", "NoReference", "M", "arr", "as_dtype", "compute", "ew", "form",
+           "is_float", "result_type", "scal"]
+
+
+class NoReference(Exception):
+    """The op has no reference form (or none for these arguments); the message says why."""
+
+
+Form = Callable[[list, dict], list]
+#: str(OpOverload) -> its form
+FORMS: dict[str, Form] = {}
+
+#: the transcendentals every form calls (refmath: the same bits on every backend)
+M = mathlib.get("refmath")
+
+F16 = np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+I64 = np.dtype(np.int64)
+BOOL = np.dtype(np.bool_)
+HALF = (F16, BF16)
+_FLOATS = (F16, BF16, F32, F64)
+
+_TORCH_DT = {
+    "torch.float64": F64, "torch.double": F64, "torch.float32": F32, "torch.float": F32,
+    "torch.float16": F16, "torch.half": F16, "torch.bfloat16": BF16, "torch.int64": I64,
+    "torch.long": I64, "torch.int32": np.dtype(np.int32), "torch.int": np.dtype(np.int32),
+    "torch.int16": np.dtype(np.int16), "torch.int8": np.dtype(np.int8),
+    "torch.uint8": np.dtype(np.uint8), "torch.bool": BOOL,
+}
+
+
+def form(*names: str) -> Callable[[Form], Form]:
+    """Register ``fn`` as the form of every overload in ``names`` (each defined once)."""
+    def deco(fn: Form) -> Form:
+        for n in names:
+            if n in FORMS:
+                raise ValueError(f"aten form {n!r} registered twice")
+            FORMS[n] = fn
+        return fn
+    return deco
+
+
+def as_dtype(d: Any) -> np.dtype | None:
+    """A dtype given as torch's string ("torch.float32"), a numpy dtype, or None."""
+    if d is None:
+        return None
+    if isinstance(d, str):
+        if d not in _TORCH_DT:
+            raise NoReference(f"dtype {d} has no reference type")
+        return _TORCH_DT[d]
+    return np.dtype(d)
+
+
+def is_float(dt: np.dtype) -> bool:
+    return dt in _FLOATS
+
+
+def compute(dt: np.dtype) -> np.dtype:
+    """The dtype an op of result type ``dt`` computes in: float32 for the half types."""
+    return F32 if dt in HALF else dt
+
+
+def _category(dt: np.dtype) -> int:
+    return 2 if dt in _FLOATS else (0 if dt == BOOL else 1)
+
+
+def promote(a: np.dtype | None, b: np.dtype | None) -> np.dtype | None:
+    """torch.promote_types for the dtypes a capture holds (no complex)."""
+    if a is None or a == b:
+        return b
+    if b is None:
+        return a
+    ca, cb = _category(a), _category(b)
+    if ca != cb:
+        return a if ca > cb else b
+    if ca == 2:
+        if {a, b} == {F16, BF16}:
+            return F32
+        return a if a.itemsize >= b.itemsize else b
+    return np.promote_types(a, b)
+
+
+def _combine(higher: np.dtype | None, lower: np.dtype | None) -> np.dtype | None:
+    # c10's combine_categories: a higher-priority group wins unless the lower one is a float
+    # and the higher one is not
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    if higher in _FLOATS:
+        return higher
+    if higher == BOOL or lower in _FLOATS:
+        return promote(higher, lower)
+    return higher
+
+
+def result_type(*xs: Any) -> np.dtype:
+    """torch.result_type of tensors (numpy arrays) and Python scalars: dimensioned tensors
+    first, then 0-d tensors, then Python scalars (a float scalar counts as float32, torch's
+    default dtype), a later group winning only with a higher category."""
+    dim = zero = wrapped = None
+    for x in xs:
+        if x is None:
+            continue
+        if isinstance(x, np.ndarray | np.generic):
+            dt = x.dtype
+            if np.ndim(x):
+                dim = promote(dim, dt)
+            else:
+                zero = promote(zero, dt)
+        elif isinstance(x, bool):
+            wrapped = promote(wrapped, BOOL)
+        elif isinstance(x, int):
+            wrapped = promote(wrapped, I64)
+        elif isinstance(x, float):
+            wrapped = promote(wrapped, F32)
+        else:
+            raise NoReference(f"operand of type {type(x).__name__} has no reference type")
+    out = _combine(dim, _combine(zero, wrapped))
+    if out is None:
+        raise NoReference("no operand to take a dtype from")
+    return out
+
+
+def arr(x: Any, dt: np.dtype) -> np.ndarray:
+    """``x`` (array or Python scalar) as an array of ``dt``: a scalar rounded once."""
+    if isinstance(x, np.ndarray) and x.dtype == dt:
+        return x
+    with np.errstate(all="ignore"):
+        return np.asarray(x).astype(dt) if isinstance(x, np.ndarray | np.generic) \
+            else np.asarray(x, dtype=dt)
+
+
+def scal(v: Any, out: np.dtype, round_to_storage: bool = False) -> np.ndarray:
+    """A Python scalar operand of an op whose result type is ``out``, as a 0-d array of the
+    compute dtype. For a half ``out``, add/sub round it to the half type first
+    (``round_to_storage``), mul/div take it in float32, as torch's CPU kernels do."""
+    if isinstance(v, np.ndarray | np.generic):
+        return arr(v, compute(out))
+    if round_to_storage and out in HALF:
+        return np.asarray(v, dtype=out).astype(F32)
+    return np.asarray(v, dtype=compute(out))
+
+
+def ew(fn: Callable[..., Any], *xs: Any, out: np.dtype | None = None,
+       scalars_as_storage: bool = False) -> np.ndarray:
+    """Elementwise ``fn`` over arrays and scalars in torch's result type (or ``out``): inputs
+    widened to the compute dtype (exact), one evaluation, the result rounded once to ``out``."""
+    out = result_type(*xs) if out is None else out
+    ct = compute(out)
+    vals = [arr(x, ct) if isinstance(x, np.ndarray | np.generic)
+            else scal(x, out, scalars_as_storage) for x in xs]
+    with np.errstate(all="ignore"):
+        y = np.asarray(fn(*vals))
+        return y.astype(out, copy=False) if y.dtype != out else y
+
+
+def opt(kwargs: dict, args: list, i: int, name: str, default: Any = None) -> Any:
+    """Argument ``name`` given at position ``i`` or as a keyword (the recorder keeps torch's
+    split), else ``default``."""
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)

@@ -1,0 +1,860 @@
+"""core.capture.aten_ref: the reference forms of aten ops, held to torch's own ops (float64
+values; float32 bits where torch's CPU kernel rounds in our order), to the tape's forms (bits,
+where a form reuses one), and to a real training step's op list (coverage).
+
+torch is imported here only (core never imports it). Each case builds torch arguments from a
+seeded generator; the same call goes to ``torch.ops.aten.<op>`` and, as numpy, to
+``reference``; torch's outputs are flattened by the op's schema (written arguments first, then
+the returned tensors without alias info: core/capture/__init__.py's convention).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from core.capture.aten_ref import NoReference, has_reference, reference  # noqa: E402
+
+F64, F32, BF16 = torch.float64, torch.float32, torch.bfloat16
+
+
+# ---- the harness ------------------------------------------------------------------------------
+def to_np(a):
+    """A recorded argument as the judge hands it to ``reference``."""
+    if isinstance(a, torch.Tensor):
+        t = a.detach()
+        x = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == BF16 \
+            else t.numpy()
+        x = x.copy()
+        x.flags.writeable = False
+        return x
+    if isinstance(a, list | tuple):
+        return [to_np(v) for v in a]
+    if isinstance(a, dict):
+        return {k: to_np(v) for k, v in a.items()}
+    if isinstance(a, torch.dtype | torch.device | torch.layout | torch.memory_format):
+        return str(a)
+    return a
+
+
+def aten(op: str):
+    f = torch.ops
+    for part in op.split("."):
+        f = getattr(f, part)
+    return f
+
+
+def _flat(v):
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, list | tuple):
+        return [t for x in v for t in _flat(x)]
+    return []
+
+
+# the recorder's (app/capture/recorder.py) arguments written without a schema mark
+UNMARKED_WRITES = {"aten.native_batch_norm.default": (3, 4),
+                   "aten._native_batch_norm_legit.default": (3, 4)}
+
+
+def outputs_of(func, args, kwargs, res) -> list:
+    """A call's outputs as the recorder takes them: the written arguments (schema ``a!``, or
+    unmarked running statistics) in argument order, then the returned tensors (without alias
+    info when something was written)."""
+    schema = func._schema
+    written = []
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            v = args[i] if i < len(args) and not a.kwarg_only else kwargs.get(a.name)
+            written.extend(_flat(v))
+    rets = res if isinstance(res, tuple | list) and len(schema.returns) > 1 else (res,)
+    if not written:
+        stats = [args[i] if i < len(args) else None
+                 for i in UNMARKED_WRITES.get(str(func), ())]
+        if stats and all(isinstance(t, torch.Tensor) for t in stats):
+            written = stats
+        return written + _flat(rets)
+    return written + [t for r, spec in zip(rets, schema.returns, strict=False)
+                      if spec.alias_info is None for t in _flat(r)]
+
+
+def run_torch(op: str, args, kwargs) -> list:
+    """torch's outputs in the recorder's convention (``outputs_of``)."""
+    func = aten(op)
+    args = [a.clone() if isinstance(a, torch.Tensor) else
+            [t.clone() for t in a] if isinstance(a, list) and a and
+            isinstance(a[0], torch.Tensor) else a for a in args]
+    kwargs = dict(kwargs)
+    res = func(*args, **kwargs)
+    return [to_np(t) for t in outputs_of(func, args, kwargs, res)]
+
+
+def run_both(op: str, build, dt):
+    args, kwargs = build(torch.Generator().manual_seed(7), dt)
+    ref = reference(op, to_np(list(args)), to_np(kwargs))
+    tor = run_torch(op, args, kwargs)
+    assert len(ref) == len(tor), (op, len(ref), len(tor))
+    for r, t in zip(ref, tor, strict=True):
+        assert r.dtype == t.dtype, (op, r.dtype, t.dtype)
+        assert r.shape == t.shape, (op, r.shape, t.shape)
+    return ref, tor
+
+
+def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype.kind in "fV" or a.dtype == ml_dtypes.bfloat16:
+        w = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+        return np.array_equal(np.ascontiguousarray(a).view(w), np.ascontiguousarray(b).view(w))
+    return np.array_equal(a, b)
+
+
+# ---- the cases --------------------------------------------------------------------------------
+def rn(g, dt, *shape, lo=-2.0, hi=2.0):
+    return (torch.rand(shape, generator=g, dtype=F64) * (hi - lo) + lo).to(dt)
+
+
+def pos(g, dt, *shape):
+    return rn(g, dt, *shape, lo=0.25, hi=3.0)
+
+
+def ints(g, hi, *shape):
+    return torch.randint(0, hi, shape, generator=g)
+
+
+def _ln_inputs(g, dt):
+    x, w, b = rn(g, dt, 3, 4, 6), rn(g, dt, 6), rn(g, dt, 6)
+    _, mu, rs = torch.ops.aten.native_layer_norm(x, [6], w, b, 1e-5)
+    return x, w, b, mu, rs
+
+
+def _bn_inputs(g, dt):
+    x = rn(g, dt, 3, 4, 5, 5)
+    w, b, rm, rv = rn(g, dt, 4), rn(g, dt, 4), rn(g, dt, 4), pos(g, dt, 4)
+    _, sm, si = torch.ops.aten.native_batch_norm(x, w, b, rm.clone(), rv.clone(), True, 0.1,
+                                                 1e-5)
+    return x, w, b, rm, rv, sm, si
+
+
+def _gn_inputs(g, dt):
+    x, w, b = rn(g, dt, 2, 6, 4, 3), rn(g, dt, 6), rn(g, dt, 6)
+    _, mu, rs = torch.ops.aten.native_group_norm(x, w, b, 2, 6, 12, 3, 1e-5)
+    return x, w, b, mu, rs
+
+
+def _pool_inputs(g, dt):
+    x = rn(g, dt, 2, 3, 7, 6)
+    _, idx = torch.ops.aten.max_pool2d_with_indices(x, [3, 2], [2, 2], [1, 1], [1, 1], True)
+    return x, idx
+
+
+def _sdpa_inputs(g, dt, causal):
+    q, k, v = rn(g, dt, 2, 3, 5, 4), rn(g, dt, 2, 3, 6, 4), rn(g, dt, 2, 3, 6, 4)
+    o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
+    return q, k, v, o, lse
+
+
+def _adam(kind, **extra):
+    def build(g, dt):
+        ps = [rn(g, dt, 5, 3), rn(g, dt, 7)]
+        gs = [rn(g, dt, 5, 3), rn(g, dt, 7)]
+        ms = [rn(g, dt, 5, 3) * 0.1, rn(g, dt, 7) * 0.1]
+        vs = [pos(g, dt, 5, 3) * 0.01, pos(g, dt, 7) * 0.01]
+        vm = [v * 1.5 for v in vs] if extra.get("amsgrad") else []
+        steps = [torch.tensor(3.0), torch.tensor(3.0)]
+        kw = dict(lr=1e-2, beta1=0.9, beta2=0.999, weight_decay=0.05, eps=1e-8, amsgrad=False,
+                  maximize=False)
+        kw.update(extra)
+        return [ps, gs, ms, vs, vm, steps], kw
+    return build
+
+
+def _sgd(**extra):
+    def build(g, dt):
+        ps, gs, bs = [rn(g, dt, 4, 3), rn(g, dt, 6)], [rn(g, dt, 4, 3), rn(g, dt, 6)], \
+            [rn(g, dt, 4, 3), rn(g, dt, 6)]
+        kw = dict(weight_decay=1e-2, momentum=0.9, lr=0.1, dampening=0.0, nesterov=True,
+                  maximize=False, is_first_step=False)
+        kw.update(extra)
+        if kw.pop("no_buffers", False):
+            bs = []
+        return [ps, gs, bs], kw
+    return build
+
+
+E = (5, 37)  # 185 elements: torch's vector loops and their scalar tails
+A = [lambda g, d: ([rn(g, d, *E)], {})]
+# (id, op, build(g, dtype) -> (args, kwargs))
+CASES = [
+    ("add", "aten.add.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, E[1])], {})),
+    ("add_alpha", "aten.add.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, *E)],
+                                                   {"alpha": 0.3})),
+    ("add_scalar", "aten.add.Tensor", lambda g, d: ([rn(g, d, *E), 0.1], {})),
+    ("add_0d_f64", "aten.add.Tensor",
+     lambda g, d: ([rn(g, d, *E), torch.tensor(0.1, dtype=F64)], {})),
+    ("add_", "aten.add_.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, *E)], {})),
+    ("sub_alpha", "aten.sub.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, *E)],
+                                                   {"alpha": 2})),
+    ("rsub", "aten.rsub.Scalar", lambda g, d: ([rn(g, d, *E), 1.0], {})),
+    ("mul", "aten.mul.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, E[0], 1)], {})),
+    ("mul_scalar", "aten.mul.Tensor", lambda g, d: ([rn(g, d, *E), 0.3], {})),
+    ("mul_", "aten.mul_.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, *E)], {})),
+    ("div", "aten.div.Tensor", lambda g, d: ([rn(g, d, *E), pos(g, d, *E)], {})),
+    ("div_scalar", "aten.div.Tensor", lambda g, d: ([rn(g, d, *E), 3.0], {})),
+    ("div_floor", "aten.div.Tensor_mode",
+     lambda g, d: ([rn(g, d, *E) * 5, pos(g, d, *E)], {"rounding_mode": "floor"})),
+    ("neg", "aten.neg.default", A[0]),
+    ("exp", "aten.exp.default", A[0]),
+    ("log", "aten.log.default", lambda g, d: ([pos(g, d, *E)], {})),
+    ("tanh", "aten.tanh.default", A[0]),
+    ("sigmoid", "aten.sigmoid.default", A[0]),
+    ("relu", "aten.relu.default", A[0]),
+    ("sqrt", "aten.sqrt.default", lambda g, d: ([pos(g, d, *E)], {})),
+    ("rsqrt", "aten.rsqrt.default", lambda g, d: ([pos(g, d, *E)], {})),
+    ("reciprocal", "aten.reciprocal.default", lambda g, d: ([pos(g, d, *E)], {})),
+    ("abs", "aten.abs.default", A[0]),
+    ("erf", "aten.erf.default", A[0]),
+    ("pow2", "aten.pow.Tensor_Scalar", lambda g, d: ([rn(g, d, *E), 2], {})),
+    ("pow3", "aten.pow.Tensor_Scalar", lambda g, d: ([rn(g, d, *E), 3], {})),
+    ("pow_half", "aten.pow.Tensor_Scalar", lambda g, d: ([pos(g, d, *E), 0.5], {})),
+    ("pow_frac", "aten.pow.Tensor_Scalar", lambda g, d: ([pos(g, d, *E), 1.7], {})),
+    ("gelu", "aten.gelu.default", A[0]),
+    ("gelu_tanh", "aten.gelu.default", lambda g, d: ([rn(g, d, *E)], {"approximate": "tanh"})),
+    ("gelu_backward", "aten.gelu_backward.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, d, *E)], {})),
+    ("gelu_backward_tanh", "aten.gelu_backward.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, d, *E)], {"approximate": "tanh"})),
+    ("silu", "aten.silu.default", A[0]),
+    ("silu_backward", "aten.silu_backward.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, d, *E)], {})),
+    ("sigmoid_backward", "aten.sigmoid_backward.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, d, *E, lo=0, hi=1)], {})),
+    ("tanh_backward", "aten.tanh_backward.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, d, *E, lo=-1, hi=1)], {})),
+    ("threshold_backward", "aten.threshold_backward.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, d, *E), 0], {})),
+    ("where", "aten.where.self",
+     lambda g, d: ([rn(g, F64, *E) > 0, rn(g, d, *E), rn(g, d, E[1])], {})),
+    ("masked_fill", "aten.masked_fill.Scalar",
+     lambda g, d: ([rn(g, d, *E), rn(g, F64, *E) > 0, -1e9], {})),
+    ("clamp", "aten.clamp.default", lambda g, d: ([rn(g, d, *E), -0.5, 0.5], {})),
+    ("clamp_max", "aten.clamp.default", lambda g, d: ([rn(g, d, *E)], {"max": 1.0})),
+    ("maximum", "aten.maximum.default", lambda g, d: ([rn(g, d, *E), rn(g, d, *E)], {})),
+    ("gt", "aten.gt.Scalar", lambda g, d: ([rn(g, d, *E), 0.1], {})),
+    ("fill_", "aten.fill_.Scalar", lambda g, d: ([rn(g, d, *E), 0.1], {})),
+    ("zero_", "aten.zero_.default", A[0]),
+    ("copy_", "aten.copy_.default", lambda g, d: ([rn(g, d, *E), rn(g, F64, E[1])], {})),
+    ("to_copy_bf16", "aten._to_copy.default", lambda g, d: ([rn(g, d, *E)],
+                                                            {"dtype": BF16})),
+    ("to_copy_f32", "aten._to_copy.default", lambda g, d: ([rn(g, d, *E)], {"dtype": F32})),
+    ("clone", "aten.clone.default", A[0]),
+    ("detach", "aten.detach.default", A[0]),
+    ("zeros_like", "aten.zeros_like.default", A[0]),
+    ("ones_like", "aten.ones_like.default", A[0]),
+    ("full", "aten.full.default", lambda g, d: ([[2, 3], 0.1], {"dtype": d})),
+    ("scalar_tensor", "aten.scalar_tensor.default", lambda g, d: ([0.1], {"dtype": d})),
+    ("view", "aten.view.default", lambda g, d: ([rn(g, d, *E), [37, 5]], {})),
+    ("_unsafe_view", "aten._unsafe_view.default", lambda g, d: ([rn(g, d, *E), [-1]], {})),
+    ("t", "aten.t.default", A[0]),
+    ("transpose", "aten.transpose.int", lambda g, d: ([rn(g, d, 2, 3, 4), 0, -1], {})),
+    ("permute", "aten.permute.default", lambda g, d: ([rn(g, d, 2, 3, 4), [2, 0, 1]], {})),
+    ("expand", "aten.expand.default", lambda g, d: ([rn(g, d, 3, 1), [2, -1, 4]], {})),
+    ("slice", "aten.slice.Tensor", lambda g, d: ([rn(g, d, 5, 4), 0, 1, 9223372036854775807,
+                                                  2], {})),
+    ("select", "aten.select.int", lambda g, d: ([rn(g, d, 5, 4), 1, -1], {})),
+    ("unsqueeze", "aten.unsqueeze.default", lambda g, d: ([rn(g, d, 5, 4), -1], {})),
+    ("squeeze", "aten.squeeze.dim", lambda g, d: ([rn(g, d, 5, 1), 1], {})),
+    ("cat", "aten.cat.default", lambda g, d: ([[rn(g, d, 2, E[1]), rn(g, d, *E)]], {})),
+    ("stack", "aten.stack.default", lambda g, d: ([[rn(g, d, 2, 4), rn(g, d, 2, 4)], 1], {})),
+    ("split", "aten.split.Tensor", lambda g, d: ([rn(g, d, 5, 4), 2], {})),
+    ("split_with_sizes", "aten.split_with_sizes.default",
+     lambda g, d: ([rn(g, d, 5, 4), [1, 3], 1], {})),
+    ("unbind", "aten.unbind.int", lambda g, d: ([rn(g, d, *E)], {})),
+    ("index_select", "aten.index_select.default",
+     lambda g, d: ([rn(g, d, 5, 4), 0, torch.tensor([4, 0, 4])], {})),
+    ("constant_pad_nd", "aten.constant_pad_nd.default",
+     lambda g, d: ([rn(g, d, 2, 3, 4), [1, 2, 0, 1]], {})),
+    ("sum", "aten.sum.default", lambda g, d: ([rn(g, d, 7, 5)], {})),
+    ("sum_dim", "aten.sum.dim_IntList", lambda g, d: ([rn(g, d, 4, 7, 5), [0, 2], True], {})),
+    ("mean_dim", "aten.mean.dim", lambda g, d: ([rn(g, d, 4, 7, 5), [-1]], {})),
+    ("amax", "aten.amax.default", lambda g, d: ([rn(g, d, 4, 7), [1]], {})),
+    ("max_dim", "aten.max.dim", lambda g, d: ([rn(g, d, 4, 7), 1], {})),
+    ("argmax", "aten.argmax.default", lambda g, d: ([rn(g, d, 4, 7), 1], {})),
+    ("var", "aten.var.correction", lambda g, d: ([rn(g, d, 4, 7), [1]], {"correction": 1})),
+    ("vector_norm", "aten.linalg_vector_norm.default", lambda g, d: ([rn(g, d, 4, 7), 2], {})),
+    ("mm", "aten.mm.default", lambda g, d: ([rn(g, d, 5, 6), rn(g, d, 6, 3)], {})),
+    ("addmm", "aten.addmm.default",
+     lambda g, d: ([rn(g, d, 3), rn(g, d, 5, 6), rn(g, d, 6, 3)], {})),
+    ("addmm_scaled", "aten.addmm.default",
+     lambda g, d: ([rn(g, d, 5, 3), rn(g, d, 5, 6), rn(g, d, 6, 3)],
+                   {"beta": 0.5, "alpha": 2.0})),
+    ("bmm", "aten.bmm.default", lambda g, d: ([rn(g, d, 2, 5, 6), rn(g, d, 2, 6, 3)], {})),
+    ("_softmax", "aten._softmax.default", lambda g, d: ([rn(g, d, 3, 7), -1, False], {})),
+    ("_softmax_backward", "aten._softmax_backward_data.default",
+     lambda g, d: ([rn(g, d, 3, 7), torch.softmax(rn(g, d, 3, 7), -1), -1, d], {})),
+    ("_log_softmax", "aten._log_softmax.default", lambda g, d: ([rn(g, d, 3, 7), 1, False], {})),
+    ("_log_softmax_backward", "aten._log_softmax_backward_data.default",
+     lambda g, d: ([rn(g, d, 3, 7), torch.log_softmax(rn(g, d, 3, 7), -1), -1, d], {})),
+    ("nll_mean", "aten.nll_loss_forward.default",
+     lambda g, d: ([rn(g, d, 6, 5), ints(g, 5, 6), None, 1, -100], {})),
+    ("nll_weight_ignore", "aten.nll_loss_forward.default",
+     lambda g, d: ([rn(g, d, 6, 5), torch.tensor([0, 1, 4, 2, 1, 3]), pos(g, d, 5), 1, 1], {})),
+    ("nll_sum", "aten.nll_loss_forward.default",
+     lambda g, d: ([rn(g, d, 6, 5), ints(g, 5, 6), None, 2, -100], {})),
+    ("nll_none", "aten.nll_loss_forward.default",
+     lambda g, d: ([rn(g, d, 6, 5), ints(g, 5, 6), None, 0, -100], {})),
+    ("nll_backward", "aten.nll_loss_backward.default",
+     lambda g, d: ([rn(g, d), rn(g, d, 6, 5), ints(g, 5, 6), None, 1, -100,
+                    torch.tensor(6.0, dtype=d)], {})),
+    ("nll_backward_weight", "aten.nll_loss_backward.default",
+     lambda g, d: ([rn(g, d), rn(g, d, 6, 5), torch.tensor([0, 1, 4, 2, 1, 3]), pos(g, d, 5),
+                    1, 1, torch.tensor(2.5, dtype=d)], {})),
+    ("mse", "aten.mse_loss.default", lambda g, d: ([rn(g, d, 4, 5), rn(g, d, 4, 5), 1], {})),
+    ("mse_backward", "aten.mse_loss_backward.default",
+     lambda g, d: ([rn(g, d), rn(g, d, 4, 5), rn(g, d, 4, 5), 1], {})),
+    ("layer_norm", "aten.native_layer_norm.default",
+     lambda g, d: ([rn(g, d, 3, 4, 6), [6], rn(g, d, 6), rn(g, d, 6), 1e-5], {})),
+    ("layer_norm_2d", "aten.native_layer_norm.default",
+     lambda g, d: ([rn(g, d, 3, 4, 6), [4, 6], None, None, 1e-5], {})),
+    ("layer_norm_backward", "aten.native_layer_norm_backward.default",
+     lambda g, d: (lambda x, w, b, mu, rs: ([rn(g, d, 3, 4, 6), x, [6], mu, rs, w, b,
+                                             [True, True, True]], {}))(*_ln_inputs(g, d))),
+    ("batch_norm_train", "aten.native_batch_norm.default",
+     lambda g, d: (lambda x, w, b, rm, rv, sm, si: ([x, w, b, rm, rv, True, 0.1, 1e-5], {}))(
+         *_bn_inputs(g, d))),
+    ("batch_norm_eval", "aten.native_batch_norm.default",
+     lambda g, d: (lambda x, w, b, rm, rv, sm, si: ([x, w, b, rm, rv, False, 0.1, 1e-5], {}))(
+         *_bn_inputs(g, d))),
+    ("batch_norm_legit", "aten._native_batch_norm_legit.default",
+     lambda g, d: (lambda x, w, b, rm, rv, sm, si: ([x, w, b, rm, rv, True, 0.1, 1e-5], {}))(
+         *_bn_inputs(g, d))),
+    ("batch_norm_functional", "aten._native_batch_norm_legit_functional.default",
+     lambda g, d: (lambda x, w, b, rm, rv, sm, si: ([x, w, b, rm, rv, True, 0.1, 1e-5], {}))(
+         *_bn_inputs(g, d))),
+    ("batch_norm_backward", "aten.native_batch_norm_backward.default",
+     lambda g, d: (lambda x, w, b, rm, rv, sm, si: (
+         [rn(g, d, *x.shape), x, w, rm, rv, sm, si, True, 1e-5, [True, True, True]], {}))(
+         *_bn_inputs(g, d))),
+    ("group_norm", "aten.native_group_norm.default",
+     lambda g, d: (lambda x, w, b, mu, rs: ([x, w, b, 2, 6, 12, 3, 1e-5], {}))(
+         *_gn_inputs(g, d))),
+    ("group_norm_backward", "aten.native_group_norm_backward.default",
+     lambda g, d: (lambda x, w, b, mu, rs: ([rn(g, d, *x.shape), x, mu, rs, w, 2, 6, 12, 3,
+                                             [True, True, True]], {}))(*_gn_inputs(g, d))),
+    ("dropout_eval", "aten.native_dropout.default", lambda g, d: ([rn(g, d, *E), 0.2, False],
+                                                                  {})),
+    ("dropout_backward", "aten.native_dropout_backward.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, F64, *E) > 0, 1.25], {})),
+    ("conv2d", "aten.convolution.default",
+     lambda g, d: ([rn(g, d, 2, 4, 7, 6), rn(g, d, 6, 2, 3, 3), rn(g, d, 6), [2, 1], [1, 1],
+                    [1, 1], False, [0, 0], 2], {})),
+    ("conv1d", "aten.convolution.default",
+     lambda g, d: ([rn(g, d, 2, 3, 9), rn(g, d, 4, 3, 3), None, [1], [1], [2], False, [0], 1],
+                   {})),
+    ("conv2d_backward", "aten.convolution_backward.default",
+     lambda g, d: ([rn(g, d, 2, 6, 4, 6), rn(g, d, 2, 4, 7, 6), rn(g, d, 6, 2, 3, 3), [6],
+                    [2, 1], [1, 1], [1, 1], False, [0, 0], 2, [True, True, True]], {})),
+    ("conv2d_backward_w_only", "aten.convolution_backward.default",
+     lambda g, d: ([rn(g, d, 2, 4, 5, 5), rn(g, d, 2, 3, 5, 5), rn(g, d, 4, 3, 3, 3), [4],
+                    [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, True, False]], {})),
+    ("conv_transpose2d", "aten.convolution.default",
+     lambda g, d: ([rn(g, d, 2, 4, 5, 4), rn(g, d, 4, 3, 3, 2), rn(g, d, 6), [2, 1], [1, 0],
+                    [1, 1], True, [1, 0], 2], {})),
+    ("conv_transpose2d_backward", "aten.convolution_backward.default",
+     lambda g, d: ([rn(g, d, 2, 6, 10, 5), rn(g, d, 2, 4, 5, 4), rn(g, d, 4, 3, 3, 2), [6],
+                    [2, 1], [1, 0], [1, 1], True, [1, 0], 2, [True, True, True]], {})),
+    ("conv_transpose1d", "aten.convolution.default",
+     lambda g, d: ([rn(g, d, 2, 3, 6), rn(g, d, 3, 2, 2), None, [2], [0], [1], True, [0], 1],
+                   {})),
+    ("upsample_nearest", "aten.upsample_nearest2d.default",
+     lambda g, d: ([rn(g, d, 2, 3, 4, 5), [8, 7]], {})),
+    ("upsample_nearest_backward", "aten.upsample_nearest2d_backward.default",
+     lambda g, d: ([rn(g, d, 2, 3, 8, 7), [8, 7], [2, 3, 4, 5]], {})),
+    ("safe_softmax", "aten._safe_softmax.default",
+     lambda g, d: ([torch.where(torch.arange(7) < 3 * (torch.arange(3)[:, None] > 0),
+                                rn(g, d, 3, 7), -torch.inf).to(d), -1], {})),
+    ("select_backward", "aten.select_backward.default",
+     lambda g, d: ([rn(g, d, 5), [3, 5], 0, 1], {})),
+    ("slice_backward", "aten.slice_backward.default",
+     lambda g, d: ([rn(g, d, 3, 2), [3, 7], 1, 1, 5, 2], {})),
+    ("unsafe_split", "aten.unsafe_split.Tensor", lambda g, d: ([rn(g, d, 5, 4), 2, 1], {})),
+    ("max_pool", "aten.max_pool2d_with_indices.default",
+     lambda g, d: ([_pool_inputs(g, d)[0], [3, 2], [2, 2], [1, 1], [1, 1], True], {})),
+    ("max_pool_backward", "aten.max_pool2d_with_indices_backward.default",
+     lambda g, d: (lambda x, idx: ([rn(g, d, *idx.shape), x, [3, 2], [2, 2], [1, 1], [1, 1],
+                                    True, idx], {}))(*_pool_inputs(g, d))),
+    ("avg_pool", "aten.avg_pool2d.default",
+     lambda g, d: ([rn(g, d, 2, 3, 7, 6), [3, 3], [2, 2], [1, 1], False, True], {})),
+    ("avg_pool_backward", "aten.avg_pool2d_backward.default",
+     lambda g, d: ([rn(g, d, 2, 3, 4, 3), rn(g, d, 2, 3, 7, 6), [3, 3], [2, 2], [1, 1], False,
+                    True, None], {})),
+    ("adaptive_avg", "aten._adaptive_avg_pool2d.default",
+     lambda g, d: ([rn(g, d, 2, 3, 6, 4), [1, 1]], {})),
+    ("adaptive_avg_backward", "aten._adaptive_avg_pool2d_backward.default",
+     lambda g, d: ([rn(g, d, 2, 3, 1, 1), rn(g, d, 2, 3, 6, 4)], {})),
+    ("embedding", "aten.embedding.default",
+     lambda g, d: ([rn(g, d, 6, 4), torch.tensor([[0, 5, 2], [2, 2, 1]])], {})),
+    ("embedding_backward", "aten.embedding_dense_backward.default",
+     lambda g, d: ([rn(g, d, 2, 3, 4), torch.tensor([[0, 5, 2], [2, 2, 1]]), 6, 1, False],
+                   {})),
+    ("sdpa_causal", "aten._scaled_dot_product_flash_attention_for_cpu.default",
+     lambda g, d: (list(_sdpa_inputs(g, d, True)[:3]) + [0.0, True], {})),
+    ("sdpa_mask", "aten._scaled_dot_product_flash_attention_for_cpu.default",
+     lambda g, d: (list(_sdpa_inputs(g, d, False)[:3]) + [0.0, False],
+                   {"attn_mask": rn(g, d, 5, 6)})),
+    ("sdpa_backward", "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+     lambda g, d: (lambda q, k, v, o, lse: ([rn(g, d, *o.shape), q, k, v, o, lse, 0.0, True],
+                                            {}))(*_sdpa_inputs(g, d, True))),
+    ("sdpa_math", "aten._scaled_dot_product_attention_math.default",
+     lambda g, d: (list(_sdpa_inputs(g, d, False)[:3]), {"is_causal": True})),
+    ("addcmul_", "aten.addcmul_.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, d, *E), rn(g, d, *E)], {"value": 0.001})),
+    ("addcdiv_", "aten.addcdiv_.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, d, *E), pos(g, d, *E)], {"value": -0.01})),
+    ("lerp_small", "aten.lerp_.Scalar", lambda g, d: ([rn(g, d, *E), rn(g, d, *E), 0.1],
+                                                      {})),
+    ("lerp_large", "aten.lerp.Scalar", lambda g, d: ([rn(g, d, *E), rn(g, d, *E), 0.9],
+                                                     {})),
+    ("foreach_add_list", "aten._foreach_add_.List",
+     lambda g, d: ([[rn(g, d, 3), rn(g, d, 2, 2)], [rn(g, d, 3), rn(g, d, 2, 2)]],
+                   {"alpha": -0.1})),
+    ("foreach_add_scalar", "aten._foreach_add_.Scalar",
+     lambda g, d: ([[torch.tensor(1.0), torch.tensor(4.0)], 1], {})),
+    ("foreach_mul_tensor", "aten._foreach_mul_.Tensor",
+     lambda g, d: ([[rn(g, d, 3), rn(g, d, 2, 2)], rn(g, d)], {})),
+    ("foreach_mul_scalar", "aten._foreach_mul.Scalar",
+     lambda g, d: ([[rn(g, d, 3), rn(g, d, 2, 2)], 0.99], {})),
+    ("foreach_addcmul", "aten._foreach_addcmul_.Scalar",
+     lambda g, d: ([[rn(g, d, 3), rn(g, d, 2)], [rn(g, d, 3), rn(g, d, 2)],
+                    [rn(g, d, 3), rn(g, d, 2)]], {"value": 0.001})),
+    ("foreach_addcdiv_scalarlist", "aten._foreach_addcdiv_.ScalarList",
+     lambda g, d: ([[rn(g, d, 3), rn(g, d, 2)], [rn(g, d, 3), rn(g, d, 2)],
+                    [pos(g, d, 3), pos(g, d, 2)], [-0.01, -0.02]], {})),
+    ("foreach_addcdiv_tensor", "aten._foreach_addcdiv_.Tensor",
+     lambda g, d: ([[rn(g, d, 3), rn(g, d, 2)], [rn(g, d, 3), rn(g, d, 2)],
+                    [pos(g, d, 3), pos(g, d, 2)], torch.tensor([-0.01, -0.02])], {})),
+    ("foreach_sqrt", "aten._foreach_sqrt.default",
+     lambda g, d: ([[pos(g, d, 3), pos(g, d, 2)]], {})),
+    ("foreach_lerp", "aten._foreach_lerp_.Scalar",
+     lambda g, d: ([[rn(g, d, 3), rn(g, d, 2)], [rn(g, d, 3), rn(g, d, 2)], 0.1], {})),
+    ("foreach_norm", "aten._foreach_norm.Scalar",
+     lambda g, d: ([[rn(g, d, 30), rn(g, d, 4, 5)]], {})),
+    ("foreach_div_list", "aten._foreach_div.List",
+     lambda g, d: ([[rn(g, d, 3), rn(g, d, 2)], [pos(g, d, 3), pos(g, d, 2)]], {})),
+    ("fused_adamw", "aten._fused_adamw_.default", _adam("adamw")),
+    ("fused_adam", "aten._fused_adam_.default", _adam("adam")),
+    ("fused_adam_amsgrad_max", "aten._fused_adam_.default",
+     _adam("adam", amsgrad=True, maximize=True)),
+    ("fused_sgd", "aten._fused_sgd_.default", _sgd()),
+    ("fused_sgd_plain", "aten._fused_sgd_.default", _sgd(momentum=0.0, nesterov=False,
+                                                         no_buffers=True)),
+]
+
+# float32 bit for bit with torch's CPU kernel (measured, torch 2.13, this machine). The rest
+# differ by design (a different written order: BLAS/oneDNN blocking, Welford or cascade
+# reductions, softmax's reciprocal, SLEEF transcendentals, FMA in torch's vector loops): their
+# float64 values agree and docs/reference-order.md names each order.
+BIT_EXACT = {
+    # one IEEE operation per element, as written (torch's vector loops and scalar tails alike)
+    "add", "add_scalar", "add_0d_f64", "add_", "sub_alpha", "rsub", "mul", "mul_scalar",
+    "mul_", "div", "div_scalar", "div_floor", "neg", "reciprocal", "pow2", "pow3",
+    "addcmul_", "addcdiv_", "dropout_eval", "dropout_backward", "nll_none", "nll_backward",
+    "nll_backward_weight", "mse_backward",
+    # selections, clamps, copies, casts, fills, views (exact)
+    "relu", "abs", "threshold_backward", "where", "masked_fill", "clamp", "clamp_max",
+    "maximum", "gt", "fill_", "zero_", "copy_", "to_copy_bf16", "to_copy_f32", "clone",
+    "detach", "zeros_like", "ones_like", "full", "scalar_tensor", "view", "_unsafe_view", "t",
+    "transpose", "permute", "expand", "slice", "select", "unsqueeze", "squeeze", "cat",
+    "stack", "split", "split_with_sizes", "unbind", "index_select", "constant_pad_nd",
+    "embedding", "amax", "max_dim", "argmax", "max_pool",
+    # serial in the same order: scatter-adds in index order, window sums tap by tap
+    "max_pool_backward", "embedding_backward", "avg_pool", "adaptive_avg",
+    "adaptive_avg_backward", "upsample_nearest", "upsample_nearest_backward",
+    "select_backward", "slice_backward", "unsafe_split",
+    # torch's CPU foreach kernels are the per-tensor op in a loop
+    "foreach_add_scalar", "foreach_mul_tensor", "foreach_mul_scalar", "foreach_addcmul",
+    "foreach_addcdiv_scalarlist", "foreach_addcdiv_tensor", "foreach_div_list",
+}
+
+IDS = [c[0] for c in CASES]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_float64_values_agree_with_torch(case):
+    name, op, build = case
+    ref, tor = run_both(op, build, F64)
+    for r, t in zip(ref, tor, strict=True):
+        if r.dtype.kind == "f":
+            np.testing.assert_allclose(r, t, rtol=1e-12, atol=1e-13, err_msg=name)
+        else:
+            assert np.array_equal(r, t), name
+
+
+@pytest.fixture
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] in BIT_EXACT],
+                         ids=[c for c in IDS if c in BIT_EXACT])
+def test_float32_bits_equal_torch_where_the_order_is_the_same(case, one_thread):
+    name, op, build = case
+    ref, tor = run_both(op, build, F32)
+    for r, t in zip(ref, tor, strict=True):
+        assert bits_equal(r, t), name
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_bfloat16_types_and_values_follow_torch(case):
+    """Half inputs: torch's output dtypes and shapes; values within a few bfloat16 ulps of
+    torch's (both compute in float32 and round; the orders differ as in float32)."""
+    name, op, build = case
+    ref, tor = run_both(op, build, BF16)
+    for r, t in zip(ref, tor, strict=True):
+        if r.dtype.kind in "fV":
+            r64, t64 = r.astype(np.float64), t.astype(np.float64)
+            scale = max(1.0, float(np.max(np.abs(t64)))) if t64.size else 1.0
+            assert np.max(np.abs(r64 - t64), initial=0) <= 4 * 2.0 ** -8 * scale, name
+        else:
+            assert np.array_equal(r, t), name
+
+
+# ---- the tape's own forms, bit for bit ----------------------------------------------------------
+from core import Tape, ops  # noqa: E402
+from core.optim import SGD  # noqa: E402
+
+
+def _tape_run(dtype, make, xs, g):
+    """Values and gradients of ``make(*params)`` on a tape, the incoming gradient ``g`` exactly
+    (loss = sum(y * g): the mul's backward passes 1 * g)."""
+    t = Tape(dtype)
+    vs = [t.param(x) for x in xs]
+    y = make(*vs)
+    t.backward(ops.sum(ops.mul(y, t.const(g))))
+    return np.asarray(t.value(y)), [np.asarray(t.grad(v)) for v in vs]
+
+
+def _r(rng, dtype, *shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_forms_equal_the_tapes_forms_bit_for_bit(dtype):
+    rng = np.random.default_rng(3)
+    x, g = _r(rng, dtype, 4, 9), _r(rng, dtype, 4, 9)
+    tdt = {np.float64: "torch.float64", np.float32: "torch.float32"}[dtype]
+    rows = [
+        ("softmax", lambda v: ops.softmax(v, -1),
+         lambda y: reference("aten._softmax.default", [x, -1, False], {}),
+         lambda y: reference("aten._softmax_backward_data.default", [g, y, -1, tdt], {})),
+        ("log_softmax", lambda v: ops.log_softmax(v, -1),
+         lambda y: reference("aten._log_softmax.default", [x, -1, False], {}),
+         lambda y: reference("aten._log_softmax_backward_data.default", [g, y, -1, tdt], {})),
+        ("silu", ops.silu, lambda y: reference("aten.silu.default", [x], {}),
+         lambda y: reference("aten.silu_backward.default", [g, x], {})),
+        ("sigmoid", ops.sigmoid, lambda y: reference("aten.sigmoid.default", [x], {}),
+         lambda y: reference("aten.sigmoid_backward.default", [g, y], {})),
+        ("tanh", ops.tanh, lambda y: reference("aten.tanh.default", [x], {}),
+         lambda y: reference("aten.tanh_backward.default", [g, y], {})),
+        ("relu", ops.relu, lambda y: reference("aten.relu.default", [x], {}),
+         lambda y: reference("aten.threshold_backward.default", [g, x, 0], {})),
+        ("exp", ops.exp, lambda y: reference("aten.exp.default", [x], {}), None),
+    ]
+    for name, make, fwd, bwd in rows:
+        y, (gx,) = _tape_run(dtype, make, [x], g)
+        assert bits_equal(fwd(y)[0], y), name
+        if bwd is not None:
+            assert bits_equal(bwd(y)[0], gx), name
+    xp = np.abs(x) + dtype(0.5)
+    for name, make, op in (("log", ops.log, "aten.log.default"),
+                           ("sqrt", ops.sqrt, "aten.sqrt.default")):
+        y, _ = _tape_run(dtype, make, [xp], g)
+        assert bits_equal(reference(op, [xp], {})[0], y), name
+    s, _ = _tape_run(dtype, lambda v: ops.sum(v, axis=0), [x], g[0])
+    assert bits_equal(reference("aten.sum.dim_IntList", [x, [0]], {})[0], s)
+    m, _ = _tape_run(dtype, lambda v: ops.mean(v, axis=-1), [x], g[:, 0])
+    assert bits_equal(reference("aten.mean.dim", [x, [-1]], {})[0], m)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_products_norms_conv_attention_equal_the_tape(dtype):
+    rng = np.random.default_rng(4)
+    a, b, g = _r(rng, dtype, 5, 7), _r(rng, dtype, 7, 3), _r(rng, dtype, 5, 3)
+    y, (ga, gb) = _tape_run(dtype, ops.matmul, [a, b], g)
+    assert bits_equal(reference("aten.mm.default", [a, b], {})[0], y)
+    assert bits_equal(reference("aten.mm.default", [g, b.T], {})[0], ga)
+    assert bits_equal(reference("aten.mm.default", [a.T, g], {})[0], gb)
+    a3, b3 = _r(rng, dtype, 2, 5, 7), _r(rng, dtype, 2, 7, 3)
+    y, _ = _tape_run(dtype, ops.bmm, [a3, b3], _r(rng, dtype, 2, 5, 3))
+    assert bits_equal(reference("aten.bmm.default", [a3, b3], {})[0], y)
+    # layer_norm: forward, and the backward from the forward's own mean and rstd
+    x, gam, g = _r(rng, dtype, 6, 8), _r(rng, dtype, 8, lo=0.5, hi=1.5), _r(rng, dtype, 6, 8)
+    y, (gx, gg) = _tape_run(dtype, lambda v, w: ops.__getattr__("layer_norm")(v, w, eps=1e-5),
+                            [x, gam], g)
+    out, mu, rs = reference("aten.native_layer_norm.default", [x, [8], gam, None, 1e-5], {})
+    assert bits_equal(out, y)
+    rx, rg = reference("aten.native_layer_norm_backward.default",
+                       [g, x, [8], mu, rs, gam, None, [True, True, False]], {})
+    assert bits_equal(rx, gx) and bits_equal(rg, gg)
+    # conv2d forward and backward (the tape's conv2d op, pads 1)
+    xc, wc = _r(rng, dtype, 2, 3, 6, 5), _r(rng, dtype, 4, 3, 3, 3)
+    gc = _r(rng, dtype, 2, 4, 6, 5)
+    t = Tape(dtype)
+    xv, wv = t.param(xc), t.param(wc)
+    yv = t.record("conv2d", [xv, wv], {"pads": (1, 1, 1, 1)})
+    t.backward(ops.sum(ops.mul(yv, t.const(gc))))
+    conv = [xc, wc, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1]
+    assert bits_equal(reference("aten.convolution.default", conv, {})[0], t.value(yv))
+    rgx, rgw = reference("aten.convolution_backward.default",
+                         [gc, xc, wc, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                          [True, True, False]], {})
+    assert bits_equal(rgx, np.asarray(t.grad(xv))) and bits_equal(rgw, np.asarray(t.grad(wv)))
+    # the attention composite (causal) forward and backward
+    q, k, v = (_r(rng, dtype, 2, 5, 4) for _ in range(3))
+    go = _r(rng, dtype, 2, 5, 4)
+    y, (gq, gk, gv) = _tape_run(dtype, lambda a_, b_, c_: ops.attention(a_, b_, c_, True),
+                                [q, k, v], go)
+    o, _ = reference("aten._scaled_dot_product_flash_attention_for_cpu.default",
+                     [q[None], k[None], v[None], 0.0, True], {})
+    assert bits_equal(o[0], y)
+    rq, rk, rv = reference(
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+        [go[None], q[None], k[None], v[None], o, None, 0.0, True], {})
+    assert bits_equal(rq[0], gq) and bits_equal(rk[0], gk) and bits_equal(rv[0], gv)
+    # mse = mean((y - t)^2) and SGD's w - lr * g
+    p, q2 = _r(rng, dtype, 4, 3), _r(rng, dtype, 4, 3)
+    t = Tape(dtype)
+    assert bits_equal(reference("aten.mse_loss.default", [p, q2, 1], {})[0],
+                      np.asarray(t.value(ops.mse(t.param(p), t.const(q2)))))
+    t = Tape(dtype)
+    w = t.param(p)
+    t.backward(ops.sum(ops.mul(w, t.const(q2))))
+    opt = SGD(t, lr=0.05)
+    opt.add(w)
+    opt.step()
+    ref = reference("aten._fused_sgd_.default", [[p], [q2], []],
+                    {"weight_decay": 0.0, "momentum": 0.0, "lr": 0.05, "dampening": 0.0,
+                     "nesterov": False, "maximize": False, "is_first_step": False})
+    assert bits_equal(ref[0], np.asarray(t.value(w)))
+
+
+# ---- no guesses -------------------------------------------------------------------------------
+def test_an_unknown_op_raises_no_reference_naming_it():
+    with pytest.raises(NoReference, match=r"aten\.frobnicate\.default"):
+        reference("aten.frobnicate.default", [np.zeros(3)], {})
+    assert not has_reference("aten.frobnicate.default")
+    assert not has_reference("aten.frobnicate_.Tensor")
+    assert not has_reference("aten._foreach_frobnicate_.List")
+    assert has_reference("aten.add_.Tensor") and has_reference("aten._foreach_addcdiv_.Tensor")
+    q = np.zeros((1, 2, 3, 4))
+    with pytest.raises(NoReference, match=r"flash_attention_for_cpu\.default: .*random"):
+        reference("aten._scaled_dot_product_flash_attention_for_cpu.default",
+                  [q, q, q, 0.1, False], {})  # a form refuses what it cannot reproduce
+
+
+def test_random_ops_stand_on_their_recorded_draws():
+    g = torch.Generator().manual_seed(0)
+    x = rn(g, F32, 6, 5)
+    torch.manual_seed(1)
+    y, mask = torch.ops.aten.native_dropout(x, 0.3, True)
+    with pytest.raises(NoReference, match="recorded"):
+        reference("aten.native_dropout.default", [to_np(x), 0.3, True], {})
+    ry, rm = reference("aten.native_dropout.default", [to_np(x), 0.3, True],
+                       {"_recorded": [to_np(y), to_np(mask)]})
+    assert bits_equal(ry, to_np(y)) and np.array_equal(rm, to_np(mask))
+    draw = to_np(torch.empty(4, 3).bernoulli_(0.5))
+    (rd,) = reference("aten.bernoulli_.float", [np.zeros((4, 3), np.float32), 0.5],
+                      {"_recorded": [draw]})
+    assert bits_equal(rd, draw)
+
+
+# ---- a real training step ----------------------------------------------------------------------
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+
+class Recorder(TorchDispatchMode):
+    """Every aten op of the step: its name, its arguments as the judge sees them (before the
+    call) and its outputs in the recorder's convention (after)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = str(func)
+        if not name.startswith("aten."):
+            return func(*args, **kwargs)
+        a, k = to_np(list(args)), to_np(kwargs)
+        res = func(*args, **kwargs)
+        self.calls.append((name, a, k, [to_np(t) for t in outputs_of(func, args, kwargs, res)]))
+        return res
+
+
+def _mlp_adamw_step(dtype, fused):
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Dropout(0.1),
+                          nn.Linear(16, 16), nn.SiLU(), nn.Linear(16, 4)).to(dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
+    x, y = torch.randn(6, 8, dtype=dtype), torch.randint(0, 4, (6,))
+    rec = Recorder()
+    with rec:
+        for _ in range(2):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+    return rec.calls
+
+
+def _cnn_sgd_step(dtype, fused):
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Conv2d(4, 4, 3, padding=1), nn.Tanh(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)).to(dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True,
+                          weight_decay=1e-4, fused=fused)
+    x, y = torch.randn(2, 3, 8, 8, dtype=dtype), torch.randint(0, 3, (2,))
+    rec = Recorder()
+    with rec:
+        for _ in range(2):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    return rec.calls
+
+
+def _attention_adam_step(dtype, fused):
+    torch.manual_seed(0)
+    nn = torch.nn
+    emb, proj = nn.Embedding(11, 8).to(dtype), nn.Linear(8, 24).to(dtype)
+    head = nn.Linear(8, 11).to(dtype)
+    params = [*emb.parameters(), *proj.parameters(), *head.parameters()]
+    opt = torch.optim.Adam(params, lr=1e-3, foreach=not fused, fused=fused or None)
+    tok = torch.randint(0, 11, (2, 5))
+    rec = Recorder()
+    with rec:
+        for _ in range(2):
+            h = emb(tok)
+            q, k, v = proj(h).view(2, 5, 3, 2, 4).permute(2, 0, 3, 1, 4)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            logits = head(a.transpose(1, 2).reshape(2, 5, 8))
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 11), tok.reshape(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    return rec.calls
+
+
+class _UNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.c1, self.g1 = nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8)
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.up, self.out = nn.ConvTranspose2d(8, 8, 2, stride=2), nn.Conv2d(16, 3, 1)
+
+    def forward(self, x):
+        f = torch.nn.functional
+        h = f.silu(self.g1(self.c1(x)))
+        d = self.down(h)
+        u = self.up(d) + f.interpolate(d, scale_factor=2, mode="nearest")
+        return self.out(torch.cat([h, u], 1))
+
+
+def _unet_adam_step(dtype, fused):
+    torch.manual_seed(0)
+    model = _UNet().to(dtype)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
+    x = torch.randn(2, 3, 8, 8, dtype=dtype)
+    rec = Recorder()
+    with rec:
+        for _ in range(2):
+            ((model(x) - x) ** 2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    return rec.calls
+
+
+def _lstm_encoder_adamw_step(dtype, fused):
+    torch.manual_seed(0)
+    nn = torch.nn
+    lstm = nn.LSTM(8, 8, batch_first=True).to(dtype)
+    enc = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True).to(dtype)
+    head = nn.Linear(8, 5).to(dtype)
+    params = [*lstm.parameters(), *enc.parameters(), *head.parameters()]
+    opt = torch.optim.AdamW(params, lr=1e-3, fused=fused)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 10)
+    x, y = torch.randn(2, 5, 8, dtype=dtype), torch.randint(0, 5, (2, 5))
+    rec = Recorder()
+    with rec:
+        for _ in range(2):
+            logits = head(enc(lstm(x)[0]))
+            torch.nn.functional.cross_entropy(logits.reshape(-1, 5), y.reshape(-1)).backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+    return rec.calls
+
+
+STEPS = {"mlp_adamw": _mlp_adamw_step, "cnn_sgd": _cnn_sgd_step,
+         "attention_adam": _attention_adam_step, "unet_adam": _unet_adam_step,
+         "lstm_encoder_adamw": _lstm_encoder_adamw_step}
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_real_training_step_has_references(step, fused):
+    """>= 95 % of the aten calls of two training steps have a reference form; the missing are
+    named with their counts. Calls whose output is uninitialised memory (``empty*``: nothing to
+    judge, the judge's verdict is "recorded") are not counted."""
+    calls = STEPS[step](torch.float32, fused)
+    count = collections.Counter(c[0] for c in calls if ".empty" not in c[0])
+    missing = {op: n for op, n in count.items() if not has_reference(op)}
+    covered = 1 - sum(missing.values()) / sum(count.values())
+    assert covered >= 0.95, f"{covered:.1%} covered; no reference: {missing}"
+
+
+RANDOM = {"aten.bernoulli_.float", "aten.native_dropout.default"}
+
+
+@pytest.mark.parametrize("step", list(STEPS))
+def test_every_op_of_a_float64_step_agrees_with_what_torch_recorded(step):
+    """The judge's view: each recorded call re-run by the reference on its recorded inputs
+    agrees with torch's recorded outputs in float64 (same count, dtypes, shapes; values to
+    1e-12). Random ops get their recorded draws; uninitialised memory is skipped."""
+    bad = []
+    for fused in (False, True):
+        for op, a, k, outs in STEPS[step](torch.float64, fused):
+            if not outs or not has_reference(op) or "empty" in op:
+                continue
+            if op in RANDOM:
+                k = dict(k, _recorded=outs)
+            try:
+                got = reference(op, a, k)
+            except NoReference as e:
+                bad.append(f"{op}: {e}")
+                continue
+            if len(got) != len(outs):
+                bad.append(f"{op}: {len(got)} outputs, torch {len(outs)}")
+                continue
+            for r, t in zip(got, outs, strict=True):
+                if r.dtype != t.dtype or r.shape != t.shape:
+                    bad.append(f"{op}: {r.dtype}{r.shape} vs torch {t.dtype}{t.shape}")
+                elif r.dtype.kind == "f" and not np.allclose(r, t, rtol=1e-12, atol=1e-12,
+                                                             equal_nan=True):
+                    bad.append(f"{op}: max diff {np.max(np.abs(r - t))}")
+                elif r.dtype.kind != "f" and not np.array_equal(r, t):
+                    bad.append(f"{op}: values differ")
+    assert not bad, "\n".join(sorted(set(bad)))
