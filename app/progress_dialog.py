@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import QProgressDialog
+from PySide6.QtWidgets import QLabel, QProgressDialog
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from app.live import FAILED, STOPPED
@@ -35,7 +35,13 @@ NEVER_MS = 1 << 30  # QProgressDialog's own show-after timer: never (we show it 
 
 
 def _dialog(parent, title: str, label: str, name: str) -> QProgressDialog:
-    dlg = QProgressDialog(label, "Cancel", 0, 0, parent)
+    # NOTE: the label is made empty, then plain: a file's name, a worker's words are never
+    # markup (given to the constructor, "<img src=...>" was read as HTML at once; issue 49)
+    dlg = QProgressDialog("", "Cancel", 0, 0, parent)
+    plain = QLabel(dlg)
+    plain.setTextFormat(Qt.PlainText)
+    dlg.setLabel(plain)
+    dlg.setLabelText(label)
     dlg.setObjectName(name)
     dlg.setWindowTitle(title)
     dlg.setAutoReset(False)

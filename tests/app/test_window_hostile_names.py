@@ -14,12 +14,13 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtGui import QHelpEvent, QImage
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -28,6 +29,7 @@ from PySide6.QtWidgets import (
     QGraphicsView,
     QLabel,
     QMessageBox,
+    QProgressDialog,
     QTabBar,
     QTextEdit,
     QToolTip,
@@ -217,6 +219,22 @@ def test_an_error_that_quotes_a_name_is_plain_text(qtbot, win, tmp_path):
     assert box is not None and box.textFormat() == Qt.PlainText
     assert walk(win) == []
     grab_ok(win, tmp_path / "window.png")
+
+
+def test_a_progress_dialog_shows_a_file_name_as_text(qtbot, win):
+    from app.progress_dialog import run_with_progress
+
+    seen = []
+
+    def look() -> None:  # while the dialog is up
+        for dlg in win.findChildren(QProgressDialog):
+            seen.extend((lab.textFormat(), lab.text()) for lab in dlg.findChildren(QLabel))
+
+    QTimer.singleShot(400, look)
+    run_with_progress(win, "Opening", f"Running {IMG}.onnx…", lambda: time.sleep(0.9),
+                      show_after_ms=0)
+    assert any(has_raw(t) for _, t in seen), seen
+    assert all(f == Qt.PlainText for f, t in seen if has_raw(t)), seen
 
 
 def big_models(tmp_path) -> list[str]:
