@@ -26,7 +26,8 @@ without one raises ``NoReference`` naming it (never a guess).
 Each form's order is in docs/reference-order.md, "Captured aten ops". The forms live in
 ``aten_ref_pointwise`` (elementwise, activations), ``aten_ref_shape`` (copies, casts, views,
 factories), ``aten_ref_nn`` (reductions, products, softmax, losses), ``aten_ref_layers`` (norms,
-convolution, pools, embedding, attention) and ``aten_ref_optim`` (optimizer kernels).
+embedding, attention), ``aten_ref_conv`` (convolutions, pools, upsampling) and
+``aten_ref_optim`` (optimizer kernels).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from core.capture import (  # noqa: F401  (each registers its forms)
+    aten_ref_conv,
     aten_ref_layers,
     aten_ref_nn,
     aten_ref_optim,
@@ -90,7 +92,7 @@ def _resolve(op: str) -> tuple[str, str | None]:
         return "foreach", _foreach_base(name, ovl)
     if ovl == "out" or ovl.endswith("_out"):
         base = ovl[:-4] if ovl.endswith("_out") else ""
-        return "out", _first([f"aten.{name}.{base}"] if base else [] +
+        return "out", _first(([f"aten.{name}.{base}"] if base else []) +
                              [f"aten.{name}.default", f"aten.{name}.Tensor"])
     if name.endswith("_"):
         return "inplace", _first([f"aten.{name[:-1]}.{ovl}"])

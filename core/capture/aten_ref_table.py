@@ -20,7 +20,7 @@ import numpy as np
 from core import mathlib
 
 __all__ = ["FORMS", "NoReference", "M", "arr", "as_dtype", "compute", "ew", "form",
-           "is_float", "result_type", "scal"]
+           "is_float", "result_type", "scal", "wide"]
 
 
 class NoReference(Exception):
@@ -152,6 +152,13 @@ def arr(x: Any, dt: np.dtype) -> np.ndarray:
     with np.errstate(all="ignore"):
         return np.asarray(x).astype(dt) if isinstance(x, np.ndarray | np.generic) \
             else np.asarray(x, dtype=dt)
+
+
+def wide(x: Any, dt: np.dtype | None = None) -> np.ndarray | None:
+    """``x`` in the compute dtype of ``dt`` (default: its own dtype); None stays None."""
+    if x is None:
+        return None
+    return arr(x, compute(dt if dt is not None else np.asarray(x).dtype))
 
 
 def scal(v: Any, out: np.dtype, round_to_storage: bool = False) -> np.ndarray:

@@ -196,6 +196,12 @@ CASES = [
     ("add_0d_f64", "aten.add.Tensor",
      lambda g, d: ([rn(g, d, *E), torch.tensor(0.1, dtype=F64)], {})),
     ("add_", "aten.add_.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, *E)], {})),
+    ("add_out", "aten.add.out",
+     lambda g, d: ([rn(g, d, *E), rn(g, d, *E)], {"out": torch.empty(E, dtype=d)})),
+    ("mm_out", "aten.mm.out",
+     lambda g, d: ([rn(g, d, 5, 6), rn(g, d, 6, 3)], {"out": torch.empty(5, 3, dtype=d)})),
+    ("sum_out", "aten.sum.IntList_out",
+     lambda g, d: ([rn(g, d, 4, 7), [1]], {"out": torch.empty(4, dtype=d)})),
     ("sub_alpha", "aten.sub.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, *E)],
                                                    {"alpha": 2})),
     ("rsub", "aten.rsub.Scalar", lambda g, d: ([rn(g, d, *E), 1.0], {})),
@@ -459,7 +465,7 @@ CASES = [
 # float64 values agree and docs/reference-order.md names each order.
 BIT_EXACT = {
     # one IEEE operation per element, as written (torch's vector loops and scalar tails alike)
-    "add", "add_scalar", "add_0d_f64", "add_", "sub_alpha", "rsub", "mul", "mul_scalar",
+    "add", "add_scalar", "add_0d_f64", "add_", "add_out", "sub_alpha", "rsub", "mul", "mul_scalar",
     "mul_", "div", "div_scalar", "div_floor", "neg", "reciprocal", "pow2", "pow3",
     "addcmul_", "addcdiv_", "dropout_eval", "dropout_backward", "nll_none", "nll_backward",
     "nll_backward_weight", "mse_backward",

@@ -1,0 +1,249 @@
+"""Reference forms of aten's convolutions (plain and transposed, 1-d and 2-d) and their
+backward, pools (max with indices, average, adaptive average) and nearest upsampling, with their
+backwards. A convolution is the tape's ``conv2d`` (im2col and the reference product; a 1-d one
+is a 2-d one of height 1; the bias a separate add), its backward the tape's ``conv2d`` backward;
+a transposed convolution is that backward's input gradient (the adjoint). Scatter-adds run in
+row-major output order. Orders: docs/reference-order.md, "Captured aten ops"."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from core.capture.aten_ref_table import I64, M, NoReference, form, opt, result_type, wide
+from core.ops import REGISTRY
+from core.ops.nn import conv_nd, windows
+from core.ops.reference import serial_sum
+
+_w = wide
+
+
+# ---- convolution ------------------------------------------------------------------------------
+def _geom(x_nd: int, stride, padding, dilation):
+    k = x_nd - 2
+
+    def rep(v):
+        return [int(v)] * k if isinstance(v, int) else (
+            list(v) * k if len(v) == 1 else [int(a) for a in v])
+    return rep(stride), rep(padding), rep(dilation)
+
+
+def _as2d(x: np.ndarray) -> np.ndarray:
+    return x[:, :, None, :] if x.ndim == 3 else x
+
+
+def _conv_at(x_nd: int, stride, padding, dilation, groups) -> dict:
+    """The tape conv2d op's attributes (a 1-d convolution is a 2-d one of height 1)."""
+    st, pd, dl = _geom(x_nd, stride, padding, dilation)
+    if x_nd == 3:
+        st, pd, dl = [1] + st, [0] + pd, [1] + dl
+    return {"strides": tuple(st), "pads": (pd[0], pd[1], pd[0], pd[1]), "dilations": tuple(dl),
+            "group": int(groups)}
+
+
+def _transposed_shape(x, w, at, output_padding) -> tuple:
+    """The output shape of a transposed convolution (2-d form)."""
+    op = list(output_padding) if len(output_padding) == 2 else [0] + list(output_padding)
+    hw = [(x.shape[2 + i] - 1) * at["strides"][i] - 2 * at["pads"][i]
+          + at["dilations"][i] * (w.shape[2 + i] - 1) + op[i] + 1 for i in range(2)]
+    return (x.shape[0], w.shape[1] * at["group"], *hw)
+
+
+def _conv_input_grad(g, w, x_shape, at):
+    """The tape conv2d's input gradient (wᵀ·g, then col2im): a transposed convolution."""
+    zero = np.broadcast_to(np.zeros((), g.dtype), x_shape)
+    return REGISTRY["conv2d"].backward(M, g, [zero, w], None, at, [True, False])[0]
+
+
+@form("aten.convolution.default", "aten._convolution.default")
+def _convolution(args: list, kwargs: dict) -> list:
+    x, w, bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
+    if x.ndim not in (3, 4) and (transposed or x.ndim != 5):
+        raise NoReference(f"convolution of a {x.ndim}-d input")
+    out = result_type(x, w)
+    xw, ww = _w(x, out), _w(w, out)
+    with np.errstate(all="ignore"):
+        if transposed:  # the adjoint of conv2d: its input gradient, with x as the gradient
+            at = _conv_at(x.ndim, stride, padding, dilation, groups)
+            x2, w2 = _as2d(xw), _as2d(ww)
+            y = _conv_input_grad(x2, w2, _transposed_shape(x2, w2, at, output_padding), at)
+            y = y[:, :, 0, :] if x.ndim == 3 else y
+        else:
+            st, pd, dl = _geom(x.ndim, stride, padding, dilation)
+            y = conv_nd(xw, ww, st, [(p, p) for p in pd], dl, int(groups))
+        if bias is not None:
+            y = y + _w(bias, out).reshape((1, -1) + (1,) * (x.ndim - 2))  # a separate add
+    return [y.astype(out)]
+
+
+@form("aten.convolution_backward.default")
+def _convolution_backward(args: list, kwargs: dict) -> list:
+    g, x, w, bias_sizes, stride, padding, dilation, transposed, out_pad, groups, mask = args[:11]
+    if x.ndim not in (3, 4):
+        raise NoReference("convolution_backward: only 1-d and 2-d")
+    at = _conv_at(x.ndim, stride, padding, dilation, groups)
+    out = result_type(x, w)
+    gw_, xw, ww = _as2d(_w(g, out)), _as2d(_w(x, out)), _as2d(_w(w, out))
+    res = []
+    with np.errstate(all="ignore"):
+        if transposed:
+            # y = Aᵀx with A the conv2d of weight w: gx = A(g), gw = conv2d's weight gradient
+            # with g as its input and x as its output gradient
+            st, pd, dl = at["strides"], at["pads"], at["dilations"]
+            gx = conv_nd(gw_, ww, st, [(pd[0], pd[0]), (pd[1], pd[1])], dl, at["group"]) \
+                if mask[0] else None
+            gww = REGISTRY["conv2d"].backward(M, xw, [gw_, ww], None, at,
+                                              [False, True])[1] if mask[1] else None
+        else:
+            gx, gww = REGISTRY["conv2d"].backward(M, gw_, [xw, ww], None, at,
+                                                  [mask[0], mask[1]])
+        if mask[0]:
+            res.append(gx.reshape(x.shape).astype(x.dtype))
+        if mask[1]:
+            res.append(gww.reshape(w.shape).astype(w.dtype))
+        if mask[2]:
+            res.append(serial_sum(gw_, (0, 2, 3)).astype(out))
+    return res
+
+
+def _nearest(n_out: int, n_in: int, scale) -> np.ndarray:
+    """torch's nearest source index: floor(i * s), s = 1 / scale if given else in / out (float
+    arithmetic as torch's ``nearest_idx``), clamped."""
+    i = np.arange(n_out)
+    if n_out == n_in:
+        return i
+    if n_out == 2 * n_in:
+        return i >> 1
+    s = np.float32(1.0 / scale if scale else n_in / n_out)
+    return np.minimum(np.floor(i.astype(np.float32) * s).astype(np.int64), n_in - 1)
+
+
+def _up_idx(in_hw, out_hw, scales):
+    sh = scales[0] if scales else None
+    sw = scales[1] if scales and len(scales) > 1 else None
+    return _nearest(out_hw[0], in_hw[0], sh), _nearest(out_hw[1], in_hw[1], sw)
+
+
+@form("aten.upsample_nearest2d.default", "aten.upsample_nearest2d.vec")
+def _upsample_nearest(args: list, kwargs: dict) -> list:
+    x, size = args[0], opt(kwargs, args, 1, "output_size")
+    scales = [opt(kwargs, args, 2, "scales_h"), opt(kwargs, args, 3, "scales_w")]
+    if isinstance(scales[0], list | tuple):  # .vec: (input, output_size, scale_factors)
+        scales = list(scales[0])
+    if size is None:
+        size = [int(np.floor(x.shape[-2 + i] * scales[i])) for i in range(2)]
+    ih, iw = _up_idx(x.shape[-2:], size, scales if any(v is not None for v in scales) else None)
+    return [np.array(x[..., ih[:, None], iw[None, :]])]
+
+
+@form("aten.upsample_nearest2d_backward.default")
+def _upsample_nearest_backward(args: list, kwargs: dict) -> list:
+    g, out_size, in_size = args[0], args[1], args[2]
+    scales = [opt(kwargs, args, 3, "scales_h"), opt(kwargs, args, 4, "scales_w")]
+    ih, iw = _up_idx(in_size[-2:], out_size, scales if any(v is not None for v in scales)
+                     else None)
+    gw = _w(g)
+    gx = np.zeros(tuple(in_size[:-2]) + (in_size[-2] * in_size[-1],), gw.dtype)
+    flat = (ih[:, None] * in_size[-1] + iw[None, :]).reshape(-1)
+    g2 = gw.reshape(gx.shape[:-1] + (-1,))
+    for j in range(flat.size):  # output pixels in row-major order, each added to its source
+        gx[..., flat[j]] += g2[..., j]
+    return [gx.reshape(tuple(in_size)).astype(g.dtype)]
+
+
+# ---- pools ------------------------------------------------------------------------------------
+def _pool_args(args: list, kwargs: dict, x: np.ndarray):
+    k = list(args[1]) * (2 if len(args[1]) == 1 else 1)
+    st = opt(kwargs, args, 2, "stride", []) or k
+    st = list(st) * (2 if len(st) == 1 else 1)
+    pd = opt(kwargs, args, 3, "padding", 0)
+    pd = [pd, pd] if isinstance(pd, int) else list(pd) * (2 if len(pd) == 1 else 1)
+    dl = opt(kwargs, args, 4, "dilation", 1)
+    dl = [dl, dl] if isinstance(dl, int) else list(dl) * (2 if len(dl) == 1 else 1)
+    return k, st, pd, dl, bool(opt(kwargs, args, 5, "ceil_mode", False))
+
+
+@form("aten.max_pool2d_with_indices.default")
+def _max_pool(args: list, kwargs: dict) -> list:
+    x = args[0]
+    x4 = x if x.ndim == 4 else x[None]
+    k, st, pd, dl, cm = _pool_args(args, kwargs, x)
+    low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
+    v, outs = windows(x4, k, st, dl, [(p, p) for p in pd], low, int(cm))
+    flat = v.reshape(v.shape[:4] + (-1,))
+    arg = np.argmax(flat, axis=-1)  # the window's first maximum in row-major tap order
+    y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+    kh, kw = np.unravel_index(arg, k)
+    rows = np.arange(outs[0]).reshape(-1, 1) * st[0] - pd[0] + kh * dl[0]
+    cols = np.arange(outs[1]).reshape(1, -1) * st[1] - pd[1] + kw * dl[1]
+    idx = (rows * x4.shape[3] + cols).astype(I64)
+    return [y.reshape(x.shape[:-2] + y.shape[-2:]), idx.reshape(x.shape[:-2] + y.shape[-2:])]
+
+
+@form("aten.max_pool2d_with_indices_backward.default")
+def _max_pool_backward(args: list, kwargs: dict) -> list:
+    g, x, idx = args[0], args[1], args[7]
+    g2 = _w(g, x.dtype).reshape(-1, math.prod(g.shape[-2:]))
+    i2 = np.asarray(idx).reshape(g2.shape)
+    gx = np.zeros((g2.shape[0], x.shape[-2] * x.shape[-1]), g2.dtype)
+    planes = np.arange(g2.shape[0]).reshape(-1, 1)
+    np.add.at(gx, (np.broadcast_to(planes, i2.shape), i2), g2)  # row-major output order
+    return [gx.reshape(x.shape).astype(x.dtype)]
+
+
+def _avg_at(args: list, kwargs: dict) -> dict:
+    k = list(args[1]) * (2 if len(args[1]) == 1 else 1)
+    st = opt(kwargs, args, 2, "stride", []) or k
+    st = list(st) * (2 if len(st) == 1 else 1)
+    pd = opt(kwargs, args, 3, "padding", 0)
+    pd = [pd, pd] if isinstance(pd, int) else list(pd) * (2 if len(pd) == 1 else 1)
+    if opt(kwargs, args, 6, "divisor_override") is not None:
+        raise NoReference("avg_pool2d with divisor_override")
+    return {"kernel": tuple(k), "strides": tuple(st), "pads": (pd[0], pd[1], pd[0], pd[1]),
+            "ceil_mode": int(bool(opt(kwargs, args, 4, "ceil_mode", False))),
+            "count_include_pad": int(bool(opt(kwargs, args, 5, "count_include_pad", True)))}
+
+
+@form("aten.avg_pool2d.default")
+def _avg_pool(args: list, kwargs: dict) -> list:
+    x = args[0]
+    at = _avg_at(args, kwargs)
+    x4 = _w(x) if x.ndim == 4 else _w(x)[None]
+    y = REGISTRY["avgpool2d"].forward(M, [x4], at)
+    return [y.reshape(x.shape[:-2] + y.shape[-2:]).astype(x.dtype)]
+
+
+@form("aten.avg_pool2d_backward.default")
+def _avg_pool_backward(args: list, kwargs: dict) -> list:
+    g, x = args[0], args[1]
+    at = _avg_at(args[1:], {})
+    x4 = _w(x) if x.ndim == 4 else _w(x)[None]
+    g4 = _w(g, x.dtype).reshape((-1,) + x4.shape[1:2] + g.shape[-2:])
+    gx = REGISTRY["avgpool2d"].backward(M, g4, [x4], None, at, [True])[0]
+    return [gx.reshape(x.shape).astype(x.dtype)]
+
+
+@form("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
+def _adaptive_avg(args: list, kwargs: dict) -> list:
+    x, (oh, ow) = args[0], args[1]
+    h, w = x.shape[-2:]
+    if (oh, ow) != (1, 1) and (h % oh or w % ow):
+        raise NoReference("adaptive_avg_pool2d with uneven windows")
+    xw = _w(x).reshape(x.shape[:-2] + (oh, h // oh, ow, w // ow))
+    with np.errstate(all="ignore"):
+        y = serial_sum(xw, (-3, -1)) / xw.dtype.type((h // oh) * (w // ow))
+    return [y.astype(x.dtype)]
+
+
+@form("aten._adaptive_avg_pool2d_backward.default")
+def _adaptive_avg_backward(args: list, kwargs: dict) -> list:
+    g, x = args[0], args[1]
+    oh, ow = g.shape[-2:]
+    h, w = x.shape[-2:]
+    if h % oh or w % ow:
+        raise NoReference("adaptive_avg_pool2d_backward with uneven windows")
+    gw = _w(g, x.dtype)
+    gd = gw / gw.dtype.type((h // oh) * (w // ow))
+    gx = np.repeat(np.repeat(gd, h // oh, axis=-2), w // ow, axis=-1)
+    return [gx.astype(x.dtype)]
