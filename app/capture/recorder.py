@@ -23,13 +23,13 @@ import platform
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from app.capture import DEFAULT_MAX_BYTES
 from core.capture.file import digest
@@ -58,21 +58,26 @@ def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
 
-def _np_of(t: torch.Tensor) -> np.ndarray | None:
-    """A private numpy copy of ``t``'s value, or None for what numpy cannot hold."""
+def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
+    """``t``'s value as numpy and whether that is already a private copy (else a view of the
+    tensor's memory, to be copied before it is kept), or ``(None, False)`` for what numpy
+    cannot hold."""
     a = t.detach()
     if a.is_sparse or a.is_quantized or a.device.type == "meta":
-        return None
-    if a.device.type != "cpu":
+        return None, False
+    own = a.device.type != "cpu"
+    if own:
         a = a.cpu()
     if a.dtype == torch.bfloat16:
         import ml_dtypes
 
-        return a.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+        c = a.contiguous()
+        return c.view(torch.int16).numpy().view(ml_dtypes.bfloat16), own or c is not a
     try:
-        return np.array(a.resolve_conj().resolve_neg().numpy(), copy=True, order="C")
+        r = a.resolve_conj().resolve_neg()
+        return r.numpy(), own or r is not a
     except (TypeError, RuntimeError):  # float8, uint16..., complex32: no numpy dtype
-        return None
+        return None, False
 
 
 class Recorder(TorchDispatchMode):
@@ -98,8 +103,11 @@ class Recorder(TorchDispatchMode):
         self.v_array: list[np.ndarray | None] = []
         self.stored_bytes = 0
         self.n_hashed = 0
-        self.uid = WeakIdKeyDictionary()
+        # id(tensor) -> (a weak reference to it, its uid): an id reused by a new tensor after
+        # the old one died fails the identity check and gets a new uid
+        self.uid: dict[int, tuple[weakref.ref, int]] = {}
         self.next_uid = 0
+        self._names_of: dict[Any, str] = {}  # OpOverload -> str(func)
         self.seen: dict[tuple[int, int], int] = {}
         # ops, columns (interned tables for the strings)
         self.tables: dict[str, dict[str, int]] = {"names": {}, "modules": {}, "sources": {}}
@@ -266,9 +274,12 @@ class Recorder(TorchDispatchMode):
 
     # ---- values -----------------------------------------------------------------------------
     def _key(self, t: torch.Tensor) -> tuple[int, int]:
-        u = self.uid.get(t)
-        if u is None:
-            u = self.uid[t] = self.next_uid
+        e = self.uid.get(id(t))
+        if e is not None and e[0]() is t:
+            u = e[1]
+        else:
+            u = self.next_uid
+            self.uid[id(t)] = (weakref.ref(t), u)
             self.next_uid += 1
         try:
             ver = t._version
@@ -278,7 +289,7 @@ class Recorder(TorchDispatchMode):
 
     def _new_value(self, t: torch.Tensor) -> int:
         self.devices.add(str(t.device))
-        a = _np_of(t)
+        a, private = _np_of(t)
         vid = len(self.v_dtype)
         self.v_dtype.append(_dtype_name(t.dtype))
         self.v_shape.append(list(t.shape))
@@ -291,11 +302,13 @@ class Recorder(TorchDispatchMode):
             self.v_array.append(None)
             self.n_hashed += 1
             return vid
-        self.v_sha.append(digest(a))
+        self.v_sha.append(digest(a))  # of the tensor's own memory: no copy for a digest
         if self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
             self.v_array.append(None)
             self.n_hashed += 1
         else:
+            if not private or not a.flags.c_contiguous:
+                a = np.array(a, copy=True, order="C")  # later in-place ops must not reach it
             a.setflags(write=False)
             self.v_array.append(a)
             self.stored_bytes += a.nbytes
@@ -361,7 +374,9 @@ class Recorder(TorchDispatchMode):
         if not self.recording or self.quiet or (threading.get_ident() != self.thread and
                                                 torch._C._current_graph_task_id() == -1):
             return func(*args, **kwargs)  # another thread's op (a loader's), not the step's
-        name = str(func)
+        name = self._names_of.get(func)
+        if name is None:
+            name = self._names_of[func] = str(func)
         if name.startswith(_SKIP_NAMESPACES):
             return func(*args, **kwargs)
         # inputs first: a value an op reads for the first time is recorded before the op runs
@@ -430,12 +445,15 @@ class Recorder(TorchDispatchMode):
         n_ops = self.step_start[n_steps]
         arrays: list[np.ndarray] = []
         array_of: list[int] = []
-        for a in self.v_array:
+        digests: list[str] = []
+        for a, d in zip(self.v_array, self.v_sha, strict=True):
             if a is None:
                 array_of.append(-1)
             else:
                 array_of.append(len(arrays))
                 arrays.append(a)
+                digests.append(d)
+        self._digests = digests
         dtypes: dict[str, int] = {}
         dtype_idx = [dtypes.setdefault(d, len(dtypes)) for d in self.v_dtype]
         settings = dict(self.settings)
@@ -465,7 +483,7 @@ class Recorder(TorchDispatchMode):
         from core.capture.file import save
 
         header, arrays = self.header_and_arrays(meta)
-        return str(save(path, header, arrays))
+        return str(save(path, header, arrays, digests=self._digests))
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:

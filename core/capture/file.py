@@ -122,13 +122,16 @@ def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def save(path: str | os.PathLike, header: dict, arrays: list[np.ndarray]) -> Path:
+def save(path: str | os.PathLike, header: dict, arrays: list[np.ndarray],
+         digests: list[str] | None = None) -> Path:
     """Write ``header`` (its ``values.array`` indexes ``arrays``) and the arrays, atomically.
-    ``header`` gets ``format``, ``version`` and ``arrays`` (offset, size, SHA-256 each)."""
+    ``header`` gets ``format``, ``version`` and ``arrays`` (offset, size, SHA-256 each);
+    ``digests``: the arrays' SHA-256s when the caller has them already (the recorder does),
+    so that no array is hashed twice."""
     table: list[list] = []
     pos = _PREAMBLE
-    for a in arrays:
-        table.append([pos, a.nbytes, digest(a)])
+    for i, a in enumerate(arrays):
+        table.append([pos, a.nbytes, digests[i] if digests is not None else digest(a)])
         pos = _align(pos + a.nbytes)
     h = {"format": FORMAT, "version": VERSION, **header, "arrays": table}
     text = json.dumps(h, separators=(",", ":"), allow_nan=False).encode("utf-8")
