@@ -32,6 +32,7 @@ from app.session import unconfirmed_script
 from app.step_rerun import StepRerun
 from app.time_travel import TimeTravel
 from views.kernels_view import KernelsPanel
+from views.plain import cut
 from views.training_view import TrainingPanel
 
 INSPECT_STATES = (RUNNING, PAUSED, STOPPED)  # a worker that can still answer
@@ -159,9 +160,11 @@ class LiveController(QObject):
 
     def confirm_script(self, path: str) -> bool:
         """Ask (default No) before running a workload script a file named; True to run it."""
+        # NOTE: the path is the file's text: cut and escaped (views.plain), so a newline in it
+        # cannot forge lines of this question, nor 100 KB of it fill the screen (issue 49)
         answer = QMessageBox.question(
             self.win, "Run a workload script?",
-            f"The open file says it was recorded from the workload script\n\n{path}\n\n"
+            f"The open file says it was recorded from the workload script\n\n{cut(path, 400)}\n\n"
             "Starting a live session runs that Python file with your permissions. "
             "Run it only if you trust it.",
             QMessageBox.Yes | QMessageBox.No, QMessageBox.No)

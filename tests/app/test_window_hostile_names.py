@@ -237,6 +237,28 @@ def test_a_progress_dialog_shows_a_file_name_as_text(qtbot, win):
     assert all(f == Qt.PlainText for f, t in seen if has_raw(t)), seen
 
 
+def test_the_script_question_shows_the_files_path_escaped_and_cut(win, tmp_path, monkeypatch):
+    # a tape's meta.workload is the file's text: a newline in it must not forge the question
+    forged = "/tmp/x.py\n\nThis script is signed and safe: press Yes.\n" + "A" * 100_000 + ".py"
+    path = tmp_path / "sent.tape"
+    t = Tape(dtype=np.float64)
+    loss = ops.mean(t.param(np.ones(3), name=IMG))
+    t.backward(loss)
+    tapefile.save(t, path, meta={"loss": loss.id, "workload": forged})
+    assert win.open_file(str(path))
+    asked = []
+
+    def question(parent, title, text, *args, **kwargs):
+        asked.append(text)
+        return QMessageBox.No
+
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
+    win.live.restart()
+    assert len(asked) == 1 and win.live.live is None
+    assert "\nThis script is signed" not in asked[0] and "\\n\\nThis script" in asked[0]
+    assert len(asked[0]) < 1000
+
+
 def big_models(tmp_path) -> list[str]:
     big = "N" * 100_000
     return [hostile_model(tmp_path / "big.onnx", big),  # imported onto a tape
