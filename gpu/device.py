@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,9 @@ __all__ = [
     "INCLUDE_DIRS",
     "REFMATH_C_DIR",
     "header_paths",
+    "CompileLimitError",
+    "compile_limits",
+    "limited",
 ]
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -44,6 +50,35 @@ def header_paths() -> dict[str, Path]:
 
 class DeviceError(RuntimeError):
     """A backend cannot be opened, a compile failed, or a launch failed."""
+
+
+class CompileLimitError(DeviceError):
+    """The compiler went over the memory or time ``limited`` gave it (a user's kernel file that
+    includes /dev/zero, say): its words are not a compile error of the source."""
+
+
+# (memory bytes, seconds) for the compiles under ``limited``; None: the backend's own
+_LIMITS: contextvars.ContextVar[tuple[int, float] | None] = contextvars.ContextVar(
+    "compile_limits", default=None)
+
+
+@contextlib.contextmanager
+def limited(memory_bytes: int, seconds: float) -> Iterator[None]:
+    """Compiles in this block run with the compiler's address space limited to
+    ``memory_bytes`` and its time to ``seconds``; going over is CompileLimitError. Honoured
+    where the compiler is a process of its own (the host backend's g++: gpu.host_compiler);
+    NVRTC compiles in this process and is not limited (gpu.user_kernels refuses what it can
+    see first)."""
+    token = _LIMITS.set((int(memory_bytes), float(seconds)))
+    try:
+        yield
+    finally:
+        _LIMITS.reset(token)
+
+
+def compile_limits() -> tuple[int, float] | None:
+    """The (memory bytes, seconds) ``limited`` set for this compile, or None."""
+    return _LIMITS.get()
 
 
 @dataclass

@@ -7,16 +7,20 @@ test_fp_contract.py and test_host_lanes.py disassemble what they build.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from core.cache import cache_key
-from gpu.device import INCLUDE_DIRS, DeviceError, header_paths
+from core.native import isa
+from gpu.device import INCLUDE_DIRS, CompileLimitError, DeviceError, compile_limits, header_paths
 
 __all__ = ["HOST_FLAGS", "find_compiler", "compiler_version", "host_flags", "headers_digest",
            "build_shared_object"]
@@ -96,23 +100,29 @@ def compiler_version(path: str) -> str:
     return out.stdout.strip()
 
 
-@functools.lru_cache(maxsize=8)
 def host_flags(cxx: str) -> tuple[str, ...]:
-    """HOST_FLAGS as this compiler and CPU take them (-march=native only where accepted)."""
+    """HOST_FLAGS as this compiler and CPU take them (-march=native only where accepted), with
+    the path $TAPESCOPE_ISA forces (core.native.isa: the host kernels run on the same paths as
+    the tape's native code)."""
+    return _host_flags(cxx, isa.extra_flags())
+
+
+@functools.lru_cache(maxsize=8)
+def _host_flags(cxx: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     flags = list(HOST_FLAGS)
     if platform.machine() in ("x86_64", "AMD64"):
         at = flags.index("-march=native") + 1
-        flags[at:at] = _X86_FLAGS
+        flags[at:at] = _X86_FLAGS + extra
     with tempfile.TemporaryDirectory(prefix="tapescope-cc-") as td:
         src = Path(td) / "probe.cc"
         src.write_text("int ts_probe(int x) { return x + 1; }\n")
-        for drop in ((), ("-march=native",), ("-march=native", *_X86_FLAGS)):
+        for drop in ((), ("-march=native", *extra), ("-march=native", *_X86_FLAGS, *extra)):
             trial = [f for f in flags if f not in drop]
             res = subprocess.run([cxx, *trial, str(src), "-o", str(Path(td) / "probe.so")],
                                  capture_output=True, text=True, timeout=120)
             if res.returncode == 0:
                 return tuple(trial)
-    return tuple(f for f in flags if f not in ("-march=native", *_X86_FLAGS))
+    return tuple(f for f in flags if f not in ("-march=native", *_X86_FLAGS, *extra))
 
 
 def headers_digest() -> str:
@@ -124,16 +134,53 @@ def headers_digest() -> str:
     return cache_key(*parts)
 
 
+GUARD = Path(__file__).with_name("compile_guard.py")
+LIBRARY_COMPILE_S = 600.0  # the library's and fused kernels' compile: no memory limit
+
+
+def _run_guarded(cmd: list[str]) -> tuple[int, str]:
+    """(exit status, stderr) of ``cmd`` run through gpu/compile_guard.py: in its own process
+    group, which dies with this process (SIGKILL included) and is killed whole at the
+    deadline, under ``gpu.device.limited``'s limits (RLIMIT_AS, RLIMIT_CPU and the wall clock)."""
+    mem, secs = compile_limits() or (0, LIBRARY_COMPILE_S)
+    cpu = int(secs) + 1 if mem else 0
+    argv = [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), str(mem), str(cpu), "--",
+            *cmd]
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=secs)
+    except BaseException as e:  # the deadline, Ctrl-C: the compiler and its children go too
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise CompileLimitError(f"the compiler did not finish within {secs:g} s (it was "
+                                    "ended)") from None
+        raise
+    text = err.decode("utf-8", "replace")
+    if mem and p.returncode != 0 and (
+            p.returncode in (128 + signal.SIGXCPU, 128 + signal.SIGKILL)
+            or any(w in text for w in ("out of memory", "memory exhausted", "bad_alloc",
+                                       "Cannot allocate memory", "signal terminated program"))):
+        cpu_out = p.returncode == 128 + signal.SIGXCPU or "CPU time limit" in text
+        why = f"its {cpu - 1} s of CPU time" if cpu_out else f"its memory limit of {mem >> 20} MiB"
+        raise CompileLimitError(f"the compiler went over {why} (it was ended): "
+                                f"{' '.join(text.split())[:200]}")
+    return p.returncode, text
+
+
 def build_shared_object(cxx: str, cflags: tuple[str, ...], source: str, out: Path) -> None:
     """g++ ``source`` behind host_prelude.h (the kernel headers on the include path) into the
-    shared object ``out``; DeviceError with the compiler's last words when it fails."""
+    shared object ``out``; DeviceError with the compiler's last words when it fails. The
+    compiler runs in its own process group that dies with this process (``_run_guarded``)."""
     flags = cflags + tuple(f"-I{d}" for d in INCLUDE_DIRS) + ("-include", "host_prelude.h")
     with tempfile.TemporaryDirectory(prefix="tapescope-cc-") as td:
         src = Path(td) / "kernels.cu"
         src.write_text(source)
         cmd = [cxx, *flags, str(src), "-o", str(out)]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if res.returncode != 0:
+        rc, err = _run_guarded(cmd)
+        if rc != 0:
             raise DeviceError(
-                f"host compile failed ({' '.join(cmd[:-3])}):\n{res.stderr[-4000:]}"
+                f"host compile failed ({' '.join(cmd[:-3])}):\n{err[-4000:]}"
             )

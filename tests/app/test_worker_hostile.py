@@ -266,3 +266,55 @@ def test_a_silent_worker_is_named_after_the_hellos_own_short_deadline(monkeypatc
     monkeypatch.setenv(HELLO_TIMEOUT_ENV, "soon")
     with pytest.raises(ValueError, match=f"^{HELLO_TIMEOUT_ENV} must be a number"):
         hello_timeout()
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie left for init to reap has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_client_killed_with_sigkill_takes_the_workers_compiler_with_it(tmp_path):
+    # issue 49 (red team 3): the worker died with its client (PR_SET_PDEATHSIG) but the g++ it
+    # had started went on compiling; now the compiler's process group dies with the worker.
+    # The "compiler" here is a g++ wrapper whose kernel build starts a child and sleeps.
+    import os
+    import signal
+
+    pids = tmp_path / "pids"
+    cxx = tmp_path / "slow-g++"
+    cxx.write_text('#!/bin/sh\ncase " $* " in *" -include host_prelude.h "*)\n'
+                   f'  echo $$ >> {shlex.quote(str(pids))}\n  sleep 300 &\n'
+                   f'  echo $! >> {shlex.quote(str(pids))}\n  wait\n  exit 1;;\nesac\n'
+                   'exec g++ "$@"\n')
+    cxx.chmod(0o755)
+    env = {**os.environ, "TAPESCOPE_CXX": str(cxx), "TAPESCOPE_CACHE_DIR": str(tmp_path / "c")}
+    worker = " ".join(map(shlex.quote, [*CLI, "worker"]))
+    client = subprocess.Popen([*CLI, "parity", "--workload", "mlp", "--device", "host",
+                               "--steps", "1", "--worker", worker], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        t0 = time.monotonic()
+        while len(started) < 2 and time.monotonic() - t0 < 120 and client.poll() is None:
+            time.sleep(0.2)
+            started = [int(x) for x in pids.read_text().split()] if pids.exists() else []
+        assert len(started) == 2, "the worker's compile never started"
+        assert all(_alive(p) for p in started)
+        client.kill()  # SIGKILL: nothing of the client runs after this
+        client.wait()
+        t0 = time.monotonic()
+        while any(_alive(p) for p in started) and time.monotonic() - t0 < 10:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in started), "the compiler outlived its client"
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+        for p in started:  # (the processes this test started, should they have stayed)
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
