@@ -163,6 +163,10 @@ class Program:
             "forward": self._build_forward(),
             "backward": self._build_backward(),
         }
+        if self.user_kernels:  # a user kernel that crashes: one line, not a dead process
+            from gpu.user_kernels import trial_run
+
+            trial_run(self)
         self._lists: dict[Any, Any] = {}
         self.fusion: Any = None  # the FusionPlan once gpu.fusion.apply attached one
         self.fusion_runtime: Any = None  # what the fused kernels need alive (gpu.fusion)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -28,7 +29,12 @@ _SCALARS = {
     "ts_bf16": precision.BFLOAT16,
 }
 
-_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{')
+# A parameter list holds no ( ) { } ; : each try stops at the next one of them, so a source of
+# signatures that never close costs one pass, not one pass per signature (issue 49: 1.2 MB of
+# `extern "C" __global__ void k(` took minutes with `[^)]*`)
+_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^(){};]*)\)\s*\{')
+_BRACE = re.compile(r"[{}]")
+_BARRIER = re.compile(r"__syncthreads")
 
 
 @dataclass(frozen=True)
@@ -74,31 +80,40 @@ def _parse_param(text: str, kernel: str) -> Param:
     return Param(name=name, ctype=base, pointer=stars == 1, const=const)
 
 
-def _body(source: str, open_brace: int) -> str:
-    depth = 0
-    for i in range(open_brace, len(source)):
-        c = source[i]
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return source[open_brace : i + 1]
-    raise ValueError("unbalanced braces in kernel source")
+def _closing_braces(source: str) -> dict[int, int]:
+    """Each ``{``'s offset -> its matching ``}``'s, in one pass (an unmatched one is absent)."""
+    close, stack = {}, []
+    for m in _BRACE.finditer(source):
+        if m.group() == "{":
+            stack.append(m.start())
+        elif stack:
+            close[stack.pop()] = m.start()
+    return close
 
 
 def parse_kernels(source: str) -> dict[str, KernelSig]:
-    """Every `extern "C" __global__ void name(...)` kernel defined in `source`."""
+    """Every `extern "C" __global__ void name(...)` kernel defined in `source`; in time linear
+    in the source's length, whatever it holds."""
     out: dict[str, KernelSig] = {}
+    close: dict[int, int] | None = None
+    barriers: list[int] = []
     for m in _KERNEL_RE.finditer(source):
         name, plist = m.group(1), m.group(2).strip()
         params = () if plist in ("", "void") else tuple(
             _parse_param(p, name) for p in plist.split(",")
         )
-        body = _body(source, m.end() - 1)
+        if close is None:  # the braces and barriers, once, when there is a kernel
+            close = _closing_braces(source)
+            barriers = [b.start() for b in _BARRIER.finditer(source)]
+        start = m.end() - 1
+        end = close.get(start)
+        if end is None:
+            raise ValueError("unbalanced braces in kernel source")
         if name in out:
             raise ValueError(f"kernel {name} defined twice")
-        out[name] = KernelSig(name=name, params=params, barrier="__syncthreads" in body)
+        k = bisect.bisect_left(barriers, start)  # a barrier in the body: bisect, no slice
+        out[name] = KernelSig(name=name, params=params,
+                              barrier=k < len(barriers) and barriers[k] < end)
     return out
 
 

@@ -16,7 +16,13 @@ named it on the command line (``--kernel``), as a workload script is run (docs/s
 
 from __future__ import annotations
 
+import mmap
+import os
 import re
+import signal
+import struct
+import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from gpu.device import DeviceError, Kernel, Module
+from gpu.device import CompileLimitError, DeviceError, Kernel, Module, limited
 
 __all__ = ["KernelSpec", "NameSpy", "Overlay", "UserKernelError", "compile_overrides",
-           "parse_spec"]
+           "parse_spec", "trial_run"]
 
 
 MAX_KERNEL_BYTES = 4 << 20  # a kernel file's size, checked before it is read
+# the host compiler's bounds for a user's file (gpu.host_compiler.limited): the stock templates
+# take ~65 MB and half a second; `#include "/dev/zero"` would take gigabytes
+USER_COMPILE_BYTES, USER_COMPILE_S = 1 << 30, 120.0
+TRIAL_S = 120.0  # a trial episode that runs longer is ended and not held against the file
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]*)[>"]', re.M)
 
 
 class UserKernelError(ValueError):
@@ -85,7 +96,37 @@ def _user_source(spec: KernelSpec, dtype: np.dtype, math: str) -> tuple[str, str
     return src, tag
 
 
+def _check_includes(spec: KernelSpec, text: str) -> None:
+    """Refuse an ``#include`` of what is not a regular file of at most MAX_KERNEL_BYTES
+    (/dev/zero, a FIFO, /dev/stdin: a compiler reading it never ends); looked up as the
+    compiler would, beside the file, then on the kernel include path. (An include through a
+    macro is not seen here: on the host backend the compiler's limits bound it.)"""
+    from gpu.device import INCLUDE_DIRS
+
+    for m in _INCLUDE.finditer(text):
+        name = m[2].strip()
+        dirs = ([spec.path.parent] if m[1] == '"' else []) + [Path(d) for d in INCLUDE_DIRS]
+        for cand in [Path(name)] if os.path.isabs(name) else [d / name for d in dirs]:
+            if not os.path.lexists(cand):
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            try:
+                st = cand.stat()
+            except OSError as e:
+                raise UserKernelError(f"--kernel {spec.text!r}: {spec.path}:{line}: cannot "
+                                      f"include {name!r}: {e.strerror or e}") from None
+            if not os.path.isfile(cand) or st.st_size > MAX_KERNEL_BYTES:
+                what = ("is not a regular file" if not os.path.isfile(cand)
+                        else f"has {st.st_size} bytes (at most {MAX_KERNEL_BYTES})")
+                raise UserKernelError(f"--kernel {spec.text!r}: {spec.path}:{line}: includes "
+                                      f"{name!r}, which {what}")
+            break
+
+
 def _compile_error(spec: KernelSpec, tag: str, err: DeviceError) -> UserKernelError:
+    if isinstance(err, CompileLimitError):  # its words, not a line of the file
+        return UserKernelError(f"--kernel {spec.text!r}: {spec.path}: does not compile: "
+                               f"{err}")
     text = str(err)
     for pat in (_GCC_ERR, _NVRTC_ERR):
         for m in pat.finditer(text):
@@ -169,8 +210,10 @@ def compile_overrides(device: Any, specs: list[KernelSpec], nodes: tuple, dtype:
             names |= kernel_names(i)
         src, tag = _user_source(spec, dt, math)
         raw = spec.path.read_text()
+        _check_includes(spec, raw)
         try:
-            user = device.compile(src)
+            with limited(USER_COMPILE_BYTES, USER_COMPILE_S):  # (host: g++ in a child)
+                user = device.compile(src)
         except DeviceError as e:
             raise _compile_error(spec, tag, e) from None
         except (TypeError, ValueError) as e:  # a parameter list the launcher cannot pass
@@ -193,3 +236,82 @@ def compile_overrides(device: Any, specs: list[KernelSpec], nodes: tuple, dtype:
         for i in targets:
             out[i] = Overlay(base, user, names, spec)
     return out
+
+
+def trial_run(prog: Any) -> None:
+    """One forward and backward episode of ``prog`` (a host program with user kernels) in a
+    forked child, before anything runs here: a user kernel that crashes (a write through
+    NULL) is one line naming its file and op, not a tapescope killed by SIGSEGV with no word.
+
+    The child runs the launches one at a time on one thread, writing the index of the launch
+    it starts into a shared page; when it dies of a signal the page says whose launch it was.
+    An episode longer than TRIAL_S is ended and not held against the files; other errors are
+    left to the real run to report. CUDA (an illegal address is an error there, not a signal)
+    and systems without fork are not tried.
+    """
+    if not prog.user_kernels or prog.device.kind != "host" or not hasattr(os, "fork"):
+        return
+    steps = [st for p in ("forward", "backward") for st in prog.phases[p]]
+    page = mmap.mmap(-1, 8)  # shared with the child (MAP_SHARED, anonymous)
+    page[:8] = struct.pack("<q", -1)
+    with warnings.catch_warnings():  # (3.12 warns on fork with threads: the child runs none)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: never returns, never runs atexit or flushes the parent's files
+        code = 0
+        try:
+            import faulthandler
+
+            faulthandler.disable()  # its traceback would only repeat what the line says
+            dev = prog.device
+            dev.threads, dev.orders = 1, "forward"  # the pool's threads are the parent's
+            for k, st in enumerate(steps):
+                page[:8] = struct.pack("<q", k)
+                dev.launch_list([st.launch]).replay()
+            page[:8] = struct.pack("<q", len(steps))
+        except BaseException:  # noqa: BLE001 — the real run reports it, with its words
+            code = 3
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + TRIAL_S
+    status = None
+    try:
+        while status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+            elif time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            else:
+                time.sleep(0.01)
+    except BaseException:  # Ctrl-C: the child goes too
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        raise
+    if not os.WIFSIGNALED(status):
+        return
+    sig = os.WTERMSIG(status)
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    k = struct.unpack("<q", page[:8])[0]
+    node = steps[k].node if 0 <= k < len(steps) else -1
+    mine = prog.user_kernels.get(node)
+    if mine is not None:
+        raise UserKernelError(f"--kernel {mine.spec.text!r}: kernel {mine.spec.path} (op "
+                              f"{prog.nodes[node].op}) crashed with {name} at node #{node} in "
+                              "a trial run of one episode (in a child process; nothing ran "
+                              "here)")
+    ran = sorted({str(o.spec.path) for i, o in prog.user_kernels.items()
+                  if any(s.node == i for s in steps[:max(k, 0)])})
+    where = f"node #{node} ({prog.nodes[node].op})" if 0 <= node < len(prog.nodes) else "a launch"
+    raise UserKernelError(f"--kernel: a trial run of one episode crashed with {name} in the "
+                          f"stock kernel of {where}"
+                          + (f", after your kernel {', '.join(ran)} ran (did it write out of "
+                             "bounds?)" if ran else ""))
