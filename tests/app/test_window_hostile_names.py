@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from PySide6.QtCore import QEvent, Qt, QTimer
+from PySide6.QtCore import QEvent, QPoint, Qt, QTimer
 from PySide6.QtGui import QHelpEvent, QImage
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -257,6 +257,31 @@ def test_the_script_question_shows_the_files_path_escaped_and_cut(win, tmp_path,
     assert len(asked) == 1 and win.live.live is None
     assert "\nThis script is signed" not in asked[0] and "\\n\\nThis script" in asked[0]
     assert len(asked[0]) < 1000
+
+
+def test_the_minimaps_band_tooltip_shows_scope_names_as_text(qtbot):
+    from views.graph_model import GraphModel, GraphNode
+    from views.graph_panel import GraphPanel
+    from views.synthetic import transformer_like
+
+    ops_, ins, names = transformer_like(10_000)  # deep: the minimap draws bands of scopes
+    m = GraphModel([GraphNode(i, o, tuple(x), BOLD + "<img src=zero>/" + (nm or "x"), (4, 8))
+                    for i, (o, x, nm) in enumerate(zip(ops_, ins, names, strict=True))],
+                   loss_id=len(ops_) - 1)
+    p = GraphPanel()
+    qtbot.addWidget(p)
+    p.resize(900, 700)
+    p.show()
+    p.set_model(m, wait=True)
+    qtbot.wait(1)
+    ov = p.overview
+    assert ov.bands
+    y0, y1, _ = ov.band_layout().spans[0]
+    at = QPoint(ov.width() // 2, (y0 + y1) // 2)
+    QApplication.sendEvent(ov, QHelpEvent(QEvent.ToolTip, at, ov.mapToGlobal(at)))
+    shown = QToolTip.text()
+    QToolTip.hideText()
+    assert "&lt;b&gt;bold" in shown and not has_raw(shown), shown
 
 
 def big_models(tmp_path) -> list[str]:
