@@ -308,7 +308,8 @@ def _nll_forward(args: list, kwargs: dict) -> list:
     with np.errstate(all="ignore"):
         if reduction == 0:
             lead = x.shape[:1] + x.shape[2:] if x.ndim > 1 else ()
-            return [(-picked).reshape(lead).astype(out), np.zeros((), out)]
+            loss = np.where(keep, -picked, x2.dtype.type(0))  # an ignored row: +0.0
+            return [loss.reshape(lead).astype(out), np.zeros((), out)]
         tw = serial_sum(w)
         s = -serial_sum(picked)
         y = s / tw if reduction == 1 else s
