@@ -22,7 +22,8 @@ import numpy as np
 from core import precision
 
 __all__ = ["NodeParity", "ParityReport", "TensorDiff", "compare_arrays", "entry_differs",
-           "entry_worst", "first_divergence", "ordered", "strict_json", "ulp_distance"]
+           "entry_worst", "first_divergence", "ordered", "same_under_nan_policy", "strict_json",
+           "ulp_distance"]
 
 _BITS = {
     np.dtype(np.float64): (np.int64, np.uint64),
@@ -226,6 +227,17 @@ def ulp_distance(ref: np.ndarray, other: np.ndarray) -> np.ndarray:
     d = np.where(a >= b, ua - ub, ub - ua)
     d[np.isnan(r) | np.isnan(o)] = 0
     return d
+
+
+def same_under_nan_policy(ref: np.ndarray, other: np.ndarray) -> bool:
+    """The one rule of "the same bits" for the product and its tests: the same dtype and shape,
+    every element the same bits, except that two NaNs are equal whatever their sign and payload
+    (the NaN policy, docs/reference-order.md: which NaN survives an add of two NaNs is the
+    compiler's choice of operand order, e.g. gcc's tuning for one CPU or another)."""
+    r, o = np.asarray(ref), np.asarray(other)
+    if r.dtype != o.dtype or r.shape != o.shape:
+        return False
+    return compare_arrays(r, o).n_diff == 0
 
 
 def compare_arrays(ref: np.ndarray, other: np.ndarray) -> TensorDiff:

@@ -21,6 +21,7 @@ may use (the bits never depend on it).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import math
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from core.cache import CacheError, KernelCache, cache_key
+from core.native import isa
 from core.progress import progress
 
 # NOTE: -march=native only widens the vectors; -ffp-contract=off keeps every product and add a
@@ -51,9 +53,16 @@ REFMATH_C = _HERE.parent / "refmath"
 _HEADERS = [REFMATH_C / "intrinsics_host.h", REFMATH_C / "refmath.cuh", _HERE / "refmath_simd.h",
             _HERE / "conv_small.h"]
 _lib: ctypes.CDLL | None | bool = False  # False: not tried yet; None: unavailable
+# what each forced path built: {isa: (library, extension)}; use_isa() swaps them in and out
+_by_isa: dict[tuple[str, str], tuple] = {}
 _threads: int | None = None
 
 REFMATH = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "rsqrt")
+
+
+def flags() -> list[str]:
+    """FLAGS with the path $TAPESCOPE_ISA forces (core.native.isa): part of every cache key."""
+    return FLAGS + list(isa.extra_flags())
 
 
 def _compiler_id(cc: str) -> str:
@@ -76,13 +85,14 @@ def cpu_id() -> str:
 
 def _build(cc: str) -> Path:
     """The verified cached shared object, built first when missing or corrupt."""
-    key = cache_key(*(p.read_bytes() for p in _SRCS + _HEADERS), " ".join(FLAGS),
+    fl = flags()
+    key = cache_key(*(p.read_bytes() for p in _SRCS + _HEADERS), " ".join(fl),
                     _compiler_id(cc), cpu_id())
 
     def build(out: Path) -> None:
         # a cold cache: seconds of gcc a terminal (and the GUI's dialog) should see
         with progress(f"compiling refmath's C kernels with {Path(cc).name} (cached after)"):
-            subprocess.run([cc, *FLAGS, f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out),
+            subprocess.run([cc, *fl, f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out),
                             *map(str, _SRCS)],
                            check=True, capture_output=True, timeout=120)
 
@@ -680,14 +690,15 @@ def _load_ext():
     # numpy's C API (the extension allocates its results): built against this numpy's headers,
     # so its version is in the key (another numpy rebuilds)
     np_inc = np.get_include()
-    key = cache_key(src.read_bytes(), *(p.read_bytes() for p in _HEADERS), " ".join(FLAGS),
+    fl = flags()
+    key = cache_key(src.read_bytes(), *(p.read_bytes() for p in _HEADERS), " ".join(fl),
                     _compiler_id(cc), cpu_id(), sysconfig.get_config_var("EXT_SUFFIX") or "",
                     inc, np_inc, np.__version__)
 
     def build(out: Path) -> None:
         with progress(f"compiling refmath's Python extension with {Path(cc).name} "
                       "(cached after)"):
-            subprocess.run([cc, *[f for f in FLAGS if f != "-std=c99"], f"-I{inc}",
+            subprocess.run([cc, *[f for f in fl if f != "-std=c99"], f"-I{inc}",
                             f"-I{np_inc}", f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out),
                             str(src)],
                            check=True, capture_output=True, timeout=120)
@@ -713,6 +724,31 @@ def defer() -> None:
         _lib = None
     if _ext is False:
         _ext = None
+
+
+@contextlib.contextmanager
+def use_isa(name: str, tune: str = "native"):
+    """Build (once) and use the native code of path ``name`` (``avx512``, ``avx2``, ``c``),
+    gcc tuned for ``tune`` (``native``, ``intel``, ``amd``: core.native.isa), inside the block,
+    the process's own build outside it: how the tests run every path this CPU can in one
+    process. ISAError when the CPU cannot run it."""
+    global _lib, _ext
+    env = {isa.ENV: name, isa.TUNE_ENV: tune}
+    saved_env = {k: os.environ.get(k) for k in env}
+    saved = (_lib, _ext)
+    os.environ.update(env)
+    try:
+        isa.extra_flags()  # refuse a path this CPU lacks before building anything
+        _lib, _ext = _by_isa.get((name, tune), (False, False))
+        yield
+    finally:
+        _by_isa[name, tune] = (_lib, _ext)
+        _lib, _ext = saved
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def refmath_ext():

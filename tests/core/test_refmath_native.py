@@ -15,6 +15,9 @@ import pytest
 from core import native, refmath
 from core.refmath._domain import domain_sample
 
+# every path the native code has that this CPU runs (tests/conftest.py: native_isa)
+pytestmark = pytest.mark.usefixtures("native_isa")
+
 N = 1_000_000
 
 

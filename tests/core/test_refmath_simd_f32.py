@@ -17,6 +17,9 @@ import pytest
 from core import native, refmath
 from core.refmath._domain import domain_sample
 
+# every path the native code has that this CPU runs (tests/conftest.py: native_isa)
+pytestmark = pytest.mark.usefixtures("native_isa")
+
 QUICK = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid")  # the loops with a quick twin
 
 
@@ -133,6 +136,8 @@ def test_the_float_loops_are_vectorised_without_fma(need_native, monkeypatch):
         pytest.skip("no -march in the native flags: nothing to pin")
     monkeypatch.setattr(native, "FLAGS", ["-march=icelake-server" if f == "-march=native"
                                           else f for f in native.FLAGS])
+    # the pinned target alone: not the path (-mno-avx ...) the native_isa fixture forces
+    monkeypatch.setattr(native.isa, "extra_flags", lambda isa=None: ())
     pinned = bodies()
     for loop in loops:
         body = pinned.get(loop)
