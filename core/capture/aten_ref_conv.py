@@ -144,11 +144,13 @@ def _upsample_nearest_backward(args: list, kwargs: dict) -> list:
     ih, iw = _up_idx(in_size[-2:], out_size, scales if any(v is not None for v in scales)
                      else None)
     gw = _w(g)
-    gx = np.zeros(tuple(in_size[:-2]) + (in_size[-2] * in_size[-1],), gw.dtype)
-    flat = (ih[:, None] * in_size[-1] + iw[None, :]).reshape(-1)
-    g2 = gw.reshape(gx.shape[:-1] + (-1,))
-    for j in range(flat.size):  # output pixels in row-major order, each added to its source
-        gx[..., flat[j]] += g2[..., j]
+    planes = math.prod(in_size[:-2])
+    gx = np.zeros((planes, in_size[-2] * in_size[-1]), gw.dtype)
+    flat = (ih[:, None] * in_size[-1] + iw[None, :]).reshape(1, -1)
+    rows = np.arange(planes).reshape(-1, 1)
+    # output pixels in row-major order, each added to its source (np.add.at is sequential)
+    np.add.at(gx, (np.broadcast_to(rows, (planes, flat.size)),
+                   np.broadcast_to(flat, (planes, flat.size))), gw.reshape(planes, -1))
     return [gx.reshape(tuple(in_size)).astype(g.dtype)]
 
 

@@ -333,6 +333,43 @@ def _hardtanh(args: list, kwargs: dict) -> list:
                    opt(kwargs, args, 2, "max_val", 1.0))]
 
 
+@form("aten.hardswish.default")
+def _hardswish(args: list, kwargs: dict) -> list:
+    def fn(v):
+        t = v.dtype.type
+        return (v * np.minimum(np.maximum(v + t(3), t(0)), t(6))) / t(6)
+    return [ew(fn, args[0])]
+
+
+@form("aten.hardswish_backward.default")
+def _hardswish_backward(args: list, kwargs: dict) -> list:
+    def fn(g, v):
+        t = v.dtype.type
+        return np.where(v < t(-3), t(0), np.where(v <= t(3), g * ((v / t(3)) + t(0.5)), g))
+    return [ew(fn, args[0], args[1])]
+
+
+@form("aten.softplus.default")
+def _softplus(args: list, kwargs: dict) -> list:
+    beta, thr = opt(kwargs, args, 1, "beta", 1), opt(kwargs, args, 2, "threshold", 20)
+
+    def fn(v, b, th):
+        xb = v * b
+        return np.where(xb > th, v, M.log1p(M.exp(xb)) / b)
+    return [ew(fn, args[0], beta, thr)]
+
+
+@form("aten.softplus_backward.default")
+def _softplus_backward(args: list, kwargs: dict) -> list:
+    g, x, beta, thr = args[:4]
+
+    def fn(gg, v, b, th):
+        xb = v * b
+        z = M.exp(xb)
+        return np.where(xb > th, gg, (gg * z) / (z + v.dtype.type(1)))
+    return [ew(fn, g, x, beta, thr)]
+
+
 # ---- random ops: their draws are recorded, never recomputed -----------------------------------
 def recorded(kwargs: dict, op: str, n: int) -> list:
     """The recorded outputs a random op's reference stands on (``kwargs['_recorded']``, the
