@@ -170,22 +170,40 @@ def judge_capture(args: argparse.Namespace) -> int:
     import json
 
     from core.atomic import check_writable, write_atomic
-    from core.capture.file import load
-    from core.capture.judge import judge
     from core.parity import strict_json
-    from core.progress import file_label, progress
 
     if args.json:
         check_writable(args.json, "--json")
+    rep = _judged(args)
+    print_report(rep, explain=bool(getattr(args, "explain", False)))
+    if args.json:
+        write_atomic(args.json, json.dumps(strict_json(rep), indent=1, allow_nan=False))
+    return 0 if rep["exact"] else 1
+
+
+def _judged(args: argparse.Namespace) -> dict:
+    from core.capture.file import load
+    from core.capture.judge import judge
+    from core.progress import file_label, progress
+
     with progress(file_label("loading", args.capture)):
         cap = load(args.capture)
     if cap.steps == 0:
         raise ValueError(f"{args.capture}: the capture holds no complete step")
     with progress(f"judging {os.path.basename(args.capture)}", total=cap.n_ops) as bar:
-        rep = judge(cap, explain=bool(getattr(args, "explain", False)), advance=bar.advance)
+        return judge(cap, explain=bool(getattr(args, "explain", False)), advance=bar.advance)
+
+
+def report_capture(args: argparse.Namespace) -> int:
+    """``tapescope report --capture FILE --out R.html``: the judged capture as a self-contained
+    HTML page and its JSON beside it; 0 when every judged op is exact, 1 when one differs."""
+    from app.capture import report_html
+
+    report_html.check(args.out)  # before the judging, not after it
+    rep = _judged(args)
     print_report(rep, explain=bool(getattr(args, "explain", False)))
-    if args.json:
-        write_atomic(args.json, json.dumps(strict_json(rep), indent=1, allow_nan=False))
+    page, side = report_html.write(rep, args.out)
+    print(f"wrote {page} and {side}")
     return 0 if rep["exact"] else 1
 
 

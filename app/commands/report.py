@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="report.html", help="the HTML file (the .json goes beside)")
+    p.add_argument("--capture", metavar="FILE", default=None,
+                   help="report on a capture (`tapescope capture`) instead: every recorded aten "
+                        "op judged against the exact reference (docs/capture.md)")
     p.add_argument("--worker", metavar="CMD", default=None,
                    help="run the device side through this command (split like a shell line, "
                         "never run by a shell), e.g. \"ssh gpu-box tapescope worker\"")
@@ -50,6 +53,12 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
+    if getattr(args, "capture", None):  # the user's own recorded run (docs/capture.md)
+        if args.workload or getattr(args, "model", None):
+            raise ValueError("--capture reports on a recorded run: drop --workload / --model")
+        from app.commands.capture import report_capture
+
+        return report_capture(args)
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
     if not args.out.lower().endswith((".html", ".htm")):

@@ -315,3 +315,18 @@ def test_the_file_round_trips_bfloat16_and_ints(tmp_path):
     for a, b in zip(arrays, cap.arrays, strict=True):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes() and not b.flags.writeable
     assert (tmp_path / "r.capture").read_bytes().startswith(MAGIC)
+
+
+@pytest.mark.skipif(not reference_available(), reason="core.capture.aten_ref is not there")
+def test_report_writes_the_page_and_its_json(captured, tmp_path):
+    out = tmp_path / "r.html"
+    p = cli("report", "--capture", str(captured["planted"][0]), "--out", str(out))
+    assert p.returncode == 1, p.stderr[-3000:]  # the plant differs
+    page = out.read_text()
+    rep = json.loads(out.with_suffix(".json").read_text())
+    assert rep["first_divergence"]["op"] == "aten.relu.default"
+    assert "aten.relu.default" in page and "MLP.act" in page and "Module tree" in page
+    assert "<script" not in page and "http" not in page  # self-contained, nothing fetched
+    line = one_error_line(cli("report", "--capture", str(captured["mlp"][0]), "--out",
+                              str(tmp_path / "r.txt")), "report")
+    assert ".html" in line
