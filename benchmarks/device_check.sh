@@ -252,8 +252,11 @@ pytest_stage() {
     return 77
   fi
   # --confcutdir: only tests/gpu/conftest.py (the suite-wide one wants Hypothesis); no plugin
-  # autoload: whatever pytest plugins the machine has (or half has) stay out of it
-  PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "$PY" -m pytest -m cuda tests/gpu/test_cuda.py \
+  # autoload: whatever pytest plugins the machine has (or half has) stay out of it, and so
+  # pyproject's addopts go too (-o addopts=): its "-n 3" is pytest-xdist's, which is not loaded
+  # ("unrecognized arguments: -n" ended this stage before any test ran, issue 49); -m cuda
+  # is all of them this stage wants
+  PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "$PY" -m pytest -o addopts= -m cuda tests/gpu/test_cuda.py \
     tests/gpu/test_backends.py tests/gpu/test_fusion.py -q -rs -p no:cacheprovider \
     --confcutdir=tests/gpu -W ignore::pytest.PytestConfigWarning | tee "$LOGS/pytest.out"
   local rc=$?

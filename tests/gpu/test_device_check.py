@@ -5,6 +5,7 @@ headless CLI never imports Qt."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,6 +111,33 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path):
                               text=True, timeout=60)
         assert proc.returncode == 2 and proc.stdout == "", argv
         assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("device_check.sh: ")
+
+
+@needs_bash
+def test_the_gpu_days_stages_run_the_first_time_on_the_host(tmp_path):
+    """In the default suite (CI), the dry run end to end for the stages a lease runs first:
+    env, the parity cases and the provenance check of --quick, the torch candidate, and the
+    pytest stage (which died on "unrecognized arguments: -n" under
+    PYTEST_DISABLE_PLUGIN_AUTOLOAD: pyproject's addopts name xdist; issue 49). The nvrtc and
+    bench stages have their own tests (test_nvrtc.py, test_bench_replay.py); the whole dry run
+    is test_device_check_dry_run (-m slow)."""
+    env = _env(tmp_path, (*QT, "hypothesis", "onnx", "onnxruntime"))
+    out_dir = tmp_path / "out"
+    got = {}
+    for argv in (["--quick", "--only", "env,parity,provenance,torch"], ["--only", "pytest"]):
+        proc = subprocess.run(["bash", str(SCRIPT), "--dry-run", *argv, "--out", str(out_dir)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=280)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        assert "Traceback" not in proc.stdout + proc.stderr
+        got.update(_summary(proc.stdout))
+    assert len([n for n in got if n.startswith("parity ")]) == 5, got
+    assert got["pytest -m cuda"] == ("ok", "0"), got
+    assert all(res.startswith("ok") or res.startswith("skipped: ") for res, _ in got.values())
+    report = (out_dir / "device_check.md").read_text()
+    # the pytest stage ran the CUDA tests (skipped here: no device), it did not die on usage
+    assert "unrecognized arguments" not in report
+    assert re.search(r"\d+ skipped", report), report[-2000:]
 
 
 @pytest.mark.slow
