@@ -38,6 +38,8 @@ import warnings  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
+from machine import machine_line  # noqa: E402
+
 
 def resnet18():
     import torch
@@ -195,6 +197,7 @@ def main() -> int:
     ap.add_argument("--profile", help="cProfile the parity steps of this model (top 25)")
     ap.add_argument("--parts", help="CPU seconds of each part of this model's parity step")
     args = ap.parse_args()
+    print(machine_line(()))
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores; CPU seconds, "
           f"median of {args.steps} steps")
     with tempfile.TemporaryDirectory() as d:

@@ -39,6 +39,8 @@ import onnxruntime as ort  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
+from machine import machine_line  # noqa: E402
+
 from core.onnx import Session  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     hdr = (f"{'model':14s} {'ort 1t ms':>10s} {'ort dflt ms':>11s} {'fast ms':>9s} "
            f"{'ref ms':>9s} {'fast/ort':>9s} {'fast/ort1':>9s} {'ref/ort':>9s} {'ref/ort1':>9s} "
            f"{'max|ref-ort|':>12s} {'ref cpu':>8s} {'ort1 cpu':>8s} {'best ref/ort1':>13s}")
+    print(machine_line(("onnxruntime",)))
     print(f"cores: {os.cpu_count()}  onnxruntime {ort.__version__}  numpy {np.__version__}  "
           f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
     print(hdr)

@@ -20,6 +20,7 @@ import statistics
 import time
 
 import numpy as np
+from machine import machine_line
 
 from core import Tape, ops, optim
 
@@ -166,6 +167,7 @@ def main() -> None:
         import torch
     except ImportError:
         torch = None
+    print(machine_line())
     rows = []
     for threads in dict.fromkeys((1, args.threads)):  # --threads 1: the 1-thread rows only
         _set_threads(torch, threads)
