@@ -13,6 +13,7 @@ import numpy as np
 
 from core.capture.aten_ref_table import (
     F32,
+    HALF,
     I64,
     M,
     NoReference,
@@ -28,6 +29,15 @@ from core.ops.reference import matmul as ref_matmul
 from core.ops.reference import serial_sum
 
 _w = wide
+
+
+def _stat_dtype(x: np.ndarray, *params) -> np.dtype:
+    """The dtype of a norm's saved statistics: the parameters' (float32) when a half input
+    meets float32 parameters (torch's mixed type), else the input's."""
+    for p in params:
+        if p is not None and x.dtype in HALF and p.dtype == F32:
+            return F32
+    return x.dtype
 
 
 # ---- layer norm -------------------------------------------------------------------------------
@@ -53,9 +63,9 @@ def _layer_norm(args: list, kwargs: dict) -> list:
         if bias is not None:
             y = y + _w(bias).reshape(-1)
         mu, r = _ln_stats(x2, eps)
-    stat = lead + (1,) * k
-    return [y.reshape(x.shape).astype(x.dtype), mu.reshape(stat).astype(x.dtype),
-            r.reshape(stat).astype(x.dtype)]
+    stat, sd = lead + (1,) * k, _stat_dtype(x, weight, bias)
+    return [y.reshape(x.shape).astype(x.dtype), mu.reshape(stat).astype(sd),
+            r.reshape(stat).astype(sd)]
 
 
 @form("aten.native_layer_norm_backward.default")
@@ -119,7 +129,8 @@ def batch_norm(x, weight, bias, rm, rv, training: bool, momentum: float, eps: fl
         ss = serial_sum(d * d, ax)
         invstd = t(1) / np.sqrt((ss / t(n)) + t(eps))
         y = _bn_apply(xw, mean, invstd, weight, bias)
-        out = [y.astype(x.dtype), mean.astype(x.dtype), invstd.astype(x.dtype)]
+        sd = _stat_dtype(x, weight, bias, rm, rv)
+        out = [y.astype(x.dtype), mean.astype(sd), invstd.astype(sd)]
         if stats:
             ct = compute(rm.dtype)
             mo, keep = ct.type(momentum), ct.type(1.0 - momentum)
@@ -200,8 +211,9 @@ def _group_norm(args: list, kwargs: dict) -> list:
             y = y * _w(weight, x.dtype).reshape(1, c, 1)
         if bias is not None:
             y = y + _w(bias, x.dtype).reshape(1, c, 1)
-    return [y.reshape(x.shape).astype(x.dtype), mu.reshape(n_, groups).astype(x.dtype),
-            r.reshape(n_, groups).astype(x.dtype)]
+    sd = _stat_dtype(x, weight, bias)
+    return [y.reshape(x.shape).astype(x.dtype), mu.reshape(n_, groups).astype(sd),
+            r.reshape(n_, groups).astype(sd)]
 
 
 @form("aten.native_group_norm_backward.default")

@@ -151,3 +151,37 @@ def _fused_sgd(args: list, kwargs: dict) -> list:
                 g = g + (b * t(mom)) if nesterov else b
             out_p[i] = (w - (t(lr) * g)).astype(w0.dtype)
     return out_p + out_g + out_b
+
+
+# ---- GradScaler -------------------------------------------------------------------------------
+@form("aten._amp_foreach_non_finite_check_and_unscale_.default")
+def _amp_unscale(args: list, kwargs: dict) -> list:
+    """Each grad ``g * inv_scale`` (in its compute type); ``found_inf`` 1.0 when any input
+    element is inf or NaN, else unchanged. Outputs: the grads, then found_inf."""
+    grads, found, inv = list(args[0]), args[1], args[2]
+    out, bad = [], False
+    for g in grads:
+        ct = compute(g.dtype)
+        w = arr(g, ct)
+        bad = bad or not bool(np.all(np.isfinite(w)))
+        with np.errstate(all="ignore"):
+            out.append((w * arr(inv, ct).reshape(())).astype(g.dtype))
+    return out + [np.ones_like(found) if bad else arr(found, found.dtype).copy()]
+
+
+@form("aten._amp_update_scale_.default")
+def _amp_update_scale(args: list, kwargs: dict) -> list:
+    """found_inf: ``scale * backoff`` and the tracker 0; else the tracker + 1, and at
+    ``growth_interval`` ``scale * growth`` (kept only if finite) and the tracker 0. The products
+    in float64, rounded once to the scale's type. Outputs: the scale, the growth tracker."""
+    scale, tracker, found, growth, backoff, interval = args[:6]
+    s = float(np.asarray(scale, F64))
+    n = int(np.asarray(tracker))
+    if float(np.asarray(found)) != 0:
+        s, n = s * float(backoff), 0
+    else:
+        n += 1
+        if n == int(interval):
+            grown = np.asarray(s * float(growth), scale.dtype)
+            s, n = (float(grown) if np.isfinite(grown) else s), 0
+    return [np.asarray(s, F64).astype(scale.dtype), np.asarray(n, tracker.dtype)]

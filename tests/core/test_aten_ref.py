@@ -487,6 +487,18 @@ CASES = [
      lambda g, d: ([[rn(g, d, 30), rn(g, d, 4, 5)]], {})),
     ("foreach_div_list", "aten._foreach_div.List",
      lambda g, d: ([[rn(g, d, 3), rn(g, d, 2)], [pos(g, d, 3), pos(g, d, 2)]], {})),
+    ("amp_unscale", "aten._amp_foreach_non_finite_check_and_unscale_.default",
+     lambda g, d: ([[rn(g, d, 3), rn(g, d, 2, 2)], torch.zeros(()), torch.tensor(2.0 ** -16)],
+                   {})),
+    ("amp_unscale_inf", "aten._amp_foreach_non_finite_check_and_unscale_.default",
+     lambda g, d: ([[rn(g, d, 3), torch.tensor([1.0, torch.inf], dtype=d)], torch.zeros(()),
+                    torch.tensor(0.5)], {})),
+    ("amp_update_scale", "aten._amp_update_scale_.default",
+     lambda g, d: ([torch.tensor(65536.0), torch.tensor(1999, dtype=torch.int32),
+                    torch.zeros(()), 2.0, 0.5, 2000], {})),
+    ("amp_update_scale_inf", "aten._amp_update_scale_.default",
+     lambda g, d: ([torch.tensor(65536.0), torch.tensor(5, dtype=torch.int32), torch.ones(()),
+                    2.0, 0.5, 2000], {})),
     ("fused_adamw", "aten._fused_adamw_.default", _adam("adamw")),
     ("fused_adam", "aten._fused_adam_.default", _adam("adam")),
     ("fused_adam_amsgrad_max", "aten._fused_adam_.default",
@@ -523,6 +535,7 @@ BIT_EXACT = {
     # torch's CPU foreach kernels are the per-tensor op in a loop
     "foreach_add_scalar", "foreach_mul_tensor", "foreach_mul_scalar", "foreach_addcmul",
     "foreach_addcdiv_scalarlist", "foreach_addcdiv_tensor", "foreach_div_list",
+    "amp_unscale", "amp_unscale_inf", "amp_update_scale", "amp_update_scale_inf",
 }
 
 IDS = [c[0] for c in CASES]
@@ -565,6 +578,8 @@ def test_bfloat16_types_and_values_follow_torch(case):
     for r, t in zip(ref, tor, strict=True):
         if r.dtype.kind in "fV":
             r64, t64 = r.astype(np.float64), t.astype(np.float64)
+            same = (r64 == t64) | (np.isnan(r64) & np.isnan(t64))  # infinities included
+            r64, t64 = r64[~same], t64[~same]
             scale = max(1.0, float(np.max(np.abs(t64)))) if t64.size else 1.0
             assert np.max(np.abs(r64 - t64), initial=0) <= 4 * 2.0 ** -8 * scale, name
         else:
@@ -903,4 +918,41 @@ def test_every_op_of_a_float64_step_agrees_with_what_torch_recorded(step):
                     bad.append(f"{op}: max diff {np.max(np.abs(r - t))}")
                 elif r.dtype.kind != "f" and not np.array_equal(r, t):
                     bad.append(f"{op}: values differ")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
+def test_an_autocast_bfloat16_step_with_a_grad_scaler_has_torchs_dtypes():
+    """Mixed precision: autocast bfloat16 on float32 weights, GradScaler, clipping, AdamW.
+    Every call has a form, and every output has torch's dtype and shape (a half input with
+    float32 parameters gives float32 statistics, torch's mixed type)."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(4 * 64, 16), nn.GELU(), nn.LayerNorm(16),
+                          nn.Linear(16, 3))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu")
+    x, y = torch.randn(2, 3, 8, 8), torch.tensor([0, 2])
+    rec = Recorder()
+    with rec:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    bad = []
+    for op, a, k, outs in rec.calls:
+        if ".empty" in op:
+            continue
+        if not has_reference(op):
+            bad.append(f"{op}: no reference")
+            continue
+        got = reference(op, a, k) if outs else []
+        if [(r.dtype, r.shape) for r in got] != [(t.dtype, t.shape) for t in outs]:
+            bad.append(f"{op}: {[(r.dtype, r.shape) for r in got]} vs torch "
+                       f"{[(t.dtype, t.shape) for t in outs]}")
     assert not bad, "\n".join(sorted(set(bad)))
