@@ -89,6 +89,19 @@ def check_gcc() -> tuple[str, str, str]:
     return OK, f"{first} ({cxx})", ""
 
 
+def check_isa() -> tuple[str, str, str]:
+    """The path the native code is built for (core.native.isa): the CPU's widest, or what
+    $TAPESCOPE_ISA forces; the paths this CPU can run."""
+    from core.native import isa
+
+    try:
+        isa.extra_flags()
+    except isa.ISAError as e:
+        return MISSING, _one_line(e), f"unset {isa.ENV} / {isa.TUNE_ENV} or name a path it runs"
+    can = isa.runnable()
+    return OK, f"{isa.describe()}; runs {', '.join(can) or 'native only'}", ""
+
+
 def check_nvrtc() -> tuple[str, str, str]:
     from gpu.device import DeviceError
     from gpu.nvrtc import cuda_version_text, nvrtc_version
@@ -131,7 +144,8 @@ def check_torch() -> tuple[str, str, str]:
 
 CHECKS: list[tuple[str, Callable[[], tuple[str, str, str]]]] = [
     ("Python", check_python), ("numpy", check_numpy), ("Qt", check_qt),
-    ("display", check_display), ("gcc", check_gcc), ("NVRTC", check_nvrtc),
+    ("display", check_display), ("gcc", check_gcc), ("native path", check_isa),
+    ("NVRTC", check_nvrtc),
     ("CuPy", check_cupy), ("GPU", check_gpu), ("torch", check_torch),
 ]
 
