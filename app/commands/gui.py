@@ -23,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", default="1440x900", help="window size for --screenshot, WxH")
     from app.commands.model_args import add_model_args
 
-    add_model_args(p)  # --model M.onnx [--reinit]; `gui M.onnx --live` trains the file itself
+    # --model M.onnx [--reinit]; `gui M.onnx --live` trains the file itself (its --max-*
+    # flags are _limit_flags' below)
+    add_model_args(p, limits=False)
     live = p.add_argument_group("live session (the Live toolbar sets the same)")
     live.add_argument("--live", action="store_true",
                       help="start a live session: the workload on the CPU tape and on a device")

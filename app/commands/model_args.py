@@ -8,8 +8,9 @@ import argparse
 import os
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Add ``--model`` and ``--reinit``."""
+def add_model_args(p: argparse.ArgumentParser, limits: bool = True) -> None:
+    """Add ``--model`` and ``--reinit`` (and, with ``limits``, ``--max-elements`` and
+    ``--max-bytes``: a command that has the onnx budgets already, gui, passes False)."""
     p.add_argument("--model", metavar="M.onnx", default=None,
                    help="train an ONNX model instead of --workload (inference models get a "
                         "default loss: docs/workloads.md)")
@@ -23,6 +24,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="with --model: the dims of input NAME (dynamic axes are 1 otherwise)")
     p.add_argument("--weights", dest="model_weights", default=None, metavar="FILE.safetensors",
                    help="with --model: trained weights by initializer name (safetensors)")
+    if not limits:
+        return
+    from app.commands.onnx_cmd import _count
+
+    p.add_argument("--max-elements", dest="max_elements", type=_count, default=None,
+                   metavar="N", help="with --model: elements in any one tensor of the import "
+                                     "(default 2**27, as tapescope onnx)")
+    p.add_argument("--max-bytes", dest="max_bytes", type=_count, default=None, metavar="N",
+                   help="with --model: bytes the import may hold, its values and their "
+                        "gradients on the tape, e.g. 4G (default: as tapescope onnx)")
 
 
 def resolve_workload(args: argparse.Namespace, default: str | None = "mlp") -> str | None:
@@ -69,7 +80,9 @@ def _with_model_options(spec: str, args: argparse.Namespace) -> str:
         weights = os.path.abspath(weights)
         if not os.path.isfile(weights):
             raise ValueError(f"--weights {weights}: no such file")
-    return with_options(spec, inputs, shapes, weights)
+    limits = {k: getattr(args, k) for k in ("max_elements", "max_bytes")
+              if getattr(args, k, None) is not None}
+    return with_options(spec, inputs, shapes, weights, limits)
 
 
 def absolute_spec(spec: str | None) -> str | None:

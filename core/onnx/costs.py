@@ -15,14 +15,31 @@ import numpy as np
 from core.onnx.errors import OnnxError
 
 
+class TooBigToIndex(OnnxError):
+    """Dims whose product (the zero dims left out) no array can have, even an empty one:
+    numpy would raise a bare ValueError ("array is too big") for (0, 2**61)."""
+
+
+#: the most elements the nonzero dims of any shape may multiply to: numpy refuses a shape
+#: whose product times its item size (up to 16 bytes) does not fit an intp, even when a zero
+#: dim makes it empty
+MAX_INDEXABLE = (1 << 63) // 16
+
+
 def _prod(dims, what: str) -> int:
-    """The element count of ``dims`` as an exact Python int; a negative dim is an error."""
+    """The element count of ``dims`` as an exact Python int; a negative dim is an error, and
+    so are dims whose nonzero ones multiply past MAX_INDEXABLE (:class:`TooBigToIndex`)."""
     n = 1
+    nonzero = 1
     for d in dims:
         d = int(d)
         if d < 0:
             raise OnnxError(f"{what}: negative dimension {d} in {tuple(int(x) for x in dims)}")
         n *= d
+        nonzero *= max(d, 1)
+    if nonzero > MAX_INDEXABLE:
+        raise TooBigToIndex(f"{what} would have dims {tuple(int(x) for x in dims)}, whose "
+                            f"product {'(empty) ' if n == 0 else ''}no array can have")
     return n
 
 
@@ -257,6 +274,16 @@ def _dft(ins, attrs, opset):
     return _prod(x[:-2], "DFT") * max(n, 1) * 2 * max(x[-2] if len(x) > 2 else 1, 1)
 
 
+def _reshape(ins, attrs, opset):
+    """Reshape makes no more than it reads; its target dims are checked (TooBigToIndex)."""
+    x = _shape(ins[0])
+    keep = not attrs.get("allowzero")
+    dims = [x[i] if d == 0 and keep and i < len(x) else d
+            for i, d in enumerate(_ints(ins[1]))]
+    _prod([d for d in dims if d != -1], "Reshape")
+    return _prod(x, "Reshape")
+
+
 _BROADCAST = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Greater",
               "GreaterOrEqual", "Less", "LessOrEqual", "BitShift", "BitwiseAnd", "BitwiseOr",
               "BitwiseXor", "Max", "Min", "Sum", "Mean", "Where", "PRelu")
@@ -274,7 +301,7 @@ PREDICT: dict[str, Callable[[list, dict, int], int | None]] = {
     "LpPool": _spatial(None),
     "ConvTranspose": _conv_transpose, "MaxUnpool": _max_unpool, "Col2Im": _col2im,
     "Multinomial": _multinomial, "ConcatFromSequence": _concat_seq, "DFT": _dft,
-    "Einsum": _einsum,
+    "Einsum": _einsum, "Reshape": _reshape,
 }
 
 

@@ -23,7 +23,7 @@ from core.names import shown
 from core.onnx import lowerings
 from core.onnx.errors import OnnxError
 from core.onnx.executor import Session
-from core.onnx.limits import Budget, Limits
+from core.onnx.limits import Budget, Limits, _over
 from core.onnx.loader import check_inputs, np_dtype
 from core.onnx.reference import REFERENCE
 from core.onnx.registry import Ctx, as_int_list
@@ -128,6 +128,7 @@ class _Importer:
         self.weights = weight_names(sess.model.graph)
         self.params: dict[str, Any] = {}
         self.label = ""
+        self.tape_bytes = 0  # what the import recorded on the tape, with gradients: charge_tape
         self.env: dict[str, Any] = {}
         self.calibrate: dict[str, np.ndarray] | None = None
         # integer graph inputs by name, as integers (step data: token ids, labels)
@@ -179,6 +180,22 @@ class _Importer:
     def check(self) -> None:
         if not self.tape.ok:
             raise OnnxError(f"the tape refused it: {self.tape.error}", node=self.label)
+
+    #: what the tape holds for each byte of a value it records: the value and its gradient
+    TAPE_COPIES = 2
+
+    def charge_tape(self, nbytes: int, after: bool = False) -> None:
+        """Count ``nbytes`` of recorded values (times TAPE_COPIES) against ``max_bytes``,
+        with what the run holds besides; refuse them over it. Called with the node's predicted
+        output before its converter runs (``after``: with what it recorded, then)."""
+        lim = self.budget.limits
+        total = self.budget.bytes + self.tape_bytes + nbytes * self.TAPE_COPIES
+        if total > lim.max_bytes:
+            raise _over(f"the tape would hold about {total} bytes (its values and their "
+                        f"gradients{' as recorded' if after else ''})", lim.max_bytes,
+                        "max_bytes")
+        if after:
+            self.tape_bytes = total - self.budget.bytes
 
 
 # ---- converters: f(imp, step, ins, names) -> Var or tuple of Vars ----------------------------
@@ -619,10 +636,15 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                 if conv is None:
                     raise OnnxError(no_tape_form(st.node.op_type, st.opset), node=st.label)
                 first_id = len(tape)
+                cost = Budget.cost(st.node.op_type, ins, st.attrs, st.opset)
+                if cost is not None and cost[0]:  # its output on the tape, before it is made
+                    imp.charge_tape(cost[0] * np.dtype(tape.dtype).itemsize)
                 with tape.scope(scope_name(st)):
                     out = conv(imp, st, ins, names)
                 onnx_nodes.append(onnx_node_info(st, first_id, len(tape)))
                 imp.check()
+                imp.charge_tape(sum(tape.value(i).nbytes for i in range(first_id, len(tape))),
+                                after=True)
         except OnnxError as exc:
             if exc.node is None:
                 exc.node = st.label

@@ -13,6 +13,7 @@ raises it.
 
 from __future__ import annotations
 
+import math
 import os
 import weakref
 from dataclasses import dataclass, replace
@@ -29,6 +30,7 @@ from core.onnx.costs import (
     SLOW_OPS,
     STRING_BYTES,
     STRING_COST,
+    TooBigToIndex,
     _prod,
     _size,
     makes_or_reads_strings,
@@ -103,10 +105,14 @@ def _over(what: str, limit: int, key: str) -> OnnxLimitError:
 
 def check_shape(dims, what: str, limits: Limits) -> int:
     """Refuse a shape with a negative dim or more than ``max_elements``; return its size."""
-    n = _prod(dims, what)
+    try:
+        n = _prod(dims, what)
+    except TooBigToIndex:  # (no negative dim) over max_elements too: said as below
+        n = math.prod(int(d) for d in dims)
     # a zero dim makes it empty, but numpy still refuses dims whose product overflows: count
     # the others too
-    if _prod([max(int(d), 1) for d in dims], what) > limits.max_elements:
+    if n > limits.max_elements or \
+            math.prod(max(int(d), 1) for d in dims) > limits.max_elements:
         raise _over(f"{what} would have {n} elements {tuple(int(d) for d in dims)}"
                     + (" (empty, but its other dims are too big)" if n == 0 else ""),
                     limits.max_elements, "max_elements")
@@ -159,6 +165,8 @@ class Budget:
         pred = PREDICT.get(op_type)
         try:
             n = None if pred is None else pred(ins, attrs, opset)
+        except TooBigToIndex:  # (0, 2**61): numpy's bare ValueError otherwise
+            raise
         except Exception:  # noqa: BLE001 - a malformed node: its kernel says what is wrong
             n = None
         self._check_output(n)

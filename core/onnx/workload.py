@@ -25,10 +25,13 @@ from core.tape import Tape, Var
 from core.workload import Workload
 
 PREFIX, PREFIX_REINIT = "onnx:", "onnx+reinit:"
-# a model the user chose to train: tensors up to 2**28 elements (vgg19's 25088x4096 weight),
-# 32 GiB of values in one run, no practical cap on work (vgg19 is ~2e10 multiply-adds a step;
-# the defaults guard the executor against hostile files)
-TRAIN_LIMITS = Limits(max_elements=1 << 28, max_bytes=1 << 35, max_work=1 << 50)
+# a model to train: the executor's budgets for elements (2**27: vgg19's 25088x4096 weight
+# fits) and bytes (from the machine's memory), charged with what the import holds on the tape
+# (its values and their gradients) before it records them; no practical cap on work (vgg19 is
+# ~2e10 multiply-adds a step). A 111-byte file once made the tape hold a 2**28-element MatMul
+# and the run peak at 7.4 GB (issue 49): --max-elements / --max-bytes raise them for a model
+# you trust
+TRAIN_LIMITS = Limits(max_work=1 << 50)
 
 
 def is_model_spec(spec: str) -> bool:
@@ -405,14 +408,16 @@ OPTIONS = "::"  # separates a model spec's options: onnx:PATH::input=x=/a/x.npy:
 
 def with_options(spec: str, inputs: dict[str, str] | None = None,
                  shapes: dict[str, tuple[int, ...]] | None = None,
-                 weights: str | None = None) -> str:
-    """``spec`` carrying --input / --shape / --weights, so PairRunner and the live worker,
-    which take a spec string, build the same workload."""
+                 weights: str | None = None, limits: dict[str, int] | None = None) -> str:
+    """``spec`` carrying --input / --shape / --weights (and --max-elements / --max-bytes as
+    ``limits``), so PairRunner and the live worker, which take a spec string, build the same
+    workload."""
     parts = [spec]
     parts += [f"input={k}={v}" for k, v in (inputs or {}).items()]
     parts += [f"shape={k}={','.join(map(str, v))}" for k, v in (shapes or {}).items()]
     if weights:
         parts.append(f"weights={weights}")
+    parts += [f"{k}={int(v)}" for k, v in (limits or {}).items()]
     return OPTIONS.join(parts)
 
 
@@ -422,6 +427,7 @@ def split_options(spec: str) -> tuple[str, dict]:
     inputs: dict[str, str] = {}
     shapes: dict[str, tuple[int, ...]] = {}
     weights = None
+    limits: dict[str, int] = {}
     for r in rest:
         kind, _, val = r.partition("=")
         if kind == "input":
@@ -432,9 +438,12 @@ def split_options(spec: str) -> tuple[str, dict]:
             shapes[k] = parse_dims(dims, k)
         elif kind == "weights":
             weights = val
+        elif kind in ("max_elements", "max_bytes") and val.isdigit() and int(val) > 0:
+            limits[kind] = int(val)
         else:
             raise OnnxError(f"unknown model option {kind!r}", file=head)
-    opts = {"inputs": inputs, "shapes": shapes, "weights": weights}
+    opts = {"inputs": inputs, "shapes": shapes, "weights": weights,
+            "limits": TRAIN_LIMITS.with_(**limits) if limits else None}
     return head, {k: v for k, v in opts.items() if v}
 
 

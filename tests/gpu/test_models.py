@@ -16,7 +16,7 @@ import pytest
 
 from app.runs import PairRunner, SessionConfig
 from core.onnx.importer import CONVERTERS
-from core.onnx.workload import model_spec
+from core.onnx.workload import model_spec, with_options
 from gpu.library import KERNELS
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -43,8 +43,9 @@ def _free_models():
 
 
 def _pair(path: str, dtype: str = "float32", fuse: bool = False, reinit: bool = True):
-    return PairRunner(SessionConfig(workload=model_spec(path, reinit), device="host",
-                                    dtype=dtype, fuse=fuse))
+    # models we trust: over the default budgets from resnet50 up (--max-bytes 8G)
+    spec = with_options(model_spec(path, reinit), limits={"max_bytes": 8 << 30})
+    return PairRunner(SessionConfig(workload=spec, device="host", dtype=dtype, fuse=fuse))
 
 
 def _step_bit_identical(runner: PairRunner) -> None:
