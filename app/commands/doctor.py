@@ -144,7 +144,7 @@ def check_torch() -> tuple[str, str, str]:
 
 CHECKS: list[tuple[str, Callable[[], tuple[str, str, str]]]] = [
     ("Python", check_python), ("numpy", check_numpy), ("Qt", check_qt),
-    ("display", check_display), ("gcc", check_gcc), ("native path", check_isa),
+    ("display", check_display), ("gcc", check_gcc), ("native", check_isa),
     ("NVRTC", check_nvrtc),
     ("CuPy", check_cupy), ("GPU", check_gpu), ("torch", check_torch),
 ]

@@ -9,7 +9,7 @@ import shutil
 from app.cli import main
 from app.commands import doctor
 
-NAMES = ["Python", "numpy", "Qt", "display", "gcc", "NVRTC", "CuPy", "GPU", "torch"]
+NAMES = ["Python", "numpy", "Qt", "display", "gcc", "native", "NVRTC", "CuPy", "GPU", "torch"]
 
 
 def _table(capsys) -> dict[str, str]:
@@ -45,6 +45,15 @@ def test_doctor_says_exactly_what_this_machine_has(capsys, monkeypatch):
     except Exception:  # noqa: BLE001  (no NVRTC here: the row must say what to install)
         assert "pip install" in rows["NVRTC"]
     assert "no display" in rows["display"] and "--screenshot" in rows["display"]
+    from core.native import isa
+
+    assert rows["native"].split()[1:3] == ["ok", isa.chosen()]
+
+
+def test_a_path_the_cpu_cannot_run_is_missing_with_what_to_do(capsys, monkeypatch):
+    monkeypatch.setenv("TAPESCOPE_ISA", "avx9000")
+    row = _table(capsys)["native"]
+    assert row.split()[1] == "MISSING" and "TAPESCOPE_ISA" in row and "unset" in row
 
 
 def test_what_is_missing_says_what_to_install(capsys, monkeypatch):
