@@ -10,6 +10,7 @@ remembers failures in ``.hypothesis/``), for hunting by hand.
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 from hypothesis import settings
@@ -74,4 +75,9 @@ def native_isa(request):
         yield request.param
         return
     with native.use_isa(name, tune):
+        # a path that does not build would skip every test as "no compiler": fail instead
+        # (the plain-C path once timed out in gcc, unnoticed)
+        if shutil.which(os.environ.get("CC", "gcc")) and not os.environ.get(
+                "TAPESCOPE_NO_NATIVE") and native.library() is None:
+            pytest.fail(f"the native code does not build for the {name} path ({tune} tuning)")
         yield request.param
