@@ -1,5 +1,8 @@
 """``tapescope capture`` and ``parity --capture`` end to end on the zoo (tests/capture/zoo:
-scripts as users write them), the Python API, and hostile capture files (issue 42).
+scripts as users write them: a GPT with SDPA, AdamW, a cosine schedule and clip_grad_norm_; a
+CNN with BatchNorm, Dropout and SGD nesterov; an LSTM LM with Adam; a UNet with ConvTranspose2d,
+interpolate, GroupNorm and SiLU; an MLP run with -m), the Python API, and hostile capture
+files (issue 42).
 
 Each zoo script is run twice, plain and captured, and its printed losses must be the same
 bytes; the capture must hold every phase; the judge must reach a verdict for >= 95 % of the
@@ -54,7 +57,8 @@ def captured(tmp_path_factory) -> dict:
     """Each zoo run captured once (and run once plain): {name: (capture path, captured
     stdout, plain stdout, capture's own summary)}."""
     d = tmp_path_factory.mktemp("zoo")
-    runs = {"gpt": ["gpt.py", "--steps", "3"], "cnn": ["cnn.py"],
+    runs = {"gpt": ["gpt.py", "--steps", "3"], "cnn": ["cnn.py"], "lstm": ["lstm.py"],
+            "unet": ["unet.py"],
             "mlp": ["-m", "mlp_pkg.train"], "planted": ["planted.py", "mlp_pkg/train.py"]}
     out = {}
     for name, argv in runs.items():
@@ -68,30 +72,33 @@ def captured(tmp_path_factory) -> dict:
     return out
 
 
-@pytest.mark.parametrize("name", ["gpt", "cnn", "mlp"])
+@pytest.mark.parametrize("name", ["gpt", "cnn", "lstm", "unet", "mlp"])
 def test_the_script_prints_the_same_bits_captured(captured, name):
     f, got, want, _ = captured[name]
     assert "loss" in want and got == want  # the losses as repr(): every bit
 
 
-@pytest.mark.parametrize("name", ["gpt", "cnn", "mlp"])
+@pytest.mark.parametrize("name", ["gpt", "cnn", "lstm", "unet", "mlp"])
 def test_every_phase_module_and_source_is_recorded(captured, name):
     cap = load(captured[name][0])
     assert cap.steps == 2
     ops = cap.ops
     assert {"forward", "backward", "optimizer"} <= set(ops["phase"])
     assert set(ops["step"]) == {1, 2}
-    script = {"gpt": "gpt.py", "cnn": "cnn.py", "mlp": "train.py"}[name]
+    script = {"gpt": "gpt.py", "cnn": "cnn.py", "lstm": "lstm.py", "unet": "unet.py",
+              "mlp": "train.py"}[name]
     assert all(s.rsplit(":", 1)[0].endswith(script) for s in ops["source"] if s), \
         {s for s in ops["source"] if not s.rsplit(":", 1)[0].endswith(script)}
     mods = set(ops["module"])
     want = {"gpt": ["GPT.blocks.0.qkv", "GPT.blocks.1.mlp.1", "GPT.tok"],
             "cnn": ["Net.conv1", "Net.bn1", "Net.drop", "Net.fc"],
+            "lstm": ["LM.emb", "LM.rnn", "LM.head"],
+            "unet": ["UNet.d1.conv", "UNet.d1.norm", "UNet.up", "UNet.d3.conv", "UNet.out"],
             "mlp": ["MLP.act", "MLP.fc1", "MLP.out"]}[name]
     assert set(want) <= mods, sorted(mods)
     # backward ops carry the module of the forward op whose autograd node ran them
     bwd = {m for m, p in zip(ops["module"], ops["phase"], strict=True) if p == "backward"}
-    assert set(want[:2]) & bwd
+    assert set(want[:3]) & bwd, sorted(bwd)
     assert all(v >= 0 for v in cap.losses)
     assert cap.initial["params"] and cap.settings["torch"] == torch.__version__
 
@@ -107,7 +114,7 @@ def test_the_optimizer_and_rng_ops_are_there(captured):
 
 
 @pytest.mark.skipif(not reference_available(), reason="core.capture.aten_ref is not there")
-@pytest.mark.parametrize("name", ["gpt", "cnn", "mlp"])
+@pytest.mark.parametrize("name", ["gpt", "cnn", "lstm", "unet", "mlp"])
 def test_parity_judges_every_op(captured, name, tmp_path):
     f = captured[name][0]
     js = tmp_path / "r.json"
@@ -116,8 +123,9 @@ def test_parity_judges_every_op(captured, name, tmp_path):
     rep = json.loads(js.read_text())
     assert p.returncode == (0 if rep["exact"] else 1)
     c = rep["counts"]
-    judged = c["exact"] + c["introduced"] + c["inherited"]
-    assert c["no-reference"] <= 0.05 * (judged + c["no-reference"]), rep["no_reference"]
+    # <= 5 % of the ops (with outputs) without a reference (an LSTM layer's outputs are many)
+    no_ref = sum(d["count"] for d in rep["no_reference"])
+    assert no_ref <= 0.05 * rep["n_ops_with_outputs"], rep["no_reference"]
     assert c["unjudged"] == 0
     assert len(rep["ops"]) == rep["n_ops"] and all(
         o["verdict"] in ("exact", "introduced", "inherited", "no-reference", "recorded",
