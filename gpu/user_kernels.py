@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import struct
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -254,6 +255,7 @@ def trial_run(prog: Any) -> None:
     steps = [st for p in ("forward", "backward") for st in prog.phases[p]]
     page = mmap.mmap(-1, 8)  # shared with the child (MAP_SHARED, anonymous)
     page[:8] = struct.pack("<q", -1)
+    parent = os.getpid()
     with warnings.catch_warnings():  # (3.12 warns on fork with threads: the child runs none)
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
@@ -263,6 +265,12 @@ def trial_run(prog: Any) -> None:
             import faulthandler
 
             faulthandler.disable()  # its traceback would only repeat what the line says
+            if sys.platform.startswith("linux"):  # it dies with us (a worker killed with -9)
+                import ctypes
+
+                ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:
+                raise SystemExit
             dev = prog.device
             dev.threads, dev.orders = 1, "forward"  # the pool's threads are the parent's
             for k, st in enumerate(steps):
