@@ -25,7 +25,8 @@ without one raises ``NoReference`` naming it (never a guess).
 
 Each form's order is in docs/reference-order.md, "Captured aten ops". The forms live in
 ``aten_ref_pointwise`` (elementwise, activations), ``aten_ref_shape`` (copies, casts, views,
-factories), ``aten_ref_nn`` (reductions, products, softmax, losses), ``aten_ref_layers`` (norms,
+factories), ``aten_ref_nn`` (reductions, products, softmax, losses), ``aten_ref_losses`` (the other
+losses and activations), ``aten_ref_layers`` (norms,
 embedding, attention), ``aten_ref_conv`` (convolutions, pools, upsampling) and
 ``aten_ref_optim`` (optimizer kernels).
 """
@@ -40,6 +41,7 @@ import numpy as np
 from core.capture import (  # noqa: F401  (each registers its forms)
     aten_ref_conv,
     aten_ref_layers,
+    aten_ref_losses,
     aten_ref_nn,
     aten_ref_optim,
     aten_ref_pointwise,
@@ -90,7 +92,7 @@ def _resolve(op: str) -> tuple[str, str | None]:
         return "none", None
     if name.startswith("_foreach_"):
         return "foreach", _foreach_base(name, ovl)
-    if ovl == "out" or ovl.endswith("_out"):
+    if ovl in ("out", "grad_input") or ovl.endswith("_out"):
         base = ovl[:-4] if ovl.endswith("_out") else ""
         return "out", _first(([f"aten.{name}.{base}"] if base else []) +
                              [f"aten.{name}.default", f"aten.{name}.Tensor"])
@@ -157,7 +159,7 @@ def reference(op: str, args: list, kwargs: dict) -> list[np.ndarray]:
             return _foreach(key, op, args, kwargs)
         if how == "inplace":
             return _into(FORMS[key](args, kwargs)[:1], [args[0]])
-        target = kwargs.pop("out")
+        target = kwargs.pop("out") if "out" in kwargs else kwargs.pop("grad_input")
         if not isinstance(target, np.ndarray):
             raise NoReference("an out= op with several outputs")
         return _into(FORMS[key](args, kwargs)[:1], [target])

@@ -249,3 +249,111 @@ def _adaptive_avg_backward(args: list, kwargs: dict) -> list:
     gd = gw / gw.dtype.type((h // oh) * (w // ow))
     gx = np.repeat(np.repeat(gd, h // oh, axis=-2), w // ow, axis=-1)
     return [gx.astype(x.dtype)]
+
+
+def _scatter_planes(g2: np.ndarray, src: np.ndarray, n_in: int) -> np.ndarray:
+    """gx[plane, src[j]] += g2[plane, j], j in order (np.add.at is sequential): every output
+    element's gradient added to its source, in row-major output order."""
+    planes = g2.shape[0]
+    gx = np.zeros((planes, n_in), g2.dtype)
+    rows = np.broadcast_to(np.arange(planes).reshape(-1, 1), g2.shape)
+    np.add.at(gx, (rows, np.broadcast_to(src.reshape(1, -1), g2.shape)), g2)
+    return gx
+
+
+def _reflect_src(shape: tuple, pad: list) -> tuple[np.ndarray, tuple]:
+    """The flat source index of every element of the reflect-padded last ``len(pad) // 2``
+    dims (torch's pad order: last dim first)."""
+    k = len(pad) // 2
+    sp = shape[len(shape) - k:]
+    idx = np.arange(int(np.prod(sp))).reshape(sp)
+    width = [(pad[2 * (k - 1 - i)], pad[2 * (k - 1 - i) + 1]) for i in range(k)]
+    src = np.pad(idx, width, mode="reflect")
+    return src, src.shape
+
+
+@form("aten.reflection_pad1d.default", "aten.reflection_pad2d.default")
+def _reflection_pad(args: list, kwargs: dict) -> list:
+    x, pad = args[0], list(args[1])
+    k = len(pad) // 2
+    width = [(0, 0)] * (x.ndim - k) + [(pad[2 * (k - 1 - i)], pad[2 * (k - 1 - i) + 1])
+                                       for i in range(k)]
+    return [np.pad(x, width, mode="reflect")]
+
+
+@form("aten.reflection_pad1d_backward.default", "aten.reflection_pad2d_backward.default")
+def _reflection_pad_backward(args: list, kwargs: dict) -> list:
+    g, x, pad = args[0], args[1], list(args[2])
+    k = len(pad) // 2
+    src, _ = _reflect_src(x.shape, pad)
+    lead = x.shape[:x.ndim - k]
+    n_in = int(np.prod(x.shape[x.ndim - k:]))
+    gx = _scatter_planes(_w(g, x.dtype).reshape(int(np.prod(lead)), -1), src, n_in)
+    return [gx.reshape(x.shape).astype(x.dtype)]
+
+
+def _linear_src(n_out: int, n_in: int, align: bool, scale, ct: np.dtype):
+    """torch's linear source index and weights, in the compute type: align_corners:
+    ``s = (in - 1) / (out - 1)``, ``src = s * i``; else ``s = 1 / scale`` or ``in / out`` and
+    ``src = max(s * (i + 0.5) - 0.5, 0)``; ``i0 = floor(src)``, ``i1 = i0 + (i0 < in - 1)``,
+    ``l1 = src - i0``, ``l0 = 1 - l1``."""
+    t = ct.type
+    if align:
+        s = t((n_in - 1) / (n_out - 1)) if n_out > 1 else t(0)
+    else:
+        s = t(1.0 / scale) if scale else t(n_in / n_out)
+    i = np.arange(n_out).astype(ct)
+    src = s * i if align else np.maximum((s * (i + t(0.5))) - t(0.5), t(0))
+    i0 = np.floor(src).astype(np.int64)
+    i1 = i0 + (i0 < n_in - 1)
+    l1 = src - i0.astype(ct)
+    return i0, i1, t(1) - l1, l1
+
+
+def _bilinear_args(args: list, kwargs: dict, x_hw, out_hw, i: int):
+    align = bool(opt(kwargs, args, i, "align_corners", False))
+    sh, sw = opt(kwargs, args, i + 1, "scales_h"), opt(kwargs, args, i + 2, "scales_w")
+    if isinstance(sh, list | tuple):  # .vec: scale_factors
+        sh, sw = sh
+    return align, sh, sw
+
+
+@form("aten.upsample_bilinear2d.default", "aten.upsample_bilinear2d.vec")
+def _upsample_bilinear(args: list, kwargs: dict) -> list:
+    x = args[0]
+    size = opt(kwargs, args, 1, "output_size")
+    align, sh, sw = _bilinear_args(args, kwargs, x.shape[-2:], size, 2)
+    if size is None:
+        size = [int(np.floor(x.shape[-2] * sh)), int(np.floor(x.shape[-1] * sw))]
+    xw = _w(x)
+    ct = xw.dtype
+    h0, h1, lh0, lh1 = _linear_src(size[0], x.shape[-2], align, sh, ct)
+    w0, w1, lw0, lw1 = _linear_src(size[1], x.shape[-1], align, sw, ct)
+    with np.errstate(all="ignore"):
+        def row(h):  # along w first: (x[h, w0] * lw0) + (x[h, w1] * lw1)
+            r = xw[..., h, :]
+            return (r[..., w0] * lw0) + (r[..., w1] * lw1)
+        y = (row(h0) * lh0[:, None]) + (row(h1) * lh1[:, None])
+    return [y.astype(x.dtype)]
+
+
+@form("aten.upsample_bilinear2d_backward.default")
+def _upsample_bilinear_backward(args: list, kwargs: dict) -> list:
+    g, out_hw, in_size = args[0], list(args[1]), list(args[2])
+    align, sh, sw = _bilinear_args(args, kwargs, in_size[-2:], out_hw, 3)
+    gw = _w(g)
+    ct = gw.dtype
+    h0, h1, lh0, lh1 = _linear_src(out_hw[0], in_size[-2], align, sh, ct)
+    w0, w1, lw0, lw1 = _linear_src(out_hw[1], in_size[-1], align, sw, ct)
+    iw = in_size[-1]
+    # per output pixel (row-major), four contributions in this order: (h0, w0), (h0, w1),
+    # (h1, w0), (h1, w1), each (lh * lw) * g
+    src = np.stack([h0[:, None] * iw + w0[None, :], h0[:, None] * iw + w1[None, :],
+                    h1[:, None] * iw + w0[None, :], h1[:, None] * iw + w1[None, :]], axis=-1)
+    wts = np.stack([lh0[:, None] * lw0[None, :], lh0[:, None] * lw1[None, :],
+                    lh1[:, None] * lw0[None, :], lh1[:, None] * lw1[None, :]], axis=-1)
+    planes = int(np.prod(in_size[:-2]))
+    with np.errstate(all="ignore"):
+        contrib = (wts[None] * gw.reshape(planes, out_hw[0], out_hw[1], 1)).reshape(planes, -1)
+    gx = _scatter_planes(contrib, src.reshape(-1), in_size[-2] * iw)
+    return [gx.reshape(tuple(in_size)).astype(g.dtype)]

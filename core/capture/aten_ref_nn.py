@@ -127,6 +127,17 @@ form("aten.argmax.default")(_arg_index(np.argmax))
 form("aten.argmin.default")(_arg_index(np.argmin))
 
 
+@form("aten.cumsum.default")
+def _cumsum(args: list, kwargs: dict) -> list:
+    """acc = x[0]; acc = acc + x[i] along ``dim``, serially (np.add.accumulate)."""
+    x, d = args[0], args[1]
+    out = _red_dtype(x, opt(kwargs, args, 2, "dtype"))
+    if x.ndim == 0:
+        return [arr(x, out).copy()]
+    with np.errstate(all="ignore"):
+        return [np.add.accumulate(_wide(x, out), axis=d % x.ndim).astype(out)]
+
+
 def variance(x: np.ndarray, dim, correction: float, keep: bool) -> np.ndarray:
     """mu = serial_sum(x) / n; d = x - mu; var = serial_sum(d * d) / max(0, n - correction)."""
     ax = axes_of(x, dim)

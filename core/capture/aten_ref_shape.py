@@ -344,3 +344,9 @@ def _slice_backward(args: list, kwargs: dict) -> list:
     gx = np.zeros(tuple(sizes), g.dtype)
     gx[(slice(None),) * _dim(d, len(sizes)) + (slice(start, end, step),)] = g
     return [gx]
+
+
+@form("aten.flip.default")
+def _flip(args: list, kwargs: dict) -> list:
+    x = args[0]
+    return [np.array(np.flip(x, tuple(_dim(d, x.ndim) for d in args[1])))]
