@@ -61,8 +61,33 @@ REFMATH = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "rsqrt")
 
 
 def flags() -> list[str]:
-    """FLAGS with the path $TAPESCOPE_ISA forces (core.native.isa): part of every cache key."""
-    return FLAGS + list(isa.extra_flags())
+    """FLAGS with the path $TAPESCOPE_ISA forces (core.native.isa), and the sanitizers
+    $TAPESCOPE_NATIVE_SANITIZE asks for: part of every cache key."""
+    return FLAGS + list(isa.extra_flags()) + sanitize_flags()
+
+
+#: $TAPESCOPE_NATIVE_SANITIZE=1: AddressSanitizer and UBSan, stopping at the first report, at
+#: -O1 (quicker to build; -ffp-contract=off still keeps every rounding). A separate cache entry
+#: (the flags are in its key); a process loads it only with libasan preloaded
+#: (LD_PRELOAD=$(gcc -print-file-name=libasan.so), ASAN_OPTIONS=detect_leaks=0):
+#: tests/core/test_native_sanitize.py runs hostile and normal geometry through it
+SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all"]
+
+
+def _asan_preloaded() -> bool:
+    """Whether libasan is loaded in this process already (the sanitized build needs it)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return "libasan" in f.read()
+    except OSError:
+        return False
+
+
+def sanitize_flags() -> list[str]:
+    """SANITIZE when $TAPESCOPE_NATIVE_SANITIZE is set (not "" or "0"), else nothing."""
+    return list(SANITIZE) if os.environ.get("TAPESCOPE_NATIVE_SANITIZE", "0") not in ("", "0") \
+        else []
 
 
 def _compiler_id(cc: str) -> str:
@@ -134,6 +159,8 @@ def _load() -> ctypes.CDLL | None:
         return None
     if not all(h.is_file() for h in _HEADERS):
         return None  # an install without the kernel sources: numpy it is
+    if sanitize_flags() and not _asan_preloaded():
+        return None  # loading it would abort the process: the numpy reference runs instead
     try:
         lib = ctypes.CDLL(str(_build(cc)))
     except (OSError, CacheError, subprocess.SubprocessError):
