@@ -175,6 +175,14 @@ def run(args: argparse.Namespace) -> int:
     problem = start_platform(screenshot=bool(args.screenshot))
     if problem:
         return _fail(problem)
+    if args.file and not args.live:
+        from core.capture.file import is_capture
+
+        if is_capture(args.file):  # a capture (`tapescope capture`): its own window
+            __import__("views")  # the PySide6 guard, before any Qt work
+            from app.capture.window import run_window
+
+            return run_window(args, size)
     irq = Interrupts() if not args.screenshot else None
     app, win = make_window(sys.argv[0] if sys.argv else "tapescope",
                            debug=bool(getattr(args, "debug", False)))

@@ -298,3 +298,24 @@ def judge(cap: Capture, *, explain: bool = False,
         "judge_seconds": round(time.perf_counter() - t0, 3), "reference_calls": ref_calls,
         "ops": entries,
     }
+
+
+def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
+    """Op ``i`` re-run by the reference on its own recorded inputs (what the Inspector shows
+    beside the recorded outputs): ``(outputs, "")`` or ``(None, why not)``."""
+    reference, NoReference, why_none = _reference_fn()
+    if reference is None:
+        return None, why_none
+    op = cap.ops["op"][i]
+    if base_name(op) in RANDOM_OPS or base_name(op) in UNINITIALISED_OPS:
+        return None, "an RNG draw or uninitialised memory: the recorded output is the truth"
+    try:
+        a = _decode(cap.ops["args"][i], lambda v: cap.arrays[v])
+        k = _decode_kw(cap.ops["kwargs"][i], lambda v: cap.arrays[v])
+        return [np.asarray(x) for x in reference(op, a, k)], ""
+    except _Missing as m:
+        return None, f"input value {m.vid} is over the capture's size budget (its digest only)"
+    except (NoReference, _NoRef) as x:
+        return None, " ".join(str(x).split()) or "no reference form"
+    except Exception as x:  # noqa: BLE001 — shown, never a crash of the window
+        return None, f"the reference failed: {type(x).__name__}: {x}"[:300]

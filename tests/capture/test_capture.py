@@ -338,3 +338,32 @@ def test_report_writes_the_page_and_its_json(captured, tmp_path):
     line = one_error_line(cli("report", "--capture", str(captured["mlp"][0]), "--out",
                               str(tmp_path / "r.txt")), "report")
     assert ".html" in line
+
+
+@pytest.mark.skipif(not reference_available(), reason="core.capture.aten_ref is not there")
+def test_gui_opens_a_capture_grouped_by_module(captured, tmp_path):
+    shot = tmp_path / "gui.png"
+    p = subprocess.run([sys.executable, "-m", "app.cli", "gui", str(captured["gpt"][0]),
+                        "--screenshot", str(shot), "--size", "1280x800"], cwd=ZOO,
+                       env={**ENV, "QT_QPA_PLATFORM": "offscreen"}, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pytest.importorskip("PySide6")
+    from PySide6.QtWidgets import QApplication
+
+    from app.capture.window import CaptureWindow
+
+    _app = QApplication.instance() or QApplication([])
+    cap = load(captured["gpt"][0])
+    win = CaptureWindow(cap, judge(cap))
+    win.select_first_divergence()
+    top = [win.tree.topLevelItem(k).text(0) for k in range(win.tree.topLevelItemCount())]
+    assert "GPT" in top
+    gpt = next(win.tree.topLevelItem(k) for k in range(win.tree.topLevelItemCount())
+               if win.tree.topLevelItem(k).text(0) == "GPT")
+    kids = [gpt.child(k).text(0) for k in range(gpt.childCount())]
+    assert {"tok", "pos", "blocks", "ln", "head"} <= set(kids)
+    assert gpt.isExpanded()  # the model open, its children folded but the selected path
+    assert "native_layer_norm" in win.inspector.toPlainText()  # the first divergence shown
+    win.close()
