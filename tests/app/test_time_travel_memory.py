@@ -7,6 +7,8 @@ import json
 import os
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.live import PAUSED, RUNNING, LiveSession, Snapshot
 from app.runs import SessionConfig, StepResult
@@ -123,3 +125,61 @@ def test_summaries_round_trip_and_the_budget_thins_old_steps():
     h = StepHistory()
     h.add(plain)
     assert h.source(1) == "roots" and h.introduced(1) == [2, 5]
+
+
+# ---- the first divergence survives thinning wherever it falls (issue 48) ----------------------
+# A divergence at step 1 sits at index 0, which thinning never drops, so a test that diverges
+# at step 1 cannot tell a step number from an index: these diverge later, in long sessions.
+
+def _step(step: int, differs: bool) -> StepResult:
+    nodes = [{"id": i, "op": "x", "name": None,
+              "value": {"n": 4, "n_diff": 1 if differs and i == 1 else 0,
+                        "max_ulp": float(step) if differs and i == 1 else 0.0},
+              "grad": {"n": 4, "n_diff": 0, "max_ulp": 0.0}} for i in range(3)]
+    first = {"node": 1, "op": "x", "which": "value"} if differs else None
+    return StepResult(step, 1.0, 1.0, 0.0, not differs, first, record(nodes))
+
+
+def _thinned_by_the_plain_loop(steps: list[int], per_step: int, budget: int,
+                               first: int | None) -> list[int]:
+    """The documented rule, one step at a time: past the budget, every second step of the
+    older half goes, except the first divergence's step."""
+    kept: list[int] = []
+    for s in steps:
+        kept.append(s)
+        if len(kept) * per_step > budget:
+            half = len(kept) // 2
+            kept = [x for k, x in enumerate(kept) if k not in range(1, half, 2) or x == first]
+    return kept
+
+
+def _check_first_divergence_kept(steps: list[int], first_at: int, keep: int) -> None:
+    from app.step_history import STEP_OVERHEAD, compact
+
+    per_step = compact(_step(1, False).record).nbytes + STEP_OVERHEAD
+    h = StepHistory(budget_bytes=keep * per_step)
+    for k, s in enumerate(steps):
+        h.add(_step(s, k >= first_at))
+    first = steps[first_at]
+    assert h.first["step"] == first and h.thinned > 0
+    assert first in h.step_nums, (first, h.step_nums)
+    assert h.record(first)["v_n"][1] == 1 and h.record(first)["v_ulp"][1] == first
+    assert h.first_steps().tolist() == [-1, first, -1]
+    assert h.step_nums == _thinned_by_the_plain_loop(steps, per_step, keep * per_step, first)
+
+
+def test_a_first_divergence_after_step_1_survives_thinning_in_a_long_session():
+    # step 4 is index 3: the thinning of 40 steps into a budget of 8 drops index 3
+    _check_first_divergence_kept(list(range(1, 41)), first_at=3, keep=8)
+    # numbers that are never their own index (a session resumed at step 100, every 3rd step)
+    _check_first_divergence_kept(list(range(100, 220, 3)), first_at=5, keep=8)
+
+
+@given(start=st.integers(1, 50), stride=st.integers(1, 4), keep=st.integers(4, 12),
+       more=st.integers(0, 40), first=st.integers(1, 79))
+@settings(max_examples=40, deadline=None)
+def test_the_first_divergence_survives_thinning_for_any_step_numbers(start, stride, keep, more,
+                                                                      first):
+    n = 2 * keep + more  # long enough to thin
+    _check_first_divergence_kept(list(range(start, start + stride * n, stride)),
+                                 first_at=first % n, keep=keep)
