@@ -131,3 +131,70 @@ def test_first_steps_is_first_step_differing():
     assert {i: int(s) for i, s in enumerate(fs.tolist()) if s >= 0} == h.first_step_differing()
     fs[:] = 99  # a copy: the history keeps its own
     assert h.first_steps().max() < 99
+
+
+# ---- the Kernels dock's per-kernel parity of a step without provenance (issue 48) ------------
+
+def _kernel_parity(h: StepHistory, plan: dict, step: int) -> dict:
+    from types import SimpleNamespace
+
+    from app.time_travel import TimeTravel
+
+    tt = SimpleNamespace(ctl=SimpleNamespace(kernels=SimpleNamespace(plan=plan)), history=h)
+    return TimeTravel.kernel_parity(tt, step)
+
+
+def _oracle_kernel_parity(h: StepHistory, plan: dict, step: int) -> dict:
+    """The plain loop over the dicts: a forward kernel is its segment's worst value, a
+    backward kernel its worst gradient (first node of the worst, 1 ulp at least)."""
+    comp = {e["id"]: e for e in oracle_comparison(h, step)}
+    intro = set(h.introduced(step))
+    out = {}
+    for k in plan["kernels"]:
+        if k["role"] not in ("forward", "backward"):
+            continue
+        side = "value" if k["role"] == "forward" else "grad"
+        worst, node = 0.0, None
+        for i in plan["segments"][k["segment"]]["node_ids"]:
+            d = comp[i][side]
+            if d is not None and d["n_diff"] > 0 and max(float(d["max_ulp"]), 1.0) > worst:
+                worst, node = max(float(d["max_ulp"]), 1.0), i
+        out[k["name"]] = {"worst": worst, "node": node,
+                          "introduced": None if node is None else node in intro}
+    return out
+
+
+def test_each_kernel_without_provenance_is_judged_by_its_own_side():
+    plan = {"segments": [{"node_ids": list(range(s, s + 30))} for s in range(0, 300, 30)],
+            "kernels": [{"name": f"s{s}_{r}", "segment": s, "role": role}
+                        for s in range(10) for r, role in (("fwd", "forward"),
+                                                           ("bwd", "backward"))]
+            + [{"name": "adam", "segment": None, "role": "update"}]}
+    swapped = 0
+    for seed in range(3):
+        h = _history(seed)
+        for step in h.step_nums:
+            got = _kernel_parity(h, plan, step)
+            want = _oracle_kernel_parity(h, plan, step)
+            assert got == want, step
+            swapped += sum(want[f"s{s}_fwd"] != want[f"s{s}_bwd"] for s in range(10))
+    assert swapped > 0  # values and gradients differ apart: a swap of the two would show
+    # a segment whose values differ and gradients do not, and the reverse
+    h = StepHistory([_Node(i) for i in range(4)])
+    rec = np.zeros(4, STEP_RECORD)
+    rec["id"] = np.arange(4)
+    rec["g_n"] = 8
+    rec["v_diff"][1], rec["v_ulp"][1] = 2, 5
+    rec["g_diff"][2], rec["g_ulp"][2] = 1, 70
+    rec["flags"][2] = F_G_INTRO
+    h.add(StepResult(3, 1.0, 1.0, 0.0, False, None, rec))
+    small = {"segments": [{"node_ids": [0, 1, 2, 3]}],
+             "kernels": [{"name": "f", "segment": 0, "role": "forward"},
+                         {"name": "b", "segment": 0, "role": "backward"}]}
+    assert _kernel_parity(h, small, 3) == {
+        "f": {"worst": 5.0, "node": 1, "introduced": False},
+        "b": {"worst": 70.0, "node": 2, "introduced": True}}
+    # a step that carries provenance's kernel verdicts shows those, not the segments' worst
+    h.add(StepResult(4, 1.0, 1.0, 0.0, False, None, rec, provenance=True, kernels=[
+        {"kernel": "b", "n_diff": 3, "max_ulp": 9, "first_node": 3, "introduced": True}]))
+    assert _kernel_parity(h, small, 4) == {"b": {"worst": 9.0, "node": 3, "introduced": True}}
