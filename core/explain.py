@@ -49,9 +49,9 @@ from core.ops.reference import mm, reduced_axes, serial_sum
 from core.optable.registry import REGISTRY
 from core.parity import compare_arrays
 
-__all__ = ["CAUSES", "SIGNED_ZERO", "Cause", "FORMULAS", "cause_text", "Prims", "VARIANTS",
-           "Variant", "explain", "explain_grad", "fma", "reference_prims", "signed_zero",
-           "variants_for"]
+__all__ = ["CAUSES", "SIGNED_ZERO", "Cause", "FORMULAS", "Prims", "VARIANTS", "Variant",
+           "cause_text", "closer", "distance", "explain", "explain_grad", "fma",
+           "reference_prims", "signed_zero", "variants_for"]
 
 CAUSES = ("fma", "reciprocal", "libm", "reassociation", "accumulator", "ftz")
 # not a variant: the arrays are equal but for the sign of some zeros (checked before the
@@ -475,23 +475,31 @@ class Cause:
     closest: str | None = None  # unknown: the closest variant's cause
     max_ulp: int = 0  # unknown: the closest variant's max ulp to the candidate
     n_diff: int = 0  # unknown: ... and its differing elements
+    # unknown: how many variants were tried (0: none applies to the op). A closest variant is
+    # kept only when it is strictly closer to the candidate than the reference itself is
+    # (``closer``): else ``closest`` is None and the cause reads ``unknown`` alone
+    tried: int = 0
 
     def text(self) -> str:
-        """``matches the reference with x * (1/y)`` or ``unknown (closest: ...)``."""
+        """``matches the reference with x * (1/y)``, ``unknown (closest: ...)`` or ``unknown``."""
         if self.cause == SIGNED_ZERO:
             return f"equal but for the sign of zero ({self.variant})"
         if self.cause != "unknown":
             return f"matches the reference with {self.variant}"
         if self.closest is None:
-            return "unknown (no variant of the reference order applies to this op)"
+            return "unknown" if self.tried else \
+                "unknown (no variant of the reference order applies to this op)"
         return (f"unknown (closest: {self.closest}, {self.variant}: {self.n_diff} elements, "
                 f"max {self.max_ulp} ulp)")
 
     def to_json(self) -> dict:
-        """``{"cause", "variant"}`` plus ``"closest", "max_ulp", "n_diff"`` when unknown."""
+        """``{"cause", "variant"}`` plus ``"closest", "max_ulp", "n_diff"`` when unknown, and
+        ``"tried"`` (variants tried) when some were."""
         d = {"cause": self.cause, "variant": self.variant}
         if self.cause == "unknown":
             d.update(closest=self.closest, max_ulp=self.max_ulp, n_diff=self.n_diff)
+            if self.tried:
+                d["tried"] = self.tried
         return d
 
 
@@ -506,11 +514,29 @@ def signed_zero(diff: Any) -> Cause | None:
 def cause_text(d: dict) -> str:
     """``Cause.text`` of a ``Cause.to_json`` dict (as the JSON and the wire carry it)."""
     return Cause(str(d["cause"]), str(d.get("variant", "")), d.get("closest"),
-                 int(d.get("max_ulp", 0)), int(d.get("n_diff", 0))).text()
+                 int(d.get("max_ulp", 0)), int(d.get("n_diff", 0)),
+                 int(d.get("tried", 0))).text()
 
 
-def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarray) -> Cause:
+def distance(d: Any) -> tuple[int, int, int]:
+    """How far a ``TensorDiff`` is, as variants are ranked: NaN mismatches first, then the
+    number of differing elements, then the max ulp (smaller is closer)."""
+    return (int(d.n_nan), int(d.n_diff), int(d.max_ulp))
+
+
+def closer(d: Any, raw: Any) -> bool:
+    """A variant's diff ``d`` to the candidate is strictly closer than the reference's own
+    diff ``raw``: fewer NaN mismatches, or as many and fewer differing elements, or as many
+    and a smaller max ulp. A variant only as far as the reference explains nothing."""
+    return raw is None or distance(d) < distance(raw)
+
+
+def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarray,
+         raw: Any = None) -> Cause:
+    """The first of ``cands`` equal to ``cand``; else ``unknown`` with the closest one, kept
+    only when it is strictly closer than ``raw`` (the reference's diff to ``cand``)."""
     best: tuple[Any, ...] | None = None
+    tried = 0
     for cause, label, make in cands:
         try:
             y = make()
@@ -518,25 +544,32 @@ def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarra
             continue  # a variant that cannot run on these inputs explains nothing
         if y.shape != cand.shape:
             continue
+        tried += 1
         d = compare_arrays(y, cand)
         if d.n_diff == 0:
             return Cause(cause, label)
-        key = (d.n_nan, d.max_ulp, d.n_diff)
+        key = distance(d)
         if best is None or key < best[0]:
             best = (key, cause, label, d)
-    if best is None:
-        return Cause("unknown", "")
+    if best is None or not closer(best[3], raw):
+        return Cause("unknown", "", tried=tried)
     _, cause, label, d = best
-    return Cause("unknown", label, cause, int(d.max_ulp), int(d.n_diff))
+    return Cause("unknown", label, cause, int(d.max_ulp), int(d.n_diff), tried)
 
 
-def explain(node: Any, xs: Sequence[np.ndarray], cand: np.ndarray) -> Cause:
+def explain(node: Any, xs: Sequence[np.ndarray], cand: np.ndarray, raw: Any = None) -> Cause:
     """The first variant of the reference order (``variants_for``) under which ``node``'s op on
-    the candidate's inputs ``xs`` gives the candidate's output ``cand`` bit for bit."""
+    the candidate's inputs ``xs`` gives the candidate's output ``cand`` bit for bit. ``raw``:
+    the reference's own ``TensorDiff`` to ``cand`` (computed here when None): an unknown
+    cause names a closest variant only when it is strictly closer than that (``closer``)."""
     dt = np.asarray(cand).dtype
     xs = [np.asarray(x) for x in xs]
+    cand = np.asarray(cand)
+    if raw is None:
+        with np.errstate(all="ignore"):
+            raw = compare_arrays(_reference(node, xs, dt), cand)
     return _try([(v.cause, v.label, lambda v=v: v.run(node, xs, dt))
-                 for v in variants_for(node.op, dt)], np.asarray(cand))
+                 for v in variants_for(node.op, dt)], cand, raw)
 
 
 def _mm_rule(mmf: Callable) -> Callable:
@@ -568,12 +601,14 @@ _GRAD_RULES = {"matmul": _mm_rule, "bmm": _bmm_rule}
 
 
 def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequence[str],
-                 cand: np.ndarray) -> Cause:
+                 cand: np.ndarray, raw: Any = None) -> Cause:
     """A gradient's cause. ``recompute(math=None, rules=None)`` reruns the reference gradient
     with another math namespace or other backward rules (``rules(op)``); ``consumers`` are the
     ops whose rules made it. Tried in CAUSES order: the product variants (fma, blocked, tree,
     accumulators) of matmul / bmm consumers' rules; the platform's transcendentals when a
-    consumer's rule calls one. Other gradients are ``unknown`` (docs/candidates.md)."""
+    consumer's rule calls one. Other gradients are ``unknown`` (docs/candidates.md). ``raw``:
+    the reference gradient's ``TensorDiff`` to ``cand`` (a closest variant must beat it;
+    recomputed here when None)."""
     tries: list[tuple[str, str, Callable[[], np.ndarray | None]]] = []
     dt = np.asarray(cand).dtype
     mm_only = bool(consumers) and all(op in _GRAD_RULES for op in consumers)
@@ -587,7 +622,11 @@ def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequenc
                 return _GRAD_RULES[op](f) if op in _GRAD_RULES else REGISTRY[op].backward
             tries.append((v.cause, v.label, lambda rules=rules: recompute(None, rules)))
     tries = [(c, lab, (lambda f=f: _nonnull(f()))) for c, lab, f in tries]
-    return _try(tries, np.asarray(cand))
+    cand = np.asarray(cand)
+    if raw is None:
+        ref = recompute()
+        raw = None if ref is None or np.shape(ref) != cand.shape else compare_arrays(ref, cand)
+    return _try(tries, cand, raw)
 
 
 def _nonnull(y: np.ndarray | None) -> np.ndarray:

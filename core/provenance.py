@@ -415,7 +415,7 @@ def provenance(state: StepState, explain: bool = False) -> Provenance:
                 from core.explain import explain as why
                 from core.explain import signed_zero
 
-                cause = signed_zero(d) or why(n, [state.value(j) for j in n.inputs], y)
+                cause = signed_zero(d) or why(n, [state.value(j) for j in n.inputs], y, d)
             values.append(Introduced(i, n.op, "value", d, cause=cause))
     memo: dict = {}
     for n in reversed(nodes):
@@ -457,7 +457,7 @@ def _grad_cause(state: StepState, j: int, by: Sequence[int], g: np.ndarray, d: A
         return reference_grad(nodes, j, state.loss, by, state.value, state.grad, g.dtype,
                               None, math, rules)
 
-    return explain_grad(recompute, [nodes[i].op for i in by], g)
+    return explain_grad(recompute, [nodes[i].op for i in by], g, d)
 
 
 def _usable(adam: bool, p: ParamUpdate, r: Any) -> bool:
