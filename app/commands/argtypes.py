@@ -41,10 +41,21 @@ def add_candidate_args(p: Any, device_default: str = "auto", kernel: bool = True
 
 
 def add_against_arg(p: Any) -> None:
-    """--against B (``parity``, ``report``: app/commands/against.py)."""
-    p.add_argument("--against", metavar="B", default=None, choices=list(DEVICES),
+    """--against B (``parity``, ``report``: app/commands/against.py; with ``--capture A``, a
+    second capture: app/commands/capture_pair.py)."""
+    p.add_argument("--against", metavar="B", default=None,
                    help="a second candidate (e.g. --device torch --against host): both against "
-                        "the reference per node, and where they part from each other")
+                        "the reference per node, and where they part from each other; with "
+                        "--capture A, a second capture FILE of the same script (issue 43). "
+                        f"Candidates: {', '.join(DEVICES)}")
+
+
+def check_against(args: Any) -> None:
+    """--against B without --capture names a candidate (a capture file needs --capture A)."""
+    b = getattr(args, "against", None)
+    if b is not None and not getattr(args, "capture", None) and b not in DEVICES:
+        raise ValueError(f"--against {b!r}: not a candidate ({', '.join(DEVICES)}); to compare "
+                         "two captures give --capture A --against B")
 
 
 def _kernel_arg(p: Any) -> None:

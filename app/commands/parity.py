@@ -137,9 +137,16 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "capture", None):  # the user's own recorded run (docs/capture.md)
         if args.workload or getattr(args, "model", None):
             raise ValueError("--capture judges a recorded run: drop --workload / --model")
+        if getattr(args, "against", None):  # two captures, one arbiter (issue 43)
+            from app.commands.capture_pair import pair_captures
+
+            return pair_captures(args)
         from app.commands.capture import judge_capture
 
         return judge_capture(args)
+    from app.commands.argtypes import check_against
+
+    check_against(args)  # --against FILE needs --capture A
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
     if args.json:

@@ -56,9 +56,15 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "capture", None):  # the user's own recorded run (docs/capture.md)
         if args.workload or getattr(args, "model", None):
             raise ValueError("--capture reports on a recorded run: drop --workload / --model")
+        if getattr(args, "against", None):
+            raise ValueError("report --capture A --against B is not built yet: use "
+                             "parity --capture A --against B [--json OUT]")
         from app.commands.capture import report_capture
 
         return report_capture(args)
+    from app.commands.argtypes import check_against
+
+    check_against(args)  # --against FILE needs --capture A
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
     if not args.out.lower().endswith((".html", ".htm")):

@@ -1,0 +1,125 @@
+"""``tapescope parity --capture A --against B [--explain] [--json OUT]``: two captures of your
+script, one arbiter (issue 43, core.capture.pair): each run judged against the exact reference,
+their ops matched by identity, and the first matched op where their outputs part, with which
+run left the reference there. Exit 0 when every matched op is the same bits in both runs, 1
+when one parts, 2 for a bad input (a helper of ``parity`` and ``report``; no command of its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def _short(source: str) -> str:
+    path, _, line = source.rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else source
+
+
+def _run_line(tag: str, s: dict) -> str:
+    st = s["settings"]
+    return (f"{tag} {s['capture']}: {s['steps']} steps, {s['n_ops']} ops; torch "
+            f"{st.get('torch')}, {st.get('threads')} threads, "
+            f"autocast {'on' if st.get('autocast_cpu') else 'off'}")
+
+
+def _verdict_line(tag: str, s: dict) -> str:
+    f = s["first_divergence"]
+    c = s["counts"]
+    if s["exact"]:
+        judged = c["exact"]
+        return (f"{tag} against the reference: exact ({judged} outputs judged"
+                + (f"; {c['no-reference']} without a reference" if c["no-reference"] else "")
+                + ")")
+    intro = f"{s['n_introduced']} introduced outputs, {c['inherited']} inherited"
+    where = "" if f is None else (f"; first: step {f['step']} {tag}#{f['index']} {f['op']} "
+                                  f"({f['module'] or 'no module'}, {f['phase']}) {f['verdict']}")
+    return f"{tag} against the reference: DIFFERS ({intro}{where})"
+
+
+def print_pair(rep: dict, explain: bool = False) -> None:
+    """The human summary of A against B (stdout)."""
+    print(_run_line("A", rep["a"]))
+    print(_run_line("B", rep["b"]))
+    sd = rep["settings_differ"]
+    if sd:
+        print("settings that differ: " + "; ".join(f"{d['setting']} {d['a']} | {d['b']}"
+                                                   for d in sd))
+    al = rep["alignment"]
+    print(f"matched {al['matched']} ops; A only {al['only_a']}, B only {al['only_b']}")
+    for tag, key in (("A", "first_only_a"), ("B", "first_only_b")):
+        n = al[f"only_{tag.lower()}"]
+        if n:
+            print(f"  {tag} only: " + ", ".join(
+                f"step {e['step']} {tag}#{e['index']} {e['op']} ({e['module'] or 'no module'}, "
+                f"{e['phase']})" for e in al[key]) + (" ..." if n > len(al[key]) else ""))
+    for e in rep["losses"]:
+        a, b = e["a"], e["b"]
+        same = "" if a is None or b is None else ("  same" if a == b else "  DIFFER")
+        print(f"step {e['step']:4d}  loss A {a!r}  B {b!r}{same}")
+    print(_verdict_line("A", rep["a"]))
+    print(_verdict_line("B", rep["b"]))
+    parted = rep["parted"]
+    if parted:
+        print(f"{'step':>4} {'#A':>6} {'#B':>6} {'phase':<9} {'op':<34} {'module':<22} "
+              f"{'n_diff':>7} {'ulp':>10}  {'A':<11} {'B':<11}")
+        for p in parted[:12]:
+            o = p["outputs"][0]
+            e = p["op_a"]
+            nd = "?" if o["n_diff"] is None else o["n_diff"]
+            ulp = o["max_ulp"] if o["dtype_a"] == o["dtype_b"] else \
+                f"{o['dtype_a'][:4]}|{o['dtype_b'][:4]}"
+            print(f"{e['step']:>4} {p['a']:>6} {p['b']:>6} {e['phase']:<9} {e['op'][:34]:<34} "
+                  f"{(e['module'] or '')[-22:]:<22} {nd:>7} {ulp!s:>10}  "
+                  f"{o['verdict_a']:<11} {o['verdict_b']:<11}")
+        if rep["n_parted"] > 12:
+            print(f"... {rep['n_parted'] - 12} more matched ops part (--json lists the first "
+                  f"{len(parted)})")
+    f = rep["first_parted"]
+    if f is None:
+        print(f"A and B: bit-identical on every matched op ({al['matched']} ops)")
+        return
+    o = f["outputs"][0]
+    print(f"first parted: step {f['step']} A#{f['a']} / B#{f['b']} {f['op']} "
+          f"({f['module'] or 'no module'}, {f['phase']}, {_short(f['source_a'])}) output "
+          f"{o['output']}: {o['why']}")
+    print(f"left the reference there: {f['left']} (A {f['verdict_a']}, B {f['verdict_b']}): "
+          f"{f['cause']}")
+    print(f"A and B DIFFER: {rep['n_parted']} of {al['matched']} matched ops part")
+
+
+def pair_captures(args: argparse.Namespace, *, html_out: str | None = None) -> int:
+    """Load both captures, judge and pair them, print, write ``--json``; 0 agree, 1 part."""
+    import json
+
+    from core.atomic import check_writable, write_atomic
+    from core.capture.file import load
+    from core.capture.judge import judge
+    from core.capture.pair import pair
+    from core.parity import strict_json
+    from core.progress import file_label, progress
+
+    out = getattr(args, "json", None)
+    if out:
+        check_writable(out, "--json")
+    explain = bool(getattr(args, "explain", False))
+    caps = []
+    for path in (args.capture, args.against):
+        if not os.path.exists(path):
+            raise ValueError(f"{path}: no such capture file")
+        with progress(file_label("loading", path)):
+            cap = load(path)
+        if cap.steps == 0:
+            raise ValueError(f"{path}: the capture holds no complete step")
+        caps.append(cap)
+    a, b = caps
+    judged = []
+    for cap in caps:
+        with progress(f"judging {os.path.basename(cap.path)}", total=cap.n_ops) as bar:
+            judged.append(judge(cap, explain=explain, advance=bar.advance))
+    rep = pair(a, b, explain=explain, judged=(judged[0], judged[1]))
+    rep.pop("reports")
+    print_pair(rep, explain=explain)
+    if out:
+        write_atomic(out, json.dumps(strict_json(rep), indent=1, allow_nan=False))
+    return 0 if rep["agree"] else 1

@@ -1,0 +1,326 @@
+"""Two captures, one arbiter (issue 43): run A against run B, both against the exact reference
+(numpy only).
+
+**Alignment.** The two runs' ops are matched by identity: per step and per phase (forward,
+backward, optimizer: each phase's ops in their recorded order), a sequence alignment
+(``difflib.SequenceMatcher``, no junk heuristic: the longest common runs of identical keys are
+the anchors, and the rest is aligned recursively between them) over each op's key: the aten op,
+its module path, its outputs' and tensor inputs' shapes. Dtypes are not in the key: a run under
+autocast computes the same ops in another dtype, and that is a difference to report, not a
+reason to lose the match. An op of one run only (a fused kernel in one, its pieces in the other,
+an extra ``clone``, autocast's casts) is left unmatched and reported (counts, the first few);
+the ops around it still match.
+
+**Comparison.** Per matched op, per output: the same bits (the SHA-256 the capture stores, then
+``core.parity.compare_arrays`` and its NaN policy where the digests differ: two NaNs are equal
+whatever their payload), or parted (ulp, elements; a different dtype parts whatever the values).
+
+**The arbiter.** Each run is judged against the reference on its own
+(``core.capture.judge``: introduced / inherited per output). For the first matched op where the
+runs part, the report says which run left the reference there: the run whose output the judge
+found ``introduced`` (its kernel) or ``inherited`` (an op before it); a run computing in a
+narrower dtype than the other (autocast) has left the other's arithmetic whatever its own
+verdict; ``neither`` when both are exact on their own inputs, and then the inputs differ: where
+they come from (an op of one run only, an RNG draw, a recorded input) is named.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from core.capture.file import Capture
+from core.capture.judge import RANDOM_OPS, UNINITIALISED_OPS, _diff, base_name, judge
+
+__all__ = ["align", "compare", "identity", "pair"]
+
+_PHASES = ("forward", "backward", "optimizer")
+# float widths, for "which run computes in the narrower dtype"
+_WIDTH = {"float64": 64, "complex128": 128, "complex64": 64, "float32": 32, "float16": 16,
+          "bfloat16": 16}
+_SHOW = 5  # unmatched ops listed per run (the counts are always whole)
+
+
+def _tensor_ids(a: Any) -> list[int]:
+    if isinstance(a, list):
+        return [i for x in a for i in _tensor_ids(x)]
+    if isinstance(a, dict):
+        return [a["T"]] if "T" in a else []
+    return []
+
+
+def inputs_of(cap: Capture, i: int) -> list[int]:
+    """Op ``i``'s tensor inputs (value ids), positional then keyword, in order."""
+    return _tensor_ids(cap.ops["args"][i]) + _tensor_ids(list(cap.ops["kwargs"][i].values()))
+
+
+def identity(cap: Capture, i: int) -> tuple:
+    """Op ``i``'s key: ``(op, module, output shapes, input shapes)`` (its step and phase are
+    the alignment's segments, its order the alignment itself)."""
+    sh = cap.shapes
+    return (cap.ops["op"][i], cap.ops["module"][i],
+            tuple(sh[v] for v in cap.ops["outputs"][i]),
+            tuple(sh[v] for v in inputs_of(cap, i)))
+
+
+def _segments(cap: Capture) -> dict[tuple[int, str], list[int]]:
+    seg: dict[tuple[int, str], list[int]] = {}
+    ops = cap.ops
+    for i in range(cap.n_ops):
+        seg.setdefault((ops["step"][i], ops["phase"][i]), []).append(i)
+    return seg
+
+
+def align(a: Capture, b: Capture) -> dict:
+    """Match A's ops to B's: ``{"pairs": [(ia, ib), ...] (in A's order), "only_a": [...],
+    "only_b": [...], "segments": [{step, phase, a, b, matched}, ...]}``."""
+    sa, sb = _segments(a), _segments(b)
+    interned: dict[tuple, int] = {}
+
+    def keys(cap: Capture, idx: list[int]) -> list[int]:
+        return [interned.setdefault(identity(cap, i), len(interned)) for i in idx]
+
+    pairs: list[tuple[int, int]] = []
+    only_a: list[int] = []
+    only_b: list[int] = []
+    segments = []
+    steps = sorted({s for s, _ in sa} | {s for s, _ in sb})
+    for s in steps:
+        for ph in _PHASES:
+            ia, ib = sa.get((s, ph), []), sb.get((s, ph), [])
+            if not ia and not ib:
+                continue
+            m = difflib.SequenceMatcher(None, keys(a, ia), keys(b, ib), autojunk=False)
+            n = 0
+            for tag, a0, a1, b0, b1 in m.get_opcodes():
+                if tag == "equal":
+                    pairs += zip(ia[a0:a1], ib[b0:b1], strict=True)
+                    n += a1 - a0
+                else:
+                    only_a += ia[a0:a1]
+                    only_b += ib[b0:b1]
+            segments.append({"step": s, "phase": ph, "a": len(ia), "b": len(ib), "matched": n})
+    pairs.sort()
+    return {"pairs": pairs, "only_a": sorted(only_a), "only_b": sorted(only_b),
+            "segments": segments}
+
+
+def _same(a: Capture, va: int, b: Capture, vb: int) -> dict | None:
+    """None when value ``va`` of A and ``vb`` of B are the same bits (NaN policy), else how
+    they differ: ``{n, n_diff, max_ulp, max_abs, first_index, dtype_a, dtype_b, why}``."""
+    da, db = a.dtypes[va], b.dtypes[vb]
+    if da == db and a.digests[va] == b.digests[vb]:
+        return None
+    base = {"dtype_a": da, "dtype_b": db}
+    xa, xb = a.arrays[va], b.arrays[vb]
+    if da != db:
+        d = {"n": int(np.prod(a.shapes[va])), "n_diff": None, "max_ulp": None,
+             "max_abs": None, "first_index": None, **base, "why": f"dtype {da} vs {db}"}
+        if xa is not None and xb is not None and xa.shape == xb.shape:
+            try:
+                with np.errstate(all="ignore"):
+                    fa, fb = xa.astype(np.float64), xb.astype(np.float64)
+                ne = ~((fa == fb) | (np.isnan(fa) & np.isnan(fb)))
+                d["n_diff"] = int(ne.sum())
+                with np.errstate(all="ignore"):
+                    d["max_abs"] = float(np.nanmax(np.abs(fa - fb))) if ne.any() else 0.0
+            except (TypeError, ValueError):
+                pass
+        return d
+    if xa is None or xb is None:
+        return {"n": int(np.prod(a.shapes[va])), "n_diff": None, "max_ulp": None,
+                "max_abs": None, "first_index": None, **base,
+                "why": "digests differ (a value over the size budget: no ulp)"}
+    d = _diff(np.asarray(xa), np.asarray(xb))
+    if not d["n_diff"]:
+        return None  # NaNs of other payloads only: equal under the NaN policy
+    return {**{k: d[k] for k in ("n", "n_diff", "max_ulp", "max_abs", "first_index")},
+            **base, "why": f"{d['n_diff']} of {d['n']} elements, max {d['max_ulp']} ulp"}
+
+
+def compare(a: Capture, b: Capture, pairs: list[tuple[int, int]]) -> list[dict]:
+    """The matched ops whose outputs part, in A's order: ``{a, b, outputs: [{output, ...}]}``."""
+    parted = []
+    oa, ob = a.ops["outputs"], b.ops["outputs"]
+    for ia, ib in pairs:
+        if base_name(a.ops["op"][ia]) in UNINITIALISED_OPS:
+            continue  # uninitialised memory: its bits are no one's result
+        outs = []
+        for j, (va, vb) in enumerate(zip(oa[ia], ob[ib], strict=True)):
+            d = _same(a, va, b, vb)
+            if d is not None:
+                outs.append({"output": j, "value_a": va, "value_b": vb, **d})
+        if outs:
+            parted.append({"a": ia, "b": ib, "outputs": outs})
+    return parted
+
+
+def _brief_op(cap: Capture, i: int) -> dict:
+    o = cap.ops
+    return {"index": i, "op": o["op"][i], "module": o["module"][i], "phase": o["phase"][i],
+            "step": o["step"][i], "source": o["source"][i]}
+
+
+def _producers(cap: Capture) -> dict[int, int]:
+    made: dict[int, int] = {}
+    for i, outs in enumerate(cap.ops["outputs"]):
+        for v in outs:
+            made.setdefault(v, i)
+    return made
+
+
+def _origin(cap: Capture, vid: int, made: dict[int, int], unmatched: set[int],
+            who: str) -> str:
+    """Where value ``vid`` of run ``who`` came from, as a user reads it."""
+    i = made.get(vid)
+    if i is None:
+        return f"a recorded input of {who} (parameters, data or optimizer state) differs"
+    o = cap.ops
+    base = base_name(o["op"][i])
+
+    where = f"{who}#{i} {o['op'][i]} ({o['module'][i] or 'no module'}, step {o['step'][i]})"
+    if i in unmatched:
+        dt = cap.dtypes[vid]
+        return f"made by {where}, an op of {who} only (its output is {dt})"
+    if base in RANDOM_OPS:
+        return f"an RNG draw differs: {where}"
+    return f"made by {where}"
+
+
+def _verdict(rep: dict, i: int, j: int) -> dict:
+    outs = rep["ops"][i]["outputs"]
+    return outs[j] if j < len(outs) else {"verdict": "unjudged"}
+
+
+def _left(a: Capture, b: Capture, ra: dict, rb: dict, first: dict,
+          only_a: set[int], only_b: set[int]) -> dict:
+    """Which run left the reference at the first parted op, and the cause."""
+    ia, ib = first["a"], first["b"]
+    o = first["outputs"][0]
+    j = o["output"]
+    va, vb = _verdict(ra, ia, j), _verdict(rb, ib, j)
+    off = ("introduced", "inherited")
+    left = [w for w, v in (("A", va), ("B", vb)) if v["verdict"] in off]
+    why = []
+    for w, v in (("A", va), ("B", vb)):
+        if v["verdict"] == "introduced":
+            why.append(f"{w}'s kernel introduced it ({v['n_diff']} elements, max "
+                       f"{v['max_ulp']} ulp from the reference on {w}'s own inputs)")
+        elif v["verdict"] == "inherited":
+            why.append(f"{w} inherited it (exact on its own inputs, {v['total_n_diff']} "
+                       f"elements, max {v['total_max_ulp']} ulp from the reference's step)")
+    wa, wb = _WIDTH.get(o["dtype_a"]), _WIDTH.get(o["dtype_b"])
+    if o["dtype_a"] != o["dtype_b"] and wa and wb and wa != wb:
+        narrow = "A" if wa < wb else "B"
+        if narrow not in left:
+            left.append(narrow)
+        why.insert(0, f"{narrow} computes in {o['dtype_a'] if narrow == 'A' else o['dtype_b']}"
+                      f" where {'B' if narrow == 'A' else 'A'} computes in "
+                      f"{o['dtype_b'] if narrow == 'A' else o['dtype_a']}")
+    # inputs that differ: where they come from
+    ins_a, ins_b = inputs_of(a, ia), inputs_of(b, ib)
+    inputs = []
+    made_a, made_b = _producers(a), _producers(b)
+    for k, (xa, xb) in enumerate(zip(ins_a, ins_b, strict=False)):
+        d = _same(a, xa, b, xb)
+        if d is None:
+            continue
+        src_b = _origin(b, xb, made_b, only_b, "B")
+        src_a = _origin(a, xa, made_a, only_a, "A")
+        inputs.append({"input": k, "value_a": xa, "value_b": xb, "why": d["why"],
+                       "from_a": src_a, "from_b": src_b})
+    if not left:
+        left_s = "neither"
+        if inputs:
+            x = inputs[0]
+            why.append(f"both are exact on their own inputs; input {x['input']} differs "
+                       f"({x['why']}): {x['from_b'] if 'only' in x['from_b'] else x['from_a']}")
+        else:
+            why.append(f"no verdict tells (A: {va['verdict']}, B: {vb['verdict']})")
+    else:
+        left_s = "both" if len(left) == 2 else left[0]
+    return {"left": left_s, "verdict_a": va["verdict"], "verdict_b": vb["verdict"],
+            "cause": "; ".join(why), "inputs_differ": inputs}
+
+
+def _settings_differ(a: Capture, b: Capture) -> list[dict]:
+    out = []
+    skip = {"devices"}
+    for k in sorted(set(a.settings) | set(b.settings)):
+        if k in skip:
+            continue
+        x, y = a.settings.get(k), b.settings.get(k)
+        if x != y:
+            out.append({"setting": k, "a": x, "b": y})
+    fa, fb = a.meta.get("applied") or {}, b.meta.get("applied") or {}
+    for k in sorted(set(fa) | set(fb)):
+        if fa.get(k) != fb.get(k):
+            out.append({"setting": f"applied {k}", "a": fa.get(k), "b": fb.get(k)})
+    return out
+
+
+def pair(a: Capture, b: Capture, *, explain: bool = False,
+         judged: tuple[dict, dict] | None = None,
+         advance: Callable[[], None] | None = None) -> dict:
+    """A against B and each against the reference: the JSON report (``a``, ``b``: each run's
+    judgement summary; ``alignment``; ``parted``; ``first_parted``; ``agree``)."""
+    t0 = time.perf_counter()
+    if judged is None:
+        ra = judge(a, explain=explain, advance=advance)
+        rb = judge(b, explain=explain, advance=advance)
+    else:
+        ra, rb = judged
+    t1 = time.perf_counter()
+    al = align(a, b)
+    parted = compare(a, b, al["pairs"])
+    only_a, only_b = set(al["only_a"]), set(al["only_b"])
+    first = None
+    for p in parted:
+        p["op_a"], p["op_b"] = _brief_op(a, p["a"]), _brief_op(b, p["b"])
+        for o in p["outputs"]:
+            o["verdict_a"] = _verdict(ra, p["a"], o["output"])["verdict"]
+            o["verdict_b"] = _verdict(rb, p["b"], o["output"])["verdict"]
+    if parted:
+        p = parted[0]
+        first = {"a": p["a"], "b": p["b"], "op": p["op_a"]["op"], "module": p["op_a"]["module"],
+                 "phase": p["op_a"]["phase"], "step": p["op_a"]["step"],
+                 "source_a": p["op_a"]["source"], "source_b": p["op_b"]["source"],
+                 "outputs": p["outputs"],
+                 **_left(a, b, ra, rb, p, only_a, only_b)}
+    losses = []
+    for s in range(1, max(a.steps, b.steps) + 1):
+        la = ra["losses"][s - 1] if s <= len(ra["losses"]) else None
+        lb = rb["losses"][s - 1] if s <= len(rb["losses"]) else None
+        losses.append({"step": s, "a": None if la is None else la["recorded"],
+                       "b": None if lb is None else lb["recorded"],
+                       "reference_a": None if la is None else la["reference"],
+                       "reference_b": None if lb is None else lb["reference"]})
+
+    def summary(r: dict, cap: Capture) -> dict:
+        return {"capture": cap.path, "steps": cap.steps, "n_ops": cap.n_ops,
+                "exact": r["exact"], "counts": r["counts"],
+                "first_divergence": r["first_divergence"],
+                "introduced": r["introduced"][:20], "n_introduced": len(r["introduced"]),
+                "no_reference": r["no_reference"], "settings": cap.settings,
+                "judge_seconds": r["judge_seconds"]}
+
+    def shown(cap: Capture, idx: list[int]) -> list[dict]:
+        return [_brief_op(cap, i) for i in idx[:_SHOW]]
+
+    agree = not parted
+    return {
+        "a": summary(ra, a), "b": summary(rb, b), "agree": agree,
+        "settings_differ": _settings_differ(a, b),
+        "alignment": {"matched": len(al["pairs"]), "only_a": len(al["only_a"]),
+                      "only_b": len(al["only_b"]), "first_only_a": shown(a, al["only_a"]),
+                      "first_only_b": shown(b, al["only_b"]), "segments": al["segments"]},
+        "first_parted": first, "n_parted": len(parted), "parted": parted[:200],
+        "losses": losses,
+        "seconds": {"judge": round(t1 - t0, 3), "align_compare": round(time.perf_counter() - t1,
+                                                                        3)},
+        "reports": (ra, rb),
+    }
