@@ -76,13 +76,20 @@ def _ours_or_library(path: str) -> bool:
 
 
 def _user_frame(e: BaseException) -> tuple[str, int] | None:
-    """The innermost frame of the user's own code (a workload script) in the exception chain."""
+    """The innermost frame of the user's own code (a workload script) in the exception chain, or
+    where the op that poisoned a tape was recorded (``TapeError.recorded_at``)."""
     for x in _chain(e):
         tb: TracebackType | None = x.__traceback__
         found = None
         for frame, line in traceback.walk_tb(tb):
             if not _ours_or_library(frame.f_code.co_filename):
                 found = (frame.f_code.co_filename, line)
+        if found is not None:
+            return found
+        # a poisoned tape raises at the episode's end: where the bad op was recorded
+        for path, line in getattr(x, "recorded_at", ()):
+            if not _ours_or_library(path):
+                found = (path, line)
         if found is not None:
             return found
     return None

@@ -143,7 +143,10 @@ def _introduced(data: dict) -> str:
 def _cause(e: dict) -> str:
     from app.commands.parity import cause_text
 
-    return f"{e['cause']}: {cause_text(e)}" if e.get("explain") else "-"
+    if not e.get("explain"):
+        return "-"
+    # cause_text already starts "unknown (closest ...)" for an unexplained one
+    return cause_text(e) if e["cause"] == "unknown" else f"{e['cause']}: {cause_text(e)}"
 
 
 def _against(data: dict) -> str:
@@ -199,14 +202,30 @@ def _fusion(plan: dict | None) -> str:
             f"</th></tr>{segs}</table></section>")
 
 
+def _settings(c: dict) -> dict:
+    """The candidate's settings that change its bits: a replay's fuse and math, a torch run's
+    threads, TF32, determinism and optimizer (a torch run has no fused plan and no refmath: its
+    report said ``fuse False``, ``math refmath``)."""
+    dev = str(c.get("device") or "")
+    if dev != "torch" and not dev.startswith("torch:"):
+        return {"fuse": c["fuse"], "dtype": c["dtype"], "math (candidate)": c["math"]}
+    tf32 = c.get("tf32")
+    return {"dtype": c["dtype"],
+            "torch threads": c.get("torch_threads") or "PyTorch's default",
+            "tf32": "PyTorch's default" if tf32 is None else ("on" if tf32 else "off"),
+            "deterministic algorithms": "on" if c.get("deterministic") else "off",
+            "optimizer": ("torch.optim" if c.get("torch_optimizer") == "torch"
+                          else "the tape's update in torch ops"),
+            "math (candidate)": "PyTorch's own kernels and libm"}
+
+
 def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
     """The report page from its data and two PNG pictures."""
     v = data["verdict"]
     c = data["config"]
     cfg = {"workload": c["workload"], "reference": data["reference"],
-           "candidate": data["candidate"], "device": c["device"], "fuse": c["fuse"],
-           "dtype": c["dtype"], "math (candidate)": c["math"], "compare": c["compare"],
-           "seed": c["seed"], "steps": v["steps"],
+           "candidate": data["candidate"], "device": c["device"], **_settings(c),
+           "compare": c["compare"], "seed": c["seed"], "steps": v["steps"],
            "steps per second": f"{data.get('steps_per_s', 0):.2f}"}
     legend = (f"<p class=legend><span><span class=sw style='background:{EXACT_COLOR}'></span>"
               "bit-exact</span><span><span class=sw style='background:#f59e0b'></span>1 ulp"

@@ -8,6 +8,7 @@ reverse id order; a node's inputs in input order), which is the order device ker
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -25,6 +26,18 @@ _F32 = np.dtype(np.float32)
 
 class TapeError(RuntimeError):
     """A tape operation failed: a poisoned tape, a foreign Var, a bad leaf."""
+
+    #: a poisoned tape's error: where the op that poisoned it was recorded, outermost first
+    #: ((file, line) pairs): the error is raised later (at the end of the episode), so its own
+    #: traceback does not reach the user's line; ``tapescope`` names it from these
+    recorded_at: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def poisoned(cls, tape: Tape, message: str) -> TapeError:
+        """``message`` about ``tape``'s poison, carrying where it was recorded."""
+        e = cls(message)
+        e.recorded_at = tape.error_frames
+        return e
 
 
 class Node(NamedTuple):
@@ -218,6 +231,7 @@ class Tape:
         self._scope: list[str] = []
         self.ok = True
         self.error: str | None = None
+        self.error_frames: tuple[tuple[str, int], ...] = ()  # (file, line), outermost first
         self._error_at: int | None = None
 
     # ---- inspection -------------------------------------------------------------------------
@@ -263,7 +277,7 @@ class Tape:
 
     def _check_id(self, i: int) -> None:
         if i < 0:
-            raise TapeError(f"this Var came from a poisoned tape: {self.error}")
+            raise TapeError.poisoned(self, f"this Var came from a poisoned tape: {self.error}")
         if i >= len(self._nodes):
             raise TapeError(f"node {i} does not exist (the tape has {len(self._nodes)} nodes;"
                             " was it reset past this node?)")
@@ -422,6 +436,12 @@ class Tape:
         self.ok = False
         self.error = message
         self._error_at = len(self._nodes)
+        frames = []  # where the op was recorded (a workload's line): only on this error path
+        f = sys._getframe(2)
+        while f is not None:
+            frames.append((f.f_code.co_filename, f.f_lineno))
+            f = f.f_back
+        self.error_frames = tuple(reversed(frames))
 
     # ---- minibatch pattern ------------------------------------------------------------------
     def mark(self) -> Mark:
@@ -437,6 +457,7 @@ class Tape:
         self._params = [p for p in self._params if p < n]
         if not self.ok and self._error_at is not None and self._error_at >= n:
             self.ok, self.error, self._error_at = True, None, None
+            self.error_frames = ()
 
     # ---- backward ---------------------------------------------------------------------------
     def backward(self, loss: Var, seed: float = 1.0) -> None:
@@ -451,7 +472,7 @@ class Tape:
 
     def _sweep(self, loss: Var, events: bool, seed: float = 1.0) -> Iterator[BackwardStep]:
         if not self.ok:
-            raise TapeError(self.error)
+            raise TapeError.poisoned(self, str(self.error))
         li = self._id(loss)
         if self._nodes[li].size != 1:
             raise TapeError(f"backward needs a scalar loss; node {li} "

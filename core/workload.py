@@ -66,7 +66,7 @@ class Workload:
         self.inputs = {name: self.tape.const(a, name=name) for name, a in data.items()}
         self.loss = self.episode(self.inputs)
         if not self.tape.ok:
-            raise TapeError(f"workload {self.name}: {self.tape.error}")
+            raise TapeError.poisoned(self.tape, f"workload {self.name}: {self.tape.error}")
         return self.loss
 
     def train(self, steps: int, on_step: Callable[[int, float], None] | None = None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.parity import entry_differs
+from core.parity import entry_differs, entry_worst
 
 __all__ = ["Against"]
 
@@ -129,9 +129,21 @@ class Against:
 
         a_causes, causes_b = causes(a_introduced), causes(self.introduced)
         a_intro = set(a_causes)
-        ids = sorted(i for i in self.per_node if entry_differs(self.per_node[i])
-                     or entry_differs(a_nodes.get(i, self.per_node[i]))
-                     or entry_differs(self.between.get(i, self.per_node[i])))
+        from app.commands.parity_table import AGAINST_ROWS, cut_notice, table_order
+
+        differ = [i for i in self.per_node if entry_differs(self.per_node[i])
+                  or entry_differs(a_nodes.get(i, self.per_node[i]))
+                  or entry_differs(self.between.get(i, self.per_node[i]))]
+
+        def worst(i: int) -> tuple:  # the worst of A, B and A-B; a NaN mismatch first
+            w = [entry_worst(d) for d in (a_nodes.get(i), self.per_node.get(i),
+                                          self.between.get(i)) if d]
+            return (0, 0) if any(x < 0 for x in w) else (1, -max(w, default=0))
+
+        # the nodes A or B introduced error at first, then the worst inherited
+        ids = table_order(differ, sorted(a_introduced + self.introduced,
+                                         key=lambda e: e["step"]),
+                          {i: worst(i) for i in differ})
 
         def ulp(d: dict | None) -> str:
             return "-" if d is None else str(d["max_ulp"]) if d["n_diff"] else "0"
@@ -148,12 +160,14 @@ class Against:
               "(value, grad), and A against B")
         print(f"{'node':>5} {'op':<14} {'A val':>6} {'A grad':>6} {'A':<15} {'B val':>6} "
               f"{'B grad':>6} {'B':<15} {'A-B val':>7} {'A-B grad':>8}")
-        for i in ids[:20]:
+        for i in ids[:AGAINST_ROWS]:
             n = self.per_node[i]
             ab = self.between.get(i)
             print(f"{i:>5} {n['op']:<14} {side(i, a_nodes, a_causes, a_intro)} "
                   f"{side(i, self.per_node, causes_b, b_intro)} "
                   f"{ulp(ab['value'] if ab else None):>7} {ulp(ab['grad'] if ab else None):>8}")
+        if len(ids) > AGAINST_ROWS:
+            print(cut_notice(len(ids) - AGAINST_ROWS))
         apart = [i for i, e in self.between.items() if entry_differs(e)]
         where = "never" if self.first_apart is None else (
             f"first at step {self.first_apart['step']} node #{self.first_apart['node']} "

@@ -137,9 +137,11 @@ def check_gpu() -> tuple[str, str, str]:
 def check_torch() -> tuple[str, str, str]:
     v = _dist("torch")
     if v is None:
-        return (OPTIONAL, "PyTorch not installed", "only for the PyTorch benchmarks and "
-                "exporting your own models to ONNX: pip install torch")
-    return OK, f"PyTorch {v}", ""
+        return (OPTIONAL, "PyTorch not installed", "for PyTorch as a candidate (--device torch), "
+                "`tapescope capture` of your own training script, the PyTorch benchmarks and "
+                "exporting models to ONNX: pip install torch")
+    return OK, (f"PyTorch {v}: a candidate (--device torch, --against torch) and `tapescope "
+                "capture`"), ""
 
 
 CHECKS: list[tuple[str, Callable[[], tuple[str, str, str]]]] = [

@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import os
 
+    from app.commands.parity_table import loss_text, other_loss_text, print_nodes
     from app.commands.worker import timeouts as worker_timeouts
     from app.pairs import open_pair
     from app.runs import SessionConfig
@@ -212,9 +213,10 @@ def run(args: argparse.Namespace) -> int:
             if first_introduced is None and (not r.exact or intro):
                 first_introduced = intro
             rb = None if against is None else against.step(r, _fold, introduced_entries)
-            print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  device {r.loss_cand:.9g}  "
+            print(f"step {r.step:4d}  {loss_text(r.loss_ref, r.loss_cand, cfg.dtype)}  "
                   f"{'exact' if r.exact else 'DIFFERS'}"
-                  + ("" if rb is None else f"  against {rb.loss_cand:.9g}  "
+                  + ("" if rb is None else
+                     f"  against {other_loss_text(r.loss_ref, rb.loss_cand, cfg.dtype)}  "
                      f"{'exact' if rb.exact else 'DIFFERS'}"), flush=True)
     # the trained parameters after the last update (each step compares them before its own)
     params = runner.compare_params().to_json()
@@ -233,18 +235,7 @@ def run(args: argparse.Namespace) -> int:
               "introduced": introduced, "kernels_introduced": kernels,
               "inject": None if inj is None else inj.label(), "dtype": cfg.dtype,
               "losses": losses}
-    causes: dict[int, str] = {}  # --explain: per node, its first introduced array's cause
-    for e in introduced:
-        if "cause" in e:
-            causes.setdefault(e["node"], e["cause"])
-    print(f"{'node':>5} {'op':<14} {'name':<28} {'value diff':>11} {'ulp':>6} "
-          f"{'grad diff':>10} {'ulp':>6}" + (f" {'cause':<13}" if explain else ""))
-    for n in bad[:15]:
-        g = n["grad"] or {"n_diff": 0, "max_ulp": 0}
-        print(f"{n['id']:>5} {n['op']:<14} {(n['name'] or '')[:28]:<28} "
-              f"{n['value']['n_diff']:>11} {n['value']['max_ulp']:>6} {g['n_diff']:>10} "
-              f"{g['max_ulp']:>6}"
-              + (f" {causes.get(n['id'], 'inherited'):<13}" if explain else ""))
+    print_nodes(bad, introduced, explain)  # introduced first, then the worst inherited
     nan_bits = sum(s["nan_bits_differ"] for n in nodes for s in (n["value"], n["grad"]) if s)
     print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device_kind}: "
           f"{'bit-identical' if exact else f'{len(bad)} nodes differ'}; first divergence: "
