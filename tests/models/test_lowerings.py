@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from core import ops
@@ -108,8 +110,10 @@ def test_where_with_a_condition_computed_on_the_tape_says_what_works():
     assert "Greater" in str(e.value) or "Where" in str(e.value)
 
 
-@pytest.mark.parametrize("shape", [(6, 5), (2, 5, 3)])
+@pytest.mark.parametrize("shape", [(6, 5), (2, 5, 3), (2, 5, 3, 4), (3, 5, 2, 4, 3)])
 def test_softmax_cross_entropy_is_the_executor_bit_for_bit(shape):
+    # rank >= 4 with distinct extents: at rank 2 and 3 the inverse of the permutation that
+    # moves the classes last is the permutation itself, so a wrong one cannot show there
     rng = np.random.default_rng(2)
     x = rng.standard_normal(shape)
     lab_shape = (shape[0],) + shape[2:]
@@ -190,6 +194,50 @@ def test_layer_normalization_is_the_row_op_and_the_executor_bit_for_bit(axis, sh
     assert np.any(tape.grad(imp.params["s"]) != 0)
 
 
+@pytest.mark.parametrize("axis, shape", [(-1, (3, 4, 5)), (1, (3, 4, 5)), (2, (2, 3, 4, 5)),
+                                         (-3, (2, 3, 4, 5))])
+def test_layer_normalization_with_mean_and_inv_std_dev_is_the_executor_bit_for_bit(axis, shape):
+    # the optional outputs requested (issue 48): the composite path, whose Mean and InvStdDev
+    # no test read: a variance over n - 1 would change all three outputs
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape) * 3 + 1
+    sc = rng.standard_normal(shape[axis:])
+    m = _model([helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"],
+                                 axis=axis, epsilon=1e-3)],
+               {"x": x}, ["y", "mean", "inv"], [("s", sc), ("b", sc * 0.5)], opset=17)
+    want, imp, tape = _both(m, {"x": x})
+    for o in ("y", "mean", "inv"):
+        got = np.asarray(imp.outputs[o].value)
+        assert got.shape == want[o].shape and got.tobytes() == want[o].tobytes(), o
+    # the statistics are the population ones of each normalized block
+    ax = tuple(range(axis % len(shape), len(shape)))
+    np.testing.assert_allclose(imp.outputs["mean"].value, x.mean(ax, keepdims=True), rtol=1e-13)
+    np.testing.assert_allclose(imp.outputs["inv"].value,
+                               1 / np.sqrt(x.var(ax, keepdims=True) + float(np.float32(1e-3))),
+                               rtol=1e-13)  # (an attribute's float is a float32)
+    tape.backward(ops.sum(imp.outputs["y"]))
+    assert np.any(tape.grad(imp.params["s"]) != 0)
+
+
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple),
+       axis=st.integers(-4, 3), outs=st.sampled_from([("y",), ("y", "mean"), ("y", "", "inv"),
+                                                      ("y", "mean", "inv")]),
+       seed=st.integers(0, 99))
+@settings(max_examples=25, deadline=None)
+def test_layer_normalization_any_axis_any_outputs_is_the_executor(shape, axis, outs, seed):
+    axis = axis % len(shape)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape) * 2 - 1
+    sc = rng.standard_normal(shape[axis:])
+    names = [o for o in outs if o]
+    m = _model([helper.make_node("LayerNormalization", ["x", "s"], list(outs), axis=axis)],
+               {"x": x}, names, [("s", sc)], opset=17)
+    want, imp, _ = _both(m, {"x": x})
+    for o in names:
+        got = np.asarray(imp.outputs[o].value)
+        assert got.shape == want[o].shape and got.tobytes() == want[o].tobytes(), o
+
+
 @pytest.mark.parametrize("axis, shape, opset", [(-1, (4, 6), 13), (1, (2, 5, 3), 13),
                                                  (1, (2, 3, 4), 11), (0, (5, 4), 13)])
 def test_log_softmax_is_the_row_op_and_the_executor_bit_for_bit(axis, shape, opset):
@@ -219,3 +267,21 @@ def test_log_softmax_is_the_row_op_and_the_executor_bit_for_bit(axis, shape, ops
     p /= p.sum(a, keepdims=True)
     want_g = (flat[1] - p * flat[1].sum(a, keepdims=True)).reshape(shape)
     np.testing.assert_allclose(tape.grad(imp.params["x"]), want_g, rtol=1e-9, atol=1e-12)
+
+
+# ---- the classes axis moved last at any rank (issue 48) ---------------------------------------
+
+@given(classes=st.integers(2, 5), n=st.integers(1, 3),
+       spatial=st.lists(st.integers(1, 4), max_size=3), op=st.sampled_from(
+           ["SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"]), seed=st.integers(0, 99))
+@example(classes=3, n=2, spatial=[4, 5], op="SoftmaxCrossEntropyLoss", seed=0)
+@example(classes=3, n=2, spatial=[4, 5], op="NegativeLogLikelihoodLoss", seed=0)
+@settings(max_examples=25, deadline=None)
+def test_losses_over_classes_at_axis_1_are_the_executor_at_any_rank(classes, n, spatial, op,
+                                                                    seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, classes, *spatial))
+    lab = rng.integers(0, classes, (n, *spatial)).astype(np.int64)
+    m = _model([helper.make_node(op, ["x", "t"], ["y"])], {"x": x, "t": lab}, ["y"])
+    want, imp, _ = _both(m, {"x": x, "t": lab})
+    assert np.asarray(imp.outputs["y"].value).tobytes() == want["y"].tobytes()
