@@ -3,7 +3,8 @@
 ``sys.path[0]`` as the script expects), unmodified.
 
 Started as ``python -c BOOTSTRAP SCRIPT-OR-MODULE ARGS...`` with the settings in the environment
-variable ``TAPESCOPE_CAPTURE`` (JSON: out, steps, max_bytes, hashes_only, module, fd), which is
+variable ``TAPESCOPE_CAPTURE`` (JSON: out, steps, max_bytes, hashes_only, module, fd, apply:
+the settings to flip first, app/capture/flip.py), which is
 removed before the script runs. Events go to the parent on the pipe ``fd`` (one JSON object a
 line: ``step``, ``written``, ``error``, ``none``), never on the script's own stdout/stderr.
 """
@@ -41,6 +42,10 @@ def main() -> None:
     from app.capture.recorder import Recorder
 
     meta = {"argv": sys.argv[1:], "module": cfg.get("module", False), "cwd": os.getcwd()}
+    if cfg.get("apply"):  # capture --set / sweep: settings flipped before the script runs
+        from app.capture.flip import apply
+
+        meta["applied"] = apply(cfg["apply"])
 
     def done(rec: Recorder) -> None:
         n = rec.steps_done()

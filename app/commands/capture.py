@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "Judge the file with `tapescope parity --capture FILE`. Exit 0 written, 2 "
                     "bad input, the script failed, or no step recorded.",
         usage="tapescope capture --out FILE [--steps N] [--max-bytes N] [--hashes-only] "
-              "-- python train.py ARGS...")
+              "[--set NAME=VALUE] -- python train.py ARGS...")
     p.add_argument("--out", metavar="FILE", help="the capture file to write (required)")
     p.add_argument("--steps", type=positive_int, default=2,
                    help="optimizer steps to record (a step ends at each optimizer.step())")
@@ -45,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "each value beyond")
     p.add_argument("--hashes-only", action="store_true",
                    help="store no values, a SHA-256 of each (cheapest; cannot be judged)")
+    p.add_argument("--set", action="append", default=None, metavar="NAME[=VALUE]",
+                   dest="flip", help="flip a setting in the script's process before it runs "
+                   "(threads=N, deterministic, autocast[=bfloat16], matmul=high); repeatable "
+                   "(tapescope sweep uses it)")
     p.add_argument("script_command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT ARGS",
                    help="the command that trains, after --")
     p.set_defaults(func=run)
@@ -110,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = {"out": os.path.abspath(args.out), "steps": args.steps,
            "max_bytes": DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes,
            "hashes_only": args.hashes_only, "module": module, "fd": wfd}
+    if getattr(args, "flip", None):
+        from app.capture.flip import parse
+
+        cfg["apply"] = dict(parse(t) for t in args.flip)
     env = dict(os.environ)
     env[ENV] = json.dumps(cfg)
     events: list[dict] = []
@@ -117,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
     with progress(f"capturing {os.path.basename(target)}", total=args.steps) as bar:
         try:
             child = subprocess.Popen([python, *opts, "-c", code(_ROOT), target, *rest], env=env,
-                                     pass_fds=(wfd,))
+                                     pass_fds=(wfd,), stdout=getattr(args, "child_out", None),
+                                     stderr=getattr(args, "child_out", None))
         except OSError as e:
             os.close(rfd)
             raise ValueError(f"cannot start {python}: {e.strerror or e}") from None

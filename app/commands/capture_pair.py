@@ -16,11 +16,15 @@ def _short(source: str) -> str:
     return f"{os.path.basename(path)}:{line}" if path else source
 
 
+_SHORT = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
 def _run_line(tag: str, s: dict) -> str:
-    st = s["settings"]
+    st, ap = s["settings"], s.get("applied") or {}
+    ac = ap.get("autocast") or ("on" if st.get("autocast_cpu") else "off")
     return (f"{tag} {s['capture']}: {s['steps']} steps, {s['n_ops']} ops; torch "
-            f"{st.get('torch')}, {st.get('threads')} threads, "
-            f"autocast {'on' if st.get('autocast_cpu') else 'off'}")
+            f"{st.get('torch')}, {st.get('threads')} threads, autocast {ac}"
+            + (", deterministic" if st.get("deterministic") else ""))
 
 
 def _verdict_line(tag: str, s: dict) -> str:
@@ -68,7 +72,7 @@ def print_pair(rep: dict, explain: bool = False) -> None:
             e = p["op_a"]
             nd = "?" if o["n_diff"] is None else o["n_diff"]
             ulp = o["max_ulp"] if o["dtype_a"] == o["dtype_b"] else \
-                f"{o['dtype_a'][:4]}|{o['dtype_b'][:4]}"
+                f"{_SHORT.get(o['dtype_a'], o['dtype_a'])}|{_SHORT.get(o['dtype_b'], o['dtype_b'])}"
             print(f"{e['step']:>4} {p['a']:>6} {p['b']:>6} {e['phase']:<9} {e['op'][:34]:<34} "
                   f"{(e['module'] or '')[-22:]:<22} {nd:>7} {ulp!s:>10}  "
                   f"{o['verdict_a']:<11} {o['verdict_b']:<11}")
@@ -77,7 +81,9 @@ def print_pair(rep: dict, explain: bool = False) -> None:
                   f"{len(parted)})")
     f = rep["first_parted"]
     if f is None:
-        print(f"A and B: bit-identical on every matched op ({al['matched']} ops)")
+        extra = al["only_a"] + al["only_b"]
+        print(f"A and B: bit-identical on every matched op ({al['matched']} ops"
+              + (f"; {extra} ops of one run only, not compared)" if extra else ")"))
         return
     o = f["outputs"][0]
     print(f"first parted: step {f['step']} A#{f['a']} / B#{f['b']} {f['op']} "

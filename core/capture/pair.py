@@ -233,16 +233,14 @@ def _left(a: Capture, b: Capture, ra: dict, rb: dict, first: dict,
         src_a = _origin(a, xa, made_a, only_a, "A")
         inputs.append({"input": k, "value_a": xa, "value_b": xb, "why": d["why"],
                        "from_a": src_a, "from_b": src_b})
-    if not left:
-        left_s = "neither"
-        if inputs:
-            x = inputs[0]
-            why.append(f"both are exact on their own inputs; input {x['input']} differs "
-                       f"({x['why']}): {x['from_b'] if 'only' in x['from_b'] else x['from_a']}")
-        else:
-            why.append(f"no verdict tells (A: {va['verdict']}, B: {vb['verdict']})")
-    else:
-        left_s = "both" if len(left) == 2 else left[0]
+    if inputs:
+        x = inputs[0]
+        src = x["from_b"] if "only" in x["from_b"] or "only" not in x["from_a"] else x["from_a"]
+        why.append(("both are exact on their own inputs; " if not left else "")
+                   + f"input {x['input']} differs ({x['why']}): {src}")
+    elif not left:
+        why.append(f"no verdict tells (A: {va['verdict']}, B: {vb['verdict']})")
+    left_s = "neither" if not left else ("both" if len(left) == 2 else left[0])
     return {"left": left_s, "verdict_a": va["verdict"], "verdict_b": vb["verdict"],
             "cause": "; ".join(why), "inputs_differ": inputs}
 
@@ -306,6 +304,7 @@ def pair(a: Capture, b: Capture, *, explain: bool = False,
                 "first_divergence": r["first_divergence"],
                 "introduced": r["introduced"][:20], "n_introduced": len(r["introduced"]),
                 "no_reference": r["no_reference"], "settings": cap.settings,
+                "applied": cap.meta.get("applied") or {},
                 "judge_seconds": r["judge_seconds"]}
 
     def shown(cap: Capture, idx: list[int]) -> list[dict]:

@@ -1,0 +1,183 @@
+"""``tapescope parity --capture A --against B``: two captures of one zoo script, one arbiter
+(issue 43 item 1; core/capture/pair.py, app/commands/capture_pair.py).
+
+The zoo's MLP (tests/capture/zoo/mlp_pkg) is captured as a user writes it, once per setting:
+plain, 1 and 2 threads and CPU bfloat16 autocast (``capture --set``: the child flips the setting
+before the script runs), with a relu kernel planted one ulp off (zoo/planted.py) and with an
+extra ``clone`` (zoo/extra_clone.py). Each pair must part where the difference enters and name
+the run that left the reference; ops of one run only must be aligned around and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from core.capture.file import Capture, load  # noqa: E402
+from core.capture.judge import reference_available  # noqa: E402
+from core.capture.pair import align, pair  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+ZOO = Path(__file__).resolve().parent / "zoo"
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
+PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "dot", "convolution", "linear", "sum",
+            "mean", "_foreach_norm", "linalg_vector_norm")
+
+pytestmark = pytest.mark.skipif(not reference_available(), reason="no aten reference table")
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=ZOO, env=ENV,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("pair")
+    mlp = ["-m", "mlp_pkg.train", "--steps", "2"]
+    spec = {"plain": ([], mlp), "t1": (["--set", "threads=1"], mlp),
+            "t2": (["--set", "threads=2"], mlp), "bf16": (["--set", "autocast"], mlp),
+            "planted": ([], ["planted.py", "mlp_pkg/train.py", "--steps", "2"]),
+            "clone": ([], ["extra_clone.py", "mlp_pkg/train.py", "--steps", "2"])}
+    out = {}
+    for name, (flags, argv) in spec.items():
+        f = d / f"{name}.capture"
+        p = cli("capture", "--out", str(f), *flags, "--", "python", *argv)
+        assert p.returncode == 0, p.stderr[-3000:]
+        out[name] = f
+    return out
+
+
+def parity(a: Path, b: Path, tmp_path: Path, *more: str) -> tuple[subprocess.CompletedProcess,
+                                                                   dict]:
+    js = tmp_path / "pair.json"
+    p = cli("parity", "--capture", str(a), "--against", str(b), "--json", str(js), *more)
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    return p, json.loads(js.read_text())
+
+
+def test_one_thread_against_two(runs, tmp_path):
+    p, rep = parity(runs["t1"], runs["t2"], tmp_path)
+    assert {"setting": "threads", "a": 1, "b": 2} in rep["settings_differ"]
+    assert rep["alignment"]["only_a"] == rep["alignment"]["only_b"] == 0
+    if p.returncode == 0:  # the same bits: every matched op, and the losses
+        assert rep["agree"] and rep["first_parted"] is None and rep["n_parted"] == 0
+        assert all(e["a"] == e["b"] for e in rep["losses"])
+        assert "bit-identical on every matched op" in p.stdout
+    else:  # parted: at a product (a sum whose order follows the threads), with its cause
+        f = rep["first_parted"]
+        assert f["op"].split(".")[1] in PRODUCTS, f
+        assert f["left"] in ("A", "B", "both") and f["cause"], f
+
+
+def test_autocast_parts_at_the_first_autocast_op(runs, tmp_path):
+    p, rep = parity(runs["plain"], runs["bf16"], tmp_path)
+    assert p.returncode == 1
+    f = rep["first_parted"]
+    assert f["module"] == "MLP.fc1" and f["step"] == 1 and f["phase"] == "forward", f
+    o = f["outputs"][0]
+    assert (o["dtype_a"], o["dtype_b"]) == ("float32", "bfloat16")
+    assert f["left"] == "B" and "B computes in bfloat16" in f["cause"], f
+    # autocast's casts are B's own ops: unmatched, named, and the cause's origin
+    assert rep["alignment"]["only_b"] > 0
+    assert any(e["op"] == "aten._to_copy.default" for e in rep["alignment"]["first_only_b"])
+    assert "aten._to_copy.default" in f["cause"] and "an op of B only" in f["cause"]
+    assert rep["b"]["applied"] == {"autocast": "bfloat16"}
+    # nothing of the MLP parts before fc1: relu and the scaling matched, the same bits
+    a = load(runs["plain"])
+    assert a.ops["module"][:f["a"]].count("MLP.act") >= 1
+    assert "first parted: step 1" in p.stdout and "left the reference there: B" in p.stdout
+
+
+@pytest.mark.parametrize("planted_is", ["B", "A"])
+def test_planted_kernel_is_the_run_that_left(runs, tmp_path, planted_is):
+    a, b = (runs["plain"], runs["planted"]) if planted_is == "B" else \
+        (runs["planted"], runs["plain"])
+    p, rep = parity(a, b, tmp_path, "--explain")
+    assert p.returncode == 1
+    f = rep["first_parted"]
+    assert f["op"] == "aten.relu.default" and f["module"] == "MLP.act", f
+    assert f["left"] == planted_is, f
+    clean = "A" if planted_is == "B" else "B"
+    assert f[f"verdict_{planted_is.lower()}"] == "introduced"
+    assert f[f"verdict_{clean.lower()}"] == "exact"
+    o = f["outputs"][0]
+    assert (o["n_diff"], o["max_ulp"]) == (1, 1)
+    assert f"{planted_is}'s kernel introduced it" in f["cause"]
+    assert rep["alignment"]["only_a"] == rep["alignment"]["only_b"] == 0
+
+
+def test_an_op_of_one_run_only_is_aligned_around(runs, tmp_path):
+    p, rep = parity(runs["plain"], runs["clone"], tmp_path)
+    al = rep["alignment"]
+    a, b = load(runs["plain"]), load(runs["clone"])
+    assert b.n_ops == a.n_ops + 2  # one clone per step
+    assert al["matched"] == a.n_ops and al["only_a"] == 0 and al["only_b"] == 2
+    assert [e["op"] for e in al["first_only_b"]] == ["aten.clone.default"] * 2
+    assert [e["step"] for e in al["first_only_b"]] == [1, 2]
+    # the ops after the clone are matched to their own (shifted by one in B)
+    res = align(a, b)
+    shifted = [(i, j) for i, j in res["pairs"] if j == i + 1]
+    assert shifted and all(a.ops["op"][i] == b.ops["op"][j] for i, j in res["pairs"])
+    assert p.returncode == 0 and rep["agree"], p.stdout
+    assert "2 ops of one run only, not compared" in p.stdout
+
+
+def test_a_capture_against_itself_agrees(runs, tmp_path):
+    p, rep = parity(runs["plain"], runs["plain"], tmp_path)
+    assert p.returncode == 0 and rep["agree"] and rep["settings_differ"] == []
+    assert rep["alignment"]["matched"] == load(runs["plain"]).n_ops
+
+
+def test_bad_inputs_are_one_line(runs, tmp_path):
+    for argv, want in ((["parity", "--capture", str(runs["plain"]), "--against",
+                         str(tmp_path / "nope.capture")], "no such capture file"),
+                       (["parity", "--against", str(runs["plain"])], "not a candidate")):
+        p = cli(*argv)
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        assert p.returncode == 2 and len(lines) == 1 and want in lines[0], p.stderr
+        assert lines[0].startswith("tapescope parity: ")
+    junk = tmp_path / "junk.capture"
+    junk.write_bytes(b"not a capture")
+    p = cli("parity", "--capture", str(runs["plain"]), "--against", str(junk))
+    assert p.returncode == 2 and "Traceback" not in p.stderr and str(junk) in p.stderr
+
+
+def _toy(ops: list[tuple[str, str]]) -> Capture:
+    """A capture of one forward step: each op one float32 output of shape (2,)."""
+    n = len(ops)
+    arrays = [np.full(2, i, np.float32) for i in range(n)]
+    from core.capture.file import digest
+
+    return Capture(path="toy", steps=1,
+                   ops={"op": [o for o, _ in ops], "module": [m for _, m in ops],
+                        "phase": ["forward"] * n, "step": [1] * n, "source": [""] * n,
+                        "args": [[] for _ in ops], "kwargs": [{} for _ in ops],
+                        "outputs": [[i] for i in range(n)]},
+                   dtypes=["float32"] * n, shapes=[(2,)] * n,
+                   digests=[digest(x) for x in arrays], arrays=arrays, losses=[-1],
+                   initial={}, settings={})
+
+
+def test_a_fused_kernel_against_its_pieces_is_reported_unmatched():
+    """A: the pieces (mul, add) where B ran one fused op (addcmul): the ops around match."""
+    a = _toy([("aten.t.default", "M.fc"), ("aten.mul.Tensor", "M"), ("aten.add.Tensor", "M"),
+              ("aten.tanh.default", "M"), ("aten.sum.default", "")])
+    b = _toy([("aten.t.default", "M.fc"), ("aten.addcmul.default", "M"),
+              ("aten.tanh.default", "M"), ("aten.sum.default", "")])
+    res = align(a, b)
+    assert res["pairs"] == [(0, 0), (3, 2), (4, 3)]
+    assert res["only_a"] == [1, 2] and res["only_b"] == [1]
+    rep = pair(a, b)
+    assert rep["alignment"]["matched"] == 3
+    # value k of the toy is k everywhere: tanh (A's 3, B's 2) parts, t (0, 0) does not
+    assert rep["first_parted"]["op"] == "aten.tanh.default"
