@@ -322,11 +322,16 @@ class Recorder(TorchDispatchMode):
             vid = self.seen[k] = self._new_value(t)
         return vid
 
-    def _made(self, t: torch.Tensor) -> int:
-        """The value an op just made (or wrote) in ``t``."""
-        k = self._key(t)
+    def _made(self, t: torch.Tensor, written: bool = False) -> int:
+        """The value an op just made (or wrote) in ``t``. A written argument's version counter
+        moves only after the op returns through the mode (autograd's ADInplaceOrView kernel
+        bumps it on the way back up), or not at all (below it, or an unmarked write): the new
+        value is the one read at either version."""
+        u, ver = self._key(t)
         vid = self._new_value(t)
-        self.seen[k] = vid
+        self.seen[(u, ver)] = vid
+        if written and ver >= 0:
+            self.seen[(u, ver + 1)] = vid
         return vid
 
     def _encode(self, x: Any, depth: int = 0) -> Any:
@@ -391,7 +396,7 @@ class Recorder(TorchDispatchMode):
             if a.alias_info is not None and a.alias_info.is_write:
                 written = True
                 v = args[i] if i < len(args) and not a.kwarg_only else kwargs.get(a.name)
-                outs += [self._made(t) for t in _tensors(v)]
+                outs += [self._made(t, written=True) for t in _tensors(v)]
         if written:
             rets = out if isinstance(out, (tuple, list)) and len(schema.returns) > 1 else (out,)
             for r, v in zip(schema.returns, rets, strict=False):
@@ -403,7 +408,7 @@ class Recorder(TorchDispatchMode):
             if unmarked is not None:  # running stats written, unmarked: outputs all the same
                 stats = [args[i] if i < len(args) else None for i in unmarked]
                 if all(isinstance(t, torch.Tensor) for t in stats):
-                    outs = [self._made(t) for t in stats]
+                    outs = [self._made(t, written=True) for t in stats]
             outs += [self._made(t) for t in _tensors(out)]
         # phase and module
         if graph_task != -1:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from core.capture.explain import explain_op
 from core.capture.file import Capture
 from core.parity import compare_arrays
 
@@ -270,7 +271,7 @@ def judge(cap: Capture, *, explain: bool = False,
                 ent = {**where, "n_diff": di["n_diff"], "max_ulp": di["max_ulp"],
                        "max_abs": di["max_abs"], "first_index": di["first_index"]}
                 if explain:
-                    c = _cause(di)
+                    c = explain_op(op, a, k, r, di) if j == 0 else _cause(di)
                     ent["cause"], ent["explain"] = c["cause"], c
                 introduced.append(ent)
         if len(e["outputs"]) != len(outs):  # defensive: every output has its verdict

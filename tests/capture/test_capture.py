@@ -367,3 +367,27 @@ def test_gui_opens_a_capture_grouped_by_module(captured, tmp_path):
     assert gpt.isExpanded()  # the model open, its children folded but the selected path
     assert "native_layer_norm" in win.inspector.toPlainText()  # the first divergence shown
     win.close()
+
+
+def test_in_place_ops_chain_by_value(tmp_path):
+    """An in-place op's result is a new value, and the next op reads that value (the version
+    counter moves after the op returns through the mode): the reference chain flows through
+    in-place ops instead of restarting from a fresh recorded read."""
+    from app.capture import capture
+
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.1)
+    f = tmp_path / "inplace.capture"
+    with capture(f, steps=1):
+        x = torch.ones(3) * 2
+        x.add_(1)
+        x.mul_(3)
+        (x * w).sum().backward()
+        opt.step()
+    ops = load(f).ops
+    seq = [(o, a, out) for o, a, out in zip(ops["op"], ops["args"], ops["outputs"], strict=True)]
+    add_ = next(e for e in seq if e[0] == "aten.add_.Tensor")
+    mul_ = next(e for e in seq if e[0] == "aten.mul_.Tensor")
+    assert mul_[1][0] == {"T": add_[2][0]}  # mul_ reads what add_ wrote
+    mul = next(e for e in seq if e[0] == "aten.mul.Tensor" and e[1][0] == {"T": mul_[2][0]})
+    assert mul  # and x * w reads what mul_ wrote
