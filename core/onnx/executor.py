@@ -93,8 +93,8 @@ class Session:
     def __init__(self, model_or_path: Any, mode: str = "reference", fold: bool = True,
                  check: bool = True, *, limits: Limits | None = None, cancel: Any = None,
                  plan: bool | None = None) -> None:
-        self.lm: LoadedModel = load(model_or_path, check=check)
         self.limits = limits or Limits()
+        self.lm: LoadedModel = load(model_or_path, check=check, limits=self.limits)
         self.k = kernels(mode)
         self.mode = mode
         self._folded_names: list[str] = []

@@ -148,9 +148,21 @@ def _opsets(model: ModelProto, label: str) -> dict[str, int]:
     return ops
 
 
-def load(model_or_path: str | os.PathLike | bytes | ModelProto, *, check: bool = True
-         ) -> LoadedModel:
-    """Parse and check a model from a path, bytes or a ModelProto; raise OnnxError if unusable."""
+def _precheck(data, limits, label: str) -> None:
+    from core.onnx.limits import Limits, precheck_file_tensors
+
+    try:
+        precheck_file_tensors(data, limits or Limits())
+    except OnnxError as exc:
+        raise exc.with_file(label) from None
+
+
+def load(model_or_path: str | os.PathLike | bytes | ModelProto, *, check: bool = True,
+         limits=None) -> LoadedModel:
+    """Parse and check a model from a path, bytes or a ModelProto; raise OnnxError if unusable.
+
+    ``limits`` (core.onnx.limits.Limits): a file's tensors are charged to its ``max_bytes``
+    before it is parsed (``precheck_file_tensors``)."""
     if isinstance(model_or_path, LoadedModel):
         return model_or_path
     path: str | None = None
@@ -161,6 +173,7 @@ def load(model_or_path: str | os.PathLike | bytes | ModelProto, *, check: bool =
         label = f"<model {model.graph.name or 'in memory'}>"
     elif isinstance(model_or_path, (bytes, bytearray)):
         label = "<model bytes>"
+        _precheck(model_or_path, limits, label)
         model = _parse(bytes(model_or_path), label)
     elif isinstance(model_or_path, (str, os.PathLike)):
         path = os.fspath(model_or_path)
@@ -172,6 +185,7 @@ def load(model_or_path: str | os.PathLike | bytes | ModelProto, *, check: bool =
                 data = f.read()
         except OSError as exc:
             raise OnnxError(f"cannot read ({exc.strerror})", file=label) from None
+        _precheck(data, limits, label)
         model = _parse(data, label)
         base = os.path.dirname(os.path.abspath(path))
     else:
