@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ZOO = Path(__file__).resolve().parent / "zoo"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "dot", "convolution", "linear", "sum",
-            "mean", "_foreach_norm", "linalg_vector_norm")
+            "mean", "_foreach_norm", "linalg_vector_norm", "native_layer_norm",
+            "native_layer_norm_backward", "_softmax", "_softmax_backward_data")
 
 pytestmark = pytest.mark.skipif(not reference_available(), reason="no aten reference table")
 
