@@ -47,8 +47,9 @@ def print_pair(rep: dict, explain: bool = False) -> None:
     print(_run_line("B", rep["b"]))
     sd = rep["settings_differ"]
     if sd:
-        print("settings that differ: " + "; ".join(f"{d['setting']} {d['a']} | {d['b']}"
-                                                   for d in sd))
+        print("settings that differ: " + "; ".join(
+            f"{d['setting']} {'-' if d['a'] is None else d['a']} | "
+            f"{'-' if d['b'] is None else d['b']}" for d in sd))
     al = rep["alignment"]
     print(f"matched {al['matched']} ops; A only {al['only_a']}, B only {al['only_b']}")
     for tag, key in (("A", "first_only_a"), ("B", "first_only_b")):
@@ -73,7 +74,8 @@ def print_pair(rep: dict, explain: bool = False) -> None:
             nd = "?" if o["n_diff"] is None else o["n_diff"]
             ulp = o["max_ulp"] if o["dtype_a"] == o["dtype_b"] else \
                 f"{_SHORT.get(o['dtype_a'], o['dtype_a'])}|{_SHORT.get(o['dtype_b'], o['dtype_b'])}"
-            print(f"{e['step']:>4} {p['a']:>6} {p['b']:>6} {e['phase']:<9} {e['op'][:34]:<34} "
+            op = e["op"].removeprefix("aten.")
+            print(f"{e['step']:>4} {p['a']:>6} {p['b']:>6} {e['phase']:<9} {op[:34]:<34} "
                   f"{(e['module'] or '')[-22:]:<22} {nd:>7} {ulp!s:>10}  "
                   f"{o['verdict_a']:<11} {o['verdict_b']:<11}")
         if rep["n_parted"] > 12:
