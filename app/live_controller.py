@@ -19,11 +19,11 @@ the toolbar's widgets are ``app.live_toolbar.LiveToolbar``'s.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Slot
+from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
-from app.live_inspect import InspectionCache, live_details
+from app.live_inspect import FETCH_DEADLINE_S, InspectionCache, live_details
 from app.live_panels import LogWindow, WatchdogBar
 from app.live_toolbar import LiveToolbar
 from app.progress_dialog import StartupProgress
@@ -54,6 +54,11 @@ class LiveController(QObject):
         self.snapshots = 0
         self.cache = InspectionCache()  # the worker's answers by (node, step)
         self.shown: Inspection | None = None  # what the Inspector shows now
+        # a fetch of the selected node has a deadline: then the Inspector says so, with Retry
+        self.fetch_deadline_s = FETCH_DEADLINE_S
+        self._deadline = QTimer(self)
+        self._deadline.setSingleShot(True)
+        self._deadline.timeout.connect(self._fetch_overdue)
         self._confirmed: set[str] = set()  # workload scripts the user agreed to run
         self.training = TrainingPanel()
         self.kernels = KernelsPanel()
@@ -282,11 +287,36 @@ class LiveController(QObject):
         """The shown step changed: the Inspector follows it (while running and following the
         latest step it waits for a pause, as before: no stream of tensors)."""
         self._label()
+        self._stepper_walks(step)
         lv, sel = self.live, self.win.selected
-        if lv is None or sel < 0 or (lv.state == RUNNING and self.travel.scrubber.follow):
+        if lv is None or sel < 0:
             return
-        if self.shown is not None or not self.travel.scrubber.follow:
-            self._on_selected(sel)
+        if lv.state == RUNNING and self.travel.scrubber.follow:
+            # no stream of tensors while running; but never another step's arrays under the
+            # scrubber's step: what the Inspector shows of a live step moves to this one
+            d = self.win.inspector.details
+            if d is not None and d.id == sel and d.step is not None and d.step != step:
+                self.rerun.show_summary(sel, step, "Running: its tensors are fetched when you "
+                                        "pause, or pick a step on the scrubber.", offer=False)
+            return
+        # paused, stopped, or a step picked: the Inspector (Compare, Elements) follows it,
+        # whatever it showed before (issue 46: it stayed on step 1 while the scrubber said 366)
+        self._on_selected(sel)
+
+    def _stepper_walks(self, step: int) -> None:
+        """The Backward stepper walks the window's own recording, not the worker's steps: it
+        says so, and which step the rest of the window shows (issue 46: it showed the same
+        arrays at steps 30, 50 and 100 and never named its step)."""
+        panel = getattr(self.win, "stepper_panel", None)
+        s = self.win.session
+        if panel is None or s is None:
+            return
+        meta = s.meta or {}
+        what = (f"workload {meta['workload']}, step {meta.get('step', 0)}: batch "
+                f"{meta.get('step', 0)} with the initial parameters" if meta.get("workload")
+                else "the opened file, as it was recorded")
+        panel.set_walks(f"Backward of the window's own recording ({what}), not of live step "
+                        f"{step:,}: that step's arrays are in the Inspector.")
 
     # ---- one node's arrays, on demand ------------------------------------------------------
     def can_inspect(self) -> bool:
@@ -331,28 +361,59 @@ class LiveController(QObject):
         if got is not None:
             self._show(got)
             return
+        step = self.shown_step()
+        if self.cache.overdue(node, step, self.fetch_deadline_s):
+            self.cache.forget(node, step)  # asked long ago (e.g. fetched ahead): ask again
         if self._request(node):
             # until the answer: this step's summary, not the arrays of the step shown before
-            self.rerun.show_summary(node, self.shown_step(), f"Fetching node #{node} from "
-                                    f"both sides (step {self.shown_step()})…", offer=False)
+            self.rerun.show_summary(node, step, f"Fetching node #{node} from both sides "
+                                    f"(step {step})…", offer=False)
+            self._deadline.start(int(self.fetch_deadline_s * 1000))
         else:
             self.win.set_inspector_note("live: the session's worker has ended; start a new one")
 
     @Slot(object)
     def _on_inspected(self, got: Inspection) -> None:
+        key = self.cache.settle(got)  # (node, step) it answers; the arrays kept
         if got.error is not None:
-            if got.node == self.win.selected and self.travel.view_step > 0:
-                # (an error carries no step: it answers the shown one, asked last)
-                self.rerun.show_summary(got.node, self.shown_step(), f"Its tensors: "
-                                        f"{got.error}.")
-            elif got.node == self.win.selected:
-                self.win.set_inspector_note(f"live: {got.error}")
+            # an error names no step: its request does (an answer to a fetch made ahead, for
+            # another step, must neither be lost nor shown under this step)
+            node, step = key if key is not None else (got.node, self.shown_step())
+            if node == self.win.selected and self.live is not None \
+                    and step == self.shown_step():
+                self._deadline.stop()
+                if self.travel.view_step > 0:
+                    self.rerun.show_summary(node, step, f"Its tensors: {got.error}.")
+                else:
+                    self.win.set_inspector_note(f"live: {got.error}")
             self.travel.try_repro(got.error)
             return
-        self.cache.put(got)
         if got.node == self.win.selected and got.step == self.shown_step():
+            self._deadline.stop()
             self._show(got)
         self.travel.try_repro()
+
+    @Slot()
+    def _fetch_overdue(self) -> None:
+        """The selected node's fetch passed its deadline: say so, with Retry (no "Fetching…"
+        for ever); an answer that comes later is still shown."""
+        node = self.win.selected
+        if self.live is None or node < 0 or self.travel.view_step <= 0:
+            return
+        step = self.shown_step()
+        if not self.cache.overdue(node, step, self.fetch_deadline_s):
+            return
+        self.cache.forget(node, step)
+        alive = self.can_inspect()
+        self.rerun.show_summary(
+            node, step, f"Its tensors: no answer from the worker in "
+            f"{self.fetch_deadline_s:g} s" + (" (it may be in a long step)." if alive else
+                                             ": it has ended."), offer=False)
+        if alive:
+            self.win.set_inspector_action(
+                f"Retry: fetch node #{node} at step {step}",
+                "Ask the worker again for this node's arrays at this step",
+                lambda: self._on_selected(node))
 
     def _show(self, got: Inspection) -> None:
         s = self.win.session

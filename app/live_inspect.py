@@ -17,29 +17,67 @@ if TYPE_CHECKING:
     from views.node_details import NodeDetails
 
 KEEP_INSPECTIONS = 32  # answers kept per (node, step): re-selecting costs no round trip
+#: how long a fetch may go unanswered before the Inspector says so (with Retry) instead of
+#: "Fetching…" for ever (issue 46: 17 s and counting); a late answer is still shown
+FETCH_DEADLINE_S = 5.0
 
 
 class InspectionCache:
-    """The worker's answers by (node, step), oldest dropped first, and what was asked."""
+    """The worker's answers by (node, step), oldest dropped first, and what is asked and not
+    yet answered (by request id, so that an error, which names no step, settles its own)."""
 
     def __init__(self, keep: int = KEEP_INSPECTIONS) -> None:
         self.keep = keep
         self.answers: dict[tuple[int, int], Inspection] = {}
-        self.asked: set[tuple[int, int]] = set()  # requested (answered or not)
+        self.asked: set[tuple[int, int]] = set()  # requested, not answered yet
+        self.reqs: dict[int, tuple[int, int]] = {}  # request id -> (node, step)
+        self.since: dict[tuple[int, int], float] = {}  # when each open request was sent
 
     def get(self, node: int, step: int) -> Inspection | None:
         """The answer for ``node`` at ``step``, if here."""
         return self.answers.get((node, step))
 
     def ask(self, live: Any, node: int, step: int) -> bool:
-        """Ask ``live`` (a LiveSession) once for ``node`` at ``step``; False when it cannot
-        be asked."""
+        """Ask ``live`` (a LiveSession) once for ``node`` at ``step`` (again once its answer
+        came back as an error or its deadline passed); False when it cannot be asked."""
+        import time
+
         key = (node, step)
         if self.get(node, step) is None and key not in self.asked:
-            if live.inspect(node, step) is None:
+            req = live.inspect(node, step)
+            if req is None:
                 return False
             self.asked.add(key)
+            self.since[key] = time.monotonic()
+            if isinstance(req, int):
+                self.reqs[req] = key
         return True
+
+    def settle(self, got: Inspection) -> tuple[int, int] | None:
+        """An answer arrived: the (node, step) it answers (an error's from its request id),
+        no longer open; the arrays are kept (``put``). None when it answers nothing asked."""
+        key = self.reqs.pop(got.req, None) if got.req is not None else None
+        if key is None and got.error is None:
+            key = (got.node, got.step)
+        if key is not None:
+            self.asked.discard(key)
+            self.since.pop(key, None)
+        if got.error is None:
+            self.put(got)
+        return key
+
+    def overdue(self, node: int, step: int, deadline_s: float = FETCH_DEADLINE_S) -> bool:
+        """``node`` at ``step`` was asked more than ``deadline_s`` ago and is not answered."""
+        import time
+
+        t = self.since.get((node, step))
+        return t is not None and time.monotonic() - t >= deadline_s
+
+    def forget(self, node: int, step: int) -> None:
+        """Stop waiting for ``node`` at ``step`` (its deadline passed): the next ask sends
+        again; a late answer is still kept."""
+        self.asked.discard((node, step))
+        self.since.pop((node, step), None)
 
     def put(self, got: Inspection) -> None:
         """Keep an answer (the newest last; the oldest go past ``keep``)."""
@@ -53,6 +91,8 @@ class InspectionCache:
         """A session ends: its answers go with it."""
         self.answers.clear()
         self.asked.clear()
+        self.reqs.clear()
+        self.since.clear()
 
 
 def cause_line(op: str, node: int, size: int, causes: list) -> str:

@@ -79,6 +79,12 @@ class StepperPanel(QWidget):
         self.where.setWordWrap(True)  # a long node name must not widen the window
         # (nor a name without spaces: the line takes the dock's width and clips)
         self.where.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        # which recording's backward this walks (a live session's steps are not this one)
+        self.walks = QLabel("", self)
+        self.walks.setWordWrap(True)
+        self.walks.setTextFormat(Qt.PlainText)
+        self.walks.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.walks.hide()
         self.incoming = ArrayView("incoming gradient", self)
         self.contrib_view = ArrayView("contribution", self)
         self.table = QTableWidget(0, 5, self)
@@ -105,6 +111,7 @@ class StepperPanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.toolbar)
+        lay.addWidget(self.walks)
         lay.addWidget(self.where)
         lay.addWidget(self.table, 1)
         lay.addLayout(views, 2)
@@ -174,6 +181,13 @@ class StepperPanel(QWidget):
             self.breakpoints_changed.emit(set(self.stepper.breakpoints))
 
     @Slot(int)
+    def set_walks(self, text: str) -> None:
+        """Say which recording's backward the stepper walks (e.g. "the window's own recording,
+        step 0 ..., not the live session's step 366"); empty hides the line."""
+        self.walks.setText(text)
+        self.walks.setToolTip(text)
+        self.walks.setVisible(bool(text))
+
     def set_selected(self, node_id: int) -> None:
         """The node selected in another panel (target of run-to and breakpoints)."""
         self.selected_node = node_id
