@@ -479,9 +479,16 @@ class Cause:
     # kept only when it is strictly closer to the candidate than the reference itself is
     # (``closer``): else ``closest`` is None and the cause reads ``unknown`` alone
     tried: int = 0
+    # the array's class (core.bounds: "valid reordering" / "outside reordering bound"; "" when
+    # not classified), printed after the cause wherever the cause is
+    klass: str = ""
 
     def text(self) -> str:
-        """``matches the reference with x * (1/y)``, ``unknown (closest: ...)`` or ``unknown``."""
+        """``matches the reference with x * (1/y)``, ``unknown (closest: ...)`` or ``unknown``,
+        then ``; valid reordering`` / ``; outside reordering bound`` when classified."""
+        return self._text() + (f"; {self.klass}" if self.klass else "")
+
+    def _text(self) -> str:
         if self.cause == SIGNED_ZERO:
             return f"equal but for the sign of zero ({self.variant})"
         if self.cause != "unknown":
@@ -500,6 +507,8 @@ class Cause:
             d.update(closest=self.closest, max_ulp=self.max_ulp, n_diff=self.n_diff)
             if self.tried:
                 d["tried"] = self.tried
+        if self.klass:
+            d["class"] = self.klass
         return d
 
 
@@ -515,7 +524,7 @@ def cause_text(d: dict) -> str:
     """``Cause.text`` of a ``Cause.to_json`` dict (as the JSON and the wire carry it)."""
     return Cause(str(d["cause"]), str(d.get("variant", "")), d.get("closest"),
                  int(d.get("max_ulp", 0)), int(d.get("n_diff", 0)),
-                 int(d.get("tried", 0))).text()
+                 int(d.get("tried", 0)), str(d.get("class", ""))).text()
 
 
 def distance(d: Any) -> tuple[int, int, int]:

@@ -81,11 +81,14 @@ class Introduced:
     by: tuple[int, ...] = ()  # grad: the consumers whose backward rules produce it
     part: str = ""  # update: "param" | "m" | "v"
     cause: Any = None  # core.explain.Cause when provenance ran with explain=True
+    # core.bounds.Verdict (valid reordering / outside reordering bound) when classified
+    verdict: Any = None
 
     def to_json(self) -> dict:
         """``{"node", "op", "which", "n_diff", "max_ulp", "max_abs", "first_index", "n_nan"}``
         plus ``"by"`` (grad) or ``"part"`` (update), and ``"cause"`` / ``"explain"`` (the
-        cause's name and ``core.explain.Cause.to_json``) when explained."""
+        cause's name and ``core.explain.Cause.to_json``) when explained, and ``"class"``,
+        ``"bound_ratio"``, ``"n_outside"`` (``core.bounds.Verdict``) when classified."""
         d = self.diff
         out = {"node": self.node, "op": self.op, "which": self.which, "n_diff": d.n_diff,
                "max_ulp": d.max_ulp, "max_abs": d.max_abs, "first_index": d.first_index,
@@ -97,6 +100,8 @@ class Introduced:
         if self.cause is not None:
             out["cause"] = self.cause.cause
             out["explain"] = self.cause.to_json()
+        if self.verdict is not None:
+            out.update(self.verdict.to_json())  # "class", "bound_ratio", "n_outside"
         return out
 
 
@@ -381,9 +386,13 @@ def _judge(ref: np.ndarray, cand: np.ndarray | None) -> TensorDiff | None:
     return d if d.n_diff else None
 
 
-def provenance(state: StepState, explain: bool = False) -> Provenance:
+def provenance(state: StepState, explain: bool = False,
+               classify: bool | None = None) -> Provenance:
     """Split the candidate's error at one step into introduced and inherited (module doc).
-    ``explain``: give every introduced value and gradient its ``core.explain`` cause."""
+    ``explain``: give every introduced value and gradient its ``core.explain`` cause;
+    ``classify`` (default: ``explain``): class every introduced array as a valid reordering or
+    outside every reordering bound (``core.bounds``)."""
+    classify = explain if classify is None else classify
     nodes, loss = state.nodes, state.loss
     ev, eg = state.exact_value, state.exact_grad
     cons = consumers(nodes, loss)
@@ -400,7 +409,8 @@ def provenance(state: StepState, explain: bool = False) -> Provenance:
             if y is None:
                 continue
             checked += 1
-            d = _judge(np.asarray(want, dtype=y.dtype), y)
+            ref = np.asarray(want, dtype=y.dtype)
+            d = _judge(ref, y)
         else:
             if ev is not None and ev[i] and all(ev[j] for j in n.inputs):
                 continue  # same inputs as the reference, same output: nothing introduced
@@ -408,7 +418,8 @@ def provenance(state: StepState, explain: bool = False) -> Provenance:
             if y is None:
                 continue
             checked += 1
-            d = _judge(reference_value(n, [state.value(j) for j in n.inputs], y.dtype), y)
+            ref = reference_value(n, [state.value(j) for j in n.inputs], y.dtype)
+            d = _judge(ref, y)
         if d is not None:
             cause = None
             if explain and n.inputs:
@@ -416,7 +427,10 @@ def provenance(state: StepState, explain: bool = False) -> Provenance:
                 from core.explain import signed_zero
 
                 cause = signed_zero(d) or why(n, [state.value(j) for j in n.inputs], y, d)
-            values.append(Introduced(i, n.op, "value", d, cause=cause))
+            verdict = _value_verdict(n, [state.value(j) for j in n.inputs], ref, y) \
+                if classify else None
+            values.append(Introduced(i, n.op, "value", d, cause=_classed(cause, verdict),
+                                     verdict=verdict))
     memo: dict = {}
     for n in reversed(nodes):
         j = n.id
@@ -432,18 +446,53 @@ def provenance(state: StepState, explain: bool = False) -> Provenance:
         d = None if r is None else _judge(r, g)
         if d is not None:
             cause = _grad_cause(state, j, by, g, d) if explain else None
-            grads.append(Introduced(j, n.op, "grad", d, by=tuple(by), cause=cause))
-    updates = _updates(nodes, state.update)
+            verdict = _grad_verdict(state, j, by, r, g) if classify else None
+            grads.append(Introduced(j, n.op, "grad", d, by=tuple(by),
+                                    cause=_classed(cause, verdict), verdict=verdict))
+    updates = _updates(nodes, state.update, classify)
     if explain:  # no variant rewrites the optimizer's formulas: every update entry says so
         from dataclasses import replace as _with
 
         from core.explain import Cause
 
-        updates = [_with(e, cause=Cause("unknown", "")) for e in updates]
+        updates = [_with(e, cause=_classed(Cause("unknown", ""), e.verdict)) for e in updates]
     checked += len(state.update.params) if state.update is not None else 0
     made = {(e.node, e.which) for e in values + grads}
     kernels = [_kernel(state, cons, k, made) for k in state.kernels]
     return Provenance(state.step, values + grads + updates, kernels, checked)
+
+
+# what a bound computation may raise on inputs it cannot read (the array stays unclassed)
+_BOUND_ERRORS = (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError)
+
+
+def _classed(cause: Any, verdict: Any) -> Any:
+    """``cause`` carrying its array's class (``Cause.klass``), so every place that prints a
+    cause (the summary line, the report, the Inspector's note) prints the class with it."""
+    if cause is None or verdict is None:
+        return cause
+    from dataclasses import replace as _with
+
+    return _with(cause, klass=verdict.klass)
+
+
+def _value_verdict(n: Any, xs: list, ref: np.ndarray, y: np.ndarray) -> Any:
+    from core.bounds import judge, value_bound
+
+    try:
+        return judge(ref, y, value_bound(n.op, xs, n.attrs, ref, y.dtype))
+    except _BOUND_ERRORS:
+        return None
+
+
+def _grad_verdict(state: StepState, j: int, by: Sequence[int], r: np.ndarray,
+                  g: np.ndarray) -> Any:
+    from core.bounds import grad_bound, judge
+
+    try:
+        return judge(r, g, grad_bound(state.nodes, j, by, state.value, state.grad, g.dtype))
+    except _BOUND_ERRORS:
+        return None
 
 
 def _grad_cause(state: StepState, j: int, by: Sequence[int], g: np.ndarray, d: Any) -> Any:
@@ -469,7 +518,24 @@ def _usable(adam: bool, p: ParamUpdate, r: Any) -> bool:
                for a in (r if adam else r[:1]))
 
 
-def _updates(nodes: tuple, opt: OptimizerState | None) -> list[Introduced]:
+def _update_verdict(opt: OptimizerState, p: ParamUpdate, parts: list) -> Any:
+    """The worst class over the parts (param, m, v) of one update that differ."""
+    from core.bounds import OUTSIDE, VALID, Verdict, judge, update_bounds
+
+    try:
+        bounds = update_bounds(opt, p)
+        vs = [judge(ref, cand, bounds[part]) for part, ref, cand in parts if part in bounds]
+    except _BOUND_ERRORS:
+        return None
+    if not vs:
+        return None
+    bad = [v for v in vs if v.klass == OUTSIDE]
+    return Verdict(OUTSIDE if bad else VALID, max(v.ratio for v in vs),
+                   sum(v.n_outside for v in vs))
+
+
+def _updates(nodes: tuple, opt: OptimizerState | None,
+             classify: bool = False) -> list[Introduced]:
     if opt is None:
         return []
     refs = [None] * len(opt.params) if opt.reference is None else list(opt.reference)
@@ -482,12 +548,20 @@ def _updates(nodes: tuple, opt: OptimizerState | None) -> list[Introduced]:
     out = []
     for p, r, k in zip(opt.params, refs, ok, strict=True):
         w, m, v = r if k else next(rerun)
+        first = None
+        differ = []  # every part that differs (the class looks at all of them)
         for part, ref, cand in (("param", w, p.w_after), ("m", m, p.m_after),
                                 ("v", v, p.v_after)):
             d = None if ref is None else _judge(ref, cand)
             if d is not None:
-                out.append(Introduced(p.node, nodes[p.node].op, "update", d, part=part))
-                break
+                first = first or (part, d)
+                differ.append((part, ref, cand))
+                if not classify:
+                    break
+        if first is not None:
+            verdict = _update_verdict(opt, p, differ) if classify else None
+            out.append(Introduced(p.node, nodes[p.node].op, "update", first[1], part=first[0],
+                                  verdict=verdict))
     return out
 
 

@@ -26,8 +26,9 @@ def test_a_platform_math_step_carries_libm_causes_to_the_inspector_line():
     assert rows and rows[0][2] == "libm"
     line = cause_line("softmax", sm["node"], 512, rows)
     # which libm variant matches depends on the CPU (numpy's loops are glibc's or its own)
+    # ... and the class (issue 44): a libm difference is within the function's own bound
     assert line in (f"softmax #{sm['node']} introduced {sm['max_ulp']} ulp on {sm['n_diff']} of "
-                    f"512 elements: matches the reference with {v}"
+                    f"512 elements: matches the reference with {v}; valid reordering"
                     for v in ("the platform's (numpy's) transcendentals",
                               "the C library's transcendentals"))
     assert h.causes(r.step + 1, sm["node"]) == []
