@@ -13,12 +13,26 @@ import numpy as np
 import pytest
 
 from core import mathlib, ops, precision
-from core.bounds import (OUTSIDE, VALID, entry_label, fail_on_bug, gamma, judge, unit_roundoff,
-                         value_bound)
+from core.bounds import (
+    OUTSIDE,
+    VALID,
+    entry_label,
+    fail_on_bug,
+    gamma,
+    judge,
+    unit_roundoff,
+    value_bound,
+)
 from core.explain import FORMULAS, explain, variants_for
 from core.optable.registry import REGISTRY
-from core.provenance import (OptimizerState, ParamUpdate, StepState, provenance,
-                             reference_update, reference_value)
+from core.provenance import (
+    OptimizerState,
+    ParamUpdate,
+    StepState,
+    provenance,
+    reference_update,
+    reference_value,
+)
 from core.tape import Tape
 
 Node = namedtuple("Node", "op attrs shape")
