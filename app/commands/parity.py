@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--fail-on", choices=["diff", "bug"], default="diff",
+                   help="exit 1 on any difference (diff, the default), or only when an "
+                        "introduced array is outside every reordering bound (bug; implies "
+                        "--explain): core/bounds.py, docs/candidates.md")
     p.add_argument("--capture", metavar="FILE", default=None,
                    help="judge a capture (`tapescope capture`) instead: every recorded aten op "
                         "against the exact reference, introduced vs inherited (docs/capture.md)")
@@ -96,7 +100,7 @@ def divergence_text(first: dict | None) -> str:
 def introduced_entries(step: int, introduced: list[dict]) -> list[dict]:
     """A step's introduced arrays (``StepResult.introduced``) as the JSON lists them."""
     keep = ("node", "op", "which", "n_diff", "max_ulp", "first_index", "by", "part", "cause",
-            "explain")
+            "explain", "class", "bound_ratio", "n_outside")
     return [{"step": step, **{k: e[k] for k in keep if k in e}} for e in introduced]
 
 
@@ -157,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
     wl_spec = resolve_workload(args)
     from app.commands.argtypes import candidate_config
 
+    if getattr(args, "fail_on", "diff") == "bug":
+        args.explain = True  # the class is computed where the causes are
     cfg = SessionConfig(workload=wl_spec, fuse=args.fuse,
                         dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
                         compare="cpu-device", seed=args.seed,
@@ -256,4 +262,8 @@ def run(args: argparse.Namespace) -> int:
         exact = exact and against.exact
     if args.json:  # whole or not at all (core.atomic): a full disk keeps the old file
         write_atomic(args.json, json.dumps(strict_json(report), indent=1, allow_nan=False))
+    if getattr(args, "fail_on", "diff") == "bug":  # only what no reordering explains
+        from core.bounds import fail_on_bug
+
+        return fail_on_bug(introduced)
     return 0 if exact else 1

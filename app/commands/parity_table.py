@@ -56,7 +56,11 @@ def origin_text(i: int, introduced: list[dict], explain: bool) -> str:
     matched) or ``inherited``."""
     for e in introduced:
         if e["node"] == i:
-            return e.get("cause", "introduced") if explain else "introduced"
+            if not explain:
+                return "introduced"
+            from core.bounds import entry_label
+
+            return entry_label(e)  # "grad by #12: unknown · valid" (issue 44)
     return "inherited"
 
 
