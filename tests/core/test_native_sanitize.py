@@ -3,7 +3,7 @@ refmath_host.c built with ``TAPESCOPE_NATIVE_SANITIZE=1`` (core.native.SANITIZE:
 of its own), loaded in a child with libasan preloaded, run the hostile Conv/pool geometry
 (straight into the C entry points, and as ONNX models) and normal convolutions and pools; any
 out-of-bounds access, overflow or other undefined behaviour stops the child with a report.
-A planted overflow proves the sanitizer is on. The build takes ~30 s once, then it is cached."""
+A planted overflow proves the sanitizer is on. The -O0 build takes ~20 s once (more on a loaded machine), then it is cached."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _clean(p: subprocess.CompletedProcess) -> None:
 
 
 def test_hostile_and_normal_geometry_run_clean_under_asan_and_ubsan(tmp_path):
-    p = _sanitized(NORMAL)  # the first call builds the sanitized library (~30 s, cached)
+    p = _sanitized(NORMAL)  # the first call builds the sanitized library (~20 s, cached)
     _clean(p)
     assert "normal 24" in p.stdout, p.stdout
     p = _sanitized(C_CHILD)  # straight into the C entry points, as no checked caller does
