@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
@@ -35,6 +35,13 @@ WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate
 # 600 px dock, and the ulp and relative error went behind a scroll bar (issue 25)
 FOLDED = {1: 3, 2: 4, 5: 6}  # shown column → the one whose text is its second line
 MAX_ROWS = 200
+
+
+def mono_font() -> QFont:
+    """The numbers' and bits' font (a digit per column, so the hex lines up)."""
+    f = QFont("Monospace")
+    f.setStyleHint(QFont.TypeWriter)
+    return f
 
 
 def number_text(v: float, dtype: np.dtype) -> str:
@@ -166,13 +173,27 @@ class WorstElementsModel(QAbstractTableModel):
             if c in FOLDED:  # the number, its bits (or relative error) below it
                 return f"{self.cell_text(r, c)}\n{self.cell_text(r, FOLDED[c])}"
             return self.cell_text(r, c)
+        if role == Qt.ToolTipRole:
+            return self.tip_text(index.row(), index.column())
         if role == Qt.TextAlignmentRole:
             return int(Qt.AlignRight | Qt.AlignVCenter)
         if role == Qt.FontRole and index.column() in (1, 2, 3, 4):
-            f = QFont("Monospace")
-            f.setStyleHint(QFont.TypeWriter)
-            return f
+            return mono_font()
         return None
+
+    def tip_text(self, row: int, col: int) -> str:
+        """The full value of a cell, whatever its column's width: both sides with their bits
+        for a number, the ulp and relative error in full for the distance."""
+        idx, a, b, ulp, rel = self.rows[row]
+        where = "[" + ", ".join(map(str, idx)) + "]"
+        if col in (1, 2, 3, 4):
+            side, v = ("reference", a) if col in (1, 3) else ("candidate", b)
+            return (f"{side} {where} ({self.dtype}): {number_text(float(v), self.dtype)}\n"
+                    f"bits {bits_text(v, self.dtype)}")
+        if col in (5, 6):
+            return (f"{where}: " + ("a NaN against a number" if np.isnan(ulp) else
+                                    f"{ulp:,.0f} ulp apart") + f"; relative error {rel!r}")
+        return f"element {where}"
 
 
 def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
@@ -237,15 +258,20 @@ class ElementView(QWidget):
         self.table = QTableView(self)
         self.table.setModel(self.model)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        # the user can widen (or narrow) any column; set_pair sizes them to their contents
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Interactive)
         self.table.setAlternatingRowColors(True)
         self.table.setMinimumHeight(60)
         for c in FOLDED.values():
             self.table.setColumnHidden(c, True)
         self.table.horizontalHeader().setDefaultAlignment(Qt.AlignCenter)
         self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.verticalHeader().setDefaultSectionSize(
-            2 * self.table.fontMetrics().height() + 6)
+        # two lines of the monospace font (the number, its bits below): sized by the default
+        # font's height, a taller monospace font lost its second line (the hex bits) and the
+        # number was elided (issue 46)
+        mono = mono_font().resolve(self.table.font())  # as the delegate draws it
+        line = max(QFontMetrics(mono).lineSpacing(), self.table.fontMetrics().lineSpacing())
+        self.table.verticalHeader().setDefaultSectionSize(2 * line + 8)
         self.repro = QPushButton("Copy repro…", self)
         self.repro.setToolTip("Write a small Python script and .npy inputs that re-run this "
                               "node's reference op on the candidate's inputs (to file a bug "
@@ -298,6 +324,11 @@ class ElementView(QWidget):
         # the whole row on screen: the dock grows to it (a scroll bar hid the ulp, issue 25)
         t = self.table
         t.resizeColumnsToContents()
+        t.resizeRowsToContents()  # two whole lines whatever the font and DPI (the bits)
+        floor = t.verticalHeader().defaultSectionSize()  # and a little air between rows
+        for row in range(self.model.rowCount()):
+            if t.rowHeight(row) < floor:
+                t.setRowHeight(row, floor)
         shown = sum(t.columnWidth(k) for k in range(self.model.columnCount())
                     if not t.isColumnHidden(k))
         t.setMinimumWidth(shown + t.verticalScrollBar().sizeHint().width() + 2 * t.frameWidth()
