@@ -62,10 +62,10 @@ def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
     """``t``'s value as numpy and whether that is already a private copy (else a view of the
     tensor's memory, to be copied before it is kept), or ``(None, False)`` for what numpy
     cannot hold."""
-    a = t.detach()
-    if a.is_sparse or a.is_quantized or a.device.type == "meta":
+    a = t.detach() if t.requires_grad else t
+    if a.layout is not torch.strided or a.is_quantized or a.is_meta:
         return None, False
-    own = a.device.type != "cpu"
+    own = not a.is_cpu
     if own:
         a = a.cpu()
     if a.dtype == torch.bfloat16:
@@ -107,7 +107,7 @@ class Recorder(TorchDispatchMode):
         # the old one died fails the identity check and gets a new uid
         self.uid: dict[int, tuple[weakref.ref, int]] = {}
         self.next_uid = 0
-        self._names_of: dict[Any, str] = {}  # OpOverload -> str(func)
+        self._names_of: dict[Any, tuple] = {}  # OpOverload -> _op_info(func)
         self.seen: dict[tuple[int, int], int] = {}
         # ops, columns (interned tables for the strings)
         self.tables: dict[str, dict[str, int]] = {"names": {}, "modules": {}, "sources": {}}
@@ -379,37 +379,37 @@ class Recorder(TorchDispatchMode):
         if not self.recording or self.quiet or (threading.get_ident() != self.thread and
                                                 torch._C._current_graph_task_id() == -1):
             return func(*args, **kwargs)  # another thread's op (a loader's), not the step's
-        name = self._names_of.get(func)
-        if name is None:
-            name = self._names_of[func] = str(func)
+        info = self._names_of.get(func)
+        if info is None:
+            info = self._names_of[func] = _op_info(func)
+        name, writes, fresh, unmarked = info
         if name.startswith(_SKIP_NAMESPACES):
             return func(*args, **kwargs)
         # inputs first: a value an op reads for the first time is recorded before the op runs
-        enc_args = self._encode(list(args))
-        enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
+        enc_args = [self._encode(a) for a in args]
+        enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()} if kwargs else {}
         graph_task = torch._C._current_graph_task_id()
         out = func(*args, **kwargs)
-        schema = func._schema
-        outs: list[int] = []
-        written = False
-        for i, a in enumerate(schema.arguments):
-            if a.alias_info is not None and a.alias_info.is_write:
-                written = True
-                v = args[i] if i < len(args) and not a.kwarg_only else kwargs.get(a.name)
-                outs += [self._made(t, written=True) for t in _tensors(v)]
-        if written:
-            rets = out if isinstance(out, (tuple, list)) and len(schema.returns) > 1 else (out,)
-            for r, v in zip(schema.returns, rets, strict=False):
-                if r.alias_info is None:
-                    outs += [self._made(t) for t in _tensors(v)]
+        made = self._made
+        if writes:
+            outs: list[int] = []
+            for i, aname, kwarg_only in writes:
+                v = args[i] if i < len(args) and not kwarg_only else kwargs.get(aname)
+                outs += [made(t, True) for t in _tensors(v)]
+            rets = out if isinstance(out, (tuple, list)) and len(fresh) > 1 else (out,)
+            for is_fresh, v in zip(fresh, rets, strict=False):
+                if is_fresh:
+                    outs += [made(t) for t in _tensors(v)]
         else:
             outs = []
-            unmarked = _UNMARKED_WRITES.get(name)
             if unmarked is not None:  # running stats written, unmarked: outputs all the same
                 stats = [args[i] if i < len(args) else None for i in unmarked]
                 if all(isinstance(t, torch.Tensor) for t in stats):
-                    outs = [self._made(t, written=True) for t in stats]
-            outs += [self._made(t) for t in _tensors(out)]
+                    outs = [made(t, True) for t in stats]
+            if isinstance(out, torch.Tensor):
+                outs.append(made(out))
+            else:
+                outs += [made(t) for t in _tensors(out)]
         # phase and module
         if graph_task != -1:
             phase = 1
@@ -489,6 +489,17 @@ class Recorder(TorchDispatchMode):
 
         header, arrays = self.header_and_arrays(meta)
         return str(save(path, header, arrays, digests=self._digests))
+
+
+def _op_info(func: Any) -> tuple:
+    """``(str(func), written arguments as (index, name, kwarg_only), per return whether it is
+    a fresh tensor (no alias info), the unmarked written argument indices or None)``."""
+    schema = func._schema
+    writes = tuple((i, a.name, a.kwarg_only) for i, a in enumerate(schema.arguments)
+                   if a.alias_info is not None and a.alias_info.is_write)
+    fresh = tuple(r.alias_info is None for r in schema.returns)
+    name = str(func)
+    return name, writes, fresh, _UNMARKED_WRITES.get(name)
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:

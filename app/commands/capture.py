@@ -170,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
           f"only) in {wall:.1f} s -> {args.out}")
     if written["steps"] < args.steps:
         print(f"note: the script made {written['steps']} of the {args.steps} steps asked for")
+    if written.get("compile_called"):
+        print("note: the script calls torch.compile, and dynamo does not compile while the "
+              "recorder is on: the recorded steps ran eagerly (eager's numbers, not the "
+              "compiled run's; docs/capture.md)")
     return 0
 
 
@@ -240,16 +244,18 @@ def print_report(rep: dict, explain: bool = False) -> None:
     print("outputs: " + ", ".join(f"{c[k]} {k}" for k in c if c[k]))
     bad = [e for e in rep["ops"] if any(o["verdict"] in ("introduced", "inherited")
                                         for o in e["outputs"])]
+    causes = {e["index"]: e["cause"] for e in reversed(rep["introduced"]) if "cause" in e}
     if bad:
         print(f"{'step':>4} {'#':>6} {'phase':<9} {'op':<34} {'module':<24} {'verdict':<10} "
-              f"{'n_diff':>7} {'ulp':>6}  source")
+              f"{'n_diff':>7} {'ulp':>6}  " + (f"{'cause':<13} " if explain else "") + "source")
         for e in bad[:15]:
             o = next(o for o in e["outputs"] if o["verdict"] in ("introduced", "inherited"))
             n, u = (o["n_diff"], o["max_ulp"]) if o["verdict"] == "introduced" else \
                 (o["total_n_diff"], o["total_max_ulp"])
             print(f"{e['step']:>4} {e['index']:>6} {e['phase']:<9} {e['op'][:34]:<34} "
                   f"{e['module'][-24:]:<24} {o['verdict']:<10} {n:>7} {u:>6}  "
-                  f"{_short(e['source'])}")
+                  + (f"{causes.get(e['index'], ''):<13} " if explain else "")
+                  + _short(e["source"]))
         if len(bad) > 15:
             print(f"... {len(bad) - 15} more ops differ (--json lists them)")
     nr = rep["no_reference"]
@@ -266,7 +272,14 @@ def print_report(rep: dict, explain: bool = False) -> None:
     intro = rep["introduced"]
     if intro:
         e = intro[0]
-        why = f": {e['cause']}" if explain and "cause" in e else ""
+        why = ""
+        if explain and "cause" in e:
+            x = e.get("explain", {})
+            why = f": {e['cause']}" + (f" ({x['variant']})" if e["cause"] != "unknown" and
+                                       x.get("variant") else
+                                       f" (closest: {x['closest']}, {x['variant']}: "
+                                       f"{x['n_diff']} elements, max {x['max_ulp']} ulp)"
+                                       if x.get("closest") else "")
         print(f"introduced at step {e['step']}: #{e['index']} {e['op']} "
               f"{e['module'] or '(no module)'} output {e['output']} ({e['n_diff']} elements, "
               f"max {e['max_ulp']} ulp) at {_short(e['source'])}{why}"
