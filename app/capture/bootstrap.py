@@ -42,9 +42,10 @@ def main() -> None:
     from app.capture.recorder import Recorder
 
     meta = {"argv": sys.argv[1:], "module": cfg.get("module", False), "cwd": os.getcwd()}
-    if cfg.get("apply"):  # capture --set / sweep: settings flipped before the script runs
-        from app.capture.flip import apply
+    from app.capture.flip import apply, watch_compile
 
+    watch_compile(meta)  # a compiled script runs eagerly under the recorder: capture says so
+    if cfg.get("apply"):  # capture --set / sweep: settings flipped before the script runs
         meta["applied"] = apply(cfg["apply"])
 
     def done(rec: Recorder) -> None:
@@ -59,6 +60,7 @@ def main() -> None:
             return
         tell(event="written", steps=n, ops=rec.step_start[n], values=len(rec.v_dtype),
              stored_bytes=rec.stored_bytes, hashed=rec.n_hashed,
+             compile_called=bool(meta.get("compile_called")),
              seconds=round(rec.t0 and __import__("time").perf_counter() - rec.t0, 3))
 
     rec = Recorder(cfg["steps"], cfg["max_bytes"], cfg["hashes_only"], on_done=done,

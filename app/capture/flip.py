@@ -98,3 +98,25 @@ def apply(spec: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"unknown setting {name!r}")
         done[name] = value
     return done
+
+
+def watch_compile(meta: dict[str, Any]) -> None:
+    """Note in ``meta["compile_called"]`` when the script calls ``torch.compile`` (which is then
+    called as it is): while the recorder's dispatch mode is active, dynamo does not compile, so
+    the recorded steps of a compiled script run eagerly (measured: its backend is never called,
+    the losses are eager's bits), and ``capture`` says so."""
+    import functools
+
+    import torch
+
+    orig = torch.compile
+    if getattr(orig, "_tapescope_watch", False):
+        return
+
+    @functools.wraps(orig)
+    def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 — torch's own name
+        meta["compile_called"] = True
+        return orig(*args, **kwargs)
+
+    compile._tapescope_watch = True  # type: ignore[attr-defined]
+    torch.compile = compile

@@ -174,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
         print("note: the script calls torch.compile, and dynamo does not compile while the "
               "recorder is on: the recorded steps ran eagerly (eager's numbers, not the "
               "compiled run's; docs/capture.md)")
+    if written.get("compile_called"):
+        print("note: the script calls torch.compile, and dynamo does not compile while the "
+              "recorder is on: the recorded steps ran eagerly (eager's numbers, not the "
+              "compiled run's; docs/capture.md)")
     return 0
 
 

@@ -70,8 +70,8 @@ def _flip(name: str, base: dict) -> tuple[str | None, str]:
         other = "medium" if cur == "highest" else "highest"
         return f"matmul={other}", f"float32 matmul precision {cur} -> {other}"
     if name == "compile":
-        return None, ("not supported yet: a compiled graph's kernels run below the recorder "
-                      "(issue 43 item 2)")
+        return None, ("not supported yet: dynamo does not compile while the recorder is on "
+                      "(a compiled model's recorded steps run eagerly; issue 43 item 2)")
     raise ValueError(f"unknown setting {name!r}")
 
 

@@ -206,10 +206,14 @@ def _left(a: Capture, b: Capture, ra: dict, rb: dict, first: dict,
     off = ("introduced", "inherited")
     left = [w for w, v in (("A", va), ("B", vb)) if v["verdict"] in off]
     why = []
-    for w, v in (("A", va), ("B", vb)):
+    for w, v, r, i in (("A", va, ra, ia), ("B", vb, rb, ib)):
         if v["verdict"] == "introduced":
+            ent = next((e for e in r["introduced"] if e["index"] == i and e["output"] == j), {})
+            c = ent.get("explain") or {}
+            cause = "" if "cause" not in ent else (
+                f"; cause: {ent['cause']}" + (f" ({c['variant']})" if c.get("variant") else ""))
             why.append(f"{w}'s kernel introduced it ({v['n_diff']} elements, max "
-                       f"{v['max_ulp']} ulp from the reference on {w}'s own inputs)")
+                       f"{v['max_ulp']} ulp from the reference on {w}'s own inputs{cause})")
         elif v["verdict"] == "inherited":
             why.append(f"{w} inherited it (exact on its own inputs, {v['total_n_diff']} "
                        f"elements, max {v['total_max_ulp']} ulp from the reference's step)")

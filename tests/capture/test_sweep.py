@@ -64,3 +64,29 @@ def test_sweep_bad_input_is_one_line(tmp_path):
         lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
         assert p.returncode == 2 and len(lines) == 1 and want in lines[0], p.stderr
         assert lines[0].startswith("tapescope sweep: ")
+
+
+def test_a_compiled_script_is_said_to_run_eagerly(tmp_path):
+    """Under the recorder's dispatch mode dynamo does not compile: capture must say that the
+    recorded steps are eager's, not pass them off as the compiled run's."""
+    script = tmp_path / "compiled.py"
+    script.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Linear(4, 1)\n"
+        "cm = torch.compile(m)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "x = torch.randn(3, 4)\n"
+        "for _ in range(2):\n"
+        "    loss = cm(x).pow(2).mean()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    print('loss', repr(loss.item()))\n")
+    p = cli("capture", "--out", str(tmp_path / "c.capture"), "--", "python", str(script))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "note: the script calls torch.compile" in p.stdout and "ran eagerly" in p.stdout
+    from core.capture.file import load
+
+    cap = load(tmp_path / "c.capture")
+    assert cap.meta.get("compile_called") is True and "aten.addmm.default" in cap.ops["op"]
