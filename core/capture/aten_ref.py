@@ -122,11 +122,12 @@ def _into(values: list, targets: list) -> list:
     return out
 
 
-def _per_element(args: list, kwargs: dict, n: int, i: int, ovl: str) -> tuple[list, dict]:
+def _per_element(args: list, kwargs: dict, n: int, i: int, scalars_tensor: bool
+                 ) -> tuple[list, dict]:
     def pick(a: Any) -> Any:
         if isinstance(a, list | tuple) and len(a) == n:
             return a[i]
-        if ovl == "Tensor" and isinstance(a, np.ndarray) and a.ndim == 1 and a.shape[0] == n:
+        if scalars_tensor and isinstance(a, np.ndarray) and a.ndim == 1 and a.shape[0] == n:
             return float(a[i])  # addcmul/addcdiv's scalars given as a tensor
         return a
     return [pick(a) for a in args], {k: pick(v) for k, v in kwargs.items()}
@@ -137,8 +138,12 @@ def _foreach(key: str, op: str, args: list, kwargs: dict) -> list:
     selfs = list(args[0])
     fn: Callable = FORMS[key]
     outs = []
+    # only _foreach_addcmul/addcdiv.Tensor take a 1-d tensor of per-tensor scalars; any other
+    # tensor argument (_foreach_mul_.Tensor's) is the same operand for every element
+    scalars_tensor = ovl == "Tensor" and name.strip("_").split("_")[-1] in ("addcmul",
+                                                                            "addcdiv")
     for i in range(len(selfs)):
-        a, k = _per_element([selfs] + list(args[1:]), kwargs, len(selfs), i, ovl)
+        a, k = _per_element([selfs] + list(args[1:]), kwargs, len(selfs), i, scalars_tensor)
         outs.extend(fn(a, k))
     if name.endswith("_"):
         return _into(outs, selfs)

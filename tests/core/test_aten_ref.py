@@ -105,6 +105,14 @@ def run_both(op: str, build, dt):
     return ref, tor
 
 
+def _flat_np(v) -> list:
+    if isinstance(v, np.ndarray):
+        return [v]
+    if isinstance(v, list | tuple):
+        return [a for x in v for a in _flat_np(x)]
+    return []
+
+
 def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
     if a.dtype.kind in "fV" or a.dtype == ml_dtypes.bfloat16:
         w = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
@@ -519,6 +527,8 @@ CASES = [
      lambda g, d: ([[torch.tensor(1.0), torch.tensor(4.0)], 1], {})),
     ("foreach_mul_tensor", "aten._foreach_mul_.Tensor",
      lambda g, d: ([[rn(g, d, 3), rn(g, d, 2, 2)], rn(g, d)], {})),
+    ("foreach_add_tensor", "aten._foreach_add_.Tensor",
+     lambda g, d: ([[rn(g, d, 2, 3), rn(g, d, 4, 3)], rn(g, d)], {"alpha": 2})),
     ("foreach_mul_scalar", "aten._foreach_mul.Scalar",
      lambda g, d: ([[rn(g, d, 3), rn(g, d, 2, 2)], 0.99], {})),
     ("foreach_addcmul", "aten._foreach_addcmul_.Scalar",
@@ -584,7 +594,8 @@ BIT_EXACT = {
     "adaptive_avg_backward", "upsample_nearest", "upsample_nearest_backward",
     "select_backward", "slice_backward", "unsafe_split",
     # torch's CPU foreach kernels are the per-tensor op in a loop
-    "foreach_add_scalar", "foreach_mul_tensor", "foreach_mul_scalar", "foreach_addcmul",
+    "foreach_add_scalar", "foreach_add_tensor", "foreach_mul_tensor", "foreach_mul_scalar",
+    "foreach_addcmul",
     "foreach_addcdiv_scalarlist", "foreach_addcdiv_tensor", "foreach_div_list",
     "amp_unscale", "amp_unscale_inf", "amp_update_scale", "amp_update_scale_inf",
     # more selections and gathers, and their scatter-adds in output order
@@ -599,6 +610,10 @@ IDS = [c[0] for c in CASES]
 def test_float64_values_agree_with_torch(case):
     name, op, build = case
     ref, tor = run_both(op, build, F64)
+    args, kwargs = build(torch.Generator().manual_seed(7), F64)
+    ins = [a for a in _flat_np(to_np(list(args)) + list(to_np(kwargs).values()))]
+    again = reference(op, to_np(list(args)), to_np(kwargs))
+    assert not any(np.shares_memory(r, a) for r in again for a in ins), f"{name} aliases"
     for r, t in zip(ref, tor, strict=True):
         if r.dtype.kind == "f":
             np.testing.assert_allclose(r, t, rtol=1e-12, atol=1e-13, err_msg=name)
