@@ -8,7 +8,8 @@ plain (median of ``--repeat`` steps after a warm-up), then 2 steps under ``app.c
 (values; then ``hashes_only``), including the file's write, then the capture loaded and judged
 (``core.capture.judge``). Ratios are per step.
 
-Run: ``python benchmarks/bench_capture.py [--repeat 5]``.
+Run: ``python benchmarks/bench_capture.py [--repeat 5] [--models gpt cnn] [--micro]``
+(``--micro``: the per-op cost alone, plain / an empty dispatch mode / the recorder).
 """
 
 from __future__ import annotations
@@ -117,10 +118,44 @@ def measure(name: str, repeat: int, tmp: str) -> dict:
     return row
 
 
+def micro(rounds: int = 3, n: int = 3000) -> None:
+    """The per-op cost alone: a loop of small ops (16x16 mul and add) plain, under an empty
+    TorchDispatchMode, and under the recorder (steady state: the last of ``rounds``)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from app.capture.recorder import Recorder
+
+    class Empty(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(16, 16)
+
+    def work() -> float:
+        y, t = x, time.perf_counter()
+        for _ in range(n):
+            y = y * 1.0001 + 0.5
+        return (time.perf_counter() - t) / (2 * n) * 1e6
+
+    for _ in range(rounds):
+        plain = work()
+        with Empty():
+            empty = work()
+        rec = Recorder(steps=10**9).start()
+        try:
+            recorded = work()
+        finally:
+            rec.stop()
+    print(f"per op (16x16 mul/add): plain {plain:.1f} us, empty dispatch mode {empty:.1f} us, "
+          f"recorder {recorded:.1f} us")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--micro", action="store_true", help="also the per-op cost alone")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: on a shared machine OpenMP's spinning "
                          "threads make the plain step itself swing 100x)")
@@ -139,6 +174,8 @@ def main() -> None:
             print(f"{r['model']:<9} {r['ops']:>8} {r['step_ms']:>8.2f} {r['mib']:>6.2f} "
                   f"{r['capture_values']:>7.1f}x {r['capture_hashes']:>6.1f}x "
                   f"{r['parity']:>6.1f}x {r['no_ref']:>6.1%} {r['us_per_op']:>6.0f}", flush=True)
+    if a.micro:
+        micro()
 
 
 if __name__ == "__main__":
