@@ -13,6 +13,8 @@ A node with no tape form raises OnnxError naming it.
 
 from __future__ import annotations
 
+import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,7 @@ import numpy as np
 from core import ops
 from core.names import shown
 from core.onnx import lowerings
-from core.onnx.errors import OnnxError
+from core.onnx.errors import OnnxError, node_label
 from core.onnx.executor import Session
 from core.onnx.limits import Budget, Limits, _over
 from core.onnx.loader import check_inputs, np_dtype
@@ -87,8 +89,25 @@ def scope_name(st) -> str:
     return shown(f"/{path}/{name}" if path and not name.startswith("/") else name, NAME_PART)
 
 
-# ops whose folded float outputs are weights (the light models' ConstantOfShape weights)
+# ops whose folded float outputs are weights (the light models' ConstantOfShape weights), when
+# their input is a constant of the file (not a shape read from an activation)
 WEIGHT_SOURCES = ("ConstantOfShape",)
+
+#: ops that hand a weight's elements on unchanged (a copy, a transpose, a reshape, a part of it):
+#: what they fold from a weight is that weight. Any other op's result is not one (a broadcast,
+#: a scale, a mask, what a Shape computes); where such an op reads a weight the import records
+#: it on the tape, so the weight itself trains (docs/models.md, "What the import makes
+#: trainable")
+WEIGHT_VIEWS = ("Identity", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Slice",
+                "Split", "Cast", "CastLike")
+
+#: ops that read only their input's shape (never its values)
+SHAPE_OPS = ("Shape", "Size")
+
+_SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"
+_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"
+_FOLDED_FROM = "pkg.onnxscript.optimizer.folded_from"
+_META_MAX = 1 << 22  # longer metadata values are ignored (a hostile file's)
 
 
 def is_weight_value(v: Any) -> bool:
@@ -98,19 +117,163 @@ def is_weight_value(v: Any) -> bool:
     return isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.ndim >= 1
 
 
-def weight_names(graph) -> set[str]:
+def exported_parameters(graph) -> tuple[set[str], dict[str, list[str]]] | None:
+    """A torch.export (dynamo) file's own account of its parameters, or None for another file:
+    (the PARAMETER targets of its graph signature and the initializers it marks PARAMETER,
+    {initializer: the names its optimizer folded it from}). Read as text, never evaluated."""
+    sig = next((p.value for p in getattr(graph, "metadata_props", ())
+                if p.key == _SIGNATURE and len(p.value) <= _META_MAX), None)
+    if sig is None:
+        return None
+    params = set(re.findall(r"^\s*\w+: PARAMETER target='([^']*)'", sig, re.M))
+    folded: dict[str, list[str]] = {}
+    for vi in (*graph.value_info, *graph.input):
+        for p in vi.metadata_props:
+            if p.key == _KIND and p.value == "PARAMETER":
+                params.add(vi.name)
+            elif p.key == _FOLDED_FROM and len(p.value) <= _META_MAX:
+                folded[vi.name] = re.findall(r"'([^']*)'", p.value)
+    return params, folded
+
+
+def is_broadcast(v: Any) -> bool:
+    """Whether ``v`` repeats one slice along an axis of size > 1 without being one value
+    throughout: what an Expand / Tile of a parameter folded by the exporter looks like (a
+    parameter that is all zeros or all ones cannot be told apart and counts as a weight)."""
+    if not isinstance(v, np.ndarray) or v.size < 2:
+        return False
+    flat = v.reshape(-1)
+    if np.all(flat == flat[0]):
+        return False
+    return any(v.shape[a] > 1 and bool(np.all(v == v.take([0], axis=a)))
+               for a in range(v.ndim))
+
+
+def weight_names(graph, values: dict[str, Any] | None = None) -> set[str]:
     """The names whose values are weights (docs/models.md): the file's floating initializers
-    with at least one dimension, the outputs of ConstantOfShape, and the outputs of every node
-    that reads a weight (a Transpose of a weight folded by the executor is still that weight).
-    ``Constant`` nodes are never weights, nor anything computed from constants alone; the
-    importer further keeps a weight constant where its consumer reads it as data (running
-    statistics, a recurrent initial state) and wherever its value is 0-d or not floating."""
-    names = {t.name for t in graph.initializer
-             if t.data_type in _FLOAT_TYPES and len(t.dims) >= 1}
+    with at least one dimension, the outputs of ConstantOfShape of a constant shape (the light
+    models' weights), and what a copy, transpose, reshape or part of a weight folds to
+    (``WEIGHT_VIEWS``). A torch.export (dynamo) file says which initializers are parameters:
+    those, and what its optimizer folded from a parameter unless it is a broadcast of it
+    (``values``, the initializers' arrays, tell); its buffers and what it folded from shapes
+    (an attention scale, a causal mask) are constants. ``Constant`` nodes are never weights,
+    nor anything computed from constants alone; the importer further keeps a weight constant
+    where its consumer reads it as data (running statistics, a recurrent initial state) and
+    wherever its value is 0-d or not floating."""
+    export = exported_parameters(graph)
+    names = set()
+    for t in graph.initializer:
+        if t.data_type not in _FLOAT_TYPES or len(t.dims) < 1:
+            continue
+        if export is None or t.name in export[0]:
+            names.add(t.name)
+        elif any(s in export[0] for s in export[1].get(t.name, ())) and not is_broadcast(
+                (values or {}).get(t.name)):
+            names.add(t.name)  # a transposed Linear weight, an RNN's reordered gates
+    consts = {t.name for t in graph.initializer}
     for n in graph.node:
-        if n.op_type in WEIGHT_SOURCES or any(i in names for i in n.input if i):
+        ins = [i for i in n.input if i]
+        if n.op_type == "Constant" or (ins and n.op_type not in SHAPE_OPS
+                                       and all(i in consts for i in ins)):
+            consts.update(o for o in n.output if o)
+        if (export is None and n.op_type in WEIGHT_SOURCES and all(i in consts for i in ins)) \
+                or (n.op_type in WEIGHT_VIEWS and ins and n.input[0] in names):
             names.update(o for o in n.output if o)
     return names
+
+
+def exported_broadcasts(graph, values: dict[str, Any]) -> dict[str, str]:
+    """{initializer: the parameter it is a broadcast of}, in a torch.export (dynamo) file whose
+    optimizer folded ``cls.expand(B, -1, -1)`` into an initializer ``expand`` (its
+    ``folded_from`` names the one parameter; ``cls`` itself is gone from the file): the import
+    trains that parameter (the broadcast's repeated slice) and records the broadcast."""
+    export = exported_parameters(graph)
+    if export is None:
+        return {}
+    out = {}
+    for t in graph.initializer:
+        src = [s for s in export[1].get(t.name, ()) if s in export[0]]
+        if t.name not in export[0] and len(src) == 1 and src[0] not in values and is_broadcast(
+                values.get(t.name)):
+            out[t.name] = src[0]
+    return out
+
+
+def broadcast_source(v: np.ndarray) -> np.ndarray:
+    """The one slice a broadcast repeats: index 0 of every axis along which it is constant."""
+    for a in range(v.ndim):
+        if v.shape[a] > 1 and np.all(v == v.take([0], axis=a)):
+            v = v.take([0], axis=a)
+    return np.ascontiguousarray(v)
+
+
+def tied_copies(weights: set[str], values: dict[str, Any]) -> dict[str, str]:
+    """{a 2-D weight: the weight it is the transpose of}, found by value: the exporters fold a
+    tied head's ``emb.weight.T`` into an initializer of its own (TorchScript's
+    ``onnx::MatMul_N``, dynamo's ``val_N``); the import records it as the transpose of the one
+    weight, so the tie holds in training (a weight of one value throughout is never taken for
+    a copy). Candidates meet on their first row first, so each pair is compared in full once."""
+    two = sorted(k for k in weights if getattr(values.get(k), "ndim", 0) == 2
+                 and values[k].dtype.kind == "f" and values[k].size > 1)
+    by_col: dict[tuple, list[str]] = {}
+    for k in two:
+        v = values[k]
+        by_col.setdefault((v.shape[::-1], v.dtype.str, v[:, 0].tobytes()), []).append(k)
+    out: dict[str, str] = {}
+    for k in two:
+        v = values[k]
+        for src in by_col.get((v.shape, v.dtype.str, v[0].tobytes()), ()):
+            if src != k and src not in out and k not in out.values() and not np.all(
+                    v == v.reshape(-1)[0]) and np.array_equal(values[src].T, v):
+                out[k] = src
+                break
+    return out
+
+
+#: per Session: (weight_names, tied_copies), found once (the workload imports every step)
+_RULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def session_weights(sess: Session) -> tuple[set[str], dict[str, str], list, dict[str, str]]:
+    """``weight_names``, ``tied_copies``, the steps to record again (``refold``) and
+    ``exported_broadcasts`` of ``sess``'s model (its folded initializers included), once per
+    Session."""
+    got = _RULES.get(sess)
+    if got is None:
+        g, inits = sess.model.graph, sess.graph.inits
+        names = weight_names(g, inits)
+        got = (names, tied_copies(names, inits), refold(sess, names),
+               exported_broadcasts(g, inits))
+        _RULES[sess] = got
+    return set(got[0]), dict(got[1]), list(got[2]), dict(got[3])
+
+
+def refold(sess: Session, weights: set[str]) -> list:
+    """The nodes a Session folded at load (``fold=True``) that computed from a weight by
+    anything but a view or a Shape (``cls.expand(2, -1, -1)`` at a traced batch), and what was
+    folded from them, as steps in graph order: the import records them on the tape again, so
+    the weight itself trains instead of a constant copy of its broadcast."""
+    from core.onnx.executor import Step
+    from core.onnx.registry import kernel_for, node_attrs
+
+    folded = set(getattr(sess, "_folded_names", ()))
+    if not folded:
+        return []
+    again: set[str] = set()
+    steps = []
+    for i, n in enumerate(sess.model.graph.node):
+        outs = [o for o in n.output if o]
+        if not outs or not all(o in folded for o in outs):
+            continue
+        ins = [x for x in n.input if x]
+        if (n.op_type not in WEIGHT_VIEWS + SHAPE_OPS and any(
+                x in weights and is_weight_value(sess.graph.inits.get(x)) for x in ins)) or \
+                any(x in again for x in ins):
+            domain = "" if n.domain in ("", "ai.onnx") else n.domain
+            opset = sess.lm.opsets.get(domain, 0)
+            steps.append(Step(node_label(i, n), n, kernel_for(n), node_attrs(n, opset), opset))
+            again.update(outs)
+    return steps
 
 
 # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
@@ -124,8 +287,10 @@ class _Importer:
         self.tape = tape
         self.trainable = trainable
         self.init_names = set(sess.graph.inits)
-        # names whose values are weights (the rule of weight_names; grown as the import folds)
-        self.weights = weight_names(sess.model.graph)
+        # names whose values are weights (the rule of weight_names; grown as the import folds
+        # copies and views of them), and the tied copies recorded as a weight's transpose
+        self.weights, self.tied, self.refold, self.broadcasts = session_weights(sess)
+        self.tied_vars: dict[str, Var] = {}
         self.params: dict[str, Any] = {}
         self.label = ""
         self.tape_bytes = 0  # what the import recorded on the tape, with gradients: charge_tape
@@ -154,6 +319,19 @@ class _Importer:
             return v
         if name in self.params:
             return self.params[name]
+        if name in self.tied and self.trainable:  # emb.weight.T folded by the exporter
+            if name not in self.tied_vars:
+                src = self.tied[name]
+                self.tied_vars[name] = ops.transpose(self.var(self.sess.graph.inits[src], src))
+            return self.tied_vars[name]
+        if name in self.broadcasts and self.trainable and isinstance(v, np.ndarray):
+            if name not in self.tied_vars:  # cls.expand(B, -1, -1) folded by the exporter
+                src = self.broadcasts[name]
+                if src not in self.params:
+                    self.params[src] = self.tape.param(broadcast_source(v), name=leaf_name(src))
+                self.tied_vars[name] = ops.mul(self.params[src], self.tape.const(
+                    np.ones(v.shape), name="ones"))
+            return self.tied_vars[name]
         if name in self.weights and is_weight_value(v) and self.trainable:
             if name not in self.params:
                 self.params[name] = self.tape.param(v, name=leaf_name(name))
@@ -598,7 +776,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
         env[name] = imp.params[name]
     folded = []
     onnx_nodes: list[dict] = []
-    for st in sess.graph.steps:
+    for st in (imp.refold if trainable else []) + list(sess.graph.steps):
         imp.label = st.label
         names = list(st.node.input)
         ins = [env[n] if n else None for n in names]
@@ -612,9 +790,15 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
             ins = [imp.int_data.get(n, v) if n else v for n, v in zip(names, ins, strict=True)]
             if not all(v is None or isinstance(v, np.ndarray) for v in ins):
                 ins = [env[n] if n else None for n in names]
+        # a weight read by anything but a copy, a view or a Shape is recorded on the tape, so
+        # the weight itself trains (folded, a broadcast of it would become a weight of its own)
+        op = st.node.op_type
+        reads_weight = imp.trainable and op not in WEIGHT_VIEWS + SHAPE_OPS and any(
+            (n in imp.weights or n in imp.broadcasts) and is_weight_value(v)
+            for n, v in zip(names, ins, strict=True) if n)
         try:
             imp.budget.before(st.node.op_type, ins, st.attrs, st.opset)
-            if all(v is None or isinstance(v, np.ndarray) for v in ins):
+            if not reads_weight and all(v is None or isinstance(v, np.ndarray) for v in ins):
                 out = st.kernel(_ctx(st, imp), *ins, **st.attrs)  # known now: fold
                 # NOTE: a kernel may hand back a numpy scalar (Gather of a 0-d index): an array
                 out = (tuple(v if v is None else np.asarray(v) for v in out)
@@ -626,7 +810,7 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                     imp.derived.update(o for o in st.node.output if o)
                     roots = set().union(*(imp.roots.get(n, ()) for n in names if n))
                     imp.roots.update({o: roots for o in st.node.output if o})
-                if st.node.op_type in WEIGHT_SOURCES or any(n in imp.weights for n in names):
+                if op in WEIGHT_VIEWS and names and names[0] in imp.weights:
                     imp.weights.update(o for o in st.node.output if o)
                 if over:
                     out = tuple(over.get(o, v) for o, v in zip(

@@ -3,7 +3,7 @@
 Each converter records existing tape ops in a written order (docs/onnx-coverage.md, "lowered";
 docs/reference-order-nn.md gives each order), so every device already has its kernels and the
 replay is bit for bit: Where (masked_fill), Gelu (none and tanh), Pow, HardSigmoid, HardSwish,
-LogSoftmax (its row op),
+LogSoftmax (its row op), Expand (``x * ones``),
 SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, Dropout in training mode (a seeded mask per
 step), BatchNormalization in training mode (batch statistics; running statistics updated as the
 spec says), and RNN / GRU / LSTM unrolled over time. A converter is
@@ -132,6 +132,25 @@ def pow_(imp, st, ins, names):
             y = ops.mul(y, x)
         return y if e > 0 else ops.div(one, y)
     return ops.exp(ops.muls(ops.log(x), e))
+
+
+# ---- Expand: x * ones(shape) ----------------------------------------------------------------
+
+def expand(imp, st, ins, names):
+    """ONNX Expand (``cls.expand(B, -1, -1)``, GQA's ``repeat_kv``) as ``x * ones(out)``:
+    every element is x's bit for bit (``x * 1 == x``, -0.0, inf and NaN included) and the
+    gradient is mul's, the broadcast axes summed by ``unbroadcast`` (serial, row-major), so a
+    weight broadcast into a batch trains as the one weight it is."""
+    x = _v(imp, ins, names, 0)
+    shape = tuple(int(d) for d in np.asarray(imp.static(ins[1], "Expand's shape")).reshape(-1))
+    try:
+        out = np.broadcast_shapes(tuple(x.shape), shape)
+    except ValueError:
+        raise OnnxError(f"Expand of shape {tuple(x.shape)} to {shape}: not broadcastable",
+                        node=imp.label) from None
+    if out == tuple(x.shape):
+        return ops.mul(x, imp.tape.const(np.ones(()), name="ones"))  # a node of its own
+    return ops.mul(x, imp.tape.const(np.ones(out), name="ones"))
 
 
 # ---- LogSoftmax: the tape's log_softmax row op ------------------------------------------------
@@ -428,4 +447,5 @@ CONVERTERS = {
     "Pow": pow_, "Abs": abs_, "SoftmaxCrossEntropyLoss": softmax_ce,
     "NegativeLogLikelihoodLoss": nll_loss, "LogSoftmax": log_softmax,
     "Dropout": dropout, "RNN": recurrent, "GRU": recurrent, "LSTM": recurrent,
+    "Expand": expand,
 }

@@ -109,11 +109,20 @@ def _role(tape: Tape, pid: int, users: dict[int, list[tuple[int, int]]]) -> tupl
         if not u:
             return "", 0
         j, k = u[0]
-        op = tape.node(j).op
-        if op in ("reshape", "transpose"):
-            i = j
+        node = tape.node(j)
+        op = node.op
+        if op in ("reshape", "transpose") or (op == "mul" and _is_ones(tape, node.inputs[1 - k])):
+            i = j  # a view, or a broadcast (Expand's x * ones): the role is its user's
             continue
+        if op == "layer_norm":  # the row op's scale (slot 1): a scale
+            return ("mul", k) if k == 1 else (op, k)
         return op, k
+
+
+def _is_ones(tape: Tape, i: int) -> bool:
+    """Whether tape value ``i`` is a constant of ones (Expand's ``x * ones``)."""
+    n = tape.node(i)
+    return n.op == "const" and bool(np.all(np.asarray(tape.value(i)) == 1))
 
 
 def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], graph_steps,
@@ -122,7 +131,8 @@ def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], gr
 
     conv2d weights: He normal, std sqrt(2 / fan_in), fan_in = C/group * kh * kw; matmul
     weights: Glorot uniform, limit sqrt(6 / (fan_in + fan_out)); what a ``mul`` or ``div``
-    consumes (a scale): ones; what an ``add``/``sub`` consumes (a bias): zeros; running means
+    consumes (a scale, a LayerNormalization's scale): ones; what an ``add``/``sub`` consumes (a
+    bias): zeros, a broadcast's (Expand) role is its user's; running means
     0 and variances 1 (the workload then calibrates them on batch 0). One generator seeded by
     ``seed`` draws in parameter order.
     """

@@ -1,6 +1,8 @@
 """The model zoo: small PyTorch modules of the families people export (nanoGPT-style attention
 with masked_fill / GELU / F.cross_entropy, LayerNorm + GELU(tanh) + Dropout, Conv + BatchNorm,
-GRU / LSTM / RNN, HardSwish / HardSigmoid / Pow, log_softmax + nll_loss), each exported by
+GRU / LSTM / RNN, HardSwish / HardSigmoid / Pow, log_softmax + nll_loss, a ViT block with a
+broadcast class token and MultiheadAttention or SDPA, nn.Transformer with a causal mask, a
+causal mask from torch.triu), each exported by
 ``torch.onnx.export`` at test time with small seeded random weights, as a user would (no edits
 to the file)."""
 
@@ -109,6 +111,74 @@ class Classifier(nn.Module):
         return F.nll_loss(lp, targets) - 0.1 * lp.mean()
 
 
+class ViT(nn.Module):
+    """A ViT block: patches, a class token broadcast into the batch (``cls.expand(B, -1, -1)``),
+    learned positions, LayerNorm and attention by ``nn.MultiheadAttention`` or
+    ``F.scaled_dot_product_attention`` (the exporters compute its scale from a Shape: a
+    constant, never a weight), a linear head on the class token."""
+
+    def __init__(self, sdpa=False, dim=16, heads=2, patch=4):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, patch, patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, 5, dim))
+        self.ln = nn.LayerNorm(dim)
+        self.sdpa, self.heads = sdpa, heads
+        if sdpa:
+            self.qkv = nn.Linear(dim, 3 * dim)
+        else:
+            self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.head = nn.Linear(dim, 3)
+
+    def forward(self, x):
+        b = x.shape[0]
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(b, -1, -1), t], 1) + self.pos
+        h = self.ln(t)
+        if self.sdpa:
+            q, k, v = self.qkv(h).chunk(3, -1)
+
+            def heads(z):
+                return z.view(b, z.shape[1], self.heads, -1).transpose(1, 2)
+
+            a = F.scaled_dot_product_attention(heads(q), heads(k), heads(v))
+            a = a.transpose(1, 2).reshape(b, -1, q.shape[-1])
+        else:
+            a, _ = self.attn(h, h, h, need_weights=False)
+        return self.head((t + a)[:, 0])
+
+
+class Seq2Seq(nn.Module):
+    """``nn.Transformer`` encoder-decoder with the causal mask of
+    ``generate_square_subsequent_mask`` built from the target's length (a constant, never a
+    weight: the decoder stays causal through training and ``--reinit``)."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.tr = nn.Transformer(dim, 2, 1, 1, 16, dropout=0.0, batch_first=True)
+        self.out = nn.Linear(dim, 4)
+
+    def forward(self, src, tgt):
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+        return self.out(self.tr(src, tgt, tgt_mask=mask, tgt_is_causal=True))
+
+
+class CausalAttention(nn.Module):
+    """Attention with its causal mask built from the sequence length
+    (``torch.triu(torch.ones(T, T))``) and its scale from the head dim (``k.shape[-1]``)."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, 4)
+
+    def forward(self, x):
+        t = x.shape[1]
+        q, k, v = self.qkv(x).chunk(3, -1)
+        att = q @ k.transpose(-2, -1) / (k.shape[-1] ** 0.5)
+        att = att.masked_fill(torch.triu(torch.ones(t, t), diagonal=1).bool(), float("-inf"))
+        return self.out(att.softmax(-1) @ v)
+
+
 def _ints(shape, high):
     return torch.randint(0, high, shape)
 
@@ -125,15 +195,33 @@ FAMILIES = {
     "rnn": (lambda: Recurrent("RNN"), lambda: (torch.randn(2, 4, 6),), False),
     "activations": (Activations, lambda: (torch.randn(3, 8),), False),
     "classifier": (Classifier, lambda: (torch.randn(4, 6), _ints((4,), 5)), False),
+    "vit_mha": (ViT, lambda: (torch.randn(2, 3, 8, 8),), False),
+    "vit_sdpa": (lambda: ViT(sdpa=True), lambda: (torch.randn(2, 3, 8, 8),), False),
+    "seq2seq": (Seq2Seq, lambda: (torch.randn(2, 6, 8), torch.randn(2, 5, 8)), False),
+    "causal": (CausalAttention, lambda: (torch.randn(2, 5, 8),), False),
 }
 
 
-def export(name: str, path, dynamo: bool) -> str:
-    """Export family ``name`` to ``path`` with seeded random weights; returns the path."""
-    make, example, train = FAMILIES[name]
+def module(name: str, distinct: bool = False) -> nn.Module:
+    """Family ``name``'s module as ``export`` exports it (seeded); ``distinct``: every
+    parameter drawn anew, so no two hold equal values (dynamo's optimizer merges initializers
+    of equal values, e.g. two fresh LayerNorms' ones, into one)."""
+    make, _, train = FAMILIES[name]
     torch.manual_seed(0)
     model = make()
+    if distinct:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.rand_like(p) * 0.5 + 0.25)
     model.train(train)
+    return model
+
+
+def export(name: str, path, dynamo: bool, distinct: bool = False) -> str:
+    """Export family ``name`` to ``path`` with seeded random weights (``distinct``: see
+    ``module``); returns the path."""
+    _, example, train = FAMILIES[name]
+    model = module(name, distinct)
     kwargs = {}
     if train:
         kwargs = {"training": torch.onnx.TrainingMode.TRAINING, "do_constant_folding": False}
