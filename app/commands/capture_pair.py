@@ -1,5 +1,6 @@
 """``tapescope parity --capture A --against B [--explain] [--json OUT]``: two captures of your
-script, one arbiter (issue 43, core.capture.pair): each run judged against the exact reference,
+script, one arbiter (issue 43, core.capture.pair; ``report --capture A --against B --out R.html``
+the same as a page, app/capture/pair_html.py): each run judged against the exact reference,
 their ops matched by identity, and the first matched op where their outputs part, with which
 run left the reference there. Exit 0 when every matched op is the same bits in both runs, 1
 when one parts, 2 for a bad input (a helper of ``parity`` and ``report``; no command of its own).
@@ -96,20 +97,48 @@ def print_pair(rep: dict, explain: bool = False) -> None:
     print(f"A and B DIFFER: {rep['n_parted']} of {al['matched']} matched ops part")
 
 
-def pair_captures(args: argparse.Namespace, *, html_out: str | None = None) -> int:
-    """Load both captures, judge and pair them, print, write ``--json``; 0 agree, 1 part."""
+def pair_captures(args: argparse.Namespace) -> int:
+    """``parity --capture A --against B``: load both captures, judge and pair them, print,
+    write ``--json``; 0 agree, 1 part."""
     import json
 
     from core.atomic import check_writable, write_atomic
-    from core.capture.file import load
-    from core.capture.judge import judge
-    from core.capture.pair import pair
     from core.parity import strict_json
-    from core.progress import file_label, progress
 
     out = getattr(args, "json", None)
     if out:
         check_writable(out, "--json")
+    rep = _paired(args)
+    if out:
+        write_atomic(out, json.dumps(strict_json(rep), indent=1, allow_nan=False))
+    return 0 if rep["agree"] else 1
+
+
+def report_pair(args: argparse.Namespace) -> int:
+    """``report --capture A --against B --out R.html``: the pair as a self-contained page and
+    its JSON beside it (both or neither); 0 agree, 1 part."""
+    import json
+    from pathlib import Path
+
+    from app.capture import pair_html, report_html
+    from core.atomic import write_all
+    from core.parity import strict_json
+
+    report_html.check(args.out)  # before the judging, not after it
+    rep = _paired(args)
+    side = Path(args.out).with_suffix(".json")
+    page, side = write_all([(args.out, pair_html.render(rep)),
+                            (side, json.dumps(strict_json(rep), indent=1, allow_nan=False))])
+    print(f"wrote {page} and {side}")
+    return 0 if rep["agree"] else 1
+
+
+def _paired(args: argparse.Namespace) -> dict:
+    from core.capture.file import load
+    from core.capture.judge import judge
+    from core.capture.pair import pair
+    from core.progress import file_label, progress
+
     explain = bool(getattr(args, "explain", False))
     caps = []
     for path in (args.capture, args.against):
@@ -128,6 +157,4 @@ def pair_captures(args: argparse.Namespace, *, html_out: str | None = None) -> i
     rep = pair(a, b, explain=explain, judged=(judged[0], judged[1]))
     rep.pop("reports")
     print_pair(rep, explain=explain)
-    if out:
-        write_atomic(out, json.dumps(strict_json(rep), indent=1, allow_nan=False))
-    return 0 if rep["agree"] else 1
+    return rep

@@ -56,9 +56,10 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "capture", None):  # the user's own recorded run (docs/capture.md)
         if args.workload or getattr(args, "model", None):
             raise ValueError("--capture reports on a recorded run: drop --workload / --model")
-        if getattr(args, "against", None):
-            raise ValueError("report --capture A --against B is not built yet: use "
-                             "parity --capture A --against B [--json OUT]")
+        if getattr(args, "against", None):  # two captures, one arbiter (issue 43)
+            from app.commands.capture_pair import report_pair
+
+            return report_pair(args)
         from app.commands.capture import report_capture
 
         return report_capture(args)

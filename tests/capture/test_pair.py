@@ -182,3 +182,16 @@ def test_a_fused_kernel_against_its_pieces_is_reported_unmatched():
     assert rep["alignment"]["matched"] == 3
     # value k of the toy is k everywhere: tanh (A's 3, B's 2) parts, t (0, 0) does not
     assert rep["first_parted"]["op"] == "aten.tanh.default"
+
+
+def test_report_writes_the_pair_as_a_page(runs, tmp_path):
+    out = tmp_path / "pair.html"
+    p = cli("report", "--capture", str(runs["plain"]), "--against", str(runs["planted"]),
+            "--out", str(out))
+    assert p.returncode == 1, p.stderr[-3000:]
+    page = out.read_text()
+    side = json.loads(out.with_suffix(".json").read_text())
+    assert side["first_parted"]["op"] == "aten.relu.default" and side["first_parted"]["left"] \
+        == "B"
+    assert "Left the reference there: B" in page and "aten.relu.default" in page
+    assert "<script" not in page and f"wrote {out}" in p.stdout
