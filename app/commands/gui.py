@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+SCREENSHOT_STEPS = 30  # a live --screenshot without --steps: steps before the picture
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``gui`` subcommand."""
@@ -51,8 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.commands.worker import add_timeout_flags
 
     add_timeout_flags(live)
-    live.add_argument("--steps", type=int, default=30,
-                      help="with --screenshot: steps to run before the picture")
+    live.add_argument("--steps", type=int, default=None,
+                      help="a live session trains this many steps, then stops (its results "
+                           "stay); default: until Stop (with --screenshot: 30, then the "
+                           "picture)")
     from app.commands.onnx_cmd import _limit_flags
 
     _limit_flags(p)  # an .onnx opened in the window runs under the same budgets as `onnx`
@@ -153,8 +157,10 @@ def run(args: argparse.Namespace) -> int:
     size = _parse_size(args.size) if args.screenshot else None
     if isinstance(size, str):
         return _fail(size)
-    if args.steps < 1:
+    if args.steps is not None and args.steps < 1:
         return _fail(f"--steps {args.steps}: a live session runs at least 1 step")
+    if args.steps is None and args.screenshot:
+        args.steps = SCREENSHOT_STEPS
     if args.screenshot:  # before the window and the run: a bad place costs nothing
         from core.atomic import check_writable
 
@@ -220,7 +226,9 @@ def run(args: argparse.Namespace) -> int:
                             compare=args.compare, worker=getattr(args, "worker", None),
                             **worker_timeouts(args), **candidate_config(args),
                             **amp_kwargs(args))
-        ok = win.live.start(cfg, max_steps=args.steps if args.screenshot else None)
+        # --steps bounds the session with or without --screenshot (issue 46: `--steps 20`
+        # ran on past 4,000 steps in a window)
+        ok = win.live.start(cfg, max_steps=args.steps)
     if args.screenshot:
         return _screenshot(win, args, size, ok)
     win.show()
