@@ -46,6 +46,10 @@ from core.progress import progress
 FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-trapping-math", "-fno-math-errno",
          "-fPIC", "-shared", "-std=c99", "-march=native", "-pthread"]
 _HERE = Path(__file__).resolve().parent
+# a hang guard, not a budget: the build is seconds of one core, but the suite builds every path
+# this CPU runs at once on 3 workers of 2 cores, and 120 s was passed there (a path that timed
+# out ran numpy instead, silently)
+BUILD_TIMEOUT_S = 600
 _SRCS = [_HERE / "refkernels.c", _HERE / "refmath_host.c"]
 # the C twin of core.refmath lives next to its numpy (core/refmath/): one source for every
 # backend, which gpu reads from there too
@@ -119,7 +123,7 @@ def _build(cc: str) -> Path:
         with progress(f"compiling refmath's C kernels with {Path(cc).name} (cached after)"):
             subprocess.run([cc, *fl, f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out),
                             *map(str, _SRCS)],
-                           check=True, capture_output=True, timeout=120)
+                           check=True, capture_output=True, timeout=BUILD_TIMEOUT_S)
 
     path, _ = KernelCache().get_or_build(f"refkernels-{key}", ".so", build)
     return path
@@ -728,7 +732,7 @@ def _load_ext():
             subprocess.run([cc, *[f for f in fl if f != "-std=c99"], f"-I{inc}",
                             f"-I{np_inc}", f"-I{REFMATH_C}", f"-I{_HERE}", "-o", str(out),
                             str(src)],
-                           check=True, capture_output=True, timeout=120)
+                           check=True, capture_output=True, timeout=BUILD_TIMEOUT_S)
 
     try:
         path, _ = KernelCache().get_or_build(f"refmath-py-{key}", ".so", build)

@@ -1623,6 +1623,37 @@ static inline v8f64 pool_max_v8f64(v8f64 a, v8f64 t) {
     const v8i64 m = (a > t) | (a != a);
     return (v8f64)(((v8i64)a & m) | ((v8i64)t & ~m));
 }
+/* The pools' vectors are the register's width (vpf32 ... below): without AVX-512 gcc lowered
+ * the 64-byte compares and selects of pool_max_v16f32 to element-by-element code through the
+ * stack, and squeezenet's MaxPools took 17-20 % of its run on the avx2 path against 3 % on
+ * avx512 (perf, TAPESCOPE_ISA=avx2; issue 49). The lanes are outputs, each with its own taps
+ * in order, so the width changes no bit. */
+#if defined(__AVX512F__)
+typedef v16f32 vpf32;
+typedef v16i32 vpi32;
+typedef v8f64 vpf64;
+typedef v8i64 vpi64;
+#define pool_max_vp32 pool_max_v16f32
+#define pool_max_vp64 pool_max_v8f64
+#else
+#if defined(__AVX__)
+#define POOL_VBYTES 32
+#else
+#define POOL_VBYTES 16
+#endif
+typedef float vpf32 __attribute__((vector_size(POOL_VBYTES), aligned(4), may_alias));
+typedef int vpi32 __attribute__((vector_size(POOL_VBYTES), aligned(4), may_alias));
+typedef double vpf64 __attribute__((vector_size(POOL_VBYTES), aligned(8), may_alias));
+typedef long long vpi64 __attribute__((vector_size(POOL_VBYTES), aligned(8), may_alias));
+static inline vpf32 pool_max_vp32(vpf32 a, vpf32 t) {
+    const vpi32 m = (a > t) | (a != a);
+    return (vpf32)(((vpi32)a & m) | ((vpi32)t & ~m));
+}
+static inline vpf64 pool_max_vp64(vpf64 a, vpf64 t) {
+    const vpi64 m = (a > t) | (a != a);
+    return (vpf64)(((vpi64)a & m) | ((vpi64)t & ~m));
+}
+#endif
 
 /* The padded plane P (the region the windows cover; ID outside the image) split by stride phase
  * in both axes: phase (a, b) holds the padded cells (R*sh + a, S*sw + b) as a plane of hq x wq
@@ -1953,7 +1984,14 @@ static POOL_SCALAR int pool_lanes_max_f32(POOL_ARGS(float)) {
  * even and odd columns by two vector shuffles each, with no phase planes; each H row serves two
  * output rows. L = lanes a vector. Returns 0 without memory (the caller runs POOL_PHASE). */
 #ifndef POOL_SEP_OFF /* -DPOOL_SEP_OFF=1: phase only (benchmarks) */
+#if defined(__AVX512F__)
 #define POOL_SEP_OFF 0
+#else
+/* Without AVX-512 the two-source shuffles of 64-byte vectors have no instruction (vpermt2ps):
+ * gcc builds each from element moves, and squeezenet's pools took 17 % of its run on the avx2
+ * path against 3 % on avx512 (perf, TAPESCOPE_ISA=avx2; issue 49). Phase planes there. */
+#define POOL_SEP_OFF 1
+#endif
 #endif
 #define POOL_MAX3S2(T, V, VI, VMAX, L, EVEN, ODD)                                       \
     {                                                                                   \
@@ -2046,19 +2084,19 @@ POOL_MAX3S2_FN(pool_max3s2_f64, double, v8f64, v8i64, pool_max_v8f64, 8,
     POOL_PHASE(T, V, VMAX, AVG, ID)
 
 int ts_avgpool2d_f64(POOL_ARGS(double)) {
-    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 1, 0.0, pool_lanes_avg_f64, )
+    POOL2D(double, long long, vpf64, vpi64, pool_max_vp64, 1, 0.0, pool_lanes_avg_f64, )
 }
 int ts_avgpool2d_f32(POOL_ARGS(float)) {
-    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 1, 0.0f, pool_lanes_avg_f32, )
+    POOL2D(float, int, vpf32, vpi32, pool_max_vp32, 1, 0.0f, pool_lanes_avg_f32, )
 }
 int ts_maxpool2d_f64(POOL_ARGS(double)) {
     (void)cnt;
-    POOL2D(double, long long, v8f64, v8i64, pool_max_v8f64, 0, -__builtin_inf(),
+    POOL2D(double, long long, vpf64, vpi64, pool_max_vp64, 0, -__builtin_inf(),
            pool_lanes_max_f64, POOL_TRY_MAX3S2(pool_max3s2_f64))
 }
 int ts_maxpool2d_f32(POOL_ARGS(float)) {
     (void)cnt;
-    POOL2D(float, int, v16f32, v16i32, pool_max_v16f32, 0, -__builtin_inff(),
+    POOL2D(float, int, vpf32, vpi32, pool_max_vp32, 0, -__builtin_inff(),
            pool_lanes_max_f32, POOL_TRY_MAX3S2(pool_max3s2_f32))
 }
 
