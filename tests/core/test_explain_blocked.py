@@ -1,0 +1,160 @@
+"""The blocked and vectorised orders of issue 44, item 1: a BLAS micro-kernel's column tiles
+(fma inside, another kernel on the edge columns), W partial sums along k (with and without
+fma, lanes added in sequence or as a tree) for matmul / bmm and their gradients, W-lane vector
+sums for the reductions and rms_norm's sum of squares. Each is held to a plain loop that
+spells its order, and, where PyTorch (MKL) is here, to the library's own bits."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+from core.explain import _mm_lanes, _mm_tiles, _sum_lanes, _sumsq_lanes, explain, fma, variants_for
+from core.ops.reference import mm
+
+Node = namedtuple("Node", "op attrs shape")
+rng = np.random.default_rng(4401)
+
+
+def _lanes_loop(a, b, w, use_fma, tree):
+    """One output element at a time, as the lanes' order says."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.zeros((m, n), dtype=a.dtype)
+    for i in range(m):
+        for j in range(n):
+            lanes = [a.dtype.type(0)] * w
+            for kk in range(k):
+                la = kk % w
+                lanes[la] = (fma(a[i, kk], b[kk, j], lanes[la]).reshape(())[()] if use_fma
+                             else lanes[la] + a[i, kk] * b[kk, j])
+            while tree and len(lanes) > 1:
+                h = len(lanes) // 2
+                lanes = [lanes[x] + lanes[x + h] for x in range(h)]
+            acc = lanes[0]
+            for x in lanes[1:]:
+                acc = acc + x
+            out[i, j] = acc
+    return out
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+@pytest.mark.parametrize("w", [2, 4, 8, 16, 32])
+@pytest.mark.parametrize("use_fma", [False, True])
+@pytest.mark.parametrize("tree", [False, True])
+def test_k_lanes_are_the_order_they_name(dt, w, use_fma, tree):
+    a, b = rng.standard_normal((3, 37)).astype(dt), rng.standard_normal((37, 4)).astype(dt)
+    got = _mm_lanes(w, use_fma, tree)(a, b)
+    want = _lanes_loop(a, b, w, use_fma, tree)
+    assert got.dtype == dt and np.array_equal(got, want)
+
+
+def test_column_tiles_are_fma_inside_and_the_edge_kernel_outside():
+    a, b = rng.standard_normal((6, 40)), rng.standard_normal((40, 29))
+    edge = _mm_lanes(2, False, False)
+    got = _mm_tiles(12, edge)(a, b)
+    fm = _lanes_loop(a, b, 1, True, False)
+    assert np.array_equal(got[:, :24], fm[:, :24])  # two full tiles of 12: contracted
+    assert np.array_equal(got[:, 24:], edge(a, b[:, 24:]))
+    serial = _mm_tiles(12, mm)(a, b)
+    assert np.array_equal(serial[:, 24:], mm(a, b[:, 24:]))
+    assert not np.array_equal(serial, fm) and not np.array_equal(serial, mm(a, b))
+
+
+@pytest.mark.parametrize("w", [2, 4, 8, 16, 32])
+@pytest.mark.parametrize("tree", [False, True])
+def test_vector_sums_are_the_order_they_name(w, tree):
+    x = rng.standard_normal((5, 53))
+    want = []
+    for row in x:
+        lanes = [0.0] * w
+        for i, v in enumerate(row):
+            lanes[i % w] = lanes[i % w] + v
+        while tree and len(lanes) > 1:
+            h = len(lanes) // 2
+            lanes = [lanes[j] + lanes[j + h] for j in range(h)]
+        acc = lanes[0]
+        for v in lanes[1:]:
+            acc = acc + v
+        want.append(acc)
+    assert np.array_equal(_sum_lanes(w, tree)(x, -1), np.array(want))
+    sq = _sumsq_lanes(w, False, tree)(x, -1, keepdims=True)
+    assert sq.shape == (5, 1)
+    assert np.array_equal(sq[:, 0], _sum_lanes(w, tree)(x * x, -1))
+
+
+def test_a_k_lane_product_is_named_with_its_lanes():
+    a, b = rng.standard_normal((7, 64)), rng.standard_normal((64, 5))
+    cand = _mm_lanes(8, True, True)(a, b)
+    c = explain(Node("matmul", {}, (7, 5)), [a, b], cand)
+    assert c.cause == "reassociation" and c.variant.startswith("8 partial sums over k with fma")
+
+
+def test_an_rms_norm_with_a_4_lane_sum_of_squares_is_reassociation():
+    x, g = rng.standard_normal((400, 40)), rng.uniform(0.5, 1.5, 40)
+    ss = _sumsq_lanes(4, False, False)(x, -1, keepdims=True)
+    r = 1.0 / np.sqrt(ss / 40.0 + 1e-6)
+    cand = (x * r) * g
+    c = explain(Node("rms_norm", {"eps": 1e-6}, x.shape), [x, g], cand)
+    assert (c.cause, c.variant) == ("reassociation",
+                                    "4-lane vector sum of squares, lanes added in sequence")
+
+
+def test_every_new_variant_is_tried_once_per_node():
+    labels = [v.label for v in variants_for("matmul")]
+    assert len(labels) == len(set(labels))
+    assert sum("column tiles" in lab for lab in labels) == 8
+    assert sum("partial sums over k" in lab for lab in labels) == 20
+    assert sum("vector sum of squares" in v.label for v in variants_for("rms_norm")) == 20
+
+
+# ---- the library's own bits, where it is here --------------------------------------------------
+def _mkl_avx512() -> bool:
+    torch = pytest.importorskip("torch")
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "avx512f" in flags and "Math Kernel Library Version 2024.2" in \
+        torch.__config__.show()
+
+
+@pytest.mark.parametrize("shape", [(32, 16, 16), (32, 16, 32), (32, 32, 16), (16, 16, 8)])
+def test_pytorch_mkl_dgemm_is_the_12_column_tiling(shape):
+    """torch.matmul float64 (MKL 2024.2, AVX-512 here): fma on full 12-column tiles, the edge
+    columns serial for a row-major B and in 2 k-lanes for a transposed one (autograd's
+    g @ b.T, attention's q @ k.T)."""
+    if not _mkl_avx512():
+        pytest.skip("measured on MKL 2024.2 with AVX-512; another BLAS or CPU blocks otherwise")
+    import torch
+
+    torch.set_num_threads(2)
+    m, k, n = shape
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    node = Node("matmul", {}, (m, n))
+    got = torch.matmul(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    c = explain(node, [a, b], got)
+    assert c.cause in ("fma", "reassociation") and c.cause != "unknown", c
+    bt = torch.from_numpy(np.ascontiguousarray(b.T)).t()  # B stored transposed
+    got_t = torch.matmul(torch.from_numpy(a), bt).numpy()
+    ct = explain(node, [a, b], got_t)
+    assert ct.cause != "unknown", ct
+    if n % 12:  # an edge: the tiling names it
+        assert "12-column tiles, edge columns serial" in c.variant
+        assert "12-column tiles, edge columns in 2 k-lanes" in ct.variant
+
+
+def test_pytorch_rms_norm_sums_squares_in_lanes():
+    if not _mkl_avx512():
+        pytest.skip("measured with PyTorch 2.13's AVX-512 CPU kernels")
+    import torch
+    import torch.nn.functional as F
+
+    for dt, w in ((np.float64, 4), (np.float32, 8)):
+        x = rng.standard_normal((32, 16)).astype(dt)
+        g = rng.uniform(0.5, 1.5, 16).astype(dt)
+        got = F.rms_norm(torch.from_numpy(x), (16,), torch.from_numpy(g), 1e-6).numpy()
+        c = explain(Node("rms_norm", {"eps": 1e-6}, x.shape), [x, g], got)
+        assert c.variant == f"{w}-lane vector sum of squares, lanes added in sequence", c
