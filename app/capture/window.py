@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QPlainTextEdit,
+    QPushButton,
     QSplitter,
     QTreeWidget,
     QTreeWidgetItem,
@@ -138,6 +139,15 @@ class CaptureWindow(QMainWindow):
         bar.addWidget(QLabel(legend + "  <span style='color:#e53935'>■ introduced</span> "
                                       "<span style='color:#ffb300'>■ inherited</span>"))
         bar.addStretch(1)
+        # the backward stepper: the step's backward ops in the order autograd ran them
+        self.back_prev = QPushButton("◀ backward")
+        self.back_next = QPushButton("backward ▶")
+        self.back_label = QLabel("")
+        self.back_prev.clicked.connect(lambda: self.step_backward(-1))
+        self.back_next.clicked.connect(lambda: self.step_backward(+1))
+        for w in (self.back_prev, self.back_label, self.back_next):
+            bar.addWidget(w)
+        self.back_pos = -1
         self.bands = PhaseBands()
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["module / op", "ops", "introduced", "inherited",
@@ -176,6 +186,32 @@ class CaptureWindow(QMainWindow):
             + f"  |  {c['exact']} exact, {c['introduced']} introduced, {c['inherited']} "
               f"inherited outputs; {nr} ops without a reference")
         self._fill()
+
+    def backward_ops(self) -> list[dict]:
+        """The shown step's backward ops, in the order autograd's engine ran them."""
+        return [e for e in self._ops() if e["phase"] == "backward"]
+
+    def step_backward(self, delta: int) -> None:
+        """Select the next (+1) or previous (-1) backward op of the shown step."""
+        ops = self.backward_ops()
+        if not ops:
+            self.back_label.setText("no backward ops")
+            return
+        cur = self.bands.selected
+        idx = [e["index"] for e in ops]
+        if cur in idx:
+            k = idx.index(cur) + delta
+        else:  # from the selection's place in the step (or its start)
+            k = next((j for j, i in enumerate(idx) if cur is not None and i > cur), 0) \
+                if delta > 0 else len(idx) - 1
+        k = max(0, min(len(idx) - 1, k))
+        self.back_label.setText(f"{k + 1}/{len(idx)}")
+        it = self._find(self.tree.invisibleRootItem(), idx[k])
+        if it is not None:
+            self.tree.setCurrentItem(it)
+            self.tree.scrollToItem(it)
+        else:
+            self.show_op(idx[k])
 
     def _ops(self) -> list[dict]:
         k = self.step.currentIndex()

@@ -391,3 +391,26 @@ def test_in_place_ops_chain_by_value(tmp_path):
     assert mul_[1][0] == {"T": add_[2][0]}  # mul_ reads what add_ wrote
     mul = next(e for e in seq if e[0] == "aten.mul.Tensor" and e[1][0] == {"T": mul_[2][0]})
     assert mul  # and x * w reads what mul_ wrote
+
+
+@pytest.mark.skipif(not reference_available(), reason="core.capture.aten_ref is not there")
+def test_the_window_steps_through_backward(captured):
+    pytest.importorskip("PySide6")
+    from PySide6.QtWidgets import QApplication
+
+    from app.capture.window import CaptureWindow
+
+    _app = QApplication.instance() or QApplication([])
+    cap = load(captured["mlp"][0])
+    win = CaptureWindow(cap, judge(cap))
+    back = win.backward_ops()
+    assert back and all(e["phase"] == "backward" and e["step"] == 1 for e in back)
+    seen = []
+    for _ in range(len(back) + 2):  # past the end it stays on the last
+        win.step_backward(+1)
+        seen.append(win.bands.selected)
+    assert seen[:len(back)] == [e["index"] for e in back] and seen[-1] == back[-1]["index"]
+    win.step_backward(-1)
+    assert win.bands.selected == back[-2]["index"]
+    assert "backward" in win.inspector.toPlainText()
+    win.close()
