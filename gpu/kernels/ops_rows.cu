@@ -55,11 +55,14 @@ extern "C" __global__ void reduce_bwd_T(const real_t* g, real_t* gx, const long 
 #ifndef TS_HVN
 /* 64 bytes of columns: one vector with AVX-512, two of 32 bytes without (gcc -O2 lowered a
  * 64-byte vector on AVX2 through memory and general registers every k-step, ~10x slower
- * products on a znver3, measured); the same lanes, the same chains */
-#if defined(__AVX512F__) || !defined(__AVX__)
+ * products on a znver3, measured), four of 16 bytes without AVX (the same lowering had been
+ * left there: TAPESCOPE_ISA=c, issue 49); the same lanes, the same chains */
+#if defined(__AVX512F__)
 #define TS_HVN 1
-#else
+#elif defined(__AVX__)
 #define TS_HVN 2
+#else
+#define TS_HVN 4
 #endif
 #endif
 typedef acc_t ts_hv_T __attribute__((vector_size(64 / TS_HVN), aligned(sizeof(acc_t)),
