@@ -51,3 +51,5 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
             rec.stop()
     if rec.error is not None:
         raise rec.error
+    if rec.failed:  # the block ran untouched; recording stopped at an op
+        raise RuntimeError(rec.failed)

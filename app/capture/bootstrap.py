@@ -50,6 +50,8 @@ def main() -> None:
 
     def done(rec: Recorder) -> None:
         n = rec.steps_done()
+        if rec.failed:  # recording broke at an op; the script ran on untouched
+            tell(event="failed", message=rec.failed)
         if n == 0:
             tell(event="none")
             return

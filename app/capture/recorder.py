@@ -130,7 +130,8 @@ class Recorder(TorchDispatchMode):
         self.roots_seen: set[int] = set()
         self.roots: list[tuple[str, torch.nn.Module]] = []
         self.quiet = False  # our own reads outside an op (initial state): not the user's ops
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # on_done's own failure (writing the file)
+        self.failed: str | None = None  # recording failed at an op (why); the script ran on
         self.settings: dict[str, Any] = {}
         self.devices: set[str] = set()
         self.hooks: list[Any] = []
@@ -382,14 +383,34 @@ class Recorder(TorchDispatchMode):
         info = self._names_of.get(func)
         if info is None:
             info = self._names_of[func] = _op_info(func)
-        name, writes, fresh, unmarked = info
+        name = info[0]
         if name.startswith(_SKIP_NAMESPACES):
             return func(*args, **kwargs)
         # inputs first: a value an op reads for the first time is recorded before the op runs
-        enc_args = [self._encode(a) for a in args]
-        enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()} if kwargs else {}
-        graph_task = torch._C._current_graph_task_id()
+        try:
+            enc_args = [self._encode(a) for a in args]
+            enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()} if kwargs else {}
+            graph_task = torch._C._current_graph_task_id()
+        except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
+            self._broken(name, e)
+            return func(*args, **kwargs)
         out = func(*args, **kwargs)
+        try:
+            self._record(name, info, args, kwargs, out, enc_args, enc_kwargs, graph_task)
+        except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop recording
+            self._broken(name, e)
+        return out
+
+    def _broken(self, name: str, e: BaseException) -> None:
+        """Recording failed at op ``name``: stop recording (the script runs on untouched); the
+        complete steps before stay, ``failed`` says why."""
+        self.recording = False
+        self.failed = (f"the recorder failed at {name} (step {self.step}): "
+                       f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
+
+    def _record(self, name: str, info: tuple, args: Any, kwargs: dict, out: Any,
+                enc_args: list, enc_kwargs: dict, graph_task: int) -> None:
+        _, writes, fresh, unmarked = info
         made = self._made
         if writes:
             outs: list[int] = []
@@ -437,7 +458,6 @@ class Recorder(TorchDispatchMode):
         self.o_args.append(enc_args)
         self.o_kwargs.append(enc_kwargs)
         self.o_outputs.append(outs)
-        return out
 
     # ---- the result -------------------------------------------------------------------------
     def steps_done(self) -> int:

@@ -156,6 +156,11 @@ def run(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     written = next((e for e in events if e.get("event") == "written"), None)
     err = next((e for e in events if e.get("event") == "error"), None)
+    failed = next((e for e in events if e.get("event") == "failed"), None)
+    if failed is not None and rc == 0:
+        kept = f"; its {written['steps']} complete steps before it were written to {args.out}" \
+            if written else ""
+        raise ValueError(f"{failed['message']} (the script ran on, unrecorded){kept}")
     if rc != 0:
         tail = f"; {written['steps']} steps were written to {args.out}" if written else ""
         raise ValueError(f"the script failed (exit {rc}): {shown}{tail}")
@@ -170,10 +175,6 @@ def run(args: argparse.Namespace) -> int:
           f"only) in {wall:.1f} s -> {args.out}")
     if written["steps"] < args.steps:
         print(f"note: the script made {written['steps']} of the {args.steps} steps asked for")
-    if written.get("compile_called"):
-        print("note: the script calls torch.compile, and dynamo does not compile while the "
-              "recorder is on: the recorded steps ran eagerly (eager's numbers, not the "
-              "compiled run's; docs/capture.md)")
     if written.get("compile_called"):
         print("note: the script calls torch.compile, and dynamo does not compile while the "
               "recorder is on: the recorded steps ran eagerly (eager's numbers, not the "

@@ -414,3 +414,40 @@ def test_the_window_steps_through_backward(captured):
     assert win.bands.selected == back[-2]["index"]
     assert "backward" in win.inspector.toPlainText()
     win.close()
+
+
+def test_a_recorder_failure_never_breaks_the_step(tmp_path, monkeypatch):
+    """The recorder is a guest: when recording an op fails, the op's result is handed back as
+    it is, recording stops, the complete steps before are kept, and the block says why."""
+    from app.capture import capture
+    from app.capture import recorder as R
+
+    def run(n: int) -> list[float]:
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+        opt = torch.optim.Adam(m.parameters(), lr=0.1)
+        x = torch.randn(5, 3)
+        out = []
+        for _ in range(n):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        return out
+
+    want = run(3)
+    orig = R.Recorder._made
+
+    def flaky(self, t, written=False):
+        if self.step == 2 and len(self.o_op) > self.step_start[1] + 5:  # inside step 2
+            raise RuntimeError("boom")
+        return orig(self, t, written)
+
+    monkeypatch.setattr(R.Recorder, "_made", flaky)
+    f = tmp_path / "broken.capture"
+    with pytest.raises(RuntimeError, match="the recorder failed at .* boom"):
+        with capture(f, steps=3):
+            got = run(3)
+    assert got == want
+    assert load(f).steps == 1  # the complete step before the failure
