@@ -178,6 +178,20 @@ def run(args: argparse.Namespace) -> int:
             args.file = str(example_path(args.example))
         except FileNotFoundError as e:
             return _fail(str(e))
+    # the model's arguments are checked before any window exists (issue 45: a bad one raised
+    # after the window was made; its teardown then segfaulted, exit 139, after the line).
+    # `gui M.onnx --input/--shape/--weights` names the model as --live and --reinit do
+    model_flags = any(getattr(args, d, None) for d in (
+        "model_inputs", "model_shapes", "model_weights"))
+    if (args.file and args.file.lower().endswith(".onnx") and not args.model
+            and (args.live or args.reinit or model_flags)):
+        args.model, args.file = args.file, None  # the model trains: it is the workload
+    from app.commands.model_args import resolve_workload
+
+    try:
+        workload = resolve_workload(args, default=None)
+    except ValueError as e:
+        return _fail(str(e))
     problem = start_platform(screenshot=bool(args.screenshot))
     if problem:
         return _fail(problem)
@@ -196,13 +210,6 @@ def run(args: argparse.Namespace) -> int:
         win.window_layout.persist = False  # a picture shows the default layout, saves nothing
         win.window_layout.reset()
     ok = True
-    from app.commands.model_args import resolve_workload
-
-    if args.live and args.file and args.file.lower().endswith(".onnx") and not args.model:
-        args.model, args.file = args.file, None  # a live model trains: it is the workload
-    if args.reinit and not args.model and args.file and args.file.lower().endswith(".onnx"):
-        args.model, args.file = args.file, None
-    workload = resolve_workload(args, default=None)
     from app.commands.onnx_cmd import limits_from
 
     win.onnx_limits = limits_from(args)
