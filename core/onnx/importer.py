@@ -207,7 +207,14 @@ def broadcast_source(v: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(v)
 
 
-def tied_copies(weights: set[str], values: dict[str, Any]) -> dict[str, str]:
+def _canonical(name: str, params: set[str]) -> tuple[bool, bool, str]:
+    """How much ``name`` looks like the parameter itself (a torch.export PARAMETER, then a
+    name not made up by an exporter): of a tied pair, the other one is the copy."""
+    return name in params, not name.startswith(("onnx::", "val_")), name
+
+
+def tied_copies(weights: set[str], values: dict[str, Any],
+                params: set[str] | None = None) -> dict[str, str]:
     """{a 2-D weight: the weight it is the transpose of}, found by value: the exporters fold a
     tied head's ``emb.weight.T`` into an initializer of its own (TorchScript's
     ``onnx::MatMul_N``, dynamo's ``val_N``); the import records it as the transpose of the one
@@ -220,7 +227,7 @@ def tied_copies(weights: set[str], values: dict[str, Any]) -> dict[str, str]:
         v = values[k]
         by_col.setdefault((v.shape[::-1], v.dtype.str, v[:, 0].tobytes()), []).append(k)
     out: dict[str, str] = {}
-    for k in two:
+    for k in sorted(two, key=lambda n: _canonical(n, params or set())):  # copies first
         v = values[k]
         for src in by_col.get((v.shape, v.dtype.str, v[0].tobytes()), ()):
             if src != k and src not in out and k not in out.values() and not np.all(
@@ -242,7 +249,9 @@ def session_weights(sess: Session) -> tuple[set[str], dict[str, str], list, dict
     if got is None:
         g, inits = sess.model.graph, sess.graph.inits
         names = weight_names(g, inits)
-        got = (names, tied_copies(names, inits), refold(sess, names),
+        export = exported_parameters(g)
+        got = (names, tied_copies(names, inits, export[0] if export else None),
+               refold(sess, names),
                exported_broadcasts(g, inits))
         _RULES[sess] = got
     return set(got[0]), dict(got[1]), list(got[2]), dict(got[3])
