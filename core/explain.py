@@ -347,6 +347,7 @@ class Prims:
     sumsq: Callable = _sumsq_ref  # sum of x * x (rms_norm)
     div: Callable = _div_ref  # x / y
     mm: Callable = mm  # 2-D product
+    conv: Callable | None = None  # conv2d computed otherwise than im2col + ``mm`` (None: that)
     M: Any = None  # the math namespace (None: refmath)
 
     def math(self) -> Any:
@@ -404,6 +405,57 @@ def _cross_entropy(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
     return P.div(P.sum(nll), z.dtype.type(len(ti)))
 
 
+def _conv2d(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    """conv2d as im2col + product (the reference's own order, core.ops.nn.conv_nd): per image
+    and group, ``weight [M/G, C/G*kh*kw] @ columns [C/G*kh*kw, pixels]`` with ``P.mm``, as
+    PyTorch's CPU convolution without oneDNN (slow_conv2d: unfold, then one gemm per image)."""
+    from core.ops.nn import _conv_geom, conv_nd
+
+    if P.conv is not None:
+        return P.conv(xs, at)
+    st, padw, dil, g = _conv_geom(at)
+
+    def per_image(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        # A: [1, G, M/G, K] weights, B: [N, G, K, pixels] columns
+        return np.stack([np.stack([P.mm(np.ascontiguousarray(A[0, j]),
+                                        np.ascontiguousarray(B[i, j]))
+                                   for j in range(B.shape[1])]) for i in range(B.shape[0])])
+
+    return conv_nd(xs[0], xs[1], st, padw, dil, g, matmul=per_image)
+
+
+def _conv_direct(block: int) -> Callable:
+    """A direct convolution in oneDNN's order: per output element, the taps in (kh, kw,
+    channel) order with every multiply-add contracted (``fma``), the input channels in blocks
+    of ``block`` (0: one block) whose partial sums are added in sequence. Measured: PyTorch
+    2.13's float32 CPU conv2d (oneDNN 3.12, AVX-512) is this with 16-channel blocks (up to 32
+    channels; longer channel loops are blocked otherwise, not reproduced)."""
+    def conv(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+        from core.ops.nn import _conv_geom, im2col
+
+        x, w = (np.asarray(a) for a in xs)
+        st, padw, dil, g = _conv_geom(at)
+        if g != 1:
+            raise ValueError("the direct-conv order is written for group = 1")
+        n, c = x.shape[:2]
+        m, _, kh, kw = w.shape
+        cols, outs = im2col(x, (kh, kw), st, dil, padw, 1)
+        cols = cols[:, 0]  # [N, C*kh*kw, pixels], rows in (c, kh, kw) order
+        idx = np.arange(c * kh * kw).reshape(c, kh, kw)
+        wm = w.reshape(m, -1)
+        b = block or c
+        out = []
+        for i in range(n):
+            acc = None
+            for c0 in range(0, c, b):
+                perm = idx[c0:c0 + b].transpose(1, 2, 0).reshape(-1)  # (kh, kw, channel)
+                part = _mm_fma_cached(wm[:, perm], cols[i][perm])
+                acc = part if acc is None else acc + part
+            out.append(acc)
+        return np.stack(out).reshape((n, m) + tuple(outs))
+    return conv
+
+
 # op -> (formula, the primitives it uses): which variants apply
 FORMULAS: dict[str, tuple[Callable, frozenset[str]]] = {
     "sum": (lambda P, xs, at: P.sum(xs[0], at.get("axis"), at.get("keepdims", False)),
@@ -414,6 +466,7 @@ FORMULAS: dict[str, tuple[Callable, frozenset[str]]] = {
     "rms_norm": (_rms_norm, frozenset({"sumsq", "div"})),
     "matmul": (_matmul, frozenset({"mm"})),
     "bmm": (_bmm, frozenset({"mm"})),
+    "conv2d": (_conv2d, frozenset({"mm", "conv"})),
     "cross_entropy": (_cross_entropy, frozenset({"sum", "div", "M"})),
 }
 
@@ -515,6 +568,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("reassociation", "halving-tree sum of squares", "sumsq",
             lambda x, axis=None, keepdims=False: _sum_tree(x * x, axis, keepdims)),
     Variant("reassociation", "halving-tree product", "mm", _mm_tree),
+    # a direct convolution's tap order (issue 44): oneDNN's (kh, kw, channel), channel blocks
+    *(Variant("reassociation", "direct conv: (kh, kw, channel) taps with fma, "
+              + (f"{b}-channel blocks added in sequence" if b else "one block") + " (oneDNN)",
+              "conv", _conv_direct(b)) for b in (16, 0, 8)),
     # blocked BLAS kernels (issue 44): a micro-kernel's column tiles, then W lanes along k
     *(Variant("reassociation", f"fma on {t}-column tiles, edge columns "
               f"{'serial' if e == 'serial' else 'in 2 k-lanes'} (blocked BLAS)", "mm",

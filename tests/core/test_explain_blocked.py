@@ -158,3 +158,76 @@ def test_pytorch_rms_norm_sums_squares_in_lanes():
         got = F.rms_norm(torch.from_numpy(x), (16,), torch.from_numpy(g), 1e-6).numpy()
         c = explain(Node("rms_norm", {"eps": 1e-6}, x.shape), [x, g], got)
         assert c.variant == f"{w}-lane vector sum of squares, lanes added in sequence", c
+
+
+# ---- conv2d: im2col + product, and the direct convolution's tap order --------------------------
+def _direct_loop(x, w, pad, block):
+    """Per output element: taps in (kh, kw, channel) order, contracted, per channel block."""
+    from core.explain import fma as f
+
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho, wo = h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1
+    out = np.zeros((n, m, ho, wo), dtype=x.dtype)
+    b = block or c
+    for i in range(n):
+        for o in range(m):
+            for r in range(ho):
+                for q in range(wo):
+                    total = None
+                    for c0 in range(0, c, b):
+                        acc = x.dtype.type(0)
+                        for u in range(kh):
+                            for v in range(kw):
+                                for ch in range(c0, min(c0 + b, c)):
+                                    acc = f(w[o, ch, u, v], xp[i, ch, r + u, q + v],
+                                            acc).reshape(())[()]
+                        total = acc if total is None else total + acc
+                    out[i, o, r, q] = total
+    return out
+
+
+@pytest.mark.parametrize("block", [16, 0, 8])
+def test_the_direct_conv_order_is_the_loop_it_names(block):
+    from core.explain import _conv_direct
+
+    x = rng.standard_normal((1, 20, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((3, 20, 3, 3)).astype(np.float32)
+    got = _conv_direct(block)([x, w], {"pads": (1, 1, 1, 1)})
+    assert np.array_equal(got, _direct_loop(x, w, 1, block))
+
+
+def test_conv2d_as_im2col_and_a_tiled_product_is_reassociation():
+    from core.explain import _mm_tiles
+
+    x, w = rng.standard_normal((2, 3, 7, 7)), rng.standard_normal((4, 3, 3, 3))
+    at = {"pads": (1, 1, 1, 1)}
+    tiles = _mm_tiles(12, mm)
+    from core.ops.nn import im2col
+
+    cols, _ = im2col(x, (3, 3), (1, 1), (1, 1), [(1, 1), (1, 1)], 1)
+    cand = np.stack([tiles(w.reshape(4, -1), cols[i, 0]) for i in range(2)]).reshape(2, 4, 7, 7)
+    c = explain(Node("conv2d", at, cand.shape), [x, w], cand)
+    assert c.cause == "reassociation" and c.variant.startswith("fma on 12-column tiles"), c
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [((2, 3, 8, 8), (4, 3, 3, 3), 1), ((2, 16, 10, 10),
+                                                                    (16, 16, 3, 3), 0),
+                                   ((2, 32, 6, 6), (16, 32, 3, 3), 1)])
+def test_pytorch_conv2d_is_named(dt, shape):
+    """F.conv2d on the CPU: float64 is PyTorch's slow_conv2d (im2col, one MKL gemm per image:
+    the 12-column tiling); float32 is oneDNN's direct convolution (16-channel blocks)."""
+    if not _mkl_avx512():
+        pytest.skip("measured with PyTorch 2.13 (MKL 2024.2, oneDNN 3.12) on AVX-512")
+    import torch
+    import torch.nn.functional as F
+
+    xs, ws, pad = shape
+    x, w = rng.standard_normal(xs).astype(dt), rng.standard_normal(ws).astype(dt)
+    got = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=pad).numpy()
+    c = explain(Node("conv2d", {"pads": (pad,) * 4}, got.shape), [x, w], got)
+    assert c.cause != "unknown", c
+    if dt == np.float32 and xs[1] > 16:
+        assert c.variant.startswith("direct conv") and "16-channel blocks" in c.variant, c
