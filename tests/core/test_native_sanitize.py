@@ -3,7 +3,8 @@ refmath_host.c built with ``TAPESCOPE_NATIVE_SANITIZE=1`` (core.native.SANITIZE:
 of its own), loaded in a child with libasan preloaded, run the hostile Conv/pool geometry
 (straight into the C entry points, and as ONNX models) and normal convolutions and pools; any
 out-of-bounds access, overflow or other undefined behaviour stops the child with a report.
-A planted overflow proves the sanitizer is on. The -O0 build takes ~20 s once (more on a loaded machine), then it is cached."""
+A planted overflow proves the sanitizer is on. The -O0 build takes ~20 s once (more on a loaded
+machine), then it is cached."""
 
 from __future__ import annotations
 
