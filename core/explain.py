@@ -178,6 +178,42 @@ def _lanes_reduce(f: np.ndarray, w: int, step: Callable, tree: bool) -> np.ndarr
     return out
 
 
+def _cascade_reduce(f: np.ndarray) -> np.ndarray:
+    """PyTorch's CPU cascade sum along the last axis (ATen's SumKernel ``multi_row_sum``): four
+    levels; level 0 adds ``2^p`` elements serially (``p = max(4, ceil(log2 n) / 4)``), each
+    full block is carried up a level (``acc[j] += acc[j-1]``, up while the count is a multiple
+    of the next level's span), the remainder goes to level 0, then the levels are added in
+    order."""
+    n = f.shape[-1]
+    p = max(4, (int(np.ceil(np.log2(n))) if n > 1 else 0) // 4)
+    step, mask = 1 << p, (1 << p) - 1
+    zero = np.zeros(f.shape[:-1], dtype=f.dtype)
+    acc = [zero.copy() for _ in range(4)]
+    i = 0
+    while i + step <= n:
+        for _ in range(step):
+            acc[0] = acc[0] + f[..., i]
+            i += 1
+        for j in range(1, 4):
+            acc[j] = acc[j] + acc[j - 1]
+            acc[j - 1] = zero.copy()
+            if i & (mask << (j * p)):
+                break
+    while i < n:
+        acc[0] = acc[0] + f[..., i]
+        i += 1
+    for j in range(1, 4):
+        acc[0] = acc[0] + acc[j]
+    return acc[0]
+
+
+def _sum_cascade(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+    """``_cascade_reduce`` over the reduced axes (flattened row-major, as ``serial_sum``)."""
+    x = np.asarray(x)
+    f, axes = _axes_last(x, axis)
+    return _finish(_cascade_reduce(f), x, axes, keepdims)
+
+
 def _sum_lanes(w: int, tree: bool) -> Callable:
     """A vectorised sum: ``w`` lanes, serial in each, then added (``_lanes_reduce``)."""
     def s(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.ndarray:
@@ -577,6 +613,7 @@ VARIANTS: tuple[Variant, ...] = (
               f"{'serial' if e == 'serial' else 'in 2 k-lanes'} (blocked BLAS)", "mm",
               _mm_tiles(t, mm if e == "serial" else _mm_lanes(2, False, False)))
       for t in (12, 8, 16, 24) for e in ("serial", "lanes")),
+    Variant("reassociation", "PyTorch's cascade sum (levels of 16)", "sum", _sum_cascade),
     # vectorised reductions (issue 44): W lanes, each serial, then added. Measured: PyTorch
     # 2.13's CPU rms_norm sums its squares in 4 (float64) / 8 (float32) lanes added in
     # sequence, on rows of 16
@@ -795,27 +832,81 @@ def _bmm_rule(mmf: Callable) -> Callable:
 _GRAD_RULES = {"matmul": _mm_rule, "bmm": _bmm_rule}
 
 
+def _unbroadcast_with(sumf: Callable) -> Callable:
+    """``core.ops.reference.unbroadcast`` with its sum (serial, row-major) swapped."""
+    def unb(g: np.ndarray, shape: tuple) -> np.ndarray:
+        g = np.asarray(g)
+        shape = tuple(shape)
+        if g.shape == shape:
+            return g
+        lead = g.ndim - len(shape)
+        axes = list(range(lead)) + [lead + i for i, n in enumerate(shape)
+                                    if n == 1 and g.shape[lead + i] != 1]
+        return np.asarray(sumf(g, tuple(axes), keepdims=True)).reshape(shape)
+    return unb
+
+
+def _unb_rule(op: str, sumf: Callable) -> Callable:
+    """The backward rule of a broadcasting op (core.ops: add, sub, mul; rms_norm's gamma) with
+    the reduction of a broadcast gradient (autograd's ``sum_to_size``) in another order."""
+    unb = _unbroadcast_with(sumf)
+    if op == "rms_norm":
+        from core.ops.rowwise import _inv_rms
+
+        def rms(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
+                nd: Sequence[bool]) -> list:
+            x, gamma = xs
+            gx = REGISTRY["rms_norm"].backward(M, g, xs, y, at, [nd[0], False])[0]
+            gg = unb(g * (x * _inv_rms(x, at["eps"])), gamma.shape) if nd[1] else None
+            return [gx, gg]
+        return rms
+
+    def bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
+            nd: Sequence[bool]) -> list:
+        a, b = xs
+        if op == "add":
+            return [unb(g, a.shape) if nd[0] else None, unb(g, b.shape) if nd[1] else None]
+        if op == "sub":
+            return [unb(g, a.shape) if nd[0] else None, unb(-g, b.shape) if nd[1] else None]
+        if a is b and nd[0] and nd[1]:  # mul(x, x): g * x once (the op table's rule)
+            c = unb(g * a, a.shape)
+            return [c, c]
+        return [unb(g * b, a.shape) if nd[0] else None, unb(g * a, b.shape) if nd[1] else None]
+    return bwd
+
+
+_UNB_OPS = frozenset({"add", "sub", "mul", "rms_norm"})
+
+
 def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequence[str],
                  cand: np.ndarray, raw: Any = None) -> Cause:
     """A gradient's cause. ``recompute(math=None, rules=None)`` reruns the reference gradient
     with another math namespace or other backward rules (``rules(op)``); ``consumers`` are the
     ops whose rules made it. Tried in CAUSES order: the product variants (fma, blocked, tree,
-    accumulators) of matmul / bmm consumers' rules; the platform's transcendentals when a
-    consumer's rule calls one. Other gradients are ``unknown`` (docs/candidates.md). ``raw``:
+    accumulators) of matmul / bmm consumers' rules; the sum variants of a broadcast's reduction
+    (a bias: autograd's ``sum_to_size``) when every consumer is add / sub / mul / rms_norm's
+    gamma; the platform's transcendentals when a consumer's rule calls one. Other gradients
+    are ``unknown`` (docs/candidates.md). ``raw``:
     the reference gradient's ``TensorDiff`` to ``cand`` (a closest variant must beat it;
     recomputed here when None)."""
     tries: list[tuple[str, str, Callable[[], np.ndarray | None]]] = []
     dt = np.asarray(cand).dtype
     mm_only = bool(consumers) and all(op in _GRAD_RULES for op in consumers)
+    unb_only = bool(consumers) and all(op in _UNB_OPS for op in consumers)
     trans = any(REGISTRY[op].transcendental for op in consumers)
     mm_variants = variants_for("matmul", dt)  # in dt: a half dtype's own accumulator
     for v in VARIANTS:
+        w = _in_dtype(v, np.dtype(dt))  # as it runs in dt (None: not in dt)
         if v.cause == "libm" and trans:
             tries.append((v.cause, v.label, lambda v=v: recompute(v.value)))
-        elif v.prim == "mm" and mm_only and (v := _in_dtype(v, np.dtype(dt))) in mm_variants:
-            def rules(op: str, f: Callable = v.value) -> Callable:
+        elif v.prim == "mm" and mm_only and w is not None and w in mm_variants:
+            def rules(op: str, f: Callable = w.value) -> Callable:
                 return _GRAD_RULES[op](f) if op in _GRAD_RULES else REGISTRY[op].backward
-            tries.append((v.cause, v.label, lambda rules=rules: recompute(None, rules)))
+            tries.append((w.cause, w.label, lambda rules=rules: recompute(None, rules)))
+        elif v.prim == "sum" and unb_only and w is not None:
+            def urules(op: str, f: Callable = w.value) -> Callable:
+                return _unb_rule(op, f) if op in _UNB_OPS else REGISTRY[op].backward
+            tries.append((w.cause, w.label, lambda rules=urules: recompute(None, rules)))
     tries = [(c, lab, (lambda f=f: _nonnull(f()))) for c, lab, f in tries]
     cand = np.asarray(cand)
     if raw is None:

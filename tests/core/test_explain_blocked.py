@@ -231,3 +231,63 @@ def test_pytorch_conv2d_is_named(dt, shape):
     assert c.cause != "unknown", c
     if dt == np.float32 and xs[1] > 16:
         assert c.variant.startswith("direct conv") and "16-channel blocks" in c.variant, c
+
+
+# ---- the reduction of a broadcast gradient (a bias: autograd's sum_to_size) ------------------
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "rms_norm"])
+def test_unbroadcast_rules_with_the_serial_sum_are_the_op_table(op):
+    from core import mathlib
+    from core.explain import _unb_rule
+    from core.ops.reference import serial_sum
+    from core.optable.registry import REGISTRY
+
+    M = mathlib.get("refmath")
+    for xs, at in REGISTRY[op].sample(rng, np.dtype(np.float64)):
+        y = REGISTRY[op].forward(M, xs, at)
+        g = rng.standard_normal(np.shape(y))
+        want = REGISTRY[op].backward(M, g, xs, y, at, [True, True])
+        got = _unb_rule(op, serial_sum)(M, g, xs, y, at, [True, True])
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(np.asarray(a), np.asarray(b)), op
+
+
+def test_cascade_sum_is_pytorchs_level_order():
+    from core.explain import _cascade_reduce
+
+    x = rng.standard_normal((3, 37))
+    got = _cascade_reduce(x)
+    for r in range(3):  # levels of 16: (b0 + b1), then the 5 left over to level 0, then added
+        b0 = 0.0
+        for v in x[r, :16]:
+            b0 = b0 + v
+        b1 = 0.0
+        for v in x[r, 16:32]:
+            b1 = b1 + v
+        rest = 0.0
+        for v in x[r, 32:]:
+            rest = rest + v
+        assert got[r] == rest + (0.0 + b0 + b1)
+
+
+def test_a_bias_gradient_summed_in_lanes_is_reassociation():
+    """provenance end to end: y = x @ W + b; the candidate's bias gradient sums the batch in
+    4 lanes (autograd's sum_to_size, vectorised): named, and a valid reordering."""
+    from core import ops
+    from core.provenance import StepState, provenance
+    from core.tape import Tape
+
+    t = Tape(np.float64)
+    x = t.const(rng.standard_normal((64, 5)))
+    w = t.param(rng.standard_normal((5, 3)))
+    b = t.param(rng.standard_normal(3))
+    y = ops.add(ops.matmul(x, w), b)
+    loss = ops.sum(ops.mul(y, t.const(rng.standard_normal((64, 3)))))
+    t.backward(loss)
+    grads = {n.id: t.grad(n.id) for n in t.nodes}
+    grads[b.id] = _sum_lanes(4, False)(np.asarray(t.grad(y)), 0)
+    assert not np.array_equal(grads[b.id], t.grad(b))
+    st = StepState(1, t.nodes, loss.id, t.value, grads.get)
+    (e,) = provenance(st, explain=True).introduced
+    assert (e.node, e.which, e.cause.cause) == (b.id, "grad", "reassociation")
+    assert e.cause.variant == "4-lane vector sum, lanes added in sequence"
+    assert e.to_json()["class"] == "valid reordering"
