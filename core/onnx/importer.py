@@ -612,8 +612,20 @@ def _gather(imp, st, ins, names):
                         node=imp.label)
     if len(x.shape):
         n = x.shape[axis % len(x.shape)]
-        for root in imp.roots.get(names[1], ()):
+        roots = imp.roots.get(names[1], ())
+        for root in roots:  # ids from an integer input: a workload draws them in [0, rows)
             imp.index_bounds[root] = min(n, imp.index_bounds.get(root, n))
+        vals = np.asarray(idx.value)
+        if roots and vals.size and (vals.min() < -n or vals.max() >= n):
+            if imp.probe:  # a probe's drawn ids (0..9 into a 2-row token-type table): wrapped,
+                idx = imp.tape.const(np.mod(vals, n), name=leaf_name(names[1]))  # drawn again
+            else:
+                which = ", ".join(f"--input {r}=FILE.npy" for r in sorted(roots))
+                raise OnnxError(f"Gather index {names[1]!r} (from integer input "
+                                f"{', '.join(repr(r) for r in sorted(roots))}) indexes a table "
+                                f"of {n} rows: its values must be in [0, {n}), they span "
+                                f"[{vals.min()}, {vals.max()}] (give {which} within it)",
+                                node=imp.label)
     return _nn_record(imp.tape, "gather", [x, idx], {"axis": axis})
 
 

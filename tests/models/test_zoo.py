@@ -153,3 +153,30 @@ def test_classifier_trains_on_log_softmax_and_nll_loss(exported, dynamo):
 
     want = next(iter(Session(path).run(batch).values()))
     np.testing.assert_allclose(float(np.asarray(loss.value)), float(want), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dynamo", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["ts", "dynamo"])
+def test_integer_inputs_are_drawn_within_the_table_they_index(exported, tmp_path, dynamo):
+    """A BERT-style encoder: token ids index 11 rows, token types a 2-row table; each is drawn
+    within its own table (the types were drawn 0..9: 'index out of range [-2, 2)'), and a
+    given file out of range is one line naming the input and the rows."""
+    path = exported("bert", dynamo)
+    wl = OnnxWorkload(path, dtype=np.float32)
+    assert sorted(wl.index_bounds.values()) == [2, 11]
+    types = next(k for k, v in wl.index_bounds.items() if v == 2)
+    seen = set()
+    for step in range(3):
+        batch = wl.batch_inputs(step)
+        assert all(0 <= batch[k].min() and batch[k].max() < n
+                   for k, n in wl.index_bounds.items())
+        seen.update(np.unique(batch[types]).tolist())
+    assert seen == {0, 1}
+    assert all(np.isfinite(wl.train(2)))
+    bad = tmp_path / "types.npy"
+    np.save(bad, np.full(wl.input_specs[types][0], 5, wl.input_specs[types][1]))
+    from core.onnx.errors import OnnxError
+
+    with pytest.raises(OnnxError, match=rf"integer input '{types}'\) indexes a table of 2 "
+                                        rf"rows: .* \(give --input {types}=FILE.npy within it\)"):
+        OnnxWorkload(path, dtype=np.float32, inputs={types: str(bad)})

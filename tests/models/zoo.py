@@ -2,7 +2,7 @@
 with masked_fill / GELU / F.cross_entropy, LayerNorm + GELU(tanh) + Dropout, Conv + BatchNorm,
 GRU / LSTM / RNN, HardSwish / HardSigmoid / Pow, log_softmax + nll_loss, a ViT block with a
 broadcast class token and MultiheadAttention or SDPA, nn.Transformer with a causal mask, a
-causal mask from torch.triu), each exported by
+causal mask from torch.triu, a BERT-style encoder with a 2-row token-type table), each exported by
 ``torch.onnx.export`` at test time with small seeded random weights, as a user would (no edits
 to the file)."""
 
@@ -179,6 +179,28 @@ class CausalAttention(nn.Module):
         return self.out(att.softmax(-1) @ v)
 
 
+class TinyBert(nn.Module):
+    """A BERT-style encoder layer: word, position (``arange(T)``) and a 2-row token-type
+    embedding, LayerNorm, self-attention, a head over the vocabulary; token ids and token
+    types are integer inputs, each drawn within its own table's rows."""
+
+    def __init__(self, vocab=11, dim=8, ctx=5):
+        super().__init__()
+        self.word, self.pos = nn.Embedding(vocab, dim), nn.Embedding(ctx, dim)
+        self.types = nn.Embedding(2, dim)
+        self.ln = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, 2, batch_first=True)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, input_ids, token_type_ids):
+        t = input_ids.shape[1]
+        x = self.word(input_ids) + self.types(token_type_ids) + self.pos(
+            torch.arange(t, device=input_ids.device))
+        x = self.ln(x)
+        a, _ = self.attn(x, x, x, need_weights=False)
+        return self.head(x + a)
+
+
 def _ints(shape, high):
     return torch.randint(0, high, shape)
 
@@ -199,6 +221,7 @@ FAMILIES = {
     "vit_sdpa": (lambda: ViT(sdpa=True), lambda: (torch.randn(2, 3, 8, 8),), False),
     "seq2seq": (Seq2Seq, lambda: (torch.randn(2, 6, 8), torch.randn(2, 5, 8)), False),
     "causal": (CausalAttention, lambda: (torch.randn(2, 5, 8),), False),
+    "bert": (TinyBert, lambda: (_ints((2, 5), 11), _ints((2, 5), 2)), False),
 }
 
 
