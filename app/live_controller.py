@@ -59,6 +59,8 @@ class LiveController(QObject):
         self._deadline = QTimer(self)
         self._deadline.setSingleShot(True)
         self._deadline.timeout.connect(self._fetch_overdue)
+        self._await_pause = False  # the Inspector shows a running step's summary: on a pause,
+        # the arrays
         self._confirmed: set[str] = set()  # workload scripts the user agreed to run
         self.training = TrainingPanel()
         self.kernels = KernelsPanel()
@@ -280,6 +282,9 @@ class LiveController(QObject):
             # ahead, at its step
             if first is not None and self.can_inspect():
                 self._request(int(first["node"]), int(first["step"]))
+            if self._await_pause and self.win.selected >= 0:
+                self._await_pause = False  # shown as "running": now its arrays
+                self._on_selected(self.win.selected)
             self.rerun.on_snapshot()
 
     @Slot(int)
@@ -296,8 +301,7 @@ class LiveController(QObject):
             # scrubber's step: what the Inspector shows of a live step moves to this one
             d = self.win.inspector.details
             if d is not None and d.id == sel and d.step is not None and d.step != step:
-                self.rerun.show_summary(sel, step, "Running: its tensors are fetched when you "
-                                        "pause, or pick a step on the scrubber.", offer=False)
+                self._running_summary(sel, step)
             return
         # paused, stopped, or a step picked: the Inspector (Compare, Elements) follows it,
         # whatever it showed before (issue 46: it stayed on step 1 while the scrubber said 366)
@@ -357,6 +361,11 @@ class LiveController(QObject):
         if self.live.steps_done == 0:
             self.win.set_inspector_note("live: no step has run yet; both sides show after one")
             return
+        if self.live.state == RUNNING and self.travel.scrubber.follow and step > 0:
+            # the latest step moves on 5 times a second: arrays fetched now would be another
+            # step's at the next snapshot; its summary follows it, the arrays come on a pause
+            self._running_summary(node, step)
+            return
         got = self._current(node)
         if got is not None:
             self._show(got)
@@ -371,6 +380,11 @@ class LiveController(QObject):
             self._deadline.start(int(self.fetch_deadline_s * 1000))
         else:
             self.win.set_inspector_note("live: the session's worker has ended; start a new one")
+
+    def _running_summary(self, node: int, step: int) -> None:
+        self.rerun.show_summary(node, step, "Running: its tensors are fetched when you pause, "
+                                "or pick a step on the scrubber.", offer=False)
+        self._await_pause = True
 
     @Slot(object)
     def _on_inspected(self, got: Inspection) -> None:

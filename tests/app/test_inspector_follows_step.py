@@ -120,3 +120,27 @@ def test_the_stepper_says_which_backward_it_walks(qtbot, win, episode):  # noqa:
     assert "window's own recording" in walks.text() and "live step 5" in walks.text()
     win.live.travel.scrubber.spin.setValue(3)
     assert "live step 3" in walks.text()
+
+
+def test_selecting_while_running_shows_the_summary_then_the_arrays_on_pause(qtbot, win, episode):  # noqa: F811,E501
+    import dataclasses
+
+    from app.live import PAUSED, Snapshot
+
+    lv, results, arrays = _start(qtbot, win, episode)
+    node = results[1].first["node"]
+    lv.state = RUNNING
+    more = [dataclasses.replace(r, step=r.step + 5) for r in results]
+    lv.steps_done = 10
+    win.live._on_snapshot(Snapshot(results=more, first=lv.first, steps_per_s=10.0,
+                                   state=RUNNING, extra={"steps_done": 10}))
+    lv.asked.clear()
+    win.select_node(node)
+    # arrays fetched now would be another step's at the next snapshot: the summary, no fetch
+    assert lv.asked == []
+    d = win.inspector.details
+    assert d.step == 10 and d.value is None and "Running" in _note(win)
+    lv.state = PAUSED  # Pause: the same step, now its arrays
+    win.live._on_snapshot(Snapshot(results=[], first=lv.first, steps_per_s=10.0,
+                                   state=PAUSED, extra={"steps_done": 10}))
+    assert (node, 10) in lv.asked
