@@ -2,14 +2,15 @@
 (numpy only).
 
 **Alignment.** The two runs' ops are matched by identity: per step and per phase (forward,
-backward, optimizer: each phase's ops in their recorded order), a sequence alignment
-(``difflib.SequenceMatcher``, no junk heuristic: the longest common runs of identical keys are
-the anchors, and the rest is aligned recursively between them) over each op's key: the aten op,
-its module path, its outputs' and tensor inputs' shapes. Dtypes are not in the key: a run under
-autocast computes the same ops in another dtype, and that is a difference to report, not a
-reason to lose the match. An op of one run only (a fused kernel in one, its pieces in the other,
-an extra ``clone``, autocast's casts) is left unmatched and reported (counts, the first few);
-the ops around it still match.
+backward, optimizer: each phase's ops in their recorded order), a sequence alignment over each
+op's key — the aten op, its module path, its outputs' and tensor inputs' shapes — that walks
+both runs while their keys agree and, where they do not, skips the fewest ops (of one run, the
+other, or both) after which three keys agree again (``match``: within 64 ops; beyond,
+``difflib.SequenceMatcher`` with its longest common runs as anchors aligns the rest). Dtypes are
+not in the key: a run under autocast computes the same ops in another dtype, and that is a
+difference to report, not a reason to lose the match. An op of one run only (a fused kernel in
+one, its pieces in the other, an extra ``clone``, autocast's casts) is left unmatched and
+reported (counts, the first few); the ops around it still match.
 
 **Comparison.** Per matched op, per output: the same bits (the SHA-256 the capture stores, then
 ``core.parity.compare_arrays`` and its NaN policy where the digests differ: two NaNs are equal
@@ -36,7 +37,7 @@ import numpy as np
 from core.capture.file import Capture
 from core.capture.judge import RANDOM_OPS, UNINITIALISED_OPS, _diff, base_name, judge
 
-__all__ = ["align", "compare", "identity", "pair"]
+__all__ = ["align", "compare", "identity", "match", "pair"]
 
 _PHASES = ("forward", "backward", "optimizer")
 # float widths, for "which run computes in the narrower dtype"
@@ -75,6 +76,65 @@ def _segments(cap: Capture) -> dict[tuple[int, str], list[int]]:
     return seg
 
 
+_WINDOW = 64  # ops skipped at most on either side before the sequences resynchronise
+_CONFIRM = 3  # keys that must agree after a skip for it to count as the resynchronisation
+
+
+def _resync(ka: list[int], kb: list[int], i: int, j: int) -> tuple[int, int] | None:
+    """The smallest skip ``(da, db)`` (fewest ops left unmatched, then the most even) after
+    which ``_CONFIRM`` keys of A and B agree, within ``_WINDOW`` ops of each; failing that, the
+    skip after which the most keys (at least two) agree; else None."""
+    na, nb = len(ka), len(kb)
+    best: tuple[int, int, int] | None = None  # (agreeing keys, da, db)
+    for s in range(1, 2 * _WINDOW + 1):
+        lo, hi = max(0, s - _WINDOW), min(s, _WINDOW)
+        for da in sorted(range(lo, hi + 1), key=lambda d: abs(2 * d - s)):
+            ii, jj = i + da, j + s - da
+            n = min(_CONFIRM, na - ii, nb - jj)
+            if n <= 0:
+                continue
+            k = 0
+            while k < n and ka[ii + k] == kb[jj + k]:
+                k += 1
+            if k == _CONFIRM:
+                return da, s - da
+            if k >= 2 and (best is None or k > best[0]):
+                best = (k, da, s - da)
+    return None if best is None else (best[1], best[2])
+
+
+def match(ka: list[int], kb: list[int]) -> list[tuple[int, int]]:
+    """Matched positions of two key sequences, in order. Equal keys advance both; at a
+    mismatch, the nearest resynchronisation (``_resync``) skips the ops of one run only, so a
+    periodic sequence (layer after layer of the same ops) never slides by a period; the skipped
+    ops of both runs, and the rest where no resynchronisation is near, are aligned by
+    ``difflib.SequenceMatcher`` (no junk heuristic: its longest common runs are the anchors)."""
+    pairs: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(ka) and j < len(kb):
+        if ka[i] == kb[j]:
+            pairs.append((i, j))
+            i += 1
+            j += 1
+            continue
+        skip = _resync(ka, kb, i, j)
+        if skip is None:
+            pairs += _lcs(ka, kb, i, len(ka), j, len(kb))
+            break
+        # the ops skipped on both sides may still hold matches (a reordered pair)
+        pairs += _lcs(ka, kb, i, i + skip[0], j, j + skip[1])
+        i, j = i + skip[0], j + skip[1]
+    return pairs
+
+
+def _lcs(ka: list[int], kb: list[int], a0: int, a1: int, b0: int, b1: int
+         ) -> list[tuple[int, int]]:
+    if a0 == a1 or b0 == b1:
+        return []
+    m = difflib.SequenceMatcher(None, ka[a0:a1], kb[b0:b1], autojunk=False)
+    return [(a0 + x + t, b0 + y + t) for x, y, n in m.get_matching_blocks() for t in range(n)]
+
+
 def align(a: Capture, b: Capture) -> dict:
     """Match A's ops to B's: ``{"pairs": [(ia, ib), ...] (in A's order), "only_a": [...],
     "only_b": [...], "segments": [{step, phase, a, b, matched}, ...]}``."""
@@ -94,15 +154,12 @@ def align(a: Capture, b: Capture) -> dict:
             ia, ib = sa.get((s, ph), []), sb.get((s, ph), [])
             if not ia and not ib:
                 continue
-            m = difflib.SequenceMatcher(None, keys(a, ia), keys(b, ib), autojunk=False)
-            n = 0
-            for tag, a0, a1, b0, b1 in m.get_opcodes():
-                if tag == "equal":
-                    pairs += zip(ia[a0:a1], ib[b0:b1], strict=True)
-                    n += a1 - a0
-                else:
-                    only_a += ia[a0:a1]
-                    only_b += ib[b0:b1]
+            got = match(keys(a, ia), keys(b, ib))
+            pairs += [(ia[x], ib[y]) for x, y in got]
+            ma, mb = {x for x, _ in got}, {y for _, y in got}
+            only_a += [ia[x] for x in range(len(ia)) if x not in ma]
+            only_b += [ib[y] for y in range(len(ib)) if y not in mb]
+            n = len(got)
             segments.append({"step": s, "phase": ph, "a": len(ia), "b": len(ib), "matched": n})
     pairs.sort()
     return {"pairs": pairs, "only_a": sorted(only_a), "only_b": sorted(only_b),

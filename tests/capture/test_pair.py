@@ -195,3 +195,21 @@ def test_report_writes_the_pair_as_a_page(runs, tmp_path):
         == "B"
     assert "Left the reference there: B" in page and "aten.relu.default" in page
     assert "<script" not in page and f"wrote {out}" in p.stdout
+
+
+def test_a_periodic_run_never_slides_by_a_period():
+    """Layer after layer of the same ops (an optimizer's per-parameter ops look alike): an op
+    of one run only must cost that op alone, not a period's worth of wrong matches; and a long
+    segment stays cheap."""
+    from core.capture.pair import match
+
+    a = list(range(30)) * 400  # 12000 ops
+    b = list(a)
+    for at in (9000, 5000, 777):  # three extra ops in B
+        b.insert(at, 99)
+    del b[6000]  # and one op of A only
+    got = match(a, b)
+    assert len(got) == len(a) - 1 and all(a[x] == b[y] for x, y in got)
+    assert all(y - x in (0, 1, 2, 3) for x, y in got)  # never shifted by a period
+    # a fused op in A where B has two pieces, next to an extra op in B
+    assert match([1, 2, 3, 4, 5], [1, 7, 8, 3, 4, 9, 5]) == [(0, 0), (2, 3), (3, 4), (4, 6)]
