@@ -48,6 +48,17 @@ EDGE_COLOR = QColor(110, 120, 140)
 EDGE_HI_COLOR = QColor("#1d6fe0")
 LABEL_ALIGN = Qt.AlignLeft | Qt.AlignVCenter
 LONG_EDGE = 8 * (NODE_H + 54.0)  # scene units: an edge spanning more ranks is "long"
+# NOTE: labels by zoom. From FULL_LABELS a box shows its three lines (op, name, shape) at
+# their fonts' sizes; below it they would be under 7 px, so from ONE_LINE a box shows one
+# line in a font ONE_LINE_PX high on screen (at most ONE_LINE_FILL of the box): a group's
+# name, an op's op. Fit (F) zooms to 0.45 or more (views.graph_view.FIT_READABLE), so a
+# fitted graph's boxes are labelled; below ONE_LINE a box is too small to hold a word.
+FULL_LABELS = 0.6
+ONE_LINE = 0.28
+ONE_LINE_PX = 11.0
+ONE_LINE_FILL = 0.72
+FLAG_TEXT = "▼ first divergence"
+FLAG_H = 18.0  # the flag sits in the gap above its box (GAP_Y 54), clear of every box
 
 
 def _flags(mask: np.ndarray, items: np.ndarray) -> np.ndarray:
@@ -118,6 +129,9 @@ class GraphCanvas(QGraphicsItem):
         self._pens[KIND_GROUP].setWidthF(2.2)
         self._brushes = {k: QBrush(QColor(f)) for k, (f, _) in KIND_STYLE.items()}
         self.frames_painted = 0
+        self._fonts: dict[int, tuple[QFont, QFontMetricsF]] = {}
+        # (text, scene rect, height on screen in px) of each label the last frame drew
+        self.drawn_labels: list[tuple[str, QRectF, float]] = []
 
     # ---- data -------------------------------------------------------------------------------
     @property
@@ -168,7 +182,10 @@ class GraphCanvas(QGraphicsItem):
         # elided when first drawn, not here: at 100k nodes eliding every name cost ~0.4 s of
         # opening, and only the few hundred on screen are ever drawn at a readable zoom
         self._fm_small = QFontMetricsF(self.font_small)
+        self._fm_op = QFontMetricsF(self.font_op)
         self._names: dict[int, str] = {}
+        self._short: dict[tuple[int, int], str] = {}  # (item, font px) → its one line, elided
+        self.drawn_labels = []
         pad = 40.0
         self._rect = QRectF(-pad, -pad, layout.width + 2 * pad, layout.height + 2 * pad)
         self.selected_item = self.current_item = -1
@@ -198,6 +215,12 @@ class GraphCanvas(QGraphicsItem):
     def item_rect(self, item: int) -> QRectF:
         """Scene rectangle of one item."""
         return QRectF(self._rects[item])
+
+    def flag_rect(self, item: int) -> QRectF:
+        """Where the first-divergence flag of ``item`` is drawn: in the gap above its box
+        (beside it, it covered the next box's title), clear of the box's outline."""
+        r = self._rects[item]
+        return QRectF(r.left(), r.top() - FLAG_H - 7, NODE_W, FLAG_H)
 
     # ---- culling ----------------------------------------------------------------------------
     def visible_items(self, r: QRectF) -> np.ndarray:
@@ -277,9 +300,11 @@ class GraphCanvas(QGraphicsItem):
                 for it, c in zip(outlined.tolist(), code[outlined].tolist(), strict=True):
                     painter.setPen(QPen(pal[c], 3.0))
                     painter.drawRect(rects[it].adjusted(1.5, 1.5, -1.5, -1.5))
-        alpha = min(1.0, max(0.0, (scale - 0.3) / 0.3))  # labels fade in between 30% and 60%
-        if alpha > 0 and vis.size < 4000:
-            self._paint_labels(painter, vis, alpha)
+        self.drawn_labels = []
+        if vis.size < 4000 and scale >= FULL_LABELS:
+            self._paint_labels(painter, vis, 1.0, scale)
+        elif vis.size < 4000 and scale >= ONE_LINE:
+            self._paint_one_line(painter, vis, scale)
         self._paint_marks(painter, scale)
 
     def _paint_edges(self, painter, edges, x, y, detailed) -> None:
@@ -317,7 +342,42 @@ class GraphCanvas(QGraphicsItem):
             painter.drawLines(list(map(QLineF, x[s].tolist(), (y[s] + NODE_H / 2).tolist(),
                                        x[d].tolist(), (y[d] - NODE_H / 2).tolist())))
 
-    def _paint_labels(self, painter, vis, alpha) -> None:
+    def _one_line_font(self, scale: float) -> tuple[int, QFont, QFontMetricsF]:
+        px = int(round(min(ONE_LINE_PX / scale, NODE_H * ONE_LINE_FILL)))
+        got = self._fonts.get(px)
+        if got is None:
+            f = QFont(self.font_op)
+            f.setPixelSize(px)
+            got = self._fonts[px] = (f, QFontMetricsF(f))
+        return px, got[0], got[1]
+
+    def short_label(self, item: int) -> str:
+        """The one line a box shows zoomed out: a group's name (an imported op's type), a
+        node's op."""
+        op, name, _ = self.graph.labels[item]
+        if self.graph.item_node[item] >= 0:
+            return op if item not in self.nan_items else "⚠ " + op
+        return op if op != "▸ group" else "▸ " + cut(name)
+
+    def _paint_one_line(self, painter, vis, scale) -> None:
+        px, font, fm = self._one_line_font(scale)
+        painter.setFont(font)
+        painter.setPen(QColor(20, 24, 32))
+        x0 = STRIPE_W + 4
+        w = NODE_W - x0 - 6
+        short = self._short
+        drawn = self.drawn_labels
+        on_screen = fm.height() * scale
+        for i in vis.tolist():
+            t = short.get((i, px))
+            if t is None:
+                t = short[(i, px)] = fm.elidedText(self.short_label(i), Qt.ElideMiddle, w)
+            r = self._rects[i]
+            box = QRectF(r.left() + x0, r.top(), w, r.height())
+            painter.drawText(box, LABEL_ALIGN, t)
+            drawn.append((t, box, on_screen))
+
+    def _paint_labels(self, painter, vis, alpha, scale=1.0) -> None:
         labels = self.graph.labels
         col = QColor(20, 24, 32)
         col.setAlphaF(alpha)
@@ -327,15 +387,25 @@ class GraphCanvas(QGraphicsItem):
         painter.setFont(self.font_op)
         x0 = STRIPE_W + 4  # labels start right of the parity stripe, never under it
         nan = self.nan_items
+        item_node = self.graph.item_node
         for i in vis.tolist():
             r = self._rects[i]
-            text = labels[i][0] if i not in nan else "⚠ " + labels[i][0]
-            painter.drawText(QRectF(r.left() + x0, r.top() + 1, r.width() - x0 - 6, 16),
-                             LABEL_ALIGN, text)
+            # (a folded scope's title is its name, its count below: "▸ block0–29")
+            text = (labels[i][0] if item_node[i] >= 0 or labels[i][0] != "▸ group"
+                    else self._fm_op.elidedText(self.short_label(i), Qt.ElideMiddle,
+                                                r.width() - x0 - 6))
+            text = text if i not in nan else "⚠ " + text
+            box = QRectF(r.left() + x0, r.top() + 1, r.width() - x0 - 6, 16)
+            painter.drawText(box, LABEL_ALIGN, text)
+            self.drawn_labels.append((text, box, self._fm_op.height() * scale))
         painter.setFont(self.font_small)
         painter.setPen(sub)
         for i in vis.tolist():
             r = self._rects[i]
+            if item_node[i] < 0 and labels[i][0] == "▸ group":
+                painter.drawText(QRectF(r.left() + x0, r.top() + 16, r.width() - x0 - 6, 14),
+                                 LABEL_ALIGN, labels[i][2])
+                continue
             painter.drawText(QRectF(r.left() + x0, r.top() + 16, r.width() - x0 - 6, 14),
                              LABEL_ALIGN, self.elided_name(i))
             painter.drawText(QRectF(r.left() + x0, r.top() + 29, r.width() - x0 - 6, 14),
@@ -376,9 +446,7 @@ class GraphCanvas(QGraphicsItem):
             painter.setFont(self.font_op)
             painter.setPen(FIRST_COLOR)
             for i in self.first_items:
-                r = self._rects[i]
-                painter.drawText(QRectF(r.right() + 8, r.top(), 140, 18), LABEL_ALIGN,
-                                 "◀ first divergence")
+                painter.drawText(self.flag_rect(i), LABEL_ALIGN, FLAG_TEXT)
         if self.breakpoint_items:
             painter.setPen(Qt.NoPen)
             painter.setBrush(BREAKPOINT_COLOR)

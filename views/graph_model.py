@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +25,11 @@ KIND_NAMES = ("op", "param", "const", "loss", "group")
 _KIND_OF = {"param": KIND_PARAM, "const": KIND_CONST}
 _ID, _OP, _NAME, _INPUTS, _SHAPE = (operator.attrgetter(f) for f in
                                     ("id", "op", "name", "inputs", "shape"))
+# NOTE: a scope with more numbered children of one family than this (the 10k tape's 238
+# ``blockN`` at its top) gets a level of runs above them (``block0–29``): folded to the top
+# level, the tape is a few labelled boxes, not 238 boxes that fit only as a one-pixel line
+MAX_SIBLINGS = 8
+_FAMILY = re.compile(r"^(.*?)(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -158,6 +165,9 @@ class GraphModel:
             kinds[self.loss_id] = KIND_LOSS
         self.kinds = kinds
         self._groups: dict[str, list[int]] | None = None  # the name scopes, made on first use
+        self._runs: dict[str, list[str]] = {}  # a run group → the sibling scopes it holds
+        self.group_parent: dict[str, str | None] = {}  # scope or run → the group it nests in
+        self.group_depth: dict[str, int] = {}  # 0: a top-level box; children one deeper
 
     @property
     def groups(self) -> dict[str, list[int]]:
@@ -165,9 +175,73 @@ class GraphModel:
         tape order. Made on first use: opening a tape with nothing folded needs none."""
         if self._groups is None:
             groups = _scope_groups(list(map(_NAME, self.nodes)))
+            self._nest(groups)
             groups.update({k: sorted(v) for k, v in self.extra_groups.items()})
             self._groups = groups
         return self._groups
+
+    def _nest(self, groups: dict[str, list[int]]) -> None:
+        """The tree of the scopes (``block3`` → ``block3/attn``), with a run group above each
+        family of more than ``MAX_SIBLINGS`` numbered siblings (``block0``..``block237`` →
+        ``block0–29``, ...), added to ``groups``; each group's parent and depth."""
+        parent: dict[str, str | None] = {g: (g.rpartition("/")[0] or None) for g in groups}
+        kids: dict[str | None, list[str]] = {}
+        for g in groups:  # (in the order of their first node)
+            kids.setdefault(parent[g], []).append(g)
+        runs: dict[str, list[str]] = {}
+        for p, ks in kids.items():
+            fams: dict[str, list[tuple[int, str]]] = {}
+            for g in ks:
+                mt = _FAMILY.match(g.rpartition("/")[2])
+                if mt:
+                    fams.setdefault(mt.group(1), []).append((int(mt.group(2)), g))
+            for fam, members in fams.items():
+                if len(members) <= MAX_SIBLINGS:
+                    continue
+                size = math.ceil(len(members) / MAX_SIBLINGS)
+                for i in range(0, len(members), size):
+                    chunk = members[i:i + size]
+                    name = f"{fam}{chunk[0][0]}–{chunk[-1][0]}"  # (an en dash: no scope's)
+                    name = f"{p}/{name}" if p else name
+                    if name in groups or name in runs:
+                        continue
+                    runs[name] = [g for _, g in chunk]
+                    parent[name] = p
+                    for _, g in chunk:
+                        parent[g] = name
+        for r, scopes in runs.items():
+            groups[r] = sorted(itertools.chain.from_iterable(groups[g] for g in scopes))
+        depth: dict[str, int] = {}
+
+        def depth_of(g: str) -> int:
+            d = depth.get(g)
+            if d is None:
+                p = parent[g]
+                d = depth[g] = 0 if p is None else depth_of(p) + 1
+            return d
+
+        for g in parent:
+            depth_of(g)
+        self._runs, self.group_parent, self.group_depth = runs, parent, depth
+
+    @property
+    def runs(self) -> dict[str, list[str]]:
+        """Each run group (``block0–29``) and the sibling scopes it holds, in tape order."""
+        self.groups  # noqa: B018 (made on first use)
+        return self._runs
+
+    def fold_levels(self) -> list[set[str]]:
+        """The collapsed sets of each level of the group tree, the coarsest first: level
+        ``k`` folds every group ``k`` deep (and deeper, so that unfolding one shows its
+        children folded); an imported model's op boxes stay folded at every level. The last
+        folds only those. Empty when the tape has no scopes."""
+        groups = self.groups
+        depth = self.group_depth
+        if not depth:
+            return []
+        ops = {g for g in self.group_ops if g in groups}
+        top = max(depth.values())
+        return [{g for g, d in depth.items() if d >= k} | ops for k in range(top + 1)] + [ops]
 
     @classmethod
     def from_tape(cls, tape, loss_id: int | None = None) -> GraphModel:
@@ -227,6 +301,11 @@ class GraphModel:
         s = scopes_of(self.nodes[node_id].name)
         return s[-1] if s else None
 
+    def parent_group(self, group: str) -> str | None:
+        """The group ``group`` nests in (a scope, a run of scopes), or None at the top."""
+        self.runs  # noqa: B018 (made on first use)
+        return self.group_parent.get(group)
+
     def set_collapsed(self, group: str, collapsed: bool) -> None:
         """Fold or unfold one group by name."""
         if group not in self.groups:
@@ -239,7 +318,8 @@ class GraphModel:
             return []
         scopes = set(scopes_of(self.nodes[node_id].name))
         return sorted(g for g in self.collapsed if g in scopes or (
-            g in self.extra_groups and node_id in self.extra_groups[g]))
+            g in self.extra_groups and node_id in self.extra_groups[g]) or (
+            g in self.runs and not scopes.isdisjoint(self.runs[g])))
 
     def reveal(self, node_id: int) -> bool:
         """Unfold every group that hides ``node_id``; True when one was folded."""
@@ -247,15 +327,19 @@ class GraphModel:
         self.collapsed.difference_update(hidden)
         return bool(hidden)
 
-    def display(self) -> DisplayGraph:
-        """The graph to draw: nodes of collapsed groups merged into one box per group."""
+    def display(self, collapsed: set[str] | None = None) -> DisplayGraph:
+        """The graph to draw: nodes of collapsed groups merged into one box per group
+        (``collapsed``: these groups instead of the model's own)."""
         # NOTE: column-wise (numpy over the edges, one pass over the nodes for the labels):
         # the per-node loops with a set of inputs each cost ~1 s at 100k nodes (issue 29)
         n = len(self.nodes)
         owner = np.full(n, -1, dtype=np.int64)  # the collapsed group (its index) hiding a node
-        folded = [g for g in self.collapsed if g in self.groups] if self.collapsed else []
-        # outermost collapsed group wins: assign shorter (enclosing) names last
-        folded.sort(key=len, reverse=True)
+        collapsed = self.collapsed if collapsed is None else collapsed
+        folded = [g for g in collapsed if g in self.groups] if collapsed else []
+        # outermost collapsed group wins: assign shallower (enclosing) groups last
+        depth = self.group_depth
+        # (an extra group: as deep as its name reads, as when the longer name went first)
+        folded.sort(key=lambda g: (depth.get(g, g.count("/")), len(g), g), reverse=True)
         for k, g in enumerate(folded):
             owner[np.asarray(self.groups[g], dtype=np.int64)] = k
         free = owner < 0

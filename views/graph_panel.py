@@ -185,6 +185,10 @@ class GraphPanel(QWidget):
         vp = self.view.viewport()
         at = vp.geometry()  # in the view's coordinates (the overlays are the view's children)
         self.overview.move(max(0, at.right() - self.overview.width() - 8), at.top() + 8)
-        self.legend.setMaximumWidth(max(120, at.width() - 16))
+        # NOTE: the legend sits in a strip below the viewport (its margin), not over the
+        # graph: over it, it covered the loss node of a fitted graph (issue 46)
+        self.legend.setMaximumWidth(max(120, at.width() - 8))
         self.legend.adjustSize()
-        self.legend.move(at.left() + 8, max(0, at.bottom() - self.legend.height() - 8))
+        self.view.reserve_bottom(self.legend.height() + 4)
+        at = vp.geometry()
+        self.legend.move(at.left() + 4, at.bottom() + 3)

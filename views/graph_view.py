@@ -20,6 +20,13 @@ from views.plain import cut
 
 __all__ = ["NAN_COLOR", "GraphView", "severity"]  # (NAN_COLOR, severity: views.overlay's)
 
+# NOTE: the zoom at which Fit (F) shows a graph whole with its boxes' one-line labels
+# readable (the canvas draws them at >= 9 px from a zoom of 0.26; at 0.45 a box is 76 px
+# wide, room for ~12 characters): a graph that fits only smaller is folded to the finest
+# level of its group tree that fits (Model Explorer's behaviour), never a one-pixel line
+FIT_READABLE = 0.45
+FIT_PAD = 80.0  # the canvas's margin around the layout, both sides (GraphCanvas: 40 each)
+
 def _ids(node_ids) -> np.ndarray:
     """Node ids as an int64 array (an array as it is; None: none)."""
     if isinstance(node_ids, np.ndarray):
@@ -116,11 +123,12 @@ class GraphView(QGraphicsView):
         self.model = model
         self.relayout(wait=wait, fit=None)
 
-    def relayout(self, wait: bool = False, fit: bool | None = False) -> None:
+    def relayout(self, wait: bool = False, fit: bool | str | None = False) -> None:
         """Re-derive the display graph (after collapse/expand) and lay it out.
 
         ``fit=None`` fits only when the structure changed: a new episode of the same tape keeps
-        the user's zoom and position (and its layout comes from the cache).
+        the user's zoom and position (and its layout comes from the cache); ``"whole"`` shows
+        all of it (Fit graph after folding to a level).
         """
         if self.model is None:
             return
@@ -147,7 +155,9 @@ class GraphView(QGraphicsView):
         self.scene().setSceneRect(r)
         self._apply_marks()
         self._apply_overlay()  # the stripes follow the items of the new layout
-        if self._fit_next or (self._fit_next is None and not same):
+        if self._fit_next == "whole":
+            self._fit_all()
+        elif self._fit_next or (self._fit_next is None and not same):
             self.fit(readable=True)
             self._user_moved = self._fit_whole = False
         elif keep is not None:
@@ -305,6 +315,9 @@ class GraphView(QGraphicsView):
         g = self.display.item_group[item]
         if g is not None:
             menu.addAction(f"Expand {_menu_text(g)}", lambda: self.toggle_group(g, False))
+            up = self.model.parent_group(g)
+            if up:  # one level up: the group this box nests in
+                menu.addAction(f"Collapse {_menu_text(up)}", lambda: self.toggle_group(up, True))
         else:
             nid = self.display.item_node[item]
             scope = self.model.innermost_scope(nid)
@@ -341,9 +354,8 @@ class GraphView(QGraphicsView):
         if r.isEmpty():
             return
         if not readable:
-            self.fitInView(r, Qt.KeepAspectRatio)
-            self._user_moved, self._fit_whole = False, True
-            self.view_changed.emit()
+            if not self._fold_to_fit():
+                self._fit_all()
             return
         vp = self.viewport().rect()
         sx, sy = vp.width() / r.width(), vp.height() / r.height()
@@ -358,6 +370,42 @@ class GraphView(QGraphicsView):
         else:
             self.fitInView(r, Qt.KeepAspectRatio)
         self.view_changed.emit()
+
+    def _fit_all(self) -> None:
+        self.fitInView(self.canvas.boundingRect(), Qt.KeepAspectRatio)
+        self._user_moved, self._fit_whole = False, True
+        self.view_changed.emit()
+
+    def _fit_scale(self, width: float, height: float) -> float:
+        vp = self.viewport().rect()
+        return min(vp.width() / (width + FIT_PAD), vp.height() / (height + FIT_PAD))
+
+    def _fold_to_fit(self) -> bool:
+        """Fold to the finest level of the group tree whose graph fits the view at
+        ``FIT_READABLE`` or more (the coarsest when none does), when the graph as shown does
+        not; True when that re-lays out (the fit follows the layout)."""
+        m, lay = self.model, self.canvas.layout
+        if m is None or lay is None or self._fit_scale(lay.width, lay.height) >= FIT_READABLE:
+            return False
+        levels = m.fold_levels()
+        if not levels:
+            return False
+        vp = self.viewport().rect()
+        area = vp.width() * vp.height() / FIT_READABLE ** 2  # scene units the view holds
+        choice = levels[0]
+        for cand in levels:
+            g = m.display(cand)
+            if len(g) * 200.0 * 100.0 > area:  # (a box and its gaps): cannot fit, no layout
+                break
+            lay = CACHE.get_or_compute(g.key, g.inputs, g.order_key)
+            if self._fit_scale(lay.width, lay.height) < FIT_READABLE:
+                break
+            choice = cand
+        if choice == m.collapsed:
+            return False
+        m.collapsed = set(choice)
+        self.relayout(fit="whole")
+        return True
 
     def zoom(self, factor: float, anchor: QPointF | None = None) -> None:
         """Multiply the zoom by ``factor`` (clamped to 0.0005 .. 8)."""
@@ -380,6 +428,13 @@ class GraphView(QGraphicsView):
                 r = self.canvas.item_rect(item)
                 if not self.visible_scene_rect().contains(r):
                     self.centerOn(r.center())
+
+    def reserve_bottom(self, px: int) -> None:
+        """Keep ``px`` pixels below the viewport for a strip (the legend): what sits there
+        never covers a node, the fitted loss node included."""
+        m = self.viewportMargins()
+        if m.bottom() != px:
+            self.setViewportMargins(0, 0, 0, px)
 
     def visible_scene_rect(self) -> QRectF:
         """The scene rectangle on screen."""

@@ -48,9 +48,11 @@ def test_a_resize_keeps_the_overlays_on_screen_and_the_selection(qtbot):
         p.resize(w, h)
         qtbot.waitUntil(lambda w=w, h=h: p.size().width() == w and p.size().height() == h)
         vp = v.viewport().geometry()
-        for overlay in (p.overview, p.legend):
-            assert overlay.isVisible()
-            assert vp.contains(overlay.geometry()), (w, h, overlay, overlay.geometry(), vp)
+        assert p.overview.isVisible() and vp.contains(p.overview.geometry())
+        # the legend: on screen, in its strip below the graph, never over it (issue 46)
+        lg = p.legend.geometry()
+        assert p.legend.isVisible() and v.rect().contains(lg), (w, h, lg, v.rect())
+        assert not vp.intersects(lg) and lg.top() >= vp.bottom(), (w, h, lg, vp)
         assert v.selected_node == 40 and v.canvas.selected_item == int(v.display.node_item[40])
         assert v.visible_scene_rect().contains(v.canvas.item_rect(v.canvas.selected_item))
 
