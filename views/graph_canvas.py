@@ -49,11 +49,11 @@ EDGE_HI_COLOR = QColor("#1d6fe0")
 LABEL_ALIGN = Qt.AlignLeft | Qt.AlignVCenter
 LONG_EDGE = 8 * (NODE_H + 54.0)  # scene units: an edge spanning more ranks is "long"
 # NOTE: labels by zoom. From FULL_LABELS a box shows its three lines (op, name, shape) at
-# their fonts' sizes; below it they would be under 7 px, so from ONE_LINE a box shows one
+# their fonts' sizes; below it the small lines would be under 8 px, so from ONE_LINE a box shows one
 # line in a font ONE_LINE_PX high on screen (at most ONE_LINE_FILL of the box): a group's
 # name, an op's op. Fit (F) zooms to 0.45 or more (views.graph_view.FIT_READABLE), so a
 # fitted graph's boxes are labelled; below ONE_LINE a box is too small to hold a word.
-FULL_LABELS = 0.6
+FULL_LABELS = 0.7
 ONE_LINE = 0.28
 ONE_LINE_PX = 11.0
 ONE_LINE_FILL = 0.72
@@ -353,9 +353,11 @@ class GraphCanvas(QGraphicsItem):
 
     def short_label(self, item: int) -> str:
         """The one line a box shows zoomed out: a group's name (an imported op's type), a
-        node's op."""
+        node's op (a parameter's or constant's name)."""
         op, name, _ = self.graph.labels[item]
         if self.graph.item_node[item] >= 0:
+            if self.graph.kinds[item] in (KIND_PARAM, KIND_CONST):  # its colour says the kind
+                op = cut(name).rstrip("/") or op  # (the name says which: embed/E, tokens)
             return op if item not in self.nan_items else "⚠ " + op
         return op if op != "▸ group" else "▸ " + cut(name)
 
@@ -371,7 +373,7 @@ class GraphCanvas(QGraphicsItem):
         for i in vis.tolist():
             t = short.get((i, px))
             if t is None:
-                t = short[(i, px)] = fm.elidedText(self.short_label(i), Qt.ElideMiddle, w)
+                t = short[(i, px)] = fm.elidedText(self.short_label(i), Qt.ElideRight, w)
             r = self._rects[i]
             box = QRectF(r.left() + x0, r.top(), w, r.height())
             painter.drawText(box, LABEL_ALIGN, t)

@@ -149,6 +149,7 @@ class GraphPanel(QWidget):
         t = theme.current()  # the chips keep their colours; the words follow the theme
         self.legend.setText(LEGEND.replace("color:#111827", f"color:{t.on_background}"))
         self.legend.setToolTip(LEGEND_TIP)
+        self.legend.setWordWrap(True)  # (in a narrow dock its chips wrap, never cut off)
         bg = t.overlay_bg
         self.legend.setStyleSheet(f"background: rgba({bg.red()},{bg.green()},{bg.blue()},"
                                   f"{bg.alpha()}); color: {t.plot_fg}; padding: 3px;")
@@ -187,8 +188,9 @@ class GraphPanel(QWidget):
         self.overview.move(max(0, at.right() - self.overview.width() - 8), at.top() + 8)
         # NOTE: the legend sits in a strip below the viewport (its margin), not over the
         # graph: over it, it covered the loss node of a fitted graph (issue 46)
-        self.legend.setMaximumWidth(max(120, at.width() - 8))
-        self.legend.adjustSize()
+        w = max(120, at.width() - 8)
+        self.legend.setMaximumWidth(w)
+        self.legend.resize(w, self.legend.heightForWidth(w))  # (adjustSize wraps it narrow)
         self.view.reserve_bottom(self.legend.height() + 4)
         at = vp.geometry()
         self.legend.move(at.left() + 4, at.bottom() + 3)
