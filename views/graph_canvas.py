@@ -57,6 +57,7 @@ FULL_LABELS = 0.7
 ONE_LINE = 0.28
 ONE_LINE_PX = 11.0
 ONE_LINE_FILL = 0.72
+LABEL_ROOM = 1.5 * NODE_W  # a one-line label runs on at most this far right of its box
 FLAG_TEXT = "▼ first divergence"
 FLAG_H = 18.0  # the flag sits in the gap above its box (GAP_Y 54), clear of every box
 
@@ -184,7 +185,8 @@ class GraphCanvas(QGraphicsItem):
         self._fm_small = QFontMetricsF(self.font_small)
         self._fm_op = QFontMetricsF(self.font_op)
         self._names: dict[int, str] = {}
-        self._short: dict[tuple[int, int], str] = {}  # (item, font px) → its one line, elided
+        self._short: dict[tuple[int, int], tuple[str, float]] = {}  # (item, px) → line, width
+        self._room: np.ndarray | None = None
         self.drawn_labels = []
         pad = 40.0
         self._rect = QRectF(-pad, -pad, layout.width + 2 * pad, layout.height + 2 * pad)
@@ -361,6 +363,22 @@ class GraphCanvas(QGraphicsItem):
             return op if item not in self.nan_items else "⚠ " + op
         return op if op != "▸ group" else "▸ " + cut(name)
 
+    def label_room(self) -> np.ndarray:
+        """Per item, the free width right of its box up to the next box of its rank (capped
+        at ``LABEL_ROOM``): a one-line label too long for its box runs on into it, never
+        onto a box (a fitted chain of ``block0–29`` boxes read ``bloc…``)."""
+        if self._room is None:
+            lay = self.layout
+            n = len(lay)
+            room = np.full(n, LABEL_ROOM)
+            if n > 1:
+                o = np.lexsort((lay.x, lay.rank))
+                same = lay.rank[o[1:]] == lay.rank[o[:-1]]
+                gap = lay.x[o[1:]] - lay.x[o[:-1]] - NODE_W - 8.0
+                room[o[:-1][same]] = np.clip(gap[same], 0.0, LABEL_ROOM)
+            self._room = room
+        return self._room
+
     def _paint_one_line(self, painter, vis, scale) -> None:
         px, font, fm = self._one_line_font(scale)
         painter.setFont(font)
@@ -370,14 +388,18 @@ class GraphCanvas(QGraphicsItem):
         short = self._short
         drawn = self.drawn_labels
         on_screen = fm.height() * scale
+        room = self.label_room()
         for i in vis.tolist():
             t = short.get((i, px))
             if t is None:
-                t = short[(i, px)] = fm.elidedText(self.short_label(i), Qt.ElideRight, w)
+                text = self.short_label(i)
+                wide = fm.horizontalAdvance(text)
+                wi = w if wide <= w else min(wide + 2, w + 6 + float(room[i]))
+                t = short[(i, px)] = (fm.elidedText(text, Qt.ElideRight, wi), wi)
             r = self._rects[i]
-            box = QRectF(r.left() + x0, r.top(), w, r.height())
-            painter.drawText(box, LABEL_ALIGN, t)
-            drawn.append((t, box, on_screen))
+            box = QRectF(r.left() + x0, r.top(), t[1], r.height())
+            painter.drawText(box, LABEL_ALIGN, t[0])
+            drawn.append((t[0], box, on_screen))
 
     def _paint_labels(self, painter, vis, alpha, scale=1.0) -> None:
         labels = self.graph.labels

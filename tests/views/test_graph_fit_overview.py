@@ -151,3 +151,21 @@ def test_the_first_divergence_flag_covers_no_box(qtbot):
         assert not any(flag.intersects(r) for r in others), (node, flag)
         assert flag.bottom() <= c.item_rect(it).top() and not flag.intersects(
             QRectF(c.item_rect(it)).adjusted(-4, -4, 4, 4))
+
+
+def test_in_a_short_dock_a_fitted_label_runs_on_beside_its_box_never_onto_a_box(qtbot):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from transformer10k import Big
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    p = panel(qtbot, tape_model(Big()), 800, 380)  # the window's graph dock at 1280x800
+    v = p.view
+    press_fit(qtbot, p)
+    c = v.canvas
+    shown = readable_labels(v)
+    assert "▸ block0–29" in shown and "▸ block210–237" in shown, shown  # whole, not "▸ bloc…"
+    boxes = [c.item_rect(j) for j in range(len(v.display))]
+    for text, r, _ in c.drawn_labels:
+        own = [b for b in boxes if b.intersects(r)]
+        assert len(own) == 1 and own[0].left() < r.left(), (text, r, own)
