@@ -3,7 +3,7 @@
 Each converter records existing tape ops in a written order (docs/onnx-coverage.md, "lowered";
 docs/reference-order-nn.md gives each order), so every device already has its kernels and the
 replay is bit for bit: Where (masked_fill), Gelu (none and tanh), Pow, HardSigmoid, HardSwish,
-LogSoftmax (its row op), Expand (``x * ones``),
+LogSoftmax (its row op), Expand (``x * ones``), Reciprocal (``1 / x``),
 SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, Dropout in training mode (a seeded mask per
 step), BatchNormalization in training mode (batch statistics; running statistics updated as the
 spec says), and RNN / GRU / LSTM unrolled over time. A converter is
@@ -151,6 +151,15 @@ def expand(imp, st, ins, names):
     if out == tuple(x.shape):
         return ops.mul(x, imp.tape.const(np.ones(()), name="ones"))  # a node of its own
     return ops.mul(x, imp.tape.const(np.ones(out), name="ones"))
+
+
+# ---- Reciprocal: 1 / x ---------------------------------------------------------------------
+
+def reciprocal(imp, st, ins, names):
+    """ONNX Reciprocal (HF RMSNorm's ``torch.rsqrt`` exports Sqrt then Reciprocal) as
+    ``div(1, x)``: the executor's ``1 / x`` bit for bit (one correctly rounded division), and
+    div's written backward (``gb = unb(-((g*y)/b))``)."""
+    return ops.div(imp.tape.const(np.ones(()), name="one"), _v(imp, ins, names, 0))
 
 
 # ---- LogSoftmax: the tape's log_softmax row op ------------------------------------------------
@@ -447,5 +456,5 @@ CONVERTERS = {
     "Pow": pow_, "Abs": abs_, "SoftmaxCrossEntropyLoss": softmax_ce,
     "NegativeLogLikelihoodLoss": nll_loss, "LogSoftmax": log_softmax,
     "Dropout": dropout, "RNN": recurrent, "GRU": recurrent, "LSTM": recurrent,
-    "Expand": expand,
+    "Expand": expand, "Reciprocal": reciprocal,
 }

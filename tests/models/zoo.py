@@ -2,9 +2,9 @@
 with masked_fill / GELU / F.cross_entropy, LayerNorm + GELU(tanh) + Dropout, Conv + BatchNorm,
 GRU / LSTM / RNN, HardSwish / HardSigmoid / Pow, log_softmax + nll_loss, a ViT block with a
 broadcast class token and MultiheadAttention or SDPA, nn.Transformer with a causal mask, a
-causal mask from torch.triu, a BERT-style encoder with a 2-row token-type table), each exported by
-``torch.onnx.export`` at test time with small seeded random weights, as a user would (no edits
-to the file)."""
+causal mask from torch.triu, a BERT-style encoder with a 2-row token-type table, a Llama-style
+block: RMSNorm by rsqrt, rotary, GQA), each exported by ``torch.onnx.export`` at test time
+with small seeded random weights, as a user would (no edits to the file)."""
 
 from __future__ import annotations
 
@@ -201,6 +201,63 @@ class TinyBert(nn.Module):
         return self.head(x + a)
 
 
+class RMSNorm(nn.Module):
+    """HF Llama's RMSNorm: ``x * torch.rsqrt(mean(x^2) + eps) * w`` (Sqrt, Reciprocal)."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class TinyLlama(nn.Module):
+    """A Llama-style block: RMSNorm via rsqrt, rotary positions (cos/sin tables from
+    ``arange``: constants), grouped-query attention with HF's ``repeat_kv`` (an Expand of
+    activations), a causal mask, SiLU-gated MLP, token ids in and ``[B, T, V]`` logits out."""
+
+    def __init__(self, vocab=13, dim=8, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
+        self.emb = nn.Embedding(vocab, dim)
+        self.n1, self.n2 = RMSNorm(dim), RMSNorm(dim)
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.hd, bias=False)
+        self.o = nn.Linear(dim, dim, bias=False)
+        self.up, self.gate = nn.Linear(dim, 16, bias=False), nn.Linear(dim, 16, bias=False)
+        self.down = nn.Linear(16, dim, bias=False)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def _rotary(self, x, t):
+        inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2).float() / self.hd))
+        f = torch.outer(torch.arange(t).float(), inv)
+        cos, sin = torch.cat([f, f], -1).cos(), torch.cat([f, f], -1).sin()
+        half = self.hd // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * cos + rot * sin
+
+    def forward(self, idx):
+        b, t = idx.shape
+        x = self.emb(idx)
+        h = self.n1(x)
+        q = self.q(h).view(b, t, self.heads, self.hd).transpose(1, 2)
+        k, v = self.kv(h).view(b, t, 2 * self.kv_heads, self.hd).transpose(1, 2).chunk(2, 1)
+        q, k = self._rotary(q, t), self._rotary(k, t)
+        rep = self.heads // self.kv_heads  # HF repeat_kv
+
+        def repeat_kv(z):
+            return z[:, :, None].expand(b, self.kv_heads, rep, t, self.hd).reshape(
+                b, self.heads, t, self.hd)
+
+        k, v = repeat_kv(k), repeat_kv(v)
+        att = (q @ k.transpose(-2, -1)) / self.hd ** 0.5
+        att = att.masked_fill(torch.triu(torch.ones(t, t), 1).bool(), float("-inf"))
+        x = x + self.o((att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, -1))
+        h = self.n2(x)
+        return self.head(x + self.down(F.silu(self.gate(h)) * self.up(h)))
+
+
 def _ints(shape, high):
     return torch.randint(0, high, shape)
 
@@ -222,6 +279,7 @@ FAMILIES = {
     "seq2seq": (Seq2Seq, lambda: (torch.randn(2, 6, 8), torch.randn(2, 5, 8)), False),
     "causal": (CausalAttention, lambda: (torch.randn(2, 5, 8),), False),
     "bert": (TinyBert, lambda: (_ints((2, 5), 11), _ints((2, 5), 2)), False),
+    "llama": (TinyLlama, lambda: (_ints((2, 5), 13),), False),
 }
 
 
