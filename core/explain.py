@@ -281,9 +281,11 @@ def _mm_blas(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
-# the last few contracted products (a search tries several tilings of one product: each reuses
-# it). Keyed by the operands' bytes: equal inputs, equal product
+# the last contracted products (a search tries the plain fma chain and several tilings of one
+# product, a gradient's rule both of its products per try: each reuses them). Keyed by the
+# operands' bytes: equal inputs, equal product. At most _FMA_CACHE_BYTES held, oldest out
 _FMA_CACHE: dict[tuple, np.ndarray] = {}
+_FMA_CACHE_BYTES = 64 << 20
 
 
 def _mm_fma_cached(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -292,9 +294,9 @@ def _mm_fma_cached(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     got = _FMA_CACHE.get(key)
     if got is None:
         got = _mm_fma(a, b)
-        if len(_FMA_CACHE) >= 4:
-            _FMA_CACHE.pop(next(iter(_FMA_CACHE)))
         _FMA_CACHE[key] = got
+        while _FMA_CACHE and sum(v.nbytes for v in _FMA_CACHE.values()) > _FMA_CACHE_BYTES:
+            _FMA_CACHE.pop(next(iter(_FMA_CACHE)))
     return got.copy()
 
 
@@ -591,7 +593,7 @@ def _cast(y: Any, dtype: np.dtype) -> np.ndarray:
 
 
 VARIANTS: tuple[Variant, ...] = (
-    Variant("fma", "acc = fma(a, b, acc)", "mm", _mm_fma),
+    Variant("fma", "acc = fma(a, b, acc)", "mm", _mm_fma_cached),
     Variant("fma", "acc = fma(x, x, acc)", "sumsq", _sumsq_fma),
     Variant("reciprocal", "x * (1/y)", "div", _div_recip),
     Variant("libm", "the platform's (numpy's) transcendentals", "M", mathlib.get("platform")),
