@@ -55,3 +55,12 @@ def test_the_default_still_fails_on_any_difference(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert code == 1 and not data["exact"]
     assert not any("class" in e for e in data["introduced"])  # not classed without --explain
+
+
+def test_the_report_carries_the_class(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    main(["report", "--workload", "mlp", "--device", "torch", "--explain", "--steps", "1",
+          "--dtype", "float32", "--out", str(out)])
+    capsys.readouterr()
+    html = out.read_text()
+    assert "; valid reordering" in html  # beside each introduced array's cause
