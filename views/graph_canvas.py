@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QGraphicsItem
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_model import KIND_CONST, KIND_GROUP, KIND_LOSS, KIND_OP, KIND_PARAM, DisplayGraph
-from views.layout import NODE_H, NODE_W, Layout, flat_inputs
+from views.layout import GAP_Y, NODE_H, NODE_W, Layout, flat_inputs
 from views.overlay import EMPTY, ItemColors
 from views.plain import cut
 
@@ -57,6 +57,7 @@ FULL_LABELS = 0.7
 ONE_LINE = 0.28
 ONE_LINE_PX = 11.0
 ONE_LINE_FILL = 0.72
+LANE_MARGIN = 6.0  # a routed edge passes a box at least this far from its side
 LABEL_ROOM = 1.5 * NODE_W  # a one-line label runs on at most this far right of its box
 FLAG_TEXT = "▼ first divergence"
 FLAG_H = 18.0  # the flag sits in the gap above its box (GAP_Y 54), clear of every box
@@ -187,6 +188,8 @@ class GraphCanvas(QGraphicsItem):
         self._names: dict[int, str] = {}
         self._short: dict[tuple[int, int], tuple[str, float]] = {}  # (item, px) → line, width
         self._room: np.ndarray | None = None
+        self._ranked = None  # (rank-major keys, x, rank, key step) of the boxes: made when routing
+        self._route_cache: dict[int, list | tuple] = {}  # edge → its lanes (() for a short one)
         self.drawn_labels = []
         pad = 40.0
         self._rect = QRectF(-pad, -pad, layout.width + 2 * pad, layout.height + 2 * pad)
@@ -322,10 +325,17 @@ class GraphCanvas(QGraphicsItem):
             dx, dy = x[d].tolist(), (y[d] - NODE_H / 2).tolist()
             path = QPainterPath()
             hi = QPainterPath()
-            for a, b, c, e, si, di in zip(sx, sy, dx, dy, s.tolist(), d.tolist(), strict=True):
+            routes = self._routes(edges)
+            for a, b, c, e, si, di, k in zip(sx, sy, dx, dy, s.tolist(), d.tolist(),
+                                             edges.tolist(), strict=True):
                 p = hi if hi_item in (si, di) else path
-                mid = (b + e) / 2
                 p.moveTo(a, b)
+                for gx, top, bottom in routes.get(k, ()):  # a long edge: down its lanes
+                    mid = (b + top) / 2
+                    p.cubicTo(a, mid, gx, mid, gx, top)
+                    p.lineTo(gx, bottom)
+                    a, b = gx, bottom
+                mid = (b + e) / 2
                 p.cubicTo(a, mid, c, mid, c, e)  # top-down S-curve: leaves down, enters from above
             painter.drawPath(path)
             if not hi.isEmpty():  # (an empty path is an SVG export's empty d="", a warning)
@@ -400,6 +410,49 @@ class GraphCanvas(QGraphicsItem):
             box = QRectF(r.left() + x0, r.top(), t[1], r.height())
             painter.drawText(box, LABEL_ALIGN, t[0])
             drawn.append((t[0], box, on_screen))
+
+    def _routes(self, edges: np.ndarray) -> dict[int, list[tuple[float, float, float]]]:
+        """The lanes of each edge of ``edges`` that spans more than one rank: per rank it
+        crosses, (x, top, bottom) of a vertical run through the gap between that rank's boxes
+        nearest the straight line (at least ``LANE_MARGIN`` from either box), so it runs
+        around the boxes, not through them (torch_cnn's residual, a transformer's). Made for
+        the edges a detailed frame draws, when first drawn: nothing at open."""
+        if self._ranked is None:
+            lay = self.layout
+            o = np.lexsort((lay.x, lay.rank))
+            step = float(lay.width) + 4 * NODE_W
+            self._ranked = (lay.rank[o] * step + lay.x[o], lay.x[o], lay.rank[o], step)
+        keys, xs, ranks, step = self._ranked
+        rank, x = self.layout.rank, self.layout.x
+        out: dict[int, list[tuple[float, float, float]]] = {}
+        todo = [k for k in edges.tolist() if k not in self._route_cache]
+        if todo:
+            t = np.asarray(todo, dtype=np.int64)
+            s, d = self._esrc[t], self._edst[t]
+            rs, rd = rank[s], rank[d]
+            span = rd - rs
+            for k, a, ra, c, n in zip(todo, x[s].tolist(), rs.tolist(), x[d].tolist(),
+                                      span.tolist(), strict=True):
+                if n < 2:
+                    self._route_cache[k] = ()
+                    continue
+                r = np.arange(ra + 1, ra + n)
+                want = a + (c - a) * (r - ra) / n  # the straight line's x at each rank
+                p = np.searchsorted(keys, r * step + want)
+                half = NODE_W / 2 + LANE_MARGIN
+                left = np.where((p > 0) & (ranks[np.maximum(p - 1, 0)] == r),
+                                xs[np.maximum(p - 1, 0)] + half, -np.inf)
+                pr = np.minimum(p, xs.size - 1)
+                right = np.where((p < xs.size) & (ranks[pr] == r), xs[pr] - half, np.inf)
+                gx = np.where(left <= right, np.clip(want, left, right), (left + right) / 2)
+                y = r * (NODE_H + GAP_Y) + NODE_H / 2
+                self._route_cache[k] = list(zip(gx.tolist(), (y - NODE_H / 2 - 4).tolist(),
+                                                (y + NODE_H / 2 + 4).tolist(), strict=True))
+        for k in edges.tolist():
+            lanes = self._route_cache[k]
+            if lanes:
+                out[k] = lanes
+        return out
 
     def _paint_labels(self, painter, vis, alpha, scale=1.0) -> None:
         labels = self.graph.labels

@@ -169,3 +169,34 @@ def test_in_a_short_dock_a_fitted_label_runs_on_beside_its_box_never_onto_a_box(
     for text, r, _ in c.drawn_labels:
         own = [b for b in boxes if b.intersects(r)]
         assert len(own) == 1 and own[0].left() < r.left(), (text, r, own)
+
+
+def test_a_long_edge_runs_around_the_boxes_in_the_gaps_of_each_rank(qtbot):
+    from core import workloads
+
+    m = tape_model(workloads.get("transformer"))
+    p = panel(qtbot, m)
+    v = p.view
+    c = v.canvas
+    lay = c.layout
+    edges = np.arange(c._esrc.size)
+    span = lay.rank[c._edst] - lay.rank[c._esrc]
+    assert (span >= 2).sum() >= 3  # the residuals, the mask ...
+    routes = c._routes(edges)
+    assert set(routes) == set(np.flatnonzero(span >= 2).tolist())
+    boxes = [c.item_rect(j) for j in range(len(v.display))]
+    crossed = 0
+    for k, lanes in routes.items():
+        assert len(lanes) == span[k] - 1
+        a, b = lay.x[c._esrc[k]], lay.x[c._edst[k]]
+        for gx, top, bottom in lanes:
+            lane = QRectF(gx - 0.5, top, 1.0, bottom - top)
+            assert not any(lane.intersects(r) for r in boxes), (k, gx, top)
+        # the straight line it replaces ran through a box
+        for j, r in enumerate(boxes):
+            if j not in (c._esrc[k], c._edst[k]):
+                t = (r.center().y() - lay.y[c._esrc[k]]) / (lay.y[c._edst[k]] - lay.y[c._esrc[k]])
+                crossed += 0 < t < 1 and r.left() <= a + (b - a) * t <= r.right()
+    assert crossed  # (so the test sees edges that needed routing)
+    v.resetTransform()  # a detailed frame draws them
+    v.viewport().repaint()
