@@ -231,8 +231,9 @@ def tied_copies(weights: set[str], values: dict[str, Any],
         v = values[k]
         for src in by_col.get((v.shape, v.dtype.str, v[0].tobytes()), ()):
             if src != k and src not in out and k not in out.values() and not np.all(
-                    v == v.reshape(-1)[0]) and np.array_equal(values[src].T, v):
-                out[k] = src
+                    v == v.reshape(-1)[0]) and np.array_equal(values[src].T, v) and not (
+                    v.shape[0] == v.shape[1] and np.array_equal(v, v.T)):
+                out[k] = src  # (a symmetric one, an identity init, is equal, not tied)
                 break
     return out
 

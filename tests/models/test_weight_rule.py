@@ -83,3 +83,16 @@ def test_a_value_from_shapes_is_a_constant_and_a_broadcast_trains_its_weight():
         np.testing.assert_array_equal(np.asarray(y.value), want)
         tape.backward(ops.sum(y))
         np.testing.assert_array_equal(np.asarray(tape.grad(imp.params["cls"].id)), [[2, 2, 2]])
+
+
+def test_a_folded_transpose_of_a_weight_is_tied_to_it_and_an_equal_symmetric_one_is_not():
+    from core.onnx.importer import tied_copies
+
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((5, 3))
+    eye = np.eye(3)
+    values = {"emb.weight": emb, "onnx::MatMul_7": emb.T.copy(), "a.weight": eye,
+              "b.weight": eye.copy(), "zeros": np.zeros((3, 5)), "zeros_t": np.zeros((5, 3))}
+    # the exporter's copy is the transpose of the parameter (not the other way round); two
+    # identity inits and two all-zero weights are equal, not tied
+    assert tied_copies(set(values), values) == {"onnx::MatMul_7": "emb.weight"}
