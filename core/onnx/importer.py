@@ -798,7 +798,9 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
         env[name] = imp.params[name]
     folded = []
     onnx_nodes: list[dict] = []
-    for st in (imp.refold if trainable else []) + list(sess.graph.steps):
+    steps = (imp.refold if trainable else []) + list(sess.graph.steps)
+    read = {n for st in steps for n in st.node.input} | set(sess.output_names)
+    for st in steps:
         imp.label = st.label
         names = list(st.node.input)
         ins = [env[n] if n else None for n in names]
@@ -847,6 +849,12 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
                     imp.charge_tape(cost[0] * np.dtype(tape.dtype).itemsize)
                 with tape.scope(scope_name(st)):
                     out = conv(imp, st, ins, names)
+                given = len(out) if isinstance(out, tuple) else 1
+                lost = [o for o in st.node.output[given:] if o in read]
+                if lost:  # an optional output the converter does not make (MaxPool's Indices)
+                    raise OnnxError(f"output {list(st.node.output).index(lost[0])} of "
+                                    f"{st.node.op_type} ({shown(lost[0])!r}) has no tape form "
+                                    f"(its tape form gives the first {given})", node=st.label)
                 onnx_nodes.append(onnx_node_info(st, first_id, len(tape)))
                 imp.check()
                 imp.charge_tape(sum(tape.value(i).nbytes for i in range(first_id, len(tape))),
