@@ -9,6 +9,7 @@ write the per-operator coverage page.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import re
@@ -104,13 +105,20 @@ def _short(test_id: str) -> str:
     return name[: -len("_cpu")] if name.endswith("_cpu") else name
 
 
-def node_test_ops() -> dict[str, str]:
-    """Node test name -> the operator it tests (expanded forms count for their operator)."""
+@functools.cache
+def node_tests() -> tuple:
+    """The onnx package's node tests (``load_model_tests(kind="node")``, built in memory once
+    per process: ~5 CPU s). Read them, never change them (copy a model before editing it)."""
     from onnx.backend.test.loader import load_model_tests
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = load_model_tests(kind="node")
+        warnings.simplefilter("ignore")  # the onnx package computing its expected outputs
+        return tuple(load_model_tests(kind="node"))
+
+
+def node_test_ops() -> dict[str, str]:
+    """Node test name -> the operator it tests (expanded forms count for their operator)."""
+    cases = node_tests()
     single = {}
     for tc in cases:
         ops = {n.op_type for n in tc.model.graph.node}

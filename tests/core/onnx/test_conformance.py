@@ -5,7 +5,8 @@ light models, pytorch-converted, pytorch-operator and simple. ``conformance_pass
 list of tests that passed when it was last regenerated (``python -m core.onnx.conformance
 --passing tests/core/onnx/conformance_passing.txt``): any of them failing now is a regression
 and is named. docs/onnx-coverage.md is this run's page (``python -m gpu.onnx_coverage --doc
-docs/onnx-coverage.md``, which adds the device kernels per operator), checked here too.
+docs/onnx-coverage.md``, which adds the device kernels per operator and the same node tests
+through the tape import, core.onnx.tape_conformance, run again here), checked here too.
 """
 
 from __future__ import annotations
