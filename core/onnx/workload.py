@@ -125,6 +125,26 @@ def _is_ones(tape: Tape, i: int) -> bool:
     return n.op == "const" and bool(np.all(np.asarray(tape.value(i)) == 1))
 
 
+def merged_parameters_note(sess) -> list[str]:
+    """One line naming the parameters a torch.export (dynamo) file lists but does not hold,
+    not even folded: another initializer of equal value stands for each (a tied weight, or its
+    optimizer merged equal initial values, e.g. two fresh LayerNorms' ones), so they train as
+    one (docs/models.md, "What the import makes trainable")."""
+    from core.onnx.importer import exported_parameters
+
+    export = exported_parameters(sess.model.graph)
+    if export is None:
+        return []
+    folded = {n for names in export[1].values() for n in names}
+    gone = sorted(t for t in export[0] if t not in sess.graph.inits and t not in folded)
+    if not gone:
+        return []
+    shown_names = ", ".join(repr(t[:120]) for t in gone[:8]) + (" ..." if len(gone) > 8 else "")
+    return [f"parameters {shown_names} are not in the file: an initializer of equal value "
+            "stands for each (a tied weight, or the exporter merged equal initial values): "
+            "they train as one"]
+
+
 def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], graph_steps,
                   seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Fresh parameter values by role, and the batch-norm statistics to override.
@@ -283,6 +303,7 @@ class OnnxWorkload(Workload):
         # fold=True: the weights (ConstantOfShape in the light models) are computed once, here
         self.sess = Session(self.path, fold=True, limits=self.limits)
         self.input_specs, self.input_notes = _input_specs(self.sess, self.given_shapes)
+        self.input_notes += merged_parameters_note(self.sess)
         self.given = {k: _given_input(k, f, self.input_specs) for k, f in
                       self.given_files.items()}
         # a first import on a scratch tape finds the weights that reach tape ops, their roles

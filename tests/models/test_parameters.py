@@ -90,3 +90,17 @@ def test_causal_mask_stays_causal_through_training_and_reinit(tmp_path, name, dy
         np.testing.assert_array_equal(a[:, :-1], b[:, :-1])
         assert not np.array_equal(a[:, -1], b[:, -1])
     assert not np.array_equal(before, a)  # it trained
+
+
+@pytest.mark.slow
+def test_parameters_the_dynamo_file_does_not_hold_are_named(tmp_path):
+    """Fresh weights: dynamo's optimizer merges ln2's ones and zeros into ln1's initializers
+    and keeps one of the tied embedding / head; the workload says which parameters an equal
+    initializer stands for (parity prints it)."""
+    wl = OnnxWorkload(zoo.export("gpt", tmp_path / "gpt.onnx", True), dtype=np.float32)
+    notes = [n for n in wl.input_notes if n.startswith("parameters ")]
+    assert notes == ["parameters 'emb.weight', 'ln2.bias', 'ln2.weight' are not in the file: "
+                     "an initializer of equal value stands for each (a tied weight, or the "
+                     "exporter merged equal initial values): they train as one"]
+    ts = OnnxWorkload(zoo.export("gpt", tmp_path / "gpt-ts.onnx", False), dtype=np.float32)
+    assert not [n for n in ts.input_notes if n.startswith("parameters ")]
