@@ -199,6 +199,54 @@ def exported_broadcasts(graph, values: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+_FX_NODE = "pkg.torch.onnx.fx_node"
+_ORIGINAL = "pkg.torch.onnx.original_node_name"
+
+
+def exported_merges(graph, values: dict[str, Any]) -> dict[tuple[str, str], dict[str, str]]:
+    """Parameters a torch.export (dynamo) file's optimizer merged into an initializer of equal
+    value, to be split again: {(node name, first output): {input it reads: the parameter it
+    stands for there}}. A node's ``fx_node`` metadata names the parameters its aten call
+    took (``layer_norm(x, [8], %p_ln2_weight, %p_ln2_bias, ...)``); where one is not in the
+    file (nor folded into another initializer) and the node reads instead a parameter its call
+    did not take (``ln1.weight``), that input stands for it, paired in order. Only a value
+    that is one number throughout (fresh ones and zeros) is split: equal random values are
+    one tensor in PyTorch (a tied weight), kept one."""
+    export = exported_parameters(graph)
+    if export is None:
+        return {}
+    params, folded = export
+    sig = next((p.value for p in graph.metadata_props if p.key == _SIGNATURE), "")
+    target = dict(re.findall(r"^\s*(\w+): PARAMETER target='([^']*)'", sig, re.M))
+    in_file = {t.name for t in graph.initializer} | {i.name for i in graph.input} | {
+        o for n in graph.node for o in n.output}  # (a split-out name must be a new one)
+    gone = {t for t in target.values() if t not in in_file
+            and not any(t in names for names in folded.values())}
+    if not gone:
+        return {}
+    own = {vi.name: p.value for vi in (*graph.value_info, *graph.input)
+           for p in vi.metadata_props if p.key == _ORIGINAL}
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for n in graph.node:
+        fx = next((p.value for p in n.metadata_props if p.key == _FX_NODE
+                   and len(p.value) <= _META_MAX), None)
+        if not fx:
+            continue
+        took = re.findall(r"%(p_\w+)", fx.split("args = ", 1)[-1])
+        wanted = list(dict.fromkeys(target[ph] for ph in took
+                                    if ph in target and target[ph] in gone))
+        stand = [i for i in n.input if i in params and i in own and own[i] not in took]
+        if wanted and len(wanted) == len(stand) and all(
+                _one_value(values.get(i)) for i in stand):
+            out[(n.name, n.output[0] if n.output else "")] = dict(zip(stand, wanted,
+                                                                      strict=True))
+    return out
+
+
+def _one_value(v: Any) -> bool:
+    return isinstance(v, np.ndarray) and v.size >= 1 and bool(np.all(v == v.reshape(-1)[0]))
+
+
 def broadcast_source(v: np.ndarray) -> np.ndarray:
     """The one slice a broadcast repeats: index 0 of every axis along which it is constant."""
     for a in range(v.ndim):
@@ -242,10 +290,11 @@ def tied_copies(weights: set[str], values: dict[str, Any],
 _RULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def session_weights(sess: Session) -> tuple[set[str], dict[str, str], list, dict[str, str]]:
-    """``weight_names``, ``tied_copies``, the steps to record again (``refold``) and
-    ``exported_broadcasts`` of ``sess``'s model (its folded initializers included), once per
-    Session."""
+def session_weights(sess: Session) -> tuple[set[str], dict[str, str], list, dict[str, str],
+                                            dict[tuple[str, str], dict[str, str]]]:
+    """``weight_names``, ``tied_copies``, the steps to record again (``refold``),
+    ``exported_broadcasts`` and ``exported_merges`` of ``sess``'s model (its folded
+    initializers included), once per Session."""
     got = _RULES.get(sess)
     if got is None:
         g, inits = sess.model.graph, sess.graph.inits
@@ -253,9 +302,9 @@ def session_weights(sess: Session) -> tuple[set[str], dict[str, str], list, dict
         export = exported_parameters(g)
         got = (names, tied_copies(names, inits, export[0] if export else None),
                refold(sess, names),
-               exported_broadcasts(g, inits))
+               exported_broadcasts(g, inits), exported_merges(g, inits))
         _RULES[sess] = got
-    return set(got[0]), dict(got[1]), list(got[2]), dict(got[3])
+    return set(got[0]), dict(got[1]), list(got[2]), dict(got[3]), dict(got[4])
 
 
 def refold(sess: Session, weights: set[str]) -> list:
@@ -299,7 +348,8 @@ class _Importer:
         self.init_names = set(sess.graph.inits)
         # names whose values are weights (the rule of weight_names; grown as the import folds
         # copies and views of them), and the tied copies recorded as a weight's transpose
-        self.weights, self.tied, self.refold, self.broadcasts = session_weights(sess)
+        self.weights, self.tied, self.refold, self.broadcasts, self.merges = \
+            session_weights(sess)
         self.tied_vars: dict[str, Var] = {}
         self.params: dict[str, Any] = {}
         self.label = ""
@@ -803,6 +853,13 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
     for st in steps:
         imp.label = st.label
         names = list(st.node.input)
+        split = imp.merges.get((st.node.name, st.node.output[0] if st.node.output else ""))
+        if split and trainable:  # ln2.weight, merged into ln1.weight by dynamo's optimizer
+            for old, new in split.items():
+                if new not in env:
+                    env[new] = np.array(env[old])
+                imp.weights.add(new)
+            names = [split.get(n, n) for n in names]
         ins = [env[n] if n else None for n in names]
         if st.node.op_type in ("Shape", "Size") and ins and not isinstance(ins[0], np.ndarray):
             ins = [np.broadcast_to(np.zeros((), np.float32), ins[0].shape)] + ins[1:]

@@ -127,22 +127,26 @@ def _is_ones(tape: Tape, i: int) -> bool:
 
 def merged_parameters_note(sess) -> list[str]:
     """One line naming the parameters a torch.export (dynamo) file lists but does not hold,
-    not even folded: another initializer of equal value stands for each (a tied weight, or its
-    optimizer merged equal initial values, e.g. two fresh LayerNorms' ones), so they train as
-    one (docs/models.md, "What the import makes trainable")."""
-    from core.onnx.importer import exported_parameters
+    not even folded, and the import cannot split out again (``exported_merges`` splits fresh
+    ones and zeros merged into one initializer): a tied weight, equal random values, a zero
+    bias the optimizer dropped. They do not train on their own (docs/models.md, "What the
+    import makes trainable")."""
+    from core.onnx.importer import exported_merges, exported_parameters
 
     export = exported_parameters(sess.model.graph)
     if export is None:
         return []
     folded = {n for names in export[1].values() for n in names}
-    gone = sorted(t for t in export[0] if t not in sess.graph.inits and t not in folded)
+    split = {t for m in exported_merges(sess.model.graph, sess.graph.inits).values()
+             for t in m.values()}
+    gone = sorted(t for t in export[0]
+                  if t not in sess.graph.inits and t not in folded and t not in split)
     if not gone:
         return []
     shown_names = ", ".join(repr(t[:120]) for t in gone[:8]) + (" ..." if len(gone) > 8 else "")
-    return [f"parameters {shown_names} are not in the file: an initializer of equal value "
-            "stands for each (a tied weight, or the exporter merged equal initial values): "
-            "they train as one"]
+    return [f"parameters {shown_names} are not in the file (the exporter merged each into an "
+            "initializer of equal value, a tied weight, or dropped a zero one): they do not "
+            "train on their own"]
 
 
 def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], graph_steps,

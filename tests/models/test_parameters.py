@@ -93,14 +93,22 @@ def test_causal_mask_stays_causal_through_training_and_reinit(tmp_path, name, dy
 
 
 @pytest.mark.slow
-def test_parameters_the_dynamo_file_does_not_hold_are_named(tmp_path):
+def test_parameters_merged_by_dynamo_are_split_again_and_a_tie_kept(tmp_path):
     """Fresh weights: dynamo's optimizer merges ln2's ones and zeros into ln1's initializers
-    and keeps one of the tied embedding / head; the workload says which parameters an equal
-    initializer stands for (parity prints it)."""
+    (the import splits them out again, by the nodes' fx metadata) and keeps one of the tied
+    embedding / head (one parameter in PyTorch: kept one); the workload names what the file
+    does not hold as its own (parity prints it)."""
+    module = zoo.module("gpt")
     wl = OnnxWorkload(zoo.export("gpt", tmp_path / "gpt.onnx", True), dtype=np.float32)
+    assert len(wl.weights) == len(list(module.named_parameters())) == 11
+    assert {"ln2.weight", "ln2.bias", "ln1.weight", "ln1.bias"} <= set(wl.weights)
     notes = [n for n in wl.input_notes if n.startswith("parameters ")]
-    assert notes == ["parameters 'emb.weight', 'ln2.bias', 'ln2.weight' are not in the file: "
-                     "an initializer of equal value stands for each (a tied weight, or the "
-                     "exporter merged equal initial values): they train as one"]
+    assert notes == ["parameters 'emb.weight' are not in the file (the exporter merged each "
+                     "into an initializer of equal value, a tied weight, or dropped a zero "
+                     "one): they do not train on their own"]
+    losses = wl.train(2)
+    assert np.isfinite(losses).all()
+    # ln1 and ln2 took different gradients: two parameters, as in the module
+    assert not np.array_equal(wl.weights["ln1.weight"].value, wl.weights["ln2.weight"].value)
     ts = OnnxWorkload(zoo.export("gpt", tmp_path / "gpt-ts.onnx", False), dtype=np.float32)
     assert not [n for n in ts.input_notes if n.startswith("parameters ")]
