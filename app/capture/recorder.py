@@ -58,6 +58,18 @@ def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
 
+# dtypes whose CPU tensors numpy holds as they are (``Tensor.numpy()``, no conversion): the
+# recorder's fast path; the rest (bfloat16, complex with its conj bit, float8, GPU, sparse,
+# quantized ...) go through ``_np_of``
+_NUMPY_DTYPES = {dt: _dtype_name(dt) for dt in (
+    torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16,
+    torch.int8, torch.uint8, torch.bool)}
+_STRIDED = torch.strided
+_sha256 = hashlib.sha256
+# argument types recorded as they are (the exact types: subclasses take ``_encode``'s way)
+_PLAIN = frozenset({int, bool, str, type(None)})
+
+
 def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
     """``t``'s value as numpy and whether that is already a private copy (else a view of the
     tensor's memory, to be copied before it is kept), or ``(None, False)`` for what numpy
@@ -138,7 +150,8 @@ class Recorder(TorchDispatchMode):
         self.active = False
         self.done = False
         self.t0 = time.perf_counter()
-        self._src_cache: dict[str, bool] = {}
+        self._src_cache: dict[str, bool] = {}  # file name -> not the user's (skipped)
+        self._src_idx: dict[tuple[str, int], int] = {}  # (file, line) -> its index in sources
         self._names: dict[tuple[int, int], str] = {}
 
     # ---- install / remove -------------------------------------------------------------------
@@ -274,6 +287,9 @@ class Recorder(TorchDispatchMode):
             self.quiet = False
 
     # ---- values -----------------------------------------------------------------------------
+    # (the per-op path: every line here runs once per op or per tensor of the user's step, so
+    # it is written flat — few calls, cached lookups — and measured: benchmarks/bench_capture.py
+    # --micro)
     def _key(self, t: torch.Tensor) -> tuple[int, int]:
         e = self.uid.get(id(t))
         if e is not None and e[0]() is t:
@@ -289,6 +305,34 @@ class Recorder(TorchDispatchMode):
         return u, ver
 
     def _new_value(self, t: torch.Tensor) -> int:
+        name = _NUMPY_DTYPES.get(t.dtype)
+        if name is not None and t.is_cpu and t.layout is _STRIDED and not t.is_neg():
+            # the common case: a CPU tensor numpy holds as it is (a view of its memory)
+            a = (t.detach() if t.requires_grad else t).numpy()
+            self.devices.add("cpu")
+            vid = len(self.v_dtype)
+            self.v_dtype.append(name)
+            self.v_shape.append(list(a.shape))
+            if self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
+                try:
+                    h = _sha256(a)  # of the tensor's own memory: no copy for a digest
+                except (BufferError, ValueError):  # not C-contiguous
+                    h = _sha256(np.ascontiguousarray(a))
+                self.v_sha.append(h.hexdigest())
+                self.v_array.append(None)
+                self.n_hashed += 1
+            else:
+                c = np.array(a, order="C")  # a private copy: later in-place ops must not reach it
+                c.setflags(write=False)
+                self.v_sha.append(_sha256(c).hexdigest())
+                self.v_array.append(c)
+                self.stored_bytes += c.nbytes
+            return vid
+        return self._new_value_any(t)
+
+    def _new_value_any(self, t: torch.Tensor) -> int:
+        """``_new_value`` for any tensor: another device, bfloat16, conj/neg bits, or none that
+        numpy can hold."""
         self.devices.add(str(t.device))
         a, private = _np_of(t)
         vid = len(self.v_dtype)
@@ -317,7 +361,17 @@ class Recorder(TorchDispatchMode):
 
     def _value_of(self, t: torch.Tensor) -> int:
         """The value id of ``t`` as it is now (recorded on first sight)."""
-        k = self._key(t)
+        e = self.uid.get(id(t))  # _key, inlined: this runs for every tensor argument
+        if e is not None and e[0]() is t:
+            u = e[1]
+        else:
+            u = self.next_uid
+            self.uid[id(t)] = (weakref.ref(t), u)
+            self.next_uid += 1
+        try:
+            k = (u, t._version)
+        except RuntimeError:  # inference tensors have no version counter
+            k = (u, -1)
         vid = self.seen.get(k)
         if vid is None:
             vid = self.seen[k] = self._new_value(t)
@@ -335,6 +389,42 @@ class Recorder(TorchDispatchMode):
             self.seen[(u, ver + 1)] = vid
         return vid
 
+    @staticmethod
+    def _same_bytes(out: torch.Tensor, args: Any, enc_args: list) -> int | None:
+        """The value id of the argument whose recorded value is ``out``'s bytes (a view's
+        output over the same memory in the same order: both C-contiguous CPU tensors of one
+        dtype, element count and address; ``view``, ``unsqueeze``, ``alias``, ``detach`` of a
+        contiguous tensor), or None. Its digest and stored array are the argument's: no second
+        SHA-256 or copy of the same bytes."""
+        if out.dtype not in _NUMPY_DTYPES or not out.is_cpu or out.layout is not _STRIDED \
+                or out.is_neg() or not out.is_contiguous():
+            return None
+        p, n, dt = out.data_ptr(), out.numel(), out.dtype
+        for a, e in zip(args, enc_args, strict=False):
+            if isinstance(a, torch.Tensor) and a.dtype is dt and a.data_ptr() == p \
+                    and a.numel() == n and a.layout is _STRIDED and not a.is_neg() \
+                    and a.is_contiguous():
+                return e["T"]
+        return None
+
+    def _made_like(self, t: torch.Tensor, like: int) -> int:
+        """``_made`` for a value whose bytes are value ``like``'s (``_same_bytes``)."""
+        u, ver = self._key(t)
+        vid = len(self.v_dtype)
+        self.v_dtype.append(self.v_dtype[like])
+        self.v_shape.append(list(t.shape))
+        self.v_sha.append(self.v_sha[like])
+        a = self.v_array[like]
+        if a is None or self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
+            self.v_array.append(None)
+            self.n_hashed += 1
+        else:
+            a = a.reshape(t.shape)  # a view of the same private copy (read-only)
+            self.v_array.append(a)
+            self.stored_bytes += a.nbytes
+        self.seen[(u, ver)] = vid
+        return vid
+
     def _encode(self, x: Any, depth: int = 0) -> Any:
         if isinstance(x, torch.Tensor):
             return {"T": self._value_of(x)}
@@ -343,6 +433,8 @@ class Recorder(TorchDispatchMode):
         if isinstance(x, float):
             return x if math.isfinite(x) else {"f": str(x)}
         if isinstance(x, (list, tuple)) and depth < 10:
+            if all(type(v) in _PLAIN for v in x):  # sizes, dims: as they are
+                return list(x)
             return [self._encode(v, depth + 1) for v in x]
         if isinstance(x, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
             return str(x)
@@ -353,8 +445,9 @@ class Recorder(TorchDispatchMode):
                                  torch.SymBool: bool}[type(x)](x))
         return {"?": type(x).__name__}
 
-    def _source(self) -> int:
-        f = sys._getframe(2)
+    def _source(self, f: Any) -> int:
+        """The source line that issued the op: the first frame from ``f`` up that is the
+        user's (not torch's, the standard library's or ours), interned."""
         cache = self._src_cache
         while f is not None:
             fn = f.f_code.co_filename
@@ -363,7 +456,11 @@ class Recorder(TorchDispatchMode):
                 skip = cache[fn] = (fn.startswith((_TORCH_DIR, _STDLIB) + _OURS)
                                     or fn.startswith("<"))
             if not skip:
-                return self._intern("sources", f"{fn}:{f.f_lineno}")
+                key = (fn, f.f_lineno)
+                i = self._src_idx.get(key)
+                if i is None:
+                    i = self._src_idx[key] = self._intern("sources", f"{fn}:{key[1]}")
+                return i
             f = f.f_back
         return -1
 
@@ -374,6 +471,19 @@ class Recorder(TorchDispatchMode):
             i = t[s] = len(t)
         return i
 
+    def _op(self, func: Any) -> tuple:
+        """The per-OpOverload facts, once: ``_op_info`` and the name's index."""
+        info = _op_info(func)
+        name = info[0]
+        skip = name.startswith(_SKIP_NAMESPACES)
+        # a view (its one return aliases an argument, nothing written): its value may be the
+        # same bytes as an argument's (``_same_bytes``)
+        view = not info[1] and info[2] == (False,)
+        info = (*info, -1 if skip else self._intern("names", name), skip,
+                name == "aten.ones_like.default", view)
+        self._names_of[func] = info
+        return info
+
     # ---- the mode ---------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -382,23 +492,30 @@ class Recorder(TorchDispatchMode):
             return func(*args, **kwargs)  # another thread's op (a loader's), not the step's
         info = self._names_of.get(func)
         if info is None:
-            info = self._names_of[func] = _op_info(func)
-        name = info[0]
-        if name.startswith(_SKIP_NAMESPACES):
+            info = self._op(func)
+        if info[5]:  # a namespace that is not the step's (profiler)
             return func(*args, **kwargs)
         # inputs first: a value an op reads for the first time is recorded before the op runs
         try:
-            enc_args = [self._encode(a) for a in args]
+            enc_args = []
+            for a in args:
+                if isinstance(a, torch.Tensor):
+                    enc_args.append({"T": self._value_of(a)})
+                elif type(a) in _PLAIN:
+                    enc_args.append(a)
+                else:
+                    enc_args.append(self._encode(a))
             enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()} if kwargs else {}
             graph_task = torch._C._current_graph_task_id()
+            source = self._source(sys._getframe(1))
         except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
-            self._broken(name, e)
+            self._broken(info[0], e)
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         try:
-            self._record(name, info, args, kwargs, out, enc_args, enc_kwargs, graph_task)
+            self._record(info, args, kwargs, out, enc_args, enc_kwargs, graph_task, source)
         except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop recording
-            self._broken(name, e)
+            self._broken(info[0], e)
         return out
 
     def _broken(self, name: str, e: BaseException) -> None:
@@ -408,9 +525,9 @@ class Recorder(TorchDispatchMode):
         self.failed = (f"the recorder failed at {name} (step {self.step}): "
                        f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
 
-    def _record(self, name: str, info: tuple, args: Any, kwargs: dict, out: Any,
-                enc_args: list, enc_kwargs: dict, graph_task: int) -> None:
-        _, writes, fresh, unmarked = info
+    def _record(self, info: tuple, args: Any, kwargs: dict, out: Any, enc_args: list,
+                enc_kwargs: dict, graph_task: int, source: int) -> None:
+        _, writes, fresh, unmarked, name_idx, _, ones_like, _ = info
         made = self._made
         if writes:
             outs: list[int] = []
@@ -421,6 +538,9 @@ class Recorder(TorchDispatchMode):
             for is_fresh, v in zip(fresh, rets, strict=False):
                 if is_fresh:
                     outs += [made(t) for t in _tensors(v)]
+        elif isinstance(out, torch.Tensor) and unmarked is None:
+            like = self._same_bytes(out, args, enc_args) if info[7] else None
+            outs = [made(out) if like is None else self._made_like(out, like)]
         else:
             outs = []
             if unmarked is not None:  # running stats written, unmarked: outputs all the same
@@ -447,14 +567,13 @@ class Recorder(TorchDispatchMode):
             else:
                 phase = 0
             module = self.modules[-1][1] if self.modules else ""
-            if name == "aten.ones_like.default" and args and isinstance(args[0], torch.Tensor) \
-                    and args[0].dim() == 0:
+            if ones_like and args and isinstance(args[0], torch.Tensor) and args[0].dim() == 0:
                 self.last_ones_like = enc_args[0]["T"]
-        self.o_op.append(self._intern("names", name))
+        self.o_op.append(name_idx)
         self.o_module.append(self._intern("modules", module))
         self.o_phase.append(phase)
         self.o_step.append(self.step)
-        self.o_source.append(self._source())
+        self.o_source.append(source)
         self.o_args.append(enc_args)
         self.o_kwargs.append(enc_kwargs)
         self.o_outputs.append(outs)
