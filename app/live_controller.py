@@ -299,8 +299,9 @@ class LiveController(QObject):
         if lv.state == RUNNING and self.travel.scrubber.follow:
             # no stream of tensors while running; but never another step's arrays under the
             # scrubber's step: what the Inspector shows of a live step moves to this one
-            d = self.win.inspector.details
-            if d is not None and d.id == sel and d.step is not None and d.step != step:
+            shown = self.win.inspector_shows()
+            if shown is not None and shown[0] == sel and shown[1] is not None \
+                    and shown[1] != step:
                 self._running_summary(sel, step)
             return
         # paused, stopped, or a step picked: the Inspector (Compare, Elements) follows it,

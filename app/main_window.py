@@ -45,6 +45,7 @@ LIVE_WINDOW_API = frozenset({
     "place_live_docks", "dock_toggle", "add_menu", "add_toolbar", "tool_row",
     "add_status_widget", "set_graph_groups", "set_graph_overlay", "set_graph_marks",
     "show_details", "show_own_details", "set_inspector_note", "set_inspector_action",
+    "inspector_shows",
 })
 MAX_RECENT = 8
 
@@ -347,6 +348,12 @@ class MainWindow(QMainWindow):
     def set_inspector_note(self, text: str) -> None:
         """A one-line note in the Inspector (e.g. "fetching node #3 …")."""
         self.inspector.set_note(text)
+
+    def inspector_shows(self) -> tuple[int, int | None] | None:
+        """(node id, step) of the arrays the Inspector shows now (step None: the window's own
+        recording), or None when it shows no node's details."""
+        d = self.inspector.details
+        return None if d is None else (d.id, d.step)
 
     def set_inspector_action(self, text: str = "", tip: str = "", fn=None) -> None:
         """A button under the Inspector's note (``fn`` None: disabled, ``tip`` says why)."""

@@ -83,6 +83,8 @@ QT_FREE = (
     "app.commands.model_args", "app.commands.onnx_cmd", "app.commands.parity",
     "app.commands.report", "app.commands.train", "app.commands.worker", "app.commands.argtypes",
     "app.commands.doctor", "app.about", "app.commands.against", "app.torch_run",
+    "app.commands.capture", "app.commands.capture_pair", "app.commands.parity_table",
+    "app.commands.sweep",
     "app.style", "app.tensor_window",
     "views.graph_model", "views.array_stats", "views.node_details", "views.layout",
     "views.parity_rows", "views.search", "views.scope_runs", "views.stepper_model",

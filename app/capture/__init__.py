@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = ["DEFAULT_MAX_BYTES", "Recorder", "capture"]
 
-DEFAULT_MAX_BYTES = 256 << 20  # values stored up to this many bytes, a SHA-256 of each beyond
+from app.capture.limits import DEFAULT_MAX_BYTES
 
 
 def __getattr__(name: str) -> Any:  # torch is imported by the recorder only, when used

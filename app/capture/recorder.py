@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from app.capture import DEFAULT_MAX_BYTES
+from app.capture.limits import DEFAULT_MAX_BYTES
 from core.capture.file import digest
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt
@@ -34,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from core.capture.file import Capture
 from views.ulp_scale import faded_color, heat_levels, heat_lut, level_color
 
@@ -333,8 +335,10 @@ class CaptureWindow(QMainWindow):
         return None
 
 
-def run_window(args: argparse.Namespace, size: tuple[int, int] | None) -> int:
-    """Open ``args.file`` (a capture), judge it, show it (``--screenshot``: render and exit)."""
+def run_window(args: argparse.Namespace, size: tuple[int, int] | None, gui: Any) -> int:
+    """Open ``args.file`` (a capture), judge it, show it (``--screenshot``: render and exit).
+    ``gui``: the gui command's module (its picture saver and Ctrl-C loop), handed in so this
+    module does not import the command that imports it."""
     import sys
 
     from PySide6.QtWidgets import QApplication
@@ -356,23 +360,19 @@ def run_window(args: argparse.Namespace, size: tuple[int, int] | None) -> int:
     if args.screenshot:
         from PySide6.QtCore import QCoreApplication
 
-        from app.commands.gui import _save_picture
-
         win.resize(*size)
         win.show()
         win.select_first_divergence()
         for _ in range(5):
             QCoreApplication.processEvents()
         img = win.grab()
-        err = _save_picture(img, args.screenshot)
+        err = gui._save_picture(img, args.screenshot)
         if err is not None:
             raise OSError(err)
         print(f"wrote {args.screenshot} ({img.width()}x{img.height()})")
         return 0
-    from app.commands.gui import Interrupts, exec_until_interrupted
-
-    irq = Interrupts()  # Ctrl-C closes the window, exit 130 (the CLI contract)
+    irq = gui.Interrupts()  # Ctrl-C closes the window, exit 130 (the CLI contract)
     win.resize(1280, 800)
     win.show()
     win.select_first_divergence()
-    return exec_until_interrupted(app, win, irq)
+    return gui.exec_until_interrupted(app, win, irq)

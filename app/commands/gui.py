@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             __import__("views")  # the PySide6 guard, before any Qt work
             from app.capture.window import run_window
 
-            return run_window(args, size)
+            return run_window(args, size, sys.modules[__name__])
     irq = Interrupts() if not args.screenshot else None
     app, win = make_window(sys.argv[0] if sys.argv else "tapescope",
                            debug=bool(getattr(args, "debug", False)))

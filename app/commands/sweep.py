@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from core.parity import strict_json
     from core.progress import progress
 
+    _target(list(args.script_command))  # a bad command line (its script named) first
     if not args.out:
         raise ValueError("--out DIR is required (the folder for the captures)")
     names = [s.strip() for s in args.settings.split(",") if s.strip()]
@@ -140,7 +141,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--settings {args.settings!r}: "
                          + (f"unknown {', '.join(bad)}" if bad else "none given")
                          + f" (known: {', '.join(SETTINGS)})")
-    _target(list(args.script_command))  # a bad command line before anything runs
     try:
         os.makedirs(args.out, exist_ok=True)
     except OSError as e:

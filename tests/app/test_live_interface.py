@@ -138,6 +138,10 @@ class FakeWindow(QWidget):
     def set_inspector_action(self, text="", tip="", fn=None):
         self._rec("set_inspector_action", text)
 
+    def inspector_shows(self):
+        self._rec("inspector_shows")
+        return None
+
 
 def test_fake_window_lists_exactly_the_interface():
     own = {n for n in vars(FakeWindow) if not n.startswith("_")
