@@ -29,6 +29,9 @@ torch = pytest.importorskip("torch")
 from core.capture.file import MAGIC, CaptureFileError, load  # noqa: E402
 from core.capture.judge import judge, reference_available  # noqa: E402
 
+# one worker pays the module fixtures (captures of the zoo) once (pyproject: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("capture")
+
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = Path(__file__).resolve().parent / "zoo"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")

@@ -32,7 +32,9 @@ PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "dot", "convolution", "li
             "mean", "_foreach_norm", "linalg_vector_norm", "native_layer_norm",
             "native_layer_norm_backward", "_softmax", "_softmax_backward_data")
 
-pytestmark = pytest.mark.skipif(not reference_available(), reason="no aten reference table")
+pytestmark = [pytest.mark.skipif(not reference_available(), reason="no aten reference table"),
+              # one worker pays the module fixture (six captures) once (--dist loadgroup)
+              pytest.mark.xdist_group("capture-pair")]
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
