@@ -162,17 +162,26 @@ def _float_diff(ref: np.ndarray, rec: np.ndarray) -> dict:
         if sint is np.int64:  # the distance as uint64 (|a - b| < 2**64)
             ua, ub = a.view(np.uint64), b.view(np.uint64)
             u = int(np.where(a >= b, ua - ub, ub - ua).max())
+        elif not (sx ^ sy).any():  # one sign each: |a - b| < 2**(bits) fits the width
+            a -= b
+            u = int(np.abs(a, out=a).max())
         else:
             dab = a.astype(np.int64)
             dab -= b
             u = int(np.abs(dab, out=dab).max())
         max_ulp = max(max_ulp, u)
         with np.errstate(all="ignore"):  # inf - inf: NaN, which compare_arrays counts as inf
-            f = oo.astype(np.float64)
-            f -= rr
-            m = float(np.abs(f, out=f).max())
+            # the float64 |o - r| is largest where the exact difference is (rounding is
+            # monotone): find the candidates in the arrays' own precision, then float64 there
+            d = oo - rr
+            np.abs(d, out=d)
+            m = d.max()
+            cand = np.flatnonzero(d == m) if m == m else np.flatnonzero(ne)
+            f = oo[cand].astype(np.float64)
+            f -= rr[cand]
+            m = float(np.abs(f, out=f).max()) if f.size else 0.0
             if m != m:  # inf - inf of two equal infinities is no difference
-                m = float(f.max(where=ne, initial=0.0))
+                m = float(f.max(where=ne[cand], initial=0.0))
         max_abs = float("inf") if m != m else max(max_abs, m)
         z = (rr == 0) & (oo == 0)
         z &= ne
