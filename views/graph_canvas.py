@@ -132,7 +132,9 @@ class GraphCanvas(QGraphicsItem):
         self._brushes = {k: QBrush(QColor(f)) for k, (f, _) in KIND_STYLE.items()}
         self.frames_painted = 0
         self._fonts: dict[int, tuple[QFont, QFontMetricsF]] = {}
-        # (text, scene rect, height on screen in px) of each label the last frame drew
+        # with record_labels: (text, scene rect, height on screen in px) of each label the
+        # last frame drew (tests count readable labels; off, a frame allocates nothing more)
+        self.record_labels = False
         self.drawn_labels: list[tuple[str, QRectF, float]] = []
 
     # ---- data -------------------------------------------------------------------------------
@@ -250,7 +252,7 @@ class GraphCanvas(QGraphicsItem):
 
     # ---- painting ---------------------------------------------------------------------------
     def paint(self, painter: QPainter, option, widget=None) -> None:
-        """Edges, then node boxes, then labels (faded by zoom), then marks."""
+        """Edges, then node boxes, then labels (by zoom), then marks."""
         if self.graph is None:
             return
         self.frames_painted += 1
@@ -396,7 +398,7 @@ class GraphCanvas(QGraphicsItem):
         x0 = STRIPE_W + 4
         w = NODE_W - x0 - 6
         short = self._short
-        drawn = self.drawn_labels
+        drawn = self.drawn_labels if self.record_labels else None
         on_screen = fm.height() * scale
         room = self.label_room()
         for i in vis.tolist():
@@ -409,10 +411,12 @@ class GraphCanvas(QGraphicsItem):
             r = self._rects[i]
             box = QRectF(r.left() + x0, r.top(), t[1], r.height())
             painter.drawText(box, LABEL_ALIGN, t[0])
-            drawn.append((t[0], box, on_screen))
+            if drawn is not None:
+                drawn.append((t[0], box, on_screen))
 
     def _routes(self, edges: np.ndarray) -> dict[int, list[tuple[float, float, float]]]:
-        """The lanes of each edge of ``edges`` that spans more than one rank: per rank it
+        """Edge → its lanes (``()`` for an edge between adjacent ranks), every edge of
+        ``edges`` included. The lanes of an edge that spans more than one rank: per rank it
         crosses, (x, top, bottom) of a vertical run through the gap between that rank's boxes
         nearest the straight line (at least ``LANE_MARGIN`` from either box), so it runs
         around the boxes, not through them (torch_cnn's residual, a transformer's). Made for
@@ -424,7 +428,6 @@ class GraphCanvas(QGraphicsItem):
             self._ranked = (lay.rank[o] * step + lay.x[o], lay.x[o], lay.rank[o], step)
         keys, xs, ranks, step = self._ranked
         rank, x = self.layout.rank, self.layout.x
-        out: dict[int, list[tuple[float, float, float]]] = {}
         todo = [k for k in edges.tolist() if k not in self._route_cache]
         if todo:
             t = np.asarray(todo, dtype=np.int64)
@@ -448,11 +451,7 @@ class GraphCanvas(QGraphicsItem):
                 y = r * (NODE_H + GAP_Y) + NODE_H / 2
                 self._route_cache[k] = list(zip(gx.tolist(), (y - NODE_H / 2 - 4).tolist(),
                                                 (y + NODE_H / 2 + 4).tolist(), strict=True))
-        for k in edges.tolist():
-            lanes = self._route_cache[k]
-            if lanes:
-                out[k] = lanes
-        return out
+        return self._route_cache
 
     def _paint_labels(self, painter, vis, alpha, scale=1.0) -> None:
         labels = self.graph.labels
@@ -474,7 +473,8 @@ class GraphCanvas(QGraphicsItem):
             text = text if i not in nan else "⚠ " + text
             box = QRectF(r.left() + x0, r.top() + 1, r.width() - x0 - 6, 16)
             painter.drawText(box, LABEL_ALIGN, text)
-            self.drawn_labels.append((text, box, self._fm_op.height() * scale))
+            if self.record_labels:
+                self.drawn_labels.append((text, box, self._fm_op.height() * scale))
         painter.setFont(self.font_small)
         painter.setPen(sub)
         for i in vis.tolist():

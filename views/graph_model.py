@@ -26,9 +26,12 @@ _KIND_OF = {"param": KIND_PARAM, "const": KIND_CONST}
 _ID, _OP, _NAME, _INPUTS, _SHAPE = (operator.attrgetter(f) for f in
                                     ("id", "op", "name", "inputs", "shape"))
 # NOTE: a scope with more numbered children of one family than this (the 10k tape's 238
-# ``blockN`` at its top) gets a level of runs above them (``block0–29``): folded to the top
-# level, the tape is a few labelled boxes, not 238 boxes that fit only as a one-pixel line
-MAX_SIBLINGS = 8
+# ``blockN`` at its top) gets a level of RUNS runs above them (``block0–29``), and a run of
+# more than this a level of runs inside it (the 100k tape: ``block0–297`` → ``block0–37``):
+# folded to the top level, a tape is a few labelled boxes, not 238 boxes that fit only as a
+# one-pixel line, and unfolding a box shows at most a few more
+MAX_SIBLINGS = 32
+RUNS = 8  # the runs a family (or a run) too long is cut into
 _FAMILY = re.compile(r"^(.*?)(\d+)$")
 
 
@@ -181,9 +184,10 @@ class GraphModel:
         return self._groups
 
     def _nest(self, groups: dict[str, list[int]]) -> None:
-        """The tree of the scopes (``block3`` → ``block3/attn``), with a run group above each
-        family of more than ``MAX_SIBLINGS`` numbered siblings (``block0``..``block237`` →
-        ``block0–29``, ...), added to ``groups``; each group's parent and depth."""
+        """The tree of the scopes (``block3`` → ``block3/attn``), with ``RUNS`` run groups
+        above each family of more than ``MAX_SIBLINGS`` numbered siblings (``block0``..
+        ``block237`` → ``block0–29``, ...), added to ``groups``; each group's parent and
+        depth."""
         parent: dict[str, str | None] = {g: (g.rpartition("/")[0] or None) for g in groups}
         kids: dict[str | None, list[str]] = {}
         for g in groups:  # (in the order of their first node)
@@ -196,19 +200,23 @@ class GraphModel:
                 if mt:
                     fams.setdefault(mt.group(1), []).append((int(mt.group(2)), g))
             for fam, members in fams.items():
-                if len(members) <= MAX_SIBLINGS:
-                    continue
-                size = math.ceil(len(members) / MAX_SIBLINGS)
-                for i in range(0, len(members), size):
-                    chunk = members[i:i + size]
-                    name = f"{fam}{chunk[0][0]}–{chunk[-1][0]}"  # (an en dash: no scope's)
-                    name = f"{p}/{name}" if p else name
-                    if name in groups or name in runs:
+                todo = [(members, p)]
+                while todo:  # (a run of more than MAX_SIBLINGS is cut into runs again)
+                    members, up = todo.pop()
+                    if len(members) <= MAX_SIBLINGS:
                         continue
-                    runs[name] = [g for _, g in chunk]
-                    parent[name] = p
-                    for _, g in chunk:
-                        parent[g] = name
+                    size = math.ceil(len(members) / RUNS)
+                    for i in range(0, len(members), size):
+                        chunk = members[i:i + size]
+                        name = f"{fam}{chunk[0][0]}–{chunk[-1][0]}"  # (an en dash: no scope's)
+                        name = f"{p}/{name}" if p else name
+                        if len(chunk) < 2 or name in groups or name in runs:
+                            continue  # (one scope: no run of one; a name taken: none)
+                        runs[name] = [g for _, g in chunk]
+                        parent[name] = up
+                        for _, g in chunk:
+                            parent[g] = name
+                        todo.append((chunk, name))
         for r, scopes in runs.items():
             groups[r] = sorted(itertools.chain.from_iterable(groups[g] for g in scopes))
         depth: dict[str, int] = {}

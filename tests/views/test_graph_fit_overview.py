@@ -36,6 +36,7 @@ def press_fit(qtbot, p):
     fit = next(a for a in v.actions_for_menu() if a.text() == "Fit graph")
     fit.trigger()
     qtbot.waitUntil(lambda: v.is_ready() and v._fit_whole, timeout=20000)
+    v.canvas.record_labels = True  # (the next frame lists the labels it draws)
     v.viewport().repaint()
 
 
@@ -182,7 +183,7 @@ def test_a_long_edge_runs_around_the_boxes_in_the_gaps_of_each_rank(qtbot):
     edges = np.arange(c._esrc.size)
     span = lay.rank[c._edst] - lay.rank[c._esrc]
     assert (span >= 2).sum() >= 3  # the residuals, the mask ...
-    routes = c._routes(edges)
+    routes = {k: lanes for k, lanes in c._routes(edges).items() if lanes}
     assert set(routes) == set(np.flatnonzero(span >= 2).tolist())
     boxes = [c.item_rect(j) for j in range(len(v.display))]
     crossed = 0
@@ -200,3 +201,23 @@ def test_a_long_edge_runs_around_the_boxes_in_the_gaps_of_each_rank(qtbot):
     assert crossed  # (so the test sees edges that needed routing)
     v.resetTransform()  # a detailed frame draws them
     v.viewport().repaint()
+
+
+def test_runs_nest_so_that_no_unfold_shows_hundreds_of_boxes():
+    # 300 blocks (a 100k tape has 2,380): 8 runs of ~38, each cut again into runs of ~5
+    nodes = [GraphNode(0, "param", (), "x", (4,))]
+    for b in range(300):
+        nodes += [GraphNode(len(nodes), "exp", (len(nodes) - 1,), f"block{b}/y", (4,))]
+    m = GraphModel(nodes, loss_id=len(nodes) - 1)
+    top = [r for r in m.runs if m.parent_group(r) is None]
+    assert len(top) == 8 and top[0] == "block0–37"
+    inner = [r for r in m.runs if m.parent_group(r) == "block0–37"]
+    assert len(inner) == 8 and inner[0] == "block0–4" and m.parent_group("block3") == "block0–4"
+    m.collapsed = set(m.fold_levels()[0])
+    assert len(m.display()) == 1 + 8
+    m.set_collapsed("block0–37", False)
+    assert len(m.display()) == 1 + 7 + 8
+    m.set_collapsed("block0–4", False)
+    assert len(m.display()) == 1 + 7 + 7 + 5 and m.hidden_in(3) == ["block2"]  # (folded)
+    few = GraphModel(nodes[:31], loss_id=30)  # 30 blocks: no runs
+    assert few.runs == {} and few.fold_levels()[0] == {f"block{b}" for b in range(30)}
