@@ -154,6 +154,10 @@ class GraphPanel(QWidget):
         self.legend.setStyleSheet(f"background: rgba({bg.red()},{bg.green()},{bg.blue()},"
                                   f"{bg.alpha()}); color: {t.plot_fg}; padding: 3px;")
         self.view.node_selected.connect(self.node_selected)
+        self._margin_timer = QTimer(self)
+        self._margin_timer.setSingleShot(True)
+        self._margin_timer.setInterval(0)
+        self._margin_timer.timeout.connect(self._reserve_legend_strip)
         # the viewport, not the view: its size is final when its Resize arrives (the view's
         # own Resize came before the scroll bars settled, and the overlays ended off screen)
         self.view.viewport().installEventFilter(self)
@@ -191,6 +195,12 @@ class GraphPanel(QWidget):
         w = max(120, at.width() - 8)
         self.legend.setMaximumWidth(w)
         self.legend.resize(w, self.legend.heightForWidth(w))  # (adjustSize wraps it narrow)
-        self.view.reserve_bottom(self.legend.height() + 4)
-        at = vp.geometry()
         self.legend.move(at.left() + 4, at.bottom() + 3)
+        if self.view.viewportMargins().bottom() != self.legend.height() + 4:
+            # (after this event: the viewport is not resized inside its own Resize; the
+            # Resize the new margin sends places the legend again)
+            self._margin_timer.start()
+
+    @Slot()
+    def _reserve_legend_strip(self) -> None:
+        self.view.reserve_bottom(self.legend.height() + 4)

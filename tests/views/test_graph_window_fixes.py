@@ -47,6 +47,8 @@ def test_a_resize_keeps_the_overlays_on_screen_and_the_selection(qtbot):
     for w, h in ((640, 420), (1200, 800), (500, 360)):
         p.resize(w, h)
         qtbot.waitUntil(lambda w=w, h=h: p.size().width() == w and p.size().height() == h)
+        qtbot.waitUntil(lambda: v.rect().contains(p.legend.geometry()) and not
+                        v.viewport().geometry().intersects(p.legend.geometry()))  # (its strip)
         vp = v.viewport().geometry()
         assert p.overview.isVisible() and vp.contains(p.overview.geometry())
         # the legend: on screen, in its strip below the graph, never over it (issue 46)
