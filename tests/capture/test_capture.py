@@ -29,8 +29,10 @@ torch = pytest.importorskip("torch")
 from core.capture.file import MAGIC, CaptureFileError, load  # noqa: E402
 from core.capture.judge import judge, reference_available  # noqa: E402
 
-# one worker pays the module fixtures (captures of the zoo) once (pyproject: --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("capture")
+# one worker pays the module fixtures (captures of the zoo) once (pyproject: --dist loadgroup);
+# the first test's budget holds the fixture's captures too (162 s of setup on a loaded 2-core
+# machine, against pytest-timeout's 300 s)
+pytestmark = [pytest.mark.xdist_group("capture"), pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = Path(__file__).resolve().parent / "zoo"

@@ -34,7 +34,7 @@ PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "dot", "convolution", "li
 
 pytestmark = [pytest.mark.skipif(not reference_available(), reason="no aten reference table"),
               # one worker pays the module fixture (six captures) once (--dist loadgroup)
-              pytest.mark.xdist_group("capture-pair")]
+              pytest.mark.xdist_group("capture-pair"), pytest.mark.timeout(900)]
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
