@@ -56,7 +56,7 @@ class LiveToolbar(QToolBar):
         self.compare_box = self._combo(COMPARES, "Which two runs of the episode to compare")
         # NOTE: the boxes as wide as a short name (their lists show the whole text): at full
         # width the row overflowed a 1280 px window and hid Export report (issue 25)
-        for box, chars in ((self.compare_box, 13), (self.math_box, 9)):
+        for box, chars in ((self.compare_box, 12), (self.math_box, 9)):
             box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
             box.setMinimumContentsLength(chars)
             box.view().setMinimumWidth(box.view().sizeHintForColumn(0) + 24)
@@ -68,7 +68,10 @@ class LiveToolbar(QToolBar):
                          ("dtype", self.dtype_box), ("math", self.math_box),
                          ("compare", self.compare_box)):
             if label:
-                self.addWidget(QLabel(f" {label} ", self))
+                # one space before, none after: styled (Fusion + style.qss, as the app runs) the
+                # row measured 1297 px with both and hid Export report at 1280 (the tests ran
+                # unstyled until a test left the app styled: issue 46 item 5); 1274 now
+                self.addWidget(QLabel(f" {label}", self))
             self.addWidget(w)
         self.addSeparator()
         self.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
