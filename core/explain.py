@@ -167,6 +167,12 @@ def _lanes_reduce(f: np.ndarray, w: int, step: Callable, tree: bool) -> np.ndarr
     acc = np.zeros(f.shape[:-1] + (w,), dtype=f.dtype)
     for s in range(nn // w):
         acc = step(acc, P[..., s, :])
+    return _fold_lanes(acc, w, tree)
+
+
+def _fold_lanes(acc: np.ndarray, w: int, tree: bool) -> np.ndarray:
+    """The ``w`` partial sums on the last axis into one: halved pairwise (``tree``: a vector
+    reduction's shuffles) or added in lane order."""
     if tree:
         while acc.shape[-1] > 1:
             h = acc.shape[-1] // 2
@@ -320,15 +326,7 @@ def _mm_lanes(w: int, use_fma: bool, tree: bool) -> Callable:
         for s in range(kk // w):
             x, y = A[:, s, None, :], B[s][None]
             acc = fma(x, y, acc) if use_fma else acc + x * y
-        if tree:
-            while acc.shape[-1] > 1:
-                h = acc.shape[-1] // 2
-                acc = acc[..., :h] + acc[..., h:]
-            return acc[..., 0]
-        out = acc[..., 0]
-        for lane in range(1, w):
-            out = out + acc[..., lane]
-        return out
+        return _fold_lanes(acc, w, tree)
     return m
 
 

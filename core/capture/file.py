@@ -35,6 +35,7 @@ import numpy as np
 
 from core.atomic import write_atomic
 from core.precision import BFLOAT16
+from core.tapefile import _read_exact
 
 __all__ = ["FORMAT", "VERSION", "MAGIC", "PHASES", "STORED_DTYPES", "Capture", "CaptureFileError",
            "Limits", "digest", "is_capture", "load", "raw_bytes", "save"]
@@ -186,12 +187,8 @@ def load(path: str | os.PathLike, *, limits: Limits | None = None) -> Capture:
 
 
 def _read(f, offset: int, n: int, bad, what: str) -> bytearray:
-    buf = bytearray(n)
-    f.seek(offset)
-    got = f.readinto(buf)
-    if got != n:
-        raise bad(f"{what} is truncated ({got} of {n} bytes)")
-    return buf
+    """``n`` bytes at ``offset``: the tape file's reader (the same truncation message)."""
+    return _read_exact(f, n, offset, bad, what)
 
 
 def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:

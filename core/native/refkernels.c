@@ -1615,14 +1615,13 @@ void ts_conv_call(conv_call_t *C) {
  * all-ones lanes where true) */
 typedef int v16i32 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef long long v8i64 __attribute__((vector_size(64), aligned(8), may_alias));
-static inline v16f32 pool_max_v16f32(v16f32 a, v16f32 t) {
-    const v16i32 m = (a > t) | (a != a);
-    return (v16f32)(((v16i32)a & m) | ((v16i32)t & ~m));
-}
-static inline v8f64 pool_max_v8f64(v8f64 a, v8f64 t) {
-    const v8i64 m = (a > t) | (a != a);
-    return (v8f64)(((v8i64)a & m) | ((v8i64)t & ~m));
-}
+#define POOL_MAX_FN(NAME, V, VI)                                                        \
+    static inline V NAME(V a, V t) {                                                    \
+        const VI m = (a > t) | (a != a);                                                \
+        return (V)(((VI)a & m) | ((VI)t & ~m));                                         \
+    }
+POOL_MAX_FN(pool_max_v16f32, v16f32, v16i32)
+POOL_MAX_FN(pool_max_v8f64, v8f64, v8i64)
 /* The pools' vectors are the register's width (vpf32 ... below): without AVX-512 gcc lowered
  * the 64-byte compares and selects of pool_max_v16f32 to element-by-element code through the
  * stack, and squeezenet's MaxPools took 17-20 % of its run on the avx2 path against 3 % on
@@ -1645,14 +1644,8 @@ typedef float vpf32 __attribute__((vector_size(POOL_VBYTES), aligned(4), may_ali
 typedef int vpi32 __attribute__((vector_size(POOL_VBYTES), aligned(4), may_alias));
 typedef double vpf64 __attribute__((vector_size(POOL_VBYTES), aligned(8), may_alias));
 typedef long long vpi64 __attribute__((vector_size(POOL_VBYTES), aligned(8), may_alias));
-static inline vpf32 pool_max_vp32(vpf32 a, vpf32 t) {
-    const vpi32 m = (a > t) | (a != a);
-    return (vpf32)(((vpi32)a & m) | ((vpi32)t & ~m));
-}
-static inline vpf64 pool_max_vp64(vpf64 a, vpf64 t) {
-    const vpi64 m = (a > t) | (a != a);
-    return (vpf64)(((vpi64)a & m) | ((vpi64)t & ~m));
-}
+POOL_MAX_FN(pool_max_vp32, vpf32, vpi32)
+POOL_MAX_FN(pool_max_vp64, vpf64, vpi64)
 #endif
 
 /* The padded plane P (the region the windows cover; ID outside the image) split by stride phase
