@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from collections.abc import Callable
 
 import numpy as np
+
+from core.atomic import open_regular
 
 _CHUNK = 4 << 20  # bytes per read: a short read is noticed within one chunk
 
@@ -35,20 +36,11 @@ def _human(n: int) -> str:
 
 
 def _open_regular(path: str):
-    """The file opened for reading; a FIFO, device or directory is refused without blocking."""
+    """The file opened for reading (core.tapefile.open_regular), its errors as ArrayFileError."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
+        return open_regular(path, ArrayFileError("not a regular file"))
     except OSError as exc:
         raise ArrayFileError(f"cannot open it ({exc.strerror or exc})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ArrayFileError("not a regular file")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def _read_into(f, out: np.ndarray, what: str) -> None:

@@ -269,3 +269,18 @@ def check_writable(path: str | os.PathLike, what: str = "") -> Path:
     os.close(fd)
     _unlink(tmp)
     return path
+
+
+def open_regular(path: str | os.PathLike, refuse: Exception):
+    """The file opened for reading; a FIFO, device or directory raises ``refuse`` without
+    blocking (an open that fails raises its OSError). Every reader of a file someone gave us
+    opens it this way: tapes, captures, --input and --weights (core.arrayfile)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise refuse
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

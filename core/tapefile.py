@@ -37,7 +37,6 @@ import json
 import math as _math
 import os
 import re
-import stat
 import struct
 import sys
 import threading
@@ -51,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from core.atomic import write_atomic
+from core.atomic import open_regular, write_atomic
 from core.mathlib import MODES
 from core.names import MAX_NAME, shown
 from core.optable.registry import REGISTRY
@@ -241,17 +240,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def _open_regular(path: Path, bad):
-    """The file opened for reading; a FIFO, device or directory is refused without blocking."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise bad("not a regular file (a tape is read only from a plain file)")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    return open_regular(path, bad("not a regular file (a tape is read only from a plain file)"))
 
 
 def _members(z: zipfile.ZipFile, size: int, lim: Limits, bad) -> dict[str, zipfile.ZipInfo]:

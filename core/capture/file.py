@@ -25,7 +25,6 @@ import hashlib
 import json
 import math
 import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from core.atomic import write_atomic
+from core.atomic import open_regular, write_atomic
 from core.precision import BFLOAT16
 from core.tapefile import _read_exact
 
@@ -170,20 +169,11 @@ def load(path: str | os.PathLike, *, limits: Limits | None = None) -> Capture:
         return CaptureFileError(f"{p}: {why}")
 
     try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        f = open_regular(p, bad("not a regular file (a capture is read only from a plain file)"))
     except OSError as e:
         raise bad(f"cannot open ({e.strerror or e})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise bad("not a regular file (a capture is read only from a plain file)")
-        os.set_blocking(fd, True)
-        f = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
     with f:
-        return _load(f, p, st.st_size, lim, bad)
+        return _load(f, p, os.fstat(f.fileno()).st_size, lim, bad)
 
 
 def _read(f, offset: int, n: int, bad, what: str) -> bytearray:
