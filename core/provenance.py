@@ -282,9 +282,12 @@ def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Ge
     return acc
 
 
-def reference_update(opt: OptimizerState) -> list[tuple[np.ndarray, Any, Any]]:
+def reference_update(opt: OptimizerState, sqrt: Callable | None = None
+                     ) -> list[tuple[np.ndarray, Any, Any]]:
     """The reference optimizer step (``core.optim``, docs/reference-order.md) on the candidate's
-    arrays before the update: per parameter ``(w, m, v)`` after it (m, v None for SGD)."""
+    arrays before the update: per parameter ``(w, m, v)`` after it (m, v None for SGD).
+    ``sqrt``: another square root than IEEE's for every one the step takes (the clipping norm,
+    Adam's ``sqrt(v)``; ``core.explain.UPDATE_VARIANTS``)."""
     if not opt.params:
         return []
     dt = opt.params[0].w.dtype
@@ -294,18 +297,20 @@ def reference_update(opt: OptimizerState) -> list[tuple[np.ndarray, Any, Any]]:
     gs = [w_(np.asarray(p.g)) for p in opt.params]  # read only: every use makes new arrays
     if dt in precision.HALF:
         return [tuple(None if a is None else np.asarray(a).astype(dt) for a in r)
-                for r in _update_f32(opt, gs, T)]
-    return _update_f32(opt, gs, T)
+                for r in _update_f32(opt, gs, T, sqrt)]
+    return _update_f32(opt, gs, T, sqrt)
 
 
-def _update_f32(opt: OptimizerState, gs: list, T: Any) -> list[tuple[np.ndarray, Any, Any]]:
+def _update_f32(opt: OptimizerState, gs: list, T: Any, sqrt: Callable | None = None
+                ) -> list[tuple[np.ndarray, Any, Any]]:
     w_ = precision.widen
+    root = np.sqrt if sqrt is None else sqrt
     with np.errstate(all="ignore"):
         if opt.clip is not None:
             acc = T(0.0)
             for g in gs:  # written as core.optim.Optimizer.grads writes it
                 acc = serial_sum(np.concatenate([[acc], (g * g).ravel()]))
-            norm = np.sqrt(acc)
+            norm = T(root(np.asarray(acc, dtype=T)))
             if norm > T(opt.clip):
                 s = T(opt.clip) / norm
                 gs = [g * s for g in gs]
@@ -330,13 +335,14 @@ def _update_f32(opt: OptimizerState, gs: list, T: Any) -> list[tuple[np.ndarray,
             # core.optim.Adam's one C pass, the same roundings as the lines below, on copies
             # (m, v updated in place there): ~8 numpy passes fewer per parameter
             m, v = np.array(m0, copy=True, order="C"), np.array(v0, copy=True, order="C")
-            w = native.adam(np.ascontiguousarray(pw), np.ascontiguousarray(g), m, v, k)
+            w = None if sqrt is not None else native.adam(
+                np.ascontiguousarray(pw), np.ascontiguousarray(g), m, v, k)
             if w is not None:
                 out.append((w, m, v))
                 continue
             m = (b1 * m0) + (omb1 * g)
             v = (b2 * v0) + (omb2 * (g * g))
-            w = pw - (lrt * (m / (np.sqrt(v) + eps)))
+            w = pw - (lrt * (m / (root(v) + eps)))
             out.append((w, m, v))
     return out
 
@@ -450,12 +456,8 @@ def provenance(state: StepState, explain: bool = False,
             grads.append(Introduced(j, n.op, "grad", d, by=tuple(by),
                                     cause=_classed(cause, verdict), verdict=verdict))
     updates = _updates(nodes, state.update, classify)
-    if explain:  # no variant rewrites the optimizer's formulas: every update entry says so
-        from dataclasses import replace as _with
-
-        from core.explain import Cause
-
-        updates = [_with(e, cause=_classed(Cause("unknown", ""), e.verdict)) for e in updates]
+    if explain and updates:
+        updates = _explain_updates(state.update, updates)
     checked += len(state.update.params) if state.update is not None else 0
     made = {(e.node, e.which) for e in values + grads}
     kernels = [_kernel(state, cons, k, made) for k in state.kernels]
@@ -507,6 +509,27 @@ def _grad_cause(state: StepState, j: int, by: Sequence[int], g: np.ndarray, d: A
                               None, math, rules)
 
     return explain_grad(recompute, [nodes[i].op for i in by], g, d)
+
+
+def _explain_updates(opt: OptimizerState, updates: list[Introduced]) -> list[Introduced]:
+    """Every update entry with its cause: ``signed-zero``, or the step rerun under
+    ``core.explain.UPDATE_VARIANTS`` (another square root), else ``unknown``."""
+    from dataclasses import replace as _with
+
+    from core.explain import explain_update, signed_zero
+
+    at = {p.node: i for i, p in enumerate(opt.params)}
+    sel = [at[e.node] for e in updates]
+
+    def rerun(sqrt: Callable) -> list:
+        outs = reference_update(opt, sqrt)  # every parameter: a clipping norm couples them
+        return [outs[i] for i in sel]
+
+    cands = [(opt.params[i].w_after, opt.params[i].m_after, opt.params[i].v_after)
+             for i in sel]
+    causes = explain_update(rerun, cands, [e.diff for e in updates])
+    return [_with(e, cause=_classed(signed_zero(e.diff) or c, e.verdict))
+            for e, c in zip(updates, causes, strict=True)]
 
 
 def _usable(adam: bool, p: ParamUpdate, r: Any) -> bool:
