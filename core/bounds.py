@@ -17,6 +17,7 @@ numbers per term, so flushing subnormals, ``ftz``, is valid). ``E`` per op (``va
 sum, mean                         ``gamma(N) * sum|x|`` (mean: ``gamma(N + 1)``, ``/ N``)
 matmul, bmm, conv2d               ``gamma(K) * (|a| @ |b|)``, K the contraction length (conv:
                                   ``C/group * kh * kw``; ``conv2d(|x|, |w|)``)
+conv_transpose2d                  ``gamma(C/group + kh*kw) * conv_transpose2d(|x|, |w|)``
 avgpool2d                         ``gamma(kh*kw + 1) * avgpool(|x|)``
 add, sub, mul, muls, adds         one rounding: ``u * |y|``; div: two (``x * (1/y)``)
 movement, relu, maxpool, keep...  exact: 0
@@ -204,6 +205,11 @@ def value_bound(op: str, xs: Sequence[Any], at: dict, ref: Any, dt: Any) -> np.n
             k = int(np.prod(w.shape[1:]))
             M = np.asarray(fwd(None, [x, w], at), dtype=np.float64)
             return _finish(gamma(k, u) * M, shape, dt, k)
+        if op == "conv_transpose2d":  # a dot over C/group, then the taps added (col2im)
+            x, w = _abs(xs[0]), _abs(xs[1])
+            k = int(w.shape[0] // int(at.get("group", 1)) + w.shape[2] * w.shape[3])
+            M = np.asarray(fwd(None, [x, w], at), dtype=np.float64)
+            return _finish(gamma(k, u) * M, shape, dt, k)
         if op == "avgpool2d":
             k = int(np.prod(at["kernel"]))
             M = np.asarray(fwd(None, [_abs(xs[0])], at), dtype=np.float64)
@@ -359,6 +365,15 @@ def _contrib_bounds(op: str, g: Any, xs: Sequence[Any], y: Any, at: dict, needs:
             w = np.shape(xs[1])
             kx = int(w[0] * w[2] * w[3])  # C_out * kh * kw terms per input pixel (at most)
             kw = int(G.shape[0] * np.prod(G.shape[2:]))  # N * Ho * Wo per weight
+            for k, n in ((0, kx), (1, kw)):
+                if needs[k] and parts[k] is not None:
+                    M = np.asarray(parts[k], dtype=np.float64)
+                    put(k, gamma(n, u) * M, M)
+        elif op == "conv_transpose2d":  # gx = conv2d(g, w); gw a conv2d weight gradient
+            parts = REGISTRY[op].backward(None, G, AX, None, at, needs)
+            w = np.shape(xs[1])
+            kx = int(w[1] * w[2] * w[3])  # Mg * kh * kw terms per input pixel
+            kw = int(np.shape(xs[0])[0] * np.prod(np.shape(xs[0])[2:]))  # N * H * W per weight
             for k, n in ((0, kx), (1, kw)):
                 if needs[k] and parts[k] is not None:
                     M = np.asarray(parts[k], dtype=np.float64)

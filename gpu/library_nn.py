@@ -1,5 +1,6 @@
-"""Launch builders of the nn ops of imported ONNX models (core/ops/nn.py): conv2d, maxpool2d,
-avgpool2d, gather (docs/reference-order-nn.md; erf is a unary of the op table: gpu/library_ew.py).
+"""Launch builders of the nn ops of imported ONNX models (core/ops/nn.py): conv2d,
+conv_transpose2d (conv2d's kernels with the roles swapped), maxpool2d, avgpool2d, gather
+(docs/reference-order-nn.md; erf is a unary of the op table: gpu/library_ew.py).
 Window geometry becomes host index maps."""
 
 from __future__ import annotations
@@ -162,6 +163,83 @@ def _conv(op: str) -> OpKernels:
                 (0, 1, cgk, m * p, p, 1), False))
         out.append(ctx.launch("col2im", n * c * hw, gcols, ctx.grads[x], c_off, c_lst, n, c, g,
                               hw, t, p, i64(1)))
+        return out
+
+    return OpKernels(fwd, bwd)
+
+
+@register_kernels("conv_transpose2d")
+def _conv_transpose(op: str) -> OpKernels:
+    """conv2d's kernels with the roles swapped (core/ops/nn.py ``conv_transpose_2d``): the
+    forward is conv2d's backward-data (y the conv's image, x its output gradient, w its weight),
+    the input gradient conv2d's forward of g, the weight gradient conv2d's with image g."""
+    def setup(ctx: BuildCtx, node):
+        x, w = node.inputs
+        n, c, ih, iw = ctx.shape(x)
+        _, mg, kh, kw = ctx.shape(w)
+        _, m, oh, ow = ctx.shape(node.id)
+        at = node.attrs
+        st = tuple(at.get("strides", (1, 1)))
+        pd = tuple(at.get("pads", (0, 0, 0, 0)))
+        dil = tuple(at.get("dilations", (1, 1)))
+        g = int(at.get("group", 1))
+        taps, col, _ = window_maps((oh, ow), (kh, kw), st, dil, [(pd[0], pd[2]), (pd[1], pd[3])],
+                                   0)
+        p, t = taps.shape
+        assert p == ih * iw, (p, ih, iw)  # the adjoint's windows are x's pixels
+        maps = (ctx.aux(node.id, "taps", taps), ctx.aux(node.id, "c_off", col[0]),
+                ctx.aux(node.id, "c_lst", col[1]))
+        return (n, c, m, oh * ow, g, t, p, mg * t), maps
+
+    def im2col_of_g(ctx: BuildCtx, node, geo, taps) -> tuple:
+        n, c, m, hw, g, t, p, cgk = geo
+        cols = ctx.aux(node.id, "cols", n=g * n * cgk * p)  # [g][n][mg*T + t][p]
+        return cols, ctx.launch("im2col", n * m * t * p, ctx.grads[node.id], cols, taps, n, m,
+                                g, hw, t, p)
+
+    def fwd(ctx: BuildCtx, node) -> list[Launch]:
+        geo, (_, c_off, c_lst) = setup(ctx, node)
+        n, c, m, hw, g, t, p, cgk = geo
+        xv, wv, y = ctx.values[node.inputs[0]], ctx.values[node.inputs[1]], ctx.values[node.id]
+        cgc = c // g
+        gcols = ctx.aux(node.id, "gcols", n=g * n * cgk * p)
+        out = [ctx.launch("fill", node.size, y, ctx.real(0.0), node.size)]  # col2im adds into y
+        for gi in range(g):  # gcols[g][n][t'][p] = dot over c of w[g*Cg + c, t'] * x[n, .., p]
+            out.append(mm_launch(
+                ctx, wv.view(gi * cgc * cgk, cgc * cgk), xv.view(gi * cgc * p, xv.n - gi * cgc * p),
+                gcols.view(gi * n * cgk * p, n * cgk * p), (n, cgk, p, cgc),
+                (0, 1, cgk, c * p, p, 1), False))
+        out.append(ctx.launch("col2im", n * m * hw, gcols, y, c_off, c_lst, n, m, g, hw, t, p,
+                              i64(1)))
+        return out
+
+    def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
+        geo, (taps, _, _) = setup(ctx, node)
+        n, c, m, hw, g, t, p, cgk = geo
+        x, w = node.inputs
+        cgc = c // g
+        cols, im = im2col_of_g(ctx, node, geo, taps)
+        out = [im]
+        if k == 0:  # gx[n, g*Cg + c, p] += dot over (m, a, b) of w * cols: conv2d(g, w)
+            gx, wv = ctx.grads[x], ctx.values[w]
+            for gi in range(g):
+                out.append(mm_launch(
+                    ctx, wv.view(gi * cgc * cgk, cgc * cgk), cols.view(gi * n * cgk * p,
+                                                                    n * cgk * p),
+                    gx.view(gi * cgc * p, gx.n - gi * cgc * p), (n, cgc, p, cgk),
+                    (0, cgk, 1, cgk * p, p, 1), True, syb=c * p))
+            return out
+        # per_n[n][g*Cg*cgk + c*cgk + t'] = dot over p of x * cols; gw += sum over n
+        xv = ctx.values[x]
+        per_n = ctx.aux(node.id, "per_n", n=n * c * cgk)
+        for gi in range(g):
+            out.append(mm_launch(
+                ctx, xv.view(gi * cgc * p, xv.n - gi * cgc * p),
+                cols.view(gi * n * cgk * p, n * cgk * p),
+                per_n.view(gi * cgc * cgk, per_n.n - gi * cgc * cgk), (n, cgc, cgk, p),
+                (c * p, p, 1, cgk * p, 1, p), False, syb=c * cgk))
+        out.append(ctx.launch("batch_sum_add", c * cgk, per_n, ctx.grads[w], n, c * cgk,
+                              c * cgk))
         return out
 
     return OpKernels(fwd, bwd)

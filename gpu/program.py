@@ -27,7 +27,7 @@ from gpu.source import STORAGE, SUFFIX, library_facts, library_source
 
 # ops whose kernels pass scratch through storage-typed buffers (im2col columns, pooled
 # gradients): not instantiated for the half types yet (docs/devices.md, "Half precision")
-NO_HALF_KERNELS = ("conv2d", "maxpool2d", "avgpool2d")
+NO_HALF_KERNELS = ("conv2d", "conv_transpose2d", "maxpool2d", "avgpool2d")
 
 __all__ = ["CaptureError", "Program", "Step", "capture", "gc_paused", "reached_nodes"]
 

@@ -3,7 +3,8 @@
 Each converter records existing tape ops in a written order (docs/onnx-coverage.md, "lowered";
 docs/reference-order-nn.md gives each order), so every device already has its kernels and the
 replay is bit for bit: Where (masked_fill), Gelu (none and tanh), Pow, HardSigmoid, HardSwish,
-LogSoftmax (its row op), Expand (``x * ones``), Reciprocal (``1 / x``),
+LogSoftmax (its row op), Expand (``x * ones``), Reciprocal (``1 / x``), ConvTranspose (the
+tape's conv_transpose2d, conv2d's backward-data),
 SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, Dropout in training mode (a seeded mask per
 step), BatchNormalization in training mode (batch statistics; running statistics updated as the
 spec says), and RNN / GRU / LSTM unrolled over time. A converter is
@@ -151,6 +152,37 @@ def expand(imp, st, ins, names):
     if out == tuple(x.shape):
         return ops.mul(x, imp.tape.const(np.ones(()), name="ones"))  # a node of its own
     return ops.mul(x, imp.tape.const(np.ones(out), name="ones"))
+
+
+# ---- ConvTranspose: the tape's conv_transpose2d (conv2d's backward-data) -------------------
+
+def conv_transpose(imp, st, ins, names):
+    """ConvTranspose (2-D: what nn.ConvTranspose2d exports; strides, pads, dilations,
+    output_padding, group) as the tape's ``conv_transpose2d`` (conv2d's backward-data: the
+    executor's order bit for bit), then the bias as a broadcasting ``add``. ``output_shape``
+    and ``auto_pad`` (no exporter of PyTorch writes them) are refused, naming them."""
+    at = st.attrs
+    x, w = _v(imp, ins, names, 0), _v(imp, ins, names, 1)
+    if len(x.shape) != 4:
+        raise OnnxError(f"ConvTranspose of a {len(x.shape) - 2}-D input has no tape form "
+                        "(2-D has)", node=imp.label)
+    for name, dflt in (("output_shape", None), ("auto_pad", "NOTSET")):
+        if at.get(name, dflt) not in (dflt, None, [], ()):
+            raise OnnxError(f"ConvTranspose with {name} {at[name]!r} has no tape form (give "
+                            "pads and output_padding: what ConvTranspose2d exports)",
+                            node=imp.label)
+    if at.get("kernel_shape") and list(at["kernel_shape"]) != list(w.shape[2:]):
+        raise OnnxError(f"ConvTranspose kernel_shape {list(at['kernel_shape'])} differs from "
+                        f"its weight's {list(w.shape[2:])}", node=imp.label)
+    p = list(at.get("pads") or [0, 0, 0, 0])
+    y = imp.tape.record("conv_transpose2d", [x, w], {
+        "strides": tuple(at.get("strides") or (1, 1)), "pads": tuple(int(v) for v in p),
+        "dilations": tuple(at.get("dilations") or (1, 1)), "group": int(at.get("group", 1)),
+        "output_padding": tuple(at.get("output_padding") or (0, 0))})
+    if len(ins) > 2 and ins[2] is not None:
+        m = w.shape[1] * int(at.get("group", 1))
+        y = ops.add(y, ops.reshape(_v(imp, ins, names, 2), (1, m, 1, 1)))
+    return y
 
 
 # ---- Reciprocal: 1 / x ---------------------------------------------------------------------
@@ -456,5 +488,5 @@ CONVERTERS = {
     "Pow": pow_, "Abs": abs_, "SoftmaxCrossEntropyLoss": softmax_ce,
     "NegativeLogLikelihoodLoss": nll_loss, "LogSoftmax": log_softmax,
     "Dropout": dropout, "RNN": recurrent, "GRU": recurrent, "LSTM": recurrent,
-    "Expand": expand, "Reciprocal": reciprocal,
+    "Expand": expand, "Reciprocal": reciprocal, "ConvTranspose": conv_transpose,
 }

@@ -153,7 +153,8 @@ def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], gr
                   seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Fresh parameter values by role, and the batch-norm statistics to override.
 
-    conv2d weights: He normal, std sqrt(2 / fan_in), fan_in = C/group * kh * kw; matmul
+    conv2d (and conv_transpose2d) weights: He normal, std sqrt(2 / fan_in), fan_in = the
+    product of the weight's dims past the first (C/group * kh * kw); matmul
     weights: Glorot uniform, limit sqrt(6 / (fan_in + fan_out)); what a ``mul`` or ``div``
     consumes (a scale, a LayerNormalization's scale): ones; what an ``add``/``sub`` consumes (a
     bias): zeros, a broadcast's (Expand) role is its user's; running means
@@ -169,7 +170,7 @@ def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], gr
     for name, v in params.items():
         shape = v.shape
         op, _ = _role(tape, v.id, users)
-        if op == "conv2d":
+        if op in ("conv2d", "conv_transpose2d"):
             fan_in = int(np.prod(shape[1:]))
             fresh[name] = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
         elif op in ("matmul", "bmm") or (len(shape) >= 2 and op not in ("mul", "div", "add",

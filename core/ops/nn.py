@@ -1,10 +1,12 @@
-"""Tape ops for imported ONNX models: conv2d, maxpool2d, avgpool2d, erf, gather.
+"""Tape ops for imported ONNX models: conv2d, conv_transpose2d, maxpool2d, avgpool2d, erf, gather.
 
 The numerics live here once and are shared: ``core.onnx``'s Conv/MaxPool/AveragePool kernels call
 :func:`conv_nd` / :func:`pool_nd`, so the executor and the tape round identically. Reference
 order (docs/reference-order-nn.md): a convolution is im2col (a strided window view) and the
 reference matmul, each output ``acc = 0.0; for (c, k1, k2) row-major: acc = acc + w*x``; a pool
 reduces its window in row-major tap order; col2im and pool backward add taps in row-major order.
+A transposed convolution is conv2d's backward-data (``wᵀ·x``, then col2im) and its backward is
+conv2d's forward and weight gradient with the roles swapped: no order of its own.
 
 They are registered with the rest when ``core.ops`` is imported; their device kernels are in
 ``gpu/library_nn.py``.
@@ -257,6 +259,83 @@ def _conv_sample(rng, dtype):
                                               "dilations": (2, 1), "group": 2})]
 
 
+def _convt_geom(at):
+    st, padw, dil, g = _conv_geom(at)
+    return st, padw, dil, g, tuple(at.get("output_padding", (0, 0)))
+
+
+def convt_out(i, k, s, d, pb, pe, op) -> int:
+    """Output length of one axis of a transposed convolution (ONNX ConvTranspose, no
+    output_shape): ``s*(i-1) + op + (k-1)*d + 1 - pb - pe``; the geometry checked first."""
+    check_window(i, k, s, d, pb, pe)
+    if not isinstance(op, (int, np.integer)) or not 0 <= op < s:
+        # NOTE: op < stride keeps conv2d of the output (the adjoint) back at i positions
+        raise ShapeError(f"output_padding {op!r} must be in [0, stride {s})")
+    o = s * (i - 1) + op + (k - 1) * d + 1 - pb - pe
+    if o < 1:
+        raise ShapeError(f"transposed convolution output {o} < 1 (input {i}, kernel {k}, "
+                         f"stride {s}, pads {pb}+{pe})")
+    return o
+
+
+def _convt_shape(shapes, at):
+    xs, ws = shapes
+    if len(xs) != 4 or len(ws) != 4:
+        raise ShapeError(f"conv_transpose2d takes NCHW x and CMkk w, got {xs} and {ws}")
+    if 0 in xs or 0 in ws:
+        raise ShapeError(f"conv_transpose2d: x {xs} and w {ws} must have no zero-size dim")
+    st, padw, dil, g, opad = _convt_geom(at)
+    if xs[1] != ws[0] or ws[0] % g:
+        raise ShapeError(f"conv_transpose2d: x {xs}, w {ws} and group {g} disagree")
+    return (xs[0], ws[1] * g) + tuple(convt_out(xs[2 + i], ws[2 + i], st[i], dil[i], *padw[i],
+                                                opad[i]) for i in range(2))
+
+
+def conv_transpose_2d(x, w, strides, padw, dilations, group, opad):
+    """ONNX ConvTranspose (2-D, no bias) as conv2d's backward-data: ``gcols = dot over c of
+    (w[c, (m, a, b)] * x[n, c, p])`` (serial in c), then col2im (taps in row-major order, from
+    +0.0) cropped by the pads: the executor's order (core/onnx/ops/nn.py) bit for bit."""
+    n, c = x.shape[:2]
+    mg = w.shape[1]
+    out = (n, mg * group) + tuple(convt_out(x.shape[2 + i], w.shape[2 + i], strides[i],
+                                            dilations[i], *padw[i], opad[i]) for i in range(2))
+    wg = w.reshape(group, c // group, -1)
+    gcols = ref_matmul(np.swapaxes(wg, -1, -2)[None], x.reshape(n, group, c // group, -1))
+    return col2im(np.asarray(gcols).astype(x.dtype, copy=False), out, w.shape[2:], strides,
+                  dilations, padw)
+
+
+def _convt_fwd(M, xs, at):
+    st, padw, dil, g, opad = _convt_geom(at)
+    return conv_transpose_2d(xs[0], xs[1], st, padw, dil, g, opad)
+
+
+def _convt_bwd(M, g, xs, y, at, needs):
+    """The adjoint of conv2d's backward-data: gx = conv2d(g, w) (its forward, the same
+    chains); gw = conv2d's weight gradient with the image g and the output gradient x:
+    ``serial_sum over n of (dot over p of (x[n, c, p] * im2col(g)[n, (m, a, b), p]))``."""
+    x, w = xs
+    st, padw, dil, grp, _ = _convt_geom(at)
+    gx = gw = None
+    if needs[0]:
+        gx = conv_nd(g, w, st, padw, dil, grp)
+    if needs[1]:
+        n, c = x.shape[:2]
+        cols, _ = im2col(g, w.shape[2:], st, dil, padw, grp)
+        per_n = ref_matmul(x.reshape(n, grp, c // grp, -1), np.swapaxes(cols, -1, -2))
+        gw = serial_sum(np.asarray(per_n), 0).reshape(w.shape)
+    return [gx, gw]
+
+
+def _convt_sample(rng, dtype):
+    def r(*s):
+        return rng.uniform(-1, 1, s).astype(dtype)
+    return [([r(2, 3, 3, 3), r(3, 2, 2, 2)], {"strides": (2, 2)}),
+            ([r(1, 4, 3, 4), r(4, 2, 3, 3)], {"strides": (2, 2), "pads": (1, 1, 1, 0),
+                                              "output_padding": (1, 0), "group": 2}),
+            ([r(1, 2, 4, 3), r(2, 3, 2, 3)], {"dilations": (2, 1), "pads": (0, 1, 1, 0)})]
+
+
 def _pool_geom(at):
     k = tuple(at["kernel"])
     st = tuple(at.get("strides", k))
@@ -377,6 +456,9 @@ def _erf_sample(rng, dtype):
 NN_OPS = (
     OpDef("conv2d", 2, "matmul", "none", _conv_shape, _conv_fwd, _conv_bwd, _conv_sample,
           doc="y = im2col(x) contracted with w, serial over (c, kh, kw); bias is a separate add"),
+    OpDef("conv_transpose2d", 2, "matmul", "none", _convt_shape, _convt_fwd, _convt_bwd,
+          _convt_sample,
+          doc="y = col2im(wᵀ·x) cropped by the pads (conv2d's backward-data); gx = conv2d(g, w)"),
     OpDef("maxpool2d", 1, "reduce", "none", _pool_shape, _max_fwd, _max_bwd, _pool_sample({}),
           doc="y = max over each window; ga routes g to the first max of its window"),
     OpDef("avgpool2d", 1, "reduce", "none", _pool_shape, _avg_fwd, _avg_bwd,

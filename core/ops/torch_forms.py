@@ -102,6 +102,18 @@ def _conv2d(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
                     dilation=tuple(at.get("dilations", (1, 1))), groups=int(at.get("group", 1)))
 
 
+def _conv_transpose2d(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
+    # F.conv_transpose2d without padding (its output_padding at the end), then the ONNX pads
+    # (top, left, bottom, right) cropped: asymmetric pads too
+    x, w = xs
+    y = T.nn.functional.conv_transpose2d(
+        x, w, stride=tuple(at.get("strides", (1, 1))),
+        output_padding=tuple(at.get("output_padding", (0, 0))),
+        groups=int(at.get("group", 1)), dilation=tuple(at.get("dilations", (1, 1))))
+    t, left, b, r = (int(v) for v in at.get("pads", (0, 0, 0, 0)))
+    return y[:, :, t:y.shape[2] - b, left:y.shape[3] - r]
+
+
 def _pool(T: Any, xs: Sequence[Any], at: Mapping[str, Any], kind: str) -> Any:
     F = T.nn.functional
     x = xs[0]
@@ -183,6 +195,7 @@ TORCH: dict[str, TorchForm] = {
     "matmul": lambda T, xs, at: T.matmul(xs[0], xs[1]),
     "bmm": lambda T, xs, at: T.bmm(xs[0], xs[1]),
     "conv2d": _conv2d,
+    "conv_transpose2d": _conv_transpose2d,
     "sum": _sum,
     "mean": _mean,
     "maxpool2d": lambda T, xs, at: _pool(T, xs, at, "max"),

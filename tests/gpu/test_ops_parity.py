@@ -16,7 +16,7 @@ except ImportError:
     NN_OPS = ()
 
 DTYPES = [np.float64, np.float32]
-NN_NAMES = ("conv2d", "maxpool2d", "avgpool2d", "erf", "gather")
+NN_NAMES = ("conv2d", "conv_transpose2d", "maxpool2d", "avgpool2d", "erf", "gather")
 NON_LEAF = sorted({op for op, d in REGISTRY.items() if d.kind != "leaf"}
                   | {d.name for d in NN_OPS})
 
