@@ -19,12 +19,13 @@ the toolbar's widgets are ``app.live_toolbar.LiveToolbar``'s.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, QTimer, Slot
+from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
 from app.live_inspect import FETCH_DEADLINE_S, InspectionCache, live_details
 from app.live_panels import LogWindow, WatchdogBar
+from app.live_stepper import LiveStepper
 from app.live_toolbar import LiveToolbar
 from app.progress_dialog import StartupProgress
 from app.runs import SessionConfig
@@ -58,6 +59,9 @@ class LiveController(QObject):
         self.fetch_deadline_s = FETCH_DEADLINE_S
         self._deadline = QTimer(self)
         self._deadline.setSingleShot(True)
+        # NOTE: precise: a coarse timer may fire 5 % early, the fetch not yet overdue, and
+        # nothing re-armed it: "Fetching…" for good (seen once in ~10 runs of the deadline test)
+        self._deadline.setTimerType(Qt.PreciseTimer)
         self._deadline.timeout.connect(self._fetch_overdue)
         self._await_pause = False  # the Inspector shows a running step's summary: on a pause,
         # the arrays
@@ -67,6 +71,7 @@ class LiveController(QObject):
         self.travel = TimeTravel(self)  # the step scrubber: any past step, in every panel
         self.travel.step_shown.connect(self._step_shown)
         self.rerun = StepRerun(self)  # a step whose tensors are gone: its summary, re-run
+        self.stepper = LiveStepper(self)  # the Backward stepper on the scrubber's step
         win.place_live_docks(self.training, self.kernels)
         self.kernels.nodes_highlighted.connect(self._kernel_nodes)
         self.training.start_requested.connect(self.restart)  # the empty panels' one action
@@ -148,6 +153,7 @@ class LiveController(QObject):
         self.training.reset(ref.label(), cand.label())
         self.training.set_node_names([n.name for n in self.win.session.tape.nodes])
         self.travel.reset()
+        self.stepper.reset()
         self.kernels.set_plan(None)
         self.last, self.snapshots, self.info = None, 0, {}
         self.live = LiveSession(c, self.interval_s, max_steps, self, watchdog_s=self.watchdog_s)
@@ -282,6 +288,7 @@ class LiveController(QObject):
             # ahead, at its step
             if first is not None and self.can_inspect():
                 self._request(int(first["node"]), int(first["step"]))
+            self.stepper.follow(self.travel.view_step)  # (paused: the step it shows now)
             if self._await_pause and self.win.selected >= 0:
                 self._await_pause = False  # shown as "running": now its arrays
                 self._on_selected(self.win.selected)
@@ -292,7 +299,7 @@ class LiveController(QObject):
         """The shown step changed: the Inspector follows it (while running and following the
         latest step it waits for a pause, as before: no stream of tensors)."""
         self._label()
-        self._stepper_walks(step)
+        self.stepper.follow(step)  # the Backward stepper walks this step's backward
         lv, sel = self.live, self.win.selected
         if lv is None or sel < 0:
             return
@@ -307,21 +314,6 @@ class LiveController(QObject):
         # paused, stopped, or a step picked: the Inspector (Compare, Elements) follows it,
         # whatever it showed before (issue 46: it stayed on step 1 while the scrubber said 366)
         self._on_selected(sel)
-
-    def _stepper_walks(self, step: int) -> None:
-        """The Backward stepper walks the window's own recording, not the worker's steps: it
-        says so, and which step the rest of the window shows (issue 46: it showed the same
-        arrays at steps 30, 50 and 100 and never named its step)."""
-        panel = getattr(self.win, "stepper_panel", None)
-        s = self.win.session
-        if panel is None or s is None:
-            return
-        meta = s.meta or {}
-        what = (f"workload {meta['workload']}, step {meta.get('step', 0)}: batch "
-                f"{meta.get('step', 0)} with the initial parameters" if meta.get("workload")
-                else "the opened file, as it was recorded")
-        panel.set_walks(f"Backward of the window's own recording ({what}), not of live step "
-                        f"{step:,}: that step's arrays are in the Inspector.")
 
     # ---- one node's arrays, on demand ------------------------------------------------------
     def can_inspect(self) -> bool:
@@ -417,6 +409,9 @@ class LiveController(QObject):
             return
         step = self.shown_step()
         if not self.cache.overdue(node, step, self.fetch_deadline_s):
+            left = self.cache.left(node, step, self.fetch_deadline_s)
+            if left is not None:  # still asked, the timer was early: wait for the rest
+                self._deadline.start(max(1, int(left * 1000) + 1))
             return
         self.cache.forget(node, step)
         alive = self.can_inspect()

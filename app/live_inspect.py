@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 KEEP_INSPECTIONS = 32  # answers kept per (node, step): re-selecting costs no round trip
 #: how long a fetch may go unanswered before the Inspector says so (with Retry) instead of
-#: "Fetching…" for ever (issue 46: 17 s and counting); a late answer is still shown
-FETCH_DEADLINE_S = 5.0
+#: "Fetching…" for ever (issue 46: 17 s and counting; within 2 s a panel shows the arrays or
+#: why not); a late answer is still shown
+FETCH_DEADLINE_S = 2.0
 
 
 class InspectionCache:
@@ -72,6 +73,13 @@ class InspectionCache:
 
         t = self.since.get((node, step))
         return t is not None and time.monotonic() - t >= deadline_s
+
+    def left(self, node: int, step: int, deadline_s: float = FETCH_DEADLINE_S) -> float | None:
+        """Seconds until ``node`` at ``step`` is overdue; None when it is not asked."""
+        import time
+
+        t = self.since.get((node, step))
+        return None if t is None else max(0.0, t + deadline_s - time.monotonic())
 
     def forget(self, node: int, step: int) -> None:
         """Stop waiting for ``node`` at ``step`` (its deadline passed): the next ask sends

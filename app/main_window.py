@@ -45,7 +45,7 @@ LIVE_WINDOW_API = frozenset({
     "place_live_docks", "dock_toggle", "add_menu", "add_toolbar", "tool_row",
     "add_status_widget", "set_graph_groups", "set_graph_overlay", "set_graph_marks",
     "show_details", "show_own_details", "set_inspector_note", "set_inspector_action",
-    "inspector_shows",
+    "inspector_shows", "walk_backward", "set_stepper_walks",
 })
 MAX_RECENT = 8
 
@@ -236,6 +236,7 @@ class MainWindow(QMainWindow):
         self.inspector.show_details(None)
         self.stepper = BackwardStepper(s.tape, s.loss_id) if s.loss_id is not None else None
         self.stepper_panel.set_stepper(self.stepper, s.labels())
+        self.stepper_panel.set_walks("")  # its own recording (a live session says otherwise)
         alarms = self.alarms()  # one batched NaN/inf scan (Session.nonfinite_flags), kept
         self.graph.view.set_marks("nan", alarms)
         self.graph.view.set_marks("bp", ())
@@ -292,6 +293,27 @@ class MainWindow(QMainWindow):
         # a live session's Inspector holds both sides, the compare maps and the Elements table:
         # it gets two thirds of the right column (issue 25: the worst elements showed one row)
         self.resizeDocks([d["Inspector"], d["Backward stepper"]], [620, 300], Qt.Vertical)
+
+    def walk_backward(self, tape, loss_id: int | None) -> bool:
+        """The Backward stepper walks ``tape`` from ``loss_id`` (a live step's replayed
+        reference, app.live_stepper); ``tape`` None: the window's own recording again. False
+        (nothing changes) when ``tape``'s nodes are not the ones the graph shows."""
+        s = self.session
+        if s is None:
+            return False
+        if tape is None:
+            tape, loss_id = s.tape, s.loss_id
+        elif len(tape) != len(s.tape) or any(
+                a.op != b.op or a.shape != b.shape for a, b in zip(tape.nodes, s.tape.nodes,
+                                                                   strict=True)):
+            return False
+        self.stepper = BackwardStepper(tape, loss_id) if loss_id is not None else None
+        self.stepper_panel.set_stepper(self.stepper, s.labels())
+        return True
+
+    def set_stepper_walks(self, text: str) -> None:
+        """The Backward stepper's first line: which step's backward it walks (empty: none)."""
+        self.stepper_panel.set_walks(text)
 
     def dock_toggle(self, title: str) -> QAction:
         """The show/hide action of the dock ``title`` (for a menu)."""

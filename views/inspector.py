@@ -437,7 +437,8 @@ class InspectorPanel(QWidget):
         self.hist.set_arrays(d.value, d.grad)
         if has_dev:
             if d.sides is not None:  # the run labels are in the note line and on hover
-                self.device_view.set_titles("reference", "candidate", d.sides)
+                at = f" · step {d.step:,}" if d.step is not None else ""  # (issue 46)
+                self.device_view.set_titles(f"reference{at}", f"candidate{at}", d.sides)
             else:
                 self.device_view.set_titles()
             self.device_view.set_pairs((d.value, d.device_value), (d.grad, d.device_grad))

@@ -117,9 +117,9 @@ def test_the_stepper_says_which_backward_it_walks(qtbot, win, episode):  # noqa:
     _start(qtbot, win, episode)
     walks = win.stepper_panel.walks
     assert walks.isVisibleTo(win.stepper_panel)
-    assert "window's own recording" in walks.text() and "live step 5" in walks.text()
+    qtbot.waitUntil(lambda: "Backward of live step 5" in walks.text(), timeout=5000)
     win.live.travel.scrubber.spin.setValue(3)
-    assert "live step 3" in walks.text()
+    qtbot.waitUntil(lambda: "Backward of live step 3" in walks.text(), timeout=5000)
 
 
 def test_selecting_while_running_shows_the_summary_then_the_arrays_on_pause(qtbot, win, episode):  # noqa: F811,E501
@@ -144,3 +144,28 @@ def test_selecting_while_running_shows_the_summary_then_the_arrays_on_pause(qtbo
     win.live._on_snapshot(Snapshot(results=[], first=lv.first, steps_per_s=10.0,
                                    state=PAUSED, extra={"steps_done": 10}))
     assert (node, 10) in lv.asked
+
+
+def test_compare_and_elements_follow_the_scrubber(qtbot, win, episode):  # noqa: F811
+    import numpy as np
+
+    lv, results, arrays = _start(qtbot, win, episode)
+    ins, sc = win.inspector, win.live.travel.scrubber
+    node = results[1].first["node"]
+    ref3, ref5 = (arrays[k][node]["ref"]["value"] for k in (3, 5))
+    assert not np.array_equal(ref3, ref5)  # two steps, two arrays: a stale one would show
+    sc.spin.setValue(3)
+    win.select_node(node)
+    answer(win, arrays, node, 3)
+    dv = ins.device_view
+    assert ins.tabs.indexOf(dv) >= 0 and "step 3" in dv.ref_title.text()
+    assert np.array_equal(dv.pairs["value"][0], ref3)
+    assert "at step 3" in ins.element_view.summary.text()
+    sc.spin.setValue(5)  # until step 5's answer: its summary, no step-3 arrays in any tab
+    assert ins.tabs.indexOf(dv) < 0 and ins.tabs.indexOf(ins.element_view) < 0
+    assert "step 5" in _note(win)
+    answer(win, arrays, node, 5)
+    assert "step 5" in dv.ref_title.text() and "step 5" in dv.dev_title.text()
+    assert np.array_equal(dv.pairs["value"][0], ref5)
+    assert np.array_equal(dv.pairs["value"][1], arrays[5][node]["cand"]["value"])
+    assert "at step 5" in ins.element_view.summary.text()

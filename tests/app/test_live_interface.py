@@ -21,7 +21,7 @@ from tests.app.conftest import READY_MS
 
 APP = Path(__file__).resolve().parents[2] / "app"
 LIVE_MODULES = ("live_controller.py", "time_travel.py", "live_toolbar.py", "step_rerun.py",
-                "progress_dialog.py")
+                "progress_dialog.py", "live_stepper.py")
 
 
 def window_uses(path: Path) -> set[str]:
@@ -142,6 +142,13 @@ class FakeWindow(QWidget):
         self._rec("inspector_shows")
         return None
 
+    def walk_backward(self, tape, loss_id):
+        self._rec("walk_backward", tape, loss_id)
+        return True
+
+    def set_stepper_walks(self, text):
+        self._rec("set_stepper_walks", text)
+
 
 def test_fake_window_lists_exactly_the_interface():
     own = {n for n in vars(FakeWindow) if not n.startswith("_")
@@ -178,6 +185,11 @@ def test_start_snapshots_inspect_and_stop_through_the_interface_only(qtbot):
                         timeout=10000)
         d = w.called("show_details")[-1][0]
         assert d.step == ctl.shown_step() and d.sides[0].startswith("reference")
+        # the Backward stepper walks the shown step's replayed reference and says so
+        qtbot.waitUntil(lambda: bool(w.called("walk_backward")), timeout=10000)
+        tape, loss = w.called("walk_backward")[-1]
+        assert tape is not w.session.tape and len(tape) == len(w.session.tape)
+        assert any("Backward of live step 1" in t for (t,) in w.called("set_stepper_walks"))
         ctl.stop()
         qtbot.waitUntil(lambda: ctl.live.state == STOPPED, timeout=10000)
         ctl.close()
