@@ -4,7 +4,8 @@ Each converter records existing tape ops in a written order (docs/onnx-coverage.
 docs/reference-order-nn.md gives each order), so every device already has its kernels and the
 replay is bit for bit: Where (masked_fill), Gelu (none and tanh), Pow, HardSigmoid, HardSwish,
 LogSoftmax (its row op), Expand (``x * ones``), Reciprocal (``1 / x``), ConvTranspose (the
-tape's conv_transpose2d, conv2d's backward-data),
+tape's conv_transpose2d, conv2d's backward-data), Resize and Upsample (gathers and a weighted sum
+per axis),
 SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, Dropout in training mode (a seeded mask per
 step), BatchNormalization in training mode (batch statistics; running statistics updated as the
 spec says), and RNN / GRU / LSTM unrolled over time. A converter is
@@ -182,6 +183,55 @@ def conv_transpose(imp, st, ins, names):
     if len(ins) > 2 and ins[2] is not None:
         m = w.shape[1] * int(at.get("group", 1))
         y = ops.add(y, ops.reshape(_v(imp, ins, names, 2), (1, m, 1, 1)))
+    return y
+
+
+# ---- Resize / Upsample: gathers and a weighted sum per axis ----------------------------------
+
+def resize(imp, st, ins, names):
+    """Resize (and Upsample: what ``F.interpolate`` exports) in the executor's order, axis by
+    resized axis (core/onnx/ops/resize.py ``resize_taps``): nearest is one ``gather`` of the
+    chosen rows; linear and cubic are ``gather(x, idx_0) * T(w_0)``, then ``+ gather(x, idx_t)
+    * T(w_t)`` per further tap, the indices and weights constants of the shapes (float64,
+    rounded once to the tape's type). Every coordinate_transformation_mode and nearest_mode
+    but tf_crop_and_resize (its extrapolation) imports."""
+    from core.onnx.ops.resize import resize_args, resize_taps, upsample_args
+
+    x = _v(imp, ins, names, 0)
+    if st.node.op_type == "Upsample":
+        sc = ins[1] if len(ins) > 1 else None
+        args = upsample_args(imp.static(sc, "Upsample's scales"), **st.attrs)
+    else:
+        extra = [imp.static(ins[i] if len(ins) > i else None, f"Resize's {what}")
+                 for i, what in ((1, "roi"), (2, "scales"), (3, "sizes"))]
+        args = resize_args(st.opset, *extra, **st.attrs)
+    scales, sizes, roi, axes, mode, ctm, rule, a, excl, anti, _, policy = args
+    if ctm == "tf_crop_and_resize":
+        raise OnnxError("Resize with coordinate_transformation_mode 'tf_crop_and_resize' has no "
+                        "tape form (its extrapolated border is not a gather)", node=imp.label)
+    try:
+        plan = resize_taps(tuple(x.shape), scales, sizes, roi, axes, mode, ctm, rule, a, excl,
+                           anti, policy)
+    except ValueError as e:  # an unknown mode, coordinate_transformation_mode or nearest_mode
+        raise OnnxError(f"Resize: {e}", node=imp.label) from None
+    def take(v, ax, rows):
+        return imp.tape.record("gather", [v, imp.tape.const(rows.astype(np.float64),
+                                                            name="resize_idx")], {"axis": ax})
+
+    y = x
+    for ax, idx, w, _ in plan:
+        if w is None:
+            y = take(y, ax, idx[:, 0])
+            continue
+        shp = (-1,) + (1,) * (len(x.shape) - ax - 1)
+        acc = None
+        for t in range(idx.shape[1]):
+            term = ops.mul(take(y, ax, idx[:, t]),
+                           imp.tape.const(w[:, t].reshape(shp), name="resize_w"))
+            acc = term if acc is None else ops.add(acc, term)
+        y = acc
+    if y is x:
+        return ops.mul(x, imp.tape.const(np.ones(()), name="ones"))  # a node of its own
     return y
 
 
@@ -489,4 +539,5 @@ CONVERTERS = {
     "NegativeLogLikelihoodLoss": nll_loss, "LogSoftmax": log_softmax,
     "Dropout": dropout, "RNN": recurrent, "GRU": recurrent, "LSTM": recurrent,
     "Expand": expand, "Reciprocal": reciprocal, "ConvTranspose": conv_transpose,
+    "Resize": resize, "Upsample": resize,
 }

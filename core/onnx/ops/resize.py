@@ -1,7 +1,8 @@
 """Resize and Upsample: separable per-axis interpolation (nearest, linear, cubic).
 
 Each resized axis is one gather of ``T`` taps per output position and a weighted sum over the
-taps in order, computed in float64 and cast once (Resize is not a tape op).
+taps in order: in the input's own type for float32 / float64 (the order the tape import
+records: core/onnx/lowerings.py ``resize``), in float64 and cast once for the other types.
 """
 
 from __future__ import annotations
@@ -86,54 +87,78 @@ def _taps(xs, length, s, mode, a, exclude_outside, antialias):
     return np.clip(idx, 0, length - 1), w
 
 
-def _resize_axis(x, ax, o, s, ctm, mode, rule, a, excl, anti, roi, extrap):
-    length = x.shape[ax]
+def axis_taps(length, o, s, ctm, mode, rule, a, excl, anti, roi):
+    """One resized axis: (idx [O, T] int64, w [O, T] float64 or None for nearest, outside [O]
+    bool or None): output ``i`` is ``sum over t of x[idx[i, t]] * w[i, t]`` (or x[idx[i, 0]])."""
     i = np.arange(o, dtype=np.float64)
     # the spec's "length_resized" is length * scale, unrounded, where a mode divides by it
     o_eff = length * s if ctm in ("align_corners", "tf_crop_and_resize") and o > 1 else o
     xs = _source_coord(i, o_eff, length, s, ctm, *roi)
     outside = (xs < 0) | (xs > length - 1) if ctm == "tf_crop_and_resize" else None
+    if outside is not None and not outside.any():
+        outside = None
     if mode == "nearest":
-        idx = np.clip(_nearest(xs, rule).astype(np.int64), 0, length - 1)
-        y = np.take(x, idx, axis=ax).astype(np.float64)
+        return np.clip(_nearest(xs, rule).astype(np.int64), 0, length - 1)[:, None], None, outside
+    idx, w = _taps(xs, length, s, mode, a, excl, anti)
+    return idx, w, outside
+
+
+def _resize_axis(x, ax, idx, w, outside, extrap):
+    """One axis: nearest is a take; the taps in order, ``y = x[i0] * T(w0)``, then ``y = y +
+    x[it] * T(wt)`` in x's own type for float32 / float64 (the tape's order: the import
+    records these very gathers, products and sums), in float64 otherwise."""
+    o = idx.shape[0]
+    shp = [1] * x.ndim
+    shp[ax] = o
+    if w is None:
+        y = np.take(x, idx[:, 0], axis=ax)
     else:
-        idx, w = _taps(xs, length, s, mode, a, excl, anti)
-        shp = [1] * x.ndim
-        shp[ax] = o
-        y = np.zeros(x.shape[:ax] + (o,) + x.shape[ax + 1:], np.float64)
-        for t in range(idx.shape[1]):  # taps in order
-            y = y + np.take(x, idx[:, t], axis=ax) * w[:, t].reshape(shp)
-    if outside is not None and outside.any():
-        shp = [1] * x.ndim
-        shp[ax] = o
+        own = x.dtype in (np.float32, np.float64)
+        ws = w.astype(x.dtype if own else np.float64)
+        xv = x if own else x.astype(np.float64)
+        y = np.take(xv, idx[:, 0], axis=ax) * ws[:, 0].reshape(shp)
+        for t in range(1, idx.shape[1]):  # taps in order
+            y = y + np.take(xv, idx[:, t], axis=ax) * ws[:, t].reshape(shp)
+    if outside is not None:
         y = np.where(outside.reshape(shp), extrap, y)
     return y
 
 
-def _resize(x, scales, sizes, roi, axes, mode, ctm, rule, a, excl, anti, extrap, policy):
-    axes = [v % x.ndim for v in axes] if axes else list(range(x.ndim))
+def resize_taps(shape, scales, sizes, roi, axes, mode, ctm, rule, a, excl, anti, policy):
+    """The resized axes in order, each ``(axis, idx, w, outside)`` (:func:`axis_taps`): what
+    the executor computes and the tape import records (core/onnx/lowerings.py)."""
+    nd = len(shape)
+    axes = [v % nd for v in axes] if axes else list(range(nd))
     if sizes is not None:
         want = dict(zip(axes, sizes, strict=False))
         if policy in ("not_larger", "not_smaller"):
             f = min if policy == "not_larger" else max
-            sc = f(want[d] / x.shape[d] for d in axes)
-            want = {d: int(np.floor(sc * x.shape[d] + 0.5)) for d in axes}
+            sc = f(want[d] / shape[d] for d in axes)
+            want = {d: int(np.floor(sc * shape[d] + 0.5)) for d in axes}
             sc_ax = {d: sc for d in axes}
         else:
-            sc_ax = {d: want[d] / x.shape[d] for d in axes}
+            sc_ax = {d: want[d] / shape[d] for d in axes}
     else:
         sc_ax = dict(zip(axes, scales, strict=False))
-        want = {d: int(np.floor(x.shape[d] * sc_ax[d])) for d in axes}
+        want = {d: int(np.floor(shape[d] * sc_ax[d])) for d in axes}
     roi_ax = {d: (0.0, 1.0) for d in axes}
     if roi is not None and len(roi):
         n = len(axes)
         roi_ax = {d: (float(roi[i]), float(roi[i + n])) for i, d in enumerate(axes)}
-    y = x
+    out = []
     for d in axes:
-        if want[d] == x.shape[d] and sc_ax[d] == 1 and ctm != "tf_crop_and_resize":
+        if want[d] == shape[d] and sc_ax[d] == 1 and ctm != "tf_crop_and_resize":
             continue
-        y = _resize_axis(y, d, want[d], sc_ax[d], ctm, mode, rule, a, excl, anti,
-                         roi_ax[d], extrap)
+        out.append((d, *axis_taps(shape[d], want[d], sc_ax[d], ctm, mode, rule, a, excl, anti,
+                                  roi_ax[d])))
+    return out
+
+
+def _resize(x, scales, sizes, roi, axes, mode, ctm, rule, a, excl, anti, extrap, policy):
+    y = x
+    for d, idx, w, outside in resize_taps(x.shape, scales, sizes, roi, axes, mode, ctm, rule,
+                                          a, excl, anti, policy):
+        y = _resize_axis(y, d, idx, w, outside, extrap)
     return y.astype(x.dtype) if y.dtype != x.dtype else y
 
 
@@ -141,28 +166,38 @@ def _opt(v):
     return None if v is None or np.asarray(v).size == 0 else np.asarray(v).reshape(-1)
 
 
-@op("Resize")
-def resize(ctx, x, roi=None, scales=None, sizes=None, antialias=0, axes=None,
-           coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
-           extrapolation_value=0.0, keep_aspect_ratio_policy="stretch", mode="nearest",
-           nearest_mode="round_prefer_floor"):
-    if ctx.opset < 11:  # Resize-10: (X, scales), asymmetric coordinates
+def resize_args(opset, roi=None, scales=None, sizes=None, antialias=0, axes=None,
+                coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75,
+                exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
+                mode="nearest", nearest_mode="round_prefer_floor") -> tuple:
+    """A Resize node's inputs and attributes as ``_resize``'s arguments after x."""
+    if opset < 11:  # Resize-10: (X, scales), asymmetric coordinates
         scales, roi, coordinate_transformation_mode = roi, None, "asymmetric"
         nearest_mode = "floor" if mode == "nearest" else nearest_mode
     sc = _opt(scales)
     sz = _opt(sizes)
-    return _resize(x, None if sc is None else [float(v) for v in sc],
-                   None if sz is None else as_int_list(sz), _opt(roi), axes, mode,
-                   coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
-                   exclude_outside, antialias, extrapolation_value, keep_aspect_ratio_policy)
+    return (None if sc is None else [float(v) for v in sc],
+            None if sz is None else as_int_list(sz), _opt(roi), axes, mode,
+            coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
+            antialias, extrapolation_value, keep_aspect_ratio_policy)
 
 
-@op("Upsample")
-def upsample(ctx, x, scales_in=None, mode="nearest", scales=None, height_scale=None,
-             width_scale=None):
+@op("Resize")
+def resize(ctx, x, roi=None, scales=None, sizes=None, **attrs):
+    return _resize(x, *resize_args(ctx.opset, roi, scales, sizes, **attrs))
+
+
+def upsample_args(scales_in=None, mode="nearest", scales=None, height_scale=None,
+                  width_scale=None) -> tuple:
+    """An Upsample node's inputs and attributes as ``_resize``'s arguments after x."""
     sc = scales if scales_in is None else _opt(scales_in)
     if sc is None:
         sc = [1.0, 1.0, height_scale, width_scale]
     mode = "linear" if mode in ("linear", "bilinear") else mode
-    return _resize(x, [float(v) for v in sc], None, None, None, mode, "asymmetric", "floor",
-                   -0.75, 0, 0, 0.0, "stretch")
+    return ([float(v) for v in sc], None, None, None, mode, "asymmetric", "floor", -0.75, 0, 0,
+            0.0, "stretch")
+
+
+@op("Upsample")
+def upsample(ctx, x, scales_in=None, **attrs):
+    return _resize(x, *upsample_args(scales_in, **attrs))
