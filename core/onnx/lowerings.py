@@ -5,7 +5,7 @@ docs/reference-order-nn.md gives each order), so every device already has its ke
 replay is bit for bit: Where (masked_fill), Gelu (none and tanh), Pow, HardSigmoid, HardSwish,
 LogSoftmax (its row op), Expand (``x * ones``), Reciprocal (``1 / x``), ConvTranspose (the
 tape's conv_transpose2d, conv2d's backward-data), Resize and Upsample (gathers and a weighted sum
-per axis),
+per axis), InstanceNormalization (LayerNormalization's composite over the spatial axes),
 SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, Dropout in training mode (a seeded mask per
 step), BatchNormalization in training mode (batch statistics; running statistics updated as the
 spec says), and RNN / GRU / LSTM unrolled over time. A converter is
@@ -233,6 +233,29 @@ def resize(imp, st, ins, names):
     if y is x:
         return ops.mul(x, imp.tape.const(np.ones(()), name="ones"))  # a node of its own
     return y
+
+
+# ---- InstanceNormalization: LayerNormalization's composite per (n, c) ----------------------
+
+def instance_norm(imp, st, ins, names):
+    """InstanceNormalization (what GroupNorm exports to, between two Reshapes) in the
+    executor's order over the spatial axes: ``m = mean(x)``; ``d = x - m``; ``v = mean(d *
+    d)``; ``inv = 1 / sqrt(v + eps)``; ``y = (d * inv) * scale + bias``, scale and bias per
+    channel (reshaped to ``[1, C, 1, ...]``)."""
+    x = _v(imp, ins, names, 0)
+    nd = len(x.shape)
+    if nd < 3:
+        raise OnnxError(f"InstanceNormalization of a {nd}-D input has no tape form (it takes "
+                        "[N, C, D1, ...])", node=imp.label)
+    axes = tuple(range(2, nd))
+    cshape = (1, x.shape[1]) + (1,) * (nd - 2)
+    scale, bias = (ops.reshape(_v(imp, ins, names, i), cshape) for i in (1, 2))
+    mean = ops.mean(x, axes, keepdims=True)
+    d = ops.sub(x, mean)
+    var = ops.mean(ops.mul(d, d), axes, keepdims=True)
+    one = imp.tape.const(np.ones(()), name="one")
+    inv = ops.div(one, ops.sqrt(ops.adds(var, st.attrs.get("epsilon", 1e-5))))
+    return ops.add(ops.mul(ops.mul(d, inv), scale), bias)
 
 
 # ---- Reciprocal: 1 / x ---------------------------------------------------------------------
@@ -539,5 +562,5 @@ CONVERTERS = {
     "NegativeLogLikelihoodLoss": nll_loss, "LogSoftmax": log_softmax,
     "Dropout": dropout, "RNN": recurrent, "GRU": recurrent, "LSTM": recurrent,
     "Expand": expand, "Reciprocal": reciprocal, "ConvTranspose": conv_transpose,
-    "Resize": resize, "Upsample": resize,
+    "Resize": resize, "Upsample": resize, "InstanceNormalization": instance_norm,
 }

@@ -3,7 +3,8 @@ with masked_fill / GELU / F.cross_entropy, LayerNorm + GELU(tanh) + Dropout, Con
 GRU / LSTM / RNN, HardSwish / HardSigmoid / Pow, log_softmax + nll_loss, a ViT block with a
 broadcast class token and MultiheadAttention or SDPA, nn.Transformer with a causal mask, a
 causal mask from torch.triu, a BERT-style encoder with a 2-row token-type table, a Llama-style
-block: RMSNorm by rsqrt, rotary, GQA), each exported by ``torch.onnx.export`` at test time
+block: RMSNorm by rsqrt, rotary, GQA, a UNet with ConvTranspose2d, F.interpolate, GroupNorm and
+SiLU), each exported by ``torch.onnx.export`` at test time
 with small seeded random weights, as a user would (no edits to the file)."""
 
 from __future__ import annotations
@@ -258,6 +259,30 @@ class TinyLlama(nn.Module):
         return self.head(x + self.down(F.silu(self.gate(h)) * self.up(h)))
 
 
+class TinyUNet(nn.Module):
+    """A UNet level: Conv + GroupNorm + SiLU down (a strided conv), up by ConvTranspose2d
+    (kernel 2 stride 2; and kernel 3, pads, output_padding, groups) and by F.interpolate
+    (bilinear and nearest), a skip connection by concatenation. GroupNorm exports as
+    Reshape + InstanceNormalization + Reshape, then the affine Mul and Add."""
+
+    def __init__(self):
+        super().__init__()
+        self.inc = nn.Conv2d(3, 8, 3, padding=1)
+        self.gn1 = nn.GroupNorm(2, 8)
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.gn2 = nn.GroupNorm(4, 8)
+        self.up = nn.ConvTranspose2d(8, 8, 2, stride=2)
+        self.up2 = nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.outc = nn.Conv2d(20, 2, 1)
+
+    def forward(self, x):
+        a = F.silu(self.gn1(self.inc(x)))
+        b = F.silu(self.gn2(self.down(a)))
+        lin = F.interpolate(b, scale_factor=2, mode="bilinear", align_corners=False)
+        near = F.interpolate(b, scale_factor=2, mode="nearest")
+        return self.outc(torch.cat([a + self.up(b), lin + near, self.up2(b)], 1))
+
+
 def _ints(shape, high):
     return torch.randint(0, high, shape)
 
@@ -280,6 +305,7 @@ FAMILIES = {
     "causal": (CausalAttention, lambda: (torch.randn(2, 5, 8),), False),
     "bert": (TinyBert, lambda: (_ints((2, 5), 11), _ints((2, 5), 2)), False),
     "llama": (TinyLlama, lambda: (_ints((2, 5), 13),), False),
+    "unet": (TinyUNet, lambda: (torch.randn(2, 3, 8, 8),), False),
 }
 
 
