@@ -86,3 +86,17 @@ def test_the_coverage_page_is_what_the_suite_gives(outcomes):
                     "`python -m core.onnx.conformance --passing "
                     "tests/core/onnx/conformance_passing.txt`). First differences:\n"
                     + "\n".join(diff or ["(line count differs)"]))
+
+
+def test_docs_testing_md_states_this_runs_node_counts(outcomes):
+    # docs/testing.md's node-test table is `python -m tests.stats`'s; its executor rows are
+    # this run's
+    from pathlib import Path
+
+    from tests import stats
+
+    want = stats.node_values(executor_node=summary(outcomes)["node"])
+    got = {k: v for k, v in stats.page_node_values(
+        (Path(stats.ROOT) / "docs" / "testing.md").read_text()).items() if k in want}
+    assert got == want, "docs/testing.md is stale: regenerate it with `python -m tests.stats " \
+        f"--doc docs/testing.md` (page {got}, run {want})"

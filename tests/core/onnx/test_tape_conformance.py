@@ -157,3 +157,14 @@ def test_the_coverage_page_is_what_the_tape_run_gives(outcomes):
              if r[2:4] != list(cells.get(r[0][2:], ("—", "—")))]
     assert not stale, f"tape-import columns are stale ({regen}): {stale[:5]}"
     assert set(cells) <= {r[0][2:] for r in rows}
+
+
+def test_docs_testing_md_states_this_runs_tape_counts(outcomes):
+    # docs/testing.md's node-test table is `python -m tests.stats`'s; its tape rows are this run's
+    from tests import stats
+
+    want = stats.node_values(tape=tc.totals(outcomes))
+    got = {k: v for k, v in stats.page_node_values(
+        (Path(stats.ROOT) / "docs" / "testing.md").read_text()).items() if k in want}
+    assert got == want, "docs/testing.md is stale: regenerate it with `python -m tests.stats " \
+        f"--doc docs/testing.md` (page {got}, run {want})"
