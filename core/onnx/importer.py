@@ -209,7 +209,9 @@ def exported_merges(graph, values: dict[str, Any]) -> dict[tuple[str, str], dict
     stands for there}}. A node's ``fx_node`` metadata names the parameters its aten call
     took (``layer_norm(x, [8], %p_ln2_weight, %p_ln2_bias, ...)``); where one is not in the
     file (nor folded into another initializer) and the node reads instead a parameter its call
-    did not take (``ln1.weight``), that input stands for it, paired in order. Only a value
+    did not take (``ln1.weight``, or an initializer folded from one), that input stands for
+    it, paired in order (or, where the call is decomposed into nodes that each read one, by
+    the parameters' last name part: ``weight`` for ``weight``). Only a value
     that is one number throughout (fresh ones and zeros) is split: equal random values are
     one tensor in PyTorch (a tied weight), kept one."""
     export = exported_parameters(graph)
@@ -226,6 +228,16 @@ def exported_merges(graph, values: dict[str, Any]) -> dict[tuple[str, str], dict
         return {}
     own = {vi.name: p.value for vi in (*graph.value_info, *graph.input)
            for p in vi.metadata_props if p.key == _ORIGINAL}
+    holder = {t: ph for ph, t in target.items()}
+
+    def stands_for(i: str) -> str | None:
+        """The placeholder of the parameter initializer ``i`` is (or was folded from: a
+        GroupNorm's weight unsqueezed to [C, 1, 1])."""
+        if i in params and i in own:
+            return own[i]
+        src = [holder[f] for f in folded.get(i, ()) if f in holder]
+        return src[0] if len(src) == 1 else None
+
     out: dict[tuple[str, str], dict[str, str]] = {}
     for n in graph.node:
         fx = next((p.value for p in n.metadata_props if p.key == _FX_NODE
@@ -235,11 +247,21 @@ def exported_merges(graph, values: dict[str, Any]) -> dict[tuple[str, str], dict
         took = re.findall(r"%(p_\w+)", fx.split("args = ", 1)[-1])
         wanted = list(dict.fromkeys(target[ph] for ph in took
                                     if ph in target and target[ph] in gone))
-        stand = [i for i in n.input if i in params and i in own and own[i] not in took]
-        if wanted and len(wanted) == len(stand) and all(
-                _one_value(values.get(i)) for i in stand):
-            out[(n.name, n.output[0] if n.output else "")] = dict(zip(stand, wanted,
-                                                                      strict=True))
+        stand = [i for i in n.input if (ph := stands_for(i)) and ph not in took]
+        if not wanted or not stand or not all(_one_value(values.get(i)) for i in stand):
+            continue
+        if len(wanted) == len(stand):
+            pairs = dict(zip(stand, wanted, strict=True))
+        else:  # a decomposed call (GroupNorm: its Mul reads the weight, its Add the bias):
+            # each input for the one wanted parameter of the same last name part
+            pairs = {}
+            for i in stand:
+                part = target[stands_for(i)].rsplit(".", 1)[-1]
+                same = [w for w in wanted if w.rsplit(".", 1)[-1] == part]
+                if len(same) == 1:
+                    pairs[i] = same[0]
+        if pairs:
+            out[(n.name, n.output[0] if n.output else "")] = pairs
     return out
 
 

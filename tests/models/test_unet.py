@@ -1,0 +1,69 @@
+"""The zoo's UNet (tests/models/zoo.py ``TinyUNet``) as both exporters write it: ConvTranspose,
+Resize (linear and nearest) and InstanceNormalization (GroupNorm) reach the tape as
+conv_transpose2d and gathers, not folds; fresh GroupNorms (ones and zeros, which dynamo's
+optimizer merges into one initializer) train as the module's two; the torch candidate runs it
+(test_zoo trains and replays it bit for bit, test_parameters holds its weights to the module's).
+Each file is exported once for the module."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+
+pytest.importorskip("torch", reason="tests/models needs torch (the test extra installs it)")
+
+from app.runs import PairRunner, SessionConfig  # noqa: E402
+from core.onnx.workload import OnnxWorkload, model_spec  # noqa: E402
+from tests.models import zoo  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def unet(tmp_path_factory):
+    d = tmp_path_factory.mktemp("unet")
+    return {dyn: zoo.export("unet", d / f"unet-{dyn}.onnx", dyn) for dyn in (False, True)}
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["ts", "dynamo"])
+def test_upsampling_layers_reach_the_tape(unet, dynamo):
+    nodes = onnx.load(unet[dynamo]).graph.node
+    seen = collections.Counter(n.op_type for n in nodes)
+    assert seen["ConvTranspose"] == 2 and seen["InstanceNormalization"] == 2
+    modes = sorted(a.s.decode() for n in nodes if n.op_type == "Resize"
+                   for a in n.attribute if a.name == "mode")
+    assert modes == ["linear", "nearest"]
+    wl = OnnxWorkload(unet[dynamo], dtype=np.float32)
+    wl.record(0)
+    ops = collections.Counter(n.op for n in wl.tape.nodes)
+    assert ops["conv_transpose2d"] == 2
+    assert ops["gather"] == 2 + 2 * 2  # nearest: one per axis; bilinear: two taps per axis
+    tw = [wl.tape.node(n.inputs[1]) for n in wl.tape.nodes if n.op == "conv_transpose2d"]
+    assert all(n.op == "param" for n in tw)  # the ConvTranspose2d weights train
+
+
+def test_fresh_groupnorms_train_as_two_under_dynamo(unet):
+    """dynamo's optimizer folds gn1's weight (ones, unsqueezed to [8, 1, 1]) and gn2's equal
+    one into one initializer; the import splits gn2's out again by the nodes' fx metadata."""
+    module = zoo.module("unet")
+    wl = OnnxWorkload(unet[True], dtype=np.float32)
+    assert len(wl.weights) == len(list(module.named_parameters())) == 14
+    assert {"gn2.weight", "gn2.bias"} <= set(wl.weights)
+    assert not [n for n in wl.input_notes if n.startswith("parameters ")]
+    gn1 = next(k for k in wl.weights if k != "gn2.weight" and wl.weights[k].shape == (8, 1, 1)
+               and np.all(np.asarray(wl.weights[k].value) == 1))
+    assert np.all(np.asarray(wl.weights["gn2.weight"].value) == 1)
+    assert np.isfinite(wl.train(2)).all()
+    a, b = (np.asarray(wl.weights[k].value) for k in (gn1, "gn2.weight"))
+    assert not np.array_equal(a, b)  # each took its own gradient
+
+
+def test_torch_candidate_runs_the_unet(unet):
+    r = PairRunner(SessionConfig(workload=model_spec(unet[False]), device="torch",
+                                 dtype="float64", explain=True))
+    res = r.step()
+    assert np.isfinite(res.loss_cand)
+    assert res.loss_cand == pytest.approx(res.loss_ref, rel=1e-9)
+    ops = {n.op for n in r.nodes}
+    assert {"conv_transpose2d", "gather"} <= ops
