@@ -9,8 +9,8 @@ The tables, each from where its numbers live:
 
 - **settings**: pyproject.toml's pytest workers and per-test timeout, tests/conftest.py's
   Hypothesis profile;
-- **tests per folder**: an AST walk of ``tests/**/test_*.py`` (test functions, parametrized,
-  Hypothesis properties, marked ``slow``), no import, no collection (milliseconds);
+- **tests per folder**: an AST walk of ``tests/**/test_*.py``, those git tracks (test functions,
+  parametrized, Hypothesis properties, marked ``slow``), no import, no collection;
 - **property tests**: every ``@given`` test with its ``max_examples``, ``deadline`` and
   ``@example`` count, from the same walk;
 - **ONNX node tests**: ONNX's node tests through our executor (``core.onnx.conformance``) and
@@ -90,10 +90,21 @@ def _constants(tree: ast.Module) -> dict[str, str]:
             for t in st.targets if isinstance(t, ast.Name)}
 
 
+def _test_files(root: Path) -> list[Path]:
+    """``root/**/test_*.py``: those git tracks where ``root`` is in a checkout (the page is the
+    repository's, not of what someone is writing beside it), else every one on disk."""
+    p = subprocess.run(["git", "ls-files", "-z", "--", "*test_*.py"], cwd=root,
+                       capture_output=True)
+    if p.returncode == 0 and p.stdout:
+        tracked = [root / os.fsdecode(f) for f in p.stdout.split(b"\0") if f]
+        return sorted(f for f in tracked if f.name.startswith("test_") and f.is_file())
+    return sorted(root.rglob("test_*.py"))
+
+
 def test_functions(root: Path = TESTS) -> list[dict]:
     """Every test function of ``root/**/test_*.py``: its file, name and what decorates it."""
     out = []
-    for path in sorted(root.rglob("test_*.py")):
+    for path in _test_files(root):
         rel = path.relative_to(root.parent).as_posix()
         tree = ast.parse(path.read_text(), str(path))
         slow_module = _module_slow(tree)
