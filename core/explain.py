@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from core import mathlib, precision
+from core.explain_aten import ATEN_BACKWARD, ATEN_FORWARD
 from core.ops.reference import mm, reduced_axes, serial_sum
 from core.optable.registry import REGISTRY
 from core.parity import compare_arrays
@@ -517,6 +518,8 @@ class Variant:
     value: Any = None  # the replacement primitive
 
     def applies(self, op: str) -> bool:
+        if self.prim.startswith("aten:"):
+            return op == self.prim[5:]
         if self.cause == "ftz":
             return REGISTRY[op].forward is not None
         if self.cause == "libm":
@@ -539,7 +542,9 @@ class Variant:
                     raise ValueError(f"{op} in {np.dtype(dtype).name}: {e}") from None
                 return _cast(y, dtype).reshape(node.shape)
             ws = [precision.widen(np.asarray(x)) for x in xs]  # half: computed in float32
-            if self.cause == "libm" and node.op not in FORMULAS:
+            if self.prim.startswith("aten:"):
+                y = self.value(ws, at)
+            elif self.cause == "libm" and node.op not in FORMULAS:
                 y = REGISTRY[op].forward(self.value, ws, at)
             else:
                 formula = FORMULAS[op][0]
@@ -692,6 +697,9 @@ def explain_update(rerun: Callable[[Callable], list], cands: Sequence[Sequence[A
     return out
 
 
+_LIBC_MATH = _libc_math()
+
+
 def _cast(y: Any, dtype: np.dtype) -> np.ndarray:
     """``y`` in ``dtype``; a half dtype rounds the float32 result once (as the tape)."""
     dt = np.dtype(dtype)
@@ -703,7 +711,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("fma", "acc = fma(x, x, acc)", "sumsq", _sumsq_fma),
     Variant("reciprocal", "x * (1/y)", "div", _div_recip),
     Variant("libm", "the platform's (numpy's) transcendentals", "M", mathlib.get("platform")),
-    Variant("libm", "the C library's transcendentals", "M", _libc_math()),
+    Variant("libm", "the C library's transcendentals", "M", _LIBC_MATH),
+    # PyTorch's CPU kernels written out (core/explain_aten.py): SLEEF's vectorised exp with
+    # the kernel's own reduction and division (issue 44)
+    *(Variant("libm", label, "aten:" + op, fn) for op, (fn, label) in ATEN_FORWARD.items()),
     Variant("reassociation", "pairwise sum (numpy's np.sum)", "sum", _sum_pairwise),
     Variant("reassociation", "pairwise sum of squares", "sumsq",
             lambda x, axis=None, keepdims=False: _sum_pairwise(x * x, axis, keepdims)),
@@ -1002,11 +1013,17 @@ def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequenc
     mm_only = bool(consumers) and all(op in _GRAD_RULES for op in consumers)
     unb_only = bool(consumers) and all(op in _UNB_OPS for op in consumers)
     trans = any(REGISTRY[op].transcendental for op in consumers)
+    aten = bool(consumers) and all(op in ATEN_BACKWARD for op in consumers)
     mm_variants = variants_for("matmul", dt)  # in dt: a half dtype's own accumulator
     for v in VARIANTS:
         w = _in_dtype(v, np.dtype(dt))  # as it runs in dt (None: not in dt)
-        if v.cause == "libm" and trans:
+        if v.cause == "libm" and trans and v.prim == "M":
             tries.append((v.cause, v.label, lambda v=v: recompute(v.value)))
+            if aten and v.value is _LIBC_MATH:  # then PyTorch's CPU backward kernels
+                def arules(op: str) -> Callable:
+                    return ATEN_BACKWARD[op][0] if op in ATEN_BACKWARD else REGISTRY[op].backward
+                label = "; ".join(dict.fromkeys(ATEN_BACKWARD[op][1] for op in consumers))
+                tries.append(("libm", label, lambda rules=arules: recompute(None, rules)))
         elif v.prim == "mm" and mm_only and w is not None and w in mm_variants:
             def rules(op: str, f: Callable = w.value) -> Callable:
                 return _GRAD_RULES[op](f) if op in _GRAD_RULES else REGISTRY[op].backward

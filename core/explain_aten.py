@@ -1,0 +1,218 @@
+"""PyTorch's CPU kernels (ATen on an AVX-512 CPU) written out in numpy, bit for bit: the orders
+``core.explain`` tries when PyTorch is the candidate (issue 44; docs/candidates.md).
+
+What each reproduces was measured here against torch 2.13.0+cpu (CPU capability AVX512, GCC 13
+with its default ``-ffp-contract=fast``, so a multiply feeding an add in a kernel is one fma);
+tests/core/test_explain_aten.py holds each to torch's own bits where torch is installed.
+
+- ``sleef_exp``: SLEEF's vectorised ``exp`` (``Sleef_expd8_u10`` / ``Sleef_expf16_u10``, the FMA
+  build), what ``Vectorized<double|float>::exp()`` calls: a Cody-Waite reduction by ln 2 in two
+  parts, a degree-10 (double, Estrin's scheme) / degree-6 (float, Horner) polynomial with
+  every multiply-add contracted, and ``2^q`` applied in two halves.
+- ``reduce_all``: ATen's ``vec::reduce_all`` of a row: one vector register of lanes (8 doubles,
+  16 floats), each lane serial over its stride, a partial last vector added into the first lanes;
+  then the lanes folded: in sequence for double (the generic ``vec_reduce_all``), as a halving
+  tree of shuffles for float (its AVX-512 specialisation). A float row shorter than one vector
+  is summed serially.
+- ``softmax``: ``_vec_softmax_lastdim``: max, ``exp(x - max)`` (SLEEF), ``reduce_all``, then
+  ``x * (1 / sum)``.
+- ``swiglu``: ``silu(a) * u`` with ATen's ``silu`` ``a / (1 + exp(-a))`` (``cpu_kernel_vec``:
+  vectors of two registers, SLEEF's exp; the elements past the last whole pair of registers by
+  the scalar loop, the C library's exp), and its backward: ``gu = g * silu(a)``,
+  ``ga = ((g * u) * s) * fma(a, 1 - s, 1)`` with ``s = 1 / (1 + exp(-a))`` (silu_backward).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "reduce_all", "sleef_exp"]
+
+# SLEEF's constants (sleefsimddp.c / sleefsimdsp.c, misc.h)
+_R_LN2 = 1.442695040888963407359924681001892137426645954152985934135449406931
+_L2U = .693147180559662956511601805686950683593750
+_L2L = .28235290563031577122588448175013436025525412068e-12
+_L2UF, _L2LF = 0.693145751953125, 1.428606765330187045e-06
+# xexp's polynomial, c9 .. c0 (the FMA build)
+_EXP_C = (0.2081276378237164457e-8, 0.2511210703042288022e-7, 0.2755762628169491192e-6,
+          0.2755723402025388239e-5, 0.2480158687479686264e-4, 0.1984126989855865850e-3,
+          0.1388888888914497797e-2, 0.8333333333314938210e-2, 0.4166666666666602598e-1,
+          0.1666666666666669072e+0)
+_EXPF_C = (0.000198527617612853646278381, 0.00139304355252534151077271,
+           0.00833336077630519866943359, 0.0416664853692054748535156,
+           0.166666671633720397949219, 0.5)
+
+# lanes of one AVX-512 register
+_LANES = {np.dtype(np.float64): 8, np.dtype(np.float32): 16}
+
+
+def _fma(a: Any, b: Any, c: Any) -> np.ndarray:
+    from core.explain import fma
+
+    return fma(a, b, c)
+
+
+def _pow2(q: np.ndarray, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """SLEEF's ``vldexp2``: ``2^(q >> 1)`` and ``2^(q - (q >> 1))``, each exact in ``dt``."""
+    h = q >> 1
+    return (np.ldexp(np.ones_like(q, dtype=dt), h.astype(np.int32)),
+            np.ldexp(np.ones_like(q, dtype=dt), (q - h).astype(np.int32)))
+
+
+def _sleef_exp64(d: np.ndarray) -> np.ndarray:
+    f = np.float64
+    with np.errstate(all="ignore"):
+        u = np.rint(d * f(_R_LN2))
+        q = np.where(np.isfinite(u), u, 0).astype(np.int64)
+        s = _fma(u, f(-_L2U), d)
+        s = _fma(u, f(-_L2L), s)
+        s2 = s * s
+        s4 = s2 * s2
+        s8 = s4 * s4
+        c = [f(v) for v in _EXP_C]
+
+        def p2(a: f, b: f) -> np.ndarray:
+            return _fma(s, a, b)
+
+        p4a = _fma(s2, p2(c[2], c[3]), p2(c[4], c[5]))
+        p4b = _fma(s2, p2(c[6], c[7]), p2(c[8], c[9]))
+        u = _fma(s8, p2(c[0], c[1]), _fma(s4, p4a, p4b))
+        u = _fma(u, s, f(0.5))
+        u = _fma(u, s, f(1.0))
+        u = _fma(u, s, f(1.0))
+        a, b = _pow2(q, np.dtype(f))
+        u = (u * a) * b
+        u = np.where(d > f(709.78271114955742909217217426), f(np.inf), u)
+        u = np.where(d < f(-1000), f(0), u)
+        return np.where(np.isnan(d), d, u)
+
+
+def _sleef_exp32(d: np.ndarray) -> np.ndarray:
+    f = np.float32
+    with np.errstate(all="ignore"):
+        qq = np.rint(d * f(_R_LN2))
+        q = np.where(np.isfinite(qq), qq, 0).astype(np.int32)
+        qf = q.astype(f)
+        s = _fma(qf, f(-_L2UF), d)
+        s = _fma(qf, f(-_L2LF), s)
+        u = np.full_like(d, f(_EXPF_C[0]))
+        for c in _EXPF_C[1:]:
+            u = _fma(u, s, f(c))
+        u = f(1.0) + _fma(s * s, u, s)
+        a, b = _pow2(q.astype(np.int64), np.dtype(f))
+        u = (u * a) * b
+        u = np.where(d < f(-104), f(0), u)
+        u = np.where(f(100) < d, f(np.inf), u)
+        return np.where(np.isnan(d), d, u).astype(f)
+
+
+def sleef_exp(x: Any) -> np.ndarray:
+    """SLEEF's vectorised exp (u10, FMA build) in x's type (float64 or float32)."""
+    x = np.asarray(x)
+    if x.dtype == np.float64:
+        return _sleef_exp64(x)
+    if x.dtype == np.float32:
+        return _sleef_exp32(x)
+    raise ValueError(f"SLEEF's exp is written for float64 and float32, not {x.dtype}")
+
+
+def _libc_exp(x: np.ndarray) -> np.ndarray:
+    from core.explain import _LIBC_MATH
+
+    return _LIBC_MATH.exp(x)
+
+
+def _vec_map(x: np.ndarray, vec: Callable, scalar: Callable) -> np.ndarray:
+    """``cpu_kernel_vec`` over a contiguous array: ``vec`` on whole pairs of registers, ``scalar``
+    on the rest (elementwise functions, so applied to the flat array's two parts)."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    w = 2 * _LANES[flat.dtype]
+    v = flat.size - flat.size % w
+    out = np.empty_like(flat)
+    out[:v] = vec(flat[:v])
+    if v < flat.size:
+        out[v:] = scalar(flat[v:])
+    return out.reshape(np.shape(x))
+
+
+def reduce_all(e: np.ndarray) -> np.ndarray:
+    """ATen's ``vec::reduce_all`` sum of every row (the last axis), keepdims (module doc)."""
+    from core.explain import _fold_lanes
+
+    dt = e.dtype
+    w = _LANES[np.dtype(dt)]
+    n = e.shape[-1]
+    if dt == np.float32 and n < w:
+        acc = e[..., 0]
+        for k in range(1, n):
+            acc = acc + e[..., k]
+        return acc[..., None]
+    nn = -(-n // w) * w
+    f = e
+    if nn != n:
+        f = np.concatenate([e, np.zeros(e.shape[:-1] + (nn - n,), dtype=dt)], axis=-1)
+    P = f.reshape(f.shape[:-1] + (nn // w, w))
+    acc = P[..., 0, :]
+    for s in range(1, nn // w):
+        acc = acc + P[..., s, :]
+    return _fold_lanes(acc, w, dt == np.float32)[..., None]
+
+
+def _check(xs: Sequence[np.ndarray]) -> None:
+    for x in xs:
+        if np.asarray(x).dtype not in _LANES:
+            raise ValueError("ATen's AVX-512 kernels are written here for float64 and float32")
+
+
+def _softmax(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    _check(xs)
+    x = np.asarray(xs[0])
+    axis = int(at.get("axis", -1))
+    if axis not in (-1, x.ndim - 1):
+        raise ValueError("ATen's last-dim softmax kernel only")
+    one = x.dtype.type(1)
+    e = sleef_exp(x - np.max(x, axis=-1, keepdims=True))
+    return e * (one / reduce_all(e))
+
+
+def _silu_parts(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ATen's ``1 + exp(-a)`` (vector part SLEEF, tail libc) and ``silu(a) = a / that``."""
+    one = a.dtype.type(1)
+    den = one + _vec_map(-a, sleef_exp, _libc_exp)
+    return den, a / den
+
+
+def _swiglu(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    _check(xs)
+    a, u = (np.asarray(x) for x in xs)
+    return _silu_parts(a)[1] * u
+
+
+def _swiglu_bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
+                nd: Sequence[bool]) -> list:
+    _check([g, *xs])
+    a, u = (np.asarray(x) for x in xs)
+    one = a.dtype.type(1)
+    den, silu = _silu_parts(a)
+    s = one / den
+    ga = ((g * u) * s) * _fma(a, one - s, one) if nd[0] else None
+    gu = g * silu if nd[1] else None
+    return [ga, gu]
+
+
+# op -> (what PyTorch's CPU computes, its label), tried by core.explain as a "libm" variant
+ATEN_FORWARD: dict[str, tuple[Callable, str]] = {
+    "softmax": (_softmax, "PyTorch's CPU softmax (ATen, AVX-512): SLEEF's vectorised exp, "
+                          "a one-register lane sum, x * (1/sum)"),
+    "swiglu": (_swiglu, "PyTorch's CPU silu(a) * u (ATen, AVX-512): a / (1 + exp(-a)), "
+                        "SLEEF's vectorised exp"),
+}
+
+# op -> (its backward rule as PyTorch's CPU autograd computes it, label)
+ATEN_BACKWARD: dict[str, tuple[Callable, str]] = {
+    "swiglu": (_swiglu_bwd, "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, "
+                            "(g * s) * fma(a, 1 - s, 1)"),
+}

@@ -1,0 +1,99 @@
+"""core/explain_aten.py: PyTorch's CPU kernels written out in numpy reproduce torch's own bits
+here (torch 2.13 CPU, AVX-512), and core.explain names them (issue 44)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from core import explain_aten as A
+from core.explain import explain, explain_grad
+
+torch = pytest.importorskip("torch")
+
+DTYPES = [np.float64, np.float32]
+
+
+def _bits_equal(a, b):
+    return np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+
+
+def _avx512():
+    return torch.backends.cpu.get_cpu_capability() == "AVX512"
+
+
+@pytest.fixture(autouse=True)
+def _need_avx512():
+    if not _avx512():
+        pytest.skip("these are ATen's AVX-512 kernels; this CPU's torch runs another build")
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("n", [3, 8, 16, 24, 37])
+def test_softmax_is_torch_softmax(dt, n):
+    x = (np.random.default_rng(n).standard_normal((64, n)) * 4).astype(dt)
+    got = torch.softmax(torch.from_numpy(x), -1).numpy()
+    assert _bits_equal(A.ATEN_FORWARD["softmax"][0]([x], {"axis": -1}), got)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_sleef_exp_is_softmax_exp(dt):
+    """A one-element row's softmax is exp(0) * (1/1); a two-element row [0, x] (x <= 0) gives
+    exp(x) * (1 / (1 + exp(x))): SLEEF's exp is what puts torch's bits there, also for
+    arguments far down to the underflow (subnormal results)."""
+    x = -np.concatenate([np.linspace(0, 20, 500), [700.0, 705.5, 708.3]] if dt == np.float64
+                        else [np.linspace(0, 20, 500), [87.0, 95.5, 103.0]]).astype(dt)
+    rows = np.stack([np.zeros_like(x), x], axis=1)
+    got = torch.softmax(torch.from_numpy(rows), -1).numpy()
+    assert _bits_equal(A.ATEN_FORWARD["softmax"][0]([rows], {"axis": -1}), got)
+    e = A.sleef_exp(x)
+    assert not _bits_equal(e, np.exp(x)), "SLEEF's exp equal to numpy's: nothing modelled"
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("n", [40, 64 + 5])
+def test_swiglu_forward_and_backward_are_torch(dt, n):
+    """silu(a) * u and its autograd, the vector part and the scalar tail (n not a multiple of
+    two registers) included."""
+    rng = np.random.default_rng(n)
+    a, u, g = ((rng.standard_normal((3, n)) * 4).astype(dt) for _ in range(3))
+    ta = torch.from_numpy(a.copy()).requires_grad_()
+    tu = torch.from_numpy(u.copy()).requires_grad_()
+    y = torch.nn.functional.silu(ta) * tu
+    y.backward(torch.from_numpy(g))
+    assert _bits_equal(A.ATEN_FORWARD["swiglu"][0]([a, u], {}), y.detach().numpy())
+    ga, gu = A.ATEN_BACKWARD["swiglu"][0](None, g, [a, u], None, {}, [True, True])
+    assert _bits_equal(ga, ta.grad.numpy()) and _bits_equal(gu, tu.grad.numpy())
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_explain_names_torch_softmax_and_swiglu(dt):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((4, 8, 16)) * 3).astype(dt)
+    node = SimpleNamespace(op="softmax", attrs={"axis": -1}, shape=x.shape)
+    c = explain(node, [x], torch.softmax(torch.from_numpy(x), -1).numpy())
+    assert c.cause == "libm" and c.variant == A.ATEN_FORWARD["softmax"][1], c
+    a, u = ((rng.standard_normal((16, 48)) * 3).astype(dt) for _ in range(2))
+    node = SimpleNamespace(op="swiglu", attrs={}, shape=a.shape)
+    y = (torch.nn.functional.silu(torch.from_numpy(a)) * torch.from_numpy(u)).numpy()
+    c = explain(node, [a, u], y)
+    assert c.cause == "libm" and c.variant == A.ATEN_FORWARD["swiglu"][1], c
+
+
+def test_explain_grad_names_torch_silu_backward():
+    """A gradient made by a swiglu consumer: its rule rerun as ATen's silu backward."""
+    rng = np.random.default_rng(3)
+    a, u, g = (rng.standard_normal((8, 40)) for _ in range(3))
+    ta = torch.from_numpy(a.copy()).requires_grad_()
+    (torch.nn.functional.silu(ta) * torch.from_numpy(u)).backward(torch.from_numpy(g))
+
+    def recompute(math=None, rules=None):
+        from core import mathlib
+        from core.optable.registry import REGISTRY
+        rule = rules("swiglu") if rules else REGISTRY["swiglu"].backward
+        return rule(math or mathlib.get("refmath"), g, [a, u], None, {}, [True, False])[0]
+
+    c = explain_grad(recompute, ["swiglu"], ta.grad.numpy())
+    assert c.cause == "libm" and "silu backward" in c.variant, c
