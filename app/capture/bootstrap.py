@@ -4,9 +4,11 @@
 
 Started as ``python -c BOOTSTRAP SCRIPT-OR-MODULE ARGS...`` with the settings in the environment
 variable ``TAPESCOPE_CAPTURE`` (JSON: out, steps, max_bytes, hashes_only, module, fd, apply:
-the settings to flip first, app/capture/flip.py), which is
-removed before the script runs. Events go to the parent on the pipe ``fd`` (one JSON object a
-line: ``step``, ``written``, ``error``, ``none``), never on the script's own stdout/stderr.
+the settings to flip first, app/capture/flip.py; run and events_dir for the ranks of a torchrun),
+which is removed before the script runs. Events go to the parent on the pipe ``fd`` (one JSON
+object a line: ``step``, ``written``, ``error``, ``none``), never on the script's own
+stdout/stderr; a rank under torchrun (which passes no pipe on) writes them to
+``events_dir/rankN.jsonl`` and its capture to ``OUT.rankN.capture``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ def main() -> None:
     if cfg.get("fd") is not None:
         os.set_inheritable(cfg["fd"], False)  # the script's own children do not get it
         pipe = os.fdopen(cfg["fd"], "w", buffering=1)
+    elif cfg.get("events_dir"):  # a rank under torchrun (no pipe through it): a file per rank
+        rank = os.environ.get("RANK", "0")
+        pipe = open(os.path.join(cfg["events_dir"], f"rank{int(rank)}.jsonl"), "w",  # noqa: SIM115
+                    buffering=1, encoding="utf-8")
 
     def tell(**msg: object) -> None:
         if pipe is not None:
@@ -55,12 +61,21 @@ def main() -> None:
         if n == 0:
             tell(event="none")
             return
+        out = cfg["out"]
+        if cfg.get("run"):  # one of the ranks of a torchrun (core/capture/ranks.py)
+            from app.capture.collectives import rank_of
+            from core.capture.ranks import rank_path
+
+            rank, world = rank_of() or (int(os.environ.get("RANK", "0")),
+                                        int(os.environ.get("WORLD_SIZE", "1")))
+            meta["rank"] = {"rank": rank, "world_size": world, "run": cfg["run"]}
+            out = rank_path(out, rank)
         try:
-            rec.save(cfg["out"], meta)
+            rec.save(out, meta)
         except Exception as e:  # noqa: BLE001 — said to the parent; the script runs on
             tell(event="error", message=" ".join(str(e).split()))
             return
-        tell(event="written", steps=n, ops=rec.step_start[n], values=len(rec.v_dtype),
+        tell(event="written", path=out, steps=n, ops=rec.step_start[n], values=len(rec.v_dtype),
              stored_bytes=rec.stored_bytes, hashed=rec.n_hashed,
              compile_called=bool(meta.get("compile_called")),
              seconds=round(rec.t0 and __import__("time").perf_counter() - rec.t0, 3))

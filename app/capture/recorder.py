@@ -31,6 +31,10 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from app.capture.collectives import NAMESPACES as _COLLECTIVES
+from app.capture.collectives import encode as _encode_object
+from app.capture.collectives import refresh as _refresh
+from app.capture.collectives import settle as _settle
 from app.capture.limits import DEFAULT_MAX_BYTES
 from core.capture.file import digest
 
@@ -443,6 +447,8 @@ class Recorder(TorchDispatchMode):
         if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return self._encode({torch.SymInt: int, torch.SymFloat: float,
                                  torch.SymBool: bool}[type(x)](x))
+        if isinstance(x, torch.ScriptObject):  # a collective's process group, reduce op
+            return _encode_object(x)
         return {"?": type(x).__name__}
 
     def _source(self, f: Any) -> int:
@@ -497,6 +503,8 @@ class Recorder(TorchDispatchMode):
             return func(*args, **kwargs)
         # inputs first: a value an op reads for the first time is recorded before the op runs
         try:
+            if info[0].startswith(_COLLECTIVES):  # its inputs read afresh (C++ writes them)
+                _refresh(self, args)
             enc_args = []
             for a in args:
                 if isinstance(a, torch.Tensor):
@@ -513,6 +521,8 @@ class Recorder(TorchDispatchMode):
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
         try:
+            if info[0].startswith(_COLLECTIVES):  # its data arrives later: waited for
+                _settle(info[0], out)
             self._record(info, args, kwargs, out, enc_args, enc_kwargs, graph_task, source)
         except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop recording
             self._broken(info[0], e)

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import sys
+from typing import Any
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PYTHON = re.compile(r"python(?:[0-9]+(?:\.[0-9]+)*)?(?:\.exe)?")
@@ -63,6 +64,10 @@ def _target(cmd: list[str]) -> tuple[str, list[str], str, bool, list[str]]:
         raise ValueError("no command to capture: give it after --, e.g. "
                          "tapescope capture --out run.capture -- python train.py")
     exe = cmd[0]
+    if os.path.basename(exe) == "torchrun":
+        raise _Torchrun(cmd[1:])
+    if _PYTHON.fullmatch(os.path.basename(exe)) and cmd[1:3] == ["-m", "torch.distributed.run"]:
+        raise _Torchrun(cmd[3:])
     if not _PYTHON.fullmatch(os.path.basename(exe)):
         raise ValueError(f"{exe!r} is not a Python interpreter: the command must be "
                          "`python SCRIPT ARGS` or `python -m MODULE ARGS`")
@@ -90,9 +95,47 @@ def _target(cmd: list[str]) -> tuple[str, list[str], str, bool, list[str]]:
     return found, opts, script, False, rest[1:]
 
 
+class _Torchrun(Exception):  # noqa: N818 — not an error: the command is a torchrun
+    def __init__(self, argv: list[str]) -> None:
+        super().__init__("torchrun")
+        self.argv = argv
+
+
+def _torchrun(argv: list[str]) -> tuple[list[str], str, bool, list[str]]:
+    """``(torchrun's own options, script-or-module, is_module, the script's args)`` from
+    ``torchrun OPTIONS train.py ARGS``, parsed by torchrun's own parser."""
+    import contextlib
+    import io
+
+    from torch.distributed.run import get_args_parser
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            ns = get_args_parser().parse_args(argv)
+    except SystemExit:
+        msg = " ".join(err.getvalue().strip().splitlines()[-1:]) or "bad arguments"
+        raise ValueError(f"torchrun: {msg}") from None
+    if ns.no_python:
+        raise ValueError("torchrun --no-python cannot be captured (the ranks must run "
+                         "Python: give `torchrun ... train.py ARGS`)")
+    at = len(argv) - 1 - len(ns.training_script_args)
+    if at < 0 or argv[at] != ns.training_script:
+        raise ValueError(f"cannot find the script {ns.training_script!r} in the torchrun "
+                         "command")
+    opts = [a for a in argv[:at] if a not in ("-m", "--module")]
+    if not ns.module and not os.path.isfile(ns.training_script):
+        raise ValueError(f"script {ns.training_script!r} not found")
+    return opts, ns.training_script, bool(ns.module), list(ns.training_script_args)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the script in a child with the recorder; 0 when the file is written, else raise
     (one line, exit 2)."""
+    try:
+        _target(list(args.script_command))
+    except _Torchrun as t:
+        return run_ranks(args, t.argv)
     import json
     import subprocess
     import threading
@@ -176,10 +219,110 @@ def run(args: argparse.Namespace) -> int:
     if written["steps"] < args.steps:
         print(f"note: the script made {written['steps']} of the {args.steps} steps asked for")
     if written.get("compile_called"):
-        print("note: the script calls torch.compile, and dynamo does not compile while the "
-              "recorder is on: the recorded steps ran eagerly (eager's numbers, not the "
-              "compiled run's; docs/capture.md)")
+        backends = ", ".join(written.get("compile") or []) or "?"
+        print(f"note: the script calls torch.compile (backend {backends}): "
+              f"{written.get('graphs', 0)} compiled graphs recorded, each call of one an op "
+              "tapescope.compiled_graph (docs/capture.md, torch.compile)")
     return 0
+
+
+def eager_kernels() -> Any:
+    """PyTorch's eager kernels for a compiled graph's departing nodes (``app.capture.eager``),
+    or None where torch is not importable (the judgement is the same without them)."""
+    try:
+        from app.capture.eager import run
+    except ImportError:
+        return None
+    return run
+
+
+def run_ranks(args: argparse.Namespace, argv: list[str]) -> int:
+    """``capture --out OUT -- torchrun OPTIONS train.py ARGS``: each rank runs the script under
+    the recorder (torchrun's ``--no-python``, the rank's command our bootstrap) and writes
+    ``OUT.rankN.capture``; 0 when every rank wrote its file."""
+    import json
+    import subprocess
+    import tempfile
+    import time
+    import uuid
+
+    from app.capture import DEFAULT_MAX_BYTES
+    from app.capture.bootstrap import ENV, code
+    from core.atomic import check_writable
+    from core.capture.ranks import out_rank_files
+    from core.progress import progress
+
+    opts, target, module, rest = _torchrun(argv)
+    if not args.out:
+        raise ValueError("--out OUT is required (the ranks write OUT.rank0.capture, ...)")
+    check_writable(args.out, "--out")
+    for stale in out_rank_files(args.out):
+        os.unlink(stale)  # a stale rank file must not pass for this run's
+    shown = shlex.join(["torchrun", *argv])
+    events_dir = tempfile.mkdtemp(prefix="tapescope-ranks-")
+    cfg = {"out": os.path.abspath(args.out), "steps": args.steps,
+           "max_bytes": DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes,
+           "hashes_only": args.hashes_only, "module": module, "fd": None,
+           "events_dir": events_dir, "run": uuid.uuid4().hex}
+    if getattr(args, "flip", None):
+        from app.capture.flip import parse
+
+        cfg["apply"] = dict(parse(t) for t in args.flip)
+    env = dict(os.environ)
+    env[ENV] = json.dumps(cfg)
+    cmd = [sys.executable, "-m", "torch.distributed.run", *opts, "--no-python",
+           sys.executable, "-c", code(_ROOT), target, *rest]
+    t0 = time.perf_counter()
+    try:
+        with progress(f"capturing {os.path.basename(target)} on its ranks"):
+            try:
+                child = subprocess.Popen(cmd, env=env, stdout=getattr(args, "child_out", None),
+                                         stderr=getattr(args, "child_out", None))
+            except OSError as e:
+                raise ValueError(f"cannot start torchrun: {e.strerror or e}") from None
+            try:
+                rc = child.wait()
+            except KeyboardInterrupt:
+                child.terminate()  # torchrun passes it on to its workers
+                child.wait()
+                raise
+        events: dict[int, list[dict]] = {}
+        for name in sorted(os.listdir(events_dir)):
+            if name.startswith("rank") and name.endswith(".jsonl"):
+                with open(os.path.join(events_dir, name), encoding="utf-8") as f:
+                    events[int(name[4:-6])] = [json.loads(ln) for ln in f if ln.strip()]
+    finally:
+        import shutil
+
+        shutil.rmtree(events_dir, ignore_errors=True)
+    wall = time.perf_counter() - t0
+    if rc != 0:
+        raise ValueError(f"the script failed (exit {rc}): {shown}")
+    if not events:
+        raise ValueError(f"no rank ran the recorder: {shown}")
+    written = {}
+    for r, evs in sorted(events.items()):
+        failed = next((e for e in evs if e.get("event") == "failed"), None)
+        if failed is not None:
+            raise ValueError(f"rank {r}: {failed['message']} (the script ran on, unrecorded)")
+        err = next((e for e in evs if e.get("event") == "error"), None)
+        if err is not None:
+            raise ValueError(f"rank {r}: cannot write its capture: {err['message']}")
+        w = next((e for e in evs if e.get("event") == "written"), None)
+        if w is None:
+            raise ValueError(f"no training step recorded on rank {r}: {shown} never called "
+                             "optimizer.step() there")
+        written[r] = w
+    steps = min(w["steps"] for w in written.values())
+    print(f"captured {steps} steps of {shown} on {len(written)} ranks in {wall:.1f} s: "
+          + ", ".join(f"rank {r} {w['ops']} ops" for r, w in written.items())
+          + f" -> {', '.join(_shown_path(w['path']) for w in written.values())}")
+    return 0
+
+
+def _shown_path(p: str) -> str:
+    rel = os.path.relpath(p)
+    return p if rel.startswith("..") else rel
 
 
 def judge_capture(args: argparse.Namespace) -> int:
@@ -209,7 +352,8 @@ def _judged(args: argparse.Namespace) -> dict:
     if cap.steps == 0:
         raise ValueError(f"{args.capture}: the capture holds no complete step")
     with progress(f"judging {os.path.basename(args.capture)}", total=cap.n_ops) as bar:
-        return judge(cap, explain=bool(getattr(args, "explain", False)), advance=bar.advance)
+        return judge(cap, explain=bool(getattr(args, "explain", False)), advance=bar.advance,
+                     eager=eager_kernels() if cap.graphs else None)
 
 
 def report_capture(args: argparse.Namespace) -> int:

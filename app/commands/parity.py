@@ -47,6 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--capture", metavar="FILE", default=None,
                    help="judge a capture (`tapescope capture`) instead: every recorded aten op "
                         "against the exact reference, introduced vs inherited (docs/capture.md)")
+    p.add_argument("--ranks", nargs="*", metavar="FILE", default=None,
+                   help="with --capture RANK0: judge every rank of a torchrun capture together "
+                        "(its OUT.rankN.capture siblings, or the FILEs given): the collectives "
+                        "against the fixed order, the ranks against each other; --capture OUT "
+                        "(the --out given to capture) does the same")
     p.add_argument("--worker", metavar="CMD", default=None,
                    help="run the device side through this command (split like a shell line, "
                         "never run by a shell), e.g. \"ssh gpu-box tapescope worker\"; the CPU "
@@ -146,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
             from app.commands.capture_pair import pair_captures
 
             return pair_captures(args)
+        from app.commands.capture_ranks import judge_rank_files, ranks_asked
+
+        if ranks_asked(args):  # the ranks of one torchrun, together (issue 43 item 4)
+            return judge_rank_files(args)
         from app.commands.capture import judge_capture
 
         return judge_capture(args)

@@ -348,7 +348,8 @@ class _Spec:
 
     def _arg(self, a: Any, depth: int) -> bool:
         """One recorded argument: None, bool, int, float, str, a list of them, or a tagged
-        object ({"T": value id}, {"f": "nan"|"inf"|"-inf"}, {"c": [re, im]}, {"?": text})."""
+        object ({"T": value id}, {"f": "nan"|"inf"|"-inf"}, {"c": [re, im]}, {"?": text},
+        a collective's {"g": [rank, size]} and {"r": reduce op name})."""
         if depth > _MAX_DEPTH:
             return False
         if a is None or isinstance(a, (bool, int, float)):
@@ -372,4 +373,9 @@ class _Spec:
                     isinstance(x, (int, float, dict)) for x in v)
             if k == "?":
                 return isinstance(v, str) and len(v) <= _MAX_TEXT
+            if k == "g":  # a collective's process group: [rank, size]
+                return isinstance(v, list) and len(v) == 2 and all(
+                    _is_int(x) and 0 <= x < 1 << 24 for x in v) and v[0] < v[1]
+            if k == "r":  # a collective's reduce op: its name (SUM, AVG, MAX ...)
+                return isinstance(v, str) and 0 < len(v) <= 32
         return False

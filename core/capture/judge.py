@@ -86,6 +86,8 @@ def _decode(a: Any, get: Callable[[int], np.ndarray | None]) -> Any:
             return float(v)
         if k == "c":
             return complex(_decode(v[0], get), _decode(v[1], get))
+        if k in ("g", "r"):  # a collective's process group, reduce op (core.capture.ranks)
+            return a
         raise _NoRef(f"an argument of type {v} was not recorded")
     return a
 
@@ -240,11 +242,27 @@ def _cause(d: dict) -> dict:
             "n_diff": d["n_diff"]}
 
 
+COLLECTIVES = ("c10d.", "_c10d_functional.")
+
+
 def judge(cap: Capture, *, explain: bool = False,
-          advance: Callable[[], None] | None = None) -> dict:
+          advance: Callable[[], None] | None = None,
+          override: Callable[[int, str, list, dict], list | None] | None = None) -> dict:
     """The capture judged: the JSON report (``ops``, ``introduced``, ``first_divergence``,
-    ``losses``, ``settings``, counts). ``advance()`` is called once per op (progress)."""
-    reference, NoReference, why_none = _reference_fn()
+    ``losses``, ``settings``, counts). ``advance()`` is called once per op (progress).
+    ``override(i, op, args, kwargs)``: op ``i``'s reference outputs where the caller has them
+    (a collective's, from every rank: ``core.capture.ranks``), or None for the table's form."""
+    table, NoReference, why_none = _reference_fn()
+
+    def reference(op: str, a: list, k: dict, i: int = -1) -> list:
+        if override is not None:
+            got = override(i, op, a, k)
+            if got is not None:
+                return got
+        if op.startswith(COLLECTIVES):
+            raise _NoRef("a collective: its reference needs every rank's inputs (tapescope "
+                         "parity --capture OUT judges the rank files together)")
+        return table(op, a, k)
     ops = cap.ops
     t0 = time.perf_counter()
     entries: list[dict] = []
@@ -299,7 +317,7 @@ def judge(cap: Capture, *, explain: bool = False,
             continue
         args, kwargs = ops["args"][i], ops["kwargs"][i]
         try:
-            if reference is None:
+            if table is None:
                 raise _NoRef(why_none)
             try:
                 a, k = _decode(args, rec_get), _decode_kw(kwargs, rec_get)
@@ -308,7 +326,7 @@ def judge(cap: Capture, *, explain: bool = False,
                                  "(its digest only)")
                 continue
             ref_calls += 1
-            got = reference(op, a, k)
+            got = reference(op, a, k, i)
             if len(got) != len(outs):
                 raise _NoRef(f"the reference returned {len(got)} outputs, the capture has "
                              f"{len(outs)}")
@@ -317,7 +335,8 @@ def judge(cap: Capture, *, explain: bool = False,
             tot = got
             if any(v in chain for v in _inputs(args) + _inputs(list(kwargs.values()))):
                 ref_calls += 1
-                tot = reference(op, _decode(args, chain_get), _decode_kw(kwargs, chain_get))
+                tot = reference(op, _decode(args, chain_get), _decode_kw(kwargs, chain_get),
+                                i)
                 tot = [_check_out(j, g, r) for j, (g, r) in enumerate(zip(tot, recorded,
                                                                             strict=True))]
         except (NoReference, _NoRef) as x:
@@ -375,7 +394,7 @@ def judge(cap: Capture, *, explain: bool = False,
     exact = counts["introduced"] == 0 and counts["inherited"] == 0
     return {
         "capture": cap.path, "steps": cap.steps, "exact": exact,
-        "reference": "core.capture.aten_ref" if reference is not None else None,
+        "reference": "core.capture.aten_ref" if table is not None else None,
         "reference_note": why_none or None,
         "counts": {v: counts[v] for v in VERDICTS},
         "n_ops": cap.n_ops, "n_ops_with_outputs": n_ops_out,

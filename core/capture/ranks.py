@@ -1,0 +1,436 @@
+"""Ranks: a data-parallel step captured once per rank, judged together (numpy only; issue 43
+item 4, docs/capture.md "Ranks").
+
+``tapescope capture --out OUT -- torchrun ... train.py`` writes one capture per rank,
+``OUT.rank0.capture``, ``OUT.rank1.capture`` ... (``rank_path``), each with its rank, the world
+size and the run's id in its ``meta.rank``. Every collective (``c10d.allreduce_``, DDP's bucket
+all-reduce among them; ``allgather_``, ``broadcast_``; the functional ``all_reduce``) is a
+recorded op with this rank's inputs and outputs.
+
+**Loading** (``load_ranks``) refuses, in one line naming the file: a capture without a rank, a
+rank missing or given twice, world sizes or step counts that differ, a rank file of another run
+(its run id), and ranks whose collectives differ (their count, or the k-th collective's op or
+shapes): the k-th collective of every rank is one collective, so they must be the same
+sequence. Other ops may differ from rank to rank (rank 0 alone printing ``loss.item()``).
+
+**The reference of a collective** is a stated fixed order (docs/reference-order.md, "Collectives"):
+an all-reduce SUM is the ranks' inputs added in rank order, ``((x0 + x1) + x2) + ...``, each
+addition rounded once to the tensor's dtype; AVG that sum divided by the world size; PRODUCT
+the same order of products; MIN / MAX elementwise; an all-gather, a broadcast and a
+``wait_tensor`` copy. Per collective and per rank: the output against the reference on the
+ranks' recorded inputs (``exact`` / ``introduced``), and whether the ranks hold the same bits
+after it (``agree``). ``--explain`` names the order that reproduces an introduced all-reduce:
+``ring`` (gloo's: the elements cut into N chunks of ceil(n/N), chunk c summed from rank c-1 down
+to rank c, modulo N), ``tree`` (pairs of ranks, then pairs of pairs), ``reverse`` (rank N-1
+down to rank 0).
+
+**Each rank** is then judged as every capture is (``core.capture.judge``), its collectives'
+reference taken from here (``override``): the introduced check on every rank's recorded inputs;
+the whole-step chain with this rank's own chained input and the other ranks' recorded ones. So a
+rank whose collective handed back different bits is *introduced* there, and its ops after it
+*inherit*.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.capture.aten_ref_table import NoReference
+from core.capture.file import Capture, CaptureFileError, load
+from core.capture.judge import COLLECTIVES, _diff, judge
+
+__all__ = ["RankSet", "collective_reference", "judge_ranks", "load_ranks", "out_rank_files",
+           "rank_files", "rank_path", "reduce_order"]
+
+_RANK_FILE = re.compile(r"^(?P<stem>.*)\.rank(?P<rank>\d{1,6})\.capture$")
+# not collectives: the functional collectives' plumbing (an identity on the data)
+_PLUMBING = ("_c10d_functional.wait_tensor", "_c10d_functional._wrap_tensor_autograd")
+_REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
+
+
+def rank_path(out: str | os.PathLike, rank: int) -> str:
+    """Rank ``rank``'s file for ``capture --out OUT``: ``OUT.rankN.capture`` (a ``.capture``
+    suffix of OUT is not repeated)."""
+    s = os.fspath(out)
+    stem = s[:-len(".capture")] if s.endswith(".capture") else s
+    return f"{stem}.rank{rank}.capture"
+
+
+def rank_files(path: str | os.PathLike) -> list[str]:
+    """The rank files of one run, by rank: ``path`` is a rank file (its siblings) or the
+    ``--out`` given to capture (``OUT`` or ``OUT.capture``, itself no file). [] when none."""
+    s = os.fspath(path)
+    m = _RANK_FILE.match(os.path.basename(s))
+    if m:
+        return out_rank_files(os.path.join(os.path.dirname(s), m.group("stem")))
+    if os.path.exists(s):
+        return []
+    return out_rank_files(s)
+
+
+def out_rank_files(out: str | os.PathLike) -> list[str]:
+    """Every ``OUT.rankN.capture`` there is for ``capture --out OUT``, by rank."""
+    s = os.fspath(out)
+    stem = s[:-len(".capture")] if s.endswith(".capture") else s
+    folder, base = os.path.split(stem)
+    found: dict[int, str] = {}
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    for name in names:
+        m = _RANK_FILE.match(name)
+        if m and m.group("stem") == base:
+            found[int(m.group("rank"))] = os.path.join(folder, name)
+    return [found[r] for r in sorted(found)]
+
+
+def is_collective(op: str) -> bool:
+    return op.startswith(COLLECTIVES) and not op.startswith(_PLUMBING)
+
+
+@dataclass
+class RankSet:
+    """The loaded rank files of one run: ``caps[r]`` is rank r's capture, ``coll[r]`` the op
+    indices of its collectives (the k-th of every rank is one collective)."""
+
+    caps: list[Capture]
+    run: str
+    coll: list[list[int]]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def world(self) -> int:
+        return len(self.caps)
+
+
+def _rank_meta(cap: Capture) -> tuple[int, int, str]:
+    m = cap.meta.get("rank")
+    if not (isinstance(m, dict) and isinstance(m.get("rank"), int)
+            and isinstance(m.get("world_size"), int) and isinstance(m.get("run"), str)
+            and 0 <= m["rank"] < m["world_size"] <= 1 << 20):
+        raise CaptureFileError(f"{cap.path}: not a rank capture (no rank, world size and run "
+                               "in its meta: captured without torch.distributed?)")
+    return m["rank"], m["world_size"], m["run"]
+
+
+def _shapes(cap: Capture, i: int) -> list:
+    return [list(cap.shapes[v]) for v in cap.ops["outputs"][i]]
+
+
+def load_ranks(paths: list[str]) -> RankSet:
+    """Load and check the rank files of one run (any order); ``CaptureFileError`` (one line,
+    naming the file) when they are not one complete run."""
+    if not paths:
+        raise CaptureFileError("no rank files given")
+    caps = [load(p) for p in paths]
+    by_rank: dict[int, Capture] = {}
+    world = run = None
+    first = None
+    for cap in caps:
+        r, n, rid = _rank_meta(cap)
+        if world is None:
+            world, run, first = n, rid, cap
+        elif n != world:
+            raise CaptureFileError(f"{cap.path}: world size {n}, but {first.path} has {world}")
+        elif rid != run:
+            raise CaptureFileError(f"{cap.path}: a rank file of another run (run {rid[:12]}; "
+                                   f"{first.path} is of run {run[:12]})")
+        if r in by_rank:
+            raise CaptureFileError(f"{cap.path}: rank {r} is given twice (also "
+                                   f"{by_rank[r].path})")
+        by_rank[r] = cap
+    missing = [r for r in range(world) if r not in by_rank]
+    if missing:
+        want = rank_path(re.sub(r"\.rank\d+\.capture$", "", first.path), missing[0])
+        raise CaptureFileError(f"{first.path}: rank {missing[0]} of {world} is missing "
+                               f"(no {want})")
+    ordered = [by_rank[r] for r in range(world)]
+    steps = {c.steps for c in ordered}
+    if len(steps) != 1:
+        raise CaptureFileError(f"{ordered[-1].path}: {ordered[-1].steps} steps, but "
+                               f"{ordered[0].path} has {ordered[0].steps}")
+    coll = [[i for i, op in enumerate(c.ops["op"]) if is_collective(op)] for c in ordered]
+    c0 = coll[0]
+    for r in range(1, world):
+        cr, cap = coll[r], ordered[r]
+        for k, (i0, ir) in enumerate(zip(c0, cr, strict=False)):
+            a = (ordered[0].ops["op"][i0], _shapes(ordered[0], i0), ordered[0].ops["step"][i0])
+            b = (cap.ops["op"][ir], _shapes(cap, ir), cap.ops["step"][ir])
+            if a != b:
+                raise CaptureFileError(
+                    f"{cap.path}: its collective {k + 1} (op #{ir} {b[0]} {b[1]}, step {b[2]}) "
+                    f"is not rank 0's (op #{i0} {a[0]} {a[1]}, step {a[2]}): the ranks made "
+                    "different collectives")
+        if len(cr) != len(c0):
+            raise CaptureFileError(
+                f"{cap.path}: {len(cr)} collectives ({cap.n_ops} ops), but rank 0 made "
+                f"{len(c0)} ({ordered[0].n_ops} ops): the ranks made different collectives")
+    notes = []
+    n_ops = [c.n_ops for c in ordered]
+    if len(set(n_ops)) > 1:
+        notes.append("the ranks made different numbers of ops (" + ", ".join(
+            f"rank {r}: {n}" for r, n in enumerate(n_ops)) + "); their collectives match")
+    return RankSet(ordered, run, coll, notes)
+
+
+# ---- the reference ------------------------------------------------------------------------
+def _add(a: np.ndarray, b: np.ndarray, f: Callable) -> np.ndarray:
+    """One elementwise step of a reduction, rounded once to the inputs' dtype (half types
+    computed in float32: exact for one addition or product of two)."""
+    dt = a.dtype
+    with np.errstate(all="ignore"):
+        if dt.name in ("float16", "bfloat16"):
+            return f(a.astype(np.float32), b.astype(np.float32)).astype(dt)
+        return np.asarray(f(a, b)).astype(dt, copy=False)
+
+
+_COMBINE = {"SUM": np.add, "AVG": np.add, "PRODUCT": np.multiply, "MIN": np.minimum,
+            "MAX": np.maximum}
+
+
+def reduce_order(xs: list[np.ndarray], op: str = "SUM", order: str = "rank") -> np.ndarray:
+    """The reduction of the ranks' tensors ``xs`` (by rank) in ``order``: ``rank`` (the
+    reference: ((x0 + x1) + x2) + ...), ``reverse``, ``tree`` (pairs, then pairs of pairs) or
+    ``ring`` (gloo's: N chunks of ceil(n/N) elements, chunk c from rank c-1 down to rank c)."""
+    f = _COMBINE[op]
+    n = len(xs)
+
+    def serial(seq: list[int], sl: Any = slice(None)) -> np.ndarray:
+        acc = np.array(xs[seq[0]].reshape(-1)[sl])
+        for r in seq[1:]:
+            acc = _add(acc, xs[r].reshape(-1)[sl], f)
+        return acc
+
+    if order == "rank":
+        out = serial(list(range(n)))
+    elif order == "reverse":
+        out = serial(list(range(n - 1, -1, -1)))
+    elif order == "tree":
+        parts = [xs[r].reshape(-1) for r in range(n)]
+        while len(parts) > 1:
+            parts = [_add(parts[j], parts[j + 1], f) if j + 1 < len(parts) else parts[j]
+                     for j in range(0, len(parts), 2)]
+        out = np.array(parts[0])
+    elif order == "ring":
+        size = xs[0].size
+        step = -(-size // n)
+        out = np.empty(size, dtype=xs[0].dtype)
+        for c in range(n):
+            lo, hi = c * step, min(size, (c + 1) * step)
+            if lo >= hi:
+                continue
+            out[lo:hi] = serial([(c - 1 - j) % n for j in range(n)], slice(lo, hi))
+    else:
+        raise ValueError(f"unknown order {order!r}")
+    if op == "AVG":
+        dt = out.dtype
+        with np.errstate(all="ignore"):
+            out = (out.astype(np.float32) / np.float32(n)).astype(dt) \
+                if dt.name in ("float16", "bfloat16") else (out / dt.type(n)).astype(dt)
+    return out.reshape(xs[0].shape)
+
+
+ORDERS = (("ring", "gloo's ring: N chunks, chunk c summed from rank c-1 down to rank c"),
+          ("tree", "a tree: pairs of ranks, then pairs of pairs"),
+          ("reverse", "rank order reversed: rank N-1 down to rank 0"))
+
+
+class _NoRef(Exception):
+    pass
+
+
+def _tensor_list(a: Any) -> list:
+    return a if isinstance(a, list) else [a]
+
+
+def collective_reference(op: str, per_rank_args: list[list], world: int) -> list[list]:
+    """Per rank, the reference outputs of collective ``op`` from every rank's decoded
+    positional arguments (arrays for tensors; ``{"g": ...}``, ``{"r": ...}`` as recorded)."""
+    name = op.split(".")[1] if "." in op else op
+    if name in ("allreduce_", "all_reduce", "all_reduce_"):
+        if op.startswith("c10d."):
+            red = per_rank_args[0][2]
+            red = red.get("r") if isinstance(red, dict) else None
+            lists = [_tensor_list(a[0]) for a in per_rank_args]
+        else:  # _c10d_functional.all_reduce(input, "sum", group_name)
+            red = str(per_rank_args[0][1]).upper()
+            lists = [[a[0]] for a in per_rank_args]
+        if red not in _REDUCE_OPS:
+            raise _NoRef(f"reduce op {red} has no reference order")
+        outs = [reduce_order([lst[j] for lst in lists], red) for j in range(len(lists[0]))]
+        return [outs for _ in range(world)]
+    if name == "allgather_":  # (output lists, inputs, group, ...): out[j][r] = rank r's input j
+        ins = [_tensor_list(a[1]) for a in per_rank_args]
+        outs = [np.array(ins[r][j]) for j in range(len(ins[0])) for r in range(world)]
+        return [outs for _ in range(world)]
+    if name == "broadcast_":  # (tensors, group, root rank, root tensor, ...)
+        root = per_rank_args[0][2]
+        if not isinstance(root, int) or not 0 <= root < world:
+            raise _NoRef(f"broadcast root {root!r} is not a rank")
+        outs = [np.array(t) for t in _tensor_list(per_rank_args[root][0])]
+        return [outs for _ in range(world)]
+    raise _NoRef(f"{op} has no reference here (all-reduce, all-gather and broadcast have)")
+
+
+def _decoded(cap: Capture, i: int) -> list:
+    def dec(a: Any) -> Any:
+        if isinstance(a, list):
+            return [dec(x) for x in a]
+        if isinstance(a, dict) and "T" in a:
+            x = cap.arrays[a["T"]]
+            if x is None:
+                raise _NoRef(f"{cap.path}: value {a['T']} is over the capture's size budget")
+            return x
+        return a
+    return dec(cap.ops["args"][i])
+
+
+def _outputs(cap: Capture, i: int) -> list:
+    return [cap.arrays[v] for v in cap.ops["outputs"][i]]
+
+
+def judge_ranks(rs: RankSet, *, explain: bool = False,
+                advance: Callable[[], None] | None = None) -> dict:
+    """The rank files judged together: per collective, the ranks' outputs against the fixed
+    order and against each other; per rank, the capture's judgement with its collectives'
+    reference from every rank."""
+    world = rs.world
+    colls: list[dict] = []
+    first = None
+    ref_cache: dict[int, list[list] | str] = {}
+
+    def reference_of(k: int) -> list[list] | str:
+        """Collective k's reference outputs per rank (on recorded inputs), or why none."""
+        if k not in ref_cache:
+            op = rs.caps[0].ops["op"][rs.coll[0][k]]
+            try:
+                args = [_decoded(rs.caps[r], rs.coll[r][k]) for r in range(world)]
+                ref_cache[k] = collective_reference(op, args, world)
+            except _NoRef as e:
+                ref_cache[k] = str(e)
+            except (IndexError, TypeError, ValueError, KeyError) as e:
+                ref_cache[k] = f"the reference failed: {type(e).__name__}: {e}"[:300]
+        return ref_cache[k]
+
+    for k in range(len(rs.coll[0])):
+        i0 = rs.coll[0][k]
+        cap0 = rs.caps[0]
+        op = cap0.ops["op"][i0]
+        entry = {"collective": k + 1, "op": op, "step": cap0.ops["step"][i0],
+                 "phase": cap0.ops["phase"][i0], "module": cap0.ops["module"][i0],
+                 "source": cap0.ops["source"][i0], "index": [rs.coll[r][k] for r in range(world)],
+                 "elements": int(sum(np.prod(cap0.shapes[v], dtype=np.int64)
+                                     for v in cap0.ops["outputs"][i0])), "ranks": []}
+        a0 = cap0.ops["args"][i0]
+        if len(a0) > 2 and isinstance(a0[2], dict) and "r" in a0[2]:
+            entry["reduce"] = a0[2]["r"]
+        outs = [_outputs(rs.caps[r], rs.coll[r][k]) for r in range(world)]
+        digests = [[rs.caps[r].digests[v] for v in rs.caps[r].ops["outputs"][rs.coll[r][k]]]
+                   for r in range(world)]
+        entry["agree"] = all(d == digests[0] for d in digests)
+        ref = reference_of(k)
+        for r in range(world):
+            e: dict[str, Any] = {"rank": r}
+            if isinstance(ref, str):
+                e.update(verdict="no-reference", reason=ref)
+            elif any(o is None for o in outs[r]):
+                e.update(verdict="unjudged", reason="an output is over the size budget")
+            else:
+                ds = [_diff(np.asarray(g), o) for g, o in zip(ref[r], outs[r], strict=True)]
+                nd = sum(d["n_diff"] for d in ds)
+                e.update(verdict="introduced" if nd else "exact", n_diff=nd,
+                         max_ulp=max((d["max_ulp"] for d in ds), default=0),
+                         n=sum(d["n"] for d in ds))
+                if nd and explain:
+                    e["cause"] = _explain(op, rs, k, r, outs[r])
+            entry["ranks"].append(e)
+        bad = [e["rank"] for e in entry["ranks"] if e["verdict"] == "introduced"]
+        entry["exact"] = not bad
+        if first is None and (bad or not entry["agree"]):
+            first = {"collective": k + 1, "op": op, "step": entry["step"],
+                     "phase": entry["phase"], "source": entry["source"],
+                     "introduced_by": bad, "agree": entry["agree"],
+                     "index": entry["index"]}
+        colls.append(entry)
+
+    def override_for(r: int) -> Callable[[int, str, list, dict], list | None]:
+        pos = {i: k for k, i in enumerate(rs.coll[r])}
+
+        def override(i: int, op: str, args: list, kwargs: dict) -> list | None:
+            if op.startswith(_PLUMBING):
+                return [np.array(args[0])]
+            k = pos.get(i)
+            if k is None:
+                return None
+            ref = reference_of(k)
+            if isinstance(ref, str):
+                raise NoReference(ref)
+            mine = _decoded(rs.caps[r], i)
+            if _same_arrays(args, mine):  # the introduced check: every rank as recorded
+                return ref[r]
+            others = [_decoded(rs.caps[s], rs.coll[s][k]) if s != r else args
+                      for s in range(world)]
+            return collective_reference(op, others, world)[r]  # the chain: this rank's own
+        return override
+
+    per_rank = []
+    for r in range(world):
+        rep = judge(rs.caps[r], explain=explain, advance=advance, override=override_for(r))
+        per_rank.append(rep)
+    agree = all(c["agree"] for c in colls)
+    exact_coll = all(c["exact"] for c in colls)
+    return {"ranks": world, "run": rs.run, "files": [c.path for c in rs.caps],
+            "steps": rs.caps[0].steps, "notes": rs.notes, "collectives": colls,
+            "first_collective": first, "agree": agree, "collectives_exact": exact_coll,
+            "exact": agree and exact_coll and all(p["exact"] for p in per_rank),
+            "per_rank": per_rank}
+
+
+def _same_arrays(a: Any, b: Any) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_arrays(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return a is b
+    return True
+
+
+def _explain(op: str, rs: RankSet, k: int, r: int, outs: list) -> dict:
+    """The order that reproduces rank ``r``'s introduced all-reduce output (ORDERS), or
+    unknown with the closest."""
+    args = [_decoded(rs.caps[s], rs.coll[s][k]) for s in range(rs.world)]
+    if not op.split(".")[1].startswith(("allreduce_", "all_reduce")):
+        return {"cause": "unknown", "variant": ""}
+    if op.startswith("c10d."):
+        red = args[0][2].get("r") if isinstance(args[0][2], dict) else None
+        lists = [_tensor_list(a[0]) for a in args]
+    else:
+        red = str(args[0][1]).upper()
+        lists = [[a[0]] for a in args]
+    if red not in _REDUCE_OPS:
+        return {"cause": "unknown", "variant": ""}
+    ref = [reduce_order([lst[j] for lst in lists], red) for j in range(len(outs))]
+    if all(np.array_equal(np.sort(np.asarray(g, dtype=np.float64).ravel()),
+                          np.sort(np.asarray(o, dtype=np.float64).ravel()))
+           for g, o in zip(ref, outs, strict=True)):
+        return {"cause": "layout", "variant": "the reference's values in another order (the "
+                "bucket's elements moved on this rank)"}
+    best = None
+    for name, label in ORDERS:
+        n_diff = 0
+        for j, o in enumerate(outs):
+            y = reduce_order([lst[j] for lst in lists], red, name)
+            n_diff += _diff(y, o)["n_diff"]
+        if n_diff == 0:
+            return {"cause": name, "variant": label}
+        if best is None or n_diff < best[0]:
+            best = (n_diff, name)
+    return {"cause": "unknown", "variant": "", "closest": best[1] if best else None,
+            "n_diff": best[0] if best else None}
+
