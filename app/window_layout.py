@@ -9,7 +9,7 @@ screen it is on.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QRect, QSettings, Qt
+from PySide6.QtCore import QByteArray, QEvent, QObject, QRect, QSettings, Qt, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QTabBar
 
@@ -26,21 +26,60 @@ VIRTUAL_PLATFORMS = ("offscreen", "minimal")
 
 
 def restore_state(win, state) -> bool:
-    """``win.restoreState(state)``, then hide the tab bars it left behind.
+    """``win.restoreState(state)``, then retire for good the tab bars it left behind.
 
-    NOTE: restoring a state whose docks are tabified makes new tab bars for the tab groups and
-    leaves the old ones shown where they were: ``--screenshot`` (which resets the layout)
-    painted a second "Backward stepper | Kernels" bar over the docks (issue 25). Per set of
-    tabs, the newest bar is the one the layout uses."""
+    NOTE: Qt 6.11's restoreState builds new tab bars for the restored tab groups and leaves the
+    old ones shown where they were, still holding their tabs (a QMainWindow with two tabified
+    docks reproduces it, visible or hidden). Worse, the layout keeps them in its list of used
+    bars and shows that whole list again when a dock animation ends: hiding them once (issue
+    25) held until the first live step, then ``--screenshot`` and real windows (torch, fused)
+    painted a second "Backward stepper | Kernels" bar over the docks (issue 46), whose tabs did
+    nothing when clicked. Qt never reuses a bar that holds tabs during a restore, so every bar
+    that held tabs before and still does after is such a ghost: it is hidden, and kept hidden
+    (GhostBars) until Qt empties it, which is when Qt may reuse it."""
+    before = [tb for tb in win.findChildren(QTabBar) if tb.parent() is win and tb.count()]
     ok = win.restoreState(state, STATE_VERSION)
-    newest: dict[tuple, QTabBar] = {}
-    for tb in win.findChildren(QTabBar):  # creation order: the newest last
-        if tb.parent() is win:
-            key = tuple(tb.tabText(i) for i in range(tb.count()))
-            if key in newest:
-                newest[key].hide()
-            newest[key] = tb
+    if ok:  # (a failed restore puts the old layout, old bars included, back in use)
+        for tb in before:
+            if tb.count():
+                GhostBars.of(win).retire(tb)
     return ok
+
+
+class GhostBars(QObject):
+    """Keeps the main window's ghost tab bars hidden (see ``restore_state``)."""
+
+    @classmethod
+    def of(cls, win) -> GhostBars:
+        """The window's one keeper (made on first use)."""
+        keeper = win.findChild(GhostBars, "ghost_tab_bars")
+        return keeper if keeper is not None else cls(win)
+
+    def __init__(self, win):
+        super().__init__(win)
+        self.setObjectName("ghost_tab_bars")
+        self.bars: set[QTabBar] = set()
+
+    def retire(self, tb: QTabBar) -> None:
+        """Hide ``tb`` now and whenever Qt shows it again, until it holds no tab."""
+        if tb not in self.bars:
+            self.bars.add(tb)
+            tb.installEventFilter(self)
+            tb.currentChanged.connect(self._emptied)
+        tb.hide()
+
+    @Slot(int)
+    def _emptied(self, index: int) -> None:
+        tb = self.sender()
+        if index < 0 and tb in self.bars and tb.count() == 0:  # Qt retired it: Qt's own again
+            self.bars.discard(tb)
+            tb.removeEventFilter(self)
+            tb.currentChanged.disconnect(self._emptied)
+
+    def eventFilter(self, obj, ev) -> bool:  # noqa: N802 (Qt override)
+        if ev.type() == QEvent.ShowToParent and obj in self.bars:
+            obj.hide()
+        return False
 
 
 class WindowLayout:
