@@ -194,7 +194,7 @@ def resize(imp, st, ins, names):
     chosen rows; linear and cubic are ``gather(x, idx_0) * T(w_0)``, then ``+ gather(x, idx_t)
     * T(w_t)`` per further tap, the indices and weights constants of the shapes (float64,
     rounded once to the tape's type). Every coordinate_transformation_mode and nearest_mode
-    but tf_crop_and_resize (its extrapolation) imports."""
+    but tf_crop_and_resize (its extrapolation) imports; antialias is refused."""
     from core.onnx.ops.resize import resize_args, resize_taps, upsample_args
 
     x = _v(imp, ins, names, 0)
@@ -206,6 +206,9 @@ def resize(imp, st, ins, names):
                  for i, what in ((1, "roi"), (2, "scales"), (3, "sizes"))]
         args = resize_args(st.opset, *extra, **st.attrs)
     scales, sizes, roi, axes, mode, ctm, rule, a, excl, anti, _, policy = args
+    if anti:
+        raise OnnxError("Resize with antialias 1 has no tape form (antialias 0 has)",
+                        node=imp.label)
     if ctm == "tf_crop_and_resize":
         raise OnnxError("Resize with coordinate_transformation_mode 'tf_crop_and_resize' has no "
                         "tape form (its extrapolated border is not a gather)", node=imp.label)

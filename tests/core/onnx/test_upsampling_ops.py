@@ -138,7 +138,9 @@ def test_gradient_is_the_derivative(case):
     (lambda: _convt(np.float32, np.random.default_rng(0), strides=[2, 2],
                     output_shape=[10, 8]),
      r"^[^\n]*ConvTranspose with output_shape \[10, 8\] has no tape form"),
-], ids=["tf-crop", "nearest-mode", "output-shape"])
+    (lambda: _resize(np.float32, [1, 1, 0.5, 0.5], mode="linear", antialias=1),
+     r"^[^\n]*Resize with antialias 1 has no tape form"),
+], ids=["tf-crop", "nearest-mode", "output-shape", "antialias"])
 def test_what_has_no_tape_form_is_one_line_naming_the_attribute(make, match):
     model = make()
     x = _data(model, np.random.default_rng(0), np.float32)
