@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from core import mathlib, precision
-from core.explain_aten import ATEN_BACKWARD, ATEN_FORWARD
+from core.explain_aten import ATEN_BACKWARD, ATEN_FORWARD, aten_sum
 from core.ops.reference import mm, reduced_axes, serial_sum
 from core.optable.registry import REGISTRY
 from core.parity import compare_arrays
@@ -733,6 +733,12 @@ VARIANTS: tuple[Variant, ...] = (
               _mm_tiles(t, mm if e == "serial" else _mm_lanes(2, False, False)))
       for t in (12, 8, 16, 24) for e in ("serial", "lanes")),
     Variant("reassociation", "PyTorch's cascade sum (levels of 16)", "sum", _sum_cascade),
+    # ATen's CPU sum kernel as a whole (core/explain_aten.py: its inner / outer paths)
+    Variant("reassociation", "PyTorch's CPU sum kernel (ATen SumKernel, AVX2 lanes)", "sum",
+            aten_sum),
+    Variant("reassociation", "PyTorch's CPU sum kernel of squares (ATen SumKernel, AVX2 "
+            "lanes)", "sumsq", lambda x, axis=None, keepdims=False: aten_sum(x * x, axis,
+                                                                             keepdims)),
     # vectorised reductions (issue 44): W lanes, each serial, then added. Measured: PyTorch
     # 2.13's CPU rms_norm sums its squares in 4 (float64) / 8 (float32) lanes added in
     # sequence, on rows of 16
@@ -1013,17 +1019,19 @@ def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequenc
     mm_only = bool(consumers) and all(op in _GRAD_RULES for op in consumers)
     unb_only = bool(consumers) and all(op in _UNB_OPS for op in consumers)
     trans = any(REGISTRY[op].transcendental for op in consumers)
-    aten = bool(consumers) and all(op in ATEN_BACKWARD for op in consumers)
+    aten = any(op in ATEN_BACKWARD for op in consumers)
     mm_variants = variants_for("matmul", dt)  # in dt: a half dtype's own accumulator
     for v in VARIANTS:
         w = _in_dtype(v, np.dtype(dt))  # as it runs in dt (None: not in dt)
         if v.cause == "libm" and trans and v.prim == "M":
             tries.append((v.cause, v.label, lambda v=v: recompute(v.value)))
-            if aten and v.value is _LIBC_MATH:  # then PyTorch's CPU backward kernels
-                def arules(op: str) -> Callable:
-                    return ATEN_BACKWARD[op][0] if op in ATEN_BACKWARD else REGISTRY[op].backward
-                label = "; ".join(dict.fromkeys(ATEN_BACKWARD[op][1] for op in consumers))
-                tries.append(("libm", label, lambda rules=arules: recompute(None, rules)))
+        if aten and v.value is _LIBC_MATH:  # then PyTorch's CPU backward kernels (the other
+            # consumers' rules the reference's: an add's gradient is exact)
+            def arules(op: str) -> Callable:
+                return ATEN_BACKWARD[op][0] if op in ATEN_BACKWARD else REGISTRY[op].backward
+            label = "; ".join(dict.fromkeys(ATEN_BACKWARD[op][1] for op in consumers
+                                            if op in ATEN_BACKWARD))
+            tries.append(("libm", label, lambda rules=arules: recompute(None, rules)))
         elif v.prim == "mm" and mm_only and w is not None and w in mm_variants:
             def rules(op: str, f: Callable = w.value) -> Callable:
                 return _GRAD_RULES[op](f) if op in _GRAD_RULES else REGISTRY[op].backward

@@ -16,6 +16,18 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
   is summed serially.
 - ``softmax``: ``_vec_softmax_lastdim``: max, ``exp(x - max)`` (SLEEF), ``reduce_all``, then
   ``x * (1 / sum)``.
+- ``aten_sum``: ATen's CPU sum kernel (SumKernel.cpp; dispatched to its AVX2 build here, so 4
+  doubles / 8 floats a vector) over trailing axes (``vectorized_inner_sum``: a row shorter than
+  one vector by ``row_sum``, else the elements past the last whole vector added serially first,
+  then the vectors by ``row_sum``, then their lanes in order) or leading ones
+  (``vectorized_outer_sum``: column groups of 4 vectors by the cascade over every row, the
+  other columns by ``row_sum``). ``row_sum`` keeps 4 partial sums (row ``i`` in partial
+  ``i % 4``, each the cascade of ``multi_row_sum``), adds the leftover rows to partial 0, then
+  the partials in order. (A float32 outer sum of fewer columns than one vector is not
+  reproduced.)
+- ``rms_norm`` backward: ``F.rms_norm`` is ATen's composite ``(x * rsqrt(mean(x^2) + eps)) *
+  w``, so autograd's chain: ``gx = (g w) r + ((-0.5 * sum(g w x)) * (r r r)) / n * (2 x)``,
+  ``gw = sum_to_size(g * (x r))``, every sum ``aten_sum``.
 - ``swiglu``: ``silu(a) * u`` with ATen's ``silu`` ``a / (1 + exp(-a))`` (``cpu_kernel_vec``:
   vectors of two registers, SLEEF's exp; the elements past the last whole pair of registers by
   the scalar loop, the C library's exp), and its backward: ``gu = g * silu(a)``,
@@ -29,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "reduce_all", "sleef_exp"]
+__all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "aten_sum", "reduce_all", "sleef_exp"]
 
 # SLEEF's constants (sleefsimddp.c / sleefsimdsp.c, misc.h)
 _R_LN2 = 1.442695040888963407359924681001892137426645954152985934135449406931
@@ -161,6 +173,106 @@ def reduce_all(e: np.ndarray) -> np.ndarray:
     return _fold_lanes(acc, w, dt == np.float32)[..., None]
 
 
+def _cascade(a: np.ndarray) -> np.ndarray:
+    """``multi_row_sum``'s cascade over axis 0 (core.explain's ``_cascade_reduce``)."""
+    from core.explain import _cascade_reduce
+
+    if a.shape[0] == 0:
+        return np.zeros(a.shape[1:], dtype=a.dtype)
+    return _cascade_reduce(np.moveaxis(a, 0, -1))
+
+
+def _row_sum(a: np.ndarray) -> np.ndarray:
+    """ATen's ``row_sum`` over axis 0: 4 interleaved partial cascades, leftovers into the
+    first, then the partials added in order."""
+    n = a.shape[0]
+    m = n // 4
+    parts = [_cascade(a[k:4 * m:4]) for k in range(4)]
+    for i in range(4 * m, n):
+        parts[0] = parts[0] + a[i]
+    out = parts[0]
+    for k in range(1, 4):
+        out = out + parts[k]
+    return out
+
+
+def _inner_sum(f: np.ndarray) -> np.ndarray:
+    """``vectorized_inner_sum`` of every row of ``f`` (the last axis)."""
+    w = 32 // f.dtype.itemsize
+    n = f.shape[-1]
+    nv = n // w
+    if nv == 0:
+        return _row_sum(np.moveaxis(f, -1, 0))
+    out = np.zeros(f.shape[:-1], dtype=f.dtype)
+    for k in range(nv * w, n):
+        out = out + f[..., k]
+    vs = _row_sum(np.moveaxis(f[..., :nv * w].reshape(f.shape[:-1] + (nv, w)), -2, 0))
+    for lane in range(w):
+        out = out + vs[..., lane]
+    return out
+
+
+def _outer_sum(f: np.ndarray) -> np.ndarray:
+    """``vectorized_outer_sum`` of ``f`` [R, C] over its rows."""
+    w = 32 // f.dtype.itemsize
+    c = (f.shape[1] // (4 * w)) * 4 * w
+    if f.dtype == np.float32 and f.shape[1] < w:
+        raise ValueError("a float32 outer sum of fewer columns than one vector is not written")
+    out = np.empty(f.shape[1], dtype=f.dtype)
+    if c:
+        out[:c] = _cascade(f[:, :c])
+    if c < f.shape[1]:
+        out[c:] = _row_sum(f[:, c:])
+    return out
+
+
+def aten_sum(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+    """ATen's CPU ``sum`` (module doc) over trailing or leading axes; a ValueError otherwise."""
+    from core.ops.reference import reduced_axes
+
+    x = np.asarray(x)
+    _check([x])
+    nd = x.ndim
+    axes = tuple(sorted(reduced_axes(axis, nd)))
+    k = len(axes)
+    if k == 0:
+        r = x.copy()
+    elif axes == tuple(range(nd - k, nd)):
+        r = _inner_sum(np.ascontiguousarray(x).reshape(x.shape[:nd - k] + (-1,)))
+    elif axes == tuple(range(k)):
+        rest = x.shape[k:]
+        r = _outer_sum(np.ascontiguousarray(x).reshape(-1, int(np.prod(rest)))).reshape(rest)
+    else:
+        raise ValueError("ATen's sum is written here for leading or trailing axes")
+    if keepdims:
+        r = r.reshape(tuple(1 if a in axes else x.shape[a] for a in range(nd)))
+    return np.asarray(r, dtype=x.dtype)
+
+
+def _rms_norm_bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
+                  nd: Sequence[bool]) -> list:
+    _check([g, *xs])
+    x, w = (np.asarray(v) for v in xs)
+    t = x.dtype.type
+    n = t(x.shape[-1])
+    r = t(1) / np.sqrt(aten_sum(x * x, -1, keepdims=True) / n + t(at["eps"]))
+    gw = None
+    if nd[1]:
+        gxr = g * (x * r)
+        lead = gxr.ndim - 1
+        try:
+            gw = aten_sum(gxr, tuple(range(lead))) if lead else gxr
+        except ValueError:  # an order not written here: the reference's (gx may still match)
+            from core.ops.reference import serial_sum
+            gw = serial_sum(gxr, tuple(range(lead)))
+    gx = None
+    if nd[0]:
+        gd = g * w
+        gr = aten_sum(gd * x, -1, keepdims=True)
+        gx = gd * r + (((t(-0.5) * gr) * ((r * r) * r)) / n) * (t(2) * x)
+    return [gx, gw]
+
+
 def _check(xs: Sequence[np.ndarray]) -> None:
     for x in xs:
         if np.asarray(x).dtype not in _LANES:
@@ -213,6 +325,8 @@ ATEN_FORWARD: dict[str, tuple[Callable, str]] = {
 
 # op -> (its backward rule as PyTorch's CPU autograd computes it, label)
 ATEN_BACKWARD: dict[str, tuple[Callable, str]] = {
+    "rms_norm": (_rms_norm_bwd, "PyTorch's CPU rms_norm backward (autograd of ATen's "
+                                "composite, ATen's sum kernel)"),
     "swiglu": (_swiglu_bwd, "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, "
                             "(g * s) * fma(a, 1 - s, 1)"),
 }
