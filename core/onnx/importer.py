@@ -510,8 +510,12 @@ def _gemm(imp, st, ins, names):
 def _conv(imp, st, ins, names):
     at = st.attrs
     x, w = _v(imp, ins, names, 0), _v(imp, ins, names, 1)
+    if len(x.shape) == 3:  # 1-D (Conv1d): conv2d on a unit height, the same chains
+        y = _conv(imp, lowerings._Attrs(st, lowerings.as_2d(at)),
+                  [lowerings.unit_height(x), lowerings.unit_height(w)] + list(ins[2:]), names)
+        return lowerings.drop_height(y)
     if len(x.shape) != 4:
-        raise OnnxError("only 2-D convolutions have a tape form", node=imp.label)
+        raise OnnxError("only 1-D and 2-D convolutions have a tape form", node=imp.label)
     k = list(at.get("kernel_shape") or w.shape[2:])
     strides = list(at.get("strides") or [1, 1])
     dil = list(at.get("dilations") or [1, 1])
@@ -529,8 +533,13 @@ def _pool(kind):
     def conv(imp, st, ins, names):
         at = st.attrs
         x = _v(imp, ins, names, 0)
+        if len(x.shape) == 3:  # 1-D (MaxPool1d, AvgPool1d): the 2-D pool on a unit height
+            y = conv(imp, lowerings._Attrs(st, lowerings.as_2d(at)),
+                     [lowerings.unit_height(x)] + list(ins[1:]), names)
+            return lowerings.drop_height(y)
         if len(x.shape) != 4 or any(d != 1 for d in (at.get("dilations") or [1, 1])):
-            raise OnnxError("only undilated 2-D pools have a tape form", node=imp.label)
+            raise OnnxError("only undilated 1-D and 2-D pools have a tape form",
+                            node=imp.label)
         k = list(at["kernel_shape"])
         strides = list(at.get("strides") or [1, 1])
         padw = pads_for(x.shape[2:], k, strides, [1, 1], at.get("pads"),

@@ -155,18 +155,57 @@ def expand(imp, st, ins, names):
     return ops.mul(x, imp.tape.const(np.ones(out), name="ones"))
 
 
+# ---- 1-D windows: the 2-D op with a unit height -------------------------------------------
+
+def as_2d(at: dict) -> dict:
+    """A 1-D Conv / ConvTranspose / pool's attributes for its 2-D op on ``[N, C, 1, L]``: a
+    unit height in front of every per-axis attribute (pads ``[b, e]`` -> ``[0, b, 0, e]``).
+    The 2-D op over a height of 1 runs the same chains as the 1-D one: its taps are (c, 0, k),
+    row-major, so the executor's 1-D order bit for bit."""
+    out = dict(at)
+    for k, unit in (("kernel_shape", 1), ("strides", 1), ("dilations", 1),
+                    ("output_padding", 0)):
+        if at.get(k):
+            out[k] = [unit, *list(at[k])]
+    if at.get("pads"):
+        b, e = list(at["pads"])
+        out["pads"] = [0, b, 0, e]
+    return out
+
+
+def unit_height(v):
+    """``[N, C, L]`` -> ``[N, C, 1, L]`` (a weight ``[M, C, k]`` -> ``[M, C, 1, k]``)."""
+    return ops.reshape(v, tuple(v.shape[:2]) + (1,) + tuple(v.shape[2:]))
+
+
+def drop_height(v):
+    return ops.reshape(v, tuple(v.shape[:2]) + tuple(v.shape[3:]))
+
+
 # ---- ConvTranspose: the tape's conv_transpose2d (conv2d's backward-data) -------------------
+
+class _Attrs:
+    """A step with other attributes (the 1-D forms' 2-D ones)."""
+
+    def __init__(self, st, attrs: dict) -> None:
+        self.node, self.opset, self.label, self.attrs = st.node, st.opset, st.label, attrs
+
 
 def conv_transpose(imp, st, ins, names):
     """ConvTranspose (2-D: what nn.ConvTranspose2d exports; strides, pads, dilations,
-    output_padding, group) as the tape's ``conv_transpose2d`` (conv2d's backward-data: the
-    executor's order bit for bit), then the bias as a broadcasting ``add``. ``output_shape``
-    and ``auto_pad`` (no exporter of PyTorch writes them) are refused, naming them."""
+    output_padding, group; 1-D on a unit height) as the tape's ``conv_transpose2d`` (conv2d's
+    backward-data: the executor's order bit for bit), then the bias as a broadcasting
+    ``add``. ``output_shape`` and ``auto_pad`` (no exporter of PyTorch writes them) are
+    refused, naming them."""
     at = st.attrs
     x, w = _v(imp, ins, names, 0), _v(imp, ins, names, 1)
+    if len(x.shape) == 3:  # 1-D (ConvTranspose1d): the 2-D op with a unit height
+        y = conv_transpose(imp, _Attrs(st, as_2d(at)), [unit_height(x), unit_height(w)]
+                           + list(ins[2:]), names)
+        return drop_height(y)
     if len(x.shape) != 4:
         raise OnnxError(f"ConvTranspose of a {len(x.shape) - 2}-D input has no tape form "
-                        "(2-D has)", node=imp.label)
+                        "(1-D and 2-D have)", node=imp.label)
     for name, dflt in (("output_shape", None), ("auto_pad", "NOTSET")):
         if at.get(name, dflt) not in (dflt, None, [], ()):
             raise OnnxError(f"ConvTranspose with {name} {at[name]!r} has no tape form (give "

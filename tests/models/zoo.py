@@ -4,7 +4,7 @@ GRU / LSTM / RNN, HardSwish / HardSigmoid / Pow, log_softmax + nll_loss, a ViT b
 broadcast class token and MultiheadAttention or SDPA, nn.Transformer with a causal mask, a
 causal mask from torch.triu, a BERT-style encoder with a 2-row token-type table, a Llama-style
 block: RMSNorm by rsqrt, rotary, GQA, a UNet with ConvTranspose2d, F.interpolate, GroupNorm and
-SiLU), each exported by ``torch.onnx.export`` at test time
+SiLU, a conv1d + GroupNorm audio classifier), each exported by ``torch.onnx.export`` at test time
 with small seeded random weights, as a user would (no edits to the file)."""
 
 from __future__ import annotations
@@ -283,6 +283,25 @@ class TinyUNet(nn.Module):
         return self.outc(torch.cat([a + self.up(b), lin + near, self.up2(b)], 1))
 
 
+class TinyAudio(nn.Module):
+    """A conv1d audio classifier: Conv1d (strided, padded; grouped) + GroupNorm + SiLU,
+    MaxPool1d, a mean over time and a linear head."""
+
+    def __init__(self, classes=3):
+        super().__init__()
+        self.conv1 = nn.Conv1d(1, 8, 5, stride=2, padding=2)
+        self.gn1 = nn.GroupNorm(2, 8)
+        self.conv2 = nn.Conv1d(8, 8, 3, padding=1, groups=2)
+        self.gn2 = nn.GroupNorm(4, 8)
+        self.pool = nn.MaxPool1d(2)
+        self.head = nn.Linear(8, classes)
+
+    def forward(self, x):
+        h = self.pool(F.silu(self.gn1(self.conv1(x))))
+        h = F.silu(self.gn2(self.conv2(h)))
+        return self.head(h.mean(-1))
+
+
 def _ints(shape, high):
     return torch.randint(0, high, shape)
 
@@ -306,6 +325,7 @@ FAMILIES = {
     "bert": (TinyBert, lambda: (_ints((2, 5), 11), _ints((2, 5), 2)), False),
     "llama": (TinyLlama, lambda: (_ints((2, 5), 13),), False),
     "unet": (TinyUNet, lambda: (torch.randn(2, 3, 8, 8),), False),
+    "audio": (TinyAudio, lambda: (torch.randn(2, 1, 32),), False),
 }
 
 

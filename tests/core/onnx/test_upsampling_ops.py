@@ -1,6 +1,7 @@
 """ConvTranspose, Resize / Upsample and InstanceNormalization have tape forms (issue 45 item 2:
-a UNet's ConvTranspose2d, F.interpolate and GroupNorm): imported, the forward is the executor's
-bit for bit (float32 and float64) and the gradient, weights included, is the derivative
+a UNet's ConvTranspose2d, F.interpolate and GroupNorm), and 1-D Conv, ConvTranspose, MaxPool
+and AveragePool (an audio model's) the 2-D ones' on a unit height: imported, the forward is the
+executor's bit for bit (float32 and float64) and the gradient, weights included, is the derivative
 (float64 central differences along random directions). What has no tape form is refused in
 one line naming the attribute."""
 
@@ -50,6 +51,11 @@ def _inorm(dtype, rng):
                   epsilon=1e-5)
 
 
+def _one_d(op, dtype, rng, weights=(), **attrs):
+    inits = [(k, rng.standard_normal(shape).astype(dtype)) for k, shape in weights]
+    return _model(op, (2, 4, 11), dtype, inits, opset=17, **attrs)
+
+
 CASES = {
     "convt-stride2": lambda dt, rng: _convt(dt, rng, k=(2, 2), strides=[2, 2]),
     # ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1, groups=2) in small
@@ -70,6 +76,15 @@ CASES = {
         dt, [1, 1, 2, 1.5], mode="linear", coordinate_transformation_mode="align_corners"),
     "resize-cubic": lambda dt, rng: _resize(dt, [1, 1, 0.5, 2], mode="cubic"),
     "instance-norm": _inorm,
+    # Conv1d(4, 6, 3, stride=2, padding=..., dilation=2, groups=2), asymmetric pads
+    "conv1d": lambda dt, rng: _one_d("Conv", dt, rng, [("w", (6, 2, 3)), ("b", (6,))],
+                                     strides=[2], pads=[1, 2], dilations=[2], group=2),
+    "convt1d": lambda dt, rng: _one_d("ConvTranspose", dt, rng, [("w", (4, 3, 3)), ("b", (3,))],
+                                      strides=[2], pads=[1, 1], output_padding=[1]),
+    "maxpool1d": lambda dt, rng: _one_d("MaxPool", dt, rng, kernel_shape=[3], strides=[2],
+                                        pads=[1, 1]),
+    "avgpool1d": lambda dt, rng: _one_d("AveragePool", dt, rng, kernel_shape=[3], strides=[2],
+                                        pads=[1, 0], count_include_pad=1),
 }
 
 
@@ -92,6 +107,8 @@ def test_forward_is_the_executors_bit_for_bit(case, dtype):
     ran = {n.op for n in tape.nodes}
     if case.startswith("convt"):
         assert "conv_transpose2d" in ran  # the op itself, not a fold
+    if case.startswith("conv1d"):
+        assert "conv2d" in ran
     if case.startswith("resize"):
         assert "gather" in ran
 
@@ -111,7 +128,8 @@ def test_gradient_is_the_derivative(case):
     tape.backward(ops.sum(ops.mul(y, tape.const(r))))
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     wrt = {"x": (x, xp), **{k: (inits[k], v) for k, v in imp.params.items()}}
-    assert case.startswith("resize") or len(wrt) == 3  # the weight and bias train
+    # every weight (and bias) trains; Resize's scales and sizes are not weights
+    assert set(imp.params) == {k for k in inits if k not in ("scales", "sizes")}
 
     def f(name, value):
         m = type(model)()
