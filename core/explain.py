@@ -733,12 +733,6 @@ VARIANTS: tuple[Variant, ...] = (
               _mm_tiles(t, mm if e == "serial" else _mm_lanes(2, False, False)))
       for t in (12, 8, 16, 24) for e in ("serial", "lanes")),
     Variant("reassociation", "PyTorch's cascade sum (levels of 16)", "sum", _sum_cascade),
-    # ATen's CPU sum kernel as a whole (core/explain_aten.py: its inner / outer paths)
-    Variant("reassociation", "PyTorch's CPU sum kernel (ATen SumKernel, AVX2 lanes)", "sum",
-            aten_sum),
-    Variant("reassociation", "PyTorch's CPU sum kernel of squares (ATen SumKernel, AVX2 "
-            "lanes)", "sumsq", lambda x, axis=None, keepdims=False: aten_sum(x * x, axis,
-                                                                             keepdims)),
     # vectorised reductions (issue 44): W lanes, each serial, then added. Measured: PyTorch
     # 2.13's CPU rms_norm sums its squares in 4 (float64) / 8 (float32) lanes added in
     # sequence, on rows of 16
@@ -752,6 +746,13 @@ VARIANTS: tuple[Variant, ...] = (
     *(Variant("reassociation", f"{w} partial sums over k{' with fma' if f else ''}, added "
               f"{'as a tree' if tree else 'in sequence'}", "mm", _mm_lanes(w, f, tree))
       for w in (2, 4, 8, 16, 32) for f in (False, True) for tree in (False, True)),
+    # ATen's CPU sum kernel as a whole, after the plain lane orders it often equals
+    # (core/explain_aten.py: its inner / outer paths, longer rows' partial cascades)
+    Variant("reassociation", "PyTorch's CPU sum kernel (ATen SumKernel, AVX2 lanes)", "sum",
+            aten_sum),
+    Variant("reassociation", "PyTorch's CPU sum kernel of squares (ATen SumKernel, AVX2 "
+            "lanes)", "sumsq", lambda x, axis=None, keepdims=False: aten_sum(x * x, axis,
+                                                                             keepdims)),
     Variant("accumulator", "wider accumulator", "sum", _sum_acc(True)),
     Variant("accumulator", "wider accumulator", "mm", _mm_acc(True)),
     Variant("accumulator", "narrower accumulator (float32)", "sum", _sum_acc(False)),
