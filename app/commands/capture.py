@@ -112,7 +112,9 @@ def _torchrun(argv: list[str]) -> tuple[list[str], str, bool, list[str]]:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            ns = get_args_parser().parse_args(argv)
+            parser = get_args_parser()
+            parser.prog = "torchrun"
+            ns = parser.parse_args(argv)
     except SystemExit:
         msg = " ".join(err.getvalue().strip().splitlines()[-1:]) or "bad arguments"
         raise ValueError(f"torchrun: {msg}") from None
@@ -224,6 +226,25 @@ def run(args: argparse.Namespace) -> int:
               f"{written.get('graphs', 0)} compiled graphs recorded, each call of one an op "
               "tapescope.compiled_graph (docs/capture.md, torch.compile)")
     return 0
+
+
+def node_line(d: dict) -> str:
+    """A compiled graph's departing node (core/capture/regions.py) as one line."""
+    of = f" output {d['output']}" if d.get("of") else ""
+    orig = d["original"] if d["original"] and d["original"] != d["target"] else ""
+    where = ", ".join(x for x in (f"from {orig}" if orig else "", d["module"]) if x)
+    kernel = ", ".join(k.split(" ")[0] for k in d["kernel"])
+    e = d.get("eager") or {}
+    eager = "" if not e.get("ran") else "; eager aten on the same inputs gives " + (
+        "the compiled bits" if e["same_as_compiled"] else "the reference's bits"
+        if e["same_as_reference"] else "neither")
+    cause = f"; cause: {d['cause']}" if d.get("cause") and d["cause"] != "unknown" else ""
+    seen = f", seen at output node {d['seen_at']}" if d.get("seen_at") else ""
+    return (f"first departing node {d['name']} = {d['target']}{of}" + (f" ({where}{seen})"
+                                                                      if where else seen)
+            + f": {d['n_diff']} of {d['n']} elements, max {d['max_ulp']} ulp from the reference "
+            f"on the run's own values; its kernel ({d['kernel_nodes']} nodes): {kernel}"
+            f"{cause}{eager}")
 
 
 def eager_kernels() -> Any:
@@ -433,6 +454,10 @@ def print_report(rep: dict, explain: bool = False) -> None:
               f"{e['module'] or '(no module)'} output {e['output']} ({e['n_diff']} elements, "
               f"max {e['max_ulp']} ulp) at {_short(e['source'])}{why}"
               + (f"; {len(intro)} introduced outputs in all" if len(intro) > 1 else ""))
+    region = next((e for e in intro if e.get("node")), None)
+    if region is not None:
+        print(f"inside compiled graph #{region['index']} (step {region['step']}, "
+              f"{region['phase']}): {node_line(region['node'])}")
     judged = c["exact"] + c["introduced"] + c["inherited"]
     if not rep["exact"]:
         print("DIFFERS from the reference")

@@ -95,11 +95,16 @@ def print_ranks(rep: dict, explain: bool = False) -> None:
     else:
         c = rep["collectives"][f["collective"] - 1]
         who = f["introduced_by"]
+        said: dict[str, list[int]] = {}  # ranks with the same numbers said once
+        for e in c["ranks"]:
+            if e["verdict"] == "introduced":
+                said.setdefault(f"{e['n_diff']} of {e['n']} elements (max {e['max_ulp']} ulp)"
+                                + (f", cause {e['cause']['cause']}" if "cause" in e else ""),
+                                []).append(e["rank"])
         intro = "; ".join(
-            f"rank {e['rank']}'s output differs from the fixed order on the ranks' recorded "
-            f"inputs in {e['n_diff']} of {e['n']} elements (max {e['max_ulp']} ulp)"
-            + (f", cause {e['cause']['cause']}" if "cause" in e else "")
-            for e in c["ranks"] if e["verdict"] == "introduced")
+            f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} "
+            f"{'differ' if len(rs) > 1 else 'differs'} from the fixed order on the ranks' "
+            f"recorded inputs in {what}" for what, rs in said.items())
         print(f"first collective with a difference: #{f['collective']} {f['op']} (step "
               f"{f['step']}, {f['phase']}, {_short(f['source'])}): "
               + (f"introduced by rank{'s' if len(who) > 1 else ''} "

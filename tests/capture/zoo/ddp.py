@@ -15,11 +15,11 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
 class Net(nn.Module):
-    def __init__(self):
+    def __init__(self, width=16):
         super().__init__()
-        self.fc1 = nn.Linear(8, 16)
+        self.fc1 = nn.Linear(8, width)
         self.act = nn.Tanh()
-        self.fc2 = nn.Linear(16, 4)
+        self.fc2 = nn.Linear(width, 4)
 
     def forward(self, x):
         return self.fc2(self.act(self.fc1(x)))
@@ -29,6 +29,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--width", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=60, help="seconds a rank waits for another")
     a = ap.parse_args()
     dist.init_process_group("gloo", timeout=timedelta(seconds=a.timeout))
@@ -37,7 +38,7 @@ def main():
     data = TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))
     sampler = DistributedSampler(data, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=a.batch, sampler=sampler)
-    model = DDP(Net())
+    model = DDP(Net(a.width))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     step = 0
     while step < a.steps:
