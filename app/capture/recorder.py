@@ -15,6 +15,7 @@ step hooks; a step ends at each ``optimizer.step()``. See docs/capture.md.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import math
@@ -74,6 +75,114 @@ _sha256 = hashlib.sha256
 _PLAIN = frozenset({int, bool, str, type(None)})
 
 
+# values smaller than this are hashed where they are made (a queue's round trip costs more)
+_ASYNC_MIN = 1 << 16
+# bytes waiting for the hashing thread beyond which the step waits for it (the memory a
+# deferred digest may hold: a private copy, or the tensor kept alive)
+_PENDING_MAX = 256 << 20
+
+
+class _Hasher:
+    """SHA-256s on a background thread (``hashlib`` releases the GIL for large buffers, so the
+    user's step runs on while its values are hashed: the recorder's largest per-byte cost).
+
+    ``put(vid, a, span)``: hash ``a`` (C-contiguous, or made so on the thread) into
+    ``sha[vid]``. ``span``: None when ``a`` is a private copy; else ``a`` is a view of a live
+    tensor's own memory (hashes only, no copy) whose storage spans ``span = (lo, hi)``, which
+    an op that writes there must not change before it is hashed: before such an op the
+    recorder calls ``protect(spans written)``, which copies the queued ones (a copy is ~4x
+    cheaper than their SHA-256) and waits for the one being hashed. Bounded: ``put`` waits
+    while more than ``_PENDING_MAX`` bytes are queued."""
+
+    def __init__(self, sha: list) -> None:
+        self.sha = sha
+        self.cv = threading.Condition()
+        self.queue: collections.deque[list] = collections.deque()  # [vid, array, span]
+        self.current: list | None = None  # the item being hashed
+        self.pending = 0  # bytes queued or being hashed
+        self.live = 0  # items with a span queued or being hashed
+        self.error: BaseException | None = None
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, name="tapescope-hash", daemon=True)
+        self.thread.start()
+
+    def put(self, vid: int, a: np.ndarray, span: tuple[int, int] | None) -> None:
+        with self.cv:
+            while self.pending > _PENDING_MAX and self.queue:
+                self.cv.wait()
+            self.queue.append([vid, a, span])
+            self.pending += a.nbytes
+            self.live += span is not None
+            self.cv.notify_all()
+
+    def protect(self, spans: list[tuple[int, int]]) -> None:
+        """Memory in ``spans`` is about to be written: no queued digest may read it after."""
+        def hit(span: tuple[int, int] | None) -> bool:
+            return span is not None and any(lo < span[1] and span[0] < hi for lo, hi in spans)
+
+        with self.cv:
+            for item in self.queue:
+                if hit(item[2]):
+                    item[1] = np.array(item[1], order="C")  # a private copy, hashed later
+                    item[2] = None
+                    self.live -= 1
+            while self.current is not None and hit(self.current[2]):
+                self.cv.wait()
+
+    def drain(self) -> None:
+        """Wait until everything queued is hashed."""
+        with self.cv:
+            while self.pending:
+                self.cv.wait()
+
+    def close(self) -> None:
+        self.drain()
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+        self.thread.join()
+
+    def _run(self) -> None:
+        sha, cv, queue = self.sha, self.cv, self.queue
+        while True:
+            with cv:
+                while not queue and not self.closed:
+                    cv.wait()
+                if not queue:
+                    return
+                item = self.current = queue.popleft()
+            vid, a, span = item
+            try:
+                sha[vid] = _sha256(a if a.flags.c_contiguous else
+                                   np.ascontiguousarray(a)).hexdigest()
+            except BaseException as e:  # noqa: BLE001 — the recorder reports it (``failed``)
+                self.error = e
+            with cv:
+                self.current = None
+                self.pending -= a.nbytes
+                self.live -= span is not None
+                cv.notify_all()
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The addresses of ``t``'s storage (what a write through any view of it may change)."""
+    s = t.untyped_storage()
+    lo = s.data_ptr()
+    return lo, lo + s.nbytes()
+
+
+def _written(info: tuple, args: Any, kwargs: dict) -> list[tuple[int, int]]:
+    """The storage spans an op is about to write (its schema's written arguments, and the
+    running statistics batch norm writes unmarked)."""
+    ts: list[torch.Tensor] = []
+    for i, aname, kwarg_only in info[1]:
+        ts += _tensors(args[i] if i < len(args) and not kwarg_only else kwargs.get(aname))
+    for i in info[3] or ():
+        if i < len(args) and isinstance(args[i], torch.Tensor):
+            ts.append(args[i])
+    return [_span(t) for t in ts if t.layout is _STRIDED]
+
+
 def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
     """``t``'s value as numpy and whether that is already a private copy (else a view of the
     tensor's memory, to be copied before it is kept), or ``(None, False)`` for what numpy
@@ -102,6 +211,8 @@ class Recorder(TorchDispatchMode):
     ``on_done(recorder)`` runs once when the last step ends (the CLI writes the file there);
     ``on_step(n)`` after each recorded step (progress)."""
 
+    async_hash = True  # large digests on a background thread (``_Hasher``)
+
     def __init__(self, steps: int = 2, max_bytes: int = DEFAULT_MAX_BYTES,
                  hashes_only: bool = False,
                  on_done: Callable[[Recorder], None] | None = None,
@@ -115,7 +226,9 @@ class Recorder(TorchDispatchMode):
         # values: per id its dtype name, shape, digest, array (None: hashed only)
         self.v_dtype: list[str] = []
         self.v_shape: list[list[int]] = []
-        self.v_sha: list[str] = []
+        self.v_sha: list[str | None] = []  # None: on the hashing thread (``_Hasher``)
+        self.sha_like: list[tuple[int, int]] = []  # (value, value whose digest it shares)
+        self.hasher: _Hasher | None = None
         self.v_array: list[np.ndarray | None] = []
         self.stored_bytes = 0
         self.n_hashed = 0
@@ -169,6 +282,8 @@ class Recorder(TorchDispatchMode):
                       nn_module.register_module_forward_hook(self._post),
                       optim_mod.register_optimizer_step_pre_hook(self._step_pre),
                       optim_mod.register_optimizer_step_post_hook(self._step_post)]
+        if self.async_hash:
+            self.hasher = _Hasher(self.v_sha)
         self.__enter__()
         self.active = True
         return self
@@ -179,6 +294,7 @@ class Recorder(TorchDispatchMode):
         for h in self.hooks:
             h.remove()
         self.hooks = []
+        self._hashes_done()
         if self.active:
             from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -186,6 +302,19 @@ class Recorder(TorchDispatchMode):
                 self.__exit__(None, None, None)
                 self.active = False
             # else another mode entered after ours is still on top: ours stays, passing through
+
+    def _hashes_done(self) -> None:
+        """Wait for the hashing thread, end it, and give each value that shares a digest
+        its own copy of it."""
+        h, self.hasher = self.hasher, None
+        if h is not None:
+            h.close()
+            if h.error is not None and self.failed is None:
+                self.failed = (f"the recorder's hashing failed: {type(h.error).__name__}: "
+                               f"{h.error}")[:300]
+        for vid, like in self.sha_like:
+            self.v_sha[vid] = self.v_sha[like]
+        self.sha_like = []
 
     # ---- hooks ------------------------------------------------------------------------------
     def _pre(self, mod: torch.nn.Module, args: Any) -> None:
@@ -308,7 +437,9 @@ class Recorder(TorchDispatchMode):
             ver = -1
         return u, ver
 
-    def _new_value(self, t: torch.Tensor) -> int:
+    def _new_value(self, t: torch.Tensor, made: bool = False) -> int:
+        """Record ``t``'s value; ``made``: an op's output (not a value first seen as an
+        input)."""
         name = _NUMPY_DTYPES.get(t.dtype)
         if name is not None and t.is_cpu and t.layout is _STRIDED and not t.is_neg():
             # the common case: a CPU tensor numpy holds as it is (a view of its memory)
@@ -318,19 +449,30 @@ class Recorder(TorchDispatchMode):
             self.v_dtype.append(name)
             self.v_shape.append(list(a.shape))
             if self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
+                # the digest of the tensor's own memory (no copy); an op's output large
+                # enough on the hashing thread (the ops that write drain it first), a value
+                # first seen here now (data, parameters: written outside aten, maybe)
+                self.v_array.append(None)
+                self.n_hashed += 1
+                if made and a.nbytes >= _ASYNC_MIN and self.hasher is not None:
+                    self.v_sha.append(None)
+                    self.hasher.put(vid, a, _span(t))
+                    return vid
                 try:
-                    h = _sha256(a)  # of the tensor's own memory: no copy for a digest
+                    h = _sha256(a)
                 except (BufferError, ValueError):  # not C-contiguous
                     h = _sha256(np.ascontiguousarray(a))
                 self.v_sha.append(h.hexdigest())
-                self.v_array.append(None)
-                self.n_hashed += 1
             else:
                 c = np.array(a, order="C")  # a private copy: later in-place ops must not reach it
                 c.setflags(write=False)
-                self.v_sha.append(_sha256(c).hexdigest())
                 self.v_array.append(c)
                 self.stored_bytes += c.nbytes
+                if c.nbytes >= _ASYNC_MIN and self.hasher is not None:
+                    self.v_sha.append(None)
+                    self.hasher.put(vid, c, None)
+                else:
+                    self.v_sha.append(_sha256(c).hexdigest())
             return vid
         return self._new_value_any(t)
 
@@ -387,7 +529,7 @@ class Recorder(TorchDispatchMode):
         bumps it on the way back up), or not at all (below it, or an unmarked write): the new
         value is the one read at either version."""
         u, ver = self._key(t)
-        vid = self._new_value(t)
+        vid = self._new_value(t, True)
         self.seen[(u, ver)] = vid
         if written and ver >= 0:
             self.seen[(u, ver + 1)] = vid
@@ -417,7 +559,10 @@ class Recorder(TorchDispatchMode):
         vid = len(self.v_dtype)
         self.v_dtype.append(self.v_dtype[like])
         self.v_shape.append(list(t.shape))
-        self.v_sha.append(self.v_sha[like])
+        h = self.v_sha[like]
+        self.v_sha.append(h)
+        if h is None:  # still on the hashing thread: copied when the file is made
+            self.sha_like.append((vid, like))
         a = self.v_array[like]
         if a is None or self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
             self.v_array.append(None)
@@ -501,6 +646,13 @@ class Recorder(TorchDispatchMode):
             info = self._op(func)
         if info[5]:  # a namespace that is not the step's (profiler)
             return func(*args, **kwargs)
+        if (info[1] or info[3]) and self.hasher is not None and self.hasher.live:
+            try:  # it writes: what it may write is copied or hashed first
+                self.hasher.protect(_written(info, args, kwargs))
+            except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
+                self._broken(info[0], e)
+                self.hasher.drain()
+                return func(*args, **kwargs)
         # inputs first: a value an op reads for the first time is recorded before the op runs
         try:
             if info[0].startswith(_COLLECTIVES):  # its inputs read afresh (C++ writes them)
@@ -607,6 +759,8 @@ class Recorder(TorchDispatchMode):
                 array_of.append(len(arrays))
                 arrays.append(a)
                 digests.append(d)
+        if None in self.v_sha:  # the hashing thread failed (``failed`` says why)
+            raise RuntimeError(self.failed or "a value's digest is missing")
         self._digests = digests
         dtypes: dict[str, int] = {}
         dtype_idx = [dtypes.setdefault(d, len(dtypes)) for d in self.v_dtype]

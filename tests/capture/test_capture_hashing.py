@@ -1,0 +1,96 @@
+"""The recorder's digests on its background thread (app/capture/recorder.py ``_Hasher``): the
+same SHA-256s as hashing each value where it is made, even when an op writes a value while
+its digest waits in the queue (hashes only: the queue holds a view of the tensor's own
+memory, which such a write would change), and the script's own results unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from app.capture import recorder as R  # noqa: E402
+
+
+def _step(n: int = 96) -> tuple[list[float], list[str]]:
+    """A step whose large outputs (>= the async threshold) are written in place at once: the
+    digest of each value must be of its bytes as the op made them."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(n, n, generator=g, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+    x = torch.randn(n, n, generator=g)
+    losses, expect = [], []
+    for _ in range(2):
+        y = x @ w  # an op's output (64 KiB): hashed on the thread ...
+        expect.append(hashlib.sha256(y.detach().numpy().tobytes()).hexdigest())
+        y.mul_(2.0)  # ... unless this write came first
+        y.add_(1.0)
+        loss = (y * y).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()  # in-place writes of w and the momentum buffer
+        losses.append(loss.item())
+    return losses, expect
+
+
+def _record(async_hash: bool, hashes_only: bool, monkeypatch) -> tuple[R.Recorder, list, list]:
+    monkeypatch.setattr(R.Recorder, "async_hash", async_hash)
+    rec = R.Recorder(steps=2, hashes_only=hashes_only).start()
+    try:
+        losses, expect = _step()
+    finally:
+        rec.stop()
+    return rec, losses, expect
+
+
+@pytest.mark.parametrize("hashes_only", [True, False])
+def test_background_digests_are_the_values_as_made(hashes_only, monkeypatch):
+    monkeypatch.setattr(R, "_ASYNC_MIN", 1 << 12)  # every value of the step goes to the thread
+    plain_losses, _ = _step()
+    got, losses, expect = _record(True, hashes_only, monkeypatch)
+    assert losses == plain_losses  # the script's own results: the same bits
+    ref, ref_losses, _ = _record(False, hashes_only, monkeypatch)
+    assert ref_losses == plain_losses
+    assert None not in got.v_sha
+    assert got.v_sha == ref.v_sha  # the same digests as hashing each value where it is made
+    assert got.n_hashed == ref.n_hashed
+    names = {i: n for n, i in got.tables["names"].items()}
+    mm_out = [got.o_outputs[i][0] for i, op in enumerate(got.o_op)
+              if names[op] == "aten.mm.default" and got.o_phase[i] == 0]
+    assert [got.v_sha[v] for v in mm_out] == expect  # before the mul_ that followed each
+    if not hashes_only:
+        for v in mm_out:
+            assert hashlib.sha256(np.ascontiguousarray(got.v_array[v])).hexdigest() \
+                == got.v_sha[v]
+
+
+def test_a_write_copies_what_waits_and_waits_for_what_is_hashed():
+    """``protect``: a queued live view under a write becomes a private copy (its digest is of
+    the bytes before the write); other spans are left alone."""
+    sha: list = [None, None]
+    h = R._Hasher(sha)
+    try:
+        with h.cv:  # hold the thread off while both are queued
+            a = np.arange(1 << 14, dtype=np.float32)
+            b = np.ones(1 << 14, dtype=np.float32)
+            want_a = hashlib.sha256(a.tobytes()).hexdigest()
+            want_b = hashlib.sha256(b.tobytes()).hexdigest()
+            lo_a, lo_b = a.ctypes.data, b.ctypes.data
+            h.queue.append([0, a, (lo_a, lo_a + a.nbytes)])
+            h.queue.append([1, b, (lo_b, lo_b + b.nbytes)])
+            h.pending += a.nbytes + b.nbytes
+            h.live += 2
+        h.protect([(lo_a + 8, lo_a + 16)])  # a write inside a's storage
+        assert h.live == 1
+        assert h.queue[0][2] is None and h.queue[0][1] is not a  # a: copied
+        assert h.queue[1][1] is b  # b: untouched, still live
+        a[:] = -1.0  # the write
+    finally:
+        with h.cv:  # the items went in behind put's back: wake the thread
+            h.cv.notify_all()
+        h.close()
+    assert sha == [want_a, want_b]
+    assert h.error is None
