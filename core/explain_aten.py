@@ -27,7 +27,9 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
   reproduced.)
 - ``rms_norm`` backward: ``F.rms_norm`` is ATen's composite ``(x * rsqrt(mean(x^2) + eps)) *
   w``, so autograd's chain: ``gx = (g w) r + ((-0.5 * sum(g w x)) * (r r r)) / n * (2 x)``,
-  ``gw = sum_to_size(g * (x r))``, every sum ``aten_sum``.
+  ``gw = sum_to_size(g * (x r))``, every sum ``aten_sum``; ``gx``'s two terms are handed as
+  ``core.provenance.GradParts``: autograd adds each to x's gradient on its own, after the
+  contributions of x's later consumers (a residual add's).
 - ``swiglu``: ``silu(a) * u`` with ATen's ``silu`` ``a / (1 + exp(-a))`` (``cpu_kernel_vec``:
   vectors of two registers, SLEEF's exp; the elements past the last whole pair of registers by
   the scalar loop, the C library's exp), and its backward: ``gu = g * silu(a)``,
@@ -269,7 +271,10 @@ def _rms_norm_bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: A
     if nd[0]:
         gd = g * w
         gr = aten_sum(gd * x, -1, keepdims=True)
-        gx = gd * r + (((t(-0.5) * gr) * ((r * r) * r)) / n) * (t(2) * x)
+        # two contributions autograd adds to x's gradient separately, after those of
+        # consumers made later (the engine runs later nodes first): x * r's, then pow's
+        from core.provenance import GradParts
+        gx = GradParts((gd * r, (((t(-0.5) * gr) * ((r * r) * r)) / n) * (t(2) * x)))
     return [gx, gw]
 
 

@@ -272,14 +272,27 @@ def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Ge
                 if memo is not None:
                     memo[i] = parts
             for k, x in enumerate(n.inputs):  # mul(x, x): both contributions, in input order
-                c = parts[k]
-                if x != j or not needs[k] or c is None:
+                if x != j or not needs[k] or parts[k] is None:
                     continue
-                if type(c) is not np.ndarray or c.shape != shape or c.dtype != dt:
-                    c = (np.asarray(c).astype(dt) if dt in precision.HALF
-                         else np.asarray(c, dtype=dt)).reshape(shape)
-                acc = np.add(zero if acc is None else acc, c)
+                # a rule may hand its contribution in parts that autograd adds one by one
+                for c in (parts[k] if isinstance(parts[k], GradParts) else (parts[k],)):
+                    if type(c) is not np.ndarray or c.shape != shape or c.dtype != dt:
+                        c = (np.asarray(c).astype(dt) if dt in precision.HALF
+                             else np.asarray(c, dtype=dt)).reshape(shape)
+                    acc = np.add(zero if acc is None else acc, c)
     return acc
+
+
+class GradParts(tuple):
+    """A backward rule's contribution to one input as several arrays, added to the gradient
+    one after another in this order (as PyTorch's autograd adds a composite op's branches:
+    ``core.explain_aten``); ``total()`` is their sum in that order."""
+
+    def total(self) -> np.ndarray:
+        out = self[0]
+        for c in self[1:]:
+            out = out + c
+        return out
 
 
 def reference_update(opt: OptimizerState, sqrt: Callable | None = None
