@@ -132,9 +132,11 @@ class LiveStepper(QObject):
                 f"or pick a step on the scrubber; {now}.")
 
     def _walks_text(self, step: int) -> str:
+        params = (f"the parameters after step {step - 1:,}" if step > 1 else
+                  "the initial parameters")
         return (f"Backward of live step {step:,}: the reference ({self.replay.label()}) "
-                f"replayed in this window, batch {step:,} with the parameters after step "
-                f"{step - 1:,}; the Inspector shows the same step.")
+                f"replayed in this window, batch {step:,} with {params}; the Inspector shows "
+                "the same step.")
 
     @Slot()
     def _slice(self) -> None:

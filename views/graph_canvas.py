@@ -53,10 +53,14 @@ LONG_EDGE = 8 * (NODE_H + 54.0)  # scene units: an edge spanning more ranks is "
 # line in a font ONE_LINE_PX high on screen (at most ONE_LINE_FILL of the box): a group's
 # name, an op's op. Fit (F) zooms to 0.45 or more (views.graph_view.FIT_READABLE), so a
 # fitted graph's boxes are labelled; below ONE_LINE a box is too small to hold a word.
+# NOTE: ONE_LINE is where that line is 8 px on screen (NODE_H * ONE_LINE_FILL * 0.22): in the
+# real window at 1280x800 the graph is ~250 px tall, and the 10k tape's and torch_cnn's
+# coarsest folds fit at 0.24 and 0.27, under the 0.28 this was, so Fit showed no word at all
+# (issue 46's Xvfb scenarios, tests/scenarios)
 FULL_LABELS = 0.7
-ONE_LINE = 0.28
+ONE_LINE = 0.22
 ONE_LINE_PX = 11.0
-ONE_LINE_FILL = 0.72
+ONE_LINE_FILL = 0.8
 LANE_MARGIN = 6.0  # a routed edge passes a box at least this far from its side
 LABEL_ROOM = 1.5 * NODE_W  # a one-line label runs on at most this far right of its box
 FLAG_TEXT = "▼ first divergence"
