@@ -89,7 +89,9 @@ def print_ranks(rep: dict, explain: bool = False) -> None:
               f"{'yes' if c['agree'] else 'NO':<11}  "
               + "  ".join(f"{_rank_cell(e):<14}" for e in c["ranks"]) + f"  {_short(c['source'])}")
     f = rep["first_collective"]
-    if f is None:
+    if not rep["collectives"]:
+        print("collectives: none recorded (the ranks never communicated)")
+    elif f is None:
         print("collectives: every one exact against the fixed order (ranks in order), and the "
               "ranks agree after each")
     else:
