@@ -48,9 +48,12 @@ def main() -> None:
     from app.capture.recorder import Recorder
 
     meta = {"argv": sys.argv[1:], "module": cfg.get("module", False), "cwd": os.getcwd()}
-    from app.capture.flip import apply, watch_compile
+    from app.capture.compiled import install
+    from app.capture.flip import apply
 
-    watch_compile(meta)  # a compiled script runs eagerly under the recorder: capture says so
+    holder: list[Recorder] = []
+    # torch.compile's backend wrapped: each compiled graph and each call of it recorded
+    install(meta, lambda: holder[0] if holder else None)
     if cfg.get("apply"):  # capture --set / sweep: settings flipped before the script runs
         meta["applied"] = apply(cfg["apply"])
 
@@ -77,11 +80,13 @@ def main() -> None:
             return
         tell(event="written", path=out, steps=n, ops=rec.step_start[n], values=len(rec.v_dtype),
              stored_bytes=rec.stored_bytes, hashed=rec.n_hashed,
-             compile_called=bool(meta.get("compile_called")),
+             compile_called=bool(meta.get("compile_called")), compile=meta.get("compile"),
+             graphs=len(rec.graphs),
              seconds=round(rec.t0 and __import__("time").perf_counter() - rec.t0, 3))
 
     rec = Recorder(cfg["steps"], cfg["max_bytes"], cfg["hashes_only"], on_done=done,
                    on_step=lambda n: tell(event="step", step=n))
+    holder.append(rec)
     target, args = sys.argv[1], sys.argv[2:]
     if cfg.get("module"):
         sys.argv = [target, *args]  # runpy puts the module's file in argv[0]

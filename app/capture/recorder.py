@@ -37,7 +37,7 @@ from app.capture.collectives import encode as _encode_object
 from app.capture.collectives import refresh as _refresh
 from app.capture.collectives import settle as _settle
 from app.capture.limits import DEFAULT_MAX_BYTES
-from core.capture.file import digest
+from core.capture.file import COMPILED_OP, digest
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -211,6 +211,13 @@ class Recorder(TorchDispatchMode):
     ``on_done(recorder)`` runs once when the last step ends (the CLI writes the file there);
     ``on_step(n)`` after each recorded step (progress)."""
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """dynamo compiles with this mode on (it would skip every frame otherwise and the
+        compiled model would run eagerly); compiled graphs are recorded by
+        app/capture/compiled.py as regions."""
+        return True
+
     async_hash = True  # large digests on a background thread (``_Hasher``)
 
     def __init__(self, steps: int = 2, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -270,6 +277,7 @@ class Recorder(TorchDispatchMode):
         self._src_cache: dict[str, bool] = {}  # file name -> not the user's (skipped)
         self._src_idx: dict[tuple[str, int], int] = {}  # (file, line) -> its index in sources
         self._names: dict[tuple[int, int], str] = {}
+        self.graphs: list[dict] = []  # compiled graphs as data (app/capture/compiled.py)
 
     # ---- install / remove -------------------------------------------------------------------
     def start(self) -> Recorder:
@@ -318,14 +326,18 @@ class Recorder(TorchDispatchMode):
 
     # ---- hooks ------------------------------------------------------------------------------
     def _pre(self, mod: torch.nn.Module, args: Any) -> None:
-        if not self.recording or threading.get_ident() != self.thread:
+        # first: while dynamo traces a module, the hook is traced too and must be nothing
+        if _is_compiling() or not self.recording or threading.get_ident() != self.thread:
             return
         if not self.modules:
             self.after_backward = False  # a new forward
-            path = type(mod).__name__
+            # torch.compile(model)'s OptimizedModule: named and read as the model it wraps
+            orig = getattr(mod, "_orig_mod", None) if type(mod).__name__ == \
+                "OptimizedModule" else None
+            path = type(orig if orig is not None else mod).__name__
             if id(mod) not in self.roots_seen and self.step == 1:
                 self.roots_seen.add(id(mod))
-                self._note_initial(mod, path)
+                self._note_initial(orig if orig is not None else mod, path)
         else:
             parent, ppath = self.modules[-1]
             name = next((k for k, m in parent._modules.items() if m is mod), None)
@@ -339,7 +351,7 @@ class Recorder(TorchDispatchMode):
         self.modules.append((mod, path))
 
     def _post(self, mod: torch.nn.Module, args: Any, out: Any) -> None:
-        if not self.recording or threading.get_ident() != self.thread:
+        if _is_compiling() or not self.recording or threading.get_ident() != self.thread:
             return
         if self.modules and self.modules[-1][0] is mod:
             _, path = self.modules.pop()
@@ -687,6 +699,74 @@ class Recorder(TorchDispatchMode):
         self.failed = (f"the recorder failed at {name} (step {self.step}): "
                        f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
 
+    # ---- compiled regions (app/capture/compiled.py) -----------------------------------------
+    def add_graph(self, build: Callable[[Callable[[torch.Tensor], int]], dict]) -> int | None:
+        """Record a compiled graph (``build(constant)`` makes its data; ``constant(t)`` records
+        a tensor constant's value); its index, or None when recording has stopped or failed."""
+        if not self.recording:
+            return None
+        self.quiet = True
+        try:
+            g = build(self._value_of)
+        except Exception as e:  # noqa: BLE001 — a guest never breaks the user's compile
+            self._broken(COMPILED_OP, e)
+            return None
+        finally:
+            self.quiet = False
+        self.graphs.append(g)
+        return len(self.graphs) - 1
+
+    def region(self, gid: int, inputs: list, call: Callable[[], Any]) -> Any:
+        """One call of compiled graph ``gid``: its inputs recorded, ``call()`` run as it is
+        (the ops it issues itself, an extern ``mm``, are inside the region: not recorded),
+        its outputs recorded; one op ``tapescope.compiled_graph``."""
+        graph_task = torch._C._current_graph_task_id()
+        if threading.get_ident() != self.thread and graph_task == -1:
+            return call()
+        # quiet throughout: our own reads (a ``detach``) and the ops the compiled code issues
+        # itself are not the step's; outside __torch_dispatch__ the mode would see them
+        self.quiet = True
+        try:
+            try:
+                enc = [self._encode(x) for x in inputs]
+                source = self._source(sys._getframe(1))
+            except Exception as e:  # noqa: BLE001
+                self._broken(COMPILED_OP, e)
+                return call()
+            out = call()
+            return self._region_done(gid, out, enc, source, graph_task)
+        finally:
+            self.quiet = False
+
+    def _region_done(self, gid: int, out: Any, enc: list, source: int, graph_task: int) -> Any:
+        try:
+            rets = out if isinstance(out, (list, tuple)) else [out]
+            where = [j for j, t in enumerate(rets) if isinstance(t, torch.Tensor)]
+            outs = [self._made(rets[j]) for j in where]
+            if graph_task != -1:
+                phase = 1
+                self.in_backward = self.after_backward = True
+                node = torch._C._current_autograd_node()
+                module = node.metadata.get("tapescope_module", "") if node is not None else ""
+                if self.last_ones_like is not None:
+                    self.losses[self.step] = self.last_ones_like
+                    self.last_ones_like = None
+            else:
+                phase = 2 if self.in_optimizer or (self.after_backward and not self.modules) \
+                    else 0
+                module = self.modules[-1][1] if self.modules else ""
+            self.o_op.append(self._intern("names", COMPILED_OP))
+            self.o_module.append(self._intern("modules", module))
+            self.o_phase.append(phase)
+            self.o_step.append(self.step)
+            self.o_source.append(source)
+            self.o_args.append([gid, enc, where])
+            self.o_kwargs.append({})
+            self.o_outputs.append(outs)
+        except Exception as e:  # noqa: BLE001 — the region ran; recording it failed
+            self._broken(COMPILED_OP, e)
+        return out
+
     def _record(self, info: tuple, args: Any, kwargs: dict, out: Any, enc_args: list,
                 enc_kwargs: dict, graph_task: int, source: int) -> None:
         _, writes, fresh, unmarked, name_idx, _, ones_like, _ = info
@@ -777,6 +857,7 @@ class Recorder(TorchDispatchMode):
                     "kwargs": self.o_kwargs[:n_ops], "outputs": self.o_outputs[:n_ops]},
             "losses": [self.losses.get(s, -1) for s in range(1, n_steps + 1)],
             "initial": self.initial,
+            "graphs": self.graphs,
             "settings": settings,
             "meta": {"max_bytes": self.max_bytes, "hashes_only": self.hashes_only,
                      "values": len(self.v_dtype), "values_hashed": self.n_hashed,
@@ -792,6 +873,10 @@ class Recorder(TorchDispatchMode):
 
         header, arrays = self.header_and_arrays(meta)
         return str(save(path, header, arrays, digests=self._digests))
+
+
+def _is_compiling() -> bool:
+    return torch.compiler.is_compiling()
 
 
 def _op_info(func: Any) -> tuple:

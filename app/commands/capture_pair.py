@@ -89,9 +89,20 @@ def print_pair(rep: dict, explain: bool = False) -> None:
               + (f"; {extra} ops of one run only, not compared)" if extra else ")"))
         return
     o = f["outputs"][0]
-    print(f"first parted: step {f['step']} A#{f['a']} / B#{f['b']} {f['op']} "
-          f"({f['module'] or 'no module'}, {f['phase']}, {_short(f['source_a'])}) output "
-          f"{o['output']}: {o['why']}")
+    ins = f.get("inside")
+    if ins is not None:  # inside a compiled graph of one run (core/capture/pair_regions.py)
+        t, other = ins["run"], "B" if ins["run"] == "A" else "A"
+        j = ins["counterpart"]
+        of = (f" output {ins['output']}" if ins.get("output") is not None else "") + (
+            f" (seen at output node {ins['seen_at']})" if ins.get("seen_at") else "")
+        print(f"first parted: inside {t}'s compiled graph {t}#{ins['region']} ({ins['kind']}, "
+              f"{ins['backend']}; step {f['step']}, {f['phase']}): node {ins['node']}{of} = "
+              f"{ins['target']} (from {ins['original'] or '?'}, {ins['module'] or 'no module'}"
+              + (f"; {other}#{j} there" if j is not None else "") + f"): {o['why']}")
+    else:
+        print(f"first parted: step {f['step']} A#{f['a']} / B#{f['b']} {f['op']} "
+              f"({f['module'] or 'no module'}, {f['phase']}, {_short(f['source_a'])}) output "
+              f"{o['output']}: {o['why']}")
     print(f"left the reference there: {f['left']} (A {f['verdict_a']}, B {f['verdict_b']}): "
           f"{f['cause']}")
     print(f"A and B DIFFER: {rep['n_parted']} of {al['matched']} matched ops part")
@@ -134,6 +145,7 @@ def report_pair(args: argparse.Namespace) -> int:
 
 
 def _paired(args: argparse.Namespace) -> dict:
+    from app.commands.capture import eager_kernels
     from core.capture.file import load
     from core.capture.judge import judge
     from core.capture.pair import pair
@@ -153,7 +165,8 @@ def _paired(args: argparse.Namespace) -> dict:
     judged = []
     for cap in caps:
         with progress(f"judging {os.path.basename(cap.path)}", total=cap.n_ops) as bar:
-            judged.append(judge(cap, explain=explain, advance=bar.advance))
+            judged.append(judge(cap, explain=explain, advance=bar.advance,
+                                eager=eager_kernels() if cap.graphs else None))
     rep = pair(a, b, explain=explain, judged=(judged[0], judged[1]))
     rep.pop("reports")
     print_pair(rep, explain=explain)

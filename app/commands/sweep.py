@@ -70,8 +70,9 @@ def _flip(name: str, base: dict) -> tuple[str | None, str]:
         other = "medium" if cur == "highest" else "highest"
         return f"matmul={other}", f"float32 matmul precision {cur} -> {other}"
     if name == "compile":
-        return None, ("not supported yet: dynamo does not compile while the recorder is on "
-                      "(a compiled model's recorded steps run eagerly; issue 43 item 2)")
+        return None, ("not supported yet: the sweep does not compile a script's model from "
+                      "outside; capture the script with its own torch.compile and compare "
+                      "(parity --capture EAGER --against COMPILED; docs/capture.md)")
     raise ValueError(f"unknown setting {name!r}")
 
 

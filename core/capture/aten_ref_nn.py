@@ -164,6 +164,16 @@ def _var(args: list, kwargs: dict) -> list:
     return [variance(_wide(x), dim, corr, keep).astype(x.dtype)]
 
 
+@form("aten.var_mean.correction", "aten.var_mean.dim")
+def _var_mean(args: list, kwargs: dict) -> list:
+    """(var, mean): ``variance``'s order; the mean is its mu (serial_sum(x) / n)."""
+    x, dim, corr, keep = _var_args(args, kwargs)
+    w = _wide(x)
+    ax = axes_of(w, dim)
+    mu = serial_sum(w, ax, keepdims=keep) / w.dtype.type(math.prod(w.shape[a] for a in ax))
+    return [variance(w, dim, corr, keep).astype(x.dtype), np.asarray(mu).astype(x.dtype)]
+
+
 @form("aten.std.correction", "aten.std.dim")
 def _std(args: list, kwargs: dict) -> list:
     x, dim, corr, keep = _var_args(args, kwargs)

@@ -193,6 +193,15 @@ form("aten.logical_and.default")(_compare(np.logical_and))
 form("aten.logical_or.default")(_compare(np.logical_or))
 
 
+@form("aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar")
+def _bitwise_and(args: list, kwargs: dict) -> list:
+    """Exact: bools and integers only (a compiled graph's masks)."""
+    out = result_type(args[0], args[1])
+    if is_float(out):
+        raise NoReference("bitwise_and of floats")
+    return [np.bitwise_and(arr(args[0], out), arr(args[1], out))]
+
+
 # ---- selections and clamps (exact) ------------------------------------------------------------
 @form("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar")
 def _where(args: list, kwargs: dict) -> list:

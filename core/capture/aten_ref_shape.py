@@ -51,6 +51,12 @@ def _to_copy(args: list, kwargs: dict) -> list:
     return [cast(args[0], dt if dt is not None else args[0].dtype)]
 
 
+@form("prims.convert_element_type.default")
+def _convert_element_type(args: list, kwargs: dict) -> list:
+    """inductor's decompositions spell a cast this way (compiled graphs, core/capture/regions)."""
+    return [cast(args[0], as_dtype(args[1]))]
+
+
 @form("aten.copy.default")
 def _copy_into(args: list, kwargs: dict) -> list:
     self, src = args[0], args[1]
@@ -136,6 +142,16 @@ def _arange(args: list, kwargs: dict) -> list:
     # value i = start + i * step, in float64 (torch's accumulate type), then rounded once
     vals = np.asarray(start, F64) + np.arange(n, dtype=F64) * np.asarray(step, F64)
     return [vals.astype(dt) if dt != I64 else start + np.arange(n, dtype=I64) * step]
+
+
+@form("prims.iota.default")
+def _iota(args: list, kwargs: dict) -> list:
+    """start + i * step, i < length, in the dtype asked for (an integer range: exact)."""
+    dt = as_dtype(kwargs.get("dtype")) or I64
+    start, step = kwargs.get("start", 0), kwargs.get("step", 1)
+    if dt != I64 and not all(isinstance(v, int) for v in (start, step)):
+        raise NoReference("prims.iota of a float range")
+    return [(start + np.arange(int(args[0]), dtype=I64) * step).astype(dt)]
 
 
 # ---- views: the values they show, copied ------------------------------------------------------
@@ -316,6 +332,24 @@ def _index(args: list, kwargs: dict) -> list:
 def _gather(args: list, kwargs: dict) -> list:
     x, d, idx = args[0], args[1], args[2]
     return [np.take_along_axis(x, np.asarray(idx).astype(I64), axis=_dim(d, x.ndim))]
+
+
+@form("aten._unsafe_masked_index_put_accumulate.default")
+def _masked_index_put_acc(args: list, kwargs: dict) -> list:
+    """(self, mask, indices, values): self with where(mask, values, 0) added at the indices
+    (clamped into range), one element at a time in index order (``np.add.at``: serial), as
+    the embedding backward's decomposition in a compiled graph reads it."""
+    x, mask, indices, values = args[:4]
+    if any(i is None for i in indices):
+        raise NoReference("_unsafe_masked_index_put_accumulate with a None index")
+    out = np.array(x, copy=True)
+    idx = tuple(np.clip(np.asarray(i).astype(I64), -x.shape[d], x.shape[d] - 1)
+                for d, i in enumerate(indices))
+    v = np.where(np.asarray(mask), np.asarray(values), np.zeros((), x.dtype)).astype(x.dtype)
+    with np.errstate(all="ignore"):
+        np.add.at(out, idx, np.broadcast_to(v, np.broadcast_shapes(
+            *(i.shape for i in idx)) + x.shape[len(idx):]))
+    return [out]
 
 
 @form("aten.constant_pad_nd.default")

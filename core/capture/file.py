@@ -36,7 +36,8 @@ from core.atomic import open_regular, write_atomic
 from core.precision import BFLOAT16
 from core.tapefile import _read_exact
 
-__all__ = ["FORMAT", "VERSION", "MAGIC", "PHASES", "STORED_DTYPES", "Capture", "CaptureFileError",
+__all__ = ["COMPILED_OP", "FORMAT", "VERSION", "MAGIC", "PHASES", "STORED_DTYPES", "Capture",
+           "CaptureFileError",
            "Limits", "digest", "is_capture", "load", "raw_bytes", "save"]
 
 FORMAT = "tapescope.capture"
@@ -44,6 +45,11 @@ VERSION = 1
 MAGIC = b"\x93TSCAPTURE\r\n\x1a\n"  # 14 bytes, then the version (u16 LE)
 TRAILER_MAGIC = b"CAPTIDX\x00"
 PHASES = ("forward", "backward", "optimizer")
+# the op of one call of a torch.compile'd graph (app/capture/compiled.py): args
+# ``[graph index, [inputs], [positions of the recorded outputs among the graph's outputs]]``
+COMPILED_OP = "tapescope.compiled_graph"
+GRAPH_KINDS = ("forward", "backward", "inference")
+_NODE_OPS = ("placeholder", "call_function", "get_attr")
 _PREAMBLE = 64
 _ALIGN = 64
 _TRAILER = struct.Struct("<8sQQ32s")
@@ -89,6 +95,9 @@ class Capture:
     initial: dict
     settings: dict
     meta: dict = field(default_factory=dict)
+    # compiled graphs as data (docs/capture.md, "torch.compile"): per graph its kind,
+    # backend, nodes (columns: name, op, target, args, kwargs, module, original), outputs
+    graphs: list[dict] = field(default_factory=list)
 
     @property
     def n_ops(self) -> int:
@@ -219,7 +228,8 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
         arrays[vid] = a
     return Capture(path=str(p), steps=spec.steps, ops=spec.ops, dtypes=spec.dtypes,
                    shapes=spec.shapes, digests=spec.digests, arrays=arrays, losses=spec.losses,
-                   initial=spec.initial, settings=spec.settings, meta=spec.meta)
+                   initial=spec.initial, settings=spec.settings, meta=spec.meta,
+                   graphs=spec.graphs)
 
 
 def _is_int(x: Any) -> bool:
@@ -251,6 +261,7 @@ class _Spec:
                     raise bad(f"header: initial {key} entry {str(e)[:60]!r} is malformed")
         self.settings = self._dict(h, "settings")
         self.meta = self._dict(h, "meta")
+        self._graphs(h)
 
     def _dict(self, h: dict, key: str) -> dict:
         v = h.get(key, {})
@@ -345,6 +356,73 @@ class _Spec:
                     "phase": [PHASES[i] for i in phase], "step": step,
                     "source": [sources[i] if i >= 0 else "" for i in source],
                     "args": args, "kwargs": kwargs, "outputs": outputs}
+
+    def _graphs(self, h: dict) -> None:
+        """Compiled graphs: data only (targets are names the judge looks up in its table,
+        never code); every node reference points at an earlier node, every region op names a
+        graph and gives one input per placeholder and one output position per output."""
+        gs = h.get("graphs", [])
+        if not isinstance(gs, list):
+            raise self.bad("header: 'graphs' is not a list")
+        self.graphs = []
+        text = lambda s: isinstance(s, str) and len(s) <= _MAX_TEXT  # noqa: E731
+        for gi, g in enumerate(gs):
+            where = f"header: graph {gi}"
+            if not isinstance(g, dict) or g.get("kind") not in GRAPH_KINDS \
+                    or not text(g.get("backend")):
+                raise self.bad(f"{where} is malformed (kind, backend)")
+            nodes = g.get("nodes")
+            if not isinstance(nodes, dict):
+                raise self.bad(f"{where}: 'nodes' is not an object")
+            cols = {}
+            for key in ("name", "op", "target", "args", "kwargs", "module", "original"):
+                c = nodes.get(key)
+                if not isinstance(c, list) or (cols and len(c) != len(cols["name"])):
+                    raise self.bad(f"{where}: node column {key!r} is missing or of another "
+                                   "length")
+                cols[key] = c
+            n = len(cols["name"])
+            for i in range(n):
+                if not (text(cols["name"][i]) and cols["op"][i] in _NODE_OPS
+                        and text(cols["target"][i]) and text(cols["module"][i])
+                        and text(cols["original"][i]) and isinstance(cols["args"][i], list)
+                        and isinstance(cols["kwargs"][i], dict)
+                        and self._node_arg(cols["args"][i], i, 0)
+                        and all(isinstance(k, str) and self._node_arg(v, i, 1)
+                                for k, v in cols["kwargs"][i].items())):
+                    raise self.bad(f"{where}: node {i} ({str(cols['name'][i])[:40]!r}) is "
+                                   "malformed")
+            outs = g.get("outputs")
+            if not isinstance(outs, list) or not all(
+                    o is None or (_is_int(o) and 0 <= o < n) for o in outs):
+                raise self.bad(f"{where}: 'outputs' is malformed")
+            self.graphs.append({"kind": g["kind"], "backend": g["backend"], "nodes": cols,
+                                "outputs": outs})
+        for i, name in enumerate(self.ops["op"]):
+            if name != COMPILED_OP:
+                continue
+            a = self.ops["args"][i]
+            ok = len(a) == 3 and _is_int(a[0]) and 0 <= a[0] < len(self.graphs) \
+                and isinstance(a[1], list) and isinstance(a[2], list)
+            if ok:
+                g = self.graphs[a[0]]
+                n_in = g["nodes"]["op"].count("placeholder")
+                ok = len(a[1]) == n_in and len(a[2]) == len(self.ops["outputs"][i]) and all(
+                    _is_int(j) and 0 <= j < len(g["outputs"]) and g["outputs"][j] is not None
+                    for j in a[2])
+            if not ok:
+                raise self.bad(f"op {i} ({COMPILED_OP}) does not fit its graph (graph index, "
+                               "one input per placeholder, one output per position)")
+
+    def _node_arg(self, a: Any, node: int, depth: int) -> bool:
+        """A node's argument: a recorded argument (``_arg``) or ``{"N": earlier node}``."""
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(a, list):
+            return all(self._node_arg(x, node, depth + 1) for x in a)
+        if isinstance(a, dict) and len(a) == 1 and "N" in a:
+            return _is_int(a["N"]) and 0 <= a["N"] < node
+        return self._arg(a, depth + 1)
 
     def _arg(self, a: Any, depth: int) -> bool:
         """One recorded argument: None, bool, int, float, str, a list of them, or a tagged

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from core.capture.explain import explain_op
-from core.capture.file import Capture
+from core.capture.file import COMPILED_OP, Capture
+from core.capture.regions import RegionError, attach, localise, run_region
 from core.parity import compare_arrays
 
 __all__ = ["RANDOM_OPS", "VERDICTS", "judge", "reference_available"]
@@ -247,11 +248,14 @@ COLLECTIVES = ("c10d.", "_c10d_functional.")
 
 def judge(cap: Capture, *, explain: bool = False,
           advance: Callable[[], None] | None = None,
-          override: Callable[[int, str, list, dict], list | None] | None = None) -> dict:
+          override: Callable[[int, str, list, dict], list | None] | None = None,
+          eager: Callable[[str, list, dict], list] | None = None) -> dict:
     """The capture judged: the JSON report (``ops``, ``introduced``, ``first_divergence``,
     ``losses``, ``settings``, counts). ``advance()`` is called once per op (progress).
     ``override(i, op, args, kwargs)``: op ``i``'s reference outputs where the caller has them
-    (a collective's, from every rank: ``core.capture.ranks``), or None for the table's form."""
+    (a collective's, from every rank: ``core.capture.ranks``), or None for the table's form.
+    ``eager(op, args, kwargs)``: PyTorch's own kernel for an aten op (``app.capture.eager``,
+    where torch is importable): a compiled graph's departing node is re-run with it too."""
     table, NoReference, why_none = _reference_fn()
 
     def reference(op: str, a: list, k: dict, i: int = -1) -> list:
@@ -259,6 +263,11 @@ def judge(cap: Capture, *, explain: bool = False,
             got = override(i, op, a, k)
             if got is not None:
                 return got
+        if op == COMPILED_OP:  # a torch.compile'd graph's call: its nodes by the table
+            try:
+                return run_region(cap.graphs[a[0]], a[1], a[2], table, cap.arrays.__getitem__)
+            except RegionError as e:
+                raise _NoRef(f"compiled graph {a[0]}: {e}") from None
         if op.startswith(COLLECTIVES):
             raise _NoRef("a collective: its reference needs every rank's inputs (tapescope "
                          "parity --capture OUT judges the rank files together)")
@@ -380,6 +389,10 @@ def judge(cap: Capture, *, explain: bool = False,
                     c = explain_op(op, a, k, r, di) if j == 0 else _cause(di)
                     ent["cause"], ent["explain"] = c["cause"], c
                 introduced.append(ent)
+        if op == COMPILED_OP and any(o["verdict"] == "introduced" for o in e["outputs"]):
+            # where inside the graph: its first departing node (core/capture/regions.py)
+            attach(e, introduced, localise(cap, i, table, _diff, explain_op if explain else None,
+                                           eager), cap.graphs[args[0]])
         if len(e["outputs"]) != len(outs):  # defensive: every output has its verdict
             raise AssertionError(f"op {i}: {len(e['outputs'])} verdicts for {len(outs)}")
         # the chain of a step ends with the step: the next starts from what was recorded

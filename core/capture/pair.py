@@ -36,6 +36,7 @@ import numpy as np
 
 from core.capture.file import Capture
 from core.capture.judge import RANDOM_OPS, UNINITIALISED_OPS, _diff, base_name, judge
+from core.capture.pair_regions import first_inside
 
 __all__ = ["align", "compare", "identity", "match", "pair"]
 
@@ -350,6 +351,12 @@ def pair(a: Capture, b: Capture, *, explain: bool = False,
                  "source_a": p["op_a"]["source"], "source_b": p["op_b"]["source"],
                  "outputs": p["outputs"],
                  **_left(a, b, ra, rb, p, only_a, only_b)}
+    # a compiled graph in one run where the other has eager ops: they may part inside it,
+    # before any matched op does (core/capture/pair_regions.py)
+    inside = first_inside(a, b, ra, rb, only_a, only_b,
+                          None if first is None else (first["a"], first["b"]))
+    if inside is not None:
+        first = inside
     losses = []
     for s in range(1, max(a.steps, b.steps) + 1):
         la = ra["losses"][s - 1] if s <= len(ra["losses"]) else None
@@ -371,7 +378,7 @@ def pair(a: Capture, b: Capture, *, explain: bool = False,
     def shown(cap: Capture, idx: list[int]) -> list[dict]:
         return [_brief_op(cap, i) for i in idx[:_SHOW]]
 
-    agree = not parted
+    agree = not parted and first is None
     return {
         "a": summary(ra, a), "b": summary(rb, b), "agree": agree,
         "settings_differ": _settings_differ(a, b),
