@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from core import precision
 from views import theme
+from views.numbers import ulp_exact, ulp_text
 
 WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
                  "rel error")
@@ -35,6 +36,12 @@ WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate
 # 600 px dock, and the ulp and relative error went behind a scroll bar (issue 25)
 FOLDED = {1: 3, 2: 4, 5: 6}  # shown column → the one whose text is its second line
 MAX_ROWS = 200
+# wide rows of a float64 pair (an index of rank 3, a 17-digit number with a two-digit exponent,
+# a 9.2e18 ulp distance, a NaN against a number): the table's minimum width is theirs, whatever
+# the node (a wider row, a rank-5 index or a three-digit exponent, scrolls the table a little)
+TEMPLATE_ROWS = [((99, 99, 99), np.float64(-1.2345678901234567e-05),
+                  np.float64(-1.2345678901234567e-05), 9.2e18, 1.2345678901234567e-300),
+                 ((99, 99, 99), np.float64(0.0), np.float64(np.nan), np.nan, np.inf)]
 
 
 def mono_font() -> QFont:
@@ -162,7 +169,7 @@ class WorstElementsModel(QAbstractTableModel):
         if col in (3, 4):
             return bits_text(a if col == 3 else b, self.dtype)
         if col == 5:
-            return "NaN vs number" if np.isnan(ulp) else f"{ulp:.0f}"
+            return "NaN vs number" if np.isnan(ulp) else ulp_text(ulp)
         return f"{rel:.6g}"
 
     def data(self, index, role=Qt.DisplayRole):
@@ -192,7 +199,7 @@ class WorstElementsModel(QAbstractTableModel):
                     f"bits {bits_text(v, self.dtype)}")
         if col in (5, 6):
             return (f"{where}: " + ("a NaN against a number" if np.isnan(ulp) else
-                                    f"{ulp:,.0f} ulp apart") + f"; relative error {rel!r}")
+                                    f"{ulp_exact(ulp)} ulp apart") + f"; relative error {rel!r}")
         return f"element {where}"
 
 
@@ -298,6 +305,25 @@ class ElementView(QWidget):
         lay.addWidget(split, 1)
         self.img: np.ndarray | None = None
         self._sized = False
+        self.fit_width()
+
+    def fit_width(self) -> None:
+        """The table's minimum width: the whole row of the widest pair (TEMPLATE_ROWS) on
+        screen, with no scroll bar (issue 25: a scroll bar hid the ulp).
+
+        NOTE: the same for every node: sized to each node's rows, the minimum (and the dock)
+        changed on every selection, and summing the columns' widths, the last one stretched
+        to the table, grew it by ~42 px a click (issue 46: "docks jump 100 px on a click")."""
+        t, m = self.table, self.model
+        t.ensurePolished()  # the application's style sheet: its fonts and padding
+        rows, dtype = m.rows, m.dtype
+        m.set_rows(TEMPLATE_ROWS, np.float64)
+        head = t.horizontalHeader()
+        shown = sum(max(t.sizeHintForColumn(k), head.sectionSizeHint(k))
+                    for k in range(m.columnCount()) if not t.isColumnHidden(k))
+        m.set_rows(rows, dtype)
+        t.setMinimumWidth(shown + t.verticalScrollBar().sizeHint().width() + 2 * t.frameWidth()
+                          + 4)
 
     def resizeEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(ev)
@@ -321,18 +347,13 @@ class ElementView(QWidget):
         dt = min(r.dtype, c.dtype, key=lambda d: d.itemsize)
         rows = worst_elements(r, c)
         self.model.set_rows(rows, dt)
-        # the whole row on screen: the dock grows to it (a scroll bar hid the ulp, issue 25)
         t = self.table
-        t.resizeColumnsToContents()
+        t.resizeColumnsToContents()  # every number whole (a rank-5 index: the table scrolls)
         t.resizeRowsToContents()  # two whole lines whatever the font and DPI (the bits)
         floor = t.verticalHeader().defaultSectionSize()  # and a little air between rows
         for row in range(self.model.rowCount()):
             if t.rowHeight(row) < floor:
                 t.setRowHeight(row, floor)
-        shown = sum(t.columnWidth(k) for k in range(self.model.columnCount())
-                    if not t.isColumnHidden(k))
-        t.setMinimumWidth(shown + t.verticalScrollBar().sizeHint().width() + 2 * t.frameWidth()
-                          + 40)  # (the style's margins: a row one pixel too wide scrolled)
         self.img = ulp_level_image(r, c)
         self.image.setImage(self.img, autoLevels=False, levels=(0.0, 255.0))
         self.colorbar.setLevels((0.0, 255.0))

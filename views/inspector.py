@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtCore import QSize, Qt, Signal, Slot
 from PySide6.QtGui import QColor, QGuiApplication
 from PySide6.QtWidgets import (
     QComboBox,
@@ -274,6 +274,9 @@ def _summary(ulp: np.ndarray | None) -> str:
     return f"bit difference (ulp per element): {n} of {ulp.size} differ · max {worst:.0f} ulp{tail}"
 
 
+TAB_FRAME = 4  # px a QTabWidget adds around its page (2 a side, Fusion and the style sheet)
+
+
 class InspectorPanel(QWidget):
     """Shows a NodeDetails; clicking an input emits ``node_selected``."""
 
@@ -350,6 +353,19 @@ class InspectorPanel(QWidget):
         lay.addLayout(buttons)
         self._set_enabled(False)
         self._show_arrays(False)  # nothing selected yet: the header says what will be here
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        # NOTE: the Compare and Elements tabs come and go with the selection (a node with
+        # device arrays, one without, a fetch under way): the room they need is kept while
+        # they are away, so selecting a node never widens the dock (issue 46)
+        hint = super().minimumSizeHint()
+        if self.tabs.indexOf(self.element_view) < 0:
+            m = self.layout().contentsMargins()
+            need = (max(self.element_view.minimumSizeHint().width(),
+                        self.device_view.minimumSizeHint().width())
+                    + TAB_FRAME + m.left() + m.right())
+            hint.setWidth(max(hint.width(), need))
+        return hint
 
     def set_note(self, text: str) -> None:
         """A line under the header (e.g. "fetching device values…"); empty hides it."""
