@@ -1,6 +1,7 @@
 """Plant, by hand, the bugs that once survived the whole default suite, each alone, and check
 that the tests written for them fail (docs/testing.md, "Choose inputs where the wrong answer
-differs"); then check that the same tests pass unplanted.
+differs"); then check that the same tests pass unplanted. The last four plants are for the
+property tests of issue 48 item 3 (the import's lowerings and the budget).
 
     python tests/mutation/plants.py            # every plant (~45 CPU s)
     python tests/mutation/plants.py thinning   # the plants whose name contains a word
@@ -68,6 +69,30 @@ PLANTS = [
       "test_a_model_that_frees_memory_runs_at_its_peak_and_not_one_byte_under",
       "tests/core/onnx/test_budget_at_its_limit.py::"
       "test_any_loop_and_tile_runs_at_its_peak_and_not_one_byte_under"]),
+    # issue 48 item 3: bugs the property tests of the import and the budget are for (each
+    # checked once by hand too; none of them survived the suite before, they show the
+    # properties have teeth)
+    ("Transpose imported with the inverse permutation", "core/onnx/importer.py",
+     "return ops.transpose(_v(imp, ins, names, 0), tuple(perm) if perm else None)",
+     "return ops.transpose(_v(imp, ins, names, 0),\n"
+     "                         tuple(int(i) for i in np.argsort(perm)) if perm else None)",
+     ["tests/models/test_import_properties.py::"
+      "test_transpose_any_permutation_is_numpy_and_its_gradient_the_inverse"]),
+    ("Softmax before opset 13 flattened one axis too far", "core/onnx/importer.py",
+     "flat = ops.reshape(x, (int(np.prod(x.shape[:ax])), -1))",
+     "flat = ops.reshape(x, (int(np.prod(x.shape[:ax + 1])), -1))",
+     ["tests/models/test_import_properties.py::"
+      "test_softmax_over_any_axis_is_the_executor_bit_for_bit"]),
+    ("a reduction ignores keepdims (always kept)", "core/onnx/importer.py",
+     'keepdims=bool(st.attrs.get("keepdims", 1)))',
+     'keepdims=True)',
+     ["tests/models/test_import_properties.py::"
+      "test_a_reduction_over_any_axes_is_the_executor_bit_for_bit"]),
+    ("the budget refuses a value that fills it exactly", "core/onnx/limits.py",
+     "value.nbytes\n        if self.bytes + nbytes > self.limits.max_bytes:",
+     "value.nbytes\n        if self.bytes + nbytes >= self.limits.max_bytes:",
+     ["tests/core/onnx/test_budget_at_its_limit.py::"
+      "test_a_model_runs_at_the_plain_sum_of_its_live_bytes_and_not_one_byte_under"]),
 ]
 
 

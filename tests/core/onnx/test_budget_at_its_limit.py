@@ -4,10 +4,14 @@ instead of the bytes live at that node refused models that fit, and no test ran 
 limit). The model frees memory before its last node: a Loop whose body makes a large value
 each iteration and keeps only its sum, then a Tile of the input, whose predicted size is
 checked before it runs. Oracle: numpy (the plain loop) for the outputs, the run's own budget
-(``Budget.peak_bytes``, measured unbounded) for the limit.
+(``Budget.peak_bytes``, measured unbounded) for the limit. And a straight chain run without a
+plan (nothing freed before its end) at the plain sum of its values' bytes, computed by numpy
+apart from the executor, and one byte under it (issue 48 item 3).
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -86,3 +90,38 @@ def test_a_model_that_frees_memory_runs_at_its_peak_and_not_one_byte_under(plan)
 @settings(max_examples=20, deadline=None)
 def test_any_loop_and_tile_runs_at_its_peak_and_not_one_byte_under(n, inner, outer, trips):
     _check_runs_at_its_peak(n, inner, outer, trips, None)
+
+
+def _chain(n: int, k: int, j: int):
+    """y = tile(x, j) + sum(tile(x, k) ** 2): every value stays live to the end (no plan)."""
+    reps = [helper.make_node("Constant", [], [f"r{i}"], value=numpy_helper.from_array(
+        np.array([r], np.int64))) for i, r in ((1, k), (2, j))]
+    g = helper.make_graph(
+        [reps[0], helper.make_node("Tile", ["x", "r1"], ["big"]),
+         helper.make_node("Mul", ["big", "big"], ["sq"]),
+         helper.make_node("ReduceSum", ["sq"], ["s"], keepdims=1),
+         reps[1], helper.make_node("Tile", ["x", "r2"], ["t"]),
+         helper.make_node("Add", ["t", "s"], ["y"])],
+        "m", [helper.make_tensor_value_info("x", D, [n])],
+        [helper.make_tensor_value_info("y", D, [n * j])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@given(n=st.integers(1, 300), k=st.integers(1, 10), j=st.integers(1, 10))
+@settings(max_examples=20, deadline=timedelta(seconds=5))  # each example: milliseconds
+def test_a_model_runs_at_the_plain_sum_of_its_live_bytes_and_not_one_byte_under(n, k, j):
+    # oracle: the same chain in numpy, the bytes of every value it holds (the executor without
+    # a plan frees nothing before the end, so its live bytes at the last node are their sum)
+    x = np.arange(1.0, n + 1.0)
+    r1, r2 = np.array([k], np.int64), np.array([j], np.int64)
+    big = np.tile(x, k)
+    sq = big * big
+    s = sq.sum(keepdims=True)
+    t = np.tile(x, j)
+    y = t + s
+    live = sum(v.nbytes for v in (x, r1, big, sq, s, r2, t, y))
+    m = _chain(n, k, j)
+    got = Session(m, plan=False, limits=Limits(max_bytes=live)).run({"x": x})
+    assert np.array_equal(got["y"], y)
+    with pytest.raises(OnnxError, match=rf"over the limit of {live - 1} \(max bytes"):
+        Session(m, plan=False, limits=Limits(max_bytes=live - 1)).run({"x": x})
