@@ -161,6 +161,17 @@ def test_a_capture_without_a_rank_and_no_rank_files_are_refused(tmp_path):
     assert "nothing-here" in line, line
 
 
+def test_bad_torchrun_command_lines_are_one_line(tmp_path):
+    out = str(tmp_path / "x")
+    cases = [(["torchrun", "--nproc-per-node", "2", "nosuch.py"], "script 'nosuch.py' not found"),
+             (["torchrun", "--bogus", "2", "ddp.py"], "torchrun: torchrun: error: unrecognized"),
+             (["torchrun", "--no-python", "--nproc-per-node", "2", "ddp.py"], "--no-python")]
+    for argv, want in cases:
+        line = one_error_line(cli("capture", "--out", out, "--", *argv), "capture")
+        assert want in line, line
+    assert not rank_files(out)
+
+
 # ---- the fixed order and its variants ---------------------------------------------------------
 def test_the_reference_is_the_serial_sum_in_rank_order_and_the_variants_differ():
     xs = _inputs(3, 600)
