@@ -134,9 +134,13 @@ class LiveStepper(QObject):
     def _walks_text(self, step: int) -> str:
         params = (f"the parameters after step {step - 1:,}" if step > 1 else
                   "the initial parameters")
+        # NOTE: the stepper seeds the loss with 1: under --amp the session's backward is
+        # seeded with the loss scale, so its gradients are these times the scale
+        amp = (" Seeded with 1, not the mixed-precision loss scale: the session's gradients "
+               "are these times its scale." if self.replay.spec.amp else "")
         return (f"Backward of live step {step:,}: the reference ({self.replay.label()}) "
                 f"replayed in this window, batch {step:,} with {params}; the Inspector shows "
-                "the same step.")
+                f"the same step.{amp}")
 
     @Slot()
     def _slice(self) -> None:

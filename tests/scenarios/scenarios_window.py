@@ -213,8 +213,9 @@ def test_scrub_to_a_kept_and_to_an_unkept_step(win, shots):
 
 def _stepper_at(win, step: int):
     walks = win.stepper_panel.walks
-    wait(lambda: f"Backward of live step {step:,}:" in walks.text(), 10,
-         f"the stepper walks step {step}: {walks.text()!r}")
+    took = wait(lambda: f"Backward of live step {step:,}:" in walks.text(), 10,
+                f"the stepper walks step {step}: {walks.text()!r}")
+    assert took <= SHOWN_WITHIN_S, took  # (the reference replayed to that step in slices)
     s = win.stepper
     for _ in range(3):
         key(win, Qt.Key_F11)  # Backward: next node
