@@ -109,6 +109,10 @@ def test_functions(root: Path = TESTS) -> list[dict]:
         tree = ast.parse(path.read_text(), str(path))
         slow_module = _module_slow(tree)
         consts = _constants(tree)
+        named = {t.id: st.value for st in tree.body if isinstance(st, ast.Assign)
+                 and isinstance(st.value, ast.Call)
+                 and _dotted(st.value).rsplit(".", 1)[-1] == "settings"
+                 for t in st.targets if isinstance(t, ast.Name)}
         defs = [(None, f) for f in tree.body]
         defs += [(c.name, f) for c in tree.body if isinstance(c, ast.ClassDef)
                  and c.name.startswith("Test") for f in c.body]
@@ -121,8 +125,11 @@ def test_functions(root: Path = TESTS) -> list[dict]:
                      "parametrized": "parametrize" in marks, "property": "given" in marks,
                      "slow": slow_module or "slow" in marks}
             if entry["property"]:
+                # @settings(...) written on the test, or a module-level name bound to one
                 st = [d for d in f.decorator_list if isinstance(d, ast.Call)
                       and _dotted(d).rsplit(".", 1)[-1] == "settings"]
+                st += [named[d.id] for d in f.decorator_list
+                       if isinstance(d, ast.Name) and d.id in named]
                 entry["max_examples"] = _kw(st[0], "max_examples", consts) if st else "default"
                 entry["deadline"] = _kw(st[0], "deadline", consts) if st else "default"
                 entry["examples"] = sum(_dotted(d).rsplit(".", 1)[-1] == "example"

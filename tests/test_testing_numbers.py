@@ -63,19 +63,22 @@ def test_the_walk_sees_marks_properties_and_their_budgets(tmp_path):
         "@given(st.integers())\n@example(1)\n@example(2)\n"
         "@settings(max_examples=N, deadline=500)\ndef test_b(x): pass\n"
         "class TestC:\n    def test_c(self): pass\n    def helper(self): pass\n"
+        "S = settings(max_examples=3)\n"
+        "@S\n@given(st.integers())\ndef test_e(x): pass\n"
         "def helper(): pass\n")
     (tmp_path / "tests" / "test_slow_module.py").write_text(
         "import pytest\npytestmark = [pytest.mark.slow]\ndef test_d(): pass\n")
     funcs = {f["name"]: f for f in stats.test_functions(tmp_path / "tests")}
-    assert set(funcs) == {"test_a", "test_b", "TestC::test_c", "test_d"}
+    assert set(funcs) == {"test_a", "test_b", "TestC::test_c", "test_d", "test_e"}
+    assert (funcs["test_e"]["max_examples"], funcs["test_e"]["deadline"]) == ("3", "default")
     assert funcs["test_a"]["slow"] and funcs["test_a"]["parametrized"]
     assert not funcs["test_b"]["slow"] and funcs["test_b"]["property"]
     assert (funcs["test_b"]["max_examples"], funcs["test_b"]["deadline"],
             funcs["test_b"]["examples"]) == ("7", "500", 2)
     assert funcs["test_d"]["slow"] and not funcs["TestC::test_c"]["slow"]
     table = stats.folders_table(list(funcs.values()))
-    assert "| `tests/sub` | 1 | 3 | 1 | 1 | 1 |" in table
-    assert "| **all** | **2** | **4** | **1** | **1** | **2** |" in table
+    assert "| `tests/sub` | 1 | 4 | 1 | 2 | 1 |" in table
+    assert "| **all** | **2** | **5** | **1** | **2** | **2** |" in table
 
 
 def test_every_property_test_has_a_bounded_budget():
