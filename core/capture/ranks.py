@@ -27,8 +27,9 @@ down to rank 0).
 **Each rank** is then judged as every capture is (``core.capture.judge``), its collectives'
 reference taken from here (``override``): the introduced check on every rank's recorded inputs;
 the whole-step chain with this rank's own chained input and the other ranks' recorded ones. So a
-rank whose collective handed back different bits is *introduced* there, and its ops after it
-*inherit*.
+rank whose collective handed back different bits is *introduced* there, and DDP's ``as_strided``
+views of its bucket *inherit* (``_bucket_view``: a view of a flat bucket from the start of its
+storage, checked on the recorded values).
 """
 
 from __future__ import annotations
@@ -361,11 +362,18 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
         colls.append(entry)
 
     def override_for(r: int) -> Callable[[int, str, list, dict], list | None]:
+        cap = rs.caps[r]
         pos = {i: k for k, i in enumerate(rs.coll[r])}
+        made = {v for i in rs.coll[r] for v in cap.ops["outputs"][i]}  # collectives' outputs
 
         def override(i: int, op: str, args: list, kwargs: dict) -> list | None:
             if op.startswith(_PLUMBING):
                 return [np.array(args[0])]
+            if op == "aten.as_strided.default":
+                a0 = cap.ops["args"][i][0]
+                if isinstance(a0, dict) and a0.get("T") in made:
+                    return _bucket_view(cap, i, args)
+                return None
             k = pos.get(i)
             if k is None:
                 return None
@@ -391,6 +399,45 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
             "first_collective": first, "agree": agree, "collectives_exact": exact_coll,
             "exact": agree and exact_coll and all(p["exact"] for p in per_rank),
             "per_rank": per_rank}
+
+
+def _strided(flat: np.ndarray, size: list, stride: list, offset: int) -> np.ndarray | None:
+    """``as_strided`` over a 1-D array read as its storage from element 0, or None when the
+    view reaches outside it."""
+    if flat.ndim != 1 or offset < 0 or any(st < 0 for st in stride) or len(size) != len(stride):
+        return None
+    end = offset + sum((n - 1) * st for n, st in zip(size, stride, strict=True) if n > 0)
+    if any(n == 0 for n in size):
+        return np.empty(size, dtype=flat.dtype)
+    if end >= flat.size:
+        return None
+    base = np.ascontiguousarray(flat)[offset:]
+    return np.array(np.lib.stride_tricks.as_strided(
+        base, shape=size, strides=[st * flat.itemsize for st in stride], writeable=False))
+
+
+def _bucket_view(cap: Capture, i: int, args: list) -> list:
+    """Op ``i``, an ``as_strided`` view of a collective's output (DDP's reduced bucket, handed
+    to the gradients through such views): the view of ``args[0]`` read as its storage from
+    element 0 — what DDP allocates, a flat bucket — checked on the recorded values (the view of
+    the recorded bucket must be the recorded view, else the bucket did not start its storage:
+    no reference)."""
+    a = cap.ops["args"][i]
+    size, stride = a[1], a[2]
+    offset = a[3] if len(a) > 3 and a[3] is not None else cap.ops["kwargs"][i].get(
+        "storage_offset", 0) or 0
+    if not (isinstance(size, list) and isinstance(stride, list) and isinstance(offset, int)):
+        raise NoReference("as_strided with arguments not recorded as integers")
+    rec_in, (rec_out,) = cap.arrays[a[0]["T"]], _outputs(cap, i)
+    if rec_in is None or rec_out is None:
+        raise NoReference("as_strided of a value over the capture's size budget")
+    check = _strided(rec_in.reshape(-1) if rec_in.ndim == 1 else rec_in, size, stride, offset)
+    if check is None or check.dtype != rec_out.dtype or check.shape != rec_out.shape \
+            or check.tobytes() != np.ascontiguousarray(rec_out).tobytes():
+        raise NoReference("as_strided of a collective's output that is not a flat bucket at "
+                          "the start of its storage (its view of the recorded values is not "
+                          "the recorded view)")
+    return [_strided(np.asarray(args[0]), size, stride, offset)]
 
 
 def _same_arrays(a: Any, b: Any) -> bool:
