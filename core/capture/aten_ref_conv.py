@@ -166,6 +166,38 @@ def _pool_args(args: list, kwargs: dict, x: np.ndarray):
     return k, st, pd, dl, bool(opt(kwargs, args, 5, "ceil_mode", False))
 
 
+def _first_max(v: np.ndarray, k: list) -> tuple[np.ndarray, np.ndarray]:
+    """Per window of ``v`` (N, C, OH, OW, kh, kw): the value and row-major tap index of its
+    first maximum, as ``np.argmax`` over the flattened taps picks it (the first NaN if any,
+    else the first of equal maxima, -0.0 and +0.0 equal), one pass per tap over strided views
+    of the taps (no copy of the windows, no per-window argmax); a tap replaces the best so far
+    by a branch-free blend of the bits (a masked copy mispredicts on every other element)."""
+    best = v[..., 0, 0].copy()
+    ity = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[best.itemsize]
+    bb = best.view(ity)
+    aty = np.int16 if k[0] * k[1] < 1 << 15 else np.int64
+    arg = np.zeros(best.shape, aty)
+    bnan = np.isnan(best) if v.dtype.kind == "f" else None
+    take = np.empty(best.shape, np.bool_)
+    m, ma, x = np.empty(best.shape, ity), np.empty(best.shape, aty), np.empty_like(bb)
+    for t in range(1, k[0] * k[1]):
+        tap = v[..., t // k[1], t % k[1]]
+        np.greater(tap, best, out=take)
+        if bnan is not None:
+            tnan = np.isnan(tap)
+            if tnan.any():  # a NaN is the maximum: the first one
+                take |= tnan & ~bnan
+                bnan |= tnan
+        np.negative(take.view(np.int8), out=m, casting="unsafe")  # all ones where taken
+        np.bitwise_xor(bb, tap.view(ity), out=x)
+        x &= m
+        bb ^= x
+        np.negative(take.view(np.int8), out=ma, casting="unsafe")
+        ma &= arg ^ aty(t)
+        arg ^= ma
+    return best, arg
+
+
 @form("aten.max_pool2d_with_indices.default")
 def _max_pool(args: list, kwargs: dict) -> list:
     x = args[0]
@@ -173,13 +205,15 @@ def _max_pool(args: list, kwargs: dict) -> list:
     k, st, pd, dl, cm = _pool_args(args, kwargs, x)
     low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
     v, outs = windows(x4, k, st, dl, [(p, p) for p in pd], low, int(cm))
-    flat = v.reshape(v.shape[:4] + (-1,))
-    arg = np.argmax(flat, axis=-1)  # the window's first maximum in row-major tap order
-    y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
-    kh, kw = np.unravel_index(arg, k)
-    rows = np.arange(outs[0]).reshape(-1, 1) * st[0] - pd[0] + kh * dl[0]
-    cols = np.arange(outs[1]).reshape(1, -1) * st[1] - pd[1] + kw * dl[1]
-    idx = (rows * x4.shape[3] + cols).astype(I64)
+    y, arg = _first_max(v, k)  # the window's first maximum in row-major tap order
+    w_in = x4.shape[3]
+    # the flat input index: the window's origin plus its tap's offset (row-major taps)
+    base = (np.arange(outs[0], dtype=I64).reshape(-1, 1) * st[0] - pd[0]) * w_in \
+        + np.arange(outs[1], dtype=I64).reshape(1, -1) * st[1] - pd[1]
+    taps = np.arange(k[0] * k[1], dtype=I64)
+    off = (taps // k[1]) * dl[0] * w_in + (taps % k[1]) * dl[1]
+    idx = np.take(off, arg)
+    idx += base
     return [y.reshape(x.shape[:-2] + y.shape[-2:]), idx.reshape(x.shape[:-2] + y.shape[-2:])]
 
 
@@ -190,7 +224,16 @@ def _max_pool_backward(args: list, kwargs: dict) -> list:
     i2 = np.asarray(idx).reshape(g2.shape)
     gx = np.zeros((g2.shape[0], x.shape[-2] * x.shape[-1]), g2.dtype)
     planes = np.arange(g2.shape[0]).reshape(-1, 1)
-    np.add.at(gx, (np.broadcast_to(planes, i2.shape), i2), g2)  # row-major output order
+    flat = (planes * gx.shape[1] + i2).reshape(-1)
+    seen = np.zeros(gx.size, np.bool_)
+    seen[flat] = True
+    if np.count_nonzero(seen) == flat.size and flat.size:
+        # no input taken by two windows (the pools that do not overlap): each sum has one
+        # term, +0.0 + g, as np.add.at would make it (a -0.0 gradient becomes +0.0)
+        gx.reshape(-1)[flat] = g2.reshape(-1)
+        gx += gx.dtype.type(0)
+    else:
+        np.add.at(gx, (np.broadcast_to(planes, i2.shape), i2), g2)  # row-major output order
     return [gx.reshape(x.shape).astype(x.dtype)]
 
 

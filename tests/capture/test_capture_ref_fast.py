@@ -1,0 +1,81 @@
+"""The judge's faster reference forms compute what the plain ones did, bit for bit (issue 42's
+``parity --capture`` speed): the max pool's first maximum by a pass per tap against
+``np.argmax`` over the flattened windows (NaN first, ties, -0.0/+0.0, padding, dilation,
+ceil mode, integer and half dtypes), its backward's one-term sums against ``np.add.at``, and
+the judge's short form of a total difference against the full one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.capture.aten_ref_conv import _max_pool, _max_pool_backward
+from core.capture.judge import _diff
+from core.ops.nn import windows
+
+
+def _argmax_pool(x, k, st, pd, dl, cm):
+    """The plain form: ``np.argmax`` over each window's taps flattened in row-major order."""
+    x4 = x if x.ndim == 4 else x[None]
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    v, outs = windows(x4, k, st, dl, [(p, p) for p in pd], low, int(cm))
+    flat = v.reshape(v.shape[:4] + (-1,))
+    arg = np.argmax(flat, axis=-1)
+    y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+    kh, kw = np.unravel_index(arg, k)
+    rows = np.arange(outs[0]).reshape(-1, 1) * st[0] - pd[0] + kh * dl[0]
+    cols = np.arange(outs[1]).reshape(1, -1) * st[1] - pd[1] + kw * dl[1]
+    idx = (rows * x4.shape[3] + cols).astype(np.int64)
+    return y.reshape(x.shape[:-2] + y.shape[-2:]), idx.reshape(x.shape[:-2] + y.shape[-2:])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int64])
+def test_max_pool_first_maximum_is_argmax(dtype):
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(60):
+        k = [int(v) for v in rng.integers(1, 4, 2)]
+        st = [int(v) for v in rng.integers(1, 3, 2)]
+        dl = [int(v) for v in rng.integers(1, 3, 2)]
+        pd = [int(rng.integers(0, k[0] // 2 + 1)), int(rng.integers(0, k[1] // 2 + 1))]
+        cm = bool(rng.integers(0, 2))
+        h, w = (int(v) for v in rng.integers(max(k) * 2 + 1, 11, 2))
+        x = rng.integers(-2, 3, (2, 3, h, w)).astype(dtype)  # many ties
+        if x.dtype.kind == "f":
+            m = rng.random(x.shape)
+            x[m < 0.08] = np.nan
+            x[(m > 0.08) & (m < 0.3)] = -0.0  # -0.0 beside +0.0: the first one wins
+        want_y, want_i = _argmax_pool(x, k, st, pd, dl, cm)
+        y, idx = _max_pool([x, k, st, pd, dl, cm], {})
+        assert idx.dtype == np.int64 and np.array_equal(idx, want_i), (k, st, pd, dl, cm)
+        assert y.dtype == x.dtype and y.tobytes() == want_y.tobytes(), (k, st, pd, dl, cm)
+        checked += 1
+    assert checked == 60
+
+
+@pytest.mark.parametrize("k,st", [([2, 2], [2, 2]), ([3, 3], [1, 1]), ([3, 3], [2, 2])])
+def test_max_pool_backward_is_add_at(k, st):
+    """Non-overlapping windows take the one-term path, overlapping ones np.add.at: both the
+    sums np.add.at makes (a -0.0 gradient into +0.0 is +0.0)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    y, idx = _max_pool([x, k, st, [0, 0], [1, 1], False], {})
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    g[rng.random(g.shape) < 0.3] = -0.0
+    got = _max_pool_backward([g, x, k, st, [0, 0], [1, 1], False, idx], {})[0]
+    g2, i2 = g.reshape(6, -1), idx.reshape(6, -1)
+    want = np.zeros((6, 81), np.float32)
+    np.add.at(want, (np.broadcast_to(np.arange(6).reshape(-1, 1), i2.shape), i2), g2)
+    assert got.tobytes() == want.reshape(x.shape).tobytes()
+
+
+def test_the_short_diff_has_the_full_ones_counts():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(100_000).astype(np.float32)
+    b = a.copy()
+    b[::7] = np.nextafter(b[::7], np.float32(np.inf))
+    b[3] = -b[3]
+    full, short = _diff(b, a), _diff(b, a, full=False)
+    assert full["n_diff"] == short["n_diff"] > 14_000
+    assert full["max_ulp"] == short["max_ulp"] > 1
+    assert short["max_abs"] is None and full["max_abs"] > 0
