@@ -889,12 +889,24 @@ def closer(d: Any, raw: Any) -> bool:
     return raw is None or distance(d) < distance(raw)
 
 
+# the search's memory (issue 44's cost): per (value or gradient, op or consumers, shapes, dtype,
+# attributes) the label of the variant that last reproduced a candidate there, tried first the
+# next time (the next step's same node, another node of the same op and shape: a library
+# picks its kernel by op and shape). At most _HINTS_MAX keys, forgotten all at once when full
+_HINTS: dict[tuple, str] = {}
+_HINTS_MAX = 4096
+
+
 def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarray,
-         raw: Any = None) -> Cause:
-    """The first of ``cands`` equal to ``cand``; else ``unknown`` with the closest one, kept
-    only when it is strictly closer than ``raw`` (the reference's diff to ``cand``)."""
+         raw: Any = None, key: tuple | None = None) -> Cause:
+    """The first of ``cands`` equal to ``cand`` (the one ``key``'s last search found tried
+    first); else ``unknown`` with the closest one, kept only when it is strictly closer than
+    ``raw`` (the reference's diff to ``cand``)."""
     best: tuple[Any, ...] | None = None
     tried = 0
+    hint = None if key is None else _HINTS.get(key)
+    if hint is not None:
+        cands = sorted(cands, key=lambda c: c[1] != hint)  # stable: the rest in order
     for cause, label, make in cands:
         try:
             y = make()
@@ -905,10 +917,14 @@ def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarra
         tried += 1
         d = compare_arrays(y, cand)
         if d.n_diff == 0:
+            if key is not None:
+                if len(_HINTS) >= _HINTS_MAX:
+                    _HINTS.clear()
+                _HINTS[key] = label
             return Cause(cause, label)
-        key = distance(d)
-        if best is None or key < best[0]:
-            best = (key, cause, label, d)
+        far = distance(d)
+        if best is None or far < best[0]:
+            best = (far, cause, label, d)
     if best is None or not closer(best[3], raw):
         return Cause("unknown", "", tried=tried)
     _, cause, label, d = best
@@ -926,8 +942,10 @@ def explain(node: Any, xs: Sequence[np.ndarray], cand: np.ndarray, raw: Any = No
     if raw is None:
         with np.errstate(all="ignore"):
             raw = compare_arrays(_reference(node, xs, dt), cand)
+    key = ("value", node.op, tuple(x.shape for x in xs), dt.str,
+           repr(sorted(dict(node.attrs).items())))
     return _try([(v.cause, v.label, lambda v=v: v.run(node, xs, dt))
-                 for v in variants_for(node.op, dt)], cand, raw)
+                 for v in variants_for(node.op, dt)], cand, raw, key)
 
 
 def _mm_rule(mmf: Callable) -> Callable:
@@ -1046,7 +1064,7 @@ def explain_grad(recompute: Callable[..., np.ndarray | None], consumers: Sequenc
     if raw is None:
         ref = recompute()
         raw = None if ref is None or np.shape(ref) != cand.shape else compare_arrays(ref, cand)
-    return _try(tries, cand, raw)
+    return _try(tries, cand, raw, ("grad", tuple(consumers), cand.shape, dt.str))
 
 
 def _nonnull(y: np.ndarray | None) -> np.ndarray:
