@@ -2,6 +2,7 @@
 
     python -m tests.stats                      # every table, as Markdown (~1 min: the node tests)
     python -m tests.stats --doc docs/testing.md          # and put them on the page
+    python -m tests.stats --doc docs/testing.md --only folders,properties   # just those
     python -m tests.stats --record suite       # run the default suite, record its time
     python -m tests.stats --record plants      # run tests/mutation/plants.py, record its time
 
@@ -422,10 +423,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.stats", description=__doc__.splitlines()[0])
     ap.add_argument("--doc", type=Path, help="put the tables on this page (between its markers)")
     ap.add_argument("--record", choices=("suite", "plants"), help="measure again and record")
+    ap.add_argument("--only", help="with --doc: regenerate only these sections (comma-separated: "
+                    f"{', '.join(SECTIONS)}), the others kept as the page has them")
     args = ap.parse_args(argv)
     if args.record:
         return record(args.record)
-    sections = render()
+    only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    if only - set(SECTIONS) or (args.only and not args.doc):
+        print(f"tests.stats: --only {args.only}: sections are {', '.join(SECTIONS)}, with --doc",
+              file=sys.stderr)
+        return 2
+    kept = page_sections(args.doc.read_text()) if args.doc and only != set(SECTIONS) else {}
+    sections = render(node=kept.get("node") if "node" not in only else None)
+    sections.update({k: v for k, v in kept.items() if k not in only})
     if args.doc:
         write_doc(args.doc, sections)
     print(block(sections))

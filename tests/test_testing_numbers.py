@@ -16,7 +16,8 @@ import pytest
 from tests import stats
 
 DOC = stats.ROOT / "docs" / "testing.md"
-REGENERATE = "regenerate the page with `python -m tests.stats --doc docs/testing.md`"
+REGENERATE = ("regenerate the page with `python -m tests.stats --doc docs/testing.md` (or only "
+              "this table: `... --only SECTION`)")
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +147,26 @@ def test_the_node_rows_read_back_from_the_page():
     assert stats.page_node_values(stats.block(secs)) == vals
     assert vals["with a floating input"] == 7 and vals["failed at import (a bug)"] == 0
 
+
+
+def test_record_suite_writes_its_entry_with_command_machine_and_date(tmp_path, monkeypatch):
+    # --record suite runs the suite (not here: the pytest run is played back) and rewrites only
+    # its own entry, the transcribed ones kept
+    rec = tmp_path / "numbers.json"
+    rec.write_text(json.dumps({"suite": [{"run": "old", "command": "c", "machine": "m",
+                                          "date": "d"}], "measurements": []}))
+    monkeypatch.setattr(stats, "RECORDED", rec)
+    monkeypatch.setattr(stats, "ROOT", tmp_path)
+    out = "....\n== 10 passed, 2 skipped, 1 xfailed in 9.0s ==\n"
+    done = subprocess.CompletedProcess([], 0, out, "")
+    monkeypatch.setattr(stats, "_timed", lambda cmd: (done, 612.4, 1100.6, "a machine"))
+    monkeypatch.setattr(stats, "_commit", lambda: "abc1234")
+    assert stats.record("suite") == 0
+    assert stats.record("suite") == 0  # again: one recorded entry, replaced
+    suite = json.loads(rec.read_text())["suite"]
+    assert suite[0]["run"] == "old" and len(suite) == 2
+    new = suite[1]
+    assert (new["tests"], new["wall"], new["user_cpu"], new["machine"]) == (
+        13, "612 s", "1101 s", "a machine")
+    assert "abc1234" in new["run"] and re.fullmatch(r"\d{4}-\d\d-\d\d", new["date"])
+    assert stats.record("nonsense") == 2
