@@ -127,6 +127,21 @@ def _same(n: int) -> dict:
             "n_signed_zero": 0, "nan_bits_differ": 0}
 
 
+def _ulp_mixed(x: np.ndarray, y: np.ndarray, bits: int, mag: np.ndarray, sint: type) -> int:
+    """The largest ulp distance of two blocks of float bits (as signed integers) where some
+    pair's signs differ: sign-magnitude -> two's complement, x if x >= 0 else MIN - x (so -0
+    is 0), as (x ^ (sign & mag)) - sign with sign = x >> bits (0 or -1)."""
+    sx, sy = x >> bits, y >> bits
+    a = (x ^ (sx & mag)) - sx
+    b = (y ^ (sy & mag)) - sy
+    if sint is np.int64:  # the distance as uint64 (|a - b| < 2**64)
+        ua, ub = a.view(np.uint64), b.view(np.uint64)
+        return int(np.where(a >= b, ua - ub, ub - ua).max())
+    dab = a.astype(np.int64)
+    dab -= b
+    return int(np.abs(dab, out=dab).max())
+
+
 def _float_diff(ref: np.ndarray, rec: np.ndarray, full: bool = True) -> dict:
     """``_diff`` of two float arrays of one dtype and shape: ``compare_arrays``'s numbers
     (the same definitions: ulp in ``core.parity.ordered``'s integer order, ±0 both 0; the
@@ -158,23 +173,15 @@ def _float_diff(ref: np.ndarray, rec: np.ndarray, full: bool = True) -> dict:
         if first is None:
             first = s + int(np.argmax(ne))
         n_diff += k
-        # sign-magnitude -> two's complement: x if x >= 0 else MIN - x (so -0 is 0), as
-        # (x ^ (sign & mag)) - sign with sign = x >> bits (0 or -1); equal elements give 0
         x, y = rb[s:e], ob[s:e]
-        sx, sy = x >> bits, y >> bits
-        a = (x ^ (sx & mag)) - sx
-        b = (y ^ (sy & mag)) - sy
-        if sint is np.int64:  # the distance as uint64 (|a - b| < 2**64)
-            ua, ub = a.view(np.uint64), b.view(np.uint64)
-            u = int(np.where(a >= b, ua - ub, ub - ua).max())
-        elif not (sx ^ sy).any():  # one sign each: |a - b| < 2**(bits) fits the width
-            a -= b
-            u = int(np.abs(a, out=a).max())
+        xy = x ^ y
+        if np.bitwise_or.reduce(xy) >= 0:
+            # each pair of one sign (the common case): the distance in the ordered integers
+            # is that of the magnitudes, which is that of the raw bits (no overflow)
+            np.subtract(x, y, out=xy)
+            max_ulp = max(max_ulp, int(np.abs(xy, out=xy).max()))
         else:
-            dab = a.astype(np.int64)
-            dab -= b
-            u = int(np.abs(dab, out=dab).max())
-        max_ulp = max(max_ulp, u)
+            max_ulp = max(max_ulp, _ulp_mixed(x, y, bits, mag, sint))
         if not full:
             continue
         with np.errstate(all="ignore"):  # inf - inf: NaN, which compare_arrays counts as inf

@@ -79,3 +79,31 @@ def test_the_short_diff_has_the_full_ones_counts():
     assert full["n_diff"] == short["n_diff"] > 14_000
     assert full["max_ulp"] == short["max_ulp"] > 1
     assert short["max_abs"] is None and full["max_abs"] > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_the_judges_diff_is_compare_arrays(dtype):
+    """``_float_diff``'s numbers (its same-sign shortcut and the mixed-sign path, in blocks)
+    are ``core.parity.compare_arrays``'s: ulp across ±0 and signs, infinities, signed zeros."""
+    from core.capture.judge import _float_diff
+    from core.parity import compare_arrays
+
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        n = int(rng.integers(1, 70_000))
+        a = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3])).astype(dtype)
+        b = a.copy()
+        m = rng.random(n)
+        b[m < 0.3] = np.nextafter(b[m < 0.3], dtype(np.inf if trial % 2 else -np.inf))
+        if trial % 3 == 0:
+            b[m > 0.9] = -b[m > 0.9]  # signs differ: the mixed path
+        if trial % 5 == 0:
+            a[m < 0.05], b[m < 0.05] = 0.0, -0.0
+        if trial % 7 == 0:
+            a[:3], b[:2] = np.inf, -np.inf
+        d, f = compare_arrays(b, a), _float_diff(b, a)
+        assert (f["n_diff"], f["max_ulp"], f["max_abs"], f["first_index"],
+                f["n_signed_zero"]) == (d.n_diff, d.max_ulp, d.max_abs, d.first_index,
+                                        d.n_signed_zero), trial
+        s = _float_diff(b, a, full=False)
+        assert (s["n_diff"], s["max_ulp"]) == (d.n_diff, d.max_ulp)
