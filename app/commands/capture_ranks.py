@@ -80,13 +80,13 @@ def print_ranks(rep: dict, explain: bool = False) -> None:
           + ", ".join(str(p["n_ops"]) for p in caps))
     for note in rep["notes"]:
         print(f"note: {note}")
-    print(f"{'#':>3} {'step':>4} {'phase':<9} {'collective':<26} {'reduce':<6} {'elements':>8} "
+    print(f"{'#':>3} {'step':>4} {'phase':<9} {'collective':<30} {'reduce':<6} {'elements':>8} "
           f"{'ranks agree':<11}  " + "  ".join(f"{'rank ' + str(r):<14}" for r in range(n))
           + "  source")
     for c in rep["collectives"]:
-        print(f"{c['collective']:>3} {c['step']:>4} {c['phase']:<9} {c['op'][:26]:<26} "
+        print(f"{c['collective']:>3} {c['step']:>4} {c['phase']:<9} {c['op'][:30]:<30} "
               f"{c.get('reduce', '-'):<6} {c['elements']:>8} "
-              f"{'yes' if c['agree'] else 'NO':<11}  "
+              f"{'-' if c['agree'] is None else 'yes' if c['agree'] else 'NO':<11}  "
               + "  ".join(f"{_rank_cell(e):<14}" for e in c["ranks"]) + f"  {_short(c['source'])}")
     f = rep["first_collective"]
     if not rep["collectives"]:
@@ -111,7 +111,8 @@ def print_ranks(rep: dict, explain: bool = False) -> None:
               f"{f['step']}, {f['phase']}, {_short(f['source'])}): "
               + (f"introduced by rank{'s' if len(who) > 1 else ''} "
                  f"{', '.join(map(str, who))}: {intro}" if who else "no rank introduced it")
-              + ("; the ranks agree after it" if f["agree"] else "; the ranks DISAGREE after it"))
+              + ("" if f["agree"] is None else "; the ranks agree after it" if f["agree"]
+                 else "; the ranks DISAGREE after it"))
     for r, p in enumerate(caps):
         fd = p["first_divergence"]
         c = p["counts"]

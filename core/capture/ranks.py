@@ -53,6 +53,9 @@ _RANK_FILE = re.compile(r"^(?P<stem>.*)\.rank(?P<rank>\d{1,6})\.capture$")
 # not collectives: the functional collectives' plumbing (an identity on the data)
 _PLUMBING = ("_c10d_functional.wait_tensor", "_c10d_functional._wrap_tensor_autograd")
 _REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
+# collectives after which every rank holds the same bits
+_REPLICATED = frozenset({"allreduce_", "all_reduce", "all_reduce_", "allgather_",
+                         "_allgather_base_", "broadcast_", "barrier", "monitored_barrier_"})
 
 
 def rank_path(out: str | os.PathLike, rank: int) -> str:
@@ -267,6 +270,26 @@ def collective_reference(op: str, per_rank_args: list[list], world: int) -> list
             raise _NoRef(f"reduce op {red} has no reference order")
         outs = [reduce_order([lst[j] for lst in lists], red) for j in range(len(lists[0]))]
         return [outs for _ in range(world)]
+    if name == "_reduce_scatter_base_":  # (output, input, group, op, ...): chunk r of the sum
+        red = per_rank_args[0][3].get("r") if isinstance(per_rank_args[0][3], dict) else None
+        if red not in _REDUCE_OPS:
+            raise _NoRef(f"reduce op {red} has no reference order")
+        n = np.asarray(per_rank_args[0][0]).size
+        return [[reduce_order([np.asarray(a[1]).reshape(-1)[r * n:(r + 1) * n]
+                               for a in per_rank_args], red).reshape(np.shape(a_r[0]))]
+                for r, a_r in enumerate(per_rank_args)]
+    if name == "reduce_scatter_":  # (outputs, input lists, group, op, ...): out[j] of rank r
+        red = per_rank_args[0][3].get("r") if isinstance(per_rank_args[0][3], dict) else None
+        if red not in _REDUCE_OPS:
+            raise _NoRef(f"reduce op {red} has no reference order")
+        return [[reduce_order([a[1][j][r] for a in per_rank_args], red)
+                 for j in range(len(_tensor_list(per_rank_args[r][0])))] for r in range(world)]
+    if name == "_allgather_base_":  # (output, input, group, ...): the inputs by rank, flat
+        outs = [np.concatenate([np.asarray(a[1]).reshape(-1) for a in per_rank_args])
+                .reshape(np.shape(per_rank_args[0][0]))]
+        return [outs for _ in range(world)]
+    if name in ("barrier", "monitored_barrier_"):  # no data
+        return [[] for _ in range(world)]
     if name == "allgather_":  # (output lists, inputs, group, ...): out[j][r] = rank r's input j
         ins = [_tensor_list(a[1]) for a in per_rank_args]
         outs = [np.array(ins[r][j]) for j in range(len(ins[0])) for r in range(world)]
@@ -277,7 +300,8 @@ def collective_reference(op: str, per_rank_args: list[list], world: int) -> list
             raise _NoRef(f"broadcast root {root!r} is not a rank")
         outs = [np.array(t) for t in _tensor_list(per_rank_args[root][0])]
         return [outs for _ in range(world)]
-    raise _NoRef(f"{op} has no reference here (all-reduce, all-gather and broadcast have)")
+    raise _NoRef(f"{op} has no reference here (all-reduce, reduce-scatter, all-gather, "
+                 "broadcast and barrier have)")
 
 
 def _decoded(cap: Capture, i: int) -> list:
@@ -330,12 +354,18 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
                  "elements": int(sum(np.prod(cap0.shapes[v], dtype=np.int64)
                                      for v in cap0.ops["outputs"][i0])), "ranks": []}
         a0 = cap0.ops["args"][i0]
-        if len(a0) > 2 and isinstance(a0[2], dict) and "r" in a0[2]:
-            entry["reduce"] = a0[2]["r"]
+        red = next((a["r"] for a in a0 if isinstance(a, dict) and "r" in a), None)
+        if red is None and op.startswith("_c10d_functional.all_reduce") and len(a0) > 1:
+            red = str(a0[1]).upper()
+        if red is not None:
+            entry["reduce"] = red
         outs = [_outputs(rs.caps[r], rs.coll[r][k]) for r in range(world)]
         digests = [[rs.caps[r].digests[v] for v in rs.caps[r].ops["outputs"][rs.coll[r][k]]]
                    for r in range(world)]
-        entry["agree"] = all(d == digests[0] for d in digests)
+        # every rank holds the same bits after it, where the collective replicates its result
+        # (not a reduce-scatter: each rank its own chunk; not an unknown collective)
+        entry["agree"] = all(d == digests[0] for d in digests) \
+            if op.split(".")[1] in _REPLICATED else None
         ref = reference_of(k)
         for r in range(world):
             e: dict[str, Any] = {"rank": r}
@@ -354,7 +384,7 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
             entry["ranks"].append(e)
         bad = [e["rank"] for e in entry["ranks"] if e["verdict"] == "introduced"]
         entry["exact"] = not bad
-        if first is None and (bad or not entry["agree"]):
+        if first is None and (bad or entry["agree"] is False):
             first = {"collective": k + 1, "op": op, "step": entry["step"],
                      "phase": entry["phase"], "source": entry["source"],
                      "introduced_by": bad, "agree": entry["agree"],
@@ -392,7 +422,7 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
     for r in range(world):
         rep = judge(rs.caps[r], explain=explain, advance=advance, override=override_for(r))
         per_rank.append(rep)
-    agree = all(c["agree"] for c in colls)
+    agree = all(c["agree"] is not False for c in colls)
     exact_coll = all(c["exact"] for c in colls)
     return {"ranks": world, "run": rs.run, "files": [c.path for c in rs.caps],
             "steps": rs.caps[0].steps, "notes": rs.notes, "collectives": colls,

@@ -27,7 +27,14 @@ import numpy as np
 import pytest
 
 from core.capture.file import digest, save
-from core.capture.ranks import judge_ranks, load_ranks, rank_files, rank_path, reduce_order
+from core.capture.ranks import (
+    collective_reference,
+    judge_ranks,
+    load_ranks,
+    rank_files,
+    rank_path,
+    reduce_order,
+)
 
 # the DDP runs (torchrun, 2 gloo ranks, three times) are this module's fixture: one worker pays
 # it (pyproject: --dist loadgroup); a hung rank is bounded by the script's own process-group
@@ -192,6 +199,32 @@ def test_the_reference_is_the_serial_sum_in_rank_order_and_the_variants_differ()
     # AVG is the rank-order sum divided by the world size
     avg = reduce_order(xs, "AVG")
     assert avg.tobytes() == (reduce_order(xs) / np.float32(3)).astype(np.float32).tobytes()
+
+
+def test_reduce_scatter_all_gather_and_broadcast_references():
+    xs = _inputs(3, 12)
+    g = [{"g": [r, 3]} for r in range(3)]
+    red = {"r": "SUM"}
+    total = reduce_order(xs)
+    # _reduce_scatter_base_(output, input, group, op, async): rank r gets chunk r of the sum
+    outs = collective_reference("c10d._reduce_scatter_base_.default",
+                                [[np.zeros(4, np.float32), xs[r], g[r], red, False]
+                                 for r in range(3)], 3)
+    for r in range(3):
+        assert outs[r][0].tobytes() == total[4 * r:4 * r + 4].tobytes()
+    # _allgather_base_(output, input, group, async): the inputs by rank, on every rank
+    outs = collective_reference("c10d._allgather_base_.default",
+                                [[np.zeros(36, np.float32), xs[r], g[r], False]
+                                 for r in range(3)], 3)
+    assert all(o[0].tobytes() == np.concatenate(xs).tobytes() for o in outs)
+    # broadcast_(tensors, group, root rank, root tensor, ...): the root's input everywhere
+    outs = collective_reference("c10d.broadcast_.default",
+                                [[[xs[r]], g[r], 2, 0] for r in range(3)], 3)
+    assert all(o[0].tobytes() == xs[2].tobytes() for o in outs)
+    # reduce ops: MAX elementwise, AVG the sum over N
+    outs = collective_reference("c10d.allreduce_.default",
+                                [[[xs[r]], g[r], {"r": "MAX"}, None] for r in range(3)], 3)
+    assert outs[0][0].tobytes() == np.maximum(np.maximum(xs[0], xs[1]), xs[2]).tobytes()
 
 
 def test_three_ranks_reducing_in_ring_order_are_introduced_with_cause_ring(tmp_path):
