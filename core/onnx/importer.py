@@ -265,6 +265,21 @@ def exported_merges(graph, values: dict[str, Any]) -> dict[tuple[str, str], dict
     return out
 
 
+def _outer_reads(node) -> set[str]:
+    """The names a control-flow node's subgraphs read (their nodes' inputs, nested graphs
+    included), whether made inside or taken from the enclosing scope."""
+    def graphs(n) -> list:
+        return [a.g for a in n.attribute if a.g.node] + [g for a in n.attribute for g in a.graphs]
+
+    out: set[str] = set()
+    stack = graphs(node)
+    while stack:
+        for n in stack.pop().node:
+            out.update(i for i in n.input if i)
+            stack += graphs(n)
+    return out
+
+
 def _one_value(v: Any) -> bool:
     return isinstance(v, np.ndarray) and v.size >= 1 and bool(np.all(v == v.reshape(-1)[0]))
 
@@ -910,6 +925,10 @@ def import_to_tape(model: Any, tape, inputs: dict[str, np.ndarray], *,
             for n, v in zip(names, ins, strict=True) if n)
         try:
             imp.budget.before(st.node.op_type, ins, st.attrs, st.opset)
+            if op in ("If", "Loop", "Scan") and any(isinstance(env.get(n), Var)
+                                                    for n in _outer_reads(st.node)):
+                raise OnnxError(f"{op} whose body reads a value on the tape has no tape form "
+                                "(one that reads only constants folds)", node=st.label)
             if not reads_weight and all(v is None or isinstance(v, np.ndarray) for v in ins):
                 out = st.kernel(_ctx(st, imp), *ins, **st.attrs)  # known now: fold
                 # NOTE: a kernel may hand back a numpy scalar (Gather of a 0-d index): an array

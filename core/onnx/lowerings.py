@@ -5,7 +5,8 @@ docs/reference-order-nn.md gives each order), so every device already has its ke
 replay is bit for bit: Where (masked_fill), Gelu (none and tanh), Pow, HardSigmoid, HardSwish,
 LogSoftmax (its row op), Expand (``x * ones``), Reciprocal (``1 / x``), ConvTranspose (the
 tape's conv_transpose2d, conv2d's backward-data), Resize and Upsample (gathers and a weighted sum
-per axis), InstanceNormalization (LayerNormalization's composite over the spatial axes),
+per axis), InstanceNormalization (LayerNormalization's composite over the spatial axes), Cast and
+CastLike (the value itself: the tape's one type),
 SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, Dropout in training mode (a seeded mask per
 step), BatchNormalization in training mode (batch statistics; running statistics updated as the
 spec says), and RNN / GRU / LSTM unrolled over time. A converter is
@@ -298,6 +299,56 @@ def instance_norm(imp, st, ins, names):
     one = imp.tape.const(np.ones(()), name="one")
     inv = ops.div(one, ops.sqrt(ops.adds(var, st.attrs.get("epsilon", 1e-5))))
     return ops.add(ops.mul(ops.mul(d, inv), scale), bias)
+
+
+# ---- Cast, CastLike: the tape's one type ----------------------------------------------------
+
+_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+
+
+def model_precision(graph) -> str | None:
+    """The model's floating type (``core.onnx.workload.model_dtype``'s rule, on a loaded
+    graph): its first floating graph input's, else its first floating initializer's."""
+    names = {1: "float32", 11: "float64", 10: "float16", 16: "bfloat16"}
+    inits = {t.name for t in graph.initializer}
+    for vi in graph.input:
+        if vi.name not in inits and vi.type.tensor_type.elem_type in names:
+            return names[vi.type.tensor_type.elem_type]
+    return next((names[t.data_type] for t in graph.initializer if t.data_type in names), None)
+
+
+def cast(imp, st, ins, names):
+    """Cast / CastLike of a tape value to a floating type records nothing: the tape holds
+    every value in its one type (the model's, or ``--dtype``'s), so a cast to that type
+    (dynamo's ``optimize=False`` casts, a function body's ``stash_type`` cast) is the value
+    itself, and in a model run at another precision than its own (``--dtype float32`` on an
+    fp16 export) so is every cast between floating types: the whole model runs in the tape's.
+    A cast to another type inside a model run at its own precision (float32 -> float16 in a
+    float32 model, an fp16 export's casts up to float32 around a softmax in a half episode)
+    would change the precision where the tape does not: refused, naming the types and the
+    ``--dtype`` that runs the model in one. A cast to an integer type has no tape form."""
+    from core.onnx.loader import np_dtype
+
+    if isinstance(ins[0], np.ndarray):  # CastLike(constant, tape value): a constant of its type
+        return np.asarray(ins[0]).astype(np.dtype(imp.tape.dtype))
+    x = _v(imp, ins, names, 0)
+    if st.node.op_type == "CastLike":
+        like = ins[1]
+        target = np.dtype(like.dtype) if isinstance(like, np.ndarray) else np.dtype(
+            imp.tape.dtype)
+    else:
+        target = np_dtype(int(st.attrs["to"]))
+    tape_t = np.dtype(imp.tape.dtype)
+    if target.name not in _RANK:
+        raise OnnxError(f"{st.node.op_type} of a tape value to {target.name} has no tape form "
+                        "(to a floating type has)", node=imp.label)
+    own = model_precision(imp.sess.lm.model.graph)
+    if target != tape_t and own == tape_t.name:
+        raise OnnxError(f"{st.node.op_type} from {tape_t.name} to {target.name} inside a "
+                        f"{own} model has no tape form: the tape holds every value in one type "
+                        f"(--dtype {target.name} runs the whole model in {target.name})",
+                        node=imp.label)
+    return x
 
 
 # ---- Reciprocal: 1 / x ---------------------------------------------------------------------
@@ -605,4 +656,5 @@ CONVERTERS = {
     "Dropout": dropout, "RNN": recurrent, "GRU": recurrent, "LSTM": recurrent,
     "Expand": expand, "Reciprocal": reciprocal, "ConvTranspose": conv_transpose,
     "Resize": resize, "Upsample": resize, "InstanceNormalization": instance_norm,
+    "Cast": cast, "CastLike": cast,
 }

@@ -322,6 +322,20 @@ KNOWN_FAILURES = dict.fromkeys(
     "training-mode Dropout: the tape draws its own seeded mask (`default_rng((step_seed, "
     "node))`, replayable on a device), the test's mask came from numpy's global random state: "
     "the values agree only where both masks keep (the executor refuses training mode)")
+KNOWN_FAILURES.update(dict.fromkeys(
+    ("test_attention_causal_boolmask_nan_robustness_expanded",
+     "test_attention_23_boolmask_fullymasked_row_nan_robustness_expanded",
+     "test_attention_4d_causal_nonpad_negative_offset_structural_empty_expanded",
+     "test_attention_23_fullymasked_qk_matmul_output_mode3_zero_expanded",
+     "test_attention_24_fullymasked_qk_matmul_output_mode3_zero_expanded"),
+    "a fully masked row (every score -inf): its softmax is NaN and the body replaces it "
+    "(Where of IsNaN), so the forward is finite, but softmax's backward on that row multiplies "
+    "NaN by the zero gradient the Where passes it: NaN reaches the scores' gradient (the "
+    "written backward, as PyTorch's autograd does); finite differences see a flat row"))
+KNOWN_FAILURES["test_attention_4d_causal_fp16_expanded"] = (
+    "float16: the tape's half rule rounds each node's output to float16 (the executor's too: "
+    "bit for bit), the expected output kept float32 through the expanded body; 2 of 192 "
+    "elements one float16 ulp outside rtol 1e-3")
 
 
 #: operators whose imported node tests are not bit-identical to the executor, and why: the

@@ -45,16 +45,13 @@ def model_dtype(path: str) -> str | None:
     neither or the file cannot be read (the import then says why). Reads the file as data."""
     import onnx
 
-    names = {1: "float32", 11: "float64", 10: "float16", 16: "bfloat16"}
+    from core.onnx.lowerings import model_precision
+
     try:
         m = onnx.load(path, load_external_data=False)
     except Exception:
         return None
-    inits = {t.name for t in m.graph.initializer}
-    for vi in m.graph.input:
-        if vi.name not in inits and vi.type.tensor_type.elem_type in names:
-            return names[vi.type.tensor_type.elem_type]
-    return next((names[t.data_type] for t in m.graph.initializer if t.data_type in names), None)
+    return model_precision(m.graph)
 
 
 def model_spec(path: str, reinit: bool = False) -> str:
