@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "aten_sum", "reduce_all", "sleef_exp"]
+__all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "aten_sum", "reduce_all", "silu", "sleef_exp"]
 
 # SLEEF's constants (sleefsimddp.c / sleefsimdsp.c, misc.h)
 _R_LN2 = 1.442695040888963407359924681001892137426645954152985934135449406931
@@ -300,6 +300,12 @@ def _silu_parts(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     one = a.dtype.type(1)
     den = one + _vec_map(-a, sleef_exp, _libc_exp)
     return den, a / den
+
+
+def silu(a: np.ndarray) -> np.ndarray:
+    """ATen's CPU ``silu`` (``a / (1 + exp(-a))``, SLEEF's exp on whole register pairs)."""
+    _check([a])
+    return _silu_parts(np.asarray(a))[1]
 
 
 def _swiglu(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:

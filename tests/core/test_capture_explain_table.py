@@ -1,0 +1,75 @@
+"""Issue 44 item 4: a capture's explain draws its variants from core.explain's table (one table,
+not a second), so PyTorch's own kernels explain captured aten ops as they explain tape nodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.capture.explain import _variants, explain_op
+from core.explain import UPDATE_VARIANTS, VARIANTS, variants_for
+from core.parity import compare_arrays
+
+
+def _diff(ref, got):
+    d = compare_arrays(ref, got)
+    return {"n_diff": d.n_diff, "max_ulp": d.max_ulp, "n_signed_zero": d.n_signed_zero}
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+def test_products_and_sums_are_the_tables_own(dt):
+    mm = [v.label for v in variants_for("matmul", dt) if v.prim == "mm"]
+    assert [lab for _, lab, _ in _variants("aten.mm.default", dt)] == mm
+    assert [lab for _, lab, _ in _variants("aten.addmm.default", dt)] == mm
+    sums = [v.label for v in variants_for("sum", dt) if v.prim == "sum"]
+    assert [lab for _, lab, _ in _variants("aten.sum.dim_IntList", dt)] == sums
+    libm = [v.label for v in VARIANTS if v.prim == "M"]
+    assert [lab for _, lab, _ in _variants("aten.tanh.default", dt)] == libm
+    assert [lab for _, lab, _ in _variants("aten.sqrt.default", dt)] == \
+        [lab for _, lab, _ in UPDATE_VARIANTS]
+
+
+def test_a_new_table_variant_reaches_captures(monkeypatch):
+    """Add a product variant to the table: the capture's mm tries it (no copy to update)."""
+    import core.explain as E
+
+    extra = E.Variant("reassociation", "a planted product", "mm", lambda a, b: a @ b)
+    monkeypatch.setattr(E, "VARIANTS", E.VARIANTS[:-1] + (extra, E.VARIANTS[-1]))
+    assert "a planted product" in [lab for _, lab, _ in _variants("aten.mm.default")]
+
+
+def test_captured_torch_ops_are_explained_by_torchs_kernels():
+    torch = pytest.importorskip("torch")
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        pytest.skip("ATen's AVX-512 kernels are what core.explain_aten writes out")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 24)) * 3
+    got = torch.softmax(torch.from_numpy(x), -1).numpy()
+    ref = np.exp(x - x.max(-1, keepdims=True))
+    ref = ref / ref.sum(-1, keepdims=True)
+    c = explain_op("aten._softmax.default", [x, -1, False], {}, got, _diff(ref, got))
+    assert c["cause"] == "libm" and "softmax" in c["variant"], c
+    v = (rng.random(4096) * 10).astype(np.float32)
+    got = torch.sqrt(torch.from_numpy(v)).numpy()
+    c = explain_op("aten.sqrt.default", [v], {}, got, _diff(np.sqrt(v), got))
+    assert c["cause"] == "libm" and "MKL VML" in c["variant"], c
+    a = (rng.standard_normal((8, 40)) * 4).astype(np.float32)
+    got = torch.nn.functional.silu(torch.from_numpy(a)).numpy()
+    c = explain_op("aten.silu.default", [a], {}, got, _diff(a / (1 + np.exp(-a)), got))
+    assert c["cause"] == "libm", c
+    s = rng.standard_normal((24, 16))
+    got = torch.sum(torch.from_numpy(s), 0).numpy()
+    c = explain_op("aten.sum.dim_IntList", [s, [0]], {}, got, _diff(s.sum(0), got))
+    assert c["cause"] == "reassociation", c
+
+
+def test_a_capture_closest_is_named_only_when_strictly_closer():
+    """Item 2 for captures: a product no variant reproduces, whose best variant is as far as
+    the reference, says unknown alone."""
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((5, 7)), rng.standard_normal((7, 3))
+    ref = a @ b
+    got = ref.copy()
+    got[0, 0] = np.nextafter(got[0, 0], np.inf) * 1.5  # far off: no order makes it
+    c = explain_op("aten.mm.default", [a, b], {}, got, _diff(ref, got))
+    assert c["cause"] == "unknown" and c["closest"] is None, c
