@@ -83,3 +83,13 @@ def test_transformer_updates_explained(runs, dtype):
     entries = runs[("transformer", dtype)]
     ups = [e for e in entries if e["which"] == "update"]
     assert ups and not _unknown(ups), _unknown(ups)
+
+
+@pytest.mark.parametrize("run", ["mlp-float64", "mlp-float32", "transformer-float64",
+                                 "transformer-float32"])
+def test_every_explained_difference_is_a_valid_reordering(runs, run):
+    """The classifier agrees with the variants: every array PyTorch introduced, now named by
+    its kernel (SLEEF's exp, ATen's sums, MKL's sqrt, ...), is within a reordering bound."""
+    w, d = run.split("-")
+    bad = [e for e in runs[(w, d)] if e.get("class") != "valid reordering"]
+    assert not bad, bad
