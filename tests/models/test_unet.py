@@ -67,3 +67,25 @@ def test_torch_candidate_runs_the_unet(unet):
     assert res.loss_cand == pytest.approx(res.loss_ref, rel=1e-9)
     ops = {n.op for n in r.nodes}
     assert {"conv_transpose2d", "gather"} <= ops
+
+
+@pytest.mark.slow
+def test_dynamo_unoptimized_export_with_its_casts_trains_bit_for_bit(tmp_path):
+    """dynamo with ``optimize=False`` keeps its CastLike nodes (8 in the UNet): each is the
+    value itself on the tape, and the pair replays bit for bit."""
+    import warnings
+
+    import torch
+
+    _, example, _ = zoo.FAMILIES["unet"]
+    path = str(tmp_path / "unet-noopt.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(zoo.module("unet"), example(), path, dynamo=True, optimize=False)
+    casts = [n for n in onnx.load(path).graph.node if n.op_type in ("Cast", "CastLike")]
+    assert casts
+    r = PairRunner(SessionConfig(workload=model_spec(path), device="host", dtype="float32"))
+    for _ in range(2):
+        res = r.step()
+        assert res.exact, res.first
+    assert len(r.ref.wl.params) == len(list(zoo.module("unet").parameters()))
