@@ -68,6 +68,15 @@ def render(rep: dict) -> str:
                    f"<code>{_e(_short(f['source_a']))}</code>), output {o['output']}: "
                    f"{_e(o['why'])}.</p><p><b>Left the reference there: {_e(f['left'])}</b> "
                    f"(A {_v(f['verdict_a'])}, B {_v(f['verdict_b'])}): {_e(f['cause'])}</p>")
+        ins = f.get("inside")
+        if ins:  # inside a compiled graph of one run (core/capture/pair_regions.py)
+            out.append(f"<p>Inside {_e(ins['run'])}'s compiled graph {_e(ins['run'])}#"
+                       f"{ins['region']} ({_e(ins['kind'])}, {_e(ins['backend'])}): node "
+                       f"<code>{_e(ins['node'])}</code> = <code>{_e(ins['target'])}</code> "
+                       f"(from <code>{_e(ins['original'] or '?')}</code>, "
+                       f"{_e(ins['module'] or 'no module')}); its kernel "
+                       f"({ins['kernel_nodes']} nodes): <code>"
+                       f"{_e(', '.join(k.split(' ')[0] for k in ins['kernel']))}</code></p>")
     out.append(f"<h2>Ops of one run only</h2><p>Matched {al['matched']}; A only "
                f"{al['only_a']}, B only {al['only_b']} (the first five of each below).</p>")
     rows = [("A", e) for e in al["first_only_a"]] + [("B", e) for e in al["first_only_b"]]

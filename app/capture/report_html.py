@@ -113,6 +113,12 @@ def render(rep: dict) -> str:
         f"<code>{_e(_short(f['source']))}</code>): <span class='v-{_e(f['verdict'])}'>"
         f"{_e(f['verdict'])}</span>") + "</p>")
     intro = rep["introduced"]
+    region = next((e for e in intro if e.get("node")), None)
+    if region is not None:  # a compiled graph's first departing node (core/capture/regions.py)
+        from core.capture.regions import node_line
+
+        out.append(f"<p>Inside compiled graph #{region['index']} (step {region['step']}, "
+                   f"{_e(region['phase'])}): {_e(node_line(region['node']))}</p>")
     if intro:
         out.append(f"<h2>Introduced ({len(intro)} outputs)</h2><table><tr><th>step</th>"
                    "<th>#</th><th>phase</th><th>op</th><th>module</th><th>output</th>"

@@ -226,25 +226,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def node_line(d: dict) -> str:
-    """A compiled graph's departing node (core/capture/regions.py) as one line."""
-    of = f" output {d['output']}" if d.get("of") else ""
-    orig = d["original"] if d["original"] and d["original"] != d["target"] else ""
-    where = ", ".join(x for x in (f"from {orig}" if orig else "", d["module"]) if x)
-    kernel = ", ".join(k.split(" ")[0] for k in d["kernel"])
-    e = d.get("eager") or {}
-    eager = "" if not e.get("ran") else "; eager aten on the same inputs gives " + (
-        "the compiled bits" if e["same_as_compiled"] else "the reference's bits"
-        if e["same_as_reference"] else "neither")
-    cause = f"; cause: {d['cause']}" if d.get("cause") and d["cause"] != "unknown" else ""
-    seen = f", seen at output node {d['seen_at']}" if d.get("seen_at") else ""
-    return (f"first departing node {d['name']} = {d['target']}{of}" + (f" ({where}{seen})"
-                                                                      if where else seen)
-            + f": {d['n_diff']} of {d['n']} elements, max {d['max_ulp']} ulp from the reference "
-            f"on the run's own values; its kernel ({d['kernel_nodes']} nodes): {kernel}"
-            f"{cause}{eager}")
-
-
 def eager_kernels() -> Any:
     """PyTorch's eager kernels for a compiled graph's departing nodes (``app.capture.eager``),
     or None where torch is not importable (the judgement is the same without them)."""
@@ -454,6 +435,8 @@ def print_report(rep: dict, explain: bool = False) -> None:
               + (f"; {len(intro)} introduced outputs in all" if len(intro) > 1 else ""))
     region = next((e for e in intro if e.get("node")), None)
     if region is not None:
+        from core.capture.regions import node_line
+
         print(f"inside compiled graph #{region['index']} (step {region['step']}, "
               f"{region['phase']}): {node_line(region['node'])}")
     judged = c["exact"] + c["introduced"] + c["inherited"]

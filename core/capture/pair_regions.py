@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from core.capture.file import COMPILED_OP, PHASES, Capture
+from core.capture.judge import _diff
 
 __all__ = ["first_inside"]
 
@@ -102,6 +105,21 @@ def first_inside(a: Capture, b: Capture, ra: dict, rb: dict, only_a: set[int],
     return None
 
 
+def _same_output(other: Capture, j: int, cap: Capture, v: int) -> int | None:
+    """The output of the other run's op ``j`` that holds what value ``v`` holds: of its dtype
+    and shape, the closest in bits (a layer norm's mean, not its rstd); None if none fits."""
+    best: tuple[int, int] | None = None
+    x = cap.arrays[v]
+    for k, w in enumerate(other.ops["outputs"][j]):
+        y = other.arrays[w]
+        if x is None or y is None or y.shape != x.shape or y.dtype != x.dtype:
+            continue
+        n = _diff(np.asarray(y), np.asarray(x))["n_diff"]
+        if best is None or n < best[0]:
+            best = (n, k)
+    return None if best is None else best[1]
+
+
 def _shaped(tag: str, cap: Capture, other: Capture, rep: dict, orep: dict, i: int, d: dict,
             v: int, graph: dict, j: int | None) -> dict:
     otag = "B" if tag == "A" else "A"
@@ -135,8 +153,18 @@ def _shaped(tag: str, cap: Capture, other: Capture, rep: dict, orep: dict, i: in
     over = "exact"
     if j is not None:
         outs = orep["ops"][j]["outputs"]
+        k = _same_output(other, j, cap, v)
+        if k is not None:
+            dd = _diff(np.asarray(other.arrays[other.ops["outputs"][j][k]]),
+                       np.asarray(cap.arrays[v]))
+            why += (f"; {otag}#{j}'s output {k} against it: {dd['n_diff']} of {dd['n']} "
+                    f"elements differ, max {dd['max_ulp']} ulp")
+            inside["counterpart_output"] = k
         bad = [x for x in outs if x["verdict"] in ("introduced", "inherited")]
-        over = bad[0]["verdict"] if bad else (outs[0]["verdict"] if outs else "exact")
+        if k is not None:  # the output that holds the node's value: its own verdict
+            bad = [outs[k]] if outs[k]["verdict"] in ("introduced", "inherited") else []
+        over = bad[0]["verdict"] if bad else (outs[k if k is not None else 0]["verdict"]
+                                              if outs else "exact")
         oo = other.ops
         where = (f"{otag}#{j} {oo['op'][j]} ({oo['module'][j] or 'no module'}, "
                  f"{oo['phase'][j]})")
@@ -148,7 +176,8 @@ def _shaped(tag: str, cap: Capture, other: Capture, rep: dict, orep: dict, i: in
             cause.append(f"{otag}'s op there, {where}, {bad[0]['verdict']} a difference in "
                          f"its output {k} ({n} elements, max {u} ulp)")
         else:
-            cause.append(f"{otag}'s op there, {where}, is {over}")
+            cause.append(f"{otag}'s op there, {where}, is {over}"
+                         + (f" in its output {k}" if k is not None else ""))
     else:
         cause.append(f"{otag} has no {d['original'] or d['target']} at {d['module'] or 'this'} "
                      "module in that step and phase (its ops there are of one run only)")

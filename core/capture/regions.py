@@ -35,7 +35,8 @@ import numpy as np
 
 from core.capture.file import Capture
 
-__all__ = ["RegionError", "graph_inputs", "localise", "run_graph"]
+__all__ = ["RegionError", "attach", "graph_inputs", "localise", "node_line", "run_graph",
+           "run_region"]
 
 _KERNEL_SHOWN = 12  # nodes of a departing node's kernel listed
 
@@ -324,3 +325,23 @@ def attach(e: dict, introduced: list[dict], found: list[dict], graph: dict) -> N
         ent["node"] = first
         if first is not None and "cause" in first:
             ent["cause"], ent["explain"] = first["cause"], first["explain"]
+
+
+def node_line(d: dict) -> str:
+    """A compiled graph's departing node (core/capture/regions.py) as one line."""
+    of = f" output {d['output']}" if d.get("of") else ""
+    orig = d["original"] if d["original"] and d["original"] != d["target"] else ""
+    where = ", ".join(x for x in (f"from {orig}" if orig else "", d["module"]) if x)
+    kernel = ", ".join(k.split(" ")[0] for k in d["kernel"])
+    e = d.get("eager") or {}
+    eager = "" if not e.get("ran") else (
+        "; eager aten, the nodes run one by one from the same values, gives ") + (
+        "the compiled bits" if e["same_as_compiled"] else "the reference's bits"
+        if e["same_as_reference"] else "neither")
+    cause = f"; cause: {d['cause']}" if d.get("cause") and d["cause"] != "unknown" else ""
+    seen = f", seen at output node {d['seen_at']}" if d.get("seen_at") else ""
+    return (f"first departing node {d['name']} = {d['target']}{of}" + (f" ({where}{seen})"
+                                                                      if where else seen)
+            + f": {d['n_diff']} of {d['n']} elements, max {d['max_ulp']} ulp from the reference "
+            f"on the run's own values; its kernel ({d['kernel_nodes']} nodes): {kernel}"
+            f"{cause}{eager}")
