@@ -9,7 +9,10 @@ variants of ``VARIANTS`` that apply to the node's op (docs/candidates.md lists t
 ``fma``             multiply-adds contracted to one rounding: ``acc = fma(a, b, acc)`` in a
                     product, ``fma(x, x, acc)`` in a sum of squares
 ``reciprocal``      ``x / y`` computed as ``x * (1 / y)`` (softmax, mean, div, rms_norm, ...)
-``libm``            the platform's transcendentals (numpy's) instead of refmath
+``libm``            the platform's transcendentals (numpy's, the C library's) instead of
+                    refmath; PyTorch's CPU kernels written out (``core.explain_aten``:
+                    SLEEF's exp in softmax and silu, rms_norm's and silu's backward); MKL
+                    VML's sqrt in an optimizer step (``UPDATE_VARIANTS``)
 ``reassociation``   numpy's pairwise ``np.sum``, a halving tree (a GPU block reduction), BLAS's
                     blocked ``np.matmul`` instead of the serial reference order
 ``accumulator``     sums and products accumulated in a wider type (float32 in float64, float64
