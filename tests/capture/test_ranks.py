@@ -269,6 +269,9 @@ def _losses(stdout: str) -> list[str]:
 @pytest.fixture(scope="module")
 def ddp(tmp_path_factory) -> dict:
     """The DDP script captured (clean and planted) and run plain: {name: (OUT, stdout)}."""
+    dist = pytest.importorskip("torch.distributed")
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("this torch has no gloo backend (torch.distributed.is_gloo_available())")
     d = tmp_path_factory.mktemp("ranks")
     out = {}
     for name, script in (("clean", ["ddp.py"]), ("planted", ["planted_ddp.py", "ddp.py"])):
@@ -373,6 +376,9 @@ def test_three_gloo_ranks_reduce_in_ring_order(tmp_path):
     """gloo's own all-reduce on 3 ranks is not the rank order: every rank introduced, the
     ``ring`` order reproduces it, and the ranks agree (the data the ring row of
     docs/reference-order.md was measured on, through capture and parity)."""
+    dist = pytest.importorskip("torch.distributed")
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("this torch has no gloo backend")
     out = tmp_path / "three"
     p = cli("capture", "--out", str(out), "--", "torchrun", "--standalone", "--nproc-per-node",
             "3", "ddp.py", "--steps", "1", "--width", "64", "--timeout", "60")
