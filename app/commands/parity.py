@@ -147,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "capture", None):  # the user's own recorded run (docs/capture.md)
         if args.workload or getattr(args, "model", None):
             raise ValueError("--capture judges a recorded run: drop --workload / --model")
+        if getattr(args, "against", None) and getattr(args, "ranks", None) is not None:
+            raise ValueError("--ranks and --against: judge the ranks of one run, or two runs, "
+                             "not both at once")
         if getattr(args, "against", None):  # two captures, one arbiter (issue 43)
             from app.commands.capture_pair import pair_captures
 
@@ -160,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
         return judge_capture(args)
     from app.commands.argtypes import check_against
 
+    if getattr(args, "ranks", None) is not None:
+        raise ValueError("--ranks needs --capture RANK0 (a rank file of `tapescope capture -- "
+                         "torchrun ...`)")
     check_against(args)  # --against FILE needs --capture A
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")

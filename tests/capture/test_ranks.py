@@ -166,6 +166,11 @@ def test_a_capture_without_a_rank_and_no_rank_files_are_refused(tmp_path):
     assert "not a rank capture" in line, line
     line = one_error_line(cli("parity", "--capture", str(tmp_path / "nothing-here"), "--ranks"))
     assert "nothing-here" in line, line
+    line = one_error_line(cli("parity", "--ranks"))
+    assert "--ranks needs --capture" in line, line
+    line = one_error_line(cli("parity", "--capture", str(tmp_path / "n"), "--ranks",
+                              "--against", str(tmp_path / "n")))
+    assert "--ranks and --against" in line, line
 
 
 def test_bad_torchrun_command_lines_are_one_line(tmp_path):
