@@ -24,6 +24,7 @@ from core.capture.aten_ref_table import (
     opt,
     result_type,
     scal,
+    zero_where,
 )
 from core.ops import REGISTRY
 
@@ -51,7 +52,8 @@ def _relu(args: list, kwargs: dict) -> list:
     x = args[0]
     if not is_float(x.dtype):
         return [np.maximum(x, 0).astype(x.dtype)]
-    return [ew(lambda v: REGISTRY["relu"].forward(M, [v], {}), x)]
+    y = zero_where(x <= x.dtype.type(0), x)  # the tape's relu: x <= 0 ? +0.0 : x (NaN kept)
+    return [y if y is not None else ew(lambda v: REGISTRY["relu"].forward(M, [v], {}), x)]
 
 
 @form("aten.neg.default")
@@ -315,7 +317,9 @@ form("aten.tanh_backward.default")(_tape_bwd("tanh", True))
 def _threshold_backward(args: list, kwargs: dict) -> list:
     g, x, thr = args
     out = result_type(g, x)
-    return [np.where(arr(x, compute(out)) <= scal(thr, out), out.type(0), arr(g, out))]
+    cond = arr(x, compute(out)) <= scal(thr, out)
+    y = zero_where(cond, g) if g.dtype == out and cond.shape == g.shape else None
+    return [y if y is not None else np.where(cond, out.type(0), arr(g, out))]
 
 
 @form("aten.threshold.default")

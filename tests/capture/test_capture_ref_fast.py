@@ -107,3 +107,30 @@ def test_the_judges_diff_is_compare_arrays(dtype):
                                         d.n_signed_zero), trial
         s = _float_diff(b, a, full=False)
         assert (s["n_diff"], s["max_ulp"]) == (d.n_diff, d.max_ulp)
+
+
+_BITS = {np.dtype(np.float32): (np.uint32, 0x7FA00001), np.dtype(np.float64): (
+    np.uint64, 0x7FF4000000000001), np.dtype(np.float16): (np.uint16, 0x7D01)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_relu_and_its_backward_by_bits_are_np_where(dtype):
+    """The branch-free relu and threshold_backward (``zero_where``) give ``np.where``'s bits:
+    -0.0 and 0 to +0.0, NaN kept with its payload (a signalling one too)."""
+    from core.capture.aten_ref import reference
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 8, 33, 17)).astype(dtype)
+    g = rng.standard_normal(x.shape).astype(dtype)
+    m = rng.random(x.shape)
+    x[m < 0.1], x[(m > 0.1) & (m < 0.2)], x[(m > 0.2) & (m < 0.25)] = np.nan, -0.0, 0.0
+    u, payload = _BITS[np.dtype(dtype)]
+    x.reshape(-1)[5] = np.array([payload], u).view(dtype)[0]
+    g[m > 0.9] = np.nan
+    y = reference("aten.relu.default", [x], {})[0]
+    assert y.dtype == x.dtype and y.tobytes() == np.where(x <= 0, dtype(0), x).tobytes()
+    ct = np.float32 if dtype == np.float16 else dtype
+    for thr in (0, 0.5):
+        y = reference("aten.threshold_backward.default", [g, x, thr], {})[0]
+        want = np.where(x.astype(ct) <= ct(thr), dtype(0), g)
+        assert y.dtype == x.dtype and y.tobytes() == want.tobytes(), thr
