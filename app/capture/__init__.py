@@ -40,15 +40,23 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
     if steps < 1:
         raise ValueError(f"steps must be at least 1, not {steps}")
     path = os.fspath(path)
-    rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: r.save(path))
+    from app.capture.compiled import install
+
+    meta: dict[str, Any] = {}
+    rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: r.save(path, meta))
+    # torch.compile inside the block: its graphs and their calls recorded (until the block ends)
+    restore = install(meta, lambda: rec)
     rec.start()
     try:
         yield rec
     finally:
-        if not rec.done:
-            rec.finish()  # fewer steps than asked: the complete ones are written
-        else:
-            rec.stop()
+        try:
+            if not rec.done:
+                rec.finish()  # fewer steps than asked: the complete ones are written
+            else:
+                rec.stop()
+        finally:
+            restore()
     if rec.error is not None:
         raise rec.error
     if rec.failed:  # the block ran untouched; recording stopped at an op

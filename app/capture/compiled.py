@@ -234,12 +234,13 @@ def wrap_backend(backend: Any, mode: Any, options: Any, dynamic: Any, name: Any,
     return backend, f"{label} (not recorded: not an inductor or AOTAutograd backend)"
 
 
-def install(meta: dict[str, Any], get_recorder: Callable[[], Any]) -> None:
+def install(meta: dict[str, Any], get_recorder: Callable[[], Any]) -> Callable[[], None]:
     """Wrap ``torch.compile`` in this process: each call's backend becomes a recording one
-    (``wrap_backend``); ``meta["compile_called"]`` and ``meta["compile"]`` (backends) say so."""
+    (``wrap_backend``); ``meta["compile_called"]`` and ``meta["compile"]`` (backends) say so.
+    Returns what puts ``torch.compile`` back (the Python API's block ends)."""
     orig = torch.compile
     if getattr(orig, "_tapescope_watch", False):
-        return
+        return lambda: None
 
     @functools.wraps(orig)
     def compile(model: Any = None, **kwargs: Any) -> Any:  # noqa: A001 — torch's own name
@@ -263,6 +264,11 @@ def install(meta: dict[str, Any], get_recorder: Callable[[], Any]) -> None:
 
     compile._tapescope_watch = True  # type: ignore[attr-defined]
     torch.compile = compile
+
+    def restore() -> None:
+        if torch.compile is compile:
+            torch.compile = orig
+    return restore
 
 
 def module_path(root: str, fx_path: str) -> str:

@@ -253,3 +253,41 @@ def test_a_graph_that_is_not_data_is_refused(tmp_path, args, n_inputs, want):
                        env=ENV, capture_output=True, text=True, timeout=120)
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and want in lines[0], p.stderr
+
+
+def test_the_python_api_records_a_model_compiled_in_its_block(tmp_path):
+    """``with capture(...)``: torch.compile inside the block is wrapped (and put back after);
+    the compiled steps print the bits they print uncaptured."""
+    from app.capture import capture
+
+    def train(path: Path | None) -> list[float]:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 1))
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        x = torch.randn(3, 4)
+        out = []
+
+        def steps() -> None:
+            cm = torch.compile(m, backend="aot_eager")
+            for _ in range(2):
+                loss = cm(x).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                out.append(loss.item())
+
+        if path is None:
+            steps()
+        else:
+            with capture(path, steps=2):
+                steps()
+        return out
+
+    orig = torch.compile
+    f = tmp_path / "api.capture"
+    assert train(f) == train(None)
+    assert torch.compile is orig
+    cap = load(f)
+    assert cap.ops["op"].count(COMPILED_OP) == 4 and len(cap.graphs) == 2
+    assert cap.meta["compile"] == ["aot_eager"] and cap.meta["compile_called"] is True
