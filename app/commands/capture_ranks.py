@@ -38,24 +38,54 @@ def judge_rank_files(args: argparse.Namespace) -> int:
     import json
 
     from core.atomic import check_writable, write_atomic
-    from core.capture.ranks import judge_ranks, load_ranks
     from core.parity import strict_json
-    from core.progress import progress
 
     if args.json:
         check_writable(args.json, "--json")
+    rep = _judged(args)
+    print_ranks(rep, bool(getattr(args, "explain", False)))
+    if args.json:
+        write_atomic(args.json, json.dumps(strict_json(_slim(rep)), indent=1, allow_nan=False))
+    return 0 if rep["exact"] else 1
+
+
+def report_rank_files(args: argparse.Namespace) -> int:
+    """``report --capture OUT --out R.html``: the ranks judged together as a self-contained
+    page and its JSON beside it (both or neither); 0 when exact, 1 when something differs."""
+    import json
+    from pathlib import Path
+
+    from app.capture import ranks_html, report_html
+    from core.atomic import write_all
+    from core.parity import strict_json
+
+    report_html.check(args.out)  # before the judging, not after it
+    rep = _judged(args)
+    print_ranks(rep, bool(getattr(args, "explain", False)))
+    side = Path(args.out).with_suffix(".json")
+    page, side = write_all([(args.out, ranks_html.render(rep)),
+                            (side, json.dumps(strict_json(_slim(rep)), indent=1,
+                                              allow_nan=False))])
+    print(f"wrote {page} and {side}")
+    return 0 if rep["exact"] else 1
+
+
+def _slim(rep: dict) -> dict:
+    """The report without each rank's per-op list (``parity --capture RANKFILE`` has it)."""
+    return {**rep, "per_rank": [{k: v for k, v in p.items() if k != "ops"}
+                                for p in rep["per_rank"]]}
+
+
+def _judged(args: argparse.Namespace) -> dict:
+    from core.capture.ranks import judge_ranks, load_ranks
+    from core.progress import progress
+
     paths = _paths(args)
     with progress(f"loading {len(paths)} rank files"):
         rs = load_ranks(paths)
-    explain = bool(getattr(args, "explain", False))
     with progress("judging the ranks", total=sum(c.n_ops for c in rs.caps)) as bar:
-        rep = judge_ranks(rs, explain=explain, advance=bar.advance)
-    print_ranks(rep, explain)
-    if args.json:
-        slim = {**rep, "per_rank": [{k: v for k, v in p.items() if k != "ops"}
-                                    for p in rep["per_rank"]]}
-        write_atomic(args.json, json.dumps(strict_json(slim), indent=1, allow_nan=False))
-    return 0 if rep["exact"] else 1
+        return judge_ranks(rs, explain=bool(getattr(args, "explain", False)),
+                           advance=bar.advance)
 
 
 def _short(source: str) -> str:

@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
             from app.commands.capture_pair import report_pair
 
             return report_pair(args)
+        from app.commands.capture_ranks import ranks_asked, report_rank_files
+
+        if ranks_asked(args):  # the ranks of one torchrun, together (issue 43 item 4)
+            return report_rank_files(args)
         from app.commands.capture import report_capture
 
         return report_capture(args)

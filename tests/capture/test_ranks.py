@@ -393,3 +393,15 @@ def test_three_gloo_ranks_reduce_in_ring_order(tmp_path):
     assert c["agree"] and c["elements"] == 836
     assert [e["verdict"] for e in c["ranks"]] == ["introduced"] * 3
     assert {e["cause"]["cause"] for e in c["ranks"]} == {"ring"}
+
+
+def test_report_writes_the_ranks_as_a_page(ddp, tmp_path):
+    page = tmp_path / "ranks.html"
+    p = cli("report", "--capture", str(ddp["planted"][0]), "--out", str(page), "--explain")
+    assert p.returncode == 1, p.stderr[-3000:]
+    html = page.read_text()
+    assert "<script" not in html and "http" not in html  # self-contained
+    assert "introduced by rank 1" in html and "The ranks disagree after it" in html
+    assert html.count("c10d.allreduce_.default") >= 3  # the first-difference line + 2 rows
+    rep = json.loads(page.with_suffix(".json").read_text())
+    assert rep["first_collective"]["introduced_by"] == [1] and "ops" not in rep["per_rank"][0]
