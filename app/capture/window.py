@@ -285,6 +285,14 @@ class CaptureWindow(QMainWindow):
                  f"phase   {e['phase']}, step {e['step']}", f"source  {e['source']}"]
         if e.get("reason"):
             lines.append(f"note    {e['reason']}")
+        if e.get("graph"):  # a compiled graph's call: where inside it the run departs
+            from core.capture.regions import node_line
+
+            g = e["graph"]
+            lines.append(f"graph   {g['kind']}, {g['backend']}, {g['nodes']} nodes; "
+                         f"{len(e.get('departures') or [])} departing output nodes")
+            if e.get("departures"):
+                lines.append(f"inside  {node_line(e['departures'][0])}")
         refs, why = rerun_op(self.cap, i)
         shown = False
         for j, o in enumerate(e["outputs"]):

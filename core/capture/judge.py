@@ -445,10 +445,13 @@ def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
     try:
         a = _decode(cap.ops["args"][i], lambda v: cap.arrays[v])
         k = _decode_kw(cap.ops["kwargs"][i], lambda v: cap.arrays[v])
+        if op == COMPILED_OP:  # a compiled graph's call: its nodes by the table
+            return [np.asarray(x) for x in run_region(cap.graphs[a[0]], a[1], a[2], reference,
+                                                      cap.arrays.__getitem__)], ""
         return [np.asarray(x) for x in reference(op, a, k)], ""
     except _Missing as m:
         return None, f"input value {m.vid} is over the capture's size budget (its digest only)"
-    except (NoReference, _NoRef) as x:
+    except (NoReference, _NoRef, RegionError) as x:
         return None, " ".join(str(x).split()) or "no reference form"
     except Exception as x:  # noqa: BLE001 — shown, never a crash of the window
         return None, f"the reference failed: {type(x).__name__}: {x}"[:300]
