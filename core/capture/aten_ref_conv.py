@@ -74,7 +74,7 @@ def _convolution(args: list, kwargs: dict) -> list:
             y = conv_nd(xw, ww, st, [(p, p) for p in pd], dl, int(groups))
         if bias is not None:
             y = y + _w(bias, out).reshape((1, -1) + (1,) * (x.ndim - 2))  # a separate add
-    return [y.astype(out)]
+    return [y.astype(out, copy=False)]
 
 
 @form("aten.convolution_backward.default")
@@ -99,9 +99,9 @@ def _convolution_backward(args: list, kwargs: dict) -> list:
             gx, gww = REGISTRY["conv2d"].backward(M, gw_, [xw, ww], None, at,
                                                   [mask[0], mask[1]])
         if mask[0]:
-            res.append(gx.reshape(x.shape).astype(x.dtype))
+            res.append(gx.reshape(x.shape).astype(x.dtype, copy=False))
         if mask[1]:
-            res.append(gww.reshape(w.shape).astype(w.dtype))
+            res.append(gww.reshape(w.shape).astype(w.dtype, copy=False))
         if mask[2]:
             res.append(serial_sum(gw_, (0, 2, 3)).astype(out))
     return res
@@ -234,7 +234,7 @@ def _max_pool_backward(args: list, kwargs: dict) -> list:
         gx += gx.dtype.type(0)
     else:
         np.add.at(gx, (np.broadcast_to(planes, i2.shape), i2), g2)  # row-major output order
-    return [gx.reshape(x.shape).astype(x.dtype)]
+    return [gx.reshape(x.shape).astype(x.dtype, copy=False)]
 
 
 def _avg_at(args: list, kwargs: dict) -> dict:

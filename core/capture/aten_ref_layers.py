@@ -123,14 +123,14 @@ def batch_norm(x, weight, bias, rm, rv, training: bool, momentum: float, eps: fl
             mean, invstd = _w(rm, x.dtype), t(1) / np.sqrt(_w(rv, x.dtype) + t(eps))
             y = _bn_apply(xw, mean, invstd, weight, bias)
             empty = np.zeros((0,), x.dtype)
-            return [y.astype(x.dtype), empty, empty.copy()], stats
+            return [y.astype(x.dtype, copy=False), empty, empty.copy()], stats
         mean = serial_sum(xw, ax) / t(n)
         d = xw - _chan(mean, x.ndim)
         ss = serial_sum(d * d, ax)
         invstd = t(1) / np.sqrt((ss / t(n)) + t(eps))
         y = _bn_apply(xw, mean, invstd, weight, bias)
         sd = _stat_dtype(x, weight, bias, rm, rv)
-        out = [y.astype(x.dtype), mean.astype(sd), invstd.astype(sd)]
+        out = [y.astype(x.dtype, copy=False), mean.astype(sd), invstd.astype(sd)]
         if stats:
             ct = compute(rm.dtype)
             mo, keep = ct.type(momentum), ct.type(1.0 - momentum)
@@ -192,7 +192,7 @@ def _bn_backward(args: list, kwargs: dict) -> list:
                 gx = (((gw - _chan(sum_g / n, nd)) - dx) * _chan(invstd, nd)) * _chan(wv, nd)
             else:
                 gx = gw * _chan(invstd * wv, nd)
-            out.append(gx.astype(x.dtype))
+            out.append(gx.astype(x.dtype, copy=False))
         if mask[1]:
             out.append((dot * invstd).astype(x.dtype if weight is None else weight.dtype))
         if mask[2]:
