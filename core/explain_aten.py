@@ -30,6 +30,12 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
   ``gw = sum_to_size(g * (x r))``, every sum ``aten_sum``; ``gx``'s two terms are handed as
   ``core.provenance.GradParts``: autograd adds each to x's gradient on its own, after the
   contributions of x's later consumers (a residual add's).
+- ``sleef_log``: SLEEF's vectorised log (``xlog_u1``, AVX-512: ``getexp`` / ``getmant``, the
+  reduction in double-double (double-float), Estrin's / Horner's polynomial), what
+  ``_vec_log_softmax_lastdim`` takes of its row sums.
+- ``cross_entropy`` backward: ``nll_loss``'s ``-(g / N)`` at the targets, then
+  ``_vec_log_softmax_backward``'s ``fma(-exp(out), sum(gi), gi)`` on the forward's own
+  log_softmax ``(x - max) - log(reduce_all(exp(x - max)))``.
 - ``swiglu``: ``silu(a) * u`` with ATen's ``silu`` ``a / (1 + exp(-a))`` (``cpu_kernel_vec``:
   vectors of two registers, SLEEF's exp; the elements past the last whole pair of registers by
   the scalar loop, the C library's exp), and its backward: ``gu = g * silu(a)``,
@@ -43,7 +49,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "aten_sum", "reduce_all", "silu", "sleef_exp"]
+__all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "aten_sum", "reduce_all", "silu", "sleef_exp",
+           "sleef_log"]
 
 # SLEEF's constants (sleefsimddp.c / sleefsimdsp.c, misc.h)
 _R_LN2 = 1.442695040888963407359924681001892137426645954152985934135449406931
@@ -58,6 +65,12 @@ _EXP_C = (0.2081276378237164457e-8, 0.2511210703042288022e-7, 0.2755762628169491
 _EXPF_C = (0.000198527617612853646278381, 0.00139304355252534151077271,
            0.00833336077630519866943359, 0.0416664853692054748535156,
            0.166666671633720397949219, 0.5)
+
+# xlog_u1's polynomials (double: Estrin's POLY7 in x^2; float: Horner)
+_LOG_C = (0.1532076988502701353e+0, 0.1525629051003428716e+0, 0.1818605932937785996e+0,
+          0.2222214519839380009e+0, 0.2857142932794299317e+0, 0.3999999999635251990e+0,
+          0.6666666666667333541e+0)
+_LOGF_C = (0.3027294874, 0.3996108174, 0.6666694880)
 
 # lanes of one AVX-512 register
 _LANES = {np.dtype(np.float64): 8, np.dtype(np.float32): 16}
@@ -131,6 +144,66 @@ def sleef_exp(x: Any) -> np.ndarray:
     if x.dtype == np.float32:
         return _sleef_exp32(x)
     raise ValueError(f"SLEEF's exp is written for float64 and float32, not {x.dtype}")
+
+
+def _getmant(d: np.ndarray) -> np.ndarray:
+    """AVX-512's ``getmant`` to [0.75, 1.5) of a positive normal ``d``."""
+    fr = np.frexp(d)[0]
+    return np.where(fr < 0.75, fr * 2, fr).astype(d.dtype)
+
+
+def _getexp(v: np.ndarray) -> np.ndarray:
+    """AVX-512's ``getexp``: floor(log2(v)) of a positive normal ``v``, in v's type."""
+    return (np.frexp(v)[1] - 1).astype(v.dtype)
+
+
+def sleef_log(d: Any) -> np.ndarray:
+    """SLEEF's vectorised log (``Sleef_logd8_u10`` / ``Sleef_logf16_u10``: ``xlog_u1``'s
+    AVX-512 build, a double-double / double-float reduction) of positive normal numbers."""
+    d = np.asarray(d)
+    if d.dtype not in _LANES:
+        raise ValueError(f"SLEEF's log is written for float64 and float32, not {d.dtype}")
+    t_ = d.dtype.type
+    with np.errstate(all="ignore"):
+        e = _getexp(d * t_(1.0 / 0.75))
+        m = _getmant(d)
+
+        def add2(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
+            s = a + b
+            v = s - a
+            return s, (a - (s - v)) + (b - v)
+
+        nx, ny = add2(t_(-1), m)  # x = dddiv(ddadd2(-1, m), ddadd2(1, m))
+        dx, dy = add2(t_(1), m)
+        t = t_(1) / dx
+        xx = nx * t
+        u = _fma(t, nx, -xx)
+        v = _fma(-dy, t, _fma(-dx, t, t_(1)))
+        xy = _fma(xx, v, _fma(ny, t, u))
+        x2 = xx * xx
+        if d.dtype == np.float64:
+            x4 = x2 * x2
+            x8 = x4 * x4
+            c = [t_(v) for v in _LOG_C]
+            p3 = _fma(x4, c[0], _fma(x2, c[1], c[2]))
+            p4 = _fma(x4, _fma(x2, c[3], c[4]), _fma(x2, c[5], c[6]))
+            poly = _fma(x8, p3, p4)
+            lh, ll = t_(0.693147180559945286226764), t_(2.319046813846299558417771e-17)
+        else:
+            poly = t_(_LOGF_C[0])
+            for cc in _LOGF_C[1:]:
+                poly = _fma(poly, x2, t_(cc))
+            lh, ll = t_(0.69314718246459960938), t_(-1.904654323148236017e-09)
+        sx = lh * e  # ddmul((ln2 hi, lo), e)
+        sy = _fma(ll, e, _fma(lh, e, -sx))
+        yx, yy = xx * t_(2), xy * t_(2)  # ddadd(s, ddscale(x, 2))
+        s2 = sx + yx
+        sy = (((sx - s2) + yx) + sy) + yy
+        sx = s2
+        w = (x2 * xx) * poly  # ddadd(s, x2 * x * t)
+        s2 = sx + w
+        sy = ((sx - s2) + w) + sy
+        return (s2 + sy).astype(d.dtype)
 
 
 def _libc_exp(x: np.ndarray) -> np.ndarray:
@@ -326,6 +399,35 @@ def _swiglu_bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any
     return [ga, gu]
 
 
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    """ATen's ``_vec_log_softmax_lastdim``: ``(x - max) - log(sum(exp(x - max)))``, the sum
+    ``reduce_all``, exp and log SLEEF's."""
+    m = np.max(x, axis=-1, keepdims=True)
+    return (x - m) - sleef_log(reduce_all(sleef_exp(x - m)))
+
+
+def _cross_entropy_bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
+                       nd: Sequence[bool]) -> list:
+    """``F.cross_entropy``'s autograd (mean reduction): nll_loss's backward puts
+    ``-(g / N)`` at each row's target, then ``_vec_log_softmax_backward``:
+    ``gi - exp(out) * sum(gi)`` contracted (``fma(-exp(out), sum, gi)``), out the forward's
+    log_softmax."""
+    _check([g, xs[0]])
+    x = np.asarray(xs[0])
+    c = x.shape[-1]
+    x2 = x.reshape(-1, c)
+    ti = np.asarray(xs[1]).reshape(-1).astype(np.int64)
+    if not nd[0]:
+        return [None, None]
+    t = x.dtype.type
+    n = len(ti)
+    gi = np.zeros_like(x2)
+    gi[np.arange(n), ti] = -(t(np.asarray(g).reshape(())) / t(n))
+    out = _log_softmax(x2)
+    gx = _fma(-sleef_exp(out), reduce_all(gi), gi)
+    return [gx.reshape(x.shape), None]
+
+
 # op -> (what PyTorch's CPU computes, its label), tried by core.explain as a "libm" variant
 ATEN_FORWARD: dict[str, tuple[Callable, str]] = {
     "softmax": (_softmax, "PyTorch's CPU softmax (ATen, AVX-512): SLEEF's vectorised exp, "
@@ -336,6 +438,9 @@ ATEN_FORWARD: dict[str, tuple[Callable, str]] = {
 
 # op -> (its backward rule as PyTorch's CPU autograd computes it, label)
 ATEN_BACKWARD: dict[str, tuple[Callable, str]] = {
+    "cross_entropy": (_cross_entropy_bwd, "PyTorch's CPU cross_entropy backward (ATen: "
+                                          "nll_loss's, then log_softmax's with SLEEF's exp "
+                                          "and log)"),
     "rms_norm": (_rms_norm_bwd, "PyTorch's CPU rms_norm backward (autograd of ATen's "
                                 "composite, ATen's sum kernel)"),
     "swiglu": (_swiglu_bwd, "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, "
