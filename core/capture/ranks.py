@@ -13,16 +13,13 @@ rank missing or given twice, world sizes or step counts that differ, a rank file
 shapes): the k-th collective of every rank is one collective, so they must be the same
 sequence. Other ops may differ from rank to rank (rank 0 alone printing ``loss.item()``).
 
-**The reference of a collective** is a stated fixed order (docs/reference-order.md, "Collectives"):
-an all-reduce SUM is the ranks' inputs added in rank order, ``((x0 + x1) + x2) + ...``, each
-addition rounded once to the tensor's dtype; AVG that sum divided by the world size; PRODUCT
-the same order of products; MIN / MAX elementwise; an all-gather, a broadcast and a
-``wait_tensor`` copy. Per collective and per rank: the output against the reference on the
-ranks' recorded inputs (``exact`` / ``introduced``), and whether the ranks hold the same bits
-after it (``agree``). ``--explain`` names the order that reproduces an introduced all-reduce:
-``ring`` (gloo's: the elements cut into N chunks of ceil(n/N), chunk c summed from rank c-1 down
-to rank c, modulo N), ``tree`` (pairs of ranks, then pairs of pairs), ``reverse`` (rank N-1
-down to rank 0).
+**The reference of a collective** is a stated fixed order over every rank's recorded inputs
+(``core.capture.collective_ref``; docs/reference-order.md, "Collectives"): an all-reduce SUM is
+``((x0 + x1) + x2) + ...`` in rank order. Per collective and per rank: the output against the
+reference on the ranks' recorded inputs (``exact`` / ``introduced``), and whether the ranks hold
+the same bits after it (``agree``, where the collective replicates its result); ``--explain``
+names the order that reproduces an introduced all-reduce (``ring``, ``tree``, ``reverse``,
+``layout``).
 
 **Each rank** is then judged as every capture is (``core.capture.judge``), its collectives'
 reference taken from here (``override``): the introduced check on every rank's recorded inputs;
@@ -43,19 +40,21 @@ from typing import Any
 import numpy as np
 
 from core.capture.aten_ref_table import NoReference
+from core.capture.collective_ref import (
+    REPLICATED,
+    CollectiveNoRef,
+    collective_reference,
+    explain_collective,
+    strided,
+)
 from core.capture.file import Capture, CaptureFileError, load
 from core.capture.judge import COLLECTIVES, _diff, judge
 
-__all__ = ["RankSet", "collective_reference", "judge_ranks", "load_ranks", "out_rank_files",
-           "rank_files", "rank_path", "reduce_order"]
+__all__ = ["RankSet", "judge_ranks", "load_ranks", "out_rank_files", "rank_files", "rank_path"]
 
 _RANK_FILE = re.compile(r"^(?P<stem>.*)\.rank(?P<rank>\d{1,6})\.capture$")
 # not collectives: the functional collectives' plumbing (an identity on the data)
 _PLUMBING = ("_c10d_functional.wait_tensor", "_c10d_functional._wrap_tensor_autograd")
-_REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
-# collectives after which every rank holds the same bits
-_REPLICATED = frozenset({"allreduce_", "all_reduce", "all_reduce_", "allgather_",
-                         "_allgather_base_", "broadcast_", "barrier", "monitored_barrier_"})
 
 
 def rank_path(out: str | os.PathLike, rank: int) -> str:
@@ -184,126 +183,6 @@ def load_ranks(paths: list[str]) -> RankSet:
     return RankSet(ordered, run, coll, notes)
 
 
-# ---- the reference ------------------------------------------------------------------------
-def _add(a: np.ndarray, b: np.ndarray, f: Callable) -> np.ndarray:
-    """One elementwise step of a reduction, rounded once to the inputs' dtype (half types
-    computed in float32: exact for one addition or product of two)."""
-    dt = a.dtype
-    with np.errstate(all="ignore"):
-        if dt.name in ("float16", "bfloat16"):
-            return f(a.astype(np.float32), b.astype(np.float32)).astype(dt)
-        return np.asarray(f(a, b)).astype(dt, copy=False)
-
-
-_COMBINE = {"SUM": np.add, "AVG": np.add, "PRODUCT": np.multiply, "MIN": np.minimum,
-            "MAX": np.maximum}
-
-
-def reduce_order(xs: list[np.ndarray], op: str = "SUM", order: str = "rank") -> np.ndarray:
-    """The reduction of the ranks' tensors ``xs`` (by rank) in ``order``: ``rank`` (the
-    reference: ((x0 + x1) + x2) + ...), ``reverse``, ``tree`` (pairs, then pairs of pairs) or
-    ``ring`` (gloo's: N chunks of ceil(n/N) elements, chunk c from rank c-1 down to rank c)."""
-    f = _COMBINE[op]
-    n = len(xs)
-
-    def serial(seq: list[int], sl: Any = slice(None)) -> np.ndarray:
-        acc = np.array(xs[seq[0]].reshape(-1)[sl])
-        for r in seq[1:]:
-            acc = _add(acc, xs[r].reshape(-1)[sl], f)
-        return acc
-
-    if order == "rank":
-        out = serial(list(range(n)))
-    elif order == "reverse":
-        out = serial(list(range(n - 1, -1, -1)))
-    elif order == "tree":
-        parts = [xs[r].reshape(-1) for r in range(n)]
-        while len(parts) > 1:
-            parts = [_add(parts[j], parts[j + 1], f) if j + 1 < len(parts) else parts[j]
-                     for j in range(0, len(parts), 2)]
-        out = np.array(parts[0])
-    elif order == "ring":
-        size = xs[0].size
-        step = -(-size // n)
-        out = np.empty(size, dtype=xs[0].dtype)
-        for c in range(n):
-            lo, hi = c * step, min(size, (c + 1) * step)
-            if lo >= hi:
-                continue
-            out[lo:hi] = serial([(c - 1 - j) % n for j in range(n)], slice(lo, hi))
-    else:
-        raise ValueError(f"unknown order {order!r}")
-    if op == "AVG":
-        dt = out.dtype
-        with np.errstate(all="ignore"):
-            out = (out.astype(np.float32) / np.float32(n)).astype(dt) \
-                if dt.name in ("float16", "bfloat16") else (out / dt.type(n)).astype(dt)
-    return out.reshape(xs[0].shape)
-
-
-ORDERS = (("ring", "gloo's ring: N chunks, chunk c summed from rank c-1 down to rank c"),
-          ("tree", "a tree: pairs of ranks, then pairs of pairs"),
-          ("reverse", "rank order reversed: rank N-1 down to rank 0"))
-
-
-class _NoRef(Exception):
-    pass
-
-
-def _tensor_list(a: Any) -> list:
-    return a if isinstance(a, list) else [a]
-
-
-def collective_reference(op: str, per_rank_args: list[list], world: int) -> list[list]:
-    """Per rank, the reference outputs of collective ``op`` from every rank's decoded
-    positional arguments (arrays for tensors; ``{"g": ...}``, ``{"r": ...}`` as recorded)."""
-    name = op.split(".")[1] if "." in op else op
-    if name in ("allreduce_", "all_reduce", "all_reduce_"):
-        if op.startswith("c10d."):
-            red = per_rank_args[0][2]
-            red = red.get("r") if isinstance(red, dict) else None
-            lists = [_tensor_list(a[0]) for a in per_rank_args]
-        else:  # _c10d_functional.all_reduce(input, "sum", group_name)
-            red = str(per_rank_args[0][1]).upper()
-            lists = [[a[0]] for a in per_rank_args]
-        if red not in _REDUCE_OPS:
-            raise _NoRef(f"reduce op {red} has no reference order")
-        outs = [reduce_order([lst[j] for lst in lists], red) for j in range(len(lists[0]))]
-        return [outs for _ in range(world)]
-    if name == "_reduce_scatter_base_":  # (output, input, group, op, ...): chunk r of the sum
-        red = per_rank_args[0][3].get("r") if isinstance(per_rank_args[0][3], dict) else None
-        if red not in _REDUCE_OPS:
-            raise _NoRef(f"reduce op {red} has no reference order")
-        n = np.asarray(per_rank_args[0][0]).size
-        return [[reduce_order([np.asarray(a[1]).reshape(-1)[r * n:(r + 1) * n]
-                               for a in per_rank_args], red).reshape(np.shape(a_r[0]))]
-                for r, a_r in enumerate(per_rank_args)]
-    if name == "reduce_scatter_":  # (outputs, input lists, group, op, ...): out[j] of rank r
-        red = per_rank_args[0][3].get("r") if isinstance(per_rank_args[0][3], dict) else None
-        if red not in _REDUCE_OPS:
-            raise _NoRef(f"reduce op {red} has no reference order")
-        return [[reduce_order([a[1][j][r] for a in per_rank_args], red)
-                 for j in range(len(_tensor_list(per_rank_args[r][0])))] for r in range(world)]
-    if name == "_allgather_base_":  # (output, input, group, ...): the inputs by rank, flat
-        outs = [np.concatenate([np.asarray(a[1]).reshape(-1) for a in per_rank_args])
-                .reshape(np.shape(per_rank_args[0][0]))]
-        return [outs for _ in range(world)]
-    if name in ("barrier", "monitored_barrier_"):  # no data
-        return [[] for _ in range(world)]
-    if name == "allgather_":  # (output lists, inputs, group, ...): out[j][r] = rank r's input j
-        ins = [_tensor_list(a[1]) for a in per_rank_args]
-        outs = [np.array(ins[r][j]) for j in range(len(ins[0])) for r in range(world)]
-        return [outs for _ in range(world)]
-    if name == "broadcast_":  # (tensors, group, root rank, root tensor, ...)
-        root = per_rank_args[0][2]
-        if not isinstance(root, int) or not 0 <= root < world:
-            raise _NoRef(f"broadcast root {root!r} is not a rank")
-        outs = [np.array(t) for t in _tensor_list(per_rank_args[root][0])]
-        return [outs for _ in range(world)]
-    raise _NoRef(f"{op} has no reference here (all-reduce, reduce-scatter, all-gather, "
-                 "broadcast and barrier have)")
-
-
 def _decoded(cap: Capture, i: int) -> list:
     def dec(a: Any) -> Any:
         if isinstance(a, list):
@@ -311,7 +190,8 @@ def _decoded(cap: Capture, i: int) -> list:
         if isinstance(a, dict) and "T" in a:
             x = cap.arrays[a["T"]]
             if x is None:
-                raise _NoRef(f"{cap.path}: value {a['T']} is over the capture's size budget")
+                raise NoReference(f"{cap.path}: value {a['T']} is over the capture's size "
+                                  "budget")
             return x
         return a
     return dec(cap.ops["args"][i])
@@ -338,7 +218,7 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
             try:
                 args = [_decoded(rs.caps[r], rs.coll[r][k]) for r in range(world)]
                 ref_cache[k] = collective_reference(op, args, world)
-            except _NoRef as e:
+            except (CollectiveNoRef, NoReference) as e:
                 ref_cache[k] = str(e)
             except (IndexError, TypeError, ValueError, KeyError) as e:
                 ref_cache[k] = f"the reference failed: {type(e).__name__}: {e}"[:300]
@@ -365,7 +245,7 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
         # every rank holds the same bits after it, where the collective replicates its result
         # (not a reduce-scatter: each rank its own chunk; not an unknown collective)
         entry["agree"] = all(d == digests[0] for d in digests) \
-            if op.split(".")[1] in _REPLICATED else None
+            if op.split(".")[1] in REPLICATED else None
         ref = reference_of(k)
         for r in range(world):
             e: dict[str, Any] = {"rank": r}
@@ -380,7 +260,9 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
                          max_ulp=max((d["max_ulp"] for d in ds), default=0),
                          n=sum(d["n"] for d in ds))
                 if nd and explain:
-                    e["cause"] = _explain(op, rs, k, r, outs[r])
+                    e["cause"] = explain_collective(
+                        op, [_decoded(rs.caps[s], rs.coll[s][k]) for s in range(world)],
+                        outs[r])
             entry["ranks"].append(e)
         bad = [e["rank"] for e in entry["ranks"] if e["verdict"] == "introduced"]
         entry["exact"] = not bad
@@ -431,21 +313,6 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
             "per_rank": per_rank}
 
 
-def _strided(flat: np.ndarray, size: list, stride: list, offset: int) -> np.ndarray | None:
-    """``as_strided`` over a 1-D array read as its storage from element 0, or None when the
-    view reaches outside it."""
-    if flat.ndim != 1 or offset < 0 or any(st < 0 for st in stride) or len(size) != len(stride):
-        return None
-    end = offset + sum((n - 1) * st for n, st in zip(size, stride, strict=True) if n > 0)
-    if any(n == 0 for n in size):
-        return np.empty(size, dtype=flat.dtype)
-    if end >= flat.size:
-        return None
-    base = np.ascontiguousarray(flat)[offset:]
-    return np.array(np.lib.stride_tricks.as_strided(
-        base, shape=size, strides=[st * flat.itemsize for st in stride], writeable=False))
-
-
 def _bucket_view(cap: Capture, i: int, args: list) -> list:
     """Op ``i``, an ``as_strided`` view of a collective's output (DDP's reduced bucket, handed
     to the gradients through such views): the view of ``args[0]`` read as its storage from
@@ -461,13 +328,13 @@ def _bucket_view(cap: Capture, i: int, args: list) -> list:
     rec_in, (rec_out,) = cap.arrays[a[0]["T"]], _outputs(cap, i)
     if rec_in is None or rec_out is None:
         raise NoReference("as_strided of a value over the capture's size budget")
-    check = _strided(rec_in.reshape(-1) if rec_in.ndim == 1 else rec_in, size, stride, offset)
+    check = strided(rec_in.reshape(-1) if rec_in.ndim == 1 else rec_in, size, stride, offset)
     if check is None or check.dtype != rec_out.dtype or check.shape != rec_out.shape \
             or check.tobytes() != np.ascontiguousarray(rec_out).tobytes():
         raise NoReference("as_strided of a collective's output that is not a flat bucket at "
                           "the start of its storage (its view of the recorded values is not "
                           "the recorded view)")
-    return [_strided(np.asarray(args[0]), size, stride, offset)]
+    return [strided(np.asarray(args[0]), size, stride, offset)]
 
 
 def _same_arrays(a: Any, b: Any) -> bool:
@@ -476,38 +343,3 @@ def _same_arrays(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return a is b
     return True
-
-
-def _explain(op: str, rs: RankSet, k: int, r: int, outs: list) -> dict:
-    """The order that reproduces rank ``r``'s introduced all-reduce output (ORDERS), or
-    unknown with the closest."""
-    args = [_decoded(rs.caps[s], rs.coll[s][k]) for s in range(rs.world)]
-    if not op.split(".")[1].startswith(("allreduce_", "all_reduce")):
-        return {"cause": "unknown", "variant": ""}
-    if op.startswith("c10d."):
-        red = args[0][2].get("r") if isinstance(args[0][2], dict) else None
-        lists = [_tensor_list(a[0]) for a in args]
-    else:
-        red = str(args[0][1]).upper()
-        lists = [[a[0]] for a in args]
-    if red not in _REDUCE_OPS:
-        return {"cause": "unknown", "variant": ""}
-    ref = [reduce_order([lst[j] for lst in lists], red) for j in range(len(outs))]
-    if all(np.array_equal(np.sort(np.asarray(g, dtype=np.float64).ravel()),
-                          np.sort(np.asarray(o, dtype=np.float64).ravel()))
-           for g, o in zip(ref, outs, strict=True)):
-        return {"cause": "layout", "variant": "the reference's values in another order (the "
-                "bucket's elements moved on this rank)"}
-    best = None
-    for name, label in ORDERS:
-        n_diff = 0
-        for j, o in enumerate(outs):
-            y = reduce_order([lst[j] for lst in lists], red, name)
-            n_diff += _diff(y, o)["n_diff"]
-        if n_diff == 0:
-            return {"cause": name, "variant": label}
-        if best is None or n_diff < best[0]:
-            best = (n_diff, name)
-    return {"cause": "unknown", "variant": "", "closest": best[1] if best else None,
-            "n_diff": best[0] if best else None}
-

@@ -26,15 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.capture.collective_ref import collective_reference, reduce_order
 from core.capture.file import digest, save
-from core.capture.ranks import (
-    collective_reference,
-    judge_ranks,
-    load_ranks,
-    rank_files,
-    rank_path,
-    reduce_order,
-)
+from core.capture.ranks import judge_ranks, load_ranks, rank_files, rank_path
 
 # the DDP runs (torchrun, 2 gloo ranks, three times) are this module's fixture: one worker pays
 # it (pyproject: --dist loadgroup); a hung rank is bounded by the script's own process-group
