@@ -7,7 +7,8 @@ Imports torch (so it lives in app/, never core/). The Python API::
         train()            # unmodified; the first 2 optimizer steps are recorded
 
 The file is written when the last step ends (the script runs on untouched) or, with fewer
-steps, when the block ends (the complete steps only).
+steps, when the block ends (the complete steps only). One rank of several (``torch.distributed``
+initialised) writes ``run.rankN.capture`` (docs/capture.md, "Ranks").
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
     from app.capture.compiled import install
 
     meta: dict[str, Any] = {}
-    rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: r.save(path, meta))
+    rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: _save(r, path, meta))
     # torch.compile inside the block: its graphs and their calls recorded (until the block ends)
     restore = install(meta, lambda: rec)
     rec.start()
@@ -61,3 +62,20 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
         raise rec.error
     if rec.failed:  # the block ran untouched; recording stopped at an op
         raise RuntimeError(rec.failed)
+
+
+def _save(rec: Any, path: str, meta: dict) -> None:
+    """The capture to ``path``; one rank of several (``torch.distributed`` initialised) writes
+    ``PATH.rankN.capture`` with its rank, the world size and a run id the ranks share
+    (docs/capture.md, "Ranks")."""
+    from app.capture.collectives import rank_of, shared_run
+
+    ranked = rank_of()
+    if ranked is None or ranked[1] < 2:
+        rec.save(path, meta)
+        return
+    from core.capture.ranks import rank_path
+
+    rank, world = ranked
+    meta["rank"] = {"rank": rank, "world_size": world, "run": shared_run()}
+    rec.save(rank_path(path, rank), meta)

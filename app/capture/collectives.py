@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["NAMESPACES", "encode", "rank_of", "refresh", "settle"]
+__all__ = ["NAMESPACES", "encode", "rank_of", "refresh", "settle", "shared_run"]
 
 NAMESPACES = ("c10d.", "_c10d_functional.")
 _NOT_DATA = ("_c10d_functional.wait_tensor", "_c10d_functional._wrap_tensor_autograd")
@@ -73,6 +73,28 @@ def encode(x: torch.ScriptObject) -> dict:
     except (AttributeError, RuntimeError, TypeError, ValueError):
         pass
     return {"?": kind[:64]}
+
+
+_API_RUNS = [0]  # captures made through the Python API in this process (their store keys)
+
+
+def shared_run(timeout_s: float = 60.0) -> str:
+    """A run id every rank agrees on, through the process group's store (no collective: the
+    user's communication is untouched): rank 0 makes it, the others wait for it (at most
+    ``timeout_s``). For the Python API, where no ``tapescope capture`` made one."""
+    import uuid
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    store = distributed_c10d._get_default_store()
+    _API_RUNS[0] += 1
+    key = f"tapescope/capture/run/{_API_RUNS[0]}"
+    if dist.get_rank() == 0:
+        store.set(key, uuid.uuid4().hex)
+    store.wait([key], timedelta(seconds=timeout_s))
+    return store.get(key).decode("ascii")
 
 
 def rank_of() -> tuple[int, int] | None:

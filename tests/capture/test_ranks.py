@@ -399,3 +399,18 @@ def test_report_writes_the_ranks_as_a_page(ddp, tmp_path):
     assert html.count("c10d.allreduce_.default") >= 3  # the first-difference line + 2 rows
     rep = json.loads(page.with_suffix(".json").read_text())
     assert rep["first_collective"]["introduced_by"] == [1] and "ops" not in rep["per_rank"][0]
+
+
+@pytest.mark.slow  # one more torchrun of 2 ranks (~20 s on a loaded 2-core machine)
+def test_the_python_api_writes_one_file_per_rank(tmp_path):
+    dist = pytest.importorskip("torch.distributed")
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("this torch has no gloo backend")
+    out = tmp_path / "api"
+    p = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+              "2", "ddp_api.py", "--out", str(out), "--steps", "2", "--timeout", "60"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    files = rank_files(out)
+    assert [os.path.basename(f) for f in files] == ["api.rank0.capture", "api.rank1.capture"]
+    rep = judge_ranks(load_ranks(files))  # one run: the ranks share the store's run id
+    assert rep["agree"] and rep["collectives_exact"] and len(rep["collectives"]) == 7
