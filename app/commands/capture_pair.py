@@ -103,6 +103,14 @@ def print_pair(rep: dict, explain: bool = False) -> None:
         print(f"first parted: step {f['step']} A#{f['a']} / B#{f['b']} {f['op']} "
               f"({f['module'] or 'no module'}, {f['phase']}, {_short(f['source_a'])}) output "
               f"{o['output']}: {o['why']}")
+    nd = f.get("node")
+    if nd is not None:  # a compiled graph's call both runs made: the node where they part
+        tags = [t for t in ("a", "b") if nd[f"departs_{t}"]]
+        print(f"  inside the compiled graph: output node {nd['name']} = {nd['target']} (from "
+              f"{nd['original'] or '?'}, {nd['module'] or 'no module'}); departs from the "
+              "reference there on its own values: "
+              + (", ".join(f"{t.upper()} (node {nd[f'departs_{t}']['name']})" for t in tags)
+                 if tags else "neither run"))
     print(f"left the reference there: {f['left']} (A {f['verdict_a']}, B {f['verdict_b']}): "
           f"{f['cause']}")
     print(f"A and B DIFFER: {rep['n_parted']} of {al['matched']} matched ops part")

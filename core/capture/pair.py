@@ -36,7 +36,7 @@ import numpy as np
 
 from core.capture.file import Capture
 from core.capture.judge import RANDOM_OPS, UNINITIALISED_OPS, _diff, base_name, judge
-from core.capture.pair_regions import first_inside
+from core.capture.pair_regions import first_inside, matched_region_node
 
 __all__ = ["align", "compare", "identity", "match", "pair"]
 
@@ -346,11 +346,14 @@ def pair(a: Capture, b: Capture, *, explain: bool = False,
             o["verdict_b"] = _verdict(rb, p["b"], o["output"])["verdict"]
     if parted:
         p = parted[0]
+        node = matched_region_node(a, b, ra, rb, p)  # a compiled graph in both: which node
         first = {"a": p["a"], "b": p["b"], "op": p["op_a"]["op"], "module": p["op_a"]["module"],
                  "phase": p["op_a"]["phase"], "step": p["op_a"]["step"],
                  "source_a": p["op_a"]["source"], "source_b": p["op_b"]["source"],
                  "outputs": p["outputs"],
                  **_left(a, b, ra, rb, p, only_a, only_b)}
+        if node is not None:
+            first["node"] = node
     # a compiled graph in one run where the other has eager ops: they may part inside it,
     # before any matched op does (core/capture/pair_regions.py)
     inside = first_inside(a, b, ra, rb, only_a, only_b,

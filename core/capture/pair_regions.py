@@ -23,7 +23,7 @@ import numpy as np
 from core.capture.file import COMPILED_OP, PHASES, Capture
 from core.capture.judge import _diff
 
-__all__ = ["first_inside"]
+__all__ = ["first_inside", "matched_region_node"]
 
 
 def _values_by_step(cap: Capture) -> dict[int, set[tuple]]:
@@ -197,3 +197,24 @@ def _shaped(tag: str, cap: Capture, other: Capture, rep: dict, orep: dict, i: in
             "source_b": src if tag == "B" else osrc, "outputs": [out],
             "left": left_s, "verdict_a": out["verdict_a"], "verdict_b": out["verdict_b"],
             "cause": "; ".join(cause), "inputs_differ": [], "inside": inside}
+
+
+def matched_region_node(a: Capture, b: Capture, ra: dict, rb: dict, p: dict) -> dict | None:
+    """Where a compiled graph's call that both runs made (matched) parts: ``p``'s parted
+    outputs put in graph order (the earliest node first, in place) and that node named, with
+    whether each run's compiled code departs from the reference there (its judgement's
+    departing nodes); None when ``p`` is no compiled graph's call."""
+    ia, ib = p["a"], p["b"]
+    if a.ops["op"][ia] != COMPILED_OP or b.ops["op"][ib] != COMPILED_OP:
+        return None
+    ga = a.graphs[a.ops["args"][ia][0]]
+    pos = a.ops["args"][ia][2]
+    p["outputs"].sort(key=lambda o: ga["outputs"][pos[o["output"]]])
+    node = ga["outputs"][pos[p["outputs"][0]["output"]]]
+    cols = ga["nodes"]
+    out = {"node": node, "name": cols["name"][node], "target": cols["target"][node],
+           "module": cols["module"][node], "original": cols["original"][node]}
+    for tag, rep, i in (("a", ra, ia), ("b", rb, ib)):
+        d = next((d for d in rep["ops"][i].get("departures") or [] if d["node"] == node), None)
+        out[f"departs_{tag}"] = d
+    return out

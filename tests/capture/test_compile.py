@@ -291,3 +291,28 @@ def test_the_python_api_records_a_model_compiled_in_its_block(tmp_path):
     cap = load(f)
     assert cap.ops["op"].count(COMPILED_OP) == 4 and len(cap.graphs) == 2
     assert cap.meta["compile"] == ["aot_eager"] and cap.meta["compile_called"] is True
+
+
+def test_two_runs_of_one_compiled_graph_part_at_its_node(tmp_path):
+    """Both runs compiled (the region matched): the first parted output is put in graph order
+    and its node named, with the run whose compiled code departs there."""
+    from core.capture.pair import pair
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = load(_graph_capture(tmp_path / "a", planted=False))
+    b = load(_graph_capture(tmp_path / "b", planted=True))
+    rep = pair(a, b)
+    f = rep["first_parted"]
+    assert not rep["agree"] and f["op"] == COMPILED_OP and "inside" not in f
+    assert f["outputs"][0]["output"] == 0  # y (node add) before z (node exp)
+    nd = f["node"]
+    assert (nd["name"], nd["target"], nd["module"]) == ("add", "aten.add.Tensor", "M.a")
+    assert nd["departs_a"] is None and nd["departs_b"]["name"] == "add"
+    assert f["left"] == "B" and f["verdict_a"] == "exact" and f["verdict_b"] == "introduced"
+    p = subprocess.run([sys.executable, "-m", "app.cli", "parity", "--capture", a.path,
+                        "--against", b.path], env=ENV, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert "inside the compiled graph: output node add = aten.add.Tensor" in p.stdout
+    assert "departs from the reference there on its own values: B (node add)" in p.stdout
