@@ -211,7 +211,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"cannot write {args.out}: {err['message']}")
     if written is None:
         raise ValueError(f"no training step recorded: {shown} never called optimizer.step() "
-                         "(a step ends at each optimizer.step())")
+                         "(a step ends at each optimizer.step(); ranks that the script starts "
+                         "itself, with torch.multiprocessing.spawn, run without the recorder: "
+                         "capture -- torchrun ... instead)")
     mib = written["stored_bytes"] / (1 << 20)
     print(f"captured {written['steps']} steps of {shown}: {written['ops']} ops, "
           f"{written['values']} values ({mib:.1f} MiB stored, {written['hashed']} as SHA-256 "
