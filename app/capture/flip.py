@@ -8,6 +8,10 @@
                      forward hooks enter it at the outermost forward and leave it after; the
                      loss computed outside the model and the backward run as the script has them
     matmul=P         torch.set_float32_matmul_precision(P) (highest | high | medium)
+    compile[=B]      every outermost module call (the model's ``model(x)``) runs compiled:
+                     the module's own ``compile(backend=B)`` (inductor by default, or
+                     aot_eager) on its first call, through the capture's recording
+                     ``torch.compile`` (app/capture/compiled.py)
 
 A script that sets the same thing itself wins (its call comes after ours); the capture's
 ``settings`` say what was in force when recording started, its ``meta.applied`` what was flipped.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-KNOWN = ("threads", "deterministic", "autocast", "matmul")
+KNOWN = ("threads", "deterministic", "autocast", "matmul", "compile")
 
 
 def parse(text: str) -> tuple[str, Any]:
@@ -40,6 +44,11 @@ def parse(text: str) -> tuple[str, Any]:
         v = (value or "bfloat16").strip()
         if v not in ("bfloat16", "float16", "off"):
             raise ValueError(f"--set {text!r}: autocast is bfloat16, float16 or off")
+        return name, v
+    if name == "compile":
+        v = (value or "inductor").strip()
+        if v not in ("inductor", "aot_eager"):
+            raise ValueError(f"--set {text!r}: compile is inductor or aot_eager")
         return name, v
     v = value.strip()
     if v not in ("highest", "high", "medium"):
@@ -94,29 +103,36 @@ def apply(spec: dict[str, Any]) -> dict[str, Any]:
             ac = _Autocast(getattr(torch, value))
             _HOOKS.append(nn_module.register_module_forward_pre_hook(ac.pre))
             _HOOKS.append(nn_module.register_module_forward_hook(ac.post))
+        elif name == "compile":
+            _compile_outermost(str(value))
         else:
             raise ValueError(f"unknown setting {name!r}")
         done[name] = value
     return done
 
 
-def watch_compile(meta: dict[str, Any]) -> None:
-    """Note in ``meta["compile_called"]`` when the script calls ``torch.compile`` (which is then
-    called as it is): while the recorder's dispatch mode is active, dynamo does not compile, so
-    the recorded steps of a compiled script run eagerly (measured: its backend is never called,
-    the losses are eager's bits), and ``capture`` says so."""
-    import functools
-
+def _compile_outermost(backend: str) -> None:
+    """``nn.Module.__call__`` wrapped: an outermost module call (not while dynamo traces, not
+    inside another module) goes through ``torch.compile(module, backend=backend)``, made once
+    per module (as a script that compiles its model calls it)."""
     import torch
 
-    orig = torch.compile
-    if getattr(orig, "_tapescope_watch", False):
-        return
+    orig = torch.nn.Module.__call__
+    depth = [0]
+    compiled: dict[int, Any] = {}
 
-    @functools.wraps(orig)
-    def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 — torch's own name
-        meta["compile_called"] = True
-        return orig(*args, **kwargs)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return orig(self, *args, **kwargs)
+        target = self
+        if depth[0] == 0 and type(self).__name__ != "OptimizedModule":
+            target = compiled.get(id(self))
+            if target is None or target._orig_mod is not self:
+                target = compiled[id(self)] = torch.compile(self, backend=backend)
+        depth[0] += 1
+        try:
+            return orig(target, *args, **kwargs)
+        finally:
+            depth[0] -= 1
 
-    compile._tapescope_watch = True  # type: ignore[attr-defined]
-    torch.compile = compile
+    torch.nn.Module.__call__ = call

@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="store no values, a SHA-256 of each (cheapest; cannot be judged)")
     p.add_argument("--set", action="append", default=None, metavar="NAME[=VALUE]",
                    dest="flip", help="flip a setting in the script's process before it runs "
-                   "(threads=N, deterministic, autocast[=bfloat16], matmul=high); repeatable "
+                   "(threads=N, deterministic, autocast[=bfloat16], matmul=high, "
+                   "compile[=inductor|aot_eager]); repeatable "
                    "(tapescope sweep uses it)")
     p.add_argument("script_command", nargs=argparse.REMAINDER, metavar="-- python SCRIPT ARGS",
                    help="the command that trains, after --")

@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sweep", help="which setting changes my numbers: capture the script once per setting "
                       "flipped, each judged against the reference and the baseline",
         description="Capture `python train.py ARGS` as it is (the baseline) and once per "
-                    "setting flipped from it (threads, deterministic, autocast, matmul; "
-                    "compile is not supported yet), judge each against the exact reference and "
+                    "setting flipped from it (threads, deterministic, autocast, matmul, "
+                    "compile), judge each against the exact reference and "
                     "the baseline, print one table. Exit 0 every flipped run is the baseline's "
                     "bits, 1 one parts, 2 bad input.",
         usage="tapescope sweep --out DIR [--settings threads,deterministic,autocast,compile] "
@@ -70,9 +70,7 @@ def _flip(name: str, base: dict) -> tuple[str | None, str]:
         other = "medium" if cur == "highest" else "highest"
         return f"matmul={other}", f"float32 matmul precision {cur} -> {other}"
     if name == "compile":
-        return None, ("not supported yet: the sweep does not compile a script's model from "
-                      "outside; capture the script with its own torch.compile and compare "
-                      "(parity --capture EAGER --against COMPILED; docs/capture.md)")
+        return "compile=inductor", "the model's calls through torch.compile (inductor)"
     raise ValueError(f"unknown setting {name!r}")
 
 
@@ -160,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
              "first_parted": None, "cause": "", "settings": base.settings}]
     for name in names:
         flip, what = _flip(name, base.settings)
+        if name == "compile" and base.meta.get("compile_called"):
+            flip, what = None, "the script compiles already (its baseline is compiled)"
         if flip is None:
             rows.append({"setting": name, "flip": None, "what": what, "skipped": what})
             continue
@@ -208,6 +208,8 @@ def print_table(rows: list[dict], steps: int) -> None:
         else:
             op = fp["op"].removeprefix("aten.").removesuffix(".default")
             first = f"step {fp['step']} #{fp['b']} {op} {fp['module'] or '(no module)'}"
+            if fp.get("inside"):  # a node inside the flipped run's compiled graph
+                first += " (compiled)"
         loss = "?" if r["loss"] is None else repr(r["loss"])
         left = {"A": "the baseline", "B": "this run", "both": "both runs",
                 "neither": "neither run"}.get(fp["left"], fp["left"]) if fp else ""

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from core.capture.file import COMPILED_OP, load  # noqa: E402
 from core.capture.judge import reference_available  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,10 +48,15 @@ def test_sweep_names_the_setting_that_parts(tmp_path):
     assert th["flip"] in ("threads=1", "threads=2")
     if th["agree"]:
         assert th["loss"] == rows["baseline"]["loss"] and th["first_parted"] is None
-    assert "not supported yet" in rows["compile"]["skipped"]
+    co = rows["compile"]  # the model compiled (inductor) from outside, captured compiled
+    assert co["flip"] == "compile=inductor" and "skipped" not in co, co
+    assert load(out / "compile.capture").ops["op"].count(COMPILED_OP) == 4
+    if not co["agree"]:  # where: inside the compiled graph, or a matched op after it
+        fp = co["first_parted"]
+        assert fp["step"] == 1 and co["left"] in ("A", "B", "both"), fp
     table = {ln.split()[0]: ln for ln in lines[1:] if ln and not ln.startswith(" ")}
     assert "this run left the reference: computes in bfloat16" in table["autocast"]
-    assert "MLP.fc1" in table["autocast"] and "not supported yet" in table["compile"]
+    assert "MLP.fc1" in table["autocast"] and "compile=inductor" in table["compile"]
     assert rows["baseline"]["ops_introduced"] >= 1 and rows["baseline"]["loss"] is not None
     for name in ("baseline", "threads", "autocast"):
         assert (out / f"{name}.capture").is_file()
@@ -92,8 +98,6 @@ def test_a_compiled_script_is_captured_compiled(tmp_path):
         plain.stdout.splitlines()
     assert "note: the script calls torch.compile (backend aot_eager): 2 compiled graphs" \
         in p.stdout
-    from core.capture.file import COMPILED_OP, load
-
     cap = load(tmp_path / "c.capture")
     assert cap.meta.get("compile_called") is True and cap.meta.get("compile") == ["aot_eager"]
     assert cap.ops["op"].count(COMPILED_OP) == 4  # forward and backward, 2 steps
