@@ -5,12 +5,14 @@ Two measures, interleaved plain / explain ``--reps`` times on the same machine, 
 
 - ``steps``: ``PairRunner(...).step()`` ``--steps`` times on a fresh runner (both runs, the
   compare, provenance; with ``explain`` every introduced array's cause and class), process CPU
-  seconds (the machine is shared: wall time counts other jobs' turns);
+  seconds (the machine is shared: wall time counts other jobs' turns) and the main thread's
+  alone (PyTorch's worker threads spin while they wait: they add CPU to both sides);
 - ``command``: the whole ``tapescope parity --workload transformer --device torch --steps N
   [--explain]`` in a child process (start-up, torch's import and the JSON included), wall and
   the child's CPU seconds.
 
     python benchmarks/bench_explain.py [--dtype float64] [--steps 2] [--reps 5] [--no-command]
+                                       [--torch-threads N]
 
 Prints one row per measure with the ratio explain / plain, and how many introduced arrays the
 explained run named (and how many stayed ``unknown``). The load average is printed.
@@ -37,16 +39,18 @@ sys.path.insert(0, ROOT)
 from machine import machine_line  # noqa: E402
 
 
-def steps_cpu(dtype: str, steps: int, explain: bool) -> tuple[float, list]:
+def steps_cpu(dtype: str, steps: int, explain: bool, threads: int | None = None
+              ) -> tuple[float, float, list]:
+    """(process CPU s, main-thread CPU s, introduced entries) of ``steps`` steps."""
     from app.runs import PairRunner, SessionConfig
 
     r = PairRunner(SessionConfig(workload="transformer", device="torch", dtype=dtype,
-                                 explain=explain))
+                                 explain=explain, torch_threads=threads))
     intro: list = []
-    c0 = time.process_time()
+    c0, t0 = time.process_time(), time.thread_time()
     for _ in range(steps):
         intro += r.step().introduced
-    return time.process_time() - c0, intro
+    return time.process_time() - c0, time.thread_time() - t0, intro
 
 
 def command(dtype: str, steps: int, explain: bool) -> tuple[float, float, dict]:
@@ -73,21 +77,28 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-command", action="store_true")
+    ap.add_argument("--torch-threads", type=int, default=None,
+                    help="torch.set_num_threads for both runs (default: PyTorch's)")
     a = ap.parse_args()
     print(machine_line())
     print(f"load average {os.getloadavg()[0]:.2f}; transformer, --device torch, {a.dtype}, "
           f"{a.steps} steps, {a.reps} reps, medians")
-    steps_cpu(a.dtype, 1, True)  # warm: imports, torch's first kernels
-    plain, expl = [], []
+    steps_cpu(a.dtype, 1, True, a.torch_threads)  # warm: imports, torch's first kernels
+    plain, expl, plain_t, expl_t = [], [], [], []
     intro: list = []
     for _ in range(a.reps):
-        plain.append(steps_cpu(a.dtype, a.steps, False)[0])
-        t, intro = steps_cpu(a.dtype, a.steps, True)
-        expl.append(t)
+        c, t, _ = steps_cpu(a.dtype, a.steps, False, a.torch_threads)
+        plain.append(c)
+        plain_t.append(t)
+        c, t, intro = steps_cpu(a.dtype, a.steps, True, a.torch_threads)
+        expl.append(c)
+        expl_t.append(t)
     p, e = statistics.median(plain), statistics.median(expl)
+    pt, et = statistics.median(plain_t), statistics.median(expl_t)
     unk = sum(1 for x in intro if x.get("cause") == "unknown")
-    print(f"steps    plain {p:.3f} CPU s  explain {e:.3f} CPU s  ratio {e / p:.2f}  "
-          f"({len(intro)} introduced arrays, {unk} unknown)")
+    print(f"steps    plain {p:.3f} CPU s  explain {e:.3f} CPU s  ratio {e / p:.2f}; main thread "
+          f"{pt:.3f} / {et:.3f} s  ratio {et / pt:.2f}  ({len(intro)} introduced arrays, "
+          f"{unk} unknown)")
     if a.no_command:
         return
     cw, cc, ew, ec = [], [], [], []

@@ -789,9 +789,21 @@ _HALF_STEPS = {dt: Variant("accumulator", f"{dt.name} intermediates (every step 
                            f"{dt.name})", "half_steps") for dt in precision.HALF}
 
 
+_FOR: dict[tuple, list] = {}  # (op, dtype, the table's identity) -> variants_for's answer
+
+
 def variants_for(op: str, dtype: Any = np.float64) -> list[Variant]:
-    """The variants that apply to ``op`` in ``dtype``, in the order they are tried."""
+    """The variants that apply to ``op`` in ``dtype``, in the order they are tried (made once
+    per op, dtype and table)."""
     dt = np.dtype(dtype)
+    key = (op, dt.str if dt.kind != "V" else dt.name, id(VARIANTS))
+    got = _FOR.get(key)
+    if got is None:
+        got = _FOR[key] = _variants_for(op, dt)
+    return list(got)
+
+
+def _variants_for(op: str, dt: np.dtype) -> list[Variant]:
     out = []
     for v in VARIANTS:
         if v.cause == "ftz" and dt in precision.HALF and REGISTRY[op].forward is not None \
@@ -893,11 +905,21 @@ def closer(d: Any, raw: Any) -> bool:
 
 
 # the search's memory (issue 44's cost): per (value or gradient, op or consumers, shapes, dtype,
-# attributes) the label of the variant that last reproduced a candidate there, tried first the
-# next time (the next step's same node, another node of the same op and shape: a library
-# picks its kernel by op and shape). At most _HINTS_MAX keys, forgotten all at once when full
-_HINTS: dict[tuple, str] = {}
+# attributes) the labels of the variants that last reproduced a candidate there (latest first,
+# at most 4), tried first the next time (the next step's same node, another node of the same
+# op and shape: a library picks its kernel by op and shape). At most _HINTS_MAX keys,
+# forgotten all at once when full
+_HINTS: dict[tuple, tuple[str, ...]] = {}
 _HINTS_MAX = 4096
+
+
+def remember(key: tuple, label: str) -> None:
+    """``label`` reproduced a candidate at ``key``: first of the (at most 4) labels tried
+    first there next time (a key can need two: a product's two gradients of one shape)."""
+    if len(_HINTS) >= _HINTS_MAX:
+        _HINTS.clear()
+    old = _HINTS.get(key, ())
+    _HINTS[key] = ((label,) + tuple(x for x in old if x != label))[:4]
 
 
 def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarray,
@@ -907,9 +929,10 @@ def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarra
     ``raw`` (the reference's diff to ``cand``)."""
     best: tuple[Any, ...] | None = None
     tried = 0
-    hint = None if key is None else _HINTS.get(key)
-    if hint is not None:
-        cands = sorted(cands, key=lambda c: c[1] != hint)  # stable: the rest in order
+    hints = () if key is None else _HINTS.get(key, ())
+    if hints:  # the labels that reproduced this key before, latest first; the rest in order
+        rank = {lab: i for i, lab in enumerate(hints)}
+        cands = sorted(cands, key=lambda c: rank.get(c[1], len(rank)))
     for cause, label, make in cands:
         try:
             y = make()
@@ -921,9 +944,7 @@ def _try(cands: list[tuple[str, str, Callable[[], np.ndarray]]], cand: np.ndarra
         d = compare_arrays(y, cand)
         if d.n_diff == 0:
             if key is not None:
-                if len(_HINTS) >= _HINTS_MAX:
-                    _HINTS.clear()
-                _HINTS[key] = label
+                remember(key, label)
             return Cause(cause, label)
         far = distance(d)
         if best is None or far < best[0]:

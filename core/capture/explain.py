@@ -35,11 +35,11 @@ import numpy as np
 
 from core.explain import (
     _HINTS,
-    _HINTS_MAX,
     UPDATE_VARIANTS,
     VARIANTS,
     closer,
     distance,
+    remember,
     variants_for,
 )
 from core.explain_aten import ATEN_FORWARD
@@ -212,9 +212,10 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
     shapes = tuple(np.shape(a) for a in args if isinstance(a, np.ndarray))
     key = ("capture", op, shapes, np.dtype(recorded.dtype).str, repr(args[len(shapes):]))
     cands = _variants(op, _dtype(args))
-    hint = _HINTS.get(key)
-    if hint is not None:
-        cands = sorted(cands, key=lambda c: c[1] != hint)
+    hints = _HINTS.get(key, ())
+    if hints:
+        rank = {lab: i for i, lab in enumerate(hints)}
+        cands = sorted(cands, key=lambda c: rank.get(c[1], len(rank)))
     best: tuple | None = None
     for cause, label, run in cands:
         try:
@@ -226,9 +227,7 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
             continue
         d = compare_arrays(y, recorded)
         if d.n_diff == 0:
-            if len(_HINTS) >= _HINTS_MAX:
-                _HINTS.clear()
-            _HINTS[key] = label
+            remember(key, label)
             return {"cause": cause, "variant": label}
         if best is None or distance(d) < distance(best[0]):
             best = (d, cause, label)
