@@ -19,11 +19,25 @@ from app.runs import PairRunner, SessionConfig  # noqa: E402
 from core.onnx.workload import OnnxWorkload, model_spec  # noqa: E402
 from tests.models import zoo  # noqa: E402
 
+# one worker runs the module: its fixture exports each file once (dynamo's export is ~10 s)
+pytestmark = pytest.mark.xdist_group("models_unet")
+
+
+class _Exports(dict):
+    """exporter -> file, each exported when first asked for."""
+
+    def __init__(self, d) -> None:
+        super().__init__()
+        self.d = d
+
+    def __missing__(self, dynamo: bool) -> str:
+        self[dynamo] = zoo.export("unet", self.d / f"unet-{dynamo}.onnx", dynamo)
+        return self[dynamo]
+
 
 @pytest.fixture(scope="module")
 def unet(tmp_path_factory):
-    d = tmp_path_factory.mktemp("unet")
-    return {dyn: zoo.export("unet", d / f"unet-{dyn}.onnx", dyn) for dyn in (False, True)}
+    return _Exports(tmp_path_factory.mktemp("unet"))
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["ts", "dynamo"])
