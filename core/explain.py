@@ -344,8 +344,9 @@ def _mm_tiles(t: int, edge: Callable) -> Callable:
         n = b.shape[1]
         c = (n // t) * t
         out = np.empty((a.shape[0], n), dtype=np.result_type(a, b))
-        if c:
-            out[:, :c] = _mm_fma_cached(a, b[:, :c])
+        if c:  # the contracted chain is column by column: the whole product's columns,
+            # shared by every tiling and the plain fma variant (one chain per search)
+            out[:, :c] = _mm_fma_cached(a, b)[:, :c]
         if c < n:
             out[:, c:] = edge(a, np.ascontiguousarray(b[:, c:]))
         return out
