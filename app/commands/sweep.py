@@ -207,9 +207,9 @@ def print_table(rows: list[dict], steps: int) -> None:
             first = "none: the same bits on every matched op"
         else:
             op = fp["op"].removeprefix("aten.").removesuffix(".default")
-            first = f"step {fp['step']} #{fp['b']} {op} {fp['module'] or '(no module)'}"
             if fp.get("inside"):  # a node inside the flipped run's compiled graph
-                first += " (compiled)"
+                op = f"{op.split('.')[0]} (compiled graph)"
+            first = f"step {fp['step']} #{fp['b']} {op} {fp['module'] or '(no module)'}"
         loss = "?" if r["loss"] is None else repr(r["loss"])
         left = {"A": "the baseline", "B": "this run", "both": "both runs",
                 "neither": "neither run"}.get(fp["left"], fp["left"]) if fp else ""
