@@ -14,7 +14,8 @@ Two measures, interleaved plain / explain ``--reps`` times on the same machine, 
     python benchmarks/bench_explain.py [--dtype float64] [--steps 2] [--reps 5] [--no-command]
                                        [--torch-threads N]
 
-Prints one row per measure with the ratio explain / plain, and how many introduced arrays the
+Prints one row per measure with the ratio explain / plain (and the steps' minima: under load
+the least disturbed rep says most), and how many introduced arrays the
 explained run named (and how many stayed ``unknown``). The load average is printed.
 """
 
@@ -99,6 +100,9 @@ def main() -> None:
     print(f"steps    plain {p:.3f} CPU s  explain {e:.3f} CPU s  ratio {e / p:.2f}; main thread "
           f"{pt:.3f} / {et:.3f} s  ratio {et / pt:.2f}  ({len(intro)} introduced arrays, "
           f"{unk} unknown)")
+    print(f"steps    minima: plain {min(plain):.3f} explain {min(expl):.3f} CPU s  ratio "
+          f"{min(expl) / min(plain):.2f}; main thread {min(plain_t):.3f} / {min(expl_t):.3f} s "
+          f" ratio {min(expl_t) / min(plain_t):.2f} (the least disturbed rep of each)")
     if a.no_command:
         return
     cw, cc, ew, ec = [], [], [], []

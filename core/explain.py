@@ -281,6 +281,39 @@ def _sumsq_ref(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> np.nd
 
 
 def _mm_fma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``acc = fma(a[:, k], b[k, :], acc)`` for k in order (``fma``'s bits), its operands
+    split once (float64: Veltkamp halves; float32: exact float64 products) instead of per
+    step; a chain that leaves the finite range is redone by ``fma`` itself."""
+    dt = np.result_type(a, b)
+    m, n = a.shape[0], b.shape[1]
+    if dt not in (np.float64, np.float32) or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return _mm_fma_plain(a, b)
+    with np.errstate(all="ignore"):
+        if dt == np.float32:
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            acc = np.zeros((m, n), dtype=np.float32)
+            for k in range(a.shape[1]):
+                p = a64[:, k, None] * b64[None, k, :]  # exact: 24 + 24 bits
+                acc = _round_odd_add(p, acc.astype(np.float64)).astype(np.float32)
+        else:
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            ah, al = _split(a64)
+            bh, bl = _split(b64)
+            acc = np.zeros((m, n), dtype=np.float64)
+            for k in range(a.shape[1]):
+                x, y = a64[:, k, None], b64[None, k, :]
+                xh, xl, yh, yl = ah[:, k, None], al[:, k, None], bh[None, k, :], bl[None, k, :]
+                uh = x * y
+                ul = ((xh * yh - uh) + xh * yl + xl * yh) + xl * yl
+                th, tl = _two_sum(acc, ul)
+                vh, vl = _two_sum(uh, th)
+                acc = vh + _round_odd_add(tl, vl)
+        if not np.isfinite(acc).all():
+            return _mm_fma_plain(a, b)
+    return acc
+
+
+def _mm_fma_plain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
     for k in range(a.shape[1]):
         acc = fma(a[:, k, None], b[None, k, :], acc)
