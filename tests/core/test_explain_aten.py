@@ -178,3 +178,23 @@ def test_cross_entropy_backward_is_torch_autograd(dt, shape):
     gx, _ = A.ATEN_BACKWARD["cross_entropy"][0](None, np.array(1.0, dtype=dt),
                                                 [x, t.astype(dt)], None, {}, [True, False])
     assert _bits_equal(gx, tx.grad.numpy())
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_the_fast_contracted_product_is_fmas_bits(dt):
+    """core.explain._mm_fma (operands split once) against the chain of fma() calls it
+    replaces: equal bits, over magnitudes that make the error terms matter, subnormal
+    products and an overflowing chain (redone by fma() itself)."""
+    from core.explain import _mm_fma, _mm_fma_plain
+
+    rng = np.random.default_rng(5)
+    scale = rng.choice([1e-3, 1.0, 1e3], (9, 40))
+    a = (rng.standard_normal((9, 40)) * scale).astype(dt)
+    b = rng.standard_normal((40, 11)).astype(dt)
+    assert _bits_equal(_mm_fma(a, b), _mm_fma_plain(a, b))
+    tiny = np.float64(1e-160) if dt == np.float64 else np.float32(1e-22)
+    a, b = np.full((3, 4), tiny, dt), np.full((4, 2), tiny, dt)
+    assert _bits_equal(_mm_fma(a, b), _mm_fma_plain(a, b))
+    big = np.finfo(dt).max / 4
+    a, b = np.full((2, 3), big, dt), np.full((3, 2), 8, dt)
+    assert _bits_equal(_mm_fma(a, b), _mm_fma_plain(a, b))
