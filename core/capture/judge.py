@@ -118,7 +118,8 @@ def _inputs(a: Any) -> list[int]:
 
 
 _SINT = {8: np.int64, 4: np.int32, 2: np.int16}
-_BLOCK = 1 << 15  # elements per block of _float_diff (its temporaries stay in cache)
+_BLOCK = 1 << 17  # elements per block of _float_diff (its temporaries stay in L2/L3; 1 << 15
+# paid 10-15 % more in numpy calls per block on 0.26M-2M-element outputs)
 _is_float: dict[np.dtype, bool] = {}  # dtype -> one of _FLOAT_KINDS (dtype.name is slow)
 
 

@@ -82,11 +82,14 @@ def test_the_short_diff_has_the_full_ones_counts():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-def test_the_judges_diff_is_compare_arrays(dtype):
+def test_the_judges_diff_is_compare_arrays(dtype, monkeypatch):
     """``_float_diff``'s numbers (its same-sign shortcut and the mixed-sign path, in blocks)
     are ``core.parity.compare_arrays``'s: ulp across ±0 and signs, infinities, signed zeros."""
+    from core.capture import judge
     from core.capture.judge import _float_diff
     from core.parity import compare_arrays
+
+    monkeypatch.setattr(judge, "_BLOCK", 4096)  # many blocks, some of one sign, some mixed
 
     rng = np.random.default_rng(11)
     for trial in range(40):
