@@ -17,7 +17,11 @@ the file's write, then the capture loaded and judged (``core.capture.judge``, wh
 --capture`` runs). One-time imports are paid before the clock (a 1-step capture, judged).
 Ratios are per step (the median of ``--rounds`` captures and judgements), wall clock and CPU
 time (``process_time``: on a loaded machine the wall clock of a few-millisecond step swings
-2x between runs; CPU time barely moves).
+2x between runs; CPU time barely moves). The recorder hashes large values on a thread of its
+own (``hashlib`` releases the GIL): ``main`` is the CPU time of the script's own thread, what
+the step's wall clock is when a core is free for the hashing thread; ``cpu`` counts both.
+The step runs ``--threads`` torch threads and the judge the same number of native threads
+(``core.native.set_threads``): one thread budget for both.
 
 Run: ``python benchmarks/bench_capture.py [--repeat 5] [--rounds 3] [--models gpt cnn]
 [--micro]``
@@ -123,22 +127,29 @@ def cnn64_step(batch: int = 16, size: int = 64):
     return step
 
 
+SIZES = {  # what each row measures (the ratios are at these sizes only)
+    "gpt": "the zoo GPT: d=16, 2 heads, 2 layers, 8 tokens, batch 4, vocabulary 32; AdamW",
+    "cnn": "the zoo CNN: 8 1x8x8 images, 3 classes; SGD nesterov",
+    "gpt-wide": "GPT d=128, 2 heads, 4 layers, 64 tokens, batch 8, vocabulary 32; AdamW",
+    "gpt-256": "GPT d=256, 4 heads, 4 layers, 128 tokens, batch 8, vocabulary 512; AdamW",
+    "cnn-64": "3 conv3x3-BN-ReLU-maxpool stages (32-64-128 ch) on 16 3x64x64 images, "
+              "Dropout, Linear; SGD nesterov"}
 MODELS = {"gpt": gpt_step, "cnn": cnn_step,
           "gpt-wide": lambda: gpt_step(d=128, layers=4, ctx=64, batch=8),
           "gpt-256": lambda: gpt_step(d=256, layers=4, ctx=128, batch=8, heads=4, vocab=512),
           "cnn-64": cnn64_step}
 
 
-def _clock() -> tuple[float, float]:
-    return time.perf_counter(), time.process_time()
+def _clock() -> tuple[float, float, float]:
+    return time.perf_counter(), time.process_time(), time.thread_time()
 
 
-def _since(t: tuple[float, float]) -> tuple[float, float]:
-    return time.perf_counter() - t[0], time.process_time() - t[1]
+def _since(t: tuple[float, float, float]) -> tuple[float, float, float]:
+    return time.perf_counter() - t[0], time.process_time() - t[1], time.thread_time() - t[2]
 
 
-def _median(xs: list[tuple[float, float]]) -> tuple[float, float]:
-    return statistics.median(w for w, _ in xs), statistics.median(c for _, c in xs)
+def _median(xs: list[tuple[float, ...]]) -> tuple[float, ...]:
+    return tuple(statistics.median(x[i] for x in xs) for i in range(len(xs[0])))
 
 
 def measure(name: str, repeat: int, rounds: int, tmp: str,
@@ -157,7 +168,7 @@ def measure(name: str, repeat: int, rounds: int, tmp: str,
         t = _clock()
         step()
         times.append(_since(t))
-    plain = _median(times)
+    plain = _median(times)  # wall, cpu, main thread
     warm = os.path.join(tmp, "warm.capture")
     with capture(warm, steps=1):  # one-time imports (recorder, reference forms), not per step
         step()
@@ -172,9 +183,10 @@ def measure(name: str, repeat: int, rounds: int, tmp: str,
                 step()
                 step()
             got.append(_since(t))
-        w, c = _median(got)
+        w, c, m = _median(got)
         row[f"capture_{label}"] = w / 2 / plain[0]
         row[f"cpu_{label}"] = c / 2 / plain[1]
+        row[f"main_{label}"] = m / 2 / plain[2]
         if label == "values":
             row["ops"] = rec.steps_done() and rec.step_start[2] // 2
             row["mib"] = rec.stored_bytes / (1 << 20)
@@ -184,7 +196,7 @@ def measure(name: str, repeat: int, rounds: int, tmp: str,
         t = _clock()
         rep = judge(load(vf))
         got.append(_since(t))
-    w, c = _median(got)
+    w, c, _ = _median(got)
     row["parity"] = w / 2 / plain[0]
     row["cpu_parity"] = c / 2 / plain[1]
     row["us_per_op"] = (row["cpu_values"] - 1) * plain[1] / row["ops"] * 1e6
@@ -247,27 +259,33 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
+    from core import native
+
     torch.set_num_threads(a.threads)
+    native.set_threads(a.threads)  # the judge's products: the step's thread budget
 
     from machine import machine_line
 
     print(machine_line())
-    print("ratios per step against the same process's uncaptured step, wall clock and CPU "
-          "time (targets: capture <= 3x, hashes <= 1.5x, parity <= 5x); us/op: the "
-          "recorder's CPU per op")
+    print("ratios per step against the same process's uncaptured step, wall clock, CPU time "
+          "of all threads and of the script's own (main) thread (targets: capture <= 3x, "
+          "hashes <= 1.5x, parity <= 5x); us/op: the recorder's CPU per op")
     print(f"{'':<9} {'':>8} {'':>8} {'':>7} {'--------- wall ---------':>24} "
-          f"{'---------- cpu ---------':>24}")
+          f"{'---------- cpu ---------':>24} {'---- main ----':>15}")
     print(f"{'model':<9} {'ops/step':>8} {'step ms':>8} {'MiB':>7} {'capture':>8} "
           f"{'hashes':>7} {'parity':>7} {'capture':>8} {'hashes':>7} {'parity':>7} "
-          f"{'no-ref':>7} {'unjudged':>8} {'us/op':>6}")
+          f"{'capture':>8} {'hashes':>6} {'no-ref':>7} {'unjudged':>8} {'us/op':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models:
             r = measure(name, a.repeat, a.rounds, tmp, a.max_bytes)
             print(f"{r['model']:<9} {r['ops']:>8} {r['step_ms']:>8.2f} {r['mib']:>7.2f} "
                   f"{r['capture_values']:>7.1f}x {r['capture_hashes']:>6.1f}x "
                   f"{r['parity']:>6.1f}x {r['cpu_values']:>7.1f}x {r['cpu_hashes']:>6.1f}x "
-                  f"{r['cpu_parity']:>6.1f}x {r['no_ref']:>6.1%} {r['unjudged']:>7.1%} "
+                  f"{r['cpu_parity']:>6.1f}x {r['main_values']:>7.1f}x "
+                  f"{r['main_hashes']:>5.1f}x {r['no_ref']:>6.1%} {r['unjudged']:>7.1%} "
                   f"{r['us_per_op']:>6.0f}", flush=True)
+    for name in a.models:
+        print(f"  {name}: {SIZES[name]}")
     if a.micro:
         micro()
 
