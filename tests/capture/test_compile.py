@@ -316,3 +316,20 @@ def test_two_runs_of_one_compiled_graph_part_at_its_node(tmp_path):
     assert p.returncode == 1, p.stderr
     assert "inside the compiled graph: output node add = aten.add.Tensor" in p.stdout
     assert "departs from the reference there on its own values: B (node add)" in p.stdout
+
+
+def test_eager_runs_only_table_ops_by_name():
+    """A node's target is a name from the file: PyTorch's kernel is looked up only for an
+    aten/prims op the reference table has, attribute by attribute, never evaluated."""
+    from app.capture.eager import run
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.ones((3, 2), np.float32)
+    (y,) = run("aten.mm.default", [a, b], {})
+    assert y.dtype == np.float32 and np.array_equal(y, a @ b)
+    (z,) = run("prims.convert_element_type.default", [a, "torch.float64"], {})
+    assert z.dtype == np.float64
+    for bad in ("os.system.default", "aten.__class__.default", "aten.mm", "aten.mm.default.x",
+                "aten._foo_not_an_op.default", "torch.ops.aten.mm.default", "aten.mm.default;x"):
+        with pytest.raises(ValueError, match="not an aten op"):
+            run(bad, [a, b], {})
