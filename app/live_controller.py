@@ -33,6 +33,7 @@ from app.session import unconfirmed_script
 from app.step_rerun import StepRerun
 from app.time_travel import TimeTravel
 from views.kernels_view import KernelsPanel
+from views.numbers import count_text
 from views.plain import cut
 from views.training_view import TrainingPanel
 
@@ -458,10 +459,12 @@ class LiveController(QObject):
         f = self.live.first
         first = f"first divergence: {divergence_text(f)}" if f else "no divergence"
         state = f"{self.live.state} (killed)" if self.live.killed else self.live.state
-        self.state_label.setText(f"live {state} · step {self.live.steps_done} · {first}")
+        self.state_label.setText(f"live {state} · step {count_text(self.live.steps_done)} · "
+                                 f"{first}")
         shown, src = self.travel.view_step, self.travel.source_text()
         if shown > 0 and shown != self.live.steps_done:
-            self.state_label.setText(self.state_label.text() + f" · showing step {shown}")
+            self.state_label.setText(self.state_label.text() + f" · showing step "
+                                     f"{count_text(shown)}")
         if src:
             self.state_label.setText(self.state_label.text() + f" · {src}")
 

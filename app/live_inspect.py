@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from views.numbers import count_text, ulp_text
+
 if TYPE_CHECKING:
     from app.live import Inspection
     from views.node_details import NodeDetails
@@ -109,8 +111,8 @@ def cause_line(op: str, node: int, size: int, causes: list) -> str:
     parts = []
     for _, which, _, text, n_diff, max_ulp in causes:
         what = "" if which == "value" else f" ({which})"
-        parts.append(f"{op} #{node}{what} introduced {max_ulp} ulp on {n_diff} of {size} "
-                     f"elements: {text}")
+        parts.append(f"{op} #{node}{what} introduced {ulp_text(max_ulp)} ulp on "
+                     f"{count_text(n_diff)} of {count_text(size)} elements: {text}")
     return "; ".join(parts)
 
 
@@ -125,8 +127,9 @@ def live_details(d: NodeDetails, got: Inspection, differs_since: int | None,
     d.dtype = " ↔ ".join(sorted(dts)) or d.dtype
     d.sides = (f"reference: {got.reference}", f"candidate: {got.candidate}")
     d.step = got.step
-    since = f" · differs since step {differs_since}" if differs_since is not None else ""
-    d.note = f"live · step {got.step}{since} · {got.reference} ↔ {got.candidate}"
+    since = (f" · differs since step {count_text(differs_since)}" if differs_since is not None
+             else "")
+    d.note = f"live · step {count_text(got.step)}{since} · {got.reference} ↔ {got.candidate}"
     if causes:
         size = int(np.prod(d.shape, dtype=np.int64)) if d.shape is not None else 0
         d.note += " · " + cause_line(d.op, d.id, size, causes)
@@ -138,10 +141,11 @@ def _side_text(side: str, e: dict | None, size: int) -> str:
         return f"{side}: not compared"
     n = int(e.get("n_diff") or 0)
     if n == 0:
-        return f"{side}: all {size:,} elements bit-identical"
+        return f"{side}: all {count_text(size)} elements bit-identical"
     tail = ", NaN against a number" if e.get("n_nan") else ""
     worst = float(e.get("max_ulp") or 0)
-    return f"{side}: {n:,} of {size:,} elements differ, max {worst:,.0f} ulp{tail}"
+    return (f"{side}: {count_text(n)} of {count_text(size)} elements differ, max "
+            f"{ulp_text(worst)} ulp{tail}")
 
 
 def summary_details(d: NodeDetails, entry: dict | None, step: int, why: str) -> NodeDetails:

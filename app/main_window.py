@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import traceback
 
-from PySide6.QtCore import QEvent, QSettings, QSize, Qt, Signal, Slot
+from PySide6.QtCore import QSettings, QSize, Qt, Signal, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -29,9 +29,11 @@ from app.onnx_open import open_onnx_with_progress
 from app.progress_dialog import open_with_progress
 from app.session import Session, SessionError, open_workload
 from core.tapefile import TapeFileError
+from views.graph_model import shape_text
 from views.graph_panel import GraphPanel
 from views.inspector import InspectorPanel
-from views.parity_rows import build_rows
+from views.numbers import count_text
+from views.parity_rows import build_rows, parity_line
 from views.parity_table import ParityPanel
 from views.plain import cut, html, message, tip
 from views.stepper_model import BackwardStepper
@@ -51,24 +53,31 @@ MAX_RECENT = 8
 
 
 class TallScroll(QScrollArea):
-    """Scrolls ``widget`` up and down only: as wide as it needs, as short as the dock is."""
+    """Scrolls ``widget`` up and down; as wide as it needs where the dock is that wide (the
+    window lays it out so), sideways in a narrower one."""
+
+    MIN_WIDTH = 360  # the dock's own minimum, whatever the widget shows
 
     def __init__(self, widget, parent=None):
         super().__init__(parent)
         self.setWidget(widget)
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.NoFrame)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        widget.installEventFilter(self)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAsNeeded)
 
-    def eventFilter(self, obj, ev) -> bool:  # noqa: N802 (Qt override)
-        if obj is self.widget() and ev.type() == QEvent.LayoutRequest:
-            self.updateGeometry()  # a tab added (Compare, Elements) may need a wider dock
-        return super().eventFilter(obj, ev)
+    def needed_width(self) -> int:
+        """The width that shows the widget whole: its minimum, and the vertical scroll bar."""
+        return self.widget().minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt override)
-        w = self.widget().minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
-        return QSize(w, 90)
+        # NOTE: a constant, not the widget's minimum: that one moved with the selection (the
+        # Compare and Elements tabs come and go) and the dock jumped ~100 px on a click, and
+        # the docks' minima summed past 1100 px, so a small screen could not hold the window
+        # (issue 46). The window gives the dock needed_width() when it places it
+        return QSize(self.MIN_WIDTH, 90)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        return QSize(self.needed_width(), super().sizeHint().height())
 
 
 class MainWindow(QMainWindow):
@@ -108,7 +117,6 @@ class MainWindow(QMainWindow):
         self._add_dock("Backward stepper", self.stepper_panel, Qt.RightDockWidgetArea)
         self._add_dock("Parity table", self.parity, Qt.BottomDockWidgetArea)
         self.setCorner(Qt.BottomRightCorner, Qt.RightDockWidgetArea)
-        self.resizeDocks([self.docks["Inspector"]], [600], Qt.Horizontal)
         self.resizeDocks([self.docks["Inspector"], self.docks["Backward stepper"]], [470, 400],
                          Qt.Vertical)
         self.resizeDocks([self.docks["Parity table"]], [230], Qt.Vertical)
@@ -124,6 +132,7 @@ class MainWindow(QMainWindow):
         self.graph.view.run_to_requested.connect(self._run_to)
         self.graph.view.navigate_requested.connect(
             lambda d: self.go_back() if d < 0 else self.go_forward())
+        self.graph.view.node_tip = self.node_tip
 
         self.status_label = QLabel("No tape open — File ▸ Open, or drop a .tape file here")
         self.status_label.setTextFormat(Qt.PlainText)  # (file names, errors: never markup)
@@ -136,6 +145,12 @@ class MainWindow(QMainWindow):
 
         self.onnx_limits = None  # core.onnx.Limits for models opened here (None: the defaults)
         self.live = LiveController(self)  # Live toolbar, Training and Kernels docks
+        # the right column as wide as the Inspector's widest content (a live node's Elements
+        # table), from the start: no selection has to widen it (issue 46). NOTE: on a laid-out
+        # window: before that, resizeDocks left the column at Qt's own guess (445 px)
+        self.layout().activate()
+        self.resizeDocks([self.docks["Inspector"]],
+                         [self.docks["Inspector"].widget().needed_width()], Qt.Horizontal)
         from app.window_layout import WindowLayout
 
         self.window_layout = WindowLayout(self, self.settings)  # after every dock exists
@@ -447,6 +462,17 @@ class MainWindow(QMainWindow):
             self._fanning = False
         self.node_selected.emit(node_id)
 
+    def node_tip(self, node_id: int) -> str:
+        """A graph box's hover text: the node, and its parity row in the table's numbers."""
+        s = self.session
+        if s is None or not 0 <= node_id < len(s.tape):
+            return ""
+        nd = s.tape.nodes[node_id]
+        text = f"#{node_id} {nd.op} {nd.name or ''}\nshape {shape_text(nd.shape)}"
+        row = self.parity.model.row_of(node_id)
+        line = parity_line(self.parity.model.row_data(row)) if row >= 0 else ""
+        return f"{text}\n{line}" if line else text
+
     def go_back(self) -> bool:
         """Select the node visited before this one (Alt+Left, the mouse's back button)."""
         return self._walk(-1)
@@ -528,12 +554,14 @@ class MainWindow(QMainWindow):
         self.status_label.setToolTip(tip(hover))
         # what produced one, not what holds one
         made = len(self.alarms() if alarms is None else alarms) if bad else 0
-        finite = (f"⚠ {made} NaN/inf alarm{'s' if made != 1 else ''} ({bad} nodes hold one)"
-                  if made else f"{bad} nodes hold an inf/NaN they were given (data)" if bad
+        finite = (f"⚠ {count_text(made)} NaN/inf alarm{'s' if made != 1 else ''} "
+                  f"({count_text(bad)} nodes hold one)" if made else
+                  f"{count_text(bad)} nodes hold an inf/NaN they were given (data)" if bad
                   else "all finite")
         poisoned = "" if getattr(s.tape, "ok", True) else f" · ⚠ poisoned: {cut(s.tape.error, 240)}"
-        self.status_label.setText(f"{s.source} · {len(s.tape)} nodes · "
-                                  f"{len(s.tape.params())} params · {loss} · {finite}{poisoned}")
+        self.status_label.setText(f"{s.source} · {count_text(len(s.tape))} nodes · "
+                                  f"{count_text(len(s.tape.params()))} params · {loss} · "
+                                  f"{finite}{poisoned}")
 
     # ---- screenshot -------------------------------------------------------------------------
     def wait_until_ready(self, timeout_s: float = 10.0) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from app.session import EXACT_COLOR, NAN_COLOR, parity_colors
 from core.atomic import remove_stale_temporaries, write_all
 from core.parity import entry_differs, strict_json
+from views.numbers import count_text, ulp_exact, ulp_text
 
 SECTIONS = ("verdict", "environment", "first-divergence", "introduced", "dag", "plots",
             "nodes")
@@ -57,6 +58,20 @@ def _num(v, fmt: str = "{:g}") -> str:
     return "" if v is None else escape(fmt.format(v))
 
 
+def _count(v) -> str:
+    """A count as the window writes it (views.numbers): 4,488."""
+    return "" if v is None else count_text(v)
+
+
+def _ulp(v) -> str:
+    """A distance in ulp as the window writes it: 63,054, 5.87e+06 (the exact count on
+    hover when that rounds it)."""
+    if v is None:
+        return ""
+    text = ulp_text(v)
+    return text if text == ulp_exact(v) else f"<span title='{ulp_exact(v)}'>{text}</span>"
+
+
 def _node_table(data: dict) -> str:
     colors = parity_colors([n for n in data["nodes"] if n["value"] is not None])
     head = ("<tr><th class=n>id</th><th>op</th><th>name</th><th>shape</th>"
@@ -75,9 +90,9 @@ def _node_table(data: dict) -> str:
             f"<tr{' class=diff' if differs else ''}><td class=n>{n['id']}</td>"
             f"<td>{swatch}{escape(n['op'])}</td><td class=mono>{escape(name)}</td>"
             f"<td class=mono>{escape('×'.join(map(str, n['shape'])) or 'scalar')}</td>"
-            f"<td class=n>{_num(v.get('n_diff'))}</td><td class=n>{_num(v.get('max_ulp'))}</td>"
+            f"<td class=n>{_count(v.get('n_diff'))}</td><td class=n>{_ulp(v.get('max_ulp'))}</td>"
             f"<td class=n>{_num(v.get('max_abs'), '{:.3g}')}</td>"
-            f"<td class=n>{_num(g.get('n_diff'))}</td><td class=n>{_num(g.get('max_ulp'))}</td>"
+            f"<td class=n>{_count(g.get('n_diff'))}</td><td class=n>{_ulp(g.get('max_ulp'))}</td>"
             f"<td class=n>{_num(g.get('max_abs'), '{:.3g}')}</td></tr>")
     return f"<div class=scroll><table>{head}{''.join(rows)}</table></div>"
 
@@ -103,7 +118,8 @@ def _first(data: dict) -> str:
 
 def _entries(entries: list[dict]) -> str:
     return ", ".join(f"#{e['node']} {escape(e['op'])} <code>{escape(e.get('name') or '')}</code>"
-                     f" {escape(e['which'])} ({e['n_diff']} elements, {e['max_ulp']} ulp)"
+                     f" {escape(e['which'])} ({_count(e['n_diff'])} elements, "
+                     f"{_ulp(e['max_ulp'])} ulp)"
                      for e in entries)
 
 
@@ -129,7 +145,7 @@ def _introduced(data: dict) -> str:
         f"</td><td class=mono>{escape(names.get(e['node'], ''))}</td><td>{escape(e['which'])}"
         + (f" <span class=mono>by #{', #'.join(map(str, e['by']))}</span>" if e.get('by')
            else "") + (f" <span class=mono>{escape(e['part'])}</span>" if e.get("part") else "")
-        + f"</td><td class=n>{e['n_diff']}</td><td class=n>{e['max_ulp']}</td>"
+        + f"</td><td class=n>{_count(e['n_diff'])}</td><td class=n>{_ulp(e['max_ulp'])}</td>"
         + (f"<td>{escape(_cause(e))}</td>" if explained else "") + "</tr>"
         for e in rows[:INTRODUCED_ROWS])
     more = (f"<p>… {len(rows) - INTRODUCED_ROWS} more in the JSON.</p>"
@@ -159,7 +175,7 @@ def _against(data: dict) -> str:
 
     def ulp(n: dict | None, w: str) -> str:
         d = None if n is None else n.get(w)
-        return "" if d is None else str(d["max_ulp"]) if d["n_diff"] else "0"
+        return "" if d is None else _ulp(d["max_ulp"]) if d["n_diff"] else "0"
 
     rows = []
     for n in ag["nodes"]:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
-from PySide6.QtCore import QObject, QPointF, QRectF, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtCore import (
+    QEvent,
+    QObject,
+    QPointF,
+    QRectF,
+    QRunnable,
+    Qt,
+    QThreadPool,
+    Signal,
+    Slot,
+)
 from PySide6.QtGui import QAction, QColor, QPainter
-from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QMenu
+from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QMenu, QToolTip
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views import theme
@@ -16,7 +26,7 @@ from views.graph_canvas import GraphCanvas
 from views.graph_model import DisplayGraph, GraphModel
 from views.layout import CACHE, Layout
 from views.overlay import EMPTY, NAN_COLOR, NodeColors, item_mask, severity
-from views.plain import cut
+from views.plain import cut, tip
 
 __all__ = ["NAN_COLOR", "GraphView", "severity"]  # (NAN_COLOR, severity: views.overlay's)
 
@@ -114,6 +124,9 @@ class GraphView(QGraphicsView):
         # bars it removed resized the viewport and resizeEvent re-fitted "readable", so the
         # view snapped back to 0.75 one event-loop pass later (issue 25)
         self._fit_whole = False
+        # the hover text of a node's box (the window gives one with the node's parity, in the
+        # parity table's words and numbers); None: its op, name and shape
+        self.node_tip: Callable[[int], str] | None = None
         self.horizontalScrollBar().valueChanged.connect(self.view_changed)
         self.verticalScrollBar().valueChanged.connect(self.view_changed)
 
@@ -290,6 +303,32 @@ class GraphView(QGraphicsView):
             self.node_selected.emit(nid)
         finally:
             self._clicked = -1
+
+    def tip_at(self, scene_pos: QPointF) -> str:
+        """The hover text of the box at ``scene_pos`` ("" where there is none)."""
+        if self.display is None:
+            return ""
+        item = self.canvas.item_at(scene_pos)
+        if item < 0:
+            return ""
+        nid = int(self.display.item_node[item])
+        if nid < 0:  # a folded group
+            g = self.display.item_group[item]
+            return f"{g} (folded: double-click to unfold)" if g else ""
+        if self.node_tip is not None:
+            return self.node_tip(nid)
+        nd = self.model.nodes[nid] if self.model is not None else None
+        return "" if nd is None else f"#{nid} {nd.op} {nd.name or ''}"
+
+    def viewportEvent(self, ev) -> bool:  # noqa: N802 (Qt override)
+        if ev.type() == QEvent.ToolTip:
+            text = self.tip_at(self.mapToScene(ev.pos()))
+            if text:  # names from a file: escaped (Qt reads a tooltip as HTML)
+                QToolTip.showText(ev.globalPos(), tip(text), self.viewport())
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(ev)
 
     def mouseDoubleClickEvent(self, ev) -> None:  # noqa: N802 (Qt override)
         if self.display is None:

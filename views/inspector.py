@@ -27,6 +27,7 @@ from views.array_view import ArrayView, HistogramView
 from views.element_view import ElementView, ulp_map
 from views.graph_model import shape_text
 from views.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
+from views.numbers import count_text, ulp_text
 from views.plain import MAX_TIP, html, tip
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
@@ -268,10 +269,12 @@ def _summary(ulp: np.ndarray | None) -> str:
     nan = int(np.isnan(ulp).sum())
     n = int(np.count_nonzero(ulp))  # NaN counts as nonzero: a NaN mismatch differs too
     if n == 0:
-        return f"bit difference (ulp per element): all {ulp.size} elements bit-identical"
+        return (f"bit difference (ulp per element): all {count_text(ulp.size)} elements "
+                "bit-identical")
     worst = np.nanmax(ulp) if nan < ulp.size else float("nan")
-    tail = f", {nan} NaN mismatches" if nan else ""
-    return f"bit difference (ulp per element): {n} of {ulp.size} differ · max {worst:.0f} ulp{tail}"
+    tail = f", {count_text(nan)} NaN mismatches" if nan else ""
+    return (f"bit difference (ulp per element): {count_text(n)} of {count_text(ulp.size)} "
+            f"differ · max {ulp_text(worst)} ulp{tail}")
 
 
 TAB_FRAME = 4  # px a QTabWidget adds around its page (2 a side, Fusion and the style sheet)

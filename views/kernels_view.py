@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views.numbers import ulp_text
 from views.plain import html, tip
 
 KEYWORDS = ("extern", "__global__", "__device__", "__syncthreads", "const", "long", "int",
@@ -168,7 +169,7 @@ class KernelsPanel(QWidget):
             if p.get("worst", 0) == 0:
                 badge = "✓ exact  ·  "
             else:
-                worst = "NaN" if p["worst"] < 0 else f"{p['worst']:,.6g} ulp"  # 2,432 ulp
+                worst = "NaN" if p["worst"] < 0 else f"{ulp_text(p['worst'])} ulp"  # 2,432 ulp
                 who = f" at #{p['node']}" if p.get("node") is not None else ""
                 intro = {True: " introduced", False: " inherited"}.get(p.get("introduced"), "")
                 badge = f"≠ {worst}{who}{intro}  ·  "

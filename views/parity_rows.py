@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from views.numbers import count_text, ulp_text
+
 COLUMNS = ("id", "op", "name", "shape", "value n_diff", "value max_ulp", "grad n_diff",
            "grad max_ulp")
 # what the table's header says (COLUMNS are the field names the code and tests key on)
@@ -182,6 +184,28 @@ class ParityRows(Sequence):
                                        for k in ("value", "grad"))
             self._differs = d
         return self._differs
+
+
+def number_cell(row: ParityRow, col: int) -> str:
+    """The text of comparison column ``col`` (4-7): a count with thousands separators, a
+    distance in ulp by the window's one rule (views.numbers); "" where nothing was compared."""
+    v = row.cell(col)
+    if v is None:
+        return ""
+    return count_text(v) if col in (4, 6) else ulp_text(v)
+
+
+def parity_line(row: ParityRow) -> str:
+    """The node's comparison in words, with the table's numbers ("value: 490 differing, max
+    356 ulp · gradient: 442 differing, max 4,210 ulp"); "" when nothing was compared."""
+    parts = []
+    for side, col in (("value", 4), ("gradient", 6)):
+        if row.cell(col) is None and row.cell(col + 1) is None:
+            continue
+        n, u = number_cell(row, col) or "?", number_cell(row, col + 1) or "?"
+        parts.append(f"{side}: {n} differing, max {u} ulp" if row.cell(col)
+                     else f"{side}: bit-exact")
+    return " · ".join(parts)
 
 
 def sort_key(row: ParityRow, col: int):

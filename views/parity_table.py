@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLineEdit,
+    QStyle,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views.graph_model import shape_text
+from views.numbers import ULP_SCIENTIFIC_FROM, count_text, ulp_exact, ulp_text
 from views.parity_proxy import ParityFilterProxy
 from views.parity_rows import (
     COLUMNS,
@@ -35,6 +37,7 @@ from views.parity_rows import (
     ParityRow,
     ParityRows,
     differs,
+    number_cell,
     sort_key,
     sort_keys,
 )
@@ -139,10 +142,8 @@ class ParityTableModel(QAbstractTableModel):
                 return ""
             if c == 3:
                 return shape_text(v)
-            if c in (5, 7):  # whole ulp counts with thousands separators: 23,296, not 23296
-                return f"{int(v):,}" if float(v).is_integer() and abs(v) < 1e15 else f"{v:g}"
-            if c in (4, 6):
-                return f"{v:,}"
+            if c >= 4:  # the window's one rule (views.numbers): 23,296 and 5.87e+06
+                return number_cell(r, c)
             return cut(v) if c == 2 else str(v)  # a name from the file: one line, cut
         if role == SORT_ROLE:
             return sort_key(r, c)
@@ -156,6 +157,8 @@ class ParityTableModel(QAbstractTableModel):
             return _DIFF_FG
         if role == Qt.ToolTipRole and c == 2:
             return tip(r.name)  # the full name, escaped: Qt reads a tooltip as HTML
+        if role == Qt.ToolTipRole and c in (5, 7) and v is not None and v >= ULP_SCIENTIFIC_FROM:
+            return f"{ulp_exact(v)} ulp"  # every digit of what the cell rounds
         if role == Qt.ToolTipRole and c in (4, 6) and r.nan_bits(c):
             return (f"{r.nan_bits(c)} NaN elements differ only in sign or payload: equal "
                     "under the NaN policy, not counted in n_diff")
@@ -227,6 +230,7 @@ class ParityPanel(QWidget):
                     words = max(HEADERS.get(COLUMNS[c], COLUMNS[c]).split("\n"),
                                 key=fm.horizontalAdvance)
                     self.table.setColumnWidth(c, fm.horizontalAdvance(words) + 24)
+            self.fit_numbers()
             return
         self.model.set_rows(rows)
         if self.filter.text().strip():
@@ -241,6 +245,29 @@ class ParityPanel(QWidget):
             wop = max(fm.horizontalAdvance(o) for o in ops) + 16
             self.table.setColumnWidth(0, max(self.table.columnWidth(0), wid))
             self.table.setColumnWidth(1, max(self.table.columnWidth(1), min(wop, 140)))
+        self.fit_numbers()
+
+    def fit_numbers(self) -> None:
+        """Widen each comparison column to its widest number: a cell never elides one
+        ("3.75…" read as another number, issue 46). From the columns' arrays, not a data()
+        call per row: a 10k-node step arrives ten times a second. Columns only grow, so a
+        step with smaller numbers does not make the table jump."""
+        if not self.model.rowCount():
+            return
+        t = self.table
+        fm = t.fontMetrics()
+        margin = 2 * (t.style().pixelMetric(QStyle.PM_FocusFrameHMargin, None, t) + 1) + 6
+        for c in range(4, len(COLUMNS)):
+            keys = np.asarray(self.model.sort_keys(c), dtype=np.float64)
+            keys = keys[np.isfinite(keys) & (keys >= 0)]
+            if c in (4, 6):
+                texts = [count_text(keys.max())] if keys.size else []
+            else:  # the widest ulp text is the largest number of either form
+                small = keys[keys < ULP_SCIENTIFIC_FROM]
+                texts = ["NaN"] + [ulp_text(k.max()) for k in (keys, small) if k.size]
+            need = max((fm.horizontalAdvance(x) for x in texts), default=0) + margin
+            if need > t.columnWidth(c):
+                t.setColumnWidth(c, need)
 
     def set_search(self, search: NodeSearch | Callable[[], NodeSearch] | None) -> None:
         """Filter with ``search`` (the graph's index over the same nodes, in row order), or

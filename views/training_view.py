@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from views import theme
+from views.numbers import count_text, ulp_text
 from views.plain import cut, tip
 from views.scope_runs import scope_runs
 from views.ulp_scale import (  # noqa: F401  (heat_levels, heat_lut: re-exported)
@@ -273,9 +274,10 @@ class TrainingPanel(QWidget):
             self._heat_pending = None
             self._draw_heat(img, steps, inherited)
         last = self.max_ulp[-1] if self.max_ulp.size else 0
-        last_txt = "NaN" if last < 0 else f"{last:g} ulp"
-        self.rate.setText(f"{self.total_steps} steps · {self.steps_per_s:.1f} steps/s · "
-                          f"{self.exact_steps} bit-exact · last step max {last_txt}")
+        last_txt = "NaN" if last < 0 else f"{ulp_text(last)} ulp"
+        self.rate.setText(f"{count_text(self.total_steps)} steps · {self.steps_per_s:.1f} "
+                          f"steps/s · {count_text(self.exact_steps)} bit-exact · last step max "
+                          f"{last_txt}")
 
 
     def csv_table(self) -> tuple[list[str], list[list[str]]] | None:
@@ -455,14 +457,14 @@ class ParamRows(QAbstractTableModel):
         nid, name, step = self.rows[index.row()]
         col = index.column()
         if role == Qt.DisplayRole:
-            return f"#{nid} {cut(name)}" if col == 0 else "—" if step is None else str(step)
+            return f"#{nid} {cut(name)}" if col == 0 else "—" if step is None else count_text(step)
         if role == Qt.UserRole:
             return nid if col == 0 else -1 if step is None else step
         if role == Qt.TextAlignmentRole and col == 1:
             return int(Qt.AlignRight | Qt.AlignVCenter)
         if role == Qt.ToolTipRole and col == 0:
             return ("never differed so far" if step is None else
-                    f"first differs at step {step}")
+                    f"first differs at step {count_text(step)}")
         return None
 
 

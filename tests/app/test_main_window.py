@@ -332,7 +332,7 @@ def test_the_layout_is_remembered_between_runs_and_reset_from_the_view_menu(qtbo
     w.resize(1300, 820)
     w.docks["Training"].toggleViewAction().trigger()
     w.addDockWidget(Qt.LeftDockWidgetArea, w.docks["Kernels"])
-    w.resizeDocks([w.docks["Inspector"]], [620], Qt.Horizontal)
+    w.resizeDocks([w.docks["Inspector"]], [720], Qt.Horizontal)
     qtbot.wait(50)
     inspector = w.docks["Inspector"].width()
     assert abs(inspector - default_inspector) > 50

@@ -83,7 +83,7 @@ CELLS = {  # node id -> the text of each column, in HEADERS order
     1: ("1", "const", "", "2×3", "", "", "", ""),
     2: ("2", "matmul", "h", "2×4", "0", "0", "3", "9"),
     3: ("3", "exp", "e", "2×4", "5", "2.5", "1", "3"),
-    4: ("4", "mean", "loss", "scalar", "1", "1e+20", "", ""),
+    4: ("4", "mean", "loss", "scalar", "1", "1.00e+20", "", ""),  # views.numbers' rule
     5: ("5", "tanh", "t", "7", "4", "6", "2", "11"),
 }
 
@@ -144,6 +144,8 @@ def check_every_cell(m, comparison: list[dict], cells: dict[int, tuple]) -> None
                         if h.endswith("n_diff") else 0)
             if h == "name":
                 assert tip == (node.name or ""), (node.id, h)
+            elif h.endswith("max_ulp") and want >= 1e6:  # rounded: every digit on hover
+                assert tip == f"{int(want):,} ulp", (node.id, h, tip)
             elif h.endswith("n_diff") and nan_bits:
                 assert tip.startswith(f"{nan_bits} NaN elements differ only in sign or payload"), \
                     (node.id, h, tip)
