@@ -247,7 +247,7 @@ def _conv_bwd(M, g, xs, y, at, needs):
             # same products (a·b = b·a exactly) summed in the same pixel order, and the copy
             # of a transposed operand ggᵀ, not colsᵀ (2x quicker at 32+ input channels)
             per_n = ref_matmul(cols, np.swapaxes(gg, -1, -2))  # (N, G, Cg*k, M/G)
-            gw = np.swapaxes(serial_sum(per_n, 0), -1, -2).reshape(w.shape)
+            gw = np.ascontiguousarray(np.swapaxes(serial_sum(per_n, 0), -1, -2)).reshape(w.shape)
         else:
             per_n = ref_matmul(gg, np.swapaxes(cols, -1, -2))  # (N, G, M/G, Cg*k)
             gw = serial_sum(per_n, 0).reshape(w.shape)
