@@ -37,6 +37,7 @@ from core.explain import (
     _HINTS,
     UPDATE_VARIANTS,
     VARIANTS,
+    _mm_blas,
     closer,
     distance,
     remember,
@@ -75,9 +76,12 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
     """mm / bmm / addmm: (bias +) alpha * A @ B under each product variant of core.explain's
     table (the ``mm`` primitive's, in its order)."""
     out: list[_Variant] = []
-    for v in variants_for("matmul", dt):
-        if v.prim != "mm":
-            continue
+    # the table's order, but numpy's BLAS product first: the cheapest, and what a captured
+    # float32 product most often is (a captured model's products can be large; the contracted
+    # chains loop over k in Python)
+    mms = sorted((v for v in variants_for("matmul", dt) if v.prim == "mm"),
+                 key=lambda v: v.value is not _mm_blas)
+    for v in mms:
         m = _batched(v.value)
 
         def run(args: list, kw: dict, m=m) -> np.ndarray:
