@@ -4,6 +4,8 @@ changes, and numbers that are never elided and read the same in every panel."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
@@ -249,3 +251,120 @@ def test_docks_keep_their_width_on_long_names_nans_and_half(qtbot, settings, tmp
         assert_frame_kept(win, widths, columns, f"#{k} {win.session.tape.nodes[k].op}")
     assert win.session.nonfinite(), "the tape holds no NaN to show"
     assert str(win.session.details(0).value.dtype) == "float16"
+
+
+# ---- numbers: never elided, one format ---------------------------------------------------------
+NUMBER = re.compile(r"^[-+]?(\d{1,3}(,\d{3})+|\d+)(\.\d+)?(e[-+]\d+)?$|^0x[0-9a-f]+$|^-?(nan|inf)$",
+                    re.IGNORECASE)
+FILLER = {"/", "Σ", "max|·|", "—", "ulp"}
+
+
+def numeric(text: str) -> bool:
+    """A cell that holds only numbers (counts, values, ulp, hex bits; "0 / 0"; "Σ 1.5")."""
+    words = [w for w in str(text).split() if w not in FILLER]
+    return bool(words) and all(NUMBER.match(w) for w in words)
+
+
+def elided_numbers(view) -> list[tuple]:
+    """Numeric cells of ``view`` whose text is wider than their column (drawn elided)."""
+    from PySide6.QtGui import QFontMetrics
+    from PySide6.QtWidgets import QStyle
+
+    m = view.model()
+    pad = 2 * (view.style().pixelMetric(QStyle.PM_FocusFrameHMargin, None, view) + 1)
+    out = []
+    for c in range(m.columnCount()):
+        if view.isColumnHidden(c):
+            continue
+        for r in range(min(m.rowCount(), 300)):
+            idx = m.index(r, c)
+            text = idx.data(Qt.DisplayRole)
+            if text is None or not numeric(text):
+                continue
+            font = idx.data(Qt.FontRole)
+            fm = QFontMetrics(font.resolve(view.font())) if font is not None else \
+                view.fontMetrics()
+            need = max(fm.horizontalAdvance(line) for line in str(text).split("\n")) + pad
+            if need > view.columnWidth(c):
+                out.append((type(view.parent()).__name__, r, c, text, need, view.columnWidth(c)))
+    return out
+
+
+def test_no_table_elides_a_number_and_a_node_reads_the_same_everywhere(qtbot, settings,
+                                                                        episode):
+    from PySide6.QtWidgets import QTableView
+
+    from tests.app.test_live_inspect import click_row
+    from tests.app.test_time_travel import fake_live, feed
+    from views.numbers import ulp_text
+
+    results, arrays, _ = episode
+    win = MainWindow(settings=settings)
+    qtbot.addWidget(win)
+    win.resize(1280, 800)
+    win.show()
+    qtbot.waitExposed(win)
+    with qtbot.waitSignal(win.graph.view.layout_ready, timeout=10000):
+        assert win.open_workload("transformer")
+    fake_live(win)
+    feed(win, results)
+    step = results[-1].step
+    # the node with the largest value ulp (thousands: where a separator shows)
+    m = win.parity.model
+    rows = [m.row_data(r) for r in range(m.rowCount())]
+    row = max((r for r in rows if r.value_max_ulp is not None), key=lambda r: r.value_max_ulp)
+    assert row.value_max_ulp >= 1000
+    win.stepper_panel.step()  # the stepper's table has rows too (it selects its node)
+    win.stepper_panel.step()
+    click_row(qtbot, win, row.id)
+    answer_with(win, row.id, step, arrays, lambda *a: a)
+    win.live.training.flush()
+    win.live.training.tabs.setCurrentIndex(1)  # the parameters' table
+    win.inspector.show_elements()
+    qtbot.wait(100)
+    tables = [t for t in win.findChildren(QTableView) if t.isVisible() and t.model().rowCount()]
+    names = {type(t.parent()).__name__ for t in tables}
+    assert len(tables) >= 4, names  # parity, statistics, elements, stepper, parameters
+    for t in tables:
+        assert not elided_numbers(t), elided_numbers(t)
+    # one node, one string: the table's cells, the Inspector's summary, the graph's tooltip
+    col = {m.headerData(c, Qt.Horizontal, Qt.UserRole + 3): c for c in range(m.columnCount())}
+    n_text = m.data(m.index(m.row_of(row.id), col["value n_diff"]))
+    u_text = m.data(m.index(m.row_of(row.id), col["value max_ulp"]))
+    assert u_text == ulp_text(row.value_max_ulp) and "," in u_text  # 63,054, not 63054
+    summary = win.inspector.device_view.summary.text()
+    assert f"{n_text} of " in summary and f"max {u_text} ulp" in summary, (summary, u_text)
+    v = win.graph.view
+    r = v.canvas.item_rect(int(v.display.node_item[row.id]))
+    tip_text = v.tip_at(r.center())
+    assert f"value: {n_text} differing, max {u_text} ulp" in tip_text, tip_text
+    assert win.live.training.rate.text().endswith(
+        f"max {ulp_text(win.live.training.max_ulp[-1])} ulp")
+    win.live.close()
+
+
+def test_a_huge_ulp_is_written_one_way_and_its_column_grows(qtbot):
+    from views.graph_model import GraphNode
+    from views.numbers import count_text, ulp_exact, ulp_text
+    from views.parity_rows import build_rows
+    from views.parity_table import ParityPanel
+
+    assert [ulp_text(u) for u in (0, 1, 4488, 999_999, 5_873_720, 9.2e18, 0.5, -1,
+                                  float("nan"))] == [
+        "0", "1", "4,488", "999,999", "5.87e+06", "9.20e+18", "0.5", "NaN", "NaN"]
+    assert count_text(4488) == "4,488" and ulp_exact(5_873_720) == "5,873,720"
+    p = ParityPanel()
+    qtbot.addWidget(p)
+    p.resize(900, 300)
+    p.show()
+    nodes = [GraphNode(i, "matmul", (), f"n{i}", (4, 4)) for i in range(3)]
+    p.set_rows(build_rows(nodes, [{"id": i, "value": {"n_diff": 1, "max_ulp": 1.0}}
+                                  for i in range(3)]))
+    before = [p.table.columnWidth(c) for c in range(8)]
+    # the next step's numbers are wider than the header: the columns grow, never elide
+    p.set_rows(build_rows(nodes, [{"id": 0, "value": {"n_diff": 12_345_678_901, "max_ulp": 999_999},
+                                   "grad": {"n_diff": 7, "max_ulp": 5_873_720}},
+                                  {"id": 1, "value": {"n_diff": 2, "max_ulp": 9.2e18}}]))
+    assert not elided_numbers(p.table)
+    assert p.table.columnWidth(4) > before[4]  # 12,345,678,901 is wider than "differing"
+    assert p.model.data(p.model.index(1, 5)) == "9.20e+18"
