@@ -164,6 +164,16 @@ class _Hasher:
                 cv.notify_all()
 
 
+def _core_free() -> bool:
+    """Whether the step leaves a CPU to the hashing thread: torch's intra-op threads fewer than
+    the CPUs this process may run on, or a GPU (whose step's CPU mostly waits)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return torch.get_num_threads() < cpus or torch.cuda.is_available()
+
+
 def _span(t: torch.Tensor) -> tuple[int, int]:
     """The addresses of ``t``'s storage (what a write through any view of it may change)."""
     s = t.untyped_storage()
@@ -218,7 +228,11 @@ class Recorder(TorchDispatchMode):
         app/capture/compiled.py as regions."""
         return True
 
-    async_hash = True  # large digests on a background thread (``_Hasher``)
+    # large digests on a background thread (``_Hasher``): True, False, or None: when the step
+    # leaves a core free (torch's intra-op threads fewer than the CPUs; a GPU step's CPU
+    # mostly waits). With none free it saves nothing and its GIL hand-offs cost wall clock
+    # (docs/capture.md, "Measured")
+    async_hash: bool | None = None
 
     def __init__(self, steps: int = 2, max_bytes: int = DEFAULT_MAX_BYTES,
                  hashes_only: bool = False,
@@ -290,7 +304,7 @@ class Recorder(TorchDispatchMode):
                       nn_module.register_module_forward_hook(self._post),
                       optim_mod.register_optimizer_step_pre_hook(self._step_pre),
                       optim_mod.register_optimizer_step_post_hook(self._step_post)]
-        if self.async_hash:
+        if self.async_hash or (self.async_hash is None and _core_free()):
             self.hasher = _Hasher(self.v_sha)
         self.__enter__()
         self.active = True

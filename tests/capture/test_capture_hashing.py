@@ -6,6 +6,8 @@ memory, which such a write would change), and the script's own results unchanged
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -94,3 +96,26 @@ def test_a_write_copies_what_waits_and_waits_for_what_is_hashed():
         h.close()
     assert sha == [want_a, want_b]
     assert h.error is None
+
+
+def test_the_hashing_thread_only_where_the_step_leaves_a_core(monkeypatch):
+    """By default (``async_hash`` None) the thread starts only when torch's intra-op threads
+    leave a CPU free (or a GPU step's CPU waits): with none free it would only add GIL
+    hand-offs to the step's wall clock."""
+    monkeypatch.setattr(R.Recorder, "async_hash", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 10**6)
+    assert R._core_free() is False
+    rec = R.Recorder(steps=1).start()
+    rec.stop()
+    assert rec.hasher is None and not any(
+        t.name == "tapescope-hash" and t.is_alive() for t in threading.enumerate())
+    if len(os.sched_getaffinity(0)) > 1:
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+        assert R._core_free() is True
+        rec = R.Recorder(steps=1).start()
+        try:
+            assert rec.hasher is not None and rec.hasher.thread.is_alive()
+        finally:
+            rec.stop()
+        assert rec.hasher is None  # joined and dropped at stop
