@@ -752,6 +752,7 @@ VARIANTS: tuple[Variant, ...] = (
     # PyTorch's CPU kernels written out (core/explain_aten.py): SLEEF's vectorised exp with
     # the kernel's own reduction and division (issue 44)
     *(Variant("libm", label, "aten:" + op, fn) for op, (fn, label) in ATEN_FORWARD.items()),
+    Variant("libm", UPDATE_VARIANTS[0][1], "aten:sqrt", lambda xs, at: vml_sqrt(xs[0])),
     Variant("reassociation", "pairwise sum (numpy's np.sum)", "sum", _sum_pairwise),
     Variant("reassociation", "pairwise sum of squares", "sumsq",
             lambda x, axis=None, keepdims=False: _sum_pairwise(x * x, axis, keepdims)),

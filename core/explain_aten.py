@@ -36,6 +36,8 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
 - ``cross_entropy`` backward: ``nll_loss``'s ``-(g / N)`` at the targets, then
   ``_vec_log_softmax_backward``'s ``fma(-exp(out), sum(gi), gi)`` on the forward's own
   log_softmax ``(x - max) - log(reduce_all(exp(x - max)))``.
+- ``sigmoid``: ``1 / (1 + exp(-x))`` the same way (SLEEF's exp on register pairs, the C
+  library's on the rest).
 - ``swiglu``: ``silu(a) * u`` with ATen's ``silu`` ``a / (1 + exp(-a))`` (``cpu_kernel_vec``:
   vectors of two registers, SLEEF's exp; the elements past the last whole pair of registers by
   the scalar loop, the C library's exp), and its backward: ``gu = g * silu(a)``,
@@ -381,6 +383,14 @@ def silu(a: np.ndarray) -> np.ndarray:
     return _silu_parts(np.asarray(a))[1]
 
 
+def _sigmoid(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    """ATen's CPU sigmoid: ``1 / (1 + exp(-x))``, SLEEF's exp on whole register pairs."""
+    _check(xs)
+    x = np.asarray(xs[0])
+    one = x.dtype.type(1)
+    return one / (one + _vec_map(-x, sleef_exp, _libc_exp))
+
+
 def _swiglu(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
     _check(xs)
     a, u = (np.asarray(x) for x in xs)
@@ -434,6 +444,8 @@ ATEN_FORWARD: dict[str, tuple[Callable, str]] = {
                           "a one-register lane sum, x * (1/sum)"),
     "swiglu": (_swiglu, "PyTorch's CPU silu(a) * u (ATen, AVX-512): a / (1 + exp(-a)), "
                         "SLEEF's vectorised exp"),
+    "sigmoid": (_sigmoid, "PyTorch's CPU sigmoid (ATen, AVX-512): 1 / (1 + exp(-x)), SLEEF's "
+                          "vectorised exp"),
 }
 
 # op -> (its backward rule as PyTorch's CPU autograd computes it, label)

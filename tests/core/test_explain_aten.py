@@ -198,3 +198,24 @@ def test_the_fast_contracted_product_is_fmas_bits(dt):
     big = np.finfo(dt).max / 4
     a, b = np.full((2, 3), big, dt), np.full((3, 2), 8, dt)
     assert _bits_equal(_mm_fma(a, b), _mm_fma_plain(a, b))
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("n", [50, 1000, 1037])
+def test_sigmoid_is_torch_sigmoid(dt, n):
+    x = (np.random.default_rng(n).standard_normal(n) * 4).astype(dt)
+    got = torch.sigmoid(torch.from_numpy(x)).numpy()
+    assert _bits_equal(A.ATEN_FORWARD["sigmoid"][0]([x], {}), got)
+    assert not _bits_equal(1 / (1 + np.exp(-x)), got)  # numpy's exp is not it
+
+
+def test_a_sqrt_node_is_named_mkls():
+    from core.explain import _vml_lib
+
+    if _vml_lib() is None:
+        pytest.skip("no MKL here")
+    for dt in DTYPES:
+        x = (np.random.default_rng(1).random(2000) * 10).astype(dt)
+        node = SimpleNamespace(op="sqrt", attrs={}, shape=x.shape)
+        c = explain(node, [x], torch.sqrt(torch.from_numpy(x)).numpy())
+        assert c.cause == "libm" and "MKL VML" in c.variant, c
