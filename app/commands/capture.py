@@ -113,7 +113,9 @@ def _torchrun(argv: list[str]) -> tuple[list[str], str, bool, list[str]]:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            ns = get_args_parser().parse_args(argv)
+            parser = get_args_parser()
+            parser.prog = "torchrun"
+            ns = parser.parse_args(argv)
     except SystemExit:
         msg = " ".join(err.getvalue().strip().splitlines()[-1:]) or "bad arguments"
         raise ValueError(f"torchrun: {msg}") from None
