@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from views.layout import EdgeLists, structure_key_arrays
+from views.numbers import count_text
 from views.search import NodeSearch
 
 KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP = 0, 1, 2, 3, 4
@@ -408,7 +409,8 @@ class GraphModel:
             members = self.groups[g]
             op = self.group_ops.get(g)
             labels[it] = (f"▸ {op}" if op else "▸ group", g,
-                          f"{len(members)} tape nodes" if op else f"{len(members)} nodes")
+                          f"{count_text(len(members))} tape nodes" if op
+                          else f"{count_text(len(members))} nodes")  # 1,190 nodes
             order_key[it] = min(members)
         ops = [lab[0] if nid >= 0 else "g:" + item_group[it]
                for it, (nid, lab) in enumerate(zip(item_node_l, labels, strict=True))

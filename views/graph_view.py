@@ -314,7 +314,8 @@ class GraphView(QGraphicsView):
         nid = int(self.display.item_node[item])
         if nid < 0:  # a folded group
             g = self.display.item_group[item]
-            return f"{g} (folded: double-click to unfold)" if g else ""
+            size = self.display.labels[item][2]  # "1,190 nodes"
+            return f"{g}\n{size} (folded: double-click to unfold)" if g else ""
         if self.node_tip is not None:
             return self.node_tip(nid)
         nd = self.model.nodes[nid] if self.model is not None else None

@@ -292,7 +292,9 @@ def elided_numbers(view) -> list[tuple]:
 
 def test_no_table_elides_a_number_and_a_node_reads_the_same_everywhere(qtbot, settings,
                                                                         episode):
-    from PySide6.QtWidgets import QTableView
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QApplication, QTableView, QToolTip
 
     from tests.app.test_live_inspect import click_row
     from tests.app.test_time_travel import fake_live, feed
@@ -338,6 +340,11 @@ def test_no_table_elides_a_number_and_a_node_reads_the_same_everywhere(qtbot, se
     r = v.canvas.item_rect(int(v.display.node_item[row.id]))
     tip_text = v.tip_at(r.center())
     assert f"value: {n_text} differing, max {u_text} ulp" in tip_text, tip_text
+    v.centerOn(r.center())  # and as the mouse shows it: a hover on the box
+    at = v.mapFromScene(r.center())
+    QApplication.sendEvent(v.viewport(), QHelpEvent(QEvent.ToolTip, at,
+                                                    v.viewport().mapToGlobal(at)))
+    assert f"max {u_text} ulp" in QToolTip.text(), QToolTip.text()
     assert win.live.training.rate.text().endswith(
         f"max {ulp_text(win.live.training.max_ulp[-1])} ulp")
     win.live.close()
