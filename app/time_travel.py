@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.session import worst_codes
 from app.step_history import SOURCE_PROVENANCE, StepHistory
+from views.numbers import count_text
 from views.overlay import NodeColors
 from views.step_scrubber import StepScrubber
 from views.training_view import HEAT_STEPS, heat_levels
@@ -298,7 +299,7 @@ class TimeTravel(QObject):
         ids = self.history.introduced(self.view_step)
         if not ids:
             self.win.set_status(
-                f"step {self.view_step}: no node introduced error", 5000)
+                f"step {count_text(self.view_step)}: no node introduced error", 5000)
             return None
         sel = self.win.selected
         if forward:
@@ -308,7 +309,8 @@ class TimeTravel(QObject):
         self.win.select_node(nxt)
         k = ids.index(nxt) + 1
         self.win.set_status(
-            f"introduced node {k} of {len(ids)} at step {self.view_step}: #{nxt}", 5000)
+            f"introduced node {k:,} of {len(ids):,} at step {count_text(self.view_step)}: "
+            f"#{nxt}", 5000)
         return nxt
 
     @Slot()
@@ -323,7 +325,8 @@ class TimeTravel(QObject):
         f = h.first or live.first
         if f is None:
             self.win.set_status(
-                f"No divergence in {live.steps_done} steps: every compared bit agrees", 5000)
+                f"No divergence in {count_text(live.steps_done)} steps: every compared bit "
+                "agrees", 5000)
             return
         self.open_at(int(f["node"]), int(f["step"]))
 

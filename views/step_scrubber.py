@@ -14,6 +14,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QSpinBox, QToolButton, QWidget
 
 import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from views.numbers import count_text
 
 # NOTE: Alt+PgUp/PgDown, not Alt+Left/Right: those go back and forward through the nodes
 # visited, as in a browser, Netron or an IDE (app.main_window)
@@ -40,6 +41,7 @@ class StepScrubber(QWidget):
                                "Inspector and Kernels dock all show the chosen step")
         self.spin = QSpinBox(self)
         self.spin.setMinimumWidth(80)
+        self.spin.setGroupSeparatorShown(True)  # 4,488 as the status bar writes it (issue 46)
         self.spin.setToolTip("The training step shown (steps count from 1)")
         self.total = QLabel("of 0", self)
         self.actions: dict[str, QAction] = {}
@@ -76,7 +78,7 @@ class StepScrubber(QWidget):
         self.steps = list(steps)
         n = len(self.steps)
         self.setEnabled(n > 0)
-        self.total.setText(f"of {self.steps[-1] if n else 0}")
+        self.total.setText(f"of {count_text(self.steps[-1] if n else 0)}")
         self._block(True)
         self.slider.setRange(0, max(0, n - 1))
         self.spin.setRange(self.steps[0] if n else 0, self.steps[-1] if n else 0)
