@@ -73,6 +73,23 @@ def render(rep: dict) -> str:
         out.append(f"<p>Collective #{f['collective']} <code>{_e(f['op'])}</code> (step "
                    f"{f['step']}, {_e(f['phase'])}, <code>{_e(_short(f['source']))}</code>): "
                    f"introduced by rank {_e(who)}.{agree}</p>")
+    opt = rep.get("optimizer_steps", [])
+    if opt:
+        out.append("<h2>Optimizer steps</h2><p>The ranks' optimizer-phase ops after each "
+                   "step's last collective, against rank 0's (told, not judged: a sharded "
+                   "optimizer differs by design).</p><table><tr><th>step</th><th>ops</th>"
+                   "<th>every rank wrote rank 0's bits</th></tr>")
+        for e in opt:
+            if e["agree"] is None:
+                what = f"not compared ({_e(e['why'])})"
+            elif e["agree"]:
+                what = "yes"
+            else:
+                what = (f"<b>no</b>: rank {_e(', '.join(map(str, e['ranks'])))} parts at op "
+                        f"#{e['index'][e['ranks'][0]]} <code>{_e(e['op'])}</code>")
+            out.append(f"<tr><td class=n>{e['step']}</td><td class=n>{e['ops']}</td>"
+                       f"<td>{what}</td></tr>")
+        out.append("</table>")
     out.append("<h2>Collectives</h2><table><tr><th>#</th><th>step</th><th>phase</th>"
                "<th>collective</th><th>reduce</th><th>elements</th><th>ranks agree</th>"
                + "".join(f"<th>rank {r}</th>" for r in range(n)) + "<th>source</th></tr>")

@@ -143,6 +143,16 @@ def print_ranks(rep: dict, explain: bool = False) -> None:
                  f"{', '.join(map(str, who))}: {intro}" if who else "no rank introduced it")
               + ("" if f["agree"] is None else "; the ranks agree after it" if f["agree"]
                  else "; the ranks DISAGREE after it"))
+    for e in rep.get("optimizer_steps", []):
+        if e["agree"] is None:
+            print(f"step {e['step']} optimizer: not compared ({e['why']})")
+        elif e["agree"]:
+            print(f"step {e['step']} optimizer: every rank wrote rank 0's bits ({e['ops']} ops)")
+        else:
+            many = len(e["ranks"]) > 1
+            print(f"step {e['step']} optimizer: rank{'s' if many else ''} "
+                  f"{', '.join(map(str, e['ranks']))} part{'' if many else 's'} from rank 0 at op "
+                  f"#{e['index'][e['ranks'][0]]} {e['op']} ({e['module'] or 'no module'})")
     for r, p in enumerate(caps):
         fd = p["first_divergence"]
         c = p["counts"]

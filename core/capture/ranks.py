@@ -50,7 +50,8 @@ from core.capture.collective_ref import (
 from core.capture.file import Capture, CaptureFileError, load
 from core.capture.judge import COLLECTIVES, _diff, judge
 
-__all__ = ["RankSet", "judge_ranks", "load_ranks", "out_rank_files", "rank_files", "rank_path"]
+__all__ = ["RankSet", "judge_ranks", "load_ranks", "optimizer_agreement", "out_rank_files",
+           "rank_files", "rank_path"]
 
 _RANK_FILE = re.compile(r"^(?P<stem>.*)\.rank(?P<rank>\d{1,6})\.capture$")
 # not collectives: the functional collectives' plumbing (an identity on the data)
@@ -310,7 +311,46 @@ def judge_ranks(rs: RankSet, *, explain: bool = False,
             "steps": rs.caps[0].steps, "notes": rs.notes, "collectives": colls,
             "first_collective": first, "agree": agree, "collectives_exact": exact_coll,
             "exact": agree and exact_coll and all(p["exact"] for p in per_rank),
-            "per_rank": per_rank}
+            "optimizer_steps": optimizer_agreement(rs), "per_rank": per_rank}
+
+
+def optimizer_agreement(rs: RankSet) -> list[dict]:
+    """Per step, whether every rank's optimizer step wrote the same bits as rank 0's: the
+    ranks' optimizer-phase ops after the step's last collective compared in order, output by
+    output (digests). Data-parallel
+    ranks (DDP) update replicated parameters and hold the same bits after each step; ranks
+    whose optimizer ops differ (a sharded optimizer, other shapes) are not compared. Told, not
+    judged: a sharded optimizer's shards differ by design."""
+    out = []
+    for step in range(1, rs.caps[0].steps + 1):
+        # after the step's last collective: what comes before it is each rank's own (its
+        # gradients before they are reduced, a hand-written reduction's local ops)
+        starts = [max((i + 1 for i in coll if c.ops["step"][i] == step), default=0)
+                  for c, coll in zip(rs.caps, rs.coll, strict=True)]
+        seqs = [[i for i in range(start, c.n_ops) if c.ops["step"][i] == step
+                 and c.ops["phase"][i] == "optimizer"] for c, start in zip(rs.caps, starts,
+                                                                            strict=True)]
+        keys = [[(c.ops["op"][i], [c.shapes[v] for v in c.ops["outputs"][i]]) for i in seq]
+                for c, seq in zip(rs.caps, seqs, strict=True)]
+        e: dict[str, Any] = {"step": step, "ops": len(seqs[0])}
+        if not seqs[0] or any(k != keys[0] for k in keys[1:]):
+            e.update(agree=None, why="the ranks' optimizer ops differ" if seqs[0] else
+                     "no optimizer op")
+            out.append(e)
+            continue
+        e["agree"] = True
+        for j in range(len(seqs[0])):
+            d0 = [rs.caps[0].digests[v] for v in rs.caps[0].ops["outputs"][seqs[0][j]]]
+            parted = [r for r in range(1, rs.world) if [rs.caps[r].digests[v] for v in
+                      rs.caps[r].ops["outputs"][seqs[r][j]]] != d0]
+            if parted:
+                i0 = seqs[0][j]
+                e.update(agree=False, index=[seqs[r][j] for r in range(rs.world)],
+                         op=rs.caps[0].ops["op"][i0], module=rs.caps[0].ops["module"][i0],
+                         ranks=parted)
+                break
+        out.append(e)
+    return out
 
 
 def _bucket_view(cap: Capture, i: int, args: list) -> list:

@@ -321,6 +321,8 @@ def test_the_ranks_agree_and_the_allreduce_is_the_fixed_order(ddp, tmp_path):
         assert c["agree"] and [e["verdict"] for e in c["ranks"]] == ["exact", "exact"]
         assert c["ranks"][0]["n"] == c["elements"] > 0
     assert "the ranks agree after each" in out
+    # DDP's replicated parameters: every rank's optimizer step writes rank 0's bits
+    assert [(e["step"], e["agree"]) for e in rep["optimizer_steps"]] == [(1, True), (2, True)]
     # each rank's own judge ran through its collectives (not no-reference), and judged all but
     # <= 5 % of its ops (the views of the bucket before it is reduced: uninitialised memory)
     for p in rep["per_rank"]:
@@ -341,6 +343,9 @@ def test_a_planted_rank_is_named_at_its_allreduce(ddp, tmp_path):
     # every collective before it agreed and was exact
     assert all(x["agree"] and x["exact"] for x in rep["collectives"][:f["collective"] - 1])
     assert "introduced by rank 1" in out and "DISAGREE" in out
+    # its consequence: rank 1's optimizer step parts from rank 0's in step 1 already
+    opt1 = rep["optimizer_steps"][0]
+    assert opt1["step"] == 1 and opt1["agree"] is False and opt1["ranks"] == [1]
     # and the plant made a real difference: rank 1's step-2 loss is not the clean run's
     clean = _losses(ddp["clean"][1])
     planted = _losses(ddp["planted"][1])
