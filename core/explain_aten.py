@@ -28,7 +28,7 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
 - ``rms_norm`` backward: ``F.rms_norm`` is ATen's composite ``(x * rsqrt(mean(x^2) + eps)) *
   w``, so autograd's chain: ``gx = (g w) r + ((-0.5 * sum(g w x)) * (r r r)) / n * (2 x)``,
   ``gw = sum_to_size(g * (x r))``, every sum ``aten_sum``; ``gx``'s two terms are handed as
-  ``core.provenance.GradParts``: autograd adds each to x's gradient on its own, after the
+  ``core.explain_prims.GradParts``: autograd adds each to x's gradient on its own, after the
   contributions of x's later consumers (a residual add's).
 - ``sleef_log``: SLEEF's vectorised log (``xlog_u1``, AVX-512: ``getexp`` / ``getmant``, the
   reduction in double-double (double-float), Estrin's / Horner's polynomial), what
@@ -79,7 +79,7 @@ _LANES = {np.dtype(np.float64): 8, np.dtype(np.float32): 16}
 
 
 def _fma(a: Any, b: Any, c: Any) -> np.ndarray:
-    from core.explain import fma
+    from core.explain_prims import fma
 
     return fma(a, b, c)
 
@@ -209,7 +209,7 @@ def sleef_log(d: Any) -> np.ndarray:
 
 
 def _libc_exp(x: np.ndarray) -> np.ndarray:
-    from core.explain import _LIBC_MATH
+    from core.explain_prims import _LIBC_MATH
 
     return _LIBC_MATH.exp(x)
 
@@ -229,7 +229,7 @@ def _vec_map(x: np.ndarray, vec: Callable, scalar: Callable) -> np.ndarray:
 
 def reduce_all(e: np.ndarray) -> np.ndarray:
     """ATen's ``vec::reduce_all`` sum of every row (the last axis), keepdims (module doc)."""
-    from core.explain import _fold_lanes
+    from core.explain_prims import _fold_lanes
 
     dt = e.dtype
     w = _LANES[np.dtype(dt)]
@@ -252,7 +252,7 @@ def reduce_all(e: np.ndarray) -> np.ndarray:
 
 def _cascade(a: np.ndarray) -> np.ndarray:
     """``multi_row_sum``'s cascade over axis 0 (core.explain's ``_cascade_reduce``)."""
-    from core.explain import _cascade_reduce
+    from core.explain_prims import _cascade_reduce
 
     if a.shape[0] == 0:
         return np.zeros(a.shape[1:], dtype=a.dtype)
@@ -348,7 +348,7 @@ def _rms_norm_bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: A
         gr = aten_sum(gd * x, -1, keepdims=True)
         # two contributions autograd adds to x's gradient separately, after those of
         # consumers made later (the engine runs later nodes first): x * r's, then pow's
-        from core.provenance import GradParts
+        from core.explain_prims import GradParts
         gx = GradParts((gd * r, (((t(-0.5) * gr) * ((r * r) * r)) / n) * (t(2) * x)))
     return [gx, gw]
 

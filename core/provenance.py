@@ -59,6 +59,7 @@ import numpy as np
 
 from core import mathlib, precision
 from core.bits import same_bytes
+from core.explain_prims import GradParts
 from core.ops.reference import serial_sum
 from core.optable.registry import REGISTRY
 from core.parity import TensorDiff, compare_arrays
@@ -281,18 +282,6 @@ def reference_grad(nodes: tuple, j: int, loss: int, by: Sequence[int], value: Ge
                              else np.asarray(c, dtype=dt)).reshape(shape)
                     acc = np.add(zero if acc is None else acc, c)
     return acc
-
-
-class GradParts(tuple):
-    """A backward rule's contribution to one input as several arrays, added to the gradient
-    one after another in this order (as PyTorch's autograd adds a composite op's branches:
-    ``core.explain_aten``); ``total()`` is their sum in that order."""
-
-    def total(self) -> np.ndarray:
-        out = self[0]
-        for c in self[1:]:
-            out = out + c
-        return out
 
 
 def reference_update(opt: OptimizerState, sqrt: Callable | None = None
