@@ -197,6 +197,9 @@ def _load() -> ctypes.CDLL | None:
     for name in ("ts_colsum_f64", "ts_colsum_f32"):
         getattr(lib, name).argtypes = [p, p, ll, ll]
         getattr(lib, name).restype = None
+    for name in ("ts_chansum_f64", "ts_chansum_f32"):
+        getattr(lib, name).argtypes = [p, p, ll, ll, ll]
+        getattr(lib, name).restype = None
     for name in ("ts_im2col_f64", "ts_im2col_f32"):
         getattr(lib, name).argtypes = [p, p] + [ll] * 14
         getattr(lib, name).restype = None
@@ -441,6 +444,20 @@ def colsum(x: np.ndarray) -> np.ndarray | None:
     out = np.empty(x.shape[1], dtype=x.dtype)
     fn = lib.ts_colsum_f64 if x.dtype == np.float64 else lib.ts_colsum_f32
     fn(x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1])
+    return out
+
+
+def chansum(x: np.ndarray) -> np.ndarray | None:
+    """Serial sums over every axis of 3-D ``x`` (b, n, l) but the second, in ``colsum``'s
+    order on ``x`` moved to ((b, l), n) (``acc = +0.0``, then b outer, l inner), without that
+    transposed copy; or None when native code is unavailable or ``x`` is not float32/64."""
+    lib = library()
+    if lib is None or x.dtype not in _DT or x.ndim != 3:
+        return None
+    x = np.ascontiguousarray(x)
+    out = np.empty(x.shape[1], dtype=x.dtype)
+    fn = lib.ts_chansum_f64 if x.dtype == np.float64 else lib.ts_chansum_f32
+    fn(x.ctypes.data, out.ctypes.data, *x.shape)
     return out
 
 

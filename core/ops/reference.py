@@ -39,6 +39,15 @@ def serial_sum(x: np.ndarray, axis: int | Sequence[int] | None = None,
         tuple(x.shape[a] for a in keep)
     if nd == 0:
         return (x + x.dtype.type(0)).reshape(out_shape)
+    if nd >= 3 and keep == [1] and x.size:
+        # every axis but the second (a batch-norm channel sum of NCHW): the same order per
+        # channel without the transposed copy below (most of the sum's time: 4.8 -> 0.35 ms
+        # on 16x32x64x64 float32)
+        from core import native
+
+        fast = native.chansum(x.reshape(x.shape[0], x.shape[1], -1))
+        if fast is not None:
+            return fast.reshape(out_shape)
     order = axes + tuple(keep)
     # NOTE: no transpose when the reduced axes lead already, and math.prod of the (Python int)
     # sizes: np.prod's ~5 us a call were most of a small bias gradient's cost (issue 29)

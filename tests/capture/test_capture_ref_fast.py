@@ -137,3 +137,24 @@ def test_relu_and_its_backward_by_bits_are_np_where(dtype):
         y = reference("aten.threshold_backward.default", [g, x, thr], {})[0]
         want = np.where(x.astype(ct) <= ct(thr), dtype(0), g)
         assert y.dtype == x.dtype and y.tobytes() == want.tobytes(), thr
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_channel_sum_keeps_serial_sums_order(dtype):
+    """``serial_sum`` over every axis but the second (batch norm's channel sums; the native
+    ``chansum``, no transposed copy) is the serial row-major sum, element for element: numpy's
+    strictly sequential ``add.accumulate`` over the moved array from +0.0."""
+    from core.ops.reference import serial_sum
+
+    rng = np.random.default_rng(9)
+    for shape in [(2, 3, 4), (16, 13, 8, 8), (5, 17, 3, 3, 2), (1, 9, 1), (3, 1, 5, 5)]:
+        x = (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)).astype(dtype)
+        x[x > 1.5] = -0.0
+        axes = (0,) + tuple(range(2, len(shape)))
+        moved = np.moveaxis(x, 1, -1).reshape(-1, shape[1])
+        want = np.add.accumulate(np.concatenate([np.zeros((1, shape[1]), dtype), moved]))[-1]
+        for keepdims in (False, True):
+            got = serial_sum(x, axes, keepdims=keepdims)
+            assert got.dtype == x.dtype and got.reshape(-1).tobytes() == want.tobytes(), shape
+    empty = np.zeros((0, 4, 2, 2), dtype)
+    assert serial_sum(empty, (0, 2, 3)).tobytes() == np.zeros(4, dtype).tobytes()
