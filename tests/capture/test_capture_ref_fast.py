@@ -84,7 +84,8 @@ def test_the_short_diff_has_the_full_ones_counts():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_the_judges_diff_is_compare_arrays(dtype, monkeypatch):
     """``_float_diff``'s numbers (its same-sign shortcut and the mixed-sign path, in blocks)
-    are ``core.parity.compare_arrays``'s: ulp across ±0 and signs, infinities, signed zeros."""
+    are ``core.parity.compare_arrays``'s: ulp across ±0 and signs, infinities, signed zeros,
+    NaN."""
     from core.capture import judge
     from core.capture.judge import _float_diff
     from core.parity import compare_arrays
@@ -104,6 +105,8 @@ def test_the_judges_diff_is_compare_arrays(dtype, monkeypatch):
             a[m < 0.05], b[m < 0.05] = 0.0, -0.0
         if trial % 7 == 0:
             a[:3], b[:2] = np.inf, -np.inf
+        if trial % 11 == 0:
+            b[m > 0.97] = np.nan  # NaN: compare_arrays's policy, wherever it lies
         d, f = compare_arrays(b, a), _float_diff(b, a)
         assert (f["n_diff"], f["max_ulp"], f["max_abs"], f["first_index"],
                 f["n_signed_zero"]) == (d.n_diff, d.max_ulp, d.max_abs, d.first_index,
