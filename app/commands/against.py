@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.parity import entry_differs, entry_worst
+from views.numbers import ulp_text
 
 __all__ = ["Against"]
 
@@ -146,26 +147,27 @@ class Against:
                           {i: worst(i) for i in differ})
 
         def ulp(d: dict | None) -> str:
-            return "-" if d is None else str(d["max_ulp"]) if d["n_diff"] else "0"
+            # (as the window writes a distance: 63,054, 5.87e+06; views.numbers)
+            return "-" if d is None else ulp_text(d["max_ulp"]) if d["n_diff"] else "0"
 
         def side(i: int, nodes: dict, causes: dict, intro: set) -> str:
             n = nodes.get(i)
             if n is None:
-                return f"{'-':>6} {'-':>6} {'':<15}"
+                return f"{'-':>8} {'-':>8} {'':<15}"
             tag = causes.get(i) or ("inherited" if entry_differs(n) else "exact")
-            return f"{ulp(n['value']):>6} {ulp(n['grad']):>6} {tag[:15]:<15}"
+            return f"{ulp(n['value']):>8} {ulp(n['grad']):>8} {tag[:15]:<15}"
 
         b_intro = {e["node"] for e in self.introduced}
         print(f"A = {label_a}; B = {self.b.cand_spec.label()}; ulp against the reference "
               "(value, grad), and A against B")
-        print(f"{'node':>5} {'op':<14} {'A val':>6} {'A grad':>6} {'A':<15} {'B val':>6} "
-              f"{'B grad':>6} {'B':<15} {'A-B val':>7} {'A-B grad':>8}")
+        print(f"{'node':>5} {'op':<14} {'A val':>8} {'A grad':>8} {'A':<15} {'B val':>8} "
+              f"{'B grad':>8} {'B':<15} {'A-B val':>8} {'A-B grad':>8}")
         for i in ids[:AGAINST_ROWS]:
             n = self.per_node[i]
             ab = self.between.get(i)
             print(f"{i:>5} {n['op']:<14} {side(i, a_nodes, a_causes, a_intro)} "
                   f"{side(i, self.per_node, causes_b, b_intro)} "
-                  f"{ulp(ab['value'] if ab else None):>7} {ulp(ab['grad'] if ab else None):>8}")
+                  f"{ulp(ab['value'] if ab else None):>8} {ulp(ab['grad'] if ab else None):>8}")
         if len(ids) > AGAINST_ROWS:
             print(cut_notice(len(ids) - AGAINST_ROWS))
         apart = [i for i, e in self.between.items() if entry_differs(e)]
