@@ -328,6 +328,119 @@ def _div_recip(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a * (np.asarray(b.dtype.type(1)) / b)
 
 
+def _mm_splitk(slices: int, use_fma: bool) -> Callable:
+    """split-K (cuBLAS / CUTLASS): k cut into ``slices`` contiguous slices of ceil(k/S), each
+    summed serially from zero (``acc = fma(a, b, acc)`` with ``use_fma``), then the slices'
+    partial products added in sequence (``((p0 + p1) + p2) + ...``, the split-K reduction).
+    A k shorter than 2 S has no such split here (ValueError: skipped without a try)."""
+    def m(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        k = a.shape[1]
+        if k < 2 * slices:
+            raise ValueError(f"split-K by {slices} needs k >= {2 * slices}")
+        step = -(-k // slices)
+        acc = None
+        for k0 in range(0, k, step):
+            sa = np.ascontiguousarray(a[:, k0:k0 + step])
+            sb = np.ascontiguousarray(b[k0:k0 + step])
+            part = _mm_fma(sa, sb) if use_fma else mm(sa, sb)
+            acc = part if acc is None else acc + part
+        return acc
+    return m
+
+
+def tf32(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to TF32 (a 10-bit mantissa): round to nearest even on the 13 dropped
+    bits; infinities and NaNs kept (an overflowing round gives infinity, as the hardware)."""
+    x = np.asarray(x, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    r = ((u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)).astype(np.uint32)
+    return np.where(np.isfinite(x), r.view(np.float32), x)
+
+
+def _mm_tf32(use_fma: bool) -> Callable:
+    """A GPU product on TF32 tensor cores: both operands rounded to TF32 (``tf32``), the
+    products (exact in float32) accumulated serially in float32 (with fma or without);
+    float32 data only (ValueError otherwise: skipped)."""
+    def m(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if np.result_type(a, b) != np.float32:
+            raise ValueError("TF32 inputs apply to float32 data only")
+        ta, tb = tf32(a), tf32(b)
+        return _mm_fma_cached(ta, tb) if use_fma else mm(ta, tb)
+    return m
+
+
+def _var_two_pass(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """layer_norm's reference statistics over the last axis: ``mu = serial_sum(x) / n``,
+    ``var = serial_sum((x - mu)^2) / n`` (two passes)."""
+    n = x.dtype.type(x.shape[-1])
+    mu = serial_sum(x, -1, keepdims=True) / n
+    d = x - mu
+    return mu, serial_sum(d * d, -1, keepdims=True) / n
+
+
+def _var_welford(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Welford's single pass: ``delta = x - mean; mean += delta / k; m2 += delta * (x -
+    mean)`` for k = 1..n in order, ``var = m2 / n`` (PyTorch's and cuDNN's norm kernels)."""
+    mean = np.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
+    m2 = np.zeros_like(mean)
+    for k in range(x.shape[-1]):
+        v = x[..., k:k + 1]
+        delta = v - mean
+        mean = mean + delta / x.dtype.type(k + 1)
+        m2 = m2 + delta * (v - mean)
+    return mean, m2 / x.dtype.type(x.shape[-1])
+
+
+def _var_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One pass of both moments: ``var = max(sum(x^2) / n - mean^2, 0)`` (serial sums)."""
+    n = x.dtype.type(x.shape[-1])
+    mu = serial_sum(x, -1, keepdims=True) / n
+    ex2 = serial_sum(x * x, -1, keepdims=True) / n
+    return mu, np.maximum(ex2 - mu * mu, x.dtype.type(0))
+
+
+def _rnorm_ref(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The reference's normalisation: ``x * (1 / sqrt(v))`` (two roundings, then the product)."""
+    return x * (np.asarray(x.dtype.type(1), dtype=x.dtype) / np.sqrt(v))
+
+
+def _rnorm_div(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``x / sqrt(v)``: one division instead of the reciprocal and the product."""
+    return x / np.sqrt(v)
+
+
+def _rnorm_rsqrt(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``x * rsqrt(v)`` with rsqrt rounded once (computed in a wider type: float64 for
+    float32, long double for float64), as a hardware / library rsqrt that is exact."""
+    wt = np.float64 if x.dtype == np.float32 else np.longdouble
+    r = (wt(1) / np.sqrt(v.astype(wt))).astype(x.dtype)
+    return x * r
+
+
+def _softmax_online(bc: int) -> Callable:
+    """Online (flash) softmax with blocks of ``bc`` along the axis: per block the running max
+    ``m' = max(m, max(block))`` and the running sum ``l' = l * exp(m - m') + sum(exp(block -
+    m'))`` (the block serially), as FlashAttention computes it; then ``exp(x - m) / l``. A row
+    no longer than one block is the reference (ValueError: skipped without a try)."""
+    def f(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+        M = mathlib.get("refmath")
+        x = np.asarray(xs[0])
+        axis = at.get("axis", -1)
+        xm = np.moveaxis(x, axis, -1)
+        n = xm.shape[-1]
+        if n <= bc:
+            raise ValueError(f"a row of {n} is one block of {bc}")
+        m = np.full(xm.shape[:-1] + (1,), -np.inf, dtype=x.dtype)
+        s = np.zeros_like(m)
+        for j in range(0, n, bc):
+            blk = xm[..., j:j + bc]
+            mn = np.maximum(m, np.max(blk, axis=-1, keepdims=True))
+            s = s * M.exp(m - mn) + serial_sum(M.exp(blk - mn), -1, keepdims=True)
+            m = mn
+        return np.moveaxis(M.exp(xm - m) / s, -1, axis)
+    return f
+
+
 @dataclass(frozen=True)
 class Prims:
     """The primitives a reference formula is written in; the reference's are serial and exact."""
@@ -337,6 +450,8 @@ class Prims:
     div: Callable = _div_ref  # x / y
     mm: Callable = mm  # 2-D product
     conv: Callable | None = None  # conv2d computed otherwise than im2col + ``mm`` (None: that)
+    var: Callable = _var_two_pass  # layer_norm's (mean, variance) over the last axis
+    rnorm: Callable = _rnorm_ref  # x normalised by a variance: x * (1 / sqrt(v))
     M: Any = None  # the math namespace (None: refmath)
 
     def math(self) -> Any:
@@ -368,8 +483,16 @@ def _rms_norm(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
     x, gamma = xs
     one = x.dtype.type(1)
     ms = P.div(P.sumsq(x, -1, keepdims=True), x.dtype.type(x.shape[-1]))
-    r = P.div(np.asarray(one, dtype=x.dtype), np.sqrt(ms + x.dtype.type(at["eps"])))
-    return (x * r) * gamma
+    if P.rnorm is _rnorm_ref:  # the reference: r = 1 / sqrt(.) through P.div
+        r = P.div(np.asarray(one, dtype=x.dtype), np.sqrt(ms + x.dtype.type(at["eps"])))
+        return (x * r) * gamma
+    return P.rnorm(x, ms + x.dtype.type(at["eps"])) * gamma
+
+
+def _layer_norm(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    x, gamma = xs
+    mu, var = P.var(x)
+    return P.rnorm(x - mu, var + x.dtype.type(at.get("eps", 1e-5))) * gamma
 
 
 def _matmul(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
@@ -452,7 +575,8 @@ FORMULAS: dict[str, tuple[Callable, frozenset[str]]] = {
     "mean": (_mean, frozenset({"sum", "div"})),
     "div": (lambda P, xs, at: P.div(xs[0], xs[1]), frozenset({"div"})),
     "softmax": (_softmax, frozenset({"sum", "div", "M"})),
-    "rms_norm": (_rms_norm, frozenset({"sumsq", "div"})),
+    "rms_norm": (_rms_norm, frozenset({"sumsq", "div", "rnorm"})),
+    "layer_norm": (_layer_norm, frozenset({"var", "rnorm"})),
     "matmul": (_matmul, frozenset({"mm"})),
     "bmm": (_bmm, frozenset({"mm"})),
     "conv2d": (_conv2d, frozenset({"mm", "conv"})),
@@ -470,8 +594,8 @@ class Variant:
     value: Any = None  # the replacement primitive
 
     def applies(self, op: str) -> bool:
-        if self.prim.startswith("aten:"):
-            return op == self.prim[5:]
+        if self.prim.startswith(("aten:", "op:")):
+            return op == self.prim.split(":", 1)[1]
         if self.cause == "ftz":
             return REGISTRY[op].forward is not None
         if self.cause == "libm":
@@ -494,7 +618,7 @@ class Variant:
                     raise ValueError(f"{op} in {np.dtype(dtype).name}: {e}") from None
                 return _cast(y, dtype).reshape(node.shape)
             ws = [precision.widen(np.asarray(x)) for x in xs]  # half: computed in float32
-            if self.prim.startswith("aten:"):
+            if self.prim.startswith(("aten:", "op:")):
                 y = self.value(ws, at)
             elif self.cause == "libm" and node.op not in FORMULAS:
                 y = REGISTRY[op].forward(self.value, ws, at)
@@ -622,6 +746,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("fma", "acc = fma(a, b, acc)", "mm", _mm_fma_cached),
     Variant("fma", "acc = fma(x, x, acc)", "sumsq", _sumsq_fma),
     Variant("reciprocal", "x * (1/y)", "div", _div_recip),
+    # rms_norm / layer_norm's normalisation (issue 44): the reference's x * (1/sqrt(v)) as one
+    # division, or as x * rsqrt(v) with the rsqrt rounded once
+    Variant("reciprocal", "x / sqrt(v) (no reciprocal)", "rnorm", _rnorm_div),
+    Variant("reciprocal", "x * rsqrt(v) (rsqrt rounded once)", "rnorm", _rnorm_rsqrt),
     Variant("libm", "the platform's (numpy's) transcendentals", "M", mathlib.get("platform")),
     Variant("libm", "the C library's transcendentals", "M", _LIBC_MATH),
     # PyTorch's CPU kernels written out (core/explain_aten.py): SLEEF's vectorised exp with
@@ -636,6 +764,12 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("reassociation", "halving-tree sum of squares", "sumsq",
             lambda x, axis=None, keepdims=False: _sum_tree(x * x, axis, keepdims)),
     Variant("reassociation", "halving-tree product", "mm", _mm_tree),
+    # layer_norm's variance (issue 44): Welford's single pass, E[x^2] - mean^2
+    Variant("reassociation", "Welford variance (single pass)", "var", _var_welford),
+    Variant("reassociation", "variance as E[x^2] - mean^2 (single pass)", "var", _var_moments),
+    # online (flash) softmax (issue 44): running max and rescaled running sum per block of Bc
+    *(Variant("reassociation", f"online softmax, blocks of {bc} (FlashAttention)",
+              "op:softmax", _softmax_online(bc)) for bc in (16, 32, 64, 128)),
     # a direct convolution's tap order (issue 44): oneDNN's (kh, kw, channel), channel blocks
     *(Variant("reassociation", "direct conv: (kh, kw, channel) taps with fma, "
               + (f"{b}-channel blocks added in sequence" if b else "one block") + " (oneDNN)",
@@ -659,6 +793,9 @@ VARIANTS: tuple[Variant, ...] = (
     *(Variant("reassociation", f"{w} partial sums over k{' with fma' if f else ''}, added "
               f"{'as a tree' if tree else 'in sequence'}", "mm", _mm_lanes(w, f, tree))
       for w in (2, 4, 8, 16, 32) for f in (False, True) for tree in (False, True)),
+    # split-K (issue 44; cuBLAS / CUTLASS on the GPU): S serial slices of k, added in sequence
+    *(Variant("reassociation", f"split-K: {sl} slices of k{' with fma' if f else ''}, added "
+              "in sequence", "mm", _mm_splitk(sl, f)) for sl in (2, 4, 8) for f in (True, False)),
     # ATen's CPU sum kernel as a whole, after the plain lane orders it often equals
     # (core/explain_aten.py: its inner / outer paths, longer rows' partial cascades)
     Variant("reassociation", "PyTorch's CPU sum kernel (ATen SumKernel, AVX2 lanes)", "sum",
@@ -670,6 +807,9 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("accumulator", "wider accumulator", "mm", _mm_acc(True)),
     Variant("accumulator", "narrower accumulator (float32)", "sum", _sum_acc(False)),
     Variant("accumulator", "narrower accumulator (float32)", "mm", _mm_acc(False)),
+    # TF32 tensor cores (issue 44; GPU, float32 data only): inputs with a 10-bit mantissa
+    *(Variant("accumulator", f"TF32 inputs (10-bit mantissa), float32 accumulator"
+              f"{' with fma' if f else ''}", "mm", _mm_tf32(f)) for f in (True, False)),
     Variant("ftz", "subnormals flushed to zero", ""),
 )
 
@@ -678,6 +818,8 @@ def _in_dtype(v: Variant, dt: np.dtype) -> Variant | None:
     """``v`` as it runs in a tape of dtype ``dt`` (None: not in that dtype). float32 has no
     narrower accumulator here; a half dtype's narrower one is the half type itself (its
     reference accumulates in float32), its wider one float64."""
+    if v.cause == "accumulator" and v.label.startswith("TF32"):
+        return v if dt == np.float32 else None  # float32 data only
     if v.cause != "accumulator" or "narrower" not in v.label:
         return v
     if dt in precision.HALF:

@@ -135,10 +135,13 @@ def test_a_difference_no_variant_comes_closer_to_is_unknown_alone():
 
 def test_an_exact_op_has_only_ftz():
     assert [v.cause for v in variants_for("add")] == ["ftz"]
-    # fma, numpy's BLAS, the halving tree, 8 column tilings, 20 k-lane forms (issue 44), the
-    # wider accumulator (float32 has no narrower one), ftz
+    # fma, numpy's BLAS, the halving tree, 8 column tilings, 20 k-lane forms, 6 split-K forms
+    # (issue 44), the wider accumulator (float32 has no narrower one), 2 TF32 forms, ftz
     assert [v.cause for v in variants_for("matmul", np.float32)] == [
-        "fma", "reassociation", "reassociation", *["reassociation"] * 28, "accumulator", "ftz"]
+        "fma", "reassociation", "reassociation", *["reassociation"] * 34,
+        *["accumulator"] * 3, "ftz"]
+    # float64 has no TF32 form: its narrower float32 accumulator instead
+    assert not any(v.label.startswith("TF32") for v in variants_for("matmul", np.float64))
 
 
 def test_every_introduced_entry_has_a_cause_updates_included():
