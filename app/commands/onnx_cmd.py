@@ -276,7 +276,8 @@ def run(args: argparse.Namespace) -> int:
         expected_specs = [s for group in args.expected for s in group]
         expected = _named(expected_specs, sess.output_names, "output", sess)
         with progress(f"running {os.path.basename(args.model)} (nodes and iterations)") as bar:
-            outs = sess.run(feeds, cancel=Ticks(bar))
+            # a training-mode Dropout draws step 0's mask of a training run with --seed
+            outs = sess.run(feeds, cancel=Ticks(bar), seed=(args.seed, 0))
     except (OnnxError, _BadInput) as exc:
         if getattr(args, "debug", False):  # the one line stays last, as for every command
             import traceback

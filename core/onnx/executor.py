@@ -206,11 +206,14 @@ class Session:
                              [o.name for o in g.output], g)
 
     def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None, *,
-            cancel: Any = None) -> dict[str, np.ndarray]:
+            cancel: Any = None, seed: Any = None) -> dict[str, np.ndarray]:
         """Run the model on ``feeds``; return the graph outputs (or ``outputs``) by name.
 
         Setting ``cancel`` (a ``threading.Event``) from another thread stops the run between
-        nodes or loop iterations with :class:`OnnxCancelled`."""
+        nodes or loop iterations with :class:`OnnxCancelled`. ``seed`` draws a training-mode
+        Dropout's mask as the tape's import does with ``step_seed=seed``
+        (``default_rng((*seed, node index))``, bit for bit); without it such a Dropout is
+        refused."""
         feeds = {k: (np.asarray(v) if not isinstance(v, (list, np.ndarray)) and v is not None
                      else v) for k, v in feeds.items()}  # None: an empty optional
         check_inputs(self.lm, feeds)
@@ -218,6 +221,7 @@ class Session:
         if plan is not None and not plan.usable(feeds, outputs):
             plan = None
         budget = self.budget(cancel)
+        budget.seed = seed
         env: dict[str, Any] = dict(self.graph.inits)
         if plan is not None:
             env.update(plan.values)
@@ -310,7 +314,7 @@ class Session:
             for i, v in consts.items():
                 ins[i] = v
         ctx = Ctx(st.opset, st.node, self.k, run_sub, env, cg,
-                  self.lm.opsets.get("", 1), budget)
+                  self.lm.opsets.get("", 1), budget, st.label)
         try:
             budget.before(st.op_type, ins, st.attrs, st.opset)
             out = st.kernel(ctx, *ins, **st.attrs)
@@ -332,12 +336,14 @@ class Session:
 
 
 def run(model_or_path: Any, feeds: dict[str, np.ndarray], *, mode: str = "reference",
-        limits: Limits | None = None, cancel: Any = None) -> dict[str, np.ndarray]:
-    """Load ``model_or_path`` and run it on ``feeds``: ``{name: ndarray} -> {name: ndarray}``."""
+        limits: Limits | None = None, cancel: Any = None, seed: Any = None
+        ) -> dict[str, np.ndarray]:
+    """Load ``model_or_path`` and run it on ``feeds``: ``{name: ndarray} -> {name: ndarray}``
+    (``seed``: a training-mode Dropout's, as :meth:`Session.run`)."""
     if isinstance(model_or_path, Session):
-        return model_or_path.run(feeds, cancel=cancel)
-    return Session(model_or_path, mode=mode, limits=limits, cancel=cancel).run(feeds,
-                                                                               cancel=cancel)
+        return model_or_path.run(feeds, cancel=cancel, seed=seed)
+    return Session(model_or_path, mode=mode, limits=limits, cancel=cancel).run(
+        feeds, cancel=cancel, seed=seed)
 
 
 def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:

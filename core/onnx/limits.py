@@ -138,6 +138,10 @@ class Budget:
         self.iterations = 0
         self.nodes = 0  # nodes run so far (a progress dialog can read it)
         self.work = 0  # estimated work so far (see Limits.max_work)
+        # a training-mode Dropout's seed for this run (None: refused) and the masks drawn so
+        # far, by output name (core.onnx.ops.shape.dropout; Session.run(seed=))
+        self.seed: Any = None
+        self.masks: dict[str, Any] = {}
         self._held: dict[int, Any] = {}  # id(base array) -> weak reference to it
         self._pinned: dict[int, Any] = {}  # of those, the ones counted until the run ends
 

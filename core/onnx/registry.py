@@ -32,6 +32,7 @@ class Ctx:
     graph: Any = None  # the CompiledGraph being run (Gradient looks at its nodes)
     opset_default: int = 0  # the default-domain opset (for ops of other domains)
     budget: Any = None  # the run's core.onnx.limits.Budget (None: unlimited)
+    label: str = ""  # the node as errors name it: ``node 3 'name' (Dropout)``
 
     def iterate(self) -> None:
         """Count one loop iteration against the run's budget (and honour a cancel)."""

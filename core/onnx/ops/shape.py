@@ -110,14 +110,27 @@ def identity(ctx, x):
 
 @op("Dropout")
 def dropout(ctx, x, ratio_in=None, training_mode=None, ratio=0.5, is_test=0, seed=None):
-    # inference: identity, mask all True. Training mode with ratio > 0 is random: refused.
-    if training_mode is not None and bool(np.asarray(training_mode)):
-        r = float(np.asarray(ratio_in)) if ratio_in is not None else ratio
-        if r != 0:
-            raise ValueError("Dropout in training mode is random; this executor is deterministic")
-    if ctx.n_outputs > 1:
-        return x, np.ones(x.shape, dtype=bool)
-    return x
+    """Inference (or ratio 0): the identity, mask all True. Training mode: the tape import's
+    mask (core.onnx.lowerings.dropout), drawn from the run's seed (``Session.run(seed=)``):
+    ``keep = default_rng((*seed, node index)).random(x.shape) >= ratio`` and ``y = x * m``,
+    ``m = keep ? T(1/(1-ratio)) : +0.0`` in x's type, one multiply. Without a seed: refused.
+    (The node's ``seed`` attribute is not used: the run's seed decides, as on the tape.)"""
+    r = float(np.asarray(ratio_in)) if ratio_in is not None else ratio
+    if training_mode is None or not bool(np.asarray(training_mode)) or r == 0:
+        return (x, np.ones(x.shape, dtype=bool)) if ctx.n_outputs > 1 else x
+    if not 0.0 <= r < 1.0:
+        raise ValueError(f"Dropout ratio {r} is outside [0, 1)")
+    run = ctx.budget
+    if run is None or run.seed is None:
+        raise ValueError("Dropout in training mode draws a random mask: give a seed "
+                         "(tapescope onnx --seed N; Session.run(..., seed=(N, 0)))")
+    label = ctx.label
+    index = int(label.split()[1]) if label.startswith("node ") else len(run.masks)
+    rng = np.random.default_rng((*np.atleast_1d(run.seed).tolist(), index))
+    keep = rng.random(x.shape) >= r
+    run.masks[ctx.node.output[0]] = keep
+    y = x * np.where(keep, 1.0 / (1.0 - r), 0.0).astype(x.dtype)
+    return (y, keep) if ctx.wants(1) else y
 
 
 @op("Pad")
