@@ -8,17 +8,20 @@ variants of ``VARIANTS`` that apply to the node's op (docs/candidates.md lists t
 ==================  ==========================================================================
 ``fma``             multiply-adds contracted to one rounding: ``acc = fma(a, b, acc)`` in a
                     product, ``fma(x, x, acc)`` in a sum of squares
-``reciprocal``      ``x / y`` computed as ``x * (1 / y)`` (softmax, mean, div, rms_norm, ...)
+``reciprocal``      ``x / y`` computed as ``x * (1 / y)`` (softmax, mean, div, rms_norm, ...);
+                    a norm's ``x * (1/sqrt(v))`` as ``x / sqrt(v)`` or a once-rounded rsqrt
 ``libm``            the platform's transcendentals (numpy's, the C library's) instead of
                     refmath; PyTorch's CPU kernels written out (``core.explain_aten``:
                     SLEEF's exp in softmax and silu, rms_norm's and silu's backward); MKL
                     VML's sqrt in an optimizer step (``UPDATE_VARIANTS``)
 ``reassociation``   numpy's pairwise ``np.sum``, a halving tree (a GPU block reduction), BLAS's
-                    blocked ``np.matmul`` instead of the serial reference order
+                    blocked ``np.matmul`` instead of the serial reference order; tiles,
+                    lanes, split-K; layer_norm's Welford / one-pass variance; online softmax
 ``accumulator``     sums and products accumulated in a wider type (float32 in float64, float64
                     in long double) or a narrower one (float64 in float32), rounded once at the
                     end; in a half episode a float64 accumulator, or the half type itself (every
-                    term and every add rounded to float16 / bfloat16, not float32's one rounding)
+                    term and every add rounded to float16 / bfloat16, not float32's one rounding);
+                    TF32 inputs to a float32 product (a GPU's tensor cores)
 ``ftz``             subnormal inputs and outputs flushed to (signed) zero
 ==================  ==========================================================================
 
