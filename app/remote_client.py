@@ -22,6 +22,7 @@ import numpy as np
 from app.remote_protocol import (
     CONTAINERS_BASE,
     CONTAINERS_PER_NODE,
+    JUDGED_REPLY,
     OPENED_REPLY,
     OPENING,
     PROTOCOL,
@@ -50,7 +51,7 @@ class RemoteDevice:
     sends half a line is ended and named; every reply is read in bounded chunks up to what that
     reply can need, its nesting bounded before it is parsed."""
 
-    def __init__(self, command: str, device: str, workload: str, seed: int,
+    def __init__(self, command: str, device: str | None, workload: str, seed: int,
                  timeout: float | None = None, open_timeout: float | None = None,
                  hello_s: float | None = None) -> None:
         argv = shlex.split(command)
@@ -77,6 +78,9 @@ class RemoteDevice:
             raise RemoteError(f"the worker {command!r} speaks protocol {hello.get('protocol')!r}"
                               f", this tapescope speaks {PROTOCOL}: install the same tapescope "
                               "on both sides")
+        if device is None:  # a worker that judges a capture: no device opened
+            self.kind, self._describe = None, "no device"
+            return
         got = self.request({"cmd": "device", "name": device}, "device")
         self.kind = reply_field(got, "kind", str, command, "device")
         self._describe = reply_field(got, "describe", str, command, "device")
@@ -138,6 +142,25 @@ class RemoteDevice:
             said = f"a {got!r} reply" if isinstance(got, str) else "a reply with no type"
             raise RemoteError(f"{who} sent {said[:80]} to {cmd!r} (expected {expect!r})")
         return reply
+
+    def judge_capture(self, path: str, explain: bool = False) -> dict:
+        """The capture at ``path`` on the worker's machine judged there: the report
+        (``core.capture.judge``'s dict, as ``strict_json`` made it for the wire)."""
+        import json
+
+        got = self.request({"cmd": "judge_capture", "path": path, "explain": bool(explain)},
+                           "judged", JUDGED_REPLY)
+        text = reply_field(got, "report", str, self.command, "judge_capture")
+        try:
+            rep = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise RemoteError(f"the worker {self.command!r} sent a report that is not JSON "
+                              f"({' '.join(str(e).split())[:120]})") from None
+        if not isinstance(rep, dict) or not all(k in rep for k in (
+                "ops", "counts", "losses", "settings", "phases", "exact")):
+            raise RemoteError(f"the worker {self.command!r} sent a malformed report to "
+                              "'judge_capture'")
+        return rep
 
     def new_run(self) -> int:
         """An id for the next run this worker holds."""

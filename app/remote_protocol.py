@@ -19,18 +19,22 @@ from app.wire import decode_array, encode_array
 __all__ = ["PROTOCOL", "MAX_REQUEST", "SMALL_REPLY", "CONTAINERS_PER_NODE", "CONTAINERS_BASE",
            "TIMEOUT_S", "OPEN_TIMEOUT_S", "TIMEOUT_ENV", "OPEN_TIMEOUT_ENV", "OPENING",
            "HELLO_TIMEOUT_S", "HELLO_TIMEOUT_ENV", "hello_timeout",
-           "OPENED_REPLY", "STEP_REPLY_PER_NODE", "RemoteError", "NodeInfo", "seconds",
+           "OPENED_REPLY", "JUDGED_REPLY", "STEP_REPLY_PER_NODE", "RemoteError", "NodeInfo",
+           "seconds",
            "worker_timeouts", "b64_len", "reply_field", "node_table", "read_node_table",
            "node_size"]
 
-PROTOCOL = 2  # bump on any change of the messages below (2: the whole pair in the worker)
+PROTOCOL = 3  # bump on any change of the messages below (2: the whole pair in the worker;
+# 3: judge_capture, a capture judged where its file is)
 MAX_REQUEST = 1 << 31  # bytes of one request line the worker reads (compare ships every array)
 SMALL_REPLY = 1 << 20  # bytes of a reply with no arrays (an error's traceback fits many times)
 # NOTE: a reply's containers are bounded per node: json.loads makes ~30x its text in objects
 CONTAINERS_PER_NODE, CONTAINERS_BASE = 16, 4096
 TIMEOUT_S, OPEN_TIMEOUT_S = 300.0, 1800.0  # per request; hello, device and open (first compile)
 TIMEOUT_ENV, OPEN_TIMEOUT_ENV = "TAPESCOPE_WORKER_TIMEOUT", "TAPESCOPE_WORKER_OPEN_TIMEOUT"
-OPENING = ("hello", "device", "open")  # requests under the open timeout
+OPENING = ("hello", "device", "open", "judge_capture")  # requests under the open timeout
+# a judged capture's report (its JSON text as one string): every op's verdicts
+JUDGED_REPLY = 1 << 30
 # hello alone (issue 49): a command that starts and says nothing (a wrong CMD, an ssh waiting
 # on a prompt nobody sees) is named in 30 s, not after the first compile's 30 minutes; hello
 # waits for the smaller of this and the open timeout

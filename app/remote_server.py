@@ -52,7 +52,7 @@ class BadRequest(ValueError):
 # what each request must carry (name: type); other fields are optional and checked where read
 _REQUESTS: dict[str, dict[str, type]] = {
     "device": {"name": str}, "open": {"config": dict, "provenance": str}, "step": {},
-    "params": {}, "arrays": {}, "stats": {}}
+    "params": {}, "arrays": {}, "stats": {}, "judge_capture": {"path": str}}
 MESSAGE_CHARS = 4000  # an error reply's message: one line, at most this long
 
 
@@ -108,6 +108,8 @@ class _Worker:
                     "describe": self.device.describe()}
         if cmd == "open":
             return self._open(msg)
+        if cmd == "judge_capture":
+            return _judge_capture(msg)
         r = self.pair
         if r is None:
             raise BadRequest(f"no pair is open to answer {cmd!r} (send 'open' first)")
@@ -144,6 +146,30 @@ class _Worker:
         return {"type": "opened", "nodes": node_table(r.nodes), "kind": r.device_kind,
                 "plan": r.plan.to_json() if r.plan is not None else None,
                 "inject": None if inj is None else [inj.node, inj.which, inj.step]}
+
+
+def _judge_capture(msg: dict) -> dict:
+    """``parity --capture FILE --worker CMD``: the capture at ``path`` on this machine loaded
+    and judged here (``core.capture.judge``, with PyTorch's eager kernels for compiled graphs
+    where torch is here); the report goes back as its JSON text (one string: a report of
+    thousands of ops is not parsed container by container on the way)."""
+    import json
+
+    from core.capture.file import load
+    from core.capture.judge import judge
+    from core.parity import strict_json
+
+    path = msg["path"]
+    cap = load(path)
+    if cap.steps == 0:
+        raise ValueError(f"{path}: the capture holds no complete step")
+    eager = None
+    if cap.graphs:
+        from app.commands.capture import eager_kernels
+
+        eager = eager_kernels()
+    rep = judge(cap, explain=bool(msg.get("explain")), eager=eager)
+    return {"type": "judged", "report": json.dumps(strict_json(rep), allow_nan=False)}
 
 
 def serve(fin: int, fout: int) -> int:

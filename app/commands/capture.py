@@ -352,6 +352,9 @@ def _judged(args: argparse.Namespace) -> dict:
     from core.capture.judge import judge
     from core.progress import file_label, progress
 
+    if getattr(args, "worker", None):  # judged where the capture is (issue 42 item 6)
+        return _judged_by_worker(args)
+
     with progress(file_label("loading", args.capture)):
         cap = load(args.capture)
     if cap.steps == 0:
@@ -359,6 +362,24 @@ def _judged(args: argparse.Namespace) -> dict:
     with progress(f"judging {os.path.basename(args.capture)}", total=cap.n_ops) as bar:
         return judge(cap, explain=bool(getattr(args, "explain", False)), advance=bar.advance,
                      eager=eager_kernels() if cap.graphs else None)
+
+
+def _judged_by_worker(args: argparse.Namespace) -> dict:
+    """``parity --capture FILE --worker CMD``: FILE is a path on the worker's machine (a
+    capture made on a GPU server, judged there: only the report travels)."""
+    from app.commands.worker import timeouts
+    from app.remote_client import RemoteDevice
+    from core.progress import progress
+
+    t = timeouts(args)
+    worker = RemoteDevice(args.worker, None, "", 0, timeout=t["worker_timeout"],
+                          open_timeout=t["worker_open_timeout"],
+                          hello_s=t["worker_hello_timeout"])
+    try:
+        with progress(f"judging {os.path.basename(args.capture)} on the worker"):
+            return worker.judge_capture(args.capture, bool(getattr(args, "explain", False)))
+    finally:
+        worker.close()
 
 
 def report_capture(args: argparse.Namespace) -> int:

@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker", metavar="CMD", default=None,
                    help="run the device side through this command (split like a shell line, "
                         "never run by a shell), e.g. \"ssh gpu-box tapescope worker\"; the CPU "
-                        "reference stays here")
+                        "reference stays here; with --capture FILE the capture is judged by "
+                        "the worker, FILE a path on its machine")
     p.add_argument("--inject", metavar="NODE[:grad]@STEP",
                    help="flip the lowest mantissa bit of element 0 of NODE's (id or name) "
                         "device value (gradient) at STEP, right after the device computes it "
@@ -150,6 +151,14 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "against", None) and getattr(args, "ranks", None) is not None:
             raise ValueError("--ranks and --against: judge the ranks of one run, or two runs, "
                              "not both at once")
+        if getattr(args, "worker", None) and (getattr(args, "against", None)
+                                              or getattr(args, "ranks", None) is not None):
+            raise ValueError("--worker judges one capture where it is: not with --against or "
+                             "--ranks")
+        if getattr(args, "worker", None):  # FILE is on the worker's machine: judged there
+            from app.commands.capture import judge_capture
+
+            return judge_capture(args)
         if getattr(args, "against", None):  # two captures, one arbiter (issue 43)
             from app.commands.capture_pair import pair_captures
 
