@@ -246,6 +246,21 @@ def _compare(name, got, want, rtol=None, atol=None) -> tuple[bool, str]:
     return eq, f"{name}: {'ok' if eq else 'DIFFERS'} (exact)"
 
 
+def _ids_hint(args, feeds, exc) -> str:
+    """What to give when generated integer ids indexed out of a table: their --input."""
+    from core.names import shown
+
+    if args.input or not feeds or "index out of range" not in str(exc):
+        return ""
+    ints = [shown(k) for k, v in feeds.items() if getattr(v, "dtype", None) is not None
+            and v.dtype.kind in "iu"]
+    if not ints:
+        return ""
+    return (f"; the generated integer inputs ({', '.join(ints)}) were drawn in [0, 10) or the "
+            "rows of the constant table they index: give ids within range with "
+            + " ".join(f"--input {k}=FILE.npy" for k in ints))
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the model; 0 ok, 1 outputs differ, 2 bad model or input."""
     import numpy as np
@@ -283,7 +298,8 @@ def run(args: argparse.Namespace) -> int:
             import traceback
 
             traceback.print_exception(exc)
-        print(f"tapescope onnx: {exc}", file=sys.stderr)
+        print(f"tapescope onnx: {exc}{_ids_hint(args, locals().get('feeds'), exc)}",
+              file=sys.stderr)
         return 2
     print(f"model   {args.model}  (opset {sess.lm.opset}, {len(sess.graph.steps)} nodes, "
           f"mode {args.mode})")

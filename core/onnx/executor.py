@@ -346,14 +346,58 @@ def run(model_or_path: Any, feeds: dict[str, np.ndarray], *, mode: str = "refere
         feeds, cancel=cancel, seed=seed)
 
 
+#: ops whose output holds their (first) input's integers unchanged, moved or repeated: ids
+#: reached through them are still the graph input's (Concat: every input's)
+_ID_MOVES = frozenset(("Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity",
+                       "Expand", "Transpose", "Slice", "Tile", "Concat"))
+
+
+def index_bounds(sess: Session) -> dict[str, int]:
+    """Integer graph input -> the rows of the smallest constant table a Gather indexes with it
+    (directly or through :data:`_ID_MOVES`): generated ids are drawn in ``[0, rows)``, so a
+    BERT's 2-row token-type table gets 0 or 1 (the workload's import finds the same on the
+    tape: ``Imported.index_bounds``)."""
+    from core.onnx.loader import np_dtype
+
+    inits = sess.graph.inits
+    roots: dict[str, set[str]] = {}
+    for vi in sess.model.graph.input:
+        tt = vi.type.tensor_type
+        if vi.name in inits or not vi.type.HasField("tensor_type") or not tt.elem_type:
+            continue
+        try:
+            if np_dtype(tt.elem_type).kind in "iu":
+                roots[vi.name] = {vi.name}
+        except Exception:  # a type numpy does not know: not ids
+            continue
+    bounds: dict[str, int] = {}
+    for st in sess.graph.steps:
+        ins = st.ins
+        if st.op_type == "Gather" and len(ins) > 1 and ins[1] in roots \
+                and isinstance(inits.get(ins[0]), np.ndarray) and inits[ins[0]].ndim:
+            table = inits[ins[0]]
+            n = int(table.shape[int(st.attrs.get("axis", 0)) % table.ndim])
+            for r in roots[ins[1]]:
+                bounds[r] = min(n, bounds.get(r, n))
+        elif st.op_type in _ID_MOVES and st.outs and st.outs[0]:
+            carried = ins if st.op_type == "Concat" else ins[:1]
+            rs = set().union(*(roots.get(i, set()) for i in carried if i))
+            if rs:
+                roots[st.outs[0]] = rs
+    return bounds
+
+
 def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:
-    """A deterministic input per graph input (symbolic dims become 1)."""
+    """A deterministic input per graph input (symbolic dims become 1): floats standard normal,
+    integers in ``[0, 10)`` or ``[0, rows)`` of the smaller table they index
+    (:func:`index_bounds`), booleans 0/1."""
     from core.onnx.loader import np_dtype
 
     rng = np.random.default_rng(seed)
     out = {}
     total = 0
     init_names = set(sess.graph.inits)
+    bounds = index_bounds(sess)
     for vi in sess.model.graph.input:
         if vi.name in init_names:
             continue
@@ -378,7 +422,7 @@ def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:
         if dt.kind == "f":
             x = rng.standard_normal(shape).astype(dt)
         elif dt.kind in "iu":
-            x = rng.integers(0, 10, size=shape).astype(dt)
+            x = rng.integers(0, max(1, min(10, bounds.get(vi.name, 10))), size=shape).astype(dt)
         elif dt.kind == "b":
             x = rng.integers(0, 2, size=shape).astype(bool)
         else:
