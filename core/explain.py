@@ -571,6 +571,67 @@ def _conv_direct(block: int) -> Callable:
     return conv
 
 
+# Winograd F(2,3) (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016):
+# Y = A^T [ sum_c (G g_c G^T) * (B^T d_c B) ] A, 2x2 outputs from 4x4 input tiles
+_WG_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
+_WG_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], dtype=np.float64)
+_WG_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
+
+
+def _wg_lin(L: np.ndarray, X: np.ndarray, axis: int) -> np.ndarray:
+    """``L @ X`` along ``axis``: each row's terms in index order, zero coefficients skipped,
+    +-1 as a plain add / subtract (the transforms as the paper writes them out)."""
+    X = np.moveaxis(X, axis, 0)
+    rows = []
+    for i in range(L.shape[0]):
+        acc = None
+        for k in range(L.shape[1]):
+            c = L[i, k]
+            if c == 0:
+                continue
+            t = X[k] if c == 1 else X[k] * X.dtype.type(c)
+            if acc is None:
+                acc = t if c != -1 else -X[k]
+            else:
+                acc = acc + t if c != -1 else acc - X[k]
+        rows.append(acc)
+    return np.moveaxis(np.stack(rows), 0, axis)
+
+
+def _conv_winograd(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
+    """conv2d by Winograd F(2,3) in the data's type: per 4x4 input tile (stride 2) and channel
+    ``V = B^T d B`` and per filter ``U = G g G^T`` (each: the rows, then the columns), ``M =
+    U * V`` summed over the channels in order, ``Y = A^T M A``; 3x3 kernels, stride 1,
+    dilation 1, group 1 only (ValueError otherwise: skipped without a try). cuDNN picks it for
+    such convolutions on the GPU."""
+    from core.ops.nn import _conv_geom
+
+    x, w = (np.asarray(a) for a in xs)
+    st, padw, dil, g = _conv_geom(at)
+    if w.shape[2:] != (3, 3) or tuple(st) != (1, 1) or tuple(dil) != (1, 1) or g != 1:
+        raise ValueError("Winograd F(2,3) is for 3x3, stride-1, undilated, ungrouped conv2d")
+    dt = np.result_type(x, w)
+    xp = np.pad(x, ((0, 0), (0, 0), tuple(padw[0]), tuple(padw[1])))
+    H, W = xp.shape[2] - 2, xp.shape[3] - 2
+    if H < 1 or W < 1:
+        raise ValueError("no output")
+    th, tw = -(-H // 2), -(-W // 2)
+    xp = np.pad(xp, ((0, 0), (0, 0), (0, 2 * th + 2 - xp.shape[2]),
+                     (0, 2 * tw + 2 - xp.shape[3])))
+    ih = 2 * np.arange(th)[:, None] + np.arange(4)
+    iw = 2 * np.arange(tw)[:, None] + np.arange(4)
+    d = xp[:, :, ih[:, None, :, None], iw[None, :, None, :]]  # [N, C, th, tw, 4, 4]
+    V = _wg_lin(_WG_BT, _wg_lin(_WG_BT, d, -2), -1)
+    U = _wg_lin(_WG_G, _wg_lin(_WG_G, w.astype(dt), -2), -1)  # [M, C, 4, 4]
+    acc = None
+    for c in range(x.shape[1]):
+        t = U[None, :, c, None, None] * V[:, None, c]  # [N, M, th, tw, 4, 4]
+        acc = t if acc is None else acc + t
+    Y = _wg_lin(_WG_AT, _wg_lin(_WG_AT, acc, -2), -1)  # [N, M, th, tw, 2, 2]
+    n, m = x.shape[0], w.shape[0]
+    return Y.transpose(0, 1, 2, 4, 3, 5).reshape(n, m, 2 * th, 2 * tw)[:, :, :H, :W]
+
+
 # op -> (formula, the primitives it uses): which variants apply
 FORMULAS: dict[str, tuple[Callable, frozenset[str]]] = {
     "sum": (lambda P, xs, at: P.sum(xs[0], at.get("axis"), at.get("keepdims", False)),
@@ -777,6 +838,9 @@ VARIANTS: tuple[Variant, ...] = (
     *(Variant("reassociation", "direct conv: (kh, kw, channel) taps with fma, "
               + (f"{b}-channel blocks added in sequence" if b else "one block") + " (oneDNN)",
               "conv", _conv_direct(b)) for b in (16, 0, 8)),
+    # Winograd F(2,3) (issue 44; cuDNN on the GPU): 3x3 stride-1 convolutions only
+    Variant("reassociation", "Winograd F(2,3) (4x4 tiles, channels summed in the transformed "
+            "domain)", "conv", _conv_winograd),
     # blocked BLAS kernels (issue 44): a micro-kernel's column tiles, then W lanes along k
     *(Variant("reassociation", f"fma on {t}-column tiles, edge columns "
               f"{'serial' if e == 'serial' else 'in 2 k-lanes'} (blocked BLAS)", "mm",

@@ -314,3 +314,70 @@ def test_gelu_tanh_for_erf_is_a_different_formula_outside_the_bound(dt):
     c = explain(node, [z], cand)
     assert c.cause == "unknown"
     assert judge(ref, cand, value_bound("erf", [z], {}, ref, dt)).klass == OUTSIDE
+
+
+# ---- Winograd F(2,3) ----------------------------------------------------------------------------
+def _wino_loop(x, w, pads):
+    """F(2,3) tile by tile, the transforms as Lavin & Gray write them out (rows, then columns):
+    B^T d = (d0 - d2, d1 + d2, d2 - d1, d1 - d3), G g = (g0, (g0 + g1 + g2) / 2,
+    (g0 - g1 + g2) / 2, g2), A^T m = (m0 + m1 + m2, m1 - m2 - m3); channels summed in order."""
+    half = x.dtype.type(2)
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    n_, c_, hp, wp = xp.shape
+    m_ = w.shape[0]
+    h, wd = hp - 2, wp - 2
+    th, tw = -(-h // 2), -(-wd // 2)
+    xp = np.pad(xp, ((0, 0), (0, 0), (0, 2 * th + 2 - hp), (0, 2 * tw + 2 - wp)))
+
+    def bt(d):
+        return np.stack([d[0] - d[2], d[1] + d[2], d[2] - d[1], d[1] - d[3]])
+
+    def gt(g):
+        return np.stack([g[0], ((g[0] + g[1]) + g[2]) / half, ((g[0] - g[1]) + g[2]) / half,
+                         g[2]])
+
+    def at(m):
+        return np.stack([(m[0] + m[1]) + m[2], (m[1] - m[2]) - m[3]])
+
+    out = np.zeros((n_, m_, 2 * th, 2 * tw), dtype=x.dtype)
+    for n in range(n_):
+        for mo in range(m_):
+            for i in range(th):
+                for j in range(tw):
+                    acc = None
+                    for c in range(c_):
+                        d = xp[n, c, 2 * i:2 * i + 4, 2 * j:2 * j + 4]
+                        v = bt(bt(d).T).T
+                        u = gt(gt(w[mo, c]).T).T
+                        acc = u * v if acc is None else acc + u * v
+                    out[n, mo, 2 * i:2 * i + 2, 2 * j:2 * j + 2] = at(at(acc).T).T
+    return out[:, :, :h, :wd]
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+@pytest.mark.parametrize("pads", [(0, 0, 0, 0), (1, 1, 1, 1), (1, 0, 0, 1)])
+def test_winograd_f23_is_the_order_it_names(dt, pads):
+    from core.explain import _conv_winograd
+
+    x = rng.standard_normal((2, 3, 7, 6)).astype(dt)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(dt)
+    got = _conv_winograd([x, w], {"pads": pads})
+    assert got.dtype == dt and np.array_equal(got, _wino_loop(x, w, pads))
+
+
+def test_a_winograd_conv_is_named_valid_and_skipped_where_it_cannot_apply():
+    from core.explain import _conv_winograd
+
+    x, w = rng.standard_normal((1, 8, 8, 8)), rng.standard_normal((4, 8, 3, 3))
+    at = {"pads": (1, 1, 1, 1)}
+    cand = _wino_loop(x, w, at["pads"])
+    node = Node("conv2d", at, cand.shape)
+    ref = reference_value(node, [x, w], np.dtype(np.float64))
+    assert not np.array_equal(ref, cand)
+    c = explain(node, [x, w], cand)
+    assert c.cause == "reassociation" and c.variant.startswith("Winograd F(2,3)"), c
+    assert judge(ref, cand, value_bound("conv2d", [x, w], at, ref, np.float64)).klass == VALID
+    for bad_w, bad_at in ((rng.standard_normal((4, 8, 5, 5)), at),
+                          (w, {"pads": (1, 1, 1, 1), "strides": (2, 2)})):
+        with pytest.raises(ValueError):
+            _conv_winograd([x, bad_w], bad_at)
