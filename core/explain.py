@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from core import mathlib, precision
-from core.explain_aten import ATEN_BACKWARD, ATEN_FORWARD, aten_sum
+from core.explain_aten import ATEN_BACKWARD, ATEN_FORWARD, aten_moments, aten_sum
 from core.explain_prims import (
     _LIBC_MATH,
     _cascade_reduce,
@@ -828,7 +828,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("reassociation", "halving-tree sum of squares", "sumsq",
             lambda x, axis=None, keepdims=False: _sum_tree(x * x, axis, keepdims)),
     Variant("reassociation", "halving-tree product", "mm", _mm_tree),
-    # layer_norm's variance (issue 44): Welford's single pass, E[x^2] - mean^2
+    # layer_norm's variance (issue 44): PyTorch's CPU moments, Welford's single pass,
+    # E[x^2] - mean^2
+    Variant("reassociation", "PyTorch's CPU layer_norm moments (ATen RowwiseMoments: lane "
+            "Welford, chunks of 16 merged by a cascade, AVX2 lanes)", "var", aten_moments),
     Variant("reassociation", "Welford variance (single pass)", "var", _var_welford),
     Variant("reassociation", "variance as E[x^2] - mean^2 (single pass)", "var", _var_moments),
     # online (flash) softmax (issue 44): running max and rescaled running sum per block of Bc

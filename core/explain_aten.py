@@ -42,6 +42,13 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
   vectors of two registers, SLEEF's exp; the elements past the last whole pair of registers by
   the scalar loop, the C library's exp), and its backward: ``gu = g * silu(a)``,
   ``ga = ((g * u) * s) * fma(a, 1 - s, 1)`` with ``s = 1 / (1 + exp(-a))`` (silu_backward).
+- ``aten_moments``: layer_norm's mean and variance as ATen's ``RowwiseMoments`` computes them
+  (moments_utils.h, its AVX2 build: 4 doubles / 8 floats a vector): Welford per lane over
+  chunks of 16 vectors (``m1 = fma(1/(j+1), delta, m1)``, ``m2 = fma(delta, x - m1, m2)``),
+  the chunks merged by a cascade of depth ``ceil(log2(chunks))`` (``AddMomentsVec``: ``m1 + c
+  delta``, ``fma(delta m0, c delta, m2 + m2_add)``), the elements past the last whole vector
+  by scalar Welford (``delta / k``, not contracted), then each lane merged into that
+  (``AddMoments``, contracted); the output ``((x - mean) * rstd) * w`` is the reference's.
 """
 
 from __future__ import annotations
@@ -51,8 +58,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "aten_sum", "reduce_all", "silu", "sleef_exp",
-           "sleef_log"]
+__all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "aten_moments", "aten_sum", "reduce_all", "silu",
+           "sleef_exp", "sleef_log"]
 
 # SLEEF's constants (sleefsimddp.c / sleefsimdsp.c, misc.h)
 _R_LN2 = 1.442695040888963407359924681001892137426645954152985934135449406931
@@ -458,3 +465,72 @@ ATEN_BACKWARD: dict[str, tuple[Callable, str]] = {
     "swiglu": (_swiglu_bwd, "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, "
                             "(g * s) * fma(a, 1 - s, 1)"),
 }
+
+
+def aten_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, population variance) over the last axis, keepdims, as ATen's CPU
+    ``RowwiseMoments`` (layer_norm's statistics; the module doc), in ``x``'s type."""
+    from core.explain_prims import fma
+
+    x = np.asarray(x)
+    if x.dtype not in (np.float64, np.float32):
+        raise ValueError("ATen's moments are written for float64 / float32")
+    dt = x.dtype.type
+    lead, N = x.shape[:-1], x.shape[-1]
+    X = x.reshape(-1, N)
+    R = X.shape[0]
+    V = 4 if x.dtype == np.float64 else 8
+    n = N // V
+    m = -(-n // 16)
+    depth = 1 if m <= 2 else int(m - 1).bit_length()
+    z = np.zeros((R, V), dtype=x.dtype)
+    m0s = [0] * depth
+    m1s = [z.copy() for _ in range(depth)]
+    m2s = [z.copy() for _ in range(depth)]
+
+    def add_vec(m0a: int, m1a: np.ndarray, m2a: np.ndarray, j: int) -> None:
+        nn = m0s[j] + m0a
+        c = dt(0) if nn == 0 else dt(m0a) / dt(nn)
+        delta = m1a - m1s[j]
+        m2t = m2s[j] + m2a
+        cd = c * delta
+        m1s[j] = m1s[j] + cd
+        m2s[j] = fma(delta * dt(m0s[j]), cd, m2t)
+        m0s[j] = nn
+
+    with np.errstate(all="ignore"):
+        for i in range(m):
+            base = i * 16 * V
+            m1, m2 = z.copy(), z.copy()
+            cnt = min(16, n - i * 16)
+            for j in range(cnt):
+                xv = X[:, base + j * V: base + (j + 1) * V]
+                delta = xv - m1
+                m1 = fma(dt(1) / dt(j + 1), delta, m1)
+                m2 = fma(delta, xv - m1, m2)
+            add_vec(cnt, m1, m2, 0)
+            mask, j = i + 1, 1
+            while j < depth and (mask & 1) == 0:
+                add_vec(m0s[j - 1], m1s[j - 1], m2s[j - 1], j)
+                m0s[j - 1], m1s[j - 1], m2s[j - 1] = 0, z.copy(), z.copy()
+                mask >>= 1
+                j += 1
+        for i in range(1, depth):
+            add_vec(m0s[i], m1s[i], m2s[i], 0)
+        k = 0
+        mean = np.zeros(R, dtype=x.dtype)
+        m2 = np.zeros(R, dtype=x.dtype)
+        for i in range(n * V, N):  # the scalar tail: plain Welford
+            xi = X[:, i]
+            delta = xi - mean
+            k += 1
+            mean = mean + delta / dt(k)
+            m2 = m2 + delta * (xi - mean)
+        for lane in range(V):  # AddMoments, contracted
+            nn = k + n
+            c = dt(0) if nn == 0 else dt(n) / dt(nn)
+            delta = m1s[0][:, lane] - mean
+            mean = fma(c, delta, mean)
+            m2 = m2 + fma((delta * delta) * c, dt(k), m2s[0][:, lane])
+            k = nn
+    return mean.reshape(lead + (1,)), (m2 / dt(N)).reshape(lead + (1,))

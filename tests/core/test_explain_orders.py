@@ -203,6 +203,26 @@ def test_welford_is_torch_var_mean_on_the_cpu():
         assert np.array_equal(mu[:, 0], m.numpy()) and np.array_equal(var[:, 0], v.numpy())
 
 
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+def test_pytorch_cpu_layer_norm_is_atens_rowwise_moments(dt):
+    """F.layer_norm on the CPU (torch 2.13, ATen's AVX2 RowwiseMoments): its mean and rstd,
+    and so its output, bit for bit; short rows (the scalar tail only), one chunk, and rows of
+    several chunks merged by the cascade."""
+    torch = pytest.importorskip("torch")
+    for n in (5, 13, 64, 301, 1030):
+        x = (rng.standard_normal((16, n)) + 0.5).astype(dt)
+        g = rng.uniform(0.5, 1.5, n).astype(dt)
+        want = torch.nn.functional.layer_norm(torch.from_numpy(x), (n,), torch.from_numpy(g),
+                                              None, 1e-5).numpy()
+        node = Node("layer_norm", {"eps": 1e-5}, x.shape)
+        c = explain(node, [x, g], want)
+        assert c.cause == "reassociation" and c.variant.startswith(
+            "PyTorch's CPU layer_norm moments"), (n, c)
+        ref = reference_value(node, [x, g], np.dtype(dt))
+        assert judge(ref, want, value_bound("layer_norm", [x, g], {"eps": 1e-5}, ref,
+                                            dt)).klass == VALID
+
+
 # ---- online (flash) softmax ---------------------------------------------------------------------
 def _online_loop(x, bc):
     M = mathlib.get("refmath")
