@@ -481,6 +481,8 @@ class Recorder(TorchDispatchMode):
                 self.v_array.append(None)
                 self.n_hashed += 1
                 if made and a.nbytes >= _ASYNC_MIN and self.hasher is not None:
+                    if not t.requires_grad:  # an alias of its own keeps the storage alive
+                        a = t.detach().numpy()  # should ``t.data = ...`` swap t's away
                     self.v_sha.append(None)
                     self.hasher.put(vid, a, _span(t))
                     return vid

@@ -119,3 +119,23 @@ def test_the_hashing_thread_only_where_the_step_leaves_a_core(monkeypatch):
         finally:
             rec.stop()
         assert rec.hasher is None  # joined and dropped at stop
+
+
+def test_a_queued_value_outlives_its_tensor_swapping_storage(monkeypatch):
+    """Hashes only: a queued view of an op's output keeps that output's storage alive (an
+    alias of its own) when ``t.data = ...`` (no aten op, nothing protected) swaps the tensor's
+    storage away and the last other reference goes: the digest is of the value as made."""
+    monkeypatch.setattr(R.Recorder, "async_hash", True)
+    monkeypatch.setattr(R, "_ASYNC_MIN", 1 << 12)
+    rec = R.Recorder(steps=1, hashes_only=True).start()
+    try:
+        with rec.hasher.cv:  # hold the thread off while the swap happens
+            y = torch.arange(1 << 14, dtype=torch.float32) * 2.0  # queued, not hashed yet
+            want = hashlib.sha256(y.numpy().tobytes()).hexdigest()
+            y.data = torch.zeros(3)  # the old storage's last tensor reference is gone
+            del y
+            for _ in range(4):  # reuse the freed memory, if it was freed
+                torch.full((1 << 14,), -1.0).add_(1.0)
+    finally:
+        rec.stop()
+    assert want in rec.v_sha
