@@ -165,7 +165,7 @@ def _judge_capture(msg: dict) -> dict:
         raise ValueError(f"{path}: the capture holds no complete step")
     eager = None
     if cap.graphs:
-        from app.commands.capture import eager_kernels
+        from app.capture import eager_kernels
 
         eager = eager_kernels()
     rep = judge(cap, explain=bool(msg.get("explain")), eager=eager)

@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_BYTES", "Recorder", "capture"]
+__all__ = ["DEFAULT_MAX_BYTES", "Recorder", "capture", "eager_kernels"]
 
 from app.capture.limits import DEFAULT_MAX_BYTES
 
@@ -29,6 +29,18 @@ def __getattr__(name: str) -> Any:  # torch is imported by the recorder only, wh
 
         return Recorder
     raise AttributeError(name)
+
+
+def eager_kernels() -> Any:
+    """PyTorch's eager kernels for a compiled graph's departing nodes (``app.capture.eager``),
+    or None where torch is not importable (the judgement is the same without them). Here, not
+    in app.commands.capture, so that the worker (app.remote_server) reaches it without the
+    capture command (which reaches the worker's client)."""
+    try:
+        from app.capture.eager import run
+    except ImportError:
+        return None
+    return run
 
 
 @contextlib.contextmanager

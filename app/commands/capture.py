@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import sys
-from typing import Any
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PYTHON = re.compile(r"python(?:[0-9]+(?:\.[0-9]+)*)?(?:\.exe)?")
@@ -231,16 +230,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def eager_kernels() -> Any:
-    """PyTorch's eager kernels for a compiled graph's departing nodes (``app.capture.eager``),
-    or None where torch is not importable (the judgement is the same without them)."""
-    try:
-        from app.capture.eager import run
-    except ImportError:
-        return None
-    return run
-
-
 def run_ranks(args: argparse.Namespace, argv: list[str]) -> int:
     """``capture --out OUT -- torchrun OPTIONS train.py ARGS``: each rank runs the script under
     the recorder (torchrun's ``--no-python``, the rank's command our bootstrap) and writes
@@ -348,6 +337,7 @@ def judge_capture(args: argparse.Namespace) -> int:
 
 
 def _judged(args: argparse.Namespace) -> dict:
+    from app.capture import eager_kernels
     from core.capture.file import load
     from core.capture.judge import judge
     from core.progress import file_label, progress

@@ -153,7 +153,7 @@ def report_pair(args: argparse.Namespace) -> int:
 
 
 def _paired(args: argparse.Namespace) -> dict:
-    from app.commands.capture import eager_kernels
+    from app.capture import eager_kernels
     from core.capture.file import load
     from core.capture.judge import judge
     from core.capture.pair import pair
