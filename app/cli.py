@@ -18,7 +18,7 @@ import traceback
 import warnings
 from types import TracebackType
 
-import app.commands
+import tapescope.app.commands
 
 MAX_LINE = 600  # a message is one line, and a bounded one (a hostile input may say a lot)
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,14 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print the traceback too (also after the command)")
-    from app.about import version
+    from tapescope.app.about import version
 
     parser.add_argument("--version", action="version", version=f"tapescope {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(app.commands.__path__), key=lambda m: m.name):
+    for info in sorted(pkgutil.iter_modules(tapescope.app.commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"app.commands.{info.name}")
+        module = importlib.import_module(f"tapescope.app.commands.{info.name}")
         if callable(getattr(module, "register", None)):  # others are helpers of the commands
             module.register(sub)
     for p in sub.choices.values():
@@ -100,7 +100,7 @@ def one_line(e: BaseException) -> str:
     when the user's own code raised it, the file and line."""
     msg = " ".join(str(e).split())
     # our own errors, OSError and ValueError say what they are; for others the type is news
-    plain = type(e).__module__.split(".")[0] in ("core", "gpu", "app", "views") \
+    plain = type(e).__module__.split(".")[0] == "tapescope" \
         or isinstance(e, (OSError, ValueError))
     if not msg:
         msg = type(e).__name__

@@ -11,8 +11,8 @@ import os
 
 from PySide6.QtWidgets import QFileDialog, QMenu
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views import export
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views import export
 
 GRAPH = "Graph"
 

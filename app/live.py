@@ -1,6 +1,6 @@
 """The live session (GUI side): a worker process steps the pair, Qt signals bring snapshots.
 
-``LiveSession`` starts ``python -m app.live_worker`` (see there why a process), sends it
+``LiveSession`` starts ``python -m tapescope.app.live_worker`` (see there why a process), sends it
 commands, and a reader thread turns its JSON lines into queued Qt signals, so the GUI thread
 never waits on a step and never competes with it for the GIL. ``inspect(node)`` asks the
 worker for one node's arrays on both sides; the answer comes back as an ``inspected`` signal,
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from app.live_worker import (
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.app.live_worker import (
     FAILED,
     IDLE,
     PAUSED,
@@ -36,10 +36,10 @@ from app.live_worker import (
     decode_array,
     launch,
 )
-from app.runs import SessionConfig, StepResult
-from app.step_history import compact
-from app.step_wire import step_from_wire
-from core.step_record import worst
+from tapescope.app.runs import SessionConfig, StepResult
+from tapescope.app.step_history import compact
+from tapescope.app.step_wire import step_from_wire
+from tapescope.core.step_record import worst
 
 __all__ = ["FAILED", "IDLE", "Inspection", "LiveSession", "LogTail", "PAUSED", "ROOT", "RUNNING",
            "STOPPED", "Snapshot"]

@@ -22,20 +22,20 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
-from app.live_inspect import FETCH_DEADLINE_S, InspectionCache, live_details
-from app.live_panels import LogWindow, WatchdogBar
-from app.live_stepper import LiveStepper
-from app.live_toolbar import LiveToolbar
-from app.progress_dialog import StartupProgress
-from app.runs import SessionConfig
-from app.session import unconfirmed_script
-from app.step_rerun import StepRerun
-from app.time_travel import TimeTravel
-from views.kernels_view import KernelsPanel
-from views.numbers import count_text
-from views.plain import cut
-from views.training_view import TrainingPanel
+from tapescope.app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
+from tapescope.app.live_inspect import FETCH_DEADLINE_S, InspectionCache, live_details
+from tapescope.app.live_panels import LogWindow, WatchdogBar
+from tapescope.app.live_stepper import LiveStepper
+from tapescope.app.live_toolbar import LiveToolbar
+from tapescope.app.progress_dialog import StartupProgress
+from tapescope.app.runs import SessionConfig
+from tapescope.app.session import unconfirmed_script
+from tapescope.app.step_rerun import StepRerun
+from tapescope.app.time_travel import TimeTravel
+from tapescope.views.kernels_view import KernelsPanel
+from tapescope.views.numbers import count_text
+from tapescope.views.plain import cut
+from tapescope.views.training_view import TrainingPanel
 
 INSPECT_STATES = (RUNNING, PAUSED, STOPPED)  # a worker that can still answer
 
@@ -449,7 +449,7 @@ class LiveController(QObject):
     def _label(self) -> None:
         if self.live is None:
             return
-        from app.commands.parity import divergence_text
+        from tapescope.app.commands.parity import divergence_text
 
         st = self.startup
         if not self.info and st is not None and st.live is self.live and not st.finished:
@@ -482,7 +482,7 @@ class LiveController(QObject):
     # ---- export -----------------------------------------------------------------------------
     def export(self, path: str) -> bool:
         """Write the HTML report (and its .json) of what this session ran so far."""
-        from app.report_html import write_report
+        from tapescope.app.report_html import write_report
 
         data = self.live.report() if self.live is not None else None
         if data is None:

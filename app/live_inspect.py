@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from views.numbers import count_text, ulp_text
+from tapescope.views.numbers import count_text, ulp_text
 
 if TYPE_CHECKING:
-    from app.live import Inspection
-    from views.node_details import NodeDetails
+    from tapescope.app.live import Inspection
+    from tapescope.views.node_details import NodeDetails
 
 KEEP_INSPECTIONS = 32  # answers kept per (node, step): re-selecting costs no round trip
 #: how long a fetch may go unanswered before the Inspector says so (with Retry) instead of

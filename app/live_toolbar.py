@@ -12,9 +12,9 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QCheckBox, QComboBox, QLabel, QStyle, QToolBar
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from app.live import PAUSED, RUNNING
-from app.runs import COMPARES, SessionConfig
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.app.live import PAUSED, RUNNING
+from tapescope.app.runs import COMPARES, SessionConfig
 
 # (attribute, icon, text) of the toolbar's actions, in order; None: a separator
 ACTIONS = (("start", QStyle.SP_MediaPlay, "Start"), ("pause", QStyle.SP_MediaPause, "Pause"),
@@ -32,7 +32,7 @@ class LiveToolbar(QToolBar):
         self.setObjectName("live_toolbar")
         import os
 
-        from app.torch_run import torch_available  # (finds torch without importing it)
+        from tapescope.app.torch_run import torch_available  # (finds torch without importing it)
 
         devices = {"host": "host", "cuda": "cuda", "auto": "auto"}
         if torch_available():  # PyTorch eager as the candidate (app.torch_run)

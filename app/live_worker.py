@@ -1,6 +1,7 @@
 """The live session's worker: steps a ``PairRunner`` and streams JSON lines (no Qt).
 
-``launch(arg)`` (what ``app.live.LiveSession`` calls) runs ``python -m app.live_worker ARG``.
+``launch(arg)`` (what ``app.live.LiveSession`` calls) runs ``python -m tapescope.app.live_worker
+ARG``.
 Commands arrive on a pipe of their own, one JSON object per line (``{"cmd": "pause" | "resume"
 | "step" | "stop" | "report" | "quit"}``, or ``{"cmd": "inspect", "node": ID, "req": N,
 "step": S}``); messages leave on a second pipe, one per line (``ready``, ``state``,
@@ -37,14 +38,14 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from app.pairs import open_pair
-from app.report_data import ReportAccumulator
-from app.runs import PairRunner, SessionConfig, StepResult
-from app.step_wire import step_to_wire
-from app.tensor_window import TensorWindow
+from tapescope.app.pairs import open_pair
+from tapescope.app.report_data import ReportAccumulator
+from tapescope.app.runs import PairRunner, SessionConfig, StepResult
+from tapescope.app.step_wire import step_to_wire
+from tapescope.app.tensor_window import TensorWindow
 
 # (re-exported: app.live and the tests import the wire format from here)
-from app.wire import MAX_WIRE_BYTES, WIRE_KINDS, decode_array, encode_array  # noqa: F401
+from tapescope.app.wire import MAX_WIRE_BYTES, WIRE_KINDS, decode_array, encode_array  # noqa: F401
 
 IDLE, RUNNING, PAUSED, STOPPED, FAILED = "idle", "running", "paused", "stopped", "failed"
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,7 +122,7 @@ class Stepper:
 
     def run(self) -> None:
         """Build the runner, then step until stopped (or ``max_steps``)."""
-        from core.progress import listening, progress
+        from tapescope.core.progress import listening, progress
 
         try:
             # the GUI's progress dialog hears what opening takes (a model's import, the first
@@ -310,7 +311,7 @@ class WorkerProcess:
 
 
 def launch(arg: dict) -> WorkerProcess:
-    """Start ``python -m app.live_worker`` in its own session with its protocol pipes."""
+    """Start ``python -m tapescope.app.live_worker`` in its own session with its protocol pipes."""
     cmd_r, cmd_w = os.pipe()  # non-inheritable (PEP 446): only pass_fds reaches the child
     msg_r, msg_w = os.pipe()
     log_r, log_w = os.pipe()
@@ -320,7 +321,8 @@ def launch(arg: dict) -> WorkerProcess:
         os.pathsep)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.live_worker", json.dumps(arg)], cwd=str(ROOT), env=env,
+            [sys.executable, "-m", "tapescope.app.live_worker",
+             json.dumps(arg)], cwd=str(ROOT), env=env,
             stdin=subprocess.DEVNULL, stdout=log_w, stderr=log_w, pass_fds=(cmd_r, msg_w),
             start_new_session=True)
     except BaseException:

@@ -24,20 +24,20 @@ from PySide6.QtWidgets import (
     QToolBar,
 )
 
-from app.menus import build_menus
-from app.onnx_open import open_onnx_with_progress
-from app.progress_dialog import open_with_progress
-from app.session import Session, SessionError, open_workload
-from core.tapefile import TapeFileError
-from views.graph_model import shape_text
-from views.graph_panel import GraphPanel
-from views.inspector import InspectorPanel
-from views.numbers import count_text
-from views.parity_rows import build_rows, parity_line
-from views.parity_table import ParityPanel
-from views.plain import cut, html, message, tip
-from views.stepper_model import BackwardStepper
-from views.stepper_view import StepperPanel
+from tapescope.app.menus import build_menus
+from tapescope.app.onnx_open import open_onnx_with_progress
+from tapescope.app.progress_dialog import open_with_progress
+from tapescope.app.session import Session, SessionError, open_workload
+from tapescope.core.tapefile import TapeFileError
+from tapescope.views.graph_model import shape_text
+from tapescope.views.graph_panel import GraphPanel
+from tapescope.views.inspector import InspectorPanel
+from tapescope.views.numbers import count_text
+from tapescope.views.parity_rows import build_rows, parity_line
+from tapescope.views.parity_table import ParityPanel
+from tapescope.views.plain import cut, html, message, tip
+from tapescope.views.stepper_model import BackwardStepper
+from tapescope.views.stepper_view import StepperPanel
 
 DEFAULT_SIZE = (1440, 900)
 # what app.live_controller / app.time_travel may use of the window (and nothing else)
@@ -141,7 +141,7 @@ class MainWindow(QMainWindow):
         self.recent_menu = None
         build_menus(self)
         self._refresh_recent()
-        from app.live_controller import LiveController
+        from tapescope.app.live_controller import LiveController
 
         self.onnx_limits = None  # core.onnx.Limits for models opened here (None: the defaults)
         self.live = LiveController(self)  # Live toolbar, Training and Kernels docks
@@ -151,7 +151,7 @@ class MainWindow(QMainWindow):
         self.layout().activate()
         self.resizeDocks([self.docks["Inspector"]],
                          [self.docks["Inspector"].widget().needed_width()], Qt.Horizontal)
-        from app.window_layout import WindowLayout
+        from tapescope.app.window_layout import WindowLayout
 
         self.window_layout = WindowLayout(self, self.settings)  # after every dock exists
         self.window_layout.restore()
@@ -211,7 +211,7 @@ class MainWindow(QMainWindow):
 
     def save_tape(self, path: str) -> bool:
         """Write the current tape (values, gradients, loss id) to a ``.tape`` file."""
-        from core import tapefile
+        from tapescope.core import tapefile
 
         s = self.session
         if s is None or not hasattr(s.tape, "mark"):

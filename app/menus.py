@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from resources import EXAMPLES
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.resources import EXAMPLES
 
 
 def _action(win, text: str, fn, shortcut=None, tip: str | None = None) -> QAction:
@@ -21,7 +21,7 @@ def _action(win, text: str, fn, shortcut=None, tip: str | None = None) -> QActio
 
 def _open_example(win, name: str) -> bool:
     """File > Open example: the shipped file, found through the installed package."""
-    from resources import example_path
+    from tapescope.resources import example_path
 
     try:
         path = example_path(name)
@@ -49,7 +49,7 @@ def build_menus(win) -> None:
         win.example_actions[name] = a
         ex.addAction(a)
     f.addAction(_action(win, "&Save tape as…", win.save_dialog, QKeySequence.StandardKey.SaveAs))
-    from app.export_menu import add_export_menu
+    from tapescope.app.export_menu import add_export_menu
 
     add_export_menu(win, f)  # graph as PNG / SVG, the current panel as CSV
     f.addSeparator()

@@ -10,9 +10,9 @@ import os
 import threading
 from typing import Any
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from app.progress_dialog import run_with_progress
-from app.session import SessionError, open_onnx_file
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.app.progress_dialog import run_with_progress
+from tapescope.app.session import SessionError, open_onnx_file
 
 
 class _CountingCancel(threading.Event):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from core.names import MAX_NAME, shown
+from tapescope.core.names import MAX_NAME, shown
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def onnx_tape_view(path: str | os.PathLike, seed: int = 0, cancel: Any = None,
                    limits: Any = None) -> tuple[OnnxTapeView, dict]:
     """Run the model at ``path`` once and wrap every tensor it computed as a node (``cancel``,
     a threading.Event, stops the run between nodes; ``limits``: core.onnx.Limits)."""
-    from core.onnx import Session, default_inputs
+    from tapescope.core.onnx import Session, default_inputs
 
     sess = Session(path, cancel=cancel, limits=limits)
     feeds = default_inputs(sess, seed)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from app.runs import PairRunner, RunSpec, SessionConfig, StepResult
+from tapescope.app.runs import PairRunner, RunSpec, SessionConfig, StepResult
 
 __all__ = ["Pair", "open_pair"]
 
@@ -51,7 +51,7 @@ class Pair(Protocol):
 def open_pair(config: SessionConfig, **kw: Any) -> Pair:
     """The pair of ``config``: here, or in ``config.worker`` (``PairRunner``'s keywords)."""
     if config.worker is not None:
-        from app.remote import RemotePair  # (a local run never loads the worker protocol)
+        from tapescope.app.remote import RemotePair  # (a local run never loads the worker protocol)
 
         return RemotePair(config, **kw)
     return PairRunner(config, **kw)

@@ -27,9 +27,9 @@ from typing import Any
 from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QProgressDialog
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from app.live import FAILED, STOPPED
-from app.session import Session, SessionError, open_path
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.app.live import FAILED, STOPPED
+from tapescope.app.session import Session, SessionError, open_path
 
 NEVER_MS = 1 << 30  # QProgressDialog's own show-after timer: never (we show it ourselves)
 
@@ -215,7 +215,7 @@ def prepare_native(parent, show_after_ms: int = 500) -> bool:
     (a minute of gcc on a busy machine, before the window could open anything), on a thread
     behind a dialog. False when cancelled: this session then runs numpy's reference (the same
     bits, slower) while the build finishes in the background and is cached for the next."""
-    from core import native
+    from tapescope.core import native
 
     def build() -> None:
         native.library()
@@ -241,7 +241,7 @@ def open_with_progress(parent, path: str | os.PathLike) -> Session:
     low = os.fspath(path).lower()
     if not low.endswith((".tape", ".npz")):
         return open_path(path)
-    from core.progress import file_label
+    from tapescope.core.progress import file_label
 
     def load() -> Session:
         s = open_path(path)

@@ -18,7 +18,8 @@ bytes (``app.wire.encode_array``), and a received array's size is checked agains
 shape and a cap before anything is allocated; a record's layout is this side's own. ``serve``
 is the worker's side (``tapescope worker``).
 
-Three modules, one per concern, and this one names them all (``from app.remote import ...``
+Three modules, one per concern, and this one names them all (``from tapescope.app.remote import
+...``
 keeps working): ``app.remote_protocol`` (the version, the bounds, ``RemoteError``, the node
 table's codec), ``app.remote_client`` (``RemoteDevice``, ``RemotePair``) and
 ``app.remote_server`` (``serve``). The worker imports no client code, the client no server code.
@@ -26,8 +27,8 @@ table's codec), ``app.remote_client`` (``RemoteDevice``, ``RemotePair``) and
 
 from __future__ import annotations
 
-from app.remote_client import RemoteDevice, RemotePair
-from app.remote_protocol import (
+from tapescope.app.remote_client import RemoteDevice, RemotePair
+from tapescope.app.remote_protocol import (
     CONTAINERS_BASE,
     CONTAINERS_PER_NODE,
     MAX_REQUEST,
@@ -45,7 +46,7 @@ from app.remote_protocol import (
     seconds,
     worker_timeouts,
 )
-from app.remote_server import serve
+from tapescope.app.remote_server import serve
 
 __all__ = ["PROTOCOL", "RemoteDevice", "RemoteError", "RemotePair", "serve", "worker_timeouts",
            "seconds", "NodeInfo", "MAX_REQUEST", "SMALL_REPLY", "CONTAINERS_PER_NODE",

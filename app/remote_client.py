@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from app.remote_protocol import (
+from tapescope.app.remote_protocol import (
     CONTAINERS_BASE,
     CONTAINERS_PER_NODE,
     JUDGED_REPLY,
@@ -36,10 +36,10 @@ from app.remote_protocol import (
     reply_field,
     worker_timeouts,
 )
-from app.runs import StepResult
-from app.step_wire import step_from_wire
-from app.wire import LinePipe, LineTimeout, LineTooLong, decode_array, parse_line
-from core.step_record import check, exact, node_parity, pack, unpack
+from tapescope.app.runs import StepResult
+from tapescope.app.step_wire import step_from_wire
+from tapescope.app.wire import LinePipe, LineTimeout, LineTooLong, decode_array, parse_line
+from tapescope.core.step_record import check, exact, node_parity, pack, unpack
 
 __all__ = ["RemoteDevice", "RemotePair"]
 
@@ -250,7 +250,7 @@ class RemotePair:
         self.inject = None
         inj = got.get("inject")
         if inj is not None:
-            from app.run_provenance import Inject
+            from tapescope.app.run_provenance import Inject
 
             if not (isinstance(inj, list) and len(inj) == 3 and isinstance(inj[0], int)
                     and 0 <= inj[0] < n and inj[1] in ("value", "grad")
@@ -310,7 +310,7 @@ class RemotePair:
 
     def compare_params(self) -> Any:
         """The parameters after the last update, compared in the worker."""
-        from core.parity import ParityReport
+        from tapescope.core.parity import ParityReport
 
         got = self.remote.request({"cmd": "params"}, "params",
                                   max_bytes=STEP_REPLY_PER_NODE * len(self.nodes))

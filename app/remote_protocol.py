@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from app.wire import decode_array, encode_array
+from tapescope.app.wire import decode_array, encode_array
 
 __all__ = ["PROTOCOL", "MAX_REQUEST", "SMALL_REPLY", "CONTAINERS_PER_NODE", "CONTAINERS_BASE",
            "TIMEOUT_S", "OPEN_TIMEOUT_S", "TIMEOUT_ENV", "OPEN_TIMEOUT_ENV", "OPENING",

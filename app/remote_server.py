@@ -10,17 +10,17 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from app.remote_protocol import (
+from tapescope.app.remote_protocol import (
     CONTAINERS_BASE,
     CONTAINERS_PER_NODE,
     MAX_REQUEST,
     PROTOCOL,
     node_table,
 )
-from app.runs import PairRunner, SessionConfig
-from app.step_wire import step_to_wire
-from app.wire import LinePipe, LineTooLong, encode_array, parse_line
-from core.step_record import pack, record_of
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.app.step_wire import step_to_wire
+from tapescope.app.wire import LinePipe, LineTooLong, encode_array, parse_line
+from tapescope.core.step_record import pack, record_of
 
 __all__ = ["serve"]
 
@@ -30,7 +30,7 @@ class _TorchSide:
     opens no gpu device); its line names torch and where it runs."""
 
     def __init__(self, name: str) -> None:
-        from app.torch_run import import_torch
+        from tapescope.app.torch_run import import_torch
 
         torch = import_torch()  # (not installed on the worker: one line back to the client)
         self.kind = name if name != "torch:cpu" else "torch"
@@ -97,7 +97,7 @@ class _Worker:
     def handle(self, msg: dict) -> dict:
         cmd = _checked(msg)
         if cmd == "device":
-            import gpu
+            from tapescope import gpu
 
             name = msg["name"]
             if self.device is None and (name == "torch" or name.startswith("torch:")):
@@ -155,9 +155,9 @@ def _judge_capture(msg: dict) -> dict:
     thousands of ops is not parsed container by container on the way)."""
     import json
 
-    from core.capture.file import load
-    from core.capture.judge import judge
-    from core.parity import strict_json
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.judge import judge
+    from tapescope.core.parity import strict_json
 
     path = msg["path"]
     cap = load(path)
@@ -165,7 +165,7 @@ def _judge_capture(msg: dict) -> dict:
         raise ValueError(f"{path}: the capture holds no complete step")
     eager = None
     if cap.graphs:
-        from app.capture import eager_kernels
+        from tapescope.app.capture import eager_kernels
 
         eager = eager_kernels()
     rep = judge(cap, explain=bool(msg.get("explain")), eager=eager)

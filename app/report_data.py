@@ -13,9 +13,9 @@ import threading
 from array import array
 from typing import Any
 
-from app.runs import SessionConfig, StepResult
-from core.parity import entry_differs
-from core.step_record import differs, entries
+from tapescope.app.runs import SessionConfig, StepResult
+from tapescope.core.parity import entry_differs
+from tapescope.core.step_record import differs, entries
 
 HEAT_STEPS = 300
 INTRODUCED_MAX = 5000  # introduced entries kept (the count goes on): memory stays flat
@@ -188,14 +188,14 @@ def environment(device: str) -> dict[str, Any]:
                            "platform": platform.platform(), "machine": platform.machine(),
                            "device": device}
     try:
-        from gpu.host_compiler import find_compiler, host_flags
+        from tapescope.gpu.host_compiler import find_compiler, host_flags
 
         env["host_compiler"] = str(find_compiler())
         env["host_flags"] = " ".join(host_flags(env["host_compiler"]))  # as this CPU takes them
     except Exception as e:  # noqa: BLE001 — a report is still useful without the compiler line
         env["host_compiler"] = f"unavailable ({type(e).__name__}: {e})"
     try:
-        from gpu import cuda
+        from tapescope.gpu import cuda
 
         env["nvrtc_flags"] = " ".join(cuda.NVRTC_FLAGS)
     except Exception:  # noqa: BLE001 — CuPy-less machines import gpu.cuda lazily

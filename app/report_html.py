@@ -10,10 +10,10 @@ import secrets
 from html import escape
 from pathlib import Path
 
-from app.session import EXACT_COLOR, NAN_COLOR, parity_colors
-from core.atomic import remove_stale_temporaries, write_all
-from core.parity import entry_differs, strict_json
-from views.numbers import count_text, ulp_exact, ulp_text
+from tapescope.app.session import EXACT_COLOR, NAN_COLOR, parity_colors
+from tapescope.core.atomic import remove_stale_temporaries, write_all
+from tapescope.core.parity import entry_differs, strict_json
+from tapescope.views.numbers import count_text, ulp_exact, ulp_text
 
 SECTIONS = ("verdict", "environment", "first-divergence", "introduced", "dag", "plots",
             "nodes")
@@ -157,7 +157,7 @@ def _introduced(data: dict) -> str:
 
 
 def _cause(e: dict) -> str:
-    from app.commands.parity import cause_text
+    from tapescope.app.commands.parity import cause_text
 
     if not e.get("explain"):
         return "-"
@@ -283,7 +283,7 @@ def write_report(data: dict, path: str | Path) -> tuple[Path, Path]:
     """Render the pictures (needs a QApplication) and write ``path`` and ``path.json``: one pair
     id in both (the JSON's ``pair``, the HTML's ``<meta name=tapescope-pair>``), so a reader
     (``read_report``) can tell a matched pair from what a kill between the renames left."""
-    from app.report_render import render_dag, render_training
+    from tapescope.app.report_render import render_dag, render_training
 
     path = Path(path)
     data = {**data, "pair": secrets.token_hex(8)}

@@ -12,10 +12,10 @@ from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QGraphicsScene
 
-from app.session import parity_colors
-from views.graph_canvas import GraphCanvas
-from views.graph_model import GraphModel, GraphNode
-from views.layout import CACHE
+from tapescope.app.session import parity_colors
+from tapescope.views.graph_canvas import GraphCanvas
+from tapescope.views.graph_model import GraphModel, GraphNode
+from tapescope.views.layout import CACHE
 
 MAX_W, MAX_H = 1200, 5000
 
@@ -76,7 +76,7 @@ def render_dag(data: dict) -> bytes:
 
 def render_training(data: dict, size: tuple[int, int] = (1116, 560)) -> bytes:
     """Loss curves, the max-ulp timeline and the heatmap, as the Training dock draws them."""
-    from views.training_view import TrainingPanel
+    from tapescope.views.training_view import TrainingPanel
 
     w = TrainingPanel()
     w.setAttribute(Qt.WA_DontShowOnScreen, True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from core.provenance import OptimizerState, ParamUpdate, StepState, same_inputs
+from tapescope.core.provenance import OptimizerState, ParamUpdate, StepState, same_inputs
 
 __all__ = ["Inject", "StepProbe", "flip_lowest_bit", "kernel_list", "parse_inject"]
 
@@ -235,7 +235,7 @@ def core_optimizer_arrays(opt: Any, tape: Any, after: bool, copy: bool = True) -
     (copies, or with ``copy=False`` read-only views of the optimizer's own arrays, which its
     next update rewrites; m, v None for SGD or before Adam's first step), before or after its
     update."""
-    from core import optim
+    from tapescope.core import optim
 
     adam = isinstance(opt, optim.Adam)
     out: dict = {"kind": "adam" if adam else "sgd", "lr": opt.lr, "clip": opt.clip,

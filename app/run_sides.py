@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from core.precision import HALF
+from tapescope.core.precision import HALF
 
 __all__ = ["CpuRun", "DeviceRun", "Run", "RunSpec", "StepArrays"]
 
@@ -131,7 +131,7 @@ class CpuRun:
     plan = None
 
     def __init__(self, spec: RunSpec, workload: str, seed: int) -> None:
-        from core import workloads
+        from tapescope.core import workloads
 
         self.spec = spec
         self.wl = workloads.get(workload, dtype=spec.dtype, math=spec.math, seed=seed)
@@ -183,7 +183,7 @@ class CpuRun:
 
     def optimizer_arrays(self, after: bool) -> dict:
         """The optimizer's settings and moments around its update (provenance)."""
-        from app.run_provenance import core_optimizer_arrays
+        from tapescope.app.run_provenance import core_optimizer_arrays
 
         if self.spec.amp:
             return None  # the update check does not model mixed precision yet
@@ -192,7 +192,7 @@ class CpuRun:
     def optimizer_views(self, after: bool) -> dict | None:
         """``optimizer_arrays`` without copies: the optimizer's own moments, which its next
         update rewrites in place (read them before it; provenance's update skip)."""
-        from app.run_provenance import core_optimizer_arrays
+        from tapescope.app.run_provenance import core_optimizer_arrays
 
         if self.spec.amp:
             return None
@@ -215,7 +215,7 @@ class DeviceRun:
     """The episode replayed on a device; ``feed`` is the CPU run whose inputs it takes."""
 
     def __init__(self, spec: RunSpec, device: Any, feed: CpuRun) -> None:
-        import gpu
+        from tapescope import gpu
 
         self.spec, self.feed = spec, feed
         wl = feed.wl
@@ -223,13 +223,13 @@ class DeviceRun:
         math = spec.math if spec.math != wl.tape.math else None
         specs = None
         if spec.kernels:  # the user's kernel files (gpu.user_kernels), compiled because named
-            from gpu.user_kernels import parse_spec
+            from tapescope.gpu.user_kernels import parse_spec
 
             specs = [parse_spec(k) for k in spec.kernels]
         self.prog = gpu.capture(device, wl.tape, loss, math=math, kernels=specs)
         self.plan = None
         if spec.fuse:
-            from gpu.fusion import apply
+            from tapescope.gpu.fusion import apply
 
             self.plan = apply(self.prog)
         self.dopt = gpu.from_core(feed.opt)
@@ -268,14 +268,14 @@ class DeviceRun:
             self.prog.run_phase_hooked(name, hooks)
 
     def _flip(self, i: int, which: str) -> None:
-        from app.run_provenance import flip_lowest_bit
+        from tapescope.app.run_provenance import flip_lowest_bit
 
         buf = self.prog.values[i] if which == "value" else self.prog.grads[i]
         buf.upload(flip_lowest_bit(buf.download()))
 
     def optimizer_arrays(self, after: bool) -> dict:
         """The device optimizer's settings and moments around its update (provenance)."""
-        from app.run_provenance import device_optimizer_arrays
+        from tapescope.app.run_provenance import device_optimizer_arrays
 
         if self.spec.amp:
             return None  # the update check does not model mixed precision yet
@@ -284,7 +284,7 @@ class DeviceRun:
     def optimizer_views(self, after: bool) -> dict | None:
         """``optimizer_arrays`` with the moments as the device's own memory where it is the
         host's (no download; valid until the next launch), else downloaded."""
-        from app.run_provenance import device_optimizer_arrays
+        from tapescope.app.run_provenance import device_optimizer_arrays
 
         if self.spec.amp:
             return None
@@ -311,7 +311,7 @@ class DeviceRun:
         self._equal = None
         if ref is not self.feed or self.prog.dtype in HALF:  # no half diff kernel: host
             return None
-        import gpu
+        from tapescope import gpu
 
         equal: set = set()
         rep = gpu.parity.compare(self.feed.wl.tape, self.prog, equal=equal)
@@ -366,7 +366,9 @@ def open_runs(config: Any, device: Any) -> tuple[Run, Run]:
                                                           loss_scale=spec.loss_scale),
                                                   config.workload, config.seed)
             if spec.side == "torch":
-                from app.torch_run import TorchRun  # (torch is imported only for a torch run)
+                from tapescope.app.torch_run import (
+                    TorchRun,  # (torch is imported only for a torch run)
+                )
 
                 out.append(TorchRun(spec, feed))
             else:

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from app.run_sides import CpuRun, DeviceRun, Run, RunSpec, StepArrays, open_runs
-from core.step_record import F_V_INTRO, entries, record_of, set_introduced, worst
-from core.step_record import roots as record_roots
+from tapescope.app.run_sides import CpuRun, DeviceRun, Run, RunSpec, StepArrays, open_runs
+from tapescope.core.step_record import F_V_INTRO, entries, record_of, set_introduced, worst
+from tapescope.core.step_record import roots as record_roots
 
 __all__ = ["COMPARES", "CpuRun", "DeviceRun", "PairRunner", "Run", "RunSpec", "SessionConfig",
            "StepError", "StepResult", "host_compare", "roots"]
@@ -233,7 +233,7 @@ class PairRunner:
         self.device = device
         if runs is None:
             if device is None and "device" in (self.ref_spec.side, self.cand_spec.side):
-                import gpu
+                from tapescope import gpu
 
                 self.device = gpu.open_device(config.device)
             runs = open_runs(config, self.device)
@@ -248,12 +248,12 @@ class PairRunner:
     def _setup_provenance(self, mode: str, inject: Any, keep: int) -> None:
         from collections import deque
 
-        from app.run_provenance import StepProbe
+        from tapescope.app.run_provenance import StepProbe
 
         self.provenance_mode = mode
         self.states: deque = deque(maxlen=max(int(keep), 0))
         if isinstance(inject, str):
-            from app.run_provenance import parse_inject
+            from tapescope.app.run_provenance import parse_inject
 
             inject = parse_inject(inject, self.nodes)
         if inject is not None:
@@ -337,7 +337,7 @@ class PairRunner:
         prov = None
         rts = roots(self.nodes, rec)
         if st is not None:
-            from core.provenance import provenance
+            from tapescope.core.provenance import provenance
 
             t1 = time.perf_counter()
             if self.states.maxlen:  # before after_update moves the leaves' expectations on
@@ -364,7 +364,9 @@ class PairRunner:
                          [e.to_json() for e in prov.introduced] if prov else [],
                          prov.kernels if prov else [], tp, labels=self.nodes)
         if self.scan_nonfinite:
-            from app.step_history import scan_produced  # (views' numpy helpers: live only)
+            from tapescope.app.step_history import (
+                scan_produced,  # (views' numpy helpers: live only)
+            )
 
             res.produced = scan_produced(self, res)
         return res
@@ -417,7 +419,7 @@ def host_compare(nodes: tuple, ref_array: Any, cand_array: Any,
                  which: tuple[str, ...] = ("value", "grad")) -> Any:
     """Per-node ``core.parity`` diffs of two runs (any sides), as a ``core.parity.ParityReport``
     (``which``: the arrays compared; the others are None)."""
-    from core.parity import NodeParity, ParityReport, compare_arrays
+    from tapescope.core.parity import NodeParity, ParityReport, compare_arrays
 
     out = []
     for n in nodes:
@@ -437,7 +439,7 @@ def roots(nodes: tuple, parity: Any) -> list[int]:
     (``parity``: a step record, or ``NodeParity.to_json`` entries)."""
     if isinstance(parity, np.ndarray):
         return record_roots(parity, nodes)
-    from core.parity import entry_differs
+    from tapescope.core.parity import entry_differs
 
     bad = {e["id"] for e in parity if entry_differs(e, "value")}
     return sorted(i for i in bad if not any(j in bad for j in nodes[i].inputs))

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from views.array_stats import first_nonfinite, nonfinite_flags, nonfinite_nodes
-from views.graph_model import GraphModel
-from views.node_details import NodeDetails
+from tapescope.views.array_stats import first_nonfinite, nonfinite_flags, nonfinite_nodes
+from tapescope.views.graph_model import GraphModel
+from tapescope.views.node_details import NodeDetails
 
 
 class SessionError(Exception):
@@ -44,7 +44,7 @@ def unconfirmed_script(session: Session | None, spec: str | None) -> str | None:
     (``--workload PATH``, File ▸ Open of a ``.py``: source ``workload:PATH``) or one the user
     chose for the live config needs no question.
     """
-    from core.workloads import WORKLOADS
+    from tapescope.core.workloads import WORKLOADS
 
     if session is None or not spec or spec in WORKLOADS:
         return None
@@ -55,7 +55,7 @@ def unconfirmed_script(session: Session | None, spec: str | None) -> str | None:
 
 def parity_colors(comparison: list[dict] | None) -> dict[int, str]:
     """Overlay colour per compared node: green exact, amber to red by max ulp, NaN purple."""
-    from core.parity import entry_worst
+    from tapescope.core.parity import entry_worst
 
     entries = list(comparison or ())
     return worst_colors([int(e["id"]) for e in entries], [entry_worst(e) for e in entries])
@@ -197,7 +197,7 @@ class Session:
 
     def produced_nonfinite(self) -> list[int]:
         """Nodes that produced a NaN/inf from finite inputs (app.step_history's rule)."""
-        from app.step_history import produced_nonfinite
+        from tapescope.app.step_history import produced_nonfinite
 
         return produced_nonfinite(self.tape.nodes, self.tape.value, self.grads.__getitem__,
                                   flags=self.nonfinite_flags())
@@ -236,8 +236,8 @@ def _values(tape) -> list:
 
 def open_tape_file(path: str | os.PathLike) -> Session:
     """A session on a recorded ``.tape`` file."""
-    from core import tapefile
-    from core.progress import file_label, progress
+    from tapescope.core import tapefile
+    from tapescope.core.progress import file_label, progress
 
     try:
         with progress(file_label("loading", path)):  # a terminal sees a big tape load
@@ -256,7 +256,7 @@ def open_onnx_file(path: str | os.PathLike, cancel=None, limits=None) -> Session
     ``sum(first output)`` is the loss, so gradients and the stepper work), else one executor
     run shown read-only. Setting ``cancel`` (a threading.Event) stops it between nodes;
     ``limits`` (core.onnx.Limits, default: the executor's) bounds what it may take."""
-    from core.onnx import OnnxCancelled, OnnxError, OnnxLimitError
+    from tapescope.core.onnx import OnnxCancelled, OnnxError, OnnxLimitError
 
     try:
         return _import_onnx(path, cancel, limits)
@@ -266,7 +266,7 @@ def open_onnx_file(path: str | os.PathLike, cancel=None, limits=None) -> Session
         first_error = str(e)
     except Exception as e:  # noqa: BLE001 — fall back to the executor's read-only view
         first_error = f"{type(e).__name__}: {e}"
-    from app.onnx_view import onnx_tape_view
+    from tapescope.app.onnx_view import onnx_tape_view
 
     try:
         tape, meta = onnx_tape_view(path, cancel=cancel, limits=limits)
@@ -281,10 +281,10 @@ def open_onnx_file(path: str | os.PathLike, cancel=None, limits=None) -> Session
 
 
 def _import_onnx(path: str | os.PathLike, cancel=None, limits=None) -> Session:
-    from core import Tape, ops
-    from core.onnx import Session as OnnxSession
-    from core.onnx import default_inputs
-    from core.onnx.importer import import_to_tape
+    from tapescope.core import Tape, ops
+    from tapescope.core.onnx import Session as OnnxSession
+    from tapescope.core.onnx import default_inputs
+    from tapescope.core.onnx.importer import import_to_tape
 
     sess = OnnxSession(path, fold=False, cancel=cancel, limits=limits)  # the importer folds
     feeds = default_inputs(sess, 0)
@@ -304,7 +304,7 @@ def _import_onnx(path: str | os.PathLike, cancel=None, limits=None) -> Session:
 
 def open_workload(spec: str, step: int = 0) -> Session:
     """A session on a built-in workload (``mlp``, ``transformer``) or a user's ``PATH.py``."""
-    from core import workloads
+    from tapescope.core import workloads
 
     try:
         wl = workloads.get(spec)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from core.step_record import (
+from tapescope.core.step_record import (
     CAUSES_MAX,
     F_G_INTRO,
     F_G_NAN,
@@ -39,8 +39,8 @@ from core.step_record import (
     F_V_NAN,
     F_V_ONESIDED,
 )
-from views.array_stats import nonfinite_flags
-from views.parity_rows import ColumnComparison
+from tapescope.views.array_stats import nonfinite_flags
+from tapescope.views.parity_rows import ColumnComparison
 
 __all__ = ["F_G_INTRO", "F_G_NAN", "F_G_ONESIDED", "F_U_INTRO", "F_V_INTRO", "F_V_NAN",
            "F_V_ONESIDED", "RECORD", "SOURCE_PROVENANCE", "SOURCE_ROOTS", "StepHistory",
@@ -140,7 +140,7 @@ def scan_produced(runner: Any, res: Any) -> list[int]:
 def _causes(intro: Iterable | None) -> list[list]:
     """The explained introduced arrays (core.explain) as ``[node, which, cause, text, n_diff,
     max_ulp]``, for the Inspector's provenance line."""
-    from core.explain import cause_text
+    from tapescope.core.explain import cause_text
 
     out = []
     for e in intro or ():

@@ -11,7 +11,7 @@ bits; then the node opens at that step.
 
 from __future__ import annotations
 
-from app.live_inspect import summary_details
+from tapescope.app.live_inspect import summary_details
 
 
 class StepRerun:

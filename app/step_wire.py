@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.runs import StepResult
-from core.step_record import CAUSES_MAX, pack, unpack
+from tapescope.app.runs import StepResult
+from tapescope.core.step_record import CAUSES_MAX, pack, unpack
 
 __all__ = ["step_from_wire", "step_to_wire"]
 

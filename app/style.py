@@ -10,8 +10,8 @@ def apply_style(app) -> None:
     is an installation fault, so it is said on stderr (the app still opens)."""
     import sys
 
-    from resources import resource_path
-    from views import theme
+    from tapescope.resources import resource_path
+    from tapescope.views import theme
 
     dark = theme.system_wants_dark(app)  # before Fusion: the platform's palette says it
     app.setStyle("Fusion")

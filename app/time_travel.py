@@ -19,12 +19,12 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFileDialog
 
-from app.session import worst_codes
-from app.step_history import SOURCE_PROVENANCE, StepHistory
-from views.numbers import count_text
-from views.overlay import NodeColors
-from views.step_scrubber import StepScrubber
-from views.training_view import HEAT_STEPS, heat_levels
+from tapescope.app.session import worst_codes
+from tapescope.app.step_history import SOURCE_PROVENANCE, StepHistory
+from tapescope.views.numbers import count_text
+from tapescope.views.overlay import NodeColors
+from tapescope.views.step_scrubber import StepScrubber
+from tapescope.views.training_view import HEAT_STEPS, heat_levels
 
 # the live actions' keys (shown in the Live menu and in each tooltip)
 SHORTCUTS = {"start": "Ctrl+R", "pause": "Ctrl+P", "step": "Ctrl+T", "resume": "Ctrl+Shift+P",
@@ -388,7 +388,7 @@ class TimeTravel(QObject):
         if any(g is None for g in got):
             return  # the rest arrives through the controller's _on_inspected
         self.repro = None
-        from views.repro import write_repro
+        from tapescope.views.repro import write_repro
 
         me = got[0]
         meta = {"id": n.id, "op": n.op, "attrs": dict(n.attrs), "shape": tuple(n.shape),

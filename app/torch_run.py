@@ -106,7 +106,7 @@ class TorchRun:
     def __init__(self, spec: Any, feed: Any) -> None:
         torch = self.torch = import_torch()
         _apply_settings(torch, spec)
-        from core.ops.torch_forms import spelling
+        from tapescope.core.ops.torch_forms import spelling
 
         self.spell = spelling
         self.spec, self.feed = spec, feed
@@ -134,7 +134,7 @@ class TorchRun:
         self._at: int | None = None
 
     def _tensor(self, a: np.ndarray) -> Any:
-        from core.precision import widen
+        from tapescope.core.precision import widen
 
         # a half array through float32 (exact: torch takes no ml_dtypes bfloat16), then back
         return self.torch.tensor(widen(np.asarray(a)), dtype=self.dtype, device=self.dev)
@@ -252,7 +252,7 @@ class _TorchOptim:
 
     def __init__(self, torch: Any, core_opt: Any, params: dict[int, Any],
                  masters: dict[int, Any] | None = None, scaler: Any = None) -> None:
-        from core import optim
+        from tapescope.core import optim
 
         self.torch, self.params = torch, params
         self.masters, self.scaler, self.found_inf = masters, scaler, False
@@ -311,7 +311,7 @@ class _TorchOptimizer:
 
     def __init__(self, torch: Any, core_opt: Any, params: dict[int, Any],
                  masters: dict[int, Any] | None = None, scaler: Any = None) -> None:
-        from core import optim
+        from tapescope.core import optim
 
         self.torch = torch
         self.adam = isinstance(core_opt, optim.Adam)
@@ -397,7 +397,7 @@ def _numpy(t: Any) -> np.ndarray:
     exactly, to ``ml_dtypes.bfloat16``."""
     t = t.detach().cpu()
     if str(t.dtype) == "torch.bfloat16":
-        from core.precision import BFLOAT16
+        from tapescope.core.precision import BFLOAT16
 
         return t.float().numpy().astype(BFLOAT16)
     return np.array(t.numpy(), copy=True)

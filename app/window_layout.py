@@ -13,7 +13,7 @@ from PySide6.QtCore import QByteArray, QEvent, QObject, QRect, QSettings, Qt, Sl
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QTabBar
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 
 GEOMETRY_KEY = "window/geometry"
 STATE_KEY = "window/state"

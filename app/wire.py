@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from core.precision import BFLOAT16
+from tapescope.core.precision import BFLOAT16
 
 WIRE_KINDS = "fiub"  # numeric dtypes only: an object dtype can never come off the wire
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")

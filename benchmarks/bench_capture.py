@@ -157,9 +157,9 @@ def measure(name: str, repeat: int, rounds: int, tmp: str,
     """One row: per step, wall clock and CPU time (``process_time``: what the machine's load
     barely moves) of the plain step (median of ``repeat``) and of capturing and judging
     (median of ``rounds``), as ratios."""
-    from app.capture import capture
-    from core.capture.file import load
-    from core.capture.judge import judge
+    from tapescope.app.capture import capture
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.judge import judge
 
     step = MODELS[name]()
     step()  # warm-up (first-call allocations, lazy inits)
@@ -213,7 +213,7 @@ def micro(rounds: int = 5, n: int = 3000) -> None:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from app.capture.recorder import Recorder
+    from tapescope.app.capture.recorder import Recorder
 
     class Empty(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -259,7 +259,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    from core import native
+    from tapescope.core import native
 
     torch.set_num_threads(a.threads)
     native.set_threads(a.threads)  # the judge's products: the step's thread budget

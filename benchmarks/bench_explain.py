@@ -43,7 +43,7 @@ from machine import machine_line  # noqa: E402
 def steps_cpu(dtype: str, steps: int, explain: bool, threads: int | None = None
               ) -> tuple[float, float, list]:
     """(process CPU s, main-thread CPU s, introduced entries) of ``steps`` steps."""
-    from app.runs import PairRunner, SessionConfig
+    from tapescope.app.runs import PairRunner, SessionConfig
 
     r = PairRunner(SessionConfig(workload="transformer", device="torch", dtype=dtype,
                                  explain=explain, torch_threads=threads))
@@ -57,7 +57,7 @@ def steps_cpu(dtype: str, steps: int, explain: bool, threads: int | None = None
 def command(dtype: str, steps: int, explain: bool) -> tuple[float, float, dict]:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "p.json")
-        argv = [sys.executable, "-c", "import sys; from app.cli import main; "
+        argv = [sys.executable, "-c", "import sys; from tapescope.app.cli import main; "
                 "sys.exit(main())", "parity", "--workload", "transformer", "--device",
                 "torch", "--dtype", dtype, "--steps", str(steps), "--json", out]
         if explain:

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-import gpu  # noqa: E402
-from core import workloads  # noqa: E402
-from gpu import fusion  # noqa: E402
+from tapescope import gpu  # noqa: E402
+from tapescope.core import workloads  # noqa: E402
+from tapescope.gpu import fusion  # noqa: E402
 
 CASES = [("mlp", {}, "float64"), ("mlp", {}, "float32"),
          ("mlp", {"batch_size": 256, "dims": (64, 128, 64, 128, 64)}, "float64"),

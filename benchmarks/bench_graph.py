@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from views.graph_model import GraphModel, GraphNode  # noqa: E402
-from views.layout import NODE_H, NODE_W, layered_layout  # noqa: E402
-from views.synthetic import transformer_like  # noqa: E402
+from tapescope.views.graph_model import GraphModel, GraphNode  # noqa: E402
+from tapescope.views.layout import NODE_H, NODE_W, layered_layout  # noqa: E402
+from tapescope.views.synthetic import transformer_like  # noqa: E402
 
 ZOOMS = (1.0, 0.3, 0.1, 0.03, 0.0015)  # the last shows all 10k nodes at once
 
@@ -139,7 +139,7 @@ def main() -> int:
     from PySide6.QtGui import QPainter
     from PySide6.QtWidgets import QApplication, QGraphicsView
 
-    from views.graph_view import GraphView
+    from tapescope.views.graph_view import GraphView
 
     app = QApplication.instance() or QApplication([])
     t = time.perf_counter()

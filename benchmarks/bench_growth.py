@@ -57,13 +57,13 @@ STAGES = ["record", "backward", "capture", "replay", "compare", "provenance", "s
 def measure(blocks: int, cache: Path, freeze: bool = True, skip: frozenset = frozenset()) -> dict:
     """Every stage once at ``blocks`` blocks: {stage: cpu seconds}, plus nodes and wall times."""
     sys.path.insert(0, str(ROOT))
-    import gpu
-    from core import tapefile, workloads
-    from core.provenance import StepState, provenance
-    from gpu.backends import open_device
-    from gpu.parity import compare
-    from views.graph_model import GraphModel
-    from views.layout import layered_layout
+    from tapescope import gpu
+    from tapescope.core import tapefile, workloads
+    from tapescope.core.provenance import StepState, provenance
+    from tapescope.gpu.backends import open_device
+    from tapescope.gpu.parity import compare
+    from tapescope.views.graph_model import GraphModel
+    from tapescope.views.layout import layered_layout
 
     out: dict = {}
     clock = time.process_time

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _tape(workload: str, dtype: str, steps: int) -> float:
-    from core import workloads
+    from tapescope.core import workloads
 
     wl = workloads.get(workload, dtype=dtype, math="refmath", seed=0)
     opt = wl.make_optimizer()
@@ -30,7 +30,7 @@ def _tape(workload: str, dtype: str, steps: int) -> float:
 
 
 def _pair(workload: str, dtype: str, steps: int, fuse: bool) -> float:
-    from app.runs import PairRunner, SessionConfig
+    from tapescope.app.runs import PairRunner, SessionConfig
 
     runner = PairRunner(SessionConfig(workload=workload, device="host", fuse=fuse, dtype=dtype))
     runner.step(provenance=False)  # the first step compiles (cached) and warms up

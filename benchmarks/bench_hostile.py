@@ -35,7 +35,7 @@ print(json.dumps(out))
 
 
 def main() -> int:
-    from core.onnx import Limits
+    from tapescope.core.onnx import Limits
     from tests.core.onnx import hostile_models as hm
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

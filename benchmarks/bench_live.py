@@ -62,7 +62,7 @@ def headless(workload: str, steps: int, provenance: str = "every", math: str = "
              warmup: int = 5) -> float:
     """Steps per second of the headless pair (what ``tapescope parity`` does per step);
     ``times`` collects each step's provenance seconds, ``cpu`` gets the CPU seconds a step."""
-    from app.runs import PairRunner, SessionConfig
+    from tapescope.app.runs import PairRunner, SessionConfig
 
     r = PairRunner(SessionConfig(workload=workload, device="host", math=math, fuse=fuse),
                    provenance=provenance)
@@ -91,7 +91,7 @@ def provenance_table(workloads: list[str], steps: int, repeat: int) -> None:
                 for _ in range(repeat):
                     off.append(headless(wl, steps, "off", math, fuse))
                     on.append(headless(wl, steps, "every", math, fuse, times))
-                from app.runs import PairRunner, SessionConfig
+                from tapescope.app.runs import PairRunner, SessionConfig
 
                 r = PairRunner(SessionConfig(workload=wl, device="host", math=math, fuse=fuse))
                 intro = np.mean([len(r.step().introduced) for _ in range(5)])
@@ -127,7 +127,7 @@ class PipeCount:
     def __enter__(self) -> PipeCount:
         import json
 
-        from app.live_worker import WorkerProcess
+        from tapescope.app.live_worker import WorkerProcess
 
         self._real = WorkerProcess.messages
         me = self
@@ -153,7 +153,7 @@ class PipeCount:
         return self
 
     def __exit__(self, *exc) -> None:
-        from app.live_worker import WorkerProcess
+        from tapescope.app.live_worker import WorkerProcess
 
         WorkerProcess.messages = self._real
 
@@ -164,9 +164,9 @@ def live(workload: str, steps: int, pipe: PipeCount | None = None) -> dict:
     ``pipe`` counts the message pipe's bytes and objects."""
     from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 
-    from app.live import FAILED, STOPPED
-    from app.main_window import MainWindow
-    from app.runs import SessionConfig
+    from tapescope.app.live import FAILED, STOPPED
+    from tapescope.app.main_window import MainWindow
+    from tapescope.app.runs import SessionConfig
 
     win = MainWindow()
     win.resize(1440, 900)
@@ -242,8 +242,8 @@ def live(workload: str, steps: int, pipe: PipeCount | None = None) -> dict:
 # ---- the synthetic feed: a big tape's snapshots without a worker -----------------------------
 def big_session(blocks: int = 238):
     """A session on a recorded ``blocks``-block transformer (238: 10,005 nodes)."""
-    from app.session import Session
-    from core import workloads
+    from tapescope.app.session import Session
+    from tapescope.core import workloads
 
     wl = workloads.get("transformer", seed=0, blocks=blocks)
     loss = wl.record(0)
@@ -253,7 +253,7 @@ def big_session(blocks: int = 238):
 
 
 def _feed_session_class():
-    from app.live import RUNNING, LiveSession
+    from tapescope.app.live import RUNNING, LiveSession
 
     class FeedSession(LiveSession):
         """A live session whose snapshots come from ``feed`` (no worker process)."""
@@ -266,7 +266,7 @@ def _feed_session_class():
 
         def feed(self, msg: dict) -> None:
             """One worker message, decoded and posted as the reader thread does."""
-            from app.live import _snapshot
+            from tapescope.app.live import _snapshot
 
             self._post(_snapshot(msg))
 
@@ -277,7 +277,7 @@ def synthetic_messages(n: int, kinds: int = 8, seed: int = 0):
     """``step → the worker's snapshot message`` of one step on an ``n``-node tape: a few
     per cent of the nodes differ by 1-3 ulp (which ones changes with the step), the rest agree;
     each step's record packed as the worker packs it (``app.step_wire``)."""
-    from core.step_record import F_V_INTRO, STEP_RECORD, pack
+    from tapescope.core.step_record import F_V_INTRO, STEP_RECORD, pack
 
     rng = np.random.default_rng(seed)
     tmpl = []
@@ -313,9 +313,9 @@ def feed(steps: int, blocks: int = 238, memory_at: tuple = ()) -> dict:
     ``memory_at`` steps."""
     from PySide6.QtCore import QCoreApplication
 
-    import app.live_controller as lc
-    from app.main_window import MainWindow
-    from app.runs import SessionConfig
+    import tapescope.app.live_controller as lc
+    from tapescope.app.main_window import MainWindow
+    from tapescope.app.runs import SessionConfig
 
     win = MainWindow()
     win.resize(1440, 900)
@@ -333,7 +333,7 @@ def feed(steps: int, blocks: int = 238, memory_at: tuple = ()) -> dict:
     message = synthetic_messages(n)
     cpu, wall, mem, gui = [], [], {}, []
     rss0 = rss_mb()
-    from app.live import _snapshot
+    from tapescope.app.live import _snapshot
 
     for step in range(1, steps + 1):
         msg = message(step)
@@ -464,7 +464,7 @@ def main() -> None:
         provenance_table(a.workloads.split(","), min(a.steps, 300), a.repeat)
     if a.provenance_only:
         return
-    __import__("views")  # the PySide6 guard
+    __import__("tapescope.views")  # the PySide6 guard
     from PySide6.QtWidgets import QApplication
 
     _app = QApplication.instance() or QApplication([])

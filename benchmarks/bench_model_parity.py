@@ -112,13 +112,13 @@ def _cpu(fn) -> float:
 
 
 def bench(path: str, steps: int) -> dict:
-    from app.runs import PairRunner, SessionConfig
-    from core.onnx.workload import model_spec
+    from tapescope.app.runs import PairRunner, SessionConfig
+    from tapescope.core.onnx.workload import model_spec
 
     spec = model_spec(path)
     runner = PairRunner(SessionConfig(workload=spec, device="host", dtype="float32"))
     wl = runner.ref.wl  # a second workload of the same model times the tape alone
-    from core.onnx.workload import OnnxWorkload
+    from tapescope.core.onnx.workload import OnnxWorkload
 
     alone = OnnxWorkload(path, dtype=wl.tape.dtype)
     opt = alone.make_optimizer()
@@ -149,9 +149,9 @@ def parts(path: str, steps: int) -> None:
     """Print the mean CPU seconds per step of each part of a parity step (``--parts``)."""
     import collections
 
-    import core.provenance as cp
-    from app.runs import PairRunner, SessionConfig
-    from core.onnx.workload import model_spec
+    import tapescope.core.provenance as cp
+    from tapescope.app.runs import PairRunner, SessionConfig
+    from tapescope.core.onnx.workload import model_spec
 
     acc: dict = collections.defaultdict(float)
 
@@ -208,8 +208,8 @@ def main() -> int:
             import cProfile
             import pstats
 
-            from app.runs import PairRunner, SessionConfig
-            from core.onnx.workload import model_spec
+            from tapescope.app.runs import PairRunner, SessionConfig
+            from tapescope.core.onnx.workload import model_spec
 
             runner = PairRunner(SessionConfig(workload=model_spec(export(args.profile, d)),
                                               device="host", dtype="float32"))

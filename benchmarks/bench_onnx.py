@@ -41,7 +41,7 @@ sys.path.insert(0, ROOT)
 
 from machine import machine_line  # noqa: E402
 
-from core.onnx import Session  # noqa: E402
+from tapescope.core.onnx import Session  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 DEFAULT = "tiny_convnet,resnet_like112,resnet_like224,squeezenet,shufflenet,resnet50"
@@ -76,7 +76,7 @@ def _paired_ratio(ours, peer, repeat: int) -> tuple[float, float, float, float]:
     """(median of per-run CPU-time ratios ours / peer, median CPU s of ours, of peer, least
     CPU s of ours / least of peer): one thread each, runs interleaved. On a loaded machine the
     least of N is the steadiest number of each side (a neighbour only ever adds time)."""
-    from core import native
+    from tapescope.core import native
 
     before = native.threads()
     native.set_threads(1)

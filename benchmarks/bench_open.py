@@ -32,7 +32,7 @@ def tape_path(cache: Path, blocks: int, version: int = 2) -> Path:
     from the other version's file when that exists, else recorded)."""
     p = cache / f"tapescope-bench-transformer{blocks}.v{version}.tape"
     if not p.exists():
-        from core import tapefile, workloads
+        from tapescope.core import tapefile, workloads
 
         other = cache / f"tapescope-bench-transformer{blocks}.v{3 - version}.tape"
         if other.exists():
@@ -54,8 +54,8 @@ def measure(path: Path) -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow
-    from app.session import open_path
+    from tapescope.app.main_window import MainWindow
+    from tapescope.app.session import open_path
 
     app = QApplication([])
     w = MainWindow()

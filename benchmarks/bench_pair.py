@@ -28,7 +28,8 @@ ZOO = ROOT / "tests" / "capture" / "zoo"
 
 def capture(out: Path, script: str, threads: int) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
-    subprocess.run([sys.executable, "-m", "app.cli", "capture", "--out", str(out), "--set",
+    subprocess.run([sys.executable, "-m", "tapescope.app.cli", "capture", "--out", str(out),
+                    "--set",
                     f"threads={threads}", "--", "python", script], cwd=ZOO, env=env,
                    check=True, stdout=subprocess.DEVNULL)
 
@@ -39,9 +40,9 @@ def main() -> None:
     ap.add_argument("--script", default="gpt.py")
     ap.add_argument("--captures", nargs=2, default=None, metavar="FILE")
     a = ap.parse_args()
-    from core.capture.file import load
-    from core.capture.judge import judge
-    from core.capture.pair import pair
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.judge import judge
+    from tapescope.core.capture.pair import pair
 
     with tempfile.TemporaryDirectory() as d:
         if a.captures:

@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from core.native import isa  # noqa: E402
+from tapescope.core.native import isa  # noqa: E402
 
 
 def _run(script: str, args: list[str], path: str) -> str:

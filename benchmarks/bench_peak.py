@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from core import native  # noqa: E402
+from tapescope.core import native  # noqa: E402
 
 # 12 independent accumulators (registers 0-11), operands in 30/31 (zmm) or 14/15 (ymm): no
 # memory traffic, no dependence between chains beyond each accumulator's own adds

@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mpmath  # noqa: E402
 import numpy as np  # noqa: E402
 
-from core import refmath  # noqa: E402
-from core.refmath._domain import domain_sample, ulp_error  # noqa: E402
+from tapescope.core import refmath  # noqa: E402
+from tapescope.core.refmath._domain import domain_sample, ulp_error  # noqa: E402
 
 
 def _sigmoid_np(x: np.ndarray) -> np.ndarray:

@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-import gpu
-from core import workloads
-from core.parity import compare_arrays
+from tapescope import gpu
+from tapescope.core import workloads
+from tapescope.core.parity import compare_arrays
 
 SIZES = {"small": {}, "large": {"dims": (784, 128, 32, 128, 784), "batch_size": 64}}
 
@@ -39,7 +39,7 @@ def _clock(sync=None):
     """Process CPU time for single-threaded runs with nothing to synchronise (on a shared
     machine wall time also counts the turns other jobs get); wall time for device runs and
     for runs on more than one thread (CPU time would add the threads up)."""
-    from core import native
+    from tapescope.core import native
 
     return time.perf_counter if sync is not None or native.threads() > 1 else time.process_time
 
@@ -100,7 +100,7 @@ Row = tuple[str, float, str]
 
 def device_rows(dev, size: str, repeat: int, dtype: str = "float64") -> Iterator[Row]:
     """eager, episode (cuda: graph) and fused episode rows, each yielded once measured."""
-    from gpu import fusion
+    from tapescope.gpu import fusion
 
     sync = dev.synchronize if dev.kind == "cuda" else None
     episode_name = "graph" if dev.kind == "cuda" else "episode"
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                          "pool may use (default 1; PyTorch stays on 1). Above 1 the CPU rows "
                          "are timed in wall time")
     args = ap.parse_args(argv)
-    from core import native
+    from tapescope.core import native
 
     native.set_threads(args.threads)
     sizes = ["small", "large"] if args.size == "both" else [args.size]
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device in ("host", "all"):
         devices.append(gpu.open_device("host"))
     if args.device in ("cuda", "all"):
-        from gpu.cuda import cuda_unavailable_reason
+        from tapescope.gpu.cuda import cuda_unavailable_reason
 
         why = cuda_unavailable_reason()
         if why is None:

@@ -22,7 +22,7 @@ import time
 import numpy as np
 from machine import machine_line
 
-from core import Tape, ops, optim
+from tapescope.core import Tape, ops, optim
 
 # One thread: process CPU time (on a shared, oversubscribed machine a run's wall time includes
 # the time the scheduler gave other jobs; its CPU time does not). More threads: wall time (CPU
@@ -119,7 +119,7 @@ DIMS = (784, 128, 32, 128, 784)
 
 
 def mlp_tape():
-    from core.workloads import MLP
+    from tapescope.core.workloads import MLP
 
     wl = MLP(dims=DIMS, batch_size=64, rank=16)
     opt = optim.Adam(wl.tape, lr=1e-3)
@@ -151,7 +151,7 @@ def mlp_torch(torch):
 
 
 def _set_threads(torch, n: int) -> None:
-    from core import native
+    from tapescope.core import native
 
     native.set_threads(n)
     if torch:

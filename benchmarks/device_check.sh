@@ -63,7 +63,10 @@ case "$BUDGET$REPEAT" in *[!0-9]*) echo "device_check.sh: --budget and --repeat 
 [ -n "$BUDGET" ] || BUDGET=$([ $QUICK = 1 ] && echo 170 || echo 470)
 
 PY="${PYTHON:-$(command -v python3 || command -v python)}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# run from this checkout as it is (no install needed): `tapescope` is the checkout itself, a
+# namespace package (pyproject.toml's package-dir), reached through a link named tapescope
+SHIM="$(mktemp -d "${TMPDIR:-/tmp}/tapescope_path.XXXXXX")" && ln -s "$PWD" "$SHIM/tapescope" || exit 2
+export PYTHONPATH="$SHIM${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
 if [ -z "$OUTDIR" ]; then OUTDIR="$(mktemp -d "${TMPDIR:-/tmp}/device_check.XXXXXX")"; fi
 mkdir -p "$OUTDIR/device_check_logs" || exit 2
@@ -79,16 +82,16 @@ else
 fi
 export PY DEV STEPS DRY QUICK REPEAT LOGS
 
-# `tapescope` = python -m app.cli; if the full CLI cannot even build its parser here (some other
+# `tapescope` = python -m tapescope.app.cli; if the full CLI cannot even build its parser here (some other
 # command's import-time dependency missing), run each subcommand on its own instead.
-if "$PY" -c "import app.cli; app.cli.build_parser()" 2>"$LOGS/cli.err"; then
-  tapescope() { "$PY" -m app.cli "$@"; }
+if "$PY" -c "import tapescope.app.cli as c; c.build_parser()" 2>"$LOGS/cli.err"; then
+  tapescope() { "$PY" -m tapescope.app.cli "$@"; }
 else
-  echo "note: python -m app.cli does not start here ($(tail -1 "$LOGS/cli.err")); running" \
+  echo "note: python -m tapescope.app.cli does not start here ($(tail -1 "$LOGS/cli.err")); running" \
        "the subcommands directly"
   tapescope() {
     "$PY" -c 'import argparse, importlib, sys
-m = importlib.import_module("app.commands." + sys.argv[1])
+m = importlib.import_module("tapescope.app.commands." + sys.argv[1])
 p = argparse.ArgumentParser(prog="tapescope"); m.register(p.add_subparsers())
 a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a) or 0)' "$@"
   }

@@ -9,7 +9,7 @@ import os
 
 
 def machine_line(peers: tuple[str, ...] = ("torch",)) -> str:
-    from core.native import isa
+    from tapescope.core.native import isa
 
     parts = [f"native path {isa.describe()}", f"{os.cpu_count()} cores",
              f"load {os.getloadavg()[0]:.1f}"]

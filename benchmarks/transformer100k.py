@@ -1,6 +1,6 @@
 """A 2380-block transformer: a 99,969-node tape (issue 29's live case at 100k nodes;
 ``benchmarks/bench_live.py --big-steps N --big-workload benchmarks/transformer100k.py``)."""
-from core.workloads.transformer import Transformer
+from tapescope.core.workloads.transformer import Transformer
 
 
 class Big(Transformer):

@@ -1,7 +1,7 @@
 """tapescope core: the define-by-run tape (the CPU semantic reference), ops, optimizers, files."""
 
-from core import ops, optim
-from core.tape import BackwardStep, Contribution, Mark, Node, Tape, TapeError, Var
+from tapescope.core import ops, optim
+from tapescope.core.tape import BackwardStep, Contribution, Mark, Node, Tape, TapeError, Var
 
 __all__ = [
     "BackwardStep",

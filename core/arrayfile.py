@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from core.atomic import open_regular
+from tapescope.core.atomic import open_regular
 
 _CHUNK = 4 << 20  # bytes per read: a short read is noticed within one chunk
 
@@ -131,7 +131,7 @@ SAFETENSORS_DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.
 
 
 def _bfloat16() -> np.dtype:
-    from core.precision import BFLOAT16
+    from tapescope.core.precision import BFLOAT16
 
     return BFLOAT16
 
@@ -196,7 +196,7 @@ def read_safetensors(path: str, shapes: dict[str, tuple[int, ...]],
 
 def _checked_entry(name: str, entry, shapes: dict, data_size: int):
     """(name, dtype, shape, begin) of one header entry, or the one reason it is refused."""
-    from core.names import shown
+    from tapescope.core.names import shown
 
     label = f"tensor '{shown(name)}'"
     if name not in shapes:

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from core import precision
+from tapescope.core import precision
 
 __all__ = ["same_bytes"]
 

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from core import precision
+from tapescope.core import precision
 
 __all__ = ["FUNC_ULP", "OUTSIDE", "SAFETY", "SHORT", "VALID", "Verdict", "entry_label",
            "fail_on_bug", "gamma", "grad_bound", "judge", "unit_roundoff", "update_bounds",
@@ -167,7 +167,7 @@ def _softmax_parts(x: np.ndarray, axis: int, u: float) -> tuple:
 def value_bound(op: str, xs: Sequence[Any], at: dict, ref: Any, dt: Any) -> np.ndarray:
     """The allowed ``|cand - ref|`` per element of ``op``'s output (``ref``: the reference
     output on the candidate's inputs ``xs``, in the run's dtype ``dt``)."""
-    from core.optable.registry import REGISTRY
+    from tapescope.core.optable.registry import REGISTRY
 
     dt = np.dtype(dt)
     u = unit_roundoff(dt)
@@ -187,7 +187,7 @@ def value_bound(op: str, xs: Sequence[Any], at: dict, ref: Any, dt: Any) -> np.n
             return _finish(k * u * ay, shape, dt)
         fwd = REGISTRY[op].forward
         if op in ("sum", "mean"):
-            from core.ops.reduce import count
+            from tapescope.core.ops.reduce import count
 
             x = _f(xs[0])
             n = count(x.shape, at)
@@ -300,7 +300,7 @@ def _contrib_bounds(op: str, g: Any, xs: Sequence[Any], y: Any, at: dict, needs:
     """Per input of a consumer ``op``: ``(E, M)``, the error bound of its backward contribution
     and that contribution's magnitude (None where it pushes none). ``M`` bounds ``|contrib|``
     (the consumers' contributions are then added: ``gamma(C) * sum M``)."""
-    from core.optable.registry import REGISTRY
+    from tapescope.core.optable.registry import REGISTRY
 
     G = _abs(g)
     X = [None if x is None else _f(x) for x in xs]
@@ -336,7 +336,7 @@ def _contrib_bounds(op: str, g: Any, xs: Sequence[Any], y: Any, at: dict, needs:
                     n = max(G.size // max(int(np.prod(np.shape(xs[k]))), 1), 1)
                     put(k, gamma(n + 3, u) * M, M)
         elif op in ("sum", "mean"):
-            from core.ops.reduce import count
+            from tapescope.core.ops.reduce import count
 
             c = count(np.shape(xs[0]), at) if op == "mean" else 1
             M = REGISTRY[op].backward(None, G, [AX[0]], None, at, [True])[0]
@@ -495,7 +495,7 @@ _NPM = None
 def _np_math() -> Any:
     global _NPM
     if _NPM is None:
-        from core import mathlib
+        from tapescope.core import mathlib
 
         _NPM = mathlib.get("platform")
     return _NPM
@@ -506,7 +506,7 @@ def grad_bound(nodes: tuple, j: int, by: Sequence[int], value: Callable, grad: C
     """The allowed ``|cand - ref|`` per element of node ``j``'s gradient, made by its consumers
     ``by`` from the candidate's gradients ``grad(i)`` and values ``value(i)`` (as
     ``core.provenance.reference_grad`` makes it)."""
-    from core.optable.registry import REGISTRY
+    from tapescope.core.optable.registry import REGISTRY
 
     dt = np.dtype(dt)
     u = unit_roundoff(dt)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from core.atomic import build_atomic, write_atomic
+from tapescope.core.atomic import build_atomic, write_atomic
 
 __all__ = ["CacheError", "cache_dir", "cache_key", "KernelCache", "STORE", "MARKER"]
 

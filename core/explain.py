@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from core import mathlib, precision
-from core.explain_aten import ATEN_BACKWARD, ATEN_FORWARD, aten_moments, aten_sum
-from core.explain_prims import (
+from tapescope.core import mathlib, precision
+from tapescope.core.explain_aten import ATEN_BACKWARD, ATEN_FORWARD, aten_moments, aten_sum
+from tapescope.core.explain_prims import (
     _LIBC_MATH,
     _cascade_reduce,
     _fold_lanes,
@@ -60,9 +60,9 @@ from core.explain_prims import (
     _two_sum,
     fma,
 )
-from core.ops.reference import mm, reduced_axes, serial_sum
-from core.optable.registry import REGISTRY
-from core.parity import compare_arrays
+from tapescope.core.ops.reference import mm, reduced_axes, serial_sum
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.core.parity import compare_arrays
 
 __all__ = ["CAUSES", "SIGNED_ZERO", "Cause", "FORMULAS", "Prims", "VARIANTS", "Variant",
            "cause_text", "closer", "distance", "explain", "explain_grad", "fma",
@@ -468,7 +468,7 @@ def reference_prims() -> Prims:
 
 # ---- the ops written in the primitives ---------------------------------------------------------
 def _mean(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
-    from core.ops.reduce import count
+    from tapescope.core.ops.reduce import count
 
     x = xs[0]
     return P.div(P.sum(x, at.get("axis"), at.get("keepdims", False)),
@@ -511,7 +511,7 @@ def _bmm(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
 
 
 def _cross_entropy(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
-    from core.ops.rowwise import _ce_parts
+    from tapescope.core.ops.rowwise import _ce_parts
 
     M = P.math()
     z, e, _, ti = _ce_parts(M, xs[0], xs[1])
@@ -524,7 +524,7 @@ def _conv2d(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
     """conv2d as im2col + product (the reference's own order, core.ops.nn.conv_nd): per image
     and group, ``weight [M/G, C/G*kh*kw] @ columns [C/G*kh*kw, pixels]`` with ``P.mm``, as
     PyTorch's CPU convolution without oneDNN (slow_conv2d: unfold, then one gemm per image)."""
-    from core.ops.nn import _conv_geom, conv_nd
+    from tapescope.core.ops.nn import _conv_geom, conv_nd
 
     if P.conv is not None:
         return P.conv(xs, at)
@@ -546,7 +546,7 @@ def _conv_direct(block: int) -> Callable:
     2.13's float32 CPU conv2d (oneDNN 3.12, AVX-512) is this with 16-channel blocks (up to 32
     channels; longer channel loops are blocked otherwise, not reproduced)."""
     def conv(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
-        from core.ops.nn import _conv_geom, im2col
+        from tapescope.core.ops.nn import _conv_geom, im2col
 
         x, w = (np.asarray(a) for a in xs)
         st, padw, dil, g = _conv_geom(at)
@@ -604,7 +604,7 @@ def _conv_winograd(xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
     U * V`` summed over the channels in order, ``Y = A^T M A``; 3x3 kernels, stride 1,
     dilation 1, group 1 only (ValueError otherwise: skipped without a try). cuDNN picks it for
     such convolutions on the GPU."""
-    from core.ops.nn import _conv_geom
+    from tapescope.core.ops.nn import _conv_geom
 
     x, w = (np.asarray(a) for a in xs)
     st, padw, dil, g = _conv_geom(at)
@@ -1141,7 +1141,7 @@ def _unb_rule(op: str, sumf: Callable) -> Callable:
     the reduction of a broadcast gradient (autograd's ``sum_to_size``) in another order."""
     unb = _unbroadcast_with(sumf)
     if op == "rms_norm":
-        from core.ops.rowwise import _inv_rms
+        from tapescope.core.ops.rowwise import _inv_rms
 
         def rms(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: Any,
                 nd: Sequence[bool]) -> list:

@@ -86,7 +86,7 @@ _LANES = {np.dtype(np.float64): 8, np.dtype(np.float32): 16}
 
 
 def _fma(a: Any, b: Any, c: Any) -> np.ndarray:
-    from core.explain_prims import fma
+    from tapescope.core.explain_prims import fma
 
     return fma(a, b, c)
 
@@ -216,7 +216,7 @@ def sleef_log(d: Any) -> np.ndarray:
 
 
 def _libc_exp(x: np.ndarray) -> np.ndarray:
-    from core.explain_prims import _LIBC_MATH
+    from tapescope.core.explain_prims import _LIBC_MATH
 
     return _LIBC_MATH.exp(x)
 
@@ -236,7 +236,7 @@ def _vec_map(x: np.ndarray, vec: Callable, scalar: Callable) -> np.ndarray:
 
 def reduce_all(e: np.ndarray) -> np.ndarray:
     """ATen's ``vec::reduce_all`` sum of every row (the last axis), keepdims (module doc)."""
-    from core.explain_prims import _fold_lanes
+    from tapescope.core.explain_prims import _fold_lanes
 
     dt = e.dtype
     w = _LANES[np.dtype(dt)]
@@ -259,7 +259,7 @@ def reduce_all(e: np.ndarray) -> np.ndarray:
 
 def _cascade(a: np.ndarray) -> np.ndarray:
     """``multi_row_sum``'s cascade over axis 0 (core.explain's ``_cascade_reduce``)."""
-    from core.explain_prims import _cascade_reduce
+    from tapescope.core.explain_prims import _cascade_reduce
 
     if a.shape[0] == 0:
         return np.zeros(a.shape[1:], dtype=a.dtype)
@@ -312,7 +312,7 @@ def _outer_sum(f: np.ndarray) -> np.ndarray:
 
 def aten_sum(x: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
     """ATen's CPU ``sum`` (module doc) over trailing or leading axes; a ValueError otherwise."""
-    from core.ops.reference import reduced_axes
+    from tapescope.core.ops.reference import reduced_axes
 
     x = np.asarray(x)
     _check([x])
@@ -347,7 +347,7 @@ def _rms_norm_bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: A
         try:
             gw = aten_sum(gxr, tuple(range(lead))) if lead else gxr
         except ValueError:  # an order not written here: the reference's (gx may still match)
-            from core.ops.reference import serial_sum
+            from tapescope.core.ops.reference import serial_sum
             gw = serial_sum(gxr, tuple(range(lead)))
     gx = None
     if nd[0]:
@@ -355,7 +355,7 @@ def _rms_norm_bwd(M: Any, g: np.ndarray, xs: Sequence[np.ndarray], y: Any, at: A
         gr = aten_sum(gd * x, -1, keepdims=True)
         # two contributions autograd adds to x's gradient separately, after those of
         # consumers made later (the engine runs later nodes first): x * r's, then pow's
-        from core.explain_prims import GradParts
+        from tapescope.core.explain_prims import GradParts
         gx = GradParts((gd * r, (((t(-0.5) * gr) * ((r * r) * r)) / n) * (t(2) * x)))
     return [gx, gw]
 
@@ -470,7 +470,7 @@ ATEN_BACKWARD: dict[str, tuple[Callable, str]] = {
 def aten_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(mean, population variance) over the last axis, keepdims, as ATen's CPU
     ``RowwiseMoments`` (layer_norm's statistics; the module doc), in ``x``'s type."""
-    from core.explain_prims import fma
+    from tapescope.core.explain_prims import fma
 
     x = np.asarray(x)
     if x.dtype not in (np.float64, np.float32):

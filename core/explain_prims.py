@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from core import mathlib
+from tapescope.core import mathlib
 
 
 class GradParts(tuple):

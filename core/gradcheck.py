@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import ops, precision
-from core.optable.registry import REGISTRY, OpDef
-from core.tape import Tape
+from tapescope.core import ops, precision
+from tapescope.core.optable.registry import REGISTRY, OpDef
+from tapescope.core.tape import Tape
 
 EPS = 1e-6
 TOL = 1e-6  # on |analytic - numeric| / max(1, |analytic|, |numeric|)

@@ -35,7 +35,7 @@ def _erf_platform(x: np.ndarray) -> np.ndarray:
 
 
 def _refmath() -> SimpleNamespace:
-    from core import refmath
+    from tapescope.core import refmath
 
     names = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "rsqrt", "erf")
     return SimpleNamespace(mode="refmath", **{n: getattr(refmath, n) for n in names})

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core import native as _native
-from core import precision
-from core.amp import LossScaler
-from core.ops.reference import serial_sum
-from core.tape import Tape, TapeError, Var
+from tapescope.core import native as _native
+from tapescope.core import precision
+from tapescope.core.amp import LossScaler
+from tapescope.core.ops.reference import serial_sum
+from tapescope.core.tape import Tape, TapeError, Var
 
 
 @dataclass

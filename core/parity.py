@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from core import precision
+from tapescope.core import precision
 
 __all__ = ["NodeParity", "ParityReport", "TensorDiff", "compare_arrays", "entry_differs",
            "entry_worst", "first_divergence", "ordered", "same_under_nan_policy", "strict_json",

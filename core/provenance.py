@@ -57,12 +57,12 @@ from typing import Any
 
 import numpy as np
 
-from core import mathlib, precision
-from core.bits import same_bytes
-from core.explain_prims import GradParts
-from core.ops.reference import serial_sum
-from core.optable.registry import REGISTRY
-from core.parity import TensorDiff, compare_arrays
+from tapescope.core import mathlib, precision
+from tapescope.core.bits import same_bytes
+from tapescope.core.explain_prims import GradParts
+from tapescope.core.ops.reference import serial_sum
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.core.parity import TensorDiff, compare_arrays
 
 __all__ = ["Introduced", "OptimizerState", "ParamUpdate", "Provenance", "StepState",
            "consumers", "provenance", "reference_grad", "reference_update", "reference_value",
@@ -327,7 +327,7 @@ def _update_f32(opt: OptimizerState, gs: list, T: Any, sqrt: Callable | None = N
         lr_t = opt.lr * math.sqrt(1.0 - opt.b2 ** t) / (1.0 - opt.b1 ** t)
         b1, omb1, b2, omb2 = T(opt.b1), T(1.0 - opt.b1), T(opt.b2), T(1.0 - opt.b2)
         eps, lrt = T(opt.eps), T(lr_t)
-        from core import native
+        from tapescope.core import native
 
         k = {"b1": b1, "omb1": omb1, "b2": b2, "omb2": omb2, "eps": eps, "lr_t": lrt}
         for p, g in zip(opt.params, gs, strict=True):
@@ -431,8 +431,8 @@ def provenance(state: StepState, explain: bool = False,
         if d is not None:
             cause = None
             if explain and n.inputs:
-                from core.explain import explain as why
-                from core.explain import signed_zero
+                from tapescope.core.explain import explain as why
+                from tapescope.core.explain import signed_zero
 
                 cause = signed_zero(d) or why(n, [state.value(j) for j in n.inputs], y, d)
             verdict = _value_verdict(n, [state.value(j) for j in n.inputs], ref, y) \
@@ -481,7 +481,7 @@ def _classed(cause: Any, verdict: Any) -> Any:
 
 
 def _value_verdict(n: Any, xs: list, ref: np.ndarray, y: np.ndarray) -> Any:
-    from core.bounds import judge, value_bound
+    from tapescope.core.bounds import judge, value_bound
 
     try:
         return judge(ref, y, value_bound(n.op, xs, n.attrs, ref, y.dtype))
@@ -491,7 +491,7 @@ def _value_verdict(n: Any, xs: list, ref: np.ndarray, y: np.ndarray) -> Any:
 
 def _grad_verdict(state: StepState, j: int, by: Sequence[int], r: np.ndarray,
                   g: np.ndarray) -> Any:
-    from core.bounds import grad_bound, judge
+    from tapescope.core.bounds import grad_bound, judge
 
     try:
         return judge(r, g, grad_bound(state.nodes, j, by, state.value, state.grad, g.dtype))
@@ -500,7 +500,7 @@ def _grad_verdict(state: StepState, j: int, by: Sequence[int], r: np.ndarray,
 
 
 def _grad_cause(state: StepState, j: int, by: Sequence[int], g: np.ndarray, d: Any) -> Any:
-    from core.explain import explain_grad, signed_zero
+    from tapescope.core.explain import explain_grad, signed_zero
 
     if signed_zero(d) is not None:
         return signed_zero(d)
@@ -518,7 +518,7 @@ def _explain_updates(opt: OptimizerState, updates: list[Introduced]) -> list[Int
     ``core.explain.UPDATE_VARIANTS`` (another square root), else ``unknown``."""
     from dataclasses import replace as _with
 
-    from core.explain import explain_update, signed_zero
+    from tapescope.core.explain import explain_update, signed_zero
 
     at = {p.node: i for i, p in enumerate(opt.params)}
     sel = [at[e.node] for e in updates]
@@ -545,7 +545,7 @@ def _usable(adam: bool, p: ParamUpdate, r: Any) -> bool:
 
 def _update_verdict(opt: OptimizerState, p: ParamUpdate, parts: list) -> Any:
     """The worst class over the parts (param, m, v) of one update that differ."""
-    from core.bounds import OUTSIDE, VALID, Verdict, judge, update_bounds
+    from tapescope.core.bounds import OUTSIDE, VALID, Verdict, judge, update_bounds
 
     try:
         bounds = update_bounds(opt, p)

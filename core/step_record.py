@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from core.parity import NodeParity, TensorDiff
+from tapescope.core.parity import NodeParity, TensorDiff
 
 __all__ = ["CAUSES_MAX", "FIELDS", "F_G_INTRO", "F_G_NAN", "F_G_ONESIDED", "F_INTRO", "F_U_INTRO",
            "F_V_INTRO", "F_V_NAN", "F_V_ONESIDED", "STEP_RECORD", "TENSOR_DIFF_FIELDS",

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from core import mathlib, precision
-from core.optable.registry import REGISTRY, ShapeError
+from tapescope.core import mathlib, precision
+from tapescope.core.optable.registry import REGISTRY, ShapeError
 
 # NOTE: DTYPES and core.precision.HALF are core.tapefile's allow-list
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))

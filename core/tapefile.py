@@ -50,12 +50,12 @@ from typing import Any
 
 import numpy as np
 
-from core.atomic import open_regular, write_atomic
-from core.mathlib import MODES
-from core.names import MAX_NAME, shown
-from core.optable.registry import REGISTRY
-from core.precision import BFLOAT16, HALF
-from core.tape import DTYPES, Node, Tape
+from tapescope.core.atomic import open_regular, write_atomic
+from tapescope.core.mathlib import MODES
+from tapescope.core.names import MAX_NAME, shown
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.core.precision import BFLOAT16, HALF
+from tapescope.core.tape import DTYPES, Node, Tape
 
 __all__ = ["FORMAT", "VERSION", "VERSIONS", "FILE_DTYPES", "MAX_NAME", "Limits", "TapeFileError",
            "save", "load"]

@@ -3,7 +3,7 @@ models (core.onnx.workload).
 
 It lives beside core.workloads, not in it, so that core.onnx.workload can subclass it without
 running core/workloads/__init__ (whose ``get`` loads core.onnx.workload for ``onnx:`` names):
-the two import one way only. ``from core.workloads import Workload`` names it too.
+the two import one way only. ``from tapescope.core.workloads import Workload`` names it too.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from core import optim
-from core.tape import Tape, TapeError, Var
+from tapescope.core import optim
+from tapescope.core.tape import Tape, TapeError, Var
 
 
 class Workload:

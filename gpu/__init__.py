@@ -6,14 +6,14 @@
     report = gpu.parity.compare(tape, prog)
 """
 
-from gpu import parity
-from gpu.backends import open_device
-from gpu.device import Buffer, Device, DeviceError
-from gpu.optim import SGD, Adam, from_core
-from gpu.program import CaptureError, Program
-from gpu.program import capture as _capture
-from gpu.program import gc_paused as _gc_paused
-from gpu.signature import KernelArgError
+from tapescope.gpu import parity
+from tapescope.gpu.backends import open_device
+from tapescope.gpu.device import Buffer, Device, DeviceError
+from tapescope.gpu.optim import SGD, Adam, from_core
+from tapescope.gpu.program import CaptureError, Program
+from tapescope.gpu.program import capture as _capture
+from tapescope.gpu.program import gc_paused as _gc_paused
+from tapescope.gpu.signature import KernelArgError
 
 __all__ = [
     "Adam",
@@ -38,7 +38,9 @@ def capture(device: Device, tape, loss, math: str | None = None, fuse: bool = Fa
     """
     prog = _capture(device, tape, loss, math, kernels)
     if fuse:
-        from gpu import fusion  # fusion composes the Program: imported only when asked for
+        from tapescope.gpu import (
+            fusion,  # fusion composes the Program: imported only when asked for
+        )
 
         with _gc_paused():  # (as the capture: the fused launches are kept)
             fusion.apply(prog)

@@ -7,7 +7,7 @@ when CUDA is asked for, the host backend when it is opened.
 
 from __future__ import annotations
 
-from gpu.device import Device, DeviceError
+from tapescope.gpu.device import Device, DeviceError
 
 
 def open_device(kind: str = "auto") -> Device:
@@ -16,11 +16,11 @@ def open_device(kind: str = "auto") -> Device:
     if kind not in ("auto", "cuda", "host"):
         raise DeviceError(f"unknown device {kind!r}: use auto, cuda or host")
     if kind in ("auto", "cuda"):
-        from gpu.cuda import cuda_unavailable_reason
+        from tapescope.gpu.cuda import cuda_unavailable_reason
 
         why = cuda_unavailable_reason()
         if why is None:
-            from gpu.cuda import CudaDevice
+            from tapescope.gpu.cuda import CudaDevice
 
             try:
                 return CudaDevice("CUDA device answered" if kind == "auto" else "requested")
@@ -28,9 +28,9 @@ def open_device(kind: str = "auto") -> Device:
                 why = str(e)
         if kind == "cuda":
             raise DeviceError(f"cuda device unavailable: {why}")
-        from gpu.host import HostDevice
+        from tapescope.gpu.host import HostDevice
 
         return HostDevice(why)
-    from gpu.host import HostDevice  # (imported when asked for, as CuPy is)
+    from tapescope.gpu.host import HostDevice  # (imported when asked for, as CuPy is)
 
     return HostDevice("requested")

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from core.cache import KernelCache, cache_key
-from core.precision import BFLOAT16
-from core.progress import progress
-from gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
-from gpu.kernel_facts import Facts
-from gpu.nvrtc import (
+from tapescope.core.cache import KernelCache, cache_key
+from tapescope.core.precision import BFLOAT16
+from tapescope.core.progress import progress
+from tapescope.gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
+from tapescope.gpu.kernel_facts import Facts
+from tapescope.gpu.nvrtc import (
     NVRTC_FLAGS,
     choose_target,
     cuda_version_text,
@@ -27,7 +27,7 @@ from gpu.nvrtc import (
     nvrtc_compile,
     nvrtc_version,
 )
-from gpu.signature import parse_kernels
+from tapescope.gpu.signature import parse_kernels
 
 __all__ = ["CudaDevice", "cuda_unavailable_reason", "NVRTC_FLAGS"]
 

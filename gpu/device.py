@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from core.refmath import C_DIR as REFMATH_C_DIR
-from core.refmath import C_HEADERS as REFMATH_C_HEADERS
-from gpu.kernel_facts import Facts
-from gpu.signature import KernelSig, check_args
+from tapescope.core.refmath import C_DIR as REFMATH_C_DIR
+from tapescope.core.refmath import C_HEADERS as REFMATH_C_HEADERS
+from tapescope.gpu.kernel_facts import Facts
+from tapescope.gpu.signature import KernelSig, check_args
 
 __all__ = [
     "DeviceError",

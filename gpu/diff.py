@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.parity import TensorDiff
-from gpu.device import Buffer, Device, DeviceError, Module
-from gpu.kernel_facts import merge_facts
-from gpu.source import instantiate, instantiate_facts, template, template_facts
+from tapescope.core.parity import TensorDiff
+from tapescope.gpu.device import Buffer, Device, DeviceError, Module
+from tapescope.gpu.kernel_facts import merge_facts
+from tapescope.gpu.source import instantiate, instantiate_facts, template, template_facts
 
 __all__ = ["DeviceDiff"]
 

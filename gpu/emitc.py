@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from core.optable.registry import REGISTRY, grad_inputs, reached_nodes
-from core.optable.rows import RowForm, Step, fill
-from core.tape import Node, Tape, Var
-from gpu.device import REFMATH_C_DIR
-from gpu.optable import BINARY, UNARY, cform, render, scalar_of
-from gpu.rowtable import ROW_OPS, LazyEnv, Target, fwd_steps_for_keep
-from gpu.source import TRANSCENDENTALS, instantiate, node_comment
+from tapescope.core.optable.registry import REGISTRY, grad_inputs, reached_nodes
+from tapescope.core.optable.rows import RowForm, Step, fill
+from tapescope.core.tape import Node, Tape, Var
+from tapescope.gpu.device import REFMATH_C_DIR
+from tapescope.gpu.optable import BINARY, UNARY, cform, render, scalar_of
+from tapescope.gpu.rowtable import ROW_OPS, LazyEnv, Target, fwd_steps_for_keep
+from tapescope.gpu.source import TRANSCENDENTALS, instantiate, node_comment
 
 __all__ = ["EmitError", "emit", "emit_lines", "needed_math", "C_OPS", "NO_C_RULE"]
 
@@ -275,7 +275,7 @@ def needed_math(tape: Tape, loss: Var | int) -> set[str]:
 def _check_math(tape: Tape, li: int) -> None:
     if tape.math != "refmath":
         return  # platform libm: parity is not expected, the C calls libm by name
-    from core import refmath
+    from tapescope.core import refmath
 
     header = (REFMATH_C_DIR / "refmath.cuh").read_text()
     for name in sorted(needed_math(tape, li)):

@@ -16,15 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from core.cache import KernelCache, cache_key
-from core.native import cpu_id
-from core.native import threads as native_threads
-from core.progress import progress
-from gpu import host_compiler
-from gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
-from gpu.host_launcher import LaunchRecord, launchers, pack_args
-from gpu.kernel_facts import Facts, KernelFacts
-from gpu.signature import parse_kernels
+from tapescope.core.cache import KernelCache, cache_key
+from tapescope.core.native import cpu_id
+from tapescope.core.native import threads as native_threads
+from tapescope.core.progress import progress
+from tapescope.gpu import host_compiler
+from tapescope.gpu.device import Buffer, Device, DeviceError, Kernel, Launch, Module
+from tapescope.gpu.host_launcher import LaunchRecord, launchers, pack_args
+from tapescope.gpu.kernel_facts import Facts, KernelFacts
+from tapescope.gpu.signature import parse_kernels
 
 __all__ = ["HostDevice", "HostLaunchList", "ORDERS"]
 

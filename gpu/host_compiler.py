@@ -18,9 +18,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from core.cache import cache_key
-from core.native import isa
-from gpu.device import INCLUDE_DIRS, CompileLimitError, DeviceError, compile_limits, header_paths
+from tapescope.core.cache import cache_key
+from tapescope.core.native import isa
+from tapescope.gpu.device import (
+    INCLUDE_DIRS,
+    CompileLimitError,
+    DeviceError,
+    compile_limits,
+    header_paths,
+)
 
 __all__ = ["HOST_FLAGS", "find_compiler", "compiler_version", "host_flags", "headers_digest",
            "build_shared_object"]

@@ -10,8 +10,8 @@ import ctypes
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpu.kernel_facts import KernelFacts
-from gpu.signature import KernelSig
+from tapescope.gpu.kernel_facts import KernelFacts
+from tapescope.gpu.signature import KernelSig
 
 __all__ = ["CTYPES", "LaunchRecord", "launcher", "launchers", "pack_args"]
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from core import precision
-from gpu.device import Buffer, Device, Launch, Module
-from gpu.source import SUFFIX
+from tapescope.core import precision
+from tapescope.gpu.device import Buffer, Device, Launch, Module
+from tapescope.gpu.source import SUFFIX
 
 __all__ = ["KERNELS", "LEAF", "OpKernels", "BuildCtx", "register_kernels", "broadcast_index",
            "unb_perm"]

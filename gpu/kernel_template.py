@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu.device import DeviceError, Kernel, Module
-from gpu.user_kernels import UserKernelError
+from tapescope.gpu.device import DeviceError, Kernel, Module
+from tapescope.gpu.user_kernels import UserKernelError
 
 __all__ = ["op_kernels", "source_only_device", "template"]
 
@@ -25,8 +25,8 @@ def source_only_device() -> Any:
     """A host-memory device that parses kernels but never builds or runs them: enough to capture
     a tape and plan its fusion (generated text), with no compiler at all (``tapescope kernels``
     and the op templates)."""
-    from gpu.host import HostDevice
-    from gpu.signature import parse_kernels
+    from tapescope.gpu.host import HostDevice
+    from tapescope.gpu.signature import parse_kernels
 
     class SourceOnly(HostDevice):
         def compile(self, source: str, facts: Any = None) -> Module:
@@ -47,10 +47,10 @@ def op_kernels(op: str) -> tuple[str, ...]:
     """The template names (``softmax_fwd_T``) of every kernel the op's launch builders record,
     forward and backward, over the op table's samples; UserKernelError for an op without
     kernels."""
-    from core.optable.registry import REGISTRY
-    from core.tape import Tape
-    from gpu.library import KERNELS, LEAF
-    from gpu.program import capture
+    from tapescope.core.optable.registry import REGISTRY
+    from tapescope.core.tape import Tape
+    from tapescope.gpu.library import KERNELS, LEAF
+    from tapescope.gpu.program import capture
 
     d = REGISTRY.get(op)
     if d is None or op not in KERNELS or KERNELS[op].fwd == LEAF or d.sample is None:
@@ -141,8 +141,8 @@ def _chunks(text: str, source: str) -> list[_Chunk]:
 
 def template(op: str) -> str:
     """The standalone, editable file of ``op``'s stock kernels (module docstring)."""
-    from gpu.source import LIBRARY
-    from gpu.source import template as library_template
+    from tapescope.gpu.source import LIBRARY
+    from tapescope.gpu.source import template as library_template
 
     wanted = op_kernels(op)
     chunks: list[_Chunk] = []

@@ -10,8 +10,8 @@ gpu/library_ew.py (elementwise, rendered from the op table), library_rows.py, li
 
 from __future__ import annotations
 
-from gpu import library_ew, library_nn, library_rows  # noqa: F401  (each registers its ops)
-from gpu.kernel_table import (
+from tapescope.gpu import library_ew, library_nn, library_rows  # noqa: F401  (each registers its ops)
+from tapescope.gpu.kernel_table import (
     KERNELS,
     LEAF,
     BuildCtx,

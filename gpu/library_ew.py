@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.device import Buffer, Launch
-from gpu.kernel_table import (
+from tapescope.gpu.device import Buffer, Launch
+from tapescope.gpu.kernel_table import (
     LEAF,
     BuildCtx,
     OpKernels,
@@ -14,7 +14,7 @@ from gpu.kernel_table import (
     register_kernels,
     unb_perm,
 )
-from gpu.optable import BINARY_CODES, UNARY_CODES, scalar_of
+from tapescope.gpu.optable import BINARY_CODES, UNARY_CODES, scalar_of
 
 
 # ---- elementwise binaries: every op of the table with a two-input C form ----------------------

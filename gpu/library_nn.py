@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.device import Launch
-from gpu.kernel_table import BuildCtx, OpKernels, register_kernels
-from gpu.library_rows import mm_launch
+from tapescope.gpu.device import Launch
+from tapescope.gpu.kernel_table import BuildCtx, OpKernels, register_kernels
+from tapescope.gpu.library_rows import mm_launch
 
 i64 = np.int64
 
 
 def _outs(hw: tuple, k: tuple, st: tuple, dil: tuple, padw: list, ceil_mode: int) -> tuple:
-    from core.ops.nn import out_size
+    from tapescope.core.ops.nn import out_size
 
     return tuple(out_size(hw[i], k[i], st[i], dil[i], *padw[i], ceil_mode) for i in range(2))
 
@@ -72,7 +72,7 @@ def _pool(op: str) -> OpKernels:
         return (n * c, h * w, taps.shape[0], taps.shape[1]), maps, (k, st, padw, cm)
 
     def counts(ctx: BuildCtx, node, geo) -> object:
-        from core.ops.nn import pool_counts
+        from tapescope.core.ops.nn import pool_counts
 
         k, st, padw, cm = geo
         hw = ctx.shape(node.inputs[0])[2:]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.ops.reduce import count as reduce_count
-from core.ops.reduce import reduced_axes
-from core.optable.registry import norm_axis
-from gpu import rowtable
-from gpu.device import Launch
-from gpu.kernel_table import BuildCtx, OpKernels, register_kernels
+from tapescope.core.ops.reduce import count as reduce_count
+from tapescope.core.ops.reduce import reduced_axes
+from tapescope.core.optable.registry import norm_axis
+from tapescope.gpu import rowtable
+from tapescope.gpu.device import Launch
+from tapescope.gpu.kernel_table import BuildCtx, OpKernels, register_kernels
 
 i64 = np.int64
 

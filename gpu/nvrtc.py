@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpu.device import DeviceError, header_paths
+from tapescope.gpu.device import DeviceError, header_paths
 
 __all__ = ["NVRTC_FLAGS", "NvrtcOutput", "Target", "load_nvrtc", "nvrtc_version",
            "kernel_headers", "check_arch", "nvrtc_compile", "choose_target", "cuda_version_text",

@@ -2,7 +2,8 @@
 per-operator table widened to executor / tape import (``core.onnx.tape_conformance``: the same
 node tests through the tape, forward and gradient) / tape form / device kernels / fusion class.
 
-``python -m gpu.onnx_coverage --doc docs/onnx-coverage.md``. It lives in gpu because only gpu
+``python -m tapescope.gpu.onnx_coverage --doc docs/onnx-coverage.md``. It lives in gpu because only
+gpu
 knows the kernel library (core never imports gpu); the tape ops each converter records come
 from ``core.onnx.coverage``.
 """
@@ -21,15 +22,16 @@ def page(outcomes: list, seconds: float, tape: list | None = None) -> str:
     through the tape import (``core.onnx.tape_conformance.run_tape_suite()``; run here when
     not given)."""
 
-    from core.onnx import tape_conformance
-    from core.onnx.conformance import coverage_markdown, per_op_counts
-    from core.onnx.coverage import op_rows
-    from gpu.library import KERNELS
+    from tapescope.core.onnx import tape_conformance
+    from tapescope.core.onnx.conformance import coverage_markdown, per_op_counts
+    from tapescope.core.onnx.coverage import op_rows
+    from tapescope.gpu.library import KERNELS
 
     if tape is None:
         tape = tape_conformance.run_tape_suite()
     md = coverage_markdown(outcomes, seconds)
-    md = md.replace("python -m core.onnx.conformance --doc", "python -m gpu.onnx_coverage --doc")
+    md = md.replace("python -m tapescope.core.onnx.conformance --doc",
+                    "python -m tapescope.gpu.onnx_coverage --doc")
     per_op = per_op_counts(outcomes)
     cells = tape_conformance.op_cells(tape)
     rows = op_rows({k: (v[0], v[1]) for k, v in per_op.items()}, set(KERNELS))
@@ -66,18 +68,18 @@ def page(outcomes: list, seconds: float, tape: list | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the conformance suite and write the page."""
-    from core.onnx.conformance import run_suite
+    from tapescope.core.onnx.conformance import run_suite
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--doc", required=True, help="write the coverage page here")
     args = ap.parse_args(argv)
-    from core.onnx.tape_conformance import run_tape_suite
+    from tapescope.core.onnx.tape_conformance import run_tape_suite
 
     t0 = time.perf_counter()
     outcomes = run_suite()
     tape = run_tape_suite()
     text = page(outcomes, time.perf_counter() - t0, tape)
-    from core.atomic import write_atomic
+    from tapescope.core.atomic import write_atomic
 
     write_atomic(args.doc, text)  # whole or not at all
     print(f"wrote {args.doc}")

@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import core.ops  # noqa: F401  (every op registered, so the codes cover the whole table)
-from core.optable.registry import REGISTRY, CForm
+import tapescope.core.ops  # noqa: F401  (every op registered, so the codes cover the whole table)
+from tapescope.core.optable.registry import REGISTRY, CForm
 
 __all__ = ["BINARY", "UNARY", "BINARY_CODES", "UNARY_CODES", "MARK", "cform", "render",
            "scalar_of", "library_switches"]

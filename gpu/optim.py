@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from core import optim as core_optim
-from core.tape import Var
-from gpu.device import Buffer, Launch
+from tapescope.core import optim as core_optim
+from tapescope.core.tape import Var
+from tapescope.gpu.device import Buffer, Launch
 
 __all__ = ["SGD", "Adam", "AmpAdam", "AmpSGD", "from_core"]
 

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.bits import same_bytes
-from core.parity import NodeParity, ParityReport, TensorDiff, compare_arrays, first_divergence
-from core.precision import HALF
-from core.tape import Tape
-from gpu.diff import DeviceDiff
-from gpu.program import Program
+from tapescope.core.bits import same_bytes
+from tapescope.core.parity import (
+    NodeParity,
+    ParityReport,
+    TensorDiff,
+    compare_arrays,
+    first_divergence,
+)
+from tapescope.core.precision import HALF
+from tapescope.core.tape import Tape
+from tapescope.gpu.diff import DeviceDiff
+from tapescope.gpu.program import Program
 
 # the parity types are device-agnostic (core.parity); re-exported for gpu.parity's users
 __all__ = ["NodeParity", "ParityReport", "compare", "first_divergence"]

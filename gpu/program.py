@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from core import precision
-from core.optable.registry import REGISTRY, grad_inputs, reached_nodes
-from core.tape import Tape, Var
-from gpu.device import Buffer, Device, Launch
-from gpu.library import KERNELS, LEAF, BuildCtx
-from gpu.source import STORAGE, SUFFIX, library_facts, library_source
+from tapescope.core import precision
+from tapescope.core.optable.registry import REGISTRY, grad_inputs, reached_nodes
+from tapescope.core.tape import Tape, Var
+from tapescope.gpu.device import Buffer, Device, Launch
+from tapescope.gpu.library import KERNELS, LEAF, BuildCtx
+from tapescope.gpu.source import STORAGE, SUFFIX, library_facts, library_source
 
 # ops whose kernels pass scratch through storage-typed buffers (im2col columns, pooled
 # gradients): not instantiated for the half types yet (docs/devices.md, "Half precision")
@@ -155,7 +155,7 @@ class Program:
         self.gtab.upload(self.grad_ptrs)
         self.ctx = BuildCtx(dev, self.module, self.dtype, self.nodes, self.values, self.grads)
         if kernels:
-            from gpu.user_kernels import compile_overrides
+            from tapescope.gpu.user_kernels import compile_overrides
 
             self.user_kernels = compile_overrides(device, list(kernels), self.nodes, self.dtype,
                                                   self.math, self.module, self._kernel_names)
@@ -164,7 +164,7 @@ class Program:
             "backward": self._build_backward(),
         }
         if self.user_kernels:  # a user kernel that crashes: one line, not a dead process
-            from gpu.user_kernels import trial_run
+            from tapescope.gpu.user_kernels import trial_run
 
             trial_run(self)
         self._lists: dict[Any, Any] = {}
@@ -178,7 +178,7 @@ class Program:
     def _kernel_names(self, i: int) -> set[str]:
         """The kernel names node ``i``'s launch builders record (a dry build: what a user's
         kernel file must define to stand in for them)."""
-        from gpu.user_kernels import NameSpy
+        from tapescope.gpu.user_kernels import NameSpy
 
         spy = NameSpy(self.module)
         self.ctx.module = spy

@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-import core.ops  # noqa: F401  (every op registered)
-from core.optable.registry import REGISTRY
-from core.optable.rows import RowForm, RowPass, fill
-from gpu.kernel_facts import LANES, PLAIN, KernelFacts
+import tapescope.core.ops  # noqa: F401  (every op registered)
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.core.optable.rows import RowForm, RowPass, fill
+from tapescope.gpu.kernel_facts import LANES, PLAIN, KernelFacts
 
 __all__ = ["ROW_OPS", "MARK", "form", "Target", "LazyEnv", "pass_lines", "step_lines",
            "kernel_names", "library_kernels", "library_facts", "fwd_steps_for_keep"]

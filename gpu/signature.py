@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import precision
+from tapescope.core import precision
 
 __all__ = ["KernelArgError", "Param", "KernelSig", "parse_kernels", "check_args"]
 

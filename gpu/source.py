@@ -24,9 +24,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from core import precision
-from gpu.device import KERNEL_DIR
-from gpu.kernel_facts import LANES, PLAIN, Facts, KernelFacts, merge_facts
+from tapescope.core import precision
+from tapescope.gpu.device import KERNEL_DIR
+from tapescope.gpu.kernel_facts import LANES, PLAIN, Facts, KernelFacts, merge_facts
 
 __all__ = ["instantiate", "instantiate_facts", "template", "template_facts", "library_source",
            "library_facts", "node_comment", "SUFFIX", "MATH_MODES", "LIBRARY", "TEMPLATE_FACTS"]
@@ -94,7 +94,7 @@ _PLATFORM = {
 def _math_table(math: str, sfx: str) -> dict[str, str]:
     """Spelling of each transcendental; a name core.refmath lacks falls back to the platform,
     exactly as core.mathlib does (so the tape and the kernels always call the same function)."""
-    from core import refmath
+    from tapescope.core import refmath
 
     plat = dict(_PLATFORM[sfx])
     plat["PEXP"] = "exp" if sfx == "f64" else "expf"
@@ -112,7 +112,7 @@ def template(name: str, half: bool = False) -> str:
     """The text of gpu/kernels/<name>.cu, with the op table's generated code spliced in (for a
     half dtype: the row kernels without the stash, gpu.rowtable.library_kernels)."""
     text = (KERNEL_DIR / f"{name}.cu").read_text()
-    from gpu import optable, rowtable  # lazily: they import every op of core.ops
+    from tapescope.gpu import optable, rowtable  # lazily: they import every op of core.ops
 
     if optable.MARK in text:
         text = text.replace(optable.MARK, optable.library_switches())
@@ -145,7 +145,7 @@ TEMPLATE_FACTS: dict[str, dict[str, KernelFacts]] = {
 def template_facts(name: str) -> dict[str, KernelFacts]:
     """The facts of template ``name``'s kernels (template-token names), the generated row
     kernels spliced into it included."""
-    from gpu import rowtable  # lazily, as template(): it imports every op of core.ops
+    from tapescope.gpu import rowtable  # lazily, as template(): it imports every op of core.ops
 
     parts = [TEMPLATE_FACTS[name]]
     if rowtable.MARK in (KERNEL_DIR / f"{name}.cu").read_text():

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.device import CompileLimitError, DeviceError, Kernel, Module, limited
+from tapescope.gpu.device import CompileLimitError, DeviceError, Kernel, Module, limited
 
 __all__ = ["KernelSpec", "NameSpy", "Overlay", "UserKernelError", "compile_overrides",
            "parse_spec", "trial_run"]
@@ -83,7 +83,7 @@ _NVRTC_ERR = re.compile(r"^(?P<f>[^(\n]+)\((?P<line>\d+)\): (?:catastrophic )?er
 
 def _user_source(spec: KernelSpec, dtype: np.dtype, math: str) -> tuple[str, str]:
     """(the source the device compiles, the file name its #line directive gives)."""
-    from gpu.source import instantiate
+    from tapescope.gpu.source import instantiate
 
     try:
         text = spec.path.read_text()
@@ -102,7 +102,7 @@ def _check_includes(spec: KernelSpec, text: str) -> None:
     (/dev/zero, a FIFO, /dev/stdin: a compiler reading it never ends); looked up as the
     compiler would, beside the file, then on the kernel include path. (An include through a
     macro is not seen here: on the host backend the compiler's limits bound it.)"""
-    from gpu.device import INCLUDE_DIRS
+    from tapescope.gpu.device import INCLUDE_DIRS
 
     for m in _INCLUDE.finditer(text):
         name = m[2].strip()
@@ -181,7 +181,7 @@ def compile_overrides(device: Any, specs: list[KernelSpec], nodes: tuple, dtype:
     compile or does not define the node's kernels (``kernel_names(node_id)``: the names its
     builders record) with the stock parameters raises UserKernelError (one line: the spec, the
     file, the line, the compiler's words)."""
-    from core.optable.registry import REGISTRY
+    from tapescope.core.optable.registry import REGISTRY
     dt = np.dtype(dtype)
     sfx = "f64" if dt == np.float64 else "f32"
     out: dict[int, Overlay] = {}

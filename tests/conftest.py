@@ -21,7 +21,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 # ---- one bytecode cache for the subprocesses the suite starts ------------------------------
-# Hundreds of tests run `python -m app.cli ...` (the CLI contract, the GUI, workers). Where
+# Hundreds of tests run `python -m tapescope.app.cli ...` (the CLI contract, the GUI, workers).
+# Where
 # PYTHONDONTWRITEBYTECODE is set (as on this project's machines), each of those interpreters
 # compiled every project module it imports from source again. Instead the children write their
 # bytecode under one PYTHONPYCACHEPREFIX for the run (the session's temp folder, shared by the
@@ -50,7 +51,7 @@ def _children_share_bytecode(tmp_path_factory):
 # avx512, avx2, c) and once more as gcc tunes the AVX-512 path for the other vendor's CPUs:
 # the nearest this machine gets to the code -march=native builds there.
 def _native_paths() -> list[tuple[str, str]]:
-    from core.native import isa
+    from tapescope.core.native import isa
 
     can = isa.runnable()
     paths = [(name, "native") for name in can]
@@ -68,7 +69,7 @@ def _native_paths() -> list[tuple[str, str]]:
                 ids=lambda p: p[0] if p[1] == "native" else f"{p[0]}-{p[1]}-tuned")
 def native_isa(request):
     """The native code of one path (and gcc tuning) for the test, the process's own after."""
-    from core import native
+    from tapescope.core import native
 
     name, tune = request.param
     if name == "native":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import os
 
-from core import atomic
+from tapescope.core import atomic
 
 
 def full_disk(monkeypatch, after: int = 0) -> None:

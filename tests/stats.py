@@ -210,7 +210,8 @@ NODE_ROWS = {
     "tape gradient checked": "tape",
     "tape gradient agrees with finite differences": "tape",
 }
-_NODE_FROM = {"executor": "core.onnx.conformance", "tape": "core.onnx.tape_conformance"}
+_NODE_FROM = {"executor": "tapescope.core.onnx.conformance",
+              "tape": "tapescope.core.onnx.tape_conformance"}
 
 
 def node_values(executor_node: tuple[int, int] | None = None,
@@ -218,7 +219,7 @@ def node_values(executor_node: tuple[int, int] | None = None,
     """The rows' numbers, those of the runs given: ``executor_node`` (passed, total) of
     ``conformance.summary(outcomes)["node"]``, ``tape`` ``tape_conformance.totals(outcomes)``
     of the same node tests through the tape import."""
-    from core.onnx import tape_conformance as tc
+    from tapescope.core.onnx import tape_conformance as tc
 
     out = {}
     if executor_node is not None:
@@ -250,8 +251,8 @@ def page_node_values(doc: str) -> dict[str, int]:
 
 
 def node_numbers() -> tuple[tuple[int, int], dict[str, int]]:
-    from core.onnx import tape_conformance as tc
-    from core.onnx.conformance import run_suite, summary
+    from tapescope.core.onnx import tape_conformance as tc
+    from tapescope.core.onnx.conformance import run_suite, summary
 
     return summary(run_suite(("node",)))["node"], tc.totals(tc.run_tape_suite())
 

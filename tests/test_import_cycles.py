@@ -32,7 +32,7 @@ def _modules() -> dict[str, Path]:
             parts = list(p.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
-            out[".".join(parts)] = p
+            out["tapescope." + ".".join(parts)] = p
     return out
 
 
@@ -135,7 +135,8 @@ def test_no_cycle_through_a_package_init_but_the_known_ones():
 
 
 def test_no_module_imports_its_own_package_init():
-    """`from core import Tape` inside core/ reads a re-export of core/__init__, which imports
+    """`from tapescope.core import Tape` inside core/ reads a re-export of core/__init__, which
+    imports
     half of core: a cycle waiting for its first import-order change. Import core.tape."""
     g = _graph(lazy=True)
     bad = sorted(f"{a} imports {b}" for a, b in g.edges if a.startswith(b + "."))
@@ -143,47 +144,48 @@ def test_no_module_imports_its_own_package_init():
 
 
 def test_the_graph_sees_our_imports():
+    def e(g: nx.DiGraph, a: str, b: str) -> bool:
+        return g.has_edge(f"tapescope.{a}", f"tapescope.{b}")
+
     g = _graph(lazy=False)
-    assert g.has_edge("gpu.program", "core.tape") and g.has_edge("core.ops", "core.tape")
-    assert not g.has_edge("core.tape", "core.ops") and not g.has_edge("gpu.program", "gpu.fusion")
+    assert e(g, "gpu.program", "core.tape") and e(g, "core.ops", "core.tape")
+    assert not e(g, "core.tape", "core.ops") and not e(g, "gpu.program", "gpu.fusion")
     lazy = _graph(lazy=True)  # a function-level import, and a package's re-export as its own
-    assert lazy.has_edge("app.runs", "app.step_history") and not g.has_edge("app.runs",
-                                                                 "app.step_history")
-    assert lazy.has_edge("core.onnx", "core.onnx.gradient") and g.has_edge("core.gradcheck",
-                                                                          "core.ops")
+    assert e(lazy, "app.runs", "app.step_history") and not e(g, "app.runs", "app.step_history")
+    assert e(lazy, "core.onnx", "core.onnx.gradient") and e(g, "core.gradcheck", "core.ops")
     inits = _graph(lazy=False, inits=True)  # core.tape imports core.optable.registry
-    assert inits.has_edge("core.tape", "core.optable") and not g.has_edge("core.tape",
-                                                                          "core.optable")
-    assert inits.has_edge("core.ops.nn", "core.optable") and not inits.has_edge("core.tape",
-                                                                                "core.ops")
-    assert not inits.has_edge("core.ops.nn", "core.ops") and not inits.has_edge("core.tape", "core")
+    assert e(inits, "core.tape", "core.optable") and not e(g, "core.tape", "core.optable")
+    assert e(inits, "core.ops.nn", "core.optable") and not e(inits, "core.tape", "core.ops")
+    assert not e(inits, "core.ops.nn", "core.ops") and not e(inits, "core.tape", "core")
 
 
 def test_a_re_export_is_an_edge_to_the_package(tmp_path):
     src = tmp_path / "m.py"
-    src.write_text("def f():\n    from core import Tape, ops\n")
+    src.write_text("def f():\n    from tapescope.core import Tape, ops\n")
     mods = _modules()
-    assert _imports("core.onnx.m", src, mods, lazy=True) == {"core", "core.ops"}
-    assert _imports("core.onnx.m", src, mods, lazy=False) == set()
+    assert _imports("tapescope.core.onnx.m", src, mods, lazy=True) == {"tapescope.core",
+                                                                        "tapescope.core.ops"}
+    assert _imports("tapescope.core.onnx.m", src, mods, lazy=False) == set()
 
 
 def test_the_old_addresses_of_the_moved_modules_name_the_same_objects():
     """core.ops.registry / core.ops.rows / core.workloads.base moved (core.optable,
     core.workload); code written against the old names gets the very same objects, and no
     module of ours still imports them."""
-    import core.ops.registry as old_registry
-    import core.ops.rows as old_rows
-    import core.optable.registry as registry
-    import core.optable.rows as rows
-    import core.workload as workload
-    import core.workloads.base as old_base
+    import tapescope.core.ops.registry as old_registry
+    import tapescope.core.ops.rows as old_rows
+    import tapescope.core.optable.registry as registry
+    import tapescope.core.optable.rows as rows
+    import tapescope.core.workload as workload
+    import tapescope.core.workloads.base as old_base
 
     assert old_registry.REGISTRY is registry.REGISTRY and old_registry.OpDef is registry.OpDef
     assert old_registry.grad_inputs is registry.grad_inputs
     assert old_rows.RowForm is rows.RowForm and old_rows.fill is rows.fill
     assert old_base.Workload is workload.Workload
     g = _graph(lazy=True)
-    old = {"core.ops.registry", "core.ops.rows", "core.workloads.base"}
+    old = {"tapescope.core.ops.registry", "tapescope.core.ops.rows",
+           "tapescope.core.workloads.base"}
     users = sorted(f"{a} imports {b}" for a, b in g.edges if b in old)
     assert not users, "\n".join(users)
 
@@ -197,14 +199,17 @@ def test_the_worker_protocols_two_ends_do_not_import_each_other():
     import sys
 
     g = _graph(lazy=True)
-    server, client = nx.descendants(g, "app.remote_server"), nx.descendants(g, "app.remote_client")
-    assert "app.remote_protocol" in server and "app.remote_protocol" in client
-    assert "app.remote_client" not in server and "app.remote" not in server
-    assert "app.remote_server" not in client and "app.remote" not in client
-    code = ("import sys, argparse; from app.commands import worker; p = argparse.ArgumentParser();"
-            " worker.add_timeout_flags(p); import app.live_worker, app.remote_server;"
-            " print(sorted(m for m in sys.modules if m.startswith('app.remote')))")
+    server, client = nx.descendants(g, "tapescope.app.remote_server"), nx.descendants(g,
+                                                                                      "tapescope.app.remote_client")
+    assert "tapescope.app.remote_protocol" in server and "tapescope.app.remote_protocol" in client
+    assert "tapescope.app.remote_client" not in server and "tapescope.app.remote" not in server
+    assert "tapescope.app.remote_server" not in client and "tapescope.app.remote" not in client
+    code = ("import sys, argparse; from tapescope.app.commands import worker;"
+            " p = argparse.ArgumentParser(); worker.add_timeout_flags(p);"
+            " import tapescope.app.live_worker, tapescope.app.remote_server;"
+            " print(sorted(m for m in sys.modules if m.startswith('tapescope.app.remote')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["['app.remote_protocol',", "'app.remote_server']"]
+    assert out.stdout.split() == ["['tapescope.app.remote_protocol',",
+                                  "'tapescope.app.remote_server']"]

@@ -25,7 +25,15 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.append((node.lineno, node.module))
+            if node.module == "tapescope":  # from tapescope import gpu
+                out += [(node.lineno, f"tapescope.{a.name}") for a in node.names]
     return out
+
+
+def _top(mod: str) -> str:
+    """The layer (or outside package) a module belongs to: ``tapescope.gpu.x`` -> ``gpu``."""
+    parts = mod.split(".")
+    return parts[1] if parts[0] == "tapescope" and len(parts) > 1 else parts[0]
 
 
 def test_import_linter_contracts_are_kept():
@@ -59,8 +67,7 @@ def test_imports_flow_downward(package):
     bad = []
     for path in sorted((ROOT / package).rglob("*.py")):
         for line, mod in _imports(path):
-            top = mod.split(".")[0]
-            if top in FORBIDDEN[package]:
+            if _top(mod) in FORBIDDEN[package]:
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
     assert not bad, "\n".join(bad)
 
@@ -74,7 +81,7 @@ def test_core_onnx_is_the_only_core_module_importing_onnx():
 
 # The app's model logic: no Qt, proved by importing each with PySide6 and pyqtgraph blocked.
 # (A "(no Qt)" docstring is not a boundary; this is.) Widgets and the live toolbar stay out.
-QT_FREE = (
+QT_FREE = tuple("tapescope." + m for m in (
     "app.session", "app.runs", "app.report_data", "app.report_html", "app.live_worker",
     "app.run_provenance", "app.platform_check", "app.remote", "app.remote_protocol",
     "app.remote_client", "app.remote_server", "app.step_history", "app.cli",
@@ -92,7 +99,7 @@ QT_FREE = (
     "views.synthetic", "views.repro", "views.examples",
     "core", "core.ops", "core.parity", "core.provenance", "core.onnx", "core.native", "gpu",
     "gpu.fusion", "gpu.emitc", "gpu.host", "gpu.nvrtc", "gpu.backends",
-)
+))
 
 _BLOCKER = """
 import importlib, sys
@@ -120,7 +127,7 @@ def test_model_logic_imports_with_qt_blocked():
 
 def test_every_command_module_is_checked_headless():
     """Every CLI command starts without Qt (Qt only inside ``run``): none escapes the list."""
-    names = {f"app.commands.{p.stem}" for p in (ROOT / "app" / "commands").glob("*.py")
+    names = {f"tapescope.app.commands.{p.stem}" for p in (ROOT / "app" / "commands").glob("*.py")
              if p.stem != "__init__"}
     assert names and names <= set(QT_FREE), sorted(names - set(QT_FREE))
 
@@ -165,8 +172,9 @@ def test_every_qt_module_applies_the_pyside_guard():
                                [node.module or ""] if isinstance(node, ast.ImportFrom) else []))
 
     mods, g = _modules(), _graph(lazy=False)
-    qt_mods = {m for m, p in mods.items() if imports_qt(p)} - {"views._pyside_guard"}
-    assert {"views.graph_view", "app.main_window", "app.live"} <= qt_mods
-    bad = sorted(m for m in qt_mods if "views._pyside_guard" not in nx.descendants(g, m))
-    assert not bad, f"import views._pyside_guard in: {bad}"
+    qt_mods = {m for m, p in mods.items() if imports_qt(p)} - {"tapescope.views._pyside_guard"}
+    assert {"tapescope.views.graph_view", "tapescope.app.main_window",
+            "tapescope.app.live"} <= qt_mods
+    bad = sorted(m for m in qt_mods if "tapescope.views._pyside_guard" not in nx.descendants(g, m))
+    assert not bad, f"import tapescope.views._pyside_guard in: {bad}"
     assert not qt_mods & set(QT_FREE)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from core import precision
+from tapescope.core import precision
 
 
 def array_stats(a: np.ndarray | None) -> dict[str, float | int]:

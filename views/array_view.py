@@ -8,9 +8,9 @@ from PySide6.QtCore import QEvent, Qt, Slot
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QStackedWidget, QVBoxLayout, QWidget
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from core import precision
-from views import theme
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.core import precision
+from tapescope.views import theme
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
 
@@ -82,7 +82,7 @@ class ArrayView(QWidget):
     def use_ulp_scale(self) -> None:
         """Draw ulp counts (NaN: a NaN against a number) in the one ulp scale of the window
         (views.ulp_scale): exact green, amber → red, NaN violet, ticks in ulp."""
-        from views.ulp_scale import HEAT_TICKS, heat_lut
+        from tapescope.views.ulp_scale import HEAT_TICKS, heat_lut
 
         self.ulp_scale = True
         self.colorbar.setColorMap(pg.ColorMap(np.linspace(0.0, 1.0, 256), heat_lut()))
@@ -98,7 +98,7 @@ class ArrayView(QWidget):
         """Open this drawing in a window of its own (same array, scale and slice)."""
         if self.array is None:
             return None
-        from views.array_window import ArrayWindow
+        from tapescope.views.array_window import ArrayWindow
 
         self.large = ArrayWindow(self, self.window())
         self.large.show()
@@ -176,7 +176,7 @@ class ArrayView(QWidget):
                                symbolBrush="#7c3aed", symbolPen="#7c3aed")  # NaN/inf: violet
             self.stack.setCurrentIndex(PAGE_PLOT)
         elif self.ulp_scale:
-            from views.ulp_scale import heat_levels
+            from tapescope.views.ulp_scale import heat_levels
 
             self.image.setImage(heat_levels(af), autoLevels=False)
             self.colorbar.setLevels((0.0, 255.0))

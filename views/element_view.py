@@ -24,10 +24,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from core import precision
-from views import theme
-from views.numbers import ulp_exact, ulp_text
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.core import precision
+from tapescope.views import theme
+from tapescope.views.numbers import ulp_exact, ulp_text
 
 WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
                  "rel error")
@@ -97,7 +97,7 @@ def n_differ(ref: np.ndarray, cand: np.ndarray) -> int:
 def worst_elements(ref: np.ndarray, cand: np.ndarray, limit: int = MAX_ROWS) -> list[tuple]:
     """The differing elements, worst first: (index tuple, ref, cand, ulp (nan: a NaN against a
     number), rel error). Compared in the narrower dtype, as the parity summaries are."""
-    from core.parity import ulp_distance
+    from tapescope.core.parity import ulp_distance
 
     r, c = np.asarray(ref), np.asarray(cand)
     if r.dtype != c.dtype:
@@ -206,7 +206,7 @@ class WorstElementsModel(QAbstractTableModel):
 def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
     """Per-element ulp distance as float64 (NaN where exactly one side is NaN; two NaNs are
     0 apart whatever their sign and payload: the NaN policy, docs/reference-order.md)."""
-    from core.parity import ulp_distance
+    from tapescope.core.parity import ulp_distance
 
     d = ulp_distance(cpu, dev).astype(np.float64).reshape(np.shape(cpu))
     c, v = np.asarray(cpu), np.asarray(dev)
@@ -218,7 +218,7 @@ def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
 def ulp_level_image(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
     """The ulp map as levels of the window's one ulp scale (views.ulp_scale.heat_levels), 2-D
     (rank > 2 folds its leading dims into rows), a NaN against a number at level 255."""
-    from views.ulp_scale import heat_levels
+    from tapescope.views.ulp_scale import heat_levels
 
     u = ulp_map(*_same_dtype(ref, cand))
     img = heat_levels(u)
@@ -248,7 +248,7 @@ class ElementView(QWidget):
         self.map.addItem(self.image)
         # NOTE: no rotated axis titles: in a map 80 px tall "log10(1 + ulp)" was cut to
         # "log10(1 + u"; the scale is labelled in ulp (0, 1, 10, …) and the caption says so
-        from views.ulp_scale import HEAT_TICKS, heat_lut
+        from tapescope.views.ulp_scale import HEAT_TICKS, heat_lut
 
         # the window's one ulp scale (views.ulp_scale): the graph stripe's and heatmap's colours
         self.colorbar = pg.ColorBarItem(

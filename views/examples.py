@@ -1,6 +1,6 @@
 """Runnable examples: each view alone on demo data.
 
-``python -m views.examples [graph|inspector|parity|stepper|training|kernels|elements|all]
+``python -m tapescope.views.examples [graph|inspector|parity|stepper|training|kernels|elements|all]
 [--save DIR]``
 opens the view (or, with ``--save``, renders each to ``DIR/<name>.png`` and exits; works
 offscreen).
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from core.atomic import write_atomic
+from tapescope.core.atomic import write_atomic
 
 
 def demo_tape():
     """A small recorded workload episode with gradients: (tape, loss id)."""
-    from core import workloads
+    from tapescope.core import workloads
 
     wl = workloads.get("mlp")
     loss = wl.record(0)
@@ -29,17 +29,17 @@ def demo_tape():
 
 def make(name: str):
     """Build one example widget by name."""
-    from views.graph_model import GraphModel
+    from tapescope.views.graph_model import GraphModel
 
     tape, loss = demo_tape()
     if name == "graph":
-        from views.graph_panel import GraphPanel
+        from tapescope.views.graph_panel import GraphPanel
 
         w = GraphPanel()
         w.set_model(GraphModel.from_tape(tape, loss), wait=True)
         return w
     if name == "inspector":
-        from views.inspector import InspectorPanel, NodeDetails
+        from tapescope.views.inspector import InspectorPanel, NodeDetails
 
         n = next(n for n in tape.nodes if n.op == "matmul")
         w = InspectorPanel()
@@ -47,8 +47,8 @@ def make(name: str):
                                    tape.grad(n.id), [(i, tape.node(i).op) for i in n.inputs]))
         return w
     if name == "parity":
-        from views.parity_rows import build_rows
-        from views.parity_table import ParityPanel
+        from tapescope.views.parity_rows import build_rows
+        from tapescope.views.parity_table import ParityPanel
 
         rng = np.random.default_rng(0)
         comp = [{"id": n.id, "value": {"n_diff": int(k), "max_ulp": int(k)}}
@@ -57,8 +57,8 @@ def make(name: str):
         w.set_rows(build_rows(tape.nodes, comp))
         return w
     if name == "stepper":
-        from views.stepper_model import BackwardStepper
-        from views.stepper_view import StepperPanel
+        from tapescope.views.stepper_model import BackwardStepper
+        from tapescope.views.stepper_view import StepperPanel
 
         w = StepperPanel()
         s = BackwardStepper(tape, loss)
@@ -67,7 +67,7 @@ def make(name: str):
             s.step()
         return w
     if name == "training":
-        from views.training_view import TrainingPanel
+        from tapescope.views.training_view import TrainingPanel
 
         w = TrainingPanel()
         w.reset("CPU float64 refmath", "device float64 platform")
@@ -80,7 +80,7 @@ def make(name: str):
         w.flush()
         return w
     if name == "kernels":
-        from views.kernels_view import KernelsPanel
+        from tapescope.views.kernels_view import KernelsPanel
 
         w = KernelsPanel()
         src = ('extern "C" __global__ void fz_demo_s0_fwd_f64(const long long* tab, long long '
@@ -97,7 +97,7 @@ def make(name: str):
         w.select_kernel("fz_demo_s0_fwd_f64")
         return w
     if name == "elements":
-        from views.element_view import ElementView
+        from tapescope.views.element_view import ElementView
 
         n = next(n for n in tape.nodes if n.op == "matmul")
         ref = np.asarray(tape.value(n.id))
@@ -130,7 +130,7 @@ def _png(img) -> bytes:
 
 def main(argv: list[str] | None = None) -> int:
     """Show (or save) the chosen examples."""
-    ap = argparse.ArgumentParser(prog="python -m views.examples")
+    ap = argparse.ArgumentParser(prog="python -m tapescope.views.examples")
     ap.add_argument("name", nargs="?", default="all")
     ap.add_argument("--save", metavar="DIR", default=None)
     args = ap.parse_args(argv)

@@ -23,8 +23,8 @@ from PySide6.QtCore import QBuffer, QIODevice, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QAbstractItemView, QWidget
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views.graph_model import shape_text
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views.graph_model import shape_text
 
 MAX_SIDE = 16_384  # pixels: QImage and most viewers refuse larger
 MAX_PIXELS = 64_000_000  # 256 MB of ARGB32
@@ -76,7 +76,7 @@ def graph_image(view) -> QImage:
 
 def _write(path: str, data, kind: str) -> None:
     """Whole or not at all (core.atomic, as every file tapescope writes)."""
-    from core.atomic import write_atomic
+    from tapescope.core.atomic import write_atomic
 
     try:
         write_atomic(path, data)

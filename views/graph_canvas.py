@@ -14,11 +14,18 @@ from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views.graph_model import KIND_CONST, KIND_GROUP, KIND_LOSS, KIND_OP, KIND_PARAM, DisplayGraph
-from views.layout import GAP_Y, NODE_H, NODE_W, Layout, flat_inputs
-from views.overlay import EMPTY, ItemColors
-from views.plain import cut
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views.graph_model import (
+    KIND_CONST,
+    KIND_GROUP,
+    KIND_LOSS,
+    KIND_OP,
+    KIND_PARAM,
+    DisplayGraph,
+)
+from tapescope.views.layout import GAP_Y, NODE_H, NODE_W, Layout, flat_inputs
+from tapescope.views.overlay import EMPTY, ItemColors
+from tapescope.views.plain import cut
 
 # NOTE: red means one thing in this app: bits differ (the parity stripe, amber → red by ulp).
 # Everything else has its own colour: NaN/inf alarms violet, the first divergence a black flag,

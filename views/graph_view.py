@@ -20,13 +20,13 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QAction, QColor, QPainter
 from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QMenu, QToolTip
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views import theme
-from views.graph_canvas import GraphCanvas
-from views.graph_model import DisplayGraph, GraphModel
-from views.layout import CACHE, Layout
-from views.overlay import EMPTY, NAN_COLOR, NodeColors, item_mask, severity
-from views.plain import cut, tip
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views import theme
+from tapescope.views.graph_canvas import GraphCanvas
+from tapescope.views.graph_model import DisplayGraph, GraphModel
+from tapescope.views.layout import CACHE, Layout
+from tapescope.views.overlay import EMPTY, NAN_COLOR, NodeColors, item_mask, severity
+from tapescope.views.plain import cut, tip
 
 __all__ = ["NAN_COLOR", "GraphView", "severity"]  # (NAN_COLOR, severity: views.overlay's)
 

@@ -21,14 +21,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views.array_stats import array_stats, format_number, numpy_text
-from views.array_view import ArrayView, HistogramView
-from views.element_view import ElementView, ulp_map
-from views.graph_model import shape_text
-from views.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
-from views.numbers import count_text, ulp_text
-from views.plain import MAX_TIP, html, tip
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views.array_stats import array_stats, format_number, numpy_text
+from tapescope.views.array_view import ArrayView, HistogramView
+from tapescope.views.element_view import ElementView, ulp_map
+from tapescope.views.graph_model import shape_text
+from tapescope.views.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
+from tapescope.views.numbers import count_text, ulp_text
+from tapescope.views.plain import MAX_TIP, html, tip
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
 EMPTY_TEXT = ("<b>Inspector</b> — select a node in the graph or the parity table (or find one: "

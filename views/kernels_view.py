@@ -26,9 +26,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views.numbers import ulp_text
-from views.plain import html, tip
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views.numbers import ulp_text
+from tapescope.views.plain import html, tip
 
 KEYWORDS = ("extern", "__global__", "__device__", "__syncthreads", "const", "long", "int",
             "unsigned", "double", "float", "void", "for", "if", "else", "return", "real_t",

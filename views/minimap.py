@@ -13,13 +13,13 @@ from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Slot
 from PySide6.QtGui import QColor, QImage, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QToolTip, QWidget
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views import theme
-from views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
-from views.graph_model import KIND_GROUP, KIND_OP
-from views.graph_view import NAN_COLOR, GraphView
-from views.plain import tip
-from views.scope_runs import run_label, scope_runs
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views import theme
+from tapescope.views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
+from tapescope.views.graph_model import KIND_GROUP, KIND_OP
+from tapescope.views.graph_view import NAN_COLOR, GraphView
+from tapescope.views.plain import tip
+from tapescope.views.scope_runs import run_label, scope_runs
 
 BAND_PX = 6  # the thinnest band, pixels: a band and its 1 px gap stay visible
 GREY = QColor("#9aa3b2")  # nothing compared in this band

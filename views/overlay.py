@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 from PySide6.QtGui import QColor
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 
 NAN_COLOR = "#7c3aed"  # app.session's NaN-mismatch stripe
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Slot
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views.parity_rows import COLUMNS
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views.parity_rows import COLUMNS
 
 
 class ParityFilterProxy(QAbstractTableModel):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from views.numbers import count_text, ulp_text
+from tapescope.views.numbers import count_text, ulp_text
 
 COLUMNS = ("id", "op", "name", "shape", "value n_diff", "value max_ulp", "grad n_diff",
            "grad max_ulp")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from html import escape
 
-from core.names import shown
+from tapescope.core.names import shown
 
 __all__ = ["MAX_MESSAGE", "MAX_SHOWN", "MAX_TIP", "cut", "html", "message", "tip"]
 

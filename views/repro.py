@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from core.atomic import write_all
+from tapescope.core.atomic import write_all
 
 SCRIPT = '''"""Re-run one tapescope node's reference op on the candidate's inputs (by tapescope).
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core import mathlib
-from core.optable.registry import REGISTRY
+from tapescope.core import mathlib
+from tapescope.core.optable.registry import REGISTRY
 
 HERE = Path(__file__).resolve().parent
 

@@ -18,10 +18,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views.array_stats import format_number
-from views.array_view import ArrayView
-from views.plain import cut, html
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views.array_stats import format_number
+from tapescope.views.array_view import ArrayView
+from tapescope.views.plain import cut, html
 
 # debugger-like keys: F11 step, Shift+F11 step back, F5 continue, Ctrl+F10 run to selected,
 # F9 breakpoint on the selected node, Ctrl+Shift+F5 restart

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPalette
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def _use(theme: Theme) -> None:
     import pyqtgraph as pg
 
     pg.setConfigOptions(background=theme.plot_bg, foreground=theme.plot_fg)
-    from views import graph_canvas
+    from tapescope.views import graph_canvas
 
     # marks drawn on the background, not on a box: the same objects, recoloured in place
     graph_canvas.FIRST_COLOR.setRgba(QColor(theme.on_background).rgba())

@@ -29,12 +29,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from views import theme
-from views.numbers import count_text, ulp_text
-from views.plain import cut, tip
-from views.scope_runs import scope_runs
-from views.ulp_scale import (  # noqa: F401  (heat_levels, heat_lut: re-exported)
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views import theme
+from tapescope.views.numbers import count_text, ulp_text
+from tapescope.views.plain import cut, tip
+from tapescope.views.scope_runs import scope_runs
+from tapescope.views.ulp_scale import (  # noqa: F401  (heat_levels, heat_lut: re-exported)
     HEAT_TICKS,
     INHERITED,
     heat_levels,

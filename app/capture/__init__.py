@@ -2,7 +2,7 @@
 
 Imports torch (so it lives in app/, never core/). The Python API::
 
-    from app.capture import capture
+    from tapescope.app.capture import capture
     with capture("run.capture", steps=2):
         train()            # unmodified; the first 2 optimizer steps are recorded
 
@@ -20,12 +20,12 @@ from typing import Any
 
 __all__ = ["DEFAULT_MAX_BYTES", "Recorder", "capture", "eager_kernels"]
 
-from app.capture.limits import DEFAULT_MAX_BYTES
+from tapescope.app.capture.limits import DEFAULT_MAX_BYTES
 
 
 def __getattr__(name: str) -> Any:  # torch is imported by the recorder only, when used
     if name == "Recorder":
-        from app.capture.recorder import Recorder
+        from tapescope.app.capture.recorder import Recorder
 
         return Recorder
     raise AttributeError(name)
@@ -37,7 +37,7 @@ def eager_kernels() -> Any:
     in app.commands.capture, so that the worker (app.remote_server) reaches it without the
     capture command (which reaches the worker's client)."""
     try:
-        from app.capture.eager import run
+        from tapescope.app.capture.eager import run
     except ImportError:
         return None
     return run
@@ -48,12 +48,12 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
             hashes_only: bool = False) -> Iterator[Any]:
     """Record the first ``steps`` optimizer steps run inside the block into ``path``; yields
     the ``Recorder``."""
-    from app.capture.recorder import Recorder
+    from tapescope.app.capture.recorder import Recorder
 
     if steps < 1:
         raise ValueError(f"steps must be at least 1, not {steps}")
     path = os.fspath(path)
-    from app.capture.compiled import install
+    from tapescope.app.capture.compiled import install
 
     meta: dict[str, Any] = {}
     rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: _save(r, path, meta))
@@ -80,13 +80,13 @@ def _save(rec: Any, path: str, meta: dict) -> None:
     """The capture to ``path``; one rank of several (``torch.distributed`` initialised) writes
     ``PATH.rankN.capture`` with its rank, the world size and a run id the ranks share
     (docs/capture.md, "Ranks")."""
-    from app.capture.collectives import rank_of, shared_run
+    from tapescope.app.capture.collectives import rank_of, shared_run
 
     ranked = rank_of()
     if ranked is None or ranked[1] < 2:
         rec.save(path, meta)
         return
-    from core.capture.ranks import rank_path
+    from tapescope.core.capture.ranks import rank_path
 
     rank, world = ranked
     meta["rank"] = {"rank": rank, "world_size": world, "run": shared_run()}

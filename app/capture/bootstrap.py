@@ -13,18 +13,36 @@ stdout/stderr; a rank under torchrun (which passes no pipe on) writes them to
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import runpy
+import shutil
 import sys
+import tempfile
 
 ENV = "TAPESCOPE_CAPTURE"
 
 
 def code(root: str) -> str:
-    """The ``python -c`` program: our package found first for this import only."""
-    return (f"import sys; sys.path.insert(0, {root!r}); import app.capture.bootstrap as _b; "
-            "del sys.path[0]; _b.main()")
+    """The ``python -c`` program. Everything of ours is under the one name ``tapescope``, so the
+    user's own ``core``/``app``/... packages beside their script stay theirs. For an interpreter
+    that does not have us installed, a folder holding our ``tapescope`` goes to the *end* of its
+    path, where it shadows nothing of the user's."""
+    return (f"import sys; sys.path.append({package_parent(root)!r}); "
+            "import tapescope.app.capture.bootstrap as _b; _b.main()")
+
+
+def package_parent(root: str) -> str:
+    """A folder whose ``tapescope`` entry is ``root`` (our package): ``root``'s own parent when
+    it is installed as ``tapescope``, else (a checkout) a temporary folder with a link to it,
+    removed when this process ends."""
+    if os.path.basename(root) == "tapescope":
+        return os.path.dirname(root)
+    tmp = tempfile.mkdtemp(prefix="tapescope_path.")
+    atexit.register(shutil.rmtree, tmp, True)
+    os.symlink(root, os.path.join(tmp, "tapescope"))
+    return tmp
 
 
 def main() -> None:
@@ -45,11 +63,11 @@ def main() -> None:
             except OSError:
                 pass
 
-    from app.capture.recorder import Recorder
+    from tapescope.app.capture.recorder import Recorder
 
     meta = {"argv": sys.argv[1:], "module": cfg.get("module", False), "cwd": os.getcwd()}
-    from app.capture.compiled import install
-    from app.capture.flip import apply
+    from tapescope.app.capture.compiled import install
+    from tapescope.app.capture.flip import apply
 
     holder: list[Recorder] = []
     # torch.compile's backend wrapped: each compiled graph and each call of it recorded
@@ -66,8 +84,8 @@ def main() -> None:
             return
         out = cfg["out"]
         if cfg.get("run"):  # one of the ranks of a torchrun (core/capture/ranks.py)
-            from app.capture.collectives import rank_of
-            from core.capture.ranks import rank_path
+            from tapescope.app.capture.collectives import rank_of
+            from tapescope.core.capture.ranks import rank_path
 
             rank, world = rank_of() or (int(os.environ.get("RANK", "0")),
                                         int(os.environ.get("WORLD_SIZE", "1")))

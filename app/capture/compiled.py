@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from core.capture.file import COMPILED_OP  # noqa: F401  (the region op's name, one place)
+from tapescope.core.capture.file import COMPILED_OP  # noqa: F401  (the region op's name, one place)
 
 _SELF = re.compile(r"^L\['self'\]")
 # the warning torch gives because *our* global module hooks are installed; not the user's

@@ -30,7 +30,7 @@ _NAMED = {str(x): x for x in (
 
 
 def _op(target: str) -> Any:
-    from core.capture.aten_ref import has_reference
+    from tapescope.core.capture.aten_ref import has_reference
 
     m = _NAME.fullmatch(target)
     if m is None or not has_reference(target):

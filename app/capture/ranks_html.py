@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from app.capture.report_html import _CSS, _e
+from tapescope.app.capture.report_html import _CSS, _e
 
 
 def _short(source: str) -> str:

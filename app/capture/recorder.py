@@ -32,12 +32,12 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from app.capture.collectives import NAMESPACES as _COLLECTIVES
-from app.capture.collectives import encode as _encode_object
-from app.capture.collectives import refresh as _refresh
-from app.capture.collectives import settle as _settle
-from app.capture.limits import DEFAULT_MAX_BYTES
-from core.capture.file import COMPILED_OP, digest
+from tapescope.app.capture.collectives import NAMESPACES as _COLLECTIVES
+from tapescope.app.capture.collectives import encode as _encode_object
+from tapescope.app.capture.collectives import refresh as _refresh
+from tapescope.app.capture.collectives import settle as _settle
+from tapescope.app.capture.limits import DEFAULT_MAX_BYTES
+from tapescope.core.capture.file import COMPILED_OP, digest
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -885,7 +885,7 @@ class Recorder(TorchDispatchMode):
         return header, arrays
 
     def save(self, path: str, meta: dict | None = None) -> str:
-        from core.capture.file import save
+        from tapescope.core.capture.file import save
 
         header, arrays = self.header_and_arrays(meta)
         return str(save(path, header, arrays, digests=self._digests))

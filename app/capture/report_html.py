@@ -15,8 +15,8 @@ import json
 import os
 from pathlib import Path
 
-from core.atomic import check_writable, write_all
-from core.parity import strict_json
+from tapescope.core.atomic import check_writable, write_all
+from tapescope.core.parity import strict_json
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d1d1f;max-width:1200px}
@@ -115,7 +115,7 @@ def render(rep: dict) -> str:
     intro = rep["introduced"]
     region = next((e for e in intro if e.get("node")), None)
     if region is not None:  # a compiled graph's first departing node (core/capture/regions.py)
-        from core.capture.regions import node_line
+        from tapescope.core.capture.regions import node_line
 
         out.append(f"<p>Inside compiled graph #{region['index']} (step {region['step']}, "
                    f"{_e(region['phase'])}): {_e(node_line(region['node']))}</p>")

@@ -35,9 +35,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from core.capture.file import Capture
-from views.ulp_scale import faded_color, heat_levels, heat_lut, level_color
+import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.core.capture.file import Capture
+from tapescope.views.ulp_scale import faded_color, heat_levels, heat_lut, level_color
 
 _PHASE_COLOR = {"forward": "#3b82f6", "backward": "#a855f7", "optimizer": "#14b8a6"}
 _ORDER = ("exact", "introduced", "inherited", "no-reference", "recorded", "unjudged")
@@ -101,7 +101,7 @@ class PhaseBands(QWidget):
 def ulp_image(ref: np.ndarray, rec: np.ndarray, width: int = 320) -> QPixmap | None:
     """The per-element ulp distance of ``rec`` from ``ref`` as a heat map (rows x the last
     dimension), in the window's ulp scale; None for non-float outputs."""
-    from core.parity import ulp_distance
+    from tapescope.core.parity import ulp_distance
 
     if rec.dtype.name not in ("float64", "float32", "float16", "bfloat16") or rec.size == 0:
         return None
@@ -276,7 +276,7 @@ class CaptureWindow(QMainWindow):
 
     def show_op(self, i: int) -> None:
         """The Inspector on op ``i``."""
-        from core.capture.judge import rerun_op
+        from tapescope.core.capture.judge import rerun_op
 
         e = self.rep["ops"][i]
         self.bands.selected = i
@@ -286,7 +286,7 @@ class CaptureWindow(QMainWindow):
         if e.get("reason"):
             lines.append(f"note    {e['reason']}")
         if e.get("graph"):  # a compiled graph's call: where inside it the run departs
-            from core.capture.regions import node_line
+            from tapescope.core.capture.regions import node_line
 
             g = e["graph"]
             lines.append(f"graph   {g['kind']}, {g['backend']}, {g['nodes']} nodes; "
@@ -351,11 +351,11 @@ def run_window(args: argparse.Namespace, size: tuple[int, int] | None, gui: Any)
 
     from PySide6.QtWidgets import QApplication
 
-    from app.qt_messages import quiet_qt
-    from app.style import apply_style
-    from core.capture.file import load
-    from core.capture.judge import judge
-    from core.progress import file_label, progress
+    from tapescope.app.qt_messages import quiet_qt
+    from tapescope.app.style import apply_style
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.judge import judge
+    from tapescope.core.progress import file_label, progress
 
     with progress(file_label("loading", args.file)):
         cap = load(args.file)  # a bad file raises: one line, exit 2

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.parity import entry_differs, entry_worst
-from views.numbers import ulp_text
+from tapescope.core.parity import entry_differs, entry_worst
+from tapescope.views.numbers import ulp_text
 
 __all__ = ["Against"]
 
@@ -35,7 +35,7 @@ class Against:
         if cfg.worker is not None:
             raise ValueError("--against compares two candidates in this process: it cannot go "
                              "with --worker")
-        from app.pairs import open_pair
+        from tapescope.app.pairs import open_pair
 
         self.a = a
         self.cfg = _other_config(cfg, device)
@@ -70,7 +70,7 @@ class Against:
 
     def step(self, ra: Any, fold: Any, intro_of: Any) -> Any:
         """B's step (after A's ``ra``), and A against B on this step's arrays."""
-        from app.runs import host_compare
+        from tapescope.app.runs import host_compare
 
         rb = self.b.step()
         fold(self.per_node, rb.nodes, rb.step)
@@ -93,7 +93,7 @@ class Against:
     def finish(self, steps: int, fold: Any) -> None:
         """After the last step: the trained parameters (after the last update), B against the
         reference and A against B, as parity folds A's."""
-        from app.runs import host_compare
+        from tapescope.app.runs import host_compare
 
         fold(self.per_node, self.b.compare_params().to_json()["nodes"], steps)
         sa, sb = self.a.store, self.b.store
@@ -130,7 +130,7 @@ class Against:
 
         a_causes, causes_b = causes(a_introduced), causes(self.introduced)
         a_intro = set(a_causes)
-        from app.commands.parity_table import AGAINST_ROWS, cut_notice, table_order
+        from tapescope.app.commands.parity_table import AGAINST_ROWS, cut_notice, table_order
 
         differ = [i for i in self.per_node if entry_differs(self.per_node[i])
                   or entry_differs(a_nodes.get(i, self.per_node[i]))

@@ -26,7 +26,7 @@ def byte_size(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``capture`` subcommand."""
-    from app.commands.argtypes import positive_int
+    from tapescope.app.commands.argtypes import positive_int
 
     p = sub.add_parser(
         "capture", help="record your own PyTorch training script's first steps (every aten op)",
@@ -143,10 +143,10 @@ def run(args: argparse.Namespace) -> int:
     import threading
     import time
 
-    from app.capture import DEFAULT_MAX_BYTES
-    from app.capture.bootstrap import ENV, code
-    from core.atomic import check_writable
-    from core.progress import progress
+    from tapescope.app.capture import DEFAULT_MAX_BYTES
+    from tapescope.app.capture.bootstrap import ENV, code
+    from tapescope.core.atomic import check_writable
+    from tapescope.core.progress import progress
 
     python, opts, target, module, rest = _target(list(args.script_command))
     if not args.out:
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
            "max_bytes": DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes,
            "hashes_only": args.hashes_only, "module": module, "fd": wfd}
     if getattr(args, "flip", None):
-        from app.capture.flip import parse
+        from tapescope.app.capture.flip import parse
 
         cfg["apply"] = dict(parse(t) for t in args.flip)
     env = dict(os.environ)
@@ -240,11 +240,11 @@ def run_ranks(args: argparse.Namespace, argv: list[str]) -> int:
     import time
     import uuid
 
-    from app.capture import DEFAULT_MAX_BYTES
-    from app.capture.bootstrap import ENV, code
-    from core.atomic import check_writable
-    from core.capture.ranks import out_rank_files
-    from core.progress import progress
+    from tapescope.app.capture import DEFAULT_MAX_BYTES
+    from tapescope.app.capture.bootstrap import ENV, code
+    from tapescope.core.atomic import check_writable
+    from tapescope.core.capture.ranks import out_rank_files
+    from tapescope.core.progress import progress
 
     opts, target, module, rest = _torchrun(argv)
     if not args.out:
@@ -259,7 +259,7 @@ def run_ranks(args: argparse.Namespace, argv: list[str]) -> int:
            "hashes_only": args.hashes_only, "module": module, "fd": None,
            "events_dir": events_dir, "run": uuid.uuid4().hex}
     if getattr(args, "flip", None):
-        from app.capture.flip import parse
+        from tapescope.app.capture.flip import parse
 
         cfg["apply"] = dict(parse(t) for t in args.flip)
     env = dict(os.environ)
@@ -324,8 +324,8 @@ def judge_capture(args: argparse.Namespace) -> int:
     judged (core.capture.judge); 0 when every judged output is exact, 1 when one differs."""
     import json
 
-    from core.atomic import check_writable, write_atomic
-    from core.parity import strict_json
+    from tapescope.core.atomic import check_writable, write_atomic
+    from tapescope.core.parity import strict_json
 
     if args.json:
         check_writable(args.json, "--json")
@@ -337,10 +337,10 @@ def judge_capture(args: argparse.Namespace) -> int:
 
 
 def _judged(args: argparse.Namespace) -> dict:
-    from app.capture import eager_kernels
-    from core.capture.file import load
-    from core.capture.judge import judge
-    from core.progress import file_label, progress
+    from tapescope.app.capture import eager_kernels
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.judge import judge
+    from tapescope.core.progress import file_label, progress
 
     if getattr(args, "worker", None):  # judged where the capture is (issue 42 item 6)
         return _judged_by_worker(args)
@@ -357,9 +357,9 @@ def _judged(args: argparse.Namespace) -> dict:
 def _judged_by_worker(args: argparse.Namespace) -> dict:
     """``parity --capture FILE --worker CMD``: FILE is a path on the worker's machine (a
     capture made on a GPU server, judged there: only the report travels)."""
-    from app.commands.worker import timeouts
-    from app.remote_client import RemoteDevice
-    from core.progress import progress
+    from tapescope.app.commands.worker import timeouts
+    from tapescope.app.remote_client import RemoteDevice
+    from tapescope.core.progress import progress
 
     t = timeouts(args)
     worker = RemoteDevice(args.worker, None, "", 0, timeout=t["worker_timeout"],
@@ -375,7 +375,7 @@ def _judged_by_worker(args: argparse.Namespace) -> dict:
 def report_capture(args: argparse.Namespace) -> int:
     """``tapescope report --capture FILE --out R.html``: the judged capture as a self-contained
     HTML page and its JSON beside it; 0 when every judged op is exact, 1 when one differs."""
-    from app.capture import report_html
+    from tapescope.app.capture import report_html
 
     report_html.check(args.out)  # before the judging, not after it
     rep = _judged(args)
@@ -451,7 +451,7 @@ def print_report(rep: dict, explain: bool = False) -> None:
               + (f"; {len(intro)} introduced outputs in all" if len(intro) > 1 else ""))
     region = next((e for e in intro if e.get("node")), None)
     if region is not None:
-        from core.capture.regions import node_line
+        from tapescope.core.capture.regions import node_line
 
         print(f"inside compiled graph #{region['index']} (step {region['step']}, "
               f"{region['phase']}): {node_line(region['node'])}")

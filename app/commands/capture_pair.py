@@ -121,8 +121,8 @@ def pair_captures(args: argparse.Namespace) -> int:
     write ``--json``; 0 agree, 1 part."""
     import json
 
-    from core.atomic import check_writable, write_atomic
-    from core.parity import strict_json
+    from tapescope.core.atomic import check_writable, write_atomic
+    from tapescope.core.parity import strict_json
 
     out = getattr(args, "json", None)
     if out:
@@ -139,9 +139,9 @@ def report_pair(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from app.capture import pair_html, report_html
-    from core.atomic import write_all
-    from core.parity import strict_json
+    from tapescope.app.capture import pair_html, report_html
+    from tapescope.core.atomic import write_all
+    from tapescope.core.parity import strict_json
 
     report_html.check(args.out)  # before the judging, not after it
     rep = _paired(args)
@@ -153,11 +153,11 @@ def report_pair(args: argparse.Namespace) -> int:
 
 
 def _paired(args: argparse.Namespace) -> dict:
-    from app.capture import eager_kernels
-    from core.capture.file import load
-    from core.capture.judge import judge
-    from core.capture.pair import pair
-    from core.progress import file_label, progress
+    from tapescope.app.capture import eager_kernels
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.judge import judge
+    from tapescope.core.capture.pair import pair
+    from tapescope.core.progress import file_label, progress
 
     explain = bool(getattr(args, "explain", False))
     caps = []

@@ -14,13 +14,13 @@ import os
 
 def ranks_asked(args: argparse.Namespace) -> bool:
     """``--ranks`` given, or ``--capture`` names no file but has rank files (``OUT``)."""
-    from core.capture.ranks import rank_files
+    from tapescope.core.capture.ranks import rank_files
 
     return getattr(args, "ranks", None) is not None or bool(rank_files(args.capture))
 
 
 def _paths(args: argparse.Namespace) -> list[str]:
-    from core.capture.ranks import rank_files
+    from tapescope.core.capture.ranks import rank_files
 
     given = getattr(args, "ranks", None)
     if given:
@@ -37,8 +37,8 @@ def _paths(args: argparse.Namespace) -> list[str]:
 def judge_rank_files(args: argparse.Namespace) -> int:
     import json
 
-    from core.atomic import check_writable, write_atomic
-    from core.parity import strict_json
+    from tapescope.core.atomic import check_writable, write_atomic
+    from tapescope.core.parity import strict_json
 
     if args.json:
         check_writable(args.json, "--json")
@@ -55,9 +55,9 @@ def report_rank_files(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from app.capture import ranks_html, report_html
-    from core.atomic import write_all
-    from core.parity import strict_json
+    from tapescope.app.capture import ranks_html, report_html
+    from tapescope.core.atomic import write_all
+    from tapescope.core.parity import strict_json
 
     report_html.check(args.out)  # before the judging, not after it
     rep = _judged(args)
@@ -77,8 +77,8 @@ def _slim(rep: dict) -> dict:
 
 
 def _judged(args: argparse.Namespace) -> dict:
-    from core.capture.ranks import judge_ranks, load_ranks
-    from core.progress import progress
+    from tapescope.core.capture.ranks import judge_ranks, load_ranks
+    from tapescope.core.progress import progress
 
     paths = _paths(args)
     with progress(f"loading {len(paths)} rank files"):

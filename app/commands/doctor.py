@@ -60,7 +60,7 @@ def check_qt() -> tuple[str, str, str]:
 
 
 def check_display() -> tuple[str, str, str]:
-    from app.platform_check import NO_DISPLAY, choose_platform
+    from tapescope.app.platform_check import NO_DISPLAY, choose_platform
 
     choice = choose_platform(os.environ)
     if choice.error == NO_DISPLAY:
@@ -76,8 +76,8 @@ def check_display() -> tuple[str, str, str]:
 def check_gcc() -> tuple[str, str, str]:
     """The C++ compiler the host backend would use (gpu.host_compiler.find_compiler:
     $TAPESCOPE_CXX or g++), and its version, as the backend reads them."""
-    from gpu.device import DeviceError
-    from gpu.host_compiler import compiler_version, find_compiler
+    from tapescope.gpu.device import DeviceError
+    from tapescope.gpu.host_compiler import compiler_version, find_compiler
 
     try:
         cxx = find_compiler()
@@ -92,7 +92,7 @@ def check_gcc() -> tuple[str, str, str]:
 def check_isa() -> tuple[str, str, str]:
     """The path the native code is built for (core.native.isa): the CPU's widest, or what
     $TAPESCOPE_ISA forces; the paths this CPU can run."""
-    from core.native import isa
+    from tapescope.core.native import isa
 
     try:
         isa.extra_flags()
@@ -103,8 +103,8 @@ def check_isa() -> tuple[str, str, str]:
 
 
 def check_nvrtc() -> tuple[str, str, str]:
-    from gpu.device import DeviceError
-    from gpu.nvrtc import cuda_version_text, nvrtc_version
+    from tapescope.gpu.device import DeviceError
+    from tapescope.gpu.nvrtc import cuda_version_text, nvrtc_version
 
     try:
         return OK, f"NVRTC {cuda_version_text(nvrtc_version())}", ""
@@ -121,7 +121,7 @@ def check_cupy() -> tuple[str, str, str]:
 
 
 def check_gpu() -> tuple[str, str, str]:
-    from gpu.cuda import cuda_unavailable_reason
+    from tapescope.gpu.cuda import cuda_unavailable_reason
 
     why = cuda_unavailable_reason()
     if why is not None:
@@ -167,7 +167,7 @@ def rows() -> list[tuple[str, str, str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the table; exit 0."""
-    from app.about import version
+    from tapescope.app.about import version
 
     print(f"tapescope {version()}")
     table = rows()

@@ -25,10 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _episode(args):
     """(tape, loss, core optimizer or None) of the workload or the tape file."""
-    from core import tapefile, workloads
+    from tapescope.core import tapefile, workloads
 
     if args.tape:
-        from core.progress import file_label, progress
+        from tapescope.core.progress import file_label, progress
 
         with progress(file_label("loading", args.tape)):  # a terminal sees a big tape load
             tape, meta = tapefile.load(args.tape)
@@ -40,8 +40,8 @@ def _episode(args):
 def _check(dev, args) -> bool:
     import numpy as np
 
-    import gpu
-    from gpu import fusion
+    from tapescope import gpu
+    from tapescope.gpu import fusion
 
     progs, opt = [], None
     for fuse in (False, True):
@@ -69,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
     ``tapescope`` turns it into one line and exit 2)."""
     import json
 
-    import gpu
-    from core.atomic import check_writable, write_atomic
-    from gpu import fusion
+    from tapescope import gpu
+    from tapescope.core.atomic import check_writable, write_atomic
+    from tapescope.gpu import fusion
 
     if args.json:
         check_writable(args.json, "--json")

@@ -18,8 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the per-op table; exit 1 on any failure (an unknown op raises: exit 2)."""
-    from core import gradcheck
-    from core.ops import REGISTRY
+    from tapescope.core import gradcheck
+    from tapescope.core.ops import REGISTRY
 
     names = args.op or [n for n in sorted(REGISTRY) if REGISTRY[n].kind != "leaf"]
     unknown = [n for n in names if n not in REGISTRY]

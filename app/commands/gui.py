@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``gui`` subcommand."""
     p = sub.add_parser("gui", help="open the desktop inspector (the default command)")
     p.add_argument("file", nargs="?", help="a .tape file or .onnx model to open")
-    from resources import EXAMPLES
+    from tapescope.resources import EXAMPLES
 
     p.add_argument("--example", choices=list(EXAMPLES), default=None,
                    help="open a shipped example: " + ", ".join(
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--screenshot", metavar="OUT.png", default=None,
                    help="render the loaded window to a PNG and exit (works offscreen)")
     p.add_argument("--size", default="1440x900", help="window size for --screenshot, WxH")
-    from app.commands.model_args import add_model_args
+    from tapescope.app.commands.model_args import add_model_args
 
     # --model M.onnx [--reinit]; `gui M.onnx --live` trains the file itself (its --max-*
     # flags are _limit_flags' below)
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     live = p.add_argument_group("live session (the Live toolbar sets the same)")
     live.add_argument("--live", action="store_true",
                       help="start a live session: the workload on the CPU tape and on a device")
-    from app.commands.argtypes import add_candidate_args
+    from tapescope.app.commands.argtypes import add_candidate_args
 
     # --device (a replay or torch), the torch settings, --explain (the Inspector names why a
     # node introduced error)
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     live.add_argument("--dtype", default=None,
                       choices=["float64", "float32", "float16", "bfloat16"],
                       help="default: a model's own precision, else float64")
-    from app.commands.model_args import add_amp_args
+    from tapescope.app.commands.model_args import add_amp_args
 
     add_amp_args(live)
     live.add_argument("--compare", default="cpu-device",
@@ -50,14 +50,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     live.add_argument("--worker", metavar="CMD", default=None,
                       help="run the device side through this command, e.g. \"ssh gpu-box "
                            "tapescope worker\" (split like a shell line, never run by a shell)")
-    from app.commands.worker import add_timeout_flags
+    from tapescope.app.commands.worker import add_timeout_flags
 
     add_timeout_flags(live)
     live.add_argument("--steps", type=int, default=None,
                       help="a live session trains this many steps, then stops (its results "
                            "stay); default: until Stop (with --screenshot: 30, then the "
                            "picture)")
-    from app.commands.onnx_cmd import _limit_flags
+    from tapescope.app.commands.onnx_cmd import _limit_flags
 
     _limit_flags(p)  # an .onnx opened in the window runs under the same budgets as `onnx`
     p.set_defaults(func=run)
@@ -84,7 +84,7 @@ def _fail(message: str) -> int:
 def start_platform(screenshot: bool = False) -> str | None:
     """Choose the Qt platform before any QApplication exists; the one-line error if none can
     start (no display, missing xcb libraries), else None (QT_QPA_PLATFORM set as chosen)."""
-    from app import platform_check
+    from tapescope.app import platform_check
 
     choice = platform_check.choose_platform(os.environ, screenshot=screenshot)
     if choice.error:
@@ -95,15 +95,15 @@ def start_platform(screenshot: bool = False) -> str | None:
 
 def make_window(argv0: str = "tapescope", debug: bool = False):
     """The QApplication (styled) and a MainWindow, for ``run`` and the desktop smoke test."""
-    __import__("views")  # the PySide6 guard (views/__init__.py), before any Qt work
+    __import__("tapescope.views")  # the PySide6 guard (views/__init__.py), before any Qt work
     from PySide6.QtWidgets import QApplication
 
-    from app.qt_messages import quiet_qt
+    from tapescope.app.qt_messages import quiet_qt
 
     quiet_qt(debug)  # no "propagateSizeHints()" on every run (issue 25)
 
-    from app.main_window import MainWindow
-    from app.style import apply_style
+    from tapescope.app.main_window import MainWindow
+    from tapescope.app.style import apply_style
 
     app = QApplication.instance() or QApplication([argv0])
     app.setApplicationName("tapescope")
@@ -138,7 +138,7 @@ def wait_live(win, timeout_s: float = 120.0) -> None:
 
     from PySide6.QtCore import QCoreApplication
 
-    from app.live import FAILED, STOPPED
+    from tapescope.app.live import FAILED, STOPPED
 
     end = time.monotonic() + timeout_s
     live = win.live.live
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is None and args.screenshot:
         args.steps = SCREENSHOT_STEPS
     if args.screenshot:  # before the window and the run: a bad place costs nothing
-        from core.atomic import check_writable
+        from tapescope.core.atomic import check_writable
 
         try:
             check_writable(args.screenshot, "--screenshot")
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         if args.file:
             return _fail(f"give a FILE or --example, not both ({args.file!r} and --example "
                          f"{args.example})")
-        from resources import example_path
+        from tapescope.resources import example_path
 
         try:
             args.file = str(example_path(args.example))
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.file and args.file.lower().endswith(".onnx") and not args.model
             and (args.live or args.reinit or model_flags)):
         args.model, args.file = args.file, None  # the model trains: it is the workload
-    from app.commands.model_args import resolve_workload
+    from tapescope.app.commands.model_args import resolve_workload
 
     try:
         workload = resolve_workload(args, default=None)
@@ -196,11 +196,11 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         return _fail(problem)
     if args.file and not args.live:
-        from core.capture.file import is_capture
+        from tapescope.core.capture.file import is_capture
 
         if is_capture(args.file):  # a capture (`tapescope capture`): its own window
-            __import__("views")  # the PySide6 guard, before any Qt work
-            from app.capture.window import run_window
+            __import__("tapescope.views")  # the PySide6 guard, before any Qt work
+            from tapescope.app.capture.window import run_window
 
             return run_window(args, size, sys.modules[__name__])
     irq = Interrupts() if not args.screenshot else None
@@ -210,10 +210,10 @@ def run(args: argparse.Namespace) -> int:
         win.window_layout.persist = False  # a picture shows the default layout, saves nothing
         win.window_layout.reset()
     ok = True
-    from app.commands.onnx_cmd import limits_from
+    from tapescope.app.commands.onnx_cmd import limits_from
 
     win.onnx_limits = limits_from(args)
-    from app.progress_dialog import prepare_native
+    from tapescope.app.progress_dialog import prepare_native
 
     prepare_native(win)  # a cold cache: refmath's C kernels compile behind a dialog with Cancel
     if args.file:
@@ -221,12 +221,12 @@ def run(args: argparse.Namespace) -> int:
     if workload or not args.file:
         ok = win.open_workload(workload or "mlp") and ok
     if args.live and ok and win.session is not None and win.session.workload is not None:
-        from app.commands.model_args import amp_kwargs, resolve_dtype
-        from app.commands.worker import timeouts as worker_timeouts
-        from app.runs import SessionConfig
+        from tapescope.app.commands.model_args import amp_kwargs, resolve_dtype
+        from tapescope.app.commands.worker import timeouts as worker_timeouts
+        from tapescope.app.runs import SessionConfig
 
         spec = win.session.meta["workload"]
-        from app.commands.argtypes import candidate_config
+        from tapescope.app.commands.argtypes import candidate_config
 
         cfg = SessionConfig(workload=spec,
                             fuse=args.fuse, dtype=resolve_dtype(args.dtype, spec), math=args.math,
@@ -319,7 +319,7 @@ def exec_until_interrupted(app, win, interrupts: Interrupts | None = None) -> in
 def _screenshot(win, args: argparse.Namespace, size: tuple[int, int], ok: bool) -> int:
     from PySide6.QtCore import QCoreApplication
 
-    from app.live import FAILED
+    from tapescope.app.live import FAILED
 
     win.resize(*size)
     win.show()
@@ -346,8 +346,8 @@ def _screenshot(win, args: argparse.Namespace, size: tuple[int, int], ok: bool) 
 
 def _save_picture(img, path: str) -> str | None:
     """Write the window's picture whole or not at all (core.atomic); the error, or None."""
-    from app.report_render import png_bytes
-    from core.atomic import write_atomic
+    from tapescope.app.report_render import png_bytes
+    from tapescope.core.atomic import write_atomic
 
     fmt = os.path.splitext(path)[1].lstrip(".").upper() or "PNG"
     try:

@@ -57,11 +57,11 @@ def units(workloads: tuple[str, ...] = WORKLOADS, dtypes: tuple[str, ...] = DTYP
     """Every compilation unit tapescope generates (of ``dtypes``), in a fixed order."""
     import numpy as np
 
-    import gpu
-    from core import precision
-    from core import workloads as wls
-    from gpu import fusion
-    from gpu.source import LIBRARY, instantiate, template
+    from tapescope import gpu
+    from tapescope.core import precision
+    from tapescope.core import workloads as wls
+    from tapescope.gpu import fusion
+    from tapescope.gpu.source import LIBRARY, instantiate, template
 
     out = []
     for math in MATHS:
@@ -76,7 +76,7 @@ def units(workloads: tuple[str, ...] = WORKLOADS, dtypes: tuple[str, ...] = DTYP
     # gpu.diff.DeviceDiff's text (no transcendentals: one math mode)
     for dt in (d for d in DIFF_DTYPES if d in dtypes):
         out.append(Unit("diff", dt, "refmath", instantiate(template("diff"), np.dtype(dt))))
-    from gpu.kernel_template import source_only_device
+    from tapescope.gpu.kernel_template import source_only_device
 
     dev = source_only_device()
     for name in workloads:
@@ -89,7 +89,7 @@ def units(workloads: tuple[str, ...] = WORKLOADS, dtypes: tuple[str, ...] = DTYP
 
 
 def _row(unit: Unit, counts: dict[str, int], ptx: int, cubin: int | None, verdict: str) -> str:
-    from gpu.nvrtc import AUDIT_COLUMNS
+    from tapescope.gpu.nvrtc import AUDIT_COLUMNS
 
     cells = "".join(f"{counts[c]:>{max(len(c), 5) + 1}}" for c in AUDIT_COLUMNS)
     cb = f"{cubin:>10}" if cubin is not None else f"{'-':>10}"
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     when NVRTC cannot load or the arch is unknown to it."""
     import sys
 
-    from gpu.device import DeviceError
+    from tapescope.gpu.device import DeviceError
 
     if getattr(args, "template", None):
         return _template(args)
@@ -120,7 +120,7 @@ def _template(args: argparse.Namespace) -> int:
     """``--template OP --out FILE.cu``: the op's stock kernels as one file (no compiler)."""
     from pathlib import Path
 
-    from gpu.kernel_template import template
+    from tapescope.gpu.kernel_template import template
 
     if not args.out or not args.out.endswith((".cu", ".cuh", ".c")):
         raise ValueError(f"--template {args.template}: give --out FILE.cu (not {args.out!r})")
@@ -139,8 +139,8 @@ def _run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from core.atomic import check_writable, write_atomic
-    from gpu.nvrtc import (
+    from tapescope.core.atomic import check_writable, write_atomic
+    from tapescope.gpu.nvrtc import (
         AUDIT_COLUMNS,
         NVRTC_FLAGS,
         audit_ok,

@@ -26,7 +26,7 @@ def add_model_args(p: argparse.ArgumentParser, limits: bool = True) -> None:
                    help="with --model: trained weights by initializer name (safetensors)")
     if not limits:
         return
-    from app.commands.onnx_cmd import _count
+    from tapescope.app.commands.onnx_cmd import _count
 
     p.add_argument("--max-elements", dest="max_elements", type=_count, default=None,
                    metavar="N", help="with --model: elements in any one tensor of the import "
@@ -41,7 +41,7 @@ def resolve_workload(args: argparse.Namespace, default: str | None = "mlp") -> s
     model = getattr(args, "model", None)
     if model:
         # onnx is imported only when a model is named: the GPU image may not have it
-        from core.onnx.workload import model_spec
+        from tapescope.core.onnx.workload import model_spec
 
         if getattr(args, "workload", None):
             raise ValueError("give --model or --workload, not both")
@@ -65,7 +65,7 @@ def _pair(text: str, flag: str) -> tuple[str, str]:
 
 def _with_model_options(spec: str, args: argparse.Namespace) -> str:
     """``spec`` carrying --input / --shape / --weights (absolute paths)."""
-    from core.onnx.workload import parse_dims, with_options
+    from tapescope.core.onnx.workload import parse_dims, with_options
 
     inputs = dict(_pair(t, "--input") for t in getattr(args, "model_inputs", None) or [])
     inputs = {k: os.path.abspath(v) for k, v in inputs.items()}
@@ -105,7 +105,12 @@ def resolve_dtype(given: str | None, workload: str | None) -> str:
     if given:
         return given
     if workload:
-        from core.onnx.workload import is_model_spec, model_dtype, parse_spec, split_options
+        from tapescope.core.onnx.workload import (
+            is_model_spec,
+            model_dtype,
+            parse_spec,
+            split_options,
+        )
 
         if is_model_spec(workload):
             dt = model_dtype(parse_spec(split_options(workload)[0])[0])

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
                     "Inputs come from .npy or TensorProto .pb files; with none, a deterministic "
                     "input is generated. Exit 0 = ok, 1 = outputs differ, 2 = bad model/input.")
     p.add_argument("model", nargs="?", help="the .onnx file (or --example)")
-    from resources import ONNX_EXAMPLES
+    from tapescope.resources import ONNX_EXAMPLES
 
     p.add_argument("--example", choices=ONNX_EXAMPLES, default=None,
                    help="a shipped model, with its shipped input and expected outputs")
@@ -60,7 +60,7 @@ def _count(text: str) -> int:
 
 def _limit_flags(p) -> None:
     """The budgets of one run (core.onnx.Limits); defaults keep a hostile model small."""
-    from core.onnx.limits import Limits
+    from tapescope.core.onnx.limits import Limits
 
     d = Limits()
     g = p.add_argument_group("limits", "what one run may take; raise them for a big model you "
@@ -82,7 +82,7 @@ def _limit_flags(p) -> None:
 
 def limits_from(args: argparse.Namespace):
     """The core.onnx.Limits the command-line flags ask for."""
-    from core.onnx.limits import Limits
+    from tapescope.core.onnx.limits import Limits
 
     return Limits().with_(max_elements=args.max_elements, max_bytes=args.max_bytes,
                           max_loop_iterations=args.max_loop_iterations,
@@ -98,7 +98,7 @@ def _read_array(path: str, limits=None):
     against the file and ``limits`` first: core.arrayfile) or a serialized TensorProto (.pb)."""
     from onnx import TensorProto, numpy_helper
 
-    from core.arrayfile import ArrayFileError, read_npy
+    from tapescope.core.arrayfile import ArrayFileError, read_npy
 
     if not os.path.isfile(path):
         why = "not a regular file" if os.path.exists(path) else "no such file"
@@ -127,7 +127,7 @@ def _named(specs: list[str], names: list[str], what: str, sess=None) -> dict:
     """NAME=FILE or FILE specs resolved to {name: array} against the graph's ``names``, read
     within ``sess``'s budgets; a given input of another element type than the model declares is
     refused here, naming the input and the file."""
-    from core.names import shown
+    from tapescope.core.names import shown
 
     out = {}
     for i, spec in enumerate(specs):
@@ -154,8 +154,8 @@ def _named(specs: list[str], names: list[str], what: str, sess=None) -> dict:
 
 def _check_dtype(sess, name: str, path: str, arr) -> None:
     """The given array's element type is the one the model declares for input ``name``."""
-    from core.names import shown
-    from core.onnx.loader import np_dtype
+    from tapescope.core.names import shown
+    from tapescope.core.onnx.loader import np_dtype
 
     for vi in sess.model.graph.input:
         if vi.name != name or not vi.type.HasField("tensor_type"):
@@ -221,7 +221,7 @@ def tolerance(got, want, rtol=None, atol=None) -> tuple[float, float, str]:
 def _compare(name, got, want, rtol=None, atol=None) -> tuple[bool, str]:
     import numpy as np
 
-    from core.names import shown
+    from tapescope.core.names import shown
 
     name = shown(name)
     if got.shape != want.shape:
@@ -248,7 +248,7 @@ def _compare(name, got, want, rtol=None, atol=None) -> tuple[bool, str]:
 
 def _ids_hint(args, feeds, exc) -> str:
     """What to give when generated integer ids indexed out of a table: their --input."""
-    from core.names import shown
+    from tapescope.core.names import shown
 
     if args.input or not feeds or "index out of range" not in str(exc):
         return ""
@@ -265,19 +265,19 @@ def run(args: argparse.Namespace) -> int:
     """Run the model; 0 ok, 1 outputs differ, 2 bad model or input."""
     import numpy as np
 
-    from core.onnx import OnnxError, Session, default_inputs
+    from tapescope.core.onnx import OnnxError, Session, default_inputs
 
     if args.example and args.model or not (args.example or args.model):
         print("tapescope onnx: give MODEL.onnx or --example NAME (one of them)", file=sys.stderr)
         return 2
     if args.example:  # the shipped model, and its input/expected files unless given
-        from resources import onnx_example
+        from tapescope.resources import onnx_example
 
         model, inputs, expected = onnx_example(args.example)
         args.model = str(model)
         args.input = args.input or inputs
         args.expected = args.expected or [expected]
-    from core.progress import Ticks, file_label, progress
+    from tapescope.core.progress import Ticks, file_label, progress
 
     try:
         # a terminal sees the load, then the nodes and loop iterations run (the executor's
@@ -303,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"model   {args.model}  (opset {sess.lm.opset}, {len(sess.graph.steps)} nodes, "
           f"mode {args.mode})")
-    from core.names import shown  # names from the file: escaped and cut, never raw
+    from tapescope.core.names import shown  # names from the file: escaped and cut, never raw
 
     for name in sess.input_names:
         x = feeds[name]

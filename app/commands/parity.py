@@ -9,30 +9,30 @@ from __future__ import annotations
 
 import argparse
 
-from core.parity import entry_differs
+from tapescope.core.parity import entry_differs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``parity`` subcommand."""
-    from app.commands.argtypes import positive_int
+    from tapescope.app.commands.argtypes import positive_int
 
     p = sub.add_parser("parity", help="CPU tape vs device replay, bit for bit, every step",
                        description="CPU tape (refmath) vs device replay, every node every step. "
                                    "Exit 0 bit-identical, 1 differs, 2 bad input or setup.")
     p.add_argument("--workload", default=None, help="mlp (default) | transformer | PATH.py")
-    from app.commands.model_args import add_model_args
+    from tapescope.app.commands.model_args import add_model_args
 
     add_model_args(p)  # --model M.onnx [--reinit]
-    from app.commands.argtypes import add_candidate_args
+    from tapescope.app.commands.argtypes import add_candidate_args
 
     add_candidate_args(p)  # --device, the torch settings, --kernel, --explain
-    from app.commands.argtypes import add_against_arg
+    from tapescope.app.commands.argtypes import add_against_arg
 
     add_against_arg(p)  # --against B
     p.add_argument("--steps", type=positive_int, default=5)
     p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
-    from app.commands.model_args import add_amp_args
+    from tapescope.app.commands.model_args import add_amp_args
 
     add_amp_args(p)
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"],
@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flip the lowest mantissa bit of element 0 of NODE's (id or name) "
                         "device value (gradient) at STEP, right after the device computes it "
                         "(unfused only): that node is then reported as introduced")
-    from app.commands.worker import add_timeout_flags
+    from tapescope.app.commands.worker import add_timeout_flags
 
     add_timeout_flags(p)  # --worker-timeout S, --worker-open-timeout S
     p.set_defaults(func=run)
@@ -127,7 +127,7 @@ def introduced_text(entries: list[dict], nodes: tuple) -> str:
 
 def cause_text(e: dict) -> str:
     """An explained entry's cause as one phrase (``core.explain.Cause.text``)."""
-    from core.explain import cause_text as text
+    from tapescope.core.explain import cause_text as text
 
     return text(e["explain"])
 
@@ -138,12 +138,12 @@ def run(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from app.commands.parity_table import loss_text, other_loss_text, print_nodes
-    from app.commands.worker import timeouts as worker_timeouts
-    from app.pairs import open_pair
-    from app.runs import SessionConfig
-    from core.atomic import check_writable, write_atomic
-    from core.parity import strict_json
+    from tapescope.app.commands.parity_table import loss_text, other_loss_text, print_nodes
+    from tapescope.app.commands.worker import timeouts as worker_timeouts
+    from tapescope.app.pairs import open_pair
+    from tapescope.app.runs import SessionConfig
+    from tapescope.core.atomic import check_writable, write_atomic
+    from tapescope.core.parity import strict_json
 
     if getattr(args, "capture", None):  # the user's own recorded run (docs/capture.md)
         if args.workload or getattr(args, "model", None):
@@ -156,21 +156,21 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--worker judges one capture where it is: not with --against or "
                              "--ranks")
         if getattr(args, "worker", None):  # FILE is on the worker's machine: judged there
-            from app.commands.capture import judge_capture
+            from tapescope.app.commands.capture import judge_capture
 
             return judge_capture(args)
         if getattr(args, "against", None):  # two captures, one arbiter (issue 43)
-            from app.commands.capture_pair import pair_captures
+            from tapescope.app.commands.capture_pair import pair_captures
 
             return pair_captures(args)
-        from app.commands.capture_ranks import judge_rank_files, ranks_asked
+        from tapescope.app.commands.capture_ranks import judge_rank_files, ranks_asked
 
         if ranks_asked(args):  # the ranks of one torchrun, together (issue 43 item 4)
             return judge_rank_files(args)
-        from app.commands.capture import judge_capture
+        from tapescope.app.commands.capture import judge_capture
 
         return judge_capture(args)
-    from app.commands.argtypes import check_against
+    from tapescope.app.commands.argtypes import check_against
 
     if getattr(args, "ranks", None) is not None:
         raise ValueError("--ranks needs --capture RANK0 (a rank file of `tapescope capture -- "
@@ -180,10 +180,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
     if args.json:
         check_writable(args.json, "--json")  # before the run, not after it
-    from app.commands.model_args import amp_kwargs, resolve_dtype, resolve_workload
+    from tapescope.app.commands.model_args import amp_kwargs, resolve_dtype, resolve_workload
 
     wl_spec = resolve_workload(args)
-    from app.commands.argtypes import candidate_config
+    from tapescope.app.commands.argtypes import candidate_config
 
     if getattr(args, "fail_on", "diff") == "bug":
         args.explain = True  # the class is computed where the causes are
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--inject works on the unfused replay: drop --fuse (a fused kernel "
                          "computes many nodes in one launch)")
     explain = cfg.explain
-    from core.progress import progress
+    from tapescope.core.progress import progress
 
     model = getattr(args, "model", None)
     label = (args.workload or "mlp") if model is None else os.path.basename(model)
@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     print(runner.describe_device())
     against = None
     if getattr(args, "against", None):
-        from app.commands.against import Against
+        from tapescope.app.commands.against import Against
 
         against = Against(cfg, args.against, runner)
         print(against.describe())
@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:  # whole or not at all (core.atomic): a full disk keeps the old file
         write_atomic(args.json, json.dumps(strict_json(report), indent=1, allow_nan=False))
     if getattr(args, "fail_on", "diff") == "bug":  # only what no reordering explains
-        from core.bounds import fail_on_bug
+        from tapescope.core.bounds import fail_on_bug
 
         return fail_on_bug(introduced)
     return 0 if exact else 1

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from core.parity import entry_worst
-from views.numbers import count_text, ulp_text
+from tapescope.core.parity import entry_worst
+from tapescope.views.numbers import count_text, ulp_text
 
 __all__ = ["AGAINST_ROWS", "PARITY_ROWS", "cut_notice", "loss_text", "origin_text",
            "other_loss_text", "print_nodes", "table_order"]
@@ -59,7 +59,7 @@ def origin_text(i: int, introduced: list[dict], explain: bool) -> str:
         if e["node"] == i:
             if not explain:
                 return "introduced"
-            from core.bounds import entry_label
+            from tapescope.core.bounds import entry_label
 
             return entry_label(e)  # "grad by #12: unknown · valid" (issue 44)
     return "inherited"
@@ -88,7 +88,7 @@ def print_nodes(bad: list[dict], introduced: list[dict], explain: bool,
 def _loss_dtype(dtype: str | None, *xs: float) -> np.dtype:
     """The run's dtype when both losses are values of it (a half run's loss is a half value),
     else float64 (a mixed-precision loss may be float32 in a float16 run)."""
-    from core import precision
+    from tapescope.core import precision
 
     try:
         dt = precision.dtype_of(dtype) if dtype else np.dtype(np.float64)
@@ -119,8 +119,8 @@ def other_loss_text(ref: float, cand: float, dtype: str | None = None) -> str:
 
 
 def _loss_pair(ref: float, cand: float, dtype: str | None) -> tuple[bool, str, str, str]:
-    from core import precision
-    from core.parity import same_under_nan_policy, ulp_distance
+    from tapescope.core import precision
+    from tapescope.core.parity import same_under_nan_policy, ulp_distance
 
     dt = _loss_dtype(dtype, ref, cand)
     r, c = np.asarray([ref], np.float64).astype(dt), np.asarray([cand], np.float64).astype(dt)

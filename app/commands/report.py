@@ -8,18 +8,18 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``report`` subcommand."""
-    from app.commands.argtypes import positive_int
-    from app.runs import COMPARES
+    from tapescope.app.commands.argtypes import positive_int
+    from tapescope.app.runs import COMPARES
 
     p = sub.add_parser("report", help="HTML parity report (+ .json) of a side-by-side run")
     p.add_argument("--workload", default=None, help="mlp (default) | transformer | PATH.py")
-    from app.commands.model_args import add_model_args
+    from tapescope.app.commands.model_args import add_model_args
 
     add_model_args(p)
-    from app.commands.argtypes import add_candidate_args
+    from tapescope.app.commands.argtypes import add_candidate_args
 
     add_candidate_args(p)  # --device, the torch settings, --kernel, --explain
-    from app.commands.argtypes import add_against_arg
+    from tapescope.app.commands.argtypes import add_against_arg
 
     add_against_arg(p)  # --against B
     p.add_argument("--fuse", action="store_true", help="replay the fused plan (gpu.fusion)")
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the candidate's math (the reference is always refmath)")
     p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
-    from app.commands.model_args import add_amp_args
+    from tapescope.app.commands.model_args import add_amp_args
 
     add_amp_args(p)
     p.add_argument("--compare", default="cpu-device", choices=list(COMPARES),
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker", metavar="CMD", default=None,
                    help="run the device side through this command (split like a shell line, "
                         "never run by a shell), e.g. \"ssh gpu-box tapescope worker\"")
-    from app.commands.worker import add_timeout_flags
+    from tapescope.app.commands.worker import add_timeout_flags
 
     add_timeout_flags(p)  # --worker-timeout S, --worker-open-timeout S
     p.set_defaults(func=run)
@@ -57,17 +57,17 @@ def run(args: argparse.Namespace) -> int:
         if args.workload or getattr(args, "model", None):
             raise ValueError("--capture reports on a recorded run: drop --workload / --model")
         if getattr(args, "against", None):  # two captures, one arbiter (issue 43)
-            from app.commands.capture_pair import report_pair
+            from tapescope.app.commands.capture_pair import report_pair
 
             return report_pair(args)
-        from app.commands.capture_ranks import ranks_asked, report_rank_files
+        from tapescope.app.commands.capture_ranks import ranks_asked, report_rank_files
 
         if ranks_asked(args):  # the ranks of one torchrun, together (issue 43 item 4)
             return report_rank_files(args)
-        from app.commands.capture import report_capture
+        from tapescope.app.commands.capture import report_capture
 
         return report_capture(args)
-    from app.commands.argtypes import check_against
+    from tapescope.app.commands.argtypes import check_against
 
     check_against(args)  # --against FILE needs --capture A
     if args.steps < 1:
@@ -76,27 +76,27 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {args.out!r} must end in .html")
     from pathlib import Path
 
-    from core.atomic import check_writable
+    from tapescope.core.atomic import check_writable
 
     # before the run: a bad place to write must not cost the user the whole run (the folder is
     # the user's to make: none is created for them)
     check_writable(args.out, "--out")
     check_writable(Path(args.out).with_suffix(".json"), "--out's JSON")
-    from app.commands.model_args import amp_kwargs, resolve_dtype, resolve_workload
-    from app.commands.worker import timeouts as worker_timeouts
-    from app.pairs import open_pair
-    from app.report_data import ReportAccumulator
-    from app.runs import SessionConfig
+    from tapescope.app.commands.model_args import amp_kwargs, resolve_dtype, resolve_workload
+    from tapescope.app.commands.worker import timeouts as worker_timeouts
+    from tapescope.app.pairs import open_pair
+    from tapescope.app.report_data import ReportAccumulator
+    from tapescope.app.runs import SessionConfig
 
     wl_spec = resolve_workload(args)
-    from app.commands.argtypes import candidate_config
+    from tapescope.app.commands.argtypes import candidate_config
 
     cfg = SessionConfig(workload=wl_spec, fuse=args.fuse,
                         dtype=resolve_dtype(args.dtype, wl_spec), math=args.math,
                         compare=args.compare, seed=args.seed,
                         worker=getattr(args, "worker", None), **worker_timeouts(args),
                         **candidate_config(args), **amp_kwargs(args))
-    from core.progress import progress
+    from tapescope.core.progress import progress
 
     model = getattr(args, "model", None)
     label = (args.workload or "mlp") if model is None else os.path.basename(model)
@@ -105,14 +105,14 @@ def run(args: argparse.Namespace) -> int:
     print(runner.describe_device())
     against = None
     if getattr(args, "against", None):
-        from app.commands.against import Against
+        from tapescope.app.commands.against import Against
 
         against = Against(cfg, args.against, runner)
         print(against.describe())
     plan = runner.plan.to_json() if runner.plan is not None else None
     acc = ReportAccumulator(cfg, runner.nodes, runner.ref_spec.label(),
                             runner.cand_spec.label(), runner.describe_device(), plan)
-    from app.commands.parity import _fold, introduced_entries
+    from tapescope.app.commands.parity import _fold, introduced_entries
 
     # a terminal gets one updating stderr line: steps done, elapsed (nothing in a pipe or log)
     with progress(f"report {label}", total=args.steps) as bar:
@@ -132,20 +132,20 @@ def run(args: argparse.Namespace) -> int:
         data["against"] = against.to_json()
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # pictures need no screen
-    __import__("views")  # the PySide6 guard (views/__init__.py), before any Qt work
+    __import__("tapescope.views")  # the PySide6 guard (views/__init__.py), before any Qt work
     from PySide6.QtWidgets import QApplication
 
-    from app.qt_messages import quiet_qt
+    from tapescope.app.qt_messages import quiet_qt
 
     quiet_qt(bool(getattr(args, "debug", False)))  # no Qt platform chatter on stderr
     _app = QApplication.instance() or QApplication(sys.argv[:1])
-    from app.report_html import write_report
+    from tapescope.app.report_html import write_report
 
     with progress(f"writing {os.path.basename(args.out)} (pictures, tables)"):
         html, side = write_report(data, args.out)  # both or neither; an OSError names the file
     fi = data.get("first_introduced")
     if fi and fi["entries"]:
-        from app.commands.parity import introduced_text
+        from tapescope.app.commands.parity import introduced_text
 
         print(f"introduced at step {fi['step']}: {introduced_text(fi['entries'], runner.nodes)}")
     print(f"{data['verdict']['text']}\nwrote {html} and {side}")

@@ -24,8 +24,8 @@ _SHORT = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf1
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``sweep`` subcommand."""
-    from app.commands.argtypes import positive_int
-    from app.commands.capture import byte_size
+    from tapescope.app.commands.argtypes import positive_int
+    from tapescope.app.commands.capture import byte_size
 
     p = sub.add_parser(
         "sweep", help="which setting changes my numbers: capture the script once per setting "
@@ -76,7 +76,7 @@ def _flip(name: str, base: dict) -> tuple[str | None, str]:
 
 def _capture(args: argparse.Namespace, name: str, flip: str | None) -> str:
     """Capture the script into DIR/NAME.capture (its output in DIR/NAME.log); the file."""
-    from app.commands import capture
+    from tapescope.app.commands import capture
 
     out = os.path.join(args.out, f"{name}.capture")
     log = os.path.join(args.out, f"{name}.log")
@@ -123,13 +123,13 @@ def run(args: argparse.Namespace) -> int:
     """Capture, judge, pair, print the table; 0 all agree with the baseline, 1 one parts."""
     import json
 
-    from app.commands.capture import _target
-    from core.atomic import write_atomic
-    from core.capture.file import load
-    from core.capture.judge import judge
-    from core.capture.pair import pair
-    from core.parity import strict_json
-    from core.progress import progress
+    from tapescope.app.commands.capture import _target
+    from tapescope.core.atomic import write_atomic
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.judge import judge
+    from tapescope.core.capture.pair import pair
+    from tapescope.core.parity import strict_json
+    from tapescope.core.progress import progress
 
     _target(list(args.script_command))  # a bad command line (its script named) first
     if not args.out:

@@ -7,7 +7,7 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``train`` subcommand."""
-    from app.commands.argtypes import positive_int
+    from tapescope.app.commands.argtypes import positive_int
 
     p = sub.add_parser("train", help="train a workload on the CPU tape (headless)",
                        description="Train a workload on the CPU tape, one loss line per step. "
@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, default=20)
     p.add_argument("--dtype", default=None, choices=["float64", "float32", "float16", "bfloat16"],
                    help="default: a model's own precision, else float64")
-    from app.commands.model_args import add_amp_args
+    from tapescope.app.commands.model_args import add_amp_args
 
     add_amp_args(p)
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"])
@@ -29,12 +29,12 @@ def run(args: argparse.Namespace) -> int:
     raises (``tapescope`` turns it into one line and exit 2)."""
     import time
 
-    from app.runs import StepError
-    from core import workloads
+    from tapescope.app.runs import StepError
+    from tapescope.core import workloads
 
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
-    from app.commands.model_args import amp_kwargs, resolve_dtype
+    from tapescope.app.commands.model_args import amp_kwargs, resolve_dtype
 
     amp = amp_kwargs(args)
     args.dtype = amp["amp"] if amp else resolve_dtype(args.dtype, args.workload)

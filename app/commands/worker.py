@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _seconds(text: str) -> float:
-    from app.remote_protocol import seconds
+    from tapescope.app.remote_protocol import seconds
 
     try:
         return seconds(text, "the value")
@@ -31,7 +31,7 @@ def _seconds(text: str) -> float:
 
 def add_timeout_flags(p: argparse.ArgumentParser) -> None:
     """``--worker-timeout S`` and ``--worker-open-timeout S`` beside a command's ``--worker``."""
-    from app.remote_protocol import (
+    from tapescope.app.remote_protocol import (
         HELLO_TIMEOUT_ENV,
         HELLO_TIMEOUT_S,
         OPEN_TIMEOUT_ENV,
@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     """Serve until the client says quit or closes the pipe."""
     import os
 
-    from app.live_worker import die_with_parent, protect_stdio
-    from app.remote_server import serve
+    from tapescope.app.live_worker import die_with_parent, protect_stdio
+    from tapescope.app.remote_server import serve
 
     die_with_parent()  # e.g. an ssh session that drops: no worker left behind on the GPU box
     pin, pout = protect_stdio()

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from core.capture import (  # noqa: F401  (each registers its forms)
+from tapescope.core.capture import (  # noqa: F401  (each registers its forms)
     aten_ref_conv,
     aten_ref_layers,
     aten_ref_losses,
@@ -47,8 +47,8 @@ from core.capture import (  # noqa: F401  (each registers its forms)
     aten_ref_pointwise,
     aten_ref_shape,
 )
-from core.capture.aten_ref_shape import cast
-from core.capture.aten_ref_table import FORMS, NoReference
+from tapescope.core.capture.aten_ref_shape import cast
+from tapescope.core.capture.aten_ref_table import FORMS, NoReference
 
 __all__ = ["NoReference", "has_reference", "ops", "reference"]
 

@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
-from core.capture.aten_ref_table import I64, M, NoReference, form, opt, result_type, wide
-from core.ops import REGISTRY
-from core.ops.nn import conv_nd, windows
-from core.ops.reference import serial_sum
+from tapescope.core.capture.aten_ref_table import I64, M, NoReference, form, opt, result_type, wide
+from tapescope.core.ops import REGISTRY
+from tapescope.core.ops.nn import conv_nd, windows
+from tapescope.core.ops.reference import serial_sum
 
 _w = wide
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from core.capture.aten_ref_table import (
+from tapescope.core.capture.aten_ref_table import (
     F32,
     HALF,
     I64,
@@ -24,9 +24,9 @@ from core.capture.aten_ref_table import (
     result_type,
     wide,
 )
-from core.ops import REGISTRY
-from core.ops.reference import matmul as ref_matmul
-from core.ops.reference import serial_sum
+from tapescope.core.ops import REGISTRY
+from tapescope.core.ops.reference import matmul as ref_matmul
+from tapescope.core.ops.reference import serial_sum
 
 _w = wide
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.capture.aten_ref_table import F32, M, ew, form, is_float, opt, result_type
-from core.ops import REGISTRY
+from tapescope.core.capture.aten_ref_table import F32, M, ew, form, is_float, opt, result_type
+from tapescope.core.ops import REGISTRY
 
 
 def _k(v: np.ndarray, c: float) -> np.ndarray:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from core.capture.aten_ref_table import (
+from tapescope.core.capture.aten_ref_table import (
     F32,
     I64,
     M,
@@ -23,9 +23,9 @@ from core.capture.aten_ref_table import (
     opt,
     result_type,
 )
-from core.ops import REGISTRY
-from core.ops.reference import matmul as ref_matmul
-from core.ops.reference import serial_sum
+from tapescope.core.ops import REGISTRY
+from tapescope.core.ops.reference import matmul as ref_matmul
+from tapescope.core.ops.reference import serial_sum
 
 
 def axes_of(x: np.ndarray, dim) -> tuple[int, ...]:

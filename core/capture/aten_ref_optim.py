@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from core.capture.aten_ref_table import (
+from tapescope.core.capture.aten_ref_table import (
     F64,
     NoReference,
     arr,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from core.capture.aten_ref_table import (
+from tapescope.core.capture.aten_ref_table import (
     BOOL,
     F32,
     F64,
@@ -26,7 +26,7 @@ from core.capture.aten_ref_table import (
     scal,
     zero_where,
 )
-from core.ops import REGISTRY
+from tapescope.core.ops import REGISTRY
 
 
 def _float_out(x: np.ndarray) -> np.dtype:

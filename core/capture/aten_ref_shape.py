@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from core.capture.aten_ref_table import (
+from tapescope.core.capture.aten_ref_table import (
     BOOL,
     F32,
     F64,
@@ -255,7 +255,7 @@ def _unflatten(args: list, kwargs: dict) -> list:
 
 
 def _joined(ts: list) -> tuple[list, np.dtype]:
-    from core.capture.aten_ref_table import result_type
+    from tapescope.core.capture.aten_ref_table import result_type
 
     dt = result_type(*ts)
     return [cast(t, dt) for t in ts], dt

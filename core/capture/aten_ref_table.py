@@ -17,7 +17,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from core import mathlib
+from tapescope.core import mathlib
 
 __all__ = ["FORMS", "NoReference", "M", "arr", "as_dtype", "compute", "ew", "form",
            "is_float", "result_type", "scal", "wide"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from core.capture.judge import _diff
+from tapescope.core.capture.judge import _diff
 
 __all__ = ["ORDERS", "REPLICATED", "CollectiveNoRef", "collective_reference",
            "explain_collective", "reduce_order", "strided"]

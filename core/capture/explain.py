@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from core.explain import (
+from tapescope.core.explain import (
     _HINTS,
     UPDATE_VARIANTS,
     VARIANTS,
@@ -43,9 +43,9 @@ from core.explain import (
     remember,
     variants_for,
 )
-from core.explain_aten import ATEN_FORWARD
-from core.explain_aten import silu as _aten_silu
-from core.parity import compare_arrays
+from tapescope.core.explain_aten import ATEN_FORWARD
+from tapescope.core.explain_aten import silu as _aten_silu
+from tapescope.core.parity import compare_arrays
 
 __all__ = ["explain_op"]
 

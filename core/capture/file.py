@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from core.atomic import open_regular, write_atomic
-from core.precision import BFLOAT16
-from core.tapefile import _read_exact
+from tapescope.core.atomic import open_regular, write_atomic
+from tapescope.core.precision import BFLOAT16
+from tapescope.core.tapefile import _read_exact
 
 __all__ = ["COMPILED_OP", "FORMAT", "VERSION", "MAGIC", "PHASES", "STORED_DTYPES", "Capture",
            "CaptureFileError",

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from core.capture.explain import explain_op
-from core.capture.file import COMPILED_OP, Capture
-from core.capture.regions import RegionError, attach, localise, run_region
-from core.parity import compare_arrays
+from tapescope.core.capture.explain import explain_op
+from tapescope.core.capture.file import COMPILED_OP, Capture
+from tapescope.core.capture.regions import RegionError, attach, localise, run_region
+from tapescope.core.parity import compare_arrays
 
 __all__ = ["RANDOM_OPS", "VERDICTS", "judge", "reference_available"]
 
@@ -55,9 +55,9 @@ def _reference_fn() -> tuple[Callable | None, type, str]:
     """``(reference, NoReference, why)``: the aten table, or None (every op no-reference)
     while ``core.capture.aten_ref`` does not exist."""
     try:
-        from core.capture.aten_ref import NoReference, reference
+        from tapescope.core.capture.aten_ref import NoReference, reference
     except ModuleNotFoundError as e:
-        if e.name != "core.capture.aten_ref":
+        if e.name != "tapescope.core.capture.aten_ref":
             raise
         return None, _NoRef, "no aten reference table (core.capture.aten_ref) is installed"
     return reference, NoReference, ""
@@ -423,7 +423,7 @@ def judge(cap: Capture, *, explain: bool = False,
     exact = counts["introduced"] == 0 and counts["inherited"] == 0
     return {
         "capture": cap.path, "steps": cap.steps, "exact": exact,
-        "reference": "core.capture.aten_ref" if table is not None else None,
+        "reference": "tapescope.core.capture.aten_ref" if table is not None else None,
         "reference_note": why_none or None,
         "counts": {v: counts[v] for v in VERDICTS},
         "n_ops": cap.n_ops, "n_ops_with_outputs": n_ops_out,

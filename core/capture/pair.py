@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from core.capture.file import Capture
-from core.capture.judge import RANDOM_OPS, UNINITIALISED_OPS, _diff, base_name, judge
-from core.capture.pair_regions import first_inside, matched_region_node
+from tapescope.core.capture.file import Capture
+from tapescope.core.capture.judge import RANDOM_OPS, UNINITIALISED_OPS, _diff, base_name, judge
+from tapescope.core.capture.pair_regions import first_inside, matched_region_node
 
 __all__ = ["align", "compare", "identity", "match", "pair"]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from core.capture.file import COMPILED_OP, PHASES, Capture
-from core.capture.judge import _diff
+from tapescope.core.capture.file import COMPILED_OP, PHASES, Capture
+from tapescope.core.capture.judge import _diff
 
 __all__ = ["first_inside", "matched_region_node"]
 

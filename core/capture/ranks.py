@@ -39,16 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from core.capture.aten_ref_table import NoReference
-from core.capture.collective_ref import (
+from tapescope.core.capture.aten_ref_table import NoReference
+from tapescope.core.capture.collective_ref import (
     REPLICATED,
     CollectiveNoRef,
     collective_reference,
     explain_collective,
     strided,
 )
-from core.capture.file import Capture, CaptureFileError, load
-from core.capture.judge import COLLECTIVES, _diff, judge
+from tapescope.core.capture.file import Capture, CaptureFileError, load
+from tapescope.core.capture.judge import COLLECTIVES, _diff, judge
 
 __all__ = ["RankSet", "judge_ranks", "load_ranks", "optimizer_agreement", "out_rank_files",
            "rank_files", "rank_path"]

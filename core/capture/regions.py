@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from core.capture.file import Capture
+from tapescope.core.capture.file import Capture
 
 __all__ = ["RegionError", "attach", "graph_inputs", "localise", "node_line", "run_graph",
            "run_region"]

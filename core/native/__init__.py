@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.cache import CacheError, KernelCache, cache_key
-from core.native import isa
-from core.progress import progress
+from tapescope.core.cache import CacheError, KernelCache, cache_key
+from tapescope.core.native import isa
+from tapescope.core.progress import progress
 
 # NOTE: -march=native only widens the vectors; -ffp-contract=off keeps every product and add a
 # separate rounding, so the bits are those of the numpy reference on every CPU. The machine code

@@ -5,11 +5,11 @@
 may take is bounded by :class:`Limits` (``Session(path, limits=Limits(max_elements=...))``).
 """
 
-from core.onnx import gradient as _gradient  # noqa: F401  (registers Gradient, above the importer)
-from core.onnx.errors import OnnxError
-from core.onnx.executor import Session, default_inputs, run
-from core.onnx.limits import Limits, OnnxCancelled, OnnxLimitError
-from core.onnx.loader import LoadedModel, load
+from tapescope.core.onnx import gradient as _gradient  # noqa: F401  (registers Gradient, above the importer)
+from tapescope.core.onnx.errors import OnnxError
+from tapescope.core.onnx.executor import Session, default_inputs, run
+from tapescope.core.onnx.limits import Limits, OnnxCancelled, OnnxLimitError
+from tapescope.core.onnx.loader import LoadedModel, load
 
 __all__ = ["OnnxError", "OnnxLimitError", "OnnxCancelled", "Limits", "Session", "LoadedModel",
            "load", "run", "default_inputs", "Backend", "BackendRep", "import_to_tape", "Imported"]
@@ -17,11 +17,11 @@ __all__ = ["OnnxError", "OnnxLimitError", "OnnxCancelled", "Limits", "Session", 
 
 def __getattr__(name):  # the backend pulls in onnx.backend: only when asked for
     if name in ("Backend", "BackendRep"):
-        from core.onnx import backend
+        from tapescope.core.onnx import backend
 
         return getattr(backend, name)
     if name in ("import_to_tape", "Imported"):
-        from core.onnx import importer
+        from tapescope.core.onnx import importer
 
         return getattr(importer, name)
     raise AttributeError(name)

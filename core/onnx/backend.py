@@ -9,8 +9,8 @@ from onnx import ModelProto, NodeProto, helper
 from onnx.backend.base import Backend as _Backend
 from onnx.backend.base import BackendRep as _BackendRep
 
-from core.onnx.executor import Session
-from core.onnx.limits import Limits
+from tapescope.core.onnx.executor import Session
+from tapescope.core.onnx.limits import Limits
 
 
 class BackendRep(_BackendRep):
@@ -41,7 +41,7 @@ class Backend(_Backend):
     @classmethod
     def is_compatible(cls, model: ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
         """Whether every node has a kernel here."""
-        from core.onnx.registry import kernel_for
+        from tapescope.core.onnx.registry import kernel_for
 
         return all(kernel_for(n) is not None for n in model.graph.node)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from core.onnx.errors import OnnxError
+from tapescope.core.onnx.errors import OnnxError
 
 
 class TooBigToIndex(OnnxError):
@@ -59,7 +59,7 @@ def _shape(x) -> tuple[int, ...]:
 
 
 def _ints(x) -> list[int]:
-    from core.onnx.registry import as_int_list
+    from tapescope.core.onnx.registry import as_int_list
 
     return as_int_list(x)
 

@@ -4,7 +4,8 @@ import record, do they all have device kernels, which fusion class are they.
 The tape ops are found by running every converter of ``core.onnx.importer`` on the onnx
 package's one-node backend tests of its op (the data input stays an input, the others become
 initializers, as in a real model), so nothing here is a hand-kept list. Used by
-``python -m gpu.onnx_coverage --doc docs/onnx-coverage.md`` (which knows the device kernels:
+``python -m tapescope.gpu.onnx_coverage --doc docs/onnx-coverage.md`` (which knows the device
+kernels:
 core never imports gpu) and tests/gpu/test_models.py.
 """
 
@@ -51,9 +52,9 @@ def node_cases(op_types: set[str]) -> Iterator[tuple[str, Any, list[np.ndarray]]
 def recorded_ops() -> dict[str, Counter]:
     """ONNX op -> Counter of the tape ops its converter recorded over its node tests (float
     data input, float32/float64 only; cases outside the tape form are skipped)."""
-    from core.onnx.executor import Session
-    from core.onnx.importer import CONVERTERS, import_to_tape
-    from core.tape import Tape
+    from tapescope.core.onnx.executor import Session
+    from tapescope.core.onnx.importer import CONVERTERS, import_to_tape
+    from tapescope.core.tape import Tape
 
     out: dict[str, Counter] = {}
     for op_type, model, ins in node_cases(set(CONVERTERS)):
@@ -75,8 +76,8 @@ def op_rows(executor_ops: dict[str, tuple[int, int]], kernels: Collection[str]
     """(op, executor, tape form, device kernels, fusion) for every op the executor knows or the
     importer converts; ``executor_ops`` maps op -> (node tests passed, total), ``kernels`` is
     the tape ops the device kernel library has (``gpu.library.KERNELS``)."""
-    from core.onnx.importer import CONVERTERS
-    from core.ops import REGISTRY
+    from tapescope.core.onnx.importer import CONVERTERS
+    from tapescope.core.ops import REGISTRY
 
     rec = recorded_ops()
     rows = []

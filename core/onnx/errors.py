@@ -30,7 +30,7 @@ class OnnxError(Exception):
 
 def node_label(index: int, node) -> str:
     """How errors name a node: ``node 3 'conv1' (Conv)`` (the name escaped and cut)."""
-    from core.names import shown
+    from tapescope.core.names import shown
 
     name = f" '{shown(node.name)}'" if node.name else ""
     return f"node {index}{name} ({node.op_type})"

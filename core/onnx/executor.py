@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 from onnx import AttributeProto, GraphProto, ModelProto, numpy_helper
 
-from core.onnx import arena as _arena
-from core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
-from core.onnx import plan as _plan
-from core.onnx.errors import OnnxError, node_label
-from core.onnx.functions import function_kernel
-from core.onnx.half import in_float32 as half_rule
-from core.onnx.half import mentions_half
-from core.onnx.limits import (
+from tapescope.core.onnx import arena as _arena
+from tapescope.core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
+from tapescope.core.onnx import plan as _plan
+from tapescope.core.onnx.errors import OnnxError, node_label
+from tapescope.core.onnx.functions import function_kernel
+from tapescope.core.onnx.half import in_float32 as half_rule
+from tapescope.core.onnx.half import mentions_half
+from tapescope.core.onnx.limits import (
     Budget,
     Limits,
     OnnxCancelled,
@@ -27,9 +27,9 @@ from core.onnx.limits import (
     count_inlined_nodes,
     string_tensor_bytes,
 )
-from core.onnx.loader import LoadedModel, check_inputs, load
-from core.onnx.reference import kernels
-from core.onnx.registry import Ctx, kernel_for, node_attrs
+from tapescope.core.onnx.loader import LoadedModel, check_inputs, load
+from tapescope.core.onnx.reference import kernels
+from tapescope.core.onnx.registry import Ctx, kernel_for, node_attrs
 
 
 @dataclass
@@ -357,7 +357,7 @@ def index_bounds(sess: Session) -> dict[str, int]:
     (directly or through :data:`_ID_MOVES`): generated ids are drawn in ``[0, rows)``, so a
     BERT's 2-row token-type table gets 0 or 1 (the workload's import finds the same on the
     tape: ``Imported.index_bounds``)."""
-    from core.onnx.loader import np_dtype
+    from tapescope.core.onnx.loader import np_dtype
 
     inits = sess.graph.inits
     roots: dict[str, set[str]] = {}
@@ -391,7 +391,7 @@ def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:
     """A deterministic input per graph input (symbolic dims become 1): floats standard normal,
     integers in ``[0, 10)`` or ``[0, rows)`` of the smaller table they index
     (:func:`index_bounds`), booleans 0/1."""
-    from core.onnx.loader import np_dtype
+    from tapescope.core.onnx.loader import np_dtype
 
     rng = np.random.default_rng(seed)
     out = {}

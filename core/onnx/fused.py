@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from core import native
-from core.onnx import arena as _arena
-from core.onnx.errors import OnnxError
+from tapescope.core import native
+from tapescope.core.onnx import arena as _arena
+from tapescope.core.onnx.errors import OnnxError
 
 
 def _total(costs) -> tuple:
@@ -162,7 +162,7 @@ def gemm_few_rows(ctx, a, *args, **attrs):
     """The Gemm kernel with its product through :class:`_FewRowsMatmul` (reference mode: the
     plan's Gemm with a constant B made contiguous once; fc layers on one image, where a packed
     product read a weight of 10^7-10^8 elements three times per run)."""
-    from core.onnx.ops.math_ops import gemm
+    from tapescope.core.onnx.ops.math_ops import gemm
 
     if ctx.k.name == "reference":
         ctx = dataclasses.replace(ctx, k=_FewRowsMatmul(ctx.k))
@@ -214,8 +214,8 @@ class FusedConv:
         """Everything about this chain that depends on x's shape and the operands only (the
         geometry, the Epilogue, the budget's charges, the weights as the product takes them),
         or None when the C pass does not cover the case."""
-        from core.onnx.ops.window import attrs_nd, pads_for
-        from core.ops.nn import out_size
+        from tapescope.core.onnx.ops.window import attrs_nd, pads_for
+        from tapescope.core.ops.nn import out_size
 
         w, b = ops[0], ops[1]
         if not isinstance(x, np.ndarray) or not isinstance(w, np.ndarray) or x.ndim != 4 \
@@ -400,7 +400,7 @@ class Shuffle:
 
     def _layout(self, sess, x, consts):
         """(output shape, row length, source rows or None for the identity, costs), or None."""
-        from core.onnx.registry import Ctx
+        from tapescope.core.onnx.registry import Ctx
 
         ids = np.arange(x.size, dtype=np.int64).reshape(x.shape)
         shapes = []

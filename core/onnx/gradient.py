@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper, numpy_helper
 
-from core import ops
-from core.onnx.importer import import_to_tape
-from core.onnx.ops.training import TRAINING
-from core.onnx.registry import op
-from core.tape import Tape
+from tapescope.core import ops
+from tapescope.core.onnx.importer import import_to_tape
+from tapescope.core.onnx.ops.training import TRAINING
+from tapescope.core.onnx.registry import op
+from tapescope.core.tape import Tape
 
 
 @op("Gradient", domain=TRAINING)

@@ -25,7 +25,7 @@ import numpy as np
 from onnx import AttributeProto, TensorProto
 from onnx.defs import SchemaError, get_schema
 
-from core.precision import F32, HALF
+from tapescope.core.precision import F32, HALF
 
 #: ops left alone: exact moves and picks (widening them only costs a copy), attribute-typed
 #: results, subgraph runners and sequences

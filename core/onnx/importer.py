@@ -20,17 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from core import ops
-from core.names import shown
-from core.onnx import lowerings
-from core.onnx.errors import OnnxError, node_label
-from core.onnx.executor import Session
-from core.onnx.limits import Budget, Limits, _over
-from core.onnx.loader import check_inputs, np_dtype
-from core.onnx.reference import REFERENCE
-from core.onnx.registry import Ctx, as_int_list
-from core.ops.nn import pads_for
-from core.tape import Var
+from tapescope.core import ops
+from tapescope.core.names import shown
+from tapescope.core.onnx import lowerings
+from tapescope.core.onnx.errors import OnnxError, node_label
+from tapescope.core.onnx.executor import Session
+from tapescope.core.onnx.limits import Budget, Limits, _over
+from tapescope.core.onnx.loader import check_inputs, np_dtype
+from tapescope.core.onnx.reference import REFERENCE
+from tapescope.core.onnx.registry import Ctx, as_int_list
+from tapescope.core.ops.nn import pads_for
+from tapescope.core.tape import Var
 
 
 @dataclass
@@ -349,8 +349,8 @@ def refold(sess: Session, weights: set[str]) -> list:
     anything but a view or a Shape (``cls.expand(2, -1, -1)`` at a traced batch), and what was
     folded from them, as steps in graph order: the import records them on the tape again, so
     the weight itself trains instead of a constant copy of its broadcast."""
-    from core.onnx.executor import Step
-    from core.onnx.registry import kernel_for, node_attrs
+    from tapescope.core.onnx.executor import Step
+    from tapescope.core.onnx.registry import kernel_for, node_attrs
 
     folded = set(getattr(sess, "_folded_names", ()))
     if not folded:

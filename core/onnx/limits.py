@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from core.onnx.costs import (
+from tapescope.core.onnx.costs import (
     MACS,
     NODE_COST,
     PREDICT,
@@ -35,7 +35,7 @@ from core.onnx.costs import (
     _size,
     makes_or_reads_strings,
 )
-from core.onnx.errors import OnnxError
+from tapescope.core.onnx.errors import OnnxError
 
 #: how each limit is raised on the command line (the error message says so)
 FLAGS = {"max_elements": "--max-elements", "max_bytes": "--max-bytes",

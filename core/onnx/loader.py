@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper
 
-from core.onnx.errors import OnnxError
+from tapescope.core.onnx.errors import OnnxError
 
 #: Default-domain opsets this executor accepts (7 is where broadcasting semantics settled; the
 #: older ones are still run, with the version differences each op cares about).
@@ -149,7 +149,7 @@ def _opsets(model: ModelProto, label: str) -> dict[str, int]:
 
 
 def _precheck(data, limits, label: str) -> None:
-    from core.onnx.limits import Limits, precheck_file_tensors
+    from tapescope.core.onnx.limits import Limits, precheck_file_tensors
 
     try:
         precheck_file_tensors(data, limits or Limits())

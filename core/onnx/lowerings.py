@@ -19,9 +19,9 @@ import math
 
 import numpy as np
 
-from core import ops
-from core.onnx.errors import OnnxError
-from core.tape import Var
+from tapescope.core import ops
+from tapescope.core.onnx.errors import OnnxError
+from tapescope.core.tape import Var
 
 
 def _v(imp, ins, names, i):
@@ -235,7 +235,7 @@ def resize(imp, st, ins, names):
     * T(w_t)`` per further tap, the indices and weights constants of the shapes (float64,
     rounded once to the tape's type). Every coordinate_transformation_mode and nearest_mode
     but tf_crop_and_resize (its extrapolation) imports; antialias is refused."""
-    from core.onnx.ops.resize import resize_args, resize_taps, upsample_args
+    from tapescope.core.onnx.ops.resize import resize_args, resize_taps, upsample_args
 
     x = _v(imp, ins, names, 0)
     if st.node.op_type == "Upsample":
@@ -327,7 +327,7 @@ def cast(imp, st, ins, names):
     float32 model, an fp16 export's casts up to float32 around a softmax in a half episode)
     would change the precision where the tape does not: refused, naming the types and the
     ``--dtype`` that runs the model in one. A cast to an integer type has no tape form."""
-    from core.onnx.loader import np_dtype
+    from tapescope.core.onnx.loader import np_dtype
 
     if isinstance(ins[0], np.ndarray):  # CastLike(constant, tape value): a constant of its type
         return np.asarray(ins[0]).astype(np.dtype(imp.tape.dtype))

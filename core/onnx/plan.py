@@ -62,8 +62,8 @@ from typing import Any
 
 import numpy as np
 
-from core.onnx.errors import OnnxError
-from core.onnx.fused import (
+from tapescope.core.onnx.errors import OnnxError
+from tapescope.core.onnx.fused import (
     ChannelAffine,
     ChannelChain,
     ConcatInto,
@@ -73,7 +73,7 @@ from core.onnx.fused import (
     _Affine,
     gemm_few_rows,
 )
-from core.onnx.limits import OnnxCancelled
+from tapescope.core.onnx.limits import OnnxCancelled
 
 __all__ = ["NOT_FOLDED", "ChannelAffine", "ChannelChain", "ConcatInto", "ConstArgs",
            "FusedConv", "Plan", "Shuffle", "build", "enabled"]
@@ -219,7 +219,7 @@ def _fuse(steps, consumers, constants, convs: bool = True) -> tuple[list, set]:
                 and st.node.input[1] in constants:
             b = constants[st.node.input[1]]
             if isinstance(b, np.ndarray) and b.ndim == 2:
-                from core.onnx.ops.math_ops import gemm
+                from tapescope.core.onnx.ops.math_ops import gemm
 
                 # the few-row product only where the node runs the plain Gemm kernel (not a
                 # half-precision wrapper of it)
@@ -445,8 +445,8 @@ def _merge_concats(steps: list, consumers: dict, hidden: set) -> list:
     one's output in place (densenet's dense blocks: each Concat adds a conv's output to all the
     features before it, which the plain node copies again); one outside a chain whose output
     only a Relu reads takes the Relu too."""
-    from core.onnx.ops.elementwise import relu
-    from core.onnx.ops.shape import concat
+    from tapescope.core.onnx.ops.elementwise import relu
+    from tapescope.core.onnx.ops.shape import concat
 
     fused = {e.out: e for e in steps if isinstance(e, FusedConv) and e.shuffle is None}
     found: dict[int, ConcatInto] = {}
@@ -498,7 +498,7 @@ def build(sess, budget, fold: bool = True) -> Plan:
         steps, values, guard = list(sess.graph.steps), {}, set()
     hidden: set[str] = set()
     if sess.mode == "reference":
-        from core import native
+        from tapescope.core import native
 
         overridable = {i.name for i in sess.model.graph.input}
         constants = {k: v for k, v in sess.graph.inits.items() if k not in overridable}

@@ -21,8 +21,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from core import mathlib
-from core.ops import reference as tape_ref
+from tapescope.core import mathlib
+from tapescope.core.ops import reference as tape_ref
 
 _UNARY = ("exp", "log", "tanh", "sigmoid", "erf", "expm1", "log1p")
 

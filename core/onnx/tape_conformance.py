@@ -25,8 +25,9 @@ whose forward is not bit-identical to the executor are ``NOT_OUR_ORDER`` (with t
 the suite holds both lists to the run. The whole run takes ~3 CPU s besides the ~5 s the onnx
 package takes to build its node tests (``conformance.node_tests``, once per process).
 
-``python -m core.onnx.tape_conformance`` prints the totals and every test not passed;
-``python -m gpu.onnx_coverage --doc docs/onnx-coverage.md`` puts the per-operator counts on
+``python -m tapescope.core.onnx.tape_conformance`` prints the totals and every test not passed;
+``python -m tapescope.gpu.onnx_coverage --doc docs/onnx-coverage.md`` puts the per-operator counts
+on
 the coverage page (tests/core/onnx/test_tape_conformance.py holds the page to this run).
 """
 
@@ -80,7 +81,7 @@ class TapeOutcome:
 
 
 def _floating(v: Any) -> bool:
-    from core import precision
+    from tapescope.core import precision
 
     return isinstance(v, np.ndarray) and v.dtype in (np.float64, np.float32, *precision.HALF)
 
@@ -106,8 +107,8 @@ def _split_model(model: Any, ins: list[np.ndarray], data: set[int]) -> tuple[Any
 
 def _import(model: Any, dtype: Any, feeds: dict[str, np.ndarray]) -> tuple[Any, Any, dict]:
     """(tape, Imported, {name: param Var}) with every feed a param of a fresh tape."""
-    from core.onnx.importer import import_to_tape
-    from core.tape import Tape
+    from tapescope.core.onnx.importer import import_to_tape
+    from tapescope.core.tape import Tape
 
     tape = Tape(dtype)
     params = {k: tape.param(v, name=k) for k, v in feeds.items()}
@@ -116,7 +117,7 @@ def _import(model: Any, dtype: Any, feeds: dict[str, np.ndarray]) -> tuple[Any, 
 
 
 def _value(imp: Any, name: str) -> np.ndarray:
-    from core.tape import Var
+    from tapescope.core.tape import Var
 
     v = imp.values[name]
     return np.asarray(v.value) if isinstance(v, Var) else np.asarray(v)
@@ -158,8 +159,8 @@ def _grad_check(model: Any, feeds: dict[str, np.ndarray], outs: list[str],
     against central finite differences of the same import. (None, why) when there is nothing
     to check; (None, "kink") when a direction's one-sided differences disagree (the inputs sit
     on a point where the function has no derivative: a relu at 0, a max of ties)."""
-    from core import ops
-    from core.tape import Var
+    from tapescope.core import ops
+    from tapescope.core.tape import Var
 
     x64 = {k: np.asarray(v, np.float64) for k, v in feeds.items()}
     if jitter:  # off the kink: an upward nudge (a pow's base at 0 stays in its domain), far
@@ -228,9 +229,9 @@ def run_case(tc: Any, op: str) -> TapeOutcome:
     """One node test through the tape import."""
     import zlib
 
-    from core import precision
-    from core.onnx.errors import OnnxError
-    from core.onnx.executor import Session
+    from tapescope.core import precision
+    from tapescope.core.onnx.errors import OnnxError
+    from tapescope.core.onnx.executor import Session
 
     if tc.model is None or not tc.data_sets:
         return TapeOutcome(tc.name, op, NO_FLOAT, reason="no data")
@@ -307,7 +308,7 @@ def run_case(tc: Any, op: str) -> TapeOutcome:
 
 def run_tape_suite(name_filter: str | None = None) -> list[TapeOutcome]:
     """Every node test through the tape import (``name_filter``: a regex on test names)."""
-    from core.onnx.conformance import node_test_ops, node_tests
+    from tapescope.core.onnx.conformance import node_test_ops, node_tests
 
     ops_of = node_test_ops()
     return [run_case(tc, ops_of.get(tc.name, "?")) for tc in node_tests()

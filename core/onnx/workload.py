@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from core import ops, optim
-from core.onnx.errors import OnnxError
-from core.onnx.limits import Limits
-from core.tape import Tape, Var
-from core.workload import Workload
+from tapescope.core import ops, optim
+from tapescope.core.onnx.errors import OnnxError
+from tapescope.core.onnx.limits import Limits
+from tapescope.core.tape import Tape, Var
+from tapescope.core.workload import Workload
 
 PREFIX, PREFIX_REINIT = "onnx:", "onnx+reinit:"
 # a model to train: the executor's budgets for elements (2**27: vgg19's 25088x4096 weight
@@ -45,7 +45,7 @@ def model_dtype(path: str) -> str | None:
     neither or the file cannot be read (the import then says why). Reads the file as data."""
     import onnx
 
-    from core.onnx.lowerings import model_precision
+    from tapescope.core.onnx.lowerings import model_precision
 
     try:
         m = onnx.load(path, load_external_data=False)
@@ -128,7 +128,7 @@ def merged_parameters_note(sess) -> list[str]:
     ones and zeros merged into one initializer): a tied weight, equal random values, a zero
     bias the optimizer dropped. They do not train on their own (docs/models.md, "What the
     import makes trainable")."""
-    from core.onnx.importer import exported_merges, exported_parameters
+    from tapescope.core.onnx.importer import exported_merges, exported_parameters
 
     export = exported_parameters(sess.model.graph)
     if export is None:
@@ -193,7 +193,7 @@ def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], gr
 def _input_specs(sess, shapes: dict[str, tuple[int, ...]]):
     """{input: (shape, dtype)} at the declared shapes, ``shapes`` filling (or checking) the
     dims; and one note per input whose dynamic dims were chosen (1 unless --shape says)."""
-    from core.onnx.loader import np_dtype
+    from tapescope.core.onnx.loader import np_dtype
 
     inits = set(sess.graph.inits)
     specs, notes = {}, []
@@ -224,7 +224,7 @@ def _input_specs(sess, shapes: dict[str, tuple[int, ...]]):
         if dynamic:
             notes.append(f"input {vi.name!r}: dynamic {', '.join(dynamic)}"
                          + ("" if want is not None else f" (give --shape {vi.name}=...)"))
-        from core.onnx.limits import check_shape
+        from tapescope.core.onnx.limits import check_shape
 
         check_shape(tuple(shape), f"input {vi.name!r}", sess.limits)
         specs[vi.name] = (tuple(shape), np_dtype(tt.elem_type))
@@ -234,7 +234,7 @@ def _input_specs(sess, shapes: dict[str, tuple[int, ...]]):
 def _given_input(name: str, path: str, specs) -> np.ndarray:
     """--input NAME=FILE.npy: read without pickle or a memory map, its header checked against
     the input's shape and the file's size before anything is allocated (core.arrayfile)."""
-    from core.arrayfile import ArrayFileError, read_npy
+    from tapescope.core.arrayfile import ArrayFileError, read_npy
 
     if name not in specs:
         raise OnnxError(f"--input {name}=...: the model has no input {name!r} (its inputs: "
@@ -262,7 +262,7 @@ def _read_weights(path: str, current: dict[str, np.ndarray]) -> dict[str, np.nda
     """--weights FILE.safetensors: trained weights by initializer name (never pickle, never a
     memory map); the header's names, shapes and dtypes are checked against the model before
     any tensor is read, so an unknown name or a shape that differs is one line naming it."""
-    from core.arrayfile import ArrayFileError, read_safetensors
+    from tapescope.core.arrayfile import ArrayFileError, read_safetensors
 
     try:
         got = read_safetensors(path, {k: tuple(v.shape) for k, v in current.items()})
@@ -297,8 +297,8 @@ class OnnxWorkload(Workload):
         super().__init__(dtype=dtype, math=math, seed=seed)
 
     def build(self) -> None:
-        from core.onnx.executor import Session
-        from core.onnx.importer import import_to_tape, leaf_name
+        from tapescope.core.onnx.executor import Session
+        from tapescope.core.onnx.importer import import_to_tape, leaf_name
 
         if not os.path.isfile(self.path):
             raise OnnxError("no such model file", file=self.path)
@@ -397,7 +397,7 @@ class OnnxWorkload(Workload):
         return super().record(step, batch)
 
     def episode(self, data: dict[str, Var]) -> Var:
-        from core.onnx.importer import import_to_tape
+        from tapescope.core.onnx.importer import import_to_tape
 
         feeds = {k: v for k, v in data.items() if k in self.input_specs}
         step = self._step

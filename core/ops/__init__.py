@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from core.ops import elementwise, linalg, movement, reduce, rowwise  # noqa: F401  (registers)
-from core.ops.nn import register_nn
-from core.ops.rowwise import rope_tables
-from core.optable.registry import REGISTRY, OpDef, ShapeError, register
-from core.tape import Var
+from tapescope.core.ops import elementwise, linalg, movement, reduce, rowwise  # noqa: F401  (registers)
+from tapescope.core.ops.nn import register_nn
+from tapescope.core.ops.rowwise import rope_tables
+from tapescope.core.optable.registry import REGISTRY, OpDef, ShapeError, register
+from tapescope.core.tape import Var
 
 register_nn()  # conv2d, pools, erf, gather: the ops ONNX import records
 

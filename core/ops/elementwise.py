@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from core import precision
-from core.ops.reference import unbroadcast
-from core.optable.registry import CForm, OpDef, broadcast_shape, register
+from tapescope.core import precision
+from tapescope.core.ops.reference import unbroadcast
+from tapescope.core.optable.registry import CForm, OpDef, broadcast_shape, register
 
 BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 1), (1, 4)),
                  ((4,), (2, 3, 4)), ((5,), ())]
@@ -191,7 +191,7 @@ _TANH_GRAD = False
 def _tanh_grad_fn():
     global _TANH_GRAD
     if _TANH_GRAD is False:
-        from core import native
+        from tapescope.core import native
 
         _TANH_GRAD = getattr(native.refmath_ext(), "tanh_grad", None)
     return _TANH_GRAD

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.ops.reference import bmm as ref_bmm
-from core.ops.reference import mm
-from core.optable.registry import OpDef, ShapeError, register
+from tapescope.core.ops.reference import bmm as ref_bmm
+from tapescope.core.ops.reference import mm
+from tapescope.core.optable.registry import OpDef, ShapeError, register
 
 
 def _mm_shape(shapes, attrs):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.optable.registry import OpDef, ShapeError, norm_axis, register
+from tapescope.core.optable.registry import OpDef, ShapeError, norm_axis, register
 
 
 def _axes(shape, attrs):

@@ -18,9 +18,9 @@ import math
 
 import numpy as np
 
-from core.ops.reference import matmul as ref_matmul
-from core.ops.reference import serial_sum
-from core.optable.registry import REGISTRY, CForm, OpDef, ShapeError, register
+from tapescope.core.ops.reference import matmul as ref_matmul
+from tapescope.core.ops.reference import serial_sum
+from tapescope.core.optable.registry import REGISTRY, CForm, OpDef, ShapeError, register
 
 # ---- windows (shared with core.onnx) ----------------------------------------------------------
 
@@ -104,7 +104,7 @@ def im2col(x, kernel, strides, dilations, padw, group):
             all(p == (0, 0) for p in padw):  # 1x1: the image already is its column matrix
         return x.reshape(n, group, c // group, -1), list(x.shape[2:])
     if nd == 2:  # the same matrix written by a C loop (core.native), ~5x quicker than the view
-        from core import native
+        from tapescope.core import native
 
         outs = [out_size(x.shape[2 + i], kernel[i], strides[i], dilations[i], *padw[i])
                 for i in range(2)]
@@ -127,7 +127,7 @@ def conv_nd(x, w, strides, padw, dilations, group, matmul=ref_matmul):
             matmul is ref_matmul or getattr(matmul, "reference_order", False)):
         # one output channel per group (depthwise): direct in C; else the product with its
         # panels packed straight from x (no im2col matrix); the same chains and bits
-        from core import native
+        from tapescope.core import native
 
         outs = [out_size(x.shape[2 + i], w.shape[2 + i], strides[i], dilations[i], *padw[i])
                 for i in range(2)]

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from core.ops.reference import serial_sum
-from core.optable.registry import OpDef, ShapeError, norm_axis, register
+from tapescope.core.ops.reference import serial_sum
+from tapescope.core.optable.registry import OpDef, ShapeError, norm_axis, register
 
 
 def _no_shape(shapes, attrs):

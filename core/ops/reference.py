@@ -43,7 +43,7 @@ def serial_sum(x: np.ndarray, axis: int | Sequence[int] | None = None,
         # every axis but the second (a batch-norm channel sum of NCHW): the same order per
         # channel without the transposed copy below (most of the sum's time: 4.8 -> 0.35 ms
         # on 16x32x64x64 float32)
-        from core import native
+        from tapescope.core import native
 
         fast = native.chansum(x.reshape(x.shape[0], x.shape[1], -1))
         if fast is not None:
@@ -57,7 +57,7 @@ def serial_sum(x: np.ndarray, axis: int | Sequence[int] | None = None,
     flat = np.ascontiguousarray(moved).reshape(r, n)
     if r == 0:
         return np.zeros(out_shape, dtype=x.dtype)
-    from core import native
+    from tapescope.core import native
 
     fast = native.colsum(flat)  # the contract itself in C, vectorised over the kept slots
     if fast is not None:
@@ -81,7 +81,7 @@ def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """2-D product in the reference order: ``acc = 0.0; for k: acc = acc + a[i,k]*b[k,j]``."""
-    from core import native
+    from tapescope.core import native
 
     fast = native.mm(a, b)
     if fast is not None:
@@ -108,7 +108,7 @@ def mm_numpy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Batched product ``[B,M,K] @ [B,K,N]``, each batch in the reference order of ``mm``."""
-    from core import native
+    from tapescope.core import native
 
     fast = native.bmm(a, b)
     if fast is not None:

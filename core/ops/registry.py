@@ -2,4 +2,4 @@
 ``core.tape`` never runs ``core/ops/__init__``). This name stays for code written against it,
 the same objects; new code imports ``core.optable.registry``."""
 
-from core.optable.registry import *  # noqa: F403
+from tapescope.core.optable.registry import *  # noqa: F403

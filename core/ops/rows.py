@@ -2,4 +2,4 @@
 table, outside ``core.ops``). This name stays for code written against it, the same objects;
 new code imports ``core.optable.rows``."""
 
-from core.optable.rows import *  # noqa: F403
+from tapescope.core.optable.rows import *  # noqa: F403

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.ops.reference import serial_sum, softmax, unbroadcast
-from core.optable.registry import CForm, OpDef, ShapeError, norm_axis, register
-from core.optable.rows import RowForm, RowPass, Step
+from tapescope.core.ops.reference import serial_sum, softmax, unbroadcast
+from tapescope.core.optable.registry import CForm, OpDef, ShapeError, norm_axis, register
+from tapescope.core.optable.rows import RowForm, RowPass, Step
 
 
 def _r(rng, dtype, *s, lo=-2.0, hi=2.0):

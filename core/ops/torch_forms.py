@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from core.ops.reduce import reduced_axes
-from core.optable.registry import norm_axis
+from tapescope.core.ops.reduce import reduced_axes
+from tapescope.core.optable.registry import norm_axis
 
 __all__ = ["LEAF", "TORCH", "spelling"]
 
@@ -143,7 +143,7 @@ def _gather(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
 def _rope(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
     # the cos/sin tables are the reference's host data (core.ops.rowwise.rope_tables: every
     # candidate gets them as inputs, so libm never reaches them); the rotation is torch's
-    from core.ops.rowwise import rope_tables
+    from tapescope.core.ops.rowwise import rope_tables
 
     # (a half x: the tables in float32, the reference's, cast to x's type as a PyTorch model
     # casts its cached cos/sin: the products then round in the half type)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from core.optable.rows import RowForm, check
+from tapescope.core.optable.rows import RowForm, check
 
 Shape = tuple[int, ...]
 # forward(M, xs, attrs) -> y ; M is the math namespace of core.mathlib

@@ -21,7 +21,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from core.refmath import _derived, _explog, _log
+from tapescope.core.refmath import _derived, _explog, _log
 
 #: The directory of refmath's C twin (``refmath.cuh``) and the host intrinsics it needs there
 #: (``intrinsics_host.h``): read as C text by core.native and by gpu (NVRTC's headers, the host
@@ -63,7 +63,7 @@ _NATIVE: dict[str, dict[np.dtype, Callable[[np.ndarray], np.ndarray]]] | None = 
 def _native_loops() -> dict[str, dict[np.dtype, Callable[[np.ndarray], np.ndarray]]]:
     global _NATIVE
     if _NATIVE is None:
-        from core import native
+        from tapescope.core import native
 
         loops: dict[str, dict[np.dtype, Any]] = {}
         ext = native.refmath_ext()

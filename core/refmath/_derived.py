@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.refmath._bits import NAN, low_cleared
-from core.refmath._explog import exp64, exp_dd64
+from tapescope.core.refmath._bits import NAN, low_cleared
+from tapescope.core.refmath._explog import exp64, exp_dd64
 
 # erf constants (fdlibm s_erf.c)
 ERX = 8.45062911510467529297e-01  # (float)0.84506291151

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.refmath._bits import INF, NAN, add_exponent, from_hi_word
+from tapescope.core.refmath._bits import INF, NAN, add_exponent, from_hi_word
 
 # fdlibm constants (decimal as in fdlibm; hex words in the comments are the intended bits).
 LN2_HI = 6.93147180369123816490e-01  # 0x3fe62e42 fee00000: k*LN2_HI exact for |k| < 2**20

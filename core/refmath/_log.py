@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.refmath._bits import INF, NAN, hi_word, with_hi_word
-from core.refmath._explog import LN2_HI, LN2_LO
+from tapescope.core.refmath._bits import INF, NAN, hi_word, with_hi_word
+from tapescope.core.refmath._explog import LN2_HI, LN2_LO
 
 TWO54 = 1.80143985094819840000e16  # 0x43500000 00000000: scales subnormals up exactly
 # log / log1p: R(z) for log(1+f) = 2s + s*R(s^2), s = f/(2+f).

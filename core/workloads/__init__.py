@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.workload import Workload
-from core.workloads.mlp import MLP
-from core.workloads.transformer import Transformer
-from core.workloads.user import WorkloadError, load_file
+from tapescope.core.workload import Workload
+from tapescope.core.workloads.mlp import MLP
+from tapescope.core.workloads.transformer import Transformer
+from tapescope.core.workloads.user import WorkloadError, load_file
 
 WORKLOADS: dict[str, type[Workload]] = {"mlp": MLP, "transformer": Transformer}
 
@@ -25,8 +25,8 @@ def get(name: str, **kwargs: Any) -> Workload:
     if name.endswith(".py"):
         return load_file(name, **kwargs)
     if name.startswith(("onnx:", "onnx+reinit:")) or name.lower().endswith(".onnx"):
-        from core.onnx.errors import OnnxError
-        from core.onnx.workload import load_model
+        from tapescope.core.onnx.errors import OnnxError
+        from tapescope.core.onnx.workload import load_model
 
         try:
             return load_model(name, **kwargs)
@@ -49,7 +49,7 @@ def enable_amp(wl: Workload, opt: Any, name: str, seed: int,
     the half tape's parameters are float32 values rounded once, as under torch autocast."""
     import numpy as np
 
-    from core.amp import LossScaler
+    from tapescope.core.amp import LossScaler
 
     w32 = get(name, dtype="float32", math=wl.tape.math, seed=seed)
     masters = {p.id: np.array(q.value) for p, q in zip(wl.tape.params(), w32.tape.params(),

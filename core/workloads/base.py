@@ -3,4 +3,4 @@
 written against it; new code imports ``core.workload`` (or ``from core.workloads import
 Workload``)."""
 
-from core.workload import *  # noqa: F403
+from tapescope.core.workload import *  # noqa: F403

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from core import ops
-from core.workload import Workload
+from tapescope.core import ops
+from tapescope.core.workload import Workload
 
 
 class Transformer(Workload):

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from core.workload import Workload
+from tapescope.core.workload import Workload
 
 
 class WorkloadError(RuntimeError):

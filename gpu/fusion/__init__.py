@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu.fusion.analysis import RowNode, Segment, find_segments, row_info
-from gpu.fusion.optimizer import FusionRuntime
-from gpu.fusion.plan import FusedKernel, FusionError, FusionPlan, SegmentPlan, apply, plan
+from tapescope.gpu.fusion.analysis import RowNode, Segment, find_segments, row_info
+from tapescope.gpu.fusion.optimizer import FusionRuntime
+from tapescope.gpu.fusion.plan import FusedKernel, FusionError, FusionPlan, SegmentPlan, apply, plan
 
 __all__ = ["FusedKernel", "FusionRuntime", "FusionError", "FusionPlan", "RowNode", "Segment",
            "SegmentPlan", "apply", "capture", "find_segments", "plan", "row_info"]
@@ -22,7 +22,7 @@ __all__ = ["FusedKernel", "FusionRuntime", "FusionError", "FusionPlan", "RowNode
 
 def capture(device: Any, tape: Any, loss: Any, fuse: bool = True) -> Any:
     """``gpu.capture`` then ``apply`` when ``fuse``: the ``capture(..., fuse=True)`` form."""
-    from gpu.program import capture as _capture
+    from tapescope.gpu.program import capture as _capture
 
     prog = _capture(device, tape, loss)
     if fuse:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.optable.registry import REGISTRY
-from gpu.optable import BINARY as OPTABLE_BINARY
-from gpu.optable import UNARY as OPTABLE_UNARY
-from gpu.rowtable import ROW_OPS
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.gpu.optable import BINARY as OPTABLE_BINARY
+from tapescope.gpu.optable import UNARY as OPTABLE_UNARY
+from tapescope.gpu.rowtable import ROW_OPS
 
 __all__ = ["RowNode", "Segment", "row_info", "find_segments", "LEAVES", "BINARY", "UNARY", "ROW",
            "HAND_FUSED"]

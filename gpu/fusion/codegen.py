@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core import precision
-from core.optable.registry import REGISTRY, grad_inputs
-from core.optable.rows import RowForm, fill
-from gpu.emitc import literal
-from gpu.fusion.analysis import BINARY, ROW, Segment
-from gpu.kernel_facts import KernelFacts
-from gpu.optable import cform, render, scalar_of
-from gpu.rowtable import LazyEnv, Target, pass_lines
-from gpu.source import node_comment
+from tapescope.core import precision
+from tapescope.core.optable.registry import REGISTRY, grad_inputs
+from tapescope.core.optable.rows import RowForm, fill
+from tapescope.gpu.emitc import literal
+from tapescope.gpu.fusion.analysis import BINARY, ROW, Segment
+from tapescope.gpu.kernel_facts import KernelFacts
+from tapescope.gpu.optable import cform, render, scalar_of
+from tapescope.gpu.rowtable import LazyEnv, Target, pass_lines
+from tapescope.gpu.source import node_comment
 
 __all__ = ["Layout", "KernelText", "row_forward", "row_backward", "param_grads", "HEADER"]
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpu.device import Launch
-from gpu.kernel_facts import PLAIN
+from tapescope.gpu.device import Launch
+from tapescope.gpu.kernel_facts import PLAIN
 
 if TYPE_CHECKING:
-    from gpu.program import Program
+    from tapescope.gpu.program import Program
 
 __all__ = ["OPTIMIZER_TEXT", "OPTIMIZER_FACTS", "FusionRuntime", "fused_optimizer_launches"]
 
@@ -68,7 +68,7 @@ OPTIMIZER_FACTS = {"fzPLANID_adam_T": PLAIN, "fzPLANID_sgd_T": PLAIN}
 
 def fused_optimizer_launches(prog: Program, opt: Any, stock: list[Launch]) -> list[Launch]:
     """The clip launch (if any) plus one table launch replacing ``stock``'s per-param updates."""
-    from gpu.optim import SGD, Adam
+    from tapescope.gpu.optim import SGD, Adam
 
     state, p = prog.fusion_runtime, prog.fusion
     if getattr(opt, "amp", False):

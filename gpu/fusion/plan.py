@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from core.optable.registry import REGISTRY
-from gpu.fusion import codegen
-from gpu.fusion.analysis import Segment, find_segments
-from gpu.fusion.optimizer import OPTIMIZER_FACTS, OPTIMIZER_TEXT, FusionRuntime
-from gpu.fusion.serial import find_tail, tail_backward, tail_forward
-from gpu.kernel_facts import KernelFacts
-from gpu.program import Program, Step
-from gpu.source import STORAGE, SUFFIX, instantiate
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.gpu.fusion import codegen
+from tapescope.gpu.fusion.analysis import Segment, find_segments
+from tapescope.gpu.fusion.optimizer import OPTIMIZER_FACTS, OPTIMIZER_TEXT, FusionRuntime
+from tapescope.gpu.fusion.serial import find_tail, tail_backward, tail_forward
+from tapescope.gpu.kernel_facts import KernelFacts
+from tapescope.gpu.program import Program, Step
+from tapescope.gpu.source import STORAGE, SUFFIX, instantiate
 
 __all__ = ["FusionError", "FusedKernel", "SegmentPlan", "FusionPlan", "plan", "apply"]
 

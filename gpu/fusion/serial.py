@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import precision
-from core.optable.registry import REGISTRY
-from gpu.emitc import C_OPS, _Ctx
-from gpu.fusion.analysis import LEAVES
-from gpu.fusion.codegen import _W, KernelText, Layout, pushes
-from gpu.rowtable import Target, pass_lines
-from gpu.source import STORAGE
+from tapescope.core import precision
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.gpu.emitc import C_OPS, _Ctx
+from tapescope.gpu.fusion.analysis import LEAVES
+from tapescope.gpu.fusion.codegen import _W, KernelText, Layout, pushes
+from tapescope.gpu.rowtable import Target, pass_lines
+from tapescope.gpu.source import STORAGE
 
 __all__ = ["Tail", "find_tail", "tail_forward", "tail_backward"]
 

@@ -9,7 +9,7 @@ checks that these files still load and still equal a fresh recording bit for bit
 
 from pathlib import Path
 
-from core import tapefile, workloads
+from tapescope.core import tapefile, workloads
 
 HERE = Path(__file__).resolve().parent
 

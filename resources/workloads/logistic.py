@@ -6,8 +6,8 @@ app with ``tapescope gui --workload resources/workloads/logistic.py``). See docs
 
 import numpy as np
 
-from core import ops, optim
-from core.workloads import Workload
+from tapescope.core import ops, optim
+from tapescope.core.workloads import Workload
 
 
 class Logistic(Workload):

@@ -42,14 +42,14 @@ def _hello() -> None:
     if len(sys.argv) > 2:  # the test's own PROTOCOL: no numpy import before the answer (a
         protocol = int(sys.argv[2])  # second of imports, more on a loaded machine, ate the
     else:  # 3 s open deadline the device request is meant to miss)
-        from app.remote import PROTOCOL as protocol
+        from tapescope.app.remote import PROTOCOL as protocol
     _reply({"type": "hello", "protocol": protocol})
 
 
 def _honest_until(stop, keep: dict | None = None) -> dict:
     """Serve like the real worker; return the first request ``stop(msg, counts)`` says to
     (``keep["it"]``: the worker, to answer it after all)."""
-    from app.remote_server import _Worker
+    from tapescope.app.remote_server import _Worker
 
     worker, counts = _Worker(), {}
     if keep is not None:
@@ -119,7 +119,7 @@ def main(mode: str) -> None:
 def _doctored_step(reply: dict, field: str, value) -> dict:
     """The honest ``stepped`` reply with node 0's record column ``field`` set to ``value``
     (for field "count": the record of one node fewer)."""
-    from core.step_record import pack, unpack
+    from tapescope.core.step_record import pack, unpack
 
     d = reply["step"]
     rec = unpack(d["record"], d["n"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.step_record import (
+from tapescope.core.step_record import (
     F_G_INTRO,
     F_U_INTRO,
     F_V_INTRO,

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from app.cli import main  # noqa: E402
+from tapescope.app.cli import main  # noqa: E402
 
 
 def test_torch_against_host(tmp_path, capsys):

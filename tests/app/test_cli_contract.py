@@ -2,7 +2,8 @@
 exit 0 ok/identical, 1 differs, 2 bad input or setup; a bad input ends in exactly one line on
 stderr (``tapescope <cmd>: <what and where>``) and no traceback, unless ``--debug`` asks for it.
 
-Each case runs ``python -m app.cli`` in a subprocess, as a user would. The bad inputs are derived
+Each case runs ``python -m tapescope.app.cli`` in a subprocess, as a user would. The bad inputs are
+derived
 from each subcommand's own options: an unknown flag, a bad choice, a bad number, ``--steps 0`` and
 ``--steps -3``, a missing or corrupt file (positional or ``--tape``), and workload scripts with a
 syntax error, a ``build()`` that raises and a minibatch that raises at step 2.
@@ -18,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import build_parser
+from tapescope.app.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
 SYNTAX_ERROR = "import numpy as np\n\n\ndef build(:\n    pass\n"
 BUILD_RAISES = """
-from core.workloads import Workload
+from tapescope.core.workloads import Workload
 
 
 class Broken(Workload):
@@ -36,8 +37,8 @@ class Broken(Workload):
 STEP_RAISES = """
 import numpy as np
 
-from core import ops
-from core.workloads import Workload
+from tapescope.core import ops
+from tapescope.core.workloads import Workload
 
 
 class RunsDry(Workload):
@@ -126,7 +127,8 @@ def cli(*argv: str, tmp: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``tapescope ARGV`` in a fresh interpreter (offscreen, in ``tmp``)."""
     argv = tuple(a.replace("{tmp}", str(tmp)) for a in argv)
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=tmp or ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv], cwd=tmp or ROOT,
+                          env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
 
 

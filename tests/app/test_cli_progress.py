@@ -23,7 +23,7 @@ def _on_a_terminal(argv: list[str], cwd: Path) -> tuple[int, str, str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), QT_QPA_PLATFORM="offscreen")
     env.pop("TAPESCOPE_PROGRESS", None)
     master, slave = _pty()
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", *argv], cwd=cwd, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "tapescope.app.cli", *argv], cwd=cwd, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
     try:
@@ -37,7 +37,7 @@ def _on_a_terminal(argv: list[str], cwd: Path) -> tuple[int, str, str]:
 def _in_a_pipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), QT_QPA_PLATFORM="offscreen")
     env.pop("TAPESCOPE_PROGRESS", None)
-    return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

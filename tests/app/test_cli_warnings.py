@@ -32,7 +32,7 @@ def _overflowing_float16_model(tmp_path) -> tuple[str, str, str]:
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
 
 

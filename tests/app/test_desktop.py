@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app import platform_check
+from tapescope.app import platform_check
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREEN = (1280, 800)
@@ -25,7 +25,7 @@ NO_DISPLAY_VARS = ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
 DRIVER = r'''
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from app.commands.gui import make_window, start_platform
+from tapescope.app.commands.gui import make_window, start_platform
 
 problem = start_platform()
 if problem:
@@ -156,7 +156,7 @@ def test_the_window_opens_on_xvfb_and_a_click_selects_a_node(xvfb, tmp_path):
 def test_screenshot_on_a_real_display_uses_it(xvfb, tmp_path):
     """``--screenshot`` with a display renders through it (xcb), not offscreen."""
     out = tmp_path / "shot.png"
-    r = subprocess.run([sys.executable, "-m", "app.cli", "gui", "--screenshot", str(out)],
+    r = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", "--screenshot", str(out)],
                        env=_env(tmp_path, DISPLAY=xvfb), cwd=ROOT, capture_output=True,
                        text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -166,7 +166,7 @@ def test_screenshot_on_a_real_display_uses_it(xvfb, tmp_path):
 
 def _tapescope(*args: str) -> list[str]:
     exe = shutil.which("tapescope")
-    return [exe, *args] if exe else [sys.executable, "-m", "app.cli", *args]
+    return [exe, *args] if exe else [sys.executable, "-m", "tapescope.app.cli", *args]
 
 
 def test_no_display_is_one_line_and_exit_2(tmp_path):

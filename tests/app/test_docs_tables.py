@@ -29,10 +29,10 @@ def printed() -> dict[str, dict[str, tuple[int, int]]]:
     """Per workload, what `tapescope fuse --workload W` prints under "launches": {row: (unfused,
     fused)}. The same episode and plan as the command (its _episode), captured on a device
     that parses the kernels without compiling them (the counts do not depend on a build)."""
-    import gpu
-    from app.commands.fuse import _episode
-    from gpu import fusion
-    from gpu.kernel_template import source_only_device
+    from tapescope import gpu
+    from tapescope.app.commands.fuse import _episode
+    from tapescope.gpu import fusion
+    from tapescope.gpu.kernel_template import source_only_device
 
     out = {}
     for w in WORKLOADS:

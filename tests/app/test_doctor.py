@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from app.cli import main
-from app.commands import doctor
+from tapescope.app.cli import main
+from tapescope.app.commands import doctor
 
 NAMES = ["Python", "numpy", "Qt", "display", "gcc", "native", "NVRTC", "CuPy", "GPU", "torch"]
 
@@ -31,7 +31,7 @@ def test_doctor_says_exactly_what_this_machine_has(capsys, monkeypatch):
     assert rows["Python"].split()[1] == "ok"
     assert (rows["gcc"].split()[1] == "ok") == (shutil.which(os.environ.get("TAPESCOPE_CXX",
                                                                           "g++")) is not None)
-    from gpu.cuda import cuda_unavailable_reason
+    from tapescope.gpu.cuda import cuda_unavailable_reason
 
     why = cuda_unavailable_reason()
     if why is None:
@@ -39,13 +39,13 @@ def test_doctor_says_exactly_what_this_machine_has(capsys, monkeypatch):
     else:
         assert "not available" in rows["GPU"] and why in rows["GPU"]
     try:
-        from gpu.nvrtc import cuda_version_text, nvrtc_version
+        from tapescope.gpu.nvrtc import cuda_version_text, nvrtc_version
 
         assert f"NVRTC {cuda_version_text(nvrtc_version())}" in rows["NVRTC"]
     except Exception:  # noqa: BLE001  (no NVRTC here: the row must say what to install)
         assert "pip install" in rows["NVRTC"]
     assert "no display" in rows["display"] and "--screenshot" in rows["display"]
-    from core.native import isa
+    from tapescope.core.native import isa
 
     assert rows["native"].split()[1:3] == ["ok", isa.chosen()]
 
@@ -76,7 +76,7 @@ def test_what_is_missing_says_what_to_install(capsys, monkeypatch):
 
 
 def test_version(capsys):
-    from app.about import version
+    from tapescope.app.about import version
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"tapescope {version()}\n"

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import resources
-from resources import EXAMPLES, example_path, resource_path
+from tapescope import resources
+from tapescope.resources import EXAMPLES, example_path, resource_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_example_and_the_style_sheet_come_from_the_package():
-    pkg = Path(str(files("resources")))
+    pkg = Path(str(files("tapescope.resources")))
     for name in EXAMPLES:
         p = example_path(name)
         assert p.is_file() and p.stat().st_size > 0 and pkg in p.parents, name
@@ -35,7 +35,7 @@ def test_the_wheel_carries_every_shipped_file():
     # the app uses (the generator scripts stay out): a new example file must be listed
     tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
     globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-data"]["resources"]
+        "package-data"]["tapescope.resources"]
     pkg = Path(resources.__file__).parent
     taken = {p for g in globs for p in pkg.glob(g)}
     used = {example_path(n) for n in EXAMPLES} | {resource_path("style.qss")}
@@ -46,7 +46,8 @@ def test_the_wheel_carries_every_shipped_file():
 def _gui(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(cwd),
                PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "app.cli", "gui", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", *args], cwd=cwd,
+                          env=env,
                           capture_output=True, text=True, timeout=180)
 
 
@@ -57,7 +58,7 @@ def test_gui_example_opens_the_shipped_model_from_another_folder(tmp_path, capsy
     # refused before any window opens: the same main() in this process (a fresh interpreter
     # costs ~0.8-3 CPU s each; tests/app/test_cli_contract.py runs bad gui input in real
     # processes, with their status and stderr as a user sees them)
-    from app.cli import main
+    from tapescope.app.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
@@ -72,7 +73,7 @@ def test_gui_example_opens_the_shipped_model_from_another_folder(tmp_path, capsy
 
 
 def test_file_open_example_menu(qtbot, settings):
-    from app.main_window import MainWindow
+    from tapescope.app.main_window import MainWindow
 
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
@@ -85,8 +86,8 @@ def test_file_open_example_menu(qtbot, settings):
 
 
 def test_onnx_example_runs_the_shipped_model_against_its_shipped_outputs(capsys):
-    from app.cli import main
-    from resources import ONNX_EXAMPLES, onnx_example
+    from tapescope.app.cli import main
+    from tapescope.resources import ONNX_EXAMPLES, onnx_example
 
     for name in ONNX_EXAMPLES:
         model, inputs, expected = onnx_example(name)

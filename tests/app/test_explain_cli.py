@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from app.cli import main
-from core.ops import REGISTRY
+from tapescope.app.cli import main
+from tapescope.core.ops import REGISTRY
 
 #: the libm variants' labels (core.explain.VARIANTS): which matches depends on the CPU
 LIBM = ("the platform's (numpy's) transcendentals", "the C library's transcendentals")

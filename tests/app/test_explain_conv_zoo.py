@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from app.cli import main
-from core.bounds import VALID
+from tapescope.app.cli import main
+from tapescope.core.bounds import VALID
 
 pytest.importorskip("torch")
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "resources", "models")

@@ -3,7 +3,7 @@ error (the worker's summaries carry the cause; the window shows it on the existi
 
 from __future__ import annotations
 
-from app.runs import SessionConfig
+from tapescope.app.runs import SessionConfig
 from tests.app.conftest import wait_ready
 from tests.app.test_live_inspect import click_row, shown_live
 

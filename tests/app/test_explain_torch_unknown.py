@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.runs import PairRunner, SessionConfig  # noqa: E402
-from core.explain import _vml_lib, vml_sqrt  # noqa: E402
+from tapescope.app.runs import PairRunner, SessionConfig  # noqa: E402
+from tapescope.core.explain import _vml_lib, vml_sqrt  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("torch_unknown")
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from app.cli import main
+from tapescope.app.cli import main
 
 torch = pytest.importorskip("torch")
 

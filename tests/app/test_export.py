@@ -13,10 +13,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QFileDialog
 
-from app.export_menu import export_csv
-from app.main_window import MainWindow
-from views import export
-from views.ulp_scale import level_color
+from tapescope.app.export_menu import export_csv
+from tapescope.app.main_window import MainWindow
+from tapescope.views import export
+from tapescope.views.ulp_scale import level_color
 
 
 @pytest.fixture(autouse=True)

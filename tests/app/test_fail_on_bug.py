@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from app.cli import main
-from core.bounds import OUTSIDE, VALID
+from tapescope.app.cli import main
+from tapescope.core.bounds import OUTSIDE, VALID
 
 pytest.importorskip("torch")
 

@@ -18,7 +18,8 @@ def run_gui(*args: str, cwd=ROOT, config=None) -> subprocess.CompletedProcess:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     if config is not None:
         env["XDG_CONFIG_HOME"] = str(config)
-    return subprocess.run([sys.executable, "-m", "app.cli", "gui", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", *args], cwd=cwd,
+                          env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -55,7 +56,7 @@ def test_screenshot_with_a_bad_file_is_one_line_and_exit_2(tmp_path, capsys, mon
     # checked before any window opens: the same main() in this process (a fresh interpreter
     # costs ~2.4 CPU s each; the two real processes above keep the status and stderr as a user
     # sees them, and tests/app/test_cli_contract.py runs every bad gui input in one too)
-    from app.cli import main
+    from tapescope.app.cli import main
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     capsys.readouterr()

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-import app.commands.gui as gui
-from app.cli import main
-from app.live import STOPPED
+import tapescope.app.commands.gui as gui
+from tapescope.app.cli import main
+from tapescope.app.live import STOPPED
 
 
 def _run(qtbot, monkeypatch, tmp_path, *extra: str) -> dict:

@@ -23,7 +23,7 @@ def _cpu_ticks(pid: int) -> int:
 
 
 def test_ctrl_c_stops_the_gui_with_exit_130(tmp_path):
-    p = subprocess.Popen([sys.executable, "-m", "app.cli", "gui", "--workload", "mlp"],
+    p = subprocess.Popen([sys.executable, "-m", "tapescope.app.cli", "gui", "--workload", "mlp"],
                          cwd=ROOT, env={**_env(), "XDG_CONFIG_HOME": str(tmp_path)},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -53,7 +53,7 @@ def test_ctrl_c_stops_the_gui_with_exit_130(tmp_path):
 
 def test_a_screenshot_run_prints_no_qt_noise(tmp_path):
     out = tmp_path / "x.png"
-    r = subprocess.run([sys.executable, "-m", "app.cli", "gui", "--workload", "mlp",
+    r = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", "--workload", "mlp",
                         "--screenshot", str(out), "--size", "1280x800"], cwd=ROOT, env=_env(),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -62,7 +62,7 @@ def test_a_screenshot_run_prints_no_qt_noise(tmp_path):
 
 
 def test_debug_shows_the_traceback_for_onnx_and_gui_too(tmp_path, capsys, monkeypatch):
-    from app.cli import main
+    from tapescope.app.cli import main
 
     bad = tmp_path / "bad.tape"
     bad.write_text("not a tape")
@@ -81,7 +81,8 @@ def test_debug_shows_the_traceback_for_onnx_and_gui_too(tmp_path, capsys, monkey
         lines = plain.err.strip().splitlines()
         assert len(lines) == 1 and plain.out == "", plain.err
         assert lines[0].startswith(f"tapescope {name}: ") and "Traceback" not in plain.err
-        debug = subprocess.run([sys.executable, "-m", "app.cli", *argv, "--debug"], cwd=ROOT,
+        debug = subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv, "--debug"],
+                               cwd=ROOT,
                                env=_env(), capture_output=True, text=True, timeout=300)
         assert debug.returncode == 2 and "Traceback" in debug.stderr, (name, debug.stderr)
         assert debug.stderr.strip().splitlines()[-1] == lines[0]  # the same line, last

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QColor, QImage
 
+from tapescope.views.graph_panel import LEGEND
+from tapescope.views.training_view import TrainingPanel
+from tapescope.views.ulp_scale import FADED, INHERITED, heat_lut, level_color, two_tone_lut
 from tests.app import test_time_travel as tt_tests
 from tests.app.test_time_travel import episode, feed, tt  # noqa: F401  (fixtures)
-from views.graph_panel import LEGEND
-from views.training_view import TrainingPanel
-from views.ulp_scale import FADED, INHERITED, heat_lut, level_color, two_tone_lut
 
 
 @pytest.fixture(autouse=True)

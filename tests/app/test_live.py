@@ -16,10 +16,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from app.live import FAILED, LOG_TAIL_BYTES, PAUSED, ROOT, RUNNING, STOPPED, LiveSession
-from app.runs import SessionConfig
-from app.session import EXACT_COLOR
-from core.optable.registry import REGISTRY
+from tapescope.app.live import FAILED, LOG_TAIL_BYTES, PAUSED, ROOT, RUNNING, STOPPED, LiveSession
+from tapescope.app.runs import SessionConfig
+from tapescope.app.session import EXACT_COLOR
+from tapescope.core.optable.registry import REGISTRY
 from tests.app.conftest import READY_MS, wait_ready
 
 BRANCHES = str(Path(__file__).parent / "data" / "branches.py")
@@ -133,7 +133,7 @@ def test_a_broken_user_workload_shows_its_traceback_and_the_app_stays_up(qtbot, 
     assert win.live.start(SessionConfig(workload="mlp", device="host"), paused=True)
     before = win.session
     bad = tmp_path / "broken.py"
-    bad.write_text("from core.workloads import Workload\n\nclass B(Workload):\n"
+    bad.write_text("from tapescope.core.workloads import Workload\n\nclass B(Workload):\n"
                    "    def build(self):\n        raise RuntimeError('user bug 42')\n")
     assert not win.live.start(SessionConfig(workload=str(bad), device="host"))
     box = win.last_error
@@ -320,7 +320,7 @@ def test_the_worker_dies_with_its_parent_even_inside_a_hung_step(tmp_path):
            "max_steps": None, "paused": False}
     parent = subprocess.Popen(
         [sys.executable, "-c", "import json, sys, time\n"
-         "from app.live_worker import launch\n"
+         "from tapescope.app.live_worker import launch\n"
          "w = launch(json.loads(sys.argv[1]))\n"
          "print(w.proc.pid, flush=True)\n"
          "time.sleep(600)\n", json.dumps(arg)],

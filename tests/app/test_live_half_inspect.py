@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from app.live import PAUSED
-from app.runs import SessionConfig
+from tapescope.app.live import PAUSED
+from tapescope.app.runs import SessionConfig
 from tests.app.conftest import wait_ready
 from tests.app.test_live_inspect import click_row, shown_live
 

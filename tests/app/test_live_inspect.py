@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from app.live import STOPPED
-from app.live_worker import decode_array, encode_array, inspect_message
-from app.runs import PairRunner, SessionConfig
+from tapescope.app.live import STOPPED
+from tapescope.app.live_worker import decode_array, encode_array, inspect_message
+from tapescope.app.runs import PairRunner, SessionConfig
 from tests.app.conftest import wait_ready
 
 
@@ -140,7 +140,7 @@ def test_worker_reply_names_what_is_wrong():
 
 
 def test_one_slice_box_moves_all_three_drawings(qtbot):
-    from views.inspector import DeviceCompareView
+    from tapescope.views.inspector import DeviceCompareView
 
     v = DeviceCompareView()
     qtbot.addWidget(v)

@@ -12,11 +12,11 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QMenu, QToolBar, QWidget
 
-from app.live import FAILED, STOPPED
-from app.live_controller import LiveController
-from app.main_window import LIVE_WINDOW_API, MainWindow
-from app.runs import SessionConfig
-from app.session import open_workload
+from tapescope.app.live import FAILED, STOPPED
+from tapescope.app.live_controller import LiveController
+from tapescope.app.main_window import LIVE_WINDOW_API, MainWindow
+from tapescope.app.runs import SessionConfig
+from tapescope.app.session import open_workload
 from tests.app.conftest import READY_MS
 
 APP = Path(__file__).resolve().parents[2] / "app"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.live_stepper import ReferenceReplay, reference_spec
-from app.runs import PairRunner, SessionConfig
+from tapescope.app.live_stepper import ReferenceReplay, reference_spec
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.views.stepper_model import BackwardStepper
 from tests.app.test_time_travel import episode, fake_live, feed  # noqa: F401
-from views.stepper_model import BackwardStepper
 
 CFG = SessionConfig(workload="transformer", compare="cpu-platform", math="platform")
 

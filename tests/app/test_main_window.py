@@ -10,8 +10,8 @@ import pytest
 from PySide6.QtCore import QByteArray, QMimeData, QPoint, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
-from app.main_window import MainWindow
-from core import Tape, ops, tapefile, workloads
+from tapescope.app.main_window import MainWindow
+from tapescope.core import Tape, ops, tapefile, workloads
 
 
 @pytest.fixture
@@ -144,8 +144,8 @@ USER_WORKLOAD = '''
 from pathlib import Path
 
 import numpy as np
-from core import ops
-from core.workloads import Workload
+from tapescope.core import ops
+from tapescope.core.workloads import Workload
 
 
 class Tiny(Workload):
@@ -180,7 +180,7 @@ def test_user_workload_opens_and_a_broken_one_shows_its_traceback(qtbot, win, tm
 
 
 def test_open_an_onnx_model_imports_it_onto_a_tape(qtbot, win, tmp_path):
-    from core.onnx import Session, default_inputs
+    from tapescope.core.onnx import Session, default_inputs
 
     model = Path(__file__).resolve().parents[2] / "resources" / "models" / "tiny_mlp.onnx"
     open_and_wait(qtbot, win, model)
@@ -367,7 +367,7 @@ def screen_1280x800(monkeypatch):
     """Pretend the window opens on a 1280x800 screen (offscreen has no real one)."""
     from PySide6.QtCore import QRect
 
-    from app.window_layout import WindowLayout
+    from tapescope.app.window_layout import WindowLayout
 
     monkeypatch.setattr(WindowLayout, "available", lambda self: QRect(0, 0, 1280, 800))
 
@@ -391,7 +391,7 @@ def test_the_window_fits_a_1280x800_screen(qtbot, settings, screen_1280x800):
 def test_a_layout_saved_on_a_big_screen_fits_a_small_one(qtbot, settings, screen_1280x800):
     from PySide6.QtCore import QRect
 
-    from app.window_layout import WindowLayout
+    from tapescope.app.window_layout import WindowLayout
 
     big = MainWindow(settings=settings)
     qtbot.addWidget(big)

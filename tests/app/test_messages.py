@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from app.commands.parity import divergence_text
-from app.run_provenance import parse_inject
-from app.runs import PairRunner, SessionConfig, StepError
+from tapescope.app.cli import main
+from tapescope.app.commands.parity import divergence_text
+from tapescope.app.run_provenance import parse_inject
+from tapescope.app.runs import PairRunner, SessionConfig, StepError
 
 BRANCHES = Path(__file__).with_name("data") / "branches.py"
 
@@ -37,7 +37,7 @@ def test_the_parity_summary_names_the_first_divergence_in_words(capsys):
 
 
 def test_an_inject_step_out_of_range_never_says_none():
-    from core import workloads
+    from tapescope.core import workloads
 
     nodes = tuple(workloads.get("mlp").tape.nodes)
     with pytest.raises(ValueError, match=r"step 0 is not run \(steps are numbered from 1\)"):

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from app.step_history import produced_nonfinite
+from tapescope.app.step_history import produced_nonfinite
 
 
 def _finite(a) -> bool:
@@ -67,7 +67,7 @@ def test_produced_nonfinite_is_the_per_array_rule():
 
 
 def test_produced_nonfinite_on_a_recorded_tape_with_a_mask_and_a_nan():
-    from core import Tape, ops
+    from tapescope.core import Tape, ops
 
     t = Tape()
     x = t.param(np.array([[0.5, 1.0], [2.0, -1.0]]), name="x")
@@ -81,9 +81,9 @@ def test_produced_nonfinite_on_a_recorded_tape_with_a_mask_and_a_nan():
 
 
 def test_session_scans_share_one_and_follow_new_gradients():
-    from app.session import Session
-    from core import Tape, ops
-    from views.array_stats import has_nonfinite
+    from tapescope.app.session import Session
+    from tapescope.core import Tape, ops
+    from tapescope.views.array_stats import has_nonfinite
 
     t = Tape()
     x = t.param(np.array([1.0, -1.0, 4.0]), name="x")

@@ -13,8 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from PySide6.QtCore import Qt
 
-from app.main_window import MainWindow
-from views.graph_model import GraphModel, GraphNode
+from tapescope.app.main_window import MainWindow
+from tapescope.views.graph_model import GraphModel, GraphNode
 
 
 def bn_model(path) -> str:

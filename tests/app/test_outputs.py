@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from app.cli import main
+from tapescope.app.cli import main
 from tests.fs_faults import full_disk, read_only
 
-CLI = [sys.executable, "-m", "app.cli"]
+CLI = [sys.executable, "-m", "tapescope.app.cli"]
 
 
 def one_line_before_any_work(p: subprocess.CompletedProcess) -> str:

@@ -11,8 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from app.cli import main
-from app.commands.parity_table import (
+from tapescope.app.cli import main
+from tapescope.app.commands.parity_table import (
     PARITY_ROWS,
     cut_notice,
     loss_text,
@@ -123,7 +123,7 @@ def test_report_of_a_torch_run_shows_its_settings_and_no_unknown_unknown(tmp_pat
 
 
 def test_cause_text_of_an_unknown_is_said_once():
-    from app.report_html import _cause
+    from tapescope.app.report_html import _cause
 
     e = {"cause": "unknown", "explain": {"cause": "unknown", "variant": "", "closest": None}}
     assert _cause(e) == "unknown (no variant of the reference order applies to this op)"
@@ -142,8 +142,8 @@ def test_a_shape_error_names_the_users_line(tmp_path, capsys):
     src.write_text(textwrap.dedent("""\
         import numpy as np
 
-        from core import ops, optim
-        from core.workloads import Workload
+        from tapescope.core import ops, optim
+        from tapescope.core.workloads import Workload
 
 
         class Bad(Workload):

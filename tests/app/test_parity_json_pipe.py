@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from app.wire import LinePipe, parse_line
-from core.parity import TensorDiff
+from tapescope.app.wire import LinePipe, parse_line
+from tapescope.core.parity import TensorDiff
 from tests.core.test_parity_json_mutants import _report
 
 
@@ -37,7 +37,7 @@ def test_every_field_survives_the_step_record_on_the_pipe():
     worker counted it."""
     from types import SimpleNamespace
 
-    from core.step_record import node_parity, pack, record_of, unpack
+    from tapescope.core.step_record import node_parity, pack, record_of, unpack
 
     rep = _report()
     labels = [SimpleNamespace(op=n.op, name=n.name) for n in rep.nodes]

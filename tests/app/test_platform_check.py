@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app import platform_check as pc
-from app.platform_check import choose_platform
+from tapescope.app import platform_check as pc
+from tapescope.app.platform_check import choose_platform
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = Path("/fake/PySide6/Qt/plugins/platforms/libqwayland.so")
@@ -164,7 +164,7 @@ def test_a_bogus_or_broken_platform_is_one_line_and_exit_2_not_a_qt_abort(tmp_pa
                            ("broken", "Qt's 'broken' platform plugin does not load (")):
         env = dict(os.environ, QT_QPA_PLATFORM=platform, PYTHONPATH=str(ROOT),
                    QT_QPA_PLATFORM_PLUGIN_PATH=str(tmp_path))
-        r = subprocess.run([sys.executable, "-m", "app.cli", "gui", "--screenshot",
+        r = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", "--screenshot",
                             str(tmp_path / "s.png")], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2, (platform, r.returncode, r.stderr)
@@ -222,7 +222,7 @@ def test_the_real_display_probe(tmp_path):
 def test_the_check_imports_no_qt():
     """The check runs before Qt may load: importing it with PySide6 blocked must work."""
     code = ("import sys; sys.modules['PySide6'] = None; sys.modules['shiboken6'] = None\n"
-            "import app.platform_check as pc\n"
+            "import tapescope.app.platform_check as pc\n"
             "assert not any(m.startswith(('PySide6.', 'pyqtgraph')) for m in sys.modules)\n"
             "print(pc.choose_platform({}, screenshot=True).platform)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

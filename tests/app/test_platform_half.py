@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from app.runs import PairRunner, SessionConfig
+from tapescope.app.cli import main
+from tapescope.app.runs import PairRunner, SessionConfig
 
 HALF_LIBM = str(Path(__file__).parent / "data" / "half_libm.py")
 

@@ -14,9 +14,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QProgressDialog, QPushButton
 
-from app import progress_dialog as pd
-from app.live import STOPPED
-from app.runs import SessionConfig
+from tapescope.app import progress_dialog as pd
+from tapescope.app.live import STOPPED
+from tapescope.app.runs import SessionConfig
 from tests.app.conftest import READY_MS
 
 SHOTS = os.environ.get("TAPESCOPE_SHOTS")  # a folder: the dialog's pictures are kept there
@@ -65,7 +65,7 @@ def _group_gone(pgid: int) -> bool:
 
 
 def test_the_first_compile_shows_progress_and_cancel_ends_it(qtbot, win, tmp_path, monkeypatch):
-    from core import native
+    from tapescope.core import native
 
     native.library()  # this process's own build, from the usual cache, before the cold one
     monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "cold"))  # the worker compiles
@@ -121,7 +121,7 @@ def test_the_dialog_goes_when_the_session_is_ready(qtbot, win):
 
 
 def test_a_tape_load_shows_a_dialog_and_cancel_gives_the_window_back(qtbot, win, monkeypatch):
-    from resources import example_path
+    from tapescope.resources import example_path
 
     gate = threading.Event()
     real = pd.open_path
@@ -167,7 +167,7 @@ def test_run_with_progress_returns_the_result_or_raises_the_error(qtbot, win, fa
 
 def test_a_cold_native_build_shows_a_dialog_and_cancel_goes_on_without_it(qtbot, win,
                                                                           monkeypatch):
-    from core import native
+    from tapescope.core import native
 
     gate, built = threading.Event(), threading.Event()
     lib = native.library()  # the real one, handed out once the "build" below ends
@@ -195,7 +195,7 @@ def test_a_cold_native_build_shows_a_dialog_and_cancel_goes_on_without_it(qtbot,
 
 
 def test_the_worker_says_what_opening_takes_before_ready():
-    from app.live_worker import Stepper
+    from tapescope.app.live_worker import Stepper
 
     msgs: list[dict] = []
     st = Stepper(SessionConfig(workload="mlp", device="host"), msgs.append, max_steps=1)

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from app.cli import main
-from app.runs import PairRunner, SessionConfig
-from core import workloads
-from core.ops import REGISTRY
+from tapescope.app.cli import main
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.core import workloads
+from tapescope.core.ops import REGISTRY
 
 
 def _nodes(name: str) -> tuple:
@@ -126,7 +126,7 @@ def test_provenance_off_and_on_demand_snapshots():
     assert not res.provenance and res.introduced == [] and "introduced" not in res.nodes[0]
     res = r.step(provenance=True)
     assert res.provenance and res.introduced
-    from core.provenance import provenance
+    from tapescope.core.provenance import provenance
 
     st = r.states[-1]
     assert st.step == 2

@@ -18,13 +18,13 @@ import time
 import numpy as np
 import pytest
 
-import app.remote_client as remote_client
-from app.remote_client import RemoteDevice, RemotePair
-from app.remote_protocol import PROTOCOL, SMALL_REPLY, RemoteError
-from app.remote_server import _Worker, serve
-from app.runs import PairRunner, SessionConfig
-from app.wire import LinePipe
-from core.step_record import pack, unpack
+import tapescope.app.remote_client as remote_client
+from tapescope.app.remote_client import RemoteDevice, RemotePair
+from tapescope.app.remote_protocol import PROTOCOL, SMALL_REPLY, RemoteError
+from tapescope.app.remote_server import _Worker, serve
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.app.wire import LinePipe
+from tapescope.core.step_record import pack, unpack
 
 CMD = "fake-worker --x 'a b'"
 WHO = f"the worker {CMD!r}"
@@ -334,7 +334,7 @@ def config(**kw) -> SessionConfig:
 
 
 def test_a_remote_pair_gives_what_the_same_pair_here_gives(monkeypatch):
-    import gpu
+    from tapescope import gpu
 
     started = peer(monkeypatch, honest)
     r = RemotePair(config())
@@ -368,7 +368,7 @@ def test_a_remote_pair_gives_what_the_same_pair_here_gives(monkeypatch):
 
 
 def test_the_open_request_carries_the_config_fault_and_scan(monkeypatch):
-    from app.run_provenance import Inject
+    from tapescope.app.run_provenance import Inject
 
     started = peer(monkeypatch, scripted(HELLO, DEVICE, {"type": "error", "message": "stop"}))
     with pytest.raises(RemoteError, match=r"^worker: stop \(answering 'open'\)$"):
@@ -387,7 +387,7 @@ def test_the_open_request_carries_the_config_fault_and_scan(monkeypatch):
 def test_a_mixed_precision_pair_through_the_worker_is_the_one_here(monkeypatch, amp, scale):
     # the open request carries --amp and --loss-scale (without them the worker ran a plain
     # half episode and said nothing): the worker's losses and exactness are the pair's here
-    import gpu
+    from tapescope import gpu
 
     peer(monkeypatch, honest)
     r = RemotePair(config(amp=amp, loss_scale=scale))
@@ -721,7 +721,7 @@ def test_a_worker_that_lingers_after_quit_is_killed(monkeypatch):
 @pytest.mark.parametrize("cmd", ["step", "params", "arrays", "stats"])
 def test_each_reply_is_read_up_to_its_own_bound_and_refused_one_byte_past(monkeypatch, cmd,
                                                                           extra):
-    from app.remote_protocol import STEP_REPLY_PER_NODE, b64_len
+    from tapescope.app.remote_protocol import STEP_REPLY_PER_NODE, b64_len
 
     bound = []  # the reply's bound in bytes, once the node table is known
 
@@ -749,8 +749,8 @@ def test_each_reply_is_read_up_to_its_own_bound_and_refused_one_byte_past(monkey
 
 
 def test_a_gradient_of_no_elements_is_still_a_gradient(monkeypatch):
-    from core.parity import NodeParity, compare_arrays
-    from core.step_record import record_of
+    from tapescope.core.parity import NodeParity, compare_arrays
+    from tapescope.core.step_record import record_of
 
     monkeypatch.setattr(RemotePair, "__init__", lambda self: None)
     r = RemotePair()

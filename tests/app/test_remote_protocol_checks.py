@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from app.remote_protocol import (
+from tapescope.app.remote_protocol import (
     OPEN_TIMEOUT_ENV,
     OPEN_TIMEOUT_S,
     TIMEOUT_ENV,
@@ -26,7 +26,7 @@ from app.remote_protocol import (
     seconds,
     worker_timeouts,
 )
-from app.wire import encode_array
+from tapescope.app.wire import encode_array
 
 
 @pytest.mark.parametrize("value,want", [("2.5", 2.5), (3, 3.0), ("1e-3", 0.001), (0.05, 0.05)])

@@ -13,11 +13,16 @@ import time
 import numpy as np
 import pytest
 
-import app.remote_server as remote_server
-from app.remote_protocol import CONTAINERS_BASE, CONTAINERS_PER_NODE, PROTOCOL, read_node_table
-from app.runs import PairRunner, SessionConfig
-from app.wire import LinePipe, decode_array
-from core.step_record import unpack
+import tapescope.app.remote_server as remote_server
+from tapescope.app.remote_protocol import (
+    CONTAINERS_BASE,
+    CONTAINERS_PER_NODE,
+    PROTOCOL,
+    read_node_table,
+)
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.app.wire import LinePipe, decode_array
+from tapescope.core.step_record import unpack
 
 HELLO = {"cmd": "hello", "protocol": PROTOCOL}
 LOOSE_S = 60.0  # a reply's deadline: far above what a loaded machine takes, never reached
@@ -98,7 +103,8 @@ def test_hello_then_a_whole_session_then_quit(worker):
     assert got["type"] == "opened" and got["kind"] == "host"
     assert got["plan"] is None and got["inject"] is None
     # the same pair here: the node table the worker sent is its tape's
-    local = PairRunner(SessionConfig(workload="mlp"), __import__("gpu").open_device("host"))
+    local = PairRunner(SessionConfig(workload="mlp"), __import__("tapescope.gpu",
+                                                                 fromlist=["gpu"]).open_device("host"))
     nodes = read_node_table(got["nodes"])
     assert [(n.id, n.op, n.name, n.shape, n.inputs) for n in nodes] == [
         (n.id, n.op, n.name, tuple(n.shape), tuple(n.inputs)) for n in local.nodes]

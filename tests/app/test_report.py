@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QImage
 
-from app.cli import main
-from app.commands import report
-from app.report_html import SECTIONS
-from app.runs import SessionConfig
+from tapescope.app.cli import main
+from tapescope.app.commands import report
+from tapescope.app.report_html import SECTIONS
+from tapescope.app.runs import SessionConfig
 
 BRANCHES = str(Path(__file__).parent / "data" / "branches.py")
 
@@ -95,7 +95,7 @@ def test_cli_report_bad_input(qapp, tmp_path, capsys):
 
 
 def test_export_from_the_gui(qtbot, settings, tmp_path):
-    from app.main_window import MainWindow
+    from tapescope.app.main_window import MainWindow
 
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from core import atomic
+from tapescope.app.cli import main
+from tapescope.core import atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,14 +36,14 @@ def old_pair(qapp, tmp_path, capsys):
 
 
 def _no_pictures(monkeypatch):
-    import app.report_render as render
+    import tapescope.app.report_render as render
 
     monkeypatch.setattr(render, "render_dag", lambda data: b"png")
     monkeypatch.setattr(render, "render_training", lambda data: b"png")
 
 
 def test_a_written_pair_reads_back_as_one_report(old_pair):
-    from app.report_html import read_report
+    from tapescope.app.report_html import read_report
 
     out, html, js = old_pair
     data = read_report(out)
@@ -52,7 +52,7 @@ def test_a_written_pair_reads_back_as_one_report(old_pair):
 
 
 def test_a_failed_second_rename_keeps_the_old_pair_and_no_temporaries(old_pair, monkeypatch):
-    from app.report_html import read_report, write_report
+    from tapescope.app.report_html import read_report, write_report
 
     out, html, js = old_pair
     _no_pictures(monkeypatch)
@@ -76,9 +76,9 @@ def test_a_failed_second_rename_keeps_the_old_pair_and_no_temporaries(old_pair, 
 KILLED_BETWEEN_RENAMES = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    import app.report_render as render
-    from app.report_html import write_report
-    from core import atomic
+    import tapescope.app.report_render as render
+    from tapescope.app.report_html import write_report
+    from tapescope.core import atomic
     render.render_dag = render.render_training = lambda data: b"png"
     out = Path(sys.argv[1])
     real, calls = os.replace, []
@@ -93,7 +93,7 @@ KILLED_BETWEEN_RENAMES = textwrap.dedent("""
 
 
 def test_a_kill_between_the_renames_is_never_read_as_one_report(old_pair, monkeypatch):
-    from app.report_html import read_report, write_report
+    from tapescope.app.report_html import read_report, write_report
 
     out, html, js = old_pair
     r = subprocess.run([sys.executable, "-c", KILLED_BETWEEN_RENAMES, str(out)],

@@ -7,9 +7,9 @@ import ast
 from collections import Counter
 from pathlib import Path
 
-from app.run_sides import CpuRun, DeviceRun, Run, RunSpec
-from app.runs import PairRunner, SessionConfig
-from app.tensor_window import TensorWindow
+from tapescope.app.run_sides import CpuRun, DeviceRun, Run, RunSpec
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.app.tensor_window import TensorWindow
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runs import PairRunner, SessionConfig, StepError, roots
-from core.optable.registry import REGISTRY
-from core.parity import compare_arrays
+from tapescope.app.runs import PairRunner, SessionConfig, StepError, roots
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.core.parity import compare_arrays
 
 BRANCHES = str(Path(__file__).parent / "data" / "branches.py")
 
@@ -92,8 +92,8 @@ def test_bad_config_is_named():
 RUNS_DRY = """
 import numpy as np
 
-from core import ops
-from core.workloads import Workload
+from tapescope.core import ops
+from tapescope.core.workloads import Workload
 
 
 class RunsDry(Workload):

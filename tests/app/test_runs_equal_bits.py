@@ -7,9 +7,9 @@ reference's, until the device's next launch; ``StepProbe`` hands them to
 
 from __future__ import annotations
 
-import app.run_provenance as rp
-import core.provenance as cp
-from app.runs import PairRunner, SessionConfig
+import tapescope.app.run_provenance as rp
+import tapescope.core.provenance as cp
+from tapescope.app.runs import PairRunner, SessionConfig
 
 
 def _pair(**kw) -> PairRunner:

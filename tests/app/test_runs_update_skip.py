@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import app.run_provenance as rp
-import core.provenance as cp
-from app.runs import PairRunner, SessionConfig
+import tapescope.app.run_provenance as rp
+import tapescope.core.provenance as cp
+from tapescope.app.runs import PairRunner, SessionConfig
 
 
 @pytest.fixture

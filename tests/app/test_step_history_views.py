@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.runs import StepResult
-from app.session import parity_colors, worst_colors
-from app.step_history import (
+from tapescope.app.runs import StepResult
+from tapescope.app.session import parity_colors, worst_colors
+from tapescope.app.step_history import (
     F_G_INTRO,
     F_G_NAN,
     F_G_ONESIDED,
@@ -18,8 +18,8 @@ from app.step_history import (
     F_V_ONESIDED,
     StepHistory,
 )
-from core.parity import entry_differs, entry_worst
-from core.step_record import STEP_RECORD
+from tapescope.core.parity import entry_differs, entry_worst
+from tapescope.core.step_record import STEP_RECORD
 
 
 def oracle_comparison(h: StepHistory, step: int) -> list[dict]:
@@ -107,7 +107,7 @@ def test_overlay_is_entry_worst_and_entry_differs_and_its_colours_are_parity_col
 
 
 def test_the_table_reads_the_columns_as_it_reads_the_dicts():
-    from views.parity_rows import build_rows
+    from tapescope.views.parity_rows import build_rows
 
     for seed in range(3):
         h = _history(seed)
@@ -138,7 +138,7 @@ def test_first_steps_is_first_step_differing():
 def _kernel_parity(h: StepHistory, plan: dict, step: int) -> dict:
     from types import SimpleNamespace
 
-    from app.time_travel import TimeTravel
+    from tapescope.app.time_travel import TimeTravel
 
     tt = SimpleNamespace(ctl=SimpleNamespace(kernels=SimpleNamespace(plan=plan)), history=h)
     return TimeTravel.kernel_parity(tt, step)

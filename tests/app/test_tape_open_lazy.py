@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from app.main_window import MainWindow
-from core import tapefile
+from tapescope.app.main_window import MainWindow
+from tapescope.core import tapefile
 from tests.core.test_tapefile_v2 import chain
 
 TRAILER = struct.Struct("<8sQQ32s")

@@ -18,11 +18,11 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QToolButton
 
-from app.live import PAUSED, Inspection, LiveSession, Snapshot
-from app.runs import PairRunner, SessionConfig
-from app.session import parity_colors
-from core.optable.registry import REGISTRY
-from core.step_record import F_V_NAN, F_V_ONESIDED
+from tapescope.app.live import PAUSED, Inspection, LiveSession, Snapshot
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.app.session import parity_colors
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.core.step_record import F_V_NAN, F_V_ONESIDED
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = SessionConfig(workload="transformer", compare="cpu-platform", math="platform")
@@ -298,8 +298,8 @@ def test_alarms_know_a_mask_from_a_fault(qtbot, tt, episode):
 
 
 def test_produced_nonfinite_leaves_the_causal_mask_alone():
-    from app.step_history import produced_nonfinite
-    from core import Tape, ops
+    from tapescope.app.step_history import produced_nonfinite
+    from tapescope.core import Tape, ops
 
     t = Tape()
     x = t.param(np.array([[0.5, 1.0], [2.0, -1.0]]), name="x")

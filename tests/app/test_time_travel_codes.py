@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.live import _snapshot
-from app.session import EXACT_COLOR, NAN_COLOR, ulp_color, worst_codes, worst_colors
-from app.step_history import StepHistory, compact
-from core.step_record import F_V_INTRO, STEP_RECORD, pack, worst
+from tapescope.app.live import _snapshot
+from tapescope.app.session import EXACT_COLOR, NAN_COLOR, ulp_color, worst_codes, worst_colors
+from tapescope.app.step_history import StepHistory, compact
+from tapescope.core.step_record import F_V_INTRO, STEP_RECORD, pack, worst
 
 
 def test_the_codes_give_every_node_the_colour_of_its_worst():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.runs import PairRunner, SessionConfig
+from tapescope.app.runs import PairRunner, SessionConfig
 from tests.app.conftest import wait_ready
 
 CFG = SessionConfig(workload="transformer", device="host", math="platform")

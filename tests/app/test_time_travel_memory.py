@@ -10,10 +10,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.live import PAUSED, RUNNING, LiveSession, Snapshot
-from app.runs import SessionConfig, StepResult
-from app.step_history import StepHistory
-from app.step_wire import step_from_wire, step_to_wire
+from tapescope.app.live import PAUSED, RUNNING, LiveSession, Snapshot
+from tapescope.app.runs import SessionConfig, StepResult
+from tapescope.app.step_history import StepHistory
+from tapescope.app.step_wire import step_from_wire, step_to_wire
 from tests.app.records import record
 
 N_STEPS = 10_000
@@ -154,7 +154,7 @@ def _thinned_by_the_plain_loop(steps: list[int], per_step: int, budget: int,
 
 
 def _check_first_divergence_kept(steps: list[int], first_at: int, keep: int) -> None:
-    from app.step_history import STEP_OVERHEAD, compact
+    from tapescope.app.step_history import STEP_OVERHEAD, compact
 
     per_step = compact(_step(1, False).record).nbytes + STEP_OVERHEAD
     h = StepHistory(budget_bytes=keep * per_step)

@@ -18,10 +18,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from app.cli import main  # noqa: E402
-from app.runs import PairRunner, SessionConfig  # noqa: E402
-from core.ops import REGISTRY  # noqa: E402
-from core.ops.torch_forms import LEAF, TORCH  # noqa: E402
+from tapescope.app.cli import main  # noqa: E402
+from tapescope.app.runs import PairRunner, SessionConfig  # noqa: E402
+from tapescope.core.ops import REGISTRY  # noqa: E402
+from tapescope.core.ops.torch_forms import LEAF, TORCH  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = os.path.join(ROOT, "resources", "models")
@@ -51,7 +51,7 @@ def test_each_spelling_computes_the_reference_op(op):
     import numpy as np
     import torch
 
-    from core import mathlib
+    from tapescope.core import mathlib
 
     d = REGISTRY[op]
     cases = d.sample(np.random.default_rng(0), np.dtype(np.float64))
@@ -119,7 +119,7 @@ def test_transformer_introduces_only_where_torch_leaves_the_reference_order():
 
 
 def test_onnx_model_introduces_only_where_torch_leaves_the_reference_order():
-    from core.onnx.workload import model_spec
+    from tapescope.core.onnx.workload import model_spec
 
     r = _pair(model_spec(os.path.join(MODELS, "tiny_convnet.onnx"), False), "float32")
     res = r.step()
@@ -133,7 +133,7 @@ def test_exact_elementwise_ops_are_bit_identical_in_torch():
     import numpy as np
     import torch
 
-    from core import mathlib
+    from tapescope.core import mathlib
 
     rng = np.random.default_rng(3)
     for op in sorted(EXACT - {"param", "const", "gather"}):
@@ -235,7 +235,7 @@ def test_torch_cuda_runs(tmp_path):
 
 def test_without_torch_one_line_says_how_to_get_it(tmp_path):
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from app.cli import main\n"
+            "from tapescope.app.cli import main\n"
             "sys.exit(main(['parity', '--device', 'torch', '--steps', '1']))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
@@ -249,7 +249,7 @@ def test_torch_candidate_through_a_worker(tmp_path, capsys, monkeypatch):
     by open_runs; its causes come back in the step records."""
     out = tmp_path / "p.json"
     monkeypatch.setenv("PYTHONPATH", ROOT)  # (the worker imports this checkout)
-    worker = f"{sys.executable} -m app.cli worker"
+    worker = f"{sys.executable} -m tapescope.app.cli worker"
     code = main(["parity", "--workload", "mlp", "--device", "torch", "--steps", "1",
                  "--explain", "--worker", worker, "--json", str(out)])
     cap = capsys.readouterr().out

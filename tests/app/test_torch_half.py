@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from app.cli import main  # noqa: E402
-from app.runs import PairRunner, SessionConfig  # noqa: E402
+from tapescope.app.cli import main  # noqa: E402
+from tapescope.app.runs import PairRunner, SessionConfig  # noqa: E402
 
 HALF = ("float16", "bfloat16")
 

@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtWidgets import QDockWidget, QTabBar, QToolBar
 
-from app.main_window import MainWindow
-from app.progress_dialog import run_with_progress
+from tapescope.app.main_window import MainWindow
+from tapescope.app.progress_dialog import run_with_progress
 
 
 def _rect_in(win, w) -> QRect:
@@ -144,7 +144,7 @@ def assert_frame_kept(win, widths: dict[str, int], columns: int, what: str) -> N
 
 def answer_with(win, node: int, step: int, arrays, change) -> None:
     """Answer the window's fetch of ``node`` at ``step`` with the episode's arrays, changed."""
-    from app.live import Inspection
+    from tapescope.app.live import Inspection
 
     a = arrays[step][node]
     ref_v, ref_g, cand_v, cand_g = change(a["ref"]["value"], a["ref"]["grad"],
@@ -215,7 +215,7 @@ def test_docks_keep_their_width_when_the_selection_changes(qtbot, settings, epis
 
 def hostile_frame_tape(tmp_path) -> str:
     """A float16 tape with names of up to 250 characters and NaNs produced on the way."""
-    from core import Tape, ops, tapefile
+    from tapescope.core import Tape, ops, tapefile
 
     long = "encoder_layer_" * 10  # 140 characters, no space to wrap at
     t = Tape(dtype=np.float16)
@@ -296,9 +296,9 @@ def test_no_table_elides_a_number_and_a_node_reads_the_same_everywhere(qtbot, se
     from PySide6.QtGui import QHelpEvent
     from PySide6.QtWidgets import QApplication, QTableView, QToolTip
 
+    from tapescope.views.numbers import ulp_text
     from tests.app.test_live_inspect import click_row
     from tests.app.test_time_travel import fake_live, feed
-    from views.numbers import ulp_text
 
     results, arrays, _ = episode
     win = MainWindow(settings=settings)
@@ -351,10 +351,10 @@ def test_no_table_elides_a_number_and_a_node_reads_the_same_everywhere(qtbot, se
 
 
 def test_a_huge_ulp_is_written_one_way_and_its_column_grows(qtbot):
-    from views.graph_model import GraphNode
-    from views.numbers import count_text, ulp_exact, ulp_text
-    from views.parity_rows import build_rows
-    from views.parity_table import ParityPanel
+    from tapescope.views.graph_model import GraphNode
+    from tapescope.views.numbers import count_text, ulp_exact, ulp_text
+    from tapescope.views.parity_rows import build_rows
+    from tapescope.views.parity_table import ParityPanel
 
     assert [ulp_text(u) for u in (0, 1, 4488, 999_999, 5_873_720, 9.2e18, 0.5, -1,
                                   float("nan"))] == [

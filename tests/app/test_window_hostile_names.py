@@ -36,8 +36,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core import Tape, ops, tapefile
-from views.plain import MAX_TIP, cut, html, message, tip
+from tapescope.core import Tape, ops, tapefile
+from tapescope.views.plain import MAX_TIP, cut, html, message, tip
 
 IMG = '<img src="/dev/zero">'
 BOLD = "<b>bold</b>"
@@ -222,7 +222,7 @@ def test_an_error_that_quotes_a_name_is_plain_text(qtbot, win, tmp_path):
 
 
 def test_a_progress_dialog_shows_a_file_name_as_text(qtbot, win):
-    from app.progress_dialog import run_with_progress
+    from tapescope.app.progress_dialog import run_with_progress
 
     seen = []
 
@@ -260,9 +260,9 @@ def test_the_script_question_shows_the_files_path_escaped_and_cut(win, tmp_path,
 
 
 def test_the_minimaps_band_tooltip_shows_scope_names_as_text(qtbot):
-    from views.graph_model import GraphModel, GraphNode
-    from views.graph_panel import GraphPanel
-    from views.synthetic import transformer_like
+    from tapescope.views.graph_model import GraphModel, GraphNode
+    from tapescope.views.graph_panel import GraphPanel
+    from tapescope.views.synthetic import transformer_like
 
     ops_, ins, names = transformer_like(10_000)  # deep: the minimap draws bands of scopes
     m = GraphModel([GraphNode(i, o, tuple(x), BOLD + "<img src=zero>/" + (nm or "x"), (4, 8))
@@ -318,7 +318,8 @@ def test_gui_screenshot_of_a_model_with_a_100_kb_name_and_a_2_mb_attribute(tmp_p
     path = big_models(tmp_path)[which]  # (imported: "PNG encoding failed" at 781,849 px)
     out = tmp_path / "shot.png"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    r = subprocess.run([sys.executable, "-m", "app.cli", "gui", path, "--screenshot", str(out)],
+    r = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", path, "--screenshot",
+                        str(out)],
                        capture_output=True, text=True, timeout=120, env=env,
                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert r.returncode == 0, r.stderr[-2000:]

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from app.main_window import MainWindow
+from tapescope.app.main_window import MainWindow
 from tests.app import test_time_travel as time_travel_tests
 
 
@@ -124,7 +124,7 @@ def test_a_step_whose_tensors_are_gone_shows_its_summary_and_offers_a_rerun(
     assert not ins.stats.isVisible() and not ins.tabs.isVisible()  # no empty table, no axes
     assert "step 4" in ins.note.text() and "Fetching" in ins.note.text()
     # the worker no longer holds step 4
-    from app.live import Inspection
+    from tapescope.app.live import Inspection
 
     win.live._on_inspected(Inspection(None, sm, error="step 4's tensors were not kept (kept: "
                                       "1 of steps 5..5; while running, only some steps are)"))
@@ -206,7 +206,7 @@ def test_the_elements_tab_shows_its_title_columns_and_rows(qtbot, win, episode, 
         assert t.rowAt(t.viewport().height() - 2) >= 3 or t.rowAt(t.viewport().height() - 2) < 0
         assert t.rowAt(3 * t.rowHeight(0) + 2) == 3  # four rows on screen, not one
     # the colour scale is labelled in ulp (the window's one ulp scale), with no title to cut
-    from views.ulp_scale import HEAT_TICKS
+    from tapescope.views.ulp_scale import HEAT_TICKS
 
     assert ins.element_view.colorbar.axis._tickLevels[0] == HEAT_TICKS
 
@@ -284,9 +284,9 @@ def test_without_a_live_session_the_panels_say_what_they_will_show(qtbot, win, m
 
 
 def test_one_ulp_colour_scale_everywhere_and_one_legend(qtbot, win, episode):
-    from app.session import ulp_color
-    from views.graph_panel import LEGEND
-    from views.ulp_scale import HEAT_TICKS, heat_levels, level_color
+    from tapescope.app.session import ulp_color
+    from tapescope.views.graph_panel import LEGEND
+    from tapescope.views.ulp_scale import HEAT_TICKS, heat_levels, level_color
 
     node = live_node_at_latest(qtbot, win, episode)
     ins = win.inspector

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from app.runs import PairRunner, SessionConfig
-from app.step_wire import step_from_wire, step_to_wire
-from core.step_record import STEP_RECORD, pack, unpack
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.app.step_wire import step_from_wire, step_to_wire
+from tapescope.core.step_record import STEP_RECORD, pack, unpack
 
 
 def test_a_step_off_the_wire_is_the_step_that_went_in_for_exact_and_drifting_steps():
@@ -63,8 +63,8 @@ def test_a_malformed_record_is_refused_before_it_is_inflated():
 def test_report_step_rows_are_kept_compact_and_exact():
     import math
 
-    from app.report_data import ReportAccumulator
-    from app.runs import StepResult
+    from tapescope.app.report_data import ReportAccumulator
+    from tapescope.app.runs import StepResult
 
     r = PairRunner(SessionConfig(workload="mlp", device="host"))
     acc = ReportAccumulator(r.config, r.nodes, "ref", "cand", "host", None)
@@ -90,8 +90,8 @@ def test_half_arrays_cross_the_wire_bit_for_bit():
     import numpy as np
     import pytest
 
-    from app.wire import decode_array, encode_array
-    from core.precision import BFLOAT16
+    from tapescope.app.wire import decode_array, encode_array
+    from tapescope.core.precision import BFLOAT16
 
     for dt in (np.float16, BFLOAT16):
         a = (np.arange(12, dtype=np.float32).reshape(3, 4) / 7).astype(dt)

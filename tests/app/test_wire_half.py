@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from app.wire import decode_array, encode_array
+from tapescope.app.wire import decode_array, encode_array
 
 
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])

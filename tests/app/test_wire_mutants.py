@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-import app.wire as wire
-from app.wire import (
+import tapescope.app.wire as wire
+from tapescope.app.wire import (
     MAX_DEPTH,
     LinePipe,
     LineTimeout,

@@ -12,16 +12,16 @@ import sys
 import numpy as np
 import pytest
 
-from app.live import STOPPED, LiveSession
-from app.live_worker import MAX_WIRE_BYTES, decode_array, encode_array
-from app.remote import PROTOCOL
-from app.runs import PairRunner, SessionConfig
+from tapescope.app.live import STOPPED, LiveSession
+from tapescope.app.live_worker import MAX_WIRE_BYTES, decode_array, encode_array
+from tapescope.app.remote import PROTOCOL
+from tapescope.app.runs import PairRunner, SessionConfig
 from tests.app.conftest import READY_MS
 
 # the command a user would type; the module form where the console script is not installed
 WORKER = ("tapescope worker" if shutil.which("tapescope")
-          else f"{shlex.quote(sys.executable)} -m app.cli worker")
-CLI = [sys.executable, "-m", "app.cli"]
+          else f"{shlex.quote(sys.executable)} -m tapescope.app.cli worker")
+CLI = [sys.executable, "-m", "tapescope.app.cli"]
 
 
 def tapescope(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -35,7 +35,7 @@ def tapescope(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     ["--workload", "transformer", "--fuse", "--dtype", "float32", "--steps", "2"],
 ])
 def test_parity_through_a_worker_writes_the_same_json_as_a_local_run(tmp_path, flags, capsys):
-    from app.cli import main
+    from tapescope.app.cli import main
 
     here, there = tmp_path / "local.json", tmp_path / "worker.json"
     # the local run in this process (the same main(); a fresh interpreter costs ~1 CPU s),

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from app.cli import main
+from tapescope.app.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_a_bfloat16_episode_through_the_worker_is_the_one_run_here(tmp_path, capsys,
                                                                   monkeypatch):
     monkeypatch.setenv("PYTHONPATH", ROOT)  # (the worker imports this checkout)
-    worker = f"{sys.executable} -m app.cli worker"
+    worker = f"{sys.executable} -m tapescope.app.cli worker"
     args = ["parity", "--workload", "mlp", "--device", "host", "--dtype", "bfloat16",
             "--steps", "2"]
     assert main(args + ["--worker", worker, "--json", str(tmp_path / "w.json")]) == 0

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from app.remote import PROTOCOL
-from app.wire import MAX_DEPTH, LinePipe, LineTooLong, json_shape, parse_line
+from tapescope.app.remote import PROTOCOL
+from tapescope.app.wire import MAX_DEPTH, LinePipe, LineTooLong, json_shape, parse_line
 
 FAKE = Path(__file__).with_name("hostile_worker.py")
-CLI = [sys.executable, "-m", "app.cli"]
+CLI = [sys.executable, "-m", "tapescope.app.cli"]
 PEAK_MB = 450  # the client's own imports are ~150-250 MB; a held 700 MiB line is not
 FAST = ["--worker-timeout", "3", "--worker-open-timeout", "3"]
 # for a worker that answers at once but wrongly: deadlines far from the answer, so a loaded
@@ -89,7 +89,7 @@ def test_the_deadline_comes_from_the_environment_too(monkeypatch, capsys):
     assert "within 2 s" in line
     # a bad value is refused before any worker starts: the same main() in this process (the
     # real process above shows the status and stderr as a user sees them)
-    from app.cli import main
+    from tapescope.app.cli import main
 
     monkeypatch.setenv("TAPESCOPE_WORKER_OPEN_TIMEOUT", "soon")
     capsys.readouterr()
@@ -103,7 +103,7 @@ def test_the_deadline_comes_from_the_environment_too(monkeypatch, capsys):
 def test_timeout_flags_are_checked(capsys):
     # one real process keeps the status and stderr as a user sees them; the other values go
     # through the same main() in this process (a fresh interpreter costs ~0.8 CPU s each)
-    from app.cli import main
+    from tapescope.app.cli import main
 
     p = subprocess.run([*CLI, "parity", "--worker-timeout", "0"], capture_output=True,
                        text=True, timeout=120)
@@ -253,7 +253,7 @@ def test_100000_open_brackets_get_the_error_shape_never_a_recursionerror(hello_f
 def test_a_silent_worker_is_named_after_the_hellos_own_short_deadline(monkeypatch):
     # issue 49 (red team 3): hello shared the first compile's 30 minutes; it has its own now,
     # short by default, and the open timeout (here the default 1800 s) no longer governs it
-    from app.remote_protocol import HELLO_TIMEOUT_ENV, HELLO_TIMEOUT_S, hello_timeout
+    from tapescope.app.remote_protocol import HELLO_TIMEOUT_ENV, HELLO_TIMEOUT_S, hello_timeout
 
     monkeypatch.delenv(HELLO_TIMEOUT_ENV, raising=False)
     assert hello_timeout() == HELLO_TIMEOUT_S <= 30

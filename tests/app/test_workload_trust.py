@@ -12,8 +12,8 @@ import time
 import pytest
 from PySide6.QtWidgets import QMessageBox
 
-from app.session import Session, unconfirmed_script
-from core import tapefile, workloads
+from tapescope.app.session import Session, unconfirmed_script
+from tapescope.core import tapefile, workloads
 
 
 def _tape_naming(tmp_path, workload: str):

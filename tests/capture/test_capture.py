@@ -26,8 +26,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from core.capture.file import MAGIC, CaptureFileError, load  # noqa: E402
-from core.capture.judge import judge, reference_available  # noqa: E402
+from tapescope.core.capture.file import MAGIC, CaptureFileError, load  # noqa: E402
+from tapescope.core.capture.judge import judge, reference_available  # noqa: E402
 
 # one worker pays the module fixtures (captures of the zoo) once (pyproject: --dist loadgroup);
 # the first test's budget holds the fixture's captures too (162 s of setup on a loaded 2-core
@@ -40,7 +40,7 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
 
 
 def cli(*argv: str, cwd: Path = ZOO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=cwd, env=ENV,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv], cwd=cwd, env=ENV,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
 
 
@@ -165,7 +165,7 @@ def test_a_kernel_planted_one_ulp_off_is_the_first_introduced(captured):
 
 
 def test_the_python_api_records_the_first_steps_only(tmp_path):
-    from app.capture import capture
+    from tapescope.app.capture import capture
 
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh())
@@ -203,7 +203,7 @@ def test_the_python_api_records_the_first_steps_only(tmp_path):
 
 
 def test_values_over_the_budget_are_digests(tmp_path):
-    from app.capture import capture
+    from tapescope.app.capture import capture
 
     torch.manual_seed(0)
     m = torch.nn.Linear(64, 64)
@@ -260,7 +260,7 @@ def _rewrite_header(data: bytes, edit) -> bytes:
 
 @pytest.fixture(scope="module")
 def small_capture(tmp_path_factory) -> Path:
-    from app.capture import capture
+    from tapescope.app.capture import capture
 
     f = tmp_path_factory.mktemp("hostile") / "ok.capture"
     m = torch.nn.Linear(4, 2)
@@ -311,8 +311,8 @@ def test_not_a_regular_file(tmp_path):
 
 
 def test_the_file_round_trips_bfloat16_and_ints(tmp_path):
-    from core.capture.file import save
-    from core.precision import BFLOAT16
+    from tapescope.core.capture.file import save
+    from tapescope.core.precision import BFLOAT16
 
     arrays = [np.arange(6, dtype=np.float32).astype(BFLOAT16).reshape(2, 3),
               np.array([1, -2], dtype=np.int64), np.array([True, False])]
@@ -348,7 +348,7 @@ def test_report_writes_the_page_and_its_json(captured, tmp_path):
 @pytest.mark.skipif(not reference_available(), reason="core.capture.aten_ref is not there")
 def test_gui_opens_a_capture_grouped_by_module(captured, tmp_path):
     shot = tmp_path / "gui.png"
-    p = subprocess.run([sys.executable, "-m", "app.cli", "gui", str(captured["gpt"][0]),
+    p = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", str(captured["gpt"][0]),
                         "--screenshot", str(shot), "--size", "1280x800"], cwd=ZOO,
                        env={**ENV, "QT_QPA_PLATFORM": "offscreen"}, capture_output=True,
                        text=True, timeout=300)
@@ -357,7 +357,7 @@ def test_gui_opens_a_capture_grouped_by_module(captured, tmp_path):
     pytest.importorskip("PySide6")
     from PySide6.QtWidgets import QApplication
 
-    from app.capture.window import CaptureWindow
+    from tapescope.app.capture.window import CaptureWindow
 
     _app = QApplication.instance() or QApplication([])
     cap = load(captured["gpt"][0])
@@ -378,7 +378,7 @@ def test_in_place_ops_chain_by_value(tmp_path):
     """An in-place op's result is a new value, and the next op reads that value (the version
     counter moves after the op returns through the mode): the reference chain flows through
     in-place ops instead of restarting from a fresh recorded read."""
-    from app.capture import capture
+    from tapescope.app.capture import capture
 
     w = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.SGD([w], lr=0.1)
@@ -403,7 +403,7 @@ def test_the_window_steps_through_backward(captured):
     pytest.importorskip("PySide6")
     from PySide6.QtWidgets import QApplication
 
-    from app.capture.window import CaptureWindow
+    from tapescope.app.capture.window import CaptureWindow
 
     _app = QApplication.instance() or QApplication([])
     cap = load(captured["mlp"][0])
@@ -424,8 +424,8 @@ def test_the_window_steps_through_backward(captured):
 def test_a_recorder_failure_never_breaks_the_step(tmp_path, monkeypatch):
     """The recorder is a guest: when recording an op fails, the op's result is handed back as
     it is, recording stops, the complete steps before are kept, and the block says why."""
-    from app.capture import capture
-    from app.capture import recorder as R
+    from tapescope.app.capture import capture
+    from tapescope.app.capture import recorder as R
 
     def run(n: int) -> list[float]:
         torch.manual_seed(0)

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.capture import recorder as R  # noqa: E402
+from tapescope.app.capture import recorder as R  # noqa: E402
 
 
 def _step(n: int = 96) -> tuple[list[float], list[str]]:

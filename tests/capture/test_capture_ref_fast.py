@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.capture.aten_ref_conv import _max_pool, _max_pool_backward
-from core.capture.judge import _diff
-from core.ops.nn import windows
+from tapescope.core.capture.aten_ref_conv import _max_pool, _max_pool_backward
+from tapescope.core.capture.judge import _diff
+from tapescope.core.ops.nn import windows
 
 
 def _argmax_pool(x, k, st, pd, dl, cm):
@@ -86,9 +86,9 @@ def test_the_judges_diff_is_compare_arrays(dtype, monkeypatch):
     """``_float_diff``'s numbers (its same-sign shortcut and the mixed-sign path, in blocks)
     are ``core.parity.compare_arrays``'s: ulp across ±0 and signs, infinities, signed zeros,
     NaN."""
-    from core.capture import judge
-    from core.capture.judge import _float_diff
-    from core.parity import compare_arrays
+    from tapescope.core.capture import judge
+    from tapescope.core.capture.judge import _float_diff
+    from tapescope.core.parity import compare_arrays
 
     monkeypatch.setattr(judge, "_BLOCK", 4096)  # many blocks, some of one sign, some mixed
 
@@ -123,7 +123,7 @@ _BITS = {np.dtype(np.float32): (np.uint32, 0x7FA00001), np.dtype(np.float64): (
 def test_relu_and_its_backward_by_bits_are_np_where(dtype):
     """The branch-free relu and threshold_backward (``zero_where``) give ``np.where``'s bits:
     -0.0 and 0 to +0.0, NaN kept with its payload (a signalling one too)."""
-    from core.capture.aten_ref import reference
+    from tapescope.core.capture.aten_ref import reference
 
     rng = np.random.default_rng(4)
     x = rng.standard_normal((4, 8, 33, 17)).astype(dtype)
@@ -147,7 +147,7 @@ def test_the_channel_sum_keeps_serial_sums_order(dtype):
     """``serial_sum`` over every axis but the second (batch norm's channel sums; the native
     ``chansum``, no transposed copy) is the serial row-major sum, element for element: numpy's
     strictly sequential ``add.accumulate`` over the moved array from +0.0."""
-    from core.ops.reference import serial_sum
+    from tapescope.core.ops.reference import serial_sum
 
     rng = np.random.default_rng(9)
     for shape in [(2, 3, 4), (16, 13, 8, 8), (5, 17, 3, 3, 2), (1, 9, 1), (3, 1, 5, 5)]:

@@ -15,24 +15,24 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from core.capture.judge import reference_available  # noqa: E402
+from tapescope.core.capture.judge import reference_available  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not reference_available(), reason="no aten reference table")
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
-WORKER = f"{sys.executable} -m app.cli worker"
+WORKER = f"{sys.executable} -m tapescope.app.cli worker"
 
 
 def cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=cwd, env=ENV,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv], cwd=cwd, env=ENV,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def small_capture(tmp_path_factory) -> Path:
     """Two SGD steps of a small MLP, captured with the Python API."""
-    from app.capture import capture
+    from tapescope.app.capture import capture
 
     path = tmp_path_factory.mktemp("worker") / "mlp.capture"
     torch.manual_seed(0)

@@ -27,8 +27,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from core.capture.aten_ref import reference  # noqa: E402
-from core.capture.file import (  # noqa: E402
+from tapescope.core.capture.aten_ref import reference  # noqa: E402
+from tapescope.core.capture.file import (  # noqa: E402
     COMPILED_OP,
     Capture,
     CaptureFileError,
@@ -36,8 +36,8 @@ from core.capture.file import (  # noqa: E402
     load,
     save,
 )
-from core.capture.judge import _diff, reference_available  # noqa: E402
-from core.capture.regions import localise, run_region  # noqa: E402
+from tapescope.core.capture.judge import _diff, reference_available  # noqa: E402
+from tapescope.core.capture.regions import localise, run_region  # noqa: E402
 
 # one worker pays the module fixture (four GPT runs, two of them inductor compiles) once
 pytestmark = [pytest.mark.skipif(not reference_available(), reason="no aten reference table"),
@@ -50,7 +50,7 @@ GPT = ["gpt.py", "--steps", "2"]
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=ZOO, env=ENV,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv], cwd=ZOO, env=ENV,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
 
 
@@ -66,7 +66,8 @@ def runs(tmp_path_factory) -> dict:
     spec = {"eager": GPT, "inductor": [*GPT, "--compile"],
             "aot_eager": [*GPT, "--compile", "aot_eager"]}
     procs = {name: subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "capture", "--out", str(d / f"{name}.capture"), "--",
+        [sys.executable, "-m", "tapescope.app.cli", "capture", "--out", str(d / f"{name}.capture"),
+         "--",
          "python", *argv], cwd=ZOO, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True) for name, argv in spec.items()}
     procs["plain"] = subprocess.Popen([sys.executable, *GPT, "--compile"], cwd=ZOO, env=ENV,
@@ -249,7 +250,7 @@ def test_a_graph_that_is_not_data_is_refused(tmp_path, args, n_inputs, want):
     f = _graph_capture(tmp_path, planted=False, graph_args=args, n_inputs=n_inputs)
     with pytest.raises(CaptureFileError, match=want):
         load(f)
-    p = subprocess.run([sys.executable, "-m", "app.cli", "parity", "--capture", str(f)],
+    p = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "parity", "--capture", str(f)],
                        env=ENV, capture_output=True, text=True, timeout=120)
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and want in lines[0], p.stderr
@@ -258,7 +259,7 @@ def test_a_graph_that_is_not_data_is_refused(tmp_path, args, n_inputs, want):
 def test_the_python_api_records_a_model_compiled_in_its_block(tmp_path):
     """``with capture(...)``: torch.compile inside the block is wrapped (and put back after);
     the compiled steps print the bits they print uncaptured."""
-    from app.capture import capture
+    from tapescope.app.capture import capture
 
     def train(path: Path | None) -> list[float]:
         torch._dynamo.reset()
@@ -296,7 +297,7 @@ def test_the_python_api_records_a_model_compiled_in_its_block(tmp_path):
 def test_two_runs_of_one_compiled_graph_part_at_its_node(tmp_path):
     """Both runs compiled (the region matched): the first parted output is put in graph order
     and its node named, with the run whose compiled code departs there."""
-    from core.capture.pair import pair
+    from tapescope.core.capture.pair import pair
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -310,7 +311,7 @@ def test_two_runs_of_one_compiled_graph_part_at_its_node(tmp_path):
     assert (nd["name"], nd["target"], nd["module"]) == ("add", "aten.add.Tensor", "M.a")
     assert nd["departs_a"] is None and nd["departs_b"]["name"] == "add"
     assert f["left"] == "B" and f["verdict_a"] == "exact" and f["verdict_b"] == "introduced"
-    p = subprocess.run([sys.executable, "-m", "app.cli", "parity", "--capture", a.path,
+    p = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "parity", "--capture", a.path,
                         "--against", b.path], env=ENV, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 1, p.stderr
@@ -321,7 +322,7 @@ def test_two_runs_of_one_compiled_graph_part_at_its_node(tmp_path):
 def test_eager_runs_only_table_ops_by_name():
     """A node's target is a name from the file: PyTorch's kernel is looked up only for an
     aten/prims op the reference table has, attribute by attribute, never evaluated."""
-    from app.capture.eager import run
+    from tapescope.app.capture.eager import run
 
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.ones((3, 2), np.float32)

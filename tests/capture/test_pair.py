@@ -21,9 +21,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from core.capture.file import Capture, load  # noqa: E402
-from core.capture.judge import reference_available  # noqa: E402
-from core.capture.pair import align, pair  # noqa: E402
+from tapescope.core.capture.file import Capture, load  # noqa: E402
+from tapescope.core.capture.judge import reference_available  # noqa: E402
+from tapescope.core.capture.pair import align, pair  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = Path(__file__).resolve().parent / "zoo"
@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.skipif(not reference_available(), reason="no aten refe
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=ZOO, env=ENV,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv], cwd=ZOO, env=ENV,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
 
 
@@ -159,7 +159,7 @@ def _toy(ops: list[tuple[str, str]]) -> Capture:
     """A capture of one forward step: each op one float32 output of shape (2,)."""
     n = len(ops)
     arrays = [np.full(2, i, np.float32) for i in range(n)]
-    from core.capture.file import digest
+    from tapescope.core.capture.file import digest
 
     return Capture(path="toy", steps=1,
                    ops={"op": [o for o, _ in ops], "module": [m for _, m in ops],
@@ -203,7 +203,7 @@ def test_a_periodic_run_never_slides_by_a_period():
     """Layer after layer of the same ops (an optimizer's per-parameter ops look alike): an op
     of one run only must cost that op alone, not a period's worth of wrong matches; and a long
     segment stays cheap."""
-    from core.capture.pair import match
+    from tapescope.core.capture.pair import match
 
     a = list(range(30)) * 400  # 12000 ops
     b = list(a)

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.capture.collective_ref import collective_reference, reduce_order
-from core.capture.file import digest, save
-from core.capture.ranks import judge_ranks, load_ranks, rank_files, rank_path
+from tapescope.core.capture.collective_ref import collective_reference, reduce_order
+from tapescope.core.capture.file import digest, save
+from tapescope.core.capture.ranks import judge_ranks, load_ranks, rank_files, rank_path
 
 # the DDP runs (torchrun, 2 gloo ranks, three times) are this module's fixture: one worker pays
 # it (pyproject: --dist loadgroup); a hung rank is bounded by the script's own process-group
@@ -56,7 +56,7 @@ def _run(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
 
 
 def cli(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return _run([sys.executable, "-m", "app.cli", *argv], timeout)
+    return _run([sys.executable, "-m", "tapescope.app.cli", *argv], timeout)
 
 
 def one_error_line(p: subprocess.CompletedProcess, cmd: str = "parity") -> str:

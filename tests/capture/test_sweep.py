@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from core.capture.file import COMPILED_OP, load  # noqa: E402
-from core.capture.judge import reference_available  # noqa: E402
+from tapescope.core.capture.file import COMPILED_OP, load  # noqa: E402
+from tapescope.core.capture.judge import reference_available  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = Path(__file__).resolve().parent / "zoo"
@@ -22,7 +22,7 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=ZOO, env=ENV,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv], cwd=ZOO, env=ENV,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
 
 

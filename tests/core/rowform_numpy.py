@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from core.optable.registry import norm_axis
-from core.optable.rows import RowForm
+from tapescope.core.optable.registry import norm_axis
+from tapescope.core.optable.rows import RowForm
 
 _TOKEN = re.compile(r"\s*(\(real_t\)|\{\w+\}|[A-Z][A-Z0-9]+(?=\()|\d+(?:\.\d+)?|==|!=|>=|<=|"
                     r"\|\||[-()?:,<>])")

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from core.capture.aten_ref import NoReference, has_reference, reference  # noqa: E402
+from tapescope.core.capture.aten_ref import NoReference, has_reference, reference  # noqa: E402
 
 F64, F32, BF16 = torch.float64, torch.float32, torch.bfloat16
 
@@ -656,8 +656,8 @@ def test_bfloat16_types_and_values_follow_torch(case):
 
 
 # ---- the tape's own forms, bit for bit ----------------------------------------------------------
-from core import Tape, ops  # noqa: E402
-from core.optim import SGD  # noqa: E402
+from tapescope.core import Tape, ops  # noqa: E402
+from tapescope.core.optim import SGD  # noqa: E402
 
 
 def _tape_run(dtype, make, xs, g):

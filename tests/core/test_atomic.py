@@ -9,8 +9,8 @@ import threading
 import numpy as np
 import pytest
 
-from core import Tape, atomic, tapefile
-from core.atomic import check_writable, write_all, write_atomic
+from tapescope.core import Tape, atomic, tapefile
+from tapescope.core.atomic import check_writable, write_all, write_atomic
 from tests.fs_faults import full_disk, read_only
 
 
@@ -133,7 +133,7 @@ def test_check_writable_creates_no_folder_and_leaves_nothing(tmp_path, monkeypat
 
 
 def test_build_atomic_leaves_nothing_when_the_builder_fails_and_keeps_the_old_file(tmp_path):
-    from core.atomic import build_atomic
+    from tapescope.core.atomic import build_atomic
 
     art = tmp_path / "k.so"
     art.write_bytes(b"old")

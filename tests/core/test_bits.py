@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import core.bits as bits
-from core import precision
+import tapescope.core.bits as bits
+from tapescope.core import precision
 
 
 @pytest.fixture(params=["memcmp", "numpy"])

@@ -12,8 +12,8 @@ from collections import namedtuple
 import numpy as np
 import pytest
 
-from core import mathlib, ops, precision
-from core.bounds import (
+from tapescope.core import mathlib, ops, precision
+from tapescope.core.bounds import (
     OUTSIDE,
     VALID,
     entry_label,
@@ -23,9 +23,9 @@ from core.bounds import (
     unit_roundoff,
     value_bound,
 )
-from core.explain import FORMULAS, explain, variants_for
-from core.optable.registry import REGISTRY
-from core.provenance import (
+from tapescope.core.explain import FORMULAS, explain, variants_for
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.core.provenance import (
     OptimizerState,
     ParamUpdate,
     StepState,
@@ -33,7 +33,7 @@ from core.provenance import (
     reference_update,
     reference_value,
 )
-from core.tape import Tape
+from tapescope.core.tape import Tape
 
 Node = namedtuple("Node", "op attrs shape")
 DTYPES = [np.dtype(np.float64), np.dtype(np.float32), *precision.HALF]
@@ -246,7 +246,7 @@ def test_a_half_accumulator_is_valid_in_the_half_types_epsilon(dt):
 
 
 def test_a_gradient_made_by_a_contracted_product_is_valid():
-    from core.explain import _mm_fma
+    from tapescope.core.explain import _mm_fma
 
     rng = np.random.default_rng(447)
     t = Tape(np.float64)

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from core.cache import _TAG, MARKER, STORE, CacheError, KernelCache
+from tapescope.core.cache import _TAG, MARKER, STORE, CacheError, KernelCache
 
 ROOT = str(Path(__file__).resolve().parents[2])
 RACE = textwrap.dedent("""
     import json, os, sys, time
     sys.path.insert(0, sys.argv[1])
-    from core.cache import KernelCache, CacheError
+    from tapescope.core.cache import KernelCache, CacheError
     base, n, go = sys.argv[2], int(sys.argv[3]), sys.argv[4]
     while not os.path.exists(go):  # all four start together
         time.sleep(0.001)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core.cache import MARKER, STORE, CacheError, KernelCache, cache_dir, cache_key
+from tapescope.core.cache import MARKER, STORE, CacheError, KernelCache, cache_dir, cache_key
 
 GOOD = "k" * 64
 
@@ -443,12 +443,12 @@ def test_refusals_name_what_and_where(tmp_path, monkeypatch):
 
 
 def test_a_store_that_cannot_be_made_is_a_cache_error_naming_it(tmp_path, monkeypatch):
-    import core.cache
+    import tapescope.core.cache
 
     def write_atomic(path, data, mode=0o666):
         raise OSError(f"cannot write {path}: Permission denied")
 
-    monkeypatch.setattr(core.cache, "write_atomic", write_atomic)
+    monkeypatch.setattr(tapescope.core.cache, "write_atomic", write_atomic)
     store = tmp_path / "c" / STORE
     with pytest.raises(CacheError, match=rf"kernel cache {store}: cannot create \("):
         KernelCache(tmp_path / "c")
@@ -472,10 +472,10 @@ def test_the_sweep_age_is_one_hour_by_default(tmp_path):
 
 def test_a_build_that_dies_writing_its_sidecar_leaves_no_entry_and_no_temporary(
         tmp_path, monkeypatch):
-    import core.cache
+    import tapescope.core.cache
 
     cache = KernelCache(tmp_path / "c")
-    real = core.cache.write_atomic
+    real = tapescope.core.cache.write_atomic
 
     def dies_half_way(path, data, mode=0o666):
         def writer(f):
@@ -484,7 +484,7 @@ def test_a_build_that_dies_writing_its_sidecar_leaves_no_entry_and_no_temporary(
 
         return real(path, writer, mode=mode)
 
-    monkeypatch.setattr(core.cache, "write_atomic", dies_half_way)
+    monkeypatch.setattr(tapescope.core.cache, "write_atomic", dies_half_way)
     with pytest.raises(OSError, match="No space"):
         _built(cache)
     monkeypatch.undo()

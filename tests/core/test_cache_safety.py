@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from core.cache import MARKER, STORE, CacheError, KernelCache, _sha256_file
-from gpu.host import HostDevice
+from tapescope.core.cache import MARKER, STORE, CacheError, KernelCache, _sha256_file
+from tapescope.gpu.host import HostDevice
 
 SRC = 'extern "C" __global__ void ts_safety_fill(double* y, long long n) {\n' \
       "  long long i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = 1.0;\n}\n"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.capture.explain import _variants, explain_op
-from core.explain import UPDATE_VARIANTS, VARIANTS, variants_for
-from core.parity import compare_arrays
+from tapescope.core.capture.explain import _variants, explain_op
+from tapescope.core.explain import UPDATE_VARIANTS, VARIANTS, variants_for
+from tapescope.core.parity import compare_arrays
 
 
 def _diff(ref, got):
@@ -33,7 +33,7 @@ def test_products_and_sums_are_the_tables_own(dt):
 
 def test_a_new_table_variant_reaches_captures(monkeypatch):
     """Add a product variant to the table: the capture's mm tries it (no copy to update)."""
-    import core.explain as E
+    import tapescope.core.explain as E
 
     extra = E.Variant("reassociation", "a planted product", "mm", lambda a, b: a @ b)
     monkeypatch.setattr(E, "VARIANTS", E.VARIANTS[:-1] + (extra, E.VARIANTS[-1]))

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import tapefile
+from tapescope.core import tapefile
 
 TAPES = Path(__file__).resolve().parents[2] / "resources" / "tapes"
 spec = importlib.util.spec_from_file_location("make_tapes", TAPES / "make_tapes.py")

@@ -9,9 +9,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from core import mathlib
-from core.explain import CAUSES, FORMULAS, VARIANTS, Prims, explain, fma, variants_for
-from core.optable.registry import REGISTRY
+from tapescope.core import mathlib
+from tapescope.core.explain import CAUSES, FORMULAS, VARIANTS, Prims, explain, fma, variants_for
+from tapescope.core.optable.registry import REGISTRY
 
 Node = namedtuple("Node", "op attrs shape")
 rng = np.random.default_rng(7)
@@ -146,7 +146,7 @@ def test_an_exact_op_has_only_ftz():
 
 def test_every_introduced_entry_has_a_cause_updates_included():
     """An update that departs (a one-ulp nudge of a parameter after SGD) is `unknown`."""
-    from core.provenance import OptimizerState, ParamUpdate, StepState, provenance
+    from tapescope.core.provenance import OptimizerState, ParamUpdate, StepState, provenance
 
     Nd = namedtuple("Nd", "id op inputs shape attrs requires_grad name")
     w = np.array([1.0, 2.0])

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from core import explain_aten as A
-from core.explain import explain, explain_grad
+from tapescope.core import explain_aten as A
+from tapescope.core.explain import explain, explain_grad
 
 torch = pytest.importorskip("torch")
 
@@ -90,8 +90,8 @@ def test_explain_grad_names_torch_silu_backward():
     (torch.nn.functional.silu(ta) * torch.from_numpy(u)).backward(torch.from_numpy(g))
 
     def recompute(math=None, rules=None):
-        from core import mathlib
-        from core.optable.registry import REGISTRY
+        from tapescope.core import mathlib
+        from tapescope.core.optable.registry import REGISTRY
         rule = rules("swiglu") if rules else REGISTRY["swiglu"].backward
         return rule(math or mathlib.get("refmath"), g, [a, u], None, {}, [True, False])[0]
 
@@ -137,7 +137,7 @@ def test_a_second_search_of_the_same_op_and_shape_tries_the_last_match_first(mon
     """The search's memory (core.explain._HINTS): the variant that reproduced a softmax of this
     shape is tried first next time, so the second search runs one variant, not the whole
     list before it, and names the same cause."""
-    import core.explain as E
+    import tapescope.core.explain as E
 
     monkeypatch.setattr(E, "_HINTS", {})
     runs = []
@@ -185,7 +185,7 @@ def test_the_fast_contracted_product_is_fmas_bits(dt):
     """core.explain._mm_fma (operands split once) against the chain of fma() calls it
     replaces: equal bits, over magnitudes that make the error terms matter, subnormal
     products and an overflowing chain (redone by fma() itself)."""
-    from core.explain import _mm_fma, _mm_fma_plain
+    from tapescope.core.explain import _mm_fma, _mm_fma_plain
 
     rng = np.random.default_rng(5)
     scale = rng.choice([1e-3, 1.0, 1e3], (9, 40))
@@ -210,7 +210,7 @@ def test_sigmoid_is_torch_sigmoid(dt, n):
 
 
 def test_a_sqrt_node_is_named_mkls():
-    from core.explain import _vml_lib
+    from tapescope.core.explain import _vml_lib
 
     if _vml_lib() is None:
         pytest.skip("no MKL here")

@@ -11,8 +11,16 @@ from collections import namedtuple
 import numpy as np
 import pytest
 
-from core.explain import _mm_lanes, _mm_tiles, _sum_lanes, _sumsq_lanes, explain, fma, variants_for
-from core.ops.reference import mm
+from tapescope.core.explain import (
+    _mm_lanes,
+    _mm_tiles,
+    _sum_lanes,
+    _sumsq_lanes,
+    explain,
+    fma,
+    variants_for,
+)
+from tapescope.core.ops.reference import mm
 
 Node = namedtuple("Node", "op attrs shape")
 rng = np.random.default_rng(4401)
@@ -163,7 +171,7 @@ def test_pytorch_rms_norm_sums_squares_in_lanes():
 # ---- conv2d: im2col + product, and the direct convolution's tap order --------------------------
 def _direct_loop(x, w, pad, block):
     """Per output element: taps in (kh, kw, channel) order, contracted, per channel block."""
-    from core.explain import fma as f
+    from tapescope.core.explain import fma as f
 
     n, c, h, wd = x.shape
     m, _, kh, kw = w.shape
@@ -190,7 +198,7 @@ def _direct_loop(x, w, pad, block):
 
 @pytest.mark.parametrize("block", [16, 0, 8])
 def test_the_direct_conv_order_is_the_loop_it_names(block):
-    from core.explain import _conv_direct
+    from tapescope.core.explain import _conv_direct
 
     x = rng.standard_normal((1, 20, 5, 5)).astype(np.float32)
     w = rng.standard_normal((3, 20, 3, 3)).astype(np.float32)
@@ -199,12 +207,12 @@ def test_the_direct_conv_order_is_the_loop_it_names(block):
 
 
 def test_conv2d_as_im2col_and_a_tiled_product_is_reassociation():
-    from core.explain import _mm_tiles
+    from tapescope.core.explain import _mm_tiles
 
     x, w = rng.standard_normal((2, 3, 7, 7)), rng.standard_normal((4, 3, 3, 3))
     at = {"pads": (1, 1, 1, 1)}
     tiles = _mm_tiles(12, mm)
-    from core.ops.nn import im2col
+    from tapescope.core.ops.nn import im2col
 
     cols, _ = im2col(x, (3, 3), (1, 1), (1, 1), [(1, 1), (1, 1)], 1)
     cand = np.stack([tiles(w.reshape(4, -1), cols[i, 0]) for i in range(2)]).reshape(2, 4, 7, 7)
@@ -236,10 +244,10 @@ def test_pytorch_conv2d_is_named(dt, shape):
 # ---- the reduction of a broadcast gradient (a bias: autograd's sum_to_size) ------------------
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "rms_norm"])
 def test_unbroadcast_rules_with_the_serial_sum_are_the_op_table(op):
-    from core import mathlib
-    from core.explain import _unb_rule
-    from core.ops.reference import serial_sum
-    from core.optable.registry import REGISTRY
+    from tapescope.core import mathlib
+    from tapescope.core.explain import _unb_rule
+    from tapescope.core.ops.reference import serial_sum
+    from tapescope.core.optable.registry import REGISTRY
 
     M = mathlib.get("refmath")
     for xs, at in REGISTRY[op].sample(rng, np.dtype(np.float64)):
@@ -252,7 +260,7 @@ def test_unbroadcast_rules_with_the_serial_sum_are_the_op_table(op):
 
 
 def test_cascade_sum_is_pytorchs_level_order():
-    from core.explain import _cascade_reduce
+    from tapescope.core.explain import _cascade_reduce
 
     x = rng.standard_normal((3, 37))
     got = _cascade_reduce(x)
@@ -272,9 +280,9 @@ def test_cascade_sum_is_pytorchs_level_order():
 def test_a_bias_gradient_summed_in_lanes_is_reassociation():
     """provenance end to end: y = x @ W + b; the candidate's bias gradient sums the batch in
     4 lanes (autograd's sum_to_size, vectorised): named, and a valid reordering."""
-    from core import ops
-    from core.provenance import StepState, provenance
-    from core.tape import Tape
+    from tapescope.core import ops
+    from tapescope.core.provenance import StepState, provenance
+    from tapescope.core.tape import Tape
 
     t = Tape(np.float64)
     x = t.const(rng.standard_normal((64, 5)))

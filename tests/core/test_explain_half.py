@@ -9,9 +9,9 @@ from collections import namedtuple
 import numpy as np
 import pytest
 
-from core import precision
-from core.explain import explain, variants_for
-from core.provenance import StepState, provenance, reference_value
+from tapescope.core import precision
+from tapescope.core.explain import explain, variants_for
+from tapescope.core.provenance import StepState, provenance, reference_value
 
 Nd = namedtuple("Nd", "id op inputs shape attrs requires_grad name")
 HALF = pytest.mark.parametrize("dt", precision.HALF, ids=lambda d: d.name)
@@ -139,7 +139,7 @@ def test_half_ftz_flushes_in_the_half_type(dt):
 @HALF
 def test_a_half_accumulated_matmul_gradient_is_accumulator(dt):
     """The gradient side: b's gradient a.T @ g of a matmul, planted with a half accumulator."""
-    from core.provenance import consumers, reference_grad
+    from tapescope.core.provenance import consumers, reference_grad
 
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((64, 32)).astype(dt), rng.standard_normal((32, 5)).astype(dt)
@@ -166,8 +166,8 @@ def test_a_composite_with_half_intermediates_is_accumulator(dt):
     """rope with its tables and products rounded to the half type (PyTorch's half rope casts
     cos/sin to x's type), where the reference computes in float32 and rounds once: named
     ``accumulator``, the half-intermediates variant; the reference's own output is not."""
-    from core import mathlib
-    from core.optable.registry import REGISTRY
+    from tapescope.core import mathlib
+    from tapescope.core.optable.registry import REGISTRY
 
     x = np.random.default_rng(7).standard_normal((2, 8, 16)).astype(dt)
     n = Nd(1, "rope", (0,), x.shape, {"base": 10000.0}, False, "q")

@@ -8,10 +8,10 @@ from collections import namedtuple
 
 import numpy as np
 
-from core import mathlib
-from core.explain import Cause, cause_text, closer, explain, explain_grad
-from core.optable.registry import REGISTRY
-from core.parity import compare_arrays
+from tapescope.core import mathlib
+from tapescope.core.explain import Cause, cause_text, closer, explain, explain_grad
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.core.parity import compare_arrays
 
 Node = namedtuple("Node", "op attrs shape")
 

@@ -15,9 +15,9 @@ from decimal import Decimal, getcontext
 import numpy as np
 import pytest
 
-from core import mathlib
-from core.bounds import OUTSIDE, VALID, judge, value_bound
-from core.explain import (
+from tapescope.core import mathlib
+from tapescope.core.bounds import OUTSIDE, VALID, judge, value_bound
+from tapescope.core.explain import (
     FORMULAS,
     Prims,
     _mm_splitk,
@@ -32,7 +32,7 @@ from core.explain import (
     tf32,
     variants_for,
 )
-from core.provenance import reference_value
+from tapescope.core.provenance import reference_value
 
 Node = namedtuple("Node", "op attrs shape")
 rng = np.random.default_rng(4444)
@@ -269,7 +269,7 @@ def test_the_reciprocal_softmax_is_the_reciprocal_variant():
     """exp(x - max) * (1/sum): already the ``reciprocal`` variant of softmax's division."""
     x = 3 * rng.standard_normal((6, 40))
     e = mathlib.get("refmath").exp(x - x.max(-1, keepdims=True))  # the reference's exp
-    from core.ops.reference import serial_sum
+    from tapescope.core.ops.reference import serial_sum
 
     cand = e * (1.0 / serial_sum(e, -1, keepdims=True))
     c = explain(Node("softmax", {"axis": -1}, x.shape), [x], cand)
@@ -377,7 +377,7 @@ def _wino_loop(x, w, pads):
 @pytest.mark.parametrize("dt", [np.float64, np.float32])
 @pytest.mark.parametrize("pads", [(0, 0, 0, 0), (1, 1, 1, 1), (1, 0, 0, 1)])
 def test_winograd_f23_is_the_order_it_names(dt, pads):
-    from core.explain import _conv_winograd
+    from tapescope.core.explain import _conv_winograd
 
     x = rng.standard_normal((2, 3, 7, 6)).astype(dt)
     w = rng.standard_normal((4, 3, 3, 3)).astype(dt)
@@ -386,7 +386,7 @@ def test_winograd_f23_is_the_order_it_names(dt, pads):
 
 
 def test_a_winograd_conv_is_named_valid_and_skipped_where_it_cannot_apply():
-    from core.explain import _conv_winograd
+    from tapescope.core.explain import _conv_winograd
 
     x, w = rng.standard_normal((1, 8, 8, 8)), rng.standard_normal((4, 8, 3, 3))
     at = {"pads": (1, 1, 1, 1)}

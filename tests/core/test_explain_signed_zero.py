@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.explain import SIGNED_ZERO, cause_text, signed_zero
-from core.parity import compare_arrays
+from tapescope.core.explain import SIGNED_ZERO, cause_text, signed_zero
+from tapescope.core.parity import compare_arrays
 
 
 def test_only_zeros_of_the_other_sign_is_signed_zero():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from core import gradcheck
-from core.optable.registry import REGISTRY
+from tapescope.core import gradcheck
+from tapescope.core.optable.registry import REGISTRY
 
 OPS = sorted(n for n, d in REGISTRY.items() if d.kind != "leaf" and d.sample is not None)
 
@@ -29,7 +29,7 @@ def test_the_check_can_fail(monkeypatch):
     # path untouched: the comparison must see it
     import numpy as np
 
-    from core.optable.registry import OpDef
+    from tapescope.core.optable.registry import OpDef
 
     mul = REGISTRY["mul"]
 
@@ -46,7 +46,7 @@ def test_the_check_can_fail(monkeypatch):
 
 
 def test_cli_prints_the_half_table(capsys):
-    from app.cli import main
+    from tapescope.app.cli import main
 
     assert main(["gradcheck", "--dtype", "bfloat16", "--op", "softmax", "--op", "sum"]) == 0
     out = capsys.readouterr().out

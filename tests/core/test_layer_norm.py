@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core import Tape, ops
+from tapescope.core import Tape, ops
 
 
 def _inputs(dt, shape=(4, 3, 8)):

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from core.parity import compare_arrays, ulp_distance
+from tapescope.core.parity import compare_arrays, ulp_distance
 
 
 @pytest.mark.parametrize("dt", [np.float64, np.float32])
@@ -58,7 +58,7 @@ def test_the_metrics_never_warn():
 def test_strict_json_takes_numpy_scalars_that_are_not_python_floats():
     import json
 
-    from core.parity import strict_json
+    from tapescope.core.parity import strict_json
 
     data = {"f32": np.float32(np.inf), "i": np.int64(7), "nan": [np.float32("nan")]}
     text = json.dumps(strict_json(data), allow_nan=False)  # a numpy int is no JSON by itself

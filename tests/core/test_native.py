@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from core import native
-from core.ops.reference import mm, mm_numpy
-from core.parity import same_under_nan_policy
+from tapescope.core import native
+from tapescope.core.ops.reference import mm, mm_numpy
+from tapescope.core.parity import same_under_nan_policy
 
 # every path the native code has that this CPU runs (tests/conftest.py: native_isa)
 pytestmark = pytest.mark.usefixtures("native_isa")
@@ -140,7 +140,7 @@ def _adam_numpy(w, g, m, v, k):
 def _pool_cases(dtype, seed):
     """Products big enough for several pool workers (and small ones that stay on one thread),
     with their oracle bits, and an Adam update of 300k elements with its numpy bits."""
-    from core.ops.reference import bmm_numpy
+    from tapescope.core.ops.reference import bmm_numpy
 
     rng = np.random.default_rng(seed)
     cases = []
@@ -268,7 +268,7 @@ def test_the_worker_pool_survives_fork():
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_native_bmm_is_bit_identical_and_broadcasts(dtype):
-    from core.ops.reference import bmm, bmm_numpy
+    from tapescope.core.ops.reference import bmm, bmm_numpy
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -320,7 +320,7 @@ def test_without_native_bmm_returns_none(monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_native_im2col_is_the_window_view(dtype, monkeypatch):
     """The C im2col writes exactly the matrix of the numpy window view (padding +0.0)."""
-    from core.ops import nn
+    from tapescope.core.ops import nn
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -344,8 +344,8 @@ def test_native_im2col_is_the_window_view(dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_direct_conv_with_one_output_per_group_equals_im2col_matmul(dtype):
     """Depthwise (and C/G > 1 with one output per group) conv in C: the reference chains."""
-    from core.ops import nn
-    from core.ops.reference import matmul
+    from tapescope.core.ops import nn
+    from tapescope.core.ops.reference import matmul
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -370,8 +370,8 @@ def test_direct_conv_with_one_output_per_group_equals_im2col_matmul(dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_average_pool_tap_loop_is_serial_sum(dtype):
     """pool_nd's per-tap adds give serial_sum's bits (signed zeros, inf, NaN included)."""
-    from core.ops import nn
-    from core.ops.reference import serial_sum
+    from tapescope.core.ops import nn
+    from tapescope.core.ops.reference import serial_sum
 
     rng = np.random.default_rng(8)
     x = _spread(rng, (2, 3, 9, 8), dtype)
@@ -389,7 +389,7 @@ def test_average_pool_tap_loop_is_serial_sum(dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_native_serial_sum_equals_accumulate(dtype, monkeypatch):
     """serial_sum through the C column sum gives the numpy spelling's bits (-0.0 sums too)."""
-    from core.ops.reference import serial_sum
+    from tapescope.core.ops.reference import serial_sum
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -411,7 +411,7 @@ def test_native_serial_sum_equals_accumulate(dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_native_adam_equals_the_numpy_update(dtype, monkeypatch):
     """Adam in C: the same m, v and weights, bit for bit, over several steps."""
-    from core import Tape, ops, optim
+    from tapescope.core import Tape, ops, optim
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -444,7 +444,7 @@ def test_native_adam_equals_the_numpy_update(dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_channel_norm_equals_the_broadcast_formula(dtype, monkeypatch):
     """ONNX BatchNormalization (inference) through C: the numpy formula's bits."""
-    from core.onnx.ops.nn import batch_norm
+    from tapescope.core.onnx.ops.nn import batch_norm
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -475,7 +475,7 @@ def _same_bits_nan_equal(a, b):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_bmm_tiles_for_every_row_and_column_remainder(dtype):
     """The narrow column tiles and the 2-row tiles keep every chain: any (m, n) remainder."""
-    from core.ops.reference import bmm_numpy
+    from tapescope.core.ops.reference import bmm_numpy
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -494,7 +494,7 @@ def test_bmm_tiles_for_every_row_and_column_remainder(dtype):
 def test_bmm_epilogue_equals_the_separate_ops(dtype):
     """bias, BatchNormalization's four roundings, a residual add (either operand order) and
     relu applied per block of rows: the bits of the separate numpy ops, in order."""
-    from core.ops.reference import bmm_numpy
+    from tapescope.core.ops.reference import bmm_numpy
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -541,7 +541,7 @@ def test_bmm_epilogue_equals_the_separate_ops(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_direct_conv_epilogue_equals_the_separate_ops(dtype):
-    from core.ops import nn
+    from tapescope.core.ops import nn
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -567,8 +567,8 @@ def test_direct_conv_epilogue_equals_the_separate_ops(dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_native_average_pool_equals_pool_nd(dtype):
     """AveragePool's C pass (reference mode) gives pool_nd's per-tap loop's bits."""
-    from core.onnx.ops.pool import _avg_pool2d_native
-    from core.ops import nn
+    from tapescope.core.onnx.ops.pool import _avg_pool2d_native
+    from tapescope.core.ops import nn
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -599,8 +599,8 @@ def test_native_pools_equal_the_numpy_tap_loops(dtype, monkeypatch):
     their numpy tap loops: np.maximum's choices between +0.0 and -0.0, NaN, +-inf, padding."""
     from types import SimpleNamespace
 
-    from core.onnx.ops.pool import avg_pool, max_pool
-    from core.onnx.reference import REFERENCE
+    from tapescope.core.onnx.ops.pool import avg_pool, max_pool
+    from tapescope.core.onnx.reference import REFERENCE
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -641,7 +641,7 @@ def test_native_pool_loop_shapes_equal_pool_nd(dtype):
     phases in one pass, odd and even widths, each end padded or not) and 3, dilations, ceil_mode,
     several row blocks, rows narrower than a vector; same: masked taps across rows and planes)
     gives pool_nd's bits, with -0.0 / +0.0 ties, NaN and +-inf among the taps."""
-    from core.ops import nn
+    from tapescope.core.ops import nn
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -685,8 +685,8 @@ def test_global_average_pool_through_c_equals_its_serial_sum(dtype, monkeypatch)
     for 1-, 2- and 3-D planes (an all -0.0 plane averages to +0.0)."""
     from types import SimpleNamespace
 
-    from core.onnx.ops.pool import global_avg_pool
-    from core.onnx.reference import REFERENCE
+    from tapescope.core.onnx.ops.pool import global_avg_pool
+    from tapescope.core.onnx.reference import REFERENCE
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -708,7 +708,7 @@ def test_the_native_build_reads_only_core_files():
     from gpu/: every source and header it hashes and every -I it passes lies under core/."""
     from pathlib import Path
 
-    from core import refmath
+    from tapescope.core import refmath
 
     core_dir = Path(native.__file__).resolve().parents[1]
     assert native.REFMATH_C == refmath.C_DIR
@@ -722,8 +722,8 @@ def test_direct_conv_over_many_vector_blocks_and_wide_products(dtype):
     """Planes of several vector blocks in the direct conv (the last block partial), and
     products over several packed column blocks and k-blocks (b read through its strides too),
     hold the reference chains bit for bit."""
-    from core.ops import nn
-    from core.ops.reference import matmul
+    from tapescope.core.ops import nn
+    from tapescope.core.ops.reference import matmul
 
     if native.library() is None:
         pytest.skip("no C compiler here")
@@ -747,7 +747,7 @@ def test_separable_3x3_stride_2_max_pool_keeps_the_tap_fold(dtype):
     """MaxPool 3x3 stride 2 runs separable (row maxima, then across rows): pool_nd's bits, NaN
     payloads included (the first NaN of the row-major taps), the later of tied +0.0 / -0.0,
     padding on either side, ceil_mode's windows past the image, widths around a vector."""
-    from core.ops import nn
+    from tapescope.core.ops import nn
 
     if native.library() is None:
         pytest.skip("no C compiler here")

@@ -4,10 +4,10 @@ phase planes) gives the bits of im2col + the reference product, epilogue include
 import numpy as np
 import pytest
 
-from core import native
-from core.ops import nn
-from core.ops.reference import bmm_numpy
-from core.parity import same_under_nan_policy
+from tapescope.core import native
+from tapescope.core.ops import nn
+from tapescope.core.ops.reference import bmm_numpy
+from tapescope.core.parity import same_under_nan_policy
 
 # every path the native code has that this CPU runs (tests/conftest.py: native_isa)
 pytestmark = pytest.mark.usefixtures("native_isa")

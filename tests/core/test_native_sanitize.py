@@ -36,8 +36,8 @@ pytestmark = pytest.mark.skipif(LIBASAN is None or os.environ.get("TAPESCOPE_NO_
 
 NORMAL = textwrap.dedent("""
     import numpy as np
-    from core import native
-    from core.ops import nn
+    from tapescope.core import native
+    from tapescope.core.ops import nn
     assert native.library() is not None and native.sanitize_flags()
     maps = open("/proc/self/maps").read()
     assert "libasan" in maps and "libubsan" in maps, "not the sanitized build"
@@ -94,7 +94,7 @@ NORMAL = textwrap.dedent("""
 
 MODELS = textwrap.dedent("""
     import contextlib, io, sys
-    from app.cli import main
+    from tapescope.app.cli import main
     n = 0
     for path in sys.argv[1:]:  # as `tapescope onnx M.onnx` runs them (inputs generated)
         err = io.StringIO()
@@ -107,7 +107,7 @@ MODELS = textwrap.dedent("""
 
 PLANTED = textwrap.dedent("""
     import numpy as np
-    from core import native
+    from tapescope.core import native
     lib = native.library()
     x = np.ones((1, 1, 8, 8), np.float32)
     cols = np.zeros(4, np.float32)  # far smaller than the 9 x 36 matrix im2col writes
@@ -154,7 +154,7 @@ def test_the_sanitized_build_without_libasan_falls_back_to_numpy():
     would abort the process, so the numpy reference runs instead (the same bits)."""
     env = dict(os.environ, TAPESCOPE_NATIVE_SANITIZE="1", PYTHONPATH=ROOT)
     env.pop("LD_PRELOAD", None)
-    p = subprocess.run([sys.executable, "-c", "from core import native; "
+    p = subprocess.run([sys.executable, "-c", "from tapescope.core import native; "
                         "print('lib', native.library(), native.refmath_ext())"],
                        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert p.returncode == 0 and "lib None None" in p.stdout, p.stderr[-2000:]

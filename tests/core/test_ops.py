@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from core import Tape, gradcheck, ops
-from core.ops import REGISTRY
-from core.ops.reference import matmul, serial_sum
+from tapescope.core import Tape, gradcheck, ops
+from tapescope.core.ops import REGISTRY
+from tapescope.core.ops.reference import matmul, serial_sum
 
 DIFF_OPS = sorted(n for n in REGISTRY if REGISTRY[n].kind != "leaf")
 

@@ -13,10 +13,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from core import Tape, gradcheck, ops
-from core.ops import REGISTRY
-from core.ops import nn as nn_ops
-from core.ops.reference import matmul
+from tapescope.core import Tape, gradcheck, ops
+from tapescope.core.ops import REGISTRY
+from tapescope.core.ops import nn as nn_ops
+from tapescope.core.ops.reference import matmul
 
 NAMES = [d.name for d in nn_ops.NN_OPS]
 

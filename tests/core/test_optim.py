@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from core import Tape, ops, optim
+from tapescope.core import Tape, ops, optim
 
 
 def _quad(tape, w, target):
@@ -63,7 +63,7 @@ def test_global_norm_clipping_scales_every_gradient():
 
 
 def test_workloads_train_and_loss_falls():
-    from core import workloads
+    from tapescope.core import workloads
 
     for name, steps in (("mlp", 40), ("transformer", 40)):
         wl = workloads.get(name)

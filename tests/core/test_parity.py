@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.parity import compare_arrays, ordered, ulp_distance
+from tapescope.core.parity import compare_arrays, ordered, ulp_distance
 
 
 @pytest.mark.parametrize("dt", [np.float64, np.float32])
@@ -77,7 +77,7 @@ def test_bad_pairs_are_named():
 def test_strict_json_spells_non_finite_floats():
     import json
 
-    from core.parity import strict_json
+    from tapescope.core.parity import strict_json
 
     data = {"a": float("inf"), "b": [float("nan"), -float("inf"), np.float64(2.5)], 3: (1,)}
     text = json.dumps(strict_json(data), allow_nan=False)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from core.parity import (
+from tapescope.core.parity import (
     NodeParity,
     ParityReport,
     TensorDiff,
@@ -36,9 +36,10 @@ def test_report_round_trips_through_strict_json():
 
 
 def test_gpu_parity_re_exports_the_core_types():
-    import gpu.parity
+    import tapescope.gpu.parity
 
-    assert gpu.parity.ParityReport is ParityReport and gpu.parity.NodeParity is NodeParity
+    assert tapescope.gpu.parity.ParityReport is ParityReport
+    assert tapescope.gpu.parity.NodeParity is NodeParity
 
 
 @pytest.mark.parametrize("bad", [{}, {"n": 1}, {"n": "x", "n_diff": 0, "max_ulp": 0,
@@ -49,7 +50,7 @@ def test_tensor_diff_from_json_rejects_what_is_not_a_summary(bad):
 
 
 def test_entry_worst_is_the_one_ulp_rule():
-    from core.parity import entry_worst
+    from tapescope.core.parity import entry_worst
 
     rep = _report()
     wire = [n.to_json() for n in rep.nodes]

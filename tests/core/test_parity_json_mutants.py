@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from core.parity import (
+from tapescope.core.parity import (
     NodeParity,
     ParityReport,
     TensorDiff,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.parity import compare_arrays
+from tapescope.core.parity import compare_arrays
 
 F64 = {  # bit patterns
     "qnan": 0x7FF8000000000000, "-qnan": 0xFFF8000000000000,
@@ -45,8 +45,8 @@ def _arrays(dt, pairs):
 
 @pytest.fixture(scope="module")
 def ddiff():
-    from gpu.diff import DeviceDiff
-    from gpu.host import HostDevice
+    from tapescope.gpu.diff import DeviceDiff
+    from tapescope.gpu.host import HostDevice
 
     try:
         return DeviceDiff(HostDevice("test"))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core import progress as pg
+from tapescope.core import progress as pg
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty: Linux")
@@ -76,7 +76,7 @@ def test_a_terminal_gets_what_how_far_and_how_long():
 
 
 def test_the_first_host_compile_says_so_on_a_terminal(monkeypatch, tmp_path):
-    import gpu
+    from tapescope import gpu
 
     monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "cache"))  # a cache miss
     master, slave = _pty()
@@ -95,7 +95,8 @@ def test_the_first_host_compile_says_so_on_a_terminal(monkeypatch, tmp_path):
 def test_parity_progress_goes_to_the_terminal_and_stdout_stays_clean(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("TAPESCOPE_PROGRESS", None)
-    argv = [sys.executable, "-m", "app.cli", "parity", "--workload", "mlp", "--device", "host",
+    argv = [sys.executable, "-m", "tapescope.app.cli", "parity", "--workload", "mlp", "--device",
+            "host",
             "--steps", "3"]
     master, slave = _pty()
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,

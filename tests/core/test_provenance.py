@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core import Tape, ops, optim, workloads
-from core.ops import REGISTRY
-from core.provenance import (
+from tapescope.core import Tape, ops, optim, workloads
+from tapescope.core.ops import REGISTRY
+from tapescope.core.provenance import (
     OptimizerState,
     ParamUpdate,
     StepState,

@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from core import Tape, ops
-from core.provenance import (
+from tapescope.core import Tape, ops
+from tapescope.core.provenance import (
     Introduced,
     OptimizerState,
     ParamUpdate,
@@ -277,7 +277,7 @@ def test_flags_mark_what_each_node_introduced():
     e = Introduced
     t = chain()
     some = t.value(A)
-    from core.parity import compare_arrays
+    from tapescope.core.parity import compare_arrays
 
     d = compare_arrays(some, flip(some))
     p = Provenance(1, [e(0, "param", "value", d), e(2, "muls", "grad", d),
@@ -331,8 +331,8 @@ def test_explained_entries_carry_their_cause_value_and_gradient():
     """explain=True: a value made with the platform's exp is ``libm``; a gradient made with a
     contracted product (matmul's rule) is ``fma``, one made with the platform's sigmoid
     (softplus's rule) ``libm``; the cause travels in to_json, and not without explain."""
-    from core import mathlib
-    from core.explain import _mm_fma
+    from tapescope.core import mathlib
+    from tapescope.core.explain import _mm_fma
 
     rng = np.random.default_rng(31)
     pl = mathlib.get("platform")
@@ -370,7 +370,7 @@ def test_explained_entries_carry_their_cause_value_and_gradient():
 
 
 def test_a_zero_of_the_other_sign_is_explained_as_signed_zero_value_and_gradient():
-    from core.explain import SIGNED_ZERO
+    from tapescope.core.explain import SIGNED_ZERO
 
     t = Tape(np.float64)
     x = t.param(np.array([1.0, 2.0, 3.0]))
@@ -390,9 +390,9 @@ def test_a_zero_of_the_other_sign_is_explained_as_signed_zero_value_and_gradient
 def test_the_reference_is_refmath_whatever_ran_first(monkeypatch):
     """The refmath namespace is looked up once and kept; from a cold start it is refmath, not
     the platform's (their exp differs in the last bit on some of these)."""
-    import core.provenance as prov
-    from core import mathlib
-    from core.provenance import reference_value
+    import tapescope.core.provenance as prov
+    from tapescope.core import mathlib
+    from tapescope.core.provenance import reference_value
 
     monkeypatch.setattr(prov, "_M", None)
     x = np.random.default_rng(4).uniform(-5, 5, 400)
@@ -408,7 +408,7 @@ def test_the_reference_is_refmath_whatever_ran_first(monkeypatch):
 
 def test_reference_value_is_in_the_dtype_asked_for():
     """On float64 inputs asked in float32 the result is float32, rounded once."""
-    from core.provenance import reference_value
+    from tapescope.core.provenance import reference_value
 
     x = np.array([0.1, 1.0 / 3.0, 2.5])
     t = Tape(np.float64)
@@ -499,7 +499,7 @@ def test_a_float32_backward_kernel_is_judged_in_float32():
 def test_adams_numpy_lines_are_its_c_pass_bit_for_bit(dtype, monkeypatch):
     """Without the native module the reference Adam step runs its numpy lines: the same bits,
     and no moments (a first step) the same as zero moments."""
-    from core import native
+    from tapescope.core import native
 
     rng = np.random.default_rng(5)
 
@@ -529,7 +529,7 @@ def test_adams_numpy_lines_are_its_c_pass_bit_for_bit(dtype, monkeypatch):
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 @pytest.mark.parametrize("dtname", ["float16", "bfloat16"])
 def test_a_half_update_is_core_optims_rounded_once(kind, dtname):
-    from core import optim, precision
+    from tapescope.core import optim, precision
     from tests.core.test_provenance import _opt_state
 
     dt = precision.dtype_of(dtname)
@@ -566,7 +566,7 @@ def test_a_half_tape_is_judged_in_its_own_type(dtname):
     """A half tape computes in float32 and rounds once: recomputed that way, the clean tape
     introduces nothing (a float32 result left unrounded would differ nearly everywhere), and a
     planted one-ulp value or gradient is one element at the node planted."""
-    from core import precision
+    from tapescope.core import precision
 
     dt = precision.dtype_of(dtname)
     t = Tape(dtname)
@@ -671,7 +671,7 @@ def test_an_explained_update_is_unknown_with_nothing_closer():
     """A flipped bit of w no optimizer variant makes (core.explain.UPDATE_VARIANTS: another
     square root) is exactly 'unknown', with no variant and no closest one; ``tried`` counts
     the variants that could run here (MKL's sqrt only where MKL is)."""
-    from core.explain import _vml_lib
+    from tapescope.core.explain import _vml_lib
 
     t, loss, w, p, opt = _adam_state()
     p.w_after = flip(p.w_after)
@@ -687,7 +687,7 @@ def test_an_explained_update_is_unknown_with_nothing_closer():
 
 
 def test_a_float32_gradient_is_explained_in_float32():
-    from core.explain import _mm_fma
+    from tapescope.core.explain import _mm_fma
 
     rng = np.random.default_rng(32)
     t = Tape(np.float32)

@@ -12,8 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core import Tape, ops, optim, precision
-from core.provenance import OptimizerState, ParamUpdate, StepState, provenance, same_inputs
+from tapescope.core import Tape, ops, optim, precision
+from tapescope.core.provenance import (
+    OptimizerState,
+    ParamUpdate,
+    StepState,
+    provenance,
+    same_inputs,
+)
 from tests.core.test_provenance import _opt_state
 
 

@@ -13,8 +13,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from core import refmath
-from core.refmath._domain import domain_sample, ulp_error
+from tapescope.core import refmath
+from tapescope.core.refmath._domain import domain_sample, ulp_error
 
 BOUND64 = {"exp": 1.0, "expm1": 1.0, "log": 1.0, "log1p": 1.0, "tanh": 2.0, "sigmoid": 2.0,
            "erf": 2.0, "rsqrt": 1.5}

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from core import refmath
+from tapescope.core import refmath
 
 INF, NAN = math.inf, math.nan
 TINY = 5e-324  # smallest subnormal

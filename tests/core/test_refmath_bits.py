@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import refmath
-from core.refmath._domain import domain_sample
+from tapescope.core import refmath
+from tapescope.core.refmath._domain import domain_sample
 
 C_DIR = refmath.C_DIR  # refmath.cuh and intrinsics_host.h
 # the host backend's prelude (gpu/), only for the "prelude" build: the C twin as it ships

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core import precision, refmath
-from core.parity import ulp_distance
+from tapescope.core import precision, refmath
+from tapescope.core.parity import ulp_distance
 
 # float16: inputs whose float32 result is a float16 half-way point and rounds the other way;
 # bfloat16 has none (float32 keeps 16 bits below bfloat16's last one)
@@ -84,8 +84,8 @@ def test_from_float64_rounds_once():
 
 def test_half_tape_ops_are_the_half_functions():
     # a half tape's exp node is refmath.exp on its half input: one function, one rounding
-    from core import ops
-    from core.tape import Tape
+    from tapescope.core import ops
+    from tapescope.core.tape import Tape
 
     for dtname in ("float16", "bfloat16"):
         dt = precision.dtype_of(dtname)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core import native, refmath
-from core.refmath._domain import domain_sample
+from tapescope.core import native, refmath
+from tapescope.core.refmath._domain import domain_sample
 
 # every path the native code has that this CPU runs (tests/conftest.py: native_isa)
 pytestmark = pytest.mark.usefixtures("native_isa")
@@ -107,7 +107,7 @@ def test_the_ctypes_path_equals_the_extension_path(need_native, monkeypatch):
 
 
 def test_the_tape_runs_refmath_ops_through_either_path_with_the_same_bits():
-    from core import Tape, ops
+    from tapescope.core import Tape, ops
 
     def run():
         t = Tape()

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core import native, refmath
-from core.refmath._domain import domain_sample
+from tapescope.core import native, refmath
+from tapescope.core.refmath._domain import domain_sample
 
 # every path the native code has that this CPU runs (tests/conftest.py: native_isa)
 pytestmark = pytest.mark.usefixtures("native_isa")

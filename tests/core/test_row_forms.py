@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import mathlib
-from core.ops import REGISTRY
-from core.optable.rows import RowForm, RowPass, Step, check, doc_row, infix
+from tapescope.core import mathlib
+from tapescope.core.ops import REGISTRY
+from tapescope.core.optable.rows import RowForm, RowPass, Step, check, doc_row, infix
 from tests.core.rowform_numpy import evaluate, run
 
 ROW_OPS = [n for n, d in REGISTRY.items() if d.row is not None]

@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from core.parity import (
+from tapescope.core.parity import (
     NodeParity,
     ParityReport,
     compare_arrays,
     entry_differs,
     entry_worst,
 )
-from core.step_record import (
+from tapescope.core.step_record import (
     F_G_NAN,
     F_G_ONESIDED,
     F_V_NAN,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from core import Tape, TapeError, ops
+from tapescope.core import Tape, TapeError, ops
 
 
 def test_public_example_runs_and_matches_hand_gradient():

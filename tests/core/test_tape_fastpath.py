@@ -11,8 +11,8 @@ scalars (the spelling before), on specials (+-0.0, NaN, +-inf, subnormals) inclu
 import numpy as np
 import pytest
 
-from core import Tape, TapeError, ops, optim
-from core.ops import REGISTRY
+from tapescope.core import Tape, TapeError, ops, optim
+from tapescope.core.ops import REGISTRY
 
 # specials make inf and NaN on purpose (data to the tape, which lets numpy warn)
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -175,7 +175,7 @@ def _random_bits(rng, dt, n):
 def test_tanh_backward_is_its_numpy_spelling_bit_for_bit(dt):
     """tanh's backward runs the extension's tanh_grad where it is built: g * (1 - y * y), the
     same three roundings in the same order, on every bit pattern (NaN payloads and signs too)."""
-    from core.ops import elementwise
+    from tapescope.core.ops import elementwise
 
     rng = np.random.default_rng(29)
     sp = _x(dt)
@@ -201,7 +201,7 @@ def test_tanh_backward_is_its_numpy_spelling_bit_for_bit(dt):
 def test_tanh_backward_falls_back_to_numpy_for_what_the_extension_refuses():
     """Strided operands, broadcasting, mixed dtypes, non-native byte order, scalars and 0-d
     values give exactly what numpy's spelling gives: values, dtype, shape and type."""
-    from core.ops import elementwise
+    from tapescope.core.ops import elementwise
 
     g = np.linspace(-1, 1, 12).reshape(3, 4)
     y = np.tanh(g)

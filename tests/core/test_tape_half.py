@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core import mathlib, precision
-from core.optable.registry import REGISTRY
-from core.tape import Tape, TapeError
+from tapescope.core import mathlib, precision
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.core.tape import Tape, TapeError
 
 HALVES = ["float16", "bfloat16"]
 
@@ -91,7 +91,7 @@ def test_bfloat16_storage_type_and_integer_leaves():
 
 
 def test_half_adam_rounds_moments_and_weights_once():
-    from core.optim import Adam
+    from tapescope.core.optim import Adam
     t = Tape("float16")
     w = t.param(np.array([0.5, -0.25, 1.0]))
     loss = t.record("sum", [t.record("mul", [w, w])], {"axis": None, "keepdims": False})

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from core import Tape, ops, tapefile, workloads
-from core.tapefile import TapeFileError
+from tapescope.core import Tape, ops, tapefile, workloads
+from tapescope.core.tapefile import TapeFileError
 
 
 @pytest.fixture

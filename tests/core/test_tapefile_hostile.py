@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import Tape, ops, tapefile
-from core.tapefile import Limits, TapeFileError
+from tapescope.core import Tape, ops, tapefile
+from tapescope.core.tapefile import Limits, TapeFileError
 
 
 def save_v1(*args, **kw):

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import Tape, ops, tapefile
-from core.tapefile import MAX_NAME, Limits, TapeFileError
+from tapescope.core import Tape, ops, tapefile
+from tapescope.core.tapefile import MAX_NAME, Limits, TapeFileError
 from tests.core.test_tapefile_hostile import (
     MiB,
     digest,
@@ -382,7 +382,7 @@ def test_a_header_that_is_not_a_byte_vector_is_refused(small, tmp_path):
 
 # ---- from the mutation run's survivors: what each refusal says -------------------------------
 def test_one_line_messages_are_joined_and_cut_at_200_characters():
-    from core.tapefile import _one_line, _short
+    from tapescope.core.tapefile import _one_line, _short
 
     assert _one_line(ValueError("a\n  b\tc ")) == "a b c"
     assert _one_line(ValueError("x" * 200)) == "x" * 200

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import Tape, ops, tapefile
-from core.tapefile import Limits, TapeFileError
+from tapescope.core import Tape, ops, tapefile
+from tapescope.core.tapefile import Limits, TapeFileError
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
@@ -440,7 +440,7 @@ CLI_CASES = ["dtype-object", "shape-huge", "arrays-overlap", "block-past-header"
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen"}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *args], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=300)
 
 
@@ -454,7 +454,7 @@ def _one_line_exit_2(r: subprocess.CompletedProcess, cmd: str, path: Path) -> No
 def test_hostile_files_through_fuse_are_one_line_and_exit_2(small, many, tmp_path, capsys):
     """``fuse --tape F`` (an eager load): the CLI's own entry point in this process for each
     file, and one real process for the exit status."""
-    from app.cli import main
+    from tapescope.app.cli import main
 
     files = [edited(small, tmp_path / f"{c}.tape", HOSTILE[c][0]) for c in CLI_CASES]
     body, h = parts(many)
@@ -542,8 +542,8 @@ def test_every_header_field_set_to_junk_is_a_tape_or_one_line(small, tmp_path):
 def test_the_dtype_allow_list_is_the_tapes_own_and_holds_no_object_dtype():
     """One list (core.tape.DTYPES): a dtype added to the tape is a file dtype too; never one
     that can hold Python objects."""
-    from core.precision import HALF
-    from core.tape import DTYPES
+    from tapescope.core.precision import HALF
+    from tapescope.core.tape import DTYPES
 
     assert set(tapefile.FILE_DTYPES) == {d.name for d in (*DTYPES, *HALF)}
     assert all(not d.hasobject for d in tapefile.FILE_DTYPES.values())

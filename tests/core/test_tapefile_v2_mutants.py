@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import Tape, ops, tapefile
-from core.tapefile import MAX_NAME, TapeFileError
+from tapescope.core import Tape, ops, tapefile
+from tapescope.core.tapefile import MAX_NAME, TapeFileError
 from tests.core import test_tapefile_v2
 from tests.core.test_tapefile_v2 import _set_loc, chain, edited, parts, refused, same
 
@@ -332,7 +332,7 @@ def test_the_trailer_and_the_header_edges(small, tmp_path):
     import hashlib
     import struct
 
-    from core.tapefile import MAGIC, TRAILER_MAGIC, Limits
+    from tapescope.core.tapefile import MAGIC, TRAILER_MAGIC, Limits
 
     body, h = parts(small)
     raw = small.read_bytes()
@@ -552,7 +552,7 @@ def test_a_long_loss_is_quoted_to_40_characters(small, tmp_path):
 def test_the_preamble_version_is_an_unsigned_16_bit_number(small, tmp_path, version, says):
     import struct
 
-    from core.tapefile import MAGIC
+    from tapescope.core.tapefile import MAGIC
 
     raw = small.read_bytes()
     bad = tmp_path / "v.tape"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from core.parity import TensorDiff
+from tapescope.core.parity import TensorDiff
 
 EXACT = {"n": 6, "n_diff": 0, "max_ulp": 0, "max_abs": 0.0, "max_rel": 0.0,
          "first_index": None, "n_nan": 0, "n_signed_zero": 0, "nan_bits_differ": 0}

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import workloads
-from core.workloads import WorkloadError
+from tapescope.core import workloads
+from tapescope.core.workloads import WorkloadError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "resources" / "workloads" / "logistic.py"
 

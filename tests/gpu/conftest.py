@@ -13,8 +13,8 @@ def _nvrtc_skip_reason() -> str | None:
     from their wheels, so there they never skip: a missing NVRTC fails with what to install."""
     if platform.system() == "Linux" and platform.machine() == "x86_64":
         return None
-    from gpu.device import DeviceError
-    from gpu.nvrtc import load_nvrtc
+    from tapescope.gpu.device import DeviceError
+    from tapescope.gpu.nvrtc import load_nvrtc
 
     try:
         load_nvrtc()
@@ -31,7 +31,7 @@ needs_nvrtc = pytest.mark.skipif(NVRTC_SKIP_REASON is not None, reason=NVRTC_SKI
 def host():
     """The host backend, every launch list run with blocks and threads forward and reversed
     from the same memory: a race or a missing barrier fails the test (docs/devices.md)."""
-    import gpu
+    from tapescope import gpu
 
     dev = gpu.open_device("host")
     dev.orders = "both"

@@ -51,8 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu.device import Buffer
-from gpu.host import HostDevice
+from tapescope.gpu.device import Buffer
+from tapescope.gpu.host import HostDevice
 
 _HOST = HostDevice("fake cupy")
 _SOURCES: dict[str, str] = {}  # sha256 of a binary NVRTC produced → its source
@@ -444,7 +444,7 @@ def session_cache(tmp_path_factory) -> Path:
     cache itself uses its own folder. Sharing hides nothing: the cache keys hash the full
     source, flags and target. refmath's own C library (core.native) is loaded first, from the
     per-user cache the rest of the suite uses, so it is not built again into this one."""
-    from core import native
+    from tapescope.core import native
 
     native.library()
     native.refmath_ext()
@@ -487,8 +487,8 @@ def install(monkeypatch, cc: str = "90", driver: int | None = None) -> types.Mod
     """Put the fake in sys.modules as `cupy` (a device of compute capability `cc`, a driver of
     CUDA version `driver`, 12090 = 12.9; default: as new as the installed NVRTC, whether CUDA 12
     or 13); NVRTC stays real, so it must load."""
-    import gpu.cuda
-    from gpu.nvrtc import load_nvrtc, nvrtc_version
+    import tapescope.gpu.cuda
+    from tapescope.gpu.nvrtc import load_nvrtc, nvrtc_version
 
     global state
     real_nvrtc = load_nvrtc()  # imported before `cupy` is replaced
@@ -497,7 +497,7 @@ def install(monkeypatch, cc: str = "90", driver: int | None = None) -> types.Mod
         driver = major * 1000 + minor * 10
     state = FakeState(cc, driver)
     Stream.all = []
-    real_compile = gpu.cuda.nvrtc_compile
+    real_compile = tapescope.gpu.cuda.nvrtc_compile
 
     def spy(source: str, arch: str, name: str = "tapescope.cu"):
         out = real_compile(source, arch, name)
@@ -505,7 +505,7 @@ def install(monkeypatch, cc: str = "90", driver: int | None = None) -> types.Mod
                   out.ptx.decode("ascii", "replace"))
         return out
 
-    monkeypatch.setattr(gpu.cuda, "nvrtc_compile", spy)
+    monkeypatch.setattr(tapescope.gpu.cuda, "nvrtc_compile", spy)
     cp = types.ModuleType("cupy")
     cp.__version__ = "14.2.0+fake"
     cuda = types.ModuleType("cupy.cuda")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from gpu.device import DeviceError, header_paths
+from tapescope.gpu.device import DeviceError, header_paths
 
 __all__ = ["LANE_LOOPS", "lane_kernels"]
 

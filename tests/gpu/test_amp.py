@@ -7,16 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.cli import main
-from app.runs import PairRunner, SessionConfig
-from core.amp import FLOAT16_MAX_SCALE, LossScaler
+from tapescope.app.cli import main
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.core.amp import FLOAT16_MAX_SCALE, LossScaler
 
 # grad of sum(x * w) is x = 4: times the scale 2**15 it is 2**17, inf in float16; 2**14 gives
 # 2**16, still inf; 2**13 gives 2**15: the first two steps overflow and are skipped
 BIG = '''
 import numpy as np
-from core import ops, optim
-from core.workloads import Workload
+from tapescope.core import ops, optim
+from tapescope.core.workloads import Workload
 
 class Big(Workload):
     name = "big"

@@ -8,11 +8,11 @@ import stat
 import numpy as np
 import pytest
 
-import gpu
-from core.cache import CacheError, KernelCache
-from gpu.cuda import NVRTC_FLAGS, cuda_unavailable_reason
-from gpu.host import HostDevice
-from gpu.host_compiler import HOST_FLAGS
+from tapescope import gpu
+from tapescope.core.cache import CacheError, KernelCache
+from tapescope.gpu.cuda import NVRTC_FLAGS, cuda_unavailable_reason
+from tapescope.gpu.host import HostDevice
+from tapescope.gpu.host_compiler import HOST_FLAGS
 
 SRC = r"""
 extern "C" __global__ void axpy(const double* x, double* y, double a, long long n) {

@@ -7,11 +7,11 @@ import gc
 import numpy as np
 import pytest
 
-from core import workloads
-from gpu.backends import open_device
-from gpu.host_launcher import pack_args
-from gpu.program import capture, gc_paused
-from gpu.signature import KernelArgError, check_args, parse_kernels
+from tapescope.core import workloads
+from tapescope.gpu.backends import open_device
+from tapescope.gpu.host_launcher import pack_args
+from tapescope.gpu.program import capture, gc_paused
+from tapescope.gpu.signature import KernelArgError, check_args, parse_kernels
 
 SIG = parse_kernels('extern "C" __global__ void k(const double* x, int n, long long m, '
                     'unsigned long long u, double s) { }')["k"]
@@ -84,7 +84,7 @@ def test_gc_paused_restores_the_collectors_state(enabled):
 
 
 def test_a_capture_builds_with_the_collector_off_and_leaves_it_on(monkeypatch):
-    import gpu.program as program
+    import tapescope.gpu.program as program
 
     wl = workloads.get("mlp", seed=0)
     loss = wl.record(0)

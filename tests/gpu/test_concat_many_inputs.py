@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops, tapefile
-from gpu.kernel_table import BuildCtx
+from tapescope import gpu
+from tapescope.core import Tape, ops, tapefile
+from tapescope.gpu.kernel_table import BuildCtx
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
@@ -34,7 +34,7 @@ def test_a_concat_on_any_axis_replays_bit_for_bit(host, axis):
 
 
 def test_a_concat_of_many_inputs_is_captured_in_linear_time(tmp_path, monkeypatch, capsys):
-    from app.cli import main
+    from tapescope.app.cli import main
 
     n = 4000  # the old planner: ~n*n/2 = 8M shape look-ups (~6 s); now a few per input
     tape = Tape()

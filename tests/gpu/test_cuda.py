@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core.ops import REGISTRY
-from gpu.cuda import cuda_unavailable_reason
+from tapescope import gpu
+from tapescope.core.ops import REGISTRY
+from tapescope.gpu.cuda import cuda_unavailable_reason
 
 pytestmark = pytest.mark.cuda
 
@@ -51,7 +51,7 @@ def test_native_code_for_this_device(cuda):
 
 
 def test_graph_replay_equals_eager(cuda):
-    from core import workloads
+    from tapescope.core import workloads
 
     runs = []
     for graph in (False, True):

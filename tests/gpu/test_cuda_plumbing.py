@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 
-import gpu
-from gpu.device import DeviceError
+from tapescope import gpu
+from tapescope.gpu.device import DeviceError
 from tests.gpu import fake_cupy
 from tests.gpu.conftest import needs_nvrtc
 
@@ -62,7 +62,7 @@ def test_half_episodes_through_the_cuda_path(fake_cuda, dtype):
 
 @pytest.mark.parametrize("fuse", [False, True], ids=["unfused", "fused"])
 def test_run_episode_captures_one_graph_across_episodes(fake_cuda, fuse):
-    from core import workloads
+    from tapescope.core import workloads
 
     wl = workloads.get("mlp")
     prog = gpu.capture(fake_cuda, wl.tape, wl.record(0), fuse=fuse)
@@ -105,7 +105,7 @@ def test_a_pinned_slot_is_not_rewritten_before_its_copy_ran(fake_cuda):
 
 
 def test_the_compile_cache_serves_a_second_device(fake_cuda):
-    import gpu.cuda
+    import tapescope.gpu.cuda  # noqa: F401  (loads the submodule)
 
     a = gpu.open_device("cuda").compile('extern "C" __global__ void one(double* y) { y[0] = 1; }')
     calls = []
@@ -132,7 +132,7 @@ def test_a_device_newer_than_nvrtc_gets_ptx(monkeypatch, cache):
 
 
 def test_a_driver_older_than_nvrtc_is_one_clear_error(monkeypatch, cache):
-    from gpu.nvrtc import cuda_version_text, nvrtc_version
+    from tapescope.gpu.nvrtc import cuda_version_text, nvrtc_version
 
     fake_cupy.install(monkeypatch, driver=11080)
     nv = cuda_version_text(nvrtc_version())
@@ -209,14 +209,15 @@ def test_real_cupy_without_a_device_is_one_clear_line():
     import subprocess
     import sys
 
-    from gpu.cuda import cuda_unavailable_reason
+    from tapescope.gpu.cuda import cuda_unavailable_reason
 
     cupy = pytest.importorskip("cupy", reason="the real CuPy is not installed")
     why = cuda_unavailable_reason()
     if why is None:
         pytest.skip("a CUDA device answered: this is the no-GPU case")
     assert why.startswith(f"CuPy {cupy.__version__} found, but no CUDA device") and "\n" not in why
-    argv = [sys.executable, "-m", "app.cli", "parity", "--workload", "mlp", "--steps", "1"]
+    argv = [sys.executable, "-m", "tapescope.app.cli", "parity", "--workload", "mlp", "--steps",
+            "1"]
     proc = subprocess.run([*argv, "--device", "cuda"], capture_output=True, text=True,
                           timeout=300)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

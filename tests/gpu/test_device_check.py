@@ -54,7 +54,7 @@ def _attempts(tmp_path: Path) -> list[str]:
 
 def test_headless_parity_never_imports_qt(tmp_path):
     env = _env(tmp_path, QT)
-    proc = subprocess.run([sys.executable, "-m", "app.cli", "parity", "--workload", "mlp",
+    proc = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "parity", "--workload", "mlp",
                            "--device", "host", "--steps", "1"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.parity import compare_arrays
-from gpu.diff import DeviceDiff
+from tapescope.core.parity import compare_arrays
+from tapescope.gpu.diff import DeviceDiff
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +66,8 @@ def test_random_bit_patterns(host, ddiff, bits, flips):
 def test_the_host_compare_skips_only_equal_bits_and_says_what_the_kernel_says(host, ddiff, dt):
     # gpu.parity.compare judges equal bits on the host (no upload, no kernel): the summary it
     # writes for them must be the kernel's for equal bits, NaNs and signed zeros included
-    from core.parity import TensorDiff
-    from gpu.parity import _same_bits
+    from tapescope.core.parity import TensorDiff
+    from tapescope.gpu.parity import _same_bits
 
     same = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1.5, np.finfo(dt).smallest_subnormal],
                     dt)

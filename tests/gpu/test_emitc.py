@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import Tape, ops
-from gpu import emitc
-from gpu.emitc import EmitError, emit, literal
+from tapescope.core import Tape, ops
+from tapescope.gpu import emitc
+from tapescope.gpu.emitc import EmitError, emit, literal
 from tests.gpu.test_emitc_support import (
     BINARY,
     SHAPES,
@@ -169,7 +169,7 @@ def test_ambiguous_name_and_bad_function_name():
 
 
 def test_missing_refmath_twin_is_a_clear_error(monkeypatch):
-    from core import refmath
+    from tapescope.core import refmath
 
     t = Tape()
     loss = ops.exp(t.param(np.ones(1)))

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from core import Tape, ops, refmath
-from core.ops import REGISTRY
-from gpu import optable
-from gpu.device import INCLUDE_DIRS, REFMATH_C_DIR
-from gpu.emitc import emit
-from gpu.source import TRANSCENDENTALS
+from tapescope.core import Tape, ops, refmath
+from tapescope.core.ops import REGISTRY
+from tapescope.gpu import optable
+from tapescope.gpu.device import INCLUDE_DIRS, REFMATH_C_DIR
+from tapescope.gpu.emitc import emit
+from tapescope.gpu.source import TRANSCENDENTALS
 
 # gcc, as the issue says: -O2 and no contraction, so every written operation rounds once
 CFLAGS = ["-O2", "-ffp-contract=off", "-fPIC", "-shared", "-std=c99", "-x", "c"]

@@ -14,11 +14,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import gpu
-from core import native
-from gpu import fusion
-from gpu import host_compiler as host_mod
-from gpu.host import HostDevice
+from tapescope import gpu
+from tapescope.core import native
+from tapescope.gpu import fusion
+from tapescope.gpu import host_compiler as host_mod
+from tapescope.gpu.host import HostDevice
 
 SRC = r"""
 extern "C" __global__ void muladd64(const double* a, const double* b, const double* c,
@@ -190,8 +190,8 @@ def test_fused_rope_pair_is_not_contracted_by_the_vectorizer(host):
 def test_no_fma_instruction_in_any_host_object(host):
     """The kernel library (both dtypes, both math modes), the diff kernels, the fused kernels of
     both workloads and the native reference matmul: built for a CPU with FMA, none uses it."""
-    from core import workloads
-    from gpu.diff import DeviceDiff
+    from tapescope.core import workloads
+    from tapescope.gpu.diff import DeviceDiff
 
     objects = {"diff": DeviceDiff(host).module.path}
     for name in ("mlp", "transformer"):

@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops
-from core.optable.registry import REGISTRY
-from gpu import fusion
-from gpu.fusion.analysis import BINARY, UNARY
+from tapescope import gpu
+from tapescope.core import Tape, ops
+from tapescope.core.optable.registry import REGISTRY
+from tapescope.gpu import fusion
+from tapescope.gpu.fusion.analysis import BINARY, UNARY
 from tests.gpu.test_fusion import diff_nodes
 
 ROW_LOCAL_OPS = sorted(set(BINARY) | set(UNARY)
@@ -125,7 +125,7 @@ def test_fused_equals_unfused_bit_for_bit(host, case, dtype):
 
 def test_known_unfused_ops_are_really_unfused():
     """When the analysis learns one of these ops, move it out of KNOWN_UNFUSED."""
-    from gpu.fusion.analysis import row_info
+    from tapescope.gpu.fusion.analysis import row_info
 
     for op in KNOWN_UNFUSED:
         t, loss, op_id = build(op, "float64")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops, workloads
-from gpu import fusion
+from tapescope import gpu
+from tapescope.core import Tape, ops, workloads
+from tapescope.gpu import fusion
 
 
 def bits_equal(a, b) -> bool:
@@ -167,7 +167,7 @@ def test_apply_twice_and_foreign_plans_are_refused(host):
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
 def test_fused_equals_unfused_on_cuda(name):
     """The twin of the host tests on a real device (graph replay, NVRTC --fmad=false)."""
-    from gpu.cuda import cuda_unavailable_reason
+    from tapescope.gpu.cuda import cuda_unavailable_reason
 
     why = cuda_unavailable_reason()
     if why is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from app.cli import main
+from tapescope.app.cli import main
 
 
 def test_fuse_prints_the_plan_and_checks_bits(tmp_path, capsys):
@@ -35,7 +35,7 @@ def test_parity_fuse_is_exact_and_reports_launches(tmp_path, capsys):
 
 
 def test_fuse_a_recorded_tape(tmp_path, capsys):
-    from core import tapefile, workloads
+    from tapescope.core import tapefile, workloads
 
     wl = workloads.get("transformer")
     loss = wl.record(0)

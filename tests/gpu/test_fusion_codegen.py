@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 
-import gpu
-from core import Tape, ops
-from gpu import fusion
-from gpu.fusion.codegen import whole_index
+from tapescope import gpu
+from tapescope.core import Tape, ops
+from tapescope.gpu import fusion
+from tapescope.gpu.fusion.codegen import whole_index
 
 
 def _graph(dtype=np.float64, rows: int = 3):

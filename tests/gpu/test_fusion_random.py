@@ -13,9 +13,9 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-import gpu
-from core import Tape, ops
-from gpu import fusion
+from tapescope import gpu
+from tapescope.core import Tape, ops
+from tapescope.gpu import fusion
 from tests.gpu.test_fusion import diff_nodes
 
 UNARY = ["neg", "relu", "sigmoid", "tanh", "exp", "silu"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.cli import main
-from core import precision
+from tapescope.app.cli import main
+from tapescope.core import precision
 
 SRC = r"""
 #include "half.cuh"
@@ -110,7 +110,7 @@ def test_half_episodes_replay_bit_for_bit(tmp_path, capsys, workload, dtype, fus
 def test_a_dropped_rounding_is_caught(monkeypatch, capsys):
     # control: without RND (a contribution added to a gradient unrounded) the replay differs
     # from the tape (the transformer's fan-out sums several contributions into one gradient)
-    from gpu import source
+    from tapescope.gpu import source
 
     for dt in source.STORAGE:
         monkeypatch.setitem(source._COMMON[dt], "RND", "")
@@ -120,10 +120,10 @@ def test_a_dropped_rounding_is_caught(monkeypatch, capsys):
 
 
 def test_conv_models_are_refused_in_half_with_the_way_out():
-    from core import ops
-    from core.tape import Tape
-    from gpu.kernel_template import source_only_device
-    from gpu.program import CaptureError, capture
+    from tapescope.core import ops
+    from tapescope.core.tape import Tape
+    from tapescope.gpu.kernel_template import source_only_device
+    from tapescope.gpu.program import CaptureError, capture
 
     t = Tape("float16")
     x = t.param(np.ones((1, 1, 4, 4)))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops, optim
+from tapescope import gpu
+from tapescope.core import Tape, ops, optim
 
 SIZES = (1, 63, 64, 65, 64 * 128 + 3)  # the last: 129 spans, more than a block's 128 threads
 

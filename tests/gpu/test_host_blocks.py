@@ -13,13 +13,13 @@ import subprocess
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops, workloads
-from gpu import fusion
-from gpu.device import INCLUDE_DIRS
-from gpu.host import HostDevice
-from gpu.host_compiler import host_flags
-from gpu.signature import parse_kernels
+from tapescope import gpu
+from tapescope.core import Tape, ops, workloads
+from tapescope.gpu import fusion
+from tapescope.gpu.device import INCLUDE_DIRS
+from tapescope.gpu.host import HostDevice
+from tapescope.gpu.host_compiler import host_flags
+from tapescope.gpu.signature import parse_kernels
 from tests.gpu.test_fusion import bits_equal, diff_nodes
 
 # A shared-memory tree sum per block (the classic reduction: a barrier after every level),
@@ -239,8 +239,8 @@ def test_ucontext_fallback_gives_the_same_bits(tmp_path):
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("g++ not found")
-    from gpu.host_launcher import launcher
-    from gpu.kernel_facts import KernelFacts
+    from tapescope.gpu.host_launcher import launcher
+    from tapescope.gpu.kernel_facts import KernelFacts
 
     text = SRC + "".join(launcher(s, KernelFacts(barrier=s.barrier))
                          for s in parse_kernels(SRC).values())

@@ -13,13 +13,13 @@ import re
 import numpy as np
 import pytest
 
-import gpu
-from core import workloads
-from gpu import fusion
-from gpu import source as kernel_source
-from gpu.host import HostDevice
-from gpu.kernel_facts import BARRIER, LANES, PLAIN
-from gpu.signature import parse_kernels
+from tapescope import gpu
+from tapescope.core import workloads
+from tapescope.gpu import fusion
+from tapescope.gpu import source as kernel_source
+from tapescope.gpu.host import HostDevice
+from tapescope.gpu.kernel_facts import BARRIER, LANES, PLAIN
+from tapescope.gpu.signature import parse_kernels
 from tests.gpu.test_fp_contract import _fma_instructions
 
 GUARD = """#ifndef TS_GRID_STRIDE
@@ -163,7 +163,7 @@ def test_lanes_round_every_product_and_add_apart(threads):
 def test_lane_objects_are_vectorised_and_have_no_fma():
     """The loop vectoriser is on (packed arithmetic in the objects), the SLP one and every FMA
     off: the library of both math modes as the host builds it."""
-    from gpu.fusion import capture
+    from tapescope.gpu.fusion import capture
 
     dev = HostDevice("test")
     for math in ("refmath", "platform"):
@@ -310,8 +310,8 @@ def test_adam_is_vectorised_and_calls_no_libm_sqrt(tmp_path, monkeypatch):
     import shutil
     import subprocess
 
-    from gpu import host_compiler
-    from gpu.source import library_facts, library_source
+    from tapescope.gpu import host_compiler
+    from tapescope.gpu.source import library_facts, library_source
 
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("reads x86-64 machine code")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops
+from tapescope import gpu
+from tapescope.core import Tape, ops
 
 # (m, k, n): 49 rows (a row block and one more), 47 and 5 (tiles of 6, 4, 2, 1), k 1, 127..129
 # and 300 (k-blocks), n 7 and 1 with m > n (transposed), 9 with m < n (not), 16/17 (one

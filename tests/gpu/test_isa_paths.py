@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from core.native import isa
+from tapescope.core.native import isa
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args, **env):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=280,
                           env={**os.environ, **env})
 
@@ -33,8 +33,8 @@ def test_parity_is_bit_identical_on_every_path(path):
 
 
 def test_the_path_in_force_is_built_with_its_flags(monkeypatch):
-    from core import native
-    from gpu import host_compiler
+    from tapescope.core import native
+    from tapescope.gpu import host_compiler
 
     for path, flag in (("avx2", "-mno-avx512f"), ("c", "-mno-avx")):
         if path not in isa.runnable():

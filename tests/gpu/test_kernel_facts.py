@@ -12,15 +12,15 @@ import re
 import numpy as np
 import pytest
 
-from core import workloads
-from gpu import fusion
-from gpu import source as kernel_source
-from gpu.device import header_paths
-from gpu.host import HostDevice
-from gpu.host_launcher import launcher, launchers
-from gpu.kernel_facts import BARRIER, LANES, PLAIN, KernelFacts, merge_facts
-from gpu.kernel_template import source_only_device
-from gpu.signature import parse_kernels
+from tapescope.core import workloads
+from tapescope.gpu import fusion
+from tapescope.gpu import source as kernel_source
+from tapescope.gpu.device import header_paths
+from tapescope.gpu.host import HostDevice
+from tapescope.gpu.host_launcher import launcher, launchers
+from tapescope.gpu.kernel_facts import BARRIER, LANES, PLAIN, KernelFacts, merge_facts
+from tapescope.gpu.kernel_template import source_only_device
+from tapescope.gpu.signature import parse_kernels
 from tests.gpu.lane_analyser import lane_kernels
 from tests.gpu.test_host_lanes import GUARD, SQRT_SRC, SRC, SRC_FACTS
 
@@ -95,7 +95,7 @@ def test_fused_row_kernels_state_a_barrier_only_where_they_wrote_one():
 
 
 def test_the_library_facts_come_from_the_templates_and_the_row_table():
-    from gpu import rowtable
+    from tapescope.gpu import rowtable
 
     facts = kernel_source.library_facts()
     assert facts["adam_f64"] == facts["mm_f32"] == LANES

@@ -14,10 +14,10 @@ import numpy as np
 import onnx
 import pytest
 
-from app.runs import PairRunner, SessionConfig
-from core.onnx.importer import CONVERTERS
-from core.onnx.workload import model_spec, with_options
-from gpu.library import KERNELS
+from tapescope.app.runs import PairRunner, SessionConfig
+from tapescope.core.onnx.importer import CONVERTERS
+from tapescope.core.onnx.workload import model_spec, with_options
+from tapescope.gpu.library import KERNELS
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -92,7 +92,7 @@ def test_squeezenet_in_float64_and_fused_is_bit_identical_too():
 def test_parity_command_takes_a_model(tmp_path, capsys):
     import json
 
-    from app.cli import main
+    from tapescope.app.cli import main
 
     out = tmp_path / "p.json"
     code = main(["parity", "--model", os.path.join(RESOURCES, "tiny_convnet.onnx"),
@@ -108,7 +108,7 @@ def test_parity_command_takes_a_model(tmp_path, capsys):
 def test_every_op_the_importer_records_has_host_kernels():
     """Each converter, fed the onnx package's node tests of its op: every tape op recorded is
     in the kernel library, and every converter recorded something."""
-    from core.onnx.coverage import recorded_ops
+    from tapescope.core.onnx.coverage import recorded_ops
 
     recorded = recorded_ops()
     # Identity/Dropout record nothing (they pass their input on), nor do Cast/CastLike (the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.parity import NodeParity, compare_arrays, first_divergence
+from tapescope.core.parity import NodeParity, compare_arrays, first_divergence
 
 SAME = compare_arrays(np.zeros(2), np.zeros(2))
 DIFF = compare_arrays(np.zeros(2), np.array([0.0, 1.0]))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.device import DeviceError
-from gpu.nvrtc import (
+from tapescope.gpu.device import DeviceError
+from tapescope.gpu.nvrtc import (
     NVRTC_FLAGS,
     audit_ok,
     audit_ptx,
@@ -31,7 +31,7 @@ def kernels_out(tmp_path_factory):
     import contextlib
     import io
 
-    from app.cli import main
+    from tapescope.app.cli import main
 
     out = tmp_path_factory.mktemp("kernels")
     buf = io.StringIO()
@@ -47,7 +47,7 @@ def half_kernels_out(tmp_path_factory):
     import contextlib
     import io
 
-    from app.cli import main
+    from tapescope.app.cli import main
 
     out = tmp_path_factory.mktemp("kernels_half")
     buf = io.StringIO()
@@ -65,7 +65,7 @@ def test_headers_go_to_nvrtc_as_bytes():
     names, texts = kernel_headers()
     assert b"refmath.cuh" in names and all(isinstance(t, bytes) for t in names + texts)
     # refmath's C twin is core's (core/refmath/), the host-only headers stay out
-    from core import refmath
+    from tapescope.core import refmath
 
     assert texts[names.index(b"refmath.cuh")] == (refmath.C_DIR / "refmath.cuh").read_bytes()
     assert b"host_prelude.h" not in names and b"intrinsics_host.h" not in names
@@ -146,14 +146,14 @@ def test_audit_flags_mad_in_real_nvrtc_ptx():
 
 @needs_nvrtc
 def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out):
-    from app.commands.kernels import DTYPES, MATHS
-    from gpu.signature import parse_kernels
+    from tapescope.app.commands.kernels import DTYPES, MATHS
+    from tapescope.gpu.signature import parse_kernels
 
     rc, text, out = kernels_out
     assert rc == 0, text
     assert "audit ok" in text
     # DIR holds the headers its units include, as core has them: it compiles alone
-    from core import refmath
+    from tapescope.core import refmath
 
     assert (out / "refmath.cuh").read_bytes() == (refmath.C_DIR / "refmath.cuh").read_bytes()
     stems = [f"{u}-{dt}-{m}" for m in MATHS for dt in DTYPES[:2]
@@ -185,8 +185,8 @@ def test_the_audit_table_in_devices_md_is_what_kernels_prints(kernels_out):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_every_half_unit_compiles_audits_and_is_in_devices_md(half_kernels_out):
-    from app.commands.kernels import MATHS
-    from gpu.signature import parse_kernels
+    from tapescope.app.commands.kernels import MATHS
+    from tapescope.gpu.signature import parse_kernels
 
     rc, text, out = half_kernels_out
     assert rc == 0 and "audit ok" in text, text
@@ -204,7 +204,7 @@ def test_every_half_unit_compiles_audits_and_is_in_devices_md(half_kernels_out):
 @needs_nvrtc
 def test_the_half_library_compiles_and_passes_the_audit():
     # the quick tier's half check: both half libraries (refmath), as the backends compile them
-    from app.commands.kernels import units
+    from tapescope.app.commands.kernels import units
 
     half = [u for u in units(workloads=(), dtypes=("float16", "bfloat16"))
             if u.math == "refmath"]
@@ -219,7 +219,7 @@ def _check_doc_table(text: str, rows: int) -> None:
     import re
     from pathlib import Path
 
-    from gpu.nvrtc import AUDIT_COLUMNS, cuda_version_text
+    from tapescope.gpu.nvrtc import AUDIT_COLUMNS, cuda_version_text
 
     printed = {}
     for ln in text.splitlines():
@@ -254,7 +254,7 @@ def test_platform_units_really_differ(kernels_out):
 
 @needs_nvrtc
 def test_library_unit_is_what_the_backend_compiles(kernels_out):
-    from gpu.source import library_source
+    from tapescope.gpu.source import library_source
 
     _, _, out = kernels_out
     for math in ("refmath", "platform"):
@@ -265,8 +265,8 @@ def test_library_unit_is_what_the_backend_compiles(kernels_out):
             for part in body.split("/* ---- ")[1:]:
                 assert "/* ---- " + part.rstrip("\n") in both
         for dt in ("float16", "bfloat16"):  # a half program compiles its own dtype only
-            from app.commands.kernels import units
-            from core.precision import dtype_of
+            from tapescope.app.commands.kernels import units
+            from tapescope.core.precision import dtype_of
 
             one = library_source(math, (dtype_of(dt),))
             (u,) = [u for u in units(workloads=(), dtypes=(dt,)) if u.math == math]

@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops
+from tapescope import gpu
+from tapescope.core import Tape, ops
 
 onnx = pytest.importorskip("onnx")
-pytest.importorskip("core.ops.nn", reason="the imported-model ops (core/ops/nn.py) are absent")
+pytest.importorskip("tapescope.core.ops.nn",
+                    reason="the imported-model ops (core/ops/nn.py) are absent")
 
 from onnx import helper, numpy_helper  # noqa: E402
 
@@ -48,8 +49,8 @@ def _model(pool: dict, dtype) -> onnx.ModelProto:
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("pool", list(POOLS))
 def test_strided_average_pool_replays_bit_identically(host, pool, dtype):
-    from core.onnx import run
-    from core.onnx.importer import import_to_tape
+    from tapescope.core.onnx import run
+    from tapescope.core.onnx.importer import import_to_tape
 
     model = _model(POOLS[pool], dtype)
     x = np.random.default_rng(7).standard_normal((2, 2, 9, 8)).astype(dtype)

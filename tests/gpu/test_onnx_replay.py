@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops
+from tapescope import gpu
+from tapescope.core import Tape, ops
 
-pytest.importorskip("core.ops.nn", reason="the imported-model ops (core/ops/nn.py) are absent")
+pytest.importorskip("tapescope.core.ops.nn",
+                    reason="the imported-model ops (core/ops/nn.py) are absent")
 onnx = pytest.importorskip("onnx")
 
 MODELS = Path(__file__).resolve().parents[2] / "resources" / "models"
@@ -19,7 +20,7 @@ MODELS = Path(__file__).resolve().parents[2] / "resources" / "models"
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["tiny_convnet", "tiny_mlp"])
 def test_imported_model_forward_backward(host, name, dtype):
-    from core.onnx.importer import import_to_tape
+    from tapescope.core.onnx.importer import import_to_tape
 
     path = MODELS / f"{name}.onnx"
     if not path.exists():

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from core.ops import REGISTRY
-from gpu import optable
-from gpu.emitc import C_OPS, NO_C_RULE
-from gpu.fusion.analysis import BINARY, HAND_FUSED, ROW, UNARY
-from gpu.library import KERNELS, LEAF
-from gpu.source import TRANSCENDENTALS, library_source, template
+from tapescope.core.ops import REGISTRY
+from tapescope.gpu import optable
+from tapescope.gpu.emitc import C_OPS, NO_C_RULE
+from tapescope.gpu.fusion.analysis import BINARY, HAND_FUSED, ROW, UNARY
+from tapescope.gpu.library import KERNELS, LEAF
+from tapescope.gpu.source import TRANSCENDENTALS, library_source, template
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 OPS = [n for n, d in REGISTRY.items() if d.kind != "leaf"]
@@ -70,8 +70,8 @@ def test_table_ops_reach_every_generated_target():
 
 def test_row_ops_reach_every_generated_target():
     """An op with a row form gets its library kernels, its fusion, its emitc rule, all rendered."""
-    from gpu import rowtable
-    from gpu.fusion.analysis import ROW
+    from tapescope.gpu import rowtable
+    from tapescope.gpu.fusion.analysis import ROW
 
     src = library_source()
     gen = rowtable.library_kernels()
@@ -125,7 +125,7 @@ def test_generated_switches_replace_the_mark_and_hold_only_table_text():
 
 
 def test_onnx_mapping_of_the_table_is_what_the_importer_uses():
-    from core.onnx.importer import CONVERTERS
+    from tapescope.core.onnx.importer import CONVERTERS
 
     for name, d in REGISTRY.items():
         for onnx_op in d.onnx:
@@ -134,8 +134,8 @@ def test_onnx_mapping_of_the_table_is_what_the_importer_uses():
 
 def test_golden_snippets_of_the_rendered_targets():
     """The one spelling, as each target prints it (template tokens; emitc after expansion)."""
-    from core import Tape, ops
-    from gpu.emitc import emit
+    from tapescope.core import Tape, ops
+    from tapescope.gpu.emitc import emit
 
     gen = optable.library_switches()
     k = optable.UNARY_CODES["sigmoid"]
@@ -178,7 +178,7 @@ def test_no_code_below_the_table_names_a_row_op():
     """Every row op is rendered from the table (core.optable.rows): no file of gpu/, app/ or
     views/ (demo data aside) names one, so adding a row op touches the table, its docs row
     and tests only (issue 24)."""
-    from gpu.rowtable import ROW_OPS
+    from tapescope.gpu.rowtable import ROW_OPS
 
     # the row ops, and silu (issue 24's list: an elementwise CForm since)
     names = set(ROW_OPS) | {n for n, d in REGISTRY.items() if d.kind == "rowwise"} | {"silu"}

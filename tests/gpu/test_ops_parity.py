@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops
-from core.ops import REGISTRY
-from gpu.library import KERNELS, LEAF
+from tapescope import gpu
+from tapescope.core import Tape, ops
+from tapescope.core.ops import REGISTRY
+from tapescope.gpu.library import KERNELS, LEAF
 
 try:  # the imported-model ops register only on ONNX import; their kernels exist regardless
-    from core.ops.nn import NN_OPS
+    from tapescope.core.ops.nn import NN_OPS
 except ImportError:
     NN_OPS = ()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from app.cli import main
+from tapescope.app.cli import main
 
 
 def test_exact_run_writes_the_schema(tmp_path, capsys):

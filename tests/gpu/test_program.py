@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops, optim
-from core.parity import compare_arrays
-from gpu.library import KERNELS
+from tapescope import gpu
+from tapescope.core import Tape, ops, optim
+from tapescope.core.parity import compare_arrays
+from tapescope.gpu.library import KERNELS
 
 
 def _net(tape: Tape, rng, with_unused: bool = False):
@@ -185,7 +185,7 @@ def test_only_summaries_cross_to_the_host(host):
 
 
 def test_mirror_a_core_adam_mid_training(host):
-    from core import workloads
+    from tapescope.core import workloads
 
     wl = workloads.get("mlp")
     opt = wl.make_optimizer()
@@ -211,8 +211,8 @@ def test_mirror_a_core_adam_mid_training(host):
 
 
 def test_gather_indices_checked_and_read_at_run_time(host, monkeypatch):
-    nn = pytest.importorskip("core.ops.nn", reason="core/ops/nn.py is absent")
-    from core.ops import REGISTRY
+    nn = pytest.importorskip("tapescope.core.ops.nn", reason="core/ops/nn.py is absent")
+    from tapescope.core.ops import REGISTRY
 
     for d in nn.NN_OPS:
         monkeypatch.setitem(REGISTRY, d.name, d)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops
-from gpu import fusion
+from tapescope import gpu
+from tapescope.core import Tape, ops
+from tapescope.gpu import fusion
 from tests.gpu.test_ops_parity import _assert_exact, run_case
 
 EDGES = [-0.0, 0.0, 1e-300, -1e-300, 1e-8, -1e-8, 0.5, -0.5, 20.0, -20.0, 36.0, -36.0, 700.0,

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops, tapefile, workloads
-from gpu import emitc, fusion
+from tapescope import gpu
+from tapescope.core import Tape, ops, tapefile, workloads
+from tapescope.gpu import emitc, fusion
 from tests.gpu.test_emitc_support import compile_all, emit_traced, run_traced
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ def test_fuse_check_on_a_crafted_tape_runs_no_code(tmp_path):
     marker = tmp_path / "PWNED"
     for k, name in enumerate(payloads(marker)):
         tape = _write_named_tape(tmp_path / f"evil{k}.tape", name)
-        r = subprocess.run([sys.executable, "-m", "app.cli", "fuse", "--tape", str(tape),
+        r = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "fuse", "--tape", str(tape),
                             "--device", "host", "--check", "--source"], cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
         assert not marker.exists(), f"payload {k} ran a shell command:\n{r.stdout[-2000:]}"

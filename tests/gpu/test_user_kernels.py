@@ -10,14 +10,14 @@ import re
 import numpy as np
 import pytest
 
-import gpu
-from app.cli import main
-from app.runs import SessionConfig
-from core import workloads
-from gpu.kernel_template import op_kernels, template
-from gpu.source import LIBRARY
-from gpu.source import template as library_template
-from gpu.user_kernels import parse_spec
+from tapescope import gpu
+from tapescope.app.cli import main
+from tapescope.app.runs import SessionConfig
+from tapescope.core import workloads
+from tapescope.gpu.kernel_template import op_kernels, template
+from tapescope.gpu.source import LIBRARY
+from tapescope.gpu.source import template as library_template
+from tapescope.gpu.user_kernels import parse_spec
 from tests.gpu.conftest import needs_nvrtc
 
 # softmax's division y = e / s rewritten as a reciprocal multiply y = e * (1 / s)
@@ -53,7 +53,7 @@ def _ids(name: str, op: str) -> set[int]:
 
 def test_every_template_holds_its_stock_kernels_verbatim():
     lib = "\n".join(library_template(n) for n in LIBRARY)
-    from gpu.library import KERNELS, LEAF
+    from tapescope.gpu.library import KERNELS, LEAF
 
     for op, k in KERNELS.items():
         if k.fwd == LEAF:

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from app.cli import main
-from gpu.kernel_template import template
-from gpu.signature import parse_kernels
-from gpu.user_kernels import USER_COMPILE_BYTES
+from tapescope.app.cli import main
+from tapescope.gpu.kernel_template import template
+from tapescope.gpu.signature import parse_kernels
+from tapescope.gpu.user_kernels import USER_COMPILE_BYTES
 
-CLI = [sys.executable, "-m", "app.cli"]
+CLI = [sys.executable, "-m", "tapescope.app.cli"]
 # the command in a child whose peak RSS, its compiler's included, comes back (RUSAGE_CHILDREN)
 WRAP = textwrap.dedent("""
     import json, resource, subprocess, sys

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import workloads
-from core.ops import REGISTRY
-from core.parity import compare_arrays
+from tapescope import gpu
+from tapescope.core import workloads
+from tapescope.core.ops import REGISTRY
+from tapescope.core.parity import compare_arrays
 
 
 def train_side_by_side(host, name: str, dtype, steps: int, math: str = "refmath"):

@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, save
 from safetensors.numpy import save_file
 
-from app.cli import main
-from core.onnx.errors import OnnxError
-from core.onnx.workload import OnnxWorkload, split_options, with_options
+from tapescope.app.cli import main
+from tapescope.core.onnx.errors import OnnxError
+from tapescope.core.onnx.workload import OnnxWorkload, split_options, with_options
 
 
 def _model(path):

@@ -17,9 +17,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, save
 from safetensors.numpy import save_file
 
-from app.cli import main
-from core.onnx.errors import OnnxError
-from core.onnx.workload import OnnxWorkload
+from tapescope.app.cli import main
+from tapescope.core.onnx.errors import OnnxError
+from tapescope.core.onnx.workload import OnnxWorkload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,11 +97,11 @@ CUT = textwrap.dedent("""
     import safetensors, safetensors.numpy as stn
     stn.safe_open = safetensors.safe_open = cutting(stn.safe_open, False)
     try:
-        import core.arrayfile as af
+        import tapescope.core.arrayfile as af
         af._open_regular = cutting(af._open_regular, True)
     except ImportError:
         pass
-    from app.cli import main
+    from tapescope.app.cli import main
     sys.exit(main(["parity", "--model", model, "--weights", path, "--device", "host",
                    "--steps", "1"]))
 """)
@@ -163,8 +163,8 @@ def test_weights_refused_from_the_header_without_reading_data(tmp_path, entries,
 
 
 def test_weights_read_back_exact_in_every_float_type(tmp_path):
-    from core.arrayfile import read_safetensors
-    from core.precision import BFLOAT16
+    from tapescope.core.arrayfile import read_safetensors
+    from tapescope.core.precision import BFLOAT16
 
     vals = {"a": np.arange(12, dtype=np.float64).reshape(3, 4) / 7,
             "b": np.arange(6, dtype=np.float16).reshape(2, 3),
@@ -240,7 +240,7 @@ def test_a_device_or_fifo_is_not_a_file(tmp_path, capsys):
 
 
 def test_a_given_input_still_reads_exactly(tmp_path, capsys):
-    from core.arrayfile import read_npy
+    from tapescope.core.arrayfile import read_npy
 
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     for i, a in enumerate((x, np.asfortranarray(x), x.astype(">f4"))):

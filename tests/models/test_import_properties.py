@@ -18,10 +18,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
-from core import ops
-from core.onnx.executor import Session
-from core.onnx.importer import import_to_tape
-from core.tape import Tape
+from tapescope.core import ops
+from tapescope.core.onnx.executor import Session
+from tapescope.core.onnx.importer import import_to_tape
+from tapescope.core.tape import Tape
 
 #: each example builds and runs two tiny models: milliseconds; a generous per-example bound so
 #: a loaded machine never trips it, and few examples so the file runs in seconds

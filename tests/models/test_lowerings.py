@@ -10,11 +10,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from core import ops
-from core.onnx.errors import OnnxError
-from core.onnx.executor import Session
-from core.onnx.importer import import_to_tape
-from core.tape import Tape
+from tapescope.core import ops
+from tapescope.core.onnx.errors import OnnxError
+from tapescope.core.onnx.executor import Session
+from tapescope.core.onnx.importer import import_to_tape
+from tapescope.core.tape import Tape
 
 D = TensorProto.DOUBLE
 

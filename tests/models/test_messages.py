@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from app.cli import main
+from tapescope.app.cli import main
 
 
 def _one(tmp_path, op_type, **attrs):

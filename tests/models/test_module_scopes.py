@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from core.onnx.executor import Session
-from core.onnx.importer import import_to_tape, module_path
-from core.tape import Tape
+from tapescope.core.onnx.executor import Session
+from tapescope.core.onnx.importer import import_to_tape, module_path
+from tapescope.core.tape import Tape
 
 
 def _node(op, ins, outs, name, namespace=None):

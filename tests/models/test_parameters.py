@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("torch", reason="tests/models needs torch (the test extra installs it)")
 
-from core.onnx.importer import import_to_tape  # noqa: E402
-from core.onnx.workload import OnnxWorkload  # noqa: E402
-from core.tape import Tape  # noqa: E402
+from tapescope.core.onnx.importer import import_to_tape  # noqa: E402
+from tapescope.core.onnx.workload import OnnxWorkload  # noqa: E402
+from tapescope.core.tape import Tape  # noqa: E402
 from tests.models import zoo  # noqa: E402
 
 # (family, dynamo) -> the import's weight count minus the module's, where the exporter fuses

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper, save
 
-from app.cli import main
-from app.commands.model_args import resolve_dtype
-from core.onnx.workload import model_dtype, model_spec
+from tapescope.app.cli import main
+from tapescope.app.commands.model_args import resolve_dtype
+from tapescope.core.onnx.workload import model_dtype, model_spec
 
 
 def _model(path, elem, np_dt):

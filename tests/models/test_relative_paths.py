@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.commands.model_args import absolute_spec, resolve_workload
+from tapescope.app.commands.model_args import absolute_spec, resolve_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,8 @@ def test_gui_live_from_another_directory(tmp_path, how):
         shutil.copy(ROOT / "resources" / "workloads" / "logistic.py", tmp_path / "w.py")
         argv = ["--workload", "w.py", "--live"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen"}
-    proc = subprocess.run([sys.executable, "-m", "app.cli", "gui", *argv, "--device", "host",
+    proc = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", *argv, "--device",
+                           "host",
                            "--steps", "2", "--screenshot", "shot.png"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gpu
-from core import Tape, ops, optim, tapefile
-from core.parity import compare_arrays
+from tapescope import gpu
+from tapescope.core import Tape, ops, optim, tapefile
+from tapescope.core.parity import compare_arrays
 
 
 def _episode(tape, p, w, x):

@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("torch", reason="tests/models needs torch (the test extra installs it)")
 
-from app.runs import PairRunner, SessionConfig  # noqa: E402
-from core.onnx.workload import OnnxWorkload, model_spec  # noqa: E402
+from tapescope.app.runs import PairRunner, SessionConfig  # noqa: E402
+from tapescope.core.onnx.workload import OnnxWorkload, model_spec  # noqa: E402
 from tests.models import zoo  # noqa: E402
 
 # one worker runs the module: its fixture exports each file once (dynamo's export is ~10 s)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from core import ops
-from core.onnx.executor import Session
-from core.onnx.importer import import_to_tape
-from core.tape import Tape
+from tapescope.core import ops
+from tapescope.core.onnx.executor import Session
+from tapescope.core.onnx.importer import import_to_tape
+from tapescope.core.tape import Tape
 
 
 def _model():
@@ -86,7 +86,7 @@ def test_a_value_from_shapes_is_a_constant_and_a_broadcast_trains_its_weight():
 
 
 def test_a_folded_transpose_of_a_weight_is_tied_to_it_and_an_equal_symmetric_one_is_not():
-    from core.onnx.importer import tied_copies
+    from tapescope.core.onnx.importer import tied_copies
 
     rng = np.random.default_rng(0)
     emb = rng.standard_normal((5, 3))

@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("torch", reason="tests/models needs torch (the test extra installs it)")
 
-from app.runs import PairRunner, SessionConfig  # noqa: E402
-from core.onnx.workload import OnnxWorkload, model_spec  # noqa: E402
+from tapescope.app.runs import PairRunner, SessionConfig  # noqa: E402
+from tapescope.core.onnx.workload import OnnxWorkload, model_spec  # noqa: E402
 from tests.models import zoo  # noqa: E402
 
 DYNAMO_DEFAULT: set[str] = set()
@@ -149,7 +149,7 @@ def test_classifier_trains_on_log_softmax_and_nll_loss(exported, dynamo):
     batch = wl.batch(0)
     labels = [v for v in batch.values() if v.dtype.kind == "i"]
     assert labels and all(0 <= v.min() and v.max() < 5 for v in labels)  # drawn in the classes
-    from core.onnx.executor import Session
+    from tapescope.core.onnx.executor import Session
 
     want = next(iter(Session(path).run(batch).values()))
     np.testing.assert_allclose(float(np.asarray(loss.value)), float(want), rtol=1e-6)
@@ -175,7 +175,7 @@ def test_integer_inputs_are_drawn_within_the_table_they_index(exported, tmp_path
     assert all(np.isfinite(wl.train(2)))
     bad = tmp_path / "types.npy"
     np.save(bad, np.full(wl.input_specs[types][0], 5, wl.input_specs[types][1]))
-    from core.onnx.errors import OnnxError
+    from tapescope.core.onnx.errors import OnnxError
 
     with pytest.raises(OnnxError, match=rf"integer input '{types}'\) indexes a table of 2 "
                                         rf"rows: .* \(give --input {types}=FILE.npy within it\)"):

@@ -24,8 +24,8 @@ from PySide6.QtGui import QFontMetrics, QGuiApplication
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFileDialog
 
-from app.live import FAILED, PAUSED, RUNNING
-from app.runs import SessionConfig
+from tapescope.app.live import FAILED, PAUSED, RUNNING
+from tapescope.app.runs import SessionConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 LIVE = SessionConfig(workload="transformer", compare="cpu-platform", math="platform")
@@ -35,7 +35,7 @@ READY_S = 120  # the worker's start (a hang guard, not a target)
 
 def _window(tmp_path_factory):
     """The main window as `tapescope gui` makes it, shown on the X server."""
-    from app.main_window import MainWindow
+    from tapescope.app.main_window import MainWindow
 
     assert QGuiApplication.platformName() == "xcb", "these scenarios need a real X server"
     cfg = tmp_path_factory.mktemp("settings") / "tapescope.ini"

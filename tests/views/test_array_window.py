@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from views.inspector import DeviceCompareView
+from tapescope.views.inspector import DeviceCompareView
 
 
 @pytest.fixture(autouse=True)

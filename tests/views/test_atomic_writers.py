@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tapescope.views import repro
 from tests.fs_faults import full_disk
-from views import repro
 
 NODE = {"id": 3, "op": "exp", "attrs": {}, "shape": [4], "dtype": "float64", "step": 2,
         "reference": "cpu", "candidate": "host"}
@@ -37,7 +37,7 @@ def test_a_repro_written_again_on_a_full_disk_leaves_the_old_one_whole(tmp_path,
 
 
 def test_examples_save_on_a_full_disk_keeps_the_old_picture(qapp, tmp_path, monkeypatch, capsys):
-    from views import examples
+    from tapescope.views import examples
 
     assert examples.main(["kernels", "--save", str(tmp_path)]) == 0
     png = tmp_path / "kernels.png"

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from views import export
+from tapescope.views import export
 
 HOSTILE = ["=cmd|' /C calc'!A0", '+HYPERLINK("x")', "-2+3+cmd|' /C calc'!A0", "@SUM(A1)",
            "\t=1+1", "\r=1+1"]

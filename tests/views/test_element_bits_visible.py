@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QHeaderView, QVBoxLayout, QWidget
 
-from views.element_view import ElementView, bits_text, mono_font, number_text
+from tapescope.views.element_view import ElementView, bits_text, mono_font, number_text
 
 DOCK_WIDTH = 470  # the Inspector dock's default width (app.main_window)
 

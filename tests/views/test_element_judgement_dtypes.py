@@ -13,8 +13,8 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from core import precision
-from views.element_view import (
+from tapescope.core import precision
+from tapescope.views.element_view import (
     MAX_ROWS,
     ElementView,
     n_differ,

@@ -8,14 +8,14 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QAbstractItemModelTester
 
-from views.element_view import (
+from tapescope.views.element_view import (
     WORST_COLUMNS,
     ElementView,
     WorstElementsModel,
     worst_elements,
 )
-from views.kernels_view import KernelsPanel
-from views.step_scrubber import StepScrubber
+from tapescope.views.kernels_view import KernelsPanel
+from tapescope.views.step_scrubber import StepScrubber
 
 
 def hex64(v: float) -> str:
@@ -57,8 +57,8 @@ def test_worst_elements_table_shows_values_bits_ulp_and_relative_error(qtbot):
     assert "4 of 6 elements differ" in w.summary.text()
     assert w.repro.isEnabled()
     # drawn in the window's one ulp scale: exact 0, 1 ulp amber (1), NaN ≠ violet (255)
-    from views.element_view import ulp_level_image
-    from views.ulp_scale import heat_levels
+    from tapescope.views.element_view import ulp_level_image
+    from tapescope.views.ulp_scale import heat_levels
 
     lv = ulp_level_image(ref, cand)
     assert np.array_equal(w.image.image, lv)
@@ -164,7 +164,7 @@ def test_a_node_opens_its_lines_in_the_kernel_and_kernels_show_their_parity(qtbo
 
 
 def test_stats_are_never_cut_to_another_number(qtbot):
-    from views.inspector import StatsTable
+    from tapescope.views.inspector import StatsTable
 
     t = StatsTable()
     qtbot.addWidget(t)
@@ -189,7 +189,7 @@ def test_the_element_view_example_renders(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    r = subprocess.run([sys.executable, "-m", "views.examples", "elements", "--save",
+    r = subprocess.run([sys.executable, "-m", "tapescope.views.examples", "elements", "--save",
                         str(tmp_path)], cwd=root, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]

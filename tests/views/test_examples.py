@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_example_renders(tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    r = subprocess.run([sys.executable, "-m", "views.examples", "all", "--save", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "tapescope.views.examples", "all", "--save",
+                        str(tmp_path)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     for name in ("graph", "inspector", "parity", "stepper", "training", "kernels"):

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QRectF
 
-from views.graph_model import GraphModel, GraphNode
-from views.graph_panel import GraphPanel
-from views.graph_view import FIT_READABLE
+from tapescope.views.graph_model import GraphModel, GraphNode
+from tapescope.views.graph_panel import GraphPanel
+from tapescope.views.graph_view import FIT_READABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 READABLE_PX = 8.0  # a label at least this high on screen reads
@@ -101,10 +101,10 @@ def test_a_run_unfolds_into_its_blocks_folded(qtbot):
 @pytest.mark.parametrize("which", ["mlp", "transformer", "torch_cnn"])
 def test_fit_labels_every_small_model(qtbot, which):
     if which == "torch_cnn":
-        from core import Tape, ops
-        from core.onnx import Session as OnnxSession
-        from core.onnx import default_inputs
-        from core.onnx.importer import import_to_tape
+        from tapescope.core import Tape, ops
+        from tapescope.core.onnx import Session as OnnxSession
+        from tapescope.core.onnx import default_inputs
+        from tapescope.core.onnx.importer import import_to_tape
 
         sess = OnnxSession(ROOT / "resources/models/torch_cnn.onnx", fold=False)
         tape = Tape(dtype=np.float32)
@@ -114,7 +114,7 @@ def test_fit_labels_every_small_model(qtbot, which):
         m = GraphModel.from_tape(tape, loss.id)
         assert m.group_onnx(imp.onnx_nodes)
     else:
-        from core import workloads
+        from tapescope.core import workloads
 
         m = tape_model(workloads.get(which))
     p = panel(qtbot, m)
@@ -173,7 +173,7 @@ def test_in_a_short_dock_a_fitted_label_runs_on_beside_its_box_never_onto_a_box(
 
 
 def test_a_long_edge_runs_around_the_boxes_in_the_gaps_of_each_rank(qtbot):
-    from core import workloads
+    from tapescope.core import workloads
 
     m = tape_model(workloads.get("transformer"))
     p = panel(qtbot, m)

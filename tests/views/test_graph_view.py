@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 
-from views.graph_model import GraphModel, GraphNode
-from views.graph_panel import GraphPanel
-from views.synthetic import transformer_like
+from tapescope.views.graph_model import GraphModel, GraphNode
+from tapescope.views.graph_panel import GraphPanel
+from tapescope.views.synthetic import transformer_like
 
 
 def model(n: int = 400) -> GraphModel:
@@ -120,7 +120,7 @@ def test_edge_culling_matches_brute_force(qtbot):
 
 
 def test_same_structure_keeps_the_view_and_hits_the_cache(qtbot):
-    from views.layout import CACHE
+    from tapescope.views.layout import CACHE
 
     p = panel(qtbot, model(300))
     v = p.view
@@ -164,7 +164,7 @@ def test_overview_click_moves_the_view(qtbot):
 def test_overlay_takes_each_boxs_worst_colour_as_the_per_node_loop_did(qtbot):
     from PySide6.QtGui import QColor
 
-    from views.graph_view import severity
+    from tapescope.views.graph_view import severity
 
     m = model(300)
     m.collapsed = {g for g in m.groups if g.endswith("/attn")}

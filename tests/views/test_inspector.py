@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtGui import QGuiApplication
 
-from views.array_view import PAGE_IMAGE, PAGE_NUMBER, PAGE_PLOT
-from views.inspector import InspectorPanel, NodeDetails
+from tapescope.views.array_view import PAGE_IMAGE, PAGE_NUMBER, PAGE_PLOT
+from tapescope.views.inspector import InspectorPanel, NodeDetails
 
 
 def details(value, grad=None, inputs=()):

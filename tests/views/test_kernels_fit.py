@@ -11,8 +11,8 @@ import gc
 import pytest
 from PySide6.QtCore import Qt
 
+from tapescope.views.kernels_view import KernelsPanel
 from tests.views.test_element_view import PLAN
-from views.kernels_view import KernelsPanel
 
 
 @pytest.fixture(autouse=True)

@@ -5,10 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import views.layout as layout_mod
-from views.graph_model import GraphModel, GraphNode
-from views.layout import GAP_X, NODE_W, LayoutCache, count_crossings, layered_layout, structure_key
-from views.synthetic import transformer_like
+import tapescope.views.layout as layout_mod
+from tapescope.views.graph_model import GraphModel, GraphNode
+from tapescope.views.layout import (
+    GAP_X,
+    NODE_W,
+    LayoutCache,
+    count_crossings,
+    layered_layout,
+    structure_key,
+)
+from tapescope.views.synthetic import transformer_like
 
 
 def random_dag(n: int, seed: int) -> list[tuple[int, ...]]:

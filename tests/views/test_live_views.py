@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtGui import QColor, QTextDocument
 
-from views.kernels_view import CudaHighlighter, KernelsPanel
-from views.training_view import HEAT_STEPS, TrainingPanel, heat_levels, heat_lut
+from tapescope.views.kernels_view import CudaHighlighter, KernelsPanel
+from tapescope.views.training_view import HEAT_STEPS, TrainingPanel, heat_levels, heat_lut
 
 
 def test_heat_levels_exact_ulp_scale_and_nan():

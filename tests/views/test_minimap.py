@@ -12,12 +12,12 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QHelpEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
-from views.graph_model import GraphModel, GraphNode
-from views.graph_panel import GraphPanel
-from views.minimap import BAND_PX, FRAME, GREY
-from views.scope_runs import run_label, scope_runs
-from views.synthetic import transformer_like
-from views.training_view import TrainingPanel
+from tapescope.views.graph_model import GraphModel, GraphNode
+from tapescope.views.graph_panel import GraphPanel
+from tapescope.views.minimap import BAND_PX, FRAME, GREY
+from tapescope.views.scope_runs import run_label, scope_runs
+from tapescope.views.synthetic import transformer_like
+from tapescope.views.training_view import TrainingPanel
 
 GREEN, AMBER, RED, VIOLET = "#16a34a", "#f59e0b", "#dc2626", "#7c3aed"
 

@@ -10,11 +10,11 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from views.graph_canvas import KIND_STYLE
-from views.graph_model import KIND_OP, KIND_PARAM, GraphModel, GraphNode
-from views.graph_panel import GraphPanel
-from views.minimap import GREY
-from views.synthetic import transformer_like
+from tapescope.views.graph_canvas import KIND_STYLE
+from tapescope.views.graph_model import KIND_OP, KIND_PARAM, GraphModel, GraphNode
+from tapescope.views.graph_panel import GraphPanel
+from tapescope.views.minimap import GREY
+from tapescope.views.synthetic import transformer_like
 
 GREEN, RED = "#16a34a", "#dc2626"
 

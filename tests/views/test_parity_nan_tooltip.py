@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import Qt
 
-from core.parity import compare_arrays
-from views.graph_model import GraphNode
-from views.parity_rows import build_rows
-from views.parity_table import ParityTableModel
+from tapescope.core.parity import compare_arrays
+from tapescope.views.graph_model import GraphNode
+from tapescope.views.parity_rows import build_rows
+from tapescope.views.parity_table import ParityTableModel
 
 
 def test_nan_bits_differ_reaches_the_table():
@@ -31,7 +31,7 @@ def test_nan_bits_differ_reaches_the_table():
 
 
 def test_the_inspectors_ulp_map_follows_the_nan_policy():
-    from views.inspector import ulp_map
+    from tapescope.views.inspector import ulp_map
 
     ref = np.array([np.nan, np.nan, 1.0, 0.0])
     oth = np.array([-np.nan, np.nan, np.nan, -0.0])

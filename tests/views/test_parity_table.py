@@ -6,10 +6,10 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QAbstractItemModelTester
 
-from views.graph_model import GraphNode
-from views.parity_rows import COLUMNS as COLUMNS_H
-from views.parity_rows import build_rows
-from views.parity_table import ID_ROLE, SORT_ROLE, ParityPanel, ParityTableModel
+from tapescope.views.graph_model import GraphNode
+from tapescope.views.parity_rows import COLUMNS as COLUMNS_H
+from tapescope.views.parity_rows import build_rows
+from tapescope.views.parity_table import ID_ROLE, SORT_ROLE, ParityPanel, ParityTableModel
 
 NODES = [GraphNode(0, "param", (), "W", (3, 4)), GraphNode(1, "const", (), "x", (2, 3)),
          GraphNode(2, "matmul", (1, 0), "h", (2, 4)), GraphNode(3, "exp", (2,), "e", (2, 4)),
@@ -90,7 +90,7 @@ CELLS = {  # node id -> the text of each column, in HEADERS order
 
 def headers(m) -> list[str]:
     """The columns' field names (the header shows words: see the test below)."""
-    from views.parity_table import KEY_ROLE
+    from tapescope.views.parity_table import KEY_ROLE
 
     return [m.headerData(c, Qt.Horizontal, KEY_ROLE) for c in range(m.columnCount())]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import views._pyside_guard as guard
+import tapescope.views._pyside_guard as guard
 
 SCRIPT = """
 import os, sys
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
-import views._pyside_guard  # applies the guard on import
+import tapescope.views._pyside_guard  # applies the guard on import
 from PySide6.QtCore import QCoreApplication, QObject, QPointF, Signal
 app = QCoreApplication([])
 p = QPointF()

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from views.graph_model import GraphModel, GraphNode
-from views.graph_panel import DEBOUNCE_FROM, GraphPanel
-from views.parity_rows import build_rows
-from views.parity_table import ParityPanel
-from views.synthetic import transformer_like
-from views.training_view import TrainingPanel
+from tapescope.views.graph_model import GraphModel, GraphNode
+from tapescope.views.graph_panel import DEBOUNCE_FROM, GraphPanel
+from tapescope.views.parity_rows import build_rows
+from tapescope.views.parity_table import ParityPanel
+from tapescope.views.synthetic import transformer_like
+from tapescope.views.training_view import TrainingPanel
 
 
 @pytest.fixture(autouse=True)

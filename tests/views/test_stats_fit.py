@@ -10,8 +10,8 @@ import gc
 import numpy as np
 import pytest
 
-from views.inspector import InspectorPanel
-from views.node_details import NodeDetails
+from tapescope.views.inspector import InspectorPanel
+from tapescope.views.node_details import NodeDetails
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from core import workloads
-from views.stepper_model import BackwardStepper
+from tapescope.core import workloads
+from tapescope.views.stepper_model import BackwardStepper
 
 
 def recorded(name: str):
@@ -77,7 +77,7 @@ def test_step_back_run_to_breakpoints_and_restart():
 
 
 def test_fan_out_contributions_add_up():
-    from core import Tape, ops
+    from tapescope.core import Tape, ops
 
     t = Tape()
     w = t.param(np.array([1.5, -2.0]), name="w")
@@ -136,8 +136,8 @@ def check_stepper_table(panel, ev, labels: dict[int, str]) -> None:
 
 
 def test_stepper_table_shows_each_contribution_column_by_column(qtbot):
-    from core import Tape, ops
-    from views.stepper_view import StepperPanel
+    from tapescope.core import Tape, ops
+    from tapescope.views.stepper_view import StepperPanel
 
     t = Tape()
     w = t.param(np.array([1.5, -2.0, 0.25]), name="w")
@@ -162,8 +162,8 @@ def test_stepper_table_shows_each_contribution_column_by_column(qtbot):
 def test_stepper_table_says_when_a_sum_does_not_add_up(qtbot):
     from types import SimpleNamespace
 
-    from core.tape import BackwardStep, Contribution
-    from views.stepper_view import StepperPanel
+    from tapescope.core.tape import BackwardStep, Contribution
+    from tapescope.views.stepper_view import StepperPanel
 
     one = np.array([1.0, 2.0])
     off = np.nextafter(one + one, np.inf)  # one ulp away from before + value
@@ -183,7 +183,7 @@ def test_stepper_table_says_when_a_sum_does_not_add_up(qtbot):
 
 # ---- position-bound queries (survivors of a mutmut run of views/stepper_model.py) ---------------
 def test_queries_answer_for_the_step_on_display_not_for_later_ones():
-    from core import Tape, ops
+    from tapescope.core import Tape, ops
 
     t = Tape(dtype="float32")
     w = t.param(np.array([1.5, -2.0], dtype=np.float32), name="w")

@@ -1,6 +1,6 @@
 """ONNX operator kernels, grouped by family; importing this package registers them all."""
 
-from core.onnx.ops import (  # noqa: F401
+from tapescope.core.onnx.ops import (  # noqa: F401
     control,
     elementwise,
     grid,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.onnx.registry import as_int_list, op
+from tapescope.core.onnx.registry import as_int_list, op
 
 
 @op("If")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.onnx.registry import op
+from tapescope.core.onnx.registry import op
 
 
 def _same(x: np.ndarray, y) -> np.ndarray:

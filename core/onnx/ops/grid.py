@@ -8,7 +8,7 @@ import itertools
 
 import numpy as np
 
-from core.onnx.registry import op
+from tapescope.core.onnx.registry import op
 
 
 def _reflect(x, lo, hi):

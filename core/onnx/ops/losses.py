@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.onnx.registry import op
+from tapescope.core.onnx.registry import op
 
 
 def _nll(ctx, x, target, weight, reduction, ignore_index):

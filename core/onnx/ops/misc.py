@@ -7,8 +7,8 @@ import re
 import numpy as np
 from onnx import helper
 
-from core.onnx.registry import as_int_list, op
-from core.ops.nn import col2im
+from tapescope.core.onnx.registry import as_int_list, op
+from tapescope.core.ops.nn import col2im
 
 ML = "ai.onnx.ml"
 

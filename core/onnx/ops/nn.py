@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.onnx.ops.window import attrs_nd, pads_for
-from core.onnx.registry import op
-from core.ops.nn import conv_nd
+from tapescope.core.onnx.ops.window import attrs_nd, pads_for
+from tapescope.core.onnx.registry import op
+from tapescope.core.ops.nn import conv_nd
 
 
 @op("Conv")
@@ -110,7 +110,7 @@ def batch_norm(ctx, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, train
     # in place in one buffer (no full-size temporary per step)
     if all(v.dtype == x.dtype and v.size == x.shape[1] for v in (mean, var, scale, bias)) \
             and x.ndim >= 2:
-        from core import native
+        from tapescope.core import native
 
         den = np.sqrt(var + t(epsilon))  # per channel, as the broadcast form computes it
         y = native.channel_norm(x, mean, den, scale, bias)  # one C pass, the same roundings

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.onnx import arena as _arena
-from core.onnx.ops.window import attrs_nd, out_size, pads_for, windows
-from core.onnx.registry import op
-from core.ops.nn import pool_counts, pool_nd
-from core.ops.reference import serial_sum
+from tapescope.core.onnx import arena as _arena
+from tapescope.core.onnx.ops.window import attrs_nd, out_size, pads_for, windows
+from tapescope.core.onnx.registry import op
+from tapescope.core.ops.nn import pool_counts, pool_nd
+from tapescope.core.ops.reference import serial_sum
 
 
 def _lowest(dt):
@@ -31,7 +31,7 @@ def max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
     padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
     if not ctx.wants(1) and nd == 2 and x.dtype in (np.float32, np.float64) and x.size:
         # the tap loop below in one C pass (the same np.maximum choices, see core.native)
-        from core import native
+        from tapescope.core import native
 
         try:
             outs = [out_size(x.shape[2 + i], k[i], st[i], dil[i], *padw[i], ceil_mode)
@@ -91,7 +91,7 @@ _COUNTS: dict = {}  # (dtype, spatial shape, geometry) -> pool_nd's divisors, re
 
 
 def _avg_pool2d_native(x, k, st, dil, padw, ceil_mode, count_include_pad):
-    from core import native
+    from tapescope.core import native
 
     if native.library() is None:
         return None
@@ -128,7 +128,7 @@ def global_avg_pool(ctx, x):
             and x.size:
         # the serial sum over each plane (flattened, row-major) and the divide in one C pass:
         # one 1 x n window per plane, without serial_sum's transposed copy of x
-        from core import native
+        from tapescope.core import native
 
         cnt = np.full(1, n, x.dtype)
         y = native.pool2d("avg", x.reshape(x.shape[:2] + (1, n)), cnt, (1, n), (1, 1), (1, 1),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from core.onnx.registry import op
-from core.ops.nn import conv_nd, pads_for
+from tapescope.core.onnx.registry import op
+from tapescope.core.ops.nn import conv_nd, pads_for
 
 
 def _per_axis(s, x, axis, block_size):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.onnx.registry import as_int_list, op
+from tapescope.core.onnx.registry import as_int_list, op
 
 # opset from which `axes` is an input instead of an attribute
 _AXES_INPUT_SINCE = {"ReduceSum": 13}

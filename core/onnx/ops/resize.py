@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.onnx.registry import as_int_list, op
+from tapescope.core.onnx.registry import as_int_list, op
 
 
 def _source_coord(i, o, length, s, mode, roi_lo=0.0, roi_hi=1.0):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.onnx.registry import op
+from tapescope.core.onnx.registry import op
 
 TRAINING = "ai.onnx.preview.training"
 

@@ -3,7 +3,7 @@ the executor and the tape round identically."""
 
 from __future__ import annotations
 
-from core.ops.nn import out_size, pads_for, windows  # noqa: F401  (re-exported)
+from tapescope.core.ops.nn import out_size, pads_for, windows  # noqa: F401  (re-exported)
 
 
 def attrs_nd(x, kernel_shape, strides, dilations):

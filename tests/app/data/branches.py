@@ -2,8 +2,8 @@
 
 import numpy as np  # noqa: F401 — the tests' variants of batch() use it
 
-from core import ops
-from core.workloads import Workload
+from tapescope.core import ops
+from tapescope.core.workloads import Workload
 
 
 class Branches(Workload):

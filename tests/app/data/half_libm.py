@@ -4,8 +4,8 @@ float16, 8 in bfloat16; docs/reference-order.md, "--math platform in half")."""
 
 import numpy as np
 
-from core import ops
-from core.workloads import Workload
+from tapescope.core import ops
+from tapescope.core.workloads import Workload
 
 INPUTS = {
     "float16": [-0.00146484375, -0.00341796875, -0.00439453125, -0.00537109375,

@@ -1,4 +1,5 @@
-"""The zoo's DDP training with the Python API around it (``from app.capture import capture``):
+"""The zoo's DDP training with the Python API around it (``from tapescope.app.capture import
+capture``):
 each rank writes ``OUT.rankN.capture``.
 
     torchrun --standalone --nproc-per-node 2 ddp_api.py --out /tmp/run --steps 2
@@ -8,7 +9,7 @@ import argparse
 import runpy
 import sys
 
-from app.capture import capture
+from tapescope.app.capture import capture
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

@@ -341,7 +341,7 @@ def run_case(name: str, folder: str, limits: dict | None = None) -> dict:
     """Open and run one case the way ``tapescope onnx`` does (its default limits, or the
     ``Limits`` fields given in ``limits``); report how it ended, how long it took, and what its
     budgets admitted (work, loop iterations, bytes held at most)."""
-    from core.onnx import Limits, OnnxError, Session, default_inputs
+    from tapescope.core.onnx import Limits, OnnxError, Session, default_inputs
 
     path, feeds = CASES[name](folder)
     size = os.path.getsize(path)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from core import native
-from core.onnx import Session, arena
+from tapescope.core import native
+from tapescope.core.onnx import Session, arena
 from tests.core.onnx.test_plan import _assert_same_bits, _model, _spread
 from tests.core.onnx.test_plan_concat import _budgets
 
@@ -194,7 +194,7 @@ def test_a_new_shape_past_the_cap_drops_free_blocks_never_busy_ones():
 def test_a_tight_byte_limit_refuses_the_planned_run_where_it_refuses_the_plain_one(monkeypatch):
     # dropping dead values frees memory mid-run; the budget must still count them (Budget.pin),
     # or a model the plain loop refuses would pass planned
-    from core.onnx import Limits, OnnxError
+    from tapescope.core.onnx import Limits, OnnxError
 
     rng = np.random.default_rng(9)
     inits = {"w0": _spread(rng, (32, 8, 3, 3), np.float32)}

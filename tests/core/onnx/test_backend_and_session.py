@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from core.onnx import Backend, Session, run
+from tapescope.core.onnx import Backend, Session, run
 from tests.core.onnx.helpers import one_node
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "resources", "models")

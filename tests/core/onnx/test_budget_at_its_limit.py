@@ -19,7 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from core.onnx import Limits, OnnxError, Session
+from tapescope.core.onnx import Limits, OnnxError, Session
 
 D, I64, BOOL = TensorProto.DOUBLE, TensorProto.INT64, TensorProto.BOOL
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.onnx.errors import OnnxError
-from core.onnx.executor import Session
-from core.onnx.importer import import_to_tape
-from core.tape import Tape
+from tapescope.core.onnx.errors import OnnxError
+from tapescope.core.onnx.executor import Session
+from tapescope.core.onnx.importer import import_to_tape
+from tapescope.core.tape import Tape
 
 
 def _model(cast_to: int, elem=TensorProto.FLOAT, dt=np.float32):

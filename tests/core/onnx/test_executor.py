@@ -9,11 +9,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from core import mathlib
-from core.onnx import Session, run
-from core.onnx.reference import REFERENCE
-from core.ops import REGISTRY
-from core.ops import reference as tape_ref
+from tapescope.core import mathlib
+from tapescope.core.onnx import Session, run
+from tapescope.core.onnx.reference import REFERENCE
+from tapescope.core.ops import REGISTRY
+from tapescope.core.ops import reference as tape_ref
 from tests.core.onnx.helpers import one_node
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "resources", "models")

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from app.cli import main
-from core import Tape
-from core.onnx import OnnxError, Session, import_to_tape
+from tapescope.app.cli import main
+from tapescope.core import Tape
+from tapescope.core.onnx import OnnxError, Session, import_to_tape
 
 torch = pytest.importorskip("torch")
 
@@ -119,7 +119,7 @@ def test_parity_on_host_trains_it_bit_for_bit(trained, capsys):
 
 def test_a_training_runs_step_0_mask_is_the_onnx_commands(trained):
     # OnnxWorkload(seed=S) records step 0 with step_seed (S, 0), as `tapescope onnx --seed S`
-    from core.onnx.workload import OnnxWorkload
+    from tapescope.core.onnx.workload import OnnxWorkload
 
     path, _ = trained
     wl = OnnxWorkload(str(path), dtype=np.float32, seed=9)

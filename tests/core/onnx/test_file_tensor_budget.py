@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from core.onnx import loader
-from core.onnx.limits import (
+from tapescope.core.onnx import loader
+from tapescope.core.onnx.limits import (
     STRING_OBJECT_BYTES,
     TENSOR_OBJECT_BYTES,
     Limits,
@@ -44,7 +44,7 @@ def many_strings(n: int, where: str = "initializer") -> bytes:
 @pytest.mark.parametrize("where", ["initializer", "attribute"])
 def test_many_string_tensors_are_refused_before_the_file_is_parsed(tmp_path, monkeypatch,
                                                                    capsys, where):
-    from app.cli import main
+    from tapescope.app.cli import main
 
     path = tmp_path / "s.onnx"
     path.write_bytes(many_strings(20_000, where))  # ~1.4 MB; ~28 MB as objects
@@ -68,7 +68,7 @@ def test_many_string_tensors_are_refused_before_the_file_is_parsed(tmp_path, mon
 
 
 def test_under_the_budget_it_runs():
-    from core.onnx import Session
+    from tapescope.core.onnx import Session
 
     data = many_strings(2_000)
     sess = Session(data, limits=Limits(max_bytes=64 << 20))

@@ -9,9 +9,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from app.cli import main
-from core.onnx import Session, default_inputs
-from core.onnx.executor import index_bounds
+from tapescope.app.cli import main
+from tapescope.core.onnx import Session, default_inputs
+from tapescope.core.onnx.executor import index_bounds
 
 
 def bert_like(table_is_input: bool = False) -> onnx.ModelProto:

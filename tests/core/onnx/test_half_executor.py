@@ -19,9 +19,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.onnx.executor import Session
-from core.parity import ulp_distance
-from core.precision import from_float64
+from tapescope.core.onnx.executor import Session
+from tapescope.core.parity import ulp_distance
+from tapescope.core.precision import from_float64
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -165,7 +165,7 @@ def test_a_float16_model_differs_from_onnxruntime_only_by_its_rounded_intermedia
 
 
 def test_the_onnx_command_agrees_with_onnxruntime_on_a_float16_model(tmp_path, capsys):
-    from app.cli import main
+    from tapescope.app.cli import main
 
     x = np.random.default_rng(2).standard_normal((16, 256)).astype(np.float16)
     m = mlp(np.float16)
@@ -181,7 +181,7 @@ def test_the_onnx_command_agrees_with_onnxruntime_on_a_float16_model(tmp_path, c
 
 
 def test_only_a_model_that_mentions_a_half_type_gets_the_rule():
-    from core.onnx.half import mentions_half
+    from tapescope.core.onnx.half import mentions_half
 
     assert mentions_half(mlp(np.float16)) and mentions_half(mlp(ml_dtypes.bfloat16))
     m32 = mlp(np.float32)

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-from app.cli import main
-from core.onnx import Limits, OnnxCancelled, OnnxError, Session, default_inputs, load, run
+from tapescope.app.cli import main
+from tapescope.core.onnx import Limits, OnnxCancelled, OnnxError, Session, default_inputs, load, run
 from tests.core.onnx import hostile_models as hm
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -200,7 +200,7 @@ def test_max_bytes_counts_every_value_a_run_holds(tmp_path):
 
 
 def test_max_work_counts_nodes_elements_and_multiply_adds_before_running(tmp_path):
-    from core.onnx.limits import NODE_COST
+    from tapescope.core.onnx.limits import NODE_COST
 
     a = helper.make_tensor_value_info("a", F, [64, 64])
     m = hm._model([helper.make_node("MatMul", ["a", "a"], ["y"], name="mm")], [a], [hm._out()])
@@ -212,8 +212,8 @@ def test_max_work_counts_nodes_elements_and_multiply_adds_before_running(tmp_pat
 
 
 def test_limits_reach_the_tape_importer(tmp_path):
-    from core import Tape
-    from core.onnx import import_to_tape
+    from tapescope.core import Tape
+    from tapescope.core.onnx import import_to_tape
 
     x = helper.make_tensor_value_info("x", F, [4])
     m = hm._model([helper.make_node("Tile", ["x", "r"], ["y"], name="tile")], [x], [hm._out()],
@@ -240,7 +240,7 @@ def test_a_set_cancel_event_stops_a_run_between_loop_iterations(tmp_path):
 # ---- the defaults ---------------------------------------------------------------------------
 
 def test_default_bytes_follow_the_machines_memory_within_bounds():
-    from core.onnx.limits import default_max_bytes, machine_memory
+    from tapescope.core.onnx.limits import default_max_bytes, machine_memory
 
     assert default_max_bytes(4 << 30) == 512 << 20  # a small machine: the floor
     assert default_max_bytes(24 << 30) == 768 << 20  # 1/32 of it
@@ -291,7 +291,7 @@ CHILD = textwrap.dedent("""
     import json, os, resource, signal, sys, tempfile
     sys.path.insert(0, sys.argv[1])
     from tests.core.onnx import hostile_models as hm
-    import core.onnx  # imported once, before the forks
+    import tapescope.core.onnx  # imported once, before the forks
     cap = int(sys.argv[2])
     arg = json.loads(sys.argv[3])  # the cases to run, and each one's Limits fields if not default
     results = []

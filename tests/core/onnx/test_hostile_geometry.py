@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.ops.nn import MAX_EXTENT
+from tapescope.core.ops.nn import MAX_EXTENT
 
 F = TensorProto.FLOAT
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -71,7 +71,7 @@ HOSTILE = {  # name -> (builder, what the one line must say)
 
 CHILD = textwrap.dedent("""
     import contextlib, io, json, sys
-    from app.cli import main
+    from tapescope.app.cli import main
     out = []
     for argv in json.loads(sys.argv[1]):
         err = io.StringIO()
@@ -118,7 +118,7 @@ def test_the_window_opens_on_a_hostile_conv_with_one_line(tmp_path):
 def test_the_largest_stride_in_range_still_runs(tmp_path):
     """At MAX_EXTENT a stride passes the check (one output per axis): C takes its plain loops,
     and the bits are those of stride 8 (one output too: the stride is never used)."""
-    from core.onnx import Session
+    from tapescope.core.onnx import Session
 
     makers = {"conv": lambda p, s: conv_model(p, s, c=2, m=4),
               "depthwise": lambda p, s: conv_model(p, s, c=2, m=2, group=2),
@@ -136,7 +136,7 @@ def test_the_largest_stride_in_range_still_runs(tmp_path):
 
 C_CHILD = textwrap.dedent("""
     import ctypes, numpy as np
-    from core import native
+    from tapescope.core import native
     lib = native.library()
     assert lib is not None
     ll = ctypes.c_longlong
@@ -182,9 +182,9 @@ def test_the_c_entry_points_do_not_trust_the_geometry():
 @pytest.mark.parametrize("bad", [dict(strides=(2 ** 32, 1)), dict(strides=(0, 1)),
                                  dict(dilations=(1, -3)), dict(pads=(2 ** 40, 0, 0, 0))])
 def test_the_tape_refuses_hostile_conv_geometry(bad):
-    from core import Tape
-    from core.ops import nn  # noqa: F401  (registers conv2d)
-    from core.optable.registry import REGISTRY
+    from tapescope.core import Tape
+    from tapescope.core.ops import nn  # noqa: F401  (registers conv2d)
+    from tapescope.core.optable.registry import REGISTRY
 
     if "conv2d" not in REGISTRY:
         pytest.skip("conv2d registers on ONNX import")

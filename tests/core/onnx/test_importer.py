@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core import Tape, ops, optim
-from core.onnx import OnnxError, Session, import_to_tape, run
+from tapescope.core import Tape, ops, optim
+from tapescope.core.onnx import OnnxError, Session, import_to_tape, run
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 MODELS = os.path.join(ROOT, "resources", "models")

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import onnx
 
-from views.layout import NODE_W, assign_ranks, layered_layout
+from tapescope.views.layout import NODE_W, assign_ranks, layered_layout
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
@@ -29,10 +29,10 @@ def _widths(inputs):
 
 
 def test_resnet50_read_only_and_imported_is_a_column_not_a_fan_of_weights():
-    from app.onnx_view import onnx_tape_view
-    from core import Tape
-    from core.onnx import Session, default_inputs
-    from core.onnx.importer import import_to_tape
+    from tapescope.app.onnx_view import onnx_tape_view
+    from tapescope.core import Tape
+    from tapescope.core.onnx import Session, default_inputs
+    from tapescope.core.onnx.importer import import_to_tape
 
     path = os.path.join(LIGHT, "light_resnet50.onnx")
     view, _ = onnx_tape_view(path)  # ConstantOfShape weights: op nodes with a shape input

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core import Tape, ops, workloads
-from core.onnx import OnnxError, Session, import_to_tape, run
-from core.onnx.workload import OnnxWorkload, loss_kind
+from tapescope.core import Tape, ops, workloads
+from tapescope.core.onnx import OnnxError, Session, import_to_tape, run
+from tapescope.core.onnx.workload import OnnxWorkload, loss_kind
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=13):

@@ -19,7 +19,7 @@ TORCH_CNN = os.path.join(ROOT, "resources", "models", "torch_cnn.onnx")
 def win(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from app.main_window import MainWindow
+    from tapescope.app.main_window import MainWindow
 
     w = MainWindow(settings=QSettings(str(tmp_path / "t.ini"), QSettings.IniFormat))
     qtbot.addWidget(w)
@@ -72,7 +72,7 @@ def test_the_inspector_shows_the_onnx_nodes_attributes(qtbot, win):
 
 
 def test_onnx_html_escapes_names_from_the_file():
-    from views.inspector import onnx_html
+    from tapescope.views.inspector import onnx_html
 
     html = onnx_html({"name": "<script>", "op_type": "Conv", "first": 3, "stop": 5,
                       "attributes": {"strides": [2, 2], "mode": "<i>x</i>", "alpha": 0.5}})
@@ -86,7 +86,7 @@ def test_model_arguments_become_the_workload_spec():
     import os
     from argparse import Namespace
 
-    from app.commands.model_args import resolve_workload
+    from tapescope.app.commands.model_args import resolve_workload
 
     # absolute: the live worker starts in the repository root (tests/models/test_relative_paths)
     m = os.path.abspath("m.onnx")
@@ -103,7 +103,7 @@ def test_model_arguments_become_the_workload_spec():
 
 def test_a_live_session_of_a_model_trains_the_model_itself(qtbot, win):
     """`gui M.onnx --live`: the window opens the model as a workload (Live can start it)."""
-    from app.commands.model_args import resolve_workload
+    from tapescope.app.commands.model_args import resolve_workload
 
     spec = resolve_workload(_Args(TORCH_CNN), default=None)
     assert win.open_workload(spec)

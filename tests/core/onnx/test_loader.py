@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.onnx import OnnxError, Session, load, run
+from tapescope.core.onnx import OnnxError, Session, load, run
 from tests.core.onnx.helpers import one_node
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "resources", "models")
@@ -123,7 +123,7 @@ def test_load_does_not_modify_the_callers_model():
 
 def test_mutated_models_fail_only_with_onnx_error(tmp_path):
     # flip, drop and duplicate bytes of a valid model: whatever happens, it is an OnnxError
-    from core.onnx import default_inputs
+    from tapescope.core.onnx import default_inputs
 
     data = bytearray(open(os.path.join(MODELS, "tiny_convnet.onnx"), "rb").read())
     rng = np.random.default_rng(11)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
-from core.onnx import Limits, OnnxError, Session, default_inputs
+from tapescope.core.onnx import Limits, OnnxError, Session, default_inputs
 from tests.core.onnx import hostile_models as hm
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))

@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from core import Tape, tapefile
-from core.names import MAX_NAME, shown
+from tapescope.core import Tape, tapefile
+from tapescope.core.names import MAX_NAME, shown
 
 EVIL = "\x1b[31m\nfake line\r" + "A" * 10_000  # colours, a fake line, a carriage return, a wall
 
@@ -31,7 +31,7 @@ def test_shown_escapes_and_cuts():
 
 
 def test_the_onnx_command_prints_names_escaped_and_cut(tmp_path, capsys):
-    from app.cli import main
+    from tapescope.app.cli import main
 
     path = tmp_path / "evil.onnx"
     evil_model(path)
@@ -44,7 +44,7 @@ def test_the_onnx_command_prints_names_escaped_and_cut(tmp_path, capsys):
 
 
 def test_a_model_imported_onto_a_tape_gets_names_a_tape_file_keeps(tmp_path):
-    from core.onnx.importer import import_to_tape
+    from tapescope.core.onnx.importer import import_to_tape
 
     path = tmp_path / "evil.onnx"
     evil_model(path)
@@ -57,7 +57,7 @@ def test_a_model_imported_onto_a_tape_gets_names_a_tape_file_keeps(tmp_path):
 
 
 def test_the_gui_view_of_a_model_has_escaped_names(tmp_path):
-    from app.onnx_view import onnx_tape_view
+    from tapescope.app.onnx_view import onnx_tape_view
 
     path = tmp_path / "evil.onnx"
     evil_model(path)

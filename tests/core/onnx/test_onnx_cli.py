@@ -9,7 +9,7 @@ import sys
 import numpy as np
 from onnx import numpy_helper
 
-from app.cli import main
+from tapescope.app.cli import main
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 MODELS = os.path.join(ROOT, "resources", "models")
@@ -50,7 +50,7 @@ def test_no_input_generates_a_deterministic_one(capsys):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "app.cli", "onnx", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", "onnx", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from app.cli import main
-from app.commands.onnx_cmd import tolerance
+from tapescope.app.cli import main
+from tapescope.app.commands.onnx_cmd import tolerance
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")

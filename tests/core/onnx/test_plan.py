@@ -17,9 +17,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core import native
-from core.onnx import Limits, OnnxError, Session
-from core.onnx.plan import ConstArgs, FusedConv
+from tapescope.core import native
+from tapescope.core.onnx import Limits, OnnxError, Session
+from tapescope.core.onnx.plan import ConstArgs, FusedConv
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
@@ -293,7 +293,7 @@ def test_reshape_transpose_reshape_as_one_copy(shape1, perm, shape2):
                                  "s2": np.array(shape2, np.int64)}, ["y"])
     m.graph.output[0].type.tensor_type.shape.ClearField("dim")
     planned, plain = Session(m), Session(m, plan=False)
-    from core.onnx.plan import Shuffle
+    from tapescope.core.onnx.plan import Shuffle
 
     assert any(isinstance(st, Shuffle) for st in planned.plan().steps)
     _same_bits(planned, plain, {"x": x})
@@ -344,7 +344,7 @@ def test_a_folded_value_asked_for_is_the_callers_own_copy():
 def test_budget_replay_charges_what_before_charges():
     """A fused chain charges each of its nodes through Budget.cost + Budget.replay: the same
     node count and work as Budget.before on the same inputs, and the same refusals."""
-    from core.onnx.limits import Budget
+    from tapescope.core.onnx.limits import Budget
 
     x = np.zeros((2, 6, 9, 11), np.float32)
     w = np.zeros((8, 3, 3, 3), np.float32)
@@ -418,7 +418,7 @@ AFFINE = [  # dtype, c shape, d shape, relu, swap, conv, conv bias
 @needs_native
 @pytest.mark.parametrize("case", AFFINE, ids=[str(i) for i in range(len(AFFINE))])
 def test_per_channel_mul_add_relu_equals_the_separate_ops_bit_for_bit(case):
-    from core.onnx.plan import ChannelAffine
+    from tapescope.core.onnx.plan import ChannelAffine
 
     m, inputs = _affine_model(*case)
     planned, plain = Session(m), Session(m, plan=False)
@@ -437,7 +437,7 @@ def test_per_channel_mul_add_relu_equals_the_separate_ops_bit_for_bit(case):
 
 @needs_native
 def test_a_constant_that_is_not_per_channel_runs_the_nodes_one_by_one():
-    from core.onnx.plan import ChannelAffine
+    from tapescope.core.onnx.plan import ChannelAffine
 
     m, inputs = _affine_model(np.float32, (5,), (6, 1, 1), conv=False)  # broadcasts along w
     planned, plain = Session(m), Session(m, plan=False)
@@ -460,7 +460,7 @@ def test_a_lone_conv_runs_the_c_pass_bit_for_bit(bias):
 
 
 def test_budget_replay_all_admits_what_replay_admits_or_nothing():
-    from core.onnx.limits import Budget
+    from tapescope.core.onnx.limits import Budget
 
     costs = [(100, 50), (None, 7), (300, 20)]
     one, many = Budget(Limits()), Budget(Limits())

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from core import native
-from core.onnx import Limits, OnnxError, Session
-from core.onnx.fused import _Block, _root
-from core.onnx.plan import ConcatInto
+from tapescope.core import native
+from tapescope.core.onnx import Limits, OnnxError, Session
+from tapescope.core.onnx.fused import _Block, _root
+from tapescope.core.onnx.plan import ConcatInto
 from tests.core.onnx.test_plan import _model, _same_bits, _specials, _spread
 
 needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from core import native
-from core.onnx import Session
-from core.onnx.plan import ChannelAffine, ChannelChain, FusedConv
+from tapescope.core import native
+from tapescope.core.onnx import Session
+from tapescope.core.onnx.plan import ChannelAffine, ChannelChain, FusedConv
 from tests.core.onnx.test_plan import _bn_params, _model, _same_bits, _specials, _spread
 
 needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
@@ -147,7 +147,7 @@ def test_asking_for_the_bn_output_of_a_chain_runs_plainly():
 def test_a_gemm_on_few_rows_reads_b_once_bit_for_bit(dtype, rows, alpha, bias):
     from onnx import helper as h
 
-    from core.onnx.fused import ConstArgs, gemm_few_rows
+    from tapescope.core.onnx.fused import ConstArgs, gemm_few_rows
 
     rng = np.random.default_rng(rows)
     w = _spread(rng, (37, 300), dtype)  # transB: (n, k)
@@ -177,7 +177,7 @@ def test_a_gemm_on_few_rows_reads_b_once_bit_for_bit(dtype, rows, alpha, bias):
 @needs_native
 @pytest.mark.parametrize("lead", ["conv", "bn"])
 def test_the_new_chains_are_refused_by_the_same_limits(lead):
-    from core.onnx import Limits, OnnxError
+    from tapescope.core.onnx import Limits, OnnxError
 
     m, inputs, _ = _model_for(np.float32, lead)
     assert Session(m).run(inputs)

@@ -8,8 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from core.onnx import Session
-from core.onnx.limits import Limits, OnnxLimitError, string_tensor_bytes
+from tapescope.core.onnx import Session
+from tapescope.core.onnx.limits import Limits, OnnxLimitError, string_tensor_bytes
 
 
 def string_model(n: int, where: str = "initializer") -> onnx.ModelProto:
@@ -45,7 +45,7 @@ def test_string_tensors_from_the_file_are_charged_before_conversion(where):
 def test_a_memory_error_is_one_line_naming_the_budgets(tmp_path, monkeypatch, capsys):
     from onnx import numpy_helper
 
-    from app.cli import main
+    from tapescope.app.cli import main
 
     path = tmp_path / "m.onnx"
     onnx.save(string_model(10), path)

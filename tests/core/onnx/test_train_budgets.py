@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.onnx.limits import Limits, OnnxLimitError
+from tapescope.core.onnx.limits import Limits, OnnxLimitError
 
 F = TensorProto.FLOAT
 
@@ -62,7 +62,7 @@ def _one_line(capsys, cmd):
 
 @pytest.mark.parametrize("device", ["host", "torch"])
 def test_a_huge_matmul_is_refused_before_the_tape_holds_it(tmp_path, capsys, device):
-    from app.cli import main
+    from tapescope.app.cli import main
 
     if device == "torch":
         pytest.importorskip("torch")
@@ -90,9 +90,9 @@ def test_a_huge_matmul_is_refused_before_the_tape_holds_it(tmp_path, capsys, dev
 def test_the_import_charges_the_tape_against_max_bytes():
     """import_to_tape itself: a model within max_elements whose recorded values (and their
     gradients) would pass max_bytes is refused naming the node; with room it imports."""
-    from core.onnx import Session
-    from core.onnx.importer import import_to_tape
-    from core.tape import Tape
+    from tapescope.core.onnx import Session
+    from tapescope.core.onnx.importer import import_to_tape
+    from tapescope.core.tape import Tape
 
     x = helper.make_tensor_value_info("x", F, [256, 1])
     y = helper.make_tensor_value_info("y", F, None)
@@ -115,7 +115,7 @@ def test_the_import_charges_the_tape_against_max_bytes():
 
 @pytest.mark.parametrize("op", ["Reshape", "ConstantOfShape"])
 def test_a_zero_by_2_61_node_is_one_clean_line(tmp_path, capsys, op):
-    from app.cli import main
+    from tapescope.app.cli import main
 
     path = empty_but_huge(tmp_path / f"{op}.onnx", op)
     for argv, cmd in ((["onnx", path], "onnx"),
@@ -129,7 +129,7 @@ def test_a_zero_by_2_61_node_is_one_clean_line(tmp_path, capsys, op):
 
 def test_the_limits_travel_in_the_workload_spec():
     """parity/report/gui hand the workload to a worker as a spec string: the flags go with it."""
-    from core.onnx.workload import TRAIN_LIMITS, split_options, with_options
+    from tapescope.core.onnx.workload import TRAIN_LIMITS, split_options, with_options
 
     spec = with_options("onnx:/m.onnx", limits={"max_elements": 5, "max_bytes": 7})
     head, opts = split_options(spec)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core import ops
-from core.onnx.errors import OnnxError
-from core.onnx.executor import Session
-from core.onnx.importer import import_to_tape
-from core.tape import Tape
+from tapescope.core import ops
+from tapescope.core.onnx.errors import OnnxError
+from tapescope.core.onnx.executor import Session
+from tapescope.core.onnx.importer import import_to_tape
+from tapescope.core.tape import Tape
 
 DTYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 
