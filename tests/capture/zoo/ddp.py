@@ -51,6 +51,10 @@ def main():
             print(f"rank {rank} step {step} loss {loss.item()!r}", flush=True)
             if step == a.steps:
                 break
+    # every rank past its last step before any tears its process group down (gloo aborts a
+    # rank whose peer is gone mid-teardown: "terminate called without an active exception")
+    del model
+    dist.barrier()
     dist.destroy_process_group()
 
 
