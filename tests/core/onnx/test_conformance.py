@@ -84,8 +84,8 @@ def test_the_coverage_page_is_what_the_suite_gives(outcomes):
         diff = [f"doc: {a}\nnow: {b}" for a, b in zip(got.splitlines(), want.splitlines(),
                                                         strict=False) if a != b][:5]
         pytest.fail("docs/onnx-coverage.md is stale; regenerate it with `python -m "
-                    "gpu.onnx_coverage --doc docs/onnx-coverage.md` (and the passing list with "
-                    "`python -m tapescope.core.onnx.conformance --passing "
+                    "tapescope.gpu.onnx_coverage --doc docs/onnx-coverage.md` (and the passing "
+                    "list with `python -m tapescope.core.onnx.conformance --passing "
                     "tests/core/onnx/conformance_passing.txt`). First differences:\n"
                     + "\n".join(diff or ["(line count differs)"]))
 
