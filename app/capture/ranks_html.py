@@ -14,7 +14,8 @@ import os
 from tapescope.app.capture.report_html import _CSS, _e
 
 
-def _short(source: str) -> str:
+def short_source(source: str) -> str:
+    """``path/to/train.py:42`` as ``train.py:42`` (the terminal's and the page's column)."""
     path, _, line = source.rpartition(":")
     return f"{os.path.basename(path)}:{line}" if path else source
 
@@ -71,7 +72,7 @@ def render(rep: dict) -> str:
         agree = "" if f["agree"] is None else (" The ranks agree after it." if f["agree"] else
                                                " <b>The ranks disagree after it.</b>")
         out.append(f"<p>Collective #{f['collective']} <code>{_e(f['op'])}</code> (step "
-                   f"{f['step']}, {_e(f['phase'])}, <code>{_e(_short(f['source']))}</code>): "
+                   f"{f['step']}, {_e(f['phase'])}, <code>{_e(short_source(f['source']))}</code>): "
                    f"introduced by rank {_e(who)}.{agree}</p>")
     opt = rep.get("optimizer_steps", [])
     if opt:
@@ -100,7 +101,7 @@ def render(rep: dict) -> str:
                    f"<td>{_e(c.get('reduce', '-'))}</td><td class=n>{c['elements']}</td>"
                    f"<td class={'bad' if c['agree'] is False else 'ok'}>{agree}</td>"
                    + "".join(f"<td>{_cell(e)}</td>" for e in c["ranks"])
-                   + f"<td><code>{_e(_short(c['source']))}</code></td></tr>")
+                   + f"<td><code>{_e(short_source(c['source']))}</code></td></tr>")
     out.append("</table><p>The fixed order: docs/reference-order.md, \"Collectives\".</p>"
                "</body></html>")
     return "\n".join(out)

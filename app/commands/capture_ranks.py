@@ -88,11 +88,6 @@ def _judged(args: argparse.Namespace) -> dict:
                            advance=bar.advance)
 
 
-def _short(source: str) -> str:
-    path, _, line = source.rpartition(":")
-    return f"{os.path.basename(path)}:{line}" if path else source
-
-
 def _rank_cell(e: dict) -> str:
     v = e["verdict"]
     if v == "introduced":
@@ -103,6 +98,8 @@ def _rank_cell(e: dict) -> str:
 
 def print_ranks(rep: dict, explain: bool = False) -> None:
     """The human summary of the ranks judged together."""
+    from tapescope.app.capture.ranks_html import short_source
+
     n = rep["ranks"]
     caps = rep["per_rank"]
     print(f"ranks {', '.join(rep['files'])}: {n} ranks of run {rep['run'][:12]}, "
@@ -117,7 +114,8 @@ def print_ranks(rep: dict, explain: bool = False) -> None:
         print(f"{c['collective']:>3} {c['step']:>4} {c['phase']:<9} {c['op'][:30]:<30} "
               f"{c.get('reduce', '-'):<6} {c['elements']:>8} "
               f"{'-' if c['agree'] is None else 'yes' if c['agree'] else 'NO':<11}  "
-              + "  ".join(f"{_rank_cell(e):<14}" for e in c["ranks"]) + f"  {_short(c['source'])}")
+              + "  ".join(f"{_rank_cell(e):<14}" for e in c["ranks"])
+              + f"  {short_source(c['source'])}")
     f = rep["first_collective"]
     if not rep["collectives"]:
         print("collectives: none recorded (the ranks never communicated)")
@@ -138,7 +136,7 @@ def print_ranks(rep: dict, explain: bool = False) -> None:
             f"{'differ' if len(rs) > 1 else 'differs'} from the fixed order on the ranks' "
             f"recorded inputs in {what}" for what, rs in said.items())
         print(f"first collective with a difference: #{f['collective']} {f['op']} (step "
-              f"{f['step']}, {f['phase']}, {_short(f['source'])}): "
+              f"{f['step']}, {f['phase']}, {short_source(f['source'])}): "
               + (f"introduced by rank{'s' if len(who) > 1 else ''} "
                  f"{', '.join(map(str, who))}: {intro}" if who else "no rank introduced it")
               + ("" if f["agree"] is None else "; the ranks agree after it" if f["agree"]
