@@ -145,46 +145,76 @@ def _unique(pairs):
     return out
 
 
+def _safetensors_header(f, limit: int, what: str) -> tuple[dict, int, int]:
+    """(the JSON header of an open ``.safetensors`` file, its data's offset, the data's size),
+    checked before anything else is read."""
+    size = os.fstat(f.fileno()).st_size
+    head = f.read(8)
+    if len(head) < 8:
+        raise ArrayFileError(f"{size} bytes: too short for a .safetensors header")
+    n = int.from_bytes(head, "little")
+    if n > size - 8:
+        raise ArrayFileError(f"its header length ({n} bytes) is more than the file holds "
+                             f"({size} bytes): not a .safetensors file, or cut short")
+    if n > limit:
+        raise ArrayFileError(f"its header is {_human(n)}, over the limit of {_human(limit)} "
+                             f"for {what}")
+    raw = f.read(n)
+    if len(raw) < n:
+        raise ArrayFileError("the file ends inside its header (cut while it was read?)")
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique)
+    except ArrayFileError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise ArrayFileError(f"its header is not JSON ({' '.join(str(exc).split())[:120]})"
+                             ) from None
+    if not isinstance(header, dict):
+        raise ArrayFileError("its header is not a JSON object")
+    return header, 8 + n, size - 8 - n
+
+
+def read_safetensors_header(path: str, max_header: int = 16 << 20
+                            ) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """{name: (dtype code, shape)} of a ``.safetensors`` file's tensors, from its header alone
+    (no tensor is read): what a state_dict's names are mapped from before anything is
+    allocated. A malformed entry is one line naming it."""
+    from tapescope.core.names import shown
+
+    with _open_regular(path) as f:
+        header, _, _ = _safetensors_header(f, max_header, "a weights file")
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+            raise ArrayFileError(f"tensor '{shown(name)}': shape {str(shape)[:80]} is not a "
+                                 "list of sizes")
+        out[name] = (str(entry.get("dtype"))[:20], tuple(shape))
+    return out
+
+
 def read_safetensors(path: str, shapes: dict[str, tuple[int, ...]],
-                     max_header: int | None = None) -> dict[str, np.ndarray]:
+                     max_header: int | None = None,
+                     skip: frozenset[str] | set[str] = frozenset()) -> dict[str, np.ndarray]:
     """The float tensors of a ``.safetensors`` file, each of which must be one of ``shapes``
     (name -> the shape it must have): the header is read and checked whole (names, shapes,
     dtypes, byte ranges inside the file) before any tensor's data is read, and then only those
     ranges are read, with plain reads (no memory map: a file cut short is an error, not a
     SIGBUS). ``max_header`` bounds the JSON header (default: 1 MiB + 4 KiB per expected name).
+    Names in ``skip`` are neither checked nor read (a state_dict's ``num_batches_tracked``).
     """
-    limit = max_header if max_header is not None else (1 << 20) + 4096 * len(shapes)
+    limit = max_header if max_header is not None else (1 << 20) + 4096 * (len(shapes)
+                                                                          + len(skip))
     with _open_regular(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        head = f.read(8)
-        if len(head) < 8:
-            raise ArrayFileError(f"{size} bytes: too short for a .safetensors header")
-        n = int.from_bytes(head, "little")
-        if n > size - 8:
-            raise ArrayFileError(f"its header length ({n} bytes) is more than the file holds "
-                                 f"({size} bytes): not a .safetensors file, or cut short")
-        if n > limit:
-            raise ArrayFileError(f"its header is {_human(n)}, over the limit of {_human(limit)} "
-                                 f"for a model of {len(shapes)} weights")
-        raw = f.read(n)
-        if len(raw) < n:
-            raise ArrayFileError("the file ends inside its header (cut while it was read?)")
-        try:
-            header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique)
-        except ArrayFileError:
-            raise
-        except (ValueError, RecursionError) as exc:
-            raise ArrayFileError(f"its header is not JSON ({' '.join(str(exc).split())[:120]})"
-                                 ) from None
-        if not isinstance(header, dict):
-            raise ArrayFileError("its header is not a JSON object")
-        data_size = size - 8 - n
+        header, base, data_size = _safetensors_header(
+            f, limit, f"a model of {len(shapes)} weights")
         plan = []
         for name, entry in header.items():
-            if name == "__metadata__":
+            if name == "__metadata__" or name in skip:
                 continue
             plan.append(_checked_entry(name, entry, shapes, data_size))
-        base = 8 + n
         out: dict[str, np.ndarray] = {}
         for name, dtype, shape, begin in sorted(plan, key=lambda p: p[3]):
             f.seek(base + begin)

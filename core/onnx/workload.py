@@ -258,19 +258,31 @@ def _given_input(name: str, path: str, specs) -> np.ndarray:
     return a.astype(dt)
 
 
-def _read_weights(path: str, current: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """--weights FILE.safetensors: trained weights by initializer name (never pickle, never a
-    memory map); the header's names, shapes and dtypes are checked against the model before
-    any tensor is read, so an unknown name or a shape that differs is one line naming it."""
-    from tapescope.core.arrayfile import ArrayFileError, read_safetensors
+def _read_weights(path: str, current: dict[str, np.ndarray], sess
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """--weights FILE.safetensors: a state_dict (``safetensors.torch.save_file(
+    model.state_dict(), F)``) or weights by initializer name (never pickle, never a memory
+    map). The header's names are mapped onto the model first (``state_dict.map_state_dict``:
+    exact names, a dynamo file's ``folded_from``, a TorchScript ``onnx::MatMul_N`` by its
+    node's scope, transposed) and its shapes checked before any tensor is read; what cannot be
+    mapped is one line naming it. Returns ({weight: value}, {constant initializer: value})."""
+    from tapescope.core.arrayfile import ArrayFileError, read_safetensors, read_safetensors_header
+    from tapescope.core.onnx.state_dict import map_state_dict
 
+    consts = {k: tuple(v.shape) for k, v in sess.graph.inits.items()
+              if k not in current and isinstance(v, np.ndarray) and v.dtype.kind == "f"}
+    params = {k: tuple(v.shape) for k, v in current.items()}
     try:
-        got = read_safetensors(path, {k: tuple(v.shape) for k, v in current.items()})
-    except ArrayFileError as exc:
+        header = read_safetensors_header(path)
+        m = map_state_dict(sess.model.graph, header, params, consts)
+        got = read_safetensors(path, m.shapes(params, consts), skip=m.skipped)
+    except (ArrayFileError, ValueError) as exc:
         raise OnnxError(f"--weights: {exc}", file=path) from None
     except OSError as exc:
         raise OnnxError(f"--weights: cannot read it ({exc})", file=path) from None
-    return got
+    weights = {k: (np.ascontiguousarray(got[n].T) if t else got[n])
+               for n, (k, t) in m.weights.items()}
+    return weights, {k: got[n] for n, k in m.constants.items()}
 
 
 class OnnxWorkload(Workload):
@@ -325,8 +337,12 @@ class OnnxWorkload(Workload):
         self._step = 0
         values = {k: v.value for k, v in first.params.items()}
         if self.weights_file:
-            values.update(_read_weights(self.weights_file, values))
+            given, buffers = _read_weights(self.weights_file, values, self.sess)
+            values.update(given)
         self.overrides: dict[str, np.ndarray] = {}
+        if self.weights_file:  # a state_dict's buffers (running statistics) replace the file's
+            self.overrides.update({k: v.astype(self.sess.graph.inits[k].dtype)
+                                   for k, v in buffers.items()})
         if self.reinit:
             values, self.overrides = reinit_values(scratch, first.params, first.values,
                                                    self.sess.graph.steps, self.seed)
