@@ -12,9 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from tapescope.app.wire import decode_array, encode_array
+# numpy and app.wire load in the functions that use them: the CLI's parser reads the timeouts
+# above them (``tapescope --version`` imports no numpy: issue 47 item 4)
 
 __all__ = ["PROTOCOL", "MAX_REQUEST", "SMALL_REPLY", "CONTAINERS_PER_NODE", "CONTAINERS_BASE",
            "TIMEOUT_S", "OPEN_TIMEOUT_S", "TIMEOUT_ENV", "OPEN_TIMEOUT_ENV", "OPENING",
@@ -114,6 +113,10 @@ class NodeInfo:
 
 def node_table(nodes: Any) -> dict:
     """The compared nodes as a few flat columns (a 10k-node tape: six JSON containers)."""
+    import numpy as np
+
+    from tapescope.app.wire import encode_array
+
     return {"op": [n.op for n in nodes], "name": [n.name for n in nodes],
             "ndim": encode_array(np.array([len(n.shape) for n in nodes], dtype=np.int64)),
             "dims": encode_array(np.array([d for n in nodes for d in n.shape], dtype=np.int64)),
@@ -124,6 +127,8 @@ def node_table(nodes: Any) -> dict:
 
 def read_node_table(t: Any) -> tuple[NodeInfo, ...]:
     """The inverse of ``node_table``; ValueError when its columns do not fit together."""
+    from tapescope.app.wire import decode_array
+
     if not isinstance(t, dict):
         raise ValueError("no node table")
     ops, names = t.get("op"), t.get("name")
@@ -153,4 +158,6 @@ def read_node_table(t: Any) -> tuple[NodeInfo, ...]:
 
 
 def node_size(node: Any) -> int:
+    import numpy as np
+
     return int(np.prod(node.shape, dtype=np.int64))

@@ -18,19 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from tapescope.app.compares import COMPARES  # the names, where the CLI's parser reads them
 from tapescope.app.run_sides import CpuRun, DeviceRun, Run, RunSpec, StepArrays, open_runs
 from tapescope.core.step_record import F_V_INTRO, entries, record_of, set_introduced, worst
 from tapescope.core.step_record import roots as record_roots
 
 __all__ = ["COMPARES", "CpuRun", "DeviceRun", "PairRunner", "Run", "RunSpec", "SessionConfig",
            "StepError", "StepResult", "host_compare", "roots"]
-
-COMPARES = {
-    "cpu-device": "CPU ↔ device",
-    "cpu-platform": "CPU ↔ CPU platform math",
-    "unfused-fused": "device unfused ↔ fused",
-    "f64-device": "CPU float64 ↔ device",
-}
 
 
 @dataclass(frozen=True)

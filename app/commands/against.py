@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tapescope.core.parity import entry_differs, entry_worst
 from tapescope.views.numbers import ulp_text
 
 __all__ = ["Against"]
@@ -109,6 +108,8 @@ class Against:
     @property
     def exact(self) -> bool:
         """B bit-identical to the reference at every node and step."""
+        from tapescope.core.parity import entry_differs  # here: building the CLI parser is light
+
         return not any(entry_differs(n) for n in self.per_node.values())
 
     def print_table(self, a_nodes: dict[int, dict], a_introduced: list[dict],
@@ -131,6 +132,7 @@ class Against:
         a_causes, causes_b = causes(a_introduced), causes(self.introduced)
         a_intro = set(a_causes)
         from tapescope.app.commands.parity_table import AGAINST_ROWS, cut_notice, table_order
+        from tapescope.core.parity import entry_differs, entry_worst
 
         differ = [i for i in self.per_node if entry_differs(self.per_node[i])
                   or entry_differs(a_nodes.get(i, self.per_node[i]))

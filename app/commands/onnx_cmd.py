@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from types import SimpleNamespace
 
 
 def register(subparsers) -> None:
@@ -58,11 +59,25 @@ def _count(text: str) -> int:
     return n
 
 
+def help_defaults() -> SimpleNamespace:
+    """``core.onnx.limits.Limits()``'s defaults as ``--help`` shows them, without importing it:
+    building the parser imports no onnx and no numpy (issue 47 item 4). tests/app/
+    test_cli_start.py holds them equal to ``Limits()``. max_bytes is the machine's, as
+    ``limits.default_max_bytes()`` says: 1/32 of its memory, 512 MiB .. 2 GiB."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        memory = 0
+    memory = int(memory) if memory > 0 else 8 << 30
+    return SimpleNamespace(max_elements=1 << 27,
+                           max_bytes=min(max(memory // 32, 512 << 20), 2 << 30),
+                           max_loop_iterations=100_000, max_nodes=100_000,
+                           max_work=25_000_000_000)
+
+
 def _limit_flags(p) -> None:
     """The budgets of one run (core.onnx.Limits); defaults keep a hostile model small."""
-    from tapescope.core.onnx.limits import Limits
-
-    d = Limits()
+    d = help_defaults()
     g = p.add_argument_group("limits", "what one run may take; raise them for a big model you "
                                        "trust (docs/security.md)")
     g.add_argument("--max-elements", type=_count, metavar="N",

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 
-from tapescope.core.parity import entry_differs
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``parity`` subcommand."""
@@ -84,6 +82,8 @@ def _merge(acc: dict | None, d: dict) -> dict:
 def _fold(per_node: dict[int, dict], nodes: list[dict], step: int) -> None:
     """Keep each node's worst value and gradient diff over the steps, and the first step (from
     1) at which it differs."""
+    from tapescope.core.parity import entry_differs  # here, not at import: the parser is light
+
     for n in nodes:
         e = per_node.setdefault(n["id"], {"id": n["id"], "op": n["op"], "name": n["name"],
                                           "value": None, "grad": None,
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from tapescope.app.pairs import open_pair
     from tapescope.app.runs import SessionConfig
     from tapescope.core.atomic import check_writable, write_atomic
-    from tapescope.core.parity import strict_json
+    from tapescope.core.parity import entry_differs, strict_json
 
     if getattr(args, "capture", None):  # the user's own recorded run (docs/capture.md)
         if args.workload or getattr(args, "model", None):

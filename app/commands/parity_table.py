@@ -11,11 +11,12 @@ their ulp distance (two equal-looking numbers beside DIFFERS said nothing).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from tapescope.core.parity import entry_worst
 from tapescope.views.numbers import count_text, ulp_text
+
+if TYPE_CHECKING:  # numpy and core.parity load where a table is printed, not with the CLI parser
+    import numpy as np
 
 __all__ = ["AGAINST_ROWS", "PARITY_ROWS", "cut_notice", "loss_text", "origin_text",
            "other_loss_text", "print_nodes", "table_order"]
@@ -30,6 +31,8 @@ def cut_notice(more: int) -> str:
 
 
 def _badness(e: dict) -> tuple:
+    from tapescope.core.parity import entry_worst
+
     worst = entry_worst(e)
     return (0 if worst < 0 else 1, -worst)  # a NaN mismatch before any ulp
 
@@ -88,6 +91,8 @@ def print_nodes(bad: list[dict], introduced: list[dict], explain: bool,
 def _loss_dtype(dtype: str | None, *xs: float) -> np.dtype:
     """The run's dtype when both losses are values of it (a half run's loss is a half value),
     else float64 (a mixed-precision loss may be float32 in a float16 run)."""
+    import numpy as np
+
     from tapescope.core import precision
 
     try:
@@ -119,6 +124,8 @@ def other_loss_text(ref: float, cand: float, dtype: str | None = None) -> str:
 
 
 def _loss_pair(ref: float, cand: float, dtype: str | None) -> tuple[bool, str, str, str]:
+    import numpy as np
+
     from tapescope.core import precision
     from tapescope.core.parity import same_under_nan_policy, ulp_distance
 

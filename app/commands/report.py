@@ -9,7 +9,7 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``report`` subcommand."""
     from tapescope.app.commands.argtypes import positive_int
-    from tapescope.app.runs import COMPARES
+    from tapescope.app.compares import COMPARES
 
     p = sub.add_parser("report", help="HTML parity report (+ .json) of a side-by-side run")
     p.add_argument("--workload", default=None, help="mlp (default) | transformer | PATH.py")
