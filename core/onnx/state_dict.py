@@ -40,6 +40,9 @@ class Mapping:
         return out
 
 
+_FLOATS = ("F64", "F32", "F16", "BF16")
+
+
 def _scope(node_name: str) -> str | None:
     """``/blocks.0/fc/MatMul`` -> ``blocks.0.fc`` (a TorchScript node's module path)."""
     if not node_name.startswith("/") or node_name.count("/") < 2:
@@ -93,6 +96,10 @@ def map_state_dict(graph, header: dict[str, tuple[str, tuple]], params: dict[str
         return True
 
     for name, (code, shape) in header.items():
+        if code not in _FLOATS and (name in params or name in consts):
+            shape_bad.append(f"tensor '{shown(name)[:80]}': dtype {code!r} is not a float type "
+                             "a weight can have (F64, F32, F16, BF16)")
+            continue
         if name in params:
             if shape != tuple(params[name]):
                 shape_bad.append(f"'{shown(name)[:80]}' has shape {shape}, the model's is "
@@ -119,8 +126,10 @@ def map_state_dict(graph, header: dict[str, tuple[str, tuple]], params: dict[str
         if code in ("I64", "I32") and name.rsplit(".", 1)[-1] == "num_batches_tracked":
             m.skipped.add(name)
             continue
-        unmapped[name] = _why(name, header, params, consts, export)
+        unmapped[name] = ""
     missing = [k for k in params if k not in taken]
+    for name in unmapped:
+        unmapped[name] = _why(name, header, missing, consts, export)
     parts = []
     if shape_bad:
         parts.append("; ".join(shape_bad[:4]) + (" ..." if len(shape_bad) > 4 else ""))
@@ -128,8 +137,10 @@ def map_state_dict(graph, header: dict[str, tuple[str, tuple]], params: dict[str
         by_why: dict[str, list[str]] = {}
         for n, why in unmapped.items():
             by_why.setdefault(why, []).append(n)
-        parts.append("; ".join(f"{_list(ns)} could not be mapped ({why})"
-                               for why, ns in by_why.items()))
+        parts.append("; ".join(
+            f"{_list(ns)} {'is' if len(ns) == 1 else 'are'} not a weight of the model (its "
+            f"weights: {_list(params)})" if why == _NOT_A_WEIGHT else
+            f"{_list(ns)} could not be mapped ({why})" for why, ns in by_why.items()))
     if missing and not unmapped:
         parts.append(f"the model's weights {_list(missing)} are not in the file (a "
                      "state_dict holds every parameter: was it saved from this model?)")
@@ -138,15 +149,19 @@ def map_state_dict(graph, header: dict[str, tuple[str, tuple]], params: dict[str
     return m
 
 
-def _why(name: str, header: dict, params: dict, consts: dict, export) -> str:
-    """Why a state_dict name has no initializer in the export."""
+def _why(name: str, header: dict, left: list[str], consts: dict, export) -> str:
+    """Why a state_dict name has no initializer in the export (``left``: the model's weights
+    no name was mapped onto)."""
     if any(n.endswith(".running_mean") and n not in consts for n in header):
         return ("the exporter folded an eval-mode BatchNorm into the Conv before it: "
                 "export the model in training mode (model.train(); TorchScript: "
                 "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)")
     if export is not None and name in export[0]:
         return "a parameter the exporter merged into another initializer or dropped"
-    if export is None and any(k.startswith("onnx::") for k in params):
+    if export is None and any(k.startswith("onnx::") for k in left):
         return ("no initializer of the export has this name, and the exporter renamed some "
-                f"({_list(k for k in params if k.startswith('onnx::'))}): a folded weight")
-    return "no initializer of the export has this name"
+                f"({_list(k for k in left if k.startswith('onnx::'))}): a folded weight")
+    return _NOT_A_WEIGHT
+
+
+_NOT_A_WEIGHT = "no initializer of the export has this name"
