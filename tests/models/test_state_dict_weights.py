@@ -131,7 +131,7 @@ def test_state_dict_loads_onto_either_export(files, kind):
     # the tape's first loss is torch's on the same batch from the same weights
     loss = wl.tape.value(wl.record(0))
     ref = _torch_loss(files["mlp"], wl)
-    assert loss == pytest.approx(ref, rel=1e-12, abs=1e-14)
+    assert loss == pytest.approx(ref, rel=1e-10)
     assert before.tape.value(before.record(0)) != pytest.approx(ref, rel=1e-6)
 
 
@@ -160,7 +160,7 @@ def test_buffers_set_the_running_statistics(files):
     cnn = CNN()
     cnn.load_state_dict(sd)
     cnn.train()
-    assert wl.tape.value(wl.record(0)) == pytest.approx(_torch_loss(cnn, wl), rel=1e-12)
+    assert wl.tape.value(wl.record(0)) == pytest.approx(_torch_loss(cnn, wl), rel=1e-10)
 
 
 def _one_line_exit_2(capsys, model, weights, *want):
