@@ -101,12 +101,12 @@ def map_state_dict(graph, header: dict[str, tuple[str, tuple]], params: dict[str
                              "a weight can have (F64, F32, F16, BF16)")
             continue
         if name in params:
+            taken[name] = name
             if shape != tuple(params[name]):
                 shape_bad.append(f"'{shown(name)[:80]}' has shape {shape}, the model's is "
                                  f"{tuple(params[name])}")
             else:
                 m.weights[name] = (name, False)
-                taken[name] = name
             continue
         if name in consts:
             if shape != tuple(consts[name]):
@@ -120,6 +120,7 @@ def map_state_dict(graph, header: dict[str, tuple[str, tuple]], params: dict[str
         if cands:
             if not any(claim(name, k, shape) for k in cands):
                 k = cands[0]
+                taken.setdefault(k, name)  # (named here, not again as missing)
                 shape_bad.append(f"'{shown(name)[:80]}' has shape {shape}, the model's "
                                  f"'{shown(k)[:80]}' is {tuple(params[k])} (or its transpose)")
             continue
