@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Callable, Mapping
 
@@ -329,6 +330,17 @@ class GraphView(QGraphicsView):
             else:
                 QToolTip.hideText()
             return True
+        if ev.type() == QEvent.Paint:
+            # no garbage collection while this view paints: a cycle collected mid-frame can
+            # hold a closed view's Qt objects, and deleting them under a live QPainter crashed
+            # the suite (a segfault in GraphCanvas.paint, about once in five full runs)
+            was = gc.isenabled()
+            gc.disable()
+            try:
+                return super().viewportEvent(ev)
+            finally:
+                if was:
+                    gc.enable()
         return super().viewportEvent(ev)
 
     def mouseDoubleClickEvent(self, ev) -> None:  # noqa: N802 (Qt override)
