@@ -255,6 +255,21 @@ def test_three_ranks_reducing_in_ring_order_are_introduced_with_cause_ring(tmp_p
 
 
 # ---- the zoo's DDP script on 2 gloo ranks -----------------------------------------------------
+# gloo can abort a rank as the process group is torn down, after the script's work is done
+# ("terminate called without an active exception", exit -6): a crash of PyTorch's gloo at exit,
+# seen under the full suite's load in about one run in three even with a barrier first (and in 4
+# of 12 plain torchrun runs without one). A launch that ends so is run once more; any other
+# failure is not.
+GLOO_EXIT_ABORT = "terminate called without an active exception"
+
+
+def _launch(fn):
+    p = fn()
+    if p.returncode != 0 and GLOO_EXIT_ABORT in p.stderr:
+        p = fn()
+    return p
+
+
 def _torchrun(*script: str) -> list[str]:
     return ["torchrun", "--standalone", "--nproc-per-node", "2", *script, "--steps", "2",
             "--timeout", "60"]
@@ -274,11 +289,13 @@ def ddp(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("ranks")
     out = {}
     for name, script in (("clean", ["ddp.py"]), ("planted", ["planted_ddp.py", "ddp.py"])):
-        p = cli("capture", "--out", str(d / name), "--", *_torchrun(*script))
+        p = _launch(lambda n=name, s=script: cli("capture", "--out", str(d / n), "--",
+                                                     *_torchrun(*s)))
         assert p.returncode == 0, p.stderr[-3000:]
         assert "on 2 ranks" in p.stdout.splitlines()[-1], p.stdout
         out[name] = (d / name, p.stdout)
-    p = _run([sys.executable, "-m", "torch.distributed.run", *_torchrun("ddp.py")[1:]])
+    p = _launch(lambda: _run([sys.executable, "-m", "torch.distributed.run",
+                              *_torchrun("ddp.py")[1:]]))
     assert p.returncode == 0, p.stderr[-3000:]
     out["plain"] = (None, p.stdout)
     return out
