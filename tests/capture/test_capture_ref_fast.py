@@ -142,6 +142,7 @@ def test_relu_and_its_backward_by_bits_are_np_where(dtype):
         assert y.dtype == x.dtype and y.tobytes() == want.tobytes(), thr
 
 
+@pytest.mark.usefixtures("native_isa")  # chansum on every native path this CPU runs
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_channel_sum_keeps_serial_sums_order(dtype):
     """``serial_sum`` over every axis but the second (batch norm's channel sums; the native
