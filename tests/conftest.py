@@ -82,3 +82,29 @@ def native_isa(request):
                 "TAPESCOPE_NO_NATIVE") and native.library() is None:
             pytest.fail(f"the native code does not build for the {name} path ({tune} tuning)")
         yield request.param
+
+
+# ---- Qt objects die here, not in a later test ---------------------------------------------
+# pytest-qt closes a test's widgets and calls deleteLater, but processEvents does not run
+# deferred deletes: they waited for the next test that spins an event loop, and the garbage
+# collector freed their Python cycles whenever it liked, also during another test's painting
+# or layout (a segfault in a later test's event processing, seen in full runs; the xdist worker
+# died and the run then waited forever). Every test that used qtbot ends by running its
+# deferred deletes and collecting its cycles, so what it made is gone before the next starts.
+@pytest.fixture(autouse=True)
+def _qt_objects_die_with_their_test(request):
+    yield
+    if "qtbot" not in request.fixturenames:
+        return
+    import gc
+    import sys
+
+    widgets = sys.modules.get("PySide6.QtWidgets")
+    app = widgets.QApplication.instance() if widgets else None
+    if app is None:
+        return
+    from PySide6.QtCore import QEvent
+
+    app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
+    app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
