@@ -18,7 +18,10 @@ def add_model_args(p: argparse.ArgumentParser, limits: bool = True) -> None:
                    help="with --model: seeded He/Glorot weights instead of the file's")
     p.add_argument("--input", dest="model_inputs", action="append", default=[],
                    metavar="NAME=FILE.npy",
-                   help="with --model: this array as input NAME every step (repeatable)")
+                   help="with --model: input NAME from this .npy: one batch every step, "
+                        "or a stack [steps, ...] (step i takes slice i), or a folder of .npy "
+                        "files, one per step by name; targets=F.npy: the default loss's classes "
+                        "(repeatable)")
     p.add_argument("--shape", dest="model_shapes", action="append", default=[],
                    metavar="NAME=d0,d1,...",
                    help="with --model: the dims of input NAME (dynamic axes are 1 otherwise)")
@@ -70,8 +73,8 @@ def _with_model_options(spec: str, args: argparse.Namespace) -> str:
     inputs = dict(_pair(t, "--input") for t in getattr(args, "model_inputs", None) or [])
     inputs = {k: os.path.abspath(v) for k, v in inputs.items()}
     for k, v in inputs.items():
-        if not os.path.isfile(v):
-            why = "not a regular file" if os.path.exists(v) else "no such file"
+        if not (os.path.isfile(v) or os.path.isdir(v)):
+            why = "not a regular file or a folder" if os.path.exists(v) else "no such file"
             raise ValueError(f"--input {k}={v}: {why}")
     shapes = {k: parse_dims(v, k) for k, v in (
         _pair(t, "--shape") for t in getattr(args, "model_shapes", None) or [])}
@@ -82,7 +85,8 @@ def _with_model_options(spec: str, args: argparse.Namespace) -> str:
             raise ValueError(f"--weights {weights}: no such file")
     limits = {k: getattr(args, k) for k in ("max_elements", "max_bytes")
               if getattr(args, k, None) is not None}
-    return with_options(spec, inputs, shapes, weights, limits)
+    # a stack of per-step batches must cover --steps (parity, report): checked at the build
+    return with_options(spec, inputs, shapes, weights, limits, getattr(args, "steps", None))
 
 
 def absolute_spec(spec: str | None) -> str | None:

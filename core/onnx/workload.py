@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tapescope.core import ops, optim
+from tapescope.core.names import shown
 from tapescope.core.onnx.errors import OnnxError
 from tapescope.core.onnx.limits import Limits
 from tapescope.core.tape import Tape, Var
@@ -231,31 +232,88 @@ def _input_specs(sess, shapes: dict[str, tuple[int, ...]]):
     return specs, notes
 
 
-def _given_input(name: str, path: str, specs) -> np.ndarray:
-    """--input NAME=FILE.npy: read without pickle or a memory map, its header checked against
-    the input's shape and the file's size before anything is allocated (core.arrayfile)."""
+def _given_input(name: str, path: str, specs, max_bytes: int | None = None,
+                 shape: tuple[int, ...] | None = None, kinds: str = "biuf",
+                 takes: str | None = None) -> tuple[np.ndarray, bool]:
+    """--input NAME=FILE.npy or NAME=DIR: (the array, whether it is a stack of per-step
+    batches). A file of the input's shape is the same batch every step; one with a leading
+    step axis (``[S, *shape]``) is a stack, step i taking slice i; a folder holds one ``.npy``
+    per step, sorted by name. Read without pickle or a memory map, each header checked against
+    the input's shape, its dtype and the file's size, and the whole against ``max_bytes``,
+    before anything is allocated (core.arrayfile). ``shape``/``kinds``/``takes``: an input the
+    model does not declare (the targets of the default loss)."""
     from tapescope.core.arrayfile import ArrayFileError, read_npy
 
-    if name not in specs:
-        raise OnnxError(f"--input {name}=...: the model has no input {name!r} (its inputs: "
-                        f"{', '.join(sorted(specs))})", file=path)
-    shape, dt = specs[name]
+    if shape is None:
+        if name not in specs:
+            raise OnnxError(f"--input {name}=...: the model has no input {name!r} (its inputs: "
+                            f"{', '.join(sorted(specs))})", file=path)
+        shape, dt = specs[name]
+        takes = str(np.dtype(dt))
+    else:
+        dt = None
+    folder = os.path.isdir(path)
 
-    def check(got: tuple, dtype: np.dtype) -> None:
-        if dtype.kind not in "biuf":  # strings, complex: no lossless cast to the model's type
-            what = {"U": "strings", "S": "bytes", "c": "complex numbers"}.get(dtype.kind, "")
-            raise OnnxError(f"--input {name}: dtype {dtype}{f' ({what})' if what else ''}, the "
-                            f"model takes {np.dtype(dt)}", file=path)
-        if got != shape:
-            raise OnnxError(f"--input {name}: shape {got}, the model takes {shape} (give "
-                            f"--shape {name}={','.join(map(str, got))} for dynamic axes)",
-                            file=path)
+    def check(got: tuple, dtype: np.dtype, where: str = "", stack_ok: bool = True) -> None:
+        if dtype.kind not in kinds:  # strings, complex: no lossless cast to the model's type
+            what = {"U": "strings", "S": "bytes", "c": "complex numbers", "f": "floats",
+                    "b": "booleans"}.get(dtype.kind, "")
+            raise OnnxError(f"--input {name}{where}: dtype {dtype}{f' ({what})' if what else ''}"
+                            f", the model takes {takes}", file=path)
+        if got == shape or (stack_ok and got[1:] == shape and len(got) == len(shape) + 1):
+            return
+        tail = (f" (give --shape {name}={','.join(map(str, got[-len(shape):]))} for dynamic "
+                "axes)" if dt is not None and len(got) >= len(shape) and shape else "")
+        also = (f", or a stack of per-step batches [steps, {', '.join(map(str, shape))}]"
+                if stack_ok else " (a folder holds one batch per file)")
+        raise OnnxError(f"--input {name}{where}: shape {got}, the model takes {shape}{also}"
+                        f"{tail}", file=path)
 
+    def read(f: str, where: str, budget: int | None, stack_ok: bool) -> np.ndarray:
+        try:
+            return read_npy(f, max_bytes=budget,
+                            check=lambda got, dtype: check(got, dtype, where, stack_ok))
+        except ArrayFileError as exc:
+            raise OnnxError(f"--input {name}{where}: not a readable .npy array ({exc})",
+                            file=f) from None
+
+    def cast(a: np.ndarray) -> np.ndarray:
+        return a if dt is None else a.astype(dt)
+
+    if not folder:
+        a = read(path, "", max_bytes, True)
+        if a.shape == shape:
+            return cast(a), False
+        if a.shape[0] == 0:
+            raise OnnxError(f"--input {name}: a stack of 0 batches", file=path)
+        return cast(a), True
     try:
-        a = read_npy(path, check=check)
-    except ArrayFileError as exc:
-        raise OnnxError(f"--input {name}: not a readable .npy array ({exc})", file=path) from None
-    return a.astype(dt)
+        entries = sorted(os.listdir(path))
+    except OSError as exc:
+        raise OnnxError(f"--input {name}: cannot list the folder ({exc.strerror or exc})",
+                        file=path) from None
+    bad = [e for e in entries if not e.endswith(".npy")]
+    if bad:
+        raise OnnxError(f"--input {name}: {shown(bad[0])[:80]!r} is not a .npy file (a folder "
+                        "holds one .npy batch per step, sorted by name)", file=path)
+    if not entries:
+        raise OnnxError(f"--input {name}: the folder holds no .npy file (one per step)",
+                        file=path)
+    out, left = [], max_bytes
+    for e in entries:
+        a = read(os.path.join(path, e), f" ({e})", left, False)
+        if left is not None:
+            left -= a.nbytes
+        out.append(cast(a))
+    return np.stack(out), True
+
+
+def _check_steps(name: str, path: str, held: int, steps: int | None) -> None:
+    """A stack of ``held`` batches covers steps 1..held: fewer than --steps is an error."""
+    if steps is not None and held < steps:
+        raise OnnxError(f"--input {name}: {held} per-step batch{'es' if held != 1 else ''}, "
+                        f"--steps {steps} takes {steps} (give at least {steps}, or fewer "
+                        "--steps)", file=path)
 
 
 def _read_weights(path: str, current: dict[str, np.ndarray], sess
@@ -294,12 +352,15 @@ class OnnxWorkload(Workload):
                  math: str = "refmath", seed: int = 0, limits: Limits | None = None,
                  inputs: dict[str, str] | None = None,
                  shapes: dict[str, tuple[int, ...]] | None = None,
-                 weights: str | None = None) -> None:
+                 weights: str | None = None, steps: int | None = None) -> None:
         self.path = str(path)
         self.reinit = reinit
-        # --input NAME=FILE.npy (the same array every step), --shape NAME=d0,d1 (dynamic
-        # axes), --weights FILE.safetensors (trained weights by initializer name)
+        # --input NAME=FILE.npy (one batch every step, or a stack of per-step batches: a
+        # leading step axis or a folder), --shape NAME=d0,d1 (dynamic axes), --weights
+        # FILE.safetensors (trained weights by initializer name); ``steps``: how many steps
+        # the run takes (a stack must hold as many)
         self.given_files = dict(inputs or {})
+        self.steps = steps
         self.given_shapes = dict(shapes or {})
         self.weights_file = weights
         if weights and reinit:
@@ -318,8 +379,22 @@ class OnnxWorkload(Workload):
         self.sess = Session(self.path, fold=True, limits=self.limits)
         self.input_specs, self.input_notes = _input_specs(self.sess, self.given_shapes)
         self.input_notes += merged_parameters_note(self.sess)
-        self.given = {k: _given_input(k, f, self.input_specs) for k, f in
-                      self.given_files.items()}
+        # the default loss's targets are given by their leaf's name (``targets``), read once
+        # the loss is known; every other name is one of the model's inputs
+        self.target_name = "targets"
+        while self.target_name in self.input_specs:
+            self.target_name += "_"
+        self.given: dict[str, np.ndarray] = {}
+        self.given_steps: dict[str, int] = {}  # a stack's name -> how many batches it holds
+        budget = self.limits.max_bytes
+        for k, f in self.given_files.items():
+            if k == self.target_name:
+                continue
+            self.given[k], stacked = _given_input(k, f, self.input_specs, budget)
+            budget = max(0, budget - self.given[k].nbytes)
+            if stacked:
+                self.given_steps[k] = len(self.given[k])
+                _check_steps(k, f, len(self.given[k]), self.steps)
         # a first import on a scratch tape finds the weights that reach tape ops, their roles
         # and the output; the workload's own tape gets the params first (before the mark)
         scratch = Tape(dtype=self.tape.dtype, math=self.tape.math)
@@ -373,9 +448,43 @@ class OnnxWorkload(Workload):
         self.loss_kind, self.n_classes = loss_kind(out, sequence=has_ids)
         self.target_shape = logits_of(out).shape[:-1] if self.loss_kind == "cross_entropy" \
             else ()
-        self.target_name = "targets"
-        while self.target_name in self.input_specs:
-            self.target_name += "_"
+        if self.target_name in self.given_files:
+            self._given_targets(self.given_files[self.target_name], budget)
+        self._check_given_ids()
+
+    def _given_targets(self, path: str, budget: int) -> None:
+        """--input targets=FILE.npy: the class of each row (position) of the default
+        cross-entropy, integers in [0, classes), one array or a stack per step."""
+        name = self.target_name
+        if self.loss_kind != "cross_entropy":
+            raise OnnxError(f"--input {name}=...: the loss is the {self.describe_loss()}, "
+                            "which takes no targets (they go with [N, K] or, for token ids, "
+                            "[B, T, V] logits)", file=path)
+        a, stacked = _given_input(name, path, {}, budget, shape=tuple(self.target_shape),
+                                  kinds="iu", takes=f"integer classes in [0, {self.n_classes})")
+        if a.size and (a.min() < 0 or a.max() >= self.n_classes):
+            raise OnnxError(f"--input {name}: classes span [{a.min()}, {a.max()}], the "
+                            f"logits have {self.n_classes} (give values in [0, "
+                            f"{self.n_classes}))", file=path)
+        self.given[name] = a
+        if stacked:
+            self.given_steps[name] = len(a)
+            _check_steps(name, path, len(a), self.steps)
+
+    def _check_given_ids(self) -> None:
+        """Every step of a given integer input within the table it indexes (a stack's later
+        steps too, before any step runs)."""
+        for k, n in self.index_bounds.items():
+            a = self.given.get(k)
+            if a is None or k not in self.given_steps or not a.size:
+                continue
+            bad = np.flatnonzero((a.reshape(len(a), -1) >= n).any(1)
+                                 | (a.reshape(len(a), -1) < 0).any(1))
+            if bad.size:
+                s = a[bad[0]]
+                raise OnnxError(f"--input {k}: step {bad[0] + 1}'s ids span [{s.min()}, "
+                                f"{s.max()}], the table they index has {n} rows (give values "
+                                f"in [0, {n}))", file=self.given_files[k])
 
     def describe_loss(self) -> str:
         """One line: what the loss is."""
@@ -393,19 +502,37 @@ class OnnxWorkload(Workload):
         out = {}
         for k, (shape, dt) in self.input_specs.items():
             if k in getattr(self, "given", {}):
-                out[k] = self.given[k]
+                out[k] = self._given_at(k, step)
             elif dt.kind == "f":
                 out[k] = rng.standard_normal(shape).astype(dt)
             else:  # ids within the rows of the Gather they index (else 0..9)
                 out[k] = rng.integers(0, self.index_bounds.get(k, 10), size=shape).astype(dt)
         return out
 
+    def _given_at(self, name: str, step: int) -> np.ndarray:
+        """Given input ``name`` at ``step`` (from 1; 0, the episode before any, as step 1): a
+        stack's slice ``step - 1``, else the one array."""
+        a = self.given[name]
+        held = self.given_steps.get(name)
+        if held is None:
+            return a
+        i = max(step, 1) - 1
+        if i >= held:
+            raise OnnxError(f"--input {name}: step {step} needs batch {i + 1}, the stack holds "
+                            f"{held} (give at least as many as the steps run)",
+                            file=self.given_files[name])
+        return a[i]
+
     def batch(self, step: int) -> dict[str, np.ndarray]:
         data = self.batch_inputs(step)
         if self.loss_kind == "cross_entropy":
-            rng = self.step_rng(step, 1)
-            data[self.target_name] = rng.integers(0, self.n_classes, self.target_shape).astype(
-                np.float64)
+            if self.target_name in self.given:
+                data[self.target_name] = self._given_at(self.target_name, step).astype(
+                    np.float64)
+            else:
+                rng = self.step_rng(step, 1)
+                data[self.target_name] = rng.integers(0, self.n_classes,
+                                                      self.target_shape).astype(np.float64)
         return data
 
     def record(self, step: int = 0, batch: dict[str, np.ndarray] | None = None) -> Var:
@@ -457,15 +584,18 @@ OPTIONS = "::"  # separates a model spec's options: onnx:PATH::input=x=/a/x.npy:
 
 def with_options(spec: str, inputs: dict[str, str] | None = None,
                  shapes: dict[str, tuple[int, ...]] | None = None,
-                 weights: str | None = None, limits: dict[str, int] | None = None) -> str:
+                 weights: str | None = None, limits: dict[str, int] | None = None,
+                 steps: int | None = None) -> str:
     """``spec`` carrying --input / --shape / --weights (and --max-elements / --max-bytes as
-    ``limits``), so PairRunner and the live worker, which take a spec string, build the same
-    workload."""
+    ``limits``; the run's --steps, which a stack of per-step inputs must cover), so PairRunner
+    and the live worker, which take a spec string, build the same workload."""
     parts = [spec]
     parts += [f"input={k}={v}" for k, v in (inputs or {}).items()]
     parts += [f"shape={k}={','.join(map(str, v))}" for k, v in (shapes or {}).items()]
     if weights:
         parts.append(f"weights={weights}")
+    if steps and inputs:
+        parts.append(f"steps={int(steps)}")
     parts += [f"{k}={int(v)}" for k, v in (limits or {}).items()]
     return OPTIONS.join(parts)
 
@@ -477,6 +607,7 @@ def split_options(spec: str) -> tuple[str, dict]:
     shapes: dict[str, tuple[int, ...]] = {}
     weights = None
     limits: dict[str, int] = {}
+    steps = None
     for r in rest:
         kind, _, val = r.partition("=")
         if kind == "input":
@@ -489,10 +620,12 @@ def split_options(spec: str) -> tuple[str, dict]:
             weights = val
         elif kind in ("max_elements", "max_bytes") and val.isdigit() and int(val) > 0:
             limits[kind] = int(val)
+        elif kind == "steps" and val.isdigit() and int(val) > 0:
+            steps = int(val)
         else:
             raise OnnxError(f"unknown model option {kind!r}", file=head)
     opts = {"inputs": inputs, "shapes": shapes, "weights": weights,
-            "limits": TRAIN_LIMITS.with_(**limits) if limits else None}
+            "limits": TRAIN_LIMITS.with_(**limits) if limits else None, "steps": steps}
     return head, {k: v for k, v in opts.items() if v}
 
 
