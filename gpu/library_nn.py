@@ -1,7 +1,13 @@
 """Launch builders of the nn ops of imported ONNX models (core/ops/nn.py): conv2d,
 conv_transpose2d (conv2d's kernels with the roles swapped), maxpool2d, avgpool2d, gather
 (docs/reference-order-nn.md; erf is a unary of the op table: gpu/library_ew.py).
-Window geometry becomes host index maps."""
+Window geometry becomes host index maps.
+
+Half precision: the scratch the reference keeps in float32 (pool counts, avgpool's g / count,
+conv's per-image weight products and input-gradient columns) is the compute type (``ctx.aux``'s
+default), written by ``mm_acc`` (the product unrounded); im2col's columns hold copies of stored
+values, so they are the storage type; every result is rounded once (docs/reference-order-nn.md,
+"Half precision")."""
 
 from __future__ import annotations
 
@@ -78,7 +84,7 @@ def _pool(op: str) -> OpKernels:
         hw = ctx.shape(node.inputs[0])[2:]
         cnt = pool_counts(np.empty((1, 1) + hw, ctx.dtype), k, st, padw, (1, 1), cm,
                           int(node.attrs.get("count_include_pad", 0)))
-        return ctx.aux(node.id, "cnt", np.asarray(cnt, ctx.dtype).reshape(-1))
+        return ctx.aux(node.id, "cnt", np.asarray(cnt, ctx.compute_dtype).reshape(-1))
 
     def fwd(ctx: BuildCtx, node) -> list[Launch]:
         (nc, hw, p, t), m, geo = setup(ctx, node)
@@ -120,7 +126,8 @@ def _conv(op: str) -> OpKernels:
                                    0)
         p, t = taps.shape
         cgk = cg * t
-        cols = ctx.aux(node.id, "cols", n=g * n * cgk * p)  # [g][n][cg*T + t][p]
+        # [g][n][cg*T + t][p]: copies of x (stored values: the storage type)
+        cols = ctx.aux(node.id, "cols", n=g * n * cgk * p, dtype=ctx.dtype)
         maps = (ctx.aux(node.id, "taps", taps), ctx.aux(node.id, "c_off", col[0]),
                 ctx.aux(node.id, "c_lst", col[1]))
         return (n, c, h * wd, m, g, t, p, cgk), cols, maps
@@ -150,7 +157,7 @@ def _conv(op: str) -> OpKernels:
                     ctx, gy.view(gi * mg * p, gy.n - gi * mg * p),
                     cols.view(gi * n * cgk * p, n * cgk * p),
                     per_n.view(gi * mg * cgk, per_n.n - gi * mg * cgk), (n, mg, cgk, p),
-                    (m * p, p, 1, cgk * p, 1, p), False, syb=m * cgk))
+                    (m * p, p, 1, cgk * p, 1, p), False, syb=m * cgk, kernel="mm_acc"))
             out.append(ctx.launch("batch_sum_add", m * cgk, per_n, ctx.grads[w], n, m * cgk,
                                   m * cgk))
             return out
@@ -160,7 +167,7 @@ def _conv(op: str) -> OpKernels:
             out.append(mm_launch(
                 ctx, wv.view(gi * mg * cgk, mg * cgk), gy.view(gi * mg * p, gy.n - gi * mg * p),
                 gcols.view(gi * n * cgk * p, n * cgk * p), (n, cgk, p, mg),
-                (0, 1, cgk, m * p, p, 1), False))
+                (0, 1, cgk, m * p, p, 1), False, kernel="mm_acc"))
         out.append(ctx.launch("col2im", n * c * hw, gcols, ctx.grads[x], c_off, c_lst, n, c, g,
                               hw, t, p, i64(1)))
         return out
@@ -193,7 +200,8 @@ def _conv_transpose(op: str) -> OpKernels:
 
     def im2col_of_g(ctx: BuildCtx, node, geo, taps) -> tuple:
         n, c, m, hw, g, t, p, cgk = geo
-        cols = ctx.aux(node.id, "cols", n=g * n * cgk * p)  # [g][n][mg*T + t][p]
+        # [g][n][mg*T + t][p]: copies of the stored gradient (the storage type)
+        cols = ctx.aux(node.id, "cols", n=g * n * cgk * p, dtype=ctx.dtype)
         return cols, ctx.launch("im2col", n * m * t * p, ctx.grads[node.id], cols, taps, n, m,
                                 g, hw, t, p)
 
@@ -208,7 +216,7 @@ def _conv_transpose(op: str) -> OpKernels:
             out.append(mm_launch(
                 ctx, wv.view(gi * cgc * cgk, cgc * cgk), xv.view(gi * cgc * p, xv.n - gi * cgc * p),
                 gcols.view(gi * n * cgk * p, n * cgk * p), (n, cgk, p, cgc),
-                (0, 1, cgk, c * p, p, 1), False))
+                (0, 1, cgk, c * p, p, 1), False, kernel="mm_acc"))
         out.append(ctx.launch("col2im", n * m * hw, gcols, y, c_off, c_lst, n, m, g, hw, t, p,
                               i64(1)))
         return out
@@ -237,7 +245,7 @@ def _conv_transpose(op: str) -> OpKernels:
                 ctx, xv.view(gi * cgc * p, xv.n - gi * cgc * p),
                 cols.view(gi * n * cgk * p, n * cgk * p),
                 per_n.view(gi * cgc * cgk, per_n.n - gi * cgc * cgk), (n, cgc, cgk, p),
-                (c * p, p, 1, cgk * p, 1, p), False, syb=c * cgk))
+                (c * p, p, 1, cgk * p, 1, p), False, syb=c * cgk, kernel="mm_acc"))
         out.append(ctx.launch("batch_sum_add", c * cgk, per_n, ctx.grads[w], n, c * cgk,
                               c * cgk))
         return out

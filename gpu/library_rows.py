@@ -52,11 +52,12 @@ def _reduce(op: str) -> OpKernels:
 
 # ---- matmul / bmm: one strided kernel --------------------------------------------------------
 def mm_launch(ctx: BuildCtx, a, b, y, dims: tuple, strides: tuple, acc: bool,
-              syb: int | None = None) -> Launch:
-    """y[bi] (+)= a[bi] @ b[bi] for strided operands; y rows contiguous, batch stride syb."""
+              syb: int | None = None, kernel: str = "mm") -> Launch:
+    """y[bi] (+)= a[bi] @ b[bi] for strided operands; y rows contiguous, batch stride syb.
+    ``kernel="mm_acc"``: y in the compute type, unrounded (gpu/source.py)."""
     bsz, m, n, k = dims
     tiles = bsz * (-(-m // 4)) * (-(-n // 4))  # one thread per 4x4 output tile (TS_MM)
-    return ctx.launch("mm", tiles, a, b, y, bsz, m, n, k, *strides,
+    return ctx.launch(kernel, tiles, a, b, y, bsz, m, n, k, *strides,
                       m * n if syb is None else syb, i64(acc))
 
 

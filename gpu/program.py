@@ -25,10 +25,6 @@ from tapescope.gpu.device import Buffer, Device, Launch
 from tapescope.gpu.library import KERNELS, LEAF, BuildCtx
 from tapescope.gpu.source import STORAGE, SUFFIX, library_facts, library_source
 
-# ops whose kernels pass scratch through storage-typed buffers (im2col columns, pooled
-# gradients): not instantiated for the half types yet (docs/devices.md, "Half precision")
-NO_HALF_KERNELS = ("conv2d", "conv_transpose2d", "maxpool2d", "avgpool2d")
-
 __all__ = ["CaptureError", "Program", "Step", "capture", "gc_paused", "reached_nodes"]
 
 
@@ -81,10 +77,6 @@ def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None
                                f"for op {n.op!r}")
         if n.dtype != tape.dtype:
             raise CaptureError(f"node {n.id} {n.op}: dtype {n.dtype} differs from the tape's")
-        if tape.dtype in STORAGE and n.op in NO_HALF_KERNELS:
-            raise CaptureError(f"node {n.id} {n.op} ({n.name or 'unnamed'}): no {tape.dtype} "
-                               f"kernels for op {n.op!r} yet (its scratch buffers are "
-                               "float32 or float64 only): use --dtype float32")
     with gc_paused():
         return Program(device, tape, li, math, kernels)
 

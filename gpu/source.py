@@ -118,7 +118,37 @@ def template(name: str, half: bool = False) -> str:
         text = text.replace(optable.MARK, optable.library_switches())
     if rowtable.MARK in text:
         text = text.replace(rowtable.MARK, rowtable.library_kernels(stash=not half))
+    if name == "ops_rows":
+        text += _acc_output_twin(text, "mm")
     return text
+
+
+def _acc_output_twin(text: str, kernel: str) -> str:
+    """Kernel ``<kernel>_T`` of ``text`` once more as ``<kernel>_acc_T``, its output ``y`` in
+    the compute type (``acc_t*``) and stored unrounded: in a half episode the products the
+    reference keeps in float32 (conv2d's per-image weight products before their batch sum, its
+    input-gradient columns before col2im: docs/reference-order-nn.md, "Half precision"); for
+    float64 / float32 the same kernel under another name. The one text is copied, not written
+    twice, so the two cannot drift; ValueError if the text no longer has what is replaced."""
+    head = f'extern "C" __global__ void {kernel}_T('
+    start = text.find(head)
+    if start < 0:
+        raise ValueError(f"kernel template: no {kernel}_T to copy")
+    depth, end = 0, -1
+    for i in range(text.index("{", start), len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            end = i + 1
+            break
+    body = text[start:end]
+    swaps = ((f"void {kernel}_T(", f"void {kernel}_acc_T("), ("real_t* y,", "acc_t* y,"),
+             ("real_t* yo =", "acc_t* yo ="))
+    for old, new in swaps:
+        if body.count(old) != 1:
+            raise ValueError(f"kernel template {kernel}_T: expected one {old!r}")
+        body = body.replace(old, new)
+    return f"\n/* {kernel}_acc_T: {kernel}_T with y in the compute type (gpu/source.py) */\n" \
+        + body + "\n"
 
 
 # What each hand-written template's kernels are (gpu.kernel_facts): a lane kernel strides its
@@ -133,7 +163,7 @@ def _lanes(*names: str) -> dict[str, KernelFacts]:
 TEMPLATE_FACTS: dict[str, dict[str, KernelFacts]] = {
     "ops_elementwise": _lanes("binary_fwd", "binary_bwd", "unary_fwd", "unary_bwd", "gather",
                               "scatter", "copy", "gather_add", "add_into", "take", "take_bwd"),
-    "ops_rows": _lanes("reduce_fwd", "reduce_bwd", "mm"),
+    "ops_rows": _lanes("reduce_fwd", "reduce_bwd", "mm", "mm_acc"),
     "ops_nn": {**_lanes("maxpool_bwd", "avgpool_fwd", "avgpool_scale", "im2col", "col2im",
                         "batch_sum_add"), "maxpool_fwd_T": PLAIN},
     "optim": {**_lanes("fill", "fill_from", "zero_many", "sgd", "adam", "amp_adam", "amp_sgd"),

@@ -4,6 +4,11 @@
  *   taps[p*T + t]: the input pixel (h*W + w) under tap t of output pixel p, -1 in the padding;
  *   off/lst (CSR per input pixel): the (tap, output) pairs that land on it, in the order the
  *   reference adds them (col2im: tap-major; max-pool backward: output row-major).
+ * Half precision (docs/reference-order-nn.md, "Half precision"): tensors are the storage type
+ * (`real_t*`), the scratch the reference keeps in float32 is `acc_t*` (float: the pool counts,
+ * avgpool's g / count, conv's products before their batch sum or col2im), and each kernel
+ * rounds its result once (RND) before adding it to a stored gradient; im2col's columns are
+ * copies of stored values, exact in the storage type.
  */
 
 #ifndef TS_GRID_STRIDE /* the host backend's prelude defines its own (lanes: docs/devices.md) */
@@ -50,13 +55,13 @@ extern "C" __global__ void maxpool_bwd_T(const real_t* g, const long long* arg, 
             long long o = nc * P + lst[r];
             if (arg[o] == s) acc = ADD(acc, g[o]);
         }
-        gx[e] = ADD(gx[e], acc);
+        gx[e] = ADD(gx[e], RND(acc));
     }
 }
 
 /* average pool: y = (serial sum of the window's input taps) / cnt[p] (padding adds +0.0,
  * which never changes a sum that starts at +0.0, so it is skipped). */
-extern "C" __global__ void avgpool_fwd_T(const real_t* x, real_t* y, const real_t* cnt,
+extern "C" __global__ void avgpool_fwd_T(const real_t* x, real_t* y, const acc_t* cnt,
                                          const long long* taps, long long NC, long long HW,
                                          long long P, long long T) {
     TS_GRID_STRIDE(o, NC * P) {
@@ -71,7 +76,7 @@ extern "C" __global__ void avgpool_fwd_T(const real_t* x, real_t* y, const real_
 }
 
 /* gd[o] = g[o] / cnt[p] (avgpool backward, before col2im) */
-extern "C" __global__ void avgpool_scale_T(const real_t* g, const real_t* cnt, real_t* gd,
+extern "C" __global__ void avgpool_scale_T(const real_t* g, const acc_t* cnt, acc_t* gd,
                                            long long NC, long long P) {
     TS_GRID_STRIDE(o, NC * P) { gd[o] = DIV(g[o], cnt[o % P]); }
 }
@@ -110,7 +115,7 @@ extern "C" __global__ void im2col_T(const real_t* x, real_t* cols, const long lo
 /* col2im: gx[n, c, s] += (+0.0 + every (tap, p) column value landing on s, tap-major).
  * mode 0 (avgpool): the value is gd[n, c, p] on every tap; mode 1 (conv2d): gcols laid out
  * [g][n][cg*T + t][p]. lst holds t*P + p. */
-extern "C" __global__ void col2im_T(const real_t* cols, real_t* gx, const long long* off,
+extern "C" __global__ void col2im_T(const acc_t* cols, real_t* gx, const long long* off,
                                     const long long* lst, long long N, long long C,
                                     long long G, long long HW, long long T, long long P,
                                     long long mode) {
@@ -125,12 +130,13 @@ extern "C" __global__ void col2im_T(const real_t* cols, real_t* gx, const long l
             long long tp = lst[r];
             acc = ADD(acc, cols[base + (mode ? tp : tp - (tp / P) * P)]);
         }
-        gx[e] = ADD(gx[e], acc);
+        gx[e] = ADD(gx[e], RND(acc));
     }
 }
 
-/* dst[j] += serial sum over b of src[b * stride + j] (conv2d's gw: the batch sum) */
-extern "C" __global__ void batch_sum_add_T(const real_t* src, real_t* dst, long long B,
+/* dst[j] += serial sum over b of src[b * stride + j] (conv2d's gw: the batch sum of its
+ * products, kept in the compute type) */
+extern "C" __global__ void batch_sum_add_T(const acc_t* src, real_t* dst, long long B,
                                            long long stride, long long m) {
 #if defined(TS_HOST_PRELUDE_H) && !defined(TS_USER_KERNEL)
     /* the host: 64 consecutive j a thread, b outside, j inside (contiguous: vectorised); each
@@ -140,16 +146,16 @@ extern "C" __global__ void batch_sum_add_T(const real_t* src, real_t* dst, long 
         acc_t acc[64];
         for (long long q = 0; q < nj; ++q) acc[q] = (acc_t)0;
         for (long long b = 0; b < B; ++b) {
-            const real_t* sb = src + b * stride + j0;
+            const acc_t* sb = src + b * stride + j0;
             for (long long q = 0; q < nj; ++q) acc[q] = ADD(acc[q], sb[q]);
         }
-        for (long long q = 0; q < nj; ++q) dst[j0 + q] = ADD(dst[j0 + q], acc[q]);
+        for (long long q = 0; q < nj; ++q) dst[j0 + q] = ADD(dst[j0 + q], RND(acc[q]));
     }
 #else
     TS_GRID_STRIDE(j, m) {
-        real_t acc = (real_t)0;
+        acc_t acc = (acc_t)0;
         for (long long b = 0; b < B; ++b) acc = ADD(acc, src[b * stride + j]);
-        dst[j] = ADD(dst[j], acc);
+        dst[j] = ADD(dst[j], RND(acc));
     }
 #endif
 }
