@@ -1,8 +1,9 @@
 """What a parity report holds, accumulated step by step (no Qt): shared by the GUI and the CLI.
 
-Per node the worst step is kept (max ``n_diff``, ``max_ulp``, ``max_abs``, NaN count), as in
-``tapescope parity --json``; per step the losses, the time and the worst ulp; the last
-``HEAT_STEPS`` per-node ulp columns for the heatmap (bounded: memory stays flat).
+Per node the worst step is kept (max ``n_diff``, ``max_ulp``, ``max_abs``, NaN count), merged
+and written by ``core.summary`` (``merge_side``, ``node_summary``) as ``tapescope parity
+--json`` writes it; per step the losses, the time and the worst ulp; the last ``HEAT_STEPS``
+per-node ulp columns for the heatmap (bounded: memory stays flat).
 """
 
 from __future__ import annotations
@@ -14,21 +15,11 @@ from array import array
 from typing import Any
 
 from tapescope.app.runs import SessionConfig, StepResult
-from tapescope.core.parity import entry_differs
 from tapescope.core.step_record import differs, entries
+from tapescope.core.summary import entry_differs, merge_side, node_summary, worst_of
 
 HEAT_STEPS = 300
 INTRODUCED_MAX = 5000  # introduced entries kept (the count goes on): memory stays flat
-
-
-def _merge(acc: dict | None, d: dict) -> dict:
-    # nan_bits_differ: NaNs that differ only in sign/payload, equal under the NaN policy
-    b = {k: d.get(k, 0) for k in ("n", "n_diff", "max_ulp", "max_abs", "n_nan",
-                                  "nan_bits_differ")}
-    if acc is None:
-        return b
-    return {"n": b["n"], **{k: max(acc[k], b[k]) for k in ("n_diff", "max_ulp", "max_abs",
-                                                         "n_nan", "nan_bits_differ")}}
 
 
 class ReportAccumulator:
@@ -61,7 +52,7 @@ class ReportAccumulator:
     def add(self, r: StepResult) -> None:
         """Fold one step in."""
         col = r.node_max_ulp()
-        worst = -1.0 if (col < 0).any() else float(col.max(initial=0.0))
+        worst = worst_of(col)
         with self._lock:
             self._steps.extend((r.step, r.loss_ref, r.loss_cand, r.seconds, r.exact, worst))
             self.heat.append(col.tolist())
@@ -80,9 +71,9 @@ class ReportAccumulator:
                     continue
                 if w is None:
                     w = self.worst[e["id"]] = {"value": None, "grad": None}
-                w["value"] = _merge(w["value"], v)
+                w["value"] = merge_side(w["value"], v)
                 if g is not None:
-                    w["grad"] = _merge(w["grad"], g)
+                    w["grad"] = merge_side(w["grad"], g)
             if self.first is None and r.first is not None:
                 self.first = {"step": r.step, **r.first}
                 self.first_roots = list(r.roots)
@@ -129,8 +120,7 @@ class ReportAccumulator:
         nodes = []
         for info in self.node_info:
             w = worst.get(info["id"], {"value": None, "grad": None})
-            nodes.append({**info, "value": w["value"], "grad": w["grad"],
-                          "first_step_differing": fsd.get(info["id"])})
+            nodes.append(node_summary(info, w["value"], w["grad"], fsd.get(info["id"])))
         differ = [n for n in nodes if entry_differs(n)]
         exact = bool(steps) and not differ
         if first is not None:

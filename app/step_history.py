@@ -39,6 +39,7 @@ from tapescope.core.step_record import (
     F_V_NAN,
     F_V_ONESIDED,
 )
+from tapescope.core.summary import worst
 from tapescope.views.array_stats import nonfinite_flags
 from tapescope.views.parity_rows import ColumnComparison
 
@@ -287,19 +288,13 @@ class StepHistory:
                 "introduced": intro, "alarm": alarm}
 
     def overlay(self, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per node (as ``comparison(step)`` lists them): ``core.parity.entry_worst`` (0
+        """Per node (as ``comparison(step)`` lists them): ``core.summary.worst`` (0
         exact, >= 1 ulp, -1 a NaN), ``entry_differs``, and whether it introduced error: what
         the graph colours need, without the dicts."""
         r = self.record(step)
-        v_on, g_on = r["v_n"] != 0, r["g_n"] > 0  # (g_n -1: no gradient entry)
         f = r["flags"]
-        # Python's max(worst, ulp, 1.0) in entry_worst skips a NaN ulp: np.fmax does the same
-        v = np.where(v_on, np.fmax(r["v_ulp"], 1.0), 0.0)
-        g = np.where(g_on, np.fmax(r["g_ulp"], 1.0), 0.0)
-        nan = (v_on & ((f & F_V_NAN) > 0)) | (g_on & ((f & F_G_NAN) > 0))
-        worst = np.where(nan, -1.0, np.fmax(v, g))
         intro = (f & (F_V_INTRO | F_G_INTRO | F_U_INTRO)) > 0
-        return worst, v_on | g_on, intro
+        return _worst(r), (r["v_n"] > 0) | (r["g_n"] > 0), intro
 
     def first_steps(self) -> np.ndarray:
         """Per node, the first step at which its value or gradient differed (-1: never)."""
@@ -358,9 +353,6 @@ class StepHistory:
 
 
 def _worst(r: np.ndarray) -> np.ndarray:
-    v = np.where(r["v_n"] > 0, np.maximum(r["v_ulp"], 1.0), 0.0)
-    g = np.where(r["g_n"] > 0, np.maximum(r["g_ulp"], 1.0), 0.0)
-    w = np.maximum(v, g)
-    nan = ((r["flags"] & F_V_NAN) > 0) & (r["v_n"] > 0) | ((r["flags"] & F_G_NAN) > 0) & (
-        r["g_n"] > 0)
-    return np.where(nan, -1.0, w)
+    # the one rule (core.summary.worst) on the history's columns: the NaN flags stand for n_nan
+    return worst(r["v_n"], r["v_ulp"], r["flags"] & F_V_NAN, r["g_n"], r["g_ulp"],
+                 r["flags"] & F_G_NAN)

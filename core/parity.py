@@ -21,6 +21,9 @@ import numpy as np
 
 from tapescope.core import precision
 
+# a node's summary rules live in core.summary (issue 47): re-exported, the one definition there
+from tapescope.core.summary import entry_differs, entry_worst
+
 __all__ = ["NodeParity", "ParityReport", "TensorDiff", "compare_arrays", "entry_differs",
            "entry_worst", "first_divergence", "ordered", "same_under_nan_policy", "strict_json",
            "ulp_distance"]
@@ -175,25 +178,6 @@ def first_divergence(nodes: tuple[NodeParity, ...]) -> tuple[int, str] | None:
         if n.grad is not None and not n.grad.exact:
             return n.id, "grad"
     return None
-
-
-def entry_differs(e: dict, which: str | None = None) -> bool:
-    """A ``NodeParity.to_json`` entry differs (in ``which``, or in value or gradient)."""
-    sides = (which,) if which else ("value", "grad")
-    return any(e.get(w) and bool(e[w]["n_diff"]) for w in sides)
-
-
-def entry_worst(e: dict) -> float:
-    """A ``NodeParity.to_json`` entry's worst ulp over value and gradient: 0 when exact, at
-    least 1 when a side differs (a signed zero counts 1), -1 when a side differs by a NaN."""
-    worst = 0.0
-    for w in ("value", "grad"):
-        d = e.get(w)
-        if d and d["n_diff"]:
-            if d.get("n_nan"):
-                return -1.0
-            worst = max(worst, float(d["max_ulp"] or 0), 1.0)
-    return worst
 
 
 def _check_pair(ref: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from tapescope.core import summary
 from tapescope.core.parity import NodeParity, TensorDiff
 
 __all__ = ["CAUSES_MAX", "FIELDS", "F_G_INTRO", "F_G_NAN", "F_G_ONESIDED", "F_INTRO", "F_U_INTRO",
@@ -113,12 +114,10 @@ def first_divergence(rec: np.ndarray) -> tuple[int, str] | None:
 
 
 def worst(rec: np.ndarray) -> np.ndarray:
-    """Per row ``core.parity.entry_worst``: 0 exact, >= 1 ulp when a side differs (a signed
-    zero counts 1), -1 when a side differs by a NaN."""
-    v = np.where(rec["v_diff"] > 0, np.maximum(rec["v_ulp"].astype(np.float64), 1.0), 0.0)
-    g = np.where(rec["g_diff"] > 0, np.maximum(rec["g_ulp"].astype(np.float64), 1.0), 0.0)
-    nan = ((rec["v_diff"] > 0) & (rec["v_nan"] > 0)) | ((rec["g_diff"] > 0) & (rec["g_nan"] > 0))
-    return np.where(nan, -1.0, np.maximum(v, g))
+    """Per row, the node's worst ulp (``core.summary.worst``, its one rule): 0 exact, >= 1 ulp
+    when a side differs, -1 when a side differs by a NaN."""
+    return summary.worst(rec["v_diff"], rec["v_ulp"], rec["v_nan"], rec["g_diff"], rec["g_ulp"],
+                         rec["g_nan"])
 
 
 def roots(rec: np.ndarray, nodes: Sequence) -> list[int]:

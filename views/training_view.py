@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.core.summary import worst_of
 from tapescope.views import theme
 from tapescope.views.numbers import count_text, ulp_text
 from tapescope.views.plain import cut, tip
@@ -227,7 +228,7 @@ class TrainingPanel(QWidget):
             self.introduced_only.show()
         a = np.array([s[:3] for s in steps], dtype=np.float64)
         if worst is None:
-            worst = [_worst(c) for c in columns]
+            worst = [worst_of(c) for c in columns]  # core.summary's one rule: NaN first
         worst = np.asarray(worst, dtype=np.float64)
         self.steps = np.concatenate((self.steps, a[:, 0]))
         self.loss_ref = np.concatenate((self.loss_ref, a[:, 1]))
@@ -466,10 +467,3 @@ class ParamRows(QAbstractTableModel):
             return ("never differed so far" if step is None else
                     f"first differs at step {count_text(step)}")
         return None
-
-
-def _worst(col: np.ndarray) -> float:
-    c = np.asarray(col)
-    if c.size and (c < 0).any():
-        return -1.0
-    return float(c.max()) if c.size else 0.0

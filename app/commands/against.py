@@ -132,16 +132,15 @@ class Against:
         a_causes, causes_b = causes(a_introduced), causes(self.introduced)
         a_intro = set(a_causes)
         from tapescope.app.commands.parity_table import AGAINST_ROWS, cut_notice, table_order
-        from tapescope.core.parity import entry_differs, entry_worst
+        from tapescope.core.summary import entry_differs, entry_worst, severity, worst_of
 
         differ = [i for i in self.per_node if entry_differs(self.per_node[i])
                   or entry_differs(a_nodes.get(i, self.per_node[i]))
                   or entry_differs(self.between.get(i, self.per_node[i]))]
 
         def worst(i: int) -> tuple:  # the worst of A, B and A-B; a NaN mismatch first
-            w = [entry_worst(d) for d in (a_nodes.get(i), self.per_node.get(i),
-                                          self.between.get(i)) if d]
-            return (0, 0) if any(x < 0 for x in w) else (1, -max(w, default=0))
+            return severity(worst_of(entry_worst(d) for d in (
+                a_nodes.get(i), self.per_node.get(i), self.between.get(i)) if d))
 
         # the nodes A or B introduced error at first, then the worst inherited
         ids = table_order(differ, sorted(a_introduced + self.introduced,

@@ -31,10 +31,9 @@ def cut_notice(more: int) -> str:
 
 
 def _badness(e: dict) -> tuple:
-    from tapescope.core.parity import entry_worst
+    from tapescope.core.summary import entry_worst, severity
 
-    worst = entry_worst(e)
-    return (0 if worst < 0 else 1, -worst)  # a NaN mismatch before any ulp
+    return severity(entry_worst(e))  # a NaN mismatch before any ulp
 
 
 def table_order(ids: Iterable[int], introduced: list[dict],
