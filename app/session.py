@@ -17,6 +17,14 @@ from tapescope.views.array_stats import first_nonfinite, nonfinite_flags, nonfin
 from tapescope.views.graph_model import GraphModel
 from tapescope.views.node_details import NodeDetails
 
+# the one ulp colour scale (views.ulp_scale); EXACT_COLOR, NAN_COLOR, ulp_color re-exported
+from tapescope.views.ulp_scale import (  # noqa: F401
+    EXACT_COLOR,
+    NAN_COLOR,
+    ulp_color,
+    ulp_colors,
+)
+
 
 class SessionError(Exception):
     """A session could not be opened; the message says what and where, ``details`` the trace."""
@@ -55,22 +63,24 @@ def unconfirmed_script(session: Session | None, spec: str | None) -> str | None:
 
 def parity_colors(comparison: list[dict] | None) -> dict[int, str]:
     """Overlay colour per compared node: green exact, amber to red by max ulp, NaN purple."""
-    from tapescope.core.parity import entry_worst
+    from tapescope.core.summary import entries_worst
 
     entries = list(comparison or ())
-    return worst_colors([int(e["id"]) for e in entries], [entry_worst(e) for e in entries])
+    return worst_colors([int(e["id"]) for e in entries], entries_worst(entries))
 
 
 def worst_colors(ids: list[int], worst) -> dict[int, str]:
-    """The colour of each id from its ``entry_worst`` (NaN purple below 0, green at 0, amber to
-    red by ulp), computed once per distinct worst value (a live 10k-node step has a handful)."""
+    """The colour of each id from its worst ulp (``core.summary.worst``: NaN purple below 0,
+    green at 0, amber to red by ulp), computed once per distinct worst value (a live 10k-node
+    step has a handful)."""
     code, names = worst_codes(worst)
     return dict(zip(ids, [names[k] for k in code.tolist()], strict=True))
 
 
 def worst_codes(worst) -> tuple[np.ndarray, list[str]]:
     """``worst_colors`` as arrays: a palette index per entry and the palette (one colour name
-    per distinct worst value), what ``views.overlay.NodeColors`` holds."""
+    per distinct worst value, in the window's one ulp scale, ``views.ulp_scale.ulp_colors``),
+    what ``views.overlay.NodeColors`` holds."""
     w = np.asarray(worst, dtype=np.float64).ravel()
     # NOTE: most nodes of a step are exact: only the others are sorted (np.unique over a
     # 100k-node step's every entry cost ~10 ms a snapshot)
@@ -83,18 +93,7 @@ def worst_codes(worst) -> tuple[np.ndarray, list[str]]:
         code[off] = inv.ravel() + 1
     else:
         code[off] = inv.ravel()
-    names = [NAN_COLOR if u < 0 else EXACT_COLOR if u == 0 else ulp_color(u) for u in vals]
-    return code, names
-
-
-EXACT_COLOR, NAN_COLOR = "#16a34a", "#7c3aed"
-
-
-def ulp_color(ulp: float) -> str:
-    """Amber (1 ulp) to red (2**20 ulp and beyond), on a log scale."""
-    # NOTE: log scale: 1 ulp is amber, 2**20 ulp and beyond fully red
-    t = min(1.0, np.log2(max(ulp, 1.0)) / 20.0)
-    return f"#{int(245 - 25 * t):02x}{int(158 * (1 - t)):02x}0b"
+    return code, ulp_colors(vals)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.views.numbers import ulp_text
 from tapescope.views.plain import html, tip
+from tapescope.views.ulp_scale import EXACT_COLOR, NAN_COLOR
 
 KEYWORDS = ("extern", "__global__", "__device__", "__syncthreads", "const", "long", "int",
             "unsigned", "double", "float", "void", "for", "if", "else", "return", "real_t",
@@ -202,8 +203,9 @@ class KernelsPanel(QWidget):
             p = self.parity.get(k["name"])
             color = None
             if p is not None:
-                color = "#16a34a" if p.get("worst", 0) == 0 else (
-                    "#7c3aed" if p["worst"] < 0 else "#b91c1c")
+                # exact and NaN in the ulp scale's colours; any ulp one legible red (text)
+                color = EXACT_COLOR if p.get("worst", 0) == 0 else (
+                    NAN_COLOR if p["worst"] < 0 else "#b91c1c")
             if color:
                 it.setForeground(QColor(color))
             else:  # the theme's text colour

@@ -17,13 +17,12 @@ import numpy as np
 from PySide6.QtGui import QColor
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-
-NAN_COLOR = "#7c3aed"  # app.session's NaN-mismatch stripe
+from tapescope.views.ulp_scale import NAN_COLOR  # (the one ulp scale's NaN violet)
 
 
 def severity(color: QColor) -> tuple[bool, int]:
     """Order of parity stripe colours, worst last: exact green < amber < red < NaN violet."""
-    # NOTE: the stripes run amber → red by lowering green (app.session.ulp_color); exact green
+    # NOTE: the stripes run amber → red by lowering green (views.ulp_scale.ulp_color); exact green
     # has the most green of all, so it ranks lowest
     return color.name() == NAN_COLOR, -color.green()
 

@@ -2,8 +2,10 @@
 
 Exact is green; 1 ulp amber, darkening to red at 2**20 ulp and beyond, on a log2 scale (so 1 ulp
 and a million ulp both stay visible); a NaN against a number is violet. The graph's parity
-stripe (app.session.ulp_color), the Training heatmap, the Compare and Elements maps and the
-graph's legend all read it (issue 25: five encodings, one of them explained).
+stripe and the minimap (``ulp_color`` through app.session.worst_codes), the parity table, the
+report's page and its graph picture, the Training heatmap, the Compare and Elements maps and the
+graph's legend all read it (issue 25: five encodings, one of them explained; issue 47: the
+stripe's own formula, which disagreed with the heatmap on 73 of 480 values, is gone).
 """
 
 from __future__ import annotations
@@ -62,10 +64,41 @@ def heat_levels(col: np.ndarray) -> np.ndarray:
     return out
 
 
+def _index(level: float) -> int:
+    return int(round(min(max(level, 0.0), 255.0)))
+
+
+_NAMES: list[str] = []  # the table's colours as #rrggbb, made once
+
+
+def _names() -> list[str]:
+    if not _NAMES:
+        _NAMES.extend(f"#{int(r):02x}{int(g):02x}{int(b):02x}" for r, g, b, _ in heat_lut())
+    return _NAMES
+
+
 def level_color(level: float) -> str:
     """The scale's colour at ``level`` as #rrggbb."""
-    r, g, b, _ = heat_lut()[int(round(min(max(level, 0.0), 255.0)))]
-    return f"#{int(r):02x}{int(g):02x}{int(b):02x}"
+    return _names()[_index(level)]
+
+
+EXACT_COLOR = level_color(0.0)  # "#16a34a"
+NAN_COLOR = level_color(255.0)  # "#7c3aed": a NaN against a number
+
+
+def ulp_colors(worst) -> list[str]:
+    """The colour of each node's worst ulp (``core.summary.worst``: 0 exact, >= 1 ulp, -1 or
+    NaN a NaN mismatch) as #rrggbb: exact green, the scale's level, NaN violet."""
+    w = np.asarray(worst, dtype=np.float64).ravel()
+    # NOTE: a worst between 0 and 1 (never made by core.summary) still reads as 1 ulp, not exact
+    lv = heat_levels(np.where(w > 0, np.fmax(w, 1.0), w))
+    names = _names()
+    return [names[_index(v)] for v in lv.tolist()]
+
+
+def ulp_color(worst: float) -> str:
+    """``ulp_colors`` of one worst ulp."""
+    return ulp_colors([worst])[0]
 
 
 def faded_color(level: float) -> str:
