@@ -28,6 +28,7 @@ from tapescope.core import native as _native
 from tapescope.core import precision
 from tapescope.core.amp import LossScaler
 from tapescope.core.ops.reference import serial_sum
+from tapescope.core.schedule import Schedule
 from tapescope.core.tape import Tape, TapeError, Var
 
 
@@ -51,6 +52,8 @@ class Optimizer:
     slots: list[_Slot] = field(default_factory=list)
     amp: LossScaler | None = None  # mixed precision (enable_amp; core.amp)
     found_inf: bool = False  # mixed precision: the last step was skipped
+    schedule: Schedule | None = None  # the lr per step (core.schedule); None: lr every step
+    kind = "abstract"
 
     def add(self, param: Var, l2: float = 0.0) -> None:
         """Optimize ``param`` with its own L2 coefficient."""
@@ -146,13 +149,22 @@ class Optimizer:
             # half: the moments widen exactly, the update runs in float32, and m, v and w are
             # each rounded once to storage (assign rounds w)
             dt = self.tape.dtype
-            if slot.m is not None:
-                slot.m, slot.v = slot.m.astype(np.float32), slot.v.astype(np.float32)
+            slot.m, slot.v = _cast(slot.m, np.float32), _cast(slot.v, np.float32)
             new = self.update(slot, w.astype(np.float32), g)
             with np.errstate(over="ignore"):  # an overflow to inf is data here
-                if slot.m is not None:
-                    slot.m, slot.v = slot.m.astype(dt), slot.v.astype(dt)
+                slot.m, slot.v = _cast(slot.m, dt), _cast(slot.v, dt)
                 self.tape.assign(slot.var, new)
+
+    def step_lr(self) -> float:
+        """This step's lr (``t``, from 1): the schedule's, else ``lr``."""
+        s = self.schedule
+        return self.lr if s is None or s.constant else s.lr(self.lr, max(self.t, 1))
+
+    @property
+    def modeled(self) -> bool:
+        """Whether core.provenance's update check models this optimizer (plain SGD / Adam at
+        one lr; the others and the schedules are judged by their arrays only)."""
+        return type(self) in (SGD, Adam) and (self.schedule is None or self.schedule.constant)
 
     def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -161,15 +173,19 @@ class Optimizer:
 class SGD(Optimizer):
     """w = w - lr * g."""
 
+    kind = "sgd"
+
     def __init__(self, tape: Tape, lr: float, clip: float | None = None) -> None:
         super().__init__(tape, lr, clip)
 
     def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
-        return w - self.scalar(self.lr) * g
+        return w - self.scalar(self.step_lr()) * g
 
 
 class Adam(Optimizer):
     """Adam with host-computed bias correction (see module docstring for the exact order)."""
+
+    kind = "adam"
 
     def __init__(self, tape: Tape, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, clip: float | None = None) -> None:
@@ -181,7 +197,7 @@ class Adam(Optimizer):
     def step_scalars(self) -> dict[str, float]:
         """The per-step scalars, as the host computes them for this step ``t``."""
         t = self.t
-        lr_t = self.lr * math.sqrt(1.0 - self.b2 ** t) / (1.0 - self.b1 ** t)
+        lr_t = self.step_lr() * math.sqrt(1.0 - self.b2 ** t) / (1.0 - self.b1 ** t)
         return {"b1": self.b1, "omb1": 1.0 - self.b1, "b2": self.b2, "omb2": 1.0 - self.b2,
                 "eps": self.eps, "lr_t": lr_t}
 
@@ -189,7 +205,7 @@ class Adam(Optimizer):
         # the step scalars rounded to the compute dtype, made once per step for every parameter
         # (issue 29: they were remade per parameter); any change to t or a hyperparameter
         # (a schedule's new lr) makes them anew
-        key = (self.t, self.lr, self.b1, self.b2, self.eps, self.tape.compute_dtype)
+        key = (self.t, self.step_lr(), self.b1, self.b2, self.eps, self.tape.compute_dtype)
         cached = self._k
         if cached is None or cached[0] != key:
             cached = self._k = (key, {name: self.scalar(v)
@@ -217,3 +233,103 @@ class Adam(Optimizer):
         upd = np.divide(m, den, out=den)
         upd *= k["lr_t"]
         return np.subtract(w, upd, out=upd)
+
+
+def _cast(a: np.ndarray | None, dt) -> np.ndarray | None:
+    return None if a is None else a.astype(dt)
+
+
+def _fma(a, b, c) -> np.ndarray:
+    """``a * b + c`` rounded once (C's fma): where PyTorch's CPU kernels contract."""
+    from tapescope.core.explain_prims import fma
+
+    return fma(a, b, c)
+
+
+class SGDMomentum(Optimizer):
+    """torch.optim.SGD's step (``foreach=False``) with momentum, dampening, nesterov and
+    weight_decay, in PyTorch's order and roundings (docs/reference-order.md, "SGD with
+    momentum"): g = fma(w, wd, g); buf = g at a parameter's first step, else
+    fma(g, 1 - dampening, momentum * buf); g = fma(buf, momentum, g) (nesterov) or buf;
+    w = fma(g, -lr, w). ATen's ``add(x, alpha=a)`` is one fused multiply-add (measured)."""
+
+    kind = "sgdm"
+
+    def __init__(self, tape: Tape, lr: float, momentum: float = 0.0, dampening: float = 0.0,
+                 nesterov: bool = False, weight_decay: float = 0.0, clip: float | None = None
+                 ) -> None:
+        super().__init__(tape, lr, clip)
+        check_hyper(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay)
+        if nesterov and (momentum == 0.0 or dampening != 0.0):
+            raise ValueError("nesterov needs a momentum and zero dampening (torch.optim.SGD's "
+                             "rule)")
+        self.momentum, self.dampening = float(momentum), float(dampening)
+        self.nesterov, self.weight_decay = bool(nesterov), float(weight_decay)
+
+    def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        s = self.scalar
+        if self.weight_decay != 0.0:
+            g = _fma(w, s(self.weight_decay), g)
+        if self.momentum != 0.0:
+            if slot.m is None:
+                slot.m = np.array(g, copy=True)  # torch: buf = grad.clone() at the first step
+            else:
+                slot.m = _fma(g, s(1.0 - self.dampening), slot.m * s(self.momentum))
+            g = _fma(slot.m, s(self.momentum), g) if self.nesterov else slot.m
+        return np.asarray(_fma(g, s(-self.step_lr()), w))
+
+
+class AdamW(Optimizer):
+    """torch.optim.AdamW's step (``foreach=False, fused=False``), in PyTorch's order and
+    roundings (docs/reference-order.md, "AdamW"): w = w * (1 - lr wd) (decoupled, first);
+    m = lerp(m, g, 1 - b1) (fma(1 - b1, g - m, m), ATen's vector lerp); v = fma((1 - b2) g, g,
+    b2 v); w = w + (-(lr / bc1) m) / (sqrt(v) / sqrt(bc2) + eps), with bc1 = 1 - b1^t,
+    bc2 = 1 - b2^t and every scalar in python float64, then rounded once (ATen's opmath)."""
+
+    kind = "adamw"
+
+    def __init__(self, tape: Tape, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, clip: float | None = None
+                 ) -> None:
+        super().__init__(tape, lr, clip)
+        check_hyper(lr=lr, eps=eps, weight_decay=weight_decay, beta1=betas[0], beta2=betas[1])
+        self.b1, self.b2 = (float(b) for b in betas)
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
+        # the square root of v: IEEE's (np.sqrt); core.explain.vml_sqrt is PyTorch's CPU one
+        self.sqrt = np.sqrt
+
+    def step_scalars(self) -> dict[str, float]:
+        """This step's scalars in python float64, as torch.optim.AdamW computes them."""
+        lr, t = self.step_lr(), float(self.t)  # torch: step_t.item(), a float
+        bc1, bc2 = 1 - self.b1 ** t, 1 - self.b2 ** t
+        return {"decay": 1 - lr * self.weight_decay, "omb1": 1 - self.b1, "b2": self.b2,
+                "omb2": 1 - self.b2, "bc2s": bc2 ** 0.5, "eps": self.eps,
+                "nstep": -(lr / bc1)}
+
+    def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        k = {n: self.scalar(v) for n, v in self.step_scalars().items()}
+        if slot.m is None:
+            slot.m, slot.v = np.zeros_like(w), np.zeros_like(w)
+        if self.weight_decay != 0.0:
+            w = w * k["decay"]
+        slot.m = lerp(slot.m, g, k["omb1"])
+        slot.v = _fma(k["omb2"] * g, g, slot.v * k["b2"])
+        den = self.sqrt(slot.v) / k["bc2s"] + k["eps"]
+        return np.asarray(w + (k["nstep"] * slot.m) / den)
+
+
+def lerp(a: np.ndarray, b: np.ndarray, wt) -> np.ndarray:
+    """ATen's CPU lerp: fma(wt, b - a, a) when |wt| < 0.5, else fma(wt - 1, b - a, b)."""
+    if abs(float(wt)) < 0.5:
+        return _fma(wt, b - a, a)
+    return _fma(wt - type(wt)(1), b - a, b)
+
+
+def check_hyper(**values: float) -> None:
+    """ValueError naming the first hyperparameter out of its range (torch.optim's ranges)."""
+    for name, v in values.items():
+        v = float(v)
+        ok = {"beta1": 0.0 <= v < 1.0, "beta2": 0.0 <= v < 1.0}.get(name, v >= 0.0)
+        if not ok or not math.isfinite(v):
+            rng = "in [0, 1)" if name.startswith("beta") else "0 or more"
+            raise ValueError(f"{name.replace('_', ' ')} must be {rng}, not {v:g}")
