@@ -18,7 +18,7 @@ from tapescope.core import optim as core_optim
 from tapescope.core.tape import Var
 from tapescope.gpu.device import Buffer, Launch
 
-__all__ = ["SGD", "Adam", "AmpAdam", "AmpSGD", "from_core"]
+__all__ = ["SGD", "Adam", "AdamW", "AmpAdam", "AmpSGD", "SGDMomentum", "from_core"]
 
 
 class _DeviceOptimizer:
@@ -30,6 +30,7 @@ class _DeviceOptimizer:
         self.lr = float(lr)
         self.clip = None if clip is None else float(clip)
         self.t = 0
+        self.schedule: Any = None  # a core.schedule.Schedule (None: lr every step)
         self.params: list[tuple[int, float]] = []  # (node id, l2) in the order added
         self._prog: Any = None
         self._launches: list[Launch] = []
@@ -105,6 +106,16 @@ class _DeviceOptimizer:
     def _upload_scalars(self) -> None:
         pass
 
+    def step_lr(self) -> float:
+        """This step's lr (``t``, from 1): the schedule's, else ``lr`` (core.optim's rule)."""
+        s = self.schedule
+        return self.lr if s is None or s.constant else s.lr(self.lr, max(self.t, 1))
+
+    def _stage(self, values: list[float]) -> None:
+        """This step's scalars, python float64 rounded once to the compute type, into ``k``."""
+        dt = self._prog.compute_dtype
+        self._prog.device.stage(self.k, np.array(values, dtype=np.float64).astype(dt))
+
 
 class SGD(_DeviceOptimizer):
     """w = w - lr * g (after clipping and L2)."""
@@ -122,6 +133,7 @@ class Adam(_DeviceOptimizer):
     """Adam with host-computed bias correction; m and v live on the device."""
 
     kind = "adam"
+    n_scalars = 6
 
     def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, clip: float | None = None) -> None:
@@ -131,7 +143,7 @@ class Adam(_DeviceOptimizer):
         self.initial_moments: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _setup(self, prog: Any) -> None:
-        self.k: Buffer = prog.device.alloc(6, prog.compute_dtype)
+        self.k: Buffer = prog.device.alloc(self.n_scalars, prog.compute_dtype)
         self.moments = {i: (prog.device.alloc(prog.nodes[i].size, prog.dtype),
                             prog.device.alloc(prog.nodes[i].size, prog.dtype))
                         for i, _ in self.live}
@@ -151,7 +163,7 @@ class Adam(_DeviceOptimizer):
     def step_scalars(self) -> dict[str, float]:
         """This step's scalars in python float64, written as core.optim.Adam writes them."""
         t = self.t
-        lr_t = self.lr * math.sqrt(1.0 - self.b2 ** t) / (1.0 - self.b1 ** t)
+        lr_t = self.step_lr() * math.sqrt(1.0 - self.b2 ** t) / (1.0 - self.b1 ** t)
         return {"b1": self.b1, "omb1": 1.0 - self.b1, "b2": self.b2, "omb2": 1.0 - self.b2,
                 "eps": self.eps, "lr_t": lr_t}
 
@@ -162,6 +174,83 @@ class Adam(_DeviceOptimizer):
         self._prog.device.stage(self.k, np.array(
             [s["b1"], s["omb1"], s["b2"], s["omb2"], s["eps"], s["lr_t"]],
             dtype=np.float64).astype(dt))
+
+
+class SGDMomentum(_DeviceOptimizer):
+    """torch.optim.SGD's step (core.optim.SGDMomentum): momentum buffers on the device."""
+
+    kind = "sgdm"
+    n_scalars = 6
+
+    def __init__(self, lr: float, momentum: float = 0.0, dampening: float = 0.0,
+                 nesterov: bool = False, weight_decay: float = 0.0,
+                 clip: float | None = None) -> None:
+        super().__init__(lr, clip)
+        self.momentum, self.dampening = float(momentum), float(dampening)
+        self.nesterov, self.weight_decay = bool(nesterov), float(weight_decay)
+        self.initial_moments: dict[int, tuple[np.ndarray, None]] = {}
+
+    def _setup(self, prog: Any) -> None:
+        self.k: Buffer = prog.device.alloc(self.n_scalars, prog.compute_dtype)
+        self.moments = {i: (prog.device.alloc(prog.nodes[i].size, prog.dtype), None)
+                        for i, _ in self.live} if self.momentum else {}
+        self._started = False
+        for i, (b0, _) in self.initial_moments.items():  # buffers of a core optimizer
+            if i in self.moments:
+                self.moments[i][0].upload(np.asarray(b0, dtype=prog.dtype).reshape(-1))
+                self._started = True
+
+    def _update(self, prog: Any, i: int, l2: float) -> Launch:
+        ctx = prog.ctx
+        n = prog.nodes[i].size
+        buf = self.moments[i][0] if self.momentum else prog.values[i]  # (unread: no momentum)
+        return ctx.launch("sgdm", n, prog.values[i], prog.grads[i], buf, self.ctl, self.k,
+                          np.int64(l2 != 0.0), ctx.real(l2), n)
+
+    def _upload_scalars(self) -> None:
+        first = not self._started  # torch: buf = grad.clone() at a parameter's first step
+        self._started = True
+        self._stage([self.step_lr(), self.momentum, 1.0 - self.dampening, self.weight_decay,
+                     float(first), float(self.nesterov)])
+
+
+class AdamW(_DeviceOptimizer):
+    """torch.optim.AdamW's step (core.optim.AdamW): m and v on the device."""
+
+    kind = "adamw"
+
+    def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2,
+                 clip: float | None = None) -> None:
+        super().__init__(lr, clip)
+        self.b1, self.b2 = (float(b) for b in betas)
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
+        self.initial_moments: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    n_scalars = 9
+    _setup = Adam._setup
+
+    def _update(self, prog: Any, i: int, l2: float) -> Launch:
+        ctx = prog.ctx
+        n = prog.nodes[i].size
+        m, v = self.moments[i]
+        return ctx.launch("adamw", n, prog.values[i], prog.grads[i], m, v, self.ctl, self.k,
+                          np.int64(l2 != 0.0), ctx.real(l2), n)
+
+    def step_scalars(self) -> dict[str, float]:
+        """This step's scalars in python float64, as core.optim.AdamW writes them."""
+        lr, t = self.step_lr(), float(self.t)
+        bc1, bc2 = 1 - self.b1 ** t, 1 - self.b2 ** t
+        return {"decay": 1 - lr * self.weight_decay, "omb1": 1 - self.b1, "b2": self.b2,
+                "omb2": 1 - self.b2, "bc2s": bc2 ** 0.5, "eps": self.eps,
+                "nstep": -(lr / bc1)}
+
+    def _upload_scalars(self) -> None:
+        s = self.step_scalars()
+        # the lerp's branch on the rounded weight, as ATen tests |weight| < 0.5
+        small = abs(float(np.float64(s["omb1"]).astype(self._prog.compute_dtype))) < 0.5
+        self._stage([s["decay"], s["omb1"], s["b2"], s["omb2"], s["bc2s"], s["eps"],
+                     s["nstep"], float(self.weight_decay != 0.0), float(small)])
 
 
 class _Amp:
@@ -243,25 +332,40 @@ class AmpAdam(_Amp, Adam):
                           self.ctl, self.k, np.int64(l2 != 0.0), ctx.real(l2), n)
 
 
-def from_core(opt: core_optim.Optimizer) -> SGD | Adam:
-    """A device optimizer configured like a core.optim one (same params, L2, clip, betas; under
-    mixed precision its masters, moments and loss scale)."""
+def from_core(opt: core_optim.Optimizer) -> _DeviceOptimizer:
+    """A device optimizer configured like a core.optim one (same params, L2, clip, betas,
+    schedule; under mixed precision its masters, moments and loss scale)."""
     import copy
 
     amp = getattr(opt, "amp", None) is not None
-    if isinstance(opt, core_optim.Adam):
-        out: SGD | Adam = (AmpAdam(opt.lr, (opt.b1, opt.b2), opt.eps) if amp else
-                           Adam(opt.lr, (opt.b1, opt.b2), opt.eps, opt.clip))
+    sched = getattr(opt, "schedule", None)
+    if isinstance(opt, (core_optim.SGDMomentum, core_optim.AdamW)) and amp:
+        raise TypeError(f"no device optimizer mirrors {type(opt).__name__} under mixed "
+                        f"precision yet (--amp): use adam or the workload's optimizer")
+    if type(opt) is core_optim.SGD and sched is not None and not sched.constant:
+        raise TypeError("the tape's plain SGD keeps its lr in its launches: a schedule needs "
+                        "--optimizer sgd (torch.optim.SGD's step) or adam")
+    if isinstance(opt, core_optim.AdamW):
+        out: _DeviceOptimizer = AdamW(opt.lr, (opt.b1, opt.b2), opt.eps, opt.weight_decay,
+                                      opt.clip)
+    elif isinstance(opt, core_optim.SGDMomentum):
+        out = SGDMomentum(opt.lr, opt.momentum, opt.dampening, opt.nesterov, opt.weight_decay,
+                          opt.clip)
+    elif isinstance(opt, core_optim.Adam):
+        out = (AmpAdam(opt.lr, (opt.b1, opt.b2), opt.eps) if amp else
+               Adam(opt.lr, (opt.b1, opt.b2), opt.eps, opt.clip))
     elif isinstance(opt, core_optim.SGD):
         out = AmpSGD(opt.lr) if amp else SGD(opt.lr, opt.clip)
     else:
         raise TypeError(f"no device optimizer mirrors {type(opt).__name__}")
+    out.schedule = sched
     if amp:
         out.scaler = copy.deepcopy(opt.amp)  # type: ignore[attr-defined]
     for slot in opt.slots:
         out.add(slot.var.id, slot.l2)
-        if getattr(slot, "m", None) is not None and isinstance(out, Adam):
-            out.initial_moments[slot.var.id] = (np.array(slot.m), np.array(slot.v))
+        if getattr(slot, "m", None) is not None and hasattr(out, "initial_moments"):
+            out.initial_moments[slot.var.id] = (np.array(slot.m), None if slot.v is None
+                                                else np.array(slot.v))
         if amp:
             out.initial_masters[slot.var.id] = np.array(slot.master)  # type: ignore[attr-defined]
     out.t = opt.t

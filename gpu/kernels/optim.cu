@@ -115,6 +115,94 @@ extern "C" __global__ void adam_T(real_t* w, const real_t* g, real_t* m, real_t*
 #endif
 }
 
+/* ---- torch.optim's steps (core.optim.SGDMomentum / AdamW; docs/reference-order.md) --------
+ * In PyTorch's order, its fused multiply-adds where ATen's CPU kernels contract (add with
+ * alpha, addcmul, lerp): FMA_RN is one rounding. Flags and scalars live in k (staged per step:
+ * a schedule's lr changes no launch). */
+
+#ifndef TS_FMA_EMULATED
+#define TS_FMA_EMULATED
+/* fma(a, b, c) rounded once from round-to-nearest operations only, since the refmath contract
+ * (the PTX audit, tests/gpu/test_fp_contract.py) forbids the fma instruction itself: the
+ * numpy reference's algorithm (core.explain_prims.fma), operation for operation. float: the
+ * product is exact in double, the sum is rounded to odd there, then to float (53 >= 24 + 2);
+ * double: Boldo & Melquiond (an exact product by Veltkamp's split, two exact sums, one add
+ * rounded to odd, one to nearest). Exact for finite operands whose product does not underflow;
+ * a non-finite sum is the plain a * b + c, as the reference's. */
+__device__ __forceinline__ double ts_round_odd_add(double a, double b) {
+    double s = __dadd_rn(a, b);
+    double bb = __dsub_rn(s, a);
+    double e = __dadd_rn(__dsub_rn(a, __dsub_rn(s, bb)), __dsub_rn(b, bb));
+    long long bits = __double_as_longlong(s);
+    if (e != 0.0 && (bits & 1LL) == 0 && __dsub_rn(s, s) == 0.0)
+        bits += ((e > 0.0) == (s > 0.0)) ? 1LL : -1LL;
+    return __longlong_as_double(bits);
+}
+__device__ __forceinline__ float ts_fma_emul_f(float a, float b, float c) {
+    double p = __dmul_rn((double)a, (double)b);
+    float out = (float)ts_round_odd_add(p, (double)c);
+    float plain = __fadd_rn(__fmul_rn(a, b), c);
+    return (__fsub_rn(out, out) == 0.0f && __fsub_rn(plain, plain) == 0.0f) ? out : plain;
+}
+__device__ __forceinline__ void ts_split(double a, double* hi, double* lo) {
+    double c = __dmul_rn(134217729.0, a); /* 2^27 + 1 */
+    *hi = __dsub_rn(c, __dsub_rn(c, a));
+    *lo = __dsub_rn(a, *hi);
+}
+__device__ __forceinline__ double ts_fma_emul_d(double a, double b, double c) {
+    double ah, al, bh, bl;
+    double uh = __dmul_rn(a, b);
+    ts_split(a, &ah, &al);
+    ts_split(b, &bh, &bl);
+    double ul = __dadd_rn(__dadd_rn(__dadd_rn(__dsub_rn(__dmul_rn(ah, bh), uh),
+                                              __dmul_rn(ah, bl)), __dmul_rn(al, bh)),
+                          __dmul_rn(al, bl));
+    double th = __dadd_rn(c, ul), t1 = __dsub_rn(th, c);
+    double tl = __dadd_rn(__dsub_rn(c, __dsub_rn(th, t1)), __dsub_rn(ul, t1));
+    double vh = __dadd_rn(uh, th), v1 = __dsub_rn(vh, uh);
+    double vl = __dadd_rn(__dsub_rn(uh, __dsub_rn(vh, v1)), __dsub_rn(th, v1));
+    double out = __dadd_rn(vh, ts_round_odd_add(tl, vl));
+    double plain = __dadd_rn(__dmul_rn(a, b), c);
+    return (__dsub_rn(out, out) == 0.0 && __dsub_rn(plain, plain) == 0.0) ? out : plain;
+}
+#endif
+
+/* k = [lr, momentum, 1 - dampening, weight_decay, first step, nesterov] */
+extern "C" __global__ void sgdm_T(real_t* w, const real_t* g, real_t* buf, const acc_t* ctl,
+                                  const acc_t* k, long long use_l2, real_t l2, long long n) {
+    TS_GRID_STRIDE(i, n) {
+        real_t wi = w[i];
+        real_t gi = ts_opt_grad_T(g[i], wi, ctl, use_l2, l2);
+        if (k[3] != (acc_t)0) gi = FMA_RN(wi, k[3], gi);        /* grad.add(param, alpha=wd) */
+        if (k[1] != (acc_t)0) {
+            real_t b = k[4] != (acc_t)0 ? gi : FMA_RN(gi, k[2], MUL(buf[i], k[1]));
+            buf[i] = b;
+            gi = k[5] != (acc_t)0 ? FMA_RN(b, k[1], gi) : b;  /* nesterov: grad.add(buf, ...) */
+        }
+        w[i] = FMA_RN(gi, -k[0], wi);                          /* param.add_(grad, alpha=-lr) */
+    }
+}
+
+/* k = [1 - lr wd, 1 - b1, b2, 1 - b2, sqrt(1 - b2^t), eps, -(lr / (1 - b1^t)), decay on,
+ *      1 - b1 < 0.5 (ATen's lerp branch)] */
+extern "C" __global__ void adamw_T(real_t* w, const real_t* g, real_t* m, real_t* v,
+                                   const acc_t* ctl, const acc_t* k, long long use_l2, real_t l2,
+                                   long long n) {
+    TS_GRID_STRIDE(i, n) {
+        real_t wi = w[i];
+        real_t gi = ts_opt_grad_T(g[i], wi, ctl, use_l2, l2);
+        if (k[7] != (acc_t)0) wi = MUL(wi, k[0]);             /* param.mul_(1 - lr * wd) */
+        real_t mi = m[i];
+        real_t d = SUB(gi, mi);
+        mi = k[8] != (acc_t)0 ? FMA_RN(k[1], d, mi) : FMA_RN(SUB(k[1], (acc_t)1), d, gi);
+        real_t vi = FMA_RN(MUL(k[3], gi), gi, MUL(v[i], k[2])); /* v.mul_(b2).addcmul_ */
+        m[i] = mi;
+        v[i] = vi;
+        real_t den = ADD(DIV(SQRT(vi), k[4]), k[5]);
+        w[i] = ADD(wi, DIV(MUL(k[6], mi), den));               /* param.addcdiv_ */
+    }
+}
+
 /* ---- mixed precision (core.amp, docs/reference-order.md "Mixed precision") ----------------
  * ctl = [1, 0, found, inv]: inv = 1 / loss scale (a power of two). amp_check sets found when any
  * unscaled gradient g * inv is inf or NaN (serial, one thread); the updates then skip. */
