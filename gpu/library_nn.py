@@ -82,7 +82,7 @@ def _pool(op: str) -> OpKernels:
 
         k, st, padw, cm = geo
         hw = ctx.shape(node.inputs[0])[2:]
-        cnt = pool_counts(np.empty((1, 1) + hw, ctx.dtype), k, st, padw, (1, 1), cm,
+        cnt = pool_counts(np.empty((1, 1) + hw, ctx.compute_dtype), k, st, padw, (1, 1), cm,
                           int(node.attrs.get("count_include_pad", 0)))
         return ctx.aux(node.id, "cnt", np.asarray(cnt, ctx.compute_dtype).reshape(-1))
 

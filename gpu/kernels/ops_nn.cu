@@ -21,14 +21,16 @@
 #define TS_NINF __longlong_as_double((long long)0xfff0000000000000ULL)
 #endif
 
-/* max pool: y = max over the window (padding is -inf, NaN propagates); arg = the first tap
- * holding the max in row-major tap order (np.argmax), as an input pixel or -1 (padding). */
+/* max pool: y = np.maximum's chain over the window in row-major tap order, acc = tap 0, then
+ * acc = (acc > v || acc is NaN) ? acc : v (padding is -inf, NaN propagates; of equal zeros the
+ * later one, -0.0 or +0.0, as numpy and the executor's C); arg = the first tap holding the max
+ * (np.argmax: the first of equal zeros), as an input pixel or -1 (padding). */
 extern "C" __global__ void maxpool_fwd_T(const real_t* x, real_t* y, long long* arg,
                                          const long long* taps, long long NC, long long HW,
                                          long long P, long long T) {
     TS_GRID_STRIDE(o, NC * P) {
         long long nc = o / P, p = o - (o / P) * P;
-        real_t best = (real_t)0;
+        real_t best = (real_t)0, acc = (real_t)0;
         long long who = -1;
         for (long long t = 0; t < T; ++t) {
             long long s = taps[p * T + t];
@@ -37,9 +39,10 @@ extern "C" __global__ void maxpool_fwd_T(const real_t* x, real_t* y, long long* 
                 best = v;
                 who = s;
             }
-            if (best != best) break; /* argmax stops at the first NaN */
+            acc = t == 0 || !(acc > v || acc != acc) ? v : acc;
+            if (best != best) break; /* argmax stops at the first NaN (acc is that NaN too) */
         }
-        y[o] = best;
+        y[o] = acc;
         arg[o] = who;
     }
 }
