@@ -213,6 +213,8 @@ class _Lib(Target):
         if name in ("y", "g"):
             if f.total and name == "g":
                 return "g[0]"
+            if f.out == "row":
+                return f"{name}[rw]"  # the row's one value
             return f"{name}[{self._pos(col)}]"
         if f.pair and name[:-1] in (*self.ins, "g") and name[-1] in "12":
             base = "g" if name[:-1] == "g" else self.ins[name[:-1]]
@@ -235,14 +237,14 @@ class _Lib(Target):
         return [f"kp{self.f.keep.index(name)}[rw] = {value};"]
 
     def out_loop(self) -> str | None:
-        if self.mode != "row" or (self.which == "fwd" and self.f.total):
-            return None  # a thread per element, or a total's one value per row
+        if self.mode != "row" or (self.which == "fwd" and (self.f.total or self.f.out == "row")):
+            return None  # a thread per element, or one value per row
         return "for (long long c = 0; c < L; ++c)"
 
     def write(self, k: int, expr: str, col: str) -> str:
         off = "" if k == 0 else " + L / 2"
         if self.which == "fwd":
-            if self.f.total:
+            if self.f.total or self.f.out == "row":
                 return f"y[rw] = {expr};"
             return f"y[{self._pos(col)}{off}] = {expr};"
         i = f"{self._pos(col)}{off}"
@@ -284,19 +286,24 @@ def _kernel(op: str, f: RowForm, which: str | int, stash: bool = True) -> str:
             "            real_t acc = (real_t)0;",
             f"            for (long long rw = 0; rw < R; ++rw) {{ {kp}acc = ADD(acc, {term}); }}",
             "            gx[d] = ADD(gx[d], RND(acc));", "        }", "    }", "}"])
-    if p.steps or (which == "fwd" and f.total):
+    if p.steps or (which == "fwd" and (f.total or f.out == "row")):
         t = _Lib(f, which, "row")
         lines = ["    TS_GRID_STRIDE(rw, R) {"]
         if f.axis is not None:
             lines.append("        long long base = (rw / inner) * L * inner + (rw % inner);")
-        body = pass_lines(t, f, which, stash=stash and which == "fwd" and not f.total)
+        body = pass_lines(t, f, which,
+                          stash=stash and which == "fwd" and not f.total and f.out == "elem")
         return "\n".join([head, *lines, *("        " + b for b in body), "    }", "}"])
     t = _Lib(f, which, "elem")
     w = "(L / 2)" if f.pair else "L"
     t.col_var = "c"
     body = pass_lines(t, f, which)
-    split = [f"        long long rw = e / {w}, c = e - rw * {w};"] if re.search(
-        r"\b(rw|c)\b", "\n".join(body)) else []
+    uses = set(re.findall(r"\b(rw|c)\b", "\n".join(body)))
+    if f.axis is not None:  # element e of [outer, L, inner]: its row is (outer, inner)
+        assert "c" not in uses, "an elementwise pass over any axis reads its own element only"
+        split = ["        long long rw = (e / (L * inner)) * inner + e % inner;"] if uses else []
+    else:
+        split = [f"        long long rw = e / {w}, c = e - rw * {w};"] if uses else []
     return "\n".join([head, f"    TS_GRID_STRIDE(e, R * {w}) {{", *split,
                       *("        " + b for b in body), "    }", "}"])
 

@@ -248,26 +248,70 @@ def attention(q, k, v, causal: bool = False, name=None):
     return out
 
 
-def __getattr__(attr: str):
-    """``ops.<op>(*inputs, name=None)`` for an op of the table with a C form and no wrapper above
-    (erf, and any op added by docs/adding-an-op.md), and ``ops.<op>(*inputs, name=None,
-    **scalars)`` for a row op (its host scalars by name, e.g. ``eps``, as floats): the op table
-    is its tape form too."""
-    d = REGISTRY.get(attr)
-    if d is None or (d.c is None and d.row is None):
-        raise AttributeError(f"module 'core.ops' has no attribute {attr!r}")
-    known = {n for n, _ in d.row.scalars} if d.row is not None else set()
+def _attr_value(v: Any) -> Any:
+    """An attribute as the tape stores it: Python numbers, tuples for sequences."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return tuple(_attr_value(e) for e in (v.tolist() if isinstance(v, np.ndarray) else v))
+    return v
 
-    def record(*xs: Any, name: str | None = None, **attrs: float) -> Var:
-        if len(xs) != d.arity:
+
+def _attr_rule(d: OpDef) -> dict[str, Any] | None:
+    """The attributes of a generated tape form, name -> type; None: any (the shape rule judges
+    them). A row form knows its own (its host scalars, floats; its axis attribute, an int); a C
+    form without a scalar has none."""
+    if d.row is not None:
+        known: dict[str, Any] = {n: float for n, _ in d.row.scalars}
+        if d.row.axis is not None:
+            known[d.row.axis] = int
+        return known
+    if d.c is not None and d.c.scalar is None:
+        return {}
+    return None
+
+
+def _generated(attr: str, d: OpDef):
+    """``ops.<op>(*inputs, name=None, **attrs)``: one node of ``op`` (a variadic op also takes
+    its inputs as one list)."""
+    rule = _attr_rule(d)
+
+    def record(*xs: Any, name: str | None = None, **attrs: Any) -> Var:
+        if d.arity is None and len(xs) == 1 and isinstance(xs[0], (list, tuple)):
+            xs = tuple(xs[0])
+        if d.arity is not None and len(xs) != d.arity:
             raise TypeError(f"{attr} takes {d.arity} input(s), got {len(xs)}")
-        if set(attrs) - known:
-            raise TypeError(f"{attr} takes no attribute {sorted(set(attrs) - known)}")
-        return _rec(attr, xs, {k: float(v) for k, v in attrs.items()} or None, name)
+        if d.arity is None and not xs:
+            raise TypeError(f"{attr} takes at least one input")
+        if rule is not None:
+            if set(attrs) - set(rule):
+                raise TypeError(f"{attr} takes no attribute {sorted(set(attrs) - set(rule))}")
+            at = {k: rule[k](v) for k, v in attrs.items()}
+        else:
+            at = {k: _attr_value(v) for k, v in attrs.items()}
+        return _rec(attr, list(xs), at or None, name)
 
     record.__name__ = record.__qualname__ = attr
-    record.__doc__ = f"{attr}: {d.doc}"
+    record.__module__ = __name__
+    record.__doc__ = f"{attr}(*inputs, name=None, **attrs): one {attr} node. {d.doc}"
     return record
+
+
+def __getattr__(attr: str):
+    """``ops.<op>(*inputs, name=None, **attrs)`` for every op of the table without a wrapper above
+    (erf, conv2d, layer_norm, log_sum_exp, and any op added by docs/adding-an-op.md): the op
+    table is its tape form too, so a registered op is always callable the way a workload calls
+    it (tests/core/test_ops_tape_form.py walks the table). Attributes go by name: a row op's host
+    scalars (floats, e.g. ``eps``) and its axis attribute (an int); an op with neither form
+    takes its attributes as its samples spell them, and its shape rule judges them."""
+    d = REGISTRY.get(attr)
+    if d is None or d.kind == "leaf":
+        raise AttributeError(f"module 'core.ops' has no attribute {attr!r}")
+    return _generated(attr, d)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {n for n, d in REGISTRY.items() if d.kind != "leaf"})
 
 
 _ = builtins  # sum and slice shadow builtins inside this module on purpose

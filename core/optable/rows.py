@@ -13,7 +13,7 @@ placeholders in braces:
 - an input's name (``{x}``, ``{gamma}``): a ``row`` input at the current column, a ``col`` input
   (one value per column, e.g. a [W] weight) at the current column;
 - ``{y}`` the output and ``{g}`` its gradient at the current column (a ``total`` op: the loss's
-  one gradient value);
+  one gradient value; an ``out="row"`` op: its row's one value);
 - a step's or a kept value's name: a row value;
 - ``{n}`` the row length T(W), ``{R}`` the row count T(R) (a ``total`` op), and each name of
   ``scalars`` (a host scalar rounded once to T);
@@ -21,7 +21,11 @@ placeholders in braces:
   ``x`` at column t, ``{is_t}`` tells whether the current column is t;
 - a ``pair`` form computes columns c and c + W/2 together: ``{x1}``, ``{x2}`` (and ``{g1}``,
   ``{g2}``) are the two halves, ``out`` has one term per half; each of ``tables`` is a host table
-  [P, W/2] (``make_tables``; P = the shape's axis -2) read at (row % P, c).
+  [P, W/2] (``make_tables``; P = the shape's axis -2) read at (row % P, c);
+- ``out="row"``: a reduction with one output per row (log_sum_exp): the output is the input's
+  shape without the row axis, the forward's one term is a row value (row values, host scalars,
+  ``{x_t}``; no column element), and a backward term reads ``{y}``, ``{g}`` as the row's one
+  value.
 
 SECURITY: this text is written in our own table only; generated kernels never carry file text.
 """
@@ -35,6 +39,7 @@ from typing import Any
 
 STEP_KINDS = ("max", "sum", "let")
 IN_KINDS = ("row", "col", "index")
+OUT_KINDS = ("elem", "row")  # one output per element of the row, or one per row
 
 _HOLE = re.compile(r"\{(\w+)\}")
 
@@ -75,6 +80,7 @@ class RowForm:
     pair: bool = False
     tables: tuple[str, ...] = ()
     make_tables: Callable[..., tuple] | None = None  # (shape, attrs, dtype) -> arrays [P, W/2]
+    out: str = "elem"  # "row": one output per row, the shape without the row axis (a reduction)
 
     def names(self, kind: str) -> tuple[str, ...]:
         """The input placeholders of one kind, in input order."""
@@ -131,9 +137,15 @@ def check(name: str, form: RowForm, arity: int | None) -> None:
         raise bad("a pair form is elementwise over half rows: no steps, kept values, col inputs")
     if form.pair != bool(form.tables) or bool(form.tables) != (form.make_tables is not None):
         raise bad("tables come with a pair form and make_tables")
+    if form.out not in OUT_KINDS:
+        raise bad(f"out {form.out!r} is not one of {OUT_KINDS}")
+    if form.out == "row" and (form.pair or form.total or form.names("col")):
+        raise bad('a form with one output per row (out="row") has no pair, total or col input')
     if form.axis is not None and (form.names("col") or form.names("index") or form.total
-                                  or any(not p.steps for _, p in form.passes())):
-        raise bad("a form over any axis (axis=...) reads row inputs only, each pass with steps")
+                                  or any(not p.steps for _, p in form.passes()
+                                         if form.out == "elem")):
+        raise bad("a form over any axis (axis=...) reads row inputs only, each pass with steps "
+                  '(out="row": its backward passes may be elementwise)')
     fwd_rows = {s.name for s in form.fwd.steps}
     if not set(form.keep) <= fwd_rows:
         raise bad(f"kept values {form.keep} are not all forward steps")
@@ -142,6 +154,12 @@ def check(name: str, form: RowForm, arity: int | None) -> None:
         if len(p.out) != want:
             raise bad(f"pass {which}: {want} output term(s)")
         elem = element_holes(form, which)
+        out_elem = elem
+        if which == "fwd" and form.out == "row":  # the row's one value: no column element
+            out_elem = {"n", *(n for n, _ in form.scalars),
+                        *(f"{r}_{t}" for r in form.names("row") for t in form.names("index"))}
+            if p.lets:
+                raise bad('an out="row" forward has no per-column lets')
         rowvals = set(form.keep) if which != "fwd" else set()
         if which != "fwd" and form.ins[int(which)][1] == "col" and (p.steps or p.lets):
             raise bad(f"pass {which}: a col input's gradient is a term summed over rows")
@@ -160,7 +178,7 @@ def check(name: str, form: RowForm, arity: int | None) -> None:
                 raise bad(f"let {ln!r} uses {sorted(holes(le) - elem - rowvals - lets)}")
             lets.add(ln)
         for t in p.out:
-            extra = holes(t) - elem - rowvals - lets
+            extra = holes(t) - out_elem - rowvals - lets
             if extra:
                 raise bad(f"pass {which}: {t!r} uses {sorted(extra)}")
 
@@ -239,6 +257,8 @@ def doc_row(name: str, form: RowForm) -> tuple[str, str]:
     fwd = _doc_pass(form, form.fwd, fwd_t, False)
     if form.total:
         fwd = f"per row: {fwd}; `y = serial_sum(l over rows) / T(R)`"
+    elif form.out == "row":
+        fwd = f"per row (one `y` per row): {fwd}"
     bwd = []
     for (n, kind), p in zip(form.ins, form.bwd, strict=True):
         if p is None:

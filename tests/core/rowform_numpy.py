@@ -176,6 +176,8 @@ def run(form: RowForm, xs: list[np.ndarray], attrs: dict, M, g: np.ndarray | Non
         for v in np.asarray(outs[0]).reshape(-1):
             acc = dt.type(acc + v)
         yv = np.asarray(acc / dt.type(R), dtype=dt)
+    elif form.out == "row":  # one value per row: the shape without the row axis
+        yv = np.broadcast_to(outs[0], (R, 1)).reshape(np.moveaxis(first, ax, -1).shape[:-1])
     else:
         yv = back(np.concatenate(outs, axis=-1) if form.pair else np.broadcast_to(outs[0], (R, W)))
     if g is None:
@@ -187,6 +189,8 @@ def run(form: RowForm, xs: list[np.ndarray], attrs: dict, M, g: np.ndarray | Non
     y = yv if y is None else y
     if form.total:
         el["g"] = np.asarray(g, dtype=dt).reshape(())
+    elif form.out == "row":
+        el["g"], el["y"] = np.reshape(g, (R, 1)), np.reshape(y, (R, 1))
     else:
         el["g"], el["y"] = rows(g), rows(y)
         if form.pair:

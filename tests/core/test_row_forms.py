@@ -83,6 +83,19 @@ def test_forms_that_no_renderer_takes_are_refused_at_registration():
         check("bad", RowForm(ins=(("x", "row"),), fwd=ok, bwd=(ok,), keep=("r",)), 1)
     with pytest.raises(ValueError, match="index input"):
         check("bad", RowForm(ins=(("x", "row"), ("t", "index")), fwd=ok, bwd=(ok, ok)), 2)
+    # one output per row (out="row"): the forward's term is a row value, never a column's
+    red = RowPass(("{m}",), steps=(Step("m", "max", "{x}"),))
+    check("ok", RowForm(ins=(("x", "row"),), axis="axis", out="row", fwd=red,
+                        bwd=(RowPass(("MUL({g}, {x})",)),)), 1)
+    with pytest.raises(ValueError, match=r"uses \['x'\]"):
+        check("bad", RowForm(ins=(("x", "row"),), out="row", fwd=RowPass(
+            ("ADD({m}, {x})",), steps=red.steps), bwd=(ok,)), 1)
+    with pytest.raises(ValueError, match="no pair, total or col"):
+        check("bad", RowForm(ins=(("x", "row"),), out="row", total=True, fwd=red, bwd=(ok,)), 1)
+    with pytest.raises(ValueError, match="out 'col'"):
+        check("bad", RowForm(ins=(("x", "row"),), out="col", fwd=red, bwd=(ok,)), 1)
+    with pytest.raises(ValueError, match="each pass with steps"):  # a per-element op over any axis
+        check("bad", RowForm(ins=(("x", "row"),), axis="axis", fwd=ok, bwd=(ok,)), 1)
 
 
 def _doc_rows() -> dict[str, list[str]]:
