@@ -251,10 +251,15 @@ def core_optimizer_arrays(opt: Any, tape: Any, after: bool, copy: bool = True) -
     return out
 
 
-def device_optimizer_arrays(dopt: Any, prog: Any, after: bool, views: bool = False) -> dict:
+def device_optimizer_arrays(dopt: Any, prog: Any, after: bool, views: bool = False,
+                            like: Any = None) -> dict:
     """The same for a device optimizer (``gpu.SGD`` / ``gpu.Adam``) bound to ``prog``; the
     moments are downloaded (``views``: the device's memory itself where it is the host's,
-    read-only and valid until the next launch; else downloaded)."""
+    read-only and valid until the next launch; else downloaded). ``like()``: where the
+    device's memory is not the host's, an ``optimizer_arrays`` dict whose moments the device
+    probably holds (its feed's, the numpy reference's): a moment judged on the device to be
+    exactly those bits is copied from it on the host, not downloaded (only the diff's
+    summary crosses)."""
     adam = dopt.kind == "adam"
     out: dict = {"kind": dopt.kind, "lr": dopt.lr, "clip": dopt.clip,
                  "t": dopt.t if after else dopt.t + 1, "params": []}
@@ -263,17 +268,43 @@ def device_optimizer_arrays(dopt: Any, prog: Any, after: bool, views: bool = Fal
     moments = getattr(dopt, "moments", None)  # allocated at the first update
     if moments:
         prog.device.synchronize()
+    known = _known_moments(prog, moments, like) if adam and moments else {}
     for i, l2 in dopt.params:
         if prog.grads[i] is None:
             continue
         m = v = None
         if adam and moments:
             shape = prog.nodes[i].shape
-            m, v = (_read(prog.device, b, views).reshape(shape) for b in moments[i])
+            m, v = (known[(i, k)].reshape(shape) if (i, k) in known else
+                    _read(prog.device, b, views).reshape(shape)
+                    for k, b in enumerate(moments[i]))
         elif adam:
             m, v = dopt.initial_moments.get(i, (None, None))
         out["params"].append((i, l2, m, v))
     return out
+
+
+def _known_moments(prog: Any, moments: dict, like: Any) -> dict:
+    """``{(param id, 0 | 1): m | v}``: the moments ``like()`` offers that the device holds bit
+    for bit (copies), judged on the device; nothing where its memory is the host's (read in
+    place there) or without ``like``."""
+    first = next(iter(moments.values()))[0]
+    if like is None or prog.device.host_view(first) is not None:
+        return {}
+    info = like()
+    if not info:
+        return {}
+    from tapescope.gpu.parity import same_bits_of
+
+    keys, pairs = [], []
+    for i, _, m, v in info["params"]:
+        for k, a in enumerate((m, v)):
+            if i in moments and a is not None:
+                keys.append((i, k))
+                pairs.append((moments[i][k], a))
+    return {key: np.array(a, copy=True).reshape(-1)
+            for key, (_, a), same in zip(keys, pairs, same_bits_of(prog, pairs), strict=True)
+            if same}
 
 
 def _read(dev: Any, buf: Any, view: bool) -> np.ndarray:

@@ -122,7 +122,10 @@ class Run(Protocol):
     # until the run's next update or launch: a numpy reference's, CpuRun, lets provenance
     # judge an update on its reference's own bits; a host device's saves the downloads);
     # ``equal_bits(ref) -> set``, the (node, which) its last ``compare`` against ``ref`` found
-    # bit-equal, until its next launch (provenance's update skip then reads them once)
+    # bit-equal, until its next launch (provenance's update skip then reads them once; the
+    # step's store reads those from ``ref`` instead); ``same_now(ref, keys) -> set``, which
+    # of ``keys`` it holds now with ``ref``'s bits, judged where its data is (the store's
+    # parameters after the update): on an exact step only summaries and the loss cross
 
 
 class CpuRun:
@@ -279,7 +282,7 @@ class DeviceRun:
 
         if self.spec.amp:
             return None  # the update check does not model mixed precision yet
-        return device_optimizer_arrays(self.dopt, self.prog, after)
+        return device_optimizer_arrays(self.dopt, self.prog, after, **self._like(after))
 
     def optimizer_views(self, after: bool) -> dict | None:
         """``optimizer_arrays`` with the moments as the device's own memory where it is the
@@ -288,7 +291,16 @@ class DeviceRun:
 
         if self.spec.amp:
             return None
-        return device_optimizer_arrays(self.dopt, self.prog, after, views=True)
+        return device_optimizer_arrays(self.dopt, self.prog, after, True, **self._like(after))
+
+    def _like(self, after: bool) -> dict:
+        """Where the device's memory is not the host's (cuda): ``like``, the feed's optimizer
+        moments (views), which a device replaying the numpy reference bit for bit holds too:
+        ``device_optimizer_arrays`` judges that on the device and copies them on the host
+        instead of downloading. A host device's moments are read in place: nothing."""
+        if self.prog.device.host_view(self.prog.values[self.prog.loss_id]) is not None:
+            return {}
+        return {"like": lambda: self.feed.optimizer_views(after)}
 
     def update(self) -> None:
         """The device optimizer step (mixed precision: then the scaler's update)."""
@@ -330,6 +342,16 @@ class DeviceRun:
         return self.feed.wl.tape.value(i)
 
     def set_inject(self, inject: Any) -> None:
+    def same_now(self, ref: Run, keys: list[tuple[int, str]]) -> set:
+        """Which ``(node, "value" | "grad")`` of ``keys`` this run holds now with exactly
+        ``ref``'s bits (``ref.array``), judged on the device (``gpu.parity.same_bits``: only
+        summaries cross); none for a half program (no half diff kernel)."""
+        if self.prog.dtype in HALF:
+            return set()
+        from tapescope import gpu
+
+        return gpu.parity.same_bits(self.prog, {k: ref.array(*k) for k in keys})
+
         """The fault for the unfused replay (a fused kernel computes many nodes at once)."""
         if self.plan is not None:
             raise ValueError("--inject works on the unfused replay: drop --fuse (a fused "
@@ -394,11 +416,19 @@ class StepArrays:
         late = after and self.updated and i in self.params
         key = (side, i, which, late)
         if key not in self.cache:
+        # (node, which) whose candidate array is the reference's bits, judged where the
+        # candidate's data is (its compare; ``match_after`` for the parameters after the
+        # update): read from the reference's (host) copy, so an exact array never crosses
+        self.same: frozenset | set = frozenset()
+        self.same_after: set = set()
             a = self.runs[side].array(i, which)
             if a is not None and not a.flags.writeable:  # a CPU tape's view: the next step
                 a = np.array(a, copy=True)  # overwrites it (a download is ours already)
             self.cache[key] = a
             self.fetches += 1
+        if key not in self.cache and side == "cand" and self._same(i, which, late):
+            # the same bits as the reference's: its copy, shared (never written to)
+            self.cache[key] = self.get("ref", i, which, after)
         return self.cache[key]
 
     def mark_updated(self) -> None:
@@ -407,13 +437,28 @@ class StepArrays:
         self.updated = True
 
     def side(self, side: str) -> _Side:
+    def _same(self, i: int, which: str, late: bool) -> bool:
+        if late:
+            return (i, which) in self.same_after
+        # the compare's verdict holds for what the step computed; a parameter's value and
+        # gradient as the step computed them are only read before the update
+        return (i, which) in self.same and not (self.updated and i in self.params)
+
+    def match_after(self, keys: list[tuple[int, str]]) -> None:
+        """After the update: which of ``keys`` the candidate now holds with the reference's
+        bits, judged where its data is (``same_now``, a device's diff; none for a run without
+        it); those are then read from the reference, not fetched from the candidate."""
+        judge = getattr(self.runs["cand"], "same_now", None)
+        if judge is not None and self.updated and keys:
+            self.same_after |= judge(self.runs["ref"], keys)
+
         """A ``value(i)`` / ``grad(i)`` view of one side as the step computed it (what
         ``core.provenance.StepState`` reads)."""
         return _Side(self, side)
 
     @property
     def nbytes(self) -> int:
-        """Bytes the fetched arrays hold."""
+        """Bytes the fetched arrays hold (an array both sides share counts once per side)."""
         return sum(a.nbytes for a in self.cache.values() if a is not None)
 
 

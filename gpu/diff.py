@@ -9,9 +9,15 @@ from tapescope.gpu.device import Buffer, Device, DeviceError, Module
 from tapescope.gpu.kernel_facts import merge_facts
 from tapescope.gpu.source import instantiate, instantiate_facts, template, template_facts
 
-__all__ = ["DeviceDiff"]
+__all__ = ["DeviceDiff", "identical"]
 
 _THREADS = 64  # per tensor (one block each); partials combine exactly in any grouping
+
+
+def identical(d: TensorDiff) -> bool:
+    """The two tensors of a summary hold the same bits, NaN payloads and signs included (a
+    summary that says exact may still hide NaNs of other bits: ``nan_bits_differ``)."""
+    return d.n_diff == 0 and d.nan_bits_differ == 0
 
 
 class DeviceDiff:

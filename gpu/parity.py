@@ -6,6 +6,8 @@ reduces every (reference, device) pair to a summary, and only the summaries come
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tapescope.core.bits import same_bytes
@@ -18,11 +20,12 @@ from tapescope.core.parity import (
 )
 from tapescope.core.precision import HALF
 from tapescope.core.tape import Tape
-from tapescope.gpu.diff import DeviceDiff
+from tapescope.gpu.diff import DeviceDiff, identical
 from tapescope.gpu.program import Program
 
 # the parity types are device-agnostic (core.parity); re-exported for gpu.parity's users
-__all__ = ["NodeParity", "ParityReport", "compare", "first_divergence"]
+__all__ = ["NodeParity", "ParityReport", "compare", "first_divergence", "same_bits",
+           "same_bits_of"]
 
 
 def _refs(prog: Program) -> tuple[list, list, DeviceDiff]:
@@ -66,6 +69,52 @@ def _same_bits(ref: np.ndarray, buf, dev) -> bool:
     if mem is None or u is None or mem.dtype != ref.dtype or mem.size != ref.size:
         return False
     return same_bytes(ref, mem)
+
+
+def same_bits(prog: Program, arrays: dict[tuple[int, str], Any]) -> set:
+    """The keys ``(node id, "value" | "grad")`` of ``arrays`` whose device array holds exactly
+    that host array's bits now (``same_bits_of``); a node without that buffer is not."""
+    keys, pairs = [], []
+    for (i, which), a in arrays.items():
+        buf = prog.values[i] if which == "value" else prog.grads[i]
+        if buf is not None and a is not None:
+            keys.append((i, which))
+            pairs.append((buf, a))
+    return {k for k, same in zip(keys, same_bits_of(prog, pairs), strict=True) if same}
+
+
+def same_bits_of(prog: Program, pairs: list[tuple[Any, Any]]) -> list[bool]:
+    """Per ``(device buffer, host array)`` pair: the buffer holds exactly the array's bits now
+    (NaN payloads and zero signs included), judged where the data is: in place where the
+    device's memory is the host's, else the host array uploaded and the pair reduced by the
+    diff kernel, so only its summary crosses (``gpu.diff.identical``). An array of another
+    dtype or size (or a half one: no half diff kernel) is not the same."""
+    dev = prog.device
+    dev.synchronize()
+    out = [False] * len(pairs)
+    todo = []
+    for k, (buf, a) in enumerate(pairs):
+        a = np.asarray(a)
+        if a.dtype != buf.dtype or a.size != buf.n or a.dtype not in _UINT:
+            continue
+        if dev.host_view(buf) is not None:
+            out[k] = _same_bits(a, buf, dev)
+        else:
+            todo.append((k, buf, a))
+    if todo:
+        scratch = prog.__dict__.setdefault("_same_scratch", {})
+        diff = _refs(prog)[2]
+        pairs_dev = []
+        for slot, (_, buf, a) in enumerate(todo):
+            key = (slot, buf.n, a.dtype.str)
+            if key not in scratch:
+                scratch[key] = dev.alloc(buf.n, a.dtype)
+            scratch[key].upload(np.ascontiguousarray(a).reshape(-1))
+            pairs_dev.append((scratch[key], buf))
+        dev.synchronize()
+        for (k, _, _), d in zip(todo, diff.summarize(pairs_dev), strict=True):
+            out[k] = identical(d)
+    return out
 
 
 def compare(tape: Tape, prog: Program, grads: bool = True,
@@ -122,6 +171,8 @@ def compare(tape: Tape, prog: Program, grads: bool = True,
     dev.synchronize()
     sums = diff.summarize(pairs) if pairs else []
     got: dict[tuple[int, str], TensorDiff] = dict(zip(where, sums, strict=True))
+    if equal is not None:  # judged by the kernel (a device whose memory is not the host's)
+        equal.update(k for k, d in got.items() if identical(d))
     got.update(same)
     out = []
     for n in prog.nodes:
