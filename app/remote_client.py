@@ -230,7 +230,7 @@ class RemotePair:
         here = {k: getattr(config, k) for k in ("workload", "device", "fuse", "dtype", "math",
                                                 "compare", "seed", "explain", "torch_threads",
                                                 "tf32", "deterministic", "torch_optimizer",
-                                                "amp", "loss_scale")}
+                                                "amp", "loss_scale", "optimizer")}
         got = self.remote.request({"cmd": "open", "config": here, "provenance": provenance,
                                    "inject": inject, "scan_nonfinite": bool(scan_nonfinite)},
                                   "opened", max_bytes=OPENED_REPLY)

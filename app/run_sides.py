@@ -133,12 +133,17 @@ class CpuRun:
 
     plan = None
 
-    def __init__(self, spec: RunSpec, workload: str, seed: int) -> None:
+    def __init__(self, spec: RunSpec, workload: str, seed: int,
+                 optimizer: str | None = None) -> None:
         from tapescope.core import workloads
 
         self.spec = spec
         self.wl = workloads.get(workload, dtype=spec.dtype, math=spec.math, seed=seed)
         self.opt = self.wl.make_optimizer()
+        if optimizer:  # --optimizer, --lr, --schedule... (core.optim_config)
+            from tapescope.core.optim_config import OptimConfig
+
+            self.opt = OptimConfig.parse(optimizer).build(self.opt)
         if spec.amp:  # float32 masters: the float32 episode's own initial weights (core.amp)
             workloads.enable_amp(self.wl, self.opt, workload, seed, spec.loss_scale)
         self._loss = self.wl.record(0)
@@ -188,16 +193,16 @@ class CpuRun:
         """The optimizer's settings and moments around its update (provenance)."""
         from tapescope.app.run_provenance import core_optimizer_arrays
 
-        if self.spec.amp:
-            return None  # the update check does not model mixed precision yet
-        return core_optimizer_arrays(self.opt, self.wl.tape, after)
+        if self.spec.amp or not self.opt.modeled:
+            return None  # the update check does not model mixed precision (nor torch.optim's
+        return core_optimizer_arrays(self.opt, self.wl.tape, after)  # steps, schedules) yet
 
     def optimizer_views(self, after: bool) -> dict | None:
         """``optimizer_arrays`` without copies: the optimizer's own moments, which its next
         update rewrites in place (read them before it; provenance's update skip)."""
         from tapescope.app.run_provenance import core_optimizer_arrays
 
-        if self.spec.amp:
+        if self.spec.amp or not self.opt.modeled:
             return None
         return core_optimizer_arrays(self.opt, self.wl.tape, after, copy=False)
 
@@ -280,27 +285,18 @@ class DeviceRun:
         """The device optimizer's settings and moments around its update (provenance)."""
         from tapescope.app.run_provenance import device_optimizer_arrays
 
-        if self.spec.amp:
+        if self.spec.amp or not self.feed.opt.modeled:
             return None  # the update check does not model mixed precision yet
-        return device_optimizer_arrays(self.dopt, self.prog, after, **self._like(after))
+        return device_optimizer_arrays(self.dopt, self.prog, after)
 
     def optimizer_views(self, after: bool) -> dict | None:
         """``optimizer_arrays`` with the moments as the device's own memory where it is the
         host's (no download; valid until the next launch), else downloaded."""
         from tapescope.app.run_provenance import device_optimizer_arrays
 
-        if self.spec.amp:
+        if self.spec.amp or not self.feed.opt.modeled:
             return None
-        return device_optimizer_arrays(self.dopt, self.prog, after, True, **self._like(after))
-
-    def _like(self, after: bool) -> dict:
-        """Where the device's memory is not the host's (cuda): ``like``, the feed's optimizer
-        moments (views), which a device replaying the numpy reference bit for bit holds too:
-        ``device_optimizer_arrays`` judges that on the device and copies them on the host
-        instead of downloading. A host device's moments are read in place: nothing."""
-        if self.prog.device.host_view(self.prog.values[self.prog.loss_id]) is not None:
-            return {}
-        return {"like": lambda: self.feed.optimizer_views(after)}
+        return device_optimizer_arrays(self.dopt, self.prog, after, views=True)
 
     def update(self) -> None:
         """The device optimizer step (mixed precision: then the scaler's update)."""
@@ -342,16 +338,6 @@ class DeviceRun:
         return self.feed.wl.tape.value(i)
 
     def set_inject(self, inject: Any) -> None:
-    def same_now(self, ref: Run, keys: list[tuple[int, str]]) -> set:
-        """Which ``(node, "value" | "grad")`` of ``keys`` this run holds now with exactly
-        ``ref``'s bits (``ref.array``), judged on the device (``gpu.parity.same_bits``: only
-        summaries cross); none for a half program (no half diff kernel)."""
-        if self.prog.dtype in HALF:
-            return set()
-        from tapescope import gpu
-
-        return gpu.parity.same_bits(self.prog, {k: ref.array(*k) for k in keys})
-
         """The fault for the unfused replay (a fused kernel computes many nodes at once)."""
         if self.plan is not None:
             raise ValueError("--inject works on the unfused replay: drop --fuse (a fused "
@@ -369,8 +355,9 @@ def open_runs(config: Any, device: Any) -> tuple[Run, Run]:
     runs replay the CPU tape of their dtype, one feed shared by every run of that dtype."""
     ref, cand = config.pair()
     feeds: dict[str, CpuRun] = {}
+    opt = getattr(config, "optimizer", None)
     if ref.side == "cpu" and ref.math == "refmath":
-        feeds[ref.dtype] = r = CpuRun(ref, config.workload, config.seed)
+        feeds[ref.dtype] = r = CpuRun(ref, config.workload, config.seed, opt)
         first: Run | None = r
     else:
         first = None
@@ -379,14 +366,14 @@ def open_runs(config: Any, device: Any) -> tuple[Run, Run]:
         if spec is ref and first is not None:
             out.append(first)
         elif spec.side == "cpu":
-            out.append(CpuRun(spec, config.workload, config.seed))
+            out.append(CpuRun(spec, config.workload, config.seed, opt))
         else:
             feed = feeds.get(spec.dtype)
             if feed is None:
                 feed = feeds[spec.dtype] = CpuRun(RunSpec("cpu", "refmath", spec.dtype,
                                                           amp=spec.amp,
                                                           loss_scale=spec.loss_scale),
-                                                  config.workload, config.seed)
+                                                  config.workload, config.seed, opt)
             if spec.side == "torch":
                 from tapescope.app.torch_run import (
                     TorchRun,  # (torch is imported only for a torch run)
@@ -416,19 +403,11 @@ class StepArrays:
         late = after and self.updated and i in self.params
         key = (side, i, which, late)
         if key not in self.cache:
-        # (node, which) whose candidate array is the reference's bits, judged where the
-        # candidate's data is (its compare; ``match_after`` for the parameters after the
-        # update): read from the reference's (host) copy, so an exact array never crosses
-        self.same: frozenset | set = frozenset()
-        self.same_after: set = set()
             a = self.runs[side].array(i, which)
             if a is not None and not a.flags.writeable:  # a CPU tape's view: the next step
                 a = np.array(a, copy=True)  # overwrites it (a download is ours already)
             self.cache[key] = a
             self.fetches += 1
-        if key not in self.cache and side == "cand" and self._same(i, which, late):
-            # the same bits as the reference's: its copy, shared (never written to)
-            self.cache[key] = self.get("ref", i, which, after)
         return self.cache[key]
 
     def mark_updated(self) -> None:
@@ -437,28 +416,13 @@ class StepArrays:
         self.updated = True
 
     def side(self, side: str) -> _Side:
-    def _same(self, i: int, which: str, late: bool) -> bool:
-        if late:
-            return (i, which) in self.same_after
-        # the compare's verdict holds for what the step computed; a parameter's value and
-        # gradient as the step computed them are only read before the update
-        return (i, which) in self.same and not (self.updated and i in self.params)
-
-    def match_after(self, keys: list[tuple[int, str]]) -> None:
-        """After the update: which of ``keys`` the candidate now holds with the reference's
-        bits, judged where its data is (``same_now``, a device's diff; none for a run without
-        it); those are then read from the reference, not fetched from the candidate."""
-        judge = getattr(self.runs["cand"], "same_now", None)
-        if judge is not None and self.updated and keys:
-            self.same_after |= judge(self.runs["ref"], keys)
-
         """A ``value(i)`` / ``grad(i)`` view of one side as the step computed it (what
         ``core.provenance.StepState`` reads)."""
         return _Side(self, side)
 
     @property
     def nbytes(self) -> int:
-        """Bytes the fetched arrays hold (an array both sides share counts once per side)."""
+        """Bytes the fetched arrays hold."""
         return sum(a.nbytes for a in self.cache.values() if a is not None)
 
 

@@ -51,6 +51,7 @@ class SessionConfig:
     tf32: bool | None = None
     deterministic: bool = False
     torch_optimizer: str = "tape"  # "tape": the tape's update in torch ops; "torch": torch.optim
+    optimizer: str | None = None  # --optimizer, --lr, --schedule...: core.optim_config's text
 
     @property
     def torch_target(self) -> str | None:
@@ -87,6 +88,10 @@ class SessionConfig:
             raise ValueError("--kernel compiles your file on this machine: it cannot go with "
                              "--worker")
         self._check_torch()
+        if self.optimizer is not None:
+            from tapescope.core.optim_config import OptimConfig
+
+            OptimConfig.parse(self.optimizer)  # a bad combination: its one line here
 
     def _check_torch(self) -> None:
         target = self.torch_target
@@ -319,9 +324,6 @@ class PairRunner:
                                lambda i, w: store.get("cand", i, w))
         rec = record_of(rep.nodes)
         t1 = time.perf_counter()
-        eq = getattr(self.cand, "equal_bits", None)  # what that compare found bit-equal
-        if rep is not None and eq is not None:  # (then never fetched from the candidate)
-            store.same = eq(self.ref)
         # a state not kept is judged this step: the candidate's moments are read in place
         st = (self.probe.before_update(s, rec, store.side("cand"),
                                        views=not self.states.maxlen) if with_provenance
@@ -335,8 +337,6 @@ class PairRunner:
         rts = roots(self.nodes, rec)
         if st is not None:
             from tapescope.core.provenance import provenance
-        if st is not None and st.update is not None:  # the parameters provenance reads next
-            store.match_after([(p.node, "value") for p in st.update.params])
 
             t1 = time.perf_counter()
             if self.states.maxlen:  # before after_update moves the leaves' expectations on

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TorchRun", "describe_torch", "import_torch", "torch_available"]
+__all__ = ["TorchRun", "describe_torch", "import_torch", "torch_available", "torch_scheduler"]
 
 INSTALL = 'pip install -e ".[torch]"'
 
@@ -222,8 +222,8 @@ class TorchRun:
     def optimizer_arrays(self, after: bool) -> dict | None:
         """The optimizer's settings and moments around its update (provenance; None under
         --amp, as the other runs: the update check does not model mixed precision yet)."""
-        if self.spec.amp:
-            return None
+        if self.spec.amp or not self.feed.opt.modeled:
+            return None  # (nor the torch.optim steps or a schedule: their arrays are judged)
         return self.opt.arrays(after, self.grads)
 
     def leaf_value(self, i: int) -> np.ndarray | None:
@@ -257,8 +257,8 @@ class _TorchOptim:
         self.torch, self.params = torch, params
         self.masters, self.scaler, self.found_inf = masters, scaler, False
         self.stepped = masters if masters is not None else params  # what torch.optim holds
-        self.adam = isinstance(core_opt, optim.Adam)
-        self.kind = "adam" if self.adam else "sgd"
+        self.adam = type(core_opt) is optim.Adam
+        self.kind = core_opt.kind
         self.core = core_opt
         self.lr, self.clip, self.t = core_opt.lr, core_opt.clip, 0
         self.slots = [(s.var.id, s.l2) for s in core_opt.slots]
@@ -266,11 +266,27 @@ class _TorchOptim:
         for i, l2 in self.slots:
             groups.setdefault(l2, []).append(self.stepped[i])
         pg = [{"params": ps, "weight_decay": l2} for l2, ps in groups.items()]
-        if self.adam:
+        if isinstance(core_opt, (optim.AdamW, optim.SGDMomentum)):
+            if any(l2 != 0.0 for _, l2 in self.slots):
+                raise ValueError(f"--torch-optimizer torch: {core_opt.kind}'s weight_decay is "
+                                 f"torch.optim's own; the workload's per-parameter L2 has no "
+                                 f"place beside it")
+            pg = [{"params": [self.stepped[i] for i, _ in self.slots]}]
+        if isinstance(core_opt, optim.AdamW):
+            self.opt = torch.optim.AdamW(pg, lr=core_opt.lr, betas=(core_opt.b1, core_opt.b2),
+                                         eps=core_opt.eps, weight_decay=core_opt.weight_decay,
+                                         foreach=False, fused=False)
+        elif isinstance(core_opt, optim.SGDMomentum):
+            self.opt = torch.optim.SGD(pg, lr=core_opt.lr, momentum=core_opt.momentum,
+                                       dampening=core_opt.dampening,
+                                       nesterov=core_opt.nesterov,
+                                       weight_decay=core_opt.weight_decay, foreach=False)
+        elif self.adam:
             self.opt = torch.optim.Adam(pg, lr=core_opt.lr, betas=(core_opt.b1, core_opt.b2),
                                         eps=core_opt.eps, foreach=False)
         else:
             self.opt = torch.optim.SGD(pg, lr=core_opt.lr, foreach=False)
+        self.sched = torch_scheduler(torch, self.opt, core_opt.schedule)
 
     def step(self, grads: dict[int, Any]) -> None:
         """clip_grad_norm_ (when the workload clips), then the optimizer's step."""
@@ -280,7 +296,7 @@ class _TorchOptim:
                 self.masters[i].grad = g
             if not self.found_inf:
                 self.t += 1
-                self.opt.step()
+                self._opt_step()
                 with self.torch.no_grad():
                     for i, _, _ in live:
                         self.params[i].copy_(self.masters[i].to(self.params[i].dtype))
@@ -290,7 +306,13 @@ class _TorchOptim:
         live = [self.params[i] for i, _ in self.slots if i in grads]
         if self.clip is not None and live:
             self.torch.nn.utils.clip_grad_norm_(live, self.clip, foreach=False)
+        self._opt_step()
+
+    def _opt_step(self) -> None:
+        """The optimizer's step, then its scheduler's (PyTorch's order: the next step's lr)."""
         self.opt.step()
+        if self.sched is not None:
+            self.sched.step()
 
     def arrays(self, after: bool, grads: dict[int, Any]) -> dict:
         """Settings and per stepped parameter ``(id, l2, m, v)`` (exp_avg, exp_avg_sq)."""
@@ -314,8 +336,11 @@ class _TorchOptimizer:
         from tapescope.core import optim
 
         self.torch = torch
-        self.adam = isinstance(core_opt, optim.Adam)
-        self.kind = "adam" if self.adam else "sgd"
+        self.adam = type(core_opt) is optim.Adam
+        self.kind = core_opt.kind
+        if self.kind not in ("sgd", "adam", "sgdm", "adamw"):
+            raise ValueError(f"--device torch: no torch form of the {type(core_opt).__name__} "
+                             f"optimizer")
         self.core = core_opt  # (its settings and step_scalars only; its state is the CPU's)
         self.lr, self.clip, self.t = core_opt.lr, core_opt.clip, 0
         self.slots = [(s.var.id, s.l2) for s in core_opt.slots]
@@ -362,21 +387,24 @@ class _TorchOptimizer:
     def _update(self, live: list, ws: dict[int, Any], store: Any) -> list:
         """``(id, new weight)`` of each stepped parameter from weights ``ws`` (the compute
         type); the moments kept in ``store``."""
-        torch = self.torch
-        k = None
-        if self.adam:  # the host scalars of this step, as core.optim computes them (a
-            import copy  # copy: the CPU optimizer's own step count is not ours to move)
+        import copy
 
-            at = copy.copy(self.core)
-            at.t = self.t
-            k = at.step_scalars()
+        torch = self.torch
+        # the host scalars of this step, as core.optim computes them (a copy: the CPU
+        # optimizer's own step count is not ours to move)
+        at = copy.copy(self.core)
+        at.t = self.t
+        k = at.step_scalars() if hasattr(at, "step_scalars") else None
         out = []
         for i, l2, g in live:
             w = ws[i]
             if l2 != 0.0:
                 g = g + self._s(w, l2) * w
+            if self.kind in ("sgdm", "adamw"):
+                out.append((i, self._torch_form(at, k, i, w, g, store)))
+                continue
             if not self.adam:
-                out.append((i, w - self._s(w, self.lr) * g))
+                out.append((i, w - self._s(w, at.step_lr()) * g))
                 continue
             m, v = self.moments.get(i) or (torch.zeros_like(w), torch.zeros_like(w))
             m, v = m.to(w.dtype), v.to(w.dtype)
@@ -387,9 +415,49 @@ class _TorchOptimizer:
             self.moments[i] = (m.to(store), v.to(store))
         return out
 
+    def _torch_form(self, at: Any, k: dict | None, i: int, w: Any, g: Any, store: Any) -> Any:
+        """core.optim.SGDMomentum / AdamW's step in the torch ops whose roundings it copies
+        (add with alpha, lerp and addcmul: one fused multiply-add each on ATen's CPU)."""
+        torch = self.torch
+        m, v = self.moments.get(i) or (None, None)
+        if self.kind == "sgdm":
+            c = at
+            if c.weight_decay != 0.0:
+                g = torch.add(g, w, alpha=c.weight_decay)
+            if c.momentum != 0.0:
+                m = g.clone() if m is None else torch.add(m.to(w.dtype) * c.momentum, g,
+                                                          alpha=1.0 - c.dampening)
+                self.moments[i] = (m.to(store), None)
+                g = torch.add(g, m, alpha=c.momentum) if c.nesterov else m
+            return torch.add(w, g, alpha=-at.step_lr())
+        assert k is not None
+        m = torch.zeros_like(w) if m is None else m.to(w.dtype)
+        v = torch.zeros_like(w) if v is None else v.to(w.dtype)
+        if at.weight_decay != 0.0:
+            w = w * k["decay"]
+        m = torch.lerp(m, g, k["omb1"])
+        v = torch.addcmul(v * k["b2"], g, g, value=k["omb2"])
+        den = torch.sqrt(v) / k["bc2s"] + k["eps"]
+        self.moments[i] = (m.to(store), v.to(store))
+        return torch.addcdiv(w, m, den, value=k["nstep"])
+
     def arrays(self, after: bool, grads: dict[int, Any]) -> dict:
         """Settings and per stepped parameter ``(id, l2, m, v)`` (numpy copies)."""
         return _optimizer_arrays(self, after, grads, self.moments.get)
+
+
+def torch_scheduler(torch: Any, opt: Any, s: Any) -> Any:
+    """torch.optim.lr_scheduler's form of a core.schedule.Schedule on ``opt`` (None: constant):
+    StepLR / CosineAnnealingLR, after a LinearLR warmup through SequentialLR."""
+    if s is None or s.constant:
+        return None
+    sch = torch.optim.lr_scheduler
+    warm = sch.LinearLR(opt, s.warmup_start, 1.0, s.warmup) if s.warmup else None
+    main = (sch.StepLR(opt, s.step_size, s.gamma) if s.kind == "step" else
+            sch.CosineAnnealingLR(opt, s.t_max, s.eta_min) if s.kind == "cosine" else None)
+    if warm is None or main is None:
+        return warm or main
+    return sch.SequentialLR(opt, [warm, main], [s.warmup])
 
 
 def _numpy(t: Any) -> np.ndarray:

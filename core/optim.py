@@ -164,7 +164,7 @@ class Optimizer:
     def modeled(self) -> bool:
         """Whether core.provenance's update check models this optimizer (plain SGD / Adam at
         one lr; the others and the schedules are judged by their arrays only)."""
-        return type(self) in (SGD, Adam) and (self.schedule is None or self.schedule.constant)
+        return isinstance(self, (SGD, Adam)) and (self.schedule is None or self.schedule.constant)
 
     def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
         raise NotImplementedError

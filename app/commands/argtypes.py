@@ -38,6 +38,66 @@ def add_candidate_args(p: Any, device_default: str = "auto", kernel: bool = True
                    help="for every introduced node, the first documented variant of the "
                         "reference order (fma, reciprocal, libm, reassociation, accumulator, "
                         "ftz) that reproduces the candidate's bits (docs/candidates.md)")
+    add_optimizer_args(p)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+
+
+def add_optimizer_args(p: Any) -> None:
+    """The episode's optimizer (``train``, and through ``add_candidate_args`` ``parity``,
+    ``report``, ``gui --live``): core.optim_config's flags, the workload's own optimizer when
+    none is given (docs/workloads.md, "Optimizer")."""
+    g = p.add_argument_group("optimizer (default: the workload's own; docs/workloads.md)")
+    g.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], default=None,
+                   help="sgd: torch.optim.SGD's step (momentum, nesterov, weight decay); adam: "
+                        "the tape's Adam; adamw: torch.optim.AdamW's step")
+    g.add_argument("--lr", type=_number, default=None, metavar="LR",
+                   help="the learning rate (default: the workload's)")
+    g.add_argument("--weight-decay", type=_number, default=None, metavar="WD",
+                   help="sgd: added to the gradient; adamw: decoupled (default 0.01)")
+    g.add_argument("--momentum", type=_number, default=None, metavar="M", help="sgd's momentum")
+    g.add_argument("--nesterov", action="store_true", help="sgd: Nesterov momentum")
+    g.add_argument("--schedule", choices=["constant", "step", "cosine"], default="constant",
+                   help="the lr per step, as torch.optim.lr_scheduler computes it: StepLR, "
+                        "CosineAnnealingLR over the steps after the warmup")
+    g.add_argument("--warmup", type=_count, default=0, metavar="N",
+                   help="first N steps: LinearLR from --warmup-start x lr up to lr")
+    g.add_argument("--warmup-start", type=_number, default=None, metavar="F",
+                   help="the warmup's first factor (default 1/3, LinearLR's)")
+    g.add_argument("--step-size", type=_count, default=None, metavar="N",
+                   help="--schedule step: multiply the lr by --gamma every N steps (default 1)")
+    g.add_argument("--gamma", type=_number, default=None, metavar="G",
+                   help="--schedule step: the factor (default 0.1)")
+
+
+def optimizer_text(args: argparse.Namespace) -> str | None:
+    """The optimizer flags as core.optim_config's JSON text (None: none given); ValueError (one
+    line) on a bad combination."""
+    from tapescope.core.optim_config import OptimConfig
+
+    kw = {"kind": getattr(args, "optimizer", None), "lr": getattr(args, "lr", None),
+          "weight_decay": getattr(args, "weight_decay", None),
+          "momentum": getattr(args, "momentum", None),
+          "nesterov": bool(getattr(args, "nesterov", False)),
+          "schedule": getattr(args, "schedule", None) or "constant",
+          "warmup": getattr(args, "warmup", 0) or 0,
+          "warmup_start": getattr(args, "warmup_start", None),
+          "step_size": getattr(args, "step_size", None), "gamma": getattr(args, "gamma", None),
+          "steps": getattr(args, "steps", None)}
+    cfg = OptimConfig(**kw)
+    return cfg.text() if cfg.given else None
 
 
 def add_against_arg(p: Any) -> None:
@@ -86,4 +146,5 @@ def candidate_config(args: argparse.Namespace) -> dict:
             "torch_threads": getattr(args, "torch_threads", None),
             "tf32": None if tf32 is None else tf32 == "on",
             "deterministic": bool(getattr(args, "deterministic", False)),
-            "torch_optimizer": getattr(args, "torch_optimizer", None) or "tape"}
+            "torch_optimizer": getattr(args, "torch_optimizer", None) or "tape",
+            "optimizer": optimizer_text(args)}

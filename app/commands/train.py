@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_amp_args(p)
     p.add_argument("--math", default="refmath", choices=["refmath", "platform"])
     p.add_argument("--seed", type=int, default=0)
+    from tapescope.app.commands.argtypes import add_optimizer_args
+
+    add_optimizer_args(p)
     p.set_defaults(func=run)
 
 
@@ -34,15 +37,21 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise ValueError(f"--steps must be at least 1, not {args.steps}")
+    from tapescope.app.commands.argtypes import optimizer_text
     from tapescope.app.commands.model_args import amp_kwargs, resolve_dtype
+    from tapescope.core.optim_config import OptimConfig
 
     amp = amp_kwargs(args)
+    ocfg = OptimConfig.parse(optimizer_text(args))  # a bad combination: one line, exit 2
     args.dtype = amp["amp"] if amp else resolve_dtype(args.dtype, args.workload)
     wl = workloads.get(args.workload, dtype=args.dtype, math=args.math, seed=args.seed)
     print(f"workload {wl.name}: {len(wl.params)} parameter tensors, "
           f"{sum(p.node.size for p in wl.params)} weights, {args.dtype}, math={args.math}")
     t0 = time.perf_counter()
     opt = wl.make_optimizer()
+    if ocfg is not None:
+        opt = ocfg.build(opt)
+        print(f"optimizer: {ocfg.describe(opt)}")
     if amp:  # float32 masters and moments, the loss scale (core.amp)
         workloads.enable_amp(wl, opt, args.workload, args.seed, amp["loss_scale"])
     losses = []
