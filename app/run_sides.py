@@ -287,7 +287,7 @@ class DeviceRun:
 
         if self.spec.amp or not self.feed.opt.modeled:
             return None  # the update check does not model mixed precision yet
-        return device_optimizer_arrays(self.dopt, self.prog, after)
+        return device_optimizer_arrays(self.dopt, self.prog, after, **self._like(after))
 
     def optimizer_views(self, after: bool) -> dict | None:
         """``optimizer_arrays`` with the moments as the device's own memory where it is the
@@ -296,7 +296,16 @@ class DeviceRun:
 
         if self.spec.amp or not self.feed.opt.modeled:
             return None
-        return device_optimizer_arrays(self.dopt, self.prog, after, views=True)
+        return device_optimizer_arrays(self.dopt, self.prog, after, True, **self._like(after))
+
+    def _like(self, after: bool) -> dict:
+        """Where the device's memory is not the host's (cuda): ``like``, the feed's optimizer
+        moments (views), which a device replaying the numpy reference bit for bit holds too:
+        ``device_optimizer_arrays`` judges that on the device and copies them on the host
+        instead of downloading. A host device's moments are read in place: nothing."""
+        if self.prog.device.host_view(self.prog.values[self.prog.loss_id]) is not None:
+            return {}
+        return {"like": lambda: self.feed.optimizer_views(after)}
 
     def update(self) -> None:
         """The device optimizer step (mixed precision: then the scaler's update)."""
@@ -332,6 +341,16 @@ class DeviceRun:
         and ``update`` forget them); empty when it did not compare against ``ref``."""
         got = self._equal
         return got[1] if got is not None and got[0] is ref else frozenset()
+
+    def same_now(self, ref: Run, keys: list[tuple[int, str]]) -> set:
+        """Which ``(node, "value" | "grad")`` of ``keys`` this run holds now with exactly
+        ``ref``'s bits (``ref.array``), judged on the device (``gpu.parity.same_bits``: only
+        summaries cross); none for a half program (no half diff kernel)."""
+        if self.prog.dtype in HALF:
+            return set()
+        from tapescope import gpu
+
+        return gpu.parity.same_bits(self.prog, {k: ref.array(*k) for k in keys})
 
     def leaf_value(self, i: int) -> np.ndarray | None:
         """The feed's input (a device replays its feed's inputs)."""
@@ -397,11 +416,19 @@ class StepArrays:
         self.cache: dict[tuple, np.ndarray | None] = {}
         self.updated = False
         self.fetches = 0  # how many arrays came from the runs (each at most once)
+        # (node, which) whose candidate array is the reference's bits, judged where the
+        # candidate's data is (its compare; ``match_after`` for the parameters after the
+        # update): read from the reference's (host) copy, so an exact array never crosses
+        self.same: frozenset | set = frozenset()
+        self.same_after: set = set()
 
     def get(self, side: str, i: int, which: str, after: bool = False) -> np.ndarray | None:
         """``side``'s array of node ``i``: as the step computed it, or ``after`` the update."""
         late = after and self.updated and i in self.params
         key = (side, i, which, late)
+        if key not in self.cache and side == "cand" and self._same(i, which, late):
+            # the same bits as the reference's: its copy, shared (never written to)
+            self.cache[key] = self.get("ref", i, which, after)
         if key not in self.cache:
             a = self.runs[side].array(i, which)
             if a is not None and not a.flags.writeable:  # a CPU tape's view: the next step
@@ -409,6 +436,21 @@ class StepArrays:
             self.cache[key] = a
             self.fetches += 1
         return self.cache[key]
+
+    def _same(self, i: int, which: str, late: bool) -> bool:
+        if late:
+            return (i, which) in self.same_after
+        # the compare's verdict holds for what the step computed; a parameter's value and
+        # gradient as the step computed them are only read before the update
+        return (i, which) in self.same and not (self.updated and i in self.params)
+
+    def match_after(self, keys: list[tuple[int, str]]) -> None:
+        """After the update: which of ``keys`` the candidate now holds with the reference's
+        bits, judged where its data is (``same_now``, a device's diff; none for a run without
+        it); those are then read from the reference, not fetched from the candidate."""
+        judge = getattr(self.runs["cand"], "same_now", None)
+        if judge is not None and self.updated and keys:
+            self.same_after |= judge(self.runs["ref"], keys)
 
     def mark_updated(self) -> None:
         """The optimizer ran: a parameter read ``after`` now gets what its update left (what
@@ -422,7 +464,7 @@ class StepArrays:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the fetched arrays hold."""
+        """Bytes the fetched arrays hold (an array both sides share counts once per side)."""
         return sum(a.nbytes for a in self.cache.values() if a is not None)
 
 
