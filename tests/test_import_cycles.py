@@ -9,14 +9,14 @@ from its own package's ``__init__`` (a re-export): it imports the sibling that d
 
 from __future__ import annotations
 
-import ast
-import functools
-from pathlib import Path
-
 import networkx as nx
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "gpu", "views", "app")
+from tests.helpers.import_graph import (
+    ROOT,
+    graph,
+    module_imports,
+    modules,
+)
 
 # lazy (function-level) cycles left, each as its sorted member list: none (the Run protocol,
 # issue 24 item 2, removed app.remote <-> app.runs; core.onnx's ring went with
@@ -25,89 +25,14 @@ PACKAGES = ("core", "gpu", "views", "app")
 KNOWN_LAZY_CYCLES: set[tuple[str, ...]] = set()
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
-    for pkg in PACKAGES:
-        for p in (ROOT / pkg).rglob("*.py"):
-            parts = list(p.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            out["tapescope." + ".".join(parts)] = p
-    return out
-
-
-def _type_checking(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
-
-
-@functools.cache  # each graph below walks the same trees: every file is parsed once, not per graph
-def _parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
-
-
-def _imports(mod: str, path: Path, mods: dict[str, Path], lazy: bool) -> set[str]:
-    """Our modules that ``mod`` imports (at import time only, unless ``lazy``)."""
-    tree = _parse(path)
-    if lazy:
-        nodes = list(ast.walk(tree))
-    else:  # module level, including under if/try, never under `if TYPE_CHECKING`
-        nodes, todo = [], list(tree.body)
-        while todo:
-            n = todo.pop()
-            nodes.append(n)
-            if isinstance(n, (ast.If, ast.Try)) and not _type_checking(n):
-                todo += n.body + n.orelse + getattr(n, "finalbody", [])
-                for h in getattr(n, "handlers", []):
-                    todo += h.body
-    names: list[str] = []
-    for n in nodes:
-        if isinstance(n, ast.Import):
-            names += [a.name for a in n.names]
-        elif isinstance(n, ast.ImportFrom):
-            base = n.module or ""
-            if n.level:
-                pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-                for _ in range(n.level - 1):
-                    pkg = pkg.rpartition(".")[0]
-                base = f"{pkg}.{base}" if base else pkg
-            names += [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
-                      for a in n.names]
-    out = set()
-    for name in names:
-        while name and name not in mods:
-            name = name.rpartition(".")[0]
-        if name and name != mod:
-            out.add(name)
-    return out
-
-
-@functools.cache  # read-only: the tests only look
-def _graph(lazy: bool, inits: bool = False) -> nx.DiGraph:
-    """Module -> the modules it imports. ``inits``: an import of ``a.b.c`` also runs ``a/__init__``
-    and ``a/b/__init__`` first, so it is an edge to those packages too (but for the importer's own
-    packages, which are loaded before it)."""
-    mods = _modules()
-    g = nx.DiGraph()
-    g.add_nodes_from(mods)
-    for m, p in mods.items():
-        for t in _imports(m, p, mods, lazy):
-            g.add_edge(m, t)
-            parts = t.split(".")
-            for i in range(1, len(parts)):
-                pkg = ".".join(parts[:i])
-                if inits and pkg != m and not m.startswith(pkg + "."):
-                    g.add_edge(m, pkg)
-    return g
-
-
 def test_module_level_imports_form_a_dag():
-    g = _graph(lazy=False)
+    g = graph(lazy=False)
     cycles = list(nx.simple_cycles(g))
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
 def test_no_import_cycle_but_the_known_lazy_ones():
-    found = {tuple(sorted(c)) for c in nx.simple_cycles(_graph(lazy=True))}
+    found = {tuple(sorted(c)) for c in nx.simple_cycles(graph(lazy=True))}
     new = found - KNOWN_LAZY_CYCLES
     assert not new, "new import cycles (through function-level imports):\n" + "\n".join(
         " <-> ".join(c) for c in sorted(new))
@@ -125,7 +50,7 @@ KNOWN_INIT_CYCLES: set[tuple[str, ...]] = set()
 
 
 def test_no_cycle_through_a_package_init_but_the_known_ones():
-    found = {tuple(sorted(c)) for c in nx.simple_cycles(_graph(lazy=True, inits=True))}
+    found = {tuple(sorted(c)) for c in nx.simple_cycles(graph(lazy=True, inits=True))}
     found -= KNOWN_LAZY_CYCLES
     new, gone = found - KNOWN_INIT_CYCLES, KNOWN_INIT_CYCLES - found
     assert not new, "new import cycles (through a package __init__):\n" + "\n".join(
@@ -138,7 +63,7 @@ def test_no_module_imports_its_own_package_init():
     """`from tapescope.core import Tape` inside core/ reads a re-export of core/__init__, which
     imports
     half of core: a cycle waiting for its first import-order change. Import core.tape."""
-    g = _graph(lazy=True)
+    g = graph(lazy=True)
     bad = sorted(f"{a} imports {b}" for a, b in g.edges if a.startswith(b + "."))
     assert not bad, "\n".join(bad)
 
@@ -147,13 +72,13 @@ def test_the_graph_sees_our_imports():
     def e(g: nx.DiGraph, a: str, b: str) -> bool:
         return g.has_edge(f"tapescope.{a}", f"tapescope.{b}")
 
-    g = _graph(lazy=False)
+    g = graph(lazy=False)
     assert e(g, "gpu.program", "core.tape") and e(g, "core.ops", "core.tape")
     assert not e(g, "core.tape", "core.ops") and not e(g, "gpu.program", "gpu.fusion")
-    lazy = _graph(lazy=True)  # a function-level import, and a package's re-export as its own
+    lazy = graph(lazy=True)  # a function-level import, and a package's re-export as its own
     assert e(lazy, "app.runs", "app.step_history") and not e(g, "app.runs", "app.step_history")
     assert e(lazy, "core.onnx", "core.onnx.gradient") and e(g, "core.gradcheck", "core.ops")
-    inits = _graph(lazy=False, inits=True)  # core.tape imports core.optable.registry
+    inits = graph(lazy=False, inits=True)  # core.tape imports core.optable.registry
     assert e(inits, "core.tape", "core.optable") and not e(g, "core.tape", "core.optable")
     assert e(inits, "core.ops.nn", "core.optable") and not e(inits, "core.tape", "core.ops")
     assert not e(inits, "core.ops.nn", "core.ops") and not e(inits, "core.tape", "core")
@@ -162,10 +87,10 @@ def test_the_graph_sees_our_imports():
 def test_a_re_export_is_an_edge_to_the_package(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from tapescope.core import Tape, ops\n")
-    mods = _modules()
-    assert _imports("tapescope.core.onnx.m", src, mods, lazy=True) == {"tapescope.core",
+    mods = modules()
+    assert module_imports("tapescope.core.onnx.m", src, mods, lazy=True) == {"tapescope.core",
                                                                         "tapescope.core.ops"}
-    assert _imports("tapescope.core.onnx.m", src, mods, lazy=False) == set()
+    assert module_imports("tapescope.core.onnx.m", src, mods, lazy=False) == set()
 
 
 def test_the_old_addresses_of_the_moved_modules_name_the_same_objects():
@@ -183,7 +108,7 @@ def test_the_old_addresses_of_the_moved_modules_name_the_same_objects():
     assert old_registry.grad_inputs is registry.grad_inputs
     assert old_rows.RowForm is rows.RowForm and old_rows.fill is rows.fill
     assert old_base.Workload is workload.Workload
-    g = _graph(lazy=True)
+    g = graph(lazy=True)
     old = {"tapescope.core.ops.registry", "tapescope.core.ops.rows",
            "tapescope.core.workloads.base"}
     users = sorted(f"{a} imports {b}" for a, b in g.edges if b in old)
@@ -198,7 +123,7 @@ def test_the_worker_protocols_two_ends_do_not_import_each_other():
     import subprocess
     import sys
 
-    g = _graph(lazy=True)
+    g = graph(lazy=True)
     server, client = nx.descendants(g, "tapescope.app.remote_server"), nx.descendants(g,
                                                                                       "tapescope.app.remote_client")
     assert "tapescope.app.remote_protocol" in server and "tapescope.app.remote_protocol" in client

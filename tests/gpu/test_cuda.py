@@ -22,7 +22,7 @@ def cuda():
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 def test_every_op_on_cuda(cuda, monkeypatch, dtype):
-    from tests.gpu.test_ops_parity import NN_OPS, NON_LEAF, run_case
+    from tests.helpers.op_parity import NN_OPS, NON_LEAF, run_case
 
     for d in NN_OPS:
         monkeypatch.setitem(REGISTRY, d.name, d)
@@ -36,7 +36,7 @@ def test_every_op_on_cuda(cuda, monkeypatch, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
 def test_workloads_on_cuda(cuda, name, dtype):
-    from tests.gpu.test_workloads import train_side_by_side
+    from tests.helpers.workloads import train_side_by_side
 
     for step, _, _, rep in train_side_by_side(cuda, name, dtype, 5):
         assert rep.exact, f"{name} step {step}: first divergence {rep.first_divergence}"

@@ -13,7 +13,7 @@ import pytest
 from tapescope import gpu
 from tapescope.gpu.device import DeviceError
 from tests.gpu import fake_cupy
-from tests.gpu.conftest import needs_nvrtc
+from tests.helpers.nvrtc import needs_nvrtc
 
 pytestmark = needs_nvrtc  # the fake compiles with the real NVRTC
 
@@ -38,7 +38,7 @@ def fake_cuda(monkeypatch, cache):
 
 
 def test_graph_episodes_bit_identical_through_the_cuda_path(fake_cuda):
-    from tests.gpu.test_workloads import train_side_by_side
+    from tests.helpers.workloads import train_side_by_side
 
     for _, _, _, rep in train_side_by_side(fake_cuda, "transformer", np.float32, 2):
         assert rep.exact, rep.first_divergence
@@ -52,7 +52,7 @@ def test_graph_episodes_bit_identical_through_the_cuda_path(fake_cuda):
 @pytest.mark.parametrize("dtype", [pytest.param("float16", marks=pytest.mark.slow), "bfloat16"])
 def test_half_episodes_through_the_cuda_path(fake_cuda, dtype):
     # CuPy has no bfloat16: its buffers hold the bits (uint16), uploads and downloads view them
-    from tests.gpu.test_workloads import train_side_by_side
+    from tests.helpers.workloads import train_side_by_side
 
     for _, _, _, rep in train_side_by_side(fake_cuda, "mlp", dtype, 2):
         assert rep.exact, rep.first_divergence

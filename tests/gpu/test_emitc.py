@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tapescope.core import Tape, ops
 from tapescope.gpu import emitc
 from tapescope.gpu.emitc import EmitError, emit, literal
-from tests.gpu.test_emitc_support import (
+from tests.helpers.emitc import (
     BINARY,
     SHAPES,
     UNARY,

@@ -6,9 +6,6 @@ contraction anywhere would fail these tests (and the op parity tests), not just 
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from fractions import Fraction
 
 import numpy as np
@@ -19,6 +16,7 @@ from tapescope.core import native
 from tapescope.gpu import fusion
 from tapescope.gpu import host_compiler as host_mod
 from tapescope.gpu.host import HostDevice
+from tests.helpers.kernel_text import fma_instructions
 
 SRC = r"""
 extern "C" __global__ void muladd64(const double* a, const double* b, const double* c,
@@ -150,23 +148,11 @@ def test_native_matmul_rounds_product_and_add_apart(dtype):
 
 # ---- the machine code: no FMA instruction anywhere ------------------------------------------
 
-_FMA_INSN = re.compile(r"\bv?f(?:n)?m(?:add|sub|addsub|subadd)\d*[ps][sdh]\b")
-
-
-def _fma_instructions(path) -> list[str]:
-    objdump = shutil.which("objdump")
-    if objdump is None:
-        pytest.skip("objdump not found: the machine code cannot be read")
-    asm = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True,
-                         text=True, timeout=120).stdout
-    assert "ret" in asm, f"objdump read nothing from {path}"
-    return sorted(set(_FMA_INSN.findall(asm)))
-
 
 def _rope_pair_tape():
     """A fused rope whose half width is 1: gcc 12 -march=native vectorised its two writes into
     one vfmaddsub despite -ffp-contract=off (found by test_fusion_random)."""
-    from tests.gpu.test_fusion_random import build
+    from tests.helpers.fusion import build
 
     with np.errstate(all="ignore"):
         t, loss = build(2, 2, 3643, [("rope", 0, 2, 1.9082149292705877e-10),
@@ -184,7 +170,7 @@ def test_fused_rope_pair_is_not_contracted_by_the_vectorizer(host):
     prog.forward()
     prog.backward()
     assert gpu.parity.compare(t, prog).exact
-    assert _fma_instructions(prog.fusion_runtime.module.path) == []
+    assert fma_instructions(prog.fusion_runtime.module.path) == []
 
 
 def test_no_fma_instruction_in_any_host_object(host):
@@ -203,6 +189,6 @@ def test_no_fma_instruction_in_any_host_object(host):
                 objects[f"fused {name} {dt} {math}"] = prog.fusion_runtime.module.path
     if native.library() is not None:
         objects["native refkernels"] = native.library()._name
-    found = {k: _fma_instructions(p) for k, p in objects.items()}
+    found = {k: fma_instructions(p) for k, p in objects.items()}
     assert {k: v for k, v in found.items() if v} == {}
     assert len(objects) >= 13

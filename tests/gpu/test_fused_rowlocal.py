@@ -18,7 +18,7 @@ from tapescope.core import Tape, ops
 from tapescope.core.optable.registry import REGISTRY
 from tapescope.gpu import fusion
 from tapescope.gpu.fusion.analysis import BINARY, UNARY
-from tests.gpu.test_fusion import diff_nodes
+from tests.helpers.fusion import diff_nodes
 
 ROW_LOCAL_OPS = sorted(set(BINARY) | set(UNARY)
                        | {n for n, d in REGISTRY.items() if d.fusion != "none"})

@@ -9,24 +9,7 @@ import pytest
 from tapescope import gpu
 from tapescope.core import Tape, ops, workloads
 from tapescope.gpu import fusion
-
-
-def bits_equal(a, b) -> bool:
-    """Bit-identical arrays (None == None)."""
-    if a is None or b is None:
-        return a is None and b is None
-    a, b = np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1)
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-def diff_nodes(pa, pb) -> list[tuple[int, str, str]]:
-    """Nodes whose value or gradient differs between two programs of the same episode."""
-    bad = []
-    for n in pa.nodes:
-        for which in ("value", "grad"):
-            if not bits_equal(pa.read(n.id, which), pb.read(n.id, which)):
-                bad.append((n.id, n.op, which))
-    return bad
+from tests.helpers.fusion import bits_equal, diff_nodes
 
 
 def _pair(host, name: str, dtype: str = "float64"):

@@ -20,7 +20,7 @@ from tapescope.gpu.device import INCLUDE_DIRS
 from tapescope.gpu.host import HostDevice
 from tapescope.gpu.host_compiler import host_flags
 from tapescope.gpu.signature import parse_kernels
-from tests.gpu.test_fusion import bits_equal, diff_nodes
+from tests.helpers.fusion import bits_equal, diff_nodes
 
 # A shared-memory tree sum per block (the classic reduction: a barrier after every level),
 # a neighbour read across threads, and a thread-index map for 2-D blocks.

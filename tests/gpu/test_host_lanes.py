@@ -20,44 +20,8 @@ from tapescope.gpu import source as kernel_source
 from tapescope.gpu.host import HostDevice
 from tapescope.gpu.kernel_facts import BARRIER, LANES, PLAIN
 from tapescope.gpu.signature import parse_kernels
-from tests.gpu.test_fp_contract import _fma_instructions
-
-GUARD = """#ifndef TS_GRID_STRIDE
-#define TS_GRID_STRIDE(i, n)                                                          \\
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);    \\
-         i += (long long)gridDim.x * blockDim.x)
-#endif
-"""
-
-# per element: a serial sum of K products (the reference order of a dot product), and a
-# multiply-add pair written so that a contraction would change the bits
-SRC = GUARD + r"""
-extern "C" __global__ void rowdot(const double* a, const double* b, double* y, long long n,
-                                  long long K) {
-    TS_GRID_STRIDE(i, n) {
-        double acc = 0.0;
-        for (long long k = 0; k < K; ++k) acc = __dadd_rn(acc, __dmul_rn(a[i * K + k], b[k]));
-        y[i] = acc;
-    }
-}
-extern "C" __global__ void muladd(const double* a, const double* b, const double* c,
-                                  double* y, double* z, long long n) {
-    TS_GRID_STRIDE(i, n) {
-        y[i] = __dadd_rn(__dmul_rn(a[i], b[i]), c[i]);
-        z[i] = __dsub_rn(__dmul_rn(a[i], c[i]), __dmul_rn(b[i], c[i]));
-    }
-}
-extern "C" __global__ void racy(const double* x, double* y, long long n) {
-    TS_GRID_STRIDE(i, n) { y[i % 7] = x[i]; }  /* planted: threads write one element */
-}
-extern "C" __global__ void by_thread(double* y, long long n) {
-    if (threadIdx.x == 3) return;  /* tells threads apart outside the loop: never lanes */
-    TS_GRID_STRIDE(i, n) { y[i] = 1.0; }
-}
-"""
-#: what SRC's author states of its kernels (the generators' role in these tests)
-SRC_FACTS = {"rowdot": LANES, "muladd": LANES, "racy": LANES, "by_thread": PLAIN}
-
+from tests.helpers.kernel_text import fma_instructions
+from tests.helpers.lane_kernels import GUARD, SQRT_SRC, SRC, SRC_FACTS
 
 # ---- which kernels run as lanes --------------------------------------------------------------
 
@@ -157,7 +121,7 @@ def test_lanes_round_every_product_and_add_apart(threads):
     mod["muladd"](9, 128, *bufs, n)
     assert bufs[3].download().tobytes() == ((a_h * b_h) + c_h).tobytes()
     assert bufs[4].download().tobytes() == ((a_h * c_h) - (b_h * c_h)).tobytes()
-    assert _fma_instructions(mod.path) == []
+    assert fma_instructions(mod.path) == []
 
 
 def test_lane_objects_are_vectorised_and_have_no_fma():
@@ -170,7 +134,7 @@ def test_lane_objects_are_vectorised_and_have_no_fma():
         wl = workloads.get("mlp", math=math)
         prog = capture(dev, wl.tape, wl.record(0), fuse=False)
         path = prog.module.path
-        assert _fma_instructions(path) == [], math
+        assert fma_instructions(path) == [], math
         import shutil
         import subprocess
 
@@ -246,16 +210,6 @@ def test_fused_workloads_with_lanes_and_the_pool(name):
 
 
 # ---- -fno-math-errno: the square root is the one instruction, with the same bits -------------
-
-SQRT_SRC = GUARD + r"""
-extern "C" __global__ void sqrts(const double* x, double* y, const float* xf, float* yf,
-                                 long long n) {
-    TS_GRID_STRIDE(i, n) {
-        y[i] = __dsqrt_rn(x[i]);
-        yf[i] = __fsqrt_rn(xf[i]);
-    }
-}
-"""
 
 
 def _sqrt_cases(dtype) -> np.ndarray:

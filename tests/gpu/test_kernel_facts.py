@@ -22,7 +22,7 @@ from tapescope.gpu.kernel_facts import BARRIER, LANES, PLAIN, KernelFacts, merge
 from tapescope.gpu.kernel_template import source_only_device
 from tapescope.gpu.signature import parse_kernels
 from tests.gpu.lane_analyser import lane_kernels
-from tests.gpu.test_host_lanes import GUARD, SQRT_SRC, SRC, SRC_FACTS
+from tests.helpers.lane_kernels import GUARD, SQRT_SRC, SRC, SRC_FACTS
 
 _KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\([^)]*\)\s*\{')
 

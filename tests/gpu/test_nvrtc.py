@@ -22,7 +22,7 @@ from tapescope.gpu.nvrtc import (
     nvrtc_compile,
     nvrtc_version,
 )
-from tests.gpu.conftest import needs_nvrtc
+from tests.helpers.nvrtc import needs_nvrtc
 
 
 @pytest.fixture(scope="module")

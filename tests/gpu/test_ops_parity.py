@@ -9,16 +9,10 @@ from tapescope import gpu
 from tapescope.core import Tape, ops
 from tapescope.core.ops import REGISTRY
 from tapescope.gpu.library import KERNELS, LEAF
-
-try:  # the imported-model ops register only on ONNX import; their kernels exist regardless
-    from tapescope.core.ops.nn import NN_OPS
-except ImportError:
-    NN_OPS = ()
+from tests.helpers.op_parity import NN_OPS, NON_LEAF, assert_exact, run_case
 
 DTYPES = [np.float64, np.float32]
 NN_NAMES = ("conv2d", "conv_transpose2d", "maxpool2d", "avgpool2d", "erf", "gather")
-NON_LEAF = sorted({op for op, d in REGISTRY.items() if d.kind != "leaf"}
-                  | {d.name for d in NN_OPS})
 
 
 @pytest.fixture
@@ -45,29 +39,6 @@ def test_every_op_has_kernels(with_nn):
             assert callable(k.fwd) and callable(k.bwd), op
 
 
-def run_case(host, op: str, xs: list, attrs: dict, dtype, math: str = "refmath", seed: int = 0):
-    """Record op on a tape (params, so every input gets a gradient), replay it, compare."""
-    rng = np.random.default_rng(seed)
-    tape = Tape(dtype, math)
-    nondiff = REGISTRY[op].nondiff_inputs
-    vs = [tape.const(x) if k in nondiff else tape.param(x) for k, x in enumerate(xs)]
-    y = tape.record(op, vs, attrs)
-    assert tape.ok, tape.error
-    # a random cotangent, so every gradient element is different
-    loss = ops.sum(ops.mul(y, tape.const(rng.standard_normal(y.shape))))
-    tape.backward(loss)
-    prog = gpu.capture(host, tape, loss)
-    prog.forward()
-    prog.backward()
-    return tape, prog, gpu.parity.compare(tape, prog)
-
-
-def _assert_exact(rep, what):
-    bad = [(n.id, n.op, n.value.n_diff, n.grad and n.grad.n_diff) for n in rep.nodes
-           if not n.exact]
-    assert rep.exact, f"{what}: differing nodes (id, op, value diffs, grad diffs) {bad}"
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 @pytest.mark.parametrize("op", NON_LEAF)
 def test_op_forward_backward_bit_identical(host, with_nn, op, dtype):
@@ -75,7 +46,7 @@ def test_op_forward_backward_bit_identical(host, with_nn, op, dtype):
     assert cases, op
     for i, (xs, attrs) in enumerate(cases):
         tape, prog, rep = run_case(host, op, xs, attrs, dtype, seed=i)
-        _assert_exact(rep, f"{op} case {i} shapes {[np.shape(x) for x in xs]} {attrs}")
+        assert_exact(rep, f"{op} case {i} shapes {[np.shape(x) for x in xs]} {attrs}")
         # the check is not vacuous: the op's node and its inputs' gradients were compared
         node = rep.nodes[len(xs)]
         assert node.op == op and node.value.n == tape.node(len(xs)).size
@@ -91,7 +62,7 @@ def test_broadcast_binaries(host, op, dtype):
             a = rng.uniform(-2, 2, a_shape).astype(dtype)
             b = (rng.uniform(0.5, 2, b_shape) * rng.choice([-1, 1], b_shape)).astype(dtype)
             _, _, rep = run_case(host, op, [a, b], {}, dtype)
-            _assert_exact(rep, f"{op} {a_shape} with {b_shape}")
+            assert_exact(rep, f"{op} {a_shape} with {b_shape}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
@@ -100,10 +71,10 @@ def test_reductions_over_axis_sets(host, dtype):
     for op in ("sum", "mean"):
         for axis, keep in ((None, False), ((0, 2), False), ((1, 3), True), (-2, False), (0, True)):
             _, _, rep = run_case(host, op, [x], {"axis": axis, "keepdims": keep}, dtype)
-            _assert_exact(rep, f"{op} axis={axis} keepdims={keep}")
+            assert_exact(rep, f"{op} axis={axis} keepdims={keep}")
     _, _, rep = run_case(host, "sum", [np.array(1.5, dtype)], {"axis": None, "keepdims": False},
                          dtype)
-    _assert_exact(rep, "sum of a 0-d value")
+    assert_exact(rep, "sum of a 0-d value")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
@@ -119,7 +90,7 @@ def test_fan_out_and_special_values(host, dtype):
     prog.forward()
     prog.backward()
     rep = gpu.parity.compare(tape, prog)
-    _assert_exact(rep, "fan-out with NaN, inf and signed zeros")
+    assert_exact(rep, "fan-out with NaN, inf and signed zeros")
     assert np.isnan(prog.read(y)).any()  # the NaN went through, on both sides
 
 
@@ -135,7 +106,7 @@ def test_attention_composite(host, dtype):
         prog = gpu.capture(host, tape, loss)
         prog.forward()
         prog.backward()
-        _assert_exact(gpu.parity.compare(tape, prog), f"attention {shape} causal={causal}")
+        assert_exact(gpu.parity.compare(tape, prog), f"attention {shape} causal={causal}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
@@ -150,9 +121,9 @@ def test_products_around_the_host_mm_tile_edges(host, dtype):
                     (47, 127, 3), (48, 128, 5), (49, 129, 2), (97, 7, 1)):
         a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
         _tape, _prog, rep = run_case(host, "matmul", [a, b], {}, dtype)
-        _assert_exact(rep, f"matmul {m}x{k} @ {k}x{n}")
+        assert_exact(rep, f"matmul {m}x{k} @ {k}x{n}")
     for bsz, m, k, n in ((3, 7, 70, 19), (2, 1, 5, 40)):
         a = rng.standard_normal((bsz, m, k)).astype(dtype)
         b = rng.standard_normal((bsz, k, n)).astype(dtype)
         _tape, _prog, rep = run_case(host, "bmm", [a, b], {}, dtype)
-        _assert_exact(rep, f"bmm {bsz}x{m}x{k} @ {k}x{n}")
+        assert_exact(rep, f"bmm {bsz}x{m}x{k} @ {k}x{n}")

@@ -13,7 +13,7 @@ import pytest
 from tapescope import gpu
 from tapescope.core import Tape, ops
 from tapescope.gpu import fusion
-from tests.gpu.test_ops_parity import _assert_exact, run_case
+from tests.helpers.op_parity import assert_exact, run_case
 
 EDGES = [-0.0, 0.0, 1e-300, -1e-300, 1e-8, -1e-8, 0.5, -0.5, 20.0, -20.0, 36.0, -36.0, 700.0,
          -700.0, 710.0, -745.0, 1000.0, -1000.0, 3e38, -3e38, np.inf, -np.inf, np.nan]
@@ -54,7 +54,7 @@ def test_softplus_kernels_bit_identical_on_edge_values(host, dtype, math):
     with np.errstate(all="ignore"):
         tape, prog, rep = run_case(host, "softplus", [x], {}, dtype, math=math)
     if math == "refmath":
-        _assert_exact(rep, f"softplus {np.dtype(dtype).name}")
+        assert_exact(rep, f"softplus {np.dtype(dtype).name}")
     else:  # platform libm: the same on host as numpy's only where both are correctly rounded
         assert rep.nodes[1].value.n == x.size
 
@@ -74,7 +74,7 @@ def test_softplus_fuses_bit_for_bit(host, dtype):
     for p, what in ((pa, "unfused"), (pb, "fused")):
         p.forward()
         p.backward()
-        _assert_exact(gpu.parity.compare(t, p), f"softplus {dtype} {what}")
+        assert_exact(gpu.parity.compare(t, p), f"softplus {dtype} {what}")
 
 
 def test_the_walkthrough_shows_the_code_that_is_in_the_table():

@@ -21,7 +21,7 @@ import pytest
 from tapescope import gpu
 from tapescope.core import Tape, ops, tapefile, workloads
 from tapescope.gpu import emitc, fusion
-from tests.gpu.test_emitc_support import compile_all, emit_traced, run_traced
+from tests.helpers.emitc import compile_all, emit_traced, run_traced
 
 ROOT = Path(__file__).resolve().parents[2]
 

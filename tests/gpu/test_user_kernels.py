@@ -18,7 +18,7 @@ from tapescope.gpu.kernel_template import op_kernels, template
 from tapescope.gpu.source import LIBRARY
 from tapescope.gpu.source import template as library_template
 from tapescope.gpu.user_kernels import parse_spec
-from tests.gpu.conftest import needs_nvrtc
+from tests.helpers.nvrtc import needs_nvrtc
 
 # softmax's division y = e / s rewritten as a reciprocal multiply y = e * (1 / s)
 RECIP = ("y[base + l * inner] = DIV(y[base + l * inner], rv_s);",

@@ -9,24 +9,7 @@ from tapescope import gpu
 from tapescope.core import workloads
 from tapescope.core.ops import REGISTRY
 from tapescope.core.parity import compare_arrays
-
-
-def train_side_by_side(host, name: str, dtype, steps: int, math: str = "refmath"):
-    """Train on the tape and on the device; yield (step, tape, prog, report) before each update."""
-    wl = workloads.get(name, dtype=dtype, math=math)
-    opt = wl.make_optimizer()
-    prog = gpu.capture(host, wl.tape, wl.record(0))
-    dopt = gpu.from_core(opt)
-    for step in range(steps):
-        loss = wl.record(step)
-        wl.tape.backward(loss)
-        for v in wl.inputs.values():
-            prog.set_input(v.id, wl.tape.value(v))
-        prog.forward()
-        prog.backward()
-        yield step, wl.tape, prog, gpu.parity.compare(wl.tape, prog)
-        opt.step()
-        prog.step(dopt)
+from tests.helpers.workloads import train_side_by_side
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])

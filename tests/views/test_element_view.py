@@ -16,6 +16,7 @@ from tapescope.views.element_view import (
 )
 from tapescope.views.kernels_view import KernelsPanel
 from tapescope.views.step_scrubber import StepScrubber
+from tests.helpers.kernels_panel import PLAN, SOURCE
 
 
 def hex64(v: float) -> str:
@@ -110,31 +111,6 @@ def test_scrubber_follows_until_moved_and_emits_each_step_once(qtbot):
     assert s.current in (1, 5) and s.spin.value() == s.current
     s.set_steps([])
     assert not s.isEnabled()
-
-
-SOURCE = """extern "C" __global__ void k_fwd(const long long* tab, long long R) {
-    for (long long s = blockIdx.x; s < R; s += gridDim.x) {
-        /* node 4 matmul */
-        for (long long c = threadIdx.x; c < 16; c += blockDim.x) {
-            v4[c] = acc;
-        }
-        __syncthreads();
-        /* node 5 exp */
-        for (long long c = threadIdx.x; c < 16; c += blockDim.x) v5[c] = EXP(v4[c]);
-        __syncthreads();
-        /* node 6 add */
-        v6[c] = v5[c] + v4[c];
-    }
-}"""
-
-PLAN = {"plan_id": "p", "dtype": "float64", "math": "platform",
-        "segments": [{"index": 0, "node_ids": [4, 5, 6], "kind": "row", "rows": 8}],
-        "kernels": [{"name": "k_fwd", "role": "forward", "segment": 0, "source": SOURCE,
-                     "grid": 8, "block": 32},
-                    {"name": "k_bwd", "role": "backward", "segment": 0, "source": "B",
-                     "grid": 8, "block": 32}],
-        "launches_before": {"forward": 5, "backward": 9, "optimizer": 3, "episode": 17},
-        "launches_after": {"forward": 3, "backward": 7, "optimizer": 1, "episode": 11}}
 
 
 def test_a_node_opens_its_lines_in_the_kernel_and_kernels_show_their_parity(qtbot):

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from tapescope.views.kernels_view import KernelsPanel
-from tests.views.test_element_view import PLAN
+from tests.helpers.kernels_panel import PLAN
 
 
 @pytest.fixture(autouse=True)
