@@ -319,14 +319,14 @@ class PairRunner:
         self.cand.advance(s)
         store = self.store = StepArrays(s, self.ref, self.cand, self.params)
         rep = self.cand.compare(self.ref, self.nodes)
+        eq = getattr(self.cand, "equal_bits", None)  # what that compare found bit-equal
+        if rep is not None and eq is not None:  # (then never fetched from the candidate)
+            store.same = eq(self.ref)
         if rep is None:
             rep = host_compare(self.nodes, lambda i, w: store.get("ref", i, w),
                                lambda i, w: store.get("cand", i, w))
         rec = record_of(rep.nodes)
         t1 = time.perf_counter()
-        eq = getattr(self.cand, "equal_bits", None)  # what that compare found bit-equal
-        if rep is not None and eq is not None:  # (then never fetched from the candidate)
-            store.same = eq(self.ref)
         # a state not kept is judged this step: the candidate's moments are read in place
         st = (self.probe.before_update(s, rec, store.side("cand"),
                                        views=not self.states.maxlen) if with_provenance
@@ -335,13 +335,13 @@ class PairRunner:
         self.ref.update()
         self.cand.update()
         store.mark_updated()
+        if st is not None and st.update is not None:  # the parameters provenance reads next
+            store.match_after([(p.node, "value") for p in st.update.params])
         loss_ref, loss_cand = self.ref.loss(), self.cand.loss()
         prov = None
         rts = roots(self.nodes, rec)
         if st is not None:
             from tapescope.core.provenance import provenance
-        if st is not None and st.update is not None:  # the parameters provenance reads next
-            store.match_after([(p.node, "value") for p in st.update.params])
 
             t1 = time.perf_counter()
             if self.states.maxlen:  # before after_update moves the leaves' expectations on
