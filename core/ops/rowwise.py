@@ -1,5 +1,5 @@
-"""Row ops over the last axis: softmax, log_softmax, rms_norm, layer_norm, silu, swiglu, rope,
-cross_entropy.
+"""Row ops over the last axis: softmax, log_softmax, log_sum_exp, rms_norm, layer_norm, silu,
+swiglu, rope, cross_entropy.
 
 Each is the formula of docs/reference-order.md written out step by step; every reduction is the
 serial ``serial_sum`` and every transcendental comes from the math namespace ``M`` (refmath).
@@ -81,6 +81,47 @@ register(OpDef(
                     steps=(Step("m", "max", "{x}"), Step("s", "sum", "EXP(SUB({x}, {m}))"),
                            Step("ls", "let", "LOG({s})"))),
         bwd=(RowPass(("SUB({g}, MUL(EXP({y}), {d}))",), steps=(Step("d", "sum", "{g}"),)),))))
+
+
+# ---- log_sum_exp: a reduction, one output per row (RowForm out="row") -------------------------
+def _lse_shape(shapes, at):
+    s = shapes[0]
+    ax = norm_axis(at.get("axis", -1), len(s)) if s else norm_axis(at.get("axis", -1), 0)
+    return s[:ax] + s[ax + 1:]
+
+
+def _lse_fwd(M, xs, at):
+    # m = max; mf = m, or +0.0 where m is not finite (torch.logsumexp's guard: a row of -inf is
+    # -inf, a +inf in the row is +inf); y = mf + log(serial_sum(exp(x - mf)))
+    x = xs[0]
+    ax = at.get("axis", -1)
+    m = np.max(x, axis=ax, keepdims=True)
+    mf = np.where(np.isfinite(m), m, x.dtype.type(0))  # the C form's m - m == 0
+    y = mf + M.log(serial_sum(M.exp(x - mf), ax, keepdims=True))
+    return np.squeeze(y, axis=ax)
+
+
+def _lse_bwd(M, g, xs, y, at, nd):
+    ax = at.get("axis", -1)
+    return [np.expand_dims(g, ax) * M.exp(xs[0] - np.expand_dims(y, ax))]
+
+
+register(OpDef(
+    "log_sum_exp", 1, "reduce", "none", _lse_shape, forward=_lse_fwd, backward=_lse_bwd,
+    transcendental=True,
+    sample=lambda rng, dt: [([_r(rng, dt, 3, 5)], {"axis": -1}),
+                            ([_r(rng, dt, 4, 3)], {"axis": 0}),
+                            ([_r(rng, dt, 2, 3, 4)], {"axis": 1}),
+                            ([np.array([[-np.inf, -np.inf], [np.inf, 1.0]], dtype=dt)], {})],
+    doc="m = max; mf = m (+0.0 where m is +-inf); y = mf + log(serial_sum(exp(x - mf))) "
+        "(the row axis removed); ga = g * exp(x - y)",
+    row=RowForm(
+        ins=(("x", "row"),), axis="axis", out="row",
+        fwd=RowPass(("ADD({mf}, LOG({s}))",),
+                    steps=(Step("m", "max", "{x}"),
+                           Step("mf", "let", "SUB({m}, {m}) == (real_t)0 ? {m} : (real_t)0"),
+                           Step("s", "sum", "EXP(SUB({x}, {mf}))"))),
+        bwd=(RowPass(("MUL({g}, EXP(SUB({x}, {y})))",)),))))
 
 
 # ---- rms_norm ----------------------------------------------------------------------------------

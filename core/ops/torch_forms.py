@@ -203,6 +203,7 @@ TORCH: dict[str, TorchForm] = {
     # row ops
     "softmax": lambda T, xs, at: T.softmax(xs[0], dim=int(at.get("axis", -1))),
     "log_softmax": lambda T, xs, at: T.log_softmax(xs[0], dim=int(at.get("axis", -1))),
+    "log_sum_exp": lambda T, xs, at: T.logsumexp(xs[0], dim=int(at.get("axis", -1))),
     "rms_norm": lambda T, xs, at: T.nn.functional.rms_norm(xs[0], _last(xs[0]), xs[1],
                                                            float(at["eps"])),
     "layer_norm": lambda T, xs, at: T.nn.functional.layer_norm(xs[0], _last(xs[0]), xs[1],
