@@ -6,7 +6,8 @@ replay is bit for bit: Where (masked_fill), Gelu (none and tanh), Pow, HardSigmo
 LogSoftmax (its row op), Expand (``x * ones``), Reciprocal (``1 / x``), ConvTranspose (the
 tape's conv_transpose2d, conv2d's backward-data), Resize and Upsample (gathers and a weighted sum
 per axis), InstanceNormalization (LayerNormalization's composite over the spatial axes), Cast and
-CastLike (the value itself: the tape's one type),
+CastLike (the value itself: the tape's one type), SplitToSequence / SequenceAt /
+ConcatFromSequence (a list of the tape's slices, an element, a concat),
 SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, Dropout in training mode (a seeded mask per
 step), BatchNormalization in training mode (batch statistics; running statistics updated as the
 spec says), and RNN / GRU / LSTM unrolled over time. A converter is
@@ -154,6 +155,54 @@ def expand(imp, st, ins, names):
     if out == tuple(x.shape):
         return ops.mul(x, imp.tape.const(np.ones(()), name="ones"))  # a node of its own
     return ops.mul(x, imp.tape.const(np.ones(out), name="ones"))
+
+
+# ---- sequences of slices: SplitToSequence, SequenceAt, ConcatFromSequence --------------------
+
+def split_to_sequence(imp, st, ins, names):
+    """SplitToSequence of a tape value (TorchScript's ``tensor_split``, ``unbind``) with a
+    constant split: a Python list of the tape's slices (``keepdims=0`` without a split: each
+    reshaped without the axis), the executor's kernel on a stand-in giving the parts' sizes;
+    a sequence is never a tape value itself, only its elements are."""
+    x = _v(imp, ins, names, 0)
+    split = ins[1] if len(ins) > 1 else None
+    if isinstance(split, Var):
+        raise OnnxError("SplitToSequence with a split computed on the tape has no tape form",
+                        node=imp.label)
+    dummy = np.broadcast_to(np.zeros((), np.float32), x.shape)
+    parts = st.kernel(None, dummy, *ins[1:], **st.attrs)
+    ax = st.attrs.get("axis", 0) % len(x.shape)
+    out, lo = [], 0
+    for p in parts:
+        n = p.shape[ax] if p.ndim == len(x.shape) else 1
+        piece = ops.slice(x, ax, lo, lo + n)
+        out.append(piece if p.shape == piece.shape else ops.reshape(piece, p.shape))
+        lo += n
+    return out
+
+
+def sequence_at(imp, st, ins, names):
+    """SequenceAt of a sequence of tape values at a constant position: that element."""
+    seq = ins[0]
+    if not isinstance(seq, list):
+        raise OnnxError("SequenceAt of a value that is not a sequence", node=imp.label)
+    pos = int(np.asarray(imp.static(ins[1], "SequenceAt's position")).reshape(-1)[0])
+    if not -len(seq) <= pos < len(seq):
+        raise OnnxError(f"SequenceAt position {pos} of a sequence of {len(seq)}",
+                        node=imp.label)
+    return imp.var(seq[pos], names[0])
+
+
+def concat_from_sequence(imp, st, ins, names):
+    """ConcatFromSequence of tape values: Concat (``new_axis=1``: each given the axis first)."""
+    seq = [imp.var(v, names[0]) for v in ins[0]]
+    axis = int(st.attrs.get("axis", 0))
+    if st.attrs.get("new_axis", 0):
+        rank = len(seq[0].shape) + 1
+        axis %= rank
+        seq = [ops.reshape(v, v.shape[:axis] + (1,) + v.shape[axis:]) for v in seq]
+        return ops.concat(seq, axis)
+    return ops.concat(seq, axis % len(seq[0].shape))
 
 
 # ---- 1-D windows: the 2-D op with a unit height -------------------------------------------
@@ -656,5 +705,6 @@ CONVERTERS = {
     "Dropout": dropout, "RNN": recurrent, "GRU": recurrent, "LSTM": recurrent,
     "Expand": expand, "Reciprocal": reciprocal, "ConvTranspose": conv_transpose,
     "Resize": resize, "Upsample": resize, "InstanceNormalization": instance_norm,
-    "Cast": cast, "CastLike": cast,
+    "Cast": cast, "CastLike": cast, "SplitToSequence": split_to_sequence,
+    "SequenceAt": sequence_at, "ConcatFromSequence": concat_from_sequence,
 }

@@ -56,12 +56,13 @@ def _list(names) -> str:
         f" and {len(names) - 6} more" if len(names) > 6 else "")
 
 
-def map_state_dict(graph, header: dict[str, tuple[str, tuple]], params: dict[str, tuple],
-                   consts: dict[str, tuple]) -> Mapping:
-    """The mapping of a state_dict's ``header`` ({name: (dtype code, shape)}) onto a model
-    whose trainable weights have ``params`` ({key: shape}) and whose other float initializers
-    have ``consts``; ``graph`` is the ONNX graph (its nodes and a dynamo file's metadata).
-    Raises ValueError with one line naming what could not be mapped and why."""
+def _sources(graph, params):
+    """What ties an export's renamed initializers to PyTorch's names: (a dynamo file's
+    ``exported_parameters`` or None, {PyTorch name: the initializers folded from it alone},
+    {TorchScript ``<scope>.weight``: the ``onnx::MatMul_N`` its scope's MatMul reads}, the
+    initializers a MatMul reads as its right side). A renamed 2-D initializer a MatMul reads
+    as its right side is a Linear weight's transpose (x @ W.T); a square one is told by this
+    use, not by its shape."""
     from tapescope.core.onnx.importer import exported_parameters
 
     export = exported_parameters(graph)
@@ -72,19 +73,63 @@ def map_state_dict(graph, header: dict[str, tuple[str, tuple]], params: dict[str
                 folded.setdefault(srcs[0], []).append(init)
     scoped: dict[str, list[str]] = {}  # TorchScript: '<scope>.weight' -> initializers
     if export is None:
+        names = {t.name for t in graph.initializer}
         for n in graph.node:  # only x @ W.T: a renamed Conv weight is a folded BatchNorm's
             s = _scope(n.name)
             if s and n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in params \
                     and n.input[1].startswith("onnx::"):
-                scoped.setdefault(f"{s}.weight", []).append(n.input[1])
+                own = _scope_weight(s, names)
+                if own:
+                    scoped.setdefault(own, []).append(n.input[1])
+    matmul_rhs = {n.input[1] for n in graph.node if n.op_type == "MatMul" and len(n.input) > 1}
+    return export, folded, scoped, matmul_rhs
+
+
+def _scope_weight(scope: str, names: set[str]) -> str | None:
+    """The weight a TorchScript MatMul in module ``scope`` reads: ``<scope>.weight`` (a
+    Linear's), ``<scope>.in_proj_weight`` where the file holds ``<scope>.in_proj_bias``
+    (``nn.MultiheadAttention``'s packed projection); None where the module's other parameters
+    say it is neither (its weight has a name this cannot tell)."""
+    if f"{scope}.in_proj_bias" in names:
+        return f"{scope}.in_proj_weight"
+    others = [n for n in names if n.startswith(scope + ".") and n != f"{scope}.bias"
+              and "." not in n[len(scope) + 1:]]
+    return None if others else f"{scope}.weight"
+
+
+def torch_names(graph, params: dict[str, tuple]) -> dict[str, str]:
+    """PyTorch's name of each renamed weight (``params``: {initializer: shape}), for the graph
+    and the JSON: a dynamo ``val_12`` folded from ``blocks.0.attn.qkv.weight`` alone, a
+    TorchScript ``onnx::MatMul_135`` its scope's MatMul reads -> that name, with ``.T`` where
+    the initializer holds the transpose (x @ W.T: ``qkv.weight.T`` is the value shown). A
+    weight under its own name, or one no single PyTorch name accounts for, is not listed; no
+    two weights get one name. The same sources as ``map_state_dict``, so a name shown is the
+    name ``--weights`` takes."""
+    _, folded, scoped, matmul_rhs = _sources(graph, params)
+    out: dict[str, str] = {}
+    for src, inits in (*folded.items(), *scoped.items()):
+        mine = [k for k in inits if k in params and k != src]
+        if len(mine) != 1 or src in params:  # two initializers of one name, or it is there
+            continue
+        k = mine[0]
+        out[k] = src + (".T" if len(params[k]) == 2 and k in matmul_rhs else "")
+    seen: dict[str, int] = {}
+    for v in out.values():
+        seen[v] = seen.get(v, 0) + 1
+    return {k: v for k, v in out.items() if seen[v] == 1}
+
+
+def map_state_dict(graph, header: dict[str, tuple[str, tuple]], params: dict[str, tuple],
+                   consts: dict[str, tuple]) -> Mapping:
+    """The mapping of a state_dict's ``header`` ({name: (dtype code, shape)}) onto a model
+    whose trainable weights have ``params`` ({key: shape}) and whose other float initializers
+    have ``consts``; ``graph`` is the ONNX graph (its nodes and a dynamo file's metadata).
+    Raises ValueError with one line naming what could not be mapped and why."""
+    export, folded, scoped, matmul_rhs = _sources(graph, params)
     m = Mapping()
     taken: dict[str, str] = {}
     unmapped: dict[str, str] = {}  # name -> why
     shape_bad: list[str] = []
-
-    # a renamed 2-D initializer a MatMul reads as its right side is a Linear weight's
-    # transpose (x @ W.T); a square one is told by this use, not by its shape
-    matmul_rhs = {n.input[1] for n in graph.node if n.op_type == "MatMul" and len(n.input) > 1}
 
     def claim(name: str, key: str, shape: tuple) -> bool:
         want = tuple(params[key])
@@ -166,3 +211,93 @@ def _why(name: str, header: dict, left: list[str], consts: dict, export) -> str:
 
 
 _NOT_A_WEIGHT = "no initializer of the export has this name"
+
+
+# the onnxscript rewrite rules of a torch.export (dynamo) file that drop a bias of zeros
+_DROPPED_BIAS = {"RemoveOptionalBiasFromGemm": "Gemm", "RemoveOptionalBiasFromConv": "Conv",
+                 "RemoveOptionalBiasFromConvTranspose": "ConvTranspose"}
+
+
+def _placeholders(graph) -> dict[str, str]:
+    """A dynamo file's {fx placeholder (``p_blocks_0_fc_bias``): PARAMETER target}."""
+    import re
+
+    from tapescope.core.onnx.importer import _META_MAX, _SIGNATURE
+
+    sig = next((p.value for p in getattr(graph, "metadata_props", ())
+                if p.key == _SIGNATURE and len(p.value) <= _META_MAX), "")
+    return dict(re.findall(r"^\s*(\w+): PARAMETER target='([^']*)'", sig, re.M))
+
+
+def _fx_args(fx_node: str, ops: str) -> list[str]:
+    """The arguments of a dynamo node's fx call (``call_function[target=torch.ops.aten.linear
+    .default](args = (%x, %p_fc_weight, %p_fc_bias), ...)``) when its aten op matches ``ops``
+    (a regular expression), else []."""
+    import re
+
+    m = re.search(rf"target=torch\.ops\.aten\.(?:{ops})\.\w+\]\(args = \(([^()]*)\)",
+                  fx_node)
+    return [a.strip() for a in m.group(1).split(",")] if m else []
+
+
+def folded_batch_norms(graph) -> set[str]:
+    """The parameters of the BatchNorms a torch.export (dynamo) file folded into the Conv
+    before them (onnxscript's ``FuseBatchNormIntoConv``: even a training-mode one's, whose
+    batch statistics then become the running ones)."""
+    targets = _placeholders(graph)
+    out: set[str] = set()
+    for node in graph.node:
+        meta = {p.key: p.value for p in node.metadata_props if len(p.value) <= 1 << 16}
+        if "FuseBatchNormIntoConv" not in meta.get("pkg.onnxscript.rewriter.rule_name", ""):
+            continue
+        for a in _fx_args(meta.get("pkg.torch.onnx.fx_node", ""), r"\w*batch_norm\w*")[1:3]:
+            if a.lstrip("%") in targets:
+                out.add(targets[a.lstrip("%")])
+    return out
+
+
+def restore_dropped_biases(model) -> list[str]:
+    """Give back the zero biases a torch.export (dynamo) file dropped: its optimizer removes a
+    Linear's, a Conv's or a ConvTranspose's bias that is all zeros (onnxscript's
+    ``RemoveOptionalBiasFrom*`` rules: ``nn.MultiheadAttention``'s ``out_proj.bias`` as
+    initialised, a bias you zeroed), so the parameter would not train. Where a node says it was
+    rewritten so, and its fx node names the bias's parameter, the bias comes back as an
+    initializer of zeros under the parameter's name (the weight's type, its output channels),
+    the node's third input. Edits ``model`` (an onnx ModelProto) in place; returns the names
+    given back. Metadata is read as text, never evaluated."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    targets = _placeholders(graph)
+    if not targets:
+        return []
+    inits = {t.name: t for t in graph.initializer}
+    taken = set(inits) | {o for n in graph.node for o in n.output} | {
+        i.name for i in graph.input}
+    back = []
+    for node in graph.node:
+        meta = {p.key: p.value for p in node.metadata_props if len(p.value) <= 1 << 16}
+        op = _DROPPED_BIAS.get(meta.get("pkg.onnxscript.rewriter.rule_name", ""))
+        if op != node.op_type or len(node.input) != 2 or node.input[1] not in inits:
+            continue  # (a bias dropped after a folded BatchNorm has no parameter: not one)
+        args = _fx_args(meta.get("pkg.torch.onnx.fx_node", ""),
+                        r"linear|conv\w*|convolution\w*")
+        target = targets.get(args[2].lstrip("%")) if len(args) > 2 else None
+        if not target or target in taken:
+            continue
+        w = inits[node.input[1]]
+        dims = list(w.dims)
+        if op == "Gemm":
+            trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+            n = dims[0] if trans_b else dims[-1]
+        elif op == "Conv":
+            n = dims[0]
+        else:  # ConvTranspose: [C_in, C_out / group, ...]
+            n = dims[1] * next((a.i for a in node.attribute if a.name == "group"), 1)
+        dt = helper.tensor_dtype_to_np_dtype(w.data_type)
+        graph.initializer.append(numpy_helper.from_array(np.zeros(n, dt), target))
+        node.input.append(target)
+        taken.add(target)
+        back.append(target)
+    return back

@@ -130,6 +130,7 @@ def merged_parameters_note(sess) -> list[str]:
     bias the optimizer dropped. They do not train on their own (docs/models.md, "What the
     import makes trainable")."""
     from tapescope.core.onnx.importer import exported_merges, exported_parameters
+    from tapescope.core.onnx.state_dict import folded_batch_norms
 
     export = exported_parameters(sess.model.graph)
     if export is None:
@@ -139,12 +140,22 @@ def merged_parameters_note(sess) -> list[str]:
              for t in m.values()}
     gone = sorted(t for t in export[0]
                   if t not in sess.graph.inits and t not in folded and t not in split)
-    if not gone:
-        return []
-    shown_names = ", ".join(repr(t[:120]) for t in gone[:8]) + (" ..." if len(gone) > 8 else "")
-    return [f"parameters {shown_names} are not in the file (the exporter merged each into an "
-            "initializer of equal value, a tied weight, or dropped a zero one): they do not "
-            "train on their own"]
+    bn = folded_batch_norms(sess.model.graph)
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(repr(t[:120]) for t in names[:8]) + (" ..." if len(names) > 8 else "")
+
+    notes = []
+    if [t for t in gone if t in bn]:
+        notes.append(f"parameters {listed([t for t in gone if t in bn])} are not in the file "
+                     "(the exporter folded each BatchNorm into the Conv before it, as in eval "
+                     "mode, even one in training mode: export with dynamo=False and "
+                     "training=torch.onnx.TrainingMode.TRAINING to train it)")
+    if [t for t in gone if t not in bn]:
+        notes.append(f"parameters {listed([t for t in gone if t not in bn])} are not in the "
+                     "file (the exporter merged each into an initializer of equal value, a "
+                     "tied weight, or dropped a zero one): they do not train on their own")
+    return notes
 
 
 def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], graph_steps,
@@ -168,7 +179,7 @@ def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], gr
     for name, v in params.items():
         shape = v.shape
         op, _ = _role(tape, v.id, users)
-        if op in ("conv2d", "conv_transpose2d"):
+        if op in ("conv2d", "conv3d", "conv_transpose2d"):
             fan_in = int(np.prod(shape[1:]))
             fresh[name] = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
         elif op in ("matmul", "bmm") or (len(shape) >= 2 and op not in ("mul", "div", "add",
@@ -375,8 +386,14 @@ class OnnxWorkload(Workload):
 
         if not os.path.isfile(self.path):
             raise OnnxError("no such model file", file=self.path)
+        from tapescope.core.onnx.loader import load
+        from tapescope.core.onnx.state_dict import restore_dropped_biases
+
+        lm = load(self.path, limits=self.limits)
+        # a zero bias dynamo's optimizer dropped is the module's parameter: back, to train
+        self.restored_biases = restore_dropped_biases(lm.model)
         # fold=True: the weights (ConstantOfShape in the light models) are computed once, here
-        self.sess = Session(self.path, fold=True, limits=self.limits)
+        self.sess = Session(lm, fold=True, limits=self.limits)
         self.input_specs, self.input_notes = _input_specs(self.sess, self.given_shapes)
         self.input_notes += merged_parameters_note(self.sess)
         # the default loss's targets are given by their leaf's name (``targets``), read once
@@ -428,7 +445,13 @@ class OnnxWorkload(Workload):
                 import_to_tape(self.sess, tmp, self.batch_inputs(0), params=fresh,
                                limits=self.limits, overrides=self.overrides, calibrate=calib)
                 self.overrides.update(calib)
-        # each weight sits in the scope of its first consumer: grouped with its layer
+        # each weight sits in the scope of its first consumer: grouped with its layer, under
+        # PyTorch's name where the exporter renamed it (val_12, onnx::MatMul_135 ->
+        # qkv.weight.T: the graph and the JSON show the name the module has)
+        from tapescope.core.onnx.state_dict import torch_names
+
+        self.torch_names = torch_names(self.sess.model.graph,
+                                       {k: tuple(v.shape) for k, v in first.params.items()})
         users: dict[int, int] = {}
         for n in scratch.nodes:
             for j in n.inputs:
@@ -437,11 +460,12 @@ class OnnxWorkload(Workload):
         for k, v in first.params.items():
             user = scratch.node(users[v.id]).name if v.id in users else None
             scope = user.rsplit("/", 1)[0] if user and "/" in user else ""
+            name = leaf_name(self.torch_names.get(k, k))
             if scope:
                 with self.tape.scope(scope):
-                    self.weights[k] = self.tape.param(values[k], name=leaf_name(k))
+                    self.weights[k] = self.tape.param(values[k], name=name)
             else:
-                self.weights[k] = self.tape.param(values[k], name=leaf_name(k))
+                self.weights[k] = self.tape.param(values[k], name=name)
         self.onnx_nodes: list[dict] = []
         self.output_name, out = next(iter(first.outputs.items()))
         has_ids = any(dt.kind in "iu" for _, dt in self.input_specs.values())

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("torch", reason="tests/models needs torch (the test extra installs it)")
 
 from tapescope.core.onnx.importer import import_to_tape  # noqa: E402
+from tapescope.core.onnx.state_dict import folded_batch_norms  # noqa: E402
 from tapescope.core.onnx.workload import OnnxWorkload  # noqa: E402
 from tapescope.core.tape import Tape  # noqa: E402
 from tests.models import zoo  # noqa: E402
@@ -23,11 +24,12 @@ from tests.models import zoo  # noqa: E402
 # (family, dynamo) -> the import's weight count minus the module's, where the exporter fuses
 # or splits parameters: ONNX's RNN/GRU/LSTM take one B of both biases (dynamo keeps a plain
 # RNN's two); both fold the decoder's cross-attention in_proj into a q part and a kv part
-# (weight and bias: two more); dynamo folds an eval BatchNorm into the conv before it
+# (weight and bias: two more); dynamo folds a BatchNorm into the conv before it (BN_FOLDED)
 REARRANGED = {("gru", False): -1, ("lstm", False): -1, ("rnn", False): -1,
               ("gru", True): -1, ("lstm", True): -1, ("seq2seq", False): 2,
-              ("seq2seq", True): 2, ("convbn_train", True): -2}
+              ("seq2seq", True): 2}
 FAST_DYNAMO = {"causal"}
+BN_FOLDED = {"convbn_train", "mbconv"}  # training-mode BatchNorms dynamo folds into a conv
 CASES = [pytest.param(n, False, id=f"{n}-ts") for n in zoo.FAMILIES] + [
     pytest.param(n, True, id=f"{n}-dynamo", marks=() if n in FAST_DYNAMO else pytest.mark.slow)
     for n in zoo.FAMILIES]
@@ -47,8 +49,14 @@ def test_weights_are_the_modules_parameters(tmp_path, name, dynamo):
     weights = {k: np.asarray(v.value) for k, v in wl.weights.items()}
     got = np.sort(np.concatenate([w.ravel() for w in weights.values()]))
     want = np.sort(np.concatenate([p.ravel() for p in params]))
-    if (name, dynamo) == ("convbn_train", True):  # BatchNorm folded into the conv: 2 left
-        assert len(weights) == 2 and got.size == params[0].size + params[1].size
+    if dynamo and name in BN_FOLDED:  # dynamo folds even a training-mode BatchNorm into
+        # the conv before it: its parameters are gone (named so), the rest are weights
+        bn = folded_batch_norms(wl.sess.model.graph)
+        names = {n for n, _ in module.named_parameters()}
+        assert bn and bn <= names and all(n.endswith((".weight", ".bias")) for n in bn)
+        assert len(weights) == len(names) - len(bn), sorted(weights)
+        assert any("folded each BatchNorm into the Conv" in n and sorted(bn)[0] in n
+                   for n in wl.input_notes), wl.input_notes
         return
     # the same values, each once: no constant (a scale, a mask), no broadcast copy, no
     # second copy of a tied weight, no parameter missing

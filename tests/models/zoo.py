@@ -4,8 +4,10 @@ GRU / LSTM / RNN, HardSwish / HardSigmoid / Pow, log_softmax + nll_loss, a ViT b
 broadcast class token and MultiheadAttention or SDPA, nn.Transformer with a causal mask, a
 causal mask from torch.triu, a BERT-style encoder with a 2-row token-type table, a Llama-style
 block: RMSNorm by rsqrt, rotary, GQA, a UNet with ConvTranspose2d, F.interpolate, GroupNorm and
-SiLU, a conv1d + GroupNorm audio classifier), each exported by ``torch.onnx.export`` at test time
-with small seeded random weights, as a user would (no edits to the file)."""
+SiLU, a conv1d + GroupNorm audio classifier, EfficientNet's MBConv: depthwise conv,
+squeeze-and-excitation with a sigmoid gate, SiLU, BatchNorm in training mode), each exported by
+``torch.onnx.export`` at test time with small seeded random weights, as a user would (no edits
+to the file)."""
 
 from __future__ import annotations
 
@@ -112,41 +114,59 @@ class Classifier(nn.Module):
         return F.nll_loss(lp, targets) - 0.1 * lp.mean()
 
 
+class _SelfAttention(nn.Module):
+    """Multi-head self-attention by ``F.scaled_dot_product_attention`` on a fused qkv Linear."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.qkv, self.heads = nn.Linear(dim, 3 * dim), heads
+
+    def forward(self, h):
+        b = h.shape[0]
+        q, k, v = self.qkv(h).chunk(3, -1)
+
+        def split(z):
+            return z.view(b, z.shape[1], self.heads, -1).transpose(1, 2)
+
+        a = F.scaled_dot_product_attention(split(q), split(k), split(v))
+        return a.transpose(1, 2).reshape(b, -1, q.shape[-1])
+
+
+class _ViTBlock(nn.Module):
+    def __init__(self, sdpa, dim, heads):
+        super().__init__()
+        self.ln, self.sdpa = nn.LayerNorm(dim), sdpa
+        self.attn = (_SelfAttention(dim, heads) if sdpa
+                     else nn.MultiheadAttention(dim, heads, batch_first=True))
+
+    def forward(self, t):
+        h = self.ln(t)
+        a = self.attn(h) if self.sdpa else self.attn(h, h, h, need_weights=False)[0]
+        return t + a
+
+
 class ViT(nn.Module):
-    """A ViT block: patches, a class token broadcast into the batch (``cls.expand(B, -1, -1)``),
-    learned positions, LayerNorm and attention by ``nn.MultiheadAttention`` or
-    ``F.scaled_dot_product_attention`` (the exporters compute its scale from a Shape: a
-    constant, never a weight), a linear head on the class token."""
+    """A ViT: patches, a class token broadcast into the batch (``cls.expand(B, -1, -1)``),
+    learned positions, and ``blocks.0``: LayerNorm and attention by ``nn.MultiheadAttention``
+    or ``F.scaled_dot_product_attention`` (the exporters compute its scale from a Shape: a
+    constant, never a weight; its qkv weight is renamed by both exporters, and shown as
+    ``blocks.0.attn.qkv.weight.T``), a linear head on the class token."""
 
     def __init__(self, sdpa=False, dim=16, heads=2, patch=4):
         super().__init__()
         self.patch = nn.Conv2d(3, dim, patch, patch)
         self.cls = nn.Parameter(torch.randn(1, 1, dim))
         self.pos = nn.Parameter(torch.randn(1, 5, dim))
-        self.ln = nn.LayerNorm(dim)
-        self.sdpa, self.heads = sdpa, heads
-        if sdpa:
-            self.qkv = nn.Linear(dim, 3 * dim)
-        else:
-            self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.blocks = nn.ModuleList([_ViTBlock(sdpa, dim, heads)])
         self.head = nn.Linear(dim, 3)
 
     def forward(self, x):
         b = x.shape[0]
         t = self.patch(x).flatten(2).transpose(1, 2)
         t = torch.cat([self.cls.expand(b, -1, -1), t], 1) + self.pos
-        h = self.ln(t)
-        if self.sdpa:
-            q, k, v = self.qkv(h).chunk(3, -1)
-
-            def heads(z):
-                return z.view(b, z.shape[1], self.heads, -1).transpose(1, 2)
-
-            a = F.scaled_dot_product_attention(heads(q), heads(k), heads(v))
-            a = a.transpose(1, 2).reshape(b, -1, q.shape[-1])
-        else:
-            a, _ = self.attn(h, h, h, need_weights=False)
-        return self.head((t + a)[:, 0])
+        for blk in self.blocks:
+            t = blk(t)
+        return self.head(t[:, 0])
 
 
 class Seq2Seq(nn.Module):
@@ -302,6 +322,51 @@ class TinyAudio(nn.Module):
         return self.head(h.mean(-1))
 
 
+class _SqueezeExcite(nn.Module):
+    """Squeeze-and-excitation: a global mean, 1x1 conv down, SiLU, 1x1 conv up, a sigmoid gate
+    multiplying the channels."""
+
+    def __init__(self, ch, squeezed):
+        super().__init__()
+        self.reduce, self.expand = nn.Conv2d(ch, squeezed, 1), nn.Conv2d(squeezed, ch, 1)
+
+    def forward(self, x):
+        s = x.mean((2, 3), keepdim=True)
+        return x * torch.sigmoid(self.expand(F.silu(self.reduce(s))))
+
+
+class MBConv(nn.Module):
+    """EfficientNet's inverted bottleneck: 1x1 expansion + BatchNorm + SiLU, a depthwise 3x3
+    conv (groups = channels) + BatchNorm + SiLU, squeeze-and-excitation, a 1x1 projection +
+    BatchNorm, and the residual; exported in training mode (batch statistics)."""
+
+    def __init__(self, ch=4, expand=4):
+        super().__init__()
+        mid = ch * expand
+        self.expand = nn.Sequential(nn.Conv2d(ch, mid, 1, bias=False), nn.BatchNorm2d(mid),
+                                    nn.SiLU())
+        self.depthwise = nn.Sequential(nn.Conv2d(mid, mid, 3, padding=1, groups=mid,
+                                                 bias=False), nn.BatchNorm2d(mid), nn.SiLU())
+        self.se = _SqueezeExcite(mid, 2)
+        self.project = nn.Sequential(nn.Conv2d(mid, ch, 1, bias=False), nn.BatchNorm2d(ch))
+
+    def forward(self, x):
+        return x + self.project(self.se(self.depthwise(self.expand(x))))
+
+
+class MBConvNet(nn.Module):
+    """A stem conv, two MBConv blocks and a pooled linear head (the classifier's logits)."""
+
+    def __init__(self, classes=3):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.blocks = nn.Sequential(MBConv(), MBConv())
+        self.head = nn.Linear(4, classes)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
 def _ints(shape, high):
     return torch.randint(0, high, shape)
 
@@ -326,6 +391,7 @@ FAMILIES = {
     "llama": (TinyLlama, lambda: (_ints((2, 5), 13),), False),
     "unet": (TinyUNet, lambda: (torch.randn(2, 3, 8, 8),), False),
     "audio": (TinyAudio, lambda: (torch.randn(2, 1, 32),), False),
+    "mbconv": (MBConvNet, lambda: (torch.randn(2, 3, 6, 6),), True),
 }
 
 
