@@ -7,11 +7,11 @@ import os
 
 from tapescope.app.wire import LinePipe, parse_line
 from tapescope.core.parity import TensorDiff
-from tests.core.test_parity_json_mutants import _report
+from tests.helpers.parity import nan_report
 
 
 def test_every_field_survives_the_protocol_line_codec():
-    rep = _report()
+    rep = nan_report()
     r, w = os.pipe()
     try:
         pipe = LinePipe(r, w)
@@ -39,7 +39,7 @@ def test_every_field_survives_the_step_record_on_the_pipe():
 
     from tapescope.core.step_record import node_parity, pack, record_of, unpack
 
-    rep = _report()
+    rep = nan_report()
     labels = [SimpleNamespace(op=n.op, name=n.name) for n in rep.nodes]
     r, w = os.pipe()
     try:

@@ -1,11 +1,20 @@
-"""core.parity: ulp distance on ordered integers, NaN and signed zeros, per-tensor summaries."""
+"""core.parity: ulp distance on ordered integers, NaN and signed zeros, per-tensor summaries, and
+the first divergence of a report."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
 
-from tapescope.core.parity import compare_arrays, ordered, ulp_distance
+from tapescope.core.parity import (
+    NodeParity,
+    compare_arrays,
+    first_divergence,
+    ordered,
+    ulp_distance,
+)
 
 
 @pytest.mark.parametrize("dt", [np.float64, np.float32])
@@ -82,3 +91,83 @@ def test_strict_json_spells_non_finite_floats():
     data = {"a": float("inf"), "b": [float("nan"), -float("inf"), np.float64(2.5)], 3: (1,)}
     text = json.dumps(strict_json(data), allow_nan=False)
     assert json.loads(text) == {"a": "inf", "b": ["nan", "-inf", 2.5], "3": [1]}
+
+
+# ---- NaN without a distance, exact pairs, signed and relative zeros, no warnings -----------------
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+def test_nan_against_a_number_has_no_ulp_distance(dt):
+    ref = np.array([np.nan, 1.0, 2.0, np.nan], dtype=dt)
+    oth = np.array([1.0, np.nan, np.nextafter(dt(2.0), dt(3.0)), np.nan], dtype=dt)
+    assert ulp_distance(ref, oth).tolist() == [0, 0, 1, 0]
+    d = compare_arrays(ref, oth)
+    assert d.n_diff == 3 and d.n_nan == 2 and d.max_ulp == 1
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+def test_an_exact_pair_reports_all_zeros(dt):
+    x = np.array([[1.5, -0.0], [np.inf, 3.0]], dtype=dt)
+    d = compare_arrays(x, x.copy())
+    assert (d.n, d.n_diff, d.max_ulp, d.max_abs, d.max_rel, d.first_index) == \
+        (4, 0, 0, 0.0, 0.0, None)
+    assert d.exact
+
+
+def test_only_a_pair_of_zeros_is_a_signed_zero():
+    d = compare_arrays(np.array([1.0, 0.0, 0.0, -0.0]), np.array([0.0, 1.0, -0.0, 0.0]))
+    assert d.n_diff == 4 and d.n_signed_zero == 2
+
+
+def test_any_difference_from_a_zero_reference_is_infinitely_relative():
+    d = compare_arrays(np.array([0.0, 4.0]), np.array([0.5, 4.0]))
+    assert d.max_abs == 0.5 and d.max_rel == np.inf and d.first_index == 0
+
+
+def test_nan_only_differences_leave_the_numeric_metrics_at_zero():
+    d = compare_arrays(np.array([1.0, 2.0]), np.array([np.nan, 2.0]))
+    assert (d.n_diff, d.n_nan, d.max_ulp, d.max_abs, d.max_rel) == (1, 1, 0, 0.0, 0.0)
+
+
+def test_the_metrics_never_warn():
+    ref = np.array([np.inf, 0.0, -np.inf, 1.0, np.nan])
+    oth = np.array([-np.inf, 1e-300, 1.0, np.inf, 0.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # inf - inf, x / 0: handled, never a RuntimeWarning
+        d = compare_arrays(ref, oth)
+    assert d.n_diff == 5 and d.max_abs == np.inf and d.max_rel == np.inf
+
+
+def test_strict_json_takes_numpy_scalars_that_are_not_python_floats():
+    import json
+
+    from tapescope.core.parity import strict_json
+
+    data = {"f32": np.float32(np.inf), "i": np.int64(7), "nan": [np.float32("nan")]}
+    text = json.dumps(strict_json(data), allow_nan=False)  # a numpy int is no JSON by itself
+    assert json.loads(text) == {"f32": "inf", "i": 7, "nan": ["nan"]}
+
+
+# ---- the first divergence: the lowest differing value, else the highest differing gradient -------
+SAME = compare_arrays(np.zeros(2), np.zeros(2))
+DIFF = compare_arrays(np.zeros(2), np.array([0.0, 1.0]))
+
+
+def nodes(values: str, grads: str) -> tuple[NodeParity, ...]:
+    """One node per character: '.' exact, 'x' differs, '-' (grads only) no gradient."""
+    return tuple(NodeParity(i, "op", None, DIFF if v == "x" else SAME,
+                            None if g == "-" else DIFF if g == "x" else SAME)
+                 for i, (v, g) in enumerate(zip(values, grads, strict=True)))
+
+
+def test_the_first_differing_value_in_tape_order_wins():
+    assert first_divergence(nodes(".x.x.", "x...x")) == (1, "value")
+    assert first_divergence(nodes("....x", "x....")) == (4, "value")
+
+
+def test_otherwise_the_highest_differing_gradient_wins():
+    assert first_divergence(nodes(".....", ".x.x-")) == (3, "grad")
+    assert first_divergence(nodes(".....", "x-...")) == (0, "grad")
+
+
+def test_all_exact_is_none():
+    assert first_divergence(nodes("...", "..-")) is None
+    assert first_divergence(()) is None
