@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.test_progress import _drain, _pty
+from tests.helpers.terminal import drain_pty, open_pty
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty: Linux")
@@ -22,12 +22,12 @@ def _on_a_terminal(argv: list[str], cwd: Path) -> tuple[int, str, str]:
     """(exit status, what the terminal (stderr) got, stdout) of ``tapescope ARGV``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), QT_QPA_PLATFORM="offscreen")
     env.pop("TAPESCOPE_PROGRESS", None)
-    master, slave = _pty()
+    master, slave = open_pty()
     proc = subprocess.Popen([sys.executable, "-m", "tapescope.app.cli", *argv], cwd=cwd, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
     try:
-        text = _drain(master, until=lambda: proc.poll() is not None, timeout=300)
+        text = drain_pty(master, until=lambda: proc.poll() is not None, timeout=300)
         out = proc.communicate(timeout=60)[0].decode()
     finally:
         os.close(master)

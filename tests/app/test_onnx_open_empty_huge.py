@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core.onnx.test_train_budgets import empty_but_huge
+from tests.helpers.onnx_budgets import empty_but_huge
 
 
 @pytest.mark.parametrize("op", ["Reshape", "ConstantOfShape"])

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from tapescope.app.cli import main
-from tests.fs_faults import full_disk, read_only
+from tests.helpers.fs_faults import full_disk, read_only
 
 CLI = [sys.executable, "-m", "tapescope.app.cli"]
 
@@ -53,7 +53,7 @@ def test_parity_json_on_a_full_disk_keeps_the_good_file(tmp_path, monkeypatch, c
     assert main(["parity", "--device", "host", "--steps", "1", "--json", str(good)]) == 2
     monkeypatch.undo()
     err = capsys.readouterr().err
-    # (the CLI adds where the fake os.write raised: tests/fs_faults.py and its line)
+    # (the CLI adds where the fake os.write raised: tests/helpers/fs_faults.py and its line)
     assert err.startswith(f"tapescope parity: cannot write {good}: No space left on device "
                           "(the old file is unchanged)") and err.count("\n") == 1, err
     assert good.read_text() == '{"good": "file"}'

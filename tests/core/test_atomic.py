@@ -11,7 +11,7 @@ import pytest
 
 from tapescope.core import Tape, atomic, tapefile
 from tapescope.core.atomic import check_writable, write_all, write_atomic
-from tests.fs_faults import full_disk, read_only
+from tests.helpers.fs_faults import full_disk, read_only
 
 
 def leftovers(folder) -> list[str]:

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from tests.core.onnx.test_hostile_geometry import C_CHILD, HOSTILE
+from tests.helpers.hostile_geometry import C_CHILD, HOSTILE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -3,49 +3,20 @@ first kernel compile and `tapescope parity` show it."""
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
-import pty
-import select
-import struct
 import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
 import pytest
 
 from tapescope.core import progress as pg
+from tests.helpers.terminal import drain_pty, open_pty
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty: Linux")
-
-
-def _pty(cols: int = 160) -> tuple[int, int]:
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
-    return master, slave
-
-
-def _drain(master: int, until=lambda: True, timeout: float = 120.0) -> str:
-    """Everything written to the pty until ``until()`` is true and nothing more arrives."""
-    out = b""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # the other side closed
-                break
-            if not chunk:
-                break
-            out += chunk
-        elif until():
-            break
-    return out.decode("utf-8", "replace")
 
 
 def test_nothing_is_drawn_off_a_terminal(monkeypatch):
@@ -53,7 +24,7 @@ def test_nothing_is_drawn_off_a_terminal(monkeypatch):
     with pg.progress("compiling", stream=buf) as p:
         p.advance()
     assert buf.getvalue() == "" and not pg.enabled(buf)
-    master, slave = _pty()
+    master, slave = open_pty()
     with os.fdopen(slave, "w") as tty:
         assert pg.enabled(tty)
         monkeypatch.setenv("TAPESCOPE_PROGRESS", "0")
@@ -62,13 +33,13 @@ def test_nothing_is_drawn_off_a_terminal(monkeypatch):
 
 
 def test_a_terminal_gets_what_how_far_and_how_long():
-    master, slave = _pty()
+    master, slave = open_pty()
     with os.fdopen(slave, "w") as tty:
         with pg.progress("parity mlp", total=3, stream=tty) as p:
             p.advance(2)
             with pg.progress("compiling 5 kernels", stream=tty):  # nested: a second line
                 time.sleep(0.4)
-        text = _drain(master)
+        text = drain_pty(master)
     os.close(master)
     assert "parity mlp" in text and "2/3" in text and "compiling 5 kernels" in text
     assert "0:00:0" in text  # elapsed time
@@ -79,14 +50,14 @@ def test_the_first_host_compile_says_so_on_a_terminal(monkeypatch, tmp_path):
     from tapescope import gpu
 
     monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "cache"))  # a cache miss
-    master, slave = _pty()
+    master, slave = open_pty()
     tty = os.fdopen(slave, "w")
     monkeypatch.setattr(sys, "stderr", tty)
     dev = gpu.open_device("host")
     mod = dev.compile('extern "C" __global__ void k(double* y) { y[0] = 1.0; }')
     assert mod.built
     tty.flush()
-    text = _drain(master, timeout=5)
+    text = drain_pty(master, timeout=5)
     tty.close()
     os.close(master)
     assert "compiling 1 host kernels with " in text and "(cached after)" in text
@@ -98,11 +69,11 @@ def test_parity_progress_goes_to_the_terminal_and_stdout_stays_clean(tmp_path):
     argv = [sys.executable, "-m", "tapescope.app.cli", "parity", "--workload", "mlp", "--device",
             "host",
             "--steps", "3"]
-    master, slave = _pty()
+    master, slave = open_pty()
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
-    text = _drain(master, until=lambda: proc.poll() is not None, timeout=300)
+    text = drain_pty(master, until=lambda: proc.poll() is not None, timeout=300)
     out = proc.communicate(timeout=60)[0].decode()
     os.close(master)
     assert proc.returncode == 0, out

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tapescope.views import repro
-from tests.fs_faults import full_disk
+from tests.helpers.fs_faults import full_disk
 
 NODE = {"id": 3, "op": "exp", "attrs": {}, "shape": [4], "dtype": "float64", "step": 2,
         "reference": "cpu", "candidate": "host"}

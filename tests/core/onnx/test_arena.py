@@ -12,8 +12,7 @@ from onnx import helper
 
 from tapescope.core import native
 from tapescope.core.onnx import Session, arena
-from tests.core.onnx.test_plan import _assert_same_bits, _model, _spread
-from tests.core.onnx.test_plan_concat import _budgets
+from tests.helpers.onnx_plan import assert_same_bits, budgets, make_model, spread
 
 needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
 
@@ -21,20 +20,20 @@ needs_native = pytest.mark.skipif(native.library() is None, reason="no C compile
 def _net(rng):
     """x (1, 8, 48, 48) -> 3x3 conv + Relu (a: 288 KiB) -> MaxPool 3x3 s1 pad 1 (p) ->
     1x1 conv (y, 32 channels): every value over arena.MIN_BYTES."""
-    inits = {"w1": _spread(rng, (32, 8, 3, 3), np.float32),
-             "b1": _spread(rng, (32,), np.float32),
-             "w2": _spread(rng, (32, 32, 1, 1), np.float32)}
+    inits = {"w1": spread(rng, (32, 8, 3, 3), np.float32),
+             "b1": spread(rng, (32,), np.float32),
+             "w2": spread(rng, (32, 32, 1, 1), np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], kernel_shape=[3, 3],
                               pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["a"]),
              helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              helper.make_node("Conv", ["p", "w2"], ["y"], kernel_shape=[1, 1])]
-    x = _spread(rng, (1, 8, 48, 48), np.float32)
-    return _model(nodes, {"x": x}, inits, ["y"]), x
+    x = spread(rng, (1, 8, 48, 48), np.float32)
+    return make_model(nodes, {"x": x}, inits, ["y"]), x
 
 
 def _feeds(seed):
-    return {"x": _spread(np.random.default_rng(seed), (1, 8, 48, 48), np.float32)}
+    return {"x": spread(np.random.default_rng(seed), (1, 8, 48, 48), np.float32)}
 
 
 @needs_native
@@ -48,16 +47,16 @@ def test_a_kept_output_is_never_written_over_and_a_dropped_one_is_taken_again():
     view = planned.run(f1)["y"][0, 3:5]  # only a view of the second run's output is kept
     for _ in range(3):
         got = planned.run(f2)["y"]
-        _assert_same_bits(got, want2)
+        assert_same_bits(got, want2)
         assert native.address(got) != native.address(kept)
         assert not np.shares_memory(got, view)
-    _assert_same_bits(kept, want1)
-    _assert_same_bits(view, want1[0, 3:5])
+    assert_same_bits(kept, want1)
+    assert_same_bits(view, want1[0, 3:5])
     addr = native.address(got)
     del got
     again = planned.run(f1)["y"]  # nothing holds the last output now: its buffer is reused
     assert native.address(again) == addr
-    _assert_same_bits(again, want1)
+    assert_same_bits(again, want1)
     assert 0 < planned._arena.held_bytes() <= arena.MAX_BYTES
 
 
@@ -76,7 +75,7 @@ def test_the_intermediates_are_reused_and_each_run_is_the_plain_loops():
     mp.setattr(arena.Arena, "empty", spy)
     try:
         for seed in range(6):
-            _assert_same_bits(planned.run(_feeds(seed))["y"], plain.run(_feeds(seed))["y"])
+            assert_same_bits(planned.run(_feeds(seed))["y"], plain.run(_feeds(seed))["y"])
     finally:
         mp.undo()
     # the conv's output, the pool's and the last conv's: a few buffers, not one per run
@@ -164,14 +163,14 @@ def test_a_value_no_later_step_reads_gives_its_buffer_to_a_later_one(monkeypatch
     monkeypatch.setattr(arena.Arena, "empty", spy)
     got = planned.run(feeds)["y"]
     monkeypatch.undo()
-    _assert_same_bits(got, plain.run(feeds)["y"])
+    assert_same_bits(got, plain.run(feeds)["y"])
     a_buf, p_buf, y_buf = made  # the conv's output, the pool's, the last conv's
     assert y_buf == a_buf != p_buf  # a is dead once the pool has read it
     # asked for, a stays: its buffer is not handed to y
     both = planned.run(feeds, outputs=["a", "y"])
     want = plain.run(feeds, outputs=["a", "y"])
     for k in want:
-        _assert_same_bits(both[k], want[k])
+        assert_same_bits(both[k], want[k])
     assert not np.shares_memory(both["a"], both["y"])
 
 
@@ -197,18 +196,18 @@ def test_a_tight_byte_limit_refuses_the_planned_run_where_it_refuses_the_plain_o
     from tapescope.core.onnx import Limits, OnnxError
 
     rng = np.random.default_rng(9)
-    inits = {"w0": _spread(rng, (32, 8, 3, 3), np.float32)}
+    inits = {"w0": spread(rng, (32, 8, 3, 3), np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w0"], ["a0"], kernel_shape=[3, 3],
                               pads=[1, 1, 1, 1])]
     for i in range(4):  # pool, 1x1 conv, pool, ...: each value read once, by the next node
-        inits[f"w{i + 1}"] = _spread(rng, (32, 32, 1, 1), np.float32)
+        inits[f"w{i + 1}"] = spread(rng, (32, 32, 1, 1), np.float32)
         nodes += [helper.make_node("MaxPool", [f"a{i}"], [f"p{i}"], kernel_shape=[3, 3],
                                    pads=[1, 1, 1, 1]),
                   helper.make_node("Conv", [f"p{i}", f"w{i + 1}"],
                                    ["y" if i == 3 else f"a{i + 1}"], kernel_shape=[1, 1])]
     feeds = _feeds(9)
-    m = _model(nodes, feeds, inits, ["y"])
-    peak = _budgets(monkeypatch, Session(m, plan=False), feeds).peak_bytes
+    m = make_model(nodes, feeds, inits, ["y"])
+    peak = budgets(monkeypatch, Session(m, plan=False), feeds).peak_bytes
     assert peak > 3 * arena.MIN_BYTES
 
     def verdict(plan, limit):

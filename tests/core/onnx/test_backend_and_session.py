@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from tapescope.core.onnx import Backend, Session, run
-from tests.core.onnx.helpers import one_node
+from tests.helpers.onnx_nodes import one_node
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "resources", "models")
 

@@ -14,7 +14,7 @@ from tapescope.core.onnx import Session, run
 from tapescope.core.onnx.reference import REFERENCE
 from tapescope.core.ops import REGISTRY
 from tapescope.core.ops import reference as tape_ref
-from tests.core.onnx.helpers import one_node
+from tests.helpers.onnx_nodes import one_node
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "resources", "models")
 RNG = np.random.default_rng(7)

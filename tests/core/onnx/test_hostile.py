@@ -21,7 +21,7 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from tapescope.app.cli import main
 from tapescope.core.onnx import Limits, OnnxCancelled, OnnxError, Session, default_inputs, load, run
-from tests.core.onnx import hostile_models as hm
+from tests.helpers import hostile_models as hm
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 F = TensorProto.FLOAT
@@ -290,7 +290,7 @@ EXPECT = {
 CHILD = textwrap.dedent("""
     import json, os, resource, signal, sys, tempfile
     sys.path.insert(0, sys.argv[1])
-    from tests.core.onnx import hostile_models as hm
+    from tests.helpers import hostile_models as hm
     import tapescope.core.onnx  # imported once, before the forks
     cap = int(sys.argv[2])
     arg = json.loads(sys.argv[3])  # the cases to run, and each one's Limits fields if not default

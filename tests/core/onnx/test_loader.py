@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tapescope.core.onnx import OnnxError, Session, load, run
-from tests.core.onnx.helpers import one_node
+from tests.helpers.onnx_nodes import one_node
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "resources", "models")
 MLP = os.path.join(MODELS, "tiny_mlp.onnx")

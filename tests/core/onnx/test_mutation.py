@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
 from tapescope.core.onnx import Limits, OnnxError, Session, default_inputs
-from tests.core.onnx import hostile_models as hm
+from tests.helpers import hostile_models as hm
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 LIMITS = Limits(max_elements=1 << 16, max_bytes=1 << 24, max_loop_iterations=2000,

@@ -20,47 +20,18 @@ from onnx import TensorProto, helper, numpy_helper
 from tapescope.core import native
 from tapescope.core.onnx import Limits, OnnxError, Session
 from tapescope.core.onnx.plan import ConstArgs, FusedConv
+from tests.helpers.onnx_plan import (
+    assert_same_bits,
+    bn_params,
+    make_model,
+    planned_values,
+    same_bits,
+    specials,
+    spread,
+)
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
-
-
-def _specials(x: np.ndarray, every: int = 37) -> np.ndarray:
-    x = x.copy()
-    flat = x.reshape(-1)
-    flat[::every] = np.nan
-    flat[5::every] = np.inf
-    flat[9::every] = -np.inf
-    flat[13::every] = -0.0
-    flat[17::every] = 0.0
-    return x
-
-
-def _values(sess: Session, planned: bool = True) -> list[str]:
-    """Every node output the planned run materialises."""
-    hidden = sess.plan().hidden if planned and sess.plan() is not None else frozenset()
-    return [o for st in sess.graph.steps for o in st.node.output if o and o not in hidden]
-
-
-def _same_bits(planned: Session, plain: Session, feeds: dict) -> int:
-    names = _values(planned)
-    got = planned.run(feeds, outputs=names)
-    want = plain.run(feeds, outputs=names)
-    for n in names:
-        _assert_same_bits(got[n], want[n], n)
-    return len(names)
-
-
-def _assert_same_bits(a, b, what=""):
-    a, b = np.asarray(a), np.asarray(b)
-    assert a.dtype == b.dtype and a.shape == b.shape, what
-    if a.dtype.kind != "f":
-        assert a.tobytes() == b.tobytes(), what
-        return
-    na, nb = np.isnan(a), np.isnan(b)
-    assert np.array_equal(na, nb), what
-    u = np.dtype(f"u{a.dtype.itemsize}")
-    assert np.array_equal(a[~na].view(u), b[~nb].view(u)), what
 
 
 def _input(sess: Session, scale: float = 1.0, seed: int = 0) -> dict:
@@ -81,40 +52,14 @@ def test_light_models_planned_equal_plain_bit_for_bit(model):
     assert any(isinstance(st, FusedConv) for st in plan.steps)
     assert len(plan.steps) < len(plain.graph.steps)
     for feeds in (_input(planned), _input(planned, 1e-3, 1)):
-        assert _same_bits(planned, plain, feeds) > 20
+        assert same_bits(planned, plain, feeds) > 20
     feeds = _input(planned)
     name = next(iter(feeds))
-    feeds[name] = _specials(feeds[name])
-    _same_bits(planned, plain, feeds)
+    feeds[name] = specials(feeds[name])
+    same_bits(planned, plain, feeds)
 
 
 # ---- small hand-built graphs ------------------------------------------------------------------
-
-def _model(nodes, inputs: dict, inits: dict, outputs: list[str], opset: int = 17):
-    g = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-         for k, v in inputs.items()],
-        [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(
-            next(iter(inputs.values())).dtype), ["n", "c", "h", "w"]) for o in outputs],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _spread(rng, shape, dtype):
-    x = rng.standard_normal(shape).astype(dtype)
-    return x * np.exp2(rng.integers(-6, 6, shape)).astype(dtype)
-
-
-def _bn_params(rng, c, dtype, prefix):
-    scale = _spread(rng, (c,), dtype)
-    scale[0] = -0.0
-    bias = _spread(rng, (c,), dtype)
-    mean = _spread(rng, (c,), dtype)
-    mean[-1] = np.inf
-    var = np.abs(_spread(rng, (c,), dtype))
-    var[1 % c] = 0.0  # with epsilon=0 below: a division by zero
-    return {f"{prefix}s": scale, f"{prefix}b": bias, f"{prefix}m": mean, f"{prefix}v": var}
 
 
 def _chain_model(dtype, c_in, c_out, group, kernel, strides, pads, dilations, bias, bn, add,
@@ -122,31 +67,31 @@ def _chain_model(dtype, c_in, c_out, group, kernel, strides, pads, dilations, bi
     """x -> Conv -> [BN] -> [Sum/Add with r] -> [Relu] -> y, plus a second output that reads
     the input (so the graph has more than the chain)."""
     rng = np.random.default_rng(c_in * 100 + c_out + group)
-    w = _spread(rng, (c_out, c_in // group) + kernel, dtype)
+    w = spread(rng, (c_out, c_in // group) + kernel, dtype)
     w.flat[0] = np.inf
     w.flat[-1] = -0.0
     inits = {"w": w}
     conv_in = ["x", "w"]
     if bias:
-        inits["bias"] = _spread(rng, (c_out,), dtype)
+        inits["bias"] = spread(rng, (c_out,), dtype)
         conv_in.append("bias")
     nodes = [helper.make_node("Conv", conv_in, ["c"], group=group, kernel_shape=list(kernel),
                               strides=list(strides), pads=list(pads),
                               dilations=list(dilations))]
     cur = "c"
     if bn:
-        inits.update(_bn_params(rng, c_out, dtype, "bn_"))
+        inits.update(bn_params(rng, c_out, dtype, "bn_"))
         nodes.append(helper.make_node("BatchNormalization",
                                       [cur, "bn_s", "bn_b", "bn_m", "bn_v"], ["n"],
                                       epsilon=eps))
         cur = "n"
-    inputs = {"x": _specials(_spread(rng, (2, c_in) + spatial, dtype), 23)}
+    inputs = {"x": specials(spread(rng, (2, c_in) + spatial, dtype), 23)}
     if add:
         oh = (spatial[0] + pads[0] + pads[2] - ((kernel[0] - 1) * dilations[0] + 1)) \
             // strides[0] + 1
         ow = (spatial[1] + pads[1] + pads[3] - ((kernel[1] - 1) * dilations[1] + 1)) \
             // strides[1] + 1
-        inputs["r"] = _specials(_spread(rng, (2, c_out, oh, ow), dtype), 19)
+        inputs["r"] = specials(spread(rng, (2, c_out, oh, ow), dtype), 19)
         op, first = add
         nodes.append(helper.make_node(op, ["r", cur] if first else [cur, "r"], ["s"]))
         cur = "s"
@@ -154,7 +99,7 @@ def _chain_model(dtype, c_in, c_out, group, kernel, strides, pads, dilations, bi
         nodes.append(helper.make_node("Relu", [cur], ["y"]))
         cur = "y"
     nodes.append(helper.make_node("Neg", ["x"], ["other"]))
-    return _model(nodes, inputs, inits, [cur, "other"]), inputs
+    return make_model(nodes, inputs, inits, [cur, "other"]), inputs
 
 
 CHAINS = [
@@ -184,7 +129,7 @@ def test_fused_conv_chains_equal_the_separate_ops_bit_for_bit(case, eps):
     fused = [st for st in planned.plan().steps if isinstance(st, FusedConv)]
     assert len(fused) == 1
     assert len(fused[0].chain) == 1 + sum(bool(v) for v in case[9:12])
-    _same_bits(planned, plain, inputs)
+    same_bits(planned, plain, inputs)
     y = planned.run(inputs)
     assert np.isnan(next(iter(y.values()))).any()  # the specials went through
 
@@ -198,9 +143,9 @@ def test_a_shape_the_c_pass_does_not_take_runs_the_nodes_one_by_one():
     for d in r.type.tensor_type.shape.dim:
         d.dim_param = "any"  # clears dim_value
     planned, plain = Session(m), Session(m, plan=False)
-    inputs = dict(inputs, r=_specials(np.random.default_rng(3).standard_normal(
+    inputs = dict(inputs, r=specials(np.random.default_rng(3).standard_normal(
         (1, 8, 1, 1)).astype(np.float32), 3))
-    _same_bits(planned, plain, inputs)
+    same_bits(planned, plain, inputs)
 
 
 @needs_native
@@ -212,7 +157,7 @@ def test_asking_for_a_fused_intermediate_runs_plainly():
     got = planned.run(inputs, outputs=["c", "n", "s", "y"])
     want = plain.run(inputs, outputs=["c", "n", "s", "y"])
     for k in want:
-        _assert_same_bits(got[k], want[k], k)
+        assert_same_bits(got[k], want[k], k)
 
 
 @needs_native
@@ -224,7 +169,7 @@ def test_an_intermediate_read_twice_or_as_a_graph_output_is_not_fused_away():
     g.output.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, ["n", "c", "h", "w"]))
     planned, plain = Session(m), Session(m, plan=False)
     assert not planned.plan().hidden  # c is a graph output: nothing fused
-    _same_bits(planned, plain, inputs)
+    same_bits(planned, plain, inputs)
 
 
 def _guarded_model():
@@ -251,14 +196,14 @@ def test_values_folded_under_defaults_give_way_to_a_feed():
     assert "w" in plan.values and plan.guard == {"wshape"}
     assert not plan.values["w"].flags.writeable
     assert any(isinstance(st, ConstArgs) for st in plan.steps)  # B transposed once
-    x = _specials(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32), 5)
-    _assert_same_bits(planned.run({"x": x})["y"], plain.run({"x": x})["y"])
+    x = specials(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32), 5)
+    assert_same_bits(planned.run({"x": x})["y"], plain.run({"x": x})["y"])
     # feeding the defaulted input: the plain node list runs, with the fed shape
     feeds = {"x": np.ones((3, 2), np.float32), "wshape": np.array([5, 2], np.int64)}
     got, want = planned.run(feeds)["y"], plain.run(feeds)["y"]
     assert got.shape == (3, 5)
-    _assert_same_bits(got, want)
-    _assert_same_bits(planned.run({"x": x})["y"], plain.run({"x": x})["y"])
+    assert_same_bits(got, want)
+    assert_same_bits(planned.run({"x": x})["y"], plain.run({"x": x})["y"])
 
 
 @needs_native
@@ -284,19 +229,19 @@ def test_the_env_switch_turns_the_plan_off(monkeypatch):
     ((24, 30), (0, 1), (2, 12, 5, 6)),  # the identity: a view, as the plain run makes it
 ])
 def test_reshape_transpose_reshape_as_one_copy(shape1, perm, shape2):
-    x = _specials(np.random.default_rng(5).standard_normal((2, 12, 5, 6)).astype(np.float32))
+    x = specials(np.random.default_rng(5).standard_normal((2, 12, 5, 6)).astype(np.float32))
     nodes = [helper.make_node("Neg", ["x"], ["a"]),
              helper.make_node("Reshape", ["a", "s1"], ["b"]),
              helper.make_node("Transpose", ["b"], ["c"], perm=list(perm)),
              helper.make_node("Reshape", ["c", "s2"], ["y"])]
-    m = _model(nodes, {"x": x}, {"s1": np.array(shape1, np.int64),
+    m = make_model(nodes, {"x": x}, {"s1": np.array(shape1, np.int64),
                                  "s2": np.array(shape2, np.int64)}, ["y"])
     m.graph.output[0].type.tensor_type.shape.ClearField("dim")
     planned, plain = Session(m), Session(m, plan=False)
     from tapescope.core.onnx.plan import Shuffle
 
     assert any(isinstance(st, Shuffle) for st in planned.plan().steps)
-    _same_bits(planned, plain, {"x": x})
+    same_bits(planned, plain, {"x": x})
     got = planned.run({"x": x})["y"]
     assert got.shape == shape2
     assert got.tobytes() == plain.run({"x": x})["y"].tobytes()  # a copy: even NaN bits
@@ -327,8 +272,8 @@ def test_a_fused_chain_writes_a_following_shuffle_bit_for_bit(perm, shape1, shap
     planned, plain = Session(m), Session(m, plan=False)
     assert [st.shuffle is not None for st in planned.plan().steps
             if isinstance(st, FusedConv)] == [True]
-    _same_bits(planned, plain, inputs)
-    assert "z" in _values(planned)
+    same_bits(planned, plain, inputs)
+    assert "z" in planned_values(planned)
 
 
 def test_a_folded_value_asked_for_is_the_callers_own_copy():
@@ -380,17 +325,17 @@ def _affine_model(dtype, cshape, dshape, relu=True, swap=False, conv=True, bias=
     rng = np.random.default_rng(len(cshape) * 10 + len(dshape))
     inits, nodes, cur = {}, [], "x"
     if conv:
-        inits["w"] = _spread(rng, (6, 4, 3, 3), dtype)
+        inits["w"] = spread(rng, (6, 4, 3, 3), dtype)
         ins = ["x", "w"]
         if bias:
-            inits["cb"] = _spread(rng, (6,), dtype)
+            inits["cb"] = spread(rng, (6,), dtype)
             ins.append("cb")
         nodes.append(helper.make_node("Conv", ins, ["c0"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]))
-        inits.update(_bn_params(rng, 6, dtype, "bn_"))
+        inits.update(bn_params(rng, 6, dtype, "bn_"))
         nodes.append(helper.make_node("BatchNormalization", ["c0", "bn_s", "bn_b", "bn_m",
                                                              "bn_v"], ["n0"]))
         cur = "n0"
-    c, d = _spread(rng, cshape, dtype), _spread(rng, dshape, dtype)
+    c, d = spread(rng, cshape, dtype), spread(rng, dshape, dtype)
     c.flat[0], c.flat[-1] = -0.0, np.nan
     if d.size > 2:  # a zero product plus -0.0 (the channel with c = -0.0) and plus +0.0
         d.flat[0], d.flat[1], d.flat[2], d.flat[-1] = -0.0, -0.0, 0.0, np.inf
@@ -402,8 +347,8 @@ def _affine_model(dtype, cshape, dshape, relu=True, swap=False, conv=True, bias=
         nodes.append(helper.make_node("Relu", ["a0"], ["y"]))
         out = "y"
     nodes.append(helper.make_node("Neg", ["x"], ["other"]))
-    x = _specials(_spread(rng, (2, 4 if conv else 6, 7, 5), dtype), 97 if conv else 11)
-    return _model(nodes, {"x": x}, inits, [out, "other"]), {"x": x}
+    x = specials(spread(rng, (2, 4 if conv else 6, 7, 5), dtype), 97 if conv else 11)
+    return make_model(nodes, {"x": x}, inits, [out, "other"]), {"x": x}
 
 
 AFFINE = [  # dtype, c shape, d shape, relu, swap, conv, conv bias
@@ -428,7 +373,7 @@ def test_per_channel_mul_add_relu_equals_the_separate_ops_bit_for_bit(case):
     else:
         entry = [st for st in planned.plan().steps if isinstance(st, ChannelAffine)]
         assert len(entry) == 1 and len(entry[0].chain) == (3 if case[3] else 2)
-    assert _same_bits(planned, plain, inputs) >= 2
+    assert same_bits(planned, plain, inputs) >= 2
     assert entry[0]._prep[-1] is not None  # the C pass took it
     y = planned.run(inputs)["y" if case[3] else "a0"]
     assert np.isnan(y).any() and np.isfinite(y).any()  # the specials went through
@@ -443,7 +388,7 @@ def test_a_constant_that_is_not_per_channel_runs_the_nodes_one_by_one():
     planned, plain = Session(m), Session(m, plan=False)
     aff = [st for st in planned.plan().steps if isinstance(st, ChannelAffine)]
     assert len(aff) == 1
-    _same_bits(planned, plain, inputs)
+    same_bits(planned, plain, inputs)
     assert aff[0]._prep[3] is None  # the C pass refused it, and remembers that
 
 
@@ -455,7 +400,7 @@ def test_a_lone_conv_runs_the_c_pass_bit_for_bit(bias):
     planned, plain = Session(m), Session(m, plan=False)
     fused = [st for st in planned.plan().steps if isinstance(st, FusedConv)]
     assert len(fused) == 1 and len(fused[0].chain) == 1
-    assert _same_bits(planned, plain, inputs) == 2
+    assert same_bits(planned, plain, inputs) == 2
     assert fused[0]._prep[3] is not None  # the C pass took it
 
 

@@ -15,19 +15,19 @@ from tapescope.core import native
 from tapescope.core.onnx import Limits, OnnxError, Session
 from tapescope.core.onnx.fused import _Block, _root
 from tapescope.core.onnx.plan import ConcatInto
-from tests.core.onnx.test_plan import _model, _same_bits, _specials, _spread
+from tests.helpers.onnx_plan import budgets, make_model, same_bits, specials, spread
 
 needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
 
 
 def _conv(rng, inits, name, x, c_in, c_out, group=1, k=1, relu=True, bias=True, dtype=None):
     """Conv [+ bias] [-> Relu] of ``x`` into ``name``: the nodes."""
-    w = _spread(rng, (c_out, c_in // group, k, k), dtype)
+    w = spread(rng, (c_out, c_in // group, k, k), dtype)
     w.flat[-1] = -0.0
     inits[f"{name}_w"] = w
     ins = [x, f"{name}_w"]
     if bias:
-        inits[f"{name}_b"] = _spread(rng, (c_out,), dtype)
+        inits[f"{name}_b"] = spread(rng, (c_out,), dtype)
         ins.append(f"{name}_b")
     out = f"{name}_c" if relu else name
     nodes = [helper.make_node("Conv", ins, [out], group=group, kernel_shape=[k, k],
@@ -50,27 +50,12 @@ def _fire(dtype, n, axis=1, extra=(), outputs=("y",), ca=3, cb=6):
                                   pads=[1, 1, 1, 1], strides=[1, 1]))
     nodes.append(helper.make_node("Concat", ["a", "p", "b", "d"], ["y"], axis=axis))
     nodes += list(extra)
-    x = _specials(_spread(rng, (n, 4, 5, 7), dtype), 13)
-    return _model(nodes, {"x": x}, inits, list(outputs)), {"x": x}
-
-
-def _budgets(monkeypatch, sess, feeds):
-    """The Budget of one run of ``sess``."""
-    made = []
-    real = Session.budget
-
-    def budget(self, cancel=None):
-        b = real(self, cancel)
-        made.append(b)
-        return b
-    monkeypatch.setattr(Session, "budget", budget)
-    sess.run(feeds)
-    monkeypatch.setattr(Session, "budget", real)
-    return made[-1]
+    x = specials(spread(rng, (n, 4, 5, 7), dtype), 13)
+    return make_model(nodes, {"x": x}, inits, list(outputs)), {"x": x}
 
 
 def _same_budget(monkeypatch, planned, plain, feeds):
-    a, b = _budgets(monkeypatch, planned, feeds), _budgets(monkeypatch, plain, feeds)
+    a, b = budgets(monkeypatch, planned, feeds), budgets(monkeypatch, plain, feeds)
     assert (a.nodes, a.work, a.peak_bytes) == (b.nodes, b.work, b.peak_bytes)
 
 
@@ -87,7 +72,7 @@ def test_fused_convs_write_into_the_concat_bit_for_bit(monkeypatch, dtype, n):
     (c,) = _entries(planned)
     assert [f is not None for f in c.parts] == [True, False, True, True]
     assert {"a", "b", "d"} <= planned.plan().hidden
-    _same_bits(planned, plain, feeds)
+    same_bits(planned, plain, feeds)
     y = planned.run(feeds)["y"]
     assert y.flags.owndata and np.isnan(y).any() and np.isfinite(y).any()
     _same_budget(monkeypatch, planned, plain, feeds)
@@ -100,7 +85,7 @@ def test_a_concat_input_read_elsewhere_or_asked_for_still_exists():
     planned, plain = Session(m), Session(m, plan=False)
     (c,) = _entries(planned)
     assert c.parts[0] is None and "a" not in planned.plan().hidden  # read by Neg too
-    _same_bits(planned, plain, feeds)
+    same_bits(planned, plain, feeds)
     m, feeds = _fire(np.float32, 1)
     planned, plain = Session(m), Session(m, plan=False)
     assert "b" in planned.plan().hidden
@@ -115,7 +100,7 @@ def test_a_concat_on_another_axis_is_left_to_its_node():
         m, feeds = _fire(np.float32, 1, axis=axis, ca=4, cb=4)
         planned, plain = Session(m), Session(m, plan=False)
         assert not _entries(planned)
-        _same_bits(planned, plain, feeds)
+        same_bits(planned, plain, feeds)
 
 
 def _dense(dtype, n, layers=3, branch=False):
@@ -138,8 +123,8 @@ def _dense(dtype, n, layers=3, branch=False):
         nodes += _conv(rng, inits, "kb", "c1", 7, 2, dtype=dtype)
         nodes.append(helper.make_node("Concat", ["c1", "kb"], ["cb"], axis=1))
         outs.append("cb")
-    x = _specials(_spread(rng, (n, 4, 6, 5), dtype), 11)
-    return _model(nodes, {"x": x}, inits, [f"c{layers}"] + outs), {"x": x}
+    x = specials(spread(rng, (n, 4, 6, 5), dtype), 11)
+    return make_model(nodes, {"x": x}, inits, [f"c{layers}"] + outs), {"x": x}
 
 
 @needs_native
@@ -150,7 +135,7 @@ def test_a_dense_block_grows_one_buffer_bit_for_bit(monkeypatch, dtype, n):
     cs = _entries(planned)
     assert [(c.grows, c.next is not None) for c in cs] == [(False, True), (True, True),
                                                            (True, False)]
-    _same_bits(planned, plain, feeds)  # the earlier Concats' outputs, untouched by the later
+    same_bits(planned, plain, feeds)  # the earlier Concats' outputs, untouched by the later
     got = planned.run(feeds, outputs=["c1", "c2", "c3"])
     if n == 1:  # all three the start of one block, filled by the last
         blk = _root(got["c3"])
@@ -168,7 +153,7 @@ def test_a_concat_read_first_by_two_concats_is_copied_by_both():
     planned, plain = Session(m), Session(m, plan=False)
     c1 = next(c for c in _entries(planned) if c.out == "c1")
     assert c1.next is None and not any(c.grows for c in _entries(planned))
-    _same_bits(planned, plain, feeds)
+    same_bits(planned, plain, feeds)
 
 
 @needs_native
@@ -187,7 +172,7 @@ def test_a_read_only_image_goes_through_the_prepared_call_bit_for_bit():
     m, feeds = _fire(np.float64, 2)
     feeds["x"].flags.writeable = False
     assert native.address(feeds["x"]) == feeds["x"].ctypes.data
-    _same_bits(Session(m), Session(m, plan=False), feeds)
+    same_bits(Session(m), Session(m, plan=False), feeds)
 
 
 @needs_native
@@ -198,7 +183,7 @@ def test_a_relu_alone_reading_the_concat_is_taken_by_each_slice(monkeypatch, dty
     planned, plain = Session(m), Session(m, plan=False)
     (c,) = _entries(planned)
     assert c.relu is not None and c.out == "yr" and "y" in planned.plan().hidden
-    _same_bits(planned, plain, feeds)
+    same_bits(planned, plain, feeds)
     y = planned.run(feeds)["yr"]
     assert np.isnan(y).any() and not np.signbit(y[~np.isnan(y)]).any()
     _same_budget(monkeypatch, planned, plain, feeds)
@@ -207,7 +192,7 @@ def test_a_relu_alone_reading_the_concat_is_taken_by_each_slice(monkeypatch, dty
     planned, plain = Session(m), Session(m, plan=False)
     (c,) = _entries(planned)
     assert c.relu is None  # the Concat's output is asked for: the Relu is its own node
-    _same_bits(planned, plain, feeds)
+    same_bits(planned, plain, feeds)
 
 
 @needs_native
@@ -216,8 +201,8 @@ def test_the_one_pass_bn_chain_equals_the_per_op_epilogue(dtype):
     # ts_ep_apply's one-pass loop (BN [-> Mul -> Add] [-> Relu]) against its per-op passes,
     # which a bias of -0.0 (x + -0.0 is x, bit for bit) sends the same epilogue through
     rng = np.random.default_rng(5)
-    x = _specials(_spread(rng, (2, 5, 3, 7), dtype), 7)
-    vs = [_spread(rng, (5,), dtype) for _ in range(6)]
+    x = specials(spread(rng, (2, 5, 3, 7), dtype), 7)
+    vs = [spread(rng, (5,), dtype) for _ in range(6)]
     vs[0][1], vs[4][2], vs[5][3] = np.inf, -0.0, np.nan
     bn = (vs[0], np.abs(vs[1]), vs[2], vs[3])
     for aff in (None, 0, 1, 2, 3):

@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 from tapescope.core import native
 from tapescope.core.onnx import Session
 from tapescope.core.onnx.plan import ChannelAffine, ChannelChain, FusedConv
-from tests.core.onnx.test_plan import _bn_params, _model, _same_bits, _specials, _spread
+from tests.helpers.onnx_plan import bn_params, make_model, same_bits, specials, spread
 
 needs_native = pytest.mark.skipif(native.library() is None, reason="no C compiler here")
 
@@ -27,17 +27,17 @@ def _model_for(dtype, lead, cshape=(6, 1, 1), dshape=(6, 1, 1), swap=(False, Fal
     inits, nodes, cur = {}, [], "x"
     c_in = 4 if lead == "conv" else 6
     if lead == "conv":
-        inits["w"] = _spread(rng, (6, 4, 3, 3), dtype)
+        inits["w"] = spread(rng, (6, 4, 3, 3), dtype)
         inits["w"].flat[3] = -0.0
         nodes.append(helper.make_node("Conv", ["x", "w"], ["c0"], pads=[1, 1, 1, 1],
                                       kernel_shape=[3, 3]))
         cur = "c0"
-    inits.update(_bn_params(rng, 6, dtype, "bn_"))
+    inits.update(bn_params(rng, 6, dtype, "bn_"))
     nodes.append(helper.make_node("BatchNormalization", [cur, "bn_s", "bn_b", "bn_m", "bn_v"],
                                   ["n0"], epsilon=eps))
     cur = "n0"
     if affine:
-        c, d = _spread(rng, cshape, dtype), _spread(rng, dshape, dtype)
+        c, d = spread(rng, cshape, dtype), spread(rng, dshape, dtype)
         c.flat[0], c.flat[-1] = -0.0, np.nan
         if d.size > 2:  # the channel with c = -0.0: a zero product plus -0.0
             d.flat[0], d.flat[1], d.flat[2], d.flat[-1] = -0.0, -0.0, 0.0, np.inf
@@ -45,18 +45,18 @@ def _model_for(dtype, lead, cshape=(6, 1, 1), dshape=(6, 1, 1), swap=(False, Fal
         nodes.append(helper.make_node("Mul", ["mc", cur] if swap[0] else [cur, "mc"], ["m0"]))
         nodes.append(helper.make_node("Add", ["ad", "m0"] if swap[1] else ["m0", "ad"], ["a0"]))
         cur = "a0"
-    x = _specials(_spread(rng, (2, c_in, 7, 5), dtype), 97 if lead == "conv" else 29)
+    x = specials(spread(rng, (2, c_in, 7, 5), dtype), 97 if lead == "conv" else 29)
     inputs = {"x": x}
     if res is not None:
         op, first = res
-        inputs["r"] = _specials(_spread(rng, (2, 6, 7, 5), dtype), 17)
+        inputs["r"] = specials(spread(rng, (2, 6, 7, 5), dtype), 17)
         nodes.append(helper.make_node(op, ["r", cur] if first else [cur, "r"], ["s0"]))
         cur = "s0"
     if relu:
         nodes.append(helper.make_node("Relu", [cur], ["y"]))
         cur = "y"
     nodes.append(helper.make_node("Neg", ["x"], ["other"]))
-    return _model(nodes, inputs, inits, [cur, "other"]), inputs, cur
+    return make_model(nodes, inputs, inits, [cur, "other"]), inputs, cur
 
 
 CONV_CASES = [  # dtype, c shape, d shape, swap (Mul's, Add's constant first), residual, relu
@@ -78,7 +78,7 @@ def test_conv_bn_mul_add_chain_is_one_c_pass_bit_for_bit(case):
     assert len(fused) == 1 and fused[0].affine is not None
     assert len(fused[0].chain) == 4 + (res is not None) + relu
     assert (fused[0].add is not None) == (res is not None)  # the residual, not the affine Add
-    assert _same_bits(planned, plain, inputs) == 2  # the chain's output and "other"
+    assert same_bits(planned, plain, inputs) == 2  # the chain's output and "other"
     assert fused[0]._prep[3] is not None  # the C pass took it
     y = planned.run(inputs)[out]
     assert np.isnan(y).any() and np.isfinite(y).any()
@@ -101,7 +101,7 @@ def test_bn_mul_add_relu_is_one_c_pass_bit_for_bit(case):
     planned, plain = Session(m), Session(m, plan=False)
     chains = [st for st in planned.plan().steps if isinstance(st, ChannelChain)]
     assert len(chains) == 1 and len(chains[0].chain) == 1 + 2 * affine + relu
-    assert _same_bits(planned, plain, inputs) == 2
+    assert same_bits(planned, plain, inputs) == 2
     assert chains[0]._prep[3] is not None
     y = planned.run(inputs)[out]
     assert np.isnan(y).any() and np.isfinite(y).any()
@@ -124,7 +124,7 @@ def test_a_constant_that_is_not_per_channel_runs_the_chain_as_nodes(lead):
     kind = FusedConv if lead == "conv" else ChannelChain
     entry = [st for st in planned.plan().steps if isinstance(st, kind)]
     assert len(entry) == 1
-    assert _same_bits(planned, plain, inputs) == 2
+    assert same_bits(planned, plain, inputs) == 2
     assert entry[0]._prep[3] is None  # refused, and remembered
 
 
@@ -150,14 +150,14 @@ def test_a_gemm_on_few_rows_reads_b_once_bit_for_bit(dtype, rows, alpha, bias):
     from tapescope.core.onnx.fused import ConstArgs, gemm_few_rows
 
     rng = np.random.default_rng(rows)
-    w = _spread(rng, (37, 300), dtype)  # transB: (n, k)
+    w = spread(rng, (37, 300), dtype)  # transB: (n, k)
     w[3, 5], w[7, 0], w[0, 0], w[9, :] = np.inf, -0.0, np.nan, -0.0  # row 9: zeros
     inits = {"w": w}
     ins = ["x", "w"]
     if bias:
-        inits["b"] = _spread(rng, (37,), dtype)
+        inits["b"] = spread(rng, (37,), dtype)
         ins.append("b")
-    x = _spread(rng, (rows, 300), dtype)  # a NaN or inf in x would reach every output
+    x = spread(rng, (rows, 300), dtype)  # a NaN or inf in x would reach every output
     x[0, 1], x[0, 2], x[-1, 4] = -0.0, 0.0, -0.0
     nodes = [h.make_node("Gemm", ins, ["y"], transB=1, alpha=alpha),
              h.make_node("Neg", ["x"], ["other"])]
@@ -169,7 +169,7 @@ def test_a_gemm_on_few_rows_reads_b_once_bit_for_bit(dtype, rows, alpha, bias):
     planned, plain = Session(m), Session(m, plan=False)
     ca = [st for st in planned.plan().steps if isinstance(st, ConstArgs)]
     assert len(ca) == 1 and ca[0].step.kernel is gemm_few_rows
-    assert _same_bits(planned, plain, {"x": x}) == 2
+    assert same_bits(planned, plain, {"x": x}) == 2
     y = planned.run({"x": x})["y"]
     assert np.isnan(y).any() and np.isfinite(y).any()
 

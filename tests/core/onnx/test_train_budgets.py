@@ -12,45 +12,18 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from tapescope.core.onnx.limits import Limits, OnnxLimitError
-
-F = TensorProto.FLOAT
-
-
-def _save(nodes, inputs, inits, path) -> str:
-    y = helper.make_tensor_value_info("y", F, None)
-    y.type.tensor_type.shape.SetInParent()
-    g = helper.make_graph(nodes, "hostile", inputs, [y], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    data = m.SerializeToString()
-    assert len(data) < 200  # a tiny file
-    with open(path, "wb") as f:
-        f.write(data)
-    return str(path)
+from tests.helpers.onnx_budgets import F, empty_but_huge, save_tiny_model
 
 
 def outer_product(path, n=16384) -> str:
     """x (n, 1) @ x.T: an (n, n) MatMul, 2**28 elements for n = 16384 (1 GiB in float32)."""
     x = helper.make_tensor_value_info("x", F, [n, 1])
-    return _save([helper.make_node("Transpose", ["x"], ["t"]),
+    return save_tiny_model([helper.make_node("Transpose", ["x"], ["t"]),
                   helper.make_node("MatMul", ["x", "t"], ["m"], name="big"),
                   helper.make_node("ReduceSum", ["m"], ["y"])], [x], [], path)
-
-
-def empty_but_huge(path, op) -> str:
-    """A node whose output dims are (0, 2**61): empty, but no array can have them."""
-    s = numpy_helper.from_array(np.array([0, 2 ** 61], np.int64), "s")
-    if op == "Reshape":
-        x = helper.make_tensor_value_info("x", F, [0, 2])
-        nodes = [helper.make_node("Reshape", ["x", "s"], ["r"], name="big"),
-                 helper.make_node("Mul", ["r", "r"], ["y"])]
-    else:
-        x = helper.make_tensor_value_info("x", F, [1, 2])
-        nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"], name="big"),
-                 helper.make_node("Add", ["x", "c"], ["y"])]
-    return _save(nodes, [x], [s], path)
 
 
 def _one_line(capsys, cmd):
