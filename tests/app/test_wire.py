@@ -1,6 +1,7 @@
-"""app.wire, line by line (issue 31): the worker pipe's limits at their edges (an array's bytes
-and rank, a line's length, containers and depth) and the codecs' round trips. A mutation run
-asks of each check which test fails if it is wrong; these are those tests."""
+"""app.wire, the worker pipe: its limits at their edges (an array's bytes and rank, a line's
+length, containers and depth), the codecs' round trips, what a malformed message is called, and
+how a line waits for its deadline. Each check is held by one test here (the mutation run of
+core/app modules, docs/testing.md, found none for these before issue 31)."""
 
 from __future__ import annotations
 
@@ -204,7 +205,7 @@ def test_a_receive_past_its_deadline_times_out_and_without_one_waits():
         os.close(w)
 
 
-# ---- from the mutation run of 2026-12-01 (helper mutA) -------------------------------------------
+# ---- malformed messages, JSON shapes and waits, each at its exact edge ---------------------------
 def test_a_malformed_array_without_a_name_is_called_array_and_its_shape_is_quoted():
     good = encode_array(np.zeros(6))
     with pytest.raises(ValueError, match=r"^array: malformed array message \(shape '23' is not"):
