@@ -94,7 +94,7 @@ class OptimConfig:
         if self.warmup_start is not None:
             kw["warmup_start"] = self.warmup_start
         if self.schedule == "step":
-            kw.update(step_size=self.step_size or 1,
+            kw.update(step_size=1 if self.step_size is None else self.step_size,
                       gamma=0.1 if self.gamma is None else self.gamma)
         if self.schedule == "cosine":
             kw["t_max"] = max(1, (self.steps or 1) - self.warmup)
