@@ -96,3 +96,71 @@ def test_a_foreign_folder_is_refused_with_how_to_fix_it(tmp_path):
     with pytest.raises(CacheError, match="did not create it"):
         KernelCache(tmp_path / "c")
     assert (store / "theirs.txt").read_text() == "not ours"  # never cleaned
+
+
+# ---- the marker: its signature, its 4 KiB bound, a torn one, a first use's temporary --------
+def test_a_marker_holding_only_the_signature_is_a_cache_marker(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    (root / STORE / MARKER).write_text("Signature: 8a477f597d28d172789f06886806bc55")
+    assert KernelCache(root).store.is_dir()
+
+
+def test_a_first_use_finds_only_a_concurrent_markers_temporary_and_finishes(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    (root / STORE / f".{MARKER}.0123456789ab.tmp").write_text("Sig")  # another's, mid-write
+    assert (KernelCache(root).store / MARKER).read_text().startswith("Signature: ")
+
+
+@pytest.mark.parametrize("size,ok", [(4096, True), (4097, False)])
+def test_a_marker_is_read_up_to_4_kib(tmp_path, size, ok):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    sig = "Signature: 8a477f597d28d172789f06886806bc55\n"
+    (root / STORE / MARKER).write_text(sig + "#" * (size - len(sig)))
+    if ok:
+        assert KernelCache(root).store.is_dir()
+    else:
+        with pytest.raises(CacheError, match=f"{MARKER} is 4097 bytes"):
+            KernelCache(root)
+
+
+@pytest.mark.parametrize("kind", ["a symlink", "a folder", "not a regular file"])
+def test_a_marker_that_is_not_a_small_file_is_refused_saying_what_it_is_and_how_to_fix(
+        tmp_path, kind):
+    root = tmp_path / "c"
+    store = root / STORE
+    store.mkdir(parents=True, mode=0o700)
+    marker = store / MARKER
+    if kind == "a symlink":
+        real = tmp_path / "tag"
+        real.write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
+        marker.symlink_to(real)
+    elif kind == "a folder":
+        marker.mkdir()
+    else:
+        os.mkfifo(marker)
+    with pytest.raises(CacheError) as ei:
+        KernelCache(root)
+    msg = str(ei.value)
+    assert f"its {MARKER} is {kind}, not the marker" in msg
+    assert f"rm -r {store}" in msg and "TAPESCOPE_CACHE_DIR" in msg
+
+
+def test_only_the_43_byte_signature_is_needed_whatever_follows_it(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    (root / STORE / MARKER).write_bytes(b"Signature: 8a477f597d28d172789f06886806bc55\r\n# x\r\n")
+    assert KernelCache(root).store.is_dir()
+    assert (root / STORE / MARKER).read_bytes().endswith(b"# x\r\n")  # not rewritten
+
+
+def test_a_torn_marker_of_ours_is_rewritten_whole(tmp_path):
+    root = tmp_path / "c"
+    (root / STORE).mkdir(parents=True, mode=0o700)
+    for torn in (b"", b"Signature: 8a47"):
+        (root / STORE / MARKER).write_bytes(torn)
+        assert KernelCache(root).store.is_dir()
+        assert (root / STORE / MARKER).read_text().startswith(
+            "Signature: 8a477f597d28d172789f06886806bc55\n# This file marks")

@@ -1,7 +1,8 @@
-"""core.cache, line by line: each check here is one a mutation run found no test for (issue 31).
-
-Crafted stores and entries, each wrong in one way, and the cache's answer: refused with a
-CacheError, rebuilt, or used. Nothing reads source text.
+"""core.cache: keys and suffixes, where the cache lives, its root and store, the sweep of
+temporaries, and entries. Crafted stores and entries, each wrong in one way, and the cache's
+answer: refused with a CacheError that names what and where, rebuilt, or used. Nothing reads
+source text. (The marker and first use: test_cache_first_use.py; planted entries:
+test_cache_safety.py.)
 """
 
 from __future__ import annotations
@@ -401,7 +402,7 @@ def test_an_entry_owned_by_another_user_is_refused_naming_both_uids(tmp_path):
         cache.lookup(GOOD, ".so")
 
 
-# ---- from the mutation run's survivors --------------------------------------------------------
+# ---- stores others may enter, refusals naming what and where, the sweep's age, a dying build -----
 def test_a_store_others_may_enter_but_not_write_is_used(tmp_path):
     cache = KernelCache(tmp_path / "c")
     path, _, _ = _built(cache)
@@ -454,13 +455,6 @@ def test_a_store_that_cannot_be_made_is_a_cache_error_naming_it(tmp_path, monkey
         KernelCache(tmp_path / "c")
 
 
-def test_a_marker_holding_only_the_signature_is_a_cache_marker(tmp_path):
-    root = tmp_path / "c"
-    (root / STORE).mkdir(parents=True, mode=0o700)
-    (root / STORE / MARKER).write_text("Signature: 8a477f597d28d172789f06886806bc55")
-    assert KernelCache(root).store.is_dir()
-
-
 def test_the_sweep_age_is_one_hour_by_default(tmp_path):
     cache = KernelCache(tmp_path / "c")
     old = cache.store / ".refkernels-aaaa.x1_y.so"
@@ -494,67 +488,7 @@ def test_a_build_that_dies_writing_its_sidecar_leaves_no_entry_and_no_temporary(
     assert built and path.read_bytes() == b"again" and cache.lookup(GOOD, ".so") == path
 
 
-def test_a_first_use_finds_only_a_concurrent_markers_temporary_and_finishes(tmp_path):
-    root = tmp_path / "c"
-    (root / STORE).mkdir(parents=True, mode=0o700)
-    (root / STORE / f".{MARKER}.0123456789ab.tmp").write_text("Sig")  # another's, mid-write
-    assert (KernelCache(root).store / MARKER).read_text().startswith("Signature: ")
-
-
-@pytest.mark.parametrize("size,ok", [(4096, True), (4097, False)])
-def test_a_marker_is_read_up_to_4_kib(tmp_path, size, ok):
-    root = tmp_path / "c"
-    (root / STORE).mkdir(parents=True, mode=0o700)
-    sig = "Signature: 8a477f597d28d172789f06886806bc55\n"
-    (root / STORE / MARKER).write_text(sig + "#" * (size - len(sig)))
-    if ok:
-        assert KernelCache(root).store.is_dir()
-    else:
-        with pytest.raises(CacheError, match=f"{MARKER} is 4097 bytes"):
-            KernelCache(root)
-
-
-@pytest.mark.parametrize("kind", ["a symlink", "a folder", "not a regular file"])
-def test_a_marker_that_is_not_a_small_file_is_refused_saying_what_it_is_and_how_to_fix(
-        tmp_path, kind):
-    root = tmp_path / "c"
-    store = root / STORE
-    store.mkdir(parents=True, mode=0o700)
-    marker = store / MARKER
-    if kind == "a symlink":
-        real = tmp_path / "tag"
-        real.write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
-        marker.symlink_to(real)
-    elif kind == "a folder":
-        marker.mkdir()
-    else:
-        os.mkfifo(marker)
-    with pytest.raises(CacheError) as ei:
-        KernelCache(root)
-    msg = str(ei.value)
-    assert f"its {MARKER} is {kind}, not the marker" in msg
-    assert f"rm -r {store}" in msg and "TAPESCOPE_CACHE_DIR" in msg
-
-
-def test_only_the_43_byte_signature_is_needed_whatever_follows_it(tmp_path):
-    root = tmp_path / "c"
-    (root / STORE).mkdir(parents=True, mode=0o700)
-    (root / STORE / MARKER).write_bytes(b"Signature: 8a477f597d28d172789f06886806bc55\r\n# x\r\n")
-    assert KernelCache(root).store.is_dir()
-    assert (root / STORE / MARKER).read_bytes().endswith(b"# x\r\n")  # not rewritten
-
-
-def test_a_torn_marker_of_ours_is_rewritten_whole(tmp_path):
-    root = tmp_path / "c"
-    (root / STORE).mkdir(parents=True, mode=0o700)
-    for torn in (b"", b"Signature: 8a47"):
-        (root / STORE / MARKER).write_bytes(torn)
-        assert KernelCache(root).store.is_dir()
-        assert (root / STORE / MARKER).read_text().startswith(
-            "Signature: 8a477f597d28d172789f06886806bc55\n# This file marks")
-
-
-# ---- from the mutation run of 2026-12-01 (helper mutA) -------------------------------------------
+# ---- a foreign store, a store that cannot be made: named with what moves the cache ---------------
 def test_a_foreign_store_is_refused_naming_the_variable_that_moves_the_cache(tmp_path):
     store = tmp_path / "c" / STORE
     store.mkdir(parents=True, mode=0o700)
