@@ -15,54 +15,15 @@ import pytest
 from tapescope.core import Tape, ops, optim, workloads
 from tapescope.core.ops import REGISTRY
 from tapescope.core.provenance import (
-    OptimizerState,
-    ParamUpdate,
     StepState,
     consumers,
     provenance,
     reference_update,
 )
+from tests.helpers.provenance import Planted, flip, optimizer_state
 
 OPS = sorted(n for n, d in REGISTRY.items() if d.kind != "leaf" and d.sample is not None)
 DTYPES = (np.float64, np.float32)
-
-
-def flip(a: np.ndarray) -> np.ndarray:
-    """``a`` with the lowest mantissa bit of element 0 flipped (a copy)."""
-    out = np.array(a, copy=True)
-    flat = out.reshape(-1).view(np.uint64 if out.dtype == np.float64 else np.uint32)
-    flat[0] ^= 1
-    return out
-
-
-class Planted:
-    """Records on ``tape`` with a fault planted at (node, which); ``run(loss)`` backward."""
-
-    def __init__(self, tape: Tape, node: int | None, which: str) -> None:
-        self.tape, self.node, self.which = tape, node, which
-        rec = tape.record
-
-        def record(*a, **k):
-            v = rec(*a, **k)
-            if which == "value" and v.id == node:
-                tape._values[node] = flip(tape._values[node])  # later ops read the flip
-            return v
-
-        tape.record = record  # instance attribute: only this tape
-
-    def backward(self, loss) -> None:
-        t, j = self.tape, self.node
-        if self.which != "grad":
-            t.backward(loss)
-            return
-        assert j != loss.id, "the loss's seed is not planted here"
-        by = consumers(t.nodes[: loss.id + 1], loss.id)[j]
-        done = False
-        for step in t.backward_steps(loss):
-            if by and step.node.id == min(by):  # the last contribution to j has landed
-                t._grads[j] = flip(t._grads[j])
-                done = True
-        assert done, f"node {j}: its last consumer never ran backward"
 
 
 def state_of(tape: Tape, loss_id: int, leaves: dict) -> StepState:
@@ -168,20 +129,6 @@ def test_hints_skip_exact_nodes_and_change_no_verdict():
     assert [(e.node, e.which) for e in provenance(hinted).introduced] == [(3, "value")]
 
 
-def _opt_state(opt, tape, kind):
-    params = []
-    for s in opt.slots:
-        g = tape.grad(s.var)
-        if g is None:
-            continue
-        params.append(ParamUpdate(s.var.id, s.l2, np.array(tape.value(s.var)), np.array(g),
-                                  w_after=None,
-                                  m=None if getattr(s, "m", None) is None else np.array(s.m),
-                                  v=None if getattr(s, "v", None) is None else np.array(s.v)))
-    kw = {} if kind == "sgd" else {"b1": opt.b1, "b2": opt.b2, "eps": opt.eps}
-    return OptimizerState(kind, opt.lr, opt.t + 1, params, clip=opt.clip, **kw)
-
-
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f64", "f32"])
 def test_reference_update_is_core_optim_bit_for_bit(kind, dtype):
@@ -195,7 +142,7 @@ def test_reference_update_is_core_optim_bit_for_bit(kind, dtype):
     opt.add(u)  # never reached: skipped by both
     for _ in range(3):
         t.backward(loss)
-        st = _opt_state(opt, t, kind)
+        st = optimizer_state(opt, t, kind)
         assert [p.node for p in st.params] == [a.id, b.id]
         opt.step()
         for p, (w, m, v) in zip(st.params, reference_update(st), strict=True):
@@ -214,7 +161,7 @@ def test_a_wrong_update_is_introduced_at_its_parameter():
     t.backward(loss)
     opt = optim.Adam(t, 0.01)
     opt.add_all()
-    st = _opt_state(opt, t, "adam")
+    st = optimizer_state(opt, t, "adam")
     (w1, m1, v1), = reference_update(st)
     p = st.params[0]
     p.w_after, p.m_after, p.v_after = w1, m1, v1

@@ -20,7 +20,7 @@ from tapescope.core.provenance import (
     provenance,
     same_inputs,
 )
-from tests.core.test_provenance import _opt_state
+from tests.helpers.provenance import optimizer_state
 
 
 def _flip(a: np.ndarray) -> np.ndarray:
@@ -53,7 +53,7 @@ def _episode(kind="adam", dtype="float64", clip=None, steps=2):
 def _around(t, o, kind):
     """(candidate before, reference before, the reference's after arrays): the candidate a copy
     of the reference's state; the reference's optimizer then steps."""
-    cand, ref = _opt_state(o, t, kind), _opt_state(o, t, kind)
+    cand, ref = optimizer_state(o, t, kind), optimizer_state(o, t, kind)
     o.step()
     after = []
     for p in ref.params:

@@ -1,5 +1,6 @@
-"""core.provenance, line by line: each verdict here is one a mutation run found no test for
-(issue 31). Planted differences with a known answer: the node, the array, the element count.
+"""core.provenance, one rule of a verdict at a time: the NaN policy, the gradients' walk, fused
+kernels, updates, results as data, explanations, dtypes and hints. Planted differences with a
+known answer: the node, the array, the element count.
 
 The small chain used throughout scales by 2.0 (exact in binary), so a one-ulp fault planted in
 ``a`` is exactly a one-ulp difference in ``b = 2a`` and in ``x``'s gradient ``2 * grad(a)``.
@@ -24,7 +25,7 @@ from tapescope.core.provenance import (
     reference_grad,
     reference_update,
 )
-from tests.core.test_provenance import Planted, flip
+from tests.helpers.provenance import Planted, flip
 
 X = np.array([0.3, -1.7, 2.5])
 C = np.array([0.5, 1.5, -2.0])
@@ -326,7 +327,7 @@ def test_no_weight_decay_adds_nothing_not_even_zero_times_an_infinite_weight():
     assert w1.tolist() == [np.inf, 0.5, -2.5]  # g + 0 * inf would be NaN, and so w
 
 
-# ---- second mutation run (issue 31, full module): what the first sample never reached ----------
+# ---- explanations, dtypes, hints, half updates and the walk past what is missing -----------------
 def test_explained_entries_carry_their_cause_value_and_gradient():
     """explain=True: a value made with the platform's exp is ``libm``; a gradient made with a
     contracted product (matmul's rule) is ``fma``, one made with the platform's sigmoid
@@ -530,7 +531,7 @@ def test_adams_numpy_lines_are_its_c_pass_bit_for_bit(dtype, monkeypatch):
 @pytest.mark.parametrize("dtname", ["float16", "bfloat16"])
 def test_a_half_update_is_core_optims_rounded_once(kind, dtname):
     from tapescope.core import optim, precision
-    from tests.core.test_provenance import _opt_state
+    from tests.helpers.provenance import optimizer_state
 
     dt = precision.dtype_of(dtname)
     t = Tape(dtname)
@@ -540,7 +541,7 @@ def test_a_half_update_is_core_optims_rounded_once(kind, dtname):
     o.add(w)
     for _ in range(2):
         t.backward(loss)
-        st = _opt_state(o, t, kind)
+        st = optimizer_state(o, t, kind)
         o.step()
         (w1, m1, v1), = reference_update(st)
         assert w1.dtype == dt
