@@ -200,7 +200,7 @@ def value_bound(op: str, xs: Sequence[Any], at: dict, ref: Any, dt: Any) -> np.n
             k = a.shape[-1]
             M = np.matmul(a, b)
             return _finish(gamma(k, u) * M, shape, dt, k)
-        if op == "conv2d":
+        if op in ("conv2d", "conv3d"):
             x, w = _abs(xs[0]), _abs(xs[1])
             k = int(np.prod(w.shape[1:]))
             M = np.asarray(fwd(None, [x, w], at), dtype=np.float64)
@@ -360,10 +360,10 @@ def _contrib_bounds(op: str, g: Any, xs: Sequence[Any], y: Any, at: dict, needs:
                 if needs[1]:
                     M = np.matmul(np.swapaxes(a, 1, 2), G)
                     put(1, gamma(a.shape[1], u) * M, M)
-        elif op == "conv2d":
+        elif op in ("conv2d", "conv3d"):
             parts = REGISTRY[op].backward(None, G, AX, None, at, needs)
             w = np.shape(xs[1])
-            kx = int(w[0] * w[2] * w[3])  # C_out * kh * kw terms per input pixel (at most)
+            kx = int(w[0] * np.prod(w[2:]))  # C_out * taps terms per input pixel (at most)
             kw = int(G.shape[0] * np.prod(G.shape[2:]))  # N * Ho * Wo per weight
             for k, n in ((0, kx), (1, kw)):
                 if needs[k] and parts[k] is not None:

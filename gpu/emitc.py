@@ -215,6 +215,7 @@ NO_C_RULE = {op: "pairs columns c and c + W/2: a one-element row has no pair"
              for op in ROW_OPS if REGISTRY[op].row.pair}
 NO_C_RULE.update({
     "conv2d": "windows over [N, C, H, W] operands",
+    "conv3d": "windows over [N, C, D, H, W] operands",
     "conv_transpose2d": "windows over [N, C, H, W] operands",
     "maxpool2d": "windows over [N, C, H, W] operands",
     "avgpool2d": "windows over [N, C, H, W] operands",

@@ -23,35 +23,42 @@ i64 = np.int64
 def _outs(hw: tuple, k: tuple, st: tuple, dil: tuple, padw: list, ceil_mode: int) -> tuple:
     from tapescope.core.ops.nn import out_size
 
-    return tuple(out_size(hw[i], k[i], st[i], dil[i], *padw[i], ceil_mode) for i in range(2))
+    return tuple(out_size(hw[i], k[i], st[i], dil[i], *padw[i], ceil_mode)
+                 for i in range(len(hw)))
 
 
 def window_maps(hw: tuple, k: tuple, st: tuple, dil: tuple, padw: list, ceil_mode: int):
-    """taps [P*T] (input pixel or -1), col2im CSR (tap-major) and output-major CSR."""
-    h, w = hw
-    oh, ow = _outs(hw, k, st, dil, padw, ceil_mode)
-    i = np.arange(oh).reshape(-1, 1, 1, 1)
-    j = np.arange(ow).reshape(1, -1, 1, 1)
-    a = np.arange(k[0]).reshape(1, 1, -1, 1)
-    b = np.arange(k[1]).reshape(1, 1, 1, -1)
-    ph = i * st[0] + a * dil[0] - padw[0][0]
-    pw = j * st[1] + b * dil[1] - padw[1][0]
-    inside = (ph >= 0) & (ph < h) & (pw >= 0) & (pw < w)
-    taps = np.where(inside, ph * w + pw, -1).astype(np.int64).reshape(oh * ow, k[0] * k[1])
+    """taps [P*T] (input pixel or -1), col2im CSR (tap-major) and output-major CSR. Any number
+    of spatial axes (``hw``: their extents): pixels and taps are flattened row-major, so the
+    kernels, which see only P, T and pixel numbers, serve 2-D and 3-D windows alike."""
+    nd = len(hw)
+    outs = _outs(hw, k, st, dil, padw, ceil_mode)
+    # per axis, the padded-input position of (output o, tap t): [outs..., k...] broadcast
+    inside = np.ones((1,) * (2 * nd), bool)
+    flat = np.zeros((1,) * (2 * nd), np.int64)
+    for ax in range(nd):
+        o = np.arange(outs[ax]).reshape((1,) * ax + (-1,) + (1,) * (2 * nd - ax - 1))
+        t = np.arange(k[ax]).reshape((1,) * (nd + ax) + (-1,) + (1,) * (nd - ax - 1))
+        pos = o * st[ax] + t * dil[ax] - padw[ax][0]
+        inside = inside & (pos >= 0) & (pos < hw[ax])
+        flat = flat * hw[ax] + pos
+    taps = np.where(inside, flat, -1).astype(np.int64).reshape(
+        int(np.prod(outs)), int(np.prod(k)))
     p_n, t_n = taps.shape
+    h_w = int(np.prod(hw))
     # col2im: per input pixel, the (t, p) pairs ordered by tap first (the reference's loop)
     t_idx, p_idx = np.meshgrid(np.arange(t_n), np.arange(p_n), indexing="ij")
     src = taps.T.reshape(-1)  # tap-major
     keep = src >= 0
     order = np.argsort(src[keep], kind="stable")
     c_lst = (t_idx.reshape(-1)[keep] * p_n + p_idx.reshape(-1)[keep])[order]
-    c_off = np.concatenate([[0], np.cumsum(np.bincount(src[keep], minlength=h * w))])
+    c_off = np.concatenate([[0], np.cumsum(np.bincount(src[keep], minlength=h_w))])
     # max-pool backward: per input pixel, the outputs covering it in row-major output order
     src2 = taps.reshape(-1)
     keep2 = src2 >= 0
     order2 = np.argsort(src2[keep2], kind="stable")
     o_lst = np.repeat(np.arange(p_n), t_n)[keep2][order2]
-    o_off = np.concatenate([[0], np.cumsum(np.bincount(src2[keep2], minlength=h * w))])
+    o_off = np.concatenate([[0], np.cumsum(np.bincount(src2[keep2], minlength=h_w))])
     return taps, (c_off.astype(np.int64), c_lst.astype(np.int64)), (
         o_off.astype(np.int64), o_lst.astype(np.int64))
 
@@ -111,26 +118,23 @@ def _pool(op: str) -> OpKernels:
     return OpKernels(fwd, bwd)
 
 
-@register_kernels("conv2d")
+@register_kernels("conv2d", "conv3d")
 def _conv(op: str) -> OpKernels:
     def setup(ctx: BuildCtx, node):
+        from tapescope.core.ops.nn import conv_geom
+
         x, w = node.inputs
-        n, c, h, wd = ctx.shape(x)
-        m, cg, kh, kw = ctx.shape(w)
-        at = node.attrs
-        st = tuple(at.get("strides", (1, 1)))
-        pd = tuple(at.get("pads", (0, 0, 0, 0)))
-        dil = tuple(at.get("dilations", (1, 1)))
-        g = int(at.get("group", 1))
-        taps, col, _ = window_maps((h, wd), (kh, kw), st, dil, [(pd[0], pd[2]), (pd[1], pd[3])],
-                                   0)
+        n, c, *sp = ctx.shape(x)
+        m, cg, *k = ctx.shape(w)
+        st, padw, dil, g = conv_geom(node.attrs, len(sp))
+        taps, col, _ = window_maps(tuple(sp), tuple(k), st, dil, padw, 0)
         p, t = taps.shape
         cgk = cg * t
         # [g][n][cg*T + t][p]: copies of x (stored values: the storage type)
         cols = ctx.aux(node.id, "cols", n=g * n * cgk * p, dtype=ctx.dtype)
         maps = (ctx.aux(node.id, "taps", taps), ctx.aux(node.id, "c_off", col[0]),
                 ctx.aux(node.id, "c_lst", col[1]))
-        return (n, c, h * wd, m, g, t, p, cgk), cols, maps
+        return (n, c, int(np.prod(sp)), m, g, t, p, cgk), cols, maps
 
     def fwd(ctx: BuildCtx, node) -> list[Launch]:
         (n, c, hw, m, g, t, p, cgk), cols, (taps, _, _) = setup(ctx, node)

@@ -529,18 +529,19 @@ def _conv(imp, st, ins, names):
         y = _conv(imp, lowerings._Attrs(st, lowerings.as_2d(at)),
                   [lowerings.unit_height(x), lowerings.unit_height(w)] + list(ins[2:]), names)
         return lowerings.drop_height(y)
-    if len(x.shape) != 4:
-        raise OnnxError("only 1-D and 2-D convolutions have a tape form", node=imp.label)
+    if len(x.shape) not in (4, 5):
+        raise OnnxError("only 1-D, 2-D and 3-D convolutions have a tape form", node=imp.label)
+    nd = len(x.shape) - 2  # 2: conv2d; 3 (Conv3d): conv3d, the same chains with a depth axis
     k = list(at.get("kernel_shape") or w.shape[2:])
-    strides = list(at.get("strides") or [1, 1])
-    dil = list(at.get("dilations") or [1, 1])
+    strides = list(at.get("strides") or [1] * nd)
+    dil = list(at.get("dilations") or [1] * nd)
     padw = pads_for(x.shape[2:], k, strides, dil, at.get("pads"), at.get("auto_pad", "NOTSET"))
-    y = _nn_record(imp.tape, "conv2d", [x, w], {
+    y = _nn_record(imp.tape, f"conv{nd}d", [x, w], {
         "strides": tuple(strides), "dilations": tuple(dil), "group": int(at.get("group", 1)),
-        "pads": (padw[0][0], padw[1][0], padw[0][1], padw[1][1])})
+        "pads": tuple(b for b, _ in padw) + tuple(e for _, e in padw)})
     if len(ins) > 2 and ins[2] is not None:
         b = _v(imp, ins, names, 2)
-        y = ops.add(y, ops.reshape(b, (1, w.shape[0], 1, 1)))
+        y = ops.add(y, ops.reshape(b, (1, w.shape[0]) + (1,) * nd))
     return y
 
 

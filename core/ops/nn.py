@@ -1,4 +1,5 @@
-"""Tape ops for imported ONNX models: conv2d, conv_transpose2d, maxpool2d, avgpool2d, erf, gather.
+"""Tape ops for imported ONNX models: conv2d, conv3d, conv_transpose2d, maxpool2d, avgpool2d, erf,
+gather.
 
 The numerics live here once and are shared: ``core.onnx``'s Conv/MaxPool/AveragePool kernels call
 :func:`conv_nd` / :func:`pool_nd`, so the executor and the tape round identically. Reference
@@ -208,35 +209,52 @@ def pool_counts(x, kernel, strides, padw, dil, ceil_mode, count_include_pad):
 
 # ---- tape ops ---------------------------------------------------------------------------------
 
-def _conv_geom(at):
-    st = tuple(at.get("strides", (1, 1)))
-    p = tuple(at.get("pads", (0, 0, 0, 0)))
-    dil = tuple(at.get("dilations", (1, 1)))
-    return st, [(p[0], p[2]), (p[1], p[3])], dil, int(at.get("group", 1))
+def conv_geom(at, nd=2):
+    """(strides, [(begin, end)] pads per axis, dilations, group) of an ``nd``-d convolution;
+    ONNX pads: every axis's begin, then every axis's end."""
+    st = tuple(at.get("strides", (1,) * nd))
+    p = tuple(at.get("pads", (0,) * (2 * nd)))
+    dil = tuple(at.get("dilations", (1,) * nd))
+    if len(st) != nd or len(p) != 2 * nd or len(dil) != nd:
+        raise ShapeError(f"conv{nd}d: strides {st}, pads {p} and dilations {dil} must have "
+                         f"{nd}, {2 * nd} and {nd} values")
+    return st, [(p[i], p[i + nd]) for i in range(nd)], dil, int(at.get("group", 1))
 
 
-def _conv_shape(shapes, at):
-    xs, ws = shapes
-    if len(xs) != 4 or len(ws) != 4:
-        raise ShapeError(f"conv2d takes NCHW x and MCkk w, got {xs} and {ws}")
-    if 0 in xs or 0 in ws:  # an empty batch (or channel): no window to reduce, no gradient rule
-        raise ShapeError(f"conv2d: x {xs} and w {ws} must have no zero-size dim (empty batch?)")
-    st, padw, dil, g = _conv_geom(at)
-    if xs[1] != ws[1] * g or ws[0] % g:
-        raise ShapeError(f"conv2d: x {xs}, w {ws} and group {g} disagree")
-    return (xs[0], ws[0]) + tuple(out_size(xs[2 + i], ws[2 + i], st[i], dil[i], *padw[i])
-                                  for i in range(2))
+_conv_geom = conv_geom  # the name core/explain.py imports
+
+
+def _conv_shape_nd(nd):
+    name, lay = f"conv{nd}d", ("NCL", "NCHW", "NCDHW")[nd - 1]
+
+    def shape(shapes, at):
+        xs, ws = shapes
+        if len(xs) != 2 + nd or len(ws) != 2 + nd:
+            raise ShapeError(f"{name} takes {lay} x and MC{'k' * nd} w, got {xs} and {ws}")
+        if 0 in xs or 0 in ws:  # an empty batch (or channel): no window, no gradient rule
+            raise ShapeError(f"{name}: x {xs} and w {ws} must have no zero-size dim "
+                             "(empty batch?)")
+        st, padw, dil, g = conv_geom(at, nd)
+        if xs[1] != ws[1] * g or ws[0] % g:
+            raise ShapeError(f"{name}: x {xs}, w {ws} and group {g} disagree")
+        return (xs[0], ws[0]) + tuple(out_size(xs[2 + i], ws[2 + i], st[i], dil[i], *padw[i])
+                                      for i in range(nd))
+    return shape
+
+
+_conv_shape = _conv_shape_nd(2)
 
 
 def _conv_fwd(M, xs, at):
-    st, padw, dil, g = _conv_geom(at)
+    st, padw, dil, g = conv_geom(at, xs[0].ndim - 2)
     return conv_nd(xs[0], xs[1], st, padw, dil, g)
 
 
 def _conv_bwd(M, g, xs, y, at, needs):
-    """gw: dot over output pixels, then a serial sum over the batch; gx: wᵀ·g, then col2im."""
+    """gw: dot over output pixels, then a serial sum over the batch; gx: wᵀ·g, then col2im.
+    Any number of spatial axes (conv2d, conv3d): pixels and taps in row-major order."""
     x, w = xs
-    st, padw, dil, grp = _conv_geom(at)
+    st, padw, dil, grp = conv_geom(at, x.ndim - 2)
     n, m = g.shape[:2]
     cols, _ = im2col(x, w.shape[2:], st, dil, padw, grp)
     gg = g.reshape(n, grp, m // grp, -1)
@@ -266,8 +284,17 @@ def _conv_sample(rng, dtype):
                                               "dilations": (2, 1), "group": 2})]
 
 
+def _conv3d_sample(rng, dtype):
+    def r(*s):
+        return rng.uniform(-1, 1, s).astype(dtype)
+    return [([r(2, 3, 4, 5, 4), r(4, 3, 2, 3, 2)], {"pads": (1, 1, 0, 0, 1, 1)}),
+            ([r(1, 4, 5, 4, 5), r(4, 2, 3, 2, 2)],
+             {"strides": (2, 1, 2), "pads": (1, 0, 1, 0, 1, 0), "dilations": (1, 2, 1),
+              "group": 2})]
+
+
 def _convt_geom(at):
-    st, padw, dil, g = _conv_geom(at)
+    st, padw, dil, g = conv_geom(at)
     return st, padw, dil, g, tuple(at.get("output_padding", (0, 0)))
 
 
@@ -463,6 +490,10 @@ def _erf_sample(rng, dtype):
 NN_OPS = (
     OpDef("conv2d", 2, "matmul", "none", _conv_shape, _conv_fwd, _conv_bwd, _conv_sample,
           doc="y = im2col(x) contracted with w, serial over (c, kh, kw); bias is a separate add"),
+    OpDef("conv3d", 2, "matmul", "none", _conv_shape_nd(3), _conv_fwd, _conv_bwd,
+          _conv3d_sample,
+          doc="y = im2col(x) contracted with w, serial over (c, kd, kh, kw); conv2d's rules "
+              "with three spatial axes"),
     OpDef("conv_transpose2d", 2, "matmul", "none", _convt_shape, _convt_fwd, _convt_bwd,
           _convt_sample,
           doc="y = col2im(wᵀ·x) cropped by the pads (conv2d's backward-data); gx = conv2d(g, w)"),

@@ -102,6 +102,19 @@ def _conv2d(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
                     dilation=tuple(at.get("dilations", (1, 1))), groups=int(at.get("group", 1)))
 
 
+def _conv3d(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
+    F = T.nn.functional
+    x, w = xs
+    p = tuple(int(v) for v in at.get("pads", (0,) * 6))  # ONNX: begins (d, h, w), then ends
+    if p[:3] == p[3:]:
+        padding: Any = p[:3]
+    else:  # asymmetric: pad first (zeros; F.pad takes the last axis first)
+        x, padding = F.pad(x, (p[2], p[5], p[1], p[4], p[0], p[3])), 0
+    return F.conv3d(x, w, stride=tuple(at.get("strides", (1, 1, 1))), padding=padding,
+                    dilation=tuple(at.get("dilations", (1, 1, 1))),
+                    groups=int(at.get("group", 1)))
+
+
 def _conv_transpose2d(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
     # F.conv_transpose2d without padding (its output_padding at the end), then the ONNX pads
     # (top, left, bottom, right) cropped: asymmetric pads too
@@ -195,6 +208,7 @@ TORCH: dict[str, TorchForm] = {
     "matmul": lambda T, xs, at: T.matmul(xs[0], xs[1]),
     "bmm": lambda T, xs, at: T.bmm(xs[0], xs[1]),
     "conv2d": _conv2d,
+    "conv3d": _conv3d,
     "conv_transpose2d": _conv_transpose2d,
     "sum": _sum,
     "mean": _mean,
