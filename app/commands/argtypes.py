@@ -59,7 +59,10 @@ def add_optimizer_args(p: Any) -> None:
     """The episode's optimizer (``train``, and through ``add_candidate_args`` ``parity``,
     ``report``, ``gui --live``): core.optim_config's flags, the workload's own optimizer when
     none is given (docs/workloads.md, "Optimizer")."""
-    g = p.add_argument_group("optimizer (default: the workload's own; docs/workloads.md)")
+    # a parser gets its own group; a group (gui's --live flags) takes them as they are (argparse
+    # deprecates nested groups)
+    g = p if isinstance(p, argparse._ArgumentGroup) else p.add_argument_group(
+        "optimizer (default: the workload's own; docs/workloads.md)")
     g.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], default=None,
                    help="sgd: torch.optim.SGD's step (momentum, nesterov, weight decay); adam: "
                         "the tape's Adam; adamw: torch.optim.AdamW's step")
