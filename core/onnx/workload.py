@@ -179,7 +179,7 @@ def reinit_values(tape: Tape, params: dict[str, Var], values: dict[str, Any], gr
     for name, v in params.items():
         shape = v.shape
         op, _ = _role(tape, v.id, users)
-        if op in ("conv2d", "conv3d", "conv_transpose2d"):
+        if op in ("conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d"):
             fan_in = int(np.prod(shape[1:]))
             fresh[name] = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
         elif op in ("matmul", "bmm") or (len(shape) >= 2 and op not in ("mul", "div", "add",
