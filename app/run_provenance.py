@@ -144,12 +144,16 @@ class StepProbe:
         return StepState(step, self.nodes, self.loss, f.value, f.grad, leaf, ev, eg, opt,
                          self.kernels)
 
-    def after_update(self, st: StepState, value_after: Any = None, views: bool = False) -> None:
+    def after_update(self, st: StepState, value_after: Any = None, views: bool = False,
+                     ref_after: Any = None) -> None:
         """Read what the update left (``value_after(i)``: a parameter's value now, from the
         step's store; else the run's); remember each parameter's new value for the next step.
         ``views``: the moments the update left as the candidate's own memory where it offers
         that (``optimizer_views``: a host device's, no download), valid until its next launch:
-        only for a state judged now and not kept (``release`` then drops them)."""
+        only for a state judged now and not kept (``release`` then drops them).
+        ``ref_after(i)``: the reference's parameter value after its update as the step's store
+        holds it (the very array a candidate value proven equal is read as, so the judge of
+        the two is one identity check); else the reference run's own."""
         done = set()
         if st.update is not None:
             _optimizer_after(self.cand, st.update,
@@ -160,7 +164,8 @@ class StepProbe:
                 done.add(p.node)
             if self._same is not None and any(self._same):
                 mine = self.ref.optimizer_views(after=True)
-                views = {i: (self.ref.array(i, "value"), m, v) for i, _, m, v in mine["params"]}
+                w_ref = ref_after or (lambda i: self.ref.array(i, "value"))
+                views = {i: (w_ref(i), m, v) for i, _, m, v in mine["params"]}
                 # views of the reference's arrays: valid until its next update (the pair
                 # drops them once this step's provenance ran: ``release``)
                 st.update.reference = [views.get(p.node) if same else None

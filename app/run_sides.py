@@ -123,9 +123,10 @@ class Run(Protocol):
     # judge an update on its reference's own bits; a host device's saves the downloads);
     # ``equal_bits(ref) -> set``, the (node, which) its last ``compare`` against ``ref`` found
     # bit-equal, until its next launch (provenance's update skip then reads them once; the
-    # step's store reads those from ``ref`` instead); ``same_now(ref, keys) -> set``, which
-    # of ``keys`` it holds now with ``ref``'s bits, judged where its data is (the store's
-    # parameters after the update): on an exact step only summaries and the loss cross
+    # step's store reads those from ``ref`` instead); ``same_now(arrays) -> set``, which
+    # ``(node, which)`` keys of ``arrays`` it holds now with those host arrays' bits, judged
+    # where its data is (the store's parameters after the update): on an exact step only
+    # summaries and the loss cross
 
 
 class CpuRun:
@@ -342,15 +343,15 @@ class DeviceRun:
         got = self._equal
         return got[1] if got is not None and got[0] is ref else frozenset()
 
-    def same_now(self, ref: Run, keys: list[tuple[int, str]]) -> set:
-        """Which ``(node, "value" | "grad")`` of ``keys`` this run holds now with exactly
-        ``ref``'s bits (``ref.array``), judged on the device (``gpu.parity.same_bits``: only
+    def same_now(self, arrays: dict) -> set:
+        """Which ``(node, "value" | "grad")`` keys of ``arrays`` this run holds now with
+        exactly that host array's bits, judged on the device (``gpu.parity.same_bits``: only
         summaries cross); none for a half program (no half diff kernel)."""
         if self.prog.dtype in HALF:
             return set()
         from tapescope import gpu
 
-        return gpu.parity.same_bits(self.prog, {k: ref.array(*k) for k in keys})
+        return gpu.parity.same_bits(self.prog, arrays)
 
     def leaf_value(self, i: int) -> np.ndarray | None:
         """The feed's input (a device replays its feed's inputs)."""
@@ -446,11 +447,13 @@ class StepArrays:
 
     def match_after(self, keys: list[tuple[int, str]]) -> None:
         """After the update: which of ``keys`` the candidate now holds with the reference's
-        bits, judged where its data is (``same_now``, a device's diff; none for a run without
-        it); those are then read from the reference, not fetched from the candidate."""
+        bits (this store's copies of them), judged where its data is (``same_now``, a
+        device's diff; none for a run without it); those are then read from the reference,
+        not fetched from the candidate."""
         judge = getattr(self.runs["cand"], "same_now", None)
         if judge is not None and self.updated and keys:
-            self.same_after |= judge(self.runs["ref"], keys)
+            self.same_after |= judge({(i, w): self.get("ref", i, w, after=True)
+                                      for i, w in keys})
 
     def mark_updated(self) -> None:
         """The optimizer ran: a parameter read ``after`` now gets what its update left (what

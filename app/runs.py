@@ -349,7 +349,8 @@ class PairRunner:
             # (not kept: the moments after the update in place too, judged before the next
             # launch)
             self.probe.after_update(st, lambda i: store.get("cand", i, "value", after=True),
-                                    views=not self.states.maxlen)
+                                    views=not self.states.maxlen,
+                                    ref_after=lambda i: store.get("ref", i, "value", after=True))
             prov = provenance(st, explain=self.explain)
             self.probe.release(st)
             set_introduced(rec, prov.flags(len(rec)))

@@ -76,7 +76,7 @@ def _baseline(r: PairRunner) -> PairRunner:
     item 2): its compare's equal set, the after-update check and the moments' host copies
     are switched off (the compare itself, and so the records, unchanged)."""
     r.cand.equal_bits = lambda ref: frozenset()
-    r.cand.same_now = lambda ref, keys: set()
+    r.cand.same_now = lambda arrays: set()
     r.cand._like = lambda after: {}
     return r
 
