@@ -4,7 +4,7 @@ The table walks (test_ops_parity, test_row_forms, test_ops_tape_form, ...) hold 
 on its samples; this file holds what is special about it: the guard (``mf``: a row of -inf is
 -inf, a +inf is +inf, as torch.logsumexp) against PyTorch, and its generated kernels over every
 axis, a row of one and a long row, in every dtype the host backend runs, bit for bit with the
-tape, values and gradients; and a fused tape around it, fused == unfused.
+tape, values and gradients; a fused tape around it, fused == unfused; and emitc's C of it.
 """
 
 from __future__ import annotations
@@ -87,6 +87,24 @@ def test_a_fused_tape_around_it_is_the_unfused_one(host):
         p.forward()
         p.backward()
         assert gpu.parity.compare(t, p).exact
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+def test_emitc_spells_it_over_a_row_of_one(tmp_path, dt):
+    """emitc's rule is the row form over one element: gcc's run is the tape, bit for bit."""
+    from tests.helpers.emitc import compile_all, emit_traced, run_traced, same
+
+    t = Tape(dt)
+    xs = [t.param(np.array([v]), name=f"x{k}") for k, v in enumerate((0.75, -2.5, 40.0))]
+    loss = ops.tanh(ops.log_sum_exp(xs[0]))
+    for x in xs[1:]:
+        loss = ops.add(loss, ops.mul(ops.log_sum_exp(x, axis=0), loss))
+    t.backward(loss)
+    lib = compile_all(tmp_path, [emit_traced(t, loss, {}, "lse")])
+    got, g, tv, tg = run_traced(lib, "lse", t, {}, np.zeros(len(xs)))
+    assert same(got, loss.value)
+    assert same(tv, [t.value(i).reshape(-1)[0] for i in range(len(t))])
+    assert same(g, [x.grad[0] for x in xs])
 
 
 def test_it_is_one_entry_of_the_table():
