@@ -9,15 +9,12 @@ so the edit reaches the checks behind the header's own checksum.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -25,66 +22,27 @@ import pytest
 
 from tapescope.core import Tape, ops, tapefile
 from tapescope.core.tapefile import Limits, TapeFileError
+from tests.helpers.tapefile_v2 import (
+    TRAILER,
+    assemble,
+    chain,
+    edited,
+    loc_of,
+    parts,
+    refused,
+    same,
+    set_loc,
+    small_tape,
+)
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
-TRAILER = struct.Struct("<8sQQ32s")
 
 
-# ---- crafting ------------------------------------------------------------------------------
-def parts(path: Path) -> tuple[bytes, dict]:
-    """(body: everything before the header, header dict) of a version-2 file."""
-    raw = path.read_bytes()
-    magic, hoff, hlen, _ = TRAILER.unpack_from(raw, len(raw) - TRAILER.size)
-    assert magic == tapefile.TRAILER_MAGIC
-    return raw[:hoff], json.loads(raw[hoff:hoff + hlen])
-
-
-def assemble(path: Path, body: bytes, header: dict | str) -> Path:
-    """``body`` + the header (a dict is dumped; a str is the JSON text) + a correct trailer."""
-    text = (header if isinstance(header, str) else json.dumps(header)).encode()
-    path.write_bytes(body + text + TRAILER.pack(tapefile.TRAILER_MAGIC, len(body), len(text),
-                                                hashlib.sha256(text).digest()))
-    return path
-
-
-def edited(src: Path, dst: Path, edit) -> Path:
-    """``src`` with ``edit(header)`` applied (in place or returning a new header)."""
-    body, h = parts(src)
-    out = edit(h)
-    return assemble(dst, body, h if out is None else out)
-
-
-def refused(path: Path, match: str = "", limits: Limits | None = None, lazy: bool = False,
-            budget_bytes: int = 32 * MiB) -> TapeFileError:
-    """Load ``path``: a one-line TapeFileError naming the file (and ``match``), within a memory
-    budget (tracemalloc sees numpy's buffers: an allocation sized by the file shows up)."""
-    tracemalloc.start()
-    try:
-        with pytest.raises(TapeFileError) as ei:
-            tapefile.load(path, limits=limits, lazy=lazy)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    msg = str(ei.value)
-    assert str(path) in msg, msg
-    assert match.lower() in msg.lower(), msg
-    assert "\n" not in msg, msg
-    assert peak < budget_bytes, f"peak {peak / MiB:.0f} MiB: {msg}"
-    return ei.value
-
-
-def chain(n: int = 40) -> tuple[Tape, int]:
-    """x[4,8] -> n tanh/mul steps -> sum, with gradients (many arrays: many small blocks)."""
-    t = Tape()
-    x = t.param(np.linspace(-1, 1, 32).reshape(4, 8), name="x")
-    w = t.param(np.full((4, 8), 0.5), name="w")
-    y = x
-    for k in range(n):
-        y = ops.tanh(ops.mul(y, w), name=f"h{k}")
-    loss = ops.sum(y, name="loss")
-    t.backward(loss)
-    return t, loss.id
+@pytest.fixture
+def small(tmp_path) -> Path:
+    """x[2,3] param -> tanh -> sum, with gradients; meta names the loss; one block an array."""
+    return small_tape(tmp_path)
 
 
 @pytest.fixture
@@ -92,29 +50,6 @@ def many(tmp_path) -> Path:
     """A tape of ~83 nodes over many 1 KiB blocks."""
     t, loss = chain()
     return tapefile.save(t, tmp_path / "many.tape", meta={"loss": loss}, block_bytes=1024)
-
-
-@pytest.fixture
-def small(tmp_path) -> Path:
-    """x[2,3] param -> tanh -> sum, with gradients; meta names the loss; one block an array."""
-    t = Tape()
-    x = t.param(np.linspace(-1, 1, 6).reshape(2, 3), name="x")
-    loss = ops.sum(ops.tanh(x))
-    t.backward(loss)
-    return tapefile.save(t, tmp_path / "small.tape", meta={"loss": loss.id}, block_bytes=64)
-
-
-def same(a: Tape, b: Tape) -> None:
-    assert len(a) == len(b)
-    for na, nb in zip(a.nodes, b.nodes, strict=True):
-        assert (na.op, na.inputs, dict(na.attrs), na.shape, na.name, na.requires_grad) == (
-            nb.op, nb.inputs, dict(nb.attrs), nb.shape, nb.name, nb.requires_grad)
-        assert a.value(na.id).tobytes() == b.value(nb.id).tobytes()
-        ga, gb = a.grad(na.id), b.grad(nb.id)
-        assert (ga is None) == (gb is None)
-        if ga is not None:
-            assert ga.tobytes() == gb.tobytes()
-    assert [p.id for p in a.params()] == [p.id for p in b.params()]
 
 
 # ---- round trips ---------------------------------------------------------------------------
@@ -293,15 +228,6 @@ def test_a_false_nonfinite_claim_is_caught_when_its_block_is_read(tmp_path):
     assert np.isnan(eager.value(1)[0])
 
 
-# ---- hostile: sizes, offsets, dtypes, shapes, duplicates -----------------------------------
-def _loc(h: dict, kind: str, i: int) -> list[int]:
-    return h[kind][2 * i:2 * i + 2]
-
-
-def _set_loc(h: dict, kind: str, i: int, loc: list[int]) -> None:
-    h[kind][2 * i:2 * i + 2] = loc
-
-
 HOSTILE = {
     # declared sizes and offsets
     "block-past-header": (lambda h: h["blocks"][-1].__setitem__(1, 1 << 30), "block"),
@@ -310,12 +236,12 @@ HOSTILE = {
     "blocks-overlap": (lambda h: h["blocks"][1].__setitem__(0, h["blocks"][0][0]), "overlap"),
     "block-size-float": (lambda h: h["blocks"][0].__setitem__(1, 8.0), "block"),
     "block-digest-short": (lambda h: h["blocks"][0].__setitem__(2, "ab"), "block"),
-    "array-out-of-block": (lambda h: _set_loc(h, "values", 1, [0, 1 << 20]), "block"),
-    "array-negative-offset": (lambda h: _set_loc(h, "values", 1, [0, -8]), "offset"),
-    "array-unknown-block": (lambda h: _set_loc(h, "values", 1, [999, 0]), "block"),
-    "arrays-overlap": (lambda h: _set_loc(h, "values", 1, _loc(h, "values", 0)), "overlap"),
-    "array-misaligned": (lambda h: _set_loc(h, "values", 1, [0, 3]), "align"),
-    "value-missing": (lambda h: _set_loc(h, "values", 1, [-1, -1]), "value"),
+    "array-out-of-block": (lambda h: set_loc(h, "values", 1, [0, 1 << 20]), "block"),
+    "array-negative-offset": (lambda h: set_loc(h, "values", 1, [0, -8]), "offset"),
+    "array-unknown-block": (lambda h: set_loc(h, "values", 1, [999, 0]), "block"),
+    "arrays-overlap": (lambda h: set_loc(h, "values", 1, loc_of(h, "values", 0)), "overlap"),
+    "array-misaligned": (lambda h: set_loc(h, "values", 1, [0, 3]), "align"),
+    "value-missing": (lambda h: set_loc(h, "values", 1, [-1, -1]), "value"),
     "values-short": (lambda h: h.update(values=h["values"][:-2]), "values"),
     "grads-bool": (lambda h: h["grads"].__setitem__(0, True), "grads"),
     # dtypes
@@ -376,7 +302,6 @@ def test_duplicated_keys_in_the_header_are_refused(small, tmp_path):
     dup_attr = text.replace('"keepdims": false', '"keepdims": false, "keepdims": true', 1)
     assert dup_attr != text
     refused(assemble(tmp_path / "dup2.tape", body, dup_attr), "twice")
-
 
 
 @pytest.mark.parametrize("table,column", [("shapes_table", "shape"), ("attrs_table", "attrs")])

@@ -1,8 +1,8 @@
-"""core.tapefile version 2, line by line: each check here is one the mutation run of issue 31
-found no test for. Crafted headers wrong in one way, refused with the message that names what
-and where; round trips of the tapes that exercise an edge (empty arrays, a block over the
-reader's 16 MiB chunk); the lazy arrays as the GUI's session uses them (slices, snapshots,
-NaN/inf flags of arrays set after the load).
+"""core.tapefile version 2, its layout check by check: crafted headers wrong in one way (the
+layout's bounds at their edges, the structure and the trailer, the header's parse, names, flags
+and dedupe), refused with the message that names what and where; round trips of the tapes that
+exercise an edge (empty arrays, a block over the reader's 16 MiB chunk); the lazy arrays as the
+GUI's session uses them (slices, snapshots, NaN/inf flags of arrays set after the load).
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ import pytest
 
 from tapescope.core import Tape, ops, tapefile
 from tapescope.core.tapefile import MAX_NAME, TapeFileError
-from tests.core import test_tapefile_v2
-from tests.core.test_tapefile_v2 import _set_loc, chain, edited, parts, refused, same
+from tests.helpers.tapefile_v2 import chain, edited, parts, refused, same, set_loc, small_tape
 
-small = test_tapefile_v2.small  # the fixture: x[2,3] param -> tanh -> sum, one block an array
+
+@pytest.fixture
+def small(tmp_path) -> Path:
+    """x[2,3] param -> tanh -> sum, with gradients; meta names the loss; one block an array."""
+    return small_tape(tmp_path)
 
 
 @pytest.fixture
@@ -82,24 +85,24 @@ def test_array_locations_out_of_range_are_refused_by_the_list_check(small, tmp_p
     n = len(parts(small)[1]["op"])
     _fail(small, tmp_path, lambda h: h.update({kind: h[kind][:-2]}),
           f"'{kind}' must be a list of {2 * n} integers")
-    _fail(small, tmp_path, lambda h: _set_loc(h, kind, 0, [0, 1 << 62]),
+    _fail(small, tmp_path, lambda h: set_loc(h, kind, 0, [0, 1 << 62]),
           f"'{kind}' holds a value outside [-1, {1 << 62})")
-    _fail(small, tmp_path, lambda h: _set_loc(h, kind, 0, [-2, 0]),
+    _fail(small, tmp_path, lambda h: set_loc(h, kind, 0, [-2, 0]),
           f"'{kind}' holds a value outside [-1, {1 << 62})")
 
 
 def test_each_array_location_refusal_names_the_node_and_the_place(small, tmp_path):
     _, h = parts(small)
     nb = len(h["blocks"])
-    _fail(small, tmp_path, lambda h: _set_loc(h, "values", 1, [-1, -1]),
+    _fail(small, tmp_path, lambda h: set_loc(h, "values", 1, [-1, -1]),
           "node 1 tanh: value missing")
-    _fail(small, tmp_path, lambda h: _set_loc(h, "values", 1, [nb, 0]),
+    _fail(small, tmp_path, lambda h: set_loc(h, "values", 1, [nb, 0]),
           f"node 1 tanh: its value (block {nb}, offset 0) is in no block")
-    _fail(small, tmp_path, lambda h: _set_loc(h, "grads", 1, [0, 3]),
+    _fail(small, tmp_path, lambda h: set_loc(h, "grads", 1, [0, 3]),
           "node 1 tanh: its grad (block 0, offset 3) is not aligned (offset not a multiple of 8)")
-    _fail(small, tmp_path, lambda h: _set_loc(h, "values", 2, [0, -1]),
+    _fail(small, tmp_path, lambda h: set_loc(h, "values", 2, [0, -1]),
           "node 2 sum: its value (block 0, offset -1) has a negative offset")
-    _fail(small, tmp_path, lambda h: _set_loc(h, "values", 1, [0, 1 << 20]),
+    _fail(small, tmp_path, lambda h: set_loc(h, "values", 1, [0, 1 << 20]),
           f"node 1 tanh: its value (48 bytes at offset {1 << 20}) lies outside block 0")
 
 
@@ -109,7 +112,7 @@ def test_arrays_overlapping_inside_one_block_are_refused(many, tmp_path):
     v = h["values"]
     i = next(k for k in range(1, len(v) // 2) if v[2 * k] == v[2 * k - 2] and v[2 * k + 1] > 0)
     blk, off = v[2 * i - 2], v[2 * i - 1]  # node i-1's value: same block, before node i's
-    _fail(many, tmp_path, lambda h: _set_loc(h, "values", i, [blk, off + 8]),
+    _fail(many, tmp_path, lambda h: set_loc(h, "values", i, [blk, off + 8]),
           "two arrays overlap in the file")
 
 
@@ -393,7 +396,7 @@ def test_blocks_close_at_the_size_aimed_at(many):
     assert len(sizes) > 10 and max(sizes) <= 1024
 
 
-# ---- the full mutation run (issue 31): the lazy lists as the session uses them ------------------
+# ---- the lazy lists as the session uses them -----------------------------------------------------
 def test_the_lazy_flags_are_bool_masks_and_the_nodes_keep_the_dtype(many):
     back, eager = _lazy(many)
     for seq in (back._values, back._grads):
@@ -457,7 +460,7 @@ def test_a_lazy_tape_warns_of_nothing_and_closes_its_file(many):
     assert not caught and not seen, (caught, [str(w.message) for w in seen])
 
 
-# ---- the full mutation run: the layout's bounds at their edges, each refusal exact --------------
+# ---- the layout's bounds at their edges, each refusal exact --------------------------------------
 def test_a_shape_of_exactly_the_datas_bytes_is_allowed_one_element_more_is_not(small, tmp_path):
     """The bound is "more than the file holds": an (unused) shapes_table entry of exactly the
     bytes before the header passes it; 8 bytes more is refused before anything is read."""
@@ -481,7 +484,7 @@ def with_const(tmp_path) -> Path:
 
 
 def test_an_absent_gradient_must_say_so_in_both_places(with_const, tmp_path):
-    _fail(with_const, tmp_path, lambda h: _set_loc(h, "grads", 1, [-1, 0]),
+    _fail(with_const, tmp_path, lambda h: set_loc(h, "grads", 1, [-1, 0]),
           "'grads': an absent array's offset must be -1")
 
 
@@ -535,7 +538,7 @@ def test_an_overlap_deep_in_a_block_is_found_and_named_by_its_bytes(many, tmp_pa
              and v[2 * k + 2] == v[2 * k])
     blk = v[2 * a]
     start = blocks[blk][0] + nb  # node a's gradient, in the file
-    _fail(many, tmp_path, lambda h: _set_loc(h, "values", a + 1, [blk, nb + 8]),
+    _fail(many, tmp_path, lambda h: set_loc(h, "values", a + 1, [blk, nb + 8]),
           f"two arrays overlap in the file (bytes {start}..{start + nb} and {start + 8}..)")
 
 
@@ -608,10 +611,10 @@ def test_the_shape_and_attrs_columns_are_bounded_both_ways(small, tmp_path):
     _fail(one, tmp_path, _item("shape", 0, 1), "'shape' holds a value outside [0, 1)")
 
 
-# ---- the full mutation run, continued (issue 31): the header's parse, names, flags, dedupe -----
+# ---- the header's parse, names, flags, dedupe ----------------------------------------------------
 def test_a_duplicated_key_is_the_one_named_cut_to_40_characters(small, tmp_path):
     """The key that appears twice is named (not the object's first key, not None), cut to 40."""
-    from tests.core.test_tapefile_v2 import assemble
+    from tests.helpers.tapefile_v2 import assemble
 
     body, h = parts(small)
     long = "k" * 60
@@ -787,7 +790,7 @@ def test_an_array_over_the_block_size_opens_no_empty_block(tmp_path):
     same(t, tapefile.load(path)[0])
 
 
-# ---- the full mutation run, sorted (issue 31) --------------------------------------------------
+# ---- gradients absent between present ones -------------------------------------------------------
 @pytest.mark.parametrize("lazy", [False, True])
 def test_gradients_absent_between_and_after_present_ones_round_trip(tmp_path, lazy):
     """Nodes without a gradient (not on the loss's path, or made after the backward pass) in

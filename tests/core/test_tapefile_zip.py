@@ -1,5 +1,7 @@
-"""core.tapefile, line by line: each bound and rule here is one a mutation run found no test for
-(issue 31). Round trips of tapes that exercise a path, and crafted files wrong in one way.
+"""core.tapefile version 1 (a zip of .npy members and a JSON header), bound by bound and rule by
+rule: round trips of tapes that exercise a path, meta and header values at their edges, the zip
+directory and its members, and crafted files wrong in one way, each refused in one line that says
+what and where (the loader's last-resort refusals too).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 
 from tapescope.core import Tape, ops, tapefile
 from tapescope.core.tapefile import MAX_NAME, Limits, TapeFileError
-from tests.core.test_tapefile_hostile import (
+from tests.helpers.tapefile_v1 import (
     MiB,
     digest,
     header_of,
@@ -380,7 +382,7 @@ def test_a_header_that_is_not_a_byte_vector_is_refused(small, tmp_path):
                 "not a byte array")
 
 
-# ---- from the mutation run's survivors: what each refusal says -------------------------------
+# ---- what each refusal says ----------------------------------------------------------------------
 def test_one_line_messages_are_joined_and_cut_at_200_characters():
     from tapescope.core.tapefile import _one_line, _short
 
@@ -473,9 +475,9 @@ def test_numpy_scalar_attributes_are_saved_as_plain_json_and_load_equal(tmp_path
     assert back.nodes[2].attrs["axis"] == (1,)
 
 
-# ---- the full mutation run (issue 31): each version-1 refusal says what and where ------------
-# (a mutant that raised the refusal with no message, or quoted None for the value at fault, or
-# let the wrong value through to a later, vaguer refusal, survived the looser matches above)
+# ---- each refusal quotes the value at fault, cut short -------------------------------------------
+# (a refusal with no message, or None quoted for the value at fault, or the wrong value let
+# through to a later, vaguer refusal, passes the looser matches above)
 def _edited(small: Path, tmp_path: Path, edit, name: str = "e.tape") -> Path:
     members = read_members(small)
     h = header_of(members)
@@ -568,11 +570,11 @@ def test_a_member_named_twice_is_refused_by_name(small, tmp_path):
 
 @pytest.mark.parametrize("flag", [0x1, 0x40])
 def test_an_encrypted_member_is_refused_as_encrypted(small, tmp_path, flag):
-    from tests.core.test_tapefile_hostile import _patch_member_flags
+    from tests.helpers.tapefile_v1 import patch_member_flags
 
     bad = tmp_path / "enc.tape"
     bad.write_bytes(small.read_bytes())
-    _patch_member_flags(bad, "v1.npy", flag=flag)
+    patch_member_flags(bad, "v1.npy", flag=flag)
     refused(bad, "member v1.npy is encrypted (not supported)")
 
 
@@ -659,7 +661,7 @@ def test_a_long_loss_is_quoted_to_40_characters(small, tmp_path):
     assert "meta 'loss' " + "x" * 40 + " is not a node id" in str(err), str(err)
 
 
-# ---- the full mutation run, continued (issue 31) -----------------------------------------------
+# ---- long names quoted cut short, the meta, a header of another format ---------------------------
 def test_a_long_params_list_is_quoted_to_80_characters(small, tmp_path):
     params = list(range(3, 60))
     text = str(params)
@@ -720,7 +722,7 @@ def test_a_header_of_another_format_or_not_an_object_is_refused_by_its_tag(small
     assert str(err).endswith("not a tapescope tape file (wrong format tag)"), str(err)
 
 
-# ---- the full mutation run, sorted (issue 31): the loader's last-resort refusals -------------
+# ---- the loader's last-resort refusals -----------------------------------------------------------
 # load()'s except arms: each turns what went wrong into one line that still says what it was
 def test_a_path_through_a_regular_file_cannot_be_opened_and_says_why(small):
     """The open itself fails (ENOTDIR: an OSError with an errno and a file name)."""
