@@ -335,7 +335,8 @@ class PairRunner:
         self.ref.update()
         self.cand.update()
         store.mark_updated()
-        if st is not None and st.update is not None:  # the parameters provenance reads next
+        if st is not None and st.update is not None and self.probe.ref is not None:
+            # the parameters provenance reads next, against the numpy reference's host copies
             store.match_after([(p.node, "value") for p in st.update.params])
         loss_ref, loss_cand = self.ref.loss(), self.cand.loss()
         prov = None
