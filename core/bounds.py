@@ -205,9 +205,9 @@ def value_bound(op: str, xs: Sequence[Any], at: dict, ref: Any, dt: Any) -> np.n
             k = int(np.prod(w.shape[1:]))
             M = np.asarray(fwd(None, [x, w], at), dtype=np.float64)
             return _finish(gamma(k, u) * M, shape, dt, k)
-        if op == "conv_transpose2d":  # a dot over C/group, then the taps added (col2im)
-            x, w = _abs(xs[0]), _abs(xs[1])
-            k = int(w.shape[0] // int(at.get("group", 1)) + w.shape[2] * w.shape[3])
+        if op in ("conv_transpose2d", "conv_transpose3d"):  # a dot over C/group, then the
+            x, w = _abs(xs[0]), _abs(xs[1])                  # taps added (col2im)
+            k = int(w.shape[0] // int(at.get("group", 1)) + np.prod(w.shape[2:]))
             M = np.asarray(fwd(None, [x, w], at), dtype=np.float64)
             return _finish(gamma(k, u) * M, shape, dt, k)
         if op == "avgpool2d":
@@ -369,10 +369,10 @@ def _contrib_bounds(op: str, g: Any, xs: Sequence[Any], y: Any, at: dict, needs:
                 if needs[k] and parts[k] is not None:
                     M = np.asarray(parts[k], dtype=np.float64)
                     put(k, gamma(n, u) * M, M)
-        elif op == "conv_transpose2d":  # gx = conv2d(g, w); gw a conv2d weight gradient
+        elif op in ("conv_transpose2d", "conv_transpose3d"):  # gx = conv(g, w); gw a conv's
             parts = REGISTRY[op].backward(None, G, AX, None, at, needs)
             w = np.shape(xs[1])
-            kx = int(w[1] * w[2] * w[3])  # Mg * kh * kw terms per input pixel
+            kx = int(w[1] * np.prod(w[2:]))  # Mg * taps terms per input pixel
             kw = int(np.shape(xs[0])[0] * np.prod(np.shape(xs[0])[2:]))  # N * H * W per weight
             for k, n in ((0, kx), (1, kw)):
                 if needs[k] and parts[k] is not None:

@@ -217,6 +217,7 @@ NO_C_RULE.update({
     "conv2d": "windows over [N, C, H, W] operands",
     "conv3d": "windows over [N, C, D, H, W] operands",
     "conv_transpose2d": "windows over [N, C, H, W] operands",
+    "conv_transpose3d": "windows over [N, C, D, H, W] operands",
     "maxpool2d": "windows over [N, C, H, W] operands",
     "avgpool2d": "windows over [N, C, H, W] operands",
     "gather": "an index operand read at run time",

@@ -179,28 +179,25 @@ def _conv(op: str) -> OpKernels:
     return OpKernels(fwd, bwd)
 
 
-@register_kernels("conv_transpose2d")
+@register_kernels("conv_transpose2d", "conv_transpose3d")
 def _conv_transpose(op: str) -> OpKernels:
     """conv2d's kernels with the roles swapped (core/ops/nn.py ``conv_transpose_2d``): the
     forward is conv2d's backward-data (y the conv's image, x its output gradient, w its weight),
     the input gradient conv2d's forward of g, the weight gradient conv2d's with image g."""
     def setup(ctx: BuildCtx, node):
+        from tapescope.core.ops.nn import conv_geom
+
         x, w = node.inputs
-        n, c, ih, iw = ctx.shape(x)
-        _, mg, kh, kw = ctx.shape(w)
-        _, m, oh, ow = ctx.shape(node.id)
-        at = node.attrs
-        st = tuple(at.get("strides", (1, 1)))
-        pd = tuple(at.get("pads", (0, 0, 0, 0)))
-        dil = tuple(at.get("dilations", (1, 1)))
-        g = int(at.get("group", 1))
-        taps, col, _ = window_maps((oh, ow), (kh, kw), st, dil, [(pd[0], pd[2]), (pd[1], pd[3])],
-                                   0)
+        n, c, *isp = ctx.shape(x)
+        _, mg, *k = ctx.shape(w)
+        _, m, *osp = ctx.shape(node.id)
+        st, padw, dil, g = conv_geom(node.attrs, len(isp))
+        taps, col, _ = window_maps(tuple(osp), tuple(k), st, dil, padw, 0)
         p, t = taps.shape
-        assert p == ih * iw, (p, ih, iw)  # the adjoint's windows are x's pixels
+        assert p == int(np.prod(isp)), (p, isp)  # the adjoint's windows are x's pixels
         maps = (ctx.aux(node.id, "taps", taps), ctx.aux(node.id, "c_off", col[0]),
                 ctx.aux(node.id, "c_lst", col[1]))
-        return (n, c, m, oh * ow, g, t, p, mg * t), maps
+        return (n, c, m, int(np.prod(osp)), g, t, p, mg * t), maps
 
     def im2col_of_g(ctx: BuildCtx, node, geo, taps) -> tuple:
         n, c, m, hw, g, t, p, cgk = geo

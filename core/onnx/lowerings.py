@@ -243,19 +243,20 @@ class _Attrs:
 
 def conv_transpose(imp, st, ins, names):
     """ConvTranspose (2-D: what nn.ConvTranspose2d exports; strides, pads, dilations,
-    output_padding, group; 1-D on a unit height) as the tape's ``conv_transpose2d`` (conv2d's
-    backward-data: the executor's order bit for bit), then the bias as a broadcasting
-    ``add``. ``output_shape`` and ``auto_pad`` (no exporter of PyTorch writes them) are
-    refused, naming them."""
+    output_padding, group; 1-D on a unit height; 3-D as ``conv_transpose3d``) as the tape's
+    ``conv_transpose2d`` (conv2d's backward-data: the executor's order bit for bit), then the
+    bias as a broadcasting ``add``. ``output_shape`` and ``auto_pad`` (no exporter of PyTorch
+    writes them) are refused, naming them."""
     at = st.attrs
     x, w = _v(imp, ins, names, 0), _v(imp, ins, names, 1)
     if len(x.shape) == 3:  # 1-D (ConvTranspose1d): the 2-D op with a unit height
         y = conv_transpose(imp, _Attrs(st, as_2d(at)), [unit_height(x), unit_height(w)]
                            + list(ins[2:]), names)
         return drop_height(y)
-    if len(x.shape) != 4:
+    if len(x.shape) not in (4, 5):
         raise OnnxError(f"ConvTranspose of a {len(x.shape) - 2}-D input has no tape form "
-                        "(1-D and 2-D have)", node=imp.label)
+                        "(1-D, 2-D and 3-D have)", node=imp.label)
+    nd = len(x.shape) - 2  # 3 (ConvTranspose3d): conv_transpose3d, the same order in 3-D
     for name, dflt in (("output_shape", None), ("auto_pad", "NOTSET")):
         if at.get(name, dflt) not in (dflt, None, [], ()):
             raise OnnxError(f"ConvTranspose with {name} {at[name]!r} has no tape form (give "
@@ -264,14 +265,15 @@ def conv_transpose(imp, st, ins, names):
     if at.get("kernel_shape") and list(at["kernel_shape"]) != list(w.shape[2:]):
         raise OnnxError(f"ConvTranspose kernel_shape {list(at['kernel_shape'])} differs from "
                         f"its weight's {list(w.shape[2:])}", node=imp.label)
-    p = list(at.get("pads") or [0, 0, 0, 0])
-    y = imp.tape.record("conv_transpose2d", [x, w], {
-        "strides": tuple(at.get("strides") or (1, 1)), "pads": tuple(int(v) for v in p),
-        "dilations": tuple(at.get("dilations") or (1, 1)), "group": int(at.get("group", 1)),
-        "output_padding": tuple(at.get("output_padding") or (0, 0))})
+    p = list(at.get("pads") or [0] * (2 * nd))
+    y = imp.tape.record(f"conv_transpose{nd}d", [x, w], {
+        "strides": tuple(at.get("strides") or (1,) * nd), "pads": tuple(int(v) for v in p),
+        "dilations": tuple(at.get("dilations") or (1,) * nd),
+        "group": int(at.get("group", 1)),
+        "output_padding": tuple(at.get("output_padding") or (0,) * nd)})
     if len(ins) > 2 and ins[2] is not None:
         m = w.shape[1] * int(at.get("group", 1))
-        y = ops.add(y, ops.reshape(_v(imp, ins, names, 2), (1, m, 1, 1)))
+        y = ops.add(y, ops.reshape(_v(imp, ins, names, 2), (1, m) + (1,) * nd))
     return y
 
 

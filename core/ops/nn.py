@@ -1,5 +1,5 @@
-"""Tape ops for imported ONNX models: conv2d, conv3d, conv_transpose2d, maxpool2d, avgpool2d, erf,
-gather.
+"""Tape ops for imported ONNX models: conv2d, conv3d, conv_transpose2d, conv_transpose3d, maxpool2d,
+avgpool2d, erf, gather.
 
 The numerics live here once and are shared: ``core.onnx``'s Conv/MaxPool/AveragePool kernels call
 :func:`conv_nd` / :func:`pool_nd`, so the executor and the tape round identically. Reference
@@ -293,9 +293,12 @@ def _conv3d_sample(rng, dtype):
               "group": 2})]
 
 
-def _convt_geom(at):
-    st, padw, dil, g = conv_geom(at)
-    return st, padw, dil, g, tuple(at.get("output_padding", (0, 0)))
+def _convt_geom(at, nd=2):
+    st, padw, dil, g = conv_geom(at, nd)
+    opad = tuple(at.get("output_padding", (0,) * nd))
+    if len(opad) != nd:
+        raise ShapeError(f"conv_transpose{nd}d: output_padding {opad} must have {nd} values")
+    return st, padw, dil, g, opad
 
 
 def convt_out(i, k, s, d, pb, pe, op) -> int:
@@ -312,27 +315,35 @@ def convt_out(i, k, s, d, pb, pe, op) -> int:
     return o
 
 
-def _convt_shape(shapes, at):
-    xs, ws = shapes
-    if len(xs) != 4 or len(ws) != 4:
-        raise ShapeError(f"conv_transpose2d takes NCHW x and CMkk w, got {xs} and {ws}")
-    if 0 in xs or 0 in ws:
-        raise ShapeError(f"conv_transpose2d: x {xs} and w {ws} must have no zero-size dim")
-    st, padw, dil, g, opad = _convt_geom(at)
-    if xs[1] != ws[0] or ws[0] % g:
-        raise ShapeError(f"conv_transpose2d: x {xs}, w {ws} and group {g} disagree")
-    return (xs[0], ws[1] * g) + tuple(convt_out(xs[2 + i], ws[2 + i], st[i], dil[i], *padw[i],
-                                                opad[i]) for i in range(2))
+def _convt_shape_nd(nd):
+    name, lay = f"conv_transpose{nd}d", ("NCL", "NCHW", "NCDHW")[nd - 1]
+
+    def shape(shapes, at):
+        xs, ws = shapes
+        if len(xs) != 2 + nd or len(ws) != 2 + nd:
+            raise ShapeError(f"{name} takes {lay} x and CM{'k' * nd} w, got {xs} and {ws}")
+        if 0 in xs or 0 in ws:
+            raise ShapeError(f"{name}: x {xs} and w {ws} must have no zero-size dim")
+        st, padw, dil, g, opad = _convt_geom(at, nd)
+        if xs[1] != ws[0] or ws[0] % g:
+            raise ShapeError(f"{name}: x {xs}, w {ws} and group {g} disagree")
+        return (xs[0], ws[1] * g) + tuple(convt_out(xs[2 + i], ws[2 + i], st[i], dil[i],
+                                                    *padw[i], opad[i]) for i in range(nd))
+    return shape
+
+
+_convt_shape = _convt_shape_nd(2)
 
 
 def conv_transpose_2d(x, w, strides, padw, dilations, group, opad):
-    """ONNX ConvTranspose (2-D, no bias) as conv2d's backward-data: ``gcols = dot over c of
-    (w[c, (m, a, b)] * x[n, c, p])`` (serial in c), then col2im (taps in row-major order, from
-    +0.0) cropped by the pads: the executor's order (core/onnx/ops/nn.py) bit for bit."""
+    """ONNX ConvTranspose (2-D or 3-D, no bias) as conv2d's backward-data: ``gcols = dot over
+    c of (w[c, (m, a, b)] * x[n, c, p])`` (serial in c), then col2im (taps in row-major order,
+    from +0.0) cropped by the pads: the executor's order (core/onnx/ops/nn.py) bit for bit."""
     n, c = x.shape[:2]
     mg = w.shape[1]
     out = (n, mg * group) + tuple(convt_out(x.shape[2 + i], w.shape[2 + i], strides[i],
-                                            dilations[i], *padw[i], opad[i]) for i in range(2))
+                                            dilations[i], *padw[i], opad[i])
+                                  for i in range(x.ndim - 2))
     wg = w.reshape(group, c // group, -1)
     gcols = ref_matmul(np.swapaxes(wg, -1, -2)[None], x.reshape(n, group, c // group, -1))
     return col2im(np.asarray(gcols).astype(x.dtype, copy=False), out, w.shape[2:], strides,
@@ -340,7 +351,7 @@ def conv_transpose_2d(x, w, strides, padw, dilations, group, opad):
 
 
 def _convt_fwd(M, xs, at):
-    st, padw, dil, g, opad = _convt_geom(at)
+    st, padw, dil, g, opad = _convt_geom(at, xs[0].ndim - 2)
     return conv_transpose_2d(xs[0], xs[1], st, padw, dil, g, opad)
 
 
@@ -349,7 +360,7 @@ def _convt_bwd(M, g, xs, y, at, needs):
     chains); gw = conv2d's weight gradient with the image g and the output gradient x:
     ``serial_sum over n of (dot over p of (x[n, c, p] * im2col(g)[n, (m, a, b), p]))``."""
     x, w = xs
-    st, padw, dil, grp, _ = _convt_geom(at)
+    st, padw, dil, grp, _ = _convt_geom(at, x.ndim - 2)
     gx = gw = None
     if needs[0]:
         gx = conv_nd(g, w, st, padw, dil, grp)
@@ -368,6 +379,15 @@ def _convt_sample(rng, dtype):
             ([r(1, 4, 3, 4), r(4, 2, 3, 3)], {"strides": (2, 2), "pads": (1, 1, 1, 0),
                                               "output_padding": (1, 0), "group": 2}),
             ([r(1, 2, 4, 3), r(2, 3, 2, 3)], {"dilations": (2, 1), "pads": (0, 1, 1, 0)})]
+
+
+def _convt3d_sample(rng, dtype):
+    def r(*s):
+        return rng.uniform(-1, 1, s).astype(dtype)
+    return [([r(2, 3, 2, 3, 2), r(3, 2, 2, 2, 2)], {"strides": (2, 1, 2)}),
+            ([r(1, 4, 2, 3, 3), r(4, 1, 3, 2, 3)],
+             {"strides": (2, 2, 1), "pads": (1, 0, 1, 0, 1, 0), "output_padding": (1, 0, 0),
+              "dilations": (1, 1, 2), "group": 2})]
 
 
 def _pool_geom(at):
@@ -497,6 +517,9 @@ NN_OPS = (
     OpDef("conv_transpose2d", 2, "matmul", "none", _convt_shape, _convt_fwd, _convt_bwd,
           _convt_sample,
           doc="y = col2im(wᵀ·x) cropped by the pads (conv2d's backward-data); gx = conv2d(g, w)"),
+    OpDef("conv_transpose3d", 2, "matmul", "none", _convt_shape_nd(3), _convt_fwd, _convt_bwd,
+          _convt3d_sample,
+          doc="conv_transpose2d with three spatial axes: y = col2im(wᵀ·x) cropped by the pads"),
     OpDef("maxpool2d", 1, "reduce", "none", _pool_shape, _max_fwd, _max_bwd, _pool_sample({}),
           doc="y = max over each window; ga routes g to the first max of its window"),
     OpDef("avgpool2d", 1, "reduce", "none", _pool_shape, _avg_fwd, _avg_bwd,

@@ -127,6 +127,18 @@ def _conv_transpose2d(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
     return y[:, :, t:y.shape[2] - b, left:y.shape[3] - r]
 
 
+def _conv_transpose3d(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
+    # as _conv_transpose2d: no padding in F.conv_transpose3d, then the ONNX pads (begins
+    # (d, h, w), then ends) cropped
+    x, w = xs
+    y = T.nn.functional.conv_transpose3d(
+        x, w, stride=tuple(at.get("strides", (1, 1, 1))),
+        output_padding=tuple(at.get("output_padding", (0, 0, 0))),
+        groups=int(at.get("group", 1)), dilation=tuple(at.get("dilations", (1, 1, 1))))
+    p = tuple(int(v) for v in at.get("pads", (0,) * 6))
+    return y[:, :, p[0]:y.shape[2] - p[3], p[1]:y.shape[3] - p[4], p[2]:y.shape[4] - p[5]]
+
+
 def _pool(T: Any, xs: Sequence[Any], at: Mapping[str, Any], kind: str) -> Any:
     F = T.nn.functional
     x = xs[0]
@@ -210,6 +222,7 @@ TORCH: dict[str, TorchForm] = {
     "conv2d": _conv2d,
     "conv3d": _conv3d,
     "conv_transpose2d": _conv_transpose2d,
+    "conv_transpose3d": _conv_transpose3d,
     "sum": _sum,
     "mean": _mean,
     "maxpool2d": lambda T, xs, at: _pool(T, xs, at, "max"),

@@ -1,4 +1,4 @@
-"""conv2d, conv3d, conv_transpose2d, maxpool2d and avgpool2d in float16 and bfloat16 on the host
+"""conv2d, conv3d, conv_transpose2d/3d, maxpool2d and avgpool2d in float16 and bfloat16 on the host
 backend (the CUDA kernel source; NVRTC compiles the same units in tests/gpu/test_nvrtc.py):
 forward and every backward bit for bit against the half reference (docs/reference-order-nn.md,
 "Half precision"), on odd shapes, strides, pads, dilations, groups, depthwise, ceil_mode and
@@ -17,7 +17,7 @@ from tapescope.core.ops import REGISTRY
 from tapescope.core.ops.nn import NN_OPS
 
 HALF = ["float16", "bfloat16"]
-OPS = ["conv2d", "conv3d", "conv_transpose2d", "maxpool2d", "avgpool2d"]
+OPS = ["conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d", "maxpool2d", "avgpool2d"]
 
 
 def _u(rng, *shape):
@@ -39,6 +39,10 @@ def _extra(op: str, rng) -> list:
                  {"strides": (1, 2, 1), "pads": (1, 1, 0, 0, 1, 1), "dilations": (2, 1, 1)}),
                 ([_u(rng, 1, 3, 3, 3, 3), _u(rng, 3, 1, 3, 3, 3)], {"pads": (1,) * 6,
                                                                     "group": 3})]
+    if op == "conv_transpose3d":
+        return [([_u(rng, 2, 4, 3, 2, 3), _u(rng, 4, 3, 2, 3, 2)],
+                 {"strides": (1, 2, 2), "pads": (0, 1, 0, 1, 0, 1), "output_padding": (0, 1, 1),
+                  "group": 2})]
     if op == "conv_transpose2d":
         return [([_u(rng, 3, 4, 3, 5), _u(rng, 4, 3, 3, 2)],
                  {"strides": (2, 3), "pads": (1, 0, 0, 1), "dilations": (1, 2),

@@ -1,9 +1,9 @@
-"""3-D convolution (ONNX Conv with a 5-D input, what nn.Conv3d exports) imports as the tape's
-conv3d op: conv2d's order with a depth axis (docs/reference-order-nn.md). The tape's values are
-the executor's bit for bit (and onnxruntime's within float32 rounding), the gradient matches
-finite differences, and the host backend (the CUDA source; conv2d's kernels with 3-D index
-maps) trains it bit for bit in float32, float16, bfloat16 and under --amp. ConvTranspose with a
-5-D input is still refused, in one line naming it.
+"""3-D convolutions (ONNX Conv and ConvTranspose with a 5-D input, what nn.Conv3d and
+nn.ConvTranspose3d export) import as the tape's conv3d and conv_transpose3d ops: the 2-D ops'
+orders with a depth axis (docs/reference-order-nn.md). The tape's values are the executor's bit
+for bit (and onnxruntime's within float32 rounding), the gradients match finite differences,
+and the host backend (the CUDA source; the 2-D ops' kernels with 3-D index maps) trains the
+model bit for bit in float32, float16, bfloat16 and under --amp.
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ class C3(nn.Module):
         self.c1 = nn.Conv3d(2, 4, 3, padding=1)
         self.c2 = nn.Conv3d(4, 4, (2, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1), groups=2,
                             dilation=(2, 1, 1))
+        self.up = nn.ConvTranspose3d(4, 4, (2, 3, 2), stride=(1, 2, 2), padding=(0, 1, 0),
+                                     output_padding=(0, 1, 1), groups=2)
         self.head = nn.Linear(4, 3)
 
     def forward(self, x):
-        h = F.relu(self.c2(F.relu(self.c1(x))))
+        h = F.relu(self.up(F.relu(self.c2(F.relu(self.c1(x))))))
         return self.head(h.mean((2, 3, 4)))
 
 
@@ -55,6 +57,7 @@ def test_import_is_the_executor_bit_for_bit(model):
     imp = import_to_tape(path, tape, {"input.1": x})
     assert tape.ok, tape.error
     assert sum(n.op == "conv3d" for n in tape.nodes) == 2
+    assert sum(n.op == "conv_transpose3d" for n in tape.nodes) == 1
     ref = run(path, {"input.1": x})
     ((name, v),) = imp.outputs.items()
     got = tape.value(v)
@@ -66,11 +69,12 @@ def test_import_is_the_executor_bit_for_bit(model):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_conv3d_gradient_matches_finite_differences():
-    r = gradcheck.check_op("conv3d")
+@pytest.mark.parametrize("op", ["conv3d", "conv_transpose3d"])
+def test_gradient_matches_finite_differences(op):
+    r = gradcheck.check_op(op)
     assert r.ok and r.inputs_checked > 0, r
     for dt in ("float16", "bfloat16"):
-        h = gradcheck.check_op_half("conv3d", dt)
+        h = gradcheck.check_op_half(op, dt)
         assert h.ok and h.inputs_checked > 0, (dt, h)
 
 
@@ -86,18 +90,7 @@ def test_host_trains_conv3d_bit_for_bit(tmp_path, capsys, model, flags):
     rep = json.loads(out.read_text())
     assert rep["exact"] is True and rep["dtype"] == flags[1]
     assert sum(n["op"] == "conv3d" for n in rep["nodes"]) == 2
+    assert any(n["op"] == "conv_transpose3d" for n in rep["nodes"])
     (l1, l2) = rep["losses"]
     assert l1["reference"] == l1["candidate"] and l2["reference"] == l2["candidate"]
     assert l1["reference"] != l2["reference"]
-
-
-def test_a_3d_conv_transpose_is_refused_in_one_line(tmp_path, capsys):
-    path = tmp_path / "ct3.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(nn.ConvTranspose3d(2, 2, 2), (torch.randn(1, 2, 3, 3, 3),), str(path),
-                          dynamo=False)
-    rc = main(["parity", "--model", str(path), "--device", "host", "--steps", "1"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "ConvTranspose" in err and "3-D" in err, err
-    assert len(err.strip().splitlines()) == 1
