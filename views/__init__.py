@@ -4,5 +4,7 @@ This package's ``__init__`` imports nothing, so the Qt-free modules (``views.gra
 ``views.array_stats``, ``views.node_details``, ``views.layout``, ``views.parity_rows``, ...) load
 no Qt even where PySide6 is installed: the headless worker and CLI read them. Every widget module
 imports ``views._pyside_guard`` (the PySide6 refcount workaround, applied on import) before its
-first Qt call; tests/test_headless.py holds both.
+first Qt call; tests/test_layers.py holds both
+(test_headless_modules_load_no_qt_where_pyside6_is_installed and
+test_every_qt_module_applies_the_pyside_guard).
 """
