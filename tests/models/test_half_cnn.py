@@ -101,3 +101,20 @@ def test_amp_needs_no_float32_way_out(tmp_path, capsys, models):
     err = capsys.readouterr().err
     assert "drop --dtype float32" in err and "use --dtype float32" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_torch_candidate_runs_the_half_cnn(tmp_path, capsys, models):
+    # PyTorch as the candidate on the float16 export: its own half conv/pool kernels (torch
+    # forms F.conv2d, F.max_pool2d, F.avg_pool2d on float16 tensors); each conv's value is
+    # within a few half ulps of the reference (float32 accumulation in another order), pooling
+    # values are exact (a max, and a short sum rounded once)
+    out = tmp_path / "t.json"
+    rc = main(["parity", "--model", models["float16"], "--device", "torch", "--steps", "1",
+               "--json", str(out)])
+    text = capsys.readouterr()
+    assert rc in (0, 1), text.out + text.err
+    rep = json.loads(out.read_text())
+    assert rep["dtype"] == "float16"
+    convs = [n for n in rep["nodes"] if n["op"] == "conv2d"]
+    assert len(convs) == 3 and all(n["value"]["max_ulp"] <= 4 for n in convs), convs
+    assert all(n["value"]["n_diff"] == 0 for n in rep["nodes"] if n["op"] == "maxpool2d")
