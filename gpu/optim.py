@@ -18,7 +18,8 @@ from tapescope.core import optim as core_optim
 from tapescope.core.tape import Var
 from tapescope.gpu.device import Buffer, Launch
 
-__all__ = ["SGD", "Adam", "AdamW", "AmpAdam", "AmpSGD", "SGDMomentum", "from_core"]
+__all__ = ["SGD", "Adam", "AdamW", "AmpAdam", "AmpAdamW", "AmpSGD", "AmpSGDMomentum",
+           "SGDMomentum", "from_core"]
 
 
 class _DeviceOptimizer:
@@ -192,12 +193,13 @@ class SGDMomentum(_DeviceOptimizer):
 
     def _setup(self, prog: Any) -> None:
         self.k: Buffer = prog.device.alloc(self.n_scalars, prog.compute_dtype)
-        self.moments = {i: (prog.device.alloc(prog.nodes[i].size, prog.dtype), None)
+        self._started = False  # buffers of a core optimizer that already stepped
+        dt = prog.compute_dtype if getattr(self, "amp", False) else prog.dtype
+        self.moments = {i: (prog.device.alloc(prog.nodes[i].size, dt), None)
                         for i, _ in self.live} if self.momentum else {}
-        self._started = False
-        for i, (b0, _) in self.initial_moments.items():  # buffers of a core optimizer
+        for i, (b0, _) in self.initial_moments.items():
             if i in self.moments:
-                self.moments[i][0].upload(np.asarray(b0, dtype=prog.dtype).reshape(-1))
+                self.moments[i][0].upload(np.asarray(b0, dtype=dt).reshape(-1))
                 self._started = True
 
     def _update(self, prog: Any, i: int, l2: float) -> Launch:
@@ -208,8 +210,9 @@ class SGDMomentum(_DeviceOptimizer):
                           np.int64(l2 != 0.0), ctx.real(l2), n)
 
     def _upload_scalars(self) -> None:
-        first = not self._started  # torch: buf = grad.clone() at a parameter's first step
-        self._started = True
+        # torch: buf = grad.clone() at a parameter's first step (t counts the steps taken: a
+        # step skipped under --amp is taken back, after_step)
+        first = self.t == 1 and not self._started
         self._stage([self.step_lr(), self.momentum, 1.0 - self.dampening, self.weight_decay,
                      float(first), float(self.nesterov)])
 
@@ -316,7 +319,7 @@ class AmpAdam(_Amp, Adam):
 
     def _setup(self, prog: Any) -> None:
         dt = prog.compute_dtype
-        self.k = prog.device.alloc(6, dt)
+        self.k = prog.device.alloc(self.n_scalars, dt)
         self.moments = {i: (prog.device.alloc(prog.nodes[i].size, dt),
                             prog.device.alloc(prog.nodes[i].size, dt)) for i, _ in self.live}
         for i, (m0, v0) in self.initial_moments.items():
@@ -332,6 +335,40 @@ class AmpAdam(_Amp, Adam):
                           self.ctl, self.k, np.int64(l2 != 0.0), ctx.real(l2), n)
 
 
+class AmpSGDMomentum(_Amp, SGDMomentum):
+    """torch.optim.SGD's step on float32 masters and buffers (mixed precision)."""
+
+    def __init__(self, lr: float, momentum: float, dampening: float, nesterov: bool,
+                 weight_decay: float) -> None:
+        SGDMomentum.__init__(self, lr, momentum, dampening, nesterov, weight_decay)
+        self._amp_init()
+
+    def _update(self, prog: Any, i: int, l2: float) -> Launch:
+        ctx = prog.ctx
+        n = prog.nodes[i].size
+        buf = self.moments[i][0] if self.momentum else self.masters[i]  # (unread: none)
+        return ctx.launch("amp_sgdm", n, prog.values[i], self.masters[i], prog.grads[i], buf,
+                          self.ctl, self.k, np.int64(l2 != 0.0), ctx.real(l2), n)
+
+
+class AmpAdamW(_Amp, AdamW):
+    """torch.optim.AdamW's step on float32 masters and moments (mixed precision)."""
+
+    def __init__(self, lr: float, betas: tuple[float, float], eps: float,
+                 weight_decay: float) -> None:
+        AdamW.__init__(self, lr, betas, eps, weight_decay)
+        self._amp_init()
+
+    _setup = AmpAdam._setup
+
+    def _update(self, prog: Any, i: int, l2: float) -> Launch:
+        ctx = prog.ctx
+        n = prog.nodes[i].size
+        m, v = self.moments[i]
+        return ctx.launch("amp_adamw", n, prog.values[i], self.masters[i], prog.grads[i], m, v,
+                          self.ctl, self.k, np.int64(l2 != 0.0), ctx.real(l2), n)
+
+
 def from_core(opt: core_optim.Optimizer) -> _DeviceOptimizer:
     """A device optimizer configured like a core.optim one (same params, L2, clip, betas,
     schedule; under mixed precision its masters, moments and loss scale)."""
@@ -339,18 +376,18 @@ def from_core(opt: core_optim.Optimizer) -> _DeviceOptimizer:
 
     amp = getattr(opt, "amp", None) is not None
     sched = getattr(opt, "schedule", None)
-    if isinstance(opt, (core_optim.SGDMomentum, core_optim.AdamW)) and amp:
-        raise TypeError(f"no device optimizer mirrors {type(opt).__name__} under mixed "
-                        f"precision yet (--amp): use adam or the workload's optimizer")
     if type(opt) is core_optim.SGD and sched is not None and not sched.constant:
         raise TypeError("the tape's plain SGD keeps its lr in its launches: a schedule needs "
                         "--optimizer sgd (torch.optim.SGD's step) or adam")
     if isinstance(opt, core_optim.AdamW):
-        out: _DeviceOptimizer = AdamW(opt.lr, (opt.b1, opt.b2), opt.eps, opt.weight_decay,
-                                      opt.clip)
+        out: _DeviceOptimizer = (
+            AmpAdamW(opt.lr, (opt.b1, opt.b2), opt.eps, opt.weight_decay) if amp else
+            AdamW(opt.lr, (opt.b1, opt.b2), opt.eps, opt.weight_decay, opt.clip))
     elif isinstance(opt, core_optim.SGDMomentum):
-        out = SGDMomentum(opt.lr, opt.momentum, opt.dampening, opt.nesterov, opt.weight_decay,
-                          opt.clip)
+        out = (AmpSGDMomentum(opt.lr, opt.momentum, opt.dampening, opt.nesterov,
+                              opt.weight_decay) if amp else
+               SGDMomentum(opt.lr, opt.momentum, opt.dampening, opt.nesterov,
+                           opt.weight_decay, opt.clip))
     elif isinstance(opt, core_optim.Adam):
         out = (AmpAdam(opt.lr, (opt.b1, opt.b2), opt.eps) if amp else
                Adam(opt.lr, (opt.b1, opt.b2), opt.eps, opt.clip))

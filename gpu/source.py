@@ -169,7 +169,7 @@ TEMPLATE_FACTS: dict[str, dict[str, KernelFacts]] = {
     "ops_nn": {**_lanes("maxpool_bwd", "avgpool_fwd", "avgpool_scale", "im2col", "col2im",
                         "batch_sum_add"), "maxpool_fwd_T": PLAIN},
     "optim": {**_lanes("fill", "fill_from", "zero_many", "sgd", "adam", "amp_adam", "amp_sgd",
-                       "sgdm", "adamw"),
+                       "sgdm", "adamw", "amp_sgdm", "amp_adamw"),
               "clip_norm_T": PLAIN, "amp_check_T": PLAIN},
     "diff": {"diff_partial_T": PLAIN, "diff_combine_T": PLAIN},
 }

@@ -240,6 +240,52 @@ extern "C" __global__ void amp_adam_T(real_t* w, acc_t* master, const real_t* g,
     }
 }
 
+/* The torch.optim steps on the float32 masters (sgdm_T / adamw_T's lines, buf / m / v in the
+ * compute type): g unscaled, L2 on the master, the master updated, w = the master rounded once. */
+extern "C" __global__ void amp_sgdm_T(real_t* w, acc_t* master, const real_t* g, acc_t* buf,
+                                      const acc_t* ctl, const acc_t* k, long long use_l2,
+                                      real_t l2, long long n) {
+    TS_GRID_STRIDE(i, n) {
+        if (ctl[2] == (acc_t)0) {
+            real_t wi = master[i];
+            real_t gi = MUL(g[i], ctl[3]);
+            if (use_l2) gi = ADD(gi, MUL(l2, wi));
+            if (k[3] != (acc_t)0) gi = FMA_RN(wi, k[3], gi);
+            if (k[1] != (acc_t)0) {
+                real_t b = k[4] != (acc_t)0 ? gi : FMA_RN(gi, k[2], MUL(buf[i], k[1]));
+                buf[i] = b;
+                gi = k[5] != (acc_t)0 ? FMA_RN(b, k[1], gi) : b;
+            }
+            wi = FMA_RN(gi, -k[0], wi);
+            master[i] = wi;
+            w[i] = wi;
+        }
+    }
+}
+
+extern "C" __global__ void amp_adamw_T(real_t* w, acc_t* master, const real_t* g, acc_t* m,
+                                       acc_t* v, const acc_t* ctl, const acc_t* k,
+                                       long long use_l2, real_t l2, long long n) {
+    TS_GRID_STRIDE(i, n) {
+        if (ctl[2] == (acc_t)0) {
+            real_t wi = master[i];
+            real_t gi = MUL(g[i], ctl[3]);
+            if (use_l2) gi = ADD(gi, MUL(l2, wi));
+            if (k[7] != (acc_t)0) wi = MUL(wi, k[0]);
+            real_t mi = m[i];
+            real_t d = SUB(gi, mi);
+            mi = k[8] != (acc_t)0 ? FMA_RN(k[1], d, mi) : FMA_RN(SUB(k[1], (acc_t)1), d, gi);
+            real_t vi = FMA_RN(MUL(k[3], gi), gi, MUL(v[i], k[2]));
+            m[i] = mi;
+            v[i] = vi;
+            real_t den = ADD(DIV(SQRT(vi), k[4]), k[5]);
+            wi = ADD(wi, DIV(MUL(k[6], mi), den));
+            master[i] = wi;
+            w[i] = wi;
+        }
+    }
+}
+
 extern "C" __global__ void amp_sgd_T(real_t* w, acc_t* master, const real_t* g, const acc_t* ctl,
                                      real_t lr, long long use_l2, real_t l2, long long n) {
     TS_GRID_STRIDE(i, n) {

@@ -40,6 +40,17 @@ def test_parity_on_the_mlp_is_bit_identical(capsys, flags, fuse):
     assert "3 steps on host: bit-identical" in out
 
 
+@pytest.mark.parametrize("amp", ["float16", "bfloat16"])
+def test_mixed_precision_keeps_the_torch_steps_bit_identical(capsys, amp):
+    # float32 masters, buffers and moments on the device (amp_sgdm / amp_adamw), the scaler's
+    # skipped steps taking back the step count (and the schedule's step) as Adam's do
+    for flags in (ADAMW, SGD):
+        rc = main(["parity", "--workload", "transformer", "--device", "host", "--steps", "3",
+                   "--amp", amp, *flags])
+        out = capsys.readouterr().out
+        assert rc == 0 and "3 steps on host: bit-identical" in out, out
+
+
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
     pytest.importorskip("torch", reason="the torch extra")
