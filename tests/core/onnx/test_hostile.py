@@ -386,7 +386,7 @@ def test_hostile_models_end_in_one_onnx_error_within_the_default_budgets():
 
 
 def test_an_empty_declared_input_with_huge_other_dims_is_refused(tmp_path):
-    # found by test_mutation: numpy cannot make a (0, 2**31-1, 2**31-1) array either
+    # found by test_mutated_models: numpy cannot make a (0, 2**31-1, 2**31-1) array either
     path, _ = hm._declared(str(tmp_path), "empty", [0, 2**31 - 1, 2**31 - 1])
     with pytest.raises(OnnxError, match="empty, but its other dims are too big"):
         default_inputs(Session(path))
