@@ -1,7 +1,7 @@
 """One node's arrays from a live session's worker, on demand: the answers kept, and how they
 are shown (plain data; no Qt).
 
-The worker answers "node N at step S, both sides" (``app.live.Inspection``); the last
+The worker answers "node N at step S, both sides" (``app.qt.live.Inspection``); the last
 ``KEEP_INSPECTIONS`` answers are kept so that re-selecting a node costs no round trip, and a
 request is sent once per (node, step).
 """
@@ -15,7 +15,7 @@ import numpy as np
 from tapescope.views.numbers import count_text, ulp_text
 
 if TYPE_CHECKING:
-    from tapescope.app.live import Inspection
+    from tapescope.app.qt.live import Inspection
     from tapescope.views.node_details import NodeDetails
 
 KEEP_INSPECTIONS = 32  # answers kept per (node, step): re-selecting costs no round trip

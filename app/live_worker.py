@@ -1,6 +1,6 @@
 """The live session's worker: steps a ``PairRunner`` and streams JSON lines (no Qt).
 
-``launch(arg)`` (what ``app.live.LiveSession`` calls) runs ``python -m tapescope.app.live_worker
+``launch(arg)`` (what ``app.qt.live.LiveSession`` calls) runs ``python -m tapescope.app.live_worker
 ARG``.
 Commands arrive on a pipe of their own, one JSON object per line (``{"cmd": "pause" | "resume"
 | "step" | "stop" | "report" | "quit"}``, or ``{"cmd": "inspect", "node": ID, "req": N,
@@ -44,7 +44,7 @@ from tapescope.app.runs import PairRunner, SessionConfig, StepResult
 from tapescope.app.step_wire import step_to_wire
 from tapescope.app.tensor_window import TensorWindow
 
-# (re-exported: app.live and the tests import the wire format from here)
+# (re-exported: app.qt.live and the tests import the wire format from here)
 from tapescope.app.wire import MAX_WIRE_BYTES, WIRE_KINDS, decode_array, encode_array  # noqa: F401
 
 IDLE, RUNNING, PAUSED, STOPPED, FAILED = "idle", "running", "paused", "stopped", "failed"

@@ -283,7 +283,7 @@ def write_report(data: dict, path: str | Path) -> tuple[Path, Path]:
     """Render the pictures (needs a QApplication) and write ``path`` and ``path.json``: one pair
     id in both (the JSON's ``pair``, the HTML's ``<meta name=tapescope-pair>``), so a reader
     (``read_report``) can tell a matched pair from what a kill between the renames left."""
-    from tapescope.app.report_render import render_dag, render_training
+    from tapescope.app.qt.report_render import render_dag, render_training
 
     path = Path(path)
     data = {**data, "pair": secrets.token_hex(8)}

@@ -182,7 +182,7 @@ class StepResult:
     provenance_s: float = 0.0  # seconds provenance took (included in ``seconds``)
     produced: list[int] = field(default_factory=list)  # made a NaN/inf (the live scan)
     labels: Sequence = ()  # the compared nodes (op, name), for ``nodes``; never sent
-    # arrays made from ``record`` ahead of their readers (app.live's reader thread fills it:
+    # arrays made from ``record`` ahead of their readers (app.qt.live's reader thread fills it:
     # "max_ulp", app.step_history's "history" columns), so the GUI thread finds them made
     derived: dict = field(default_factory=dict, repr=False, compare=False)
 

@@ -164,8 +164,8 @@ def live(workload: str, steps: int, pipe: PipeCount | None = None) -> dict:
     ``pipe`` counts the message pipe's bytes and objects."""
     from PySide6.QtCore import QCoreApplication, QEventLoop, QTimer
 
-    from tapescope.app.live import FAILED, STOPPED
-    from tapescope.app.main_window import MainWindow
+    from tapescope.app.qt.live import FAILED, STOPPED
+    from tapescope.app.qt.main_window import MainWindow
     from tapescope.app.runs import SessionConfig
 
     win = MainWindow()
@@ -253,7 +253,7 @@ def big_session(blocks: int = 238):
 
 
 def _feed_session_class():
-    from tapescope.app.live import RUNNING, LiveSession
+    from tapescope.app.qt.live import RUNNING, LiveSession
 
     class FeedSession(LiveSession):
         """A live session whose snapshots come from ``feed`` (no worker process)."""
@@ -266,7 +266,7 @@ def _feed_session_class():
 
         def feed(self, msg: dict) -> None:
             """One worker message, decoded and posted as the reader thread does."""
-            from tapescope.app.live import _snapshot
+            from tapescope.app.qt.live import _snapshot
 
             self._post(_snapshot(msg))
 
@@ -313,8 +313,8 @@ def feed(steps: int, blocks: int = 238, memory_at: tuple = ()) -> dict:
     ``memory_at`` steps."""
     from PySide6.QtCore import QCoreApplication
 
-    import tapescope.app.live_controller as lc
-    from tapescope.app.main_window import MainWindow
+    import tapescope.app.qt.live_controller as lc
+    from tapescope.app.qt.main_window import MainWindow
     from tapescope.app.runs import SessionConfig
 
     win = MainWindow()
@@ -333,7 +333,7 @@ def feed(steps: int, blocks: int = 238, memory_at: tuple = ()) -> dict:
     message = synthetic_messages(n)
     cpu, wall, mem, gui = [], [], {}, []
     rss0 = rss_mb()
-    from tapescope.app.live import _snapshot
+    from tapescope.app.qt.live import _snapshot
 
     for step in range(1, steps + 1):
         msg = message(step)

@@ -54,7 +54,7 @@ def measure(path: Path) -> None:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from tapescope.app.main_window import MainWindow
+    from tapescope.app.qt.main_window import MainWindow
     from tapescope.app.session import open_path
 
     app = QApplication([])

@@ -10,7 +10,7 @@ display (rich allows one live display at a time).
 
 ``listening(fn)`` also hands every start, advance and end to ``fn`` (a dict: ``event``, ``what``,
 ``done``, ``total``, ``elapsed``), terminal or not: the live worker sends them to the GUI, whose
-progress dialog (``app.progress_dialog``) shows the first kernel compile with a Cancel button.
+progress dialog (``app.qt.progress_dialog``) shows the first kernel compile with a Cancel button.
 """
 
 from __future__ import annotations

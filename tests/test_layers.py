@@ -93,7 +93,7 @@ QT_FREE = tuple("tapescope." + m for m in (
     "app.commands.capture", "app.commands.capture_pair", "app.commands.parity_table",
     "app.commands.sweep", "app.commands.capture_ranks", "app.capture.ranks_html",
     "core.capture.ranks",
-    "app.style", "app.tensor_window",
+    "app.qt.style", "app.tensor_window",
     "views.graph_model", "views.array_stats", "views.node_details", "views.layout",
     "views.parity_rows", "views.search", "views.scope_runs", "views.stepper_model",
     "views.synthetic", "views.repro", "views.examples",
@@ -173,8 +173,8 @@ def test_every_qt_module_applies_the_pyside_guard():
 
     mods, g = _modules(), _graph(lazy=False)
     qt_mods = {m for m, p in mods.items() if imports_qt(p)} - {"tapescope.views._pyside_guard"}
-    assert {"tapescope.views.graph_view", "tapescope.app.main_window",
-            "tapescope.app.live"} <= qt_mods
+    assert {"tapescope.views.graph_view", "tapescope.app.qt.main_window",
+            "tapescope.app.qt.live"} <= qt_mods
     bad = sorted(m for m in qt_mods if "tapescope.views._pyside_guard" not in nx.descendants(g, m))
     assert not bad, f"import tapescope.views._pyside_guard in: {bad}"
     assert not qt_mods & set(QT_FREE)

@@ -17,7 +17,7 @@ import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard,
 from tapescope.views.numbers import count_text
 
 # NOTE: Alt+PgUp/PgDown, not Alt+Left/Right: those go back and forward through the nodes
-# visited, as in a browser, Netron or an IDE (app.main_window)
+# visited, as in a browser, Netron or an IDE (app.qt.main_window)
 SHORTCUTS = {"prev": "Alt+PgUp", "next": "Alt+PgDown", "latest": "Alt+End"}
 
 

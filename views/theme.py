@@ -1,6 +1,6 @@
 """Light or dark, as the system is: the palette, the style sheet, the plots and the graph.
 
-The theme is chosen once, before the window is built (``app.style.apply_style``): dark when the
+The theme is chosen once, before the window is built (``app.qt.style.apply_style``): dark when the
 desktop asks for it (Qt's colour scheme, or a palette whose window colour is dark, as a dark
 GNOME/KDE theme gives) or when ``TAPESCOPE_THEME=dark``; ``TAPESCOPE_THEME=light`` forces
 light. The parity colours (green exact, amber to red, violet NaN) are the same in both: they are

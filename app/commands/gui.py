@@ -98,12 +98,12 @@ def make_window(argv0: str = "tapescope", debug: bool = False):
     __import__("tapescope.views")  # the PySide6 guard (views/__init__.py), before any Qt work
     from PySide6.QtWidgets import QApplication
 
-    from tapescope.app.qt_messages import quiet_qt
+    from tapescope.app.qt.messages import quiet_qt
 
     quiet_qt(debug)  # no "propagateSizeHints()" on every run (issue 25)
 
-    from tapescope.app.main_window import MainWindow
-    from tapescope.app.style import apply_style
+    from tapescope.app.qt.main_window import MainWindow
+    from tapescope.app.qt.style import apply_style
 
     app = QApplication.instance() or QApplication([argv0])
     app.setApplicationName("tapescope")
@@ -138,7 +138,7 @@ def wait_live(win, timeout_s: float = 120.0) -> None:
 
     from PySide6.QtCore import QCoreApplication
 
-    from tapescope.app.live import FAILED, STOPPED
+    from tapescope.app.qt.live import FAILED, STOPPED
 
     end = time.monotonic() + timeout_s
     live = win.live.live
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
 
         if is_capture(args.file):  # a capture (`tapescope capture`): its own window
             __import__("tapescope.views")  # the PySide6 guard, before any Qt work
-            from tapescope.app.capture.window import run_window
+            from tapescope.app.qt.capture_window import run_window
 
             return run_window(args, size, sys.modules[__name__])
     irq = Interrupts() if not args.screenshot else None
@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     from tapescope.app.commands.onnx_cmd import limits_from
 
     win.onnx_limits = limits_from(args)
-    from tapescope.app.progress_dialog import prepare_native
+    from tapescope.app.qt.progress_dialog import prepare_native
 
     prepare_native(win)  # a cold cache: refmath's C kernels compile behind a dialog with Cancel
     if args.file:
@@ -319,7 +319,7 @@ def exec_until_interrupted(app, win, interrupts: Interrupts | None = None) -> in
 def _screenshot(win, args: argparse.Namespace, size: tuple[int, int], ok: bool) -> int:
     from PySide6.QtCore import QCoreApplication
 
-    from tapescope.app.live import FAILED
+    from tapescope.app.qt.live import FAILED
 
     win.resize(*size)
     win.show()
@@ -346,7 +346,7 @@ def _screenshot(win, args: argparse.Namespace, size: tuple[int, int], ok: bool) 
 
 def _save_picture(img, path: str) -> str | None:
     """Write the window's picture whole or not at all (core.atomic); the error, or None."""
-    from tapescope.app.report_render import png_bytes
+    from tapescope.app.qt.report_render import png_bytes
     from tapescope.core.atomic import write_atomic
 
     fmt = os.path.splitext(path)[1].lstrip(".").upper() or "PNG"

@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     __import__("tapescope.views")  # the PySide6 guard (views/__init__.py), before any Qt work
     from PySide6.QtWidgets import QApplication
 
-    from tapescope.app.qt_messages import quiet_qt
+    from tapescope.app.qt.messages import quiet_qt
 
     quiet_qt(bool(getattr(args, "debug", False)))  # no Qt platform chatter on stderr
     _app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -13,7 +13,7 @@ READY_MS = 240_000  # a hang guard: with an empty kernel cache the worker compil
 
 def wait_ready(qtbot, win) -> None:
     """Wait for the live worker's own "ready" (or its failure), however long its start takes."""
-    from tapescope.app.live import FAILED
+    from tapescope.app.qt.live import FAILED
 
     qtbot.waitUntil(lambda: win.live.live is not None and (
         win.live.live.info is not None or win.live.live.state == FAILED), timeout=READY_MS)
@@ -30,7 +30,7 @@ def settings(tmp_path):
 @pytest.fixture
 def win(qtbot, settings):
     """A shown main window whose live sessions snapshot quickly (test modules may override)."""
-    from tapescope.app.main_window import MainWindow
+    from tapescope.app.qt.main_window import MainWindow
 
     w = MainWindow(settings=settings)
     w.live.interval_s = 0.05

@@ -73,7 +73,7 @@ def test_gui_example_opens_the_shipped_model_from_another_folder(tmp_path, capsy
 
 
 def test_file_open_example_menu(qtbot, settings):
-    from tapescope.app.main_window import MainWindow
+    from tapescope.app.qt.main_window import MainWindow
 
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)

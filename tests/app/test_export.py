@@ -13,8 +13,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QImage
 from PySide6.QtWidgets import QFileDialog
 
-from tapescope.app.export_menu import export_csv
-from tapescope.app.main_window import MainWindow
+from tapescope.app.qt.export_menu import export_csv
+from tapescope.app.qt.main_window import MainWindow
 from tapescope.views import export
 from tapescope.views.ulp_scale import level_color
 

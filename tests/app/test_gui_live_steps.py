@@ -8,7 +8,7 @@ import pytest
 
 import tapescope.app.commands.gui as gui
 from tapescope.app.cli import main
-from tapescope.app.live import STOPPED
+from tapescope.app.qt.live import STOPPED
 
 
 def _run(qtbot, monkeypatch, tmp_path, *extra: str) -> dict:

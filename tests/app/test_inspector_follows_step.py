@@ -8,7 +8,7 @@ asks and answers only what the test answers."""
 
 from __future__ import annotations
 
-from tapescope.app.live import RUNNING, Inspection
+from tapescope.app.qt.live import RUNNING, Inspection
 from tests.app.test_time_travel import answer, episode, fake_live, feed  # noqa: F401
 
 NOT_KEPT = "step {}'s tensors were not kept (kept: 4, 5; while paused every step is kept)"
@@ -125,7 +125,7 @@ def test_the_stepper_says_which_backward_it_walks(qtbot, win, episode):  # noqa:
 def test_selecting_while_running_shows_the_summary_then_the_arrays_on_pause(qtbot, win, episode):  # noqa: F811,E501
     import dataclasses
 
-    from tapescope.app.live import PAUSED, Snapshot
+    from tapescope.app.qt.live import PAUSED, Snapshot
 
     lv, results, arrays = _start(qtbot, win, episode)
     node = results[1].first["node"]

@@ -16,7 +16,15 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from tapescope.app.live import FAILED, LOG_TAIL_BYTES, PAUSED, ROOT, RUNNING, STOPPED, LiveSession
+from tapescope.app.qt.live import (
+    FAILED,
+    LOG_TAIL_BYTES,
+    PAUSED,
+    ROOT,
+    RUNNING,
+    STOPPED,
+    LiveSession,
+)
 from tapescope.app.runs import SessionConfig
 from tapescope.app.session import EXACT_COLOR
 from tapescope.core.optable.registry import REGISTRY

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tapescope.app.live import PAUSED
+from tapescope.app.qt.live import PAUSED
 from tapescope.app.runs import SessionConfig
 from tests.app.conftest import wait_ready
 from tests.app.test_live_inspect import click_row, shown_live

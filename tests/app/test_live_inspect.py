@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from tapescope.app.live import STOPPED
 from tapescope.app.live_worker import decode_array, encode_array, inspect_message
+from tapescope.app.qt.live import STOPPED
 from tapescope.app.runs import PairRunner, SessionConfig
 from tests.app.conftest import wait_ready
 

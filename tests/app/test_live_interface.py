@@ -12,16 +12,16 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QMenu, QToolBar, QWidget
 
-from tapescope.app.live import FAILED, STOPPED
-from tapescope.app.live_controller import LiveController
-from tapescope.app.main_window import LIVE_WINDOW_API, MainWindow
+from tapescope.app.qt.live import FAILED, STOPPED
+from tapescope.app.qt.live_controller import LiveController
+from tapescope.app.qt.main_window import LIVE_WINDOW_API, MainWindow
 from tapescope.app.runs import SessionConfig
 from tapescope.app.session import open_workload
-from tests.app.conftest import READY_MS
+from tests.helpers.live import READY_MS
 
 APP = Path(__file__).resolve().parents[2] / "app"
-LIVE_MODULES = ("live_controller.py", "time_travel.py", "live_toolbar.py", "step_rerun.py",
-                "progress_dialog.py", "live_stepper.py")
+LIVE_MODULES = ("qt/live_controller.py", "qt/time_travel.py", "qt/live_toolbar.py",
+                "step_rerun.py", "qt/progress_dialog.py", "qt/live_stepper.py")
 
 
 def window_uses(path: Path) -> set[str]:

@@ -1,5 +1,5 @@
 """Issue 46: the Backward stepper walks the scrubber's step in a live session, not the window's
-own recording, and says which step. The replayed reference (app.live_stepper) has the worker's
+own recording, and says which step. The replayed reference (app.qt.live_stepper) has the worker's
 bits: every node's value, and every gradient the stepper pushes, equal a ``PairRunner``'s
 reference at that step."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tapescope.app.live_stepper import ReferenceReplay, reference_spec
+from tapescope.app.qt.live_stepper import ReferenceReplay, reference_spec
 from tapescope.app.runs import PairRunner, SessionConfig
 from tapescope.views.stepper_model import BackwardStepper
 from tests.app.test_time_travel import episode, fake_live, feed  # noqa: F401

@@ -6,7 +6,7 @@ from tapescope.app.runs import SessionConfig
 
 
 def test_dtype_box_sets_half_and_amp(qtbot):
-    from tapescope.app.live_toolbar import LiveToolbar
+    from tapescope.app.qt.live_toolbar import LiveToolbar
 
     bar = LiveToolbar(_all_slots())
     qtbot.addWidget(bar)
@@ -23,6 +23,6 @@ def test_dtype_box_sets_half_and_amp(qtbot):
 
 
 def _all_slots() -> dict:
-    from tapescope.app.live_toolbar import ACTIONS
+    from tapescope.app.qt.live_toolbar import ACTIONS
 
     return {e[0]: (lambda: None) for e in ACTIONS if e is not None}

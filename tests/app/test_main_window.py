@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QByteArray, QMimeData, QPoint, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
-from tapescope.app.main_window import MainWindow
+from tapescope.app.qt.main_window import MainWindow
 from tapescope.core import Tape, ops, tapefile, workloads
 
 
@@ -367,7 +367,7 @@ def screen_1280x800(monkeypatch):
     """Pretend the window opens on a 1280x800 screen (offscreen has no real one)."""
     from PySide6.QtCore import QRect
 
-    from tapescope.app.window_layout import WindowLayout
+    from tapescope.app.qt.window_layout import WindowLayout
 
     monkeypatch.setattr(WindowLayout, "available", lambda self: QRect(0, 0, 1280, 800))
 
@@ -391,7 +391,7 @@ def test_the_window_fits_a_1280x800_screen(qtbot, settings, screen_1280x800):
 def test_a_layout_saved_on_a_big_screen_fits_a_small_one(qtbot, settings, screen_1280x800):
     from PySide6.QtCore import QRect
 
-    from tapescope.app.window_layout import WindowLayout
+    from tapescope.app.qt.window_layout import WindowLayout
 
     big = MainWindow(settings=settings)
     qtbot.addWidget(big)

@@ -62,7 +62,7 @@ def test_a_quick_model_opens_without_waiting_for_the_dialog(qtbot, win, tmp_path
 
 
 def test_limits_given_to_the_open_reach_the_executor(qtbot, win, tmp_path):
-    from tapescope.app.onnx_open import open_onnx_with_progress
+    from tapescope.app.qt.onnx_open import open_onnx_with_progress
     from tapescope.app.session import SessionError
     from tapescope.core.onnx import Limits
 

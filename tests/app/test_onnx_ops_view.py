@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from PySide6.QtCore import Qt
 
-from tapescope.app.main_window import MainWindow
+from tapescope.app.qt.main_window import MainWindow
 from tapescope.views.graph_model import GraphModel, GraphNode
 
 

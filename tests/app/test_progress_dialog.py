@@ -1,4 +1,4 @@
-"""The window's progress dialogs (app.progress_dialog), driven as a user would: the first kernel
+"""The window's progress dialogs (app.qt.progress_dialog), driven as a user would: the first kernel
 compile of a live session on a cold cache shows what is compiled and for how long, and Cancel
 ends the worker (the compiler with it) and leaves the window usable; a tape load on a thread
 shows its dialog, and Cancel says what it cannot stop and gives the window back at once."""
@@ -14,10 +14,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QProgressDialog, QPushButton
 
-from tapescope.app import progress_dialog as pd
-from tapescope.app.live import STOPPED
+from tapescope.app.qt import progress_dialog as pd
+from tapescope.app.qt.live import STOPPED
 from tapescope.app.runs import SessionConfig
-from tests.app.conftest import READY_MS
+from tests.helpers.live import READY_MS
 
 SHOTS = os.environ.get("TAPESCOPE_SHOTS")  # a folder: the dialog's pictures are kept there
 

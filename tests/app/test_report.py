@@ -95,7 +95,7 @@ def test_cli_report_bad_input(qapp, tmp_path, capsys):
 
 
 def test_export_from_the_gui(qtbot, settings, tmp_path):
-    from tapescope.app.main_window import MainWindow
+    from tapescope.app.qt.main_window import MainWindow
 
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)

@@ -36,7 +36,7 @@ def old_pair(qapp, tmp_path, capsys):
 
 
 def _no_pictures(monkeypatch):
-    import tapescope.app.report_render as render
+    import tapescope.app.qt.report_render as render
 
     monkeypatch.setattr(render, "render_dag", lambda data: b"png")
     monkeypatch.setattr(render, "render_training", lambda data: b"png")
@@ -76,7 +76,7 @@ def test_a_failed_second_rename_keeps_the_old_pair_and_no_temporaries(old_pair, 
 KILLED_BETWEEN_RENAMES = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    import tapescope.app.report_render as render
+    import tapescope.app.qt.report_render as render
     from tapescope.app.report_html import write_report
     from tapescope.core import atomic
     render.render_dag = render.render_training = lambda data: b"png"

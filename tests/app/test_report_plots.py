@@ -22,7 +22,7 @@ def _count(img, rgb, y0: int) -> int:
 def test_the_plots_image_has_the_heatmap(qtbot):
     from PySide6.QtGui import QImage
 
-    from tapescope.app.report_render import render_training
+    from tapescope.app.qt.report_render import render_training
     from tapescope.views.ulp_scale import heat_levels, heat_lut
 
     steps = [{"step": k, "loss_ref": 1.0 / k, "loss_cand": 1.0 / k, "seconds": 0.01,

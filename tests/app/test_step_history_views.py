@@ -138,7 +138,7 @@ def test_first_steps_is_first_step_differing():
 def _kernel_parity(h: StepHistory, plan: dict, step: int) -> dict:
     from types import SimpleNamespace
 
-    from tapescope.app.time_travel import TimeTravel
+    from tapescope.app.qt.time_travel import TimeTravel
 
     tt = SimpleNamespace(ctl=SimpleNamespace(kernels=SimpleNamespace(plan=plan)), history=h)
     return TimeTravel.kernel_parity(tt, step)

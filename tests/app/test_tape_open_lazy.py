@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from tapescope.app.main_window import MainWindow
+from tapescope.app.qt.main_window import MainWindow
 from tapescope.core import tapefile
 from tests.core.test_tapefile_v2 import chain
 

@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
-from tapescope.app.style import apply_style
+from tapescope.app.qt.style import apply_style
 from tapescope.views import theme
 
 
@@ -28,7 +28,7 @@ def app_state(monkeypatch):
 
 
 def window(qtbot, settings):
-    from tapescope.app.main_window import MainWindow
+    from tapescope.app.qt.main_window import MainWindow
 
     w = MainWindow(settings=settings)
     qtbot.addWidget(w)

@@ -18,7 +18,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QToolButton
 
-from tapescope.app.live import PAUSED, Inspection, LiveSession, Snapshot
+from tapescope.app.qt.live import PAUSED, Inspection, LiveSession, Snapshot
 from tapescope.app.runs import PairRunner, SessionConfig
 from tapescope.app.session import parity_colors
 from tapescope.core.optable.registry import REGISTRY

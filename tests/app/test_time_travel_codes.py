@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapescope.app.live import _snapshot
+from tapescope.app.qt.live import _snapshot
 from tapescope.app.session import EXACT_COLOR, NAN_COLOR, ulp_color, worst_codes, worst_colors
 from tapescope.app.step_history import StepHistory, compact
 from tapescope.core.step_record import F_V_INTRO, STEP_RECORD, pack, worst

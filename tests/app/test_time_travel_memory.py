@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tapescope.app.live import PAUSED, RUNNING, LiveSession, Snapshot
+from tapescope.app.qt.live import PAUSED, RUNNING, LiveSession, Snapshot
 from tapescope.app.runs import SessionConfig, StepResult
 from tapescope.app.step_history import StepHistory
 from tapescope.app.step_wire import step_from_wire, step_to_wire

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tapescope.app.live import PAUSED  # noqa: E402
+from tapescope.app.qt.live import PAUSED  # noqa: E402
 from tapescope.app.runs import SessionConfig  # noqa: E402
 from tests.app.conftest import wait_ready  # noqa: E402
 from tests.app.test_live_inspect import click_row, shown_live  # noqa: E402

@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtWidgets import QDockWidget, QTabBar, QToolBar
 
-from tapescope.app.main_window import MainWindow
-from tapescope.app.progress_dialog import run_with_progress
+from tapescope.app.qt.main_window import MainWindow
+from tapescope.app.qt.progress_dialog import run_with_progress
 
 
 def _rect_in(win, w) -> QRect:
@@ -144,7 +144,7 @@ def assert_frame_kept(win, widths: dict[str, int], columns: int, what: str) -> N
 
 def answer_with(win, node: int, step: int, arrays, change) -> None:
     """Answer the window's fetch of ``node`` at ``step`` with the episode's arrays, changed."""
-    from tapescope.app.live import Inspection
+    from tapescope.app.qt.live import Inspection
 
     a = arrays[step][node]
     ref_v, ref_g, cand_v, cand_g = change(a["ref"]["value"], a["ref"]["grad"],

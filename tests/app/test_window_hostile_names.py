@@ -222,7 +222,7 @@ def test_an_error_that_quotes_a_name_is_plain_text(qtbot, win, tmp_path):
 
 
 def test_a_progress_dialog_shows_a_file_name_as_text(qtbot, win):
-    from tapescope.app.progress_dialog import run_with_progress
+    from tapescope.app.qt.progress_dialog import run_with_progress
 
     seen = []
 

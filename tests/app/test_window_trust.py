@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from tapescope.app.main_window import MainWindow
+from tapescope.app.qt.main_window import MainWindow
 from tests.app import test_time_travel as time_travel_tests
 
 
@@ -124,7 +124,7 @@ def test_a_step_whose_tensors_are_gone_shows_its_summary_and_offers_a_rerun(
     assert not ins.stats.isVisible() and not ins.tabs.isVisible()  # no empty table, no axes
     assert "step 4" in ins.note.text() and "Fetching" in ins.note.text()
     # the worker no longer holds step 4
-    from tapescope.app.live import Inspection
+    from tapescope.app.qt.live import Inspection
 
     win.live._on_inspected(Inspection(None, sm, error="step 4's tensors were not kept (kept: "
                                       "1 of steps 5..5; while running, only some steps are)"))

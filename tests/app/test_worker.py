@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from tapescope.app.live import STOPPED, LiveSession
 from tapescope.app.live_worker import MAX_WIRE_BYTES, decode_array, encode_array
+from tapescope.app.qt.live import STOPPED, LiveSession
 from tapescope.app.remote import PROTOCOL
 from tapescope.app.runs import PairRunner, SessionConfig
 from tests.app.conftest import READY_MS

@@ -357,7 +357,7 @@ def test_gui_opens_a_capture_grouped_by_module(captured, tmp_path):
     pytest.importorskip("PySide6")
     from PySide6.QtWidgets import QApplication
 
-    from tapescope.app.capture.window import CaptureWindow
+    from tapescope.app.qt.capture_window import CaptureWindow
 
     _app = QApplication.instance() or QApplication([])
     cap = load(captured["gpt"][0])
@@ -403,7 +403,7 @@ def test_the_window_steps_through_backward(captured):
     pytest.importorskip("PySide6")
     from PySide6.QtWidgets import QApplication
 
-    from tapescope.app.capture.window import CaptureWindow
+    from tapescope.app.qt.capture_window import CaptureWindow
 
     _app = QApplication.instance() or QApplication([])
     cap = load(captured["mlp"][0])

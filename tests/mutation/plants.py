@@ -31,7 +31,7 @@ PLANTS = [
       "test_a_first_divergence_after_step_1_survives_thinning_in_a_long_session",
       "tests/app/test_time_travel_memory.py::"
       "test_the_first_divergence_survives_thinning_for_any_step_numbers"]),
-    ("kernel parity without provenance swaps forward and backward", "app/time_travel.py",
+    ("kernel parity without provenance swaps forward and backward", "app/qt/time_travel.py",
      'if k["role"] == "forward" else ("g_n", "g_ulp")',
      'if k["role"] == "backward" else ("g_n", "g_ulp")',
      ["tests/app/test_step_history_views.py::"

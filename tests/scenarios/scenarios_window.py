@@ -24,7 +24,7 @@ from PySide6.QtGui import QFontMetrics, QGuiApplication
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFileDialog
 
-from tapescope.app.live import FAILED, PAUSED, RUNNING
+from tapescope.app.qt.live import FAILED, PAUSED, RUNNING
 from tapescope.app.runs import SessionConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ READY_S = 120  # the worker's start (a hang guard, not a target)
 
 def _window(tmp_path_factory):
     """The main window as `tapescope gui` makes it, shown on the X server."""
-    from tapescope.app.main_window import MainWindow
+    from tapescope.app.qt.main_window import MainWindow
 
     assert QGuiApplication.platformName() == "xcb", "these scenarios need a real X server"
     cfg = tmp_path_factory.mktemp("settings") / "tapescope.ini"

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QHeaderView, QVBoxLayout, QWidget
 
 from tapescope.views.element_view import ElementView, bits_text, mono_font, number_text
 
-DOCK_WIDTH = 470  # the Inspector dock's default width (app.main_window)
+DOCK_WIDTH = 470  # the Inspector dock's default width (app.qt.main_window)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

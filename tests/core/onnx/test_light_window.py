@@ -19,7 +19,7 @@ TORCH_CNN = os.path.join(ROOT, "resources", "models", "torch_cnn.onnx")
 def win(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from tapescope.app.main_window import MainWindow
+    from tapescope.app.qt.main_window import MainWindow
 
     w = MainWindow(settings=QSettings(str(tmp_path / "t.ini"), QSettings.IniFormat))
     qtbot.addWidget(w)

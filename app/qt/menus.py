@@ -49,7 +49,7 @@ def build_menus(win) -> None:
         win.example_actions[name] = a
         ex.addAction(a)
     f.addAction(_action(win, "&Save tape as…", win.save_dialog, QKeySequence.StandardKey.SaveAs))
-    from tapescope.app.export_menu import add_export_menu
+    from tapescope.app.qt.export_menu import add_export_menu
 
     add_export_menu(win, f)  # graph as PNG / SVG, the current panel as CSV
     f.addSeparator()
@@ -106,4 +106,4 @@ def build_menus(win) -> None:
     tb.addAction(win.act_nan)
     # NOTE: the Backward stepper's actions live in its dock's own toolbar and in Debug (F11,
     # Shift+F11, F5, ...): here they stood beside the Live toolbar's training step, two "Step"
-    # buttons side by side; this row holds the step scrubber instead (app.time_travel)
+    # buttons side by side; this row holds the step scrubber instead (app.qt.time_travel)

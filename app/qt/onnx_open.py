@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.app.progress_dialog import run_with_progress
+from tapescope.app.qt.progress_dialog import run_with_progress
 from tapescope.app.session import SessionError, open_onnx_file
 
 
@@ -31,7 +31,7 @@ class _CountingCancel(threading.Event):
 def open_onnx_with_progress(parent, path: str | os.PathLike, show_after_ms: int = 300,
                             limits: Any = None):
     """Open an ONNX model on a worker thread behind a progress dialog with Cancel
-    (``app.progress_dialog.run_with_progress``).
+    (``app.qt.progress_dialog.run_with_progress``).
 
     Cancel stops the executor between nodes and loop iterations; the result is the
     ``app.session.Session``, or a ``SessionError`` (also for a cancelled open: "cancelled").

@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (
     QToolBar,
 )
 
-from tapescope.app.menus import build_menus
-from tapescope.app.onnx_open import open_onnx_with_progress
-from tapescope.app.progress_dialog import open_with_progress
+from tapescope.app.qt.menus import build_menus
+from tapescope.app.qt.onnx_open import open_onnx_with_progress
+from tapescope.app.qt.progress_dialog import open_with_progress
 from tapescope.app.session import Session, SessionError, open_workload
 from tapescope.core.tapefile import TapeFileError
 from tapescope.views.graph_model import shape_text
@@ -40,7 +40,7 @@ from tapescope.views.stepper_model import BackwardStepper
 from tapescope.views.stepper_view import StepperPanel
 
 DEFAULT_SIZE = (1440, 900)
-# what app.live_controller / app.time_travel may use of the window (and nothing else)
+# what app.qt.live_controller / app.qt.time_travel may use of the window (and nothing else)
 LIVE_WINDOW_API = frozenset({
     "session", "selected", "node_selected", "session_changed", "repro_requested",
     "open_workload", "show_error", "set_status", "select_node", "set_comparison",
@@ -141,7 +141,7 @@ class MainWindow(QMainWindow):
         self.recent_menu = None
         build_menus(self)
         self._refresh_recent()
-        from tapescope.app.live_controller import LiveController
+        from tapescope.app.qt.live_controller import LiveController
 
         self.onnx_limits = None  # core.onnx.Limits for models opened here (None: the defaults)
         self.live = LiveController(self)  # Live toolbar, Training and Kernels docks
@@ -151,7 +151,7 @@ class MainWindow(QMainWindow):
         self.layout().activate()
         self.resizeDocks([self.docks["Inspector"]],
                          [self.docks["Inspector"].widget().needed_width()], Qt.Horizontal)
-        from tapescope.app.window_layout import WindowLayout
+        from tapescope.app.qt.window_layout import WindowLayout
 
         self.window_layout = WindowLayout(self, self.settings)  # after every dock exists
         self.window_layout.restore()
@@ -292,7 +292,7 @@ class MainWindow(QMainWindow):
         return box
 
     # ---- the live controller's interface ----------------------------------------------------
-    # app.live_controller and app.time_travel reach the window only through LIVE_WINDOW_API
+    # app.qt.live_controller and app.qt.time_travel reach the window only through LIVE_WINDOW_API
     # (the read-only ``session``/``selected``, the signals, and the methods below);
     # tests/app/test_live_interface.py drives them with a window that has nothing else.
     def place_live_docks(self, training, kernels) -> None:
@@ -311,7 +311,7 @@ class MainWindow(QMainWindow):
 
     def walk_backward(self, tape, loss_id: int | None) -> bool:
         """The Backward stepper walks ``tape`` from ``loss_id`` (a live step's replayed
-        reference, app.live_stepper); ``tape`` None: the window's own recording again. False
+        reference, app.qt.live_stepper); ``tape`` None: the window's own recording again. False
         (nothing changes) when ``tape``'s nodes are not the ones the graph shows."""
         s = self.session
         if s is None:

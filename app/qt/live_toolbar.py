@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QCheckBox, QComboBox, QLabel, QStyle, QToolBar
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.app.live import PAUSED, RUNNING
+from tapescope.app.qt.live import PAUSED, RUNNING
 from tapescope.app.runs import COMPARES, SessionConfig
 
 # (attribute, icon, text) of the toolbar's actions, in order; None: a separator

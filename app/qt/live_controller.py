@@ -7,14 +7,14 @@ and on start the fusion plan (Kernels dock, fused segments as graph groups). Sel
 while a session exists asks its worker for that one node's arrays on both sides (never a
 stream of tensors); the answer fills the Inspector's reference-vs-candidate tab.
 
-Time travel (``app.time_travel``): the step scrubber shows any past step in every panel; the
+Time travel (``app.qt.time_travel``): the step scrubber shows any past step in every panel; the
 Inspector asks the worker for that step's arrays (kept for the last few steps, keyed by node
 and step here), and "Copy repro" writes that node's reference op on the candidate's inputs.
 
-The window is reached only through ``app.main_window.LIVE_WINDOW_API`` (its ``session`` and
+The window is reached only through ``app.qt.main_window.LIVE_WINDOW_API`` (its ``session`` and
 ``selected``, its signals and a few named methods: ``open_workload``, ``show_error``,
 ``set_status``, ``select_node``, ``set_comparison``, ``set_graph_*``, ``show_details``, ...);
-the toolbar's widgets are ``app.live_toolbar.LiveToolbar``'s.
+the toolbar's widgets are ``app.qt.live_toolbar.LiveToolbar``'s.
 """
 
 from __future__ import annotations
@@ -22,16 +22,24 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from tapescope.app.live import FAILED, PAUSED, RUNNING, STOPPED, Inspection, LiveSession, Snapshot
 from tapescope.app.live_inspect import FETCH_DEADLINE_S, InspectionCache, live_details
-from tapescope.app.live_panels import LogWindow, WatchdogBar
-from tapescope.app.live_stepper import LiveStepper
-from tapescope.app.live_toolbar import LiveToolbar
-from tapescope.app.progress_dialog import StartupProgress
+from tapescope.app.qt.live import (
+    FAILED,
+    PAUSED,
+    RUNNING,
+    STOPPED,
+    Inspection,
+    LiveSession,
+    Snapshot,
+)
+from tapescope.app.qt.live_panels import LogWindow, WatchdogBar
+from tapescope.app.qt.live_stepper import LiveStepper
+from tapescope.app.qt.live_toolbar import LiveToolbar
+from tapescope.app.qt.progress_dialog import StartupProgress
+from tapescope.app.qt.time_travel import TimeTravel
 from tapescope.app.runs import SessionConfig
 from tapescope.app.session import unconfirmed_script
 from tapescope.app.step_rerun import StepRerun
-from tapescope.app.time_travel import TimeTravel
 from tapescope.views.kernels_view import KernelsPanel
 from tapescope.views.numbers import count_text
 from tapescope.views.plain import cut

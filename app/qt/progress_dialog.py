@@ -13,7 +13,7 @@ long, and a Cancel that stops the work or says plainly what it cannot stop.
   first workload opens); Cancel goes on without them (numpy's reference, the same bits) while
   the build finishes in the background for the next run.
 
-``app.onnx_open`` is the ONNX model's own dialog (its executor stops at Cancel between nodes).
+``app.qt.onnx_open`` is the ONNX model's own dialog (its executor stops at Cancel between nodes).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QProgressDialog
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.app.live import FAILED, STOPPED
+from tapescope.app.qt.live import FAILED, STOPPED
 from tapescope.app.session import Session, SessionError, open_path
 
 NEVER_MS = 1 << 30  # QProgressDialog's own show-after timer: never (we show it ourselves)

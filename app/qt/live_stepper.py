@@ -22,7 +22,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Slot
 
-from tapescope.app.live import RUNNING
+from tapescope.app.qt.live import RUNNING
 from tapescope.app.run_sides import CpuRun, RunSpec
 
 SLICE_S = 0.03  # one slice of the replay on the GUI thread: the window stays responsive

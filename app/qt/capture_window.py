@@ -351,8 +351,8 @@ def run_window(args: argparse.Namespace, size: tuple[int, int] | None, gui: Any)
 
     from PySide6.QtWidgets import QApplication
 
-    from tapescope.app.qt_messages import quiet_qt
-    from tapescope.app.style import apply_style
+    from tapescope.app.qt.messages import quiet_qt
+    from tapescope.app.qt.style import apply_style
     from tapescope.core.capture.file import load
     from tapescope.core.capture.judge import judge
     from tapescope.core.progress import file_label, progress
