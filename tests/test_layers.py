@@ -1,4 +1,4 @@
-"""Imports flow downward only (DESIGN.md): core never imports gpu, Qt, views or app; gpu never
+"""Imports flow downward only (docs/layers.md): core never imports gpu, Qt, views or app; gpu never
 imports Qt, views or app; views never import app. The rules are import-linter contracts in
 pyproject.toml ([tool.importlinter], docs/layers.md), run here; the ast checks below say the same
 in a second way, and the subprocess checks prove what no static tool can (what is loaded)."""
@@ -163,7 +163,7 @@ def test_every_qt_module_applies_the_pyside_guard():
     it imports, before any of its code can call Qt."""
     import networkx as nx
 
-    from tests.test_import_cycles import _graph, _modules
+    from tests.helpers.import_graph import graph, modules
 
     def imports_qt(path: Path) -> bool:
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -171,7 +171,7 @@ def test_every_qt_module_applies_the_pyside_guard():
                    for mod in ([a.name for a in node.names] if isinstance(node, ast.Import) else
                                [node.module or ""] if isinstance(node, ast.ImportFrom) else []))
 
-    mods, g = _modules(), _graph(lazy=False)
+    mods, g = modules(), graph(lazy=False)
     qt_mods = {m for m, p in mods.items() if imports_qt(p)} - {"tapescope.views._pyside_guard"}
     assert {"tapescope.views.graph_view", "tapescope.app.qt.main_window",
             "tapescope.app.qt.live"} <= qt_mods
