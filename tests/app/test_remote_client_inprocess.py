@@ -380,7 +380,8 @@ def test_the_open_request_carries_the_config_fault_and_scan(monkeypatch):
                        "workload": "mlp", "device": "host", "fuse": False, "dtype": "float64",
                        "math": "refmath", "compare": "cpu-device", "seed": 3, "explain": True,
                        "torch_threads": None, "tf32": None, "deterministic": False,
-                       "torch_optimizer": "tape", "amp": None, "loss_scale": None}}
+                       "torch_optimizer": "tape", "amp": None, "loss_scale": None,
+                       "optimizer": None}}
 
 
 @pytest.mark.parametrize("amp,scale", [("float16", 1024.0), ("bfloat16", None)])
