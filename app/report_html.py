@@ -10,10 +10,11 @@ import secrets
 from html import escape
 from pathlib import Path
 
-from tapescope.app.session import EXACT_COLOR, NAN_COLOR, parity_colors
+from tapescope.app.session import parity_colors
 from tapescope.core.atomic import remove_stale_temporaries, write_all
 from tapescope.core.parity import entry_differs, strict_json
 from tapescope.views.numbers import count_text, ulp_exact, ulp_text
+from tapescope.views.ulp_scale import EXACT_COLOR, NAN_COLOR, ulp_color
 
 SECTIONS = ("verdict", "environment", "first-divergence", "introduced", "dag", "plots",
             "nodes")
@@ -235,6 +236,15 @@ def _settings(c: dict) -> dict:
             "math (candidate)": "PyTorch's own kernels and libm"}
 
 
+def _legend() -> str:
+    """The DAG picture's legend, in the window's one ulp scale (views.ulp_scale)."""
+    return (f"<p class=legend><span><span class=sw style='background:{EXACT_COLOR}'></span>"
+            f"bit-exact</span><span><span class=sw style='background:{ulp_color(1)}'></span>"
+            f"1 ulp</span><span><span class=sw style='background:{ulp_color(2.0 ** 20)}'>"
+            "</span>≥ 2<sup>20</sup> ulp (log scale)</span><span><span class=sw "
+            f"style='background:{NAN_COLOR}'></span>NaN mismatch</span></p>")
+
+
 def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
     """The report page from its data and two PNG pictures."""
     v = data["verdict"]
@@ -243,11 +253,7 @@ def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
            "candidate": data["candidate"], "device": c["device"], **_settings(c),
            "compare": c["compare"], "seed": c["seed"], "steps": v["steps"],
            "steps per second": f"{data.get('steps_per_s', 0):.2f}"}
-    legend = (f"<p class=legend><span><span class=sw style='background:{EXACT_COLOR}'></span>"
-              "bit-exact</span><span><span class=sw style='background:#f59e0b'></span>1 ulp"
-              "</span><span><span class=sw style='background:#dc000b'></span>≥ 2<sup>20</sup> "
-              f"ulp (log scale)</span><span><span class=sw style='background:{NAN_COLOR}'>"
-              "</span>NaN mismatch</span></p>")
+    legend = _legend()
     title = f"tapescope parity report — {c['workload']}"
     return f"""<!DOCTYPE html>
 <html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>

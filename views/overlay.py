@@ -29,7 +29,7 @@ def severity(color: QColor) -> tuple[bool, int]:
 
 class NodeColors:
     """A parity colour per node: ``palette[code[k]]`` is node ``ids[k]``'s colour (a name
-    QColor reads, e.g. ``#16a34a``)."""
+    QColor reads, e.g. ``views.ulp_scale.EXACT_COLOR``)."""
 
     __slots__ = ("code", "ids", "palette")
 

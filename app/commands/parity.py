@@ -65,36 +65,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _brief(d: dict) -> dict:
-    # nan_bits_differ: NaNs that differ only in sign/payload, equal under the NaN policy
-    return {**{k: d[k] for k in ("n", "n_diff", "max_ulp", "max_abs")},
-            "nan_bits_differ": d.get("nan_bits_differ", 0)}
-
-
-def _merge(acc: dict | None, d: dict) -> dict:
-    b = _brief(d)
-    if acc is None:
-        return b
-    return {"n": b["n"], **{k: max(acc[k], b[k]) for k in ("n_diff", "max_ulp", "max_abs",
-                                                         "nan_bits_differ")}}
-
-
-def _fold(per_node: dict[int, dict], nodes: list[dict], step: int) -> None:
-    """Keep each node's worst value and gradient diff over the steps, and the first step (from
-    1) at which it differs."""
-    from tapescope.core.parity import entry_differs  # here, not at import: the parser is light
-
-    for n in nodes:
-        e = per_node.setdefault(n["id"], {"id": n["id"], "op": n["op"], "name": n["name"],
-                                          "value": None, "grad": None,
-                                          "first_step_differing": None})
-        for which in ("value", "grad"):
-            if n[which] is not None:
-                e[which] = _merge(e[which], n[which])
-                if entry_differs(n, which) and e["first_step_differing"] is None:
-                    e["first_step_differing"] = step
-
-
 def divergence_text(first: dict | None) -> str:
     """``step 2 node #5 matmul (value)``, or ``none``: the first divergence as a user reads it
     (the summary line, the live session's label)."""
@@ -144,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     from tapescope.app.runs import SessionConfig
     from tapescope.core.atomic import check_writable, write_atomic
     from tapescope.core.parity import entry_differs, strict_json
+    from tapescope.core.summary import fold, node_summary
 
     if getattr(args, "capture", None):  # the user's own recorded run (docs/capture.md)
         if args.workload or getattr(args, "model", None):
@@ -232,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
             r = runner.step()
             bar.advance()
             losses.append({"step": r.step, "reference": r.loss_ref, "candidate": r.loss_cand})
-            _fold(per_node, r.nodes, r.step)
+            fold(per_node, r.nodes, r.step)
             if first is None and r.first is not None:
                 first = {"step": r.step, **r.first}
             intro = introduced_entries(r.step, r.introduced)
@@ -242,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
                         for e in r.kernels if e["introduced"]]
             if first_introduced is None and (not r.exact or intro):
                 first_introduced = intro
-            rb = None if against is None else against.step(r, _fold, introduced_entries)
+            rb = None if against is None else against.step(r, fold, introduced_entries)
             print(f"step {r.step:4d}  {loss_text(r.loss_ref, r.loss_cand, cfg.dtype)}  "
                   f"{'exact' if r.exact else 'DIFFERS'}"
                   + ("" if rb is None else
@@ -250,13 +221,15 @@ def run(args: argparse.Namespace) -> int:
                      f"{'exact' if rb.exact else 'DIFFERS'}"), flush=True)
     # the trained parameters after the last update (each step compares them before its own)
     params = runner.compare_params().to_json()
-    _fold(per_node, params["nodes"], args.steps)
+    fold(per_node, params["nodes"], args.steps)
     if first is None and params["first_divergence"] is not None:
         first = {"step": args.steps, "node": params["first_divergence"]["node"], "op": "param",
                  "which": "value"}
     if against is not None:
-        against.finish(args.steps, _fold)
-    nodes = [per_node[i] for i in sorted(per_node)]
+        against.finish(args.steps, fold)
+    # the one JSON form of a node over a run (core.summary.NODE_KEYS), as the report writes it
+    nodes = [node_summary(runner.nodes[i], e["value"], e["grad"], e["first_step_differing"])
+             for i, e in sorted(per_node.items())]
     bad = [n for n in nodes if entry_differs(n)]
     exact = not bad
     stats = runner.stats()

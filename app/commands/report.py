@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     plan = runner.plan.to_json() if runner.plan is not None else None
     acc = ReportAccumulator(cfg, runner.nodes, runner.ref_spec.label(),
                             runner.cand_spec.label(), runner.describe_device(), plan)
-    from tapescope.app.commands.parity import _fold, introduced_entries
+    from tapescope.app.commands.parity import introduced_entries
+    from tapescope.core.summary import fold
 
     # a terminal gets one updating stderr line: steps done, elapsed (nothing in a pipe or log)
     with progress(f"report {label}", total=args.steps) as bar:
@@ -121,14 +122,14 @@ def run(args: argparse.Namespace) -> int:
                 against.before()
             r = runner.step()
             if against is not None:
-                against.step(r, _fold, introduced_entries)
+                against.step(r, fold, introduced_entries)
             acc.add(r)
             bar.advance()
             print(f"step {r.step:4d}  loss {r.loss_ref:.9g}  {r.loss_cand:.9g}  "
                   f"{'exact' if r.exact else 'DIFFERS'}", flush=True)
     data = acc.to_json()
     if against is not None:
-        against.finish(args.steps, _fold)
+        against.finish(args.steps, fold)
         data["against"] = against.to_json()
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # pictures need no screen
