@@ -92,6 +92,22 @@ def test_dtype_half_on_a_float32_cnn(tmp_path, capsys, models, dtype):
     _trained_bit_for_bit(rep, dtype)
 
 
+@pytest.mark.parametrize("family,flags", [("unet", ["--amp", "float16"]),
+                                          ("audio", ["--dtype", "bfloat16"])])
+def test_zoo_conv_families_in_half(tmp_path, capsys, family, flags):
+    # the zoo's UNet level (strided conv, ConvTranspose2d grouped with output_padding,
+    # GroupNorm, interpolate) and its 1-D audio classifier (Conv1d, MaxPool1d on a unit height)
+    from tests.models import zoo
+
+    path = zoo.export(family, tmp_path / f"{family}.onnx", dynamo=False)
+    rep = _parity(tmp_path, capsys, path, *flags)
+    assert rep["dtype"] == flags[1] and rep["exact"] is True
+    ops_used = {n["op"] for n in rep["nodes"]}
+    assert ({"conv2d", "conv_transpose2d"} if family == "unet" else {"conv2d", "maxpool2d"}
+            ) <= ops_used
+    assert all(e["reference"] == e["candidate"] for e in rep["losses"])
+
+
 def test_amp_needs_no_float32_way_out(tmp_path, capsys, models):
     # --amp with --dtype float32 is still a contradiction, said in one line (exit 2); --amp
     # alone runs (above), so the message's way out leads somewhere
