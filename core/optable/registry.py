@@ -86,6 +86,11 @@ def register(op: OpDef) -> OpDef:
         if op.c is not None:
             raise ValueError(f"op {op.name!r}: a C form or a row form, not both")
         check(op.name, op.row, op.arity)
+        if op.row.out == "row" and op.fusion != "none":
+            # a fused row segment keeps one shape throughout (gpu/fusion/analysis.py): a node
+            # with one value per row ends it and runs its library kernels
+            raise ValueError(f"op {op.name!r}: a row form with one output per row (out=\"row\") "
+                             "has fusion=\"none\"")
     REGISTRY[op.name] = op
     return op
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tapescope.core import mathlib
-from tapescope.core.ops import REGISTRY
+from tapescope.core.ops import REGISTRY, OpDef, register
 from tapescope.core.optable.rows import RowForm, RowPass, Step, check, doc_row, infix
 from tests.core.rowform_numpy import evaluate, run
 
@@ -96,6 +96,11 @@ def test_forms_that_no_renderer_takes_are_refused_at_registration():
         check("bad", RowForm(ins=(("x", "row"),), out="col", fwd=red, bwd=(ok,)), 1)
     with pytest.raises(ValueError, match="each pass with steps"):  # a per-element op over any axis
         check("bad", RowForm(ins=(("x", "row"),), axis="axis", fwd=ok, bwd=(ok,)), 1)
+    fused = OpDef("t_fused_rowmax", 1, "reduce", "row_local", lambda sh, at: sh[0][:-1], None,
+                  None, None, row=RowForm(ins=(("x", "row"),), out="row", fwd=red, bwd=(ok,)))
+    with pytest.raises(ValueError, match='has fusion="none"'):  # fusion keeps one shape
+        register(fused)
+    assert "t_fused_rowmax" not in REGISTRY
 
 
 def _doc_rows() -> dict[str, list[str]]:
