@@ -1,6 +1,7 @@
 """Every C target of the row ops, rendered from the op table's one row loop (``OpDef.row``).
 
-A row op with a ``RowForm`` (core/optable/rows.py) gets, with no other edit: its library kernels
+A row op with a ``RowForm`` (core/optable/rows.py) — a reduction with one output per row
+(``out="row"``) too — gets, with no other edit: its library kernels
 (spliced into gpu/kernels/ops_rows.cu at build time) and their launches (gpu/library_rows.py), its
 fused row-segment code (gpu/fusion/codegen.py), the serial loss tail's code for a ``total`` op
 (gpu/fusion/serial.py) and its emitc rule (gpu/emitc.py). Each target only says where an element,
