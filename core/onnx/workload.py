@@ -281,9 +281,18 @@ def _given_input(name: str, path: str, specs, max_bytes: int | None = None,
                         f"{tail}", file=path)
 
     def read(f: str, where: str, budget: int | None, stack_ok: bool) -> np.ndarray:
+        def checked(got: tuple, dtype: np.dtype) -> None:
+            check(got, dtype, where, stack_ok)
+            size = int(np.prod(got, dtype=np.int64)) * dtype.itemsize
+            if budget is not None and size > budget:  # before it is allocated
+                held = f" after {_human(max_bytes - budget)} of the files before it" \
+                    if max_bytes is not None and budget < max_bytes else ""
+                raise OnnxError(f"--input {name}{where}: {_human(size)} of data{held}, over "
+                                f"the {_human(max_bytes)} the inputs may take (raise it with "
+                                "--max-bytes)", file=path)
+
         try:
-            return read_npy(f, max_bytes=budget,
-                            check=lambda got, dtype: check(got, dtype, where, stack_ok))
+            return read_npy(f, check=checked)
         except ArrayFileError as exc:
             raise OnnxError(f"--input {name}{where}: not a readable .npy array ({exc})",
                             file=f) from None
@@ -317,6 +326,12 @@ def _given_input(name: str, path: str, specs, max_bytes: int | None = None,
             left -= a.nbytes
         out.append(cast(a))
     return np.stack(out), True
+
+
+def _human(n: int | None) -> str:
+    from tapescope.core.arrayfile import _human as human
+
+    return human(int(n or 0))
 
 
 def _check_steps(name: str, path: str, held: int, steps: int | None) -> None:

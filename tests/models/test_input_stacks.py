@@ -209,3 +209,27 @@ def test_lm_targets_as_an_input_per_step(tmp_path, capsys):
     with pytest.raises(OnnxError, match="which takes no targets"):
         OnnxWorkload(_model(tmp_path / "m.onnx", cols=1),
                      inputs={"targets": str(tmp_path / "t1.npy")})
+
+
+def test_the_files_together_are_held_to_max_bytes_before_they_are_read(tmp_path, capsys):
+    f = TensorProto.FLOAT
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "m",
+        [helper.make_tensor_value_info("x", f, [64, 64])],
+        [helper.make_tensor_value_info("y", f, [64, 4])],
+        [numpy_helper.from_array(np.full((64, 4), 0.5, np.float32), "w")])
+    m = tmp_path / "m.onnx"
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(m))
+    d = tmp_path / "steps"
+    d.mkdir()
+    for i in range(5):  # 32 KiB each as float64
+        np.save(d / f"{i:03d}.npy", np.full((64, 64), i, np.float64))
+    np.save(tmp_path / "stack.npy", np.ones((5, 64, 64)))
+    base = ["parity", "--model", str(m), "--device", "host", "--steps", "2"]
+    assert main([*base, "--input", f"x={d}", "--max-bytes", "100000"]) == 2
+    _one_line(capsys, "--input x (003.npy): 32.0 KiB of data after 96.0 KiB of the files "
+                      "before it, over the 97.7 KiB the inputs may take (raise it with "
+                      "--max-bytes)")
+    assert main([*base, "--input", f"x={tmp_path / 'stack.npy'}", "--max-bytes", "100000"]) == 2
+    _one_line(capsys, "--input x: 160.0 KiB of data, over the 97.7 KiB")
+    assert main([*base, "--input", f"x={d}", "--max-bytes", "1000000"]) == 0
