@@ -51,6 +51,23 @@ def test_mixed_precision_keeps_the_torch_steps_bit_identical(capsys, amp):
         assert rc == 0 and "3 steps on host: bit-identical" in out, out
 
 
+@pytest.mark.parametrize("kind", ["sgd", "adamw"])
+def test_skipped_mixed_precision_steps_take_back_the_step_and_the_schedule(kind):
+    # a static float16 loss scale of 2**15 and a large lr overflow some steps' gradients: the
+    # device skips them as the reference does (t, the momentum's first step, the schedule)
+    from tapescope.app.runs import PairRunner, SessionConfig
+    from tapescope.core.optim_config import OptimConfig
+
+    cfg = (OptimConfig("sgd", 3.0, None, 0.9, True, steps=6) if kind == "sgd" else
+           OptimConfig("adamw", 1.0, schedule="cosine", warmup=1, steps=6))
+    r = PairRunner(SessionConfig(workload="transformer", device="host", amp="float16",
+                                 loss_scale=32768.0, optimizer=cfg.text()))
+    res = [r.step() for _ in range(6)]
+    assert all(x.exact for x in res), [x.first for x in res]
+    assert 0 < r.ref.opt.t < 6  # some steps were skipped, some taken
+    assert r.cand.dopt.t == r.ref.opt.t
+
+
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
     pytest.importorskip("torch", reason="the torch extra")
