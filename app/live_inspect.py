@@ -16,7 +16,7 @@ from tapescope.views.numbers import count_text, ulp_text
 
 if TYPE_CHECKING:
     from tapescope.app.qt.live import Inspection
-    from tapescope.views.node_details import NodeDetails
+    from tapescope.views.models.node_details import NodeDetails
 
 KEEP_INSPECTIONS = 32  # answers kept per (node, step): re-selecting costs no round trip
 #: how long a fetch may go unanswered before the Inspector says so (with Retry) instead of

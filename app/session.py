@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tapescope.views.array_stats import first_nonfinite, nonfinite_flags, nonfinite_nodes
-from tapescope.views.graph_model import GraphModel
-from tapescope.views.node_details import NodeDetails
+from tapescope.views.models.array_stats import first_nonfinite, nonfinite_flags, nonfinite_nodes
+from tapescope.views.models.graph_model import GraphModel
+from tapescope.views.models.node_details import NodeDetails
 
 # the one ulp colour scale (views.ulp_scale); EXACT_COLOR, NAN_COLOR, ulp_color re-exported
 from tapescope.views.ulp_scale import (  # noqa: F401
@@ -170,7 +170,7 @@ class Session:
     def nonfinite_flags(self) -> tuple[np.ndarray, np.ndarray]:
         """Per node: does its value hold a NaN/inf, does its gradient (bool arrays, by id).
 
-        One batched scan (views.array_stats.nonfinite_flags) shared by the alarms, the status
+        One batched scan (views.models.array_stats.nonfinite_flags) shared by the alarms, the status
         line and the first-NaN jump; kept until the gradients are snapshotted again (the
         values of an opened tape never change)."""
         n = len(self.tape)

@@ -40,8 +40,8 @@ from tapescope.core.step_record import (
     F_V_ONESIDED,
 )
 from tapescope.core.summary import worst
-from tapescope.views.array_stats import nonfinite_flags
-from tapescope.views.parity_rows import ColumnComparison
+from tapescope.views.models.array_stats import nonfinite_flags
+from tapescope.views.models.parity_rows import ColumnComparison
 
 __all__ = ["F_G_INTRO", "F_G_NAN", "F_G_ONESIDED", "F_U_INTRO", "F_V_INTRO", "F_V_NAN",
            "F_V_ONESIDED", "RECORD", "SOURCE_PROVENANCE", "SOURCE_ROOTS", "StepHistory",
@@ -79,7 +79,7 @@ def produced_nonfinite(nodes: Iterable, value: Any, grad: Any = None,
     transformer's causal mask) is data, and what only flows on from it is not an alarm.
     ``flags``: the per-node (values, gradients) ``nonfinite_flags`` when already scanned."""
     nodes = list(nodes)
-    if flags is None:  # one batched scan per side (views.array_stats), not a call per array
+    if flags is None:  # one batched scan per side (views.models.array_stats), not a call per array
         flags = (nonfinite_flags([value(n.id) for n in nodes]),
                  nonfinite_flags([grad(n.id) for n in nodes]) if grad is not None
                  else np.zeros(len(nodes), dtype=bool))
@@ -266,7 +266,7 @@ class StepHistory:
         return got[1]
 
     def comparison(self, step: int) -> ColumnComparison:
-        """One step as the parity table reads it: its columns (``views.parity_rows``), each
+        """One step as the parity table reads it: its columns (``views.models.parity_rows``), each
         node's dict (the list-of-dicts form) made only when that entry is read."""
         r = self.record(step)
         ids = self.node_ids()

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tapescope.views.graph_model import GraphModel, GraphNode  # noqa: E402
-from tapescope.views.layout import NODE_H, NODE_W, layered_layout  # noqa: E402
-from tapescope.views.synthetic import transformer_like  # noqa: E402
+from tapescope.views.models.graph_model import GraphModel, GraphNode  # noqa: E402
+from tapescope.views.models.layout import NODE_H, NODE_W, layered_layout  # noqa: E402
+from tapescope.views.models.synthetic import transformer_like  # noqa: E402
 
 ZOOMS = (1.0, 0.3, 0.1, 0.03, 0.0015)  # the last shows all 10k nodes at once
 

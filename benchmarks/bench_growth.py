@@ -62,8 +62,8 @@ def measure(blocks: int, cache: Path, freeze: bool = True, skip: frozenset = fro
     from tapescope.core.provenance import StepState, provenance
     from tapescope.gpu.backends import open_device
     from tapescope.gpu.parity import compare
-    from tapescope.views.graph_model import GraphModel
-    from tapescope.views.layout import layered_layout
+    from tapescope.views.models.graph_model import GraphModel
+    from tapescope.views.models.layout import layered_layout
 
     out: dict = {}
     clock = time.process_time

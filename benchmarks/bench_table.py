@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from tapescope.views.graph_model import GraphModel, GraphNode  # noqa: E402
-from tapescope.views.synthetic import transformer_like  # noqa: E402
+from tapescope.views.models.graph_model import GraphModel, GraphNode  # noqa: E402
+from tapescope.views.models.synthetic import transformer_like  # noqa: E402
 
 QUERIES = ("block1234/mlp/down", "softm", "matmul")
 
@@ -82,9 +82,9 @@ def main() -> int:
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
-    from tapescope.views.parity_rows import build_rows
+    from tapescope.views.models.parity_rows import build_rows
+    from tapescope.views.models.search import NodeSearch
     from tapescope.views.parity_table import ParityPanel
-    from tapescope.views.search import NodeSearch
 
     app = QApplication.instance() or QApplication([])
     model, comparison = tape(args.nodes)

@@ -94,9 +94,10 @@ QT_FREE = tuple("tapescope." + m for m in (
     "app.commands.sweep", "app.commands.capture_ranks", "app.capture.ranks_html",
     "core.capture.ranks",
     "app.qt.style", "app.tensor_window",
-    "views.graph_model", "views.array_stats", "views.node_details", "views.layout",
-    "views.parity_rows", "views.search", "views.scope_runs", "views.stepper_model",
-    "views.synthetic", "views.repro", "views.examples",
+    "views.models.graph_model", "views.models.array_stats", "views.models.node_details",
+    "views.models.layout", "views.models.parity_rows", "views.models.search",
+    "views.models.scope_runs", "views.models.stepper_model",
+    "views.models.synthetic", "views.models.repro", "views.examples",
     "core", "core.ops", "core.parity", "core.provenance", "core.onnx", "core.native", "gpu",
     "gpu.fusion", "gpu.emitc", "gpu.host", "gpu.nvrtc", "gpu.backends",
 ))

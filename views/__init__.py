@@ -1,7 +1,7 @@
 """Qt widgets, one per model object, and the Qt-free models they show.
 
-This package's ``__init__`` imports nothing, so the Qt-free modules (``views.graph_model``,
-``views.array_stats``, ``views.node_details``, ``views.layout``, ``views.parity_rows``, ...) load
+This package's ``__init__`` imports nothing, so the Qt-free modules (``views.models``:
+``graph_model``, ``array_stats``, ``node_details``, ``layout``, ``parity_rows``, ...) load
 no Qt even where PySide6 is installed: the headless worker and CLI read them. Every widget module
 imports ``views._pyside_guard`` (the PySide6 refcount workaround, applied on import) before its
 first Qt call; tests/test_layers.py holds both

@@ -29,7 +29,7 @@ def demo_tape():
 
 def make(name: str):
     """Build one example widget by name."""
-    from tapescope.views.graph_model import GraphModel
+    from tapescope.views.models.graph_model import GraphModel
 
     tape, loss = demo_tape()
     if name == "graph":
@@ -47,7 +47,7 @@ def make(name: str):
                                    tape.grad(n.id), [(i, tape.node(i).op) for i in n.inputs]))
         return w
     if name == "parity":
-        from tapescope.views.parity_rows import build_rows
+        from tapescope.views.models.parity_rows import build_rows
         from tapescope.views.parity_table import ParityPanel
 
         rng = np.random.default_rng(0)
@@ -57,7 +57,7 @@ def make(name: str):
         w.set_rows(build_rows(tape.nodes, comp))
         return w
     if name == "stepper":
-        from tapescope.views.stepper_model import BackwardStepper
+        from tapescope.views.models.stepper_model import BackwardStepper
         from tapescope.views.stepper_view import StepperPanel
 
         w = StepperPanel()

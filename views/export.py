@@ -24,7 +24,7 @@ from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QAbstractItemView, QWidget
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.views.graph_model import shape_text
+from tapescope.views.models.graph_model import shape_text
 
 MAX_SIDE = 16_384  # pixels: QImage and most viewers refuse larger
 MAX_PIXELS = 64_000_000  # 256 MB of ARGB32

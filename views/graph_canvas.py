@@ -15,7 +15,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaint
 from PySide6.QtWidgets import QGraphicsItem
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.views.graph_model import (
+from tapescope.views.models.graph_model import (
     KIND_CONST,
     KIND_GROUP,
     KIND_LOSS,
@@ -23,9 +23,9 @@ from tapescope.views.graph_model import (
     KIND_PARAM,
     DisplayGraph,
 )
-from tapescope.views.layout import GAP_Y, NODE_H, NODE_W, Layout, flat_inputs
+from tapescope.views.models.layout import GAP_Y, NODE_H, NODE_W, Layout, flat_inputs
+from tapescope.views.models.plain import cut
 from tapescope.views.overlay import EMPTY, ItemColors
-from tapescope.views.plain import cut
 
 # NOTE: red means one thing in this app: bits differ (the parity stripe, amber → red by ulp).
 # Everything else has its own colour: NaN/inf alarms violet, the first divergence a black flag,

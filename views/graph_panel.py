@@ -14,9 +14,9 @@ from PySide6.QtWidgets import (
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.views import theme
-from tapescope.views.graph_model import GraphModel
 from tapescope.views.graph_view import GraphView
 from tapescope.views.minimap import Overview
+from tapescope.views.models.graph_model import GraphModel
 from tapescope.views.ulp_scale import HEAT_TICKS, faded_color, level_color
 
 DEBOUNCE_MS = 120  # a pause in typing this long runs the search

@@ -24,10 +24,10 @@ from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QMenu, QToo
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.views import theme
 from tapescope.views.graph_canvas import GraphCanvas
-from tapescope.views.graph_model import DisplayGraph, GraphModel
-from tapescope.views.layout import CACHE, Layout
+from tapescope.views.models.graph_model import DisplayGraph, GraphModel
+from tapescope.views.models.layout import CACHE, Layout
+from tapescope.views.models.plain import cut, tip
 from tapescope.views.overlay import EMPTY, NAN_COLOR, NodeColors, item_mask, severity
-from tapescope.views.plain import cut, tip
 
 __all__ = ["NAN_COLOR", "GraphView", "severity"]  # (NAN_COLOR, severity: views.overlay's)
 
@@ -46,7 +46,7 @@ def _ids(node_ids) -> np.ndarray:
 
 
 def _menu_text(name: str) -> str:
-    """A scope name in a menu entry: cut (views.plain), ``&`` doubled (not a shortcut key)."""
+    """A scope name in a menu entry: cut (views.models.plain), ``&`` doubled (no shortcut key)."""
     return cut(name).replace("&", "&&")
 
 

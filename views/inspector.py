@@ -22,13 +22,13 @@ from PySide6.QtWidgets import (
 )
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.views.array_stats import array_stats, format_number, numpy_text
 from tapescope.views.array_view import ArrayView, HistogramView
 from tapescope.views.element_view import ElementView, ulp_map
-from tapescope.views.graph_model import shape_text
-from tapescope.views.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
+from tapescope.views.models.array_stats import array_stats, format_number, numpy_text
+from tapescope.views.models.graph_model import shape_text
+from tapescope.views.models.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
+from tapescope.views.models.plain import MAX_TIP, html, tip
 from tapescope.views.numbers import count_text, ulp_text
-from tapescope.views.plain import MAX_TIP, html, tip
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
 EMPTY_TEXT = ("<b>Inspector</b> — select a node in the graph or the parity table (or find one: "
@@ -36,14 +36,14 @@ EMPTY_TEXT = ("<b>Inspector</b> — select a node in the graph or the parity tab
               "and in a live session both sides and the elements that differ, show here.")
 NONFINITE_COLOR = "#7c3aed"  # violet: a NaN/inf (red means "bits differ" everywhere)
 MAX_COPY = 1 << 20  # elements: beyond this the text would be tens of megabytes
-MAX_ATTRS = 32  # attributes listed in the header (the rest counted); each value cut (views.plain)
+MAX_ATTRS = 32  # attributes listed in the header (the rest counted); each cut (views.models.plain)
 MAX_LINKS = 64  # inputs listed as links (the rest counted)
 
 
 def _attr_text(v, limit: int = 64) -> str:
     # NOTE: an attribute from a file may hold millions of values or a 2 MB string: only the
     # first ``limit`` values are formatted, and no text longer than a tooltip is kept (the
-    # header cuts further, to views.plain.MAX_SHOWN)
+    # header cuts further, to views.models.plain.MAX_SHOWN)
     if isinstance(v, (list, tuple)):
         more = f", … ({len(v):,} values)" if len(v) > limit else ""
         return ", ".join(_attr_text(x) for x in v[:limit]) + more
@@ -61,7 +61,7 @@ def _items(d: dict, limit: int) -> tuple[list, str]:
 def onnx_html(info: dict | None) -> str:
     """The imported-from ONNX node as rich text: op type and name, then its attributes as
     written in the file, as Netron lists them (``kernel_shape 7, 7 · strides 2, 2 · pads 3, 3,
-    3, 3 · group 1``). Names and values from the file are cut and escaped (views.plain)."""
+    3, 3 · group 1``). Names and values from the file are cut and escaped (views.models.plain)."""
     if not info:
         return ""
     span = ""
@@ -76,7 +76,7 @@ def onnx_html(info: dict | None) -> str:
 
 
 def full_text(d: NodeDetails) -> str:
-    """The header's tooltip: the node's name and attributes in full (up to views.plain's
+    """The header's tooltip: the node's name and attributes in full (up to views.models.plain's
     MAX_TIP), where the header shows them cut."""
     lines = [f"#{d.id} {d.op} {d.name or '(unnamed)'}"]
     for k, v in list((d.attrs or {}).items())[:MAX_ATTRS]:
@@ -422,7 +422,7 @@ class InspectorPanel(QWidget):
             self._set_enabled(False)
             return
         # NOTE: rich text (bold, links), so every name and value from the file goes in cut
-        # and escaped (views.plain.html): a name is data, never markup (issue 49)
+        # and escaped (views.models.plain.html): a name is data, never markup (issue 49)
         name = html(d.name) if d.name else "(unnamed)"
         attrs = ""
         if d.attrs:

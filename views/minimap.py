@@ -1,8 +1,8 @@
 """The graph's minimap (overview): the whole layout in a corner, the visible area as a frame.
 
 A deep tape (ranks closer than 1/20 px) is drawn as bands, one per run of whole name scopes
-(``views.scope_runs``, the heatmap's rows): each band spans the pixel rows where its items lie
-and is coloured by its worst parity stripe, so a 100,000-node tape reads as a few dozen scopes
+(``views.models.scope_runs``, the heatmap's rows): each band spans the pixel rows where its items
+lie and is coloured by its worst parity stripe, so a 100,000-node tape reads as a few dozen scopes
 and where it differs shows at a glance. A click on a band goes to its worst node; a drag pans.
 """
 
@@ -16,10 +16,10 @@ from PySide6.QtWidgets import QToolTip, QWidget
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.views import theme
 from tapescope.views.graph_canvas import FIRST_COLOR, KIND_STYLE, NAN_BORDER
-from tapescope.views.graph_model import KIND_GROUP, KIND_OP
 from tapescope.views.graph_view import NAN_COLOR, GraphView
-from tapescope.views.plain import tip
-from tapescope.views.scope_runs import run_label, scope_runs
+from tapescope.views.models.graph_model import KIND_GROUP, KIND_OP
+from tapescope.views.models.plain import tip
+from tapescope.views.models.scope_runs import run_label, scope_runs
 from tapescope.views.ulp_scale import EXACT_COLOR
 
 BAND_PX = 6  # the thinnest band, pixels: a band and its 1 px gap stay visible

@@ -2,7 +2,7 @@
 
 The source is a ``ParityTableModel`` (views/parity_table.py), which gives every row's sort
 values (``sort_keys``) and differing flags (``differs``) as arrays; the text filter is the
-search index's boolean mask (views/search.py).
+search index's boolean mask (views/models/search.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Slot
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.views.parity_rows import COLUMNS
+from tapescope.views.models.parity_rows import COLUMNS
 
 
 class ParityFilterProxy(QAbstractTableModel):

@@ -27,10 +27,8 @@ from PySide6.QtWidgets import (
 )
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.views.graph_model import shape_text
-from tapescope.views.numbers import ULP_SCIENTIFIC_FROM, count_text, ulp_exact, ulp_text
-from tapescope.views.parity_proxy import ParityFilterProxy
-from tapescope.views.parity_rows import (
+from tapescope.views.models.graph_model import shape_text
+from tapescope.views.models.parity_rows import (
     COLUMNS,
     HEADER_TIPS,
     HEADERS,
@@ -41,8 +39,10 @@ from tapescope.views.parity_rows import (
     sort_key,
     sort_keys,
 )
-from tapescope.views.plain import cut, tip
-from tapescope.views.search import NodeSearch
+from tapescope.views.models.plain import cut, tip
+from tapescope.views.models.search import NodeSearch
+from tapescope.views.numbers import ULP_SCIENTIFIC_FROM, count_text, ulp_exact, ulp_text
+from tapescope.views.parity_proxy import ParityFilterProxy
 
 SORT_ROLE = Qt.UserRole + 1
 DEBOUNCE_MS = 120  # a pause in typing this long applies the filter

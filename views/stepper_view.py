@@ -1,4 +1,4 @@
-"""The Backward stepper dock: a debugger over ``BackwardStepper`` (views.stepper_model)."""
+"""The Backward stepper dock: a debugger over ``BackwardStepper`` (views.models.stepper_model)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
 )
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.views.array_stats import format_number
 from tapescope.views.array_view import ArrayView
-from tapescope.views.plain import cut, html
+from tapescope.views.models.array_stats import format_number
+from tapescope.views.models.plain import cut, html
 
 # debugger-like keys: F11 step, Shift+F11 step back, F5 continue, Ctrl+F10 run to selected,
 # F9 breakpoint on the selected node, Ctrl+Shift+F5 restart
@@ -194,7 +194,7 @@ class StepperPanel(QWidget):
 
     # ---- display ----------------------------------------------------------------------------
     def _label(self, i: int) -> str:
-        """``#id op name``, the name cut (views.plain): for the table's plain cells."""
+        """``#id op name``, the name cut (views.models.plain): for the table's plain cells."""
         return f"#{i} {cut(self._labels.get(i, ''))}"
 
     def _html_label(self, i: int) -> str:

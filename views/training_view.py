@@ -32,9 +32,9 @@ from PySide6.QtWidgets import (
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.core.summary import worst_of
 from tapescope.views import theme
+from tapescope.views.models.plain import cut, tip
+from tapescope.views.models.scope_runs import scope_runs
 from tapescope.views.numbers import count_text, ulp_text
-from tapescope.views.plain import cut, tip
-from tapescope.views.scope_runs import scope_runs
 from tapescope.views.ulp_scale import (  # noqa: F401  (heat_levels, heat_lut: re-exported)
     HEAT_TICKS,
     INHERITED,
@@ -303,7 +303,7 @@ class TrainingPanel(QWidget):
 
     def _row_starts(self, n: int, budget: int) -> np.ndarray | None:
         """First node of each heatmap row when ``n`` nodes do not fit ``budget`` rows (runs of
-        whole scopes: ``views.scope_runs``, shared with the minimap's bands)."""
+        whole scopes: ``views.models.scope_runs``, shared with the minimap's bands)."""
         if n <= budget:
             return None
         key = (n, budget)

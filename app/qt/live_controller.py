@@ -41,8 +41,8 @@ from tapescope.app.runs import SessionConfig
 from tapescope.app.session import unconfirmed_script
 from tapescope.app.step_rerun import StepRerun
 from tapescope.views.kernels_view import KernelsPanel
+from tapescope.views.models.plain import cut
 from tapescope.views.numbers import count_text
-from tapescope.views.plain import cut
 from tapescope.views.training_view import TrainingPanel
 
 INSPECT_STATES = (RUNNING, PAUSED, STOPPED)  # a worker that can still answer
@@ -182,8 +182,8 @@ class LiveController(QObject):
 
     def confirm_script(self, path: str) -> bool:
         """Ask (default No) before running a workload script a file named; True to run it."""
-        # NOTE: the path is the file's text: cut and escaped (views.plain), so a newline in it
-        # cannot forge lines of this question, nor 100 KB of it fill the screen (issue 49)
+        # NOTE: the path is the file's text: cut and escaped (views.models.plain), so a newline in
+        # it cannot forge lines of this question, nor 100 KB of it fill the screen (issue 49)
         answer = QMessageBox.question(
             self.win, "Run a workload script?",
             f"The open file says it was recorded from the workload script\n\n{cut(path, 400)}\n\n"

@@ -29,14 +29,14 @@ from tapescope.app.qt.onnx_open import open_onnx_with_progress
 from tapescope.app.qt.progress_dialog import open_with_progress
 from tapescope.app.session import Session, SessionError, open_workload
 from tapescope.core.tapefile import TapeFileError
-from tapescope.views.graph_model import shape_text
 from tapescope.views.graph_panel import GraphPanel
 from tapescope.views.inspector import InspectorPanel
+from tapescope.views.models.graph_model import shape_text
+from tapescope.views.models.parity_rows import build_rows, parity_line
+from tapescope.views.models.plain import cut, html, message, tip
+from tapescope.views.models.stepper_model import BackwardStepper
 from tapescope.views.numbers import count_text
-from tapescope.views.parity_rows import build_rows, parity_line
 from tapescope.views.parity_table import ParityPanel
-from tapescope.views.plain import cut, html, message, tip
-from tapescope.views.stepper_model import BackwardStepper
 from tapescope.views.stepper_view import StepperPanel
 
 DEFAULT_SIZE = (1440, 900)
@@ -276,7 +276,7 @@ class MainWindow(QMainWindow):
     def show_error(self, title: str, text: str, details: str | None = None) -> QMessageBox:
         """A non-blocking error dialog; the session stays as it was."""
         # NOTE: the text often quotes a file (a node name, an attribute): plain and cut, never
-        # read as HTML (views.plain; issue 49)
+        # read as HTML (views.models.plain; issue 49)
         text = message(text)
         box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self)
         box.setTextFormat(Qt.PlainText)

@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QGraphicsScene
 
 from tapescope.app.session import parity_colors
 from tapescope.views.graph_canvas import GraphCanvas
-from tapescope.views.graph_model import GraphModel, GraphNode
-from tapescope.views.layout import CACHE
+from tapescope.views.models.graph_model import GraphModel, GraphNode
+from tapescope.views.models.layout import CACHE
 
 MAX_W, MAX_H = 1200, 5000
 

@@ -388,7 +388,7 @@ class TimeTravel(QObject):
         if any(g is None for g in got):
             return  # the rest arrives through the controller's _on_inspected
         self.repro = None
-        from tapescope.views.repro import write_repro
+        from tapescope.views.models.repro import write_repro
 
         me = got[0]
         meta = {"id": n.id, "op": n.op, "attrs": dict(n.attrs), "shape": tuple(n.shape),

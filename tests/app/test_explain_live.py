@@ -9,7 +9,7 @@ from tapescope.app.live_inspect import cause_line, live_details
 from tapescope.app.runs import PairRunner, SessionConfig
 from tapescope.app.step_history import StepHistory
 from tapescope.app.step_wire import step_from_wire, step_to_wire
-from tapescope.views.node_details import NodeDetails
+from tapescope.views.models.node_details import NodeDetails
 
 
 def test_a_platform_math_step_carries_libm_causes_to_the_inspector_line():

@@ -10,7 +10,7 @@ import pytest
 
 from tapescope.app.qt.live_stepper import ReferenceReplay, reference_spec
 from tapescope.app.runs import PairRunner, SessionConfig
-from tapescope.views.stepper_model import BackwardStepper
+from tapescope.views.models.stepper_model import BackwardStepper
 from tests.app.test_time_travel import episode, fake_live, feed  # noqa: F401
 
 CFG = SessionConfig(workload="transformer", compare="cpu-platform", math="platform")

@@ -83,7 +83,7 @@ def test_produced_nonfinite_on_a_recorded_tape_with_a_mask_and_a_nan():
 def test_session_scans_share_one_and_follow_new_gradients():
     from tapescope.app.session import Session
     from tapescope.core import Tape, ops
-    from tapescope.views.array_stats import has_nonfinite
+    from tapescope.views.models.array_stats import has_nonfinite
 
     t = Tape()
     x = t.param(np.array([1.0, -1.0, 4.0]), name="x")

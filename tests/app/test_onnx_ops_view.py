@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from PySide6.QtCore import Qt
 
 from tapescope.app.qt.main_window import MainWindow
-from tapescope.views.graph_model import GraphModel, GraphNode
+from tapescope.views.models.graph_model import GraphModel, GraphNode
 
 
 def bn_model(path) -> str:

@@ -107,7 +107,7 @@ def test_overlay_is_entry_worst_and_entry_differs_and_its_colours_are_parity_col
 
 
 def test_the_table_reads_the_columns_as_it_reads_the_dicts():
-    from tapescope.views.parity_rows import build_rows
+    from tapescope.views.models.parity_rows import build_rows
 
     for seed in range(3):
         h = _history(seed)

@@ -351,9 +351,9 @@ def test_no_table_elides_a_number_and_a_node_reads_the_same_everywhere(qtbot, se
 
 
 def test_a_huge_ulp_is_written_one_way_and_its_column_grows(qtbot):
-    from tapescope.views.graph_model import GraphNode
+    from tapescope.views.models.graph_model import GraphNode
+    from tapescope.views.models.parity_rows import build_rows
     from tapescope.views.numbers import count_text, ulp_exact, ulp_text
-    from tapescope.views.parity_rows import build_rows
     from tapescope.views.parity_table import ParityPanel
 
     assert [ulp_text(u) for u in (0, 1, 4488, 999_999, 5_873_720, 9.2e18, 0.5, -1,

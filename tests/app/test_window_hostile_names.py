@@ -5,7 +5,7 @@ A node named ``<img src="/dev/zero">`` aborted the window (std::bad_alloc, 2.2 G
 ``<img src="/some/file.png">`` made the window read that file; a 100 KB name made it
 781,849 px wide. Here the window opens hostile tapes and models, is clicked through (every
 node selected, the backward stepper stepped, tooltips hovered), and then every widget is walked
-(``views.plain`` is the one helper the views use).
+(``views.models.plain`` is the one helper the views use).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from tapescope.core import Tape, ops, tapefile
-from tapescope.views.plain import MAX_TIP, cut, html, message, tip
+from tapescope.views.models.plain import MAX_TIP, cut, html, message, tip
 
 IMG = '<img src="/dev/zero">'
 BOLD = "<b>bold</b>"
@@ -260,9 +260,9 @@ def test_the_script_question_shows_the_files_path_escaped_and_cut(win, tmp_path,
 
 
 def test_the_minimaps_band_tooltip_shows_scope_names_as_text(qtbot):
-    from tapescope.views.graph_model import GraphModel, GraphNode
     from tapescope.views.graph_panel import GraphPanel
-    from tapescope.views.synthetic import transformer_like
+    from tapescope.views.models.graph_model import GraphModel, GraphNode
+    from tapescope.views.models.synthetic import transformer_like
 
     ops_, ins, names = transformer_like(10_000)  # deep: the minimap draws bands of scopes
     m = GraphModel([GraphNode(i, o, tuple(x), BOLD + "<img src=zero>/" + (nm or "x"), (4, 8))

@@ -171,7 +171,7 @@ def test_reference_order_rows_name_what_the_c_form_calls():
 
 ROOT = Path(__file__).resolve().parents[2]
 # demo data: the synthetic graph the GUI shows without a tape names ops as any tape would
-DEMO = {"views/synthetic.py"}
+DEMO = {"views/models/synthetic.py"}
 
 
 def test_no_code_below_the_table_names_a_row_op():

@@ -7,7 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tapescope.views.array_stats import array_stats, first_nonfinite, nonfinite_nodes, numpy_text
+from tapescope.views.models.array_stats import (
+    array_stats,
+    first_nonfinite,
+    nonfinite_nodes,
+    numpy_text,
+)
 
 
 def test_stats_ignore_nonfinite_and_count_them():
@@ -75,7 +80,7 @@ def _mixed_arrays(seed: int) -> list:
 
 
 def test_nonfinite_flags_is_has_nonfinite_of_each_array():
-    from tapescope.views.array_stats import has_nonfinite, nonfinite_flags
+    from tapescope.views.models.array_stats import has_nonfinite, nonfinite_flags
 
     for seed in range(6):
         arrays = _mixed_arrays(seed)
@@ -86,7 +91,7 @@ def test_nonfinite_flags_is_has_nonfinite_of_each_array():
 
 
 def test_scans_with_flags_answer_as_the_per_array_loop():
-    from tapescope.views.array_stats import has_nonfinite, nonfinite_flags
+    from tapescope.views.models.array_stats import has_nonfinite, nonfinite_flags
 
     vals = _mixed_arrays(1)
     grads = _mixed_arrays(2)

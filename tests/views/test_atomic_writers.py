@@ -1,4 +1,4 @@
-"""views.repro's repro folder and views.examples --save write through core.atomic: a failure
+"""views.models.repro's repro folder and views.examples --save write through core.atomic: a failure
 in the middle of a write (a full disk) leaves the old files as they were and no temporary."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tapescope.views import repro
+from tapescope.views.models import repro
 from tests.helpers.fs_faults import full_disk
 
 NODE = {"id": 3, "op": "exp", "attrs": {}, "shape": [4], "dtype": "float64", "step": 2,

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QRectF
 
-from tapescope.views.graph_model import GraphModel, GraphNode
 from tapescope.views.graph_panel import GraphPanel
 from tapescope.views.graph_view import FIT_READABLE
+from tapescope.views.models.graph_model import GraphModel, GraphNode
 
 ROOT = Path(__file__).resolve().parents[2]
 READABLE_PX = 8.0  # a label at least this high on screen reads

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tapescope.views.graph_model import (
+from tapescope.views.models.graph_model import (
     KIND_CONST,
     KIND_GROUP,
     KIND_LOSS,
@@ -63,7 +63,7 @@ def test_search_by_id_op_and_name():
 # ---- the column-wise display() holds to the per-node loop it replaced (issue 29) ---------------
 def loop_display(m: GraphModel):
     """The former ``display()``: one pass per node, a set of inputs per item (the oracle)."""
-    from tapescope.views.graph_model import scopes_of, shape_text
+    from tapescope.views.models.graph_model import scopes_of, shape_text
 
     groups: dict[str, list[int]] = {}
     for nd in m.nodes:
@@ -112,7 +112,7 @@ def loop_display(m: GraphModel):
 def test_display_is_the_per_node_loops_display(seed):
     import numpy as np
 
-    from tapescope.views.synthetic import transformer_like
+    from tapescope.views.models.synthetic import transformer_like
 
     ops, ins, names = transformer_like(700, seed=seed)
     rng = np.random.default_rng(seed)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QColor
 
-from tapescope.views.graph_model import GraphModel, GraphNode
 from tapescope.views.graph_panel import GraphPanel
 from tapescope.views.graph_view import severity
+from tapescope.views.models.graph_model import GraphModel, GraphNode
+from tapescope.views.models.synthetic import transformer_like
 from tapescope.views.overlay import ItemColors, NodeColors
-from tapescope.views.synthetic import transformer_like
 
 # exact green, two ambers of one green (equally severe: the first given wins), red, NaN violet
 PALETTE = ["#16a34a", "#f59e0b", "#e09e0b", "#dc000b", "#7c3aed"]

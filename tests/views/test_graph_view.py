@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 
-from tapescope.views.graph_model import GraphModel, GraphNode
 from tapescope.views.graph_panel import GraphPanel
-from tapescope.views.synthetic import transformer_like
+from tapescope.views.models.graph_model import GraphModel, GraphNode
+from tapescope.views.models.synthetic import transformer_like
 
 
 def model(n: int = 400) -> GraphModel:
@@ -120,7 +120,7 @@ def test_edge_culling_matches_brute_force(qtbot):
 
 
 def test_same_structure_keeps_the_view_and_hits_the_cache(qtbot):
-    from tapescope.views.layout import CACHE
+    from tapescope.views.models.layout import CACHE
 
     p = panel(qtbot, model(300))
     v = p.view

@@ -8,8 +8,8 @@ from PySide6.QtCore import QRect
 from PySide6.QtGui import QColor
 
 from tapescope.views.graph_canvas import MUTED_ALPHA, STRIPE_W
-from tapescope.views.graph_model import GraphModel, GraphNode
 from tapescope.views.graph_panel import GraphPanel
+from tapescope.views.models.graph_model import GraphModel, GraphNode
 
 
 def chain(n: int) -> GraphModel:
@@ -97,7 +97,7 @@ def test_labels_start_right_of_the_stripe_and_inherited_error_is_faded(qtbot):
 
 
 def test_the_minimap_of_a_deep_tape_shows_where_it_differs_not_barcode(qtbot):
-    from tapescope.views.synthetic import transformer_like
+    from tapescope.views.models.synthetic import transformer_like
 
     ops, ins, names = transformer_like(10_000)
     m = GraphModel([GraphNode(i, o, tuple(x), nm, (4, 8)) for i, (o, x, nm) in

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tapescope.views.layout as layout_mod
-from tapescope.views.graph_model import GraphModel, GraphNode
-from tapescope.views.layout import (
+import tapescope.views.models.layout as layout_mod
+from tapescope.views.models.graph_model import GraphModel, GraphNode
+from tapescope.views.models.layout import (
     GAP_X,
     NODE_W,
     LayoutCache,
@@ -15,7 +15,7 @@ from tapescope.views.layout import (
     layered_layout,
     structure_key,
 )
-from tapescope.views.synthetic import transformer_like
+from tapescope.views.models.synthetic import transformer_like
 
 
 def random_dag(n: int, seed: int) -> list[tuple[int, ...]]:

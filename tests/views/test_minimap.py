@@ -12,11 +12,11 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QHelpEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
-from tapescope.views.graph_model import GraphModel, GraphNode
 from tapescope.views.graph_panel import GraphPanel
 from tapescope.views.minimap import BAND_PX, FRAME, GREY
-from tapescope.views.scope_runs import run_label, scope_runs
-from tapescope.views.synthetic import transformer_like
+from tapescope.views.models.graph_model import GraphModel, GraphNode
+from tapescope.views.models.scope_runs import run_label, scope_runs
+from tapescope.views.models.synthetic import transformer_like
 from tapescope.views.training_view import TrainingPanel
 
 GREEN, AMBER, RED, VIOLET = "#16a34a", "#f59e0b", "#dc2626", "#7c3aed"
@@ -195,7 +195,7 @@ class Block:
         if name.split(".")[0] in ("PySide6", "shiboken6", "pyqtgraph"):
             raise ImportError("Qt is blocked: " + name)
 sys.meta_path.insert(0, Block())
-for m in ("views.scope_runs", "views.parity_rows", "views.search"):
+for m in ("views.models.scope_runs", "views.models.parity_rows", "views.models.search"):
     importlib.import_module(m)
 print("ok")
 """

@@ -11,10 +11,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
 from tapescope.views.graph_canvas import KIND_STYLE
-from tapescope.views.graph_model import KIND_OP, KIND_PARAM, GraphModel, GraphNode
 from tapescope.views.graph_panel import GraphPanel
 from tapescope.views.minimap import GREY
-from tapescope.views.synthetic import transformer_like
+from tapescope.views.models.graph_model import KIND_OP, KIND_PARAM, GraphModel, GraphNode
+from tapescope.views.models.synthetic import transformer_like
 
 GREEN, RED = "#16a34a", "#dc2626"
 

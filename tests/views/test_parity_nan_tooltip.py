@@ -7,8 +7,8 @@ import numpy as np
 from PySide6.QtCore import Qt
 
 from tapescope.core.parity import compare_arrays
-from tapescope.views.graph_model import GraphNode
-from tapescope.views.parity_rows import build_rows
+from tapescope.views.models.graph_model import GraphNode
+from tapescope.views.models.parity_rows import build_rows
 from tapescope.views.parity_table import ParityTableModel
 
 

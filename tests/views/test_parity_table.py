@@ -6,9 +6,9 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QAbstractItemModelTester
 
-from tapescope.views.graph_model import GraphNode
-from tapescope.views.parity_rows import COLUMNS as COLUMNS_H
-from tapescope.views.parity_rows import build_rows
+from tapescope.views.models.graph_model import GraphNode
+from tapescope.views.models.parity_rows import COLUMNS as COLUMNS_H
+from tapescope.views.models.parity_rows import build_rows
 from tapescope.views.parity_table import ID_ROLE, SORT_ROLE, ParityPanel, ParityTableModel
 
 NODES = [GraphNode(0, "param", (), "W", (3, 4)), GraphNode(1, "const", (), "x", (2, 3)),

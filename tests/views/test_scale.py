@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from tapescope.views.graph_model import GraphModel, GraphNode
 from tapescope.views.graph_panel import DEBOUNCE_FROM, GraphPanel
-from tapescope.views.parity_rows import build_rows
+from tapescope.views.models.graph_model import GraphModel, GraphNode
+from tapescope.views.models.parity_rows import build_rows
+from tapescope.views.models.synthetic import transformer_like
 from tapescope.views.parity_table import ParityPanel
-from tapescope.views.synthetic import transformer_like
 from tapescope.views.training_view import TrainingPanel
 
 

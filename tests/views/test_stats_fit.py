@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tapescope.views.inspector import InspectorPanel
-from tapescope.views.node_details import NodeDetails
+from tapescope.views.models.node_details import NodeDetails
 
 
 @pytest.fixture(autouse=True)

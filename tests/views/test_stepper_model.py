@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tapescope.core import workloads
-from tapescope.views.stepper_model import BackwardStepper
+from tapescope.views.models.stepper_model import BackwardStepper
 
 
 def recorded(name: str):
@@ -181,7 +181,7 @@ def test_stepper_table_says_when_a_sum_does_not_add_up(qtbot):
     assert [panel.table.item(r, col).text()[0] for r in range(3)] == ["✓", "✓", "✗"]
 
 
-# ---- position-bound queries (survivors of a mutmut run of views/stepper_model.py) ---------------
+# ---- position-bound queries (survivors of a mutmut run of views/models/stepper_model.py) ----
 def test_queries_answer_for_the_step_on_display_not_for_later_ones():
     from tapescope.core import Tape, ops
 

@@ -1,5 +1,6 @@
-"""Layout of real models (views/layout.py, no Qt): weights and constant subtrees sit just above
-the layer that reads them, so resnet50 is a tall column, not a 48,000-unit-wide row of weights."""
+"""Layout of real models (views/models/layout.py, no Qt): weights and constant subtrees sit
+just above the layer that reads them, so resnet50 is a tall column, not a 48,000-unit-wide row
+of weights."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import Counter
 import numpy as np
 import onnx
 
-from tapescope.views.layout import NODE_W, assign_ranks, layered_layout
+from tapescope.views.models.layout import NODE_W, assign_ranks, layered_layout
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
