@@ -409,6 +409,7 @@ class _Importer:
         # a probe import finds index_bounds on drawn inputs: labels out of range are taken
         # modulo the classes instead of refused (the caller draws them again within bounds)
         self.probe = False
+        self._torch_names: dict[str, str] | None = None  # weight -> PyTorch's name, when asked
 
     def var(self, v: Any, name: str | None = None):
         """A tape Var for ``v``: float initializers become (shared) params, the rest consts."""
@@ -431,9 +432,21 @@ class _Importer:
             return self.tied_vars[name]
         if name in self.weights and is_weight_value(v) and self.trainable:
             if name not in self.params:
-                self.params[name] = self.tape.param(v, name=leaf_name(name))
+                self.params[name] = self.tape.param(v, name=self.weight_leaf_name(name))
             return self.params[name]
         return self.const(v, name, derived=name in self.derived)
+
+    def weight_leaf_name(self, name: str) -> str | None:
+        """A weight's leaf name: PyTorch's parameter where the exporter renamed it
+        (``val_12`` -> ``blocks.0.attn.qkv.weight.T``: ``state_dict.torch_names``, worked out
+        once per import, when the first weight is made), else its own."""
+        if self._torch_names is None:
+            from tapescope.core.onnx.state_dict import torch_names
+
+            self._torch_names = torch_names(self.sess.model.graph, {
+                k: np.shape(v) for k, v in self.sess.graph.inits.items()
+                if k in self.weights and isinstance(v, np.ndarray)})
+        return leaf_name(self._torch_names.get(name, name))
 
     def const(self, v: np.ndarray, name: str | None = None, derived: bool = False) -> Var:
         """A const leaf; a ``derived`` one (computed from this step's data) is registered as a

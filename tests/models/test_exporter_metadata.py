@@ -19,7 +19,9 @@ from torch import nn  # noqa: E402
 
 from tapescope.app.cli import main  # noqa: E402
 from tapescope.core.onnx.executor import Session  # noqa: E402
+from tapescope.core.onnx.importer import import_to_tape  # noqa: E402
 from tapescope.core.onnx.workload import OnnxWorkload  # noqa: E402
+from tapescope.core.tape import Tape  # noqa: E402
 from tests.models import zoo  # noqa: E402
 
 RENAMED = re.compile(r"(^|[./])(val_\d+|onnx::\w+)$")
@@ -67,6 +69,10 @@ def test_graph_and_json_show_pytorch_names(vits, tmp_path, dynamo):
     assert len(names) == len(module)
     assert any(n.endswith("blocks.0.attn.qkv.weight.T") for n in names)
     assert not [n for n in names if RENAMED.search(n)]  # (constants keep the file's names)
+    # the file opened without a workload (File > Open, gui M.onnx) names it the same way
+    tape = Tape(np.float32)
+    import_to_tape(Session(path), tape, {k: v for k, v in wl.batch_inputs(1).items()})
+    assert "blocks.0.attn.qkv.weight.T" in {p.name.rsplit("/", 1)[-1] for p in tape.params()}
     # MultiheadAttention's packed projection: in_proj_weight, not '<scope>.weight'
     mha = OnnxWorkload(vits["vit_mha", dynamo], dtype=np.float32)
     assert "blocks.0.attn.in_proj_weight.T" in {p.name.rsplit("/", 1)[-1] for p in mha.params}
