@@ -128,9 +128,11 @@ def compare(tape: Tape, prog: Program, grads: bool = True,
     the pairs that differ go through the device diff, so its every field is the kernel's.
     ``equal``: a set that gets the ``(node id, "value" | "grad")`` of each of those pairs, the
     device's array the tape's bits now (NaN payloads and zero signs included; an exact
-    summary alone does not say that: two NaNs are equal whatever their bits), so a later
-    check of the same arrays before the next launch need not read them again
-    (``core.provenance.same_inputs``)."""
+    summary alone does not say that: two NaNs are equal whatever their bits), and of each
+    pair the kernel found identical (``gpu.diff.identical``: no differing bits, no NaN of
+    other bits; where the device's memory is not the host's), so a later check of the same
+    arrays before the next launch need not read them again (``core.provenance.same_inputs``)
+    and the pair's store reads them from the tape (``app.run_sides.StepArrays``)."""
     if len(tape) < len(prog.nodes):
         raise ValueError(f"the tape has {len(tape)} nodes, the program {len(prog.nodes)}")
     if prog.dtype in HALF:
