@@ -8,16 +8,6 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"  # before anything imports Qt
 
 import pytest  # noqa: E402
 
-READY_MS = 240_000  # a hang guard: with an empty kernel cache the worker compiles before "ready"
-
-
-def wait_ready(qtbot, win) -> None:
-    """Wait for the live worker's own "ready" (or its failure), however long its start takes."""
-    from tapescope.app.qt.live import FAILED
-
-    qtbot.waitUntil(lambda: win.live.live is not None and (
-        win.live.live.info is not None or win.live.live.state == FAILED), timeout=READY_MS)
-
 
 @pytest.fixture
 def settings(tmp_path):
@@ -38,3 +28,24 @@ def win(qtbot, settings):
     w.show()
     yield w
     w.live.close()
+
+
+@pytest.fixture(scope="module")
+def episode():
+    """Time travel's steps: (StepResults numbered 1.., arrays[step][node], nodes) of the
+    transformer with the platform libm, an exact step 1 in front (tests/helpers/time_travel.py)."""
+    from tests.helpers.time_travel import record_episode
+
+    return record_episode()
+
+
+@pytest.fixture
+def tt(qtbot, win, episode):
+    """The transformer open in the window, its live session the worker's stand-in that records
+    what the window asks (tests/helpers/time_travel.py)."""
+    from tests.helpers.time_travel import fake_live
+
+    assert win.open_workload("transformer")
+    qtbot.waitUntil(win.graph.view.is_ready)
+    fake_live(win)
+    return win

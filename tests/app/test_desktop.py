@@ -10,22 +10,21 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tapescope.app import platform_check
+from tests.helpers.desktop import SCREEN, colours, display_env, free_display, xvfb_display
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREEN = (1280, 800)
-NO_DISPLAY_VARS = ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
 
 # Runs inside the Xvfb session: the same start-up as `tapescope gui`, then a user's click.
 DRIVER = r'''
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from tapescope.app.commands.gui import make_window, start_platform
+from tapescope.app.commands.gui import start_platform
+from tapescope.app.qt.gui import make_window
 
 problem = start_platform()
 if problem:
@@ -69,59 +68,11 @@ win.close()
 '''
 
 
-def _free_display() -> int:
-    for n in range(91, 200):
-        if not (Path(f"/tmp/.X11-unix/X{n}").exists() or Path(f"/tmp/.X{n}-lock").exists()):
-            return n
-    pytest.skip("no free X display number in :91..:199")
-
-
 @pytest.fixture(scope="module")
 def xvfb():
     """A private Xvfb display (1280x800) for this module; skipped with a reason if unusable."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Xvfb is a Linux X server; this is " + sys.platform)
-    exe = shutil.which("Xvfb")
-    if exe is None:
-        pytest.skip("Xvfb is not installed (apt-get install xvfb; .ci/run installs it)")
-    missing = [s for s in platform_check.XCB_LIBS if not platform_check.library_loads(s)]
-    if missing:
-        pytest.skip("Qt's xcb platform cannot load here, missing " + ", ".join(missing))
-    n = _free_display()
-    proc = subprocess.Popen([exe, f":{n}", "-screen", "0", f"{SCREEN[0]}x{SCREEN[1]}x24",
-                             "-nolisten", "tcp", "-noreset"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    end = time.monotonic() + 20
-    while not platform_check.display_answers(f":{n}"):
-        if proc.poll() is not None or time.monotonic() > end:
-            proc.kill()
-            err = proc.stderr.read().decode(errors="replace")[-300:]
-            pytest.skip(f"Xvfb :{n} did not start: {err}")
-        time.sleep(0.05)
-    yield f":{n}"
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """The environment without any display or platform choice, settings under tmp_path."""
-    env = {k: v for k, v in os.environ.items() if k not in NO_DISPLAY_VARS}
-    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")  # never the user's settings
-    env.update(extra)
-    return env
-
-
-def _colours(path: Path) -> int:
-    from PySide6.QtGui import QImage
-
-    img = QImage(str(path))
-    assert not img.isNull(), path
-    small = img.scaled(160, 100)
-    return len({small.pixel(x, y) for x in range(160) for y in range(100)})
+    with xvfb_display() as display:
+        yield display
 
 
 def test_the_window_opens_on_xvfb_and_a_click_selects_a_node(xvfb, tmp_path):
@@ -129,7 +80,7 @@ def test_the_window_opens_on_xvfb_and_a_click_selects_a_node(xvfb, tmp_path):
     script.write_text(DRIVER, encoding="utf-8")
     win_png, screen_png = tmp_path / "window.png", tmp_path / "screen.png"
     r = subprocess.run([sys.executable, str(script), str(ROOT), str(win_png), str(screen_png)],
-                       env=_env(tmp_path, DISPLAY=xvfb), cwd=ROOT, capture_output=True,
+                       env=display_env(tmp_path, DISPLAY=xvfb), cwd=ROOT, capture_output=True,
                        text=True, timeout=180)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
@@ -147,8 +98,8 @@ def test_the_window_opens_on_xvfb_and_a_click_selects_a_node(xvfb, tmp_path):
     for title, (w, h) in got["docks"].items():
         assert w >= 250 and h >= 150, (title, w, h)
     # not a blank frame: the grabbed window and the X server's screen show the app
-    assert _colours(win_png) > 50
-    assert _colours(screen_png) > 50
+    assert colours(win_png) > 50
+    assert colours(screen_png) > 50
     if os.environ.get("TAPESCOPE_KEEP_SHOTS"):  # for docs/img/xvfb.png
         shutil.copy(screen_png, os.environ["TAPESCOPE_KEEP_SHOTS"])
 
@@ -157,11 +108,11 @@ def test_screenshot_on_a_real_display_uses_it(xvfb, tmp_path):
     """``--screenshot`` with a display renders through it (xcb), not offscreen."""
     out = tmp_path / "shot.png"
     r = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", "--screenshot", str(out)],
-                       env=_env(tmp_path, DISPLAY=xvfb), cwd=ROOT, capture_output=True,
+                       env=display_env(tmp_path, DISPLAY=xvfb), cwd=ROOT, capture_output=True,
                        text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith(f"wrote {out} (1440x900)")
-    assert _colours(out) > 50
+    assert colours(out) > 50
 
 
 def _tapescope(*args: str) -> list[str]:
@@ -173,7 +124,7 @@ def test_no_display_is_one_line_and_exit_2(tmp_path):
     """`env -u DISPLAY -u QT_QPA_PLATFORM -u WAYLAND_DISPLAY tapescope` (Qt used to abort, 134)."""
     if not sys.platform.startswith("linux"):
         pytest.skip("the display check is for Linux")
-    r = subprocess.run(_tapescope(), env=_env(tmp_path), cwd=tmp_path, capture_output=True,
+    r = subprocess.run(_tapescope(), env=display_env(tmp_path), cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stdout == ""
@@ -189,8 +140,8 @@ def test_a_display_nobody_answers_is_one_line_and_exit_2(tmp_path):
     """DISPLAY names an X server that is not there (Qt used to abort with rc 134)."""
     if not sys.platform.startswith("linux"):
         pytest.skip("the display check is for Linux")
-    n = _free_display()
-    r = subprocess.run(_tapescope("gui"), env=_env(tmp_path, DISPLAY=f":{n}"), cwd=tmp_path,
+    n = free_display()
+    r = subprocess.run(_tapescope("gui"), env=display_env(tmp_path, DISPLAY=f":{n}"), cwd=tmp_path,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("tapescope gui: "), r.stderr
@@ -201,11 +152,11 @@ def test_a_display_nobody_answers_is_one_line_and_exit_2(tmp_path):
 def test_screenshot_without_a_display_picks_offscreen(tmp_path):
     out = tmp_path / "shot.png"
     r = subprocess.run(_tapescope("gui", "--screenshot", str(out), "--size", "1280x800"),
-                       env=_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
+                       env=display_env(tmp_path), cwd=ROOT, capture_output=True, text=True,
                        timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith(f"wrote {out} (1280x800)")
-    assert _colours(out) > 50
+    assert colours(out) > 50
 
 
 def _needed(lib: Path) -> list[str]:

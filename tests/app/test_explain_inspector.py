@@ -4,8 +4,7 @@ error (the worker's summaries carry the cause; the window shows it on the existi
 from __future__ import annotations
 
 from tapescope.app.runs import SessionConfig
-from tests.app.conftest import wait_ready
-from tests.app.test_live_inspect import click_row, shown_live
+from tests.helpers.live import click_row, shown_live, wait_ready
 
 
 def test_the_inspector_says_why_softmax_introduced_error(qtbot, win):

@@ -2,25 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from PySide6.QtGui import QImage
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_gui(*args: str, cwd=ROOT, config=None) -> subprocess.CompletedProcess:
-    """``tapescope gui ARGS`` offscreen, its settings in ``config`` (never the user's)."""
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    if config is not None:
-        env["XDG_CONFIG_HOME"] = str(config)
-    return subprocess.run([sys.executable, "-m", "tapescope.app.cli", "gui", *args], cwd=cwd,
-                          env=env,
-                          capture_output=True, text=True, timeout=120)
+from tests.helpers.gui import ROOT, error_lines, run_gui
 
 
 def test_screenshot_of_a_workload(tmp_path):
@@ -33,11 +18,6 @@ def test_screenshot_of_a_workload(tmp_path):
     small = img.scaled(160, 100)
     colours = {small.pixel(x, y) for x in range(160) for y in range(100)}
     assert len(colours) > 50
-
-
-def error_lines(r: subprocess.CompletedProcess) -> list[str]:
-    """stderr without Qt's offscreen chatter."""
-    return [ln for ln in r.stderr.splitlines() if "propagateSizeHints" not in ln]
 
 
 def test_screenshot_with_a_bad_file_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper, save
 
-from tests.app.test_gui_command import error_lines, run_gui
+from tests.helpers.gui import error_lines, run_gui
 
 
 @pytest.fixture

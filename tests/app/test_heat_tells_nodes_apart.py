@@ -14,8 +14,7 @@ from PySide6.QtGui import QColor, QImage
 from tapescope.views.graph_panel import LEGEND
 from tapescope.views.training_view import TrainingPanel
 from tapescope.views.ulp_scale import FADED, INHERITED, heat_lut, level_color, two_tone_lut
-from tests.app import test_time_travel as tt_tests
-from tests.app.test_time_travel import episode, feed, tt  # noqa: F401  (fixtures)
+from tests.helpers.time_travel import feed
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +67,7 @@ def test_introduced_cells_stand_out_of_inherited_ones(qtbot):
     assert "faded: inherited" in t.heat_plot.titleLabel.text
 
 
-def test_a_live_session_heatmap_is_bright_only_where_error_was_introduced(qtbot, tt, episode):  # noqa: F811
+def test_a_live_session_heatmap_is_bright_only_where_error_was_introduced(qtbot, tt, episode):
     results, _, _ = episode
     win = tt
     feed(win, results)
@@ -87,7 +86,6 @@ def test_a_live_session_heatmap_is_bright_only_where_error_was_introduced(qtbot,
     t.introduced_only.setChecked(True)
     only = t.heat.image
     assert ((only > 0) == ((img > 0) & (img < INHERITED))).all()
-    assert tt_tests  # (the episode's module)
 
 
 def test_the_graph_legend_explains_faded_as_inherited():

@@ -3,13 +3,13 @@ divergence the Inspector sat on "Fetching node #35 … (step 1)…" for 17+ s (t
 was answered with an error while another node was selected; that error was dropped and the
 request never sent again) and stayed on step 1 while the scrubber showed the latest step.
 
-Driven through the stand-in worker of tests/app/test_time_travel.py: it records what the window
+Driven through the stand-in worker of tests/helpers/time_travel.py: it records what the window
 asks and answers only what the test answers."""
 
 from __future__ import annotations
 
 from tapescope.app.qt.live import RUNNING, Inspection
-from tests.app.test_time_travel import answer, episode, fake_live, feed  # noqa: F401
+from tests.helpers.time_travel import answer, fake_live, feed
 
 NOT_KEPT = "step {}'s tensors were not kept (kept: 4, 5; while paused every step is kept)"
 
@@ -23,7 +23,7 @@ def _note(win) -> str:
     return win.inspector.note.text()
 
 
-def _start(qtbot, win, episode):  # noqa: F811
+def _start(qtbot, win, episode):
     assert win.open_workload("transformer")
     qtbot.waitUntil(win.graph.view.is_ready)
     lv = fake_live(win)
@@ -32,7 +32,7 @@ def _start(qtbot, win, episode):  # noqa: F811
     return lv, results, arrays
 
 
-def test_first_divergence_after_a_prefetch_error_is_asked_again_and_ends(qtbot, win, episode):  # noqa: F811,E501
+def test_first_divergence_after_a_prefetch_error_is_asked_again_and_ends(qtbot, win, episode):  # noqa: E501
     lv, results, _ = _start(qtbot, win, episode)
     first = results[1].first["node"]
     assert lv.asked == [(first, 2)]  # paused: the first divergence fetched ahead, at step 2
@@ -50,7 +50,7 @@ def test_first_divergence_after_a_prefetch_error_is_asked_again_and_ends(qtbot, 
     assert "Re-run to step 2" in win.inspector.action_button.text()
 
 
-def test_an_error_for_another_step_is_not_shown_under_this_one(qtbot, win, episode):  # noqa: F811
+def test_an_error_for_another_step_is_not_shown_under_this_one(qtbot, win, episode):
     lv, results, arrays = _start(qtbot, win, episode)
     first = results[1].first["node"]
     win.live.travel.scrubber.spin.setValue(3)
@@ -63,7 +63,7 @@ def test_an_error_for_another_step_is_not_shown_under_this_one(qtbot, win, episo
     assert win.live.shown is not None and win.live.shown.step == 3
 
 
-def test_a_fetch_has_a_deadline_and_retry(qtbot, win, episode):  # noqa: F811
+def test_a_fetch_has_a_deadline_and_retry(qtbot, win, episode):
     lv, results, arrays = _start(qtbot, win, episode)
     win.live.fetch_deadline_s = 0.3
     node = results[1].first["node"] + 1
@@ -80,7 +80,7 @@ def test_a_fetch_has_a_deadline_and_retry(qtbot, win, episode):  # noqa: F811
     assert win.live.shown is not None and win.live.shown.step == 5
 
 
-def test_the_inspector_follows_the_scrubber_back_to_the_latest(qtbot, win, episode):  # noqa: F811
+def test_the_inspector_follows_the_scrubber_back_to_the_latest(qtbot, win, episode):
     lv, results, arrays = _start(qtbot, win, episode)
     sc = win.live.travel.scrubber
     node = results[1].first["node"]
@@ -96,7 +96,7 @@ def test_the_inspector_follows_the_scrubber_back_to_the_latest(qtbot, win, episo
     assert win.live.shown.step == 5 and "step 5" in _note(win)
 
 
-def test_running_and_following_never_shows_an_older_step(qtbot, win, episode):  # noqa: F811
+def test_running_and_following_never_shows_an_older_step(qtbot, win, episode):
     lv, results, arrays = _start(qtbot, win, episode)
     node = results[1].first["node"]
     win.select_node(node)
@@ -113,7 +113,7 @@ def test_running_and_following_never_shows_an_older_step(qtbot, win, episode):  
     assert "step 10" in _note(win) and "Running" in _note(win)
 
 
-def test_the_stepper_says_which_backward_it_walks(qtbot, win, episode):  # noqa: F811
+def test_the_stepper_says_which_backward_it_walks(qtbot, win, episode):
     _start(qtbot, win, episode)
     walks = win.stepper_panel.walks
     assert walks.isVisibleTo(win.stepper_panel)
@@ -122,7 +122,7 @@ def test_the_stepper_says_which_backward_it_walks(qtbot, win, episode):  # noqa:
     qtbot.waitUntil(lambda: "Backward of live step 3" in walks.text(), timeout=5000)
 
 
-def test_selecting_while_running_shows_the_summary_then_the_arrays_on_pause(qtbot, win, episode):  # noqa: F811,E501
+def test_selecting_while_running_shows_the_summary_then_the_arrays_on_pause(qtbot, win, episode):  # noqa: E501
     import dataclasses
 
     from tapescope.app.qt.live import PAUSED, Snapshot
@@ -146,7 +146,7 @@ def test_selecting_while_running_shows_the_summary_then_the_arrays_on_pause(qtbo
     assert (node, 10) in lv.asked
 
 
-def test_compare_and_elements_follow_the_scrubber(qtbot, win, episode):  # noqa: F811
+def test_compare_and_elements_follow_the_scrubber(qtbot, win, episode):
     import numpy as np
 
     lv, results, arrays = _start(qtbot, win, episode)

@@ -28,9 +28,7 @@ from tapescope.app.qt.live import (
 from tapescope.app.runs import SessionConfig
 from tapescope.app.session import EXACT_COLOR
 from tapescope.core.optable.registry import REGISTRY
-from tests.app.conftest import READY_MS, wait_ready
-
-BRANCHES = str(Path(__file__).parent / "data" / "branches.py")
+from tests.helpers.live import BRANCHES, READY_MS, wait_ready
 
 
 def wait_steps(qtbot, win, n: int, timeout: int = 10000) -> None:

@@ -8,8 +8,7 @@ import pytest
 
 from tapescope.app.qt.live import PAUSED
 from tapescope.app.runs import SessionConfig
-from tests.app.conftest import wait_ready
-from tests.app.test_live_inspect import click_row, shown_live
+from tests.helpers.live import click_row, shown_live, wait_ready
 
 
 def _run(qtbot, win, device, dtype_choice):

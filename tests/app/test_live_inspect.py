@@ -6,35 +6,11 @@ import base64
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
 
 from tapescope.app.live_worker import decode_array, encode_array, inspect_message
 from tapescope.app.qt.live import STOPPED
 from tapescope.app.runs import PairRunner, SessionConfig
-from tests.app.conftest import wait_ready
-
-
-def click_row(qtbot, win, node_id: int) -> None:
-    """Click the parity table's row of ``node_id``, as a user would."""
-    p = win.parity
-    idx = p.proxy.mapFromSource(p.model.index(p.model.row_of(node_id), 1))
-    p.table.scrollTo(idx)
-    qtbot.mouseClick(p.table.viewport(), Qt.LeftButton, pos=p.table.visualRect(idx).center())
-
-
-def click_node(qtbot, win, node_id: int) -> None:
-    """Click ``node_id``'s box in the graph."""
-    v = win.graph.view
-    r = v.canvas.item_rect(int(v.display.node_item[node_id]))
-    v.centerOn(r.center())
-    qtbot.mouseClick(v.viewport(), Qt.LeftButton, pos=v.mapFromScene(r.center()))
-
-
-def shown_live(win, node_id: int, step: int) -> bool:
-    d = win.inspector.details
-    sh = win.live.shown
-    return (d is not None and d.id == node_id and d.sides is not None and sh is not None
-            and sh.node == node_id and sh.step == step)
+from tests.helpers.live import click_node, click_row, shown_live, wait_ready
 
 
 def bits(a: np.ndarray) -> bytes:

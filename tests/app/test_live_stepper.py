@@ -11,7 +11,7 @@ import pytest
 from tapescope.app.qt.live_stepper import ReferenceReplay, reference_spec
 from tapescope.app.runs import PairRunner, SessionConfig
 from tapescope.views.models.stepper_model import BackwardStepper
-from tests.app.test_time_travel import episode, fake_live, feed  # noqa: F401
+from tests.helpers.time_travel import fake_live, feed
 
 CFG = SessionConfig(workload="transformer", compare="cpu-platform", math="platform")
 
@@ -73,7 +73,7 @@ def test_the_replay_goes_in_slices():
         rp.advance(0)
 
 
-def test_the_window_stepper_walks_the_scrubbers_step(qtbot, win, episode):  # noqa: F811
+def test_the_window_stepper_walks_the_scrubbers_step(qtbot, win, episode):
     assert win.open_workload("transformer")
     qtbot.waitUntil(win.graph.view.is_ready)
     fake_live(win)

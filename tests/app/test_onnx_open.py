@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.core.onnx import hostile_models as hm
+from tests.helpers import hostile_models as hm
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from tapescope.app.qt.main_window import MainWindow
 from tapescope.core import tapefile
-from tests.core.test_tapefile_v2 import chain
+from tests.helpers.tapefile_v2 import chain
 
 TRAILER = struct.Struct("<8sQQ32s")
 

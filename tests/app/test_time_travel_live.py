@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from tapescope.app.runs import PairRunner, SessionConfig
-from tests.app.conftest import wait_ready
+from tests.helpers.live import wait_ready
 
 CFG = SessionConfig(workload="transformer", device="host", math="platform")
 

@@ -11,8 +11,7 @@ pytest.importorskip("torch")
 
 from tapescope.app.qt.live import PAUSED  # noqa: E402
 from tapescope.app.runs import SessionConfig  # noqa: E402
-from tests.app.conftest import wait_ready  # noqa: E402
-from tests.app.test_live_inspect import click_row, shown_live  # noqa: E402
+from tests.helpers.live import click_row, shown_live, wait_ready  # noqa: E402
 
 
 def test_the_toolbar_offers_torch_and_the_inspector_names_the_cause(qtbot, win, tmp_path):

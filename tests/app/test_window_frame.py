@@ -115,10 +115,10 @@ def test_the_screenshot_window_shows_what_the_real_window_shows(qtbot, settings,
 # ---- docks keep their width ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def episode():
-    """Five steps of the transformer with the platform libm (test_time_travel's episode)."""
-    from tests.app import test_time_travel
+    """Five steps of the transformer with the platform libm (time travel's episode)."""
+    from tests.helpers.time_travel import record_episode
 
-    return test_time_travel.episode.__wrapped__()
+    return record_episode()
 
 
 def dock_widths(win) -> dict[str, int]:
@@ -172,8 +172,8 @@ def _long_ulp(rv, rg, cv, cg):
 
 @pytest.mark.parametrize("size", [(1440, 900), (1280, 800)])
 def test_docks_keep_their_width_when_the_selection_changes(qtbot, settings, episode, size):
-    from tests.app.test_live_inspect import click_node, click_row
-    from tests.app.test_time_travel import fake_live, feed
+    from tests.helpers.live import click_node, click_row
+    from tests.helpers.time_travel import fake_live, feed
 
     results, arrays, _ = episode
     win = MainWindow(settings=settings)
@@ -232,7 +232,7 @@ def hostile_frame_tape(tmp_path) -> str:
 
 
 def test_docks_keep_their_width_on_long_names_nans_and_half(qtbot, settings, tmp_path):
-    from tests.app.test_live_inspect import click_node, click_row
+    from tests.helpers.live import click_node, click_row
 
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
@@ -297,8 +297,8 @@ def test_no_table_elides_a_number_and_a_node_reads_the_same_everywhere(qtbot, se
     from PySide6.QtWidgets import QApplication, QTableView, QToolTip
 
     from tapescope.views.numbers import ulp_text
-    from tests.app.test_live_inspect import click_row
-    from tests.app.test_time_travel import fake_live, feed
+    from tests.helpers.live import click_row
+    from tests.helpers.time_travel import fake_live, feed
 
     results, arrays, _ = episode
     win = MainWindow(settings=settings)

@@ -16,10 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_desktop import _colours, _env, xvfb  # noqa: F401  (the Xvfb fixture)
+from tests.helpers.desktop import colours, display_env, xvfb_display
 
 ROOT = Path(__file__).resolve().parents[2]
 INNER = ROOT / "tests" / "scenarios" / "scenarios_window.py"
+@pytest.fixture(scope="module")
+def xvfb():
+    """A private Xvfb display (1280x800) for this module; skipped with a reason if unusable."""
+    with xvfb_display() as display:
+        yield display
+
+
 SCENARIOS = {  # test name in the inner module → the screenshots it saves
     "test_live_pause_first_divergence_opens_in_the_inspector": ["live-first-divergence"],
     "test_scrub_to_a_kept_and_to_an_unkept_step": ["scrub-kept-step", "scrub-unkept-step"],
@@ -35,11 +42,11 @@ pytestmark = pytest.mark.xdist_group("window_scenarios")  # one worker runs the 
 
 
 @pytest.fixture(scope="module")
-def run(xvfb, tmp_path_factory):  # noqa: F811
+def run(xvfb, tmp_path_factory):
     """The inner pytest on the Xvfb display: {scenario: its report line}, the shots folder."""
     tmp = tmp_path_factory.mktemp("scenarios")
     shots, results = tmp / "shots", tmp / "results.jsonl"
-    env = _env(tmp, DISPLAY=xvfb, QT_QPA_PLATFORM="xcb",
+    env = display_env(tmp, DISPLAY=xvfb, QT_QPA_PLATFORM="xcb",
                TAPESCOPE_SCENARIO_SHOTS=str(shots), TAPESCOPE_SCENARIO_RESULTS=str(results))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "-o", "addopts=", "-o", "python_files=scenarios_*.py",
@@ -66,7 +73,7 @@ def test_scenario(run, name):
     for shot in SCENARIOS[name]:
         png = shots / f"{shot}.png"
         assert png.is_file(), png
-        assert _colours(png) > 30, f"{png} is a blank frame"
+        assert colours(png) > 30, f"{png} is a blank frame"
 
 
 def test_every_scenario_is_listed_here(run):

@@ -9,13 +9,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
 from tapescope.app.qt.main_window import MainWindow
-from tests.app import test_time_travel as time_travel_tests
+from tests.helpers.time_travel import record_episode
 
 
 @pytest.fixture(scope="module")
 def episode():
-    """Five steps of the transformer with the platform libm (test_time_travel's episode)."""
-    return time_travel_tests.episode.__wrapped__()
+    """Five steps of the transformer with the platform libm (time travel's episode)."""
+    return record_episode()
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def test_a_step_whose_tensors_are_gone_shows_its_summary_and_offers_a_rerun(
         qtbot, win, episode, monkeypatch):
     from PySide6.QtWidgets import QToolButton
 
-    from tests.app.test_time_travel import answer, fake_live, feed
+    from tests.helpers.time_travel import answer, fake_live, feed
 
     results, arrays, _ = episode
     with qtbot.waitSignal(win.graph.view.layout_ready, timeout=10000):
@@ -165,7 +165,7 @@ def np_prod(shape) -> int:
 def live_node_at_latest(qtbot, win, episode) -> int:
     """A fed stand-in session, paused at step 5, with a node that introduced error selected
     and its arrays answered."""
-    from tests.app.test_time_travel import answer, fake_live, feed
+    from tests.helpers.time_travel import answer, fake_live, feed
 
     results, arrays, _ = episode
     with qtbot.waitSignal(win.graph.view.layout_ready, timeout=10000):

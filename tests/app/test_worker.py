@@ -16,7 +16,7 @@ from tapescope.app.live_worker import MAX_WIRE_BYTES, decode_array, encode_array
 from tapescope.app.qt.live import STOPPED, LiveSession
 from tapescope.app.remote import PROTOCOL
 from tapescope.app.runs import PairRunner, SessionConfig
-from tests.app.conftest import READY_MS
+from tests.helpers.live import READY_MS
 
 # the command a user would type; the module form where the console script is not installed
 WORKER = ("tapescope worker" if shutil.which("tapescope")
@@ -97,7 +97,7 @@ def test_a_worker_that_dies_mid_run_is_one_line_and_exit_2(tmp_path):
 def test_the_worker_keeps_fd1_for_the_protocol_when_the_workload_prints(tmp_path):
     # a user workload that writes to fd 1 without a newline in every batch, through --worker
     src = (tmp_path / "branches.py")
-    from tests.app.test_live import BRANCHES
+    from tests.helpers.live import BRANCHES
 
     src.write_text("import os\n" + open(BRANCHES).read().replace(
         "    def batch(self, step):\n",
