@@ -83,14 +83,15 @@ def entry_differs(e: Mapping, which: str | None = None) -> bool:
     return any(e.get(w) and bool(e[w]["n_diff"]) for w in sides)
 
 
-def worst_of(worsts: Iterable[float]) -> float:
-    """The worst of several worsts (of nodes, of steps): -1 when any is a NaN mismatch, else
-    the largest (0 for none)."""
-    w = np.asarray(list(worsts) if not isinstance(worsts, np.ndarray) else worsts,
-                   dtype=np.float64)
-    if w.size and (w < 0).any():
-        return -1.0
-    return float(np.fmax.reduce(w.ravel(), initial=0.0))
+def worst_of(worsts, axis: int | None = None):
+    """The worst of several worsts (of nodes, of steps, of runs): -1 when any is a NaN
+    mismatch, else the largest (0 for none; a NaN skipped). ``axis``: per row or column of a
+    2-D array of worsts (an array back), else over all of them (a float)."""
+    w = np.asarray(worsts if isinstance(worsts, np.ndarray) else list(worsts), dtype=np.float64)
+    if axis is None:
+        w, axis = w.ravel(), 0
+    out = np.where((w < 0).any(axis=axis), -1.0, np.fmax.reduce(w, axis=axis, initial=0.0))
+    return float(out) if out.ndim == 0 else out
 
 
 def severity(w: float) -> tuple[int, float]:

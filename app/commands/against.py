@@ -131,21 +131,25 @@ class Against:
 
         a_causes, causes_b = causes(a_introduced), causes(self.introduced)
         a_intro = set(a_causes)
+        import numpy as np
+
         from tapescope.app.commands.parity_table import AGAINST_ROWS, cut_notice, table_order
-        from tapescope.core.summary import entry_differs, entry_worst, severity, worst_of
+        from tapescope.core.summary import entries_worst, entry_differs, severity, worst_of
 
         differ = [i for i in self.per_node if entry_differs(self.per_node[i])
                   or entry_differs(a_nodes.get(i, self.per_node[i]))
                   or entry_differs(self.between.get(i, self.per_node[i]))]
 
-        def worst(i: int) -> tuple:  # the worst of A, B and A-B; a NaN mismatch first
-            return severity(worst_of(entry_worst(d) for d in (
-                a_nodes.get(i), self.per_node.get(i), self.between.get(i)) if d))
+        # the worst of A, B and A-B, a NaN mismatch first (a missing entry: exact), each side's
+        # worsts in one call
+        worst = worst_of(np.stack([entries_worst([(nodes.get(i) or {}) for i in differ])
+                                   for nodes in (a_nodes, self.per_node, self.between)]),
+                         axis=0)
 
         # the nodes A or B introduced error at first, then the worst inherited
         ids = table_order(differ, sorted(a_introduced + self.introduced,
                                          key=lambda e: e["step"]),
-                          {i: worst(i) for i in differ})
+                          {i: severity(x) for i, x in zip(differ, worst.tolist(), strict=True)})
 
         def ulp(d: dict | None) -> str:
             # (as the window writes a distance: 63,054, 5.87e+06; views.numbers)

@@ -107,6 +107,10 @@ def test_worst_of_and_severity_put_a_nan_mismatch_first():
     assert worst_of([0.0, 3.0, 2.0]) == 3.0
     assert worst_of([5.0, -1.0, 1e9]) == -1.0
     assert worst_of(np.array([math.nan, 4.0])) == 4.0  # the NaN rule: a NaN is skipped
+    # per column (the --against table: A, B and A-B of each node)
+    cols = worst_of(np.array([[0.0, 2.0, 7.0], [-1.0, 9.0, 0.0], [4.0, 1.0, math.nan]]), axis=0)
+    assert cols.tolist() == [-1.0, 9.0, 7.0]
+    assert worst_of(np.zeros((3, 0)), axis=0).shape == (0,)
     keys = sorted([0.0, 1e6, -1.0, 3.0], key=severity)
     assert keys == [-1.0, 1e6, 3.0, 0.0]
 
