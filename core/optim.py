@@ -240,10 +240,36 @@ def _cast(a: np.ndarray | None, dt) -> np.ndarray | None:
 
 
 def _fma(a, b, c) -> np.ndarray:
-    """``a * b + c`` rounded once (C's fma): where PyTorch's CPU kernels contract."""
+    """``a * b + c`` rounded once (C's fma): where PyTorch's CPU kernels contract.
+
+    float32 takes a fast path: the product is exact in float64 and the sum rounds once there;
+    rounding that to float32 is the correctly rounded result unless the float64 sum sits exactly
+    on a float32 rounding midpoint (a double rounding) or outside float32's normal range, and
+    only those elements go through the exact emulation (core.explain_prims.fma, round to odd)."""
     from tapescope.core.explain_prims import fma
 
-    return fma(a, b, c)
+    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
+    if np.result_type(a, b, c) != np.float32:
+        return fma(a, b, c)
+    with np.errstate(all="ignore"):
+        a, b, c = np.broadcast_arrays(a, b, c)
+        shape = a.shape
+        a, b, c = (np.ravel(x) for x in (a, b, c))
+        p, c64 = a.astype(np.float64) * b.astype(np.float64), c.astype(np.float64)
+        s = p + c64
+        low = s.view(np.uint64) & np.uint64((1 << 29) - 1)  # the bits float32 rounds away
+        mag = np.abs(s)
+        odd = ~(mag >= 2.0 ** -126) | ~(mag < 2.0 ** 127)
+        mid = np.flatnonzero(low == np.uint64(1 << 28))
+        if mid.size:  # a midpoint: a double rounding only where the float64 sum was inexact
+            pm, cm, sm = p[mid], c64[mid], s[mid]
+            bb = sm - pm
+            err = (pm - (sm - bb)) + (cm - bb)  # two-sum: the float64 sum's rounding error
+            odd[mid[err != 0]] = True
+        out = s.astype(np.float32)
+        if odd.any():
+            out[odd] = fma(a[odd], b[odd], c[odd])
+    return out.reshape(shape)
 
 
 class SGDMomentum(Optimizer):

@@ -210,3 +210,20 @@ def test_config_keeps_the_workloads_parameters_l2_and_clip():
     assert OptimConfig.parse(cfg.text()) == cfg  # what a worker is sent
     only_lr = OptimConfig(lr=0.25).build(base)
     assert type(only_lr) is optim.Adam and only_lr.lr == 0.25 and base.lr == 0.5
+
+
+def test_the_float32_fma_fast_path_is_exact_at_a_double_rounding():
+    # a * b + c = (1 + 2^-23) + 2^-24 - 2^-70: just below the float32 midpoint, so fma gives c;
+    # the float64 sum rounds onto the midpoint and a second rounding (ties to even) would go up
+    from tapescope.core.explain_prims import fma
+    from tapescope.core.optim import _fma
+
+    a, b = np.float32(1 + 2 ** -23), np.float32(2 ** -24 * (1 - 2 ** -23))
+    c = np.float32(1 + 2 ** -23)
+    assert np.float32(np.float64(a) * np.float64(b) + np.float64(c)) != c  # the trap
+    assert _fma(a, b, c) == c and _fma(np.full((2, 3), a), b, c).shape == (2, 3)
+    rng = np.random.default_rng(5)  # and the emulation's bits elsewhere, tails and ties too
+    x, y = (rng.standard_normal(50_000).astype(np.float32) for _ in range(2))
+    for z in (rng.standard_normal(50_000).astype(np.float32), -(x.astype(np.float64) * y)
+              .astype(np.float32), x * np.float32(0.9), np.float32(1e-38) * x):
+        assert _fma(x, y, z).tobytes() == fma(x, y, z).tobytes()
