@@ -142,9 +142,21 @@ def test_the_torch_optimizer_runs_from_the_command_line(capsys, tmp_path):
      "--weight-decay goes with --optimizer adamw or sgd"),
     (["report", "--device", "host", "--gamma", "0.5", "--out", "{tmp}/r.html"],
      "--step-size and --gamma go with --schedule step"),
+    # the workload's own plain SGD (w - lr g, lr in its launches) takes no schedule on a device
+    (["parity", "--workload", "{res}/logistic.py", "--device", "host", "--steps", "3",
+      "--schedule", "cosine"], "a schedule needs --optimizer sgd"),
+    # torch.optim has one weight_decay: the workload's per-parameter L2 cannot go beside it
+    (["parity", "--workload", "{res}/logistic.py", "--device", "torch", "--torch-optimizer",
+      "torch", "--optimizer", "adamw", "--steps", "2"], "per-parameter L2 has no place"),
 ])
 def test_bad_combinations_exit_2_with_one_line(capsys, tmp_path, args, says):
-    assert main([a.replace("{tmp}", str(tmp_path)) for a in args]) == 2
+    from pathlib import Path
+
+    res = Path(__file__).resolve().parents[2] / "resources" / "workloads"
+    if "torch" in args:
+        pytest.importorskip("torch", reason="the torch extra")
+    assert main([a.replace("{tmp}", str(tmp_path)).replace("{res}", str(res))
+                 for a in args]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
 
