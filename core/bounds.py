@@ -68,8 +68,8 @@ SAFETY = 1.0625  # the bound's own arithmetic (the magnitudes are computed in fl
 
 _TRANS = {"exp", "log", "tanh", "sigmoid", "erf", "silu", "softplus", "sqrt", "swiglu"}
 _ONE_ROUNDING = {"add", "sub", "mul", "muls", "adds"}
-_EXACT = {"neg", "relu", "clip01", "keep", "maxpool2d", "gather", "slice", "concat", "reshape",
-          "transpose"}
+_EXACT = {"neg", "relu", "clip01", "keep", "maxpool2d", "maxpool3d", "gather", "slice", "concat",
+          "reshape", "transpose"}
 
 
 def unit_roundoff(dt: Any) -> float:
@@ -210,7 +210,7 @@ def value_bound(op: str, xs: Sequence[Any], at: dict, ref: Any, dt: Any) -> np.n
             k = int(w.shape[0] // int(at.get("group", 1)) + np.prod(w.shape[2:]))
             M = np.asarray(fwd(None, [x, w], at), dtype=np.float64)
             return _finish(gamma(k, u) * M, shape, dt, k)
-        if op == "avgpool2d":
+        if op in ("avgpool2d", "avgpool3d"):
             k = int(np.prod(at["kernel"]))
             M = np.asarray(fwd(None, [_abs(xs[0])], at), dtype=np.float64)
             return _finish(gamma(k + 1, u) * M, shape, dt, k)
@@ -378,15 +378,15 @@ def _contrib_bounds(op: str, g: Any, xs: Sequence[Any], y: Any, at: dict, needs:
                 if needs[k] and parts[k] is not None:
                     M = np.asarray(parts[k], dtype=np.float64)
                     put(k, gamma(n, u) * M, M)
-        elif op in ("avgpool2d", "maxpool2d", "gather", "slice", "concat", "reshape",
-                    "transpose"):
+        elif op in ("avgpool2d", "maxpool2d", "avgpool3d", "maxpool3d", "gather", "slice",
+                    "concat", "reshape", "transpose"):
             # the routing (maxpool's argmax, gather's indices) from the real inputs, |g| routed
             ins = [X[0]] + [np.asarray(x) for x in xs[1:]]
             if op == "concat":
                 ins = X
             parts = REGISTRY[op].backward(None, G, ins, Y, at, needs)
             n = 1
-            if op in ("avgpool2d", "maxpool2d"):
+            if op in ("avgpool2d", "maxpool2d", "avgpool3d", "maxpool3d"):
                 n = int(np.prod(at["kernel"])) + 1  # overlapping windows' taps, at most
             elif op == "gather":
                 n = int(np.size(xs[1]))  # repeats of one index: at most all of them

@@ -220,6 +220,8 @@ NO_C_RULE.update({
     "conv_transpose3d": "windows over [N, C, D, H, W] operands",
     "maxpool2d": "windows over [N, C, H, W] operands",
     "avgpool2d": "windows over [N, C, H, W] operands",
+    "maxpool3d": "windows over [N, C, D, H, W] operands",
+    "avgpool3d": "windows over [N, C, D, H, W] operands",
     "gather": "an index operand read at run time",
 })
 

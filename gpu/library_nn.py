@@ -63,40 +63,35 @@ def window_maps(hw: tuple, k: tuple, st: tuple, dil: tuple, padw: list, ceil_mod
         o_off.astype(np.int64), o_lst.astype(np.int64))
 
 
-def _pool_geom(at) -> tuple:
-    k = tuple(at["kernel"])
-    st = tuple(at.get("strides", k))
-    p = tuple(at.get("pads", (0, 0, 0, 0)))
-    return k, st, [(p[0], p[2]), (p[1], p[3])], int(at.get("ceil_mode", 0))
-
-
-@register_kernels("maxpool2d", "avgpool2d")
+@register_kernels("maxpool2d", "avgpool2d", "maxpool3d", "avgpool3d")
 def _pool(op: str) -> OpKernels:
     def setup(ctx: BuildCtx, node):
+        from tapescope.core.ops.nn import pool_geom
+
         x = node.inputs[0]
-        n, c, h, w = ctx.shape(x)
-        k, st, padw, cm = _pool_geom(node.attrs)
-        taps, col, out = window_maps((h, w), k, st, (1, 1), padw, cm)
+        n, c, *sp = ctx.shape(x)
+        k, st, padw, cm = pool_geom(node.attrs, len(sp))
+        taps, col, out = window_maps(tuple(sp), k, st, (1,) * len(sp), padw, cm)
         maps = {"taps": ctx.aux(node.id, "taps", taps),
                 "c_off": ctx.aux(node.id, "c_off", col[0]),
                 "c_lst": ctx.aux(node.id, "c_lst", col[1]),
                 "o_off": ctx.aux(node.id, "o_off", out[0]),
                 "o_lst": ctx.aux(node.id, "o_lst", out[1])}
-        return (n * c, h * w, taps.shape[0], taps.shape[1]), maps, (k, st, padw, cm)
+        return (n * c, int(np.prod(sp)), taps.shape[0], taps.shape[1]), maps, (k, st, padw, cm)
 
     def counts(ctx: BuildCtx, node, geo) -> object:
         from tapescope.core.ops.nn import pool_counts
 
         k, st, padw, cm = geo
         hw = ctx.shape(node.inputs[0])[2:]
-        cnt = pool_counts(np.empty((1, 1) + hw, ctx.compute_dtype), k, st, padw, (1, 1), cm,
+        cnt = pool_counts(np.empty((1, 1) + hw, ctx.compute_dtype), k, st, padw, (1,) * len(hw), cm,
                           int(node.attrs.get("count_include_pad", 0)))
         return ctx.aux(node.id, "cnt", np.asarray(cnt, ctx.compute_dtype).reshape(-1))
 
     def fwd(ctx: BuildCtx, node) -> list[Launch]:
         (nc, hw, p, t), m, geo = setup(ctx, node)
         x, y = ctx.values[node.inputs[0]], ctx.values[node.id]
-        if op == "maxpool2d":
+        if op.startswith("maxpool"):
             arg = ctx.aux(node.id, "arg", n=nc * p, dtype=np.int64)
             return [ctx.launch("maxpool_fwd", nc * p, x, y, arg, m["taps"], nc, hw, p, t)]
         return [ctx.launch("avgpool_fwd", nc * p, x, y, counts(ctx, node, geo), m["taps"], nc,
@@ -105,7 +100,7 @@ def _pool(op: str) -> OpKernels:
     def bwd(ctx: BuildCtx, node, k: int) -> list[Launch]:
         (nc, hw, p, t), m, geo = setup(ctx, node)
         g, gx = ctx.grads[node.id], ctx.grads[node.inputs[0]]
-        if op == "maxpool2d":
+        if op.startswith("maxpool"):
             arg = ctx.aux(node.id, "arg", n=nc * p, dtype=np.int64)
             return [ctx.launch("maxpool_bwd", nc * hw, g, arg, gx, m["o_off"], m["o_lst"], nc,
                                hw, p)]

@@ -566,19 +566,20 @@ def _pool(kind):
             y = conv(imp, lowerings._Attrs(st, lowerings.as_2d(at)),
                      [lowerings.unit_height(x)] + list(ins[1:]), names)
             return lowerings.drop_height(y)
-        if len(x.shape) != 4 or any(d != 1 for d in (at.get("dilations") or [1, 1])):
-            raise OnnxError("only undilated 1-D and 2-D pools have a tape form",
+        nd = len(x.shape) - 2  # 2, or 3 (MaxPool3d, AvgPool3d): the 3-D op, the same order
+        if nd not in (2, 3) or any(d != 1 for d in (at.get("dilations") or [1] * nd)):
+            raise OnnxError("only undilated 1-D, 2-D and 3-D pools have a tape form",
                             node=imp.label)
         k = list(at["kernel_shape"])
-        strides = list(at.get("strides") or [1, 1])
-        padw = pads_for(x.shape[2:], k, strides, [1, 1], at.get("pads"),
+        strides = list(at.get("strides") or [1] * nd)
+        padw = pads_for(x.shape[2:], k, strides, [1] * nd, at.get("pads"),
                         at.get("auto_pad", "NOTSET"))
         attrs = {"kernel": tuple(k), "strides": tuple(strides),
-                 "pads": (padw[0][0], padw[1][0], padw[0][1], padw[1][1]),
+                 "pads": tuple(b for b, _ in padw) + tuple(e for _, e in padw),
                  "ceil_mode": int(at.get("ceil_mode", 0))}
         if kind == "avg":
             attrs["count_include_pad"] = int(at.get("count_include_pad", 0))
-        return _nn_record(imp.tape, f"{kind}pool2d", [x], attrs)
+        return _nn_record(imp.tape, f"{kind}pool{nd}d", [x], attrs)
     return conv
 
 

@@ -1,5 +1,5 @@
 """Tape ops for imported ONNX models: conv2d, conv3d, conv_transpose2d, conv_transpose3d, maxpool2d,
-avgpool2d, erf, gather.
+avgpool2d, maxpool3d, avgpool3d, erf, gather.
 
 The numerics live here once and are shared: ``core.onnx``'s Conv/MaxPool/AveragePool kernels call
 :func:`conv_nd` / :func:`pool_nd`, so the executor and the tape round identically. Reference
@@ -390,62 +390,79 @@ def _convt3d_sample(rng, dtype):
               "dilations": (1, 1, 2), "group": 2})]
 
 
-def _pool_geom(at):
+def pool_geom(at, nd=2):
+    """(kernel, strides, [(begin, end)] pads per axis, ceil_mode) of an ``nd``-d pool."""
     k = tuple(at["kernel"])
     st = tuple(at.get("strides", k))
-    p = tuple(at.get("pads", (0, 0, 0, 0)))
-    return k, st, [(p[0], p[2]), (p[1], p[3])], int(at.get("ceil_mode", 0))
+    p = tuple(at.get("pads", (0,) * (2 * nd)))
+    if len(k) != nd or len(st) != nd or len(p) != 2 * nd:
+        raise ShapeError(f"pool{nd}d: kernel {k}, strides {st} and pads {p} must have {nd}, "
+                         f"{nd} and {2 * nd} values")
+    return k, st, [(p[i], p[i + nd]) for i in range(nd)], int(at.get("ceil_mode", 0))
 
 
-def _pool_shape(shapes, at):
-    xs = shapes[0]
-    if len(xs) != 4:
-        raise ShapeError(f"pool2d takes NCHW, got {xs}")
-    if 0 in xs:  # an empty batch (or channel): no window to reduce, no gradient rule
-        raise ShapeError(f"pool2d: x {xs} must have no zero-size dim (empty batch?)")
-    k, st, padw, cm = _pool_geom(at)
-    return xs[:2] + tuple(out_size(xs[2 + i], k[i], st[i], 1, *padw[i], cm) for i in range(2))
+
+def _pool_shape_nd(nd):
+    lay = ("NCL", "NCHW", "NCDHW")[nd - 1]
+
+    def shape(shapes, at):
+        xs = shapes[0]
+        if len(xs) != 2 + nd:
+            raise ShapeError(f"pool{nd}d takes {lay}, got {xs}")
+        if 0 in xs:  # an empty batch (or channel): no window to reduce, no gradient rule
+            raise ShapeError(f"pool{nd}d: x {xs} must have no zero-size dim (empty batch?)")
+        k, st, padw, cm = pool_geom(at, nd)
+        return xs[:2] + tuple(out_size(xs[2 + i], k[i], st[i], 1, *padw[i], cm)
+                              for i in range(nd))
+    return shape
+
+
+_pool_shape = _pool_shape_nd(2)
 
 
 def _max_fwd(M, xs, at):
-    k, st, padw, cm = _pool_geom(at)
+    k, st, padw, cm = pool_geom(at, xs[0].ndim - 2)
     return pool_nd(xs[0], "max", k, st, padw, None, cm)
 
 
 def _max_bwd(M, g, xs, y, at, needs):
     """Each output's gradient goes to its window's first maximum (row-major), added in
-    row-major output order (np.add.at is unbuffered and sequential)."""
+    row-major output order (np.add.at is unbuffered and sequential). Any number of axes."""
     x = xs[0]
-    k, st, padw, cm = _pool_geom(at)
-    v, outs = windows(x, k, st, (1, 1), padw, -np.inf, cm)
-    arg = np.argmax(v.reshape(v.shape[:4] + (-1,)), axis=-1)
-    kh, kw = np.unravel_index(arg, k)
-    rows = np.arange(outs[0]).reshape(1, 1, -1, 1) * st[0] + kh
-    cols = np.arange(outs[1]).reshape(1, 1, 1, -1) * st[1] + kw
+    nd = x.ndim - 2
+    k, st, padw, cm = pool_geom(at, nd)
+    v, outs = windows(x, k, st, (1,) * nd, padw, -np.inf, cm)
+    arg = np.argmax(v.reshape(v.shape[:2 + nd] + (-1,)), axis=-1)
+    offs = np.unravel_index(arg, k)
     n, c = x.shape[:2]
-    full = (max(x.shape[2] + padw[0][0] + padw[0][1], (outs[0] - 1) * st[0] + k[0]),
-            max(x.shape[3] + padw[1][0] + padw[1][1], (outs[1] - 1) * st[1] + k[1]))
+    full = tuple(max(x.shape[2 + i] + padw[i][0] + padw[i][1], (outs[i] - 1) * st[i] + k[i])
+                 for i in range(nd))
     gx = np.zeros((n, c) + full, g.dtype)
-    ni = np.arange(n).reshape(-1, 1, 1, 1)
-    ci = np.arange(c).reshape(1, -1, 1, 1)
-    np.add.at(gx, (ni, ci, rows, cols), g)
-    return [np.ascontiguousarray(gx[:, :, padw[0][0]:padw[0][0] + x.shape[2],
-                                    padw[1][0]:padw[1][0] + x.shape[3]])]
+    index = [np.arange(n).reshape((-1,) + (1,) * (1 + nd)),
+             np.arange(c).reshape((1, -1) + (1,) * nd)]
+    for i in range(nd):  # padded position of each output's first maximum along axis i
+        index.append(np.arange(outs[i]).reshape((1, 1) + (1,) * i + (-1,) + (1,) * (nd - 1 - i))
+                     * st[i] + offs[i])
+    np.add.at(gx, tuple(index), g)
+    crop = tuple(slice(padw[i][0], padw[i][0] + x.shape[2 + i]) for i in range(nd))
+    return [np.ascontiguousarray(gx[(slice(None), slice(None)) + crop])]
 
 
 def _avg_fwd(M, xs, at):
-    k, st, padw, cm = _pool_geom(at)
+    k, st, padw, cm = pool_geom(at, xs[0].ndim - 2)
     return pool_nd(xs[0], "avg", k, st, padw, None, cm, int(at.get("count_include_pad", 0)))
 
 
 def _avg_bwd(M, g, xs, y, at, needs):
     """ga = (g / count) added to every tap of its window, taps in row-major order (col2im)."""
     x = xs[0]
-    k, st, padw, cm = _pool_geom(at)
-    cnt = pool_counts(x, k, st, padw, (1, 1), cm, int(at.get("count_include_pad", 0)))
+    nd = x.ndim - 2
+    k, st, padw, cm = pool_geom(at, nd)
+    cnt = pool_counts(x, k, st, padw, (1,) * nd, cm, int(at.get("count_include_pad", 0)))
     gd = g / cnt.astype(g.dtype)
-    cols = np.broadcast_to(gd[:, :, None, None], g.shape[:2] + k + g.shape[2:])
-    return [col2im(cols, x.shape, k, st, (1, 1), padw, cm)]
+    cols = np.broadcast_to(gd[(slice(None), slice(None)) + (None,) * nd],
+                           g.shape[:2] + k + g.shape[2:])
+    return [col2im(cols, x.shape, k, st, (1,) * nd, padw, cm)]
 
 
 def _pool_sample(extra):
@@ -455,6 +472,16 @@ def _pool_sample(extra):
         return [([x], {"kernel": (2, 2), **extra}),
                 ([x], {"kernel": (3, 2), "strides": (2, 1), "pads": (1, 0, 1, 1), **extra}),
                 ([x], {"kernel": (3, 3), "strides": (2, 2), "ceil_mode": 1, **extra})]
+    return sample
+
+
+def _pool3d_sample(extra):
+    def sample(rng, dtype):
+        x = rng.permutation(2 * 2 * 4 * 5 * 4).reshape(2, 2, 4, 5, 4).astype(dtype) / 10
+        return [([x], {"kernel": (2, 2, 2), **extra}),
+                ([x], {"kernel": (3, 2, 2), "strides": (1, 2, 1), "pads": (1, 0, 1, 1, 1, 0),
+                       **extra}),
+                ([x], {"kernel": (2, 3, 3), "strides": (2, 2, 2), "ceil_mode": 1, **extra})]
     return sample
 
 
@@ -525,6 +552,11 @@ NN_OPS = (
     OpDef("avgpool2d", 1, "reduce", "none", _pool_shape, _avg_fwd, _avg_bwd,
           _pool_sample({"count_include_pad": 1}),
           doc="y = serial window sum / count; ga = g / count on every tap"),
+    OpDef("maxpool3d", 1, "reduce", "none", _pool_shape_nd(3), _max_fwd, _max_bwd,
+          _pool3d_sample({}), doc="maxpool2d with three spatial axes (the first max routes g)"),
+    OpDef("avgpool3d", 1, "reduce", "none", _pool_shape_nd(3), _avg_fwd, _avg_bwd,
+          _pool3d_sample({"count_include_pad": 1}),
+          doc="avgpool2d with three spatial axes: serial window sum / count"),
     OpDef("erf", 1, "unary", "row_local", lambda s, a: s[0],
           lambda M, xs, at: M.erf(xs[0]), _erf_bwd, _erf_sample, transcendental=True,
           doc="y = erf(a) (refmath); ga = g * (2/sqrt(pi) * exp(-(a*a)))",

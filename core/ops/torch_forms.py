@@ -156,6 +156,23 @@ def _pool(T: Any, xs: Sequence[Any], at: Mapping[str, Any], kind: str) -> Any:
                         count_include_pad=bool(at.get("count_include_pad", 0)))
 
 
+def _pool3d(T: Any, xs: Sequence[Any], at: Mapping[str, Any], kind: str) -> Any:
+    F = T.nn.functional
+    x = xs[0]
+    k = tuple(int(v) for v in at["kernel"])
+    st = tuple(int(v) for v in at.get("strides", k))
+    cm = bool(at.get("ceil_mode", 0))
+    p = tuple(int(v) for v in at.get("pads", (0,) * 6))  # ONNX: begins (d, h, w), then ends
+    padding: Any = p[:3]
+    if p[:3] != p[3:]:  # asymmetric: pad first (F.pad takes the last axis first)
+        fill = float("-inf") if kind == "max" else 0.0
+        x, padding = F.pad(x, (p[2], p[5], p[1], p[4], p[0], p[3]), value=fill), 0
+    if kind == "max":
+        return F.max_pool3d(x, k, st, padding, ceil_mode=cm)
+    return F.avg_pool3d(x, k, st, padding, ceil_mode=cm,
+                        count_include_pad=bool(at.get("count_include_pad", 0)))
+
+
 def _gather(T: Any, xs: Sequence[Any], at: Mapping[str, Any]) -> Any:
     x, idx = xs
     ax = int(at.get("axis", 0)) % x.dim()
@@ -227,6 +244,8 @@ TORCH: dict[str, TorchForm] = {
     "mean": _mean,
     "maxpool2d": lambda T, xs, at: _pool(T, xs, at, "max"),
     "avgpool2d": lambda T, xs, at: _pool(T, xs, at, "avg"),
+    "maxpool3d": lambda T, xs, at: _pool3d(T, xs, at, "max"),
+    "avgpool3d": lambda T, xs, at: _pool3d(T, xs, at, "avg"),
     # row ops
     "softmax": lambda T, xs, at: T.softmax(xs[0], dim=int(at.get("axis", -1))),
     "log_softmax": lambda T, xs, at: T.log_softmax(xs[0], dim=int(at.get("axis", -1))),

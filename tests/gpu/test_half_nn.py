@@ -1,4 +1,4 @@
-"""conv2d, conv3d, conv_transpose2d/3d, maxpool2d and avgpool2d in float16 and bfloat16 on the host
+"""conv2d/3d, conv_transpose2d/3d, maxpool2d/3d and avgpool2d/3d in float16 and bfloat16 on the host
 backend (the CUDA kernel source; NVRTC compiles the same units in tests/gpu/test_nvrtc.py):
 forward and every backward bit for bit against the half reference (docs/reference-order-nn.md,
 "Half precision"), on odd shapes, strides, pads, dilations, groups, depthwise, ceil_mode and
@@ -17,7 +17,8 @@ from tapescope.core.ops import REGISTRY
 from tapescope.core.ops.nn import NN_OPS
 
 HALF = ["float16", "bfloat16"]
-OPS = ["conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d", "maxpool2d", "avgpool2d"]
+OPS = ["conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d", "maxpool2d", "avgpool2d",
+       "maxpool3d", "avgpool3d"]
 
 
 def _u(rng, *shape):
@@ -47,6 +48,12 @@ def _extra(op: str, rng) -> list:
         return [([_u(rng, 3, 4, 3, 5), _u(rng, 4, 3, 3, 2)],
                  {"strides": (2, 3), "pads": (1, 0, 0, 1), "dilations": (1, 2),
                   "output_padding": (1, 2)})]
+    if op.endswith("3d"):  # the pools' 3-D twins: overlapping, padded, ceil_mode, ties
+        x3 = np.round(_u(rng, 2, 3, 5, 4, 6) * 4) / 4
+        at3 = {"kernel": (2, 3, 2), "strides": (1, 2, 1), "pads": (1, 1, 0, 0, 1, 1),
+               "ceil_mode": 1}
+        return [([x3], at3 if op == "maxpool3d" else {**at3, "count_include_pad": 1}),
+                ([x3], {"kernel": (3, 3, 3), "strides": (2, 1, 2)})]
     x = rng.permutation(3 * 2 * 7 * 9).reshape(3, 2, 7, 9) / 17 - 3
     ties = np.round(_u(rng, 2, 3, 6, 6) * 2) / 2  # many equal maxima: the first one wins
     big = _u(rng, 1, 2, 17, 17)  # a 289-tap window: 289 is not a bfloat16 (the count is float32)

@@ -1,9 +1,10 @@
-"""3-D convolutions (ONNX Conv and ConvTranspose with a 5-D input, what nn.Conv3d and
-nn.ConvTranspose3d export) import as the tape's conv3d and conv_transpose3d ops: the 2-D ops'
-orders with a depth axis (docs/reference-order-nn.md). The tape's values are the executor's bit
-for bit (and onnxruntime's within float32 rounding), the gradients match finite differences,
-and the host backend (the CUDA source; the 2-D ops' kernels with 3-D index maps) trains the
-model bit for bit in float32, float16, bfloat16 and under --amp.
+"""3-D convolutions and pools (ONNX Conv, ConvTranspose, MaxPool, AveragePool with a 5-D input,
+what nn.Conv3d, nn.ConvTranspose3d, F.max_pool3d, F.avg_pool3d export) import as the tape's
+conv3d, conv_transpose3d, maxpool3d and avgpool3d ops: the 2-D ops' orders with a depth axis
+(docs/reference-order-nn.md). The tape's values are the executor's bit for bit (and
+onnxruntime's within float32 rounding), the gradients match finite differences, and the host
+backend (the CUDA source; the 2-D ops' kernels with 3-D index maps) trains the model bit for
+bit in float32, float16, bfloat16 and under --amp.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ class C3(nn.Module):
         self.head = nn.Linear(4, 3)
 
     def forward(self, x):
-        h = F.relu(self.up(F.relu(self.c2(F.relu(self.c1(x))))))
+        h = F.max_pool3d(F.relu(self.c1(x)), (1, 2, 2), padding=(0, 1, 0), ceil_mode=True)
+        h = F.relu(self.up(F.relu(self.c2(h))))
+        h = F.avg_pool3d(h, 2, stride=1, padding=1, count_include_pad=False)
         return self.head(h.mean((2, 3, 4)))
 
 
@@ -58,6 +61,7 @@ def test_import_is_the_executor_bit_for_bit(model):
     assert tape.ok, tape.error
     assert sum(n.op == "conv3d" for n in tape.nodes) == 2
     assert sum(n.op == "conv_transpose3d" for n in tape.nodes) == 1
+    assert {"maxpool3d", "avgpool3d"} <= {n.op for n in tape.nodes}
     ref = run(path, {"input.1": x})
     ((name, v),) = imp.outputs.items()
     got = tape.value(v)
@@ -69,7 +73,7 @@ def test_import_is_the_executor_bit_for_bit(model):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("op", ["conv3d", "conv_transpose3d"])
+@pytest.mark.parametrize("op", ["conv3d", "conv_transpose3d", "maxpool3d", "avgpool3d"])
 def test_gradient_matches_finite_differences(op):
     r = gradcheck.check_op(op)
     assert r.ok and r.inputs_checked > 0, r
@@ -90,7 +94,7 @@ def test_host_trains_conv3d_bit_for_bit(tmp_path, capsys, model, flags):
     rep = json.loads(out.read_text())
     assert rep["exact"] is True and rep["dtype"] == flags[1]
     assert sum(n["op"] == "conv3d" for n in rep["nodes"]) == 2
-    assert any(n["op"] == "conv_transpose3d" for n in rep["nodes"])
+    assert {"conv_transpose3d", "maxpool3d", "avgpool3d"} <= {n["op"] for n in rep["nodes"]}
     (l1, l2) = rep["losses"]
     assert l1["reference"] == l1["candidate"] and l2["reference"] == l2["candidate"]
     assert l1["reference"] != l2["reference"]
