@@ -1,4 +1,6 @@
-"""Optimizers over tape parameters: SGD and Adam, per-parameter L2, global-norm clipping.
+"""Optimizers over tape parameters: SGD and Adam (the tape's own order), SGDMomentum and AdamW
+(torch.optim's order, its fused multiply-adds: docs/reference-order.md, "torch.optim's steps"),
+per-parameter L2, global-norm clipping, and an lr schedule per step (core.schedule).
 
 Semantics (the opt seed; device optimizers mirror them operation for operation):
 - clip (optional): norm = sqrt(acc) with acc = 0.0; for each added param in order, for each

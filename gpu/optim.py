@@ -1,4 +1,5 @@
-"""Device optimizers: gpu.SGD / gpu.Adam mirror core.optim operation for operation.
+"""Device optimizers: gpu.SGD / gpu.Adam / gpu.SGDMomentum / gpu.AdamW (and their mixed-precision
+twins) mirror core.optim operation for operation, a schedule's lr staged with each step.
 
 Per-parameter L2, global-norm clipping, skipped parameters (those backward never reaches: known
 statically from the captured graph) and Adam's bias correction computed on the host in float64
