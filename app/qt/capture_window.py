@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.core.capture.file import Capture
+from tapescope.views.numbers import count_text, ulp_exact, ulp_text
 from tapescope.views.ulp_scale import faded_color, heat_levels, heat_lut, level_color
 
 _PHASE_COLOR = {"forward": "#3b82f6", "backward": "#a855f7", "optimizer": "#14b8a6"}
@@ -243,8 +244,10 @@ class CaptureWindow(QMainWindow):
             owner = node(path)
             verdict, ulp = _worst(e)
             leaf = QTreeWidgetItem([f"#{e['index']} {e['op']}  [{e['phase']}, step {e['step']}]",
-                                    "", "", "", "", str(ulp) if ulp else "",
+                                    "", "", "", "", ulp_text(ulp) if ulp else "",
                                     os.path.basename(e["source"])])
+            if ulp:
+                leaf.setToolTip(5, f"{ulp_exact(ulp)} ulp")
             leaf.setData(0, _OP, e["index"])
             leaf.setForeground(0, QBrush(_color(verdict, ulp)))
             leaf.setToolTip(0, ", ".join(o["verdict"] for o in e["outputs"]) or "no outputs")
@@ -262,12 +265,16 @@ class CaptureWindow(QMainWindow):
                 p = p.rpartition(".")[0]
         for path, item in nodes.items():
             s = stats[path]
-            for col, val in enumerate(s, start=1):
-                item.setText(col, str(val) if val else "")
+            for col, val in enumerate(s, start=1):  # counts, then the worst ulp (one format)
+                item.setText(col, "" if not val else count_text(val) if col < 5 else ulp_text(val))
+            if s[4]:
+                item.setToolTip(5, f"{ulp_exact(s[4])} ulp")
             worst = "introduced" if s[1] else "inherited" if s[2] else "exact"
             item.setForeground(0, QBrush(_color(worst, s[4])))
             # folded below the model's top-level children: the model and its children open
             item.setExpanded(path.count(".") < 1 and path != "(no module)")
+        for col in range(1, 6):  # numbers are never elided: their columns fit them
+            self.tree.resizeColumnToContents(col)
 
     def _select(self, cur: QTreeWidgetItem | None, _prev) -> None:
         if cur is None or cur.data(0, _OP) is None:
@@ -345,8 +352,8 @@ class CaptureWindow(QMainWindow):
 
 def run_window(args: argparse.Namespace, size: tuple[int, int] | None, gui: Any) -> int:
     """Open ``args.file`` (a capture), judge it, show it (``--screenshot``: render and exit).
-    ``gui``: the gui command's module (its picture saver and Ctrl-C loop), handed in so this
-    module does not import the command that imports it."""
+    ``gui``: ``app.qt.gui`` (its picture saver and Ctrl-C loop), handed in so this module does
+    not import the module that imports it."""
     import sys
 
     from PySide6.QtWidgets import QApplication

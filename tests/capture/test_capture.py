@@ -371,6 +371,23 @@ def test_gui_opens_a_capture_grouped_by_module(captured, tmp_path):
     assert {"tok", "pos", "blocks", "ln", "head"} <= set(kids)
     assert gpt.isExpanded()  # the model open, its children folded but the selected path
     assert "native_layer_norm" in win.inspector.toPlainText()  # the first divergence shown
+    # numbers in one format (views.numbers), never elided: each column fits its widest number
+    from PySide6.QtGui import QFontMetrics
+
+    from tapescope.views.numbers import ulp_text
+
+    fm = QFontMetrics(win.tree.font())
+    items, todo = [], [win.tree.topLevelItem(k) for k in range(win.tree.topLevelItemCount())]
+    while todo:
+        it = todo.pop()
+        items.append(it)
+        todo += [it.child(k) for k in range(it.childCount())]
+    worst = [it.text(5) for it in items if it.text(5)]
+    assert worst and all(w == ulp_text(float(it.toolTip(5).split()[0].replace(",", "")))
+                         for it, w in ((i, i.text(5)) for i in items if i.text(5)))
+    for col in range(1, 6):
+        widest = max(fm.horizontalAdvance(it.text(col)) for it in items)
+        assert widest <= win.tree.columnWidth(col), (col, widest, win.tree.columnWidth(col))
     win.close()
 
 
