@@ -87,3 +87,26 @@ def test_the_import_rule_sees_each_way_of_naming_a_test_module():
     got = [m for _, m in _test_imports(ROOT / "tests" / "app" / "probe.py", text)]
     assert got == ["tests.app.test_live", "tests.app.test_time_travel", "tests.app.conftest",
                    "tests.core.test_tape", "tests.helpers.fs_faults"]  # in line order
+
+
+def test_the_mutation_table_names_files_and_tests_that_exist():
+    """[tool.tapescope.mutation] (tests/mutation/run.sh) points at modules and test files that
+    exist, and at test functions they define: a renamed test file fails here, not in a run."""
+    import tomllib
+
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["tapescope"]["mutation"]
+    assert len(table) >= 8
+    bad = []
+    for module, args in table.items():
+        if not (ROOT / module).is_file():
+            bad.append(f"{module}: no such module")
+        for arg in args:
+            target = arg.removeprefix("--deselect=")
+            if not target.startswith("tests/"):
+                continue  # -k/-m and their expressions
+            path, _, test = target.partition("::")
+            if not (ROOT / path).is_file():
+                bad.append(f"{module}: {path}: no such test file")
+            elif test and f"def {test.split('[')[0]}(" not in (ROOT / path).read_text():
+                bad.append(f"{module}: {target}: no such test")
+    assert not bad, "\n".join(bad)
