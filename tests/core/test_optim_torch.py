@@ -227,3 +227,16 @@ def test_the_float32_fma_fast_path_is_exact_at_a_double_rounding():
     for z in (rng.standard_normal(50_000).astype(np.float32), -(x.astype(np.float64) * y)
               .astype(np.float32), x * np.float32(0.9), np.float32(1e-38) * x):
         assert _fma(x, y, z).tobytes() == fma(x, y, z).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_torchs_fused_cpu_adamw_is_the_reference_adamw_with_ieee_sqrt(dtype):
+    # measured, and held (docs/reference-order.md): the fused CPU kernel takes a correctly
+    # rounded sqrt, so it is the tape's AdamW itself; foreach=True is the single-tensor step
+    got = _train(dtype, lambda t: optim.AdamW(t, 1e-2, weight_decay=0.1),
+                 lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True))
+    assert got == [True] * STEPS
+    got = _train(dtype, lambda t: optim.SGDMomentum(t, 0.05, momentum=0.9, nesterov=True),
+                 lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True,
+                                            foreach=True))
+    assert got == [True] * STEPS
