@@ -233,3 +233,30 @@ def test_the_files_together_are_held_to_max_bytes_before_they_are_read(tmp_path,
     assert main([*base, "--input", f"x={tmp_path / 'stack.npy'}", "--max-bytes", "100000"]) == 2
     _one_line(capsys, "--input x: 160.0 KiB of data, over the 97.7 KiB")
     assert main([*base, "--input", f"x={d}", "--max-bytes", "1000000"]) == 0
+
+
+def test_a_models_own_targets_input_takes_a_stack_too(tmp_path):
+    """An export with its loss inside (the zoo's GPT: F.cross_entropy of its logits against
+    its ``targets`` argument, a named input of the file) takes its targets per step like any
+    input: each step's loss is PyTorch's on that step's slices."""
+    torch = pytest.importorskip("torch")
+    from tests.models import zoo
+
+    path = zoo.export("gpt", tmp_path / "gpt.onnx", False)
+    ids = np.random.default_rng(0).integers(0, 16, (3, 2, 4))
+    tg = np.random.default_rng(1).integers(0, 16, (3, 2, 4))
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "tg.npy", tg)
+    names = list(OnnxWorkload(path, dtype=np.float64).input_specs)  # TorchScript's names
+    wl = OnnxWorkload(path, dtype=np.float64, steps=3,
+                      inputs={names[0]: str(tmp_path / "ids.npy"),
+                              names[1]: str(tmp_path / "tg.npy")})
+    assert wl.loss_kind == "given" and wl.given_steps == {names[0]: 3, names[1]: 3}
+    model = zoo.module("gpt").double()
+    got = []
+    for step in (1, 2, 3):
+        want = model(torch.from_numpy(ids[step - 1]), torch.from_numpy(tg[step - 1])).item()
+        got.append(float(np.asarray(wl.record(step).value)))
+        # (the file's constants are float32: the scale, LayerNorm's eps; measured 1e-10)
+        np.testing.assert_allclose(got[-1], want, rtol=1e-8)
+    assert len(set(got)) == 3
