@@ -141,3 +141,20 @@ def test_a_moment_the_device_does_not_hold_is_downloaded_not_copied():
     upd = {p.node: p for p in r.states[-1].update.params}
     assert upd[i].m.reshape(-1).tobytes() == a.tobytes()  # the device's bits, downloaded
     assert res.introduced == [] and r.step().introduced == []  # inherited only
+
+
+@pytest.mark.parametrize("cuda_like", [False, True])
+def test_the_final_parameter_comparison_moves_summaries_only(cuda_like):
+    """``compare_params`` (what ``parity`` checks after the last update) judges the trained
+    parameters on the device, with provenance off too: the same verdicts as downloading."""
+    new = _runner("mlp", cuda_like, provenance="off")
+    old = _baseline(_runner("mlp", cuda_like, provenance="off"))
+    for r in (new, old):
+        for _ in range(2):
+            r.step()
+    b0, o0 = new.stats()["bytes_to_host"], old.stats()["bytes_to_host"]
+    got, want = new.compare_params(), old.compare_params()
+    moved, pbytes, n_params = new.stats()["bytes_to_host"] - b0, *_sizes(new)[:2]
+    assert old.stats()["bytes_to_host"] - o0 == pbytes  # the download path: every parameter
+    assert moved == (n_params * SUMMARY if cuda_like else 0)
+    assert got.exact and [p.to_json() for p in got.nodes] == [p.to_json() for p in want.nodes]
