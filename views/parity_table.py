@@ -43,6 +43,7 @@ from tapescope.views.models.plain import cut, tip
 from tapescope.views.models.search import NodeSearch
 from tapescope.views.numbers import ULP_SCIENTIFIC_FROM, count_text, ulp_exact, ulp_text
 from tapescope.views.parity_proxy import ParityFilterProxy
+from tapescope.views.ulp_scale import ulp_color
 
 SORT_ROLE = Qt.UserRole + 1
 DEBOUNCE_MS = 120  # a pause in typing this long applies the filter
@@ -52,7 +53,8 @@ KEY_ROLE = Qt.UserRole + 3  # a header's field name (COLUMNS), under the words i
 
 
 _ROLES = frozenset({Qt.DisplayRole, SORT_ROLE, ID_ROLE, Qt.TextAlignmentRole, Qt.BackgroundRole,
-                    Qt.ForegroundRole, Qt.ToolTipRole})
+                    Qt.ForegroundRole, Qt.ToolTipRole, Qt.DecorationRole})
+_SWATCH: dict[str, QColor] = {}  # a differing row's worst-ulp chip, one QColor per colour
 _DIFF_BG = QColor("#fde2e2")
 _DIFF_FG = QColor("#111827")  # dark on the pink, whatever the theme's text colour
 
@@ -151,6 +153,12 @@ class ParityTableModel(QAbstractTableModel):
             return r.id
         if role == Qt.TextAlignmentRole and c not in (1, 2):
             return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == Qt.DecorationRole:
+            if c != 1 or not r.differs:
+                return None
+            # the op's chip: the node's worst ulp in the window's one scale (the graph's stripe)
+            name = ulp_color(r.worst)
+            return _SWATCH.get(name) or _SWATCH.setdefault(name, QColor(name))
         if role == Qt.BackgroundRole and c >= 4 and v:
             return _DIFF_BG  # this side has differing bits
         if role == Qt.ForegroundRole and c >= 4 and v:

@@ -112,3 +112,36 @@ def test_no_other_module_spells_a_colour_from_an_ulp():
             if rel != rule_file:
                 hits += [f"{rel}: {m.group(0)}" for m in ulp_rule.finditer(text)]
     assert not hits, hits
+
+
+def test_the_parity_tables_chip_is_the_graphs_colour(qapp):
+    """A differing row's op cell carries the node's worst in the one scale: from the dicts (a
+    file's comparison) and from a live step's columns (the NaN mismatch as a flag bit)."""
+    from types import SimpleNamespace
+
+    from PySide6.QtCore import Qt
+
+    from tapescope.app.step_history import StepHistory, compact
+    from tapescope.core.parity import NodeParity, TensorDiff
+    from tapescope.core.step_record import record_of
+    from tapescope.views.models.parity_rows import build_rows
+    from tapescope.views.parity_table import ParityTableModel
+
+    nodes = []
+    for i, u in enumerate([0, 1, 3, 1 << 12, 1 << 30, -1]):
+        nd = 0 if u == 0 else 2
+        d = TensorDiff(4, nd, max(u, 0), 0.0, 0.0, 0 if nd else None, int(u < 0))
+        nodes.append(NodeParity(i, "add", f"n{i}", d, TensorDiff(4, 0, 0, 0.0, 0.0, None)))
+    tape = [SimpleNamespace(id=n.id, op=n.op, name=n.name, shape=(4,)) for n in nodes]
+    want = [None] + [ulp_color(entry_worst(n.to_json())) for n in nodes[1:]]
+    assert want[-1] == NAN_COLOR and len(set(want[1:])) == 5
+    rec = record_of(nodes)
+    h = StepHistory(tape)
+    h.add(SimpleNamespace(record=rec, step=1, first=None, loss_ref=0.0, loss_cand=0.0,
+                          exact=False, provenance=False, kernels=[], produced=[],
+                          introduced=[], derived={"history": compact(rec)}))
+    for comparison in ([n.to_json() for n in nodes], h.comparison(1)):
+        model = ParityTableModel(build_rows(tape, comparison))
+        got = [model.data(model.index(k, 1), Qt.DecorationRole) for k in range(len(nodes))]
+        assert [None if c is None else c.name() for c in got] == want
+        assert model.data(model.index(1, 2), Qt.DecorationRole) is None  # the op cell only

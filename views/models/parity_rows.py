@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tapescope.core.step_record import F_G_NAN, F_V_NAN
 from tapescope.views.numbers import count_text, ulp_text
 
 COLUMNS = ("id", "op", "name", "shape", "value n_diff", "value max_ulp", "grad n_diff",
@@ -44,6 +45,9 @@ class ParityRow:
     # cell's tooltip counts its own side
     value_nan_bits: int = 0
     grad_nan_bits: int = 0
+    # a NaN against a number on that side (n_nan > 0): the node's worst is -1 (core.summary)
+    value_nan: bool = False
+    grad_nan: bool = False
 
     def cell(self, col: int):
         """The raw value of column ``col`` (numbers stay numbers, for sorting)."""
@@ -58,6 +62,16 @@ class ParityRow:
     def nan_bits(self, col: int) -> int:
         """Those NaNs on the side that column ``col`` shows (4: value, 6: gradient)."""
         return self.value_nan_bits if col == 4 else self.grad_nan_bits if col == 6 else 0
+
+    @property
+    def worst(self) -> float:
+        """The node's worst ulp by core.summary's one rule: 0 exact, >= 1, -1 a NaN mismatch."""
+        from tapescope.core.summary import worst
+
+        v_ulp, g_ulp = (np.nan if u is None else u for u in (self.value_max_ulp,
+                                                            self.grad_max_ulp))
+        return float(worst(self.value_n_diff or 0, v_ulp, self.value_nan, self.grad_n_diff or 0,
+                           g_ulp, self.grad_nan))
 
     @property
     def differs(self) -> bool:
@@ -242,6 +256,9 @@ def _row(nd, e: Mapping | None) -> ParityRow:
         vn, vu = _side(e, "value", f"comparison for node {nd.id}")
         gn, gu = _side(e, "grad", f"comparison for node {nd.id}")
         vb, gb = (int((e.get(k) or {}).get("nan_bits_differ", 0)) for k in ("value", "grad"))
+        vnan, gnan = (bool((e.get(k) or {}).get("n_nan")) for k in ("value", "grad"))
+        return ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), vn, vu, gn, gu, vb, gb,
+                         vnan, gnan)
     return ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), vn, vu, gn, gu, vb, gb)
 
 
@@ -250,9 +267,11 @@ def _column_row(nd, cols: ColumnComparison, k: int) -> ParityRow:
         return ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape))
     c = cols.cols
     g_n = int(c["g_n"][k])
+    f = int(c["flags"][k]) if "flags" in c else 0  # (the NaN-mismatch bits of the record)
     return ParityRow(nd.id, nd.op, nd.name or "", tuple(nd.shape), int(c["v_n"][k]),
                      float(c["v_ulp"][k]), None if g_n < 0 else g_n,
-                     None if g_n < 0 else float(c["g_ulp"][k]), int(c["nb"][k]), 0)
+                     None if g_n < 0 else float(c["g_ulp"][k]), int(c["nb"][k]), 0,
+                     bool(f & F_V_NAN), g_n >= 0 and bool(f & F_G_NAN))
 
 
 def build_rows(nodes: Sequence, comparison: Iterable[Mapping] | None = None) -> ParityRows:
