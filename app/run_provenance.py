@@ -102,8 +102,18 @@ class StepProbe:
         self.params = [n.id for n in nodes if n.op == "param"]
         # what each parameter must hold at the next step: as capture uploaded it, then as each
         # checked update left it (None: an update went unchecked, the leaf is not judged)
-        self.expect: dict[int, np.ndarray | None] = {i: _own(cand.array(i, "value"))
-                                                     for i in self.params}
+        self.expect: dict[int, np.ndarray | None] = self._uploaded(cand)
+
+    def _uploaded(self, cand: Any) -> dict[int, np.ndarray | None]:
+        """Each parameter as the candidate holds it now: the numpy reference's copy where the
+        candidate's device judges it the same bits (``same_now``: only summaries cross),
+        else downloaded."""
+        known: dict = {}
+        if self.ref is not None and hasattr(cand, "same_now"):
+            mine = {(i, "value"): _own(self.ref.array(i, "value")) for i in self.params}
+            known = {k[0]: mine[k] for k in cand.same_now(mine)}
+        return {i: known[i] if i in known else _own(cand.array(i, "value"))
+                for i in self.params}
 
     def before_update(self, step: int, record: np.ndarray, f: Any,
                       views: bool = False) -> StepState:

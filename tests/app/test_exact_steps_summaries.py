@@ -55,6 +55,8 @@ def test_an_exact_step_moves_the_loss_only_on_the_host_backend(workload):
         assert res.exact and res.provenance and res.introduced == []
         # the host device's equal bits are judged in place: no summary crosses either
         assert moved == loss < pbytes
+    # and since the capture: the losses only (the parameters as uploaded judged in place too)
+    assert r.stats()["bytes_to_host"] == 3 * loss
 
 
 @pytest.mark.parametrize("workload", ["mlp", "transformer"])
