@@ -70,12 +70,24 @@ def leaf_name(name: str | None) -> str | None:
 def module_path(node) -> str:
     """The PyTorch module path the dynamo exporter records in a node's metadata
     (``namespace``: ``": __main__.Net/blocks.0: ...Block/attn: ...Attention/linear: aten..."``
-    -> ``blocks.0/attn``: scope ``/blocks.0/attn/<node>``), or "". Read as text, never
-    evaluated; long values are ignored."""
+    -> ``blocks.0/attn``: scope ``/blocks.0/attn/<node>``), or "". torch 2.13 writes each
+    module's full dotted path (``blocks.0/blocks.0.attn/blocks.0.attn.qkv``): each keeps only
+    its own part past its parent's, a Sequential's or ModuleList's index with its parent's
+    name (``blocks/blocks.0/expand/expand.1``, ``blocks.0/attn/qkv``): TorchScript's scopes.
+    Read as text, never evaluated; long values are ignored."""
     for p in node.metadata_props:
         if p.key == "namespace" and len(p.value) <= 4096:
             parts = [seg.split(":", 1)[0].strip() for seg in p.value.split("/")]
-            return "/".join(x for x in parts[1:-1] if x)
+            out, parent = [], ""
+            for x in parts[1:-1]:
+                if not x:
+                    continue
+                own = x[len(parent) + 1:] if parent and x.startswith(parent + ".") else x
+                if own != x and own[:1].isdigit():  # blocks.0 under blocks
+                    own = f"{parent.rsplit('.', 1)[-1]}.{own}"
+                out.append(own)
+                parent = x
+            return "/".join(out)
     return ""
 
 

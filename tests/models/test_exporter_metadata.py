@@ -78,6 +78,19 @@ def test_graph_and_json_show_pytorch_names(vits, tmp_path, dynamo):
     assert "blocks.0.attn.in_proj_weight.T" in {p.name.rsplit("/", 1)[-1] for p in mha.params}
 
 
+def test_both_exporters_scope_a_weight_in_the_same_module_path(vits):
+    """dynamo's namespace holds each module's full path (blocks.0/blocks.0.attn/...); the
+    import keeps each one's own part, so the graph groups a layer as TorchScript's does."""
+    def scopes(path):
+        wl = OnnxWorkload(path, dtype=np.float32)
+        return {p.name.rsplit("/", 1)[-1]: p.name.rsplit("/", 2)[0] if p.name.count("/") > 1
+                else "" for p in wl.params}
+
+    ts, dy = scopes(vits["vit_sdpa", False]), scopes(vits["vit_sdpa", True])
+    assert ts == dy, (ts, dy)
+    assert dy["blocks.0.attn.qkv.weight.T"] == "blocks.0/attn/qkv"
+
+
 class ZeroBiases(nn.Module):
     """A Linear, a Conv2d and a ConvTranspose2d whose biases are zeros (as a user zeroes them,
     as nn.MultiheadAttention initialises out_proj.bias)."""
