@@ -26,7 +26,8 @@ def add_model_args(p: argparse.ArgumentParser, limits: bool = True) -> None:
                    metavar="NAME=d0,d1,...",
                    help="with --model: the dims of input NAME (dynamic axes are 1 otherwise)")
     p.add_argument("--weights", dest="model_weights", default=None, metavar="FILE.safetensors",
-                   help="with --model: trained weights by initializer name (safetensors)")
+                   help="with --model: your weights, a state_dict by PyTorch's names (the "
+                        "names the graph shows) or by initializer name (safetensors)")
     if not limits:
         return
     from tapescope.app.commands.onnx_cmd import _count
