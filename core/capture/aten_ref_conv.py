@@ -1,8 +1,9 @@
-"""Reference forms of aten's convolutions (plain and transposed, 1-d and 2-d) and their
+"""Reference forms of aten's convolutions (plain and transposed, 1-d, 2-d and 3-d) and their
 backward, pools (max with indices, average, adaptive average) and nearest upsampling, with their
 backwards. A convolution is the tape's ``conv2d`` (im2col and the reference product; a 1-d one
 is a 2-d one of height 1; the bias a separate add), its backward the tape's ``conv2d`` backward;
-a transposed convolution is that backward's input gradient (the adjoint). Scatter-adds run in
+a transposed convolution is that backward's input gradient (the adjoint); a 3-d one is the tape's
+``conv3d`` / ``conv_transpose3d`` (the same orders with a depth axis). Scatter-adds run in
 row-major output order. Orders: docs/reference-order.md, "Captured aten ops"."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from tapescope.core.capture.aten_ref_table import I64, M, NoReference, form, opt, result_type, wide
 from tapescope.core.ops import REGISTRY
-from tapescope.core.ops.nn import conv_nd, windows
+from tapescope.core.ops.nn import conv_nd, conv_transpose_2d, windows
 from tapescope.core.ops.reference import serial_sum
 
 _w = wide
@@ -56,15 +57,29 @@ def _conv_input_grad(g, w, x_shape, at):
     return REGISTRY["conv2d"].backward(M, g, [zero, w], None, at, [True, False])[0]
 
 
+def _at3d(stride, padding, dilation, groups, output_padding=None) -> dict:
+    """The tape conv3d / conv_transpose3d op's attributes (aten's symmetric padding)."""
+    st, pd, dl = _geom(5, stride, padding, dilation)
+    at = {"strides": tuple(st), "pads": tuple(pd) + tuple(pd), "dilations": tuple(dl),
+          "group": int(groups)}
+    if output_padding is not None:
+        at["output_padding"] = tuple(_geom(5, output_padding, 0, 1)[0])
+    return at
+
+
 @form("aten.convolution.default", "aten._convolution.default")
 def _convolution(args: list, kwargs: dict) -> list:
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
-    if x.ndim not in (3, 4) and (transposed or x.ndim != 5):
+    if x.ndim not in (3, 4, 5):
         raise NoReference(f"convolution of a {x.ndim}-d input")
     out = result_type(x, w)
     xw, ww = _w(x, out), _w(w, out)
     with np.errstate(all="ignore"):
-        if transposed:  # the adjoint of conv2d: its input gradient, with x as the gradient
+        if transposed and x.ndim == 5:  # the tape's conv_transpose3d (col2im of wᵀ·x)
+            at = _at3d(stride, padding, dilation, groups, output_padding)
+            y = conv_transpose_2d(xw, ww, at["strides"], [(p, p) for p in at["pads"][:3]],
+                                  at["dilations"], at["group"], at["output_padding"])
+        elif transposed:  # the adjoint of conv2d: its input gradient, with x as the gradient
             at = _conv_at(x.ndim, stride, padding, dilation, groups)
             x2, w2 = _as2d(xw), _as2d(ww)
             y = _conv_input_grad(x2, w2, _transposed_shape(x2, w2, at, output_padding), at)
@@ -80,8 +95,24 @@ def _convolution(args: list, kwargs: dict) -> list:
 @form("aten.convolution_backward.default")
 def _convolution_backward(args: list, kwargs: dict) -> list:
     g, x, w, bias_sizes, stride, padding, dilation, transposed, out_pad, groups, mask = args[:11]
+    if x.ndim == 5:  # the tape's conv3d / conv_transpose3d backward
+        out = result_type(x, w)
+        op = "conv_transpose3d" if transposed else "conv3d"
+        at = _at3d(stride, padding, dilation, groups, out_pad if transposed else None)
+        gw_ = _w(g, out)
+        with np.errstate(all="ignore"):
+            gx, gww = REGISTRY[op].backward(M, gw_, [_w(x, out), _w(w, out)], None, at,
+                                            [mask[0], mask[1]])
+            res = []
+            if mask[0]:
+                res.append(np.asarray(gx).reshape(x.shape).astype(x.dtype, copy=False))
+            if mask[1]:
+                res.append(np.asarray(gww).reshape(w.shape).astype(w.dtype, copy=False))
+            if mask[2]:
+                res.append(serial_sum(gw_, (0, 2, 3, 4)).astype(out))
+        return res
     if x.ndim not in (3, 4):
-        raise NoReference("convolution_backward: only 1-d and 2-d")
+        raise NoReference("convolution_backward: only 1-d, 2-d and 3-d")
     at = _conv_at(x.ndim, stride, padding, dilation, groups)
     out = result_type(x, w)
     gw_, xw, ww = _as2d(_w(g, out)), _as2d(_w(x, out)), _as2d(_w(w, out))
