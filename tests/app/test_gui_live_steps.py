@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-import tapescope.app.commands.gui as gui
+import tapescope.app.qt.gui as gui
 from tapescope.app.cli import main
 from tapescope.app.qt.live import STOPPED
 
