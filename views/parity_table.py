@@ -54,7 +54,8 @@ KEY_ROLE = Qt.UserRole + 3  # a header's field name (COLUMNS), under the words i
 
 _ROLES = frozenset({Qt.DisplayRole, SORT_ROLE, ID_ROLE, Qt.TextAlignmentRole, Qt.BackgroundRole,
                     Qt.ForegroundRole, Qt.ToolTipRole, Qt.DecorationRole})
-_SWATCH: dict[str, QColor] = {}  # a differing row's worst-ulp chip, one QColor per colour
+_DECORATION = Qt.DecorationRole
+_SWATCH: dict[float, QColor] = {}  # a differing row's worst-ulp chip, per worst value
 _DIFF_BG = QColor("#fde2e2")
 _DIFF_FG = QColor("#111827")  # dark on the pink, whatever the theme's text colour
 
@@ -127,6 +128,18 @@ class ParityTableModel(QAbstractTableModel):
         """Per row: do its value or gradient bits differ."""
         return differs(self._rows)
 
+    def _chip(self, row: int) -> QColor | None:
+        """A differing row's chip: its node's worst ulp in the window's one scale (the graph's
+        stripe), one QColor per worst value (a repaint asks each visible row again)."""
+        r = self._rows[row]
+        if not r.differs:
+            return None
+        w = r.worst
+        got = _SWATCH.get(w)
+        if got is None:
+            got = _SWATCH[w] = QColor(ulp_color(w))
+        return got
+
     def data(self, index, role=Qt.DisplayRole):
         if not index.isValid():
             return None
@@ -137,6 +150,10 @@ class ParityTableModel(QAbstractTableModel):
         # NOTE: called per cell and role on every repaint: unhandled roles leave first
         if role not in _ROLES or not 0 <= row < len(self._rows):
             return None
+        # (asked of every cell on every repaint: an identity test, ~0.15 us; `role == Qt.X`
+        # costs ~7 us in PySide6, a tax on every other role's call)
+        if role is _DECORATION:  # only the op cell has one
+            return self._chip(row) if c == 1 else None
         r = self._rows[row]
         v = r.cell(c)
         if role == Qt.DisplayRole:
@@ -153,12 +170,6 @@ class ParityTableModel(QAbstractTableModel):
             return r.id
         if role == Qt.TextAlignmentRole and c not in (1, 2):
             return int(Qt.AlignRight | Qt.AlignVCenter)
-        if role == Qt.DecorationRole:
-            if c != 1 or not r.differs:
-                return None
-            # the op's chip: the node's worst ulp in the window's one scale (the graph's stripe)
-            name = ulp_color(r.worst)
-            return _SWATCH.get(name) or _SWATCH.setdefault(name, QColor(name))
         if role == Qt.BackgroundRole and c >= 4 and v:
             return _DIFF_BG  # this side has differing bits
         if role == Qt.ForegroundRole and c >= 4 and v:

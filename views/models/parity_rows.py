@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class ParityRow:
         """Those NaNs on the side that column ``col`` shows (4: value, 6: gradient)."""
         return self.value_nan_bits if col == 4 else self.grad_nan_bits if col == 6 else 0
 
-    @property
+    @cached_property  # (a frozen row: its worst is computed once, when first drawn)
     def worst(self) -> float:
         """The node's worst ulp by core.summary's one rule: 0 exact, >= 1, -1 a NaN mismatch."""
         from tapescope.core.summary import worst
