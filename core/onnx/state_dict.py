@@ -284,6 +284,9 @@ def restore_dropped_biases(model) -> list[str]:
         args = _fx_args(meta.get("pkg.torch.onnx.fx_node", ""),
                         r"linear|conv\w*|convolution\w*")
         target = targets.get(args[2].lstrip("%")) if len(args) > 2 else None
+        if target in back:  # a module called twice: its one bias, read by both
+            node.input.append(target)
+            continue
         if not target or target in taken:
             continue
         w = inits[node.input[1]]

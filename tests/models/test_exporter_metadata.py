@@ -150,6 +150,32 @@ def test_a_zero_bias_dynamo_dropped_is_a_parameter_again_and_trains_as_pytorchs(
     np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
+class Shared(nn.Module):
+    """One Linear with a zero bias called twice: both Gemms lose it in the dynamo file."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.lin.bias.zero_()
+
+    def forward(self, x):
+        return self.lin(torch.tanh(self.lin(x)))
+
+
+def test_a_module_called_twice_gets_its_one_bias_back_in_both_places(tmp_path):
+    torch.manual_seed(0)
+    model = Shared()
+    paths = {dy: _export(model, (torch.randn(2, 4),), tmp_path / f"s-{dy}.onnx", dy)
+             for dy in (False, True)}
+    wl = OnnxWorkload(paths[True], dtype=np.float64)
+    assert wl.restored_biases == ["lin.bias"] and sorted(wl.weights) == ["lin.bias",
+                                                                         "lin.weight"]
+    assert all(len(n.input) == 3 for n in wl.sess.model.graph.node if n.op_type == "Gemm")
+    np.testing.assert_array_equal(wl.train(3),
+                                  OnnxWorkload(paths[False], dtype=np.float64).train(3))
+
+
 def test_multihead_attentions_zero_out_proj_bias_is_a_weight(vits):
     wl = OnnxWorkload(vits["vit_mha", True], dtype=np.float32)
     assert wl.restored_biases == ["blocks.0.attn.out_proj.bias"]
