@@ -848,13 +848,22 @@ class Recorder(TorchDispatchMode):
         arrays: list[np.ndarray] = []
         array_of: list[int] = []
         digests: list[str] = []
+        # values of the same bytes (a view's output and its input, ``_made_like``; a copy) are
+        # stored once and named by each: the file and its load hold every byte once
+        # (gpt-256, benchmarks/bench_capture.py: 38 % of the stored bytes were repeats)
+        stored: dict[tuple[str, int], int] = {}
         for a, d in zip(self.v_array, self.v_sha, strict=True):
             if a is None:
                 array_of.append(-1)
-            else:
-                array_of.append(len(arrays))
+                continue
+            ai = stored.get((d, a.nbytes)) if d is not None else None
+            if ai is None:
+                ai = len(arrays)
+                if d is not None:
+                    stored[(d, a.nbytes)] = ai
                 arrays.append(a)
                 digests.append(d)
+            array_of.append(ai)
         if None in self.v_sha:  # the hashing thread failed (``failed`` says why)
             raise RuntimeError(self.failed or "a value's digest is missing")
         self._digests = digests

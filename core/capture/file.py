@@ -16,7 +16,9 @@ key is refused); every array must lie inside the file, aligned, with no two over
 size must be exactly its declared shape times its dtype's size (Python integers: a huge declared
 shape cannot overflow) before anything is allocated; a dtype is a name looked up in
 ``STORED_DTYPES``, never ``np.dtype(text from the file)``; every array's SHA-256 is checked
-before it is handed out, read-only. Every failure is a ``CaptureFileError`` naming the file.
+before it is handed out, read-only (an array that several values name, values of the same
+bytes, is read and checked once and handed out to each). Every failure is a
+``CaptureFileError`` naming the file.
 """
 
 from __future__ import annotations
@@ -216,13 +218,18 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
         raise bad(f"header is not valid JSON ({' '.join(str(e).split())[:120]})") from None
     spec = _Spec(h, hoff, lim, bad)
     arrays: list[np.ndarray | None] = [None] * spec.n_values
+    bufs: dict[int, bytearray] = {}  # array index -> its bytes, read and checked once
     for vid, ai in enumerate(spec.array_of):
         if ai < 0:
             continue
-        off, n, digest = spec.table[ai]
-        buf = _read(f, off, n, bad, f"array {ai} (value {vid})")
-        if hashlib.sha256(buf).hexdigest() != digest:
-            raise bad(f"corrupt array {ai} (value {vid}): its SHA-256 does not match the header")
+        buf = bufs.get(ai)
+        if buf is None:  # an array several values name (the same bytes) is read once
+            off, n, digest = spec.table[ai]
+            buf = _read(f, off, n, bad, f"array {ai} (value {vid})")
+            if hashlib.sha256(buf).hexdigest() != digest:
+                raise bad(f"corrupt array {ai} (value {vid}): its SHA-256 does not match "
+                          "the header")
+            bufs[ai] = buf
         a = np.frombuffer(buf, dtype=STORED_DTYPES[spec.dtypes[vid]]).reshape(spec.shapes[vid])
         a.setflags(write=False)
         arrays[vid] = a
@@ -307,15 +314,13 @@ class _Spec:
             return isinstance(e, list) and len(e) == 3 and _is_int(e[0]) and _is_int(e[1]) \
                 and isinstance(e[2], str) and len(e[2]) == 64
         self.table = self._list(h, "arrays", ok)
-        used = [False] * len(self.table)
+        # several values may name one array (values of the same bytes, stored once: a
+        # view's output and its input): each must need exactly its size and carry its digest
         for vid, ai in enumerate(self.array_of):
             if ai < 0:
                 continue
             if ai >= len(self.table):
                 raise self.bad(f"value {vid} names array {ai}; the file has {len(self.table)}")
-            if used[ai]:
-                raise self.bad(f"array {ai} is named by two values")
-            used[ai] = True
             name = self.dtypes[vid]
             if name not in STORED_DTYPES:
                 raise self.bad(f"value {vid}: dtype {name[:40]!r} cannot be stored "
