@@ -234,7 +234,25 @@ def _state(info: dict, value: Any, grad: Any) -> OptimizerState:
     parameter's w and g read with ``value(i)``, ``grad(i)``."""
     params = [ParamUpdate(i, l2, value(i), grad(i), None, m, v) for i, l2, m, v in info["params"]]
     return OptimizerState(info["kind"], info["lr"], info["t"], params, info["clip"],
-                          info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8))
+                          info.get("b1", 0.9), info.get("b2", 0.999), info.get("eps", 1e-8),
+                          **{k: info[k] for k in TORCH_STEP_SETTINGS if k in info})
+
+
+# the settings of core.optim's SGDMomentum / AdamW an optimizer_arrays dict carries
+TORCH_STEP_SETTINGS = ("momentum", "dampening", "nesterov", "weight_decay")
+
+
+def optimizer_settings(opt: Any, after: bool) -> dict:
+    """An optimizer's (core or device) kind and settings for ``optimizer_arrays``: its lr is
+    the one of the update around which it is read (a schedule's), t that update's count."""
+    t = opt.t if after else opt.t + 1
+    lr_at = getattr(opt, "lr_at", None)
+    out: dict = {"kind": opt.kind, "lr": opt.lr if lr_at is None else lr_at(t),
+                 "clip": opt.clip, "t": t, "params": []}
+    if opt.kind in ("adam", "adamw"):
+        out.update(b1=opt.b1, b2=opt.b2, eps=opt.eps)
+    out.update({k: getattr(opt, k) for k in TORCH_STEP_SETTINGS if hasattr(opt, k)})
+    return out
 
 
 def _optimizer_after(run: Any, st: OptimizerState, value_after: Any, views: bool) -> None:
@@ -250,13 +268,7 @@ def core_optimizer_arrays(opt: Any, tape: Any, after: bool, copy: bool = True) -
     (copies, or with ``copy=False`` read-only views of the optimizer's own arrays, which its
     next update rewrites; m, v None for SGD or before Adam's first step), before or after its
     update."""
-    from tapescope.core import optim
-
-    adam = isinstance(opt, optim.Adam)
-    out: dict = {"kind": "adam" if adam else "sgd", "lr": opt.lr, "clip": opt.clip,
-                 "t": opt.t if after else opt.t + 1, "params": []}
-    if adam:
-        out.update(b1=opt.b1, b2=opt.b2, eps=opt.eps)
+    out = optimizer_settings(opt, after)
     for s in opt.slots:
         if tape.grad(s.var) is None:
             continue  # not stepped
@@ -276,11 +288,11 @@ def device_optimizer_arrays(dopt: Any, prog: Any, after: bool, views: bool = Fal
     exactly those bits is copied from it on the host, not downloaded (only the diff's
     summary crosses)."""
     adam = dopt.kind == "adam"
-    out: dict = {"kind": dopt.kind, "lr": dopt.lr, "clip": dopt.clip,
-                 "t": dopt.t if after else dopt.t + 1, "params": []}
-    if adam:
-        out.update(b1=dopt.b1, b2=dopt.b2, eps=dopt.eps)
+    out = optimizer_settings(dopt, after)
     moments = getattr(dopt, "moments", None)  # allocated at the first update
+    if dopt.kind in ("sgdm", "adamw"):  # the torch.optim steps: their buffers, read back
+        _torch_step_moments(dopt, prog, out, moments, views)
+        return out
     if moments:
         prog.device.synchronize()
     known = _known_moments(prog, moments, like) if adam and moments else {}
@@ -297,6 +309,26 @@ def device_optimizer_arrays(dopt: Any, prog: Any, after: bool, views: bool = Fal
             m, v = dopt.initial_moments.get(i, (None, None))
         out["params"].append((i, l2, m, v))
     return out
+
+
+def _torch_step_moments(dopt: Any, prog: Any, out: dict, moments: dict | None,
+                        views: bool) -> None:
+    """sgdm's momentum buffer (None before its first step) / adamw's m and v per stepped
+    parameter into ``out`` (downloaded, or the host's own memory with ``views``)."""
+    if moments:
+        prog.device.synchronize()
+    started = dopt.t > 0 or any(m is not None for m, _ in dopt.initial_moments.values())
+    for i, l2 in dopt.params:
+        if prog.grads[i] is None:
+            continue
+        m = v = None
+        if moments and started:
+            shape = prog.nodes[i].shape
+            m, v = (None if b is None else _read(prog.device, b, views).reshape(shape)
+                    for b in moments[i])
+        elif i in dopt.initial_moments:
+            m, v = dopt.initial_moments[i]
+        out["params"].append((i, l2, m, v))
 
 
 def _known_moments(prog: Any, moments: dict, like: Any) -> dict:

@@ -222,8 +222,8 @@ class TorchRun:
     def optimizer_arrays(self, after: bool) -> dict | None:
         """The optimizer's settings and moments around its update (provenance; None under
         --amp, as the other runs: the update check does not model mixed precision yet)."""
-        if self.spec.amp or not self.feed.opt.modeled:
-            return None  # (nor the torch.optim steps or a schedule: their arrays are judged)
+        if self.spec.amp:
+            return None
         return self.opt.arrays(after, self.grads)
 
     def leaf_value(self, i: int) -> np.ndarray | None:
@@ -318,6 +318,8 @@ class _TorchOptim:
         """Settings and per stepped parameter ``(id, l2, m, v)`` (exp_avg, exp_avg_sq)."""
         def moments(i: int) -> tuple | None:
             st = self.opt.state.get(self.stepped[i], {})
+            if st.get("momentum_buffer") is not None:  # SGD with momentum
+                return (st["momentum_buffer"], None)
             return None if "exp_avg" not in st else (st["exp_avg"], st["exp_avg_sq"])
 
         return _optimizer_arrays(self, after, grads, moments)
@@ -484,14 +486,18 @@ def _unscaled(torch: Any, scaler: Any, slots: list, grads: dict[int, Any]) -> tu
 def _optimizer_arrays(opt: Any, after: bool, grads: dict[int, Any], moments: Any) -> dict:
     """Either torch optimizer's settings and, per stepped parameter, ``(id, l2, m, v)`` as
     numpy copies (``moments(i)``: its two torch tensors, or None before its first step)."""
-    out: dict = {"kind": opt.kind, "lr": opt.lr, "clip": opt.clip,
-                 "t": opt.t if after else opt.t + 1, "params": []}
-    if opt.adam:
+    from tapescope.app.run_provenance import TORCH_STEP_SETTINGS
+
+    t = opt.t if after else opt.t + 1
+    out: dict = {"kind": opt.kind, "lr": opt.core.lr_at(t), "clip": opt.clip, "t": t,
+                 "params": []}
+    if opt.kind in ("adam", "adamw"):
         out.update(b1=opt.core.b1, b2=opt.core.b2, eps=opt.core.eps)
+    out.update({k: getattr(opt.core, k) for k in TORCH_STEP_SETTINGS if hasattr(opt.core, k)})
     for i, l2 in opt.slots:
         if i not in grads:
             continue
         mv = moments(i)
-        m, v = (None, None) if mv is None else (_numpy(t) for t in mv)
+        m, v = (None, None) if mv is None else (None if t is None else _numpy(t) for t in mv)
         out["params"].append((i, l2, m, v))
     return out

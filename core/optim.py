@@ -159,14 +159,18 @@ class Optimizer:
 
     def step_lr(self) -> float:
         """This step's lr (``t``, from 1): the schedule's, else ``lr``."""
+        return self.lr_at(self.t)
+
+    def lr_at(self, t: int) -> float:
+        """The lr of step ``t`` (from 1): the schedule's, else ``lr``."""
         s = self.schedule
-        return self.lr if s is None or s.constant else s.lr(self.lr, max(self.t, 1))
+        return self.lr if s is None or s.constant else s.lr(self.lr, max(t, 1))
 
     @property
     def modeled(self) -> bool:
-        """Whether core.provenance's update check models this optimizer (plain SGD / Adam at
-        one lr; the others and the schedules are judged by their arrays only)."""
-        return isinstance(self, (SGD, Adam)) and (self.schedule is None or self.schedule.constant)
+        """Whether core.provenance's update check models this optimizer (every core.optim one,
+        at its step's lr)."""
+        return isinstance(self, (SGD, Adam, SGDMomentum, AdamW))
 
     def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -295,16 +299,25 @@ class SGDMomentum(Optimizer):
         self.nesterov, self.weight_decay = bool(nesterov), float(weight_decay)
 
     def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
-        s = self.scalar
-        if self.weight_decay != 0.0:
-            g = _fma(w, s(self.weight_decay), g)
-        if self.momentum != 0.0:
-            if slot.m is None:
-                slot.m = np.array(g, copy=True)  # torch: buf = grad.clone() at the first step
-            else:
-                slot.m = _fma(g, s(1.0 - self.dampening), slot.m * s(self.momentum))
-            g = _fma(slot.m, s(self.momentum), g) if self.nesterov else slot.m
-        return np.asarray(_fma(g, s(-self.step_lr()), w))
+        w, slot.m = sgdm_step(w, g, slot.m, self.scalar, self.step_lr(), self.momentum,
+                              self.dampening, self.nesterov, self.weight_decay)
+        return w
+
+
+def sgdm_step(w: np.ndarray, g: np.ndarray, buf: np.ndarray | None, T, lr: float,
+              momentum: float, dampening: float, nesterov: bool, weight_decay: float
+              ) -> tuple[np.ndarray, np.ndarray | None]:
+    """SGDMomentum's lines on one parameter (``T``: rounds a python float to the compute
+    type; ``buf`` None: the first step): ``(new w, new buf)``. core.provenance reruns it."""
+    if weight_decay != 0.0:
+        g = _fma(w, T(weight_decay), g)
+    if momentum != 0.0:
+        if buf is None:
+            buf = np.array(g, copy=True)  # torch: buf = grad.clone() at the first step
+        else:
+            buf = _fma(g, T(1.0 - dampening), buf * T(momentum))
+        g = _fma(buf, T(momentum), g) if nesterov else buf
+    return np.asarray(_fma(g, T(-lr), w)), buf
 
 
 class AdamW(Optimizer):
@@ -336,14 +349,23 @@ class AdamW(Optimizer):
 
     def update(self, slot: _Slot, w: np.ndarray, g: np.ndarray) -> np.ndarray:
         k = {n: self.scalar(v) for n, v in self.step_scalars().items()}
-        if slot.m is None:
-            slot.m, slot.v = np.zeros_like(w), np.zeros_like(w)
-        if self.weight_decay != 0.0:
-            w = w * k["decay"]
-        slot.m = lerp(slot.m, g, k["omb1"])
-        slot.v = _fma(k["omb2"] * g, g, slot.v * k["b2"])
-        den = self.sqrt(slot.v) / k["bc2s"] + k["eps"]
-        return np.asarray(w + (k["nstep"] * slot.m) / den)
+        w, slot.m, slot.v = adamw_step(w, g, slot.m, slot.v, k, self.weight_decay != 0.0,
+                                       self.sqrt)
+        return w
+
+
+def adamw_step(w: np.ndarray, g: np.ndarray, m: np.ndarray | None, v: np.ndarray | None,
+               k: dict, decay: bool, sqrt=np.sqrt) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """AdamW's lines on one parameter (``k``: ``AdamW.step_scalars`` rounded; m, v None: zeros):
+    ``(new w, new m, new v)``. core.provenance reruns it."""
+    if m is None:
+        m, v = np.zeros_like(w), np.zeros_like(w)
+    if decay:
+        w = w * k["decay"]
+    m = lerp(m, g, k["omb1"])
+    v = _fma(k["omb2"] * g, g, v * k["b2"])
+    den = sqrt(v) / k["bc2s"] + k["eps"]
+    return np.asarray(w + (k["nstep"] * m) / den), m, v
 
 
 def lerp(a: np.ndarray, b: np.ndarray, wt) -> np.ndarray:

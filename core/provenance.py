@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -126,8 +126,8 @@ class OptimizerState:
     """The candidate's optimizer around one update: its settings and every stepped parameter
     (those whose gradient backward reached, in the order added)."""
 
-    kind: str  # "sgd" | "adam"
-    lr: float
+    kind: str  # "sgd" | "adam" | "sgdm" | "adamw" (core.optim's SGDMomentum, AdamW)
+    lr: float  # this update's lr (a schedule's at step t)
     t: int  # this update's step count, from 1 (Adam's bias correction)
     params: list[ParamUpdate]
     clip: float | None = None
@@ -138,6 +138,11 @@ class OptimizerState:
     # an entry only where ``same_inputs`` found the update's inputs the reference's bits, the
     # reference being core.optim in the same dtype (then it IS ``reference_update``'s result)
     reference: list | None = None
+    # sgdm / adamw (m: sgdm's momentum buffer, None before its first step; v None)
+    momentum: float = 0.0
+    dampening: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
 
 
 @dataclass
@@ -319,6 +324,8 @@ def _update_f32(opt: OptimizerState, gs: list, T: Any, sqrt: Callable | None = N
         gs = [g + T(p.l2) * w_(p.w) if p.l2 != 0.0 else g for p, g in zip(opt.params, gs,
                                                                            strict=True)]
         out: list[tuple[np.ndarray, Any, Any]] = []
+        if opt.kind in ("sgdm", "adamw"):
+            return _torch_steps(opt, gs, T, root)
         if opt.kind == "sgd":
             return [(w_(p.w) - T(opt.lr) * g, None, None) for p, g in zip(opt.params, gs,
                                                                           strict=True)]
@@ -349,6 +356,34 @@ def _update_f32(opt: OptimizerState, gs: list, T: Any, sqrt: Callable | None = N
     return out
 
 
+def _torch_steps(opt: OptimizerState, gs: list, T: Any, root: Callable
+                 ) -> list[tuple[np.ndarray, Any, Any]]:
+    """core.optim.SGDMomentum / AdamW's lines (its ``sgdm_step`` / ``adamw_step``: one form)
+    on each parameter after clipping and L2."""
+    from tapescope.core import optim
+
+    w_ = precision.widen
+    out: list[tuple[np.ndarray, Any, Any]] = []
+    if opt.kind == "sgdm":
+        for p, g in zip(opt.params, gs, strict=True):
+            buf = None if p.m is None else w_(np.asarray(p.m))
+            w, buf = optim.sgdm_step(w_(np.asarray(p.w)), g, buf, T, opt.lr, opt.momentum,
+                                     opt.dampening, opt.nesterov, opt.weight_decay)
+            out.append((w, buf, None))
+        return out
+    lr, t = opt.lr, float(opt.t)
+    bc1, bc2 = 1 - opt.b1 ** t, 1 - opt.b2 ** t  # as core.optim.AdamW.step_scalars
+    k = {n: T(x) for n, x in {"decay": 1 - lr * opt.weight_decay, "omb1": 1 - opt.b1,
+                              "b2": opt.b2, "omb2": 1 - opt.b2, "bc2s": bc2 ** 0.5,
+                              "eps": opt.eps, "nstep": -(lr / bc1)}.items()}
+    for p, g in zip(opt.params, gs, strict=True):
+        m = None if p.m is None else w_(np.asarray(p.m))
+        v = None if p.v is None else w_(np.asarray(p.v))
+        out.append(optim.adamw_step(w_(np.asarray(p.w)), g, m, v, k, opt.weight_decay != 0.0,
+                                    root))
+    return out
+
+
 def _same_bits(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
@@ -368,7 +403,8 @@ def same_inputs(cand: OptimizerState, ref: OptimizerState,
     known to be the reference's bits (the parity compare's, ``gpu.parity.compare(equal=)``,
     of these very arrays before any launch since): not read again."""
     no = [False] * len(cand.params)
-    keys = ("kind", "lr", "t", "clip", "b1", "b2", "eps")
+    keys = ("kind", "lr", "t", "clip", "b1", "b2", "eps", "momentum", "dampening", "nesterov",
+            "weight_decay")
     if (any(getattr(cand, k) != getattr(ref, k) for k in keys)
             or [p.node for p in cand.params] != [p.node for p in ref.params]):
         return no
@@ -534,18 +570,23 @@ def _explain_updates(opt: OptimizerState, updates: list[Introduced]) -> list[Int
             for e, c in zip(updates, causes, strict=True)]
 
 
-def _usable(adam: bool, p: ParamUpdate, r: Any) -> bool:
+def _usable(opt: OptimizerState, p: ParamUpdate, r: Any) -> bool:
     """A reference entry stands in for the rerun only whole: every array its judge reads, in
     the parameter's shape and dtype (else the rerun; a missing one would judge nothing)."""
     if r is None:
         return False
+    n = {"adam": 3, "adamw": 3, "sgdm": 2 if opt.momentum else 1}.get(opt.kind, 1)
     return all(a is not None and a.shape == p.w.shape and a.dtype == p.w.dtype
-               for a in (r if adam else r[:1]))
+               for a in r[:n])
 
 
 def _update_verdict(opt: OptimizerState, p: ParamUpdate, parts: list) -> Any:
-    """The worst class over the parts (param, m, v) of one update that differ."""
+    """The worst class over the parts (param, m, v) of one update that differ (none yet for the
+    torch.optim steps: core.bounds writes SGD's and Adam's)."""
     from tapescope.core.bounds import OUTSIDE, VALID, Verdict, judge, update_bounds
+
+    if opt.kind not in ("sgd", "adam"):
+        return None
 
     try:
         bounds = update_bounds(opt, p)
@@ -564,12 +605,11 @@ def _updates(nodes: tuple, opt: OptimizerState | None,
     if opt is None:
         return []
     refs = [None] * len(opt.params) if opt.reference is None else list(opt.reference)
-    ok = [_usable(opt.kind == "adam", p, r) for p, r in zip(opt.params, refs, strict=True)]
+    ok = [_usable(opt, p, r) for p, r in zip(opt.params, refs, strict=True)]
     if opt.clip is not None and not all(ok):
         ok = [False] * len(ok)  # one norm of every gradient: a rerun is of all of them
-    rerun = iter(reference_update(OptimizerState(
-        opt.kind, opt.lr, opt.t, [p for p, k in zip(opt.params, ok, strict=True) if not k],
-        opt.clip, opt.b1, opt.b2, opt.eps)))
+    rerun = iter(reference_update(replace(
+        opt, params=[p for p, k in zip(opt.params, ok, strict=True) if not k], reference=None)))
     out = []
     for p, r, k in zip(opt.params, refs, ok, strict=True):
         w, m, v = r if k else next(rerun)

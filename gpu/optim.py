@@ -110,8 +110,12 @@ class _DeviceOptimizer:
 
     def step_lr(self) -> float:
         """This step's lr (``t``, from 1): the schedule's, else ``lr`` (core.optim's rule)."""
+        return self.lr_at(self.t)
+
+    def lr_at(self, t: int) -> float:
+        """The lr of step ``t`` (from 1)."""
         s = self.schedule
-        return self.lr if s is None or s.constant else s.lr(self.lr, max(self.t, 1))
+        return self.lr if s is None or s.constant else s.lr(self.lr, max(t, 1))
 
     def _stage(self, values: list[float]) -> None:
         """This step's scalars, python float64 rounded once to the compute type, into ``k``."""

@@ -175,3 +175,74 @@ def test_the_optimizer_travels_to_a_worker_as_json():
     with pytest.raises(ValueError, match="--momentum goes with --optimizer sgd"):
         SessionConfig(optimizer=json.dumps({"kind": "adam", "momentum": 0.9}))
     assert np.isfinite(OptimConfig.parse(text).make_schedule().lr(1e-3, 4))
+
+
+@pytest.mark.parametrize("kind", ["sgdm", "adamw", "adam-cosine"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_provenance_reruns_the_torch_steps_and_finds_a_planted_update(kind, dtype):
+    # the update check reruns core.optim's own lines (sgdm_step / adamw_step) at the step's
+    # scheduled lr: the real update is not introduced, one flipped bit of w or m is
+    from tapescope.app.run_provenance import _state, core_optimizer_arrays
+    from tapescope.core import ops, optim
+    from tapescope.core.provenance import StepState, provenance
+    from tapescope.core.schedule import Schedule
+    from tapescope.core.tape import Tape
+
+    rng = np.random.default_rng(2)
+    t = Tape(dtype)
+    w = t.param(rng.standard_normal(40).astype(dtype))
+    c = rng.standard_normal(40).astype(dtype)
+    o = (optim.SGDMomentum(t, 0.05, momentum=0.9, nesterov=True, weight_decay=0.01)
+         if kind == "sgdm" else optim.AdamW(t, 0.01) if kind == "adamw"
+         else optim.Adam(t, 0.01))
+    o.schedule = Schedule("cosine", warmup=1, t_max=4)
+    o.add(w, l2=0.001)
+    mark = t.mark()
+
+    def judged(st):
+        return [(e.node, e.part) for e in provenance(StepState(
+            1, t.nodes, len(t.nodes) - 1, t.value, t.grad, update=st)).introduced
+            if e.which == "update"]
+
+    for step in range(3):
+        t.reset_to(mark)
+        t.backward(ops.sum(ops.mul(ops.mul(w, w), t.const(c))))
+        info = core_optimizer_arrays(o, t, after=False)
+        assert info["lr"] == o.lr_at(step + 1) and info["kind"] == o.kind
+        st = _state(info, lambda i: np.array(t.value(i)), lambda i: np.array(t.grad(i)))
+        o.step()
+        p = st.params[0]
+        p.w_after = np.array(t.value(w))
+        slot = o.slots[0]
+        p.m_after = None if slot.m is None else np.array(slot.m)
+        p.v_after = None if slot.v is None else np.array(slot.v)
+        assert judged(st) == [], step  # the reference's own update, rerun: the same bits
+        p.w_after = np.array(p.w_after)
+        p.w_after.ravel()[3] = np.nextafter(p.w_after.ravel()[3], np.inf)
+        assert judged(st) == [(w.id, "param")]
+        p.w_after = np.array(t.value(w))
+        p.m_after.ravel()[5] = np.nextafter(p.m_after.ravel()[5], np.inf)
+        assert judged(st) == [(w.id, "m")]
+
+
+def test_torchs_adamw_updates_are_introduced_by_mkls_sqrt(capsys, tmp_path):
+    # --torch-optimizer torch with adamw: its updates leave the reference only through
+    # PyTorch's CPU sqrt (docs/reference-order.md), and --explain names it; its SGD step with
+    # momentum and nesterov introduces no update at all
+    pytest.importorskip("torch", reason="the torch extra")
+    import json
+
+    from tapescope.core.explain import vml_sqrt
+
+    try:
+        vml_sqrt(np.ones(1))
+    except ValueError as e:
+        pytest.skip(f"PyTorch's CPU sqrt (MKL VML) is not loadable here: {e}")
+    for flags, want in ((["--optimizer", "adamw"], True), (SGD, False)):
+        out = tmp_path / "p.json"
+        main(["parity", "--workload", "mlp", "--device", "torch", "--torch-optimizer", "torch",
+              "--explain", "--steps", "2", "--json", str(out), *flags])
+        capsys.readouterr()
+        ups = [e for e in json.loads(out.read_text())["introduced"] if e["which"] == "update"]
+        assert bool(ups) == want, ups
+        assert all("MKL VML's sqrt" in json.dumps(e) for e in ups), ups
