@@ -184,11 +184,18 @@ class Against:
               f"{len(b_intro)} introduced")
 
     def to_json(self) -> dict:
-        """The JSON's ``"against"``: B's per-node diffs, introduced entries, and A vs B."""
+        """The JSON's ``"against"``: B's per-node diffs, introduced entries, and A vs B (each
+        node in core.summary's one form, as the top-level ``nodes``)."""
+        from tapescope.core.summary import node_summary
+
+        def summaries(per_node: dict[int, dict]) -> list[dict]:
+            return [node_summary(self.b.nodes[i], e["value"], e["grad"],
+                                 e["first_step_differing"]) for i, e in sorted(per_node.items())]
+
         return {"device": self.b.device_kind, "label": self.b.cand_spec.label(),
                 "exact": self.exact, "first_divergence": self.first,
-                "nodes": [self.per_node[i] for i in sorted(self.per_node)],
+                "nodes": summaries(self.per_node),
                 "introduced": self.introduced,
                 "between": {"first_apart": self.first_apart,
-                            "nodes": [self.between[i] for i in sorted(self.between)]},
+                            "nodes": summaries(self.between)},
                 "references_equal": self.ref_equal}

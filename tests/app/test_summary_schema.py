@@ -15,22 +15,25 @@ from tapescope.core.summary import NODE_KEYS, SIDE_KEYS
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     """One differing pair run (the transformer, platform math on host, 2 steps) written by
-    both commands."""
+    both commands; the parity run also against a second candidate."""
     import os
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     tmp = tmp_path_factory.mktemp("schema")
     args = ["--workload", "transformer", "--device", "host", "--math", "platform",
             "--steps", "2"]
-    assert main(["parity", *args, "--json", str(tmp / "p.json")]) == 1
+    # (--against host: B, refmath on host, and A against B: two more node lists in the file)
+    assert main(["parity", *args, "--against", "host", "--json", str(tmp / "p.json")]) == 1
     assert main(["report", *args, "--out", str(tmp / "r.html")]) == 1
-    return (json.loads((tmp / "p.json").read_text())["nodes"],
-            json.loads((tmp / "r.json").read_text())["nodes"])
+    par = json.loads((tmp / "p.json").read_text())
+    return par["nodes"], json.loads((tmp / "r.json").read_text())["nodes"], par["against"]
 
 
 def test_parity_json_and_the_report_json_have_one_node_schema(both):
-    par, rep = both
-    assert len(par) == len(rep) > 0
+    par, rep, against = both
+    assert len(par) == len(rep) == len(against["nodes"]) == len(against["between"]["nodes"]) > 0
+    for n in against["nodes"] + against["between"]["nodes"]:
+        assert tuple(n) == NODE_KEYS and tuple(n["value"]) == SIDE_KEYS, n
     for p, r in zip(par, rep, strict=True):
         assert tuple(p) == tuple(r) == NODE_KEYS, (p, r)
         for side in ("value", "grad"):
@@ -43,7 +46,7 @@ def test_the_same_run_gives_the_same_summaries(both):
     """Every node the same numbers in both files (the same pair loop, one merge); only a
     parameter's value differs, since ``parity`` also compares the trained parameters after the
     last update (README: exit 0 needs them bit-identical too)."""
-    par, rep = both
+    par, rep, _ = both
     differing = [p for p in par if p["value"]["n_diff"] or (p["grad"] or {}).get("n_diff")]
     assert len(differing) > 10  # a run where the summaries have something to say
     for p, r in zip(par, rep, strict=True):
