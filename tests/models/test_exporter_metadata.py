@@ -217,3 +217,52 @@ def test_split_to_sequence_trains_and_replays_bit_for_bit(tmp_path, dtype):
     assert main(["parity", "--model", path, "--device", "host", "--dtype", dtype, "--steps",
                  "2", "--json", str(out_json)]) == 0
     assert json.loads(out_json.read_text())["exact"]
+
+
+@pytest.mark.parametrize("new_axis", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sequence_ops_of_tape_values_are_the_executor_bit_for_bit(dtype, new_axis):
+    """SplitToSequence (a split given, and keepdims=0 without one), SequenceAt and
+    ConcatFromSequence (new_axis 0 and 1) of tape values: the executor's values bit for bit,
+    and each element's gradient flows back to its slice of x."""
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    nodes = [
+        helper.make_node("Tanh", ["x"], ["t"]),
+        helper.make_node("Constant", [], ["sp"], value=helper.make_tensor(
+            "sp", TensorProto.INT64, [3], [1, 2, 1])),
+        helper.make_node("SplitToSequence", ["t", "sp"], ["s"], axis=1),
+        helper.make_node("SplitToSequence", ["t"], ["u"], axis=0, keepdims=0),
+        helper.make_node("Constant", [], ["i"], value=helper.make_tensor(
+            "i", TensorProto.INT64, [], [-1])),
+        helper.make_node("SequenceAt", ["u", "i"], ["row"]),
+        helper.make_node("Constant", [], ["one"], value=helper.make_tensor(
+            "one", TensorProto.INT64, [], [1])),
+        helper.make_node("SequenceAt", ["s", "one"], ["mid"]),  # columns 1..2
+        helper.make_node("ConcatFromSequence", ["u"], ["c"], axis=0, new_axis=new_axis),
+        helper.make_node("ReduceSum", ["c"], ["cs"], keepdims=0),
+        helper.make_node("ReduceSum", ["row"], ["rs"], keepdims=0),
+        helper.make_node("ReduceSum", ["mid"], ["ms"], keepdims=0),
+        helper.make_node("Add", ["cs", "rs"], ["y0"]),
+        helper.make_node("Add", ["y0", "ms"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "seq", [helper.make_tensor_value_info("x", f, [3, 4])],
+                          [helper.make_tensor_value_info("y", f, []),
+                           helper.make_tensor_value_info("c", f, [3, 4] if new_axis
+                                                         else [12])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(dtype)
+    want = Session(model).run({"x": x})
+    tape = Tape(dtype)
+    xv = tape.param(x, name="x")
+    imp = import_to_tape(Session(model, fold=False), tape, {"x": xv})
+    y = imp.outputs["y"]
+    assert np.asarray(y.value).tobytes() == np.asarray(want["y"], dtype).tobytes()
+    c = np.asarray(imp.outputs["c"].value)
+    assert c.shape == ((3, 4) if new_axis else (12,)) == want["c"].shape
+    assert c.tobytes() == want["c"].tobytes()
+    tape.backward(y)
+    d = 1 - np.tanh(x.astype(np.float64)) ** 2
+    d = d * (1 + (np.arange(3)[:, None] == 2) + ((np.arange(4) >= 1) & (np.arange(4) <= 2)))
+    np.testing.assert_allclose(tape.grad(xv), d, rtol=1e-6)
