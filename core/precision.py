@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["BFLOAT16", "FLOAT16", "HALF", "NAMES", "ONE", "ZERO", "bits_types", "compute_dtype",
-           "dtype_of", "finfo", "from_float64", "frozen", "is_half", "widen"]
+           "dtype_of", "finfo", "from_float64", "frozen", "is_float", "is_half", "widen"]
 
 FLOAT16 = np.dtype(np.float16)
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -68,6 +68,14 @@ def dtype_of(x: Any) -> np.dtype:
 def is_half(dt: Any) -> bool:
     """float16 or bfloat16."""
     return np.dtype(dt) in HALF
+
+
+def is_float(dt: Any) -> bool:
+    """A floating type, bfloat16 included (numpy files ml_dtypes' bfloat16 under kind "V", so
+    ``dtype.kind == "f"`` alone takes a bfloat16 model's weights and inputs for something
+    else)."""
+    d = np.dtype(dt)
+    return d.kind == "f" or d == BFLOAT16
 
 
 def compute_dtype(dt: Any) -> np.dtype:

@@ -189,8 +189,8 @@ def _check_dtype(sess, name: str, path: str, arr) -> None:
 def _stats(a) -> str:
     import numpy as np
 
-    if a.size == 0 or a.dtype.kind not in "fiub":
-        return ""
+    if a.size == 0 or (a.dtype.kind not in "fiub" and str(a.dtype) != "bfloat16"):
+        return ""  # (bfloat16 is ml_dtypes' kind V)
     f = a.astype(np.float64)
     return f"min {np.nanmin(f):.6g}  max {np.nanmax(f):.6g}  mean {np.nanmean(f):.6g}"
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from onnx import AttributeProto, GraphProto, ModelProto, numpy_helper
 
+from tapescope.core import precision
 from tapescope.core.onnx import arena as _arena
 from tapescope.core.onnx import ops as _ops  # noqa: F401  (registers every kernel)
 from tapescope.core.onnx import plan as _plan
@@ -419,7 +420,7 @@ def default_inputs(sess: Session, seed: int = 0) -> dict[str, np.ndarray]:
             raise OnnxLimitError(f"generated inputs would take {total} bytes, over the limit of "
                                  f"{sess.limits.max_bytes} (raise it with --max-bytes or "
                                  "Limits(max_bytes=...))", file=sess.label)
-        if dt.kind == "f":
+        if precision.is_float(dt):  # bfloat16 too (numpy's kind "V")
             x = rng.standard_normal(shape).astype(dt)
         elif dt.kind in "iu":
             x = rng.integers(0, max(1, min(10, bounds.get(vi.name, 10))), size=shape).astype(dt)

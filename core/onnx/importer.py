@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tapescope.core import ops
+from tapescope.core import ops, precision
 from tapescope.core.names import shown
 from tapescope.core.onnx import lowerings
 from tapescope.core.onnx.errors import OnnxError, node_label
@@ -126,7 +126,7 @@ def is_weight_value(v: Any) -> bool:
     """Whether a value may be a weight: a floating array with at least one dimension (a 0-d
     value is a constant: the exporters' attention scale, GELU's 0.5 and sqrt(2), a Pow
     exponent)."""
-    return isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.ndim >= 1
+    return isinstance(v, np.ndarray) and precision.is_float(v.dtype) and v.ndim >= 1
 
 
 def exported_parameters(graph) -> tuple[set[str], dict[str, list[str]]] | None:
@@ -318,7 +318,7 @@ def tied_copies(weights: set[str], values: dict[str, Any],
     weight, so the tie holds in training (a weight of one value throughout is never taken for
     a copy). Candidates meet on their first row first, so each pair is compared in full once."""
     two = sorted(k for k in weights if getattr(values.get(k), "ndim", 0) == 2
-                 and values[k].dtype.kind == "f" and values[k].size > 1)
+                 and precision.is_float(values[k].dtype) and values[k].size > 1)
     by_col: dict[tuple, list[str]] = {}
     for k in two:
         v = values[k]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tapescope.core import ops, optim
+from tapescope.core import ops, optim, precision
 from tapescope.core.names import shown
 from tapescope.core.onnx.errors import OnnxError
 from tapescope.core.onnx.limits import Limits
@@ -354,7 +354,7 @@ def _read_weights(path: str, current: dict[str, np.ndarray], sess
     from tapescope.core.onnx.state_dict import map_state_dict
 
     consts = {k: tuple(v.shape) for k, v in sess.graph.inits.items()
-              if k not in current and isinstance(v, np.ndarray) and v.dtype.kind == "f"}
+              if k not in current and isinstance(v, np.ndarray) and precision.is_float(v.dtype)}
     params = {k: tuple(v.shape) for k, v in current.items()}
     try:
         header = read_safetensors_header(path)
@@ -542,7 +542,7 @@ class OnnxWorkload(Workload):
         for k, (shape, dt) in self.input_specs.items():
             if k in getattr(self, "given", {}):
                 out[k] = self._given_at(k, step)
-            elif dt.kind == "f":
+            elif precision.is_float(dt):
                 out[k] = rng.standard_normal(shape).astype(dt)
             else:  # ids within the rows of the Gather they index (else 0..9)
                 out[k] = rng.integers(0, self.index_bounds.get(k, 10), size=shape).astype(dt)
