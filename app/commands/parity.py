@@ -178,6 +178,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--inject {args.inject!r}: step {inj.step} is not run "
                          f"(--steps {args.steps})")
     print(runner.describe_device())
+    ref_opt = getattr(getattr(runner, "ref", None), "opt", None)
+    if cfg.optimizer and ref_opt is not None:  # (a worker's pair: its flags are in the JSON)
+        from tapescope.core.optim_config import OptimConfig
+
+        print(f"optimizer: {OptimConfig.parse(cfg.optimizer).describe(ref_opt)}")
     against = None
     if getattr(args, "against", None):
         from tapescope.app.commands.against import Against
@@ -237,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
               "first_divergence": first, "nodes": nodes, "stats": stats,
               "introduced": introduced, "kernels_introduced": kernels,
               "inject": None if inj is None else inj.label(), "dtype": cfg.dtype,
-              "losses": losses}
+              "losses": losses,
+              "optimizer": json.loads(cfg.optimizer) if cfg.optimizer else None}
     print_nodes(bad, introduced, explain)  # introduced first, then the worst inherited
     nan_bits = sum(s["nan_bits_differ"] for n in nodes for s in (n["value"], n["grad"]) if s)
     print(f"{len(nodes)} nodes x {args.steps} steps on {runner.device_kind}: "

@@ -38,6 +38,7 @@ def test_parity_on_the_mlp_is_bit_identical(capsys, flags, fuse):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "3 steps on host: bit-identical" in out
+    assert "\noptimizer: " in out  # what trained is said
 
 
 @pytest.mark.parametrize("amp", ["float16", "bfloat16"])
@@ -128,7 +129,11 @@ def test_the_torch_optimizer_runs_from_the_command_line(capsys, tmp_path):
     # exit 1: PyTorch's matmuls differ from the reference (docs/candidates.md); its update is
     # the tape's (the test above)
     assert rc == 1 and "step    2" in out, out
-    assert len(json.loads((tmp_path / "p.json").read_text())["losses"]) == 2
+    got = json.loads((tmp_path / "p.json").read_text())
+    assert len(got["losses"]) == 2
+    assert got["optimizer"] == {"kind": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True,
+                                "weight_decay": 0.01, "schedule": "step", "step_size": 1,
+                                "gamma": 0.5, "steps": 2}
 
 
 @pytest.mark.parametrize("args, says", [
