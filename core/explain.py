@@ -523,12 +523,13 @@ def _cross_entropy(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
 def _conv2d(P: Prims, xs: Sequence[np.ndarray], at: dict) -> np.ndarray:
     """conv2d as im2col + product (the reference's own order, core.ops.nn.conv_nd): per image
     and group, ``weight [M/G, C/G*kh*kw] @ columns [C/G*kh*kw, pixels]`` with ``P.mm``, as
-    PyTorch's CPU convolution without oneDNN (slow_conv2d: unfold, then one gemm per image)."""
+    PyTorch's CPU convolution without oneDNN (slow_conv2d: unfold, then one gemm per image).
+    conv3d the same with a depth axis (its variants are the product's only)."""
     from tapescope.core.ops.nn import _conv_geom, conv_nd
 
     if P.conv is not None:
         return P.conv(xs, at)
-    st, padw, dil, g = _conv_geom(at)
+    st, padw, dil, g = _conv_geom(at, np.ndim(xs[0]) - 2)
 
     def per_image(A: np.ndarray, B: np.ndarray) -> np.ndarray:
         # A: [1, G, M/G, K] weights, B: [N, G, K, pixels] columns
@@ -644,6 +645,7 @@ FORMULAS: dict[str, tuple[Callable, frozenset[str]]] = {
     "matmul": (_matmul, frozenset({"mm"})),
     "bmm": (_bmm, frozenset({"mm"})),
     "conv2d": (_conv2d, frozenset({"mm", "conv"})),
+    "conv3d": (_conv2d, frozenset({"mm"})),
     "cross_entropy": (_cross_entropy, frozenset({"sum", "div", "M"})),
 }
 
