@@ -16,7 +16,9 @@ def test_exact_run_writes_the_schema(tmp_path, capsys):
     assert "device: host" in text and "bit-identical" in text
     rep = json.loads(out.read_text())
     assert set(rep) == {"device", "steps", "exact", "first_divergence", "nodes", "stats",
-                        "introduced", "kernels_introduced", "inject", "dtype", "losses"}
+                        "introduced", "kernels_introduced", "inject", "dtype", "losses",
+                        "optimizer"}
+    assert rep["optimizer"] is None  # the workload's own (the flags, when given)
     assert rep["dtype"] == "float64"
     assert [e["step"] for e in rep["losses"]] == [1, 2, 3]
     assert all(e["reference"] == e["candidate"] for e in rep["losses"])
