@@ -20,7 +20,8 @@ from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFileDialog
 
 from tapescope.app.session import worst_codes
-from tapescope.app.step_history import SOURCE_PROVENANCE, StepHistory
+from tapescope.app.step_history import F_G_NAN, F_V_NAN, SOURCE_PROVENANCE, StepHistory
+from tapescope.core.summary import entry_worst, severity, worst
 from tapescope.views.numbers import count_text
 from tapescope.views.overlay import NodeColors
 from tapescope.views.step_scrubber import StepScrubber
@@ -214,25 +215,27 @@ class TimeTravel(QObject):
         for k in meta.get("kernels") or ():  # core.provenance: the kernel judged whole
             name = k.get("kernel")
             if name:
-                out[name] = {"worst": float(k.get("max_ulp") or 0) if k.get("n_diff") else 0.0,
-                             "node": k.get("first_node"), "introduced": bool(k.get("introduced"))}
+                # core.summary's rule: a kernel that differs is >= 1 ulp (a signed zero too)
+                out[name] = {"worst": entry_worst({"value": k}), "node": k.get("first_node"),
+                             "introduced": bool(k.get("introduced"))}
         if out:
             return out
         rec = h.record(step)
         intro = set(h.introduced(step))
+        # each node's worst on one side by core.summary's rule (a NaN mismatch -1)
+        f = rec["flags"]
+        side = {"forward": worst(rec["v_n"], rec["v_ulp"], f & F_V_NAN, 0, 0.0, 0).tolist(),
+                "backward": worst(0, 0.0, 0, rec["g_n"], rec["g_ulp"], f & F_G_NAN).tolist()}
         for k in plan["kernels"]:
             seg = k.get("segment")
             if seg is None or k["role"] not in ("forward", "backward"):
                 continue
-            ids = plan["segments"][seg]["node_ids"]
-            n_key, u_key = ("v_n", "v_ulp") if k["role"] == "forward" else ("g_n", "g_ulp")
-            worst, node = 0.0, None
-            for i in ids:
-                if rec[n_key][i] > 0:
-                    u = max(float(rec[u_key][i]), 1.0)
-                    if u > worst:
-                        worst, node = u, int(i)
-            out[k["name"]] = {"worst": worst, "node": node,
+            w = side[k["role"]]
+            worst_k, node = 0.0, None
+            for i in plan["segments"][seg]["node_ids"]:  # the first of the worst (severity)
+                if w[i] != 0 and (node is None or severity(w[i]) < severity(worst_k)):
+                    worst_k, node = w[i], int(i)
+            out[k["name"]] = {"worst": worst_k, "node": node,
                               "introduced": None if node is None else node in intro}
         return out
 

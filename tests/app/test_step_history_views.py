@@ -146,7 +146,8 @@ def _kernel_parity(h: StepHistory, plan: dict, step: int) -> dict:
 
 def _oracle_kernel_parity(h: StepHistory, plan: dict, step: int) -> dict:
     """The plain loop over the dicts: a forward kernel is its segment's worst value, a
-    backward kernel its worst gradient (first node of the worst, 1 ulp at least)."""
+    backward kernel its worst gradient (first node of the worst; each node's worst on that
+    side by entry_worst: 1 ulp at least, a NaN mismatch -1 and worse than any ulp)."""
     comp = {e["id"]: e for e in oracle_comparison(h, step)}
     intro = set(h.introduced(step))
     out = {}
@@ -156,9 +157,10 @@ def _oracle_kernel_parity(h: StepHistory, plan: dict, step: int) -> dict:
         side = "value" if k["role"] == "forward" else "grad"
         worst, node = 0.0, None
         for i in plan["segments"][k["segment"]]["node_ids"]:
-            d = comp[i][side]
-            if d is not None and d["n_diff"] > 0 and max(float(d["max_ulp"]), 1.0) > worst:
-                worst, node = max(float(d["max_ulp"]), 1.0), i
+            w = entry_worst({side: comp[i][side]})
+            if w != 0 and (node is None or (w < 0) > (worst < 0)
+                           or (w > worst and worst >= 0)):
+                worst, node = w, i
         out[k["name"]] = {"worst": worst, "node": node,
                           "introduced": None if node is None else node in intro}
     return out
@@ -198,3 +200,13 @@ def test_each_kernel_without_provenance_is_judged_by_its_own_side():
     h.add(StepResult(4, 1.0, 1.0, 0.0, False, None, rec, provenance=True, kernels=[
         {"kernel": "b", "n_diff": 3, "max_ulp": 9, "first_node": 3, "introduced": True}]))
     assert _kernel_parity(h, small, 4) == {"b": {"worst": 9.0, "node": 3, "introduced": True}}
+    # a gradient that differs by a NaN ranks above any ulp (-1, the Kernels dock's violet); a
+    # kernel provenance judged different by a signed zero alone is 1 ulp, never "exact"
+    rec2 = rec.copy()
+    rec2["g_diff"][3], rec2["g_nan"][3], rec2["flags"][3] = 1, 1, F_G_NAN
+    h.add(StepResult(5, 1.0, 1.0, 0.0, False, None, rec2))
+    assert _kernel_parity(h, small, 5)["b"] == {"worst": -1.0, "node": 3, "introduced": False}
+    assert _kernel_parity(h, small, 5)["f"]["worst"] == 5.0
+    h.add(StepResult(6, 1.0, 1.0, 0.0, False, None, rec, provenance=True, kernels=[
+        {"kernel": "b", "n_diff": 2, "max_ulp": 0, "first_node": 2, "introduced": True}]))
+    assert _kernel_parity(h, small, 6) == {"b": {"worst": 1.0, "node": 2, "introduced": True}}
