@@ -42,11 +42,21 @@ code,.mono{font-family:"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:12.
 .img img{display:block;max-width:100%}
 .scroll{max-height:640px;overflow:auto}
 .legend span{margin-right:16px}
+.note{color:#6b7280}
 """
 
 
-def _b64(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+def _b64(picture: bytes | str) -> str:
+    """A data URI: PNG bytes, or an SVG document's text (``app.report_svg``; an SVG in an
+    ``<img>`` runs no script and fetches nothing)."""
+    if isinstance(picture, str):
+        return "data:image/svg+xml;base64," + base64.b64encode(picture.encode()).decode("ascii")
+    return "data:image/png;base64," + base64.b64encode(picture).decode("ascii")
+
+
+NO_PLOTS = ("<p class=note>The training plots (loss, max ulp per step, the nodes × steps "
+            "heatmap) are drawn with Qt, which was not installed where this report was written; "
+            "their numbers are in the JSON beside this page.</p>")
 
 
 def _kv(rows: dict) -> str:
@@ -245,8 +255,16 @@ def _legend() -> str:
             f"style='background:{NAN_COLOR}'></span>NaN mismatch</span></p>")
 
 
-def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
-    """The report page from its data and two PNG pictures."""
+def _plots(png: bytes | None) -> str:
+    if png is None:
+        return NO_PLOTS
+    return ('<div class=img><img alt="loss, max ulp per step, nodes × steps heatmap" '
+            f'src="{_b64(png)}">\n</div>')
+
+
+def build_html(data: dict, dag_png: bytes | str, plots_png: bytes | None) -> str:
+    """The report page from its data and two pictures: the DAG (PNG bytes, or SVG text when
+    drawn without Qt) and the training plots (PNG; None without Qt: a note says so)."""
     v = data["verdict"]
     c = data["config"]
     cfg = {"workload": c["workload"], "reference": data["reference"],
@@ -271,8 +289,7 @@ def build_html(data: dict, dag_png: bytes, plots_png: bytes) -> str:
 <section id=dag><h2>DAG with parity overlay</h2>{legend}
 <div class=img><img alt="tape DAG coloured by parity" src="{_b64(dag_png)}"></div></section>
 <section id=plots><h2>Loss and parity over the steps</h2>
-<div class=img><img alt="loss, max ulp per step, nodes × steps heatmap" src="{_b64(plots_png)}">
-</div></section>
+{_plots(plots_png)}</section>
 <section id=nodes><h2>Per node (worst step)</h2>{_node_table(data)}</section>
 {_against(data)}
 {_fusion(data.get('fusion'))}
@@ -285,15 +302,36 @@ PAIR_META = "tapescope-pair"  # the HTML's <meta> carrying the pair id the JSON'
 _PAIR_RE = re.compile(rb'<meta name=' + PAIR_META.encode() + rb' content="([0-9a-f]*)">')
 
 
-def write_report(data: dict, path: str | Path) -> tuple[Path, Path]:
-    """Render the pictures (needs a QApplication) and write ``path`` and ``path.json``: one pair
-    id in both (the JSON's ``pair``, the HTML's ``<meta name=tapescope-pair>``), so a reader
-    (``read_report``) can tell a matched pair from what a kill between the renames left."""
-    from tapescope.app.qt.report_render import render_dag, render_training
+def qt_missing() -> str | None:
+    """Why the pictures cannot be drawn with Qt here (PySide6 or pyqtgraph missing, or blocked),
+    or None when they can."""
+    try:
+        import tapescope.app.qt.report_render  # noqa: F401
+    except ImportError as e:
+        return str(e) or type(e).__name__
+    return None
 
+
+def pictures(data: dict, debug: bool = False) -> tuple[bytes | str, bytes | None]:
+    """The DAG and the training plots: offscreen with Qt (as the window draws them) where it is
+    installed, else the DAG as SVG from the layout (``app.report_svg``) and no plots."""
+    if qt_missing() is not None:
+        from tapescope.app.report_svg import dag_svg
+
+        return dag_svg(data), None
+    from tapescope.app.qt import report_render
+
+    report_render.offscreen_app(debug)
+    return report_render.render_dag(data), report_render.render_training(data)
+
+
+def write_report(data: dict, path: str | Path, debug: bool = False) -> tuple[Path, Path]:
+    """Draw the pictures (``pictures``) and write ``path`` and ``path.json``: one pair id in both
+    (the JSON's ``pair``, the HTML's ``<meta name=tapescope-pair>``), so a reader
+    (``read_report``) can tell a matched pair from what a kill between the renames left."""
     path = Path(path)
     data = {**data, "pair": secrets.token_hex(8)}
-    html = build_html(data, render_dag(data), render_training(data))
+    html = build_html(data, *pictures(data, debug))
     side = path.with_suffix(".json")
     # a pair: both complete on disk before either replaces the old one, and a failed rename
     # puts the first back (core.atomic); the HTML, what a person opens, goes last

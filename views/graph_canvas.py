@@ -21,6 +21,7 @@ from tapescope.views.models.graph_model import (
     KIND_LOSS,
     KIND_OP,
     KIND_PARAM,
+    KIND_STYLE,
     DisplayGraph,
 )
 from tapescope.views.models.layout import GAP_Y, NODE_H, NODE_W, Layout, flat_inputs
@@ -30,14 +31,7 @@ from tapescope.views.overlay import EMPTY, ItemColors
 # NOTE: red means one thing in this app: bits differ (the parity stripe, amber → red by ulp).
 # Everything else has its own colour: NaN/inf alarms violet, the first divergence a black flag,
 # breakpoints slate dots, selection blue, the loss indigo.
-# fill, border per kind: params amber, consts grey/dashed, loss indigo, groups green
-KIND_STYLE = {
-    KIND_OP: ("#e8eef7", "#5b7db1"),
-    KIND_PARAM: ("#fde3b5", "#c77d12"),
-    KIND_CONST: ("#ececec", "#8a8a8a"),
-    KIND_LOSS: ("#e0e7ff", "#3730a3"),
-    KIND_GROUP: ("#dcefdc", "#3f7f3f"),
-}
+# fill, border per kind: KIND_STYLE (views.models.graph_model, Qt-free: the report's SVG too)
 SELECT_COLOR = QColor("#1d6fe0")
 CURRENT_COLOR = QColor("#13a34a")
 SEARCH_COLOR = QColor("#c026d3")

@@ -131,19 +131,15 @@ def run(args: argparse.Namespace) -> int:
     if against is not None:
         against.finish(args.steps, fold)
         data["against"] = against.to_json()
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # pictures need no screen
-    __import__("tapescope.views")  # the PySide6 guard (views/__init__.py), before any Qt work
-    from PySide6.QtWidgets import QApplication
+    from tapescope.app.report_html import qt_missing, write_report
 
-    from tapescope.app.qt.messages import quiet_qt
-
-    quiet_qt(bool(getattr(args, "debug", False)))  # no Qt platform chatter on stderr
-    _app = QApplication.instance() or QApplication(sys.argv[:1])
-    from tapescope.app.report_html import write_report
-
+    why = qt_missing()
+    if why:  # the page still has its graph: an SVG drawn from the layout, without Qt
+        print(f"tapescope report: no Qt ({why}): the DAG is drawn as SVG without it; the "
+              "training plots need PySide6 and are left out", file=sys.stderr)
     with progress(f"writing {os.path.basename(args.out)} (pictures, tables)"):
-        html, side = write_report(data, args.out)  # both or neither; an OSError names the file
+        # both or neither; an OSError names the file
+        html, side = write_report(data, args.out, debug=bool(getattr(args, "debug", False)))
     fi = data.get("first_introduced")
     if fi and fi["entries"]:
         from tapescope.app.commands.parity import introduced_text

@@ -6,18 +6,35 @@ Training panel the app shows, so a report looks like the window.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import shiboken6
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QGraphicsScene
 
-from tapescope.app.session import parity_colors
+from tapescope.app.report_svg import MAX_H, MAX_W, report_scene
 from tapescope.views.graph_canvas import GraphCanvas
-from tapescope.views.models.graph_model import GraphModel, GraphNode
-from tapescope.views.models.layout import CACHE
 
-MAX_W, MAX_H = 1200, 5000
+_APP = None  # the QApplication the pictures are drawn in (held: it must outlive them)
+
+
+def offscreen_app(debug: bool = False):
+    """The QApplication to draw in: the running one (the window's), else one made now, offscreen
+    where there is no display, its platform chatter off (``--debug`` keeps it)."""
+    global _APP
+    from PySide6.QtWidgets import QApplication
+
+    from tapescope.app.qt.messages import quiet_qt
+
+    if QApplication.instance() is None:
+        if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # pictures need no screen
+        quiet_qt(debug)  # no Qt platform chatter on stderr
+        _APP = QApplication(sys.argv[:1] or ["tapescope"])
+    return QApplication.instance()
 
 
 def png_bytes(img: QImage, fmt: str = "PNG") -> bytes:
@@ -31,34 +48,17 @@ def png_bytes(img: QImage, fmt: str = "PNG") -> bytes:
     return bytes(ba.data())
 
 
-def fused_groups(plan: dict | None) -> dict[str, list[int]]:
-    """Graph groups for a fusion plan's segments (the labels the app draws too)."""
-    out = {}
-    for seg in (plan or {}).get("segments", []):
-        kind = "loss tail" if seg["kind"] == "serial" else f"{seg['rows']} rows"
-        out[f"fused s{seg['index']} · {kind} · {len(seg['node_ids'])} ops"] = list(seg["node_ids"])
-    return out
-
-
 def render_dag(data: dict) -> bytes:
-    """The report's DAG: nodes coloured by worst parity, the first divergence flagged."""
-    info = data["nodes"]
-    nodes = [GraphNode(n["id"], n["op"], tuple(n["inputs"]), n["name"], tuple(n["shape"]))
-             for n in info]
-    model = GraphModel(nodes, len(nodes) - 1 if nodes else None)
-    groups = fused_groups(data.get("fusion"))
-    model.set_extra_groups(groups)
-    display = model.display()
-    lay = CACHE.get_or_compute(display.key, display.inputs, display.order_key)
+    """The report's DAG: nodes coloured by worst parity, the first divergence flagged (what it
+    shows is ``app.report_svg.report_scene``'s, the SVG's too)."""
+    sc = report_scene(data)
+    display, lay = sc.display, sc.layout
     canvas = GraphCanvas()
     canvas.set_graph(display, lay)
-    ni = display.node_item
-    comp = [n for n in info if n["value"] is not None]
-    canvas.overlay = {int(ni[k]): QColor(v) for k, v in parity_colors(comp).items()}
-    first = data.get("first_divergence")
-    if first is not None:
-        canvas.first_items = {int(ni[first["node"]])}
-    canvas.frames = [(label, sorted({int(ni[i]) for i in ids})) for label, ids in groups.items()]
+    canvas.overlay = {it: QColor(v) for it, v in sc.colors.items()}
+    if sc.first:
+        canvas.first_items = set(sc.first)
+    canvas.frames = sc.frames
     scene = QGraphicsScene()
     scene.addItem(canvas)
     r = canvas.boundingRect().adjusted(0, 0, 150, 0)  # room for the "first divergence" flag

@@ -23,6 +23,15 @@ from tapescope.views.numbers import count_text
 
 KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP = 0, 1, 2, 3, 4
 KIND_NAMES = ("op", "param", "const", "loss", "group")
+# fill, border per kind, as the graph draws them (views.graph_canvas, the report's SVG):
+# params amber, consts grey/dashed, loss indigo, groups green
+KIND_STYLE = {
+    KIND_OP: ("#e8eef7", "#5b7db1"),
+    KIND_PARAM: ("#fde3b5", "#c77d12"),
+    KIND_CONST: ("#ececec", "#8a8a8a"),
+    KIND_LOSS: ("#e0e7ff", "#3730a3"),
+    KIND_GROUP: ("#dcefdc", "#3f7f3f"),
+}
 _KIND_OF = {"param": KIND_PARAM, "const": KIND_CONST}
 _ID, _OP, _NAME, _INPUTS, _SHAPE = (operator.attrgetter(f) for f in
                                     ("id", "op", "name", "inputs", "shape"))
