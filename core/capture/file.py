@@ -217,26 +217,80 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise bad(f"header is not valid JSON ({' '.join(str(e).split())[:120]})") from None
     spec = _Spec(h, hoff, lim, bad)
+    bufs = _read_arrays(f, spec, bad)
     arrays: list[np.ndarray | None] = [None] * spec.n_values
-    bufs: dict[int, bytearray] = {}  # array index -> its bytes, read and checked once
     for vid, ai in enumerate(spec.array_of):
         if ai < 0:
             continue
-        buf = bufs.get(ai)
-        if buf is None:  # an array several values name (the same bytes) is read once
-            off, n, digest = spec.table[ai]
-            buf = _read(f, off, n, bad, f"array {ai} (value {vid})")
-            if hashlib.sha256(buf).hexdigest() != digest:
-                raise bad(f"corrupt array {ai} (value {vid}): its SHA-256 does not match "
-                          "the header")
-            bufs[ai] = buf
-        a = np.frombuffer(buf, dtype=STORED_DTYPES[spec.dtypes[vid]]).reshape(spec.shapes[vid])
+        # an array several values name (the same bytes) was read and checked once
+        a = np.frombuffer(bufs[ai], dtype=STORED_DTYPES[spec.dtypes[vid]]).reshape(
+            spec.shapes[vid])
         a.setflags(write=False)
         arrays[vid] = a
     return Capture(path=str(p), steps=spec.steps, ops=spec.ops, dtypes=spec.dtypes,
                    shapes=spec.shapes, digests=spec.digests, arrays=arrays, losses=spec.losses,
                    initial=spec.initial, settings=spec.settings, meta=spec.meta,
                    graphs=spec.graphs)
+
+
+# arrays at least this large are hashed on the load's pool (a smaller one's hand-off costs
+# more than its SHA-256)
+_POOL_MIN = 1 << 16
+
+
+def _hash_workers() -> int:
+    """Threads that SHA-256 the arrays while the next ones are read (``hashlib`` releases the
+    GIL): the CPUs this process may run on but the reading one, at most 4; 0: hash inline."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(0, min(4, cpus - 1))
+
+
+def _sha_hex(buf: bytearray) -> str:
+    return hashlib.sha256(buf).hexdigest()
+
+
+def _read_arrays(f, spec: _Spec, bad) -> dict[int, bytearray]:
+    """Every named array's bytes (array index -> private memory), each read once and its
+    SHA-256 checked against the header before any is handed out. Large arrays are hashed on a
+    pool while the next are read; the checks are made in file order either way, so a corrupt
+    file names the same first bad array (and value) as hashing each where it is read."""
+    workers = _hash_workers()
+    order: list[tuple[int, int, str, Any]] = []  # (array, value, digest, digest or future)
+    bufs: dict[int, bytearray] = {}
+    pool = None
+    if workers:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tapescope-load")
+
+    def check() -> None:
+        for ai, vid, want, got in order:
+            if (got if isinstance(got, str) else got.result()) != want:
+                raise bad(f"corrupt array {ai} (value {vid}): its SHA-256 does not match "
+                          "the header")
+
+    try:
+        for vid, ai in enumerate(spec.array_of):
+            if ai < 0 or ai in bufs:
+                continue
+            off, n, want = spec.table[ai]
+            try:
+                buf = _read(f, off, n, bad, f"array {ai} (value {vid})")
+            except CaptureFileError:
+                check()  # an earlier corrupt array is the first failure, as when serial
+                raise
+            bufs[ai] = buf
+            got = pool.submit(_sha_hex, buf) if pool is not None and n >= _POOL_MIN \
+                else _sha_hex(buf)
+            order.append((ai, vid, want, got))
+        check()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return bufs
 
 
 def _is_int(x: Any) -> bool:

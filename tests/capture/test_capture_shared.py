@@ -7,6 +7,8 @@ as re-running them."""
 from __future__ import annotations
 
 import hashlib
+import json
+import struct
 
 import numpy as np
 import pytest
@@ -131,3 +133,34 @@ def test_the_shortcut_follows_an_inherited_difference(views_capture, monkeypatch
     ref = J._reference_fn()[0](ops["op"][i], [chain[v_in], *ops["args"][i][1:]],
                                ops["kwargs"][i])
     assert np.asarray(ref[0]).tobytes() == tot[0].tobytes()  # what re-running it gives
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_hashing_on_the_pool_names_the_same_first_corrupt_array(tmp_path, monkeypatch, workers):
+    """The load hashes large arrays on a pool while it reads on: a file with two corrupt
+    arrays is refused naming the first of them, as when each is hashed where it is read."""
+    from tapescope.core.capture import file as F
+
+    monkeypatch.setattr(F, "_hash_workers", lambda: workers)
+    monkeypatch.setattr(F, "_POOL_MIN", 1)  # every array on the pool
+    arrays = [np.full(1000, i, dtype=np.float32) for i in range(5)]
+    ds = [hashlib.sha256(a.tobytes()).hexdigest() for a in arrays]
+    f = tmp_path / "five.capture"
+    save(f, _header([[1000]] * 5, [0, 1, 2, 3, 4], ds), arrays)
+    cap = load(f)
+    assert [a.tobytes() for a in cap.arrays] == [a.tobytes() for a in arrays]
+    assert not any(a.flags.writeable for a in cap.arrays)
+    table = json.loads(_header_text(f))["arrays"]
+    data = bytearray(f.read_bytes())
+    for ai in (3, 1):  # arrays 1 and 3 corrupt: array 1 is the one named
+        data[table[ai][0] + 7] ^= 0x10
+    bad = tmp_path / "two-bad.capture"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(CaptureFileError, match=r"corrupt array 1 \(value 1\)"):
+        load(bad)
+
+
+def _header_text(f) -> bytes:
+    data = f.read_bytes()
+    _, hoff, hlen, _ = struct.unpack("<8sQQ32s", data[-56:])
+    return data[hoff:hoff + hlen]
