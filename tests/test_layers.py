@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.qt_block import BLOCK_QT, QT
+
 ROOT = Path(__file__).resolve().parents[1]
-QT = ("PySide6", "pyqtgraph", "shiboken6")
 FORBIDDEN = {
     "core": QT + ("gpu", "views", "app", "cupy"),
     "gpu": QT + ("views", "app"),
     "views": ("app",),
+    "views/models": QT + ("app",),
 }
 
 
@@ -25,8 +27,9 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.append((node.lineno, node.module))
-            if node.module == "tapescope":  # from tapescope import gpu
-                out += [(node.lineno, f"tapescope.{a.name}") for a in node.names]
+            # from tapescope import gpu, from tapescope.views import theme: the name may be a
+            # module (an attribute reads the same: only prefixes are compared)
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
     return out
 
 
@@ -79,58 +82,87 @@ def test_core_onnx_is_the_only_core_module_importing_onnx():
     assert not bad, bad
 
 
-# The app's model logic: no Qt, proved by importing each with PySide6 and pyqtgraph blocked.
-# (A "(no Qt)" docstring is not a boundary; this is.) Widgets and the live toolbar stay out.
-QT_FREE = tuple("tapescope." + m for m in (
-    "app.session", "app.runs", "app.report_data", "app.report_html", "app.live_worker",
-    "app.run_provenance", "app.platform_check", "app.remote", "app.remote_protocol",
-    "app.remote_client", "app.remote_server", "app.step_history", "app.cli",
-    "app.live_inspect", "app.onnx_view", "app.wire",
-    "app.commands.fuse", "app.commands.gradcheck", "app.commands.gui", "app.commands.kernels",
-    "app.commands.model_args", "app.commands.onnx_cmd", "app.commands.parity",
-    "app.commands.report", "app.commands.train", "app.commands.worker", "app.commands.argtypes",
-    "app.commands.doctor", "app.about", "app.commands.against", "app.torch_run",
-    "app.commands.capture", "app.commands.capture_pair", "app.commands.parity_table",
-    "app.commands.sweep", "app.commands.capture_ranks", "app.capture.ranks_html",
-    "core.capture.ranks",
-    "app.qt.style", "app.tensor_window",
-    "views.models.graph_model", "views.models.array_stats", "views.models.node_details",
-    "views.models.layout", "views.models.parity_rows", "views.models.search",
-    "views.models.scope_runs", "views.models.stepper_model",
-    "views.models.synthetic", "views.models.repro", "views.examples",
-    "core", "core.ops", "core.parity", "core.provenance", "core.onnx", "core.native", "gpu",
-    "gpu.fusion", "gpu.emitc", "gpu.host", "gpu.nvrtc", "gpu.backends",
-))
+# The Qt boundary is two folders: app/qt/ and views/ (the widgets). Everything else of ours, the
+# widgets' models in views/models/ included, is headless: computed here from the folders (no
+# name list), and proved by importing each module with PySide6 and pyqtgraph blocked.
+QT_SIDE = (("app", "qt"), ("views",))  # folders whose modules may import Qt
+HEADLESS_FOLDERS = (("core",), ("gpu",), ("app",), ("views", "models"))
 
-_BLOCKER = """
-import importlib, sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {qt!r}:
-            raise ImportError("Qt is blocked: " + name)
-sys.meta_path.insert(0, Block())
-for m in {mods!r}:
-    importlib.import_module(m)
-    assert not [k for k in sys.modules if k.split(".")[0] in {qt!r}], m
-print("ok")
-"""
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return "tapescope." + ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _headless_paths() -> list[Path]:
+    out = []
+    for folder in HEADLESS_FOLDERS:
+        for p in sorted(ROOT.joinpath(*folder).rglob("*.py")):
+            rel = p.relative_to(ROOT).parts
+            if "__pycache__" in rel or rel[:2] == ("app", "qt"):
+                continue
+            out.append(p)
+    return out
+
+
+QT_FREE = tuple(_module_name(p) for p in _headless_paths())
+
+
+def test_the_headless_modules_are_every_module_but_the_qt_folders():
+    """The computed list covers what it must (every command, the worker, the models, core, gpu)
+    and nothing of app/qt."""
+    free = set(QT_FREE)
+    commands = {f"tapescope.app.commands.{p.stem}" for p in (ROOT / "app" / "commands").glob(
+        "*.py") if p.stem != "__init__"}
+    assert len(commands) > 15 and commands <= free
+    assert {"tapescope.app.cli", "tapescope.app.live_worker", "tapescope.app.report_html",
+            "tapescope.app.report_svg", "tapescope.views.models.graph_model",
+            "tapescope.views.models.layout", "tapescope.core", "tapescope.gpu"} <= free
+    assert not [m for m in free if m.startswith(("tapescope.app.qt", "tapescope.views.")) and
+                not m.startswith("tapescope.views.models")]
+    assert len(free) > 200
+
+
+def test_only_the_qt_folders_import_qt():
+    """The ast twin of the ``qt`` contract: a Qt import (at any level, lazy ones included) in a
+    headless folder fails, naming the file and line."""
+    bad = [f"{p.relative_to(ROOT)}:{line} imports {mod}" for p in _headless_paths()
+           for line, mod in _imports(p) if mod.split(".")[0] in QT]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_qt_folders_hold_every_qt_import():
+    """And the other way: app/qt holds no module without Qt (a headless one belongs outside),
+    through its own imports or the widgets it shows."""
+    qt_dir = ROOT / "app" / "qt"
+    lonely = []
+    for p in sorted(qt_dir.glob("*.py")):
+        if p.name == "__init__.py":
+            continue
+        mods = [m for _, m in _imports(p)]
+        if not any(m.split(".")[0] in QT or m.startswith(("tapescope.app.qt", "tapescope.views."))
+                   and not m.startswith("tapescope.views.models") for m in mods):
+            lonely.append(p.name)
+    assert not lonely, lonely
 
 
 def test_model_logic_imports_with_qt_blocked():
     import subprocess
     import sys
 
-    code = _BLOCKER.format(qt=QT, mods=QT_FREE)
+    code = BLOCK_QT + _IMPORT_ALL.format(qt=QT, mods=QT_FREE)
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
 
 
-def test_every_command_module_is_checked_headless():
-    """Every CLI command starts without Qt (Qt only inside ``run``): none escapes the list."""
-    names = {f"tapescope.app.commands.{p.stem}" for p in (ROOT / "app" / "commands").glob("*.py")
-             if p.stem != "__init__"}
-    assert names and names <= set(QT_FREE), sorted(names - set(QT_FREE))
+_IMPORT_ALL = """
+import importlib
+for m in {mods!r}:
+    importlib.import_module(m)
+    assert not [k for k in sys.modules if k.split(".")[0] in {qt!r}], m
+print("ok")
+"""
 
 
 _INSTALLED = """
