@@ -245,14 +245,16 @@ def _input_specs(sess, shapes: dict[str, tuple[int, ...]]):
 
 def _given_input(name: str, path: str, specs, max_bytes: int | None = None,
                  shape: tuple[int, ...] | None = None, kinds: str = "biuf",
-                 takes: str | None = None) -> tuple[np.ndarray, bool]:
+                 takes: str | None = None, steps: int | None = None
+                 ) -> tuple[np.ndarray, bool]:
     """--input NAME=FILE.npy or NAME=DIR: (the array, whether it is a stack of per-step
     batches). A file of the input's shape is the same batch every step; one with a leading
     step axis (``[S, *shape]``) is a stack, step i taking slice i; a folder holds one ``.npy``
     per step, sorted by name. Read without pickle or a memory map, each header checked against
     the input's shape, its dtype and the file's size, and the whole against ``max_bytes``,
     before anything is allocated (core.arrayfile). ``shape``/``kinds``/``takes``: an input the
-    model does not declare (the targets of the default loss)."""
+    model does not declare (the targets of the default loss). ``steps``: the run's step count,
+    when known: a folder's files past it are not read (a dataset's folder, 5 steps of it)."""
     from tapescope.core.arrayfile import ArrayFileError, read_npy
 
     if shape is None:
@@ -320,7 +322,7 @@ def _given_input(name: str, path: str, specs, max_bytes: int | None = None,
         raise OnnxError(f"--input {name}: the folder holds no .npy file (one per step)",
                         file=path)
     out, left = [], max_bytes
-    for e in entries:
+    for e in entries[:steps]:
         a = read(os.path.join(path, e), f" ({e})", left, False)
         if left is not None:
             left -= a.nbytes
@@ -422,7 +424,8 @@ class OnnxWorkload(Workload):
         for k, f in self.given_files.items():
             if k == self.target_name:
                 continue
-            self.given[k], stacked = _given_input(k, f, self.input_specs, budget)
+            self.given[k], stacked = _given_input(k, f, self.input_specs, budget,
+                                                  steps=self.steps)
             budget = max(0, budget - self.given[k].nbytes)
             if stacked:
                 self.given_steps[k] = len(self.given[k])
@@ -500,7 +503,8 @@ class OnnxWorkload(Workload):
                             "which takes no targets (they go with [N, K] or, for token ids, "
                             "[B, T, V] logits)", file=path)
         a, stacked = _given_input(name, path, {}, budget, shape=tuple(self.target_shape),
-                                  kinds="iu", takes=f"integer classes in [0, {self.n_classes})")
+                                  kinds="iu", takes=f"integer classes in [0, {self.n_classes})",
+                                  steps=self.steps)
         if a.size and (a.min() < 0 or a.max() >= self.n_classes):
             raise OnnxError(f"--input {name}: classes span [{a.min()}, {a.max()}], the "
                             f"logits have {self.n_classes} (give values in [0, "

@@ -99,7 +99,7 @@ def test_a_folder_with_another_file_an_object_array_or_a_huge_header(tmp_path, c
     for i in range(2):
         np.save(d / f"{i:03d}.npy", STACK[i])
     (d / "notes.txt").write_text("step 3 is late\n")
-    args = ["parity", "--model", m, "--input", f"x={d}", "--device", "host", "--steps", "2"]
+    args = ["parity", "--model", m, "--input", f"x={d}", "--device", "host", "--steps", "3"]
     assert main(args) == 2
     _one_line(capsys, "--input x", "'notes.txt' is not a .npy file")
     (d / "notes.txt").unlink()
@@ -225,7 +225,7 @@ def test_the_files_together_are_held_to_max_bytes_before_they_are_read(tmp_path,
     for i in range(5):  # 32 KiB each as float64
         np.save(d / f"{i:03d}.npy", np.full((64, 64), i, np.float64))
     np.save(tmp_path / "stack.npy", np.ones((5, 64, 64)))
-    base = ["parity", "--model", str(m), "--device", "host", "--steps", "2"]
+    base = ["parity", "--model", str(m), "--device", "host", "--steps", "5"]
     assert main([*base, "--input", f"x={d}", "--max-bytes", "100000"]) == 2
     _one_line(capsys, "--input x (003.npy): 32.0 KiB of data after 96.0 KiB of the files "
                       "before it, over the 97.7 KiB the inputs may take (raise it with "
@@ -260,3 +260,23 @@ def test_a_models_own_targets_input_takes_a_stack_too(tmp_path):
         # (the file's constants are float32: the scale, LayerNorm's eps; measured 1e-10)
         np.testing.assert_allclose(got[-1], want, rtol=1e-8)
     assert len(set(got)) == 3
+
+
+def test_a_folder_is_read_only_as_far_as_the_steps_go(tmp_path):
+    """A dataset's folder of many steps, 2 of them run: the files past step 2 are not read
+    (a broken one there is never seen), yet every name is still checked."""
+    m = _model(tmp_path / "m.onnx")
+    d = tmp_path / "steps"
+    d.mkdir()
+    for i in range(3):
+        np.save(d / f"{i:03d}.npy", STACK[i])
+    (d / "003.npy").write_bytes(b"not read")
+    wl = OnnxWorkload(m, dtype=np.float32, inputs={"x": str(d)}, steps=2)
+    assert wl.given_steps == {"x": 2}
+    wl.record(2)
+    assert np.array_equal(wl.tape.value(wl.inputs["x"]), STACK[1])
+    with pytest.raises(OnnxError, match=r"003\.npy\): not a readable \.npy"):
+        OnnxWorkload(m, dtype=np.float32, inputs={"x": str(d)}, steps=4)
+    (d / "zz.txt").write_text("")
+    with pytest.raises(OnnxError, match="'zz.txt' is not a .npy file"):
+        OnnxWorkload(m, dtype=np.float32, inputs={"x": str(d)}, steps=2)
