@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.core.capture.file import Capture
 from tapescope.views.numbers import count_text, ulp_exact, ulp_text
-from tapescope.views.ulp_scale import faded_color, heat_levels, heat_lut, level_color
+from tapescope.views.ulp_scale import faded_color, heat_levels, heat_lut, level_color, ulp_color
 
 _PHASE_COLOR = {"forward": "#3b82f6", "backward": "#a855f7", "optimizer": "#14b8a6"}
 _ORDER = ("exact", "introduced", "inherited", "no-reference", "recorded", "unjudged")
@@ -58,7 +58,7 @@ def _worst(e: dict) -> tuple[str, int]:
 
 def _color(verdict: str, ulp: int) -> QColor:
     if verdict == "introduced":
-        return QColor(level_color(float(heat_levels(np.array([max(ulp, 1)]))[0])))
+        return QColor(ulp_color(max(ulp, 1)))  # the window's one scale, as the graph's
     if verdict == "inherited":
         return QColor(faded_color(float(heat_levels(np.array([max(ulp, 1)]))[0])))
     if verdict == "exact":
