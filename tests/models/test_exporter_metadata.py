@@ -266,3 +266,25 @@ def test_sequence_ops_of_tape_values_are_the_executor_bit_for_bit(dtype, new_axi
     d = 1 - np.tanh(x.astype(np.float64)) ** 2
     d = d * (1 + (np.arange(3)[:, None] == 2) + ((np.arange(4) >= 1) & (np.arange(4) <= 2)))
     np.testing.assert_allclose(tape.grad(xv), d, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["ts", "dynamo"])
+def test_a_multihead_attention_state_dict_loads_onto_either_export(vits, tmp_path, dynamo):
+    """--weights from vit_mha's state_dict: TorchScript's onnx::MatMul_N is in_proj_weight
+    (the packed projection), dynamo's dropped zero out_proj.bias is a weight again: every name
+    maps, and each weight is the state_dict's (transposed where the file holds W.T)."""
+    from safetensors.torch import save_file
+
+    module = zoo.module("vit_mha")
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.125)  # not the exported values: the file's weights must be replaced
+    sd = {k: v.contiguous() for k, v in module.state_dict().items()}
+    save_file(sd, str(tmp_path / "w.safetensors"))
+    wl = OnnxWorkload(vits["vit_mha", dynamo], dtype=np.float32,
+                      weights=str(tmp_path / "w.safetensors"))
+    by_name = {p.name.rsplit("/", 1)[-1]: np.asarray(p.value) for p in wl.params}
+    assert len(by_name) == len(sd)
+    for name, v in by_name.items():
+        want = sd[name.removesuffix(".T")].numpy()
+        assert np.array_equal(v, want.T if name.endswith(".T") else want), name
