@@ -83,7 +83,7 @@ _NVRTC_ERR = re.compile(r"^(?P<f>[^(\n]+)\((?P<line>\d+)\): (?:catastrophic )?er
 
 def _user_source(spec: KernelSpec, dtype: np.dtype, math: str) -> tuple[str, str]:
     """(the source the device compiles, the file name its #line directive gives)."""
-    from tapescope.gpu.source import instantiate
+    from tapescope.gpu.source import STORAGE, instantiate
 
     try:
         text = spec.path.read_text()
@@ -92,7 +92,9 @@ def _user_source(spec: KernelSpec, dtype: np.dtype, math: str) -> tuple[str, str
     tag = _SAFE.sub("_", spec.path.name) or "user.cu"
     # TS_USER_KERNEL: the library's host-only bodies (mm_T's) step aside, so a user's edit of
     # the kernel text they see runs on the host backend too
-    src = ('#include "refmath.cuh"\n#define TS_USER_KERNEL 1\n' + f'#line 1 "{tag}"\n'
+    # a half episode's storage types and RND (gpu/kernels/half.cuh), as the library has them
+    half = '#include "half.cuh"\n' if np.dtype(dtype) in STORAGE else ""
+    src = ('#include "refmath.cuh"\n' + half + '#define TS_USER_KERNEL 1\n' + f'#line 1 "{tag}"\n'
            + instantiate(text, dtype, math))
     return src, tag
 

@@ -146,3 +146,14 @@ def test_the_torch_candidate_runs_the_half_cnn(tmp_path, capsys, models):
     convs = [n for n in rep["nodes"] if n["op"] == "conv2d"]
     assert len(convs) == 3 and all(n["value"]["max_ulp"] <= 4 for n in convs), convs
     assert all(n["value"]["n_diff"] == 0 for n in rep["nodes"] if n["op"] == "maxpool2d")
+
+
+def test_a_conv2d_kernel_file_runs_in_a_half_episode(tmp_path, capsys, models):
+    # `kernels --template conv2d` as the user's --kernel file in a float16 episode: it compiles
+    # (the half storage types and RND come with it: it failed with "'ts_rnd_f16' was not
+    # declared") and reproduces the stock kernels' bits
+    cu = tmp_path / "conv.cu"
+    assert main(["kernels", "--template", "conv2d", "--out", str(cu)]) == 0
+    assert "mm_acc_T" in cu.read_text()  # the product kept in the compute type: its own kernel
+    rep = _parity(tmp_path, capsys, models["float16"], "--kernel", f"conv2d={cu}")
+    assert rep["dtype"] == "float16" and rep["exact"] is True
