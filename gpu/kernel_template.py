@@ -139,15 +139,17 @@ def _chunks(text: str, source: str) -> list[_Chunk]:
     return out
 
 
-def template(op: str) -> str:
-    """The standalone, editable file of ``op``'s stock kernels (module docstring)."""
+def template(op: str, half: bool = False) -> str:
+    """The standalone, editable file of ``op``'s stock kernels (module docstring); ``half``:
+    as a float16 / bfloat16 library has them (a row op's kernels without the stash, which
+    would round a kept term to the storage type)."""
     from tapescope.gpu.source import LIBRARY
     from tapescope.gpu.source import template as library_template
 
     wanted = op_kernels(op)
     chunks: list[_Chunk] = []
     for name in LIBRARY:
-        chunks += _chunks(library_template(name), name)
+        chunks += _chunks(library_template(name, half), name)
     by_name = {c.name: c for c in chunks if c.name}
     missing = [k for k in wanted if k not in by_name]
     if missing:

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "and the headers they include")
     p.add_argument("--template", metavar="OP",
                    help="write OP's stock kernels as one editable file to --out FILE.cu (for "
-                        "parity/report --kernel OP=FILE.cu; docs/kernels.md) and exit")
+                        "parity/report --kernel OP=FILE.cu; docs/kernels.md) and exit; with "
+                        "--dtype float16|bfloat16: as a half episode's library has them")
     p.add_argument("--dtype", action="append", choices=DTYPES,
                    help="only this dtype's units (repeatable; default: all four)")
     p.add_argument("--audit", action="store_true",
@@ -124,7 +125,12 @@ def _template(args: argparse.Namespace) -> int:
 
     if not args.out or not args.out.endswith((".cu", ".cuh", ".c")):
         raise ValueError(f"--template {args.template}: give --out FILE.cu (not {args.out!r})")
-    text = template(args.template)  # UserKernelError (a ValueError): one line, exit 2
+    dts = set(getattr(args, "dtype", None) or ())
+    half = bool(dts) and dts <= {"float16", "bfloat16"}
+    if dts and not half and dts & {"float16", "bfloat16"}:
+        raise ValueError(f"--template {args.template}: one file is one text: give --dtype "
+                         "float16/bfloat16 (a half episode's kernels) or float64/float32, not both")
+    text = template(args.template, half)  # UserKernelError (a ValueError): one line, exit 2
     out = Path(args.out)
     try:
         out.write_text(text)

@@ -169,3 +169,20 @@ def test_maxpool_signed_zero_ties_follow_np_maximum(host, dtype):
     assert rep.exact, [(n.id, n.op) for n in rep.nodes if not n.exact]
     y = tape.value(tape.var(1)).astype(np.float64).reshape(-1)
     assert np.signbit(y[:2]).tolist() == [False, True] and np.isnan(y[2])
+
+
+def test_a_half_kernel_template_reproduces_the_stock_half_kernels(tmp_path, capsys):
+    # `kernels --template softmax --dtype float16`: a half library's row kernels (no stash), so
+    # the --kernel file is the stock kernel of a float16 transformer, bit for bit; one file for
+    # a half and a float dtype at once is refused in one line
+    from tapescope.app.cli import main
+
+    cu = tmp_path / "sm.cu"
+    assert main(["kernels", "--template", "softmax", "--dtype", "float16", "--out",
+                 str(cu)]) == 0
+    capsys.readouterr()
+    assert main(["parity", "--workload", "transformer", "--dtype", "float16", "--device",
+                 "host", "--steps", "1", "--kernel", f"softmax={cu}"]) == 0, capsys.readouterr()
+    assert main(["kernels", "--template", "softmax", "--dtype", "float16", "--dtype", "float32",
+                 "--out", str(cu)]) == 2
+    assert "not both" in capsys.readouterr().err
