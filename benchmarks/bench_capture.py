@@ -15,6 +15,7 @@ For each model one training step is timed plain (median of ``--repeat`` steps af
 warm-up), then 2 steps under ``app.capture.capture`` (values; then ``hashes_only``), including
 the file's write, then the capture loaded and judged (``core.capture.judge``, what ``parity
 --capture`` runs). One-time imports are paid before the clock (a 1-step capture, judged).
+``load``: the CPU time of reading and checking the file alone, a part of ``parity``'s.
 Ratios are per step (the median of ``--rounds`` captures and judgements), wall clock and CPU
 time (``process_time``: on a loaded machine the wall clock of a few-millisecond step swings
 2x between runs; CPU time barely moves). The recorder hashes large values on a thread of its
@@ -191,14 +192,18 @@ def measure(name: str, repeat: int, rounds: int, tmp: str,
             row["ops"] = rec.steps_done() and rec.step_start[2] // 2
             row["mib"] = rec.stored_bytes / (1 << 20)
             vf = f
-    got = []
+    got, loads = [], []
     for _ in range(rounds):
         t = _clock()
-        rep = judge(load(vf))
+        cap = load(vf)
+        loads.append(_since(t))
+        rep = judge(cap)
         got.append(_since(t))
+        del cap
     w, c, _ = _median(got)
     row["parity"] = w / 2 / plain[0]
     row["cpu_parity"] = c / 2 / plain[1]
+    row["cpu_load"] = _median(loads)[1] / 2 / plain[1]  # of cpu_parity: the file's read and check
     row["us_per_op"] = (row["cpu_values"] - 1) * plain[1] / row["ops"] * 1e6
     c = rep["counts"]
     row["no_ref"] = c["no-reference"] / max(1, sum(c.values()))
@@ -269,12 +274,14 @@ def main() -> None:
     print(machine_line())
     print("ratios per step against the same process's uncaptured step, wall clock, CPU time "
           "of all threads and of the script's own (main) thread (targets: capture <= 3x, "
-          "hashes <= 1.5x, parity <= 5x); us/op: the recorder's CPU per op")
+          "hashes <= 1.5x, parity <= 5x); us/op: the recorder's CPU per op; load: the CPU of "
+          "parity's file read and check")
     print(f"{'':<9} {'':>8} {'':>8} {'':>7} {'--------- wall ---------':>24} "
           f"{'---------- cpu ---------':>24} {'---- main ----':>15}")
     print(f"{'model':<9} {'ops/step':>8} {'step ms':>8} {'MiB':>7} {'capture':>8} "
           f"{'hashes':>7} {'parity':>7} {'capture':>8} {'hashes':>7} {'parity':>7} "
-          f"{'capture':>8} {'hashes':>6} {'no-ref':>7} {'unjudged':>8} {'us/op':>6}")
+          f"{'capture':>8} {'hashes':>6} {'no-ref':>7} {'unjudged':>8} {'us/op':>6} "
+          f"{'load':>5}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models:
             r = measure(name, a.repeat, a.rounds, tmp, a.max_bytes)
@@ -283,7 +290,7 @@ def main() -> None:
                   f"{r['parity']:>6.1f}x {r['cpu_values']:>7.1f}x {r['cpu_hashes']:>6.1f}x "
                   f"{r['cpu_parity']:>6.1f}x {r['main_values']:>7.1f}x "
                   f"{r['main_hashes']:>5.1f}x {r['no_ref']:>6.1%} {r['unjudged']:>7.1%} "
-                  f"{r['us_per_op']:>6.0f}", flush=True)
+                  f"{r['us_per_op']:>6.0f} {r['cpu_load']:>4.1f}x", flush=True)
     for name in a.models:
         print(f"  {name}: {SIZES[name]}")
     if a.micro:
