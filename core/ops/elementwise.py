@@ -70,26 +70,26 @@ def _zero(x):
 register(OpDef(
     "add", 2, "elementwise", "row_local", _binary_shape,
     forward=lambda M, xs, at: xs[0] + xs[1],
-    backward=lambda M, g, xs, y, at, nd: [_ub(g, xs[0]) if nd[0] else None,
-                                         _ub(g, xs[1]) if nd[1] else None],
+    backward=lambda M, g, xs, y, at, needs: [_ub(g, xs[0]) if needs[0] else None,
+                                         _ub(g, xs[1]) if needs[1] else None],
     sample=_binary_sample(), doc="y = a + b; ga = unb(g); gb = unb(g)",
     c=CForm("ADD({a}, {b})", ("{g}", "{g}")), onnx=("Add",)))
 
 register(OpDef(
     "sub", 2, "elementwise", "row_local", _binary_shape,
     forward=lambda M, xs, at: xs[0] - xs[1],
-    backward=lambda M, g, xs, y, at, nd: [_ub(g, xs[0]) if nd[0] else None,
-                                         _ub(-g, xs[1]) if nd[1] else None],
+    backward=lambda M, g, xs, y, at, needs: [_ub(g, xs[0]) if needs[0] else None,
+                                         _ub(-g, xs[1]) if needs[1] else None],
     sample=_binary_sample(), doc="y = a - b; ga = unb(g); gb = unb(-g)",
     c=CForm("SUB({a}, {b})", ("{g}", "-{g}")), onnx=("Sub",)))
 
 
-def _mul_bwd(M, g, xs, y, at, nd):
+def _mul_bwd(M, g, xs, y, at, needs):
     a, b = xs
-    if a is b and nd[0] and nd[1]:  # x * x (mse's d * d): g * x once, the same bits for both
+    if a is b and needs[0] and needs[1]:  # x * x (mse's d * d): g * x once, the same bits for both
         c = _ub(g * a, a)
         return [c, c]
-    return [_ub(g * b, a) if nd[0] else None, _ub(g * a, b) if nd[1] else None]
+    return [_ub(g * b, a) if needs[0] else None, _ub(g * a, b) if needs[1] else None]
 
 
 register(OpDef(
@@ -99,11 +99,11 @@ register(OpDef(
     c=CForm("MUL({a}, {b})", ("MUL({g}, {b})", "MUL({g}, {a})")), onnx=("Mul",)))
 
 
-def _div_bwd(M, g, xs, y, at, nd):
+def _div_bwd(M, g, xs, y, at, needs):
     a, b = xs
-    ga = _ub(g / b, a) if nd[0] else None
+    ga = _ub(g / b, a) if needs[0] else None
     # NOTE: gb = -((g * y) / b), not -g*a/(b*b): reuses y and rounds in this exact order
-    gb = _ub(-((g * y) / b), b) if nd[1] else None
+    gb = _ub(-((g * y) / b), b) if needs[1] else None
     return [ga, gb]
 
 
@@ -129,21 +129,21 @@ def _attr_s(at):
 register(OpDef(
     "neg", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: -xs[0],
-    backward=lambda M, g, xs, y, at, nd: [-g],
+    backward=lambda M, g, xs, y, at, needs: [-g],
     sample=_unary_sample(), doc="y = -a (exact); ga = -g",
     c=CForm("-{x}", ("-{g}",)), onnx=("Neg",)))
 
 register(OpDef(
     "adds", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: xs[0] + _s(xs[0], at),
-    backward=lambda M, g, xs, y, at, nd: [g],
+    backward=lambda M, g, xs, y, at, needs: [g],
     sample=_unary_sample(s=0.75), doc="y = a + s; ga = g",
     c=CForm("ADD({x}, {s})", ("{g}",), scalar=_attr_s)))
 
 register(OpDef(
     "muls", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: xs[0] * _s(xs[0], at),
-    backward=lambda M, g, xs, y, at, nd: [g * _s(g, at)],
+    backward=lambda M, g, xs, y, at, needs: [g * _s(g, at)],
     sample=_unary_sample(s=-1.25), doc="y = a * s; ga = g * s",
     c=CForm("MUL({x}, {s})", ("MUL({g}, {s})",), scalar=_attr_s)))
 
@@ -156,7 +156,7 @@ def _relu(M, xs, at):
     return np.where(x <= z, z, x)
 
 
-def _relu_bwd(M, g, xs, y, at, nd):
+def _relu_bwd(M, g, xs, y, at, needs):
     z = _zero(g)
     return [np.where(xs[0] > z, g, z)]
 
@@ -178,7 +178,7 @@ register(OpDef(
     "sigmoid", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: M.sigmoid(xs[0]),
     # NOTE: y * (1 - y), not y - y*y: the kernel must round the same way
-    backward=lambda M, g, xs, y, at, nd: [g * (y * (_one(y) - y))],
+    backward=lambda M, g, xs, y, at, needs: [g * (y * (_one(y) - y))],
     sample=_unary_sample(), transcendental=True,
     doc="y = sigmoid(a) [refmath]; ga = g * (y * (1 - y))",
     c=CForm("SIGMOID({x})", ("MUL({g}, MUL({y}, SUB((real_t)1, {y})))",)), onnx=("Sigmoid",)))
@@ -197,7 +197,7 @@ def _tanh_grad_fn():
     return _TANH_GRAD
 
 
-def _tanh_bwd(M, g, xs, y, at, nd):
+def _tanh_bwd(M, g, xs, y, at, needs):
     # NOTE: g * (1 - y * y) is three ufuncs and two temporaries in numpy, ~1 us on a tape's small
     # vectors; the extension's tanh_grad computes the same three roundings in the same order in
     # one call, its result allocated in C (~0.3 us, issue 29). It takes only C-contiguous
@@ -223,14 +223,14 @@ register(OpDef(
 register(OpDef(
     "exp", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: M.exp(xs[0]),
-    backward=lambda M, g, xs, y, at, nd: [g * y],
+    backward=lambda M, g, xs, y, at, needs: [g * y],
     sample=_unary_sample(), transcendental=True, doc="y = exp(a) [refmath]; ga = g * y",
     c=CForm("EXP({x})", ("MUL({g}, {y})",)), onnx=("Exp",)))
 
 register(OpDef(
     "log", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: M.log(xs[0]),
-    backward=lambda M, g, xs, y, at, nd: [g / xs[0]],
+    backward=lambda M, g, xs, y, at, needs: [g / xs[0]],
     sample=_unary_sample(0.2, 3.0), transcendental=True,
     doc="y = log(a) [refmath]; ga = g / a",
     c=CForm("LOG({x})", ("DIV({g}, {x})",)), onnx=("Log",)))
@@ -238,7 +238,7 @@ register(OpDef(
 register(OpDef(
     "sqrt", 1, "unary", "row_local", _same_shape,
     forward=lambda M, xs, at: np.sqrt(xs[0]),  # IEEE sqrt is correctly rounded everywhere
-    backward=lambda M, g, xs, y, at, nd: [g / (y + y)],
+    backward=lambda M, g, xs, y, at, needs: [g / (y + y)],
     sample=_unary_sample(0.2, 3.0), doc="y = sqrt(a) (IEEE); ga = g / (y + y)",
     c=CForm("SQRT({x})", ("DIV({g}, ADD({y}, {y}))",)), onnx=("Sqrt",)))
 
@@ -252,7 +252,7 @@ def _softplus(M, xs, at):
 
 register(OpDef(
     "softplus", 1, "unary", "row_local", _same_shape, forward=_softplus,
-    backward=lambda M, g, xs, y, at, nd: [g * M.sigmoid(xs[0])],
+    backward=lambda M, g, xs, y, at, needs: [g * M.sigmoid(xs[0])],
     sample=_unary_sample(-4.0, 4.0), transcendental=True,
     doc="y = max(a, 0) + log1p(exp(-|a|)) [refmath]; ga = g * sigmoid(a)",
     c=CForm("ADD(({x} > (real_t)0 ? {x} : (real_t)0), LOG1P(EXP({nx})))",
@@ -269,7 +269,7 @@ def _clip01(M, xs, at):
 
 register(OpDef(
     "clip01", 1, "unary", "row_local", _same_shape, forward=_clip01,
-    backward=lambda M, g, xs, y, at, nd: [
+    backward=lambda M, g, xs, y, at, needs: [
         np.where((xs[0] > 0) & (xs[0] < 1), g, g.dtype.type(0))],
     sample=_unary_sample(-0.5, 1.5, away=0.05),
     doc="y = (a <= 0) ? +0.0 : ((a >= 1) ? 1 : a) (exact); ga = (0 < a < 1) ? g : +0.0",
@@ -286,9 +286,9 @@ def _keep_sample(rng, dtype):
     return cases
 
 
-def _keep_bwd(M, g, xs, y, at, nd):
+def _keep_bwd(M, g, xs, y, at, needs):
     a, m = xs
-    return [_ub(np.where(m != 0, g, g.dtype.type(0)), a) if nd[0] else None, None]
+    return [_ub(np.where(m != 0, g, g.dtype.type(0)), a) if needs[0] else None, None]
 
 
 register(OpDef(

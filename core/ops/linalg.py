@@ -21,15 +21,15 @@ def _mm_fwd(M, xs, at):
     return mm(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
 
 
-def _mm_bwd(M, g, xs, y, at, nd):
+def _mm_bwd(M, g, xs, y, at, needs):
     a, b = xs
     a2 = a.reshape(-1, a.shape[-1])
     g2 = g.reshape(-1, g.shape[-1])
     # ga[r,k] = sum over n (in order) of g[r,n]*b[k,n]; gb[k,n] = sum over rows r (in order)
     # the transposes are views: the native product reads them in place (the numpy spelling
     # copies them itself)
-    ga = mm(g2, b.T).reshape(a.shape) if nd[0] else None
-    gb = mm(a2.T, g2) if nd[1] else None
+    ga = mm(g2, b.T).reshape(a.shape) if needs[0] else None
+    gb = mm(a2.T, g2) if needs[1] else None
     return [ga, gb]
 
 
@@ -52,10 +52,10 @@ def _bmm_shape(shapes, attrs):
     return (a[0], a[1], b[2])
 
 
-def _bmm_bwd(M, g, xs, y, at, nd):
+def _bmm_bwd(M, g, xs, y, at, needs):
     a, b = xs
-    ga = ref_bmm(g, np.ascontiguousarray(b.transpose(0, 2, 1))) if nd[0] else None
-    gb = ref_bmm(np.ascontiguousarray(a.transpose(0, 2, 1)), g) if nd[1] else None
+    ga = ref_bmm(g, np.ascontiguousarray(b.transpose(0, 2, 1))) if needs[0] else None
+    gb = ref_bmm(np.ascontiguousarray(a.transpose(0, 2, 1)), g) if needs[1] else None
     return [ga, gb]
 
 

@@ -18,7 +18,7 @@ def _axes(shape, attrs):
     return axes
 
 
-def _transpose_bwd(M, g, xs, y, at, nd):
+def _transpose_bwd(M, g, xs, y, at, needs):
     axes = _axes(xs[0].shape, at)
     return [g.transpose(np.argsort(axes)).copy(order="C")]
 
@@ -57,7 +57,7 @@ def _reshape_shape(shapes, at):
 register(OpDef(
     "reshape", 1, "movement", "none", _reshape_shape,
     forward=lambda M, xs, at: xs[0].reshape(_reshape_shape([xs[0].shape], at)).copy(),
-    backward=lambda M, g, xs, y, at, nd: [g.reshape(xs[0].shape)],
+    backward=lambda M, g, xs, y, at, needs: [g.reshape(xs[0].shape)],
     sample=lambda rng, dt: [([_r(rng, dt, 3, 4)], {"shape": (2, 6)}),
                             ([_r(rng, dt, 2, 3, 4)], {"shape": (-1, 4)})],
     doc="row-major reshape"))
@@ -77,7 +77,7 @@ def _slice_index(shape, at):
     return (slice(None),) * ax + (slice(at["start"], at["stop"]),)
 
 
-def _slice_bwd(M, g, xs, y, at, nd):
+def _slice_bwd(M, g, xs, y, at, needs):
     out = np.zeros_like(xs[0])
     out[_slice_index(xs[0].shape, at)] = g
     return [out]
@@ -103,7 +103,7 @@ def _concat_shape(shapes, at):
     return s0[:ax] + (sum(s[ax] for s in shapes),) + s0[ax + 1:]
 
 
-def _concat_bwd(M, g, xs, y, at, nd):
+def _concat_bwd(M, g, xs, y, at, needs):
     ax = norm_axis(at["axis"], g.ndim)
     out, off = [], 0
     for x in xs:

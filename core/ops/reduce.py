@@ -65,14 +65,14 @@ def _mean_fwd(M, xs, at):
     return _sum_fwd(M, xs, at) / x.dtype.type(count(x.shape, at))
 
 
-def _mean_bwd(M, g, xs, y, at, nd):
+def _mean_bwd(M, g, xs, y, at, needs):
     x = xs[0]
     return [_expand(g / x.dtype.type(count(x.shape, at)), x, at)]
 
 
 register(OpDef(
     "sum", 1, "reduce", "none", _reduce_shape, forward=_sum_fwd,
-    backward=lambda M, g, xs, y, at, nd: [_expand(g, xs[0], at)], sample=_sample,
+    backward=lambda M, g, xs, y, at, needs: [_expand(g, xs[0], at)], sample=_sample,
     doc="serial row-major sum per slot from +0.0; ga = g broadcast"))
 register(OpDef(
     "mean", 1, "reduce", "none", _reduce_shape, forward=_mean_fwd, backward=_mean_bwd,

@@ -32,7 +32,7 @@ def _softmax_shape(shapes, at):
     return shapes[0]
 
 
-def _softmax_bwd(M, g, xs, y, at, nd):
+def _softmax_bwd(M, g, xs, y, at, needs):
     ax = at.get("axis", -1)
     dot = serial_sum(g * y, ax, keepdims=True)
     return [y * (g - dot)]
@@ -63,7 +63,7 @@ def _log_softmax_fwd(M, xs, at):
     return d - M.log(serial_sum(M.exp(d), ax, keepdims=True))
 
 
-def _log_softmax_bwd(M, g, xs, y, at, nd):
+def _log_softmax_bwd(M, g, xs, y, at, needs):
     return [g - M.exp(y) * serial_sum(g, at.get("axis", -1), keepdims=True)]
 
 
@@ -101,7 +101,7 @@ def _lse_fwd(M, xs, at):
     return np.squeeze(y, axis=ax)
 
 
-def _lse_bwd(M, g, xs, y, at, nd):
+def _lse_bwd(M, g, xs, y, at, needs):
     ax = at.get("axis", -1)
     return [np.expand_dims(g, ax) * M.exp(xs[0] - np.expand_dims(y, ax))]
 
@@ -147,15 +147,15 @@ def _rms_fwd(M, xs, at):
     return (x * _inv_rms(x, at["eps"])) * gamma
 
 
-def _rms_bwd(M, g, xs, y, at, nd):
+def _rms_bwd(M, g, xs, y, at, needs):
     x, gamma = xs
     r = _inv_rms(x, at["eps"])
     n = x.dtype.type(x.shape[-1])
     gd = g * gamma
     dot = serial_sum(gd * x, -1, keepdims=True)
     c = (((r * r) * r) / n) * dot
-    gx = (gd * r) - (x * c) if nd[0] else None
-    gg = unbroadcast(g * (x * r), gamma.shape) if nd[1] else None
+    gx = (gd * r) - (x * c) if needs[0] else None
+    gg = unbroadcast(g * (x * r), gamma.shape) if needs[1] else None
     return [gx, gg]
 
 
@@ -196,14 +196,14 @@ def _ln_fwd(M, xs, at):
     return (d * r) * gamma
 
 
-def _ln_bwd(M, g, xs, y, at, nd):
+def _ln_bwd(M, g, xs, y, at, needs):
     x, gamma = xs
     d, r, n = _ln_parts(x, _ln_eps(at))
     gd, xh = g * gamma, d * r
     ma = serial_sum(gd, -1, keepdims=True) / n
     mb = serial_sum(gd * xh, -1, keepdims=True) / n
-    gx = r * ((gd - ma) - (xh * mb)) if nd[0] else None
-    gg = unbroadcast(g * xh, gamma.shape) if nd[1] else None
+    gx = r * ((gd - ma) - (xh * mb)) if needs[0] else None
+    gg = unbroadcast(g * xh, gamma.shape) if needs[1] else None
     return [gx, gg]
 
 
@@ -245,7 +245,7 @@ def _silu_slope(x, s):
 register(OpDef(
     "silu", 1, "unary", "row_local", lambda sh, at: sh[0],
     forward=lambda M, xs, at: xs[0] * M.sigmoid(xs[0]),
-    backward=lambda M, g, xs, y, at, nd: [g * _silu_slope(xs[0], M.sigmoid(xs[0]))],
+    backward=lambda M, g, xs, y, at, needs: [g * _silu_slope(xs[0], M.sigmoid(xs[0]))],
     transcendental=True,
     sample=lambda rng, dt: [([_r(rng, dt, 3, 4)], {}), ([_r(rng, dt, 6)], {})],
     doc="s = sigmoid(x); y = x * s; ga = g * (s * (1 + x * (1 - s)))",
@@ -260,11 +260,11 @@ def _swiglu_shape(shapes, at):
     return shapes[0]
 
 
-def _swiglu_bwd(M, g, xs, y, at, nd):
+def _swiglu_bwd(M, g, xs, y, at, needs):
     a, u = xs
     s = M.sigmoid(a)
-    ga = (g * u) * _silu_slope(a, s) if nd[0] else None
-    gu = g * (a * s) if nd[1] else None
+    ga = (g * u) * _silu_slope(a, s) if needs[0] else None
+    gu = g * (a * s) if needs[1] else None
     return [ga, gu]
 
 
@@ -317,7 +317,7 @@ def _rope_fwd(M, xs, at):
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
 
-def _rope_bwd(M, g, xs, y, at, nd):
+def _rope_bwd(M, g, xs, y, at, needs):
     x = xs[0]
     c, s = rope_tables(x.shape[-2], x.shape[-1], at.get("base", 10000.0), x.dtype)
     h = x.shape[-1] // 2
@@ -367,7 +367,7 @@ def _ce_fwd(M, xs, at):
     return serial_sum(nll) / z.dtype.type(len(ti))
 
 
-def _ce_bwd(M, g, xs, y, at, nd):
+def _ce_bwd(M, g, xs, y, at, needs):
     z, e, s, ti = _ce_parts(M, xs[0], xs[1])
     p = e / s
     d = p.copy()
