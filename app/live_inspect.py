@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tapescope.views.numbers import count_text, ulp_text
+from tapescope.views.models.numbers import count_text, ulp_text
 
 if TYPE_CHECKING:
     from tapescope.app.qt.live import Inspection

@@ -13,8 +13,8 @@ from pathlib import Path
 from tapescope.app.session import parity_colors
 from tapescope.core.atomic import remove_stale_temporaries, write_all
 from tapescope.core.parity import entry_differs, strict_json
-from tapescope.views.numbers import count_text, ulp_exact, ulp_text
-from tapescope.views.ulp_scale import EXACT_COLOR, NAN_COLOR, ulp_color
+from tapescope.views.models.numbers import count_text, ulp_exact, ulp_text
+from tapescope.views.models.ulp_scale import EXACT_COLOR, NAN_COLOR, ulp_color
 
 SECTIONS = ("verdict", "environment", "first-divergence", "introduced", "dag", "plots",
             "nodes")
@@ -70,7 +70,7 @@ def _num(v, fmt: str = "{:g}") -> str:
 
 
 def _count(v) -> str:
-    """A count as the window writes it (views.numbers): 4,488."""
+    """A count as the window writes it (views.models.numbers): 4,488."""
     return "" if v is None else count_text(v)
 
 
@@ -247,7 +247,7 @@ def _settings(c: dict) -> dict:
 
 
 def _legend() -> str:
-    """The DAG picture's legend, in the window's one ulp scale (views.ulp_scale)."""
+    """The DAG picture's legend, in the window's one ulp scale (views.models.ulp_scale)."""
     return (f"<p class=legend><span><span class=sw style='background:{EXACT_COLOR}'></span>"
             f"bit-exact</span><span><span class=sw style='background:{ulp_color(1)}'></span>"
             f"1 ulp</span><span><span class=sw style='background:{ulp_color(2.0 ** 20)}'>"

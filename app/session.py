@@ -17,8 +17,8 @@ from tapescope.views.models.array_stats import first_nonfinite, nonfinite_flags,
 from tapescope.views.models.graph_model import GraphModel
 from tapescope.views.models.node_details import NodeDetails
 
-# the one ulp colour scale (views.ulp_scale); EXACT_COLOR, NAN_COLOR, ulp_color re-exported
-from tapescope.views.ulp_scale import (  # noqa: F401
+# the one ulp colour scale (views.models.ulp_scale); EXACT_COLOR, NAN_COLOR, ulp_color re-exported
+from tapescope.views.models.ulp_scale import (  # noqa: F401
     EXACT_COLOR,
     NAN_COLOR,
     ulp_color,
@@ -79,7 +79,7 @@ def worst_colors(ids: list[int], worst) -> dict[int, str]:
 
 def worst_codes(worst) -> tuple[np.ndarray, list[str]]:
     """``worst_colors`` as arrays: a palette index per entry and the palette (one colour name
-    per distinct worst value, in the window's one ulp scale, ``views.ulp_scale.ulp_colors``),
+    per distinct worst value, in the window's one ulp scale, ``views.models.ulp_scale.ulp_colors``),
     what ``views.overlay.NodeColors`` holds."""
     w = np.asarray(worst, dtype=np.float64).ravel()
     # NOTE: most nodes of a step are exact: only the others are sorted (np.unique over a

@@ -2,7 +2,7 @@
 
 numpy only, no tape: ``core.parity``, ``core.step_record``, the step history, the report, the
 parity command and the window all call these (issue 47 item 1); the colour of a worst ulp is
-``views.ulp_scale.ulp_color``.
+``views.models.ulp_scale.ulp_color``.
 
 The worst ulp of a node (``worst``): per side (value, gradient) that differs (``n_diff`` > 0),
 its ``max_ulp`` but at least 1 (a signed-zero mismatch has no ulp distance and still differs);

@@ -81,8 +81,8 @@ class ArrayView(QWidget):
 
     def use_ulp_scale(self) -> None:
         """Draw ulp counts (NaN: a NaN against a number) in the one ulp scale of the window
-        (views.ulp_scale): exact green, amber → red, NaN violet, ticks in ulp."""
-        from tapescope.views.ulp_scale import HEAT_TICKS, heat_lut
+        (views.models.ulp_scale): exact green, amber → red, NaN violet, ticks in ulp."""
+        from tapescope.views.models.ulp_scale import HEAT_TICKS, heat_lut
 
         self.ulp_scale = True
         self.colorbar.setColorMap(pg.ColorMap(np.linspace(0.0, 1.0, 256), heat_lut()))
@@ -176,7 +176,7 @@ class ArrayView(QWidget):
                                symbolBrush="#7c3aed", symbolPen="#7c3aed")  # NaN/inf: violet
             self.stack.setCurrentIndex(PAGE_PLOT)
         elif self.ulp_scale:
-            from tapescope.views.ulp_scale import heat_levels
+            from tapescope.views.models.ulp_scale import heat_levels
 
             self.image.setImage(heat_levels(af), autoLevels=False)
             self.colorbar.setLevels((0.0, 255.0))

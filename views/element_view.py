@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.core import precision
 from tapescope.views import theme
-from tapescope.views.numbers import ulp_exact, ulp_text
+from tapescope.views.models.numbers import ulp_exact, ulp_text
 
 WORST_COLUMNS = ("index", "reference", "candidate", "reference bits", "candidate bits", "ulp",
                  "rel error")
@@ -216,9 +216,9 @@ def ulp_map(cpu: np.ndarray, dev: np.ndarray) -> np.ndarray:
 
 
 def ulp_level_image(ref: np.ndarray, cand: np.ndarray) -> np.ndarray:
-    """The ulp map as levels of the window's one ulp scale (views.ulp_scale.heat_levels), 2-D
+    """The ulp map as levels of the window's one ulp scale (views.models.ulp_scale.heat_levels), 2-D
     (rank > 2 folds its leading dims into rows), a NaN against a number at level 255."""
-    from tapescope.views.ulp_scale import heat_levels
+    from tapescope.views.models.ulp_scale import heat_levels
 
     u = ulp_map(*_same_dtype(ref, cand))
     img = heat_levels(u)
@@ -248,9 +248,10 @@ class ElementView(QWidget):
         self.map.addItem(self.image)
         # NOTE: no rotated axis titles: in a map 80 px tall "log10(1 + ulp)" was cut to
         # "log10(1 + u"; the scale is labelled in ulp (0, 1, 10, …) and the caption says so
-        from tapescope.views.ulp_scale import HEAT_TICKS, heat_lut
+        from tapescope.views.models.ulp_scale import HEAT_TICKS, heat_lut
 
-        # the window's one ulp scale (views.ulp_scale): the graph stripe's and heatmap's colours
+        # the window's one ulp scale (views.models.ulp_scale): the graph stripe's and heatmap's
+        # colours
         self.colorbar = pg.ColorBarItem(
             values=(0, 255), colorMap=pg.ColorMap(np.linspace(0.0, 1.0, 256), heat_lut()),
             interactive=False, width=14)

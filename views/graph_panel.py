@@ -17,7 +17,7 @@ from tapescope.views import theme
 from tapescope.views.graph_view import GraphView
 from tapescope.views.minimap import Overview
 from tapescope.views.models.graph_model import GraphModel
-from tapescope.views.ulp_scale import HEAT_TICKS, faded_color, level_color
+from tapescope.views.models.ulp_scale import HEAT_TICKS, faded_color, level_color
 
 DEBOUNCE_MS = 120  # a pause in typing this long runs the search
 DEBOUNCE_FROM = 2000  # nodes: smaller tapes search on every keystroke
@@ -33,7 +33,7 @@ def _chip(fill: str, text: str, border: str = "") -> str:
 LEGEND = " ".join([
     _chip("#e8eef7", "op", "#5b7db1"), _chip("#fde3b5", "param"), _chip("#ececec", "const"),
     _chip("#e0e7ff", "loss", "#3730a3"), _chip("#dcefdc", "group"),
-    # the window's one ulp scale (views.ulp_scale): the stripe, the heatmap and the maps
+    # the window's one ulp scale (views.models.ulp_scale): the stripe, the heatmap and the maps
     "&nbsp;ulp:", _chip(level_color(0), "<font color=white>exact</font>"),
     *(_chip(level_color(lv), f"<font color={'black' if lv < 128 else 'white'}>{t}</font>")
       for lv, t in [(1.0, "1")] + [(lv, t.replace(" ulp", "")) for lv, t in HEAT_TICKS[1:5]]),

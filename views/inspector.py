@@ -27,8 +27,8 @@ from tapescope.views.element_view import ElementView, ulp_map
 from tapescope.views.models.array_stats import array_stats, format_number, numpy_text
 from tapescope.views.models.graph_model import shape_text
 from tapescope.views.models.node_details import NodeDetails  # noqa: F401  (plain data; app builds it Qt-free)
+from tapescope.views.models.numbers import count_text, ulp_text
 from tapescope.views.models.plain import MAX_TIP, html, tip
-from tapescope.views.numbers import count_text, ulp_text
 
 STAT_KEYS = ("min", "max", "mean", "std", "nan", "inf")
 EMPTY_TEXT = ("<b>Inspector</b> — select a node in the graph or the parity table (or find one: "

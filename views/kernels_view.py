@@ -27,9 +27,9 @@ from PySide6.QtWidgets import (
 )
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.views.models.numbers import ulp_text
 from tapescope.views.models.plain import html, tip
-from tapescope.views.numbers import ulp_text
-from tapescope.views.ulp_scale import EXACT_COLOR, NAN_COLOR
+from tapescope.views.models.ulp_scale import EXACT_COLOR, NAN_COLOR
 
 KEYWORDS = ("extern", "__global__", "__device__", "__syncthreads", "const", "long", "int",
             "unsigned", "double", "float", "void", "for", "if", "else", "return", "real_t",

@@ -20,12 +20,12 @@ from tapescope.views.graph_view import NAN_COLOR, GraphView
 from tapescope.views.models.graph_model import KIND_GROUP, KIND_OP
 from tapescope.views.models.plain import tip
 from tapescope.views.models.scope_runs import run_label, scope_runs
-from tapescope.views.ulp_scale import EXACT_COLOR
+from tapescope.views.models.ulp_scale import EXACT_COLOR
 
 BAND_PX = 6  # the thinnest band, pixels: a band and its 1 px gap stay visible
 GREY = QColor("#9aa3b2")  # nothing compared in this band
 FRAME = QColor("#1d4ed8")
-EXACT = EXACT_COLOR  # the bit-exact stripe (views.ulp_scale)
+EXACT = EXACT_COLOR  # the bit-exact stripe (views.models.ulp_scale)
 FRAME_MIN_PX = 8.0  # the view's frame is never drawn thinner (at 100k nodes it is 0.03 px)
 
 

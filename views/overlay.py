@@ -17,19 +17,19 @@ import numpy as np
 from PySide6.QtGui import QColor
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.views.ulp_scale import NAN_COLOR  # (the one ulp scale's NaN violet)
+from tapescope.views.models.ulp_scale import NAN_COLOR  # (the one ulp scale's NaN violet)
 
 
 def severity(color: QColor) -> tuple[bool, int]:
     """Order of parity stripe colours, worst last: exact green < amber < red < NaN violet."""
-    # NOTE: the stripes run amber → red by lowering green (views.ulp_scale.ulp_color); exact green
-    # has the most green of all, so it ranks lowest
+    # NOTE: the stripes run amber → red by lowering green (views.models.ulp_scale.ulp_color);
+    # exact green has the most green of all, so it ranks lowest
     return color.name() == NAN_COLOR, -color.green()
 
 
 class NodeColors:
     """A parity colour per node: ``palette[code[k]]`` is node ``ids[k]``'s colour (a name
-    QColor reads, e.g. ``views.ulp_scale.EXACT_COLOR``)."""
+    QColor reads, e.g. ``views.models.ulp_scale.EXACT_COLOR``)."""
 
     __slots__ = ("code", "ids", "palette")
 

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.views.models.graph_model import shape_text
+from tapescope.views.models.numbers import ULP_SCIENTIFIC_FROM, count_text, ulp_exact, ulp_text
 from tapescope.views.models.parity_rows import (
     COLUMNS,
     HEADER_TIPS,
@@ -41,9 +42,8 @@ from tapescope.views.models.parity_rows import (
 )
 from tapescope.views.models.plain import cut, tip
 from tapescope.views.models.search import NodeSearch
-from tapescope.views.numbers import ULP_SCIENTIFIC_FROM, count_text, ulp_exact, ulp_text
+from tapescope.views.models.ulp_scale import ulp_color
 from tapescope.views.parity_proxy import ParityFilterProxy
-from tapescope.views.ulp_scale import ulp_color
 
 SORT_ROLE = Qt.UserRole + 1
 DEBOUNCE_MS = 120  # a pause in typing this long applies the filter
@@ -161,7 +161,7 @@ class ParityTableModel(QAbstractTableModel):
                 return ""
             if c == 3:
                 return shape_text(v)
-            if c >= 4:  # the window's one rule (views.numbers): 23,296 and 5.87e+06
+            if c >= 4:  # the window's one rule (views.models.numbers): 23,296 and 5.87e+06
                 return number_cell(r, c)
             return cut(v) if c == 2 else str(v)  # a name from the file: one line, cut
         if role == SORT_ROLE:

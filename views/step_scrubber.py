@@ -14,7 +14,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QSpinBox, QToolButton, QWidget
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
-from tapescope.views.numbers import count_text
+from tapescope.views.models.numbers import count_text
 
 # NOTE: Alt+PgUp/PgDown, not Alt+Left/Right: those go back and forward through the nodes
 # visited, as in a browser, Netron or an IDE (app.qt.main_window)

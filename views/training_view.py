@@ -32,10 +32,10 @@ from PySide6.QtWidgets import (
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.core.summary import worst_of
 from tapescope.views import theme
+from tapescope.views.models.numbers import count_text, ulp_text
 from tapescope.views.models.plain import cut, tip
 from tapescope.views.models.scope_runs import scope_runs
-from tapescope.views.numbers import count_text, ulp_text
-from tapescope.views.ulp_scale import (  # noqa: F401  (heat_levels, heat_lut: re-exported)
+from tapescope.views.models.ulp_scale import (  # noqa: F401  (heat_levels, heat_lut: re-exported)
     HEAT_TICKS,
     INHERITED,
     heat_levels,
@@ -88,7 +88,7 @@ class TrainingPanel(QWidget):
         self.heat_plot.setLabel("left", "node")
         self.heat_plot.setLabel("bottom", "step")
         self.heat = pg.ImageItem(axisOrder="row-major")
-        # NOTE: two tones (views.ulp_scale.two_tone_lut): a cell whose node introduced its
+        # NOTE: two tones (views.models.ulp_scale.two_tone_lut): a cell whose node introduced its
         # error in full colour, an inherited one faded, as the graph's stripes; with error
         # flowing down the tape every cell was the same red and no node stood out (issue 25)
         bg = pg.mkColor(theme.current().plot_bg)

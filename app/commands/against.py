@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tapescope.views.numbers import ulp_text
+from tapescope.views.models.numbers import ulp_text
 
 __all__ = ["Against"]
 
@@ -152,7 +152,7 @@ class Against:
                           {i: severity(x) for i, x in zip(differ, worst.tolist(), strict=True)})
 
         def ulp(d: dict | None) -> str:
-            # (as the window writes a distance: 63,054, 5.87e+06; views.numbers)
+            # (as the window writes a distance: 63,054, 5.87e+06; views.models.numbers)
             return "-" if d is None else ulp_text(d["max_ulp"]) if d["n_diff"] else "0"
 
         def side(i: int, nodes: dict, causes: dict, intro: set) -> str:

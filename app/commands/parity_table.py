@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from tapescope.views.numbers import count_text, ulp_text
+from tapescope.views.models.numbers import count_text, ulp_text
 
 if TYPE_CHECKING:  # numpy and core.parity load where a table is printed, not with the CLI parser
     import numpy as np
@@ -71,7 +71,7 @@ def print_nodes(bad: list[dict], introduced: list[dict], explain: bool,
     worst = entries_worst(by_id.values()).tolist()
     order = table_order(by_id, introduced,
                         {i: severity(w) for i, w in zip(by_id, worst, strict=True)})
-    # (counts and ulp as the window writes them, views.numbers: 4,488 and 5.87e+06)
+    # (counts and ulp as the window writes them, views.models.numbers: 4,488 and 5.87e+06)
     print(f"{'node':>5} {'op':<14} {'name':<28} {'value diff':>11} {'ulp':>8} "
           f"{'grad diff':>10} {'ulp':>8} {'cause' if explain else 'origin':<13}")
     for i in order[:limit]:

@@ -37,8 +37,14 @@ from PySide6.QtWidgets import (
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.core.capture.file import Capture
-from tapescope.views.numbers import count_text, ulp_exact, ulp_text
-from tapescope.views.ulp_scale import faded_color, heat_levels, heat_lut, level_color, ulp_color
+from tapescope.views.models.numbers import count_text, ulp_exact, ulp_text
+from tapescope.views.models.ulp_scale import (
+    faded_color,
+    heat_levels,
+    heat_lut,
+    level_color,
+    ulp_color,
+)
 
 _PHASE_COLOR = {"forward": "#3b82f6", "backward": "#a855f7", "optimizer": "#14b8a6"}
 _ORDER = ("exact", "introduced", "inherited", "no-reference", "recorded", "unjudged")

@@ -41,8 +41,8 @@ from tapescope.app.runs import SessionConfig
 from tapescope.app.session import unconfirmed_script
 from tapescope.app.step_rerun import StepRerun
 from tapescope.views.kernels_view import KernelsPanel
+from tapescope.views.models.numbers import count_text
 from tapescope.views.models.plain import cut
-from tapescope.views.numbers import count_text
 from tapescope.views.training_view import TrainingPanel
 
 INSPECT_STATES = (RUNNING, PAUSED, STOPPED)  # a worker that can still answer

@@ -32,10 +32,10 @@ from tapescope.core.tapefile import TapeFileError
 from tapescope.views.graph_panel import GraphPanel
 from tapescope.views.inspector import InspectorPanel
 from tapescope.views.models.graph_model import shape_text
+from tapescope.views.models.numbers import count_text
 from tapescope.views.models.parity_rows import build_rows, parity_line
 from tapescope.views.models.plain import cut, html, message, tip
 from tapescope.views.models.stepper_model import BackwardStepper
-from tapescope.views.numbers import count_text
 from tapescope.views.parity_table import ParityPanel
 from tapescope.views.stepper_view import StepperPanel
 

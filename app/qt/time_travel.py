@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QFileDialog
 from tapescope.app.session import worst_codes
 from tapescope.app.step_history import F_G_NAN, F_V_NAN, SOURCE_PROVENANCE, StepHistory
 from tapescope.core.summary import entry_worst, severity, worst
-from tapescope.views.numbers import count_text
+from tapescope.views.models.numbers import count_text
 from tapescope.views.overlay import NodeColors
 from tapescope.views.step_scrubber import StepScrubber
 from tapescope.views.training_view import HEAT_STEPS, heat_levels

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QFileDialog
 from tapescope.app.qt.export_menu import export_csv
 from tapescope.app.qt.main_window import MainWindow
 from tapescope.views import export
-from tapescope.views.ulp_scale import level_color
+from tapescope.views.models.ulp_scale import level_color
 
 
 @pytest.fixture(autouse=True)

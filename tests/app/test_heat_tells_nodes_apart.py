@@ -12,8 +12,8 @@ import pytest
 from PySide6.QtGui import QColor, QImage
 
 from tapescope.views.graph_panel import LEGEND
+from tapescope.views.models.ulp_scale import FADED, INHERITED, heat_lut, level_color, two_tone_lut
 from tapescope.views.training_view import TrainingPanel
-from tapescope.views.ulp_scale import FADED, INHERITED, heat_lut, level_color, two_tone_lut
 from tests.helpers.time_travel import feed
 
 

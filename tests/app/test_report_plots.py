@@ -23,7 +23,7 @@ def test_the_plots_image_has_the_heatmap(qtbot):
     from PySide6.QtGui import QImage
 
     from tapescope.app.qt.report_render import render_training
-    from tapescope.views.ulp_scale import heat_levels, heat_lut
+    from tapescope.views.models.ulp_scale import heat_levels, heat_lut
 
     steps = [{"step": k, "loss_ref": 1.0 / k, "loss_cand": 1.0 / k, "seconds": 0.01,
               "exact": k < 3, "max_ulp": 0.0 if k < 3 else 2.0 ** 10} for k in (1, 2, 3, 4)]

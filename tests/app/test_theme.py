@@ -58,7 +58,7 @@ def test_a_dark_system_palette_makes_the_window_and_its_plots_dark(qtbot, settin
     corner = w.graph.view.mapTo(w, w.graph.view.viewport().rect().topLeft())
     assert QColor(img.pixel(corner.x() + 3, corner.y() + 3)).lightness() < 60  # seen dark
     # the parity colours stay what they are (data): exact is the same green in both themes
-    from tapescope.views.ulp_scale import level_color
+    from tapescope.views.models.ulp_scale import level_color
     assert level_color(0) == "#16a34a"
     # words on the background are light; chips keep dark words
     legend = w.graph.legend.text()
@@ -83,7 +83,7 @@ def test_a_light_system_stays_light_and_the_variable_can_force_either(qtbot, set
 
 
 def test_the_faded_tone_fades_toward_the_plots_background():
-    from tapescope.views.ulp_scale import INHERITED, heat_lut, two_tone_lut
+    from tapescope.views.models.ulp_scale import INHERITED, heat_lut, two_tone_lut
 
     dark = two_tone_lut((34, 38, 46))
     light = two_tone_lut()

@@ -296,7 +296,7 @@ def test_no_table_elides_a_number_and_a_node_reads_the_same_everywhere(qtbot, se
     from PySide6.QtGui import QHelpEvent
     from PySide6.QtWidgets import QApplication, QTableView, QToolTip
 
-    from tapescope.views.numbers import ulp_text
+    from tapescope.views.models.numbers import ulp_text
     from tests.helpers.live import click_row
     from tests.helpers.time_travel import fake_live, feed
 
@@ -352,8 +352,8 @@ def test_no_table_elides_a_number_and_a_node_reads_the_same_everywhere(qtbot, se
 
 def test_a_huge_ulp_is_written_one_way_and_its_column_grows(qtbot):
     from tapescope.views.models.graph_model import GraphNode
+    from tapescope.views.models.numbers import count_text, ulp_exact, ulp_text
     from tapescope.views.models.parity_rows import build_rows
-    from tapescope.views.numbers import count_text, ulp_exact, ulp_text
     from tapescope.views.parity_table import ParityPanel
 
     assert [ulp_text(u) for u in (0, 1, 4488, 999_999, 5_873_720, 9.2e18, 0.5, -1,

@@ -206,7 +206,7 @@ def test_the_elements_tab_shows_its_title_columns_and_rows(qtbot, win, episode, 
         assert t.rowAt(t.viewport().height() - 2) >= 3 or t.rowAt(t.viewport().height() - 2) < 0
         assert t.rowAt(3 * t.rowHeight(0) + 2) == 3  # four rows on screen, not one
     # the colour scale is labelled in ulp (the window's one ulp scale), with no title to cut
-    from tapescope.views.ulp_scale import HEAT_TICKS
+    from tapescope.views.models.ulp_scale import HEAT_TICKS
 
     assert ins.element_view.colorbar.axis._tickLevels[0] == HEAT_TICKS
 
@@ -286,7 +286,7 @@ def test_without_a_live_session_the_panels_say_what_they_will_show(qtbot, win, m
 def test_one_ulp_colour_scale_everywhere_and_one_legend(qtbot, win, episode):
     from tapescope.app.session import ulp_color
     from tapescope.views.graph_panel import LEGEND
-    from tapescope.views.ulp_scale import HEAT_TICKS, heat_levels, level_color
+    from tapescope.views.models.ulp_scale import HEAT_TICKS, heat_levels, level_color
 
     node = live_node_at_latest(qtbot, win, episode)
     ins = win.inspector

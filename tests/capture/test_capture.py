@@ -371,10 +371,10 @@ def test_gui_opens_a_capture_grouped_by_module(captured, tmp_path):
     assert {"tok", "pos", "blocks", "ln", "head"} <= set(kids)
     assert gpt.isExpanded()  # the model open, its children folded but the selected path
     assert "native_layer_norm" in win.inspector.toPlainText()  # the first divergence shown
-    # numbers in one format (views.numbers), never elided: each column fits its widest number
+    # numbers in one format (views.models.numbers), never elided: each column fits its widest number
     from PySide6.QtGui import QFontMetrics
 
-    from tapescope.views.numbers import ulp_text
+    from tapescope.views.models.numbers import ulp_text
 
     fm = QFontMetrics(win.tree.font())
     items, todo = [], [win.tree.topLevelItem(k) for k in range(win.tree.topLevelItemCount())]

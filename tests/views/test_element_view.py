@@ -59,7 +59,7 @@ def test_worst_elements_table_shows_values_bits_ulp_and_relative_error(qtbot):
     assert w.repro.isEnabled()
     # drawn in the window's one ulp scale: exact 0, 1 ulp amber (1), NaN ≠ violet (255)
     from tapescope.views.element_view import ulp_level_image
-    from tapescope.views.ulp_scale import heat_levels
+    from tapescope.views.models.ulp_scale import heat_levels
 
     lv = ulp_level_image(ref, cand)
     assert np.array_equal(w.image.image, lv)

@@ -83,7 +83,7 @@ CELLS = {  # node id -> the text of each column, in HEADERS order
     1: ("1", "const", "", "2×3", "", "", "", ""),
     2: ("2", "matmul", "h", "2×4", "0", "0", "3", "9"),
     3: ("3", "exp", "e", "2×4", "5", "2.5", "1", "3"),
-    4: ("4", "mean", "loss", "scalar", "1", "1.00e+20", "", ""),  # views.numbers' rule
+    4: ("4", "mean", "loss", "scalar", "1", "1.00e+20", "", ""),  # views.models.numbers' rule
     5: ("5", "tanh", "t", "7", "4", "6", "2", "11"),
 }
 

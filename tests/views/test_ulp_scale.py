@@ -1,6 +1,6 @@
 """One ulp colour scale (issue 47 item 1): the graph's stripe, the minimap, the parity table,
 the report's page and picture and the heatmap all take a worst ulp's colour from
-views.ulp_scale, and no other module spells a colour of its own for an ulp."""
+views.models.ulp_scale, and no other module spells a colour of its own for an ulp."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from tapescope.core.summary import entry_worst
-from tapescope.views.ulp_scale import (
+from tapescope.views.models.ulp_scale import (
     EXACT_COLOR,
     NAN_COLOR,
     heat_levels,
@@ -89,14 +89,14 @@ def test_the_report_page_and_its_graph_use_the_windows_colours():
 
 
 def test_no_other_module_spells_a_colour_from_an_ulp():
-    """The scale's formula and its colours live in views/ulp_scale.py; a worst ulp's rule in
+    """The scale's formula and its colours live in views/models/ulp_scale.py; a worst ulp's rule in
     core/summary.py. A second copy (a hex colour built from numbers, the exact green typed
     again, a max of an ulp with 1.0) is what drifted before."""
     spelled = re.compile(r"#\{[^}]*:02x\}")
     green = re.compile(r"#16a34a", re.I)
     ulp_rule = re.compile(r"np\.(fmax|maximum)\([^)]*ulp[^)]*,\s*1(\.0)?\)")
     from tapescope.core import summary
-    from tapescope.views import ulp_scale
+    from tapescope.views.models import ulp_scale
 
     # (where the two modules are, wherever a move puts them)
     scale_file = Path(ulp_scale.__file__).resolve().relative_to(ROOT).as_posix()

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tapescope.views.models.layout import EdgeLists, structure_key_arrays
+from tapescope.views.models.numbers import count_text
 from tapescope.views.models.search import NodeSearch
-from tapescope.views.numbers import count_text
 
 KIND_OP, KIND_PARAM, KIND_CONST, KIND_LOSS, KIND_GROUP = 0, 1, 2, 3, 4
 KIND_NAMES = ("op", "param", "const", "loss", "group")

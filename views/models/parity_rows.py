@@ -17,7 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from tapescope.core.step_record import F_G_NAN, F_V_NAN
-from tapescope.views.numbers import count_text, ulp_text
+from tapescope.views.models.numbers import count_text, ulp_text
 
 COLUMNS = ("id", "op", "name", "shape", "value n_diff", "value max_ulp", "grad n_diff",
            "grad max_ulp")
@@ -203,7 +203,8 @@ class ParityRows(Sequence):
 
 def number_cell(row: ParityRow, col: int) -> str:
     """The text of comparison column ``col`` (4-7): a count with thousands separators, a
-    distance in ulp by the window's one rule (views.numbers); "" where nothing was compared."""
+    distance in ulp by the window's one rule (views.models.numbers); "" where nothing was
+    compared."""
     v = row.cell(col)
     if v is None:
         return ""
