@@ -25,6 +25,7 @@ from tapescope.core.names import shown
 from tapescope.core.onnx import lowerings
 from tapescope.core.onnx.errors import OnnxError, node_label
 from tapescope.core.onnx.executor import Session
+from tapescope.core.onnx.export_meta import META_MAX, exported_parameters, signature
 from tapescope.core.onnx.limits import Budget, Limits, _over
 from tapescope.core.onnx.loader import check_inputs, np_dtype
 from tapescope.core.onnx.reference import REFERENCE
@@ -116,10 +117,6 @@ WEIGHT_VIEWS = ("Identity", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqu
 #: ops that read only their input's shape (never its values)
 SHAPE_OPS = ("Shape", "Size")
 
-_SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"
-_KIND = "pkg.torch.export.graph_signature.InputSpec.kind"
-_FOLDED_FROM = "pkg.onnxscript.optimizer.folded_from"
-_META_MAX = 1 << 22  # longer metadata values are ignored (a hostile file's)
 
 
 def is_weight_value(v: Any) -> bool:
@@ -127,25 +124,6 @@ def is_weight_value(v: Any) -> bool:
     value is a constant: the exporters' attention scale, GELU's 0.5 and sqrt(2), a Pow
     exponent)."""
     return isinstance(v, np.ndarray) and precision.is_float(v.dtype) and v.ndim >= 1
-
-
-def exported_parameters(graph) -> tuple[set[str], dict[str, list[str]]] | None:
-    """A torch.export (dynamo) file's own account of its parameters, or None for another file:
-    (the PARAMETER targets of its graph signature and the initializers it marks PARAMETER,
-    {initializer: the names its optimizer folded it from}). Read as text, never evaluated."""
-    sig = next((p.value for p in getattr(graph, "metadata_props", ())
-                if p.key == _SIGNATURE and len(p.value) <= _META_MAX), None)
-    if sig is None:
-        return None
-    params = set(re.findall(r"^\s*\w+: PARAMETER target='([^']*)'", sig, re.M))
-    folded: dict[str, list[str]] = {}
-    for vi in (*graph.value_info, *graph.input):
-        for p in vi.metadata_props:
-            if p.key == _KIND and p.value == "PARAMETER":
-                params.add(vi.name)
-            elif p.key == _FOLDED_FROM and len(p.value) <= _META_MAX:
-                folded[vi.name] = re.findall(r"'([^']*)'", p.value)
-    return params, folded
 
 
 def is_broadcast(v: Any) -> bool:
@@ -230,7 +208,7 @@ def exported_merges(graph, values: dict[str, Any]) -> dict[tuple[str, str], dict
     if export is None:
         return {}
     params, folded = export
-    sig = next((p.value for p in graph.metadata_props if p.key == _SIGNATURE), "")
+    sig = signature(graph) or ""
     target = dict(re.findall(r"^\s*(\w+): PARAMETER target='([^']*)'", sig, re.M))
     in_file = {t.name for t in graph.initializer} | {i.name for i in graph.input} | {
         o for n in graph.node for o in n.output}  # (a split-out name must be a new one)
@@ -253,7 +231,7 @@ def exported_merges(graph, values: dict[str, Any]) -> dict[tuple[str, str], dict
     out: dict[tuple[str, str], dict[str, str]] = {}
     for n in graph.node:
         fx = next((p.value for p in n.metadata_props if p.key == _FX_NODE
-                   and len(p.value) <= _META_MAX), None)
+                   and len(p.value) <= META_MAX), None)
         if not fx:
             continue
         took = re.findall(r"%(p_\w+)", fx.split("args = ", 1)[-1])

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tapescope.core.names import shown
+from tapescope.core.onnx.export_meta import exported_parameters, signature
 
 
 @dataclass
@@ -63,8 +64,6 @@ def _sources(graph, params):
     initializers a MatMul reads as its right side). A renamed 2-D initializer a MatMul reads
     as its right side is a Linear weight's transpose (x @ W.T); a square one is told by this
     use, not by its shape."""
-    from tapescope.core.onnx.importer import exported_parameters
-
     export = exported_parameters(graph)
     folded: dict[str, list[str]] = {}  # state_dict name -> the initializers folded from it
     if export is not None:
@@ -222,10 +221,7 @@ def _placeholders(graph) -> dict[str, str]:
     """A dynamo file's {fx placeholder (``p_blocks_0_fc_bias``): PARAMETER target}."""
     import re
 
-    from tapescope.core.onnx.importer import _META_MAX, _SIGNATURE
-
-    sig = next((p.value for p in getattr(graph, "metadata_props", ())
-                if p.key == _SIGNATURE and len(p.value) <= _META_MAX), "")
+    sig = signature(graph) or ""
     return dict(re.findall(r"^\s*(\w+): PARAMETER target='([^']*)'", sig, re.M))
 
 
