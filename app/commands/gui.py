@@ -132,10 +132,20 @@ def run(args: argparse.Namespace) -> int:
         workload = resolve_workload(args, default=None)
     except ValueError as e:
         return _fail(str(e))
+    session = None
+    if workload and args.model:  # the model is opened with its --input/--shape/--weights here,
+        # headless, so a wrong shape or an unknown input name is this command's one line and
+        # exit 2, not an error box in a window that then stays up
+        from tapescope.app.session import SessionError, open_workload
+
+        try:
+            session = open_workload(workload)
+        except SessionError as e:
+            return _fail(str(e))
     problem = start_platform(screenshot=bool(args.screenshot))
     if problem:
         return _fail(problem)
     from tapescope.app.qt.gui import launch  # the window: Qt from here on (app/qt)
 
-    got = launch(args, size, workload)
+    got = launch(args, size, workload, session)
     return _fail(got) if isinstance(got, str) else got

@@ -70,10 +70,11 @@ def wait_live(win, timeout_s: float = 120.0) -> None:
 
 
 
-def launch(args: argparse.Namespace, size: tuple[int, int] | None, workload) -> int | str:
+def launch(args: argparse.Namespace, size: tuple[int, int] | None, workload,
+           session=None) -> int | str:
     """The window for ``tapescope gui`` once its arguments are checked and the Qt platform is
     chosen (``app.commands.gui.run``): its exit status, or the one-line error (exit 2) as a
-    string."""
+    string. ``session``: the workload already opened (a model, opened before the window)."""
     if args.file and not args.live:
         from tapescope.core.capture.file import is_capture
 
@@ -97,7 +98,9 @@ def launch(args: argparse.Namespace, size: tuple[int, int] | None, workload) -> 
     prepare_native(win)  # a cold cache: refmath's C kernels compile behind a dialog with Cancel
     if args.file:
         ok = win.open_file(args.file)
-    if workload or not args.file:
+    if session is not None:
+        win.set_session(session)
+    elif workload or not args.file:
         ok = win.open_workload(workload or "mlp") and ok
     if args.live and ok and win.session is not None and win.session.workload is not None:
         from tapescope.app.commands.model_args import amp_kwargs, resolve_dtype

@@ -29,9 +29,14 @@ def model(tmp_path):
 @pytest.mark.parametrize("args, says", [
     (["--input", "x=NOPE.npy"], "--input x="),  # a missing file: checked before the window
     (["--shape", "x=a,b"], "--shape x=a,b: give positive integers"),
+    # the file's contents: the model is opened before the window too
+    (["--input", "x=BAD.npy"], "--input x: shape (3, 3), the model takes"),
+    (["--input", "nosuch=GOOD.npy"], "the model has no input 'nosuch' (its inputs: x)"),
 ])
 def test_a_bad_model_argument_is_one_line_and_exit_2(tmp_path, model, args, says):
-    args = [a.replace("NOPE", str(tmp_path / "nope")) for a in args]
+    np.save(tmp_path / "bad.npy", np.ones((3, 3), np.float32))
+    args = [a.replace("NOPE", str(tmp_path / "nope")).replace("BAD.npy", str(tmp_path / "bad.npy"))
+            .replace("GOOD.npy", str(tmp_path / "x.npy")) for a in args]
     r = run_gui(str(model), *args, config=tmp_path)  # no --screenshot: the window case
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = error_lines(r)
