@@ -144,6 +144,7 @@ def test_audit_flags_mad_in_real_nvrtc_ptx():
     assert counts["fma"] == 1 and not audit_ok(counts)
 
 
+@pytest.mark.xdist_group("nvrtc-kernels")  # one worker compiles every kernel once
 @needs_nvrtc
 def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out):
     from tapescope.app.commands.kernels import DTYPES, MATHS
@@ -172,6 +173,7 @@ def test_every_kernel_compiles_and_the_refmath_ptx_passes_the_audit(kernels_out)
             assert f"{stem} " in text and "FAIL" not in text
 
 
+@pytest.mark.xdist_group("nvrtc-kernels")  # one worker compiles every kernel once
 @needs_nvrtc
 def test_the_audit_table_in_devices_md_is_what_kernels_prints(kernels_out):
     # docs/devices.md restates the audit's counts; they went stale once (div.rn 152 vs 160)
@@ -244,6 +246,7 @@ def _check_doc_table(text: str, rows: int) -> None:
         f"docs/devices.md's audit table should read:\n{want}"
 
 
+@pytest.mark.xdist_group("nvrtc-kernels")  # one worker compiles every kernel once
 @needs_nvrtc
 def test_platform_units_really_differ(kernels_out):
     # control: the platform libm does use fma/approx, so a clean refmath audit means something
@@ -252,6 +255,7 @@ def test_platform_units_really_differ(kernels_out):
     assert counts["fma"] > 0 and not audit_ok(counts)
 
 
+@pytest.mark.xdist_group("nvrtc-kernels")  # one worker compiles every kernel once
 @needs_nvrtc
 def test_library_unit_is_what_the_backend_compiles(kernels_out):
     from tapescope.gpu.source import library_source

@@ -21,6 +21,9 @@ from tapescope.core.ops import REGISTRY
 
 PASSING = os.path.join(os.path.dirname(__file__), "conformance_passing.txt")
 
+# one worker runs the node suite once (a module fixture is paid by every worker its tests reach)
+pytestmark = pytest.mark.xdist_group("onnx-conformance")
+
 
 @pytest.fixture(scope="module")
 def outcomes():

@@ -20,6 +20,9 @@ from tapescope.core.ops import REGISTRY
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "onnx-coverage.md"
 
+# one worker runs the node suite once (a module fixture is paid by every worker its tests reach)
+pytestmark = pytest.mark.xdist_group("tape-conformance")
+
 
 @pytest.fixture(scope="module")
 def outcomes():
