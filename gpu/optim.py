@@ -148,22 +148,28 @@ class Adam(_DeviceOptimizer):
         self.eps = float(eps)
         self.initial_moments: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
+    def _moments_dtype(self, prog: Any) -> np.dtype:
+        """The moments' type: the episode's (mixed precision: float32, ``_Amp``)."""
+        return prog.dtype
+
     def _setup(self, prog: Any) -> None:
+        """The step's scalars and m, v per parameter (AdamW and the Amp variants too)."""
+        dt = self._moments_dtype(prog)
         self.k: Buffer = prog.device.alloc(self.n_scalars, prog.compute_dtype)
-        self.moments = {i: (prog.device.alloc(prog.nodes[i].size, prog.dtype),
-                            prog.device.alloc(prog.nodes[i].size, prog.dtype))
-                        for i, _ in self.live}
+        self.moments = {i: (prog.device.alloc(prog.nodes[i].size, dt),
+                            prog.device.alloc(prog.nodes[i].size, dt)) for i, _ in self.live}
         # moments carried over from a core optimizer that already stepped (from_core)
         for i, (m0, v0) in getattr(self, "initial_moments", {}).items():
             if i in self.moments:
-                self.moments[i][0].upload(np.asarray(m0, dtype=prog.dtype).reshape(-1))
-                self.moments[i][1].upload(np.asarray(v0, dtype=prog.dtype).reshape(-1))
+                self.moments[i][0].upload(np.asarray(m0, dtype=dt).reshape(-1))
+                self.moments[i][1].upload(np.asarray(v0, dtype=dt).reshape(-1))
 
     def _update(self, prog: Any, i: int, l2: float) -> Launch:
+        """The ``adam`` / ``adamw`` kernel (``kind``) on one parameter."""
         ctx = prog.ctx
         n = prog.nodes[i].size
         m, v = self.moments[i]
-        return ctx.launch("adam", n, prog.values[i], prog.grads[i], m, v, self.ctl, self.k,
+        return ctx.launch(self.kind, n, prog.values[i], prog.grads[i], m, v, self.ctl, self.k,
                           np.int64(l2 != 0.0), ctx.real(l2), n)
 
     def step_scalars(self) -> dict[str, float]:
@@ -236,14 +242,9 @@ class AdamW(_DeviceOptimizer):
         self.initial_moments: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     n_scalars = 9
+    _moments_dtype = Adam._moments_dtype
     _setup = Adam._setup
-
-    def _update(self, prog: Any, i: int, l2: float) -> Launch:
-        ctx = prog.ctx
-        n = prog.nodes[i].size
-        m, v = self.moments[i]
-        return ctx.launch("adamw", n, prog.values[i], prog.grads[i], m, v, self.ctl, self.k,
-                          np.int64(l2 != 0.0), ctx.real(l2), n)
+    _update = Adam._update
 
     def step_scalars(self) -> dict[str, float]:
         """This step's scalars in python float64, as core.optim.AdamW writes them."""
@@ -322,22 +323,17 @@ class AmpAdam(_Amp, Adam):
         Adam.__init__(self, lr, betas, eps)
         self._amp_init()
 
-    def _setup(self, prog: Any) -> None:
-        dt = prog.compute_dtype
-        self.k = prog.device.alloc(self.n_scalars, dt)
-        self.moments = {i: (prog.device.alloc(prog.nodes[i].size, dt),
-                            prog.device.alloc(prog.nodes[i].size, dt)) for i, _ in self.live}
-        for i, (m0, v0) in self.initial_moments.items():
-            if i in self.moments:
-                self.moments[i][0].upload(np.asarray(m0, dtype=dt).reshape(-1))
-                self.moments[i][1].upload(np.asarray(v0, dtype=dt).reshape(-1))
+    def _moments_dtype(self, prog: Any) -> np.dtype:
+        return prog.compute_dtype  # float32 moments beside the float32 masters
 
     def _update(self, prog: Any, i: int, l2: float) -> Launch:
+        """The ``amp_adam`` / ``amp_adamw`` kernel on one parameter and its master."""
         ctx = prog.ctx
         n = prog.nodes[i].size
         m, v = self.moments[i]
-        return ctx.launch("amp_adam", n, prog.values[i], self.masters[i], prog.grads[i], m, v,
-                          self.ctl, self.k, np.int64(l2 != 0.0), ctx.real(l2), n)
+        return ctx.launch(f"amp_{self.kind}", n, prog.values[i], self.masters[i],
+                          prog.grads[i], m, v, self.ctl, self.k, np.int64(l2 != 0.0),
+                          ctx.real(l2), n)
 
 
 class AmpSGDMomentum(_Amp, SGDMomentum):
@@ -364,14 +360,8 @@ class AmpAdamW(_Amp, AdamW):
         AdamW.__init__(self, lr, betas, eps, weight_decay)
         self._amp_init()
 
-    _setup = AmpAdam._setup
-
-    def _update(self, prog: Any, i: int, l2: float) -> Launch:
-        ctx = prog.ctx
-        n = prog.nodes[i].size
-        m, v = self.moments[i]
-        return ctx.launch("amp_adamw", n, prog.values[i], self.masters[i], prog.grads[i], m, v,
-                          self.ctl, self.k, np.int64(l2 != 0.0), ctx.real(l2), n)
+    _moments_dtype = AmpAdam._moments_dtype
+    _update = AmpAdam._update
 
 
 def from_core(opt: core_optim.Optimizer) -> _DeviceOptimizer:
