@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tapescope import gpu
-from tapescope.core import Tape, ops, optim
+from tapescope.core import Tape, optim
+from tests.helpers.workloads import weighted_squares
 
 SIZES = (1, 63, 64, 65, 64 * 128 + 3)  # the last: 129 spans, more than a block's 128 threads
 
@@ -27,12 +28,7 @@ def test_adam_spans_are_core_optims_bits(host, dtype, clip):
     mark = tape.mark()
 
     def episode():
-        terms = [ops.sum(ops.mul(ops.mul(p, p), tape.const(c)))
-                 for p, c in zip(ps, cs, strict=True)]
-        loss = terms[0]
-        for t in terms[1:]:
-            loss = ops.add(loss, t)
-        return loss
+        return weighted_squares(tape, ps, cs)
 
     prog = gpu.capture(host, tape, episode())
     dopt = gpu.from_core(opt)

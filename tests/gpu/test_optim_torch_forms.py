@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from tapescope import gpu
-from tapescope.core import Tape, ops, optim, precision
+from tapescope.core import Tape, optim, precision
 from tapescope.core.schedule import Schedule
 from tests.helpers.nvrtc import needs_nvrtc
+from tests.helpers.workloads import weighted_squares
 
 SIZES = (1, 63, 65, 300)
 DTYPES = [np.float64, np.float32, precision.FLOAT16, precision.BFLOAT16]
@@ -52,12 +53,7 @@ def _steps(host, dtype, make, steps=5, fuse=False):
     mark = tape.mark()
 
     def episode():
-        terms = [ops.sum(ops.mul(ops.mul(p, p), tape.const(c)))
-                 for p, c in zip(ps, cs, strict=True)]
-        loss = terms[0]
-        for t in terms[1:]:
-            loss = ops.add(loss, t)
-        return loss
+        return weighted_squares(tape, ps, cs)
 
     prog = gpu.capture(host, tape, episode())
     if fuse:

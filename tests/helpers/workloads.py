@@ -1,10 +1,10 @@
 """A workload trained on the tape and on a device side by side (tests/gpu/test_workloads.py,
-test_cuda, test_cuda_plumbing)."""
+test_cuda, test_cuda_plumbing), and the small loss the optimizer tests step."""
 
 from __future__ import annotations
 
 from tapescope import gpu
-from tapescope.core import workloads
+from tapescope.core import ops, workloads
 
 
 def train_side_by_side(host, name: str, dtype, steps: int, math: str = "refmath"):
@@ -23,3 +23,13 @@ def train_side_by_side(host, name: str, dtype, steps: int, math: str = "refmath"
         yield step, wl.tape, prog, gpu.parity.compare(wl.tape, prog)
         opt.step()
         prog.step(dopt)
+
+
+def weighted_squares(tape, ps, cs):
+    """The loss sum_k sum(p_k * p_k * c_k), recorded on ``tape`` (the optimizer tests' episode:
+    every parameter gets its own gradient, 2 p c)."""
+    terms = [ops.sum(ops.mul(ops.mul(p, p), tape.const(c))) for p, c in zip(ps, cs, strict=True)]
+    loss = terms[0]
+    for t in terms[1:]:
+        loss = ops.add(loss, t)
+    return loss
