@@ -45,9 +45,10 @@ def eager_kernels() -> Any:
 
 @contextlib.contextmanager
 def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT_MAX_BYTES,
-            hashes_only: bool = False) -> Iterator[Any]:
+            hashes_only: bool = False, digest: str = "xxh3_128") -> Iterator[Any]:
     """Record the first ``steps`` optimizer steps run inside the block into ``path``; yields
-    the ``Recorder``."""
+    the ``Recorder``. ``digest``: the values' digest algorithm, ``xxh3_128`` or ``sha256``
+    (docs/capture.md, "The file")."""
     from tapescope.app.capture.recorder import Recorder
 
     if steps < 1:
@@ -56,7 +57,8 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
     from tapescope.app.capture.compiled import install
 
     meta: dict[str, Any] = {}
-    rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: _save(r, path, meta))
+    rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: _save(r, path, meta),
+                   digest=digest)
     # torch.compile inside the block: its graphs and their calls recorded (until the block ends)
     restore = install(meta, lambda: rec)
     rec.start()

@@ -3,7 +3,7 @@
 ``sys.path[0]`` as the script expects), unmodified.
 
 Started as ``python -c BOOTSTRAP SCRIPT-OR-MODULE ARGS...`` with the settings in the environment
-variable ``TAPESCOPE_CAPTURE`` (JSON: out, steps, max_bytes, hashes_only, module, fd, apply:
+variable ``TAPESCOPE_CAPTURE`` (JSON: out, steps, max_bytes, hashes_only, digest, module, fd, apply:
 the settings to flip first, app/capture/flip.py; run and events_dir for the ranks of a torchrun),
 which is removed before the script runs. Events go to the parent on the pipe ``fd`` (one JSON
 object a line: ``step``, ``written``, ``error``, ``none``), never on the script's own
@@ -103,7 +103,8 @@ def main() -> None:
              seconds=round(rec.t0 and __import__("time").perf_counter() - rec.t0, 3))
 
     rec = Recorder(cfg["steps"], cfg["max_bytes"], cfg["hashes_only"], on_done=done,
-                   on_step=lambda n: tell(event="step", step=n))
+                   on_step=lambda n: tell(event="step", step=n),
+                   digest=cfg.get("digest", "xxh3_128"))
     holder.append(rec)
     target, args = sys.argv[1], sys.argv[2:]
     if cfg.get("module"):

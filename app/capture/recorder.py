@@ -16,7 +16,6 @@ step hooks; a step ends at each ``optimizer.step()``. See docs/capture.md.
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import math
 import os
@@ -37,7 +36,7 @@ from tapescope.app.capture.collectives import encode as _encode_object
 from tapescope.app.capture.collectives import refresh as _refresh
 from tapescope.app.capture.collectives import settle as _settle
 from tapescope.app.capture.limits import DEFAULT_MAX_BYTES
-from tapescope.core.capture.file import COMPILED_OP, digest
+from tapescope.core.capture.file import COMPILED_OP, DEFAULT_DIGEST, DIGESTS, digest
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -70,32 +69,38 @@ _NUMPY_DTYPES = {dt: _dtype_name(dt) for dt in (
     torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool)}
 _STRIDED = torch.strided
-_sha256 = hashlib.sha256
 # argument types recorded as they are (the exact types: subclasses take ``_encode``'s way)
 _PLAIN = frozenset({int, bool, str, type(None)})
 
 
 # values smaller than this are hashed where they are made (a queue's round trip costs more)
 _ASYNC_MIN = 1 << 16
+# digests slow enough for the hashing thread to pay (by default): SHA-256 (~2 GB/s) is the
+# recorder's largest per-byte cost; XXH3-128 (~15-20 GB/s) costs less than the thread's
+# hand-offs and copies save (docs/capture.md, "Measured")
+_THREADED = frozenset({"sha256"})
 # bytes waiting for the hashing thread beyond which the step waits for it (the memory a
 # deferred digest may hold: a private copy, or the tensor kept alive)
 _PENDING_MAX = 256 << 20
 
 
 class _Hasher:
-    """SHA-256s on a background thread (``hashlib`` releases the GIL for large buffers, so the
-    user's step runs on while its values are hashed: the recorder's largest per-byte cost).
+    """Digests on a background thread (``hashlib`` releases the GIL for large buffers, so the
+    user's step runs on while its values are hashed: with SHA-256, the recorder's largest
+    per-byte cost).
 
-    ``put(vid, a, span)``: hash ``a`` (C-contiguous, or made so on the thread) into
-    ``sha[vid]``. ``span``: None when ``a`` is a private copy; else ``a`` is a view of a live
-    tensor's own memory (hashes only, no copy) whose storage spans ``span = (lo, hi)``, which
-    an op that writes there must not change before it is hashed: before such an op the
-    recorder calls ``protect(spans written)``, which copies the queued ones (a copy is ~4x
-    cheaper than their SHA-256) and waits for the one being hashed. Bounded: ``put`` waits
+    ``put(vid, a, span)``: hash ``a`` (C-contiguous, or made so on the thread) by
+    ``hexdigest`` into ``sha[vid]``. ``span``: None when ``a`` is a private copy; else ``a`` is
+    a view of a live tensor's own memory (hashes only, no copy) whose storage spans ``span =
+    (lo, hi)``, which an op that writes there must not change before it is hashed: before such
+    an op the recorder calls ``protect(spans written)``, which copies the queued ones (a copy
+    is ~4x cheaper than their SHA-256) and waits for the one being hashed. Bounded: ``put`` waits
     while more than ``_PENDING_MAX`` bytes are queued."""
 
-    def __init__(self, sha: list) -> None:
+    def __init__(self, sha: list, hexdigest: Callable[[Any], str] = DIGESTS["sha256"][1]
+                 ) -> None:
         self.sha = sha
+        self.hexdigest = hexdigest
         self.cv = threading.Condition()
         self.queue: collections.deque[list] = collections.deque()  # [vid, array, span]
         self.current: list | None = None  # the item being hashed
@@ -143,7 +148,7 @@ class _Hasher:
         self.thread.join()
 
     def _run(self) -> None:
-        sha, cv, queue = self.sha, self.cv, self.queue
+        sha, cv, queue, hexdigest = self.sha, self.cv, self.queue, self.hexdigest
         while True:
             with cv:
                 while not queue and not self.closed:
@@ -153,8 +158,7 @@ class _Hasher:
                 item = self.current = queue.popleft()
             vid, a, span = item
             try:
-                sha[vid] = _sha256(a if a.flags.c_contiguous else
-                                   np.ascontiguousarray(a)).hexdigest()
+                sha[vid] = hexdigest(a if a.flags.c_contiguous else np.ascontiguousarray(a))
             except BaseException as e:  # noqa: BLE001 — the recorder reports it (``failed``)
                 self.error = e
             with cv:
@@ -228,18 +232,24 @@ class Recorder(TorchDispatchMode):
         app/capture/compiled.py as regions."""
         return True
 
-    # large digests on a background thread (``_Hasher``): True, False, or None: when the step
-    # leaves a core free (torch's intra-op threads fewer than the CPUs; a GPU step's CPU
-    # mostly waits). With none free it saves nothing and its GIL hand-offs cost wall clock
+    # large digests on a background thread (``_Hasher``): True, False, or None: with a slow
+    # digest (``_THREADED``: SHA-256) when the step leaves a core free (torch's intra-op
+    # threads fewer than the CPUs; a GPU step's CPU mostly waits). With none free it saves
+    # nothing and its GIL hand-offs cost wall clock; with XXH3 hashing inline is cheaper
     # (docs/capture.md, "Measured")
     async_hash: bool | None = None
 
     def __init__(self, steps: int = 2, max_bytes: int = DEFAULT_MAX_BYTES,
                  hashes_only: bool = False,
                  on_done: Callable[[Recorder], None] | None = None,
-                 on_step: Callable[[int], None] | None = None) -> None:
+                 on_step: Callable[[int], None] | None = None,
+                 digest: str = DEFAULT_DIGEST) -> None:
         super().__init__()
+        if digest not in DIGESTS:
+            raise ValueError(f"digest {digest!r} is unknown (known: {', '.join(DIGESTS)})")
         self.steps, self.max_bytes, self.hashes_only = steps, max_bytes, hashes_only
+        self.digest = digest  # the values' digest algorithm (core.capture.file.DIGESTS)
+        self._hex = DIGESTS[digest][1]
         self.on_done, self.on_step = on_done, on_step
         self.recording = True
         self.step = 1
@@ -304,8 +314,9 @@ class Recorder(TorchDispatchMode):
                       nn_module.register_module_forward_hook(self._post),
                       optim_mod.register_optimizer_step_pre_hook(self._step_pre),
                       optim_mod.register_optimizer_step_post_hook(self._step_post)]
-        if self.async_hash or (self.async_hash is None and _core_free()):
-            self.hasher = _Hasher(self.v_sha)
+        if self.async_hash or (self.async_hash is None and self.digest in _THREADED
+                               and _core_free()):
+            self.hasher = _Hasher(self.v_sha, self._hex)
         self.__enter__()
         self.active = True
         return self
@@ -487,10 +498,10 @@ class Recorder(TorchDispatchMode):
                     self.hasher.put(vid, a, _span(t))
                     return vid
                 try:
-                    h = _sha256(a)
+                    h = self._hex(a)
                 except (BufferError, ValueError):  # not C-contiguous
-                    h = _sha256(np.ascontiguousarray(a))
-                self.v_sha.append(h.hexdigest())
+                    h = self._hex(np.ascontiguousarray(a))
+                self.v_sha.append(h)
             else:
                 c = np.array(a, order="C")  # a private copy: later in-place ops must not reach it
                 c.setflags(write=False)
@@ -500,7 +511,7 @@ class Recorder(TorchDispatchMode):
                     self.v_sha.append(None)
                     self.hasher.put(vid, c, None)
                 else:
-                    self.v_sha.append(_sha256(c).hexdigest())
+                    self.v_sha.append(self._hex(c))
             return vid
         return self._new_value_any(t)
 
@@ -517,11 +528,11 @@ class Recorder(TorchDispatchMode):
                 raw = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
             except RuntimeError:
                 raw = repr((t.dtype, tuple(t.shape))).encode()
-            self.v_sha.append(hashlib.sha256(raw).hexdigest())
+            self.v_sha.append(self._hex(raw))
             self.v_array.append(None)
             self.n_hashed += 1
             return vid
-        self.v_sha.append(digest(a))  # of the tensor's own memory: no copy for a digest
+        self.v_sha.append(digest(a, self.digest))  # of the tensor's own memory: no copy
         if self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
             self.v_array.append(None)
             self.n_hashed += 1
@@ -873,8 +884,9 @@ class Recorder(TorchDispatchMode):
         settings["devices"] = sorted(self.devices)
         header = {
             "steps": n_steps,
+            "digest": self.digest,
             "values": {"dtypes": list(dtypes), "dtype": dtype_idx, "shape": self.v_shape,
-                       "sha256": self.v_sha, "array": array_of},
+                       "digests": self.v_sha, "array": array_of},
             "ops": {**{k: list(v) for k, v in self.tables.items()},
                     "op": self.o_op[:n_ops], "module": self.o_module[:n_ops],
                     "phase": self.o_phase[:n_ops], "step": self.o_step[:n_ops],

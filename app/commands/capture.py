@@ -36,15 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "Judge the file with `tapescope parity --capture FILE`. Exit 0 written, 2 "
                     "bad input, the script failed, or no step recorded.",
         usage="tapescope capture --out FILE [--steps N] [--max-bytes N] [--hashes-only] "
-              "[--set NAME=VALUE] -- python train.py ARGS...")
+              "[--digest xxh3_128|sha256] [--set NAME=VALUE] -- python train.py ARGS...")
     p.add_argument("--out", metavar="FILE", help="the capture file to write (required)")
     p.add_argument("--steps", type=positive_int, default=2,
                    help="optimizer steps to record (a step ends at each optimizer.step())")
     p.add_argument("--max-bytes", type=byte_size, default=None, metavar="N",
-                   help="values stored up to this many bytes (default 256M), a SHA-256 of "
+                   help="values stored up to this many bytes (default 256M), a digest of "
                         "each value beyond")
     p.add_argument("--hashes-only", action="store_true",
-                   help="store no values, a SHA-256 of each (cheapest; cannot be judged)")
+                   help="store no values, a digest of each (cheapest; cannot be judged)")
+    p.add_argument("--digest", choices=("xxh3_128", "sha256"), default="xxh3_128",
+                   help="the values' digest algorithm (default xxh3_128: ~10x faster; "
+                        "sha256: as captures before it; two captures compared by digest, a "
+                        "pair or the ranks, need one algorithm)")
     p.add_argument("--set", action="append", default=None, metavar="NAME[=VALUE]",
                    dest="flip", help="flip a setting in the script's process before it runs "
                    "(threads=N, deterministic, autocast[=bfloat16], matmul=high, "
@@ -158,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     rfd, wfd = os.pipe()
     cfg = {"out": os.path.abspath(args.out), "steps": args.steps,
            "max_bytes": DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes,
-           "hashes_only": args.hashes_only, "module": module, "fd": wfd}
+           "hashes_only": args.hashes_only, "digest": getattr(args, "digest", "xxh3_128"),
+           "module": module, "fd": wfd}
     if getattr(args, "flip", None):
         from tapescope.app.capture.flip import parse
 
@@ -256,7 +261,8 @@ def run_ranks(args: argparse.Namespace, argv: list[str]) -> int:
     events_dir = tempfile.mkdtemp(prefix="tapescope-ranks-")
     cfg = {"out": os.path.abspath(args.out), "steps": args.steps,
            "max_bytes": DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes,
-           "hashes_only": args.hashes_only, "module": module, "fd": None,
+           "hashes_only": args.hashes_only, "digest": getattr(args, "digest", "xxh3_128"),
+           "module": module, "fd": None,
            "events_dir": events_dir, "run": uuid.uuid4().hex}
     if getattr(args, "flip", None):
         from tapescope.app.capture.flip import parse

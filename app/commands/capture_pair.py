@@ -154,7 +154,7 @@ def report_pair(args: argparse.Namespace) -> int:
 
 def _paired(args: argparse.Namespace) -> dict:
     from tapescope.app.capture import eager_kernels
-    from tapescope.core.capture.file import load
+    from tapescope.core.capture.file import comparable, load
     from tapescope.core.capture.judge import judge
     from tapescope.core.capture.pair import pair
     from tapescope.core.progress import file_label, progress
@@ -169,7 +169,8 @@ def _paired(args: argparse.Namespace) -> dict:
         if cap.steps == 0:
             raise ValueError(f"{path}: the capture holds no complete step")
         caps.append(cap)
-    a, b = caps
+    a, b = comparable(caps)  # digests of one algorithm, or refused before any judging
+    caps = [a, b]
     judged = []
     for cap in caps:
         with progress(f"judging {os.path.basename(cap.path)}", total=cap.n_ops) as bar:

@@ -12,7 +12,9 @@ difference to report, not a reason to lose the match. An op of one run only (a f
 one, its pieces in the other, an extra ``clone``, autocast's casts) is left unmatched and
 reported (counts, the first few); the ops around it still match.
 
-**Comparison.** Per matched op, per output: the same bits (the SHA-256 the capture stores, then
+**Comparison.** Per matched op, per output: the same bits (the digest the capture stores; two
+captures of different digest algorithms: ``core.capture.file.comparable``, the digests of one
+recomputed from its stored arrays, or refused; then
 ``core.parity.compare_arrays`` and its NaN policy where the digests differ: two NaNs are equal
 whatever their payload), or parted (ulp, elements; a different dtype parts whatever the values).
 
@@ -34,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tapescope.core.capture.file import Capture
+from tapescope.core.capture.file import Capture, comparable
 from tapescope.core.capture.judge import RANDOM_OPS, UNINITIALISED_OPS, _diff, base_name, judge
 from tapescope.core.capture.pair_regions import first_inside, matched_region_node
 
@@ -327,7 +329,10 @@ def pair(a: Capture, b: Capture, *, explain: bool = False,
          judged: tuple[dict, dict] | None = None,
          advance: Callable[[], None] | None = None) -> dict:
     """A against B and each against the reference: the JSON report (``a``, ``b``: each run's
-    judgement summary; ``alignment``; ``parted``; ``first_parted``; ``agree``)."""
+    judgement summary; ``alignment``; ``parted``; ``first_parted``; ``agree``). Captures of
+    different digest algorithms: see ``comparable`` (``DigestMismatchError`` when neither can be
+    rehashed)."""
+    a, b = comparable([a, b])
     t0 = time.perf_counter()
     if judged is None:
         ra = judge(a, explain=explain, advance=advance)

@@ -47,7 +47,7 @@ from tapescope.core.capture.collective_ref import (
     explain_collective,
     strided,
 )
-from tapescope.core.capture.file import Capture, CaptureFileError, load
+from tapescope.core.capture.file import Capture, CaptureFileError, comparable, load
 from tapescope.core.capture.judge import COLLECTIVES, _diff, judge
 
 __all__ = ["RankSet", "judge_ranks", "load_ranks", "optimizer_agreement", "out_rank_files",
@@ -155,7 +155,8 @@ def load_ranks(paths: list[str]) -> RankSet:
         want = rank_path(re.sub(r"\.rank\d+\.capture$", "", first.path), missing[0])
         raise CaptureFileError(f"{first.path}: rank {missing[0]} of {world} is missing "
                                f"(no {want})")
-    ordered = [by_rank[r] for r in range(world)]
+    # digests of one algorithm across the ranks (their outputs are compared by digest)
+    ordered = comparable([by_rank[r] for r in range(world)])
     steps = {c.steps for c in ordered}
     if len(steps) != 1:
         raise CaptureFileError(f"{ordered[-1].path}: {ordered[-1].steps} steps, but "

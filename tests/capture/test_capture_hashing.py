@@ -1,5 +1,6 @@
-"""The recorder's digests on its background thread (app/capture/recorder.py ``_Hasher``): the
-same SHA-256s as hashing each value where it is made, even when an op writes a value while
+"""The recorder's digests (app/capture/recorder.py): XXH3-128 by default, SHA-256 by choice,
+each a direct digest of the value's C-order bytes; on its background thread (``_Hasher``) the
+same digests as hashing each value where it is made, even when an op writes a value while
 its digest waits in the queue (hashes only: the queue holds a view of the tensor's own
 memory, which such a write would change), and the script's own results unchanged."""
 
@@ -11,13 +12,17 @@ import threading
 
 import numpy as np
 import pytest
+import xxhash
 
 torch = pytest.importorskip("torch")
 
 from tapescope.app.capture import recorder as R  # noqa: E402
 
+HEX = {"xxh3_128": xxhash.xxh3_128_hexdigest,
+       "sha256": lambda b: hashlib.sha256(b).hexdigest()}  # the algorithms, directly
 
-def _step(n: int = 96) -> tuple[list[float], list[str]]:
+
+def _step(n: int = 96, algorithm: str = "xxh3_128") -> tuple[list[float], list[str]]:
     """A step whose large outputs (>= the async threshold) are written in place at once: the
     digest of each value must be of its bytes as the op made them."""
     g = torch.Generator().manual_seed(0)
@@ -27,7 +32,7 @@ def _step(n: int = 96) -> tuple[list[float], list[str]]:
     losses, expect = [], []
     for _ in range(2):
         y = x @ w  # an op's output (64 KiB): hashed on the thread ...
-        expect.append(hashlib.sha256(y.detach().numpy().tobytes()).hexdigest())
+        expect.append(HEX[algorithm](y.detach().numpy().tobytes()))
         y.mul_(2.0)  # ... unless this write came first
         y.add_(1.0)
         loss = (y * y).mean()
@@ -38,23 +43,25 @@ def _step(n: int = 96) -> tuple[list[float], list[str]]:
     return losses, expect
 
 
-def _record(async_hash: bool, hashes_only: bool, monkeypatch) -> tuple[R.Recorder, list, list]:
+def _record(async_hash: bool, hashes_only: bool, monkeypatch, algorithm: str = "xxh3_128"
+            ) -> tuple[R.Recorder, list, list]:
     monkeypatch.setattr(R.Recorder, "async_hash", async_hash)
-    rec = R.Recorder(steps=2, hashes_only=hashes_only).start()
+    rec = R.Recorder(steps=2, hashes_only=hashes_only, digest=algorithm).start()
     try:
-        losses, expect = _step()
+        losses, expect = _step(algorithm=algorithm)
     finally:
         rec.stop()
     return rec, losses, expect
 
 
+@pytest.mark.parametrize("algorithm", ["xxh3_128", "sha256"])
 @pytest.mark.parametrize("hashes_only", [True, False])
-def test_background_digests_are_the_values_as_made(hashes_only, monkeypatch):
+def test_background_digests_are_the_values_as_made(hashes_only, algorithm, monkeypatch):
     monkeypatch.setattr(R, "_ASYNC_MIN", 1 << 12)  # every value of the step goes to the thread
     plain_losses, _ = _step()
-    got, losses, expect = _record(True, hashes_only, monkeypatch)
+    got, losses, expect = _record(True, hashes_only, monkeypatch, algorithm)
     assert losses == plain_losses  # the script's own results: the same bits
-    ref, ref_losses, _ = _record(False, hashes_only, monkeypatch)
+    ref, ref_losses, _ = _record(False, hashes_only, monkeypatch, algorithm)
     assert ref_losses == plain_losses
     assert None not in got.v_sha
     assert got.v_sha == ref.v_sha  # the same digests as hashing each value where it is made
@@ -65,7 +72,7 @@ def test_background_digests_are_the_values_as_made(hashes_only, monkeypatch):
     assert [got.v_sha[v] for v in mm_out] == expect  # before the mul_ that followed each
     if not hashes_only:
         for v in mm_out:
-            assert hashlib.sha256(np.ascontiguousarray(got.v_array[v])).hexdigest() \
+            assert HEX[algorithm](np.ascontiguousarray(got.v_array[v]).tobytes()) \
                 == got.v_sha[v]
 
 
@@ -106,19 +113,22 @@ def test_the_hashing_thread_only_where_the_step_leaves_a_core(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 10**6)
     assert R._core_free() is False
-    rec = R.Recorder(steps=1).start()
+    rec = R.Recorder(steps=1, digest="sha256").start()
     rec.stop()
     assert rec.hasher is None and not any(
         t.name == "tapescope-hash" and t.is_alive() for t in threading.enumerate())
     if len(os.sched_getaffinity(0)) > 1:
         monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
         assert R._core_free() is True
-        rec = R.Recorder(steps=1).start()
+        rec = R.Recorder(steps=1, digest="sha256").start()
         try:
             assert rec.hasher is not None and rec.hasher.thread.is_alive()
         finally:
             rec.stop()
         assert rec.hasher is None  # joined and dropped at stop
+        rec = R.Recorder(steps=1).start()  # XXH3 (the default): inline, a core free or not
+        rec.stop()
+        assert rec.hasher is None
 
 
 def test_a_queued_value_outlives_its_tensor_swapping_storage(monkeypatch):
@@ -131,7 +141,7 @@ def test_a_queued_value_outlives_its_tensor_swapping_storage(monkeypatch):
     try:
         with rec.hasher.cv:  # hold the thread off while the swap happens
             y = torch.arange(1 << 14, dtype=torch.float32) * 2.0  # queued, not hashed yet
-            want = hashlib.sha256(y.numpy().tobytes()).hexdigest()
+            want = xxhash.xxh3_128_hexdigest(y.numpy().tobytes())
             y.data = torch.zeros(3)  # the old storage's last tensor reference is gone
             del y
             for _ in range(4):  # reuse the freed memory, if it was freed

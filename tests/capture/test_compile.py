@@ -216,7 +216,7 @@ def _graph_capture(tmp_path: Path, planted: bool, graph_args: list | None = None
     vals = [x, y, z]
     header = {"steps": 1,
               "values": {"dtypes": ["float32"], "dtype": [0, 0, 0], "shape": [[8]] * 3,
-                         "sha256": [digest(v) for v in vals], "array": [0, 1, 2]},
+                         "sha256": [digest(v, "sha256") for v in vals], "array": [0, 1, 2]},
               "ops": {"names": [COMPILED_OP], "modules": ["M"], "sources": [],
                       "op": [0], "module": [0], "phase": [0], "step": [1], "source": [-1],
                       "args": [[0, [{"T": 0}] * n_inputs, [0, 1]]], "kwargs": [{}],

@@ -81,7 +81,7 @@ def fake_rank(out: Path, rank: int, world: int, run: str | None,
     def value(a: np.ndarray) -> int:
         vals["dtype"].append(0)
         vals["shape"].append(list(a.shape))
-        vals["sha256"].append(digest(a))
+        vals["sha256"].append(digest(a, "sha256"))  # the first layout
         vals["array"].append(len(arrays))
         arrays.append(np.ascontiguousarray(a, dtype=np.float32))
         return len(vals["dtype"]) - 1
