@@ -113,12 +113,22 @@ def ops() -> list[str]:
     return sorted(FORMS)
 
 
-def _into(values: list, targets: list) -> list:
+def _fresh(v: Any, t: np.ndarray, args: list) -> bool:
+    """Whether ``v`` is a form's own new array of ``t``'s shape and dtype: owning its memory
+    and not one of the call's arguments (a chained input is a writeable array too), so that
+    writing it into ``t`` is ``v`` itself, without ``cast``'s copy."""
+    return (type(v) is np.ndarray and v.dtype == t.dtype and v.shape == t.shape
+            and v.flags.owndata and v.flags.writeable
+            and not any(v is a or (isinstance(a, list | tuple) and any(v is e for e in a))
+                        for a in args))
+
+
+def _into(values: list, targets: list, args: list) -> list:
     """Each value written into its target as torch writes it: cast to the target's dtype,
-    broadcast to its shape."""
+    broadcast to its shape (a fresh value of that dtype and shape is itself)."""
     out = []
     for v, t in zip(values, targets, strict=True):
-        out.append(cast(np.broadcast_to(v, np.shape(t)), t.dtype))
+        out.append(v if _fresh(v, t, args) else cast(np.broadcast_to(v, np.shape(t)), t.dtype))
     return out
 
 
@@ -146,7 +156,7 @@ def _foreach(key: str, op: str, args: list, kwargs: dict) -> list:
         a, k = _per_element([selfs] + list(args[1:]), kwargs, len(selfs), i, scalars_tensor)
         outs.extend(fn(a, k))
     if name.endswith("_"):
-        return _into(outs, selfs)
+        return _into(outs, selfs, args + list(kwargs.values()))
     return outs
 
 
@@ -163,10 +173,11 @@ def reference(op: str, args: list, kwargs: dict) -> list[np.ndarray]:
         if how == "foreach":
             return _foreach(key, op, args, kwargs)
         if how == "inplace":
-            return _into(FORMS[key](args, kwargs)[:1], [args[0]])
+            return _into(FORMS[key](args, kwargs)[:1], [args[0]], args + list(kwargs.values()))
         target = kwargs.pop("out") if "out" in kwargs else kwargs.pop("grad_input")
         if not isinstance(target, np.ndarray):
             raise NoReference("an out= op with several outputs")
-        return _into(FORMS[key](args, kwargs)[:1], [target])
+        return _into(FORMS[key](args, kwargs)[:1], [target],
+                     args + [target] + list(kwargs.values()))
     except NoReference as e:
         raise NoReference(f"{op}: {e}") from None

@@ -1,0 +1,93 @@
+"""The reference forms' cheaper spellings compute what the plain ones did, bit for bit, on
+hostile values (NaN, +-inf, +-0, subnormals, huge and tiny; issue 42's ``parity --capture``
+speed): an in-place op's fresh result taken as it is (no copy), lerp's one side for one
+weight, and the transposes by the native kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tapescope.core.capture.aten_ref import reference
+from tapescope.core.capture.aten_ref_optim import lerp
+from tapescope.core.capture.aten_ref_shape import cast
+
+
+def hostile(shape, dtype, seed: int) -> np.ndarray:
+    """Random normals of ``dtype`` with a tenth of them replaced by special values."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 4.0).astype(dtype)
+    fi = np.finfo(dtype)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, fi.smallest_subnormal,
+                        -fi.smallest_subnormal, fi.tiny, fi.max, -fi.max, 0.5, -0.5],
+                       dtype=dtype)
+    m = rng.random(shape) < 0.1
+    x[m] = rng.choice(special, int(m.sum()))
+    return x
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lerp_with_one_weight_is_the_two_sided_where(dtype):
+    a, b = hostile((33, 17), dtype, 1), hostile((33, 17), dtype, 2)
+    one = dtype(1)
+    for w in (0.1, 0.49999997, 0.5, 0.9, -0.3, -0.7, 1.0, 0.0, -0.0, np.nan, np.inf, 3.0):
+        wt = np.asarray(w, dtype)
+        with np.errstate(all="ignore"):
+            want = np.where(np.abs(wt) < dtype(0.5), a + (wt * (b - a)),
+                            b - ((b - a) * (one - wt)))
+        with np.errstate(all="ignore"):
+            got = lerp(a, b, wt)
+        assert got.dtype == want.dtype and _bits(got) == _bits(want), w
+
+
+@pytest.mark.parametrize("op,extra,kw", [
+    ("aten.add_.Tensor", 1, {"alpha": 0.1}), ("aten.mul_.Tensor", 1, {}),
+    ("aten.lerp_.Scalar", 1, {}), ("aten.addcdiv_.default", 2, {"value": -0.01}),
+    ("aten.addcmul_.default", 2, {"value": 0.5}), ("aten.sub_.Tensor", 1, {}),
+    ("aten.clamp_.default", 0, {}),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_an_in_place_op_is_its_functional_twin_written_in(op, extra, kw, dtype):
+    """The in-place result (fresh: no copy) has the functional twin's bits cast into the
+    target, and never is one of the call's arrays (the chain's inputs are writeable)."""
+    x = hostile((9, 31), dtype, 3)
+    others = [hostile((9, 31), dtype, 4 + i) for i in range(extra)]
+    args = [x] + others
+    if op == "aten.lerp_.Scalar":
+        args.append(0.25)
+    if op == "aten.clamp_.default":
+        args += [-1.0, 2.0]
+    name, ovl = op.split(".")[1], op.split(".")[2]
+    with np.errstate(all="ignore"):
+        want = reference(f"aten.{name[:-1]}.{ovl}", list(args), dict(kw))[0]
+        got = reference(op, list(args), dict(kw))
+    assert len(got) == 1 and got[0].dtype == x.dtype and got[0].shape == x.shape
+    assert _bits(got[0]) == _bits(cast(want, x.dtype))
+    assert all(got[0] is not a and not np.shares_memory(got[0], a)
+               for a in args if isinstance(a, np.ndarray))
+
+
+def test_an_in_place_form_giving_back_an_input_is_copied():
+    """A form whose result is one of its arguments (clamp with no bounds hands back its
+    input; a chained input is writeable and owns its memory): copied, never that array."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for op, args in (("aten.mul_.Tensor", [x, np.float32(1)]),
+                     ("aten.clamp_.default", [x, None, None]),
+                     ("aten.copy_.default", [x, x])):
+        got = reference(op, list(args), {})[0]
+        assert got is not x and not np.shares_memory(got, x) and _bits(got) == _bits(x), op
+
+
+def test_foreach_in_place_results_are_each_tensors_own():
+    xs = [hostile((5, 7), np.float32, 10 + i) for i in range(3)]
+    ys = [hostile((5, 7), np.float32, 20 + i) for i in range(3)]
+    with np.errstate(all="ignore"):
+        got = reference("aten._foreach_add_.List", [xs, ys], {"alpha": 0.5})
+        want = [reference("aten.add.Tensor", [x, y], {"alpha": 0.5})[0]
+                for x, y in zip(xs, ys, strict=True)]
+    assert [_bits(g) for g in got] == [_bits(w) for w in want]
+    assert all(not np.shares_memory(g, a) for g in got for a in xs + ys)
