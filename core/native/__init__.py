@@ -10,6 +10,8 @@ a corrupt entry rebuilt):
   conv for one-output-channel groups,
   serial column sums (``serial_sum``) and Adam's update -- each the same roundings in the same
   order as its numpy spelling in core, which the tests hold it to bit for bit;
+* ``compare.c`` (ctypes): the capture judge's comparison of two float arrays in one pass
+  (``float_diff``), the numbers of its numpy form in ``core.capture.judge``;
 * ``refmath_host.c`` (ctypes) and ``refmath_py.c`` (a CPython extension, where ``Python.h`` is
   installed): refmath's C twin ``core/refmath/refmath.cuh`` itself, as the host backend compiles
   it, with the branch-free loops of ``refmath_simd.h``.
@@ -32,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tapescope.core import precision
 from tapescope.core.cache import CacheError, KernelCache, cache_key
 from tapescope.core.native import isa
 from tapescope.core.progress import progress
@@ -50,7 +53,7 @@ _HERE = Path(__file__).resolve().parent
 # this CPU runs at once on 3 workers of 2 cores, and 120 s was passed there (a path that timed
 # out ran numpy instead, silently)
 BUILD_TIMEOUT_S = 600
-_SRCS = [_HERE / "refkernels.c", _HERE / "refmath_host.c"]
+_SRCS = [_HERE / "refkernels.c", _HERE / "refmath_host.c", _HERE / "compare.c"]
 # the C twin of core.refmath lives next to its numpy (core/refmath/): one source for every
 # backend, which gpu reads from there too
 REFMATH_C = _HERE.parent / "refmath"
@@ -226,6 +229,9 @@ def _load() -> ctypes.CDLL | None:
     lib.ts_conv_cm_wsize.restype = ll
     lib.ts_conv_cm_pack.argtypes = [p, p, ll, ll, ll, ctypes.c_int, ctypes.c_int]
     lib.ts_conv_cm_pack.restype = None
+    lib.ts_fdiff.argtypes = [p, p, ctypes.c_int, ctypes.c_int, p, p, p, ll, ctypes.c_int, p, p,
+                             p]
+    lib.ts_fdiff.restype = ctypes.c_int
     for name in REFMATH:
         for sfx in ("", "f"):
             fn = getattr(lib, f"tsv_{name}{sfx}")
@@ -814,3 +820,55 @@ def refmath_fn(name: str, dtype: np.dtype):
     if lib is None or np.dtype(dtype) not in _DT:
         return None
     return getattr(lib, f"tsv_{name}{'f' if np.dtype(dtype) == np.float32 else ''}")
+
+
+# compare.c's kinds: the float types the capture judge compares bit by bit
+_FD_KIND = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, precision.FLOAT16: 2,
+            precision.BFLOAT16: 3}
+
+
+def _fd_layout(x: np.ndarray, y: np.ndarray) -> tuple[list[int], list[int], list[int]]:
+    """(shape, x's byte strides, y's) of two arrays of one shape, dimensions of size 1 left
+    out and neighbours that both arrays step through as one merged (row-major order kept)."""
+    shape: list[int] = []
+    xs: list[int] = []
+    ys: list[int] = []
+    for n, sx, sy in zip(x.shape, x.strides, y.strides, strict=True):
+        if n == 1:
+            continue
+        if shape and xs[-1] == sx * n and ys[-1] == sy * n:
+            shape[-1] *= n
+            xs[-1], ys[-1] = sx, sy
+        else:
+            shape.append(n)
+            xs.append(sx)
+            ys.append(sy)
+    if not shape:  # one element (or a 0-d array)
+        return [1], [x.itemsize], [y.itemsize]
+    return shape, xs, ys
+
+
+def float_diff(ref: np.ndarray, rec: np.ndarray, block: int, full: bool = True):
+    """compare.c's numbers of two non-empty float arrays of one dtype and shape, read in place
+    (any strides): ``(n_diff, first_index, max_ulp, max_abs, n_signed_zero)`` (``first_index``
+    None without a difference), or ``"nan"`` where a block of ``block`` elements that holds a
+    difference holds a NaN (the caller applies the NaN policy), or None when native code is
+    unavailable or does not take them. ``full=False``: max_abs and n_signed_zero are 0."""
+    lib = library()
+    kind = _FD_KIND.get(ref.dtype)
+    if lib is None or kind is None or rec.dtype != ref.dtype or rec.shape != ref.shape \
+            or ref.size == 0 or block < 1 or ref.ndim > 32:
+        return None
+    shape, rs, os_ = _fd_layout(ref, rec)
+    nd = len(shape)
+    arr = ctypes.c_longlong * nd
+    out = (ctypes.c_longlong * 3)()
+    ulp = ctypes.c_uint64()
+    mab = ctypes.c_double()
+    rc = lib.ts_fdiff(ref.ctypes.data, rec.ctypes.data, kind, nd, arr(*shape), arr(*rs),
+                      arr(*os_), block, int(full), out, ctypes.byref(ulp), ctypes.byref(mab))
+    if rc == 1:
+        return "nan"
+    if rc != 0:
+        return None
+    return (out[0], None if out[1] < 0 else out[1], ulp.value, mab.value, out[2])

@@ -1,0 +1,188 @@
+"""The judge's one-pass native comparison (core/native/compare.c, ``core.native.float_diff``)
+gives ``_float_diff``'s numpy form's numbers bit for bit, on every path the native code has
+that this CPU runs (tests/conftest.py: native_isa): hostile values (±0, ±inf, NaNs with
+payloads, denormals, the largest distances), every float type the judge compares, strided,
+broadcast, reversed and unaligned inputs read in place, sizes off the vector width, blocks of
+one sign and mixed, and the NaN policy's hand-over to ``compare_arrays``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tapescope.core import native, precision
+from tapescope.core.capture import judge
+from tapescope.core.capture.judge import _float_diff, _float_diff_numpy
+from tapescope.core.parity import compare_arrays
+
+pytestmark = pytest.mark.usefixtures("native_isa")
+
+DTYPES = [np.dtype(np.float64), np.dtype(np.float32), precision.FLOAT16, precision.BFLOAT16]
+_U = {8: np.uint64, 4: np.uint32, 2: np.uint16}
+
+
+def _bits(dt: np.dtype, *vals: int) -> np.ndarray:
+    return np.array(vals, dtype=_U[dt.itemsize]).view(dt)
+
+
+def _specials(dt: np.dtype) -> np.ndarray:
+    """±0, ±inf, ±largest, ±smallest denormal and normal, ±1, quiet and signalling NaNs with
+    payloads and both signs: every value a pair of them is built from."""
+    w = dt.itemsize * 8
+    top = 1 << (w - 1)
+    ebits = {64: 11, 32: 8, 16: 5}[w] if dt != precision.BFLOAT16 else 8
+    mant = w - 1 - ebits
+    inf = ((1 << ebits) - 1) << mant
+    one = ((1 << (ebits - 1)) - 1) << mant
+    pos = [0, 1, 2, (1 << mant) - 1, 1 << mant, one, inf - 1, inf]
+    nans = [inf | 1, inf | (1 << (mant - 1)), inf | (1 << (mant - 1)) | 5]
+    vals = pos + [p | top for p in pos] + nans + [n | top for n in nans]
+    return _bits(dt, *vals)
+
+
+def _same_numbers(ref: np.ndarray, rec: np.ndarray) -> None:
+    """The native pass's dicts (full and short) are the numpy form's, and the native code ran
+    (no silent fallback where a compiler is here)."""
+    if native.library() is not None and ref.size:
+        assert native.float_diff(ref, rec, judge._BLOCK) is not None
+    for full in (True, False):
+        with np.errstate(all="ignore"):  # (a signalling NaN's isnan in compare_arrays)
+            want = _float_diff_numpy(ref, rec, full)
+            got = _float_diff(ref, rec, full)
+        assert got == want, (full, got, want)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_every_pair_of_special_values(dt, monkeypatch):
+    """Each special value against each (every order, every sign mix), in blocks of one pair
+    (the NaN rule per block) and in one block."""
+    s = _specials(dt)
+    ref, rec = np.repeat(s, s.size), np.tile(s, s.size)
+    for block in (1, 7, 1 << 17):
+        monkeypatch.setattr(judge, "_BLOCK", block)
+        _same_numbers(ref, rec)
+        with np.errstate(all="ignore"):
+            fin = ~(np.isnan(ref.astype(np.float64)) | np.isnan(rec.astype(np.float64)))
+        _same_numbers(ref[fin], rec[fin])  # no NaN: the native numbers themselves
+        if dt.itemsize >= 4:  # (half types: compare_arrays' float16 abs overflows apart)
+            d, f = compare_arrays(ref[fin], rec[fin]), _float_diff(ref[fin], rec[fin])
+            assert (f["n_diff"], f["max_ulp"], f["max_abs"], f["first_index"],
+                    f["n_signed_zero"]) == (d.n_diff, d.max_ulp, d.max_abs, d.first_index,
+                                            d.n_signed_zero)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_the_largest_distances(dt):
+    """+0 against -largest, +largest against -largest, +inf against -inf: the ulp distance
+    near 2**bits (as uint64 for float64), the float64 |o - r| overflowing to inf."""
+    big = np.finfo(np.float64).max if dt.itemsize == 8 else None
+    s = _specials(dt)
+    largest, inf = s[6], s[7]
+    neg = lambda v: (v.view(_U[dt.itemsize]) ^ (1 << (dt.itemsize * 8 - 1))).astype(  # noqa: E731
+        _U[dt.itemsize]).view(dt)
+    for a, b in ((0, neg(largest)), (largest, neg(largest)), (inf, neg(inf)),
+                 (neg(0 * largest), largest)):
+        ref = np.array([a] * 5, dtype=dt)
+        rec = np.array([b] * 5, dtype=dt)
+        _same_numbers(ref, rec)
+        _same_numbers(rec, ref)
+    if big is not None:
+        f = _float_diff(np.array([big]), np.array([-big]))
+        assert f["max_abs"] == np.inf and f["max_ulp"] == 2 * 0x7FEFFFFFFFFFFFFF
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_random_arrays_in_blocks_of_one_sign_and_mixed(dt, monkeypatch):
+    """Sizes on and off every vector width, ulp steps, sign flips (the mixed path), signed
+    zeros, infinities, denormals and NaNs placed in some blocks, many blocks."""
+    monkeypatch.setattr(judge, "_BLOCK", 509)
+    rng = np.random.default_rng(7)
+    sizes = list(range(1, 70)) + [127, 128, 129, 1000, 4096, 5003]
+    for trial, n in enumerate(sizes):
+        a = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3])).astype(dt)
+        b = a.copy()
+        m = rng.random(n)
+        with np.errstate(all="ignore"):
+            step = np.nextafter(b.astype(np.float32), np.float32(np.inf)).astype(dt) \
+                if dt.itemsize == 2 else np.nextafter(b, dt.type(np.inf))
+        b[m < 0.3] = step[m < 0.3]
+        if trial % 3 == 0:
+            b[m > 0.9] = -b[m > 0.9]
+        if trial % 4 == 0:
+            a[m < 0.05], b[m < 0.05] = 0.0, -0.0
+        if trial % 5 == 0:
+            a[: min(3, n)] = np.inf
+            b[: min(2, n)] = -np.inf
+        if trial % 6 == 0:
+            s = _specials(dt)
+            a[m > 0.95] = s[1]  # the smallest denormal
+        if trial % 7 == 0:
+            b[m > 0.97] = np.nan  # NaN in some blocks (with or without a difference)
+        if trial % 11 == 0:
+            a[-1] = b[-1] = np.nan  # an equal NaN, alone in its block
+        _same_numbers(a, b)
+        _same_numbers(b, a)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_inputs_are_read_in_place_whatever_their_strides(dt, monkeypatch):
+    """Transposed, sliced, reversed, broadcast, permuted 3-D, a 0-d array, one row of a
+    matrix, an unaligned buffer: the numbers of their C-contiguous copies (the numpy form
+    copies them), the native pass reading them as they lie."""
+    monkeypatch.setattr(judge, "_BLOCK", 61)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((37, 45)).astype(dt)
+    y = x.copy()
+    y[rng.random(x.shape) < 0.2] *= -1
+    y[5, 7] = 0.0
+    x[5, 7] = -0.0
+    cases = [(x.T, y.T), (x[::2, 1::3], y[::2, 1::3]), (x[::-1, ::-1], y[::-1]),
+             (x.T, np.ascontiguousarray(y.T)), (x[3], y[3]), (x[:, 4], y[:, 4]),
+             (np.broadcast_to(x[0], (6, 45)), y[:6]), (x[2, 2:3].reshape(()), y[2, 2])]
+    z = rng.standard_normal((4, 5, 6)).astype(dt)
+    w = z.copy()
+    w.reshape(-1)[::5] = -w.reshape(-1)[::5]
+    cases.append((z.transpose(2, 0, 1), w.transpose(2, 0, 1)))
+    cases.append((z.transpose(1, 2, 0)[:, ::2], w.transpose(1, 2, 0)[:, ::2]))
+    buf = np.zeros(x.nbytes + 1, np.uint8)
+    buf[1:] = y.view(np.uint8).reshape(-1)
+    odd = np.frombuffer(buf.data, dtype=dt, count=x.size, offset=1).reshape(x.shape)
+    assert not odd.flags.aligned
+    cases.append((x, odd))
+    for ref, rec in cases:
+        ref, rec = np.asarray(ref), np.asarray(rec)
+        assert ref.shape == rec.shape
+        _same_numbers(ref, rec)
+        _same_numbers(rec, ref)
+
+
+def test_empty_and_unsupported_inputs_take_the_numpy_form(monkeypatch):
+    """An empty array, and no native code at all (no compiler): the numpy form's numbers."""
+    e = np.zeros((0, 3), np.float32)
+    assert native.float_diff(e, e, 64) is None
+    assert _float_diff(e, e) == _float_diff_numpy(e, e)
+    a = np.arange(10.0)
+    b = a.copy()
+    b[4] = -4.0
+    want = _float_diff(a, b)
+    assert want["n_diff"] == 1 and want["first_index"] == 4
+    monkeypatch.setattr(native, "_lib", None)
+    assert native.float_diff(a, b, 64) is None
+    assert _float_diff(a, b) == want == _float_diff_numpy(a, b)
+
+
+def test_the_nan_rule_is_the_numpy_forms_per_block(monkeypatch):
+    """A NaN in a block with a difference hands the whole comparison to compare_arrays (its
+    full numbers even for the short form); a NaN only in blocks without one does not."""
+    monkeypatch.setattr(judge, "_BLOCK", 8)
+    a = np.arange(32, dtype=np.float32)
+    b = a.copy()
+    b[3] = 100.0
+    a[20] = b[20] = np.nan  # equal bits, a block without a difference
+    assert native.library() is None or native.float_diff(a, b, 8) != "nan"
+    _same_numbers(a, b)
+    assert _float_diff(a, b, full=False)["max_abs"] is None
+    b[5] = np.nan  # now in the differing block
+    assert native.library() is None or native.float_diff(a, b, 8) == "nan"
+    _same_numbers(a, b)
+    assert _float_diff(a, b, full=False)["max_abs"] == 97.0  # compare_arrays' own
