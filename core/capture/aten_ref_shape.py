@@ -5,6 +5,7 @@ float32 (two roundings, as ``c10::Half(double)``), float -> integer truncates.""
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -172,21 +173,71 @@ def _view(args: list, kwargs: dict) -> list:
     return [np.array(x.reshape(_shape(x, args[1])))]
 
 
+# (the library they came from, item size -> its ts_transpose_uN): core.native.use_isa swaps
+# the library in and out (the tests run every path), so the functions follow it
+_TRANSPOSE: tuple[Any, dict[int, Any]] = (None, {})
+#: below this many elements numpy's copy is cheaper than a ctypes call
+TRANSPOSE_NATIVE_MIN = 4096
+
+
+def _native_transpose() -> dict[int, Any]:
+    global _TRANSPOSE
+    from tapescope.core import native
+
+    lib = native.library()
+    if lib is not _TRANSPOSE[0]:
+        fns = {}
+        if lib is not None and hasattr(lib, "ts_transpose_u32"):
+            p, ll = ctypes.c_void_p, ctypes.c_longlong
+            for n in (2, 4, 8):
+                fn = getattr(lib, f"ts_transpose_u{8 * n}")
+                fn.argtypes, fn.restype = [p, p, ll, ll, ll], None
+                fns[n] = fn
+        _TRANSPOSE = (lib, fns)
+    return _TRANSPOSE[1]
+
+
+def swap_last2(x: np.ndarray, native_min: int = TRANSPOSE_NATIVE_MIN) -> np.ndarray:
+    """``x`` with its last two axes swapped, as a new C-ordered array: the native tiled copy
+    (the elements' bytes, nothing computed) for a C-contiguous ``x`` of 2-, 4- or 8-byte
+    plain items and at least ``native_min`` elements, else numpy's copy of the swapped view
+    (the same values; 3-7x slower on a 256 x 1024 float32)."""
+    if (x.ndim < 2 or x.size < max(native_min, 1) or not x.flags.c_contiguous
+            or x.dtype.hasobject or x.dtype.fields is not None):
+        return np.array(np.swapaxes(x, -1, -2), order="C")
+    fn = _native_transpose().get(x.itemsize)
+    if fn is None:
+        return np.array(np.swapaxes(x, -1, -2), order="C")
+    r, c = x.shape[-2:]
+    out = np.empty(x.shape[:-2] + (c, r), x.dtype)
+    fn(x.ctypes.data, out.ctypes.data, x.size // (r * c), r, c)
+    return out
+
+
 @form("aten.t.default", "aten.numpy_T.default")
 def _t(args: list, kwargs: dict) -> list:
-    return [np.array(args[0].T, order="C")]  # C order: one copy (the judge compares C)
+    x = args[0]
+    if x.ndim == 2:
+        return [swap_last2(x)]
+    return [np.array(x.T, order="C")]  # C order: one copy (the judge compares C)
 
 
 @form("aten.transpose.int")
 def _transpose(args: list, kwargs: dict) -> list:
     x = args[0]
-    return [np.array(np.swapaxes(x, _dim(args[1], x.ndim), _dim(args[2], x.ndim)), order="C")]
+    a, b = sorted((_dim(args[1], x.ndim), _dim(args[2], x.ndim)))
+    if x.ndim >= 2 and (a, b) == (x.ndim - 2, x.ndim - 1):
+        return [swap_last2(x)]
+    return [np.array(np.swapaxes(x, a, b), order="C")]
 
 
 @form("aten.permute.default")
 def _permute(args: list, kwargs: dict) -> list:
     x = args[0]
-    return [np.array(np.transpose(x, [_dim(d, x.ndim) for d in args[1]]), order="C")]
+    perm = [_dim(d, x.ndim) for d in args[1]]
+    if x.ndim >= 2 and perm == list(range(x.ndim - 2)) + [x.ndim - 1, x.ndim - 2]:
+        return [swap_last2(x)]
+    return [np.array(np.transpose(x, perm), order="C")]
 
 
 @form("aten.expand.default")

@@ -1,16 +1,17 @@
 """The reference forms' cheaper spellings compute what the plain ones did, bit for bit, on
 hostile values (NaN, +-inf, +-0, subnormals, huge and tiny; issue 42's ``parity --capture``
 speed): an in-place op's fresh result taken as it is (no copy), lerp's one side for one
-weight, and the transposes by the native kernel."""
+weight, and the transposes by the native kernel (on every native path)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from tapescope.core.capture.aten_ref import reference
 from tapescope.core.capture.aten_ref_optim import lerp
-from tapescope.core.capture.aten_ref_shape import cast
+from tapescope.core.capture.aten_ref_shape import _native_transpose, cast, swap_last2
 
 
 def hostile(shape, dtype, seed: int) -> np.ndarray:
@@ -91,3 +92,42 @@ def test_foreach_in_place_results_are_each_tensors_own():
                 for x, y in zip(xs, ys, strict=True)]
     assert [_bits(g) for g in got] == [_bits(w) for w in want]
     assert all(not np.shares_memory(g, a) for g in got for a in xs + ys)
+
+
+_SHAPES = [(1, 1), (1, 37), (37, 1), (16, 16), (17, 33), (64, 300), (300, 64), (256, 1024),
+           (3, 40, 70), (2, 3, 16, 129)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
+                                   np.int64, np.int32, np.uint16])
+def test_the_native_transpose_is_numpys_copy(dtype, native_isa):
+    """Every element's bits (NaN payloads, -0.0, subnormals) where numpy's copy of the
+    swapped view puts them, on every native path, tiles cut at odd edges."""
+    rng = np.random.default_rng(5)
+    for shape in _SHAPES:
+        if np.dtype(dtype).kind in "iu":
+            x = rng.integers(0, 2 ** 15, shape).astype(dtype)
+        else:
+            with np.errstate(over="ignore"):
+                x = hostile(shape, np.float32, 6).astype(dtype)
+            raw = x.view(f"u{x.itemsize}")
+            raw.flat[::7] = np.array(np.iinfo(raw.dtype).max, raw.dtype)  # all-ones NaNs
+        want = np.array(np.swapaxes(x, -1, -2), order="C")
+        got = swap_last2(x, native_min=0)
+        assert got.shape == want.shape and got.dtype == x.dtype, shape
+        assert got.flags.c_contiguous and _bits(got) == _bits(want), shape
+
+
+def test_t_transpose_permute_take_the_native_copy_and_match_numpy():
+    x = hostile((70, 90), np.float32, 8)
+    x4 = hostile((2, 3, 70, 90), np.float32, 9)
+    assert _native_transpose(), "the native transpose is built with the library"
+    for op, args, want in (
+            ("aten.t.default", [x], x.T),
+            ("aten.transpose.int", [x4, -1, 2], np.swapaxes(x4, 2, 3)),
+            ("aten.transpose.int", [x4, 1, 3], np.swapaxes(x4, 1, 3)),
+            ("aten.permute.default", [x4, [0, 1, 3, 2]], np.transpose(x4, [0, 1, 3, 2])),
+            ("aten.permute.default", [x4, [3, 1, 0, 2]], np.transpose(x4, [3, 1, 0, 2])),
+            ("aten.t.default", [x[:, ::2]], x[:, ::2].T)):  # strided: numpy's copy
+        got = reference(op, args, {})[0]
+        assert got.shape == want.shape and _bits(got) == _bits(want), (op, args[1:])
