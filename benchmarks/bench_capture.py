@@ -8,7 +8,7 @@ Python dispatch mode dominates them. The realistic rows are sizes people train: 
 (the zoo GPT at d=256, 4 heads, 4 layers, 128 tokens, batch 8, vocabulary 512) and
 ``cnn-64`` (three conv-BatchNorm-ReLU-pool stages, 32-64-128 channels, on 16 64x64 RGB
 images, Dropout, SGD nesterov), where the per-op cost is amortised and the per-byte costs
-(a copy and a SHA-256 of every value, the reference's arithmetic and the comparison) remain;
+(a copy and a digest of every value, the reference's arithmetic and the comparison) remain;
 ``gpt-wide`` (d=128, 64 tokens) lies between.
 
 For each model one training step is timed plain (median of ``--repeat`` steps after a
@@ -18,14 +18,16 @@ the file's write, then the capture loaded and judged (``core.capture.judge``, wh
 ``load``: the CPU time of reading and checking the file alone, a part of ``parity``'s.
 Ratios are per step (the median of ``--rounds`` captures and judgements), wall clock and CPU
 time (``process_time``: on a loaded machine the wall clock of a few-millisecond step swings
-2x between runs; CPU time barely moves). The recorder hashes large values on a thread of its
-own (``hashlib`` releases the GIL): ``main`` is the CPU time of the script's own thread, what
-the step's wall clock is when a core is free for the hashing thread; ``cpu`` counts both.
+2x between runs; CPU time barely moves). The values' digests are XXH3-128 (``--digest
+sha256``: the slower digest of captures before it, for a comparison); with SHA-256 the recorder
+hashes large values on a thread of its own (``hashlib`` releases the GIL), so ``main``, the CPU
+time of the script's own thread, is what the step's wall clock is when a core is free for the
+hashing thread; ``cpu`` counts both (with XXH3, hashed inline, they are the same).
 The step runs ``--threads`` torch threads and the judge the same number of native threads
 (``core.native.set_threads``): one thread budget for both.
 
 Run: ``python benchmarks/bench_capture.py [--repeat 5] [--rounds 3] [--models gpt cnn]
-[--micro]``
+[--digest xxh3_128|sha256] [--micro]``
 (``--micro``: the per-op cost alone, plain / an empty dispatch mode / the recorder).
 """
 
@@ -154,7 +156,7 @@ def _median(xs: list[tuple[float, ...]]) -> tuple[float, ...]:
 
 
 def measure(name: str, repeat: int, rounds: int, tmp: str,
-            max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+            max_bytes: int = DEFAULT_MAX_BYTES, digest: str = "xxh3_128") -> dict:
     """One row: per step, wall clock and CPU time (``process_time``: what the machine's load
     barely moves) of the plain step (median of ``repeat``) and of capturing and judging
     (median of ``rounds``), as ratios."""
@@ -180,7 +182,7 @@ def measure(name: str, repeat: int, rounds: int, tmp: str,
         got = []
         for _ in range(rounds):
             t = _clock()
-            with capture(f, steps=2, **kw) as rec:
+            with capture(f, steps=2, digest=digest, **kw) as rec:
                 step()
                 step()
             got.append(_since(t))
@@ -257,6 +259,8 @@ def main() -> None:
     ap.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES,
                     help="the capture's value budget (default capture's 256 MiB: a bigger "
                          "model's values beyond it are digests, their ops unjudged)")
+    ap.add_argument("--digest", choices=("xxh3_128", "sha256"), default="xxh3_128",
+                    help="the values' digest algorithm (capture --digest)")
     ap.add_argument("--micro", action="store_true", help="also the per-op cost alone")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: on a shared machine OpenMP's spinning "
@@ -275,7 +279,7 @@ def main() -> None:
     print("ratios per step against the same process's uncaptured step, wall clock, CPU time "
           "of all threads and of the script's own (main) thread (targets: capture <= 3x, "
           "hashes <= 1.5x, parity <= 5x); us/op: the recorder's CPU per op; load: the CPU of "
-          "parity's file read and check")
+          f"parity's file read and check; digests: {a.digest}")
     print(f"{'':<9} {'':>8} {'':>8} {'':>7} {'--------- wall ---------':>24} "
           f"{'---------- cpu ---------':>24} {'---- main ----':>15}")
     print(f"{'model':<9} {'ops/step':>8} {'step ms':>8} {'MiB':>7} {'capture':>8} "
@@ -284,7 +288,7 @@ def main() -> None:
           f"{'load':>5}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models:
-            r = measure(name, a.repeat, a.rounds, tmp, a.max_bytes)
+            r = measure(name, a.repeat, a.rounds, tmp, a.max_bytes, a.digest)
             print(f"{r['model']:<9} {r['ops']:>8} {r['step_ms']:>8.2f} {r['mib']:>7.2f} "
                   f"{r['capture_values']:>7.1f}x {r['capture_hashes']:>6.1f}x "
                   f"{r['parity']:>6.1f}x {r['cpu_values']:>7.1f}x {r['cpu_hashes']:>6.1f}x "
