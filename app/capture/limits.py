@@ -2,4 +2,4 @@
 recorder both read it, and the recorder may not import its own package's ``__init__``
 (tests/test_import_cycles.py)."""
 
-DEFAULT_MAX_BYTES = 256 << 20  # values stored up to this many bytes, a SHA-256 of each beyond
+DEFAULT_MAX_BYTES = 256 << 20  # values stored up to this many bytes, a digest of each beyond

@@ -46,9 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hashes-only", action="store_true",
                    help="store no values, a digest of each (cheapest; cannot be judged)")
     p.add_argument("--digest", choices=("xxh3_128", "sha256"), default="xxh3_128",
-                   help="the values' digest algorithm (default xxh3_128: ~10x faster; "
-                        "sha256: as captures before it; two captures compared by digest, a "
-                        "pair or the ranks, need one algorithm)")
+                   help="the values' digest algorithm (default xxh3_128, ~10x faster than "
+                        "sha256, the digest of captures before it; docs/capture.md, 'The file')")
     p.add_argument("--set", action="append", default=None, metavar="NAME[=VALUE]",
                    dest="flip", help="flip a setting in the script's process before it runs "
                    "(threads=N, deterministic, autocast[=bfloat16], matmul=high, "
@@ -223,8 +222,8 @@ def run(args: argparse.Namespace) -> int:
                          "capture -- torchrun ... instead)")
     mib = written["stored_bytes"] / (1 << 20)
     print(f"captured {written['steps']} steps of {shown}: {written['ops']} ops, "
-          f"{written['values']} values ({mib:.1f} MiB stored, {written['hashed']} as SHA-256 "
-          f"only) in {wall:.1f} s -> {args.out}")
+          f"{written['values']} values ({mib:.1f} MiB stored, {written['hashed']} as "
+          f"{getattr(args, 'digest', 'xxh3_128')} digests only) in {wall:.1f} s -> {args.out}")
     if written["steps"] < args.steps:
         print(f"note: the script made {written['steps']} of the {args.steps} steps asked for")
     if written.get("compile_called"):

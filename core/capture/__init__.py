@@ -2,7 +2,8 @@
 torch) and judged here against the exact reference (numpy only; core imports no torch).
 
 - ``core.capture.file``: the capture file (docs/capture.md): ``save`` / ``load`` with the tape
-  file's care (no pickle, sizes checked before allocating, SHA-256 of every array and of the
+  file's care (no pickle, sizes checked before allocating, a digest of every array (XXH3-128,
+  or SHA-256 in files before it) and a SHA-256 of the
   header, regular files only, one-line errors naming the file).
 - ``core.capture.judge``: ``judge(capture)``: per op, per step, the op re-run by the reference on
   its own recorded inputs (*introduced*) and the whole step re-run from the step's recorded

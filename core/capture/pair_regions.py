@@ -8,7 +8,7 @@ after the place they really part. ``first_inside`` looks into the regions of one
 before that op, in order: the region's judgement (core/capture/judge.py) lists its *departing
 nodes* (an output node whose recorded value the reference, run on the run's own known values,
 does not reproduce: core/capture/regions.py); the first of them whose bits the other run holds
-nowhere in that step (no value of the same dtype, shape and SHA-256) is where the runs part. The
+nowhere in that step (no value of the same dtype, shape and digest) is where the runs part. The
 other run's op there is its op of the same aten op the node was decomposed from (its FX
 ``original_aten``) and module, in the same step and phase, if it has one; its verdict and the
 node's say which run left the reference.
