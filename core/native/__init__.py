@@ -859,7 +859,10 @@ def float_diff(ref: np.ndarray, rec: np.ndarray, block: int, full: bool = True):
     if lib is None or kind is None or rec.dtype != ref.dtype or rec.shape != ref.shape \
             or ref.size == 0 or block < 1 or ref.ndim > 32:
         return None
-    shape, rs, os_ = _fd_layout(ref, rec)
+    if ref.flags.c_contiguous and rec.flags.c_contiguous:  # (the common case, cheaply)
+        shape, rs, os_ = [ref.size], [ref.itemsize], [ref.itemsize]
+    else:
+        shape, rs, os_ = _fd_layout(ref, rec)
     nd = len(shape)
     arr = ctypes.c_longlong * nd
     out = (ctypes.c_longlong * 3)()

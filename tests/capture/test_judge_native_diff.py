@@ -186,3 +186,19 @@ def test_the_nan_rule_is_the_numpy_forms_per_block(monkeypatch):
     assert native.library() is None or native.float_diff(a, b, 8) == "nan"
     _same_numbers(a, b)
     assert _float_diff(a, b, full=False)["max_abs"] == 97.0  # compare_arrays' own
+
+
+def test_a_blocks_nan_counts_across_the_rows_of_a_strided_array(monkeypatch):
+    """Rows read one by one (every other row of a matrix): an equal NaN in one row and a
+    difference in another row of the same block is that block's NaN (compare_arrays' numbers,
+    the full ones for the short form too); in different blocks it is not."""
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    y = x.copy()
+    x[0, 3] = y[0, 3] = np.nan
+    y[2, 5] = -1.0
+    for block in (16, 8, 4):
+        monkeypatch.setattr(judge, "_BLOCK", block)
+        _same_numbers(x[::2], y[::2])
+        _same_numbers(x[::2, ::-1], y[::2, ::-1])
+    monkeypatch.setattr(judge, "_BLOCK", 16)
+    assert _float_diff(x[::2], y[::2], full=False)["max_abs"] == 22.0
