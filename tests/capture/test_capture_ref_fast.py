@@ -162,3 +162,37 @@ def test_the_channel_sum_keeps_serial_sums_order(dtype):
             assert got.dtype == x.dtype and got.reshape(-1).tobytes() == want.tobytes(), shape
     empty = np.zeros((0, 4, 2, 2), dtype)
     assert serial_sum(empty, (0, 2, 3)).tobytes() == np.zeros(4, dtype).tobytes()
+
+
+@pytest.mark.usefixtures("native_isa")  # chansum on every native path this CPU runs
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_row_sum_keeps_serial_sums_order(dtype, monkeypatch):
+    """``serial_sum`` over the trailing axes of a C-contiguous array (layer norm's and
+    softmax's row sums: ``chansum`` on one batch entry, no transposed copy) has the bits of
+    the transposed copy's column sums (numpy, no native code) and of numpy's strictly
+    sequential ``add.accumulate`` from +0.0; a strided array takes the copy as before."""
+    from tapescope.core import native
+    from tapescope.core.ops.reference import serial_sum
+
+    rng = np.random.default_rng(10)
+    cases = [((1024, 256), -1), ((8, 4, 16, 16), -1), ((3, 5, 7, 2), (2, 3)), ((9, 1), 1),
+             ((2, 3, 4), (1, 2)), ((1, 5), -1), ((7, 3, 1), (1, 2))]
+    for shape, axis in cases:
+        x = (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)).astype(dtype)
+        x[x > 1.5] = -0.0
+        x.reshape(-1)[-1] = -0.0
+        axes = (axis,) if isinstance(axis, int) else axis
+        r = int(np.prod([shape[a] for a in axes]))
+        rows = x.reshape(-1, r)
+        want = np.add.accumulate(np.concatenate([np.zeros((rows.shape[0], 1), dtype), rows],
+                                                axis=1), axis=1)[:, -1]
+        for keepdims in (False, True):
+            got = serial_sum(x, axis, keepdims=keepdims)
+            assert got.reshape(-1).tobytes() == want.tobytes(), (shape, axis)
+            with monkeypatch.context() as m:
+                m.setattr(native, "_lib", None)
+                assert serial_sum(x, axis, keepdims=keepdims).tobytes() == got.tobytes()
+        t = np.ascontiguousarray(x.T).T  # the same values, F order: the copy path
+        assert serial_sum(t, axis).tobytes() == serial_sum(x, axis).tobytes()
+    z = np.zeros((3, 0), dtype)
+    assert serial_sum(z, -1).tobytes() == np.zeros(3, dtype).tobytes()
