@@ -15,8 +15,9 @@
 
 static inline double tsb__sel(int c, double a, double b) { return c ? a : b; }
 
-/* NOTE: erf keeps ts_erf's branches in double: its loop stays scalar (many more cases, two
- * exps); sigmoid's twin leaves |x| > 708 and NaN to ts_sigmoid (its loop redoes them). */
+/* NOTE: erf sorts each block's elements by ts_erf's range and runs each range's own
+ * operations over its elements (tsl_erf below); sigmoid's twin leaves |x| > 708 and NaN to
+ * ts_sigmoid (its loop redoes them). */
 
 /* fdlibm's reduction shared by exp and expm1: x = k ln2 + r, r = hi - lo (k = 0 for |x| <=
  * 0.5 ln2, +-1 below 1.5 ln2, else round(x / ln2)); `special` lanes reduce a harmless 0.0 (k = 0)
@@ -452,8 +453,111 @@ TSQ_LOOP(log, tsq__unsure)     /* log(1) = 0 */
 TSQ_LOOP(log1p, tsq__unsure)
 TSQ_LOOP(tanh, tsq__unsure_normal) /* zero only for +-0, never infinite */
 TSQ_LOOP(sigmoid, tsq__unsure) /* sigmoid(x < -104) = +0 */
-TSQ_PLAIN_LOOP(erf, ts_erff)
 TSQ_PLAIN_LOOP(rsqrt, tsb_rsqrtf)
+
+/* ---- erf by ranges: ts_erf's branches mispredict on mixed inputs (a GELU's) and a twin
+ * computing every range's candidate costs all of them (two exps, four polynomials, eight
+ * divisions: no faster). Each range's formula below is ts_erf's own operations on it, in its
+ * order; the loop (TSE_LOOP) runs each over the elements of its range, vectorised. */
+static inline double tse_small(double x) { /* 2**-28 <= |x| < 0.84375 */
+    TS_ERF_CONSTANTS
+    double z = __dmul_rn(x, x);
+    double r = __dadd_rn(pp0, __dmul_rn(z, __dadd_rn(pp1, __dmul_rn(z, __dadd_rn(pp2,
+            __dmul_rn(z, __dadd_rn(pp3, __dmul_rn(z, pp4))))))));
+    double s = __dadd_rn(1.0, __dmul_rn(z, __dadd_rn(qq1, __dmul_rn(z, __dadd_rn(qq2,
+            __dmul_rn(z, __dadd_rn(qq3, __dmul_rn(z, __dadd_rn(qq4,
+            __dmul_rn(z, qq5))))))))));
+    return __dadd_rn(x, __dmul_rn(x, __ddiv_rn(r, s)));
+}
+
+static inline double tse_mid(double x) { /* 0.84375 <= |x| < 1.25 */
+    TS_ERF_CONSTANTS
+    int hx = ts__hi(x);
+    double s = __dsub_rn(ts__with_hi(x, hx & 0x7fffffff), 1.0);
+    double P = __dadd_rn(pa0, __dmul_rn(s, __dadd_rn(pa1, __dmul_rn(s, __dadd_rn(pa2,
+            __dmul_rn(s, __dadd_rn(pa3, __dmul_rn(s, __dadd_rn(pa4, __dmul_rn(s,
+            __dadd_rn(pa5, __dmul_rn(s, pa6))))))))))));
+    double Q = __dadd_rn(1.0, __dmul_rn(s, __dadd_rn(qa1, __dmul_rn(s, __dadd_rn(qa2,
+            __dmul_rn(s, __dadd_rn(qa3, __dmul_rn(s, __dadd_rn(qa4, __dmul_rn(s,
+            __dadd_rn(qa5, __dmul_rn(s, qa6))))))))))));
+    double pq = __ddiv_rn(P, Q);
+    return tsb__sel(hx >= 0, __dadd_rn(erx, pq), __dsub_rn(-erx, pq));
+}
+
+/* 1.25 <= |x| < 6 once R and S are known (ax = |x|) */
+static inline double tse__tail(int hx, double ax, double R, double S) {
+    double z = ts__low_cleared(ax); /* z*z exact: z has 21 significant bits */
+    double r = __dmul_rn(tsb_exp(__dsub_rn(__dmul_rn(-z, z), 0.5625)),
+                         tsb_exp(__dadd_rn(__dmul_rn(__dsub_rn(z, ax), __dadd_rn(z, ax)),
+                                           __ddiv_rn(R, S))));
+    double ra = __ddiv_rn(r, ax);
+    return tsb__sel(hx >= 0, __dsub_rn(1.0, ra), __dsub_rn(ra, 1.0));
+}
+
+static inline double tse_near(double x) { /* 1.25 <= |x| < 1/0.35 */
+    TS_ERF_CONSTANTS
+    int hx = ts__hi(x);
+    double ax = ts__with_hi(x, hx & 0x7fffffff);
+    double s = __ddiv_rn(1.0, __dmul_rn(ax, ax));
+    double R = __dadd_rn(ra0, __dmul_rn(s, __dadd_rn(ra1, __dmul_rn(s, __dadd_rn(ra2,
+            __dmul_rn(s, __dadd_rn(ra3, __dmul_rn(s, __dadd_rn(ra4, __dmul_rn(s,
+            __dadd_rn(ra5, __dmul_rn(s, __dadd_rn(ra6, __dmul_rn(s, ra7))))))))))))));
+    double S = __dadd_rn(1.0, __dmul_rn(s, __dadd_rn(sa1, __dmul_rn(s, __dadd_rn(sa2,
+            __dmul_rn(s, __dadd_rn(sa3, __dmul_rn(s, __dadd_rn(sa4, __dmul_rn(s,
+            __dadd_rn(sa5, __dmul_rn(s, __dadd_rn(sa6, __dmul_rn(s, __dadd_rn(sa7,
+            __dmul_rn(s, sa8))))))))))))))));
+    return tse__tail(hx, ax, R, S);
+}
+
+static inline double tse_far(double x) { /* 1/0.35 <= |x| < 6 */
+    TS_ERF_CONSTANTS
+    int hx = ts__hi(x);
+    double ax = ts__with_hi(x, hx & 0x7fffffff);
+    double s = __ddiv_rn(1.0, __dmul_rn(ax, ax));
+    double R = __dadd_rn(rb0, __dmul_rn(s, __dadd_rn(rb1, __dmul_rn(s, __dadd_rn(rb2,
+            __dmul_rn(s, __dadd_rn(rb3, __dmul_rn(s, __dadd_rn(rb4, __dmul_rn(s,
+            __dadd_rn(rb5, __dmul_rn(s, rb6))))))))))));
+    double S = __dadd_rn(1.0, __dmul_rn(s, __dadd_rn(sb1, __dmul_rn(s, __dadd_rn(sb2,
+            __dmul_rn(s, __dadd_rn(sb3, __dmul_rn(s, __dadd_rn(sb4, __dmul_rn(s,
+            __dadd_rn(sb5, __dmul_rn(s, __dadd_rn(sb6, __dmul_rn(s, sb7))))))))))))));
+    return tse__tail(hx, ax, R, S);
+}
+
+/* a block of erf: small and mid (cheap) computed for every element and selected; the tail
+ * ranges' elements (two exps each) listed by index, branch-free, and computed alone; the
+ * rare ones by ts_erf; then the block rounded once to T (float: NaN canonical) */
+#define TSE_LOOP(lname, T, OUT)                                                             \
+    static void lname(const T *restrict x, T *restrict y, long long n) {                    \
+        int near[TSQ_BLOCK], far[TSQ_BLOCK], rare[TSQ_BLOCK];                               \
+        double buf[TSQ_BLOCK], t[TSQ_BLOCK];                                                \
+        for (long long i0 = 0; i0 < n; i0 += TSQ_BLOCK) {                                   \
+            int m = n - i0 < TSQ_BLOCK ? (int)(n - i0) : TSQ_BLOCK, nn = 0, nf = 0, nr = 0; \
+            const T *restrict xb = x + i0;                                                  \
+            T *restrict yb = y + i0;                                                        \
+            for (int i = 0; i < m; ++i) {                                                   \
+                double d = (double)xb[i];                                                   \
+                int ix = ts__hi(d) & 0x7fffffff;                                            \
+                buf[i] = tsb__sel(ix < 0x3feb0000, tse_small(d), tse_mid(d));               \
+            }                                                                               \
+            for (int i = 0; i < m; ++i) { /* NaN: ix >= 0x7ff00000, rare */                 \
+                int ix = ts__hi((double)xb[i]) & 0x7fffffff;                                \
+                near[nn] = i, nn += (ix >= 0x3ff40000) & (ix < 0x4006db6e);                 \
+                far[nf] = i, nf += (ix >= 0x4006db6e) & (ix < 0x40180000);                  \
+                rare[nr] = i, nr += (ix < 0x3e300000) | (ix >= 0x40180000);                 \
+            }                                                                               \
+            for (int j = 0; j < nn; ++j) t[j] = (double)xb[near[j]];                        \
+            for (int j = 0; j < nn; ++j) t[j] = tse_near(t[j]);                             \
+            for (int j = 0; j < nn; ++j) buf[near[j]] = t[j];                               \
+            for (int j = 0; j < nf; ++j) t[j] = (double)xb[far[j]];                         \
+            for (int j = 0; j < nf; ++j) t[j] = tse_far(t[j]);                              \
+            for (int j = 0; j < nf; ++j) buf[far[j]] = t[j];                                \
+            for (int j = 0; j < nr; ++j) buf[rare[j]] = ts_erf((double)xb[rare[j]]);        \
+            for (int i = 0; i < m; ++i) yb[i] = OUT(buf[i]);                                \
+        }                                                                                   \
+    }
+#define TSE_DOUBLE(r) (r)
+TSE_LOOP(tsl_erf, double, TSE_DOUBLE)
+TSE_LOOP(tsl_erff, float, tsb__to_float)
 
 /* the double loop of a twin that leaves rare lanes to ts_f: blocks, those lanes redone */
 #define TSB_RARE_LOOP(name)                                                                 \
@@ -487,7 +591,6 @@ TSB_PLAIN_LOOP(log, tsb_log)
 TSB_PLAIN_LOOP(log1p, tsb_log1p)
 TSB_PLAIN_LOOP(tanh, tsb_tanh)
 TSB_RARE_LOOP(sigmoid)
-TSB_PLAIN_LOOP(erf, ts_erf)
 TSB_PLAIN_LOOP(rsqrt, tsb_rsqrt)
 
 /* Every function the CPU tape runs in C, in the order of core.native.REFMATH: X(name, the

@@ -131,3 +131,44 @@ def test_t_transpose_permute_take_the_native_copy_and_match_numpy():
             ("aten.t.default", [x[:, ::2]], x[:, ::2].T)):  # strided: numpy's copy
         got = reference(op, args, {})[0]
         assert got.shape == want.shape and _bits(got) == _bits(want), (op, args[1:])
+
+
+# ts_erf's range edges (|x| = 2**-28, 0.84375, 1.25, 1/0.35, 6) and the double subnormal edge
+_ERF_EDGES = (2.0 ** -28, 0.84375, 1.25, float.fromhex("0x1.6db6e00000000p+1"), 6.0,
+              2.2250738585072014e-308)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_erf_by_ranges_is_the_numpy_spelling(dtype, native_isa):
+    """refmath's native erf sorts each block's elements by ts_erf's range: every range's
+    edges (a few ulps either side, both signs), the specials, and blocks whose elements mix
+    all ranges in random order, a length that leaves a partial block; bits as the numpy
+    spelling's (the C twin's oracle), on every native path."""
+    from tapescope.core import refmath
+
+    edges = []
+    for e in _ERF_EDGES:
+        v = np.array(e, dtype)
+        for k in range(-3, 4):
+            w = v.view(f"i{v.itemsize}") + k
+            edges.append(w.view(dtype))
+    edges = np.array(edges, dtype)
+    rng = np.random.default_rng(11)
+    mixed = (rng.standard_normal(5000) * rng.choice([0.3, 1.0, 2.5, 7.0], 5000)).astype(dtype)
+    x = np.concatenate([edges, -edges, hostile((1500,), dtype, 12), mixed])
+    rng.shuffle(x)
+    from tapescope.core import native
+
+    fn = native.refmath_fn("erf", dtype)  # this path's library (ctypes)
+    assert fn is not None, "native code builds here"
+    refmath.use_native(True)  # refmath's loops re-probed: this path's extension
+    try:
+        for part in (x, x[:513], x[:1]):
+            want = refmath.numpy_apply("erf", part)
+            got = refmath.erf(part)
+            assert got.dtype == want.dtype and _bits(got) == _bits(want)
+            got = np.empty_like(part)
+            fn(part.ctypes.data, got.ctypes.data, part.size)
+            assert _bits(got) == _bits(want)
+    finally:
+        refmath.use_native(True)
