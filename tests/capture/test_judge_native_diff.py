@@ -15,7 +15,8 @@ from tapescope.core.capture import judge
 from tapescope.core.capture.judge import _float_diff, _float_diff_numpy
 from tapescope.core.parity import compare_arrays
 
-pytestmark = pytest.mark.usefixtures("native_isa")
+# every path the native code has that this CPU runs (tests/conftest.py: native_isa)
+every_path = pytest.mark.usefixtures("native_isa")
 
 DTYPES = [np.dtype(np.float64), np.dtype(np.float32), precision.FLOAT16, precision.BFLOAT16]
 _U = {8: np.uint64, 4: np.uint32, 2: np.uint16}
@@ -52,6 +53,7 @@ def _same_numbers(ref: np.ndarray, rec: np.ndarray) -> None:
         assert got == want, (full, got, want)
 
 
+@every_path
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
 def test_every_pair_of_special_values(dt, monkeypatch):
     """Each special value against each (every order, every sign mix), in blocks of one pair
@@ -71,6 +73,7 @@ def test_every_pair_of_special_values(dt, monkeypatch):
                                             d.n_signed_zero)
 
 
+@every_path
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
 def test_the_largest_distances(dt):
     """+0 against -largest, +largest against -largest, +inf against -inf: the ulp distance
@@ -91,6 +94,7 @@ def test_the_largest_distances(dt):
         assert f["max_abs"] == np.inf and f["max_ulp"] == 2 * 0x7FEFFFFFFFFFFFFF
 
 
+@every_path
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
 def test_random_arrays_in_blocks_of_one_sign_and_mixed(dt, monkeypatch):
     """Sizes on and off every vector width, ulp steps, sign flips (the mixed path), signed
@@ -124,6 +128,7 @@ def test_random_arrays_in_blocks_of_one_sign_and_mixed(dt, monkeypatch):
         _same_numbers(b, a)
 
 
+@every_path
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
 def test_inputs_are_read_in_place_whatever_their_strides(dt, monkeypatch):
     """Transposed, sliced, reversed, broadcast, permuted 3-D, a 0-d array, one row of a
@@ -156,6 +161,7 @@ def test_inputs_are_read_in_place_whatever_their_strides(dt, monkeypatch):
         _same_numbers(rec, ref)
 
 
+@every_path
 def test_empty_and_unsupported_inputs_take_the_numpy_form(monkeypatch):
     """An empty array, and no native code at all (no compiler): the numpy form's numbers."""
     e = np.zeros((0, 3), np.float32)
@@ -171,6 +177,7 @@ def test_empty_and_unsupported_inputs_take_the_numpy_form(monkeypatch):
     assert _float_diff(a, b) == want == _float_diff_numpy(a, b)
 
 
+@every_path
 def test_the_nan_rule_is_the_numpy_forms_per_block(monkeypatch):
     """A NaN in a block with a difference hands the whole comparison to compare_arrays (its
     full numbers even for the short form); a NaN only in blocks without one does not."""
@@ -188,6 +195,7 @@ def test_the_nan_rule_is_the_numpy_forms_per_block(monkeypatch):
     assert _float_diff(a, b, full=False)["max_abs"] == 97.0  # compare_arrays' own
 
 
+@every_path
 def test_a_blocks_nan_counts_across_the_rows_of_a_strided_array(monkeypatch):
     """Rows read one by one (every other row of a matrix): an equal NaN in one row and a
     difference in another row of the same block is that block's NaN (compare_arrays' numbers,
@@ -202,3 +210,40 @@ def test_a_blocks_nan_counts_across_the_rows_of_a_strided_array(monkeypatch):
         _same_numbers(x[::2, ::-1], y[::2, ::-1])
     monkeypatch.setattr(judge, "_BLOCK", 16)
     assert _float_diff(x[::2], y[::2], full=False)["max_abs"] == 22.0
+
+
+_ASAN_CHILD = """
+import numpy as np
+from tapescope.core import native, precision
+assert native.library() is not None and native.sanitize_flags()
+assert "libasan" in open("/proc/self/maps").read(), "not the sanitized build"
+rng = np.random.default_rng(1)
+n = 0
+for dt in (np.float64, np.float32, precision.FLOAT16, precision.BFLOAT16):
+    x = rng.standard_normal((13, 17)).astype(dt)
+    y = x.copy()
+    y[::3, ::2] = -y[::3, ::2]
+    x[1, 1] = np.nan
+    buf = np.zeros(y.nbytes + 1, np.uint8)
+    buf[1:] = y.view(np.uint8).reshape(-1)
+    odd = np.frombuffer(buf.data, dtype=dt, count=y.size, offset=1).reshape(y.shape)
+    for a, b in ((x, y), (x.T, y.T), (x[::-1, ::-2], y[::-1, ::-2]), (x[5], y[5]),
+                 (np.broadcast_to(x[0], (4, 17)), y[:4]), (x, odd), (x[:1, :1], y[:1, :1])):
+        for block in (1, 5, 1 << 17):
+            for full in (True, False):
+                assert native.float_diff(a, b, block, full) is not None
+                n += 1
+print("compared", n)
+"""
+
+
+def test_the_comparison_runs_clean_under_asan_and_ubsan():
+    """compare.c's reads (strided, reversed, broadcast, unaligned, one element; blocks of
+    one) under AddressSanitizer and UBSan (tests/core/test_native_sanitize.py's build)."""
+    from tests.core.test_native_sanitize import LIBASAN, _clean, _sanitized
+
+    if LIBASAN is None or native.library() is None:
+        pytest.skip("needs gcc with libasan (and native code)")
+    p = _sanitized(_ASAN_CHILD)
+    _clean(p)
+    assert "compared 168" in p.stdout, p.stdout
