@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from tapescope.core.capture.aten_ref_shape import swap_last2
 from tapescope.core.capture.aten_ref_table import (
     F32,
     HALF,
@@ -265,7 +266,7 @@ def _embedding_backward(args: list, kwargs: dict) -> list:
 
 # ---- scaled dot-product attention -------------------------------------------------------------
 def _scores(q, k, scale, is_causal, mask):
-    s = ref_matmul(q, np.swapaxes(k, -1, -2))
+    s = ref_matmul(q, swap_last2(k))  # kᵀ C-ordered by the native copy: the same values
     t = s.dtype.type
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     s = s * t(sc)  # the scale rounded once on the host, as the tape's attention
@@ -334,9 +335,9 @@ def _sdpa_flash_cpu_backward(args: list, kwargs: dict) -> list:
         # the tape's attention backward: bmm, softmax and muls rules in reverse
         s, sc = _scores(qw, kw, kwargs.get("scale"), is_causal, kwargs.get("attn_mask"))
         p = REGISTRY["softmax"].forward(M, [s], {"axis": -1})
-        gv = ref_matmul(np.swapaxes(p, -1, -2), gw)
-        gp = ref_matmul(gw, np.swapaxes(vw, -1, -2))
+        gv = ref_matmul(swap_last2(p), gw)
+        gp = ref_matmul(gw, swap_last2(vw))
         gs = REGISTRY["softmax"].backward(M, gp, [s], p, {"axis": -1}, [True])[0] * sc
         gq = ref_matmul(gs, kw)
-        gk = ref_matmul(np.swapaxes(gs, -1, -2), qw)
+        gk = ref_matmul(swap_last2(gs), qw)
     return [gq.astype(q.dtype), gk.astype(k.dtype), gv.astype(v.dtype)]
