@@ -6,7 +6,8 @@ Hostile headers first: an unknown algorithm, a digest of the wrong length or alp
 file's algorithm (a value's, an array's): one line naming the file and the entry, exit 2. Then
 the layouts: the first one (written by the SHA-256 path, no algorithm named) loads, is checked
 and is refused when corrupt; a new file's digests are direct XXH3-128s of the values' bytes;
-a truncated array is a clear error. Then across captures: two captures of different algorithms
+a truncated array is a clear error; ``capture --digest sha256`` reaches the script's recorder.
+Then across captures: two captures of different algorithms
 are compared by their stored arrays (a pair agreeing with itself, the ranks), and refused
 (one line: both files, their algorithms, ``--digest``) where neither stores every value."""
 
@@ -328,3 +329,22 @@ def test_ranks_of_two_algorithms(tmp_path):
     with pytest.raises(DigestMismatchError, match=r"h\.rank0\.capture \(xxh3_128\) and .*"
                                                   r"h\.rank1\.capture \(sha256\)"):
         load_ranks(paths)
+
+
+def test_the_capture_command_takes_digest(tmp_path):
+    """``tapescope capture --digest sha256`` reaches the script's recorder (the child's
+    settings): the file names sha256 and its digests are SHA-256s of the stored values."""
+    pytest.importorskip("torch")
+    script = tmp_path / "tiny.py"
+    script.write_text("import torch\ntorch.manual_seed(0)\nm = torch.nn.Linear(3, 2)\n"
+                      "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                      "m(torch.randn(4, 3)).sum().backward()\nopt.step()\n")
+    f = tmp_path / "s.capture"
+    p = cli("capture", "--digest", "sha256", "--steps", "1", "--out", str(f), "--", "python",
+            str(script))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "as sha256 digests only" in p.stdout
+    cap = load(f)
+    assert cap.digest_algorithm == "sha256" and cap.n_ops > 0
+    for a, d in zip(cap.arrays, cap.digests, strict=True):
+        assert d == hashlib.sha256(a.tobytes()).hexdigest()
