@@ -43,17 +43,17 @@ def cli(*argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("pair")
-    mlp = ["-m", "mlp_pkg.train", "--steps", "2"]
+def runs(zoo_capture) -> dict[str, Path]:
+    """The six captures (2 steps recorded of the script's 3); "plain" and "planted" are
+    test_capture.py's own MLP runs, captured once a session (tests/capture/conftest.py)."""
+    mlp = ["-m", "mlp_pkg.train"]
     spec = {"plain": ([], mlp), "t1": (["--set", "threads=1"], mlp),
             "t2": (["--set", "threads=2"], mlp), "bf16": (["--set", "autocast"], mlp),
-            "planted": ([], ["planted.py", "mlp_pkg/train.py", "--steps", "2"]),
-            "clone": ([], ["extra_clone.py", "mlp_pkg/train.py", "--steps", "2"])}
+            "planted": ([], ["planted.py", "mlp_pkg/train.py"]),
+            "clone": ([], ["extra_clone.py", "mlp_pkg/train.py"])}
     out = {}
     for name, (flags, argv) in spec.items():
-        f = d / f"{name}.capture"
-        p = cli("capture", "--out", str(f), *flags, "--", "python", *argv)
+        f, p = zoo_capture(argv, flags)
         assert p.returncode == 0, p.stderr[-3000:]
         out[name] = f
     return out
