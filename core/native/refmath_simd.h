@@ -523,34 +523,38 @@ static inline double tse_far(double x) { /* 1/0.35 <= |x| < 6 */
     return tse__tail(hx, ax, R, S);
 }
 
-/* a block of erf: small and mid (cheap) computed for every element and selected; the tail
- * ranges' elements (two exps each) listed by index, branch-free, and computed alone; the
- * rare ones by ts_erf; then the block rounded once to T (float: NaN canonical) */
+/* one range's listed elements of a block: gathered, computed (vectorised), put back */
+#define TSE_LISTED(fn, list, cnt)                                                           \
+    for (int j = 0; j < cnt; ++j) t[j] = (double)xb[list[j]];                              \
+    for (int j = 0; j < cnt; ++j) t[j] = fn(t[j]);                                          \
+    for (int j = 0; j < cnt; ++j) buf[list[j]] = t[j];
+/* a block of erf: the small range (a GELU's inputs, nearly all) computed for every element;
+ * the other ranges' elements listed by index, branch-free, and computed alone (the rare
+ * ones by ts_erf); then the block rounded once to T (float: NaN canonical) */
 #define TSE_LOOP(lname, T, OUT)                                                             \
     static void lname(const T *restrict x, T *restrict y, long long n) {                    \
-        int near[TSQ_BLOCK], far[TSQ_BLOCK], rare[TSQ_BLOCK];                               \
+        int rest[TSQ_BLOCK], mid[TSQ_BLOCK], near[TSQ_BLOCK], far[TSQ_BLOCK], rare[TSQ_BLOCK]; \
         double buf[TSQ_BLOCK], t[TSQ_BLOCK];                                                \
         for (long long i0 = 0; i0 < n; i0 += TSQ_BLOCK) {                                   \
-            int m = n - i0 < TSQ_BLOCK ? (int)(n - i0) : TSQ_BLOCK, nn = 0, nf = 0, nr = 0; \
+            int m = n - i0 < TSQ_BLOCK ? (int)(n - i0) : TSQ_BLOCK;                         \
+            int no = 0, nm = 0, nn = 0, nf = 0, nr = 0;                                     \
             const T *restrict xb = x + i0;                                                  \
             T *restrict yb = y + i0;                                                        \
-            for (int i = 0; i < m; ++i) {                                                   \
-                double d = (double)xb[i];                                                   \
-                int ix = ts__hi(d) & 0x7fffffff;                                            \
-                buf[i] = tsb__sel(ix < 0x3feb0000, tse_small(d), tse_mid(d));               \
-            }                                                                               \
-            for (int i = 0; i < m; ++i) { /* NaN: ix >= 0x7ff00000, rare */                 \
+            for (int i = 0; i < m; ++i) buf[i] = tse_small((double)xb[i]);                  \
+            for (int i = 0; i < m; ++i) { /* the others, then by range */                   \
                 int ix = ts__hi((double)xb[i]) & 0x7fffffff;                                \
+                rest[no] = i, no += (ix >= 0x3feb0000) | (ix < 0x3e300000);                 \
+            }                                                                               \
+            for (int j = 0; j < no; ++j) { /* NaN: ix >= 0x7ff00000, rare */                \
+                int i = rest[j], ix = ts__hi((double)xb[i]) & 0x7fffffff;                   \
+                mid[nm] = i, nm += (ix >= 0x3feb0000) & (ix < 0x3ff40000);                  \
                 near[nn] = i, nn += (ix >= 0x3ff40000) & (ix < 0x4006db6e);                 \
                 far[nf] = i, nf += (ix >= 0x4006db6e) & (ix < 0x40180000);                  \
                 rare[nr] = i, nr += (ix < 0x3e300000) | (ix >= 0x40180000);                 \
             }                                                                               \
-            for (int j = 0; j < nn; ++j) t[j] = (double)xb[near[j]];                        \
-            for (int j = 0; j < nn; ++j) t[j] = tse_near(t[j]);                             \
-            for (int j = 0; j < nn; ++j) buf[near[j]] = t[j];                               \
-            for (int j = 0; j < nf; ++j) t[j] = (double)xb[far[j]];                         \
-            for (int j = 0; j < nf; ++j) t[j] = tse_far(t[j]);                              \
-            for (int j = 0; j < nf; ++j) buf[far[j]] = t[j];                                \
+            TSE_LISTED(tse_mid, mid, nm)                                                    \
+            TSE_LISTED(tse_near, near, nn)                                                  \
+            TSE_LISTED(tse_far, far, nf)                                                    \
             for (int j = 0; j < nr; ++j) buf[rare[j]] = ts_erf((double)xb[rare[j]]);        \
             for (int i = 0; i < m; ++i) yb[i] = OUT(buf[i]);                                \
         }                                                                                   \
