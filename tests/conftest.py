@@ -29,15 +29,27 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # xdist workers; never the tree, which is what the variable asks for) and the next child reads it
 # back. Only the children: it is set when the first test starts, not before xdist starts its
 # workers, because a prefix also hides site-packages' own bytecode (torch cold: ~7 CPU s).
+# That cold compile (torch, dynamo, inductor, PySide6... for the first children of a run, several
+# at once under xdist) was paid by every run: the cache lives in pytest's own per-user folder
+# (/tmp/pytest-of-USER, made 0o700 by pytest and kept across runs) and a later run reads it back
+# (each .pyc checked against its source's mtime and size, as in any __pycache__). With
+# --basetemp the folder is the session's own, as before.
+def _bytecode_dir(tmp_path_factory) -> str:
+    session = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        session = session.parent  # the session folder, above each worker's own
+    user = session.parent
+    if user.name.startswith("pytest-of-") and session.name.startswith("pytest-"):
+        return str(user / "tapescope-pycache")
+    return str(session / "pycache")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _children_share_bytecode(tmp_path_factory):
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         yield  # bytecode goes where the user wants it already
         return
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the session folder, above each worker's own
-    os.environ["PYTHONPYCACHEPREFIX"] = str(base / "pycache")
+    os.environ["PYTHONPYCACHEPREFIX"] = _bytecode_dir(tmp_path_factory)
     del os.environ["PYTHONDONTWRITEBYTECODE"]
     yield
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
