@@ -22,20 +22,20 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # ---- one bytecode cache for the subprocesses the suite starts ------------------------------
 # Hundreds of tests run `python -m tapescope.app.cli ...` (the CLI contract, the GUI, workers).
-# Where
-# PYTHONDONTWRITEBYTECODE is set (as on this project's machines), each of those interpreters
+# Where PYTHONDONTWRITEBYTECODE is set (as on this project's machines), each of those interpreters
 # compiled every project module it imports from source again. Instead the children write their
-# bytecode under one PYTHONPYCACHEPREFIX for the run (the session's temp folder, shared by the
-# xdist workers; never the tree, which is what the variable asks for) and the next child reads it
-# back. Only the children: it is set when the first test starts, not before xdist starts its
-# workers, because a prefix also hides site-packages' own bytecode (torch cold: ~7 CPU s).
-# That cold compile (torch, dynamo, inductor, PySide6... for the first children of a run, several
-# at once under xdist) was paid by every run: the cache lives in pytest's own per-user folder
-# (/tmp/pytest-of-USER, made 0o700 by pytest and kept across runs) and a later run reads it back
-# (each .pyc checked against its source's mtime and size, as in any __pycache__). With
-# --basetemp the folder is the session's own, as before.
-def _bytecode_dir(tmp_path_factory) -> str:
-    session = tmp_path_factory.getbasetemp()
+# bytecode under one PYTHONPYCACHEPREFIX (never the tree, which is what the variable asks for)
+# and the next child reads it back. Only the children: a prefix also hides site-packages' own
+# bytecode (torch cold: ~7 CPU s), so it is set in each test process once it runs (an xdist
+# worker, or the one process of -n 0) and never in the xdist controller, whose environment the
+# workers inherit. It is set at configure time, before collection, so the environments test
+# modules build at import (tests/capture's ENV) carry it too.
+# The cache lives in pytest's own per-user folder (/tmp/pytest-of-USER, made 0o700 by pytest)
+# and outlives the run: the first children of a run (several at once under xdist) no longer
+# compile torch, dynamo, PySide6 cold each run; each .pyc is checked against its source's
+# mtime and size, as in any __pycache__. With --basetemp it is the session's own folder.
+def _bytecode_dir(config) -> str:
+    session = config._tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         session = session.parent  # the session folder, above each worker's own
     user = session.parent
@@ -44,16 +44,29 @@ def _bytecode_dir(tmp_path_factory) -> str:
     return str(session / "pycache")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _children_share_bytecode(tmp_path_factory):
+_SET_BYTECODE = False
+
+
+@pytest.hookimpl(trylast=True)  # after the tmp_path plugin's own configure
+def pytest_configure(config):
+    global _SET_BYTECODE
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
-        yield  # bytecode goes where the user wants it already
-        return
-    os.environ["PYTHONPYCACHEPREFIX"] = _bytecode_dir(tmp_path_factory)
+        return  # bytecode goes where the user wants it already
+    controller = not hasattr(config, "workerinput") and getattr(config.option, "tx", None) \
+        and getattr(config.option, "dist", "no") != "no"
+    if controller or not hasattr(config, "_tmp_path_factory"):
+        return  # the xdist controller: its workers must start with site-packages' bytecode
+    os.environ["PYTHONPYCACHEPREFIX"] = _bytecode_dir(config)
     del os.environ["PYTHONDONTWRITEBYTECODE"]
-    yield
-    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-    del os.environ["PYTHONPYCACHEPREFIX"]
+    _SET_BYTECODE = True
+
+
+def pytest_unconfigure(config):
+    global _SET_BYTECODE
+    if _SET_BYTECODE:
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+        del os.environ["PYTHONPYCACHEPREFIX"]
+        _SET_BYTECODE = False
 
 
 # ---- every path the native code dispatches to ----------------------------------------------
