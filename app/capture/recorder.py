@@ -197,6 +197,25 @@ def _written(info: tuple, args: Any, kwargs: dict) -> list[tuple[int, int]]:
     return [_span(t) for t in ts if t.layout is _STRIDED]
 
 
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_NO_DISPATCH = getattr(torch._C, "_DisableTorchDispatch", None)  # None: numpy's copy only
+
+
+def _c_order(t: torch.Tensor, a: np.ndarray) -> np.ndarray:
+    """A private C-order copy of ``a``, numpy's view of the not C-contiguous tensor ``t`` (a
+    transpose, a permute: a value's digest and stored bytes are in C order). Torch's copy
+    where it can (its transpose copy is blocked: 2-6x numpy's strided one; with XXH3 these
+    copies are the largest per-byte cost of hashes only), with every Python dispatch mode off,
+    so that no mode, ours or the script's own, sees an op the script did not make; numpy's for
+    a tensor subclass or a layout torch calls contiguous."""
+    if _NO_DISPATCH is not None and type(t) in _PLAIN_TENSORS and not t.is_contiguous():
+        with _NO_DISPATCH():
+            c = t.detach().contiguous().numpy()
+        if c.flags.c_contiguous and c.shape == a.shape:
+            return c
+    return np.array(a, order="C")
+
+
 def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
     """``t``'s value as numpy and whether that is already a private copy (else a view of the
     tensor's memory, to be copied before it is kept), or ``(None, False)`` for what numpy
@@ -497,13 +516,10 @@ class Recorder(TorchDispatchMode):
                     self.v_sha.append(None)
                     self.hasher.put(vid, a, _span(t))
                     return vid
-                try:
-                    h = self._hex(a)
-                except (BufferError, ValueError):  # not C-contiguous
-                    h = self._hex(np.ascontiguousarray(a))
-                self.v_sha.append(h)
+                self.v_sha.append(self._hex(a if a.flags.c_contiguous else _c_order(t, a)))
             else:
-                c = np.array(a, order="C")  # a private copy: later in-place ops must not reach it
+                # a private copy: later in-place ops must not reach it
+                c = np.array(a, order="C") if a.flags.c_contiguous else _c_order(t, a)
                 c.setflags(write=False)
                 self.v_array.append(c)
                 self.stored_bytes += c.nbytes

@@ -149,3 +149,75 @@ def test_a_queued_value_outlives_its_tensor_swapping_storage(monkeypatch):
     finally:
         rec.stop()
     assert want in rec.v_sha
+
+
+def _transposing_step() -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(48, 80, generator=g, requires_grad=True)
+    x = torch.randn(6, 48, 5, generator=g)
+    wt = w.t()  # a transpose: not C-contiguous
+    xp = x.permute(2, 0, 1)  # a permute
+    y = (xp @ w).relu()
+    y.sum().backward()
+    return wt.detach().clone(), xp.clone(), y.detach()
+
+
+@pytest.mark.parametrize("hashes_only", [True, False])
+def test_a_transposed_value_is_hashed_and_stored_in_c_order(hashes_only, monkeypatch):
+    """A value that is not C-contiguous (``t``, ``permute``) is copied to C order by torch
+    (``_c_order``) for its digest and its stored bytes: the same as numpy's C-order copy; and a
+    dispatch mode of the script's own, entered before the recorder, sees the same ops as with
+    numpy's copy (torch's copy is no one's op)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    def record() -> tuple[R.Recorder, tuple, list[str]]:
+        with Count() as seen:
+            rec = R.Recorder(steps=1, hashes_only=hashes_only).start()
+            try:
+                got = _transposing_step()
+            finally:
+                rec.stop()
+        return rec, got, seen.ops
+
+    monkeypatch.setattr(R.Recorder, "async_hash", False)
+    want = _transposing_step()
+    rec, got, seen = record()
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    numpy_copy = lambda t, a: np.array(a, order="C")  # noqa: E731 — the plain form
+    with monkeypatch.context() as m:
+        m.setattr(R, "_c_order", numpy_copy)
+        ref, _, ref_seen = record()
+    assert seen == ref_seen
+    assert rec.v_sha == ref.v_sha
+    names = {i: n for n, i in rec.tables["names"].items()}
+    outs: dict[str, int] = {}  # each op's first (forward) call; backward transposes again
+    for i, op in enumerate(rec.o_op):
+        if names[op] in ("aten.t.default", "aten.permute.default"):
+            outs.setdefault(names[op], rec.o_outputs[i][0])
+    assert set(outs) == {"aten.t.default", "aten.permute.default"}
+    for name, value in zip(("aten.t.default", "aten.permute.default"), want[:2], strict=True):
+        v = outs[name]
+        c_bytes = np.ascontiguousarray(value.numpy()).tobytes()
+        assert rec.v_sha[v] == xxhash.xxh3_128_hexdigest(c_bytes), name
+        if not hashes_only:
+            assert rec.v_array[v].flags.c_contiguous and rec.v_array[v].tobytes() == c_bytes
+            assert not rec.v_array[v].flags.writeable
+
+
+def test_c_order_is_a_private_copy_by_torch():
+    w = torch.arange(12.0).reshape(3, 4)
+    t = w.t()
+    c = R._c_order(t, t.numpy())
+    assert c.flags.c_contiguous and c.tobytes() == np.ascontiguousarray(t.numpy()).tobytes()
+    assert not np.shares_memory(c, w.numpy())
+    w.add_(1.0)  # the script writes on: the copy keeps the value as it was
+    assert c[0, 1] == 4.0
