@@ -1,7 +1,8 @@
 """The reference forms' cheaper spellings compute what the plain ones did, bit for bit, on
 hostile values (NaN, +-inf, +-0, subnormals, huge and tiny; issue 42's ``parity --capture``
 speed): an in-place op's fresh result taken as it is (no copy), lerp's one side for one
-weight, and the transposes by the native kernel (on every native path)."""
+weight, the transposes by the native kernel and refmath's erf by ranges (both on every
+native path)."""
 
 from __future__ import annotations
 
