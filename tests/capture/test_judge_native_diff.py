@@ -240,10 +240,10 @@ print("compared", n)
 def test_the_comparison_runs_clean_under_asan_and_ubsan():
     """compare.c's reads (strided, reversed, broadcast, unaligned, one element; blocks of
     one) under AddressSanitizer and UBSan (tests/core/test_native_sanitize.py's build)."""
-    from tests.core.test_native_sanitize import LIBASAN, _clean, _sanitized
+    from tests.helpers.sanitize import LIBASAN, assert_clean, run_sanitized
 
     if LIBASAN is None or native.library() is None:
         pytest.skip("needs gcc with libasan (and native code)")
-    p = _sanitized(_ASAN_CHILD)
-    _clean(p)
+    p = run_sanitized(_ASAN_CHILD)
+    assert_clean(p)
     assert "compared 168" in p.stdout, p.stdout

@@ -9,7 +9,6 @@ machine), then it is cached."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,20 +16,8 @@ import textwrap
 import pytest
 
 from tests.helpers.hostile_geometry import C_CHILD, HOSTILE
+from tests.helpers.sanitize import LIBASAN, ROOT, assert_clean, run_sanitized
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _libasan() -> str | None:
-    cc = shutil.which(os.environ.get("CC", "gcc"))
-    if cc is None:
-        return None
-    out = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True,
-                         timeout=30).stdout.strip()
-    return out if os.path.isabs(out) and os.path.exists(out) else None
-
-
-LIBASAN = _libasan()
 pytestmark = pytest.mark.skipif(LIBASAN is None or os.environ.get("TAPESCOPE_NO_NATIVE"),
                                 reason="needs gcc with libasan (and native code)")
 
@@ -116,35 +103,21 @@ PLANTED = textwrap.dedent("""
 """)
 
 
-def _sanitized(code: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TAPESCOPE_NATIVE_SANITIZE="1", LD_PRELOAD=LIBASAN,
-               ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", PYTHONPATH=ROOT,
-               TAPESCOPE_THREADS="2")
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
-
-
-def _clean(p: subprocess.CompletedProcess) -> None:
-    report = "AddressSanitizer" in p.stderr or "runtime error:" in p.stderr
-    assert p.returncode == 0 and not report, (p.returncode, p.stderr[-4000:])
-
-
 def test_hostile_and_normal_geometry_run_clean_under_asan_and_ubsan(tmp_path):
-    p = _sanitized(NORMAL)  # the first call builds the sanitized library (~20 s, cached)
-    _clean(p)
+    p = run_sanitized(NORMAL)  # the first call builds the sanitized library (~20 s, cached)
+    assert_clean(p)
     assert "normal 24" in p.stdout, p.stdout
-    p = _sanitized(C_CHILD)  # straight into the C entry points, as no checked caller does
-    _clean(p)
+    p = run_sanitized(C_CHILD)  # straight into the C entry points, as no checked caller does
+    assert_clean(p)
     assert "survived 7" in p.stdout
     paths = [build(tmp_path / f"{name}.onnx") for name, (build, _) in HOSTILE.items()]
-    p = _sanitized(MODELS, *paths)
-    _clean(p)
+    p = run_sanitized(MODELS, *paths)
+    assert_clean(p)
     assert f"refused {len(paths)}" in p.stdout, p.stdout
 
 
 def test_the_sanitizer_is_on():
-    p = _sanitized(PLANTED)
+    p = run_sanitized(PLANTED)
     assert p.returncode != 0 and "not caught" not in p.stdout
     assert "AddressSanitizer: heap-buffer-overflow" in p.stderr, p.stderr[-3000:]
 
