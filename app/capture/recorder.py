@@ -198,16 +198,54 @@ def _written(info: tuple, args: Any, kwargs: dict) -> list[tuple[int, int]]:
 
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+# the per-op path's lookups, bound once
+_Tensor = torch.Tensor
+_graph_task_id = torch._C._current_graph_task_id
+_autograd_node = torch._C._current_autograd_node
+_get_ident = threading.get_ident
+_getframe = sys._getframe
 _NO_DISPATCH = getattr(torch._C, "_DisableTorchDispatch", None)  # None: numpy's copy only
+
+
+# the native tiled transpose (core/native's ts_transpose_uN, per item size), set by
+# ``Recorder.start`` (``_load_transpose``): {} where native code is unavailable
+_TRANSPOSE: dict[int, Any] = {}
+#: below this many elements torch's copy costs less than a ctypes call
+_TRANSPOSE_MIN = 4096
+
+
+def _load_transpose() -> None:
+    """Load core/native's transposes once a process, before the step (a cold cache builds the
+    library here, once a machine, not inside an op)."""
+    global _TRANSPOSE
+    if not _TRANSPOSE:
+        try:
+            from tapescope.core.capture.aten_ref_shape import _native_transpose
+
+            _TRANSPOSE = dict(_native_transpose())
+        except Exception:  # noqa: BLE001 — torch's copy instead: the same bytes
+            _TRANSPOSE = {}
 
 
 def _c_order(t: torch.Tensor, a: np.ndarray) -> np.ndarray:
     """A private C-order copy of ``a``, numpy's view of the not C-contiguous tensor ``t`` (a
-    transpose, a permute: a value's digest and stored bytes are in C order). Torch's copy
+    transpose, a permute: a value's digest and stored bytes are in C order). A swap of the
+    last two axes of C-ordered memory (``t``, ``transpose(-1, -2)``: most of them) by the
+    native tiled transpose (the items' bytes copied, nothing computed; 1.5-1.7x torch's copy on
+    128-512 square float32 on 1 thread, and it allocates through numpy); else torch's copy
     where it can (its transpose copy is blocked: 2-6x numpy's strided one; with XXH3 these
     copies are the largest per-byte cost of hashes only), with every Python dispatch mode off,
     so that no mode, ours or the script's own, sees an op the script did not make; numpy's for
     a tensor subclass or a layout torch calls contiguous."""
+    if a.ndim >= 2 and a.size >= _TRANSPOSE_MIN:
+        fn = _TRANSPOSE.get(a.itemsize)
+        if fn is not None:
+            x = a.swapaxes(-1, -2)
+            if x.flags.c_contiguous and x.dtype.fields is None and not x.dtype.hasobject:
+                r, c = x.shape[-2:]
+                out = np.empty(a.shape, a.dtype)
+                fn(x.ctypes.data, out.ctypes.data, x.size // (r * c), r, c)
+                return out
     if _NO_DISPATCH is not None and type(t) in _PLAIN_TENSORS and not t.is_contiguous():
         with _NO_DISPATCH():
             c = t.detach().contiguous().numpy()
@@ -290,14 +328,9 @@ class Recorder(TorchDispatchMode):
         self.seen: dict[tuple[int, int], int] = {}
         # ops, columns (interned tables for the strings)
         self.tables: dict[str, dict[str, int]] = {"names": {}, "modules": {}, "sources": {}}
-        self.o_op: list[int] = []
-        self.o_module: list[int] = []
-        self.o_phase: list[int] = []
-        self.o_step: list[int] = []
-        self.o_source: list[int] = []
-        self.o_args: list[list] = []
-        self.o_kwargs: list[dict] = []
-        self.o_outputs: list[list[int]] = []
+        # one row per op, (op, module, phase, step, source, args, kwargs, outputs): one append
+        # an op (the columns ``o_op`` ... are made from it when asked)
+        self.rows: list[tuple[int, int, int, int, int, list, dict, list[int]]] = []
         self.step_start = [0]  # op index where each step starts
         self.losses: dict[int, int] = {}
         self.last_ones_like: int | None = None  # the value a backward's seed was made like
@@ -319,6 +352,13 @@ class Recorder(TorchDispatchMode):
         self.t0 = time.perf_counter()
         self._src_cache: dict[str, bool] = {}  # file name -> not the user's (skipped)
         self._src_idx: dict[tuple[str, int], int] = {}  # (file, line) -> its index in sources
+        # the frame walk's caches (``_source``), keyed by the code object's id (a code object's
+        # own hash reads its bytecode and constants: slow), the code kept alive in
+        # ``_codes`` so that its id is never another's: whether it is not the user's; and per
+        # (code, the instruction offset ``f_lasti``, which one line holds) the source's index
+        self._code_skip: dict[int, bool] = {}
+        self._codes: list[Any] = []
+        self._src_at: dict[tuple[int, int], int] = {}
         self._names: dict[tuple[int, int], str] = {}
         self.graphs: list[dict] = []  # compiled graphs as data (app/capture/compiled.py)
 
@@ -329,6 +369,7 @@ class Recorder(TorchDispatchMode):
         from torch.optim import optimizer as optim_mod
 
         self.settings = settings()
+        _load_transpose()
         self.hooks = [nn_module.register_module_forward_pre_hook(self._pre),
                       nn_module.register_module_forward_hook(self._post),
                       optim_mod.register_optimizer_step_pre_hook(self._step_pre),
@@ -443,7 +484,7 @@ class Recorder(TorchDispatchMode):
         self.in_optimizer = max(0, self.in_optimizer - 1)
         if self.in_optimizer:
             return
-        self.step_start.append(len(self.o_op))
+        self.step_start.append(len(self.rows))
         if self.on_step is not None:
             self.on_step(self.step)
         self.after_backward = False
@@ -583,7 +624,17 @@ class Recorder(TorchDispatchMode):
         moves only after the op returns through the mode (autograd's ADInplaceOrView kernel
         bumps it on the way back up), or not at all (below it, or an unmarked write): the new
         value is the one read at either version."""
-        u, ver = self._key(t)
+        e = self.uid.get(id(t))  # _key, inlined: this runs for every output
+        if e is not None and e[0]() is t:
+            u = e[1]
+        else:
+            u = self.next_uid
+            self.uid[id(t)] = (weakref.ref(t), u)
+            self.next_uid += 1
+        try:
+            ver = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            ver = -1
         vid = self._new_value(t, True)
         self.seen[(u, ver)] = vid
         if written and ver >= 0:
@@ -653,19 +704,30 @@ class Recorder(TorchDispatchMode):
 
     def _source(self, f: Any) -> int:
         """The source line that issued the op: the first frame from ``f`` up that is the
-        user's (not torch's, the standard library's or ours), interned."""
-        cache = self._src_cache
+        user's (not torch's, the standard library's or ours), interned. Cached per code
+        object (is it the user's) and per (code object, instruction offset) (its line): a
+        frame's ``f_lineno`` is computed from its line table, its ``f_lasti`` is not."""
+        code_skip = self._code_skip
         while f is not None:
-            fn = f.f_code.co_filename
-            skip = cache.get(fn)
+            co = f.f_code
+            skip = code_skip.get(id(co))
             if skip is None:
-                skip = cache[fn] = (fn.startswith((_TORCH_DIR, _STDLIB) + _OURS)
-                                    or fn.startswith("<"))
+                fn = co.co_filename
+                skip = self._src_cache.get(fn)
+                if skip is None:
+                    skip = self._src_cache[fn] = (fn.startswith((_TORCH_DIR, _STDLIB) + _OURS)
+                                                  or fn.startswith("<"))
+                self._codes.append(co)  # kept alive: its id is never another code's
+                code_skip[id(co)] = skip
             if not skip:
-                key = (fn, f.f_lineno)
-                i = self._src_idx.get(key)
+                at = (id(co), f.f_lasti)
+                i = self._src_at.get(at)
                 if i is None:
-                    i = self._src_idx[key] = self._intern("sources", f"{fn}:{key[1]}")
+                    key = (co.co_filename, f.f_lineno)
+                    i = self._src_idx.get(key)
+                    if i is None:
+                        i = self._src_idx[key] = self._intern("sources", f"{key[0]}:{key[1]}")
+                    self._src_at[at] = i
                 return i
             f = f.f_back
         return -1
@@ -678,7 +740,8 @@ class Recorder(TorchDispatchMode):
         return i
 
     def _op(self, func: Any) -> tuple:
-        """The per-OpOverload facts, once: ``_op_info`` and the name's index."""
+        """The per-OpOverload facts, once: ``_op_info``, the name's index, whether it is
+        skipped, a ``ones_like``, a view, a collective."""
         info = _op_info(func)
         name = info[0]
         skip = name.startswith(_SKIP_NAMESPACES)
@@ -686,49 +749,59 @@ class Recorder(TorchDispatchMode):
         # same bytes as an argument's (``_same_bytes``)
         view = not info[1] and info[2] == (False,)
         info = (*info, -1 if skip else self._intern("names", name), skip,
-                name == "aten.ones_like.default", view)
+                name == "aten.ones_like.default", view, name.startswith(_COLLECTIVES))
         self._names_of[func] = info
         return info
 
     # ---- the mode ---------------------------------------------------------------------------
+    # (every line here runs once per op of the user's step: written flat, its lookups bound
+    # once; the cost is measured by benchmarks/bench_capture.py --micro)
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        if not self.recording or self.quiet or (threading.get_ident() != self.thread and
-                                                torch._C._current_graph_task_id() == -1):
-            return func(*args, **kwargs)  # another thread's op (a loader's), not the step's
+        if not self.recording or self.quiet:
+            return func(*args, **(kwargs or {}))
+        graph_task = _graph_task_id()
+        if graph_task == -1 and _get_ident() != self.thread:
+            return func(*args, **(kwargs or {}))  # another thread's op (a loader's), not the step's
         info = self._names_of.get(func)
         if info is None:
             info = self._op(func)
         if info[5]:  # a namespace that is not the step's (profiler)
-            return func(*args, **kwargs)
+            return func(*args, **(kwargs or {}))
         if (info[1] or info[3]) and self.hasher is not None and self.hasher.live:
             try:  # it writes: what it may write is copied or hashed first
-                self.hasher.protect(_written(info, args, kwargs))
+                self.hasher.protect(_written(info, args, kwargs or {}))
             except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
                 self._broken(info[0], e)
                 self.hasher.drain()
-                return func(*args, **kwargs)
+                return func(*args, **(kwargs or {}))
         # inputs first: a value an op reads for the first time is recorded before the op runs
         try:
-            if info[0].startswith(_COLLECTIVES):  # its inputs read afresh (C++ writes them)
+            if info[8]:  # a collective: its inputs read afresh (C++ writes them)
                 _refresh(self, args)
             enc_args = []
+            value_of = self._value_of
             for a in args:
-                if isinstance(a, torch.Tensor):
-                    enc_args.append({"T": self._value_of(a)})
-                elif type(a) in _PLAIN:
+                tp = type(a)
+                if tp in _PLAIN:
                     enc_args.append(a)
+                elif tp is float and a - a == 0:  # finite (inf - inf, nan - nan: nan)
+                    enc_args.append(a)
+                elif isinstance(a, _Tensor):
+                    enc_args.append({"T": value_of(a)})
                 else:
                     enc_args.append(self._encode(a))
-            enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()} if kwargs else {}
-            graph_task = torch._C._current_graph_task_id()
-            source = self._source(sys._getframe(1))
+            if kwargs:
+                enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
+            else:
+                enc_kwargs = {}
+                kwargs = {}
+            source = self._source(_getframe(1))
         except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
             self._broken(info[0], e)
-            return func(*args, **kwargs)
+            return func(*args, **(kwargs or {}))
         out = func(*args, **kwargs)
         try:
-            if info[0].startswith(_COLLECTIVES):  # its data arrives later: waited for
+            if info[8]:  # a collective: its data arrives later: waited for
                 _settle(info[0], out)
             self._record(info, args, kwargs, out, enc_args, enc_kwargs, graph_task, source)
         except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop recording
@@ -798,21 +871,16 @@ class Recorder(TorchDispatchMode):
                 phase = 2 if self.in_optimizer or (self.after_backward and not self.modules) \
                     else 0
                 module = self.modules[-1][1] if self.modules else ""
-            self.o_op.append(self._intern("names", COMPILED_OP))
-            self.o_module.append(self._intern("modules", module))
-            self.o_phase.append(phase)
-            self.o_step.append(self.step)
-            self.o_source.append(source)
-            self.o_args.append([gid, enc, where])
-            self.o_kwargs.append({})
-            self.o_outputs.append(outs)
+            self.rows.append((self._intern("names", COMPILED_OP),
+                              self._intern("modules", module), phase, self.step, source,
+                              [gid, enc, where], {}, outs))
         except Exception as e:  # noqa: BLE001 — the region ran; recording it failed
             self._broken(COMPILED_OP, e)
         return out
 
     def _record(self, info: tuple, args: Any, kwargs: dict, out: Any, enc_args: list,
                 enc_kwargs: dict, graph_task: int, source: int) -> None:
-        _, writes, fresh, unmarked, name_idx, _, ones_like, _ = info
+        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _ = info
         made = self._made
         if writes:
             outs: list[int] = []
@@ -823,8 +891,8 @@ class Recorder(TorchDispatchMode):
             for is_fresh, v in zip(fresh, rets, strict=False):
                 if is_fresh:
                     outs += [made(t) for t in _tensors(v)]
-        elif isinstance(out, torch.Tensor) and unmarked is None:
-            like = self._same_bytes(out, args, enc_args) if info[7] else None
+        elif unmarked is None and isinstance(out, _Tensor):
+            like = self._same_bytes(out, args, enc_args) if view else None
             outs = [made(out) if like is None else self._made_like(out, like)]
         else:
             outs = []
@@ -841,37 +909,47 @@ class Recorder(TorchDispatchMode):
             phase = 1
             self.in_backward = True
             self.after_backward = True
-            node = torch._C._current_autograd_node()
+            node = _autograd_node()
             module = node.metadata.get("tapescope_module", "") if node is not None else ""
             if self.last_ones_like is not None:
                 self.losses[self.step] = self.last_ones_like
                 self.last_ones_like = None
         else:
-            if self.in_optimizer or (self.after_backward and not self.modules):
+            modules = self.modules
+            if self.in_optimizer or (self.after_backward and not modules):
                 phase = 2
             else:
                 phase = 0
-            module = self.modules[-1][1] if self.modules else ""
+            module = modules[-1][1] if modules else ""
             if ones_like and args and isinstance(args[0], torch.Tensor) and args[0].dim() == 0:
                 self.last_ones_like = enc_args[0]["T"]
-        self.o_op.append(name_idx)
-        self.o_module.append(self._intern("modules", module))
-        self.o_phase.append(phase)
-        self.o_step.append(self.step)
-        self.o_source.append(source)
-        self.o_args.append(enc_args)
-        self.o_kwargs.append(enc_kwargs)
-        self.o_outputs.append(outs)
+        mt = self.tables["modules"]
+        mi = mt.get(module)
+        if mi is None:
+            mi = mt[module] = len(mt)
+        self.rows.append((name_idx, mi, phase, self.step, source, enc_args, enc_kwargs, outs))
 
     # ---- the result -------------------------------------------------------------------------
     def steps_done(self) -> int:
         return len(self.step_start) - 1
+
+    # the ops' columns (from ``rows``)
+    o_op = property(lambda self: [r[0] for r in self.rows])
+    o_module = property(lambda self: [r[1] for r in self.rows])
+    o_phase = property(lambda self: [r[2] for r in self.rows])
+    o_step = property(lambda self: [r[3] for r in self.rows])
+    o_source = property(lambda self: [r[4] for r in self.rows])
+    o_args = property(lambda self: [r[5] for r in self.rows])
+    o_kwargs = property(lambda self: [r[6] for r in self.rows])
+    o_outputs = property(lambda self: [r[7] for r in self.rows])
 
     def header_and_arrays(self, meta: dict | None = None) -> tuple[dict, list[np.ndarray]]:
         """The capture's header and stored arrays (``core.capture.file.save``'s inputs): the
         complete steps only."""
         n_steps = self.steps_done()
         n_ops = self.step_start[n_steps]
+        rows = self.rows[:n_ops]
+        cols = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in range(8)]
         arrays: list[np.ndarray] = []
         array_of: list[int] = []
         digests: list[str] = []
@@ -904,10 +982,8 @@ class Recorder(TorchDispatchMode):
             "values": {"dtypes": list(dtypes), "dtype": dtype_idx, "shape": self.v_shape,
                        "digests": self.v_sha, "array": array_of},
             "ops": {**{k: list(v) for k, v in self.tables.items()},
-                    "op": self.o_op[:n_ops], "module": self.o_module[:n_ops],
-                    "phase": self.o_phase[:n_ops], "step": self.o_step[:n_ops],
-                    "source": self.o_source[:n_ops], "args": self.o_args[:n_ops],
-                    "kwargs": self.o_kwargs[:n_ops], "outputs": self.o_outputs[:n_ops]},
+                    **dict(zip(("op", "module", "phase", "step", "source", "args", "kwargs",
+                                "outputs"), cols, strict=True))},
             "losses": [self.losses.get(s, -1) for s in range(1, n_steps + 1)],
             "initial": self.initial,
             "graphs": self.graphs,
