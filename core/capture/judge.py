@@ -174,11 +174,7 @@ def _float_diff(ref: np.ndarray, rec: np.ndarray, full: bool = True) -> dict:
     if isinstance(got, str):  # "nan": the policy's own numbers
         return _compared(ref, rec)
     n_diff, first, max_ulp, max_abs, n_sz = got
-    if not n_diff:
-        return _same(n)
-    return {"n": n, "n_diff": n_diff, "max_ulp": max_ulp,
-            "max_abs": max_abs if full else None, "first_index": first,
-            "n_signed_zero": n_sz if full else None, "nan_bits_differ": 0}
+    return _differs(n, n_diff, first, max_ulp, max_abs, n_sz, full)
 
 
 def _float_diff_numpy(ref: np.ndarray, rec: np.ndarray, full: bool = True) -> dict:
@@ -234,6 +230,12 @@ def _float_diff_numpy(ref: np.ndarray, rec: np.ndarray, full: bool = True) -> di
         z = rr == oo
         z &= ne
         n_sz += int(np.count_nonzero(z))
+    return _differs(n, n_diff, first, max_ulp, max_abs, n_sz, full)
+
+
+def _differs(n: int, n_diff: int, first: int | None, max_ulp: int, max_abs: float, n_sz: int,
+             full: bool) -> dict:
+    """A float comparison's numbers, NaN aside (both forms of ``_float_diff`` end here)."""
     if not n_diff:
         return _same(n)
     return {"n": n, "n_diff": n_diff, "max_ulp": max_ulp,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ torch = pytest.importorskip("torch")
 
 from tapescope.core.capture.file import MAGIC, CaptureFileError, load  # noqa: E402
 from tapescope.core.capture.judge import judge, reference_available  # noqa: E402
+from tests.helpers.capture_files import rewrite_header  # noqa: E402
 
 # one worker pays the module fixtures (captures of the zoo) once (pyproject: --dist loadgroup);
 # the first test's budget holds the fixture's captures too (162 s of setup on a loaded 2-core
@@ -251,16 +251,6 @@ def test_a_failing_script_and_one_without_steps_exit_2(tmp_path):
 
 
 # ---- hostile capture files --------------------------------------------------------------------
-def _rewrite_header(data: bytes, edit) -> bytes:
-    """``data`` with its JSON header edited by ``edit(dict)`` and a valid trailer (digest)."""
-    magic, hoff, hlen, _ = struct.unpack("<8sQQ32s", data[-56:])
-    h = json.loads(data[hoff:hoff + hlen])
-    edit(h)
-    text = json.dumps(h).encode()
-    return data[:hoff] + text + struct.pack("<8sQQ32s", magic, hoff, len(text),
-                                            hashlib.sha256(text).digest())
-
-
 @pytest.fixture(scope="module")
 def small_capture(tmp_path_factory) -> Path:
     from tapescope.app.capture import capture
@@ -287,8 +277,8 @@ HOSTILE = {
     "corrupt-array": (lambda b: b[:64] + bytes([b[64] ^ 1]) + b[65:],
                       "xxh3_128 digest does not match"),
     "corrupt-header": (lambda b: b[:-60] + bytes([b[-60] ^ 1]) + b[-59:], "SHA-256"),
-    "huge-shape": (lambda b: _rewrite_header(b, _huge), "elements"),
-    "misaligned": (lambda b: _rewrite_header(b, _first_array_shifted), "array 0"),
+    "huge-shape": (lambda b: rewrite_header(b, _huge), "elements"),
+    "misaligned": (lambda b: rewrite_header(b, _first_array_shifted), "array 0"),
     "foreign": (lambda b: b"PK\x03\x04" + b[4:], "not a capture file"),
     "empty": (lambda b: b"", "too short"),
 }

@@ -35,6 +35,7 @@ from tapescope.core.capture.file import (
     save,
 )
 from tapescope.core.capture.ranks import judge_ranks, load_ranks, rank_path
+from tests.helpers.capture_files import rewrite_header
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
@@ -86,16 +87,6 @@ def _write(path: Path, algorithm: str | None, arrays=ARRAYS, stored=None) -> Pat
     save(path, _header(algorithm, arrays, stored), [a for a, s in zip(arrays, stored,
                                                                        strict=True) if s])
     return path
-
-
-def _rewrite_header(data: bytes, edit) -> bytes:
-    """``data`` with its JSON header edited by ``edit(dict)`` and a valid trailer."""
-    magic, hoff, hlen, _ = struct.unpack("<8sQQ32s", data[-56:])
-    h = json.loads(data[hoff:hoff + hlen])
-    edit(h)
-    text = json.dumps(h).encode()
-    return data[:hoff] + text + struct.pack("<8sQQ32s", magic, hoff, len(text),
-                                            hashlib.sha256(text).digest())
 
 
 def _set(*path_and_value):
@@ -151,7 +142,7 @@ def test_a_hostile_digest_header_is_one_clear_error(tmp_path, case):
     alg, edit, want = HOSTILE[case]
     good = _write(tmp_path / "good.capture", alg)
     f = tmp_path / f"{case}.capture"
-    f.write_bytes(_rewrite_header(good.read_bytes(), edit))
+    f.write_bytes(rewrite_header(good.read_bytes(), edit))
     with pytest.raises(CaptureFileError, match=want) as e:
         load(f)
     assert str(e.value).startswith(f"{f}: ") and "\n" not in str(e.value)
@@ -160,7 +151,7 @@ def test_a_hostile_digest_header_is_one_clear_error(tmp_path, case):
 def test_a_hostile_digest_header_is_exit_2_on_the_command_line(tmp_path):
     good = _write(tmp_path / "good.capture", "xxh3_128")
     f = tmp_path / "md5.capture"
-    f.write_bytes(_rewrite_header(good.read_bytes(), _set("digest", "md5")))
+    f.write_bytes(rewrite_header(good.read_bytes(), _set("digest", "md5")))
     line = one_error_line(cli("parity", "--capture", str(f)), "parity")
     assert str(f) in line and "'md5'" in line and "xxh3_128, sha256" in line, line
 
