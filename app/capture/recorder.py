@@ -215,14 +215,16 @@ _TRANSPOSE_MIN = 4096
 
 
 def _load_transpose() -> None:
-    """Load core/native's transposes once a process, before the step (a cold cache builds the
-    library here, once a machine, not inside an op)."""
+    """Load core/native's transposes once a process, before the step, where the library is
+    built already (any earlier tapescope run on this machine built it): nothing is compiled in
+    the user's process; torch's copy otherwise (the same bytes)."""
     global _TRANSPOSE
     if not _TRANSPOSE:
         try:
+            from tapescope.core import native
             from tapescope.core.capture.aten_ref_shape import _native_transpose
 
-            _TRANSPOSE = dict(_native_transpose())
+            _TRANSPOSE = dict(_native_transpose()) if native.library(build=False) else {}
         except Exception:  # noqa: BLE001 — torch's copy instead: the same bytes
             _TRANSPOSE = {}
 

@@ -115,11 +115,14 @@ def cpu_id() -> str:
         return platform.machine() + platform.processor()
 
 
-def _build(cc: str) -> Path:
-    """The verified cached shared object, built first when missing or corrupt."""
+def _build(cc: str, missing: bool = True) -> Path | None:
+    """The verified cached shared object, built first when missing or corrupt; ``missing``
+    False: None then (nothing is compiled)."""
     fl = flags()
     key = cache_key(*(p.read_bytes() for p in _SRCS + _HEADERS), " ".join(fl),
                     _compiler_id(cc), cpu_id())
+    if not missing:
+        return KernelCache().lookup(f"refkernels-{key}", ".so")
 
     def build(out: Path) -> None:
         # a cold cache: seconds of gcc a terminal (and the GUI's dialog) should see
@@ -160,7 +163,7 @@ class ConvCall(ctypes.Structure):
          ("ep", Epilogue)]
 
 
-def _load() -> ctypes.CDLL | None:
+def _load(missing: bool = True) -> ctypes.CDLL | None:
     cc = shutil.which(os.environ.get("CC", "gcc"))
     if os.environ.get("TAPESCOPE_NO_NATIVE") or cc is None:
         return None
@@ -169,7 +172,10 @@ def _load() -> ctypes.CDLL | None:
     if sanitize_flags() and not _asan_preloaded():
         return None  # loading it would abort the process: the numpy reference runs instead
     try:
-        lib = ctypes.CDLL(str(_build(cc)))
+        path = _build(cc) if missing else _build(cc, missing=False)
+        if path is None:
+            return None  # not built yet, and not to be built here
+        lib = ctypes.CDLL(str(path))
     except (OSError, CacheError, subprocess.SubprocessError):
         return None  # the numpy reference runs instead: the same bits, slower
     p = ctypes.c_void_p
@@ -240,11 +246,16 @@ def _load() -> ctypes.CDLL | None:
     return lib
 
 
-def library() -> ctypes.CDLL | None:
-    """The loaded native library, or None when it cannot be built here."""
+def library(build: bool = True) -> ctypes.CDLL | None:
+    """The loaded native library, or None when it cannot be built here. ``build`` False: only
+    a library already in the cache is loaded, never compiled (a guest in the user's process:
+    the capture's recorder); None then leaves a later call free to build it."""
     global _lib
     if _lib is False:
-        _lib = _load()
+        lib = _load(build)
+        if lib is None and not build:
+            return None
+        _lib = lib
         if _lib is not None:
             import atexit
 

@@ -7,6 +7,7 @@ op rows give the same columns as the file holds."""
 from __future__ import annotations
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tapescope.app.capture import recorder as R  # noqa: E402
+from tapescope.core import native  # noqa: E402
 
 
 def _sources(rec: R.Recorder) -> list[str]:
@@ -78,6 +80,7 @@ def test_the_native_transpose_is_torchs_copy(dtype, shape):
     """A swap of the last two axes (a ``t``, a ``transpose(-1, -2)``) copied to C order by
     core/native's transpose: the bytes of torch's ``contiguous()``; other layouts (a permute
     of the middle axes, a strided slice) take torch's copy."""
+    native.library()  # built as any tapescope command builds it (the recorder never does)
     R._load_transpose()
     g = torch.Generator().manual_seed(1)
     base = (torch.randn(shape, generator=g) * 100).to(dtype)
@@ -92,6 +95,7 @@ def test_the_native_transpose_is_torchs_copy(dtype, shape):
 
 def test_the_native_transpose_is_used_for_last_two_axes(monkeypatch):
     """The fast path is taken (not only torch's copy agreeing with itself)."""
+    native.library()  # built as any tapescope command builds it (the recorder never does)
     R._load_transpose()
     if not R._TRANSPOSE:
         pytest.skip("no native code here (no compiler): torch's copy is the only path")
@@ -119,3 +123,30 @@ def test_rows_are_the_files_columns():
     for k in ("op", "module", "phase", "step", "source", "args", "kwargs", "outputs"):
         assert ops[k] == getattr(rec, f"o_{k}")
     assert set(ops["phase"]) == {0, 1, 2}  # forward, backward, optimizer
+
+
+def test_a_cold_cache_compiles_nothing_in_the_users_process(tmp_path):
+    """The recorder is a guest: with no native library built yet (an empty kernel cache), its
+    start compiles nothing (no gcc run inside the user's script) and C-order copies are
+    torch's, and a later ``library()`` may still build it (where it is built, the transpose is
+    used: test_the_native_transpose_is_torchs_copy)."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    child = (
+        "import os, sys, torch\n"
+        "from tapescope.app.capture import recorder as R\n"
+        "from tapescope.core import native\n"
+        "rec = R.Recorder(steps=1).start(); rec.stop()\n"
+        "built = [f for _, _, fs in os.walk(sys.argv[1]) for f in fs if f.endswith('.so')]\n"
+        "print('cold', bool(R._TRANSPOSE), built)\n"
+        "print('native', native._lib)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TAPESCOPE_NO_NATIVE",)}
+    env["TAPESCOPE_CACHE_DIR"] = str(cache)
+    p = subprocess.run([sys.executable, "-c", child, str(cache)], capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "cold False []" in p.stdout, p.stdout
+    assert "native False" in p.stdout, p.stdout  # not loaded, and not marked as unbuildable
