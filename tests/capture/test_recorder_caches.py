@@ -58,6 +58,11 @@ def test_a_dead_code_objects_cache_is_not_a_new_ones():
     finally:
         rec.stop()
     assert _sources(rec) == [f"/user/round{i}.py:2" for i in range(20)]
+    # the invariant that makes an id-keyed cache safe, whether or not CPython reused an
+    # address above: every code object the caches name by id is held alive by the recorder
+    held = {id(c) for c in rec._codes}
+    assert set(rec._code_skip) <= held
+    assert {co for co, _ in rec._src_at} <= held
 
 
 def test_a_helper_called_from_two_lines_is_its_own_line():
