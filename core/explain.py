@@ -414,9 +414,27 @@ def _rnorm_div(x: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 def _rnorm_rsqrt(x: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``x * rsqrt(v)`` with rsqrt rounded once (computed in a wider type: float64 for
-    float32, long double for float64), as a hardware / library rsqrt that is exact."""
+    float32, long double for float64), as a hardware / library rsqrt that is exact. Where
+    the wide result lies so near the midpoint of two results that its own error could put it
+    on the wrong side (rounding twice: ~1 float64 in 3,000 from an x87 long double), the side
+    is settled exactly (``m**2 * v < 1``, in fractions: no ties, m having one bit more)."""
     wt = np.float64 if x.dtype == np.float32 else np.longdouble
-    r = (wt(1) / np.sqrt(v.astype(wt))).astype(x.dtype)
+    with np.errstate(all="ignore"):  # v <= 0: inf and NaN, as rsqrt gives them
+        rw = wt(1) / np.sqrt(v.astype(wt))
+        r = rw.astype(x.dtype)
+        lo = np.where(rw.astype(wt) >= r.astype(wt), r, np.nextafter(r, x.dtype.type(-np.inf)))
+        hi = np.nextafter(lo, x.dtype.type(np.inf))
+        mid = (lo.astype(wt) + hi.astype(wt)) / 2
+        # the wide result is within ~1.5 of its own ulps of the exact one: 4 is the margin
+        near = np.abs(rw - mid) <= np.abs(mid) * (4 * np.finfo(wt).eps)
+    if near.any():
+        from fractions import Fraction
+
+        flat_r, flat_lo, flat_hi, flat_v = r.reshape(-1), lo.reshape(-1), hi.reshape(-1), \
+            v.reshape(-1)
+        for i in np.flatnonzero(near.reshape(-1)):
+            m = (Fraction(float(flat_lo[i])) + Fraction(float(flat_hi[i]))) / 2
+            flat_r[i] = flat_hi[i] if m * m * Fraction(float(flat_v[i])) < 1 else flat_lo[i]
     return x * r
 
 
