@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 
 from tapescope.core.capture.file import MAGIC, CaptureFileError, load  # noqa: E402
 from tapescope.core.capture.judge import judge, reference_available  # noqa: E402
-from tests.helpers.capture_files import rewrite_header  # noqa: E402
+from tests.helpers.capture_files import one_error_line, rewrite_header  # noqa: E402
 
 # one worker pays the module fixtures (captures of the zoo) once (pyproject: --dist loadgroup);
 # the first test's budget holds the fixture's captures too (162 s of setup on a loaded 2-core
@@ -48,14 +48,6 @@ def cli(*argv: str, cwd: Path = ZOO) -> subprocess.CompletedProcess:
 def plain(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *argv], cwd=ZOO, env=ENV, capture_output=True,
                           text=True, timeout=300)
-
-
-def one_error_line(p: subprocess.CompletedProcess, cmd: str) -> str:
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-    assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    assert len(lines) == 1 and lines[0].startswith(f"tapescope {cmd}: "), p.stderr[-3000:]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

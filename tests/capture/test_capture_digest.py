@@ -35,7 +35,7 @@ from tapescope.core.capture.file import (
     save,
 )
 from tapescope.core.capture.ranks import judge_ranks, load_ranks, rank_path
-from tests.helpers.capture_files import rewrite_header
+from tests.helpers.capture_files import one_error_line, rewrite_header
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
@@ -44,14 +44,6 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
 def cli(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tapescope.app.cli", *argv], env=ENV,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
-
-
-def one_error_line(p: subprocess.CompletedProcess, cmd: str) -> str:
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-    assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    assert len(lines) == 1 and lines[0].startswith(f"tapescope {cmd}: "), p.stderr[-3000:]
-    return lines[0]
 
 
 ARRAYS = [np.arange(12, dtype=np.float32).reshape(3, 4), np.array([1, -2, 3], dtype=np.int64),

@@ -29,6 +29,7 @@ import pytest
 from tapescope.core.capture.collective_ref import collective_reference, reduce_order
 from tapescope.core.capture.file import digest, save
 from tapescope.core.capture.ranks import judge_ranks, load_ranks, rank_files, rank_path
+from tests.helpers.capture_files import one_error_line
 
 # the DDP runs (torchrun, 2 gloo ranks, three times) are this module's fixture: one worker pays
 # it (pyproject: --dist loadgroup); a hung rank is bounded by the script's own process-group
@@ -57,14 +58,6 @@ def _run(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
 
 def cli(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return _run([sys.executable, "-m", "tapescope.app.cli", *argv], timeout)
-
-
-def one_error_line(p: subprocess.CompletedProcess, cmd: str = "parity") -> str:
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-    assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    assert len(lines) == 1 and lines[0].startswith(f"tapescope {cmd}: "), p.stderr[-3000:]
-    return lines[0]
 
 
 # ---- synthetic rank files ---------------------------------------------------------------------
