@@ -16,7 +16,6 @@ step hooks; a step ends at each ``optimizer.step()``. See docs/capture.md.
 from __future__ import annotations
 
 import collections
-import json
 import math
 import os
 import platform
@@ -996,8 +995,7 @@ class Recorder(TorchDispatchMode):
                      "record_seconds": round(time.perf_counter() - self.t0, 3),
                      **(meta or {})},
         }
-        json.dumps(header, allow_nan=False)  # fail here, not half way through a write
-        return header, arrays
+        return header, arrays  # (``save`` encodes the header before it writes a byte)
 
     def save(self, path: str, meta: dict | None = None) -> str:
         from tapescope.core.capture.file import save

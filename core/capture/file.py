@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import xxhash
 
 from tapescope.core.atomic import open_regular, write_atomic
@@ -214,7 +215,7 @@ def save(path: str | os.PathLike, header: dict, arrays: list[np.ndarray],
                       else digest(a, algorithm)])
         pos = _align(pos + a.nbytes)
     h = {"format": FORMAT, "version": VERSION, **header, "arrays": table}
-    text = json.dumps(h, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    text = header_json(h)
 
     def write(f) -> None:
         f.write(MAGIC + struct.pack("<H", VERSION) + bytes(_PREAMBLE - len(MAGIC) - 2))
@@ -230,6 +231,28 @@ def save(path: str | os.PathLike, header: dict, arrays: list[np.ndarray],
         f.write(_TRAILER.pack(TRAILER_MAGIC, hoff, len(text), hashlib.sha256(text).digest()))
 
     return write_atomic(path, write)
+
+
+#: the header's parts made by encoders that write a non-finite float as ``{"f": "inf"}`` (the
+#: recorder's ``_encode`` and its per-op path, compiled.py's ``enc``) or hold none (digests,
+#: shapes, indices): written by orjson unchecked; every other part is checked by json's strict
+#: encoder first (small: settings, meta, the initial state's names)
+_ENCODED_PARTS = frozenset({"ops", "values", "arrays", "graphs"})
+
+
+def header_json(h: dict) -> bytes:
+    """``h`` as compact JSON, strict: a non-finite float (JSON has no word for it) is a
+    ValueError, never written. orjson writes it (~10x json's encoder on a capture's op rows,
+    the largest fixed cost of a short capture: docs/capture.md "Measured"), but it would write
+    NaN or infinity as ``null``: every part not made by an encoder that spells such floats out
+    (``_ENCODED_PARTS``) is checked by json's strict encoder first. What orjson refuses (an
+    integer beyond 64 bits, a key not a string) is written by json's."""
+    rest = {k: v for k, v in h.items() if k not in _ENCODED_PARTS}
+    json.dumps(rest, allow_nan=False)  # ValueError: "Out of range float values ..."
+    try:
+        return orjson.dumps(h)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(h, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
