@@ -36,8 +36,10 @@ import hashlib
 import json
 import math
 import os
+import re
 import struct
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,7 @@ DIGESTS: dict[str, tuple[int, Any]] = {
 DEFAULT_DIGEST = "xxh3_128"
 LEGACY_DIGEST = "sha256"  # a header that names none (the first layout: ``values.sha256``)
 _HEX = frozenset("0123456789abcdef")
+_HEXES = re.compile("[0-9a-f]*")  # (a whole column's digests joined: one match, not a set)
 
 # THE allow-list of dtypes whose values a capture stores: a name from a file is looked up here.
 STORED_DTYPES: dict[str, np.dtype] = {
@@ -262,6 +265,22 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return d
 
 
+def _parse(text: bytes) -> Any:
+    """The header's JSON. orjson's parse (~3x json's with its repeated-key hook on a zoo
+    capture's header) is kept only where orjson writes what it gave back as ``text`` itself:
+    then ``text`` is orjson's own writing of an object (``header_json``), which holds no
+    repeated key and which json parses to the same object. Any other text (json's writing,
+    a repeated key, NaN, a 65-bit integer, spaces, deep nesting) is parsed by json with the
+    repeated-key check (its errors, as before)."""
+    try:
+        h = orjson.loads(text)
+        if orjson.dumps(h) == text:
+            return h
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        pass
+    return json.loads(text.decode("utf-8"), object_pairs_hook=_no_duplicates)
+
+
 def load(path: str | os.PathLike, *, limits: Limits | None = None) -> Capture:
     """Read and check a capture; every array is read into private memory and its digest
     checked before it is handed out (read-only)."""
@@ -319,7 +338,7 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
     if hashlib.sha256(text).digest() != hsha:
         raise bad("corrupt header (its SHA-256 does not match the trailer)")
     try:
-        h = json.loads(text.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        h = _parse(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise bad(f"header is not valid JSON ({' '.join(str(e).split())[:120]})") from None
     spec = _Spec(h, hoff, lim, bad)
@@ -344,6 +363,9 @@ _POOL_MIN = 1 << 16
 # algorithms whose digests are hashed on a pool while the next arrays are read: SHA-256 (~2
 # GB/s) costs as much as the read; XXH3 (~15-20 GB/s) is a tenth of it, inline
 _POOLED = frozenset({"sha256"})
+# the stored arrays of a capture whose arrays span at most this many bytes are read with one
+# read (a read per array cost ~2 us each: 2 of a zoo GPT capture's 10 ms load, 918 arrays)
+_SLAB_MAX = 16 * _MiB
 
 
 def _hash_workers() -> int:
@@ -354,6 +376,24 @@ def _hash_workers() -> int:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
     return max(0, min(4, cpus - 1))
+
+
+def _slab(f, spec: _Spec) -> tuple[np.ndarray, int] | None:
+    """``(bytes, file offset)``: the span of the file that holds every stored array, read with
+    one read into private memory, where it is at most ``_SLAB_MAX`` bytes; None where it is
+    larger or the read comes back short (the arrays are then read one by one, so a truncated
+    file names its first truncated array)."""
+    named = {ai for ai in spec.array_of if ai >= 0}
+    if not named:
+        return None
+    lo = min(spec.table[ai][0] for ai in named)
+    hi = max(spec.table[ai][0] + spec.table[ai][1] for ai in named)
+    if hi - lo > _SLAB_MAX:
+        return None
+    try:
+        return _read(f, lo, hi - lo, CaptureFileError, "the arrays"), lo
+    except CaptureFileError:
+        return None
 
 
 def _read_arrays(f, spec: _Spec, bad) -> dict[int, np.ndarray]:
@@ -378,11 +418,17 @@ def _read_arrays(f, spec: _Spec, bad) -> dict[int, np.ndarray]:
                 raise bad(f"corrupt array {ai} (value {vid}): its {spec.algorithm} digest does "
                           "not match the header")
 
+    slab = None if workers else _slab(f, spec)
     try:
         for vid, ai in enumerate(spec.array_of):
             if ai < 0 or ai in bufs:
                 continue
             off, n, want = spec.table[ai]
+            if slab is not None:
+                start = off - slab[1]
+                bufs[ai] = buf = slab[0][start:start + n]
+                order.append((ai, vid, want, hexdigest(buf)))
+                continue
             try:
                 buf = _read(f, off, n, bad, f"array {ai} (value {vid})")
             except CaptureFileError:
@@ -401,6 +447,31 @@ def _read_arrays(f, spec: _Spec, bad) -> dict[int, np.ndarray]:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+# Column checks at C speed (``map``, ``min``, ``max`` over a whole column): each holds only
+# where the per-entry check holds for every entry, so a column that passes is not walked entry
+# by entry, and one that does not is walked to name its first bad entry (the same refusal).
+# The types are exact (JSON makes no subclasses; ``type(True) is bool``, never int).
+def _ints(v: list, lo: int, hi: int | None = None) -> bool:
+    """Every entry an int (no bool) with ``lo <= x`` and, given ``hi``, ``x < hi``."""
+    return not v or (set(map(type, v)) == {int} and min(v) >= lo
+                     and (hi is None or max(v) < hi))
+
+
+def _texts(v: list) -> bool:
+    """Every entry a string of at most ``_MAX_TEXT`` characters."""
+    return not v or (set(map(type, v)) == {str} and max(map(len, v)) <= _MAX_TEXT)
+
+
+def _hexes(v: list | tuple, n_hex: int) -> bool:
+    """Every entry a digest of ``n_hex`` lowercase hex digits (``_Spec._digest_ok``)."""
+    return not v or (set(map(type, v)) == {str} and set(map(len, v)) == {n_hex}
+                     and _HEXES.fullmatch("".join(v)) is not None)
+
+
+# an argument's types that are valid at any depth within the limit (``_Spec._arg``)
+_PLAIN = frozenset({type(None), bool, int, float})
 
 
 class _Spec:
@@ -452,12 +523,17 @@ class _Spec:
             raise self.bad(f"header: {key!r} is not an object")
         return v
 
-    def _list(self, h: dict, key: str, ok, n: int | None = None) -> list:
+    def _list(self, h: dict, key: str, ok, n: int | None = None, fast=None) -> list:
+        """``h[key]``, a list (of ``n`` entries) whose every entry is ``ok``; ``fast(list)``:
+        a column check that holds only where every entry is ``ok`` (the entries are then not
+        walked one by one)."""
         v = h.get(key)
         if not isinstance(v, list):
             raise self.bad(f"header: {key!r} is not a list")
         if n is not None and len(v) != n:
             raise self.bad(f"header: {key!r} has {len(v)} entries, not {n}")
+        if fast is not None and fast(v):
+            return v
         for i, x in enumerate(v):
             if not ok(x):
                 raise self.bad(f"header: {key!r} entry {i} ({str(x)[:60]!r}) is malformed")
@@ -466,7 +542,8 @@ class _Spec:
     def _values(self, h: dict, lim: Limits) -> None:
         v = self._dict(h, "values")
         names = self._list(v, "dtypes", lambda s: isinstance(s, str) and 0 < len(s) <= 64)
-        di = self._list(v, "dtype", lambda i: _is_int(i) and 0 <= i < len(names))
+        di = self._list(v, "dtype", lambda i: _is_int(i) and 0 <= i < len(names),
+                        fast=lambda c: _ints(c, 0, len(names)))
         n = len(di)
         self.n_values = n
         self.dtypes = [names[i] for i in di]
@@ -475,25 +552,73 @@ class _Spec:
             return isinstance(s, list) and len(s) <= lim.max_rank and \
                 all(_is_int(d) and 0 <= d for d in s)
 
-        shapes = self._list(v, "shape", shape_ok, n=n)
-        self.shapes = [tuple(s) for s in shapes]
-        for vid, s in enumerate(self.shapes):
-            if math.prod(s) > lim.max_elements:
-                raise self.bad(f"value {vid}: declared shape {list(s)} has more than "
-                               f"{lim.max_elements} elements")
+        def shapes_ok(c: list) -> bool:
+            return not c or (set(map(type, c)) == {list} and max(map(len, c)) <= lim.max_rank
+                             and _ints(list(chain.from_iterable(c)), 0))
+
+        shapes = self._list(v, "shape", shape_ok, n=n, fast=shapes_ok)
+        self.shapes = list(map(tuple, shapes))
+        self.elements = list(map(math.prod, self.shapes))  # Python integers: no overflow
+        if self.elements and max(self.elements) > lim.max_elements:
+            for vid, s in enumerate(self.shapes):
+                if math.prod(s) > lim.max_elements:
+                    raise self.bad(f"value {vid}: declared shape {list(s)} has more than "
+                                   f"{lim.max_elements} elements")
         self.digests = self._list(v, self.digest_key, lambda s: True, n=n)
-        for vid, d in enumerate(self.digests):
-            self._digest_ok(d, f"value {vid}")
-        self.array_of = self._list(v, "array", lambda i: _is_int(i) and i >= -1, n=n)
+        if not _hexes(self.digests, self.n_hex):
+            for vid, d in enumerate(self.digests):
+                self._digest_ok(d, f"value {vid}")
+        self.array_of = self._list(v, "array", lambda i: _is_int(i) and i >= -1, n=n,
+                                   fast=lambda c: _ints(c, -1))
 
     def _arrays(self, h: dict, hoff: int) -> None:
         def ok(e: Any) -> bool:
             return isinstance(e, list) and len(e) == 3 and _is_int(e[0]) and _is_int(e[1])
-        self.table = self._list(h, "arrays", ok)
-        for ai, e in enumerate(self.table):
-            self._digest_ok(e[2], f"array {ai}")
+
+        def fast(c: list) -> bool:
+            if not c:
+                return True
+            if set(map(type, c)) != {list} or set(map(len, c)) != {3}:
+                return False
+            offs, sizes, _ = zip(*c, strict=True)
+            return set(map(type, offs)) == {int} and set(map(type, sizes)) == {int}
+
+        self.table = self._list(h, "arrays", ok, fast=fast)
+        if not _hexes([e[2] for e in self.table], self.n_hex):
+            for ai, e in enumerate(self.table):
+                self._digest_ok(e[2], f"array {ai}")
         # several values may name one array (values of the same bytes, stored once: a
         # view's output and its input): each must need exactly its size and carry its digest
+        if not self._stored_fit():
+            self._stored_each()
+        spans = sorted((off, n, i) for i, (off, n, _) in enumerate(self.table))
+        end = _PREAMBLE
+        for off, n, i in spans:
+            if off % _ALIGN or off < end or off + n > hoff:
+                raise self.bad(f"array {i} (offset {off}, {n} bytes) is misplaced: unaligned, "
+                               "overlapping another, or outside the file's data")
+            end = off + n
+
+    def _stored_fit(self) -> bool:
+        """Every stored value names an array of the file, of a stored dtype, of exactly its
+        size and with its digest: ``_stored_each``'s checks, all values at once."""
+        vids = [vid for vid, ai in enumerate(self.array_of) if ai >= 0]
+        if not vids:
+            return True
+        ais = [self.array_of[vid] for vid in vids]
+        if max(ais) >= len(self.table):
+            return False
+        names = {self.dtypes[vid] for vid in vids}
+        if not names <= STORED_DTYPES.keys():
+            return False
+        size = {name: STORED_DTYPES[name].itemsize for name in names}
+        el, dt, table, dg = self.elements, self.dtypes, self.table, self.digests
+        return [el[vid] * size[dt[vid]] for vid in vids] == [table[ai][1] for ai in ais] \
+            and [dg[vid] for vid in vids] == [table[ai][2] for ai in ais]
+
+    def _stored_each(self) -> None:
+        """Each stored value checked, in order: the first that does not fit is refused by
+        name."""
         for vid, ai in enumerate(self.array_of):
             if ai < 0:
                 continue
@@ -510,31 +635,38 @@ class _Spec:
                                f"{list(self.shapes[vid])} of {name} needs {want}")
             if self.digests[vid] != digest:
                 raise self.bad(f"value {vid}: its digest and array {ai}'s differ")
-        spans = sorted((off, n, i) for i, (off, n, _) in enumerate(self.table))
-        end = _PREAMBLE
-        for off, n, i in spans:
-            if off % _ALIGN or off < end or off + n > hoff:
-                raise self.bad(f"array {i} (offset {off}, {n} bytes) is misplaced: unaligned, "
-                               "overlapping another, or outside the file's data")
-            end = off + n
 
     def _ops(self, h: dict) -> None:
         o = self._dict(h, "ops")
         text = lambda s: isinstance(s, str) and len(s) <= _MAX_TEXT  # noqa: E731
-        names = self._list(o, "names", text)
-        modules = self._list(o, "modules", text)
-        sources = self._list(o, "sources", text)
-        op = self._list(o, "op", lambda i: _is_int(i) and 0 <= i < len(names))
+        names = self._list(o, "names", text, fast=_texts)
+        modules = self._list(o, "modules", text, fast=_texts)
+        sources = self._list(o, "sources", text, fast=_texts)
+        op = self._list(o, "op", lambda i: _is_int(i) and 0 <= i < len(names),
+                        fast=lambda c: _ints(c, 0, len(names)))
         n = len(op)
-        module = self._list(o, "module", lambda i: _is_int(i) and 0 <= i < len(modules), n=n)
-        phase = self._list(o, "phase", lambda i: _is_int(i) and 0 <= i < len(PHASES), n=n)
-        step = self._list(o, "step", lambda i: _is_int(i) and 1 <= i <= self.steps, n=n)
-        source = self._list(o, "source", lambda i: _is_int(i) and -1 <= i < len(sources), n=n)
+        module = self._list(o, "module", lambda i: _is_int(i) and 0 <= i < len(modules), n=n,
+                            fast=lambda c: _ints(c, 0, len(modules)))
+        phase = self._list(o, "phase", lambda i: _is_int(i) and 0 <= i < len(PHASES), n=n,
+                           fast=lambda c: _ints(c, 0, len(PHASES)))
+        step = self._list(o, "step", lambda i: _is_int(i) and 1 <= i <= self.steps, n=n,
+                          fast=lambda c: _ints(c, 1, self.steps + 1))
+        source = self._list(o, "source", lambda i: _is_int(i) and -1 <= i < len(sources), n=n,
+                            fast=lambda c: _ints(c, -1, len(sources)))
         vid = lambda i: _is_int(i) and 0 <= i < self.n_values  # noqa: E731
         ids = lambda v: isinstance(v, list) and all(vid(i) for i in v)  # noqa: E731
-        outputs = self._list(o, "outputs", ids, n=n)
-        args = self._list(o, "args", lambda a: isinstance(a, list) and self._arg(a, 0), n=n)
-        kwargs = self._list(o, "kwargs", lambda a: isinstance(a, dict) and self._arg(a, 0), n=n)
+        outputs = self._list(o, "outputs", ids, n=n, fast=lambda c: not c or (
+            set(map(type, c)) == {list} and _ints(list(chain.from_iterable(c)), 0,
+                                                  self.n_values)))
+        args = self._list(o, "args", lambda a: isinstance(a, list) and self._arg(a, 0), n=n,
+                          fast=lambda c: not c or (set(map(type, c)) == {list} and self._level(
+                              list(chain.from_iterable(c)), 1)))
+        kwargs = self._list(o, "kwargs", lambda a: isinstance(a, dict) and self._arg(a, 0), n=n,
+                            fast=lambda c: not c or (
+                                set(map(type, c)) == {dict}
+                                and set(map(type, chain.from_iterable(c))) <= {str}
+                                and self._level(list(chain.from_iterable(map(dict.values, c))),
+                                                1)))
         self.ops = {"op": [names[i] for i in op], "module": [modules[i] for i in module],
                     "phase": [PHASES[i] for i in phase], "step": step,
                     "source": [sources[i] if i >= 0 else "" for i in source],
@@ -606,6 +738,32 @@ class _Spec:
         if isinstance(a, dict) and len(a) == 1 and "N" in a:
             return _is_int(a["N"]) and 0 <= a["N"] < node
         return self._arg(a, depth + 1)
+
+    def _level(self, level: list, depth: int) -> bool:
+        """Whether every entry of ``level`` is an argument at ``depth`` (``_arg`` of each),
+        a level at a time: the plain entries and values ({"T": id}) inline, the entries of its
+        lists the next level (an and of the same checks, in another order)."""
+        n = self.n_values
+        while level:
+            if depth > _MAX_DEPTH:
+                return False
+            lists = []
+            for x in level:
+                t = type(x)
+                if t in _PLAIN or (t is str and len(x) <= _MAX_TEXT):
+                    continue
+                if t is list:
+                    lists.append(x)
+                    continue
+                if t is dict and len(x) == 1:
+                    v = x.get("T")
+                    if type(v) is int and 0 <= v < n:
+                        continue
+                if not self._arg(x, depth):
+                    return False
+            level = list(chain.from_iterable(lists))
+            depth += 1
+        return True
 
     def _arg(self, a: Any, depth: int) -> bool:
         """One recorded argument: None, bool, int, float, str, a list of them, or a tagged
