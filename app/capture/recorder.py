@@ -314,7 +314,7 @@ class Recorder(TorchDispatchMode):
         self.thread = threading.get_ident()
         # values: per id its dtype name, shape, digest, array (None: hashed only)
         self.v_dtype: list[str] = []
-        self.v_shape: list[list[int]] = []
+        self.v_shape: list[tuple[int, ...]] = []
         self.v_sha: list[str | None] = []  # None: on the hashing thread (``_Hasher``)
         self.sha_like: list[tuple[int, int]] = []  # (value, value whose digest it shares)
         self.hasher: _Hasher | None = None
@@ -545,7 +545,7 @@ class Recorder(TorchDispatchMode):
             self.devices.add("cpu")
             vid = len(self.v_dtype)
             self.v_dtype.append(name)
-            self.v_shape.append(list(a.shape))
+            self.v_shape.append(a.shape)
             if self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
                 # the digest of the tensor's own memory (no copy); an op's output large
                 # enough on the hashing thread (the ops that write drain it first), a value
@@ -580,7 +580,7 @@ class Recorder(TorchDispatchMode):
         a, private = _np_of(t)
         vid = len(self.v_dtype)
         self.v_dtype.append(_dtype_name(t.dtype))
-        self.v_shape.append(list(t.shape))
+        self.v_shape.append(tuple(t.shape))
         if a is None:  # no numpy form: the digest of its bytes through torch, when it has one
             try:
                 raw = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
@@ -665,7 +665,7 @@ class Recorder(TorchDispatchMode):
         u, ver = self._key(t)
         vid = len(self.v_dtype)
         self.v_dtype.append(self.v_dtype[like])
-        self.v_shape.append(list(t.shape))
+        self.v_shape.append(tuple(t.shape))
         h = self.v_sha[like]
         self.v_sha.append(h)
         if h is None:  # still on the hashing thread: copied when the file is made
@@ -894,7 +894,7 @@ class Recorder(TorchDispatchMode):
                     outs += [made(t) for t in _tensors(v)]
         elif unmarked is None and isinstance(out, _Tensor):
             like = self._same_bytes(out, args, enc_args) if view else None
-            outs = [made(out) if like is None else self._made_like(out, like)]
+            outs = (made(out) if like is None else self._made_like(out, like),)
         else:
             outs = []
             if unmarked is not None:  # running stats written, unmarked: outputs all the same
@@ -928,7 +928,8 @@ class Recorder(TorchDispatchMode):
         mi = mt.get(module)
         if mi is None:
             mi = mt[module] = len(mt)
-        self.rows.append((name_idx, mi, phase, self.step, source, enc_args, enc_kwargs, outs))
+        self.rows.append((name_idx, mi, phase, self.step, source, tuple(enc_args), enc_kwargs,
+                          tuple(outs)))
 
     # ---- the result -------------------------------------------------------------------------
     def steps_done(self) -> int:

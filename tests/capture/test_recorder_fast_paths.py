@@ -1,0 +1,125 @@
+"""The recorder's per-op shortcuts (app/capture/recorder.py: the value bookkeeping keyed by
+identity and version, the same-bytes views, the C-order copies by numpy, by torch and by the
+native transpose, the digests of a tensor's own memory) record what a plain reference records:
+a dispatch mode of a few lines here, entered inside the recorder, which digests every tensor an
+op reads (before it runs it through the recorder) and writes or returns (after), each as
+``tensor.contiguous()``'s bytes. Run on the zoo GPT
+(tests/capture/zoo/gpt.py, two AdamW steps with clip_grad_norm_) at its own size (small values:
+numpy's copies) and wider (the native transpose), values and hashes only, each op's inputs and
+outputs are the reference's, digest for digest; the script's losses are the same bits."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import xxhash
+
+torch = pytest.importorskip("torch")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from tapescope.app.capture import recorder as R  # noqa: E402
+
+ZOO = Path(__file__).resolve().parent / "zoo"
+
+
+def _gpt_steps(d: int, steps: int = 2) -> callable:
+    spec = importlib.util.spec_from_file_location("zoo_gpt_fast_paths", ZOO / "gpt.py")
+    z = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(z)
+
+    def run() -> list[float]:
+        torch.manual_seed(0)
+        model = z.GPT(vocab=32, d=d, heads=2, layers=2, ctx=8)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+        g = torch.Generator().manual_seed(0)
+        losses = []
+        for _ in range(steps):
+            idx = torch.randint(0, 32, (4, 8), generator=g)
+            loss = model(idx, torch.roll(idx, -1, dims=1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+        return losses
+    return run
+
+
+def _flat(x: object) -> list:
+    """The leaves of ``x`` (lists, tuples and dicts' values, in order); a recorded tensor
+    argument (``{"T": value}``) is a leaf."""
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _flat(v)]
+    if isinstance(x, dict) and "T" not in x:
+        return [t for v in x.values() for t in _flat(v)]
+    return [x]
+
+
+def _digest(t: torch.Tensor) -> tuple[str, tuple, str]:
+    with torch._C._DisableTorchDispatch():  # the reference's own ops: no mode sees them
+        c = t.detach().contiguous()
+        raw = c.numpy().tobytes()  # (``numpy()`` runs ops too: ``detach``, ``to`` ...)
+    return str(c.dtype).removeprefix("torch."), tuple(c.shape), xxhash.xxh3_128_hexdigest(raw)
+
+
+class _Reference(TorchDispatchMode):
+    """Per op: the digests of its tensor arguments before it runs, and of the tensors it
+    writes (its schema's written arguments) or returns, after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[str, list, set]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        if str(func).startswith("profiler."):  # the optimizer's record_function: not an op
+            return func(*args, **kwargs)
+        tensors = [a for a in _flat([list(args), kwargs]) if isinstance(a, torch.Tensor)]
+        ins = [_digest(t) for t in tensors]
+        out = func(*args, **kwargs)
+        written = [a for i, s in enumerate(func._schema.arguments)
+                   if s.alias_info is not None and s.alias_info.is_write
+                   for a in _flat([args[i] if i < len(args) else kwargs.get(s.name)])]
+        outs = {_digest(t) for t in written + _flat([out]) if isinstance(t, torch.Tensor)}
+        self.rows.append((str(func), ins, outs))
+        return out
+
+
+@pytest.mark.parametrize("d", [16, 64])  # 64: the weights' transposes take the native copy
+@pytest.mark.parametrize("hashes_only", [True, False])
+def test_every_value_is_the_references(d, hashes_only, monkeypatch):
+    monkeypatch.setattr(R.Recorder, "async_hash", False)
+    run = _gpt_steps(d)
+    plain = run()
+    # the reference sees each op first and runs it through the recorder: both see the same
+    # memory (``empty``'s bytes too)
+    rec = R.Recorder(steps=2, hashes_only=hashes_only).start()
+    try:
+        with _Reference() as ref:
+            losses = run()
+    finally:
+        rec.stop()
+    assert losses == plain  # the script's own results: the same bits
+    names = {i: n for n, i in rec.tables["names"].items()}
+    # the recorder ends at the last step's optimizer step: the loss's ``item()`` is after it
+    assert [r[0] for r in ref.rows[len(rec.rows):]] == ["aten._local_scalar_dense.default"]
+    assert [names[r[0]] for r in rec.rows] == [r[0] for r in ref.rows[:len(rec.rows)]]
+
+    def value(v: int) -> tuple[str, tuple, str]:
+        return rec.v_dtype[v], tuple(rec.v_shape[v]), rec.v_sha[v]
+
+    for i, (row, (name, ins, outs)) in enumerate(zip(rec.rows, ref.rows, strict=False)):
+        got_ins = [value(a["T"]) for a in _flat([list(row[5]), row[6]])
+                   if isinstance(a, dict) and "T" in a]
+        assert got_ins == ins, (i, name)
+        assert {value(v) for v in row[7]} == outs, (i, name)
+    if not hashes_only:  # each stored array: its value's bytes in C order
+        stored = [v for v, a in enumerate(rec.v_array) if a is not None]
+        assert len(stored) == len(rec.v_array)
+        for v in stored:
+            a = rec.v_array[v]
+            assert a.flags.c_contiguous and not a.flags.writeable
+            assert xxhash.xxh3_128_hexdigest(a.tobytes()) == rec.v_sha[v]
