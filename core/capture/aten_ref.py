@@ -83,10 +83,26 @@ def _foreach_base(name: str, ovl: str) -> str | None:
                                          f"aten.{base}.default", f"aten.{base}.Scalar"])
 
 
+# op -> _resolve's answer for an op without a form of its own (a foreach, in-place or out=
+# twin: several string splits and lookups, once per op name); cleared when a form is added
+_RESOLVED: dict[str, tuple[str, str | None]] = {}
+_RESOLVED_FORMS = [0]  # len(FORMS) when _RESOLVED was filled
+
+
 def _resolve(op: str) -> tuple[str, str | None]:
     """(how, the form's key): direct, inplace (of a functional twin), foreach, out."""
     if op in FORMS:
         return "direct", op
+    if _RESOLVED_FORMS[0] != len(FORMS):
+        _RESOLVED.clear()
+        _RESOLVED_FORMS[0] = len(FORMS)
+    got = _RESOLVED.get(op)
+    if got is None:
+        got = _RESOLVED[op] = _resolve_twin(op)
+    return got
+
+
+def _resolve_twin(op: str) -> tuple[str, str | None]:
     name, ovl = _split(op)
     if not ovl:
         return "none", None
@@ -113,22 +129,32 @@ def ops() -> list[str]:
     return sorted(FORMS)
 
 
-def _fresh(v: Any, t: np.ndarray, args: list) -> bool:
+def _arg_ids(args: list) -> set[int]:
+    """The ids of the call's arguments and of the entries of its list arguments."""
+    ids = {id(a) for a in args}
+    for a in args:
+        if isinstance(a, list | tuple):
+            ids.update(map(id, a))
+    return ids
+
+
+def _fresh(v: Any, t: np.ndarray, arg_ids: set[int]) -> bool:
     """Whether ``v`` is a form's own new array of ``t``'s shape and dtype: owning its memory
-    and not one of the call's arguments (a chained input is a writeable array too), so that
-    writing it into ``t`` is ``v`` itself, without ``cast``'s copy."""
-    return (type(v) is np.ndarray and v.dtype == t.dtype and v.shape == t.shape
-            and v.flags.owndata and v.flags.writeable
-            and not any(v is a or (isinstance(a, list | tuple) and any(v is e for e in a))
-                        for a in args))
+    and not one of the call's arguments (``_arg_ids``: a chained input is a writeable array
+    too), so that writing it into ``t`` is ``v`` itself, without ``cast``'s copy."""
+    if type(v) is not np.ndarray or v.dtype != t.dtype or v.shape != t.shape:
+        return False
+    f = v.flags
+    return f.owndata and f.writeable and id(v) not in arg_ids
 
 
 def _into(values: list, targets: list, args: list) -> list:
     """Each value written into its target as torch writes it: cast to the target's dtype,
     broadcast to its shape (a fresh value of that dtype and shape is itself)."""
     out = []
+    ids = _arg_ids(args)  # (once: a foreach's n outputs against its n-tensor lists)
     for v, t in zip(values, targets, strict=True):
-        out.append(v if _fresh(v, t, args) else cast(np.broadcast_to(v, np.shape(t)), t.dtype))
+        out.append(v if _fresh(v, t, ids) else cast(np.broadcast_to(v, np.shape(t)), t.dtype))
     return out
 
 

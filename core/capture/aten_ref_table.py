@@ -42,6 +42,9 @@ I64 = np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
 HALF = (F16, BF16)
 _FLOATS = (F16, BF16, F32, F64)
+_FLOAT_SET = frozenset(_FLOATS)
+_NONE = type(None)
+_PY_SCALARS = frozenset({bool, int, float})  # (exact types: what a recorded argument holds)
 
 _TORCH_DT = {
     "torch.float64": F64, "torch.double": F64, "torch.float32": F32, "torch.float": F32,
@@ -80,6 +83,8 @@ def is_float(dt: np.dtype) -> bool:
 
 def compute(dt: np.dtype) -> np.dtype:
     """The dtype an op of result type ``dt`` computes in: float32 for the half types."""
+    if dt is F32 or dt is F64:  # (the common cases, by identity: no dtype comparison)
+        return dt
     return F32 if dt in HALF else dt
 
 
@@ -121,6 +126,22 @@ def result_type(*xs: Any) -> np.dtype:
     """torch.result_type of tensors (numpy arrays) and Python scalars: dimensioned tensors
     first, then 0-d tensors, then Python scalars (a float scalar counts as float32, torch's
     default dtype), a later group winning only with a higher category."""
+    x0 = xs[0] if xs else None
+    if type(x0) is np.ndarray:
+        # the common cases, cheaply: arrays of one dtype (of any dimensions: each group is
+        # that dtype, and combined it stays), with Python scalars or None where it is a float
+        # type (a float group wins over the scalars' group)
+        dt = x0.dtype
+        f = dt in _FLOAT_SET
+        for x in xs:
+            t = type(x)
+            if t is np.ndarray:
+                if x.dtype != dt:
+                    break
+            elif not (t is _NONE or (f and t in _PY_SCALARS)):
+                break
+        else:
+            return dt
     dim = zero = wrapped = None
     for x in xs:
         if x is None:
@@ -178,7 +199,8 @@ def ew(fn: Callable[..., Any], *xs: Any, out: np.dtype | None = None,
     widened to the compute dtype (exact), one evaluation, the result rounded once to ``out``."""
     out = result_type(*xs) if out is None else out
     ct = compute(out)
-    vals = [arr(x, ct) if isinstance(x, np.ndarray | np.generic)
+    vals = [x if type(x) is np.ndarray and x.dtype == ct  # (arr's own first case, inline)
+            else arr(x, ct) if isinstance(x, np.ndarray | np.generic)
             else scal(x, out, scalars_as_storage) for x in xs]
     with np.errstate(all="ignore"):
         y = np.asarray(fn(*vals))

@@ -80,9 +80,12 @@ def base_name(op: str) -> str:
     return parts[1] if len(parts) > 1 else op
 
 
+_PLAIN = frozenset({type(None), bool, int, float, str})  # (an argument _decode keeps as is)
+
+
 def _decode(a: Any, get: Callable[[int], np.ndarray | None]) -> Any:
     if isinstance(a, list):
-        return [_decode(x, get) for x in a]
+        return [x if type(x) in _PLAIN else _decode(x, get) for x in a]
     if isinstance(a, dict):
         (k, v), = a.items()
         if k == "T":
@@ -115,13 +118,21 @@ class _Missing(Exception):
 
 
 def _inputs(a: Any) -> list[int]:
-    if isinstance(a, list):
-        return [i for x in a for i in _inputs(x)]
+    """The value ids ``a`` names: a ``{"T": id}`` itself or in lists at any depth (not in
+    other tagged objects)."""
     if isinstance(a, dict):
-        if "T" in a:
-            return [a["T"]]
+        return [a["T"]] if "T" in a else []
+    if not isinstance(a, list):
         return []
-    return []
+    ids: list[int] = []
+    todo = [a]
+    while todo:  # (a list of lists walked without a call per entry: most entries are plain)
+        for x in todo.pop():
+            if isinstance(x, list):
+                todo.append(x)
+            elif isinstance(x, dict) and "T" in x:
+                ids.append(x["T"])
+    return ids
 
 
 _SINT = {8: np.int64, 4: np.int32, 2: np.int16}
@@ -358,22 +369,23 @@ def judge(cap: Capture, *, explain: bool = False,
     loss_ids = {v for v in cap.losses if v >= 0}
     ref_loss: dict[int, np.ndarray] = {}  # the reference's own loss (the chain's), per step
 
-    def rec_get(v: int) -> np.ndarray | None:
-        return cap.arrays[v]
+    rec_get = cap.arrays.__getitem__
 
     def chain_get(v: int) -> np.ndarray | None:
         x = chain.get(v)
         return cap.arrays[v] if x is None else x
 
+    c_step, c_op, c_outs, c_phase = ops["step"], ops["op"], ops["outputs"], ops["phase"]
+    c_module, c_source = ops["module"], ops["source"]
     for i in range(cap.n_ops):
-        if ops["step"][i] != step:
-            step = ops["step"][i]
+        if c_step[i] != step:
+            step = c_step[i]
             chain.clear()
-        op = ops["op"][i]
-        outs = ops["outputs"][i]
-        phases[ops["phase"][i]] += 1
-        e = {"index": i, "op": op, "module": ops["module"][i], "phase": ops["phase"][i],
-             "step": step, "source": ops["source"][i], "outputs": []}
+        op = c_op[i]
+        outs = c_outs[i]
+        phases[c_phase[i]] += 1
+        e = {"index": i, "op": op, "module": c_module[i], "phase": c_phase[i],
+             "step": step, "source": c_source[i], "outputs": []}
         entries.append(e)
         if advance is not None:
             advance()
@@ -420,7 +432,8 @@ def judge(cap: Capture, *, explain: bool = False,
                 got = [_check_out(j, g, r) for j, (g, r) in enumerate(zip(got, recorded,
                                                                             strict=True))]
                 tot = got
-                if any(v in chain for v in _inputs(args) + _inputs(list(kwargs.values()))):
+                if chain and not chain.keys().isdisjoint(
+                        _inputs(args) + _inputs(list(kwargs.values()))):
                     ref_calls += 1
                     tot = reference(op, _decode(args, chain_get), _decode_kw(kwargs, chain_get),
                                     i)
