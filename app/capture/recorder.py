@@ -16,6 +16,7 @@ step hooks; a step ends at each ``optimizer.step()``. See docs/capture.md.
 from __future__ import annotations
 
 import collections
+import ctypes
 import math
 import os
 import platform
@@ -204,6 +205,7 @@ _autograd_node = torch._C._current_autograd_node
 _get_ident = threading.get_ident
 _getframe = sys._getframe
 _NO_DISPATCH = getattr(torch._C, "_DisableTorchDispatch", None)  # None: numpy's copy only
+_CHAR = ctypes.c_char
 
 
 # the native tiled transpose (core/native's ts_transpose_uN, per item size), set by
@@ -211,6 +213,10 @@ _NO_DISPATCH = getattr(torch._C, "_DisableTorchDispatch", None)  # None: numpy's
 _TRANSPOSE: dict[int, Any] = {}
 #: below this many elements torch's copy costs less than a ctypes call
 _TRANSPOSE_MIN = 4096
+#: below this many elements numpy's strided copy costs less than torch's (its fixed ~4 us: a
+#: dispatch guard, ``detach``, ``contiguous``, ``numpy``; 16x16 0.4 us against 3.8, 64x64
+#: 1.7 against 6.5, 128x128 10.5 against 13); the zoo GPT's transposes are all below it
+_NUMPY_COPY_MAX = 16384
 
 
 def _load_transpose() -> None:
@@ -237,7 +243,8 @@ def _c_order(t: torch.Tensor, a: np.ndarray) -> np.ndarray:
     where it can (its transpose copy is blocked: 2-6x numpy's strided one; with XXH3 these
     copies are the largest per-byte cost of hashes only), with every Python dispatch mode off,
     so that no mode, ours or the script's own, sees an op the script did not make; numpy's for
-    a tensor subclass or a layout torch calls contiguous."""
+    a small value (``_NUMPY_COPY_MAX``), a tensor subclass or a layout torch calls
+    contiguous."""
     if a.ndim >= 2 and a.size >= _TRANSPOSE_MIN:
         fn = _TRANSPOSE.get(a.itemsize)
         if fn is not None:
@@ -247,7 +254,8 @@ def _c_order(t: torch.Tensor, a: np.ndarray) -> np.ndarray:
                 out = np.empty(a.shape, a.dtype)
                 fn(x.ctypes.data, out.ctypes.data, x.size // (r * c), r, c)
                 return out
-    if _NO_DISPATCH is not None and type(t) in _PLAIN_TENSORS and not t.is_contiguous():
+    if a.size >= _NUMPY_COPY_MAX and _NO_DISPATCH is not None and type(t) in _PLAIN_TENSORS \
+            and not t.is_contiguous():
         with _NO_DISPATCH():
             c = t.detach().contiguous().numpy()
         if c.flags.c_contiguous and c.shape == a.shape:
@@ -325,7 +333,7 @@ class Recorder(TorchDispatchMode):
         # the old one died fails the identity check and gets a new uid
         self.uid: dict[int, tuple[weakref.ref, int]] = {}
         self.next_uid = 0
-        self._names_of: dict[Any, tuple] = {}  # OpOverload -> _op_info(func)
+        self._names_of: dict[int, tuple] = {}  # id(OpOverload) -> ``_op``
         self.seen: dict[tuple[int, int], int] = {}
         # ops, columns (interned tables for the strings)
         self.tables: dict[str, dict[str, int]] = {"names": {}, "modules": {}, "sources": {}}
@@ -371,6 +379,9 @@ class Recorder(TorchDispatchMode):
 
         self.settings = settings()
         _load_transpose()
+        if _NO_DISPATCH is not None and torch._C._len_torch_dispatch_stack():
+            # a dispatch mode of the script's own is on (below ours): our reads are unseen
+            self._new_value = self._new_value_unseen  # type: ignore[method-assign]
         self.hooks = [nn_module.register_module_forward_pre_hook(self._pre),
                       nn_module.register_module_forward_hook(self._post),
                       optim_mod.register_optimizer_step_pre_hook(self._step_pre),
@@ -540,26 +551,37 @@ class Recorder(TorchDispatchMode):
         input)."""
         name = _NUMPY_DTYPES.get(t.dtype)
         if name is not None and t.is_cpu and t.layout is _STRIDED and not t.is_neg():
-            # the common case: a CPU tensor numpy holds as it is (a view of its memory)
-            a = (t.detach() if t.requires_grad else t).numpy()
+            # the common case: a CPU tensor numpy holds as it is
             self.devices.add("cpu")
             vid = len(self.v_dtype)
             self.v_dtype.append(name)
-            self.v_shape.append(a.shape)
-            if self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
+            n = t.nbytes
+            if self.hashes_only or self.stored_bytes + n > self.max_bytes:
                 # the digest of the tensor's own memory (no copy); an op's output large
                 # enough on the hashing thread (the ops that write drain it first), a value
                 # first seen here now (data, parameters: written outside aten, maybe)
                 self.v_array.append(None)
                 self.n_hashed += 1
-                if made and a.nbytes >= _ASYNC_MIN and self.hasher is not None:
-                    if not t.requires_grad:  # an alias of its own keeps the storage alive
-                        a = t.detach().numpy()  # should ``t.data = ...`` swap t's away
+                if made and n >= _ASYNC_MIN and self.hasher is not None:
+                    a = t.detach().numpy()  # an alias of its own keeps the storage alive
+                    self.v_shape.append(a.shape)  # should ``t.data = ...`` swap t's away
                     self.v_sha.append(None)
                     self.hasher.put(vid, a, _span(t))
                     return vid
+                if type(t) in _PLAIN_TENSORS and t.is_contiguous():
+                    p = t.data_ptr()
+                    if p:  # its bytes where they are, read through a ctypes array: no
+                        # ``numpy()`` (~0.8 us: it runs detach, to, resolve_conj and
+                        # resolve_neg through the dispatcher)
+                        self.v_shape.append(tuple(t.shape))
+                        self.v_sha.append(self._hex((_CHAR * n).from_address(p)))
+                        return vid
+                a = t.numpy(force=True) if t.requires_grad else t.numpy()  # (a view)
+                self.v_shape.append(a.shape)
                 self.v_sha.append(self._hex(a if a.flags.c_contiguous else _c_order(t, a)))
             else:
+                a = t.numpy(force=True) if t.requires_grad else t.numpy()  # (a view)
+                self.v_shape.append(a.shape)
                 # a private copy: later in-place ops must not reach it
                 c = np.array(a, order="C") if a.flags.c_contiguous else _c_order(t, a)
                 c.setflags(write=False)
@@ -572,6 +594,13 @@ class Recorder(TorchDispatchMode):
                     self.v_sha.append(self._hex(c))
             return vid
         return self._new_value_any(t)
+
+    def _new_value_unseen(self, t: torch.Tensor, made: bool = False) -> int:
+        """``_new_value`` with every Python dispatch mode off: where a mode of the script's own
+        was on before ours (``start``), the ops our reads run (``numpy()``'s ``detach`` ...,
+        a copy) are no one's to see."""
+        with _NO_DISPATCH():
+            return Recorder._new_value(self, t, made)
 
     def _new_value_any(self, t: torch.Tensor) -> int:
         """``_new_value`` for any tensor: another device, bfloat16, conj/neg bits, or none that
@@ -741,17 +770,15 @@ class Recorder(TorchDispatchMode):
         return i
 
     def _op(self, func: Any) -> tuple:
-        """The per-OpOverload facts, once: ``_op_info``, the name's index, whether it is
-        skipped, a ``ones_like``, a view, a collective."""
-        info = _op_info(func)
+        """The per-OpOverload facts, once a recorder (``_op_facts``, once a process, with the
+        name's index here), keyed by the OpOverload's id (its ``__hash__`` is Python's: a
+        call an op); the facts hold ``func``, so that its id is never another's."""
+        info = _OP_FACTS.get(id(func))
+        if info is None:
+            info = _OP_FACTS[id(func)] = _op_facts(func)
         name = info[0]
-        skip = name.startswith(_SKIP_NAMESPACES)
-        # a view (its one return aliases an argument, nothing written): its value may be the
-        # same bytes as an argument's (``_same_bytes``)
-        view = not info[1] and info[2] == (False,)
-        info = (*info, -1 if skip else self._intern("names", name), skip,
-                name == "aten.ones_like.default", view, name.startswith(_COLLECTIVES))
-        self._names_of[func] = info
+        info = (*info[:4], -1 if info[5] else self._intern("names", name), *info[5:])
+        self._names_of[id(func)] = info
         return info
 
     # ---- the mode ---------------------------------------------------------------------------
@@ -763,7 +790,7 @@ class Recorder(TorchDispatchMode):
         graph_task = _graph_task_id()
         if graph_task == -1 and _get_ident() != self.thread:
             return func(*args, **(kwargs or {}))  # another thread's op (a loader's), not the step's
-        info = self._names_of.get(func)
+        info = self._names_of.get(id(func))
         if info is None:
             info = self._op(func)
         if info[5]:  # a namespace that is not the step's (profiler)
@@ -881,7 +908,7 @@ class Recorder(TorchDispatchMode):
 
     def _record(self, info: tuple, args: Any, kwargs: dict, out: Any, enc_args: list,
                 enc_kwargs: dict, graph_task: int, source: int) -> None:
-        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _ = info
+        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _, _ = info
         made = self._made
         if writes:
             outs: list[int] = []
@@ -1018,6 +1045,25 @@ def _op_info(func: Any) -> tuple:
     fresh = tuple(r.alias_info is None for r in schema.returns)
     name = str(func)
     return name, writes, fresh, _UNMARKED_WRITES.get(name)
+
+
+def _op_facts(func: Any) -> tuple:
+    """``_op_info(func)``, a placeholder for the name's index (``Recorder._op``), whether it is
+    skipped, a ``ones_like``, a view, a collective, and ``func`` itself (kept alive: its id
+    keys ``_OP_FACTS``)."""
+    info = _op_info(func)
+    name = info[0]
+    skip = name.startswith(_SKIP_NAMESPACES)
+    # a view (its one return aliases an argument, nothing written): its value may be the
+    # same bytes as an argument's (``_same_bytes``)
+    view = not info[1] and info[2] == (False,)
+    return (*info, None, skip, name == "aten.ones_like.default", view,
+            name.startswith(_COLLECTIVES), func)
+
+
+# id(OpOverload) -> ``_op_facts``: an OpOverload lives as long as its op's registration, and
+# the facts hold it (its id is never reused while the entry is here)
+_OP_FACTS: dict[int, tuple] = {}
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:

@@ -123,3 +123,34 @@ def test_every_value_is_the_references(d, hashes_only, monkeypatch):
             a = rec.v_array[v]
             assert a.flags.c_contiguous and not a.flags.writeable
             assert xxhash.xxh3_128_hexdigest(a.tobytes()) == rec.v_sha[v]
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("hashes_only", [True, False])
+def test_a_mode_of_the_scripts_own_sees_its_ops_only(hashes_only, monkeypatch):
+    """A dispatch mode the script entered before the capture sees the ops it sees without
+    one: none of the recorder's reads (``numpy()`` runs ``detach``, ``to``, ``resolve_conj``
+    and ``resolve_neg`` through the dispatcher; a C-order copy by torch)."""
+    monkeypatch.setattr(R.Recorder, "async_hash", False)
+    monkeypatch.setattr(R, "_NUMPY_COPY_MAX", 0)  # every C-order copy by torch's or native
+    run = _gpt_steps(64)
+    with _Count() as plain:
+        plain_losses = run()
+    with _Count() as seen:
+        rec = R.Recorder(steps=2, hashes_only=hashes_only).start()
+        try:
+            losses = run()
+        finally:
+            rec.stop()
+    assert losses == plain_losses
+    assert rec.failed is None and rec.steps_done() == 2
+    assert seen.ops == plain.ops
