@@ -556,32 +556,49 @@ class Recorder(TorchDispatchMode):
             vid = len(self.v_dtype)
             self.v_dtype.append(name)
             n = t.nbytes
-            if self.hashes_only or self.stored_bytes + n > self.max_bytes:
-                # the digest of the tensor's own memory (no copy); an op's output large
-                # enough on the hashing thread (the ops that write drain it first), a value
-                # first seen here now (data, parameters: written outside aten, maybe)
+            # hashed only: the digest of the tensor's own memory (no copy); an op's output
+            # large enough on the hashing thread (the ops that write drain it first), a value
+            # first seen here now (data, parameters: written outside aten, maybe)
+            hashed = self.hashes_only or self.stored_bytes + n > self.max_bytes
+            if hashed and made and n >= _ASYNC_MIN and self.hasher is not None:
                 self.v_array.append(None)
                 self.n_hashed += 1
-                if made and n >= _ASYNC_MIN and self.hasher is not None:
-                    a = t.detach().numpy()  # an alias of its own keeps the storage alive
-                    self.v_shape.append(a.shape)  # should ``t.data = ...`` swap t's away
-                    self.v_sha.append(None)
-                    self.hasher.put(vid, a, _span(t))
-                    return vid
-                if type(t) in _PLAIN_TENSORS and t.is_contiguous():
-                    p = t.data_ptr()
-                    if p:  # its bytes where they are, read through a ctypes array: no
-                        # ``numpy()`` (~0.8 us: it runs detach, to, resolve_conj and
-                        # resolve_neg through the dispatcher)
-                        self.v_shape.append(tuple(t.shape))
-                        self.v_sha.append(self._hex((_CHAR * n).from_address(p)))
+                a = t.detach().numpy()  # an alias of its own keeps the storage alive
+                self.v_shape.append(a.shape)  # should ``t.data = ...`` swap t's away
+                self.v_sha.append(None)
+                self.hasher.put(vid, a, _span(t))
+                return vid
+            if type(t) in _PLAIN_TENSORS and t.is_contiguous():
+                p = t.data_ptr()
+                if p:
+                    # its bytes where they lie, through a ctypes array: no ``numpy()`` (~0.8
+                    # us: it runs detach, to, resolve_conj and resolve_neg through the
+                    # dispatcher); stored, a bytes copy that numpy reads (read-only)
+                    buf = (_CHAR * n).from_address(p)
+                    shape = tuple(t.shape)
+                    self.v_shape.append(shape)
+                    if hashed:
+                        self.v_array.append(None)
+                        self.n_hashed += 1
+                        self.v_sha.append(self._hex(buf))
                         return vid
-                a = t.numpy(force=True) if t.requires_grad else t.numpy()  # (a view)
-                self.v_shape.append(a.shape)
+                    raw = buf.raw
+                    c = np.frombuffer(raw, name).reshape(shape)
+                    self.v_array.append(c)
+                    self.stored_bytes += n
+                    if n >= _ASYNC_MIN and self.hasher is not None:
+                        self.v_sha.append(None)
+                        self.hasher.put(vid, c, None)
+                    else:
+                        self.v_sha.append(self._hex(raw))
+                    return vid
+            a = t.numpy(force=True) if t.requires_grad else t.numpy()  # a view of its memory
+            self.v_shape.append(a.shape)
+            if hashed:
+                self.v_array.append(None)
+                self.n_hashed += 1
                 self.v_sha.append(self._hex(a if a.flags.c_contiguous else _c_order(t, a)))
             else:
-                a = t.numpy(force=True) if t.requires_grad else t.numpy()  # (a view)
-                self.v_shape.append(a.shape)
                 # a private copy: later in-place ops must not reach it
                 c = np.array(a, order="C") if a.flags.c_contiguous else _c_order(t, a)
                 c.setflags(write=False)
