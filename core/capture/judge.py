@@ -87,6 +87,11 @@ def _decode(a: Any, get: Callable[[int], np.ndarray | None]) -> Any:
     if isinstance(a, list):
         return [x if type(x) in _PLAIN else _decode(x, get) for x in a]
     if isinstance(a, dict):
+        if len(a) == 1 and "T" in a:  # (a value: the common case, without items()'s tuple)
+            x = get(a["T"])
+            if x is None:
+                raise _Missing(a["T"])
+            return x
         (k, v), = a.items()
         if k == "T":
             x = get(v)
@@ -315,12 +320,18 @@ def _same_bytes(cap: Capture, op: str, args: list, outs: list[int], recorded: li
     return got, [t]
 
 
-def _check_out(j: int, got: Any, rec: np.ndarray) -> np.ndarray:
-    g = np.asarray(got)
-    if g.dtype != rec.dtype or g.shape != rec.shape:
-        raise _NoRef(f"the reference's output {j} is {g.dtype}{list(g.shape)}, the recorded "
-                     f"one {rec.dtype}{list(rec.shape)}")
-    return g
+def _check_outs(got: list, recorded: list) -> list[np.ndarray]:
+    """The reference's outputs as arrays, each of its recorded output's dtype and shape (the
+    first that is not: ``_NoRef`` naming it)."""
+    out = []
+    for j, (g, rec) in enumerate(zip(got, recorded, strict=True)):
+        if type(g) is not np.ndarray:
+            g = np.asarray(g)
+        if g.dtype != rec.dtype or g.shape != rec.shape:
+            raise _NoRef(f"the reference's output {j} is {g.dtype}{list(g.shape)}, the "
+                         f"recorded one {rec.dtype}{list(rec.shape)}")
+        out.append(g)
+    return out
 
 
 def _cause(d: dict) -> dict:
@@ -381,8 +392,19 @@ def judge(cap: Capture, *, explain: bool = False,
         x = chain.get(v)
         return cap.arrays[v] if x is None else x
 
+    def mark(verdict: str, reason: str | None = None) -> None:  # the op's every output
+        e["outputs"] = [{"value": v, "verdict": verdict} for v in outs]
+        if reason:
+            e["reason"] = reason
+        counts[verdict] += len(outs)
+        for v in outs:
+            chain.pop(v, None)
+
     c_step, c_op, c_outs, c_phase = ops["step"], ops["op"], ops["outputs"], ops["phase"]
-    c_module, c_source = ops["module"], ops["source"]
+    c_module, c_source, c_args, c_kwargs = ops["module"], ops["source"], ops["args"], \
+        ops["kwargs"]
+    arrays = cap.arrays
+    n_ops_out = 0
     for i in range(cap.n_ops):
         if c_step[i] != step:
             step = c_step[i]
@@ -397,26 +419,18 @@ def judge(cap: Capture, *, explain: bool = False,
             advance()
         if not outs:
             continue
+        n_ops_out += 1  # (each op with outputs gets a verdict per output: asserted below)
         base = bases.get(op)
         if base is None:
             base = bases[op] = base_name(op)
-
-        def mark(verdict: str, reason: str | None = None, e=e, outs=outs) -> None:
-            e["outputs"] = [{"value": v, "verdict": verdict} for v in outs]
-            if reason:
-                e["reason"] = reason
-            counts[verdict] += len(outs)
-            for v in outs:
-                chain.pop(v, None)
-
         if base in RANDOM_OPS or base in UNINITIALISED_OPS:
             mark("recorded", "an RNG draw" if base in RANDOM_OPS else "uninitialised memory")
             continue
-        recorded = [cap.arrays[v] for v in outs]
+        recorded = [arrays[v] for v in outs]
         if any(r is None for r in recorded):
             mark("unjudged", "an output is over the capture's size budget (its digest only)")
             continue
-        args, kwargs = ops["args"][i], ops["kwargs"][i]
+        args, kwargs = c_args[i], c_kwargs[i]
         fast = _same_bytes(cap, op, args, outs, recorded, chain) \
             if op in _SAME_BYTES_OPS and override is None and table is not None else None
         if fast is not None:  # identical input bytes: the reference's are the recorded ones
@@ -437,16 +451,14 @@ def judge(cap: Capture, *, explain: bool = False,
                 if len(got) != len(outs):
                     raise _NoRef(f"the reference returned {len(got)} outputs, the capture has "
                                  f"{len(outs)}")
-                got = [_check_out(j, g, r) for j, (g, r) in enumerate(zip(got, recorded,
-                                                                            strict=True))]
+                got = _check_outs(got, recorded)
                 tot = got
                 if chain and not chain.keys().isdisjoint(
                         _inputs(args) + _inputs(list(kwargs.values()))):
                     ref_calls += 1
                     tot = reference(op, _decode(args, chain_get), _decode_kw(kwargs, chain_get),
                                     i)
-                    tot = [_check_out(j, g, r) for j, (g, r) in enumerate(zip(tot, recorded,
-                                                                                strict=True))]
+                    tot = _check_outs(tot, recorded)
             except (NoReference, _NoRef) as x:
                 reason = " ".join(str(x).split()) or "no reference form"
                 mark("no-reference", reason)
@@ -475,7 +487,7 @@ def judge(cap: Capture, *, explain: bool = False,
                  "max_ulp": di["max_ulp"], "total_n_diff": dt["n_diff"],
                  "total_max_ulp": dt["max_ulp"]}
             e["outputs"].append(o)
-            if verdict == "exact":
+            if verdict == "exact" or (first is not None and verdict == "inherited"):
                 continue
             where = {"step": step, "index": i, "op": op, "module": e["module"],
                      "phase": e["phase"], "source": e["source"], "output": j}
@@ -502,7 +514,6 @@ def judge(cap: Capture, *, explain: bool = False,
         losses.append({"step": s, "value": vid if vid >= 0 else None,
                        "recorded": None if rec is None else _scalar(rec),
                        "reference": None if ref is None else _scalar(ref)})
-    n_ops_out = sum(1 for e in entries if e["outputs"])
     exact = counts["introduced"] == 0 and counts["inherited"] == 0
     return {
         "capture": cap.path, "steps": cap.steps, "exact": exact,
