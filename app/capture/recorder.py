@@ -206,6 +206,15 @@ _get_ident = threading.get_ident
 _getframe = sys._getframe
 _NO_DISPATCH = getattr(torch._C, "_DisableTorchDispatch", None)  # None: numpy's copy only
 _CHAR = ctypes.c_char
+try:  # dynamo's frame callback (``Recorder.__torch_dispatch__`` turns it off)
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy
+    from torch._C._dynamo.eval_frame import set_code_exec_strategy as _set_code_exec_strategy
+    from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
+except ImportError:  # no dynamo: nothing to turn off
+    _set_code_exec_strategy = None
+
+    def _set_eval_frame(callback: Any) -> None:
+        return None
 
 
 # the native tiled transpose (core/native's ts_transpose_uN, per item size), set by
@@ -802,56 +811,65 @@ class Recorder(TorchDispatchMode):
     # (every line here runs once per op of the user's step: written flat, its lookups bound
     # once; the cost is measured by benchmarks/bench_capture.py --micro)
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        if not self.recording or self.quiet:
-            return func(*args, **(kwargs or {}))
-        graph_task = _graph_task_id()
-        if graph_task == -1 and _get_ident() != self.thread:
-            return func(*args, **(kwargs or {}))  # another thread's op (a loader's), not the step's
-        info = self._names_of.get(id(func))
-        if info is None:
-            info = self._op(func)
-        if info[5]:  # a namespace that is not the step's (profiler)
-            return func(*args, **(kwargs or {}))
-        if (info[1] or info[3]) and self.hasher is not None and self.hasher.live:
-            try:  # it writes: what it may write is copied or hashed first
-                self.hasher.protect(_written(info, args, kwargs or {}))
+        # dynamo off in this frame and the ones it calls (what ``torch._disable_dynamo``, which
+        # torch wraps around a mode's __torch_dispatch__, does in two frames more: ~0.9 us an
+        # op; ``_dynamo_off`` unwraps ours): a torch.compile'd frame's callback is put back
+        prior = _set_eval_frame(None)
+        try:
+            if not self.recording or self.quiet:
+                return func(*args, **(kwargs or {}))
+            graph_task = _graph_task_id()
+            if graph_task == -1 and _get_ident() != self.thread:
+                # another thread's op (a loader's), not the step's
+                return func(*args, **(kwargs or {}))
+            info = self._names_of.get(id(func))
+            if info is None:
+                info = self._op(func)
+            if info[5]:  # a namespace that is not the step's (profiler)
+                return func(*args, **(kwargs or {}))
+            if (info[1] or info[3]) and self.hasher is not None and self.hasher.live:
+                try:  # it writes: what it may write is copied or hashed first
+                    self.hasher.protect(_written(info, args, kwargs or {}))
+                except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
+                    self._broken(info[0], e)
+                    self.hasher.drain()
+                    return func(*args, **(kwargs or {}))
+            # inputs first: a value an op reads for the first time is recorded before it runs
+            try:
+                if info[8]:  # a collective: its inputs read afresh (C++ writes them)
+                    _refresh(self, args)
+                enc_args = []
+                value_of = self._value_of
+                for a in args:
+                    tp = type(a)
+                    if tp in _PLAIN:
+                        enc_args.append(a)
+                    elif tp is float and a - a == 0:  # finite (inf - inf, nan - nan: nan)
+                        enc_args.append(a)
+                    elif isinstance(a, _Tensor):
+                        enc_args.append({"T": value_of(a)})
+                    else:
+                        enc_args.append(self._encode(a))
+                if kwargs:
+                    enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
+                else:
+                    enc_kwargs = {}
+                    kwargs = {}
+                source = self._source(_getframe(1))
             except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
                 self._broken(info[0], e)
-                self.hasher.drain()
                 return func(*args, **(kwargs or {}))
-        # inputs first: a value an op reads for the first time is recorded before the op runs
-        try:
-            if info[8]:  # a collective: its inputs read afresh (C++ writes them)
-                _refresh(self, args)
-            enc_args = []
-            value_of = self._value_of
-            for a in args:
-                tp = type(a)
-                if tp in _PLAIN:
-                    enc_args.append(a)
-                elif tp is float and a - a == 0:  # finite (inf - inf, nan - nan: nan)
-                    enc_args.append(a)
-                elif isinstance(a, _Tensor):
-                    enc_args.append({"T": value_of(a)})
-                else:
-                    enc_args.append(self._encode(a))
-            if kwargs:
-                enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
-            else:
-                enc_kwargs = {}
-                kwargs = {}
-            source = self._source(_getframe(1))
-        except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
-            self._broken(info[0], e)
-            return func(*args, **(kwargs or {}))
-        out = func(*args, **kwargs)
-        try:
-            if info[8]:  # a collective: its data arrives later: waited for
-                _settle(info[0], out)
-            self._record(info, args, kwargs, out, enc_args, enc_kwargs, graph_task, source)
-        except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop recording
-            self._broken(info[0], e)
-        return out
+            out = func(*args, **kwargs)
+            try:
+                if info[8]:  # a collective: its data arrives later: waited for
+                    _settle(info[0], out)
+                self._record(info, args, kwargs, out, enc_args, enc_kwargs, graph_task, source)
+            except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop
+                self._broken(info[0], e)
+            return out
+        finally:
+            if prior is not None:
+                _set_eval_frame(prior)
 
     def _broken(self, name: str, e: BaseException) -> None:
         """Recording failed at op ``name``: stop recording (the script runs on untouched); the
@@ -1047,6 +1065,27 @@ class Recorder(TorchDispatchMode):
 
         header, arrays = self.header_and_arrays(meta)
         return str(save(path, header, arrays, digests=self._digests))
+
+
+def _dynamo_off() -> None:
+    """Unwrap ``Recorder.__torch_dispatch__`` from the ``torch._disable_dynamo`` wrapper that
+    ``TorchDispatchMode.__init_subclass__`` put around it: it turns dynamo's frame callback
+    off itself (the wrapper's two frames, its getattr and its four callback swaps cost ~0.9
+    us an op), and its code is marked for dynamo to skip (the frame the callback would
+    otherwise see first: a torch.compile'd frame's op). Where torch's layout differs (no
+    wrapper, no code marks), the wrapper stays: the same behaviour, slower."""
+    fn = getattr(Recorder.__dict__["__torch_dispatch__"], "__wrapped__", None)
+    if fn is None or _set_code_exec_strategy is None:
+        return
+    try:
+        _set_code_exec_strategy(fn.__code__, _FrameExecStrategy(_FrameAction.SKIP,
+                                                                _FrameAction.DEFAULT))
+    except Exception:  # noqa: BLE001 — torch's wrapper stays
+        return
+    Recorder.__torch_dispatch__ = fn  # type: ignore[method-assign]
+
+
+_dynamo_off()
 
 
 def _is_compiling() -> bool:

@@ -154,3 +154,50 @@ def test_a_mode_of_the_scripts_own_sees_its_ops_only(hashes_only, monkeypatch):
     assert losses == plain_losses
     assert rec.failed is None and rec.steps_done() == 2
     assert seen.ops == plain.ops
+
+
+def test_dynamo_never_sees_the_recorders_frames():
+    """``Recorder.__torch_dispatch__`` is not torch's ``_disable_dynamo`` wrapper (two frames
+    and four callback swaps an op) but turns dynamo's frame callback off itself, its own code
+    marked for dynamo to skip: a compiled function whose eager part (after a graph break, a
+    data-dependent branch) runs ops under dynamo's callback converts the same frames with the
+    recorder on as without it, and gives the same bits."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    assert not hasattr(R.Recorder.__dict__["__torch_dispatch__"], "__wrapped__")
+
+    def f(x, w):
+        y = x @ w
+        torch._dynamo.graph_break()
+        z = y.relu() * 2
+        if z.sum().item() > 0:  # the resumed frame runs this op eagerly, under the callback
+            z = z + 1
+        return z.sum()
+
+    def run(recorded: bool) -> tuple[dict, list, R.Recorder | None]:
+        torch._dynamo.reset()
+        counters.clear()
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn(8, 8, generator=g, requires_grad=True)
+        x = torch.randn(4, 8, generator=g)
+        cf = torch.compile(f, backend="aot_eager")
+        rec = R.Recorder(steps=10).start() if recorded else None
+        try:
+            got = []
+            for _ in range(2):
+                loss = cf(x, w)
+                loss.backward()
+                got.append((loss.item(), w.grad.clone()))
+        finally:
+            if rec is not None:
+                rec.stop()
+        return dict(counters["frames"]), got, rec
+
+    plain_frames, plain, _ = run(False)
+    frames, got, rec = run(True)
+    assert frames == plain_frames and plain_frames["total"] >= 3
+    assert [v for v, _ in got] == [v for v, _ in plain]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got, plain, strict=True))
+    assert rec.failed is None and len(rec.rows) > 10
+    assert torch._C._dynamo.eval_frame.get_eval_frame_callback() is None
