@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tapescope.app.capture.collectives import NAMESPACES as _COLLECTIVES
@@ -859,7 +860,7 @@ class Recorder(TorchDispatchMode):
             except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
                 self._broken(info[0], e)
                 return func(*args, **(kwargs or {}))
-            out = func(*args, **kwargs)
+            out = info[9](*args, **kwargs)  # (``func``'s own callable: one frame less)
             try:
                 if info[8]:  # a collective: its data arrives later: waited for
                     _settle(info[0], out)
@@ -943,7 +944,7 @@ class Recorder(TorchDispatchMode):
 
     def _record(self, info: tuple, args: Any, kwargs: dict, out: Any, enc_args: list,
                 enc_kwargs: dict, graph_task: int, source: int) -> None:
-        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _, _ = info
+        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _, _, _ = info
         made = self._made
         if writes:
             outs: list[int] = []
@@ -1105,16 +1106,19 @@ def _op_info(func: Any) -> tuple:
 
 def _op_facts(func: Any) -> tuple:
     """``_op_info(func)``, a placeholder for the name's index (``Recorder._op``), whether it is
-    skipped, a ``ones_like``, a view, a collective, and ``func`` itself (kept alive: its id
-    keys ``_OP_FACTS``)."""
+    skipped, a ``ones_like``, a view, a collective, what runs it, and ``func`` itself (kept
+    alive: its id keys ``_OP_FACTS``)."""
     info = _op_info(func)
     name = info[0]
     skip = name.startswith(_SKIP_NAMESPACES)
     # a view (its one return aliases an argument, nothing written): its value may be the
     # same bytes as an argument's (``_same_bytes``)
     view = not info[1] and info[2] == (False,)
+    # what runs the op: an OpOverload's C++ callable (``OpOverload.__call__`` calls it, a
+    # Python frame an op), a subclass's own ``__call__`` (TorchBind's) otherwise
+    call = func._op if type(func) is OpOverload else func
     return (*info, None, skip, name == "aten.ones_like.default", view,
-            name.startswith(_COLLECTIVES), func)
+            name.startswith(_COLLECTIVES), call, func)
 
 
 # id(OpOverload) -> ``_op_facts``: an OpOverload lives as long as its op's registration, and
