@@ -1116,7 +1116,7 @@ def _op_facts(func: Any) -> tuple:
     view = not info[1] and info[2] == (False,)
     # what runs the op: an OpOverload's C++ callable (``OpOverload.__call__`` calls it, a
     # Python frame an op), a subclass's own ``__call__`` (TorchBind's) otherwise
-    call = func._op if type(func) is OpOverload else func
+    call = getattr(func, "_op", func) if type(func) is OpOverload else func
     return (*info, None, skip, name == "aten.ones_like.default", view,
             name.startswith(_COLLECTIVES), call, func)
 
