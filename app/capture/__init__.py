@@ -59,8 +59,12 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
     meta: dict[str, Any] = {}
     rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: _save(r, path, meta),
                    digest=digest)
-    # torch.compile inside the block: its graphs and their calls recorded (until the block ends)
-    restore = install(meta, lambda: rec)
+    # torch.compile inside the block: its graphs and their calls recorded (until the block ends).
+    # The wrappers reach the recorder through ``held``, emptied when the block ends: a compiled
+    # model kept after it, or the compile wrapper's own reference cycle, would otherwise keep
+    # the recorder and its stored values (up to ``max_bytes``) until a full garbage collection
+    held = [rec]
+    restore = install(meta, lambda: held[0])
     rec.start()
     try:
         yield rec
@@ -72,6 +76,7 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
                 rec.stop()
         finally:
             restore()
+            held[0] = None
     if rec.error is not None:
         raise rec.error
     if rec.failed:  # the block ran untouched; recording stopped at an op
