@@ -12,7 +12,16 @@ import math
 
 import numpy as np
 
-from tapescope.core.capture.aten_ref_table import I64, M, NoReference, form, opt, result_type, wide
+from tapescope.core.capture.aten_ref_table import (
+    I64,
+    M,
+    NoReference,
+    form,
+    fp_quiet,
+    opt,
+    result_type,
+    wide,
+)
 from tapescope.core.ops import REGISTRY
 from tapescope.core.ops.nn import conv_nd, conv_transpose_2d, windows
 from tapescope.core.ops.reference import serial_sum
@@ -74,7 +83,7 @@ def _convolution(args: list, kwargs: dict) -> list:
         raise NoReference(f"convolution of a {x.ndim}-d input")
     out = result_type(x, w)
     xw, ww = _w(x, out), _w(w, out)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         if transposed and x.ndim == 5:  # the tape's conv_transpose3d (col2im of wᵀ·x)
             at = _at3d(stride, padding, dilation, groups, output_padding)
             y = conv_transpose_2d(xw, ww, at["strides"], [(p, p) for p in at["pads"][:3]],
@@ -100,7 +109,7 @@ def _convolution_backward(args: list, kwargs: dict) -> list:
         op = "conv_transpose3d" if transposed else "conv3d"
         at = _at3d(stride, padding, dilation, groups, out_pad if transposed else None)
         gw_ = _w(g, out)
-        with np.errstate(all="ignore"):
+        with fp_quiet():
             gx, gww = REGISTRY[op].backward(M, gw_, [_w(x, out), _w(w, out)], None, at,
                                             [mask[0], mask[1]])
             res = []
@@ -117,7 +126,7 @@ def _convolution_backward(args: list, kwargs: dict) -> list:
     out = result_type(x, w)
     gw_, xw, ww = _as2d(_w(g, out)), _as2d(_w(x, out)), _as2d(_w(w, out))
     res = []
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         if transposed:
             # y = Aᵀx with A the conv2d of weight w: gx = A(g), gw = conv2d's weight gradient
             # with g as its input and x as its output gradient
@@ -307,7 +316,7 @@ def _adaptive_avg(args: list, kwargs: dict) -> list:
     if (oh, ow) != (1, 1) and (h % oh or w % ow):
         raise NoReference("adaptive_avg_pool2d with uneven windows")
     xw = _w(x).reshape(x.shape[:-2] + (oh, h // oh, ow, w // ow))
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         y = serial_sum(xw, (-3, -1)) / xw.dtype.type((h // oh) * (w // ow))
     return [y.astype(x.dtype)]
 
@@ -403,7 +412,7 @@ def _upsample_bilinear(args: list, kwargs: dict) -> list:
     ct = xw.dtype
     h0, h1, lh0, lh1 = _linear_src(size[0], x.shape[-2], align, sh, ct)
     w0, w1, lw0, lw1 = _linear_src(size[1], x.shape[-1], align, sw, ct)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         def row(h):  # along w first: (x[h, w0] * lw0) + (x[h, w1] * lw1)
             r = xw[..., h, :]
             return (r[..., w0] * lw0) + (r[..., w1] * lw1)
@@ -427,7 +436,7 @@ def _upsample_bilinear_backward(args: list, kwargs: dict) -> list:
     wts = np.stack([lh0[:, None] * lw0[None, :], lh0[:, None] * lw1[None, :],
                     lh1[:, None] * lw0[None, :], lh1[:, None] * lw1[None, :]], axis=-1)
     planes = int(np.prod(in_size[:-2]))
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         contrib = (wts[None] * gw.reshape(planes, out_hw[0], out_hw[1], 1)).reshape(planes, -1)
     gx = _scatter_planes(contrib, src.reshape(-1), in_size[-2] * iw)
     return [gx.reshape(tuple(in_size)).astype(g.dtype)]

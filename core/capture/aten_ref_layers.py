@@ -21,6 +21,7 @@ from tapescope.core.capture.aten_ref_table import (
     arr,
     compute,
     form,
+    fp_quiet,
     opt,
     result_type,
     wide,
@@ -59,7 +60,7 @@ def _layer_norm(args: list, kwargs: dict) -> list:
     lead = x.shape[:x.ndim - k]
     x2 = _w(x).reshape(-1, math.prod(shape))
     gamma = np.ones(x2.shape[-1], x2.dtype) if weight is None else _w(weight).reshape(-1)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         y = REGISTRY["layer_norm"].forward(M, [x2, gamma], {"eps": float(eps)})
         if bias is not None:
             y = y + _w(bias).reshape(-1)
@@ -78,7 +79,7 @@ def _layer_norm_backward(args: list, kwargs: dict) -> list:
     t = x2.dtype.type
     n = t(d_)
     out = []
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         xh = (x2 - mu) * r
         gd = g2 if weight is None else g2 * _w(weight).reshape(-1)
         if mask[0]:
@@ -117,7 +118,7 @@ def batch_norm(x, weight, bias, rm, rv, training: bool, momentum: float, eps: fl
     n = math.prod(x.shape[a] for a in ax)
     stats = [] if rm is None or rv is None else [arr(rm, rm.dtype).copy(),
                                                  arr(rv, rv.dtype).copy()]
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         if not training:
             if not stats:
                 raise NoReference("batch norm in eval mode without running statistics")
@@ -177,7 +178,7 @@ def _bn_backward(args: list, kwargs: dict) -> list:
     nd = x.ndim
     ax = (0,) + tuple(range(2, nd))
     n = t(math.prod(x.shape[a] for a in ax))
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         if train:
             mean, invstd = _w(save_mean, x.dtype), _w(save_invstd, x.dtype)
         else:
@@ -206,7 +207,7 @@ def _group_norm(args: list, kwargs: dict) -> list:
     x, weight, bias, n_, c, hw, groups, eps = args[:8]
     xg = _w(x).reshape(n_, groups, -1)
     mu, r = _ln_stats(xg, eps)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         y = ((xg - mu) * r).reshape(n_, c, -1)
         if weight is not None:
             y = y * _w(weight, x.dtype).reshape(1, c, 1)
@@ -225,7 +226,7 @@ def _group_norm_backward(args: list, kwargs: dict) -> list:
     r = _w(rstd, x.dtype).reshape(n_, groups, 1, 1)
     t = xw.dtype.type
     cg = c // groups
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         xh = ((xw.reshape(n_, groups, cg, -1) - mu) * r)
         wv = np.ones(c, xw.dtype) if weight is None else _w(weight, x.dtype)
         gd = (gw * wv.reshape(1, c, 1)).reshape(n_, groups, cg, -1)
@@ -286,7 +287,7 @@ def _attention(q, k, v, mask, dropout_p, is_causal, scale):
         raise NoReference("scaled dot-product attention with grouped heads (enable_gqa)")
     out = result_type(q, k, v)
     qw, kw, vw = _w(q, out), _w(k, out), _w(v, out)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         s, _ = _scores(qw, kw, scale, is_causal, mask)
         p = REGISTRY["softmax"].forward(M, [s], {"axis": -1})
         o = ref_matmul(p, vw)
@@ -330,7 +331,7 @@ def _sdpa_flash_cpu_backward(args: list, kwargs: dict) -> list:
         raise NoReference("scaled dot-product attention with dropout is random")
     out = result_type(q, k, v)
     qw, kw, vw, gw = _w(q, out), _w(k, out), _w(v, out), _w(g, out)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         # the forward's probabilities again (the recorded out and logsumexp are not read), then
         # the tape's attention backward: bmm, softmax and muls rules in reverse
         s, sc = _scores(qw, kw, kwargs.get("scale"), is_causal, kwargs.get("attn_mask"))

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapescope.core.capture.aten_ref_table import F32, M, ew, form, is_float, opt, result_type
+from tapescope.core.capture.aten_ref_table import (
+    F32,
+    M,
+    ew,
+    form,
+    fp_quiet,
+    is_float,
+    opt,
+    result_type,
+)
 from tapescope.core.ops import REGISTRY
 
 
@@ -27,7 +36,7 @@ def reduce_loss(loss: np.ndarray, reduction: int) -> np.ndarray:
 def _loss(fn, xs: list, reduction: int) -> list:
     """``fn`` elementwise in the compute type, reduced, rounded once to the result type."""
     out = result_type(*[x for x in xs if x is not None])
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         return [ew(lambda *v: reduce_loss(fn(*v), reduction), *xs, out=out)]
 
 

@@ -19,6 +19,7 @@ from tapescope.core.capture.aten_ref_table import (
     as_dtype,
     compute,
     form,
+    fp_quiet,
     is_float,
     opt,
     result_type,
@@ -134,7 +135,7 @@ def _cumsum(args: list, kwargs: dict) -> list:
     out = _red_dtype(x, opt(kwargs, args, 2, "dtype"))
     if x.ndim == 0:
         return [arr(x, out).copy()]
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         return [np.add.accumulate(_wide(x, out), axis=d % x.ndim).astype(out)]
 
 
@@ -145,7 +146,7 @@ def variance(x: np.ndarray, dim, correction: float, keep: bool) -> np.ndarray:
     t = x.dtype.type
     mu = serial_sum(x, ax, keepdims=True) / t(n)
     d = x - mu
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         return serial_sum(d * d, ax, keepdims=keep) / t(max(0.0, n - correction))
 
 
@@ -186,7 +187,7 @@ def vector_norm(x: np.ndarray, ord_: float = 2, dim=None, keep: bool = False,
     out = as_dtype(dtype) or (x.dtype if is_float(x.dtype) else F32)
     w = _wide(x, out)
     ax = axes_of(x, dim)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         if ord_ == 2:
             y = np.sqrt(serial_sum(w * w, ax, keepdims=keep))
         elif ord_ == 1:
@@ -230,7 +231,7 @@ def _mm(args: list, kwargs: dict) -> list:
 def _scaled_sum(ab: np.ndarray, bias: np.ndarray | None, beta, alpha) -> np.ndarray:
     """(alpha * ab) + (beta * bias), the scalings only when != 1; beta == 0 drops the bias."""
     t = ab.dtype.type
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         if alpha != 1:
             ab = t(alpha) * ab
         if bias is None or beta == 0:
@@ -257,13 +258,13 @@ def _linear(args: list, kwargs: dict) -> list:
 
 # ---- softmax family (the tape's forms) --------------------------------------------------------
 def _row_op(name: str, x: np.ndarray, dim: int, out: np.dtype) -> np.ndarray:
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         return np.asarray(REGISTRY[name].forward(M, [_wide(x)], {"axis": int(dim)})).astype(out)
 
 
 def _row_bwd(name: str, g: np.ndarray, y: np.ndarray, dim: int, out: np.dtype) -> np.ndarray:
     ct = compute(out)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         gx = REGISTRY[name].backward(M, arr(g, ct), [None], arr(y, ct), {"axis": int(dim)},
                                      [True])[0]
     return np.asarray(gx).astype(out)
@@ -326,7 +327,7 @@ def _nll_forward(args: list, kwargs: dict) -> list:
     if weight is not None:
         picked = picked * w  # x[t] * w[t]: one rounding (none when there is no weight)
     picked = np.where(keep, picked, x2.dtype.type(0))
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         if reduction == 0:
             lead = x.shape[:1] + x.shape[2:] if x.ndim > 1 else ()
             loss = np.where(keep, -picked, x2.dtype.type(0))  # an ignored row: +0.0
@@ -346,7 +347,7 @@ def _nll_backward(args: list, kwargs: dict) -> list:
     keep = t2 != ignore
     w = _nll_weights(t2, weight, keep, x2.dtype)
     gw = _wide(np.asarray(g), out)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         if reduction == 0:
             val = (-w) * gw.reshape(-1)  # -w[t] * g[i]
         else:

@@ -17,6 +17,7 @@ from tapescope.core.capture.aten_ref_table import (
     compute,
     ew,
     form,
+    fp_quiet,
     opt,
     result_type,
     scal,
@@ -87,7 +88,7 @@ def _fused_adam(args: list, kwargs: dict, adamw: bool) -> list:
             ("decay", 1.0 - lr * wd))}
         w, g = arr(w0, ct), arr(grads[i], ct)
         m, v = arr(m_s[i], ct), arr(v_s[i], ct)
-        with np.errstate(all="ignore"):
+        with fp_quiet():
             if gscale is not None:
                 g = g / ct.type(float(np.asarray(gscale)))
                 out_g[i] = g.astype(grads[i].dtype)
@@ -139,7 +140,7 @@ def _fused_sgd(args: list, kwargs: dict) -> list:
         ct = compute(w0.dtype)
         t = ct.type
         w, g = arr(w0, ct), arr(grads[i], ct)
-        with np.errstate(all="ignore"):
+        with fp_quiet():
             if gscale is not None:
                 g = g / t(float(np.asarray(gscale)))
                 out_g[i] = g.astype(grads[i].dtype)
@@ -166,7 +167,7 @@ def _amp_unscale(args: list, kwargs: dict) -> list:
         ct = compute(g.dtype)
         w = arr(g, ct)
         bad = bad or not bool(np.all(np.isfinite(w)))
-        with np.errstate(all="ignore"):
+        with fp_quiet():
             out.append((w * arr(inv, ct).reshape(())).astype(g.dtype))
     return out + [np.ones_like(found) if bad else arr(found, found.dtype).copy()]
 

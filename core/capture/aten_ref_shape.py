@@ -20,6 +20,7 @@ from tapescope.core.capture.aten_ref_table import (
     arr,
     as_dtype,
     form,
+    fp_quiet,
     opt,
 )
 
@@ -29,7 +30,7 @@ def cast(x: Any, dt: np.dtype) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype == dt:
         return x.copy()
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         if dt == BOOL:
             return x != 0
         if dt in HALF and x.dtype == F64:
@@ -397,7 +398,7 @@ def _masked_index_put_acc(args: list, kwargs: dict) -> list:
     idx = tuple(np.clip(np.asarray(i).astype(I64), -x.shape[d], x.shape[d] - 1)
                 for d, i in enumerate(indices))
     v = np.where(np.asarray(mask), np.asarray(values), np.zeros((), x.dtype)).astype(x.dtype)
-    with np.errstate(all="ignore"):
+    with fp_quiet():
         np.add.at(out, idx, np.broadcast_to(v, np.broadcast_shapes(
             *(i.shape for i in idx)) + x.shape[len(idx):]))
     return [out]

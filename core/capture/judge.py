@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tapescope.core import native
+from tapescope.core.capture.aten_ref_table import quiet_all
 from tapescope.core.capture.explain import explain_op
 from tapescope.core.capture.file import COMPILED_OP, Capture
 from tapescope.core.capture.regions import RegionError, attach, localise, run_region
@@ -355,6 +356,14 @@ def judge(cap: Capture, *, explain: bool = False,
     (a collective's, from every rank: ``core.capture.ranks``), or None for the table's form.
     ``eager(op, args, kwargs)``: PyTorch's own kernel for an aten op (``app.capture.eager``,
     where torch is importable): a compiled graph's departing node is re-run with it too."""
+    # the forms' np.errstate(all="ignore") entered once here, not per call (aten_ref_table)
+    with quiet_all():
+        return _judge(cap, explain, advance, override, eager)
+
+
+def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
+           override: Callable[[int, str, list, dict], list | None] | None,
+           eager: Callable[[str, list, dict], list] | None) -> dict:
     table, NoReference, why_none = _reference_fn()
 
     def reference(op: str, a: list, k: dict, i: int = -1) -> list:

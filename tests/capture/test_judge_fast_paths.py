@@ -165,3 +165,46 @@ def test_inputs_names_the_values_at_any_depth_and_no_others():
     assert sorted(_inputs(args)) == sorted(_inputs_recursive(args)) == [1, 4, 5, 7]
     for a in ({"T": 9}, {"f": "inf"}, 3, None, [], [[{"T": 2}], {"T": 2}]):
         assert sorted(_inputs(a)) == sorted(_inputs_recursive(a))
+
+
+def _div_by_zero() -> np.ndarray:
+    """A form whose arithmetic divides by zero and overflows (a warning outside errstate)."""
+    one, zero = np.array([1.0, 3e38], np.float32), np.array([0.0, 0.1], np.float32)
+    return aten_ref.reference("aten.div.Tensor", [one, zero], {})[0]
+
+
+def test_forms_are_quiet_inside_and_outside_the_judges_one_errstate():
+    """A form's inf is a value, never a warning: called alone (its own errstate), inside
+    ``quiet_all`` (the judge's one errstate: the form skips its own), after it (its own
+    again), and on another thread while this one holds it (that thread's numpy state is its
+    own: a flag global to the process would skip the thread's errstate and warn there)."""
+    import threading
+    import warnings
+
+    want = np.array([np.inf, np.inf], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(_div_by_zero(), want)
+        assert isinstance(aten_ref_table.fp_quiet(), np.errstate)
+        seen = []
+        with aten_ref_table.quiet_all():
+            assert np.geterr() == {"divide": "ignore", "over": "ignore", "under": "ignore",
+                                   "invalid": "ignore"}
+            assert not isinstance(aten_ref_table.fp_quiet(), np.errstate)  # held: skipped
+            np.testing.assert_array_equal(_div_by_zero(), want)
+
+            def other() -> None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    try:
+                        seen.append(_div_by_zero())
+                    except Exception as e:  # noqa: BLE001 — reported below
+                        seen.append(e)
+            t = threading.Thread(target=other)
+            t.start()
+            t.join()
+        assert len(seen) == 1 and isinstance(seen[0], np.ndarray), seen
+        np.testing.assert_array_equal(seen[0], want)
+        assert isinstance(aten_ref_table.fp_quiet(), np.errstate)  # reset after the block
+        assert np.geterr()["divide"] != "ignore"
+        np.testing.assert_array_equal(_div_by_zero(), want)
