@@ -41,11 +41,25 @@ def _specials(dt: np.dtype) -> np.ndarray:
     return _bits(dt, *vals)
 
 
+def _has_python_h() -> bool:
+    import os
+    import sysconfig
+
+    inc = sysconfig.get_paths().get("include")
+    return bool(inc) and os.path.isfile(os.path.join(inc, "Python.h"))
+
+
 def _same_numbers(ref: np.ndarray, rec: np.ndarray) -> None:
     """The native pass's dicts (full and short) are the numpy form's, and the native code ran
-    (no silent fallback where a compiler is here)."""
+    (no silent fallback where a compiler is here): the CPython extension's entry (fdiff, where
+    Python.h is here) and the ctypes one give the same numbers."""
     if native.library() is not None and ref.size:
         assert native.float_diff(ref, rec, judge._BLOCK) is not None
+        if _has_python_h():
+            assert native.refmath_ext() is not None  # the extension's entry is what ran
+        for full in (True, False):
+            got = native.float_diff(ref, rec, judge._BLOCK, full)
+            assert got == native.float_diff_ctypes(ref, rec, judge._BLOCK, full), full
     for full in (True, False):
         with np.errstate(all="ignore"):  # (a signalling NaN's isnan in compare_arrays)
             want = _float_diff_numpy(ref, rec, full)
@@ -173,6 +187,7 @@ def test_empty_and_unsupported_inputs_take_the_numpy_form(monkeypatch):
     want = _float_diff(a, b)
     assert want["n_diff"] == 1 and want["first_index"] == 4
     monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(native, "_ext", None)  # (it is built only where the library is)
     assert native.float_diff(a, b, 64) is None
     assert _float_diff(a, b) == want == _float_diff_numpy(a, b)
 
@@ -212,6 +227,95 @@ def test_a_blocks_nan_counts_across_the_rows_of_a_strided_array(monkeypatch):
     assert _float_diff(x[::2], y[::2], full=False)["max_abs"] == 22.0
 
 
+def _ext_or_skip():
+    if native.library() is None or native.refmath_ext() is None:
+        if _has_python_h() and native.library() is not None:
+            pytest.fail("the CPython extension does not build here")
+        pytest.skip("no native code or no Python.h")
+    return native.refmath_ext()
+
+
+@every_path
+def test_the_extensions_entry_refuses_what_it_cannot_read(monkeypatch):
+    """fdiff (the CPython extension's entry) takes arrays of one float dtype (its kind's,
+    native byte order), one shape, non-empty, and refuses anything else with an error that
+    says so, before reading a byte: a kind of a wider type (which would read past the end),
+    mixed dtypes, byte-swapped data, other shapes, zero-size, a block < 1, not arrays, too
+    many dimensions. float_diff answers None for each (the numpy form runs)."""
+    ext = _ext_or_skip()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = a.copy()
+    b[1, 2] = 7.0
+    assert ext.fdiff(a, b, 1, 8, True) == native.float_diff_ctypes(a, b, 8) == \
+        (1, 5, 0x40E00000 - 0x40A00000, 2.0, 0)
+    bad = [
+        ((a, b, 0, 8, True), TypeError, "float dtype"),  # float64's kind on float32 data
+        ((a, b, 2, 8, True), TypeError, "float dtype"),
+        ((a, b, 3, 8, True), TypeError, "float dtype"),
+        ((a, b, 4, 8, True), TypeError, "float dtype"),
+        ((a, b, -1, 8, True), TypeError, "float dtype"),
+        ((a, b.astype(np.float64), 1, 8, True), TypeError, "float dtype"),
+        ((a.astype(np.float64), b, 0, 8, True), TypeError, "float dtype"),
+        ((a.astype(precision.FLOAT16), b.astype(precision.BFLOAT16), 2, 8, True), TypeError,
+         "float dtype"),
+        ((a.astype(precision.BFLOAT16), b.astype(precision.FLOAT16), 3, 8, True), TypeError,
+         "float dtype"),
+        ((a.astype(">f4"), b.astype(">f4"), 1, 8, True), TypeError, "native order"),
+        ((a.astype(np.int32), b.astype(np.int32), 1, 8, True), TypeError, "float dtype"),
+        ((a, b.T, 1, 8, True), ValueError, "one shape"),
+        ((a, b.reshape(-1), 1, 8, True), ValueError, "one shape"),
+        ((a[:0], b[:0], 1, 8, True), ValueError, "empty"),
+        ((a, b, 1, 0, True), ValueError, "block"),
+        ((a, b, 1, -5, True), ValueError, "block"),
+        ((a.tolist(), b, 1, 8, True), TypeError, "ndarrays"),
+        ((a, memoryview(b), 1, 8, True), TypeError, "ndarrays"),
+        ((a, b, 1, 8), TypeError, "5 arguments"),
+        ((a, b, "1", 8, True), TypeError, None),
+        ((a, b, 1, 2 ** 70, True), OverflowError, None),
+    ]
+    deep = np.zeros((1,) * 33, np.float32)
+    bad.append(((deep, deep, 1, 8, True), ValueError, "32"))
+    for args, err, words in bad:
+        with pytest.raises(err, match=words):
+            ext.fdiff(*args)
+    for args, _, _ in bad[5:16] + bad[-1:]:  # (float_diff finds the kind itself)
+        assert native.float_diff(*args[:2], args[3]) is None, args
+    # the same dtype but a different dtype object (ml_dtypes' bfloat16, byte order stated)
+    h = a.astype(precision.BFLOAT16)
+    assert ext.fdiff(h, h.astype(h.dtype.newbyteorder("=")), 3, 8, True) == (0, None, 0, 0.0, 0)
+
+
+@every_path
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_the_extensions_entry_reads_hostile_layouts_in_place(dt):
+    """Non-contiguous, negative strides, broadcast (stride 0), unaligned (both arrays), a
+    single element in many dimensions, a size of 1 inside a strided array, and an array held
+    only by a view: the ctypes entry's numbers, and compare_arrays' n_diff."""
+    ext = _ext_or_skip()
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((9, 1, 14)).astype(dt)
+    y = x.copy()
+    y[rng.random(x.shape) < 0.3] *= -1
+
+    def odd(v: np.ndarray) -> np.ndarray:
+        buf = np.zeros(v.nbytes + 3, np.uint8)
+        buf[3:] = np.ascontiguousarray(v).view(np.uint8).reshape(-1)
+        return np.frombuffer(buf.data, dtype=v.dtype, count=v.size, offset=3).reshape(v.shape)
+
+    cases = [(x[:, :, ::3], y[:, :, ::3]), (x[::-2], y[::-2]), (x[::-1, :, ::-1], y),
+             (np.broadcast_to(x[:1], x.shape), y), (odd(x), odd(y)), (odd(x)[::2], y[::2]),
+             (x[2:3, :, 4:5].reshape((1,) * 6), y[2:3, :, 4:5].reshape((1,) * 6)),
+             (x[4:5, 0, 7].reshape(()), y[4:5, 0, 7].reshape(())), (x.transpose(2, 1, 0), y.T)]
+    kind = native._FD_KIND[dt]
+    for ref, rec in cases:
+        for block in (1, 5, 1 << 17):
+            for full in (True, False):
+                got = ext.fdiff(ref, rec, kind, block, full)
+                assert got == native.float_diff_ctypes(ref, rec, block, full), (block, full)
+        assert got[0] == compare_arrays(np.ascontiguousarray(ref),
+                                        np.ascontiguousarray(rec)).n_diff
+
+
 _ASAN_CHILD = """
 import numpy as np
 from tapescope.core import native, precision
@@ -231,15 +335,26 @@ for dt in (np.float64, np.float32, precision.FLOAT16, precision.BFLOAT16):
                  (np.broadcast_to(x[0], (4, 17)), y[:4]), (x, odd), (x[:1, :1], y[:1, :1])):
         for block in (1, 5, 1 << 17):
             for full in (True, False):
-                assert native.float_diff(a, b, block, full) is not None
+                got = native.float_diff(a, b, block, full)
+                assert got is not None and got == native.float_diff_ctypes(a, b, block, full)
                 n += 1
+assert native.refmath_ext() is not None, "the extension's entry did not run"
+e = native.refmath_ext()
+for args in ((x, x, 0, 8, True), (x, x[:1], 1, 8, True), (x[:0], y[:0], 1, 8, True)):
+    try:
+        e.fdiff(*args)
+    except (TypeError, ValueError):
+        pass
+    else:
+        raise AssertionError(args)
 print("compared", n)
 """
 
 
 def test_the_comparison_runs_clean_under_asan_and_ubsan():
     """compare.c's reads (strided, reversed, broadcast, unaligned, one element; blocks of
-    one) under AddressSanitizer and UBSan (tests/core/test_native_sanitize.py's build)."""
+    one) under AddressSanitizer and UBSan (tests/core/test_native_sanitize.py's build),
+    through the CPython extension's entry and ctypes', and the extension's refusals."""
     from tests.helpers.sanitize import LIBASAN, assert_clean, run_sanitized
 
     if LIBASAN is None or native.library() is None:
