@@ -33,7 +33,7 @@ embedding, attention), ``aten_ref_conv`` (convolutions, pools, upsampling) and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -129,32 +129,52 @@ def ops() -> list[str]:
     return sorted(FORMS)
 
 
-def _arg_ids(args: list) -> set[int]:
+def _arg_ids(*arg_lists: Iterable) -> set[int]:
     """The ids of the call's arguments and of the entries of its list arguments."""
-    ids = {id(a) for a in args}
-    for a in args:
-        if isinstance(a, list | tuple):
-            ids.update(map(id, a))
+    ids: set[int] = set()
+    for args in arg_lists:
+        for a in args:
+            ids.add(id(a))
+            if isinstance(a, list | tuple):
+                ids.update(map(id, a))
     return ids
 
 
-def _fresh(v: Any, t: np.ndarray, arg_ids: set[int]) -> bool:
-    """Whether ``v`` is a form's own new array of ``t``'s shape and dtype: owning its memory
-    and not one of the call's arguments (``_arg_ids``: a chained input is a writeable array
-    too), so that writing it into ``t`` is ``v`` itself, without ``cast``'s copy."""
+def _is_arg(v: np.ndarray, arg_lists: tuple) -> bool:
+    """Whether ``v`` is one of the call's arguments or an entry of a list argument
+    (``_arg_ids``' test for one value, without building the set)."""
+    for args in arg_lists:
+        for a in args:
+            if a is v or (isinstance(a, list | tuple) and any(x is v for x in a)):
+                return True
+    return False
+
+
+def _fresh(v: Any, t: np.ndarray) -> bool:
+    """Whether ``v`` may be a form's own new array of ``t``'s shape and dtype: owning its
+    memory and writeable (``_into`` then checks that it is not one of the call's arguments: a
+    chained input is a writeable array too), so that writing it into ``t`` is ``v`` itself,
+    without ``cast``'s copy."""
     if type(v) is not np.ndarray or v.dtype != t.dtype or v.shape != t.shape:
         return False
     f = v.flags
-    return f.owndata and f.writeable and id(v) not in arg_ids
+    return f.owndata and f.writeable
 
 
-def _into(values: list, targets: list, args: list) -> list:
+def _into(values: list, targets: list, *arg_lists: Iterable) -> list:
     """Each value written into its target as torch writes it: cast to the target's dtype,
-    broadcast to its shape (a fresh value of that dtype and shape is itself)."""
+    broadcast to its shape (a fresh value of that dtype and shape, none of the arguments in
+    ``arg_lists`` nor an entry of a list argument, is itself)."""
+    if len(values) == 1 and len(targets) == 1:  # an in-place or out= op (the common case)
+        v, t = values[0], targets[0]
+        if _fresh(v, t) and not _is_arg(v, arg_lists):
+            return [v]
+        return [cast(np.broadcast_to(v, np.shape(t)), t.dtype)]
     out = []
-    ids = _arg_ids(args)  # (once: a foreach's n outputs against its n-tensor lists)
+    ids = _arg_ids(*arg_lists)  # (once: a foreach's n outputs against its n-tensor lists)
     for v, t in zip(values, targets, strict=True):
-        out.append(v if _fresh(v, t, ids) else cast(np.broadcast_to(v, np.shape(t)), t.dtype))
+        out.append(v if _fresh(v, t) and id(v) not in ids
+                   else cast(np.broadcast_to(v, np.shape(t)), t.dtype))
     return out
 
 
@@ -182,7 +202,7 @@ def _foreach(key: str, op: str, args: list, kwargs: dict) -> list:
         a, k = _per_element([selfs] + list(args[1:]), kwargs, len(selfs), i, scalars_tensor)
         outs.extend(fn(a, k))
     if name.endswith("_"):
-        return _into(outs, selfs, args + list(kwargs.values()))
+        return _into(outs, selfs, args, kwargs.values())
     return outs
 
 
@@ -199,11 +219,10 @@ def reference(op: str, args: list, kwargs: dict) -> list[np.ndarray]:
         if how == "foreach":
             return _foreach(key, op, args, kwargs)
         if how == "inplace":
-            return _into(FORMS[key](args, kwargs)[:1], [args[0]], args + list(kwargs.values()))
+            return _into(FORMS[key](args, kwargs)[:1], [args[0]], args, kwargs.values())
         target = kwargs.pop("out") if "out" in kwargs else kwargs.pop("grad_input")
         if not isinstance(target, np.ndarray):
             raise NoReference("an out= op with several outputs")
-        return _into(FORMS[key](args, kwargs)[:1], [target],
-                     args + [target] + list(kwargs.values()))
+        return _into(FORMS[key](args, kwargs)[:1], [target], args, [target], kwargs.values())
     except NoReference as e:
         raise NoReference(f"{op}: {e}") from None

@@ -85,8 +85,20 @@ _PLAIN = frozenset({type(None), bool, int, float, str})  # (an argument _decode 
 
 
 def _decode(a: Any, get: Callable[[int], np.ndarray | None]) -> Any:
-    if isinstance(a, list):
-        return [x if type(x) in _PLAIN else _decode(x, get) for x in a]
+    if isinstance(a, list):  # (values and plain entries inline: no call per entry)
+        out = []
+        for x in a:
+            t = type(x)
+            if t in _PLAIN:
+                out.append(x)
+            elif t is dict and len(x) == 1 and "T" in x:
+                y = get(x["T"])
+                if y is None:
+                    raise _Missing(x["T"])
+                out.append(y)
+            else:
+                out.append(_decode(x, get))
+        return out
     if isinstance(a, dict):
         if len(a) == 1 and "T" in a:  # (a value: the common case, without items()'s tuple)
             x = get(a["T"])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tapescope.core import precision
-from tapescope.core.capture import aten_ref, aten_ref_table
+from tapescope.core.capture import aten_ref, aten_ref_table, judge
 from tapescope.core.capture.aten_ref_table import NoReference, result_type
 from tapescope.core.capture.judge import _diff, _float_diff_numpy, _inputs
 
@@ -122,6 +122,9 @@ def test_result_type_follows_torch_where_it_is_installed():
 
 
 def test_into_copies_an_argument_and_keeps_a_fresh_output():
+    """_into hands out a form's own new array as the written target and copies anything
+    else: an argument, an entry of a list argument, a keyword's value, out='s target, a
+    read-only or non-owning array, another dtype or shape."""
     a, b = np.zeros(3, np.float32), np.ones(3, np.float32)
     target = np.zeros(3, np.float32)
     (got,) = aten_ref._into([a], [target], [a, 2.0])  # an argument itself: copied
@@ -135,6 +138,23 @@ def test_into_copies_an_argument_and_keeps_a_fresh_output():
     assert got is fresh
     (got,) = aten_ref._into([fresh], [np.zeros(3, np.float64)], [a])  # another dtype: cast
     assert got is not fresh and got.dtype == np.float64
+    # one output (an in-place or out= op: the path without the id set) and several (a
+    # foreach's): an argument in any of the lists (a keyword's value, out='s target) is copied
+    for n in (1, 3):
+        for lists in (([a], {"other": fresh}.values()), ([a], [fresh], {}.values()),
+                      ([a], [[b, fresh]])):
+            got = aten_ref._into([fresh] * n, [target] * n, *lists)
+            assert len(got) == n and all(g is not fresh and np.array_equal(g, fresh)
+                                         for g in got), lists
+        assert aten_ref._into([fresh] * n, [target] * n, [a], {}.values()) == [fresh] * n
+        ro = a + b
+        ro.setflags(write=False)  # (a stored value is read only: never handed out as fresh)
+        view = (a + b)[::1]  # not owning its memory
+        for v in (ro, view):
+            got = aten_ref._into([v] * n, [target] * n, [a])
+            assert all(g is not v and np.array_equal(g, v) for g in got)
+        got = aten_ref._into([b[:1]] * n, [target] * n, [a])  # broadcast to the target's shape
+        assert all(g.shape == (3,) and np.array_equal(g, np.ones(3)) for g in got)
 
 
 def test_resolve_is_cached_per_op_and_follows_new_forms(monkeypatch):
@@ -208,3 +228,48 @@ def test_forms_are_quiet_inside_and_outside_the_judges_one_errstate():
         assert isinstance(aten_ref_table.fp_quiet(), np.errstate)  # reset after the block
         assert np.geterr()["divide"] != "ignore"
         np.testing.assert_array_equal(_div_by_zero(), want)
+
+
+def test_decode_gives_the_recursive_walks_values():
+    """``_decode``'s inline entries (plain values and ``{"T": id}`` in a list) give the plain
+    recursive definition's arguments: the recorded arrays themselves, nested lists, tagged
+    floats, complex numbers, a collective's group; a value over the size budget raises
+    ``_Missing`` naming it at any depth; an unrecorded type ``_NoRef``."""
+    arrays = {1: np.zeros(2), 2: np.ones(3), 3: None}
+    get = arrays.get
+
+    def walk(a):
+        if isinstance(a, list):
+            return [walk(x) for x in a]
+        if isinstance(a, dict):
+            (k, v), = a.items()
+            if k == "T":
+                if get(v) is None:
+                    raise judge._Missing(v)
+                return get(v)
+            if k == "f":
+                return float(v)
+            if k == "c":
+                return complex(walk(v[0]), walk(v[1]))
+            if k in ("g", "r"):
+                return a
+            raise judge._NoRef(k)
+        return a
+
+    def same(x, y) -> bool:
+        if isinstance(x, list):
+            return type(y) is list and len(x) == len(y) and all(map(same, x, y))
+        return x is y if isinstance(x, np.ndarray | dict) else repr(x) == repr(y)
+
+    cases = [[{"T": 1}, 2, None, "x", 1.5, True, {"T": 2}], [[{"T": 2}, [{"T": 1}, 3]],
+             {"f": "inf"}], [{"c": [1.0, {"f": "-0.0"}]}], [{"g": 5}, {"r": "sum"}], [],
+             [[[]]], {"T": 2}, 7, [{"T": 1}, {"T": 1}]]
+    for c in cases:
+        assert same(walk(c), judge._decode(c, get)), c
+    for c in ([{"T": 1}, {"T": 3}], [[{"T": 3}]], {"T": 3}, [1, [2, [{"T": 3}]]]):
+        with pytest.raises(judge._Missing) as e:
+            judge._decode(c, get)
+        assert e.value.vid == 3
+    for c in ([{"x": 1}], [[{"T": 1}, {"q": 2}]]):
+        with pytest.raises(judge._NoRef):
+            judge._decode(c, get)
