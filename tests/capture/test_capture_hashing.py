@@ -168,19 +168,10 @@ def test_a_transposed_value_is_hashed_and_stored_in_c_order(hashes_only, monkeyp
     (``_c_order``) for its digest and its stored bytes: the same as numpy's C-order copy; and a
     dispatch mode of the script's own, entered before the recorder, sees the same ops as with
     numpy's copy (torch's copy is no one's op)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
+    from tests.helpers.op_log_mode import OpLog
 
     def record() -> tuple[R.Recorder, tuple, list[str]]:
-        with Count() as seen:
+        with OpLog() as seen:
             rec = R.Recorder(steps=1, hashes_only=hashes_only).start()
             try:
                 got = _transposing_step()

@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from tapescope.app.capture import recorder as R  # noqa: E402
+from tests.helpers.op_log_mode import OpLog  # noqa: E402
 
 ZOO = Path(__file__).resolve().parent / "zoo"
 
@@ -125,16 +126,6 @@ def test_every_value_is_the_references(d, hashes_only, monkeypatch):
             assert xxhash.xxh3_128_hexdigest(a.tobytes()) == rec.v_sha[v]
 
 
-class _Count(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("hashes_only", [True, False])
 def test_a_mode_of_the_scripts_own_sees_its_ops_only(hashes_only, monkeypatch):
     """A dispatch mode the script entered before the capture sees the ops it sees without
@@ -143,9 +134,9 @@ def test_a_mode_of_the_scripts_own_sees_its_ops_only(hashes_only, monkeypatch):
     monkeypatch.setattr(R.Recorder, "async_hash", False)
     monkeypatch.setattr(R, "_NUMPY_COPY_MAX", 0)  # every C-order copy by torch's or native
     run = _gpt_steps(64)
-    with _Count() as plain:
+    with OpLog() as plain:
         plain_losses = run()
-    with _Count() as seen:
+    with OpLog() as seen:
         rec = R.Recorder(steps=2, hashes_only=hashes_only).start()
         try:
             losses = run()
