@@ -168,16 +168,10 @@ def test_a_transposed_value_is_hashed_and_stored_in_c_order(hashes_only, monkeyp
     (``_c_order``) for its digest and its stored bytes: the same as numpy's C-order copy; and a
     dispatch mode of the script's own, entered before the recorder, sees the same ops as with
     numpy's copy (torch's copy is no one's op)."""
-    from tests.helpers.op_log_mode import OpLog
+    from tests.helpers.op_log_mode import recorded_under_log
 
     def record() -> tuple[R.Recorder, tuple, list[str]]:
-        with OpLog() as seen:
-            rec = R.Recorder(steps=1, hashes_only=hashes_only).start()
-            try:
-                got = _transposing_step()
-            finally:
-                rec.stop()
-        return rec, got, seen.ops
+        return recorded_under_log(_transposing_step, steps=1, hashes_only=hashes_only)
 
     monkeypatch.setattr(R.Recorder, "async_hash", False)
     want = _transposing_step()

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from tapescope.app.capture import recorder as R  # noqa: E402
-from tests.helpers.op_log_mode import OpLog  # noqa: E402
+from tests.helpers.op_log_mode import OpLog, recorded_under_log  # noqa: E402
 
 ZOO = Path(__file__).resolve().parent / "zoo"
 
@@ -136,15 +136,10 @@ def test_a_mode_of_the_scripts_own_sees_its_ops_only(hashes_only, monkeypatch):
     run = _gpt_steps(64)
     with OpLog() as plain:
         plain_losses = run()
-    with OpLog() as seen:
-        rec = R.Recorder(steps=2, hashes_only=hashes_only).start()
-        try:
-            losses = run()
-        finally:
-            rec.stop()
+    rec, losses, seen = recorded_under_log(run, steps=2, hashes_only=hashes_only)
     assert losses == plain_losses
     assert rec.failed is None and rec.steps_done() == 2
-    assert seen.ops == plain.ops
+    assert seen == plain.ops
 
 
 def test_dynamo_never_sees_the_recorders_frames():
