@@ -172,11 +172,23 @@ def measure(name: str, repeat: int, rounds: int, tmp: str,
         step()
         times.append(_since(t))
     plain = _median(times)  # wall, cpu, main thread
+    # the floor: the same step under a dispatch mode that records nothing (torch's own cost of
+    # calling a Python ``__torch_dispatch__`` for every op): no recorder built on a dispatch
+    # mode, ours or another's, can be cheaper than this
+    empty = _empty_mode()
+    times = []
+    for _ in range(repeat):
+        t = _clock()
+        with empty():
+            step()
+        times.append(_since(t))
+    floor = _median(times)
     warm = os.path.join(tmp, "warm.capture")
     with capture(warm, steps=1):  # one-time imports (recorder, reference forms), not per step
         step()
     judge(load(warm))
-    row = {"model": name, "step_ms": plain[0] * 1e3, "step_cpu_ms": plain[1] * 1e3}
+    row = {"model": name, "step_ms": plain[0] * 1e3, "step_cpu_ms": plain[1] * 1e3,
+           "cpu_mode": floor[1] / plain[1]}
     for label, kw in (("values", {"max_bytes": max_bytes}), ("hashes", {"hashes_only": True})):
         f = os.path.join(tmp, f"{name}-{label}.capture")
         got = []
@@ -216,19 +228,25 @@ def measure(name: str, repeat: int, rounds: int, tmp: str,
     return row
 
 
+def _empty_mode() -> type:
+    """A ``TorchDispatchMode`` that records nothing: each op passed on as it came."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Empty(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            return func(*args, **(kwargs or {}))
+    return Empty
+
+
 def micro(rounds: int = 5, n: int = 3000) -> None:
     """The per-op cost alone: a loop of small ops (16x16 mul and add) plain, under an empty
     TorchDispatchMode, and under the recorder; the best of ``rounds``, wall clock and this
     thread's CPU time (the latter barely moves with the machine's load)."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from tapescope.app.capture.recorder import Recorder
 
-    class Empty(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            return func(*args, **(kwargs or {}))
-
+    Empty = _empty_mode()
     x = torch.randn(16, 16)
 
     def work() -> tuple[float, float]:
@@ -282,13 +300,14 @@ def main() -> None:
     print("ratios per step against the same process's uncaptured step, wall clock, CPU time "
           "of all threads and of the script's own (main) thread (targets: capture <= 3x, "
           "hashes <= 1.5x, parity <= 5x); us/op: the recorder's CPU per op; load: the CPU of "
-          f"parity's file read and check; digests: {a.digest}")
+          "parity's file read and check; mode: the CPU of the step under a dispatch mode that "
+          f"records nothing (the floor of any recorder built on one); digests: {a.digest}")
     print(f"{'':<9} {'':>8} {'':>8} {'':>7} {'--------- wall ---------':>24} "
           f"{'---------- cpu ---------':>24} {'---- main ----':>15}")
     print(f"{'model':<9} {'ops/step':>8} {'step ms':>8} {'MiB':>7} {'capture':>8} "
           f"{'hashes':>7} {'parity':>7} {'capture':>8} {'hashes':>7} {'parity':>7} "
           f"{'capture':>8} {'hashes':>6} {'no-ref':>7} {'unjudged':>8} {'us/op':>6} "
-          f"{'load':>5}")
+          f"{'load':>5} {'mode':>5}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models:
             r = measure(name, a.repeat, a.rounds, tmp, a.max_bytes, a.digest)
@@ -297,7 +316,8 @@ def main() -> None:
                   f"{r['parity']:>6.1f}x {r['cpu_values']:>7.1f}x {r['cpu_hashes']:>6.1f}x "
                   f"{r['cpu_parity']:>6.1f}x {r['main_values']:>7.1f}x "
                   f"{r['main_hashes']:>5.1f}x {r['no_ref']:>6.1%} {r['unjudged']:>7.1%} "
-                  f"{r['us_per_op']:>6.0f} {r['cpu_load']:>4.1f}x", flush=True)
+                  f"{r['us_per_op']:>6.0f} {r['cpu_load']:>4.1f}x {r['cpu_mode']:>4.1f}x",
+                  flush=True)
     for name in a.models:
         print(f"  {name}: {SIZES[name]}")
     if a.micro:
