@@ -47,8 +47,9 @@ from tapescope.core.capture import (  # noqa: F401  (each registers its forms)
     aten_ref_pointwise,
     aten_ref_shape,
 )
+from tapescope.core.capture.aten_ref_nn import vector_norms
 from tapescope.core.capture.aten_ref_shape import cast
-from tapescope.core.capture.aten_ref_table import FORMS, NoReference
+from tapescope.core.capture.aten_ref_table import FORMS, NoReference, opt
 
 __all__ = ["NoReference", "has_reference", "ops", "reference"]
 
@@ -191,6 +192,14 @@ def _per_element(args: list, kwargs: dict, n: int, i: int, scalars_tensor: bool
 
 def _foreach(key: str, op: str, args: list, kwargs: dict) -> list:
     name, ovl = _split(op)
+    if name == "_foreach_norm" and len(args) <= 2 and not kwargs.keys() - {"ord"} \
+            and key == "aten.linalg_vector_norm.default":
+        # the list's norms in one pass where they are small (aten_ref_nn.vector_norms: the
+        # bits of the loop below; ord given as this loop would read it)
+        o = opt(kwargs, args, 1, "ord", 2)
+        got = vector_norms(list(args[0]), float(o)) if type(o) in (int, float) else None
+        if got is not None:
+            return got
     selfs = list(args[0])
     fn: Callable = FORMS[key]
     outs = []

@@ -7,6 +7,7 @@ output once."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -27,10 +28,23 @@ from tapescope.core.capture.aten_ref_table import (
     wide,
 )
 from tapescope.core.ops import REGISTRY
+from tapescope.core.ops.reference import bmm as ref_bmm
 from tapescope.core.ops.reference import matmul as ref_matmul
 from tapescope.core.ops.reference import serial_sum
 
 _w = wide
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``ref_matmul(a, b)``; for operands of one batch shape (attention's [B, H, L, D]) its
+    batched product on the batch axes merged, without its ``broadcast_to`` of each operand to
+    that same shape (~10 us a call at the zoo's sizes, five calls an attention backward): the
+    same products per batch entry, so the same bits."""
+    lead = a.shape[:-2]
+    if a.ndim < 3 or b.shape[:-2] != lead:
+        return ref_matmul(a, b)
+    y = ref_bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    return y.reshape(*lead, a.shape[-2], b.shape[-1])
 
 
 def _stat_dtype(x: np.ndarray, *params) -> np.dtype:
@@ -266,14 +280,23 @@ def _embedding_backward(args: list, kwargs: dict) -> list:
 
 
 # ---- scaled dot-product attention -------------------------------------------------------------
+@functools.lru_cache(maxsize=32)
+def _causal(ls: int, ss: int, dt: np.dtype) -> np.ndarray:
+    """The causal mask (-inf above the diagonal, 0 elsewhere), read only: made once per shape
+    (np.triu of np.full was ~5 us of each attention call at the zoo's sizes)."""
+    m = np.triu(np.full((ls, ss), -np.inf, dt), k=1)
+    m.setflags(write=False)
+    return m
+
+
 def _scores(q, k, scale, is_causal, mask):
-    s = ref_matmul(q, swap_last2(k))  # kᵀ C-ordered by the native copy: the same values
+    s = _matmul(q, swap_last2(k))  # kᵀ C-ordered by the native copy: the same values
     t = s.dtype.type
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     s = s * t(sc)  # the scale rounded once on the host, as the tape's attention
     if is_causal:
         ls, ss = s.shape[-2:]
-        s = s + np.triu(np.full((ls, ss), -np.inf, s.dtype), k=1)
+        s = s + _causal(ls, ss, s.dtype)
     if mask is not None:
         m = np.asarray(mask)
         s = np.where(m, s, t(-np.inf)) if m.dtype == np.bool_ else s + arr(m, s.dtype)
@@ -290,7 +313,7 @@ def _attention(q, k, v, mask, dropout_p, is_causal, scale):
     with fp_quiet():
         s, _ = _scores(qw, kw, scale, is_causal, mask)
         p = REGISTRY["softmax"].forward(M, [s], {"axis": -1})
-        o = ref_matmul(p, vw)
+        o = _matmul(p, vw)
         m = np.max(s, axis=-1, keepdims=True)
         lse = m + M.log(serial_sum(M.exp(s - m), -1, keepdims=True))
     return o.astype(out), lse[..., 0], p, out
@@ -336,9 +359,9 @@ def _sdpa_flash_cpu_backward(args: list, kwargs: dict) -> list:
         # the tape's attention backward: bmm, softmax and muls rules in reverse
         s, sc = _scores(qw, kw, kwargs.get("scale"), is_causal, kwargs.get("attn_mask"))
         p = REGISTRY["softmax"].forward(M, [s], {"axis": -1})
-        gv = ref_matmul(swap_last2(p), gw)
-        gp = ref_matmul(gw, swap_last2(vw))
+        gv = _matmul(swap_last2(p), gw)
+        gp = _matmul(gw, swap_last2(vw))
         gs = REGISTRY["softmax"].backward(M, gp, [s], p, {"axis": -1}, [True])[0] * sc
-        gq = ref_matmul(gs, kw)
-        gk = ref_matmul(swap_last2(gs), qw)
+        gq = _matmul(gs, kw)
+        gk = _matmul(swap_last2(gs), qw)
     return [gq.astype(q.dtype), gk.astype(k.dtype), gv.astype(v.dtype)]

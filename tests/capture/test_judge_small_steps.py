@@ -1,0 +1,157 @@
+"""The judge's costs on tiny steps (issue 42, zoo GPT): each shortcut gives the answer of the path
+it stands in for. ``_decode_args`` (the arguments decoded and the value ids they name, in one
+walk) against ``_decode`` and ``_inputs``; a planted one-ulp difference still splits into
+introduced and inherited through list arguments and a foreach op; ``vector_norms`` (a
+``_foreach_norm`` in one padded sum) against ``vector_norm`` per tensor; the attention forms'
+batched product against ``matmul``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tapescope.core.capture import aten_ref, aten_ref_layers, judge
+from tapescope.core.capture.aten_ref_nn import vector_norm, vector_norms
+from tapescope.core.capture.file import Capture, digest
+from tapescope.core.ops.reference import matmul as ref_matmul
+
+
+def test_decode_args_gives_decode_and_the_ids_inputs_names():
+    """The decoded arguments are ``_decode``'s (the recorded arrays themselves), the ids those
+    ``_inputs`` names for the args and the keywords' values (in lists at any depth; not inside
+    other tagged objects), a value over the budget raises ``_Missing`` naming it. Planted: ids
+    of a nested list or of a keyword not kept, or ids of a complex's parts kept, fail it."""
+    arrays = [np.zeros(2), np.ones(3), np.full(2, 2.0), None]
+    get = arrays.__getitem__
+
+    def same(x, y) -> bool:
+        if isinstance(x, list):
+            return type(y) is list and len(x) == len(y) and all(map(same, x, y))
+        return x is y if isinstance(x, np.ndarray | dict) else repr(x) == repr(y)
+
+    cases = [([{"T": 1}, 2, None, "x", 1.5, True, {"T": 2}], {}),
+             ([[{"T": 2}, [{"T": 1}, 3]], {"f": "inf"}], {"out": {"T": 0}}),
+             ([{"c": [1.0, {"f": "-0.0"}]}], {"alpha": 2, "w": [{"T": 1}, [{"T": 2}]]}),
+             ([{"g": 5}, {"r": "sum"}], {"group": {"g": 1}}), ([], {}), ([[[]]], {"x": []}),
+             ([{"T": 1}, {"T": 1}], {"y": {"T": 1}, "s": "a"})]
+    for args, kwargs in cases:
+        ids: list[int] = []
+        a, k = judge._decode_args(args, kwargs, arrays, ids)
+        assert same(a, judge._decode(args, get)), args
+        want_k = judge._decode_kw(kwargs, get)
+        assert list(k) == list(want_k) and all(same(k[n], want_k[n]) for n in k), kwargs
+        assert sorted(ids) == sorted(judge._inputs(args) + judge._inputs(list(kwargs.values())))
+    for args, kwargs in (([{"T": 1}, {"T": 3}], {}), ([[{"T": 3}]], {}), ([], {"x": {"T": 3}}),
+                         ([1], {"x": [2, [{"T": 3}]]})):
+        with pytest.raises(judge._Missing) as e:
+            judge._decode_args(args, kwargs, arrays, [])
+        assert e.value.vid == 3
+    with pytest.raises(judge._NoRef):
+        judge._decode_args([[{"T": 1}, {"q": 2}]], {}, arrays, [])
+
+
+def _capture(ops: list[tuple[str, list, dict, list[np.ndarray]]], inputs: list[np.ndarray]
+             ) -> Capture:
+    """One forward step: ``inputs`` are values 0..n-1, then each op's outputs in turn."""
+    arrays = list(inputs)
+    outs = []
+    for _, _, _, got in ops:
+        outs.append(list(range(len(arrays), len(arrays) + len(got))))
+        arrays.extend(got)
+    n = len(ops)
+    return Capture(path="toy", steps=1,
+                   ops={"op": [o[0] for o in ops], "module": ["M"] * n,
+                        "phase": ["forward"] * n, "step": [1] * n, "source": [""] * n,
+                        "args": [o[1] for o in ops], "kwargs": [o[2] for o in ops],
+                        "outputs": outs},
+                   dtypes=[str(x.dtype) for x in arrays], shapes=[x.shape for x in arrays],
+                   digests=[digest(x) for x in arrays], arrays=arrays, losses=[-1],
+                   initial={}, settings={})
+
+
+def test_a_planted_ulp_is_introduced_once_and_inherited_through_lists():
+    """A product recorded one ulp off is introduced there; a cat of a list holding it and a
+    foreach norm over a list holding it inherit it (their own re-runs exact), the list's other
+    norm and an op off the chain stay exact. Planted: the chain's test blind to list entries
+    (or a foreach norm's padding moving a chain) fails it."""
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+    ref = aten_ref.reference
+    prod = ref("aten.mul.Tensor", [x, y], {})[0]
+    planted = np.nextafter(prod, np.copysign(np.float32(np.inf), prod))  # one ulp out
+    assert vector_norm(planted).tobytes() != vector_norm(prod).tobytes()  # (the case's premise)
+    cat = ref("aten.cat.default", [[planted, x]], {})[0]
+    norms = ref("aten._foreach_norm.Scalar", [[x, planted], 2.0], {})
+    off = ref("aten.add.Tensor", [x, y], {})[0]
+    cap = _capture([("aten.mul.Tensor", [{"T": 0}, {"T": 1}], {}, [planted]),
+                    ("aten.cat.default", [[{"T": 2}, {"T": 0}]], {}, [cat]),
+                    ("aten._foreach_norm.Scalar", [[{"T": 0}, {"T": 2}], 2.0], {}, norms),
+                    ("aten.add.Tensor", [{"T": 0}, {"T": 1}], {}, [off])], [x, y])
+    rep = judge.judge(cap)
+    got = [[o["verdict"] for o in e["outputs"]] for e in rep["ops"]]
+    assert got == [["introduced"], ["inherited"], ["exact", "inherited"], ["exact"]], got
+    assert rep["introduced"][0]["n_diff"] == 12 and rep["introduced"][0]["max_ulp"] == 1
+    assert rep["ops"][1]["outputs"][0]["total_n_diff"] == 12
+
+
+def _lists(rng: np.random.Generator, dt: type) -> list[np.ndarray]:
+    xs = []
+    for _ in range(int(rng.integers(1, 12))):
+        shape = tuple(int(s) for s in rng.integers(0, 6, size=int(rng.integers(0, 4))))
+        x = np.asarray(rng.standard_normal(shape) * 10.0 ** int(rng.integers(-30, 30))).astype(dt)
+        if x.size and rng.random() < 0.3:
+            x.reshape(-1)[rng.integers(x.size)] = rng.choice(
+                [np.nan, np.inf, -np.inf, -0.0, 1e-45, 3e38])
+        if rng.random() < 0.2 and x.ndim >= 2:
+            x = x.T  # (read in C order of the view, as vector_norm's flattening)
+        xs.append(x)
+    return xs
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_vector_norms_give_each_tensors_own_norm(dt):
+    """Every tensor's norm has the bits (and 0-d shape, dtype) of ``vector_norm`` alone: empty
+    and 0-d tensors, NaN, infinities, -0.0, denormals, overflowing squares, transposed views;
+    through the table's ``_foreach_norm`` too. Planted: a NaN or -0.0 padding, or the rows'
+    fill in another order, fails it."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        xs = _lists(rng, dt)
+        want = [vector_norm(x, 2.0) for x in xs]
+        for got in (vector_norms(xs, 2.0), aten_ref.reference("aten._foreach_norm.Scalar",
+                                                               [xs, 2.0], {})):
+            assert got is not None and len(got) == len(want)
+            for g, w in zip(got, want, strict=True):
+                assert (g.shape, g.dtype, g.tobytes()) == (w.shape, w.dtype, w.tobytes())
+    neg = [np.full((2, 3), -0.0, dt), np.zeros(0, dt)]
+    assert [v.tobytes() for v in vector_norms(neg, 2.0)] == [
+        vector_norm(x, 2.0).tobytes() for x in neg]
+
+
+def test_vector_norms_leave_other_lists_to_the_loop():
+    f32 = np.ones(3, np.float32)
+    assert vector_norms([np.ones(3, np.float16)], 2.0) is None
+    assert vector_norms([f32, np.ones(3)], 2.0) is None  # mixed dtypes
+    assert vector_norms([f32], 1.0) is None and vector_norms([], 2.0) is None
+    big = [np.ones(1 << 12, np.float32)] * 17  # over the padded matrix's size
+    assert vector_norms(big, 2.0) is None
+    got = aten_ref.reference("aten._foreach_norm.Scalar", [big, 2.0], {})
+    assert [g.tobytes() for g in got] == [vector_norm(x, 2.0).tobytes() for x in big]
+
+
+def test_the_attention_forms_batched_product_is_matmul():
+    """``aten_ref_layers._matmul`` against ``matmul`` (its broadcast of each operand): one batch
+    shape (3-d, 4-d, a transposed view), broadcast batches and 2-d operands (matmul's own
+    path); the causal mask is ``np.triu``'s, read only."""
+    rng = np.random.default_rng(3)
+    for dt in (np.float32, np.float64):
+        def r(*s, dt=dt):
+            return rng.standard_normal(s).astype(dt)
+        for a, b in ((r(2, 3, 5, 4), r(2, 3, 4, 6)), (r(4, 5, 3), r(4, 3, 2)),
+                     (r(2, 2, 4, 5).swapaxes(-1, -2), r(2, 2, 5, 3)),
+                     (r(1, 3, 5, 4), r(2, 3, 4, 6)), (r(2, 3, 5, 4), r(4, 6)), (r(5, 4), r(4, 2))):
+            got, want = aten_ref_layers._matmul(a, b), ref_matmul(a, b)
+            assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    m = aten_ref_layers._causal(3, 4, np.dtype(np.float32))
+    assert not m.flags.writeable and m.tobytes() == np.triu(
+        np.full((3, 4), -np.inf, np.float32), k=1).tobytes()
