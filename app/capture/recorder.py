@@ -37,7 +37,14 @@ from tapescope.app.capture.collectives import encode as _encode_object
 from tapescope.app.capture.collectives import refresh as _refresh
 from tapescope.app.capture.collectives import settle as _settle
 from tapescope.app.capture.limits import DEFAULT_MAX_BYTES
-from tapescope.core.capture.file import COMPILED_OP, DEFAULT_DIGEST, DIGESTS, digest
+from tapescope.core.capture.file import (
+    COMPILED_OP,
+    DEFAULT_DIGEST,
+    DIGESTS,
+    derived_digest,
+    digest,
+    is_dense,
+)
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -314,6 +321,10 @@ class Recorder(TorchDispatchMode):
     # nothing and its GIL hand-offs cost wall clock; with XXH3 hashing inline is cheaper
     # (docs/capture.md, "Measured")
     async_hash: bool | None = None
+    # a view op's output that is its input's elements rearranged (``_derived_source``), where
+    # it would be hashed, is recorded as derived: no C-order copy, no digest of its bytes
+    # (False: hashed as any value, the layout before; benchmarks' A/B)
+    derive_views: bool = True
 
     def __init__(self, steps: int = 2, max_bytes: int = DEFAULT_MAX_BYTES,
                  hashes_only: bool = False,
@@ -335,6 +346,10 @@ class Recorder(TorchDispatchMode):
         self.v_shape: list[tuple[int, ...]] = []
         self.v_sha: list[str | None] = []  # None: on the hashing thread (``_Hasher``)
         self.sha_like: list[tuple[int, int]] = []  # (value, value whose digest it shares)
+        # derived values (``_made_derived``): value -> (its source, its strides over it); and
+        # those whose source's digest is still on the hashing thread (made in ``_hashes_done``)
+        self.derived: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self.derived_later: list[int] = []
         self.hasher: _Hasher | None = None
         self.v_array: list[np.ndarray | None] = []
         self.stored_bytes = 0
@@ -430,6 +445,9 @@ class Recorder(TorchDispatchMode):
         for vid, like in self.sha_like:
             self.v_sha[vid] = self.v_sha[like]
         self.sha_like = []
+        for vid in self.derived_later:  # (a source's digest may be one ``sha_like`` copied)
+            self.v_sha[vid] = self._derived_digest(vid)
+        self.derived_later = []
 
     # ---- hooks ------------------------------------------------------------------------------
     def _pre(self, mod: torch.nn.Module, args: Any) -> None:
@@ -737,6 +755,61 @@ class Recorder(TorchDispatchMode):
         self.seen[(u, ver)] = vid
         return vid
 
+    def _derived_source(self, out: torch.Tensor, args: Any, enc_args: list
+                        ) -> tuple[int, tuple[int, ...]] | None:
+        """``(source value, out's strides over it)`` where a view op's output ``out``, not
+        C-contiguous, holds exactly the elements of a tensor argument's memory, rearranged:
+        the same dtype, element count and first address, laid densely (``is_dense``: each
+        element once), no conj or neg bit on either, and that memory C-ordered value bytes:
+        the argument C-contiguous (its value, the source), or itself derived (its source, the
+        root). ``out`` then equals in two runs iff its source does. None otherwise. On any
+        device: nothing here reads an element."""
+        if out.is_contiguous() or out.layout is not _STRIDED or out.is_quantized \
+                or out.is_conj() or out.is_neg():
+            return None
+        n, p, dt = out.numel(), out.data_ptr(), out.dtype
+        if not n or not p:
+            return None
+        shape = out.shape
+        strides = tuple(0 if sz == 1 else st for sz, st in zip(shape, out.stride(),
+                                                                 strict=True))
+        if not is_dense(shape, strides):
+            return None
+        for a, e in zip(args, enc_args, strict=False):
+            if isinstance(a, torch.Tensor) and a.dtype is dt and a.data_ptr() == p \
+                    and a.numel() == n and a.layout is _STRIDED and not a.is_conj() \
+                    and not a.is_neg():
+                vid = e["T"]
+                root = self.derived.get(vid)
+                if root is not None:
+                    return root[0], strides
+                return (vid, strides) if a.is_contiguous() else None
+        return None
+
+    def _made_derived(self, t: torch.Tensor, src: int, strides: tuple[int, ...]) -> int:
+        """``_made`` for a value derived from value ``src`` (``_derived_source``): no copy and
+        no digest of its bytes; its digest is the sentinel ``derived_digest`` (made when the
+        file is, where ``src``'s is still on the hashing thread)."""
+        u, ver = self._key(t)
+        vid = len(self.v_dtype)
+        self.v_dtype.append(self.v_dtype[src])
+        self.v_shape.append(tuple(t.shape))
+        self.v_array.append(None)
+        self.n_hashed += 1
+        self.derived[vid] = (src, strides)
+        if self.v_sha[src] is None:
+            self.v_sha.append(None)
+            self.derived_later.append(vid)
+        else:
+            self.v_sha.append(self._derived_digest(vid))
+        self.seen[(u, ver)] = vid
+        return vid
+
+    def _derived_digest(self, vid: int) -> str:
+        src, strides = self.derived[vid]
+        return derived_digest(self.digest, self.v_sha[src], self.v_dtype[vid],
+                              self.v_shape[vid], strides)
+
     def _encode(self, x: Any, depth: int = 0) -> Any:
         if isinstance(x, torch.Tensor):
             return {"T": self._value_of(x)}
@@ -956,8 +1029,18 @@ class Recorder(TorchDispatchMode):
                 if is_fresh:
                     outs += [made(t) for t in _tensors(v)]
         elif unmarked is None and isinstance(out, _Tensor):
-            like = self._same_bytes(out, args, enc_args) if view else None
-            outs = (made(out) if like is None else self._made_like(out, like),)
+            if view:
+                like = self._same_bytes(out, args, enc_args)
+                if like is not None:
+                    outs = (self._made_like(out, like),)
+                elif self.derive_views and (self.hashes_only or self.stored_bytes + out.nbytes
+                                            > self.max_bytes) \
+                        and (src := self._derived_source(out, args, enc_args)) is not None:
+                    outs = (self._made_derived(out, *src),)
+                else:
+                    outs = (made(out),)
+            else:
+                outs = (made(out),)
         else:
             outs = []
             if unmarked is not None:  # running stats written, unmarked: outputs all the same
@@ -1045,7 +1128,10 @@ class Recorder(TorchDispatchMode):
             "steps": n_steps,
             "digest": self.digest,
             "values": {"dtypes": list(dtypes), "dtype": dtype_idx, "shape": self.v_shape,
-                       "digests": self.v_sha, "array": array_of},
+                       "digests": self.v_sha, "array": array_of,
+                       # (only where there are some: a file without is read as before)
+                       **({"derived": [[vid, src, list(st)] for vid, (src, st)
+                                       in self.derived.items()]} if self.derived else {})},
             "ops": {**{k: list(v) for k, v in self.tables.items()},
                     **dict(zip(("op", "module", "phase", "step", "source", "args", "kwargs",
                                 "outputs"), cols, strict=True))},

@@ -52,7 +52,8 @@ from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
            "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "Limits",
-           "comparable", "digest", "is_capture", "load", "raw_bytes", "save"]
+           "comparable", "derived_digest", "digest", "is_capture", "is_dense", "load",
+           "raw_bytes", "save"]
 
 FORMAT = "tapescope.capture"
 VERSION = 1
@@ -129,6 +130,11 @@ class Capture:
     # backend, nodes (columns: name, op, target, args, kwargs, module, original), outputs
     graphs: list[dict] = field(default_factory=list)
     digest_algorithm: str = DEFAULT_DIGEST  # the algorithm of ``digests`` (``DIGESTS``)
+    # derived values (hashed, never stored: ``derived_digest``): value -> the value whose
+    # elements it holds, rearranged (a ``t``/``transpose``/``permute`` of C-ordered memory:
+    # equal in two runs iff that source is), and its strides over the source's C-order bytes
+    derived: dict[int, int] = field(default_factory=dict)
+    derived_strides: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def n_ops(self) -> int:
@@ -159,6 +165,33 @@ def digest(a: np.ndarray, algorithm: str = DEFAULT_DIGEST) -> str:
     return DIGESTS[algorithm][1](raw_bytes(a))
 
 
+def is_dense(shape: tuple[int, ...] | list[int], strides: tuple[int, ...] | list[int]) -> bool:
+    """Whether ``strides`` (in elements; 0 for each dimension of size 1, the canonical form)
+    lay ``shape``'s elements over exactly ``prod(shape)`` consecutive elements, each once: a
+    rearrangement (a bijection) of C-ordered memory, nothing repeated, nothing left out."""
+    dims = sorted((st, sz) for sz, st in zip(shape, strides, strict=True) if sz != 1)
+    if any(st != 0 for sz, st in zip(shape, strides, strict=True) if sz == 1):
+        return False
+    step = 1
+    for st, sz in dims:
+        if st != step:
+            return False
+        step *= sz
+    return True
+
+
+def derived_digest(algorithm: str, src_digest: str, dtype: str, shape: tuple[int, ...],
+                   strides: tuple[int, ...]) -> str:
+    """The digest a derived value carries (a sentinel, not the digest of its bytes): of the
+    algorithm's length, made from its source's digest and its geometry (dtype, shape, strides
+    over the source's C-order bytes, starting at its first), so that two derived values have
+    one digest iff their sources' digests and geometries are the same (then so are their
+    values), and never the digest of any value's bytes (the prefix)."""
+    geometry = f"{dtype}:{list(shape)}:{list(strides)}".encode("ascii")
+    return DIGESTS[algorithm][1](b"tapescope-view\0" + src_digest.encode("ascii") + b"\0"
+                                 + geometry)
+
+
 class DigestMismatchError(CaptureFileError):
     """Captures whose values were hashed by different algorithms, not all stored: their
     digests cannot be compared (the message names both files, their algorithms, the remedy)."""
@@ -177,7 +210,8 @@ def comparable(caps: list[Capture]) -> list[Capture]:
     order = sorted(algs, key=lambda n: (n != DEFAULT_DIGEST, n))
     for target in order:
         others = [c for c in caps if c.digest_algorithm != target]
-        if all(all(x is not None for x in c.arrays) for c in others):
+        if all(all(x is not None or vid in c.derived for vid, x in enumerate(c.arrays))
+               for c in others):
             return [c if c.digest_algorithm == target else _rehashed(c, target) for c in caps]
     a = caps[0]
     b = next(c for c in caps if c.digest_algorithm != a.digest_algorithm)
@@ -189,10 +223,14 @@ def comparable(caps: list[Capture]) -> list[Capture]:
 
 
 def _rehashed(cap: Capture, algorithm: str) -> Capture:
-    """``cap`` with every value's digest recomputed by ``algorithm`` (all stored)."""
+    """``cap`` with every value's digest recomputed by ``algorithm`` (all stored, or derived:
+    their sentinels remade from their sources' new digests)."""
     import dataclasses
 
-    digests = [digest(a, algorithm) for a in cap.arrays]
+    digests = [None if a is None else digest(a, algorithm) for a in cap.arrays]
+    for vid, src in cap.derived.items():  # (a source is never derived: ``_Spec._derived``)
+        digests[vid] = derived_digest(algorithm, digests[src], cap.dtypes[vid],
+                                      cap.shapes[vid], cap.derived_strides[vid])
     return dataclasses.replace(cap, digests=digests, digest_algorithm=algorithm)
 
 
@@ -355,7 +393,8 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
     return Capture(path=str(p), steps=spec.steps, ops=spec.ops, dtypes=spec.dtypes,
                    shapes=spec.shapes, digests=spec.digests, arrays=arrays, losses=spec.losses,
                    initial=spec.initial, settings=spec.settings, meta=spec.meta,
-                   graphs=spec.graphs, digest_algorithm=spec.algorithm)
+                   graphs=spec.graphs, digest_algorithm=spec.algorithm,
+                   derived=spec.derived, derived_strides=spec.derived_strides)
 
 
 # arrays at least this large are hashed on the load's pool (a smaller one's hand-off costs
@@ -498,6 +537,7 @@ class _Spec:
                       f"tapescope does not know (it knows {', '.join(DIGESTS)})")
         self.n_hex = DIGESTS[self.algorithm][0]
         self._values(h, lim)
+        self._derived(h["values"], lim)
         self._arrays(h, hoff)
         self._ops(h)
         self.losses = self._list(h, "losses", lambda v: _is_int(v) and -1 <= v < self.n_values,
@@ -571,6 +611,55 @@ class _Spec:
                 self._digest_ok(d, f"value {vid}")
         self.array_of = self._list(v, "array", lambda i: _is_int(i) and i >= -1, n=n,
                                    fast=lambda c: _ints(c, -1))
+
+    def _derived(self, v: dict, lim: Limits) -> None:
+        """``values.derived`` (optional): ``[[value, source, strides], ...]``, each a value
+        hashed only, later than its source (a value that is not derived itself) and of its
+        dtype and element count, laid over it densely (``is_dense``), with the sentinel
+        ``derived_digest`` makes of them."""
+        self.derived: dict[int, int] = {}
+        self.derived_strides: dict[int, tuple[int, ...]] = {}
+        if "derived" not in v:
+            return
+        col = v["derived"]
+        where = "header: 'values.derived'"
+        if not isinstance(col, list):
+            raise self.bad(f"{where} is not a list")
+        if len(col) > self.n_values:
+            raise self.bad(f"{where} has {len(col)} entries, more than the {self.n_values} "
+                           "values")
+        n, derived = self.n_values, self.derived
+        for k, e in enumerate(col):
+            at = f"{where} entry {k} ({str(e)[:60]!r})"
+            if not (isinstance(e, list) and len(e) == 3 and _is_int(e[0]) and _is_int(e[1])
+                    and isinstance(e[2], list) and len(e[2]) <= lim.max_rank
+                    and all(_is_int(s) and s >= 0 for s in e[2])):
+                raise self.bad(f"{at} is malformed (not [value, source, [strides]])")
+            vid, src, strides = e[0], e[1], tuple(e[2])
+            if not 0 <= src < vid < n:
+                raise self.bad(f"{at}: its source is not an earlier value (values 0..{n - 1})")
+            if vid in derived:
+                raise self.bad(f"{at}: value {vid} is listed twice")
+            if src in derived:
+                raise self.bad(f"{at}: its source {src} is derived itself")
+            if self.dtypes[vid] != self.dtypes[src] or self.elements[vid] != self.elements[src]:
+                raise self.bad(f"{at}: its dtype or element count is not its source's")
+            if self.array_of[vid] != -1:
+                raise self.bad(f"{at}: a derived value has a stored array")
+            shape = self.shapes[vid]
+            if len(strides) != len(shape) or not is_dense(shape, strides):
+                raise self.bad(f"{at}: its strides do not lay {list(shape)} over its source "
+                               "densely")
+            derived[vid] = src
+            self.derived_strides[vid] = strides
+        for vid, src in derived.items():  # (a source listed after its derived value)
+            if src in derived:
+                raise self.bad(f"{where}: the source {src} of value {vid} is derived itself")
+            if self.digests[vid] != derived_digest(self.algorithm, self.digests[src],
+                                                   self.dtypes[vid], self.shapes[vid],
+                                                   self.derived_strides[vid]):
+                raise self.bad(f"{where}: value {vid}'s digest is not the one its source and "
+                               "strides make")
 
     def _arrays(self, h: dict, hoff: int) -> None:
         def ok(e: Any) -> bool:

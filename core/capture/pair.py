@@ -169,12 +169,80 @@ def align(a: Capture, b: Capture) -> dict:
             "segments": segments}
 
 
-def _same(a: Capture, va: int, b: Capture, vb: int) -> dict | None:
+# view ops whose output's values depend on the input's memory layout, not only on its values
+# (explicit strides): a derived value of theirs is compared by its digest alone
+_LAYOUT_VIEWS = ("as_strided", "_reshape_alias")
+
+
+def _scalars(a: Any) -> Any:
+    """An op's recorded arguments with each tensor (``{"T": id}``) one placeholder: what two
+    calls of one op must share, besides their tensors, to compute the same function."""
+    if isinstance(a, list):
+        return [_scalars(x) for x in a]
+    if isinstance(a, dict):
+        return "T" if "T" in a and len(a) == 1 else {k: _scalars(v) for k, v in a.items()}
+    return a
+
+
+class _Producers:
+    """Each run's op that made each value (``_producers``), computed once, when a derived
+    value (``Capture.derived``) is first compared."""
+
+    def __init__(self, a: Capture, b: Capture) -> None:
+        self.a, self.b = a, b
+        self.made: tuple[dict[int, int], dict[int, int]] | None = None
+
+    def of(self) -> tuple[dict[int, int], dict[int, int]]:
+        if self.made is None:
+            self.made = (_producers(self.a), _producers(self.b))
+        return self.made
+
+
+def _same_sources(a: Capture, va: int, b: Capture, vb: int, prod: _Producers,
+                  depth: int = 0) -> tuple[int, int] | None:
+    """For a value derived in A or B (its elements its source's, rearranged: no digest of its
+    bytes), the pair of values to compare instead: the tensor inputs of the view ops that made
+    ``va`` and ``vb``, where both are one op with the same arguments but the tensor (the same
+    function of the input's values: a bijection, so the outputs are equal iff the inputs
+    are), followed while an input is derived itself; None where that does not hold (their
+    digests decide)."""
+    made_a, made_b = prod.of()
+    while depth < 64 and (va in a.derived or vb in b.derived):
+        ia, ib = made_a.get(va), made_b.get(vb)
+        if ia is None or ib is None:
+            return None
+        op = a.ops["op"][ia]
+        if op != b.ops["op"][ib] or any(n in op for n in _LAYOUT_VIEWS) \
+                or _scalars(a.ops["args"][ia]) != _scalars(b.ops["args"][ib]) \
+                or _scalars(a.ops["kwargs"][ia]) != _scalars(b.ops["kwargs"][ib]):
+            return None
+        xa, xb = inputs_of(a, ia), inputs_of(b, ib)
+        if len(xa) != 1 or len(xb) != 1 or a.shapes[xa[0]] != b.shapes[xb[0]]:
+            return None
+        va, vb = xa[0], xb[0]
+        depth += 1
+    return va, vb
+
+
+def _same(a: Capture, va: int, b: Capture, vb: int, prod: _Producers | None = None
+          ) -> dict | None:
     """None when value ``va`` of A and ``vb`` of B are the same bits (NaN policy), else how
-    they differ: ``{n, n_diff, max_ulp, max_abs, first_index, dtype_a, dtype_b, why}``."""
+    they differ: ``{n, n_diff, max_ulp, max_abs, first_index, dtype_a, dtype_b, why}``. A
+    derived value (``Capture.derived``: a view op's output recorded by its source) is
+    compared through its view op's input (``_same_sources``): a run that recorded it derived
+    and one that recorded its bytes agree where the values do."""
     da, db = a.dtypes[va], b.dtypes[vb]
     if da == db and a.digests[va] == b.digests[vb]:
         return None
+    if da == db and prod is not None and (va in a.derived or vb in b.derived):
+        src = _same_sources(a, va, b, vb, prod)
+        if src is not None:
+            d = _same(a, src[0], b, src[1])
+            if d is None:
+                return None
+            return {**d, "first_index": None,
+                    "why": f"its view op's input differs (A value {src[0]}, B value "
+                           f"{src[1]}: {d['why']})"}
     base = {"dtype_a": da, "dtype_b": db}
     xa, xb = a.arrays[va], b.arrays[vb]
     if da != db:
@@ -206,12 +274,13 @@ def compare(a: Capture, b: Capture, pairs: list[tuple[int, int]]) -> list[dict]:
     """The matched ops whose outputs part, in A's order: ``{a, b, outputs: [{output, ...}]}``."""
     parted = []
     oa, ob = a.ops["outputs"], b.ops["outputs"]
+    prod = _Producers(a, b)
     for ia, ib in pairs:
         if base_name(a.ops["op"][ia]) in UNINITIALISED_OPS:
             continue  # uninitialised memory: its bits are no one's result
         outs = []
         for j, (va, vb) in enumerate(zip(oa[ia], ob[ib], strict=True)):
-            d = _same(a, va, b, vb)
+            d = _same(a, va, b, vb, prod)
             if d is not None:
                 outs.append({"output": j, "value_a": va, "value_b": vb, **d})
         if outs:
@@ -289,8 +358,10 @@ def _left(a: Capture, b: Capture, ra: dict, rb: dict, first: dict,
     ins_a, ins_b = inputs_of(a, ia), inputs_of(b, ib)
     inputs = []
     made_a, made_b = _producers(a), _producers(b)
+    prod = _Producers(a, b)
+    prod.made = (made_a, made_b)
     for k, (xa, xb) in enumerate(zip(ins_a, ins_b, strict=False)):
-        d = _same(a, xa, b, xb)
+        d = _same(a, xa, b, xb, prod)
         if d is None:
             continue
         src_b = _origin(b, xb, made_b, only_b, "B")

@@ -1,0 +1,296 @@
+"""Derived values (issue 42, hashes only): a view op's output that holds exactly its input's
+elements rearranged (``t``, ``transpose``, ``permute`` of C-ordered memory), where it would be
+hashed, is recorded without a C-order copy or a digest of its bytes: its digest is a sentinel
+made from its source's digest and its strides (app/capture/recorder.py ``_derived_source``,
+core/capture/file.py ``derived_digest`` and ``values.derived``); a pair of runs compares the
+view op's input instead (core/capture/pair.py ``_same_sources``).
+
+The claims checked against what a run that stores every value recorded (the same step, values
+mode: torch's own ``contiguous()`` bytes of each value): a derived value is its source's stored
+array laid out by its strides; two runs of one step have the same sentinels and a planted weight
+changes them; the file carries the column and refuses a hostile one with one line; ``pair`` of a
+hashes-only run against a values run says every op is the same."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tapescope.app.capture import recorder as R  # noqa: E402
+from tapescope.core.capture.file import (  # noqa: E402
+    CaptureFileError,
+    derived_digest,
+    is_dense,
+    load,
+)
+from tests.helpers.capture_files import one_error_line, rewrite_header  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
+VIEWS = {"aten.t.default", "aten.transpose.int", "aten.permute.default"}
+
+
+def _step(plant: float = 0.0):
+    """Two steps of a small attention-like block: ``Linear`` (``addmm`` of the weight's
+    ``t``), a head split (``view``, ``transpose``), a ``permute`` of that transpose (a view of
+    a derived value), a batched product of the two; SGD. ``plant`` is added to one element of
+    the weight."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(12, 24)
+    with torch.no_grad():
+        lin.weight[3, 5] += plant
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+
+    def run() -> list[float]:
+        losses = []
+        for _ in range(2):
+            x = torch.randn(2, 5, 12, generator=g)
+            h = lin(x)
+            q = h.view(2, 5, 4, 6).transpose(1, 2)  # (2, 4, 5, 6): not C-contiguous
+            k = q.permute(0, 1, 3, 2)  # (2, 4, 6, 5): a rearrangement of the transpose
+            loss = (q @ k).tanh().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+    return run
+
+
+def _record(monkeypatch, plant: float = 0.0, derive: bool = True, **kw) -> R.Recorder:
+    monkeypatch.setattr(R.Recorder, "async_hash", False)
+    monkeypatch.setattr(R.Recorder, "derive_views", derive)
+    run = _step(plant)
+    rec = R.Recorder(steps=2, **kw).start()
+    try:
+        run()
+    finally:
+        rec.stop()
+    return rec
+
+
+def _names(rec: R.Recorder) -> dict[int, str]:
+    return {i: n for n, i in rec.tables["names"].items()}
+
+
+def _made_by(rec: R.Recorder) -> dict[int, str]:
+    names = _names(rec)
+    return {v: names[r[0]] for r in rec.rows for v in r[7]}
+
+
+@pytest.fixture
+def c_order_calls(monkeypatch):
+    calls: list[tuple] = []
+    real = R._c_order
+
+    def spy(t, a):
+        calls.append((tuple(t.shape), tuple(t.stride())))
+        return real(t, a)
+    monkeypatch.setattr(R, "_c_order", spy)
+    return calls
+
+
+def test_rearranged_views_are_derived_without_a_copy(monkeypatch, c_order_calls):
+    """Hashes only: the weights' ``t``, the heads' ``transpose`` and the ``permute`` of it are
+    derived (the permute from the transpose's root, the ``addmm`` output); not one C-order
+    copy is made for them; each is its source's stored bytes (a values run) laid out by its
+    strides, and its digest the sentinel of its source's digest and strides."""
+    plain = _step()()
+    rec = _record(monkeypatch, hashes_only=True)
+    with_derived = len(c_order_calls)
+    c_order_calls.clear()
+    ref = _record(monkeypatch, derive=False, hashes_only=True)
+    # every derived value is a C-order copy (and its digest) the recorder no longer makes
+    assert len(c_order_calls) - with_derived == len(rec.derived) > 0
+    assert ref.derived == {}
+    made = _made_by(rec)
+    kinds = {made[v] for v in rec.derived}
+    assert VIEWS <= kinds, kinds
+    vals = _record(monkeypatch, hashes_only=False)
+    assert vals.derived == {}  # values mode: as before
+    assert len(vals.v_sha) == len(rec.v_sha)  # one value each, in one order
+    names = _names(rec)
+    permuted = 0
+    for r in rec.rows:  # the permute of a transpose: derived from the transpose's source
+        if names[r[0]] == "aten.permute.default" and r[2] == 0:  # (forward)
+            (vid,), x = r[7], r[5][0]["T"]
+            assert x in rec.derived and rec.derived[vid][0] == rec.derived[x][0]
+            permuted += 1
+    for vid, (src, strides) in rec.derived.items():
+        assert src not in rec.derived and rec.v_sha[src] == vals.v_sha[src]
+        assert rec.v_array[vid] is None and is_dense(rec.v_shape[vid], strides)
+        assert rec.v_sha[vid] == derived_digest("xxh3_128", rec.v_sha[src], rec.v_dtype[vid],
+                                                rec.v_shape[vid], strides)
+        assert rec.v_sha[vid] != vals.v_sha[vid]  # a sentinel, never the bytes' digest
+        s = vals.v_array[src].reshape(-1)
+        got = np.lib.stride_tricks.as_strided(
+            s, rec.v_shape[vid], [st * s.itemsize for st in strides])
+        assert np.array_equal(got, vals.v_array[vid]), (vid, made[vid])
+    assert permuted  # a view of a derived value resolves to the root
+    # one source laid out two ways: two sentinels (the geometry is in each)
+    by_source: dict[int, set] = {}
+    for vid, (src, strides) in rec.derived.items():
+        by_source.setdefault(src, set()).add((rec.v_shape[vid], strides, rec.v_sha[vid]))
+    assert any(len(s) > 1 for s in by_source.values())
+    assert all(len({g[:2] for g in s}) == len({g[2] for g in s}) for s in by_source.values())
+    assert _step()() == plain  # (the script's results: untouched)
+
+
+def test_sentinels_are_equal_in_two_runs_and_a_planted_weight_changes_them(monkeypatch):
+    a = _record(monkeypatch, hashes_only=True)
+    b = _record(monkeypatch, hashes_only=True)
+    assert a.v_sha == b.v_sha and a.derived == b.derived
+    c = _record(monkeypatch, plant=1e-3, hashes_only=True)
+    assert c.derived == a.derived
+    made = _made_by(a)
+    # the first ``t``: of the weight, the planted value's first reader
+    first_t = min(v for v in a.derived if made[v] == "aten.t.default")
+    src = a.derived[first_t][0]
+    assert a.v_sha[src] != c.v_sha[src] and a.v_sha[first_t] != c.v_sha[first_t]
+
+
+def test_over_the_budget_the_same_values_are_derived(monkeypatch):
+    """Values mode past its byte budget hashes what it cannot store: the same rule applies
+    there (the decision is where a value is hashed, not which flag made it so)."""
+    h = _record(monkeypatch, hashes_only=True)
+    over = _record(monkeypatch, max_bytes=0)
+    assert over.derived == h.derived and over.v_sha == h.v_sha
+
+
+@pytest.fixture
+def files(monkeypatch, tmp_path) -> dict[str, Path]:
+    out = {}
+    for name, kw in (("hashes", {"hashes_only": True}), ("values", {}),
+                     ("planted", {"hashes_only": True, "plant": 1e-3}),
+                     ("plain_hashes", {"hashes_only": True, "derive": False})):
+        rec = _record(monkeypatch, **kw)
+        out[name] = tmp_path / f"{name}.capture"
+        rec.save(str(out[name]))
+    return out
+
+
+def test_the_file_carries_derived_values_and_pair_compares_their_sources(files):
+    from tapescope.core.capture.judge import judge
+    from tapescope.core.capture.pair import pair
+
+    h, v = load(files["hashes"]), load(files["values"])
+    assert h.derived and set(h.derived_strides) == set(h.derived)
+    assert v.derived == {} and load(files["plain_hashes"]).derived == {}
+    for vid, src in h.derived.items():
+        assert h.arrays[vid] is None and h.digests[src] == v.digests[src]
+        assert h.digests[vid] != v.digests[vid]
+    # one run recorded them derived, the other their bytes (or hashed them): every op the same
+    for other in ("values", "plain_hashes"):
+        rep = pair(h, load(files[other]))
+        assert rep["agree"] and rep["n_parted"] == 0, rep["first_parted"]
+        assert rep["alignment"]["matched"] == h.n_ops
+        rep = pair(load(files[other]), h)
+        assert rep["agree"] and rep["n_parted"] == 0
+    # a planted weight: the pair parts at the weight's first reader (a derived ``t``), found
+    # through its source (the weight), not a false difference of layouts
+    p = load(files["planted"])
+    rep = pair(p, v)
+    first = rep["first_parted"]
+    assert first is not None and first["op"] == "aten.t.default"
+    assert "view op's input differs" in first["outputs"][0]["why"]
+    # the judge: a derived value is hashed, unjudged as any hashed value
+    r = judge(h)
+    by_value = {o["value"]: o["verdict"] for e in r["ops"] for o in e["outputs"]}
+    assert {by_value[vid] for vid in h.derived} == {"unjudged"}
+
+
+def _edit_derived(fn):
+    def edit(hd: dict) -> None:
+        fn(hd["values"])
+    return edit
+
+
+def _first(values: dict) -> list:
+    return values["derived"][0]
+
+
+HOSTILE = {
+    "not-a-list": (_edit_derived(lambda v: v.__setitem__("derived", {"0": 1})), "not a list"),
+    "huge": (_edit_derived(lambda v: v.__setitem__("derived", v["derived"] * (
+        len(v["dtype"]) // len(v["derived"]) + 2))), "more than the"),
+    "entry-type": (_edit_derived(lambda v: _first(v).__setitem__(0, "3")), "malformed"),
+    "entry-bool": (_edit_derived(lambda v: _first(v).__setitem__(1, True)), "malformed"),
+    "entry-short": (_edit_derived(lambda v: _first(v).pop()), "malformed"),
+    "stride-negative": (_edit_derived(lambda v: _first(v)[2].__setitem__(0, -1)), "malformed"),
+    "src-after": (_edit_derived(lambda v: _first(v).__setitem__(1, _first(v)[0] + 1)),
+                  "not an earlier value"),
+    "src-self": (_edit_derived(lambda v: _first(v).__setitem__(1, _first(v)[0])),
+                 "not an earlier value"),
+    "out-of-range": (_edit_derived(lambda v: _first(v).__setitem__(0, len(v["dtype"]))),
+                     "not an earlier value"),
+    "duplicate": (_edit_derived(lambda v: v["derived"].append(list(_first(v)))),
+                  "listed twice"),
+    "stored": (_edit_derived(lambda v: v["array"].__setitem__(_first(v)[0], 0)),
+               "has a stored array"),
+    "not-dense": (_edit_derived(lambda v: _first(v).__setitem__(2, [1] * len(_first(v)[2]))),
+                  "densely"),
+    "digest": (_edit_derived(lambda v: v["digests"].__setitem__(_first(v)[0], "0" * 32)),
+               "digest is not the one"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_derived_column_is_refused_with_one_line(files, tmp_path, case):
+    edit, want = HOSTILE[case]
+    f = tmp_path / f"{case}.capture"
+    f.write_bytes(rewrite_header(files["hashes"].read_bytes(), edit))
+    with pytest.raises(CaptureFileError, match=want) as e:
+        load(f)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}: ") and "\n" not in msg and "values.derived" in msg
+
+
+def test_a_derived_columns_other_lies_are_refused(files, tmp_path):
+    """A source that is derived itself, a dtype or element count not the source's."""
+    data = files["hashes"].read_bytes()
+    h = load(files["hashes"])
+    vid, src = next(iter(h.derived.items()))
+    other = next(v for v in h.derived if v > vid)
+
+    def chain(v: dict) -> None:  # ``other`` from ``vid``, a derived value
+        for e in v["derived"]:
+            if e[0] == other:
+                e[1] = vid
+
+    def dtype(v: dict) -> None:
+        v["dtypes"].append("float64")
+        v["dtype"][vid] = len(v["dtypes"]) - 1
+
+    def numel(v: dict) -> None:
+        v["shape"][src] = [*v["shape"][src], 2]
+
+    for name, fn, want in (("chain", chain, "derived itself"),
+                           ("dtype", dtype, "dtype or element count"),
+                           ("numel", numel, "dtype or element count")):
+        f = tmp_path / f"{name}.capture"
+        f.write_bytes(rewrite_header(data, _edit_derived(fn)))
+        with pytest.raises(CaptureFileError, match=want):
+            load(f)
+    # a file without the column (every earlier one) reads as before: no derived values
+    f = tmp_path / "old.capture"
+    f.write_bytes(rewrite_header(data, _edit_derived(lambda v: v.pop("derived"))))
+    old = load(f)
+    assert old.derived == {} and old.digests == h.digests
+
+
+def test_a_hostile_derived_column_is_exit_2_on_the_command_line(files, tmp_path):
+    f = tmp_path / "bad.capture"
+    f.write_bytes(rewrite_header(files["hashes"].read_bytes(), HOSTILE["src-after"][0]))
+    p = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "parity", "--capture", str(f)],
+                       env=ENV, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=300)
+    line = one_error_line(p, "parity")
+    assert str(f) in line and "values.derived" in line
