@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.core.capture.file import Capture
+from tapescope.views.models.heat_tiles import tile
 from tapescope.views.models.numbers import count_text, ulp_exact, ulp_text
 from tapescope.views.models.ulp_scale import (
     faded_color,
@@ -105,9 +106,12 @@ class PhaseBands(QWidget):
         p.end()
 
 
-def ulp_image(ref: np.ndarray, rec: np.ndarray, width: int = 320) -> QPixmap | None:
-    """The per-element ulp distance of ``rec`` from ``ref`` as a heat map (rows x the last
-    dimension), in the window's ulp scale; None for non-float outputs."""
+def ulp_image(ref: np.ndarray, rec: np.ndarray, width: int = 640, height: int = 300
+              ) -> tuple[QPixmap, str] | None:
+    """The per-element ulp distance of ``rec`` from ``ref`` as a heat map in the window's ulp
+    scale, laid out to fit ``width`` x ``height`` (views.models.heat_tiles: planes in a grid,
+    a tall plane in bands, a long row wrapped; the worst of a block where it must shrink), and
+    the line that says how to read it; None for non-float outputs."""
     from tapescope.core.parity import ulp_distance
 
     if rec.dtype.name not in ("float64", "float32", "float16", "bfloat16") or rec.size == 0:
@@ -115,17 +119,18 @@ def ulp_image(ref: np.ndarray, rec: np.ndarray, width: int = 320) -> QPixmap | N
     d = ulp_distance(ref, rec).astype(np.float64)
     nan = np.isnan(np.asarray(ref, dtype=np.float64)).reshape(-1) ^ np.isnan(
         np.asarray(rec, dtype=np.float64)).reshape(-1)
-    lv = heat_levels(d)
+    lv = heat_levels(d).reshape(-1)
     lv[nan] = 255
-    cols = rec.shape[-1] if rec.ndim >= 1 else 1
-    rows = max(1, rec.size // max(cols, 1))
-    rgba = heat_lut()[lv.astype(np.int64)].reshape(rows, cols, 4)
-    rgba = np.ascontiguousarray(rgba)
+    t = tile(lv.astype(np.int16).reshape(rec.shape), width, height)
+    lut = np.concatenate([heat_lut(), np.zeros((1, 4), np.ubyte)])  # last: the background
+    rgba = np.ascontiguousarray(lut[np.where(t.image < 0, 256, t.image).astype(np.int64)])
+    rows, cols = t.image.shape
     img = QImage(rgba.data, cols, rows, cols * 4, QImage.Format.Format_RGBA8888).copy()
-    scale = max(1, min(width // max(cols, 1), 240 // max(rows, 1), 24))
-    return QPixmap.fromImage(img).scaled(cols * scale, rows * scale,
-                                         Qt.AspectRatioMode.IgnoreAspectRatio,
-                                         Qt.TransformationMode.FastTransformation)
+    scale = max(1, min(width // max(cols, 1), height // max(rows, 1), 24))
+    pix = QPixmap.fromImage(img).scaled(cols * scale, rows * scale,
+                                        Qt.AspectRatioMode.IgnoreAspectRatio,
+                                        Qt.TransformationMode.FastTransformation)
+    return pix, t.caption()
 
 
 class CaptureWindow(QMainWindow):
@@ -173,6 +178,10 @@ class CaptureWindow(QMainWindow):
         rl.addWidget(self.inspector, 3)
         rl.addWidget(QLabel("ulp map of the selected op's first float output (recorded vs the "
                             "reference on the op's own recorded inputs)"))
+        self.ulp_layout = QLabel()  # how the map is laid out (planes, bands, blocks)
+        self.ulp_layout.setTextFormat(Qt.TextFormat.PlainText)
+        self.ulp_layout.setWordWrap(True)
+        rl.addWidget(self.ulp_layout)
         rl.addWidget(self.ulp_map, 2)
         split = QSplitter()
         split.addWidget(self.tree)
@@ -322,14 +331,16 @@ class CaptureWindow(QMainWindow):
                     lines.append("  reference  "
                                  f"{np.array2string(refs[j].reshape(-1)[:6], precision=9)}")
                     if not shown and refs[j].dtype == rec.dtype:
-                        pix = ulp_image(refs[j], rec)
-                        if pix is not None:
-                            self.ulp_map.setPixmap(pix)
+                        got = ulp_image(refs[j], rec)
+                        if got is not None:
+                            self.ulp_map.setPixmap(got[0])
+                            self.ulp_layout.setText(f"output {j}: {got[1]}")
                             shown = True
         if refs is None:
             lines.append(f"reference: {why}")
         if not shown:
             self.ulp_map.setText("(no float output with a reference)")
+            self.ulp_layout.setText("")
         self.inspector.setPlainText("\n".join(lines))
 
     def select_first_divergence(self) -> None:

@@ -424,6 +424,34 @@ def test_the_window_steps_through_backward(captured):
     win.close()
 
 
+@pytest.mark.skipif(not reference_available(), reason="core.capture.aten_ref is not there")
+def test_the_ulp_map_of_a_convolution_is_its_planes_in_a_grid(captured, qtbot):
+    """Selecting the CNN's first convolution (a [8, 4, 8, 8] output) in the tree shows its ulp
+    map as the 32 planes in a grid that fits the panel, with a line saying so (it was a strip
+    8 pixels wide and 2,048 high)."""
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import Qt
+
+    from tapescope.app.qt.capture_window import _OP, CaptureWindow
+
+    cap = load(captured["cnn"][0])
+    win = CaptureWindow(cap, judge(cap))
+    qtbot.addWidget(win)
+    conv = next(e["index"] for e in win.rep["ops"] if e["op"] == "aten.convolution.default")
+    items = win.tree.findItems("*", Qt.MatchFlag.MatchWildcard | Qt.MatchFlag.MatchRecursive)
+    item = next(it for it in items if it.data(0, _OP) == conv)
+    win.tree.setCurrentItem(item)  # what a click on the row does
+    assert win.bands.selected == conv
+    shape = cap.shapes[win.rep["ops"][conv]["outputs"][0]["value"]]
+    assert len(shape) == 4
+    pix = win.ulp_map.pixmap()
+    assert not pix.isNull()
+    assert pix.width() <= 640 and pix.height() <= 300
+    assert max(pix.width(), pix.height()) / min(pix.width(), pix.height()) <= 4
+    planes = shape[0] * shape[1]
+    assert f"{planes} planes of {shape[2]} rows x {shape[3]}" in win.ulp_layout.text()
+
+
 def test_a_recorder_failure_never_breaks_the_step(tmp_path, monkeypatch):
     """The recorder is a guest: when recording an op fails, the op's result is handed back as
     it is, recording stops, the complete steps before are kept, and the block says why."""
