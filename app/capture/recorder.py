@@ -43,7 +43,6 @@ from tapescope.core.capture.file import (
     DIGESTS,
     derived_digest,
     digest,
-    is_dense,
 )
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -236,6 +235,13 @@ _TRANSPOSE_MIN = 4096
 _NUMPY_COPY_MAX = 16384
 
 
+#: values smaller than this are hashed, never derived (``Recorder._derived_source``): deciding
+#: and recording one costs ~7 us of Python (the geometry's checks, the sentinel), more than a
+#: C-order copy and a digest of up to ~4K elements (16x16 float32 3 us, 64x64 8-12 us,
+#: 128x128 13-18 us, 384x384 68-96 us; measured 12:15, 2-core EPYC). In bytes, on any device
+_DERIVE_MIN = 16384
+
+
 def _load_transpose() -> None:
     """Load core/native's transposes once a process, before the step, where the library is
     built already (any earlier tapescope run on this machine built it): nothing is compiled in
@@ -278,6 +284,31 @@ def _c_order(t: torch.Tensor, a: np.ndarray) -> np.ndarray:
         if c.flags.c_contiguous and c.shape == a.shape:
             return c
     return np.array(a, order="C")
+
+
+def _c_strides(shape: Any) -> tuple[int, ...]:
+    """The strides (in elements) of C order over ``shape``."""
+    out, step = [], 1
+    for sz in reversed(shape):
+        out.append(step)
+        step *= sz
+    return tuple(reversed(out))
+
+
+def _collapsed(shape: Any, strides: Any) -> list[list[int]]:
+    """``[size, stride]`` per dimension with the dimensions of one element left out and each
+    run of dimensions that steps through memory as one merged: two tensors over one address
+    whose forms are equal hold the same elements in the same C order (a ``view`` that splits
+    or merges dimensions of a tensor that is not C-contiguous)."""
+    out: list[list[int]] = []
+    for sz, st in zip(shape, strides, strict=True):
+        if sz == 1:
+            continue
+        if out and out[-1][1] == st * sz:
+            out[-1] = [out[-1][0] * sz, st]
+        else:
+            out.append([sz, st])
+    return out
 
 
 def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
@@ -691,7 +722,12 @@ class Recorder(TorchDispatchMode):
             k = (u, -1)
         vid = self.seen.get(k)
         if vid is None:
-            vid = self.seen[k] = self._new_value(t)
+            if self.derive_views and type(t) in _PLAIN_TENSORS and t._base is not None \
+                    and t.layout is _STRIDED and not t.is_contiguous():
+                vid = self._derived_input(t, t._base)
+            if vid is None:
+                vid = self._new_value(t)
+            self.seen[k] = vid
         return vid
 
     def _made(self, t: torch.Tensor, written: bool = False) -> int:
@@ -756,35 +792,89 @@ class Recorder(TorchDispatchMode):
         return vid
 
     def _derived_source(self, out: torch.Tensor, args: Any, enc_args: list
-                        ) -> tuple[int, tuple[int, ...]] | None:
-        """``(source value, out's strides over it)`` where a view op's output ``out``, not
-        C-contiguous, holds exactly the elements of a tensor argument's memory, rearranged:
-        the same dtype, element count and first address, laid densely (``is_dense``: each
-        element once), no conj or neg bit on either, and that memory C-ordered value bytes:
-        the argument C-contiguous (its value, the source), or itself derived (its source, the
-        root). ``out`` then equals in two runs iff its source does. None otherwise. On any
-        device: nothing here reads an element."""
-        if out.is_contiguous() or out.layout is not _STRIDED or out.is_quantized \
-                or out.is_conj() or out.is_neg():
+                        ) -> tuple[int, tuple[int, ...] | None] | None:
+        """Where a view op's output ``out`` (not C-contiguous) holds exactly a tensor
+        argument's elements, rearranged: ``(source value, out's strides over the source's
+        C-order elements)``, or ``(value, None)`` where ``out`` holds that argument's value in
+        its own C order (the same bytes: a ``view``, ``unsqueeze``, ``detach`` of a tensor
+        that is not C-contiguous); None otherwise. The argument: of ``out``'s dtype, element
+        count and first element's address, no conj or neg bit on either; ``out``'s dimensions
+        of more than one element are the argument's (memory stride and size), reordered (a
+        ``t``, ``transpose``, ``permute``), so that ``out`` is the argument's value with its
+        axes permuted: a bijection of its elements. The source is the argument's value, or,
+        where that is derived itself, its source (the root: a value whose digest is of its
+        bytes). ``out`` then equals in two runs iff its source does. On any device: nothing
+        here reads an element."""
+        try:
+            return self._derived_from(out, args, enc_args)
+        except (RuntimeError, TypeError):  # (a tensor without storage: no data pointer)
+            return None
+
+    def _derived_from(self, out: torch.Tensor, args: Any, enc_args: list
+                      ) -> tuple[int, tuple[int, ...] | None] | None:
+        """``_derived_source``'s work."""
+        if type(out) not in _PLAIN_TENSORS or out.layout is not _STRIDED \
+                or out.is_contiguous() or out.is_quantized or out.is_conj() or out.is_neg():
             return None
         n, p, dt = out.numel(), out.data_ptr(), out.dtype
         if not n or not p:
             return None
-        shape = out.shape
-        strides = tuple(0 if sz == 1 else st for sz, st in zip(shape, out.stride(),
-                                                                 strict=True))
-        if not is_dense(shape, strides):
-            return None
         for a, e in zip(args, enc_args, strict=False):
-            if isinstance(a, torch.Tensor) and a.dtype is dt and a.data_ptr() == p \
+            if type(a) in _PLAIN_TENSORS and a.dtype is dt and a.data_ptr() == p \
                     and a.numel() == n and a.layout is _STRIDED and not a.is_conj() \
                     and not a.is_neg():
                 vid = e["T"]
-                root = self.derived.get(vid)
-                if root is not None:
-                    return root[0], strides
-                return (vid, strides) if a.is_contiguous() else None
+                d = self.derived.get(vid)
+                a_shape, a_stride = a.shape, a.stride()
+                at = {}  # (memory stride, size) -> dimension, of a's of more than one element
+                for i, sz in enumerate(a_shape):
+                    if sz != 1:
+                        at[(a_stride[i], sz)] = i
+                o_stride = out.stride()
+                order: list[int] = []
+                for j, sz in enumerate(out.shape):
+                    if sz != 1:
+                        i = at.get((o_stride[j], sz))
+                        if i is None:  # not a permutation; its elements' order may be the same
+                            same = d is None and _collapsed(out.shape, o_stride) == \
+                                _collapsed(a_shape, a_stride)
+                            return (vid, None) if same else None
+                        order.append(i)
+                if len(order) != len(at) or len(set(order)) != len(order):
+                    return None  # (a dimension of a's twice: an overlapping a)
+                if d is None:
+                    if order == sorted(order):
+                        return vid, None  # its axes in their order: a's C-order bytes
+                    src, over = vid, _c_strides(a_shape)
+                else:
+                    src, over = d
+                # a's dimensions, each once, over a dense layout of the source (C order, or
+                # a derived value's): so is out's
+                it = iter(order)
+                return src, tuple(0 if sz == 1 else over[next(it)] for sz in out.shape)
         return None
+
+    def _derived_input(self, t: torch.Tensor, base: torch.Tensor) -> int | None:
+        """A view ``t`` first seen as an op's input (its version moved since the op that
+        made it: autograd gives a view its base's version counter after the op returns)
+        recorded as derived from its base's value as it is now (``_derived_source``), where
+        it would be hashed; None otherwise."""
+        nb = t.nbytes
+        if nb < _DERIVE_MIN or not (self.hashes_only or self.stored_bytes + nb > self.max_bytes):
+            return None
+        e = self.uid.get(id(base))
+        if e is None or e[0]() is not base:
+            return None
+        try:
+            bvid = self.seen.get((e[1], base._version))
+        except RuntimeError:
+            return None
+        if bvid is None:
+            return None
+        src = self._derived_source(t, (base,), ({"T": bvid},))
+        if src is None:
+            return None
+        return self._made_like(t, src[0]) if src[1] is None else self._made_derived(t, *src)
 
     def _made_derived(self, t: torch.Tensor, src: int, strides: tuple[int, ...]) -> int:
         """``_made`` for a value derived from value ``src`` (``_derived_source``): no copy and
@@ -1033,10 +1123,11 @@ class Recorder(TorchDispatchMode):
                 like = self._same_bytes(out, args, enc_args)
                 if like is not None:
                     outs = (self._made_like(out, like),)
-                elif self.derive_views and (self.hashes_only or self.stored_bytes + out.nbytes
-                                            > self.max_bytes) \
+                elif self.derive_views and (nb := out.nbytes) >= _DERIVE_MIN \
+                        and (self.hashes_only or self.stored_bytes + nb > self.max_bytes) \
                         and (src := self._derived_source(out, args, enc_args)) is not None:
-                    outs = (self._made_derived(out, *src),)
+                    outs = (self._made_like(out, src[0]) if src[1] is None
+                            else self._made_derived(out, *src),)
                 else:
                     outs = (made(out),)
             else:

@@ -187,7 +187,7 @@ def derived_digest(algorithm: str, src_digest: str, dtype: str, shape: tuple[int
     over the source's C-order bytes, starting at its first), so that two derived values have
     one digest iff their sources' digests and geometries are the same (then so are their
     values), and never the digest of any value's bytes (the prefix)."""
-    geometry = f"{dtype}:{list(shape)}:{list(strides)}".encode("ascii")
+    geometry = f"{dtype}:{tuple(shape)}:{tuple(strides)}".encode("ascii")
     return DIGESTS[algorithm][1](b"tapescope-view\0" + src_digest.encode("ascii") + b"\0"
                                  + geometry)
 

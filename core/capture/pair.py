@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tapescope.core.capture.file import Capture, comparable
+from tapescope.core.capture.file import Capture, comparable, digest
 from tapescope.core.capture.judge import RANDOM_OPS, UNINITIALISED_OPS, _diff, base_name, judge
 from tapescope.core.capture.pair_regions import first_inside, matched_region_node
 
@@ -224,6 +224,26 @@ def _same_sources(a: Capture, va: int, b: Capture, vb: int, prod: _Producers,
     return va, vb
 
 
+def _laid_out_alike(a: Capture, va: int, b: Capture, vb: int) -> bool:
+    """Whether a derived value (no view op to follow: a view first seen as an input) is the
+    other run's value, by its source: both derived alike (the same strides) from sources of
+    the same digest; or one derived, the other's array stored: that array put back in the
+    source's order (the strides are a bijection) has the source's digest."""
+    if va in a.derived and vb in b.derived:
+        return a.derived_strides[va] == b.derived_strides[vb] \
+            and a.shapes[va] == b.shapes[vb] \
+            and a.digests[a.derived[va]] == b.digests[b.derived[vb]]
+    if vb in b.derived:
+        a, va, b, vb = b, vb, a, va
+    x = b.arrays[vb]
+    if x is None or va not in a.derived or a.digest_algorithm != b.digest_algorithm:
+        return False
+    root = np.empty(x.size, x.dtype)
+    np.lib.stride_tricks.as_strided(
+        root, x.shape, [st * x.itemsize for st in a.derived_strides[va]])[...] = x
+    return digest(root, a.digest_algorithm) == a.digests[a.derived[va]]
+
+
 def _same(a: Capture, va: int, b: Capture, vb: int, prod: _Producers | None = None
           ) -> dict | None:
     """None when value ``va`` of A and ``vb`` of B are the same bits (NaN policy), else how
@@ -243,6 +263,8 @@ def _same(a: Capture, va: int, b: Capture, vb: int, prod: _Producers | None = No
             return {**d, "first_index": None,
                     "why": f"its view op's input differs (A value {src[0]}, B value "
                            f"{src[1]}: {d['why']})"}
+        if _laid_out_alike(a, va, b, vb):
+            return None
     base = {"dtype_a": da, "dtype_b": db}
     xa, xb = a.arrays[va], b.arrays[vb]
     if da != db:
