@@ -155,3 +155,20 @@ def test_the_attention_forms_batched_product_is_matmul():
     m = aten_ref_layers._causal(3, 4, np.dtype(np.float32))
     assert not m.flags.writeable and m.tobytes() == np.triu(
         np.full((3, 4), -np.inf, np.float32), k=1).tobytes()
+
+
+def test_an_output_of_another_dtype_or_shape_is_no_reference():
+    """``_check_outs``' one-output path and its loop name the first output that is not the
+    recorded one's dtype and shape (the op no-reference, never a comparison of the two)."""
+    x = np.ones((3, 4), np.float32)
+    two = aten_ref.reference("aten.var_mean.correction", [x], {})
+    cap = _capture([("aten.neg.default", [{"T": 0}], {}, [-x]),
+                    ("aten.var_mean.correction", [{"T": 0}], {}, two)], [x])
+    answers = {0: [np.zeros(12, np.float32)], 1: [two[0], two[1].astype(np.float64)]}
+    rep = judge.judge(cap, override=lambda i, op, a, k: answers[i])
+    got = [(e["outputs"][0]["verdict"], e.get("reason")) for e in rep["ops"]]
+    assert got == [("no-reference", "the reference's output 0 is float32[12], the recorded one "
+                                    "float32[3, 4]"),
+                   ("no-reference", "the reference's output 1 is float64[], the recorded one "
+                                    "float32[]")], got
+    assert [o["verdict"] for o in judge.judge(cap)["ops"][1]["outputs"]] == ["exact"] * 2
