@@ -319,7 +319,10 @@ class CaptureWindow(QMainWindow):
         shown = False
         for j, o in enumerate(e["outputs"]):
             rec = self.cap.arrays[o["value"]]
-            desc = "digest only" if rec is None else f"{rec.dtype}{list(rec.shape)}"
+            src = self.cap.derived.get(o["value"])
+            desc = f"{rec.dtype}{list(rec.shape)}" if rec is not None else "digest only" \
+                if src is None else f"derived: value {src}'s elements, rearranged (no digest " \
+                "of its own)"
             lines.append(f"output {j}: value {o['value']} {desc}: {o['verdict']}"
                          + (f" (introduced {o['n_diff']} elements, max {o['max_ulp']} ulp; "
                             f"total {o['total_n_diff']}, max {o['total_max_ulp']} ulp)"

@@ -210,8 +210,7 @@ def comparable(caps: list[Capture]) -> list[Capture]:
     order = sorted(algs, key=lambda n: (n != DEFAULT_DIGEST, n))
     for target in order:
         others = [c for c in caps if c.digest_algorithm != target]
-        if all(all(x is not None or vid in c.derived for vid, x in enumerate(c.arrays))
-               for c in others):
+        if all(all(x is not None for x in c.arrays) for c in others):
             return [c if c.digest_algorithm == target else _rehashed(c, target) for c in caps]
     a = caps[0]
     b = next(c for c in caps if c.digest_algorithm != a.digest_algorithm)
@@ -223,14 +222,11 @@ def comparable(caps: list[Capture]) -> list[Capture]:
 
 
 def _rehashed(cap: Capture, algorithm: str) -> Capture:
-    """``cap`` with every value's digest recomputed by ``algorithm`` (all stored, or derived:
-    their sentinels remade from their sources' new digests)."""
+    """``cap`` with every value's digest recomputed by ``algorithm`` (all stored: a derived
+    value never is)."""
     import dataclasses
 
-    digests = [None if a is None else digest(a, algorithm) for a in cap.arrays]
-    for vid, src in cap.derived.items():  # (a source is never derived: ``_Spec._derived``)
-        digests[vid] = derived_digest(algorithm, digests[src], cap.dtypes[vid],
-                                      cap.shapes[vid], cap.derived_strides[vid])
+    digests = [digest(a, algorithm) for a in cap.arrays]
     return dataclasses.replace(cap, digests=digests, digest_algorithm=algorithm)
 
 

@@ -330,3 +330,23 @@ def test_a_hostile_derived_column_is_exit_2_on_the_command_line(files, tmp_path)
                        timeout=300)
     line = one_error_line(p, "parity")
     assert str(f) in line and "values.derived" in line
+
+
+def test_the_window_says_a_value_is_derived(files):
+    """The capture window opens a file with derived values; the Inspector names the source."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    pytest.importorskip("PySide6")
+    from PySide6.QtWidgets import QApplication
+
+    from tapescope.app.qt.capture_window import CaptureWindow
+    from tapescope.core.capture.judge import judge
+
+    _app = QApplication.instance() or QApplication([])
+    cap = load(files["hashes"])
+    win = CaptureWindow(cap, judge(cap))
+    i = next(i for i, outs in enumerate(cap.ops["outputs"])
+             if cap.ops["op"][i] == "aten.t.default" and outs[0] in cap.derived)
+    win.show_op(i)
+    v = cap.ops["outputs"][i][0]
+    assert f"value {v} derived: value {cap.derived[v]}'s elements" in win.inspector.toPlainText()
+    win.close()
