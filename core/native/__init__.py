@@ -304,6 +304,18 @@ def shutdown_pool() -> int:
 _DT = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 
 
+def _ctypes_address(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+def addresser():
+    """A function of an ndarray giving ``a.ctypes.data`` (its first element's address): the
+    extension's ``addr`` (~0.1 us) where it is built, else ctypes' own (~1.4 us). For callers
+    that hold the library already (the extension is built only where it is)."""
+    ext = _ext if _ext else refmath_ext()
+    return ext.addr if ext is not None else _ctypes_address
+
+
 def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """2-D reference-order product in C, or None when native code is unavailable."""
     lib = library()
@@ -317,13 +329,15 @@ def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         b = np.ascontiguousarray(b)
         c = np.empty((m, n), dtype=a.dtype)
         fn = lib.ts_mm_f64 if a.dtype == np.float64 else lib.ts_mm_f32
-        fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, k, n, threads())
+        ad = addresser()
+        fn(ad(a), ad(b), ad(c), m, k, n, threads())
         return c
     # a transposed operand (the backward's g @ b.T and a.T @ g) read in place: the kernel
     # packs b's panels anyway, so reading them across rows costs no extra pass
     c = np.empty((m, n), dtype=a.dtype)
     fn = lib.ts_mm_s_f64 if a.dtype == np.float64 else lib.ts_mm_s_f32
-    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, k, n, *sa, *sb, threads())
+    ad = addresser()
+    fn(ad(a), ad(b), ad(c), m, k, n, *sa, *sb, threads())
     return c
 
 
@@ -373,7 +387,8 @@ def bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     b, sb = _batch(b, bsz)
     c = np.empty((bsz, m, n), dtype=a.dtype)
     fn = lib.ts_bmm_f64 if a.dtype == np.float64 else lib.ts_bmm_f32
-    fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, bsz, m, k, n, sa, sb, threads())
+    ad = addresser()
+    fn(ad(a), ad(b), ad(c), bsz, m, k, n, sa, sb, threads())
     return c
 
 

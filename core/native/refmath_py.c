@@ -28,6 +28,9 @@
  * new 1-d array of n sums: serial_sum calls them ~350 times a zoo GPT judge on rows of 16
  * elements, where ctypes' two `.ctypes.data` lookups and its call were ~4 us of ~6. Another
  * dtype or rank raises (TypeError, ValueError).
+ *
+ * addr(x): x.ctypes.data of an ndarray (its first element's address), for the ctypes calls of
+ * small products (core.native.mm, bmm), whose three lookups were most of their call's cost.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -303,6 +306,17 @@ static PyObject *chansum(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return serial_sums(args, nargs, 3, "chansum");
 }
 
+/* addr(x): the address of ndarray x's first element, as x.ctypes.data gives it (~1.4 us
+ * there: a ctypes object built per lookup; three a product) */
+static PyObject *addr(PyObject *self, PyObject *x) {
+    (void)self;
+    if (!PyArray_Check(x)) {
+        PyErr_SetString(PyExc_TypeError, "addr: x must be an ndarray");
+        return NULL;
+    }
+    return PyLong_FromVoidPtr(PyArray_DATA((PyArrayObject *)x));
+}
+
 static PyMethodDef METHODS[] = {
     {"apply", (PyCFunction)(void (*)(void))apply, METH_FASTCALL, "apply(i, x): f_i(x), new"},
     {"tanh_grad", (PyCFunction)(void (*)(void))tanh_grad, METH_FASTCALL,
@@ -313,6 +327,7 @@ static PyMethodDef METHODS[] = {
      "colsum(x): the serial sums of 2-d x's columns over its rows, new"},
     {"chansum", (PyCFunction)(void (*)(void))chansum, METH_FASTCALL,
      "chansum(x): the serial sums of 3-d x over every axis but the second, new"},
+    {"addr", (PyCFunction)addr, METH_O, "addr(x): x.ctypes.data"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_ts_refmath", NULL, -1, METHODS,

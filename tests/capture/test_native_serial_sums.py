@@ -187,3 +187,20 @@ def test_native_code_turned_off_turns_the_extensions_sums_off(monkeypatch):
         assert native._ext is False
     assert native.colsum(x).tobytes() == np.full(4, 3, np.float32).tobytes()
     assert native._ext is not None and native._ext is not False
+
+
+def test_the_extensions_addr_is_ctypes_data():
+    """``addr`` (what the small products pass ctypes instead of three ``.ctypes.data``) is the
+    first element's address as ctypes gives it: views, reversed, offset, empty, read-only and
+    0-d arrays; a non-array raises."""
+    ext = _ext_or_skip()
+    x = np.arange(24.0).reshape(4, 6)
+    ro = x.copy()
+    ro.setflags(write=False)
+    for v in (x, x[1:, 2:], x[::-1, ::-2], x.T, x[:0], ro, _odd(x), np.zeros(()),
+              np.broadcast_to(x[2], (3, 6))):
+        assert ext.addr(v) == v.ctypes.data
+    assert native.addresser() is ext.addr
+    for bad in (x.tolist(), memoryview(b"ab"), None):
+        with pytest.raises(TypeError):
+            ext.addr(bad)
