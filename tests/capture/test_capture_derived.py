@@ -37,7 +37,7 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0")
 VIEWS = {"aten.t.default", "aten.transpose.int", "aten.permute.default"}
 
 
-def _step(plant: float = 0.0):
+def _step(plant: float = 0.0, device: str = "cpu"):
     """Two steps of a small attention-like block: ``Linear`` (``addmm`` of the weight's
     ``t``), a head split (``view``, ``transpose``), a ``permute`` of that transpose (a view of
     a derived value), a batched product of the two; SGD. ``plant`` is added to one element of
@@ -46,13 +46,14 @@ def _step(plant: float = 0.0):
     lin = torch.nn.Linear(12, 24)
     with torch.no_grad():
         lin.weight[3, 5] += plant
-    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    lin.to(device)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1, foreach=False)  # (one form on any device)
     g = torch.Generator().manual_seed(1)
 
     def run() -> list[float]:
         losses = []
         for _ in range(2):
-            x = torch.randn(2, 5, 12, generator=g)
+            x = torch.randn(2, 5, 12, generator=g).to(device)
             h = lin(x)
             q = h.view(2, 5, 4, 6).transpose(1, 2)  # (2, 4, 5, 6): not C-contiguous
             k = q.permute(0, 1, 3, 2)  # (2, 4, 6, 5): a rearrangement of the transpose
@@ -60,7 +61,7 @@ def _step(plant: float = 0.0):
             # a slice (not C-contiguous, hashed by its bytes), a view of it with its elements
             # in the same order (its digest), that view rearranged (derived from the slice)
             u = h.split(8, dim=-1)[1].unsqueeze(1)
-            loss = loss + (u.transpose(0, 3) * torch.arange(2.0)).sum() * 1e-3
+            loss = loss + (u.transpose(0, 3) * torch.arange(2.0, device=device)).sum() * 1e-3
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -69,11 +70,12 @@ def _step(plant: float = 0.0):
     return run
 
 
-def _record(monkeypatch, plant: float = 0.0, derive: bool = True, **kw) -> R.Recorder:
+def _record(monkeypatch, plant: float = 0.0, derive: bool = True, device: str = "cpu",
+            **kw) -> R.Recorder:
     monkeypatch.setattr(R.Recorder, "async_hash", False)
     monkeypatch.setattr(R.Recorder, "derive_views", derive)
     monkeypatch.setattr(R, "_DERIVE_MIN", 0)  # (the block's values are small: all of them)
-    run = _step(plant)
+    run = _step(plant, device)
     rec = R.Recorder(steps=2, **kw).start()
     try:
         run()
@@ -188,6 +190,22 @@ def test_over_the_budget_the_same_values_are_derived(monkeypatch):
     h = _record(monkeypatch, hashes_only=True)
     over = _record(monkeypatch, max_bytes=0)
     assert over.derived == h.derived and over.v_sha == h.v_sha
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_cuda_capture_derives_what_a_cpu_capture_derives(monkeypatch):
+    """The decision reads no element: on a GPU the same views are derived, laid out alike
+    (their values, computed by other kernels, may differ: their digests are not compared)."""
+    def derived(rec: R.Recorder) -> list[tuple]:
+        made = _made_by(rec)
+        return sorted((str(made.get(v)), str(made.get(src)), rec.v_shape[v], st)
+                      for v, (src, st) in rec.derived.items())
+
+    cpu = _record(monkeypatch, hashes_only=True)
+    gpu = _record(monkeypatch, hashes_only=True, device="cuda")
+    assert derived(gpu) == derived(cpu) and derived(cpu)
+    assert "cuda:0" in gpu.devices or "cuda" in gpu.devices
 
 
 @pytest.fixture
