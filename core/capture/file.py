@@ -28,6 +28,14 @@ value in both) and detect a corrupt or truncated file; nothing is signed, so a c
 hash buys nothing here (anyone who can edit the file can recompute one), and XXH3-128 runs
 ~10x faster than SHA-256 (docs/capture.md, "The file"). The header's own checksum in the
 trailer stays a SHA-256.
+
+DERIVED VALUES (optional ``values.derived``: ``[[value, source, strides], ...]``): a hashed
+value that is its source's elements rearranged (a ``t``, ``transpose``, ``permute``: strides
+over the source's C-order elements, each element once) carries no digest of its bytes but a
+sentinel (``derived_digest``) of its source's digest and its geometry: two derived values'
+digests are equal iff their sources' and geometries are. Checked at load (an earlier source
+that is not derived itself, its dtype and element count, no stored array, dense strides, the
+sentinel); ``Capture.derived``. A file without the column has none.
 """
 
 from __future__ import annotations
