@@ -25,12 +25,13 @@ import re
 import secrets
 import stat
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["build_atomic", "check_writable", "remove_stale_temporaries", "write_all",
-           "write_atomic"]
+__all__ = ["AtomicFile", "build_atomic", "check_writable", "remove_stale_temporaries",
+           "write_all", "write_atomic"]
 
 Data = bytes | str | Callable[[BinaryIO], None]  # the bytes, text (utf-8), or a writer
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
@@ -208,6 +209,109 @@ def build_atomic(path: str | os.PathLike, build: Callable[[Path], None],
         raise
     _fsync_dir(path.parent)
     return path
+
+
+class AtomicFile:
+    """A file written a piece at a time while its writer runs (a capture's values, each as it is
+    recorded), then put in place whole: ``commit`` fsyncs it and renames it over ``path`` (or
+    over another name in the same folder) as ``write_atomic`` does; ``discard``, a failed
+    write, or the object's end without a commit (garbage collection, the interpreter's exit)
+    removes it. The temporary is created exclusively beside ``path``, as ``write_atomic``'s.
+    Pieces under 64 KiB are gathered (one ``os.write`` a MiB), larger ones written at once.
+    Once a write has failed the file is broken (its length no longer what its writer counted):
+    every later write and ``commit`` raise that failure. OSErrors name the file."""
+
+    _SMALL = 1 << 16
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        try:
+            self.fd, self.tmp = _temporary(self.path)
+        except OSError as e:
+            raise _error(self.path, e) from e
+        self._buf = bytearray()
+        self.failed: OSError | None = None
+        # closed and removed when this object goes without a commit (nothing else holds the fd)
+        self._end = weakref.finalize(self, _close_and_unlink, self.fd, self.tmp)
+
+    def write(self, data) -> None:  # noqa: ANN001 — any C-contiguous buffer
+        if self.failed is not None:
+            raise self.failed
+        try:
+            view = memoryview(data).cast("B")
+            if len(view) < self._SMALL:
+                self._buf += view
+                if len(self._buf) >= _CHUNK:
+                    self._flush()
+            else:
+                self._flush()
+                self._write_all(view)
+        except OSError as e:
+            self.failed = _error(self.path, e)
+            raise self.failed from e
+
+    def _flush(self) -> None:
+        if self._buf:
+            self._write_all(memoryview(self._buf))
+            self._buf = bytearray()
+
+    def _write_all(self, view: memoryview) -> None:
+        at = 0
+        while at < len(view):
+            at += os.write(self.fd, view[at:at + _CHUNK])
+
+    def commit(self, path: str | os.PathLike | None = None) -> Path:
+        """Flush, fsync and rename the file over ``path`` (default: the one it was made for; a
+        name in the same folder: the rename stays within one filesystem); its path."""
+        target = self.path if path is None else Path(path)
+        if target.parent != self.path.parent:
+            raise ValueError(f"{target} is not in {self.path.parent}, the temporary's folder")
+        if not self._end.alive:
+            raise ValueError(f"{self.path}: this file was committed or discarded already")
+        try:
+            if self.failed is not None:
+                raise self.failed
+            try:
+                self._flush()
+                try:
+                    old = os.stat(target)
+                    if stat.S_ISREG(old.st_mode):
+                        os.fchmod(self.fd, stat.S_IMODE(old.st_mode))  # as write_atomic's
+                except FileNotFoundError:
+                    pass
+                os.fsync(self.fd)
+            except OSError as e:
+                kept = " (the old file is unchanged)" if os.path.lexists(target) else ""
+                raise _error(target, e, kept) from e
+            os.close(self.fd)
+            self.fd = -1
+            try:
+                os.replace(self.tmp, target)
+            except OSError as e:
+                raise _error(target, e) from e
+        except BaseException:
+            self.discard()
+            raise
+        self._end.detach()
+        _fsync_dir(target.parent)
+        return target
+
+    def discard(self) -> None:
+        """Close and remove the temporary (nothing is renamed); idempotent."""
+        info = self._end.detach()  # (obj, func, args, kwargs), or None: done already
+        if info is not None:
+            fd, tmp = info[2]
+            _close_and_unlink(-1 if self.fd < 0 else fd, tmp)
+        self.fd = -1
+
+
+def _close_and_unlink(fd: int, tmp: Path) -> None:
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _unlink(tmp)
 
 
 def _backup(p: Path) -> Path | None:

@@ -53,12 +53,12 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
 
     if steps < 1:
         raise ValueError(f"steps must be at least 1, not {steps}")
-    path = os.fspath(path)
+    path = os.path.abspath(path)  # where it pointed when the block began (a chdir inside it)
     from tapescope.app.capture.compiled import install
 
     meta: dict[str, Any] = {}
     rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: _save(r, path, meta),
-                   digest=digest)
+                   digest=digest, spool=path)
     # torch.compile inside the block: its graphs and their calls recorded (until the block ends).
     # The wrappers reach the recorder through ``held``, emptied when the block ends: a compiled
     # model kept after it, or the compile wrapper's own reference cycle, would otherwise keep

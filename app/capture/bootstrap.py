@@ -80,6 +80,7 @@ def main() -> None:
         if rec.failed:  # recording broke at an op; the script ran on untouched
             tell(event="failed", message=rec.failed)
         if n == 0:
+            rec.discard()
             tell(event="none")
             return
         out = cfg["out"]
@@ -104,7 +105,7 @@ def main() -> None:
 
     rec = Recorder(cfg["steps"], cfg["max_bytes"], cfg["hashes_only"], on_done=done,
                    on_step=lambda n: tell(event="step", step=n),
-                   digest=cfg.get("digest", "xxh3_128"))
+                   digest=cfg.get("digest", "xxh3_128"), spool=cfg["out"])
     holder.append(rec)
     target, args = sys.argv[1], sys.argv[2:]
     if cfg.get("module"):

@@ -41,8 +41,10 @@ from tapescope.core.capture.file import (
     COMPILED_OP,
     DEFAULT_DIGEST,
     DIGESTS,
+    Spool,
     derived_digest,
     digest,
+    raw_bytes,
 )
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -361,7 +363,7 @@ class Recorder(TorchDispatchMode):
                  hashes_only: bool = False,
                  on_done: Callable[[Recorder], None] | None = None,
                  on_step: Callable[[int], None] | None = None,
-                 digest: str = DEFAULT_DIGEST) -> None:
+                 digest: str = DEFAULT_DIGEST, spool: str | os.PathLike | None = None) -> None:
         super().__init__()
         if digest not in DIGESTS:
             raise ValueError(f"digest {digest!r} is unknown (known: {', '.join(DIGESTS)})")
@@ -382,7 +384,12 @@ class Recorder(TorchDispatchMode):
         self.derived: dict[int, tuple[int, tuple[int, ...]]] = {}
         self.derived_later: list[int] = []
         self.hasher: _Hasher | None = None
-        self.v_array: list[np.ndarray | None] = []
+        # a stored value's array, or with a spool its index in the spool's table; None: hashed
+        self.v_array: list[np.ndarray | int | None] = []
+        # the file the values are written to as they are recorded (``core.capture.file.Spool``,
+        # made by ``start`` beside ``spool``, the path the capture is for): None, in memory
+        self.spool_path = spool
+        self.spool: Spool | None = None
         self.stored_bytes = 0
         self.n_hashed = 0
         # id(tensor) -> (a weak reference to it, its uid): an id reused by a new tensor after
@@ -445,6 +452,13 @@ class Recorder(TorchDispatchMode):
         if self.async_hash or (self.async_hash is None and self.digest in _THREADED
                                and _core_free()):
             self.hasher = _Hasher(self.v_sha, self._hex)
+        elif self.spool_path is not None and self.spool is None and not self.hashes_only:
+            # values hashed inline: each stored one goes to the file at once (the hashing
+            # thread's values are hashed later: they stay in memory, as they did)
+            try:
+                self.spool = Spool(self.spool_path)
+            except OSError:
+                self.spool = None  # held in memory; writing the file says what is wrong
         self.__enter__()
         self.active = True
         return self
@@ -641,6 +655,12 @@ class Recorder(TorchDispatchMode):
                         self.n_hashed += 1
                         self.v_sha.append(self._hex(buf))
                         return vid
+                    if self.spool is not None:  # to the file from the tensor's memory
+                        h = self._hex(buf)
+                        self.v_sha.append(h)
+                        self.v_array.append(self.spool.put(buf, n, h))
+                        self.stored_bytes += n
+                        return vid
                     raw = buf.raw
                     c = np.frombuffer(raw, name).reshape(shape)
                     self.v_array.append(c)
@@ -660,6 +680,12 @@ class Recorder(TorchDispatchMode):
             else:
                 # a private copy: later in-place ops must not reach it
                 c = np.array(a, order="C") if a.flags.c_contiguous else _c_order(t, a)
+                if self.spool is not None:
+                    h = self._hex(c)
+                    self.v_sha.append(h)
+                    self.v_array.append(self.spool.put(c, c.nbytes, h))
+                    self.stored_bytes += c.nbytes
+                    return vid
                 c.setflags(write=False)
                 self.v_array.append(c)
                 self.stored_bytes += c.nbytes
@@ -699,6 +725,9 @@ class Recorder(TorchDispatchMode):
         if self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
             self.v_array.append(None)
             self.n_hashed += 1
+        elif self.spool is not None:  # to the file now: later in-place ops cannot reach it
+            self.v_array.append(self.spool.put(raw_bytes(a), a.nbytes, self.v_sha[-1]))
+            self.stored_bytes += a.nbytes
         else:
             if not private or not a.flags.c_contiguous:
                 a = np.array(a, copy=True, order="C")  # later in-place ops must not reach it
@@ -781,7 +810,15 @@ class Recorder(TorchDispatchMode):
         if h is None:  # still on the hashing thread: copied when the file is made
             self.sha_like.append((vid, like))
         a = self.v_array[like]
-        if a is None or self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
+        if type(a) is int:  # in the spool: named again (the same bytes, stored once)
+            n = t.nbytes
+            if self.stored_bytes + n > self.max_bytes:
+                self.v_array.append(None)
+                self.n_hashed += 1
+            else:
+                self.v_array.append(a)
+                self.stored_bytes += n
+        elif a is None or self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
             self.v_array.append(None)
             self.n_hashed += 1
         else:
@@ -1196,9 +1233,13 @@ class Recorder(TorchDispatchMode):
         # stored once and named by each: the file and its load hold every byte once
         # (gpt-256, benchmarks/bench_capture.py: 38 % of the stored bytes were repeats)
         stored: dict[tuple[str, int], int] = {}
+        spool = self.spool
         for a, d in zip(self.v_array, self.v_sha, strict=True):
             if a is None:
                 array_of.append(-1)
+                continue
+            if spool is not None:  # in the file already (its index), or put there now
+                array_of.append(a if type(a) is int else spool.put(raw_bytes(a), a.nbytes, d))
                 continue
             ai = stored.get((d, a.nbytes)) if d is not None else None
             if ai is None:
@@ -1239,10 +1280,26 @@ class Recorder(TorchDispatchMode):
         return header, arrays  # (``save`` encodes the header before it writes a byte)
 
     def save(self, path: str, meta: dict | None = None) -> str:
+        """Write the capture to ``path``: with a spool, its header appended to the values
+        written already and the file put in place (``path`` in the spool's folder)."""
         from tapescope.core.capture.file import save
 
-        header, arrays = self.header_and_arrays(meta)
-        return str(save(path, header, arrays, digests=self._digests))
+        try:
+            header, arrays = self.header_and_arrays(meta)
+        except BaseException:
+            self.discard()
+            raise
+        spool, self.spool = self.spool, None
+        if spool is None:
+            return str(save(path, header, arrays, digests=self._digests))
+        return str(spool.finish(path, header))  # (a failure removes what it had written)
+
+    def discard(self) -> None:
+        """Remove the values written to the file so far, when no file is wanted (none is
+        written; a spool left alone is removed when the recorder goes)."""
+        spool, self.spool = self.spool, None
+        if spool is not None:
+            spool.discard()
 
 
 def _dynamo_off() -> None:

@@ -55,12 +55,12 @@ import numpy as np
 import orjson
 import xxhash
 
-from tapescope.core.atomic import open_regular, write_atomic
+from tapescope.core.atomic import AtomicFile, open_regular, write_atomic
 from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
            "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "Limits",
-           "comparable", "derived_digest", "digest", "is_capture", "is_dense", "load",
+           "Spool", "comparable", "derived_digest", "digest", "is_capture", "is_dense", "load",
            "raw_bytes", "save"]
 
 FORMAT = "tapescope.capture"
@@ -263,19 +263,70 @@ def save(path: str | os.PathLike, header: dict, arrays: list[np.ndarray],
     text = header_json(h)
 
     def write(f) -> None:
-        f.write(MAGIC + struct.pack("<H", VERSION) + bytes(_PREAMBLE - len(MAGIC) - 2))
+        f.write(_preamble())
         at = _PREAMBLE
         for a, (off, n, _) in zip(arrays, table, strict=True):
             if off > at:
                 f.write(bytes(off - at))
             f.write(raw_bytes(a).data)
             at = off + n
-        hoff = _align(at)
-        f.write(bytes(hoff - at))
-        f.write(text)
-        f.write(_TRAILER.pack(TRAILER_MAGIC, hoff, len(text), hashlib.sha256(text).digest()))
+        f.write(_tail(at, text))
 
     return write_atomic(path, write)
+
+
+def _preamble() -> bytes:
+    return MAGIC + struct.pack("<H", VERSION) + bytes(_PREAMBLE - len(MAGIC) - 2)
+
+
+def _tail(at: int, text: bytes) -> bytes:
+    """What follows the arrays, which end at offset ``at``: the padding, the header ``text``
+    and the trailer that locates and checks it."""
+    hoff = _align(at)
+    return (bytes(hoff - at) + text
+            + _TRAILER.pack(TRAILER_MAGIC, hoff, len(text), hashlib.sha256(text).digest()))
+
+
+class Spool:
+    """A capture file written while the run is recorded: each stored value's bytes go to a
+    temporary beside the file as the recorder reads them (from the tensor's memory: one copy,
+    to the file; no private copy held until the end and written again), values of the same
+    bytes (digest and size) once; ``finish`` appends the header and puts the file in place
+    (``core.atomic.AtomicFile``: whole or not at all; a failed write breaks it, and
+    ``finish`` raises that failure). The layout is ``save``'s, byte for byte."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.out = AtomicFile(path)
+        self.table: list[list] = []  # per array: [offset, size, digest], as the header's
+        self._index: dict[tuple[str, int], int] = {}
+        self.out.write(_preamble())
+        self.at = _PREAMBLE
+
+    def put(self, data: Any, n: int, hexdigest: str) -> int:
+        """Store the ``n`` bytes of buffer ``data`` (C order), digest ``hexdigest``; the
+        index of its array in the file's table (a repeat of stored bytes: the first's)."""
+        key = (hexdigest, n)
+        ai = self._index.get(key)
+        if ai is None:
+            off = _align(self.at)
+            if off > self.at:
+                self.out.write(bytes(off - self.at))
+            self.out.write(data)
+            self.at = off + n
+            ai = self._index[key] = len(self.table)
+            self.table.append([off, n, hexdigest])
+        return ai
+
+    def finish(self, path: str | os.PathLike, header: dict) -> Path:
+        """Append ``header`` (its ``values.array`` indexes this spool's arrays) and put the
+        file at ``path`` (in the folder the spool was made for)."""
+        text = header_json({"format": FORMAT, "version": VERSION, **header,
+                            "arrays": self.table})
+        self.out.write(_tail(self.at, text))
+        return self.out.commit(path)
+
+    def discard(self) -> None:
+        self.out.discard()
 
 
 #: the header's parts made by encoders that write a non-finite float as ``{"f": "inf"}`` (the

@@ -75,19 +75,31 @@ def _step_with_views():
 
 @pytest.fixture(scope="module")
 def views_capture(tmp_path_factory):
+    """The step captured twice from the same seed: by ``capture`` (its values written to the
+    file as they are recorded), and by a recorder that holds them until ``save`` (in memory)."""
     from tapescope.app.capture import capture
+    from tapescope.app.capture.recorder import Recorder
 
-    f = tmp_path_factory.mktemp("shared") / "views.capture"
+    folder = tmp_path_factory.mktemp("shared")
+    f = folder / "views.capture"
     step = _step_with_views()
-    with capture(f, steps=2) as rec:
+    with capture(f, steps=2):
         step()
         step()
-    return f, rec
+    step = _step_with_views()
+    rec = Recorder(steps=2).start()
+    try:
+        step()
+        step()
+    finally:
+        rec.stop()
+    rec.save(str(folder / "memory.capture"))
+    return f, rec, folder / "memory.capture"
 
 
 def test_the_recorder_stores_same_bytes_once(views_capture):
-    f, rec = views_capture
-    cap = load(f)
+    f, rec, held = views_capture
+    cap = load(held)
     stored = [v for v, a in enumerate(rec.v_array) if a is not None]
     assert all(cap.arrays[v] is not None for v in stored)
     for v in stored:  # every value's bytes as recorded
@@ -100,6 +112,18 @@ def test_the_recorder_stores_same_bytes_once(views_capture):
     assert shared, "the step's views should give values of the same bytes"
     for vs in shared:  # one buffer for all of them
         assert len({cap.arrays[v].__array_interface__["data"][0] for v in vs}) == 1
+    # written as recorded: the same file, byte for byte, but the time it took
+    spooled = load(f)
+    assert spooled.digests == cap.digests
+    assert [None if a is None else a.tobytes() for a in spooled.arrays] \
+        == [None if a is None else a.tobytes() for a in cap.arrays]
+    assert _arrays_part(f) == _arrays_part(held)
+    assert json.loads(_header_text(f))["arrays"] == json.loads(_header_text(held))["arrays"]
+
+
+def _arrays_part(f) -> bytes:
+    data = f.read_bytes()
+    return data[:struct.unpack("<8sQQ32s", data[-56:])[1]]
 
 
 @pytest.mark.skipif(not J.reference_available(), reason="core.capture.aten_ref is not there")

@@ -147,3 +147,70 @@ def test_build_atomic_leaves_nothing_when_the_builder_fails_and_keeps_the_old_fi
     assert art.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["k.so"]
     build_atomic(art, lambda out: out.write_bytes(b"new"), mode=0o600)
     assert art.read_bytes() == b"new" and art.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_file_written_piece_by_piece_appears_whole_at_commit(tmp_path):
+    from tapescope.core.atomic import AtomicFile
+
+    p = tmp_path / "spool.bin"
+    p.write_bytes(b"old")
+    os.chmod(p, 0o640)
+    f = AtomicFile(p)
+    big = np.arange(1 << 15, dtype=np.float32)  # 128 KiB: written at once
+    f.write(b"head")  # small pieces gathered
+    f.write(big)
+    f.write(memoryview(b"tail"))
+    assert p.read_bytes() == b"old" and len(leftovers(tmp_path)) == 1  # nothing in place yet
+    assert f.commit() == p
+    assert p.read_bytes() == b"head" + big.tobytes() + b"tail"
+    assert os.stat(p).st_mode & 0o777 == 0o640  # a replaced file keeps its mode
+    assert leftovers(tmp_path) == []
+    with pytest.raises(ValueError, match="committed or discarded already"):
+        f.commit()
+
+
+def test_a_piece_by_piece_file_commits_to_a_sibling_name_only(tmp_path):
+    from tapescope.core.atomic import AtomicFile
+
+    f = AtomicFile(tmp_path / "run.capture")
+    f.write(b"x")
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(ValueError, match="is not in"):
+        f.commit(tmp_path / "sub" / "run.capture")  # another folder: maybe another filesystem
+    assert f.commit(tmp_path / "run.rank1.capture").read_bytes() == b"x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.rank1.capture", "sub"]
+
+
+def test_a_full_disk_breaks_a_piece_by_piece_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    from tapescope.core.atomic import AtomicFile
+
+    p = tmp_path / "run.capture"
+    p.write_bytes(b"old")
+    f = AtomicFile(p)
+    full_disk(monkeypatch, after=100_000)
+    with pytest.raises(OSError, match=f"cannot write {p}: No space left on device") as e:
+        f.write(np.zeros(1 << 16, np.float32))  # 256 KiB: past the 100 KB the disk takes
+    assert e.value.errno == errno.ENOSPC
+    monkeypatch.undo()  # the disk has room again: the file is still broken (a part is missing)
+    with pytest.raises(OSError, match="No space left on device"):
+        f.write(b"more")
+    with pytest.raises(OSError, match="No space left on device"):
+        f.commit()
+    assert p.read_bytes() == b"old" and leftovers(tmp_path) == []
+
+
+def test_a_piece_by_piece_file_never_committed_is_removed(tmp_path):
+    import gc
+
+    from tapescope.core.atomic import AtomicFile
+
+    f = AtomicFile(tmp_path / "a.capture")
+    f.write(b"abc")
+    f.discard()
+    f.discard()  # idempotent
+    g = AtomicFile(tmp_path / "b.capture")
+    g.write(b"abc")
+    assert len(leftovers(tmp_path)) == 1
+    del g  # its writer went away without a commit (an exception, a script's exit)
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
