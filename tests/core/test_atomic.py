@@ -214,3 +214,20 @@ def test_a_piece_by_piece_file_never_committed_is_removed(tmp_path):
     del g  # its writer went away without a commit (an exception, a script's exit)
     gc.collect()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_piece_by_piece_file_sends_what_it_wrote_to_the_disk_as_it_goes(tmp_path, monkeypatch):
+    """Every 8 MiB written, the writeback of that range is started (sync_file_range, where the
+    platform has it): the commit's fsync then waits for the last few MiB only."""
+    from tapescope.core.atomic import AtomicFile
+
+    calls = []
+    monkeypatch.setattr(atomic, "_sync_file_range",
+                        lambda fd, off, n, flags: calls.append((off, n, flags)) or 0)
+    f = AtomicFile(tmp_path / "big.capture")
+    piece = np.arange(3 << 18, dtype=np.float32)  # 3 MiB
+    for _ in range(10):
+        f.write(piece)
+    f.commit()
+    assert calls == [(0, 9 << 20, 2), (9 << 20, 9 << 20, 2), (18 << 20, 9 << 20, 2)]
+    assert (tmp_path / "big.capture").read_bytes() == piece.tobytes() * 10
