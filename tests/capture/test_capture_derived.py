@@ -368,3 +368,75 @@ def test_the_window_says_a_value_is_derived(files):
     v = cap.ops["outputs"][i][0]
     assert f"value {v} derived: value {cap.derived[v]}'s elements" in win.inspector.toPlainText()
     win.close()
+
+
+def test_a_write_to_the_source_makes_the_view_a_new_value(monkeypatch):
+    """A view derived, its base written in place, the view read again: a new value, derived
+    from the base as written (its version moved), never the first one's sentinel."""
+    monkeypatch.setattr(R.Recorder, "async_hash", False)
+    monkeypatch.setattr(R, "_DERIVE_MIN", 0)
+    w = torch.arange(12.0).reshape(3, 4).requires_grad_()
+    opt = torch.optim.SGD([w], lr=0.5)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            b = w * 1.0  # a fresh (made) tensor, C-contiguous
+            v = b.t()  # derived from b
+            first = v.sum(0)  # reads v as made
+            b.mul_(3.0)  # b written: v's values move with it
+            second = v.sum(0)  # reads v again: a new value
+        loss = (w * w).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return first, second
+
+    for hashes_only, kw in ((True, {"hashes_only": True}), (False, {})):
+        rec = R.Recorder(steps=1, **kw).start()
+        try:
+            first, second = run()
+        finally:
+            rec.stop()
+        names = _names(rec)
+        sums = [r for r in rec.rows if names[r[0]] == "aten.sum.dim_IntList"][:2]
+        v1, v2 = (r[5][0]["T"] for r in sums)
+        if hashes_only:
+            h = rec
+            assert v1 != v2 and v1 in h.derived and v2 in h.derived
+            assert h.derived[v1][0] != h.derived[v2][0]  # b before and after the write
+            assert h.v_sha[v1] != h.v_sha[v2]
+        else:
+            vals = rec
+    for v in (v1, v2):  # each the values run's bytes, laid out by its strides
+        src, strides = h.derived[v]
+        s = vals.v_array[src].reshape(-1)
+        got = np.lib.stride_tricks.as_strided(s, h.v_shape[v], [x * s.itemsize for x in strides])
+        assert np.array_equal(got, vals.v_array[v])
+    assert torch.equal(second, first * 3.0)
+
+
+def test_a_sentinel_waits_for_its_sources_digest_on_the_hashing_thread(monkeypatch):
+    """SHA-256 on the hashing thread: a derived value's source may not be hashed yet when it
+    is recorded; its sentinel is made when the thread is done, the same as inline."""
+    monkeypatch.setattr(R, "_ASYNC_MIN", 1 << 6)  # every output of the block to the thread
+    waited: list[int] = []
+    done = R.Recorder._hashes_done
+
+    def hashes_done(self) -> None:
+        waited.append(len(self.derived_later))
+        done(self)
+    monkeypatch.setattr(R.Recorder, "_hashes_done", hashes_done)
+    got = []
+    for threaded in (True, False):
+        monkeypatch.setattr(R.Recorder, "async_hash", threaded)
+        monkeypatch.setattr(R, "_DERIVE_MIN", 0)
+        run = _step()
+        rec = R.Recorder(steps=2, hashes_only=True, digest="sha256").start()
+        try:
+            run()
+        finally:
+            rec.stop()
+        assert None not in rec.v_sha and rec.derived and rec.derived_later == []
+        got.append(rec)
+    assert got[0].v_sha == got[1].v_sha and got[0].derived == got[1].derived
+    assert waited[0] > 0 and waited[-1] == 0  # threaded: some waited; inline: none
