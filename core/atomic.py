@@ -267,6 +267,10 @@ class AtomicFile:
         except OSError as e:
             self.failed = _error(self.path, e)
             raise self.failed from e
+        except BaseException as e:  # a KeyboardInterrupt mid-write: what is written is unknown
+            self.failed = OSError(f"cannot write {self.path}: interrupted while writing "
+                                  f"({type(e).__name__})")
+            raise
 
     def _flush(self) -> None:
         if self._buf:

@@ -231,3 +231,22 @@ def test_a_piece_by_piece_file_sends_what_it_wrote_to_the_disk_as_it_goes(tmp_pa
     f.commit()
     assert calls == [(0, 9 << 20, 2), (9 << 20, 9 << 20, 2), (18 << 20, 9 << 20, 2)]
     assert (tmp_path / "big.capture").read_bytes() == piece.tobytes() * 10
+
+
+def test_an_interrupted_piece_breaks_the_file(tmp_path, monkeypatch):
+    """A KeyboardInterrupt inside a write (a part written, how much unknown): the file cannot be
+    committed, even when the writer goes on; nothing is left."""
+    from tapescope.core.atomic import AtomicFile
+
+    f = AtomicFile(tmp_path / "run.capture")
+
+    def interrupted(fd, data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        f.write(np.zeros(1 << 16, np.float32))
+    monkeypatch.undo()
+    with pytest.raises(OSError, match="interrupted while writing"):
+        f.commit()
+    assert list(tmp_path.iterdir()) == []
