@@ -53,6 +53,8 @@ from tapescope.core.capture.aten_ref_table import FORMS, NoReference, opt
 
 __all__ = ["NoReference", "has_reference", "ops", "reference"]
 
+_SEQ = (list, tuple)  # (a tuple of types: ``list | tuple`` builds a union object each test)
+
 _FOREACH_BASE = {  # foreach name.overload -> the per-tensor op when not aten.<name>.<overload>
     "norm": ("aten.linalg_vector_norm.default",),
     "pow.List": ("aten.pow.Tensor_Tensor",),
@@ -136,7 +138,7 @@ def _arg_ids(*arg_lists: Iterable) -> set[int]:
     for args in arg_lists:
         for a in args:
             ids.add(id(a))
-            if isinstance(a, list | tuple):
+            if isinstance(a, _SEQ):
                 ids.update(map(id, a))
     return ids
 
@@ -146,9 +148,10 @@ def _is_arg(v: np.ndarray, arg_lists: tuple) -> bool:
     (``_arg_ids``' test for one value, without building the set)."""
     for args in arg_lists:
         for a in args:
-            if a is v or (isinstance(a, list | tuple) and any(x is v for x in a)):
+            if a is v or (isinstance(a, _SEQ) and any(x is v for x in a)):
                 return True
     return False
+
 
 
 def _fresh(v: Any, t: np.ndarray) -> bool:
@@ -182,7 +185,7 @@ def _into(values: list, targets: list, *arg_lists: Iterable) -> list:
 def _per_element(args: list, kwargs: dict, n: int, i: int, scalars_tensor: bool
                  ) -> tuple[list, dict]:
     def pick(a: Any) -> Any:
-        if isinstance(a, list | tuple) and len(a) == n:
+        if isinstance(a, _SEQ) and len(a) == n:
             return a[i]
         if scalars_tensor and isinstance(a, np.ndarray) and a.ndim == 1 and a.shape[0] == n:
             return float(a[i])  # addcmul/addcdiv's scalars given as a tensor

@@ -57,14 +57,20 @@ def _stat_dtype(x: np.ndarray, *params) -> np.dtype:
 
 
 # ---- layer norm -------------------------------------------------------------------------------
-def _ln_stats(x2: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """mu = serial_sum(x) / n; r = 1 / sqrt(serial_sum((x - mu)^2) / n + eps): core's lines."""
+def _ln_parts(x2: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mu, d, r): mu = serial_sum(x) / n; d = x - mu; r = 1 / sqrt(serial_sum(d * d) / n +
+    eps): core's lines (core/ops/rowwise.py, _ln_parts)."""
     t = x2.dtype.type
     n = t(x2.shape[-1])
     mu = serial_sum(x2, -1, keepdims=True) / n
     d = x2 - mu
     var = serial_sum(d * d, -1, keepdims=True) / n
-    return mu, t(1) / np.sqrt(var + t(eps))
+    return mu, d, t(1) / np.sqrt(var + t(eps))
+
+
+def _ln_stats(x2: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    mu, _, r = _ln_parts(x2, eps)
+    return mu, r
 
 
 @form("aten.native_layer_norm.default")
@@ -75,10 +81,13 @@ def _layer_norm(args: list, kwargs: dict) -> list:
     x2 = _w(x).reshape(-1, math.prod(shape))
     gamma = np.ones(x2.shape[-1], x2.dtype) if weight is None else _w(weight).reshape(-1)
     with fp_quiet():
-        y = REGISTRY["layer_norm"].forward(M, [x2, gamma], {"eps": float(eps)})
+        # the tape's layer_norm forward, (d * r) * gamma, on its statistics computed once here
+        # (they are outputs too: its own call made them again, 2 of the form's 4 row sums);
+        # tests/capture/test_judge_small_steps.py holds the two to the same bits
+        mu, d, r = _ln_parts(x2, eps)
+        y = (d * r) * gamma
         if bias is not None:
             y = y + _w(bias).reshape(-1)
-        mu, r = _ln_stats(x2, eps)
     stat, sd = lead + (1,) * k, _stat_dtype(x, weight, bias)
     return [y.reshape(x.shape).astype(x.dtype), mu.reshape(stat).astype(sd),
             r.reshape(stat).astype(sd)]

@@ -232,7 +232,10 @@ def ew(fn: Callable[..., Any], *xs: Any, out: np.dtype | None = None,
     vals = [x if type(x) is np.ndarray and x.dtype == ct  # (arr's own first case, inline)
             else arr(x, ct) if isinstance(x, np.ndarray | np.generic)
             else scal(x, out, scalars_as_storage) for x in xs]
-    with fp_quiet():
+    if _QUIET.get():  # (fp_quiet's answer without entering its null context: ~1,000 calls)
+        y = np.asarray(fn(*vals))
+        return y.astype(out, copy=False) if y.dtype != out else y
+    with np.errstate(all="ignore"):
         y = np.asarray(fn(*vals))
         return y.astype(out, copy=False) if y.dtype != out else y
 

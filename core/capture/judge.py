@@ -140,7 +140,10 @@ def _decode_args(args: list, kwargs: dict, arrays: list, ids: list[int]) -> tupl
     each value id read appended to ``ids``: those ``_inputs`` names (a ``{"T": id}`` in a list
     at any depth or as a keyword's value; not in other tagged objects), so the judge tests the
     chain against them without walking the arguments again."""
-    return _decode_ids(args, arrays, ids), {
+    a = _decode_ids(args, arrays, ids)
+    if not kwargs:  # (most ops: no comprehension's call)
+        return a, {}
+    return a, {
         k: _decode_ids(v, arrays, ids) if isinstance(v, list) else _decode_one(v, arrays, ids)
         for k, v in kwargs.items()}
 
@@ -505,8 +508,13 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
         if base in RANDOM_OPS or base in UNINITIALISED_OPS:
             mark("recorded", "an RNG draw" if base in RANDOM_OPS else "uninitialised memory")
             continue
-        recorded = [arrays[v] for v in outs]
-        if any(r is None for r in recorded):
+        if len(outs) == 1:  # (most ops: no comprehension or generator)
+            recorded = [arrays[outs[0]]]
+            missing = recorded[0] is None
+        else:
+            recorded = [arrays[v] for v in outs]
+            missing = any(r is None for r in recorded)
+        if missing:
             mark("unjudged", "an output is over the capture's size budget (its digest only)")
             continue
         args, kwargs = c_args[i], c_kwargs[i]

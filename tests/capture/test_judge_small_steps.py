@@ -172,3 +172,35 @@ def test_an_output_of_another_dtype_or_shape_is_no_reference():
                    ("no-reference", "the reference's output 1 is float64[], the recorded one "
                                     "float32[]")], got
     assert [o["verdict"] for o in judge.judge(cap)["ops"][1]["outputs"]] == ["exact"] * 2
+
+
+def test_layer_norm_form_is_the_tapes_forward_and_its_statistics():
+    """``native_layer_norm``'s form (its statistics computed once) against the tape's
+    layer_norm forward plus the statistics computed again, as the form was: every output's
+    bits, with and without weight and bias, a 2-d normalized shape, half inputs, NaN, inf and
+    a constant row. Planted: the forward's own eps rounding or order changed fails it."""
+    from tapescope.core.capture.aten_ref_table import M
+    from tapescope.core.ops import REGISTRY
+
+    rng = np.random.default_rng(4)
+    for dt in (np.float32, np.float64, np.float16):
+        x = rng.standard_normal((3, 4, 6)).astype(dt)
+        x[0, 1, 2], x[1, 2, 3], x[2, 3] = np.nan, np.inf, 0.5
+        w, b = rng.standard_normal(6).astype(dt), rng.standard_normal(6).astype(dt)
+        for shape, weight, bias in (([6], w, b), ([6], None, None), ([6], w, None),
+                                    ([4, 6], rng.standard_normal((4, 6)).astype(dt), None)):
+            got = aten_ref.reference("aten.native_layer_norm.default",
+                                     [x, shape, weight, bias, 1e-5], {})
+            k = int(np.prod(shape))
+            x2 = x.astype(np.float32 if dt == np.float16 else dt).reshape(-1, k)
+            gamma = np.ones(k, x2.dtype) if weight is None else weight.astype(x2.dtype).reshape(-1)
+            with np.errstate(all="ignore"):
+                y = REGISTRY["layer_norm"].forward(M, [x2, gamma], {"eps": 1e-5})
+                if bias is not None:
+                    y = y + bias.astype(x2.dtype).reshape(-1)
+                mu, r = aten_ref_layers._ln_stats(x2, 1e-5)
+            stat = x.shape[:x.ndim - len(shape)] + (1,) * len(shape)
+            want = [y.reshape(x.shape).astype(dt), mu.reshape(stat).astype(dt),
+                    r.reshape(stat).astype(dt)]
+            assert [(g.dtype, g.shape, g.tobytes()) for g in got] == [
+                (v.dtype, v.shape, v.tobytes()) for v in want], (dt, shape)
