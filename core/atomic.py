@@ -217,7 +217,7 @@ def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
         import ctypes
 
         f = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # not Linux (Windows: no CDLL(None))
         return None
     f.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     f.restype = ctypes.c_int
