@@ -204,3 +204,29 @@ def test_layer_norm_form_is_the_tapes_forward_and_its_statistics():
                     r.reshape(stat).astype(dt)]
             assert [(g.dtype, g.shape, g.tobytes()) for g in got] == [
                 (v.dtype, v.shape, v.tobytes()) for v in want], (dt, shape)
+
+
+def test_total_numbers_are_diffs_short_form():
+    """``_total`` (the loop's direct call of the native pass for a total difference) gives
+    ``_diff(t, r, full=False)``'s n_diff and max_ulp: every float type, the same bits, one ulp
+    off, across zero, NaNs (the policy's hand-over), an integer and a bool output, an empty
+    one, a strided one; and without the extension (``_diff`` itself)."""
+    from tapescope.core import native, precision
+
+    rng = np.random.default_rng(9)
+    entry = native.float_diff_entry()
+    pairs = []
+    for dt in (np.float64, np.float32, precision.FLOAT16, precision.BFLOAT16):
+        x = rng.standard_normal((5, 7)).astype(np.float32).astype(dt)
+        y = x.copy()
+        y.reshape(-1)[[3, 9]] = -y.reshape(-1)[[3, 9]]
+        z = x.copy()
+        z[1, 1] = np.nan
+        pairs += [(x, x.copy()), (x, y), (z, x), (z, z.copy()), (x[:, ::2], y[:, ::2]),
+                  (x[:0], y[:0]), (np.zeros(3, dt), -np.zeros(3, dt))]
+    pairs += [(np.arange(6), np.arange(6)[::-1].copy()), (np.ones(4, bool), np.zeros(4, bool))]
+    for t, r in pairs:
+        d = judge._diff(t, r, full=False)
+        want = (d["n_diff"], d["max_ulp"])
+        assert judge._total(t, r, *(entry or (None, {}))) == want, (t.dtype, t.shape)
+        assert judge._total(t, r, None, {}) == want
