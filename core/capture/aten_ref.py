@@ -49,7 +49,7 @@ from tapescope.core.capture import (  # noqa: F401  (each registers its forms)
 )
 from tapescope.core.capture.aten_ref_nn import vector_norms
 from tapescope.core.capture.aten_ref_shape import cast
-from tapescope.core.capture.aten_ref_table import FORMS, NoReference, opt
+from tapescope.core.capture.aten_ref_table import FORMS, NoReference, fp_quiet, opt
 
 __all__ = ["NoReference", "has_reference", "ops", "reference"]
 
@@ -193,6 +193,41 @@ def _per_element(args: list, kwargs: dict, n: int, i: int, scalars_tensor: bool
     return [pick(a) for a in args], {k: pick(v) for k, v in kwargs.items()}
 
 
+def _scaled(xs: list, s: Any) -> list | None:
+    """``[x * s for x in xs]`` as the ``mul`` form gives each (one rounding a product) for
+    float32 or float64 arrays of one dtype and ``s`` a 0-d array of that dtype or a Python
+    float or int (rounded to it once, as ``scal``), not NaN: one multiply over the elements
+    concatenated (the same products), each output a view of it in its array's shape (new
+    memory, none of the arguments); else None (the per-tensor loop)."""
+    if not xs or type(xs[0]) is not np.ndarray:
+        return None
+    dt = xs[0].dtype
+    if dt != np.float32 and dt != np.float64:
+        return None
+    if type(s) is np.ndarray:
+        if s.ndim or s.dtype != dt:
+            return None
+    elif type(s) in (int, float):
+        s = np.asarray(s, dtype=dt)
+    else:
+        return None
+    if s != s:
+        # NOTE: a NaN operand is left to the loop: NaN * NaN keeps one operand's payload, and
+        # which one numpy's loop puts first depends on the length (its SIMD loop's order);
+        # with one NaN its payload is the answer either way
+        return None
+    for x in xs:
+        if type(x) is not np.ndarray or x.dtype != dt:
+            return None
+    with fp_quiet():
+        y = np.multiply(np.concatenate([x.reshape(-1) for x in xs]), s)
+    out, at = [], 0
+    for x in xs:
+        out.append(y[at:at + x.size].reshape(x.shape))
+        at += x.size
+    return out
+
+
 def _foreach(key: str, op: str, args: list, kwargs: dict) -> list:
     name, ovl = _split(op)
     if name == "_foreach_norm" and len(args) <= 2 and not kwargs.keys() - {"ord"} \
@@ -201,6 +236,11 @@ def _foreach(key: str, op: str, args: list, kwargs: dict) -> list:
         # bits of the loop below; ord given as this loop would read it)
         o = opt(kwargs, args, 1, "ord", 2)
         got = vector_norms(list(args[0]), float(o)) if type(o) in (int, float) else None
+        if got is not None:
+            return got
+    if name in ("_foreach_mul_", "_foreach_mul") and ovl in ("Tensor", "Scalar") \
+            and len(args) == 2 and not kwargs and key in ("aten.mul.Tensor", "aten.mul.Scalar"):
+        got = _scaled(list(args[0]), args[1])  # (gradient clipping's coefficient)
         if got is not None:
             return got
     selfs = list(args[0])

@@ -150,7 +150,10 @@ def _decode_args(args: list, kwargs: dict, arrays: list, ids: list[int]) -> tupl
 
 def _decode_one(x: Any, arrays: list, ids: list[int]) -> Any:
     """A keyword's value: a value read (its id kept), else ``_decode``'s answer."""
-    if type(x) is dict and len(x) == 1 and "T" in x:
+    t = type(x)
+    if t in _PLAIN:  # (most keywords: a number, a string, None)
+        return x
+    if t is dict and len(x) == 1 and "T" in x:
         v = x["T"]
         y = arrays[v]
         if y is None:

@@ -230,3 +230,36 @@ def test_total_numbers_are_diffs_short_form():
         want = (d["n_diff"], d["max_ulp"])
         assert judge._total(t, r, *(entry or (None, {}))) == want, (t.dtype, t.shape)
         assert judge._total(t, r, None, {}) == want
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_foreach_mul_by_one_operand_gives_each_tensors_product(dt):
+    """``_foreach_mul(_)`` by a 0-d tensor or a Python number in one multiply over the list
+    (``aten_ref._scaled``) gives each tensor's own ``mul``: bits, dtype, shape (NaN payloads,
+    inf, -0.0, denormals, empty, 0-d and transposed tensors; a NaN or an int operand), no
+    output sharing an argument's memory; other lists keep the loop. Planted: the operand
+    rounded after the product, or the outputs' split off by one, fails it."""
+    rng = np.random.default_rng(12)
+    nan_payload = np.array([0x7FC00123 if dt == np.float32 else 0x7FF8000000000123],
+                           np.uint32 if dt == np.float32 else np.uint64).view(dt)[0]
+    for trial in range(60):
+        xs = _lists(rng, dt)
+        if trial % 3 == 0:
+            xs[0] = np.full((2, 2), nan_payload, dt)
+        for s in (np.asarray(rng.standard_normal(), dt), np.asarray(np.nan, dt), 0.3, 3,
+                  np.asarray(-0.0, dt)):
+            ovl = "Tensor" if isinstance(s, np.ndarray) else "Scalar"
+            want = [aten_ref.reference(f"aten.mul.{ovl}", [x, s], {})[0] for x in xs]
+            for op in (f"aten._foreach_mul_.{ovl}", f"aten._foreach_mul.{ovl}"):
+                got = aten_ref.reference(op, [xs, s], {})
+                assert [(g.dtype, g.shape, g.tobytes()) for g in got] == [
+                    (w.dtype, w.shape, w.tobytes()) for w in want], (op, s)
+                assert not any(np.shares_memory(g, x) for g in got for x in xs)
+    x = [np.ones(3, dt), np.ones(2, dt)]
+    assert aten_ref._scaled(x, np.ones(1, dt)) is None  # (a 1-d operand: broadcast per tensor)
+    assert aten_ref._scaled(x, True) is None  # (a bool: the loop's own type rule)
+    other = np.float64 if dt == np.float32 else np.float32
+    assert aten_ref._scaled(x, np.asarray(2.0, other)) is None  # (an operand of another dtype)
+    assert aten_ref._scaled([x[0], x[1].astype(np.float16)], 2.0) is None
+    assert aten_ref._scaled([np.ones(2, np.float16)], 2.0) is None
+    assert aten_ref._scaled(x, np.asarray(np.nan, dt)) is None  # (NaN * NaN: the loop's payload)
