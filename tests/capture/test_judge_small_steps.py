@@ -123,6 +123,12 @@ def test_vector_norms_give_each_tensors_own_norm(dt):
             assert got is not None and len(got) == len(want)
             for g, w in zip(got, want, strict=True):
                 assert (g.shape, g.dtype, g.tobytes()) == (w.shape, w.dtype, w.tobytes())
+    u = np.uint32 if dt == np.float32 else np.uint64
+    quiet = np.array([np.nan], dt).view(u)[0]
+    nans = np.array([quiet | u(5), quiet | u(9), quiet | u(3)], u).view(dt)  # three payloads
+    two = [np.array([1.0, nans[0], 2.0, nans[1]], dt), np.array([nans[2], 3.0], dt)] * 3
+    assert [v.tobytes() for v in vector_norms(two, 2.0)] == [
+        vector_norm(x, 2.0).tobytes() for x in two]  # (a chain's NaN meeting another's)
     neg = [np.full((2, 3), -0.0, dt), np.zeros(0, dt)]
     assert [v.tobytes() for v in vector_norms(neg, 2.0)] == [
         vector_norm(x, 2.0).tobytes() for x in neg]
