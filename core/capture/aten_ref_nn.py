@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from tapescope.core import native
 from tapescope.core.capture.aten_ref_table import (
     F32,
     I64,
@@ -249,7 +250,12 @@ def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = result_type(a, b)
     if not is_float(out):
         return np.matmul(a, b).astype(out)
-    return np.asarray(ref_matmul(_wide(a, out), _wide(b, out)))
+    aw, bw = _wide(a, out), _wide(b, out)
+    if aw.ndim == 2 == bw.ndim:  # (matmul's own first step for 2-d operands, without its calls)
+        y = native.mm(aw, bw)
+        if y is not None:
+            return y
+    return np.asarray(ref_matmul(aw, bw))
 
 
 def _finish(y: np.ndarray, out: np.dtype) -> np.ndarray:

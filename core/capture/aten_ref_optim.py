@@ -46,9 +46,11 @@ def _addcdiv(args: list, kwargs: dict) -> list:
 def lerp(a: np.ndarray, b: np.ndarray, w) -> np.ndarray:
     """|w| < 0.5: a + w * (b - a); else b - (b - a) * (1 - w) (torch's two-sided lerp)."""
     one = a.dtype.type(1)
-    small = np.abs(w) < a.dtype.type(0.5)
     if np.ndim(w) == 0:  # one weight (lerp.Scalar, Adam's m): its one side, not both
+        # |w| < 0.5 in Python floats: exact for a float32/64 weight (NaN: False, as numpy's)
+        small = abs(float(w)) < 0.5
         return a + (w * (b - a)) if small else b - ((b - a) * (one - w))
+    small = np.abs(w) < a.dtype.type(0.5)
     return np.where(small, a + (w * (b - a)), b - ((b - a) * (one - w)))
 
 

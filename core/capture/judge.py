@@ -478,7 +478,6 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     first: dict | None = None
     counts: Counter[str] = Counter()
     no_ref: dict[str, dict] = {}
-    phases: Counter[str] = Counter()
     chain: dict[int, np.ndarray] = {}  # value id -> the reference's value, where it differs
     step = 0
     ref_calls = 0
@@ -507,6 +506,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
         ops["kwargs"]
     arrays = cap.arrays
     n_ops_out = 0
+    phases = Counter(c_phase[:cap.n_ops])  # (every op's phase: counted in one call)
     # the native comparison's entry, called directly for a total difference (~900 a zoo GPT
     # capture): _float_diff's numbers (n_diff, max_ulp), without its two wrappers
     fd = native.float_diff_entry()
@@ -517,7 +517,6 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             chain.clear()
         op = c_op[i]
         outs = c_outs[i]
-        phases[c_phase[i]] += 1
         e = {"index": i, "op": op, "module": c_module[i], "phase": c_phase[i],
              "step": step, "source": c_source[i], "outputs": []}
         entries.append(e)

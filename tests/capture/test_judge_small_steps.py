@@ -269,3 +269,25 @@ def test_foreach_mul_by_one_operand_gives_each_tensors_product(dt):
     assert aten_ref._scaled([x[0], x[1].astype(np.float16)], 2.0) is None
     assert aten_ref._scaled([np.ones(2, np.float16)], 2.0) is None
     assert aten_ref._scaled(x, np.asarray(np.nan, dt)) is None  # (NaN * NaN: the loop's payload)
+
+
+def test_lerp_with_one_weight_picks_the_side_numpy_picked():
+    """``lerp``'s one-weight test in Python floats (|w| < 0.5) picks the side ``np.abs(w) <
+    0.5`` picked, so the same bits: weights at and around 0.5, NaN, infinities, -0.0 and a
+    denormal, in float32 and float64, 0-d arrays and numpy scalars."""
+    from tapescope.core.capture.aten_ref_optim import lerp
+
+    def before(a, b, w):  # the form as it was
+        one = a.dtype.type(1)
+        small = np.abs(w) < a.dtype.type(0.5)
+        return a + (w * (b - a)) if small else b - ((b - a) * (one - w))
+
+    rng = np.random.default_rng(8)
+    for dt in (np.float32, np.float64):
+        a, b = rng.standard_normal((3, 5)).astype(dt), rng.standard_normal((3, 5)).astype(dt)
+        half = dt(0.5)
+        for w in (half, np.nextafter(half, dt(0)), np.nextafter(half, dt(1)), -half, dt(0.1),
+                  dt(0.9), dt(np.nan), dt(np.inf), dt(-np.inf), dt(-0.0), dt(1e-45), dt(1)):
+            for ww in (w, np.asarray(w)):
+                with np.errstate(all="ignore"):
+                    assert lerp(a, b, ww).tobytes() == before(a, b, ww).tobytes(), (dt, w)
