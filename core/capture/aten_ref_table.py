@@ -47,6 +47,8 @@ _FLOATS = (F16, BF16, F32, F64)
 _FLOAT_SET = frozenset(_FLOATS)
 _NONE = type(None)
 _PY_SCALARS = frozenset({bool, int, float})  # (exact types: what a recorded argument holds)
+# (a tuple of types for isinstance: ``np.ndarray | np.generic`` builds a union object each test)
+_ARRAYISH = (np.ndarray, np.generic)
 
 _TORCH_DT = {
     "torch.float64": F64, "torch.double": F64, "torch.float32": F32, "torch.float": F32,
@@ -176,7 +178,7 @@ def result_type(*xs: Any) -> np.dtype:
     for x in xs:
         if x is None:
             continue
-        if isinstance(x, np.ndarray | np.generic):
+        if isinstance(x, _ARRAYISH):
             dt = x.dtype
             if np.ndim(x):
                 dim = promote(dim, dt)
@@ -201,7 +203,7 @@ def arr(x: Any, dt: np.dtype) -> np.ndarray:
     if isinstance(x, np.ndarray) and x.dtype == dt:
         return x
     with fp_quiet():
-        return np.asarray(x).astype(dt) if isinstance(x, np.ndarray | np.generic) \
+        return np.asarray(x).astype(dt) if isinstance(x, _ARRAYISH) \
             else np.asarray(x, dtype=dt)
 
 
@@ -216,7 +218,7 @@ def scal(v: Any, out: np.dtype, round_to_storage: bool = False) -> np.ndarray:
     """A Python scalar operand of an op whose result type is ``out``, as a 0-d array of the
     compute dtype. For a half ``out``, add/sub round it to the half type first
     (``round_to_storage``), mul/div take it in float32, as torch's CPU kernels do."""
-    if isinstance(v, np.ndarray | np.generic):
+    if isinstance(v, _ARRAYISH):
         return arr(v, compute(out))
     if round_to_storage and out in HALF:
         return np.asarray(v, dtype=out).astype(F32)
@@ -230,7 +232,7 @@ def ew(fn: Callable[..., Any], *xs: Any, out: np.dtype | None = None,
     out = result_type(*xs) if out is None else out
     ct = compute(out)
     vals = [x if type(x) is np.ndarray and x.dtype == ct  # (arr's own first case, inline)
-            else arr(x, ct) if isinstance(x, np.ndarray | np.generic)
+            else arr(x, ct) if isinstance(x, _ARRAYISH)
             else scal(x, out, scalars_as_storage) for x in xs]
     if _QUIET.get():  # (fp_quiet's answer without entering its null context: ~1,000 calls)
         y = np.asarray(fn(*vals))
