@@ -267,7 +267,10 @@ def reference(op: str, args: list, kwargs: dict) -> list[np.ndarray]:
     args, kwargs = list(args), dict(kwargs or {})
     try:
         if how == "direct":
-            return [np.asarray(y) for y in FORMS[key](args, kwargs) if y is not None]
+            ys = FORMS[key](args, kwargs)
+            if type(ys) is list and len(ys) == 1 and type(ys[0]) is np.ndarray:
+                return ys  # (one array, most forms: the comprehension's answer, a new list)
+            return [np.asarray(y) for y in ys if y is not None]
         if how == "foreach":
             return _foreach(key, op, args, kwargs)
         if how == "inplace":
