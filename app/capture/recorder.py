@@ -1179,6 +1179,20 @@ class Recorder(TorchDispatchMode):
                 outs.append(made(out))
             else:
                 outs += [made(t) for t in _tensors(out)]
+        if view and not writes and args and isinstance(args[0], _Tensor):
+            # a view shares its base's version counter once the op has returned through
+            # autograd (ADInplaceOrView), so its next read is at the base's version, not the
+            # one ``_made`` saw: that key is this value too (else it is recorded again: 68
+            # copies and digests a gpt-wide capture, the bytes counted twice to the budget)
+            try:
+                ver = args[0]._version
+            except RuntimeError:  # inference tensors: no version counter (-1 either way)
+                ver = None
+            if ver is not None:
+                for t, vid in zip(_tensors(out), outs, strict=False):
+                    e = self.uid.get(id(t))
+                    if e is not None and e[0]() is t:
+                        self.seen.setdefault((e[1], ver), vid)
         # phase and module
         if graph_task != -1:
             phase = 1

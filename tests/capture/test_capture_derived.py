@@ -121,7 +121,7 @@ def test_rearranged_views_are_derived_without_a_copy(monkeypatch, c_order_calls)
     assert ref.derived == {}
     made = _made_by(rec)
     kinds = {made.get(v) for v in rec.derived}  # (None: a view first seen as an input)
-    assert VIEWS | {None} <= kinds, kinds
+    assert VIEWS <= kinds, kinds
     vals = _record(monkeypatch, hashes_only=False)
     assert vals.derived == {}  # values mode: as before
     assert len(vals.v_sha) == len(rec.v_sha)  # one value each, in one order
@@ -220,7 +220,8 @@ def files(monkeypatch, tmp_path) -> dict[str, Path]:
     return out
 
 
-def test_the_file_carries_derived_values_and_pair_compares_their_sources(files):
+def test_the_file_carries_derived_values_and_pair_compares_their_sources(files, monkeypatch,
+                                                                        tmp_path):
     from tapescope.core.capture.judge import judge
     from tapescope.core.capture.pair import pair
 
@@ -248,17 +249,45 @@ def test_the_file_carries_derived_values_and_pair_compares_their_sources(files):
     # the other run's stored array put back in the source's order
     from tapescope.core.capture.pair import _Producers, _same
 
-    made = {x for outs in h.ops["outputs"] for x in outs}
-    inputs = [vid for vid in h.derived if vid not in made]
+    seen = {k: load(_view_made_before(monkeypatch, tmp_path, k, **kw)) for k, kw in (
+        ("h", {"hashes_only": True}), ("v", {}), ("p", {"hashes_only": True, "plant": 1.0}))}
+    hv, vv, pv = seen["h"], seen["v"], seen["p"]
+    made = {x for outs in hv.ops["outputs"] for x in outs}
+    inputs = [vid for vid in hv.derived if vid not in made]
     assert inputs
     for vid in inputs:
-        assert _same(h, vid, v, vid, _Producers(h, v)) is None
-        assert _same(v, vid, h, vid, _Producers(v, h)) is None
-    assert any(_same(p, vid, v, vid, _Producers(p, v)) is not None for vid in inputs)
+        assert _same(hv, vid, vv, vid, _Producers(hv, vv)) is None
+        assert _same(vv, vid, hv, vid, _Producers(vv, hv)) is None
+    assert any(_same(pv, vid, vv, vid, _Producers(pv, vv)) is not None for vid in inputs)
     # the judge: a derived value is hashed, unjudged as any hashed value
     r = judge(h)
     by_value = {o["value"]: o["verdict"] for e in r["ops"] for o in e["outputs"]}
     assert {by_value[vid] for vid in h.derived if vid in by_value} == {"unjudged"}
+
+
+def _view_made_before(monkeypatch, tmp_path, name: str, plant: float = 0.0, **kw) -> Path:
+    """A capture in which a view is first seen as an op's input: ``v``, a transpose made
+    before the recorder started (no view op recorded), read after its base was (a view made
+    inside the block is its view op's output, however it is read next)."""
+    monkeypatch.setattr(R.Recorder, "async_hash", False)
+    monkeypatch.setattr(R.Recorder, "derive_views", True)
+    monkeypatch.setattr(R, "_DERIVE_MIN", 0)
+    base = torch.arange(48.0).reshape(6, 8).clone()  # (its own root: a view's _base is that)
+    base[2, 3] += plant
+    v = base.t()
+    w = torch.nn.Parameter(torch.ones(6))
+    opt = torch.optim.SGD([w], lr=0.1)
+    rec = R.Recorder(steps=1, **kw).start()
+    try:
+        y = (base * 2.0).sum(0)  # the base recorded first, at its version now
+        loss = (v * w).sum() + y.sum()  # then the view: first seen here, derived from it
+        loss.backward()
+        opt.step()
+    finally:
+        rec.stop()
+    out = tmp_path / f"before-{name}.capture"
+    rec.save(str(out))
+    return out
 
 
 def _edit_derived(fn):
