@@ -39,20 +39,13 @@ def _serial(x2: np.ndarray) -> np.ndarray:
     return acc
 
 
-def _ctypes_colsum(x: np.ndarray) -> np.ndarray:
+def _ctypes_sum(name: str, x: np.ndarray) -> np.ndarray:
+    """The ctypes library's ``ts_colsum`` (``x`` rows x columns) or ``ts_chansum`` (``x`` of
+    rank 3, summed over its first and last axes), of ``x``'s dtype."""
     lib = native.library()
     x = np.ascontiguousarray(x)
     out = np.empty(x.shape[1], x.dtype)
-    fn = lib.ts_colsum_f64 if x.dtype == np.float64 else lib.ts_colsum_f32
-    fn(x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1])
-    return out
-
-
-def _ctypes_chansum(x: np.ndarray) -> np.ndarray:
-    lib = native.library()
-    x = np.ascontiguousarray(x)
-    out = np.empty(x.shape[1], x.dtype)
-    fn = lib.ts_chansum_f64 if x.dtype == np.float64 else lib.ts_chansum_f32
+    fn = getattr(lib, f"ts_{name}_{'f64' if x.dtype == np.float64 else 'f32'}")
     fn(x.ctypes.data, out.ctypes.data, *x.shape)
     return out
 
@@ -82,7 +75,7 @@ def test_colsum_is_the_ctypes_entrys_and_the_serial_order(dt):
     ext = _ext_or_skip()
     for x in _arrays(dt):
         want = _serial(np.ascontiguousarray(x))
-        for got in (ext.colsum(x), native.colsum(x), _ctypes_colsum(x)):
+        for got in (ext.colsum(x), native.colsum(x), _ctypes_sum("colsum", x)):
             assert got.dtype == x.dtype and got.shape == (x.shape[1],)
             assert got.tobytes() == want.tobytes(), x.shape
 
@@ -99,7 +92,7 @@ def test_chansum_is_the_ctypes_entrys_and_the_serial_order(dt):
     for v in (x, x[:, :, ::-1], x.transpose(2, 1, 0)[:3], _odd(x), x[:, :8], x[:, :, :0],
               x[:0], np.broadcast_to(x[:1], (4, 19, 10)), -np.zeros((2, 3, 4), dt)):
         want = _serial(np.ascontiguousarray(v).transpose(0, 2, 1).reshape(-1, v.shape[1]))
-        for got in (ext.chansum(v), native.chansum(v), _ctypes_chansum(v)):
+        for got in (ext.chansum(v), native.chansum(v), _ctypes_sum("chansum", v)):
             assert got.dtype == v.dtype and got.shape == (v.shape[1],)
             assert got.tobytes() == want.tobytes(), v.shape
 
