@@ -250,11 +250,17 @@ class AtomicFile:
         self._written = self._started = 0  # bytes written; the first not yet sent to the disk
         self.failed: OSError | None = None
         # closed and removed when this object goes without a commit (nothing else holds the fd)
-        self._end = weakref.finalize(self, _close_and_unlink, self.fd, self.tmp)
+        # (a forked child, a DataLoader's worker, holds a copy of this object: only the process
+        # that made the temporary writes, commits or removes it)
+        self._pid = os.getpid()
+        self._end = weakref.finalize(self, _close_and_unlink, self.fd, self.tmp, self._pid)
 
     def write(self, data) -> None:  # noqa: ANN001 — any C-contiguous buffer
         if self.failed is not None:
             raise self.failed
+        if os.getpid() != self._pid:  # a forked child's copy: the fd and its offset are shared
+            raise OSError(f"cannot write {self.path}: a forked child cannot write its parent's "
+                          "file")
         try:
             view = memoryview(data).cast("B")
             if len(view) < self._SMALL:
@@ -297,6 +303,8 @@ class AtomicFile:
             raise ValueError(f"{target} is not in {self.path.parent}, the temporary's folder")
         if not self._end.alive:
             raise ValueError(f"{self.path}: this file was committed or discarded already")
+        if os.getpid() != self._pid:
+            raise ValueError(f"{self.path}: a forked child cannot commit its parent's file")
         try:
             if self.failed is not None:
                 raise self.failed
@@ -329,18 +337,19 @@ class AtomicFile:
         """Close and remove the temporary (nothing is renamed); idempotent."""
         info = self._end.detach()  # (obj, func, args, kwargs), or None: done already
         if info is not None:
-            fd, tmp = info[2]
-            _close_and_unlink(-1 if self.fd < 0 else fd, tmp)
+            fd, tmp, pid = info[2]
+            _close_and_unlink(-1 if self.fd < 0 else fd, tmp, pid)
         self.fd = -1
 
 
-def _close_and_unlink(fd: int, tmp: Path) -> None:
+def _close_and_unlink(fd: int, tmp: Path, pid: int) -> None:
     if fd >= 0:
         try:
             os.close(fd)
         except OSError:
             pass
-    _unlink(tmp)
+    if os.getpid() == pid:
+        _unlink(tmp)
 
 
 def _backup(p: Path) -> Path | None:

@@ -250,3 +250,34 @@ def test_an_interrupted_piece_breaks_the_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="interrupted while writing"):
         f.commit()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_dropping_its_copy_leaves_the_parents_file(tmp_path):
+    """A DataLoader's forked worker holds a copy of the writer: its end (or its discard) must
+    not remove the temporary the parent is still writing."""
+    import gc
+
+    from tapescope.core.atomic import AtomicFile
+
+    f = AtomicFile(tmp_path / "run.capture")
+    f.write(b"parent's")
+    pid = os.fork()
+    if pid == 0:  # the child: cannot write or commit its copy; drops it; leaves at once
+        code = 0
+        try:
+            for attempt in (lambda: f.write(b"child's"), f.commit):
+                try:
+                    attempt()
+                    code = 3
+                except (OSError, ValueError) as e:
+                    code = code or (0 if "forked child" in str(e) else 4)
+            f.discard()
+            gc.collect()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(leftovers(tmp_path)) == 1
+    f.write(b" bytes")
+    assert f.commit().read_bytes() == b"parent's bytes"
