@@ -184,6 +184,39 @@ def test_a_file_names_its_algorithm_and_its_digests_are_direct(tmp_path, algorit
         load(bad)
 
 
+@pytest.mark.parametrize("algorithm", sorted(DIGESTS))
+def test_every_way_of_reading_the_arrays_gives_the_same_arrays_and_refusals(tmp_path,
+                                                                            monkeypatch,
+                                                                            algorithm):
+    """One read of the arrays' span (each value an array made over its offset in it, hashed
+    from a memoryview's slice), a read per array, and the hashing pool: the same values,
+    read-only, and the same first corrupt array named."""
+    from tapescope.core.capture import file as F
+
+    arrays = [np.zeros((0, 3), np.float32), *ARRAYS, np.array([], np.float64),
+              np.arange(70000, dtype=np.float32)]  # empty first and last; one for the pool
+    f = _write(tmp_path / "c.capture", algorithm, arrays)
+    raw = f.read_bytes()
+    _, hoff, hlen, _ = struct.unpack("<8sQQ32s", raw[-56:])
+    table = json.loads(raw[hoff:hoff + hlen])["arrays"]
+    bad = bytearray(raw)
+    for ai in (3, 1):  # two corrupt arrays: the first value's is named
+        bad[table[ai][0]] ^= 1
+    (tmp_path / "bad.capture").write_bytes(bytes(bad))
+    got = []
+    for slab_max, workers in ((F._SLAB_MAX, 0), (-1, 0), (F._SLAB_MAX, 2)):
+        monkeypatch.setattr(F, "_SLAB_MAX", slab_max)
+        monkeypatch.setattr(F, "_hash_workers", lambda w=workers: w)
+        cap = load(f)
+        for a, c in zip(arrays, cap.arrays, strict=True):
+            assert c.dtype == a.dtype and c.shape == a.shape and c.tobytes() == a.tobytes()
+            assert not c.flags.writeable
+        with pytest.raises(CaptureFileError) as e:
+            load(tmp_path / "bad.capture")
+        got.append(str(e.value))
+    assert got[0] == got[1] == got[2] and f"corrupt array 1 (value 1): its {algorithm}" in got[0]
+
+
 def test_a_digest_of_a_strided_value_is_of_its_c_order_bytes():
     a = np.arange(24, dtype=np.float32).reshape(4, 6).T  # not C-contiguous
     assert digest(a) == xxhash.xxh3_128_hexdigest(np.ascontiguousarray(a).tobytes())
