@@ -99,6 +99,9 @@ EDITS = {
     "table-bool": _set("arrays/0/1", True),
     "table-size": _set("arrays/3/1", lambda n: n + 8),
     "table-digest": _set("arrays/3/2", lambda d: d[::-1]),
+    "table-digest-upper": _set("arrays/3/2", lambda d: d.upper()),
+    # an array no value names, its digest not one (every named array's is a value's)
+    "table-unnamed-digest": _set("arrays", lambda t: t + [[t[-1][0], 0, "g" * len(t[0][2])]]),
     "table-misaligned": _set("arrays/2/0", lambda off: off + 1),
     "table-overlap": _set("arrays/2/0", lambda off: off - 64),
     "names-long": _set("ops/names/1", "x" * 5000),
