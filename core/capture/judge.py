@@ -378,6 +378,26 @@ def _total(t: np.ndarray, r: np.ndarray, fdiff: Callable | None, kinds: dict) ->
     return d["n_diff"], d["max_ulp"]
 
 
+def _full(t: np.ndarray, r: np.ndarray, fdiff: Callable | None, kinds: dict) -> dict:
+    """``_diff(t, r)`` of arrays of one dtype and shape (an introduced output's numbers:
+    ~300 calls a zoo GPT capture, the judge's loop having found their bytes differ): the
+    extension's native pass called directly where it takes them, as ``_total`` (without
+    ``_diff``'s second bytes test and ``_float_diff``'s and ``native.float_diff``'s
+    wrappers), its NaN hand-over to ``_compared`` as ``_float_diff``'s; else ``_diff``."""
+    k = kinds.get(r.dtype) if fdiff is not None and r.size else None
+    if k is not None:
+        try:
+            got = fdiff(t, r, k, _BLOCK, True)
+        except (TypeError, ValueError):  # (not taken: float_diff's None, the numpy form)
+            got = None
+        if type(got) is tuple:
+            n_diff, first, max_ulp, max_abs, n_sz = got
+            return _differs(r.size, n_diff, first, max_ulp, max_abs, n_sz, True)
+        if type(got) is str:  # "nan": the policy's own numbers
+            return _compared(t, r)
+    return _diff(t, r)
+
+
 def _same_bytes(cap: Capture, op: str, args: list, outs: list[int], recorded: list,
                 chain: dict) -> tuple[list, list] | None:
     """``(outputs on the recorded inputs, outputs on the chain's)`` of a ``_SAME_BYTES_OPS``
@@ -592,7 +612,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             if g is r or (r.nbytes <= _SAME_BYTES_MAX and g.tobytes() == r.tobytes()):
                 di, n, d_n, d_ulp = None, r.size, 0, 0
             else:
-                di = _diff(g, r)
+                di = _full(g, r, fdiff, fd_kinds)
                 n, d_n, d_ulp = di["n"], di["n_diff"], di["max_ulp"]
             if t is g:
                 t_n, t_ulp = d_n, d_ulp

@@ -212,15 +212,13 @@ def test_layer_norm_form_is_the_tapes_forward_and_its_statistics():
                 (v.dtype, v.shape, v.tobytes()) for v in want], (dt, shape)
 
 
-def test_total_numbers_are_diffs_short_form():
-    """``_total`` (the loop's direct call of the native pass for a total difference) gives
-    ``_diff(t, r, full=False)``'s n_diff and max_ulp: every float type, the same bits, one ulp
-    off, across zero, NaNs (the policy's hand-over), an integer and a bool output, an empty
-    one, a strided one; and without the extension (``_diff`` itself)."""
-    from tapescope.core import native, precision
+def _diff_pairs() -> list[tuple[np.ndarray, np.ndarray]]:
+    """Pairs of one dtype and shape: every float type, the same bits, one ulp off, across
+    zero, NaNs (the policy's hand-over), an integer and a bool output, an empty one, a
+    strided one."""
+    from tapescope.core import precision
 
     rng = np.random.default_rng(9)
-    entry = native.float_diff_entry()
     pairs = []
     for dt in (np.float64, np.float32, precision.FLOAT16, precision.BFLOAT16):
         x = rng.standard_normal((5, 7)).astype(np.float32).astype(dt)
@@ -231,11 +229,34 @@ def test_total_numbers_are_diffs_short_form():
         pairs += [(x, x.copy()), (x, y), (z, x), (z, z.copy()), (x[:, ::2], y[:, ::2]),
                   (x[:0], y[:0]), (np.zeros(3, dt), -np.zeros(3, dt))]
     pairs += [(np.arange(6), np.arange(6)[::-1].copy()), (np.ones(4, bool), np.zeros(4, bool))]
-    for t, r in pairs:
+    return pairs
+
+
+def test_total_numbers_are_diffs_short_form():
+    """``_total`` (the loop's direct call of the native pass for a total difference) gives
+    ``_diff(t, r, full=False)``'s n_diff and max_ulp on ``_diff_pairs``; and without the
+    extension (``_diff`` itself)."""
+    from tapescope.core import native
+
+    entry = native.float_diff_entry()
+    for t, r in _diff_pairs():
         d = judge._diff(t, r, full=False)
         want = (d["n_diff"], d["max_ulp"])
         assert judge._total(t, r, *(entry or (None, {}))) == want, (t.dtype, t.shape)
         assert judge._total(t, r, None, {}) == want
+
+
+def test_full_numbers_are_diffs():
+    """``_full`` (the loop's direct call of the native pass for an introduced output) gives
+    ``_diff(t, r)``'s every number on ``_diff_pairs`` (a NaN's pair: ``compare_arrays``'s
+    policy; the same bits: ``_same``'s); and without the extension (``_diff`` itself)."""
+    from tapescope.core import native
+
+    entry = native.float_diff_entry()
+    for t, r in _diff_pairs():
+        want = judge._diff(t, r)
+        assert judge._full(t, r, *(entry or (None, {}))) == want, (t.dtype, t.shape)
+        assert judge._full(t, r, None, {}) == want
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
