@@ -312,3 +312,23 @@ def test_lerp_with_one_weight_picks_the_side_numpy_picked():
             for ww in (w, np.asarray(w)):
                 with np.errstate(all="ignore"):
                     assert lerp(a, b, ww).tobytes() == before(a, b, ww).tobytes(), (dt, w)
+
+
+def test_decode_chained_is_decode_with_the_chains_values_first():
+    """``_decode_chained`` (the loop's second decode, on the chain's values) gives
+    ``_decode(a, get)`` with ``get`` the chain's value, else the recorded one: values in and
+    out of the chain, at any depth, beside plain entries and other tagged objects (a value
+    inside ``{"c": ...}`` too); a value over the budget is ``_Missing``."""
+    arrays = [np.arange(3.0), np.ones(2, np.float32), None, np.zeros(1)]
+    chain = {1: np.full(2, 7, np.float32), 3: np.full(1, 5.0)}
+
+    def get(v):
+        x = chain.get(v)
+        return arrays[v] if x is None else x
+    a = [{"T": 0}, {"T": 1}, [1, [{"T": 3}, "s", None], True], 2.5, {"f": "nan"},
+         {"c": [1.0, {"f": "inf"}]}, [], {"T": 3}]
+    got, want = judge._decode_chained(a, arrays, chain), judge._decode(a, get)
+    assert repr(got) == repr(want)
+    assert got[1] is chain[1] and got[0] is arrays[0] and got[2][1][0] is chain[3]
+    with pytest.raises(judge._Missing):
+        judge._decode_chained([[{"T": 2}]], arrays, chain)
