@@ -390,19 +390,28 @@ def _diff(ref: np.ndarray, rec: np.ndarray, full: bool = True) -> dict:
             "nan_bits_differ": 0}
 
 
+def _native_pass(t: np.ndarray, r: np.ndarray, fdiff: Callable | None, kinds: dict,
+                 full: bool) -> tuple | str | None:
+    """The extension's native comparison of arrays of one dtype and shape, called directly
+    (``fdiff`` and ``kinds``: ``native.float_diff_entry()``): its numbers' tuple, ``"nan"``
+    (the NaN policy's numbers are numpy's), or None where it does not take them (another
+    dtype, an empty array, no extension)."""
+    k = kinds.get(r.dtype) if fdiff is not None and r.size else None
+    if k is None:
+        return None
+    try:
+        return fdiff(t, r, k, _BLOCK, full)
+    except (TypeError, ValueError):  # (not taken: float_diff's None, the numpy form)
+        return None
+
+
 def _total(t: np.ndarray, r: np.ndarray, fdiff: Callable | None, kinds: dict) -> tuple:
     """``_diff(t, r, full=False)``'s ``(n_diff, max_ulp)`` for arrays of one dtype and shape:
-    the extension's native pass called directly where it takes them (``fdiff`` and ``kinds``:
-    ``native.float_diff_entry()``; ~900 calls a zoo GPT capture, where its two wrappers were a
-    third of each), else ``_diff`` itself (another dtype, no extension, a NaN's policy)."""
-    k = kinds.get(r.dtype) if fdiff is not None and r.size else None
-    if k is not None:
-        try:
-            got = fdiff(t, r, k, _BLOCK, False)
-        except (TypeError, ValueError):  # (not taken: float_diff's None, the numpy form)
-            got = None
-        if type(got) is tuple:
-            return (got[0], got[2]) if got[0] else (0, 0)
+    the extension's native pass called directly where it takes them (~900 calls a zoo GPT
+    capture, where its two wrappers were a third of each), else ``_diff`` itself."""
+    got = _native_pass(t, r, fdiff, kinds, False)
+    if type(got) is tuple:
+        return (got[0], got[2]) if got[0] else (0, 0)
     d = _diff(t, r, full=False)
     return d["n_diff"], d["max_ulp"]
 
@@ -413,17 +422,12 @@ def _full(t: np.ndarray, r: np.ndarray, fdiff: Callable | None, kinds: dict) -> 
     extension's native pass called directly where it takes them, as ``_total`` (without
     ``_diff``'s second bytes test and ``_float_diff``'s and ``native.float_diff``'s
     wrappers), its NaN hand-over to ``_compared`` as ``_float_diff``'s; else ``_diff``."""
-    k = kinds.get(r.dtype) if fdiff is not None and r.size else None
-    if k is not None:
-        try:
-            got = fdiff(t, r, k, _BLOCK, True)
-        except (TypeError, ValueError):  # (not taken: float_diff's None, the numpy form)
-            got = None
-        if type(got) is tuple:
-            n_diff, first, max_ulp, max_abs, n_sz = got
-            return _differs(r.size, n_diff, first, max_ulp, max_abs, n_sz, True)
-        if type(got) is str:  # "nan": the policy's own numbers
-            return _compared(t, r)
+    got = _native_pass(t, r, fdiff, kinds, True)
+    if type(got) is tuple:
+        n_diff, first, max_ulp, max_abs, n_sz = got
+        return _differs(r.size, n_diff, first, max_ulp, max_abs, n_sz, True)
+    if type(got) is str:  # "nan": the policy's own numbers
+        return _compared(t, r)
     return _diff(t, r)
 
 
