@@ -463,6 +463,12 @@ def print_report(rep: dict, explain: bool = False) -> None:
     judged = c["exact"] + c["introduced"] + c["inherited"]
     if not rep["exact"]:
         print("DIFFERS from the reference")
+    elif judged == 0 and (rep.get("meta") or {}).get("hashes_only"):
+        print("nothing judged: the capture stores digests only (--hashes-only); compare two "
+              "runs with tapescope parity --capture A --against B, or capture with values")
+    elif judged == 0 and c["unjudged"] >= c["no-reference"]:
+        print("nothing judged: every output or input is over the capture's size budget "
+              "(capture again with a larger --max-bytes)")
     elif judged == 0:
         print("nothing judged: no recorded output has a reference form here")
     else:

@@ -505,10 +505,19 @@ def judge(cap: Capture, *, explain: bool = False,
         return _judge(cap, explain, advance, override, eager)
 
 
+def _unstored(cap: Capture) -> str:
+    """Why a value has its digest only: the capture stores none (``--hashes-only``), or the
+    value came over its size budget."""
+    if (cap.meta or {}).get("hashes_only"):
+        return "a digest only: the capture stores no values (--hashes-only)"
+    return "over the capture's size budget (its digest only)"
+
+
 def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
            override: Callable[[int, str, list, dict], list | None] | None,
            eager: Callable[[str, list, dict], list] | None) -> dict:
     table, NoReference, why_none = _reference_fn()
+    unstored = _unstored(cap)
 
     def reference(op: str, a: list, k: dict, i: int = -1) -> list:
         if override is not None:
@@ -591,7 +600,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             recorded = [arrays[v] for v in outs]
             missing = any(r is None for r in recorded)
         if missing:
-            mark("unjudged", "an output is over the capture's size budget (its digest only)")
+            mark("unjudged", f"an output is {unstored}")
             continue
         args, kwargs = c_args[i], c_kwargs[i]
         fast = _same_bytes(cap, op, args, outs, recorded, chain) \
@@ -607,8 +616,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 try:
                     a, k = _decode_args(args, kwargs, arrays, ids)
                 except _Missing as m:
-                    mark("unjudged", f"input value {m.vid} is over the capture's size budget "
-                                     "(its digest only)")
+                    mark("unjudged", f"input value {m.vid} is {unstored}")
                     continue
                 ref_calls += 1
                 direct = plain.get(op)
@@ -722,7 +730,7 @@ def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
                                                       cap.arrays.__getitem__)], ""
         return [np.asarray(x) for x in reference(op, a, k)], ""
     except _Missing as m:
-        return None, f"input value {m.vid} is over the capture's size budget (its digest only)"
+        return None, f"input value {m.vid} is {_unstored(cap)}"
     except (NoReference, _NoRef, RegionError) as x:
         return None, " ".join(str(x).split()) or "no reference form"
     except Exception as x:  # noqa: BLE001 — shown, never a crash of the window

@@ -225,6 +225,15 @@ def test_hashes_only(tmp_path):
     assert p.returncode == 0, p.stderr
     cap = load(f)
     assert all(a is None for a in cap.arrays) and len(cap.digests) == len(cap.arrays)
+    # judging it says why nothing is judged, and what to do instead (it had said that no
+    # output had a reference form)
+    p = cli("parity", "--capture", str(f))
+    assert p.returncode == 0, p.stderr
+    assert "nothing judged: the capture stores digests only (--hashes-only)" in p.stdout
+    assert "--against" in p.stdout
+    reasons = {o.get("reason") for o in judge(cap)["ops"] if o.get("reason")}
+    assert any("the capture stores no values (--hashes-only)" in r for r in reasons), reasons
+    assert not any("size budget" in r for r in reasons)
 
 
 def test_a_failing_script_and_one_without_steps_exit_2(tmp_path):
