@@ -41,10 +41,12 @@ from tapescope.core.capture.file import (
     COMPILED_OP,
     DEFAULT_DIGEST,
     DIGESTS,
+    UNINITIALISED_OPS,
     Spool,
     derived_digest,
     digest,
     raw_bytes,
+    uninitialised_digest,
 )
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -397,6 +399,7 @@ class Recorder(TorchDispatchMode):
         self.uid: dict[int, tuple[weakref.ref, int]] = {}
         self.next_uid = 0
         self._names_of: dict[int, tuple] = {}  # id(OpOverload) -> ``_op``
+        self._uninit: set[int] = set()  # the names' indices of ops of uninitialised memory
         self.seen: dict[tuple[int, int], int] = {}
         # ops, columns (interned tables for the strings)
         self.tables: dict[str, dict[str, int]] = {"names": {}, "modules": {}, "sources": {}}
@@ -799,6 +802,25 @@ class Recorder(TorchDispatchMode):
                 return e["T"]
         return None
 
+    def _made_uninitialised(self, t: torch.Tensor) -> int:
+        """``_made`` for an output of uninitialised memory (``empty``, ``empty_like`` ...):
+        its bytes are whatever the process's memory held (another tensor's freed bytes, a
+        file read earlier), so they are neither stored nor hashed, or the capture would carry
+        them to whoever is sent the file; its digest a sentinel of its dtype and shape. The
+        judge records such an op's output as ``recorded``; an op that reads it before writing
+        it is ``unjudged``, and says so."""
+        u, ver = self._key(t)
+        vid = len(self.v_dtype)
+        dt = _NUMPY_DTYPES.get(t.dtype) or _dtype_name(t.dtype)
+        shape = tuple(t.shape)
+        self.devices.add(str(t.device))
+        self.v_dtype.append(dt)
+        self.v_shape.append(shape)
+        self.v_array.append(None)
+        self.v_sha.append(uninitialised_digest(self.digest, dt, shape))
+        self.seen[(u, ver)] = vid  # (not counted as hashed: nothing of it is recorded)
+        return vid
+
     def _made_like(self, t: torch.Tensor, like: int) -> int:
         """``_made`` for a value whose bytes are value ``like``'s (``_same_bytes``)."""
         u, ver = self._key(t)
@@ -1005,6 +1027,9 @@ class Recorder(TorchDispatchMode):
             info = _OP_FACTS[id(func)] = _op_facts(func)
         name = info[0]
         info = (*info[:4], -1 if info[5] else self._intern("names", name), *info[5:])
+        parts = name.split(".")
+        if len(parts) > 1 and parts[1] in UNINITIALISED_OPS:  # (``aten.empty.memory_format``)
+            self._uninit.add(info[4])
         self._names_of[id(func)] = info
         return info
 
@@ -1167,6 +1192,8 @@ class Recorder(TorchDispatchMode):
                             else self._made_derived(out, *src),)
                 else:
                     outs = (made(out),)
+            elif name_idx in self._uninit:
+                outs = (self._made_uninitialised(out),)
             else:
                 outs = (made(out),)
         else:

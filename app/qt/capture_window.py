@@ -298,7 +298,8 @@ class CaptureWindow(QMainWindow):
 
     def show_op(self, i: int) -> None:
         """The Inspector on op ``i``."""
-        from tapescope.core.capture.judge import rerun_op
+        from tapescope.core.capture.file import UNINITIALISED_OPS
+        from tapescope.core.capture.judge import base_name, rerun_op
 
         e = self.rep["ops"][i]
         self.bands.selected = i
@@ -316,13 +317,15 @@ class CaptureWindow(QMainWindow):
             if e.get("departures"):
                 lines.append(f"inside  {node_line(e['departures'][0])}")
         refs, why = rerun_op(self.cap, i)
+        uninit = base_name(e["op"]) in UNINITIALISED_OPS  # (its output's bytes: never recorded)
         shown = False
         for j, o in enumerate(e["outputs"]):
             rec = self.cap.arrays[o["value"]]
             src = self.cap.derived.get(o["value"])
-            desc = f"{rec.dtype}{list(rec.shape)}" if rec is not None else "digest only" \
-                if src is None else f"derived: value {src}'s elements, rearranged (no digest " \
-                "of its own)"
+            desc = f"{rec.dtype}{list(rec.shape)}" if rec is not None else \
+                "uninitialised memory (its bytes are not recorded)" if uninit else \
+                "digest only" if src is None else f"derived: value {src}'s elements, " \
+                "rearranged (no digest of its own)"
             lines.append(f"output {j}: value {o['value']} {desc}: {o['verdict']}"
                          + (f" (introduced {o['n_diff']} elements, max {o['max_ulp']} ulp; "
                             f"total {o['total_n_diff']}, max {o['total_max_ulp']} ulp)"

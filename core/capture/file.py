@@ -60,8 +60,8 @@ from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
            "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "Limits",
-           "Spool", "comparable", "derived_digest", "digest", "is_capture", "is_dense", "load",
-           "raw_bytes", "save"]
+           "Spool", "UNINITIALISED_OPS", "comparable", "derived_digest", "digest", "is_capture",
+           "is_dense", "load", "raw_bytes", "save", "uninitialised_digest"]
 
 FORMAT = "tapescope.capture"
 VERSION = 1
@@ -71,6 +71,12 @@ PHASES = ("forward", "backward", "optimizer")
 # the op of one call of a torch.compile'd graph (app/capture/compiled.py): args
 # ``[graph index, [inputs], [positions of the recorded outputs among the graph's outputs]]``
 COMPILED_OP = "tapescope.compiled_graph"
+# the base names of the ops whose output is uninitialised memory: whatever the process's memory
+# held (another tensor's freed bytes, a file read earlier). Their outputs are neither stored nor
+# hashed (a capture would carry that memory to whoever is sent the file): a sentinel digest
+# (``uninitialised_digest``) and no array
+UNINITIALISED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
+                               "new_empty_strided", "empty_permuted"})
 GRAPH_KINDS = ("forward", "backward", "inference")
 _NODE_OPS = ("placeholder", "call_function", "get_attr")
 _PREAMBLE = 64
@@ -186,6 +192,14 @@ def is_dense(shape: tuple[int, ...] | list[int], strides: tuple[int, ...] | list
             return False
         step *= sz
     return True
+
+
+def uninitialised_digest(algorithm: str, dtype: str, shape: tuple[int, ...]) -> str:
+    """The digest an output of uninitialised memory carries (``UNINITIALISED_OPS``; a sentinel
+    of its dtype and shape, never the digest of any value's bytes: the prefix), so that its
+    bytes are read by no one."""
+    return DIGESTS[algorithm][1](b"tapescope-uninitialised\0"
+                                 + f"{dtype}:{tuple(shape)}".encode("ascii"))
 
 
 def derived_digest(algorithm: str, src_digest: str, dtype: str, shape: tuple[int, ...],

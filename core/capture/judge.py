@@ -30,7 +30,7 @@ import numpy as np
 from tapescope.core import native
 from tapescope.core.capture.aten_ref_table import quiet_all
 from tapescope.core.capture.explain import explain_op
-from tapescope.core.capture.file import COMPILED_OP, Capture
+from tapescope.core.capture.file import COMPILED_OP, UNINITIALISED_OPS, Capture
 from tapescope.core.capture.regions import RegionError, attach, localise, run_region
 from tapescope.core.parity import compare_arrays
 
@@ -43,9 +43,6 @@ RANDOM_OPS = frozenset({
     "randint_like", "randperm", "normal", "normal_", "uniform_", "exponential_", "geometric_",
     "cauchy_", "log_normal_", "random_", "multinomial", "native_dropout", "rrelu_with_noise",
     "poisson", "_standard_gamma", "_sample_dirichlet", "binomial"})
-# ops whose output is uninitialised memory
-UNINITIALISED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
-                               "new_empty_strided", "empty_permuted"})
 _FLOAT_KINDS = ("float64", "float32", "float16", "bfloat16")
 # ops whose reference is their one input's values, in the same (C) order and dtype: a reshape
 # or a copy (core/capture/aten_ref_shape.py, no arithmetic). When the recorded output's digest
@@ -505,6 +502,19 @@ def judge(cap: Capture, *, explain: bool = False,
         return _judge(cap, explain, advance, override, eager)
 
 
+def _missing(cap: Capture, vid: int, unstored: str) -> str:
+    """Why input value ``vid`` has no array: uninitialised memory (never recorded), or
+    ``unstored`` (``_unstored``)."""
+    ops = cap.ops
+    for i, outs in enumerate(ops["outputs"]):
+        if vid in outs:
+            if base_name(ops["op"][i]) in UNINITIALISED_OPS:
+                return (f"input value {vid} is uninitialised memory (an {base_name(ops['op'][i])}"
+                        " output: its bytes are not recorded)")
+            break
+    return f"input value {vid} is {unstored}"
+
+
 def _unstored(cap: Capture) -> str:
     """Why a value has its digest only: the capture stores none (``--hashes-only``), or the
     value came over its size budget."""
@@ -616,7 +626,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 try:
                     a, k = _decode_args(args, kwargs, arrays, ids)
                 except _Missing as m:
-                    mark("unjudged", f"input value {m.vid} is {unstored}")
+                    mark("unjudged", _missing(cap, m.vid, unstored))
                     continue
                 ref_calls += 1
                 direct = plain.get(op)
@@ -730,7 +740,7 @@ def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
                                                       cap.arrays.__getitem__)], ""
         return [np.asarray(x) for x in reference(op, a, k)], ""
     except _Missing as m:
-        return None, f"input value {m.vid} is {_unstored(cap)}"
+        return None, _missing(cap, m.vid, _unstored(cap))
     except (NoReference, _NoRef, RegionError) as x:
         return None, " ".join(str(x).split()) or "no reference form"
     except Exception as x:  # noqa: BLE001 — shown, never a crash of the window

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from tapescope.core.capture.file import Capture, comparable, digest
-from tapescope.core.capture.judge import RANDOM_OPS, UNINITIALISED_OPS, _diff, base_name, judge
+from tapescope.core.capture.file import UNINITIALISED_OPS, Capture, comparable, digest
+from tapescope.core.capture.judge import RANDOM_OPS, _diff, base_name, judge
 from tapescope.core.capture.pair_regions import first_inside, matched_region_node
 
 __all__ = ["align", "compare", "identity", "match", "pair"]
