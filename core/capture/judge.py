@@ -9,9 +9,10 @@ id). total differs, (a) does not: the op only **inherited** the difference.
 
 Verdicts per output: ``exact``, ``introduced``, ``inherited``, ``no-reference`` (the op has no
 reference form, or it failed: named, counted; in the chain its recorded output is used, and the
-ops after it are judged as always), ``recorded`` (an RNG draw or uninitialised memory, e.g.
-``bernoulli_``, ``empty``: the recorded output is the truth the chain uses) and ``unjudged``
-(an input or output is over the capture's size budget: its digest only). Each step's chain
+ops after it are judged as always), ``recorded`` (an RNG draw, e.g. ``bernoulli_``: the
+recorded output is the truth the chain uses; or uninitialised memory, ``empty``: its bytes are
+not recorded) and ``unjudged`` (an input or output has its digest only: over the capture's size
+budget, ``--hashes-only``, or an input of uninitialised memory). Each step's chain
 starts afresh from what was recorded, so a difference is localised to its step.
 
 The metric is ``core.parity.compare_arrays`` (its NaN policy and ulp); integer and bool
@@ -730,8 +731,10 @@ def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
     if reference is None:
         return None, why_none
     op = cap.ops["op"][i]
-    if base_name(op) in RANDOM_OPS or base_name(op) in UNINITIALISED_OPS:
-        return None, "an RNG draw or uninitialised memory: the recorded output is the truth"
+    if base_name(op) in RANDOM_OPS:
+        return None, "an RNG draw: the recorded output is the truth"
+    if base_name(op) in UNINITIALISED_OPS:
+        return None, "uninitialised memory: nothing to compute (its bytes are not recorded)"
     try:
         a = _decode(cap.ops["args"][i], lambda v: cap.arrays[v])
         k = _decode_kw(cap.ops["kwargs"][i], lambda v: cap.arrays[v])
