@@ -1279,8 +1279,8 @@ class Recorder(TorchDispatchMode):
             if a is None:
                 array_of.append(-1)
                 continue
-            if spool is not None:  # in the file already (its index), or put there now
-                array_of.append(a if type(a) is int else spool.put(raw_bytes(a), a.nbytes, d))
+            if spool is not None:  # in the file already: its index in the spool's table
+                array_of.append(a)
                 continue
             ai = stored.get((d, a.nbytes)) if d is not None else None
             if ai is None:

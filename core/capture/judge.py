@@ -161,31 +161,12 @@ def _decode_one(x: Any, arrays: list, ids: list[int]) -> Any:
     return _decode(x, arrays.__getitem__)
 
 
-def _decode_ids(a: list, arrays: list, ids: list[int]) -> list:
-    out = []
-    for x in a:  # (_decode's list branch, the ids kept)
-        t = type(x)
-        if t in _PLAIN:
-            out.append(x)
-        elif t is dict and len(x) == 1 and "T" in x:
-            v = x["T"]
-            y = arrays[v]
-            if y is None:
-                raise _Missing(v)
-            ids.append(v)
-            out.append(y)
-        elif t is list:
-            out.append(_decode_ids(x, arrays, ids))
-        else:  # another tagged object (its own values not named, as in _inputs), a subclass
-            out.append(_decode(x, arrays.__getitem__) if not isinstance(x, list)
-                       else _decode_ids(x, arrays, ids))
-    return out
+_NO_CHAIN: dict = {}  # (read only: the first decode's chain)
 
 
-def _decode_chained(a: list, arrays: list, chain: dict) -> list:
-    """``_decode(a, get)`` with ``get(v) = chain.get(v)``, else ``arrays[v]`` (an op's
-    arguments on the chain's values: ~400 calls a zoo GPT capture) without a call of ``get``
-    per value; other tagged objects by ``_decode`` itself."""
+def _decode_ids(a: list, arrays: list, ids: list[int], chain: dict = _NO_CHAIN) -> list:
+    """``_decode``'s list branch with ``get = arrays.__getitem__`` (a value on ``chain``, the
+    chain's, first), each value id read appended to ``ids``."""
     out = []
     for x in a:
         t = type(x)
@@ -198,12 +179,20 @@ def _decode_chained(a: list, arrays: list, chain: dict) -> list:
                 y = arrays[v]
                 if y is None:
                     raise _Missing(v)
+            ids.append(v)
             out.append(y)
         elif t is list:
-            out.append(_decode_chained(x, arrays, chain))
-        else:
+            out.append(_decode_ids(x, arrays, ids, chain))
+        else:  # another tagged object (its own values not named, as in _inputs), a subclass
             out.append(_decode(x, lambda v: _chained(v, arrays, chain)))
     return out
+
+
+def _decode_chained(a: list, arrays: list, chain: dict) -> list:
+    """``_decode(a, get)`` with ``get(v) = chain.get(v)``, else ``arrays[v]`` (an op's
+    arguments on the chain's values: ~400 calls a zoo GPT capture) without a call of ``get``
+    per value."""
+    return _decode_ids(a, arrays, [], chain)
 
 
 def _chained(v: int, arrays: list, chain: dict) -> np.ndarray | None:
@@ -503,16 +492,18 @@ def judge(cap: Capture, *, explain: bool = False,
         return _judge(cap, explain, advance, override, eager)
 
 
-def _missing(cap: Capture, vid: int, unstored: str) -> str:
+def _uninitialised(cap: Capture) -> set[int]:
+    """The values ops of uninitialised memory made (``UNINITIALISED_OPS``: never recorded)."""
+    ops = cap.ops
+    return {v for op, outs in zip(ops["op"], ops["outputs"], strict=True)
+            if base_name(op) in UNINITIALISED_OPS for v in outs}
+
+
+def _missing(vid: int, uninitialised: set[int], unstored: str) -> str:
     """Why input value ``vid`` has no array: uninitialised memory (never recorded), or
     ``unstored`` (``_unstored``)."""
-    ops = cap.ops
-    for i, outs in enumerate(ops["outputs"]):
-        if vid in outs:
-            if base_name(ops["op"][i]) in UNINITIALISED_OPS:
-                return (f"input value {vid} is uninitialised memory (an {base_name(ops['op'][i])}"
-                        " output: its bytes are not recorded)")
-            break
+    if vid in uninitialised:
+        return f"input value {vid} is uninitialised memory (its bytes are not recorded)"
     return f"input value {vid} is {unstored}"
 
 
@@ -529,6 +520,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
            eager: Callable[[str, list, dict], list] | None) -> dict:
     table, NoReference, why_none = _reference_fn()
     unstored = _unstored(cap)
+    uninitialised: set[int] | None = None  # (found when an input is first missing)
 
     def reference(op: str, a: list, k: dict, i: int = -1) -> list:
         if override is not None:
@@ -627,7 +619,9 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 try:
                     a, k = _decode_args(args, kwargs, arrays, ids)
                 except _Missing as m:
-                    mark("unjudged", _missing(cap, m.vid, unstored))
+                    if uninitialised is None:
+                        uninitialised = _uninitialised(cap)
+                    mark("unjudged", _missing(m.vid, uninitialised, unstored))
                     continue
                 ref_calls += 1
                 direct = plain.get(op)
@@ -743,7 +737,7 @@ def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
                                                       cap.arrays.__getitem__)], ""
         return [np.asarray(x) for x in reference(op, a, k)], ""
     except _Missing as m:
-        return None, _missing(cap, m.vid, _unstored(cap))
+        return None, _missing(m.vid, _uninitialised(cap), _unstored(cap))
     except (NoReference, _NoRef, RegionError) as x:
         return None, " ".join(str(x).split()) or "no reference form"
     except Exception as x:  # noqa: BLE001 — shown, never a crash of the window
