@@ -16,6 +16,9 @@ from tapescope.core.capture.aten_ref_table import (
     arr,
     compute,
     ew,
+    ew_same,
+    fast,
+    float_operands,
     form,
     fp_quiet,
     opt,
@@ -58,6 +61,62 @@ def lerp(a: np.ndarray, b: np.ndarray, w) -> np.ndarray:
 def _lerp(args: list, kwargs: dict) -> list:
     a, b, w = args[:3]
     return [ew(lerp, a, b, w, out=result_type(a, b))]
+
+
+# ---- short cuts (aten_ref_table.FAST): the forms above on float32/64 arrays and scalars -----
+def _fast_addc(fn, inplace: bool):
+    """addcmul/addcdiv of ``float_operands`` and a Python ``value``: ``ew`` of the form's
+    lambda, its ``v`` as ``scal`` makes it."""
+    def run(args: list, kwargs: dict) -> list | None:
+        if len(args) == 3:
+            if not kwargs:
+                value = 1
+            elif len(kwargs) == 1 and "value" in kwargs:
+                value = kwargs["value"]
+            else:
+                return None
+        elif len(args) == 4 and not kwargs:
+            value = args[3]
+        else:
+            return None
+        t = type(value)
+        dt = float_operands(args[:3], inplace) if t is float or t is int else None
+        if dt is None:
+            return None
+        return [ew_same(fn, dt, args[0], args[1], args[2], np.asarray(value, dtype=dt))]
+    return run
+
+
+def _addcmul_of(x, y, z, v):
+    return x + ((v * y) * z)  # (the form's order)
+
+
+def _addcdiv_of(x, y, z, v):
+    return x + ((v * y) / z)
+
+
+fast("aten.addcmul.default")(_fast_addc(_addcmul_of, False))
+fast("aten.addcmul_.default")(_fast_addc(_addcmul_of, True))
+fast("aten.addcdiv.default")(_fast_addc(_addcdiv_of, False))
+fast("aten.addcdiv_.default")(_fast_addc(_addcdiv_of, True))
+
+
+def _fast_lerp(inplace: bool):
+    """lerp.Scalar of ``float_operands`` with a Python weight: ``ew(lerp, a, b, w)``."""
+    def run(args: list, kwargs: dict) -> list | None:
+        if len(args) != 3 or kwargs:
+            return None
+        w = args[2]
+        t = type(w)
+        dt = float_operands(args, inplace) if t is float or t is int else None
+        if dt is None:
+            return None
+        return [ew_same(lerp, dt, args[0], args[1], np.asarray(w, dtype=dt))]
+    return run
+
+
+fast("aten.lerp.Scalar")(_fast_lerp(False))
+fast("aten.lerp_.Scalar")(_fast_lerp(True))
 
 
 # ---- fused optimizers -------------------------------------------------------------------------

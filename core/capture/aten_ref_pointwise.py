@@ -19,6 +19,9 @@ from tapescope.core.capture.aten_ref_table import (
     arr,
     compute,
     ew,
+    ew_same,
+    fast,
+    float_operands,
     form,
     is_float,
     opt,
@@ -143,6 +146,37 @@ def _div(args: list, kwargs: dict) -> list:
     if mode == "floor":
         return [ew(np.floor_divide, a, b, out=out)]
     raise NoReference(f"div rounding_mode {mode!r}")
+
+
+# ---- short cuts (aten_ref_table.FAST): the forms above on float32/64 arrays and scalars -----
+def _fast_binary(fn, inplace: bool):
+    """add (alpha 1), mul and true div of ``float_operands``: ``ew(fn, a, b)`` as the form
+    calls it (``_alpha_fn`` with alpha 1 is ``fn`` itself)."""
+    def run(args: list, kwargs: dict) -> list | None:
+        if len(args) != 2 or kwargs:
+            return None
+        dt = float_operands(args, inplace)
+        if dt is None:
+            return None
+        a, b = args
+        return [ew_same(fn, dt, a, b if type(b) is np.ndarray else np.asarray(b, dtype=dt))]
+    return run
+
+
+for _n, _fn in (("add", np.add), ("mul", np.multiply), ("div", np.divide)):
+    fast(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_fast_binary(_fn, False))
+    fast(f"aten.{_n}_.Tensor", f"aten.{_n}_.Scalar")(_fast_binary(_fn, True))
+
+
+def _fast_sqrt(args: list, kwargs: dict) -> list | None:
+    """sqrt of a float32/64 array: the tape's forward as ``_tape_fwd`` calls it."""
+    if len(args) != 1 or kwargs or float_operands(args, True) is None:
+        return None
+    return [ew_same(_SQRT, args[0].dtype, M, [args[0]], {})]
+
+
+_SQRT = REGISTRY["sqrt"].forward
+fast("aten.sqrt.default", "aten.sqrt_.default")(_fast_sqrt)
 
 
 @form("aten.pow.Tensor_Scalar")

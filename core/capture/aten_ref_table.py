@@ -21,8 +21,9 @@ import numpy as np
 
 from tapescope.core import mathlib
 
-__all__ = ["FORMS", "NoReference", "M", "arr", "as_dtype", "compute", "ew", "form",
-           "fp_quiet", "is_float", "quiet_all", "result_type", "scal", "wide"]
+__all__ = ["FAST", "FORMS", "NoReference", "M", "arr", "as_dtype", "compute", "ew", "ew_same",
+           "fast", "float_operands", "form", "fp_quiet", "is_float", "quiet_all", "result_type",
+           "scal", "wide"]
 
 
 class NoReference(Exception):
@@ -32,6 +33,12 @@ class NoReference(Exception):
 Form = Callable[[list, dict], list]
 #: str(OpOverload) -> its form
 FORMS: dict[str, Form] = {}
+#: str(OpOverload) -> its form's short cut for the common tiny call (an optimizer's per-tensor
+#: ops on float32 arrays and Python scalars: ~900 calls of a few microseconds a zoo GPT
+#: capture's judge, where torch's dtype rules, the scalars' rounding and an in-place op's
+#: write-back were half of each): ``core.capture.aten_ref.reference``'s answer, the same numpy
+#: calls on the same operands, or None where it does not apply (then the form is called)
+FAST: dict[str, Callable[[list, dict], list | None]] = {}
 
 #: the transcendentals every form calls (refmath: the same bits on every backend)
 M = mathlib.get("refmath")
@@ -96,6 +103,41 @@ def form(*names: str) -> Callable[[Form], Form]:
             FORMS[n] = fn
         return fn
     return deco
+
+
+def fast(*names: str) -> Callable:
+    """Register ``fn`` as the short cut of every overload in ``names`` (each defined once; each
+    has a form: tests/capture/test_aten_ref_fast.py holds every short cut to it)."""
+    def deco(fn: Callable) -> Callable:
+        for n in names:
+            if n in FAST:
+                raise ValueError(f"aten short cut {n!r} registered twice")
+            FAST[n] = fn
+        return fn
+    return deco
+
+
+def float_operands(xs: list | tuple, same_shape: bool) -> np.dtype | None:
+    """The dtype of ``xs[0]``, an array of float32 or float64, where every other operand is an
+    array of that dtype (and of its shape, where ``same_shape``: an in-place op's result is
+    then a new array of its target's shape, which ``_into`` keeps as it is) or a Python int or
+    float; else None. Then ``result_type`` is that dtype, the op computes in it, and ``ew``
+    hands every array to its function as itself and each scalar as
+    ``np.asarray(v, dtype)``."""
+    a = xs[0]
+    if type(a) is not np.ndarray:
+        return None
+    dt = a.dtype
+    if dt is not F32 and dt is not F64:  # (builtin dtypes are one object each)
+        return None
+    for x in xs[1:]:
+        t = type(x)
+        if t is np.ndarray:
+            if x.dtype is not dt or (same_shape and x.shape != a.shape):
+                return None
+        elif t is not float and t is not int:
+            return None
+    return dt
 
 
 def as_dtype(d: Any) -> np.dtype | None:
@@ -240,6 +282,17 @@ def ew(fn: Callable[..., Any], *xs: Any, out: np.dtype | None = None,
     with np.errstate(all="ignore"):
         y = np.asarray(fn(*vals))
         return y.astype(out, copy=False) if y.dtype != out else y
+
+
+def ew_same(fn: Callable[..., Any], dt: np.dtype, *vals: Any) -> np.ndarray:
+    """``ew(fn, *xs, out=dt)``'s evaluation where ``float_operands`` gave ``dt`` and ``vals``
+    are its operands as ``ew`` hands them on (each scalar as ``np.asarray(v, dt)``)."""
+    if _QUIET.get():
+        y = np.asarray(fn(*vals))
+    else:
+        with np.errstate(all="ignore"):
+            y = np.asarray(fn(*vals))
+    return y.astype(dt, copy=False) if y.dtype != dt else y
 
 
 _UINT_OF = {2: np.int16, 4: np.int32, 8: np.int64}
