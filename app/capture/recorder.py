@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import inspect
 import math
 import os
 import platform
@@ -360,6 +361,9 @@ class Recorder(TorchDispatchMode):
     # it would be hashed, is recorded as derived: no C-order copy, no digest of its bytes
     # (False: hashed as any value, the layout before; benchmarks' A/B)
     derive_views: bool = True
+    # the per-op path's common case in C (app/capture/recorder_hot.c) where it builds (False,
+    # or TAPESCOPE_NO_NATIVE: the Python throughout, the same capture byte for byte)
+    native: bool = True
 
     def __init__(self, steps: int = 2, max_bytes: int = DEFAULT_MAX_BYTES,
                  hashes_only: bool = False,
@@ -436,6 +440,7 @@ class Recorder(TorchDispatchMode):
         self._src_at: dict[tuple[int, int], int] = {}
         self._names: dict[tuple[int, int], str] = {}
         self.graphs: list[dict] = []  # compiled graphs as data (app/capture/compiled.py)
+        self._hot: Any = None  # the C per-op path (``_go_native``), or None
 
     # ---- install / remove -------------------------------------------------------------------
     def start(self) -> Recorder:
@@ -448,6 +453,8 @@ class Recorder(TorchDispatchMode):
         if _NO_DISPATCH is not None and torch._C._len_torch_dispatch_stack():
             # a dispatch mode of the script's own is on (below ours): our reads are unseen
             self._new_value = self._new_value_unseen  # type: ignore[method-assign]
+        if self.native:
+            self._go_native()
         self.hooks = [nn_module.register_module_forward_pre_hook(self._pre),
                       nn_module.register_module_forward_hook(self._post),
                       optim_mod.register_optimizer_step_pre_hook(self._step_pre),
@@ -466,9 +473,32 @@ class Recorder(TorchDispatchMode):
         self.active = True
         return self
 
+    def _go_native(self) -> None:
+        """The C twins of ``_made``, ``_value_of`` and the argument loop, as this instance's
+        own, where the extension builds (each calls the Python method for any case it does
+        not know)."""
+        from tapescope.app.capture import recorder_native
+
+        global _HOT_SETUP
+        mod = recorder_native.module()
+        if mod is None or any(inspect.getattr_static(type(self), name) is not f
+                              for name, f in _TWINS.items()):
+            return  # (a method the C twins stands in for is another's: a test's, a subclass's)
+        if not _HOT_SETUP:
+            mod.setup(torch.Tensor, torch.nn.Parameter, _STRIDED, globals(), np.frombuffer,
+                      _autograd_node)
+            _HOT_SETUP = True
+        hot = self._hot = mod.Hot(self.__dict__, self, self._hex, Recorder._made,
+                                  Recorder._value_of)
+        self._made = hot.made  # type: ignore[method-assign]
+        self._value_of = hot.value_of  # type: ignore[method-assign]
+
     def stop(self) -> None:
         """Leave the mode (when it is the innermost one) and remove the hooks; idempotent."""
         self.recording = False
+        if self._hot is not None:  # (the C path holds the recorder: the cycle undone)
+            self._hot = None
+            del self._made, self._value_of
         for h in self.hooks:
             h.remove()
         self.hooks = []
@@ -1048,22 +1078,36 @@ class Recorder(TorchDispatchMode):
             if graph_task == -1 and _get_ident() != self.thread:
                 # another thread's op (a loader's), not the step's
                 return func(*args, **(kwargs or {}))
-            info = self._names_of.get(id(func))
-            if info is None:
-                info = self._op(func)
-            if info[5]:  # a namespace that is not the step's (profiler)
+            hot = self._hot
+            if hot is not None:  # recorder_hot.c: ``_op_rec``'s common case, else it
+                return hot.op(func, args, kwargs, graph_task)
+            return self._op_rec(func, args, kwargs, graph_task)
+        finally:
+            if prior is not None:
+                _set_eval_frame(prior)
+
+    def _op_rec(self, func: Any, args: Any, kwargs: Any, graph_task: int) -> Any:
+        """Record and run one op of the step (``__torch_dispatch__``'s work)."""
+        info = self._names_of.get(id(func))
+        if info is None:
+            info = self._op(func)
+        if info[5]:  # a namespace that is not the step's (profiler)
+            return func(*args, **(kwargs or {}))
+        if (info[1] or info[3]) and self.hasher is not None and self.hasher.live:
+            try:  # it writes: what it may write is copied or hashed first
+                self.hasher.protect(_written(info, args, kwargs or {}))
+            except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
+                self._broken(info[0], e)
+                self.hasher.drain()
                 return func(*args, **(kwargs or {}))
-            if (info[1] or info[3]) and self.hasher is not None and self.hasher.live:
-                try:  # it writes: what it may write is copied or hashed first
-                    self.hasher.protect(_written(info, args, kwargs or {}))
-                except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
-                    self._broken(info[0], e)
-                    self.hasher.drain()
-                    return func(*args, **(kwargs or {}))
-            # inputs first: a value an op reads for the first time is recorded before it runs
-            try:
-                if info[8]:  # a collective: its inputs read afresh (C++ writes them)
-                    _refresh(self, args)
+        # inputs first: a value an op reads for the first time is recorded before it runs
+        try:
+            if info[8]:  # a collective: its inputs read afresh (C++ writes them)
+                _refresh(self, args)
+            hot = self._hot
+            if hot is not None:
+                enc_args = hot.encode_args(args)  # (recorder_hot.c: this loop)
+            else:
                 enc_args = []
                 value_of = self._value_of
                 for a in args:
@@ -1076,26 +1120,23 @@ class Recorder(TorchDispatchMode):
                         enc_args.append({"T": value_of(a)})
                     else:
                         enc_args.append(self._encode(a))
-                if kwargs:
-                    enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
-                else:
-                    enc_kwargs = {}
-                    kwargs = {}
-                source = self._source(_getframe(1))
-            except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
-                self._broken(info[0], e)
-                return func(*args, **(kwargs or {}))
-            out = info[9](*args, **kwargs)  # (``func``'s own callable: one frame less)
-            try:
-                if info[8]:  # a collective: its data arrives later: waited for
-                    _settle(info[0], out)
-                self._record(info, args, kwargs, out, enc_args, enc_kwargs, graph_task, source)
-            except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop
-                self._broken(info[0], e)
-            return out
-        finally:
-            if prior is not None:
-                _set_eval_frame(prior)
+            if kwargs:
+                enc_kwargs = {k: self._encode(v) for k, v in kwargs.items()}
+            else:
+                enc_kwargs = {}
+                kwargs = {}
+            source = self._source(_getframe(1))
+        except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
+            self._broken(info[0], e)
+            return func(*args, **(kwargs or {}))
+        out = info[9](*args, **kwargs)  # (``func``'s own callable: one frame less)
+        try:
+            if info[8]:  # a collective: its data arrives later: waited for
+                _settle(info[0], out)
+            self._record(info, args, kwargs, out, enc_args, enc_kwargs, graph_task, source)
+        except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop
+            self._broken(info[0], e)
+        return out
 
     def _broken(self, name: str, e: BaseException) -> None:
         """Recording failed at op ``name``: stop recording (the script runs on untouched); the
@@ -1395,6 +1436,12 @@ def _op_facts(func: Any) -> tuple:
     return (*info, None, skip, name == "aten.ones_like.default", view,
             name.startswith(_COLLECTIVES), call, func)
 
+
+_HOT_SETUP = False  # recorder_hot.c's ``setup`` done (``Recorder._go_native``)
+# the methods recorder_hot.c does the work of (in its common case), as defined here
+_TWINS = {name: Recorder.__dict__[name] for name in (
+    "_made", "_value_of", "_new_value", "_key", "_record", "_op_rec", "_made_like", "_same_bytes",
+    "_source", "_encode", "_broken")}
 
 # id(OpOverload) -> ``_op_facts``: an OpOverload lives as long as its op's registration, and
 # the facts hold it (its id is never reused while the entry is here)

@@ -1,0 +1,1262 @@
+/* The recorder's per-op path in C (app/capture/recorder.py, ``Recorder``): the common case of
+ * looking up an argument's value, of recording an op's output, and of encoding an op's
+ * positional arguments, through the CPython API only (torch's tensors are read through their
+ * Python attributes: no libtorch header, no ABI of torch's). Every uncommon branch calls the
+ * recorder's Python method, which does the whole thing over again from the start: this file
+ * only answers where nothing has been changed yet, so a fallback sees what the Python path
+ * alone would (the same value ids, digests and rows; tests/capture/test_recorder_hot.py).
+ *
+ * Built at first use by app/capture/recorder_native.py (gcc, core.cache's KernelCache).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+
+/* set once a process by ``setup`` */
+static PyObject *g_tensor;       /* torch.Tensor */
+static PyObject *g_parameter;    /* torch.nn.Parameter */
+static PyObject *g_strided;      /* torch.strided */
+static PyObject *g_globals;      /* app/capture/recorder.py's globals: its thresholds and the
+                                   * numpy dtypes read at each use (a test may change them) */
+static PyObject *g_frombuffer;   /* numpy.frombuffer */
+static PyObject *g_autograd_node;  /* torch._C._current_autograd_node */
+static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes, *s_shape,
+    *s_is_contiguous, *s_data_ptr, *s_reshape, *s_cpu, *s_T, *s_next_uid, *s_n_hashed,
+    *s_hashes_only, *s_stored_bytes, *s_max_bytes, *s_hasher, *s_spool, *s_new_value,
+    *s_v_dtype, *s_v_shape, *s_v_sha, *s_v_array, *s_devices, *s_uid, *s_seen, *s_numel,
+    *s_sha_like, *s_names_of, *s_op_rec, *s_record, *s_broken, *s_source, *s_code_skip,
+    *s_src_at, *s_derive_views, *s_uninit, *s_dim, *s_in_backward, *s_after_backward,
+    *s_in_optimizer, *s_modules, *s_metadata, *s_get, *s_tapescope_module, *s_empty,
+    *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows, *s_ASYNC_MIN, *s_DERIVE_MIN,
+    *s_NUMPY_DTYPES;
+
+/* dict[name], borrowed; NULL with an exception when it is missing */
+static PyObject *item(PyObject *d, PyObject *name) {
+    PyObject *v = PyDict_GetItemWithError(d, name);
+    if (v == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, name);
+    return v;
+}
+
+/* a global of recorder.py, borrowed; NULL with an exception */
+static PyObject *glob(PyObject *name) { return item(g_globals, name); }
+
+/* an int global of recorder.py; -1 with an exception */
+static long long glob_ll(PyObject *name) {
+    PyObject *v = glob(name);
+    return v == NULL ? -1 : PyLong_AsLongLong(v);
+}
+
+/* One recorder's state: its instance dict (every attribute read afresh at each call: the
+ * Python path reassigns ``hasher``, ``spool``, ``stored_bytes`` ...), its digest and the
+ * Python methods a fallback calls. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *rec;       /* the Recorder */
+    PyObject *dict;      /* rec.__dict__ */
+    PyObject *hex;       /* rec._hex */
+    PyObject *py_made;   /* Recorder._made (unbound) */
+    PyObject *py_value_of;  /* Recorder._value_of (unbound) */
+    PyObject *py_encode;    /* rec._encode (bound) */
+} Hot;
+
+static int is_plain_tensor(PyObject *t) {
+    return (PyObject *)Py_TYPE(t) == g_tensor || (PyObject *)Py_TYPE(t) == g_parameter;
+}
+
+
+/* t._version as a new reference; NULL with no exception set: it has none (an inference
+ * tensor's RuntimeError, cleared); NULL with one: another error */
+static PyObject *version_of(PyObject *t) {
+    PyObject *v = PyObject_GetAttr(t, s_version);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_RuntimeError))
+        PyErr_Clear();
+    return v;
+}
+
+/* the uid of t when the recorder knows it (borrowed), else NULL (no exception) */
+static PyObject *known_uid(PyObject *uid, PyObject *t, PyObject **idp) {
+    PyObject *id = PyLong_FromVoidPtr(t);
+    if (id == NULL)
+        return NULL;
+    PyObject *e = PyDict_GetItemWithError(uid, id);
+    if (idp != NULL)
+        *idp = id;
+    else
+        Py_DECREF(id);
+    if (e == NULL || !PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2)
+        return NULL;
+    PyObject *ref = PyTuple_GET_ITEM(e, 0);
+    if (!PyWeakref_Check(ref) || PyWeakref_GET_OBJECT(ref) != t)
+        return NULL;
+    return PyTuple_GET_ITEM(e, 1);
+}
+
+/* ``Recorder._value_of``: a value seen already found here; anything else by the Python */
+static PyObject *value_of(Hot *self, PyObject *t) {
+    PyObject *uid = item(self->dict, s_uid), *seen;
+    if (uid == NULL)
+        return NULL;
+    PyObject *u = known_uid(uid, t, NULL);
+    if (u == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        goto slow;
+    }
+    PyObject *ver = version_of(t);
+    if (ver == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        goto slow;
+    }
+    PyObject *key = PyTuple_Pack(2, u, ver);
+    Py_DECREF(ver);
+    if (key == NULL || (seen = item(self->dict, s_seen)) == NULL) {
+        Py_XDECREF(key);
+        return NULL;
+    }
+    PyObject *vid = PyDict_GetItemWithError(seen, key);
+    Py_DECREF(key);
+    if (vid != NULL) {
+        Py_INCREF(vid);
+        return vid;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+slow:
+    return PyObject_CallFunctionObjArgs(self->py_value_of, self->rec, t, NULL);
+}
+
+static PyObject *Hot_value_of(Hot *self, PyObject *t) { return value_of(self, t); }
+
+/* attribute ``name`` of t is True (1), False (0), error (-1); a method when ``call`` */
+static int flag(PyObject *t, PyObject *name, int call) {
+    PyObject *v = call ? PyObject_CallMethodNoArgs(t, name) : PyObject_GetAttr(t, name);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int add_to(PyObject *d, PyObject *name, long long by) {
+    PyObject *v = item(d, name);
+    if (v == NULL)
+        return -1;
+    PyObject *b = PyLong_FromLongLong(by);
+    if (b == NULL)
+        return -1;
+    PyObject *s = PyNumber_Add(v, b);
+    Py_DECREF(b);
+    if (s == NULL)
+        return -1;
+    int r = PyDict_SetItem(d, name, s);
+    Py_DECREF(s);
+    return r;
+}
+
+static int append_to(PyObject *d, PyObject *name, PyObject *v) {
+    PyObject *l = item(d, name);
+    if (l == NULL)
+        return -1;
+    return PyList_Append(l, v);
+}
+
+/* ``Recorder._new_value(t, True)``'s common case: a plain CPU tensor, C-contiguous, of a dtype
+ * numpy holds as it is, no neg bit, whose memory is hashed where it lies (hashes only or over
+ * the budget) or stored as a bytes copy (no spool; hashed inline). A new reference to the value
+ * id; Py_None (a new reference) where it is not that case and nothing was changed; NULL: an
+ * error. Every check comes before the first change. */
+static PyObject *new_value_fast(Hot *self, PyObject *t) {
+    PyObject *d = self->dict, *res = NULL;
+    PyObject *dtype = NULL, *nb = NULL, *shape = NULL, *pv = NULL, *buf = NULL, *h = NULL;
+    if (!is_plain_tensor(t))
+        Py_RETURN_NONE;
+    if ((dtype = PyObject_GetAttr(t, s_dtype)) == NULL)
+        return NULL;
+    PyObject *np_dtypes = glob(s_NUMPY_DTYPES), *name;
+    name = np_dtypes ? PyDict_GetItemWithError(np_dtypes, dtype) : NULL;  /* borrowed */
+    Py_DECREF(dtype);
+    if (name == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    int f = flag(t, s_is_cpu, 0);
+    if (f <= 0)
+        return f < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
+    PyObject *layout = PyObject_GetAttr(t, s_layout);
+    if (layout == NULL)
+        return NULL;
+    Py_DECREF(layout);
+    if (layout != g_strided)
+        Py_RETURN_NONE;
+    if ((f = flag(t, s_is_neg, 1)) != 0)
+        return f < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
+    if ((nb = PyObject_GetAttr(t, s_nbytes)) == NULL)
+        return NULL;
+    long long n = PyLong_AsLongLong(nb);
+    if (n == -1 && PyErr_Occurred())
+        goto done;
+    PyObject *hashes_only = item(d, s_hashes_only), *stored = item(d, s_stored_bytes),
+             *maxb = item(d, s_max_bytes), *hasher = item(d, s_hasher), *spool = item(d, s_spool);
+    if (!hashes_only || !stored || !maxb || !hasher || !spool)
+        goto done;
+    int hashed = PyObject_IsTrue(hashes_only);
+    if (hashed < 0)
+        goto done;
+    if (!hashed) {
+        long long sb = PyLong_AsLongLong(stored), mb = PyLong_AsLongLong(maxb);
+        if (PyErr_Occurred())
+            goto done;
+        hashed = sb + n > mb;
+    }
+    long long async_min = glob_ll(s_ASYNC_MIN);
+    if (async_min == -1 && PyErr_Occurred())
+        goto done;
+    /* the hashing thread's case, the spool's: the Python */
+    if ((hasher != Py_None && n >= async_min) || (!hashed && spool != Py_None))
+        goto none;
+    if ((f = flag(t, s_is_contiguous, 1)) <= 0) {
+        if (f < 0)
+            goto done;
+        goto none;
+    }
+    if ((pv = PyObject_CallMethodNoArgs(t, s_data_ptr)) == NULL)
+        goto done;
+    void *p = PyLong_AsVoidPtr(pv);
+    if (p == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        goto none;  /* no memory: the Python (numpy's view) */
+    }
+    /* the common case: from here on it is recorded */
+    PyObject *shp = PyObject_GetAttr(t, s_shape);
+    if (shp == NULL)
+        goto done;
+    shape = PySequence_Tuple(shp);
+    Py_DECREF(shp);
+    if (shape == NULL)
+        goto done;
+    PyObject *devices = item(d, s_devices), *v_dtype = item(d, s_v_dtype);
+    if (devices == NULL || v_dtype == NULL || PySet_Add(devices, s_cpu) < 0)
+        goto done;
+    PyObject *vid = PyLong_FromSsize_t(PyList_GET_SIZE(v_dtype));
+    if (vid == NULL)
+        goto done;
+    if (PyList_Append(v_dtype, name) < 0 || append_to(d, s_v_shape, shape) < 0) {
+        Py_DECREF(vid);
+        goto done;
+    }
+    if (hashed) {
+        /* its bytes where they lie: a read-only memoryview over the tensor's memory */
+        buf = PyMemoryView_FromMemory((char *)p, (Py_ssize_t)n, PyBUF_READ);
+        if (buf == NULL || append_to(d, s_v_array, Py_None) < 0 || add_to(d, s_n_hashed, 1) < 0
+            || (h = PyObject_CallOneArg(self->hex, buf)) == NULL
+            || append_to(d, s_v_sha, h) < 0) {
+            Py_DECREF(vid);
+            goto done;
+        }
+    } else {
+        /* stored: a bytes copy that numpy reads (read-only), its digest of the copy */
+        PyObject *c = NULL, *c2 = NULL;
+        buf = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+        if (buf == NULL || (c = PyObject_CallFunctionObjArgs(g_frombuffer, buf, name, NULL)) == NULL
+            || (c2 = PyObject_CallMethodOneArg(c, s_reshape, shape)) == NULL
+            || append_to(d, s_v_array, c2) < 0 || add_to(d, s_stored_bytes, n) < 0
+            || (h = PyObject_CallOneArg(self->hex, buf)) == NULL
+            || append_to(d, s_v_sha, h) < 0) {
+            Py_XDECREF(c);
+            Py_XDECREF(c2);
+            Py_DECREF(vid);
+            goto done;
+        }
+        Py_DECREF(c);
+        Py_DECREF(c2);
+    }
+    res = vid;
+    goto done;
+none:
+    res = Py_None;
+    Py_INCREF(res);
+done:
+    Py_XDECREF(nb);
+    Py_XDECREF(shape);
+    Py_XDECREF(pv);
+    Py_XDECREF(buf);
+    Py_XDECREF(h);
+    return res;
+}
+
+/* a tuple of two ints, untracked by the cyclic GC (it holds no container: it can be in no
+ * cycle; tuples are made tracked and untracked at a collection they survive: this spares the
+ * young generation's scans the recorder's ~4 keys an op) */
+static PyObject *pair(PyObject *a, PyObject *b) {
+    PyObject *k = PyTuple_Pack(2, a, b);
+    if (k != NULL && PyObject_GC_IsTracked(k))
+        PyObject_GC_UnTrack(k);
+    return k;
+}
+
+/* ``Recorder._key``: t's uid (assigned here when it has none) and its version (-1 without a
+ * counter), as new references; 0, or 1 where a weak reference cannot be made (nothing changed:
+ * the Python's), -1 with an exception */
+static int key_of(PyObject *d, PyObject *t, PyObject **up, PyObject **verp) {
+    PyObject *uid = item(d, s_uid), *id = NULL, *u;
+    if (uid == NULL)
+        return -1;
+    u = known_uid(uid, t, &id);
+    if (u != NULL) {
+        Py_INCREF(u);
+    } else {
+        if (PyErr_Occurred()) {
+            Py_XDECREF(id);
+            return -1;
+        }
+        PyObject *next = item(d, s_next_uid), *ref, *e;
+        if (next == NULL || (ref = PyWeakref_NewRef(t, NULL)) == NULL) {
+            Py_XDECREF(id);
+            if (next != NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();  /* (a tensor that takes no weak reference) */
+                return 1;
+            }
+            return -1;
+        }
+        u = next;
+        Py_INCREF(u);
+        e = PyTuple_Pack(2, ref, u);
+        Py_DECREF(ref);
+        if (e == NULL || PyDict_SetItem(uid, id, e) < 0 || add_to(d, s_next_uid, 1) < 0) {
+            Py_XDECREF(e);
+            Py_DECREF(id);
+            Py_DECREF(u);
+            return -1;
+        }
+        Py_DECREF(e);
+    }
+    Py_DECREF(id);
+    PyObject *ver = version_of(t);
+    if (ver == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(u);
+            return -1;
+        }
+        ver = PyLong_FromLong(-1);
+    }
+    *up = u;
+    *verp = ver;
+    return 0;
+}
+
+/* ``Recorder._made(t, written)``: the value an op just made or wrote in t */
+static PyObject *made(Hot *self, PyObject *t, int written) {
+    PyObject *d = self->dict, *seen = item(d, s_seen), *u, *ver;
+    if (seen == NULL)
+        return NULL;
+    /* a ``_new_value`` of the instance's own (``_new_value_unseen``): the Python throughout */
+    PyObject *own = PyDict_GetItemWithError(d, s_new_value);
+    if (own != NULL || PyErr_Occurred())
+        goto slow;
+    int k = key_of(d, t, &u, &ver);
+    if (k < 0)
+        return NULL;
+    if (k > 0)
+        goto slow;
+    PyObject *vid = new_value_fast(self, t);
+    if (vid == Py_None) {
+        Py_DECREF(vid);
+        vid = PyObject_CallMethodObjArgs(self->rec, s_new_value, t, Py_True, NULL);
+    }
+    if (vid == NULL) {
+        Py_DECREF(u);
+        Py_DECREF(ver);
+        return NULL;
+    }
+    PyObject *key = pair(u, ver);
+    int bad = key == NULL || PyDict_SetItem(seen, key, vid) < 0;
+    Py_XDECREF(key);
+    if (!bad && written) {
+        long long v = PyLong_AsLongLong(ver);
+        if (v == -1 && PyErr_Occurred())
+            bad = 1;
+        else if (v >= 0) {
+            PyObject *v1 = PyLong_FromLongLong(v + 1);
+            key = v1 ? pair(u, v1) : NULL;
+            Py_XDECREF(v1);
+            bad = key == NULL || PyDict_SetItem(seen, key, vid) < 0;
+            Py_XDECREF(key);
+        }
+    }
+    Py_DECREF(u);
+    Py_DECREF(ver);
+    if (bad) {
+        Py_DECREF(vid);
+        return NULL;
+    }
+    return vid;
+slow:
+    return PyObject_CallFunctionObjArgs(self->py_made, self->rec, t, written ? Py_True : Py_False,
+                                        NULL);
+}
+
+/* ``Recorder._made_like(t, like)``: a value whose bytes are value ``like``'s */
+static PyObject *made_like(Hot *self, PyObject *t, PyObject *like) {
+    PyObject *d = self->dict, *u, *ver, *vid = NULL, *shape = NULL, *nb = NULL, *a2 = NULL;
+    int k = key_of(d, t, &u, &ver);
+    if (k != 0)
+        return k < 0 ? NULL : PyObject_CallMethod(self->rec, "_made_like", "OO", t, like);
+    PyObject *v_dtype = item(d, s_v_dtype), *v_sha = item(d, s_v_sha), *v_array = item(d, s_v_array),
+             *seen = item(d, s_seen);
+    Py_ssize_t li = PyLong_AsSsize_t(like);
+    if (!v_dtype || !v_sha || !v_array || !seen || (li == -1 && PyErr_Occurred()))
+        goto done;
+    if (li < 0 || li >= PyList_GET_SIZE(v_dtype) || li >= PyList_GET_SIZE(v_sha)
+        || li >= PyList_GET_SIZE(v_array)) {
+        PyErr_SetString(PyExc_IndexError, "made_like: no such value");
+        goto done;
+    }
+    if ((vid = PyLong_FromSsize_t(PyList_GET_SIZE(v_dtype))) == NULL)
+        goto done;
+    PyObject *shp = PyObject_GetAttr(t, s_shape);
+    if (shp == NULL)
+        goto fail;
+    shape = PySequence_Tuple(shp);
+    Py_DECREF(shp);
+    if (shape == NULL || PyList_Append(v_dtype, PyList_GET_ITEM(v_dtype, li)) < 0
+        || append_to(d, s_v_shape, shape) < 0)
+        goto fail;
+    PyObject *h = PyList_GET_ITEM(v_sha, li);
+    Py_INCREF(h);
+    int bad = PyList_Append(v_sha, h) < 0;
+    if (!bad && h == Py_None) {  /* still on the hashing thread: copied when the file is made */
+        PyObject *p = PyTuple_Pack(2, vid, like);
+        bad = p == NULL || append_to(d, s_sha_like, p) < 0;
+        Py_XDECREF(p);
+    }
+    Py_DECREF(h);
+    if (bad)
+        goto fail;
+    PyObject *a = PyList_GET_ITEM(v_array, li);
+    Py_INCREF(a);
+    PyObject *stored = item(d, s_stored_bytes), *maxb = item(d, s_max_bytes),
+             *hashes_only = item(d, s_hashes_only);
+    long long sb = stored ? PyLong_AsLongLong(stored) : -1, mb = maxb ? PyLong_AsLongLong(maxb) : -1;
+    int ho = hashes_only ? PyObject_IsTrue(hashes_only) : -1;
+    if (PyErr_Occurred() || ho < 0) {
+        Py_DECREF(a);
+        goto fail;
+    }
+    long long n = 0;
+    int keep;  /* the array named again (else hashed only) */
+    if (Py_IS_TYPE(a, &PyLong_Type)) {  /* in the spool: named again, the same bytes once */
+        if ((nb = PyObject_GetAttr(t, s_nbytes)) == NULL || ((n = PyLong_AsLongLong(nb)) == -1
+                                                               && PyErr_Occurred())) {
+            Py_DECREF(a);
+            goto fail;
+        }
+        keep = !(sb + n > mb);
+        if (keep) {
+            a2 = a;
+            Py_INCREF(a2);
+        }
+    } else if (a == Py_None || ho) {
+        keep = 0;
+    } else {
+        if ((nb = PyObject_GetAttr(a, s_nbytes)) == NULL || ((n = PyLong_AsLongLong(nb)) == -1
+                                                               && PyErr_Occurred())) {
+            Py_DECREF(a);
+            goto fail;
+        }
+        keep = !(sb + n > mb);
+        if (keep && (a2 = PyObject_CallMethodOneArg(a, s_reshape, shape)) == NULL) {
+            Py_DECREF(a);
+            goto fail;
+        }
+    }
+    Py_DECREF(a);
+    if (keep) {
+        if (PyList_Append(v_array, a2) < 0 || add_to(d, s_stored_bytes, n) < 0)
+            goto fail;
+    } else if (PyList_Append(v_array, Py_None) < 0 || add_to(d, s_n_hashed, 1) < 0) {
+        goto fail;
+    }
+    PyObject *key = pair(u, ver);
+    bad = key == NULL || PyDict_SetItem(seen, key, vid) < 0;
+    Py_XDECREF(key);
+    if (bad)
+        goto fail;
+    goto done;
+fail:
+    Py_CLEAR(vid);
+done:
+    Py_DECREF(u);
+    Py_DECREF(ver);
+    Py_XDECREF(shape);
+    Py_XDECREF(nb);
+    Py_XDECREF(a2);
+    return vid;
+}
+
+static PyObject *Hot_made(Hot *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "made(t, written=False)");
+        return NULL;
+    }
+    int written = 0;
+    if (nargs == 2 && (written = PyObject_IsTrue(args[1])) < 0)
+        return NULL;
+    return made(self, args[0], written);
+}
+
+/* every item of the list or tuple x is an int, bool, str or None (those exact types) */
+static int all_plain(PyObject *x) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(x);
+    PyObject **items = PySequence_Fast_ITEMS(x);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyTypeObject *tp = Py_TYPE(items[i]);
+        if (tp != &PyLong_Type && tp != &PyBool_Type && tp != &PyUnicode_Type
+            && items[i] != Py_None)
+            return 0;
+    }
+    return 1;
+}
+
+/* the positional arguments as the row records them (``Recorder.__torch_dispatch__``'s loop):
+ * int, bool, str and None as they are, a finite float as it is, a tensor {"T": value id},
+ * anything else ``_encode``'s */
+static PyObject *Hot_encode_args(Hot *self, PyObject *args) {
+    if (!PyTuple_Check(args) && !PyList_Check(args)) {
+        PyErr_SetString(PyExc_TypeError, "encode_args: a tuple or list");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(args);
+    PyObject **items = PySequence_Fast_ITEMS(args);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = items[i], *e;
+        PyTypeObject *tp = Py_TYPE(a);
+        if (tp == &PyLong_Type || tp == &PyBool_Type || tp == &PyUnicode_Type || a == Py_None
+            || (tp == &PyFloat_Type && isfinite(PyFloat_AS_DOUBLE(a)))) {
+            Py_INCREF(a);
+            e = a;
+        } else if ((tp == &PyList_Type || tp == &PyTuple_Type || PyList_Check(a)
+                    || PyTuple_Check(a)) && all_plain(a)) {
+            /* sizes, dims (``_encode``: as they are, a list) */
+            if ((e = PySequence_List(a)) == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyObject_GC_UnTrack(e);  /* (ints, strs, None: it can be in no cycle) */
+        } else {
+            int is_t = is_plain_tensor(a) ? 1 : PyObject_IsInstance(a, g_tensor);
+            if (is_t < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            if (is_t) {
+                PyObject *vid = value_of(self, a);
+                if (vid == NULL) {
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                e = PyDict_New();
+                if (e == NULL || PyDict_SetItem(e, s_T, vid) < 0) {
+                    Py_XDECREF(e);
+                    Py_DECREF(vid);
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                Py_DECREF(vid);
+            } else if ((e = PyObject_CallOneArg(self->py_encode, a)) == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        PyList_SET_ITEM(out, i, e);
+    }
+    return out;
+}
+
+/* x is a tensor: 1, 0, -1 error */
+static int is_tensor(PyObject *x) {
+    return is_plain_tensor(x) ? 1 : PyObject_IsInstance(x, g_tensor);
+}
+
+/* ``recorder._tensors(x)`` appended to list ``out`` */
+static int collect(PyObject *x, PyObject *out) {
+    int r = is_tensor(x);
+    if (r != 0)
+        return r < 0 ? -1 : PyList_Append(out, x);
+    if (PyList_Check(x) || PyTuple_Check(x)) {
+        /* (a list could change under us only through its items' own code: none here) */
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(x); i++)
+            if (collect(PySequence_Fast_GET_ITEM(x, i), out) < 0)
+                return -1;
+    }
+    return 0;
+}
+
+/* a tensor attribute compared by identity (1 same, 0 not, -1 error) */
+static int attr_is(PyObject *t, PyObject *name, PyObject *v) {
+    PyObject *a = PyObject_GetAttr(t, name);
+    if (a == NULL)
+        return -1;
+    Py_DECREF(a);
+    return a == v;
+}
+
+/* the long of a method's result or attribute; -1 with an exception on error */
+static long long long_of(PyObject *t, PyObject *name, int call) {
+    PyObject *v = call ? PyObject_CallMethodNoArgs(t, name) : PyObject_GetAttr(t, name);
+    if (v == NULL)
+        return -1;
+    long long r = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* ``Recorder._same_bytes(out, args, enc_args)``: the value id (borrowed) or NULL: none (no
+ * exception) or an error */
+static PyObject *same_bytes(PyObject *out, PyObject *args, PyObject *enc_args) {
+    PyObject *dtype = PyObject_GetAttr(out, s_dtype), *res = NULL;
+    if (dtype == NULL)
+        return NULL;
+    int f;
+    PyObject *np_dtypes = glob(s_NUMPY_DTYPES);
+    PyObject *nm = np_dtypes ? PyDict_GetItemWithError(np_dtypes, dtype) : NULL;
+    if (nm == NULL || (f = flag(out, s_is_cpu, 0)) <= 0 || (f = attr_is(out, s_layout, g_strided)) <= 0
+        || (f = flag(out, s_is_neg, 1)) != 0 || (f = flag(out, s_is_contiguous, 1)) <= 0)
+        goto done;
+    long long p = long_of(out, s_data_ptr, 1), n;
+    if (PyErr_Occurred() || ((n = long_of(out, s_numel, 1)) == -1 && PyErr_Occurred()))
+        goto done;
+    Py_ssize_t na = PyTuple_GET_SIZE(args), ne = PyList_GET_SIZE(enc_args);
+    for (Py_ssize_t i = 0; i < na && i < ne; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        if ((f = is_tensor(a)) <= 0) {
+            if (f < 0)
+                goto done;
+            continue;
+        }
+        if ((f = attr_is(a, s_dtype, dtype)) <= 0) {
+            if (f < 0)
+                goto done;
+            continue;
+        }
+        long long ap = long_of(a, s_data_ptr, 1);
+        if (ap == -1 && PyErr_Occurred())
+            goto done;
+        if (ap != p)
+            continue;
+        long long an = long_of(a, s_numel, 1);
+        if (an == -1 && PyErr_Occurred())
+            goto done;
+        if (an != n)
+            continue;
+        if ((f = attr_is(a, s_layout, g_strided)) <= 0 || (f = flag(a, s_is_neg, 1)) != 0
+            || (f = flag(a, s_is_contiguous, 1)) <= 0) {
+            if (f < 0)
+                goto done;
+            continue;
+        }
+        res = PyObject_GetItem(PyList_GET_ITEM(enc_args, i), s_T);
+        if (res != NULL)
+            Py_DECREF(res);  /* (borrowed: enc_args holds it) */
+        goto done;
+    }
+done:
+    Py_DECREF(dtype);
+    return res;
+}
+
+/* ``Recorder._source``'s walk where its caches know every frame up to the user's: the source's
+ * index, a new reference; else the Python's from the first frame they do not know */
+static PyObject *source(Hot *self) {
+    PyObject *d = self->dict, *code_skip = item(d, s_code_skip), *src_at = item(d, s_src_at);
+    if (code_skip == NULL || src_at == NULL)
+        return NULL;
+    PyFrameObject *f = PyEval_GetFrame();  /* borrowed: the mode's own frame (skipped) */
+    Py_XINCREF(f);
+    while (f != NULL) {
+        PyCodeObject *co = PyFrame_GetCode(f);
+        PyObject *cid = PyLong_FromVoidPtr(co), *skip, *r = NULL;
+        if (cid == NULL) {
+            Py_DECREF(co);
+            Py_DECREF(f);
+            return NULL;
+        }
+        skip = PyDict_GetItemWithError(code_skip, cid);
+        if (skip != NULL && skip == Py_False) {
+            PyObject *lasti = PyLong_FromLong(PyFrame_GetLasti(f));
+            PyObject *at = lasti ? PyTuple_Pack(2, cid, lasti) : NULL;
+            Py_XDECREF(lasti);
+            if (at != NULL) {
+                r = PyDict_GetItemWithError(src_at, at);
+                Py_DECREF(at);
+                Py_XINCREF(r);
+            }
+            if (r == NULL && !PyErr_Occurred())
+                r = PyObject_CallMethodOneArg(self->rec, s_source, (PyObject *)f);
+        } else if (skip == NULL && !PyErr_Occurred()) {
+            r = PyObject_CallMethodOneArg(self->rec, s_source, (PyObject *)f);
+        } else if (skip != NULL && skip != Py_True) {  /* (not ours: the Python's) */
+            r = PyObject_CallMethodOneArg(self->rec, s_source, (PyObject *)f);
+        }
+        Py_DECREF(cid);
+        Py_DECREF(co);
+        if (r != NULL || PyErr_Occurred()) {
+            Py_DECREF(f);
+            return r;
+        }
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    return PyLong_FromLong(-1);
+}
+
+/* item i of tuple ``info`` is true: 1, 0, -1 */
+static int info_true(PyObject *info, Py_ssize_t i) {
+    return PyObject_IsTrue(PyTuple_GET_ITEM(info, i));
+}
+
+/* append made(t, written) for every tensor in x to outs */
+static int made_all(Hot *self, PyObject *x, int written, PyObject *outs) {
+    PyObject *ts = PyList_New(0);
+    if (ts == NULL || collect(x, ts) < 0) {
+        Py_XDECREF(ts);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ts); i++) {
+        PyObject *v = made(self, PyList_GET_ITEM(ts, i), written);
+        if (v == NULL || PyList_Append(outs, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(ts);
+            return -1;
+        }
+        Py_DECREF(v);
+    }
+    Py_DECREF(ts);
+    return 0;
+}
+
+/* ``Recorder._record``'s common case: 0 recorded, 1 not that case (nothing changed: the
+ * Python's), -1 an error */
+static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, PyObject *out,
+                  PyObject *enc_args, PyObject *enc_kwargs, long long graph_task,
+                  PyObject *src) {
+    PyObject *d = self->dict;
+    PyObject *writes = PyTuple_GET_ITEM(info, 1), *fresh = PyTuple_GET_ITEM(info, 2),
+             *unmarked = PyTuple_GET_ITEM(info, 3), *name_idx = PyTuple_GET_ITEM(info, 4);
+    int view = info_true(info, 7), ones_like = info_true(info, 6);
+    if (view < 0 || ones_like < 0 || !PyTuple_Check(writes) || !PyTuple_Check(fresh))
+        return view < 0 || ones_like < 0 ? -1 : 1;
+    Py_ssize_t nw = PyTuple_GET_SIZE(writes), na = PyTuple_GET_SIZE(args);
+    PyObject *outs = NULL, *module = NULL, *row = NULL, *t_args = NULL, *t_outs = NULL;
+    int rc = -1, f;
+    if (nw == 0 && unmarked == Py_None && (f = is_tensor(out)) != 0) {
+        if (f < 0)
+            return -1;
+        PyObject *v = NULL;
+        if (view) {
+            PyObject *like = same_bytes(out, args, enc_args);
+            if (like != NULL) {
+                v = made_like(self, out, like);
+            } else if (PyErr_Occurred()) {
+                return -1;
+            } else {
+                /* a view that may be derived (``_derived_source``): the Python's */
+                PyObject *dv = PyObject_GetAttr(self->rec, s_derive_views);
+                if (dv == NULL || (f = PyObject_IsTrue(dv)) < 0) {
+                    Py_XDECREF(dv);
+                    return -1;
+                }
+                Py_DECREF(dv);
+                if (f) {
+                    long long nb = long_of(out, s_nbytes, 0);
+                    if (nb == -1 && PyErr_Occurred())
+                        return -1;
+                    long long derive_min = glob_ll(s_DERIVE_MIN);
+                    if (derive_min == -1 && PyErr_Occurred())
+                        return -1;
+                    if (nb >= derive_min)
+                        return 1;  /* (hashed or not: the Python decides, nothing changed) */
+                }
+                v = made(self, out, 0);
+            }
+        } else {
+            PyObject *uninit = item(d, s_uninit);
+            if (uninit == NULL || (f = PySet_Contains(uninit, name_idx)) < 0)
+                return -1;
+            if (f)
+                return 1;
+            v = made(self, out, 0);
+        }
+        if (v == NULL)
+            return -1;
+        outs = PyList_New(1);
+        if (outs == NULL) {
+            Py_DECREF(v);
+            return -1;
+        }
+        PyList_SET_ITEM(outs, 0, v);
+    } else if (nw) {
+        if ((outs = PyList_New(0)) == NULL)
+            return -1;
+        for (Py_ssize_t j = 0; j < nw; j++) {
+            PyObject *w = PyTuple_GET_ITEM(writes, j), *v;
+            if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 3)
+                goto done;
+            Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(w, 0));
+            int kwarg_only = PyObject_IsTrue(PyTuple_GET_ITEM(w, 2));
+            if ((i == -1 && PyErr_Occurred()) || kwarg_only < 0)
+                goto done;
+            if (i < na && !kwarg_only) {
+                v = PyTuple_GET_ITEM(args, i);
+            } else {
+                v = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(w, 1));
+                if (v == NULL && PyErr_Occurred())
+                    goto done;
+            }
+            if (v != NULL && made_all(self, v, 1, outs) < 0)
+                goto done;
+        }
+        Py_ssize_t nf = PyTuple_GET_SIZE(fresh);
+        int seq = PyTuple_Check(out) || PyList_Check(out);
+        Py_ssize_t nr = seq && nf > 1 ? PySequence_Fast_GET_SIZE(out) : 1;
+        for (Py_ssize_t j = 0; j < nf && j < nr; j++) {
+            if ((f = info_true(fresh, j)) < 0)
+                goto done;
+            if (f && made_all(self, seq && nf > 1 ? PySequence_Fast_GET_ITEM(out, j) : out, 0,
+                              outs) < 0)
+                goto done;
+        }
+    } else if (unmarked != Py_None) {
+        return 1;  /* the running statistics batch norm writes: the Python's */
+    } else {
+        if ((outs = PyList_New(0)) == NULL || made_all(self, out, 0, outs) < 0)
+            goto done;
+    }
+    if (view && nw == 0 && na > 0) {
+        /* a view's key at its base's version is this value too (``_record``'s comment) */
+        PyObject *a0 = PyTuple_GET_ITEM(args, 0);
+        if ((f = is_tensor(a0)) < 0)
+            goto done;
+        PyObject *ver = f ? version_of(a0) : NULL;
+        if (ver == NULL && PyErr_Occurred())
+            goto done;
+        if (ver != NULL) {
+            PyObject *ts = PyList_New(0), *uid = item(d, s_uid), *seen = item(d, s_seen);
+            int bad = ts == NULL || uid == NULL || seen == NULL || collect(out, ts) < 0;
+            for (Py_ssize_t i = 0; !bad && i < PyList_GET_SIZE(ts) && i < PyList_GET_SIZE(outs);
+                 i++) {
+                PyObject *u = known_uid(uid, PyList_GET_ITEM(ts, i), NULL);
+                if (u == NULL) {
+                    bad = PyErr_Occurred() != NULL;
+                    continue;
+                }
+                PyObject *key = pair(u, ver);
+                bad = key == NULL
+                      || PyDict_SetDefault(seen, key, PyList_GET_ITEM(outs, i)) == NULL;
+                Py_XDECREF(key);
+            }
+            Py_XDECREF(ts);
+            Py_DECREF(ver);
+            if (bad)
+                goto done;
+        }
+    }
+    /* phase and module */
+    long phase;
+    if (graph_task != -1) {
+        phase = 1;
+        if (PyDict_SetItem(d, s_in_backward, Py_True) < 0
+            || PyDict_SetItem(d, s_after_backward, Py_True) < 0)
+            goto done;
+        PyObject *node = PyObject_CallNoArgs(g_autograd_node);
+        if (node == NULL)
+            goto done;
+        if (node == Py_None) {
+            module = s_empty;
+            Py_INCREF(module);
+        } else {
+            PyObject *meta = PyObject_GetAttr(node, s_metadata);
+            module = meta ? PyObject_CallMethodObjArgs(meta, s_get, s_tapescope_module, s_empty,
+                                                       NULL) : NULL;
+            Py_XDECREF(meta);
+        }
+        Py_DECREF(node);
+        if (module == NULL)
+            goto done;
+        PyObject *last = item(d, s_last_ones_like);
+        if (last == NULL)
+            goto done;
+        if (last != Py_None) {
+            PyObject *losses = item(d, s_losses), *step = item(d, s_step);
+            if (losses == NULL || step == NULL || PyObject_SetItem(losses, step, last) < 0
+                || PyDict_SetItem(d, s_last_ones_like, Py_None) < 0)
+                goto done;
+        }
+    } else {
+        PyObject *modules = item(d, s_modules), *in_opt = item(d, s_in_optimizer),
+                 *after = item(d, s_after_backward);
+        if (modules == NULL || in_opt == NULL || after == NULL || !PyList_Check(modules))
+            goto done;
+        Py_ssize_t nm = PyList_GET_SIZE(modules);
+        int io = PyObject_IsTrue(in_opt), ab = io ? 0 : PyObject_IsTrue(after);
+        if (io < 0 || ab < 0)
+            goto done;
+        phase = io || (ab && nm == 0) ? 2 : 0;
+        if (nm) {
+            module = PySequence_GetItem(PyList_GET_ITEM(modules, nm - 1), 1);
+            if (module == NULL)
+                goto done;
+        } else {
+            module = s_empty;
+            Py_INCREF(module);
+        }
+        if (ones_like && na > 0) {
+            PyObject *a0 = PyTuple_GET_ITEM(args, 0);
+            if ((f = is_tensor(a0)) < 0)
+                goto done;
+            if (f) {
+                long long dim = long_of(a0, s_dim, 1);
+                if (dim == -1 && PyErr_Occurred())
+                    goto done;
+                if (dim == 0) {
+                    PyObject *vid = PyObject_GetItem(PyList_GET_ITEM(enc_args, 0), s_T);
+                    int bad = vid == NULL || PyDict_SetItem(d, s_last_ones_like, vid) < 0;
+                    Py_XDECREF(vid);
+                    if (bad)
+                        goto done;
+                }
+            }
+        }
+    }
+    PyObject *tables = item(d, s_tables), *mt, *mi;
+    if (tables == NULL || (mt = PyObject_GetItem(tables, s_modules)) == NULL)
+        goto done;
+    Py_DECREF(mt);  /* (tables holds it) */
+    if (!PyDict_Check(mt))
+        goto done_type;
+    mi = PyDict_GetItemWithError(mt, module);
+    if (mi == NULL) {
+        if (PyErr_Occurred())
+            goto done;
+        PyObject *n = PyLong_FromSsize_t(PyDict_GET_SIZE(mt));
+        int bad = n == NULL || PyDict_SetItem(mt, module, n) < 0;
+        Py_XDECREF(n);
+        if (bad)
+            goto done;
+        mi = PyDict_GetItemWithError(mt, module);
+        if (mi == NULL)
+            goto done;
+    }
+    PyObject *ph = PyLong_FromLong(phase), *step = item(d, s_step), *rows = item(d, s_rows);
+    t_args = PyList_AsTuple(enc_args);
+    t_outs = PyList_AsTuple(outs);
+    if (ph == NULL || step == NULL || rows == NULL || t_args == NULL || t_outs == NULL) {
+        Py_XDECREF(ph);
+        goto done;
+    }
+    row = PyTuple_Pack(8, name_idx, mi, ph, step, src, t_args, enc_kwargs, t_outs);
+    Py_DECREF(ph);
+    if (row == NULL || PyList_Append(rows, row) < 0)
+        goto done;
+    rc = 0;
+    goto done;
+done_type:
+    PyErr_SetString(PyExc_TypeError, "record: the modules' table is not a dict");
+done:
+    Py_XDECREF(outs);
+    Py_XDECREF(module);
+    Py_XDECREF(row);
+    Py_XDECREF(t_args);
+    Py_XDECREF(t_outs);
+    return rc;
+}
+
+/* recording failed at op ``info[0]`` (the Exception set): ``Recorder._broken``; 0, or -1
+ * where the error is not an Exception (a KeyboardInterrupt: it goes on up, as the Python's) */
+static int broken(Hot *self, PyObject *info) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *tp, *val, *tb;
+    PyErr_Fetch(&tp, &val, &tb);
+    PyErr_NormalizeException(&tp, &val, &tb);
+    PyObject *r = PyObject_CallMethodObjArgs(self->rec, s_broken, PyTuple_GET_ITEM(info, 0),
+                                             val ? val : Py_None, NULL);
+    Py_XDECREF(tp);
+    Py_XDECREF(val);
+    Py_XDECREF(tb);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* ``Recorder._op_rec(func, args, kwargs, graph_task)``: record and run one op of the step */
+static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "op(func, args, kwargs, graph_task)");
+        return NULL;
+    }
+    PyObject *func = argv[0], *args = argv[1], *kwargs = argv[2], *gt = argv[3];
+    PyObject *d = self->dict, *names_of = item(d, s_names_of), *hasher = item(d, s_hasher);
+    if (names_of == NULL || hasher == NULL)
+        return NULL;
+    long long graph_task = PyLong_AsLongLong(gt);
+    if (graph_task == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *fid = PyLong_FromVoidPtr(func);
+    if (fid == NULL)
+        return NULL;
+    PyObject *info = PyDict_GetItemWithError(names_of, fid);  /* borrowed */
+    Py_DECREF(fid);
+    if (info == NULL && PyErr_Occurred())
+        return NULL;
+    int has_kw = kwargs != Py_None && PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) > 0;
+    /* not met yet, skipped (profiler), a hashing thread that may need protecting, a
+     * collective, kwargs not a dict: the Python's */
+    if (info == NULL || !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) < 11
+        || hasher != Py_None || !PyTuple_Check(args)
+        || (kwargs != Py_None && !PyDict_Check(kwargs)))
+        goto slow;
+    int f = info_true(info, 5);
+    if (f != 0)
+        goto slow_or_err;
+    if ((f = info_true(info, 8)) != 0)
+        goto slow_or_err;
+    Py_INCREF(info);  /* (our own reference: a callback could clear the table) */
+    PyObject *enc_args = NULL, *enc_kwargs = NULL, *src = NULL, *out = NULL, *kw = NULL;
+    /* inputs first: a value an op reads for the first time is recorded before it runs */
+    if ((enc_args = Hot_encode_args(self, args)) == NULL)
+        goto pre_failed;
+    if ((enc_kwargs = PyDict_New()) == NULL)
+        goto pre_failed;
+    if (has_kw) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(kwargs, &pos, &k, &v)) {
+            PyObject *e = PyObject_CallOneArg(self->py_encode, v);
+            if (e == NULL || PyDict_SetItem(enc_kwargs, k, e) < 0) {
+                Py_XDECREF(e);
+                goto pre_failed;
+            }
+            Py_DECREF(e);
+        }
+        kw = kwargs;
+        Py_INCREF(kw);
+    } else if ((kw = PyDict_New()) == NULL) {
+        goto pre_failed;
+    }
+    if ((src = source(self)) == NULL)
+        goto pre_failed;
+    out = PyObject_Call(PyTuple_GET_ITEM(info, 9), args, has_kw ? kwargs : NULL);
+    if (out == NULL)
+        goto end;
+    int r = record(self, info, args, kw, out, enc_args, enc_kwargs, graph_task, src);
+    if (r == 1) {
+        PyObject *x = PyObject_CallMethodObjArgs(self->rec, s_record, info, args, kw, out,
+                                                 enc_args, enc_kwargs, gt, src, NULL);
+        r = x == NULL ? -1 : 0;
+        Py_XDECREF(x);
+    }
+    if (r < 0 && broken(self, info) < 0)
+        Py_CLEAR(out);
+    goto end;
+pre_failed:
+    if (broken(self, info) == 0)
+        out = PyObject_Call(func, args, has_kw ? kwargs : NULL);
+end:
+    Py_DECREF(info);
+    Py_XDECREF(enc_args);
+    Py_XDECREF(enc_kwargs);
+    Py_XDECREF(src);
+    Py_XDECREF(kw);
+    return out;
+slow_or_err:
+    if (f < 0)
+        return NULL;
+slow:
+    return PyObject_CallMethodObjArgs(self->rec, s_op_rec, func, args, kwargs, gt, NULL);
+}
+
+static int Hot_traverse(Hot *self, visitproc visit, void *arg) {
+    Py_VISIT(self->rec);
+    Py_VISIT(self->dict);
+    Py_VISIT(self->hex);
+    Py_VISIT(self->py_made);
+    Py_VISIT(self->py_value_of);
+    Py_VISIT(self->py_encode);
+    return 0;
+}
+
+static int Hot_clear(Hot *self) {
+    Py_CLEAR(self->rec);
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->hex);
+    Py_CLEAR(self->py_made);
+    Py_CLEAR(self->py_value_of);
+    Py_CLEAR(self->py_encode);
+    return 0;
+}
+
+static void Hot_dealloc(Hot *self) {
+    PyObject_GC_UnTrack(self);
+    Hot_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Hot_init(Hot *self, PyObject *args, PyObject *kw) {
+    PyObject *rec, *dict, *hex, *py_made, *py_value_of, *py_encode;
+    if (!PyArg_ParseTuple(args, "O!OOOO:Hot", &PyDict_Type, &dict, &rec, &hex, &py_made,
+                          &py_value_of) || g_tensor == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "Hot: setup() first");
+        return -1;
+    }
+    if ((py_encode = PyObject_GetAttrString(rec, "_encode")) == NULL)
+        return -1;
+    Hot_clear(self);
+    Py_INCREF(rec);
+    Py_INCREF(dict);
+    Py_INCREF(hex);
+    Py_INCREF(py_made);
+    Py_INCREF(py_value_of);
+    self->rec = rec;
+    self->dict = dict;
+    self->hex = hex;
+    self->py_made = py_made;
+    self->py_value_of = py_value_of;
+    self->py_encode = py_encode;
+    return 0;
+}
+
+static PyMethodDef Hot_methods[] = {
+    {"made", (PyCFunction)(void (*)(void))Hot_made, METH_FASTCALL,
+     "made(t, written=False): Recorder._made"},
+    {"value_of", (PyCFunction)Hot_value_of, METH_O, "value_of(t): Recorder._value_of"},
+    {"op", (PyCFunction)(void (*)(void))Hot_op, METH_FASTCALL,
+     "op(func, args, kwargs, graph_task): Recorder._op_rec"},
+    {"encode_args", (PyCFunction)Hot_encode_args, METH_O,
+     "encode_args(args): the positional arguments as a row records them"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject HotType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_ts_recorder_hot.Hot",
+    .tp_basicsize = sizeof(Hot),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Hot(rec.__dict__, rec, hex, Recorder._made, Recorder._value_of)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Hot_init,
+    .tp_dealloc = (destructor)Hot_dealloc,
+    .tp_traverse = (traverseproc)Hot_traverse,
+    .tp_clear = (inquiry)Hot_clear,
+    .tp_methods = Hot_methods,
+};
+
+static PyObject *setup(PyObject *mod, PyObject *args) {
+    PyObject *tensor, *parameter, *strided, *globals, *frombuffer, *node;
+    if (!PyArg_ParseTuple(args, "OOOO!OO:setup", &tensor, &parameter, &strided, &PyDict_Type,
+                          &globals, &frombuffer, &node))
+        return NULL;
+    Py_INCREF(node);
+    Py_XSETREF(g_autograd_node, node);
+    Py_INCREF(tensor);
+    Py_INCREF(parameter);
+    Py_INCREF(strided);
+    Py_INCREF(globals);
+    Py_INCREF(frombuffer);
+    Py_XSETREF(g_tensor, tensor);
+    Py_XSETREF(g_parameter, parameter);
+    Py_XSETREF(g_strided, strided);
+    Py_XSETREF(g_globals, globals);
+    Py_XSETREF(g_frombuffer, frombuffer);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"setup", setup, METH_VARARGS,
+     "setup(Tensor, Parameter, strided, recorder's globals, numpy.frombuffer, "
+     "torch._C._current_autograd_node)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ts_recorder_hot",
+                                    "The recorder's per-op path in C.", -1, module_methods};
+
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) \
+        return NULL
+
+PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
+    INTERN(s_version, "_version");
+    INTERN(s_dtype, "dtype");
+    INTERN(s_is_cpu, "is_cpu");
+    INTERN(s_layout, "layout");
+    INTERN(s_is_neg, "is_neg");
+    INTERN(s_nbytes, "nbytes");
+    INTERN(s_shape, "shape");
+    INTERN(s_is_contiguous, "is_contiguous");
+    INTERN(s_data_ptr, "data_ptr");
+    INTERN(s_reshape, "reshape");
+    INTERN(s_cpu, "cpu");
+    INTERN(s_T, "T");
+    INTERN(s_next_uid, "next_uid");
+    INTERN(s_n_hashed, "n_hashed");
+    INTERN(s_hashes_only, "hashes_only");
+    INTERN(s_stored_bytes, "stored_bytes");
+    INTERN(s_max_bytes, "max_bytes");
+    INTERN(s_hasher, "hasher");
+    INTERN(s_spool, "spool");
+    INTERN(s_new_value, "_new_value");
+    INTERN(s_v_dtype, "v_dtype");
+    INTERN(s_v_shape, "v_shape");
+    INTERN(s_v_sha, "v_sha");
+    INTERN(s_v_array, "v_array");
+    INTERN(s_devices, "devices");
+    INTERN(s_uid, "uid");
+    INTERN(s_seen, "seen");
+    INTERN(s_ASYNC_MIN, "_ASYNC_MIN");
+    INTERN(s_DERIVE_MIN, "_DERIVE_MIN");
+    INTERN(s_NUMPY_DTYPES, "_NUMPY_DTYPES");
+    INTERN(s_numel, "numel");
+    INTERN(s_sha_like, "sha_like");
+    INTERN(s_names_of, "_names_of");
+    INTERN(s_op_rec, "_op_rec");
+    INTERN(s_record, "_record");
+    INTERN(s_broken, "_broken");
+    INTERN(s_source, "_source");
+    INTERN(s_code_skip, "_code_skip");
+    INTERN(s_src_at, "_src_at");
+    INTERN(s_derive_views, "derive_views");
+    INTERN(s_uninit, "_uninit");
+    INTERN(s_dim, "dim");
+    INTERN(s_in_backward, "in_backward");
+    INTERN(s_after_backward, "after_backward");
+    INTERN(s_in_optimizer, "in_optimizer");
+    INTERN(s_modules, "modules");
+    INTERN(s_metadata, "metadata");
+    INTERN(s_get, "get");
+    INTERN(s_tapescope_module, "tapescope_module");
+    INTERN(s_empty, "");
+    INTERN(s_last_ones_like, "last_ones_like");
+    INTERN(s_losses, "losses");
+    INTERN(s_step, "step");
+    INTERN(s_tables, "tables");
+    INTERN(s_rows, "rows");
+    if (PyType_Ready(&HotType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&HotType);
+    if (PyModule_AddObject(m, "Hot", (PyObject *)&HotType) < 0) {
+        Py_DECREF(&HotType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
