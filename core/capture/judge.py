@@ -449,8 +449,9 @@ def _check_outs(got: list, recorded: list) -> list[np.ndarray]:
     first that is not: ``_NoRef`` naming it)."""
     if type(got) is list and len(got) == 1 == len(recorded):  # (one output: most ops)
         g, rec = got[0], recorded[0]
-        if type(g) is not np.ndarray:
-            g = np.asarray(g)
+        if type(g) is np.ndarray and g.dtype == rec.dtype and g.shape == rec.shape:
+            return got  # (as it is: the common case, without a new list)
+        g = np.asarray(g)
         if g.dtype != rec.dtype or g.shape != rec.shape:
             raise _NoRef(f"the reference's output 0 is {g.dtype}{list(g.shape)}, the "
                          f"recorded one {rec.dtype}{list(rec.shape)}")
@@ -549,10 +550,11 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     loss_ids = {v for v in cap.losses if v >= 0}
     ref_loss: dict[int, np.ndarray] = {}  # the reference's own loss (the chain's), per step
 
-    bases: dict[str, str] = {}  # op -> base_name(op)
-    # op -> whether ``reference`` is the table's form itself (no override, compiled graph or
-    # collective to look for: the call made without the closure's tests)
-    plain: dict[str, bool] = {}
+    # op -> (why its outputs are 'recorded', else None; whether it is a _SAME_BYTES_OPS op
+    # the judge may take without re-running it; whether ``reference`` is the table's form
+    # itself: no override, compiled graph or collective to look for, the call made without
+    # the closure's tests), once per op name
+    kinds: dict[str, tuple[str | None, bool, bool]] = {}
 
     def chain_get(v: int) -> np.ndarray | None:
         x = chain.get(v)
@@ -590,11 +592,17 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
         if not outs:
             continue
         n_ops_out += 1  # (each op with outputs gets a verdict per output: asserted below)
-        base = bases.get(op)
-        if base is None:
-            base = bases[op] = base_name(op)
-        if base in RANDOM_OPS or base in UNINITIALISED_OPS:
-            mark("recorded", "an RNG draw" if base in RANDOM_OPS else "uninitialised memory")
+        kind = kinds.get(op)
+        if kind is None:
+            base = base_name(op)
+            kind = kinds[op] = (
+                "an RNG draw" if base in RANDOM_OPS
+                else "uninitialised memory" if base in UNINITIALISED_OPS else None,
+                op in _SAME_BYTES_OPS and override is None and table is not None,
+                override is None and op != COMPILED_OP and not op.startswith(COLLECTIVES))
+        why_recorded, same_bytes, direct = kind
+        if why_recorded is not None:
+            mark("recorded", why_recorded)
             continue
         if len(outs) == 1:  # (most ops: no comprehension or generator)
             recorded = [arrays[outs[0]]]
@@ -606,8 +614,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             mark("unjudged", f"an output is {unstored}")
             continue
         args, kwargs = c_args[i], c_kwargs[i]
-        fast = _same_bytes(cap, op, args, outs, recorded, chain) \
-            if op in _SAME_BYTES_OPS and override is None and table is not None else None
+        fast = _same_bytes(cap, op, args, outs, recorded, chain) if same_bytes else None
         if fast is not None:  # identical input bytes: the reference's are the recorded ones
             got, tot = fast
             a, k = None, None  # (read by ``explain`` for an introduced output only: none here)
@@ -624,10 +631,6 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                     mark("unjudged", _missing(m.vid, uninitialised, unstored))
                     continue
                 ref_calls += 1
-                direct = plain.get(op)
-                if direct is None:
-                    direct = plain[op] = override is None and op != COMPILED_OP \
-                        and not op.startswith(COLLECTIVES)
                 got = table(op, a, k) if direct else reference(op, a, k, i)
                 if len(got) != len(outs):
                     raise _NoRef(f"the reference returned {len(got)} outputs, the capture has "

@@ -180,6 +180,24 @@ def test_an_output_of_another_dtype_or_shape_is_no_reference():
     assert [o["verdict"] for o in judge.judge(cap)["ops"][1]["outputs"]] == ["exact"] * 2
 
 
+def test_one_fitting_output_is_judged_as_it_is_and_a_number_as_an_array():
+    """``_check_outs``' one-output path: an array of the recorded dtype and shape is handed on
+    as it is (the same list), a number of that dtype as its 0-d array (judged, not refused), a
+    0-d array against a 1-element output refused. Planted: the short cut taken for a number,
+    or without its shape test, fails it."""
+    x = np.arange(3, dtype=np.float32)
+    g = [x.copy()]
+    assert judge._check_outs(g, [x]) is g
+    (h,) = judge._check_outs([np.float32(2.0)], [np.float32(2.0).reshape(())])
+    assert type(h) is np.ndarray and h.shape == () and h.dtype == np.float32
+    with pytest.raises(judge._NoRef):
+        judge._check_outs([np.asarray(2.0, np.float32)], [np.ones(1, np.float32)])
+    s = np.asarray(np.float32(1.5))
+    cap = _capture([("aten.neg.default", [{"T": 0}], {}, [-s])], [s])
+    rep = judge.judge(cap, override=lambda i, op, a, k: [np.float32(-1.5)])
+    assert [o["verdict"] for o in rep["ops"][0]["outputs"]] == ["exact"]
+
+
 def test_layer_norm_form_is_the_tapes_forward_and_its_statistics():
     """``native_layer_norm``'s form (its statistics computed once) against the tape's
     layer_norm forward plus the statistics computed again, as the form was: every output's
