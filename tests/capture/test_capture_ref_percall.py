@@ -117,6 +117,10 @@ def test_the_native_transpose_is_numpys_copy(dtype, native_isa):
         got = swap_last2(x, native_min=0)
         assert got.shape == want.shape and got.dtype == x.dtype, shape
         assert got.flags.c_contiguous and _bits(got) == _bits(want), shape
+        # below the native copy's size: numpy's copy of the swapped view, a new C-ordered array
+        small = swap_last2(x, native_min=x.size + 1)
+        assert small.shape == want.shape and small.dtype == x.dtype, shape
+        assert small.flags.c_contiguous and small.flags.owndata and _bits(small) == _bits(want)
 
 
 def test_t_transpose_permute_take_the_native_copy_and_match_numpy():
