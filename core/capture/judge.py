@@ -133,16 +133,21 @@ class _Missing(Exception):
         self.vid = vid
 
 
-def _decode_args(args: list, kwargs: dict, arrays: list, ids: list[int]) -> tuple[list, dict]:
+def _decode_args(args: list, kwargs: dict, arrays: list, ids: list[int],
+                 walk: Callable | None = None) -> tuple[list, dict]:
     """``(_decode(args, get), _decode_kw(kwargs, get))`` with ``get = arrays.__getitem__``,
     each value id read appended to ``ids``: those ``_inputs`` names (a ``{"T": id}`` in a list
     at any depth or as a keyword's value; not in other tagged objects), so the judge tests the
-    chain against them without walking the arguments again."""
-    a = _decode_ids(args, arrays, ids)
+    chain against them without walking the arguments again. ``walk``: the extension's walk
+    (``core.native.walk_entry``), else ``_decode_ids``."""
+    a = _decode_ids(args, arrays, ids) if walk is None or type(args) is not list \
+        else walk(args, arrays, ids, _NO_CHAIN, _other, _raise_missing)
     if not kwargs:  # (most ops: no comprehension's call)
         return a, {}
     return a, {
-        k: _decode_ids(v, arrays, ids) if isinstance(v, list) else _decode_one(v, arrays, ids)
+        k: _decode_one(v, arrays, ids) if not isinstance(v, list)
+        else _decode_ids(v, arrays, ids) if walk is None or type(v) is not list
+        else walk(v, arrays, ids, _NO_CHAIN, _other, _raise_missing)
         for k, v in kwargs.items()}
 
 
@@ -184,15 +189,28 @@ def _decode_ids(a: list, arrays: list, ids: list[int], chain: dict = _NO_CHAIN) 
         elif t is list:
             out.append(_decode_ids(x, arrays, ids, chain))
         else:  # another tagged object (its own values not named, as in _inputs), a subclass
-            out.append(_decode(x, lambda v: _chained(v, arrays, chain)))
+            out.append(_other(x, arrays, chain))
     return out
 
 
-def _decode_chained(a: list, arrays: list, chain: dict) -> list:
+def _other(x: Any, arrays: list, chain: dict) -> Any:
+    """An argument the walk does not decode itself (a tagged object other than a value, a
+    subclass): ``_decode``'s answer, a value on ``chain`` the chain's."""
+    return _decode(x, lambda v: _chained(v, arrays, chain))
+
+
+def _raise_missing(vid: int) -> None:
+    """(the extension's walk calls it for a value without an array)"""
+    raise _Missing(vid)
+
+
+def _decode_chained(a: list, arrays: list, chain: dict, walk: Callable | None = None) -> list:
     """``_decode(a, get)`` with ``get(v) = chain.get(v)``, else ``arrays[v]`` (an op's
     arguments on the chain's values: ~400 calls a zoo GPT capture) without a call of ``get``
-    per value."""
-    return _decode_ids(a, arrays, [], chain)
+    per value; ``walk`` as ``_decode_args``'."""
+    if walk is None or type(a) is not list or type(chain) is not dict:
+        return _decode_ids(a, arrays, [], chain)
+    return walk(a, arrays, [], chain, _other, _raise_missing)
 
 
 def _chained(v: int, arrays: list, chain: dict) -> np.ndarray | None:
@@ -578,6 +596,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     # capture): _float_diff's numbers (n_diff, max_ulp), without its two wrappers
     fd = native.float_diff_entry()
     fdiff, fd_kinds = fd if fd is not None else (None, {})
+    walk = native.walk_entry()  # (the arguments' walk in C: _decode_ids' answers)
     for i in range(cap.n_ops):
         if c_step[i] != step:
             step = c_step[i]
@@ -624,7 +643,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                     raise _NoRef(why_none)
                 ids: list[int] = []
                 try:
-                    a, k = _decode_args(args, kwargs, arrays, ids)
+                    a, k = _decode_args(args, kwargs, arrays, ids, walk)
                 except _Missing as m:
                     if uninitialised is None:
                         uninitialised = _uninitialised(cap)
@@ -639,7 +658,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 tot = got
                 if chain and not chain.keys().isdisjoint(ids):
                     ref_calls += 1
-                    a2 = _decode_chained(args, arrays, chain)
+                    a2 = _decode_chained(args, arrays, chain, walk)
                     k2 = _decode_kw(kwargs, chain_get) if kwargs else {}
                     tot = table(op, a2, k2) if direct else reference(op, a2, k2, i)
                     tot = _check_outs(tot, recorded)

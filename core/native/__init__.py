@@ -30,6 +30,7 @@ import math
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -931,6 +932,14 @@ def float_diff_entry() -> tuple | None:
     wrapper's own ~0.5 us a call was a third of the call), or None where it is not built."""
     ext = _ext if _ext else refmath_ext()
     return None if ext is None else (ext.fdiff, _FD_KIND)
+
+
+def walk_entry() -> Callable | None:
+    """The CPython extension's ``decode(a, arrays, ids, chain, other, missing)``: the capture
+    judge's argument walk (``core.capture.judge._decode_ids``, ~1,500 calls a zoo capture),
+    or None where the extension is not built."""
+    ext = _ext if _ext else refmath_ext()
+    return None if ext is None else ext.decode
 
 
 def float_diff_ctypes(ref: np.ndarray, rec: np.ndarray, block: int, full: bool = True):
