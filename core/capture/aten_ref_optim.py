@@ -11,11 +11,15 @@ import math
 import numpy as np
 
 from tapescope.core.capture.aten_ref_table import (
+    EW_ADDCDIV,
+    EW_ADDCMUL,
+    EW_LERP,
     F64,
     NoReference,
     arr,
     compute,
     ew,
+    ew_c,
     ew_same,
     fast,
     float_operands,
@@ -64,9 +68,10 @@ def _lerp(args: list, kwargs: dict) -> list:
 
 
 # ---- short cuts (aten_ref_table.FAST): the forms above on float32/64 arrays and scalars -----
-def _fast_addc(fn, inplace: bool):
+def _fast_addc(fn, code: int, inplace: bool):
     """addcmul/addcdiv of ``float_operands`` and a Python ``value``: ``ew`` of the form's
-    lambda, its ``v`` as ``scal`` makes it."""
+    lambda, its ``v`` as ``scal`` makes it; in one native call where it takes them (``ew_c``:
+    the same bits)."""
     def run(args: list, kwargs: dict) -> list | None:
         if len(args) == 3:
             if not kwargs:
@@ -83,7 +88,9 @@ def _fast_addc(fn, inplace: bool):
         dt = float_operands(args[:3], inplace) if t is float or t is int else None
         if dt is None:
             return None
-        return [ew_same(fn, dt, args[0], args[1], args[2], np.asarray(value, dtype=dt))]
+        v = np.asarray(value, dtype=dt)
+        y = ew_c(code, args[0], args[1], args[2], float(v))
+        return [y if y is not None else ew_same(fn, dt, args[0], args[1], args[2], v)]
     return run
 
 
@@ -95,14 +102,15 @@ def _addcdiv_of(x, y, z, v):
     return x + ((v * y) / z)
 
 
-fast("aten.addcmul.default")(_fast_addc(_addcmul_of, False))
-fast("aten.addcmul_.default")(_fast_addc(_addcmul_of, True))
-fast("aten.addcdiv.default")(_fast_addc(_addcdiv_of, False))
-fast("aten.addcdiv_.default")(_fast_addc(_addcdiv_of, True))
+fast("aten.addcmul.default")(_fast_addc(_addcmul_of, EW_ADDCMUL, False))
+fast("aten.addcmul_.default")(_fast_addc(_addcmul_of, EW_ADDCMUL, True))
+fast("aten.addcdiv.default")(_fast_addc(_addcdiv_of, EW_ADDCDIV, False))
+fast("aten.addcdiv_.default")(_fast_addc(_addcdiv_of, EW_ADDCDIV, True))
 
 
 def _fast_lerp(inplace: bool):
-    """lerp.Scalar of ``float_operands`` with a Python weight: ``ew(lerp, a, b, w)``."""
+    """lerp.Scalar of ``float_operands`` with a Python weight: ``ew(lerp, a, b, w)``, in one
+    native call where it takes them (``ew_c``: the same bits)."""
     def run(args: list, kwargs: dict) -> list | None:
         if len(args) != 3 or kwargs:
             return None
@@ -111,7 +119,9 @@ def _fast_lerp(inplace: bool):
         dt = float_operands(args, inplace) if t is float or t is int else None
         if dt is None:
             return None
-        return [ew_same(lerp, dt, args[0], args[1], np.asarray(w, dtype=dt))]
+        wv = np.asarray(w, dtype=dt)
+        y = ew_c(EW_LERP, args[0], args[1], None, float(wv))
+        return [y if y is not None else ew_same(lerp, dt, args[0], args[1], wv)]
     return run
 
 

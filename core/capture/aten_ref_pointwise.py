@@ -12,6 +12,10 @@ import numpy as np
 
 from tapescope.core.capture.aten_ref_table import (
     BOOL,
+    EW_ADD,
+    EW_DIV,
+    EW_MUL,
+    EW_SQRT,
     F32,
     F64,
     M,
@@ -19,6 +23,7 @@ from tapescope.core.capture.aten_ref_table import (
     arr,
     compute,
     ew,
+    ew_c,
     ew_same,
     fast,
     float_operands,
@@ -149,9 +154,10 @@ def _div(args: list, kwargs: dict) -> list:
 
 
 # ---- short cuts (aten_ref_table.FAST): the forms above on float32/64 arrays and scalars -----
-def _fast_binary(fn, inplace: bool):
+def _fast_binary(fn, code: int, inplace: bool):
     """add (alpha 1), mul and true div of ``float_operands``: ``ew(fn, a, b)`` as the form
-    calls it (``_alpha_fn`` with alpha 1 is ``fn`` itself)."""
+    calls it (``_alpha_fn`` with alpha 1 is ``fn`` itself), in one native call where it
+    takes them (``ew_c``: the same bits)."""
     def run(args: list, kwargs: dict) -> list | None:
         if len(args) != 2 or kwargs:
             return None
@@ -159,20 +165,28 @@ def _fast_binary(fn, inplace: bool):
         if dt is None:
             return None
         a, b = args
-        return [ew_same(fn, dt, a, b if type(b) is np.ndarray else np.asarray(b, dtype=dt))]
+        if type(b) is np.ndarray:
+            y = ew_c(code, a, b, None, 0.0)
+        else:
+            b = np.asarray(b, dtype=dt)  # (scal's rounding, once)
+            y = ew_c(code, a, None, None, float(b))
+        return [y if y is not None else ew_same(fn, dt, a, b)]
     return run
 
 
-for _n, _fn in (("add", np.add), ("mul", np.multiply), ("div", np.divide)):
-    fast(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_fast_binary(_fn, False))
-    fast(f"aten.{_n}_.Tensor", f"aten.{_n}_.Scalar")(_fast_binary(_fn, True))
+for _n, _fn, _code in (("add", np.add, EW_ADD), ("mul", np.multiply, EW_MUL),
+                       ("div", np.divide, EW_DIV)):
+    fast(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_fast_binary(_fn, _code, False))
+    fast(f"aten.{_n}_.Tensor", f"aten.{_n}_.Scalar")(_fast_binary(_fn, _code, True))
 
 
 def _fast_sqrt(args: list, kwargs: dict) -> list | None:
-    """sqrt of a float32/64 array: the tape's forward as ``_tape_fwd`` calls it."""
+    """sqrt of a float32/64 array: the tape's forward as ``_tape_fwd`` calls it (IEEE sqrt,
+    ``ew_c``'s where it takes it)."""
     if len(args) != 1 or kwargs or float_operands(args, True) is None:
         return None
-    return [ew_same(_SQRT, args[0].dtype, M, [args[0]], {})]
+    y = ew_c(EW_SQRT, args[0], None, None, 0.0)
+    return [y if y is not None else ew_same(_SQRT, args[0].dtype, M, [args[0]], {})]
 
 
 _SQRT = REGISTRY["sqrt"].forward

@@ -19,11 +19,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from tapescope.core import mathlib
+from tapescope.core import mathlib, native
 
-__all__ = ["FAST", "FORMS", "NoReference", "M", "arr", "as_dtype", "compute", "ew", "ew_same",
-           "fast", "float_operands", "form", "fp_quiet", "is_float", "quiet_all", "result_type",
-           "scal", "wide"]
+__all__ = ["EW_ADD", "EW_ADDCDIV", "EW_ADDCMUL", "EW_DIV", "EW_LERP", "EW_MUL", "EW_SQRT",
+           "FAST", "FORMS", "NoReference", "M", "arr", "as_dtype", "compute", "ew", "ew_c",
+           "ew_same", "fast", "float_operands", "form", "fp_quiet", "is_float", "quiet_all",
+           "result_type", "scal", "wide"]
 
 
 class NoReference(Exception):
@@ -282,6 +283,26 @@ def ew(fn: Callable[..., Any], *xs: Any, out: np.dtype | None = None,
     with np.errstate(all="ignore"):
         y = np.asarray(fn(*vals))
         return y.astype(out, copy=False) if y.dtype != out else y
+
+
+#: ``ew_c``'s operations (core/native/refmath_py.c's ``ew`` codes)
+EW_ADD, EW_MUL, EW_DIV, EW_SQRT, EW_LERP, EW_ADDCMUL, EW_ADDCDIV = range(7)
+
+
+def ew_c(code: int, x: np.ndarray, y: np.ndarray | None, z: np.ndarray | None,
+         s: float) -> np.ndarray | None:
+    """A short cut's elementwise op in one native call (core.native.ew_entry: add, mul, div
+    (``y`` None: by ``s``), sqrt, lerp by weight ``s``, addcmul and addcdiv by value ``s``;
+    ``s`` already rounded to ``x``'s type), the numpy form's bits where no output is NaN; None
+    where it is not built, does not take the operands (another type, shape or layout) or an
+    output is NaN (a NaN's payload is the loop's choice: numpy's then)."""
+    fn = native.ew_entry()
+    if fn is None:
+        return None
+    try:
+        return fn(code, x, y, z, s)
+    except (TypeError, ValueError):
+        return None
 
 
 def ew_same(fn: Callable[..., Any], dt: np.dtype, *vals: Any) -> np.ndarray:

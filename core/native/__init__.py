@@ -934,6 +934,16 @@ def float_diff_entry() -> tuple | None:
     return None if ext is None else (ext.fdiff, _FD_KIND)
 
 
+def ew_entry() -> Callable | None:
+    """The CPython extension's ``ew(code, x, y, z, s)``: an optimizer's tiny elementwise ops in
+    one call (core.capture.aten_ref_table.ew_c), or None where native code is off or the
+    extension is not built."""
+    if library() is None:  # (first: where a caller turned native code off, this is off too)
+        return None
+    ext = _ext if _ext else refmath_ext()
+    return None if ext is None else ext.ew
+
+
 def walk_entry() -> Callable | None:
     """The CPython extension's ``decode(a, arrays, ids, chain, other, missing)``: the capture
     judge's argument walk (``core.capture.judge._decode_ids``, ~1,500 calls a zoo capture),

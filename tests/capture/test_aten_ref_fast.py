@@ -5,7 +5,8 @@ the same dtype, shape and bytes, on random values and on NaNs with payloads of b
 0-d arrays; shapes that broadcast (an in-place op's target never does: the short cut leaves
 them to the form and ``_into``); the scalar in a keyword or an argument; other dtypes and
 keywords the short cut leaves to the form. Each short cut is taken on the common case (so the
-comparison is of two paths), and quiet with numpy's errstate set to raise."""
+comparison is of two paths), and quiet with numpy's errstate set to raise; their native
+elementwise ops (``ew_c``) on every native path."""
 
 from __future__ import annotations
 
@@ -115,6 +116,7 @@ def test_every_short_cut_has_a_form():
         assert has_reference(op), op
 
 
+@pytest.mark.usefixtures("native_isa")  # (their native ops, aten_ref_table.ew_c, on each path)
 @pytest.mark.parametrize("quiet", [False, True])
 def test_short_cuts_give_the_forms_answer(quiet, monkeypatch):
     rng = np.random.default_rng(42)
