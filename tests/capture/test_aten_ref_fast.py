@@ -85,6 +85,13 @@ def _calls(rng: np.random.Generator):
                 yield op, [a, row, c], {"value": 0.001}
                 yield op, [a, b, wide], {"value": 0.001}
                 yield op, [a, b, c], {"value": 0.001, "out": None}
+        m = v((7, 5)) if shape == (3, 5) else v((4, 1))
+        for x in (m, m.T, v((1, 9)), v((0, 4)), v((2, 3, 4)), a):
+            for dims, rest, kw in (([0], [True], {}), ([0], [], {}), ([-2], [False], {}),
+                                   ([0], [], {"keepdim": True}), ([1], [], {}), ([0, 1], [], {}),
+                                   ((0,), [], {}), ([False], [], {}), ([0], [None], {}),
+                                   ([0], [], {"dtype": "torch.float64"})):
+                yield "aten.sum.dim_IntList", [x, dims, *rest], kw
         for inplace in (False, True):
             op = f"aten.lerp{'_' if inplace else ''}.Scalar"
             for w in (0.09999999999999998, 0.7, -0.6, 0.5, 1, 0, True, np.asarray(0.25, dt)):
