@@ -441,6 +441,7 @@ class Recorder(TorchDispatchMode):
         self._names: dict[tuple[int, int], str] = {}
         self.graphs: list[dict] = []  # compiled graphs as data (app/capture/compiled.py)
         self._hot: Any = None  # the C per-op path (``_go_native``), or None
+        self.ops_native = 0  # ops the C path recorded whole (counted when it stops)
 
     # ---- install / remove -------------------------------------------------------------------
     def start(self) -> Recorder:
@@ -497,6 +498,7 @@ class Recorder(TorchDispatchMode):
         """Leave the mode (when it is the innermost one) and remove the hooks; idempotent."""
         self.recording = False
         if self._hot is not None:  # (the C path holds the recorder: the cycle undone)
+            self.ops_native += self._hot.ops
             self._hot = None
             del self._made, self._value_of
         for h in self.hooks:

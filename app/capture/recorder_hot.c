@@ -11,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <structmember.h>
 
 /* set once a process by ``setup`` */
 static PyObject *g_tensor;       /* torch.Tensor */
@@ -58,6 +59,7 @@ typedef struct {
     PyObject *py_made;   /* Recorder._made (unbound) */
     PyObject *py_value_of;  /* Recorder._value_of (unbound) */
     PyObject *py_encode;    /* rec._encode (bound) */
+    long long ops;       /* ops recorded here (the tests' proof that this path ran) */
 } Hot;
 
 static int is_plain_tensor(PyObject *t) {
@@ -1058,6 +1060,8 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
     if (out == NULL)
         goto end;
     int r = record(self, info, args, kw, out, enc_args, enc_kwargs, graph_task, src);
+    if (r == 0)
+        self->ops++;
     if (r == 1) {
         PyObject *x = PyObject_CallMethodObjArgs(self->rec, s_record, info, args, kw, out,
                                                  enc_args, enc_kwargs, gt, src, NULL);
@@ -1145,6 +1149,10 @@ static PyMethodDef Hot_methods[] = {
      "encode_args(args): the positional arguments as a row records them"},
     {NULL, NULL, 0, NULL}};
 
+static PyMemberDef Hot_members[] = {
+    {"ops", T_LONGLONG, offsetof(Hot, ops), READONLY, "ops recorded by the C path"},
+    {NULL, 0, 0, 0, NULL}};
+
 static PyTypeObject HotType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_ts_recorder_hot.Hot",
     .tp_basicsize = sizeof(Hot),
@@ -1156,6 +1164,7 @@ static PyTypeObject HotType = {
     .tp_traverse = (traverseproc)Hot_traverse,
     .tp_clear = (inquiry)Hot_clear,
     .tp_methods = Hot_methods,
+    .tp_members = Hot_members,
 };
 
 static PyObject *setup(PyObject *mod, PyObject *args) {
