@@ -19,6 +19,7 @@ from tapescope.core.capture.aten_ref_table import (
     NoReference,
     arr,
     as_dtype,
+    fast,
     form,
     fp_quiet,
     opt,
@@ -96,6 +97,17 @@ def _like(value: Any):
 form("aten.zeros_like.default")(_like(0))
 form("aten.ones_like.default")(_like(1))
 form("aten.full_like.default")(_like(None))
+
+
+@fast("aten.zeros_like.default")
+def _fast_zeros_like(args: list, kwargs: dict) -> list | None:
+    """zeros_like of an array in its own dtype (an optimizer's new state: ~60 a zoo GPT
+    capture): the form's fill of ``cast(0, dtype)``, all zero bits (+0.0, False), as
+    ``np.zeros``; None with a dtype (the form)."""
+    x = args[0] if len(args) == 1 else None
+    if type(x) is not np.ndarray or (kwargs and kwargs.get("dtype") is not None):
+        return None
+    return [np.zeros(x.shape, x.dtype)]
 
 
 def _factory(value: Any):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -85,6 +86,12 @@ def _calls(rng: np.random.Generator):
                 yield op, [a, row, c], {"value": 0.001}
                 yield op, [a, b, wide], {"value": 0.001}
                 yield op, [a, b, c], {"value": 0.001, "out": None}
+        with np.errstate(all="ignore"):  # (the hostile values cast)
+            likes = (a, a.astype(np.float16), a.astype(ml_dtypes.bfloat16), a.astype(bool))
+        for x in likes:
+            for kw in ({}, {"pin_memory": False, "memory_format": "torch.preserve_format"},
+                       {"dtype": None}, {"dtype": "torch.float64"}):
+                yield "aten.zeros_like.default", [x], kw
         m = v((7, 5)) if shape == (3, 5) else v((4, 1))
         for x in (m, m.T, v((1, 9)), v((0, 4)), v((2, 3, 4)), a):
             for dims, rest, kw in (([0], [True], {}), ([0], [], {}), ([-2], [False], {}),
