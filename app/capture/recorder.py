@@ -1069,6 +1069,9 @@ class Recorder(TorchDispatchMode):
     # (every line here runs once per op of the user's step: written flat, its lookups bound
     # once; the cost is measured by benchmarks/bench_capture.py --micro)
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        hot = self._hot
+        if hot is not None:  # recorder_hot.c: this method's work, ``_op_rec``'s common case
+            return hot.dispatch(func, args, kwargs)
         # dynamo off in this frame and the ones it calls (what ``torch._disable_dynamo``, which
         # torch wraps around a mode's __torch_dispatch__, does in two frames more: ~0.9 us an
         # op; ``_dynamo_off`` unwraps ours): a torch.compile'd frame's callback is put back
@@ -1080,9 +1083,6 @@ class Recorder(TorchDispatchMode):
             if graph_task == -1 and _get_ident() != self.thread:
                 # another thread's op (a loader's), not the step's
                 return func(*args, **(kwargs or {}))
-            hot = self._hot
-            if hot is not None:  # recorder_hot.c: ``_op_rec``'s common case, else it
-                return hot.op(func, args, kwargs, graph_task)
             return self._op_rec(func, args, kwargs, graph_task)
         finally:
             if prior is not None:

@@ -29,7 +29,8 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_src_at, *s_derive_views, *s_uninit, *s_dim, *s_in_backward, *s_after_backward,
     *s_in_optimizer, *s_modules, *s_metadata, *s_get, *s_tapescope_module, *s_empty,
     *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows, *s_ASYNC_MIN, *s_DERIVE_MIN,
-    *s_NUMPY_DTYPES;
+    *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread, *s_set_eval_frame,
+    *s_graph_task_id;
 
 /* dict[name], borrowed; NULL with an exception when it is missing */
 static PyObject *item(PyObject *d, PyObject *name) {
@@ -94,42 +95,6 @@ static PyObject *known_uid(PyObject *uid, PyObject *t, PyObject **idp) {
     return PyTuple_GET_ITEM(e, 1);
 }
 
-/* ``Recorder._value_of``: a value seen already found here; anything else by the Python */
-static PyObject *value_of(Hot *self, PyObject *t) {
-    PyObject *uid = item(self->dict, s_uid), *seen;
-    if (uid == NULL)
-        return NULL;
-    PyObject *u = known_uid(uid, t, NULL);
-    if (u == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        goto slow;
-    }
-    PyObject *ver = version_of(t);
-    if (ver == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        goto slow;
-    }
-    PyObject *key = PyTuple_Pack(2, u, ver);
-    Py_DECREF(ver);
-    if (key == NULL || (seen = item(self->dict, s_seen)) == NULL) {
-        Py_XDECREF(key);
-        return NULL;
-    }
-    PyObject *vid = PyDict_GetItemWithError(seen, key);
-    Py_DECREF(key);
-    if (vid != NULL) {
-        Py_INCREF(vid);
-        return vid;
-    }
-    if (PyErr_Occurred())
-        return NULL;
-slow:
-    return PyObject_CallFunctionObjArgs(self->py_value_of, self->rec, t, NULL);
-}
-
-static PyObject *Hot_value_of(Hot *self, PyObject *t) { return value_of(self, t); }
 
 /* attribute ``name`` of t is True (1), False (0), error (-1); a method when ``call`` */
 static int flag(PyObject *t, PyObject *name, int call) {
@@ -327,6 +292,14 @@ static int key_of(PyObject *d, PyObject *t, PyObject **up, PyObject **verp) {
         u = next;
         Py_INCREF(u);
         e = PyTuple_Pack(2, ref, u);
+        /* NOTE: neither is in a cycle (a weak reference without a callback holds nothing the
+         * collector follows, the pair holds it and an int): untracked, the recorder's ~2 a
+         * tensor are no long-lived objects the cyclic GC counts toward a full collection of
+         * the process's heap (gpt-wide: one of ~150 ms every ~20 captures; the weak reference
+         * is still cleared when its tensor dies) */
+        PyObject_GC_UnTrack(ref);
+        if (e != NULL)
+            PyObject_GC_UnTrack(e);
         Py_DECREF(ref);
         if (e == NULL || PyDict_SetItem(uid, id, e) < 0 || add_to(d, s_next_uid, 1) < 0) {
             Py_XDECREF(e);
@@ -400,6 +373,63 @@ slow:
     return PyObject_CallFunctionObjArgs(self->py_made, self->rec, t, written ? Py_True : Py_False,
                                         NULL);
 }
+
+/* ``Recorder._value_of``: the value id of t as it is now, recorded on first sight (a view
+ * with a base, which may be derived from it, and every case ``new_value_fast`` does not know:
+ * the Python's) */
+static PyObject *value_of(Hot *self, PyObject *t) {
+    PyObject *d = self->dict, *seen = item(d, s_seen), *u, *ver, *vid = NULL;
+    if (seen == NULL)
+        return NULL;
+    PyObject *own = PyDict_GetItemWithError(d, s_new_value);
+    if (own != NULL || PyErr_Occurred())
+        goto slow;
+    int k = key_of(d, t, &u, &ver);
+    if (k < 0)
+        return NULL;
+    if (k > 0)
+        goto slow;
+    PyObject *key = pair(u, ver);
+    Py_DECREF(u);
+    Py_DECREF(ver);
+    if (key == NULL)
+        return NULL;
+    vid = PyDict_GetItemWithError(seen, key);
+    if (vid != NULL) {
+        Py_DECREF(key);
+        Py_INCREF(vid);
+        return vid;
+    }
+    if (PyErr_Occurred())
+        goto fail;
+    if (is_plain_tensor(t)) {
+        PyObject *base = PyObject_GetAttr(t, s_base);
+        if (base == NULL)
+            goto fail;
+        Py_DECREF(base);
+        if (base != Py_None) {  /* (the uid assigned here is the one the Python finds) */
+            Py_DECREF(key);
+            goto slow;
+        }
+    }
+    vid = new_value_fast(self, t);
+    if (vid == Py_None) {
+        Py_DECREF(vid);
+        vid = PyObject_CallMethodOneArg(self->rec, s_new_value, t);
+    }
+    if (vid == NULL || PyDict_SetItem(seen, key, vid) < 0)
+        goto fail;
+    Py_DECREF(key);
+    return vid;
+fail:
+    Py_XDECREF(vid);
+    Py_DECREF(key);
+    return NULL;
+slow:
+    return PyObject_CallFunctionObjArgs(self->py_value_of, self->rec, t, NULL);
+}
+
+static PyObject *Hot_value_of(Hot *self, PyObject *t) { return value_of(self, t); }
 
 /* ``Recorder._made_like(t, like)``: a value whose bytes are value ``like``'s */
 static PyObject *made_like(Hot *self, PyObject *t, PyObject *like) {
@@ -523,6 +553,39 @@ static int all_plain(PyObject *x) {
     return 1;
 }
 
+/* ``Recorder._encode(x)`` (a new reference): int, bool, str, None and a finite float as they
+ * are, a tensor {"T": value id}, a list or tuple of the first four a list; the rest the
+ * Python's */
+static PyObject *encode_one(Hot *self, PyObject *a) {
+    PyTypeObject *tp = Py_TYPE(a);
+    if (tp == &PyLong_Type || tp == &PyBool_Type || tp == &PyUnicode_Type || a == Py_None
+        || (tp == &PyFloat_Type && isfinite(PyFloat_AS_DOUBLE(a)))) {
+        Py_INCREF(a);
+        return a;
+    }
+    int is_t = is_plain_tensor(a) ? 1 : PyObject_IsInstance(a, g_tensor);
+    if (is_t < 0)
+        return NULL;
+    if (is_t) {
+        PyObject *vid = value_of(self, a), *e;
+        if (vid == NULL)
+            return NULL;
+        e = PyDict_New();
+        if (e == NULL || PyDict_SetItem(e, s_T, vid) < 0)
+            Py_CLEAR(e);
+        Py_DECREF(vid);
+        return e;
+    }
+    if ((PyList_Check(a) || PyTuple_Check(a)) && all_plain(a)) {
+        /* sizes, dims: as they are, a list */
+        PyObject *e = PySequence_List(a);
+        if (e != NULL)
+            PyObject_GC_UnTrack(e);  /* (ints, strs, None: it can be in no cycle) */
+        return e;
+    }
+    return PyObject_CallOneArg(self->py_encode, a);
+}
+
 /* the positional arguments as the row records them (``Recorder.__torch_dispatch__``'s loop):
  * int, bool, str and None as they are, a finite float as it is, a tensor {"T": value id},
  * anything else ``_encode``'s */
@@ -537,44 +600,10 @@ static PyObject *Hot_encode_args(Hot *self, PyObject *args) {
     if (out == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = items[i], *e;
-        PyTypeObject *tp = Py_TYPE(a);
-        if (tp == &PyLong_Type || tp == &PyBool_Type || tp == &PyUnicode_Type || a == Py_None
-            || (tp == &PyFloat_Type && isfinite(PyFloat_AS_DOUBLE(a)))) {
-            Py_INCREF(a);
-            e = a;
-        } else if ((tp == &PyList_Type || tp == &PyTuple_Type || PyList_Check(a)
-                    || PyTuple_Check(a)) && all_plain(a)) {
-            /* sizes, dims (``_encode``: as they are, a list) */
-            if ((e = PySequence_List(a)) == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            PyObject_GC_UnTrack(e);  /* (ints, strs, None: it can be in no cycle) */
-        } else {
-            int is_t = is_plain_tensor(a) ? 1 : PyObject_IsInstance(a, g_tensor);
-            if (is_t < 0) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            if (is_t) {
-                PyObject *vid = value_of(self, a);
-                if (vid == NULL) {
-                    Py_DECREF(out);
-                    return NULL;
-                }
-                e = PyDict_New();
-                if (e == NULL || PyDict_SetItem(e, s_T, vid) < 0) {
-                    Py_XDECREF(e);
-                    Py_DECREF(vid);
-                    Py_DECREF(out);
-                    return NULL;
-                }
-                Py_DECREF(vid);
-            } else if ((e = PyObject_CallOneArg(self->py_encode, a)) == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
+        PyObject *e = encode_one(self, items[i]);
+        if (e == NULL) {
+            Py_DECREF(out);
+            return NULL;
         }
         PyList_SET_ITEM(out, i, e);
     }
@@ -967,6 +996,16 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
     Py_DECREF(ph);
     if (row == NULL || PyList_Append(rows, row) < 0)
         goto done;
+    /* NOTE: a row is a tree of ints, strs, floats, lists and dicts made for it alone (no
+     * cycle can pass through it): untracked, it is no long-lived object of the cyclic GC's.
+     * The collector itself never untracks it (a tuple holding a dict or a list, even an
+     * untracked one, stays tracked): each op's 2-3 tuples counted toward a full collection
+     * of the process's heap, ~150 ms on gpt-wide's every ~20 captures */
+    PyObject_GC_UnTrack(row);
+    PyObject_GC_UnTrack(t_args);
+    PyObject_GC_UnTrack(t_outs);
+    if (PyObject_GC_IsTracked(enc_kwargs))
+        PyObject_GC_UnTrack(enc_kwargs);
     rc = 0;
     goto done;
 done_type:
@@ -1042,7 +1081,7 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
         Py_ssize_t pos = 0;
         PyObject *k, *v;
         while (PyDict_Next(kwargs, &pos, &k, &v)) {
-            PyObject *e = PyObject_CallOneArg(self->py_encode, v);
+            PyObject *e = encode_one(self, v);
             if (e == NULL || PyDict_SetItem(enc_kwargs, k, e) < 0) {
                 Py_XDECREF(e);
                 goto pre_failed;
@@ -1086,6 +1125,69 @@ slow_or_err:
         return NULL;
 slow:
     return PyObject_CallMethodObjArgs(self->rec, s_op_rec, func, args, kwargs, gt, NULL);
+}
+
+/* ``Recorder.__torch_dispatch__``: dynamo's frame callback off while the op is recorded (put
+ * back after), the op run untouched when recording is off or quiet, or it is another thread's
+ * (a loader's), else recorded (``op``) */
+static PyObject *Hot_dispatch(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "dispatch(func, args, kwargs)");
+        return NULL;
+    }
+    PyObject *func = argv[0], *args = argv[1], *kwargs = argv[2], *res = NULL, *targs;
+    PyObject *d = self->dict, *set_eval_frame = glob(s_set_eval_frame), *prior, *gt = NULL;
+    if (set_eval_frame == NULL || (prior = PyObject_CallOneArg(set_eval_frame, Py_None)) == NULL)
+        return NULL;
+    if ((targs = PySequence_Tuple(args)) == NULL)
+        goto done;
+    PyObject *kw = kwargs != Py_None && PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) ? kwargs
+                                                                                     : NULL;
+    PyObject *recording = item(d, s_recording), *quiet = item(d, s_quiet);
+    int on = recording ? PyObject_IsTrue(recording) : -1, q = quiet ? PyObject_IsTrue(quiet) : -1;
+    if (on < 0 || q < 0)
+        goto done;
+    if (!on || q) {
+        res = PyObject_Call(func, targs, kw);
+        goto done;
+    }
+    PyObject *graph_task_id = glob(s_graph_task_id);
+    if (graph_task_id == NULL || (gt = PyObject_CallNoArgs(graph_task_id)) == NULL)
+        goto done;
+    long long g = PyLong_AsLongLong(gt);
+    if (g == -1 && PyErr_Occurred())
+        goto done;
+    if (g == -1) {  /* another thread's op (a loader's), not the step's */
+        PyObject *thread = item(d, s_thread);
+        unsigned long th = thread ? PyLong_AsUnsignedLong(thread) : 0;
+        if (PyErr_Occurred())
+            goto done;
+        if (th != PyThread_get_thread_ident()) {
+            res = PyObject_Call(func, targs, kw);
+            goto done;
+        }
+    }
+    PyObject *op_args[4] = {func, targs, kwargs, gt};
+    res = Hot_op(self, op_args, 4);
+done:
+    Py_XDECREF(targs);
+    Py_XDECREF(gt);
+    if (prior != Py_None) {  /* (an exception on its way up waits while it is put back) */
+        PyObject *tp, *val, *tb;
+        PyErr_Fetch(&tp, &val, &tb);
+        PyObject *r = PyObject_CallOneArg(set_eval_frame, prior);
+        if (r == NULL) {
+            Py_CLEAR(res);
+            Py_XDECREF(tp);
+            Py_XDECREF(val);
+            Py_XDECREF(tb);
+        } else {
+            Py_DECREF(r);
+            PyErr_Restore(tp, val, tb);
+        }
+    }
+    Py_DECREF(prior);
+    return res;
 }
 
 static int Hot_traverse(Hot *self, visitproc visit, void *arg) {
@@ -1143,6 +1245,8 @@ static PyMethodDef Hot_methods[] = {
     {"made", (PyCFunction)(void (*)(void))Hot_made, METH_FASTCALL,
      "made(t, written=False): Recorder._made"},
     {"value_of", (PyCFunction)Hot_value_of, METH_O, "value_of(t): Recorder._value_of"},
+    {"dispatch", (PyCFunction)(void (*)(void))Hot_dispatch, METH_FASTCALL,
+     "dispatch(func, args, kwargs): Recorder.__torch_dispatch__"},
     {"op", (PyCFunction)(void (*)(void))Hot_op, METH_FASTCALL,
      "op(func, args, kwargs, graph_task): Recorder._op_rec"},
     {"encode_args", (PyCFunction)Hot_encode_args, METH_O,
@@ -1231,6 +1335,12 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_ASYNC_MIN, "_ASYNC_MIN");
     INTERN(s_DERIVE_MIN, "_DERIVE_MIN");
     INTERN(s_NUMPY_DTYPES, "_NUMPY_DTYPES");
+    INTERN(s_base, "_base");
+    INTERN(s_recording, "recording");
+    INTERN(s_quiet, "quiet");
+    INTERN(s_thread, "thread");
+    INTERN(s_set_eval_frame, "_set_eval_frame");
+    INTERN(s_graph_task_id, "_graph_task_id");
     INTERN(s_numel, "numel");
     INTERN(s_sha_like, "sha_like");
     INTERN(s_names_of, "_names_of");
