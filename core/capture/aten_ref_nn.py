@@ -252,6 +252,11 @@ def vector_norms(xs: list, ord_: float) -> list[np.ndarray] | None:
     n, most = len(xs), max(sizes)
     if most * n > _NORMS_PADDED_MAX:
         return None
+    s = native.square_sums(xs)  # (each row's chain in one native call, no padded matrix)
+    if s is not None:
+        with fp_quiet():
+            y = np.sqrt(s)
+        return [np.asarray(v) for v in y]
     flat = np.concatenate([x.reshape(-1) for x in xs])  # (each in C order, one after another)
     sq = np.zeros((n, most), dt)
     with fp_quiet():

@@ -944,6 +944,22 @@ def ew_entry() -> Callable | None:
     return None if ext is None else ext.ew
 
 
+def square_sums(xs: list) -> np.ndarray | None:
+    """Each array's serial sum of squares (``acc = +0.0; acc = acc + x * x`` in C order) as a
+    new 1-d array, in one native call (the extension's sqsums): for a list of C-contiguous
+    aligned arrays of one native float type; None where native code is off, the extension is
+    not built, the arrays are not taken, or a sum is NaN."""
+    if library() is None:
+        return None
+    ext = _ext if _ext else refmath_ext()
+    if ext is None:
+        return None
+    try:
+        return ext.sqsums(xs)
+    except (TypeError, ValueError):
+        return None
+
+
 def walk_entry() -> Callable | None:
     """The CPython extension's ``decode(a, arrays, ids, chain, other, missing)``: the capture
     judge's argument walk (``core.capture.judge._decode_ids``, ~1,500 calls a zoo capture),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tapescope.core import native
 from tapescope.core.capture import aten_ref, aten_ref_layers, judge
 from tapescope.core.capture.aten_ref_nn import vector_norm, vector_norms
 from tapescope.core.capture.file import Capture, digest
@@ -108,12 +109,20 @@ def _lists(rng: np.random.Generator, dt: type) -> list[np.ndarray]:
     return xs
 
 
+@pytest.mark.usefixtures("native_isa")
+@pytest.mark.parametrize("sums", ["native", "padded"])
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
-def test_vector_norms_give_each_tensors_own_norm(dt):
+def test_vector_norms_give_each_tensors_own_norm(dt, sums, monkeypatch):
     """Every tensor's norm has the bits (and 0-d shape, dtype) of ``vector_norm`` alone: empty
     and 0-d tensors, NaN, infinities, -0.0, denormals, overflowing squares, transposed views;
-    through the table's ``_foreach_norm`` too. Planted: a NaN or -0.0 padding, or the rows'
-    fill in another order, fails it."""
+    through the table's ``_foreach_norm`` too; by the native sums of squares (every native
+    path; a list it does not take, or a NaN sum, by the padded matrix) and by the padded
+    matrix alone. Planted: a NaN or -0.0 padding, the rows' fill in another order, or a native
+    square fused into its add, fails it."""
+    if sums == "padded":
+        monkeypatch.setattr(native, "square_sums", lambda xs: None)
+    elif native.library() is not None and native.refmath_ext() is not None:
+        assert native.square_sums([np.ones(3, dt), np.ones((2, 2), dt)]) is not None
     rng = np.random.default_rng(7)
     for _ in range(200):
         xs = _lists(rng, dt)
