@@ -285,6 +285,9 @@ def main() -> None:
     ap.add_argument("--digest", choices=("xxh3_128", "sha256"), default="xxh3_128",
                     help="the values' digest algorithm (capture --digest)")
     ap.add_argument("--micro", action="store_true", help="also the per-op cost alone")
+    ap.add_argument("--recorder", choices=("c", "python"), default="c",
+                    help="the recorder's per-op path: its C twin (app/capture/recorder_hot.c, "
+                         "built here first) or its Python (an A/B)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: on a shared machine OpenMP's spinning "
                          "threads make the plain step itself swing 100x)")
@@ -295,6 +298,12 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     native.set_threads(a.threads)  # the judge's products: the step's thread budget
+    from tapescope.app.capture import recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    # (this process is tapescope's own: the C path is built here, as the CLI's is before it
+    # starts the script; a recorder only looks it up)
+    Recorder.native = a.recorder == "c" and recorder_native.module(build=True) is not None
 
     from machine import machine_line
 
@@ -303,7 +312,8 @@ def main() -> None:
           "of all threads and of the script's own (main) thread (targets: capture <= 3x, "
           "hashes <= 1.5x, parity <= 5x); us/op: the recorder's CPU per op; load: the CPU of "
           "parity's file read and check; mode: the CPU of the step under a dispatch mode that "
-          f"records nothing (the floor of any recorder built on one); digests: {a.digest}")
+          f"records nothing (the floor of any recorder built on one); digests: {a.digest}; "
+          f"the recorder's per-op path: {'C' if Recorder.native else 'Python'}")
     print(f"{'':<9} {'':>8} {'':>8} {'':>7} {'--------- wall ---------':>24} "
           f"{'---------- cpu ---------':>24} {'---- main ----':>15}")
     print(f"{'model':<9} {'ops/step':>8} {'step ms':>8} {'MiB':>7} {'capture':>8} "

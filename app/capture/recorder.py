@@ -1443,7 +1443,7 @@ _HOT_SETUP = False  # recorder_hot.c's ``setup`` done (``Recorder._go_native``)
 # the methods recorder_hot.c does the work of (in its common case), as defined here
 _TWINS = {name: Recorder.__dict__[name] for name in (
     "_made", "_value_of", "_new_value", "_key", "_record", "_op_rec", "_made_like", "_same_bytes",
-    "_source", "_encode", "_broken")}
+    "_source", "_encode", "_broken", "_derived_source", "_derived_from", "_made_derived")}
 
 # id(OpOverload) -> ``_op_facts``: an OpOverload lives as long as its op's registration, and
 # the facts hold it (its id is never reused while the entry is here)

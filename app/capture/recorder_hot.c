@@ -28,9 +28,10 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_sha_like, *s_names_of, *s_op_rec, *s_record, *s_broken, *s_source, *s_code_skip,
     *s_src_at, *s_derive_views, *s_uninit, *s_dim, *s_in_backward, *s_after_backward,
     *s_in_optimizer, *s_modules, *s_metadata, *s_get, *s_tapescope_module, *s_empty,
-    *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows, *s_ASYNC_MIN, *s_DERIVE_MIN,
+    *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows, *s_DERIVE_MIN,
     *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread, *s_set_eval_frame,
-    *s_graph_task_id;
+    *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived, *s_derived_later,
+    *s_derived_digest;
 
 /* dict[name], borrowed; NULL with an exception when it is missing */
 static PyObject *item(PyObject *d, PyObject *name) {
@@ -42,6 +43,12 @@ static PyObject *item(PyObject *d, PyObject *name) {
 
 /* a global of recorder.py, borrowed; NULL with an exception */
 static PyObject *glob(PyObject *name) { return item(g_globals, name); }
+
+/* an int item of a dict; -1 with an exception */
+static long long glob_dict_ll(PyObject *d, PyObject *name) {
+    PyObject *v = item(d, name);
+    return v == NULL ? -1 : PyLong_AsLongLong(v);
+}
 
 /* an int global of recorder.py; -1 with an exception */
 static long long glob_ll(PyObject *name) {
@@ -61,6 +68,23 @@ typedef struct {
     PyObject *py_value_of;  /* Recorder._value_of (unbound) */
     PyObject *py_encode;    /* rec._encode (bound) */
     long long ops;       /* ops recorded here (the tests' proof that this path ran) */
+    /* the recorder's containers, bound once (``Recorder.__init__`` makes them, nothing
+     * assigns them again: their contents change, never which object they are) */
+    PyObject *c_uid;
+    PyObject *c_seen;
+    PyObject *c_v_dtype;
+    PyObject *c_v_shape;
+    PyObject *c_v_sha;
+    PyObject *c_v_array;
+    PyObject *c_rows;
+    PyObject *c_devices;
+    PyObject *c_names_of;
+    PyObject *c_code_skip;
+    PyObject *c_src_at;
+    PyObject *c_derived;
+    PyObject *c_uninit;
+    PyObject *c_modules;
+    PyObject *c_losses;
 } Hot;
 
 static int is_plain_tensor(PyObject *t) {
@@ -178,11 +202,8 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
             goto done;
         hashed = sb + n > mb;
     }
-    long long async_min = glob_ll(s_ASYNC_MIN);
-    if (async_min == -1 && PyErr_Occurred())
-        goto done;
-    /* the hashing thread's case, the spool's: the Python */
-    if ((hasher != Py_None && n >= async_min) || (!hashed && spool != Py_None))
+    /* a hashing thread (its values from ``_ASYNC_MIN`` bytes), a spool: the Python's */
+    if (hasher != Py_None || (!hashed && spool != Py_None))
         goto none;
     if ((f = flag(t, s_is_contiguous, 1)) <= 0) {
         if (f < 0)
@@ -205,22 +226,22 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
     Py_DECREF(shp);
     if (shape == NULL)
         goto done;
-    PyObject *devices = item(d, s_devices), *v_dtype = item(d, s_v_dtype);
+    PyObject *devices = self->c_devices, *v_dtype = self->c_v_dtype;
     if (devices == NULL || v_dtype == NULL || PySet_Add(devices, s_cpu) < 0)
         goto done;
     PyObject *vid = PyLong_FromSsize_t(PyList_GET_SIZE(v_dtype));
     if (vid == NULL)
         goto done;
-    if (PyList_Append(v_dtype, name) < 0 || append_to(d, s_v_shape, shape) < 0) {
+    if (PyList_Append(v_dtype, name) < 0 || PyList_Append(self->c_v_shape, shape) < 0) {
         Py_DECREF(vid);
         goto done;
     }
     if (hashed) {
         /* its bytes where they lie: a read-only memoryview over the tensor's memory */
         buf = PyMemoryView_FromMemory((char *)p, (Py_ssize_t)n, PyBUF_READ);
-        if (buf == NULL || append_to(d, s_v_array, Py_None) < 0 || add_to(d, s_n_hashed, 1) < 0
+        if (buf == NULL || PyList_Append(self->c_v_array, Py_None) < 0 || add_to(d, s_n_hashed, 1) < 0
             || (h = PyObject_CallOneArg(self->hex, buf)) == NULL
-            || append_to(d, s_v_sha, h) < 0) {
+            || PyList_Append(self->c_v_sha, h) < 0) {
             Py_DECREF(vid);
             goto done;
         }
@@ -230,9 +251,9 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
         buf = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
         if (buf == NULL || (c = PyObject_CallFunctionObjArgs(g_frombuffer, buf, name, NULL)) == NULL
             || (c2 = PyObject_CallMethodOneArg(c, s_reshape, shape)) == NULL
-            || append_to(d, s_v_array, c2) < 0 || add_to(d, s_stored_bytes, n) < 0
+            || PyList_Append(self->c_v_array, c2) < 0 || add_to(d, s_stored_bytes, n) < 0
             || (h = PyObject_CallOneArg(self->hex, buf)) == NULL
-            || append_to(d, s_v_sha, h) < 0) {
+            || PyList_Append(self->c_v_sha, h) < 0) {
             Py_XDECREF(c);
             Py_XDECREF(c2);
             Py_DECREF(vid);
@@ -268,8 +289,9 @@ static PyObject *pair(PyObject *a, PyObject *b) {
 /* ``Recorder._key``: t's uid (assigned here when it has none) and its version (-1 without a
  * counter), as new references; 0, or 1 where a weak reference cannot be made (nothing changed:
  * the Python's), -1 with an exception */
-static int key_of(PyObject *d, PyObject *t, PyObject **up, PyObject **verp) {
-    PyObject *uid = item(d, s_uid), *id = NULL, *u;
+static int key_of(Hot *self, PyObject *t, PyObject **up, PyObject **verp) {
+    PyObject *d = self->dict;
+    PyObject *uid = self->c_uid, *id = NULL, *u;
     if (uid == NULL)
         return -1;
     u = known_uid(uid, t, &id);
@@ -325,14 +347,14 @@ static int key_of(PyObject *d, PyObject *t, PyObject **up, PyObject **verp) {
 
 /* ``Recorder._made(t, written)``: the value an op just made or wrote in t */
 static PyObject *made(Hot *self, PyObject *t, int written) {
-    PyObject *d = self->dict, *seen = item(d, s_seen), *u, *ver;
+    PyObject *d = self->dict, *seen = self->c_seen, *u, *ver;
     if (seen == NULL)
         return NULL;
     /* a ``_new_value`` of the instance's own (``_new_value_unseen``): the Python throughout */
     PyObject *own = PyDict_GetItemWithError(d, s_new_value);
     if (own != NULL || PyErr_Occurred())
         goto slow;
-    int k = key_of(d, t, &u, &ver);
+    int k = key_of(self, t, &u, &ver);
     if (k < 0)
         return NULL;
     if (k > 0)
@@ -378,13 +400,13 @@ slow:
  * with a base, which may be derived from it, and every case ``new_value_fast`` does not know:
  * the Python's) */
 static PyObject *value_of(Hot *self, PyObject *t) {
-    PyObject *d = self->dict, *seen = item(d, s_seen), *u, *ver, *vid = NULL;
+    PyObject *d = self->dict, *seen = self->c_seen, *u, *ver, *vid = NULL;
     if (seen == NULL)
         return NULL;
     PyObject *own = PyDict_GetItemWithError(d, s_new_value);
     if (own != NULL || PyErr_Occurred())
         goto slow;
-    int k = key_of(d, t, &u, &ver);
+    int k = key_of(self, t, &u, &ver);
     if (k < 0)
         return NULL;
     if (k > 0)
@@ -434,11 +456,11 @@ static PyObject *Hot_value_of(Hot *self, PyObject *t) { return value_of(self, t)
 /* ``Recorder._made_like(t, like)``: a value whose bytes are value ``like``'s */
 static PyObject *made_like(Hot *self, PyObject *t, PyObject *like) {
     PyObject *d = self->dict, *u, *ver, *vid = NULL, *shape = NULL, *nb = NULL, *a2 = NULL;
-    int k = key_of(d, t, &u, &ver);
+    int k = key_of(self, t, &u, &ver);
     if (k != 0)
         return k < 0 ? NULL : PyObject_CallMethod(self->rec, "_made_like", "OO", t, like);
-    PyObject *v_dtype = item(d, s_v_dtype), *v_sha = item(d, s_v_sha), *v_array = item(d, s_v_array),
-             *seen = item(d, s_seen);
+    PyObject *v_dtype = self->c_v_dtype, *v_sha = self->c_v_sha, *v_array = self->c_v_array,
+             *seen = self->c_seen;
     Py_ssize_t li = PyLong_AsSsize_t(like);
     if (!v_dtype || !v_sha || !v_array || !seen || (li == -1 && PyErr_Occurred()))
         goto done;
@@ -455,7 +477,7 @@ static PyObject *made_like(Hot *self, PyObject *t, PyObject *like) {
     shape = PySequence_Tuple(shp);
     Py_DECREF(shp);
     if (shape == NULL || PyList_Append(v_dtype, PyList_GET_ITEM(v_dtype, li)) < 0
-        || append_to(d, s_v_shape, shape) < 0)
+        || PyList_Append(self->c_v_shape, shape) < 0)
         goto fail;
     PyObject *h = PyList_GET_ITEM(v_sha, li);
     Py_INCREF(h);
@@ -705,7 +727,7 @@ done:
 /* ``Recorder._source``'s walk where its caches know every frame up to the user's: the source's
  * index, a new reference; else the Python's from the first frame they do not know */
 static PyObject *source(Hot *self) {
-    PyObject *d = self->dict, *code_skip = item(d, s_code_skip), *src_at = item(d, s_src_at);
+    PyObject *code_skip = self->c_code_skip, *src_at = self->c_src_at;
     if (code_skip == NULL || src_at == NULL)
         return NULL;
     PyFrameObject *f = PyEval_GetFrame();  /* borrowed: the mode's own frame (skipped) */
@@ -746,6 +768,272 @@ static PyObject *source(Hot *self) {
         f = back;
     }
     return PyLong_FromLong(-1);
+}
+
+/* the recorder would hash a value of nb bytes rather than store it (hashes only, or over the
+ * budget): 1, 0, -1 */
+static int would_hash(PyObject *d, long long nb) {
+    PyObject *ho = item(d, s_hashes_only);
+    int h = ho ? PyObject_IsTrue(ho) : -1;
+    if (h != 0)
+        return h;
+    long long sb = glob_dict_ll(d, s_stored_bytes), mb = glob_dict_ll(d, s_max_bytes);
+    if (PyErr_Occurred())
+        return -1;
+    return sb + nb > mb;
+}
+
+#define MAXDIM 64
+
+/* a tuple of ints (shape or strides) into out[]; its length, -1 with an exception, -2 too
+ * long (no exception) */
+static Py_ssize_t ints_of(PyObject *seq, long long *out) {
+    PyObject *t = PySequence_Tuple(seq);
+    if (t == NULL)
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    if (n > MAXDIM) {
+        Py_DECREF(t);
+        return -2;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(t);
+            return -1;
+        }
+    }
+    Py_DECREF(t);
+    return n;
+}
+
+/* ``Recorder._derived_source(out, args, enc_args)``: 2 found (*src a value id, *strides out's
+ * strides over its C-order elements as a tuple, or None: the same bytes), 0 none, 1 a case
+ * the Python knows and this does not (its merged-dimensions comparison: nothing decided),
+ * -1 an error. A RuntimeError or TypeError reading a tensor: none (the Python's except). */
+static int derived_source(Hot *self, PyObject *out, PyObject *args, PyObject *enc_args,
+                          PyObject **src, PyObject **strides) {
+    int f = 0;
+    long long a_shape[MAXDIM], a_stride[MAXDIM], o_shape[MAXDIM], o_stride[MAXDIM],
+        over[MAXDIM];
+    Py_ssize_t order[MAXDIM];
+    if (!is_plain_tensor(out) || (f = attr_is(out, s_layout, g_strided)) <= 0
+        || (f = flag(out, s_is_contiguous, 1)) != 0 || (f = flag(out, s_is_quantized, 0)) != 0
+        || (f = flag(out, s_is_conj, 1)) != 0 || (f = flag(out, s_is_neg, 1)) != 0)
+        goto none_or_err;
+    long long n = long_of(out, s_numel, 1), p;
+    if ((n == -1 && PyErr_Occurred()) || ((p = long_of(out, s_data_ptr, 1)) == -1
+                                          && PyErr_Occurred()))
+        goto err;
+    if (!n || !p)
+        return 0;
+    PyObject *dt = PyObject_GetAttr(out, s_dtype);
+    if (dt == NULL)
+        goto err;
+    Py_DECREF(dt);  /* (out holds it) */
+    Py_ssize_t na = PyTuple_GET_SIZE(args), ne = PyList_GET_SIZE(enc_args);
+    for (Py_ssize_t i = 0; i < na && i < ne; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        if (!is_plain_tensor(a))
+            continue;
+        if ((f = attr_is(a, s_dtype, dt)) <= 0) {
+            if (f < 0)
+                goto err;
+            continue;
+        }
+        long long ap = long_of(a, s_data_ptr, 1), an;
+        if (ap == -1 && PyErr_Occurred())
+            goto err;
+        if (ap != p)
+            continue;
+        if ((an = long_of(a, s_numel, 1)) == -1 && PyErr_Occurred())
+            goto err;
+        if (an != n)
+            continue;
+        if ((f = attr_is(a, s_layout, g_strided)) <= 0 || (f = flag(a, s_is_conj, 1)) != 0
+            || (f = flag(a, s_is_neg, 1)) != 0) {
+            if (f < 0)
+                goto err;
+            continue;
+        }
+        PyObject *vid = PyObject_GetItem(PyList_GET_ITEM(enc_args, i), s_T);
+        if (vid == NULL)
+            goto err;
+        PyObject *derived = self->c_derived, *dd = NULL;
+        if (derived == NULL || ((dd = PyDict_GetItemWithError(derived, vid)) == NULL
+                                && PyErr_Occurred())) {
+            Py_DECREF(vid);
+            goto err;
+        }
+        PyObject *ash = PyObject_GetAttr(a, s_shape), *ast = PyObject_CallMethodNoArgs(a, s_stride),
+                 *osh = PyObject_GetAttr(out, s_shape), *ost = PyObject_CallMethodNoArgs(out, s_stride);
+        Py_ssize_t an_ = -1, as_ = -1, on_ = -1, os_ = -1;
+        if (ash && ast && osh && ost) {
+            an_ = ints_of(ash, a_shape);
+            as_ = an_ >= 0 ? ints_of(ast, a_stride) : an_;
+            on_ = as_ >= 0 ? ints_of(osh, o_shape) : as_;
+            os_ = on_ >= 0 ? ints_of(ost, o_stride) : on_;
+        }
+        Py_XDECREF(ash);
+        Py_XDECREF(ast);
+        Py_XDECREF(osh);
+        Py_XDECREF(ost);
+        if (os_ < 0 || an_ != as_ || on_ != os_) {
+            Py_DECREF(vid);
+            if (os_ == -2 || (os_ >= 0 && !PyErr_Occurred()))
+                return 1;
+            goto err;
+        }
+        /* a's dimensions of more than one element by (memory stride, size); a later one of
+         * the same key stands for it (the Python's dict) */
+        Py_ssize_t n_at = 0, k = 0;
+        for (Py_ssize_t x = 0; x < an_; x++) {
+            if (a_shape[x] == 1)
+                continue;
+            int first = 1;
+            for (Py_ssize_t y = 0; y < x; y++)
+                if (a_shape[y] != 1 && a_shape[y] == a_shape[x] && a_stride[y] == a_stride[x])
+                    first = 0;
+            n_at += first;
+        }
+        for (Py_ssize_t j = 0; j < on_; j++) {
+            if (o_shape[j] == 1)
+                continue;
+            Py_ssize_t found = -1;
+            for (Py_ssize_t x = 0; x < an_; x++)
+                if (a_shape[x] != 1 && a_shape[x] == o_shape[j] && a_stride[x] == o_stride[j])
+                    found = x;  /* (the last: the dict's value) */
+            if (found < 0) {  /* not a permutation: the merged-dimensions case, the Python's */
+                Py_DECREF(vid);
+                return 1;
+            }
+            order[k++] = found;
+        }
+        int dup = 0, sorted = 1;
+        for (Py_ssize_t x = 0; x < k; x++)
+            for (Py_ssize_t y = 0; y < x; y++) {
+                if (order[y] == order[x])
+                    dup = 1;
+                if (order[y] > order[x])
+                    sorted = 0;
+            }
+        if (k != n_at || dup) {
+            Py_DECREF(vid);
+            return 0;
+        }
+        PyObject *srcv;
+        if (dd == NULL) {
+            if (sorted) {  /* its axes in their order: a's C-order bytes */
+                *src = vid;
+                *strides = Py_None;
+                Py_INCREF(Py_None);
+                return 2;
+            }
+            srcv = vid;  /* over a's C order */
+            long long step = 1;
+            for (Py_ssize_t x = an_ - 1; x >= 0; x--) {
+                over[x] = step;
+                step *= a_shape[x];
+            }
+        } else {  /* a derived itself: its source, a's strides over it */
+            Py_DECREF(vid);
+            if (!PyTuple_Check(dd) || PyTuple_GET_SIZE(dd) != 2)
+                return 1;
+            srcv = PyTuple_GET_ITEM(dd, 0);
+            Py_INCREF(srcv);
+            Py_ssize_t no = ints_of(PyTuple_GET_ITEM(dd, 1), over);
+            if (no < 0 || no != an_) {
+                Py_DECREF(srcv);
+                if (no == -1)
+                    goto err;
+                return 1;
+            }
+        }
+        PyObject *st = PyTuple_New(on_);
+        if (st == NULL) {
+            Py_DECREF(srcv);
+            return -1;
+        }
+        Py_ssize_t it = 0;
+        for (Py_ssize_t j = 0; j < on_; j++) {
+            PyObject *v = PyLong_FromLongLong(o_shape[j] == 1 ? 0 : over[order[it++]]);
+            if (v == NULL) {
+                Py_DECREF(st);
+                Py_DECREF(srcv);
+                return -1;
+            }
+            PyTuple_SET_ITEM(st, j, v);
+        }
+        *src = srcv;
+        *strides = st;
+        return 2;
+    }
+    return 0;
+none_or_err:
+    if (f >= 0)
+        return 0;
+err:
+    if (PyErr_ExceptionMatches(PyExc_RuntimeError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();  /* (a tensor without storage: no data pointer) */
+        return 0;
+    }
+    return -1;
+}
+
+/* ``Recorder._made_derived(t, src, strides)``: a value derived from value src (no copy, no
+ * digest of its bytes: the sentinel ``derived_digest``, made when the file is where src's
+ * digest is still on the hashing thread) */
+static PyObject *made_derived(Hot *self, PyObject *t, PyObject *src, PyObject *strides) {
+    PyObject *d = self->dict, *u, *ver, *vid = NULL, *shape = NULL, *pairv = NULL;
+    int k = key_of(self, t, &u, &ver);
+    if (k != 0)
+        return k < 0 ? NULL : PyObject_CallMethod(self->rec, "_made_derived", "OOO", t, src,
+                                                  strides);
+    PyObject *v_dtype = self->c_v_dtype, *v_sha = self->c_v_sha,
+             *derived = self->c_derived, *seen = self->c_seen;
+    Py_ssize_t si = PyLong_AsSsize_t(src);
+    if (!v_dtype || !v_sha || !derived || !seen || (si == -1 && PyErr_Occurred()))
+        goto fail;
+    if (si < 0 || si >= PyList_GET_SIZE(v_dtype) || si >= PyList_GET_SIZE(v_sha)) {
+        PyErr_SetString(PyExc_IndexError, "made_derived: no such value");
+        goto fail;
+    }
+    if ((vid = PyLong_FromSsize_t(PyList_GET_SIZE(v_dtype))) == NULL)
+        goto fail;
+    PyObject *shp = PyObject_GetAttr(t, s_shape);
+    if (shp == NULL)
+        goto fail;
+    shape = PySequence_Tuple(shp);
+    Py_DECREF(shp);
+    if (shape == NULL || PyList_Append(v_dtype, PyList_GET_ITEM(v_dtype, si)) < 0
+        || PyList_Append(self->c_v_shape, shape) < 0 || PyList_Append(self->c_v_array, Py_None) < 0
+        || add_to(d, s_n_hashed, 1) < 0 || (pairv = PyTuple_Pack(2, src, strides)) == NULL
+        || PyDict_SetItem(derived, vid, pairv) < 0)
+        goto fail;
+    if (PyList_GET_ITEM(v_sha, si) == Py_None) {
+        if (PyList_Append(v_sha, Py_None) < 0 || append_to(d, s_derived_later, vid) < 0)
+            goto fail;
+    } else {
+        PyObject *h = PyObject_CallMethodOneArg(self->rec, s_derived_digest, vid);
+        int bad = h == NULL || PyList_Append(v_sha, h) < 0;
+        Py_XDECREF(h);
+        if (bad)
+            goto fail;
+    }
+    PyObject *key = pair(u, ver);
+    int bad = key == NULL || PyDict_SetItem(seen, key, vid) < 0;
+    Py_XDECREF(key);
+    if (bad)
+        goto fail;
+    goto done;
+fail:
+    Py_CLEAR(vid);
+done:
+    Py_DECREF(u);
+    Py_DECREF(ver);
+    Py_XDECREF(shape);
+    Py_XDECREF(pairv);
+    return vid;
 }
 
 /* item i of tuple ``info`` is true: 1, 0, -1 */
@@ -805,6 +1093,7 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
                     return -1;
                 }
                 Py_DECREF(dv);
+                int hashed = 0;
                 if (f) {
                     long long nb = long_of(out, s_nbytes, 0);
                     if (nb == -1 && PyErr_Occurred())
@@ -812,13 +1101,24 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
                     long long derive_min = glob_ll(s_DERIVE_MIN);
                     if (derive_min == -1 && PyErr_Occurred())
                         return -1;
-                    if (nb >= derive_min)
-                        return 1;  /* (hashed or not: the Python decides, nothing changed) */
+                    if (nb >= derive_min && (hashed = would_hash(d, nb)) < 0)
+                        return -1;
                 }
-                v = made(self, out, 0);
+                PyObject *src = NULL, *strides = NULL;
+                int r = hashed ? derived_source(self, out, args, enc_args, &src, &strides) : 0;
+                if (r < 0 || r == 1)
+                    return r;  /* (1: not a case known here: the Python's, nothing changed) */
+                if (r == 0)
+                    v = made(self, out, 0);
+                else if (strides == Py_None)
+                    v = made_like(self, out, src);
+                else
+                    v = made_derived(self, out, src, strides);
+                Py_XDECREF(src);
+                Py_XDECREF(strides);
             }
         } else {
-            PyObject *uninit = item(d, s_uninit);
+            PyObject *uninit = self->c_uninit;
             if (uninit == NULL || (f = PySet_Contains(uninit, name_idx)) < 0)
                 return -1;
             if (f)
@@ -879,7 +1179,7 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
         if (ver == NULL && PyErr_Occurred())
             goto done;
         if (ver != NULL) {
-            PyObject *ts = PyList_New(0), *uid = item(d, s_uid), *seen = item(d, s_seen);
+            PyObject *ts = PyList_New(0), *uid = self->c_uid, *seen = self->c_seen;
             int bad = ts == NULL || uid == NULL || seen == NULL || collect(out, ts) < 0;
             for (Py_ssize_t i = 0; !bad && i < PyList_GET_SIZE(ts) && i < PyList_GET_SIZE(outs);
                  i++) {
@@ -925,13 +1225,13 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
         if (last == NULL)
             goto done;
         if (last != Py_None) {
-            PyObject *losses = item(d, s_losses), *step = item(d, s_step);
+            PyObject *losses = self->c_losses, *step = item(d, s_step);
             if (losses == NULL || step == NULL || PyObject_SetItem(losses, step, last) < 0
                 || PyDict_SetItem(d, s_last_ones_like, Py_None) < 0)
                 goto done;
         }
     } else {
-        PyObject *modules = item(d, s_modules), *in_opt = item(d, s_in_optimizer),
+        PyObject *modules = self->c_modules, *in_opt = item(d, s_in_optimizer),
                  *after = item(d, s_after_backward);
         if (modules == NULL || in_opt == NULL || after == NULL || !PyList_Check(modules))
             goto done;
@@ -985,7 +1285,7 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
         if (mi == NULL)
             goto done;
     }
-    PyObject *ph = PyLong_FromLong(phase), *step = item(d, s_step), *rows = item(d, s_rows);
+    PyObject *ph = PyLong_FromLong(phase), *step = item(d, s_step), *rows = self->c_rows;
     t_args = PyList_AsTuple(enc_args);
     t_outs = PyList_AsTuple(outs);
     if (ph == NULL || step == NULL || rows == NULL || t_args == NULL || t_outs == NULL) {
@@ -1045,7 +1345,7 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
         return NULL;
     }
     PyObject *func = argv[0], *args = argv[1], *kwargs = argv[2], *gt = argv[3];
-    PyObject *d = self->dict, *names_of = item(d, s_names_of), *hasher = item(d, s_hasher);
+    PyObject *d = self->dict, *names_of = self->c_names_of, *hasher = item(d, s_hasher);
     if (names_of == NULL || hasher == NULL)
         return NULL;
     long long graph_task = PyLong_AsLongLong(gt);
@@ -1197,6 +1497,21 @@ static int Hot_traverse(Hot *self, visitproc visit, void *arg) {
     Py_VISIT(self->py_made);
     Py_VISIT(self->py_value_of);
     Py_VISIT(self->py_encode);
+    Py_VISIT(self->c_uid);
+    Py_VISIT(self->c_seen);
+    Py_VISIT(self->c_v_dtype);
+    Py_VISIT(self->c_v_shape);
+    Py_VISIT(self->c_v_sha);
+    Py_VISIT(self->c_v_array);
+    Py_VISIT(self->c_rows);
+    Py_VISIT(self->c_devices);
+    Py_VISIT(self->c_names_of);
+    Py_VISIT(self->c_code_skip);
+    Py_VISIT(self->c_src_at);
+    Py_VISIT(self->c_derived);
+    Py_VISIT(self->c_uninit);
+    Py_VISIT(self->c_modules);
+    Py_VISIT(self->c_losses);
     return 0;
 }
 
@@ -1207,6 +1522,21 @@ static int Hot_clear(Hot *self) {
     Py_CLEAR(self->py_made);
     Py_CLEAR(self->py_value_of);
     Py_CLEAR(self->py_encode);
+    Py_CLEAR(self->c_uid);
+    Py_CLEAR(self->c_seen);
+    Py_CLEAR(self->c_v_dtype);
+    Py_CLEAR(self->c_v_shape);
+    Py_CLEAR(self->c_v_sha);
+    Py_CLEAR(self->c_v_array);
+    Py_CLEAR(self->c_rows);
+    Py_CLEAR(self->c_devices);
+    Py_CLEAR(self->c_names_of);
+    Py_CLEAR(self->c_code_skip);
+    Py_CLEAR(self->c_src_at);
+    Py_CLEAR(self->c_derived);
+    Py_CLEAR(self->c_uninit);
+    Py_CLEAR(self->c_modules);
+    Py_CLEAR(self->c_losses);
     return 0;
 }
 
@@ -1238,6 +1568,96 @@ static int Hot_init(Hot *self, PyObject *args, PyObject *kw) {
     self->py_made = py_made;
     self->py_value_of = py_value_of;
     self->py_encode = py_encode;
+    if ((self->c_uid = PyDict_GetItemWithError(dict, s_uid)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "uid");
+        return -1;
+    }
+    Py_INCREF(self->c_uid);
+    if ((self->c_seen = PyDict_GetItemWithError(dict, s_seen)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "seen");
+        return -1;
+    }
+    Py_INCREF(self->c_seen);
+    if ((self->c_v_dtype = PyDict_GetItemWithError(dict, s_v_dtype)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "v_dtype");
+        return -1;
+    }
+    Py_INCREF(self->c_v_dtype);
+    if ((self->c_v_shape = PyDict_GetItemWithError(dict, s_v_shape)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "v_shape");
+        return -1;
+    }
+    Py_INCREF(self->c_v_shape);
+    if ((self->c_v_sha = PyDict_GetItemWithError(dict, s_v_sha)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "v_sha");
+        return -1;
+    }
+    Py_INCREF(self->c_v_sha);
+    if ((self->c_v_array = PyDict_GetItemWithError(dict, s_v_array)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "v_array");
+        return -1;
+    }
+    Py_INCREF(self->c_v_array);
+    if ((self->c_rows = PyDict_GetItemWithError(dict, s_rows)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "rows");
+        return -1;
+    }
+    Py_INCREF(self->c_rows);
+    if ((self->c_devices = PyDict_GetItemWithError(dict, s_devices)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "devices");
+        return -1;
+    }
+    Py_INCREF(self->c_devices);
+    if ((self->c_names_of = PyDict_GetItemWithError(dict, s_names_of)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "names_of");
+        return -1;
+    }
+    Py_INCREF(self->c_names_of);
+    if ((self->c_code_skip = PyDict_GetItemWithError(dict, s_code_skip)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "code_skip");
+        return -1;
+    }
+    Py_INCREF(self->c_code_skip);
+    if ((self->c_src_at = PyDict_GetItemWithError(dict, s_src_at)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "src_at");
+        return -1;
+    }
+    Py_INCREF(self->c_src_at);
+    if ((self->c_derived = PyDict_GetItemWithError(dict, s_derived)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "derived");
+        return -1;
+    }
+    Py_INCREF(self->c_derived);
+    if ((self->c_uninit = PyDict_GetItemWithError(dict, s_uninit)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "uninit");
+        return -1;
+    }
+    Py_INCREF(self->c_uninit);
+    if ((self->c_modules = PyDict_GetItemWithError(dict, s_modules)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "modules");
+        return -1;
+    }
+    Py_INCREF(self->c_modules);
+    if ((self->c_losses = PyDict_GetItemWithError(dict, s_losses)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "losses");
+        return -1;
+    }
+    Py_INCREF(self->c_losses);
     return 0;
 }
 
@@ -1332,10 +1752,15 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_devices, "devices");
     INTERN(s_uid, "uid");
     INTERN(s_seen, "seen");
-    INTERN(s_ASYNC_MIN, "_ASYNC_MIN");
     INTERN(s_DERIVE_MIN, "_DERIVE_MIN");
     INTERN(s_NUMPY_DTYPES, "_NUMPY_DTYPES");
     INTERN(s_base, "_base");
+    INTERN(s_is_quantized, "is_quantized");
+    INTERN(s_is_conj, "is_conj");
+    INTERN(s_stride, "stride");
+    INTERN(s_derived, "derived");
+    INTERN(s_derived_later, "derived_later");
+    INTERN(s_derived_digest, "_derived_digest");
     INTERN(s_recording, "recording");
     INTERN(s_quiet, "quiet");
     INTERN(s_thread, "thread");
