@@ -33,6 +33,62 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived, *s_derived_later,
     *s_derived_digest;
 
+/* torch.Tensor's own descriptors of the attributes and methods read here (found once by
+ * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
+ * defines them again; a descriptor the two do not share is not used), called without the
+ * lookup (its MRO walk and, for a method, the instance dict's) */
+#define NDESC 16
+static int is_plain_tensor(PyObject *t);
+static PyObject *d_names[NDESC], *d_descr[NDESC];
+static int d_n;
+
+static PyObject *descr_of(PyObject *name) {
+    for (int i = 0; i < d_n; i++)
+        if (d_names[i] == name)
+            return d_descr[i];
+    return NULL;
+}
+
+/* t.<name> */
+static PyObject *tget(PyObject *t, PyObject *name) {
+    PyObject *dsc;
+    if (is_plain_tensor(t) && (dsc = descr_of(name)) != NULL
+        && Py_IS_TYPE(dsc, &PyGetSetDescr_Type))
+        return Py_TYPE(dsc)->tp_descr_get(dsc, t, (PyObject *)Py_TYPE(t));
+    return PyObject_GetAttr(t, name);
+}
+
+/* t.<name>() */
+static PyObject *tcall(PyObject *t, PyObject *name) {
+    PyObject *dsc;
+    if (is_plain_tensor(t) && (dsc = descr_of(name)) != NULL
+        && Py_IS_TYPE(dsc, &PyMethodDescr_Type))
+        return PyObject_CallOneArg(dsc, t);
+    return PyObject_CallMethodNoArgs(t, name);
+}
+
+/* the descriptors (``setup``): those torch.Tensor and torch.nn.Parameter share, of a
+ * getset's or a method's type */
+static int find_descriptors(void) {
+    PyObject *names[] = {s_version, s_dtype, s_layout, s_nbytes, s_shape, s_base, s_is_cpu,
+                         s_is_quantized, s_data_ptr, s_stride, s_is_neg, s_is_contiguous,
+                         s_numel, s_is_conj, s_dim};
+    for (int i = 0; i < d_n; i++)
+        Py_CLEAR(d_descr[i]);
+    d_n = 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && d_n < NDESC; i++) {
+        PyObject *a = _PyType_Lookup((PyTypeObject *)g_tensor, names[i]);
+        PyObject *b = _PyType_Lookup((PyTypeObject *)g_parameter, names[i]);
+        if (a == NULL || a != b || !(Py_IS_TYPE(a, &PyGetSetDescr_Type)
+                                     || Py_IS_TYPE(a, &PyMethodDescr_Type)))
+            continue;
+        Py_INCREF(a);
+        d_names[d_n] = names[i];
+        d_descr[d_n++] = a;
+    }
+    return 0;
+}
+
 /* dict[name], borrowed; NULL with an exception when it is missing */
 static PyObject *item(PyObject *d, PyObject *name) {
     PyObject *v = PyDict_GetItemWithError(d, name);
@@ -95,7 +151,7 @@ static int is_plain_tensor(PyObject *t) {
 /* t._version as a new reference; NULL with no exception set: it has none (an inference
  * tensor's RuntimeError, cleared); NULL with one: another error */
 static PyObject *version_of(PyObject *t) {
-    PyObject *v = PyObject_GetAttr(t, s_version);
+    PyObject *v = tget(t, s_version);
     if (v == NULL && PyErr_ExceptionMatches(PyExc_RuntimeError))
         PyErr_Clear();
     return v;
@@ -122,7 +178,7 @@ static PyObject *known_uid(PyObject *uid, PyObject *t, PyObject **idp) {
 
 /* attribute ``name`` of t is True (1), False (0), error (-1); a method when ``call`` */
 static int flag(PyObject *t, PyObject *name, int call) {
-    PyObject *v = call ? PyObject_CallMethodNoArgs(t, name) : PyObject_GetAttr(t, name);
+    PyObject *v = call ? tcall(t, name) : tget(t, name);
     if (v == NULL)
         return -1;
     int r = PyObject_IsTrue(v);
@@ -163,7 +219,7 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
     PyObject *dtype = NULL, *nb = NULL, *shape = NULL, *pv = NULL, *buf = NULL, *h = NULL;
     if (!is_plain_tensor(t))
         Py_RETURN_NONE;
-    if ((dtype = PyObject_GetAttr(t, s_dtype)) == NULL)
+    if ((dtype = tget(t, s_dtype)) == NULL)
         return NULL;
     PyObject *np_dtypes = glob(s_NUMPY_DTYPES), *name;
     name = np_dtypes ? PyDict_GetItemWithError(np_dtypes, dtype) : NULL;  /* borrowed */
@@ -176,7 +232,7 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
     int f = flag(t, s_is_cpu, 0);
     if (f <= 0)
         return f < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
-    PyObject *layout = PyObject_GetAttr(t, s_layout);
+    PyObject *layout = tget(t, s_layout);
     if (layout == NULL)
         return NULL;
     Py_DECREF(layout);
@@ -184,7 +240,7 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
         Py_RETURN_NONE;
     if ((f = flag(t, s_is_neg, 1)) != 0)
         return f < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
-    if ((nb = PyObject_GetAttr(t, s_nbytes)) == NULL)
+    if ((nb = tget(t, s_nbytes)) == NULL)
         return NULL;
     long long n = PyLong_AsLongLong(nb);
     if (n == -1 && PyErr_Occurred())
@@ -210,7 +266,7 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
             goto done;
         goto none;
     }
-    if ((pv = PyObject_CallMethodNoArgs(t, s_data_ptr)) == NULL)
+    if ((pv = tcall(t, s_data_ptr)) == NULL)
         goto done;
     void *p = PyLong_AsVoidPtr(pv);
     if (p == NULL) {
@@ -219,7 +275,7 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
         goto none;  /* no memory: the Python (numpy's view) */
     }
     /* the common case: from here on it is recorded */
-    PyObject *shp = PyObject_GetAttr(t, s_shape);
+    PyObject *shp = tget(t, s_shape);
     if (shp == NULL)
         goto done;
     shape = PySequence_Tuple(shp);
@@ -425,7 +481,7 @@ static PyObject *value_of(Hot *self, PyObject *t) {
     if (PyErr_Occurred())
         goto fail;
     if (is_plain_tensor(t)) {
-        PyObject *base = PyObject_GetAttr(t, s_base);
+        PyObject *base = tget(t, s_base);
         if (base == NULL)
             goto fail;
         Py_DECREF(base);
@@ -471,7 +527,7 @@ static PyObject *made_like(Hot *self, PyObject *t, PyObject *like) {
     }
     if ((vid = PyLong_FromSsize_t(PyList_GET_SIZE(v_dtype))) == NULL)
         goto done;
-    PyObject *shp = PyObject_GetAttr(t, s_shape);
+    PyObject *shp = tget(t, s_shape);
     if (shp == NULL)
         goto fail;
     shape = PySequence_Tuple(shp);
@@ -503,7 +559,7 @@ static PyObject *made_like(Hot *self, PyObject *t, PyObject *like) {
     long long n = 0;
     int keep;  /* the array named again (else hashed only) */
     if (Py_IS_TYPE(a, &PyLong_Type)) {  /* in the spool: named again, the same bytes once */
-        if ((nb = PyObject_GetAttr(t, s_nbytes)) == NULL || ((n = PyLong_AsLongLong(nb)) == -1
+        if ((nb = tget(t, s_nbytes)) == NULL || ((n = PyLong_AsLongLong(nb)) == -1
                                                                && PyErr_Occurred())) {
             Py_DECREF(a);
             goto fail;
@@ -516,7 +572,7 @@ static PyObject *made_like(Hot *self, PyObject *t, PyObject *like) {
     } else if (a == Py_None || ho) {
         keep = 0;
     } else {
-        if ((nb = PyObject_GetAttr(a, s_nbytes)) == NULL || ((n = PyLong_AsLongLong(nb)) == -1
+        if ((nb = tget(a, s_nbytes)) == NULL || ((n = PyLong_AsLongLong(nb)) == -1
                                                                && PyErr_Occurred())) {
             Py_DECREF(a);
             goto fail;
@@ -653,7 +709,7 @@ static int collect(PyObject *x, PyObject *out) {
 
 /* a tensor attribute compared by identity (1 same, 0 not, -1 error) */
 static int attr_is(PyObject *t, PyObject *name, PyObject *v) {
-    PyObject *a = PyObject_GetAttr(t, name);
+    PyObject *a = tget(t, name);
     if (a == NULL)
         return -1;
     Py_DECREF(a);
@@ -662,7 +718,7 @@ static int attr_is(PyObject *t, PyObject *name, PyObject *v) {
 
 /* the long of a method's result or attribute; -1 with an exception on error */
 static long long long_of(PyObject *t, PyObject *name, int call) {
-    PyObject *v = call ? PyObject_CallMethodNoArgs(t, name) : PyObject_GetAttr(t, name);
+    PyObject *v = call ? tcall(t, name) : tget(t, name);
     if (v == NULL)
         return -1;
     long long r = PyLong_AsLongLong(v);
@@ -673,7 +729,7 @@ static long long long_of(PyObject *t, PyObject *name, int call) {
 /* ``Recorder._same_bytes(out, args, enc_args)``: the value id (borrowed) or NULL: none (no
  * exception) or an error */
 static PyObject *same_bytes(PyObject *out, PyObject *args, PyObject *enc_args) {
-    PyObject *dtype = PyObject_GetAttr(out, s_dtype), *res = NULL;
+    PyObject *dtype = tget(out, s_dtype), *res = NULL;
     if (dtype == NULL)
         return NULL;
     int f;
@@ -827,7 +883,7 @@ static int derived_source(Hot *self, PyObject *out, PyObject *args, PyObject *en
         goto err;
     if (!n || !p)
         return 0;
-    PyObject *dt = PyObject_GetAttr(out, s_dtype);
+    PyObject *dt = tget(out, s_dtype);
     if (dt == NULL)
         goto err;
     Py_DECREF(dt);  /* (out holds it) */
@@ -865,8 +921,8 @@ static int derived_source(Hot *self, PyObject *out, PyObject *args, PyObject *en
             Py_DECREF(vid);
             goto err;
         }
-        PyObject *ash = PyObject_GetAttr(a, s_shape), *ast = PyObject_CallMethodNoArgs(a, s_stride),
-                 *osh = PyObject_GetAttr(out, s_shape), *ost = PyObject_CallMethodNoArgs(out, s_stride);
+        PyObject *ash = tget(a, s_shape), *ast = tcall(a, s_stride),
+                 *osh = tget(out, s_shape), *ost = tcall(out, s_stride);
         Py_ssize_t an_ = -1, as_ = -1, on_ = -1, os_ = -1;
         if (ash && ast && osh && ost) {
             an_ = ints_of(ash, a_shape);
@@ -1000,7 +1056,7 @@ static PyObject *made_derived(Hot *self, PyObject *t, PyObject *src, PyObject *s
     }
     if ((vid = PyLong_FromSsize_t(PyList_GET_SIZE(v_dtype))) == NULL)
         goto fail;
-    PyObject *shp = PyObject_GetAttr(t, s_shape);
+    PyObject *shp = tget(t, s_shape);
     if (shp == NULL)
         goto fail;
     shape = PySequence_Tuple(shp);
@@ -1708,6 +1764,11 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
     Py_XSETREF(g_strided, strided);
     Py_XSETREF(g_globals, globals);
     Py_XSETREF(g_frombuffer, frombuffer);
+    if (!PyType_Check(tensor) || !PyType_Check(parameter)) {
+        PyErr_SetString(PyExc_TypeError, "setup: Tensor and Parameter are types");
+        return NULL;
+    }
+    find_descriptors();
     Py_RETURN_NONE;
 }
 
