@@ -31,7 +31,7 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows, *s_DERIVE_MIN,
     *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread, *s_set_eval_frame,
     *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived, *s_derived_later,
-    *s_derived_digest;
+    *s_derived_digest, *s_put;
 
 /* torch.Tensor's own descriptors of the attributes and methods read here (found once by
  * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
@@ -258,8 +258,8 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
             goto done;
         hashed = sb + n > mb;
     }
-    /* a hashing thread (its values from ``_ASYNC_MIN`` bytes), a spool: the Python's */
-    if (hasher != Py_None || (!hashed && spool != Py_None))
+    /* a hashing thread (its values from ``_ASYNC_MIN`` bytes): the Python's */
+    if (hasher != Py_None)
         goto none;
     if ((f = flag(t, s_is_contiguous, 1)) <= 0) {
         if (f < 0)
@@ -301,6 +301,21 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
             Py_DECREF(vid);
             goto done;
         }
+    } else if (spool != Py_None) {
+        /* stored: to the spool's file from the tensor's memory, its digest of it */
+        PyObject *ai = NULL, *nn = NULL;
+        buf = PyMemoryView_FromMemory((char *)p, (Py_ssize_t)n, PyBUF_READ);
+        if (buf == NULL || (h = PyObject_CallOneArg(self->hex, buf)) == NULL
+            || PyList_Append(self->c_v_sha, h) < 0 || (nn = PyLong_FromLongLong(n)) == NULL
+            || (ai = PyObject_CallMethodObjArgs(spool, s_put, buf, nn, h, NULL)) == NULL
+            || PyList_Append(self->c_v_array, ai) < 0 || add_to(d, s_stored_bytes, n) < 0) {
+            Py_XDECREF(nn);
+            Py_XDECREF(ai);
+            Py_DECREF(vid);
+            goto done;
+        }
+        Py_DECREF(nn);
+        Py_DECREF(ai);
     } else {
         /* stored: a bytes copy that numpy reads (read-only), its digest of the copy */
         PyObject *c = NULL, *c2 = NULL;
@@ -1822,6 +1837,7 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_derived, "derived");
     INTERN(s_derived_later, "derived_later");
     INTERN(s_derived_digest, "_derived_digest");
+    INTERN(s_put, "put");
     INTERN(s_recording, "recording");
     INTERN(s_quiet, "quiet");
     INTERN(s_thread, "thread");
