@@ -286,6 +286,48 @@ def test_full_numbers_are_diffs():
         assert judge._full(t, r, None, {}) == want
 
 
+def test_compare_out_gives_the_bytes_test_and_diffs_numbers():
+    """``_compare_out`` (the loop's one native pass per output, without the bytes test) gives
+    what the loop's bytes test, ``_diff(g, r)`` and ``_diff(t, r, full=False)`` give, on
+    ``_diff_pairs`` and pairs over ``_SAME_BYTES_MAX`` (the same bits, one ulp off), with
+    ``t`` the output itself, the recorded one, or another; the same without the extension.
+    Planted: n_diff 0 of a NaN's pair taken as the same bits, a "nan" answer's numbers not
+    ``compare_arrays``'s, or a total's numbers taken from the output's, fails it."""
+    from tapescope.core import native
+
+    def used(got):  # (di is read only where d_n: an introduced output's)
+        return (got[0] if got[2] else None,) + got[1:]
+
+    def before(g, r, t):  # the loop's numbers as they were (the bytes test, then _diff)
+        if g is r or (r.nbytes <= judge._SAME_BYTES_MAX and g.tobytes() == r.tobytes()):
+            di, n, d_n, d_ulp = None, r.size, 0, 0
+        else:
+            di = judge._diff(g, r)
+            n, d_n, d_ulp = di["n"], di["n_diff"], di["max_ulp"]
+        if t is g:
+            return di, n, d_n, d_ulp, d_n, d_ulp
+        d = judge._diff(t, r, full=False)
+        return di, n, d_n, d_ulp, d["n_diff"], d["max_ulp"]
+
+    big = np.random.default_rng(3).standard_normal(judge._SAME_BYTES_MAX // 4 + 5)
+    big = big.astype(np.float32)
+    off = big.copy()
+    off[-2] = np.nextafter(off[-2], np.float32(np.inf))
+    pairs = _diff_pairs() + [(big, big.copy()), (off, big), (big[::-1], off[::-1])]
+    entry = native.float_diff_entry()
+    n_diff = 0
+    for g, r in pairs:
+        other = [x for pair in pairs for x in pair
+                 if x.dtype == r.dtype and x.shape == r.shape and x is not g and x is not r]
+        for t in (g, r, r.copy(), *other[:3]):
+            want = used(before(g, r, t))
+            n_diff += bool(want[2]) + bool(want[4])
+            for fd in (entry or (None, {}), (None, {})):
+                assert used(judge._compare_out(g, r, t, *fd)) == want, (g.dtype, g.shape)
+        assert judge._compare_out(r, r, r, *(entry or (None, {}))) == before(r, r, r)
+    assert n_diff > 20  # (differences met, not only the same bits)
+
+
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_foreach_mul_by_one_operand_gives_each_tensors_product(dt):
     """``_foreach_mul(_)`` by a 0-d tensor or a Python number in one multiply over the list
