@@ -90,6 +90,10 @@ EDITS = {
     "digest-short": _set("values/digests/4", lambda d: d[:-1]),
     "digest-int": _set("values/digests/4", 7),
     "digest-other-value": _set("values/digests/1", lambda d: "0" * len(d)),
+    "digest-letter": _set("values/digests/3", lambda d: d[:5] + "g" + d[6:]),
+    "digest-non-ascii": _set("values/digests/4", lambda d: "\u00e9" + d[1:]),
+    "digest-space": _set("values/digests/0", lambda d: d[:-1] + " "),
+    "digest-long-short": _set("values/digests", lambda c: [c[0] + c[1][:1], c[1][1:]] + c[2:]),
     "array-below": _set("values/array/4", -2),
     "array-beyond": _set("values/array/4", 4),
     "array-bool": _set("values/array/1", True),
@@ -191,6 +195,28 @@ def test_fast_checks_decide_as_the_walk(base, tmp_path, monkeypatch, case, write
     assert fast == slow
     ok = case == "as-written" or case.endswith("-ok")
     assert (fast[0] == "loaded") == ok, fast[:2]
+
+
+def test_hexes_holds_where_every_entry_is_a_digest():
+    """``_hexes`` (the column joined, its hex digits deleted from its ASCII bytes) holds
+    exactly where each entry is ``n_hex`` lowercase hex digits (``_Spec._digest_ok``'s test):
+    every non-hex ASCII character, non-ASCII ones, other lengths, lengths that sum alike, and
+    entries of other types. Planted: uppercase let through (a case-blind translate), or the
+    lengths checked as a sum, fails it."""
+    def walk(v, n_hex):
+        return all(isinstance(d, str) and len(d) == n_hex and F._HEX.issuperset(d) for d in v)
+
+    good = [hashlib.md5(bytes([i])).hexdigest() for i in range(6)]
+    cases = [[], good, good[:1], [good[0][:-1]], [good[0][:-1], good[1] + "a"] + good[2:],
+             [good[0] + good[1]], [None], good[:2] + [7], good + [b"0" * 32], [good[0], 1.5],
+             [good[0].upper()], ["\u00e9" + good[0][1:]], ["\U0001f600" + good[0][2:]],
+             [good[0][:-1] + "\x00"]]
+    cases += [good[:3] + [good[3][:9] + chr(c) + good[3][10:]] for c in range(128)]
+    for v in cases:
+        for n_hex in (32, 31, 64):
+            assert F._hexes(v, n_hex) == walk(v, n_hex), (v, n_hex)
+        assert F._hexes(tuple(v), 32) == walk(v, 32)
+    assert sum(F._hexes(v, 32) for v in cases) == 3 + 16  # (empty, good, good[:1]; 0-9, a-f)
 
 
 def test_the_edits_are_refused_where_the_walk_refuses(base, tmp_path):
