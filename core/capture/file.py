@@ -949,17 +949,18 @@ class _Spec:
             if depth > _MAX_DEPTH:
                 return False
             lists = []
-            for x in level:
+            for x in level:  # (a value first: two of three entries of a zoo GPT's arguments)
                 t = type(x)
-                if t in _PLAIN or (t is str and len(x) <= _MAX_TEXT):
-                    continue
-                if t is list:
+                if t is dict:
+                    if len(x) == 1:
+                        v = x.get("T")
+                        if type(v) is int and 0 <= v < n:
+                            continue
+                elif t is list:
                     lists.append(x)
                     continue
-                if t is dict and len(x) == 1:
-                    v = x.get("T")
-                    if type(v) is int and 0 <= v < n:
-                        continue
+                elif t in _PLAIN or (t is str and len(x) <= _MAX_TEXT):
+                    continue
                 if not self._arg(x, depth):
                     return False
             level = list(chain.from_iterable(lists))
