@@ -648,6 +648,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     # capture): _float_diff's numbers (n_diff, max_ulp), without its two wrappers
     fd = native.float_diff_entry()
     fdiff, fd_kinds = fd if fd is not None else (None, {})
+    outcmp = native.compare_out_entry() if fd is not None else None  # (_compare_out's, in C)
     walk = native.walk_entry()  # (the arguments' walk in C: _decode_ids' answers)
     for i in range(cap.n_ops):
         if c_step[i] != step:
@@ -729,7 +730,17 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
         e_outs = e["outputs"]
         for j, v in enumerate(outs):  # (got, tot and recorded are as long as outs: checked)
             r, g, t = recorded[j], got[j], tot[j]
-            di, n, d_n, d_ulp, t_n, t_ulp = _compare_out(g, r, t, fdiff, fd_kinds)
+            c = None
+            if outcmp is not None:  # (both passes in one native call: ~0.3 us an output)
+                try:
+                    c = outcmp(g, r, t, fd_kinds, _BLOCK)
+                except (TypeError, ValueError):
+                    c = None
+            if c is not None:
+                n, d_n, d_first, d_ulp, d_abs, d_sz, t_n, t_ulp = c
+                di = _differs(n, d_n, d_first, d_ulp, d_abs, d_sz, True) if d_n else None
+            else:  # (another dtype, an empty output, a NaN's policy, no extension)
+                di, n, d_n, d_ulp, t_n, t_ulp = _compare_out(g, r, t, fdiff, fd_kinds)
             if v in loss_ids:
                 ref_loss[v] = t
             if t_n:

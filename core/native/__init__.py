@@ -934,6 +934,15 @@ def float_diff_entry() -> tuple | None:
     return None if ext is None else (ext.fdiff, _FD_KIND)
 
 
+def compare_out_entry() -> Callable | None:
+    """The CPython extension's ``outcmp(g, rec, t, kinds, block)``: the capture judge's
+    numbers of one output (its reference's output on the recorded inputs and on the chain's,
+    against the recorded one) in one call, two of :func:`float_diff`'s passes, with ``kinds``
+    ``float_diff_entry()``'s; or None where it is not built (as ``float_diff_entry``)."""
+    ext = _ext if _ext else refmath_ext()
+    return None if ext is None else ext.outcmp
+
+
 def ew_entry() -> Callable | None:
     """The CPython extension's ``ew(code, x, y, z, s)``: an optimizer's tiny elementwise ops in
     one call (core.capture.aten_ref_table.ew_c), or None where native code is off or the

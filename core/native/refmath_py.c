@@ -22,6 +22,9 @@
  * checked against both arrays' dtype; a dtype, byte order, shape, size (0) or kind that does
  * not match raises (TypeError, ValueError) and nothing is read.
  *
+ * outcmp(g, rec, t, kinds, block): the judge's numbers of one output, two fdiff passes in one call
+ * (below).
+ *
  * colsum(x), chansum(x): core.native's serial sums (serial_sums.h, the loops of the ctypes
  * library's ts_colsum and ts_chansum) of a 2-d (r, n) or 3-d (b, n, l) ndarray of float64 or
  * float32 (native order; any layout: a C-contiguous aligned copy first where it is not), as a
@@ -180,38 +183,26 @@ static int fd_kind_ok(PyArrayObject *o, long kind) {
 
 static PyObject *FD_NAN; /* "nan": a block with a difference holds a NaN */
 
-static PyObject *fdiff(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "fdiff(ref, rec, kind, block, full) takes 5 arguments");
-        return NULL;
-    }
-    if (!PyArray_Check(args[0]) || !PyArray_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "fdiff: ref and rec must be ndarrays");
-        return NULL;
-    }
-    PyArrayObject *r = (PyArrayObject *)args[0], *o = (PyArrayObject *)args[1];
-    long kind = PyLong_AsLong(args[2]);
-    if (kind == -1 && PyErr_Occurred()) return NULL;
-    long long block = PyLong_AsLongLong(args[3]);
-    if (block == -1 && PyErr_Occurred()) return NULL;
-    int full = PyObject_IsTrue(args[4]);
-    if (full < 0) return NULL;
+/* ts_fdiff on arrays r (the reference's) and o (the recorded) as they lie, kind, dtypes, shapes,
+ * size and block checked first (nothing read where they do not fit): 0, 1 (a block with a
+ * difference holds a NaN), or -2 with TypeError or ValueError set */
+static int fd_pass(PyArrayObject *r, PyArrayObject *o, long kind, long long block, int full,
+                   ll out[3], uint64_t *ulp, double *mab) {
     if (kind < 0 || kind > 3 || !fd_kind_ok(r, kind) || !fd_kind_ok(o, kind) ||
         PyArray_DESCR(r)->type_num != PyArray_DESCR(o)->type_num) {
         PyErr_SetString(PyExc_TypeError,
                         "fdiff: ref and rec must be of one float dtype, kind's, native order");
-        return NULL;
+        return -2;
     }
     int nd = PyArray_NDIM(r);
     if (nd != PyArray_NDIM(o) || nd > 32 ||
         !PyArray_CompareLists(PyArray_DIMS(r), PyArray_DIMS(o), nd)) {
         PyErr_SetString(PyExc_ValueError, "fdiff: ref and rec must have one shape (<= 32-d)");
-        return NULL;
+        return -2;
     }
     if (PyArray_SIZE(r) == 0 || block < 1) {
         PyErr_SetString(PyExc_ValueError, "fdiff: an empty array, or a block < 1");
-        return NULL;
+        return -2;
     }
     /* core.native._fd_layout: dimensions of size 1 left out, neighbours both arrays step
      * through as one merged (row-major order kept) */
@@ -237,30 +228,121 @@ static PyObject *fdiff(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         rs[0] = os[0] = PyArray_ITEMSIZE(r);
         m = 1;
     }
-    ll out[3];
-    uint64_t ulp;
-    double mab;
     int rc;
     if (PyArray_SIZE(r) >= (1 << 16)) { /* large: other threads run meanwhile (as ctypes') */
         Py_BEGIN_ALLOW_THREADS
         rc = ts_fdiff(PyArray_DATA(r), PyArray_DATA(o), (int)kind, m, shape, rs, os, block,
-                      full, out, &ulp, &mab);
+                      full, out, ulp, mab);
         Py_END_ALLOW_THREADS
     } else {
         rc = ts_fdiff(PyArray_DATA(r), PyArray_DATA(o), (int)kind, m, shape, rs, os, block,
-                      full, out, &ulp, &mab);
+                      full, out, ulp, mab);
     }
+    if (rc != 0 && rc != 1) {
+        PyErr_SetString(PyExc_ValueError, "fdiff: ts_fdiff refused its arguments");
+        return -2;
+    }
+    return rc;
+}
+
+static PyObject *fdiff(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "fdiff(ref, rec, kind, block, full) takes 5 arguments");
+        return NULL;
+    }
+    if (!PyArray_Check(args[0]) || !PyArray_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "fdiff: ref and rec must be ndarrays");
+        return NULL;
+    }
+    PyArrayObject *r = (PyArrayObject *)args[0], *o = (PyArrayObject *)args[1];
+    long kind = PyLong_AsLong(args[2]);
+    if (kind == -1 && PyErr_Occurred()) return NULL;
+    long long block = PyLong_AsLongLong(args[3]);
+    if (block == -1 && PyErr_Occurred()) return NULL;
+    int full = PyObject_IsTrue(args[4]);
+    if (full < 0) return NULL;
+    ll out[3];
+    uint64_t ulp;
+    double mab;
+    int rc = fd_pass(r, o, kind, block, full, out, &ulp, &mab);
+    if (rc < 0) return NULL;
     if (rc == 1) {
         Py_INCREF(FD_NAN);
         return FD_NAN;
     }
-    if (rc != 0) {
-        PyErr_SetString(PyExc_ValueError, "fdiff: ts_fdiff refused its arguments");
-        return NULL;
-    }
     if (out[1] < 0)
         return Py_BuildValue("(LOKdL)", out[0], Py_None, (unsigned long long)ulp, mab, out[2]);
     return Py_BuildValue("(LLKdL)", out[0], out[1], (unsigned long long)ulp, mab, out[2]);
+}
+
+/* outcmp(g, rec, t, kinds, block): the capture judge's numbers of one output in one call
+ * (judge._compare_out's, whose two fdiff calls and Python steps were most of the ~0.8 us an
+ * output of a zoo GPT capture's ~1,300): g the reference's output on the recorded inputs, t
+ * on the chain's (either may be the very object rec, or t g), all of rec's dtype and shape;
+ * kinds core.native._FD_KIND (rec's dtype -> compare.c's kind). Returns
+ * (n, n_diff, first_index, max_ulp, max_abs, n_signed_zero, t_n_diff, t_max_ulp): g against
+ * rec in full (first_index None, the rest 0, where the bits are the same), t against rec in
+ * short (t_max_ulp 0 where t_n_diff is); None where it does not decide them: rec's dtype not
+ * in kinds, an empty array, or a NaN in a block with a difference (the NaN policy's numbers:
+ * the caller's own path). Arrays of another dtype or shape raise (TypeError, ValueError) as
+ * fdiff's, nothing read. */
+static PyObject *outcmp(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "outcmp(g, rec, t, kinds, block) takes 5 arguments");
+        return NULL;
+    }
+    if (!PyArray_Check(args[0]) || !PyArray_Check(args[1]) || !PyArray_Check(args[2]) ||
+        !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "outcmp: g, rec and t must be ndarrays, kinds a dict");
+        return NULL;
+    }
+    PyArrayObject *g = (PyArrayObject *)args[0], *o = (PyArrayObject *)args[1],
+                  *t = (PyArrayObject *)args[2];
+    long long block = PyLong_AsLongLong(args[4]);
+    if (block == -1 && PyErr_Occurred()) return NULL;
+    if (block < 1) {
+        PyErr_SetString(PyExc_ValueError, "outcmp: a block < 1");
+        return NULL;
+    }
+    PyObject *k = PyDict_GetItemWithError(args[3], (PyObject *)PyArray_DESCR(o)); /* borrowed */
+    if (k == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    long kind = PyLong_AsLong(k);
+    if (kind == -1 && PyErr_Occurred()) return NULL;
+    npy_intp n = PyArray_SIZE(o);
+    if (n == 0) Py_RETURN_NONE;
+    ll d[3] = {0, -1, 0}, e[3] = {0, -1, 0};
+    uint64_t dulp = 0, eulp = 0;
+    double dmab = 0.0, emab = 0.0;
+    if (g != o) {
+        int rc = fd_pass(g, o, kind, block, 1, d, &dulp, &dmab);
+        if (rc < 0) return NULL;
+        if (rc == 1) Py_RETURN_NONE;
+    }
+    if (!d[0]) { /* the same bits: _same's numbers */
+        d[1] = -1;
+        d[2] = 0;
+        dulp = 0;
+        dmab = 0.0;
+    }
+    if (t == g) {
+        e[0] = d[0];
+        eulp = dulp;
+    } else {
+        int rc = fd_pass(t, o, kind, block, 0, e, &eulp, &emab);
+        if (rc < 0) return NULL;
+        if (rc == 1) Py_RETURN_NONE;
+        if (!e[0]) eulp = 0;
+    }
+    if (d[1] < 0)
+        return Py_BuildValue("(nLOKdLLK)", (Py_ssize_t)n, d[0], Py_None, (unsigned long long)dulp,
+                             dmab, d[2], e[0], (unsigned long long)eulp);
+    return Py_BuildValue("(nLLKdLLK)", (Py_ssize_t)n, d[0], d[1], (unsigned long long)dulp, dmab,
+                         d[2], e[0], (unsigned long long)eulp);
 }
 
 /* colsum (nd 2) and chansum (nd 3): the sums along every axis but the second of x (args[0]) */
@@ -584,6 +666,8 @@ static PyMethodDef METHODS[] = {
      "tanh_grad(g, y): g * (1 - y * y), new"},
     {"fdiff", (PyCFunction)(void (*)(void))fdiff, METH_FASTCALL,
      "fdiff(ref, rec, kind, block, full): core.native.float_diff's numbers, or 'nan'"},
+    {"outcmp", (PyCFunction)(void (*)(void))outcmp, METH_FASTCALL,
+     "outcmp(g, rec, t, kinds, block): the judge's numbers of one output, or None"},
     {"colsum", (PyCFunction)(void (*)(void))colsum, METH_FASTCALL,
      "colsum(x): the serial sums of 2-d x's columns over its rows, new"},
     {"chansum", (PyCFunction)(void (*)(void))chansum, METH_FASTCALL,

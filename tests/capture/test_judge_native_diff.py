@@ -65,6 +65,33 @@ def _same_numbers(ref: np.ndarray, rec: np.ndarray) -> None:
             want = _float_diff_numpy(ref, rec, full)
             got = _float_diff(ref, rec, full)
         assert got == want, (full, got, want)
+    _same_output_numbers(ref, rec)
+
+
+def _same_output_numbers(ref: np.ndarray, rec: np.ndarray) -> None:
+    """The extension's ``outcmp`` (the judge's numbers of one output in one call: ``ref`` as
+    the reference's output, ``rec`` the recorded one, ``t`` the chain's) gives the numpy
+    form's full numbers of (ref, rec) and short ones of (t, rec), for ``t`` ref itself, rec
+    itself, a copy of rec, and ref reversed; where ref is rec, none; None only where fdiff
+    answers "nan" for a pair (the NaN policy: the judge's Python path)."""
+    ext = native.refmath_ext() if native.library() is not None else None
+    if ext is None or not ref.size:
+        return
+    kinds = native.float_diff_entry()[1]
+    for g in (ref, rec):
+        for t in (g, rec, rec.copy(), ref[::-1] if ref.ndim == 1 else ref.copy()):
+            got = ext.outcmp(g, rec, t, kinds, judge._BLOCK)
+            if got is None:
+                assert "nan" in (native.float_diff(g, rec, judge._BLOCK),
+                                 native.float_diff(t, rec, judge._BLOCK, False))
+                continue
+            with np.errstate(all="ignore"):
+                d = _float_diff_numpy(g, rec) if g is not rec else judge._same(rec.size)
+                e = _float_diff_numpy(t, rec, False) if t is not g else d
+            want = (rec.size, d["n_diff"], d["first_index"], d["max_ulp"], d["max_abs"],
+                    d["n_signed_zero"]) if d["n_diff"] else (rec.size, 0, None, 0, 0.0, 0)
+            assert got == want + ((e["n_diff"], e["max_ulp"]) if e["n_diff"] else (0, 0)), (
+                got, want, e)
 
 
 @every_path
