@@ -189,6 +189,31 @@ def test_an_output_of_another_dtype_or_shape_is_no_reference():
     assert [o["verdict"] for o in judge.judge(cap)["ops"][1]["outputs"]] == ["exact"] * 2
 
 
+def test_an_output_of_another_dtype_is_no_reference_from_either_call():
+    """``_check_outs``' one-output path on both of the loop's calls: an output of the recorded
+    shape but another dtype is no-reference, from the call on the recorded inputs and from the
+    one on the chain's. Planted: the dtype test left out of either call's check fails it."""
+    x = np.ones((3, 4), np.float32)
+    off = np.nextafter(-x, np.float32(0))  # neg recorded one ulp off: the chain holds -x
+    cap = _capture([("aten.neg.default", [{"T": 0}], {}, [off]),
+                    ("aten.neg.default", [{"T": 1}], {}, [x]),
+                    ("aten.neg.default", [{"T": 1}], {}, [x])], [x])
+    calls: list[int] = []
+
+    def override(i, op, a, k):
+        calls.append(i)
+        y = -a[0]
+        if i == 1 or (i == 2 and calls.count(2) == 2):  # (op 2's second call: the chain's)
+            return [y.astype(np.float64)]
+        return [y]
+
+    rep = judge.judge(cap, override=override)
+    why = "the reference's output 0 is float64[3, 4], the recorded one float32[3, 4]"
+    got = [(e["outputs"][0]["verdict"], e.get("reason")) for e in rep["ops"]]
+    assert got == [("introduced", None), ("no-reference", why), ("no-reference", why)], got
+    assert calls == [0, 1, 2, 2]
+
+
 def test_one_fitting_output_is_judged_as_it_is_and_a_number_as_an_array():
     """``_check_outs``' one-output path: an array of the recorded dtype and shape is handed on
     as it is (the same list), a number of that dtype as its 0-d array (judged, not refused), a
