@@ -100,7 +100,7 @@ def main() -> None:
         tell(event="written", path=out, steps=n, ops=rec.step_start[n], values=len(rec.v_dtype),
              stored_bytes=rec.stored_bytes, hashed=rec.n_hashed,
              compile_called=bool(meta.get("compile_called")), compile=meta.get("compile"),
-             graphs=len(rec.graphs),
+             graphs=len(rec.graphs), native=rec.ops_native > 0 or rec._hot is not None,
              seconds=round(rec.t0 and __import__("time").perf_counter() - rec.t0, 3))
 
     rec = Recorder(cfg["steps"], cfg["max_bytes"], cfg["hashes_only"], on_done=done,

@@ -35,8 +35,12 @@ def _build(build: bool) -> Any:
                     sysconfig.get_config_var("EXT_SUFFIX") or "", inc)
 
     def compile_to(out: Path) -> None:
-        subprocess.run([cc, *_FLAGS, f"-I{inc}", "-o", str(out), str(_SRC)],
-                       check=True, capture_output=True, timeout=BUILD_TIMEOUT_S)
+        from tapescope.core.progress import progress
+
+        with progress(f"compiling the recorder's per-op path with {Path(cc).name} "
+                      "(cached after)"):
+            subprocess.run([cc, *_FLAGS, f"-I{inc}", "-o", str(out), str(_SRC)],
+                           check=True, capture_output=True, timeout=BUILD_TIMEOUT_S)
 
     try:
         if build:

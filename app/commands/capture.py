@@ -134,6 +134,16 @@ def _torchrun(argv: list[str]) -> tuple[list[str], str, bool, list[str]]:
     return opts, ns.training_script, bool(ns.module), list(ns.training_script_args)
 
 
+def _build_recorder() -> None:
+    """Build the recorder's per-op path in C (app/capture/recorder_native.py) here, in
+    tapescope's own process, before the script starts: in the script's process the recorder is
+    a guest and only looks the build up in the kernel cache (compiling nothing there). Where it
+    cannot be built (no compiler, no ``Python.h``) the recorder's Python runs: the same file."""
+    from tapescope.app.capture import recorder_native
+
+    recorder_native.module(build=True)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the script in a child with the recorder; 0 when the file is written, else raise
     (one line, exit 2)."""
@@ -158,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(args.out):
         os.unlink(args.out)  # a stale capture must not pass for this run's
     shown = shlex.join([os.path.basename(python), *(["-m"] if module else []), target, *rest])
+    _build_recorder()
     rfd, wfd = os.pipe()
     cfg = {"out": os.path.abspath(args.out), "steps": args.steps,
            "max_bytes": DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes,
@@ -257,6 +268,7 @@ def run_ranks(args: argparse.Namespace, argv: list[str]) -> int:
     for stale in out_rank_files(args.out):
         os.unlink(stale)  # a stale rank file must not pass for this run's
     shown = shlex.join(["torchrun", *argv])
+    _build_recorder()
     events_dir = tempfile.mkdtemp(prefix="tapescope-ranks-")
     cfg = {"out": os.path.abspath(args.out), "steps": args.steps,
            "max_bytes": DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes,

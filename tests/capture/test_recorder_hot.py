@@ -229,3 +229,36 @@ def test_a_large_step_records_the_same_on_both_paths(hot, tmp_path):
     off = _record(False, True, tmp_path, bench_capture.MODELS["gpt-wide"]())
     assert on[1].ops_native > len(on[1].rows) // 2
     assert on[0] == off[0] and on[2] == off[2]
+
+
+def test_the_cli_builds_the_c_path_and_the_script_runs_on_it(tmp_path):
+    """``tapescope capture`` builds the C path in its own process before it starts the script
+    (an empty kernel cache: nothing built yet), and the script's recorder runs on it (the
+    script itself reads the dispatch mode in force: a Recorder with its C path set); without
+    gcc or where TAPESCOPE_NO_NATIVE is set, skipped (the Python path, tested above)."""
+    if os.environ.get("TAPESCOPE_NO_NATIVE"):
+        pytest.skip("TAPESCOPE_NO_NATIVE: the recorder's Python path alone")
+    if recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as modes\n"
+        "w = torch.nn.Parameter(torch.ones(4))\n"
+        "opt = torch.optim.SGD([w], lr=0.1)\n"
+        "for _ in range(2):\n"
+        "    (w * w).sum().backward()\n"
+        "    print('hot', [getattr(m, '_hot', None) is not None for m in modes()])\n"
+        "    opt.step()\n")
+    env = dict(ENV, TAPESCOPE_CACHE_DIR=str(cache))
+    out = tmp_path / "t.capture"
+    r = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "capture", "--out", str(out),
+                        "--", sys.executable, str(script)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    built = [f for _, _, fs in os.walk(cache) for f in fs if f.startswith("recorder-hot-")]
+    assert built, "the CLI did not build the recorder's C path"
+    assert "hot [True]" in r.stdout, r.stdout
+    assert out.is_file()
