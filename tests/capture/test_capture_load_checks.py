@@ -108,6 +108,16 @@ EDITS = {
     "table-unnamed-digest": _set("arrays", lambda t: t + [[t[-1][0], 0, "g" * len(t[0][2])]]),
     "table-misaligned": _set("arrays/2/0", lambda off: off + 1),
     "table-overlap": _set("arrays/2/0", lambda off: off - 64),
+    # the table out of file order (two arrays' entries and their values' indexes swapped)
+    "table-unordered-ok": lambda h: (h["arrays"].__setitem__(slice(0, 2), h["arrays"][1::-1]),
+                                     h["values"]["array"].__setitem__(slice(0, 2), [1, 0])),
+    "table-overlap-unordered": lambda h: (
+        h["arrays"].__setitem__(slice(0, 2), h["arrays"][1::-1]),
+        h["values"]["array"].__setitem__(slice(0, 2), [1, 0]),
+        h["arrays"][1].__setitem__(0, h["arrays"][0][0])),  # (both at one offset)
+    "table-before-preamble": _set("arrays/0/0", 0),
+    "table-past-header": _set("arrays", lambda t: t + [[t[-1][0] + 64, 1 << 20, t[0][2]]]),
+    "table-empty-at-end-ok": _set("arrays", lambda t: t + [[t[-1][0], 0, t[0][2]]]),
     "names-long": _set("ops/names/1", "x" * 5000),
     "names-int": _set("ops/names/0", 5),
     "op-bool": _set("ops/op/2", True),
