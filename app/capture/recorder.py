@@ -42,6 +42,7 @@ from tapescope.core.capture.file import (
     COMPILED_OP,
     DEFAULT_DIGEST,
     DIGESTS,
+    OVERWRITE_OPS,
     UNINITIALISED_OPS,
     Spool,
     derived_digest,
@@ -853,6 +854,16 @@ class Recorder(TorchDispatchMode):
         self.seen[(u, ver)] = vid  # (not counted as hashed: nothing of it is recorded)
         return vid
 
+    def _unread(self, t: torch.Tensor) -> None:
+        """``t``, the first argument of an op that overwrites it unread (``OVERWRITE_OPS``),
+        recorded as ``_made_uninitialised``'s sentinel where this is the first the recorder
+        sees of it at its version: its bytes are read by no op of the step (and may be the
+        heap's garbage: a ``Parameter(torch.empty(...))`` that ``uniform_`` fills), so they
+        are neither stored nor hashed; where the recorder has it already, nothing changes."""
+        u, ver = self._key(t)
+        if (u, ver) not in self.seen:
+            self._made_uninitialised(t)
+
     def _made_like(self, t: torch.Tensor, like: int) -> int:
         """``_made`` for a value whose bytes are value ``like``'s (``_same_bytes``)."""
         u, ver = self._key(t)
@@ -1095,6 +1106,12 @@ class Recorder(TorchDispatchMode):
             info = self._op(func)
         if info[5]:  # a namespace that is not the step's (profiler)
             return func(*args, **(kwargs or {}))
+        if info[11] and args and isinstance(args[0], _Tensor):
+            try:  # its first argument overwritten unread: its bytes are not the step's
+                self._unread(args[0])
+            except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
+                self._broken(info[0], e)
+                return func(*args, **(kwargs or {}))
         if (info[1] or info[3]) and self.hasher is not None and self.hasher.live:
             try:  # it writes: what it may write is copied or hashed first
                 self.hasher.protect(_written(info, args, kwargs or {}))
@@ -1212,7 +1229,7 @@ class Recorder(TorchDispatchMode):
 
     def _record(self, info: tuple, args: Any, kwargs: dict, out: Any, enc_args: list,
                 enc_kwargs: dict, graph_task: int, source: int) -> None:
-        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _, _, _ = info
+        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _, _, _, _ = info
         made = self._made
         if writes:
             outs: list[int] = []
@@ -1424,8 +1441,9 @@ def _op_info(func: Any) -> tuple:
 
 def _op_facts(func: Any) -> tuple:
     """``_op_info(func)``, a placeholder for the name's index (``Recorder._op``), whether it is
-    skipped, a ``ones_like``, a view, a collective, what runs it, and ``func`` itself (kept
-    alive: its id keys ``_OP_FACTS``)."""
+    skipped, a ``ones_like``, a view, a collective, what runs it, ``func`` itself (kept
+    alive: its id keys ``_OP_FACTS``), and whether it overwrites its first argument unread
+    (``OVERWRITE_OPS``)."""
     info = _op_info(func)
     name = info[0]
     skip = name.startswith(_SKIP_NAMESPACES)
@@ -1435,8 +1453,10 @@ def _op_facts(func: Any) -> tuple:
     # what runs the op: an OpOverload's C++ callable (``OpOverload.__call__`` calls it, a
     # Python frame an op), a subclass's own ``__call__`` (TorchBind's) otherwise
     call = getattr(func, "_op", func) if type(func) is OpOverload else func
+    parts = name.split(".")
     return (*info, None, skip, name == "aten.ones_like.default", view,
-            name.startswith(_COLLECTIVES), call, func)
+            name.startswith(_COLLECTIVES), call, func,
+            len(parts) > 1 and parts[1] in OVERWRITE_OPS and bool(info[1]) and info[1][0][0] == 0)
 
 
 _HOT_SETUP = False  # recorder_hot.c's ``setup`` done (``Recorder._go_native``)

@@ -1441,6 +1441,9 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
         goto slow_or_err;
     if ((f = info_true(info, 8)) != 0)
         goto slow_or_err;
+    /* its first argument overwritten unread (``Recorder._unread``): the Python's */
+    if (PyTuple_GET_SIZE(info) > 11 && (f = info_true(info, 11)) != 0)
+        goto slow_or_err;
     Py_INCREF(info);  /* (our own reference: a callback could clear the table) */
     PyObject *enc_args = NULL, *enc_kwargs = NULL, *src = NULL, *out = NULL, *kw = NULL;
     /* inputs first: a value an op reads for the first time is recorded before it runs */

@@ -59,8 +59,9 @@ from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
            "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "Limits",
-           "Spool", "UNINITIALISED_OPS", "comparable", "derived_digest", "digest", "is_capture",
-           "is_dense", "load", "raw_bytes", "save", "uninitialised_digest"]
+           "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS", "comparable", "derived_digest",
+           "digest", "is_capture", "is_dense", "load", "raw_bytes", "save",
+           "uninitialised_digest"]
 
 FORMAT = "tapescope.capture"
 VERSION = 1
@@ -76,6 +77,13 @@ COMPILED_OP = "tapescope.compiled_graph"
 # (``uninitialised_digest``) and no array
 UNINITIALISED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
                                "new_empty_strided", "empty_permuted"})
+# the base names of the in-place ops that write every element of their first argument without
+# reading it: where the recorder first meets that argument there, its bytes are read by no op of
+# the step (maybe the heap's garbage: a module's ``Parameter(torch.empty(...))`` that
+# ``uniform_`` fills), so they are recorded as uninitialised memory is (its sentinel digest, no
+# array); the judge gives such an op zeros of its dtype and shape there (it reads neither)
+OVERWRITE_OPS = frozenset({"fill_", "zero_", "copy_", "uniform_", "normal_", "bernoulli_",
+                           "random_", "exponential_", "geometric_", "cauchy_", "log_normal_"})
 GRAPH_KINDS = ("forward", "backward", "inference")
 _NODE_OPS = ("placeholder", "call_function", "get_attr")
 _PREAMBLE = 64

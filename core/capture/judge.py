@@ -31,7 +31,14 @@ import numpy as np
 from tapescope.core import native
 from tapescope.core.capture.aten_ref_table import quiet_all
 from tapescope.core.capture.explain import explain_op
-from tapescope.core.capture.file import COMPILED_OP, UNINITIALISED_OPS, Capture
+from tapescope.core.capture.file import (
+    COMPILED_OP,
+    OVERWRITE_OPS,
+    STORED_DTYPES,
+    UNINITIALISED_OPS,
+    Capture,
+    uninitialised_digest,
+)
 from tapescope.core.capture.regions import RegionError, attach, localise, run_region
 from tapescope.core.parity import compare_arrays
 
@@ -570,6 +577,29 @@ def _uninitialised(cap: Capture) -> set[int]:
             if base_name(op) in UNINITIALISED_OPS for v in outs}
 
 
+class _With:
+    """``arrays`` with value ``vid`` read as ``x`` (``_unread_first``)."""
+
+    def __init__(self, arrays: Any, vid: int, x: np.ndarray) -> None:
+        self.arrays, self.vid, self.x = arrays, vid, x
+
+    def __getitem__(self, v: int) -> Any:
+        return self.x if v == self.vid else self.arrays[v]
+
+
+def _unread_first(cap: Capture, op: str, args: list, m: _Missing) -> _With:
+    """The capture's arrays with missing value ``m.vid`` as zeros of its dtype and shape, where
+    it is the first argument of an op that overwrites it unread (``OVERWRITE_OPS``: ``fill_``,
+    ``copy_`` ... read only its dtype and shape) and the recorder kept no bytes of it (the
+    sentinel of memory no op read); else ``m`` raised again (missing: unjudged)."""
+    v = m.vid
+    if base_name(op) not in OVERWRITE_OPS or not args or args[0] != {"T": v} \
+            or cap.dtypes[v] not in STORED_DTYPES or cap.digests[v] != uninitialised_digest(
+                cap.digest_algorithm, cap.dtypes[v], tuple(cap.shapes[v])):
+        raise m
+    return _With(cap.arrays, v, np.zeros(cap.shapes[v], STORED_DTYPES[cap.dtypes[v]]))
+
+
 def _missing(vid: int, uninitialised: set[int], unstored: str) -> str:
     """Why input value ``vid`` has no array: uninitialised memory (never recorded), or
     ``unstored`` (``_unstored``)."""
@@ -695,8 +725,14 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 if table is None:
                     raise _NoRef(why_none)
                 ids: list[int] = []
+                arr, wk = arrays, walk
                 try:
-                    a, k = _decode_args(args, kwargs, arrays, ids, walk)
+                    try:
+                        a, k = _decode_args(args, kwargs, arrays, ids, walk)
+                    except _Missing as m:  # (the first argument overwritten unread: zeros)
+                        arr, wk = _unread_first(cap, op, args, m), None
+                        ids.clear()
+                        a, k = _decode_args(args, kwargs, arr, ids)
                 except _Missing as m:
                     if uninitialised is None:
                         uninitialised = _uninitialised(cap)
@@ -711,7 +747,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 tot = got
                 if chain and not chain.keys().isdisjoint(ids):
                     ref_calls += 1
-                    a2 = _decode_chained(args, arrays, chain, walk)
+                    a2 = _decode_chained(args, arr, chain, wk)
                     k2 = _decode_kw(kwargs, chain_get) if kwargs else {}
                     tot = table(op, a2, k2) if direct else reference(op, a2, k2, i)
                     tot = _check_outs(tot, recorded)

@@ -83,3 +83,49 @@ def test_the_script_runs_the_same_bits_captured(tmp_path):
     with capture(tmp_path / "u.capture", steps=2):
         got = [step()[0] for _ in range(3)]
     assert got == want  # the losses, every bit (the RNG's mask drawn into empty memory)
+
+
+def test_memory_an_op_overwrites_unread_is_neither_stored_nor_hashed(tmp_path):
+    """A tensor the recorder first meets as the first argument of an op that overwrites every
+    element unread (a module's ``Parameter(torch.empty(...))``, a new tensor to the recorder,
+    filled by ``uniform_``; ``fill_``, ``zero_``, ``copy_``) holds bytes no op of the step
+    reads, maybe the heap's garbage: they are neither stored nor hashed (the sentinel digest,
+    no array; two runs then agree there), and the ops are judged as ever (``uniform_``
+    recorded, the others against the reference: they read only the shape and dtype)."""
+    a, b, c, d = (torch.full((N,), MARK + k) for k in range(4))  # unseen by the recorder
+    src = torch.arange(N, dtype=torch.float32)
+    f = tmp_path / "o.capture"
+    with capture(f, steps=1):
+        torch.nn.init.uniform_(a)
+        b.fill_(2.0)
+        c.zero_()
+        d.copy_(src)
+        w = torch.nn.Parameter(a * 1.0)
+        opt = torch.optim.SGD([w], lr=0.1)
+        (w * b + c + d).sum().backward()
+        b.fill_(3.0)  # an argument the recorder has: recorded as ever (the first fill's value)
+        opt.step()
+    data = f.read_bytes()
+    for k in range(4):
+        assert np.full(N, MARK + k, np.float32).tobytes() not in data
+    cap = load(f)
+    ops = cap.ops
+    rep = judge(cap)
+    by_op = {e["index"]: e for e in rep["ops"]}
+    firsts = {}
+    for i, op in enumerate(ops["op"]):
+        base = base_name(op)
+        if base in ("uniform_", "fill_", "zero_", "copy_") and base not in firsts:
+            firsts[base] = i
+    assert set(firsts) == {"uniform_", "fill_", "zero_", "copy_"}
+    for base, i in firsts.items():
+        v = ops["args"][i][0]["T"]
+        assert cap.arrays[v] is None
+        assert cap.digests[v] == uninitialised_digest(cap.digest_algorithm, cap.dtypes[v],
+                                                      cap.shapes[v])
+        want = "recorded" if base == "uniform_" else "exact"
+        assert [o["verdict"] for o in by_op[i]["outputs"]] == [want], (base, by_op[i])
+    last_fill = max(i for i, op in enumerate(ops["op"]) if base_name(op) == "fill_")
+    v = ops["args"][last_fill][0]["T"]
+    assert last_fill != firsts["fill_"]
+    assert v == ops["outputs"][firsts["fill_"]][0]  # the first fill's value, read as ever

@@ -11,6 +11,7 @@ outputs are the reference's, digest for digest; the script's losses are the same
 from __future__ import annotations
 
 import importlib.util
+import weakref
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,11 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from tapescope.app.capture import recorder as R  # noqa: E402
-from tapescope.core.capture.file import UNINITIALISED_OPS, uninitialised_digest  # noqa: E402
+from tapescope.core.capture.file import (  # noqa: E402
+    OVERWRITE_OPS,
+    UNINITIALISED_OPS,
+    uninitialised_digest,
+)
 from tests.helpers.op_log_mode import OpLog, recorded_under_log  # noqa: E402
 
 ZOO = Path(__file__).resolve().parent / "zoo"
@@ -74,6 +79,7 @@ class _Reference(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.rows: list[tuple[str, list, set]] = []
+        self.known: dict[int, weakref.ref] = {}  # every tensor an op read or made, by id
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -81,7 +87,13 @@ class _Reference(TorchDispatchMode):
             return func(*args, **kwargs)
         tensors = [a for a in _flat([list(args), kwargs]) if isinstance(a, torch.Tensor)]
         ins = [_digest(t) for t in tensors]
+        if str(func).split(".")[1] in OVERWRITE_OPS and tensors and tensors[0] is args[0] \
+                and not self._known(args[0]):  # overwritten unread, first met: not recorded
+            d, sh, _ = ins[0]
+            ins[0] = (d, sh, uninitialised_digest("xxh3_128", d, sh))
         out = func(*args, **kwargs)
+        for t in tensors + [t for t in _flat([out]) if isinstance(t, torch.Tensor)]:
+            self.known[id(t)] = weakref.ref(t)
         written = [a for i, s in enumerate(func._schema.arguments)
                    if s.alias_info is not None and s.alias_info.is_write
                    for a in _flat([args[i] if i < len(args) else kwargs.get(s.name)])]
@@ -90,6 +102,10 @@ class _Reference(TorchDispatchMode):
             outs = {(d, s, uninitialised_digest("xxh3_128", d, s)) for d, s, _ in outs}
         self.rows.append((str(func), ins, outs))
         return out
+
+    def _known(self, t: torch.Tensor) -> bool:
+        r = self.known.get(id(t))
+        return r is not None and r() is t
 
 
 @pytest.mark.parametrize("d", [16, 64])  # 64: the weights' transposes take the native copy
@@ -127,6 +143,10 @@ def test_every_value_is_the_references(d, hashes_only, monkeypatch):
         stored = [v for v, a in enumerate(rec.v_array) if a is not None]
         uninit = {v for r in rec.rows if names[r[0]].split(".")[1] in UNINITIALISED_OPS
                   for v in r[7]}  # (``empty``'s outputs: never recorded)
+        unread = {r[5][0]["T"] for r in rec.rows if names[r[0]].split(".")[1] in OVERWRITE_OPS
+                  and rec.v_sha[r[5][0]["T"]] == uninitialised_digest(
+                      "xxh3_128", rec.v_dtype[r[5][0]["T"]], tuple(rec.v_shape[r[5][0]["T"]]))}
+        uninit |= unread  # (first met overwritten unread: never recorded either)
         assert uninit and set(stored) == set(range(len(rec.v_array))) - uninit
         for v in stored:
             a = rec.v_array[v]
