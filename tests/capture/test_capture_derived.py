@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -455,6 +456,17 @@ def test_a_sentinel_waits_for_its_sources_digest_on_the_hashing_thread(monkeypat
         waited.append(len(self.derived_later))
         done(self)
     monkeypatch.setattr(R.Recorder, "_hashes_done", hashes_done)
+    # the thread behind the step by a few ms a digest, whatever the machine's load (without
+    # it, a thread that keeps up under no load, or a main thread slowed by a loaded one, can
+    # leave no sentinel waiting: the case this test is about)
+    init = R._Hasher.__init__
+
+    def lagging(self, sha, hexdigest=R.DIGESTS["sha256"][1]) -> None:  # noqa: ANN001
+        def slow(b):  # noqa: ANN001, ANN202
+            time.sleep(0.005)
+            return hexdigest(b)
+        init(self, sha, slow)
+    monkeypatch.setattr(R._Hasher, "__init__", lagging)
     got = []
     for threaded in (True, False):
         monkeypatch.setattr(R.Recorder, "async_hash", threaded)
