@@ -22,11 +22,11 @@ from tapescope.app.capture import recorder as R  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = Path(__file__).resolve().parent / "zoo"
-# NOTE: a zoo script's parameters are made inside the capture by ``Parameter(torch.empty(...))``
-# (the Parameter a tensor no op made: not an ``empty``'s output to the recorder) and first read
-# by ``uniform_`` or ``fill_``: recorded as whatever the heap held, which differs between two
-# runs of one path. With deterministic algorithms torch fills ``empty``'s memory (NaN), so two
-# runs of one path are byte-identical (_CHILD); one thread: no reduction split by the load
+# NOTE: two runs of one path are made byte-identical with deterministic algorithms (torch then
+# fills ``empty``'s memory): none of a zoo capture's values holds the heap's garbage any more (an
+# ``empty``'s output and a ``Parameter(torch.empty(...))`` first met by ``uniform_`` or ``fill_``
+# are sentinels: test_capture_uninitialised.py), but the switch keeps any other uninitialised
+# read of the scripts' out of this comparison; one thread: no reduction split by the load
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0", OMP_NUM_THREADS="1",
            MKL_NUM_THREADS="1")
 ENV.pop("TAPESCOPE_NO_NATIVE", None)
