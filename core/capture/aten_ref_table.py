@@ -289,15 +289,23 @@ def ew(fn: Callable[..., Any], *xs: Any, out: np.dtype | None = None,
 EW_ADD, EW_MUL, EW_DIV, EW_SQRT, EW_LERP, EW_ADDCMUL, EW_ADDCDIV = range(7)
 
 
+# the largest operand the native elementwise loop takes (``ew_c``): on the zoo's sizes (16 to a
+# few thousand elements) one call saves the form's numpy calls; past a few thousand numpy's
+# vectorised loops win (4,096 float32: native 2.7 us, numpy's add 1.0 us and the form's calls)
+EW_C_MAX = 4096
+
+
 def ew_c(code: int, x: np.ndarray, y: np.ndarray | None, z: np.ndarray | None,
          s: float) -> np.ndarray | None:
     """A short cut's elementwise op in one native call (core.native.ew_entry: add, mul, div
     (``y`` None: by ``s``), sqrt, lerp by weight ``s``, addcmul and addcdiv by value ``s``;
     ``s`` already rounded to ``x``'s type), the numpy form's bits where no output is NaN; None
     where it is not built, does not take the operands (another type, shape or layout) or an
-    output is NaN (a NaN's payload is the loop's choice: numpy's then)."""
+    output is NaN (a NaN's payload is the loop's choice: numpy's then), or ``x`` is over
+    ``EW_C_MAX`` elements (numpy's own loop is the faster there: an add of 65,536 float32 36
+    us in the native loop, 8 in numpy's)."""
     fn = native.ew_entry()
-    if fn is None:
+    if fn is None or (type(x) is np.ndarray and x.size > EW_C_MAX):
         return None
     try:
         return fn(code, x, y, z, s)

@@ -216,3 +216,16 @@ def test_ew_runs_clean_under_asan_and_ubsan():
     p = run_sanitized(_ASAN_CHILD)
     assert_clean(p)
     assert "computed 70" in p.stdout, p.stdout
+
+
+def test_an_operand_over_the_cap_is_left_to_numpy():
+    """``ew_c`` takes operands up to ``EW_C_MAX`` elements only: past a few thousand numpy's
+    vectorised loops are the faster (the native loop was 4x slower on a 65,536-element add,
+    and a large model's judge spent it on every optimizer op); below, the native answer."""
+    _entry_or_skip()
+    for n, taken in ((T.EW_C_MAX, True), (T.EW_C_MAX + 1, False), (1 << 16, False)):
+        x = np.linspace(1, 2, n, dtype=np.float32)
+        got = T.ew_c(T.EW_ADD, x, x, None, 0.0)
+        assert (got is not None) == taken, n
+        if taken:
+            assert got.tobytes() == (x + x).tobytes()
