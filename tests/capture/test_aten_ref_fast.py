@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tapescope.core import native
 from tapescope.core.capture import aten_ref_table
 from tapescope.core.capture.aten_ref import has_reference, reference
 from tapescope.core.capture.aten_ref_table import FAST, quiet_all
@@ -151,7 +152,11 @@ def test_short_cuts_give_the_forms_answer(quiet, monkeypatch):
                                       [np.shape(x) for x in args], kwargs, got, want)
             checked += 1
     assert checked > 1000
-    assert all(taken.values()), [op for op, n in taken.items() if not n]
+    # every short cut taken; without native code (TAPESCOPE_NO_NATIVE, no gcc) the one that
+    # is native.colsum itself (a bias gradient's sum) declines: the form answers, checked above
+    native_only = set() if native.library() is not None else {"aten.sum.dim_IntList"}
+    assert all(n for op, n in taken.items() if op not in native_only), \
+        [op for op, n in taken.items() if not n]
 
 
 def test_an_in_place_short_cut_returns_a_new_array_of_its_targets_shape():
