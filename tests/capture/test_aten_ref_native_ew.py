@@ -8,9 +8,7 @@ kept or dropped; clean under AddressSanitizer. The judge's report with and witho
 
 from __future__ import annotations
 
-import os
 import sys
-import sysconfig
 
 import numpy as np
 import pytest
@@ -18,6 +16,7 @@ import pytest
 from tapescope.core import native
 from tapescope.core.capture import aten_ref_table as T
 from tapescope.core.capture.aten_ref_optim import lerp
+from tests.helpers.native_ext import ext_or_skip
 
 every_path = pytest.mark.usefixtures("native_isa")
 
@@ -35,14 +34,7 @@ NUMPY = {
 
 
 def _entry_or_skip():
-    inc = sysconfig.get_paths().get("include") or ""
-    if native.library() is None:
-        pytest.skip("no native code")
-    fn = native.ew_entry()
-    if fn is None:
-        assert not os.path.isfile(os.path.join(inc, "Python.h")), "the extension did not build"
-        pytest.skip("no Python.h: numpy's forms only")
-    return fn
+    return ext_or_skip("numpy's forms only", native.ew_entry)
 
 
 def _hostile(dt: np.dtype, shape: tuple, rng: np.random.Generator, kind: str) -> np.ndarray:

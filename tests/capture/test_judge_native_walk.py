@@ -8,15 +8,14 @@ AddressSanitizer. The judge with and without it gives the same report on a zoo c
 
 from __future__ import annotations
 
-import os
 import sys
-import sysconfig
 
 import numpy as np
 import pytest
 
 from tapescope.core import native
 from tapescope.core.capture import judge
+from tests.helpers.native_ext import ext_or_skip
 
 every_path = pytest.mark.usefixtures("native_isa")
 
@@ -26,14 +25,7 @@ class _Sub(list):
 
 
 def _walk_or_skip():
-    inc = sysconfig.get_paths().get("include") or ""
-    if native.library() is None:
-        pytest.skip("no native code")
-    w = native.walk_entry()
-    if w is None:
-        assert not os.path.isfile(os.path.join(inc, "Python.h")), "the extension did not build"
-        pytest.skip("no Python.h: the Python walk only")
-    return w
+    return ext_or_skip("the Python walk only", native.walk_entry)
 
 
 ARRAYS = [np.zeros(2), np.ones(3), np.full(2, 2.0), None, np.arange(4)]

@@ -6,25 +6,18 @@ shape, not arrays), no reference kept or dropped, clean under AddressSanitizer."
 
 from __future__ import annotations
 
-import os
 import sys
-import sysconfig
 
 import numpy as np
 import pytest
 
 from tapescope.core import native
 from tapescope.core.capture import judge
+from tests.helpers.native_ext import ext_or_skip
 
 
 def _ext_or_skip():
-    inc = sysconfig.get_paths().get("include") or ""
-    if native.library() is None:
-        pytest.skip("no native code")
-    ext = native.refmath_ext()
-    if ext is None:
-        assert not os.path.isfile(os.path.join(inc, "Python.h")), "the extension did not build"
-        pytest.skip("no Python.h: the judge's Python path only")
+    ext = ext_or_skip("the judge's Python path only")
     assert native.compare_out_entry() is ext.outcmp
     return ext
 

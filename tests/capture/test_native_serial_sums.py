@@ -8,26 +8,17 @@ refusals; and the same calls under AddressSanitizer and UBSan."""
 
 from __future__ import annotations
 
-import os
-import sysconfig
-
 import numpy as np
 import pytest
 
 from tapescope.core import native
+from tests.helpers.native_ext import ext_or_skip
 
 every_path = pytest.mark.usefixtures("native_isa")
 
 
 def _ext_or_skip():
-    inc = sysconfig.get_paths().get("include") or ""
-    if native.library() is None:
-        pytest.skip("no native code")
-    ext = native.refmath_ext()
-    if ext is None:
-        assert not os.path.isfile(os.path.join(inc, "Python.h")), "the extension did not build"
-        pytest.skip("no Python.h: the ctypes entries only")
-    return ext
+    return ext_or_skip("the ctypes entries only")
 
 
 def _serial(x2: np.ndarray) -> np.ndarray:

@@ -6,25 +6,17 @@ reference kept or dropped, clean under AddressSanitizer."""
 
 from __future__ import annotations
 
-import os
 import sys
-import sysconfig
 
 import numpy as np
 import pytest
 
 from tapescope.core import native
+from tests.helpers.native_ext import ext_or_skip
 
 
 def _ext_or_skip():
-    inc = sysconfig.get_paths().get("include") or ""
-    if native.library() is None:
-        pytest.skip("no native code")
-    ext = native.refmath_ext()
-    if ext is None:
-        assert not os.path.isfile(os.path.join(inc, "Python.h")), "the extension did not build"
-        pytest.skip("no Python.h: the padded matrix only")
-    return ext
+    return ext_or_skip("the padded matrix only")
 
 
 def test_sqsums_sums_declines_a_nan_and_refuses_what_it_does_not_take():
