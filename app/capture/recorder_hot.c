@@ -416,16 +416,25 @@ static int key_of(Hot *self, PyObject *t, PyObject **up, PyObject **verp) {
     return 0;
 }
 
+/* ``key_of`` for ``made`` and ``value_of``: 1 (the Python's) where the recorder has a
+ * ``_new_value`` of its instance's own (``_new_value_unseen``: the Python throughout), -1 with an
+ * exception (the seen table missing too), else ``key_of``'s answer */
+static int own_key(Hot *self, PyObject *t, PyObject **up, PyObject **verp) {
+    if (self->c_seen == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the recorder's seen table is not bound");
+        return -1;
+    }
+    if (PyDict_GetItemWithError(self->dict, s_new_value) != NULL)
+        return 1;
+    if (PyErr_Occurred())
+        return -1;
+    return key_of(self, t, up, verp);
+}
+
 /* ``Recorder._made(t, written)``: the value an op just made or wrote in t */
 static PyObject *made(Hot *self, PyObject *t, int written) {
-    PyObject *d = self->dict, *seen = self->c_seen, *u, *ver;
-    if (seen == NULL)
-        return NULL;
-    /* a ``_new_value`` of the instance's own (``_new_value_unseen``): the Python throughout */
-    PyObject *own = PyDict_GetItemWithError(d, s_new_value);
-    if (own != NULL || PyErr_Occurred())
-        goto slow;
-    int k = key_of(self, t, &u, &ver);
+    PyObject *seen = self->c_seen, *u, *ver;
+    int k = own_key(self, t, &u, &ver);
     if (k < 0)
         return NULL;
     if (k > 0)
@@ -471,13 +480,8 @@ slow:
  * with a base, which may be derived from it, and every case ``new_value_fast`` does not know:
  * the Python's) */
 static PyObject *value_of(Hot *self, PyObject *t) {
-    PyObject *d = self->dict, *seen = self->c_seen, *u, *ver, *vid = NULL;
-    if (seen == NULL)
-        return NULL;
-    PyObject *own = PyDict_GetItemWithError(d, s_new_value);
-    if (own != NULL || PyErr_Occurred())
-        goto slow;
-    int k = key_of(self, t, &u, &ver);
+    PyObject *seen = self->c_seen, *u, *ver, *vid = NULL;
+    int k = own_key(self, t, &u, &ver);
     if (k < 0)
         return NULL;
     if (k > 0)

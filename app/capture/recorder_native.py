@@ -19,12 +19,10 @@ _mod: Any = False  # False: not tried yet; None: unavailable
 
 
 def _build(build: bool) -> Any:
-    import importlib.machinery
-    import importlib.util
     import sysconfig
 
     from tapescope.core.cache import CacheError, KernelCache, cache_key
-    from tapescope.core.native import BUILD_TIMEOUT_S, _compiler_id
+    from tapescope.core.native import BUILD_TIMEOUT_S, _compiler_id, load_extension
 
     cc = shutil.which(os.environ.get("CC", "gcc"))
     inc = sysconfig.get_paths().get("include")
@@ -49,12 +47,7 @@ def _build(build: bool) -> Any:
             path = KernelCache().lookup(f"recorder-hot-{key}", ".so")
             if path is None:
                 return None  # not built yet, and not to be built here
-        loader = importlib.machinery.ExtensionFileLoader("_ts_recorder_hot", str(path))
-        spec = importlib.util.spec_from_file_location("_ts_recorder_hot", str(path),
-                                                      loader=loader)
-        mod = importlib.util.module_from_spec(spec)
-        loader.exec_module(mod)
-        return mod
+        return load_extension("_ts_recorder_hot", path)
     except (OSError, ImportError, CacheError, subprocess.SubprocessError):
         return None  # the recorder's Python instead: the same capture, slower
 

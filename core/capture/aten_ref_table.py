@@ -95,27 +95,26 @@ def quiet_all():
             _QUIET.reset(token)
 
 
-def form(*names: str) -> Callable[[Form], Form]:
-    """Register ``fn`` as the form of every overload in ``names`` (each defined once)."""
-    def deco(fn: Form) -> Form:
+def _register(table: dict, what: str, names: tuple[str, ...]) -> Callable:
+    """A decorator putting ``fn`` into ``table`` under every overload in ``names``, each once."""
+    def deco(fn: Callable) -> Callable:
         for n in names:
-            if n in FORMS:
-                raise ValueError(f"aten form {n!r} registered twice")
-            FORMS[n] = fn
+            if n in table:
+                raise ValueError(f"aten {what} {n!r} registered twice")
+            table[n] = fn
         return fn
     return deco
+
+
+def form(*names: str) -> Callable[[Form], Form]:
+    """Register ``fn`` as the form of every overload in ``names`` (each defined once)."""
+    return _register(FORMS, "form", names)
 
 
 def fast(*names: str) -> Callable:
     """Register ``fn`` as the short cut of every overload in ``names`` (each defined once; each
     has a form: tests/capture/test_aten_ref_fast.py holds every short cut to it)."""
-    def deco(fn: Callable) -> Callable:
-        for n in names:
-            if n in FAST:
-                raise ValueError(f"aten short cut {n!r} registered twice")
-            FAST[n] = fn
-        return fn
-    return deco
+    return _register(FAST, "short cut", names)
 
 
 def float_operands(xs: list | tuple, same_shape: bool) -> np.dtype | None:

@@ -773,9 +773,21 @@ def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides,
 _ext: object = False  # False: not tried yet; None: unavailable
 
 
-def _load_ext():
+def load_extension(name: str, path: Path) -> object:
+    """The CPython extension module ``name`` built at ``path`` (a kernel cache's file: only
+    tapescope's own sources are built there), loaded without an import of its name (ImportError
+    where it does not load)."""
     import importlib.machinery
     import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, str(path), loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def _load_ext():
     import sysconfig
 
     cc = shutil.which(os.environ.get("CC", "gcc"))
@@ -804,11 +816,7 @@ def _load_ext():
 
     try:
         path, _ = KernelCache().get_or_build(f"refmath-py-{key}", ".so", build)
-        loader = importlib.machinery.ExtensionFileLoader("_ts_refmath", str(path))
-        spec = importlib.util.spec_from_file_location("_ts_refmath", str(path), loader=loader)
-        mod = importlib.util.module_from_spec(spec)
-        loader.exec_module(mod)
-        return mod
+        return load_extension("_ts_refmath", path)
     except (OSError, ImportError, CacheError, subprocess.SubprocessError):
         return None  # ctypes loops instead: the same code, a little more overhead per call
 
