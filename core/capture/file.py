@@ -658,6 +658,14 @@ class _Spec:
                     raise bad(f"header: initial {key} entry {str(e)[:60]!r} is malformed")
         self.settings = self._dict(h, "settings")
         self.meta = self._dict(h, "meta")
+        # settings flipped by ``capture --set`` / ``sweep`` (name -> value): read by ``pair`` as
+        # a mapping of plain values (a string or list there was a traceback)
+        applied = self.meta.get("applied")
+        if applied is not None and not (isinstance(applied, dict) and all(
+                type(v) in _PLAIN or (type(v) is str and len(v) <= _MAX_TEXT)
+                for v in applied.values())):
+            raise bad(f"header: meta 'applied' {str(applied)[:60]!r} is not an object of "
+                      "settings and their values")
         self._graphs(h)
 
     def _digest_ok(self, d: Any, where: str) -> None:
@@ -796,9 +804,12 @@ class _Spec:
         spans = sorted((off, n, i) for i, (off, n, _) in enumerate(self.table))
         end = _PREAMBLE
         for off, n, i in spans:
-            if off % _ALIGN or off < end or off + n > hoff:
-                raise self.bad(f"array {i} (offset {off}, {n} bytes) is misplaced: unaligned, "
-                               "overlapping another, or outside the file's data")
+            # an entry no value names is placed too: its size is no value's, and a negative
+            # one would move ``end`` back and fit an offset past the file under ``hoff``
+            if off % _ALIGN or off < end or off + n > hoff or n < 0:
+                raise self.bad(f"array {i} (offset {off}, {n} bytes) " + (
+                    "has a negative size" if n < 0 else "is misplaced: unaligned, overlapping "
+                    "another, or outside the file's data"))
             end = off + n
 
     def _stored_fit(self) -> bool:

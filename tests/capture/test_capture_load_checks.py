@@ -118,6 +118,12 @@ EDITS = {
     "table-before-preamble": _set("arrays/0/0", 0),
     "table-past-header": _set("arrays", lambda t: t + [[t[-1][0] + 64, 1 << 20, t[0][2]]]),
     "table-empty-at-end-ok": _set("arrays", lambda t: t + [[t[-1][0], 0, t[0][2]]]),
+    # entries no value names, placed all the same: a negative size (``end`` moved back), an
+    # offset past the file under it, a negative offset
+    "table-unnamed-negative-size": _set("arrays", lambda t: t + [[t[-1][0] + 320, -64,
+                                                                  t[0][2]]]),
+    "table-unnamed-far": _set("arrays", lambda t: t + [[1 << 62, -(1 << 62), t[0][2]]]),
+    "table-unnamed-negative-offset": _set("arrays", lambda t: t + [[-64, 0, t[0][2]]]),
     "names-long": _set("ops/names/1", "x" * 5000),
     "names-int": _set("ops/names/0", 5),
     "op-bool": _set("ops/op/2", True),
@@ -154,6 +160,10 @@ EDITS = {
     "kwargs-not-dict": _set("ops/kwargs/0", []),
     "losses-range": _set("losses/0", N_VALUES),
     "settings-nan-ok": _set("settings/lr", float("nan")),  # json writes NaN, orjson null
+    "applied-ok": _set("meta/applied", {"threads": 2, "autocast": "bfloat16", "x": None}),
+    "applied-text": _set("meta/applied", "threads=2"),
+    "applied-list": _set("meta/applied", [["threads", 2]]),
+    "applied-nested": _set("meta/applied", {"threads": [2]}),
 }
 
 
@@ -238,6 +248,23 @@ def test_the_edits_are_refused_where_the_walk_refuses(base, tmp_path):
         f.write_bytes(_write(base, EDITS[case], "orjson"))
         with pytest.raises(CaptureFileError, match="malformed|digest|bytes but|names array"):
             load(f)
+
+
+def test_every_table_entry_is_placed_named_or_not(base, tmp_path):
+    """An array no value names is never read, but its entry is placed with the others: one
+    line naming it, for a negative size or offset, however far the offset."""
+    want = {"table-unnamed-negative-size": r"array 4 \(offset \d+, -64 bytes\) has a negative "
+                                           "size",
+            "table-unnamed-far": rf"array 4 \(offset {1 << 62}, -{1 << 62} bytes\) has a "
+                                 "negative size",
+            "table-unnamed-negative-offset": r"array 4 \(offset -64, 0 bytes\) is misplaced",
+            "applied-text": "meta 'applied' 'threads=2' is not an object"}
+    for case, why in want.items():
+        f = tmp_path / f"{case}.capture"
+        f.write_bytes(_write(base, EDITS[case], "orjson"))
+        with pytest.raises(CaptureFileError, match=why) as e:
+            load(f)
+        assert "\n" not in str(e.value) and str(e.value).startswith(str(f))
 
 
 def test_a_repeated_key_is_refused_in_orjson_writing_too(base, tmp_path):
