@@ -60,7 +60,7 @@ from tapescope.core.precision import BFLOAT16
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
            "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "Limits",
            "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS", "comparable", "derived_digest",
-           "digest", "is_capture", "is_dense", "load", "raw_bytes", "save",
+           "derived_holds", "digest", "is_capture", "is_dense", "load", "raw_bytes", "save",
            "uninitialised_digest"]
 
 FORMAT = "tapescope.capture"
@@ -219,6 +219,18 @@ def derived_digest(algorithm: str, src_digest: str, dtype: str, shape: tuple[int
     geometry = f"{dtype}:{tuple(shape)}:{tuple(strides)}".encode("ascii")
     return DIGESTS[algorithm][1](b"tapescope-view\0" + src_digest.encode("ascii") + b"\0"
                                  + geometry)
+
+
+def derived_holds(cap: Capture, vid: int, x: np.ndarray) -> bool:
+    """Whether array ``x`` (of value ``vid``'s shape) holds derived value ``vid``'s elements
+    (``Capture.derived``: its digest a sentinel, never of its bytes): ``x`` put back in the
+    source's C order (the strides are a bijection) has the source's digest."""
+    strides = cap.derived_strides.get(vid)
+    if strides is None or x.shape != tuple(cap.shapes[vid]):
+        return False  # (the strides lay out exactly this shape: another would write outside)
+    root = np.empty(x.size, x.dtype)
+    np.lib.stride_tricks.as_strided(root, x.shape, [st * x.itemsize for st in strides])[...] = x
+    return digest(root, cap.digest_algorithm) == cap.digests[cap.derived[vid]]
 
 
 class DigestMismatchError(CaptureFileError):

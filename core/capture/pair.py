@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tapescope.core.capture.file import UNINITIALISED_OPS, Capture, comparable, digest
+from tapescope.core.capture.file import UNINITIALISED_OPS, Capture, comparable, derived_holds
 from tapescope.core.capture.judge import RANDOM_OPS, _diff, base_name, judge
 from tapescope.core.capture.pair_regions import first_inside, matched_region_node
 
@@ -238,10 +238,7 @@ def _laid_out_alike(a: Capture, va: int, b: Capture, vb: int) -> bool:
     x = b.arrays[vb]
     if x is None or va not in a.derived or a.digest_algorithm != b.digest_algorithm:
         return False
-    root = np.empty(x.size, x.dtype)
-    np.lib.stride_tricks.as_strided(
-        root, x.shape, [st * x.itemsize for st in a.derived_strides[va]])[...] = x
-    return digest(root, a.digest_algorithm) == a.digests[a.derived[va]]
+    return derived_holds(a, va, x)
 
 
 def _same(a: Capture, va: int, b: Capture, vb: int, prod: _Producers | None = None

@@ -20,23 +20,40 @@ from typing import Any
 
 import numpy as np
 
-from tapescope.core.capture.file import COMPILED_OP, PHASES, Capture
+from tapescope.core.capture.file import COMPILED_OP, PHASES, Capture, derived_holds
 from tapescope.core.capture.judge import _diff
 
 __all__ = ["first_inside", "matched_region_node"]
 
 
-def _values_by_step(cap: Capture) -> dict[int, set[tuple]]:
-    """Per step, the (dtype, shape, digest) of every value its ops made or read."""
-    out: dict[int, set[tuple]] = {}
+def _values_by_step(cap: Capture) -> dict[int, tuple[set[tuple], set[int]]]:
+    """Per step, the (dtype, shape, digest) of every value its ops made or read, and which
+    of them are derived (``Capture.derived``: their digest a sentinel, not of their bytes)."""
+    out: dict[int, tuple[set[tuple], set[int]]] = {}
     ops = cap.ops
     for i in range(cap.n_ops):
-        s = out.setdefault(ops["step"][i], set())
+        s, derived = out.setdefault(ops["step"][i], (set(), set()))
         ids = list(ops["outputs"][i])
         _ids(ops["args"][i], ids)
         for v in ids:
             s.add((cap.dtypes[v], cap.shapes[v], cap.digests[v]))
+            if v in cap.derived:
+                derived.add(v)
     return out
+
+
+def _holds(other: Capture, have: tuple[set[tuple], set[int]], cap: Capture, v: int) -> bool:
+    """Whether the other run holds value ``v``'s bits in that step (``have``: its
+    ``_values_by_step`` there): a value of its dtype, shape and digest, or a derived value
+    whose elements ``v``'s array holds (``derived_holds``: a run that recorded the value
+    derived and one that recorded its bytes agree where the values do)."""
+    dt, shape = cap.dtypes[v], cap.shapes[v]
+    if (dt, shape, cap.digests[v]) in have[0]:
+        return True
+    x = cap.arrays[v]  # (a departing node's value is stored: the reference was run against it)
+    return x is not None and any(
+        other.dtypes[w] == dt and other.shapes[w] == shape and derived_holds(other, w, x)
+        for w in sorted(have[1]))
 
 
 def _ids(a: Any, out: list[int]) -> None:
@@ -90,14 +107,14 @@ def first_inside(a: Capture, b: Capture, ra: dict, rb: dict, only_a: set[int],
         if held[tag] is None:
             held[tag] = _values_by_step(other)
         step, phase = cap.ops["step"][i], cap.ops["phase"][i]
-        have = held[tag].get(step, set())
+        have = held[tag].get(step, (set(), set()))
         arg = cap.ops["args"][i]
         graph = cap.graphs[arg[0]]
         by_node = {graph["outputs"][p]: v for p, v in zip(arg[2], cap.ops["outputs"][i],
                                                             strict=True)}
         for d in rep["ops"][i]["departures"]:
             v = by_node.get(d["node"])
-            if v is None or (cap.dtypes[v], cap.shapes[v], cap.digests[v]) in have:
+            if v is None or _holds(other, have, cap, v):
                 continue  # the other run made the same bits: not where they part
             return _shaped(tag, cap, other, rep, orep, i, d, v, graph,
                            _counterpart(other, orep, step, phase, d["original"], d["module"],

@@ -215,3 +215,51 @@ def test_a_periodic_run_never_slides_by_a_period():
     assert all(y - x in (0, 1, 2, 3) for x, y in got)  # never shifted by a period
     # a fused op in A where B has two pieces, next to an extra op in B
     assert match([1, 2, 3, 4, 5], [1, 7, 8, 3, 4, 9, 5]) == [(0, 0), (2, 3), (3, 4), (4, 6)]
+
+
+def test_a_region_value_held_derived_by_the_other_run_is_not_where_they_part():
+    """A compiled region's departing node (A, stored: its bytes) whose bits B holds only as a
+    derived value (``Capture.derived``: B's ``t`` of its matmul, recorded by its source and
+    strides, its digest a sentinel, never the digest of its bytes): B holds the bits, so the
+    runs do not part there (``first_inside`` None). Planted: B's matmul one ulp off, it does."""
+    from tapescope.core.capture.file import COMPILED_OP, derived_digest, digest
+    from tapescope.core.capture.pair_regions import first_inside
+
+    src = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    x = np.ascontiguousarray(src.T)  # what A's region returned: B's t(mm) in C order
+    graph = {"kind": "forward", "backend": "inductor", "outputs": [1],
+             "nodes": {"name": ["arg0", "t"], "op": ["placeholder", "call_function"],
+                       "target": ["", "aten.t.default"], "args": [[], [{"N": 0}]],
+                       "kwargs": [{}, {}], "module": ["", "M"], "original": ["", "aten.t.default"]}}
+    a = Capture(path="a", steps=1,
+                ops={"op": [COMPILED_OP], "module": ["M"], "phase": ["forward"], "step": [1],
+                     "source": [""], "args": [[0, [{"T": 1}], [0]]], "kwargs": [{}],
+                     "outputs": [[0]]},
+                dtypes=["float32", "float32"], shapes=[(4, 3), (3, 4)],
+                digests=[digest(x), digest(src)], arrays=[x, src], losses=[-1], initial={},
+                settings={}, graphs=[graph])
+    dep = {"node": 1, "name": "t", "target": "aten.t.default", "output": 0, "module": "M",
+           "original": "aten.t.default", "n": 12, "n_diff": 1, "max_ulp": 1, "max_abs": 1e-7,
+           "first_index": 0, "kernel": ["t aten.t.default"], "kernel_nodes": 1}
+    ra = {"ops": [{"outputs": [{"value": 0, "verdict": "introduced"}], "departures": [dep]}]}
+    rb = {"ops": [{"outputs": [{"value": 0, "verdict": "exact"}]},
+                  {"outputs": [{"value": 1, "verdict": "exact"}]}]}
+
+    def b_run(mm: np.ndarray) -> Capture:
+        d = digest(mm)
+        return Capture(path="b", steps=1,
+                       ops={"op": ["aten.mm.default", "aten.t.default"], "module": ["M", "M"],
+                            "phase": ["forward"] * 2, "step": [1, 1], "source": ["", ""],
+                            "args": [[], [{"T": 0}]], "kwargs": [{}, {}],
+                            "outputs": [[0], [1]]},
+                       dtypes=["float32", "float32"], shapes=[(3, 4), (4, 3)],
+                       digests=[d, derived_digest("xxh3_128", d, "float32", (4, 3), (1, 4))],
+                       arrays=[None, None], losses=[-1], initial={}, settings={},
+                       derived={1: 0}, derived_strides={1: (1, 4)})
+
+    assert a.digest_algorithm == "xxh3_128"
+    assert first_inside(a, b_run(src), ra, rb, {0}, {0, 1}, None) is None
+    off = src.copy()
+    off.view(np.uint32)[2, 1] += 1
+    got = first_inside(a, b_run(off), ra, rb, {0}, {0, 1}, None)
+    assert got is not None and got["inside"]["run"] == "A" and got["inside"]["value"] == 0
