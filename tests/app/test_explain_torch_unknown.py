@@ -60,8 +60,15 @@ def test_mlp_unknown_at_most_5_percent(runs, dtype):
     entries = runs[("mlp", dtype)]
     unk = _unknown(entries)
     assert entries and len(unk) <= 0.05 * len(entries), unk
-    # every optimizer update is explained: the tape's Adam in torch ops with MKL's sqrt
-    ups = [e for e in entries if e["which"] == "update"]
+
+
+def test_mlp_updates_are_mkl_sqrt(runs):
+    """Every optimizer update that departs is explained: the tape's Adam in torch ops with
+    MKL's sqrt. Which updates depart depends on MKL's code path for this CPU (on an Intel
+    Xeon with AVX-512 no float64 update of these 2 steps did, on an AMD EPYC several did), so
+    the two dtypes' runs together must have some, each explained."""
+    ups = [e for d in ("float64", "float32") for e in runs[("mlp", d)]
+           if e["which"] == "update"]
     assert ups and all(e["cause"] == "libm" and "MKL VML" in e["explain"]["variant"]
                        for e in ups), ups
 
