@@ -19,7 +19,12 @@ OK, MISSING, OPTIONAL = "ok", "MISSING", "not available"
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``doctor`` subcommand."""
     p = sub.add_parser("doctor", help="what works here (Python, numpy, Qt, display, gcc, "
-                                      "NVRTC, CuPy, GPU, torch) and what to install")
+                                      "NVRTC, CuPy, GPU, torch, capture) and what to install")
+    p.add_argument("--build", action="store_true",
+                   help="build the native code for this machine first (its kernels and the "
+                        "capture recorder's per-op path in C, into the kernel cache): then "
+                        "`with tapescope.capture(...)` in your own script records on the C path "
+                        "from its first use")
     p.set_defaults(func=run)
 
 
@@ -144,11 +149,33 @@ def check_torch() -> tuple[str, str, str]:
                 "capture`"), ""
 
 
+def check_capture() -> tuple[str, str, str]:
+    """Whether the capture recorder's per-op path in C is built for this Python (looked up in
+    the kernel cache, never built here: ``--build`` does). The ``tapescope capture`` command
+    builds it before it starts a script; the Python API (``with tapescope.capture(...)``) runs
+    in the user's process, where nothing is compiled, so until it is built that records on the
+    recorder's Python path: the same file, slower."""
+    if _dist("torch") is None:
+        return OPTIONAL, "needs PyTorch", "pip install torch"
+    if os.environ.get("TAPESCOPE_NO_NATIVE"):
+        return (OPTIONAL, "TAPESCOPE_NO_NATIVE is set: the recorder's Python path (the same "
+                "file, slower)", "")
+    from tapescope.app.capture import recorder_native
+
+    if recorder_native.module(build=False) is not None:
+        return OK, "the recorder's per-op path in C is built", ""
+    return (OPTIONAL, "the recorder's per-op path in C is not built yet: `with "
+            "tapescope.capture(...)` records on its Python path (the same file, slower)",
+            "tapescope doctor --build (the first `tapescope capture` builds it too; it needs "
+            "gcc and Python's headers, python3-dev)")
+
+
 CHECKS: list[tuple[str, Callable[[], tuple[str, str, str]]]] = [
     ("Python", check_python), ("numpy", check_numpy), ("Qt", check_qt),
     ("display", check_display), ("gcc", check_gcc), ("native", check_isa),
     ("NVRTC", check_nvrtc),
     ("CuPy", check_cupy), ("GPU", check_gpu), ("torch", check_torch),
+    ("capture", check_capture),
 ]
 
 
@@ -165,10 +192,25 @@ def rows() -> list[tuple[str, str, str, str]]:
     return out
 
 
+def build() -> None:
+    """The native code for this machine, into the kernel cache: core.native's library for the
+    path this CPU takes, and the capture recorder's per-op path in C where PyTorch is here.
+    What cannot be built is left to the table's rows to say."""
+    from tapescope.core import native
+
+    native.library(build=True)
+    if _dist("torch") is not None:
+        from tapescope.app.capture import recorder_native
+
+        recorder_native.module(build=True)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the table; exit 0."""
+    """Print the table (after ``--build``'s builds); exit 0."""
     from tapescope.app.about import version
 
+    if getattr(args, "build", False):
+        build()
     print(f"tapescope {version()}")
     table = rows()
     w = max(len(r[0]) for r in table)

@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
+
 from tapescope.app.cli import main
 from tapescope.app.commands import doctor
 
-NAMES = ["Python", "numpy", "Qt", "display", "gcc", "native", "NVRTC", "CuPy", "GPU", "torch"]
+NAMES = ["Python", "numpy", "Qt", "display", "gcc", "native", "NVRTC", "CuPy", "GPU", "torch",
+         "capture"]
 
 
 def _table(capsys) -> dict[str, str]:
@@ -73,6 +76,43 @@ def test_what_is_missing_says_what_to_install(capsys, monkeypatch):
     assert "not available" in rows["CuPy"] and "pip install cupy-cuda12x" in rows["CuPy"]
     assert "not available" in rows["torch"] and "pip install torch" in rows["torch"]
     assert "RuntimeError: numpy is half installed second line" in rows["numpy"]
+
+
+def test_build_makes_the_capture_recorders_c_path_that_the_row_then_finds(capsys, monkeypatch,
+                                                                         tmp_path):
+    """With an empty kernel cache the capture row says the C path is not built and what to run;
+    ``doctor --build`` builds it (core.native's library is built by its own tests: counted
+    here, not rebuilt), and the row, looking it up as a user's process would, finds it."""
+    import sysconfig
+
+    pytest.importorskip("torch")
+    if shutil.which(os.environ.get("CC", "gcc")) is None or not os.path.isfile(
+            os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+        pytest.skip("no gcc or Python.h: the recorder's Python path runs (the row says so)")
+    from tapescope.app.capture import recorder_native
+    from tapescope.core import native
+
+    monkeypatch.delenv("TAPESCOPE_NO_NATIVE", raising=False)
+    monkeypatch.setenv("TAPESCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(recorder_native, "_mod", False)
+    built = []
+    monkeypatch.setattr(native, "library", lambda build=True: built.append(build))
+    row = _table(capsys)["capture"]
+    assert "not available" in row and "not built yet" in row and "doctor --build" in row
+    assert built == []  # the table alone builds nothing
+    monkeypatch.setattr(recorder_native, "_mod", False)
+    assert main(["doctor", "--build"]) == 0
+    row = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}["capture"]
+    assert row.split()[1] == "ok" and "is built" in row and built == [True]
+    monkeypatch.setattr(recorder_native, "_mod", False)
+    assert recorder_native.module(build=False) is not None  # a guest's lookup finds it
+
+
+def test_the_capture_row_without_native_code(capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("TAPESCOPE_NO_NATIVE", "1")
+    row = _table(capsys)["capture"]
+    assert "not available" in row and "TAPESCOPE_NO_NATIVE" in row and "Python path" in row
 
 
 def test_version(capsys):
