@@ -179,7 +179,7 @@ typedef struct {
         const T *xq = (const T *)J->xp + (q - J->q0) * J->ntile * k * CM_NC;            \
         const T *wg = (const T *)J->wp + (q % g) * k * J->mgp;                          \
         T *c = (T *)J->c + q * mg * n;                                                  \
-        T *cbuf = (T *)cm_buf;                                                          \
+        T *cbuf = (T *)TLS_BUF(cm_buf);                                                 \
         for (long long k0 = 0, k1; k0 < k; k0 += CM_KC) {                               \
             k1 = k0 + CM_KC < k ? k0 + CM_KC : k;                                       \
             for (long long b = b0; b < b1; ++b) {                                       \

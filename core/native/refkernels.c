@@ -39,6 +39,18 @@
  * each (no FMA under -ffp-contract=off), loadable from any element-aligned address. */
 typedef float v16f32 __attribute__((vector_size(64), aligned(4), may_alias));
 typedef double v8f64 __attribute__((vector_size(64), aligned(8), may_alias));
+/* A thread's own buffer (a __thread array), its address taken once: the empty asm makes the
+ * pointer a value gcc cannot recompute, so it stays in a register or a stack slot. Without it,
+ * in a shared object (-fPIC: the general-dynamic TLS model), gcc re-derived the address inside
+ * the loops that use it, a __tls_get_addr call (and a vzeroupper before it) per output row's
+ * tail: 20 % of the shifted conv's time on squeezenet's first conv (perf annotate, Intel Xeon;
+ * the same code on every x86-64). */
+#define TLS_BUF(buf) tls_buf_((void *)(buf))
+static inline void *tls_buf_(void *p) {
+    __asm__("" : "+r"(p));
+    return p;
+}
+
 /* The product's tile is sized to the register file: with AVX-512 (32 registers of 64 bytes)
  * R rows x 4 vectors of 64 bytes; without it (AVX2: 16 registers of 32 bytes) a 64-byte tile
  * of 6 x 4 vectors is 48 registers of accumulators, which gcc spills to the stack on every
@@ -284,7 +296,7 @@ typedef v2f64 vmf64;
      * alone read JB elements from each of k rows n apart, a latency-bound gather the  \
      * hardware prefetcher does not follow (measured: m = 64 products at half the      \
      * speed of m = 256 ones of the same k and n) */                                    \
-    T *wide = jfull > JB ? (T *)wide_buf : NULL;                                        \
+    T *wide = jfull > JB ? (T *)TLS_BUF(wide_buf) : NULL;                               \
     if (jmid < n && k > 0) {                                                            \
         pack = (T *)malloc((size_t)k * JS * sizeof(T));                                 \
         if (pack)                                                                       \
@@ -807,7 +819,7 @@ CV_LINE_FN(float, cv_line_f32)
     const long long nkb = (k + CV_KC - 1) / CV_KC, kc = nkb > 0 ? (k + nkb - 1) / nkb : 1; \
     T *P = (T *)calloc((size_t)(cgc * sh * sw * pl), sizeof(T));                        \
     long long *toff = (long long *)malloc((size_t)(k > 0 ? k : 1) * sizeof(long long)); \
-    T *cbuf = (T *)c_buf;                                                               \
+    T *cbuf = (T *)TLS_BUF(c_buf);                                                      \
     if (!P || !toff) {                                                                  \
         free(P);                                                                        \
         free(toff);                                                                     \
