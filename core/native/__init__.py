@@ -305,6 +305,21 @@ def shutdown_pool() -> int:
 _DT = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 
 
+def aligned(a: np.ndarray) -> np.ndarray:
+    """``a`` as a C-contiguous array whose first element is aligned to its type (numpy's
+    ``aligned`` flag): ``a`` itself where it is one, else a copy. What every array handed to C
+    here must be: the kernels read whole elements (and gcc's vectorised loops, its vector
+    types, assume element alignment), so an element at an odd address is undefined behaviour,
+    whatever x86 tolerates (UBSan's "misaligned address"); an ndarray over a byte buffer at an
+    odd offset (``np.frombuffer(raw, offset=1)``: an ONNX tensor's raw bytes, a file's array)
+    is one. ~0.35 us where ``a`` is one (np.ascontiguousarray's ~0.3)."""
+    f = a.flags
+    if f.c_contiguous and f.aligned:
+        return a
+    a = np.ascontiguousarray(a)  # (a strided array: numpy's copy is aligned)
+    return a if a.flags.aligned else a.copy()
+
+
 def _ctypes_address(a: np.ndarray) -> int:
     return a.ctypes.data
 
@@ -326,8 +341,11 @@ def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     n = b.shape[1]
     sa, sb = _strides(a), _strides(b)
     if sa is None or sb is None or (sa == (k, 1) and sb == (n, 1)):
-        a = np.ascontiguousarray(a)
-        b = np.ascontiguousarray(b)
+        # (C-contiguous and aligned where its strides are C's: ``_strides``)
+        if sa != (k, 1):
+            a = aligned(a)
+        if sb != (n, 1):
+            b = aligned(b)
         c = np.empty((m, n), dtype=a.dtype)
         fn = lib.ts_mm_f64 if a.dtype == np.float64 else lib.ts_mm_f32
         ad = addresser()
@@ -344,12 +362,15 @@ def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
 
 def _strides(x: np.ndarray) -> tuple[int, int] | None:
     """(row, column) strides of a 2-D array in elements when it is C- or F-contiguous (a
-    transposed contiguous array), else None (it is copied)."""
+    transposed contiguous array) and aligned (``aligned``), else None (it is copied)."""
     if x.ndim != 2:
         return None
-    if x.flags.c_contiguous:
+    f = x.flags
+    if not f.aligned:
+        return None
+    if f.c_contiguous:
         return (x.shape[1], 1)
-    if x.flags.f_contiguous:
+    if f.f_contiguous:
         return (1, x.shape[0])
     return None
 
@@ -357,8 +378,8 @@ def _strides(x: np.ndarray) -> tuple[int, int] | None:
 def _batch(x: np.ndarray, bsz: int) -> tuple[np.ndarray, int]:
     """(array whose batch entries are contiguous, element stride between entries; 0: shared)."""
     if x.shape[0] == 1 or x.strides[0] == 0:
-        return np.ascontiguousarray(x[0]), 0
-    x = np.ascontiguousarray(x)
+        return aligned(x[0]), 0
+    x = aligned(x)
     return x, x.shape[1] * x.shape[2]
 
 
@@ -404,10 +425,11 @@ def adam(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
     if lib is None or dt not in _DT or any(
             a.dtype != dt or a.shape != w.shape or not a.flags.c_contiguous for a in (g, m, v)):
         return None
-    if not m.flags.writeable or not v.flags.writeable:
-        return None
+    if not (m.flags.writeable and v.flags.writeable and m.flags.aligned and v.flags.aligned):
+        return None  # (m, v are updated in place: no aligned copy of them would be)
     shape = w.shape  # NOTE: np.ascontiguousarray makes a 0-d array 1-d: keep the shape apart
-    w = np.ascontiguousarray(w)
+    w = aligned(w)
+    g = aligned(g)
     out = np.empty(shape, dtype=dt)
     fn = lib.ts_adam_f64 if dt == np.float64 else lib.ts_adam_f32
     fn(w.ctypes.data, g.ctypes.data, m.ctypes.data, v.ctypes.data, out.ctypes.data, w.size,
@@ -425,10 +447,10 @@ def channel_norm(x: np.ndarray, mean: np.ndarray, den: np.ndarray, scale: np.nda
     if lib is None or dt not in _DT or x.ndim < 2:
         return None
     c = x.shape[1]
-    chans = [np.ascontiguousarray(v).reshape(-1) for v in (mean, den, scale, bias)]
+    chans = [aligned(v).reshape(-1) for v in (mean, den, scale, bias)]
     if any(v.dtype != dt or v.size != c for v in chans):
         return None
-    x = np.ascontiguousarray(x)
+    x = aligned(x)
     y = np.empty(x.shape, dtype=dt)
     plane = int(np.prod(x.shape[2:], dtype=np.int64))
     fn = lib.ts_chnorm_f64 if dt == np.float64 else lib.ts_chnorm_f32
@@ -444,7 +466,7 @@ def ep_apply(x: np.ndarray, ep) -> np.ndarray | None:
     lib = library()
     if lib is None or x.dtype not in _DT or x.ndim < 2 or ep.dst:
         return None
-    x = np.ascontiguousarray(x)
+    x = aligned(x)
     y = np.empty(x.shape, dtype=x.dtype)
     fn = lib.ts_ep_apply_f64 if x.dtype == np.float64 else lib.ts_ep_apply_f32
     fn(address(x), address(y), x.shape[0], x.shape[1], math.prod(x.shape[2:]), ctypes.byref(ep))
@@ -459,7 +481,7 @@ def mm_few_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     if lib is None or a.dtype != b.dtype or a.dtype not in _DT or a.ndim != 2 or b.ndim != 2 \
             or a.shape[1] != b.shape[0] or not b.flags.c_contiguous:
         return None
-    a = np.ascontiguousarray(a)
+    a, b = aligned(a), aligned(b)
     m, k = a.shape
     c = np.empty((m, b.shape[1]), dtype=a.dtype)
     fn = lib.ts_gemv_f64 if a.dtype == np.float64 else lib.ts_gemv_f32
@@ -481,7 +503,7 @@ def colsum(x: np.ndarray) -> np.ndarray | None:
             pass
     if x.dtype not in _DT or x.ndim != 2:
         return None
-    x = np.ascontiguousarray(x)
+    x = aligned(x)
     out = np.empty(x.shape[1], dtype=x.dtype)
     fn = lib.ts_colsum_f64 if x.dtype == np.float64 else lib.ts_colsum_f32
     fn(x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1])
@@ -503,7 +525,7 @@ def chansum(x: np.ndarray) -> np.ndarray | None:
             pass
     if x.dtype not in _DT or x.ndim != 3:
         return None
-    x = np.ascontiguousarray(x)
+    x = aligned(x)
     out = np.empty(x.shape[1], dtype=x.dtype)
     fn = lib.ts_chansum_f64 if x.dtype == np.float64 else lib.ts_chansum_f32
     fn(x.ctypes.data, out.ctypes.data, *x.shape)
@@ -519,7 +541,7 @@ def im2col2d(x: np.ndarray, kernel, strides, dilations, padw, outs) -> np.ndarra
     lib = library()
     if lib is None or x.dtype not in _DT or x.ndim != 4 or len(kernel) != 2:
         return None
-    x = np.ascontiguousarray(x)
+    x = aligned(x)
     nb, c, h, w = x.shape
     (kh, kw), (oh, ow) = kernel, outs
     cols = np.empty((nb, c * kh * kw, oh * ow), dtype=x.dtype)
@@ -540,8 +562,8 @@ def conv2d_one_per_group(x: np.ndarray, w: np.ndarray, strides, dilations, padw,
     lib = library()
     if lib is None or x.dtype not in _DT or w.dtype != x.dtype or x.ndim != 4 or w.ndim != 4:
         return None
-    x = np.ascontiguousarray(x)
-    w = np.ascontiguousarray(w)
+    x = aligned(x)
+    w = aligned(w)
     nb, c, h, wd = x.shape
     g = w.shape[0]
     if g == 0 or c % g or w.shape[1] * g != c:
@@ -573,7 +595,7 @@ def epilogue(dtype, channels: int, bias=None, bn=None, res=None, res_first: bool
     keep = []
 
     def vec(v):
-        v = np.ascontiguousarray(v).reshape(-1)
+        v = aligned(v).reshape(-1)
         if v.dtype != dt or v.size != channels:
             raise ValueError
         keep.append(v)
@@ -590,6 +612,7 @@ def epilogue(dtype, channels: int, bias=None, bn=None, res=None, res_first: bool
     if res is not None:
         if res.dtype != dt or not res.flags.c_contiguous:
             return None
+        res = aligned(res)  # (read only: a copy, kept with the rest)
         keep.append(res)
         e.res = res.ctypes.data
         e.res_first = int(bool(res_first))
@@ -632,7 +655,7 @@ def conv2d_pack(w: np.ndarray, group: int, outs) -> np.ndarray | None:
     if size <= 0:
         return None
     wp = np.empty(size, dtype=w.dtype)
-    w = np.ascontiguousarray(w)
+    w = aligned(w)
     lib.ts_conv_cm_pack(w.ctypes.data, wp.ctypes.data, group, w.shape[0] // group, w[0].size,
                         int(w.dtype == np.float32), threads())
     return wp
@@ -651,7 +674,7 @@ def _wpack_address(lib, who: str, wpack: np.ndarray | None, w: np.ndarray, group
     :func:`conv2d_pack` of ``w``, ``group`` and ``outs``: the kernel reads its whole size."""
     if wpack is None:
         return None
-    if wpack.dtype != w.dtype or not wpack.flags.c_contiguous \
+    if wpack.dtype != w.dtype or not wpack.flags.c_contiguous or not wpack.flags.aligned \
             or wpack.size != _cm_wsize(lib, w, group, outs):
         raise ValueError(f"{who}: wpack is not conv2d_pack(w, group, outs)")
     return wpack.ctypes.data
@@ -679,8 +702,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, strides, dilations, padw, outs, group: 
     (kh, kw), (oh, ow) = w.shape[2:], outs
     if ep is not None and ep.res and nb * m * oh * ow == 0:
         return None
-    x = np.ascontiguousarray(x)
-    w = np.ascontiguousarray(w)
+    x = aligned(x)
+    w = aligned(w)
     out = np.empty((nb, m, oh, ow), dtype=x.dtype)
     if out.size == 0:
         return out
@@ -704,8 +727,8 @@ def conv_call(x_shape, dtype, w: np.ndarray, strides, dilations, padw, outs, gro
     lib = library()
     dt = np.dtype(dtype)
     if lib is None or dt not in _DT or w.dtype != dt or len(x_shape) != 4 or w.ndim != 4 \
-            or not w.flags.c_contiguous or len(strides) != 2 or min(strides) < 1 \
-            or min(dilations) < 1:
+            or not w.flags.c_contiguous or not w.flags.aligned or len(strides) != 2 \
+            or min(strides) < 1 or min(dilations) < 1:
         return None
     nb, c, h, wd = x_shape
     m = w.shape[0]
@@ -735,6 +758,9 @@ def run_conv(call: ConvCall, x: np.ndarray, out: np.ndarray) -> None:
     """Run a prepared :func:`conv_call` (this run's own copy: its Epilogue's residual and
     destination set by the caller) on ``x`` into ``out``, both C-contiguous, of its shapes and
     dtype (the caller checks)."""
+    x = aligned(x)
+    if not out.flags.aligned:
+        raise ValueError("run_conv: out is not aligned")
     call.x, call.out, call.threads = address(x), address(out), threads()
     _lib.ts_conv_call(ctypes.byref(call))
 
@@ -754,14 +780,16 @@ def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides,
     if kind == "avg":
         if counts is None or counts.dtype != x.dtype:
             return None
-        cnt = np.ascontiguousarray(counts).reshape(-1)
+        cnt = aligned(counts).reshape(-1)
         if cnt.size != oh * ow:
             return None
     else:
         cnt = x  # unused
-    x = np.ascontiguousarray(x)
+    x = aligned(x)
     nb, c, h, w = x.shape
     y = empty((nb, c, oh, ow), x.dtype)
+    if not (y.flags.c_contiguous and y.flags.aligned):
+        y = np.empty((nb, c, oh, ow), x.dtype)
     f32 = x.dtype == np.float32
     fn = {("avg", False): lib.ts_avgpool2d_f64, ("avg", True): lib.ts_avgpool2d_f32,
           ("max", False): lib.ts_maxpool2d_f64, ("max", True): lib.ts_maxpool2d_f32}[kind, f32]

@@ -3,15 +3,16 @@
  * refmath_host.c (which core.native loads through ctypes when Python.h is not installed).
  *
  * apply(i, x): a new C-contiguous array y = f_i(x) elementwise, f_i FUNCS[i / 2] in double (i
- * even) or float (i odd); x an ndarray of that exact native type, any layout. It allocates y
- * through numpy's C API: a small array's np.empty and two buffer exports cost more than f_i of
- * 16 elements (~0.15 us a call against ~0.4 us, issue 29).
+ * even) or float (i odd); x an ndarray of that exact native type, any layout or alignment (an
+ * aligned C-contiguous copy first where it is not). It allocates y through numpy's C API: a
+ * small array's np.empty and two buffer exports cost more than f_i of 16 elements (~0.15 us a
+ * call against ~0.4 us, issue 29).
  *
  * tanh_grad(g, y): a new array g * (1 - y * y) elementwise, the tape's tanh backward
  * (core.ops.elementwise), here because this is the one native entry point cheap enough to call
  * per node: one call instead of numpy's three ufuncs and two temporaries (issue 29). g and y
- * must be C-contiguous ndarrays of one native float type and one shape; anything else raises
- * (TypeError, ValueError), so a caller can fall back to the numpy spelling.
+ * must be aligned C-contiguous ndarrays of one native float type and one shape; anything else
+ * raises (TypeError, ValueError), so a caller can fall back to the numpy spelling.
  *
  * fdiff(ref, rec, kind, block, full): compare.c's ts_fdiff on two arrays read where they lie
  * (core.native.float_diff's numbers), its arguments taken from the arrays here: the capture
@@ -131,8 +132,14 @@ static PyObject *apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_SetString(PyExc_TypeError, "apply: x must be an ndarray of the function's dtype");
         return NULL;
     }
-    /* a new reference: x itself when C-contiguous, else a C-contiguous copy */
-    PyArrayObject *x = PyArray_GETCONTIGUOUS((PyArrayObject *)args[1]);
+    /* a new reference: x itself when C-contiguous and aligned, else such a copy (the loops
+     * read whole elements: an unaligned one is undefined behaviour, UBSan's report;
+     * PyArray_GETCONTIGUOUS checks contiguity only) */
+    PyArrayObject *x = (PyArrayObject *)args[1];
+    if (PyArray_IS_C_CONTIGUOUS(x) && PyArray_ISALIGNED(x))
+        Py_INCREF(x);
+    else
+        x = (PyArrayObject *)PyArray_NewCopy(x, NPY_CORDER);
     if (x == NULL) return NULL;
     PyObject *y = PyArray_SimpleNew(PyArray_NDIM(x), PyArray_DIMS(x), PyArray_TYPE(x));
     if (y != NULL) LOOPS[i](PyArray_DATA(x), PyArray_DATA((PyArrayObject *)y), PyArray_SIZE(x));
@@ -153,8 +160,10 @@ static PyObject *tanh_grad(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     PyArrayObject *g = (PyArrayObject *)args[0], *y = (PyArrayObject *)args[1];
-    if (!PyArray_SAMESHAPE(g, y) || !PyArray_IS_C_CONTIGUOUS(g) || !PyArray_IS_C_CONTIGUOUS(y)) {
-        PyErr_SetString(PyExc_ValueError, "tanh_grad: g and y must be C-contiguous, one shape");
+    if (!PyArray_SAMESHAPE(g, y) || !PyArray_IS_C_CONTIGUOUS(g) || !PyArray_IS_C_CONTIGUOUS(y)
+        || !PyArray_ISALIGNED(g) || !PyArray_ISALIGNED(y)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "tanh_grad: g and y must be aligned, C-contiguous, one shape");
         return NULL;
     }
     PyObject *out = PyArray_SimpleNew(PyArray_NDIM(y), PyArray_DIMS(y), t);

@@ -256,7 +256,7 @@ class FusedConv:
         costs = _chain_costs(self.chain, self.inner, env, y_like, budget)
         if costs is None:
             return None
-        wprep = np.ascontiguousarray(w)
+        wprep = native.aligned(w)
         # transposed once for a small output plane's product (lanes over the channels)
         wpack = None if m == group else native.conv2d_pack(wprep, group, outs)
         call = native.conv_call(x.shape, dt, wprep, st, dil, padw, outs, group, made[0], wpack)
@@ -281,8 +281,8 @@ class FusedConv:
             if not isinstance(res, np.ndarray) or res.dtype != x.dtype \
                     or res.shape != p["yshape"]:
                 return None
-            res = np.ascontiguousarray(res)
-        return p, np.ascontiguousarray(x), res
+            res = native.aligned(res)  # (C reads them: aligned, C-contiguous)
+        return p, native.aligned(x), res
 
     def _product(self, case, out, dst=None, relu: bool = False) -> None:
         """The chain's C pass into ``out`` (C-contiguous, the chain's output shape and dtype),
@@ -488,7 +488,7 @@ class ChannelAffine:
         c = x.shape[1]
         if full[0] != 1 or any(d != 1 for d in full[2:]) or full[1] not in (1, c):
             return None
-        return np.ascontiguousarray(np.broadcast_to(v.reshape(-1), (c,)))
+        return native.aligned(np.broadcast_to(v.reshape(-1), (c,)))
 
     def _prepare(self, x, c, d, budget):
         if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) \

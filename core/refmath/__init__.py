@@ -78,8 +78,10 @@ def _native_loops() -> dict[str, dict[np.dtype, Callable[[np.ndarray], np.ndarra
 
 
 def _ctypes_loop(fn: Any) -> Callable[[np.ndarray], np.ndarray]:
+    from tapescope.core.native import aligned
+
     def run(x: np.ndarray) -> np.ndarray:
-        src = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+        src = aligned(x)  # (C-contiguous and aligned: the loop reads whole elements)
         y = np.empty(x.shape, x.dtype)
         fn(src.ctypes.data, y.ctypes.data, x.size)
         return y
