@@ -214,9 +214,10 @@ def swap_last2(x: np.ndarray, native_min: int = TRANSPOSE_NATIVE_MIN) -> np.ndar
     """``x`` with its last two axes swapped, as a new C-ordered array: the native tiled copy
     (the elements' bytes, nothing computed) for a C-contiguous ``x`` of 2-, 4- or 8-byte
     plain items and at least ``native_min`` elements, else numpy's copy of the swapped view
-    (the same values; 3-7x slower on a 256 x 1024 float32)."""
+    (the same values; 3-7x slower on a 256 x 1024 float32); that too for an ``x`` not
+    aligned to its items (the C copy reads whole items: core.native.aligned)."""
     if (x.ndim < 2 or x.size < max(native_min, 1) or not x.flags.c_contiguous
-            or x.dtype.hasobject or x.dtype.fields is not None):
+            or not x.flags.aligned or x.dtype.hasobject or x.dtype.fields is not None):
         # the swapped view's C-order copy (the method's: np.swapaxes and np.array's keyword
         # were ~0.6 us of each small transpose, ~200 a zoo GPT capture's judge)
         return x.swapaxes(-1, -2).copy()

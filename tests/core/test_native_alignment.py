@@ -22,7 +22,7 @@ ENTRIES = {"mm", "mm transposed", "bmm", "bmm shared", "mm_few_rows", "colsum", 
            "adam", "adam (w, g)", "channel_norm", "im2col2d", "conv2d", "conv2d 1x1 small plane",
            "conv2d_pack", "conv2d_one_per_group", "ep_apply", "conv2d_one_per_group + epilogue",
            "conv2d + epilogue", "conv_call + run_conv", "conv_call (w)", "pool2d avg",
-           "pool2d max", "float_diff", "float_diff_ctypes", "square_sums"} \
+           "pool2d max", "float_diff", "float_diff_ctypes", "square_sums", "swap_last2"} \
     | {f"refmath {n}" for n in native.REFMATH} | {f"refmath ctypes {n}" for n in native.REFMATH}
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from tapescope.core import native
 from tapescope.core import refmath
+from tapescope.core.capture.aten_ref_shape import swap_last2
 
 
 def mis(a):
@@ -145,6 +146,8 @@ def battery():
             check(f"refmath ctypes {name}", refmath._ctypes_loop(native.refmath_fn(name, dt)), v)
         check("float_diff", lambda p, q: native.float_diff(p, q, 64), v, v + 1)
         check("float_diff_ctypes", lambda p, q: native.float_diff_ctypes(p, q, 64), v, v + 1)
+        big = r(70, 90)
+        check("swap_last2", lambda x: swap_last2(x, native_min=0), big)
         check("square_sums", lambda p, q: native.square_sums([p, q]), v, r(9), declines=True)
     return ran
 
