@@ -384,11 +384,14 @@ typedef struct {
     int aff_first;
 } ep_t;
 
-/* One pass over an element for the usual epilogues (bias, BatchNormalization, Relu, the copy
- * to dst, in that order; no Mul/Add pair, no residual): each op's own rounding, in the order
- * of the passes below, each element finished before the next is loaded (the passes each
- * loaded and stored a row again: a shufflenet run spent 12 % of its time there). */
-#define EP_ONE(T, BIAS, BN, RELU, DST)                                                  \
+/* One pass over an element for the usual epilogues (bias, BatchNormalization, the residual,
+ * Relu, the copy to dst, in that order; no Mul/Add pair; a residual without dst): each op's
+ * own rounding, in the order of the passes below, each element finished before the next is
+ * loaded (the passes each loaded and stored a row again: a shufflenet run spent 12 % of its
+ * time there; a residual block's last conv, BN + Sum + Relu, still made three passes, resnet's
+ * bias + BN + Sum + Relu four, until the residual joined the one pass). */
+#define EP_ONE(T, BIAS, BN, RELU, DST) EP_ONE_R(T, BIAS, BN, 0, RELU, DST)
+#define EP_ONE_R(T, BIAS, BN, RES, RELU, DST)                                           \
     for (long long j = j0; j < j1; ++j) {                                               \
         T v = y[j];                                                                     \
         if (BIAS) v = v + bb;                                                           \
@@ -398,6 +401,7 @@ typedef struct {
             v = v * bg;                                                                 \
             v = v + bt;                                                                 \
         }                                                                               \
+        if (RES) v = rfirst ? rr[j] + v : v + rr[j];                                    \
         if (RELU) v = v <= (T)0 ? (T)0 : v;                                             \
         if (DST) /* y is scratch then (the caller keeps dst only): one store, not two */ \
             dd[j] = v;                                                                  \
@@ -408,7 +412,8 @@ typedef struct {
 #define EP_ROWS(T, NAME, COLS)                                                          \
     static void COLS(const ep_t *E, T *c, const T *res, long long img, long long ch0,   \
                      long long rows, long long n, long long j0, long long j1) {         \
-        const int one = !E->mul2 && !E->add2 && !res;                                   \
+        const int one = !E->mul2 && !E->add2 && !(res && E->dst);                       \
+        const int rfirst = E->res_first;                                                \
         for (long long r = 0; r < rows; ++r) {                                          \
             const long long ch = ch0 + r;                                               \
             T *y = c + r * n;                                                           \
@@ -419,6 +424,20 @@ typedef struct {
                 const T bg = E->mean ? ((const T *)E->scale)[ch] : (T)1;                \
                 const T bt = E->mean ? ((const T *)E->beta)[ch] : (T)0;                 \
                 T *dd = E->dst ? (T *)E->dst + E->dst_row[img * E->channels + ch] * n : y; \
+                const T *rr = res ? res + r * n : NULL;                                 \
+                if (res) { /* (no dst here) */                                          \
+                    switch ((E->bias != NULL) | (E->mean != NULL) << 1 | (E->relu != 0) << 2) { \
+                    case 0: EP_ONE_R(T, 0, 0, 1, 0, 0) break;                           \
+                    case 1: EP_ONE_R(T, 1, 0, 1, 0, 0) break;                           \
+                    case 2: EP_ONE_R(T, 0, 1, 1, 0, 0) break;                           \
+                    case 3: EP_ONE_R(T, 1, 1, 1, 0, 0) break;                           \
+                    case 4: EP_ONE_R(T, 0, 0, 1, 1, 0) break;                           \
+                    case 5: EP_ONE_R(T, 1, 0, 1, 1, 0) break;                           \
+                    case 6: EP_ONE_R(T, 0, 1, 1, 1, 0) break;                           \
+                    default: EP_ONE_R(T, 1, 1, 1, 1, 0) break;                          \
+                    }                                                                   \
+                    continue;                                                           \
+                }                                                                       \
                 switch ((E->bias != NULL) | (E->mean != NULL) << 1 | (E->relu != 0) << 2 | \
                         (E->dst != NULL) << 3) {                                        \
                 case 0: break;                                                          \
