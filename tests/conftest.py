@@ -15,6 +15,16 @@ import shutil
 import pytest
 from hypothesis import settings
 
+# ---- Qt without a display ------------------------------------------------------------------
+# A test that makes a QApplication in its own process (tests/capture's GUI test) took Qt's xcb
+# platform on a machine with no display and no QT_QPA_PLATFORM (the README's command run by
+# hand there), and Qt's fatal "could not connect to display" aborted the whole pytest process.
+# Such a machine gets the offscreen platform, set here before anything imports Qt (tests/app
+# and tests/views set it always); a display that is there, or a platform asked for, is kept.
+if not (os.environ.get("DISPLAY", "").strip() or os.environ.get("WAYLAND_DISPLAY", "").strip()
+        or os.environ.get("QT_QPA_PLATFORM", "").strip()):
+    os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
