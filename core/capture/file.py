@@ -1020,9 +1020,11 @@ class _Spec:
                 return _is_int(v) and 0 <= v < self.n_values
             if k == "f":
                 return v in ("nan", "inf", "-inf")
-            if k == "c":
+            if k == "c":  # [re, im]: each a number or a non-finite float's tag (as "f")
                 return isinstance(v, list) and len(v) == 2 and all(
-                    isinstance(x, (int, float, dict)) for x in v)
+                    type(x) in (int, float) or (type(x) is dict and len(x) == 1
+                                                and x.get("f") in ("nan", "inf", "-inf"))
+                    for x in v)
             if k == "?":
                 return isinstance(v, str) and len(v) <= _MAX_TEXT
             if k == "g":  # a collective's process group: [rank, size]

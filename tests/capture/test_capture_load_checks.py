@@ -151,6 +151,12 @@ EDITS = {
     "arg-text-long": _set("ops/args/2/2", "x" * 5000),
     "arg-group": _set("ops/args/2/1", {"g": [2, 1]}),
     "arg-unknown-tag": _set("ops/args/2/1", {"z": 1}),
+    # a complex number's parts: numbers or {"f": ...} only (a value or any object was let
+    # through, and the judge's complex() of them failed later)
+    "arg-complex-value": _set("ops/args/2/3", {"c": [{"T": 0}, 1.0]}),
+    "arg-complex-object": _set("ops/args/2/3", {"c": [1.0, {"f": "nan", "x": 1}]}),
+    "arg-complex-bool": _set("ops/args/2/3", {"c": [True, 1.0]}),
+    "arg-complex-ok": _set("ops/args/2/3", {"c": [-0.5, {"f": "-inf"}]}),
     "arg-not-list": _set("ops/args/1", {"T": 1}),
     "kwarg-value-range": _set("ops/kwargs/1/dim", [[{"T": -1}]]),
     "kwarg-text-long": _set("ops/kwargs/1/dtype", "x" * 5000),
