@@ -209,6 +209,104 @@ static int append_to(PyObject *d, PyObject *name, PyObject *v) {
     return PyList_Append(l, v);
 }
 
+#define GATHER_DIMS 64
+
+/* t's elements in C order (shape ``shape``, a tuple; ``n`` bytes in all, its ``nbytes``) read
+ * from ``p``, its first element's address, along its strides: a new bytes object, the bytes a
+ * C-order copy holds (``_c_order``); NULL with no exception where it is not a case known here
+ * (more than GATHER_DIMS dimensions, an item size that does not divide ``n``: the Python's),
+ * NULL with one on an error. Dimensions of one element are dropped and dimensions that are
+ * contiguous over each other merged, so that the innermost loop is one ``memcpy`` of a row
+ * where the last dimension's elements are adjacent (a transpose's rows, a slice's). */
+static PyObject *gathered(PyObject *t, const char *p, PyObject *shape, long long n) {
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (nd > GATHER_DIMS)
+        return NULL;
+    long long size[GATHER_DIMS], stride[GATHER_DIMS], numel = 1;
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        size[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (size[i] == -1 && PyErr_Occurred())
+            return NULL;
+        numel *= size[i];
+    }
+    if (numel <= 0 || n <= 0 || n % numel != 0)
+        return NULL;
+    long long item = n / numel;
+    PyObject *st = tcall(t, s_stride);
+    if (st == NULL)
+        return NULL;
+    if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != nd) {
+        Py_DECREF(st);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        stride[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, i));
+        if (stride[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(st);
+            return NULL;
+        }
+    }
+    Py_DECREF(st);
+    /* in bytes, size-1 dimensions dropped, contiguous neighbours merged */
+    long long sz[GATHER_DIMS], sb[GATHER_DIMS];
+    int k = 0;
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        if (size[i] == 1)
+            continue;
+        if (stride[i] < 0)
+            return NULL;
+        if (k > 0 && sb[k - 1] == stride[i] * item * size[i]) {
+            sz[k - 1] *= size[i];
+            sb[k - 1] = stride[i] * item;
+        } else {
+            sz[k] = size[i];
+            sb[k++] = stride[i] * item;
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+    if (out == NULL)
+        return NULL;
+    char *o = PyBytes_AS_STRING(out);
+    if (k == 0) {  /* one element */
+        memcpy(o, p, (size_t)item);
+        return out;
+    }
+    /* the innermost dimension: one memcpy where its elements are adjacent, else item by item */
+    long long inner = sz[k - 1], istep = sb[k - 1];
+    size_t row = (size_t)(inner * item);
+    long long idx[GATHER_DIMS] = {0};
+    const char *src = p;
+    for (;;) {
+        if (istep == item) {
+            memcpy(o, src, row);
+        } else if (item == 4) {
+            for (long long j = 0; j < inner; j++)
+                memcpy(o + 4 * j, src + j * istep, 4);
+        } else if (item == 8) {
+            for (long long j = 0; j < inner; j++)
+                memcpy(o + 8 * j, src + j * istep, 8);
+        } else if (item == 2) {
+            for (long long j = 0; j < inner; j++)
+                memcpy(o + 2 * j, src + j * istep, 2);
+        } else {
+            for (long long j = 0; j < inner; j++)
+                memcpy(o + item * j, src + j * istep, (size_t)item);
+        }
+        o += row;
+        int d = k - 2;
+        for (; d >= 0; d--) {
+            src += sb[d];
+            if (++idx[d] < sz[d])
+                break;
+            src -= sb[d] * sz[d];
+            idx[d] = 0;
+        }
+        if (d < 0)
+            break;
+    }
+    return out;
+}
+
 /* ``Recorder._new_value(t, True)``'s common case: a plain CPU tensor, C-contiguous, of a dtype
  * numpy holds as it is, no neg bit, whose memory is hashed where it lies (hashes only or over
  * the budget) or stored as a bytes copy (no spool; hashed inline). A new reference to the value
@@ -216,7 +314,8 @@ static int append_to(PyObject *d, PyObject *name, PyObject *v) {
  * error. Every check comes before the first change. */
 static PyObject *new_value_fast(Hot *self, PyObject *t) {
     PyObject *d = self->dict, *res = NULL;
-    PyObject *dtype = NULL, *nb = NULL, *shape = NULL, *pv = NULL, *buf = NULL, *h = NULL;
+    PyObject *dtype = NULL, *nb = NULL, *shape = NULL, *pv = NULL, *buf = NULL, *h = NULL,
+             *copy = NULL;
     if (!is_plain_tensor(t))
         Py_RETURN_NONE;
     if ((dtype = tget(t, s_dtype)) == NULL)
@@ -261,7 +360,14 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
     /* a hashing thread (its values from ``_ASYNC_MIN`` bytes): the Python's */
     if (hasher != Py_None)
         goto none;
-    if ((f = flag(t, s_is_contiguous, 1)) <= 0) {
+    int contiguous = flag(t, s_is_contiguous, 1);
+    if (contiguous < 0)
+        goto done;
+    /* not C-contiguous: its elements gathered in C order (the bytes ``_c_order`` copies),
+     * hashed or stored to the spool from the copy; a private array in memory: the Python's */
+    if (!contiguous && !hashed && spool == Py_None)
+        goto none;
+    if (!contiguous && (f = flag(t, s_is_conj, 1)) != 0) {
         if (f < 0)
             goto done;
         goto none;
@@ -274,14 +380,31 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
             goto done;
         goto none;  /* no memory: the Python (numpy's view) */
     }
+    if (!contiguous) {
+        PyObject *shp = tget(t, s_shape);
+        if (shp == NULL)
+            goto done;
+        shape = PySequence_Tuple(shp);
+        Py_DECREF(shp);
+        if (shape == NULL)
+            goto done;
+        if ((copy = gathered(t, (const char *)p, shape, n)) == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            goto none;
+        }
+        p = PyBytes_AS_STRING(copy);
+    }
     /* the common case: from here on it is recorded */
-    PyObject *shp = tget(t, s_shape);
-    if (shp == NULL)
-        goto done;
-    shape = PySequence_Tuple(shp);
-    Py_DECREF(shp);
-    if (shape == NULL)
-        goto done;
+    if (shape == NULL) {
+        PyObject *shp = tget(t, s_shape);
+        if (shp == NULL)
+            goto done;
+        shape = PySequence_Tuple(shp);
+        Py_DECREF(shp);
+        if (shape == NULL)
+            goto done;
+    }
     PyObject *devices = self->c_devices, *v_dtype = self->c_v_dtype;
     if (devices == NULL || v_dtype == NULL || PySet_Add(devices, s_cpu) < 0)
         goto done;
@@ -343,6 +466,7 @@ done:
     Py_XDECREF(shape);
     Py_XDECREF(pv);
     Py_XDECREF(buf);
+    Py_XDECREF(copy);
     Py_XDECREF(h);
     return res;
 }

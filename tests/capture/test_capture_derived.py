@@ -96,6 +96,9 @@ def _made_by(rec: R.Recorder) -> dict[int, str]:
 
 @pytest.fixture
 def c_order_calls(monkeypatch):
+    """The Python path's C-order copies (the C path gathers a value that is not contiguous
+    itself, the same bytes: tests/capture/test_recorder_hot.py): counted on the Python path."""
+    monkeypatch.setattr(R.Recorder, "native", False)
     calls: list[tuple] = []
     real = R._c_order
 

@@ -100,7 +100,8 @@ def _kinds_step():
     finite and infinite floats, lists of ints, a tuple with tensors (``cat``), kwargs (a
     tensor among them), float16/int64/bool tensors, a zero-size tensor (no data pointer), an
     inference tensor (no version counter), a tensor subclass, a transpose (not contiguous), a
-    view of the same bytes, in-place writes, a backward and an optimizer step."""
+    view of the same bytes, values that are not contiguous (gathered), in-place writes, a
+    backward and an optimizer step."""
     torch.manual_seed(0)
 
     class Sub(torch.Tensor):
@@ -126,7 +127,12 @@ def _kinds_step():
         buf = torch.empty(4, 8)
         torch.mul(x, 2.0, out=buf)  # (a write through a kwarg-only argument)
         g = torch.nn.functional.gelu(h, approximate="tanh").mean()
-        loss = m.sum() + e + w + flags + s + f + g + buf.sum()
+        # values that are not contiguous, gathered in C order (recorder_hot.c ``gathered``):
+        # a row's elements adjacent or not, 8-, 4-, 2- and 1-byte items, a stride of 0
+        odd = (x.double()[:, 1::3].sum() + x[:, ::3].sum() + x.unsqueeze(2).expand(4, 8, 3)
+               [:, ::2].sum() + torch.arange(12, dtype=torch.int16).view(3, 4).t().sum()
+               + (x.t() > 0)[1:, ::2].sum() + h[1:3, 2:7].t().sum())
+        loss = m.sum() + e + w + flags + s + f + g + buf.sum() + odd
         opt.zero_grad()
         loss.backward()
         opt.step()
