@@ -494,6 +494,10 @@ class Recorder(TorchDispatchMode):
                                   Recorder._value_of)
         self._made = hot.made  # type: ignore[method-assign]
         self._value_of = hot.value_of  # type: ignore[method-assign]
+        if inspect.getattr_static(type(self), "__torch_dispatch__") is _DISPATCH:
+            # torch's dispatch finds the instance's own ``__torch_dispatch__`` first: the C
+            # path called directly, no Python frame between (~0.4 us an op)
+            self.__torch_dispatch__ = hot  # type: ignore[method-assign]
 
     def stop(self) -> None:
         """Leave the mode (when it is the innermost one) and remove the hooks; idempotent."""
@@ -502,6 +506,7 @@ class Recorder(TorchDispatchMode):
             self.ops_native += self._hot.ops
             self._hot = None
             del self._made, self._value_of
+            self.__dict__.pop("__torch_dispatch__", None)
         for h in self.hooks:
             h.remove()
         self.hooks = []
@@ -1422,6 +1427,8 @@ def _dynamo_off() -> None:
 
 
 _dynamo_off()
+# the method the C path's instance stands in for as the recorder's own (``_go_native``)
+_DISPATCH = Recorder.__dict__["__torch_dispatch__"]
 
 
 def _is_compiling() -> bool:

@@ -31,7 +31,7 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows, *s_DERIVE_MIN,
     *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread, *s_set_eval_frame,
     *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived, *s_derived_later,
-    *s_derived_digest, *s_put;
+    *s_derived_digest, *s_put, *s_torch_dispatch;
 
 /* torch.Tensor's own descriptors of the attributes and methods read here (found once by
  * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
@@ -141,6 +141,7 @@ typedef struct {
     PyObject *c_uninit;
     PyObject *c_modules;
     PyObject *c_losses;
+    vectorcallfunc vectorcall;  /* the instance called as the mode's ``__torch_dispatch__`` */
 } Hot;
 
 static int is_plain_tensor(PyObject *t) {
@@ -1692,6 +1693,41 @@ done:
     return res;
 }
 
+/* the instance called as the recorder's ``__torch_dispatch__(func, types, args, kwargs)``: set
+ * as the recorder's own attribute (``Recorder._go_native``), it is what torch's dispatch of a
+ * mode finds (its ``__self__`` the recorder, as torch checks), so that no Python frame runs
+ * between torch and ``dispatch``; any other call, the class's method */
+static PyObject *Hot_vectorcall(PyObject *callable, PyObject *const *argv, size_t nargsf,
+                                PyObject *kwnames) {
+    Hot *self = (Hot *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (self->dict == NULL || self->rec == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the recorder's C path is not set up");
+        return NULL;
+    }
+    if (nargs == 4 && kwnames == NULL) {
+        PyObject *d_args[3] = {argv[0], argv[2], argv[3]};
+        return Hot_dispatch(self, d_args, 3);
+    }
+    PyObject *fn = _PyType_Lookup(Py_TYPE(self->rec), s_torch_dispatch);
+    if (fn == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "__torch_dispatch__");
+        return NULL;
+    }
+    Py_ssize_t nk = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject **all = PyMem_Malloc((size_t)(nargs + nk + 1) * sizeof(PyObject *));
+    if (all == NULL)
+        return PyErr_NoMemory();
+    all[0] = self->rec;
+    for (Py_ssize_t i = 0; i < nargs + nk; i++)
+        all[i + 1] = argv[i];
+    Py_INCREF(fn);
+    PyObject *r = PyObject_Vectorcall(fn, all, (size_t)(nargs + 1), kwnames);
+    Py_DECREF(fn);
+    PyMem_Free(all);
+    return r;
+}
+
 static int Hot_traverse(Hot *self, visitproc visit, void *arg) {
     Py_VISIT(self->rec);
     Py_VISIT(self->dict);
@@ -1877,14 +1913,25 @@ static PyMethodDef Hot_methods[] = {
 
 static PyMemberDef Hot_members[] = {
     {"ops", T_LONGLONG, offsetof(Hot, ops), READONLY, "ops recorded by the C path"},
+    {"__self__", T_OBJECT, offsetof(Hot, rec), READONLY,
+     "the recorder (torch checks a mode's __torch_dispatch__ is bound to the mode)"},
     {NULL, 0, 0, 0, NULL}};
+
+static PyObject *Hot_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Hot *self = (Hot *)PyType_GenericNew(type, args, kw);
+    if (self != NULL)
+        self->vectorcall = Hot_vectorcall;
+    return (PyObject *)self;
+}
 
 static PyTypeObject HotType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_ts_recorder_hot.Hot",
     .tp_basicsize = sizeof(Hot),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "Hot(rec.__dict__, rec, hex, Recorder._made, Recorder._value_of)",
-    .tp_new = PyType_GenericNew,
+    .tp_vectorcall_offset = offsetof(Hot, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = Hot_new,
     .tp_init = (initproc)Hot_init,
     .tp_dealloc = (destructor)Hot_dealloc,
     .tp_traverse = (traverseproc)Hot_traverse,
@@ -1944,6 +1991,7 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_reshape, "reshape");
     INTERN(s_cpu, "cpu");
     INTERN(s_T, "T");
+    INTERN(s_torch_dispatch, "__torch_dispatch__");
     INTERN(s_next_uid, "next_uid");
     INTERN(s_n_hashed, "n_hashed");
     INTERN(s_hashes_only, "hashes_only");
