@@ -498,6 +498,8 @@ class Recorder(TorchDispatchMode):
             # torch's dispatch finds the instance's own ``__torch_dispatch__`` first: the C
             # path called directly, no Python frame between (~0.4 us an op)
             self.__torch_dispatch__ = hot  # type: ignore[method-assign]
+        if inspect.getattr_static(type(self), "_label_graph") is _LABEL_GRAPH:
+            self._label_graph = mod.label_graph  # type: ignore[method-assign]
 
     def stop(self) -> None:
         """Leave the mode (when it is the innermost one) and remove the hooks; idempotent."""
@@ -507,6 +509,7 @@ class Recorder(TorchDispatchMode):
             self._hot = None
             del self._made, self._value_of
             self.__dict__.pop("__torch_dispatch__", None)
+            self.__dict__.pop("_label_graph", None)
         for h in self.hooks:
             h.remove()
         self.hooks = []
@@ -1429,6 +1432,7 @@ def _dynamo_off() -> None:
 _dynamo_off()
 # the method the C path's instance stands in for as the recorder's own (``_go_native``)
 _DISPATCH = Recorder.__dict__["__torch_dispatch__"]
+_LABEL_GRAPH = Recorder.__dict__["_label_graph"]
 
 
 def _is_compiling() -> bool:

@@ -31,7 +31,7 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows, *s_DERIVE_MIN,
     *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread, *s_set_eval_frame,
     *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived, *s_derived_later,
-    *s_derived_digest, *s_put, *s_torch_dispatch;
+    *s_derived_digest, *s_put, *s_torch_dispatch, *s_grad_fn, *s_next_functions;
 
 /* torch.Tensor's own descriptors of the attributes and methods read here (found once by
  * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
@@ -1940,6 +1940,83 @@ static PyTypeObject HotType = {
     .tp_members = Hot_members,
 };
 
+/* ``Recorder._label_graph(out, path)``: the autograd nodes a module's forward made, from its
+ * outputs' ``grad_fn`` back to the nodes an inner module labelled already, labelled with its
+ * path (``metadata["tapescope_module"]``: a backward op finds its module there); the same
+ * walk, without a Python frame and a generator a node */
+static PyObject *label_graph(PyObject *mod, PyObject *const *argv, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "label_graph(out, path)");
+        return NULL;
+    }
+    PyObject *path = argv[1], *ts = PyList_New(0), *stack = PyList_New(0), *n = NULL;
+    if (ts == NULL || stack == NULL || collect(argv[0], ts) < 0)
+        goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ts); i++) {
+        PyObject *g = PyObject_GetAttr(PyList_GET_ITEM(ts, i), s_grad_fn);
+        if (g == NULL)
+            goto fail;
+        int bad = g != Py_None && PyList_Append(stack, g) < 0;
+        Py_DECREF(g);
+        if (bad)
+            goto fail;
+    }
+    while (PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t last = PyList_GET_SIZE(stack) - 1;
+        n = PyList_GET_ITEM(stack, last);
+        Py_INCREF(n);
+        if (PyList_SetSlice(stack, last, last + 1, NULL) < 0)
+            goto fail;
+        if (n == Py_None) {
+            Py_CLEAR(n);
+            continue;
+        }
+        PyObject *meta = PyObject_GetAttr(n, s_metadata);
+        if (meta == NULL)
+            goto fail;
+        int has = PySequence_Contains(meta, s_tapescope_module);
+        if (has == 0)
+            has = PyObject_SetItem(meta, s_tapescope_module, path) < 0 ? -1 : 0;
+        Py_DECREF(meta);
+        if (has < 0)
+            goto fail;
+        if (has) {  /* an inner module's: so is what it reaches */
+            Py_CLEAR(n);
+            continue;
+        }
+        PyObject *nf = PyObject_GetAttr(n, s_next_functions), *seq;
+        Py_CLEAR(n);
+        if (nf == NULL)
+            goto fail;
+        seq = PySequence_Fast(nf, "next_functions");
+        Py_DECREF(nf);
+        if (seq == NULL)
+            goto fail;
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
+            PyObject *e = PySequence_Fast_GET_ITEM(seq, j), *f;
+            if ((f = PySequence_GetItem(e, 0)) == NULL) {
+                Py_DECREF(seq);
+                goto fail;
+            }
+            int bad = f != Py_None && PyList_Append(stack, f) < 0;
+            Py_DECREF(f);
+            if (bad) {
+                Py_DECREF(seq);
+                goto fail;
+            }
+        }
+        Py_DECREF(seq);
+    }
+    Py_DECREF(ts);
+    Py_DECREF(stack);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(n);
+    Py_XDECREF(ts);
+    Py_XDECREF(stack);
+    return NULL;
+}
+
 static PyObject *setup(PyObject *mod, PyObject *args) {
     PyObject *tensor, *parameter, *strided, *globals, *frombuffer, *node;
     if (!PyArg_ParseTuple(args, "OOOO!OO:setup", &tensor, &parameter, &strided, &PyDict_Type,
@@ -1966,6 +2043,8 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
+    {"label_graph", (PyCFunction)(void (*)(void))label_graph, METH_FASTCALL,
+     "label_graph(out, path): Recorder._label_graph"},
     {"setup", setup, METH_VARARGS,
      "setup(Tensor, Parameter, strided, recorder's globals, numpy.frombuffer, "
      "torch._C._current_autograd_node)"},
@@ -1992,6 +2071,8 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_cpu, "cpu");
     INTERN(s_T, "T");
     INTERN(s_torch_dispatch, "__torch_dispatch__");
+    INTERN(s_grad_fn, "grad_fn");
+    INTERN(s_next_functions, "next_functions");
     INTERN(s_next_uid, "next_uid");
     INTERN(s_n_hashed, "n_hashed");
     INTERN(s_hashes_only, "hashes_only");
