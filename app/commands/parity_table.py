@@ -22,6 +22,9 @@ __all__ = ["AGAINST_ROWS", "PARITY_ROWS", "cut_notice", "loss_text", "origin_tex
            "other_loss_text", "print_nodes", "table_order"]
 
 PARITY_ROWS = 15  # rows of `parity`'s table
+# core.bounds.OUTSIDE (not imported: core.bounds loads numpy; tests/app/test_parity_table
+# checks the two are one string)
+_OUTSIDE = "outside reordering bound"
 AGAINST_ROWS = 20  # rows of `--against`'s table
 
 
@@ -42,6 +45,10 @@ def table_order(ids: Iterable[int], introduced: list[dict],
         i = e["node"]
         if i in present and i not in first:
             first.append(i)
+    # a node with an array outside every reordering bound (what ``--fail-on bug`` fails on)
+    # before those whose arrays are all valid reorderings: a long table's cut never hides it
+    outside = {e["node"] for e in introduced if e.get("class") == _OUTSIDE}
+    first.sort(key=lambda i: i not in outside)
     seen = set(first)
     rest = sorted((i for i in ids if i not in seen),
                   key=lambda i: ((worst or {}).get(i, ()), i))
@@ -50,15 +57,17 @@ def table_order(ids: Iterable[int], introduced: list[dict],
 
 def origin_text(i: int, introduced: list[dict], explain: bool) -> str:
     """``introduced`` (``--explain``: its first array's cause, ``unknown`` when no variant
-    matched) or ``inherited``."""
-    for e in introduced:
-        if e["node"] == i:
-            if not explain:
-                return "introduced"
-            from tapescope.core.bounds import entry_label
+    matched; the first outside every reordering bound where one is, the array ``--fail-on
+    bug`` fails on) or ``inherited``."""
+    mine = [e for e in introduced if e["node"] == i]
+    if not mine:
+        return "inherited"
+    if not explain:
+        return "introduced"
+    from tapescope.core.bounds import entry_label
 
-            return entry_label(e)  # "grad by #12: unknown · valid" (issue 44)
-    return "inherited"
+    e = next((e for e in mine if e.get("class") == _OUTSIDE), mine[0])
+    return entry_label(e)  # "grad by #12: unknown · valid" (issue 44)
 
 
 def print_nodes(bad: list[dict], introduced: list[dict], explain: bool,

@@ -16,6 +16,7 @@ from tapescope.app.commands.parity_table import (
     PARITY_ROWS,
     cut_notice,
     loss_text,
+    origin_text,
     other_loss_text,
     table_order,
 )
@@ -106,6 +107,26 @@ def test_table_order_puts_introduced_first_then_worst():
     worst = {1: (1, -5), 2: (1, -50), 3: (0, 0), 4: (1, -1)}
     intro = [{"node": 4, "step": 1}, {"node": 1, "step": 1}, {"node": 4, "step": 2}]
     assert table_order([1, 2, 3, 4], intro, worst) == [4, 1, 3, 2]
+
+
+def test_a_node_outside_every_reordering_bound_leads_and_shows_that_array():
+    """``--fail-on bug`` fails on an array outside every reordering bound: its node leads the
+    table (a cut never hides it) and its cause column names that array, not the node's first
+    (a parameter whose gradient is a valid fma and whose update is the bug)."""
+    from tapescope.core.bounds import OUTSIDE, VALID
+
+    intro = [{"node": 9, "which": "value", "cause": "fma", "class": VALID},
+             {"node": 0, "which": "grad", "by": [9], "cause": "fma", "class": VALID},
+             {"node": 0, "which": "update", "cause": "unknown", "class": OUTSIDE},
+             {"node": 5, "which": "update", "cause": "unknown", "class": OUTSIDE}]
+    assert table_order([9, 0, 5, 7], intro) == [0, 5, 9, 7]
+    assert origin_text(0, intro, True) == "update: unknown · outside"
+    assert origin_text(9, intro, True) == "value: fma · valid"
+    assert origin_text(0, intro, False) == "introduced"
+    assert origin_text(7, intro, True) == "inherited"
+    from tapescope.app.commands import parity_table
+
+    assert parity_table._OUTSIDE == OUTSIDE
 
 
 def test_report_of_a_torch_run_shows_its_settings_and_no_unknown_unknown(tmp_path, capsys):
