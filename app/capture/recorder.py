@@ -278,7 +278,10 @@ def _c_order(t: torch.Tensor, a: np.ndarray) -> np.ndarray:
         fn = _TRANSPOSE.get(a.itemsize)
         if fn is not None:
             x = a.swapaxes(-1, -2)
-            if x.flags.c_contiguous and x.dtype.fields is None and not x.dtype.hasobject:
+            # (aligned: the C reads whole items; a tensor over bytes at an odd offset,
+            # torch.frombuffer's, is not)
+            if x.flags.c_contiguous and x.flags.aligned and x.dtype.fields is None \
+                    and not x.dtype.hasobject:
                 r, c = x.shape[-2:]
                 out = np.empty(a.shape, a.dtype)
                 fn(x.ctypes.data, out.ctypes.data, x.size // (r * c), r, c)

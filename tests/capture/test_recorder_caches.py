@@ -113,6 +113,26 @@ def test_the_native_transpose_is_used_for_last_two_axes(monkeypatch):
     assert np.array_equal(c, t.contiguous().numpy())
 
 
+def test_a_misaligned_transpose_is_not_handed_to_c(monkeypatch):
+    """A tensor over bytes at an odd offset (``torch.frombuffer``'s) is not aligned to its
+    items: the native transpose reads whole items (undefined on it), so torch's or numpy's
+    copy makes its C order, the same bytes."""
+    native.library()
+    R._load_transpose()
+    calls = []
+    for k, fn in list(R._TRANSPOSE.items()):
+        monkeypatch.setitem(R._TRANSPOSE, k, lambda *a, fn=fn: (calls.append(a), fn(*a)))
+    buf = bytearray(1 + 4 * 128 * 64)
+    t = torch.frombuffer(buf, dtype=torch.float32, offset=1, count=128 * 64).reshape(128, 64)
+    t.copy_(torch.randn(128, 64, generator=torch.Generator().manual_seed(3)))
+    tt = t.t()
+    a = tt.numpy()
+    assert not a.flags.aligned and not a.flags.c_contiguous
+    c = R._c_order(tt, a)
+    assert calls == []
+    assert c.flags.c_contiguous and c.tobytes() == tt.contiguous().numpy().tobytes()
+
+
 def test_rows_are_the_files_columns():
     x = torch.ones(4, requires_grad=True)
     opt = torch.optim.SGD([x], lr=0.1)
