@@ -48,6 +48,9 @@ static inline double tod_f16(uint16_t b) {
     return (b & 0x8000) ? -v : v;
 }
 
+#define FD_CHUNK 1024LL
+#define FD_AHEAD 2048LL
+
 /* one segment [0, n) of a row: contiguous (both strides the element size) or strided, the
  * full numbers or n_diff and max_ulp only; ST is the signed integer of the type's width, MAG
  * every bit but the sign, INF an infinity's bits (a NaN's magnitude is larger) */
@@ -92,10 +95,19 @@ static inline double tod_f16(uint16_t b) {
              * its block differs, where a NaN here is that block's NaN */                     \
             if (alone && !memcmp(rp, op, (size_t)n * sizeof(UT)))                              \
                 return;                                                                        \
-            if (full)                                                                          \
-                NAME##_body(rp, op, sizeof(UT), sizeof(UT), n, 1, a);                          \
-            else                                                                               \
-                NAME##_body(rp, op, sizeof(UT), sizeof(UT), n, 0, a);                          \
+            for (ll s = 0; s < n; s += FD_CHUNK / (ll)sizeof(UT)) {                           \
+                ll m = n - s < FD_CHUNK / (ll)sizeof(UT) ? n - s : FD_CHUNK / (ll)sizeof(UT);  \
+                const char *rc = rp + s * (ll)sizeof(UT), *oc = op + s * (ll)sizeof(UT);      \
+                if (s + (FD_AHEAD + FD_CHUNK) / (ll)sizeof(UT) <= n) /* lines ahead of use */ \
+                    for (ll b = 0; b < FD_CHUNK; b += 64) {                                    \
+                        __builtin_prefetch(rc + FD_AHEAD + b);                                 \
+                        __builtin_prefetch(oc + FD_AHEAD + b);                                 \
+                    }                                                                          \
+                if (full)                                                                      \
+                    NAME##_body(rc, oc, sizeof(UT), sizeof(UT), m, 1, a);                      \
+                else                                                                           \
+                    NAME##_body(rc, oc, sizeof(UT), sizeof(UT), m, 0, a);                      \
+            }                                                                                  \
         } else if (full) {                                                                     \
             NAME##_body(rp, op, rs, os, n, 1, a);                                              \
         } else {                                                                               \
