@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tapescope.core import native
 from tapescope.core.capture.aten_ref_table import (
     BOOL,
     EW_ADD,
@@ -332,16 +333,38 @@ def _gelu_bwd(g: np.ndarray, x: np.ndarray, approx: str) -> np.ndarray:
     return g * (cdf + (x * pdf))
 
 
+def _gelu_c(x: Any, g: Any) -> np.ndarray | None:
+    """``_gelu_fwd(x, "none")`` (``g`` None) or ``_gelu_bwd(g, x, "none")`` in one native call
+    (core.native.gelu_entry: the same roundings in the same order, erf and exp by the same
+    refmath loops, without the ten temporaries a call of gpt-wide's 1 MB arrays paid in page
+    faults and passes), where ``x`` (and ``g``) are aligned C-contiguous float32 or float64
+    arrays of one dtype and shape; else, or where an output is NaN (its payload is numpy's
+    choice), None: the numpy forms."""
+    if type(x) is not np.ndarray or (x.dtype is not F32 and x.dtype is not F64) or (
+            g is not None and (type(g) is not np.ndarray or g.dtype is not x.dtype
+                               or g.shape != x.shape)):
+        return None
+    fn = native.gelu_entry()
+    if fn is None:
+        return None
+    try:
+        return fn(x, g, _SQRT1_2, _GELU_PDF)
+    except (TypeError, ValueError):  # (a layout it does not take: the numpy forms)
+        return None
+
+
 @form("aten.gelu.default")
 def _gelu(args: list, kwargs: dict) -> list:
     approx = opt(kwargs, args, 1, "approximate", "none")
-    return [ew(lambda v: _gelu_fwd(v, approx), args[0])]
+    y = _gelu_c(args[0], None) if approx == "none" else None
+    return [y if y is not None else ew(lambda v: _gelu_fwd(v, approx), args[0])]
 
 
 @form("aten.gelu_backward.default")
 def _gelu_backward(args: list, kwargs: dict) -> list:
     approx = opt(kwargs, args, 2, "approximate", "none")
-    return [ew(lambda g, v: _gelu_bwd(g, v, approx), args[0], args[1])]
+    y = _gelu_c(args[1], args[0]) if approx == "none" else None
+    return [y if y is not None else ew(lambda g, v: _gelu_bwd(g, v, approx), args[0], args[1])]
 
 
 def _tape_bwd(name: str, from_output: bool):

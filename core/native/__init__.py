@@ -989,6 +989,16 @@ def ew_entry() -> Callable | None:
     return None if ext is None else ext.ew
 
 
+def gelu_entry() -> Callable | None:
+    """The CPython extension's ``gelu(x, g, s, p)``: aten's exact GELU (``g`` None) or its
+    backward in one call (core.capture.aten_ref_pointwise), or None where native code is off
+    or the extension is not built."""
+    if library() is None:  # (first: where a caller turned native code off, this is off too)
+        return None
+    ext = _ext if _ext else refmath_ext()
+    return None if ext is None else getattr(ext, "gelu", None)
+
+
 def square_sums(xs: list) -> np.ndarray | None:
     """Each array's serial sum of squares (``acc = +0.0; acc = acc + x * x`` in C order) as a
     new 1-d array, in one native call (the extension's sqsums): for a list of C-contiguous

@@ -35,6 +35,8 @@
  *
  * ew(code, x, y, z, s): the aten table's short cuts' elementwise ops (below).
  *
+ * gelu(x, g, s, p): aten's exact GELU or its backward in one call (below).
+ *
  * sqsums(xs): each array's serial sum of squares, a _foreach_norm's (below).
  *
  * decode(a, arrays, ids, chain, other, missing): the capture judge's argument walk (below).
@@ -522,6 +524,90 @@ static PyObject *ew(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return out;
 }
 
+/* gelu(x, g, s, p): aten's exact GELU (approximate='none'), core.capture.aten_ref_pointwise's
+ * _gelu_fwd (g None) or _gelu_bwd (g the incoming gradient), in one call without its numpy
+ * temporaries (gpt-wide's MLP: ten 1 MB arrays a backward): the forms' own roundings in their
+ * order, erf and exp by refmath's loops (refmath_simd.h, as M.erf and M.exp run them), over
+ * chunks of GELU_CH elements kept in L1. s is M_SQRT1_2 and p the pdf's constant, as Python
+ * floats, rounded to x's type here as np.asarray(c, x.dtype) rounds them:
+ *   forward   (x * 0.5) * (1 + erf(x * s))
+ *   backward  g * (0.5 * (1 + erf(x * s)) + x * (p * exp((x * x) * -0.5)))
+ * No FMA (-ffp-contract=off and the _rn helpers). None where an output is NaN (its payload is
+ * numpy's choice: the caller computes in numpy then), as ew. x, g: exact ndarrays of one native
+ * float type and shape, aligned and C-contiguous (else TypeError or ValueError, nothing
+ * computed). */
+#define GELU_CH 256
+#define GELU_LOOP(T, ERF, EXP, ADD, MUL)                                                      \
+    {                                                                                       \
+        const T *xp = (const T *)xd, *gp = (const T *)gd;                                   \
+        T *op = (T *)od, sv = (T)s, pv = (T)p, half = (T)0.5, mhalf = (T)-0.5, one = (T)1;  \
+        T t[GELU_CH], e[GELU_CH], u[GELU_CH];                                               \
+        for (npy_intp c = 0; c < n; c += GELU_CH) {                                         \
+            npy_intp m = n - c < GELU_CH ? n - c : GELU_CH;                                 \
+            const T *x = xp + c;                                                            \
+            T *o = op + c;                                                                  \
+            for (npy_intp k = 0; k < m; k++) t[k] = MUL(x[k], sv);                          \
+            ERF(t, e, (long long)m);                                                        \
+            if (!gp) {                                                                      \
+                for (npy_intp k = 0; k < m; k++) o[k] = MUL(MUL(x[k], half), ADD(one, e[k])); \
+            } else {                                                                        \
+                const T *g = gp + c;                                                        \
+                for (npy_intp k = 0; k < m; k++) t[k] = MUL(MUL(x[k], x[k]), mhalf);        \
+                EXP(t, u, (long long)m);                                                    \
+                for (npy_intp k = 0; k < m; k++)                                            \
+                    o[k] = MUL(g[k], ADD(MUL(half, ADD(one, e[k])), MUL(x[k], MUL(pv, u[k])))); \
+            }                                                                               \
+            int nan = 0;                                                                    \
+            for (npy_intp k = 0; k < m; k++) nan |= o[k] != o[k];                           \
+            if (nan) return 1;                                                              \
+        }                                                                                   \
+        return 0;                                                                           \
+    }
+
+/* 1 where an output is NaN (the rest then not all written), else 0 */
+static int d_gelu(const void *xd, const void *gd, double s, double p, void *od, npy_intp n)
+    GELU_LOOP(double, tsl_erf, tsl_exp, __dadd_rn, __dmul_rn)
+static int f_gelu(const void *xd, const void *gd, double s, double p, void *od, npy_intp n)
+    GELU_LOOP(float, tsl_erff, tsl_expf, __fadd_rn, __fmul_rn)
+
+static PyObject *gelu(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "gelu(x, g, s, p) takes 4 arguments");
+        return NULL;
+    }
+    double s = PyFloat_AsDouble(args[2]);
+    if (s == -1.0 && PyErr_Occurred()) return NULL;
+    double p = PyFloat_AsDouble(args[3]);
+    if (p == -1.0 && PyErr_Occurred()) return NULL;
+    int t = float_type(args[0]);
+    if (t < 0) {
+        PyErr_SetString(PyExc_TypeError, "gelu: x must be an ndarray of a native float type");
+        return NULL;
+    }
+    PyArrayObject *x = (PyArrayObject *)args[0], *g;
+    if (!PyArray_IS_C_CONTIGUOUS(x) || !PyArray_ISALIGNED(x)) {
+        PyErr_SetString(PyExc_ValueError, "gelu: x must be aligned and C-contiguous");
+        return NULL;
+    }
+    if (ew_operand(args[1], t, x, 1, &g) < 0) return NULL;
+    PyObject *out = PyArray_SimpleNew(PyArray_NDIM(x), PyArray_DIMS(x), t);
+    if (out == NULL) return NULL;
+    const void *gd = g ? PyArray_DATA(g) : NULL;
+    void *od = PyArray_DATA((PyArrayObject *)out);
+    npy_intp n = PyArray_SIZE(x);
+    int nan;
+    Py_BEGIN_ALLOW_THREADS
+    nan = t == NPY_DOUBLE ? d_gelu(PyArray_DATA(x), gd, s, p, od, n)
+                          : f_gelu(PyArray_DATA(x), gd, s, p, od, n);
+    Py_END_ALLOW_THREADS
+    if (nan) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 /* sqsums(xs): a new 1-d array of each array's serial sum of squares, acc = +0.0; acc = acc +
  * (x * x) over its elements in C order (each square one rounding, then the add: the chain
  * serial_sum makes of a row of squares, core.capture.aten_ref_nn.vector_norms' padded matrix's
@@ -684,6 +770,8 @@ static PyMethodDef METHODS[] = {
     {"addr", (PyCFunction)addr, METH_O, "addr(x): x.ctypes.data"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL,
      "ew(code, x, y, z, s): an optimizer's tiny elementwise op, new; None where one is NaN"},
+    {"gelu", (PyCFunction)(void (*)(void))gelu, METH_FASTCALL,
+     "gelu(x, g, s, p): aten's exact GELU (g None) or its backward, new; None where NaN"},
     {"sqsums", (PyCFunction)sqsums, METH_O,
      "sqsums(xs): each array's serial sum of squares, new; None where one is NaN"},
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
