@@ -381,14 +381,14 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
             goto done;
         goto none;  /* no memory: the Python (numpy's view) */
     }
+    PyObject *shp = tget(t, s_shape);
+    if (shp == NULL)
+        goto done;
+    shape = PySequence_Tuple(shp);
+    Py_DECREF(shp);
+    if (shape == NULL)
+        goto done;
     if (!contiguous) {
-        PyObject *shp = tget(t, s_shape);
-        if (shp == NULL)
-            goto done;
-        shape = PySequence_Tuple(shp);
-        Py_DECREF(shp);
-        if (shape == NULL)
-            goto done;
         if ((copy = gathered(t, (const char *)p, shape, n)) == NULL) {
             if (PyErr_Occurred())
                 goto done;
@@ -397,15 +397,6 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
         p = PyBytes_AS_STRING(copy);
     }
     /* the common case: from here on it is recorded */
-    if (shape == NULL) {
-        PyObject *shp = tget(t, s_shape);
-        if (shp == NULL)
-            goto done;
-        shape = PySequence_Tuple(shp);
-        Py_DECREF(shp);
-        if (shape == NULL)
-            goto done;
-    }
     PyObject *devices = self->c_devices, *v_dtype = self->c_v_dtype;
     if (devices == NULL || v_dtype == NULL || PySet_Add(devices, s_cpu) < 0)
         goto done;

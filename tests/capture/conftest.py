@@ -89,3 +89,19 @@ def zoo_capture(tmp_path_factory):
                                               r["stderr"])
 
     return get
+
+
+@pytest.fixture(scope="module")
+def hot():
+    """The recorder's per-op path in C (app/capture/recorder_native.py) for the modules that
+    test it (test_recorder_hot, test_recorder_hot_edges), built here (a test process is
+    tapescope's own); skipped without gcc, or where TAPESCOPE_NO_NATIVE turns it off (the
+    suite's run on the Python path alone)."""
+    if os.environ.get("TAPESCOPE_NO_NATIVE"):
+        pytest.skip("TAPESCOPE_NO_NATIVE: the recorder's Python path alone")
+    from tapescope.app.capture import recorder_native
+
+    mod = recorder_native.module(build=True)
+    if mod is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    return mod

@@ -32,18 +32,6 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), TAPESCOPE_PROGRESS="0", OMP_NUM_THR
 ENV.pop("TAPESCOPE_NO_NATIVE", None)
 
 
-@pytest.fixture(scope="module")
-def hot():
-    """The extension, built here (a test process is tapescope's own); skipped without gcc, or
-    where TAPESCOPE_NO_NATIVE turns it off (the suite's run on the Python path alone)."""
-    if os.environ.get("TAPESCOPE_NO_NATIVE"):
-        pytest.skip("TAPESCOPE_NO_NATIVE: the recorder's Python path alone")
-    mod = recorder_native.module(build=True)
-    if mod is None:
-        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
-    return mod
-
-
 def _parts(path: Path) -> tuple[bytes, dict]:
     """A capture file's bytes before its header, and its header (the recording's seconds out:
     the one field that differs between two runs)."""

@@ -34,7 +34,6 @@ from __future__ import annotations
 import _thread
 import contextlib
 import json
-import os
 import re
 import struct
 import sys
@@ -50,7 +49,6 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from tapescope.app.capture import recorder as R  # noqa: E402
-from tapescope.app.capture import recorder_native  # noqa: E402
 from tapescope.core.capture.file import (  # noqa: E402
     DIGESTS,
     OVERWRITE_OPS,
@@ -66,18 +64,6 @@ _HEX = DIGESTS["xxh3_128"][1]
 # the lines marked ``# @name`` in this file
 LINE = {m.group(1): i for i, text in enumerate(Path(HERE).read_text().splitlines(), 1)
         for m in [re.search(r"# @(\w+)$", text)] if m}
-
-
-@pytest.fixture(scope="module")
-def hot():
-    """The extension, built here (a test process is tapescope's own); skipped without gcc, or
-    where TAPESCOPE_NO_NATIVE turns it off (the suite's run on the Python path alone)."""
-    if os.environ.get("TAPESCOPE_NO_NATIVE"):
-        pytest.skip("TAPESCOPE_NO_NATIVE: the recorder's Python path alone")
-    mod = recorder_native.module(build=True)
-    if mod is None:
-        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
-    return mod
 
 
 # ---- the three recordings ------------------------------------------------------------------
@@ -100,12 +86,7 @@ def _digest(t: torch.Tensor) -> str:
         return _HEX(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
-def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for v in x for t in _tensors(v)]
-    return []
+_tensors = R._tensors  # (a tensor, or lists/tuples of them, flattened in order)
 
 
 def _plain(x: Any) -> Any:
