@@ -1,5 +1,6 @@
 """The sanitized native build's child runs, shared by the tests that run C under AddressSanitizer
-and UBSan (tests/core/test_native_sanitize.py, tests/capture/test_judge_native_diff.py)."""
+and UBSan (tests/core/test_native_sanitize.py, tests/capture/test_judge_native_diff.py and the
+native entries' tests: ``child_runs_clean``)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,18 @@ def assert_clean(p: subprocess.CompletedProcess) -> None:
     """The child ended well and neither sanitizer reported."""
     report = "AddressSanitizer" in p.stderr or "runtime error:" in p.stderr
     assert p.returncode == 0 and not report, (p.returncode, p.stderr[-4000:])
+
+
+def child_runs_clean(code: str, done: str) -> None:
+    """``code`` run in the sanitized child (``run_sanitized``) ends well, neither sanitizer
+    reports, and its output says ``done`` (the child's count of what it ran: a child that ran
+    nothing does not pass); skipped where there is no libasan or no native code."""
+    import pytest
+
+    from tapescope.core import native
+
+    if LIBASAN is None or native.library() is None:
+        pytest.skip("needs gcc with libasan (and native code)")
+    p = run_sanitized(code)
+    assert_clean(p)
+    assert done in p.stdout, p.stdout
