@@ -37,14 +37,18 @@ from tapescope.core.explain import (
     _HINTS,
     UPDATE_VARIANTS,
     VARIANTS,
+    _in_dtype,
     _mm_blas,
     closer,
     distance,
     remember,
     variants_for,
 )
-from tapescope.core.explain_aten import ATEN_FORWARD
+from tapescope.core.explain_aten import ATEN_FORWARD, aten_moments, reduce_all, sleef_exp
+from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
+from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
 from tapescope.core.explain_aten import silu as _aten_silu
+from tapescope.core.explain_prims import fma
 from tapescope.core.parity import compare_arrays
 
 __all__ = ["explain_op"]
@@ -186,12 +190,324 @@ def _sqrt(op: str) -> list[_Variant]:
             for cause, label, f in UPDATE_VARIANTS]
 
 
+def _first(a: Any) -> Any:
+    """A foreach op's argument for its output 0: a list's first entry (else ``a`` itself)."""
+    return a[0] if isinstance(a, (list, tuple)) and a else a
+
+
+def _arg(args: list, kw: dict, i: int, name: str, default: Any) -> Any:
+    return kw[name] if name in kw else args[i] if len(args) > i else default
+
+
+def _pw_out(y: Any, like: Any) -> np.ndarray:
+    return np.asarray(y).astype(np.asarray(like).dtype)
+
+
+def _pointwise(base: str) -> list[_Variant]:
+    """PyTorch's CPU kernels of the optimizers' pointwise ops (ATen's vectorised
+    ``cpu_kernel_vec`` bodies; their scalar tails are compiled with the same contraction),
+    the foreach ops' output 0 (their first tensor) included. Each is one multiply-add
+    contracted (``fma``), or an evaluation order (``addcdiv``'s ``(value * t1) / t2``)."""
+    name = base.removeprefix("_foreach_").rstrip("_")
+
+    def ops(args: list) -> list:
+        return [_f32(_first(a)) if isinstance(_first(a), np.ndarray) else _first(a)
+                for a in args]
+
+    if name == "lerp":
+        def lerp(args: list, kw: dict) -> np.ndarray:
+            a = ops(args)
+            s, e = a[0], a[1]
+            w = np.asarray(_arg(a, kw, 2, "weight", 0.5)).astype(s.dtype)
+            small = np.abs(w) < s.dtype.type(0.5)
+            coeff = np.where(small, w, w - s.dtype.type(1))
+            return _pw_out(fma(coeff, e - s, np.where(small, s, e)), _first(args[0]))
+        return [("fma", "PyTorch's CPU lerp (ATen): fma(weight, end - self, self), or "
+                        "fma(weight - 1, end - self, end) for |weight| >= 0.5", lerp)]
+    if name in ("add", "sub"):
+        def add(args: list, kw: dict) -> np.ndarray:
+            a = ops(args)
+            x, y = a[0], np.asarray(a[1])
+            alpha = _arg(a, kw, 2, "alpha", 1)
+            if alpha == 1 or x.dtype.kind != "f":
+                raise ValueError("no multiply-add to contract")
+            al = x.dtype.type(alpha if name == "add" else -alpha)
+            return _pw_out(fma(y.astype(x.dtype), al, x), _first(args[0]))
+        return [("fma", f"PyTorch's CPU {name} with alpha (ATen): fma(other, "
+                        f"{'' if name == 'add' else '-'}alpha, self)", add)]
+    if name == "addcmul":
+        def addcmul(args: list, kw: dict) -> np.ndarray:
+            a = ops(args)
+            x, t1, t2 = a[0], a[1], a[2]
+            v = x.dtype.type(_arg(a, kw, 3, "value", 1))
+            return _pw_out(fma(v * t1, t2, x), _first(args[0]))
+        return [("fma", "PyTorch's CPU addcmul (ATen): fma(value * t1, t2, self)", addcmul)]
+    if name == "addcdiv":
+        def addcdiv(args: list, kw: dict) -> np.ndarray:
+            a = ops(args)
+            x, t1, t2 = a[0], a[1], a[2]
+            v = x.dtype.type(_arg(a, kw, 3, "value", 1))
+            return _pw_out(x + (v * t1) / t2, _first(args[0]))
+        return [("reassociation", "PyTorch's CPU addcdiv (ATen): self + (value * t1) / t2",
+                 addcdiv)]
+    return []
+
+
+def _norms(dt: np.dtype) -> list[_Variant]:
+    """``_foreach_norm`` / ``linalg_vector_norm`` of order 2 over the whole tensor: the square
+    root of each sum-of-squares variant of core.explain's table (``sumsq``), in its order.
+    Measured: PyTorch 2.13's CPU float32 norm is 8 lanes, added in sequence."""
+    def make(fn: Callable) -> Callable:
+        def run(args: list, kw: dict) -> np.ndarray:
+            x = np.asarray(_first(args[0]))
+            order = _arg(args, kw, 1, "ord", 2)
+            dim = kw.get("dim", args[2] if len(args) > 2 else None)
+            if order != 2 or dim not in (None, [], ()):
+                raise ValueError("written for the 2-norm of a whole tensor")
+            w = _f32(x)
+            return np.sqrt(np.asarray(fn(w.reshape(-1), None, False))).astype(x.dtype)
+        return run
+
+    ins = (_in_dtype(v, dt) for v in VARIANTS if v.prim == "sumsq")
+    return [(v.cause, v.label, make(v.value)) for v in ins if v is not None]
+
+
+def _layer_norm() -> list[_Variant]:
+    """``native_layer_norm``'s output 0 as PyTorch's CPU kernel computes it (ATen's
+    ``LayerNormKernelImplInternal``): the statistics by ``RowwiseMoments`` (core.explain_aten's
+    ``aten_moments``), ``rstd = 1 / sqrt(var + eps)``, ``y = fma((x - mean) * rstd, gamma,
+    beta)``."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        x = np.asarray(args[0])
+        shape = list(args[1])
+        w, b, eps = args[2], args[3], args[4]
+        if x.dtype not in (np.float32, np.float64) or len(shape) < 1:
+            raise ValueError("written for float32 / float64")
+        t = x.dtype.type
+        lead = x.shape[:x.ndim - len(shape)]
+        X = x.reshape(lead + (-1,))
+        mean, var = aten_moments(X)
+        rstd = t(1) / np.sqrt(var + t(eps))
+        y = (X - mean) * rstd
+        n = X.shape[-1]
+        g = np.ones(n, x.dtype) if w is None else np.asarray(w).reshape(-1)
+        bb = np.zeros(n, x.dtype) if b is None else np.asarray(b).reshape(-1)
+        stat = lead + (1,) * len(shape)
+        return (fma(y, g, bb).reshape(x.shape).astype(x.dtype),
+                mean.reshape(stat).astype(x.dtype), rstd.reshape(stat).astype(x.dtype))
+    return [("reassociation", "PyTorch's CPU layer_norm (ATen: RowwiseMoments' Welford "
+                              "statistics, fma((x - mean) * rstd, gamma, beta))", run)]
+
+
+def _batch_norm(args: list, kw: dict) -> tuple:
+    """``native_batch_norm`` in training (an input of 3 or more dimensions, contiguous) as
+    PyTorch's CPU kernel computes it (ATen's ``batch_norm_cpu_collect_stats_contiguous_impl``,
+    ``batch_norm_cpu_update_stats_template`` and ``batch_norm_cpu_transform_input``): per
+    channel, over (image, position) in memory order, a serial float64 sum (``acc_type``),
+    ``mean = T(sum / n)``; a serial float64 sum of the T squares ``(x - mean)^2``, rounded to T;
+    ``invstd = 1 / sqrt(var_sum / n + eps)`` in float64; ``y = fma(x, a, fma(-mean, a,
+    bias))``, ``a = invstd * weight``; the running mean ``m * mean + (1 - m) * running`` in
+    T (m: the momentum in T), the running variance ``m * var_sum / (n - 1) + (1 - m) *
+    running`` in float64, its second product in T. The outputs in the capture's order: the
+    running mean and variance (when given), then y, save_mean, save_invstd."""
+    x, w, b, rm, rv = np.asarray(args[0]), args[1], args[2], args[3], args[4]
+    training, momentum, eps = bool(args[5]), float(args[6]), float(args[7])
+    if not training or x.ndim < 3 or x.dtype not in (np.float32, np.float64) or \
+            (rm is None) != (rv is None):
+        raise ValueError("written for training on N, C, spatial... float32 / float64")
+    t, f64 = x.dtype.type, np.float64
+    c = x.shape[1]
+    xc = np.moveaxis(x, 1, 0).reshape(c, -1)  # per channel: (image, position) in memory order
+    n = xc.shape[1]
+    if n < 2:
+        raise ValueError("one value per channel")
+    # np.add.accumulate adds in sequence (numpy's sum would be pairwise)
+    mean = (np.add.accumulate(xc.astype(f64), axis=1)[:, -1] / f64(n)).astype(x.dtype)
+    d = xc - mean[:, None]
+    vs = np.add.accumulate((d * d).astype(f64), axis=1)[:, -1].astype(x.dtype)
+    invstd = (f64(1) / np.sqrt((vs / t(n)).astype(f64) + f64(eps))).astype(x.dtype)
+    a = invstd * (np.ones(c, x.dtype) if w is None else np.asarray(w).reshape(-1))
+    bias = np.zeros(c, x.dtype) if b is None else np.asarray(b).reshape(-1)
+    sh = (1, c) + (1,) * (x.ndim - 2)
+    y = fma(x, a.reshape(sh), fma(-mean, a, bias).reshape(sh)).astype(x.dtype)
+    if rm is None:
+        return y, mean, invstd
+    rm, rv = np.asarray(rm), np.asarray(rv)
+    m = rm.dtype.type(momentum)
+    new_rm = (m * mean.astype(rm.dtype) + (rm.dtype.type(1) - m) * rm).astype(rm.dtype)
+    unbiased = (vs / t(n - 1)).astype(f64)
+    keep = ((rv.dtype.type(1) - rv.dtype.type(momentum)) * rv).astype(f64)
+    new_rv = (f64(rv.dtype.type(momentum)) * unbiased + keep).astype(rv.dtype)
+    return new_rm, new_rv, y, mean, invstd
+
+
+def _group_norm(args: list, kw: dict) -> tuple:
+    """``native_group_norm`` as PyTorch's CPU kernel computes it (ATen's
+    ``GroupNormKernelImplInternal``, contiguous): per (image, group) ``RowwiseMoments``
+    (core.explain_aten's ``aten_moments``), ``rstd = 1 / sqrt(max(var, 0) + eps)`` in float64
+    (``eps`` is a double), ``y = fma(scale, x, fma(-scale, mean, beta))``, ``scale = rstd *
+    gamma``. (y, mean, rstd)."""
+    x, w, b = np.asarray(args[0]), args[1], args[2]
+    n, c, hw, g = (int(a) for a in args[3:7])
+    eps = float(args[7])
+    if x.dtype not in (np.float32, np.float64) or g < 1 or c % g or x.size != n * c * hw:
+        raise ValueError("written for float32 / float64, C divisible by the groups")
+    wide = np.float64
+    d = c // g
+    mean, var = aten_moments(x.reshape(n * g, d * hw))
+    rstd = (wide(1) / np.sqrt(np.maximum(var, 0).astype(wide) + wide(eps))).astype(x.dtype)
+    gam = np.ones(c, x.dtype) if w is None else np.asarray(w).reshape(-1)
+    bet = np.zeros(c, x.dtype) if b is None else np.asarray(b).reshape(-1)
+    scale = rstd.reshape(n, g, 1) * gam.reshape(1, g, d)
+    bias = fma(-scale, mean.reshape(n, g, 1), bet.reshape(1, g, d))
+    y = fma(scale[..., None], x.reshape(n, g, d, hw), bias[..., None])
+    return (y.reshape(x.shape).astype(x.dtype), mean.reshape(n, g).astype(x.dtype),
+            rstd.reshape(n, g))
+
+
+def _log_softmax_ops(base: str) -> list[_Variant]:
+    """The loss's three kernels as PyTorch's CPU computes them (core.explain_aten):
+    ``_log_softmax`` over the last axis (SLEEF's exp and log, ``reduce_all``), its backward
+    ``fma(-exp(out), sum(g), g)``, and ``nll_loss_forward``'s cascade sum."""
+    if base == "_log_softmax":
+        def lsm(args: list, kw: dict) -> np.ndarray:
+            x = np.asarray(args[0])
+            if int(args[1]) not in (-1, x.ndim - 1) or x.dtype not in (np.float32,
+                                                                      np.float64):
+                raise ValueError("written for the last axis")
+            return _aten_log_softmax(x).astype(x.dtype)
+        return [("libm", "PyTorch's CPU log_softmax (ATen, AVX-512): (x - max) - "
+                         "log(sum(exp(x - max))), SLEEF's exp and log", lsm)]
+    if base == "_log_softmax_backward_data":
+        def lsm_bwd(args: list, kw: dict) -> np.ndarray:
+            g, out = np.asarray(args[0]), np.asarray(args[1])
+            if int(args[2]) not in (-1, g.ndim - 1) or g.dtype not in (np.float32,
+                                                                      np.float64):
+                raise ValueError("written for the last axis")
+            return fma(-sleef_exp(out), reduce_all(g), g).astype(g.dtype)
+        return [("libm", "PyTorch's CPU log_softmax backward (ATen, AVX-512): "
+                         "fma(-exp(out), sum(g), g), SLEEF's exp", lsm_bwd)]
+    if base == "nll_loss_forward":
+        return [("reassociation", "PyTorch's CPU nll_loss (ATen: a cascade of partial sums, "
+                                  "levels of 2^max(4, log2(N)/4))", _nll_cascade)]
+    return []
+
+
+def _nll_cascade(args: list, kw: dict) -> np.ndarray:
+    """``nll_loss_forward``'s output 0 (no weight, mean or sum) as ATen's ``nll_loss_out_frame``
+    sums it: ``-x[b, t[b]]`` into level 0, carried up the levels while ``b``'s bits are zero,
+    the levels then added in order from 0, divided by the count of targets kept."""
+    x, t = np.asarray(args[0]), np.asarray(args[1])
+    weight, reduction, ignore = args[2], int(args[3]), int(args[4])
+    if weight is not None or x.ndim != 2 or reduction not in (1, 2) or \
+            x.dtype not in (np.float32, np.float64) or t.shape != (x.shape[0],):
+        raise ValueError("written for 2-D input, no weight, mean or sum")
+    n = x.shape[0]
+    dt = x.dtype.type
+    lp = max(4, (int(n - 1).bit_length() if n > 1 else 0) // 4)  # CeilLog2(n) / 4
+    mask = (1 << lp) - 1
+    levels = [dt(0)] * 8
+    kept = 0
+    for b in range(n):
+        tb = int(t[b])
+        if tb == ignore:
+            continue
+        kept += 1
+        levels[0] = dt(levels[0] - x[b, tb])
+        for j in range(7):
+            if b & (mask << (j * lp)):
+                break
+            levels[j + 1] = dt(levels[j + 1] + levels[j])
+            levels[j] = dt(0)
+    s = dt(0)
+    for v in levels:
+        s = dt(s + v)
+    if reduction == 1:
+        s = dt(s / dt(kept))
+    return np.asarray(s, dtype=x.dtype)
+
+
+def _silu_backward(args: list, kw: dict) -> np.ndarray:
+    """``silu_backward(g, x)`` as PyTorch's CPU kernel: ``s = 1 / (1 + exp(-x))`` (SLEEF's exp on
+    whole register pairs), ``(g * s) * fma(x, 1 - s, 1)``."""
+    g, x = np.asarray(args[0]), np.asarray(args[1])
+    if x.dtype not in (np.float32, np.float64) or g.shape != x.shape:
+        raise ValueError("written for float32 / float64 of one shape")
+    one = x.dtype.type(1)
+    s = one / _aten_silu_parts(x)[0]
+    return ((g * s) * fma(x, one - s, one)).astype(x.dtype)
+
+
+def _mse(dt: np.dtype) -> list[_Variant]:
+    """``mse_loss`` (mean or sum): ``(x - y)^2`` summed by each ``sum`` variant of core.explain's
+    table, then divided by the count. Measured: PyTorch 2.13's CPU mean is ATen's sum kernel."""
+    def make(fn: Callable) -> Callable:
+        def run(args: list, kw: dict) -> np.ndarray:
+            x, y = np.asarray(args[0]), np.asarray(args[1])
+            red = int(_arg(args, kw, 2, "reduction", 1))
+            if red not in (1, 2) or x.shape != y.shape:
+                raise ValueError("written for mean or sum over one shape")
+            d = _f32(x) - _f32(y)
+            s = np.asarray(fn((d * d).reshape(-1), None, False))
+            return (s / s.dtype.type(x.size) if red == 1 else s).astype(x.dtype)
+        return run
+
+    return [(v.cause, v.label, make(v.value)) for v in variants_for("sum", dt)
+            if v.prim == "sum"]
+
+
+def _convs(dt: np.dtype) -> list[_Variant]:
+    """``convolution`` (2-D, not transposed, one group): each ``conv`` variant of
+    core.explain's table (oneDNN's direct order, Winograd), the bias added after."""
+    def make(fn: Callable) -> Callable:
+        def run(args: list, kw: dict) -> np.ndarray:
+            x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
+            st, pad, dil, transposed, _, groups = args[3:9]
+            if transposed or x.ndim != 4 or int(groups) != 1:
+                raise ValueError("written for 2-D, not transposed, one group")
+            pad = list(pad) if len(pad) == 2 else [pad[0], pad[0]]
+            at = {"strides": list(st), "dilations": list(dil), "group": 1,
+                  "pads": [pad[0], pad[1], pad[0], pad[1]]}
+            y = np.asarray(fn([_f32(x), _f32(w)], at))
+            if b is not None:
+                y = y + _f32(np.asarray(b)).reshape(1, -1, 1, 1)
+            return y.astype(x.dtype)
+        return run
+
+    return [(v.cause, v.label, make(v.value)) for v in variants_for("conv2d", dt)
+            if v.prim == "conv"]
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     parts = op.split(".")
     base = parts[1] if len(parts) > 1 else op
     if base in ("mm", "bmm", "addmm"):
         return _products(op, dt)
+    if base.removeprefix("_foreach_").rstrip("_") in ("lerp", "add", "sub", "addcmul",
+                                                      "addcdiv"):
+        return _pointwise(base)
+    if base in ("_foreach_norm", "linalg_vector_norm"):
+        return _norms(dt)
+    if base == "native_layer_norm":
+        return _layer_norm()
+    if base in ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward"):
+        return _log_softmax_ops(base)
+    if base == "convolution":
+        return _convs(dt)
+    if base in ("native_batch_norm", "_native_batch_norm_legit") and parts[-1] == "default":
+        return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
+                                  "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",
+                 _batch_norm)]
+    if base == "native_group_norm":
+        return [("reassociation", "PyTorch's CPU group_norm (ATen: RowwiseMoments' Welford "
+                                  "statistics, y = fma(scale, x, fma(-scale, mean, beta)))",
+                 _group_norm)]
+    if base == "silu_backward":
+        return [("libm", "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, (g * s) * "
+                         "fma(x, 1 - s, 1)", _silu_backward)]
+    if base == "mse_loss":
+        return _mse(dt)
     if base in ("sum", "mean"):
         return _sums(op, dt)
     if base == "_softmax":
@@ -203,18 +519,25 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     return []
 
 
-def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: dict) -> dict:
-    """The cause of op ``op``'s recorded output 0 differing from the reference (``diff``:
-    the judge's difference), as ``core.explain.Cause.to_json``: ``{"cause", "variant"}``, plus
-    ``closest``, ``max_ulp``, ``n_diff`` when unknown. As ``core.explain``'s search: the
-    variant that last reproduced this op at these shapes is tried first, and a closest variant
-    is named only when strictly closer than the reference (``core.explain.closer``)."""
+def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: dict,
+               output: int = 0) -> dict:
+    """The cause of op ``op``'s recorded output ``output`` differing from the reference
+    (``diff``: the judge's difference), as ``core.explain.Cause.to_json``: ``{"cause",
+    "variant"}``, plus ``closest``, ``max_ulp``, ``n_diff`` when unknown. As
+    ``core.explain``'s search: the variant that last reproduced this op at these shapes is
+    tried first, and a closest variant is named only when strictly closer than the reference
+    (``core.explain.closer``). A foreach op's output j is its lists' entry j; other ops'
+    variants name output 0, or every output (a tuple)."""
     if diff["n_diff"] and diff.get("n_signed_zero", 0) == diff["n_diff"]:
         return {"cause": "signed-zero", "variant": "equal but for the sign of zero"}
+    if output and op.split(".")[min(1, op.count("."))].startswith("_foreach_"):
+        args = [a[output] if isinstance(a, list) and len(a) > output else a for a in args]
+        output = 0
     raw = SimpleNamespace(n_nan=int(diff.get("n_nan", 0)), n_diff=int(diff["n_diff"]),
                           max_ulp=int(diff["max_ulp"]))
     shapes = tuple(np.shape(a) for a in args if isinstance(a, np.ndarray))
-    key = ("capture", op, shapes, np.dtype(recorded.dtype).str, repr(args[len(shapes):]))
+    key = ("capture", op, output, shapes, np.dtype(recorded.dtype).str,
+           repr(args[len(shapes):]))
     cands = _variants(op, _dtype(args))
     hints = _HINTS.get(key, ())
     if hints:
@@ -224,7 +547,12 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
     for cause, label, run in cands:
         try:
             with np.errstate(all="ignore"):
-                y = np.asarray(run(args, kwargs))
+                y = run(args, kwargs)
+                if type(y) is tuple:
+                    y = y[output]
+                elif output:
+                    continue  # (a variant of output 0 only)
+                y = np.asarray(y)
         except Exception:  # noqa: BLE001 — a variant that cannot run these args is skipped
             continue
         if y.shape != recorded.shape or y.dtype != recorded.dtype:

@@ -544,14 +544,6 @@ def _check_outs(got: list, recorded: list) -> list[np.ndarray]:
     return out
 
 
-def _cause(d: dict) -> dict:
-    """What can be said of an introduced difference without a variant table for aten ops."""
-    if d["n_diff"] and d["n_signed_zero"] == d["n_diff"]:
-        return {"cause": "signed-zero", "variant": "equal but for the sign of zero"}
-    return {"cause": "unknown", "variant": "", "closest": None, "max_ulp": d["max_ulp"],
-            "n_diff": d["n_diff"]}
-
-
 COLLECTIVES = ("c10d.", "_c10d_functional.")
 
 
@@ -846,7 +838,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 ent = {**where, "n_diff": di["n_diff"], "max_ulp": di["max_ulp"],
                        "max_abs": di["max_abs"], "first_index": di["first_index"]}
                 if explain:
-                    c = explain_op(op, a, k, r, di) if j == 0 else _cause(di)
+                    c = explain_op(op, a, k, r, di, j)
                     ent["cause"], ent["explain"] = c["cause"], c
                 introduced.append(ent)
         if op == COMPILED_OP and any(o["verdict"] == "introduced" for o in e["outputs"]):
