@@ -52,13 +52,14 @@ _FREE = _probe()
 
 def _smallest_free(blocks: list, nbytes: int) -> np.ndarray | None:
     """The smallest block nothing else references of ``nbytes`` to twice that, or None."""
-    best = None
+    best, size, hi = None, 0, 2 * nbytes
     for b in blocks:
         # only the list's reference (and this loop's, getrefcount's own): free; a view handed
-        # out earlier references its block (through its root's buffer), so a kept one is busy
-        if nbytes <= b.nbytes <= 2 * nbytes and sys.getrefcount(b) == _FREE \
-                and (best is None or b.nbytes < best.nbytes):
-            best = b
+        # out earlier references its block (through its root's buffer), so a kept one is busy.
+        # (The sizes first: a reference count is read only for a block that would do.)
+        n = b.nbytes
+        if nbytes <= n <= hi and (best is None or n < size) and sys.getrefcount(b) == _FREE:
+            best, size = b, n
     return best
 
 
@@ -74,19 +75,22 @@ class Arena:
         self._local = threading.local()
 
     def _blocks(self) -> list:
-        loc = self._local
-        if not hasattr(loc, "blocks"):
-            loc.blocks = []
-        return loc.blocks
+        try:
+            return self._local.blocks
+        except AttributeError:
+            blocks = self._local.blocks = []
+            return blocks
 
     def empty(self, shape, dtype) -> np.ndarray:
         """An uninitialised C-contiguous array of ``shape`` and ``dtype``: a view of a kept
         block that nothing else references (the smallest of at least its size and at most
         twice it), else of a new block (kept when the caps allow)."""
         dt = dtype if type(dtype) is np.dtype else np.dtype(dtype)
+        if dt.itemsize * math.prod(shape) < MIN_BYTES:
+            return np.empty(shape, dt)  # (np.empty checks the shape itself)
         shape = tuple(map(int, shape))
         nbytes = dt.itemsize * math.prod(shape)
-        if nbytes < MIN_BYTES:
+        if nbytes < MIN_BYTES:  # (numpy integers that wrapped above)
             return np.empty(shape, dt)
         blocks = self._blocks()
         best = _smallest_free(blocks, nbytes)

@@ -26,6 +26,8 @@ from tapescope.core.onnx.limits import (
     charge_file_strings,
     check_shape,
     count_inlined_nodes,
+    shape_charged,
+    shapes_key,
     string_tensor_bytes,
 )
 from tapescope.core.onnx.loader import LoadedModel, check_inputs, load
@@ -46,11 +48,15 @@ class Step:
     ins: tuple = field(init=False, repr=False, compare=False)
     outs: tuple = field(init=False, repr=False, compare=False)
     op_type: str = field(init=False, repr=False, compare=False)
+    # a plan run's last charge of this node: (its inputs' shapes and dtypes, Budget.cost),
+    # replayed while they stay (_run_step(..., replay=True); limits.SHAPE_CHARGED ops only)
+    charged: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.ins = tuple(self.node.input)
         self.outs = tuple(self.node.output)
         self.op_type = self.node.op_type
+        self.replayable = shape_charged(self.op_type, self.attrs)
 
 
 @dataclass
@@ -115,6 +121,7 @@ class Session:
         self._want_plan = _plan.enabled() if plan is None else bool(plan)
         self._plan: _plan.Plan | None = None
         self._arena = _arena.Arena()  # the plan's big buffers, from run to run
+        self._checked: tuple | None = None  # the last feeds' spec check_inputs passed
 
     def _fold_constants(self, budget: Budget) -> int:
         """Run once, now, every node whose inputs are all constants; return how many."""
@@ -217,7 +224,13 @@ class Session:
         refused."""
         feeds = {k: (np.asarray(v) if not isinstance(v, (list, np.ndarray)) and v is not None
                      else v) for k, v in feeds.items()}  # None: an empty optional
-        check_inputs(self.lm, feeds)
+        # the check reads the names, types, dtypes and shapes only: one that passed holds
+        # for feeds that repeat them
+        key = tuple([(k, type(v), getattr(v, "dtype", None), getattr(v, "shape", None))
+                     for k, v in feeds.items()])
+        if key != self._checked:
+            check_inputs(self.lm, feeds)
+            self._checked = key
         plan = self.plan(cancel)
         if plan is not None and not plan.usable(feeds, outputs):
             plan = None
@@ -286,22 +299,24 @@ class Session:
             return self.run_graph(g, inputs, outer, budget)
 
         cg = self.graph
-        dead = plan.dead if len(plan.dead) == len(plan.steps) else None
+        pin = budget.pin_dropped
         with np.errstate(all="ignore"):
-            for i, st in enumerate(plan.steps):
+            for st, (dead, hid) in zip(plan.steps, plan.dead_for(want), strict=True):
                 if type(st) is Step:
-                    self._run_step(st, cg, env, budget, run_sub)
+                    self._run_step(st, cg, env, budget, run_sub, replay=True)
                 else:
                     st.run(self, env, budget, run_sub)
-                if dead is not None:
-                    for name in dead[i]:
-                        if name not in want:
-                            budget.pin(env.pop(name, None))
+                if dead:
+                    pin(env, dead)
+                if hid and not env.keys().isdisjoint(hid):  # (an entry ran its nodes)
+                    pin(env, hid)
 
     def _run_step(self, st: Step, cg: CompiledGraph, env, budget: Budget, run_sub,
-                  consts: dict | None = None) -> None:
+                  consts: dict | None = None, replay: bool = False) -> None:
         """Run one node: inputs from ``env`` (``consts``: positions given instead), outputs
-        into it."""
+        into it. ``replay`` (a plan's run): the budget's charge is the one ``Budget.before``
+        made the last time the node had inputs of these shapes and dtypes, replayed (the same
+        checks and numbers; :func:`core.onnx.limits.shape_charged`)."""
         ins = []
         for name in st.ins:
             if not name:
@@ -317,7 +332,17 @@ class Session:
         ctx = Ctx(st.opset, st.node, self.k, run_sub, env, cg,
                   self.lm.opsets.get("", 1), budget, st.label)
         try:
-            budget.before(st.op_type, ins, st.attrs, st.opset)
+            key = charged = None
+            if replay and st.replayable:
+                key = shapes_key(ins)
+                charged = st.charged
+            if key is not None and charged is not None and charged[0] == key:
+                budget.replay(*charged[1])
+            else:
+                budget.before(st.op_type, ins, st.attrs, st.opset)
+                if key is not None:  # (before let it in: its cost is what it charged)
+                    cost = budget.cost(st.op_type, ins, st.attrs, st.opset)
+                    st.charged = None if cost is None else (key, cost)
             out = st.kernel(ctx, *ins, **st.attrs)
             if not isinstance(out, tuple):
                 out = (out,)

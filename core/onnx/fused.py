@@ -197,6 +197,10 @@ class FusedConv:
         if affine is not None:
             self.const_names += [affine.c, affine.d]
         self.x_name = cin[0]
+        # the operands' names as one lookup (the absent ones, None, are not looked up)
+        self._names = tuple(n for n in self.const_names if n)
+        self._get = operator.itemgetter(*self._names) if len(self._names) > 1 else \
+            (lambda env, n=self._names[0]: (env[n],))
         self._prep: Any = None  # (x shape, dtype, operands, prepared geometry): _prepared
         self.shuffle: Shuffle | None = None  # the channel shuffle that reads the output
 
@@ -262,19 +266,35 @@ class FusedConv:
         call = native.conv_call(x.shape, dt, wprep, st, dil, padw, outs, group, made[0], wpack)
         if call is None:
             return None
-        return dict(yshape=yshape, m=m, call=call, keep=made[1], costs=costs,
-                    total=_total(costs), w=wprep, wpack=wpack)
+        native.addresser()  # (the extension's addr for run_conv, where it is built)
+        total = _total(costs)
+        size = math.prod(yshape)
+        nbytes = size * dt.itemsize
+        # Budget.admit's arguments: the chain's nodes, then its output held and the
+        # intermediates it never makes charged (as _charge, then _held)
+        admit = (len(self.chain), *total, size, nbytes * len(self.chain))
+        return dict(yshape=yshape, m=m, call=call, keep=made[1], costs=costs, total=total,
+                    w=wprep, wpack=wpack, admit=admit, inner=nbytes * (len(self.chain) - 1),
+                    dt=dt, shuffled=None)
 
     def _case(self, env, budget):
         """(prepared, x, residual) for this run, or None, before any charge, when the C pass
         does not cover it."""
         try:
             x = env[self.x_name]
-            ops = tuple([env[n] if n else None for n in self.const_names])
+            got = self._get(env)
             res = env[self.res_name] if self.res_name else None
         except KeyError:
             return None
-        p = _prepared(self, x, ops, lambda: self._prepare(x, ops, env, budget))
+        p = self._prep
+        # (_prepared's test, inline: the same shape, dtype and operands, these by identity)
+        if p is None or p[0] != getattr(x, "shape", None) or p[1] != getattr(x, "dtype", None) \
+                or not all(map(operator.is_, p[2], got)):
+            names = iter(got)
+            ops = tuple([next(names) if n else None for n in self.const_names])
+            p = self._prep = (getattr(x, "shape", None), getattr(x, "dtype", None), got,
+                              self._prepare(x, ops, env, budget))
+        p = p[3]
         if p is None:
             return None
         if res is not None:
@@ -298,7 +318,7 @@ class FusedConv:
         if res is not None:
             ep.res, ep.res_first = native.address(res), int(self.res_first)
         if dst is not None:
-            ep.dst, ep.dst_row, ep.channels = native.address(dst[0]), dst[1].ctypes.data, p["m"]
+            ep.dst, ep.dst_row, ep.channels = native.address(dst[0]), native.address(dst[1]), p["m"]
         if relu:
             ep.relu = 1
         native.run_conv(call, x, out)
@@ -310,22 +330,41 @@ class FusedConv:
         if case is None:
             return None
         p, x, _ = case
-        steps, costs, total = self.chain, p["costs"], p["total"]
-        dst = None
-        if shuffle is not None:
-            lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
-            if lay is None or lay[4] is None:
-                return None
-            steps, costs = steps + shuffle.chain, costs + lay[3]
+        if shuffle is None:
+            if budget.admit(*p["admit"]):  # every charge at once: none refuses
+                y = _arena.empty(p["yshape"], p["dt"])
+                budget.hold_new(y, p["inner"])
+                self._product(case, y)
+                return y
+            _charge(budget, self.chain, p["costs"], sess, p["total"])
+            y = _arena.empty(p["yshape"], x.dtype)
+            self._product(case, y)
+            del case
+            return _held(budget, y, len(self.chain) - 1, self.chain, sess)
+        lay = shuffle.layout(sess, env, p["yshape"], x.dtype)
+        if lay is None or lay[4] is None:
+            return None
+        sh = p["shuffled"]
+        if sh is None or sh[0] is not lay:  # (the layout's answer is cached: one per shape)
+            costs = p["costs"] + lay[3]
             total = _total(costs)
-            dst = (_arena.empty(lay[0], x.dtype), lay[4])
-        _charge(budget, steps, costs, sess, total)
+            size = math.prod(lay[0])
+            nbytes = size * p["dt"].itemsize
+            sh = p["shuffled"] = (lay, costs, total, (
+                len(self.chain) + len(shuffle.chain), *total, size,
+                nbytes * (len(self.chain) + 1)), nbytes * len(self.chain))
+        if budget.admit(*sh[3]):
+            dst = (_arena.empty(lay[0], p["dt"]), lay[4])
+            budget.hold_new(dst[0], sh[4])
+            self._product(case, _arena.empty(p["yshape"], p["dt"]), dst)
+            return dst[0]
+        _charge(budget, self.chain + shuffle.chain, sh[1], sess, sh[2])
+        dst = (_arena.empty(lay[0], x.dtype), lay[4])
         y = _arena.empty(p["yshape"], x.dtype)
         self._product(case, y, dst)
-        del case
-        if dst is not None:  # the chain's own output is an intermediate now
-            return _held(budget, dst[0], len(self.chain), self.chain, sess)
-        return _held(budget, y, len(self.chain) - 1, self.chain, sess)
+        del case, y
+        # the chain's own output is an intermediate now
+        return _held(budget, dst[0], len(self.chain), self.chain, sess)
 
     def write_into(self, case, buf, c0: int, relu: bool = False) -> None:
         """The chain's output [then a Relu] written into channels [c0, c0 + M) of ``buf`` (a
@@ -629,7 +668,10 @@ class ConcatInto:
         self.next: ConcatInto | None = None  # the one whose input 0 is our output (it grows)
         self.grows = False
         self.relu = None
-        self._cost: Any = None  # (input shapes, dtype, the Concat's [and Relu's] costs)
+        # (input shapes, dtype, the fused inputs' prepared answers, what they give: the
+        # charges, their total, the output's geometry and bytes never materialised), or None
+        self._cost: Any = None
+        self._relu_eps: dict = {}  # (dtype, channels) -> the Relu-only Epilogue (ep_apply)
 
     def take_relu(self, st) -> None:
         """Take the Relu ``st`` that alone reads the output: the Concat's output becomes an
@@ -673,7 +715,7 @@ class ConcatInto:
     def _into(self, sess, env, budget, run_sub) -> bool:
         """The Concat's output into ``env`` with its fused inputs written in place (True), or
         False, before any charge of its own, when not covered (then the plain node runs)."""
-        cases, vals, shapes, dts = [], [], [], set()
+        cases, vals, shapes, dt = [], [], [], None
         for name, f in zip(self.names, self.parts, strict=True):
             case = f._case(env, budget) if f is not None else None
             if f is not None and case is None:
@@ -683,43 +725,30 @@ class ConcatInto:
                 if not isinstance(v, np.ndarray):
                     return False
                 shapes.append(v.shape)
-                dts.add(v.dtype)
+                d = v.dtype
             else:
                 v = None
                 shapes.append(case[0]["yshape"])
-                dts.add(case[1].dtype)
+                d = case[1].dtype
+            if dt is None:
+                dt = d
+            elif d != dt:
+                return False  # the Concat node says what is wrong
             cases.append(case)
             vals.append(v)
-        if len(dts) != 1 or any(len(s) != 4 for s in shapes) \
-                or len({(s[0],) + tuple(s[2:]) for s in shapes}) != 1:
-            return False  # the Concat node says what is wrong
-        dt = dts.pop()
-        n, _, h, w = shapes[0]
-        ctot = sum(s[1] for s in shapes)
-        key = (tuple(shapes), dt)
-        if self._cost is None or self._cost[0] != key:
-            like = [np.broadcast_to(np.zeros((), dt), s) for s in shapes]
-            got = [budget.cost("Concat", like, self.step.attrs, self.step.opset)]
-            if self.relu is not None:
-                y_like = np.broadcast_to(np.zeros((), dt), (n, ctot, h, w))
-                got.append(budget.cost("Relu", [y_like], self.relu.attrs, self.relu.opset))
-            self._cost = (key, None if None in got else got)
-        if self._cost[1] is None:
+        preps = [c[0] if c is not None else None for c in cases]
+        got = self._cost
+        if got is None or got[0] != shapes or got[1] != dt \
+                or not all(map(operator.is_, got[2], preps)):
+            got = self._cost = (shapes, dt, preps, self._charges(shapes, dt, cases, budget))
+        if got[3] is None:
             return False
         # every charge at once when the plain nodes would be refused none (else they run, and
         # the refusal names its node): the nodes' work, the output and the values the plain
         # run would have held (the fused inputs and their intermediates, the Concat's output
         # under a Relu)
-        costs = list(self._cost[1])
-        size = n * ctot * h * w
-        inner = size * dt.itemsize * (len(self.chain) - 1)
-        for c, f in zip(cases, self.parts, strict=True):
-            if c is not None:
-                costs += c[0]["costs"]
-                inner += math.prod(c[0]["yshape"]) * dt.itemsize * len(f.chain)
-        lim = budget.limits
-        if size > lim.max_elements or budget.bytes + size * dt.itemsize + inner > lim.max_bytes \
-                or not budget.replay_all(len(costs), *_total(costs)):
+        costs, total, (n, ctot, h, w), size, inner = got[3]
+        if not budget.admit(len(costs), *total, size, size * dt.itemsize + inner):
             return False
         blk, c0, first = None, 0, 0
         if self.grows and vals[0] is not None:
@@ -738,9 +767,13 @@ class ConcatInto:
             case, f = cases[i], self.parts[i]
             if case is None:
                 part = blk[:, c0:c0 + shapes[i][1]]
-                part[...] = vals[i]
-                if relu:  # the Relu kernel's x <= 0 -> +0.0 (NaN stays)
-                    np.copyto(part, dt.type(0), where=part <= 0)
+                y = self._relu(vals[i]) if relu else None
+                if y is not None:
+                    part[...] = y
+                else:
+                    part[...] = vals[i]
+                    if relu:  # the Relu kernel's x <= 0 -> +0.0 (NaN stays)
+                        np.copyto(part, dt.type(0), where=part <= 0)
             else:
                 f.write_into(case, blk, c0, relu)
             c0 += shapes[i][1]
@@ -748,13 +781,47 @@ class ConcatInto:
         if isinstance(blk, _Block):
             blk.filled = ctot
             y = blk[:, :ctot].view(np.ndarray)
-            inner += y.nbytes  # as the plain run holds the Concat's own output
+            budget.charge(inner + y.nbytes)  # as the plain run holds the Concat's own output
         else:
             y = blk
-            budget.hold(y)
-        budget.charge(inner)  # the values above, never materialised
+            budget.hold_new(y, inner)  # (and the values above, never materialised)
         env[self.out] = y
         return True
+
+    def _charges(self, shapes, dt, cases, budget):
+        """(the charges of the Concat [and Relu] and of the fused inputs' chains, their
+        _total, the output's (n, c, h, w), its elements, the bytes of the values the plain run
+        would hold that this never makes), or None where the pass does not cover the shapes
+        or a charge is not known."""
+        if any(len(s) != 4 for s in shapes) or len({(s[0],) + tuple(s[2:]) for s in shapes}) != 1:
+            return None  # the Concat node says what is wrong
+        n, _, h, w = shapes[0]
+        ctot = sum(s[1] for s in shapes)
+        like = [np.broadcast_to(np.zeros((), dt), s) for s in shapes]
+        costs = [budget.cost("Concat", like, self.step.attrs, self.step.opset)]
+        if self.relu is not None:
+            y_like = np.broadcast_to(np.zeros((), dt), (n, ctot, h, w))
+            costs.append(budget.cost("Relu", [y_like], self.relu.attrs, self.relu.opset))
+        if None in costs:
+            return None
+        size = n * ctot * h * w
+        inner = size * dt.itemsize * (len(self.chain) - 1)
+        for c, f in zip(cases, self.parts, strict=True):
+            if c is not None:
+                costs += c[0]["costs"]
+                inner += math.prod(c[0]["yshape"]) * dt.itemsize * len(f.chain)
+        return costs, _total(costs), (n, ctot, h, w), size, inner
+
+    def _relu(self, x):
+        """Relu of ``x`` by the conv epilogue's Relu in one C pass (``native.ep_apply``: the
+        Relu kernel's bits, as a fused chain's), or None where it does not take ``x``."""
+        if x.ndim < 2:
+            return None
+        key = (x.dtype, x.shape[1])
+        ep = self._relu_eps.get(key)
+        if ep is None:
+            ep = self._relu_eps[key] = native.epilogue(x.dtype, x.shape[1], relu=True) or ()
+        return native.ep_apply(x, ep[0]) if ep else None
 
 
 def _fused_or_nodes(entry, sess, env, budget, run_sub) -> None:

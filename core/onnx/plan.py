@@ -102,6 +102,26 @@ class Plan:
     # per step, the values no later step reads (dropped from the run's env after it, so the
     # arena hands their buffers to later steps: a run's working set stays cache-sized)
     dead: list = field(default_factory=list)
+    keep: frozenset = frozenset()  # the names never dropped (the graph's outputs among them)
+    _dead_for: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def dead_for(self, want) -> list:
+        """Per step, the values to drop after it on a run that asks for ``want`` (those of
+        ``dead`` not asked for), as (the values made outside fused entries, the ones a fused
+        entry hides: in ``env`` only where it ran its nodes one by one); nothing where
+        ``dead`` is not one entry a step."""
+        if len(self.dead) != len(self.steps):
+            return [((), ())] * len(self.steps)
+        key = frozenset(want) if want and not self.keep.issuperset(want) else frozenset()
+        got = self._dead_for.get(key)
+        if got is None:
+            got = [(tuple(n for n in d if n not in key and n not in self.hidden),
+                    tuple(n for n in d if n not in key and n in self.hidden))
+                   for d in self.dead]
+            if len(self._dead_for) > 8:
+                self._dead_for.clear()
+            self._dead_for[key] = got
+        return got
 
     def hold(self, budget) -> None:
         """Account for the folded values as ``Budget.hold`` on each would."""
@@ -523,7 +543,7 @@ def build(sess, budget, fold: bool = True) -> Plan:
     keep = _subgraph_names(sess) | set(sess.graph.outputs) | set(values) \
         | set(sess.graph.inits) | set(sess.input_names)
     return Plan(steps, values, frozenset(guard), frozenset(hidden), bases, nbytes, largest,
-                _dead(steps, keep))
+                _dead(steps, keep), frozenset(keep))
 
 
 def _entry_nodes(e) -> list:
