@@ -65,7 +65,7 @@ class ConstArgs:
                                         kernel=kernel or st.kernel)
 
     def run(self, sess, env, budget, run_sub) -> None:
-        sess._run_step(self.step, sess.graph, env, budget, run_sub, self.consts)
+        sess._run_step(self.step, sess.graph, env, budget, run_sub, self.consts, replay=True)
 
 
 class _Affine:

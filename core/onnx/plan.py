@@ -46,6 +46,14 @@ stays the plain node list (the importer and the GUI read it). What the plan does
   its live values and in cache. The budget still counts a dropped value until the run ends
   (``Budget.pin``): a run is charged what the plain loop, which keeps every value, holds.
 
+* **What a run repeats is kept** (issue 49: the Python around each C call was ~18 us a
+  node): a fused entry's geometry, prepared call and charges per input shape (its operands by
+  identity); a plain node's charge per input shapes and dtypes, replayed (``Budget.replay``)
+  for the ops whose charge reads nothing else (``limits.SHAPE_PREDICTED``); one
+  ``Budget.admit`` for a fused chain's nodes, output and unmade intermediates when none is
+  refused (else the charges one by one, so that the refusal names its node). A new shape
+  prepares afresh (tests/core/onnx/test_plan_overhead.py).
+
 A run may ask for any value: one a fused chain never materialises (``hidden``) makes that run
 use the plain node list. Budget accounting is kept: every original node is still charged
 (``Budget.replay`` of what ``Budget.before`` would charge) and a fused chain charges the bytes
