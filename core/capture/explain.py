@@ -299,6 +299,85 @@ def _layer_norm() -> list[_Variant]:
                               "statistics, fma((x - mean) * rstd, gamma, beta))", run)]
 
 
+def _lane_sum(p1: np.ndarray, p2: np.ndarray | None, lanes: int, tree: bool) -> np.ndarray:
+    """ATen's ``vec::map2_reduce_all`` / ``reduce_all`` of ``p1 * p2`` (or ``p1``) over each row
+    (the last axis), as layer_norm's backward runs it: rows shorter than a vector are summed
+    lane after lane; else one accumulator of ``lanes`` lanes starts from the first vector, adds
+    each whole vector, then the tail into its first lanes contracted (``fma(p1, p2, acc)``: the
+    compiler fuses the tail's map and add, not the loop's), then the lanes are folded
+    (halving for float32, in sequence for float64)."""
+    from tapescope.core.explain_prims import _fold_lanes
+
+    t = p1 if p2 is None else p1 * p2
+    n = t.shape[-1]
+    if n < lanes:
+        acc = t[..., 0].copy()
+        for k in range(1, n):
+            acc = acc + t[..., k]
+        return acc
+    acc = t[..., :lanes].copy()
+    d = lanes
+    while d + lanes <= n:
+        acc = acc + t[..., d:d + lanes]
+        d += lanes
+    if d < n:
+        k = n - d
+        acc[..., :k] = acc[..., :k] + t[..., d:] if p2 is None else \
+            fma(p1[..., d:], p2[..., d:], acc[..., :k])
+    return _fold_lanes(acc, lanes, tree)
+
+
+def _layer_norm_backward(threads: int) -> Callable:
+    """``native_layer_norm_backward`` as PyTorch's CPU kernel computes it (ATen's
+    ``LayerNormBackwardKernelImplInternal``, 8 float32 / 4 float64 lanes, measured): per row
+    ``ds``, ``db`` by :func:`_lane_sum` of ``(dy * x) * gamma`` and ``dy * gamma``, ``b =
+    fma(db, mean, -ds) * rstd^3 / N``, ``c = fma(-b, mean, -(db * rstd / N))``, ``dx = fma(b,
+    x, (rstd * dy) * gamma) + c``; ``dgamma`` and ``dbeta`` as the rows' sums ``fma(dy,
+    fma(rstd, x, -rstd * mean), acc)`` and ``acc + dy`` in one buffer per thread (the rows
+    split in ``threads`` even chunks), the buffers added in order. The outputs its mask asks
+    for, in order."""
+    def run(args: list, kw: dict) -> tuple:
+        dy, x = np.asarray(args[0]), np.asarray(args[1])
+        shape, mean, rstd, w, mask = list(args[2]), args[3], args[4], args[5], args[7]
+        if x.dtype not in (np.float32, np.float64) or dy.shape != x.shape or not shape:
+            raise ValueError("written for float32 / float64")
+        t = x.dtype.type
+        n = math.prod(shape)
+        X, DY = x.reshape(-1, n), dy.reshape(-1, n)
+        M = np.asarray(mean).reshape(-1)
+        A = np.asarray(rstd).reshape(-1)
+        g = None if w is None else np.asarray(w).reshape(-1)
+        lanes, tree = (8, True) if x.dtype == np.float32 else (4, False)
+        out = []
+        if mask[0]:
+            ds = _lane_sum(DY * X, g, lanes, tree) if g is not None else \
+                _lane_sum(DY, X, lanes, tree)
+            db = _lane_sum(DY, g, lanes, tree) if g is not None else \
+                _lane_sum(DY, None, lanes, tree)
+            scale = t(1) / t(n)
+            b = fma(db, M, -ds) * A * A * A * scale
+            c = fma(-b, M, -((db * A) * scale))
+            ad = A[:, None] * DY if g is None else (A[:, None] * DY) * g
+            out.append((fma(b[:, None], X, ad) + c[:, None]).reshape(x.shape).astype(x.dtype))
+        if mask[1] or mask[2]:
+            rows = X.shape[0]
+            nt = max(1, min(threads, rows))
+            chunk = -(-rows // nt)
+            gam, bet = np.zeros(n, x.dtype), np.zeros(n, x.dtype)
+            for s0 in range(0, rows, chunk):
+                bg, bb = np.zeros(n, x.dtype), np.zeros(n, x.dtype)
+                for i in range(s0, min(rows, s0 + chunk)):
+                    bg = fma(DY[i], fma(A[i], X[i], -A[i] * M[i]), bg)
+                    bb = bb + DY[i]
+                gam, bet = gam + bg, bet + bb
+            if mask[1]:
+                out.append(gam.reshape(shape))
+            if mask[2]:
+                out.append(bet.reshape(shape))
+        return tuple(out)
+    return run
+
+
 def _batch_norm(args: list, kw: dict) -> tuple:
     """``native_batch_norm`` in training (an input of 3 or more dimensions, contiguous) as
     PyTorch's CPU kernel computes it (ATen's ``batch_norm_cpu_collect_stats_contiguous_impl``,
@@ -499,6 +578,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",
                  _batch_norm)]
+    if base == "native_layer_norm_backward":
+        return [("reassociation", "PyTorch's CPU layer_norm backward (ATen: 8 / 4 lanes, the "
+                                  "tail contracted; dgamma and dbeta summed per thread, the "
+                                  f"rows in {t} chunk{'s' if t > 1 else ''})",
+                 _layer_norm_backward(t)) for t in (1, 2, 4, 8, 16, 32, 64)]
     if base == "native_group_norm":
         return [("reassociation", "PyTorch's CPU group_norm (ATen: RowwiseMoments' Welford "
                                   "statistics, y = fma(scale, x, fma(-scale, mean, beta)))",

@@ -282,3 +282,38 @@ def test_group_norm_every_output(dt, shape, groups):
         d = {"n_diff": 1, "max_ulp": 1, "n_signed_zero": 0}
         assert explain_op(op, args, {}, got.numpy(), d, j)["cause"] == "reassociation", j
         assert explain_op(op, args, {}, _nudged(got.numpy()), d, j)["cause"] == "unknown"
+
+
+@pytest.mark.parametrize("dt", DTS, ids=["float32", "float64"])
+@pytest.mark.parametrize("shape", [(4, 8, 16), (7, 100), (3, 7), (6, 97), (64, 768)])
+@pytest.mark.parametrize("affine", [True, False], ids=["gamma", "no-gamma"])
+def test_layer_norm_backward_each_output(dt, shape, affine):
+    """dx (whole vectors, a tail, rows shorter than a vector), and dgamma / dbeta summed in
+    one buffer per thread: named at this process's thread count."""
+    g = torch.Generator().manual_seed(11)
+    n = shape[-1]
+    x = torch.randn(*shape, dtype=dt, generator=g) * 2 + 0.5
+    dy = torch.randn(*shape, dtype=dt, generator=g)
+    w = torch.randn(n, dtype=dt, generator=g) if affine else None
+    b = torch.randn(n, dtype=dt, generator=g) if affine else None
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    mask = [True, affine, affine]
+    outs = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)
+    args = _np([dy, x]) + [[n]] + _np([mean, rstd, w, b]) + [mask]
+    DY, X, M, R = args[0], args[1], args[3], args[4]
+    W = args[5] if affine else np.ones(n, X.dtype)
+    xh = (X - M) * R
+    plain = [R * (DY * W - (DY * W).mean(-1, keepdims=True)
+                  - xh * (DY * W * xh).mean(-1, keepdims=True))]
+    if affine:
+        plain += [(DY * xh).reshape(-1, n).sum(0), DY.reshape(-1, n).sum(0)]
+    op = "aten.native_layer_norm_backward.default"
+    for j, (got, pl) in enumerate(zip((o for o in outs if o is not None), plain, strict=True)):
+        rec = got.numpy()
+        d = _diff(pl.astype(rec.dtype), rec)
+        d["n_diff"] = max(d["n_diff"], 1)
+        c = explain_op(op, args, {}, rec, d, j)
+        assert c["cause"] == "reassociation" and "layer_norm backward" in c["variant"], (j, c)
+        if j and shape[0] == 64 and torch.get_num_threads() > 1:  # one buffer a thread
+            assert f"in {torch.get_num_threads()} chunks" in c["variant"], c
+        assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", j
