@@ -420,6 +420,43 @@ def _batch_norm(args: list, kw: dict) -> tuple:
     return new_rm, new_rv, y, mean, invstd
 
 
+def _batch_norm_backward(args: list, kw: dict) -> tuple:
+    """``native_batch_norm_backward`` in training as PyTorch's CPU kernel computes it (ATen's
+    ``batch_norm_cpu_backward_contiguous_impl``): per channel and image, ``sum(dy)`` and
+    ``sum((x - mean) * dy)`` by :func:`_lane_sum` (layer_norm's lanes), added over the images
+    in float64; ``k = dotp * invstd * invstd / N`` and ``grad_mean = sum / N`` in T, ``dx =
+    (fma(-(x - mean), k, dy - grad_mean) * invstd) * weight``, ``dweight = dotp * invstd``,
+    ``dbias = sum``. The outputs its mask asks for, in order."""
+    dy, x, w = np.asarray(args[0]), np.asarray(args[1]), args[2]
+    sm, si, train, mask = args[5], args[6], bool(args[7]), args[9]
+    if not train or x.ndim < 3 or x.dtype not in (np.float32, np.float64) or \
+            dy.shape != x.shape or sm is None or si is None:
+        raise ValueError("written for training on N, C, spatial... float32 / float64")
+    t, f64 = x.dtype.type, np.float64
+    nb, c = x.shape[:2]
+    X, DY = x.reshape(nb, c, -1), dy.reshape(nb, c, -1)
+    mean, invstd = np.asarray(sm).reshape(-1), np.asarray(si).reshape(-1)
+    wv = np.ones(c, x.dtype) if w is None else np.asarray(w).reshape(-1)
+    lanes, tree = (8, True) if x.dtype == np.float32 else (4, False)
+    total, dotp = np.zeros(c, f64), np.zeros(c, f64)
+    for i in range(nb):
+        total = total + _lane_sum(DY[i], None, lanes, tree).astype(f64)
+        dotp = dotp + _lane_sum(X[i] - mean[:, None], DY[i], lanes, tree).astype(f64)
+    n = nb * X.shape[2]
+    out = []
+    if mask[0]:
+        k = dotp.astype(x.dtype) * invstd * invstd / t(n)
+        gm = (total / f64(n)).astype(x.dtype)
+        inner = fma(-(X - mean[None, :, None]), k[None, :, None], DY - gm[None, :, None])
+        out.append(((inner * invstd[None, :, None]) * wv[None, :, None]).reshape(x.shape)
+                   .astype(x.dtype))
+    if mask[1]:
+        out.append((dotp * invstd.astype(f64)).astype(x.dtype))
+    if mask[2]:
+        out.append(total.astype(x.dtype))
+    return tuple(out)
+
+
 def _group_norm(args: list, kw: dict) -> tuple:
     """``native_group_norm`` as PyTorch's CPU kernel computes it (ATen's
     ``GroupNormKernelImplInternal``, contiguous): per (image, group) ``RowwiseMoments``
@@ -583,6 +620,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "tail contracted; dgamma and dbeta summed per thread, the "
                                   f"rows in {t} chunk{'s' if t > 1 else ''})",
                  _layer_norm_backward(t)) for t in (1, 2, 4, 8, 16, 32, 64)]
+    if base == "native_batch_norm_backward":
+        return [("reassociation", "PyTorch's CPU batch_norm backward (ATen: per image 8 / 4 "
+                                  "lanes, the tail contracted, the images added in float64; "
+                                  "dx = fma(-(x - mean), k, dy - grad_mean) * invstd * w)",
+                 _batch_norm_backward)]
     if base == "native_group_norm":
         return [("reassociation", "PyTorch's CPU group_norm (ATen: RowwiseMoments' Welford "
                                   "statistics, y = fma(scale, x, fma(-scale, mean, beta)))",

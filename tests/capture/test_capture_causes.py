@@ -317,3 +317,32 @@ def test_layer_norm_backward_each_output(dt, shape, affine):
         if j and shape[0] == 64 and torch.get_num_threads() > 1:  # one buffer a thread
             assert f"in {torch.get_num_threads()} chunks" in c["variant"], c
         assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", j
+
+
+@pytest.mark.parametrize("dt", DTS, ids=["float32", "float64"])
+@pytest.mark.parametrize("shape", [(8, 4, 8, 8), (2, 5, 33, 17), (16, 8, 4, 4)])
+def test_batch_norm_backward_each_output(dt, shape):
+    g = torch.Generator().manual_seed(12)
+    c = shape[1]
+    x = torch.randn(*shape, dtype=dt, generator=g) * 2 + 0.3
+    w, b = torch.randn(c, dtype=dt, generator=g), torch.randn(c, dtype=dt, generator=g)
+    rm, rv = torch.zeros(c, dtype=dt), torch.ones(c, dtype=dt)
+    _, sm, si = torch.ops.aten.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+    dy = torch.randn(*shape, dtype=dt, generator=g)
+    mask = [True, True, True]
+    outs = torch.ops.aten.native_batch_norm_backward(dy, x, w, rm, rv, sm, si, True, 1e-5, mask)
+    args = _np([dy, x, w, rm, rv, sm, si]) + [True, 1e-5, mask]
+    DY, X, W, M, S = args[0], args[1], args[2], args[5], args[6]
+    ax = (0,) + tuple(range(2, X.ndim))
+    sh = (1, c) + (1,) * (X.ndim - 2)
+    xh = (X - M.reshape(sh)) * S.reshape(sh)
+    plain = [W.reshape(sh) * S.reshape(sh) * (DY - DY.mean(ax, keepdims=True)
+                                              - xh * (DY * xh).mean(ax, keepdims=True)),
+             (DY * xh).sum(ax), DY.sum(ax)]
+    op = "aten.native_batch_norm_backward.default"
+    for j, (got, pl) in enumerate(zip(outs, plain, strict=True)):
+        rec = got.numpy()
+        d = _diff(pl.astype(rec.dtype), rec)
+        d["n_diff"] = max(d["n_diff"], 1)
+        assert explain_op(op, args, {}, rec, d, j)["cause"] == "reassociation", j
+        assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", j
