@@ -346,3 +346,20 @@ def test_batch_norm_backward_each_output(dt, shape):
         d["n_diff"] = max(d["n_diff"], 1)
         assert explain_op(op, args, {}, rec, d, j)["cause"] == "reassociation", j
         assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", j
+
+
+def test_two_runs_at_1_and_2_threads_part_where_the_threads_split_a_sum(zoo_capture):
+    """The zoo GPT captured at 2 threads and at 1, paired with --explain: the runs part at the
+    final layer norm's backward, and each side's cause names its own split of dgamma's rows."""
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.pair import pair
+
+    runs = []
+    for n in (2, 1):
+        f, p = zoo_capture(["gpt.py", "--steps", "3"], ("--set", f"threads={n}"))
+        assert p.returncode == 0, p.stderr[-2000:]
+        runs.append(load(f))
+    rep = pair(runs[0], runs[1], explain=True)
+    first = rep["first_parted"]
+    assert first["op"] == "aten.native_layer_norm_backward.default", first
+    assert "rows in 2 chunks" in first["cause"] and "rows in 1 chunk)" in first["cause"], first
