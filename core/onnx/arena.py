@@ -92,6 +92,10 @@ class Arena:
         nbytes = dt.itemsize * math.prod(shape)
         if nbytes < MIN_BYTES:  # (numpy integers that wrapped above)
             return np.empty(shape, dt)
+        return self._take(shape, dt, nbytes)
+
+    def _take(self, shape: tuple, dt: np.dtype, nbytes: int) -> np.ndarray:
+        """:meth:`empty` of ``nbytes`` (at least MIN_BYTES) for Python int ``shape``."""
         blocks = self._blocks()
         best = _smallest_free(blocks, nbytes)
         if best is None:
@@ -132,6 +136,15 @@ def empty(shape, dtype) -> np.ndarray:
     run."""
     ar = _current.get()
     return np.empty(shape, dtype) if ar is None else ar.empty(shape, dtype)
+
+
+def empty_sized(shape: tuple, dtype: np.dtype, nbytes: int) -> np.ndarray:
+    """:func:`empty` for a caller that knows its array: ``shape`` a tuple of Python ints,
+    ``dtype`` an ``np.dtype``, ``nbytes`` their product (a fused entry's prepared output)."""
+    ar = _current.get()
+    if ar is None or nbytes < MIN_BYTES:
+        return np.empty(shape, dtype)
+    return ar._take(shape, dtype, nbytes)
 
 
 @contextlib.contextmanager

@@ -273,9 +273,9 @@ class FusedConv:
         # Budget.admit's arguments: the chain's nodes, then its output held and the
         # intermediates it never makes charged (as _charge, then _held)
         admit = (len(self.chain), *total, size, nbytes * len(self.chain))
-        return dict(yshape=yshape, m=m, call=call, keep=made[1], costs=costs, total=total,
-                    w=wprep, wpack=wpack, admit=admit, inner=nbytes * (len(self.chain) - 1),
-                    dt=dt, shuffled=None)
+        return dict(yshape=tuple(map(int, yshape)), m=m, call=call, keep=made[1], costs=costs,
+                    total=total, w=wprep, wpack=wpack, admit=admit,
+                    inner=nbytes * (len(self.chain) - 1), dt=dt, nbytes=nbytes, shuffled=None)
 
     def _case(self, env, budget):
         """(prepared, x, residual) for this run, or None, before any charge, when the C pass
@@ -332,7 +332,7 @@ class FusedConv:
         p, x, _ = case
         if shuffle is None:
             if budget.admit(*p["admit"]):  # every charge at once: none refuses
-                y = _arena.empty(p["yshape"], p["dt"])
+                y = _arena.empty_sized(p["yshape"], p["dt"], p["nbytes"])
                 budget.hold_new(y, p["inner"])
                 self._product(case, y)
                 return y
@@ -356,7 +356,7 @@ class FusedConv:
         if budget.admit(*sh[3]):
             dst = (_arena.empty(lay[0], p["dt"]), lay[4])
             budget.hold_new(dst[0], sh[4])
-            self._product(case, _arena.empty(p["yshape"], p["dt"]), dst)
+            self._product(case, _arena.empty_sized(p["yshape"], p["dt"], p["nbytes"]), dst)
             return dst[0]
         _charge(budget, self.chain + shuffle.chain, sh[1], sess, sh[2])
         dst = (_arena.empty(lay[0], x.dtype), lay[4])

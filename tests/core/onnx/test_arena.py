@@ -64,22 +64,23 @@ def test_a_kept_output_is_never_written_over_and_a_dropped_one_is_taken_again():
 def test_the_intermediates_are_reused_and_each_run_is_the_plain_loops():
     m, _ = _net(np.random.default_rng(1))
     planned, plain = Session(m), Session(m, plan=False)
-    seen = set()
-    real = arena.Arena.empty
+    seen, made = set(), []
+    real = arena.Arena._take  # (where every block is handed out: empty and empty_sized)
 
-    def spy(self, shape, dtype):
-        a = real(self, shape, dtype)
+    def spy(self, shape, dtype, nbytes):
+        a = real(self, shape, dtype, nbytes)
         seen.add(native.address(a))
+        made.append(a.shape)
         return a
     mp = pytest.MonkeyPatch()
-    mp.setattr(arena.Arena, "empty", spy)
+    mp.setattr(arena.Arena, "_take", spy)
     try:
         for seed in range(6):
             assert_same_bits(planned.run(_feeds(seed))["y"], plain.run(_feeds(seed))["y"])
     finally:
         mp.undo()
     # the conv's output, the pool's and the last conv's: a few buffers, not one per run
-    assert 1 <= len(seen) <= 4
+    assert len(made) == 18 and 1 <= len(seen) <= 4
 
 
 @needs_native
@@ -154,13 +155,13 @@ def test_a_value_no_later_step_reads_gives_its_buffer_to_a_later_one(monkeypatch
     assert len(dead) == len(planned.plan().steps)
     assert any("a" in d for d in dead) and not any("y" in d for d in dead)
     made = []
-    real = arena.Arena.empty
+    real = arena.Arena._take  # (where every block is handed out: empty and empty_sized)
 
-    def spy(self, shape, dtype):
-        a = real(self, shape, dtype)
+    def spy(self, shape, dtype, nbytes):
+        a = real(self, shape, dtype, nbytes)
         made.append(native.address(a))
         return a
-    monkeypatch.setattr(arena.Arena, "empty", spy)
+    monkeypatch.setattr(arena.Arena, "_take", spy)
     got = planned.run(feeds)["y"]
     monkeypatch.undo()
     assert_same_bits(got, plain.run(feeds)["y"])
