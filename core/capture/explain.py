@@ -37,6 +37,7 @@ from tapescope.core.explain import (
     _HINTS,
     UPDATE_VARIANTS,
     VARIANTS,
+    _conv_direct,
     _in_dtype,
     _mm_blas,
     closer,
@@ -574,24 +575,44 @@ def _mse(dt: np.dtype) -> list[_Variant]:
 
 def _convs(dt: np.dtype) -> list[_Variant]:
     """``convolution`` (2-D, not transposed, one group): each ``conv`` variant of
-    core.explain's table (oneDNN's direct order, Winograd), the bias added after."""
+    core.explain's table (oneDNN's direct order, Winograd), the bias added after; then
+    oneDNN's direct order with the bias where oneDNN puts it (the sum starts from it, or the
+    first chain does: core.explain's ``_conv_direct``)."""
+    def geometry(args: list) -> tuple[np.ndarray, np.ndarray, Any, dict]:
+        x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
+        st, pad, dil, transposed, _, groups = args[3:9]
+        if transposed or x.ndim != 4 or int(groups) != 1:
+            raise ValueError("written for 2-D, not transposed, one group")
+        pad = list(pad) if len(pad) == 2 else [pad[0], pad[0]]
+        at = {"strides": list(st), "dilations": list(dil), "group": 1,
+              "pads": [pad[0], pad[1], pad[0], pad[1]]}
+        return x, w, b, at
+
     def make(fn: Callable) -> Callable:
         def run(args: list, kw: dict) -> np.ndarray:
-            x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
-            st, pad, dil, transposed, _, groups = args[3:9]
-            if transposed or x.ndim != 4 or int(groups) != 1:
-                raise ValueError("written for 2-D, not transposed, one group")
-            pad = list(pad) if len(pad) == 2 else [pad[0], pad[0]]
-            at = {"strides": list(st), "dilations": list(dil), "group": 1,
-                  "pads": [pad[0], pad[1], pad[0], pad[1]]}
+            x, w, b, at = geometry(args)
             y = np.asarray(fn([_f32(x), _f32(w)], at))
             if b is not None:
                 y = y + _f32(np.asarray(b)).reshape(1, -1, 1, 1)
             return y.astype(x.dtype)
         return run
 
-    return [(v.cause, v.label, make(v.value)) for v in variants_for("conv2d", dt)
-            if v.prim == "conv"]
+    def with_bias(fn: Callable) -> Callable:
+        def run(args: list, kw: dict) -> np.ndarray:
+            x, w, b, at = geometry(args)
+            return np.asarray(fn([_f32(x), _f32(w), _f32(np.asarray(b))], at)).astype(x.dtype)
+        return run
+
+    out = [(v.cause, v.label, make(v.value)) for v in variants_for("conv2d", dt)
+           if v.prim == "conv"]
+    for mode, says in (("first", "the sum starting from the bias, each channel block's partial "
+                                 "added to it"),
+                       ("start", "the first fma chain starting from the bias")):
+        for blk in (16, 8):
+            out.append(("reassociation", f"direct conv: (kh, kw, channel) taps with fma, "
+                                         f"{blk}-channel blocks, {says} (oneDNN)",
+                        with_bias(_conv_direct(blk, mode))))
+    return out
 
 
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:

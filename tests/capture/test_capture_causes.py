@@ -363,3 +363,22 @@ def test_two_runs_at_1_and_2_threads_part_where_the_threads_split_a_sum(zoo_capt
     first = rep["first_parted"]
     assert first["op"] == "aten.native_layer_norm_backward.default", first
     assert "rows in 2 chunks" in first["cause"] and "rows in 1 chunk)" in first["cause"], first
+
+
+@pytest.mark.parametrize("xs, ws, pad", [((8, 1, 8, 8), (4, 1, 3, 3), 1),
+                                         ((2, 40, 9, 9), (8, 40, 3, 3), 0),
+                                         ((2, 32, 8, 8), (16, 32, 3, 3), 1),
+                                         ((2, 8, 16, 16), (8, 8, 1, 1), 0)])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_a_2d_convolution_in_onednns_order(xs, ws, pad, bias):
+    """oneDNN's direct order (taps (kh, kw, channel), 16-channel blocks, fma), the bias where
+    oneDNN puts it: 3x3 sums start from it, a 1x1 conv's chain does."""
+    g = torch.Generator().manual_seed(13)
+    x, w = torch.randn(*xs, generator=g), torch.randn(*ws, generator=g)
+    b = torch.randn(ws[0], generator=g) if bias else None
+    y = torch.ops.aten.convolution(x, w, b, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1)
+    args = _np([x, w, b]) + [[1, 1], [pad, pad], [1, 1], False, [0, 0], 1]
+    plain = torch.nn.functional.conv2d(x.double(), w.double(), None if b is None else
+                                       b.double(), padding=pad).float().numpy()
+    _named("aten.convolution.default", args, {}, y.numpy(), plain, "reassociation",
+           "direct conv")
