@@ -49,6 +49,7 @@ from tapescope.core.explain_aten import ATEN_FORWARD, aten_moments, reduce_all, 
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
 from tapescope.core.explain_aten import silu as _aten_silu
+from tapescope.core.explain_onednn import gelu_backward, gelu_forward
 from tapescope.core.explain_prims import fma
 from tapescope.core.parity import compare_arrays
 
@@ -169,6 +170,13 @@ def _libm(op: str, name: str) -> list[_Variant]:
             x = np.asarray(args[0])
             return np.asarray(fn(_f32(x), args, kw)).astype(x.dtype)
         out.append((v.cause, v.label, run))
+    if name == "gelu":  # PyTorch's CPU float32 GELU is oneDNN's (core/explain_onednn.py)
+        def onednn(args: list, kw: dict) -> np.ndarray:
+            if _arg(args, kw, 1, "approximate", "none") != "none":
+                raise ValueError("oneDNN's gelu_erf is the exact (erf) form")
+            return gelu_forward(np.asarray(args[0]))
+        out.append(("libm", "PyTorch's CPU gelu (oneDNN's gelu_erf, AVX-512: a piecewise "
+                            "minimax polynomial of erf)", onednn))
     if name == "silu":  # PyTorch's own CPU kernel (core/explain_aten.py)
         out.append(("libm", ATEN_FORWARD["swiglu"][1].replace("silu(a) * u", "silu"),
                     lambda args, kw: _aten_silu(np.asarray(args[0]))))
@@ -650,6 +658,13 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("reassociation", "PyTorch's CPU group_norm (ATen: RowwiseMoments' Welford "
                                   "statistics, y = fma(scale, x, fma(-scale, mean, beta)))",
                  _group_norm)]
+    if base == "gelu_backward":
+        def onednn_bwd(args: list, kw: dict) -> np.ndarray:
+            if _arg(args, kw, 2, "approximate", "none") != "none":
+                raise ValueError("oneDNN's gelu_erf is the exact (erf) form")
+            return gelu_backward(np.asarray(args[0]), np.asarray(args[1]))
+        return [("libm", "PyTorch's CPU gelu backward (oneDNN's gelu_erf: Abramowitz and "
+                         "Stegun's erf, oneDNN's exp)", onednn_bwd)]
     if base == "silu_backward":
         return [("libm", "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, (g * s) * "
                          "fma(x, 1 - s, 1)", _silu_backward)]

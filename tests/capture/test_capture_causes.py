@@ -5,6 +5,8 @@ one ulp away from the kernel's is not (``unknown``)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -382,3 +384,19 @@ def test_a_2d_convolution_in_onednns_order(xs, ws, pad, bias):
                                        b.double(), padding=pad).float().numpy()
     _named("aten.convolution.default", args, {}, y.numpy(), plain, "reassociation",
            "direct conv")
+
+
+@need_avx512
+def test_gelu_and_its_backward_are_onednns():
+    g = torch.Generator().manual_seed(14)
+    x, dy = torch.randn(4, 8, 64, generator=g) * 3, torch.randn(4, 8, 64, generator=g)
+    X, DY = _np([x, dy])
+    plain = np.float32(0.5) * X * (np.float32(1) + np.vectorize(math.erf)(
+        X.astype(np.float64) / math.sqrt(2)).astype(np.float32))
+    _named("aten.gelu.default", [X], {}, torch.nn.functional.gelu(x).numpy(), plain, "libm",
+           "oneDNN's gelu_erf")
+    rec = torch.ops.aten.gelu_backward(dy, x).numpy()
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(X.astype(np.float64) / math.sqrt(2)))
+    pdf = np.exp(-X.astype(np.float64) ** 2 / 2) / math.sqrt(2 * math.pi)
+    plain = (DY * (cdf + X * pdf)).astype(np.float32)
+    _named("aten.gelu_backward.default", [DY, X], {}, rec, plain, "libm", "oneDNN's gelu_erf")
