@@ -59,7 +59,7 @@ _SRCS = [_HERE / "refkernels.c", _HERE / "refmath_host.c", _HERE / "compare.c"]
 # backend, which gpu reads from there too
 REFMATH_C = _HERE.parent / "refmath"
 _HEADERS = [REFMATH_C / "intrinsics_host.h", REFMATH_C / "refmath.cuh", _HERE / "refmath_simd.h",
-            _HERE / "conv_small.h", _HERE / "serial_sums.h"]
+            _HERE / "conv_small.h", _HERE / "conv_dw.h", _HERE / "serial_sums.h"]
 _lib: ctypes.CDLL | None | bool = False  # False: not tried yet; None: unavailable
 # what each forced path built: {isa: (library, extension)}; use_isa() swaps them in and out
 _by_isa: dict[tuple[str, str], tuple] = {}

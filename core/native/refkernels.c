@@ -1538,10 +1538,15 @@ static int conv_mg1_fast_f32(const float *x, const float *wt, float *out, long l
 #undef EPF
 }
 
-/* Strides and dilations of at least 1 take the fast loop; anything else (or no memory for the
- * phase planes) the plain one. */
+#include "conv_dw.h"
+
+/* Strides and dilations of at least 1 take the lanes over channels (conv_dw.h), else the fast
+ * loop; anything else (or no memory for the phase planes) the plain one. */
 #define CONV_MG1(T, SFX)                                                                \
     if (!GEOM_OK || g < 1) return; /* (the caller checked: never here) */              \
+    if (sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 && CONV_DW_ON &&                       \
+        conv_dw_##SFX(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, ep)) \
+        return;                                                                         \
     if (sh >= 1 && sw >= 1 && dh >= 1 && dw >= 1 &&                                     \
         conv_mg1_fast_##SFX(x, wt, out, nb, c, h, wd, g, kh, kw, oh, ow, sh, sw, ph, pw, dh, \
                             dw, ep))                                                    \
