@@ -23,23 +23,50 @@ def _win_axes(nd):
     return tuple(range(-nd, 0))
 
 
+def _tup(v):
+    """An attribute as a hashable key part (lists as tuples)."""
+    return tuple(v) if isinstance(v, list) else v
+
+
+#: (kind, x shape, dtype, the attributes) -> the window geometry a pool computes from them (a
+#: pure function of the key: a plan run's pools look theirs up instead of computing it again)
+_GEOMETRY: dict = {}
+
+
+def _geometry(kind: str, x, attrs: tuple, make):
+    key = (kind, x.shape, x.dtype, *map(_tup, attrs))
+    got = _GEOMETRY.get(key)
+    if got is None:
+        got = make()  # (raises, as before, on attributes the window helpers refuse)
+        if len(_GEOMETRY) > 512:
+            _GEOMETRY.clear()
+        _GEOMETRY[key] = got
+    return got
+
+
 @op("MaxPool")
 def max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=(),
              pads=None, storage_order=0, strides=None):
-    k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
+    def make():
+        k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
+        padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
+        outs = None
+        if len(k) == 2 and x.dtype in (np.float32, np.float64) and x.size:
+            try:
+                outs = [out_size(x.shape[2 + i], k[i], st[i], dil[i], *padw[i], ceil_mode)
+                        for i in range(2)]
+            except Exception:  # noqa: BLE001 - windows() below says what is wrong
+                outs = None
+        return k, st, dil, padw, outs
+
+    k, st, dil, padw, outs = _geometry("max", x, (auto_pad, ceil_mode, dilations,
+                                                  kernel_shape, pads, strides), make)
     nd = len(k)
-    padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
-    if not ctx.wants(1) and nd == 2 and x.dtype in (np.float32, np.float64) and x.size:
+    if outs is not None and not ctx.wants(1):
         # the tap loop below in one C pass (the same np.maximum choices, see core.native)
         from tapescope.core import native
 
-        try:
-            outs = [out_size(x.shape[2 + i], k[i], st[i], dil[i], *padw[i], ceil_mode)
-                    for i in range(2)]
-        except Exception:  # noqa: BLE001 - windows() below says what is wrong
-            outs = None
-        y = None if outs is None else native.pool2d("max", x, None, k, st, dil, padw, outs,
-                                                  _arena.empty)
+        y = native.pool2d("max", x, None, k, st, dil, padw, outs, _arena.empty)
         if y is not None:
             return y
     v, outs = windows(x, k, st, dil, padw, _lowest(x.dtype), ceil_mode)
@@ -75,38 +102,51 @@ def max_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
 @op("AveragePool")
 def avg_pool(ctx, x, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
              kernel_shape=(), pads=None, strides=None):
-    k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
-    padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
-    if ctx.k.sum is serial_sum and len(k) == 2 and x.dtype in (np.float32, np.float64) \
-            and min(st) >= 1 and min(dil) >= 1 and x.size:
+    serial = ctx.k.sum is serial_sum
+
+    def make():
+        k, st, dil = attrs_nd(x, kernel_shape, strides, dilations)
+        padw = pads_for(x.shape[2:], k, st, dil, pads, auto_pad)
+        cnt = None
+        if serial and len(k) == 2 and x.dtype in (np.float32, np.float64) \
+                and min(st) >= 1 and min(dil) >= 1 and x.size:
+            cnt = _avg_counts(x, k, st, dil, padw, ceil_mode, count_include_pad)
+        return k, st, dil, padw, cnt
+
+    k, st, dil, padw, cnt = _geometry("avg", x, (serial, auto_pad, ceil_mode,
+                                                 count_include_pad, dilations, kernel_shape,
+                                                 pads, strides), make)
+    if cnt is not None:
         # pool_nd's per-tap loop in one C pass (the same additions in the same order)
-        y = _avg_pool2d_native(x, k, st, dil, padw, ceil_mode, count_include_pad)
+        from tapescope.core import native
+
+        y = native.pool2d("avg", x, cnt, k, st, dil, padw, cnt.shape[2:], _arena.empty)
         if y is not None:
             return y
     # the tape's avgpool2d (core.ops.nn.pool_nd) with this kernel set's sum
     return pool_nd(x, "avg", k, st, padw, dil, ceil_mode, count_include_pad, sum_fn=ctx.k.sum)
 
 
-_COUNTS: dict = {}  # (dtype, spatial shape, geometry) -> pool_nd's divisors, read-only
-
-
 def _avg_pool2d_native(x, k, st, dil, padw, ceil_mode, count_include_pad):
+    """The native average pool of ``x`` with pool_nd's divisors, or None (no native code)."""
+    from tapescope.core import native
+
+    cnt = _avg_counts(x, k, st, dil, padw, ceil_mode, count_include_pad)
+    if cnt is None:
+        return None
+    return native.pool2d("avg", x, cnt, k, st, dil, padw, cnt.shape[2:], _arena.empty)
+
+
+def _avg_counts(x, k, st, dil, padw, ceil_mode, count_include_pad):
+    """pool_nd's divisors for x's planes, read-only, or None without native code."""
     from tapescope.core import native
 
     if native.library() is None:
         return None
-    key = (x.dtype.str, x.shape[2:], tuple(k), tuple(st), tuple(dil),
-           tuple(tuple(p) for p in padw), int(ceil_mode), int(bool(count_include_pad)))
-    cnt = _COUNTS.get(key)
-    if cnt is None:
-        cnt = pool_counts(x[:1, :1], k, st, padw, dil, ceil_mode, count_include_pad)
-        cnt = np.ascontiguousarray(cnt, dtype=x.dtype)
-        cnt.flags.writeable = False
-        if len(_COUNTS) > 256:
-            _COUNTS.clear()
-        _COUNTS[key] = cnt
-    outs = cnt.shape[2:]
-    return native.pool2d("avg", x, cnt, k, st, dil, padw, outs, _arena.empty)
+    cnt = pool_counts(x[:1, :1], k, st, padw, dil, ceil_mode, count_include_pad)
+    cnt = np.ascontiguousarray(cnt, dtype=x.dtype)
+    cnt.flags.writeable = False
+    return cnt
 
 
 @op("LpPool")

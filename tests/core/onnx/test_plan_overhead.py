@@ -189,3 +189,33 @@ def test_a_model_without_a_plan_of_its_own_types_still_runs_in_float16():
     got, want = planned.run({"x": x})["y"], plain.run({"x": x})["y"]
     assert got.tobytes() == want.tobytes()
     assert TensorProto.FLOAT16 == m.graph.input[0].type.tensor_type.elem_type
+
+
+def test_pools_of_one_input_shape_keep_a_geometry_per_attribute_set():
+    # the pools' geometry is kept per input shape, dtype and attributes: nodes that differ in
+    # one attribute only each get theirs
+    rng = np.random.default_rng(4)
+    x = specials(spread(rng, (2, 3, 9, 10), np.float32), 7)
+    variants = [dict(kernel_shape=[3, 3]), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+                dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+                dict(kernel_shape=[2, 3], dilations=[2, 1], pads=[0, 1, 1, 0])]
+    nodes, outs = [], []
+    for i, kw in enumerate(variants):
+        for op in ("AveragePool", "MaxPool"):
+            if op == "MaxPool":
+                kw = {k: v for k, v in kw.items() if k != "count_include_pad"}
+            outs.append(f"{op}{i}")
+            nodes.append(helper.make_node(op, ["x"], [outs[-1]], **kw))
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 9, 10])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, ["N", 3, "h", "w"]) for o in outs])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])  # (dilations)
+    planned, plain = Session(m), Session(m, plan=False)
+    for feeds in ({"x": x}, {"x": x[:1]}, {"x": x}):
+        got, want = planned.run(feeds), plain.run(feeds)
+        for o in outs:
+            assert got[o].shape == want[o].shape, o
+            np.testing.assert_array_equal(got[o].view(np.uint32), want[o].view(np.uint32), o)
+    shapes = {planned.run({"x": x})[o].shape for o in outs}
+    assert len(shapes) >= 4  # the variants differ in their output shapes, not only values
