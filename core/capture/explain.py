@@ -55,7 +55,9 @@ from tapescope.core.parity import compare_arrays
 
 __all__ = ["explain_op"]
 
-_Variant = tuple[str, str, Callable[[list, dict], np.ndarray]]
+# (cause, label, run[, screen]): screen(args, kwargs, recorded) is False when the
+# variant cannot reproduce the op (its bits differ on a part of it)
+_Variant = tuple
 
 
 def _f32(x: Any) -> np.ndarray:
@@ -76,6 +78,53 @@ def _dtype(args: list) -> np.dtype:
         if isinstance(a, np.ndarray) and a.dtype.kind in "fV":
             return a.dtype
     return np.dtype(np.float64)
+
+
+_SCREEN_ROWS = 4
+
+
+def _screen(run: Callable, part: Callable) -> Callable:
+    """A variant's cheap first look: ``run`` on the part of the inputs ``part(args, recorded)``
+    picks (a few output rows of a product, one image of a convolution: parts every variant
+    computes independently of the rest), False when its bits already differ there, so the
+    whole op is not run (a product's written-out orders loop over k in Python: a failing
+    variant on a 512 x 128 x 384 addmm took up to 2.6 s)."""
+    def screen(args: list, kw: dict, recorded: np.ndarray) -> bool:
+        got = part(args, recorded)
+        if got is None:
+            return True
+        sub, want = got
+        y = np.asarray(run(sub, kw))
+        return y.shape == want.shape and y.dtype == want.dtype and \
+            compare_arrays(y, want).n_diff == 0
+    return screen
+
+
+def _product_rows(op: str) -> Callable:
+    def part(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | None:
+        r = _SCREEN_ROWS
+        if op.startswith("aten.addmm"):
+            bias, a = np.asarray(args[0]), np.asarray(args[1])
+            if a.ndim != 2 or a.shape[0] <= 2 * r:
+                return None
+            if bias.ndim == 2 and bias.shape[0] == a.shape[0]:
+                bias = bias[:r]
+            return [bias, a[:r], *args[2:]], recorded[:r]
+        a = np.asarray(args[0])
+        if a.ndim == 2 and a.shape[0] > 2 * r:
+            return [a[:r], *args[1:]], recorded[:r]
+        if a.ndim == 3 and a.shape[0] * a.shape[1] > 2 * r:
+            return [a[:1, :r], np.asarray(args[1])[:1], *args[2:]], recorded[:1, :r]
+        return None
+    return part
+
+
+def _conv_image(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | None:
+    """A convolution's first image (every image is convolved on its own)."""
+    x = np.asarray(args[0])
+    if x.ndim != 4 or x.shape[0] < 2:
+        return None
+    return [x[:1], *args[1:]], recorded[:1]
 
 
 def _products(op: str, dt: np.dtype) -> list[_Variant]:
@@ -102,7 +151,10 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
                     np.asarray(args[1]).dtype)
             a, b = _f32(args[0]), _f32(args[1])
             return m(a, b).astype(np.asarray(args[0]).dtype)
-        out.append((v.cause, v.label, run))
+        # BLAS's own kernel can change with the row count: only the table's written-out
+        # orders (each output row its own chains) are screened on a few rows first
+        out.append((v.cause, v.label, run) if v.value is _mm_blas else
+                   (v.cause, v.label, run, _screen(run, _product_rows(op))))
     return out
 
 
@@ -262,6 +314,9 @@ def _pointwise(base: str) -> list[_Variant]:
     return []
 
 
+_TORCH_NORM = "8-lane vector sum of squares, lanes added in sequence"
+
+
 def _norms(dt: np.dtype) -> list[_Variant]:
     """``_foreach_norm`` / ``linalg_vector_norm`` of order 2 over the whole tensor: the square
     root of each sum-of-squares variant of core.explain's table (``sumsq``), in its order.
@@ -277,8 +332,12 @@ def _norms(dt: np.dtype) -> list[_Variant]:
             return np.sqrt(np.asarray(fn(w.reshape(-1), None, False))).astype(x.dtype)
         return run
 
-    ins = (_in_dtype(v, dt) for v in VARIANTS if v.prim == "sumsq")
-    return [(v.cause, v.label, make(v.value)) for v in ins if v is not None]
+    ins = [w for w in (_in_dtype(v, dt) for v in VARIANTS if v.prim == "sumsq")
+           if w is not None]
+    # what PyTorch 2.13's CPU norm was measured to be, first: the serial fma chain before it
+    # in the table loops over every element in Python (~0.1 s for a 50,000-element grad)
+    ins.sort(key=lambda v: v.label != _TORCH_NORM)
+    return [(v.cause, v.label, make(v.value)) for v in ins]
 
 
 def _layer_norm() -> list[_Variant]:
@@ -611,15 +670,16 @@ def _convs(dt: np.dtype) -> list[_Variant]:
             return np.asarray(fn([_f32(x), _f32(w), _f32(np.asarray(b))], at)).astype(x.dtype)
         return run
 
-    out = [(v.cause, v.label, make(v.value)) for v in variants_for("conv2d", dt)
-           if v.prim == "conv"]
+    out = [(v.cause, v.label, make(v.value), _screen(make(v.value), _conv_image))
+           for v in variants_for("conv2d", dt) if v.prim == "conv"]
     for mode, says in (("first", "the sum starting from the bias, each channel block's partial "
                                  "added to it"),
                        ("start", "the first fma chain starting from the bias")):
         for blk in (16, 8):
+            run = with_bias(_conv_direct(blk, mode))
             out.append(("reassociation", f"direct conv: (kh, kw, channel) taps with fma, "
-                                         f"{blk}-channel blocks, {says} (oneDNN)",
-                        with_bias(_conv_direct(blk, mode))))
+                                         f"{blk}-channel blocks, {says} (oneDNN)", run,
+                        _screen(run, _conv_image)))
     return out
 
 
@@ -706,9 +766,11 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
         rank = {lab: i for i, lab in enumerate(hints)}
         cands = sorted(cands, key=lambda c: rank.get(c[1], len(rank)))
     best: tuple | None = None
-    for cause, label, run in cands:
+    for cause, label, run, *screen in cands:
         try:
             with np.errstate(all="ignore"):
+                if screen and not screen[0](args, kwargs, recorded):
+                    continue  # (its bits already differ on a part of the op)
                 y = run(args, kwargs)
                 if type(y) is tuple:
                     y = y[output]

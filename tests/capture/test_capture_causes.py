@@ -400,3 +400,35 @@ def test_gelu_and_its_backward_are_onednns():
     pdf = np.exp(-X.astype(np.float64) ** 2 / 2) / math.sqrt(2 * math.pi)
     plain = (DY * (cdf + X * pdf)).astype(np.float32)
     _named("aten.gelu_backward.default", [DY, X], {}, rec, plain, "libm", "oneDNN's gelu_erf")
+
+
+@pytest.mark.parametrize("op, shapes", [
+    ("aten.addmm.default", [(8,), (32, 16), (16, 8)]),
+    ("aten.mm.default", [(20, 12), (12, 5)]),
+    ("aten.bmm.default", [(3, 10, 6), (3, 6, 4)]),
+    ("aten.convolution.default", [(3, 4, 6, 6), (5, 4, 3, 3), (5,)])])
+def test_a_variants_screen_never_turns_away_its_own_result(op, shapes):
+    """Each written-out variant is first run on a few rows (one image): that part must be
+    computed as in the whole op, or a variant that reproduces the op would be skipped. Its
+    own whole result passes its screen; the same with a bit changed in the screened part
+    does not."""
+    from tapescope.core.capture.explain import _variants
+
+    g = np.random.default_rng(15)
+    args = [g.standard_normal(s).astype(np.float32) for s in shapes]
+    if op == "aten.convolution.default":
+        args += [[1, 1], [1, 1], [1, 1], False, [0, 0], 1]
+    screened = 0
+    for _cause, label, run, *screen in _variants(op, np.dtype(np.float32)):
+        if not screen:
+            continue
+        try:
+            y = np.asarray(run(args, {}))
+        except ValueError:  # (a variant written for other shapes)
+            continue
+        screened += 1
+        assert screen[0](args, {}, y), label
+        off = y.copy()
+        off.reshape(-1)[0] = np.nextafter(off.reshape(-1)[0], np.float32(np.inf))
+        assert not screen[0](args, {}, off), label
+    assert screened >= 3
