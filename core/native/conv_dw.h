@@ -21,7 +21,8 @@
  *
  * Returns 0 (the caller runs CONV_MG1_FAST or the plain loop) when the padded region is far
  * larger than the image and the output (hostile strides, pads or dilations; checked in
- * doubles before any size is computed), or without memory. One thread, as the entry before. */
+ * doubles before any size is computed), or without memory. One thread, as the entry before.
+ * The 2-D pools' planes go the same way (POOL_DW, at the end). */
 
 #ifndef CONV_DW_ON /* -DCONV_DW_ON=0: the lanes over positions only (benchmarks) */
 #define CONV_DW_ON 1
@@ -239,25 +240,29 @@ DW_TRANSPOSE_FN(dw_tr_f64, vmf64, dw_vi64, DW_L64)
         }                                                                               \
     }
 
+/* the tile's DW_SB positions q[j] from p (the last tile repeats P - 1) and where their
+ * windows start in xb, xs[j]; (r_, s_) is output position p: no division per tile */
+#define DW_POSITIONS(T)                                                                 \
+    const T *xs[DW_SB];                                                                 \
+    long long q[DW_SB];                                                                 \
+    for (int j = 0; j < DW_SB; ++j) {                                                   \
+        if (p + j < P) {                                                                \
+            q[j] = p + j;                                                               \
+            xs[j] = xb + (r_ * sh * Wp + s_ * sw) * L;                                  \
+            if (++s_ == ow) s_ = 0, ++r_;                                               \
+        } else {                                                                        \
+            q[j] = q[j - 1];                                                            \
+            xs[j] = xs[j - 1];                                                          \
+        }                                                                               \
+    }
+
 /* every output position of the block, DW_SB at a time in row-major order (rows may change
  * inside a tile; the last tile repeats the last position, which computes and stores the same
  * value again), each tap one weight vector and one input vector per position: tap t's input
  * for output (r, s) lies toff[t] past xb[r*sh][s*sw] */
 #define DW_TILES(T, V, VI)                                                              \
     for (long long p = 0, r_ = 0, s_ = 0; p < P; p += DW_SB) {                          \
-        /* (r_, s_): output position p; no division per tile */                         \
-        const T *xs[DW_SB];                                                             \
-        long long q[DW_SB];                                                             \
-        for (int j = 0; j < DW_SB; ++j) {                                               \
-            if (p + j < P) {                                                            \
-                q[j] = p + j;                                                           \
-                xs[j] = xb + (r_ * sh * Wp + s_ * sw) * L;                              \
-                if (++s_ == ow) s_ = 0, ++r_;                                           \
-            } else {                                                                    \
-                q[j] = q[j - 1];                                                        \
-                xs[j] = xs[j - 1];                                                      \
-            }                                                                           \
-        }                                                                               \
+        DW_POSITIONS(T)                                                                 \
         V a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0}; \
         const T *x0_ = xs[0], *x1_ = xs[1], *x2_ = xs[2], *x3_ = xs[3];                  \
         const T *x4_ = xs[4], *x5_ = xs[5], *x6_ = xs[6], *x7_ = xs[7];                  \
@@ -302,4 +307,124 @@ static int conv_dw_f32(const float *x, const float *wt, float *out, long long nb
                        long long ph, long long pw, long long dh, long long dw,
                        const ep_t *ep) {
     CONV_DW(float, vmf32, dw_vi32, dw_tr_f32, ep_rows_f32)
+}
+
+
+/* 2-D pools (refkernels' POOL2D) the same way: L planes side by side in the lanes, copied once
+ * into xb[Y][X][L] with the padding ID (+0.0 for an average, -inf for a max: both change no
+ * accumulator, as in POOL_PHASE, whose chains these are: acc = ID; acc = OP(acc, tap) over the
+ * window's taps (u, v) in row-major order, padding included; an average's y = acc / cnt[r*ow +
+ * s], the caller's divisor, broadcast over the lanes). OP: the add, or np.maximum(acc, t) =
+ * (acc > t or acc is NaN) ? acc : t. POOL_PHASE ran each plane on its own, with its copy into
+ * phase planes, its tiles over a few dozen outputs and its stores: shufflenet's 3x3 stride-2
+ * AveragePools onto 28x28 x 24, 14x14 x 136 and 7x7 x 272 took 70, 98 and 73 us. Returns 0
+ * (the caller runs the other shapes) for fewer than L planes, a padded region far larger than
+ * the image and the output, or without memory. */
+#define DW_POOL_OP(V, VI, AVG, a, t)                                                    \
+    if (AVG)                                                                            \
+        a = a + (t);                                                                    \
+    else {                                                                              \
+        const V t_ = (t);                                                               \
+        const VI m_ = (a > t_) | (a != a);                                              \
+        a = (V)(((VI)a & m_) | ((VI)t_ & ~m_));                                         \
+    }
+#define POOL_DW(T, V, VI, TR, AVG, ID)                                                  \
+    enum { L = (int)(sizeof(V) / sizeof(T)) };                                          \
+    const long long wd = w;                                                             \
+    if (planes < L || oh <= 0 || ow <= 0 || ph < 0 || pw < 0) return 0;                 \
+    {                                                                                   \
+        const double hp = (oh - 1.0) * (double)sh + (kh - 1.0) * (double)dh + 1.0;      \
+        const double wpd = (ow - 1.0) * (double)sw + (kw - 1.0) * (double)dw + 1.0;     \
+        if (hp * wpd > 4.0 * ((double)h * (double)wd + (double)oh * (double)ow) + 4096.0 || \
+            (double)kh * (double)kw > 65536.0 || (double)oh * (double)ow > 1048576.0)   \
+            return 0;                                                                   \
+    }                                                                                   \
+    const long long Hp = (oh - 1) * sh + (kh - 1) * dh + 1;                             \
+    const long long Wp = (ow - 1) * sw + (kw - 1) * dw + 1;                             \
+    const long long npl = Hp * Wp, P = oh * ow, ntap = kh * kw;                         \
+    const long long y0 = 0, y1 = h < Hp - ph ? h : Hp - ph;                             \
+    const long long x0 = 0, x1 = wd < Wp - pw ? wd : Wp - pw;                           \
+    T *xb = NULL;                                                                       \
+    if (posix_memalign((void **)&xb, 64, (size_t)((npl + P) * L) * sizeof(T)) != 0) return 0; \
+    long long *toff = (long long *)malloc((size_t)ntap * sizeof(long long));            \
+    if (!toff) {                                                                        \
+        free(xb);                                                                       \
+        return 0;                                                                       \
+    }                                                                                   \
+    for (long long i = 0; i < (npl + P) * L; ++i) xb[i] = (ID);                         \
+    T *ob = xb + npl * L;                                                               \
+    for (long long u = 0, t = 0; u < kh; ++u)                                           \
+        for (long long v = 0; v < kw; ++v, ++t) toff[t] = (u * dh * Wp + v * dw) * L;   \
+    const int fuse = 0; /* (DW_COPY_OUT: no epilogue) */                                \
+    const ep_t *ep = NULL;                                                              \
+    const long long n = 0, g = planes;                                                  \
+    T *out = y;                                                                         \
+    V idv;                                                                              \
+    for (long long l = 0; l < L; ++l) idv[l] = (ID);                                    \
+    for (long long c0 = 0; c0 < planes; c0 += L) {                                      \
+        const long long nl = planes - c0 < L ? planes - c0 : L;                         \
+        const T *xl[L];                                                                 \
+        for (long long l = 0; l < L; ++l) xl[l] = x + (c0 + (l < nl ? l : nl - 1)) * h * wd; \
+        T *xd = xb;                                                                     \
+        DW_COPY_IN(T, V, TR)                                                            \
+        for (long long p = 0, r_ = 0, s_ = 0; p < P; p += DW_SB) {                      \
+            DW_POSITIONS(T)                                                             \
+            V a0 = idv, a1 = idv, a2 = idv, a3 = idv, a4 = idv, a5 = idv, a6 = idv, a7 = idv; \
+            const T *x0_ = xs[0], *x1_ = xs[1], *x2_ = xs[2], *x3_ = xs[3];              \
+            const T *x4_ = xs[4], *x5_ = xs[5], *x6_ = xs[6], *x7_ = xs[7];              \
+            for (long long t = 0; t < ntap; ++t) {                                      \
+                const long long o_ = toff[t];                                           \
+                DW_POOL_OP(V, VI, AVG, a0, *(const V *)(x0_ + o_))                      \
+                DW_POOL_OP(V, VI, AVG, a1, *(const V *)(x1_ + o_))                      \
+                DW_POOL_OP(V, VI, AVG, a2, *(const V *)(x2_ + o_))                      \
+                DW_POOL_OP(V, VI, AVG, a3, *(const V *)(x3_ + o_))                      \
+                DW_POOL_OP(V, VI, AVG, a4, *(const V *)(x4_ + o_))                      \
+                DW_POOL_OP(V, VI, AVG, a5, *(const V *)(x5_ + o_))                      \
+                DW_POOL_OP(V, VI, AVG, a6, *(const V *)(x6_ + o_))                      \
+                DW_POOL_OP(V, VI, AVG, a7, *(const V *)(x7_ + o_))                      \
+            }                                                                           \
+            if (AVG) {                                                                  \
+                a0 = a0 / cnt[q[0]];                                                    \
+                a1 = a1 / cnt[q[1]];                                                    \
+                a2 = a2 / cnt[q[2]];                                                    \
+                a3 = a3 / cnt[q[3]];                                                    \
+                a4 = a4 / cnt[q[4]];                                                    \
+                a5 = a5 / cnt[q[5]];                                                    \
+                a6 = a6 / cnt[q[6]];                                                    \
+                a7 = a7 / cnt[q[7]];                                                    \
+            }                                                                           \
+            *(V *)(ob + q[0] * L) = a0;                                                 \
+            *(V *)(ob + q[1] * L) = a1;                                                 \
+            *(V *)(ob + q[2] * L) = a2;                                                 \
+            *(V *)(ob + q[3] * L) = a3;                                                 \
+            *(V *)(ob + q[4] * L) = a4;                                                 \
+            *(V *)(ob + q[5] * L) = a5;                                                 \
+            *(V *)(ob + q[6] * L) = a6;                                                 \
+            *(V *)(ob + q[7] * L) = a7;                                                 \
+        }                                                                               \
+        DW_COPY_OUT(T, V, TR)                                                           \
+        (void)o;                                                                        \
+    }                                                                                   \
+    (void)ep;                                                                           \
+    free(toff);                                                                         \
+    free(xb);                                                                           \
+    return 1;
+
+#define POOL_DW_ARGS(T)                                                                 \
+    const T *x, const T *cnt, T *y, long long planes, long long h, long long w, long long kh, \
+        long long kw, long long oh, long long ow, long long sh, long long sw, long long ph, \
+        long long pw, long long dh, long long dw
+static int pool_dw_avg_f64(POOL_DW_ARGS(double)) {
+    POOL_DW(double, vmf64, dw_vi64, dw_tr_f64, 1, 0.0)
+}
+static int pool_dw_avg_f32(POOL_DW_ARGS(float)) {
+    POOL_DW(float, vmf32, dw_vi32, dw_tr_f32, 1, 0.0f)
+}
+static int pool_dw_max_f64(POOL_DW_ARGS(double)) {
+    (void)cnt;
+    POOL_DW(double, vmf64, dw_vi64, dw_tr_f64, 0, -__builtin_inf())
+}
+static int pool_dw_max_f32(POOL_DW_ARGS(float)) {
+    (void)cnt;
+    POOL_DW(float, vmf32, dw_vi32, dw_tr_f32, 0, -__builtin_inff())
 }

@@ -1632,13 +1632,15 @@ void ts_conv_call(conv_call_t *C) {
  * np.maximum(acc, -inf) is acc (or -inf when acc is -inf; NaN stays). A max starts from -inf
  * instead of its first tap: np.maximum(-inf, t) is t for every t, NaN and -0.0 included (and a
  * window wholly in the padding gives -inf, as pool_nd's does).
- * Three loop shapes, by geometry (POOL2D); each only decides which outputs share a vector:
+ * Four loop shapes, by geometry (POOL2D); each only decides which outputs share a vector:
  *   phase (POOL_PHASE): one plane at a time, copied into padded stride-phase planes so that a
  *         tap's reads for a block of outputs are one contiguous run;
  *   same  (POOL_SAME): strides 1, outputs the image's size: the whole tensor as one run, no copy;
  *   lanes (POOL_LANES): L planes side by side, one output of each per vector; no copy, each
  *         output's in-image taps from a list (global pools, windows that barely overlap,
- *         outputs too narrow for phase's runs). */
+ *         outputs too narrow for phase's runs);
+ *   planes (conv_dw.h's POOL_DW): L planes copied into one channel-interleaved padded buffer,
+ *         one output of each per vector, each tap one load. */
 #define POOL_OP(AVG, a, t) ((AVG) ? (a) + (t) : ((a) != (a) ? (a) : ((a) > (t) ? (a) : (t))))
 
 #define POOL_STORE(T, AVG, ydst, asrc, ci)                                              \
@@ -2098,7 +2100,17 @@ POOL_MAX3S2_FN(pool_max3s2_f64, double, v8f64, v8i64, pool_max_v8f64, 8,
 #define POOL_TRY_MAX3S2(FN)                                                             \
     if (POOL_MAX3S2_OK && FN(x, cnt, y, planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)) \
         return 1;
-#define POOL2D(T, IT, V, VI, VMAX, AVG, ID, LANES, MORE)                                \
+/* planes (conv_dw.h's POOL_DW: L planes side by side in the lanes, copied once, interleaved)
+ * after the max pools' separable shape, where it was quicker than phase (float32, us a call,
+ * phase -> planes, Intel Xeon AVX-512): output rows up to 32 wide (3x3 stride 2 AveragePools
+ * onto 14x14 x 136 66 -> 26, 7x7 x 272 46 -> 14; MaxPools 3x3 stride 2 onto 26x26 x 256 253 ->
+ * 218, 13x13 x 512 179 -> 90) and strided wider ones (AveragePool onto 56x56 x 32 133 -> 121;
+ * with AVX2, which has no separable MaxPool, MaxPool onto 54x54 x 96 570 -> 435); wide stride-1
+ * rows stayed in phase (AveragePool 3x3 56x56 x 64 108 -> 123). */
+#ifndef POOL_DW_ON /* -DPOOL_DW_ON=0: without the lanes over planes (benchmarks) */
+#define POOL_DW_ON 1
+#endif
+#define POOL2D(T, IT, V, VI, VMAX, AVG, ID, LANES, DW, MORE)                            \
     if (!geom_ok(planes, 1, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw) || ph < 0 ||  \
         pw < 0)                                                                         \
         return 0; /* 0: the caller runs numpy's windows */                              \
@@ -2110,23 +2122,28 @@ POOL_MAX3S2_FN(pool_max3s2_f64, double, v8f64, v8i64, pool_max_v8f64, 8,
     if (sh == 1 && sw == 1 && oh == h && ow == w && kh * kw * h * w <= POOL_SAME_MAX)   \
         POOL_SAME(T, IT, V, VI, VMAX, AVG, ID)                                          \
     MORE                                                                                \
+    if (POOL_DW_ON && (ow <= 32 || sh > 1 || sw > 1) &&                                 \
+        DW(x, cnt, y, planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw))            \
+        return 1;                                                                       \
     POOL_PHASE(T, V, VMAX, AVG, ID)
 
 int ts_avgpool2d_f64(POOL_ARGS(double)) {
-    POOL2D(double, long long, vpf64, vpi64, pool_max_vp64, 1, 0.0, pool_lanes_avg_f64, )
+    POOL2D(double, long long, vpf64, vpi64, pool_max_vp64, 1, 0.0, pool_lanes_avg_f64,
+           pool_dw_avg_f64, )
 }
 int ts_avgpool2d_f32(POOL_ARGS(float)) {
-    POOL2D(float, int, vpf32, vpi32, pool_max_vp32, 1, 0.0f, pool_lanes_avg_f32, )
+    POOL2D(float, int, vpf32, vpi32, pool_max_vp32, 1, 0.0f, pool_lanes_avg_f32,
+           pool_dw_avg_f32, )
 }
 int ts_maxpool2d_f64(POOL_ARGS(double)) {
     (void)cnt;
     POOL2D(double, long long, vpf64, vpi64, pool_max_vp64, 0, -__builtin_inf(),
-           pool_lanes_max_f64, POOL_TRY_MAX3S2(pool_max3s2_f64))
+           pool_lanes_max_f64, pool_dw_max_f64, POOL_TRY_MAX3S2(pool_max3s2_f64))
 }
 int ts_maxpool2d_f32(POOL_ARGS(float)) {
     (void)cnt;
     POOL2D(float, int, vpf32, vpi32, pool_max_vp32, 0, -__builtin_inff(),
-           pool_lanes_max_f32, POOL_TRY_MAX3S2(pool_max3s2_f32))
+           pool_lanes_max_f32, pool_dw_max_f32, POOL_TRY_MAX3S2(pool_max3s2_f32))
 }
 
 #include "serial_sums.h"

@@ -1,7 +1,8 @@
 """The depthwise conv (native.conv2d_one_per_group: one output channel per group; refkernels'
 conv_dw.h with its lanes over channels, CONV_MG1_FAST with its lanes over positions) gives the
 bits of im2col + the reference product, each output its own chain over (c, kh, kw), on hostile
-values and odd geometry, with and without each part of the epilogue."""
+values and odd geometry, with and without each part of the epilogue; the 2-D pools with their
+lanes over planes (conv_dw.h's POOL_DW) give pool_nd's."""
 
 import numpy as np
 import pytest
@@ -137,13 +138,56 @@ def test_depthwise_conv_epilogue_writes_the_shuffled_rows(dtype):
             assert same_under_nan_policy(dst[rows].reshape(want.shape), want), (affine, g, h)
 
 
-# the geometries above (and the hostile ones: strides, pads and dilations past the image) in
-# the sanitized build: no read or write outside the image, the weights, the output and the
-# buffers (the transposed copies' last, overlapping vectors; lanes past the last group)
+
+# (planes as (nb, c), h, w, kernel, strides, dilations, pads, ceil_mode, count_include_pad):
+# 16 to 67 planes (the lanes over planes take L or more; a last block not whole), output rows
+# up to 32 wide, strides 1-3, pads 0-2, dilation 2, windows past the image's end (ceil mode,
+# no end padding), rows narrower than a vector, a plane whose whole image the windows miss
+POOLS = [
+    ((1, 24), 56, 56, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), 0, 0),
+    ((2, 34), 14, 14, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), 0, 1),
+    ((1, 67), 9, 11, (2, 3), (1, 2), (1, 1), ((0, 1), (1, 0)), 1, 0),
+    ((1, 17), 12, 13, (3, 2), (3, 1), (2, 2), ((2, 0), (1, 2)), 0, 0),
+    ((1, 40), 7, 7, (5, 5), (1, 1), (1, 1), ((1, 1), (1, 1)), 0, 1),
+    ((1, 16), 20, 19, (3, 3), (3, 3), (1, 1), ((0, 0), (0, 0)), 1, 0),
+    ((1, 33), 3, 4, (2, 2), (2, 2), (1, 1), ((0, 0), (0, 0)), 1, 0),
+    ((2, 8), 27, 27, (3, 3), (2, 2), (1, 1), ((0, 0), (0, 0)), 0, 0),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pools_over_planes_equal_pool_nd(dtype):
+    """MaxPool's np.maximum choices (the first NaN, the second of +0.0 and -0.0, -inf) and
+    AveragePool's serial sums and divisors, padding, ceil windows: pool_nd's bits (a NaN's
+    sign and payload aside: inf + -inf against a NaN input, which one an add keeps is the
+    instruction's operand order, core.parity.same_under_nan_policy)."""
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(51)
+    for (nb, c), h, w, k, st, dil, padw, ceil, cip in POOLS:
+        x = _hostile(rng, (nb, c, h, w), dtype)
+        x[0, 1] = -0.0
+        x[0, 2, ::2] = 0.0
+        outs = [nn.out_size(x.shape[2 + i], k[i], st[i], dil[i], *padw[i], ceil)
+                for i in range(2)]
+        for kind in ("max", "avg"):
+            cnt = np.ascontiguousarray(nn.pool_counts(x, k, st, padw, dil, ceil, cip),
+                                       dtype=dtype) if kind == "avg" else None
+            got = native.pool2d(kind, x, cnt, k, st, dil, padw, outs)
+            with np.errstate(all="ignore"):
+                want = nn.pool_nd(x, kind, k, st, padw, dil, ceil, cip)
+            assert got is not None and same_under_nan_policy(got, want), (kind, c, h, w, k, st)
+
+
+# the geometries above (and the hostile ones: strides, pads and dilations past the image) and
+# the pools in the sanitized build: no read or write outside the image, the weights, the
+# output and the buffers (the transposed copies' last, overlapping vectors; lanes past the
+# last group)
 SANITIZED = """
 import numpy as np
 from tapescope.core import native
-from tests.core.test_native_depthwise import GEOMS, _hostile, _reference
+from tests.core.test_native_depthwise import GEOMS, POOLS, _hostile, _reference
+from tapescope.core.ops import nn
 from tapescope.core.parity import same_under_nan_policy
 rng = np.random.default_rng(7)
 done = 0
@@ -161,6 +205,17 @@ for dt in (np.float32, np.float64):
             want = np.where(want + res <= 0, dt(0), want + res)
         assert same_under_nan_policy(got, want), (nb, g, cg, h, w, k, st, dil, padw)
         done += 1
+    for (nb, c), h, w, k, st, dil, padw, ceil, cip in POOLS:
+        x = _hostile(rng, (nb, c, h, w), dt)
+        outs = [nn.out_size(x.shape[2 + i], k[i], st[i], dil[i], *padw[i], ceil)
+                for i in range(2)]
+        cnt = np.ascontiguousarray(nn.pool_counts(x, k, st, padw, dil, ceil, cip), dtype=dt)
+        for kind in ("max", "avg"):
+            got = native.pool2d(kind, x, cnt if kind == "avg" else None, k, st, dil, padw, outs)
+            with np.errstate(all="ignore"):
+                want = nn.pool_nd(x, kind, k, st, padw, dil, ceil, cip)
+            assert same_under_nan_policy(got, want), (kind, c, h, w, k, st)
+        done += 1
 print("depthwise", done)
 """
 
@@ -168,4 +223,4 @@ print("depthwise", done)
 def test_depthwise_conv_runs_clean_under_asan_and_ubsan():
     from tests.helpers.sanitize import child_runs_clean
 
-    child_runs_clean(SANITIZED, f"depthwise {2 * (len(GEOMS) + 2)}")
+    child_runs_clean(SANITIZED, f"depthwise {2 * (len(GEOMS) + 2 + len(POOLS))}")
