@@ -287,6 +287,392 @@ static long long cm_wp_size(long long g, long long mg, long long k, int f32) {
     return g * k * ((mg + L - 1) / L * L);
 }
 
+/* The short-k 1x1 product: a 1x1 conv (stride 1, no padding) whose image is its own column
+ * matrix x (k x n of each (image, group), rows n apart) and whose k is short (shufflenet's
+ * grouped 1x1 convs: k = 34..136). Lanes over columns as MM_ROWS, but a tile's chains run the
+ * whole k in registers (no k-blocks: no accumulator stored and reloaded, no panel of x
+ * packed: the tile reads x's rows in place), and the epilogue (ep_t: bias, BatchNorm,
+ * residual, Relu, the copy to dst) is applied to the accumulators before their one store,
+ * straight to the output's row or dst's. MM_ROWS finished a block of columns first and ran the
+ * epilogue over it from memory, where BatchNorm's divides (vdivps: ~10 cycles for 16 lanes
+ * on an Intel Xeon) ran alone; here a tile's divides overlap the next tile's multiplies and
+ * adds. Each output is still acc = +0.0; acc = acc + w[i][kk] * x[kk][j] for kk = 0, 1, ...
+ * in order, one rounding per mul and per add, then EP_ONE_R's ops in its order, one rounding
+ * each: the bits of im2col + MM_ROWS + ep_cols. The columns past the last whole vector
+ * (n % L: 4 of a 14x14 plane, 1 of a 7x7) take tiles with their lanes over the unit's
+ * output channels instead (as conv_cm's: the weights transposed per unit, x's values
+ * broadcast; lanes past the unit's rows weigh +0.0, their products, 0 * inf = NaN included,
+ * never stored): in one-vector tiles over columns, 4 of a vector's 16 lanes held outputs,
+ * 9 % of a 272-channel 14x14 conv's time. */
+#define SK_KMAX 256 /* the longest k taken */
+
+/* The weights are conv_cm's pack (wp: blocks of CB = MM_Q vectors of channels, each k-step's
+ * bw lanes together; the ONNX plan keeps it, the tape's calls pack them): a column tile
+ * broadcasts its R rows' weights of a k-step from one run, a channel tile loads them as
+ * vectors (packing them per unit, as R-row runs and transposed, cost 16 % of a 272-channel
+ * 14x14 conv). A unit of work is a chunk of whole panels of one batch entry, or its columns
+ * past them. The channel tiles' per-channel values (bias, mean, den, scale, beta: CB lanes
+ * each) and accumulators (6 x MM_Q vectors), one buffer per thread: */
+static __thread double sk_abuf[(5 + 6) * MM_Q * 8] __attribute__((aligned(64)));
+
+typedef struct {
+    const void *x, *wp;
+    void *c;
+    const ep_t *ep;
+    long long g, mg, k, n, mgp, nblk;
+    long long per, uc; /* units per batch entry: column chunks of uc, then the tail's */
+    int f32;
+    long long units, next, chunk; /* next: atomic */
+} sk_job;
+
+/* the integer vector of V's size: Relu's mask */
+typedef int sk_vi32 __attribute__((vector_size(sizeof(vmf32)), aligned(4), may_alias));
+typedef long long sk_vi64 __attribute__((vector_size(sizeof(vmf64)), aligned(8), may_alias));
+
+/* where a tile's rows go and what is applied on the way: row r's outputs at dd[r] (from
+ * column js), its residual row rr[r]; ep: EP_ONE_R's ops (else stored as summed) with the
+ * rows' per-channel values */
+#define SK_OUT_T(T, NAME)                                                               \
+    typedef struct {                                                                    \
+        T *dd[6];                                                                       \
+        const T *rr[6];                                                                 \
+        T bb[6], bm[6], bd[6], bg[6], bt[6];                                            \
+        long long js;                                                                   \
+        int ep, bias, bn, res, res_first, relu;                                         \
+    } NAME;
+SK_OUT_T(float, sk_out_f32)
+SK_OUT_T(double, sk_out_f64)
+
+/* EP_ONE_R's ops on y, a vector of outputs whose lanes are one channel's (per-channel values
+ * scalars: the column tiles) or the lanes' channels' (vectors: the channel tiles); rv: the
+ * residual's values */
+#define SK_EP(V, VI, y, BB, BM, BD, BG, BT, rv, o)                                           \
+    {                                                                                   \
+        if ((o)->bias) y = y + (BB);                                                    \
+        if ((o)->bn) {                                                                  \
+            y = y - (BM);                                                               \
+            y = y / (BD);                                                               \
+            y = y * (BG);                                                               \
+            y = y + (BT);                                                               \
+        }                                                                               \
+        if ((o)->res) y = (o)->res_first ? (rv) + y : y + (rv);                         \
+        if ((o)->relu) {                                                                \
+            const V z_ = {0};                                                           \
+            y = (V)((VI)y & ~(VI)(y <= z_)); /* <= 0: +0 (NaN stays) */                 \
+        }                                                                               \
+    }
+/* vector q of row r finished: the epilogue, then the store (from e, SK_OUT_LOCAL's copy) */
+#define SK_STORE(T, V, VI, y, r, q)                                                     \
+    {                                                                                   \
+        const long long j_ = e.js + (q) * L;                                            \
+        if (e.ep) {                                                                     \
+            const V rv_ = e.res ? *(const V *)(e.rr[r] + j_) : y;                       \
+            SK_EP(V, VI, y, e.bb[r], e.bm[r], e.bd[r], e.bg[r], e.bt[r], rv_, &e)       \
+        }                                                                               \
+        *(V *)(e.dd[r] + j_) = y;                                                       \
+    }
+
+/* one tile: R rows x Q vectors, all k, then each vector's epilogue and store. wt: the tile's
+ * weights (its R rows' of a k-step together, ldw apart); pk: the tile's first column in row 0
+ * of x, rows ldp apart. A function of its own: inlined into the unit, gcc 12 kept row pointers and
+ * accumulators on the stack (a load or a move per k-step: 115 against 88 us a 272-channel
+ * 14x14 conv) */
+#define SK_TILE_FN(T, V, VI, OUT, R, Q, NAME)                                           \
+    __attribute__((noinline)) static void NAME(const T *wt, long long ldw, const T *pk, \
+                                               long long ldp, long long k, const OUT *o) { \
+        const long long L = CM_L(T, V);                                                 \
+        V acc[R][Q];                                                                    \
+        _Pragma("GCC unroll 8") for (int r = 0; r < (R); ++r)                           \
+            for (int q = 0; q < (Q); ++q) {                                             \
+                V z = {0};                                                              \
+                acc[r][q] = z;                                                          \
+            }                                                                           \
+        for (long long kk = 0; kk < k; ++kk, pk += ldp, wt += ldw) {                    \
+            V bq[Q];                                                                    \
+            for (int q = 0; q < (Q); ++q) bq[q] = ((const V *)pk)[q];                   \
+            _Pragma("GCC unroll 8") for (int r = 0; r < (R); ++r) {                     \
+                for (int q = 0; q < (Q); ++q) {                                         \
+                    V p;                                                                \
+                    BMUL(T, V, p, wt + r, bq[q]);                                       \
+                    acc[r][q] = acc[r][q] + p;                                          \
+                }                                                                       \
+            }                                                                           \
+        }                                                                               \
+        /* a local copy: the stores (may_alias vectors) could write *o, so gcc read   \
+         * every flag and value from it again after each (AVX2's 16-column tiles of a  \
+         * k = 16 conv: 1.09x MM_ROWS's time) */                                       \
+        const OUT e = *o;                                                               \
+        _Pragma("GCC unroll 8") for (int r = 0; r < (R); ++r)                           \
+            _Pragma("GCC unroll 4") for (int q = 0; q < (Q); ++q)                       \
+                SK_STORE(T, V, VI, acc[r][q], r, q)                                     \
+    }
+#define SK_TILE_FNS(T, V, VI, S)                                                        \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 6, 1, sk_tile_6_1_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 4, 1, sk_tile_4_1_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 2, 1, sk_tile_2_1_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 1, 1, sk_tile_1_1_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 6, 2, sk_tile_6_2_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 4, 2, sk_tile_4_2_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 2, 2, sk_tile_2_2_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 1, 2, sk_tile_1_2_##S)                             \
+    SK_TILE_FNS_WIDE(T, V, VI, S)
+#if MM_Q == 4
+#define SK_TILE_FNS_WIDE(T, V, VI, S)                                                   \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 6, 3, sk_tile_6_3_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 4, 3, sk_tile_4_3_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 2, 3, sk_tile_2_3_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 1, 3, sk_tile_1_3_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 6, 4, sk_tile_6_4_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 4, 4, sk_tile_4_4_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 2, 4, sk_tile_2_4_##S)                             \
+    SK_TILE_FN(T, V, VI, sk_out_##S, 1, 4, sk_tile_1_4_##S)
+#else
+#define SK_TILE_FNS_WIDE(T, V, VI, S)
+#endif
+SK_TILE_FNS(float, vmf32, sk_vi32, f32)
+SK_TILE_FNS(double, vmf64, sk_vi64, f64)
+
+/* one channel tile: NC columns from xb (x's row 0, rows n apart) x QC vectors of channels
+ * from wc (the transposed weights, ldw lanes to a k-step), all k, into out[cc * QC + qv] */
+#define SK_CTILE_FN(T, V, NC, QC, NAME)                                                 \
+    __attribute__((noinline)) static void NAME(const T *wc, long long ldw, const T *xb, \
+                                               long long n, long long k, V *out) {      \
+        V acc[NC][QC];                                                                  \
+        _Pragma("GCC unroll 8") for (int cc = 0; cc < (NC); ++cc)                       \
+            for (int q = 0; q < (QC); ++q) {                                            \
+                V z = {0};                                                              \
+                acc[cc][q] = z;                                                         \
+            }                                                                           \
+        for (long long kk = 0; kk < k; ++kk, wc += ldw, xb += n) {                      \
+            V wv[QC];                                                                   \
+            for (int q = 0; q < (QC); ++q) wv[q] = ((const V *)wc)[q];                  \
+            _Pragma("GCC unroll 8") for (int cc = 0; cc < (NC); ++cc)                   \
+                for (int q = 0; q < (QC); ++q) {                                        \
+                    V p;                                                                \
+                    BMUL(T, V, p, xb + cc, wv[q]);                                      \
+                    acc[cc][q] = acc[cc][q] + p;                                        \
+                }                                                                       \
+        }                                                                               \
+        _Pragma("GCC unroll 8") for (int cc = 0; cc < (NC); ++cc)                       \
+            for (int q = 0; q < (QC); ++q) out[cc * (QC) + q] = acc[cc][q];             \
+    }
+#define SK_CTILE_FNS_Q(T, V, S, QC)                                                     \
+    SK_CTILE_FN(T, V, 1, QC, sk_ctile_1_##QC##_##S)                                     \
+    SK_CTILE_FN(T, V, 2, QC, sk_ctile_2_##QC##_##S)                                     \
+    SK_CTILE_FN(T, V, 3, QC, sk_ctile_3_##QC##_##S)                                     \
+    SK_CTILE_FN(T, V, 4, QC, sk_ctile_4_##QC##_##S)                                     \
+    SK_CTILE_FN(T, V, 6, QC, sk_ctile_6_##QC##_##S)
+SK_CTILE_FNS_Q(float, vmf32, f32, 1)
+SK_CTILE_FNS_Q(float, vmf32, f32, 2)
+SK_CTILE_FNS_Q(double, vmf64, f64, 1)
+SK_CTILE_FNS_Q(double, vmf64, f64, 2)
+#if MM_Q == 4
+SK_CTILE_FNS_Q(float, vmf32, f32, 3)
+SK_CTILE_FNS_Q(float, vmf32, f32, 4)
+SK_CTILE_FNS_Q(double, vmf64, f64, 3)
+SK_CTILE_FNS_Q(double, vmf64, f64, 4)
+#endif
+#define SK_CTILE_NC(S, QC)                                                              \
+    switch (nc) {                                                                       \
+    case 1: sk_ctile_1_##QC##_##S(wcq, ldw, xb, n, k, acc); break;                      \
+    case 2: sk_ctile_2_##QC##_##S(wcq, ldw, xb, n, k, acc); break;                      \
+    case 3: sk_ctile_3_##QC##_##S(wcq, ldw, xb, n, k, acc); break;                      \
+    case 4: sk_ctile_4_##QC##_##S(wcq, ldw, xb, n, k, acc); break;                      \
+    default: sk_ctile_6_##QC##_##S(wcq, ldw, xb, n, k, acc); break;                     \
+    }
+#if MM_Q == 4
+#define SK_CTILE(S)                                                                     \
+    if (qc == 4) SK_CTILE_NC(S, 4)                                                      \
+    else if (qc == 3) SK_CTILE_NC(S, 3)                                                 \
+    else if (qc == 2) SK_CTILE_NC(S, 2)                                                 \
+    else SK_CTILE_NC(S, 1)
+#else
+#define SK_CTILE(S)                                                                     \
+    if (qc == 2) SK_CTILE_NC(S, 2)                                                      \
+    else SK_CTILE_NC(S, 1)
+#endif
+
+/* columns [jc, jc + W) of the block's rows [i0, i1) through channel tiles: nc columns (6 at most)
+ * x the block's qc = bw / L vectors, then each vector's epilogue (the per-channel values as
+ * vectors, lanes past the rows padded) and its lanes stored to their rows */
+#define SK_COLS(T, V, VI, S)                                                            \
+    {                                                                                   \
+        const long long nr = i1 - i0, qc = bw / L;                                      \
+        T *cv_ = (T *)TLS_BUF(sk_abuf);                                                 \
+        V *acc = (V *)(cv_ + 5 * bw);                                                   \
+        /* bias, mean, den, scale, beta of the rows, each bw long */                   \
+        for (long long l = 0; l < bw; ++l) {                                            \
+            const long long ch = ch0 + i0 + (l < nr ? l : 0);                           \
+            cv_[l] = o.bias ? ((const T *)E->bias)[ch] : (T)0;                          \
+            cv_[bw + l] = o.bn ? ((const T *)E->mean)[ch] : (T)0;                       \
+            cv_[2 * bw + l] = o.bn ? ((const T *)E->den)[ch] : (T)1;                    \
+            cv_[3 * bw + l] = o.bn ? ((const T *)E->scale)[ch] : (T)1;                  \
+            cv_[4 * bw + l] = o.bn ? ((const T *)E->beta)[ch] : (T)0;                   \
+        }                                                                               \
+        for (long long j0 = jc, nc; j0 < jc + W; j0 += nc) {                            \
+            const long long rem = jc + W - j0;                                          \
+            nc = rem >= 6 ? 6 : (rem == 5 ? 4 : rem);                                   \
+            const T *xb = xq + j0, *wcq = wb;                                           \
+            const long long ldw = bw;                                                   \
+            SK_CTILE(S)                                                                 \
+            for (long long cc = 0; cc < nc; ++cc)                                       \
+                for (long long qv = 0; qv < qc; ++qv) {                                 \
+                    const long long l0 = qv * L;                                        \
+                    V y = acc[cc * qc + qv];                                            \
+                    if (o.ep) {                                                         \
+                        V rv = y;                                                       \
+                        if (o.res) {                                                    \
+                            T t_[sizeof(V) / sizeof(T)] = {0};                          \
+                            for (long long l = 0; l < L && l0 + l < nr; ++l)            \
+                                t_[l] = res[(i0 + l0 + l) * n + j0 + cc];               \
+                            rv = *(const V *)t_;                                        \
+                        }                                                               \
+                        SK_EP(V, VI, y, *(const V *)(cv_ + l0), *(const V *)(cv_ + bw + l0), \
+                              *(const V *)(cv_ + 2 * bw + l0), *(const V *)(cv_ + 3 * bw + l0), \
+                              *(const V *)(cv_ + 4 * bw + l0), rv, &o)                  \
+                    }                                                                   \
+                    for (long long l = 0; l < L && l0 + l < nr; ++l) {                  \
+                        const long long i = i0 + l0 + l;                                \
+                        T *d = o.ep && E->dst                                           \
+                                   ? (T *)E->dst + E->dst_row[img * E->channels + ch0 + i] * n \
+                                   : c + i * n;                                         \
+                        d[j0 + cc] = y[l];                                              \
+                    }                                                                   \
+                }                                                                       \
+        }                                                                               \
+    }
+
+/* a tile of R rows from i over Q vectors: its rows' destinations and values, then the tile */
+#define SK_TILE(T, S, R, Q)                                                             \
+    {                                                                                   \
+        for (int r = 0; r < (R); ++r) {                                                 \
+            const long long ch = ch0 + i + r;                                           \
+            o.dd[r] = o.ep && E->dst ? (T *)E->dst + E->dst_row[img * E->channels + ch] * n \
+                                     : c + (i + r) * n;                                 \
+            o.rr[r] = res ? res + (i + r) * n : NULL;                                   \
+            if (o.bias) o.bb[r] = ((const T *)E->bias)[ch];                             \
+            if (o.bn) {                                                                 \
+                o.bm[r] = ((const T *)E->mean)[ch];                                     \
+                o.bd[r] = ((const T *)E->den)[ch];                                      \
+                o.bg[r] = ((const T *)E->scale)[ch];                                    \
+                o.bt[r] = ((const T *)E->beta)[ch];                                     \
+            }                                                                           \
+        }                                                                               \
+        sk_tile_##R##_##Q##_##S(wb + (i - i0), bw, pb, ldp, k, &o);                     \
+    }
+#define SK_ROWS(T, S, Q)                                                                \
+    {                                                                                   \
+        long long i = i0;                                                               \
+        for (; i + 6 <= i1; i += 6) SK_TILE(T, S, 6, Q)                                 \
+        for (; i + 4 <= i1; i += 4) SK_TILE(T, S, 4, Q)                                 \
+        for (; i + 2 <= i1; i += 2) SK_TILE(T, S, 2, Q)                                 \
+        for (; i < i1; ++i) SK_TILE(T, S, 1, Q)                                         \
+    }
+#if MM_Q == 4
+#define SK_PANEL(T, S)                                                                  \
+    if (QP == 4) SK_ROWS(T, S, 4)                                                       \
+    else if (QP == 3) SK_ROWS(T, S, 3)                                                  \
+    else if (QP == 2) SK_ROWS(T, S, 2)                                                  \
+    else SK_ROWS(T, S, 1)
+#else
+#define SK_PANEL(T, S)                                                                  \
+    if (QP == 2) SK_ROWS(T, S, 2)                                                       \
+    else SK_ROWS(T, S, 1)
+#endif
+
+/* columns [j0, j1) of batch entry q (image q / g, group q % g): panel by panel of JB columns,
+ * every block of rows over a panel (x is read once, the weights, mg x k, stay in cache: by
+ * blocks outside, a 128-channel conv of a 56x56 image read it twice, 1.06x MM_ROWS's time);
+ * or, from j0 = nf, the columns past the whole vectors, block by block */
+#define SK_UNIT(T, V, VI, S)                                                            \
+    {                                                                                   \
+        const long long L = CM_L(T, V), JB = MM_Q * L, k = J->k, n = J->n, mg = J->mg;  \
+        const long long nf = n - n % L; /* columns in whole vectors */                  \
+        const T *xq = (const T *)J->x + q * k * n; /* c = g * k input channels */       \
+        const T *wg = (const T *)J->wp + (q % J->g) * k * J->mgp;                       \
+        T *c = (T *)J->c + q * mg * n;                                                  \
+        const ep_t *E = J->ep;                                                          \
+        const T *res = E && E->res ? (const T *)E->res + q * mg * n : NULL;             \
+        const long long img = E ? q / E->groups : 0, ch0 = E ? (q % E->groups) * mg : 0; \
+        sk_out_##S o;                                                                   \
+        o.ep = E != NULL; /* EP_ONE_R's ops only (sk_ep_ok) */                           \
+        o.bias = o.ep && E->bias, o.bn = o.ep && E->mean, o.res = o.ep && res;          \
+        o.res_first = E ? E->res_first : 0, o.relu = o.ep && E->relu;                   \
+        for (long long jc = j0; jc < j1; jc += JB) {                                    \
+            const long long W = j1 - jc < JB ? j1 - jc : JB;                            \
+            for (long long b = 0; b < J->nblk; ++b) {                                   \
+                const long long i0 = b * JB, i1 = i0 + JB < mg ? i0 + JB : mg;          \
+                const long long bw = i1 - i0 < JB ? (i1 - i0 + L - 1) / L * L : JB;     \
+                const T *wb = wg + i0 * k;                                              \
+                if (j0 < nf) {                                                          \
+                    const long long QP = W / L, ldp = n;                                \
+                    const T *pb = xq + jc;                                              \
+                    o.js = jc;                                                          \
+                    SK_PANEL(T, S)                                                      \
+                } else                                                                  \
+                    SK_COLS(T, V, VI, S)                                                \
+            }                                                                           \
+        }                                                                               \
+    }
+
+static void sk_part(void *ctx) {
+    sk_job *J = (sk_job *)ctx;
+    const long long L = J->f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
+    const long long nf = J->n - J->n % L;
+    for (;;) {
+        long long u = __atomic_fetch_add(&J->next, J->chunk, __ATOMIC_RELAXED);
+        if (u >= J->units) return;
+        const long long ue = u + J->chunk < J->units ? u + J->chunk : J->units;
+        for (; u < ue; ++u) {
+            const long long q = u / J->per, cu = u % J->per;
+            const long long j0 = cu * J->uc < nf ? cu * J->uc : nf;
+            const long long j1 = j0 < nf ? (j0 + J->uc < nf ? j0 + J->uc : nf) : J->n;
+            if (J->f32) SK_UNIT(float, vmf32, sk_vi32, f32)
+            else SK_UNIT(double, vmf64, sk_vi64, f64)
+        }
+    }
+}
+
+/* Whether a conv of mg channels per group, k = (c/g)*taps, onto a plane of n (nb images)
+ * takes the short-k product (when its geometry reads the image in place, sk_in_place, and its
+ * epilogue is EP_ONE_R's, sk_ep_ok); packed: its weights come packed. Measured per conv, one
+ * thread, f32, Intel Xeon (AVX-512), the weights packed, against MM_ROWS (n >= 64) or the
+ * small-plane product (n < 64): shufflenet's grouped convs (mg = 28-136, k = 6-136)
+ * 0.62-0.93x the time, squeezenet's and inception_v1's 1x1 convs of mg * k < 16384
+ * 0.76-0.99x, resnet50's 64 -> 64 at 56x56 0.85x; planes below 64 (4x4 to 7x7, mg = 136-512,
+ * k = 64-256) 0.74-0.99x; but from mg * k = 16384 up on larger planes (resnet50's 64 -> 256
+ * at 56x56 and 256 -> 1024 at 14x14, with a residual) 1.03-1.05x: their k-loops are long
+ * enough for MM_ROWS's blocks. Packing the weights per call (the tape) costs as much as ~25
+ * columns' product: from 512 columns of all the images up. With AVX2 (TAPESCOPE_ISA=avx2,
+ * 16-column tiles) the same convs measured 0.68-0.98x where k >= mg or the plane is below 64,
+ * but 1.04-1.14x for k < mg (squeezenet's 16 -> 64, 32 -> 128, 48 -> 192 expands, shufflenet's
+ * 24 -> 112): there it takes those only; without AVX (TAPESCOPE_ISA=c, 4-column vectors)
+ * 0.84-0.94x for k >= 2 mg (squeezenet's squeezes) and the planes below 64, 1.04-1.07x for
+ * shufflenet's k = mg: there k >= 2 mg only. */
+#if defined(__AVX512F__)
+#define SK_KMG 0 /* k >= SK_KMG * mg on planes of 64 and more */
+#elif defined(__AVX__)
+#define SK_KMG 1
+#else
+#define SK_KMG 2
+#endif
+static int sk_when(long long mg, long long n, long long k, long long taps, long long nb,
+                   int packed) {
+    return taps == 1 && k >= 1 && k <= SK_KMAX && mg >= 1 && n >= 1 &&
+           (n < 64 || (mg * k < 16384 && k >= SK_KMG * mg)) && (packed || n * nb >= 512);
+}
+
+/* an epilogue of EP_ONE_R's ops (no Mul/Add pair, no residual with a copy to dst) */
+static int sk_ep_ok(const ep_t *ep) {
+    return !ep || (!ep->mul2 && !ep->add2 && !(ep->res && ep->dst));
+}
+
+/* a 1x1 conv whose image is its column matrix */
+static int sk_in_place(const conv_t *cv) {
+    return cv->kh == 1 && cv->kw == 1 && cv->sh == 1 && cv->sw == 1 && cv->ph == 0 &&
+           cv->pw == 0 && cv->oh == cv->h && cv->ow == cv->w;
+}
+
 /* Whether a conv of mg channels per group, k = (c/g)*taps, onto a plane of n (nb images) takes
  * the small-plane product; packed: its weights come packed (else they are packed per call).
  * Measured per conv of resnet50, inception_v2, densenet121 and squeezenet and on resnet18's
@@ -301,13 +687,20 @@ static long long cm_wp_size(long long g, long long mg, long long k, int f32) {
  * columns of all its images up, for 1x1 convs from 384 channels (resnet18's n = 4 and 16 at
  * batch 2: 1.2-1.5x; n = 49: 0.6-0.8x for 3x3 convs and 1x1 ones of mg >= 512, 1.0-1.1x for
  * 1x1 ones of mg = 128-352; from one panel up the gain is the pack's cost). */
-static int cm_when(long long mg, long long n, long long k, long long taps, long long nb,
-                   int packed, int f32) {
+static int cm_when_cm(long long mg, long long n, long long k, long long taps, long long nb,
+                      int packed, int f32) {
     const long long L = f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
     if (n > CM_NMAX || mg < L || k < 8 ||
         (!packed && (n >= 64 || n * nb < 48 || (taps == 1 && mg < 384))))
         return 0;
     return n < 64 || (taps > 1 ? mg >= 32 : n % 64 != 0 && k >= 256);
+}
+
+/* the short-k product's shapes too (conv_cm takes them when the geometry reads in place, and
+ * gives the rest back to the caller) */
+static int cm_when(long long mg, long long n, long long k, long long taps, long long nb,
+                   int packed, int f32) {
+    return sk_when(mg, n, k, taps, nb, packed) || cm_when_cm(mg, n, k, taps, nb, packed, f32);
 }
 
 /* The conv through the small-plane product, wp packed already (or NULL: packed here from wt);
@@ -355,11 +748,54 @@ static void *cm_scratch(int i, size_t bytes, int *own) {
     return kp->p[i];
 }
 
+void ts_conv_cm_pack(const void *w, void *wp, long long g, long long mg, long long k, int f32,
+                     int threads);
+
+/* The short-k product, wp packed already (or NULL: packed here from wt); 0 when the pack's
+ * buffer cannot be had (nothing written) */
+static int conv_sk(const void *x, const void *wt, const void *wp, void *out, long long nb,
+                   const conv_t *cv, long long mg, long long k, int threads, int f32,
+                   const ep_t *ep) {
+    const long long n = cv->oh * cv->ow, nq = nb * cv->g, work = nq * mg * n * k;
+    const long long L = f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
+    int own = 0;
+    if (!wp) {
+        void *p = cm_scratch(1, (size_t)cm_wp_size(cv->g, mg, k, f32) * (f32 ? 4 : 8), &own);
+        if (!p) return 0;
+        ts_conv_cm_pack(wt, p, cv->g, mg, k, f32, threads);
+        wp = p;
+    }
+    sk_job J = {.x = x, .wp = wp, .c = out, .ep = ep, .g = cv->g, .mg = mg, .k = k, .n = n,
+                .mgp = (mg + L - 1) / L * L, .nblk = (mg + MM_Q * L - 1) / (MM_Q * L),
+                .f32 = f32};
+    long long t = threads < 1 ? 1 : (threads > MAX_THREADS ? MAX_THREADS : threads);
+    if (t > work / MIN_WORK_PER_THREAD) t = work / MIN_WORK_PER_THREAD;
+    if (t < 1) t = 1;
+    /* a batch entry's whole-vector columns in chunks of whole panels, at least two units a
+     * thread where the columns allow, then one unit for the columns past them */
+    const long long JB = MM_Q * L, nf = n - n % L, np = (nf + JB - 1) / JB;
+    long long nch = (2 * t + nq - 1) / nq;
+    nch = nch < 1 ? 1 : (nch > np ? np : nch);
+    J.uc = np > 0 ? (np + nch - 1) / nch * JB : JB;
+    J.per = (nf + J.uc - 1) / J.uc + (nf < n);
+    J.units = nq * J.per;
+    if (t > J.units) t = J.units;
+    const long long chunk = t == 1 ? J.units : J.units / (t * 8);
+    J.chunk = chunk < 1 ? 1 : chunk;
+    pool_run(sk_part, &J, (int)t);
+    if (own) free((void *)wp);
+    return 1;
+}
+
 /* The conv through the small-plane product, wp packed already (or NULL: packed here from wt);
  * 0 when its buffers cannot be had (nothing written: the caller runs the packed conv). */
 static int conv_cm(const void *x, const void *wt, const void *wp, void *out, long long nb,
                    const conv_t *cv, long long mg, long long k, int threads, int f32,
                    const ep_t *ep) {
+    if (sk_when(mg, cv->oh * cv->ow, k, cv->kh * cv->kw, nb, wp != NULL) && sk_in_place(cv) &&
+        sk_ep_ok(ep))
+        return conv_sk(x, wt, wp, out, nb, cv, mg, k, threads, f32, ep);
+    if (!cm_when_cm(mg, cv->oh * cv->ow, k, cv->kh * cv->kw, nb, wp != NULL, f32)) return 0;
     const long long n = cv->oh * cv->ow, ntile = (n + CM_NC - 1) / CM_NC;
     const long long L = f32 ? CM_L(float, vmf32) : CM_L(double, vmf64);
     const size_t sz = f32 ? sizeof(float) : sizeof(double);
