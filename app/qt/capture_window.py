@@ -7,8 +7,9 @@ first slice: the tape's MainWindow and its graph are not used).
   its ops' verdict counts and worst ulp, coloured by the window's one ulp scale; its leaves are
   the ops;
 - right: the Inspector for the selected op: op, module, phase, step, your source line, each
-  output's verdict, and the recorded tensor against the reference's (re-run on the op's own
-  recorded inputs) with its ulp map;
+  output's verdict (an introduced one with its cause, when judged with ``--explain``), and the
+  recorded tensor against the reference's (re-run on the op's own recorded inputs) with its
+  ulp map;
 - the status line: the first divergence, counts and the no-reference ops.
 """
 
@@ -139,6 +140,10 @@ class CaptureWindow(QMainWindow):
     def __init__(self, cap: Capture, rep: dict) -> None:
         super().__init__()
         self.cap, self.rep = cap, rep
+        # (op index, output) -> why it introduced its difference, when judged with --explain
+        self.causes = {(e["index"], e["output"]): e["explain"] for e in rep["introduced"]
+                       if e.get("explain")}
+        self.explained = any("cause" in e for e in rep["introduced"])
         self.setWindowTitle(f"tapescope — capture {os.path.basename(cap.path)}")
         top = QWidget()
         bar = QHBoxLayout(top)
@@ -330,6 +335,8 @@ class CaptureWindow(QMainWindow):
                          + (f" (introduced {o['n_diff']} elements, max {o['max_ulp']} ulp; "
                             f"total {o['total_n_diff']}, max {o['total_max_ulp']} ulp)"
                             if "n_diff" in o else ""))
+            if o["verdict"] == "introduced":
+                lines.append(f"  cause      {self._cause(i, j)}")
             if rec is not None and rec.size:
                 flat = np.asarray(rec).reshape(-1)
                 lines.append(f"  recorded   {np.array2string(flat[:6], precision=9)}")
@@ -348,6 +355,17 @@ class CaptureWindow(QMainWindow):
             self.ulp_map.setText("(no float output with a reference)")
             self.ulp_layout.setText("")
         self.inspector.setPlainText("\n".join(lines))
+
+    def _cause(self, i: int, j: int) -> str:
+        """Why output ``j`` of op ``i`` introduced its difference (``--explain``'s words)."""
+        from tapescope.core.explain import cause_text
+
+        c = self.causes.get((i, j))
+        if c is not None:
+            return f"{c['cause']} ({c['variant']})" if c["cause"] != "unknown" else \
+                cause_text(c)
+        return "not searched (tapescope gui FILE --explain names why)" if not \
+            self.explained else "not searched"
 
     def select_first_divergence(self) -> None:
         """Select the first op that differs (or the first op) in the tree."""
@@ -390,7 +408,7 @@ def run_window(args: argparse.Namespace, size: tuple[int, int] | None, gui: Any)
     with progress(file_label("loading", args.file)):
         cap = load(args.file)  # a bad file raises: one line, exit 2
     with progress(f"judging {os.path.basename(args.file)}", total=cap.n_ops) as bar:
-        rep = judge(cap, advance=bar.advance)
+        rep = judge(cap, explain=bool(getattr(args, "explain", False)), advance=bar.advance)
     quiet_qt(bool(getattr(args, "debug", False)))
     app = QApplication.instance() or QApplication(sys.argv[:1] or ["tapescope"])
     apply_style(app)

@@ -432,3 +432,32 @@ def test_a_variants_screen_never_turns_away_its_own_result(op, shapes):
         off.reshape(-1)[0] = np.nextafter(off.reshape(-1)[0], np.float32(np.inf))
         assert not screen[0](args, {}, off), label
     assert screened >= 3
+
+
+def test_the_windows_inspector_says_why_an_output_departs(zoo_capture, qtbot):
+    """``gui FILE --explain``: selecting an introduced op in the tree (a click on its row) shows
+    each introduced output's cause; judged without --explain, the line says how to get it."""
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import Qt
+
+    from tapescope.app.qt.capture_window import _OP, CaptureWindow
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.judge import judge
+
+    f, p = zoo_capture(["lstm.py"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    cap = load(f)
+    for explain in (True, False):
+        win = CaptureWindow(cap, judge(cap, explain=explain))
+        qtbot.addWidget(win)
+        lerp, step = next((e["index"], e["step"]) for e in win.rep["introduced"]
+                          if e["op"] == "aten.lerp_.Scalar")
+        win.step.setCurrentIndex(step - 1)  # the step picked in the combo, as a user does
+        items = win.tree.findItems("*", Qt.MatchFlag.MatchWildcard | Qt.MatchFlag.MatchRecursive)
+        win.tree.setCurrentItem(next(it for it in items if it.data(0, _OP) == lerp))
+        text = win.inspector.toPlainText()
+        if explain:
+            assert "cause      fma (PyTorch's CPU lerp" in text, text
+        else:
+            assert "cause      not searched (tapescope gui FILE --explain names why)" in text
+        win.close()
