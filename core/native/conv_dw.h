@@ -38,6 +38,9 @@
 #ifndef DW_WHEN
 #define DW_WHEN (fuse || sh > 1 || sw > 1 || ow <= 32)
 #endif
+/* Two lanes (float64 on the SSE path: TAPESCOPE_ISA=c) do not pay for the copies: shufflenet's
+ * depthwise convs (float64, us a run) 2,398 -> 2,493 with them. */
+#define DW_LMIN 4
 #define DW_SB 8 /* output positions a tile (DW_TILES: 8 accumulators, of 16 registers with AVX2) */
 
 /* In-register transposes of L x L (L vectors of L lanes: r[i][j] <- r[j][i]), for the copies
@@ -86,7 +89,7 @@ DW_TRANSPOSE_FN(dw_tr_f64, vmf64, dw_vi64, DW_L64)
     enum { L = (int)(sizeof(V) / sizeof(T)) };                                          \
     /* the epilogue in the lanes (DW_EP) unless it has a residual or a Mul/Add pair */   \
     const int fuse = ep && !ep->res && !ep->mul2 && !ep->add2;                          \
-    if (nb <= 0 || g <= 0 || oh <= 0 || ow <= 0 || !DW_WHEN) return 0;                  \
+    if (L < DW_LMIN || nb <= 0 || g <= 0 || oh <= 0 || ow <= 0 || !DW_WHEN) return 0;   \
     const long long cgc = c / g, ntap = cgc * kh * kw;                                  \
     if (cgc < 1) return 0;                                                              \
     {                                                                                   \
@@ -331,7 +334,7 @@ static int conv_dw_f32(const float *x, const float *wt, float *out, long long nb
 #define POOL_DW(T, V, VI, TR, AVG, ID)                                                  \
     enum { L = (int)(sizeof(V) / sizeof(T)) };                                          \
     const long long wd = w;                                                             \
-    if (planes < L || oh <= 0 || ow <= 0 || ph < 0 || pw < 0) return 0;                 \
+    if (L < DW_LMIN || planes < L || oh <= 0 || ow <= 0 || ph < 0 || pw < 0) return 0;  \
     {                                                                                   \
         const double hp = (oh - 1.0) * (double)sh + (kh - 1.0) * (double)dh + 1.0;      \
         const double wpd = (ow - 1.0) * (double)sw + (kw - 1.0) * (double)dw + 1.0;     \
