@@ -644,15 +644,12 @@ static void sk_part(void *ctx) {
  * at 56x56 and 256 -> 1024 at 14x14, with a residual) 1.03-1.05x: their k-loops are long
  * enough for MM_ROWS's blocks. Packing the weights per call (the tape) costs as much as ~25
  * columns' product: from 512 columns of all the images up. With AVX2 (TAPESCOPE_ISA=avx2,
- * 16-column tiles) the same convs measured 0.68-0.98x where k >= mg or the plane is below 64,
- * but 1.04-1.14x for k < mg (squeezenet's 16 -> 64, 32 -> 128, 48 -> 192 expands, shufflenet's
- * 24 -> 112): there it takes those only; without AVX (TAPESCOPE_ISA=c, 4-column vectors)
- * 0.84-0.94x for k >= 2 mg (squeezenet's squeezes) and the planes below 64, 1.04-1.07x for
- * shufflenet's k = mg: there k >= 2 mg only. */
+ * 16-column tiles) the same convs measured 0.67-0.95x on the planes below 64 and for k >= 2 mg
+ * (squeezenet's squeezes), 0.98-1.08x for shufflenet's k = mg (in the model) and 1.04-1.14x
+ * for k < mg (squeezenet's expands, shufflenet's 24 -> 112); without AVX (TAPESCOPE_ISA=c)
+ * 0.84-0.94x and 1.04-1.07x for the same: there it takes k >= 2 mg only. */
 #if defined(__AVX512F__)
 #define SK_KMG 0 /* k >= SK_KMG * mg on planes of 64 and more */
-#elif defined(__AVX__)
-#define SK_KMG 1
 #else
 #define SK_KMG 2
 #endif
