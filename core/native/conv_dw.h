@@ -41,6 +41,10 @@
 /* Two lanes (float64 on the SSE path: TAPESCOPE_ISA=c) do not pay for the copies: shufflenet's
  * depthwise convs (float64, us a run) 2,398 -> 2,493 with them. */
 #define DW_LMIN 4
+/* the most elements the interleaved buffers (a block's padded images and outputs) may hold,
+ * 32 MiB of float32: L planes' worth, so planes past about 500 x 500 stay with the phase
+ * planes, which copy one plane at a time */
+#define DW_MAXBUF 8388608.0
 #define DW_SB 8 /* output positions a tile (DW_TILES: 8 accumulators, of 16 registers with AVX2) */
 
 /* In-register transposes of L x L (L vectors of L lanes: r[i][j] <- r[j][i]), for the copies
@@ -97,8 +101,8 @@ DW_TRANSPOSE_FN(dw_tr_f64, vmf64, dw_vi64, DW_L64)
         const double wpd = (ow - 1.0) * (double)sw + (kw - 1.0) * (double)dw + 1.0;    \
         if ((double)cgc * hp * wpd > 4.0 * ((double)cgc * (double)h * (double)wd +      \
                                             (double)oh * (double)ow) + 4096.0 ||        \
-            (double)cgc * hp * wpd * (double)L > 1e12 || (double)ntap * (double)L > 65536.0 || \
-            (double)oh * (double)ow > 1048576.0)                                        \
+            ((double)cgc * hp * wpd + (double)oh * (double)ow) * (double)L > DW_MAXBUF || \
+            (double)ntap * (double)L > 65536.0)                                         \
             return 0;                                                                   \
     }                                                                                   \
     const long long Hp = (oh - 1) * sh + (kh - 1) * dh + 1;                             \
@@ -339,7 +343,8 @@ static int conv_dw_f32(const float *x, const float *wt, float *out, long long nb
         const double hp = (oh - 1.0) * (double)sh + (kh - 1.0) * (double)dh + 1.0;      \
         const double wpd = (ow - 1.0) * (double)sw + (kw - 1.0) * (double)dw + 1.0;     \
         if (hp * wpd > 4.0 * ((double)h * (double)wd + (double)oh * (double)ow) + 4096.0 || \
-            (double)kh * (double)kw > 65536.0 || (double)oh * (double)ow > 1048576.0)   \
+            (hp * wpd + (double)oh * (double)ow) * (double)L > DW_MAXBUF ||             \
+            (double)kh * (double)kw > 65536.0)                                          \
             return 0;                                                                   \
     }                                                                                   \
     const long long Hp = (oh - 1) * sh + (kh - 1) * dh + 1;                             \
