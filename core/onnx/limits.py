@@ -274,14 +274,9 @@ class Budget:
         refuse (the nodes' charges made; hand the array to :meth:`hold_new`), else nothing
         charged and False (then charge them one by one: the refusal names its node)."""
         lim = self.limits
-        if self.work + work > lim.max_work or size > lim.max_elements \
-                or self.bytes + nbytes > lim.max_bytes or (largest is not None and (
-                    largest > lim.max_elements or self.bytes + largest > lim.max_bytes)):
+        if size > lim.max_elements or self.bytes + nbytes > lim.max_bytes:
             return False
-        self.check_cancel()
-        self.nodes += nodes
-        self.work += work
-        return True
+        return self.replay_all(nodes, largest, work)
 
     def hold_new(self, value: np.ndarray, extra: int = 0) -> None:
         """:meth:`hold` of an array made after :meth:`admit` let it in, then :meth:`charge`
