@@ -11,6 +11,7 @@ import pytest
 from tapescope.core import native
 from tapescope.core.ops.reference import mm, mm_numpy
 from tapescope.core.parity import same_under_nan_policy
+from tests.helpers.epilogue import apply_epilogue
 
 # every path the native code has that this CPU runs (tests/conftest.py: native_isa)
 pytestmark = pytest.mark.usefixtures("native_isa")
@@ -513,22 +514,14 @@ def test_bmm_epilogue_equals_the_separate_ops(dtype):
         res.flat[::13] = np.nan
         a_full = np.broadcast_to(a[None], (nb,) + a.shape).reshape(nb * groups, mg, k)
         prod = bmm_numpy(np.ascontiguousarray(a_full), b).reshape(nb, m, n)
-        ch = (slice(None), slice(None), None)
         for use_bias, use_bn, res_first, relu in [(True, True, True, True),
                                                   (False, True, False, True),
                                                   (True, False, None, False),
                                                   (False, False, None, True)]:
-            with np.errstate(all="ignore"):
-                want = prod.copy()
-                if use_bias:
-                    want = want + bias[ch[1:]]
-                if use_bn:
-                    want = (want - mean[ch[1:]]) / den[ch[1:]] * scale[ch[1:]] + beta[ch[1:]]
-                r3 = res.reshape(nb, m, n)
-                if res_first is not None:
-                    want = r3 + want if res_first else want + r3
-                if relu:
-                    want = np.where(want <= 0, dtype(0), want)
+            want = apply_epilogue(prod, bias if use_bias else None,
+                                  (mean, den, scale, beta) if use_bn else None,
+                                  res.reshape(nb, m, n) if res_first is not None else None,
+                                  bool(res_first), relu)
             ep, keep = native.epilogue(
                 dtype, m, bias=bias if use_bias else None,
                 bn=(mean, den, scale, beta) if use_bn else None,

@@ -9,6 +9,7 @@ from tapescope.core import native
 from tapescope.core.ops import nn
 from tapescope.core.ops.reference import bmm_numpy
 from tapescope.core.parity import same_under_nan_policy
+from tests.helpers.epilogue import apply_epilogue
 from tests.helpers.sanitize import child_runs_clean
 
 # every path the native code has that this CPU runs (tests/conftest.py: native_isa)
@@ -67,22 +68,6 @@ def _product(x, w, group):
     return y.reshape((nb, m) + x.shape[2:])
 
 
-def _ops(y, bias, bn, res, res_first, relu):
-    """The epilogue as separate numpy ops, each its own rounding, in ep_t's order."""
-    ch = (None, slice(None), None, None)
-    with np.errstate(all="ignore"):
-        if bias is not None:
-            y = y + bias[ch]
-        if bn is not None:
-            mean, den, scale, beta = bn
-            y = ((y - mean[ch]) / den[ch]) * scale[ch] + beta[ch]
-        if res is not None:
-            y = res + y if res_first else y + res
-        if relu:
-            y = np.where(y <= 0, y.dtype.type(0), y)
-    return y
-
-
 # (bias, bn, res: None / "first" / "second", relu, dst): each part alone, then all of them
 EPILOGUES = [
     (False, False, None, False, False),
@@ -106,7 +91,7 @@ def _check(x, w, group, ep_parts, rng, wpack):
     bias = _hostile(rng, (m,), dtype) if bias_on else None
     bn = tuple(_hostile(rng, (m,), dtype) for _ in range(4)) if bn_on else None
     res = _hostile(rng, prod.shape, dtype) if res_kind else None
-    want = _ops(prod, bias, bn, res, res_kind == "first", relu)
+    want = apply_epilogue(prod, bias, bn, res, res_kind == "first", relu)
     outs = x.shape[2:]
     if not any(ep_parts):
         got = native.conv2d(x, w, (1, 1), (1, 1), ((0, 0), (0, 0)), outs, group, None, wpack)

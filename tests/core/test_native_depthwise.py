@@ -11,6 +11,7 @@ from tapescope.core import native
 from tapescope.core.ops import nn
 from tapescope.core.ops.reference import bmm_numpy
 from tapescope.core.parity import same_under_nan_policy
+from tests.helpers.epilogue import apply_epilogue
 
 # every path the native code has that this CPU runs (tests/conftest.py: native_isa)
 pytestmark = pytest.mark.usefixtures("native_isa")
@@ -83,17 +84,9 @@ def test_depthwise_conv_equals_im2col_and_the_reference_product(dtype):
             bias, mean, scale, beta = (_hostile(rng, (g,), dtype) for _ in range(4))
             den = np.abs(_hostile(rng, (g,), dtype))
             res = _hostile(rng, plain.shape, dtype)
-            ch = (None, slice(None), None, None)
-            with np.errstate(all="ignore"):
-                want = plain.copy()
-                if use_bias:
-                    want = want + bias[ch]
-                if use_bn:
-                    want = (want - mean[ch]) / den[ch] * scale[ch] + beta[ch]
-                if res_first is not None:
-                    want = res + want if res_first else want + res
-                if relu:
-                    want = np.where(want <= 0, dtype(0), want)
+            want = apply_epilogue(plain, bias if use_bias else None,
+                                  (mean, den, scale, beta) if use_bn else None,
+                                  res if res_first is not None else None, bool(res_first), relu)
             ep, keep = native.epilogue(
                 dtype, g, bias=bias if use_bias else None,
                 bn=(mean, den, scale, beta) if use_bn else None,
