@@ -525,6 +525,70 @@ def _batch_norm_backward(args: list, kw: dict) -> tuple:
     return tuple(out)
 
 
+def _group_norm_backward(args: list, kw: dict) -> tuple:
+    """``native_group_norm_backward`` as PyTorch's CPU kernel computes it (ATen's
+    ``GroupNormBackwardKernelImplInternal``, contiguous, 8 float32 / 4 float64 lanes,
+    measured): per (image, channel) ``ds = sum(dy * x)``, ``db = sum(dy)`` in lanes from the
+    first vector, the tail added (its products contracted in float64 only), folded (halving /
+    in sequence); per (image, group) their gamma-weighted sums in a vector of lanes from zero
+    (``fma``), its lanes added in order, the channels past the last whole vector contracted;
+    ``c2 = fma(db, mean, -ds) * rstd^3 / (D * HxW)``, ``c3 = fma(-(db * rstd), 1 / (D *
+    HxW), -c2 * mean)``, ``dx = fma(rstd * gamma, dy, c2 * x) + c3``; ``dgamma`` over the
+    images ``fma(fma(-db, mean, ds), rstd, acc)``, ``dbeta`` ``acc + db``. The outputs its
+    mask asks for, in order."""
+    dy, x, mean, rstd, w = (np.asarray(a) if a is not None else None for a in args[:5])
+    n, c, hw, g = (int(a) for a in args[5:9])
+    mask = args[9]
+    if x.dtype not in (np.float32, np.float64) or dy.shape != x.shape or g < 1 or c % g \
+            or x.size != n * c * hw or hw < 1:
+        raise ValueError("written for float32 / float64, C divisible by the groups")
+    t = x.dtype.type
+    d = c // g
+    lanes, tree = (8, True) if x.dtype == np.float32 else (4, False)
+    DY, X = dy.reshape(n * c, hw), x.reshape(n * c, hw)
+    # the tail's multiply-add: rounded twice in float32, contracted in float64 (measured)
+    ds = (_lane_sum(DY * X, None, lanes, tree) if x.dtype == np.float32 else
+          _lane_sum(DY, X, lanes, tree)).reshape(n, g, d)
+    db = _lane_sum(DY, None, lanes, tree).reshape(n, g, d)
+    m, r = mean.reshape(n, g), rstd.reshape(n, g)
+    gam = np.ones(c, x.dtype) if w is None else w.reshape(-1)
+    out = []
+    if mask[0]:
+        gv = np.broadcast_to(gam.reshape(1, g, d), (n, g, d))
+        whole = d // lanes * lanes
+
+        def weighted(v: np.ndarray) -> np.ndarray:
+            acc = np.zeros((n, g, lanes), x.dtype)
+            for j in range(0, whole, lanes):
+                acc = fma(v[..., j:j + lanes], gv[..., j:j + lanes], acc)
+            s = np.zeros((n, g), x.dtype)
+            for k in range(lanes):
+                s = s + acc[..., k]
+            for j in range(whole, d):
+                s = fma(v[..., j], gv[..., j], s)
+            return s
+
+        dsa, dba = weighted(ds), weighted(db)
+        sc = t(1) / t(d * hw)
+        c2 = fma(dba, m, -dsa) * r * r * r * sc
+        c3 = fma(-(dba * r), np.broadcast_to(sc, dba.shape), -c2 * m)
+        c1 = r[..., None] * gam.reshape(1, g, d)
+        dx = fma(c1[..., None], dy.reshape(n, g, d, hw), c2[..., None, None] *
+                 x.reshape(n, g, d, hw)) + c3[..., None, None]
+        out.append(dx.reshape(x.shape).astype(x.dtype))
+    if mask[1] or mask[2]:
+        dg, dbt = np.zeros((g, d), x.dtype), np.zeros((g, d), x.dtype)
+        for i in range(n):
+            dg = fma(fma(-db[i], m[i][:, None], ds[i]), np.broadcast_to(r[i][:, None], (g, d)),
+                     dg)
+            dbt = dbt + db[i]
+        if mask[1]:
+            out.append(dg.reshape(-1))
+        if mask[2]:
+            out.append(dbt.reshape(-1))
+    return tuple(out)
+
+
 def _group_norm(args: list, kw: dict) -> tuple:
     """``native_group_norm`` as PyTorch's CPU kernel computes it (ATen's
     ``GroupNormKernelImplInternal``, contiguous): per (image, group) ``RowwiseMoments``
@@ -714,6 +778,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "lanes, the tail contracted, the images added in float64; "
                                   "dx = fma(-(x - mean), k, dy - grad_mean) * invstd * w)",
                  _batch_norm_backward)]
+    if base == "native_group_norm_backward":
+        return [("reassociation", "PyTorch's CPU group_norm backward (ATen: per channel lane "
+                                  "sums of dy * x and dy, per group their gamma-weighted fma "
+                                  "sums; dx = fma(rstd * gamma, dy, c2 * x) + c3)",
+                 _group_norm_backward)]
     if base == "native_group_norm":
         return [("reassociation", "PyTorch's CPU group_norm (ATen: RowwiseMoments' Welford "
                                   "statistics, y = fma(scale, x, fma(-scale, mean, beta)))",
