@@ -128,7 +128,7 @@ def render(rep: dict) -> str:
                        f"<td>{_e(e['phase'])}</td><td><code>{_e(e['op'])}</code></td>"
                        f"<td><code>{_e(e['module'])}</code></td><td class=n>{e['output']}</td>"
                        f"<td class=n>{e['n_diff']}</td><td class=n>{e['max_ulp']}</td>"
-                       f"<td>{_e(e.get('cause', ''))}</td><td><code>{_e(_short(e['source']))}"
+                       f"<td>{_cause_cell(e)}</td><td><code>{_e(_short(e['source']))}"
                        "</code></td></tr>")
         out.append("</table>")
     out.append("<h2>Module tree</h2>" + _tree_html(_tree(rep), 0, ""))
@@ -175,3 +175,16 @@ def check(out: str) -> None:
         raise ValueError(f"--out {out!r} must end in .html")
     check_writable(out, "--out")
     check_writable(Path(out).with_suffix(".json"), "--out's JSON")
+
+
+def _cause_cell(e: dict) -> str:
+    """An introduced output's cause (``--explain``): its kind, then what reproduced the bits
+    (or, unknown, what was tried), escaped."""
+    c = e.get("explain")
+    if not c:
+        return _e(e.get("cause", ""))
+    if c["cause"] == "unknown":
+        from tapescope.core.explain import cause_text
+
+        return _e(cause_text(c))
+    return f"{_e(c['cause'])}<br><small>{_e(c.get('variant', ''))}</small>"

@@ -494,3 +494,22 @@ def test_group_norm_backward_each_output(dt, shape, groups):
         d["n_diff"] = max(d["n_diff"], 1)
         assert explain_op(op, args, {}, rec, d, j)["cause"] == "reassociation", j
         assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", j
+
+
+def test_the_report_names_each_introduced_outputs_variant(zoo_capture, tmp_path):
+    """``report --capture FILE --explain``: the introduced table's cause cell has the kind and
+    what reproduced the bits (escaped), not the kind alone."""
+    import subprocess
+    import sys
+
+    f, p = zoo_capture(["lstm.py"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = tmp_path / "r.html"
+    r = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "report", "--capture", str(f),
+                        "--out", str(out), "--explain"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    page = out.read_text()
+    assert "<td>fma<br><small>PyTorch&#x27;s CPU lerp (ATen): fma(weight, end - self, self)" \
+        in page
+    assert "<td>fma<br><small>PyTorch&#x27;s CPU addcmul (ATen)" in page
