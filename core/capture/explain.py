@@ -251,6 +251,12 @@ def _sqrt(op: str) -> list[_Variant]:
             for cause, label, f in UPDATE_VARIANTS]
 
 
+def _base(op: str) -> str:
+    """``aten.add_.Tensor`` -> ``add_`` (judge's ``base_name``; judge imports this module)."""
+    parts = op.split(".")
+    return parts[1] if len(parts) > 1 else op
+
+
 def _first(a: Any) -> Any:
     """A foreach op's argument for its output 0: a list's first entry (else ``a`` itself)."""
     return a[0] if isinstance(a, (list, tuple)) and a else a
@@ -749,8 +755,7 @@ def _convs(dt: np.dtype) -> list[_Variant]:
 
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
-    parts = op.split(".")
-    base = parts[1] if len(parts) > 1 else op
+    base = _base(op)
     if base in ("mm", "bmm", "addmm"):
         return _products(op, dt)
     if base.removeprefix("_foreach_").rstrip("_") in ("lerp", "add", "sub", "addcmul",
@@ -764,7 +769,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return _log_softmax_ops(base)
     if base == "convolution":
         return _convs(dt)
-    if base in ("native_batch_norm", "_native_batch_norm_legit") and parts[-1] == "default":
+    if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",
                  _batch_norm)]
@@ -836,7 +841,7 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
     variants name output 0, or every output (a tuple)."""
     if diff["n_diff"] and diff.get("n_signed_zero", 0) == diff["n_diff"]:
         return {"cause": "signed-zero", "variant": "equal but for the sign of zero"}
-    if output and op.split(".")[min(1, op.count("."))].startswith("_foreach_"):
+    if output and _base(op).startswith("_foreach_"):
         args = [a[output] if isinstance(a, list) and len(a) > output else a for a in args]
         output = 0
     raw = SimpleNamespace(n_nan=int(diff.get("n_nan", 0)), n_diff=int(diff["n_diff"]),
