@@ -886,21 +886,15 @@ class Recorder(TorchDispatchMode):
         if h is None:  # still on the hashing thread: copied when the file is made
             self.sha_like.append((vid, like))
         a = self.v_array[like]
-        if type(a) is int:  # in the spool: named again (the same bytes, stored once)
-            n = t.nbytes
-            if self.stored_bytes + n > self.max_bytes:
-                self.v_array.append(None)
-                self.n_hashed += 1
-            else:
-                self.v_array.append(a)
-                self.stored_bytes += n
-        elif a is None or self.hashes_only or self.stored_bytes + a.nbytes > self.max_bytes:
+        # stored where ``like`` is, named again at no charge to the budget (the budget is
+        # disk: the file and its load hold the same bytes once)
+        if type(a) is int:  # in the spool
+            self.v_array.append(a)
+        elif a is None or self.hashes_only:
             self.v_array.append(None)
             self.n_hashed += 1
         else:
-            a = a.reshape(t.shape)  # a view of the same private copy (read-only)
-            self.v_array.append(a)
-            self.stored_bytes += a.nbytes
+            self.v_array.append(a.reshape(t.shape))  # a view of the same private copy
         self.seen[(u, ver)] = vid
         return vid
 
@@ -972,8 +966,7 @@ class Recorder(TorchDispatchMode):
         made it: autograd gives a view its base's version counter after the op returns)
         recorded as derived from its base's value as it is now (``_derived_source``), where
         it would be hashed; None otherwise."""
-        nb = t.nbytes
-        if nb < _DERIVE_MIN or not (self.hashes_only or self.stored_bytes + nb > self.max_bytes):
+        if t.nbytes < _DERIVE_MIN:
             return None
         e = self.uid.get(id(base))
         if e is None or e[0]() is not base:
@@ -1256,8 +1249,7 @@ class Recorder(TorchDispatchMode):
                 like = self._same_bytes(out, args, enc_args)
                 if like is not None:
                     outs = (self._made_like(out, like),)
-                elif self.derive_views and (nb := out.nbytes) >= _DERIVE_MIN \
-                        and (self.hashes_only or self.stored_bytes + nb > self.max_bytes) \
+                elif self.derive_views and out.nbytes >= _DERIVE_MIN \
                         and (src := self._derived_source(out, args, enc_args)) is not None:
                     outs = (self._made_like(out, src[0]) if src[1] is None
                             else self._made_derived(out, *src),)

@@ -100,12 +100,6 @@ static PyObject *item(PyObject *d, PyObject *name) {
 /* a global of recorder.py, borrowed; NULL with an exception */
 static PyObject *glob(PyObject *name) { return item(g_globals, name); }
 
-/* an int item of a dict; -1 with an exception */
-static long long glob_dict_ll(PyObject *d, PyObject *name) {
-    PyObject *v = item(d, name);
-    return v == NULL ? -1 : PyLong_AsLongLong(v);
-}
-
 /* an int global of recorder.py; -1 with an exception */
 static long long glob_ll(PyObject *name) {
     PyObject *v = glob(name);
@@ -646,7 +640,7 @@ static PyObject *Hot_value_of(Hot *self, PyObject *t) { return value_of(self, t)
 
 /* ``Recorder._made_like(t, like)``: a value whose bytes are value ``like``'s */
 static PyObject *made_like(Hot *self, PyObject *t, PyObject *like) {
-    PyObject *d = self->dict, *u, *ver, *vid = NULL, *shape = NULL, *nb = NULL, *a2 = NULL;
+    PyObject *d = self->dict, *u, *ver, *vid = NULL, *shape = NULL, *a2 = NULL;
     int k = key_of(self, t, &u, &ver);
     if (k != 0)
         return k < 0 ? NULL : PyObject_CallMethod(self->rec, "_made_like", "OO", t, like);
@@ -683,44 +677,25 @@ static PyObject *made_like(Hot *self, PyObject *t, PyObject *like) {
         goto fail;
     PyObject *a = PyList_GET_ITEM(v_array, li);
     Py_INCREF(a);
-    PyObject *stored = item(d, s_stored_bytes), *maxb = item(d, s_max_bytes),
-             *hashes_only = item(d, s_hashes_only);
-    long long sb = stored ? PyLong_AsLongLong(stored) : -1, mb = maxb ? PyLong_AsLongLong(maxb) : -1;
+    PyObject *hashes_only = item(d, s_hashes_only);
     int ho = hashes_only ? PyObject_IsTrue(hashes_only) : -1;
-    if (PyErr_Occurred() || ho < 0) {
+    if (ho < 0) {
         Py_DECREF(a);
         goto fail;
     }
-    long long n = 0;
-    int keep;  /* the array named again (else hashed only) */
-    if (Py_IS_TYPE(a, &PyLong_Type)) {  /* in the spool: named again, the same bytes once */
-        if ((nb = tget(t, s_nbytes)) == NULL || ((n = PyLong_AsLongLong(nb)) == -1
-                                                               && PyErr_Occurred())) {
-            Py_DECREF(a);
-            goto fail;
-        }
-        keep = !(sb + n > mb);
-        if (keep) {
-            a2 = a;
-            Py_INCREF(a2);
-        }
-    } else if (a == Py_None || ho) {
-        keep = 0;
-    } else {
-        if ((nb = tget(a, s_nbytes)) == NULL || ((n = PyLong_AsLongLong(nb)) == -1
-                                                               && PyErr_Occurred())) {
-            Py_DECREF(a);
-            goto fail;
-        }
-        keep = !(sb + n > mb);
-        if (keep && (a2 = PyObject_CallMethodOneArg(a, s_reshape, shape)) == NULL) {
-            Py_DECREF(a);
-            goto fail;
-        }
+    /* stored where ``like`` is, named again at no charge to the budget (the budget is disk:
+     * the file and its load hold the same bytes once) */
+    if (Py_IS_TYPE(a, &PyLong_Type)) {  /* in the spool */
+        a2 = a;
+        Py_INCREF(a2);
+    } else if (a != Py_None && !ho
+               && (a2 = PyObject_CallMethodOneArg(a, s_reshape, shape)) == NULL) {
+        Py_DECREF(a);  /* (a view of the same private copy, read-only) */
+        goto fail;
     }
     Py_DECREF(a);
-    if (keep) {
-        if (PyList_Append(v_array, a2) < 0 || add_to(d, s_stored_bytes, n) < 0)
+    if (a2 != NULL) {
+        if (PyList_Append(v_array, a2) < 0)
             goto fail;
     } else if (PyList_Append(v_array, Py_None) < 0 || add_to(d, s_n_hashed, 1) < 0) {
         goto fail;
@@ -737,7 +712,6 @@ done:
     Py_DECREF(u);
     Py_DECREF(ver);
     Py_XDECREF(shape);
-    Py_XDECREF(nb);
     Py_XDECREF(a2);
     return vid;
 }
@@ -959,19 +933,6 @@ static PyObject *source(Hot *self) {
         f = back;
     }
     return PyLong_FromLong(-1);
-}
-
-/* the recorder would hash a value of nb bytes rather than store it (hashes only, or over the
- * budget): 1, 0, -1 */
-static int would_hash(PyObject *d, long long nb) {
-    PyObject *ho = item(d, s_hashes_only);
-    int h = ho ? PyObject_IsTrue(ho) : -1;
-    if (h != 0)
-        return h;
-    long long sb = glob_dict_ll(d, s_stored_bytes), mb = glob_dict_ll(d, s_max_bytes);
-    if (PyErr_Occurred())
-        return -1;
-    return sb + nb > mb;
 }
 
 #define MAXDIM 64
@@ -1284,7 +1245,7 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
                     return -1;
                 }
                 Py_DECREF(dv);
-                int hashed = 0;
+                int derive = 0;
                 if (f) {
                     long long nb = long_of(out, s_nbytes, 0);
                     if (nb == -1 && PyErr_Occurred())
@@ -1292,11 +1253,10 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
                     long long derive_min = glob_ll(s_DERIVE_MIN);
                     if (derive_min == -1 && PyErr_Occurred())
                         return -1;
-                    if (nb >= derive_min && (hashed = would_hash(d, nb)) < 0)
-                        return -1;
+                    derive = nb >= derive_min;
                 }
                 PyObject *src = NULL, *strides = NULL;
-                int r = hashed ? derived_source(self, out, args, enc_args, &src, &strides) : 0;
+                int r = derive ? derived_source(self, out, args, enc_args, &src, &strides) : 0;
                 if (r < 0 || r == 1)
                     return r;  /* (1: not a case known here: the Python's, nothing changed) */
                 if (r == 0)

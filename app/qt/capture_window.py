@@ -331,6 +331,8 @@ class CaptureWindow(QMainWindow):
                 "uninitialised memory (its bytes are not recorded)" if uninit else \
                 "digest only" if src is None else f"derived: value {src}'s elements, " \
                 "rearranged (no digest of its own)"
+            if rec is not None and src is not None:  # (stored: laid over its source's bytes)
+                desc += f", value {src}'s elements rearranged"
             lines.append(f"output {j}: value {o['value']} {desc}: {o['verdict']}"
                          + (f" (introduced {o['n_diff']} elements, max {o['max_ulp']} ulp; "
                             f"total {o['total_n_diff']}, max {o['total_max_ulp']} ulp)"

@@ -263,11 +263,15 @@ def comparable(caps: list[Capture]) -> list[Capture]:
 
 
 def _rehashed(cap: Capture, algorithm: str) -> Capture:
-    """``cap`` with every value's digest recomputed by ``algorithm`` (all stored: a derived
-    value never is)."""
+    """``cap`` with every value's digest recomputed by ``algorithm`` (all stored; a derived
+    value's, laid over its source's bytes, is the sentinel of its source's new digest)."""
     import dataclasses
 
-    digests = [digest(a, algorithm) for a in cap.arrays]
+    digests = [None if vid in cap.derived else digest(a, algorithm)
+               for vid, a in enumerate(cap.arrays)]
+    for vid, src in cap.derived.items():
+        digests[vid] = derived_digest(algorithm, digests[src], cap.dtypes[vid], cap.shapes[vid],
+                                      cap.derived_strides[vid])
     return dataclasses.replace(cap, digests=digests, digest_algorithm=algorithm)
 
 
@@ -491,6 +495,17 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
         if type(buf) is not bytes:  # (one read's bytes: read-only already)
             a.setflags(write=False)
         arrays[vid] = a
+    for vid, src in spec.derived.items():
+        # a derived value whose source is stored: the source's bytes laid out by its strides
+        # (checked dense over the source's elements: ``_derived``; numpy checks them against
+        # the buffer again), read-only, no copy
+        ai = spec.array_of[src]
+        if ai >= 0:
+            buf, off = bufs[ai]
+            a = ndarray(shapes[vid], STORED_DTYPES[dtypes[vid]], buf, off,
+                        [st * arrays[src].itemsize for st in spec.derived_strides[vid]])
+            a.setflags(write=False)
+            arrays[vid] = a
     return Capture(path=str(p), steps=spec.steps, ops=spec.ops, dtypes=spec.dtypes,
                    shapes=spec.shapes, digests=spec.digests, arrays=arrays, losses=spec.losses,
                    initial=spec.initial, settings=spec.settings, meta=spec.meta,

@@ -1,6 +1,7 @@
-"""Derived values (issue 42, hashes only): a view op's output that holds exactly its input's
-elements rearranged (``t``, ``transpose``, ``permute`` of C-ordered memory), where it would be
-hashed, is recorded without a C-order copy or a digest of its bytes: its digest is a sentinel
+"""Derived values (issue 42): a view op's output that holds exactly its input's elements
+rearranged (``t``, ``transpose``, ``permute`` of C-ordered memory) is recorded without a
+C-order copy or a digest of its bytes (hashed or stored: a stored one is its source's bytes,
+laid out by its strides when the file is loaded): its digest is a sentinel
 made from its source's digest and its strides (app/capture/recorder.py ``_derived_source``,
 core/capture/file.py ``derived_digest`` and ``values.derived``); a pair of runs compares the
 view op's input instead (core/capture/pair.py ``_same_sources``).
@@ -126,8 +127,12 @@ def test_rearranged_views_are_derived_without_a_copy(monkeypatch, c_order_calls)
     made = _made_by(rec)
     kinds = {made.get(v) for v in rec.derived}  # (None: a view first seen as an input)
     assert VIEWS <= kinds, kinds
-    vals = _record(monkeypatch, hashes_only=False)
-    assert vals.derived == {}  # values mode: as before
+    vals = _record(monkeypatch, hashes_only=False, derive=False)  # torch's bytes of each
+    assert vals.derived == {}
+    # values mode derives the same views (stored as their source's bytes: no copy, no charge
+    # to the budget), with the same sentinels
+    stored = _record(monkeypatch, hashes_only=False)
+    assert stored.derived == rec.derived and stored.v_sha == rec.v_sha
     assert len(vals.v_sha) == len(rec.v_sha)  # one value each, in one order
     # every value not derived has the digest of its bytes (the views whose elements are in
     # their source's order share its digest)
@@ -217,7 +222,8 @@ def files(monkeypatch, tmp_path) -> dict[str, Path]:
     out = {}
     for name, kw in (("hashes", {"hashes_only": True}), ("values", {}),
                      ("planted", {"hashes_only": True, "plant": 1e-3}),
-                     ("plain_hashes", {"hashes_only": True, "derive": False})):
+                     ("plain_hashes", {"hashes_only": True, "derive": False}),
+                     ("plain_values", {"derive": False})):
         rec = _record(monkeypatch, **kw)
         out[name] = tmp_path / f"{name}.capture"
         rec.save(str(out[name]))
@@ -229,14 +235,19 @@ def test_the_file_carries_derived_values_and_pair_compares_their_sources(files, 
     from tapescope.core.capture.judge import judge
     from tapescope.core.capture.pair import pair
 
-    h, v = load(files["hashes"]), load(files["values"])
+    h, v, plain = load(files["hashes"]), load(files["values"]), load(files["plain_values"])
     assert h.derived and set(h.derived_strides) == set(h.derived)
-    assert v.derived == {} and load(files["plain_hashes"]).derived == {}
+    assert v.derived == h.derived and v.derived_strides == h.derived_strides
+    assert plain.derived == {} and load(files["plain_hashes"]).derived == {}
     for vid, src in h.derived.items():
-        assert h.arrays[vid] is None and h.digests[src] == v.digests[src]
-        assert h.digests[vid] != v.digests[vid]
+        assert h.arrays[vid] is None and h.digests[src] == v.digests[src] == plain.digests[src]
+        assert h.digests[vid] == v.digests[vid] != plain.digests[vid]  # a sentinel
+        # a values run's derived value: its source's stored bytes laid out by its strides,
+        # read-only, the very elements torch's own ``contiguous()`` copy holds
+        assert v.arrays[vid] is not None and not v.arrays[vid].flags.writeable
+        assert np.array_equal(v.arrays[vid], plain.arrays[vid])
     # one run recorded them derived, the other their bytes (or hashed them): every op the same
-    for other in ("values", "plain_hashes"):
+    for other in ("values", "plain_hashes", "plain_values"):
         rep = pair(h, load(files[other]))
         assert rep["agree"] and rep["n_parted"] == 0, rep["first_parted"]
         assert rep["alignment"]["matched"] == h.n_ops
@@ -263,10 +274,15 @@ def test_the_file_carries_derived_values_and_pair_compares_their_sources(files, 
         assert _same(hv, vid, vv, vid, _Producers(hv, vv)) is None
         assert _same(vv, vid, hv, vid, _Producers(vv, hv)) is None
     assert any(_same(pv, vid, vv, vid, _Producers(pv, vv)) is not None for vid in inputs)
-    # the judge: a derived value is hashed, unjudged as any hashed value
+    # the judge: a derived value hashed is unjudged as any hashed value; one over a stored
+    # source is judged, with the verdicts of the run that stored its bytes
     r = judge(h)
     by_value = {o["value"]: o["verdict"] for e in r["ops"] for o in e["outputs"]}
     assert {by_value[vid] for vid in h.derived if vid in by_value} == {"unjudged"}
+    verdicts = [{o["value"]: o["verdict"] for e in judge(c)["ops"] for o in e["outputs"]}
+                for c in (v, plain)]
+    judged = [vid for vid in v.derived if vid in verdicts[0]]
+    assert judged and all(verdicts[0][vid] == verdicts[1][vid] != "unjudged" for vid in judged)
 
 
 def _view_made_before(monkeypatch, tmp_path, name: str, plant: float = 0.0, **kw) -> Path:
@@ -425,6 +441,8 @@ def test_a_write_to_the_source_makes_the_view_a_new_value(monkeypatch):
         return first, second
 
     for hashes_only, kw in ((True, {"hashes_only": True}), (False, {})):
+        # (the values run's witness: torch's own bytes of each view, not derived)
+        monkeypatch.setattr(R.Recorder, "derive_views", hashes_only)
         rec = R.Recorder(steps=1, **kw).start()
         try:
             first, second = run()
@@ -484,3 +502,29 @@ def test_a_sentinel_waits_for_its_sources_digest_on_the_hashing_thread(monkeypat
         got.append(rec)
     assert got[0].v_sha == got[1].v_sha and got[0].derived == got[1].derived
     assert waited[0] > 0 and waited[-1] == 0  # threaded: some waited; inline: none
+
+
+def test_a_values_run_of_another_digest_is_rehashed_with_its_derived_sentinels(
+        monkeypatch, tmp_path):
+    """A values run hashed by SHA-256 against one by XXH3 (``comparable``: the stored run's
+    digests recomputed from its arrays): a derived value, laid over its source's bytes, gets
+    the sentinel of its source's new digest, never a digest of its own bytes; the pair says
+    every op is the same."""
+    from tapescope.core.capture.file import comparable
+    from tapescope.core.capture.pair import pair
+
+    files = {}
+    for alg in ("sha256", "xxh3_128"):
+        rec = _record(monkeypatch, digest=alg)
+        files[alg] = tmp_path / f"{alg}.capture"
+        rec.save(str(files[alg]))
+    s, x = load(files["sha256"]), load(files["xxh3_128"])
+    assert s.derived and s.derived == x.derived
+    s2, x2 = comparable([s, x])
+    assert x2 is x and s2.digest_algorithm == "xxh3_128"
+    assert s2.digests == x.digests  # the derived values' sentinels included
+    for vid, src in s.derived.items():
+        assert s2.digests[vid] == derived_digest("xxh3_128", x.digests[src], x.dtypes[vid],
+                                                 x.shapes[vid], x.derived_strides[vid])
+    rep = pair(s, x)
+    assert rep["agree"] and rep["n_parted"] == 0
