@@ -109,3 +109,24 @@ def test_outcmp_runs_clean_under_asan_and_ubsan():
     from tests.helpers.sanitize import child_runs_clean
 
     child_runs_clean(_ASAN_CHILD, "compared 84")
+
+
+def test_outcmp_answers_views_of_the_same_elements_without_reading_them():
+    """Two views of the very same elements (one first address, dtype, shape and strides: a
+    view op's reference over the recorded input and the recorded output laid over the same
+    bytes) are the same bits, a NaN among them included; one address and shape but other
+    strides (a square matrix and its transpose) or another byte order is read and compared."""
+    ext = _ext_or_skip()
+    kinds = native.float_diff_entry()[1]
+    b = judge._BLOCK
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    x[0, 3] = np.nan
+    x.setflags(write=False)
+    g, r, t = x.T, x.T, np.transpose(x)  # three view objects, one layout
+    assert g is not r and ext.outcmp(g, r, t, kinds, b) == (16, 0, None, 0, 0.0, 0, 0, 0)
+    y = np.arange(16, dtype=np.float32).reshape(4, 4)
+    assert ext.outcmp(y.T, y, y, kinds, b)[:2] == (16, 12)  # (the same address, transposed)
+    assert ext.outcmp(y.T, y.T, y, kinds, b)[1::5] == (0, 12)  # (and as the chain's output)
+    s = y.view(y.dtype.newbyteorder())  # (one address, the other byte order)
+    with pytest.raises(TypeError):
+        ext.outcmp(s, y, y, kinds, b)
