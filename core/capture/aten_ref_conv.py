@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from tapescope.core import native
 from tapescope.core.capture.aten_ref_table import (
     I64,
     M,
@@ -23,7 +24,7 @@ from tapescope.core.capture.aten_ref_table import (
     wide,
 )
 from tapescope.core.ops import REGISTRY
-from tapescope.core.ops.nn import conv_nd, conv_transpose_2d, windows
+from tapescope.core.ops.nn import conv_nd, conv_transpose_2d, out_size, windows
 from tapescope.core.ops.reference import serial_sum
 
 _w = wide
@@ -243,6 +244,12 @@ def _max_pool(args: list, kwargs: dict) -> list:
     x = args[0]
     x4 = x if x.ndim == 4 else x[None]
     k, st, pd, dl, cm = _pool_args(args, kwargs, x)
+    outs = [out_size(x4.shape[2 + i], k[i], st[i], dl[i], pd[i], pd[i], int(cm))
+            for i in range(2)]
+    got = native.maxpool2d_with_indices(x4, k, st, pd, dl, outs)
+    if got is not None:  # the same rule in C (~10x quicker on a 16x32x64x64 2x2 pool)
+        y, idx = got
+        return [y.reshape(x.shape[:-2] + y.shape[-2:]), idx.reshape(x.shape[:-2] + y.shape[-2:])]
     low = -np.inf if x.dtype.kind in "fV" else np.iinfo(x.dtype).min
     v, outs = windows(x4, k, st, dl, [(p, p) for p in pd], low, int(cm))
     y, arg = _first_max(v, k)  # the window's first maximum in row-major tap order
@@ -260,8 +267,15 @@ def _max_pool(args: list, kwargs: dict) -> list:
 @form("aten.max_pool2d_with_indices_backward.default")
 def _max_pool_backward(args: list, kwargs: dict) -> list:
     g, x, idx = args[0], args[1], args[7]
+    gx = native.maxpool2d_with_indices_backward(_w(g, x.dtype), np.asarray(idx), x.shape)
+    if gx is not None:  # np.add.at's order in C (an index outside its plane: numpy's error)
+        return [gx.astype(x.dtype, copy=False)]
     g2 = _w(g, x.dtype).reshape(-1, math.prod(g.shape[-2:]))
     i2 = np.asarray(idx).reshape(g2.shape)
+    if i2.size and (i2.min() < 0 or i2.max() >= x.shape[-2] * x.shape[-1]):
+        # (a recorded index is the file's data: numpy would wrap a negative one, or reach
+        # into the next plane, where the C declined)
+        raise NoReference("max_pool2d_with_indices_backward: an index outside its plane")
     gx = np.zeros((g2.shape[0], x.shape[-2] * x.shape[-1]), g2.dtype)
     planes = np.arange(g2.shape[0]).reshape(-1, 1)
     flat = (planes * gx.shape[1] + i2).reshape(-1)

@@ -219,6 +219,12 @@ def _load(missing: bool = True) -> ctypes.CDLL | None:
     for name in ("ts_avgpool2d_f64", "ts_avgpool2d_f32", "ts_maxpool2d_f64", "ts_maxpool2d_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 13
         getattr(lib, name).restype = ctypes.c_int
+    for name in ("ts_maxpool2d_idx_f64", "ts_maxpool2d_idx_f32"):
+        getattr(lib, name).argtypes = [p, p, p] + [ll] * 13
+        getattr(lib, name).restype = ctypes.c_int
+    for name in ("ts_maxpool2d_idx_bwd_f64", "ts_maxpool2d_idx_bwd_f32"):
+        getattr(lib, name).argtypes = [p, p, p, ll, ll, ll]
+        getattr(lib, name).restype = ctypes.c_int
     for name in ("ts_conv_mg1_ep_f64", "ts_conv_mg1_ep_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 15 + [ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
@@ -803,6 +809,43 @@ def pool2d(kind: str, x: np.ndarray, counts: np.ndarray | None, kernel, strides,
     ok = fn(address(x), address(cnt), address(y), nb * c, h, w, kernel[0], kernel[1],
             oh, ow, strides[0], strides[1], padw[0][0], padw[1][0], dilations[0], dilations[1])
     return y if ok else None
+
+
+def maxpool2d_with_indices(x: np.ndarray, kernel, strides, pads, dilations, outs
+                           ) -> tuple[np.ndarray, np.ndarray] | None:
+    """PyTorch's ``max_pool2d_with_indices`` of an (N, C, H, W) float array in the capture
+    judge's statement of it (the first maximum of each window's row-major taps, padding
+    -inf, the first NaN; its flat index in the plane): ``(values, int64 indices)`` of shape
+    (N, C, *outs), or None (no native code, another dtype or rank, a geometry the C refuses)."""
+    lib = library()
+    if lib is None or x.dtype not in _DT or x.ndim != 4:
+        return None
+    x = aligned(x)
+    nb, c, h, w = x.shape
+    y = np.empty((nb, c, *outs), x.dtype)
+    idx = np.empty((nb, c, *outs), np.int64)
+    fn = lib.ts_maxpool2d_idx_f32 if x.dtype == np.float32 else lib.ts_maxpool2d_idx_f64
+    ok = fn(address(x), address(y), address(idx), nb * c, h, w, kernel[0], kernel[1],
+            outs[0], outs[1], strides[0], strides[1], pads[0], pads[1], dilations[0],
+            dilations[1])
+    return (y, idx) if ok else None
+
+
+def maxpool2d_with_indices_backward(g: np.ndarray, idx: np.ndarray, x_shape) -> np.ndarray | None:
+    """The gradient of ``maxpool2d_with_indices``: +0.0 everywhere, each of ``g``'s elements
+    added to its index's input in row-major order (``np.add.at``'s), or None (no native code,
+    another dtype, an index outside its plane: nothing returned)."""
+    lib = library()
+    if lib is None or g.dtype not in _DT or idx.dtype != np.int64 or g.shape != idx.shape \
+            or g.ndim < 2 or len(x_shape) != g.ndim or tuple(x_shape[:-2]) != g.shape[:-2]:
+        return None
+    g, idx = aligned(g), aligned(idx)
+    planes = math.prod(g.shape[:-2])
+    gx = np.empty(tuple(x_shape), g.dtype)
+    fn = lib.ts_maxpool2d_idx_bwd_f32 if g.dtype == np.float32 else lib.ts_maxpool2d_idx_bwd_f64
+    ok = fn(address(g), address(idx), address(gx), planes, g.shape[-1] * g.shape[-2],
+            x_shape[-1] * x_shape[-2])
+    return gx if ok else None
 
 
 _ext: object = False  # False: not tried yet; None: unavailable

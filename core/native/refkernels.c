@@ -2146,6 +2146,116 @@ int ts_maxpool2d_f32(POOL_ARGS(float)) {
            pool_lanes_max_f32, pool_dw_max_f32, POOL_TRY_MAX3S2(pool_max3s2_f32))
 }
 
+/* PyTorch's max_pool2d_with_indices as the capture judge's reference states it
+ * (core/capture/aten_ref_conv.py ``_first_max``): per output, its window's taps in row-major
+ * order, a tap off the image (padding, a ceil_mode window's overhang) -inf; the first maximum
+ * (a tap replaces the best so far only where greater, or a NaN where the best is not: the
+ * first NaN), -0.0 and +0.0 equal; its index the flat index in the plane of the window's
+ * origin plus the tap's offset ((t / kw) dh w + (t % kw) dw), the origin (oy sh - ph, ox sw -
+ * pw). Returns 0 for a geometry geom_ok refuses (the caller's numpy then). */
+#define MAXPOOL_IDX(T, IT)                                                              \
+    {                                                                                   \
+        if (!geom_ok(planes, 1, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw) ||        \
+            kh * kw > (1LL << 30))                                                      \
+            return 0;                                                                   \
+        /* the last tap's offset from the window's origin held in an IT */              \
+        const long long imax = sizeof(IT) < 8 ? 2147483647LL : (1LL << 62);             \
+        if ((kh - 1) * dh > imax / (w > 0 ? w : 1) || (kh - 1) * dh * w + (kw - 1) * dw > imax) \
+            return 0;                                                                   \
+        const T ninf = -(T)__builtin_inf();                                             \
+        /* a row of outputs at a time, tap by tap (the taps' order), each tap's update     \
+         * branch-free over the row (random data mispredicts a branch on every other tap: \
+         * 17 ns an output that way); a tap off the image is -inf, which never replaces   \
+         * the best after the first tap, so only the first is laid out in full */         \
+        T *restrict best = (T *)malloc((size_t)ow * sizeof(T));                         \
+        IT *restrict off = (IT *)malloc((size_t)ow * sizeof(IT));                       \
+        IT *restrict bnan = (IT *)malloc((size_t)ow * sizeof(IT));                      \
+        if (!best || !off || !bnan) {                                                   \
+            free(best), free(off), free(bnan);                                          \
+            return 0;                                                                   \
+        }                                                                               \
+        for (long long q = 0; q < planes; ++q) {                                        \
+            const T *xq = x + q * h * w;                                                \
+            for (long long oy = 0; oy < oh; ++oy) {                                     \
+                const long long y0 = oy * sh - ph;                                      \
+                for (long long a = 0, t = 0; a < kh; ++a) {                             \
+                    const long long iy = y0 + a * dh;                                   \
+                    const int row_in = iy >= 0 && iy < h;                               \
+                    const T *xr = xq + (row_in ? iy : 0) * w;                           \
+                    for (long long b = 0; b < kw; ++b, ++t) {                           \
+                        const long long c = b * dw - pw, to = a * dh * w + b * dw;      \
+                        if (t == 0) {                                                   \
+                            for (long long ox = 0; ox < ow; ++ox) {                     \
+                                const long long ix = ox * sw + c;                       \
+                                const T v = row_in && ix >= 0 && ix < w ? xr[ix] : ninf; \
+                                best[ox] = v;                                           \
+                                bnan[ox] = -(IT)(v != v);                               \
+                                off[ox] = 0;                                            \
+                            }                                                           \
+                            continue;                                                   \
+                        }                                                               \
+                        if (!row_in) continue;                                          \
+                        /* the outputs whose tap lies inside the row: ix in [0, w) */   \
+                        long long lo = c >= 0 ? 0 : (-c + sw - 1) / sw;                 \
+                        long long hi = w - c <= 0 ? 0 : (w - c + sw - 1) / sw;          \
+                        if (hi > ow) hi = ow;                                           \
+                        const T *restrict xs = xr + c;                                  \
+                        const IT tov = (IT)to;                                          \
+                        _Pragma("GCC ivdep") for (long long ox = lo; ox < hi; ++ox) {   \
+                            const T v = xs[ox * sw];                                    \
+                            const IT vn = -(IT)(v != v);                                \
+                            const IT take = -(IT)(v > best[ox]) | (vn & ~bnan[ox]);     \
+                            best[ox] = take ? v : best[ox];                             \
+                            off[ox] = take ? tov : off[ox];                             \
+                            bnan[ox] |= vn;                                             \
+                        }                                                               \
+                    }                                                                   \
+                }                                                                       \
+                T *yr = y + (q * oh + oy) * ow;                                         \
+                long long *ir = idx + (q * oh + oy) * ow;                               \
+                for (long long ox = 0; ox < ow; ++ox) {                                 \
+                    yr[ox] = best[ox];                                                  \
+                    ir[ox] = y0 * w + ox * sw - pw + (long long)off[ox];               \
+                }                                                                       \
+            }                                                                           \
+        }                                                                               \
+        free(best), free(off), free(bnan);                                              \
+        return 1;                                                                       \
+    }
+#define MAXPOOL_IDX_ARGS(T)                                                             \
+    const T *x, T *y, long long *idx, long long planes, long long h, long long w,       \
+        long long kh, long long kw, long long oh, long long ow, long long sh, long long sw, \
+        long long ph, long long pw, long long dh, long long dw
+/* (the tap offsets held in integers of the element's width, so that the update vectorises:
+ * a float32 pool's taps lie within 2**31 elements of the window's origin, or geom_ok and the
+ * caller's int check refuse it) */
+int ts_maxpool2d_idx_f64(MAXPOOL_IDX_ARGS(double)) MAXPOOL_IDX(double, long long)
+int ts_maxpool2d_idx_f32(MAXPOOL_IDX_ARGS(float)) MAXPOOL_IDX(float, int)
+
+/* The gradient of max_pool2d_with_indices (the judge's reference, np.add.at's): gx = +0.0
+ * everywhere, then each output's gradient added to its index's input, in the outputs'
+ * row-major order, plane by plane. Returns 0 where an index is outside its plane (nothing
+ * written past gx: the caller's numpy then, which names the error). */
+#define MAXPOOL_IDX_BWD(T)                                                              \
+    {                                                                                   \
+        for (long long i = 0; i < planes * hw; ++i) gx[i] = (T)0;                       \
+        for (long long q = 0; q < planes; ++q) {                                        \
+            const T *gq = g + q * n;                                                    \
+            const long long *iq = idx + q * n;                                          \
+            T *xq = gx + q * hw;                                                        \
+            for (long long j = 0; j < n; ++j) {                                         \
+                const long long k = iq[j];                                              \
+                if (k < 0 || k >= hw) return 0;                                         \
+                xq[k] = xq[k] + gq[j];                                                  \
+            }                                                                           \
+        }                                                                               \
+        return 1;                                                                       \
+    }
+int ts_maxpool2d_idx_bwd_f64(const double *g, const long long *idx, double *gx,
+                             long long planes, long long n, long long hw) MAXPOOL_IDX_BWD(double)
+int ts_maxpool2d_idx_bwd_f32(const float *g, const long long *idx, float *gx, long long planes,
+                             long long n, long long hw) MAXPOOL_IDX_BWD(float)
+
 #include "serial_sums.h"
 
 void ts_colsum_f64(const double *x, double *out, long long r, long long n) { COLSUM(double) }
