@@ -445,6 +445,27 @@ def _slice_backward(args: list, kwargs: dict) -> list:
     return [gx]
 
 
+@form("aten.roll.default")
+def _roll(args: list, kwargs: dict) -> list:
+    """torch.roll: each element moved ``shifts`` along ``dims`` (wrapping); no ``dims``: the
+    flattened tensor rolled by the one shift, its shape kept. A copy, so exact."""
+    x = args[0]
+
+    def ints(v: Any) -> list[int]:
+        v = v if isinstance(v, list | tuple) else [v]
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+            raise NoReference("roll: shifts and dims must be integers")
+        return list(v)
+    shifts, dims = ints(opt(kwargs, args, 1, "shifts", [])), ints(opt(kwargs, args, 2, "dims", []))
+    if not dims:
+        if len(shifts) != 1:
+            raise NoReference(f"roll: {len(shifts)} shifts without dims")
+        return [np.roll(x.reshape(-1), shifts[0]).reshape(x.shape)]
+    if len(shifts) != len(dims) or not all(-x.ndim <= d < max(x.ndim, 1) for d in dims):
+        raise NoReference(f"roll: shifts {shifts} and dims {dims} of a {x.ndim}-d tensor")
+    return [np.roll(x, shifts, tuple(_dim(d, x.ndim) for d in dims))]
+
+
 @form("aten.flip.default")
 def _flip(args: list, kwargs: dict) -> list:
     x = args[0]

@@ -303,6 +303,8 @@ CASES = [
      lambda g, d: ([torch.where(rn(g, F64, *E) > 0, rn(g, d, *E), 0), pos(g, d, *E)], {})),
     ("cumsum", "aten.cumsum.default", lambda g, d: ([rn(g, d, 4, 9), 1], {})),
     ("flip", "aten.flip.default", lambda g, d: ([rn(g, d, 4, 9), [0, -1]], {})),
+    ("roll", "aten.roll.default", lambda g, d: ([rn(g, d, 4, 9), [-1, 11], [1, 0]], {})),
+    ("roll_flat", "aten.roll.default", lambda g, d: ([rn(g, d, 3, 5), [7]], {})),
     ("grad_input_out", "aten.smooth_l1_loss_backward.grad_input",
      lambda g, d: ([rn(g, d), rn(g, d, 4, 5), rn(g, d, 4, 5), 1, 0.5],
                    {"grad_input": torch.empty(4, 5, dtype=d)})),
@@ -613,11 +615,14 @@ BIT_EXACT = {
     "foreach_addcdiv_scalarlist", "foreach_addcdiv_tensor", "foreach_div_list",
     "amp_unscale", "amp_unscale_inf", "amp_update_scale", "amp_update_scale_inf",
     # more selections and gathers, and their scatter-adds in output order
-    "prelu", "prelu_backward", "flip", "reflection_pad1d", "reflection_pad2d_backward",
-    "smooth_l1_backward", "grad_input_out",
+    "prelu", "prelu_backward", "flip", "roll", "roll_flat", "reflection_pad1d",
+    "reflection_pad2d_backward", "smooth_l1_backward", "grad_input_out",
 }
 
 IDS = [c[0] for c in CASES]
+# the forms whose output is a view of their input (the judge compares strided arrays; the
+# native product reads a transposed operand in place)
+VIEW_FORMS = {"t", "transpose", "permute"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -625,9 +630,14 @@ def test_float64_values_agree_with_torch(case):
     name, op, build = case
     ref, tor = run_both(op, build, F64)
     args, kwargs = build(torch.Generator().manual_seed(7), F64)
-    ins = [a for a in _flat_np(to_np(list(args)) + list(to_np(kwargs).values()))]
-    again = reference(op, to_np(list(args)), to_np(kwargs))
-    assert not any(np.shares_memory(r, a) for r in again for a in ins), f"{name} aliases"
+    np_args, np_kwargs = to_np(list(args)), to_np(kwargs)
+    ins = [a for a in _flat_np(np_args + list(np_kwargs.values()))]
+    again = reference(op, np_args, np_kwargs)
+    # an output over an input's memory only where the op is a view (read-only: nothing can
+    # write through it into the input; the judge's chained inputs are writeable arrays)
+    for r in again:
+        if any(np.shares_memory(r, a) for a in ins):
+            assert name in VIEW_FORMS and not r.flags.writeable, f"{name} aliases"
     for r, t in zip(ref, tor, strict=True):
         if r.dtype.kind == "f":
             np.testing.assert_allclose(r, t, rtol=1e-12, atol=1e-13, err_msg=name)
