@@ -45,12 +45,19 @@ from tapescope.core.explain import (
     remember,
     variants_for,
 )
-from tapescope.core.explain_aten import ATEN_FORWARD, aten_moments, reduce_all, sleef_exp
+from tapescope.core.explain_aten import (
+    ATEN_FORWARD,
+    aten_moments,
+    aten_sum,
+    reduce_all,
+    sleef_exp,
+)
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
 from tapescope.core.explain_aten import silu as _aten_silu
 from tapescope.core.explain_onednn import gelu_backward, gelu_forward
 from tapescope.core.explain_prims import fma
+from tapescope.core.ops.reference import serial_sum
 from tapescope.core.parity import compare_arrays
 
 __all__ = ["explain_op"]
@@ -753,6 +760,37 @@ def _convs(dt: np.dtype) -> list[_Variant]:
     return out
 
 
+def _conv_bias_grad(chunks: int | None) -> Callable:
+    """convolution_backward's bias gradient as PyTorch's CPU kernels sum it, its outputs as
+    the reference form gives them (the mask's; the input and weight gradients None: not
+    written out). ``chunks`` T: oneDNN's, the images split into T runs (the first ones one
+    longer, where T does not divide them: one per thread), each run's sum serial over its
+    images and their pixels in order, the runs' sums then added in order. None: ATen's sum
+    kernel (``core.explain_aten.aten_sum``), where the reduced axes are one contiguous run
+    per channel (one image, or one channel): the path PyTorch takes there."""
+    def run(args: list, kw: dict) -> tuple:
+        g, mask = np.asarray(args[0]), list(args[10])
+        if g.ndim < 3 or g.dtype not in (np.float32, np.float64) or not mask[2]:
+            raise ValueError("a float bias gradient of a 1-3 d convolution")
+        axes = (0,) + tuple(range(2, g.ndim))
+        n, c = g.shape[:2]
+        if chunks is None:
+            if n != 1 and c != 1:
+                raise ValueError("ATen's sum runs where the reduction is contiguous")
+            gb = aten_sum(np.ascontiguousarray(g).reshape(c, -1) if n == 1 else g.reshape(1, -1),
+                          1).reshape(c)
+        else:
+            if chunks > n:
+                raise ValueError("more runs than images: the same split as one per image")
+            parts = [serial_sum(g[r], axes) for r in np.array_split(np.arange(n), chunks)]
+            gb = parts[0]
+            for q in parts[1:]:
+                gb = gb + q
+        outs = (None, None, np.asarray(gb, g.dtype))
+        return tuple(o for o, m in zip(outs, mask, strict=True) if m)
+    return run
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
@@ -769,6 +807,14 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return _log_softmax_ops(base)
     if base == "convolution":
         return _convs(dt)
+    if base == "convolution_backward":
+        return [("reassociation", "ATen's sum kernel over the pixels (PyTorch's CPU "
+                                  "convolution backward's bias gradient, one image or channel)",
+                 _conv_bias_grad(None))] + [
+            ("reassociation", "oneDNN's convolution backward bias gradient: the images in "
+                              f"{t} run{'s' if t > 1 else ''} (one per thread), each summed in "
+                              "order, the runs' sums added in order", _conv_bias_grad(t))
+            for t in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",

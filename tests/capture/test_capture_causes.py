@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tapescope.core.capture.explain import explain_op
+from tapescope.core.ops.reference import serial_sum
 
 torch = pytest.importorskip("torch")
 
@@ -398,6 +399,42 @@ def test_a_2d_convolution_in_onednns_order(xs, ws, pad, bias):
            "direct conv")
 
 
+@pytest.fixture
+def torch_threads():
+    """torch.set_num_threads within the test, the process's count after."""
+    n = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("threads, gs, cin, words", [
+    (2, (8, 8, 4, 4), 4, "images in 2 runs"), (3, (10, 6, 5, 5), 3, "images in 3 runs"),
+    (4, (5, 6, 5, 5), 3, "images in 4 runs"), (2, (1, 8, 13, 7), 3, "ATen's sum"),
+    (1, (1, 1, 8, 8), 4, "ATen's sum")])
+def test_a_convolutions_bias_gradient_as_pytorch_splits_it(threads, gs, cin, words,
+                                                           torch_threads):
+    """convolution_backward's bias gradient: oneDNN sums the images in one run per thread (the
+    first runs one longer) and adds the runs' sums; with one image or one channel PyTorch
+    takes ATen's sum kernel. Named for torch's own result, in the mask's output position;
+    one ulp off is unknown; the input and weight gradients are not claimed."""
+    torch_threads(threads)
+    g = torch.Generator().manual_seed(21)
+    dy = torch.randn(*gs, generator=g)
+    x, w = torch.randn(gs[0], cin, *gs[2:], generator=g), torch.randn(gs[1], cin, 3, 3,
+                                                                      generator=g)
+    for mask in ([True, True, True], [False, True, True]):
+        outs = torch.ops.aten.convolution_backward(dy, x, w, [gs[1]], [1, 1], [1, 1], [1, 1],
+                                                   False, [0, 0], 1, mask)
+        args = _np([dy, x, w]) + [[gs[1]], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask]
+        plain = serial_sum(dy.numpy(), (0, 2, 3))  # (the judge's reference: in order)
+        j = sum(mask) - 1  # (the bias gradient: the last of the mask's outputs)
+        _named("aten.convolution_backward.default", args, {}, outs[2].numpy(), plain,
+               "reassociation", words, output=j)
+        gw = outs[1].numpy()
+        assert explain_op("aten.convolution_backward.default", args, {}, gw,
+                          _diff(gw + 1, gw), j - 1)["cause"] == "unknown"
+
+
 @need_avx512
 def test_gelu_and_its_backward_are_onednns():
     g = torch.Generator().manual_seed(14)
@@ -525,6 +562,10 @@ HOSTILE_ARGS = [
      0.1, -1.0, [True, True, True], 4],
     [np.ones((3, 5), np.float32), np.array([9, -7, 2 ** 40]), None, 1, -100],
     [[np.ones(3, np.float32)], [np.ones(4, np.float32)], "w"],
+    # a convolution backward's: a mask too short, of strings, a bias gradient of 2**40 runs
+    [np.ones((3, 2, 4, 4), np.float32)] + [None] * 9 + [[True]],
+    [np.ones((3, 2, 4, 4), np.float32)] + [None] * 9 + ["yes"],
+    [np.ones((0, 2, 4, 4), np.float32)] + [None] * 9 + [[False, False, True]],
 ]
 
 
@@ -537,7 +578,7 @@ HOSTILE_ARGS = [
     "aten._log_softmax.default", "aten._log_softmax_backward_data.default",
     "aten.nll_loss_forward.default", "aten.silu_backward.default", "aten.mse_loss.default",
     "aten.gelu.default", "aten.gelu_backward.default", "aten.convolution.default",
-    "aten.addmm.default", "aten.bmm.default"])
+    "aten.addmm.default", "aten.bmm.default", "aten.convolution_backward.default"])
 def test_arguments_from_a_hostile_file_never_crash_the_search(op):
     """A capture file's arguments are data: wrong types, counts, shapes, negative or huge
     sizes and indices. Every variant either runs or is skipped; the answer is a cause
