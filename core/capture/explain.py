@@ -760,35 +760,152 @@ def _convs(dt: np.dtype) -> list[_Variant]:
     return out
 
 
-def _conv_bias_grad(chunks: int | None) -> Callable:
-    """convolution_backward's bias gradient as PyTorch's CPU kernels sum it, its outputs as
-    the reference form gives them (the mask's; the input and weight gradients None: not
-    written out). ``chunks`` T: oneDNN's, the images split into T runs (the first ones one
-    longer, where T does not divide them: one per thread), each run's sum serial over its
-    images and their pixels in order, the runs' sums then added in order. None: ATen's sum
-    kernel (``core.explain_aten.aten_sum``), where the reduced axes are one contiguous run
-    per channel (one image, or one channel): the path PyTorch takes there."""
+# the written-out convolution gradients run their fma chains in numpy (~15 array passes an
+# fma): searched up to _CONV_TERMS multiply-adds (~3 CPU s here) and, a weight gradient's
+# chain being one numpy step per pixel of the batch, up to _WGRAD_STEPS pixels (the zoo's
+# convolutions: 128-512 pixels, up to 1.2 M terms; cnn-64's: 16 x 64 x 64 x 32 x 3 x 9 and
+# more, not searched: `unknown`)
+_CONV_TERMS = 3 * 10 ** 8
+_WGRAD_STEPS = 4096
+
+
+def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, int]:
+    """(dy, x, w, mask, padding) of a 2-D float convolution_backward of stride 1, dilation
+    1, one group, not transposed (what the written-out orders below are measured on)."""
+    g, x, w = (np.asarray(a) for a in args[:3])
+    st, pad, dil, transposed, _, groups, mask = args[4:11]
+    mask = list(mask)
+    if (g.ndim != 4 or x.ndim != 4 or w.ndim != 4 or transposed or int(groups) != 1
+            or list(st) != [1, 1] or list(dil) != [1, 1] or len(mask) != 3
+            or g.dtype != np.float32 or x.dtype != g.dtype or w.dtype != g.dtype
+            or len(set(pad)) != 1 or w.shape[2] != w.shape[3]
+            or not 0 <= int(pad[0]) < w.shape[2]):
+        raise ValueError("written for 2-D float32 convolutions of stride 1, square kernels")
+    return g, x, w, mask, int(pad[0])
+
+
+def _masked(outs: tuple, mask: list) -> tuple:
+    return tuple(o for o, m in zip(outs, mask, strict=True) if m)
+
+
+def _conv_input_grad(args: list, kw: dict) -> tuple:
+    """convolution_backward's input gradient as oneDNN computes it: per input pixel, the
+    weight's taps in (kh, kw) order with the output channels inner, every multiply-add an
+    ``fma``, the output channels in blocks of 16 whose partial sums are added in order."""
+    g, x, w, mask, pad = _conv_bwd_geometry(args)
+    if not mask[0]:
+        raise ValueError("no input gradient asked")
+    from tapescope.core.ops.nn import im2col
+
+    oc, ic, k = w.shape[0], w.shape[1], w.shape[2]
+    if x.size * oc * k * k > _CONV_TERMS:
+        raise ValueError("too many terms to search in numpy")
+    q = k - 1 - pad
+    cols = im2col(g, (k, k), (1, 1), (1, 1), [(q, q), (q, q)], 1)[0][:, 0]
+    wm = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]).reshape(ic, -1)
+    idx = np.arange(oc * k * k).reshape(oc, k, k)[:, ::-1, ::-1]
+    total = None
+    for c0 in range(0, oc, 16):
+        acc = np.zeros((g.shape[0], ic, cols.shape[2]), np.float32)
+        for r in idx[c0:c0 + 16].transpose(1, 2, 0).reshape(-1):
+            acc = fma(wm[:, r][None, :, None], cols[:, r][:, None, :], acc)
+        total = acc if total is None else total + acc
+    return _masked((total.reshape(x.shape), None, None), mask)
+
+
+def _given_screen(run: Callable, part: Callable) -> Callable:
+    """``_screen`` for a variant that gives one of an op's several outputs (a tuple, the
+    others None): ``run`` on ``part``'s slice of the inputs, its one output against the
+    recorded one's slice."""
+    def screen(args: list, kw: dict, recorded: np.ndarray) -> bool:
+        got = part(args, recorded)
+        if got is None:
+            return True
+        sub, want = got
+        ys = [y for y in run(sub, kw) if y is not None]
+        if len(ys) != 1:
+            return True
+        y = np.asarray(ys[0])
+        return y.shape == want.shape and y.dtype == want.dtype and \
+            compare_arrays(y, want).n_diff == 0
+    return screen
+
+
+def _first_image(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | None:
+    """An input gradient's first image (each image's is computed on its own)."""
+    g, x = np.asarray(args[0]), np.asarray(args[1])
+    if g.ndim != 4 or g.shape[0] < 2 or recorded.shape != x.shape:
+        return None
+    return [g[:1], x[:1], *args[2:]], recorded[:1]
+
+
+def _first_filter(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | None:
+    """A weight gradient's first output channel (each channel's chains are its own)."""
+    g, w = np.asarray(args[0]), np.asarray(args[2])
+    if g.ndim != 4 or w.ndim != 4 or w.shape[0] < 2 or recorded.shape != w.shape:
+        return None
+    return [g[:, :1], args[1], w[:1], *args[3:]], recorded[:1]
+
+
+def _conv_param_grads(chunks: int | None, weight: bool = False) -> Callable:
+    """convolution_backward's bias (or, ``weight``, weight) gradient as PyTorch's CPU kernels
+    sum it, the outputs as the reference form gives them (the mask's; the others None).
+    ``chunks`` T: oneDNN's, the images split into T runs (the first ones one longer where T
+    does not divide them: one run per thread); in each run the bias gradient is a sum in
+    order over its images' pixels, the weight gradient one fma chain over them; the runs'
+    results added in order. None: the bias gradient by ATen's sum kernel, where the reduced
+    axes are one contiguous run per channel (one image, or one channel: the path PyTorch
+    takes there)."""
     def run(args: list, kw: dict) -> tuple:
         g, mask = np.asarray(args[0]), list(args[10])
-        if g.ndim < 3 or g.dtype not in (np.float32, np.float64) or not mask[2]:
-            raise ValueError("a float bias gradient of a 1-3 d convolution")
-        axes = (0,) + tuple(range(2, g.ndim))
+        if g.ndim < 3 or g.dtype not in (np.float32, np.float64) or len(mask) != 3 \
+                or not mask[1 if weight else 2]:
+            raise ValueError("a float gradient of a 1-3 d convolution, asked for")
         n, c = g.shape[:2]
         if chunks is None:
             if n != 1 and c != 1:
                 raise ValueError("ATen's sum runs where the reduction is contiguous")
             gb = aten_sum(np.ascontiguousarray(g).reshape(c, -1) if n == 1 else g.reshape(1, -1),
                           1).reshape(c)
-        else:
-            if chunks > n:
-                raise ValueError("more runs than images: the same split as one per image")
-            parts = [serial_sum(g[r], axes) for r in np.array_split(np.arange(n), chunks)]
-            gb = parts[0]
-            for q in parts[1:]:
-                gb = gb + q
-        outs = (None, None, np.asarray(gb, g.dtype))
-        return tuple(o for o, m in zip(outs, mask, strict=True) if m)
+            return _masked((None, None, np.asarray(gb, g.dtype)), mask)
+        if chunks > n:
+            raise ValueError("more runs than images: the same split as one per image")
+        runs = np.array_split(np.arange(n), chunks)
+        if weight:
+            gw = _weight_grad_runs(args, runs)
+            if gw is None:
+                raise ValueError("not the measured geometry, or too long a chain to search")
+            return _masked((None, gw, None), mask)
+        parts = [serial_sum(g[r], (0,) + tuple(range(2, g.ndim))) for r in runs]
+        gb = parts[0]
+        for p in parts[1:]:
+            gb = gb + p
+        return _masked((None, None, np.asarray(gb, g.dtype)), mask)
     return run
+
+
+def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
+    """The weight gradient of ``_conv_param_grads`` (None where the geometry is not the one
+    measured, or its chains are longer than ``_WGRAD_STEPS`` pixels)."""
+    try:
+        g, x, w, _, pad = _conv_bwd_geometry(args)
+    except ValueError:
+        return None
+    n, oc, oh, ow = g.shape
+    k = w.shape[2]
+    if n * oh * ow > _WGRAD_STEPS or n * oh * ow * w.size > _CONV_TERMS:
+        return None
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))  # n ic oh ow k k
+    total = None
+    for r in runs:
+        acc = np.zeros(w.shape, np.float32)
+        for i in r:
+            for a in range(oh):
+                for b in range(ow):
+                    acc = fma(g[i, :, a, b][:, None, None, None], win[i, :, a, b][None], acc)
+        total = acc if total is None else total + acc
+    return total
 
 
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
@@ -808,13 +925,23 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base == "convolution":
         return _convs(dt)
     if base == "convolution_backward":
-        return [("reassociation", "ATen's sum kernel over the pixels (PyTorch's CPU "
+        runs = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+        return [("fma", "oneDNN's convolution backward input gradient: the weight's taps in "
+                        "(kh, kw) order, output channels inner, fma, in 16-channel blocks "
+                        "added in order", _conv_input_grad,
+                 _given_screen(_conv_input_grad, _first_image)),
+                ("reassociation", "ATen's sum kernel over the pixels (PyTorch's CPU "
                                   "convolution backward's bias gradient, one image or channel)",
-                 _conv_bias_grad(None))] + [
+                 _conv_param_grads(None))] + [
             ("reassociation", "oneDNN's convolution backward bias gradient: the images in "
-                              f"{t} run{'s' if t > 1 else ''} (one per thread), each summed in "
-                              "order, the runs' sums added in order", _conv_bias_grad(t))
-            for t in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)]
+                              f"{t} runs (one per thread), each summed in order, the runs' "
+                              "sums added in order", _conv_param_grads(t)) for t in runs] + [
+            ("fma", "oneDNN's convolution backward weight gradient: the images in "
+                    f"{t} run{'s' if t > 1 else ''} (one per thread), each run one fma chain "
+                    "over its images' pixels in order, the runs added in order",
+             _conv_param_grads(t, weight=True),
+             _given_screen(_conv_param_grads(t, weight=True), _first_filter))
+            for t in (1, *runs)]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",
