@@ -450,6 +450,7 @@ def _grad_case(z: dict, c: int, m: int) -> tuple[list, dict, int, int]:
     return args, {j: z[f"{c}.{m}.out{j}"] for j in range(3) if mask[j]}, t, n
 
 
+@need_avx512
 @pytest.mark.parametrize("c, words", [(0, "images in 2 runs"), (1, "images in 3 runs"),
                                       (2, "images in 4 runs"), (3, "ATen's sum"),
                                       (7, "ATen's sum")])
@@ -466,6 +467,7 @@ def test_a_convolutions_bias_gradient_as_pytorch_splits_it(onednn_grads, c, word
                "reassociation", words, output=j)
 
 
+@need_avx512
 @pytest.mark.parametrize("c", [4, 5, 6, 8])
 def test_a_convolutions_input_and_weight_gradients_are_onednns(onednn_grads, c):
     """convolution_backward's input gradient: the weight's taps in (kh, kw) order, output
@@ -483,6 +485,7 @@ def test_a_convolutions_input_and_weight_gradients_are_onednns(onednn_grads, c):
            "weight gradient: the images in", output=1)
 
 
+@need_avx512
 def test_a_weight_gradient_in_thread_runs(onednn_grads):
     """The split itself: 8 and 7 images at 2 and 3 threads are summed in 2 and 3 runs (7 in
     3: 3, 2, 2), which one run does not reproduce."""
