@@ -769,19 +769,27 @@ _CONV_TERMS = 3 * 10 ** 8
 _WGRAD_STEPS = 4096
 
 
-def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, int]:
-    """(dy, x, w, mask, padding) of a 2-D float convolution_backward of stride 1, dilation
-    1, one group, not transposed (what the written-out orders below are measured on)."""
+def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, int,
+                                             bool]:
+    """(dy, x, w, mask, padding, transposed) of a 2-D float32 convolution_backward of one
+    group, dilation 1 and a square kernel (what the written-out orders below are measured
+    on): stride 1, padding below the kernel; or transposed with the stride the kernel's, no
+    padding (the upsampling kind, whose windows do not overlap)."""
     g, x, w = (np.asarray(a) for a in args[:3])
-    st, pad, dil, transposed, _, groups, mask = args[4:11]
+    st, pad, dil, transposed, out_pad, groups, mask = args[4:11]
     mask = list(mask)
-    if (g.ndim != 4 or x.ndim != 4 or w.ndim != 4 or transposed or int(groups) != 1
-            or list(st) != [1, 1] or list(dil) != [1, 1] or len(mask) != 3
+    if (g.ndim != 4 or x.ndim != 4 or w.ndim != 4 or int(groups) != 1
+            or list(dil) != [1, 1] or len(mask) != 3 or len(set(st)) != 1
             or g.dtype != np.float32 or x.dtype != g.dtype or w.dtype != g.dtype
-            or len(set(pad)) != 1 or w.shape[2] != w.shape[3]
-            or not 0 <= int(pad[0]) < w.shape[2]):
-        raise ValueError("written for 2-D float32 convolutions of stride 1, square kernels")
-    return g, x, w, mask, int(pad[0])
+            or len(set(pad)) != 1 or w.shape[2] != w.shape[3]):
+        raise ValueError("written for 2-D float32 convolutions of square kernels")
+    k, s, p = w.shape[2], int(st[0]), int(pad[0])
+    if transposed:
+        if s != k or p != 0 or any(int(v) for v in out_pad):
+            raise ValueError("a transposed convolution written for stride = kernel, no padding")
+    elif s != 1 or not 0 <= p < k:
+        raise ValueError("written for stride 1, padding below the kernel")
+    return g, x, w, mask, p, bool(transposed)
 
 
 def _masked(outs: tuple, mask: list) -> tuple:
@@ -792,14 +800,18 @@ def _conv_input_grad(args: list, kw: dict) -> tuple:
     """convolution_backward's input gradient as oneDNN computes it: per input pixel, the
     weight's taps in (kh, kw) order with the output channels inner, every multiply-add an
     ``fma``, the output channels in blocks of 16 whose partial sums are added in order."""
-    g, x, w, mask, pad = _conv_bwd_geometry(args)
+    g, x, w, mask, pad, transposed = _conv_bwd_geometry(args)
     if not mask[0]:
         raise ValueError("no input gradient asked")
     from tapescope.core.ops.nn import im2col
 
     oc, ic, k = w.shape[0], w.shape[1], w.shape[2]
-    if x.size * oc * k * k > _CONV_TERMS:
+    if x.size * g.shape[1] * k * k > _CONV_TERMS:
         raise ValueError("too many terms to search in numpy")
+    if transposed:  # (its input gradient is a forward convolution of dy: oneDNN's direct order)
+        at = {"strides": [k, k], "dilations": [1, 1], "group": 1, "pads": [0, 0, 0, 0]}
+        gi = np.asarray(_conv_direct(16)([g, w], at)).astype(np.float32)
+        return _masked((gi, None, None), mask)
     q = k - 1 - pad
     cols = im2col(g, (k, k), (1, 1), (1, 1), [(q, q), (q, q)], 1)[0][:, 0]
     wm = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]).reshape(ic, -1)
@@ -840,11 +852,41 @@ def _first_image(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | 
 
 
 def _first_filter(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | None:
-    """A weight gradient's first output channel (each channel's chains are its own)."""
-    g, w = np.asarray(args[0]), np.asarray(args[2])
-    if g.ndim != 4 or w.ndim != 4 or w.shape[0] < 2 or recorded.shape != w.shape:
+    """A weight gradient's first filter (each filter's chains are its own): the first output
+    channel of dy, or of a transposed convolution's input."""
+    g, x, w = (np.asarray(a) for a in args[:3])
+    if g.ndim != 4 or x.ndim != 4 or w.ndim != 4 or w.shape[0] < 2 or recorded.shape != w.shape:
         return None
-    return [g[:, :1], args[1], w[:1], *args[3:]], recorded[:1]
+    if len(args) > 7 and args[7] is True:
+        return [g, x[:, :1], w[:1], *args[3:]], recorded[:1]
+    return [g[:, :1], x, w[:1], *args[3:]], recorded[:1]
+
+
+def _conv_transposed(args: list, kw: dict) -> np.ndarray:
+    """A transposed convolution whose stride is its kernel (no padding: the upsampling kind,
+    whose windows do not overlap) as oneDNN computes it: each output pixel one ``fma`` chain
+    over the input channels in order, the bias added after."""
+    x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
+    st, pad, dil, transposed, out_pad, groups = args[3:9]
+    k = w.shape[-1] if w.ndim == 4 else 0
+    if (not transposed or x.ndim != 4 or w.ndim != 4 or x.dtype != np.float32
+            or w.dtype != x.dtype or int(groups) != 1 or w.shape[2] != k
+            or [int(v) for v in st] != [k, k] or any(int(v) for v in pad)
+            or any(int(v) for v in out_pad) or [int(v) for v in dil] != [1, 1]
+            or x.size * w.shape[1] * k * k > _CONV_TERMS):
+        raise ValueError("written for a transposed convolution of stride = kernel")
+    n, ic, h, wd = x.shape
+    oc = w.shape[1]
+    y = np.empty((n, oc, h * k, wd * k), np.float32)
+    for p in range(k):
+        for q in range(k):
+            acc = np.zeros((n, oc, h, wd), np.float32)
+            for c in range(ic):
+                acc = fma(x[:, c][:, None], w[c, :, p, q][None, :, None, None], acc)
+            if b is not None:
+                acc = acc + np.asarray(b, np.float32).reshape(1, -1, 1, 1)
+            y[:, :, p::k, q::k] = acc
+    return y
 
 
 def _conv_param_grads(chunks: int | None, weight: bool = False) -> Callable:
@@ -888,22 +930,29 @@ def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
     """The weight gradient of ``_conv_param_grads`` (None where the geometry is not the one
     measured, or its chains are longer than ``_WGRAD_STEPS`` pixels)."""
     try:
-        g, x, w, _, pad = _conv_bwd_geometry(args)
+        g, x, w, _, pad, transposed = _conv_bwd_geometry(args)
     except ValueError:
         return None
-    n, oc, oh, ow = g.shape
     k = w.shape[2]
-    if n * oh * ow > _WGRAD_STEPS or n * oh * ow * w.size > _CONV_TERMS:
+    if transposed:
+        # the chains run over x's pixels: each meets its k x k block of dy (stride k)
+        win = np.lib.stride_tricks.sliding_window_view(g, (k, k), axis=(2, 3))[:, :, ::k, ::k]
+        a_, b_ = x, win
+    else:
+        xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        a_ = g
+        b_ = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))  # n ic oh ow k k
+    n, _, oh, ow = a_.shape
+    if n * oh * ow > _WGRAD_STEPS or n * oh * ow * w.size > _CONV_TERMS \
+            or b_.shape[2:4] != (oh, ow):
         return None
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))  # n ic oh ow k k
     total = None
     for r in runs:
         acc = np.zeros(w.shape, np.float32)
         for i in r:
             for a in range(oh):
                 for b in range(ow):
-                    acc = fma(g[i, :, a, b][:, None, None, None], win[i, :, a, b][None], acc)
+                    acc = fma(a_[i, :, a, b][:, None, None, None], b_[i, :, a, b][None], acc)
         total = acc if total is None else total + acc
     return total
 
@@ -923,12 +972,14 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base in ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward"):
         return _log_softmax_ops(base)
     if base == "convolution":
-        return _convs(dt)
+        return _convs(dt) + [("fma", "oneDNN's transposed convolution (stride = kernel): each "
+                                     "output pixel one fma chain over the input channels in "
+                                     "order, the bias added after", _conv_transposed)]
     if base == "convolution_backward":
         runs = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
         return [("fma", "oneDNN's convolution backward input gradient: the weight's taps in "
-                        "(kh, kw) order, output channels inner, fma, in 16-channel blocks "
-                        "added in order", _conv_input_grad,
+                        "(kh, kw) order, its channels inner, fma, in 16-channel blocks added "
+                        "in order", _conv_input_grad,
                  _given_screen(_conv_input_grad, _first_image)),
                 ("reassociation", "ATen's sum kernel over the pixels (PyTorch's CPU "
                                   "convolution backward's bias gradient, one image or channel)",

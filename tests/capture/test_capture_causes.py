@@ -422,6 +422,19 @@ for c, (t, gs, cin, k, pad) in enumerate(cases):
                 out[f"{c}.{m}.out{j}"] = o.numpy()
     out[f"{c}.dy"], out[f"{c}.x"], out[f"{c}.w"] = dy.numpy(), x.numpy(), w.numpy()
     out[f"{c}.geom"] = np.array([t, gs[0], k, pad])
+# transposed convolutions of stride = kernel (a UNet's upsampling), at 2 threads
+torch.set_num_threads(2)
+for c, (n, ci, co, h) in enumerate([(2, 8, 4, 4), (2, 32, 8, 4), (3, 8, 20, 3)]):
+    g = torch.Generator().manual_seed(40 + c)
+    x, w, b = (torch.randn(n, ci, h, h, generator=g), torch.randn(ci, co, 2, 2, generator=g),
+               torch.randn(co, generator=g))
+    y = torch.ops.aten.convolution(x, w, b, [2, 2], [0, 0], [1, 1], True, [0, 0], 1)
+    dy = torch.randn(y.shape, generator=g)
+    r = torch.ops.aten.convolution_backward(dy, x, w, [co], [2, 2], [0, 0], [1, 1], True,
+                                            [0, 0], 1, [True, True, True])
+    out.update({f"t{c}.x": x.numpy(), f"t{c}.w": w.numpy(), f"t{c}.b": b.numpy(),
+                f"t{c}.y": y.numpy(), f"t{c}.dy": dy.numpy(), f"t{c}.gx": r[0].numpy(),
+                f"t{c}.gw": r[1].numpy()})
 np.savez(sys.argv[1], **out)
 """
 
@@ -482,6 +495,28 @@ def test_a_convolutions_input_and_weight_gradients_are_onednns(onednn_grads, c):
     _named("aten.convolution_backward.default", args, {}, outs[0], plain[0], "fma",
            "input gradient: the weight's taps in (kh, kw) order", output=0)
     _named("aten.convolution_backward.default", args, {}, outs[1], plain[1], "fma",
+           "weight gradient: the images in", output=1)
+
+
+@need_avx512
+@pytest.mark.parametrize("c", [0, 1, 2])
+def test_a_transposed_convolution_of_stride_kernel_and_its_gradients(onednn_grads, c):
+    """A transposed convolution whose stride is its kernel (a UNet's upsampling): each
+    output pixel one fma chain over the input channels, the bias after; its input gradient
+    the forward direct order of dy; its weight gradient fma chains over the input's pixels."""
+    from tapescope.core.capture.aten_ref import reference
+
+    z = onednn_grads
+    x, w, b, dy = (z[f"t{c}.{k}"] for k in ("x", "w", "b", "dy"))
+    geo = [[2, 2], [0, 0], [1, 1], True, [0, 0], 1]
+    fwd = [x, w, b, *geo]
+    _named("aten.convolution.default", fwd, {}, z[f"t{c}.y"],
+           reference("aten.convolution.default", fwd, {})[0], "fma", "transposed convolution")
+    args = [dy, x, w, [w.shape[1]], *geo, [True, True, False]]
+    plain = reference("aten.convolution_backward.default", args, {})
+    _named("aten.convolution_backward.default", args, {}, z[f"t{c}.gx"], plain[0], "fma",
+           "input gradient", output=0)
+    _named("aten.convolution_backward.default", args, {}, z[f"t{c}.gw"], plain[1], "fma",
            "weight gradient: the images in", output=1)
 
 
