@@ -20,8 +20,10 @@ also PyTorch's own CPU kernels (``core.explain_aten``, ``core.explain.UPDATE_VAR
 ==================  ==========================================================================
 
 An op outside this table is ``unknown`` with no variant tried; one inside whose variants all
-miss is ``unknown`` with the closest (fewest differing elements) named. Only output 0 is
-explained (the op's main result).
+miss is ``unknown`` with the closest (fewest differing elements) named. Every output is
+explained (``explain_op``'s ``output``); PyTorch's own CPU kernels for what a training step
+runs most are written out below (norms, losses, optimizers' updates, GELU, convolutions and
+their gradients: docs/capture.md, "--explain").
 """
 
 from __future__ import annotations
