@@ -59,16 +59,20 @@ def fma(a: Any, b: Any, c: Any) -> np.ndarray:
 
     float64: Boldo & Melquiond's emulation (an exact product, two exact sums, one add rounded
     to odd, one rounded to nearest); float32: the exact product in float64 plus c rounded to
-    odd, then rounded to float32 (53 >= 24 + 2 bits: one correct rounding). Non-finite
-    intermediates fall back to the plain expression (the same inf / NaN as C's fma).
+    odd, then rounded to float32 (53 >= 24 + 2 bits: one correct rounding; non-finite
+    operands and results come out as C's fma gives them). float64's non-finite intermediates
+    fall back to the plain expression (the same inf / NaN as C's fma).
     """
     a, b, c = np.broadcast_arrays(np.asarray(a), np.asarray(b), np.asarray(c))
     dt = np.result_type(a, b, c)
     with np.errstate(all="ignore"):
         if dt == np.float32:
+            # float64 holds every float32 product exactly and never overflows on one: the
+            # result is right for non-finite operands too (inf * 0 NaN, a product past
+            # float32's range plus -inf -inf), where the plain float32 expression is not
+            # (that product overflows to inf, and inf - inf is NaN)
             a64, b64, c64 = (x.astype(np.float64) for x in (a, b, c))
-            out = _round_odd_add(a64 * b64, c64).astype(np.float32)
-            plain = a * b + c
+            return _round_odd_add(a64 * b64, c64).astype(np.float32)
         else:
             a, b, c = (x.astype(np.float64) for x in (a, b, c))
             uh, ul = _two_prod(a, b)

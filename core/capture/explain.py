@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from tapescope.core import native
 from tapescope.core.explain import (
     _HINTS,
     UPDATE_VARIANTS,
@@ -769,6 +770,25 @@ def _convs(dt: np.dtype) -> list[_Variant]:
 # more, not searched: `unknown`)
 _CONV_TERMS = 3 * 10 ** 8
 _WGRAD_STEPS = 4096
+# with the native fma step (core.native.fma_into: one C pass a step), ~10x the terms in the
+# same time, and a chain's step costs a call, not ~15 array passes
+_CONV_TERMS_NATIVE = 3 * 10 ** 9
+_WGRAD_STEPS_NATIVE = 1 << 17
+
+
+def _fma_acc(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``fma(a, b, acc)``: in place in C where it can (``core.native.fma_into``), else numpy's
+    exact emulation (``core.explain_prims.fma``); the same bits either way."""
+    if native.fma_into(acc, a, b):
+        return acc
+    return fma(a, b, acc)
+
+
+def _budget() -> tuple[int, int]:
+    """(multiply-adds, weight chain pixels) searched: the native step's, or numpy's."""
+    if native.library() is not None:
+        return _CONV_TERMS_NATIVE, _WGRAD_STEPS_NATIVE
+    return _CONV_TERMS, _WGRAD_STEPS
 
 
 def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, int,
@@ -808,8 +828,8 @@ def _conv_input_grad(args: list, kw: dict) -> tuple:
     from tapescope.core.ops.nn import im2col
 
     oc, ic, k = w.shape[0], w.shape[1], w.shape[2]
-    if x.size * g.shape[1] * k * k > _CONV_TERMS:
-        raise ValueError("too many terms to search in numpy")
+    if x.size * g.shape[1] * k * k > _budget()[0]:
+        raise ValueError("too many terms to search")
     if transposed:  # (its input gradient is a forward convolution of dy: oneDNN's direct order)
         at = {"strides": [k, k], "dilations": [1, 1], "group": 1, "pads": [0, 0, 0, 0]}
         gi = np.asarray(_conv_direct(16)([g, w], at)).astype(np.float32)
@@ -822,7 +842,7 @@ def _conv_input_grad(args: list, kw: dict) -> tuple:
     for c0 in range(0, oc, 16):
         acc = np.zeros((g.shape[0], ic, cols.shape[2]), np.float32)
         for r in idx[c0:c0 + 16].transpose(1, 2, 0).reshape(-1):
-            acc = fma(wm[:, r][None, :, None], cols[:, r][:, None, :], acc)
+            acc = _fma_acc(acc, wm[:, r][None, :, None], cols[:, r][:, None, :])
         total = acc if total is None else total + acc
     return _masked((total.reshape(x.shape), None, None), mask)
 
@@ -875,7 +895,7 @@ def _conv_transposed(args: list, kw: dict) -> np.ndarray:
             or w.dtype != x.dtype or int(groups) != 1 or w.shape[2] != k
             or [int(v) for v in st] != [k, k] or any(int(v) for v in pad)
             or any(int(v) for v in out_pad) or [int(v) for v in dil] != [1, 1]
-            or x.size * w.shape[1] * k * k > _CONV_TERMS):
+            or x.size * w.shape[1] * k * k > _budget()[0]):
         raise ValueError("written for a transposed convolution of stride = kernel")
     n, ic, h, wd = x.shape
     oc = w.shape[1]
@@ -884,7 +904,7 @@ def _conv_transposed(args: list, kw: dict) -> np.ndarray:
         for q in range(k):
             acc = np.zeros((n, oc, h, wd), np.float32)
             for c in range(ic):
-                acc = fma(x[:, c][:, None], w[c, :, p, q][None, :, None, None], acc)
+                acc = _fma_acc(acc, x[:, c][:, None], w[c, :, p, q][None, :, None, None])
             if b is not None:
                 acc = acc + np.asarray(b, np.float32).reshape(1, -1, 1, 1)
             y[:, :, p::k, q::k] = acc
@@ -945,8 +965,8 @@ def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
         a_ = g
         b_ = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))  # n ic oh ow k k
     n, _, oh, ow = a_.shape
-    if n * oh * ow > _WGRAD_STEPS or n * oh * ow * w.size > _CONV_TERMS \
-            or b_.shape[2:4] != (oh, ow):
+    terms, steps = _budget()
+    if n * oh * ow > steps or n * oh * ow * w.size > terms or b_.shape[2:4] != (oh, ow):
         return None
     total = None
     for r in runs:
@@ -954,7 +974,8 @@ def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
         for i in r:
             for a in range(oh):
                 for b in range(ow):
-                    acc = fma(a_[i, :, a, b][:, None, None, None], b_[i, :, a, b][None], acc)
+                    acc = _fma_acc(acc, a_[i, :, a, b][:, None, None, None],
+                                   b_[i, :, a, b][None])
         total = acc if total is None else total + acc
     return total
 

@@ -225,6 +225,8 @@ def _load(missing: bool = True) -> ctypes.CDLL | None:
     for name in ("ts_maxpool2d_idx_bwd_f64", "ts_maxpool2d_idx_bwd_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll]
         getattr(lib, name).restype = ctypes.c_int
+    lib.ts_fma4_f32.argtypes = [p, p, p, p, p, p]
+    lib.ts_fma4_f32.restype = None
     for name in ("ts_conv_mg1_ep_f64", "ts_conv_mg1_ep_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 15 + [ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
@@ -846,6 +848,34 @@ def maxpool2d_with_indices_backward(g: np.ndarray, idx: np.ndarray, x_shape) -> 
     ok = fn(address(g), address(idx), address(gx), planes, g.shape[-1] * g.shape[-2],
             x_shape[-1] * x_shape[-2])
     return gx if ok else None
+
+
+def fma_into(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
+    """``acc = fma(a, b, acc)`` in place, elementwise, each result rounded once (C's
+    ``fmaf``), ``a`` and ``b`` broadcast to ``acc``'s shape: float32 throughout, ``acc``
+    C-contiguous, writeable, aligned and of rank 1-4. False (nothing written) where native
+    code is off or the arrays are not those: the caller's numpy then."""
+    lib = library()
+    if lib is None or acc.dtype != np.float32 or not 1 <= acc.ndim <= 4:
+        return False
+    f = acc.flags
+    if not (f.c_contiguous and f.writeable and f.aligned):
+        return False
+    try:
+        av, bv = (np.broadcast_to(v, acc.shape) for v in (a, b))
+    except ValueError:
+        return False
+    if av.dtype != np.float32 or bv.dtype != np.float32 or not av.flags.aligned \
+            or not bv.flags.aligned:
+        return False
+    lead = 4 - acc.ndim
+    geo = np.array([(1,) * lead + acc.shape,
+                    (0,) * lead + tuple(s // 4 for s in av.strides),
+                    (0,) * lead + tuple(s // 4 for s in bv.strides)], np.int64)
+    if acc.size:
+        lib.ts_fma4_f32(address(acc), address(av), address(bv), address(geo[0]),
+                        address(geo[1]), address(geo[2]))
+    return True
 
 
 _ext: object = False  # False: not tried yet; None: unavailable

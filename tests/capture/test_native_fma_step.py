@@ -1,0 +1,88 @@
+"""The native fma step (core/native/refkernels.c ``ts_fma4_f32``, ``core.native.fma_into``):
+``acc = fma(a, b, acc)`` in place, what --explain's written-out convolution gradients run a
+step of their chains with. Bit for bit numpy's exact emulation (``core.explain_prims.fma``) on
+every path the native code has that this CPU runs, on hostile values (NaN, infinities,
+subnormals, products that overflow or round to zero, signed zeros) and layouts (broadcast,
+reversed, strided, ranks 1-4, empty); what it declines (nothing written); and the same calls
+under AddressSanitizer and UBSan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tapescope.core import native
+from tapescope.core.explain_prims import fma
+
+every_path = pytest.mark.usefixtures("native_isa")
+F32 = np.float32
+
+
+def _hostile(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    x = (rng.standard_normal(shape) * np.exp2(rng.integers(-140, 127, shape))).astype(F32)
+    flat = x.reshape(-1)
+    if flat.size >= 8:
+        flat[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 3.4e38]
+    rng.shuffle(flat)
+    return x
+
+
+@every_path
+def test_the_step_is_numpys_exact_fma_bit_for_bit():
+    if native.library() is None:
+        pytest.skip("no native code (no compiler): numpy's emulation is the only one")
+    rng = np.random.default_rng(9)
+    n = 0
+    for shape in ((17,), (3, 33), (2, 3, 19), (2, 3, 4, 21), (0, 5)):
+        acc = _hostile(rng, shape)
+        for a, b in ((_hostile(rng, shape), _hostile(rng, shape)),
+                     (_hostile(rng, shape[-1:]), _hostile(rng, shape)[..., ::-1]),
+                     (_hostile(rng, (1,) * len(shape)), _hostile(rng, shape + (2,))[..., 0])):
+            want = fma(a, b, acc)
+            got = acc.copy()
+            assert native.fma_into(got, a, b)
+            same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+            assert same.all(), (shape, got[~same][:4], want[~same][:4])
+            n += 1
+    assert n == 15
+
+
+def test_what_it_declines_is_left_as_it_was():
+    if native.library() is None:
+        pytest.skip("no native code (no compiler)")
+    acc = np.ones((4, 5), F32)
+    a = np.ones(5, F32)
+    for bad_acc, x, y in ((acc.astype(np.float64), a, a), (acc.T, a, a),
+                          (np.ones((2, 2, 2, 2, 2), F32), a[:2], a[:2]),
+                          (np.ones((), F32), a[:1], a[:1])):
+        before = bad_acc.copy()
+        assert not native.fma_into(bad_acc, x, y)
+        assert np.array_equal(bad_acc, before)
+    ro = acc.copy()
+    ro.setflags(write=False)
+    assert not native.fma_into(ro, a, a)
+    assert not native.fma_into(acc, a.astype(np.float64), a)  # (another dtype: numpy's)
+    assert not native.fma_into(acc, np.ones(3, F32), a)  # (not broadcastable)
+    assert np.array_equal(acc, np.ones((4, 5), F32))
+
+
+_ASAN_CHILD = """
+import numpy as np
+from tapescope.core import native
+assert native.library() is not None and native.sanitize_flags()
+assert "libasan" in open("/proc/self/maps").read(), "not the sanitized build"
+rng = np.random.default_rng(3)
+n = 0
+for shape in ((5,), (3, 7), (2, 3, 9), (2, 2, 3, 11), (0, 4)):
+    acc = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape + (3,)).astype(np.float32)[..., ::-2][..., 0]
+    assert native.fma_into(acc, rng.standard_normal(shape[-1:]).astype(np.float32), b)
+    n += 1
+print("stepped", n)
+"""
+
+
+def test_the_step_runs_clean_under_asan_and_ubsan():
+    from tests.helpers.sanitize import child_runs_clean
+
+    child_runs_clean(_ASAN_CHILD, "stepped 5")
