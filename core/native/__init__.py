@@ -225,7 +225,7 @@ def _load(missing: bool = True) -> ctypes.CDLL | None:
     for name in ("ts_maxpool2d_idx_bwd_f64", "ts_maxpool2d_idx_bwd_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll]
         getattr(lib, name).restype = ctypes.c_int
-    lib.ts_fma4_f32.argtypes = [p, p, p, p, p, p]
+    lib.ts_fma4_f32.argtypes = [p, p, p, p, p, p, p]
     lib.ts_fma4_f32.restype = None
     for name in ("ts_conv_mg1_ep_f64", "ts_conv_mg1_ep_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 15 + [ctypes.POINTER(Epilogue)]
@@ -850,6 +850,19 @@ def maxpool2d_with_indices_backward(g: np.ndarray, idx: np.ndarray, x_shape) -> 
     return gx if ok else None
 
 
+@functools.cache
+def _libm_fmaf() -> int | None:
+    """The address of the C library's ``fmaf`` (exact: its fused instruction or its
+    emulation), or None where there is no such library."""
+    import ctypes.util
+
+    name = ctypes.util.find_library("m")
+    try:
+        return ctypes.cast(ctypes.CDLL(name).fmaf, ctypes.c_void_p).value if name else None
+    except (OSError, AttributeError):
+        return None
+
+
 def fma_into(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
     """``acc = fma(a, b, acc)`` in place, elementwise, each result rounded once (C's
     ``fmaf``), ``a`` and ``b`` broadcast to ``acc``'s shape: float32 throughout, ``acc``
@@ -857,6 +870,9 @@ def fma_into(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
     code is off or the arrays are not those: the caller's numpy then."""
     lib = library()
     if lib is None or acc.dtype != np.float32 or not 1 <= acc.ndim <= 4:
+        return False
+    fmaf = _libm_fmaf()
+    if fmaf is None:
         return False
     f = acc.flags
     if not (f.c_contiguous and f.writeable and f.aligned):
@@ -874,7 +890,7 @@ def fma_into(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
                     (0,) * lead + tuple(s // 4 for s in bv.strides)], np.int64)
     if acc.size:
         lib.ts_fma4_f32(address(acc), address(av), address(bv), address(geo[0]),
-                        address(geo[1]), address(geo[2]))
+                        address(geo[1]), address(geo[2]), fmaf)
     return True
 
 

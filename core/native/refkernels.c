@@ -2258,12 +2258,17 @@ int ts_maxpool2d_idx_bwd_f32(const float *g, const long long *idx, float *gx, lo
 
 /* acc = fma(a, b, acc) elementwise, every product and sum rounded once (C's fmaf: the
  * hardware's fused multiply-add where the path has one, libm's exact emulation else), over a
- * C-contiguous acc of d[0] x d[1] x d[2] x d[3] floats; a and b are laid over it by element
+ * C-contiguous acc of d[0] x d[1] x d[2] x d[3] floats (libm's fmaf, called); a and b are laid over it by element
  * strides sa, sb (0: a broadcast dimension; any sign: numpy views, in bounds by
  * construction). One step of the fma chains --explain writes out (core/capture/explain.py:
  * oneDNN's convolution gradients), which numpy's exact emulation ran at ~15 array passes. */
 void ts_fma4_f32(float *acc, const float *a, const float *b, const long long *d,
-                 const long long *sa, const long long *sb) {
+                 const long long *sa, const long long *sb,
+                 float (*fmaf_)(float, float, float)) {
+    /* fmaf_: libm's fmaf, handed in by the caller (core.native.fma_into): the fused
+     * instruction (or libm's exact emulation) lives in libm, and this object keeps none
+     * (the reference code's audit: tests/core/test_native.py, tests/gpu/test_fp_contract.py;
+     * a call of fmaf here, even through a volatile pointer, gcc compiled to vfmadd) */
     for (long long i = 0; i < d[0]; ++i)
         for (long long j = 0; j < d[1]; ++j)
             for (long long l = 0; l < d[2]; ++l) {
@@ -2271,7 +2276,7 @@ void ts_fma4_f32(float *acc, const float *a, const float *b, const long long *d,
                 const float *ap = a + i * sa[0] + j * sa[1] + l * sa[2];
                 const float *bp = b + i * sb[0] + j * sb[1] + l * sb[2];
                 for (long long k = 0; k < d[3]; ++k)
-                    o[k] = fmaf(ap[k * sa[3]], bp[k * sb[3]], o[k]);
+                    o[k] = fmaf_(ap[k * sa[3]], bp[k * sb[3]], o[k]);
             }
 }
 
