@@ -140,7 +140,7 @@ def test_a_display_nobody_answers_is_one_line_and_exit_2(tmp_path):
     """DISPLAY names an X server that is not there (Qt used to abort with rc 134)."""
     if not sys.platform.startswith("linux"):
         pytest.skip("the display check is for Linux")
-    n = free_display()
+    n = free_display(150, 200)  # (never one an Xvfb of another test takes meanwhile)
     r = subprocess.run(_tapescope("gui"), env=display_env(tmp_path, DISPLAY=f":{n}"), cwd=tmp_path,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr

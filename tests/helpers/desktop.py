@@ -21,12 +21,15 @@ SCREEN = (1280, 800)
 NO_DISPLAY_VARS = ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
 
 
-def free_display() -> int:
-    """An X display number nobody holds (:91 up), or a skip."""
-    for n in range(91, 200):
+def free_display(first: int = 91, last: int = 150) -> int:
+    """An X display number nobody holds in :first..:last - 1, or a skip. The Xvfb displays
+    start from :91; a display that must stay silent is taken from :150 up, so that another
+    worker's Xvfb, started between the check and its use, cannot be the one it names (a
+    test saw its "nobody answers" display answer, then vanish: exit 1)."""
+    for n in range(first, last):
         if not (Path(f"/tmp/.X11-unix/X{n}").exists() or Path(f"/tmp/.X{n}-lock").exists()):
             return n
-    pytest.skip("no free X display number in :91..:199")
+    pytest.skip(f"no free X display number in :{first}..:{last - 1}")
 
 
 @contextlib.contextmanager
