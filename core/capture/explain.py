@@ -98,13 +98,20 @@ def _screen(run: Callable, part: Callable) -> Callable:
     picks (a few output rows of a product, one image of a convolution: parts every variant
     computes independently of the rest), False when its bits already differ there, so the
     whole op is not run (a product's written-out orders loop over k in Python: a failing
-    variant on a 512 x 128 x 384 addmm took up to 2.6 s)."""
+    variant on a 512 x 128 x 384 addmm took up to 2.6 s). A variant that gives one of an op's
+    several outputs (a tuple, the others None) is screened on that one."""
     def screen(args: list, kw: dict, recorded: np.ndarray) -> bool:
         got = part(args, recorded)
         if got is None:
             return True
         sub, want = got
-        y = np.asarray(run(sub, kw))
+        y = run(sub, kw)
+        if type(y) is tuple:
+            ys = [v for v in y if v is not None]
+            if len(ys) != 1:
+                return True
+            y = ys[0]
+        y = np.asarray(y)
         return y.shape == want.shape and y.dtype == want.dtype and \
             compare_arrays(y, want).n_diff == 0
     return screen
@@ -847,24 +854,6 @@ def _conv_input_grad(args: list, kw: dict) -> tuple:
     return _masked((total.reshape(x.shape), None, None), mask)
 
 
-def _given_screen(run: Callable, part: Callable) -> Callable:
-    """``_screen`` for a variant that gives one of an op's several outputs (a tuple, the
-    others None): ``run`` on ``part``'s slice of the inputs, its one output against the
-    recorded one's slice."""
-    def screen(args: list, kw: dict, recorded: np.ndarray) -> bool:
-        got = part(args, recorded)
-        if got is None:
-            return True
-        sub, want = got
-        ys = [y for y in run(sub, kw) if y is not None]
-        if len(ys) != 1:
-            return True
-        y = np.asarray(ys[0])
-        return y.shape == want.shape and y.dtype == want.dtype and \
-            compare_arrays(y, want).n_diff == 0
-    return screen
-
-
 def _first_image(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | None:
     """An input gradient's first image (each image's is computed on its own)."""
     g, x = np.asarray(args[0]), np.asarray(args[1])
@@ -1003,7 +992,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("fma", "oneDNN's convolution backward input gradient: the weight's taps in "
                         "(kh, kw) order, its channels inner, fma, in 16-channel blocks added "
                         "in order", _conv_input_grad,
-                 _given_screen(_conv_input_grad, _first_image)),
+                 _screen(_conv_input_grad, _first_image)),
                 ("reassociation", "ATen's sum kernel over the pixels (PyTorch's CPU "
                                   "convolution backward's bias gradient, one image or channel)",
                  _conv_param_grads(None))] + [
@@ -1014,7 +1003,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                     f"{t} run{'s' if t > 1 else ''} (one per thread), each run one fma chain "
                     "over its images' pixels in order, the runs added in order",
              _conv_param_grads(t, weight=True),
-             _given_screen(_conv_param_grads(t, weight=True), _first_filter))
+             _screen(_conv_param_grads(t, weight=True), _first_filter))
             for t in (1, *runs)]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "

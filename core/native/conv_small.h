@@ -372,6 +372,28 @@ SK_OUT_T(double, sk_out_f64)
         *(V *)(e.dd[r] + j_) = y;                                                       \
     }
 
+/* acc[R][Q] (declared here) = over k steps, element r of b (broadcast) times vector q of v,
+ * each product rounded (BMUL) and added to its chain from +0.0; b and v advance by ldb and
+ * ldv a step. What both tile kinds below run (a row tile: b the weights, v the image's
+ * columns; a channel tile: b the image's columns, v the transposed weights). */
+#define SK_ACC(T, V, R, Q, acc, k, b, ldb, v, ldv)                                      \
+    V acc[R][Q];                                                                        \
+    _Pragma("GCC unroll 8") for (int r_ = 0; r_ < (R); ++r_)                            \
+        for (int q_ = 0; q_ < (Q); ++q_) {                                              \
+            V z_ = {0};                                                                 \
+            acc[r_][q_] = z_;                                                           \
+        }                                                                               \
+    for (long long kk_ = 0; kk_ < (k); ++kk_, (b) += (ldb), (v) += (ldv)) {             \
+        V vq_[Q];                                                                       \
+        for (int q_ = 0; q_ < (Q); ++q_) vq_[q_] = ((const V *)(v))[q_];                \
+        _Pragma("GCC unroll 8") for (int r_ = 0; r_ < (R); ++r_)                        \
+            for (int q_ = 0; q_ < (Q); ++q_) {                                          \
+                V p_;                                                                   \
+                BMUL(T, V, p_, (b) + r_, vq_[q_]);                                      \
+                acc[r_][q_] = acc[r_][q_] + p_;                                         \
+            }                                                                           \
+    }
+
 /* one tile: R rows x Q vectors, all k, then each vector's epilogue and store. wt: the tile's
  * weights (its R rows' of a k-step together, ldw apart); pk: the tile's first column in row 0
  * of x, rows ldp apart. A function of its own: inlined into the unit, gcc 12 kept row pointers and
@@ -381,23 +403,7 @@ SK_OUT_T(double, sk_out_f64)
     __attribute__((noinline)) static void NAME(const T *wt, long long ldw, const T *pk, \
                                                long long ldp, long long k, const OUT *o) { \
         const long long L = CM_L(T, V);                                                 \
-        V acc[R][Q];                                                                    \
-        _Pragma("GCC unroll 8") for (int r = 0; r < (R); ++r)                           \
-            for (int q = 0; q < (Q); ++q) {                                             \
-                V z = {0};                                                              \
-                acc[r][q] = z;                                                          \
-            }                                                                           \
-        for (long long kk = 0; kk < k; ++kk, pk += ldp, wt += ldw) {                    \
-            V bq[Q];                                                                    \
-            for (int q = 0; q < (Q); ++q) bq[q] = ((const V *)pk)[q];                   \
-            _Pragma("GCC unroll 8") for (int r = 0; r < (R); ++r) {                     \
-                for (int q = 0; q < (Q); ++q) {                                         \
-                    V p;                                                                \
-                    BMUL(T, V, p, wt + r, bq[q]);                                       \
-                    acc[r][q] = acc[r][q] + p;                                          \
-                }                                                                       \
-            }                                                                           \
-        }                                                                               \
+        SK_ACC(T, V, R, Q, acc, k, wt, ldw, pk, ldp)                                    \
         /* a local copy: the stores (may_alias vectors) could write *o, so gcc read   \
          * every flag and value from it again after each (AVX2's 16-column tiles of a  \
          * k = 16 conv: 1.09x MM_ROWS's time) */                                       \
@@ -437,22 +443,7 @@ SK_TILE_FNS(double, vmf64, sk_vi64, f64)
 #define SK_CTILE_FN(T, V, NC, QC, NAME)                                                 \
     __attribute__((noinline)) static void NAME(const T *wc, long long ldw, const T *xb, \
                                                long long n, long long k, V *out) {      \
-        V acc[NC][QC];                                                                  \
-        _Pragma("GCC unroll 8") for (int cc = 0; cc < (NC); ++cc)                       \
-            for (int q = 0; q < (QC); ++q) {                                            \
-                V z = {0};                                                              \
-                acc[cc][q] = z;                                                         \
-            }                                                                           \
-        for (long long kk = 0; kk < k; ++kk, wc += ldw, xb += n) {                      \
-            V wv[QC];                                                                   \
-            for (int q = 0; q < (QC); ++q) wv[q] = ((const V *)wc)[q];                  \
-            _Pragma("GCC unroll 8") for (int cc = 0; cc < (NC); ++cc)                   \
-                for (int q = 0; q < (QC); ++q) {                                        \
-                    V p;                                                                \
-                    BMUL(T, V, p, xb + cc, wv[q]);                                      \
-                    acc[cc][q] = acc[cc][q] + p;                                        \
-                }                                                                       \
-        }                                                                               \
+        SK_ACC(T, V, NC, QC, acc, k, xb, n, wc, ldw)                                    \
         _Pragma("GCC unroll 8") for (int cc = 0; cc < (NC); ++cc)                       \
             for (int q = 0; q < (QC); ++q) out[cc * (QC) + q] = acc[cc][q];             \
     }
