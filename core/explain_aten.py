@@ -49,6 +49,11 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
   delta``, ``fma(delta m0, c delta, m2 + m2_add)``), the elements past the last whole vector
   by scalar Welford (``delta / k``, not contracted), then each lane merged into that
   (``AddMoments``, contracted); the output ``((x - mean) * rstd) * w`` is the reference's.
+- ``flash_attention`` and its backward: SDPA's CPU flash kernel (FlashAttentionKernel.cpp,
+  float32, one key block of <= 512): MKL's products as fma chains, ``exp_u20`` (ATen's own
+  polynomial) on whole vectors and the C library's double ``exp`` on the rest, per-lane sums,
+  ``(e @ v) * (1 / sum)``; the backward by query blocks with SLEEF's exp. ``lanes`` 16 is the
+  AVX-512 build, 8 the AVX2 one (both measured, the latter under ``ATEN_CPU_CAPABILITY=avx2``).
 """
 
 from __future__ import annotations
@@ -534,3 +539,188 @@ def aten_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             m2 = m2 + fma((delta * delta) * c, dt(k), m2s[0][:, lane])
             k = nn
     return mean.reshape(lead + (1,)), (m2 / dt(N)).reshape(lead + (1,))
+
+
+# ATen's Vectorized<float>::exp_u20 (vec512_float.h; vec256_float.h's is the same per lane):
+# 1/1! .. 1/5! as its fitted float constants, log2(e), ln 2, and the clamps' bounds, as bits
+_U20_C = (0.999999701, 0.499991506, 0.166676521, 0.0418978221, 0.00828929059)
+_U20_BITS = {"log2e": 0x3FB8AA3B, "ln2": 0x3F317218, "lo": 0xC2AEAC50, "hi": 0x42B17218}
+
+
+def _f32_bits(b: int) -> np.float32:
+    return np.array([b], np.uint32).view(np.float32)[0]
+
+
+def exp_u20(x: np.ndarray) -> np.ndarray:
+    """``Vectorized<float>::exp_u20`` (what the CPU flash attention's softmax takes for whole
+    vectors): ``x`` clamped to [ln FLT_MIN, ln FLT_MAX] (a NaN to the upper bound: vminps /
+    vmaxps answer their second operand), ``n = floor(fma(x, log2 e, 0.5))``, ``r = fma(-n, ln 2,
+    x)``, a degree-5 Horner polynomial every step an fma, times ``2^(n - 1)`` then 2 (0 below
+    ln FLT_MIN). Float32 only."""
+    f32 = np.float32
+    x = np.asarray(x, dtype=f32)
+    lo, hi = _f32_bits(_U20_BITS["lo"]), _f32_bits(_U20_BITS["hi"])
+    below = x < lo
+    src = np.where(np.isnan(x), hi, np.minimum(x, hi))
+    src = np.maximum(src, lo)
+    fx = np.floor(_fma(src, _f32_bits(_U20_BITS["log2e"]), f32(0.5)).astype(f32))
+    r = _fma(-fx, _f32_bits(_U20_BITS["ln2"]), src).astype(f32)
+    c1, c2, c3, c4, c5 = (f32(c) for c in _U20_C)
+    y = _fma(r, c5, c4).astype(f32)
+    for c in (c3, c2, c1, f32(1)):
+        y = _fma(r, y, c).astype(f32)
+    n = np.rint(fx - f32(1)).astype(np.int32)
+    two = np.left_shift(n + 127, 23).astype(np.int32).view(f32)
+    two = np.where(below, f32(0), two)
+    return ((y * two).astype(f32) * f32(2)).astype(f32)
+
+
+def _fma_chain(a: np.ndarray, b: np.ndarray, alpha: np.float32 | None = None) -> np.ndarray:
+    """``a @ b`` over the last two axes (float32, leading axes batched), each output one fma
+    chain over k in order from zero (a BLAS micro-kernel's register lane: MKL's sgemm at the
+    flash attention's sizes); ``alpha`` then multiplies the sums (beta = 0)."""
+    from tapescope.core import native
+    from tapescope.core.explain_prims import fma
+
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    b = np.ascontiguousarray(b, dtype=np.float32)
+    acc = np.zeros(a.shape[:-1] + b.shape[-1:], dtype=np.float32)
+    for k in range(a.shape[-1]):
+        ak, bk = a[..., k:k + 1], b[..., k:k + 1, :]
+        if not native.fma_into(acc, ak, bk):
+            acc = fma(ak, bk, acc).astype(np.float32)
+    return acc if alpha is None else (acc * alpha).astype(np.float32)
+
+
+def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_exp_reduce_sum_fusion_kernel`` over rows (the last axis): whole vectors by ``exp_u20``
+    summed per lane, the lanes folded as a halving tree (``vec_reduce_all``); then the
+    elements past the last whole vector by the C library's double ``exp`` (the scalar loop's
+    ``exp``, measured: glibc's ``expf`` is 1 ulp off on some), each rounded to float and
+    added to the sum in order. (exp values, sums)."""
+    f32 = np.float32
+    from tapescope.core.explain_prims import _LIBC_MATH, _fold_lanes
+
+    n = x.shape[-1]
+    v = n - n % lanes
+    e = np.empty_like(x)
+    if v:
+        e[..., :v] = exp_u20(x[..., :v])
+        p = e[..., :v].reshape(x.shape[:-1] + (v // lanes, lanes))
+        acc = p[..., 0, :]
+        for s in range(1, v // lanes):
+            acc = (acc + p[..., s, :]).astype(f32)
+        tot = _fold_lanes(acc, lanes, True).astype(f32)
+    else:
+        tot = np.zeros(x.shape[:-1], dtype=f32)
+    if v < n:
+        e[..., v:] = np.asarray(_LIBC_MATH.exp(x[..., v:].astype(np.float64))).astype(f32)
+        for j in range(v, n):
+            tot = (tot + e[..., j]).astype(f32)
+    return e, tot
+
+
+def _map2_reduce_all(x: np.ndarray, y: np.ndarray, lanes: int) -> np.ndarray:
+    """``vec::map2_reduce_all(x * y, +)`` over rows: a row shorter than a vector summed in
+    order; else one vector of lanes, each serial over its stride, a partial last vector added
+    into the first lanes, the lanes folded as a halving tree."""
+    from tapescope.core.explain_prims import _fold_lanes
+
+    f32 = np.float32
+    p = (x * y).astype(f32)
+    n = p.shape[-1]
+    if n < lanes:
+        acc = p[..., 0]
+        for j in range(1, n):
+            acc = (acc + p[..., j]).astype(f32)
+        return acc
+    acc = p[..., :lanes].copy()
+    d = lanes
+    while d + lanes <= n:
+        acc = (acc + p[..., d:d + lanes]).astype(f32)
+        d += lanes
+    if d < n:
+        acc[..., :n - d] = (acc[..., :n - d] + p[..., d:]).astype(f32)
+    return _fold_lanes(acc, lanes, True).astype(f32)
+
+
+def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    if not all(np.asarray(t).dtype == np.float32 for t in (q, k, v)):
+        raise ValueError("the flash kernels are written out for float32")
+    if q.ndim < 3 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError("grouped heads or mismatched shapes")
+    if k.shape[-2] > 512:
+        raise ValueError("more than 512 keys: the online softmax's rescaling is not written out")
+
+
+def _causal_cols(lq: int, lk: int) -> np.ndarray:
+    """The kernel's causal mask: column j of row i hidden where j > i (the rows from 0)."""
+    return np.arange(lk)[None, :] > np.arange(lq)[:, None]
+
+
+def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
+                    scale: np.float32, lanes: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """``cpu_flash_attention`` (ATen's FlashAttentionKernel.cpp, float32, no mask, <= 512 keys:
+    one key block) on ``[..., L, E]`` arrays: ``q @ kᵀ`` (fma chains), causal ``-inf``, times
+    ``scale``, the row max, ``exp(s - max)`` and its sum (``_exp_reduce_sum``), ``e @ v`` (fma
+    chains) times ``1 / sum`` -- normalised after the product, by the reciprocal -- and the
+    logsumexp ``max + logf(sum)``. A row with every key hidden is 0 and its logsumexp 0.
+    (out, logsumexp)."""
+    from tapescope.core.explain_prims import _LIBC_MATH
+
+    f32 = np.float32
+    _flash_check(q, k, v)
+    s = _fma_chain(q, np.swapaxes(k, -1, -2))
+    if causal:
+        s[..., _causal_cols(s.shape[-2], s.shape[-1])] = -np.inf
+    s = (s * f32(scale)).astype(f32)
+    mx = np.max(s, axis=-1)
+    dead = mx == -np.inf
+    safe = np.where(dead, f32(0), mx)
+    with np.errstate(invalid="ignore"):
+        e, tot = _exp_reduce_sum((s - safe[..., None]).astype(f32), lanes)
+    e[dead] = 0
+    tot = np.where(dead, f32(0), tot)
+    dst = _fma_chain(e, v)
+    tot = np.where(tot == 0, f32(1), tot)
+    out = (dst * (f32(1) / tot)[..., None]).astype(f32)
+    lse = (safe + np.asarray(_LIBC_MATH.log(tot)).astype(f32)).astype(f32)
+    return out, lse
+
+
+def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                             out: np.ndarray, lse: np.ndarray, causal: bool, scale: np.float32,
+                             lanes: int = 16, key_scaled: bool = False
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``cpu_flash_attention_backward`` (float32, no mask, <= 512 keys) over query blocks of
+    32 / 64 / 256 rows (as the query length): ``dsum = map2_reduce_all(g * out)`` per row;
+    ``attn = exp(scale * q @ kᵀ - lse)`` (SLEEF's exp), hidden columns 0; ``gv += attnᵀ @ g``;
+    ``ga = attn * (g @ vᵀ - dsum)``; ``gq += scale * ga @ k``; ``gk += scale * gaᵀ @ q`` --
+    each product fma chains, each ``+=`` one rounded add, the gradients from zero.
+    ``key_scaled``: MKL takes ``scale`` into the scores' product by scaling k's panel first
+    (measured at head sizes 12, 24, 40), not the sums after (head size 8). (gq, gk, gv)."""
+    f32 = np.float32
+    _flash_check(q, k, v)
+    sc = f32(scale)
+    lq = q.shape[-2]
+    split = 256 if lq >= 768 else 64 if lq >= 192 else 32
+    gq, gk, gv = (np.zeros(t.shape, dtype=f32) for t in (q, k, v))
+    kt = np.swapaxes(k, -1, -2)
+    hidden = _causal_cols(lq, k.shape[-2]) if causal else None
+    for m in range(0, lq, split):
+        rows = slice(m, min(m + split, lq))
+        qb, gb = q[..., rows, :], g[..., rows, :]
+        dsum = _map2_reduce_all(gb, out[..., rows, :], lanes)
+        if key_scaled:
+            attn = _fma_chain(qb, (kt * sc).astype(f32))
+        else:
+            attn = _fma_chain(qb, kt, sc)
+        attn = sleef_exp((attn - lse[..., rows, None]).astype(f32)).astype(f32)
+        if hidden is not None:
+            attn[..., hidden[rows]] = 0
+        gv = (gv + _fma_chain(np.swapaxes(attn, -1, -2), gb)).astype(f32)
+        ga = _fma_chain(gb, np.swapaxes(v, -1, -2))
+        ga = (attn * (ga - dsum[..., None]).astype(f32)).astype(f32)
+        gq[..., rows, :] = (gq[..., rows, :] + _fma_chain(ga, k, sc)).astype(f32)
+        gk = (gk + _fma_chain(np.swapaxes(ga, -1, -2), qb, sc)).astype(f32)
+    return gq, gk, gv

@@ -17,6 +17,9 @@ also PyTorch's own CPU kernels (``core.explain_aten``, ``core.explain.UPDATE_VAR
                     ``gelu``, ``silu``) in each of the table's math namespaces (numpy's, the C
                     library's); ``_softmax`` and ``silu`` as PyTorch's CPU kernels (SLEEF's
                     exp), ``sqrt`` as MKL VML's (PyTorch's CPU ``torch.sqrt``)
+``reassociation``   SDPA's CPU flash kernels, forward and backward (``core.explain_aten``'s
+                    ``flash_attention``: fma products, ``exp_u20``, the product normalised
+                    after; its AVX-512 and AVX2 builds)
 ==================  ==========================================================================
 
 An op outside this table is ``unknown`` with no variant tried; one inside whose variants all
@@ -52,6 +55,8 @@ from tapescope.core.explain_aten import (
     ATEN_FORWARD,
     aten_moments,
     aten_sum,
+    flash_attention,
+    flash_attention_backward,
     reduce_all,
     sleef_exp,
 )
@@ -969,6 +974,57 @@ def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
     return total
 
 
+_FLASH_ISA = ((16, "AVX-512"), (8, "AVX2"))
+
+
+def _flash_args(args: list, kw: dict, first: int) -> tuple:
+    """(q, k, v, causal, scale) of a flash attention op whose q is args[first] (its dropout
+    and causal flags after its tensors); ValueError for what the kernels written out do not
+    take (dropout, a mask)."""
+    q, k, v = (np.asarray(a) for a in args[first:first + 3])
+    n = first + 3 + (2 if first else 0)  # (the backward's out and logsumexp first)
+    if _arg(args, kw, n, "dropout_p", 0.0) or kw.get("attn_mask") is not None:
+        raise ValueError("dropout or a mask: not written out")
+    scale = kw.get("scale")
+    # sdp::calculate_scale: 1 / sqrt(E) in double (or the given scale), then a float
+    sc = np.float32(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    return q, k, v, bool(_arg(args, kw, n + 1, "is_causal", False)), sc
+
+
+def _flash(lanes: int) -> Callable:
+    def run(args: list, kw: dict) -> tuple:
+        q, k, v, causal, sc = _flash_args(args, kw, 0)
+        return flash_attention(q, k, v, causal, sc, lanes)
+    return run
+
+
+def _flash_backward(lanes: int, key_scaled: bool) -> Callable:
+    def run(args: list, kw: dict) -> tuple:
+        q, k, v, causal, sc = _flash_args(args, kw, 1)
+        g, out, lse = (np.asarray(args[i]) for i in (0, 4, 5))
+        return flash_attention_backward(g, q, k, v, out, lse, causal, sc, lanes, key_scaled)
+    return run
+
+
+def _flash_variants(base: str) -> list[_Variant]:
+    """PyTorch's CPU flash attention (FlashAttentionKernel.cpp), its AVX-512 and AVX2 builds:
+    core.explain_aten's ``flash_attention`` and its backward."""
+    if base.endswith("_backward"):
+        return [("reassociation", f"PyTorch's CPU flash attention backward ({isa}): the "
+                                  "probabilities recomputed from the logsumexp (SLEEF's exp), "
+                                  "every product an fma chain, the softmax's row sums "
+                                  f"{lanes}-lane, the scale taken "
+                                  + ("into k before the scores' product" if key else
+                                     "after the scores' sums")
+                                  + ", the key and value gradients added query block by block",
+                 _flash_backward(lanes, key))
+                for lanes, isa in _FLASH_ISA for key in (False, True)]
+    return [("reassociation", f"PyTorch's CPU flash attention ({isa}): q @ kᵀ and p @ v as "
+                              "fma chains, exp_u20 on whole vectors and summed per lane "
+                              f"({lanes} lanes), the product normalised after, by 1 / sum",
+             _flash(lanes)) for lanes, isa in _FLASH_ISA]
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
@@ -981,6 +1037,9 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return _norms(dt)
     if base == "native_layer_norm":
         return _layer_norm()
+    if base in ("_scaled_dot_product_flash_attention_for_cpu",
+                "_scaled_dot_product_flash_attention_for_cpu_backward"):
+        return _flash_variants(base)
     if base in ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward"):
         return _log_softmax_ops(base)
     if base == "convolution":

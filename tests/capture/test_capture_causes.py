@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tapescope.core.capture.explain import explain_op
+from tapescope.core.native import isa
 from tapescope.core.ops.reference import serial_sum
 
 torch = pytest.importorskip("torch")
@@ -247,7 +248,9 @@ def test_the_zoo_names_its_optimizer_and_loss_kernels(zoo_capture):
              "aten.nll_loss_forward.default"}
     if _avx512():
         named |= {"aten.native_layer_norm.default", "aten._log_softmax.default",
-                  "aten._log_softmax_backward_data.default"}
+                  "aten._log_softmax_backward_data.default",
+                  "aten._scaled_dot_product_flash_attention_for_cpu.default",
+                  "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"}
     seen = set()
     for argv in (["gpt.py", "--steps", "3"], ["lstm.py"]):
         f, p = zoo_capture(argv)
@@ -687,3 +690,87 @@ def test_arguments_from_a_hostile_file_never_crash_the_search(op):
         for j in (0, 1, 4):
             got = explain_op(op, list(args), {}, rec, diff, j)
             assert got["cause"] == "unknown", (args, got)
+
+
+# torch's CPU flash attention at a head size where MKL takes the scale after the scores' sums
+# (8: the zoo GPT's), where it scales k first (24), where both agree (a power of two), and
+# with 200 queries (blocks of 64 rows)
+_FLASH_SHAPES = [(4, 2, 8, 8), (2, 2, 40, 24), (2, 2, 64, 64), (1, 1, 200, 16)]
+_FWD = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+_BWD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
+
+
+def _flash_case(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))
+    out, lse, *_ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
+    dy = torch.randn(out.shape, generator=g)
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        dy, q, k, v, out, lse, 0.0, True)
+    return _np([q, k, v]), _np([out, lse]), _np([dy]) + _np([q, k, v, out, lse]), _np(grads)
+
+
+@need_avx512
+@pytest.mark.parametrize("shape", _FLASH_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_flash_attention_and_its_backward_are_torchs(shape):
+    """SDPA's CPU flash kernel (FlashAttentionKernel.cpp) written out: the output, logsumexp
+    and the three gradients are torch's own bits, each named by ``explain_op`` (the
+    reference's attention normalises before its product and rounds its exp correctly, so it
+    departs), and one ulp off each is ``unknown``."""
+    from tapescope.core.capture.aten_ref import reference
+    from tapescope.core.explain_aten import flash_attention
+
+    (q, k, v), fwd, bargs, grads = _flash_case(shape, 31)
+    sc = np.float32(1 / math.sqrt(shape[-1]))
+    for got, want in zip(flash_attention(q, k, v, True, sc), fwd, strict=True):
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    for op, args, outs in ((_FWD, [q, k, v, 0.0, True], fwd),
+                           (_BWD, bargs + [0.0, True], grads)):
+        ref = reference(op, args, {})
+        named = 0
+        for j, rec in enumerate(outs):
+            d = _diff(np.asarray(ref[j], dtype=rec.dtype), rec)
+            if d["n_diff"] == 0:
+                continue  # (the reference's own bits: nothing to explain)
+            got = explain_op(op, args, {}, rec, d, j)
+            assert got["cause"] == "reassociation" and "flash attention" in got["variant"], \
+                (op, j, got)
+            assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", (op, j)
+            named += 1
+        assert named, f"{op}: torch's outputs are the reference's here (no test)"
+
+
+# the same kernels under ATen's AVX2 build (8 lanes: what a CPU without AVX-512 runs), in a
+# child whose ATEN_CPU_CAPABILITY picks that build
+_FLASH_AVX2_CHILD = """
+import math, sys, numpy as np, torch
+from tapescope.core.explain_aten import flash_attention, flash_attention_backward
+assert torch.backends.cpu.get_cpu_capability() == "AVX2", torch.backends.cpu.get_cpu_capability()
+for shape, key_scaled in (((4, 2, 8, 8), False), ((2, 2, 40, 24), True), ((1, 1, 50, 16), False)):
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))
+    out, lse, *_ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
+    dy = torch.randn(out.shape, generator=g)
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        dy, q, k, v, out, lse, 0.0, True)
+    sc = np.float32(1 / math.sqrt(shape[-1]))
+    n = [x.numpy() for x in (q, k, v, out, lse, dy)]
+    mine = flash_attention(*n[:3], True, sc, 8) + flash_attention_backward(
+        n[5], *n[:5], True, sc, 8, key_scaled)
+    theirs = (out, lse) + tuple(grads)
+    for j, (a, b) in enumerate(zip(mine, theirs)):
+        assert np.array_equal(a.view(np.uint32), b.numpy().view(np.uint32)), (shape, j)
+print("ok")
+"""
+
+
+@pytest.mark.skipif("avx2" not in isa.runnable(), reason="ATen's AVX2 build needs a CPU with AVX2")
+def test_flash_attention_is_torchs_avx2_build_too():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    p = subprocess.run([sys.executable, "-c", _FLASH_AVX2_CHILD], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
