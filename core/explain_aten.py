@@ -50,9 +50,10 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
   by scalar Welford (``delta / k``, not contracted), then each lane merged into that
   (``AddMoments``, contracted); the output ``((x - mean) * rstd) * w`` is the reference's.
 - ``flash_attention`` and its backward: SDPA's CPU flash kernel (FlashAttentionKernel.cpp,
-  float32, one key block of <= 512): MKL's products as fma chains, ``exp_u20`` (ATen's own
-  polynomial) on whole vectors and the C library's double ``exp`` on the rest, per-lane sums,
-  ``(e @ v) * (1 / sum)``; the backward by query blocks with SLEEF's exp. ``lanes`` 16 is the
+  float32) by query and key blocks: MKL's products as fma chains (in panels of <= 384
+  terms), ``exp_u20`` (ATen's own polynomial) on whole vectors and the C library's double
+  ``exp`` on the rest, per-lane sums, the online softmax's rescaling, ``(e @ v) * (1 /
+  sum)``; the backward block by block with SLEEF's exp. ``lanes`` 16 is the
   AVX-512 build, 8 the AVX2 one (both measured, the latter under ``ATEN_CPU_CAPABILITY=avx2``).
 """
 
@@ -644,47 +645,90 @@ def _map2_reduce_all(x: np.ndarray, y: np.ndarray, lanes: int) -> np.ndarray:
     return _fold_lanes(acc, lanes, True).astype(f32)
 
 
+def _sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
+           alpha: np.float32 | None = None) -> np.ndarray:
+    """MKL's sgemm as the flash kernels call it (measured against ``torch.addmm``): k in
+    ``ceil(K / 384)`` equal panels, each output's panel one fma chain from zero
+    (``_fma_chain``), times ``alpha`` when given, added to ``c`` (beta = 1) panel by panel --
+    or the first panel's result where there is no ``c`` (beta = 0)."""
+    k = a.shape[-1]
+    step = -(-k // -(-k // 384)) if k else 1
+    for k0 in range(0, max(k, 1), step):
+        p = _fma_chain(a[..., k0:k0 + step], b[..., k0:k0 + step, :], alpha)
+        c = p if c is None else (c + p).astype(np.float32)
+    return c
+
+
 def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
     if not all(np.asarray(t).dtype == np.float32 for t in (q, k, v)):
         raise ValueError("the flash kernels are written out for float32")
     if q.ndim < 3 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError("grouped heads or mismatched shapes")
-    if k.shape[-2] > 512:
-        raise ValueError("more than 512 keys: the online softmax's rescaling is not written out")
 
 
-def _causal_cols(lq: int, lk: int) -> np.ndarray:
-    """The kernel's causal mask: column j of row i hidden where j > i (the rows from 0)."""
-    return np.arange(lk)[None, :] > np.arange(lq)[:, None]
+def _flash_blocks(lq: int, lk: int, causal: bool):
+    """The kernels' (query rows, key columns, causal cut) blocks: queries in blocks of 32 / 64
+    / 256 rows (as the query length), each over the key blocks of 512 up to its last row's
+    key (causal) or all; the cut (hidden where a key is past its row) on its last key block."""
+    split = 256 if lq >= 768 else 64 if lq >= 192 else 32
+    for m in range(0, lq, split):
+        rows = slice(m, min(m + split, lq))
+        keys = min(rows.stop, lk) if causal else lk
+        for n in range(0, keys, 512):
+            cols = slice(n, min(n + 512, lk))
+            cut = None
+            if causal and keys - n <= 512:
+                cut = (np.arange(n, cols.stop)[None, :]
+                       > np.arange(m, rows.stop)[:, None])
+            yield rows, cols, cut, n
 
 
 def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
                     scale: np.float32, lanes: int = 16) -> tuple[np.ndarray, np.ndarray]:
-    """``cpu_flash_attention`` (ATen's FlashAttentionKernel.cpp, float32, no mask, <= 512 keys:
-    one key block) on ``[..., L, E]`` arrays: ``q @ kᵀ`` (fma chains), causal ``-inf``, times
-    ``scale``, the row max, ``exp(s - max)`` and its sum (``_exp_reduce_sum``), ``e @ v`` (fma
-    chains) times ``1 / sum`` -- normalised after the product, by the reciprocal -- and the
-    logsumexp ``max + logf(sum)``. A row with every key hidden is 0 and its logsumexp 0.
-    (out, logsumexp)."""
-    from tapescope.core.explain_prims import _LIBC_MATH
+    """``cpu_flash_attention`` (ATen's FlashAttentionKernel.cpp, float32, no mask) on
+    ``[..., L, E]`` arrays, query block by key block (``_flash_blocks``): ``q @ kᵀ``
+    (``_sgemm``), the causal cut ``-inf``, times ``scale``; the running row max ``M``;
+    ``exp(s - M)`` and its sum (``_exp_reduce_sum``); the previous sum and output rescaled by
+    ``expf(M_old - M)`` (the sum as one fma); ``p @ v`` added to the output (``_sgemm``,
+    beta = 1 after the first key block). At the end the output times ``1 / sum`` --
+    normalised after the product, by the reciprocal -- and the logsumexp ``M + logf(sum)``;
+    a row with every key hidden is 0 and its logsumexp 0. (out, logsumexp)."""
+    from tapescope.core.explain_prims import _LIBC_MATH, fma
 
     f32 = np.float32
     _flash_check(q, k, v)
-    s = _fma_chain(q, np.swapaxes(k, -1, -2))
-    if causal:
-        s[..., _causal_cols(s.shape[-2], s.shape[-1])] = -np.inf
-    s = (s * f32(scale)).astype(f32)
-    mx = np.max(s, axis=-1)
-    dead = mx == -np.inf
-    safe = np.where(dead, f32(0), mx)
-    with np.errstate(invalid="ignore"):
-        e, tot = _exp_reduce_sum((s - safe[..., None]).astype(f32), lanes)
-    e[dead] = 0
-    tot = np.where(dead, f32(0), tot)
-    dst = _fma_chain(e, v)
-    tot = np.where(tot == 0, f32(1), tot)
-    out = (dst * (f32(1) / tot)[..., None]).astype(f32)
-    lse = (safe + np.asarray(_LIBC_MATH.log(tot)).astype(f32)).astype(f32)
+    lead, lq = q.shape[:-2], q.shape[-2]
+    out = np.empty(lead + (lq, v.shape[-1]), dtype=f32)
+    lse = np.empty(lead + (lq,), dtype=f32)
+    state: dict[int, list] = {}
+    for rows, cols, cut, n in _flash_blocks(lq, k.shape[-2], causal):
+        st = state.get(rows.start)
+        if st is None:  # (max, sum, output) of this query block, from -inf, 0, nothing
+            st = state[rows.start] = [np.full(lead + (rows.stop - rows.start,), -np.inf, f32),
+                                      np.zeros(lead + (rows.stop - rows.start,), f32), None]
+        mx, sm, dst = st
+        s = _sgemm(q[..., rows, :], np.swapaxes(k[..., cols, :], -1, -2))
+        if cut is not None:
+            s[..., cut] = -np.inf
+        s = (s * f32(scale)).astype(f32)
+        top = np.maximum(mx, np.max(s, axis=-1))
+        dead = top == -np.inf  # (a row with no visible key yet: left as it was, its p 0)
+        safe = np.where(dead, f32(0), top)
+        with np.errstate(invalid="ignore", over="ignore"):
+            e, tot = _exp_reduce_sum((s - safe[..., None]).astype(f32), lanes)
+            ex = np.asarray(_LIBC_MATH.exp((mx - safe).astype(f32))).astype(f32)
+        e[dead] = 0
+        st[1] = np.where(dead, sm, fma(ex, sm, tot).astype(f32))
+        st[0] = np.where(dead, mx, top)
+        if dst is not None and n > 0:
+            dst = np.where(dead[..., None], dst, (dst * ex[..., None]).astype(f32))
+        st[2] = _sgemm(e, v[..., cols, :], dst)
+        if cols.stop >= (min(rows.stop, k.shape[-2]) if causal else k.shape[-2]):
+            mx, sm, dst = st
+            mx = np.where(mx == -np.inf, f32(0), mx)
+            sm = np.where(sm == 0, f32(1), sm)
+            out[..., rows, :] = (dst * (f32(1) / sm)[..., None]).astype(f32)
+            lse[..., rows] = (mx + np.asarray(_LIBC_MATH.log(sm)).astype(f32)).astype(f32)
     return out, lse
 
 
@@ -692,35 +736,32 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
                              out: np.ndarray, lse: np.ndarray, causal: bool, scale: np.float32,
                              lanes: int = 16, key_scaled: bool = False
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``cpu_flash_attention_backward`` (float32, no mask, <= 512 keys) over query blocks of
-    32 / 64 / 256 rows (as the query length): ``dsum = map2_reduce_all(g * out)`` per row;
-    ``attn = exp(scale * q @ kᵀ - lse)`` (SLEEF's exp), hidden columns 0; ``gv += attnᵀ @ g``;
-    ``ga = attn * (g @ vᵀ - dsum)``; ``gq += scale * ga @ k``; ``gk += scale * gaᵀ @ q`` --
-    each product fma chains, each ``+=`` one rounded add, the gradients from zero.
-    ``key_scaled``: MKL takes ``scale`` into the scores' product by scaling k's panel first
-    (measured at head sizes 12, 24, 40), not the sums after (head size 8). (gq, gk, gv)."""
+    """``cpu_flash_attention_backward`` (float32, no mask), block by block as the forward
+    (``_flash_blocks``): per query block ``dsum = map2_reduce_all(g * out)``; per key block
+    ``p = exp(scale * q @ kᵀ - lse)`` (SLEEF's exp), hidden keys 0; ``gv += pᵀ @ g``;
+    ``ga = p * (g @ vᵀ - dsum)``; ``gq += scale * ga @ k``; ``gk += scale * gaᵀ @ q`` -- each
+    product ``_sgemm``, the gradients from zero. ``key_scaled``: MKL takes the scores' scale
+    into k's panel (times k, rounded, before the chains) instead of multiplying the sums; it
+    picks one or the other by the block's shape (measured, no rule found), so this is one
+    way for every block. (gq, gk, gv)."""
     f32 = np.float32
     _flash_check(q, k, v)
     sc = f32(scale)
-    lq = q.shape[-2]
-    split = 256 if lq >= 768 else 64 if lq >= 192 else 32
     gq, gk, gv = (np.zeros(t.shape, dtype=f32) for t in (q, k, v))
-    kt = np.swapaxes(k, -1, -2)
-    hidden = _causal_cols(lq, k.shape[-2]) if causal else None
-    for m in range(0, lq, split):
-        rows = slice(m, min(m + split, lq))
+    dsum: dict[int, np.ndarray] = {}
+    for rows, cols, cut, _ in _flash_blocks(q.shape[-2], k.shape[-2], causal):
         qb, gb = q[..., rows, :], g[..., rows, :]
-        dsum = _map2_reduce_all(gb, out[..., rows, :], lanes)
-        if key_scaled:
-            attn = _fma_chain(qb, (kt * sc).astype(f32))
-        else:
-            attn = _fma_chain(qb, kt, sc)
-        attn = sleef_exp((attn - lse[..., rows, None]).astype(f32)).astype(f32)
-        if hidden is not None:
-            attn[..., hidden[rows]] = 0
-        gv = (gv + _fma_chain(np.swapaxes(attn, -1, -2), gb)).astype(f32)
-        ga = _fma_chain(gb, np.swapaxes(v, -1, -2))
-        ga = (attn * (ga - dsum[..., None]).astype(f32)).astype(f32)
-        gq[..., rows, :] = (gq[..., rows, :] + _fma_chain(ga, k, sc)).astype(f32)
-        gk = (gk + _fma_chain(np.swapaxes(ga, -1, -2), qb, sc)).astype(f32)
+        d = dsum.get(rows.start)
+        if d is None:
+            d = dsum[rows.start] = _map2_reduce_all(gb, out[..., rows, :], lanes)
+        kt = np.swapaxes(k[..., cols, :], -1, -2)
+        p = _sgemm(qb, (kt * sc).astype(f32)) if key_scaled else _sgemm(qb, kt, alpha=sc)
+        p = sleef_exp((p - lse[..., rows, None]).astype(f32)).astype(f32)
+        if cut is not None:
+            p[..., cut] = 0
+        gv[..., cols, :] = _sgemm(np.swapaxes(p, -1, -2), gb, gv[..., cols, :])
+        ga = _sgemm(gb, np.swapaxes(v[..., cols, :], -1, -2))
+        ga = (p * (ga - d[..., None]).astype(f32)).astype(f32)
+        gq[..., rows, :] = _sgemm(ga, k[..., cols, :], gq[..., rows, :], sc)
+        gk[..., cols, :] = _sgemm(np.swapaxes(ga, -1, -2), qb, gk[..., cols, :], sc)
     return gq, gk, gv
