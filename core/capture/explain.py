@@ -53,6 +53,7 @@ from tapescope.core.explain import (
 )
 from tapescope.core.explain_aten import (
     ATEN_FORWARD,
+    _sgemm,
     aten_moments,
     aten_sum,
     flash_attention,
@@ -177,7 +178,26 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         # orders (each output row its own chains) are screened on a few rows first
         out.append((v.cause, v.label, run) if v.value is _mm_blas else
                    (v.cause, v.label, run, _screen(run, _product_rows(op))))
+    if op.startswith("aten.addmm"):
+        out.append(("fma", "MKL's sgemm as addmm calls it (float32, beta = alpha = 1): the "
+                           "bias first, then k in ceil(K / 384) equal panels, each one fma "
+                           "chain from zero added in turn", _mkl_addmm,
+                    _screen(_mkl_addmm, _product_rows(op))))
     return out
+
+
+def _mkl_addmm(args: list, kw: dict) -> np.ndarray:
+    """``addmm`` as MKL computes it (core.explain_aten._sgemm with the bias as the output it
+    adds to: a split-K variant's panels summed first and the bias added after differ from it
+    once K > 384, the 4x MLP's down projection at d >= 97)."""
+    bias, a, b = (np.asarray(x) for x in args[:3])
+    beta = kw.get("beta", args[3] if len(args) > 3 else 1)
+    alpha = kw.get("alpha", args[4] if len(args) > 4 else 1)
+    if beta != 1 or alpha != 1 or any(x.dtype != np.float32 for x in (bias, a, b)) or \
+            a.ndim != 2 or b.ndim != 2:
+        raise ValueError("MKL's addmm is written out for float32, beta = alpha = 1")
+    c = np.array(np.broadcast_to(bias, (a.shape[0], b.shape[1])), dtype=np.float32)
+    return _sgemm(a, b, c)
 
 
 def _sums(op: str, dt: np.dtype) -> list[_Variant]:

@@ -776,3 +776,30 @@ def test_flash_attention_is_torchs_avx2_build_too():
     p = subprocess.run([sys.executable, "-c", _FLASH_AVX2_CHILD], capture_output=True,
                        text=True, timeout=300, env=env)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("m, k, n", [(512, 512, 128), (64, 400, 64)])
+def test_an_addmm_over_more_than_384_terms_is_mkls_panels_added_to_the_bias(m, k, n):
+    """nn.Linear's addmm past 384 terms (a 4x MLP's down projection): MKL adds each k panel's
+    fma chain to the bias in turn, which the split-K orders (panels summed, the bias after)
+    miss; named for torch's own result, one ulp off unknown."""
+    g = torch.Generator().manual_seed(5)
+    x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g),
+               torch.randn(n, generator=g))
+    args = _np([b, x]) + [np.ascontiguousarray(w.numpy().T)]
+    rec = torch.addmm(b, x, w.t()).numpy()
+    plain = (args[0] + args[1].astype(np.float64) @ args[2].astype(np.float64)).astype(np.float32)
+    _named("aten.addmm.default", args, {}, rec, plain, "fma", "as addmm calls it")
+
+
+@pytest.mark.parametrize("k", [352, 384, 400, 512, 700])
+def test_mkls_sgemm_takes_k_in_panels_of_at_most_384(k):
+    """core.explain_aten._sgemm is MKL's product bit for bit at these depths: one fma chain
+    up to 384 terms, equal panels past it (700: two of 350, not three of 256)."""
+    from tapescope.core.explain_aten import _sgemm
+
+    g = torch.Generator().manual_seed(k)
+    a, b = torch.randn(64, k, generator=g), torch.randn(32, k, generator=g)
+    want = (a @ b.t()).numpy()
+    got = _sgemm(a.numpy(), np.ascontiguousarray(b.numpy().T))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
