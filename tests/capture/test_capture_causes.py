@@ -792,14 +792,20 @@ def test_an_addmm_over_more_than_384_terms_is_mkls_panels_added_to_the_bias(m, k
     _named("aten.addmm.default", args, {}, rec, plain, "fma", "as addmm calls it")
 
 
-@pytest.mark.parametrize("k", [352, 384, 400, 512, 700])
+@pytest.mark.parametrize("k", [352, 384, 400, 512, 700, 1024, 2048])
 def test_mkls_sgemm_takes_k_in_panels_of_at_most_384(k):
-    """core.explain_aten._sgemm is MKL's product bit for bit at these depths: one fma chain
-    up to 384 terms, equal panels past it (700: two of 350, not three of 256)."""
+    """core.explain_aten._sgemm is MKL's product bit for bit at these depths (one thread):
+    one fma chain up to 384 terms, equal panels past it (700: two of 350, not three of 256),
+    384 at a time while more than 768 are left (1,024: 384, 320, 320)."""
     from tapescope.core.explain_aten import _sgemm
 
     g = torch.Generator().manual_seed(k)
     a, b = torch.randn(64, k, generator=g), torch.randn(32, k, generator=g)
-    want = (a @ b.t()).numpy()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        want = (a @ b.t()).numpy()
+    finally:
+        torch.set_num_threads(threads)
     got = _sgemm(a.numpy(), np.ascontiguousarray(b.numpy().T))
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
