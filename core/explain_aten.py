@@ -60,6 +60,7 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -670,7 +671,7 @@ def _sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
     ``alpha`` when given, added to ``c`` (beta = 1) panel by panel -- or the first panel's
     result where there is no ``c`` (beta = 0)."""
     bounds = _mkl_panels(a.shape[-1])
-    for k0, k1 in zip(bounds[:-1], bounds[1:]):
+    for k0, k1 in pairwise(bounds):
         p = _fma_chain(a[..., k0:k1], b[..., k0:k1, :], alpha)
         c = p if c is None else (c + p).astype(np.float32)
     return c
