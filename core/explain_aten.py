@@ -682,6 +682,8 @@ def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         raise ValueError("the flash kernels are written out for float32")
     if q.ndim < 3 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError("grouped heads or mismatched shapes")
+    if 0 in q.shape or 0 in k.shape or 0 in v.shape:
+        raise ValueError("an empty query, key or value")
 
 
 def _flash_blocks(lq: int, lk: int, causal: bool):

@@ -1005,6 +1005,11 @@ def _flash_args(args: list, kw: dict, first: int) -> tuple:
     n = first + 3 + (2 if first else 0)  # (the backward's out and logsumexp first)
     if _arg(args, kw, n, "dropout_p", 0.0) or kw.get("attn_mask") is not None:
         raise ValueError("dropout or a mask: not written out")
+    # the written-out products' multiply-adds (the backward's five: 2.5x the forward's two),
+    # within the convolutions' budget: a long sequence's are past it (skipped, not run)
+    terms = q.size * k.shape[-2] * (5 if first else 2)
+    if terms > _budget()[0]:
+        raise ValueError(f"{terms:,} multiply-adds: past the search's budget")
     scale = kw.get("scale")
     # sdp::calculate_scale: 1 / sqrt(E) in double (or the given scale), then a float
     sc = np.float32(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)

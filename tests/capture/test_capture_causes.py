@@ -809,3 +809,30 @@ def test_mkls_sgemm_takes_k_in_panels_of_at_most_384(k):
         torch.set_num_threads(threads)
     got = _sgemm(a.numpy(), np.ascontiguousarray(b.numpy().T))
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_flash_attention_hostile_inputs_are_unknown_and_a_long_one_is_not_run(monkeypatch):
+    """Empty, NaN, float64, grouped-head and past-the-budget attention: ``unknown``, never an
+    exception; the last is refused before its products (explain.py's budget)."""
+    from tapescope.core.capture import explain as E
+
+    rng = np.random.default_rng(0)
+
+    def qkv(shape, dt=np.float32, fill=None):
+        return [np.full(shape, fill, dt) if fill is not None else
+                rng.standard_normal(shape).astype(dt) for _ in range(3)]
+    grouped = qkv((1, 1, 4, 8))
+    grouped[0] = rng.standard_normal((1, 2, 4, 8)).astype(np.float32)
+    cases = [qkv((1, 1, 0, 8)), qkv((1, 1, 4, 8), fill=np.nan), qkv((1, 1, 4, 8), np.float64),
+             grouped]
+    for t in cases:
+        args = t + [0.0, True]
+        got = explain_op(_FWD, args, {}, np.zeros(t[0].shape, np.float32),
+                         {"n_diff": 1, "max_ulp": 1}, 0)
+        assert got["cause"] == "unknown", got
+    big = np.zeros((64, 16, 2048, 64), np.float32)  # (2 x 64 x 16 x 2048^2 x 64 terms)
+
+    ran = []
+    monkeypatch.setattr(E, "flash_attention", lambda *a, **k: ran.append(a))
+    got = explain_op(_FWD, [big, big, big, 0.0, True], {}, big, {"n_diff": 1, "max_ulp": 1}, 0)
+    assert got["cause"] == "unknown" and not ran, (got, len(ran))
