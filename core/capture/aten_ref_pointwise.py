@@ -56,11 +56,32 @@ for _n in ("exp", "log", "tanh", "sigmoid", "sqrt", "silu"):
     form(f"aten.{_n}.default")(_tape_fwd(_n))
 
 
+def _zero_le_c(x: Any, t: float, v: Any) -> np.ndarray | None:
+    """``x <= t ? +0.0 : v`` in one native pass (core.native.zero_le_entry: zero_where's rule,
+    bit for bit, without its mask and comparison temporaries: 1.9 -> ~0.7 ms on 2M floats) for
+    aligned C-contiguous float32 / float64 ``x`` and ``v`` of one dtype and shape, ``t``
+    exact in it; else None (the numpy forms)."""
+    if type(x) is not np.ndarray or type(v) is not np.ndarray or (
+            x.dtype is not F32 and x.dtype is not F64) or v.dtype is not x.dtype or \
+            v.shape != x.shape or float(x.dtype.type(t)) != t:
+        return None
+    fn = native.zero_le_entry()
+    if fn is None:
+        return None
+    try:
+        return fn(x, float(t), v)
+    except (TypeError, ValueError):  # (a layout it does not take)
+        return None
+
+
 @form("aten.relu.default")
 def _relu(args: list, kwargs: dict) -> list:
     x = args[0]
     if not is_float(x.dtype):
         return [np.maximum(x, 0).astype(x.dtype)]
+    y = _zero_le_c(x, 0.0, x)
+    if y is not None:
+        return [y]
     y = zero_where(x <= x.dtype.type(0), x)  # the tape's relu: x <= 0 ? +0.0 : x (NaN kept)
     return [y if y is not None else ew(lambda v: REGISTRY["relu"].forward(M, [v], {}), x)]
 
@@ -388,6 +409,10 @@ form("aten.tanh_backward.default")(_tape_bwd("tanh", True))
 def _threshold_backward(args: list, kwargs: dict) -> list:
     g, x, thr = args
     out = result_type(g, x)
+    if type(thr) in (int, float) and x.dtype is g.dtype and compute(out) == out:
+        y = _zero_le_c(x, float(scal(thr, out)), g)
+        if y is not None:
+            return [y]
     cond = arr(x, compute(out)) <= scal(thr, out)
     y = zero_where(cond, g) if g.dtype == out and cond.shape == g.shape else None
     return [y if y is not None else np.where(cond, out.type(0), arr(g, out))]

@@ -1095,6 +1095,16 @@ def gelu_entry() -> Callable | None:
     return None if ext is None else getattr(ext, "gelu", None)
 
 
+def zero_le_entry() -> Callable | None:
+    """The CPython extension's ``zero_le(x, t, v)`` (``x <= t ? +0.0 : v`` elementwise in one
+    pass: relu and threshold_backward), or None where native code is off or the extension is
+    not built."""
+    if library() is None:
+        return None
+    ext = _ext if _ext else refmath_ext()
+    return None if ext is None else getattr(ext, "zero_le", None)
+
+
 def square_sums(xs: list) -> np.ndarray | None:
     """Each array's serial sum of squares (``acc = +0.0; acc = acc + x * x`` in C order) as a
     new 1-d array, in one native call (the extension's sqsums): for a list of C-contiguous

@@ -178,6 +178,62 @@ static PyObject *tanh_grad(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return out;
 }
 
+/* zero_le(x, t, v): relu and threshold_backward (core.capture.aten_ref_pointwise) in one
+ * pass: out = x <= t ? +0.0 : v, elementwise, by v's bits and-ed with all ones where the
+ * comparison is false and zero where it holds (+0.0 is all zero bits; a NaN x compares false
+ * and keeps v; a NaN v keeps its payload): aten_ref_table.zero_where's rule without its two
+ * temporaries. x and v: ndarrays of one native float type (float32 or float64) and shape,
+ * aligned and C-contiguous (v may be x itself); t a Python float, rounded to that type by the
+ * caller (its value is exact in it). New array; TypeError / ValueError, nothing computed,
+ * where they are not those. */
+#define ZERO_LE(T, U)                                                                          \
+    {                                                                                          \
+        const T *xp = (const T *)xd;                                                           \
+        const U *vp = (const U *)vd;                                                           \
+        U *op = (U *)od;                                                                       \
+        const T tt = (T)t;                                                                     \
+        for (npy_intp i = 0; i < n; i++)                                                       \
+            op[i] = vp[i] & ((U)0 - (U)!(xp[i] <= tt));                                        \
+    }
+
+static void d_zero_le(const void *xd, double t, const void *vd, void *od, npy_intp n)
+    ZERO_LE(double, uint64_t)
+static void f_zero_le(const void *xd, double t, const void *vd, void *od, npy_intp n)
+    ZERO_LE(float, uint32_t)
+
+static PyObject *zero_le(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "zero_le(x, t, v) takes 3 arguments");
+        return NULL;
+    }
+    int ty = float_type(args[0]);
+    if (ty < 0 || float_type(args[2]) != ty) {
+        PyErr_SetString(PyExc_TypeError,
+                        "zero_le: x and v must be ndarrays of one native float type");
+        return NULL;
+    }
+    double t = PyFloat_AsDouble(args[1]);
+    if (t == -1.0 && PyErr_Occurred()) return NULL;
+    PyArrayObject *x = (PyArrayObject *)args[0], *v = (PyArrayObject *)args[2];
+    if (!PyArray_SAMESHAPE(x, v) || !PyArray_IS_C_CONTIGUOUS(x) ||
+        !PyArray_IS_C_CONTIGUOUS(v) || !PyArray_ISALIGNED(x) || !PyArray_ISALIGNED(v)) {
+        PyErr_SetString(PyExc_ValueError, "zero_le: x and v must be aligned, C-contiguous, "
+                                          "one shape");
+        return NULL;
+    }
+    PyObject *out = PyArray_SimpleNew(PyArray_NDIM(x), PyArray_DIMS(x), ty);
+    if (out == NULL) return NULL;
+    npy_intp n = PyArray_SIZE(x);
+    void *od = PyArray_DATA((PyArrayObject *)out);
+    int large = n >= (1 << 16); /* other threads run meanwhile (as ctypes') */
+    PyThreadState *ts = large ? PyEval_SaveThread() : NULL;
+    if (ty == NPY_DOUBLE) d_zero_le(PyArray_DATA(x), t, PyArray_DATA(v), od, n);
+    else f_zero_le(PyArray_DATA(x), t, PyArray_DATA(v), od, n);
+    if (ts != NULL) PyEval_RestoreThread(ts);
+    return out;
+}
+
 /* whether array o's dtype is compare.c's kind (native byte order) */
 static int fd_kind_ok(PyArrayObject *o, long kind) {
     PyArray_Descr *d = PyArray_DESCR(o);
@@ -781,6 +837,8 @@ static PyMethodDef METHODS[] = {
     {"addr", (PyCFunction)addr, METH_O, "addr(x): x.ctypes.data"},
     {"ew", (PyCFunction)(void (*)(void))ew, METH_FASTCALL,
      "ew(code, x, y, z, s): an optimizer's tiny elementwise op, new; None where one is NaN"},
+    {"zero_le", (PyCFunction)(void (*)(void))zero_le, METH_FASTCALL,
+     "zero_le(x, t, v): x <= t ? +0.0 : v elementwise (relu, threshold_backward), new"},
     {"gelu", (PyCFunction)(void (*)(void))gelu, METH_FASTCALL,
      "gelu(x, g, s, p): aten's exact GELU (g None) or its backward, new; None where NaN"},
     {"sqsums", (PyCFunction)sqsums, METH_O,

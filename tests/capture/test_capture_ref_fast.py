@@ -119,11 +119,20 @@ _BITS = {np.dtype(np.float32): (np.uint32, 0x7FA00001), np.dtype(np.float64): (
     np.uint64, 0x7FF4000000000001), np.dtype(np.float16): (np.uint16, 0x7D01)}
 
 
+@pytest.mark.usefixtures("native_isa")  # the native zero_le on every path this CPU runs
+@pytest.mark.parametrize("native_pass", [True, False], ids=["native", "numpy"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-def test_relu_and_its_backward_by_bits_are_np_where(dtype):
-    """The branch-free relu and threshold_backward (``zero_where``) give ``np.where``'s bits:
-    -0.0 and 0 to +0.0, NaN kept with its payload (a signalling one too)."""
+def test_relu_and_its_backward_by_bits_are_np_where(dtype, native_pass, monkeypatch):
+    """The branch-free relu and threshold_backward (the extension's one-pass ``zero_le``,
+    else ``zero_where``) give ``np.where``'s bits: -0.0 and 0 to +0.0, NaN kept with its
+    payload (a signalling one too)."""
+    from tapescope.core import native
     from tapescope.core.capture.aten_ref import reference
+
+    if not native_pass:
+        monkeypatch.setattr(native, "zero_le_entry", lambda: None)
+    elif dtype != np.float16 and native.zero_le_entry() is None:
+        pytest.skip("no native extension (no compiler): the numpy case covers this")
 
     rng = np.random.default_rng(4)
     x = rng.standard_normal((4, 8, 33, 17)).astype(dtype)

@@ -142,6 +142,14 @@ def battery():
                     return None  # (refused: the caller's numpy)
             check("tanh_grad", tanh_grad, v, np.tanh(v), declines=True)
             check("tanh_grad (g)", tanh_grad, v, np.tanh(v), mis_at=(0,), declines=True)
+
+            def zero_le(x, g):
+                try:
+                    return ext.zero_le(x, 0.0, g)
+                except ValueError:
+                    return None  # (refused: the caller's numpy)
+            check("zero_le", zero_le, v, np.tanh(v), declines=True)
+            check("zero_le (v)", zero_le, v, np.tanh(v), mis_at=(1,), declines=True)
         for name in native.REFMATH:  # the ctypes loops (where the extension is not built)
             check(f"refmath ctypes {name}", refmath._ctypes_loop(native.refmath_fn(name, dt)), v)
         check("float_diff", lambda p, q: native.float_diff(p, q, 64), v, v + 1)
