@@ -143,6 +143,9 @@ class CaptureWindow(QMainWindow):
         # (op index, output) -> why it introduced its difference, when judged with --explain
         self.causes = {(e["index"], e["output"]): e["explain"] for e in rep["introduced"]
                        if e.get("explain")}
+        # (op index, output) -> its largest absolute difference (the judge's max_abs): beside
+        # the ulp, which near zero is huge for a tiny difference (1e-11 against an exact 0)
+        self.max_abs = {(e["index"], e["output"]): e.get("max_abs") for e in rep["introduced"]}
         self.explained = any("cause" in e for e in rep["introduced"])
         self.setWindowTitle(f"tapescope — capture {os.path.basename(cap.path)}")
         top = QWidget()
@@ -333,9 +336,11 @@ class CaptureWindow(QMainWindow):
                 "rearranged (no digest of its own)"
             if rec is not None and src is not None:  # (stored: laid over its source's bytes)
                 desc += f", value {src}'s elements rearranged"
+            mab = self.max_abs.get((i, j)) if o["verdict"] == "introduced" else None
             lines.append(f"output {j}: value {o['value']} {desc}: {o['verdict']}"
-                         + (f" (introduced {o['n_diff']} elements, max {o['max_ulp']} ulp; "
-                            f"total {o['total_n_diff']}, max {o['total_max_ulp']} ulp)"
+                         + (f" (introduced {o['n_diff']} elements, max {o['max_ulp']} ulp"
+                            + (f", max |difference| {mab:.3g}" if mab is not None else "")
+                            + f"; total {o['total_n_diff']}, max {o['total_max_ulp']} ulp)"
                             if "n_diff" in o else ""))
             if o["verdict"] == "introduced":
                 lines.append(f"  cause      {self._cause(i, j)}")

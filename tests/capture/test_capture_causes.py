@@ -606,6 +606,10 @@ def test_the_windows_inspector_says_why_an_output_departs(zoo_capture, qtbot):
         items = win.tree.findItems("*", Qt.MatchFlag.MatchWildcard | Qt.MatchFlag.MatchRecursive)
         win.tree.setCurrentItem(next(it for it in items if it.data(0, _OP) == lerp))
         text = win.inspector.toPlainText()
+        # the ulp beside the largest absolute difference (the judge's max_abs), for each
+        # introduced output
+        mab = next(e["max_abs"] for e in win.rep["introduced"] if e["index"] == lerp)
+        assert f"ulp, max |difference| {mab:.3g}; total" in text, text
         if explain:
             assert "cause      fma (PyTorch's CPU lerp" in text, text
         else:
