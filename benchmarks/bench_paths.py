@@ -6,7 +6,9 @@ scripts in a child with that path forced and reads their ratio columns:
 - ``bench_tape.py --threads 1``: the MLP Adam step and the tanh chain against PyTorch (goal
   MLP ≤ 0.8, chain ≤ 1.0);
 - ``bench_onnx.py``: reference mode against onnxruntime with one thread (goal ≤ 1.5);
-- ``bench_model_parity.py``: the resnet18 parity step against its tape step (goal ≤ 2).
+- ``bench_model_parity.py``: the resnet18 parity step against its tape step (goal ≤ 2);
+- the product floor: the reference's 512 x 512 product against PyTorch's (one thread each),
+  float32 and float64, with its GFLOP/s: what a target made mostly of products cannot beat.
 
 Every ratio is the script's own (ours and the peer measured in the same run, interleaved);
 the table adds the path, the CPU and the load, so rows from two machines can stand side by side
@@ -70,12 +72,46 @@ def parity_rows(path: str) -> list[tuple[str, str, float]]:
     return [("resnet18 parity / tape step", "≤ 2", float(line.split()[4]))]
 
 
+# the product floor: the reference's product (core.native.mm, mul and add rounded apart) against
+# PyTorch's (MKL, fused multiply-add), one thread each, interleaved, the best of each; what the
+# targets that are mostly products (the ONNX models' convolutions, the MLP's matmuls) cannot go
+# below on this CPU and path
+_FLOOR = """
+import sys, time, numpy as np, torch
+from tapescope.core import native
+native.set_threads(1); torch.set_num_threads(1)
+for dt, tdt in ((np.float32, torch.float32), (np.float64, torch.float64)):
+    a = np.random.default_rng(0).standard_normal((512, 512)).astype(dt); b = a.T.copy()
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    ours = theirs = 1e9
+    for _ in range(7):
+        t = time.perf_counter(); native.mm(a, b); ours = min(ours, time.perf_counter() - t)
+        t = time.perf_counter(); ta @ tb; theirs = min(theirs, time.perf_counter() - t)
+    print(np.dtype(dt).name, ours / theirs, 2 * 512 ** 3 / ours / 1e9)
+"""
+
+
+def floor_rows(path: str) -> list[tuple[str, str, float]]:
+    env = dict(os.environ, TAPESCOPE_ISA=path)
+    proc = subprocess.run([sys.executable, "-c", _FLOOR], env=env, capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"the product floor on {path}: exit {proc.returncode}: {tail[0]}")
+    rows = []
+    for line in proc.stdout.splitlines():
+        name, ratio, gflops = line.split()
+        rows.append((f"floor: {name} product / PyTorch", "-", float(ratio)))
+        rows.append((f"floor: {name} product GFLOP/s", "-", float(gflops)))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--paths", default=",".join(isa.runnable()) or "native")
     ap.add_argument("--models", default="squeezenet,shufflenet,resnet_like224")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--skip", default="", help="comma-separated: tape, onnx, parity")
+    ap.add_argument("--skip", default="", help="comma-separated: tape, onnx, parity, floor")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     print(f"CPU {isa.cpu_model()}; runs {', '.join(isa.runnable()) or 'native only'}; "
@@ -92,6 +128,8 @@ def main() -> int:
             rows += onnx_rows(path, a.models, a.repeat)
         if "parity" not in skip:
             rows += parity_rows(path)
+        if "floor" not in skip:
+            rows += floor_rows(path)
         for label, goal, ratio in rows:
             table.setdefault((label, goal), {})[path] = ratio
     for (label, goal), by in table.items():
