@@ -577,21 +577,44 @@ def exp_u20(x: np.ndarray) -> np.ndarray:
     return ((y * two).astype(f32) * f32(2)).astype(f32)
 
 
+def _fma_acc(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``fma(a, b, acc)``: in place in C where it can (``core.native.fma_into``), else numpy's
+    exact emulation (``core.explain_prims.fma``); the same bits either way."""
+    from tapescope.core import native
+
+    if native.fma_into(acc, a, b):
+        return acc
+    return _fma(a, b, acc)
+
+
 def _fma_chain(a: np.ndarray, b: np.ndarray, alpha: np.float32 | None = None) -> np.ndarray:
     """``a @ b`` over the last two axes (float32, leading axes batched), each output one fma
     chain over k in order from zero (a BLAS micro-kernel's register lane: MKL's sgemm at the
     flash attention's sizes); ``alpha`` then multiplies the sums (beta = 0)."""
-    from tapescope.core import native
-    from tapescope.core.explain_prims import fma
-
     a = np.ascontiguousarray(a, dtype=np.float32)
     b = np.ascontiguousarray(b, dtype=np.float32)
     acc = np.zeros(a.shape[:-1] + b.shape[-1:], dtype=np.float32)
     for k in range(a.shape[-1]):
-        ak, bk = a[..., k:k + 1], b[..., k:k + 1, :]
-        if not native.fma_into(acc, ak, bk):
-            acc = fma(ak, bk, acc).astype(np.float32)
+        acc = _fma_acc(acc, a[..., k:k + 1], b[..., k:k + 1, :])
     return acc if alpha is None else (acc * alpha).astype(np.float32)
+
+
+def _lane_sum(p: np.ndarray, lanes: int) -> np.ndarray:
+    """ATen's ``vec::reduce_all(+)`` of rows (the last axis) at least one vector long: one
+    vector of ``lanes``, each lane serial over its stride, a partial last vector added into
+    the first lanes only (``Vec::set``), the lanes folded as a halving tree (float32)."""
+    from tapescope.core.explain_prims import _fold_lanes
+
+    f32 = np.float32
+    n = p.shape[-1]
+    acc = p[..., :lanes].copy()
+    d = lanes
+    while d + lanes <= n:
+        acc = (acc + p[..., d:d + lanes]).astype(f32)
+        d += lanes
+    if d < n:
+        acc[..., :n - d] = (acc[..., :n - d] + p[..., d:]).astype(f32)
+    return _fold_lanes(acc, lanes, True).astype(f32)
 
 
 def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -601,18 +624,14 @@ def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
     ``exp``, measured: glibc's ``expf`` is 1 ulp off on some), each rounded to float and
     added to the sum in order. (exp values, sums)."""
     f32 = np.float32
-    from tapescope.core.explain_prims import _LIBC_MATH, _fold_lanes
+    from tapescope.core.explain_prims import _LIBC_MATH
 
     n = x.shape[-1]
     v = n - n % lanes
     e = np.empty_like(x)
     if v:
         e[..., :v] = exp_u20(x[..., :v])
-        p = e[..., :v].reshape(x.shape[:-1] + (v // lanes, lanes))
-        acc = p[..., 0, :]
-        for s in range(1, v // lanes):
-            acc = (acc + p[..., s, :]).astype(f32)
-        tot = _fold_lanes(acc, lanes, True).astype(f32)
+        tot = _lane_sum(e[..., :v], lanes)
     else:
         tot = np.zeros(x.shape[:-1], dtype=f32)
     if v < n:
@@ -625,25 +644,15 @@ def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
 def _map2_reduce_all(x: np.ndarray, y: np.ndarray, lanes: int) -> np.ndarray:
     """``vec::map2_reduce_all(x * y, +)`` over rows: a row shorter than a vector summed in
     order; else one vector of lanes, each serial over its stride, a partial last vector added
-    into the first lanes, the lanes folded as a halving tree."""
-    from tapescope.core.explain_prims import _fold_lanes
-
+    into the first lanes, the lanes folded as a halving tree (``_lane_sum``)."""
     f32 = np.float32
     p = (x * y).astype(f32)
-    n = p.shape[-1]
-    if n < lanes:
-        acc = p[..., 0]
-        for j in range(1, n):
-            acc = (acc + p[..., j]).astype(f32)
-        return acc
-    acc = p[..., :lanes].copy()
-    d = lanes
-    while d + lanes <= n:
-        acc = (acc + p[..., d:d + lanes]).astype(f32)
-        d += lanes
-    if d < n:
-        acc[..., :n - d] = (acc[..., :n - d] + p[..., d:]).astype(f32)
-    return _fold_lanes(acc, lanes, True).astype(f32)
+    if p.shape[-1] >= lanes:
+        return _lane_sum(p, lanes)
+    acc = p[..., 0]
+    for j in range(1, p.shape[-1]):
+        acc = (acc + p[..., j]).astype(f32)
+    return acc
 
 
 def _mkl_panels(k: int) -> list[int]:
@@ -687,20 +696,22 @@ def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
 
 
 def _flash_blocks(lq: int, lk: int, causal: bool):
-    """The kernels' (query rows, key columns, causal cut) blocks: queries in blocks of 32 / 64
-    / 256 rows (as the query length), each over the key blocks of 512 up to its last row's
-    key (causal) or all; the cut (hidden where a key is past its row) on its last key block."""
+    """The kernels' (query rows, key columns, causal cut, last) blocks: queries in blocks of 32
+    / 64 / 256 rows (as the query length), each over the key blocks of 512 up to its last
+    row's key (causal) or all; the cut (hidden where a key is past its row) on its last key
+    block; ``last`` whether the block is its query block's last."""
     split = 256 if lq >= 768 else 64 if lq >= 192 else 32
     for m in range(0, lq, split):
         rows = slice(m, min(m + split, lq))
         keys = min(rows.stop, lk) if causal else lk
         for n in range(0, keys, 512):
             cols = slice(n, min(n + 512, lk))
+            last = keys - n <= 512
             cut = None
-            if causal and keys - n <= 512:
+            if causal and last:
                 cut = (np.arange(n, cols.stop)[None, :]
                        > np.arange(m, rows.stop)[:, None])
-            yield rows, cols, cut, n
+            yield rows, cols, cut, last
 
 
 def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
@@ -721,7 +732,7 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
     out = np.empty(lead + (lq, v.shape[-1]), dtype=f32)
     lse = np.empty(lead + (lq,), dtype=f32)
     state: dict[int, list] = {}
-    for rows, cols, cut, n in _flash_blocks(lq, k.shape[-2], causal):
+    for rows, cols, cut, last in _flash_blocks(lq, k.shape[-2], causal):
         st = state.get(rows.start)
         if st is None:  # (max, sum, output) of this query block, from -inf, 0, nothing
             st = state[rows.start] = [np.full(lead + (rows.stop - rows.start,), -np.inf, f32),
@@ -740,10 +751,10 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
         e[dead] = 0
         st[1] = np.where(dead, sm, fma(ex, sm, tot).astype(f32))
         st[0] = np.where(dead, mx, top)
-        if dst is not None and n > 0:
+        if dst is not None:  # (a later key block: the output so far rescaled)
             dst = np.where(dead[..., None], dst, (dst * ex[..., None]).astype(f32))
         st[2] = _sgemm(e, v[..., cols, :], dst)
-        if cols.stop >= (min(rows.stop, k.shape[-2]) if causal else k.shape[-2]):
+        if last:
             mx, sm, dst = st
             mx = np.where(mx == -np.inf, f32(0), mx)
             sm = np.where(sm == 0, f32(1), sm)

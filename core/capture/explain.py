@@ -53,6 +53,7 @@ from tapescope.core.explain import (
 )
 from tapescope.core.explain_aten import (
     ATEN_FORWARD,
+    _fma_acc,
     _sgemm,
     aten_moments,
     aten_sum,
@@ -806,14 +807,6 @@ _WGRAD_STEPS = 4096
 # same time, and a chain's step costs a call, not ~15 array passes
 _CONV_TERMS_NATIVE = 3 * 10 ** 9
 _WGRAD_STEPS_NATIVE = 1 << 17
-
-
-def _fma_acc(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``fma(a, b, acc)``: in place in C where it can (``core.native.fma_into``), else numpy's
-    exact emulation (``core.explain_prims.fma``); the same bits either way."""
-    if native.fma_into(acc, a, b):
-        return acc
-    return fma(a, b, acc)
 
 
 def _budget() -> tuple[int, int]:

@@ -149,25 +149,34 @@ static PyObject *apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return y;
 }
 
+/* the native float type of ndarrays a and b, or -1 with TypeError (not one native float type)
+ * or ValueError (not aligned, C-contiguous and of one shape) set, naming fn and the pair */
+static int float_pair(PyObject *a, PyObject *b, const char *fn, const char *pair) {
+    int t = float_type(a);
+    if (t < 0 || float_type(b) != t) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be ndarrays of one native float type", fn,
+                     pair);
+        return -1;
+    }
+    PyArrayObject *x = (PyArrayObject *)a, *y = (PyArrayObject *)b;
+    if (!PyArray_SAMESHAPE(x, y) || !PyArray_IS_C_CONTIGUOUS(x) || !PyArray_IS_C_CONTIGUOUS(y)
+        || !PyArray_ISALIGNED(x) || !PyArray_ISALIGNED(y)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be aligned, C-contiguous, one shape", fn,
+                     pair);
+        return -1;
+    }
+    return t;
+}
+
 static PyObject *tanh_grad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "tanh_grad(g, y) takes 2 arguments");
         return NULL;
     }
-    int t = float_type(args[0]);
-    if (t < 0 || float_type(args[1]) != t) {
-        PyErr_SetString(PyExc_TypeError,
-                        "tanh_grad: g and y must be ndarrays of one native float type");
-        return NULL;
-    }
+    int t = float_pair(args[0], args[1], "tanh_grad", "g and y");
+    if (t < 0) return NULL;
     PyArrayObject *g = (PyArrayObject *)args[0], *y = (PyArrayObject *)args[1];
-    if (!PyArray_SAMESHAPE(g, y) || !PyArray_IS_C_CONTIGUOUS(g) || !PyArray_IS_C_CONTIGUOUS(y)
-        || !PyArray_ISALIGNED(g) || !PyArray_ISALIGNED(y)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "tanh_grad: g and y must be aligned, C-contiguous, one shape");
-        return NULL;
-    }
     PyObject *out = PyArray_SimpleNew(PyArray_NDIM(y), PyArray_DIMS(y), t);
     if (out == NULL) return NULL;
     npy_intp n = PyArray_SIZE(y);
@@ -207,21 +216,11 @@ static PyObject *zero_le(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_TypeError, "zero_le(x, t, v) takes 3 arguments");
         return NULL;
     }
-    int ty = float_type(args[0]);
-    if (ty < 0 || float_type(args[2]) != ty) {
-        PyErr_SetString(PyExc_TypeError,
-                        "zero_le: x and v must be ndarrays of one native float type");
-        return NULL;
-    }
+    int ty = float_pair(args[0], args[2], "zero_le", "x and v");
+    if (ty < 0) return NULL;
     double t = PyFloat_AsDouble(args[1]);
     if (t == -1.0 && PyErr_Occurred()) return NULL;
     PyArrayObject *x = (PyArrayObject *)args[0], *v = (PyArrayObject *)args[2];
-    if (!PyArray_SAMESHAPE(x, v) || !PyArray_IS_C_CONTIGUOUS(x) ||
-        !PyArray_IS_C_CONTIGUOUS(v) || !PyArray_ISALIGNED(x) || !PyArray_ISALIGNED(v)) {
-        PyErr_SetString(PyExc_ValueError, "zero_le: x and v must be aligned, C-contiguous, "
-                                          "one shape");
-        return NULL;
-    }
     PyObject *out = PyArray_SimpleNew(PyArray_NDIM(x), PyArray_DIMS(x), ty);
     if (out == NULL) return NULL;
     npy_intp n = PyArray_SIZE(x);
