@@ -50,7 +50,14 @@ from typing import Any
 import numpy as np
 
 from tapescope.core import mathlib, precision
-from tapescope.core.explain_aten import ATEN_BACKWARD, ATEN_FORWARD, aten_moments, aten_sum
+from tapescope.core.explain_aten import (
+    ATEN_BACKWARD,
+    ATEN_FORWARD,
+    aten_moments,
+    aten_sum,
+    mkl_few,
+    mkl_gemv,
+)
 from tapescope.core.explain_prims import (
     _LIBC_MATH,
     _cascade_reduce,
@@ -845,6 +852,18 @@ def _cast(y: Any, dtype: np.dtype) -> np.ndarray:
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("fma", "acc = fma(a, b, acc)", "mm", _mm_fma_cached),
+    # MKL's own kernels for one to three output columns against a transposed weight (session
+    # 24, core/explain_aten.py, measured on an Intel Xeon: nn.Linear(d, 1..3), a batch of one)
+    Variant("fma", "MKL's dot-product kernel for one output column or one row (nn.Linear(d, 1), "
+            "a batch of one): the first product apart, rows in fours summed in 16-, 8- and "
+            "4-wide fma stages, the rest in pairs of 16-lane accumulators, halving folds", "mm",
+            mkl_gemv),
+    Variant("fma", "MKL's sgemm for 2-3 output columns, rows in pairs: the first two 16-lane "
+            "fma accumulators over alternate vectors of k, the second one, halving folds", "mm",
+            mkl_few("pairs")),
+    Variant("fma", "MKL's sgemm for 2-3 output columns, or 2-15 rows over long k: one 16-lane "
+            "fma chain an output, folded by 128-bit quarters in turn, then in pairs", "mm",
+            mkl_few("dots")),
     Variant("fma", "acc = fma(x, x, acc)", "sumsq", _sumsq_fma),
     Variant("reciprocal", "x * (1/y)", "div", _div_recip),
     # rms_norm / layer_norm's normalisation (issue 44): the reference's x * (1/sqrt(v)) as one

@@ -686,6 +686,168 @@ def _sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
     return c
 
 
+def _lanes_fma(x: np.ndarray, w: np.ndarray, acc: np.ndarray, k0: int, k1: int,
+               step: int) -> np.ndarray:
+    """``acc[r, j, l] = fma(x[r, k + l], w[j, k + l], acc[r, j, l])`` for the whole vectors
+    ``k = k0, k0 + step, ...`` below ``k1`` (``acc``'s last axis the vector's lanes)."""
+    lanes = acc.shape[-1]
+    for k in range(k0, k1 - lanes + 1, step):
+        acc = _fma_acc(acc, x[:, None, k:k + lanes], w[None, :, k:k + lanes])
+    return acc
+
+
+def _few_lanes(x: np.ndarray, w: np.ndarray, two: bool, lanes: int) -> np.ndarray:
+    """The lanes of MKL's few-column dot products (``_sgemm_few``): x (R, K) rows by w (N, K)
+    rows, k in vectors of ``lanes``; ``two``: the whole pairs of vectors first into two
+    accumulators (the even vectors', the odd's) added together; then the remaining whole
+    vectors into one; the partial last vector into the first lanes. (R, N, lanes)."""
+    f32 = np.float32
+    r, kk = x.shape
+    acc = np.zeros((r, w.shape[0], lanes), dtype=f32)
+    k = 0
+    if two:
+        k = kk - kk % (2 * lanes)
+        odd = _lanes_fma(x, w, acc.copy(), lanes, k, 2 * lanes)
+        acc = (_lanes_fma(x, w, acc, 0, k, 2 * lanes) + odd).astype(f32)
+    acc = _lanes_fma(x, w, acc, k, kk, lanes)
+    k = kk - (kk - k) % lanes
+    if k < kk:
+        acc[..., :kk - k] = _fma_acc(np.ascontiguousarray(acc[..., :kk - k]), x[:, None, k:],
+                                     w[None, :, k:])
+    return acc
+
+
+def _sgemm_few(a: np.ndarray, b: np.ndarray, kernel: str, lanes: int = 16) -> np.ndarray:
+    """MKL's sgemm for 1-3 output columns with ``b`` transposed in memory (``nn.Linear``'s
+    ``x @ W.t()``, as ``addmm`` calls it: each output a dot of two contiguous rows), measured
+    here against ``torch.addmm`` with the FPRev method (a term ``2^40``, another ``-2^40``,
+    the rest ones: the result counts the terms added after the two met, which gives each pair's
+    subtree, hence the tree) and random operands for the roundings, over 2-12 rows, 1-512
+    terms, 2-3 columns, one thread, AVX-512. Two kernels, by the problem's size:
+
+    - ``pairs``: rows in pairs; the first of a pair in two ``lanes``-wide fma accumulators over
+      alternate vectors of k, added together, the second in one; the partial last vector into
+      the first lanes; each folded as a halving tree;
+    - ``dots``: every output one ``lanes``-wide fma chain, the partial last vector into the
+      first lanes, folded by its 128-bit quarters added in turn, then those four lanes in
+      pairs (MKL also takes it for 2-15 rows by any columns over longer k: ``mkl_few``).
+
+    float32 (a, b) -> (rows, columns); ``alpha`` and the bias are the caller's."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    w = np.ascontiguousarray(np.swapaxes(b, -1, -2), dtype=np.float32)
+    if a.ndim != 2 or w.ndim != 2 or a.shape[1] != w.shape[1]:
+        raise ValueError("MKL's few-column sgemm is written out for 2-d products")
+    from tapescope.core.explain_prims import _fold_lanes
+
+    f32 = np.float32
+    out = np.empty((a.shape[0], w.shape[0]), dtype=f32)
+    if kernel == "pairs":
+        for first in (0, 1):
+            if first < a.shape[0]:
+                out[first::2] = _fold_lanes(_few_lanes(a[first::2], w, first == 0, lanes),
+                                            lanes, True).astype(f32)
+        return out
+    v = _few_lanes(a, w, False, lanes)
+    g = v[..., :4]
+    for j in range(4, lanes, 4):
+        g = (g + v[..., j:j + 4]).astype(f32)
+    return ((g[..., 0] + g[..., 1]).astype(f32) + (g[..., 2] + g[..., 3]).astype(f32)).astype(f32)
+
+
+def _one_stage(x: np.ndarray, w: np.ndarray, s: np.ndarray, k: int, count: int,
+               width: int) -> np.ndarray:
+    """One stage of ``_sgemv``'s four-row kernel: ``count`` terms from ``k`` in vectors of
+    ``width`` (the last one partial, into the first lanes), lane 0 seeded with the sum so far
+    ``s``; a 16-wide stage one fma chain, a narrower one two accumulators taking the vectors
+    in turn (added together); folded as a halving tree."""
+    from tapescope.core.explain_prims import _fold_lanes
+
+    f32 = np.float32
+    accs = [np.zeros((x.shape[0], width), f32) for _ in range(1 if width == 16 else 2)]
+    accs[0][:, 0] = s
+    for i, j in enumerate(range(k, k + count, width)):
+        m = min(width, k + count - j)
+        acc = accs[i % len(accs)]
+        acc[:, :m] = _fma_acc(np.ascontiguousarray(acc[:, :m]), x[:, j:j + m], w[None, j:j + m])
+    acc = accs[0] if count <= width or len(accs) == 1 else (accs[0] + accs[1]).astype(f32)
+    return _fold_lanes(acc, width, True).astype(f32)
+
+
+def _sgemv(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """MKL's dot-product kernel (sgemv over contiguous rows): ``a @ w`` for a (rows, k) and w
+    (k,), float32 -> (rows,). What MKL's sgemm runs for a product with one output column or
+    one output row where the other operand is transposed in memory (``nn.Linear(d, 1)``'s
+    ``x @ W.t()``; a batch of one's ``x @ W.t()``, rows and columns exchanged), measured as
+    ``_sgemm_few`` (FPRev, then random operands: 1-256 rows, 1-1,000 terms, ``mm`` and
+    ``addmm``, one thread, AVX-512). Each row's first product is set apart (rounded), then:
+
+    - rows in groups of four: the rest in stages, each seeded with the sum so far
+      (``_one_stage``): their whole 16-vectors as one 16-wide chain (with 16-31 terms left
+      MKL takes sixteen as two 8-wide vectors, which folds to the same bits); then what is
+      left, 8 or more as 8-wide vectors, fewer as 4-wide;
+    - the last ``rows % 4``: in pairs, as ``_sgemm_few``'s ``pairs`` (the first of a pair two
+      accumulators over alternate 16-vectors, the second one chain; a row left alone as a
+      first), folded as a halving tree, then the first product added."""
+    from tapescope.core.explain_prims import _fold_lanes
+
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    if a.ndim != 2 or w.shape != (a.shape[1],) or a.shape[1] < 1:
+        raise ValueError("MKL's dot-product kernel is written out for (rows, k) @ (k,)")
+    f32 = np.float32
+    rows, kk = a.shape
+    out = np.empty(rows, dtype=f32)
+    first = (a[:, 0] * w[0]).astype(f32)
+    four = rows - rows % 4
+    if four:
+        x, s, k, n = a[:four], first[:four], 1, kk - 1
+        if n >= 16:
+            s = _one_stage(x, w, s, k, n - n % 16, 16)
+            k += n - n % 16
+        if k < kk:
+            s = _one_stage(x, w, s, k, kk - k, 8 if kk - k >= 8 else 4)
+        out[:four] = s
+    for r in range(four, rows):
+        lanes = _few_lanes(a[r:r + 1, 1:], w[None, 1:], (r - four) % 2 == 0, 16)
+        out[r] = (_fold_lanes(lanes[0, 0], 16, True) + first[r]).astype(f32)
+    return out
+
+
+def _float32_2d(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim != 2 or b.ndim != 2 or \
+            a.shape[1] != b.shape[0] or a.shape[1] == 0:
+        raise ValueError("MKL's sgemm kernels are written out for float32 2-d products")
+    return a, b
+
+
+def mkl_gemv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` by MKL's dot-product kernel (``_sgemv``) where the output is one column (each
+    row of ``a`` against ``b``) or one row (each column of ``b`` against ``a``: rows and
+    columns exchanged); ValueError for any other product or dtype (the table's ``mm``
+    primitive: such a variant explains nothing there)."""
+    a, b = _float32_2d(a, b)
+    if b.shape[1] == 1:
+        return _sgemv(a, b[:, 0])[:, None]
+    if a.shape[0] == 1:
+        return _sgemv(np.swapaxes(b, 0, 1), a[0])[None, :]
+    raise ValueError("MKL's dot-product kernel: one output column or row only")
+
+
+def mkl_few(kernel: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``a @ b`` by MKL's small kernel ``kernel`` (``_sgemm_few``): "pairs" for 2-3 output
+    columns; "dots" (each output a dot of its own, so either side may be the weight) for 2-3
+    columns, and for 2-15 rows by any columns (MKL's choice there over longer k: measured
+    from about 64 terms at 2 rows to 385 at 12); ValueError for other shapes and dtypes."""
+    def mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = _float32_2d(a, b)
+        m, n = a.shape[0], b.shape[1]
+        if not (m >= 2 and 2 <= n <= 3 or kernel == "dots" and 2 <= m < 16 and n >= 2):
+            raise ValueError(f"not a product MKL's {kernel} kernel computes")
+        return _sgemm_few(a, b, kernel)
+    return mm
+
+
 def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
     if not all(np.asarray(t).dtype == np.float32 for t in (q, k, v)):
         raise ValueError("the flash kernels are written out for float32")

@@ -184,7 +184,22 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
                            "bias first, then k in ceil(K / 384) equal panels, each one fma "
                            "chain from zero added in turn", _mkl_addmm,
                     _screen(_mkl_addmm, _product_rows(op))))
+        out.append(("fma", "MKL's sgemm over one term (float32, beta = alpha = 1): the bias "
+                           "as the accumulator, one fma", _mkl_one_term))
     return out
+
+
+def _mkl_one_term(args: list, kw: dict) -> np.ndarray:
+    """``addmm`` over one term as MKL computes it (``nn.Linear(1, n)``): ``fma(x, w, bias)``,
+    the product not rounded before the bias is added (measured against ``torch.addmm``)."""
+    bias, a, b = (np.asarray(x) for x in args[:3])
+    beta = kw.get("beta", args[3] if len(args) > 3 else 1)
+    alpha = kw.get("alpha", args[4] if len(args) > 4 else 1)
+    if beta != 1 or alpha != 1 or any(x.dtype != np.float32 for x in (bias, a, b)) or \
+            a.ndim != 2 or b.ndim != 2 or a.shape[1] != 1 or b.shape[0] != 1:
+        raise ValueError("MKL's one-term addmm is written out for float32 (m, 1) @ (1, n), "
+                         "beta = alpha = 1")
+    return fma(a, b, np.broadcast_to(bias, (a.shape[0], b.shape[1]))).astype(np.float32)
 
 
 def _mkl_addmm(args: list, kw: dict) -> np.ndarray:

@@ -839,6 +839,136 @@ def test_mkls_sgemm_takes_k_in_panels_of_at_most_384(k):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def _linear(m: int, k: int, n: int, seed: int, bias: bool = True):
+    """x (m, k), W (n, k), b (n,) and torch's ``x @ W.t()`` (+ b: addmm) at one thread: what
+    nn.Linear runs."""
+    g = torch.Generator().manual_seed(seed)
+    x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g),
+               torch.randn(n, generator=g))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        y = torch.addmm(b, x, w.t()) if bias else x @ w.t()
+    finally:
+        torch.set_num_threads(threads)
+    return x.numpy(), w.numpy(), b.numpy(), y.numpy()
+
+
+_FEW_SHAPES = [(m, k) for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17, 64)
+               for k in (1, 2, 7, 16, 17, 31, 32, 33, 40, 64, 100, 200, 385, 1000)]
+
+
+@need_intel_mkl
+@pytest.mark.parametrize("bias", [False, True], ids=["mm", "addmm"])
+def test_mkls_dot_product_kernel_is_torchs_for_one_column_and_one_row(bias):
+    """core.explain_aten._sgemv is MKL's product bit for bit wherever one side is a single row
+    against a transposed weight: nn.Linear(k, 1) at every batch here (rows in fours by
+    stages, the last rows % 4 in pairs), and a batch of one at 2-64 outputs (rows and columns
+    exchanged), bias added after."""
+    from tapescope.core.explain_aten import _sgemv
+
+    for m, k in _FEW_SHAPES:
+        x, w, b, y = _linear(m, k, 1, m * 1000 + k, bias)
+        got = _sgemv(x, w[0])[:, None] + (b if bias else np.float32(0))
+        assert np.array_equal(got.astype(np.float32).view(np.uint32), y.view(np.uint32)), (m, k)
+    for n, k in ((2, 33), (3, 100), (16, 64), (64, 385), (5, 1000)):
+        x, w, b, y = _linear(1, k, n, n * 1000 + k, bias)
+        got = _sgemv(w, x[0])[None, :] + (b if bias else np.float32(0))
+        assert np.array_equal(got.astype(np.float32).view(np.uint32), y.view(np.uint32)), (n, k)
+
+
+@need_intel_mkl
+@pytest.mark.parametrize("n", [2, 3])
+def test_mkls_two_and_three_column_kernels_are_torchs(n):
+    """Two or three output columns against a transposed weight: MKL's ``pairs`` kernel (rows
+    in pairs) or its ``dots`` kernel (one chain a row) below a size, one fma chain a row
+    (``_sgemm``) above it; every shape here is one of the three, bit for bit, and the known
+    ones are the kernel measured (the zoo CNN's 8 x 32 head: pairs; 2 rows over 64 terms:
+    dots)."""
+    from tapescope.core.explain_aten import _sgemm, _sgemm_few
+
+    def kernels(x, w, y):
+        wt = np.ascontiguousarray(w.T)
+        got = {"pairs": _sgemm_few(x, wt, "pairs"), "dots": _sgemm_few(x, wt, "dots"),
+               "chain": _sgemm(x, wt)}
+        return {name for name, v in got.items() if np.array_equal(v.view(np.uint32),
+                                                                   y.view(np.uint32))}
+
+    for m, k in _FEW_SHAPES:
+        if m == 1 or k == 1:  # (the dot-product kernel's, above; one term: exact)
+            continue
+        x, w, _, y = _linear(m, k, n, m * 1000 + k + n, bias=False)
+        assert kernels(x, w, y), (m, k)
+    for (m, k), kernel in (((8, 32), "pairs"), ((2, 64), "dots")):
+        x, w, _, y = _linear(m, k, n, 7, bias=False)
+        assert kernels(x, w, y) == {kernel}, (m, k)
+
+
+@need_intel_mkl
+def test_a_few_rows_over_long_k_are_mkls_dots_kernel_at_any_width():
+    """2-15 rows by 4-256 columns: one fma chain an output up to a depth that grows with the
+    rows, MKL's dots kernel past it (from about 64 terms at 2 rows to 385 at 12); 16 rows and
+    more: the chain at every depth here."""
+    from tapescope.core.explain_aten import _sgemm, mkl_few
+
+    dots = mkl_few("dots")
+    for m, n, k, want in ((2, 4, 33, "chain"), (2, 256, 64, "dots"), (3, 8, 70, "chain"),
+                          (3, 8, 90, "dots"), (5, 64, 1000, "dots"), (8, 4, 160, "chain"),
+                          (8, 64, 200, "dots"), (12, 4, 385, "dots"), (16, 64, 2000, "chain")):
+        x, w, _, y = _linear(m, k, n, m + n + k, bias=False)
+        got = {"chain": _sgemm(x, np.ascontiguousarray(w.T)),
+               "dots": dots(x, np.ascontiguousarray(w.T)) if m < 16 else None}
+        same = {name for name, v in got.items()
+                if v is not None and np.array_equal(v.view(np.uint32), y.view(np.uint32))}
+        assert same == {want}, (m, n, k, same)
+
+
+@need_intel_mkl
+@pytest.mark.parametrize("m, k, n, words", [
+    (8, 32, 3, "rows in pairs"),          # the zoo CNN's classifier
+    (10, 100, 1, "dot-product kernel"),   # nn.Linear(100, 1): two fours, a pair
+    (1, 100, 64, "dot-product kernel"),   # a batch of one
+    (2, 64, 2, "one 16-lane fma chain an output"),
+    (4, 200, 64, "one 16-lane fma chain an output"),  # a batch of 4 through a wide Linear
+    (8, 1, 16, "over one term"),          # nn.Linear(1, 16): the bias is the accumulator
+])
+def test_few_column_linears_are_named_mkls_kernels(m, k, n, words):
+    """explain_op names MKL's few-column kernels for nn.Linear's addmm (its weight transposed,
+    as the capture records it), and one ulp off is unknown."""
+    x, w, b, y = _linear(m, k, n, 11, bias=True)
+    args = [b, x, np.ascontiguousarray(w.T)]
+    plain = ((x.astype(np.float64) @ w.T.astype(np.float64)).astype(np.float32) + b).astype(
+        np.float32)  # (over one term: the product rounded, then the bias added)
+    _named("aten.addmm.default", args, {}, y, plain, "fma", words)
+
+
+def test_few_column_kernels_refuse_what_they_do_not_compute():
+    """float64, a 3-d operand, 16 rows by four columns, mismatched or empty k; alpha or beta
+    not 1 and more than one term for the one-term addmm: each kernel raises (a miss, never a
+    wrong name); explain_op still answers."""
+    from tapescope.core.capture.explain import _mkl_one_term
+    from tapescope.core.explain_aten import mkl_few, mkl_gemv
+
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 3), np.float32)
+    kernels = (mkl_gemv, mkl_few("pairs"), mkl_few("dots"))
+    for x, y in ((a.astype(np.float64), b.astype(np.float64)), (a[None], b[None]),
+                 (np.ones((16, 8), np.float32), np.ones((8, 4), np.float32)), (a, b[:7]),
+                 (a[:, :0], b[:0]),
+                 (a[:1], b[:, :2].copy())):  # (a row of two: the dot-product kernel's)
+        for mm in kernels[1:] if x.shape[0] == 1 else kernels:
+            with pytest.raises(ValueError):
+                mm(x, y)
+    one = np.ones((4, 1), np.float32), np.ones((1, 3), np.float32), np.ones(3, np.float32)
+    for args, kw in (([one[2], *one[:2]], {"alpha": 2}), ([one[2], *one[:2]], {"beta": 0.5}),
+                     ([one[2], a, b], {}), ([one[2].astype(np.float64), *one[:2]], {})):
+        with pytest.raises(ValueError):
+            _mkl_one_term(args, kw)
+    rec = np.full((4, 3), 7.0, np.float32)
+    got = explain_op("aten.addmm.default", [np.ones(3, np.float32), a, b], {}, rec,
+                     {"n_diff": 12, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}, 0)
+    assert got["cause"] == "unknown", got
+
+
 def test_flash_attention_hostile_inputs_are_unknown_and_a_long_one_is_not_run(monkeypatch):
     """Empty, NaN, float64, grouped-head and past-the-budget attention: ``unknown``, never an
     exception; the last is refused before its products (explain.py's budget)."""

@@ -23,9 +23,11 @@ def test_products_and_sums_are_the_tables_own(dt):
     mm = [blas] + [lab for lab in mm if lab != blas]  # the cheapest first, then the table's
     assert [v[1] for v in _variants("aten.mm.default", dt)] == mm
     # addmm: the table's, then MKL's own addmm (the bias as the output its k panels are added
-    # to: an order of the bias, not of the product, so not a table primitive)
+    # to) and its one-term addmm (the bias as the accumulator): orders of the bias, not of the
+    # product, so not table primitives
     addmm = [v[1] for v in _variants("aten.addmm.default", dt)]
-    assert addmm[:-1] == mm and addmm[-1].startswith("MKL's sgemm as addmm calls it")
+    assert addmm[:-2] == mm and addmm[-2].startswith("MKL's sgemm as addmm calls it")
+    assert addmm[-1].startswith("MKL's sgemm over one term")
     sums = [v.label for v in variants_for("sum", dt) if v.prim == "sum"]
     assert [v[1] for v in _variants("aten.sum.dim_IntList", dt)] == sums
     libm = [v.label for v in VARIANTS if v.prim == "M"]
