@@ -248,19 +248,20 @@ def reduce_all(e: np.ndarray) -> np.ndarray:
     dt = e.dtype
     w = _LANES[np.dtype(dt)]
     n = e.shape[-1]
-    if dt == np.float32 and n < w:
+    if n < w:  # (shorter than a vector: vec_reduce_all's serial loop over the loaded lanes)
         acc = e[..., 0]
         for k in range(1, n):
             acc = acc + e[..., k]
         return acc[..., None]
-    nn = -(-n // w) * w
-    f = e
-    if nn != n:
-        f = np.concatenate([e, np.zeros(e.shape[:-1] + (nn - n,), dtype=dt)], axis=-1)
-    P = f.reshape(f.shape[:-1] + (nn // w, w))
-    acc = P[..., 0, :]
-    for s in range(1, nn // w):
-        acc = acc + P[..., s, :]
+    acc = e[..., :w].copy()
+    d = w
+    while d + w <= n:
+        acc = acc + e[..., d:d + w]
+        d += w
+    if d < n:  # the partial last vector: added into the first lanes only (Vec::set), the
+        # others kept as they are (a -0.0 lane stays -0.0, where adding the load's zero
+        # padding would make it +0.0)
+        acc[..., :n - d] = acc[..., :n - d] + e[..., d:]
     return _fold_lanes(acc, w, dt == np.float32)[..., None]
 
 

@@ -225,6 +225,29 @@ def test_the_loss_kernels(shape):
            plain, "libm", "log_softmax backward")
 
 
+@need_avx512
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("n", [3, 11, 17, 40])
+def test_reduce_all_keeps_a_negative_zero_lane_past_a_partial_vector(dt, n):
+    """ATen's ``reduce_all`` adds a partial last vector into its first lanes only
+    (``Vec::set``); a row shorter than a vector is summed in order. Rows of -0.0 gradients
+    (a log_softmax backward away from the target) sum to -0.0 there, and ``fma(-exp(out),
+    sum, g)`` is then +0.0: bit for bit with torch, signs of zeros included."""
+    from tapescope.core.explain_aten import reduce_all, sleef_exp
+    from tapescope.core.explain_prims import fma
+
+    x = torch.randn(3, n, dtype=dt, generator=torch.Generator().manual_seed(n))
+    out = torch.log_softmax(x, -1)
+    g = torch.full((3, n), -0.0, dtype=dt)
+    g[0, 0] = 0.25
+    want = torch.ops.aten._log_softmax_backward_data(g, out, -1, dt).numpy()
+    got = fma(-sleef_exp(out.numpy()), reduce_all(g.numpy()), g.numpy()).astype(want.dtype)
+    u = np.uint32 if dt == torch.float32 else np.uint64
+    assert np.array_equal(got.view(u), want.view(u))
+    assert np.array_equal(reduce_all(g.numpy())[1:, 0].view(u),
+                          np.full(2, -0.0, want.dtype).view(u))
+
+
 @pytest.mark.parametrize("n", [1, 17, 300, 5000])
 def test_nll_loss_cascade(n):
     g = torch.Generator().manual_seed(7)
