@@ -832,10 +832,10 @@ def _budget() -> tuple[int, int]:
 
 
 def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, int,
-                                             bool]:
-    """(dy, x, w, mask, padding, transposed) of a 2-D float32 convolution_backward of one
-    group, dilation 1 and a square kernel (what the written-out orders below are measured
-    on): stride 1, padding below the kernel; or transposed with the stride the kernel's, no
+                                             bool, int]:
+    """(dy, x, w, mask, padding, transposed, stride) of a 2-D float32 convolution_backward of
+    one group, dilation 1 and a square kernel (what the written-out orders below are measured
+    on): any stride, padding below the kernel; or transposed with the stride the kernel's, no
     padding (the upsampling kind, whose windows do not overlap)."""
     g, x, w = (np.asarray(a) for a in args[:3])
     st, pad, dil, transposed, out_pad, groups, mask = args[4:11]
@@ -849,42 +849,100 @@ def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     if transposed:
         if s != k or p != 0 or any(int(v) for v in out_pad):
             raise ValueError("a transposed convolution written for stride = kernel, no padding")
-    elif s != 1 or not 0 <= p < k:
-        raise ValueError("written for stride 1, padding below the kernel")
-    return g, x, w, mask, p, bool(transposed)
+    elif s < 1 or not 0 <= p < k:
+        raise ValueError("written for padding below the kernel")
+    return g, x, w, mask, p, bool(transposed), s
 
 
 def _masked(outs: tuple, mask: list) -> tuple:
     return tuple(o for o, m in zip(outs, mask, strict=True) if m)
 
 
-def _conv_input_grad(args: list, kw: dict) -> tuple:
-    """convolution_backward's input gradient as oneDNN computes it: per input pixel, the
-    weight's taps in (kh, kw) order with the output channels inner, every multiply-add an
-    ``fma``, the output channels in blocks of 16 whose partial sums are added in order."""
-    g, x, w, mask, pad, transposed = _conv_bwd_geometry(args)
+# oneDNN's input-gradient orders (measured with the FPRev method; which one runs depends on the
+# shape): each a list of chains over (tap, output channel) terms, the chains' sums added in order
+_INPUT_GRAD_ORDERS = {
+    "blocks": "the weight's taps in (kh, kw) order, its channels inner, fma, in 16-channel "
+              "blocks added in order",
+    "chain": "the weight's taps in (kh, kw) order, its channels inner, one fma chain",
+    "columns": "per kernel column kw one fma chain over the rows kh, the channels inner, the "
+               "columns' chains added in order",
+}
+
+
+def _conv_input_grad(order: str) -> Callable:
+    """convolution_backward's input gradient as oneDNN computes it, per input pixel (a
+    strided convolution's dy spread over the stride's grid, zeros between: a tap that misses
+    a pixel adds ``fma(w, 0, acc) = acc``), in the order ``order`` of
+    ``_INPUT_GRAD_ORDERS``, every multiply-add an ``fma``."""
+    def run(args: list, kw: dict) -> tuple:
+        g, x, w, mask, pad, transposed, s = _conv_bwd_geometry(args)
+        if not mask[0]:
+            raise ValueError("no input gradient asked")
+        from tapescope.core.ops.nn import im2col
+
+        oc, ic, k = w.shape[0], w.shape[1], w.shape[2]
+        if x.size * g.shape[1] * k * k > _budget()[0]:
+            raise ValueError("too many terms to search")
+        if transposed:  # (a forward convolution of dy: oneDNN's direct order)
+            if order != "blocks":
+                raise ValueError("a transposed convolution's input gradient: the direct order")
+            at = {"strides": [k, k], "dilations": [1, 1], "group": 1, "pads": [0, 0, 0, 0]}
+            gi = np.asarray(_conv_direct(16)([g, w], at)).astype(np.float32)
+            return _masked((gi, None, None), mask)
+        if s > 1:  # (the rows and columns no window reaches end in zeros)
+            sp = np.zeros(g.shape[:2] + (x.shape[2] + 2 * pad - k + 1,
+                                         x.shape[3] + 2 * pad - k + 1), np.float32)
+            sp[:, :, ::s, ::s] = g
+            g = sp
+        q = k - 1 - pad
+        cols = im2col(g, (k, k), (1, 1), (1, 1), [(q, q), (q, q)], 1)[0][:, 0]
+        wm = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]).reshape(ic, -1)
+        idx = np.arange(oc * k * k).reshape(oc, k, k)[:, ::-1, ::-1]  # (oc, kh, kw) -> column
+        if order == "blocks":
+            chains = [idx[c:c + 16].transpose(1, 2, 0).reshape(-1) for c in range(0, oc, 16)]
+        elif order == "chain":
+            chains = [idx.transpose(1, 2, 0).reshape(-1)]
+        else:
+            chains = [idx[:, :, c].T.reshape(-1) for c in range(k)]
+        total = None
+        for chain in chains:
+            acc = np.zeros((g.shape[0], ic, cols.shape[2]), np.float32)
+            for r in chain:
+                acc = _fma_acc(acc, wm[:, r][None, :, None], cols[:, r][:, None, :])
+            total = acc if total is None else total + acc
+        return _masked((total.reshape(x.shape), None, None), mask)
+    return run
+
+
+def _conv_input_grad_taps(args: list, kw: dict) -> tuple:
+    """A strided convolution's input gradient as PyTorch's CPU computes it for small problems
+    (measured with the FPRev method): per weight tap (kh, kw) a product over the output
+    channels (MKL's sgemm: one fma chain an element, k panels past 384 channels), then the
+    taps added into the zeroed input gradient in (kh, kw) order where they land (col2im's
+    order)."""
+    g, x, w, mask, pad, transposed, s = _conv_bwd_geometry(args)
     if not mask[0]:
         raise ValueError("no input gradient asked")
-    from tapescope.core.ops.nn import im2col
-
+    if transposed or s == 1:
+        raise ValueError("written for a strided convolution")
     oc, ic, k = w.shape[0], w.shape[1], w.shape[2]
-    if x.size * g.shape[1] * k * k > _budget()[0]:
+    n, _, oh, ow = g.shape
+    h, wd = x.shape[2], x.shape[3]
+    if x.size * oc * k * k > _budget()[0]:
         raise ValueError("too many terms to search")
-    if transposed:  # (its input gradient is a forward convolution of dy: oneDNN's direct order)
-        at = {"strides": [k, k], "dilations": [1, 1], "group": 1, "pads": [0, 0, 0, 0]}
-        gi = np.asarray(_conv_direct(16)([g, w], at)).astype(np.float32)
-        return _masked((gi, None, None), mask)
-    q = k - 1 - pad
-    cols = im2col(g, (k, k), (1, 1), (1, 1), [(q, q), (q, q)], 1)[0][:, 0]
-    wm = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]).reshape(ic, -1)
-    idx = np.arange(oc * k * k).reshape(oc, k, k)[:, ::-1, ::-1]
-    total = None
-    for c0 in range(0, oc, 16):
-        acc = np.zeros((g.shape[0], ic, cols.shape[2]), np.float32)
-        for r in idx[c0:c0 + 16].transpose(1, 2, 0).reshape(-1):
-            acc = _fma_acc(acc, wm[:, r][None, :, None], cols[:, r][:, None, :])
-        total = acc if total is None else total + acc
-    return _masked((total.reshape(x.shape), None, None), mask)
+    dyf = np.ascontiguousarray(g.transpose(1, 0, 2, 3)).reshape(oc, -1)
+    gx = np.zeros(x.shape, np.float32)
+    for kh in range(k):
+        rows = np.arange(oh) * s + kh - pad
+        ra = (rows >= 0) & (rows < h)
+        for kc in range(k):
+            cols = np.arange(ow) * s + kc - pad
+            ca = (cols >= 0) & (cols < wd)
+            t = _sgemm(np.ascontiguousarray(w[:, :, kh, kc].T), dyf)  # ic x (n oh ow)
+            t = t.reshape(ic, n, oh, ow).transpose(1, 0, 2, 3)[:, :, ra][:, :, :, ca]
+            at = np.ix_(np.arange(n), np.arange(ic), rows[ra], cols[ca])
+            gx[at] = gx[at] + t
+    return _masked((gx, None, None), mask)
 
 
 def _first_image(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | None:
@@ -970,11 +1028,44 @@ def _conv_param_grads(chunks: int | None, weight: bool = False) -> Callable:
     return run
 
 
+def _conv_1x1_weight_grad(chunks: int) -> Callable:
+    """A 1x1 convolution's weight gradient as PyTorch's CPU computes it (measured with the
+    FPRev method): per image one MKL sgemm ``dy @ xᵀ`` over its pixels (``_sgemm``: k panels,
+    each an fma chain from zero added into the running sum in turn, beta = 1), the images in
+    ``chunks`` runs (one per thread: the first ones one longer), a run's images accumulated in
+    order, the runs' sums added in order."""
+    def run(args: list, kw: dict) -> tuple:
+        try:
+            g, x, w, mask, pad, transposed, s = _conv_bwd_geometry(args)
+        except ValueError as e:
+            raise ValueError(f"not the measured geometry: {e}") from None
+        n, oc = g.shape[:2]
+        if not mask[1] or transposed or w.shape[2] != 1 or pad or chunks > n:
+            raise ValueError("written for the weight gradient of a 1x1 convolution, no "
+                             "padding, at most a run per image")
+        pixels = g.shape[2] * g.shape[3]
+        terms, steps = _budget()
+        if n * pixels > steps or n * pixels * w.size > terms:
+            raise ValueError("too many terms to search")
+        dys = np.ascontiguousarray(g).reshape(n, oc, pixels)
+        xs = np.ascontiguousarray(x[:, :, ::s, ::s]).reshape(n, x.shape[1], pixels)
+        if xs.shape[2] != pixels:
+            raise ValueError("not the measured geometry")
+        total = None
+        for r in np.array_split(np.arange(n), chunks):
+            acc = None
+            for i in r:
+                acc = _sgemm(dys[i], np.ascontiguousarray(xs[i].T), acc)
+            total = acc if total is None else (total + acc).astype(np.float32)
+        return _masked((None, total.reshape(w.shape), None), mask)
+    return run
+
+
 def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
     """The weight gradient of ``_conv_param_grads`` (None where the geometry is not the one
     measured, or its chains are longer than ``_WGRAD_STEPS`` pixels)."""
     try:
-        g, x, w, _, pad, transposed = _conv_bwd_geometry(args)
+        g, x, w, _, pad, transposed, s = _conv_bwd_geometry(args)
     except ValueError:
         return None
     k = w.shape[2]
@@ -985,7 +1076,8 @@ def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
     else:
         xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
         a_ = g
-        b_ = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))  # n ic oh ow k k
+        b_ = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[
+            :, :, ::s, ::s]  # n ic oh ow k k
     n, _, oh, ow = a_.shape
     terms, steps = _budget()
     if n * oh * ow > steps or n * oh * ow * w.size > terms or b_.shape[2:4] != (oh, ow):
@@ -1081,10 +1173,13 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                      "order, the bias added after", _conv_transposed)]
     if base == "convolution_backward":
         runs = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-        return [("fma", "oneDNN's convolution backward input gradient: the weight's taps in "
-                        "(kh, kw) order, its channels inner, fma, in 16-channel blocks added "
-                        "in order", _conv_input_grad,
-                 _screen(_conv_input_grad, _first_image)),
+        return [("fma", f"oneDNN's convolution backward input gradient: {words}",
+                 _conv_input_grad(order), _screen(_conv_input_grad(order), _first_image))
+                for order, words in _INPUT_GRAD_ORDERS.items()] + [
+                ("fma", "PyTorch's CPU strided convolution backward input gradient: per "
+                        "weight tap a product over the output channels (fma chains), the "
+                        "taps added in (kh, kw) order where they land (col2im)",
+                 _conv_input_grad_taps, _screen(_conv_input_grad_taps, _first_image)),
                 ("reassociation", "ATen's sum kernel over the pixels (PyTorch's CPU "
                                   "convolution backward's bias gradient, one image or channel)",
                  _conv_param_grads(None))] + [
@@ -1096,7 +1191,13 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                     "over its images' pixels in order, the runs added in order",
              _conv_param_grads(t, weight=True),
              _screen(_conv_param_grads(t, weight=True), _first_filter))
-            for t in (1, *runs)]
+            for t in (1, *runs)] + [
+            ("fma", "PyTorch's CPU 1x1 convolution backward weight gradient: each image one "
+                    f"MKL sgemm over its pixels (k panels added in turn), the images in {t} "
+                    f"run{'s' if t > 1 else ''} (one per thread) accumulated in order, the "
+                    "runs added in order", _conv_1x1_weight_grad(t),
+             _screen(_conv_1x1_weight_grad(t), _first_filter))
+            for t in (1, 2, 3, 4, 6, 8)]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",

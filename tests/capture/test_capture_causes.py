@@ -566,6 +566,76 @@ def test_a_transposed_convolution_of_stride_kernel_and_its_gradients(onednn_grad
            "weight gradient: the images in", output=1)
 
 
+def _strided_case(n, ic, oc, h, k, s, p, threads, seed=0):
+    """A convolution's backward (input and weight gradients) computed by torch here at
+    ``threads`` threads: (args, torch's outputs, the reference's)."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(n, ic, h, h, generator=g), torch.randn(oc, ic, k, k, generator=g)
+    oh = (h + 2 * p - k) // s + 1
+    dy = torch.randn(n, oc, oh, oh, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        outs = torch.ops.aten.convolution_backward(dy, x, w, None, [s, s], [p, p], [1, 1],
+                                                   False, [0, 0], 1, [True, True, False])
+    finally:
+        torch.set_num_threads(before)
+    args = [dy.numpy(), x.numpy(), w.numpy(), None, [s, s], [p, p], [1, 1], False, [0, 0], 1,
+            [True, True, False]]
+    return args, [o.numpy() for o in outs[:2]], reference("aten.convolution_backward.default",
+                                                         args, {})
+
+
+@need_avx512
+@pytest.mark.parametrize("shape, words", [
+    ((8, 64, 128, 32, 3, 2, 1), "per kernel column kw"),  # a ResNet stage's first conv
+    ((2, 3, 16, 32, 7, 2, 3), "per kernel column kw"),    # a 7x7 stride-2 stem
+    ((2, 16, 32, 15, 3, 2, 1), "its channels inner, one fma chain"),
+    ((8, 64, 128, 16, 1, 2, 0), "its channels inner, one fma chain"),  # a 1x1 downsample
+    ((4, 32, 32, 9, 3, 3, 1), "its channels inner, one fma chain"),
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
+def test_a_strided_convolutions_input_gradient_is_onednns(shape, words):
+    """oneDNN's input gradient of a strided convolution, in the order it takes for the shape:
+    per kernel column one fma chain over the rows and channels, the columns' sums added (a
+    ResNet's 3x3 and 7x7 stride-2 convs), or one chain over every tap (smaller ones); its
+    weight gradient one fma chain over the strided windows' pixels. Named for torch's own
+    results at one thread, one ulp off unknown."""
+    args, outs, plain = _strided_case(*shape, threads=1)
+    _named("aten.convolution_backward.default", args, {}, outs[0], plain[0], "fma", words)
+    _named("aten.convolution_backward.default", args, {}, outs[1], plain[1], "fma",
+           "images in 1 run" if shape[4] > 1 else "images in 8 runs", output=1)
+
+
+@need_avx512
+@need_intel_mkl
+def test_a_small_strided_convolutions_input_gradient_is_col2im():
+    """One image of 8 channels: PyTorch's own path, per weight tap a product over the output
+    channels (MKL), the taps added where they land in (kh, kw) order."""
+    args, outs, plain = _strided_case(1, 8, 8, 12, 3, 2, 1, threads=1)
+    _named("aten.convolution_backward.default", args, {}, outs[0], plain[0], "fma",
+           "per weight tap a product over the output channels")
+
+
+@need_avx512
+@need_intel_mkl
+@pytest.mark.parametrize("shape, threads, words", [
+    ((8, 64, 128, 32, 1, 2, 0), 1, "images in 8 runs (one per thread), each run one fma chain"),
+    ((8, 64, 128, 32, 1, 2, 0), 2, "each image one MKL sgemm over its pixels (k panels added "
+                                   "in turn), the images in 2"),
+    ((3, 16, 32, 40, 1, 1, 0), 1, "each image one MKL sgemm over its pixels (k panels added "
+                                  "in turn), the images in 1 run")])
+def test_a_1x1_convolutions_weight_gradient_is_per_image_products(shape, threads, words):
+    """A 1x1 convolution's weight gradient (a ResNet's downsample, stride 2): per image one
+    MKL product over its pixels; at one thread the images' products added in order, at two
+    the images in two runs of four accumulated apart, then added; past 384 pixels (40 x 40)
+    each product's k panels added into the running sum in turn. One ulp off unknown."""
+    args, outs, plain = _strided_case(*shape, threads=threads)
+    _named("aten.convolution_backward.default", args, {}, outs[1], plain[1], "fma", words,
+           output=1)
+
+
 @need_avx512
 def test_a_weight_gradient_in_thread_runs(onednn_grads):
     """The split itself: 8 and 7 images at 2 and 3 threads are summed in 2 and 3 runs (7 in
