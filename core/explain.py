@@ -57,6 +57,7 @@ from tapescope.core.explain_aten import (
     aten_sum,
     mkl_few,
     mkl_gemv,
+    mkl_row_gemv,
 )
 from tapescope.core.explain_prims import (
     _LIBC_MATH,
@@ -864,6 +865,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("fma", "MKL's sgemm for 2-3 output columns, or 2-15 rows over long k: one 16-lane "
             "fma chain an output, folded by 128-bit quarters in turn, then in pairs", "mm",
             mkl_few("dots")),
+    Variant("fma", "MKL's row-vector kernel for one row against a matrix laid out by rows "
+            "(attention's p @ v on a one-row query block): k in blocks of eight, pairs of "
+            "products fma'd, two terms a block fma'd onto the sum, 16-column vectors", "mm",
+            mkl_row_gemv),
     Variant("fma", "acc = fma(x, x, acc)", "sumsq", _sumsq_fma),
     Variant("reciprocal", "x * (1/y)", "div", _div_recip),
     # rms_norm / layer_norm's normalisation (issue 44): the reference's x * (1/sqrt(v)) as one

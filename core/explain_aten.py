@@ -814,6 +814,64 @@ def _sgemv(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
+def _sgemv_rows(x: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+    """MKL's kernel for one row times a matrix laid out by rows (``x @ B``, B (k, n) not
+    transposed: attention's ``p @ v`` on a one-row query block, a batch of one through an
+    untransposed weight; sgemv's axpy form), ``+ c`` (beta = 1) where given; measured with the
+    FPRev method and random operands (1-1,000 terms, 1-256 columns, AVX-512, one thread).
+    Over the whole 16-column vectors, with ``a ⊕ b`` for ``fma(x_a, B_a, x_b * B_b)`` (b's
+    product rounded first), k in blocks of eight: the first block ``((t0 ⊕ t2) + (t1 ⊕ t3))
+    + ((t4 ⊕ (t6 ⊕ c)) + (t5 ⊕ t7))`` (``c``, or zero, the accumulator t6 is fma'd onto);
+    each later block ``t6`` and ``t4`` fma'd onto the sum, then ``+ (t5 ⊕ t7)``, then
+    ``+ ((t0 ⊕ t2) + (t1 ⊕ t3))``; the terms past the last block one fma each. Fewer than 8
+    terms, and the columns past the last whole vector: one fma chain from ``c`` (or zero).
+    float32 (k,) @ (k, n) -> (n,)."""
+    from tapescope.core.explain_prims import fma
+
+    f32 = np.float32
+    x = np.ascontiguousarray(x, dtype=f32)
+    b = np.ascontiguousarray(b, dtype=f32)
+    kk, n = b.shape
+    seed = np.zeros(n, f32) if c is None else np.array(np.broadcast_to(c, (n,)), dtype=f32)
+    out = np.empty(n, dtype=f32)
+    v = n - n % 16 if kk >= 8 else 0
+    if v < n:
+        acc = seed[v:].copy()
+        for k in range(kk):
+            acc = _fma_acc(acc, x[k], b[k, v:])
+        out[v:] = acc
+    if not v:
+        return out
+    bv = b[:, :v]
+
+    def pair(i: int, j: int, first: np.ndarray | None = None) -> np.ndarray:
+        inner = (x[j] * bv[j]).astype(f32) if first is None else \
+            fma(x[j], bv[j], first).astype(f32)
+        return fma(x[i], bv[i], inner).astype(f32)
+
+    def half(o: int) -> np.ndarray:
+        return (pair(o, o + 2) + pair(o + 1, o + 3)).astype(f32)
+
+    acc = (half(0) + (pair(4, 6, seed[:v]) + pair(5, 7)).astype(f32)).astype(f32)
+    for o in range(8, kk - kk % 8, 8):
+        acc = _fma_acc(acc, x[o + 6], bv[o + 6])
+        acc = _fma_acc(acc, x[o + 4], bv[o + 4])
+        acc = ((acc + pair(o + 5, o + 7)).astype(f32) + half(o)).astype(f32)
+    for k in range(kk - kk % 8, kk):
+        acc = _fma_acc(acc, x[k], bv[k])
+    out[:v] = acc
+    return out
+
+
+def mkl_row_gemv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` by MKL's row-vector kernel (``_sgemv_rows``) where ``a`` is one row;
+    ValueError otherwise."""
+    a, b = _float32_2d(a, b)
+    if a.shape[0] != 1:
+        raise ValueError("MKL's row-vector kernel: one row only")
+    return _sgemv_rows(a[0], b)[None, :]
+
+
 def _float32_2d(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim != 2 or b.ndim != 2 or \
@@ -847,6 +905,40 @@ def mkl_few(kernel: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
             raise ValueError(f"not a product MKL's {kernel} kernel computes")
         return _sgemm_few(a, b, kernel)
     return mm
+
+
+def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
+            alpha: np.float32 | None = None) -> np.ndarray:
+    """``alpha * a @ b (+ c)`` over the last two axes as MKL's sgemm computes it where the
+    layout is known from the views handed in (the flash kernels'), measured against
+    ``torch.addmm``: over one term, ``alpha * a`` rounded first, then one fma onto ``c`` (or
+    one rounded product); one row of ``a`` by the dot-product kernel when ``b`` is a transposed
+    view (``_sgemv``, times alpha and ``+ c`` after) or the row-vector kernel when it is laid
+    out by rows (``_sgemv_rows``: the row times alpha first, ``c`` its accumulator); one column
+    of ``b`` by the dot-product kernel (alpha and ``c`` after); otherwise ``_sgemm``."""
+    from tapescope.core.explain_prims import fma
+
+    f32 = np.float32
+    one_row, one_col = a.shape[-2] == 1, b.shape[-1] == 1
+    if a.shape[-1] == 1:
+        la = a if alpha is None else (a * f32(alpha)).astype(f32)
+        return (la * b).astype(f32) if c is None else fma(la, b, c).astype(f32)
+    if not one_row and not one_col:
+        return _sgemm(a, b, c, alpha)
+    lead = a.shape[:-2]
+    out = np.empty(lead + (a.shape[-2], b.shape[-1]), dtype=f32)
+    transposed = b.strides[-2] < b.strides[-1]
+    for i in np.ndindex(*lead):
+        if one_row and not transposed:
+            x = a[i][0] if alpha is None else (a[i][0] * f32(alpha)).astype(f32)
+            out[i][0] = _sgemv_rows(x, b[i], None if c is None else c[i][0])
+            continue
+        r = _sgemv(np.swapaxes(b[i], -1, -2), a[i][0])[None, :] if one_row else \
+            _sgemv(a[i], b[i][:, 0])[:, None]
+        if alpha is not None:
+            r = (r * f32(alpha)).astype(f32)
+        out[i] = r if c is None else (c[i] + r).astype(f32)
+    return out
 
 
 def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
@@ -901,7 +993,7 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
             st = state[rows.start] = [np.full(lead + (rows.stop - rows.start,), -np.inf, f32),
                                       np.zeros(lead + (rows.stop - rows.start,), f32), None]
         mx, sm, dst = st
-        s = _sgemm(q[..., rows, :], np.swapaxes(k[..., cols, :], -1, -2))
+        s = _mkl_mm(q[..., rows, :], np.swapaxes(k[..., cols, :], -1, -2))
         if cut is not None:
             s[..., cut] = -np.inf
         s = (s * f32(scale)).astype(f32)
@@ -916,7 +1008,7 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
         st[0] = np.where(dead, mx, top)
         if dst is not None:  # (a later key block: the output so far rescaled)
             dst = np.where(dead[..., None], dst, (dst * ex[..., None]).astype(f32))
-        st[2] = _sgemm(e, v[..., cols, :], dst)
+        st[2] = _mkl_mm(e, v[..., cols, :], dst)
         if last:
             mx, sm, dst = st
             mx = np.where(mx == -np.inf, f32(0), mx)
@@ -949,13 +1041,13 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
         if d is None:
             d = dsum[rows.start] = _map2_reduce_all(gb, out[..., rows, :], lanes)
         kt = np.swapaxes(k[..., cols, :], -1, -2)
-        p = _sgemm(qb, (kt * sc).astype(f32)) if key_scaled else _sgemm(qb, kt, alpha=sc)
+        p = _mkl_mm(qb, (kt * sc).astype(f32)) if key_scaled else _mkl_mm(qb, kt, alpha=sc)
         p = sleef_exp((p - lse[..., rows, None]).astype(f32)).astype(f32)
         if cut is not None:
             p[..., cut] = 0
-        gv[..., cols, :] = _sgemm(np.swapaxes(p, -1, -2), gb, gv[..., cols, :])
-        ga = _sgemm(gb, np.swapaxes(v[..., cols, :], -1, -2))
+        gv[..., cols, :] = _mkl_mm(np.swapaxes(p, -1, -2), gb, gv[..., cols, :])
+        ga = _mkl_mm(gb, np.swapaxes(v[..., cols, :], -1, -2))
         ga = (p * (ga - d[..., None]).astype(f32)).astype(f32)
-        gq[..., rows, :] = _sgemm(ga, k[..., cols, :], gq[..., rows, :], sc)
-        gk[..., cols, :] = _sgemm(np.swapaxes(ga, -1, -2), qb, gk[..., cols, :], sc)
+        gq[..., rows, :] = _mkl_mm(ga, k[..., cols, :], gq[..., rows, :], sc)
+        gk[..., cols, :] = _mkl_mm(np.swapaxes(ga, -1, -2), qb, gk[..., cols, :], sc)
     return gq, gk, gv

@@ -814,18 +814,29 @@ def test_arguments_from_a_hostile_file_never_crash_the_search(op):
 # 200 queries (blocks of 64 rows), and with 600 (two key blocks: the online softmax's
 # rescaling; MKL's product over 512 keys in two panels)
 _FLASH_SHAPES = [(4, 2, 8, 8), (2, 2, 40, 24), (2, 2, 64, 64), (1, 1, 200, 16),
-                 (1, 1, 600, 16)]
+                 (1, 1, 600, 16),
+                 # a last query block of one row (MKL's one-row kernels: a ViT's class token
+                 # makes 65 or 197 tokens), after one and after two key blocks
+                 (1, 1, 33, 16), (2, 2, 65, 16), (1, 1, 769, 16)]
 _FWD = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 _BWD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
 
 
 def _flash_case(shape, seed):
+    """Torch's flash attention and its backward at one thread (MKL's products' orders are
+    measured there: at two, MKL splits a 256 x 512 block's product otherwise)."""
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))
-    out, lse, *_ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
-    dy = torch.randn(out.shape, generator=g)
-    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        dy, q, k, v, out, lse, 0.0, True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out, lse, *_ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0,
+                                                                                 True)
+        dy = torch.randn(out.shape, generator=g)
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dy, q, k, v, out, lse, 0.0, True)
+    finally:
+        torch.set_num_threads(threads)
     return _np([q, k, v]), _np([out, lse]), _np([dy]) + _np([q, k, v, out, lse]), _np(grads)
 
 
@@ -968,6 +979,29 @@ def test_mkls_dot_product_kernel_is_torchs_for_one_column_and_one_row(bias):
         x, w, b, y = _linear(1, k, n, n * 1000 + k, bias)
         got = _sgemv(w, x[0])[None, :] + (b if bias else np.float32(0))
         assert np.array_equal(got.astype(np.float32).view(np.uint32), y.view(np.uint32)), (n, k)
+
+
+@need_intel_mkl
+def test_mkls_row_vector_kernel_is_torchs():
+    """core.explain_aten._sgemv_rows is MKL's product of one row by a matrix laid out by rows
+    (``x @ B``, B not transposed), with and without an accumulator (``addmm``'s beta = 1),
+    over 1-1,000 terms and 1-256 columns (whole 16-column vectors and the rest)."""
+    from tapescope.core.explain_aten import _sgemv_rows
+
+    g = torch.Generator().manual_seed(3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for n in (1, 3, 16, 17, 24, 64, 256):
+            for k in (1, 2, 7, 8, 9, 12, 16, 20, 33, 100, 1000):
+                x, b, c = (torch.randn(1, k, generator=g), torch.randn(k, n, generator=g),
+                           torch.randn(1, n, generator=g))
+                for want, got in (((x @ b).numpy()[0], _sgemv_rows(x.numpy()[0], b.numpy())),
+                                  (torch.addmm(c, x, b).numpy()[0],
+                                   _sgemv_rows(x.numpy()[0], b.numpy(), c.numpy()[0]))):
+                    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (n, k)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @need_intel_mkl
