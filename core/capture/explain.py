@@ -831,6 +831,96 @@ def _budget() -> tuple[int, int]:
     return _CONV_TERMS, _WGRAD_STEPS
 
 
+def _depthwise(x: np.ndarray, w: np.ndarray, st: Any, pad: Any, dil: Any, transposed: Any,
+               groups: Any) -> tuple[int, int, int]:
+    """(kernel, stride, padding) of a 2-D float32 depthwise convolution (one filter a channel:
+    groups = channels, a square kernel, one stride and padding, dilation 1, not transposed);
+    ValueError for any other."""
+    if (x.ndim != 4 or w.ndim != 4 or transposed or int(groups) != x.shape[1] or int(groups) < 2
+            or w.shape[0] != x.shape[1] or w.shape[1] != 1 or w.shape[2] != w.shape[3]
+            or x.dtype != np.float32 or w.dtype != x.dtype or list(dil) != [1, 1]
+            or len(set(st)) != 1 or len(set(pad)) != 1 or not 0 <= int(pad[0]) < w.shape[2]):
+        raise ValueError("written for 2-D float32 depthwise convolutions of square kernels")
+    return w.shape[2], int(st[0]), int(pad[0])
+
+
+def _dw_taps(x: np.ndarray, k: int, s: int, p: int, oh: int, ow: int):
+    """(kh, kw, x's pixels under that tap for every output pixel) in (kh, kw) order."""
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+    for i in range(k):
+        for j in range(k):
+            yield i, j, xp[:, :, i:i + s * (oh - 1) + 1:s, j:j + s * (oh - 1) + 1:s]
+
+
+def _conv_depthwise(args: list, kw: dict) -> np.ndarray:
+    """A depthwise convolution as oneDNN computes it (measured with random operands at 1-2
+    threads, 3x3 and 5x5, stride 1 and 2): per output pixel one fma chain over the taps in
+    (kh, kw) order, from the bias (or zero)."""
+    x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
+    k, s, p = _depthwise(x, w, *args[3:6], args[6], args[8])
+    n, c, h, wd = x.shape
+    oh, ow = (h + 2 * p - k) // s + 1, (wd + 2 * p - k) // s + 1
+    if n * c * oh * ow * k * k > _budget()[0]:
+        raise ValueError("too many terms to search")
+    acc = np.zeros((n, c, oh, ow), np.float32)
+    if b is not None:
+        acc[...] = np.asarray(b, np.float32).reshape(1, -1, 1, 1)
+    for i, j, t in _dw_taps(x, k, s, p, oh, ow):
+        acc = _fma_acc(acc, np.ascontiguousarray(t), w[None, :, 0, i, j, None, None])
+    return acc
+
+
+def _dw_input_grad(args: list, kw: dict) -> tuple:
+    """A depthwise convolution's input gradient as oneDNN computes it: per input pixel one fma
+    chain over the weight's taps in (kh, kw) order, each channel its own (a strided one's dy
+    spread over the stride's grid, zeros between)."""
+    g, x, w = (np.asarray(a) for a in args[:3])
+    mask = list(args[10])
+    k, s, p = _depthwise(x, w, *args[4:7], args[7], args[9])
+    if not mask[0] or g.dtype != np.float32:
+        raise ValueError("no float32 input gradient asked")
+    n, c, h, wd = x.shape
+    if x.size * k * k > _budget()[0]:
+        raise ValueError("too many terms to search")
+    sp = np.zeros((n, c, h + 2 * p - k + 1, wd + 2 * p - k + 1), np.float32)
+    sp[:, :, ::s, ::s] = g
+    q = k - 1 - p
+    spp = np.pad(sp, ((0, 0), (0, 0), (q, q), (q, q)))
+    acc = np.zeros(x.shape, np.float32)
+    for i in range(k):
+        for j in range(k):
+            t = np.ascontiguousarray(spp[:, :, k - 1 - i:k - 1 - i + h, k - 1 - j:k - 1 - j + wd])
+            acc = _fma_acc(acc, t, w[None, :, 0, i, j, None, None])
+    return _masked((acc, None, None), mask)
+
+
+def _dw_weight_grad(chunks: int) -> Callable:
+    """A depthwise convolution's weight gradient as oneDNN computes it: the images in
+    ``chunks`` runs (one per thread), each run one fma chain a weight tap over its images'
+    output pixels in order, the runs added in order."""
+    def run(args: list, kw: dict) -> tuple:
+        g, x, w = (np.asarray(a) for a in args[:3])
+        mask = list(args[10])
+        k, s, p = _depthwise(x, w, *args[4:7], args[7], args[9])
+        n, c, oh, ow = g.shape
+        terms, steps = _budget()
+        if not mask[1] or g.dtype != np.float32 or chunks > n or n * oh * ow > steps \
+                or n * oh * ow * w.size > terms:
+            raise ValueError("a float32 weight gradient within the search's budget, asked for")
+        xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::s, ::s]
+        total = None
+        for r in np.array_split(np.arange(n), chunks):
+            acc = np.zeros((c, k, k), np.float32)
+            for i in r:
+                for a in range(oh):
+                    for b in range(ow):
+                        acc = _fma_acc(acc, win[i, :, a, b], g[i, :, a, b][:, None, None])
+            total = acc if total is None else (total + acc).astype(np.float32)
+        return _masked((None, total[:, None], None), mask)
+    return run
+
+
 def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, int,
                                              bool, int]:
     """(dy, x, w, mask, padding, transposed, stride) of a 2-D float32 convolution_backward of
@@ -1170,7 +1260,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base == "convolution":
         return _convs(dt) + [("fma", "oneDNN's transposed convolution (stride = kernel): each "
                                      "output pixel one fma chain over the input channels in "
-                                     "order, the bias added after", _conv_transposed)]
+                                     "order, the bias added after", _conv_transposed),
+                             ("fma", "oneDNN's depthwise convolution: each output pixel one fma "
+                                     "chain over the taps in (kh, kw) order, from the bias",
+                              _conv_depthwise, _screen(_conv_depthwise, _conv_image))]
     if base == "convolution_backward":
         runs = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
         return [("fma", f"oneDNN's convolution backward input gradient: {words}",
@@ -1197,7 +1290,14 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                     f"run{'s' if t > 1 else ''} (one per thread) accumulated in order, the "
                     "runs added in order", _conv_1x1_weight_grad(t),
              _screen(_conv_1x1_weight_grad(t), _first_filter))
-            for t in (1, 2, 3, 4, 6, 8)]
+            for t in (1, 2, 3, 4, 6, 8)] + [
+            ("fma", "oneDNN's depthwise convolution backward input gradient: per input pixel "
+                    "one fma chain over the weight's taps in (kh, kw) order, each channel its "
+                    "own", _dw_input_grad, _screen(_dw_input_grad, _first_image))] + [
+            ("fma", f"oneDNN's depthwise convolution backward weight gradient: the images in "
+                    f"{t} run{'s' if t > 1 else ''} (one per thread), each run one fma chain a "
+                    "tap over its images' pixels in order, the runs added in order",
+             _dw_weight_grad(t)) for t in (1, 2, 3, 4, 6, 8)]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",

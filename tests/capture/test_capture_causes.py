@@ -636,6 +636,73 @@ def test_a_1x1_convolutions_weight_gradient_is_per_image_products(shape, threads
            output=1)
 
 
+def _depthwise_case(n, c, h, k, s, p, threads, seed=0):
+    """A depthwise convolution with a bias, forward and backward, by torch at ``threads``:
+    (forward args, y, backward args, (gx, gw)) and the reference's outputs of each."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(seed)
+    x, w, b = (torch.randn(n, c, h, h, generator=g), torch.randn(c, 1, k, k, generator=g),
+               torch.randn(c, generator=g))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = torch.nn.functional.conv2d(x, w, b, s, p, 1, c)
+        dy = torch.randn(y.shape, generator=g)
+        gx, gw, _ = torch.ops.aten.convolution_backward(dy, x, w, [c], [s, s], [p, p], [1, 1],
+                                                        False, [0, 0], c, [True, True, True])
+    finally:
+        torch.set_num_threads(before)
+    fwd = [x.numpy(), w.numpy(), b.numpy(), [s, s], [p, p], [1, 1], False, [0, 0], c]
+    bwd = [dy.numpy(), x.numpy(), w.numpy(), [c], [s, s], [p, p], [1, 1], False, [0, 0], c,
+           [True, True, True]]
+    return (fwd, y.numpy(), reference("aten.convolution.default", fwd, {})[0],
+            bwd, (gx.numpy(), gw.numpy()), reference("aten.convolution_backward.default", bwd,
+                                                     {}))
+
+
+@need_avx512
+@pytest.mark.parametrize("shape", [(8, 16, 16, 3, 1, 1), (8, 32, 16, 3, 2, 1),
+                                   (4, 64, 8, 3, 1, 1), (4, 16, 15, 3, 2, 1)],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_a_depthwise_convolution_and_its_gradients_are_onednns(shape):
+    """A depthwise convolution (MobileNet's): per output pixel one fma chain over the taps
+    from the bias; its input gradient one chain over the weight's taps a pixel, each channel
+    its own (strides: dy spread over the grid); its weight gradient one chain a tap over the
+    images' pixels at one thread. Named for torch's own results, one ulp off unknown."""
+    fwd, y, ref, bwd, grads, bref = _depthwise_case(*shape, threads=1)
+    _named("aten.convolution.default", fwd, {}, y, ref, "fma", "depthwise convolution: each")
+    _named("aten.convolution_backward.default", bwd, {}, grads[0], bref[0], "fma",
+           "depthwise convolution backward input gradient")
+    _named("aten.convolution_backward.default", bwd, {}, grads[1], bref[1], "fma",
+           "depthwise convolution backward weight gradient: the images in 1 run", output=1)
+
+
+def test_the_depthwise_kernels_refuse_other_convolutions():
+    """One group, a multiplier of two, float64, dilation, a transposed one: the depthwise
+    forms raise (a miss, never a wrong name)."""
+    from tapescope.core.capture.explain import _conv_depthwise, _dw_input_grad, _dw_weight_grad
+
+    x, w = np.ones((2, 4, 6, 6), np.float32), np.ones((4, 1, 3, 3), np.float32)
+    geo = [[1, 1], [1, 1], [1, 1], False, [0, 0], 4]
+    bad = [(x, np.ones((4, 4, 3, 3), np.float32), 1), (x, np.ones((8, 1, 3, 3), np.float32), 4),
+           (x.astype(np.float64), w.astype(np.float64), 4)]
+    for xx, ww, groups in bad:
+        with pytest.raises(ValueError):
+            _conv_depthwise([xx, ww, None, *geo[:5], groups], {})
+    for change in ({2: [2, 2]}, {3: True}):
+        g2 = list(geo)
+        for i, v in change.items():
+            g2[i] = v
+        with pytest.raises(ValueError):
+            _conv_depthwise([x, w, None, *g2], {})
+    dy = np.ones((2, 4, 6, 6), np.float32)
+    for fn in (_dw_input_grad, _dw_weight_grad(1)):
+        with pytest.raises(ValueError):
+            fn([dy, x, np.ones((4, 4, 3, 3), np.float32), None, *geo[:5], 1,
+                [True, True, False]], {})
+
+
 @need_avx512
 def test_a_weight_gradient_in_thread_runs(onednn_grads):
     """The split itself: 8 and 7 images at 2 and 3 threads are summed in 2 and 3 runs (7 in
