@@ -656,6 +656,42 @@ def _map2_reduce_all(x: np.ndarray, y: np.ndarray, lanes: int) -> np.ndarray:
     return acc
 
 
+def softmax_backward(g: np.ndarray, out: np.ndarray, tail_fma: bool = True) -> np.ndarray:
+    """``_softmax_backward_data`` over the last axis as PyTorch's CPU computes it
+    (SoftMaxKernel.cpp's ``_vec_host_softmax_backward_lastdim``): ``(g - sum) * out`` with
+    ``sum = map2_reduce_all(g * out)`` -- one vector of lanes, the first vector's products
+    rounded, each later whole vector's added, the partial last vector's added into the first
+    lanes, the lanes folded as a halving tree; a row shorter than a vector summed in order.
+    ``tail_fma``: the partial vector's products ``fma``'d instead (measured: the compiler
+    contracts that step in the copy ``parallel_for`` runs inline -- one thread, or rows
+    within one grain -- and not in the one its threads run)."""
+    from tapescope.core.explain_prims import _fold_lanes, fma
+
+    g, out = np.asarray(g), np.asarray(out)
+    if g.dtype != out.dtype or g.dtype not in _LANES or g.shape != out.shape or g.ndim < 1 \
+            or g.shape[-1] < 1:
+        raise ValueError("written for float32 / float64 rows of one shape")
+    t = g.dtype.type
+    lanes, n = _LANES[np.dtype(g.dtype)], g.shape[-1]
+    with np.errstate(all="ignore"):
+        if n < lanes:
+            acc = g[..., 0] * out[..., 0]
+            for j in range(1, n):
+                acc = acc + g[..., j] * out[..., j]
+        else:
+            acc = g[..., :lanes] * out[..., :lanes]
+            d = lanes
+            while d + lanes <= n:
+                acc = acc + g[..., d:d + lanes] * out[..., d:d + lanes]
+                d += lanes
+            if d < n:
+                acc = acc.copy()
+                acc[..., :n - d] = fma(g[..., d:], out[..., d:], acc[..., :n - d]) if tail_fma \
+                    else acc[..., :n - d] + g[..., d:] * out[..., d:]
+            acc = _fold_lanes(acc, lanes, g.dtype == np.float32)
+        return ((g - t(1) * np.asarray(acc, g.dtype)[..., None]) * out).astype(g.dtype)
+
+
 def _mkl_panels(k: int) -> list[int]:
     """The bounds of MKL's k panels (sgemm, AVX-512, one thread; measured against torch's
     products at 16 depths from 385 to 4,096 terms, outputs of up to 128 columns -- the flash

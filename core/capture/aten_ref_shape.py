@@ -247,6 +247,20 @@ def _transpose(args: list, kwargs: dict) -> list:
     return [_ro(x.swapaxes(a, b))]
 
 
+@form("aten.transpose_.default")
+def _transpose_(args: list, kwargs: dict) -> list:
+    """In place: the tensor itself with two dims exchanged (GRU / LSTM's weights' views);
+    the value, a copy laid out as the new shape."""
+    x = args[0]
+    a, b = sorted((_dim(args[1], x.ndim), _dim(args[2], x.ndim)))
+    return [np.array(x.swapaxes(a, b))]
+
+
+@form("aten.t_.default")
+def _t_(args: list, kwargs: dict) -> list:
+    return [np.array(args[0].T)]
+
+
 @form("aten.permute.default")
 def _permute(args: list, kwargs: dict) -> list:
     x = args[0]
@@ -464,6 +478,31 @@ def _roll(args: list, kwargs: dict) -> list:
     if len(shifts) != len(dims) or not all(-x.ndim <= d < max(x.ndim, 1) for d in dims):
         raise NoReference(f"roll: shifts {shifts} and dims {dims} of a {x.ndim}-d tensor")
     return [np.roll(x, shifts, tuple(_dim(d, x.ndim) for d in dims))]
+
+
+def _diagonal_arg(args: list, kwargs: dict) -> int:
+    k = opt(kwargs, args, 1, "diagonal", 0)
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise NoReference("tril / triu: the diagonal must be an integer")
+    return k
+
+
+@form("aten.tril.default")
+def _tril(args: list, kwargs: dict) -> list:
+    """The lower triangle of the last two dims (from the ``diagonal``-th), zeros above: a
+    selection, exact (a causal mask's)."""
+    x = args[0]
+    if x.ndim < 2:
+        raise NoReference("tril of a tensor of fewer than 2 dims")
+    return [np.tril(x, _diagonal_arg(args, kwargs))]
+
+
+@form("aten.triu.default")
+def _triu(args: list, kwargs: dict) -> list:
+    x = args[0]
+    if x.ndim < 2:
+        raise NoReference("triu of a tensor of fewer than 2 dims")
+    return [np.triu(x, _diagonal_arg(args, kwargs))]
 
 
 @form("aten.flip.default")

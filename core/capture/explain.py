@@ -58,6 +58,7 @@ from tapescope.core.explain_aten import (
     aten_moments,
     aten_sum,
     flash_attention,
+    softmax_backward,
     flash_attention_backward,
     reduce_all,
     sleef_exp,
@@ -269,6 +270,17 @@ _LIBM: dict[str, Callable[[Any], Callable[[np.ndarray, list, dict], np.ndarray]]
 }
 
 
+def _pointwise_pair(fn: Callable) -> Callable:
+    """A (grad, output) backward written as ``fn(a, b, one)`` in the arrays' own float type."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        a, b = np.asarray(args[0]), np.asarray(args[1])
+        if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+            raise ValueError("written for float32 and float64")
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(a, b, a.dtype.type(1))).astype(a.dtype)
+    return run
+
+
 def _libm(op: str, name: str) -> list[_Variant]:
     out: list[_Variant] = []
     for v in VARIANTS:
@@ -287,6 +299,10 @@ def _libm(op: str, name: str) -> list[_Variant]:
             return gelu_forward(np.asarray(args[0]))
         out.append(("libm", "PyTorch's CPU gelu (oneDNN's gelu_erf, AVX-512: a piecewise "
                             "minimax polynomial of erf)", onednn))
+    if name == "sigmoid":  # PyTorch's own CPU kernel (core/explain_aten.py)
+        out.append(("libm", ATEN_FORWARD["sigmoid"][1],
+                    lambda args, kw: np.asarray(ATEN_FORWARD["sigmoid"][0](
+                        [np.asarray(args[0])], {})).astype(np.asarray(args[0]).dtype)))
     if name == "silu":  # PyTorch's own CPU kernel (core/explain_aten.py)
         out.append(("libm", ATEN_FORWARD["swiglu"][1].replace("silu(a) * u", "silu"),
                     lambda args, kw: _aten_silu(np.asarray(args[0]))))
@@ -297,9 +313,15 @@ def _softmax(op: str) -> list[_Variant]:
     """aten._softmax(x, dim, half_to_float): PyTorch's CPU softmax from the table."""
     fn, label = ATEN_FORWARD["softmax"]
 
+    safe = _base(op) == "_safe_softmax"
+
     def run(args: list, kw: dict) -> np.ndarray:
         x = np.asarray(args[0])
-        return np.asarray(fn([x], {"axis": int(args[1])})).astype(x.dtype)
+        with np.errstate(all="ignore"):
+            y = np.asarray(fn([x], {"axis": int(args[1])})).astype(x.dtype)
+        if safe:  # (a row with every element -inf: 0, not NaN)
+            y = np.where(np.all(x == -np.inf, axis=int(args[1]), keepdims=True), 0, y)
+        return y.astype(x.dtype)
     return [("libm", label, run)]
 
 
@@ -803,10 +825,11 @@ def _convs(dt: np.dtype) -> list[_Variant]:
     for mode, says in (("first", "the sum starting from the bias, each channel block's partial "
                                  "added to it"),
                        ("start", "the first fma chain starting from the bias")):
-        for blk in (16, 8):
-            run = with_bias(_conv_direct(blk, mode))
+        for blk in (16, 8) if mode == "first" else (16, 8, 0):  # (0: one block, a 1x1 conv
+            run = with_bias(_conv_direct(blk, mode))            # at two threads, measured)
             out.append(("reassociation", f"direct conv: (kh, kw, channel) taps with fma, "
-                                         f"{blk}-channel blocks, {says} (oneDNN)", run,
+                                         + (f"{blk}-channel blocks" if blk else "one block")
+                                         + f", {says} (oneDNN)", run,
                         _screen(run, _conv_image)))
     return out
 
@@ -832,24 +855,27 @@ def _budget() -> tuple[int, int]:
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, st: Any, pad: Any, dil: Any, transposed: Any,
-               groups: Any) -> tuple[int, int, int]:
-    """(kernel, stride, padding) of a 2-D float32 depthwise convolution (one filter a channel:
-    groups = channels, a square kernel, one stride and padding, dilation 1, not transposed);
-    ValueError for any other."""
+               groups: Any) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """((kh, kw), (sh, sw), (ph, pw)) of a 2-D float32 depthwise convolution (one filter a
+    channel: groups = channels, dilation 1, not transposed, padding below the kernel; a 1-D
+    one arrives as 2-D of height 1); ValueError for any other."""
     if (x.ndim != 4 or w.ndim != 4 or transposed or int(groups) != x.shape[1] or int(groups) < 2
-            or w.shape[0] != x.shape[1] or w.shape[1] != 1 or w.shape[2] != w.shape[3]
-            or x.dtype != np.float32 or w.dtype != x.dtype or list(dil) != [1, 1]
-            or len(set(st)) != 1 or len(set(pad)) != 1 or not 0 <= int(pad[0]) < w.shape[2]):
-        raise ValueError("written for 2-D float32 depthwise convolutions of square kernels")
-    return w.shape[2], int(st[0]), int(pad[0])
+            or w.shape[0] != x.shape[1] or w.shape[1] != 1 or x.dtype != np.float32
+            or w.dtype != x.dtype or [int(v) for v in dil] != [1, 1] or len(st) != 2
+            or len(pad) != 2):
+        raise ValueError("written for 2-D float32 depthwise convolutions")
+    k, s, p = (tuple(int(v) for v in t) for t in (w.shape[2:], st, pad))
+    if min(s) < 1 or not (0 <= p[0] < k[0] and 0 <= p[1] < k[1]):
+        raise ValueError("written for padding below the kernel")
+    return k, s, p
 
 
-def _dw_taps(x: np.ndarray, k: int, s: int, p: int, oh: int, ow: int):
+def _dw_taps(x: np.ndarray, k: tuple, s: tuple, p: tuple, oh: int, ow: int):
     """(kh, kw, x's pixels under that tap for every output pixel) in (kh, kw) order."""
-    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
-    for i in range(k):
-        for j in range(k):
-            yield i, j, xp[:, :, i:i + s * (oh - 1) + 1:s, j:j + s * (oh - 1) + 1:s]
+    xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    for i in range(k[0]):
+        for j in range(k[1]):
+            yield i, j, xp[:, :, i:i + s[0] * (oh - 1) + 1:s[0], j:j + s[1] * (ow - 1) + 1:s[1]]
 
 
 def _conv_depthwise(args: list, kw: dict) -> np.ndarray:
@@ -859,8 +885,8 @@ def _conv_depthwise(args: list, kw: dict) -> np.ndarray:
     x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
     k, s, p = _depthwise(x, w, *args[3:6], args[6], args[8])
     n, c, h, wd = x.shape
-    oh, ow = (h + 2 * p - k) // s + 1, (wd + 2 * p - k) // s + 1
-    if n * c * oh * ow * k * k > _budget()[0]:
+    oh, ow = (h + 2 * p[0] - k[0]) // s[0] + 1, (wd + 2 * p[1] - k[1]) // s[1] + 1
+    if n * c * oh * ow * k[0] * k[1] > _budget()[0]:
         raise ValueError("too many terms to search")
     acc = np.zeros((n, c, oh, ow), np.float32)
     if b is not None:
@@ -880,17 +906,18 @@ def _dw_input_grad(args: list, kw: dict) -> tuple:
     if not mask[0] or g.dtype != np.float32:
         raise ValueError("no float32 input gradient asked")
     n, c, h, wd = x.shape
-    if x.size * k * k > _budget()[0]:
+    if x.size * k[0] * k[1] > _budget()[0]:
         raise ValueError("too many terms to search")
-    sp = np.zeros((n, c, h + 2 * p - k + 1, wd + 2 * p - k + 1), np.float32)
-    sp[:, :, ::s, ::s] = g
-    q = k - 1 - p
-    spp = np.pad(sp, ((0, 0), (0, 0), (q, q), (q, q)))
+    sp = np.zeros((n, c, h + 2 * p[0] - k[0] + 1, wd + 2 * p[1] - k[1] + 1), np.float32)
+    sp[:, :, ::s[0], ::s[1]] = g
+    q = (k[0] - 1 - p[0], k[1] - 1 - p[1])
+    spp = np.pad(sp, ((0, 0), (0, 0), (q[0], q[0]), (q[1], q[1])))
     acc = np.zeros(x.shape, np.float32)
-    for i in range(k):
-        for j in range(k):
-            t = np.ascontiguousarray(spp[:, :, k - 1 - i:k - 1 - i + h, k - 1 - j:k - 1 - j + wd])
-            acc = _fma_acc(acc, t, w[None, :, 0, i, j, None, None])
+    for i in range(k[0]):
+        for j in range(k[1]):
+            a, b = k[0] - 1 - i, k[1] - 1 - j
+            acc = _fma_acc(acc, np.ascontiguousarray(spp[:, :, a:a + h, b:b + wd]),
+                           w[None, :, 0, i, j, None, None])
     return _masked((acc, None, None), mask)
 
 
@@ -907,11 +934,12 @@ def _dw_weight_grad(chunks: int) -> Callable:
         if not mask[1] or g.dtype != np.float32 or chunks > n or n * oh * ow > steps \
                 or n * oh * ow * w.size > terms:
             raise ValueError("a float32 weight gradient within the search's budget, asked for")
-        xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
-        win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::s, ::s]
+        xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+        win = np.lib.stride_tricks.sliding_window_view(xp, k, axis=(2, 3))[:, :, ::s[0],
+                                                                          ::s[1]]
         total = None
         for r in np.array_split(np.arange(n), chunks):
-            acc = np.zeros((c, k, k), np.float32)
+            acc = np.zeros((c, *k), np.float32)
             for i in r:
                 for a in range(oh):
                     for b in range(ow):
@@ -921,27 +949,71 @@ def _dw_weight_grad(chunks: int) -> Callable:
     return run
 
 
-def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, int,
-                                             bool, int]:
-    """(dy, x, w, mask, padding, transposed, stride) of a 2-D float32 convolution_backward of
-    one group, dilation 1 and a square kernel (what the written-out orders below are measured
-    on): any stride, padding below the kernel; or transposed with the stride the kernel's, no
-    padding (the upsampling kind, whose windows do not overlap)."""
+def _lift(a: Any) -> Any:
+    """A 1-D convolution's array as 2-D of height 1 (a 3-D array gains axis 2)."""
+    return a[:, :, None] if isinstance(a, np.ndarray) and a.ndim == 3 else a
+
+
+def _as_2d(variant: tuple, backward: bool) -> tuple:
+    """A 2-D convolution variant that also takes a 1-D convolution (conv1d: oneDNN runs it as
+    2-D of height 1, measured): its arrays gain a height of 1, its strides, paddings,
+    dilations and output paddings a first 1 / 0 / 1 / 0; the outputs lose the height again."""
+    cause, label, run, *screen = variant
+    at = (4, 5, 6, 8) if backward else (3, 4, 5, 7)
+    arrays = (0, 1, 2) if backward else (0, 1)
+
+    def lift(args: list) -> tuple[list, bool]:
+        if np.asarray(args[arrays[1]]).ndim != 3:
+            return args, False
+        out = list(args)
+        for i in arrays:
+            out[i] = _lift(np.asarray(out[i]))
+        for i, first in zip(at, (1, 0, 1, 0), strict=True):
+            out[i] = [first, *[int(v) for v in out[i]]]
+        return out, True
+
+    def drop(y: Any) -> Any:
+        if isinstance(y, tuple):
+            return tuple(drop(v) for v in y)
+        return y[:, :, 0] if isinstance(y, np.ndarray) and y.ndim == 4 else y
+
+    def run2(args: list, kw: dict) -> Any:
+        args2, lifted = lift(args)
+        y = run(args2, kw)
+        return drop(y) if lifted else y
+
+    if not screen:
+        return (cause, label, run2)
+
+    def screen2(args: list, kw: dict, recorded: np.ndarray) -> bool:
+        args2, lifted = lift(args)
+        return screen[0](args2, kw, _lift(recorded) if lifted else recorded)
+    return (cause, label, run2, screen2)
+
+
+def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list,
+                                             tuple[int, int], bool, tuple[int, int]]:
+    """(dy, x, w, mask, (pad_h, pad_w), transposed, (stride_h, stride_w)) of a 2-D float32
+    convolution_backward of one group and dilation 1 (what the written-out orders below are
+    measured on; a 1-D one arrives as 2-D of height 1): any strides, padding below the kernel;
+    or transposed with a square kernel, the stride the kernel's, no padding (the upsampling
+    kind, whose windows do not overlap)."""
     g, x, w = (np.asarray(a) for a in args[:3])
     st, pad, dil, transposed, out_pad, groups, mask = args[4:11]
     mask = list(mask)
     if (g.ndim != 4 or x.ndim != 4 or w.ndim != 4 or int(groups) != 1
-            or list(dil) != [1, 1] or len(mask) != 3 or len(set(st)) != 1
-            or g.dtype != np.float32 or x.dtype != g.dtype or w.dtype != g.dtype
-            or len(set(pad)) != 1 or w.shape[2] != w.shape[3]):
-        raise ValueError("written for 2-D float32 convolutions of square kernels")
-    k, s, p = w.shape[2], int(st[0]), int(pad[0])
+            or [int(v) for v in dil] != [1, 1] or len(mask) != 3 or len(st) != 2
+            or len(pad) != 2 or g.dtype != np.float32 or x.dtype != g.dtype
+            or w.dtype != g.dtype):
+        raise ValueError("written for 2-D float32 convolutions of one group")
+    (kh, kw), (sh, sw), (ph, pw) = w.shape[2:], (int(v) for v in st), (int(v) for v in pad)
     if transposed:
-        if s != k or p != 0 or any(int(v) for v in out_pad):
+        if kh != kw or (sh, sw) != (kh, kh) or (ph, pw) != (0, 0) or \
+                any(int(v) for v in out_pad):
             raise ValueError("a transposed convolution written for stride = kernel, no padding")
-    elif s < 1 or not 0 <= p < k:
+    elif min(sh, sw) < 1 or not (0 <= ph < kh and 0 <= pw < kw):
         raise ValueError("written for padding below the kernel")
-    return g, x, w, mask, p, bool(transposed), s
+    return g, x, w, mask, (ph, pw), bool(transposed), (sh, sw)
 
 
 def _masked(outs: tuple, mask: list) -> tuple:
@@ -965,35 +1037,35 @@ def _conv_input_grad(order: str) -> Callable:
     a pixel adds ``fma(w, 0, acc) = acc``), in the order ``order`` of
     ``_INPUT_GRAD_ORDERS``, every multiply-add an ``fma``."""
     def run(args: list, kw: dict) -> tuple:
-        g, x, w, mask, pad, transposed, s = _conv_bwd_geometry(args)
+        g, x, w, mask, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args)
         if not mask[0]:
             raise ValueError("no input gradient asked")
         from tapescope.core.ops.nn import im2col
 
-        oc, ic, k = w.shape[0], w.shape[1], w.shape[2]
-        if x.size * g.shape[1] * k * k > _budget()[0]:
+        oc, ic, kh, kw_ = w.shape
+        if x.size * g.shape[1] * kh * kw_ > _budget()[0]:
             raise ValueError("too many terms to search")
         if transposed:  # (a forward convolution of dy: oneDNN's direct order)
             if order != "blocks":
                 raise ValueError("a transposed convolution's input gradient: the direct order")
-            at = {"strides": [k, k], "dilations": [1, 1], "group": 1, "pads": [0, 0, 0, 0]}
+            at = {"strides": [kh, kh], "dilations": [1, 1], "group": 1, "pads": [0, 0, 0, 0]}
             gi = np.asarray(_conv_direct(16)([g, w], at)).astype(np.float32)
             return _masked((gi, None, None), mask)
-        if s > 1:  # (the rows and columns no window reaches end in zeros)
-            sp = np.zeros(g.shape[:2] + (x.shape[2] + 2 * pad - k + 1,
-                                         x.shape[3] + 2 * pad - k + 1), np.float32)
-            sp[:, :, ::s, ::s] = g
+        if (sh, sw) != (1, 1):  # (the rows and columns no window reaches end in zeros)
+            sp = np.zeros(g.shape[:2] + (x.shape[2] + 2 * ph - kh + 1,
+                                         x.shape[3] + 2 * pw - kw_ + 1), np.float32)
+            sp[:, :, ::sh, ::sw] = g
             g = sp
-        q = k - 1 - pad
-        cols = im2col(g, (k, k), (1, 1), (1, 1), [(q, q), (q, q)], 1)[0][:, 0]
+        qh, qw = kh - 1 - ph, kw_ - 1 - pw
+        cols = im2col(g, (kh, kw_), (1, 1), (1, 1), [(qh, qh), (qw, qw)], 1)[0][:, 0]
         wm = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]).reshape(ic, -1)
-        idx = np.arange(oc * k * k).reshape(oc, k, k)[:, ::-1, ::-1]  # (oc, kh, kw) -> column
-        if order == "blocks":
+        idx = np.arange(oc * kh * kw_).reshape(oc, kh, kw_)[:, ::-1, ::-1]  # (oc, kh, kw) ->
+        if order == "blocks":                                                # its column
             chains = [idx[c:c + 16].transpose(1, 2, 0).reshape(-1) for c in range(0, oc, 16)]
         elif order == "chain":
             chains = [idx.transpose(1, 2, 0).reshape(-1)]
         else:
-            chains = [idx[:, :, c].T.reshape(-1) for c in range(k)]
+            chains = [idx[:, :, c].T.reshape(-1) for c in range(kw_)]
         total = None
         for chain in chains:
             acc = np.zeros((g.shape[0], ic, cols.shape[2]), np.float32)
@@ -1010,25 +1082,25 @@ def _conv_input_grad_taps(args: list, kw: dict) -> tuple:
     channels (MKL's sgemm: one fma chain an element, k panels past 384 channels), then the
     taps added into the zeroed input gradient in (kh, kw) order where they land (col2im's
     order)."""
-    g, x, w, mask, pad, transposed, s = _conv_bwd_geometry(args)
+    g, x, w, mask, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args)
     if not mask[0]:
         raise ValueError("no input gradient asked")
-    if transposed or s == 1:
+    if transposed or (sh, sw) == (1, 1):
         raise ValueError("written for a strided convolution")
-    oc, ic, k = w.shape[0], w.shape[1], w.shape[2]
+    oc, ic, kh, kw_ = w.shape
     n, _, oh, ow = g.shape
     h, wd = x.shape[2], x.shape[3]
-    if x.size * oc * k * k > _budget()[0]:
+    if x.size * oc * kh * kw_ > _budget()[0]:
         raise ValueError("too many terms to search")
     dyf = np.ascontiguousarray(g.transpose(1, 0, 2, 3)).reshape(oc, -1)
     gx = np.zeros(x.shape, np.float32)
-    for kh in range(k):
-        rows = np.arange(oh) * s + kh - pad
+    for i in range(kh):
+        rows = np.arange(oh) * sh + i - ph
         ra = (rows >= 0) & (rows < h)
-        for kc in range(k):
-            cols = np.arange(ow) * s + kc - pad
+        for j in range(kw_):
+            cols = np.arange(ow) * sw + j - pw
             ca = (cols >= 0) & (cols < wd)
-            t = _sgemm(np.ascontiguousarray(w[:, :, kh, kc].T), dyf)  # ic x (n oh ow)
+            t = _sgemm(np.ascontiguousarray(w[:, :, i, j].T), dyf)  # ic x (n oh ow)
             t = t.reshape(ic, n, oh, ow).transpose(1, 0, 2, 3)[:, :, ra][:, :, :, ca]
             at = np.ix_(np.arange(n), np.arange(ic), rows[ra], cols[ca])
             gx[at] = gx[at] + t
@@ -1126,11 +1198,11 @@ def _conv_1x1_weight_grad(chunks: int) -> Callable:
     order, the runs' sums added in order."""
     def run(args: list, kw: dict) -> tuple:
         try:
-            g, x, w, mask, pad, transposed, s = _conv_bwd_geometry(args)
+            g, x, w, mask, pad, transposed, (sh, sw) = _conv_bwd_geometry(args)
         except ValueError as e:
             raise ValueError(f"not the measured geometry: {e}") from None
         n, oc = g.shape[:2]
-        if not mask[1] or transposed or w.shape[2] != 1 or pad or chunks > n:
+        if not mask[1] or transposed or w.shape[2:] != (1, 1) or any(pad) or chunks > n:
             raise ValueError("written for the weight gradient of a 1x1 convolution, no "
                              "padding, at most a run per image")
         pixels = g.shape[2] * g.shape[3]
@@ -1138,7 +1210,7 @@ def _conv_1x1_weight_grad(chunks: int) -> Callable:
         if n * pixels > steps or n * pixels * w.size > terms:
             raise ValueError("too many terms to search")
         dys = np.ascontiguousarray(g).reshape(n, oc, pixels)
-        xs = np.ascontiguousarray(x[:, :, ::s, ::s]).reshape(n, x.shape[1], pixels)
+        xs = np.ascontiguousarray(x[:, :, ::sh, ::sw]).reshape(n, x.shape[1], pixels)
         if xs.shape[2] != pixels:
             raise ValueError("not the measured geometry")
         total = None
@@ -1155,19 +1227,20 @@ def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
     """The weight gradient of ``_conv_param_grads`` (None where the geometry is not the one
     measured, or its chains are longer than ``_WGRAD_STEPS`` pixels)."""
     try:
-        g, x, w, _, pad, transposed, s = _conv_bwd_geometry(args)
+        g, x, w, _, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args)
     except ValueError:
         return None
-    k = w.shape[2]
+    kh, kw = w.shape[2:]
     if transposed:
         # the chains run over x's pixels: each meets its k x k block of dy (stride k)
-        win = np.lib.stride_tricks.sliding_window_view(g, (k, k), axis=(2, 3))[:, :, ::k, ::k]
+        win = np.lib.stride_tricks.sliding_window_view(g, (kh, kh), axis=(2, 3))[:, :, ::kh,
+                                                                                 ::kh]
         a_, b_ = x, win
     else:
-        xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
         a_ = g
-        b_ = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[
-            :, :, ::s, ::s]  # n ic oh ow k k
+        b_ = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[
+            :, :, ::sh, ::sw]  # n ic oh ow kh kw
     n, _, oh, ow = a_.shape
     terms, steps = _budget()
     if n * oh * ow > steps or n * oh * ow * w.size > terms or b_.shape[2:4] != (oh, ow):
@@ -1258,15 +1331,18 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base in ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward"):
         return _log_softmax_ops(base)
     if base == "convolution":
-        return _convs(dt) + [("fma", "oneDNN's transposed convolution (stride = kernel): each "
+        return [_as_2d(v, False) for v in _convs(dt)] + [
+                             ("fma", "oneDNN's transposed convolution (stride = kernel): each "
                                      "output pixel one fma chain over the input channels in "
                                      "order, the bias added after", _conv_transposed),
-                             ("fma", "oneDNN's depthwise convolution: each output pixel one fma "
-                                     "chain over the taps in (kh, kw) order, from the bias",
-                              _conv_depthwise, _screen(_conv_depthwise, _conv_image))]
+                             _as_2d(("fma", "oneDNN's depthwise convolution: each output pixel "
+                                            "one fma chain over the taps in (kh, kw) order, "
+                                            "from the bias", _conv_depthwise,
+                                     _screen(_conv_depthwise, _conv_image)), False)]
     if base == "convolution_backward":
         runs = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-        return [("fma", f"oneDNN's convolution backward input gradient: {words}",
+        return [_as_2d(v, True) for v in [
+                ("fma", f"oneDNN's convolution backward input gradient: {words}",
                  _conv_input_grad(order), _screen(_conv_input_grad(order), _first_image))
                 for order, words in _INPUT_GRAD_ORDERS.items()] + [
                 ("fma", "PyTorch's CPU strided convolution backward input gradient: per "
@@ -1297,7 +1373,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
             ("fma", f"oneDNN's depthwise convolution backward weight gradient: the images in "
                     f"{t} run{'s' if t > 1 else ''} (one per thread), each run one fma chain a "
                     "tap over its images' pixels in order, the runs added in order",
-             _dw_weight_grad(t)) for t in (1, 2, 3, 4, 6, 8)]
+             _dw_weight_grad(t)) for t in (1, 2, 3, 4, 6, 8)]]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",
@@ -1331,12 +1407,30 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base == "silu_backward":
         return [("libm", "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, (g * s) * "
                          "fma(x, 1 - s, 1)", _silu_backward)]
+    if base == "sigmoid_backward":  # (BinaryOpsKernel.cpp: the vectorised a * (1 - b) * b)
+        return [("reassociation", "PyTorch's CPU sigmoid backward: (g * (1 - y)) * y",
+                 _pointwise_pair(lambda a, b, one: ((a * (one - b)).astype(a.dtype) * b)))]
+    if base == "tanh_backward":  # (a * (1 - b * b), its 1 - b * b contracted by the compiler)
+        return [("fma", "PyTorch's CPU tanh backward: g * fma(-y, y, 1)",
+                 _pointwise_pair(lambda a, b, one: a * fma(-b, b, one).astype(a.dtype)))]
     if base == "mse_loss":
         return _mse(dt)
     if base in ("sum", "mean"):
         return _sums(op, dt)
-    if base == "_softmax":
-        return _softmax(op)
+    if base in ("_softmax", "_safe_softmax"):  # (_safe_softmax: 0 where a row is all -inf;
+        return _softmax(op)                       # its other rows _softmax's)
+    if base == "_softmax_backward_data":
+        def smx_bwd(tail_fma: bool) -> Callable:
+            def run(args: list, kw: dict) -> np.ndarray:
+                g = np.asarray(args[0])
+                if int(args[2]) not in (-1, g.ndim - 1):
+                    raise ValueError("written for the last axis")
+                return softmax_backward(g, np.asarray(args[1]), tail_fma)
+            return run
+        return [("reassociation", "PyTorch's CPU softmax backward (ATen, AVX-512): (g - sum) * "
+                                  "out, sum(g * out) in lanes, the partial vector "
+                                  + ("fma'd (one thread)" if f else "added (threads)"),
+                 smx_bwd(f)) for f in (True, False)]
     if base.rstrip("_") == "sqrt":
         return _sqrt(op)
     if base.rstrip("_") in _LIBM and not base.endswith("_backward"):

@@ -205,6 +205,99 @@ def test_layer_norm_each_output(dt, shape):
                           j)["cause"] == "unknown"
 
 
+def _at_threads(threads: int, fn, *args):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(before)
+
+
+@need_avx512
+def test_sigmoid_and_the_tanh_sigmoid_gradients_are_atens():
+    """A GRU's gates: sigmoid (and sigmoid_ in place, on a gate's chunk of a wider tensor) is
+    ATen's SLEEF-based 1 / (1 + exp(-x)); sigmoid_backward (g * (1 - y)) * y; tanh_backward
+    g * fma(-y, y, 1). Each named for torch's own result, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(4)
+    wide = torch.randn(16, 96, generator=g) * 3
+    for x in (wide, wide.chunk(3, 1)[1]):
+        y = torch.sigmoid(x).numpy()
+        xs = x.numpy().copy()
+        for op in ("aten.sigmoid.default", "aten.sigmoid_.default"):
+            _named(op, [xs], {}, y, reference("aten.sigmoid.default", [xs], {})[0], "libm",
+                   "PyTorch's CPU sigmoid")
+    gr = torch.randn(16, 96, generator=g)
+    for op, fwd, fn, cause, words in (
+            ("aten.sigmoid_backward.default", torch.sigmoid, torch.ops.aten.sigmoid_backward,
+             "reassociation", "(g * (1 - y)) * y"),
+            ("aten.tanh_backward.default", torch.tanh, torch.ops.aten.tanh_backward, "fma",
+             "g * fma(-y, y, 1)")):
+        out = fwd(wide)
+        args = [gr.numpy(), out.numpy()]
+        _named(op, args, {}, fn(gr, out).numpy(), reference(op, args, {})[0], cause, words)
+
+
+@need_avx512
+@pytest.mark.parametrize("threads, words", [(1, "fma'd (one thread)"), (2, "added (threads)")])
+def test_softmax_backward_is_atens_at_one_and_two_threads(threads, words):
+    """_softmax_backward_data over rows of 24 under a causal mask (an attention's): ATen's
+    (g - sum) * out with sum(g * out) in 16 lanes, whose partial vector the compiler
+    contracts into an fma in the copy parallel_for runs inline (one thread) and not in the
+    one its threads run. Named for torch's own result, one ulp off unknown; and
+    _safe_softmax is _softmax's kernel, a fully masked row 0."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(5)
+    mask = torch.triu(torch.full((24, 24), float("-inf")), 1)
+    out = torch.softmax(torch.randn(16, 24, 24, generator=g) + mask, -1)
+    gr = torch.randn(16, 24, 24, generator=g)
+    rec = _at_threads(threads, torch.ops.aten._softmax_backward_data, gr, out, -1,
+                      torch.float32).numpy()
+    args = [gr.numpy(), out.numpy(), -1, "torch.float32"]
+    _named("aten._softmax_backward_data.default", args, {}, rec,
+           reference("aten._softmax_backward_data.default", args, {})[0], "reassociation",
+           words)
+    x = torch.randn(4, 24, generator=g)
+    x[1] = float("-inf")  # (a row with nothing to attend to)
+    y = torch.ops.aten._safe_softmax(x, -1).numpy()
+    assert not y[1].any()
+    got = explain_op("aten._safe_softmax.default", [x.numpy(), -1], {}, y,
+                     {"n_diff": 1, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0})
+    assert got["cause"] == "libm" and "softmax" in got["variant"], got
+
+
+@need_avx512
+@pytest.mark.parametrize("shape", [(8, 1, 16, 400, 9, 2, 4), (8, 16, 32, 200, 5, 2, 2),
+                                   (4, 32, 64, 50, 3, 1, 1)],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_a_1d_convolution_is_named_as_2d_of_height_one(shape):
+    """conv1d (an audio model's): oneDNN runs it as 2-D of height 1, so the 2-D orders name
+    its forward, input and weight gradients (strided, kernels of 9 and 5) at one thread;
+    one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    n, ic, oc, length, k, s, p = shape
+    g = torch.Generator().manual_seed(6)
+    x, w = torch.randn(n, ic, length, generator=g), torch.randn(oc, ic, k, generator=g)
+    b = torch.randn(oc, generator=g)
+    y = _at_threads(1, torch.nn.functional.conv1d, x, w, b, s, p)
+    dy = torch.randn(y.shape, generator=g)
+    grads = _at_threads(1, torch.ops.aten.convolution_backward, dy, x, w, [oc], [s], [p], [1],
+                        False, [0], 1, [True, True, False])
+    fwd = [x.numpy(), w.numpy(), b.numpy(), [s], [p], [1], False, [0], 1]
+    _named("aten.convolution.default", fwd, {}, y.numpy(),
+           reference("aten.convolution.default", fwd, {})[0], "reassociation", "direct conv")
+    bwd = [dy.numpy(), x.numpy(), w.numpy(), [oc], [s], [p], [1], False, [0], 1,
+           [True, True, False]]
+    plain = reference("aten.convolution_backward.default", bwd, {})
+    for j in (0, 1):
+        _named("aten.convolution_backward.default", bwd, {}, grads[j].numpy(), plain[j], "fma",
+               "convolution backward", output=j)
+
+
 @need_avx512
 @pytest.mark.parametrize("shape", [(32, 32), (32, 20), (5, 100)])
 def test_the_loss_kernels(shape):

@@ -305,6 +305,11 @@ CASES = [
     ("flip", "aten.flip.default", lambda g, d: ([rn(g, d, 4, 9), [0, -1]], {})),
     ("roll", "aten.roll.default", lambda g, d: ([rn(g, d, 4, 9), [-1, 11], [1, 0]], {})),
     ("roll_flat", "aten.roll.default", lambda g, d: ([rn(g, d, 3, 5), [7]], {})),
+    ("tril", "aten.tril.default", lambda g, d: ([rn(g, d, 2, 4, 5), 1], {})),
+    ("triu", "aten.triu.default", lambda g, d: ([rn(g, d, 4, 5)], {"diagonal": -1})),
+    ("tril_", "aten.tril_.default", lambda g, d: ([rn(g, d, 5, 4)], {})),
+    ("transpose_", "aten.transpose_.default", lambda g, d: ([rn(g, d, 2, 3, 4), 0, -1], {})),
+    ("t_", "aten.t_.default", lambda g, d: ([rn(g, d, 3, 4)], {})),
     ("grad_input_out", "aten.smooth_l1_loss_backward.grad_input",
      lambda g, d: ([rn(g, d), rn(g, d, 4, 5), rn(g, d, 4, 5), 1, 0.5],
                    {"grad_input": torch.empty(4, 5, dtype=d)})),
@@ -615,7 +620,8 @@ BIT_EXACT = {
     "foreach_addcdiv_scalarlist", "foreach_addcdiv_tensor", "foreach_div_list",
     "amp_unscale", "amp_unscale_inf", "amp_update_scale", "amp_update_scale_inf",
     # more selections and gathers, and their scatter-adds in output order
-    "prelu", "prelu_backward", "flip", "roll", "roll_flat", "reflection_pad1d",
+    "prelu", "prelu_backward", "flip", "roll", "roll_flat", "tril", "triu", "tril_",
+    "transpose_", "t_", "reflection_pad1d",
     "reflection_pad2d_backward", "smooth_l1_backward", "grad_input_out",
 }
 
