@@ -777,9 +777,9 @@ def _vml_lib() -> Any:
     return lib
 
 
-def vml_sqrt(x: Any) -> np.ndarray:
-    """MKL VML's HA-mode square root (PyTorch's CPU ``torch.sqrt``), float64 / float32; a
-    ValueError when no MKL is here (the variant then explains nothing)."""
+def _vml(name: str, x: Any) -> np.ndarray:
+    """MKL VML's HA-mode ``vmd<name>`` / ``vms<name>`` on x (float64 / float32); a ValueError
+    when no MKL is here (the variant then explains nothing)."""
     import ctypes
 
     x = np.asarray(x)
@@ -788,12 +788,26 @@ def vml_sqrt(x: Any) -> np.ndarray:
         raise ValueError("MKL's vector math library is not here")
     src = np.ascontiguousarray(x)
     out = np.empty_like(src)
-    f = lib.vmdSqrt if src.dtype == np.float64 else lib.vmsSqrt
+    f = getattr(lib, ("vmd" if src.dtype == np.float64 else "vms") + name, None)
+    if f is None:
+        raise ValueError(f"this MKL has no {name}")
     for i in range(0, src.size, 1 << 30):  # MKL_INT is 32-bit
         n = min(src.size - i, 1 << 30)
         f(ctypes.c_int(n), ctypes.c_void_p(src.ctypes.data + i * src.itemsize),
           ctypes.c_void_p(out.ctypes.data + i * src.itemsize), ctypes.c_longlong(_VML_MODE))
     return out.reshape(x.shape)
+
+
+def vml_sqrt(x: Any) -> np.ndarray:
+    """MKL VML's HA-mode square root (PyTorch's CPU ``torch.sqrt``), float64 / float32."""
+    return _vml("Sqrt", x)
+
+
+def vml_tanh(x: Any) -> np.ndarray:
+    """MKL VML's HA-mode tanh: PyTorch's CPU ``torch.tanh`` (ATen's vml::vtanh with MKL:
+    measured bit for bit, float32 and float64, whole arrays with their tails), called, not
+    rewritten, as ``vml_sqrt``."""
+    return _vml("Tanh", x)
 
 
 # the square roots an optimizer step may take (core.optim's Adam and the clipping norm), in the
@@ -881,6 +895,8 @@ VARIANTS: tuple[Variant, ...] = (
     # the kernel's own reduction and division (issue 44)
     *(Variant("libm", label, "aten:" + op, fn) for op, (fn, label) in ATEN_FORWARD.items()),
     Variant("libm", UPDATE_VARIANTS[0][1], "aten:sqrt", lambda xs, at: vml_sqrt(xs[0])),
+    Variant("libm", "MKL VML's tanh (HA mode: PyTorch's CPU torch.tanh)", "aten:tanh",
+            lambda xs, at: vml_tanh(xs[0])),
     Variant("reassociation", "pairwise sum (numpy's np.sum)", "sum", _sum_pairwise),
     Variant("reassociation", "pairwise sum of squares", "sumsq",
             lambda x, axis=None, keepdims=False: _sum_pairwise(x * x, axis, keepdims)),

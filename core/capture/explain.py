@@ -58,10 +58,10 @@ from tapescope.core.explain_aten import (
     aten_moments,
     aten_sum,
     flash_attention,
-    softmax_backward,
     flash_attention_backward,
     reduce_all,
     sleef_exp,
+    softmax_backward,
 )
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
@@ -299,6 +299,10 @@ def _libm(op: str, name: str) -> list[_Variant]:
             return gelu_forward(np.asarray(args[0]))
         out.append(("libm", "PyTorch's CPU gelu (oneDNN's gelu_erf, AVX-512: a piecewise "
                             "minimax polynomial of erf)", onednn))
+    if name == "tanh":  # PyTorch's CPU tanh is MKL VML's (the table's aten:tanh variant)
+        vml = next(v for v in VARIANTS if v.prim == "aten:tanh")
+        out.append((vml.cause, vml.label,
+                    lambda args, kw: vml.value([np.asarray(args[0])], {})))
     if name == "sigmoid":  # PyTorch's own CPU kernel (core/explain_aten.py)
         out.append(("libm", ATEN_FORWARD["sigmoid"][1],
                     lambda args, kw: np.asarray(ATEN_FORWARD["sigmoid"][0](
@@ -827,7 +831,7 @@ def _convs(dt: np.dtype) -> list[_Variant]:
                        ("start", "the first fma chain starting from the bias")):
         for blk in (16, 8) if mode == "first" else (16, 8, 0):  # (0: one block, a 1x1 conv
             run = with_bias(_conv_direct(blk, mode))            # at two threads, measured)
-            out.append(("reassociation", f"direct conv: (kh, kw, channel) taps with fma, "
+            out.append(("reassociation", "direct conv: (kh, kw, channel) taps with fma, "
                                          + (f"{blk}-channel blocks" if blk else "one block")
                                          + f", {says} (oneDNN)", run,
                         _screen(run, _conv_image)))

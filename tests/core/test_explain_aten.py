@@ -219,3 +219,30 @@ def test_a_sqrt_node_is_named_mkls():
         node = SimpleNamespace(op="sqrt", attrs={}, shape=x.shape)
         c = explain(node, [x], torch.sqrt(torch.from_numpy(x)).numpy())
         assert c.cause == "libm" and "MKL VML" in c.variant, c
+
+
+@pytest.mark.parametrize("n", [50, 1037, 20000])
+def test_tanh_is_mkls_vector_math(n):
+    """PyTorch's CPU tanh is MKL VML's (vmsTanh / vmdTanh, HA mode), not SLEEF's: called, it
+    is torch.tanh bit for bit at every length (tails included), in both float types; a tanh
+    node the torch candidate ran is named for it, and a captured tanh_ (a GRU's, in place)."""
+    from tapescope.core.capture.explain import explain_op
+    from tapescope.core.explain import _vml_lib, vml_tanh
+
+    if _vml_lib() is None:
+        pytest.skip("no MKL here")
+    for dt in DTYPES:
+        x = (np.random.default_rng(n).standard_normal(n) * 3).astype(dt)
+        want = torch.tanh(torch.from_numpy(x)).numpy()
+        assert _bits_equal(vml_tanh(x), want)
+        ref = np.tanh(x.astype(np.float64)).astype(dt)
+        d = {"n_diff": int(np.sum(ref != want)), "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
+        if d["n_diff"]:
+            got = explain_op("aten.tanh_.default", [x], {}, want, d)
+            assert got["cause"] == "libm" and "MKL VML's tanh" in got["variant"], got
+            off = want.copy()
+            off[0] = np.nextafter(off[0], np.inf, dtype=dt)
+            assert explain_op("aten.tanh_.default", [x], {}, off, d)["cause"] == "unknown"
+        node = SimpleNamespace(op="tanh", attrs={}, shape=x.shape)
+        c = explain(node, [x], want)
+        assert c.cause == "libm" and "MKL VML's tanh" in c.variant, c
