@@ -228,6 +228,148 @@ def _libc_exp(x: np.ndarray) -> np.ndarray:
     return _LIBC_MATH.exp(x)
 
 
+# SLEEF's float tanh (``xtanhf``, the 1-ulp one: ``Sleef_tanhf16_u10``, what ATen's
+# ``Vectorized<float>::tanh`` calls: GELU's tanh form), its FMA build, in double-float
+# arithmetic: pairs (hi, lo) of float32 arrays, each operation written as SLEEF's df.h writes it
+# (``vfmapn(x, y, z)`` is ``fma(x, y, -z)``, ``vfmanp(x, y, z)`` is ``fma(-x, y, z)``); bit for
+# bit with the copy of ``Sleef_tanhf16_u10`` in PyTorch's own library (500,000 values)
+def _df_add2(x: tuple, y: Any) -> tuple:
+    """dfadd2 of a pair and a float, or of two pairs."""
+    yx, yy = y if isinstance(y, tuple) else (y, None)
+    s = x[0] + yx
+    v = s - x[0]
+    t = (x[0] - (s - v)) + (yx - v)
+    return s, t + (x[1] if yy is None else x[1] + yy)
+
+
+def _df_add(x: tuple, y: tuple) -> tuple:
+    """dfadd of two pairs (|x| >= |y|)."""
+    s = x[0] + y[0]
+    return s, (((x[0] - s) + y[0]) + x[1]) + y[1]
+
+
+def _df_mul(x: tuple, y: Any) -> tuple:
+    """dfmul of a pair and a float, or of two pairs."""
+    from tapescope.core.explain_prims import fma
+
+    f32 = np.float32
+    if not isinstance(y, tuple):
+        s = (x[0] * y).astype(f32)
+        return s, fma(x[1], y, fma(x[0], y, -s)).astype(f32)
+    s = (x[0] * y[0]).astype(f32)
+    return s, fma(x[0], y[1], fma(x[1], y[0], fma(x[0], y[0], -s))).astype(f32)
+
+
+def _df_squ(x: tuple) -> tuple:
+    from tapescope.core.explain_prims import fma
+
+    s = (x[0] * x[0]).astype(np.float32)
+    return s, fma(x[0] + x[0], x[1], fma(x[0], x[0], -s)).astype(np.float32)
+
+
+def _df_rec(d: tuple) -> tuple:
+    from tapescope.core.explain_prims import fma
+
+    f32 = np.float32
+    s = (f32(1) / d[0]).astype(f32)
+    return s, (s * fma(-d[1], s, fma(-d[0], s, f32(1)))).astype(f32)
+
+
+def _df_div(n: tuple, d: tuple) -> tuple:
+    from tapescope.core.explain_prims import fma
+
+    f32 = np.float32
+    t = (f32(1) / d[0]).astype(f32)
+    s = (n[0] * t).astype(f32)
+    u = fma(t, n[0], -s).astype(f32)
+    v = fma(-d[1], t, fma(-d[0], t, f32(1))).astype(f32)
+    return s, fma(s, v, fma(n[1], t, u)).astype(f32)
+
+
+def _pow2i(q: np.ndarray) -> np.ndarray:
+    return ((q.astype(np.int32) + np.int32(0x7F)) << np.int32(23)).view(np.float32)
+
+
+def sleef_tanhf(x: Any) -> np.ndarray:
+    """SLEEF's ``xtanhf`` (float32, FMA build): ``(e - 1/e) / (e + 1/e)``, ``e = exp(|x|)`` by
+    ``expk2f``, in double-float; 1 past 8.664339742, the sign of x, NaN as NaN."""
+    from tapescope.core.explain_prims import fma
+
+    f32 = np.float32
+    x = np.asarray(x)
+    if x.dtype != f32:
+        raise ValueError(f"SLEEF's tanhf is written for float32, not {x.dtype}")
+    with np.errstate(all="ignore"):
+        y = np.abs(x)
+        zero = np.zeros_like(y)
+        u = ((y + zero) * f32(1.442695040888963407359924681001892137426645954152985934135449406931)
+             ).astype(f32)
+        q = np.rint(np.nan_to_num(u)).clip(-(1 << 30), 1 << 30).astype(np.int32)
+        qf = q.astype(f32)
+        s = _df_add2((y, zero), (qf * f32(-0.693145751953125)).astype(f32))
+        s = _df_add2(s, (qf * f32(-1.428606765330187045e-06)).astype(f32))
+        u = np.full_like(y, f32(0.1980960224e-3))
+        for c in (0.1394256484e-2, 0.8333456703e-2, 0.4166637361e-1):
+            u = fma(u, s[0], f32(c)).astype(f32)
+        t = _df_add2(_df_mul(s, u), f32(0.166666659414234244790680580464e+0))
+        t = _df_add2(_df_mul(s, t), f32(0.5))
+        t = _df_add2(s, _df_mul(_df_squ(s), t))
+        one = np.ones_like(y)
+        sx = one + t[0]
+        t = (sx, ((one - sx) + t[0]) + t[1])  # dfadd_vf2_vf_vf2(1, t)
+        h, lo = q >> np.int32(1), q - (q >> np.int32(1))
+        t = tuple(((v * _pow2i(h)).astype(f32) * _pow2i(lo)).astype(f32) for v in t)
+        e = _df_rec(t)
+        d = _df_div(_df_add(t, (-e[0], -e[1])), _df_add(t, e))
+        r = (d[0] + d[1]).astype(f32)
+        r = np.where((np.abs(x) > f32(8.664339742)) | np.isnan(r), f32(1), r).astype(f32)
+        bits = r.view(np.uint32) ^ (x.view(np.uint32) & np.uint32(0x80000000))
+        bits = np.where(np.isnan(x), np.uint32(0xFFFFFFFF), bits)
+    return bits.astype(np.uint32).view(f32)
+
+
+_GELU_BETA = np.float32(np.sqrt(2.0) * (2.0 / np.sqrt(np.pi)) * 0.5)
+_GELU_KAPPA = np.float32(0.044715)
+
+
+def _gelu_tanh_parts(x: np.ndarray, tanh: Callable) -> tuple:
+    """GELU's tanh form as ATen's GeluKernel writes it (float32; the compiler contracts
+    ``x + kappa * x^3`` into an fma, measured): (x^2, tanh(inner))."""
+    from tapescope.core.explain_prims import fma
+
+    f32 = np.float32
+    x_sq = (x * x).astype(f32)
+    inner = (_GELU_BETA * fma(_GELU_KAPPA, (x_sq * x).astype(f32), x).astype(f32)).astype(f32)
+    return x_sq, tanh(inner)
+
+
+def gelu_tanh(x: np.ndarray, dy: np.ndarray | None = None) -> np.ndarray:
+    """``gelu(x, approximate='tanh')`` (``dy`` None) or its backward as PyTorch's CPU computes
+    them (ATen's GeluKernel, float32): ``inner = beta * fma(kappa, x^3, x)``, SLEEF's tanhf on
+    whole register pairs and the C library's ``tanhf`` on the rest (``cpu_kernel_vec``);
+    forward ``(0.5 * x) * (1 + t)``; backward ``dy * (0.5 * (1 + t) + ((0.5 * x) *
+    fma(-t, t, 1)) * (beta * fma(3 * kappa, x^2, 1)))`` (measured: those two contracted, the
+    last sum not)."""
+    from tapescope.core.explain_prims import _LIBC_MATH, fma
+
+    f32 = np.float32
+    x = np.asarray(x)
+    if x.dtype != f32 or (dy is not None and (np.asarray(dy).dtype != f32
+                                              or np.shape(dy) != x.shape)):
+        raise ValueError("written for float32")
+    with np.errstate(all="ignore"):
+        x_sq, t = _gelu_tanh_parts(x, lambda v: _vec_map(v, sleef_tanhf, _LIBC_MATH.tanh))
+        one, half = f32(1), f32(0.5)
+        right = (one + t).astype(f32)
+        left = (half * x).astype(f32)
+        if dy is None:
+            return (left * right).astype(f32)
+        td = fma(-t, t, one).astype(f32)
+        idv = (_GELU_BETA * fma((f32(3) * _GELU_KAPPA).astype(f32), x_sq, one)).astype(f32)
+        return (np.asarray(dy) * ((half * right).astype(f32)
+                                  + ((left * td).astype(f32) * idv).astype(f32))).astype(f32)
+
+
 def _vec_map(x: np.ndarray, vec: Callable, scalar: Callable) -> np.ndarray:
     """``cpu_kernel_vec`` over a contiguous array: ``vec`` on whole pairs of registers, ``scalar``
     on the rest (elementwise functions, so applied to the flat array's two parts)."""

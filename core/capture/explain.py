@@ -59,6 +59,7 @@ from tapescope.core.explain_aten import (
     aten_sum,
     flash_attention,
     flash_attention_backward,
+    gelu_tanh,
     reduce_all,
     sleef_exp,
     softmax_backward,
@@ -299,6 +300,13 @@ def _libm(op: str, name: str) -> list[_Variant]:
             return gelu_forward(np.asarray(args[0]))
         out.append(("libm", "PyTorch's CPU gelu (oneDNN's gelu_erf, AVX-512: a piecewise "
                             "minimax polynomial of erf)", onednn))
+
+        def tanh_form(args: list, kw: dict) -> np.ndarray:
+            if _arg(args, kw, 1, "approximate", "none") != "tanh":
+                raise ValueError("the tanh form only")
+            return gelu_tanh(np.asarray(args[0]))
+        out.append(("libm", "PyTorch's CPU gelu, tanh form (ATen's GeluKernel: SLEEF's tanhf, "
+                            "beta * fma(kappa, x^3, x))", tanh_form))
     if name == "tanh":  # PyTorch's CPU tanh is MKL VML's (the table's aten:tanh variant)
         vml = next(v for v in VARIANTS if v.prim == "aten:tanh")
         out.append((vml.cause, vml.label,
@@ -1406,8 +1414,14 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
             if _arg(args, kw, 2, "approximate", "none") != "none":
                 raise ValueError("oneDNN's gelu_erf is the exact (erf) form")
             return gelu_backward(np.asarray(args[0]), np.asarray(args[1]))
+        def tanh_bwd(args: list, kw: dict) -> np.ndarray:
+            if _arg(args, kw, 2, "approximate", "none") != "tanh":
+                raise ValueError("the tanh form only")
+            return gelu_tanh(np.asarray(args[1]), np.asarray(args[0]))
         return [("libm", "PyTorch's CPU gelu backward (oneDNN's gelu_erf: Abramowitz and "
-                         "Stegun's erf, oneDNN's exp)", onednn_bwd)]
+                         "Stegun's erf, oneDNN's exp)", onednn_bwd),
+                ("libm", "PyTorch's CPU gelu backward, tanh form (ATen's GeluKernel: SLEEF's "
+                         "tanhf, its derivative's two fmas)", tanh_bwd)]
     if base == "silu_backward":
         return [("libm", "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, (g * s) * "
                          "fma(x, 1 - s, 1)", _silu_backward)]

@@ -241,6 +241,50 @@ def test_sigmoid_and_the_tanh_sigmoid_gradients_are_atens():
 
 
 @need_avx512
+@pytest.mark.parametrize("shape", [(64, 32), (7, 45), (1000,)],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_gelus_tanh_form_and_its_backward_are_atens(shape):
+    """GELU's tanh form (GPT-2's "gelu_new"): ATen's GeluKernel with SLEEF's tanhf on whole
+    register pairs and the C library's tanhf on the rest, beta * fma(kappa, x^3, x); its
+    backward with fma(-t, t, 1) and fma(3 kappa, x^2, 1). Named for torch's own results (tails
+    included), one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(8)
+    x, dy = torch.randn(*shape, generator=g) * 2, torch.randn(*shape, generator=g)
+    fwd = [x.numpy(), "tanh"]
+    y = torch.nn.functional.gelu(x, approximate="tanh").numpy()
+    _named("aten.gelu.default", fwd, {}, y, reference("aten.gelu.default", fwd, {})[0], "libm",
+           "gelu, tanh form")
+    bwd = [dy.numpy(), x.numpy(), "tanh"]
+    gx = torch.ops.aten.gelu_backward(dy, x, approximate="tanh").numpy()
+    _named("aten.gelu_backward.default", bwd, {}, gx,
+           reference("aten.gelu_backward.default", bwd, {})[0], "libm",
+           "gelu backward, tanh form")
+
+
+def test_sleefs_tanhf_is_within_an_ulp_and_keeps_its_specials():
+    """core.explain_aten.sleef_tanhf (SLEEF's xtanhf, held to PyTorch's own copy of
+    Sleef_tanhf16_u10 when written): within 1 ulp of tanh everywhere sampled, odd, 1 past
+    8.66, +-0 kept, +-inf to +-1, NaN to NaN; float64 refused."""
+    from tapescope.core.explain_aten import sleef_tanhf
+
+    x = np.concatenate([np.random.default_rng(2).standard_normal(20000) * s
+                        for s in (0.01, 1, 5)]).astype(np.float32)
+    got = sleef_tanhf(x)
+    exact = np.tanh(x.astype(np.float64))
+    ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= ulp)
+    assert np.array_equal(sleef_tanhf(-x).view(np.uint32), (-got).view(np.uint32))
+    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 9.0, -20.0], np.float32)
+    out = sleef_tanhf(sp)
+    assert np.array_equal(out[:4], [0, 0, 1, -1]) and np.signbit(out[1]) and np.isnan(out[4])
+    assert out[5] == 1 and out[6] == -1
+    with pytest.raises(ValueError):
+        sleef_tanhf(np.ones(3))
+
+
+@need_avx512
 @pytest.mark.parametrize("threads, words", [(1, "fma'd (one thread)"), (2, "added (threads)")])
 def test_softmax_backward_is_atens_at_one_and_two_threads(threads, words):
     """_softmax_backward_data over rows of 24 under a causal mask (an attention's): ATen's
