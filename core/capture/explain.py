@@ -560,7 +560,7 @@ def _batch_norm(args: list, kw: dict) -> tuple:
     if not training or x.ndim < 3 or x.dtype not in (np.float32, np.float64) or \
             (rm is None) != (rv is None):
         raise ValueError("written for training on N, C, spatial... float32 / float64")
-    t, f64 = x.dtype.type, np.float64
+    f64 = np.float64
     c = x.shape[1]
     xc = np.moveaxis(x, 1, 0).reshape(c, -1)  # per channel: (image, position) in memory order
     n = xc.shape[1]
@@ -570,6 +570,16 @@ def _batch_norm(args: list, kw: dict) -> tuple:
     mean = (np.add.accumulate(xc.astype(f64), axis=1)[:, -1] / f64(n)).astype(x.dtype)
     d = xc - mean[:, None]
     vs = np.add.accumulate((d * d).astype(f64), axis=1)[:, -1].astype(x.dtype)
+    return _bn_finish(x, w, b, rm, rv, momentum, eps, mean, vs)
+
+
+def _bn_finish(x: np.ndarray, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float,
+               mean: np.ndarray, vs: np.ndarray) -> tuple:
+    """batch_norm's outputs from its per-channel mean and variance sum (T): ``invstd``, ``y``
+    and the running statistics, in the capture's order (``_batch_norm``'s docstring)."""
+    t, f64 = x.dtype.type, np.float64
+    c = x.shape[1]
+    n = x.size // c
     invstd = (f64(1) / np.sqrt((vs / t(n)).astype(f64) + f64(eps))).astype(x.dtype)
     a = invstd * (np.ones(c, x.dtype) if w is None else np.asarray(w).reshape(-1))
     bias = np.zeros(c, x.dtype) if b is None else np.asarray(b).reshape(-1)
@@ -584,6 +594,100 @@ def _batch_norm(args: list, kw: dict) -> tuple:
     keep = ((rv.dtype.type(1) - rv.dtype.type(momentum)) * rv).astype(f64)
     new_rv = (f64(rv.dtype.type(momentum)) * unbiased + keep).astype(rv.dtype)
     return new_rm, new_rv, y, mean, invstd
+
+
+def _row_runs(n: int, threads: int) -> list[range]:
+    """``at::parallel_for(0, n, 1)``'s chunks over ``threads`` threads: ceil(n / used) rows
+    each, ``used = min(threads, n)``."""
+    used = max(1, min(threads, n))
+    step = -(-n // used)
+    return [range(a, min(a + step, n)) for a in range(0, n, step)]
+
+
+def _batch_norm_rows(threads: int) -> Callable:
+    """``native_batch_norm`` in training on (rows, channels) (BatchNorm1d's 2-D input) as
+    PyTorch's CPU computes it (ATen's ``batch_norm_cpu_collect_stats_channels_last_impl``,
+    measured at 1 and 2 threads over 75 shapes): the rows in ``threads`` runs, each run's
+    channels summed row by row in T (a buffer per thread), the runs' sums added in float64,
+    ``mean = T(sum / n)``; each run's ``fma(x - mean, x - mean, acc)`` in T, the runs added in
+    float64 and rounded to T; then as the N, C, ... kernel: ``invstd = 1 / sqrt(T(var / n) +
+    eps)``, ``y = fma(x, a, fma(-mean, a, bias))``, the running statistics."""
+    def run(args: list, kw: dict) -> tuple:
+        x, w, b, rm, rv = np.asarray(args[0]), args[1], args[2], args[3], args[4]
+        training, momentum, eps = bool(args[5]), float(args[6]), float(args[7])
+        if not training or x.ndim != 2 or x.dtype not in (np.float32, np.float64) or \
+                (rm is None) != (rv is None) or x.shape[0] < 2 or threads > x.shape[0]:
+            raise ValueError("written for training on (rows, channels), float32 / float64, "
+                             "at most a run per row")
+        f64 = np.float64
+        n, c = x.shape
+        runs = _row_runs(n, threads)
+        total = np.zeros(c, f64)
+        for r in runs:
+            acc = np.zeros(c, x.dtype)
+            for i in r:
+                acc = (acc + x[i]).astype(x.dtype)
+            total = total + acc
+        mean = (total / f64(n)).astype(x.dtype)
+        vs = np.zeros(c, f64)
+        for r in runs:
+            acc = np.zeros(c, x.dtype)
+            for i in r:
+                d = (x[i] - mean).astype(x.dtype)
+                acc = fma(d, d, acc).astype(x.dtype)
+            vs = vs + acc
+        vs = vs.astype(x.dtype)
+        return _bn_finish(x, w, b, rm, rv, momentum, eps, mean, vs)
+    return run
+
+
+def _batch_norm_rows_backward(threads: int) -> Callable:
+    """``native_batch_norm_backward`` in training on (rows, channels) as PyTorch's CPU
+    computes it (ATen's ``batch_norm_cpu_backward_channels_last_impl``, measured at 1 and 2
+    threads): per run of rows (as the forward's), ``sum += dy`` and ``dotp = fma(x - mean, dy,
+    dotp)`` in T, the runs added in float64 and rounded to T; ``k = ((dotp * invstd) * invstd)
+    / n``, ``grad_mean = sum / n``, ``dx = ((fma(-(x - mean), k, dy - grad_mean) * invstd) *
+    w`` on whole 16- (8-) channel vectors and ``dy - grad_mean - (x - mean) * k`` (no fma: the
+    kernel's own tail loop) on the rest; ``dweight = dotp * invstd``, ``dbias = sum``."""
+    def run(args: list, kw: dict) -> tuple:
+        dy, x, w = np.asarray(args[0]), np.asarray(args[1]), args[2]
+        sm, si, train, mask = args[5], args[6], bool(args[7]), args[9]
+        if not train or x.ndim != 2 or x.dtype not in (np.float32, np.float64) or \
+                dy.shape != x.shape or sm is None or si is None or threads > x.shape[0]:
+            raise ValueError("written for training on (rows, channels), float32 / float64")
+        t, f64 = x.dtype.type, np.float64
+        n, c = x.shape
+        mean, invstd = np.asarray(sm).reshape(-1), np.asarray(si).reshape(-1)
+        wv = np.ones(c, x.dtype) if w is None else np.asarray(w).reshape(-1)
+        total, dotp = np.zeros(c, f64), np.zeros(c, f64)
+        for r in _row_runs(n, threads):
+            a, b = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
+            for i in r:
+                a = (a + dy[i]).astype(x.dtype)
+                b = fma((x[i] - mean).astype(x.dtype), dy[i], b).astype(x.dtype)
+            total, dotp = total + a, dotp + b
+        total, dotp = total.astype(x.dtype), dotp.astype(x.dtype)
+        out = []
+        if mask[0]:
+            k = (((dotp * invstd).astype(x.dtype) * invstd).astype(x.dtype) / t(n)).astype(
+                x.dtype)
+            gm = (total / t(n)).astype(x.dtype)
+            d = (x - mean).astype(x.dtype)
+            base = (dy - gm).astype(x.dtype)
+            inner = fma(-d, k, base).astype(x.dtype)
+            full = c - c % _LANES_OF[x.dtype]
+            inner[:, full:] = (base[:, full:] - (d[:, full:] * k[full:]).astype(x.dtype))
+            out.append(((inner * invstd).astype(x.dtype) * wv).astype(x.dtype))
+        if mask[1]:
+            out.append((dotp * invstd).astype(x.dtype))
+        if mask[2]:
+            out.append(total)
+        return tuple(out)
+    return run
+
+
+_LANES_OF = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}
+_BN_RUNS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # the thread counts tried
 
 
 def _batch_norm_backward(args: list, kw: dict) -> tuple:
@@ -1389,7 +1493,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",
-                 _batch_norm)]
+                 _batch_norm)] + [
+                ("reassociation", "PyTorch's CPU batch_norm of (rows, channels) (ATen's "
+                                  f"channels-last kernel: the rows in {t} run"
+                                  f"{'s' if t > 1 else ''}, summed in T, the runs in float64)",
+                 _batch_norm_rows(t)) for t in _BN_RUNS]
     if base == "native_layer_norm_backward":
         return [("reassociation", "PyTorch's CPU layer_norm backward (ATen: 8 / 4 lanes, the "
                                   "tail contracted; dgamma and dbeta summed per thread, the "
@@ -1399,7 +1507,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("reassociation", "PyTorch's CPU batch_norm backward (ATen: per image 8 / 4 "
                                   "lanes, the tail contracted, the images added in float64; "
                                   "dx = fma(-(x - mean), k, dy - grad_mean) * invstd * w)",
-                 _batch_norm_backward)]
+                 _batch_norm_backward)] + [
+                ("reassociation", "PyTorch's CPU batch_norm backward of (rows, channels) (ATen's "
+                                  f"channels-last kernel: the rows in {t} run"
+                                  f"{'s' if t > 1 else ''}, dotp by fma, dx's tail not "
+                                  "contracted)", _batch_norm_rows_backward(t))
+                for t in _BN_RUNS]
     if base == "native_group_norm_backward":
         return [("reassociation", "PyTorch's CPU group_norm backward (ATen: per channel lane "
                                   "sums of dy * x and dy, per group their gamma-weighted fma "

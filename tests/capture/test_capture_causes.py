@@ -241,6 +241,44 @@ def test_sigmoid_and_the_tanh_sigmoid_gradients_are_atens():
 
 
 @need_avx512
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n, c", [(16, 48), (7, 33), (100, 20)])
+def test_batchnorm1d_and_its_backward_are_atens_channels_last_kernel(threads, n, c):
+    """BatchNorm1d on (rows, channels): ATen's channels-last kernel, the rows in a run per
+    thread summed in T, the runs in float64 (mean, and the variance by fma, rounded to T,
+    divided in T); its backward's dotp by fma and dx contracted but in the channels past the
+    last whole vector. Every output named at one and two threads (odd rows and channels
+    included), one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(n + c)
+    x = torch.randn(n, c, generator=g) * 2 + 1
+    w, b = torch.randn(c, generator=g), torch.randn(c, generator=g)
+    fwd = _at_threads(threads, torch.ops.aten.native_batch_norm, x, w, b, None, None, True,
+                      0.1, 1e-5)
+    dy = torch.randn(n, c, generator=g)
+    bwd = _at_threads(threads, torch.ops.aten.native_batch_norm_backward, dy, x, w, None, None,
+                      fwd[1], fwd[2], True, 1e-5, [True, True, True])
+    args = [x.numpy(), w.numpy(), b.numpy(), None, None, True, 0.1, 1e-5]
+    plain = reference("aten.native_batch_norm.default", args, {})
+    for j, rec in enumerate(fwd):
+        d = _diff(plain[j], rec.numpy())
+        if d["n_diff"]:
+            _named("aten.native_batch_norm.default", args, {}, rec.numpy(), plain[j],
+                   "reassociation", "of (rows, channels)", output=j)
+    bargs = [dy.numpy(), x.numpy(), w.numpy(), None, None, fwd[1].numpy(), fwd[2].numpy(),
+             True, 1e-5, [True, True, True]]
+    plain = reference("aten.native_batch_norm_backward.default", bargs, {})
+    named = 0
+    for j, rec in enumerate(bwd):
+        if _diff(plain[j], rec.numpy())["n_diff"]:
+            _named("aten.native_batch_norm_backward.default", bargs, {}, rec.numpy(), plain[j],
+                   "reassociation", "of (rows, channels)", output=j)
+            named += 1
+    assert named, "the backward is the reference's here (no test)"
+
+
+@need_avx512
 @pytest.mark.parametrize("shape", [(64, 32), (7, 45), (1000,)],
                          ids=lambda v: "x".join(map(str, v)))
 def test_gelus_tanh_form_and_its_backward_are_atens(shape):
