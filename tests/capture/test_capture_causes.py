@@ -765,7 +765,7 @@ def _strided_case(n, ic, oc, h, k, s, p, threads, seed=0):
 
 @need_avx512
 @pytest.mark.parametrize("shape, words", [
-    ((8, 64, 128, 32, 3, 2, 1), "per kernel column kw"),  # a ResNet stage's first conv
+    ((4, 8, 16, 16, 3, 2, 0), "per kernel column kw"),  # (a ResNet stage's first conv's order)
     ((2, 3, 16, 32, 7, 2, 3), "per kernel column kw"),    # a 7x7 stride-2 stem
     ((2, 16, 32, 15, 3, 2, 1), "its channels inner, one fma chain"),
     ((8, 64, 128, 16, 1, 2, 0), "its channels inner, one fma chain"),  # a 1x1 downsample
@@ -1058,8 +1058,9 @@ def test_arguments_from_a_hostile_file_never_crash_the_search(op):
 _FLASH_SHAPES = [(4, 2, 8, 8), (2, 2, 40, 24), (2, 2, 64, 64), (1, 1, 200, 16),
                  (1, 1, 600, 16),
                  # a last query block of one row (MKL's one-row kernels: a ViT's class token
-                 # makes 65 or 197 tokens), after one and after two key blocks
-                 (1, 1, 33, 16), (2, 2, 65, 16), (1, 1, 769, 16)]
+                 # makes 65 or 197 tokens), over one key block and over two (the second of
+                 # one key)
+                 (1, 1, 33, 16), (2, 2, 65, 16), (1, 1, 513, 16)]
 _FWD = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 _BWD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
 
