@@ -442,6 +442,16 @@ def _hardtanh(args: list, kwargs: dict) -> list:
                    opt(kwargs, args, 2, "max_val", 1.0))]
 
 
+@form("aten.hardtanh_backward.default")
+def _hardtanh_backward(args: list, kwargs: dict) -> list:
+    """The gradient where min < x < max, 0 at and past the bounds (ATen's): a selection, exact
+    (ReLU6's, MobileNet's)."""
+    lo = opt(kwargs, args, 2, "min_val", -1.0)
+    hi = opt(kwargs, args, 3, "max_val", 1.0)
+    return [ew(lambda gg, v, a, b: np.where((v <= a) | (v >= b), gg.dtype.type(0), gg),
+               args[0], args[1], lo, hi)]
+
+
 @form("aten.hardswish.default")
 def _hardswish(args: list, kwargs: dict) -> list:
     def fn(v):

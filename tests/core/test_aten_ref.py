@@ -305,6 +305,8 @@ CASES = [
     ("flip", "aten.flip.default", lambda g, d: ([rn(g, d, 4, 9), [0, -1]], {})),
     ("roll", "aten.roll.default", lambda g, d: ([rn(g, d, 4, 9), [-1, 11], [1, 0]], {})),
     ("roll_flat", "aten.roll.default", lambda g, d: ([rn(g, d, 3, 5), [7]], {})),
+    ("hardtanh_backward", "aten.hardtanh_backward.default",
+     lambda g, d: ([rn(g, d, *E), torch.round(rn(g, d, *E, lo=-2, hi=8)), 0.0, 6.0], {})),
     ("tril", "aten.tril.default", lambda g, d: ([rn(g, d, 2, 4, 5), 1], {})),
     ("triu", "aten.triu.default", lambda g, d: ([rn(g, d, 4, 5)], {"diagonal": -1})),
     ("tril_", "aten.tril_.default", lambda g, d: ([rn(g, d, 5, 4)], {})),
@@ -620,7 +622,8 @@ BIT_EXACT = {
     "foreach_addcdiv_scalarlist", "foreach_addcdiv_tensor", "foreach_div_list",
     "amp_unscale", "amp_unscale_inf", "amp_update_scale", "amp_update_scale_inf",
     # more selections and gathers, and their scatter-adds in output order
-    "prelu", "prelu_backward", "flip", "roll", "roll_flat", "tril", "triu", "tril_",
+    "prelu", "prelu_backward", "flip", "roll", "roll_flat", "hardtanh_backward", "tril",
+    "triu", "tril_",
     "transpose_", "t_", "reflection_pad1d",
     "reflection_pad2d_backward", "smooth_l1_backward", "grad_input_out",
 }
