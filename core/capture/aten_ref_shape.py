@@ -6,6 +6,7 @@ float32 (two roundings, as ``c10::Half(double)``), float -> integer truncates.""
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -487,22 +488,19 @@ def _diagonal_arg(args: list, kwargs: dict) -> int:
     return k
 
 
-@form("aten.tril.default")
-def _tril(args: list, kwargs: dict) -> list:
-    """The lower triangle of the last two dims (from the ``diagonal``-th), zeros above: a
-    selection, exact (a causal mask's)."""
-    x = args[0]
-    if x.ndim < 2:
-        raise NoReference("tril of a tensor of fewer than 2 dims")
-    return [np.tril(x, _diagonal_arg(args, kwargs))]
+def _triangle(keep: Callable, name: str) -> Callable:
+    """tril / triu: the lower / upper triangle of the last two dims (from the ``diagonal``-th),
+    zeros across: a selection, exact (a causal mask's)."""
+    def form_(args: list, kwargs: dict) -> list:
+        x = args[0]
+        if x.ndim < 2:
+            raise NoReference(f"{name} of a tensor of fewer than 2 dims")
+        return [keep(x, _diagonal_arg(args, kwargs))]
+    return form_
 
 
-@form("aten.triu.default")
-def _triu(args: list, kwargs: dict) -> list:
-    x = args[0]
-    if x.ndim < 2:
-        raise NoReference("triu of a tensor of fewer than 2 dims")
-    return [np.triu(x, _diagonal_arg(args, kwargs))]
+form("aten.tril.default")(_triangle(np.tril, "tril"))
+form("aten.triu.default")(_triangle(np.triu, "triu"))
 
 
 @form("aten.flip.default")

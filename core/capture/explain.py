@@ -282,6 +282,16 @@ def _pointwise_pair(fn: Callable) -> Callable:
     return run
 
 
+def _gelu_form(approximate: str, at: int, fn: Callable) -> Callable:
+    """A gelu (or gelu_backward) variant for one ``approximate`` form only (its argument at
+    ``at``): ``fn(args)``, else ValueError (a miss)."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        if _arg(args, kw, at, "approximate", "none") != approximate:
+            raise ValueError(f"written for gelu's {approximate!r} form")
+        return fn(args)
+    return run
+
+
 def _libm(op: str, name: str) -> list[_Variant]:
     out: list[_Variant] = []
     for v in VARIANTS:
@@ -293,20 +303,14 @@ def _libm(op: str, name: str) -> list[_Variant]:
             x = np.asarray(args[0])
             return np.asarray(fn(_f32(x), args, kw)).astype(x.dtype)
         out.append((v.cause, v.label, run))
-    if name == "gelu":  # PyTorch's CPU float32 GELU is oneDNN's (core/explain_onednn.py)
-        def onednn(args: list, kw: dict) -> np.ndarray:
-            if _arg(args, kw, 1, "approximate", "none") != "none":
-                raise ValueError("oneDNN's gelu_erf is the exact (erf) form")
-            return gelu_forward(np.asarray(args[0]))
+    if name == "gelu":  # PyTorch's CPU float32 GELU: the erf form oneDNN's
+        # (core/explain_onednn.py), the tanh form ATen's own (core.explain_aten.gelu_tanh)
         out.append(("libm", "PyTorch's CPU gelu (oneDNN's gelu_erf, AVX-512: a piecewise "
-                            "minimax polynomial of erf)", onednn))
-
-        def tanh_form(args: list, kw: dict) -> np.ndarray:
-            if _arg(args, kw, 1, "approximate", "none") != "tanh":
-                raise ValueError("the tanh form only")
-            return gelu_tanh(np.asarray(args[0]))
+                            "minimax polynomial of erf)",
+                    _gelu_form("none", 1, lambda a: gelu_forward(np.asarray(a[0])))))
         out.append(("libm", "PyTorch's CPU gelu, tanh form (ATen's GeluKernel: SLEEF's tanhf, "
-                            "beta * fma(kappa, x^3, x))", tanh_form))
+                            "beta * fma(kappa, x^3, x))",
+                    _gelu_form("tanh", 1, lambda a: gelu_tanh(np.asarray(a[0])))))
     if name == "tanh":  # PyTorch's CPU tanh is MKL VML's (the table's aten:tanh variant)
         vml = next(v for v in VARIANTS if v.prim == "aten:tanh")
         out.append((vml.cause, vml.label,
@@ -1523,18 +1527,14 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "statistics, y = fma(scale, x, fma(-scale, mean, beta)))",
                  _group_norm)]
     if base == "gelu_backward":
-        def onednn_bwd(args: list, kw: dict) -> np.ndarray:
-            if _arg(args, kw, 2, "approximate", "none") != "none":
-                raise ValueError("oneDNN's gelu_erf is the exact (erf) form")
-            return gelu_backward(np.asarray(args[0]), np.asarray(args[1]))
-        def tanh_bwd(args: list, kw: dict) -> np.ndarray:
-            if _arg(args, kw, 2, "approximate", "none") != "tanh":
-                raise ValueError("the tanh form only")
-            return gelu_tanh(np.asarray(args[1]), np.asarray(args[0]))
         return [("libm", "PyTorch's CPU gelu backward (oneDNN's gelu_erf: Abramowitz and "
-                         "Stegun's erf, oneDNN's exp)", onednn_bwd),
+                         "Stegun's erf, oneDNN's exp)",
+                 _gelu_form("none", 2, lambda a: gelu_backward(np.asarray(a[0]),
+                                                               np.asarray(a[1])))),
                 ("libm", "PyTorch's CPU gelu backward, tanh form (ATen's GeluKernel: SLEEF's "
-                         "tanhf, its derivative's two fmas)", tanh_bwd)]
+                         "tanhf, its derivative's two fmas)",
+                 _gelu_form("tanh", 2, lambda a: gelu_tanh(np.asarray(a[1]),
+                                                           np.asarray(a[0]))))]
     if base == "silu_backward":
         return [("libm", "PyTorch's CPU silu backward (ATen, AVX-512): SLEEF's exp, (g * s) * "
                          "fma(x, 1 - s, 1)", _silu_backward)]
