@@ -332,17 +332,6 @@ _GELU_BETA = np.float32(np.sqrt(2.0) * (2.0 / np.sqrt(np.pi)) * 0.5)
 _GELU_KAPPA = np.float32(0.044715)
 
 
-def _gelu_tanh_parts(x: np.ndarray, tanh: Callable) -> tuple:
-    """GELU's tanh form as ATen's GeluKernel writes it (float32; the compiler contracts
-    ``x + kappa * x^3`` into an fma, measured): (x^2, tanh(inner))."""
-    from tapescope.core.explain_prims import fma
-
-    f32 = np.float32
-    x_sq = (x * x).astype(f32)
-    inner = (_GELU_BETA * fma(_GELU_KAPPA, (x_sq * x).astype(f32), x).astype(f32)).astype(f32)
-    return x_sq, tanh(inner)
-
-
 def gelu_tanh(x: np.ndarray, dy: np.ndarray | None = None) -> np.ndarray:
     """``gelu(x, approximate='tanh')`` (``dy`` None) or its backward as PyTorch's CPU computes
     them (ATen's GeluKernel, float32): ``inner = beta * fma(kappa, x^3, x)``, SLEEF's tanhf on
@@ -358,7 +347,9 @@ def gelu_tanh(x: np.ndarray, dy: np.ndarray | None = None) -> np.ndarray:
                                               or np.shape(dy) != x.shape)):
         raise ValueError("written for float32")
     with np.errstate(all="ignore"):
-        x_sq, t = _gelu_tanh_parts(x, lambda v: _vec_map(v, sleef_tanhf, _LIBC_MATH.tanh))
+        x_sq = (x * x).astype(f32)
+        inner = (_GELU_BETA * fma(_GELU_KAPPA, (x_sq * x).astype(f32), x).astype(f32)).astype(f32)
+        t = _vec_map(inner, sleef_tanhf, _LIBC_MATH.tanh)
         one, half = f32(1), f32(0.5)
         right = (one + t).astype(f32)
         left = (half * x).astype(f32)
@@ -384,27 +375,10 @@ def _vec_map(x: np.ndarray, vec: Callable, scalar: Callable) -> np.ndarray:
 
 
 def reduce_all(e: np.ndarray) -> np.ndarray:
-    """ATen's ``vec::reduce_all`` sum of every row (the last axis), keepdims (module doc)."""
-    from tapescope.core.explain_prims import _fold_lanes
-
-    dt = e.dtype
-    w = _LANES[np.dtype(dt)]
-    n = e.shape[-1]
-    if n < w:  # (shorter than a vector: vec_reduce_all's serial loop over the loaded lanes)
-        acc = e[..., 0]
-        for k in range(1, n):
-            acc = acc + e[..., k]
-        return acc[..., None]
-    acc = e[..., :w].copy()
-    d = w
-    while d + w <= n:
-        acc = acc + e[..., d:d + w]
-        d += w
-    if d < n:  # the partial last vector: added into the first lanes only (Vec::set), the
-        # others kept as they are (a -0.0 lane stays -0.0, where adding the load's zero
-        # padding would make it +0.0)
-        acc[..., :n - d] = acc[..., :n - d] + e[..., d:]
-    return _fold_lanes(acc, w, dt == np.float32)[..., None]
+    """ATen's ``vec::reduce_all`` sum of every row (the last axis), keepdims (module doc):
+    ``_lane_sum`` in the type's lanes, folded as a tree for float32."""
+    w = _LANES[np.dtype(e.dtype)]
+    return _lane_sum(e, None, w, e.dtype == np.float32)[..., None]
 
 
 def _cascade(a: np.ndarray) -> np.ndarray:
@@ -742,22 +716,35 @@ def _fma_chain(a: np.ndarray, b: np.ndarray, alpha: np.float32 | None = None) ->
     return acc if alpha is None else (acc * alpha).astype(np.float32)
 
 
-def _lane_sum(p: np.ndarray, lanes: int) -> np.ndarray:
-    """ATen's ``vec::reduce_all(+)`` of rows (the last axis) at least one vector long: one
-    vector of ``lanes``, each lane serial over its stride, a partial last vector added into
-    the first lanes only (``Vec::set``), the lanes folded as a halving tree (float32)."""
-    from tapescope.core.explain_prims import _fold_lanes
+def _lane_sum(p1: np.ndarray, p2: np.ndarray | None, lanes: int, tree: bool,
+              tail_fma: bool = True) -> np.ndarray:
+    """ATen's ``vec::map2_reduce_all`` / ``reduce_all`` of ``p1 * p2`` (or ``p1``) over each row
+    (the last axis): rows shorter than a vector are summed lane after lane; else one
+    accumulator of ``lanes`` lanes starts from the first vector, adds each whole vector, then
+    the partial last vector into its first lanes only (``Vec::set``: the others, a -0.0 lane
+    included, kept as they are) -- contracted, ``fma(p1, p2, acc)``, where ``tail_fma`` (the
+    compiler fuses the tail's map and add in some copies of a kernel, not the loop's:
+    measured per kernel) -- then the lanes are folded (halving for ``tree``, else in
+    sequence)."""
+    from tapescope.core.explain_prims import _fold_lanes, fma
 
-    f32 = np.float32
-    n = p.shape[-1]
-    acc = p[..., :lanes].copy()
+    t = p1 if p2 is None else p1 * p2
+    n = t.shape[-1]
+    if n < lanes:
+        acc = t[..., 0].copy()
+        for k in range(1, n):
+            acc = acc + t[..., k]
+        return acc
+    acc = t[..., :lanes].copy()
     d = lanes
     while d + lanes <= n:
-        acc = (acc + p[..., d:d + lanes]).astype(f32)
+        acc = acc + t[..., d:d + lanes]
         d += lanes
     if d < n:
-        acc[..., :n - d] = (acc[..., :n - d] + p[..., d:]).astype(f32)
-    return _fold_lanes(acc, lanes, True).astype(f32)
+        k = n - d
+        acc[..., :k] = fma(p1[..., d:], p2[..., d:], acc[..., :k]) \
+            if p2 is not None and tail_fma else acc[..., :k] + t[..., d:]
+    return _fold_lanes(acc, lanes, tree)
 
 
 def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -774,7 +761,7 @@ def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
     e = np.empty_like(x)
     if v:
         e[..., :v] = exp_u20(x[..., :v])
-        tot = _lane_sum(e[..., :v], lanes)
+        tot = _lane_sum(e[..., :v], None, lanes, True)
     else:
         tot = np.zeros(x.shape[:-1], dtype=f32)
     if v < n:
@@ -785,17 +772,9 @@ def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _map2_reduce_all(x: np.ndarray, y: np.ndarray, lanes: int) -> np.ndarray:
-    """``vec::map2_reduce_all(x * y, +)`` over rows: a row shorter than a vector summed in
-    order; else one vector of lanes, each serial over its stride, a partial last vector added
-    into the first lanes, the lanes folded as a halving tree (``_lane_sum``)."""
-    f32 = np.float32
-    p = (x * y).astype(f32)
-    if p.shape[-1] >= lanes:
-        return _lane_sum(p, lanes)
-    acc = p[..., 0]
-    for j in range(1, p.shape[-1]):
-        acc = (acc + p[..., j]).astype(f32)
-    return acc
+    """``vec::map2_reduce_all(x * y, +)`` over rows as the flash kernels' copy runs it: the
+    products rounded, then ``_lane_sum`` with the partial vector added (float32, halving)."""
+    return _lane_sum((x * y).astype(np.float32), None, lanes, True)
 
 
 def softmax_backward(g: np.ndarray, out: np.ndarray, tail_fma: bool = True) -> np.ndarray:
@@ -807,31 +786,13 @@ def softmax_backward(g: np.ndarray, out: np.ndarray, tail_fma: bool = True) -> n
     ``tail_fma``: the partial vector's products ``fma``'d instead (measured: the compiler
     contracts that step in the copy ``parallel_for`` runs inline -- one thread, or rows
     within one grain -- and not in the one its threads run)."""
-    from tapescope.core.explain_prims import _fold_lanes, fma
-
     g, out = np.asarray(g), np.asarray(out)
     if g.dtype != out.dtype or g.dtype not in _LANES or g.shape != out.shape or g.ndim < 1 \
             or g.shape[-1] < 1:
         raise ValueError("written for float32 / float64 rows of one shape")
-    t = g.dtype.type
-    lanes, n = _LANES[np.dtype(g.dtype)], g.shape[-1]
     with np.errstate(all="ignore"):
-        if n < lanes:
-            acc = g[..., 0] * out[..., 0]
-            for j in range(1, n):
-                acc = acc + g[..., j] * out[..., j]
-        else:
-            acc = g[..., :lanes] * out[..., :lanes]
-            d = lanes
-            while d + lanes <= n:
-                acc = acc + g[..., d:d + lanes] * out[..., d:d + lanes]
-                d += lanes
-            if d < n:
-                acc = acc.copy()
-                acc[..., :n - d] = fma(g[..., d:], out[..., d:], acc[..., :n - d]) if tail_fma \
-                    else acc[..., :n - d] + g[..., d:] * out[..., d:]
-            acc = _fold_lanes(acc, lanes, g.dtype == np.float32)
-        return ((g - t(1) * np.asarray(acc, g.dtype)[..., None]) * out).astype(g.dtype)
+        acc = _lane_sum(g, out, _LANES[np.dtype(g.dtype)], g.dtype == np.float32, tail_fma)
+        return ((g - np.asarray(acc, g.dtype)[..., None]) * out).astype(g.dtype)
 
 
 def _mkl_panels(k: int) -> list[int]:

@@ -54,6 +54,8 @@ from tapescope.core.explain import (
 from tapescope.core.explain_aten import (
     ATEN_FORWARD,
     _fma_acc,
+    _lane_sum,
+    _mkl_mm,
     _sgemm,
     aten_moments,
     aten_sum,
@@ -201,7 +203,7 @@ def _mkl_one_term(args: list, kw: dict) -> np.ndarray:
             a.ndim != 2 or b.ndim != 2 or a.shape[1] != 1 or b.shape[0] != 1:
         raise ValueError("MKL's one-term addmm is written out for float32 (m, 1) @ (1, n), "
                          "beta = alpha = 1")
-    return fma(a, b, np.broadcast_to(bias, (a.shape[0], b.shape[1]))).astype(np.float32)
+    return _mkl_mm(a, b, np.broadcast_to(bias, (a.shape[0], b.shape[1])))  # (one term: an fma)
 
 
 def _mkl_addmm(args: list, kw: dict) -> np.ndarray:
@@ -469,34 +471,6 @@ def _layer_norm() -> list[_Variant]:
                               "statistics, fma((x - mean) * rstd, gamma, beta))", run)]
 
 
-def _lane_sum(p1: np.ndarray, p2: np.ndarray | None, lanes: int, tree: bool) -> np.ndarray:
-    """ATen's ``vec::map2_reduce_all`` / ``reduce_all`` of ``p1 * p2`` (or ``p1``) over each row
-    (the last axis), as layer_norm's backward runs it: rows shorter than a vector are summed
-    lane after lane; else one accumulator of ``lanes`` lanes starts from the first vector, adds
-    each whole vector, then the tail into its first lanes contracted (``fma(p1, p2, acc)``: the
-    compiler fuses the tail's map and add, not the loop's), then the lanes are folded
-    (halving for float32, in sequence for float64)."""
-    from tapescope.core.explain_prims import _fold_lanes
-
-    t = p1 if p2 is None else p1 * p2
-    n = t.shape[-1]
-    if n < lanes:
-        acc = t[..., 0].copy()
-        for k in range(1, n):
-            acc = acc + t[..., k]
-        return acc
-    acc = t[..., :lanes].copy()
-    d = lanes
-    while d + lanes <= n:
-        acc = acc + t[..., d:d + lanes]
-        d += lanes
-    if d < n:
-        k = n - d
-        acc[..., :k] = acc[..., :k] + t[..., d:] if p2 is None else \
-            fma(p1[..., d:], p2[..., d:], acc[..., :k])
-    return _fold_lanes(acc, lanes, tree)
-
-
 def _layer_norm_backward(threads: int) -> Callable:
     """``native_layer_norm_backward`` as PyTorch's CPU kernel computes it (ATen's
     ``LayerNormBackwardKernelImplInternal``, 8 float32 / 4 float64 lanes, measured): per row
@@ -608,6 +582,18 @@ def _row_runs(n: int, threads: int) -> list[range]:
     return [range(a, min(a + step, n)) for a in range(0, n, step)]
 
 
+def _runs_sum(x: np.ndarray, threads: int, step: Callable) -> np.ndarray:
+    """Per run of rows (``_row_runs``) ``acc = step(acc, i)`` row by row from zeros in x's
+    type (a thread's buffer), the runs' accumulators added in float64, rounded to x's type."""
+    total = np.zeros(x.shape[1], np.float64)
+    for r in _row_runs(x.shape[0], threads):
+        acc = np.zeros(x.shape[1], x.dtype)
+        for i in r:
+            acc = step(acc, i).astype(x.dtype)
+        total = total + acc
+    return total
+
+
 def _batch_norm_rows(threads: int) -> Callable:
     """``native_batch_norm`` in training on (rows, channels) (BatchNorm1d's 2-D input) as
     PyTorch's CPU computes it (ATen's ``batch_norm_cpu_collect_stats_channels_last_impl``,
@@ -623,24 +609,9 @@ def _batch_norm_rows(threads: int) -> Callable:
                 (rm is None) != (rv is None) or x.shape[0] < 2 or threads > x.shape[0]:
             raise ValueError("written for training on (rows, channels), float32 / float64, "
                              "at most a run per row")
-        f64 = np.float64
-        n, c = x.shape
-        runs = _row_runs(n, threads)
-        total = np.zeros(c, f64)
-        for r in runs:
-            acc = np.zeros(c, x.dtype)
-            for i in r:
-                acc = (acc + x[i]).astype(x.dtype)
-            total = total + acc
-        mean = (total / f64(n)).astype(x.dtype)
-        vs = np.zeros(c, f64)
-        for r in runs:
-            acc = np.zeros(c, x.dtype)
-            for i in r:
-                d = (x[i] - mean).astype(x.dtype)
-                acc = fma(d, d, acc).astype(x.dtype)
-            vs = vs + acc
-        vs = vs.astype(x.dtype)
+        mean = (_runs_sum(x, threads, lambda acc, i: acc + x[i]) / x.shape[0]).astype(x.dtype)
+        d = (x - mean).astype(x.dtype)
+        vs = _runs_sum(x, threads, lambda acc, i: fma(d[i], d[i], acc)).astype(x.dtype)
         return _bn_finish(x, w, b, rm, rv, momentum, eps, mean, vs)
     return run
 
@@ -659,24 +630,18 @@ def _batch_norm_rows_backward(threads: int) -> Callable:
         if not train or x.ndim != 2 or x.dtype not in (np.float32, np.float64) or \
                 dy.shape != x.shape or sm is None or si is None or threads > x.shape[0]:
             raise ValueError("written for training on (rows, channels), float32 / float64")
-        t, f64 = x.dtype.type, np.float64
+        t = x.dtype.type
         n, c = x.shape
         mean, invstd = np.asarray(sm).reshape(-1), np.asarray(si).reshape(-1)
         wv = np.ones(c, x.dtype) if w is None else np.asarray(w).reshape(-1)
-        total, dotp = np.zeros(c, f64), np.zeros(c, f64)
-        for r in _row_runs(n, threads):
-            a, b = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
-            for i in r:
-                a = (a + dy[i]).astype(x.dtype)
-                b = fma((x[i] - mean).astype(x.dtype), dy[i], b).astype(x.dtype)
-            total, dotp = total + a, dotp + b
-        total, dotp = total.astype(x.dtype), dotp.astype(x.dtype)
+        d = (x - mean).astype(x.dtype)
+        total = _runs_sum(x, threads, lambda acc, i: acc + dy[i]).astype(x.dtype)
+        dotp = _runs_sum(x, threads, lambda acc, i: fma(d[i], dy[i], acc)).astype(x.dtype)
         out = []
         if mask[0]:
             k = (((dotp * invstd).astype(x.dtype) * invstd).astype(x.dtype) / t(n)).astype(
                 x.dtype)
             gm = (total / t(n)).astype(x.dtype)
-            d = (x - mean).astype(x.dtype)
             base = (dy - gm).astype(x.dtype)
             inner = fma(-d, k, base).astype(x.dtype)
             full = c - c % _LANES_OF[x.dtype]
