@@ -10,6 +10,7 @@ by this user, or that group/others can write, is refused with a CacheError and n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -246,6 +247,15 @@ class KernelCache:
         if hit is not None:
             return hit, False
         art, sidecar = self.paths(key, suffix)
+        with _one_builder(art):
+            hit = self.lookup(key, suffix)  # (what the process we waited on built)
+            if hit is not None:
+                return hit, False
+            return self._build(key, art, sidecar, build, meta), True
+
+    @staticmethod
+    def _build(key: str, art: Path, sidecar: Path, build: Callable[[Path], None],
+               meta: dict | None) -> Path:
         digest = []
 
         def build_and_hash(tmp: Path) -> None:
@@ -255,4 +265,49 @@ class KernelCache:
         build_atomic(art, build_and_hash, mode=0o600)  # an exclusive temporary, then renamed
         record = dict(meta or {}, key=key, sha256=digest[0])
         write_atomic(sidecar, json.dumps(record), mode=0o600)
-        return art, True
+        return art
+
+
+#: how long a build waits for another process building the same entry before building it too
+LOCK_WAIT_S = 600.0
+
+
+@contextlib.contextmanager
+def _one_builder(art: Path):
+    """Held while this process builds ``art``: a second process (a tapescope window and its
+    worker starting at once, a test suite's workers) that wants the same entry waits here for
+    the first one's build instead of compiling it again, then finds it in the cache. An
+    advisory lock (flock on ``<entry>.lock``, freed by the kernel when its holder dies, the
+    file removed after the build); after
+    LOCK_WAIT_S, or where there is no flock, the build goes ahead unlocked (the atomic rename
+    keeps two builders of one entry safe, as before)."""
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX: build unlocked)
+        yield
+        return
+    lock = art.with_name(art.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            except OSError:
+                break
+        yield
+    finally:
+        # removed while held: a process still waiting on it then finds the entry built (one
+        # that opens a new lock file meanwhile builds once more, safely, as without a lock)
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        os.close(fd)  # (the lock goes with it)

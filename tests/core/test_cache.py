@@ -514,3 +514,60 @@ def test_a_store_that_cannot_be_made_in_its_root_is_a_cache_error_naming_it(tmp_
     with pytest.raises(CacheError, match=rf"^kernel cache {store}: cannot create \(\[Errno 13\] "
                                          "Permission denied"):
         KernelCache(tmp_path / "c")
+
+
+# ---- one builder per entry ----------------------------------------------------------------------
+_RACER = """
+import sys, time
+from pathlib import Path
+from tapescope.core.cache import KernelCache
+root, log = Path(sys.argv[1]), Path(sys.argv[2])
+def build(p):
+    with open(log, "a") as f:
+        f.write("built\\n")
+    time.sleep(1.0)  # (long enough for the other process to arrive while this one builds)
+    p.write_bytes(b"artifact")
+path, built = KernelCache(root).get_or_build("k" * 64, ".so", build)
+print(path, built, path.read_bytes().decode())
+"""
+
+
+def test_two_processes_wanting_one_entry_build_it_once(tmp_path):
+    """A window and its worker (or a test suite's workers) starting at once on a cold cache:
+    the second waits on the first one's build and loads it, instead of compiling it again."""
+    import subprocess
+    import sys
+
+    KernelCache(tmp_path / "c")  # (the store and marker made first, as any earlier use would)
+    log = tmp_path / "log"
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(tmp_path / "c"), str(log)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=60)[0].split() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert log.read_text() == "built\n"  # one build
+    assert sorted(o[1] for o in outs) == ["False", "True"]  # one built it, one found it
+    assert {o[0] for o in outs} == {str(tmp_path / "c" / STORE / ("k" * 64 + ".so"))}
+    assert {o[2] for o in outs} == {"artifact"}
+    assert sorted(p.name for p in (tmp_path / "c" / STORE).iterdir()) == sorted(
+        [MARKER, "k" * 64 + ".so", "k" * 64 + ".so.json"])  # the lock file gone
+
+
+def test_a_build_whose_lock_is_held_too_long_goes_ahead(tmp_path, monkeypatch):
+    """A holder that never finishes (stopped, hung) delays a build by LOCK_WAIT_S, never for
+    ever: the build then runs unlocked, and the entry is right."""
+    import fcntl
+
+    from tapescope.core import cache as cache_mod
+
+    cache = KernelCache(tmp_path / "c")
+    monkeypatch.setattr(cache_mod, "LOCK_WAIT_S", 0.3)
+    art, _ = cache.paths(GOOD, ".so")
+    fd = os.open(art.with_name(art.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        t0 = time.monotonic()
+        path, built, calls = _built(cache)
+        assert built and len(calls) == 1 and path.read_bytes() == b"artifact"
+        assert 0.3 <= time.monotonic() - t0 < 10
+    finally:
+        os.close(fd)
