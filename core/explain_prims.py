@@ -164,3 +164,98 @@ def _libc_math() -> SimpleNamespace:
 
 
 _LIBC_MATH = _libc_math()
+
+
+def std_sort_order(keys: Any) -> np.ndarray:
+    """The positions of ``keys`` (integers, 1-D) in the order libstdc++'s ``std::sort`` leaves
+    them, sorting (key, position) pairs by key alone: ``torch.sort``'s unstable CPU sort below
+    fbgemm's radix sort (which takes 1-D integer keys from 32,768 on, stably). Introsort as
+    libstdc++ writes it: median of (second, middle, last) moved to the front, Hoare's unguarded
+    partition, the right part recursed, heapsort past 2 log2(n) levels, then insertion sort of
+    the first 16 and unguarded insertion of the rest. Equal keys end where this order puts
+    them, which is what an accumulation in sorted order (ATen's embedding_bag backward) adds
+    in. Python loops: O(n log n) steps, for the explainer's rare calls."""
+    k = [int(v) for v in np.asarray(keys).reshape(-1)]
+    p = list(range(len(k)))
+
+    def swap(i: int, j: int) -> None:
+        k[i], k[j] = k[j], k[i]
+        p[i], p[j] = p[j], p[i]
+
+    def adjust_heap(first: int, hole: int, ln: int, vk: int, vp: int) -> None:
+        top = second = hole
+        while second < (ln - 1) // 2:
+            second = 2 * (second + 1)
+            if k[first + second] < k[first + second - 1]:
+                second -= 1
+            k[first + hole], p[first + hole] = k[first + second], p[first + second]
+            hole = second
+        if ln % 2 == 0 and second == (ln - 2) // 2:
+            second = 2 * (second + 1)
+            k[first + hole], p[first + hole] = k[first + second - 1], p[first + second - 1]
+            hole = second - 1
+        parent = (hole - 1) // 2
+        while hole > top and k[first + parent] < vk:
+            k[first + hole], p[first + hole] = k[first + parent], p[first + parent]
+            hole, parent = parent, (parent - 1) // 2
+        k[first + hole], p[first + hole] = vk, vp
+
+    def heap_sort(first: int, last: int) -> None:
+        ln = last - first
+        for parent in range((ln - 2) // 2, -1, -1):
+            adjust_heap(first, parent, ln, k[first + parent], p[first + parent])
+        while last - first > 1:
+            last -= 1
+            vk, vp = k[last], p[last]
+            k[last], p[last] = k[first], p[first]
+            adjust_heap(first, 0, last - first, vk, vp)
+
+    def median_to_first(a: int, b: int, c: int) -> None:
+        if k[a] < k[b]:
+            swap(a - 1, b if k[b] < k[c] else (c if k[a] < k[c] else a))
+        else:
+            swap(a - 1, a if k[a] < k[c] else (c if k[b] < k[c] else b))
+
+    def partition(first: int, last: int, pivot: int) -> int:
+        while True:
+            while k[first] < k[pivot]:
+                first += 1
+            last -= 1
+            while k[pivot] < k[last]:
+                last -= 1
+            if first >= last:
+                return first
+            swap(first, last)
+            first += 1
+
+    def introsort(first: int, last: int, depth: int) -> None:
+        while last - first > 16:
+            if depth == 0:
+                heap_sort(first, last)
+                return
+            depth -= 1
+            median_to_first(first + 1, first + (last - first) // 2, last - 1)
+            cut = partition(first + 1, last, first)
+            introsort(cut, last, depth)
+            last = cut
+
+    def linear_insert(i: int) -> None:  # (unguarded: a key no greater sits before i)
+        vk, vp = k[i], p[i]
+        while vk < k[i - 1]:
+            k[i], p[i] = k[i - 1], p[i - 1]
+            i -= 1
+        k[i], p[i] = vk, vp
+
+    n = len(k)
+    if n:
+        introsort(0, n, 2 * (n.bit_length() - 1))
+        for i in range(1, min(n, 16)):  # (insertion sort: a key below the first goes first)
+            if k[i] < k[0]:
+                vk, vp = k[i], p[i]
+                k[1:i + 1], p[1:i + 1] = k[:i], p[:i]
+                k[0], p[0] = vk, vp
+            else:
+                linear_insert(i)
+        for i in range(16, n):
+            linear_insert(i)
+    return np.array(p, np.int64)

@@ -23,6 +23,7 @@ from tapescope.core.capture.aten_ref_table import (
     compute,
     form,
     fp_quiet,
+    is_float,
     opt,
     result_type,
     wide,
@@ -302,6 +303,187 @@ def _embedding_backward(args: list, kwargs: dict) -> list:
     if 0 <= pad < num:
         out[pad] = 0
     return [out.astype(g.dtype)]
+
+
+# ---- embedding bag ----------------------------------------------------------------------------
+_MAX_ROWS = 1 << 31  # the weight gradient's elements a form allocates, num_weights x dim
+
+
+def _bag_of(offsets: np.ndarray, n: int) -> np.ndarray:
+    """Each index's bag: ATen's make_offset2bag (the offsets counted into n + 1 slots, the first
+    less one, a running sum, the last slot dropped), so an empty bag is skipped and an index
+    past a trailing offset falls in the bag after it."""
+    slots = np.zeros(n + 1, I64)
+    np.add.at(slots, offsets.astype(I64), 1)
+    if n + 1:
+        slots[0] -= 1
+    return np.cumsum(slots)[:n]
+
+
+def _bag_args(args: list, kwargs: dict) -> tuple:
+    w, idx, offs = np.asarray(args[0]), np.asarray(args[1]), np.asarray(args[2])
+    mode = int(opt(kwargs, args, 4, "mode", 0))
+    psw = opt(kwargs, args, 6, "per_sample_weights", None)
+    last = bool(opt(kwargs, args, 7, "include_last_offset", False))
+    pad = int(opt(kwargs, args, 8, "padding_idx", -1))
+    if w.ndim != 2 or idx.ndim != 1 or offs.ndim != 1:
+        raise NoReference("embedding_bag: weight 2-D, indices and offsets 1-D")
+    if mode not in (0, 1, 2) or (psw is not None and mode != 0):
+        raise NoReference(f"embedding_bag mode {mode}"
+                          + (" with per_sample_weights" if psw is not None else ""))
+    if opt(kwargs, args, 5, "sparse", False):
+        raise NoReference("embedding_bag with sparse gradients")
+    it = np.promote_types(idx.dtype, offs.dtype)
+    idx, offs = idx.astype(I64), offs.astype(I64)
+    n, rows = idx.size, w.shape[0]
+    if offs.size < (2 if last else 1) or offs[0] != 0 or np.any(np.diff(offs) < 0) \
+            or offs[-1] > n or np.any((idx < 0) | (idx >= rows)):
+        raise NoReference("embedding_bag: offsets or indices out of range")
+    return w, idx, offs, mode, psw, last, pad, it
+
+
+def _bag_weigh(out: np.ndarray, rows: np.ndarray, psw: np.ndarray | None,
+               bags: np.ndarray) -> None:
+    """The reference's sum: each bag's rows (times their weights, the product rounded) added
+    to it in index order (np.add.at is unbuffered and sequential)."""
+    np.add.at(out, bags, rows if psw is None else rows * psw[:, None])
+
+
+def bag_forward(args: list, kwargs: dict, grad: bool, weigh=_bag_weigh) -> list:
+    """The reference embedding bag: per bag, zeros and then its rows added in index order
+    (times ``per_sample_weights``, the product rounded), the ``padding_idx`` rows skipped;
+    ``mean`` divides by the rows added (at least 1); ``max`` keeps the first row and then each
+    element greater than it (ATen's rule), its word index beside it. The integer outputs are
+    ATen's: offset2bag (empty for a float32 or half ``sum`` without padding, ATen's fast path
+    that skips it), bag sizes (zeros for ``sum``), max indices (the bag sizes for sum and mean)."""
+    w, idx, offs, mode, psw, last, pad, it = _bag_args(args, kwargs)
+    n, bags, d = idx.size, offs.size - (1 if last else 0), w.shape[1]
+    t = compute(w.dtype)
+    bag = _bag_of(offs[:bags], n)
+    keep = idx != pad if pad >= 0 else np.ones(n, bool)
+    ends = np.append(offs[1:bags], n) if bags else offs[:0]
+    size = (ends - offs[:bags]) - np.bincount(bag[~keep], minlength=bags)[:bags]
+    out = np.zeros((bags, d), t)
+    ww, i, b = _w(w), idx[keep], bag[keep]
+    with fp_quiet():
+        if mode < 2:
+            if psw is not None and np.shape(psw) != idx.shape:
+                raise NoReference("embedding_bag: per_sample_weights not one per index")
+            weigh(out, ww[i], None if psw is None else arr(psw, t)[keep], b)
+            if mode == 1:
+                out = out / np.maximum(size, 1).astype(t)[:, None]
+        else:
+            arg = np.zeros((bags, d), I64)
+            seen = np.zeros(bags, bool)
+            for k in range(i.size):  # (a max is no sum: any order gives its bits; ATen's)
+                r, bk = ww[i[k]], b[k]
+                take = ~seen[bk] | (r > out[bk])
+                out[bk] = np.where(take, r, out[bk])
+                arg[bk] = np.where(take, i[k], arg[bk])
+                seen[bk] = True
+    fast = mode == 0 and pad < 0 and w.dtype != np.float64
+    o2b = bag[:0] if fast else bag
+    if mode == 0:
+        size = np.zeros(bags if grad else offs.size, I64)
+    mx = arg if mode == 2 else size
+    return [out.astype(w.dtype), o2b.astype(it), size.astype(it), mx.astype(it)]
+
+
+@form("aten._embedding_bag.default")
+def _embedding_bag(args: list, kwargs: dict) -> list:
+    return bag_forward(args, kwargs, grad=True)
+
+
+@form("aten._embedding_bag_forward_only.default")
+def _embedding_bag_forward_only(args: list, kwargs: dict) -> list:
+    return bag_forward(args, kwargs, grad=False)
+
+
+@form("aten._embedding_bag_backward.default")
+def _embedding_bag_backward(args: list, kwargs: dict) -> list:
+    return bag_backward(bag_grad_args(args, kwargs, dense=False), _bag_add)
+
+
+@form("aten._embedding_bag_dense_backward.default")
+def _embedding_bag_dense_backward(args: list, kwargs: dict) -> list:
+    return bag_backward(bag_grad_args(args, kwargs, dense=True), _bag_add)
+
+
+def bag_grad_args(args: list, kwargs: dict, dense: bool) -> dict:
+    """An embedding bag backward's arguments, checked: ``_embedding_bag_backward``'s (grad,
+    indices, offsets, offset2bag, bag_size, max_indices, num_weights, scale_grad_by_freq, mode,
+    sparse, per_sample_weights, padding_idx) or, ``dense``, ``_embedding_bag_dense_backward``'s
+    (the same without offsets and sparse). Each index's bag: offset2bag, or from the offsets
+    where the forward's fast path left it empty."""
+    if dense:
+        rest, offs = args[:8], None
+        psw, pad = opt(kwargs, args, 8, "per_sample_weights"), opt(kwargs, args, 9,
+                                                                   "padding_idx", -1)
+    else:
+        if opt(kwargs, args, 9, "sparse", False):
+            raise NoReference("embedding_bag backward with sparse gradients")
+        rest, offs = args[:2] + args[3:9], args[2]
+        psw, pad = opt(kwargs, args, 10, "per_sample_weights"), opt(kwargs, args, 11,
+                                                                    "padding_idx", -1)
+    if len(rest) < 8:
+        raise NoReference("embedding_bag backward: too few arguments")
+    g, idx, o2b, size, mx = (np.asarray(a) for a in rest[:5])
+    num, freq, mode = int(rest[5]), bool(rest[6]), int(rest[7])
+    if freq:
+        raise NoReference("embedding_bag backward with scale_grad_by_freq")
+    if g.ndim != 2 or idx.ndim != 1 or mode not in (0, 1, 2) or not is_float(g.dtype) \
+            or idx.dtype.kind not in "iu" or (psw is not None and mode != 0):
+        raise NoReference("embedding_bag backward: grad 2-D, indices 1-D, mode 0-2")
+    if not 0 <= num <= _MAX_ROWS // max(g.shape[1], 1):
+        raise NoReference(f"embedding_bag backward of {num} rows")
+    idx, size, pad = idx.astype(I64), size.astype(I64), int(pad)
+    if mode == 2:
+        mx, live = mx.astype(I64), np.flatnonzero(size != 0)
+        if mx.shape != g.shape or size.shape != (g.shape[0],) \
+                or np.any((mx[live] < 0) | (mx[live] >= num)):
+            raise NoReference("embedding_bag backward: max indices out of range")
+        return {"g": g, "mode": mode, "num": num, "mx": mx, "live": live}
+    o2b = o2b.astype(I64)
+    if o2b.size == 0 and idx.size and offs is not None:
+        o2b = _bag_of(np.asarray(offs).astype(I64), idx.size)
+    if o2b.shape != idx.shape or np.any((idx < 0) | (idx >= num)) \
+            or np.any((o2b < 0) | (o2b >= g.shape[0])) \
+            or (mode == 1 and size.shape != (g.shape[0],)) \
+            or (psw is not None and np.shape(psw) != idx.shape):
+        raise NoReference("embedding_bag backward: indices or bags out of range")
+    keep = idx != pad if pad >= 0 else np.ones(idx.size, bool)
+    return {"g": g, "mode": mode, "num": num, "idx": idx[keep], "bag": o2b[keep],
+            "n": size[o2b[keep]] if mode == 1 else None,
+            "psw": None if psw is None else np.asarray(psw)[keep], "all": idx, "keep": keep}
+
+
+def _bag_add(gw: np.ndarray, p: dict) -> None:
+    """The reference's accumulation: each index's row added in index order, ``mean``'s divided
+    by its bag's size (none for an empty bag), ``per_sample_weights``' product rounded."""
+    rows = _w(p["g"])[p["bag"]]
+    if p["n"] is not None:
+        n = p["n"]
+        rows = np.where((n != 0)[:, None], rows / np.maximum(n, 1).astype(gw.dtype)[:, None],
+                        rows)
+    elif p["psw"] is not None:
+        rows = rows * arr(p["psw"], gw.dtype)[:, None]
+    np.add.at(gw, p["idx"], rows)
+
+
+def bag_backward(p: dict, add) -> list:
+    """The weight's gradient from zeros: ``add(gw, p)`` for sum and mean; ``max``: each bag's
+    gradient added where its max came from, the bags in order (ATen's index_add_, the bags
+    that kept a row)."""
+    g = p["g"]
+    gw = np.zeros((p["num"], g.shape[1]), compute(g.dtype))
+    with fp_quiet():
+        if p["mode"] == 2:
+            live = p["live"]
+            cols = np.broadcast_to(np.arange(g.shape[1]), (live.size, g.shape[1]))
+            np.add.at(gw, (p["mx"][live], cols), _w(g)[live])
+        else:
+            add(gw, p)
+    return [gw.astype(g.dtype)]
 
 
 # ---- scaled dot-product attention -------------------------------------------------------------

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from tapescope.core import native
+from tapescope.core.capture.aten_ref_layers import bag_backward, bag_forward, bag_grad_args
 from tapescope.core.explain import (
     _HINTS,
     UPDATE_VARIANTS,
@@ -70,7 +71,7 @@ from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
 from tapescope.core.explain_aten import silu as _aten_silu
 from tapescope.core.explain_onednn import gelu_backward, gelu_forward
-from tapescope.core.explain_prims import fma
+from tapescope.core.explain_prims import fma, std_sort_order
 from tapescope.core.ops.reference import serial_sum
 from tapescope.core.parity import compare_arrays
 
@@ -1398,6 +1399,66 @@ def _flash_variants(base: str) -> list[_Variant]:
              _flash(lanes)) for lanes, isa in _FLASH_ISA]
 
 
+def _in_turn(keys: np.ndarray) -> list[np.ndarray]:
+    """Positions 0..n-1 of ``keys`` (in the order a loop visits them) grouped by how many
+    equal keys came before: within a group the keys differ, so one vectorised step per group
+    does what the loop does, each key's visits in turn."""
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    start = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1] if k.size else k[:0]
+    rank = np.empty(k.size, np.int64)
+    rank[order] = np.arange(k.size) - np.repeat(start, np.diff(np.r_[start, k.size]))
+    return [np.flatnonzero(rank == r) for r in range(int(rank.max(initial=-1)) + 1)]
+
+
+def _fma_in_turn(acc: np.ndarray, rows: np.ndarray, scale: np.ndarray,
+                 keys: np.ndarray) -> None:
+    """``acc[keys[i]] = fma(scale[i], rows[i], acc[keys[i]])`` for i in order."""
+    for sel in _in_turn(keys):
+        acc[keys[sel]] = fma(scale[sel][:, None], rows[sel], acc[keys[sel]])
+
+
+def _bag_fbgemm(args: list, kw: dict) -> tuple:
+    """PyTorch's CPU embedding bag with per-sample weights (fbgemm's EmbeddingSpMDM): each
+    bag's rows fma'd in index order, fma(weight, row, sum), from zero."""
+    def weigh(out, rows, psw, bags):
+        if psw is None:
+            raise ValueError("no per-sample weights: the reference's sum")
+        _fma_in_turn(out, rows, psw, bags)
+    return tuple(bag_forward(args, kw, True, weigh))
+
+
+def _bag_backward_aten(dense: bool) -> Callable:
+    """PyTorch's CPU embedding bag backward (sum and mean): the indices sorted by
+    ``torch.sort`` (libstdc++'s unstable std::sort; fbgemm's stable radix sort from 32,768),
+    then per index its occurrences in that order, each ``axpy``'d into its row by MKL:
+    fma(scale, g[bag], row), the scale float64 1 / bag size (mean) or the sample's weight,
+    rounded to the gradient's type."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        p = bag_grad_args(args, kw, dense)
+        if p["mode"] == 2:
+            raise ValueError("max: the reference's index_add")
+
+        def add(gw: np.ndarray, p: dict) -> None:
+            every, keep = p["all"], p["keep"]
+            order = (std_sort_order(every) if every.size < 32768
+                     else np.argsort(every, kind="stable"))
+            pos = np.cumsum(keep) - 1  # (an index's place among the kept ones)
+            order = pos[order[keep[order]]]
+            t = gw.dtype.type
+            if p["n"] is not None:
+                n = p["n"]
+                scale = np.where(n != 0, 1.0 / np.maximum(n, 1), 1.0).astype(t)
+            elif p["psw"] is not None:
+                scale = np.asarray(p["psw"]).astype(np.float64).astype(t)
+            else:
+                scale = np.ones(p["idx"].size, t)
+            rows = np.asarray(p["g"]).astype(t)[p["bag"][order]]
+            _fma_in_turn(gw, rows, scale[order], p["idx"][order])
+        return bag_backward(p, add)[0]
+    return run
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
@@ -1509,6 +1570,15 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base == "tanh_backward":  # (a * (1 - b * b), its 1 - b * b contracted by the compiler)
         return [("fma", "PyTorch's CPU tanh backward: g * fma(-y, y, 1)",
                  _pointwise_pair(lambda a, b, one: a * fma(-b, b, one).astype(a.dtype)))]
+    if base == "_embedding_bag":
+        return [("fma", "PyTorch's CPU embedding bag with per-sample weights (fbgemm): each "
+                        "bag's rows fma'd in index order, fma(weight, row, sum)", _bag_fbgemm)]
+    if base in ("_embedding_bag_backward", "_embedding_bag_dense_backward"):
+        return [("reassociation", "PyTorch's CPU embedding bag backward: the indices in "
+                                  "torch.sort's order (unstable below 32,768), each "
+                                  "occurrence fma'd into its row by MKL's axpy, the scale "
+                                  "1 / bag size (mean) or the sample's weight",
+                 _bag_backward_aten(base.endswith("dense_backward")))]
     if base == "mse_loss":
         return _mse(dt)
     if base in ("sum", "mean"):

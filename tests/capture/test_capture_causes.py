@@ -240,6 +240,61 @@ def test_sigmoid_and_the_tanh_sigmoid_gradients_are_atens():
         _named(op, args, {}, fn(gr, out).numpy(), reference(op, args, {})[0], cause, words)
 
 
+# McIlroy's "killer adversary" input for libstdc++'s std::sort of 64 elements (made by running
+# his antiqsort against it): its partitions peel two elements a level, so past 2 log2(64)
+# levels 40 elements are left to the heapsort
+_QSORT_KILLER_64 = [
+    46, 1, 53, 3, 61, 5, 51, 7, 57, 9, 49, 11, 64, 13, 47, 15, 55, 17, 45, 19, 59, 21, 24, 23,
+    62, 60, 58, 56, 54, 52, 50, 48, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 44, 41, 42, 39,
+    40, 37, 38, 35, 36, 33, 34, 31, 32, 29, 30, 27, 28, 25, 26, 43]
+
+
+def test_std_sort_order_is_torch_sorts_order():
+    """torch.sort's CPU order of equal keys (libstdc++'s introsort below 32,768 keys): random
+    keys of many sizes and repeat rates, sorted and reversed runs, a cycle, all equal, and the
+    quicksort killer that drives introsort into its heapsort (halved: with equal keys there)."""
+    from tapescope.core.explain_prims import std_sort_order
+
+    rng = np.random.default_rng(0)
+    cases = [np.array(_QSORT_KILLER_64), np.array(_QSORT_KILLER_64) // 2, np.zeros(50, int),
+             np.arange(40) % 7, np.arange(100)[::-1] // 3, np.sort(rng.integers(0, 9, 77)),
+             np.zeros(0, int), np.array([5])]
+    cases += [rng.integers(0, rng.integers(1, 60), rng.integers(2, 2000)) for _ in range(40)]
+    for keys in cases:
+        want = torch.sort(torch.from_numpy(keys.astype(np.int64))).indices.numpy()
+        assert np.array_equal(std_sort_order(keys), want), keys[:20]
+
+
+@pytest.mark.parametrize("n", [40, 3000])
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64])
+def test_embedding_bags_backward_and_weighted_sum_are_atens(n, dt):
+    """An EmbeddingBag's weight gradient: ATen sorts the indices with torch.sort (libstdc++'s
+    unstable std::sort below 32,768 indices), then fma's each occurrence's row into its
+    index's row in that order (MKL's axpy), the mean's scale float64 1 / bag size. The
+    reference adds in index order and divides (the tape's mean). Per-sample weights: fbgemm
+    fma's each row in. Each named for torch's own result, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(n)
+    idx = torch.randint(0, 12, (n,), generator=g)
+    off = torch.tensor([0, 0, 3, n // 2, n - 1])
+    w = torch.randn(12, 24, generator=g, dtype=dt)
+    for mode in (0, 1):
+        y, o2b, size, mx = torch.ops.aten._embedding_bag(w, idx, off, False, mode)
+        gy = torch.randn(y.shape, generator=g, dtype=dt)
+        args = [gy, idx, off, o2b, size, mx, 12, False, mode, False, None, -1]
+        op = "aten._embedding_bag_backward.default"
+        rec = torch.ops.aten._embedding_bag_backward(*args).numpy()
+        a = [t.numpy() if isinstance(t, torch.Tensor) else t for t in args]
+        _named(op, a, {}, rec, reference(op, a, {})[0], "reassociation", "torch.sort's order")
+    if dt == torch.float32:  # (float64's weighted sum is not fbgemm's: the reference's order)
+        psw = torch.rand(n, generator=g)
+        out = torch.ops.aten._embedding_bag(w, idx, off, False, 0, False, psw)
+        a = [w.numpy(), idx.numpy(), off.numpy(), False, 0, False, psw.numpy()]
+        op = "aten._embedding_bag.default"
+        _named(op, a, {}, out[0].numpy(), reference(op, a, {})[0], "fma", "fbgemm")
+
+
 @need_avx512
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("n, c", [(16, 48), (7, 33), (100, 20)])
@@ -1038,7 +1093,9 @@ HOSTILE_ARGS = [
     "aten._log_softmax.default", "aten._log_softmax_backward_data.default",
     "aten.nll_loss_forward.default", "aten.silu_backward.default", "aten.mse_loss.default",
     "aten.gelu.default", "aten.gelu_backward.default", "aten.convolution.default",
-    "aten.addmm.default", "aten.bmm.default", "aten.convolution_backward.default"])
+    "aten.addmm.default", "aten.bmm.default", "aten.convolution_backward.default",
+    "aten._embedding_bag.default", "aten._embedding_bag_backward.default",
+    "aten._embedding_bag_dense_backward.default"])
 def test_arguments_from_a_hostile_file_never_crash_the_search(op):
     """A capture file's arguments are data: wrong types, counts, shapes, negative or huge
     sizes and indices. Every variant either runs or is skipped; the answer is a cause

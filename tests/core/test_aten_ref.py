@@ -133,6 +133,19 @@ def ints(g, hi, *shape):
     return torch.randint(0, hi, shape, generator=g)
 
 
+_BAG_IDX = torch.tensor([3, 1, 3, 0, 5, 3, 1])
+_BAG_OFF = torch.tensor([0, 0, 3, 5])
+
+
+def _bag_backward_args(g, dt, mode, pad=-1):
+    """``_embedding_bag_backward``'s arguments: torch's own forward's integer outputs."""
+    w = rn(g, dt, 6, 4)
+    _, o2b, size, mx = torch.ops.aten._embedding_bag(w, _BAG_IDX, _BAG_OFF, False, mode,
+                                                     False, None, False, pad)
+    return [rn(g, dt, 4, 4), _BAG_IDX, _BAG_OFF, o2b, size, mx, 6, False, mode, False, None,
+            pad], {}
+
+
 def _ln_inputs(g, dt):
     x, w, b = rn(g, dt, 3, 4, 6), rn(g, dt, 6), rn(g, dt, 6)
     _, mu, rs = torch.ops.aten.native_layer_norm(x, [6], w, b, 1e-5)
@@ -525,6 +538,30 @@ CASES = [
     ("embedding_backward", "aten.embedding_dense_backward.default",
      lambda g, d: ([rn(g, d, 2, 3, 4), torch.tensor([[0, 5, 2], [2, 2, 1]]), 6, 1, False],
                    {})),
+    # EmbeddingBag: an empty first bag, repeated indices, sum / mean / max, a padding index,
+    # the offsets with their last (include_last_offset), per-sample weights
+    ("embedding_bag_sum", "aten._embedding_bag.default",
+     lambda g, d: ([rn(g, d, 6, 4), _BAG_IDX, _BAG_OFF], {})),
+    ("embedding_bag_mean", "aten._embedding_bag.default",
+     lambda g, d: ([rn(g, d, 6, 4), _BAG_IDX, _BAG_OFF, False, 1], {})),
+    ("embedding_bag_max_pad", "aten._embedding_bag.default",
+     lambda g, d: ([rn(g, d, 6, 4), _BAG_IDX, _BAG_OFF, False, 2, False, None, False, 1],
+                   {})),
+    ("embedding_bag_weighted", "aten._embedding_bag.default",
+     lambda g, d: ([rn(g, d, 6, 4), _BAG_IDX, torch.tensor([0, 0, 3, 5, 7]), False, 0,
+                    False, rn(g, d, 7), True], {})),
+    ("embedding_bag_forward_only", "aten._embedding_bag_forward_only.default",
+     lambda g, d: ([rn(g, d, 6, 4), _BAG_IDX, _BAG_OFF, False, 1, False, None, False, 3],
+                   {})),
+    ("embedding_bag_backward_sum", "aten._embedding_bag_backward.default",
+     lambda g, d: _bag_backward_args(g, d, 0)),
+    ("embedding_bag_backward_mean", "aten._embedding_bag_backward.default",
+     lambda g, d: _bag_backward_args(g, d, 1)),
+    ("embedding_bag_backward_max", "aten._embedding_bag_backward.default",
+     lambda g, d: _bag_backward_args(g, d, 2)),
+    ("embedding_bag_dense_backward", "aten._embedding_bag_dense_backward.default",
+     lambda g, d: (lambda a: ([a[0], a[1]] + a[3:9] + [None, 1], {}))(
+         _bag_backward_args(g, d, 0, pad=1)[0])),
     ("sdpa_causal", "aten._scaled_dot_product_flash_attention_for_cpu.default",
      lambda g, d: (list(_sdpa_inputs(g, d, True)[:3]) + [0.0, True], {})),
     ("sdpa_mask", "aten._scaled_dot_product_flash_attention_for_cpu.default",
@@ -624,6 +661,10 @@ BIT_EXACT = {
     # more selections and gathers, and their scatter-adds in output order
     "prelu", "prelu_backward", "flip", "roll", "roll_flat", "hardtanh_backward", "tril",
     "triu", "tril_",
+    # an embedding bag sums in index order (its backward: no index more than 16 times)
+    "embedding_bag_sum", "embedding_bag_mean", "embedding_bag_max_pad",
+    "embedding_bag_forward_only", "embedding_bag_backward_sum", "embedding_bag_backward_max",
+    "embedding_bag_dense_backward",
     "transpose_", "t_", "reflection_pad1d",
     "reflection_pad2d_backward", "smooth_l1_backward", "grad_input_out",
 }
