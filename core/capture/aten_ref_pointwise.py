@@ -29,6 +29,7 @@ from tapescope.core.capture.aten_ref_table import (
     fast,
     float_operands,
     form,
+    fp_quiet,
     is_float,
     opt,
     result_type,
@@ -36,6 +37,7 @@ from tapescope.core.capture.aten_ref_table import (
     zero_where,
 )
 from tapescope.core.ops import REGISTRY
+from tapescope.core.refmath._trig import cos64, sin64
 
 
 def _float_out(x: np.ndarray) -> np.dtype:
@@ -243,6 +245,51 @@ def _pow(args: list, kwargs: dict) -> list:
         w = v.astype(F64)
         return M.exp(M.log(w) * F64.type(e)).astype(v.dtype)
     return [ew(general, x, out=out)]
+
+
+def _trig_form(fn):
+    def run(args: list, kwargs: dict) -> list:
+        x = args[0]
+
+        def one(v):  # float64 by fdlibm's kernels, rounded once to v's type
+            return fn(v.astype(F64)).astype(v.dtype)
+        try:
+            return [ew(one, x, out=_float_out(x))]
+        except ValueError as e:
+            raise NoReference(str(e)) from None
+    return run
+
+
+form("aten.sin.default")(_trig_form(sin64))
+form("aten.cos.default")(_trig_form(cos64))
+
+
+@form("aten.pow.Scalar")
+def _pow_scalar_base(args: list, kwargs: dict) -> list:
+    """A number to the power of each element (``base ** t``: rotary embeddings' frequencies):
+    exp(log(|base|) * e) in float64 (refmath), rounded once, as ``pow.Tensor_Scalar``'s
+    general case; e = 0 and base = 1 give 1; a negative base: the sign of an odd integer e,
+    NaN for a fractional one."""
+    b, e = args[0], np.asarray(args[1])
+    if not isinstance(b, bool | int | float) or e.dtype == np.bool_:
+        raise NoReference("pow of a scalar base: a number base and a numeric exponent")
+    out = result_type(b, e)
+    if not is_float(out):
+        if np.any(e < 0):
+            raise NoReference("an integer pow with a negative exponent")
+        with fp_quiet():
+            return [np.power(np.asarray(b, out), e.astype(out))]
+    b = float(b)
+
+    def general(v):
+        w = v.astype(F64)
+        y = M.exp(M.log(F64.type(abs(b))) * w)
+        if b < 0:
+            odd = (np.floor(w) == w) & (np.fmod(w, 2.0) != 0)
+            y = np.where(np.floor(w) == w, np.where(odd, -y, y), np.nan)
+        y = np.where((w == 0) | (b == 1.0), 1.0, y)
+        return y.astype(v.dtype)
+    return [ew(general, e, out=out)]
 
 
 for _n, _fn in (("maximum", np.maximum), ("minimum", np.minimum)):  # NaN propagates

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from tapescope.core import native
@@ -47,6 +48,7 @@ from tapescope.core.explain import (
     _conv_direct,
     _in_dtype,
     _mm_blas,
+    _vml,
     closer,
     distance,
     remember,
@@ -1459,6 +1461,39 @@ def _bag_backward_aten(dense: bool) -> Callable:
     return run
 
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _rsqrt_in_type(args: list, kw: dict) -> np.ndarray:
+    """ATen's rsqrt (Vectorized::rsqrt and the scalar loop): ``1 / sqrt(x)`` in the compute
+    type, two roundings there (a half input widened to float32 first), then the output's."""
+    x = np.asarray(args[0])
+    t = np.float64 if x.dtype == np.float64 else np.float32
+    w = x.astype(t)
+    return (t(1) / np.sqrt(w)).astype(x.dtype)
+
+
+def _libc_pow_scalar(args: list, kw: dict) -> np.ndarray:
+    """``base ** e`` element by element by the C library's powf (float32 and half: in
+    float32, then rounded) or pow (float64)."""
+    import ctypes
+    import ctypes.util
+
+    base, e = args[0], np.asarray(args[1])
+    if not isinstance(base, int | float) or isinstance(base, bool) or e.size > 1 << 20 \
+            or not (e.dtype.kind == "f" or e.dtype == _BF16):
+        raise ValueError("a float exponent (at most 2**20 elements) and a number base")
+    lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    f64 = e.dtype == np.float64
+    fn = lib.pow if f64 else lib.powf
+    ct = ctypes.c_double if f64 else ctypes.c_float
+    fn.restype, fn.argtypes = ct, [ct, ct]
+    t = np.float64 if f64 else np.float32
+    b = t(base)
+    y = np.frompyfunc(lambda v: fn(b, v), 1, 1)(e.astype(t)).astype(t)
+    return y.astype(e.dtype)
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
@@ -1599,6 +1634,17 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                  smx_bwd(f)) for f in (True, False)]
     if base.rstrip("_") == "sqrt":
         return _sqrt(op)
+    if base.rstrip("_") in ("sin", "cos"):
+        name = base.rstrip("_").capitalize()
+        return [("libm", f"MKL VML's {name.lower()} (HA mode: PyTorch's CPU torch."
+                         f"{name.lower()}, float32 and float64)",
+                 lambda args, kw: _vml(name, np.asarray(args[0])))]
+    if base.rstrip("_") == "rsqrt":
+        return [("libm", "PyTorch's CPU rsqrt: 1 / sqrt(x), each rounded in float32 (float64 "
+                         "for float64), not in float64 and once", _rsqrt_in_type)]
+    if base == "pow" and op.endswith(".Scalar"):
+        return [("libm", "the C library's powf / pow of the base to each exponent (PyTorch's "
+                         "CPU pow of a scalar base below a vector's width)", _libc_pow_scalar)]
     if base.rstrip("_") in _LIBM and not base.endswith("_backward"):
         return _libm(op, base.rstrip("_"))
     return []

@@ -240,6 +240,30 @@ def test_sigmoid_and_the_tanh_sigmoid_gradients_are_atens():
         _named(op, args, {}, fn(gr, out).numpy(), reference(op, args, {})[0], cause, words)
 
 
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64])
+def test_a_llama_steps_rotary_and_rmsnorm_ops_are_named(dt):
+    """A Llama-style step's rotary embedding (sin, cos of the angles; 10000 ** (i / d) for the
+    frequencies) and RMSNorm's rsqrt: torch.sin / cos are MKL VML's (HA), rsqrt is 1 / sqrt(x)
+    in the input's type, a scalar base's pow below a vector's width the C library's. Each
+    named for torch's own result, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(3)
+    ang = torch.outer(torch.arange(64, dtype=dt), torch.rand(8, generator=g, dtype=dt))
+    for op, fn in (("aten.sin.default", torch.sin), ("aten.cos.default", torch.cos)):
+        a = [ang.numpy()]
+        _named(op, a, {}, fn(ang).numpy(), reference(op, a, {})[0], "libm", "MKL VML")
+    if dt == torch.float32:  # (float64's 1 / sqrt is refmath's rsqrt itself)
+        v = torch.rand(4, 64, 1, generator=g) * 3 + 1e-6
+        a = [v.numpy()]
+        op = "aten.rsqrt.default"
+        _named(op, a, {}, torch.rsqrt(v).numpy(), reference(op, a, {})[0], "libm", "1 / sqrt")
+    e = torch.rand(15, generator=g, dtype=dt) * 4 - 2
+    a = [3.7, e.numpy()]
+    op = "aten.pow.Scalar"
+    _named(op, a, {}, torch.pow(3.7, e).numpy(), reference(op, a, {})[0], "libm", "powf")
+
+
 # McIlroy's "killer adversary" input for libstdc++'s std::sort of 64 elements (made by running
 # his antiqsort against it): its partitions peel two elements a level, so past 2 log2(64)
 # levels 40 elements are left to the heapsort
@@ -1095,7 +1119,8 @@ HOSTILE_ARGS = [
     "aten.gelu.default", "aten.gelu_backward.default", "aten.convolution.default",
     "aten.addmm.default", "aten.bmm.default", "aten.convolution_backward.default",
     "aten._embedding_bag.default", "aten._embedding_bag_backward.default",
-    "aten._embedding_bag_dense_backward.default"])
+    "aten._embedding_bag_dense_backward.default", "aten.sin.default", "aten.cos.default",
+    "aten.rsqrt.default", "aten.pow.Scalar"])
 def test_arguments_from_a_hostile_file_never_crash_the_search(op):
     """A capture file's arguments are data: wrong types, counts, shapes, negative or huge
     sizes and indices. Every variant either runs or is skipped; the answer is a cause

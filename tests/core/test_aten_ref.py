@@ -540,6 +540,12 @@ CASES = [
                    {})),
     # EmbeddingBag: an empty first bag, repeated indices, sum / mean / max, a padding index,
     # the offsets with their last (include_last_offset), per-sample weights
+    # rotary embeddings: sin and cos (fdlibm's, rounded once), a scalar base to tensor powers
+    ("sin", "aten.sin.default", lambda g, d: ([rn(g, d, *E, lo=-20.0, hi=20.0)], {})),
+    ("cos", "aten.cos.default", lambda g, d: ([rn(g, d, *E, lo=-20.0, hi=20.0)], {})),
+    ("pow_scalar_base", "aten.pow.Scalar", lambda g, d: ([10000.0, rn(g, d, *E)], {})),
+    ("pow_negative_base", "aten.pow.Scalar",
+     lambda g, d: ([-2.0, torch.tensor([3.0, 2.0, 0.5, 0.0, -1.0, -2.5]).to(d)], {})),
     ("embedding_bag_sum", "aten._embedding_bag.default",
      lambda g, d: ([rn(g, d, 6, 4), _BAG_IDX, _BAG_OFF], {})),
     ("embedding_bag_mean", "aten._embedding_bag.default",
