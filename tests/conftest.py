@@ -126,27 +126,11 @@ def native_isa(request):
 # or layout (a segfault in a later test's event processing, seen in full runs; the xdist worker
 # died and the run then waited forever). Every test that used qtbot ends by running its
 # deferred deletes and collecting its cycles, so what it made is gone before the next starts.
-# The collection looks at what the test made, not at the whole process: everything alive
-# before the test is frozen (gc.freeze: left out of every collection) until after it. In a
-# full run an xdist worker holds millions of objects of earlier tests (torch, tapes, caches),
-# and two full collections per Qt test cost ~2.4 s of each of ~230 Qt tests' teardowns, ~190 s
-# of the run's 2 cores; the test's own widgets and their cycles are all made after the freeze.
 @pytest.fixture(autouse=True)
 def _qt_objects_die_with_their_test(request):
-    import gc
-
-    qt = "qtbot" in request.fixturenames
-    if qt:
-        gc.freeze()  # (unfrozen after: what earlier tests left goes back to the oldest generation)
-    try:
-        yield
-    finally:
-        if qt:
-            _collect_the_tests_qt_objects()
-            gc.unfreeze()
-
-
-def _collect_the_tests_qt_objects() -> None:
+    yield
+    if "qtbot" not in request.fixturenames:
+        return
     import gc
     import sys
 
