@@ -966,10 +966,12 @@ def _dw_taps(x: np.ndarray, k: tuple, s: tuple, p: tuple, oh: int, ow: int):
             yield i, j, xp[:, :, i:i + s[0] * (oh - 1) + 1:s[0], j:j + s[1] * (ow - 1) + 1:s[1]]
 
 
-def _conv_depthwise(args: list, kw: dict) -> np.ndarray:
+def _conv_depthwise(args: list, kw: dict, bias_after: bool = False) -> np.ndarray:
     """A depthwise convolution as oneDNN computes it (measured with random operands at 1-2
-    threads, 3x3 and 5x5, stride 1 and 2): per output pixel one fma chain over the taps in
-    (kh, kw) order, from the bias (or zero)."""
+    threads, 3x3, 5x5 and 7x7, stride 1 and 2): per output pixel one fma chain over the taps
+    in (kh, kw) order, from the bias (or zero); ``bias_after``: from zero, the bias added
+    after (its kernel for a channels-last input, a ConvNeXt block's: the recorded values do
+    not say which layout the input had)."""
     x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
     k, s, p = _depthwise(x, w, *args[3:6], args[6], args[8])
     n, c, h, wd = x.shape
@@ -977,11 +979,17 @@ def _conv_depthwise(args: list, kw: dict) -> np.ndarray:
     if n * c * oh * ow * k[0] * k[1] > _budget()[0]:
         raise ValueError("too many terms to search")
     acc = np.zeros((n, c, oh, ow), np.float32)
-    if b is not None:
+    if b is not None and not bias_after:
         acc[...] = np.asarray(b, np.float32).reshape(1, -1, 1, 1)
     for i, j, t in _dw_taps(x, k, s, p, oh, ow):
         acc = _fma_acc(acc, np.ascontiguousarray(t), w[None, :, 0, i, j, None, None])
+    if b is not None and bias_after:
+        acc = (acc + np.asarray(b, np.float32).reshape(1, -1, 1, 1)).astype(np.float32)
     return acc
+
+
+def _conv_depthwise_nhwc(args: list, kw: dict) -> np.ndarray:
+    return _conv_depthwise(args, kw, bias_after=True)
 
 
 def _dw_input_grad(args: list, kw: dict) -> tuple:
@@ -1032,6 +1040,38 @@ def _dw_weight_grad(chunks: int) -> Callable:
                 for a in range(oh):
                     for b in range(ow):
                         acc = _fma_acc(acc, win[i, :, a, b], g[i, :, a, b][:, None, None])
+            total = acc if total is None else (total + acc).astype(np.float32)
+        return _masked((None, total[:, None], None), mask)
+    return run
+
+
+def _dw_weight_grad_rows(chunks: int) -> Callable:
+    """A depthwise convolution's weight gradient as oneDNN computes it for a channels-last
+    input (measured 3x3 to 7x7 at 1-2 threads): per weight tap each output row one fma chain
+    over its pixels from zero, the rows (images in order) in ``chunks`` runs, each run's row
+    sums added in order, the runs added in order."""
+    def run(args: list, kw: dict) -> tuple:
+        g, x, w = (np.asarray(a) for a in args[:3])
+        mask = list(args[10])
+        k, s, p = _depthwise(x, w, *args[4:7], args[7], args[9])
+        n, c, oh, ow = g.shape
+        terms, steps = _budget()
+        if not mask[1] or g.dtype != np.float32 or chunks > n * oh or ow > steps \
+                or n * oh * ow * w.size > terms:
+            raise ValueError("a float32 weight gradient within the search's budget, asked for")
+        xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+        win = np.lib.stride_tricks.sliding_window_view(xp, k, axis=(2, 3))[:, :, ::s[0],
+                                                                          ::s[1]]
+        rows = np.zeros((n, oh, c, *k), np.float32)  # each output row's chain, all at once
+        for b in range(ow):
+            rows = _fma_acc(rows, np.moveaxis(win[:, :, :, b], 2, 1),
+                            np.moveaxis(g[:, :, :, b], 2, 1)[..., None, None])
+        rows = rows.reshape(n * oh, c, *k)
+        total = None
+        for r in np.array_split(np.arange(n * oh), chunks):
+            acc = np.zeros((c, *k), np.float32)
+            for i in r:
+                acc = (acc + rows[i]).astype(np.float32)
             total = acc if total is None else (total + acc).astype(np.float32)
         return _masked((None, total[:, None], None), mask)
     return run
@@ -1519,7 +1559,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                              _as_2d(("fma", "oneDNN's depthwise convolution: each output pixel "
                                             "one fma chain over the taps in (kh, kw) order, "
                                             "from the bias", _conv_depthwise,
-                                     _screen(_conv_depthwise, _conv_image)), False)]
+                                     _screen(_conv_depthwise, _conv_image)), False),
+                             _as_2d(("fma", "oneDNN's depthwise convolution of a channels-last "
+                                            "input: each output pixel one fma chain over the "
+                                            "taps in (kh, kw) order from zero, the bias added "
+                                            "after", _conv_depthwise_nhwc,
+                                     _screen(_conv_depthwise_nhwc, _conv_image)), False)]
     if base == "convolution_backward":
         runs = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
         return [_as_2d(v, True) for v in [
@@ -1554,7 +1599,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
             ("fma", f"oneDNN's depthwise convolution backward weight gradient: the images in "
                     f"{t} run{'s' if t > 1 else ''} (one per thread), each run one fma chain a "
                     "tap over its images' pixels in order, the runs added in order",
-             _dw_weight_grad(t)) for t in (1, 2, 3, 4, 6, 8)]]
+             _dw_weight_grad(t)) for t in (1, 2, 3, 4, 6, 8)] + [
+            ("fma", "oneDNN's depthwise convolution backward weight gradient, channels-last: "
+                    "per tap each output row one fma chain, the rows in "
+                    f"{t} run{'s' if t > 1 else ''} (one per thread) added in order",
+             _dw_weight_grad_rows(t)) for t in (1, 2, 4)]]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",

@@ -264,6 +264,44 @@ def test_a_llama_steps_rotary_and_rmsnorm_ops_are_named(dt):
     _named(op, a, {}, torch.pow(3.7, e).numpy(), reference(op, a, {})[0], "libm", "powf")
 
 
+@pytest.mark.parametrize("shape", [(2, 32, 8, 7, 1), (4, 16, 10, 5, 2), (8, 64, 4, 7, 1)])
+def test_a_channels_last_depthwise_convolution_and_its_weight_gradient_are_onednns(shape):
+    """A ConvNeXt block's 7x7 depthwise convolution reads a channels-last input (its
+    LayerNorm's permute): oneDNN's kernel for it chains each output pixel's taps from zero and
+    adds the bias after, and its weight gradient chains each output row and adds the rows in
+    order. The recorded values do not say which layout the input had: both orders are tried.
+    Each named for torch's own result at 1 and 2 threads, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    n, c, h, k, s = shape
+    p = k // 2
+    g = torch.Generator().manual_seed(k)
+    x, w, b = (torch.randn(n, c, h, h, generator=g), torch.randn(c, 1, k, k, generator=g),
+               torch.randn(c, generator=g))
+    o = (h + 2 * p - k) // s + 1
+    dy = torch.randn(n, c, o, o, generator=g)
+    cl = torch.channels_last
+    threads = torch.get_num_threads()
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            y = torch.ops.aten.convolution(x.contiguous(memory_format=cl), w, b, [s, s], [p, p],
+                                           [1, 1], False, [0, 0], c).contiguous()
+            a = [x.numpy(), w.numpy(), b.numpy(), [s, s], [p, p], [1, 1], False, [0, 0], c]
+            op = "aten.convolution.default"
+            _named(op, a, {}, y.numpy(), reference(op, a, {})[0], "fma", "channels-last")
+            gw = torch.ops.aten.convolution_backward(
+                dy.contiguous(memory_format=cl), x.contiguous(memory_format=cl), w, [c],
+                [s, s], [p, p], [1, 1], False, [0, 0], c, [False, True, False])[1]
+            a = [dy.numpy(), x.numpy(), w.numpy(), [c], [s, s], [p, p], [1, 1], False, [0, 0],
+                 c, [False, True, False]]
+            op = "aten.convolution_backward.default"
+            plain = reference(op, a, {})[0]
+            _named(op, a, {}, gw.contiguous().numpy(), plain, "fma", "depthwise")
+    finally:
+        torch.set_num_threads(threads)
+
+
 # McIlroy's "killer adversary" input for libstdc++'s std::sort of 64 elements (made by running
 # his antiqsort against it): its partitions peel two elements a level, so past 2 log2(64)
 # levels 40 elements are left to the heapsort
