@@ -486,6 +486,124 @@ def bag_backward(p: dict, add) -> list:
     return [gw.astype(g.dtype)]
 
 
+# ---- LSTM (oneDNN's layer: mkldnn_rnn_layer) -----------------------------------------------
+#: the outputs of an op whose bytes no reference computes (oneDNN's LSTM workspace: its own
+#: layout of the gates), by op: the judge takes them as recorded (the verdict ``recorded``)
+OPAQUE_OUTPUTS: dict[str, frozenset[int]] = {"aten.mkldnn_rnn_layer.default": frozenset({3})}
+
+_SIG, _TANH = REGISTRY["sigmoid"], REGISTRY["tanh"]
+
+
+def _lstm_args(x, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden,
+               has_biases) -> tuple:
+    x, w_ih, w_hh, hx, cx = (np.asarray(a) for a in (x, w_ih, w_hh, hx, cx))
+    if int(mode) != 2 or list(batch_sizes or []):
+        raise NoReference("mkldnn_rnn_layer: an LSTM (mode 2) of unpacked sequences only")
+    h = int(hidden)
+    if x.ndim != 3 or w_ih.shape != (4 * h, x.shape[2]) or w_hh.shape != (4 * h, h) \
+            or hx.shape != (x.shape[1], h) or cx.shape != hx.shape:
+        raise NoReference("mkldnn_rnn_layer: shapes of an LSTM layer, time-major")
+    t = compute(x.dtype)
+    bias = None
+    if has_biases:
+        b_ih, b_hh = np.asarray(b_ih), np.asarray(b_hh)
+        if b_ih.shape != (4 * h,) or b_hh.shape != (4 * h,):
+            raise NoReference("mkldnn_rnn_layer: biases of 4 x hidden")
+        bias = (_w(b_ih, t), _w(b_hh, t))
+    steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+    return _w(x, t), _w(w_ih, t), _w(w_hh, t), bias, _w(hx, t), _w(cx, t), steps, h
+
+
+def _lstm_run(x, w_ih, w_hh, bias, h, c, steps, hidden) -> tuple:
+    """The forward in reference order, every step's state kept for the backward."""
+    ys = np.empty((x.shape[0], x.shape[1], hidden), x.dtype)
+    states = []
+    for s in steps:
+        gi = ref_matmul(x[s], swap_last2(w_ih))
+        gh = ref_matmul(h, swap_last2(w_hh))
+        if bias is not None:
+            gi, gh = gi + bias[0], gh + bias[1]
+        gates = gi + gh
+        i, f, o = (_SIG.forward(M, [gates[:, k * hidden:(k + 1) * hidden]], {})
+                   for k in (0, 1, 3))
+        g = _TANH.forward(M, [gates[:, 2 * hidden:3 * hidden]], {})
+        c_prev, h_prev = c, h
+        c = (f * c) + (i * g)
+        tc = _TANH.forward(M, [c], {})
+        h = o * tc
+        ys[s] = h
+        states.append((s, i, f, g, o, c_prev, h_prev, tc))
+    return ys, h, c, states
+
+
+@form("aten.mkldnn_rnn_layer.default")
+def _mkldnn_rnn_layer(args: list, kwargs: dict) -> list:
+    """oneDNN's LSTM layer (float32 ``nn.LSTM`` on the CPU), in the order of torch's own CPU
+    cell (the float64 path): per step, ``gates = ((x_t @ W_ihᵀ) + b_ih) + ((h @ W_hhᵀ) +
+    b_hh)``, i, f, o the tape's sigmoid, g its tanh of their quarters, ``c = (f * c) + (i *
+    g)``, ``h = o * tanh(c)``; ``reverse`` runs the steps backwards. Outputs: every step's h,
+    the last h and c, and the workspace (None: OPAQUE_OUTPUTS, taken as recorded)."""
+    if len(args) < 13:
+        raise NoReference("mkldnn_rnn_layer: too few arguments")
+    x, w_ih, w_hh, bias, h, c, steps, hidden = _lstm_args(*args[:11], args[12])
+    with fp_quiet():
+        ys, h, c, _ = _lstm_run(x, w_ih, w_hh, bias, h, c, steps, hidden)
+    dt = np.asarray(args[0]).dtype
+    return [ys.astype(dt), h.astype(dt), c.astype(dt), None]
+
+
+@form("aten.mkldnn_rnn_layer_backward.default")
+def _mkldnn_rnn_layer_backward(args: list, kwargs: dict) -> list:
+    """Back through time in reference order: the forward re-run (its states), then from the
+    last step to the first: ``dh += dy_t``; ``do = dh * tanh(c)``; ``dc += (dh * o) * tanh'``
+    (the tape's tanh backward); ``di = dc * g``, ``df = dc * c_prev``, ``dg = dc * i``; the
+    gates' sigmoid / tanh backwards; ``dx_t = dG @ W_ih``, ``dh = dG @ W_hh``, ``dc = dc * f``;
+    ``dW_ih += dGᵀ @ x_t``, ``dW_hh += dGᵀ @ h_prev``, ``db += serial_sum(dG)`` (both biases'
+    the same), each step's term added to the running sum in turn. Outputs: dx, dW_ih, dW_hh,
+    db_ih, db_hh (without biases too, as oneDNN computes them), dhx, dcx (the workspace is not
+    read)."""
+    if len(args) < 22:
+        raise NoReference("mkldnn_rnn_layer_backward: too few arguments")
+    (x0, w_ih0, w_hh0, b_ih0, b_hh0, hx0, cx0, _out, _hy, _cy, gy, ghy, gcy, reverse, mode,
+     hidden, _layers, has_biases) = args[:18]
+    batch_sizes = args[20]
+    x, w_ih, w_hh, bias, h, c, steps, hid = _lstm_args(
+        x0, w_ih0, w_hh0, b_ih0, b_hh0, hx0, cx0, reverse, batch_sizes, mode, hidden,
+        has_biases)
+    t = x.dtype
+    for g_, shape in ((gy, (x.shape[0], x.shape[1], hid)), (ghy, h.shape), (gcy, c.shape)):
+        if g_ is not None and np.shape(g_) != shape:
+            raise NoReference("mkldnn_rnn_layer_backward: gradients of the outputs' shapes")
+    with fp_quiet():
+        _, _, _, states = _lstm_run(x, w_ih, w_hh, bias, h, c, steps, hid)
+        dh = _w(ghy, t).copy() if ghy is not None else np.zeros_like(h)
+        dc = _w(gcy, t).copy() if gcy is not None else np.zeros_like(c)
+        gy = _w(gy, t) if gy is not None else None
+        dx = np.zeros_like(x)
+        dw_ih, dw_hh = np.zeros_like(w_ih), np.zeros_like(w_hh)
+        db = np.zeros(4 * hid, t)
+        for s, i, f, g, o, c_prev, h_prev, tc in reversed(states):
+            if gy is not None:
+                dh = dh + gy[s]
+            do = dh * tc
+            dc = dc + _TANH.backward(M, dh * o, [None], tc, {}, [True])[0]
+            di, df, dg = dc * g, dc * c_prev, dc * i
+            dgates = np.concatenate([_SIG.backward(M, di, [None], i, {}, [True])[0],
+                                     _SIG.backward(M, df, [None], f, {}, [True])[0],
+                                     _TANH.backward(M, dg, [None], g, {}, [True])[0],
+                                     _SIG.backward(M, do, [None], o, {}, [True])[0]], axis=1)
+            dx[s] = ref_matmul(dgates, w_ih)
+            dh = ref_matmul(dgates, w_hh)
+            dc = dc * f
+            dw_ih = dw_ih + ref_matmul(swap_last2(dgates), x[s])
+            dw_hh = dw_hh + ref_matmul(swap_last2(dgates), h_prev)
+            db = db + serial_sum(dgates, 0)
+    dt = np.asarray(x0).dtype
+    out = [dx, dw_ih, dw_hh]
+    out += [db, db.copy()]  # (without biases too: oneDNN computes them, torch drops them)
+    return [a.astype(dt) for a in out + [dh, dc]]
+
+
 # ---- scaled dot-product attention -------------------------------------------------------------
 @functools.lru_cache(maxsize=32)
 def _causal(ls: int, ss: int, dt: np.dtype) -> np.ndarray:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from tapescope.core import native
+from tapescope.core.capture.aten_ref_layers import OPAQUE_OUTPUTS
 from tapescope.core.capture.aten_ref_table import quiet_all
 from tapescope.core.capture.explain import explain_op
 from tapescope.core.capture.file import (
@@ -521,6 +522,17 @@ def _same_bytes(cap: Capture, op: str, args: list, outs: list[int], recorded: li
     return got, [t]
 
 
+def _with_recorded(got: list, recorded: list, opaque: frozenset[int]) -> list:
+    """The reference's outputs with the recorded ones put in at the ``opaque`` positions (the
+    reference gives the others, in order)."""
+    it = iter(got)
+    out = [recorded[j] if j in opaque else next(it, None) for j in range(len(recorded))]
+    if any(x is None for x in out) or next(it, None) is not None:
+        raise _NoRef(f"the reference returned {len(got)} outputs and {len(opaque)} are the "
+                     f"kernel's own, the capture has {len(recorded)}")
+    return out
+
+
 def _check_outs(got: list, recorded: list) -> list[np.ndarray]:
     """The reference's outputs as arrays, each of its recorded output's dtype and shape (the
     first that is not: ``_NoRef`` naming it)."""
@@ -781,6 +793,9 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                     continue
                 ref_calls += 1
                 got = table(op, a, k) if direct else reference(op, a, k, i)
+                opaque = OPAQUE_OUTPUTS.get(op)
+                if opaque:  # (outputs no reference computes: the recorded ones, in place)
+                    got = _with_recorded(got, recorded, opaque)
                 if len(got) != len(outs):
                     raise _NoRef(f"the reference returned {len(got)} outputs, the capture has "
                                  f"{len(outs)}")
@@ -791,6 +806,8 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                     a2 = _decode_chained(args, arr, chain, wk)
                     k2 = _decode_kw(kwargs, chain_get) if kwargs else {}
                     tot = table(op, a2, k2) if direct else reference(op, a2, k2, i)
+                    if opaque:
+                        tot = _with_recorded(tot, recorded, opaque)
                     tot = _check_outs(tot, recorded)
             except (NoReference, _NoRef) as x:
                 reason = " ".join(str(x).split()) or "no reference form"
@@ -805,8 +822,15 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 nr["count"] += 1
                 continue
         e_outs = e["outputs"]
+        opaque = OPAQUE_OUTPUTS.get(op) if fast is None else None
         for j, v in enumerate(outs):  # (got, tot and recorded are as long as outs: checked)
             r, g, t = recorded[j], got[j], tot[j]
+            if opaque and j in opaque:  # (its bytes are the kernel's own: nothing to judge)
+                chain.pop(v, None)
+                counts["recorded"] += 1
+                e_outs.append({"value": v, "verdict": "recorded",
+                               "reason": "the kernel's own workspace (no reference)"})
+                continue
             c = None
             if outcmp is not None:  # (both passes in one native call: ~0.3 us an output)
                 try:

@@ -1,0 +1,99 @@
+"""The reference of oneDNN's LSTM layer (``mkldnn_rnn_layer`` and its backward: what a float32
+``nn.LSTM`` runs on the CPU): in float64 it is the LSTM's own arithmetic (held to autograd
+through the cell's formulas to 1e-13, forwards and backwards, biases or none, reverse
+steps); in float32 torch's outputs are its outputs to float32's precision, of the same
+shapes and number (the bias gradients without biases too); its workspace is the kernel's
+own (the judge takes it as recorded); hostile arguments are a NoReference naming the op."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tapescope.core.capture.aten_ref import NoReference, reference  # noqa: E402
+
+FWD, BWD = "aten.mkldnn_rnn_layer.default", "aten.mkldnn_rnn_layer_backward.default"
+
+
+def _n(t):
+    return t.detach().numpy()
+
+
+def _lstm(T, B, I, H, dt, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g, dtype=dt, requires_grad=True)
+            for s in ((T, B, I), (4 * H, I), (4 * H, H), (4 * H,), (4 * H,), (B, H), (B, H))]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_float64_is_the_lstms_own_arithmetic_forwards_and_backwards(reverse, bias):
+    T, B, I, H = 5, 3, 4, 6
+    x, w0, w1, b0, b1, h0, c0 = _lstm(T, B, I, H, torch.float64, 7)
+    # without biases oneDNN still gives their gradients (torch drops them): zero biases' own
+    bb0, bb1 = (b0, b1) if bias else (torch.zeros(4 * H, dtype=torch.float64,
+                                                  requires_grad=True) for _ in range(2))
+    h, c, ys = h0, c0, [None] * T
+    for t in (range(T - 1, -1, -1) if reverse else range(T)):
+        i, f, gg, o = (x[t] @ w0.T + h @ w1.T + (bb0 + bb1)).chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        ys[t] = h
+    y = torch.stack(ys)
+    gy, ghy, gcy = torch.randn_like(y), torch.randn_like(h), torch.randn_like(c)
+    torch.autograd.backward([y, h, c], [gy, ghy, gcy])
+    args = [_n(v) for v in (x, w0, w1, b0, b1, h0, c0)]
+    fwd = reference(FWD, args + [reverse, [], 2, H, 1, bias, False, True, True], {})
+    assert len(fwd) == 3  # (the workspace: none of the reference's)
+    for got, want in zip(fwd, (y, h, c), strict=True):
+        np.testing.assert_allclose(got, _n(want), rtol=0, atol=1e-13)
+    bwd = reference(BWD, args + fwd + [_n(gy), _n(ghy), _n(gcy), reverse, 2, H, 1, bias, True,
+                                       False, [], True, np.zeros(8, np.uint8)], {})
+    want = [x.grad, w0.grad, w1.grad, bb0.grad, bb1.grad, h0.grad, c0.grad]
+    for j, (got, w) in enumerate(zip(bwd, want, strict=True)):
+        np.testing.assert_allclose(got, _n(w), rtol=0, atol=1e-12, err_msg=str(j))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_float32_torch_is_the_reference_to_float32_precision(bias):
+    T, B, I, H = 6, 4, 5, 8
+    m = torch.nn.LSTM(I, H, bias=bias)
+    calls = []
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Rec(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if "mkldnn_rnn_layer" in str(func):
+                calls.append((str(func), args, out))
+            return out
+
+    x = torch.randn(T, B, I, generator=torch.Generator().manual_seed(1))
+    with Rec():
+        y, _ = m(x)
+        y.square().sum().backward()
+    assert [c[0] for c in calls] == [FWD, BWD]
+    for op, args, out in calls:
+        a = [_n(v) if isinstance(v, torch.Tensor) else v for v in args]
+        ref = reference(op, a, {})
+        outs = [o for o in out if o is not None][: (3 if op == FWD else 7)]
+        assert len(ref) == len(outs)
+        for r, o in zip(ref, outs, strict=True):
+            assert r.dtype == np.float32 and r.shape == tuple(o.shape)
+            np.testing.assert_allclose(r, _n(o), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda a: a[:5],  # too few
+    lambda a: a[:9] + [1] + a[10:],  # mode 1: a GRU's, not an LSTM's
+    lambda a: a[:8] + [[3, 2]] + a[9:],  # packed sequences
+    lambda a: [a[0][0]] + a[1:],  # a 2-D input
+    lambda a: a[:10] + [7] + a[11:],  # a hidden size the weights do not have
+])
+def test_hostile_arguments_are_a_no_reference_naming_the_op(bad):
+    x, w0, w1, b0, b1, h0, c0 = (_n(v) for v in _lstm(3, 2, 4, 5, torch.float32, 0))
+    a = [x, w0, w1, b0, b1, h0, c0, False, [], 2, 5, 1, True, False, True, True]
+    with pytest.raises(NoReference, match="mkldnn_rnn_layer"):
+        reference(FWD, bad(a), {})
