@@ -164,6 +164,17 @@ def _cumsum(args: list, kwargs: dict) -> list:
         return [np.add.accumulate(_wide(x, out), axis=d % x.ndim).astype(out)]
 
 
+@form("aten.cumprod.default")
+def _cumprod(args: list, kwargs: dict) -> list:
+    """acc = x[0]; acc = acc * x[i] along ``dim``, serially (np.multiply.accumulate)."""
+    x, d = args[0], args[1]
+    out = _red_dtype(x, opt(kwargs, args, 2, "dtype"))
+    if x.ndim == 0:
+        return [arr(x, out).copy()]
+    with fp_quiet():
+        return [np.multiply.accumulate(_wide(x, out), axis=d % x.ndim).astype(out)]
+
+
 def variance(x: np.ndarray, dim, correction: float, keep: bool) -> np.ndarray:
     """mu = serial_sum(x) / n; d = x - mu; var = serial_sum(d * d) / max(0, n - correction)."""
     ax = axes_of(x, dim)

@@ -159,6 +159,26 @@ def _arange(args: list, kwargs: dict) -> list:
     return [vals.astype(dt) if dt != I64 else start + np.arange(n, dtype=I64) * step]
 
 
+@form("aten.linspace.default")
+def _linspace(args: list, kwargs: dict) -> list:
+    """``steps`` values from ``start`` to ``end``: ATen's two-sided formula (start + step * i
+    for the first half, end - step * (steps - 1 - i) for the rest, so both ends are exact),
+    in float64, rounded once."""
+    start, end, steps = args[0], args[1], args[2]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (start, end)) \
+            or not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= 1 << 31:
+        raise NoReference("linspace: number ends and 0 to 2**31 steps")
+    dt = as_dtype(kwargs.get("dtype")) or F32
+    if steps == 1:
+        return [np.asarray([start], F64).astype(dt)]
+    i = np.arange(steps, dtype=F64)
+    step = (F64.type(end) - F64.type(start)) / F64.type(max(steps - 1, 1))
+    with np.errstate(all="ignore"):
+        v = np.where(i < steps // 2, F64.type(start) + step * i,
+                     F64.type(end) - step * (steps - 1 - i))
+    return [np.rint(v).astype(dt) if dt.kind in "iu" else v.astype(dt)]
+
+
 @form("prims.iota.default")
 def _iota(args: list, kwargs: dict) -> list:
     """start + i * step, i < length, in the dtype asked for (an integer range: exact)."""

@@ -297,6 +297,11 @@ def _gelu_form(approximate: str, at: int, fn: Callable) -> Callable:
     return run
 
 
+#: the unary ops PyTorch's CPU build computes with MKL VML (ATen's vml.h with MKL), by VML's
+#: name; measured bit for bit on float32 and float64, tails included (tanh: the table's own)
+_VML_NAMES = {"exp": "Exp", "log": "Ln", "erf": "Erf"}
+
+
 def _libm(op: str, name: str) -> list[_Variant]:
     out: list[_Variant] = []
     for v in VARIANTS:
@@ -316,6 +321,10 @@ def _libm(op: str, name: str) -> list[_Variant]:
         out.append(("libm", "PyTorch's CPU gelu, tanh form (ATen's GeluKernel: SLEEF's tanhf, "
                             "beta * fma(kappa, x^3, x))",
                     _gelu_form("tanh", 1, lambda a: gelu_tanh(np.asarray(a[0])))))
+    if name in _VML_NAMES:  # PyTorch's CPU exp, log and erf are MKL VML's (measured)
+        vn = _VML_NAMES[name]
+        out.append(("libm", f"MKL VML's {name} (HA mode: PyTorch's CPU torch.{name}, float32 "
+                            "and float64)", lambda args, kw: _vml(vn, np.asarray(args[0]))))
     if name == "tanh":  # PyTorch's CPU tanh is MKL VML's (the table's aten:tanh variant)
         vml = next(v for v in VARIANTS if v.prim == "aten:tanh")
         out.append((vml.cause, vml.label,
@@ -1534,6 +1543,17 @@ def _libc_pow_scalar(args: list, kw: dict) -> np.ndarray:
     return y.astype(e.dtype)
 
 
+def _cum_in_double(ufunc: Any) -> Callable:
+    """ATen's cumsum / cumprod kernel (cpu_cum_base_kernel, acc_type: double for float): a
+    float64 running total along the axis, each output rounded to the input's type."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        x, d = np.asarray(args[0]), args[1]
+        if x.ndim == 0 or not (x.dtype.kind == "f" or x.dtype == _BF16):
+            raise ValueError("a float array")
+        return ufunc.accumulate(x.astype(np.float64), axis=int(d) % x.ndim).astype(x.dtype)
+    return run
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
@@ -1663,6 +1683,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "occurrence fma'd into its row by MKL's axpy, the scale "
                                   "1 / bag size (mean) or the sample's weight",
                  _bag_backward_aten(base.endswith("dense_backward")))]
+    if base in ("cumprod", "cumsum"):
+        return [("accumulator", f"PyTorch's CPU {base}: a float64 accumulator along the axis, "
+                                "each output rounded (float32 and half inputs)",
+                 _cum_in_double(np.multiply if base == "cumprod" else np.add))]
     if base == "mse_loss":
         return _mse(dt)
     if base in ("sum", "mean"):

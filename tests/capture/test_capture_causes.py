@@ -302,6 +302,34 @@ def test_a_channels_last_depthwise_convolution_and_its_weight_gradient_are_onedn
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("name, lo, hi", [("exp", -5, 5), ("erf", -3, 3)])
+def test_exp_and_erf_are_mkl_vmls(name, lo, hi):
+    """A VAE's exp(0.5 * logvar): PyTorch's CPU exp and erf are MKL VML's (HA mode), whole
+    arrays with their tails (its float32 log is VML's too, and correctly rounded here, as the
+    reference's: nothing to name). Named for torch's own result, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(16, 37, generator=g) * (hi - lo) + lo
+    op = f"aten.{name}.default"
+    a = [x.numpy()]
+    _named(op, a, {}, getattr(torch, name)(x).numpy(), reference(op, a, {})[0], "libm",
+           "MKL VML")
+
+
+def test_cumprod_and_cumsum_accumulate_in_float64():
+    """A diffusion schedule's alphas (cumprod of 1 - betas) and a running sum: ATen's float32
+    kernels keep a float64 running total, each output rounded; the reference's is float32.
+    Named for torch's own result, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    x = (1 - torch.linspace(1e-4, 0.02, 100)).reshape(4, 25)
+    for op, fn in (("aten.cumprod.default", torch.cumprod), ("aten.cumsum.default",
+                                                             torch.cumsum)):
+        a = [x.numpy(), 1]
+        _named(op, a, {}, fn(x, 1).numpy(), reference(op, a, {})[0], "accumulator", "float64")
+
+
 # McIlroy's "killer adversary" input for libstdc++'s std::sort of 64 elements (made by running
 # his antiqsort against it): its partitions peel two elements a level, so past 2 log2(64)
 # levels 40 elements are left to the heapsort
@@ -1158,7 +1186,7 @@ HOSTILE_ARGS = [
     "aten.addmm.default", "aten.bmm.default", "aten.convolution_backward.default",
     "aten._embedding_bag.default", "aten._embedding_bag_backward.default",
     "aten._embedding_bag_dense_backward.default", "aten.sin.default", "aten.cos.default",
-    "aten.rsqrt.default", "aten.pow.Scalar"])
+    "aten.rsqrt.default", "aten.pow.Scalar", "aten.cumprod.default", "aten.exp.default"])
 def test_arguments_from_a_hostile_file_never_crash_the_search(op):
     """A capture file's arguments are data: wrong types, counts, shapes, negative or huge
     sizes and indices. Every variant either runs or is skipped; the answer is a cause

@@ -379,6 +379,11 @@ CASES = [
     ("narrow", "aten.narrow.default", lambda g, d: ([rn(g, d, 5, 4), 0, 1, 3], {})),
     ("new_zeros", "aten.new_zeros.default", lambda g, d: ([rn(g, d, 5, 4), [2, 3]], {})),
     ("arange", "aten.arange.start_step", lambda g, d: ([1, 20, 3], {"dtype": d})),
+    # a diffusion schedule: betas by linspace, the alphas' running product
+    ("linspace", "aten.linspace.default", lambda g, d: ([1e-4, 0.02, 100], {"dtype": d})),
+    ("linspace_odd", "aten.linspace.default", lambda g, d: ([-3.0, 7.5, 37], {"dtype": d})),
+    ("cumprod", "aten.cumprod.default", lambda g, d: ([rn(g, d, 4, 30, lo=0.9, hi=1.1), 1],
+                                                      {})),
     ("sum", "aten.sum.default", lambda g, d: ([rn(g, d, 7, 5)], {})),
     ("sum_dim", "aten.sum.dim_IntList", lambda g, d: ([rn(g, d, 4, 7, 5), [0, 2], True], {})),
     ("mean_dim", "aten.mean.dim", lambda g, d: ([rn(g, d, 4, 7, 5), [-1]], {})),
