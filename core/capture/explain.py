@@ -73,7 +73,7 @@ from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
 from tapescope.core.explain_aten import silu as _aten_silu
 from tapescope.core.explain_onednn import gelu_backward, gelu_forward
-from tapescope.core.explain_prims import fma, std_sort_order
+from tapescope.core.explain_prims import _LIBC_MATH, fma, std_sort_order
 from tapescope.core.ops.reference import serial_sum
 from tapescope.core.parity import compare_arrays
 
@@ -1543,6 +1543,33 @@ def _libc_pow_scalar(args: list, kw: dict) -> np.ndarray:
     return y.astype(e.dtype)
 
 
+def _bce_libc(total: Callable | None) -> Callable:
+    """ATen's binary_cross_entropy (Loss.cpp, a scalar loop): per element ``(t - 1) *
+    max(log1p(-x), -100) - t * max(log(x), -100)`` with the C library's log1p and log, times
+    the weight, then the reduction: ``total`` (sum), over the count for mean; ``total`` None:
+    the reduction none's alone."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        x, t = np.asarray(args[0]), np.asarray(args[1])
+        w = args[2] if len(args) > 2 else kw.get("weight")
+        red = args[3] if len(args) > 3 else kw.get("reduction", 1)
+        if x.dtype not in (np.float32, np.float64) or t.dtype != x.dtype:
+            raise ValueError("float32 or float64 operands")
+        T = x.dtype.type
+        with np.errstate(all="ignore"):
+            a = np.maximum(_LIBC_MATH.log1p(-x), T(-100))
+            b = np.maximum(_LIBC_MATH.log(x), T(-100))
+            loss = ((t - T(1)) * a).astype(x.dtype) - (t * b).astype(x.dtype)
+            if w is not None:
+                loss = loss * np.asarray(w, x.dtype)
+            if (red == 0) != (total is None):
+                raise ValueError("another reduction's variant")
+            if red == 0:
+                return loss.astype(x.dtype)
+            s = np.asarray(total(loss.astype(x.dtype), None, False)).astype(x.dtype)
+            return (s / T(x.size) if red == 1 else s).astype(x.dtype)
+    return run
+
+
 def _cum_in_double(ufunc: Any) -> Callable:
     """ATen's cumsum / cumprod kernel (cpu_cum_base_kernel, acc_type: double for float): a
     float64 running total along the axis, each output rounded to the input's type."""
@@ -1683,6 +1710,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "occurrence fma'd into its row by MKL's axpy, the scale "
                                   "1 / bag size (mean) or the sample's weight",
                  _bag_backward_aten(base.endswith("dense_backward")))]
+    if base == "binary_cross_entropy":
+        return [("libm", "PyTorch's CPU binary_cross_entropy: the C library's log and log1p "
+                         "per element (reduction none)", _bce_libc(None))] + [
+                ("libm", "PyTorch's CPU binary_cross_entropy: the C library's log and log1p "
+                         f"per element, then {v.label}", _bce_libc(v.value))
+                for v in variants_for("sum", dt) if v.prim == "sum"]
     if base in ("cumprod", "cumsum"):
         return [("accumulator", f"PyTorch's CPU {base}: a float64 accumulator along the axis, "
                                 "each output rounded (float32 and half inputs)",

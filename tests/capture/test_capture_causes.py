@@ -317,6 +317,22 @@ def test_exp_and_erf_are_mkl_vmls(name, lo, hi):
            "MKL VML")
 
 
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_binary_cross_entropy_is_the_c_librarys_logs_then_a_sum(reduction):
+    """A VAE's reconstruction loss: ATen's binary_cross_entropy is a scalar loop over the C
+    library's log and log1p, then the reduction. Named for torch's own result, one ulp off
+    unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(0)
+    x, t = torch.rand(16, 64, generator=g) * 0.98 + 0.01, torch.rand(16, 64, generator=g)
+    a = [x.numpy(), t.numpy(), None, reduction]
+    op = "aten.binary_cross_entropy.default"
+    rec = torch.ops.aten.binary_cross_entropy(x, t, None, reduction).numpy()
+    words = "(reduction none)" if reduction == 0 else "then"
+    _named(op, a, {}, rec, reference(op, a, {})[0], "libm", words)
+
+
 def test_cumprod_and_cumsum_accumulate_in_float64():
     """A diffusion schedule's alphas (cumprod of 1 - betas) and a running sum: ATen's float32
     kernels keep a float64 running total, each output rounded; the reference's is float32.
@@ -1186,7 +1202,8 @@ HOSTILE_ARGS = [
     "aten.addmm.default", "aten.bmm.default", "aten.convolution_backward.default",
     "aten._embedding_bag.default", "aten._embedding_bag_backward.default",
     "aten._embedding_bag_dense_backward.default", "aten.sin.default", "aten.cos.default",
-    "aten.rsqrt.default", "aten.pow.Scalar", "aten.cumprod.default", "aten.exp.default"])
+    "aten.rsqrt.default", "aten.pow.Scalar", "aten.cumprod.default", "aten.exp.default",
+    "aten.binary_cross_entropy.default"])
 def test_arguments_from_a_hostile_file_never_crash_the_search(op):
     """A capture file's arguments are data: wrong types, counts, shapes, negative or huge
     sizes and indices. Every variant either runs or is skipped; the answer is a cause
