@@ -290,35 +290,41 @@ def _pow2i(q: np.ndarray) -> np.ndarray:
     return ((q.astype(np.int32) + np.int32(0x7F)) << np.int32(23)).view(np.float32)
 
 
+def _sleef_expk2f(y: np.ndarray) -> tuple:
+    """SLEEF's ``expk2f`` of the pair (y, 0), float32, FMA build: exp(y) in double-float (the
+    -104 flush left out: its callers overwrite such results)."""
+    from tapescope.core.explain_prims import fma
+
+    f32 = np.float32
+    zero = np.zeros_like(y)
+    u = ((y + zero) * f32(1.442695040888963407359924681001892137426645954152985934135449406931)
+         ).astype(f32)
+    q = np.rint(np.nan_to_num(u)).clip(-(1 << 30), 1 << 30).astype(np.int32)
+    qf = q.astype(f32)
+    s = _df_add2((y, zero), (qf * f32(-0.693145751953125)).astype(f32))
+    s = _df_add2(s, (qf * f32(-1.428606765330187045e-06)).astype(f32))
+    u = np.full_like(y, f32(0.1980960224e-3))
+    for c in (0.1394256484e-2, 0.8333456703e-2, 0.4166637361e-1):
+        u = fma(u, s[0], f32(c)).astype(f32)
+    t = _df_add2(_df_mul(s, u), f32(0.166666659414234244790680580464e+0))
+    t = _df_add2(_df_mul(s, t), f32(0.5))
+    t = _df_add2(s, _df_mul(_df_squ(s), t))
+    one = np.ones_like(y)
+    sx = one + t[0]
+    t = (sx, ((one - sx) + t[0]) + t[1])  # dfadd_vf2_vf_vf2(1, t)
+    h, lo = q >> np.int32(1), q - (q >> np.int32(1))
+    return tuple(((v * _pow2i(h)).astype(f32) * _pow2i(lo)).astype(f32) for v in t)
+
+
 def sleef_tanhf(x: Any) -> np.ndarray:
     """SLEEF's ``xtanhf`` (float32, FMA build): ``(e - 1/e) / (e + 1/e)``, ``e = exp(|x|)`` by
     ``expk2f``, in double-float; 1 past 8.664339742, the sign of x, NaN as NaN."""
-    from tapescope.core.explain_prims import fma
-
     f32 = np.float32
     x = np.asarray(x)
     if x.dtype != f32:
         raise ValueError(f"SLEEF's tanhf is written for float32, not {x.dtype}")
     with np.errstate(all="ignore"):
-        y = np.abs(x)
-        zero = np.zeros_like(y)
-        u = ((y + zero) * f32(1.442695040888963407359924681001892137426645954152985934135449406931)
-             ).astype(f32)
-        q = np.rint(np.nan_to_num(u)).clip(-(1 << 30), 1 << 30).astype(np.int32)
-        qf = q.astype(f32)
-        s = _df_add2((y, zero), (qf * f32(-0.693145751953125)).astype(f32))
-        s = _df_add2(s, (qf * f32(-1.428606765330187045e-06)).astype(f32))
-        u = np.full_like(y, f32(0.1980960224e-3))
-        for c in (0.1394256484e-2, 0.8333456703e-2, 0.4166637361e-1):
-            u = fma(u, s[0], f32(c)).astype(f32)
-        t = _df_add2(_df_mul(s, u), f32(0.166666659414234244790680580464e+0))
-        t = _df_add2(_df_mul(s, t), f32(0.5))
-        t = _df_add2(s, _df_mul(_df_squ(s), t))
-        one = np.ones_like(y)
-        sx = one + t[0]
-        t = (sx, ((one - sx) + t[0]) + t[1])  # dfadd_vf2_vf_vf2(1, t)
-        h, lo = q >> np.int32(1), q - (q >> np.int32(1))
-        t = tuple(((v * _pow2i(h)).astype(f32) * _pow2i(lo)).astype(f32) for v in t)
+        t = _sleef_expk2f(np.abs(x))
         e = _df_rec(t)
         d = _df_div(_df_add(t, (-e[0], -e[1])), _df_add(t, e))
         r = (d[0] + d[1]).astype(f32)
@@ -326,6 +332,22 @@ def sleef_tanhf(x: Any) -> np.ndarray:
         bits = r.view(np.uint32) ^ (x.view(np.uint32) & np.uint32(0x80000000))
         bits = np.where(np.isnan(x), np.uint32(0xFFFFFFFF), bits)
     return bits.astype(np.uint32).view(f32)
+
+
+def sleef_expm1f(a: Any) -> np.ndarray:
+    """SLEEF's ``xexpm1f`` (float32, FMA build): expk2f(a) - 1 in double-float, summed; inf
+    past 88.72283172607421875, -1 below -16.635532333438687426, -0 for -0."""
+    f32 = np.float32
+    a = np.asarray(a)
+    if a.dtype != f32:
+        raise ValueError(f"SLEEF's expm1f is written for float32, not {a.dtype}")
+    with np.errstate(all="ignore"):
+        d = _df_add2(_sleef_expk2f(a), f32(-1.0))
+        x = (d[0] + d[1]).astype(f32)
+        x = np.where(a > f32(88.72283172607421875), f32(np.inf), x)
+        x = np.where(a < f32(-16.635532333438687426013570), f32(-1), x)
+        x = np.where((a == 0) & np.signbit(a), f32(-0.0), x)
+    return x.astype(f32)
 
 
 _GELU_BETA = np.float32(np.sqrt(2.0) * (2.0 / np.sqrt(np.pi)) * 0.5)

@@ -60,6 +60,7 @@ from tapescope.core.explain_aten import (
     _lane_sum,
     _mkl_mm,
     _sgemm,
+    _vec_map,
     aten_moments,
     aten_sum,
     flash_attention,
@@ -67,6 +68,7 @@ from tapescope.core.explain_aten import (
     gelu_tanh,
     reduce_all,
     sleef_exp,
+    sleef_expm1f,
     softmax_backward,
 )
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
@@ -1543,6 +1545,42 @@ def _libc_pow_scalar(args: list, kw: dict) -> np.ndarray:
     return y.astype(e.dtype)
 
 
+def _f32_only(x: Any) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise ValueError("written for float32")
+    return x
+
+
+def _elu_coefs(args: list, kw: dict, at: int) -> tuple:
+    f = np.float32
+    alpha, scale, inscale = (f(_arg(args, kw, at + i, n, 1.0))
+                             for i, n in enumerate(("alpha", "scale", "input_scale")))
+    return f(alpha * scale), scale, inscale  # (negcoef: the product in float)
+
+
+def _aten_elu(args: list, kw: dict) -> np.ndarray:
+    """ATen's elu (Elu.h), float32: ``x > 0 ? x * scale : expm1(x * input_scale) * negcoef``
+    (negcoef = alpha * scale), SLEEF's expm1f on whole register pairs, glibc's on the rest."""
+    x = _f32_only(args[0])
+    neg, pos, ins = _elu_coefs(args, kw, 1)
+    e = _vec_map((x * ins).astype(np.float32), sleef_expm1f, _LIBC_MATH.expm1)
+    return np.where(x > 0, (x * pos).astype(np.float32), (e * neg).astype(np.float32))
+
+
+def _aten_elu_backward(args: list, kw: dict) -> np.ndarray:
+    """ATen's elu backward (is_result False), float32: ``b <= 0 ? ((g * input_scale) *
+    negcoef) * exp(b * input_scale) : g * scale``, SLEEF's expf on whole register pairs."""
+    g, b = _f32_only(args[0]), _f32_only(args[5] if len(args) > 5 else kw.get("self_or_result"))
+    if _arg(args, kw, 4, "is_result", False) or g.shape != b.shape:
+        raise ValueError("written for the input's form")
+    neg, pos, ins = _elu_coefs(args, kw, 1)
+    f = np.float32
+    e = _vec_map((b * ins).astype(f), sleef_exp, _LIBC_MATH.exp)
+    return np.where(b <= 0, ((((g * ins).astype(f) * neg).astype(f)) * e).astype(f),
+                    (g * pos).astype(f))
+
+
 def _bce_libc(total: Callable | None) -> Callable:
     """ATen's binary_cross_entropy (Loss.cpp, a scalar loop): per element ``(t - 1) *
     max(log1p(-x), -100) - t * max(log(x), -100)`` with the C library's log1p and log, times
@@ -1710,6 +1748,19 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "occurrence fma'd into its row by MKL's axpy, the scale "
                                   "1 / bag size (mean) or the sample's weight",
                  _bag_backward_aten(base.endswith("dense_backward")))]
+    if base == "elu":
+        return [("libm", "PyTorch's CPU elu: SLEEF's expm1f on whole register pairs (the C "
+                         "library's on the rest), expm1(x * input_scale) * (alpha * scale)",
+                 _aten_elu)]
+    if base == "elu_backward":
+        return [("libm", "PyTorch's CPU elu backward: ((g * input_scale) * (alpha * scale)) * "
+                         "exp(x * input_scale), SLEEF's expf on whole register pairs (the C "
+                         "library's on the rest)", _aten_elu_backward)]
+    if base == "expm1":
+        return [("libm", "PyTorch's CPU expm1: SLEEF's expm1f on whole register pairs, the C "
+                         "library's on the rest",
+                 lambda args, kw: _vec_map(_f32_only(args[0]), sleef_expm1f,
+                                           _LIBC_MATH.expm1))]
     if base == "binary_cross_entropy":
         return [("libm", "PyTorch's CPU binary_cross_entropy: the C library's log and log1p "
                          "per element (reduction none)", _bce_libc(None))] + [

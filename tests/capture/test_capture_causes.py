@@ -333,6 +333,36 @@ def test_binary_cross_entropy_is_the_c_librarys_logs_then_a_sum(reduction):
     _named(op, a, {}, rec, reference(op, a, {})[0], "libm", words)
 
 
+@pytest.mark.parametrize("n", [37, 1000])
+def test_elu_its_backward_and_expm1_are_sleefs(n):
+    """A VAE's ELU: ATen's expm1(x * input_scale) * (alpha * scale) with SLEEF's expm1f on
+    whole register pairs and the C library's on the rest; its backward's exp SLEEF's expf;
+    torch.expm1 itself SLEEF's (MKL has none). Each named for torch's own result (bit for bit
+    against torch.expm1 on 300,000 values when written), one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+    from tapescope.core.explain_aten import sleef_expm1f
+
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g) * 3
+    wide = torch.randn(4096, generator=g) * 12
+    assert np.array_equal(sleef_expm1f(wide.numpy()).view(np.uint32),
+                          torch.expm1(wide).numpy().view(np.uint32))
+    gy = torch.randn(n, generator=g)
+    named = 0
+    for op, a, rec in (
+            ("aten.elu.default", [x.numpy(), 1.3, 1, 1], torch.ops.aten.elu(x, 1.3, 1, 1)),
+            ("aten.elu_backward.default", [gy.numpy(), 1.3, 1, 1, False, x.numpy()],
+             torch.ops.aten.elu_backward(gy, 1.3, 1, 1, False, x)),
+            ("aten.expm1.default", [wide.numpy()], torch.expm1(wide))):
+        rec = rec.numpy()
+        plain = reference(op, a, {})[0]
+        if np.array_equal(plain, rec):
+            continue  # (this size's bits are the reference's: nothing to name)
+        _named(op, a, {}, rec, plain, "libm", "SLEEF")
+        named += 1
+    assert named >= 2  # (the backward's and expm1's differ at every size here)
+
+
 def test_cumprod_and_cumsum_accumulate_in_float64():
     """A diffusion schedule's alphas (cumprod of 1 - betas) and a running sum: ATen's float32
     kernels keep a float64 running total, each output rounded; the reference's is float32.
@@ -1203,7 +1233,8 @@ HOSTILE_ARGS = [
     "aten._embedding_bag.default", "aten._embedding_bag_backward.default",
     "aten._embedding_bag_dense_backward.default", "aten.sin.default", "aten.cos.default",
     "aten.rsqrt.default", "aten.pow.Scalar", "aten.cumprod.default", "aten.exp.default",
-    "aten.binary_cross_entropy.default"])
+    "aten.binary_cross_entropy.default", "aten.elu.default", "aten.elu_backward.default",
+    "aten.expm1.default"])
 def test_arguments_from_a_hostile_file_never_crash_the_search(op):
     """A capture file's arguments are data: wrong types, counts, shapes, negative or huge
     sizes and indices. Every variant either runs or is skipped; the answer is a cause
