@@ -153,26 +153,21 @@ form("aten.argmax.default")(_arg_index(np.argmax))
 form("aten.argmin.default")(_arg_index(np.argmin))
 
 
-@form("aten.cumsum.default")
-def _cumsum(args: list, kwargs: dict) -> list:
-    """acc = x[0]; acc = acc + x[i] along ``dim``, serially (np.add.accumulate)."""
-    x, d = args[0], args[1]
-    out = _red_dtype(x, opt(kwargs, args, 2, "dtype"))
-    if x.ndim == 0:
-        return [arr(x, out).copy()]
-    with fp_quiet():
-        return [np.add.accumulate(_wide(x, out), axis=d % x.ndim).astype(out)]
+def _cumulative(ufunc: np.ufunc, what: str):
+    def run(args: list, kwargs: dict) -> list:
+        x, d = args[0], args[1]
+        out = _red_dtype(x, opt(kwargs, args, 2, "dtype"))
+        if x.ndim == 0:
+            return [arr(x, out).copy()]
+        with fp_quiet():
+            return [ufunc.accumulate(_wide(x, out), axis=d % x.ndim).astype(out)]
+    run.__doc__ = f"acc = x[0]; acc = acc {what} x[i] along ``dim``, serially ({ufunc.__name__}" \
+        ".accumulate)."
+    return run
 
 
-@form("aten.cumprod.default")
-def _cumprod(args: list, kwargs: dict) -> list:
-    """acc = x[0]; acc = acc * x[i] along ``dim``, serially (np.multiply.accumulate)."""
-    x, d = args[0], args[1]
-    out = _red_dtype(x, opt(kwargs, args, 2, "dtype"))
-    if x.ndim == 0:
-        return [arr(x, out).copy()]
-    with fp_quiet():
-        return [np.multiply.accumulate(_wide(x, out), axis=d % x.ndim).astype(out)]
+form("aten.cumsum.default")(_cumulative(np.add, "+"))
+form("aten.cumprod.default")(_cumulative(np.multiply, "*"))
 
 
 def variance(x: np.ndarray, dim, correction: float, keep: bool) -> np.ndarray:

@@ -1028,22 +1028,30 @@ def _dw_input_grad(args: list, kw: dict) -> tuple:
     return _masked((acc, None, None), mask)
 
 
+def _dw_weight_grad_args(args: list, chunks: int, by_rows: bool) -> tuple:
+    """(g, mask, kernel, windows) of a depthwise weight gradient within the search's budget:
+    ``windows[n, c, oh, ow]`` the input pixels under each output pixel's taps; ValueError for
+    another op, an unasked gradient or more runs than images (rows, ``by_rows``)."""
+    g, x, w = (np.asarray(a) for a in args[:3])
+    mask = list(args[10])
+    k, s, p = _depthwise(x, w, *args[4:7], args[7], args[9])
+    n, _, oh, ow = g.shape
+    terms, steps = _budget()
+    if not mask[1] or g.dtype != np.float32 or chunks > (n * oh if by_rows else n) \
+            or (ow if by_rows else n * oh * ow) > steps or n * oh * ow * w.size > terms:
+        raise ValueError("a float32 weight gradient within the search's budget, asked for")
+    xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    win = np.lib.stride_tricks.sliding_window_view(xp, k, axis=(2, 3))[:, :, ::s[0], ::s[1]]
+    return g, mask, k, win
+
+
 def _dw_weight_grad(chunks: int) -> Callable:
     """A depthwise convolution's weight gradient as oneDNN computes it: the images in
     ``chunks`` runs (one per thread), each run one fma chain a weight tap over its images'
     output pixels in order, the runs added in order."""
     def run(args: list, kw: dict) -> tuple:
-        g, x, w = (np.asarray(a) for a in args[:3])
-        mask = list(args[10])
-        k, s, p = _depthwise(x, w, *args[4:7], args[7], args[9])
+        g, mask, k, win = _dw_weight_grad_args(args, chunks, by_rows=False)
         n, c, oh, ow = g.shape
-        terms, steps = _budget()
-        if not mask[1] or g.dtype != np.float32 or chunks > n or n * oh * ow > steps \
-                or n * oh * ow * w.size > terms:
-            raise ValueError("a float32 weight gradient within the search's budget, asked for")
-        xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
-        win = np.lib.stride_tricks.sliding_window_view(xp, k, axis=(2, 3))[:, :, ::s[0],
-                                                                          ::s[1]]
         total = None
         for r in np.array_split(np.arange(n), chunks):
             acc = np.zeros((c, *k), np.float32)
@@ -1062,17 +1070,8 @@ def _dw_weight_grad_rows(chunks: int) -> Callable:
     over its pixels from zero, the rows (images in order) in ``chunks`` runs, each run's row
     sums added in order, the runs added in order."""
     def run(args: list, kw: dict) -> tuple:
-        g, x, w = (np.asarray(a) for a in args[:3])
-        mask = list(args[10])
-        k, s, p = _depthwise(x, w, *args[4:7], args[7], args[9])
+        g, mask, k, win = _dw_weight_grad_args(args, chunks, by_rows=True)
         n, c, oh, ow = g.shape
-        terms, steps = _budget()
-        if not mask[1] or g.dtype != np.float32 or chunks > n * oh or ow > steps \
-                or n * oh * ow * w.size > terms:
-            raise ValueError("a float32 weight gradient within the search's budget, asked for")
-        xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
-        win = np.lib.stride_tricks.sliding_window_view(xp, k, axis=(2, 3))[:, :, ::s[0],
-                                                                          ::s[1]]
         rows = np.zeros((n, oh, c, *k), np.float32)  # each output row's chain, all at once
         for b in range(ow):
             rows = _fma_acc(rows, np.moveaxis(win[:, :, :, b], 2, 1),
