@@ -20,6 +20,7 @@ from tapescope.core.capture.aten_ref_table import (
     M,
     NoReference,
     arr,
+    check_elems,
     compute,
     form,
     fp_quiet,
@@ -297,6 +298,7 @@ def _embedding_backward(args: list, kwargs: dict) -> list:
         raise NoReference("embedding_dense_backward with scale_grad_by_freq")
     rows = np.asarray(idx).astype(I64).reshape(-1)
     gw = _w(g).reshape(rows.size, -1)
+    check_elems(int(num) * gw.shape[1], "embedding_dense_backward")
     base = np.broadcast_to(np.zeros((), gw.dtype), (int(num), gw.shape[1]))
     # the tape's gather backward: zeros, then g's rows added in index order
     out = REGISTRY["gather"].backward(M, gw, [base, rows], None, {"axis": 0}, [True, False])[0]
@@ -436,6 +438,7 @@ def bag_grad_args(args: list, kwargs: dict, dense: bool) -> dict:
         raise NoReference("embedding_bag backward: grad 2-D, indices 1-D, mode 0-2")
     if not 0 <= num <= _MAX_ROWS // max(g.shape[1], 1):
         raise NoReference(f"embedding_bag backward of {num} rows")
+    check_elems(num * g.shape[1], "embedding_bag backward")
     idx, size, pad = idx.astype(I64), size.astype(I64), int(pad)
     if mode == 2:
         mx, live = mx.astype(I64), np.flatnonzero(size != 0)

@@ -6,6 +6,7 @@ float32 (two roundings, as ``c10::Half(double)``), float -> integer truncates.""
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from tapescope.core.capture.aten_ref_table import (
     NoReference,
     arr,
     as_dtype,
+    check_elems,
     fast,
     form,
     fp_quiet,
@@ -111,9 +113,18 @@ def _fast_zeros_like(args: list, kwargs: dict) -> list | None:
     return [np.zeros(x.shape, x.dtype)]
 
 
+def _numel(size: Any, what: str) -> tuple[int, ...]:
+    """A size argument as a shape of non-negative ints, its elements within ``check_elems``."""
+    if not isinstance(size, list | tuple) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in size):
+        raise NoReference(f"{what}: a size of non-negative integers")
+    check_elems(math.prod(size), what)
+    return tuple(size)
+
+
 def _factory(value: Any):
     def run(args: list, kwargs: dict) -> list:
-        size = tuple(args[0])
+        size = _numel(args[0], "a factory")
         v = args[1] if value is None else value
         dt = as_dtype(kwargs.get("dtype")) or (_fill_dtype(v, None) if value is None else F32)
         return [np.full(size, cast(v, dt))]
@@ -127,7 +138,7 @@ form("aten.full.default")(_factory(None))
 
 def _new(value: Any):
     def run(args: list, kwargs: dict) -> list:
-        x, size = args[0], tuple(args[1])
+        x, size = args[0], _numel(args[1], "a new tensor")
         v = args[2] if value is None else value
         dt = as_dtype(kwargs.get("dtype")) or x.dtype
         return [np.full(size, cast(v, dt))]
@@ -152,8 +163,11 @@ def _arange(args: list, kwargs: dict) -> list:
     dt = as_dtype(kwargs.get("dtype"))
     if dt is None:
         dt = I64 if all(isinstance(v, int) for v in (start, end, step)) else F32
+    if step == 0 or not all(math.isfinite(v) for v in (start, end, step)):
+        raise NoReference("arange: a finite range and a non-zero step")
     n = max(0, -(-(end - start) // step)) if isinstance(end - start, int) else \
         max(0, int(np.ceil((end - start) / step)))
+    check_elems(n, "arange")
     # value i = start + i * step, in float64 (torch's accumulate type), then rounded once
     vals = np.asarray(start, F64) + np.arange(n, dtype=F64) * np.asarray(step, F64)
     return [vals.astype(dt) if dt != I64 else start + np.arange(n, dtype=I64) * step]
@@ -168,6 +182,7 @@ def _linspace(args: list, kwargs: dict) -> list:
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (start, end)) \
             or not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= 1 << 31:
         raise NoReference("linspace: number ends and 0 to 2**31 steps")
+    check_elems(steps, "linspace")
     dt = as_dtype(kwargs.get("dtype")) or F32
     if steps == 1:
         return [np.asarray([start], F64).astype(dt)]
@@ -294,7 +309,7 @@ def _expand(args: list, kwargs: dict) -> list:
     x, size = args[0], list(args[1])
     lead = len(size) - x.ndim
     shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(size)]
-    return [np.array(np.broadcast_to(x, shape))]
+    return [np.array(np.broadcast_to(x, _numel(shape, "expand")))]
 
 
 @form("aten.slice.Tensor")

@@ -21,10 +21,10 @@ import numpy as np
 
 from tapescope.core import mathlib, native
 
-__all__ = ["EW_ADD", "EW_ADDCDIV", "EW_ADDCMUL", "EW_DIV", "EW_LERP", "EW_MUL", "EW_SQRT",
-           "FAST", "FORMS", "NoReference", "M", "arr", "as_dtype", "compute", "ew", "ew_c",
-           "ew_same", "fast", "float_operands", "form", "fp_quiet", "is_float", "quiet_all",
-           "result_type", "scal", "wide"]
+__all__ = ["OUT_ELEMS", "check_elems", "EW_ADD", "EW_ADDCDIV", "EW_ADDCMUL", "EW_DIV",
+           "EW_LERP", "EW_MUL", "EW_SQRT", "FAST", "FORMS", "NoReference", "M", "arr",
+           "as_dtype", "compute", "ew", "ew_c", "ew_same", "fast", "float_operands", "form",
+           "fp_quiet", "is_float", "quiet_all", "result_type", "scal", "wide"]
 
 
 class NoReference(Exception):
@@ -80,6 +80,23 @@ def fp_quiet() -> contextlib.AbstractContextManager:
     """``np.errstate(all="ignore")`` for a form's arithmetic, or nothing inside
     :func:`quiet_all`, which holds it already."""
     return _HELD if _QUIET.get() else np.errstate(all="ignore")
+
+
+# The elements a form may allocate for an output whose size its arguments name (a factory's
+# ``size``, an ``expand``'s, ``arange``'s and ``linspace``'s counts, an embedding backward's
+# rows): the judge sets it to the op's largest recorded output, so numbers in a capture file
+# never make a form allocate more than the file holds (``check_elems``); None: no bound (a
+# call outside the judge, e.g. the tests')
+OUT_ELEMS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "tapescope_aten_ref_out_elems", default=None)
+
+
+def check_elems(n: int, what: str) -> None:
+    """NoReference when ``n`` elements exceed the recorded output's (``OUT_ELEMS``): checked
+    before the form allocates them."""
+    limit = OUT_ELEMS.get()
+    if limit is not None and n > limit:
+        raise NoReference(f"{what} asks for {n} elements, the recorded output has {limit}")
 
 
 @contextlib.contextmanager

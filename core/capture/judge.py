@@ -30,7 +30,7 @@ import numpy as np
 
 from tapescope.core import native
 from tapescope.core.capture.aten_ref_layers import OPAQUE_OUTPUTS
-from tapescope.core.capture.aten_ref_table import quiet_all
+from tapescope.core.capture.aten_ref_table import OUT_ELEMS, quiet_all
 from tapescope.core.capture.explain import explain_op
 from tapescope.core.capture.file import (
     COMPILED_OP,
@@ -571,7 +571,11 @@ def judge(cap: Capture, *, explain: bool = False,
     where torch is importable): a compiled graph's departing node is re-run with it too."""
     # the forms' np.errstate(all="ignore") entered once here, not per call (aten_ref_table)
     with quiet_all():
-        return _judge(cap, explain, advance, override, eager)
+        token = OUT_ELEMS.set(None)
+        try:
+            return _judge(cap, explain, advance, override, eager)
+        finally:
+            OUT_ELEMS.reset(token)
 
 
 def _ids_anywhere(a: Any, into: list[int]) -> None:
@@ -777,6 +781,9 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             try:
                 if table is None:
                     raise _NoRef(why_none)
+                # (a size the arguments name never allocates past the recorded outputs; a
+                # compiled graph's nodes may make bigger values than its outputs: unbounded)
+                OUT_ELEMS.set(None if op == COMPILED_OP else max(r.size for r in recorded))
                 ids: list[int] = []
                 arr, wk = arrays, walk
                 try:
@@ -912,7 +919,12 @@ def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
         if op == COMPILED_OP:  # a compiled graph's call: its nodes by the table
             return [np.asarray(x) for x in run_region(cap.graphs[a[0]], a[1], a[2], reference,
                                                       cap.arrays.__getitem__)], ""
-        return [np.asarray(x) for x in reference(op, a, k)], ""
+        outs = [cap.arrays[v] for v in cap.ops["outputs"][i]]
+        token = OUT_ELEMS.set(max((x.size for x in outs if x is not None), default=0))
+        try:
+            return [np.asarray(x) for x in reference(op, a, k)], ""
+        finally:
+            OUT_ELEMS.reset(token)
     except _Missing as m:
         return None, _missing(m.vid, _uninitialised(cap), _unstored(cap))
     except (NoReference, _NoRef, RegionError) as x:
