@@ -6,6 +6,7 @@ read by core.provenance)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -126,6 +127,15 @@ def _cascade_reduce(f: np.ndarray) -> np.ndarray:
     return acc[0]
 
 
+@functools.cache
+def libm() -> Any:
+    """The C library's math library (ctypes), loaded once."""
+    import ctypes
+    import ctypes.util
+
+    return ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+
+
 def _libc_math() -> SimpleNamespace:
     """The C library's transcendentals (``exp``, ``expf``, ...), element by element, spelled as
     core.mathlib's platform namespace: what the host and CUDA kernels call under
@@ -133,10 +143,9 @@ def _libc_math() -> SimpleNamespace:
     not on others (on AVX-512 numpy has its own exp and log: up to 2 ulp from glibc's), so libm is
     tried both ways."""
     import ctypes
-    import ctypes.util
 
     base = mathlib.get("platform")
-    lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    lib = libm()
 
     def lift(name: str) -> Callable[[np.ndarray], np.ndarray]:
         fns = {}

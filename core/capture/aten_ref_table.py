@@ -82,20 +82,24 @@ def fp_quiet() -> contextlib.AbstractContextManager:
     return _HELD if _QUIET.get() else np.errstate(all="ignore")
 
 
-# The elements a form may allocate for an output whose size its arguments name (a factory's
-# ``size``, an ``expand``'s, ``arange``'s and ``linspace``'s counts, an embedding backward's
-# rows): the judge sets it to the op's largest recorded output, so numbers in a capture file
-# never make a form allocate more than the file holds (``check_elems``); None: no bound (a
-# call outside the judge, e.g. the tests')
-OUT_ELEMS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+# The op's recorded outputs, which bound the elements a form may allocate for an output whose
+# size its arguments name (a factory's ``size``, an ``expand``'s, ``arange``'s and
+# ``linspace``'s counts, an embedding backward's rows): the judge sets it for each op (the
+# list as it is: the largest size is taken only by a form that checks one), so numbers in a
+# capture file never make a form allocate more than the file holds (``check_elems``); None:
+# no bound (a call outside the judge, e.g. the tests')
+OUT_ELEMS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
     "tapescope_aten_ref_out_elems", default=None)
 
 
 def check_elems(n: int, what: str) -> None:
-    """NoReference when ``n`` elements exceed the recorded output's (``OUT_ELEMS``): checked
-    before the form allocates them."""
-    limit = OUT_ELEMS.get()
-    if limit is not None and n > limit:
+    """NoReference when ``n`` elements exceed the largest recorded output's (``OUT_ELEMS``):
+    checked before the form allocates them."""
+    outs = OUT_ELEMS.get()
+    if outs is None:
+        return
+    limit = max((np.size(x) for x in outs if x is not None), default=0)
+    if n > limit:
         raise NoReference(f"{what} asks for {n} elements, the recorded output has {limit}")
 
 

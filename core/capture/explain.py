@@ -75,7 +75,7 @@ from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
 from tapescope.core.explain_aten import silu as _aten_silu
 from tapescope.core.explain_onednn import gelu_backward, gelu_forward
-from tapescope.core.explain_prims import _LIBC_MATH, fma, std_sort_order
+from tapescope.core.explain_prims import _LIBC_MATH, fma, libm, std_sort_order
 from tapescope.core.ops.reference import serial_sum
 from tapescope.core.parity import compare_arrays
 
@@ -1527,15 +1527,13 @@ def _libc_pow_scalar(args: list, kw: dict) -> np.ndarray:
     """``base ** e`` element by element by the C library's powf (float32 and half: in
     float32, then rounded) or pow (float64)."""
     import ctypes
-    import ctypes.util
 
     base, e = args[0], np.asarray(args[1])
     if not isinstance(base, int | float) or isinstance(base, bool) or e.size > 1 << 20 \
             or not (e.dtype.kind == "f" or e.dtype == _BF16):
         raise ValueError("a float exponent (at most 2**20 elements) and a number base")
-    lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
     f64 = e.dtype == np.float64
-    fn = lib.pow if f64 else lib.powf
+    fn = libm().pow if f64 else libm().powf
     ct = ctypes.c_double if f64 else ctypes.c_float
     fn.restype, fn.argtypes = ct, [ct, ct]
     t = np.float64 if f64 else np.float32

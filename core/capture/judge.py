@@ -773,6 +773,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             mark("unjudged", f"an output is {unstored}")
             continue
         args, kwargs = c_args[i], c_kwargs[i]
+        opaque = OPAQUE_OUTPUTS.get(op)  # (outputs no reference computes: taken as recorded)
         fast = _same_bytes(cap, op, args, outs, recorded, chain) if same_bytes else None
         if fast is not None:  # identical input bytes: the reference's are the recorded ones
             got, tot = fast
@@ -781,9 +782,10 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             try:
                 if table is None:
                     raise _NoRef(why_none)
-                # (a size the arguments name never allocates past the recorded outputs; a
-                # compiled graph's nodes may make bigger values than its outputs: unbounded)
-                OUT_ELEMS.set(None if op == COMPILED_OP else max(r.size for r in recorded))
+                # (a size the arguments name never allocates past the recorded outputs, read
+                # only by a form that checks one; a compiled graph's nodes may make bigger
+                # values than its outputs: unbounded)
+                OUT_ELEMS.set(None if op == COMPILED_OP else recorded)
                 ids: list[int] = []
                 arr, wk = arrays, walk
                 try:
@@ -800,7 +802,6 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                     continue
                 ref_calls += 1
                 got = table(op, a, k) if direct else reference(op, a, k, i)
-                opaque = OPAQUE_OUTPUTS.get(op)
                 if opaque:  # (outputs no reference computes: the recorded ones, in place)
                     got = _with_recorded(got, recorded, opaque)
                 if len(got) != len(outs):
@@ -829,7 +830,6 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 nr["count"] += 1
                 continue
         e_outs = e["outputs"]
-        opaque = OPAQUE_OUTPUTS.get(op) if fast is None else None
         for j, v in enumerate(outs):  # (got, tot and recorded are as long as outs: checked)
             r, g, t = recorded[j], got[j], tot[j]
             if opaque and j in opaque:  # (its bytes are the kernel's own: nothing to judge)
@@ -919,8 +919,7 @@ def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
         if op == COMPILED_OP:  # a compiled graph's call: its nodes by the table
             return [np.asarray(x) for x in run_region(cap.graphs[a[0]], a[1], a[2], reference,
                                                       cap.arrays.__getitem__)], ""
-        outs = [cap.arrays[v] for v in cap.ops["outputs"][i]]
-        token = OUT_ELEMS.set(max((x.size for x in outs if x is not None), default=0))
+        token = OUT_ELEMS.set([cap.arrays[v] for v in cap.ops["outputs"][i]])
         try:
             return [np.asarray(x) for x in reference(op, a, k)], ""
         finally:

@@ -72,7 +72,7 @@ def test_a_file_whose_factory_asks_for_4_gib_is_no_reference_at_once(tmp_path):
      [np.ones((2, 4), np.float32), np.array([0, 1]), 1 << 40, -1, False]),
 ])
 def test_the_forms_check_a_named_size_before_allocating_it(op, args):
-    token = OUT_ELEMS.set(64)
+    token = OUT_ELEMS.set([np.zeros(64, np.float32), np.zeros(3, np.float32)])
     try:
         with pytest.raises(NoReference, match="asks for .* elements, the recorded output has 64"):
             reference(op, args, {})
