@@ -63,9 +63,13 @@ case "$BUDGET$REPEAT" in *[!0-9]*) echo "device_check.sh: --budget and --repeat 
 [ -n "$BUDGET" ] || BUDGET=$([ $QUICK = 1 ] && echo 170 || echo 470)
 
 PY="${PYTHON:-$(command -v python3 || command -v python)}"
-# run from this checkout as it is (no install needed): `tapescope` is the checkout itself, a
-# namespace package (pyproject.toml's package-dir), reached through a link named tapescope
-SHIM="$(mktemp -d "${TMPDIR:-/tmp}/tapescope_path.XXXXXX")" && ln -s "$PWD" "$SHIM/tapescope" || exit 2
+# run from this checkout as it is (no install needed): a folder `tapescope` of links laid out as
+# a wheel installs it (pyproject.toml's package-dir: the package itself is app/_top, then the
+# checkout's folders; app/capture/bootstrap.py's package_parent does the same for a capture)
+SHIM="$(mktemp -d "${TMPDIR:-/tmp}/tapescope_path.XXXXXX")" && mkdir "$SHIM/tapescope" || exit 2
+for f in "$PWD"/app/_top/*.py "$PWD"/app "$PWD"/core "$PWD"/gpu "$PWD"/views "$PWD"/resources; do
+  ln -s "$f" "$SHIM/tapescope/" || exit 2
+done
 export PYTHONPATH="$SHIM${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
 if [ -z "$OUTDIR" ]; then OUTDIR="$(mktemp -d "${TMPDIR:-/tmp}/device_check.XXXXXX")"; fi

@@ -18,13 +18,41 @@ ROOT = Path(__file__).resolve().parents[1]
 OURS = ("app", "core", "gpu", "views", "resources")
 
 
+TOP = ROOT / "app" / "_top"  # the ``tapescope`` package itself (pyproject.toml says why here)
+
+
 def test_the_package_list_is_every_folder_with_an_init():
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert cfg["package-dir"] == {"tapescope": "."}
+    assert cfg["package-dir"] == {"tapescope": "app/_top",
+                                  **{f"tapescope.{top}": top for top in OURS}}
     folders = sorted("tapescope." + ".".join(p.parent.relative_to(ROOT).parts)
                      for top in OURS for p in (ROOT / top).rglob("__init__.py")
-                     if "__pycache__" not in p.parts)
-    assert sorted(cfg["packages"]) == folders
+                     if "__pycache__" not in p.parts and TOP not in p.parents)
+    assert sorted(cfg["packages"]) == ["tapescope", *folders]
+
+
+def test_import_tapescope_loads_nothing_until_asked(tmp_path):
+    """``import tapescope`` runs before every ``import tapescope.core...``: it loads no
+    subpackage, numpy or torch; ``tapescope.capture`` is the capture API, loaded when read;
+    ``__version__`` the installed one; ``python -m tapescope`` the command."""
+    code = ("import sys, importlib.metadata as md\n"
+            "import tapescope\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('tapescope', 'numpy', 'torch')))\n"
+            "print(tapescope.__version__ == md.version('tapescope'), dir(tapescope))\n"
+            "from tapescope.app.capture import capture\n"
+            "print(tapescope.capture is capture, 'torch' in sys.modules)\n"
+            "try:\n    tapescope.nothing\nexcept AttributeError as e:\n    print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.splitlines() == [
+        "['tapescope']", "True ['__version__', 'capture']", "True False",
+        "module 'tapescope' has no attribute 'nothing'"], p.stdout
+    v = subprocess.run([sys.executable, "-m", "tapescope", "--version"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert v.returncode == 0 and v.stdout.split()[0] == "tapescope", (v.stdout, v.stderr[-2000:])
 
 
 def _top_level_imports(path: Path) -> list[str]:

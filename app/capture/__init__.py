@@ -1,9 +1,9 @@
 """Capture: record the user's own PyTorch run (``tapescope capture``, docs/capture.md).
 
-Imports torch (so it lives in app/, never core/). The Python API::
+Imports torch (so it lives in app/, never core/). The Python API (also ``tapescope.capture``)::
 
-    from tapescope.app.capture import capture
-    with capture("run.capture", steps=2):
+    import tapescope
+    with tapescope.capture("run.capture", steps=2):
         train()            # unmodified; the first 2 optimizer steps are recorded
 
 The file is written when the last step ends (the script runs on untouched) or, with fewer

@@ -33,15 +33,27 @@ def code(root: str) -> str:
             "import tapescope.app.capture.bootstrap as _b; _b.main()")
 
 
+FOLDERS = ("app", "core", "gpu", "views", "resources")  # (pyproject.toml's package-dir)
+
+
 def package_parent(root: str) -> str:
-    """A folder whose ``tapescope`` entry is ``root`` (our package): ``root``'s own parent when
-    it is installed as ``tapescope``, else (a checkout) a temporary folder with a link to it,
-    removed when this process ends."""
+    """A folder whose ``tapescope`` entry is our package, laid out as installed: ``root``'s own
+    parent when it is installed as ``tapescope``, else (``root`` a checkout) a temporary folder
+    whose ``tapescope`` holds links to the checkout's ``app/_top`` files (the package itself)
+    and its folders, removed when this process ends (the links only: ``rmtree`` does not follow
+    them)."""
     if os.path.basename(root) == "tapescope":
         return os.path.dirname(root)
     tmp = tempfile.mkdtemp(prefix="tapescope_path.")
     atexit.register(shutil.rmtree, tmp, True)
-    os.symlink(root, os.path.join(tmp, "tapescope"))
+    pkg = os.path.join(tmp, "tapescope")
+    os.mkdir(pkg)
+    top = os.path.join(root, "app", "_top")
+    for name in os.listdir(top):
+        if name.endswith(".py"):
+            os.symlink(os.path.join(top, name), os.path.join(pkg, name))
+    for name in FOLDERS:
+        os.symlink(os.path.join(root, name), os.path.join(pkg, name))
     return tmp
 
 

@@ -112,17 +112,49 @@ def test_a_script_with_its_own_core_and_app_is_captured_and_judged(project, tmp_
 
 
 def test_the_python_api_is_under_tapescope(project, tmp_path):
-    """``from tapescope.app.capture import capture`` in a script with its own core and app."""
+    """``with tapescope.capture(FILE, steps=N)`` (issue 42's form; the same function as
+    ``tapescope.app.capture.capture``) in a script with its own core and app."""
     out = tmp_path / "api.capture"
     script = project / "api_train.py"
     script.write_text(textwrap.dedent(f'''\
         import runpy, sys
+        import tapescope
         from tapescope.app.capture import capture
+        assert tapescope.capture is capture
         sys.argv = ["train.py", "--steps", "2"]
-        with capture({str(out)!r}, steps=2):
+        with tapescope.capture({str(out)!r}, steps=2):
             runpy.run_path("train.py", run_name="__main__")
         '''))
     p = run(project, sys.executable, "api_train.py")
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.startswith("user core | user app"), p.stdout
     assert load(out).steps == 2
+
+
+def test_the_path_a_capture_child_is_given_holds_the_package_as_installed(tmp_path):
+    """``tapescope capture``'s child appends a folder holding our ``tapescope`` (for an
+    interpreter without it): from a checkout, the package laid out as a wheel installs it
+    (``tapescope.capture`` there, the folders under it), whatever else is on the path."""
+    from tapescope.app.capture.bootstrap import FOLDERS, package_parent
+
+    root = str(Path(__file__).resolve().parents[2])
+    code = ("import sys; from tapescope.app.capture.bootstrap import package_parent as p\n"
+            f"d = p({root!r}); print(d)\n"
+            "sys.path.insert(0, d)\n"
+            "for m in [m for m in sys.modules if m.split('.')[0] == 'tapescope']:\n"
+            "    del sys.modules[m]\n"
+            "import tapescope, tapescope.app.capture.bootstrap as b\n"
+            "print(tapescope.__file__); print(b.__file__)\n"
+            "print(tapescope.capture.__module__)\n")
+    p = run(tmp_path, sys.executable, "-c", code)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d, init, boot, mod = p.stdout.splitlines()
+    assert init == os.path.join(d, "tapescope", "__init__.py"), p.stdout
+    assert boot == os.path.join(d, "tapescope", "app", "capture", "bootstrap.py"), p.stdout
+    assert mod == "tapescope.app.capture"
+    assert not os.path.exists(d), "the folder is removed when the process ends"
+    assert sorted(FOLDERS) == sorted(  # (every folder the package holds; tests/ is not one)
+        f for f in os.listdir(root) if (Path(root) / f / "__init__.py").is_file() and f != "tests")
+    site = tmp_path / "site" / "tapescope"  # installed: its own parent, nothing made
+    site.mkdir(parents=True)
+    assert package_parent(str(site)) == str(site.parent)

@@ -13,17 +13,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 PACKAGES = ("core", "gpu", "views", "app")
+TOP = ("app", "_top")  # the ``tapescope`` package itself (pyproject.toml's package-dir)
+
+
+def module_name(path: Path) -> str:
+    """The import name of one of our files: ``core/ops/x.py`` -> ``tapescope.core.ops.x``,
+    ``app/_top/__init__.py`` -> ``tapescope``."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if tuple(parts[:2]) == TOP:
+        parts = parts[2:]
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["tapescope", *parts])
 
 
 def modules() -> dict[str, Path]:
-    out = {}
-    for pkg in PACKAGES:
-        for p in (ROOT / pkg).rglob("*.py"):
-            parts = list(p.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            out["tapescope." + ".".join(parts)] = p
-    return out
+    return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
 
 
 def _type_checking(node: ast.AST) -> bool:
@@ -63,10 +68,13 @@ def module_imports(mod: str, path: Path, mods: dict[str, Path], lazy: bool) -> s
             names += [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
                       for a in n.names]
     out = set()
-    for name in names:
+    for full in names:
+        name = full
         while name and name not in mods:
             name = name.rpartition(".")[0]
-        if name and name != mod:
+        # (a module outside PACKAGES, tapescope.resources, is not an import of tapescope's
+        # own __init__: only ``import tapescope`` is)
+        if name and name != mod and (name != "tapescope" or full == name):
             out.add(name)
     return out
 
