@@ -10,15 +10,13 @@ the pointer tables generated (fused) kernels read.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tapescope.core import precision
+from tapescope.core.gcpause import gc_paused
 from tapescope.core.optable.registry import REGISTRY, grad_inputs, reached_nodes
 from tapescope.core.tape import Tape, Var
 from tapescope.gpu.device import Buffer, Device, Launch
@@ -79,26 +77,6 @@ def capture(device: Device, tape: Tape, loss: Var | int, math: str | None = None
             raise CaptureError(f"node {n.id} {n.op}: dtype {n.dtype} differs from the tape's")
     with gc_paused():
         return Program(device, tape, li, math, kernels)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a capture builds its launches.
-
-    A capture keeps every object it makes (each launch's ctypes argument pack, its buffers),
-    so each full collection during it rescans all the launches made so far: at 10k nodes that
-    was 7 full collections and ~1/3 of the capture's CPU, the reason its cost per node grew
-    1.5x from 1k to 10k nodes (docs/benchmarks.md, target 5). Nothing is freed later than it
-    would be: what a capture makes lives as long as its Program. The state is restored, also
-    when the collector was already off.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class Program:

@@ -41,6 +41,7 @@ from tapescope.core.capture.file import (
     uninitialised_digest,
 )
 from tapescope.core.capture.regions import RegionError, attach, localise, run_region
+from tapescope.core.gcpause import gc_paused
 from tapescope.core.parity import compare_arrays
 
 __all__ = ["RANDOM_OPS", "VERDICTS", "judge", "reference_available"]
@@ -570,7 +571,9 @@ def judge(cap: Capture, *, explain: bool = False,
     ``eager(op, args, kwargs)``: PyTorch's own kernel for an aten op (``app.capture.eager``,
     where torch is importable): a compiled graph's departing node is re-run with it too."""
     # the forms' np.errstate(all="ignore") entered once here, not per call (aten_ref_table)
-    with quiet_all():
+    # (the collector paused: the report's entries, one per op, kept to the end, made every full
+    # collection rescan the process's every object, torch's too: core/gcpause.py)
+    with quiet_all(), gc_paused():
         token = OUT_ELEMS.set(None)
         try:
             return _judge(cap, explain, advance, override, eager)

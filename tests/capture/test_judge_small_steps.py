@@ -426,3 +426,36 @@ def test_decode_chained_is_decode_with_the_chains_values_first():
     assert got[1] is chain[1] and got[0] is arrays[0] and got[2][1][0] is chain[3]
     with pytest.raises(judge._Missing):
         judge._decode_chained([[{"T": 2}]], arrays, chain)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_judge_pauses_the_collector_and_restores_it(enabled):
+    """The judge runs with the cyclic collector off (its report's entries made full collections
+    rescan the whole process, core/gcpause.py) and leaves it as it found it, also after a
+    form's failure. Planted: the pause left out, or the state not restored, fails it."""
+    import gc
+
+    x = np.ones(3, np.float32)
+    cap = _capture([("aten.neg.default", [{"T": 0}], {}, [-x])], [x])
+    seen: list[bool] = []
+
+    def override(i, op, a, k):
+        seen.append(gc.isenabled())
+        return [-a[0]]
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        rep = judge.judge(cap, override=override)
+        assert gc.isenabled() is enabled
+        assert seen == [False] and rep["counts"]["exact"] == 1
+
+        def fail(i, op, a, k):
+            seen.append(gc.isenabled())
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            judge.judge(cap, override=fail)
+        assert gc.isenabled() is enabled and seen == [False, False]
+    finally:
+        (gc.enable if was else gc.disable)()
