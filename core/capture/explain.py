@@ -69,10 +69,12 @@ from tapescope.core.explain_aten import (
     reduce_all,
     sleef_exp,
     sleef_expm1f,
+    sleef_log1pf,
     softmax_backward,
 )
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
+from tapescope.core.explain_aten import mish as _aten_mish
 from tapescope.core.explain_aten import silu as _aten_silu
 from tapescope.core.explain_onednn import gelu_backward, gelu_forward
 from tapescope.core.explain_prims import _LIBC_MATH, fma, libm, std_sort_order
@@ -871,22 +873,48 @@ def _silu_backward(args: list, kw: dict) -> np.ndarray:
     return ((g * s) * fma(x, one - s, one)).astype(x.dtype)
 
 
-def _mse(dt: np.dtype) -> list[_Variant]:
-    """``mse_loss`` (mean or sum): ``(x - y)^2`` summed by each ``sum`` variant of core.explain's
-    table, then divided by the count. Measured: PyTorch 2.13's CPU mean is ATen's sum kernel."""
+def _reduced_loss(dt: np.dtype, elem: Callable) -> list[_Variant]:
+    """A loss's mean or sum (its reduction the third argument): ``elem(x, y, args, kw)`` per
+    element, summed by each ``sum`` variant of core.explain's table, then divided by the
+    count. Measured: PyTorch 2.13's CPU mean is ATen's sum kernel over the elementwise loss."""
     def make(fn: Callable) -> Callable:
         def run(args: list, kw: dict) -> np.ndarray:
             x, y = np.asarray(args[0]), np.asarray(args[1])
             red = int(_arg(args, kw, 2, "reduction", 1))
             if red not in (1, 2) or x.shape != y.shape:
                 raise ValueError("written for mean or sum over one shape")
-            d = _f32(x) - _f32(y)
-            s = np.asarray(fn((d * d).reshape(-1), None, False))
+            e = np.asarray(elem(_f32(x), _f32(y), args, kw))
+            s = np.asarray(fn(e.reshape(-1), None, False))
             return (s / s.dtype.type(x.size) if red == 1 else s).astype(x.dtype)
         return run
 
-    return [(v.cause, v.label, make(v.value)) for v in variants_for("sum", dt)
-            if v.prim == "sum"]
+    sums = [v for v in variants_for("sum", dt) if v.prim == "sum"]
+    # ATen's own sum kernel first: a scalar's bits often come out of several orders at once,
+    # and the first that does is the one named
+    sums.sort(key=lambda v: "ATen SumKernel" not in v.label)
+    return [(v.cause, v.label, make(v.value)) for v in sums]
+
+
+def _mse(dt: np.dtype) -> list[_Variant]:
+    """``mse_loss``: ``(x - y)^2`` (_reduced_loss)."""
+    def sq(x: np.ndarray, y: np.ndarray, args: list, kw: dict) -> np.ndarray:
+        d = x - y
+        return d * d
+    return _reduced_loss(dt, sq)
+
+
+def _smooth_l1(dt: np.dtype) -> list[_Variant]:
+    """``smooth_l1_loss``: ``z = |x - y|``, ``z < beta ? ((0.5 * z) * z) / beta : z - 0.5 *
+    beta`` (ATen's smooth_l1 kernel, vector and scalar alike; 0.5 * beta exact, so its
+    contraction changes nothing) (_reduced_loss)."""
+    def elem(x: np.ndarray, y: np.ndarray, args: list, kw: dict) -> np.ndarray:
+        t = x.dtype.type
+        beta = t(float(_arg(args, kw, 3, "beta", 1.0)))
+        z = np.abs(x - y)
+        if beta == 0:
+            return z
+        return np.where(z < beta, ((t(0.5) * z) * z) / beta, z - t(0.5) * beta)
+    return _reduced_loss(dt, elem)
 
 
 def _convs(dt: np.dtype) -> list[_Variant]:
@@ -1753,6 +1781,19 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("libm", "PyTorch's CPU elu backward: ((g * input_scale) * (alpha * scale)) * "
                          "exp(x * input_scale), SLEEF's expf on whole register pairs (the C "
                          "library's on the rest)", _aten_elu_backward)]
+    if base == "mish":
+        return [("libm", "PyTorch's CPU mish: x * tanh(log1p(exp(x))) with SLEEF's expf, "
+                         "log1pf and tanhf on whole register pairs (the C library's on the "
+                         "rest)", lambda args, kw: _aten_mish(_f32_only(args[0])))]
+    if base == "mish_backward":
+        return [("libm", "PyTorch's CPU mish backward: g * fma(x * sigmoid(x), fma(-t, t, 1), "
+                         "t), t = tanh(log1p(exp(x))), SLEEF's functions on whole register "
+                         "pairs (the C library's on the rest)",
+                 lambda args, kw: _aten_mish(_f32_only(args[1]), _f32_only(args[0])))]
+    if base == "log1p":
+        return [("libm", "PyTorch's CPU log1p: SLEEF's log1pf on every element (a partial "
+                         "register for the tail)",
+                 lambda args, kw: sleef_log1pf(_f32_only(args[0])))]
     if base == "expm1":
         return [("libm", "PyTorch's CPU expm1: SLEEF's expm1f on whole register pairs, the C "
                          "library's on the rest",
@@ -1770,6 +1811,8 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                  _cum_in_double(np.multiply if base == "cumprod" else np.add))]
     if base == "mse_loss":
         return _mse(dt)
+    if base == "smooth_l1_loss":
+        return _smooth_l1(dt)
     if base in ("sum", "mean"):
         return _sums(op, dt)
     if base in ("_softmax", "_safe_softmax"):  # (_safe_softmax: 0 where a row is all -inf;

@@ -363,6 +363,72 @@ def test_elu_its_backward_and_expm1_are_sleefs(n):
     assert named >= 2  # (the backward's and expm1's differ at every size here)
 
 
+@pytest.mark.parametrize("n", [37, 1000])
+def test_mish_its_backward_and_log1p_are_sleefs(n):
+    """An MLP's Mish: ATen's x * tanh(log1p(exp(x))) with SLEEF's expf, log1pf and tanhf on
+    whole register pairs and the C library's on the rest; its backward g * fma(x * sigmoid,
+    fma(-t, t, 1), t) in each path; torch.log1p SLEEF's log1pf on every element. SLEEF's
+    log1pf held to torch.log1p's bits over its ranges (tiny, negative to -1, huge past its
+    1e38 bound, zeros, NaN payloads); each op named for torch's own result, one ulp off
+    unknown. Planted: a log1pf coefficient, either fma left out, or the tail's functions
+    SLEEF's fails it."""
+    from tapescope.core.capture.aten_ref import reference
+    from tapescope.core.explain_aten import sleef_log1pf
+
+    g = torch.Generator().manual_seed(n)
+    f32 = np.float32
+    wide = torch.cat([torch.randn(4096, generator=g) * 3,
+                      torch.rand(1024, generator=g) * -0.999,
+                      torch.exp(torch.rand(1024, generator=g) * 87.9),
+                      torch.tensor([0.0, -0.0, -1.0, -2.0, float("inf"), float("nan"), 3e38,
+                                    1e-40, 1e-30, -1e-30] * 16 + [2.9e38] * 96)])
+    w = wide.numpy()
+    assert np.array_equal(sleef_log1pf(w).view(np.uint32),
+                          torch.log1p(wide).numpy().view(np.uint32))
+    x = torch.randn(n, generator=g) * 4
+    gy = torch.randn(n, generator=g)
+    named = 0
+    for op, a, rec in (
+            ("aten.mish.default", [x.numpy()], torch.ops.aten.mish(x)),
+            ("aten.mish_backward.default", [gy.numpy(), x.numpy()],
+             torch.ops.aten.mish_backward(gy, x)),
+            ("aten.log1p.default", [w[4096:6144].astype(f32)], torch.log1p(wide[4096:6144]))):
+        rec = rec.numpy()
+        plain = reference(op, a, {})[0]
+        if np.array_equal(plain, rec):
+            continue  # (this size's bits are the reference's: nothing to name)
+        _named(op, a, {}, rec, plain, "libm", "SLEEF")
+        named += 1
+    assert named >= 2
+
+
+@pytest.mark.parametrize("shape,beta", [((37, 1), 1.0), ((16, 64), 1.0), ((300,), 0.5),
+                                        ((8, 8), 0.0), ((1000,), 1.0)])
+def test_smooth_l1_loss_is_its_elementwise_loss_then_atens_sum(shape, beta):
+    """A regression head's smooth_l1_loss (mean, or sum): ATen's elementwise loss, then its
+    sum kernel, over the count for mean (torch's own decomposition, checked here); the
+    reference's sum is serial. Named ATen's sum kernel for torch's own result; a result one
+    ulp off is not (a scalar: another order may still land on it, so ``unknown`` or another
+    variant). Planted: the loss's sum by one fixed order, or ATen's kernel not the first
+    variant tried, fails it."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(len(shape) * 100 + shape[0])
+    x, y = torch.randn(*shape, generator=g) * 2, torch.randn(*shape, generator=g)
+    op = "aten.smooth_l1_loss.default"
+    each = torch.ops.aten.smooth_l1_loss(x, y, 0, beta)
+    assert torch.ops.aten.smooth_l1_loss(x, y, 2, beta).item() == each.sum().item()
+    for red in (1, 2):
+        a = [x.numpy(), y.numpy(), red, beta]
+        rec = torch.ops.aten.smooth_l1_loss(x, y, red, beta).numpy()
+        d = _diff(reference(op, a, {})[0], rec)
+        d["n_diff"] = max(d["n_diff"], 1)
+        got = explain_op(op, a, {}, rec, d, 0)
+        assert got["cause"] == "reassociation" and "ATen SumKernel" in got["variant"], got
+        off = explain_op(op, a, {}, _nudged(rec), d, 0)
+        assert "ATen SumKernel" not in off["variant"], off
+
+
 def test_cumprod_and_cumsum_accumulate_in_float64():
     """A diffusion schedule's alphas (cumprod of 1 - betas) and a running sum: ATen's float32
     kernels keep a float64 running total, each output rounded; the reference's is float32.
@@ -1234,7 +1300,8 @@ HOSTILE_ARGS = [
     "aten._embedding_bag_dense_backward.default", "aten.sin.default", "aten.cos.default",
     "aten.rsqrt.default", "aten.pow.Scalar", "aten.cumprod.default", "aten.exp.default",
     "aten.binary_cross_entropy.default", "aten.elu.default", "aten.elu_backward.default",
-    "aten.expm1.default"])
+    "aten.expm1.default", "aten.mish.default", "aten.mish_backward.default",
+    "aten.log1p.default", "aten.smooth_l1_loss.default"])
 def test_arguments_from_a_hostile_file_never_crash_the_search(op):
     """A capture file's arguments are data: wrong types, counts, shapes, negative or huge
     sizes and indices. Every variant either runs or is skipped; the answer is a cause
