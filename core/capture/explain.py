@@ -243,7 +243,23 @@ def _sums(op: str, dt: np.dtype) -> list[_Variant]:
             x = np.asarray(args[0])
             ax, keep = axes(args, kw)
             w = _f32(x)
-            s = np.asarray(fn(w, ax, keep))
+            if ax is not None and 1 in x.shape:
+                # ATen's TensorIterator drops dimensions of size 1 before it picks a loop: a
+                # (37, 1) gradient summed over its rows is the inner sum of 37, not a column's
+                if any(not -x.ndim <= int(a) < x.ndim for a in ax):
+                    raise ValueError("a dimension out of range")
+                ax = tuple(sorted({int(a) % x.ndim for a in ax}))
+                out = tuple(1 if i in ax else n for i, n in enumerate(x.shape) if keep
+                            or i not in ax)
+                kept = [i for i, n in enumerate(x.shape) if n != 1]
+                sq = tuple(kept.index(i) for i in ax if x.shape[i] != 1)
+                w = w.reshape([x.shape[i] for i in kept])
+                if not sq:  # (only size-1 dimensions reduced: each element its own sum)
+                    s = w.reshape(out)
+                else:
+                    s = np.asarray(fn(w, None if len(sq) == w.ndim else sq, False)).reshape(out)
+            else:
+                s = np.asarray(fn(w, ax, keep))
             if op.startswith("aten.mean"):
                 n = x.size if ax is None else math.prod(x.shape[a] for a in ax)
                 s = s / s.dtype.type(n)
