@@ -461,6 +461,29 @@ def test_a_sum_over_rows_of_one_column_is_the_inner_sum():
                       {"n_diff": 1, "max_ulp": 1, "n_signed_zero": 0}, 0)["cause"] == "unknown"
 
 
+@pytest.mark.parametrize("start,end,steps,dt", [
+    (1e-4, 0.02, 1000, "torch.float32"), (0.0, 1.0, 100, "torch.float32"),
+    (-3.3, 7.1, 77, "torch.float32"), (0.1, 0.9, 70001, "torch.float32"),
+    (-2.5, 3.25, 999, "torch.float64")])
+def test_linspace_is_one_fma_from_the_nearer_end(start, end, steps, dt):
+    """A diffusion schedule's betas: ATen's linspace computes the step in the output's type
+    and each value as one fma from the nearer end, fma(step, i, start) for the first half and
+    fma(-step, steps - 1 - i, end) for the rest (70,001 steps: the two threads' halves); the
+    reference's arithmetic is float64 rounded once. Named for torch's own result, one ulp off
+    unknown; one step is [start]. Planted: the fma split into a product and a sum, or the
+    halves' boundary moved, fails it."""
+    from tapescope.core.capture.aten_ref import reference
+
+    op = "aten.linspace.default"
+    kw = {"dtype": dt}
+    rec = torch.linspace(start, end, steps, dtype=getattr(torch, dt.split(".")[1])).numpy()
+    _named(op, [start, end, steps], kw, rec, reference(op, [start, end, steps], kw)[0],
+           "fma", "linspace")
+    one = explain_op(op, [start, end, 1], kw, np.asarray([start], rec.dtype),
+                     {"n_diff": 1, "max_ulp": 1, "n_signed_zero": 0}, 0)
+    assert one["cause"] == "fma", one  # (a variant equal to the recorded bits is named)
+
+
 def test_cumprod_and_cumsum_accumulate_in_float64():
     """A diffusion schedule's alphas (cumprod of 1 - betas) and a running sum: ATen's float32
     kernels keep a float64 running total, each output rounded; the reference's is float32.
@@ -1333,7 +1356,7 @@ HOSTILE_ARGS = [
     "aten.rsqrt.default", "aten.pow.Scalar", "aten.cumprod.default", "aten.exp.default",
     "aten.binary_cross_entropy.default", "aten.elu.default", "aten.elu_backward.default",
     "aten.expm1.default", "aten.mish.default", "aten.mish_backward.default",
-    "aten.log1p.default", "aten.smooth_l1_loss.default"])
+    "aten.log1p.default", "aten.smooth_l1_loss.default", "aten.linspace.default"])
 def test_arguments_from_a_hostile_file_never_crash_the_search(op):
     """A capture file's arguments are data: wrong types, counts, shapes, negative or huge
     sizes and indices. Every variant either runs or is skipped; the answer is a cause
