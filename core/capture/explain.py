@@ -1190,7 +1190,8 @@ def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
             or w.dtype != g.dtype):
         raise ValueError("written for 2-D float32 convolutions of one group")
     (kh, kw), (sh, sw), (ph, pw) = w.shape[2:], (int(v) for v in st), (int(v) for v in pad)
-    if transposed:
+    if transposed:  # (an input of one pixel along an axis: any stride there, no overlap)
+        sh, sw = (kh if x.shape[2] == 1 else sh), (kw if x.shape[3] == 1 else sw)
         if kh != kw or (sh, sw) != (kh, kh) or (ph, pw) != (0, 0) or \
                 any(int(v) for v in out_pad):
             raise ValueError("a transposed convolution written for stride = kernel, no padding")
@@ -1309,16 +1310,20 @@ def _first_filter(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] |
     return [g[:, :1], x, w[:1], *args[3:]], recorded[:1]
 
 
-def _conv_transposed(args: list, kw: dict) -> np.ndarray:
-    """A transposed convolution whose stride is its kernel (no padding: the upsampling kind,
-    whose windows do not overlap) as oneDNN computes it: each output pixel one ``fma`` chain
-    over the input channels in order, the bias added after."""
+def _conv_transposed(args: list, kw: dict, block: int = 0) -> np.ndarray:
+    """A transposed convolution whose windows do not overlap (no padding; the stride the
+    kernel, or an input of one pixel along that axis: a DCGAN's first layer from a 1x1 code)
+    as oneDNN computes it: each output pixel one ``fma`` chain over the input channels in
+    order (``block``: one chain per ``block`` channels, the chains added in order: measured on
+    one-pixel inputs of more than 16 channels), the bias added after."""
     x, w, b = np.asarray(args[0]), np.asarray(args[1]), args[2]
     st, pad, dil, transposed, out_pad, groups = args[3:9]
     k = w.shape[-1] if w.ndim == 4 else 0
     if (not transposed or x.ndim != 4 or w.ndim != 4 or x.dtype != np.float32
             or w.dtype != x.dtype or int(groups) != 1 or w.shape[2] != k
-            or [int(v) for v in st] != [k, k] or any(int(v) for v in pad)
+            or len(st) != 2
+            or not all(int(v) == k or n == 1 for v, n in zip(st, x.shape[2:], strict=True))
+            or any(int(v) for v in pad)
             or any(int(v) for v in out_pad) or [int(v) for v in dil] != [1, 1]
             or x.size * w.shape[1] * k * k > _budget()[0]):
         raise ValueError("written for a transposed convolution of stride = kernel")
@@ -1327,13 +1332,69 @@ def _conv_transposed(args: list, kw: dict) -> np.ndarray:
     y = np.empty((n, oc, h * k, wd * k), np.float32)
     for p in range(k):
         for q in range(k):
-            acc = np.zeros((n, oc, h, wd), np.float32)
-            for c in range(ic):
-                acc = _fma_acc(acc, x[:, c][:, None], w[c, :, p, q][None, :, None, None])
+            acc = None
+            for c0 in range(0, ic, block or ic):
+                part = np.zeros((n, oc, h, wd), np.float32)
+                for c in range(c0, min(ic, c0 + (block or ic))):
+                    part = _fma_acc(part, x[:, c][:, None], w[c, :, p, q][None, :, None, None])
+                acc = part if acc is None else (acc + part).astype(np.float32)
             if b is not None:
                 acc = acc + np.asarray(b, np.float32).reshape(1, -1, 1, 1)
             y[:, :, p::k, q::k] = acc
     return y
+
+
+def _tconv_args(args: list, backward: bool) -> tuple:
+    """(x, w, stride, pad, dil) of a 2-D float32 transposed convolution of one group, dilation
+    1 and no output padding (the forward's arguments, or convolution_backward's), checked."""
+    x, w = np.asarray(args[1 if backward else 0]), np.asarray(args[2 if backward else 1])
+    st, pad, dil, transposed, out_pad, groups = args[4:10] if backward else args[3:9]
+    if (transposed is not True or x.ndim != 4 or w.ndim != 4 or x.dtype != np.float32
+            or w.dtype != x.dtype or int(groups) != 1 or len(st) != 2 or len(pad) != 2
+            or [int(v) for v in dil] != [1, 1] or any(int(v) for v in out_pad)
+            or x.shape[1] != w.shape[0]):
+        raise ValueError("written for a 2-D float32 transposed convolution of one group")
+    return x, w, [int(v) for v in st], [int(v) for v in pad], dil
+
+
+def _tconv_forward(order: str) -> Callable:
+    """A transposed convolution (windows overlapping or not) as oneDNN computes it: the input
+    gradient of the convolution it transposes (its input the transposed one's output, its
+    output gradient the transposed one's input), in ``_INPUT_GRAD_ORDERS``' ``order``, the
+    bias added after (measured: DCGAN's stride-2 kernel-4 layers, the "columns" order)."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        x, w, st, pad, dil = _tconv_args(args, False)
+        oh, ow = ((x.shape[2 + i] - 1) * st[i] - 2 * pad[i] + w.shape[2 + i] for i in (0, 1))
+        if min(oh, ow) < 1:
+            raise ValueError("no output")
+        y = _conv_input_grad(order)([x, np.zeros((x.shape[0], w.shape[1], oh, ow), np.float32),
+                                     w, [0], st, pad, dil, False, [0, 0], 1,
+                                     [True, False, False]], kw)[0]
+        b = args[2]
+        if b is not None:
+            y = (y + np.asarray(b, np.float32).reshape(1, -1, 1, 1)).astype(np.float32)
+        return y
+    return run
+
+
+def _tconv_backward(inner: Callable, weight: bool) -> Callable:
+    """A transposed convolution's input gradient (``weight`` False: the convolution it
+    transposes run forward on dy, ``inner`` a ``convolution`` variant) or weight gradient
+    (that convolution's weight gradient, its output gradient the transposed one's input and
+    its input dy, ``inner`` a ``convolution_backward`` variant), in the mask's positions."""
+    def run(args: list, kw: dict) -> tuple:
+        x, w, st, pad, dil = _tconv_args(args, True)
+        g, mask = np.asarray(args[0]), list(args[10])
+        if len(mask) != 3 or not mask[1 if weight else 0] or g.ndim != 4 \
+                or g.dtype != np.float32:
+            raise ValueError("not this gradient")
+        if weight:
+            gw = inner([x, g, w, [0], st, pad, dil, False, [0, 0], 1, [False, True, False]],
+                       kw)[0]
+            return _masked((None, np.asarray(gw, np.float32), None), mask)
+        gi = inner([g, w, None, st, pad, dil, False, [0, 0], 1], kw)
+        return _masked((np.asarray(gi, np.float32), None, None), mask)
+    return run
 
 
 def _conv_param_grads(chunks: int | None, weight: bool = False) -> Callable:
@@ -1704,9 +1765,17 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return _log_softmax_ops(base)
     if base == "convolution":
         return [_as_2d(v, False) for v in _convs(dt)] + [
-                             ("fma", "oneDNN's transposed convolution (stride = kernel): each "
+                             ("fma", "oneDNN's transposed convolution (windows apart): each "
                                      "output pixel one fma chain over the input channels in "
                                      "order, the bias added after", _conv_transposed),
+                             ("fma", "oneDNN's transposed convolution (windows apart): each "
+                                     "output pixel one fma chain per 16 input channels, the "
+                                     "chains added in order, the bias after",
+                              lambda a, k: _conv_transposed(a, k, 16)),
+                             *[_as_2d(("fma", "oneDNN's transposed convolution: the input "
+                                              "gradient of the convolution it transposes, "
+                                              f"{words}, the bias after", _tconv_forward(order)),
+                                      False) for order, words in _INPUT_GRAD_ORDERS.items()],
                              _as_2d(("fma", "oneDNN's depthwise convolution: each output pixel "
                                             "one fma chain over the taps in (kh, kw) order, "
                                             "from the bias", _conv_depthwise,
@@ -1718,6 +1787,17 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                      _screen(_conv_depthwise_nhwc, _conv_image)), False)]
     if base == "convolution_backward":
         runs = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+        # a transposed convolution's gradients: its transposed convolution's forward (input
+        # gradient) and weight gradient, tried where one is transposed (_tconv_args), after
+        # the rest (where both fit, the stride = kernel kind's own names stay)
+        tconv = [("reassociation", "a transposed convolution's input gradient: the "
+                                   f"convolution it transposes run on dy, {label}",
+                  _tconv_backward(fn, False)) for _, label, fn, *_ in _convs(dt)] + [
+                 ("fma", "a transposed convolution's weight gradient: the weight gradient of "
+                         "the convolution it transposes (its input dy), the images in "
+                         f"{t} run{'s' if t > 1 else ''}, each one fma chain over its "
+                         "images' pixels in order, the runs added in order",
+                  _tconv_backward(_conv_param_grads(t, weight=True), True)) for t in (1, 2, 4)]
         return [_as_2d(v, True) for v in [
                 ("fma", f"oneDNN's convolution backward input gradient: {words}",
                  _conv_input_grad(order), _screen(_conv_input_grad(order), _first_image))
@@ -1754,7 +1834,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
             ("fma", "oneDNN's depthwise convolution backward weight gradient, channels-last: "
                     "per tap each output row one fma chain, the rows in "
                     f"{t} run{'s' if t > 1 else ''} (one per thread) added in order",
-             _dw_weight_grad_rows(t)) for t in (1, 2, 4)]]
+             _dw_weight_grad_rows(t)) for t in (1, 2, 4)]] + [_as_2d(v, True) for v in tconv]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",
