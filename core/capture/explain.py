@@ -267,8 +267,62 @@ def _sums(op: str, dt: np.dtype) -> list[_Variant]:
             return np.asarray(s).astype(x.dtype)
         return run
 
-    return [(v.cause, v.label, make(v.value)) for v in variants_for("sum", dt)
-            if v.prim == "sum"]
+    out = [(v.cause, v.label, make(v.value)) for v in variants_for("sum", dt)
+           if v.prim == "sum"]
+    if ".dim" in op:
+        out += [("reassociation", f"ATen's sum of a {name} (its memory in the order {order}: "
+                                  "per outer index the inner block's sum, accumulated into "
+                                  "the output in order)", _permuted_sum(order, axes, op))
+                for name, order in _MEMORY_ORDERS]
+    return out
+
+
+# the layouts a recorded value may have had (its strides are not in the capture file): the
+# order of its logical dimensions from the outermost in memory to the innermost
+_MEMORY_ORDERS = [("channels-last value over channels-first memory", (0, 3, 1, 2)),
+                  ("channels-first value over channels-last memory", (0, 2, 3, 1)),
+                  ("view with its last two dimensions swapped", (0, 1, 3, 2)),
+                  ("view with its last two dimensions swapped", (0, 2, 1)),
+                  ("view with its first two dimensions swapped", (1, 0, 2)),
+                  ("transposed matrix", (1, 0))]
+
+
+def _permuted_sum(order: tuple, axes: Callable, op: str) -> Callable:
+    """ATen's sum (float32 / float64) over some dimensions of a value laid out in memory in
+    ``order`` (outermost first), as TensorIterator runs it: the kept dimensions one block in
+    memory between reduced outer and reduced inner ones; each inner block summed by
+    ``vectorized_inner_sum`` (``explain_aten``), the outer index's sums added into the zeroed
+    output in order; no inner block: ``vectorized_outer_sum``. Measured: a ConvNeXt layer
+    scale's gradient, a channels-last product over channels-first memory, summed over
+    (n, h, w)."""
+    from tapescope.core.explain_aten import _inner_sum, _outer_sum
+
+    def run(args: list, kw: dict) -> np.ndarray:
+        x = np.asarray(args[0])
+        ax, keep = axes(args, kw)
+        if x.ndim != len(order) or x.dtype not in (np.float32, np.float64) or not ax \
+                or any(not -x.ndim <= int(a) < x.ndim for a in ax) or op.startswith(
+                    "aten.mean"):
+            raise ValueError("another rank, type or reduction")
+        red = {int(a) % x.ndim for a in ax}
+        pos = [i for i, d in enumerate(order) if d not in red]  # kept, in memory order
+        if not pos or pos != list(range(pos[0], pos[-1] + 1)) or \
+                [order[i] for i in pos] != sorted(order[i] for i in pos):
+            raise ValueError("the kept dimensions are not one block in memory")
+        mem = np.transpose(x, order)
+        o = math.prod(mem.shape[:pos[0]])
+        k = math.prod(mem.shape[pos[0]:pos[-1] + 1])
+        rows = np.ascontiguousarray(mem).reshape(o, k, -1)
+        if rows.shape[2] == 1 and o > 1:
+            s = _outer_sum(rows[:, :, 0])
+        else:
+            part = _inner_sum(rows) if rows.shape[2] > 1 else rows[:, :, 0]
+            s = np.zeros(k, x.dtype)
+            for i in range(o):
+                s = (s + part[i]).astype(x.dtype)
+        shape = [1 if (i in red) else n for i, n in enumerate(x.shape) if keep or i not in red]
+        return s.reshape(shape).astype(x.dtype)
+    return run
 
 
 def _erf(M: Any) -> Callable:

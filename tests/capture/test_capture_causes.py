@@ -484,6 +484,45 @@ def test_linspace_is_one_fma_from_the_nearer_end(start, end, steps, dt):
     assert one["cause"] == "fma", one  # (a variant equal to the recorded bits is named)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_sum_of_a_permuted_view_is_atens_in_its_memory_order(threads):
+    """A ConvNeXt layer scale's gradient: a channels-last product over channels-first memory
+    (the gradient came back through a permute) summed over (n, h, w); and a transposed
+    matrix summed over either axis. The capture holds the values, not their strides, so the
+    layouts a value may have had are tried: ATen sums each outer index's inner block, then
+    adds them into the output in order. Named for torch's own result (1 and 2 threads), one
+    ulp off unknown. Planted: the outer sums added in reverse, or the inner block summed in
+    order, fails it."""
+    from tapescope.core.capture.aten_ref import reference
+
+    op = "aten.sum.dim_IntList"
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(threads)
+        named = 0
+        for n, h, w, c in ((8, 4, 4, 64), (3, 3, 3, 5), (16, 14, 14, 64)):
+            grad = torch.randn(n, c, h, w, generator=g)
+            y = torch.randn(n, h, w, c, generator=g)
+            prod = grad.permute(0, 2, 3, 1) * y
+            assert not prod.is_contiguous()  # (channels-first memory, as autograd makes it)
+            for keep in (True, False):
+                a = [prod.contiguous().numpy(), [0, 1, 2], keep]
+                rec = torch.sum(prod, [0, 1, 2], keep).numpy()
+                _named(op, a, {}, rec, reference(op, a, {})[0], "reassociation",
+                       "channels-last value over channels-first memory")
+                named += 1
+        for r, c in ((300, 40), (1000, 7)):
+            m = torch.randn(c, r, generator=g).t()
+            a = [m.contiguous().numpy(), [0], False]
+            rec = torch.sum(m, [0], False).numpy()
+            _named(op, a, {}, rec, reference(op, a, {})[0], "reassociation", "transposed")
+            named += 1
+        assert named == 8
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_cumprod_and_cumsum_accumulate_in_float64():
     """A diffusion schedule's alphas (cumprod of 1 - betas) and a running sum: ATen's float32
     kernels keep a float64 running total, each output rounded; the reference's is float32.
@@ -1444,7 +1483,7 @@ HOSTILE_ARGS = [
     "aten.binary_cross_entropy.default", "aten.elu.default", "aten.elu_backward.default",
     "aten.expm1.default", "aten.mish.default", "aten.mish_backward.default",
     "aten.log1p.default", "aten.smooth_l1_loss.default", "aten.linspace.default",
-    "aten.convolution_backward.default"])
+    "aten.convolution_backward.default", "aten.sum.dim_IntList"])
 def test_arguments_from_a_hostile_file_never_crash_the_search(op):
     """A capture file's arguments are data: wrong types, counts, shapes, negative or huge
     sizes and indices. Every variant either runs or is skipped; the answer is a cause
