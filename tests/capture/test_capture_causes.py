@@ -6,6 +6,7 @@ one ulp away from the kernel's is not (``unknown``)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -1102,26 +1103,35 @@ def test_a_convolutions_input_and_weight_gradients_are_onednns(onednn_grads, c):
            "weight gradient: the images in", output=1)
 
 
+def _transposed_named(z: dict, key: str, b: Any, geo: list, fwd_words: str, gx: tuple,
+                      gw: tuple) -> None:
+    """The case ``key``'s transposed convolution (forward, input and weight gradients, torch's
+    in ``z``) each named: the forward ``fma`` saying ``fwd_words``, the gradients ``gx`` /
+    ``gw`` = (cause, words); an input gradient equal to the reference's is skipped."""
+    from tapescope.core.capture.aten_ref import reference
+
+    x, w, dy = (z[f"{key}.{k}"] for k in ("x", "w", "dy"))
+    fwd = [x, w, b, *geo]
+    _named("aten.convolution.default", fwd, {}, z[f"{key}.y"],
+           reference("aten.convolution.default", fwd, {})[0], "fma", fwd_words)
+    args = [dy, x, w, [w.shape[1]], *geo, [True, True, False]]
+    plain = reference("aten.convolution_backward.default", args, {})
+    _named("aten.convolution_backward.default", args, {}, z[f"{key}.gw"], plain[1], *gw,
+           output=1)
+    if not np.array_equal(plain[0], z[f"{key}.gx"]):
+        _named("aten.convolution_backward.default", args, {}, z[f"{key}.gx"], plain[0], *gx,
+               output=0)
+
+
 @need_avx512
 @pytest.mark.parametrize("c", [0, 1, 2])
 def test_a_transposed_convolution_of_stride_kernel_and_its_gradients(onednn_grads, c):
     """A transposed convolution whose stride is its kernel (a UNet's upsampling): each
     output pixel one fma chain over the input channels, the bias after; its input gradient
     the forward direct order of dy; its weight gradient fma chains over the input's pixels."""
-    from tapescope.core.capture.aten_ref import reference
-
-    z = onednn_grads
-    x, w, b, dy = (z[f"t{c}.{k}"] for k in ("x", "w", "b", "dy"))
-    geo = [[2, 2], [0, 0], [1, 1], True, [0, 0], 1]
-    fwd = [x, w, b, *geo]
-    _named("aten.convolution.default", fwd, {}, z[f"t{c}.y"],
-           reference("aten.convolution.default", fwd, {})[0], "fma", "transposed convolution")
-    args = [dy, x, w, [w.shape[1]], *geo, [True, True, False]]
-    plain = reference("aten.convolution_backward.default", args, {})
-    _named("aten.convolution_backward.default", args, {}, z[f"t{c}.gx"], plain[0], "fma",
-           "input gradient", output=0)
-    _named("aten.convolution_backward.default", args, {}, z[f"t{c}.gw"], plain[1], "fma",
-           "weight gradient: the images in", output=1)
+    _transposed_named(onednn_grads, f"t{c}", onednn_grads[f"t{c}.b"],
+                      [[2, 2], [0, 0], [1, 1], True, [0, 0], 1], "transposed convolution",
+                      ("fma", "input gradient"), ("fma", "weight gradient: the images in"))
 
 
 @need_avx512
@@ -1132,23 +1142,11 @@ def test_a_transposed_convolution_from_one_pixel_and_its_gradients(onednn_grads,
     input channels, the bias after; its weight gradient fma chains over the images, its input
     gradient the forward direct order of dy. Named for torch's own results, one ulp off
     unknown. Planted: the one-pixel case refused (the stride taken as it is) fails it."""
-    from tapescope.core.capture.aten_ref import reference
-
     z = onednn_grads
-    x, w, dy = (z[f"d{c}.{k}"] for k in ("x", "w", "dy"))
     st, bias = (int(v) for v in z[f"d{c}.geom"])
-    b = z[f"d{c}.b"] if bias else None
-    geo = [[st, st], [0, 0], [1, 1], True, [0, 0], 1]
-    fwd = [x, w, b, *geo]
-    _named("aten.convolution.default", fwd, {}, z[f"d{c}.y"],
-           reference("aten.convolution.default", fwd, {})[0], "fma", "transposed convolution")
-    args = [dy, x, w, [w.shape[1]], *geo, [True, True, False]]
-    plain = reference("aten.convolution_backward.default", args, {})
-    _named("aten.convolution_backward.default", args, {}, z[f"d{c}.gw"], plain[1], "fma",
-           "weight gradient", output=1)
-    if not np.array_equal(plain[0], z[f"d{c}.gx"]):
-        _named("aten.convolution_backward.default", args, {}, z[f"d{c}.gx"], plain[0], "fma",
-               "input gradient", output=0)
+    _transposed_named(z, f"d{c}", z[f"d{c}.b"] if bias else None,
+                      [[st, st], [0, 0], [1, 1], True, [0, 0], 1], "transposed convolution",
+                      ("fma", "input gradient"), ("fma", "weight gradient"))
 
 
 @need_avx512
@@ -1161,22 +1159,12 @@ def test_a_transposed_convolution_whose_windows_overlap_and_its_gradients(onednn
     that convolution's weight gradient with dy as the input. Each named for torch's own
     result, one ulp off unknown. Planted: the transposed convolution's input and output
     swapped in the mapping, or the bias before the sum, fails it."""
-    from tapescope.core.capture.aten_ref import reference
-
     z = onednn_grads
-    x, w, dy = (z[f"o{c}.{k}"] for k in ("x", "w", "dy"))
     st, pd, bias = (int(v) for v in z[f"o{c}.geom"])
-    b = z[f"o{c}.b"] if bias else None
-    geo = [[st, st], [pd, pd], [1, 1], True, [0, 0], 1]
-    fwd = [x, w, b, *geo]
-    _named("aten.convolution.default", fwd, {}, z[f"o{c}.y"],
-           reference("aten.convolution.default", fwd, {})[0], "fma", "convolution it transposes")
-    args = [dy, x, w, [w.shape[1]], *geo, [True, True, False]]
-    plain = reference("aten.convolution_backward.default", args, {})
-    _named("aten.convolution_backward.default", args, {}, z[f"o{c}.gx"], plain[0],
-           "reassociation", "transposed convolution's input gradient", output=0)
-    _named("aten.convolution_backward.default", args, {}, z[f"o{c}.gw"], plain[1], "fma",
-           "transposed convolution's weight gradient", output=1)
+    _transposed_named(z, f"o{c}", z[f"o{c}.b"] if bias else None,
+                      [[st, st], [pd, pd], [1, 1], True, [0, 0], 1], "convolution it transposes",
+                      ("reassociation", "transposed convolution's input gradient"),
+                      ("fma", "transposed convolution's weight gradient"))
 
 
 def _strided_case(n, ic, oc, h, k, s, p, threads, seed=0):
