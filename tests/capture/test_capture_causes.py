@@ -77,6 +77,18 @@ def _named(op, args, kw, rec, plain, cause, words, output=0):
     assert off["cause"] == "unknown", off
 
 
+def _named_where_it_departs(op, args, rec, cause, words) -> int:
+    """``_named`` where torch's result ``rec`` departs from the reference's (1), else 0 (this
+    size's bits are the reference's: nothing to name)."""
+    from tapescope.core.capture.aten_ref import reference
+
+    plain = reference(op, args, {})[0]
+    if np.array_equal(plain, rec):
+        return 0
+    _named(op, args, {}, rec, plain, cause, words)
+    return 1
+
+
 def _each_output_named(op, args, outs, plain, words):
     """Every output j of ``outs`` (torch's) is named ``reassociation`` with a variant saying
     ``words``, and one ulp off it is ``unknown``; the causes, in order."""
@@ -340,7 +352,6 @@ def test_elu_its_backward_and_expm1_are_sleefs(n):
     whole register pairs and the C library's on the rest; its backward's exp SLEEF's expf;
     torch.expm1 itself SLEEF's (MKL has none). Each named for torch's own result (bit for bit
     against torch.expm1 on 300,000 values when written), one ulp off unknown."""
-    from tapescope.core.capture.aten_ref import reference
     from tapescope.core.explain_aten import sleef_expm1f
 
     g = torch.Generator().manual_seed(n)
@@ -355,12 +366,7 @@ def test_elu_its_backward_and_expm1_are_sleefs(n):
             ("aten.elu_backward.default", [gy.numpy(), 1.3, 1, 1, False, x.numpy()],
              torch.ops.aten.elu_backward(gy, 1.3, 1, 1, False, x)),
             ("aten.expm1.default", [wide.numpy()], torch.expm1(wide))):
-        rec = rec.numpy()
-        plain = reference(op, a, {})[0]
-        if np.array_equal(plain, rec):
-            continue  # (this size's bits are the reference's: nothing to name)
-        _named(op, a, {}, rec, plain, "libm", "SLEEF")
-        named += 1
+        named += _named_where_it_departs(op, a, rec.numpy(), "libm", "SLEEF")
     assert named >= 2  # (the backward's and expm1's differ at every size here)
 
 
@@ -373,7 +379,6 @@ def test_mish_its_backward_and_log1p_are_sleefs(n):
     1e38 bound, zeros, NaN payloads); each op named for torch's own result, one ulp off
     unknown. Planted: a log1pf coefficient, either fma left out, or the tail's functions
     SLEEF's fails it."""
-    from tapescope.core.capture.aten_ref import reference
     from tapescope.core.explain_aten import sleef_log1pf
 
     g = torch.Generator().manual_seed(n)
@@ -394,12 +399,7 @@ def test_mish_its_backward_and_log1p_are_sleefs(n):
             ("aten.mish_backward.default", [gy.numpy(), x.numpy()],
              torch.ops.aten.mish_backward(gy, x)),
             ("aten.log1p.default", [w[4096:6144].astype(f32)], torch.log1p(wide[4096:6144]))):
-        rec = rec.numpy()
-        plain = reference(op, a, {})[0]
-        if np.array_equal(plain, rec):
-            continue  # (this size's bits are the reference's: nothing to name)
-        _named(op, a, {}, rec, plain, "libm", "SLEEF")
-        named += 1
+        named += _named_where_it_departs(op, a, rec.numpy(), "libm", "SLEEF")
     assert named >= 2
 
 
