@@ -228,6 +228,16 @@ def _mkl_addmm(args: list, kw: dict) -> np.ndarray:
     return _sgemm(a, b, c)
 
 
+def _reduced_dims(x: np.ndarray, ax: Any, keep: bool) -> tuple[tuple[int, ...], tuple]:
+    """(the reduced dimensions, sorted and non-negative; the output's shape) of a sum of ``x``
+    over ``ax`` (keepdim ``keep``); a dimension out of range is refused."""
+    if any(not -x.ndim <= int(a) < x.ndim for a in ax):
+        raise ValueError("a dimension out of range")
+    red = tuple(sorted({int(a) % x.ndim for a in ax}))
+    return red, tuple(1 if i in red else n for i, n in enumerate(x.shape)
+                      if keep or i not in red)
+
+
 def _sums(op: str, dt: np.dtype) -> list[_Variant]:
     """sum / mean: the ``sum`` primitive's variants of core.explain's table, in its order."""
     def axes(args: list, kw: dict) -> tuple[Any, bool]:
@@ -247,11 +257,7 @@ def _sums(op: str, dt: np.dtype) -> list[_Variant]:
             if ax is not None and 1 in x.shape:
                 # ATen's TensorIterator drops dimensions of size 1 before it picks a loop: a
                 # (37, 1) gradient summed over its rows is the inner sum of 37, not a column's
-                if any(not -x.ndim <= int(a) < x.ndim for a in ax):
-                    raise ValueError("a dimension out of range")
-                ax = tuple(sorted({int(a) % x.ndim for a in ax}))
-                out = tuple(1 if i in ax else n for i, n in enumerate(x.shape) if keep
-                            or i not in ax)
+                ax, out = _reduced_dims(x, ax, keep)
                 kept = [i for i, n in enumerate(x.shape) if n != 1]
                 sq = tuple(kept.index(i) for i in ax if x.shape[i] != 1)
                 w = w.reshape([x.shape[i] for i in kept])
@@ -301,10 +307,9 @@ def _permuted_sum(order: tuple, axes: Callable, op: str) -> Callable:
         x = np.asarray(args[0])
         ax, keep = axes(args, kw)
         if x.ndim != len(order) or x.dtype not in (np.float32, np.float64) or not ax \
-                or any(not -x.ndim <= int(a) < x.ndim for a in ax) or op.startswith(
-                    "aten.mean"):
+                or op.startswith("aten.mean"):
             raise ValueError("another rank, type or reduction")
-        red = {int(a) % x.ndim for a in ax}
+        red, shape = _reduced_dims(x, ax, keep)
         pos = [i for i, d in enumerate(order) if d not in red]  # kept, in memory order
         if not pos or pos != list(range(pos[0], pos[-1] + 1)) or \
                 [order[i] for i in pos] != sorted(order[i] for i in pos):
@@ -320,7 +325,6 @@ def _permuted_sum(order: tuple, axes: Callable, op: str) -> Callable:
             s = np.zeros(k, x.dtype)
             for i in range(o):
                 s = (s + part[i]).astype(x.dtype)
-        shape = [1 if (i in red) else n for i, n in enumerate(x.shape) if keep or i not in red]
         return s.reshape(shape).astype(x.dtype)
     return run
 
@@ -1364,6 +1368,12 @@ def _first_filter(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] |
     return [g[:, :1], x, w[:1], *args[3:]], recorded[:1]
 
 
+def _bias_after(y: np.ndarray, b: Any) -> np.ndarray:
+    """``y`` (n, c, h, w) with a convolution's bias ``b`` (or None) added after its sums."""
+    return y if b is None else (y + np.asarray(b, np.float32).reshape(1, -1, 1, 1)).astype(
+        np.float32)
+
+
 def _conv_transposed(args: list, kw: dict, block: int = 0) -> np.ndarray:
     """A transposed convolution whose windows do not overlap (no padding; the stride the
     kernel, or an input of one pixel along that axis: a DCGAN's first layer from a 1x1 code)
@@ -1392,9 +1402,7 @@ def _conv_transposed(args: list, kw: dict, block: int = 0) -> np.ndarray:
                 for c in range(c0, min(ic, c0 + (block or ic))):
                     part = _fma_acc(part, x[:, c][:, None], w[c, :, p, q][None, :, None, None])
                 acc = part if acc is None else (acc + part).astype(np.float32)
-            if b is not None:
-                acc = acc + np.asarray(b, np.float32).reshape(1, -1, 1, 1)
-            y[:, :, p::k, q::k] = acc
+            y[:, :, p::k, q::k] = _bias_after(acc, b)
     return y
 
 
@@ -1424,10 +1432,7 @@ def _tconv_forward(order: str) -> Callable:
         y = _conv_input_grad(order)([x, np.zeros((x.shape[0], w.shape[1], oh, ow), np.float32),
                                      w, [0], st, pad, dil, False, [0, 0], 1,
                                      [True, False, False]], kw)[0]
-        b = args[2]
-        if b is not None:
-            y = (y + np.asarray(b, np.float32).reshape(1, -1, 1, 1)).astype(np.float32)
-        return y
+        return _bias_after(y, args[2])
     return run
 
 
