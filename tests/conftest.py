@@ -126,8 +126,24 @@ def native_isa(request):
 # or layout (a segfault in a later test's event processing, seen in full runs; the xdist worker
 # died and the run then waited forever). Every test that used qtbot ends by running its
 # deferred deletes and collecting its cycles, so what it made is gone before the next starts.
+# Until then the widgets the test gave qtbot are held here: qtbot keeps only weak references,
+# and a window whose Python side sits in a cycle (its signals' bound methods) could be freed
+# by a collection that ran inside one of its own children's event handlers, in pytest-qt's
+# processEvents after the test body returned: Qt then went on with a deleted receiver
+# ("Internal C++ object (Overview) already deleted" in minimap's event(), then a segfault;
+# one in ~13 runs of tests/views, reproduced by collecting inside Overview.event).
 @pytest.fixture(autouse=True)
 def _qt_objects_die_with_their_test(request):
+    held: list = []
+    if "qtbot" in request.fixturenames:
+        bot = request.getfixturevalue("qtbot")
+        register = bot.addWidget
+
+        def register_and_hold(widget, *args, **kwargs):
+            held.append(widget)
+            return register(widget, *args, **kwargs)
+
+        bot.addWidget = bot.add_widget = register_and_hold
     yield
     if "qtbot" not in request.fixturenames:
         return
@@ -137,9 +153,11 @@ def _qt_objects_die_with_their_test(request):
     widgets = sys.modules.get("PySide6.QtWidgets")
     app = widgets.QApplication.instance() if widgets else None
     if app is None:
+        held.clear()
         return
     from PySide6.QtCore import QEvent
 
-    app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    app.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # closed and deleted by C++ here
+    held.clear()
     gc.collect()
     app.sendPostedEvents(None, QEvent.Type.DeferredDelete)

@@ -190,3 +190,39 @@ def test_overlay_takes_each_boxs_worst_colour_as_the_per_node_loop_did(qtbot):
     got = {it: q.name(QColor.HexArgb) for it, q in v.canvas.overlay.items()}
     assert got == {it: QColor(c).name(QColor.HexArgb) for it, c in want.items()}
     assert any(v.display.item_node[it] < 0 for it in got)  # folded boxes took a child's colour
+
+
+def test_a_window_in_a_cycle_outlives_its_test_body_until_teardown(qtbot, monkeypatch):
+    """pytest-qt holds a test's widgets weakly; a window kept only by its own cycles was freed by
+    whichever collection came next, once inside its own minimap's event handler during
+    pytest-qt's processEvents (a deleted receiver, then a segfault in full runs). The conftest
+    holds what a test gives qtbot until its teardown: a collection inside a child's handler,
+    after the test has let go of the window, frees nothing there."""
+    import gc
+    import weakref
+
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication
+
+    from tapescope.views.minimap import Overview
+
+    collected_in_handler: list[int] = []
+    handler = Overview.event
+
+    def collecting(self, ev):  # noqa: ANN001
+        if ev.type() == QEvent.User:
+            collected_in_handler.append(gc.collect())
+        return handler(self, ev)
+
+    monkeypatch.setattr(Overview, "event", collecting)
+    p = panel(qtbot, model(200))
+    alive = weakref.ref(p)
+    gc.disable()  # no collection before the handler's own
+    try:
+        QApplication.postEvent(p.overview, QEvent(QEvent.User))
+        del p
+        assert alive() is not None  # its cycles keep it (so only a collection frees it)
+    finally:
+        gc.enable()
+    QApplication.instance().processEvents()  # an exception in the handler fails this test
+    assert collected_in_handler and alive() is not None and alive().overview.isVisible()
