@@ -52,13 +52,16 @@ static inline double tod_f16(uint16_t b) {
 #define FD_AHEAD 2048LL
 
 /* one segment [0, n) of a row: contiguous (both strides the element size) or strided, the
- * full numbers or n_diff and max_ulp only; ST is the signed integer of the type's width, MAG
- * every bit but the sign, INF an infinity's bits (a NaN's magnitude is larger) */
-#define FD_SEG(NAME, UT, ST, SMIN, MAG, INF, TOD)                                              \
+ * full numbers or n_diff and max_ulp only; ST is the signed integer of the type's width, SHIFT
+ * its bits less one, MAG every bit but the sign, INF an infinity's bits (a NaN's magnitude is
+ * larger) */
+#define FD_SEG(NAME, UT, ST, SHIFT, MAG, INF, TOD)                                             \
     static inline __attribute__((always_inline)) void NAME##_body(                            \
         const char *rp, const char *op, ll rs, ll os, ll n, const int full, fd_acc *a) {      \
-        ll k = 0, sz = 0;                                                                      \
-        UT nan = 0, mu = 0;                                                                    \
+        /* counts in the type's own width (n <= FD_CHUNK / sizeof(UT) elements: no overflow): \
+         * widened to 64 bits per element, the vectors did half the work an instruction */   \
+        UT k = 0, sz = 0;                                                                      \
+        UT mx = 0, mu = 0; /* the largest magnitude (a NaN's is above INF's); the largest d */ \
         uint64_t ma = 0;                                                                       \
         for (ll i = 0; i < n; i++) {                                                           \
             UT x, y;                                                                           \
@@ -66,18 +69,23 @@ static inline double tod_f16(uint16_t b) {
             memcpy(&y, op + i * os, sizeof(UT));                                               \
             UT ne = (UT)(x != y);                                                              \
             k += ne;                                                                           \
-            nan |= (UT)(((UT)(x & MAG) > (UT)(INF)) | ((UT)(y & MAG) > (UT)(INF)));           \
-            ST xs = (ST)x, ys = (ST)y;                                                         \
-            ST xo = xs >= 0 ? xs : (ST)(SMIN - xs), yo = ys >= 0 ? ys : (ST)(SMIN - ys);       \
-            UT d = xo >= yo ? (UT)((UT)xo - (UT)yo) : (UT)((UT)yo - (UT)xo);                  \
+            UT xm = (UT)(x & MAG), ym = (UT)(y & MAG);                                         \
+            UT m2 = xm > ym ? xm : ym;                                                         \
+            mx = m2 > mx ? m2 : mx;                                                            \
+            /* the ordered integer: the magnitude, negated where the sign bit is set (s: 0 or \
+             * all ones, by the arithmetic shift), so -0 is 0; d = max - min, unsigned */     \
+            ST sx = (ST)((ST)x >> SHIFT), sy = (ST)((ST)y >> SHIFT);                           \
+            ST xo = (ST)((UT)(xm ^ (UT)sx) - (UT)sx), yo = (ST)((UT)(ym ^ (UT)sy) - (UT)sy);   \
+            UT d = (UT)((UT)(xo > yo ? xo : yo) - (UT)(xo > yo ? yo : xo));                    \
             mu = d > mu ? d : mu;                                                              \
             if (full) {                                                                        \
-                sz += ne & (UT)(((UT)((x | y) & MAG)) == 0);                                   \
+                sz += ne & (UT)((UT)(xm | ym) == 0);                                           \
                 uint64_t ab = f64_bits(TOD(y) - TOD(x)) & 0x7fffffffffffffffULL;              \
                 ab &= -(uint64_t)ne; /* (a select here kept gcc 12 from vectorising) */     \
                 ma = ab > ma ? ab : ma;                                                        \
             }                                                                                  \
         }                                                                                      \
+        UT nan = (UT)(mx > (UT)(INF));                                                         \
         a->n_diff += k;                                                                        \
         a->blk_k += k;                                                                         \
         a->blk_nan |= nan != 0;                                                                \
@@ -108,10 +116,14 @@ static inline double tod_f16(uint16_t b) {
                 else                                                                           \
                     NAME##_body(rc, oc, sizeof(UT), sizeof(UT), m, 0, a);                      \
             }                                                                                  \
-        } else if (full) {                                                                     \
-            NAME##_body(rp, op, rs, os, n, 1, a);                                              \
         } else {                                                                               \
-            NAME##_body(rp, op, rs, os, n, 0, a);                                              \
+            for (ll s = 0; s < n; s += FD_CHUNK / (ll)sizeof(UT)) {                           \
+                ll m = n - s < FD_CHUNK / (ll)sizeof(UT) ? n - s : FD_CHUNK / (ll)sizeof(UT);  \
+                if (full)                                                                      \
+                    NAME##_body(rp + s * rs, op + s * os, rs, os, m, 1, a);                    \
+                else                                                                           \
+                    NAME##_body(rp + s * rs, op + s * os, rs, os, m, 0, a);                    \
+            }                                                                                  \
         }                                                                                      \
         if (a->first < 0 && a->n_diff > k0) { /* the first difference: once per call */      \
             for (ll i = 0; i < n; i++) {                                                       \
@@ -126,11 +138,11 @@ static inline double tod_f16(uint16_t b) {
         }                                                                                      \
     }
 
-FD_SEG(fd_f64, uint64_t, int64_t, INT64_MIN, 0x7fffffffffffffffULL, 0x7ff0000000000000ULL,
+FD_SEG(fd_f64, uint64_t, int64_t, 63, 0x7fffffffffffffffULL, 0x7ff0000000000000ULL,
        tod_f64)
-FD_SEG(fd_f32, uint32_t, int32_t, INT32_MIN, 0x7fffffffU, 0x7f800000U, tod_f32)
-FD_SEG(fd_f16, uint16_t, int16_t, INT16_MIN, 0x7fff, 0x7c00, tod_f16)
-FD_SEG(fd_bf16, uint16_t, int16_t, INT16_MIN, 0x7fff, 0x7f80, tod_bf16)
+FD_SEG(fd_f32, uint32_t, int32_t, 31, 0x7fffffffU, 0x7f800000U, tod_f32)
+FD_SEG(fd_f16, uint16_t, int16_t, 15, 0x7fff, 0x7c00, tod_f16)
+FD_SEG(fd_bf16, uint16_t, int16_t, 15, 0x7fff, 0x7f80, tod_bf16)
 
 typedef void (*fd_seg_t)(const char *, const char *, ll, ll, ll, int, int, fd_acc *);
 

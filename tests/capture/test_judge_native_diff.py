@@ -171,6 +171,26 @@ def test_random_arrays_in_blocks_of_one_sign_and_mixed(dt, monkeypatch):
 
 @every_path
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_counts_past_the_types_own_width_in_one_row(dt):
+    """compare.c counts in the element type's own width (16 bits for the half types) a chunk at
+    a time: a row of 70,000 differing elements, contiguous and strided (one segment of a
+    block each), every one of them a signed zero pair or a distance, counts them all."""
+    n = 70_000
+    x = np.zeros(2 * n, dt)
+    y = x.copy()
+    y[::2] = -0.0  # every other element: a signed-zero pair (equal, bits differ)
+    y[1::2] = 1.0
+    for ref, rec in ((x, y), (x[::2].copy(), y[::2].copy()), (x[::2], y[::2]),
+                     (x[1::2], y[1::2])):
+        got = native.float_diff(ref, rec, 1 << 17)
+        if native.library() is not None:  # (_same_numbers: the native code ran)
+            n_diff, _, _, _, n_sz = got
+            assert n_diff == ref.size and n_sz == int((np.signbit(rec) & (rec == 0)).sum())
+        _same_numbers(ref, rec)
+
+
+@every_path
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
 def test_inputs_are_read_in_place_whatever_their_strides(dt, monkeypatch):
     """Transposed, sliced, reversed, broadcast, permuted 3-D, a 0-d array, one row of a
     matrix, an unaligned buffer: the numbers of their C-contiguous copies (the numpy form
