@@ -305,7 +305,8 @@ def _mm(args: list, kwargs: dict) -> list:
 
 
 def _scaled_sum(ab: np.ndarray, bias: np.ndarray | None, beta, alpha) -> np.ndarray:
-    """(alpha * ab) + (beta * bias), the scalings only when != 1; beta == 0 drops the bias."""
+    """(alpha * ab) + (beta * bias), the scalings only when != 1; beta == 0 drops the bias.
+    ``ab`` is a product's new array, which the sum may overwrite."""
     t = ab.dtype.type
     with fp_quiet():
         if alpha != 1:
@@ -313,7 +314,12 @@ def _scaled_sum(ab: np.ndarray, bias: np.ndarray | None, beta, alpha) -> np.ndar
         if bias is None or beta == 0:
             return ab
         bias = arr(bias, ab.dtype)
-        return ab + (bias if beta == 1 else t(beta) * bias)
+        bias = bias if beta == 1 else t(beta) * bias
+        if ab.flags.writeable and np.broadcast_shapes(ab.shape, bias.shape) == ab.shape:
+            # ab is the product's own new array: the sum into it, the same bits without a
+            # fresh output (its pages were ~5 % of a GPT judge's products)
+            return np.add(ab, bias, out=ab)
+        return ab + bias
 
 
 @form("aten.addmm.default", "aten.baddbmm.default", "aten.addmv.default")

@@ -185,3 +185,36 @@ def test_float_operands_takes_only_one_float_dtype_and_python_numbers():
     assert fo([np.zeros(3, np.float16), 1.0], False) is None
     assert fo([1.0, f32], False) is None
     assert fo([f32.astype(">f4"), 1.0], False) is None  # not the native dtype object
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_a_products_bias_is_added_into_its_new_array_with_the_same_bits(dt):
+    """addmm, linear and baddbmm add the bias into the product's own new array (no fresh
+    output): the bits of ``alpha * (a @ b) + beta * bias`` as separate roundings, for a bias of
+    every shape that broadcasts (row, column, full, 0-d, batched), NaNs and infinities among the
+    values, and the arguments (read-only, as a capture's arrays are) left as they were."""
+    from tapescope.core.capture.aten_ref_nn import product
+
+    rng = np.random.default_rng(7)
+    a, b = _values(np.dtype(dt), (9, 6), rng), _values(np.dtype(dt), (6, 5), rng)
+    ab = product(a, b)
+    t = np.dtype(dt).type
+    with np.errstate(all="ignore"):
+        for bias in (_values(np.dtype(dt), (5,), rng), _values(np.dtype(dt), (9, 1), rng),
+                     _values(np.dtype(dt), (9, 5), rng), np.asarray(t(1.5))):
+            for beta, alpha in ((1, 1), (0.5, 1), (1, 3), (0, 2)):
+                args = [bias, a, b]
+                before = [x.tobytes() for x in args]
+                got = reference("aten.addmm.default", args, {"beta": beta, "alpha": alpha})[0]
+                scaled = t(alpha) * ab if alpha != 1 else ab
+                want = scaled if beta == 0 else scaled + (bias if beta == 1 else t(beta) * bias)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                assert got.tobytes() == want.tobytes()
+                assert [x.tobytes() for x in args] == before
+        bias = _values(np.dtype(dt), (5,), rng)
+        got = reference("aten.linear.default", [a, b.T.copy(), bias], {})[0]
+        assert got.tobytes() == (ab + bias).tobytes()
+        x, y = _values(np.dtype(dt), (3, 4, 6), rng), _values(np.dtype(dt), (3, 6, 2), rng)
+        bias = _values(np.dtype(dt), (4, 1), rng)
+        got = reference("aten.baddbmm.default", [bias, x, y], {})[0]
+        assert got.tobytes() == (product(x, y) + bias).tobytes()
