@@ -280,6 +280,10 @@ def _sums(op: str, dt: np.dtype) -> list[_Variant]:
                                   "per outer index the inner block's sum, accumulated into "
                                   "the output in order)", _permuted_sum(order, axes, op))
                 for name, order in _MEMORY_ORDERS]
+        out += [("reassociation", f"ATen's sum of a {name} (its memory in the order {order}, "
+                                  "the reduced dimensions between kept ones: per outer index "
+                                  "the rows' vectorized_outer_sum)", _middle_sum(order, axes, op))
+                for name, order in _MEMORY_ORDERS if len(order) > 2]
     return out
 
 
@@ -326,6 +330,35 @@ def _permuted_sum(order: tuple, axes: Callable, op: str) -> Callable:
             for i in range(o):
                 s = (s + part[i]).astype(x.dtype)
         return s.reshape(shape).astype(x.dtype)
+    return run
+
+
+def _middle_sum(order: tuple, axes: Callable, op: str) -> Callable:
+    """ATen's sum (float32 / float64) over dimensions that lie in the middle of a value's
+    memory (``order``, outermost first: kept, then reduced, then kept ones): for each index of
+    the outer kept block, the reduced block's rows summed as columns over the inner kept block
+    by ``vectorized_outer_sum`` (``explain_aten._outer_sum``). Measured: a (b, s, d) view over
+    (b, d, s) memory summed over d, 600 of 600 random shapes bit for bit with torch's at 1 and 2
+    threads, float32 and float64."""
+    from tapescope.core.explain_aten import _outer_sum
+
+    def run(args: list, kw: dict) -> np.ndarray:
+        x = np.asarray(args[0])
+        ax, keep = axes(args, kw)
+        if x.ndim != len(order) or x.dtype not in (np.float32, np.float64) or not ax \
+                or op.startswith("aten.mean"):
+            raise ValueError("another rank, type or reduction")
+        red, shape = _reduced_dims(x, ax, keep)
+        pos = [i for i, d in enumerate(order) if d in red]  # reduced, in memory order
+        if pos != list(range(pos[0], pos[-1] + 1)) or pos[0] == 0 or pos[-1] == len(order) - 1:
+            raise ValueError("the reduced dimensions are not one block between kept ones")
+        kept = [d for d in order if d not in red]
+        if kept != sorted(kept):
+            raise ValueError("the kept dimensions are not in the output's order in memory")
+        mem = np.ascontiguousarray(np.transpose(x, order))
+        o, r = math.prod(mem.shape[:pos[0]]), math.prod(mem.shape[pos[0]:pos[-1] + 1])
+        rows = mem.reshape(o, r, -1)
+        return np.stack([_outer_sum(rows[i]) for i in range(o)]).reshape(shape).astype(x.dtype)
     return run
 
 

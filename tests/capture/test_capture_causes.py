@@ -524,6 +524,42 @@ def test_a_sum_of_a_permuted_view_is_atens_in_its_memory_order(threads):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_sum_over_the_middle_of_memory_is_an_outer_sum_per_outer_index(threads):
+    """An attention-like (b, s, d) view over (b, d, s) memory (a transpose's gradient) summed
+    over d, the dimension in the middle of its memory: ATen sums, for each b, the d rows of s
+    columns by vectorized_outer_sum. Every case is named (1 and 2 threads, float32 and
+    float64), one ulp off unknown; where the columns are whole vectors' blocks that order is
+    the cascade the table already names (levels of 16 per column), elsewhere (a remainder of
+    columns, fewer columns than a vector) only the per-outer-index form fits. Planted: the
+    batches' rows pooled into one outer sum, or the remainder columns cascaded, fails it."""
+    from tapescope.core.capture.aten_ref import reference
+
+    op = "aten.sum.dim_IntList"
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(10 + threads)
+        middle = 0
+        for b, d, s, dt in ((8, 70, 64, torch.float32), (3, 37, 200, torch.float32),
+                            (6, 50, 45, torch.float32), (4, 90, 2, torch.float32),
+                            (5, 40, 24, torch.float64)):
+            x = (torch.randn(b, d, s, generator=g, dtype=dt) * 0.3).transpose(1, 2)
+            assert not x.is_contiguous()
+            for keep in (True, False):
+                a = [x.contiguous().numpy(), [2], keep]
+                rec = torch.sum(x, [2], keep).numpy()
+                dif = _diff(reference(op, a, {})[0], rec)
+                assert dif["n_diff"], (b, d, s)
+                got = explain_op(op, a, {}, rec, dif, 0)
+                assert got["cause"] == "reassociation", (b, d, s, got)
+                middle += "the reduced dimensions between kept ones" in got["variant"]
+                assert explain_op(op, a, {}, _nudged(rec), dif, 0)["cause"] == "unknown"
+        assert middle >= 6, middle
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_cumprod_and_cumsum_accumulate_in_float64():
     """A diffusion schedule's alphas (cumprod of 1 - betas) and a running sum: ATen's float32
     kernels keep a float64 running total, each output rounded; the reference's is float32.
