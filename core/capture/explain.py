@@ -297,6 +297,20 @@ _MEMORY_ORDERS = [("channels-last value over channels-first memory", (0, 3, 1, 2
                   ("transposed matrix", (1, 0))]
 
 
+def _layout_sum_args(order: tuple, axes: Callable, op: str, args: list,
+                     kw: dict) -> tuple[np.ndarray, tuple[int, ...], tuple]:
+    """``(x, the reduced dimensions, the output's shape)`` of a sum that a memory-order form
+    (``_permuted_sum``, ``_middle_sum``) takes: float32 or float64 of ``order``'s rank, over
+    some dimensions (a mean is another kernel's)."""
+    x = np.asarray(args[0])
+    ax, keep = axes(args, kw)
+    if x.ndim != len(order) or x.dtype not in (np.float32, np.float64) or not ax \
+            or op.startswith("aten.mean"):
+        raise ValueError("another rank, type or reduction")
+    red, shape = _reduced_dims(x, ax, keep)
+    return x, red, shape
+
+
 def _permuted_sum(order: tuple, axes: Callable, op: str) -> Callable:
     """ATen's sum (float32 / float64) over some dimensions of a value laid out in memory in
     ``order`` (outermost first), as TensorIterator runs it: the kept dimensions one block in
@@ -308,12 +322,7 @@ def _permuted_sum(order: tuple, axes: Callable, op: str) -> Callable:
     from tapescope.core.explain_aten import _inner_sum, _outer_sum
 
     def run(args: list, kw: dict) -> np.ndarray:
-        x = np.asarray(args[0])
-        ax, keep = axes(args, kw)
-        if x.ndim != len(order) or x.dtype not in (np.float32, np.float64) or not ax \
-                or op.startswith("aten.mean"):
-            raise ValueError("another rank, type or reduction")
-        red, shape = _reduced_dims(x, ax, keep)
+        x, red, shape = _layout_sum_args(order, axes, op, args, kw)
         pos = [i for i, d in enumerate(order) if d not in red]  # kept, in memory order
         if not pos or pos != list(range(pos[0], pos[-1] + 1)) or \
                 [order[i] for i in pos] != sorted(order[i] for i in pos):
@@ -343,12 +352,7 @@ def _middle_sum(order: tuple, axes: Callable, op: str) -> Callable:
     from tapescope.core.explain_aten import _outer_sum
 
     def run(args: list, kw: dict) -> np.ndarray:
-        x = np.asarray(args[0])
-        ax, keep = axes(args, kw)
-        if x.ndim != len(order) or x.dtype not in (np.float32, np.float64) or not ax \
-                or op.startswith("aten.mean"):
-            raise ValueError("another rank, type or reduction")
-        red, shape = _reduced_dims(x, ax, keep)
+        x, red, shape = _layout_sum_args(order, axes, op, args, kw)
         pos = [i for i, d in enumerate(order) if d in red]  # reduced, in memory order
         if pos != list(range(pos[0], pos[-1] + 1)) or pos[0] == 0 or pos[-1] == len(order) - 1:
             raise ValueError("the reduced dimensions are not one block between kept ones")
