@@ -1045,6 +1045,9 @@ class Cause:
     # the array's class (core.bounds: "valid reordering" / "outside reordering bound"; "" when
     # not classified), printed after the cause wherever the cause is
     klass: str = ""
+    # unknown: why nothing is tried or matches, where that is known (a kernel whose order is
+    # not written out, e.g. oneDNN's LSTM layer): said instead of "no variant applies"
+    note: str = ""
 
     def text(self) -> str:
         """``matches the reference with x * (1/y)``, ``unknown (closest: ...)`` or ``unknown``,
@@ -1057,10 +1060,10 @@ class Cause:
         if self.cause != "unknown":
             return f"matches the reference with {self.variant}"
         if self.closest is None:
-            return "unknown" if self.tried else \
+            return f"unknown ({self.note})" if self.note else "unknown" if self.tried else \
                 "unknown (no variant of the reference order applies to this op)"
         return (f"unknown (closest: {self.closest}, {self.variant}: {self.n_diff} elements, "
-                f"max {self.max_ulp} ulp)")
+                f"max {self.max_ulp} ulp)" + (f"; {self.note}" if self.note else ""))
 
     def to_json(self) -> dict:
         """``{"cause", "variant"}`` plus ``"closest", "max_ulp", "n_diff"`` when unknown, and
@@ -1070,6 +1073,8 @@ class Cause:
             d.update(closest=self.closest, max_ulp=self.max_ulp, n_diff=self.n_diff)
             if self.tried:
                 d["tried"] = self.tried
+            if self.note:
+                d["note"] = self.note
         if self.klass:
             d["class"] = self.klass
         return d
@@ -1087,7 +1092,8 @@ def cause_text(d: dict) -> str:
     """``Cause.text`` of a ``Cause.to_json`` dict (as the JSON and the wire carry it)."""
     return Cause(str(d["cause"]), str(d.get("variant", "")), d.get("closest"),
                  int(d.get("max_ulp", 0)), int(d.get("n_diff", 0)),
-                 int(d.get("tried", 0)), str(d.get("class", ""))).text()
+                 int(d.get("tried", 0)), str(d.get("class", "")),
+                 str(d.get("note", ""))).text()
 
 
 def distance(d: Any) -> tuple[int, int, int]:

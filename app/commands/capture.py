@@ -457,11 +457,13 @@ def print_report(rep: dict, explain: bool = False) -> None:
         why = ""
         if explain and "cause" in e:
             x = e.get("explain", {})
-            why = f": {e['cause']}" + (f" ({x['variant']})" if e["cause"] != "unknown" and
-                                       x.get("variant") else
-                                       f" (closest: {x['closest']}, {x['variant']}: "
-                                       f"{x['n_diff']} elements, max {x['max_ulp']} ulp)"
-                                       if x.get("closest") else "")
+            if e["cause"] == "unknown":
+                from tapescope.core.explain import cause_text
+
+                why = f": {cause_text(x)}" if x.get("closest") or x.get("note") else \
+                    ": unknown"
+            else:
+                why = f": {e['cause']}" + (f" ({x['variant']})" if x.get("variant") else "")
         print(f"introduced at step {e['step']}: #{e['index']} {e['op']} "
               f"{e['module'] or '(no module)'} output {e['output']} ({e['n_diff']} elements, "
               f"max {e['max_ulp']} ulp) at {_short(e['source'])}{why}"

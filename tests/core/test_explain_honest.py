@@ -87,3 +87,18 @@ def test_no_applicable_variant_still_says_so():
     c = Cause("unknown", "")
     assert c.text() == "unknown (no variant of the reference order applies to this op)"
     assert "tried" not in c.to_json()
+
+
+def test_a_known_gap_says_why_it_is_unknown_and_travels_in_the_json():
+    """A kernel whose orders are not written out (oneDNN's LSTM layer) is unknown with a note
+    naming that gap, in place of "no variant applies" (and after a closest variant); the note
+    rides the JSON and comes back in cause_text; none without it."""
+    gap = "oneDNN's LSTM layer: not written out"
+    c = Cause("unknown", "", note=gap)
+    assert c.text() == f"unknown ({gap})"
+    assert c.to_json()["note"] == gap and cause_text(c.to_json()) == c.text()
+    near = Cause("unknown", "v", closest="fma", max_ulp=3, n_diff=2, tried=4, note=gap)
+    assert near.text() == f"unknown (closest: fma, v: 2 elements, max 3 ulp); {gap}"
+    assert cause_text(near.to_json()) == near.text()
+    assert "note" not in Cause("unknown", "").to_json()
+    assert "note" not in Cause("fma", "x").to_json()  # (a named cause has nothing to excuse)
