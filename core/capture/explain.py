@@ -1236,6 +1236,53 @@ def _dw_weight_grad_rows(chunks: int) -> Callable:
     return run
 
 
+def _gemv_pieces_sum(a: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``y`` plus each column of ``a`` [K, ...] dotted with ``x`` [K, ...] (broadcast against a)
+    as oneDNN's jit gemv ("T", ``jit_avx_gemv_t_f32_kern``, the AVX2 build) sums it: 8 lanes,
+    16 terms a step (lane l takes term 16c + l, then 16c + 8 + l, one fma each); the lanes
+    added ((0 + 1) + (4 + 5)) + ((2 + 3) + (6 + 7)) and the result added to y; then the 8, 4,
+    2 and 1 terms left, each piece alike (its own zeroed lanes, reduced, added to y)."""
+    f32 = np.float32
+
+    def lanes_sum(acc: np.ndarray) -> np.ndarray:
+        return (((acc[0] + acc[1]).astype(f32) + (acc[4] + acc[5]).astype(f32)).astype(f32)
+                + ((acc[2] + acc[3]).astype(f32)
+                   + (acc[6] + acc[7]).astype(f32)).astype(f32)).astype(f32)
+
+    k = a.shape[0]
+    x = np.broadcast_to(x, a.shape)
+    main = k // 16 * 16
+    if main:
+        acc = np.zeros((8, *a.shape[1:]), f32)
+        for c in range(0, main, 8):  # (16c .. 16c + 7, then 16c + 8 ..: the same lanes)
+            acc = _fma_acc(acc, np.ascontiguousarray(a[c:c + 8]), np.ascontiguousarray(x[c:c + 8]))
+        y = (y + lanes_sum(acc)).astype(f32)
+    at = main
+    for piece in (8, 4, 2, 1):
+        if (k - main) & piece:
+            acc = np.zeros((8, *a.shape[1:]), f32)
+            acc[:piece] = _fma_acc(acc[:piece].copy(), np.ascontiguousarray(a[at:at + piece]),
+                                   np.ascontiguousarray(x[at:at + piece]))
+            y = (y + lanes_sum(acc)).astype(f32)
+            at += piece
+    return y
+
+
+def _dw_weight_grad_gemv(args: list, kw: dict) -> tuple:
+    """A depthwise convolution's weight gradient as oneDNN computes it where its jit depthwise
+    kernel does not take it (kernels of 5x5 and 7x7, measured; ``ONEDNN_VERBOSE`` names it
+    ``gemm:jit``): per image im2col, each tap one dot over the image's pixels (row-major) by
+    oneDNN's jit gemv (``_gemv_pieces_sum``), added into the tap's sum, the images in order.
+    Held to torch's bits on 5x5 and 7x7 kernels, stride 1 and 2, 1 and 2 threads."""
+    g, mask, k, win = _dw_weight_grad_args(args, 1, by_rows=False)
+    n, c, oh, ow = g.shape
+    y = np.zeros((c, k[0] * k[1]), np.float32)
+    for i in range(n):
+        a = np.moveaxis(win[i].reshape(c, oh * ow, k[0] * k[1]), 1, 0)  # (pixels, c, taps)
+        y = _gemv_pieces_sum(a, g[i].reshape(c, oh * ow).T[:, :, None], y)
+    return _masked((None, y.reshape(c, 1, *k), None), mask)
+
+
 def _lift(a: Any) -> Any:
     """A 1-D convolution's array as 2-D of height 1 (a 3-D array gains axis 2)."""
     return a[:, :, None] if isinstance(a, np.ndarray) and a.ndim == 3 else a
@@ -1939,7 +1986,13 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
             ("fma", "oneDNN's depthwise convolution backward weight gradient, channels-last: "
                     "per tap each output row one fma chain, the rows in "
                     f"{t} run{'s' if t > 1 else ''} (one per thread) added in order",
-             _dw_weight_grad_rows(t)) for t in (1, 2, 4)]] + [_as_2d(v, True) for v in tconv]
+             _dw_weight_grad_rows(t)) for t in (1, 2, 4)] + [
+            ("fma", "oneDNN's gemm convolution backward weight gradient of a depthwise kernel "
+                    "(5x5, 7x7): per image each tap one dot over its pixels by oneDNN's jit "
+                    "gemv (8 lanes, fma, 16 pixels a step; the lanes added ((0+1)+(4+5))+"
+                    "((2+3)+(6+7)); the 8, 4, 2, 1 pixels left each a piece reduced alike), "
+                    "each piece added to the tap's sum, the images in order",
+             _dw_weight_grad_gemv)]] + [_as_2d(v, True) for v in tconv]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",

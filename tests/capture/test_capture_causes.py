@@ -1315,6 +1315,25 @@ def test_a_depthwise_convolution_and_its_gradients_are_onednns(shape):
            "depthwise convolution backward weight gradient: the images in 1 run", output=1)
 
 
+@need_avx512
+@pytest.mark.parametrize("shape", [(2, 16, 14, 5, 1, 2), (3, 8, 10, 5, 2, 2), (2, 8, 9, 7, 1, 3),
+                                   (16, 2, 8, 5, 1, 2)],
+                         ids=lambda v: "x".join(map(str, v)))
+def test_a_large_depthwise_kernels_weight_gradient_is_onednns_gemv(shape):
+    """An EfficientNet's 5x5 or a ConvNeXt's 7x7 depthwise kernel on a channels-first input:
+    oneDNN's jit depthwise kernel does not take their weight gradient, its gemm convolution
+    does (ONEDNN_VERBOSE: gemm:jit): per image each tap one dot over the image's pixels by its
+    jit gemv (8 fma lanes, 16 pixels a step, the lanes added in pairs; the pixels left in
+    pieces of 8, 4, 2, 1, each reduced alike and added), the images in order. Named for
+    torch's own result at 1 and 2 threads (stride 1 and 2, an image count above the channels'),
+    one ulp off unknown. Planted: the lanes added in order, or the remainder one piece, fails
+    it."""
+    for threads in (1, 2):
+        *_, bwd, grads, bref = _depthwise_case(*shape, threads=threads, seed=threads)
+        _named("aten.convolution_backward.default", bwd, {}, grads[1], bref[1], "fma",
+               "gemm convolution backward weight gradient of a depthwise kernel", output=1)
+
+
 def test_the_depthwise_kernels_refuse_other_convolutions():
     """One group, a multiplier of two, float64, dilation, a transposed one: the depthwise
     forms raise (a miss, never a wrong name)."""
