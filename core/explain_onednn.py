@@ -1,6 +1,8 @@
 """oneDNN's float32 eltwise kernels written out in numpy: what PyTorch's CPU ``gelu`` and
 ``gelu_backward`` compute (ATen hands a contiguous float32 GELU with ``approximate="none"``
-to oneDNN's ``eltwise_gelu_erf``), for ``--explain`` to name (core/capture/explain.py).
+to oneDNN's ``eltwise_gelu_erf``), and the LSTM layer it runs on the CPU (``mkldnn_rnn_layer``:
+oneDNN's ``ref_rnn`` with its jit LSTM postgemm, whose ``logistic`` and ``tanh`` are the
+injector's), for ``--explain`` to name (core/capture/explain.py).
 
 The algorithms and constants are those of oneDNN's x64 eltwise injector for AVX-512
 (``jit_uni_eltwise_injector``, Apache-2.0), read to learn and written here fresh; every step
@@ -15,6 +17,17 @@ is one IEEE float32 rounding as the JIT code's instructions make it (``fma`` whe
   reduction by ``floor(x * log2(e) + 0.5)``, a degree-5 polynomial with fma, ``2 * 2^(n-1)``),
   erf(R) by Abramowitz and Stegun 7.1.26 (``W = 1 / fma(p, |R|, 1)``, a degree-5 polynomial
   in W), ``fma(erf, 0.5, R / sqrt(pi) * Q + 0.5)``; the gradient is that times dy.
+- ``logistic``: ``e = exp(-|x|)``, ``y = e / (e + 1)``, ``1 - y`` where x's sign bit is clear.
+- ``tanh``: on |x|, the degree-6 polynomial of its interval (32 intervals: the index from the
+  bits of |x| less a bias, masked, shifted right by 22) at |x| less its interval's start (the
+  bits masked), by fma from degree 6; |x| itself below the linear bound, 1 from the
+  saturation bound; x's sign put back.
+- The LSTM layer forward, per step t: ``scratch = (x_t · W_ihᵀ) + (h · W_hhᵀ)`` (each product
+  one fma chain over k from zero, its jit sgemm; the second added to the first, ``beta = 1``);
+  ``G = scratch + (b_ih + b_hh)`` (PyTorch hands oneDNN the biases summed); ``i, f, o =
+  logistic``, ``g = tanh`` of their quarters; ``c = fma(i, g, f * c)``; ``h = tanh(c) * o``.
+  Held to torch's outputs and to the gates oneDNN's workspace keeps (tests/capture/
+  test_lstm_ref.py).
 """
 
 from __future__ import annotations
@@ -25,7 +38,8 @@ import numpy as np
 
 from tapescope.core.explain_prims import fma
 
-__all__ = ["gelu_backward", "gelu_forward"]
+__all__ = ["gelu_backward", "gelu_forward", "lstm_layer_forward", "onednn_logistic",
+           "onednn_tanh"]
 
 _F = np.float32
 
@@ -68,6 +82,39 @@ _EXP_POL = [_f(b) for b in (0x3F7FFFFB, 0x3EFFFEE3, 0x3E2AAD40, 0x3D2B9D0D, 0x3C
 _AS_P = _f(0x3EA7BA05)
 _AS_POL = [_f(b) for b in (0x3E827906, 0xBE91A98E, 0x3FB5F0E3, 0xBFBA00E3, 0x3F87DC22)]
 _INV_SQRT2, _INV_SQRT_PI = _f(0x3F3504F3), _f(0x3F106EBA)
+# tanh: the table's index bias and mask, x where tanh(x) = x ends, and where it is 1
+_TANH_IDX_BIAS, _TANH_IDX_MASK = 0x39800000, 0xffc00000
+_TANH_LINEAR, _TANH_SATURATION = _f(0x39ddb3d7), _f(0x41102cb3)
+# tanh's 32 degree-6 polynomials, one per interval, coefficients by degree (0 .. 6)
+_TANH_TABLE = np.array([int(h, 16) for h in """
+00000000 39bfffff 39ffffff 3a3ffffe 3a7ffffb 3abffff7 3affffeb 3b3fffdc 3b7fffab 3bbfff70
+3bfffeab 3c3ffdc0 3c7ffaab 3cbff701 3cffeaad 3d3fdc08 3d7faacd 3dbf7081 3dfeacc9 3e3dc7fd
+3e7acbf5 3eb77a9f 3eec9a9f 3f22991f 3f42f7d6 3f67b7cc 3f76ca83 3f7ebbe9 3f7fd40c 3f7fff32
+3f7ffffc 3f800000
+3f800000 3f800018 3f7fffe8 3f7fffda 3f7fffdc 3f7fffdc 3f7fffac 3f7fff70 3f7ffeec 3f7ffdc0
+3f7ffbed 3f7ff704 3f7feff5 3f7fdbca 3f7fbfff 3f7f7041 3f7f009b 3f7dc36c 3f7c0aa8 3f7734b8
+3f70a4de 3f5f1fd8 3f495493 3f18b9ec 3ed706cb 3e390b06 3d90b11f 3c21a053 3aaf7fdb 37ccc1a3
+355c6733 00000000
+00000000 be4e0ff1 3d25b1b1 3d6b6dab 3c9fb1d5 babff06f 3c07b3f6 bb3fc1bc 3a9f5921 bbbf06f2
+bbb0f402 bc47db9e bc73d5e7 bca25bda bcfca780 bd40e07c bd7dab03 bdbe4a0f bdfb14a5 be36cc8d
+be6bd102 be9fe7c5 beba0f10 bec206a8 bea3c388 be277d62 bd8b7960 bc209f49 baad44ca b7c6eeac
+b663aa41 00000000
+00000000 45b3ae96 c414eb20 c450e02e c3152b4e bead2f56 c2162e02 beb4bd5a c11a59a4 bed2f507
+c020d32c 3dd0f506 bf2a75e2 bff950e3 bed47334 be809b8c beb64532 be961a5b be9b63ac bea0d4b2
+be828a77 be378612 bdc20908 3d2d3957 3dd46e89 3db3f629 3d2c5e7b 3bd20403 3a59dfae 3770af45
+372cc014 00000000
+00000000 cc981a1b 4a7edd3d 4ab1007c 48fedd9c 41a557b5 477ee32a 422557f5 45ff3ce4 42a55641
+446e0867 c33dc19a 42915214 43af4fad 4110fe88 c1099b75 3fc8a8dc bfbeaef5 be365aad 3f4d9652
+3ddfa08f 3e34e9b8 3e2d07a6 3dc63567 3cdaeb78 bcd17537 bc92829c bb43ab99 b9b471dd b6baad5a
+b78bafc7 00000000
+00000000 52f688d5 d0505c72 d08f98e3 ce505cc9 c7162b8a cc5061d6 c7162bdf ca50b37f c7162a3a
+c8422086 471a714e c5ece1f1 c70e3d90 c3eba94a 43e0c424 c21f4552 42217cc8 405e7dc4 c10dd401
+3e96b602 bd1a6d2f bd393883 bd674682 bd310016 b961e269 3ba32495 3a7680d5 38b3173c 35a9deea
+375c3f2a 00000000
+00000000 d8995ed1 558285ea 55b2cd69 53028625 4bc9991f 5082898a 4b4999b3 4e02c07c 4ac99764
+4b72c822 ca40c0e1 489413e4 49b12224 46134c4e c60c2d57 43c83910 c3c872d1 c186bc9e 42325bc3
+bf2ffa4a 3d9a203c bc545a43 bae08fee 3c80225d 3b1fd1df ba36b9d1 b91de544 b71f100f b408e2ed
+b685fec8 00000000""".split()], np.uint32).view(np.float32).reshape(7, 32)
 
 
 def _f32(x: Any) -> np.ndarray:
@@ -126,3 +173,57 @@ def gelu_backward(dy: Any, x: Any) -> np.ndarray:
         erf = np.where(np.signbit(r), -erf, erf)
         d = fma(erf, np.broadcast_to(_F(0.5), erf.shape), t + _F(0.5))
         return (d * dy).astype(np.float32)
+
+
+def onednn_logistic(x: Any) -> np.ndarray:
+    """The injector's ``logistic`` (module doc)."""
+    x = _f32(x)
+    with np.errstate(all="ignore"):
+        e = _exp((x.view(np.uint32) | np.uint32(0x80000000)).view(np.float32))
+        y = (e / (e + _F(1))).astype(np.float32)
+        return np.where(np.signbit(x), y, (_F(1) - y).astype(np.float32))
+
+
+def onednn_tanh(x: Any) -> np.ndarray:
+    """The injector's ``tanh`` (module doc)."""
+    x = _f32(x)
+    with np.errstate(all="ignore"):
+        ax = np.abs(x)
+        bits = ax.view(np.uint32)
+        idx = (((bits.astype(np.int64) - _TANH_IDX_BIAS) & _TANH_IDX_MASK) >> 22) & 31
+        r = (ax - (bits & np.uint32(_TANH_IDX_MASK)).view(np.float32)).astype(np.float32)
+        pol = _TANH_TABLE[6][idx]
+        for deg in range(5, -1, -1):
+            pol = fma(pol, r, _TANH_TABLE[deg][idx])
+        y = np.where(_TANH_SATURATION > ax, pol, _F(1)).astype(np.float32)
+        y = np.where(_TANH_LINEAR > ax, ax, y).astype(np.float32)
+        return (y.view(np.uint32) ^ (x.view(np.uint32) & np.uint32(0x80000000))).view(np.float32)
+
+
+def _chain_product(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``a · wᵀ`` (a [rows, k], w [cols, k]), each output one fma chain over k from zero."""
+    from tapescope.core.explain_aten import _fma_chain
+
+    return _fma_chain(a, np.ascontiguousarray(w.T))
+
+
+def lstm_layer_forward(x: Any, w_ih: Any, w_hh: Any, bias: tuple | None, h: Any, c: Any,
+                       steps: Any, hidden: int) -> tuple:
+    """oneDNN's LSTM layer on float32 (module doc): ``(every step's h, the last h, the last
+    c)`` of a time-major ``x`` [T, batch, input], the steps in ``steps``' order; ``bias``
+    ``(b_ih, b_hh)`` or None."""
+    x, w_ih, w_hh, h, c = (_f32(v) for v in (x, w_ih, w_hh, h, c))
+    b = np.zeros(4 * hidden, np.float32) if bias is None else \
+        (_f32(bias[0]) + _f32(bias[1])).astype(np.float32)
+    ys = np.empty((x.shape[0], x.shape[1], hidden), np.float32)
+    with np.errstate(all="ignore"):
+        for s in steps:
+            g = ((_chain_product(x[s], w_ih) + _chain_product(h, w_hh)).astype(np.float32)
+                 + b).astype(np.float32)
+            i, f, gg, o = (g[:, k * hidden:(k + 1) * hidden] for k in range(4))
+            i, f, o, gg = (onednn_logistic(i), onednn_logistic(f), onednn_logistic(o),
+                           onednn_tanh(gg))
+            c = fma(i, gg, (f * c).astype(np.float32)).astype(np.float32)
+            h = (onednn_tanh(c) * o).astype(np.float32)
+            ys[s] = h
+    return ys, h, c

@@ -77,7 +77,7 @@ from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
 from tapescope.core.explain_aten import mish as _aten_mish
 from tapescope.core.explain_aten import silu as _aten_silu
-from tapescope.core.explain_onednn import gelu_backward, gelu_forward
+from tapescope.core.explain_onednn import gelu_backward, gelu_forward, lstm_layer_forward
 from tapescope.core.explain_prims import _LIBC_MATH, fma, libm, std_sort_order
 from tapescope.core.ops.reference import serial_sum
 from tapescope.core.parity import compare_arrays
@@ -480,8 +480,6 @@ def _sqrt(op: str) -> list[_Variant]:
 # ops whose kernels' orders are known not to be written out: an unknown cause of theirs says so
 # (a gap of tapescope's, not a fault of the user's run)
 _UNWRITTEN = {
-    "mkldnn_rnn_layer": "oneDNN's LSTM layer: its GEMMs, their accumulation into the gates and "
-                        "its jit sigmoid and tanh are not written out",
     "mkldnn_rnn_layer_backward": "oneDNN's LSTM layer backward: its GEMMs and gate gradients "
                                  "are not written out"}
 
@@ -1283,6 +1281,20 @@ def _dw_weight_grad_gemv(args: list, kw: dict) -> tuple:
     return _masked((None, y.reshape(c, 1, *k), None), mask)
 
 
+def _onednn_lstm(args: list, kw: dict) -> tuple:
+    """``mkldnn_rnn_layer``'s (output, hy, cy) as oneDNN computes them on float32
+    (``core.explain_onednn.lstm_layer_forward``); the workspace is not among them."""
+    from tapescope.core.capture.aten_ref_layers import _lstm_args
+
+    x = np.asarray(args[0])
+    if len(args) < 13 or x.dtype != np.float32:
+        raise ValueError("oneDNN's LSTM layer on float32")
+    _, _, _, bias, _, _, steps, hidden = _lstm_args(*args[:11], args[12])
+    b = (np.asarray(args[3]), np.asarray(args[4])) if bias is not None else None
+    ys, h, c = lstm_layer_forward(x, args[1], args[2], b, args[5], args[6], steps, hidden)
+    return ys, h, c
+
+
 def _lift(a: Any) -> Any:
     """A 1-D convolution's array as 2-D of height 1 (a 3-D array gains axis 2)."""
     return a[:, :, None] if isinstance(a, np.ndarray) and a.ndim == 3 else a
@@ -1993,6 +2005,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                     "((2+3)+(6+7)); the 8, 4, 2, 1 pixels left each a piece reduced alike), "
                     "each piece added to the tap's sum, the images in order",
              _dw_weight_grad_gemv)]] + [_as_2d(v, True) for v in tconv]
+    if base == "mkldnn_rnn_layer":
+        return [("libm", "oneDNN's LSTM layer (ref_rnn, jit postgemm): per step each product one "
+                         "fma chain over k, h's added to x's, then the biases' sum; its jit "
+                         "logistic and tanh (exp's degree-5 polynomial, tanh's 32 intervals); "
+                         "c = fma(i, g, f * c), h = tanh(c) * o", _onednn_lstm)]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",

@@ -118,7 +118,7 @@ def test_the_optimizer_and_rng_ops_are_there(captured):
 def test_parity_judges_every_op(captured, name, tmp_path):
     f = captured[name][0]
     js = tmp_path / "r.json"
-    # (the LSTM's with --explain: its layer's unknown says which orders are not written out)
+    # (the LSTM's with --explain: its layer's causes, below)
     p = cli("parity", "--capture", str(f), "--json", str(js),
             *(["--explain"] if name == "lstm" else []))
     assert p.returncode in (0, 1), p.stderr[-3000:]
@@ -136,8 +136,12 @@ def test_parity_judges_every_op(captured, name, tmp_path):
             [o["verdict"] for o in e["outputs"]][3] == "recorded" and all(
                 o["verdict"] in ("exact", "introduced", "inherited") for o in e["outputs"][:3])
             for e in layers)
+        # its forward named (core.explain_onednn); its backward's unknowns say why
         line = next(x for x in p.stdout.splitlines() if x.startswith("introduced at step"))
-        assert "mkldnn_rnn_layer" in line and ": unknown (oneDNN's LSTM layer: " in line, line
+        assert "mkldnn_rnn_layer" in line and ": libm (oneDNN's LSTM layer (ref_rnn" in line, line
+        back = [e for e in rep["introduced"] if e["op"].endswith("rnn_layer_backward.default")]
+        assert back and all(e["cause"] == "unknown" and "oneDNN's LSTM layer backward" in
+                            e["explain"]["note"] for e in back)
     assert c["unjudged"] == 0
     assert len(rep["ops"]) == rep["n_ops"] and all(
         o["verdict"] in ("exact", "introduced", "inherited", "no-reference", "recorded",

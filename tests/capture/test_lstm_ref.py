@@ -2,8 +2,9 @@
 ``nn.LSTM`` runs on the CPU): in float64 it is the LSTM's own arithmetic (held to autograd
 through the cell's formulas to 1e-13, forwards and backwards, biases or none, reverse
 steps); in float32 torch's outputs are its outputs to float32's precision, of the same
-shapes and number (the bias gradients without biases too), and where they differ
-``--explain``'s unknown says that oneDNN's orders are not written out; its workspace is the
+shapes and number (the bias gradients without biases too); ``--explain`` names oneDNN's
+forward (core.explain_onednn: bit for bit with torch's outputs and the gates its workspace
+keeps) and says of the backward that its orders are not written out; the workspace is the
 kernel's own (the judge takes it as recorded); hostile arguments are a NoReference naming the
 op."""
 
@@ -91,11 +92,15 @@ def test_float32_torch_is_the_reference_to_float32_precision(bias):
             assert r.dtype == np.float32 and r.shape == tuple(o.shape)
             np.testing.assert_allclose(r, _n(o), rtol=1e-4, atol=1e-5)
             d = _diff(r, _n(o))
-            if d["n_diff"]:  # unknown, and the cause says why: a gap of ours, named
-                c = explain_op(op, a, {}, _n(o), d, j)
+            if not d["n_diff"]:
+                continue
+            c = explain_op(op, a, {}, _n(o), d, j)
+            if op == FWD:  # oneDNN's forward, written out (core.explain_onednn)
+                assert c["cause"] == "libm" and "oneDNN's LSTM layer" in c["variant"], c
+            else:  # unknown, and the cause says why: a gap of ours, named
                 assert c["cause"] == "unknown" and "oneDNN's LSTM layer" in c["note"], c
                 assert cause_text(c).startswith("unknown (oneDNN's LSTM layer")
-                explained += 1
+            explained += 1
     assert explained  # (oneDNN's bits differ from the reference's on this CPU)
 
 
@@ -111,3 +116,85 @@ def test_hostile_arguments_are_a_no_reference_naming_the_op(bad):
     a = [x, w0, w1, b0, b1, h0, c0, False, [], 2, 5, 1, True, False, True, True]
     with pytest.raises(NoReference, match="mkldnn_rnn_layer"):
         reference(FWD, bad(a), {})
+
+
+def _onednn_calls(I, H, T, B, bias, bidirectional, threads, seed=0):
+    """torch's mkldnn_rnn_layer calls (args, outputs) of an ``nn.LSTM`` forward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls = []
+
+    class Rec(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.mkldnn_rnn_layer.default:
+                calls.append(([_n(v) if isinstance(v, torch.Tensor) else v for v in args],
+                              [_n(v) for v in out]))
+            return out
+
+    torch.manual_seed(seed)
+    m = torch.nn.LSTM(I, H, bias=bias, bidirectional=bidirectional, batch_first=True)
+    x = torch.randn(B, T, I, generator=torch.Generator().manual_seed(seed))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with Rec():
+            m(x)
+    finally:
+        torch.set_num_threads(before)
+    return calls
+
+
+@pytest.mark.parametrize("I, H, T, B, bias, bidirectional, threads", [
+    (12, 12, 8, 4, True, False, 1), (32, 64, 5, 8, True, True, 2), (20, 40, 6, 3, False, True, 2),
+    (70, 130, 3, 2, True, False, 1)])
+def test_onednns_lstm_forward_is_written_out_bit_for_bit(I, H, T, B, bias, bidirectional,
+                                                          threads):
+    """oneDNN's float32 LSTM layer (core.explain_onednn.lstm_layer_forward): every step's h,
+    the last h and c bit for bit with torch's, forwards and reversed, biases or none, hidden
+    sizes off the vector width, 1 and 2 threads; and --explain names it, one ulp off unknown.
+    Planted: a tanh coefficient one ulp off, exp's polynomial without fma, or c's fma split
+    into a product and a sum, fails it."""
+    from tapescope.core.capture.explain import explain_op
+    from tapescope.core.capture.judge import _diff
+    from tapescope.core.explain_onednn import lstm_layer_forward
+
+    calls = _onednn_calls(I, H, T, B, bias, bidirectional, threads)
+    assert len(calls) == (2 if bidirectional else 1)
+    for a, out in calls:
+        steps = range(T - 1, -1, -1) if a[7] else range(T)
+        got = lstm_layer_forward(a[0], a[1], a[2], (a[3], a[4]) if a[12] else None, a[5], a[6],
+                                 steps, H)
+        for g, o in zip(got, out[:3], strict=True):
+            assert g.dtype == o.dtype and g.tobytes() == o.tobytes()
+        ref = reference(FWD, a, {})
+        for j in range(3):
+            d = _diff(ref[j], out[j])
+            if d["n_diff"]:
+                c = explain_op(FWD, a, {}, out[j], d, j)
+                assert c["cause"] == "libm" and "oneDNN's LSTM layer" in c["variant"], c
+                nudged = out[j].copy()
+                nudged.view(np.uint32).reshape(-1)[0] += 1
+                assert explain_op(FWD, a, {}, nudged, d, j)["cause"] == "unknown"
+
+
+def test_the_workspace_keeps_the_gates_written_out():
+    """oneDNN keeps each step's activated gates (i, f, g, o) in the workspace: with a hidden
+    size of whole vectors' rows they lie there as the written-out logistic and tanh make them,
+    every step (so the activations are held apart from the cell's state)."""
+    from tapescope.core.explain_onednn import onednn_logistic, onednn_tanh
+
+    (a, out), = _onednn_calls(16, 16, 6, 4, True, False, 1, seed=3)
+    x, w_ih, w_hh, b = a[0], a[1], a[2], (a[3] + a[4]).astype(np.float32)
+    from tapescope.core.explain_aten import _fma_chain
+
+    ws = out[3].view(np.float32)[:6 * 4 * 64].reshape(6, 4, 64)
+    h = a[5]
+    ys = out[0]
+    for t in range(6):
+        g = ((_fma_chain(x[t], w_ih.T) + _fma_chain(h, w_hh.T)).astype(np.float32)
+             + b).astype(np.float32)
+        acts = np.concatenate([onednn_logistic(g[:, :16]), onednn_logistic(g[:, 16:32]),
+                               onednn_tanh(g[:, 32:48]), onednn_logistic(g[:, 48:])], axis=1)
+        assert acts.tobytes() == ws[t].tobytes(), t
+        h = ys[t]
