@@ -38,8 +38,8 @@ import numpy as np
 
 from tapescope.core.explain_prims import fma
 
-__all__ = ["gelu_backward", "gelu_forward", "lstm_layer_forward", "onednn_logistic",
-           "onednn_tanh"]
+__all__ = ["gelu_backward", "gelu_forward", "lstm_layer_backward", "lstm_layer_forward",
+           "onednn_logistic", "onednn_tanh"]
 
 _F = np.float32
 
@@ -200,11 +200,39 @@ def onednn_tanh(x: Any) -> np.ndarray:
         return (y.view(np.uint32) ^ (x.view(np.uint32) & np.uint32(0x80000000))).view(np.float32)
 
 
+_K_BLOCK = 384  # oneDNN's jit sgemm: k past this runs in even blocks, their sums added
+
+
+def _k_blocks(k: int) -> list[tuple[int, int]]:
+    """The k ranges oneDNN's sgemm sums apart: ceil(k / 384) blocks as even as can be."""
+    n = max(1, -(-k // _K_BLOCK))
+    bounds = [round(k * j / n) for j in range(n + 1)]
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
 def _chain_product(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``a · wᵀ`` (a [rows, k], w [cols, k]), each output one fma chain over k from zero."""
+    """``a · wᵀ`` (a [rows, k], w [cols, k]) as oneDNN's jit sgemm sums it: each output one fma
+    chain over k from zero, per block of ``_k_blocks``, the blocks' sums added in order."""
     from tapescope.core.explain_aten import _fma_chain
 
-    return _fma_chain(a, np.ascontiguousarray(w.T))
+    out = None
+    for lo, hi in _k_blocks(a.shape[1]):
+        part = _fma_chain(a[:, lo:hi], np.ascontiguousarray(w[:, lo:hi].T))
+        out = part if out is None else (out + part).astype(np.float32)
+    return out
+
+
+def _outer_chain(rows: list, dg: dict, src: dict, shape: tuple) -> np.ndarray:
+    """``Σ dG[s][b] ⊗ src[s][b]`` over ``rows`` [(step, batch row)] as oneDNN's merged weight
+    gemm sums it: an fma chain over the rows in order from zero, per block of ``_k_blocks``,
+    the blocks' sums added in order."""
+    out = None
+    for lo, hi in _k_blocks(len(rows)):
+        acc = np.zeros(shape, np.float32)
+        for s, b in rows[lo:hi]:
+            acc = fma(dg[s][b][:, None], src[s][b][None, :], acc).astype(np.float32)
+        out = acc if out is None else (out + acc).astype(np.float32)
+    return out if out is not None else np.zeros(shape, np.float32)
 
 
 def lstm_layer_forward(x: Any, w_ih: Any, w_hh: Any, bias: tuple | None, h: Any, c: Any,
@@ -215,7 +243,15 @@ def lstm_layer_forward(x: Any, w_ih: Any, w_hh: Any, bias: tuple | None, h: Any,
     x, w_ih, w_hh, h, c = (_f32(v) for v in (x, w_ih, w_hh, h, c))
     b = np.zeros(4 * hidden, np.float32) if bias is None else \
         (_f32(bias[0]) + _f32(bias[1])).astype(np.float32)
+    ys, h, c, _ = _lstm_steps(x, w_ih, w_hh, b, h, c, steps, hidden)
+    return ys, h, c
+
+
+def _lstm_steps(x, w_ih, w_hh, b, h, c, steps, hidden) -> tuple:
+    """The forward's steps (``lstm_layer_forward``), each step's (i, f, g, o, c_prev, c,
+    h_prev) kept by step."""
     ys = np.empty((x.shape[0], x.shape[1], hidden), np.float32)
+    kept = {}
     with np.errstate(all="ignore"):
         for s in steps:
             g = ((_chain_product(x[s], w_ih) + _chain_product(h, w_hh)).astype(np.float32)
@@ -223,7 +259,72 @@ def lstm_layer_forward(x: Any, w_ih: Any, w_hh: Any, bias: tuple | None, h: Any,
             i, f, gg, o = (g[:, k * hidden:(k + 1) * hidden] for k in range(4))
             i, f, o, gg = (onednn_logistic(i), onednn_logistic(f), onednn_logistic(o),
                            onednn_tanh(gg))
+            c_prev, h_prev = c, h
             c = fma(i, gg, (f * c).astype(np.float32)).astype(np.float32)
             h = (onednn_tanh(c) * o).astype(np.float32)
             ys[s] = h
-    return ys, h, c
+            kept[s] = (i, f, gg, o, c_prev, c, h_prev)
+    return ys, h, c, kept
+
+
+def lstm_layer_backward(x: Any, w_ih: Any, w_hh: Any, bias: tuple | None, h: Any, c: Any,
+                        gy: Any, ghy: Any, gcy: Any, steps: Any, hidden: int,
+                        reverse: bool) -> tuple:
+    """oneDNN's LSTM layer backward on float32 (``ref_rnn``'s backward cells and its jit LSTM
+    backward postgemm): ``(dx, dW_ih, dW_hh, db, db, dhx, dcx)`` (one bias gradient, given
+    for both). The forward's steps re-run (``lstm_layer_forward``), then per step, last
+    first: ``dH = dy_t + dh``; ``dC = dc + ((fnma(tc, tc, 1) · dH) · o)`` (tc = tanh(c_t));
+    ``dG_o = (fnma(o, o, o) · dH) · tc``; ``dG_i = (fnma(i, i, i) · dC) · g``; ``dG_f =
+    (fnma(f, f, f) · dC) · c_prev``; ``dG_g = fnma(g, g, 1) · (i · dC)``; ``dc = dC · f``;
+    ``dh = dG · W_hh`` (its sgemm: ``_chain_product``); the bias gradient each batch row's dG
+    added in turn. After the steps, merged: ``dx_t = dG_t · W_ih``; ``dW_ih`` one chain over
+    (step in the forward's order, batch row) of ``dG ⊗ x`` (``_outer_chain``); ``dW_hh`` of
+    ``dG ⊗ h_prev`` the same, but for a forward layer the first step's (h0's) chain is summed
+    apart and added last (fnma(a, b, c) = c - a·b, one rounding)."""
+    x, w_ih, w_hh, h, c = (_f32(v) for v in (x, w_ih, w_hh, h, c))
+    b = np.zeros(4 * hidden, np.float32) if bias is None else \
+        (_f32(bias[0]) + _f32(bias[1])).astype(np.float32)
+    steps = list(steps)
+    _, _, _, kept = _lstm_steps(x, w_ih, w_hh, b, h, c, steps, hidden)
+    one = np.float32(1)
+    dh = np.zeros_like(h) if ghy is None else _f32(ghy).copy()
+    dc = np.zeros_like(c) if gcy is None else _f32(gcy).copy()
+    gy = None if gy is None else _f32(gy)
+    db = np.zeros(4 * hidden, np.float32)
+    dg: dict = {}
+
+    def fnma(a: np.ndarray, bb: np.ndarray, cc: Any) -> np.ndarray:
+        return fma(-a, bb, np.broadcast_to(np.float32(cc), a.shape)).astype(np.float32)
+
+    with np.errstate(all="ignore"):
+        for s in reversed(steps):
+            i, f, g, o, c_prev, c_t, _ = kept[s]
+            tc = onednn_tanh(c_t)
+            d_h = dh if gy is None else (gy[s] + dh).astype(np.float32)
+            d_c = (dc + ((fnma(tc, tc, one) * d_h).astype(np.float32) * o)
+                   .astype(np.float32)).astype(np.float32)
+            go = ((fnma(o, o, o) * d_h).astype(np.float32) * tc).astype(np.float32)
+            gi = ((fnma(i, i, i) * d_c).astype(np.float32) * g).astype(np.float32)
+            gf = ((fnma(f, f, f) * d_c).astype(np.float32) * c_prev).astype(np.float32)
+            gg = (fnma(g, g, one) * (i * d_c).astype(np.float32)).astype(np.float32)
+            dc = (d_c * f).astype(np.float32)
+            dg[s] = np.concatenate([gi, gf, gg, go], axis=1)
+            dh = _chain_product(dg[s], np.ascontiguousarray(w_hh.T))
+            for row in dg[s]:
+                db = (db + row).astype(np.float32)
+        dx = np.zeros(x.shape, np.float32)
+        w_ih_t = np.ascontiguousarray(w_ih.T)
+        for s in steps:
+            dx[s] = _chain_product(dg[s], w_ih_t)
+        rows = [(s, r) for s in steps for r in range(x.shape[1])]
+        xs = {s: x[s] for s in steps}
+        hs = {s: kept[s][6] for s in steps}
+        dw_ih = _outer_chain(rows, dg, xs, w_ih.shape)
+        if reverse:
+            dw_hh = _outer_chain(rows, dg, hs, w_hh.shape)
+        else:
+            first = [r for r in rows if r[0] == steps[0]]
+            rest = [r for r in rows if r[0] != steps[0]]
+            dw_hh = (_outer_chain(rest, dg, hs, w_hh.shape)
+                     + _outer_chain(first, dg, hs, w_hh.shape)).astype(np.float32)
+    return dx, dw_ih, dw_hh, db, db.copy(), dh, dc

@@ -77,7 +77,12 @@ from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
 from tapescope.core.explain_aten import mish as _aten_mish
 from tapescope.core.explain_aten import silu as _aten_silu
-from tapescope.core.explain_onednn import gelu_backward, gelu_forward, lstm_layer_forward
+from tapescope.core.explain_onednn import (
+    gelu_backward,
+    gelu_forward,
+    lstm_layer_backward,
+    lstm_layer_forward,
+)
 from tapescope.core.explain_prims import _LIBC_MATH, fma, libm, std_sort_order
 from tapescope.core.ops.reference import serial_sum
 from tapescope.core.parity import compare_arrays
@@ -480,8 +485,18 @@ def _sqrt(op: str) -> list[_Variant]:
 # ops whose kernels' orders are known not to be written out: an unknown cause of theirs says so
 # (a gap of tapescope's, not a fault of the user's run)
 _UNWRITTEN = {
-    "mkldnn_rnn_layer_backward": "oneDNN's LSTM layer backward: its GEMMs and gate gradients "
-                                 "are not written out"}
+    "_scaled_dot_product_flash_attention_for_cpu":
+        "PyTorch's CPU flash attention: with a mask, dropout, half precision or products at "
+        "several threads its orders are not written out",
+    "_scaled_dot_product_flash_attention_for_cpu_backward":
+        "PyTorch's CPU flash attention backward: with a mask, dropout, half precision, mixed "
+        "scale placements or products at several threads its orders are not written out",
+    "convolution":
+        "oneDNN's convolutions: grouped (not depthwise), dilated or grouped transposed ones, "
+        "and ones past the search's budget, are not written out",
+    "convolution_backward":
+        "oneDNN's convolutions: grouped (not depthwise), dilated or grouped transposed ones, "
+        "and weight gradients past the search's budget, are not written out"}
 
 
 def _base(op: str) -> str:
@@ -1281,6 +1296,23 @@ def _dw_weight_grad_gemv(args: list, kw: dict) -> tuple:
     return _masked((None, y.reshape(c, 1, *k), None), mask)
 
 
+def _onednn_lstm_backward(args: list, kw: dict) -> tuple:
+    """``mkldnn_rnn_layer_backward``'s (dx, dW_ih, dW_hh, db_ih, db_hh, dhx, dcx) as oneDNN
+    computes them on float32 (``core.explain_onednn.lstm_layer_backward``)."""
+    from tapescope.core.capture.aten_ref_layers import _lstm_args
+
+    x = np.asarray(args[0])
+    if len(args) < 22 or x.dtype != np.float32:
+        raise ValueError("oneDNN's LSTM layer backward on float32")
+    (x0, w_ih, w_hh, b_ih, b_hh, hx, cx, _o, _hy, _cy, gy, ghy, gcy, reverse, mode, hidden,
+     _layers, has_biases) = args[:18]
+    *_, steps, hid = _lstm_args(x0, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, args[20], mode,
+                                hidden, has_biases)
+    bias = (np.asarray(b_ih), np.asarray(b_hh)) if has_biases else None
+    return lstm_layer_backward(x0, w_ih, w_hh, bias, hx, cx, gy, ghy, gcy, steps, hid,
+                               bool(reverse))
+
+
 def _onednn_lstm(args: list, kw: dict) -> tuple:
     """``mkldnn_rnn_layer``'s (output, hy, cy) as oneDNN computes them on float32
     (``core.explain_onednn.lstm_layer_forward``); the workspace is not among them."""
@@ -2010,6 +2042,14 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                          "fma chain over k, h's added to x's, then the biases' sum; its jit "
                          "logistic and tanh (exp's degree-5 polynomial, tanh's 32 intervals); "
                          "c = fma(i, g, f * c), h = tanh(c) * o", _onednn_lstm)]
+    if base == "mkldnn_rnn_layer_backward":
+        return [("libm", "oneDNN's LSTM layer backward (ref_rnn, jit postgemm): the forward "
+                         "re-run, per step last first its gate gradients with fnma (tanh'(c) "
+                         "from its jit tanh), dh = dG · W_hh by its sgemm (fma chains, k in "
+                         "blocks of at most 384), the bias gradient a row at a time; then dx, "
+                         "and dW_ih and dW_hh as one chain over (step, batch row) each (a "
+                         "forward layer's h0 rows summed apart, added last)",
+                 _onednn_lstm_backward)]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",

@@ -136,12 +136,12 @@ def test_parity_judges_every_op(captured, name, tmp_path):
             [o["verdict"] for o in e["outputs"]][3] == "recorded" and all(
                 o["verdict"] in ("exact", "introduced", "inherited") for o in e["outputs"][:3])
             for e in layers)
-        # its forward named (core.explain_onednn); its backward's unknowns say why
+        # its forward and backward named (core.explain_onednn): nothing unknown left
         line = next(x for x in p.stdout.splitlines() if x.startswith("introduced at step"))
         assert "mkldnn_rnn_layer" in line and ": libm (oneDNN's LSTM layer (ref_rnn" in line, line
         back = [e for e in rep["introduced"] if e["op"].endswith("rnn_layer_backward.default")]
-        assert back and all(e["cause"] == "unknown" and "oneDNN's LSTM layer backward" in
-                            e["explain"]["note"] for e in back)
+        assert back and all(e["cause"] == "libm" for e in back)
+        assert not [e for e in rep["introduced"] if e["cause"] == "unknown"]
     assert c["unjudged"] == 0
     assert len(rep["ops"]) == rep["n_ops"] and all(
         o["verdict"] in ("exact", "introduced", "inherited", "no-reference", "recorded",
