@@ -1296,6 +1296,13 @@ def _dw_weight_grad_gemv(args: list, kw: dict) -> tuple:
     return _masked((None, y.reshape(c, 1, *k), None), mask)
 
 
+def _lstm_within_budget(x: np.ndarray, w_ih: np.ndarray, hidden: int) -> None:
+    """The LSTM forms' multiply-adds (every step's gates from x and h) within the search's."""
+    t, b = x.shape[0], x.shape[1]
+    if t * b * 4 * hidden * (w_ih.shape[1] + hidden) > _budget()[0]:
+        raise ValueError("an LSTM layer past the search's budget")
+
+
 def _onednn_lstm_backward(args: list, kw: dict) -> tuple:
     """``mkldnn_rnn_layer_backward``'s (dx, dW_ih, dW_hh, db_ih, db_hh, dhx, dcx) as oneDNN
     computes them on float32 (``core.explain_onednn.lstm_layer_backward``)."""
@@ -1308,6 +1315,7 @@ def _onednn_lstm_backward(args: list, kw: dict) -> tuple:
      _layers, has_biases) = args[:18]
     *_, steps, hid = _lstm_args(x0, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, args[20], mode,
                                 hidden, has_biases)
+    _lstm_within_budget(x, np.asarray(w_ih), hid)
     bias = (np.asarray(b_ih), np.asarray(b_hh)) if has_biases else None
     return lstm_layer_backward(x0, w_ih, w_hh, bias, hx, cx, gy, ghy, gcy, steps, hid,
                                bool(reverse))
@@ -1321,7 +1329,8 @@ def _onednn_lstm(args: list, kw: dict) -> tuple:
     x = np.asarray(args[0])
     if len(args) < 13 or x.dtype != np.float32:
         raise ValueError("oneDNN's LSTM layer on float32")
-    _, _, _, bias, _, _, steps, hidden = _lstm_args(*args[:11], args[12])
+    _, w_ih, _, bias, _, _, steps, hidden = _lstm_args(*args[:11], args[12])
+    _lstm_within_budget(x, w_ih, hidden)
     b = (np.asarray(args[3]), np.asarray(args[4])) if bias is not None else None
     ys, h, c = lstm_layer_forward(x, args[1], args[2], b, args[5], args[6], steps, hidden)
     return ys, h, c
