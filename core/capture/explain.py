@@ -492,11 +492,12 @@ _UNWRITTEN = {
         "PyTorch's CPU flash attention backward: with a mask, dropout, half precision, mixed "
         "scale placements or products at several threads its orders are not written out",
     "convolution":
-        "oneDNN's convolutions: grouped (not depthwise), dilated or grouped transposed ones, "
-        "and ones past the search's budget, are not written out",
+        "oneDNN's convolutions: dilated or grouped transposed ones, and ones past the search's "
+        "budget, are not written out",
     "convolution_backward":
-        "oneDNN's convolutions: grouped (not depthwise), dilated or grouped transposed ones, "
-        "and weight gradients past the search's budget, are not written out"}
+        "oneDNN's convolutions: weight and bias gradients of groups under 16 channels (its gemm "
+        "convolution), dilated or grouped transposed ones, and weight gradients past the "
+        "search's budget, are not written out"}
 
 
 def _base(op: str) -> str:
@@ -1341,6 +1342,46 @@ def _lift(a: Any) -> Any:
     return a[:, :, None] if isinstance(a, np.ndarray) and a.ndim == 3 else a
 
 
+def _per_group(variant: tuple, backward: bool) -> tuple:
+    """A grouped convolution (not depthwise, not transposed) as ``variant`` of a one-group
+    convolution run on each group's channels, the groups' outputs side by side (oneDNN's jit
+    kernel runs a group as that convolution: measured on groups of 4 to 16 channels, the
+    forward and the input gradient; a weight gradient where the kernel is the same); a
+    backward's output one of its groups leaves None is None."""
+    cause, label, run, *_ = variant
+    g_at, arrays = (9, (0, 1, 2)) if backward else (8, (0, 1))
+
+    def go(args: list, kw: dict) -> Any:
+        groups = int(args[g_at])
+        x, w = np.asarray(args[arrays[-2]]), np.asarray(args[arrays[-1]])
+        if groups < 2 or args[g_at - 2] or (w.shape[1] == 1 and groups == x.shape[1]) or \
+                x.shape[1] % groups or w.shape[0] % groups:
+            raise ValueError("a grouped convolution, neither depthwise nor transposed")
+        cin, cout = x.shape[1] // groups, w.shape[0] // groups
+        parts = []
+        for g in range(groups):
+            a = list(args)
+            ci, co = slice(g * cin, (g + 1) * cin), slice(g * cout, (g + 1) * cout)
+            a[arrays[-2]], a[arrays[-1]] = x[:, ci], w[co]
+            if backward:
+                a[0] = np.asarray(args[0])[:, co]
+                a[3] = [cout] if args[3] else args[3]
+            elif args[2] is not None:
+                a[2] = np.asarray(args[2])[co]
+            a[g_at] = 1
+            parts.append(run(a, kw))
+        if not backward:
+            return np.concatenate(parts, axis=1)
+        kinds = [k for k, m in enumerate(args[10]) if m]  # dx (channels on axis 1), dw, db
+        outs = []
+        for j, k in enumerate(kinds):
+            got = [p[j] if isinstance(p, tuple) else (p if j == 0 else None) for p in parts]
+            outs.append(None if any(v is None for v in got) else
+                        np.concatenate(got, axis=1 if k == 0 else 0))
+        return tuple(outs)
+    return cause, f"per group, as a one-group convolution: {label}", go
+
+
 def _as_2d(variant: tuple, backward: bool) -> tuple:
     """A 2-D convolution variant that also takes a 1-D convolution (conv1d: oneDNN runs it as
     2-D of height 1, measured): its arrays gain a height of 1, its strides, paddings,
@@ -1969,7 +2010,8 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base in ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward"):
         return _log_softmax_ops(base)
     if base == "convolution":
-        return [_as_2d(v, False) for v in _convs(dt)] + [
+        ones = [_as_2d(v, False) for v in _convs(dt)]
+        return ones + [_per_group(v, False) for v in ones] + [
                              ("fma", "oneDNN's transposed convolution (windows apart): each "
                                      "output pixel one fma chain over the input channels in "
                                      "order, the bias added after", _conv_transposed),
@@ -2003,7 +2045,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                          f"{t} run{'s' if t > 1 else ''}, each one fma chain over its "
                          "images' pixels in order, the runs added in order",
                   _tconv_backward(_conv_param_grads(t, weight=True), True)) for t in (1, 2, 4)]
-        return [_as_2d(v, True) for v in [
+        ones = [_as_2d(v, True) for v in [
                 ("fma", f"oneDNN's convolution backward input gradient: {words}",
                  _conv_input_grad(order), _screen(_conv_input_grad(order), _first_image))
                 for order, words in _INPUT_GRAD_ORDERS.items()] + [
@@ -2028,7 +2070,8 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                     f"run{'s' if t > 1 else ''} (one per thread) accumulated in order, the "
                     "runs added in order", _conv_1x1_weight_grad(t),
              _screen(_conv_1x1_weight_grad(t), _first_filter))
-            for t in (1, 2, 3, 4, 6, 8)] + [
+            for t in (1, 2, 3, 4, 6, 8)]]
+        return ones + [_per_group(v, True) for v in ones] + [_as_2d(v, True) for v in [
             ("fma", "oneDNN's depthwise convolution backward input gradient: per input pixel "
                     "one fma chain over the weight's taps in (kh, kw) order, each channel its "
                     "own", _dw_input_grad, _screen(_dw_input_grad, _first_image))] + [

@@ -1334,6 +1334,50 @@ def test_a_large_depthwise_kernels_weight_gradient_is_onednns_gemv(shape):
                "gemm convolution backward weight gradient of a depthwise kernel", output=1)
 
 
+@need_avx512
+@pytest.mark.parametrize("n, c, h, groups, oc, k, s, threads", [
+    (2, 8, 10, 2, 8, 3, 1, 1), (2, 64, 14, 4, 64, 3, 1, 2), (2, 32, 12, 2, 64, 3, 2, 1),
+    (4, 48, 7, 3, 48, 1, 1, 2)], ids=["4-per-group", "16-per-group", "strided", "1x1"])
+def test_a_grouped_convolution_is_its_groups_convolutions(n, c, h, groups, oc, k, s, threads):
+    """A ResNeXt-like grouped convolution: oneDNN's jit kernel runs each group as the one-group
+    convolution of its channels, so the forward and the input gradient (and, from 16 channels
+    a group, the weight and bias gradients) are named per group, one ulp off unknown. A
+    weight gradient of 4 channels a group is oneDNN's gemm convolution (not written out:
+    test_lstm_ref's unknown with its note)."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(c + groups)
+    x, w = torch.randn(n, c, h, h, generator=g), torch.randn(oc, c // groups, k, k, generator=g)
+    b = torch.randn(oc, generator=g)
+    p = k // 2
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = torch.nn.functional.conv2d(x, w, b, s, p, 1, groups)
+        dy = torch.randn(y.shape, generator=g)
+        outs = torch.ops.aten.convolution_backward(dy, x, w, [oc], [s, s], [p, p], [1, 1], False,
+                                                   [0, 0], groups, [True, True, True])
+    finally:
+        torch.set_num_threads(before)
+    fwd = [x.numpy(), w.numpy(), b.numpy(), [s, s], [p, p], [1, 1], False, [0, 0], groups]
+    op = "aten.convolution.default"
+    named = _named_where_it_departs(op, fwd, y.numpy(), "reassociation", "per group")
+    bwd = [dy.numpy(), x.numpy(), w.numpy(), [oc], [s, s], [p, p], [1, 1], False, [0, 0],
+           groups, [True, True, True]]
+    op = "aten.convolution_backward.default"
+    ref = reference(op, bwd, {})
+    for j in ((0,) if c // groups < 16 else (0, 1, 2)):
+        rec = outs[j].numpy()
+        if np.array_equal(ref[j], rec):
+            continue
+        d = _diff(ref[j], rec)
+        got = explain_op(op, bwd, {}, rec, d, j)
+        assert got["cause"] != "unknown" and "per group" in got["variant"], (j, got)
+        assert explain_op(op, bwd, {}, _nudged(rec), d, j)["cause"] == "unknown", j
+        named += 1
+    assert named
+
+
 def test_the_depthwise_kernels_refuse_other_convolutions():
     """One group, a multiplier of two, float64, dilation, a transposed one: the depthwise
     forms raise (a miss, never a wrong name)."""

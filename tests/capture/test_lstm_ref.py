@@ -268,8 +268,9 @@ def test_onednns_lstm_backward_is_written_out_bit_for_bit(I, H, T, B, bias, bidi
 
 
 def test_an_unwritten_kernels_unknown_says_so():
-    """A grouped convolution (two groups of four channels, not depthwise): its gradients are
-    unknown, and the cause says which of oneDNN's kernels are not written out."""
+    """A grouped convolution of two groups of four channels: its weight and bias gradients
+    (oneDNN's gemm convolution, a small-n sgemm) are unknown, and the cause says which of
+    oneDNN's kernels are not written out."""
     from tapescope.core.capture.explain import explain_op
     from tapescope.core.capture.judge import _diff
     from tapescope.core.explain import cause_text
@@ -287,9 +288,9 @@ def test_an_unwritten_kernels_unknown_says_so():
     op = "aten.convolution_backward.default"
     a = [_n(dy), _n(x), _n(w), [8], [1, 1], [1, 1], [1, 1], False, [0, 0], 2, [True, True, True]]
     ref = reference(op, a, {})
-    for j in (0, 1):  # the input and weight gradients
+    for j in (1, 2):  # the weight and bias gradients
         d = _diff(ref[j], _n(outs[j]))
         assert d["n_diff"], j
         c = explain_op(op, a, {}, _n(outs[j]), d, j)
-        assert c["cause"] == "unknown" and "grouped (not depthwise)" in c["note"], c
-        assert "oneDNN's convolutions: grouped" in cause_text(c)
+        assert c["cause"] == "unknown" and "groups under 16 channels" in c["note"], c
+        assert "oneDNN's convolutions: weight and bias gradients of groups" in cause_text(c)
