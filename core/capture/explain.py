@@ -495,9 +495,8 @@ _UNWRITTEN = {
         "oneDNN's convolutions: dilated or grouped transposed ones, and ones past the search's "
         "budget, are not written out",
     "convolution_backward":
-        "oneDNN's convolutions: weight and bias gradients of groups under 16 channels (its gemm "
-        "convolution), dilated or grouped transposed ones, and weight gradients past the "
-        "search's budget, are not written out"}
+        "oneDNN's convolutions: dilated or grouped transposed ones, and weight gradients past "
+        "the search's budget, are not written out"}
 
 
 def _base(op: str) -> str:
@@ -1280,6 +1279,84 @@ def _gemv_pieces_sum(a: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
             y = (y + lanes_sum(acc)).astype(f32)
             at += piece
     return y
+
+
+def _smalln_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``bᵀ · a`` (a [K, M], b [K, N]) as oneDNN's small-n sgemm (``jit_avx512_core_gemm_smalln_tn
+    _f32_kern``) sums it: 16 lanes over k (lane j the terms k = j mod 16, an fma chain each;
+    the last block's missing terms zeros), the lanes then added pairwise at strides 8, 4, 2,
+    1."""
+    k = a.shape[0]
+    pad = -k % 16
+    a = np.concatenate([a, np.zeros((pad, a.shape[1]), np.float32)]) if pad else a
+    b = np.concatenate([b, np.zeros((pad, b.shape[1]), np.float32)]) if pad else b
+    acc = np.zeros((16, b.shape[1], a.shape[1]), np.float32)
+    for c in range(0, k + pad, 16):
+        acc = _fma_acc(acc, np.ascontiguousarray(b[c:c + 16, :, None]),
+                       np.ascontiguousarray(np.broadcast_to(a[c:c + 16, None, :], acc.shape)))
+    for half in (8, 4, 2, 1):
+        acc = (acc[:half] + acc[half:2 * half]).astype(np.float32)
+    return acc[0]
+
+
+def _gemm_conv_grads(weight: bool) -> Callable:
+    """``_gemm_conv_grad``'s weight (or bias) gradient alone."""
+    def run(args: list, kw: dict) -> tuple:
+        mask = list(args[10]) if len(args) > 10 else []
+        if len(mask) != 3 or not mask[1 if weight else 2]:
+            raise ValueError("that gradient not asked for")
+        return _gemm_conv_grad(args[:10] + [[False, weight, not weight]], kw)[0], mask
+    def masked(args: list, kw: dict) -> tuple:
+        got, mask = run(args, kw)
+        return _masked((None, got if weight else None, None if weight else got), mask)
+    return masked
+
+
+def _gemm_conv_grad(args: list, kw: dict) -> tuple:
+    """A convolution's weight and bias gradients as oneDNN's gemm convolution computes them
+    where its jit kernel does not take them (groups of few channels; ``ONEDNN_VERBOSE``:
+    ``gemm:jit``), float32, 2-D: per group and image, im2col, then the weight gradient
+    ``dyᵀ · col`` by its small-n sgemm (``_smalln_dot``, k the image's pixels), each image's
+    added to the sum so far; the bias gradient per output row a sum in order from zero, each
+    row's added to the channel's total (images and rows in order)."""
+    g, x, w = (np.asarray(a) for a in args[:3])
+    mask = list(args[10])
+    groups = int(args[9])
+    if g.ndim != 4 or x.dtype != np.float32 or g.dtype != x.dtype or w.dtype != x.dtype or \
+            args[7] or [int(v) for v in args[6]] != [1, 1] or len(mask) != 3 or \
+            not (mask[1] or mask[2]) or x.shape[1] % groups or w.shape[0] % groups:
+        raise ValueError("a float32 2-D convolution's parameter gradients, not dilated")
+    n, oc, oh, ow = g.shape
+    terms, _ = _budget()
+    if n * oh * ow * w.size > terms:
+        raise ValueError("past the search's budget")
+    k, st, pd = w.shape[2:], [int(v) for v in args[4]], [int(v) for v in args[5]]
+    icg, ocg = x.shape[1] // groups, oc // groups
+    gw = None
+    if mask[1]:
+        xp = np.pad(x, ((0, 0), (0, 0), (pd[0], pd[0]), (pd[1], pd[1])))
+        win = np.lib.stride_tricks.sliding_window_view(xp, tuple(k), axis=(2, 3))
+        win = win[:, :, ::st[0], ::st[1]][:, :, :oh, :ow]
+        gw = np.zeros(w.shape, np.float32)
+        for gi in range(groups):
+            ci, co = slice(gi * icg, (gi + 1) * icg), slice(gi * ocg, (gi + 1) * ocg)
+            acc = None
+            for i in range(n):
+                col = np.ascontiguousarray(win[i, ci].transpose(1, 2, 0, 3, 4)
+                                           .reshape(oh * ow, icg * k[0] * k[1]))
+                part = _smalln_dot(col, np.ascontiguousarray(g[i, co].reshape(ocg, -1).T))
+                acc = part if acc is None else (part + acc).astype(np.float32)
+            gw[co] = acc.reshape(ocg, icg, *k)
+    gb = None
+    if mask[2]:
+        gb = np.zeros(oc, np.float32)
+        for i in range(n):
+            for r in range(oh):
+                row = np.zeros(oc, np.float32)
+                for c in range(ow):
+                    row = (row + g[i, :, r, c]).astype(np.float32)
+                gb = (gb + row).astype(np.float32)
+    return _masked((None, gw, gb), mask)
 
 
 def _dw_weight_grad_gemv(args: list, kw: dict) -> tuple:
@@ -2083,6 +2160,13 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                     "per tap each output row one fma chain, the rows in "
                     f"{t} run{'s' if t > 1 else ''} (one per thread) added in order",
              _dw_weight_grad_rows(t)) for t in (1, 2, 4)] + [
+            ("fma", "oneDNN's gemm convolution backward weight gradient (groups of few "
+                    "channels): per group and image its small-n sgemm over the pixels (16 fma "
+                    "lanes, added pairwise at strides 8, 4, 2, 1), each image's added to the "
+                    "sum", _gemm_conv_grads(True)),
+            ("reassociation", "oneDNN's gemm convolution backward bias gradient (groups of few "
+                              "channels): per output row a sum in order from zero, each row's "
+                              "added to the channel's total", _gemm_conv_grads(False)),
             ("fma", "oneDNN's gemm convolution backward weight gradient of a depthwise kernel "
                     "(5x5, 7x7): per image each tap one dot over its pixels by oneDNN's jit "
                     "gemv (8 lanes, fma, 16 pixels a step; the lanes added ((0+1)+(4+5))+"
