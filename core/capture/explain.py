@@ -495,8 +495,9 @@ _UNWRITTEN = {
         "oneDNN's convolutions: dilated or grouped transposed ones, and ones past the search's "
         "budget, are not written out",
     "convolution_backward":
-        "oneDNN's convolutions: dilated or grouped transposed ones, and weight gradients past "
-        "the search's budget, are not written out"}
+        "oneDNN's convolutions: dilated ones' weight gradients (and strided dilated ones'), "
+        "grouped transposed ones, and weight gradients past the search's budget, are not "
+        "written out"}
 
 
 def _base(op: str) -> str:
@@ -1496,22 +1497,26 @@ def _as_2d(variant: tuple, backward: bool) -> tuple:
     return (cause, label, run2, screen2)
 
 
-def _conv_bwd_geometry(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list,
-                                             tuple[int, int], bool, tuple[int, int]]:
+def _conv_bwd_geometry(args: list, dilated: bool = False) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, list, tuple[int, int], bool, tuple[int, int]]:
     """(dy, x, w, mask, (pad_h, pad_w), transposed, (stride_h, stride_w)) of a 2-D float32
     convolution_backward of one group and dilation 1 (what the written-out orders below are
-    measured on; a 1-D one arrives as 2-D of height 1): any strides, padding below the kernel;
-    or transposed with a square kernel, the stride the kernel's, no padding (the upsampling
-    kind, whose windows do not overlap)."""
+    measured on; a 1-D one arrives as 2-D of height 1; ``dilated``: any dilation, the caller
+    reading it): any strides, padding below the (dilated) kernel; or transposed with a square
+    kernel, the stride the kernel's, no padding (the upsampling kind, whose windows do not
+    overlap)."""
     g, x, w = (np.asarray(a) for a in args[:3])
     st, pad, dil, transposed, out_pad, groups, mask = args[4:11]
     mask = list(mask)
-    if (g.ndim != 4 or x.ndim != 4 or w.ndim != 4 or int(groups) != 1
-            or [int(v) for v in dil] != [1, 1] or len(mask) != 3 or len(st) != 2
-            or len(pad) != 2 or g.dtype != np.float32 or x.dtype != g.dtype
-            or w.dtype != g.dtype):
+    if (g.ndim != 4 or x.ndim != 4 or w.ndim != 4 or int(groups) != 1 or len(dil) != 2
+            or ([int(v) for v in dil] != [1, 1] and not dilated) or min(int(v) for v in dil) < 1
+            or len(mask) != 3 or len(st) != 2 or len(pad) != 2 or g.dtype != np.float32
+            or x.dtype != g.dtype or w.dtype != g.dtype):
         raise ValueError("written for 2-D float32 convolutions of one group")
     (kh, kw), (sh, sw), (ph, pw) = w.shape[2:], (int(v) for v in st), (int(v) for v in pad)
+    if transposed and [int(v) for v in dil] != [1, 1]:
+        raise ValueError("a dilated transposed convolution")
+    kh, kw = (int(dil[0]) * (kh - 1) + 1, int(dil[1]) * (kw - 1) + 1)  # (the dilated extent)
     if transposed:  # (an input of one pixel along an axis: any stride there, no overlap)
         sh, sw = (kh if x.shape[2] == 1 else sh), (kw if x.shape[3] == 1 else sw)
         if kh != kw or (sh, sw) != (kh, kh) or (ph, pw) != (0, 0) or \
@@ -1543,12 +1548,15 @@ def _conv_input_grad(order: str) -> Callable:
     a pixel adds ``fma(w, 0, acc) = acc``), in the order ``order`` of
     ``_INPUT_GRAD_ORDERS``, every multiply-add an ``fma``."""
     def run(args: list, kw: dict) -> tuple:
-        g, x, w, mask, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args)
+        g, x, w, mask, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args, order == "blocks")
         if not mask[0]:
             raise ValueError("no input gradient asked")
         from tapescope.core.ops.nn import im2col
 
         oc, ic, kh, kw_ = w.shape
+        dh, dw = (int(v) for v in args[6])
+        if (dh, dw) != (1, 1) and (sh, sw) != (1, 1):
+            raise ValueError("a strided dilated convolution (not measured)")
         if x.size * g.shape[1] * kh * kw_ > _budget()[0]:
             raise ValueError("too many terms to search")
         if transposed:  # (a forward convolution of dy: oneDNN's direct order)
@@ -1557,13 +1565,14 @@ def _conv_input_grad(order: str) -> Callable:
             at = {"strides": [kh, kh], "dilations": [1, 1], "group": 1, "pads": [0, 0, 0, 0]}
             gi = np.asarray(_conv_direct(16)([g, w], at)).astype(np.float32)
             return _masked((gi, None, None), mask)
+        eh, ew = dh * (kh - 1) + 1, dw * (kw_ - 1) + 1  # (the dilated kernel's extent)
         if (sh, sw) != (1, 1):  # (the rows and columns no window reaches end in zeros)
-            sp = np.zeros(g.shape[:2] + (x.shape[2] + 2 * ph - kh + 1,
-                                         x.shape[3] + 2 * pw - kw_ + 1), np.float32)
+            sp = np.zeros(g.shape[:2] + (x.shape[2] + 2 * ph - eh + 1,
+                                         x.shape[3] + 2 * pw - ew + 1), np.float32)
             sp[:, :, ::sh, ::sw] = g
             g = sp
-        qh, qw = kh - 1 - ph, kw_ - 1 - pw
-        cols = im2col(g, (kh, kw_), (1, 1), (1, 1), [(qh, qh), (qw, qw)], 1)[0][:, 0]
+        qh, qw = eh - 1 - ph, ew - 1 - pw
+        cols = im2col(g, (kh, kw_), (1, 1), (dh, dw), [(qh, qh), (qw, qw)], 1)[0][:, 0]
         wm = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]).reshape(ic, -1)
         idx = np.arange(oc * kh * kw_).reshape(oc, kh, kw_)[:, ::-1, ::-1]  # (oc, kh, kw) ->
         if order == "blocks":                                                # its column
