@@ -495,9 +495,8 @@ _UNWRITTEN = {
         "oneDNN's convolutions: dilated or grouped transposed ones, and ones past the search's "
         "budget, are not written out",
     "convolution_backward":
-        "oneDNN's convolutions: dilated ones' weight gradients (and strided dilated ones'), "
-        "grouped transposed ones, and weight gradients past the search's budget, are not "
-        "written out"}
+        "oneDNN's convolutions: strided dilated ones' input gradients, grouped transposed "
+        "ones, and weight gradients past the search's budget, are not written out"}
 
 
 def _base(op: str) -> str:
@@ -1803,10 +1802,11 @@ def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
     """The weight gradient of ``_conv_param_grads`` (None where the geometry is not the one
     measured, or its chains are longer than ``_WGRAD_STEPS`` pixels)."""
     try:
-        g, x, w, _, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args)
+        g, x, w, _, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args, dilated=True)
     except ValueError:
         return None
     kh, kw = w.shape[2:]
+    dh, dw = (int(v) for v in args[6])
     if transposed:
         # the chains run over x's pixels: each meets its k x k block of dy (stride k)
         win = np.lib.stride_tricks.sliding_window_view(g, (kh, kh), axis=(2, 3))[:, :, ::kh,
@@ -1815,8 +1815,9 @@ def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
     else:
         xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
         a_ = g
-        b_ = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[
-            :, :, ::sh, ::sw]  # n ic oh ow kh kw
+        b_ = np.lib.stride_tricks.sliding_window_view(
+            xp, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))[
+            :, :, ::sh, ::sw, ::dh, ::dw]  # n ic oh ow kh kw (the dilated taps)
     n, _, oh, ow = a_.shape
     terms, steps = _budget()
     if n * oh * ow > steps or n * oh * ow * w.size > terms or b_.shape[2:4] != (oh, ow):

@@ -1382,11 +1382,11 @@ def test_a_grouped_convolution_is_its_groups_convolutions(n, c, h, groups, oc, k
 
 @need_avx512
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_dilated_convolutions_input_gradient_is_onednns_blocks_order(threads):
+def test_a_dilated_convolutions_gradients_are_onednns_over_the_dilated_taps(threads):
     """A dilated convolution (a DeepLab ASPP branch, dilation 2 and 3): its input gradient is
-    oneDNN's 16-channel blocks order over the dilated taps (the forward was named already).
-    Named for torch's own result, one ulp off unknown; the taps taken undilated fails it (no
-    variant then fits)."""
+    oneDNN's 16-channel blocks order over the dilated taps, its weight gradient the chains
+    over the images' pixels (the forward was named already). Named for torch's own results,
+    one ulp off unknown; the taps taken undilated fails it (no variant then fits)."""
     from tapescope.core.capture.aten_ref import reference
 
     op = "aten.convolution_backward.default"
@@ -1399,15 +1399,18 @@ def test_a_dilated_convolutions_input_gradient_is_onednns_blocks_order(threads):
         try:
             y = torch.nn.functional.conv2d(x, w, None, 1, d, d, 1)
             dy = torch.randn(y.shape, generator=g)
-            gx = torch.ops.aten.convolution_backward(dy, x, w, [0], [1, 1], [d, d], [d, d], False,
-                                                     [0, 0], 1, [True, False, False])[0]
+            gx, gw, _ = torch.ops.aten.convolution_backward(
+                dy, x, w, [0], [1, 1], [d, d], [d, d], False, [0, 0], 1, [True, True, False])
         finally:
             torch.set_num_threads(before)
         a = [dy.numpy(), x.numpy(), w.numpy(), [0], [1, 1], [d, d], [d, d], False, [0, 0], 1,
-             [True, False, False]]
-        _named(op, a, {}, gx.numpy(), reference(op, a, {})[0], "fma",
+             [True, True, False]]
+        ref = reference(op, a, {})
+        _named(op, a, {}, gx.numpy(), ref[0], "fma",
                "input gradient: the weight's taps in (kh, kw) order, its channels inner, fma, "
                "in 16-channel blocks")
+        _named(op, a, {}, gw.numpy(), ref[1], "fma", "backward weight gradient: the images",
+               output=1)
         named += 1
     assert named == 3
 
