@@ -112,27 +112,30 @@ def test_hostile_arguments_are_a_no_reference_naming_the_op(bad):
         reference(FWD, bad(a), {})
 
 
-def _onednn_calls(I, H, T, B, bias, bidirectional, threads, seed=0):
-    """torch's mkldnn_rnn_layer calls (args, outputs) of an ``nn.LSTM`` forward."""
+def _recorder(op, calls: list):
+    """A dispatch mode that keeps ``op``'s calls as numpy (args, outputs) in ``calls``."""
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    calls = []
 
     class Rec(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if func is torch.ops.aten.mkldnn_rnn_layer.default:
+            if func is op:
                 calls.append(([_n(v) if isinstance(v, torch.Tensor) else v for v in args],
-                              [_n(v) for v in out]))
+                              [None if v is None else _n(v) for v in out]))
             return out
+    return Rec()
 
+
+def _onednn_calls(I, H, T, B, bias, bidirectional, threads, seed=0):
+    """torch's mkldnn_rnn_layer calls (args, outputs) of an ``nn.LSTM`` forward."""
+    calls = []
     torch.manual_seed(seed)
     m = torch.nn.LSTM(I, H, bias=bias, bidirectional=bidirectional, batch_first=True)
     x = torch.randn(B, T, I, generator=torch.Generator().manual_seed(seed))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with Rec():
+        with _recorder(torch.ops.aten.mkldnn_rnn_layer.default, calls):
             m(x)
     finally:
         torch.set_num_threads(before)
@@ -197,18 +200,7 @@ def test_the_workspace_keeps_the_gates_written_out():
 def _onednn_backward_calls(I, H, T, B, bias, bidirectional, threads, h0):
     """torch's mkldnn_rnn_layer_backward calls (args, outputs) of an ``nn.LSTM`` step whose
     loss reads every output, the last h and the last c (``h0``: a random initial state)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     calls = []
-
-    class Rec(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if func is torch.ops.aten.mkldnn_rnn_layer_backward.default:
-                calls.append(([_n(v) if isinstance(v, torch.Tensor) else v for v in args],
-                              [None if v is None else _n(v) for v in out]))
-            return out
-
     g = torch.Generator().manual_seed(I + H + T)
     torch.manual_seed(T)
     m = torch.nn.LSTM(I, H, bias=bias, bidirectional=bidirectional, batch_first=True)
@@ -220,7 +212,7 @@ def _onednn_backward_calls(I, H, T, B, bias, bidirectional, threads, h0):
     torch.set_num_threads(threads)
     try:
         y, (hn, cn) = m(x, state)
-        with Rec():
+        with _recorder(torch.ops.aten.mkldnn_rnn_layer_backward.default, calls):
             (y.square().sum() + hn.sum() * 0.5 + cn.sum() * 0.25).backward()
     finally:
         torch.set_num_threads(before)
