@@ -1234,10 +1234,14 @@ def _flash_blocks(lq: int, lk: int, causal: bool):
 
 
 def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
-                    scale: np.float32, lanes: int = 16) -> tuple[np.ndarray, np.ndarray]:
-    """``cpu_flash_attention`` (ATen's FlashAttentionKernel.cpp, float32, no mask) on
-    ``[..., L, E]`` arrays, query block by key block (``_flash_blocks``): ``q @ kᵀ``
-    (``_sgemm``), the causal cut ``-inf``, times ``scale``; the running row max ``M``;
+                    scale: np.float32, lanes: int = 16, mask: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``cpu_flash_attention`` (ATen's FlashAttentionKernel.cpp, float32) on ``[..., L, E]``
+    arrays, query block by key block (``_flash_blocks``): ``q @ kᵀ`` (``_sgemm``), the causal
+    cut ``-inf``, times ``scale`` -- or, with an additive float ``mask`` (broadcast to
+    ``[..., L, S]``; a boolean one arrives as 0 / -inf), ``fma(s, scale, mask)``
+    (``_scale_attn_mask_fusion_kernel``, measured: a mask of random floats with a scale that
+    is no power of two); the running row max ``M``;
     ``exp(s - M)`` and its sum (``_exp_reduce_sum``); the previous sum and output rescaled by
     ``expf(M_old - M)`` (the sum as one fma); ``p @ v`` added to the output (``_sgemm``,
     beta = 1 after the first key block). At the end the output times ``1 / sum`` --
@@ -1260,7 +1264,12 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
         s = _mkl_mm(q[..., rows, :], np.swapaxes(k[..., cols, :], -1, -2))
         if cut is not None:
             s[..., cut] = -np.inf
-        s = (s * f32(scale)).astype(f32)
+        if mask is None:
+            s = (s * f32(scale)).astype(f32)
+        else:
+            mk = np.broadcast_to(mask, lead + (lq, k.shape[-2]))[..., rows, cols]
+            s = fma(s, np.broadcast_to(f32(scale), s.shape), np.ascontiguousarray(mk)
+                    ).astype(f32)
         top = np.maximum(mx, np.max(s, axis=-1))
         dead = top == -np.inf  # (a row with no visible key yet: left as it was, its p 0)
         safe = np.where(dead, f32(0), top)
@@ -1284,11 +1293,13 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
 
 def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                              out: np.ndarray, lse: np.ndarray, causal: bool, scale: np.float32,
-                             lanes: int = 16, key_scaled: bool = False
+                             lanes: int = 16, key_scaled: bool = False,
+                             mask: np.ndarray | None = None
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``cpu_flash_attention_backward`` (float32, no mask), block by block as the forward
+    """``cpu_flash_attention_backward`` (float32), block by block as the forward
     (``_flash_blocks``): per query block ``dsum = map2_reduce_all(g * out)``; per key block
-    ``p = exp(scale * q @ kᵀ - lse)`` (SLEEF's exp), hidden keys 0; ``gv += pᵀ @ g``;
+    ``p = exp(scale * q @ kᵀ - lse)`` (SLEEF's exp; an additive ``mask`` added to the scaled
+    product first: the fusion kernel's scale is 1 there, measured), hidden keys 0; ``gv += pᵀ @ g``;
     ``ga = p * (g @ vᵀ - dsum)``; ``gq += scale * ga @ k``; ``gk += scale * gaᵀ @ q`` -- each
     product ``_sgemm``, the gradients from zero. ``key_scaled``: MKL takes the scores' scale
     into k's panel (times k, rounded, before the chains) instead of multiplying the sums; it
@@ -1306,6 +1317,9 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
             d = dsum[rows.start] = _map2_reduce_all(gb, out[..., rows, :], lanes)
         kt = np.swapaxes(k[..., cols, :], -1, -2)
         p = _mkl_mm(qb, (kt * sc).astype(f32)) if key_scaled else _mkl_mm(qb, kt, alpha=sc)
+        if mask is not None:  # (after the scaled product: the fusion kernel's scale is 1)
+            mk = np.broadcast_to(mask, p.shape[:-2] + (q.shape[-2], k.shape[-2]))
+            p = (p + mk[..., rows, cols]).astype(f32)
         p = sleef_exp((p - lse[..., rows, None]).astype(f32)).astype(f32)
         if cut is not None:
             p[..., cut] = 0

@@ -486,11 +486,11 @@ def _sqrt(op: str) -> list[_Variant]:
 # (a gap of tapescope's, not a fault of the user's run)
 _UNWRITTEN = {
     "_scaled_dot_product_flash_attention_for_cpu":
-        "PyTorch's CPU flash attention: with a mask, dropout, half precision or products at "
-        "several threads its orders are not written out",
+        "PyTorch's CPU flash attention: with dropout, half precision or products at several "
+        "threads its orders are not written out",
     "_scaled_dot_product_flash_attention_for_cpu_backward":
-        "PyTorch's CPU flash attention backward: with a mask, dropout, half precision, mixed "
-        "scale placements or products at several threads its orders are not written out",
+        "PyTorch's CPU flash attention backward: with dropout, half precision, mixed scale "
+        "placements or products at several threads its orders are not written out",
     "convolution":
         "oneDNN's convolutions: dilated or grouped transposed ones, and ones past the search's "
         "budget, are not written out",
@@ -1840,11 +1840,11 @@ _FLASH_ISA = ((16, "AVX-512"), (8, "AVX2"))
 def _flash_args(args: list, kw: dict, first: int) -> tuple:
     """(q, k, v, causal, scale) of a flash attention op whose q is args[first] (its dropout
     and causal flags after its tensors); ValueError for what the kernels written out do not
-    take (dropout, a mask)."""
+    take (dropout)."""
     q, k, v = (np.asarray(a) for a in args[first:first + 3])
     n = first + 3 + (2 if first else 0)  # (the backward's out and logsumexp first)
-    if _arg(args, kw, n, "dropout_p", 0.0) or kw.get("attn_mask") is not None:
-        raise ValueError("dropout or a mask: not written out")
+    if _arg(args, kw, n, "dropout_p", 0.0):
+        raise ValueError("dropout: not written out")
     # the written-out products' multiply-adds (the backward's five: 2.5x the forward's two),
     # within the convolutions' budget: a long sequence's are past it (skipped, not run)
     terms = q.size * k.shape[-2] * (5 if first else 2)
@@ -1859,15 +1859,32 @@ def _flash_args(args: list, kw: dict, first: int) -> tuple:
 def _flash(lanes: int) -> Callable:
     def run(args: list, kw: dict) -> tuple:
         q, k, v, causal, sc = _flash_args(args, kw, 0)
-        return flash_attention(q, k, v, causal, sc, lanes)
+        return flash_attention(q, k, v, causal, sc, lanes, _flash_mask(kw, q, k, causal))
     return run
+
+
+def _flash_mask(kw: dict, q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndarray | None:
+    """The flash op's ``attn_mask`` (None without one): float32, of the scores' rank and
+    broadcasting to them, never with ``is_causal``; else a ValueError."""
+    mask = kw.get("attn_mask")
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    if causal or mask.dtype != np.float32 or mask.ndim != q.ndim:
+        raise ValueError("a float32 mask of the scores' rank, not causal")
+    try:
+        np.broadcast_shapes(mask.shape, q.shape[:-1] + (k.shape[-2],))
+    except ValueError:
+        raise ValueError("a mask that does not broadcast to the scores") from None
+    return mask
 
 
 def _flash_backward(lanes: int, key_scaled: bool) -> Callable:
     def run(args: list, kw: dict) -> tuple:
         q, k, v, causal, sc = _flash_args(args, kw, 1)
         g, out, lse = (np.asarray(args[i]) for i in (0, 4, 5))
-        return flash_attention_backward(g, q, k, v, out, lse, causal, sc, lanes, key_scaled)
+        return flash_attention_backward(g, q, k, v, out, lse, causal, sc, lanes, key_scaled,
+                                        _flash_mask(kw, q, k, causal))
     return run
 
 

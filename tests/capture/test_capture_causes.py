@@ -1683,6 +1683,60 @@ def test_flash_attention_and_its_backward_are_torchs(shape):
         assert named, f"{op}: torch's outputs are the reference's here (no test)"
 
 
+@need_avx512
+@need_intel_mkl
+@pytest.mark.parametrize("B, H, L, S, E, mask", [
+    (2, 2, 40, 40, 16, "padding"), (1, 4, 70, 50, 32, "bias-per-head"),
+    (2, 2, 300, 300, 16, "bias")])
+def test_flash_attention_with_a_mask_is_torchs(B, H, L, S, E, mask):
+    """SDPA with ``attn_mask`` (a BERT's padding mask, a relative-position bias per head) runs
+    the CPU flash kernel with the mask added in one fma with the scale
+    (``_scale_attn_mask_fusion_kernel``), and in the backward added to the scaled product;
+    the output, logsumexp and the three gradients are torch's bits and ``--explain`` names
+    them, one ulp off unknown. Planted: the forward's scale and mask as a product then a sum,
+    or the backward's mask left out, fails it (E = 32: a scale that is no power of two)."""
+    from tapescope.core.capture.aten_ref import reference
+    from tapescope.core.explain_aten import flash_attention
+
+    g = torch.Generator().manual_seed(L + E)
+    q = torch.randn(B, H, L, E, generator=g)
+    k, v = torch.randn(B, H, S, E, generator=g), torch.randn(B, H, S, E, generator=g)
+    if mask == "padding":  # (SDPA turns a boolean mask into 0 / -inf before the kernel)
+        m = torch.zeros(B, 1, 1, S)
+        m[0, ..., S - 10:] = -math.inf
+    else:
+        m = torch.randn((1 if mask == "bias-per-head" else B), H, L, S, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out, lse, *_ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, attn_mask=m)
+        dy = torch.randn(out.shape, generator=g)
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dy, q, k, v, out, lse, 0.0, False, attn_mask=m)
+    finally:
+        torch.set_num_threads(before)
+    args, kw = _np([q, k, v]) + [0.0, False], {"attn_mask": m.numpy()}
+    sc = np.float32(1 / math.sqrt(E))
+    for got, want in zip(flash_attention(*args[:3], False, sc, mask=m.numpy()),
+                         (out.numpy(), lse.numpy()), strict=True):
+        assert got.tobytes() == want.tobytes()
+    bargs = _np([dy, q, k, v, out, lse]) + [0.0, False]
+    named = 0
+    for op, a, outs in ((_FWD, args, (out.numpy(), lse.numpy())), (_BWD, bargs, _np(grads))):
+        ref = reference(op, a, kw)
+        for j, rec in enumerate(outs):
+            d = _diff(np.asarray(ref[j], dtype=rec.dtype), rec)
+            if d["n_diff"] == 0:
+                continue
+            got = explain_op(op, a, kw, rec, d, j)
+            assert got["cause"] == "reassociation" and "flash attention" in got["variant"], \
+                (op, j, got)
+            assert explain_op(op, a, kw, _nudged(rec), d, j)["cause"] == "unknown", (op, j)
+            named += 1
+    assert named >= 3
+
+
 # the same kernels under ATen's AVX2 build (8 lanes: what a CPU without AVX-512 runs), in a
 # child whose ATEN_CPU_CAPABILITY picks that build
 _FLASH_AVX2_CHILD = """
