@@ -540,17 +540,12 @@ def _outer_sum(f: np.ndarray) -> np.ndarray:
     dimension (measured: 12,151 of 12,162 random float32 columns, the rest all one-column
     cases before that rule)."""
     w = 32 // f.dtype.itemsize
-    c = (f.shape[1] // (4 * w)) * 4 * w
     if f.shape[1] == 1:
         return _inner_sum(np.ascontiguousarray(f[:, 0])[None])[:1]
-    if f.shape[1] < w:
-        q = (f.shape[1] // 4) * 4
-        out = np.empty(f.shape[1], dtype=f.dtype)
-        if q:
-            out[:q] = _cascade(f[:, :q])
-        if q < f.shape[1]:
-            out[q:] = _row_sum(f[:, q:])
-        return out
+    # the cascade's columns: whole groups of 4 (scalar_outer_sum, fewer columns than a
+    # vector) or of 4 vectors; the rest row_sum's
+    group = 4 if f.shape[1] < w else 4 * w
+    c = (f.shape[1] // group) * group
     out = np.empty(f.shape[1], dtype=f.dtype)
     if c:
         out[:c] = _cascade(f[:, :c])
@@ -1254,6 +1249,7 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
     lead, lq = q.shape[:-2], q.shape[-2]
     out = np.empty(lead + (lq, v.shape[-1]), dtype=f32)
     lse = np.empty(lead + (lq,), dtype=f32)
+    mask_all = None if mask is None else np.broadcast_to(mask, lead + (lq, k.shape[-2]))
     state: dict[int, list] = {}
     for rows, cols, cut, last in _flash_blocks(lq, k.shape[-2], causal):
         st = state.get(rows.start)
@@ -1267,9 +1263,8 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
         if mask is None:
             s = (s * f32(scale)).astype(f32)
         else:
-            mk = np.broadcast_to(mask, lead + (lq, k.shape[-2]))[..., rows, cols]
-            s = fma(s, np.broadcast_to(f32(scale), s.shape), np.ascontiguousarray(mk)
-                    ).astype(f32)
+            s = fma(s, np.broadcast_to(f32(scale), s.shape),
+                    np.ascontiguousarray(mask_all[..., rows, cols])).astype(f32)
         top = np.maximum(mx, np.max(s, axis=-1))
         dead = top == -np.inf  # (a row with no visible key yet: left as it was, its p 0)
         safe = np.where(dead, f32(0), top)
@@ -1309,6 +1304,8 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
     _flash_check(q, k, v)
     sc = f32(scale)
     gq, gk, gv = (np.zeros(t.shape, dtype=f32) for t in (q, k, v))
+    mask_all = None if mask is None else \
+        np.broadcast_to(mask, q.shape[:-2] + (q.shape[-2], k.shape[-2]))
     dsum: dict[int, np.ndarray] = {}
     for rows, cols, cut, _ in _flash_blocks(q.shape[-2], k.shape[-2], causal):
         qb, gb = q[..., rows, :], g[..., rows, :]
@@ -1318,8 +1315,7 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
         kt = np.swapaxes(k[..., cols, :], -1, -2)
         p = _mkl_mm(qb, (kt * sc).astype(f32)) if key_scaled else _mkl_mm(qb, kt, alpha=sc)
         if mask is not None:  # (after the scaled product: the fusion kernel's scale is 1)
-            mk = np.broadcast_to(mask, p.shape[:-2] + (q.shape[-2], k.shape[-2]))
-            p = (p + mk[..., rows, cols]).astype(f32)
+            p = (p + mask_all[..., rows, cols]).astype(f32)
         p = sleef_exp((p - lse[..., rows, None]).astype(f32)).astype(f32)
         if cut is not None:
             p[..., cut] = 0

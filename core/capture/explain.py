@@ -1294,46 +1294,40 @@ def _smalln_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     for c in range(0, k + pad, 16):
         acc = _fma_acc(acc, np.ascontiguousarray(b[c:c + 16, :, None]),
                        np.ascontiguousarray(np.broadcast_to(a[c:c + 16, None, :], acc.shape)))
-    for half in (8, 4, 2, 1):
-        acc = (acc[:half] + acc[half:2 * half]).astype(np.float32)
-    return acc[0]
+    from tapescope.core.explain_prims import _fold_lanes
+
+    return _fold_lanes(np.moveaxis(acc, 0, -1), 16, True).astype(np.float32)
 
 
 def _gemm_conv_grads(weight: bool) -> Callable:
-    """``_gemm_conv_grad``'s weight (or bias) gradient alone."""
-    def run(args: list, kw: dict) -> tuple:
-        mask = list(args[10]) if len(args) > 10 else []
-        if len(mask) != 3 or not mask[1 if weight else 2]:
-            raise ValueError("that gradient not asked for")
-        return _gemm_conv_grad(args[:10] + [[False, weight, not weight]], kw)[0], mask
-    def masked(args: list, kw: dict) -> tuple:
-        got, mask = run(args, kw)
-        return _masked((None, got if weight else None, None if weight else got), mask)
-    return masked
-
-
-def _gemm_conv_grad(args: list, kw: dict) -> tuple:
-    """A convolution's weight and bias gradients as oneDNN's gemm convolution computes them
-    where its jit kernel does not take them (groups of few channels; ``ONEDNN_VERBOSE``:
+    """convolution_backward's weight (or bias) gradient as oneDNN's gemm convolution computes
+    it where its jit kernel does not take it (groups of few channels; ``ONEDNN_VERBOSE``:
     ``gemm:jit``), float32, 2-D: per group and image, im2col, then the weight gradient
     ``dyᵀ · col`` by its small-n sgemm (``_smalln_dot``, k the image's pixels), each image's
     added to the sum so far; the bias gradient per output row a sum in order from zero, each
     row's added to the channel's total (images and rows in order)."""
-    g, x, w = (np.asarray(a) for a in args[:3])
-    mask = list(args[10])
-    groups = int(args[9])
-    if g.ndim != 4 or x.dtype != np.float32 or g.dtype != x.dtype or w.dtype != x.dtype or \
-            args[7] or [int(v) for v in args[6]] != [1, 1] or len(mask) != 3 or \
-            not (mask[1] or mask[2]) or x.shape[1] % groups or w.shape[0] % groups:
-        raise ValueError("a float32 2-D convolution's parameter gradients, not dilated")
-    n, oc, oh, ow = g.shape
-    terms, _ = _budget()
-    if n * oh * ow * w.size > terms:
-        raise ValueError("past the search's budget")
-    k, st, pd = w.shape[2:], [int(v) for v in args[4]], [int(v) for v in args[5]]
-    icg, ocg = x.shape[1] // groups, oc // groups
-    gw = None
-    if mask[1]:
+    def run(args: list, kw: dict) -> tuple:
+        g, x, w = (np.asarray(a) for a in args[:3])
+        mask = list(args[10]) if len(args) > 10 else []
+        groups = int(args[9])
+        if len(mask) != 3 or not mask[1 if weight else 2] or g.ndim != 4 or \
+                x.dtype != np.float32 or g.dtype != x.dtype or w.dtype != x.dtype or args[7] \
+                or [int(v) for v in args[6]] != [1, 1] or x.shape[1] % groups or \
+                w.shape[0] % groups:
+            raise ValueError("a float32 2-D convolution's parameter gradient, not dilated")
+        n, oc, oh, ow = g.shape
+        if n * oh * ow * w.size > _budget()[0]:
+            raise ValueError("past the search's budget")
+        if not weight:
+            rows = np.zeros((n, oh, oc), np.float32)  # (every output row's sum at once)
+            for c in range(ow):
+                rows = (rows + np.moveaxis(g[:, :, :, c], 1, 2)).astype(np.float32)
+            gb = np.zeros(oc, np.float32)
+            for row in rows.reshape(n * oh, oc):
+                gb = (gb + row).astype(np.float32)
+            return _masked((None, None, gb), mask)
+        k, st, pd = w.shape[2:], [int(v) for v in args[4]], [int(v) for v in args[5]]
+        icg, ocg = x.shape[1] // groups, oc // groups
         xp = np.pad(x, ((0, 0), (0, 0), (pd[0], pd[0]), (pd[1], pd[1])))
         win = np.lib.stride_tricks.sliding_window_view(xp, tuple(k), axis=(2, 3))
         win = win[:, :, ::st[0], ::st[1]][:, :, :oh, :ow]
@@ -1347,16 +1341,8 @@ def _gemm_conv_grad(args: list, kw: dict) -> tuple:
                 part = _smalln_dot(col, np.ascontiguousarray(g[i, co].reshape(ocg, -1).T))
                 acc = part if acc is None else (part + acc).astype(np.float32)
             gw[co] = acc.reshape(ocg, icg, *k)
-    gb = None
-    if mask[2]:
-        gb = np.zeros(oc, np.float32)
-        for i in range(n):
-            for r in range(oh):
-                row = np.zeros(oc, np.float32)
-                for c in range(ow):
-                    row = (row + g[i, :, r, c]).astype(np.float32)
-                gb = (gb + row).astype(np.float32)
-    return _masked((None, gw, gb), mask)
+        return _masked((None, gw, None), mask)
+    return run
 
 
 def _dw_weight_grad_gemv(args: list, kw: dict) -> tuple:
