@@ -63,10 +63,13 @@ from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["ATEN_BACKWARD", "ATEN_FORWARD", "aten_moments", "aten_sum", "reduce_all", "silu",
            "mish", "sleef_exp", "sleef_log", "sleef_log1pf"]
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 
 # SLEEF's constants (sleefsimddp.c / sleefsimdsp.c, misc.h)
 _R_LN2 = 1.442695040888963407359924681001892137426645954152985934135449406931
@@ -814,6 +817,39 @@ def exp_u20(x: np.ndarray) -> np.ndarray:
     return ((y * two).astype(f32) * f32(2)).astype(f32)
 
 
+# fexp_u20's polynomial c0 .. c3 (each rounded to float32 as _mm512_set1_ps takes it) and its
+# range's bounds, ln FLT_MIN and ln FLT_MAX (their bits)
+_FEXP_C = (0.00010703434948458272, 0.30354260500649682, -0.22433836478672356,
+           -0.079204240219773236)
+_FEXP_BITS = {"lo": 0xc2aeac50, "hi": 0x42b17218, "log2e": 0x3fb8aa3b}
+
+
+def fexp_u20(x: np.ndarray) -> np.ndarray:
+    """``Vectorized<float>::fexp_u20`` (AVX-512 and AVX2 alike: the CPU flash attention's exp
+    where its probabilities are stored to bfloat16 or float16), Malossi et al.'s fast
+    exponential: ``s = x * log2 e``, ``f = s - floor(s)``, a degree-3 Horner polynomial in
+    ``f`` by fma, ``s - poly``, then ``fma(2^23, s - poly, 127 * 2^23)`` truncated to an
+    integer and read as a float's bits; 0 below ln FLT_MIN, +inf above ln FLT_MAX (a NaN,
+    neither, reads the truncation's 0x80000000: -0.0). Float32 only."""
+    f32 = np.float32
+    x = np.asarray(x, dtype=f32)
+    c0, c1, c2, c3 = (f32(c) for c in _FEXP_C)
+    with np.errstate(all="ignore"):
+        src = (x * _f32_bits(_FEXP_BITS["log2e"])).astype(f32)
+        frac = (src - np.floor(src)).astype(f32)
+        res = _fma(frac, c3, c2).astype(f32)
+        res = _fma(frac, res, c1).astype(f32)
+        res = _fma(frac, res, c0).astype(f32)
+        src = (src - res).astype(f32)
+        tmp = _fma(f32(1 << 23), src, f32(127 * (1 << 23))).astype(f32)
+        ok = np.isfinite(tmp) & (np.abs(tmp) < f32(2 ** 31))
+        bits = np.where(ok, np.trunc(np.where(ok, tmp, 0)), 0).astype(np.int64)
+        bits = np.where(ok, bits, -(1 << 31)).astype(np.int32)
+    bits = np.where(x < _f32_bits(_FEXP_BITS["lo"]), 0, bits)
+    bits = np.where(x > _f32_bits(_FEXP_BITS["hi"]), 0x7F800000, bits).astype(np.int32)
+    return bits.view(f32)
+
+
 def _fma_acc(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``fma(a, b, acc)``: in place in C where it can (``core.native.fma_into``), else numpy's
     exact emulation (``core.explain_prims.fma``); the same bits either way."""
@@ -891,6 +927,37 @@ def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
     return e, tot
 
 
+def _exp_reduce_sum_reduced(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_exp_reduce_sum_fusion_kernel<float, bfloat16>`` over rows (the last axis): pairs of
+    vectors (one bfloat16 vector's worth, ``2 * lanes``) by ``fexp_u20``, each half summed in
+    its own accumulator; then one more whole vector, if there is one, into a third, added to
+    the first; the two folded into one (the second added to the first, then a halving tree);
+    then the elements past the last whole vector by the C library's ``exp`` (as the float
+    kernel's), added in order. (exp values, unrounded; sums)."""
+    f32 = np.float32
+    from tapescope.core.explain_prims import _LIBC_MATH, _fold_lanes
+
+    n = x.shape[-1]
+    pair = n - n % (2 * lanes)
+    whole = n - n % lanes
+    e = np.empty_like(x)
+    acc = [np.zeros(x.shape[:-1] + (lanes,), f32) for _ in range(3)]
+    if whole:
+        e[..., :whole] = fexp_u20(x[..., :whole])
+    for j in range(0, pair, 2 * lanes):
+        acc[0] = (acc[0] + e[..., j:j + lanes]).astype(f32)
+        acc[1] = (acc[1] + e[..., j + lanes:j + 2 * lanes]).astype(f32)
+    if whole > pair:
+        acc[2] = (acc[2] + e[..., pair:whole]).astype(f32)
+    acc[0] = (acc[0] + acc[2]).astype(f32)
+    tot = _fold_lanes((acc[0] + acc[1]).astype(f32), lanes, True).astype(f32)
+    if whole < n:
+        e[..., whole:] = np.asarray(_LIBC_MATH.exp(x[..., whole:].astype(f32))).astype(f32)
+        for j in range(whole, n):
+            tot = (tot + e[..., j]).astype(f32)
+    return e, tot
+
+
 def _map2_reduce_all(x: np.ndarray, y: np.ndarray, lanes: int) -> np.ndarray:
     """``vec::map2_reduce_all(x * y, +)`` over rows as the flash kernels' copy runs it: the
     products rounded, then ``_lane_sum`` with the partial vector added (float32, halving)."""
@@ -944,6 +1011,97 @@ def _sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
         p = _fma_chain(a[..., k0:k1], b[..., k0:k1, :], alpha)
         c = p if c is None else (c + p).astype(np.float32)
     return c
+
+
+def _mkl_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+    """MKL's ``gemm_bf16bf16f32`` (the flash kernels' products in bfloat16: bfloat16 operands,
+    a float32 result; AVX-512 with AMX, one thread), measured against it with the FPRev method
+    and random operands, 1-1,024 terms: each product exact in float32 (two 8-bit
+    significands), k in blocks of 32 terms, each block's even terms and odd terms two chains
+    from zero added together, the blocks added in turn onto ``c`` (beta = 1) or from the first
+    block's sum (beta = 0). ``a``, ``b``: float32 arrays of bfloat16 values (the last two axes
+    multiplied, the leading batched); float32 out."""
+    f32 = np.float32
+    a = np.ascontiguousarray(a, dtype=f32)
+    b = np.ascontiguousarray(b, dtype=f32)
+    k = a.shape[-1]
+    tot = None if c is None else np.asarray(c, f32)
+    shape = a.shape[:-1] + b.shape[-1:]
+    for s in range(0, k, 32):
+        e = min(s + 32, k)
+        ev = np.zeros(shape, f32)
+        od = np.zeros(shape, f32)
+        for kk in range(s, e):  # (each product exact: a sum rounds once, as an fma)
+            p = a[..., kk:kk + 1] * b[..., kk:kk + 1, :]
+            if (kk - s) % 2:
+                od = (od + p).astype(f32)
+            else:
+                ev = (ev + p).astype(f32)
+        blk = (ev + od).astype(f32)
+        tot = blk if tot is None else (tot + blk).astype(f32)
+    return np.zeros(shape, f32) if tot is None else tot
+
+
+def _mkl_bf16_any(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+    """``_mkl_bf16`` over the last two axes, or ``_mkl_bf16_row`` per batch entry where ``a``
+    has one row (MKL's one-row kernels)."""
+    if a.shape[-2] != 1:
+        return _mkl_bf16(a, b, c)
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = np.empty(lead + (1, b.shape[-1]), np.float32)
+    for i in np.ndindex(*lead):
+        out[i] = _mkl_bf16_row(a[i], b[i], None if c is None else c[i])
+    return out
+
+
+def _mkl_bf16_row(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+    """MKL's ``gemm_bf16bf16f32`` for one row of ``a`` (the flash kernels' query block of one
+    row), measured as ``_mkl_bf16``: each output one dot product, by ``b``'s layout.
+
+    - ``b`` a transposed view (``q @ kᵀ``: each output a dot of two contiguous rows): 16 lanes,
+      lane ``l`` taking terms ``2l + 1`` then ``2l`` of each 32-term chunk
+      (``vdpbf16ps``), the lanes folded as ``l + 8``, then adjacent pairs, twice more;
+    - ``b`` laid out by rows (``p @ v``): the terms in blocks of 8, each block odd then even
+      term of each pair from zero, the blocks added in turn onto ``c`` (beta = 1) or from the
+      first; with more than 32 outputs, k in two halves (the first ``ceil(k / 2)`` terms, then
+      the rest) summed so and the halves added.
+
+    ``a`` (1, k), ``b`` (k, n): float32 arrays of bfloat16 values; float32 (1, n) out."""
+    f32 = np.float32
+    x = np.asarray(a, dtype=f32)[0]
+    k, n = b.shape
+    if b.strides[0] < b.strides[1]:  # (a transposed view: dot products of rows)
+        w = np.ascontiguousarray(np.swapaxes(b, 0, 1), dtype=f32)  # (n, k)
+        lanes = np.zeros((n, 16), f32)
+        for c0 in range(0, k, 32):
+            for lane in range(16):
+                for i in (c0 + 2 * lane + 1, c0 + 2 * lane):
+                    if i < k:
+                        lanes[:, lane] = (lanes[:, lane] + w[:, i] * x[i]).astype(f32)
+        v = (lanes[:, :8] + lanes[:, 8:]).astype(f32)
+        while v.shape[1] > 1:
+            v = (v[:, 0::2] + v[:, 1::2]).astype(f32)
+        out = v[:, 0]
+        return out[None, :] if c is None else (c + out).astype(f32)
+    w = np.asarray(b, dtype=f32)
+
+    def chain(lo: int, hi: int, tot: np.ndarray | None) -> np.ndarray | None:
+        for s in range(lo, hi, 8):
+            acc = np.zeros(n, f32)
+            for i in range(s, min(s + 8, hi), 2):
+                for j in (i + 1, i):
+                    if j < hi:
+                        acc = (acc + x[j] * w[j]).astype(f32)
+            tot = acc if tot is None else (tot + acc).astype(f32)
+        return tot
+    start = None if c is None else np.asarray(c, f32).reshape(n)
+    if n > 32 and k > 1:
+        half = (k + 1) // 2
+        first = chain(0, half, start)
+        out = (first + chain(half, k, None)).astype(f32)
+    else:
+        out = chain(0, k, start)
+    return (np.zeros(n, f32) if out is None else out)[None, :]
 
 
 def _lanes_fma(x: np.ndarray, w: np.ndarray, acc: np.ndarray, k0: int, k1: int,
@@ -1200,9 +1358,10 @@ def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
     return out
 
 
-def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-    if not all(np.asarray(t).dtype == np.float32 for t in (q, k, v)):
-        raise ValueError("the flash kernels are written out for float32")
+def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray, reduced: bool = False) -> None:
+    want = _BF16 if reduced else np.dtype(np.float32)
+    if not all(np.asarray(t).dtype == want for t in (q, k, v)):
+        raise ValueError("the flash kernels are written out for float32 and bfloat16")
     if q.ndim < 3 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError("grouped heads or mismatched shapes")
     if 0 in q.shape or 0 in k.shape or 0 in v.shape:
@@ -1229,8 +1388,8 @@ def _flash_blocks(lq: int, lk: int, causal: bool):
 
 
 def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
-                    scale: np.float32, lanes: int = 16, mask: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, np.ndarray]:
+                    scale: np.float32, lanes: int = 16, mask: np.ndarray | None = None,
+                    reduced: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``cpu_flash_attention`` (ATen's FlashAttentionKernel.cpp, float32) on ``[..., L, E]``
     arrays, query block by key block (``_flash_blocks``): ``q @ kᵀ`` (``_sgemm``), the causal
     cut ``-inf``, times ``scale`` -- or, with an additive float ``mask`` (broadcast to
@@ -1241,11 +1400,19 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
     ``expf(M_old - M)`` (the sum as one fma); ``p @ v`` added to the output (``_sgemm``,
     beta = 1 after the first key block). At the end the output times ``1 / sum`` --
     normalised after the product, by the reciprocal -- and the logsumexp ``M + logf(sum)``;
-    a row with every key hidden is 0 and its logsumexp 0. (out, logsumexp)."""
+    a row with every key hidden is 0 and its logsumexp 0. (out, logsumexp).
+
+    ``reduced``: the bfloat16 kernel (q, k, v bfloat16, an autocast's): the same steps in
+    float32, its two products MKL's ``gemm_bf16bf16f32`` (``_mkl_bf16``), the probabilities
+    rounded to bfloat16 for ``p @ v`` (their sum from the unrounded ones), the output rounded
+    to bfloat16 at the end; the logsumexp float32."""
     from tapescope.core.explain_prims import _LIBC_MATH, fma
 
     f32 = np.float32
-    _flash_check(q, k, v)
+    _flash_check(q, k, v, reduced)
+    if reduced:
+        q, k, v = (np.asarray(t).astype(f32) for t in (q, k, v))
+    prod = _mkl_bf16_any if reduced else _mkl_mm
     lead, lq = q.shape[:-2], q.shape[-2]
     out = np.empty(lead + (lq, v.shape[-1]), dtype=f32)
     lse = np.empty(lead + (lq,), dtype=f32)
@@ -1257,7 +1424,7 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
             st = state[rows.start] = [np.full(lead + (rows.stop - rows.start,), -np.inf, f32),
                                       np.zeros(lead + (rows.stop - rows.start,), f32), None]
         mx, sm, dst = st
-        s = _mkl_mm(q[..., rows, :], np.swapaxes(k[..., cols, :], -1, -2))
+        s = prod(q[..., rows, :], np.swapaxes(k[..., cols, :], -1, -2))
         if cut is not None:
             s[..., cut] = -np.inf
         if mask is None:
@@ -1269,21 +1436,24 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
         dead = top == -np.inf  # (a row with no visible key yet: left as it was, its p 0)
         safe = np.where(dead, f32(0), top)
         with np.errstate(invalid="ignore", over="ignore"):
-            e, tot = _exp_reduce_sum((s - safe[..., None]).astype(f32), lanes)
+            e, tot = (_exp_reduce_sum_reduced if reduced else _exp_reduce_sum)(
+                (s - safe[..., None]).astype(f32), lanes)
             ex = np.asarray(_LIBC_MATH.exp((mx - safe).astype(f32))).astype(f32)
         e[dead] = 0
         st[1] = np.where(dead, sm, fma(ex, sm, tot).astype(f32))
         st[0] = np.where(dead, mx, top)
         if dst is not None:  # (a later key block: the output so far rescaled)
             dst = np.where(dead[..., None], dst, (dst * ex[..., None]).astype(f32))
-        st[2] = _mkl_mm(e, v[..., cols, :], dst)
+        if reduced:  # (stored to bfloat16 for the product; summed unrounded above)
+            e = e.astype(_BF16).astype(f32)
+        st[2] = prod(e, v[..., cols, :], dst)
         if last:
             mx, sm, dst = st
             mx = np.where(mx == -np.inf, f32(0), mx)
             sm = np.where(sm == 0, f32(1), sm)
             out[..., rows, :] = (dst * (f32(1) / sm)[..., None]).astype(f32)
             lse[..., rows] = (mx + np.asarray(_LIBC_MATH.log(sm)).astype(f32)).astype(f32)
-    return out, lse
+    return (out.astype(_BF16) if reduced else out), lse
 
 
 def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,

@@ -486,11 +486,12 @@ def _sqrt(op: str) -> list[_Variant]:
 # (a gap of tapescope's, not a fault of the user's run)
 _UNWRITTEN = {
     "_scaled_dot_product_flash_attention_for_cpu":
-        "PyTorch's CPU flash attention: with dropout, half precision or products at several "
-        "threads its orders are not written out",
+        "PyTorch's CPU flash attention: with dropout, float16, products at several threads, "
+        "or in bfloat16 on a CPU without AMX or for some rows of 100 queries and more, its "
+        "orders are not written out",
     "_scaled_dot_product_flash_attention_for_cpu_backward":
-        "PyTorch's CPU flash attention backward: with dropout, half precision, mixed scale "
-        "placements or products at several threads its orders are not written out",
+        "PyTorch's CPU flash attention backward: with dropout, float16 or bfloat16, mixed "
+        "scale placements or products at several threads its orders are not written out",
     "convolution":
         "oneDNN's convolutions: dilated or grouped transposed ones, and ones past the search's "
         "budget, are not written out",
@@ -1845,7 +1846,8 @@ def _flash_args(args: list, kw: dict, first: int) -> tuple:
 def _flash(lanes: int) -> Callable:
     def run(args: list, kw: dict) -> tuple:
         q, k, v, causal, sc = _flash_args(args, kw, 0)
-        return flash_attention(q, k, v, causal, sc, lanes, _flash_mask(kw, q, k, causal))
+        return flash_attention(q, k, v, causal, sc, lanes, _flash_mask(kw, q, k, causal),
+                               reduced=q.dtype == _BF16)
     return run
 
 
@@ -1856,8 +1858,11 @@ def _flash_mask(kw: dict, q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndar
     if mask is None:
         return None
     mask = np.asarray(mask)
+    if mask.dtype == _BF16 and q.dtype == _BF16:  # (a bfloat16 kernel's: widened exactly)
+        mask = mask.astype(np.float32)
     if causal or mask.dtype != np.float32 or mask.ndim != q.ndim:
-        raise ValueError("a float32 mask of the scores' rank, not causal")
+        raise ValueError("a float32 (or, in bfloat16, bfloat16) mask of the scores' rank, "
+                         "not causal")
     try:
         np.broadcast_shapes(mask.shape, q.shape[:-1] + (k.shape[-2],))
     except ValueError:
@@ -1889,7 +1894,10 @@ def _flash_variants(base: str) -> list[_Variant]:
                 for lanes, isa in _FLASH_ISA for key in (False, True)]
     return [("reassociation", f"PyTorch's CPU flash attention ({isa}): q @ kᵀ and p @ v as "
                               "fma chains, exp_u20 on whole vectors and summed per lane "
-                              f"({lanes} lanes), the product normalised after, by 1 / sum",
+                              f"({lanes} lanes), the product normalised after, by 1 / sum; in "
+                              "bfloat16, the products MKL's bfloat16 gemm (32-term blocks of "
+                              "two chains), fexp_u20 summed in two accumulators, the "
+                              "probabilities rounded to bfloat16 for p @ v",
              _flash(lanes)) for lanes, isa in _FLASH_ISA]
 
 

@@ -1,0 +1,192 @@
+"""PyTorch's CPU flash attention in bfloat16 (an autocast's ``scaled_dot_product_attention``)
+written out (core.explain_aten's ``flash_attention(..., reduced=True)``): MKL's bfloat16 gemm,
+``fexp_u20``, the probabilities rounded for ``p @ v``; held to torch's bits on the CPU they
+were measured on (an Intel Xeon with AMX)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tapescope.core.capture.explain import explain_op
+from tapescope.core.explain_aten import (
+    _mkl_bf16,
+    _mkl_bf16_row,
+    exp_u20,
+    fexp_u20,
+    flash_attention,
+)
+
+torch = pytest.importorskip("torch")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FWD = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((ln for ln in f if ln.startswith("flags")), "")
+    except OSError:
+        return set()
+    return set(line.split(":", 1)[-1].split())
+
+
+def _measured_here() -> bool:
+    """AVX-512 ATen, MKL, an Intel CPU with AMX-BF16: where MKL's bfloat16 kernels were
+    measured (another CPU's MKL picks other kernels: their orders are not written out)."""
+    return (torch.backends.cpu.get_cpu_capability() == "AVX512"
+            and "amx_bf16" in _cpu_flags()
+            and "Math Kernel Library" in torch.__config__.show())
+
+
+pytestmark = pytest.mark.skipif(
+    not _measured_here(), reason="MKL's bfloat16 gemm was measured on an Intel CPU with AMX")
+
+
+def _mkl_gemm():
+    """MKL's ``cblas_gemm_bf16bf16f32`` as torch's library exports it, or None."""
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+    fn = getattr(lib, "cblas_gemm_bf16bf16f32", None)
+    if fn is not None:
+        ci, cf, cp = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+        fn.argtypes = [ci, ci, ci, ci, ci, ci, cf, cp, ci, cp, ci, cf, cp, ci]
+    return fn
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view(np.uint16 if x.dtype == BF16 else np.uint32)
+
+
+def _t(x: np.ndarray):
+    return torch.from_numpy(np.ascontiguousarray(x).view(np.uint16)).view(torch.bfloat16)
+
+
+def _n(t) -> np.ndarray:
+    return t.contiguous().view(torch.int16).numpy().view(BF16)
+
+
+@pytest.mark.parametrize("m, k, n", [(16, 8, 16), (3, 33, 5), (64, 100, 40), (32, 300, 64),
+                                     (1, 33, 32), (1, 100, 64), (1, 17, 36), (1, 64, 7)])
+def test_mkls_bfloat16_gemm_is_written_out(m, k, n):
+    """``_mkl_bf16`` (several rows) and ``_mkl_bf16_row`` (one row, both of its layouts) are
+    MKL's ``gemm_bf16bf16f32`` bit for bit, beta 0 and 1, as the flash kernels call it
+    (column-major: ``q @ kᵀ`` as (T, N), ``p @ v`` as (N, N)); a plain float32 product is
+    not (the test tells them apart)."""
+    fn = _mkl_gemm()
+    if fn is None:
+        pytest.skip("this torch's library exports no cblas_gemm_bf16bf16f32")
+    rng = np.random.default_rng(m * 1000 + k)
+    a = (rng.standard_normal((m, k)) * 1.5).astype(BF16)
+    kt = (rng.standard_normal((n, k)) * 1.5).astype(BF16)   # q @ kᵀ: b a transposed view
+    v = (rng.standard_normal((k, n)) * 1.5).astype(BF16)    # p @ v: b by rows
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    mine = _mkl_bf16_row if m == 1 else _mkl_bf16
+    f32 = np.float32
+    departs = 0
+    for beta in (0.0, 1.0):
+        qk = c0.copy() if beta else np.zeros((m, n), f32)
+        fn(102, 112, 111, n, m, k, 1.0, kt.ctypes.data, k, a.ctypes.data, k, beta,
+           qk.ctypes.data, n)
+        pv = c0.copy() if beta else np.zeros((m, n), f32)
+        fn(102, 111, 111, n, m, k, 1.0, v.ctypes.data, n, a.ctypes.data, k, beta,
+           pv.ctypes.data, n)
+        c = c0 if beta else None
+        got_qk = mine(a.astype(f32), np.swapaxes(kt.astype(f32), 0, 1), c)
+        got_pv = mine(a.astype(f32), v.astype(f32), c)
+        assert np.array_equal(_bits(got_qk), _bits(qk)), ("q @ kᵀ", beta)
+        assert np.array_equal(_bits(got_pv), _bits(pv)), ("p @ v", beta)
+        plain = (a.astype(f32) @ v.astype(f32) + (c0 if beta else 0)).astype(f32)
+        departs += int(np.sum(_bits(plain) != _bits(pv)))
+    assert departs, "a plain float32 product gives MKL's bits here: nothing is tested"
+
+
+def test_fexp_u20_is_atens():
+    """``fexp_u20`` is ATen's, read through the bfloat16 flash kernel's logsumexp: one query
+    against 32 keys of score 0, every key masked but the first (score 0) and the second
+    (score x), so the logsumexp is ``log(fexp(0) + fexp(x))``; 40,000 x in [-20, 0]. The
+    accurate ``exp_u20`` (the float32 kernel's) is not it."""
+    from tapescope.core.explain_prims import _LIBC_MATH
+
+    f32 = np.float32
+    xs = np.concatenate([np.linspace(-20, 0, 20001),
+                         -np.random.default_rng(1).exponential(3, 20000)]).astype(f32)
+    q = torch.zeros(1, 1, len(xs), 8, dtype=torch.bfloat16)
+    k = torch.zeros(1, 1, 32, 8, dtype=torch.bfloat16)
+    mask = torch.full((1, 1, len(xs), 32), -math.inf)
+    mask[0, 0, :, 0] = 0.0
+    mask[0, 0, :, 1] = torch.from_numpy(xs)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, k, attn_mask=mask)[1].numpy()[0, 0]
+    finally:
+        torch.set_num_threads(before)
+
+    def lse_of(exp) -> np.ndarray:
+        s = (exp(np.zeros_like(xs)) + exp(xs)).astype(f32)
+        return np.asarray(_LIBC_MATH.log(s)).astype(f32)
+    assert np.array_equal(lse_of(fexp_u20).view(np.uint32), lse.view(np.uint32))
+    assert not np.array_equal(lse_of(exp_u20).view(np.uint32), lse.view(np.uint32))
+
+
+def _nudged(rec: np.ndarray) -> np.ndarray:
+    out = np.array(rec, copy=True, order="C")
+    flat = out.reshape(-1).view(np.uint16 if out.dtype == BF16 else np.uint32)
+    flat[int(np.argmax(np.abs(rec.astype(np.float32)).reshape(-1)))] += 1
+    return out
+
+
+@pytest.mark.parametrize("B, H, L, S, E, how", [
+    (1, 1, 16, 16, 8, "plain"), (2, 2, 40, 40, 8, "plain"), (2, 4, 16, 16, 8, "causal"),
+    (1, 2, 64, 64, 16, "plain"), (1, 1, 70, 600, 32, "plain"), (2, 2, 32, 32, 64, "causal"),
+    (4, 4, 16, 16, 8, "padding"), (1, 2, 33, 33, 32, "causal")],
+    ids=lambda p: str(p))
+def test_bfloat16_flash_attention_is_torchs(B, H, L, S, E, how):
+    """The bfloat16 kernel's output and logsumexp are torch's bits (a BERT's padding mask,
+    turned into a bfloat16 0 / -inf mask as SDPA does; a causal last query block of one
+    row: MKL's one-row kernels), ``explain_op`` names each output that departs from the
+    reference, and one ulp off is ``unknown``."""
+    from tapescope.core.capture.aten_ref import reference
+
+    rng = np.random.default_rng(L * 7 + E)
+    q, k, v = ((rng.standard_normal((B, H, n, E)) * 1.5).astype(BF16) for n in (L, S, S))
+    causal = how == "causal"
+    kw: dict = {}
+    if how == "padding":
+        m = np.zeros((B, 1, 1, S), np.float32)
+        m[..., S - 4:] = -np.inf
+        kw["attn_mask"] = m.astype(BF16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        tkw = {"attn_mask": _t(kw["attn_mask"])} if kw else {}
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            _t(q), _t(k), _t(v), is_causal=causal, **tkw)[:2]
+    finally:
+        torch.set_num_threads(before)
+    want = (_n(out), lse.numpy())
+    mask = kw["attn_mask"].astype(np.float32) if kw else None
+    got = flash_attention(q, k, v, causal, np.float32(1 / math.sqrt(E)), 16, mask,
+                          reduced=True)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and np.array_equal(_bits(g), _bits(w))
+    args = [q, k, v, 0.0, causal]
+    ref = reference(FWD, args, kw)
+    named = 0
+    for j, rec in enumerate(want):
+        n_diff = int(np.sum(_bits(np.asarray(ref[j], dtype=rec.dtype)) != _bits(rec)))
+        if not n_diff:
+            continue
+        d = {"n_diff": n_diff, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
+        c = explain_op(FWD, args, kw, rec, d, j)
+        assert c["cause"] == "reassociation" and "bfloat16" in c["variant"], (j, c)
+        assert explain_op(FWD, args, kw, _nudged(rec), d, j)["cause"] == "unknown", j
+        named += 1
+    assert named, "torch's outputs are the reference's here: nothing is explained"
