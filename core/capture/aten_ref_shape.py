@@ -449,6 +449,48 @@ def _gather(args: list, kwargs: dict) -> list:
     return [np.take_along_axis(x, np.asarray(idx).astype(I64), axis=_dim(d, x.ndim))]
 
 
+@form("aten.scatter.value", "aten.scatter.src")
+def _scatter(args: list, kwargs: dict) -> list:
+    """(self, dim, index, value | src): a copy of self with ``out[..., index[i], ...] = value``
+    (or src at i) at every position i of ``index`` along ``dim`` (``F.one_hot``'s); exact. An
+    index out of range, or a src written twice to one place (whose winner is the loop's
+    order), has no form."""
+    x, d, idx, val = args[0], args[1], np.asarray(args[2]), args[3]
+    if "reduce" in kwargs or len(args) > 4:
+        raise NoReference("scatter with a reduce")
+    x = np.asarray(x)
+    d = _dim(int(d), x.ndim)
+    if x.ndim == 0 or idx.ndim != x.ndim or any(
+            idx.shape[a] > x.shape[a] for a in range(x.ndim) if a != d):
+        raise NoReference("an index whose shape does not fit self")
+    idx = idx.astype(I64)
+    if idx.size and (idx.min() < -x.shape[d] or idx.max() >= x.shape[d]):
+        raise NoReference("an index out of range (torch raises)")
+    where = list(np.indices(idx.shape, sparse=True))
+    where[d] = idx % x.shape[d] if x.shape[d] else idx
+    out = np.array(x, copy=True)
+    if isinstance(val, np.ndarray) and val.ndim:
+        src = val[tuple(slice(0, n) for n in idx.shape)]
+        flat = np.ravel_multi_index(tuple(np.broadcast_arrays(*where)), x.shape)
+        if np.unique(flat).size != flat.size:
+            raise NoReference("scatter of a src onto one place twice")
+        out[tuple(where)] = src
+    else:
+        out[tuple(where)] = np.asarray(val).astype(x.dtype)
+    return [out]
+
+
+@form("aten.repeat.default")
+def _repeat(args: list, kwargs: dict) -> list:
+    """``x.repeat(sizes)``: x (its shape padded with leading 1s to len(sizes)) tiled; a copy."""
+    x, reps = np.asarray(args[0]), [int(r) for r in args[1]]
+    if len(reps) < x.ndim or any(r < 0 for r in reps):
+        raise NoReference("repeat with fewer sizes than dimensions, or a negative one")
+    x = x.reshape((1,) * (len(reps) - x.ndim) + x.shape)
+    check_elems(math.prod(s * r for s, r in zip(x.shape, reps, strict=True)), "repeat")
+    return [np.tile(x, reps)]
+
+
 @form("aten._unsafe_masked_index_put_accumulate.default")
 def _masked_index_put_acc(args: list, kwargs: dict) -> list:
     """(self, mask, indices, values): self with where(mask, values, 0) added at the indices

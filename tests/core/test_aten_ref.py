@@ -375,6 +375,16 @@ CASES = [
      lambda g, d: ([rn(g, d, 5, 4), 1, torch.tensor([[3, 0], [1, 1], [2, 0], [0, 0], [3, 3]])],
                    {})),
     ("chunk", "aten.chunk.default", lambda g, d: ([rn(g, d, 5, 4), 2], {})),
+    # F.one_hot (its range check and its scatter), InstanceNorm's affine weights (repeat)
+    ("repeat", "aten.repeat.default", lambda g, d: ([rn(g, d, 3, 4), [2, 1, 3]], {})),
+    ("aminmax", "aten.aminmax.default", lambda g, d: ([rn(g, d, 5, 4)], {})),
+    ("aminmax_dim", "aten.aminmax.default", lambda g, d: ([rn(g, d, 5, 4)],
+                                                        {"dim": 1, "keepdim": True})),
+    ("scatter_value_", "aten.scatter_.value",
+     lambda g, d: ([torch.zeros(5, 6, dtype=d), 1, ints(g, 6, 5, 1), 1.0], {})),
+    ("scatter_src", "aten.scatter.src",
+     lambda g, d: ([rn(g, d, 3, 5), 0, torch.tensor([[0, 1, 2, 0], [2, 0, 1, 1]]),
+                    rn(g, d, 2, 5)], {})),
     ("flatten", "aten.flatten.using_ints", lambda g, d: ([rn(g, d, 2, 3, 4), 1], {})),
     ("narrow", "aten.narrow.default", lambda g, d: ([rn(g, d, 5, 4), 0, 1, 3], {})),
     ("new_zeros", "aten.new_zeros.default", lambda g, d: ([rn(g, d, 5, 4), [2, 3]], {})),
@@ -653,7 +663,8 @@ BIT_EXACT = {
     # selections, clamps, copies, casts, fills, views (exact)
     "relu", "abs", "threshold_backward", "threshold", "leaky_relu", "leaky_relu_backward",
     "hardtanh", "hardswish", "hardswish_backward", "sign", "index", "gather", "chunk",
-    "flatten", "narrow", "new_zeros",
+    "flatten", "narrow", "new_zeros", "repeat", "aminmax", "aminmax_dim", "scatter_value_",
+    "scatter_src",
     "arange", "amin", "min_dim", "where", "masked_fill", "clamp", "clamp_max",
     "maximum", "gt", "fill_", "zero_", "copy_", "to_copy_bf16", "to_copy_f32", "clone",
     "detach", "zeros_like", "ones_like", "full", "scalar_tensor", "view", "_unsafe_view", "t",
@@ -871,6 +882,20 @@ def test_an_unknown_op_raises_no_reference_naming_it():
     with pytest.raises(NoReference, match=r"flash_attention_for_cpu\.default: .*random"):
         reference("aten._scaled_dot_product_flash_attention_for_cpu.default",
                   [q, q, q, 0.1, False], {})  # a form refuses what it cannot reproduce
+
+
+@pytest.mark.parametrize("op, args, why", [
+    ("aten.scatter_.value", [np.zeros((2, 3)), 1, np.array([[3], [0]]), 1.0], "out of range"),
+    ("aten.scatter.src", [np.zeros((2, 3)), 1, np.array([[1, 1]]), np.ones((1, 2))], "twice"),
+    ("aten.scatter.value", [np.zeros((2, 3)), 1, np.array([[0], [1], [2]]), 1.0],
+     "does not fit"),
+    ("aten.repeat.default", [np.zeros((2, 3)), [2]], "fewer sizes"),
+    ("aten.aminmax.default", [np.zeros((0, 3))], "empty")])
+def test_what_torch_refuses_or_orders_has_no_form(op, args, why):
+    """What torch raises for (an index out of range, an empty aminmax), or where its answer is
+    the loop's order (a src scattered onto one place twice), is no reference, named."""
+    with pytest.raises(NoReference, match=why):
+        reference(op, args, {})
 
 
 def test_random_ops_stand_on_their_recorded_draws():
