@@ -1052,6 +1052,34 @@ def _smooth_l1(dt: np.dtype) -> list[_Variant]:
     return _reduced_loss(dt, elem)
 
 
+def _conv_gemm(xs: list, at: dict) -> np.ndarray:
+    """A 2-D convolution (one group, float32) as oneDNN's gemm convolution sums it: the
+    im2col matrix with k in (channel, kh, kw) order (zero padding included), times the
+    weights by its jit sgemm (``_chain_product``: each output one fma chain over k from zero,
+    past 384 terms in even blocks whose sums are added). (N, C_out, OH, OW), no bias."""
+    from tapescope.core.explain_onednn import _chain_product
+
+    x, w = (np.asarray(a, dtype=np.float32) for a in xs)
+    if x.dtype != np.float32 or x.ndim != 4 or w.ndim != 4 or w.shape[1] != x.shape[1]:
+        raise ValueError("a float32 2-D convolution of one group")
+    (sh, sw), (dh, dw) = at["strides"], at["dilations"]
+    ph, pw = at["pads"][0], at["pads"][1]
+    n, c, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1 or n * oh * ow * c * kh * kw > _budget()[0]:
+        raise ValueError("an empty output, or past the search's budget")
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    cols = np.empty((n, oh, ow, c, kh, kw), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            cols[..., i, j] = xp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
+                                 j * dw:j * dw + sw * (ow - 1) + 1:sw].transpose(0, 2, 3, 1)
+    y = _chain_product(cols.reshape(n * oh * ow, -1), w.reshape(co, -1))
+    return y.reshape(n, oh, ow, co).transpose(0, 3, 1, 2)
+
+
 def _convs(dt: np.dtype) -> list[_Variant]:
     """``convolution`` (2-D, not transposed, one group): each ``conv`` variant of
     core.explain's table (oneDNN's direct order, Winograd), the bias added after; then
@@ -1084,6 +1112,11 @@ def _convs(dt: np.dtype) -> list[_Variant]:
 
     out = [(v.cause, v.label, make(v.value), _screen(make(v.value), _conv_image))
            for v in variants_for("conv2d", dt) if v.prim == "conv"]
+    gemm = make(_conv_gemm)
+    out.append(("reassociation", "oneDNN's gemm convolution (x64:gemm:jit, small channel "
+                                 "counts): im2col in (channel, kh, kw) order, each output one "
+                                 "fma chain over it from zero (past 384 terms in even blocks "
+                                 "added), the bias added after", gemm, _screen(gemm, _conv_image)))
     for mode, says in (("first", "the sum starting from the bias, each channel block's partial "
                                  "added to it"),
                        ("start", "the first fma chain starting from the bias")):

@@ -1381,6 +1381,37 @@ def test_a_grouped_convolution_is_its_groups_convolutions(n, c, h, groups, oc, k
 
 
 @need_avx512
+@pytest.mark.parametrize("dims, c, oc, groups, k, size, s, p, d, threads", [
+    (1, 24, 24, 4, 5, 12, 1, 2, 1, 2), (2, 12, 12, 4, 3, 16, 2, 1, 1, 1),
+    (2, 15, 10, 5, 3, 9, 1, 1, 2, 2), (1, 48, 48, 8, 3, 10, 1, 1, 1, 1)],
+    ids=["conv1d-6-per-group", "strided", "dilated-3-per-group", "6-per-group-x8"])
+def test_a_convolution_of_few_channels_a_group_is_onednns_gemm_convolution(
+        dims, c, oc, groups, k, size, s, p, d, threads):
+    """Groups of 2-6 channels (a text CNN's grouped conv1d over a transposed embedding):
+    oneDNN runs them as its gemm convolution (ONEDNN_VERBOSE: x64:gemm:jit): the im2col
+    matrix in (channel, kh, kw) order times the weights by its jit sgemm, each output one fma
+    chain from zero, the bias after. Named per group for torch's own result at 1 and 2
+    threads, conv1d and conv2d, strided and dilated; one ulp off unknown. Planted: the
+    im2col's k in (kh, kw, channel) order, or the bias first, fails it."""
+    g = torch.Generator().manual_seed(c * 7 + k)
+    shape = (2, c) + (size,) * dims
+    x, w = torch.randn(shape, generator=g), torch.randn((oc, c // groups) + (k,) * dims,
+                                                        generator=g)
+    b = torch.randn(oc, generator=g)
+    conv = torch.nn.functional.conv1d if dims == 1 else torch.nn.functional.conv2d
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = conv(x, w, b, s, p, d, groups)
+    finally:
+        torch.set_num_threads(before)
+    fwd = [x.numpy(), w.numpy(), b.numpy(), [s] * dims, [p] * dims, [d] * dims, False,
+           [0] * dims, groups]
+    assert _named_where_it_departs("aten.convolution.default", fwd, y.numpy(), "reassociation",
+                                   "gemm convolution")
+
+
+@need_avx512
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_dilated_convolutions_gradients_are_onednns_over_the_dilated_taps(threads):
     """A dilated convolution (a DeepLab ASPP branch, dilation 2 and 3): its input gradient is
