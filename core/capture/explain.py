@@ -1912,9 +1912,10 @@ def _flash_backward(lanes: int, key_scaled: bool) -> Callable:
     return run
 
 
-def _flash_variants(base: str) -> list[_Variant]:
+def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
     """PyTorch's CPU flash attention (FlashAttentionKernel.cpp), its AVX-512 and AVX2 builds:
-    core.explain_aten's ``flash_attention`` and its backward."""
+    core.explain_aten's ``flash_attention`` and its backward; in bfloat16 (``dt``), the
+    forward's reduced kernel (its AVX-512 build)."""
     if base.endswith("_backward"):
         return [("reassociation", f"PyTorch's CPU flash attention backward ({isa}): the "
                                   "probabilities recomputed from the logsumexp (SLEEF's exp), "
@@ -1925,12 +1926,17 @@ def _flash_variants(base: str) -> list[_Variant]:
                                   + ", the key and value gradients added query block by block",
                  _flash_backward(lanes, key))
                 for lanes, isa in _FLASH_ISA for key in (False, True)]
+    if dt == _BF16:
+        return [("reassociation", "PyTorch's CPU flash attention in bfloat16 (AVX-512; MKL's "
+                                  "bfloat16 gemm as on a CPU with AMX): q @ kᵀ and p @ v with "
+                                  "exact products in 32-term blocks of two chains (a one-row "
+                                  "block: MKL's one-row kernels), exp by fexp_u20 summed in two "
+                                  "accumulators, the probabilities rounded to bfloat16 for "
+                                  "p @ v, the product normalised after, by 1 / sum, and rounded "
+                                  "to bfloat16", _flash(16))]
     return [("reassociation", f"PyTorch's CPU flash attention ({isa}): q @ kᵀ and p @ v as "
                               "fma chains, exp_u20 on whole vectors and summed per lane "
-                              f"({lanes} lanes), the product normalised after, by 1 / sum; in "
-                              "bfloat16, the products MKL's bfloat16 gemm (32-term blocks of "
-                              "two chains), fexp_u20 summed in two accumulators, the "
-                              "probabilities rounded to bfloat16 for p @ v",
+                              f"({lanes} lanes), the product normalised after, by 1 / sum",
              _flash(lanes)) for lanes, isa in _FLASH_ISA]
 
 
@@ -2137,7 +2143,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return _layer_norm()
     if base in ("_scaled_dot_product_flash_attention_for_cpu",
                 "_scaled_dot_product_flash_attention_for_cpu_backward"):
-        return _flash_variants(base)
+        return _flash_variants(base, dt)
     if base in ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward"):
         return _log_softmax_ops(base)
     if base == "convolution":
