@@ -150,6 +150,15 @@ form("aten.new_ones.default")(_new(1))
 form("aten.new_full.default")(_new(None))
 
 
+@form("aten.eye.default", "aten.eye.m")
+def _eye(args: list, kwargs: dict) -> list:
+    """``eye(n[, m])``: ones on the diagonal (float32 unless a dtype is given)."""
+    n = args[0]
+    m = args[1] if len(args) > 1 else n
+    rows, cols = _numel([n, m], "eye")
+    return [np.eye(rows, cols, dtype=as_dtype(kwargs.get("dtype")) or F32)]
+
+
 @form("aten.scalar_tensor.default")
 def _scalar_tensor(args: list, kwargs: dict) -> list:
     return [cast(args[0], as_dtype(kwargs.get("dtype")) or F32)]
@@ -478,6 +487,32 @@ def _scatter(args: list, kwargs: dict) -> list:
     else:
         out[tuple(where)] = np.asarray(val).astype(x.dtype)
     return [out]
+
+
+@form("aten.pixel_shuffle.default")
+def _pixel_shuffle(args: list, kwargs: dict) -> list:
+    """(..., C r^2, H, W) -> (..., C, H r, W r): a rearrangement (a copy)."""
+    x, r = np.asarray(args[0]), int(args[1])
+    if x.ndim < 3 or r < 1 or x.shape[-3] % (r * r):
+        raise NoReference("pixel_shuffle of channels no multiple of the factor's square")
+    *lead, c, h, w = x.shape
+    n = len(lead)
+    y = x.reshape(*lead, c // (r * r), r, r, h, w)
+    y = y.transpose(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return [np.ascontiguousarray(y).reshape(*lead, c // (r * r), h * r, w * r)]
+
+
+@form("aten.pixel_unshuffle.default")
+def _pixel_unshuffle(args: list, kwargs: dict) -> list:
+    """(..., C, H r, W r) -> (..., C r^2, H, W), pixel_shuffle's inverse (and its backward)."""
+    x, r = np.asarray(args[0]), int(args[1])
+    if x.ndim < 3 or r < 1 or x.shape[-2] % r or x.shape[-1] % r:
+        raise NoReference("pixel_unshuffle of a plane no multiple of the factor")
+    *lead, c, hh, ww = x.shape
+    n = len(lead)
+    y = x.reshape(*lead, c, hh // r, r, ww // r, r)
+    y = y.transpose(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return [np.ascontiguousarray(y).reshape(*lead, c * r * r, hh // r, ww // r)]
 
 
 @form("aten.repeat.default")

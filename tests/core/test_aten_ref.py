@@ -377,6 +377,10 @@ CASES = [
     ("chunk", "aten.chunk.default", lambda g, d: ([rn(g, d, 5, 4), 2], {})),
     # F.one_hot (its range check and its scatter), InstanceNorm's affine weights (repeat)
     ("repeat", "aten.repeat.default", lambda g, d: ([rn(g, d, 3, 4), [2, 1, 3]], {})),
+    ("pixel_shuffle", "aten.pixel_shuffle.default", lambda g, d: ([rn(g, d, 2, 8, 3, 5), 2], {})),
+    ("pixel_unshuffle", "aten.pixel_unshuffle.default",
+     lambda g, d: ([rn(g, d, 2, 2, 6, 9), 3], {})),
+    ("eye", "aten.eye.m", lambda g, d: ([3, 5], {"dtype": d})),
     ("aminmax", "aten.aminmax.default", lambda g, d: ([rn(g, d, 5, 4)], {})),
     ("aminmax_dim", "aten.aminmax.default", lambda g, d: ([rn(g, d, 5, 4)],
                                                         {"dim": 1, "keepdim": True})),
@@ -664,7 +668,7 @@ BIT_EXACT = {
     "relu", "abs", "threshold_backward", "threshold", "leaky_relu", "leaky_relu_backward",
     "hardtanh", "hardswish", "hardswish_backward", "sign", "index", "gather", "chunk",
     "flatten", "narrow", "new_zeros", "repeat", "aminmax", "aminmax_dim", "scatter_value_",
-    "scatter_src",
+    "scatter_src", "pixel_shuffle", "pixel_unshuffle", "eye",
     "arange", "amin", "min_dim", "where", "masked_fill", "clamp", "clamp_max",
     "maximum", "gt", "fill_", "zero_", "copy_", "to_copy_bf16", "to_copy_f32", "clone",
     "detach", "zeros_like", "ones_like", "full", "scalar_tensor", "view", "_unsafe_view", "t",
@@ -890,7 +894,9 @@ def test_an_unknown_op_raises_no_reference_naming_it():
     ("aten.scatter.value", [np.zeros((2, 3)), 1, np.array([[0], [1], [2]]), 1.0],
      "does not fit"),
     ("aten.repeat.default", [np.zeros((2, 3)), [2]], "fewer sizes"),
-    ("aten.aminmax.default", [np.zeros((0, 3))], "empty")])
+    ("aten.aminmax.default", [np.zeros((0, 3))], "empty"),
+    ("aten.pixel_shuffle.default", [np.zeros((1, 6, 2, 2)), 2], "multiple"),
+    ("aten.eye.default", [-1], "non-negative")])
 def test_what_torch_refuses_or_orders_has_no_form(op, args, why):
     """What torch raises for (an index out of range, an empty aminmax), or where its answer is
     the loop's order (a src scattered onto one place twice), is no reference, named."""
