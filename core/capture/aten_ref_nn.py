@@ -235,6 +235,12 @@ def _std(args: list, kwargs: dict) -> list:
     return [np.sqrt(variance(_wide(x), dim, corr, keep)).astype(x.dtype)]
 
 
+@form("aten.std_mean.correction", "aten.std_mean.dim")
+def _std_mean(args: list, kwargs: dict) -> list:
+    """(std, mean): ``_std``'s and ``_var_mean``'s mean."""
+    return [_std(args, kwargs)[0], _var_mean(args, kwargs)[1]]
+
+
 def vector_norm(x: np.ndarray, ord_: float = 2, dim=None, keep: bool = False,
                 dtype=None) -> np.ndarray:
     """ord 2: sqrt(serial_sum(x * x)); 1: serial_sum(|x|); inf / -inf: max / min |x|."""

@@ -2118,6 +2118,37 @@ def _aten_linspace(args: list, kw: dict) -> np.ndarray:
         return np.where(i < steps // 2, lo, hi).astype(dt)
 
 
+def _var_in_double(kind: str) -> Callable:
+    """ATen's var / std (and their ``_mean`` forms: the mean second) of a float32 or half input:
+    its reduction accumulates in float64 (``WelfordOps`` with a double accumulator), so the
+    statistics are float64 ones rounded once to the output's type (computed here in two passes
+    in float64: the same float64 statistic to far below the output's rounding; where a
+    rounding would tell them apart the bits differ and the op stays ``unknown``)."""
+    def run(args: list, kw: dict) -> tuple | np.ndarray:
+        x = np.asarray(args[0])
+        if x.dtype not in (np.float32, np.float16, _BF16) or x.size == 0:
+            raise ValueError("a non-empty float32 or half input (float64 accumulates in its "
+                             "own type: its order matters)")
+        dim = _arg(args, kw, 1, "dim", None)
+        keep = bool(kw.get("keepdim", False))
+        corr = kw.get("correction", 1)
+        corr = 1 if corr is None else float(corr)
+        axes = tuple(range(x.ndim)) if dim is None or dim == [] else \
+            tuple(int(d) % max(x.ndim, 1) for d in (dim if isinstance(dim, list | tuple)
+                                                     else [dim]))
+        xd = x.astype(np.float64)
+        n = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
+        mean = xd.mean(axis=axes, keepdims=True)
+        with np.errstate(all="ignore"):
+            var = ((xd - mean) ** 2).sum(axis=axes, keepdims=True) / max(n - corr, 0)
+        stat = np.sqrt(var) if kind.startswith("std") else var
+        if not keep:
+            stat, mean = (np.squeeze(a, axis=axes) for a in (stat, mean))
+        stat, mean = stat.astype(x.dtype), mean.astype(x.dtype)
+        return (stat, mean) if kind.endswith("_mean") else stat
+    return run
+
+
 def _cum_in_double(ufunc: Any) -> Callable:
     """ATen's cumsum / cumprod kernel (cpu_cum_base_kernel, acc_type: double for float): a
     float64 running total along the axis, each output rounded to the input's type."""
@@ -2341,6 +2372,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("fma", "PyTorch's CPU linspace: in the output's type, step = (end - start) / "
                         "(steps - 1), fma(step, i, start) for the first half, fma(-step, steps "
                         "- 1 - i, end) for the rest", _aten_linspace)]
+    if base in ("var", "std", "var_mean", "std_mean"):
+        return [("accumulator", f"PyTorch's CPU {base}: Welford's mean and sum of squared "
+                                "deviations in a float64 accumulator (float32 and half "
+                                "inputs), " + ("the square root taken there, " if "std" in base
+                                               else "") + "each output rounded once",
+                 _var_in_double(base))]
     if base in ("cumprod", "cumsum"):
         return [("accumulator", f"PyTorch's CPU {base}: a float64 accumulator along the axis, "
                                 "each output rounded (float32 and half inputs)",

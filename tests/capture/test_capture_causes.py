@@ -1380,6 +1380,38 @@ def test_a_grouped_convolution_is_its_groups_convolutions(n, c, h, groups, oc, k
     assert named
 
 
+@pytest.mark.parametrize("op, shape, dim, kw", [
+    ("aten.var_mean.correction", (4, 3, 8, 8), [2, 3], {}),
+    ("aten.std.correction", (4, 3, 8, 8), None, {}),
+    ("aten.var.correction", (6, 40), [0], {"keepdim": True}),
+    ("aten.std_mean.correction", (5, 7), [1], {"correction": 0}),
+    ("aten.var_mean.correction", (3, 1000), [1], {})], ids=lambda v: str(v))
+def test_var_and_std_are_float64_statistics_rounded_once(op, shape, dim, kw):
+    """torch.var / std / var_mean / std_mean of float32 (a loss's variance penalty): ATen's
+    reduction accumulates in float64, so each output is a float64 statistic rounded once,
+    where the reference sums serially in float32. Named ``accumulator`` for torch's own bits,
+    one ulp off unknown. Planted: the statistics in float32 fails it."""
+    g = torch.Generator().manual_seed(len(shape) * 11 + shape[-1])
+    x = torch.randn(shape, generator=g) * 3 + 1
+    outs = getattr(torch.ops.aten, op.split(".")[1]).correction(x, dim, **kw)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    from tapescope.core.capture.aten_ref import reference
+
+    args = [x.numpy(), dim]
+    ref = reference(op, args, kw)
+    named = 0
+    for j, o in enumerate(outs):
+        rec = o.numpy()
+        d = _diff(np.asarray(ref[j], rec.dtype), rec)
+        if not d["n_diff"]:
+            continue
+        c = explain_op(op, args, kw, rec, d, j)
+        assert c["cause"] == "accumulator" and "float64" in c["variant"], (j, c)
+        assert explain_op(op, args, kw, _nudged(rec), d, j)["cause"] == "unknown", j
+        named += 1
+    assert named, "torch's statistics are the reference's here: nothing is tested"
+
+
 @need_avx512
 @pytest.mark.parametrize("dims, c, oc, groups, k, size, s, p, d, threads", [
     (1, 24, 24, 4, 5, 12, 1, 2, 1, 2), (2, 12, 12, 4, 3, 16, 2, 1, 1, 1),

@@ -407,6 +407,8 @@ CASES = [
     ("amin", "aten.amin.default", lambda g, d: ([rn(g, d, 4, 7), [0, 1], True], {})),
     ("min_dim", "aten.min.dim", lambda g, d: ([rn(g, d, 4, 7), 0, True], {})),
     ("std", "aten.std.correction", lambda g, d: ([rn(g, d, 4, 7), None], {"correction": 0})),
+    ("std_mean", "aten.std_mean.correction",
+     lambda g, d: ([rn(g, d, 4, 7), [1]], {"keepdim": True})),
     ("baddbmm", "aten.baddbmm.default",
      lambda g, d: ([rn(g, d, 2, 5, 3), rn(g, d, 2, 5, 6), rn(g, d, 2, 6, 3)], {"alpha": 0.5})),
     ("linear", "aten.linear.default",
