@@ -2094,6 +2094,39 @@ def _bce_libc(total: Callable | None) -> Callable:
     return run
 
 
+def _bce_logits(total: Callable | None) -> Callable:
+    """ATen's binary_cross_entropy_with_logits (Loss.cpp, a composite of its kernels, float32):
+    ``ls = log_sigmoid(x)`` (``min(x, 0) - log1p(exp(-|x|))`` with SLEEF's expf and log1pf on
+    every element, a partial last vector included); with ``pos_weight``, ``ls * ((pw - 1) * t
+    + 1)``; ``loss = (1 - t) * x - ls``, times the weight; each op rounded; then the reduction:
+    ``total`` (sum), over the count for mean; ``total`` None: the reduction none's alone."""
+    from tapescope.core.explain_aten import sleef_exp, sleef_log1pf
+
+    def run(args: list, kw: dict) -> np.ndarray:
+        x, t = np.asarray(args[0]), np.asarray(args[1])
+        w = _arg(args, kw, 2, "weight", None)
+        pw = _arg(args, kw, 3, "pos_weight", None)
+        red = _arg(args, kw, 4, "reduction", 1)
+        if x.dtype != np.float32 or t.dtype != x.dtype:
+            raise ValueError("float32 operands (SLEEF's float32 exp and log1p)")
+        if (red == 0) != (total is None):
+            raise ValueError("another reduction's variant")
+        f = np.float32
+        with np.errstate(all="ignore"):
+            ls = (np.minimum(x, f(0)) - sleef_log1pf(sleef_exp((-np.abs(x)).astype(f)))).astype(f)
+            if pw is not None:
+                lw = ((np.asarray(pw, f) - f(1)).astype(f) * t).astype(f)
+                ls = (ls * (lw + f(1)).astype(f)).astype(f)
+            loss = (((f(1) - t).astype(f) * x).astype(f) - ls).astype(f)
+            if w is not None:
+                loss = (loss * np.asarray(w, f)).astype(f)
+            if red == 0:
+                return loss
+            s = np.asarray(total(loss, None, False)).astype(f)
+            return (s / f(loss.size) if red == 1 else s).astype(f)
+    return run
+
+
 def _aten_linspace(args: list, kw: dict) -> np.ndarray:
     """ATen's linspace kernel (RangeFactoriesKernel.cpp) for float32 and float64, as this
     build computes it (measured: bit for bit on 480,000 float32 and 300,000 float64 values,
@@ -2368,6 +2401,15 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                 ("libm", "PyTorch's CPU binary_cross_entropy: the C library's log and log1p "
                          f"per element, then {v.label}", _bce_libc(v.value))
                 for v in variants_for("sum", dt) if v.prim == "sum"]
+    if base == "binary_cross_entropy_with_logits":
+        return [("libm", "PyTorch's CPU binary_cross_entropy_with_logits: log_sigmoid by SLEEF's "
+                         "expf and log1pf, pos_weight's factor and the loss each op rounded "
+                         "(reduction none)", _bce_logits(None))] + [
+                ("libm", "PyTorch's CPU binary_cross_entropy_with_logits: log_sigmoid by SLEEF's "
+                         "expf and log1pf, pos_weight's factor and the loss each op rounded, "
+                         f"then {v.label}", _bce_logits(v.value))
+                for v in sorted((v for v in variants_for("sum", dt) if v.prim == "sum"),
+                                key=lambda v: "ATen SumKernel" not in v.label)]
     if base == "linspace":
         return [("fma", "PyTorch's CPU linspace: in the output's type, step = (end - start) / "
                         "(steps - 1), fma(step, i, start) for the first half, fma(-step, steps "

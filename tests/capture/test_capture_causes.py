@@ -1380,6 +1380,42 @@ def test_a_grouped_convolution_is_its_groups_convolutions(n, c, h, groups, oc, k
     assert named
 
 
+@pytest.mark.parametrize("n, pos_weight, weighted, reduction", [
+    (37, None, False, 1), (1000, 3.0, True, 1), (64, None, True, 0), (300, 0.5, False, 2),
+    ((13, 9), 2.0, False, 0)], ids=lambda v: str(v))
+def test_bce_with_logits_is_atens_composite(n, pos_weight, weighted, reduction):
+    """BCEWithLogitsLoss (a multi-label head, a GAN's discriminator): ATen's composite of its
+    kernels, log_sigmoid by SLEEF's expf and log1pf on every element (a partial last vector
+    too), pos_weight's factor and the loss each op rounded, then ATen's sum kernel (and the
+    count) for mean / sum. Named ``libm`` for torch's own bits; one ulp off is unknown for the
+    elementwise loss (a mean's one scalar often fits another summation order too: there the
+    sum named is ATen's kernel). Planted: the partial vector by the C library's exp and log1p
+    fails it."""
+    g = torch.Generator().manual_seed(len(str(n)) + reduction + 11)
+    shape = n if isinstance(n, tuple) else (n,)
+    x, t = torch.randn(shape, generator=g) * 4, torch.rand(shape, generator=g)
+    # (the partial last vector ends with logits where SLEEF's and the C library's exp and
+    # log1p part: the planted order is told apart)
+    x.view(-1)[-2:] = torch.tensor([11.498002, 100.0])
+    t.view(-1)[-2:] = 1.0  # (their loss is then -log_sigmoid itself)
+    w = torch.rand(shape, generator=g) if weighted else None
+    pw = None if pos_weight is None else torch.tensor(pos_weight)
+    op = "aten.binary_cross_entropy_with_logits.default"
+    rec = torch.ops.aten.binary_cross_entropy_with_logits(x, t, w, pw, reduction).numpy()
+    args = [x.numpy(), t.numpy(), None if w is None else w.numpy(),
+            None if pw is None else pw.numpy(), reduction]
+    from tapescope.core.capture.aten_ref import reference
+
+    plain = np.asarray(reference(op, args, {})[0], rec.dtype)
+    if reduction == 0:
+        _named(op, args, {}, rec, plain, "libm", "binary_cross_entropy_with_logits")
+        return
+    d = _diff(plain, rec)
+    assert d["n_diff"], "torch's loss is the reference's here: nothing is tested"
+    got = explain_op(op, args, {}, rec, d, 0)
+    assert got["cause"] == "libm" and "ATen SumKernel" in got["variant"], got
+
+
 @pytest.mark.parametrize("op, shape, dim, kw", [
     ("aten.var_mean.correction", (4, 3, 8, 8), [2, 3], {}),
     ("aten.std.correction", (4, 3, 8, 8), None, {}),
