@@ -806,6 +806,35 @@ def _batch_norm_rows_backward(threads: int) -> Callable:
     return run
 
 
+def _channels_last(run: Callable, backward: bool) -> Callable:
+    """A (rows, channels) batch_norm variant on an N, C, spatial... input laid out channels
+    last (``model.to(memory_format=torch.channels_last)``: ATen's channels-last kernels treat
+    it as N x H x W rows of C channels, the ones ``_batch_norm_rows`` writes out; the capture
+    keeps values, not layouts, so this is tried on every such input): x (and dy) permuted to
+    rows, the variant run, its x-shaped outputs permuted back."""
+    def go(args: list, kw: dict) -> Any:
+        at = (0, 1) if backward else (0,)
+        x = np.asarray(args[at[-1]])
+        if x.ndim < 3:
+            raise ValueError("an N, C, spatial... input")
+        order = (0, *range(2, x.ndim), 1)
+        a = list(args)
+        for i in at:
+            a[i] = np.ascontiguousarray(np.transpose(np.asarray(args[i]), order)).reshape(
+                -1, x.shape[1])
+        rows = a[at[-1]].shape
+        back = (x.shape[0], *x.shape[2:], x.shape[1])
+        inv = (0, x.ndim - 1, *range(1, x.ndim - 1))
+
+        def unrows(y: Any) -> Any:
+            if isinstance(y, np.ndarray) and y.shape == rows:
+                return np.ascontiguousarray(np.transpose(y.reshape(back), inv))
+            return y
+        got = run(a, kw)
+        return tuple(unrows(y) for y in got) if isinstance(got, tuple) else unrows(got)
+    return go
+
+
 _LANES_OF = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}
 _BN_RUNS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # the thread counts tried
 
@@ -2317,7 +2346,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                 ("reassociation", "PyTorch's CPU batch_norm of (rows, channels) (ATen's "
                                   f"channels-last kernel: the rows in {t} run"
                                   f"{'s' if t > 1 else ''}, summed in T, the runs in float64)",
-                 _batch_norm_rows(t)) for t in _BN_RUNS]
+                 _batch_norm_rows(t)) for t in _BN_RUNS] + [
+                ("reassociation", "PyTorch's CPU batch_norm of a channels-last input (ATen's "
+                                  "channels-last kernel: its N x H x W rows of channels in "
+                                  f"{t} run{'s' if t > 1 else ''}, summed in T, the runs in "
+                                  "float64)", _channels_last(_batch_norm_rows(t), False))
+                for t in _BN_RUNS]
     if base == "native_layer_norm_backward":
         return [("reassociation", "PyTorch's CPU layer_norm backward (ATen: 8 / 4 lanes, the "
                                   "tail contracted; dgamma and dbeta summed per thread, the "
@@ -2332,7 +2366,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   f"channels-last kernel: the rows in {t} run"
                                   f"{'s' if t > 1 else ''}, dotp by fma, dx's tail not "
                                   "contracted)", _batch_norm_rows_backward(t))
-                for t in _BN_RUNS]
+                for t in _BN_RUNS] + [
+                ("reassociation", "PyTorch's CPU batch_norm backward of a channels-last input "
+                                  "(ATen's channels-last kernel: its N x H x W rows of channels "
+                                  f"in {t} run{'s' if t > 1 else ''}, dotp by fma, dx's tail "
+                                  "not contracted)",
+                 _channels_last(_batch_norm_rows_backward(t), True)) for t in _BN_RUNS]
     if base == "native_group_norm_backward":
         return [("reassociation", "PyTorch's CPU group_norm backward (ATen: per channel lane "
                                   "sums of dy * x and dy, per group their gamma-weighted fma "

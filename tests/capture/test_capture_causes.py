@@ -972,6 +972,52 @@ def test_batch_norm_backward_each_output(dt, shape):
     _each_output_named(op, args, outs, plain, "batch_norm backward")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(8, 16, 8, 8), (4, 32, 5, 7)])
+def test_batch_norm_of_a_channels_last_input_forward_and_backward(shape, threads):
+    """A CNN trained channels last (``model.to(memory_format=torch.channels_last)``): ATen's
+    batch_norm runs its channels-last kernels, N x H x W rows of C channels, the order
+    written out for BatchNorm1d's rows. The capture keeps values, not layouts, so the
+    variant is tried on every input: named for torch's own outputs, forward (y, mean,
+    invstd) and backward (dx, dweight, dbias), one ulp off unknown. (A channels-last CNN:
+    30 ``unknown`` of 64 introduced -> 0.) Planted: the rows taken in (N, C) order, not the
+    layout's, fails it."""
+    g = torch.Generator().manual_seed(shape[1] + threads)
+    c = shape[1]
+    x = (torch.randn(*shape, generator=g) * 2 + 0.3).to(memory_format=torch.channels_last)
+    w, b = torch.randn(c, generator=g), torch.randn(c, generator=g)
+    dy = torch.randn(*shape, generator=g).to(memory_format=torch.channels_last)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y, sm, si = torch.ops.aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+        outs = torch.ops.aten.native_batch_norm_backward(dy, x, w, None, None, sm, si, True,
+                                                         1e-5, [True, True, True])
+    finally:
+        torch.set_num_threads(before)
+    from tapescope.core.capture.aten_ref import reference
+
+    for op, args, got in (
+            ("aten.native_batch_norm.default", _np([x, w, b]) + [None, None, True, 0.1, 1e-5],
+             [y, sm, si]),
+            ("aten.native_batch_norm_backward.default",
+             _np([dy, x, w]) + [None, None] + _np([sm, si]) + [True, 1e-5, [True, True, True]],
+             list(outs))):
+        ref = reference(op, args, {})
+        named = 0
+        for j, o in enumerate(got):
+            rec = o.contiguous().numpy()
+            d = _diff(np.asarray(ref[j], rec.dtype), rec)
+            if not d["n_diff"]:
+                continue
+            cause = explain_op(op, args, {}, rec, d, j)
+            assert cause["cause"] == "reassociation" and "channels-last" in cause["variant"], \
+                (op, j, cause)
+            assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", (op, j)
+            named += 1
+        assert named, f"{op}: torch's outputs are the reference's here"
+
+
 def test_two_runs_at_1_and_2_threads_part_where_the_threads_split_a_sum(zoo_capture):
     """The zoo GPT captured at 2 threads and at 1, paired with --explain: the runs part at the
     final layer norm's backward, and each side's cause names its own split of dgamma's rows."""
