@@ -835,6 +835,52 @@ def _channels_last(run: Callable, backward: bool) -> Callable:
     return go
 
 
+def _batch_norm_backward_generic(args: list, kw: dict) -> tuple:
+    """``native_batch_norm_backward`` in training (float32) where the gradient's layout is not
+    the input's (a BatchNorm1d after a transpose: ``dy`` laid out N, L, C, the input N, C, L):
+    ATen's generic path (``batch_norm_backward_cpu_template``). ``sum`` is ATen's sum kernel
+    over the gradient's memory (its rows of channels, summed down); per channel ``dotp +=
+    (x - mean) * dy`` (the product in float32, the sum in float64) over the input's order;
+    ``k = dotp * invstd * invstd / n`` and ``grad_mean = sum / n`` in float32; ``dx = ((dy -
+    grad_mean - (x - mean) * k) * invstd) * w``; ``dweight = dotp * invstd`` (float64, then
+    rounded), ``dbias = sum``. The outputs its mask asks for, in order."""
+    from tapescope.core.explain_aten import aten_sum
+
+    dy, x, w = np.asarray(args[0]), np.asarray(args[1]), args[2]
+    sm, si, train, mask = args[5], args[6], bool(args[7]), args[9]
+    if not train or x.ndim < 3 or x.dtype != np.float32 or dy.shape != x.shape or \
+            sm is None or si is None:
+        raise ValueError("written for training on N, C, spatial... float32")
+    f = np.float32
+    c = x.shape[1]
+    n = x.size // c
+    order = (0, *range(2, x.ndim), 1)
+    total = aten_sum(np.ascontiguousarray(np.transpose(dy, order)).reshape(-1, c), 0).astype(f)
+    mean, inv = np.asarray(sm, f).reshape(-1), np.asarray(si, f).reshape(-1)
+    wv = np.ones(c, f) if w is None else np.asarray(w, f).reshape(-1)
+    X = np.moveaxis(x, 1, 0).reshape(c, -1)
+    DY = np.moveaxis(dy, 1, 0).reshape(c, -1)
+    centred = (X - mean[:, None]).astype(f)
+    prod = (centred * DY).astype(f)
+    dotp = np.zeros(c, np.float64)
+    for j in range(prod.shape[1]):  # (serial, as cpu_serial_kernel: the order barely shows)
+        dotp = dotp + prod[:, j].astype(np.float64)
+    out = []
+    if mask[0]:
+        k = ((((dotp.astype(f) * inv).astype(f)) * inv).astype(f) / f(n)).astype(f)
+        gm = (total / f(n)).astype(f)
+        dx = (((DY - gm[:, None]).astype(f) - (centred * k[:, None]).astype(f)).astype(f)
+              * inv[:, None]).astype(f)
+        dx = (dx * wv[:, None]).astype(f)
+        out.append(np.ascontiguousarray(np.moveaxis(dx.reshape(c, x.shape[0], *x.shape[2:]),
+                                                    0, 1)))
+    if mask[1]:
+        out.append((dotp * inv.astype(np.float64)).astype(f))
+    if mask[2]:
+        out.append(total)
+    return tuple(out)
+
+
 _LANES_OF = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}
 _BN_RUNS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # the thread counts tried
 
@@ -2371,7 +2417,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "(ATen's channels-last kernel: its N x H x W rows of channels "
                                   f"in {t} run{'s' if t > 1 else ''}, dotp by fma, dx's tail "
                                   "not contracted)",
-                 _channels_last(_batch_norm_rows_backward(t), True)) for t in _BN_RUNS]
+                 _channels_last(_batch_norm_rows_backward(t), True)) for t in _BN_RUNS] + [
+                ("reassociation", "PyTorch's CPU batch_norm backward, its generic path (the "
+                                  "gradient laid out otherwise than the input, a BatchNorm1d "
+                                  "after a transpose): ATen's sum over the gradient's rows of "
+                                  "channels, dotp serial in float64, each step in float32",
+                 _batch_norm_backward_generic)]
     if base == "native_group_norm_backward":
         return [("reassociation", "PyTorch's CPU group_norm backward (ATen: per channel lane "
                                   "sums of dy * x and dy, per group their gamma-weighted fma "

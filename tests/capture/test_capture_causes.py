@@ -1018,6 +1018,47 @@ def test_batch_norm_of_a_channels_last_input_forward_and_backward(shape, threads
         assert named, f"{op}: torch's outputs are the reference's here"
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(4, 24, 12), (2, 8, 5, 6), (3, 16, 33)])
+def test_batch_norm_backward_of_a_gradient_laid_out_otherwise(shape, threads):
+    """A BatchNorm1d after a transpose (a text CNN: its gradient arrives laid out N, L, C
+    while the input is N, C, L): ATen takes its generic backward path, the sum over the
+    gradient's memory by its sum kernel, dotp serial in float64, each elementwise step in
+    float32. Named for torch's own dx, dweight and dbias at 1 and 2 threads, one ulp off
+    unknown. Planted: the sum over the input's layout instead fails it."""
+    g = torch.Generator().manual_seed(shape[1] + threads)
+    c = shape[1]
+    x, w = torch.randn(*shape, generator=g), torch.randn(c, generator=g)
+    perm = (0, *range(2, len(shape)), 1)
+    dy = torch.randn(*[shape[i] for i in perm], generator=g).permute(
+        0, len(shape) - 1, *range(1, len(shape) - 1))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _, sm, si = torch.ops.aten.native_batch_norm(x, w, None, None, None, True, 0.1, 1e-5)
+        outs = torch.ops.aten.native_batch_norm_backward(dy, x, w, None, None, sm, si, True,
+                                                         1e-5, [True, True, True])
+    finally:
+        torch.set_num_threads(before)
+    from tapescope.core.capture.aten_ref import reference
+
+    op = "aten.native_batch_norm_backward.default"
+    args = _np([dy.contiguous(), x, w]) + [None, None] + _np([sm, si]) + \
+        [True, 1e-5, [True, True, True]]
+    ref = reference(op, args, {})
+    named = 0
+    for j, o in enumerate(outs):
+        rec = o.contiguous().numpy()
+        d = _diff(np.asarray(ref[j], rec.dtype), rec)
+        if not d["n_diff"]:
+            continue
+        cause = explain_op(op, args, {}, rec, d, j)
+        assert cause["cause"] == "reassociation" and "generic path" in cause["variant"], (j, cause)
+        assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", j
+        named += 1
+    assert named, "torch's gradients are the reference's here"
+
+
 def test_two_runs_at_1_and_2_threads_part_where_the_threads_split_a_sum(zoo_capture):
     """The zoo GPT captured at 2 threads and at 1, paired with --explain: the runs part at the
     final layer norm's backward, and each side's cause names its own split of dgamma's rows."""
