@@ -972,6 +972,39 @@ def test_batch_norm_backward_each_output(dt, shape):
     _each_output_named(op, args, outs, plain, "batch_norm backward")
 
 
+def _batch_norm_at(threads, x, w, b, dy):
+    """torch's batch_norm in training (no running statistics) and its backward at ``threads``
+    threads: (y, save_mean, save_invstd, (dx, dweight, dbias))."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y, sm, si = torch.ops.aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+        outs = torch.ops.aten.native_batch_norm_backward(dy, x, w, None, None, sm, si, True,
+                                                         1e-5, [True, True, True])
+    finally:
+        torch.set_num_threads(before)
+    return y, sm, si, outs
+
+
+def _departing_outputs_named(op, args, outs, words) -> int:
+    """Each of torch's ``outs`` that departs from the reference is named ``reassociation``
+    by a variant saying ``words``, and one ulp off it is ``unknown``; how many departed."""
+    from tapescope.core.capture.aten_ref import reference
+
+    ref = reference(op, args, {})
+    named = 0
+    for j, o in enumerate(outs):
+        rec = o.contiguous().numpy()
+        d = _diff(np.asarray(ref[j], rec.dtype), rec)
+        if not d["n_diff"]:
+            continue
+        cause = explain_op(op, args, {}, rec, d, j)
+        assert cause["cause"] == "reassociation" and words in cause["variant"], (op, j, cause)
+        assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", (op, j)
+        named += 1
+    return named
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape", [(8, 16, 8, 8), (4, 32, 5, 7)])
 def test_batch_norm_of_a_channels_last_input_forward_and_backward(shape, threads):
@@ -987,35 +1020,14 @@ def test_batch_norm_of_a_channels_last_input_forward_and_backward(shape, threads
     x = (torch.randn(*shape, generator=g) * 2 + 0.3).to(memory_format=torch.channels_last)
     w, b = torch.randn(c, generator=g), torch.randn(c, generator=g)
     dy = torch.randn(*shape, generator=g).to(memory_format=torch.channels_last)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        y, sm, si = torch.ops.aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
-        outs = torch.ops.aten.native_batch_norm_backward(dy, x, w, None, None, sm, si, True,
-                                                         1e-5, [True, True, True])
-    finally:
-        torch.set_num_threads(before)
-    from tapescope.core.capture.aten_ref import reference
-
+    y, sm, si, outs = _batch_norm_at(threads, x, w, b, dy)
     for op, args, got in (
             ("aten.native_batch_norm.default", _np([x, w, b]) + [None, None, True, 0.1, 1e-5],
              [y, sm, si]),
             ("aten.native_batch_norm_backward.default",
              _np([dy, x, w]) + [None, None] + _np([sm, si]) + [True, 1e-5, [True, True, True]],
              list(outs))):
-        ref = reference(op, args, {})
-        named = 0
-        for j, o in enumerate(got):
-            rec = o.contiguous().numpy()
-            d = _diff(np.asarray(ref[j], rec.dtype), rec)
-            if not d["n_diff"]:
-                continue
-            cause = explain_op(op, args, {}, rec, d, j)
-            assert cause["cause"] == "reassociation" and "channels-last" in cause["variant"], \
-                (op, j, cause)
-            assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", (op, j)
-            named += 1
-        assert named, f"{op}: torch's outputs are the reference's here"
+        assert _departing_outputs_named(op, args, got, "channels-last"), op
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -1032,31 +1044,11 @@ def test_batch_norm_backward_of_a_gradient_laid_out_otherwise(shape, threads):
     perm = (0, *range(2, len(shape)), 1)
     dy = torch.randn(*[shape[i] for i in perm], generator=g).permute(
         0, len(shape) - 1, *range(1, len(shape) - 1))
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        _, sm, si = torch.ops.aten.native_batch_norm(x, w, None, None, None, True, 0.1, 1e-5)
-        outs = torch.ops.aten.native_batch_norm_backward(dy, x, w, None, None, sm, si, True,
-                                                         1e-5, [True, True, True])
-    finally:
-        torch.set_num_threads(before)
-    from tapescope.core.capture.aten_ref import reference
-
-    op = "aten.native_batch_norm_backward.default"
+    *_, sm, si, outs = _batch_norm_at(threads, x, w, None, dy)
     args = _np([dy.contiguous(), x, w]) + [None, None] + _np([sm, si]) + \
         [True, 1e-5, [True, True, True]]
-    ref = reference(op, args, {})
-    named = 0
-    for j, o in enumerate(outs):
-        rec = o.contiguous().numpy()
-        d = _diff(np.asarray(ref[j], rec.dtype), rec)
-        if not d["n_diff"]:
-            continue
-        cause = explain_op(op, args, {}, rec, d, j)
-        assert cause["cause"] == "reassociation" and "generic path" in cause["variant"], (j, cause)
-        assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown", j
-        named += 1
-    assert named, "torch's gradients are the reference's here"
+    assert _departing_outputs_named("aten.native_batch_norm_backward.default", args, outs,
+                                    "generic path")
 
 
 def test_two_runs_at_1_and_2_threads_part_where_the_threads_split_a_sum(zoo_capture):
