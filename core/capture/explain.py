@@ -810,13 +810,16 @@ def _channels_last(run: Callable, backward: bool) -> Callable:
     """A (rows, channels) batch_norm variant on an N, C, spatial... input laid out channels
     last (``model.to(memory_format=torch.channels_last)``: ATen's channels-last kernels treat
     it as N x H x W rows of C channels, the ones ``_batch_norm_rows`` writes out; the capture
-    keeps values, not layouts, so this is tried on every such input): x (and dy) permuted to
-    rows, the variant run, its x-shaped outputs permuted back."""
+    keeps values, not layouts, so this is tried on every such input of 8 channels or more):
+    x (and dy) permuted to rows, the variant run, its x-shaped outputs permuted back."""
     def go(args: list, kw: dict) -> Any:
         at = (0, 1) if backward else (0,)
         x = np.asarray(args[at[-1]])
-        if x.ndim < 3:
-            raise ValueError("an N, C, spatial... input")
+        # (torch's channels-last formats are 4-D and 5-D; with fewer than 8 channels the
+        # statistics are too few elements to single out one of the runs' orders: one ulp off
+        # a contiguous kernel's came out of some run count, measured)
+        if x.ndim not in (4, 5) or x.shape[1] < 8:
+            raise ValueError("an N, C, H, W (or N, C, D, H, W) input of 8 channels or more")
         order = (0, *range(2, x.ndim), 1)
         a = list(args)
         for i in at:
