@@ -842,9 +842,9 @@ def fexp_u20(x: np.ndarray) -> np.ndarray:
         res = _fma(frac, res, c0).astype(f32)
         src = (src - res).astype(f32)
         tmp = _fma(f32(1 << 23), src, f32(127 * (1 << 23))).astype(f32)
-        ok = np.isfinite(tmp) & (np.abs(tmp) < f32(2 ** 31))
-        bits = np.where(ok, np.trunc(np.where(ok, tmp, 0)), 0).astype(np.int64)
-        bits = np.where(ok, bits, -(1 << 31)).astype(np.int32)
+        ok = np.isfinite(tmp) & (np.abs(tmp) < f32(2 ** 31))  # (else cvttps' 0x80000000)
+        bits = np.where(ok, np.trunc(np.where(ok, tmp, 0)), -(1 << 31)).astype(np.int64)
+        bits = bits.astype(np.int32)
     bits = np.where(x < _f32_bits(_FEXP_BITS["lo"]), 0, bits)
     bits = np.where(x > _f32_bits(_FEXP_BITS["hi"]), 0x7F800000, bits).astype(np.int32)
     return bits.view(f32)
@@ -910,7 +910,6 @@ def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
     ``exp``, measured: glibc's ``expf`` is 1 ulp off on some), each rounded to float and
     added to the sum in order. (exp values, sums)."""
     f32 = np.float32
-    from tapescope.core.explain_prims import _LIBC_MATH
 
     n = x.shape[-1]
     v = n - n % lanes
@@ -920,11 +919,21 @@ def _exp_reduce_sum(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
         tot = _lane_sum(e[..., :v], None, lanes, True)
     else:
         tot = np.zeros(x.shape[:-1], dtype=f32)
-    if v < n:
-        e[..., v:] = np.asarray(_LIBC_MATH.exp(x[..., v:].astype(np.float64))).astype(f32)
-        for j in range(v, n):
+    return e, _exp_tail(x, e, tot, v)
+
+
+def _exp_tail(x: np.ndarray, e: np.ndarray, tot: np.ndarray, start: int) -> np.ndarray:
+    """The flash kernels' scalar loop past the last whole vector (the same ``exp(tmp1)`` in
+    the float32 and the bfloat16 kernel): ``e[..., start:]`` by the C library's double
+    ``exp`` rounded to float (in place), each added to ``tot`` in order."""
+    from tapescope.core.explain_prims import _LIBC_MATH
+
+    f32 = np.float32
+    if start < x.shape[-1]:
+        e[..., start:] = np.asarray(_LIBC_MATH.exp(x[..., start:].astype(np.float64))).astype(f32)
+        for j in range(start, x.shape[-1]):
             tot = (tot + e[..., j]).astype(f32)
-    return e, tot
+    return tot
 
 
 def _exp_reduce_sum_reduced(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -935,7 +944,7 @@ def _exp_reduce_sum_reduced(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.n
     then the elements past the last whole vector by the C library's ``exp`` (as the float
     kernel's), added in order. (exp values, unrounded; sums)."""
     f32 = np.float32
-    from tapescope.core.explain_prims import _LIBC_MATH, _fold_lanes
+    from tapescope.core.explain_prims import _fold_lanes
 
     n = x.shape[-1]
     pair = n - n % (2 * lanes)
@@ -951,11 +960,7 @@ def _exp_reduce_sum_reduced(x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.n
         acc[2] = (acc[2] + e[..., pair:whole]).astype(f32)
     acc[0] = (acc[0] + acc[2]).astype(f32)
     tot = _fold_lanes((acc[0] + acc[1]).astype(f32), lanes, True).astype(f32)
-    if whole < n:
-        e[..., whole:] = np.asarray(_LIBC_MATH.exp(x[..., whole:].astype(f32))).astype(f32)
-        for j in range(whole, n):
-            tot = (tot + e[..., j]).astype(f32)
-    return e, tot
+    return e, _exp_tail(x, e, tot, whole)
 
 
 def _map2_reduce_all(x: np.ndarray, y: np.ndarray, lanes: int) -> np.ndarray:

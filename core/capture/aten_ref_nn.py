@@ -126,20 +126,12 @@ def _aminmax(args: list, kwargs: dict) -> list:
     """(min, max) over ``dim`` (every element where None): exact; a NaN wins both, as
     ``amin``/``amax``. (``F.one_hot`` checks its classes' range with it.)"""
     x = args[0]
-    dim = opt(kwargs, args, 1, "dim")
     keep = opt(kwargs, args, 2, "keepdim", False)
     if x.size == 0:
         raise NoReference("aminmax of an empty tensor (torch raises)")
-    ax = None if dim is None else _dim_of(dim, x.ndim)
-    if ax is None and keep:
-        return [np.asarray(np.min(x)).reshape((1,) * x.ndim),
-                np.asarray(np.max(x)).reshape((1,) * x.ndim)]
+    ax = axes_of(x, opt(kwargs, args, 1, "dim"))
     return [np.asarray(np.min(x, axis=ax, keepdims=keep)),
             np.asarray(np.max(x, axis=ax, keepdims=keep))]
-
-
-def _dim_of(d: int, nd: int) -> int:
-    return int(d) % max(nd, 1)
 
 
 form("aten.max.default")(lambda args, kwargs: [np.asarray(np.max(args[0]))])

@@ -864,10 +864,8 @@ def _batch_norm_backward_generic(args: list, kw: dict) -> tuple:
     X = np.moveaxis(x, 1, 0).reshape(c, -1)
     DY = np.moveaxis(dy, 1, 0).reshape(c, -1)
     centred = (X - mean[:, None]).astype(f)
-    prod = (centred * DY).astype(f)
-    dotp = np.zeros(c, np.float64)
-    for j in range(prod.shape[1]):  # (serial, as cpu_serial_kernel: the order barely shows)
-        dotp = dotp + prod[:, j].astype(np.float64)
+    # (serial, as cpu_serial_kernel: the products in float32, their sum in float64)
+    dotp = serial_sum((centred * DY).astype(f).astype(np.float64), axis=1)
     out = []
     if mask[0]:
         k = ((((dotp.astype(f) * inv).astype(f)) * inv).astype(f) / f(n)).astype(f)
@@ -2235,18 +2233,15 @@ def _var_in_double(kind: str) -> Callable:
     statistics are float64 ones rounded once to the output's type (computed here in two passes
     in float64: the same float64 statistic to far below the output's rounding; where a
     rounding would tell them apart the bits differ and the op stays ``unknown``)."""
+    from tapescope.core.capture.aten_ref_nn import _var_args, axes_of
+
     def run(args: list, kw: dict) -> tuple | np.ndarray:
         x = np.asarray(args[0])
         if x.dtype not in (np.float32, np.float16, _BF16) or x.size == 0:
             raise ValueError("a non-empty float32 or half input (float64 accumulates in its "
                              "own type: its order matters)")
-        dim = _arg(args, kw, 1, "dim", None)
-        keep = bool(kw.get("keepdim", False))
-        corr = kw.get("correction", 1)
-        corr = 1 if corr is None else float(corr)
-        axes = tuple(range(x.ndim)) if dim is None or dim == [] else \
-            tuple(int(d) % max(x.ndim, 1) for d in (dim if isinstance(dim, list | tuple)
-                                                     else [dim]))
+        _, dim, corr, keep = _var_args([x, *args[1:]], kw)  # (the reference form's reading)
+        axes = axes_of(x, dim)
         xd = x.astype(np.float64)
         n = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
         mean = xd.mean(axis=axes, keepdims=True)
