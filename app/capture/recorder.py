@@ -42,6 +42,7 @@ from tapescope.core.capture.file import (
     COMPILED_OP,
     DEFAULT_DIGEST,
     DIGESTS,
+    LAYOUT_OPS,
     OVERWRITE_OPS,
     UNINITIALISED_OPS,
     Spool,
@@ -393,6 +394,8 @@ class Recorder(TorchDispatchMode):
         # those whose source's digest is still on the hashing thread (made in ``_hashes_done``)
         self.derived: dict[int, tuple[int, tuple[int, ...]]] = {}
         self.derived_later: list[int] = []
+        # op row -> its first argument's memory layout (``LAYOUT_OPS``: ``_layout``)
+        self.layouts: dict[int, tuple[list[int], int]] = {}
         self.hasher: _Hasher | None = None
         # a stored value's array, or with a spool its index in the spool's table; None: hashed
         self.v_array: list[np.ndarray | int | None] = []
@@ -1152,11 +1155,15 @@ class Recorder(TorchDispatchMode):
         except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
             self._broken(info[0], e)
             return func(*args, **(kwargs or {}))
+        # the layout its first argument has before it runs (``as_strided_`` changes it)
+        layout = _layout(args[0]) if info[12] and args else None
         out = info[9](*args, **kwargs)  # (``func``'s own callable: one frame less)
         try:
             if info[8]:  # a collective: its data arrives later: waited for
                 _settle(info[0], out)
             self._record(info, args, kwargs, out, enc_args, enc_kwargs, graph_task, source)
+            if layout is not None:
+                self.layouts[len(self.rows) - 1] = layout
         except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop
             self._broken(info[0], e)
         return out
@@ -1233,7 +1240,7 @@ class Recorder(TorchDispatchMode):
 
     def _record(self, info: tuple, args: Any, kwargs: dict, out: Any, enc_args: list,
                 enc_kwargs: dict, graph_task: int, source: int) -> None:
-        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _, _, _, _ = info
+        _, writes, fresh, unmarked, name_idx, _, ones_like, view, _, _, _, _, _ = info
         made = self._made
         if writes:
             outs: list[int] = []
@@ -1370,7 +1377,11 @@ class Recorder(TorchDispatchMode):
                                        in self.derived.items()]} if self.derived else {})},
             "ops": {**{k: list(v) for k, v in self.tables.items()},
                     **dict(zip(("op", "module", "phase", "step", "source", "args", "kwargs",
-                                "outputs"), cols, strict=True))},
+                                "outputs"), cols, strict=True)),
+                    # (only where there are some: a file without is read as before)
+                    **({"layouts": lay} if (lay := [[i, st, off] for i, (st, off)
+                                                    in sorted(self.layouts.items())
+                                                    if i < n_ops]) else {})},
             "losses": [self.losses.get(s, -1) for s in range(1, n_steps + 1)],
             "initial": self.initial,
             "graphs": self.graphs,
@@ -1434,6 +1445,17 @@ def _is_compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+def _layout(t: Any) -> tuple[list[int], int] | None:
+    """A strided tensor's memory layout: its strides and storage offset (in elements), or
+    None for anything else (no storage to lay out)."""
+    if not isinstance(t, torch.Tensor) or t.layout is not _STRIDED:
+        return None
+    try:
+        return list(t.stride()), int(t.storage_offset())
+    except RuntimeError:
+        return None
+
+
 def _op_info(func: Any) -> tuple:
     """``(str(func), written arguments as (index, name, kwarg_only), per return whether it is
     a fresh tensor (no alias info), the unmarked written argument indices or None)``."""
@@ -1448,8 +1470,9 @@ def _op_info(func: Any) -> tuple:
 def _op_facts(func: Any) -> tuple:
     """``_op_info(func)``, a placeholder for the name's index (``Recorder._op``), whether it is
     skipped, a ``ones_like``, a view, a collective, what runs it, ``func`` itself (kept
-    alive: its id keys ``_OP_FACTS``), and whether it overwrites its first argument unread
-    (``OVERWRITE_OPS``)."""
+    alive: its id keys ``_OP_FACTS``), whether it overwrites its first argument unread
+    (``OVERWRITE_OPS``), and whether it reads its first argument's memory layout
+    (``LAYOUT_OPS``: that layout is recorded)."""
     info = _op_info(func)
     name = info[0]
     skip = name.startswith(_SKIP_NAMESPACES)
@@ -1462,7 +1485,8 @@ def _op_facts(func: Any) -> tuple:
     parts = name.split(".")
     return (*info, None, skip, name == "aten.ones_like.default", view,
             name.startswith(_COLLECTIVES), call, func,
-            len(parts) > 1 and parts[1] in OVERWRITE_OPS and bool(info[1]) and info[1][0][0] == 0)
+            len(parts) > 1 and parts[1] in OVERWRITE_OPS and bool(info[1]) and info[1][0][0] == 0,
+            len(parts) > 1 and parts[0] == "aten" and parts[1] in LAYOUT_OPS)
 
 
 _HOT_SETUP = False  # recorder_hot.c's ``setup`` done (``Recorder._go_native``)

@@ -1524,6 +1524,9 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
     /* its first argument overwritten unread (``Recorder._unread``): the Python's */
     if (PyTuple_GET_SIZE(info) > 11 && (f = info_true(info, 11)) != 0)
         goto slow_or_err;
+    /* its first argument's memory layout read (``LAYOUT_OPS``: recorded): the Python's */
+    if (PyTuple_GET_SIZE(info) > 12 && (f = info_true(info, 12)) != 0)
+        goto slow_or_err;
     Py_INCREF(info);  /* (our own reference: a callback could clear the table) */
     PyObject *enc_args = NULL, *enc_kwargs = NULL, *src = NULL, *out = NULL, *kw = NULL;
     /* inputs first: a value an op reads for the first time is recorded before it runs */

@@ -321,6 +321,78 @@ def _expand(args: list, kwargs: dict) -> list:
     return [np.array(np.broadcast_to(x, _numel(shape, "expand")))]
 
 
+def _positions(shape: tuple[int, ...], strides: Any, offset: int) -> np.ndarray:
+    """The storage position (in elements) of each element of a tensor of ``shape`` laid out by
+    ``strides`` from ``offset``, in C order (int64; the caller checks the largest fits)."""
+    pos = np.full((), offset, np.int64)
+    nd = len(shape)
+    for d, (n, st) in enumerate(zip(shape, strides, strict=True)):
+        if n > 1 and st:
+            pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(
+                [n if j == d else 1 for j in range(nd)])
+    return np.broadcast_to(pos, shape).reshape(-1)
+
+
+@form("aten.as_strided.default", "aten.as_strided_.default", "aten.as_strided_copy.default")
+def _as_strided(args: list, kwargs: dict) -> list:
+    """The elements ``x.as_strided(size, stride, offset)`` shows: each output element's
+    storage position found among the input's own (laid out by its recorded layout,
+    ``LAYOUT_KW``); an element of the storage that is not one of the input's is not in the
+    capture: no reference."""
+    from tapescope.core.capture.file import LAYOUT_KW
+
+    x = np.asarray(args[0])
+    size, stride = args[1], args[2]
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    layout = kwargs.get(LAYOUT_KW)
+    if layout is None:
+        raise NoReference("its input's memory layout is not in the capture (one made before "
+                          "tapescope recorded layouts: capture it again)")
+    in_strides, in_offset = layout
+    if offset is None:
+        offset = in_offset
+    ok = lambda v: isinstance(v, (list, tuple)) and all(  # noqa: E731
+        type(n) is int and n >= 0 for n in v)
+    if not (ok(size) and ok(stride) and len(size) == len(stride) and type(offset) is int
+            and offset >= 0 and len(in_strides) == x.ndim):
+        raise NoReference("its size, stride or offset is not a list of counts")
+    shape = tuple(size)
+    n = math.prod(shape)
+    check_elems(n, "as_strided")
+    if n == 0:
+        return [np.empty(shape, x.dtype)]
+    last = offset + sum((d - 1) * st for d, st in zip(shape, stride, strict=True))
+    in_last = in_offset + sum((d - 1) * st for d, st in zip(x.shape, in_strides, strict=True))
+    if max(last, in_last) >= 1 << 62:
+        raise NoReference("its storage positions do not fit 62 bits")
+    want = _positions(shape, stride, offset)
+    flat = x.reshape(-1)
+    if x.size and all(st == c for d, st, c in zip(x.shape, in_strides,
+                                                  _c_order(x.shape), strict=True) if d > 1):
+        at = want - in_offset  # (the input dense in C order from its offset: the position)
+        if at.min() < 0 or at.max() >= x.size:
+            raise NoReference("it shows storage outside its input's elements (not in the "
+                              "capture)")
+        return [flat[at].reshape(shape)]
+    have = _positions(x.shape, in_strides, in_offset)
+    order = np.argsort(have, kind="stable")
+    ranked = have[order]
+    j = np.minimum(np.searchsorted(ranked, want), ranked.size - 1)
+    if ranked.size == 0 or not np.array_equal(ranked[j], want):
+        raise NoReference("it shows storage outside its input's elements (not in the "
+                          "capture)")
+    return [flat[order[j]].reshape(shape)]
+
+
+def _c_order(shape: tuple[int, ...]) -> list[int]:
+    """The strides (in elements) of C order over ``shape``."""
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return out[::-1]
+
+
 @form("aten.slice.Tensor")
 def _slice(args: list, kwargs: dict) -> list:
     x = args[0]

@@ -36,6 +36,12 @@ sentinel (``derived_digest``) of its source's digest and its geometry: two deriv
 digests are equal iff their sources' and geometries are. Checked at load (an earlier source
 that is not derived itself, its dtype and element count, no stored array, dense strides, the
 sentinel); ``Capture.derived``. A file without the column has none.
+
+LAYOUTS (optional ``ops.layouts``: ``[[op, strides, storage offset], ...]``): the memory layout
+of the first argument of each op of ``LAYOUT_OPS`` (``as_strided``: its output shows the
+input's storage), as it was before the op ran; ``Capture.layouts``. Checked at load (an op of
+``LAYOUT_OPS`` once, its first argument a value of as many dimensions as strides, every number
+from 0). A file without the column has none (its ``as_strided`` ops have no reference).
 """
 
 from __future__ import annotations
@@ -58,8 +64,8 @@ from tapescope.core.atomic import AtomicFile, open_regular, write_atomic
 from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
-           "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "Limits",
-           "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS", "comparable", "derived_digest",
+           "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "LAYOUT_KW",
+           "LAYOUT_OPS", "Limits", "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS", "comparable", "derived_digest",
            "derived_holds", "digest", "is_capture", "is_dense", "load", "raw_bytes", "save",
            "uninitialised_digest"]
 
@@ -84,6 +90,13 @@ UNINITIALISED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empt
 # array); the judge gives such an op zeros of its dtype and shape there (it reads neither)
 OVERWRITE_OPS = frozenset({"fill_", "zero_", "copy_", "uniform_", "normal_", "bernoulli_",
                            "random_", "exponential_", "geometric_", "cauchy_", "log_normal_"})
+# the base names of the aten ops whose outputs depend on their first argument's memory layout
+# (its strides and storage offset), not only on its values: the recorder records that layout
+# (``ops.layouts``; ``Capture.layouts``)
+LAYOUT_OPS = frozenset({"as_strided", "as_strided_", "as_strided_copy"})
+# the key under which the judge hands such an op's form its first argument's layout (among its
+# keyword arguments: not an identifier, so never one of the op's own)
+LAYOUT_KW = "@layout"
 GRAPH_KINDS = ("forward", "backward", "inference")
 _NODE_OPS = ("placeholder", "call_function", "get_attr")
 _PREAMBLE = 64
@@ -156,6 +169,9 @@ class Capture:
     # equal in two runs iff that source is), and its strides over the source's C-order bytes
     derived: dict[int, int] = field(default_factory=dict)
     derived_strides: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # op -> its first argument's memory layout as it ran (``LAYOUT_OPS``): (strides, storage
+    # offset), in elements
+    layouts: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)
 
     @property
     def n_ops(self) -> int:
@@ -510,7 +526,8 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
                    shapes=spec.shapes, digests=spec.digests, arrays=arrays, losses=spec.losses,
                    initial=spec.initial, settings=spec.settings, meta=spec.meta,
                    graphs=spec.graphs, digest_algorithm=spec.algorithm,
-                   derived=spec.derived, derived_strides=spec.derived_strides)
+                   derived=spec.derived, derived_strides=spec.derived_strides,
+                   layouts=spec.layouts)
 
 
 # arrays at least this large are hashed on the load's pool (a smaller one's hand-off costs
@@ -918,6 +935,41 @@ class _Spec:
                     "phase": [PHASES[i] for i in phase], "step": step,
                     "source": [sources[i] if i >= 0 else "" for i in source],
                     "args": args, "kwargs": kwargs, "outputs": outputs}
+        self._layouts(o)
+
+    def _layouts(self, o: dict) -> None:
+        """``ops.layouts`` (optional): ``[[op, strides, storage offset], ...]``, each an op of
+        ``LAYOUT_OPS`` whose first argument is a value, listed once, with a stride (an integer
+        from 0) per dimension of that value and an offset from 0."""
+        self.layouts: dict[int, tuple[tuple[int, ...], int]] = {}
+        if "layouts" not in o:
+            return
+        col, n = o["layouts"], len(self.ops["op"])
+        where = "header: 'ops.layouts'"
+        if not isinstance(col, list):
+            raise self.bad(f"{where} is not a list")
+        if len(col) > n:
+            raise self.bad(f"{where} has {len(col)} entries, more than the {n} ops")
+        for k, e in enumerate(col):
+            at = f"{where} entry {k} ({str(e)[:60]!r})"
+            if not (isinstance(e, list) and len(e) == 3 and _is_int(e[0]) and 0 <= e[0] < n
+                    and isinstance(e[1], list) and all(_is_int(s) and s >= 0 for s in e[1])
+                    and _is_int(e[2]) and e[2] >= 0):
+                raise self.bad(f"{at} is malformed (not [op, [strides], offset])")
+            i = e[0]
+            if i in self.layouts:
+                raise self.bad(f"{at}: op {i} is listed twice")
+            parts = self.ops["op"][i].split(".")
+            if len(parts) < 2 or parts[1] not in LAYOUT_OPS:
+                raise self.bad(f"{at}: op {i} ({self.ops['op'][i][:60]}) reads no layout")
+            a = self.ops["args"][i]
+            if not (a and isinstance(a[0], dict) and _is_int(a[0].get("T"))
+                    and 0 <= a[0]["T"] < self.n_values):
+                raise self.bad(f"{at}: op {i}'s first argument is not a value")
+            if len(e[1]) != len(self.shapes[a[0]["T"]]):
+                raise self.bad(f"{at}: {len(e[1])} strides for a value of "
+                               f"{len(self.shapes[a[0]['T']])} dimensions")
+            self.layouts[i] = (tuple(e[1]), e[2])
 
     def _graphs(self, h: dict) -> None:
         """Compiled graphs: data only (targets are names the judge looks up in its table,

@@ -34,6 +34,7 @@ from tapescope.core.capture.aten_ref_table import OUT_ELEMS, quiet_all
 from tapescope.core.capture.explain import explain_op
 from tapescope.core.capture.file import (
     COMPILED_OP,
+    LAYOUT_KW,
     OVERWRITE_OPS,
     STORED_DTYPES,
     UNINITIALISED_OPS,
@@ -726,6 +727,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     c_module, c_source, c_args, c_kwargs = ops["module"], ops["source"], ops["args"], \
         ops["kwargs"]
     arrays = cap.arrays
+    layouts = cap.layouts
     n_ops_out = 0
     phases = Counter(c_phase[:cap.n_ops])  # (every op's phase: counted in one call)
     # the native comparison's entry, called directly for a total difference (~900 a zoo GPT
@@ -803,6 +805,9 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                         uninitialised = _uninitialised(cap)
                     mark("unjudged", _missing(m.vid, uninitialised, unstored))
                     continue
+                layout = layouts.get(i) if layouts else None
+                if layout is not None:  # (its first argument's memory layout, as it ran)
+                    k = {**k, LAYOUT_KW: layout}
                 ref_calls += 1
                 got = table(op, a, k) if direct else reference(op, a, k, i)
                 if opaque:  # (outputs no reference computes: the recorded ones, in place)
@@ -816,6 +821,8 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                     ref_calls += 1
                     a2 = _decode_chained(args, arr, chain, wk)
                     k2 = _decode_kw(kwargs, chain_get) if kwargs else {}
+                    if layout is not None:
+                        k2[LAYOUT_KW] = layout
                     tot = table(op, a2, k2) if direct else reference(op, a2, k2, i)
                     if opaque:
                         tot = _with_recorded(tot, recorded, opaque)
