@@ -138,7 +138,29 @@ def _lr(kwargs: dict) -> float:
     return float(np.asarray(kwargs["lr"], dtype=F64))
 
 
-def _fused_adam(args: list, kwargs: dict, adamw: bool) -> list:
+def adam_update(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
+                vmax: np.ndarray | None, k: dict, adamw: bool) -> tuple:
+    """One tensor's Adam update in the reference order, on arrays of the compute type (``k``:
+    the step's scalars, each rounded once to it; ``vmax`` for amsgrad): ``(w, m, v, vmax)``."""
+    if k["wd"] != 0:
+        if adamw:
+            w = w * k["decay"]
+        else:
+            g = g + (w * k["wd"])
+    m = lerp(m, g, k["c1"])
+    v = (v * k["b2"]) + ((k["c2"] * g) * g)
+    if vmax is not None:
+        vmax = np.maximum(vmax, v)
+        den = (np.sqrt(vmax) / k["bc2_sqrt"]) + k["eps"]
+    else:
+        den = (np.sqrt(v) / k["bc2_sqrt"]) + k["eps"]
+    return w - ((k["step_size"] * m) / den), m, v, vmax
+
+
+def fused_adam(args: list, kwargs: dict, adamw: bool, update=adam_update) -> list:
+    """``_fused_adam(w)_``'s outputs (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs),
+    each tensor's update by ``update`` (``adam_update``'s signature: the reference's order, or
+    a kernel's, ``core.capture.explain``)."""
     params, grads, m_s, v_s, vmax_s, steps = (list(a) for a in args[:6])
     lr, b1, b2 = _lr(kwargs), float(kwargs["beta1"]), float(kwargs["beta2"])
     wd, eps = float(kwargs["weight_decay"]), float(kwargs["eps"])
@@ -165,20 +187,9 @@ def _fused_adam(args: list, kwargs: dict, adamw: bool) -> list:
                 out_g[i] = g.astype(grads[i].dtype)
             if maximize:
                 g = -g
-            if wd != 0:
-                if adamw:
-                    w = w * k["decay"]
-                else:
-                    g = g + (w * k["wd"])
-            m = lerp(m, g, k["c1"])
-            v = (v * k["b2"]) + ((k["c2"] * g) * g)
+            w, m, v, vm = update(w, g, m, v, arr(vmax_s[i], ct) if amsgrad else None, k, adamw)
             if amsgrad:
-                vm = np.maximum(arr(vmax_s[i], ct), v)
                 out_vm[i] = vm.astype(vmax_s[i].dtype)
-                den = (np.sqrt(vm) / k["bc2_sqrt"]) + k["eps"]
-            else:
-                den = (np.sqrt(v) / k["bc2_sqrt"]) + k["eps"]
-            w = w - ((k["step_size"] * m) / den)
         out_p[i], out_m[i], out_v[i] = (w.astype(w0.dtype), m.astype(m_s[i].dtype),
                                         v.astype(v_s[i].dtype))
     return out_p + out_g + out_m + out_v + out_vm
@@ -186,10 +197,10 @@ def _fused_adam(args: list, kwargs: dict, adamw: bool) -> list:
 
 form("aten._fused_adam_.default", "aten._fused_adam_.tensor_lr",
      "aten._fused_adam.default", "aten._fused_adam.tensor_lr")(
-    lambda args, kwargs: _fused_adam(args, kwargs, adamw=False))
+    lambda args, kwargs: fused_adam(args, kwargs, adamw=False))
 form("aten._fused_adamw_.default", "aten._fused_adamw_.tensor_lr",
      "aten._fused_adamw.default", "aten._fused_adamw.tensor_lr")(
-    lambda args, kwargs: _fused_adam(args, kwargs, adamw=True))
+    lambda args, kwargs: fused_adam(args, kwargs, adamw=True))
 
 
 @form("aten._fused_sgd_.default", "aten._fused_sgd_.tensor_lr")
