@@ -291,6 +291,43 @@ def _max_pool_backward(args: list, kwargs: dict) -> list:
     return [gx.reshape(x.shape).astype(x.dtype, copy=False)]
 
 
+@form("aten.adaptive_max_pool2d.default")
+def _adaptive_max_pool(args: list, kwargs: dict) -> list:
+    """(self (C, H, W) or (N, C, H, W), output_size) -> (out, indices): output cell (oh, ow)
+    takes rows floor(oh H / OH) .. ceil((oh + 1) H / OH) (and columns alike); ATen's loop
+    keeps the first of equal maxima and the last NaN (``val > max || isnan(val)``, from
+    -inf at the window's first tap); an index is the tap's place in its plane (exact)."""
+    x = np.asarray(args[0])
+    oh_n, ow_n = (int(v) for v in args[1])
+    if x.ndim not in (3, 4) or oh_n <= 0 or ow_n <= 0 or 0 in x.shape:
+        raise NoReference("adaptive_max_pool2d of a non-3-D/4-D or empty input")
+    h, w = x.shape[-2:]
+    planes = x.reshape(-1, h, w)
+    out = np.empty((planes.shape[0], oh_n, ow_n), x.dtype)
+    idx = np.empty(out.shape, I64)
+    for oh in range(oh_n):
+        h0, h1 = (oh * h) // oh_n, -((-(oh + 1) * h) // oh_n)
+        for ow in range(ow_n):
+            w0, w1 = (ow * w) // ow_n, -((-(ow + 1) * w) // ow_n)
+            win = planes[:, h0:h1, w0:w1].reshape(planes.shape[0], -1)
+            at = np.argmax(win, axis=1)  # the first maximum (the first NaN, if any)
+            if x.dtype.kind in "fV":
+                nan = np.isnan(win)
+                last = win.shape[1] - 1 - np.argmax(nan[:, ::-1], axis=1)
+                at = np.where(nan.any(axis=1), last, at)  # the last NaN
+            out[:, oh, ow] = win[np.arange(win.shape[0]), at]
+            idx[:, oh, ow] = (h0 + at // (w1 - w0)) * w + w0 + at % (w1 - w0)
+    return [out.reshape(x.shape[:-2] + (oh_n, ow_n)), idx.reshape(x.shape[:-2] + (oh_n, ow_n))]
+
+
+@form("aten.adaptive_max_pool2d_backward.default")
+def _adaptive_max_pool_backward(args: list, kwargs: dict) -> list:
+    """(grad_output, self, indices): each output's gradient added at its index in its plane,
+    in output order (max_pool2d_with_indices_backward's rule)."""
+    g, x, idx = args[:3]
+    return _max_pool_backward([g, x, None, None, None, None, None, idx], {})
+
+
 def _avg_at(args: list, kwargs: dict) -> dict:
     k = list(args[1]) * (2 if len(args[1]) == 1 else 1)
     st = opt(kwargs, args, 2, "stride", []) or k

@@ -11,6 +11,7 @@ import numpy as np
 from tapescope.core.capture.aten_ref_table import (
     F32,
     M,
+    NoReference,
     ew,
     form,
     fp_quiet,
@@ -168,6 +169,15 @@ def _elu(args: list, kwargs: dict) -> list:
     def fn(v):
         return np.where(v <= 0, M.expm1(v * _k(v, ins)) * _k(v, neg), v * _k(v, pos))
     return [ew(fn, args[0])]
+
+
+@form("aten.celu.default")
+def _celu(args: list, kwargs: dict) -> list:
+    """``celu(x, alpha)``: ATen's ``elu(x, alpha, 1, 1 / alpha)`` (1 / alpha in float64)."""
+    alpha = float(opt(kwargs, args, 1, "alpha", 1))
+    if alpha == 0:
+        raise NoReference("celu with alpha 0 (torch raises)")
+    return _elu([args[0], alpha, 1.0, 1.0 / alpha], {})
 
 
 @form("aten.elu_backward.default")

@@ -561,6 +561,274 @@ def _scatter(args: list, kwargs: dict) -> list:
     return [out]
 
 
+# ---- complex views (rotary embeddings: ``view_as_complex``, a product, ``view_as_real``) ------
+_COMPLEX_OF = {np.dtype(np.float32): np.dtype(np.complex64),
+               np.dtype(np.float64): np.dtype(np.complex128)}
+_REAL_OF = {c: r for r, c in _COMPLEX_OF.items()}
+
+
+@form("aten.view_as_complex.default")
+def _view_as_complex(args: list, kwargs: dict) -> list:
+    x = np.asarray(args[0])
+    if x.dtype not in _COMPLEX_OF or x.ndim == 0 or x.shape[-1] != 2:
+        raise NoReference("view_as_complex of a tensor whose last dimension is not 2 float32 "
+                          "or float64 elements")
+    return [np.array(x, order="C").view(_COMPLEX_OF[x.dtype]).reshape(x.shape[:-1])]
+
+
+@form("aten.view_as_real.default")
+def _view_as_real(args: list, kwargs: dict) -> list:
+    z = np.asarray(args[0])
+    if z.dtype not in _REAL_OF:
+        raise NoReference("view_as_real of a tensor that is not complex64 or complex128")
+    return [np.array(z, order="C").view(_REAL_OF[z.dtype]).reshape(z.shape + (2,))]
+
+
+@form("aten._conj.default", "aten.conj_physical.default")
+def _conj(args: list, kwargs: dict) -> list:
+    """The conjugate (the recorder resolves a tensor's conjugate bit: ``_conj``'s recorded
+    value is the conjugate); a real tensor's is itself."""
+    x = np.asarray(args[0])
+    return [np.conj(x) if x.dtype.kind == "c" else x.copy()]
+
+
+@form("aten.resolve_conj.default", "aten.resolve_neg.default")
+def _resolve(args: list, kwargs: dict) -> list:
+    """The value as recorded (the recorder resolved the bit already): a copy."""
+    return [np.array(args[0], copy=True)]
+
+
+@form("aten.polar.default")
+def _polar(args: list, kwargs: dict) -> list:
+    """``abs * cos(angle) + i abs * sin(angle)``, each product in the input's type; cos and
+    sin correctly rounded to float32 (from float64: the reference's own, not a C library's)."""
+    a, t = np.asarray(args[0]), np.asarray(args[1])
+    if a.dtype != t.dtype or a.dtype not in _COMPLEX_OF:
+        raise NoReference("polar of operands that are not both float32 or both float64")
+    with fp_quiet():
+        c = np.cos(t.astype(F64)).astype(a.dtype)
+        s_ = np.sin(t.astype(F64)).astype(a.dtype)
+        out = np.empty(np.broadcast_shapes(a.shape, t.shape), _COMPLEX_OF[a.dtype])
+        out.real, out.imag = a * c, a * s_
+    return [out]
+
+
+# ---- selections: sorts, top-k, masks, indexed writes (exact) -----------------------------------
+def _sort_order(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """The stable order of ``x`` along ``axis`` as torch sorts (NaN the largest: last
+    ascending, first descending; -0.0 and +0.0 equal)."""
+    xm = np.moveaxis(x, axis, -1)
+    if xm.dtype.kind in "fV":
+        xf = xm.astype(F64)
+        nan = np.isnan(xf)
+        key = np.where(nan, 0.0, xf)
+        order = np.lexsort((-key, ~nan)) if descending else np.lexsort((key, nan))
+    else:
+        key = xm.astype(np.int64)
+        order = np.argsort(-key if descending else key, axis=-1, kind="stable")
+    return np.moveaxis(order, -1, axis)
+
+
+def _ties(v: np.ndarray, axis: int) -> bool:
+    """Whether sorted ``v`` holds two equal neighbours along ``axis`` (NaNs equal too)."""
+    if v.shape[axis] < 2:
+        return False
+    a, b = np.moveaxis(v, axis, -1)[..., 1:], np.moveaxis(v, axis, -1)[..., :-1]
+    same = a == b
+    if v.dtype.kind in "fV":
+        same |= np.isnan(a.astype(F64)) & np.isnan(b.astype(F64))
+    return bool(same.any())
+
+
+@form("aten.sort.default", "aten.sort.stable")
+def _sort(args: list, kwargs: dict) -> list:
+    """(values, indices): stable where asked (``sort.stable``'s ``stable=True``); an unstable
+    sort of equal elements places their indices in the kernel's order: no reference."""
+    x = np.asarray(args[0])
+    if "stable" in kwargs:  # (sort.stable: every argument after self by keyword)
+        stable = bool(kwargs["stable"])
+        d, desc = kwargs.get("dim", -1), kwargs.get("descending", False)
+    else:
+        stable = False
+        d, desc = opt(kwargs, args, 1, "dim", -1), opt(kwargs, args, 2, "descending", False)
+    if x.ndim == 0:
+        return [x.copy(), np.zeros((), I64)]
+    d = _dim(int(d), x.ndim)
+    order = _sort_order(x, d, bool(desc))
+    vals = np.take_along_axis(x, order, axis=d)
+    if not stable and _ties(vals, d):
+        raise NoReference("an unstable sort of equal elements (their indices' order is the "
+                          "kernel's)")
+    return [vals, order.astype(I64)]
+
+
+@form("aten.topk.default")
+def _topk(args: list, kwargs: dict) -> list:
+    """(values, indices) of the k largest (smallest) along dim, sorted; where equal elements
+    decide a place (a tie within the k or at its edge) their order is the kernel's: no
+    reference, as for an unsorted top-k."""
+    x = np.asarray(args[0])
+    k = int(args[1])
+    d = opt(kwargs, args, 2, "dim", -1)
+    largest, srt = opt(kwargs, args, 3, "largest", True), opt(kwargs, args, 4, "sorted", True)
+    if not srt:
+        raise NoReference("an unsorted top-k (its order is the kernel's)")
+    if x.ndim == 0:
+        if k > 1:
+            raise NoReference("top-k of more elements than there are (torch raises)")
+        return [x.copy(), np.zeros((), I64)]
+    d = _dim(int(d), x.ndim)
+    if not 0 <= k <= x.shape[d]:
+        raise NoReference("top-k of more elements than there are (torch raises)")
+    order = _sort_order(x, d, bool(largest))
+    vals = np.take_along_axis(x, order, axis=d)
+    if _ties(np.take(vals, range(min(k + 1, x.shape[d])), axis=d), d):
+        raise NoReference("a top-k where equal elements decide a place (their order is the "
+                          "kernel's)")
+    return [np.take(vals, range(k), axis=d), np.take(order, range(k), axis=d).astype(I64)]
+
+
+@form("aten.nonzero.default")
+def _nonzero(args: list, kwargs: dict) -> list:
+    return [np.argwhere(np.asarray(args[0])).astype(I64)]
+
+
+@form("aten.masked_select.default")
+def _masked_select(args: list, kwargs: dict) -> list:
+    x, m = np.broadcast_arrays(np.asarray(args[0]), np.asarray(args[1]))
+    return [np.array(x[m.astype(bool)])]
+
+
+def _index_key(x: np.ndarray, indices: list) -> tuple:
+    """torch's ``indices`` (a tensor per leading dimension, None for a full slice; a bool
+    mask stands for its nonzero positions) as a numpy key, in range (else no reference)."""
+    key: list = []
+    for i in indices:
+        if i is None:
+            key.append(slice(None))
+            continue
+        i = np.asarray(i)
+        if i.dtype == BOOL:
+            key.extend(np.nonzero(i))
+            continue
+        key.append(i.astype(I64))
+    if len(key) > x.ndim:
+        raise NoReference("more indices than dimensions")
+    for dim, k in enumerate(key):
+        if isinstance(k, np.ndarray) and k.size and (k.min() < -x.shape[dim]
+                                                     or k.max() >= x.shape[dim]):
+            raise NoReference("an index out of range (torch raises)")
+    return tuple(key)
+
+
+@form("aten.index_put.default", "aten._index_put_impl_.default")
+def _index_put(args: list, kwargs: dict) -> list:
+    """(self, indices, values, accumulate): a copy of self with values written (accumulate:
+    added, one at a time in index order: ATen's serial loop) at the indices; two writes to one
+    place without accumulate race in ATen's parallel loop: no reference."""
+    x, indices, vals = np.asarray(args[0]), list(args[1]), np.asarray(args[2])
+    acc = bool(opt(kwargs, args, 3, "accumulate", False))
+    key = _index_key(x, indices)
+    out = np.array(x, copy=True)
+    target = out[key]
+    v = np.broadcast_to(vals.astype(x.dtype), target.shape)
+    if acc:
+        with fp_quiet():
+            np.add.at(out, key, v)
+        return [out]
+    flat = np.arange(x.size).reshape(x.shape)[key]
+    if np.unique(flat).size != flat.size:
+        raise NoReference("index_put of two values onto one place (ATen's loop races)")
+    out[key] = v
+    return [out]
+
+
+@form("aten.index_add.default")
+def _index_add(args: list, kwargs: dict) -> list:
+    """(self, dim, index, source, alpha=1): source's slices added onto self's at the index,
+    one after another in index order (ATen's loop); alpha other than 1 is ATen's multiply-add
+    (not written out)."""
+    x, d, idx, src = np.asarray(args[0]), int(args[1]), np.asarray(args[2]), np.asarray(args[3])
+    if opt(kwargs, args, 4, "alpha", 1) != 1:
+        raise NoReference("index_add with alpha other than 1")
+    d = _dim(d, max(x.ndim, 1))
+    xs = x.reshape(1) if x.ndim == 0 else x
+    n = xs.shape[d]
+    idx = idx.reshape(-1).astype(I64)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise NoReference("an index out of range (torch raises)")
+    out = np.moveaxis(np.array(xs, copy=True), d, 0)
+    s2 = np.moveaxis(src.reshape(1) if src.ndim == 0 else src, d, 0).astype(x.dtype)
+    if s2.shape[0] != idx.size or s2.shape[1:] != out.shape[1:]:
+        raise NoReference("index_add of a source of another shape (torch raises)")
+    with fp_quiet():
+        np.add.at(out, idx, s2)
+    return [np.moveaxis(out, 0, d).reshape(x.shape)]
+
+
+@form("aten.index_copy.default")
+def _index_copy(args: list, kwargs: dict) -> list:
+    x, d, idx, src = np.asarray(args[0]), int(args[1]), np.asarray(args[2]), np.asarray(args[3])
+    d = _dim(d, max(x.ndim, 1))
+    xs = x.reshape(1) if x.ndim == 0 else x
+    idx = idx.reshape(-1).astype(I64)
+    if np.unique(idx % max(xs.shape[d], 1)).size != idx.size:
+        raise NoReference("index_copy onto one place twice (the winner is the loop's)")
+    out = np.moveaxis(np.array(xs, copy=True), d, 0)
+    out[idx] = np.moveaxis(src.reshape(1) if src.ndim == 0 else src, d, 0)
+    return [np.moveaxis(out, 0, d).reshape(x.shape)]
+
+
+@form("aten.diagonal.default")
+def _diagonal(args: list, kwargs: dict) -> list:
+    x = np.asarray(args[0])
+    off = opt(kwargs, args, 1, "offset", 0)
+    d1, d2 = opt(kwargs, args, 2, "dim1", 0), opt(kwargs, args, 3, "dim2", 1)
+    return [np.array(np.diagonal(x, off, _dim(d1, x.ndim), _dim(d2, x.ndim)))]
+
+
+# ---- packed sequences (pack_padded_sequence) --------------------------------------------------
+def _batch_sizes(lengths: Any, batch: int) -> np.ndarray:
+    n = np.asarray(lengths).astype(I64).reshape(-1)
+    if n.size != batch or not n.size or n.min() <= 0 or np.any(n[1:] > n[:-1]):
+        raise NoReference("lengths that are not positive and sorted longest first, one per "
+                          "sequence (torch raises)")
+    return np.array([np.count_nonzero(n > t) for t in range(int(n[0]))], I64)
+
+
+@form("aten._pack_padded_sequence.default")
+def _pack_padded(args: list, kwargs: dict) -> list:
+    """(input, lengths, batch_first) -> (data, batch_sizes): time step t's first
+    batch_sizes[t] sequences, steps in order (a copy)."""
+    x, lengths, bf = np.asarray(args[0]), args[1], bool(args[2])
+    if x.ndim < 2:
+        raise NoReference("pack_padded_sequence of an input of fewer than 2 dimensions")
+    tb = np.swapaxes(x, 0, 1) if bf else x
+    bs = _batch_sizes(lengths, tb.shape[1])
+    if bs.size > tb.shape[0]:
+        raise NoReference("a length past the input's steps (torch raises)")
+    return [np.concatenate([tb[t, :b] for t, b in enumerate(bs)]), bs]
+
+
+@form("aten._pack_padded_sequence_backward.default")
+def _pack_padded_backward(args: list, kwargs: dict) -> list:
+    """(grad, input_size, batch_sizes, batch_first): the packed gradient put back in its
+    places, zeros elsewhere."""
+    g, size, bs, bf = np.asarray(args[0]), [int(v) for v in args[1]], args[2], bool(args[3])
+    tb = [size[1], size[0], *size[2:]] if bf else list(size)
+    bs = np.asarray(bs).astype(I64).reshape(-1)
+    check_elems(math.prod(tb), "pack_padded_sequence_backward")
+    if len(tb) < 2 or bs.size > tb[0] or (bs.size and (bs.max() > tb[1] or bs.min() < 0)) \
+            or int(bs.sum()) != g.shape[0]:
+        raise NoReference("batch sizes that do not fit the input's size")
+    out = np.zeros(tb, g.dtype)
+    at = 0
+    for t, b in enumerate(bs):
+        out[t, :b] = g[at:at + b]
+        at += int(b)
+    return [np.ascontiguousarray(np.swapaxes(out, 0, 1)) if bf else out]
+
+
 @form("aten.pixel_shuffle.default")
 def _pixel_shuffle(args: list, kwargs: dict) -> list:
     """(..., C r^2, H, W) -> (..., C, H r, W r): a rearrangement (a copy)."""

@@ -11,6 +11,7 @@ the returned tensors without alias info: core/capture/__init__.py's convention).
 from __future__ import annotations
 
 import collections
+import math
 
 import ml_dtypes
 import numpy as np
@@ -27,7 +28,7 @@ F64, F32, BF16 = torch.float64, torch.float32, torch.bfloat16
 def to_np(a):
     """A recorded argument as the judge hands it to ``reference``."""
     if isinstance(a, torch.Tensor):
-        t = a.detach()
+        t = a.detach().resolve_conj().resolve_neg()  # (as the recorder reads a tensor)
         x = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == BF16 \
             else t.numpy()
         x = x.copy()
@@ -208,6 +209,47 @@ def _sgd(**extra):
 
 E = (5, 37)  # 185 elements: torch's vector loops and their scalar tails
 A = [lambda g, d: ([rn(g, d, *E)], {})]
+
+
+def _re(d):
+    """A real dtype of complex numbers (bfloat16 has none: float32)."""
+    return F32 if d == BF16 else d
+
+
+def _cx(g, d, *shape):
+    return torch.complex(rn(g, _re(d), *shape), rn(g, _re(d), *shape))
+
+
+def _perm(g, d, *shape):
+    """Distinct values (small integers, exact in bfloat16), shuffled: a sort without ties."""
+    n = math.prod(shape)
+    return (torch.randperm(n, generator=g).to(d) - n // 2).reshape(shape)
+
+
+def _ties_nan(d):
+    """Rows with equal elements, signed zeros, NaN and infinities (a stable sort's order)."""
+    nan, inf = float("nan"), float("inf")
+    return torch.tensor([[2.0, -0.0, nan, 2.0, 0.0, -inf, 1.0, nan],
+                         [1.0, 1.0, inf, -1.0, 1.0, 0.0, -0.0, 3.0]], dtype=d)
+
+
+def _special(x):
+    """``x`` (2, 2, 6, 6) with the pool's rules planted: two NaNs in one window (the last
+    wins), a window of -inf only (its first tap's index), a -0.0 among zeros (the first of
+    equal maxima)."""
+    x = x.clone()
+    flat = x.view(-1)
+    flat[0], flat[7] = float("nan"), float("nan")
+    for i in (4, 5, 10, 11):
+        flat[i] = -float("inf")
+    flat[40] = -0.0
+    return x
+
+
+def _adaptive_max_backward(g, d):
+    x = rn(g, d, 2, 3, 7, 5)
+    out, idx = torch.ops.aten.adaptive_max_pool2d(x, [3, 2])
+    return [rn(g, d, *out.shape), x, idx], {}
 # (id, op, build(g, dtype) -> (args, kwargs))
 CASES = [
     ("add", "aten.add.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, E[1])], {})),
@@ -654,6 +696,61 @@ CASES = [
     ("fused_sgd", "aten._fused_sgd_.default", _sgd()),
     ("fused_sgd_plain", "aten._fused_sgd_.default", _sgd(momentum=0.0, nesterov=False,
                                                          no_buffers=True)),
+    # session 29's trial scripts: CELU; rotary embeddings in complex numbers (a Llama);
+    # mixture-of-experts routing (top-k, nonzero, indexed writes); adaptive max pooling;
+    # packed sequences
+    ("celu", "aten.celu.default", lambda g, d: ([rn(g, d, 5, 4), 0.7], {})),
+    ("view_as_complex", "aten.view_as_complex.default",
+     lambda g, d: ([rn(g, _re(d), 3, 4, 2)], {})),
+    ("view_as_real", "aten.view_as_real.default", lambda g, d: ([_cx(g, d, 3, 4)], {})),
+    ("conj", "aten._conj.default", lambda g, d: ([_cx(g, d, 3, 4)], {})),
+    ("conj_physical", "aten.conj_physical.default", lambda g, d: ([_cx(g, d, 3, 4)], {})),
+    ("resolve_conj", "aten.resolve_conj.default", lambda g, d: ([_cx(g, d, 3, 4).conj()], {})),
+    ("polar", "aten.polar.default",
+     lambda g, d: ([pos(g, _re(d), 5, 4), rn(g, _re(d), 5, 4, lo=-4.0, hi=4.0)], {})),
+    ("sort", "aten.sort.default", lambda g, d: ([_perm(g, d, 4, 9)], {})),
+    ("sort_desc_dim0", "aten.sort.default", lambda g, d: ([_perm(g, d, 5, 3), 0, True], {})),
+    ("sort_stable_ties_nan", "aten.sort.stable",
+     lambda g, d: ([_ties_nan(d)], {"stable": True, "dim": 1, "descending": True})),
+    ("sort_stable_asc", "aten.sort.stable",
+     lambda g, d: ([_ties_nan(d)], {"stable": True})),
+    ("topk", "aten.topk.default", lambda g, d: ([_perm(g, d, 4, 9), 3], {})),
+    ("topk_smallest_dim0", "aten.topk.default",
+     lambda g, d: ([_perm(g, d, 6, 3), 2, 0, False], {})),
+    ("nonzero", "aten.nonzero.default",
+     lambda g, d: ([rn(g, d, 4, 5).clamp(min=0.0)], {})),
+    ("masked_select", "aten.masked_select.default",
+     lambda g, d: ([rn(g, d, 4, 5), rn(g, F64, 5) > 0], {})),
+    ("index_put", "aten.index_put.default",
+     lambda g, d: ([rn(g, d, 5, 4), [torch.tensor([4, 0, 2])], rn(g, d, 3, 4)], {})),
+    ("index_put_acc_twice", "aten.index_put.default",
+     lambda g, d: ([rn(g, d, 5, 4), [torch.tensor([1, 3, 1, 1])], rn(g, d, 4, 4), True], {})),
+    ("index_put_mask", "aten.index_put_.default",
+     lambda g, d: ([rn(g, d, 5, 4), [rn(g, F64, 5, 4) > 0], torch.tensor(0.5, dtype=d)], {})),
+    ("index_put_impl_", "aten._index_put_impl_.default",
+     lambda g, d: ([rn(g, d, 5, 4), [None, torch.tensor([3, 0, 3])], rn(g, d, 5, 3), True,
+                    False], {})),
+    ("index_add", "aten.index_add.default",
+     lambda g, d: ([rn(g, d, 5, 4), 0, torch.tensor([1, 3, 1]), rn(g, d, 3, 4)], {})),
+    ("index_add_dim1_", "aten.index_add_.default",
+     lambda g, d: ([rn(g, d, 3, 5), 1, torch.tensor([0, 4, 0, 2]), rn(g, d, 3, 4)], {})),
+    ("index_copy", "aten.index_copy.default",
+     lambda g, d: ([rn(g, d, 5, 4), 0, torch.tensor([3, 1]), rn(g, d, 2, 4)], {})),
+    ("diagonal", "aten.diagonal.default", lambda g, d: ([rn(g, d, 4, 5, 3), 1, 0, 1], {})),
+    ("adaptive_max_pool", "aten.adaptive_max_pool2d.default",
+     lambda g, d: ([rn(g, d, 2, 3, 7, 5), [3, 2]], {})),
+    ("adaptive_max_pool_ties", "aten.adaptive_max_pool2d.default",
+     lambda g, d: ([_special(ints(g, 3, 2, 2, 6, 6).to(d)), [4, 4]], {})),
+    ("adaptive_max_pool_3d_input", "aten.adaptive_max_pool2d.default",
+     lambda g, d: ([rn(g, d, 3, 9, 4), [2, 3]], {})),
+    ("adaptive_max_pool_backward", "aten.adaptive_max_pool2d_backward.default",
+     _adaptive_max_backward),
+    ("pack_padded", "aten._pack_padded_sequence.default",
+     lambda g, d: ([rn(g, d, 4, 6, 3), torch.tensor([6, 5, 3, 1]), True], {})),
+    ("pack_padded_time_first", "aten._pack_padded_sequence.default",
+     lambda g, d: ([rn(g, d, 6, 4, 3), torch.tensor([6, 6, 2, 1]), False], {})),
+    ("pack_padded_backward", "aten._pack_padded_sequence_backward.default",
+     lambda g, d: ([rn(g, d, 12, 3), [4, 6, 3], torch.tensor([4, 3, 3, 1, 1]), True], {})),
 ]
 
 # float32 bit for bit with torch's CPU kernel (measured, torch 2.13, this machine). The rest
@@ -695,6 +792,14 @@ BIT_EXACT = {
     "embedding_bag_dense_backward",
     "transpose_", "t_", "reflection_pad1d",
     "reflection_pad2d_backward", "smooth_l1_backward", "grad_input_out",
+    # session 29's selections, complex views and packed sequences
+    "view_as_complex", "view_as_real", "conj", "conj_physical", "resolve_conj", "sort",
+    "sort_desc_dim0", "sort_stable_ties_nan", "sort_stable_asc", "topk", "topk_smallest_dim0",
+    "nonzero", "masked_select", "index_put", "index_put_acc_twice", "index_put_mask",
+    "index_put_impl_", "index_add", "index_add_dim1_", "index_copy", "diagonal",
+    "adaptive_max_pool", "adaptive_max_pool_ties", "adaptive_max_pool_3d_input",
+    "adaptive_max_pool_backward", "pack_padded", "pack_padded_time_first",
+    "pack_padded_backward",
 }
 
 IDS = [c[0] for c in CASES]
