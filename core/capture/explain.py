@@ -2321,9 +2321,37 @@ def _fused_adams(base: str) -> list[_Variant]:
             for width in (8, 4)]
 
 
+def _libc_trig(name: str, dt: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
+    """The C library's ``name`` (``cos``, ``sin``; float32: ``cosf``, ``sinf``), element by
+    element (ctypes)."""
+    import ctypes
+
+    ct, suffix = (ctypes.c_float, "f") if dt == np.float32 else (ctypes.c_double, "")
+    fn = getattr(libm(), name + suffix)
+    fn.restype, fn.argtypes = ct, [ct]
+    u = np.frompyfunc(fn, 1, 1)
+    return lambda x: u(np.asarray(x, dt)).astype(dt)
+
+
+def _polar_libc(args: list, kw: dict) -> np.ndarray:
+    """PyTorch's CPU polar: a scalar loop, ``abs * cos(angle)``, ``abs * sin(angle)`` by the
+    C library's cosf / sinf (glibc's are not correctly rounded everywhere)."""
+    a, t = np.asarray(args[0]), np.asarray(args[1])
+    if a.dtype not in (np.float32, np.float64) or t.dtype != a.dtype:
+        raise ValueError("polar of another dtype")
+    out = np.empty(np.broadcast_shapes(a.shape, t.shape),
+                   np.complex64 if a.dtype == np.float32 else np.complex128)
+    out.real = a * _libc_trig("cos", a.dtype)(t)
+    out.imag = a * _libc_trig("sin", a.dtype)(t)
+    return out
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
+    if base == "polar":
+        return [("libm", "PyTorch's CPU polar: the C library's cosf / sinf (a scalar loop), "
+                         "each times abs", _polar_libc)]
     if base in ("_fused_adam_", "_fused_adamw_", "_fused_adam", "_fused_adamw"):
         return _fused_adams(base)
     if base in ("mm", "bmm", "addmm"):
@@ -2622,6 +2650,13 @@ def _every_output(op: str, label: str, run: Callable, args: list, kwargs: dict) 
     return y
 
 
+def _reals(x: np.ndarray) -> np.ndarray:
+    """A complex array as its real and imaginary parts (what the comparison reads)."""
+    if x.dtype.kind != "c":
+        return x
+    return np.ascontiguousarray(x).view(np.float32 if x.dtype == np.complex64 else np.float64)
+
+
 def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: dict,
                output: int = 0) -> dict:
     """The cause of op ``op``'s recorded output ``output`` differing from the reference
@@ -2662,7 +2697,7 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
             continue
         if y.shape != recorded.shape or y.dtype != recorded.dtype:
             continue
-        d = compare_arrays(y, recorded)
+        d = compare_arrays(_reals(y), _reals(recorded))
         if d.n_diff == 0:
             remember(key, label)
             return {"cause": cause, "variant": label}
