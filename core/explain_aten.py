@@ -477,17 +477,65 @@ def gelu_tanh(x: np.ndarray, dy: np.ndarray | None = None) -> np.ndarray:
                                   + ((left * td).astype(f32) * idv).astype(f32))).astype(f32)
 
 
-def _vec_map(x: np.ndarray, vec: Callable, scalar: Callable) -> np.ndarray:
+#: ATen's ``GRAIN_SIZE``: a TensorIterator loop of more elements is split among threads
+GRAIN_SIZE = 32768
+
+
+def _vec_map(x: np.ndarray, vec: Callable, scalar: Callable, threads: int = 1,
+             *more: np.ndarray) -> np.ndarray:
     """``cpu_kernel_vec`` over a contiguous array: ``vec`` on whole pairs of registers, ``scalar``
-    on the rest (elementwise functions, so applied to the flat array's two parts)."""
+    on the rest (elementwise functions, so applied to the flat array's two parts), in each of
+    ``at::parallel_for``'s chunks (past ``GRAIN_SIZE`` elements, ``threads`` threads: chunks
+    of ``ceil(n / used)``, each split into its own vectors and tail). ``more``: further
+    operands of ``x``'s shape, handed to ``vec`` and ``scalar`` after it."""
     flat = np.ascontiguousarray(x).reshape(-1)
+    rest = [np.ascontiguousarray(m).reshape(-1) for m in more]
     w = 2 * _LANES[flat.dtype]
-    v = flat.size - flat.size % w
+    n = flat.size
+    used = max(1, min(threads, -(-n // GRAIN_SIZE)))
+    chunk = -(-n // used) if n else 0
     out = np.empty_like(flat)
-    out[:v] = vec(flat[:v])
-    if v < flat.size:
-        out[v:] = scalar(flat[v:])
+    for lo in range(0, n, chunk or 1):
+        hi = min(n, lo + chunk)
+        v = lo + (hi - lo) - (hi - lo) % w
+        if v > lo:
+            out[lo:v] = vec(flat[lo:v], *(m[lo:v] for m in rest))
+        if v < hi:
+            out[v:hi] = scalar(flat[v:hi], *(m[v:hi] for m in rest))
     return out.reshape(np.shape(x))
+
+
+def softplus(x: Any, beta: float, threshold: float, dy: Any = None, threads: int = 1
+             ) -> np.ndarray:
+    """``softplus`` (``dy`` None) or its backward as PyTorch's CPU computes them in float32
+    (ATen's Activation.cpp, ``cpu_kernel_vec``; measured on 100,000 values at 1 and 2
+    threads): ``z = x * beta``; ``z > threshold ? x : log1p(exp(z)) / beta`` with SLEEF's
+    ``expf`` and ``log1pf`` on whole register pairs, the C library's on the rest; the backward
+    ``z > threshold ? g : (g * e) / (e + 1)``, ``e = exp(z)``."""
+    from tapescope.core.explain_prims import _LIBC_MATH as L
+
+    f32 = np.float32
+    x = np.asarray(x)
+    if x.dtype != f32 or (dy is not None and (np.asarray(dy).dtype != f32
+                                              or np.shape(dy) != x.shape)):
+        raise ValueError("written for float32")
+    b, t = f32(beta), f32(threshold)
+    one = f32(1)
+
+    def fwd(exp: Callable, log1p: Callable) -> Callable:
+        return lambda v: np.where(v * b > t, v, (log1p(exp(v * b)).astype(f32) / b)
+                                  ).astype(f32)
+
+    def bwd(exp: Callable) -> Callable:
+        def run(v: np.ndarray, g: np.ndarray) -> np.ndarray:
+            e = exp(v * b).astype(f32)
+            return np.where(v * b > t, g, (g * e) / (e + one)).astype(f32)
+        return run
+
+    with np.errstate(all="ignore"):
+        if dy is None:
+            return _vec_map(x, fwd(_sleef_exp32, sleef_log1pf), fwd(L.exp, L.log1p), threads)
+        return _vec_map(x, bwd(_sleef_exp32), bwd(L.exp), threads, np.asarray(dy))
 
 
 def reduce_all(e: np.ndarray) -> np.ndarray:

@@ -76,7 +76,9 @@ from tapescope.core.explain_aten import (
 )
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
+from tapescope.core.explain_aten import GRAIN_SIZE
 from tapescope.core.explain_aten import mish as _aten_mish
+from tapescope.core.explain_aten import softplus as _aten_softplus
 from tapescope.core.explain_aten import silu as _aten_silu
 from tapescope.core.explain_onednn import (
     gelu_backward,
@@ -593,7 +595,43 @@ def _norms(dt: np.dtype) -> list[_Variant]:
     # what PyTorch 2.13's CPU norm was measured to be, first: the serial fma chain before it
     # in the table loops over every element in Python (~0.1 s for a 50,000-element grad)
     ins.sort(key=lambda v: v.label != _TORCH_NORM)
-    return [(v.cause, v.label, make(v.value)) for v in ins]
+    return [(v.cause, v.label, make(v.value)) for v in ins] + [
+        ("reassociation", "PyTorch's CPU 2-norm over the last dimension (ATen's reduce-lastdim "
+                          "kernel, F.normalize's): 8-lane vector sums of squares, the lanes "
+                          "added in sequence, then the tail's whole fours squared and added in "
+                          "turn, the rest by fma", _norm_lastdim)]
+
+
+def _norm_lastdim(args: list, kw: dict) -> np.ndarray:
+    """``linalg_vector_norm(x, 2, dim=[-1])`` of a float32 ``x`` as ATen's reduce-lastdim
+    kernel computes it, measured (torch 2.13, rows of 1 to 1,000): per row, 8-lane
+    accumulators of ``acc + v * v`` over the whole vectors, folded lane 0 + 1 + ... + 7; the
+    tail's first ``4 * floor(t / 4)`` elements (the compiler's vectorised squares, added in
+    order) ``b + x * x``; the rest ``fma(x, x, b)``; the square root."""
+    x = np.asarray(_first(args[0]))
+    order = _arg(args, kw, 1, "ord", 2)
+    dim = kw.get("dim", args[2] if len(args) > 2 else None)
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    keep = bool(kw.get("keepdim", args[3] if len(args) > 3 else False))
+    if order != 2 or x.dtype != np.float32 or x.ndim == 0 or [d % x.ndim for d in dims] != [
+            x.ndim - 1] or kw.get("dtype") is not None:
+        raise ValueError("written for the float32 2-norm over the last dimension")
+    n = x.shape[-1]
+    whole = n - n % 8
+    acc = np.zeros(x.shape[:-1] + (8,), np.float32)
+    for d in range(0, whole, 8):
+        v = x[..., d:d + 8]
+        acc = acc + v * v
+    b = acc[..., 0].copy()
+    for j in range(1, 8):
+        b = b + acc[..., j]
+    fours = whole + ((n - whole) // 4) * 4
+    for d in range(whole, fours):
+        b = b + x[..., d] * x[..., d]
+    for d in range(fours, n):
+        b = fma(x[..., d], x[..., d], b)
+    y = np.sqrt(b)
+    return y[..., None] if keep else y
 
 
 def _layer_norm() -> list[_Variant]:
@@ -2346,9 +2384,27 @@ def _polar_libc(args: list, kw: dict) -> np.ndarray:
     return out
 
 
+def _softplus_variant(backward: bool, threads: int) -> _Variant:
+    """PyTorch's CPU softplus (or its backward) at ``threads`` threads (core.explain_aten's
+    ``softplus``); past one thread only where the loop is split (more than ATen's grain)."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        x = _f32_only(args[1] if backward else args[0])
+        if threads > 1 and x.size <= GRAIN_SIZE:
+            raise ValueError("one thread's loop: the 1-thread variant's")
+        beta = float(_arg(args, kw, 2 if backward else 1, "beta", 1))
+        th = float(_arg(args, kw, 3 if backward else 2, "threshold", 20))
+        return _aten_softplus(x, beta, th, _f32_only(args[0]) if backward else None, threads)
+    return ("libm", f"PyTorch's CPU softplus{' backward' if backward else ''}: SLEEF's expf"
+                    f"{'' if backward else ' and log1pf'} on whole register pairs, the C "
+                    "library's on the rest"
+                    f"{f', the loop split over {threads} threads' if threads > 1 else ''}", run)
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
+    if base in ("softplus", "softplus_backward"):
+        return [_softplus_variant(base == "softplus_backward", t) for t in (1, 2, 4)]
     if base == "polar":
         return [("libm", "PyTorch's CPU polar: the C library's cosf / sinf (a scalar loop), "
                          "each times abs", _polar_libc)]

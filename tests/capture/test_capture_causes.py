@@ -2190,3 +2190,48 @@ def test_polar_is_the_c_librarys_cos_and_sin():
     parts = off.view(off.real.dtype)
     parts[0] = np.nextafter(parts[0], np.inf, dtype=parts.dtype)
     assert explain_op(op, args, {}, off, d)["cause"] == "unknown"
+
+
+@pytest.mark.parametrize("n", [3, 5, 7, 13, 16, 37, 100])
+def test_a_2_norm_over_the_last_dimension_is_atens_reduce_lastdim(n):
+    """F.normalize's ``x.norm(2, dim=-1, keepdim=True)`` (a CLIP-like step's embeddings):
+    ATen's reduce-lastdim kernel, 8-lane sums of squares folded in sequence, the tail's fours
+    added in turn, the rest by fma. Named for torch's result, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(512, n, generator=g)
+    op = "aten.linalg_vector_norm.default"
+    args, kw = [x.numpy(), 2, [-1], True], {}
+    rec = torch.ops.aten.linalg_vector_norm(x, 2, [-1], True).numpy()
+    _named(op, args, kw, rec, reference(op, args, kw)[0], "reassociation",
+           "reduce-lastdim")
+
+
+@pytest.mark.parametrize("n,threads", [(1003, 1), (100003, 1), (100003, 2)])
+@pytest.mark.parametrize("beta,threshold", [(1.0, 20.0), (2.0, 3.0)])
+def test_softplus_and_its_backward_are_sleefs_in_each_threads_chunk(n, threads, beta,
+                                                                   threshold):
+    """A CLIP-like tower's Softplus: ATen's ``cpu_kernel_vec`` with SLEEF's expf and log1pf on
+    whole register pairs and the C library's on the rest, the rest counted in each thread's
+    chunk of a loop ATen splits (past 32,768 elements: 2 threads put a scalar tail mid-array).
+    Named for torch's result, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(n + threads)
+    x = torch.rand(n, generator=g) * 16 - 8
+    dy = torch.randn(n, generator=g)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = torch.ops.aten.softplus(x, beta, threshold).numpy()
+        gx = torch.ops.aten.softplus_backward(dy, x, beta, threshold).numpy()
+    finally:
+        torch.set_num_threads(old)
+    for op, args, rec in (("aten.softplus.default", [x.numpy(), beta, threshold], y),
+                          ("aten.softplus_backward.default",
+                           [dy.numpy(), x.numpy(), beta, threshold], gx)):
+        plain = reference(op, args, {})[0]
+        _named(op, args, {}, rec, plain, "libm", "SLEEF's expf")
+        got = explain_op(op, args, {}, rec, _diff(plain, rec))
+        assert ("2 threads" in got["variant"]) == (threads == 2 and n > 32768), got
