@@ -926,6 +926,8 @@ def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
     try:
         a = _decode(cap.ops["args"][i], lambda v: cap.arrays[v])
         k = _decode_kw(cap.ops["kwargs"][i], lambda v: cap.arrays[v])
+        if i in cap.layouts:  # (its first argument's memory layout, as the judge hands it)
+            k[LAYOUT_KW] = cap.layouts[i]
         if op == COMPILED_OP:  # a compiled graph's call: its nodes by the table
             return [np.asarray(x) for x in run_region(cap.graphs[a[0]], a[1], a[2], reference,
                                                       cap.arrays.__getitem__)], ""

@@ -162,6 +162,22 @@ def test_every_as_strided_op_is_judged_with_its_recorded_layout(tmp_path, monkey
     assert not any(".as_strided" in n["op"] for n in rep["no_reference"])
 
 
+def test_the_inspector_reruns_an_as_strided_op_with_its_layout(made):
+    """The window's Inspector re-runs the selected op by the reference (``rerun_op``): with
+    the op's recorded layout, as the judge does (it said the layout was not in the capture)."""
+    from tapescope.core.capture.judge import rerun_op
+
+    cap = load(made)
+    ops = sorted(cap.layouts)
+    assert ops
+    for i in ops:
+        got, why = rerun_op(cap, i)
+        assert why == "" and got is not None, (i, why)
+        (v,) = cap.ops["outputs"][i]
+        if cap.arrays[v] is not None:
+            assert got[0].tobytes() == np.ascontiguousarray(cap.arrays[v]).tobytes()
+
+
 def test_a_layout_the_file_lies_about_is_an_introduced_difference(tmp_path, monkeypatch, hot):
     """The judge reads the file's layout: the user's window's offset moved by one element
     shows other elements than the run recorded (introduced there), so the judgement rests on
