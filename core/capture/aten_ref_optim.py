@@ -149,6 +149,14 @@ def adam_update(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
             g = g + (w * k["wd"])
     m = lerp(m, g, k["c1"])
     v = (v * k["b2"]) + ((k["c2"] * g) * g)
+    return adam_step(w, m, v, vmax, k)
+
+
+def adam_step(w: np.ndarray, m: np.ndarray, v: np.ndarray, vmax: np.ndarray | None,
+              k: dict) -> tuple:
+    """Adam's step from its new moments (amsgrad: ``vmax`` kept as the larger), as the fused
+    kernel writes it: ``den = sqrt(v) / bc2_sqrt + eps``; ``w - (step_size * m) / den``:
+    ``(w, m, v, vmax)``."""
     if vmax is not None:
         vmax = np.maximum(vmax, v)
         den = (np.sqrt(vmax) / k["bc2_sqrt"]) + k["eps"]

@@ -41,7 +41,7 @@ import numpy as np
 
 from tapescope.core import native
 from tapescope.core.capture.aten_ref_layers import bag_backward, bag_forward, bag_grad_args
-from tapescope.core.capture.aten_ref_optim import fused_adam
+from tapescope.core.capture.aten_ref_optim import adam_step, fused_adam
 from tapescope.core.capture.aten_ref_table import as_dtype
 from tapescope.core.explain import (
     _HINTS,
@@ -2323,12 +2323,7 @@ def _aten_adam_part(w: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray,
     else:
         m = fma(c1 - one, g - m, g)
     v = fma(k["c2"] * g, g, v * k["b2"]) if vector else fma(v, k["b2"], (k["c2"] * g) * g)
-    if vmax is not None:
-        vmax = np.maximum(vmax, v)
-        den = (np.sqrt(vmax) / k["bc2_sqrt"]) + k["eps"]
-    else:
-        den = (np.sqrt(v) / k["bc2_sqrt"]) + k["eps"]
-    return w - ((k["step_size"] * m) / den), m, v, vmax
+    return adam_step(w, m, v, vmax, k)
 
 
 def _aten_adam(width: int) -> Callable:
