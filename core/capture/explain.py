@@ -58,6 +58,7 @@ from tapescope.core.explain import (
 )
 from tapescope.core.explain_aten import (
     ATEN_FORWARD,
+    GRAIN_SIZE,
     _fma_acc,
     _lane_sum,
     _mkl_mm,
@@ -76,10 +77,9 @@ from tapescope.core.explain_aten import (
 )
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
-from tapescope.core.explain_aten import GRAIN_SIZE
 from tapescope.core.explain_aten import mish as _aten_mish
-from tapescope.core.explain_aten import softplus as _aten_softplus
 from tapescope.core.explain_aten import silu as _aten_silu
+from tapescope.core.explain_aten import softplus as _aten_softplus
 from tapescope.core.explain_onednn import (
     gelu_backward,
     gelu_forward,
@@ -2350,8 +2350,12 @@ def _fused_adams(base: str) -> list[_Variant]:
                     f"{'' if adamw else ', the weight decay fma(param, wd, grad)'}; the last "
                     f"n % {width} elements of a tensor in its scalar loop, fma(exp_avg_sq, "
                     "beta2, (c2 * g) * g)",
-             lambda a, kw, u=_aten_adam(width): tuple(fused_adam(a, kw, adamw, update=u)))
-            for width in (8, 4)]
+             _fused_adam_run(adamw, width)) for width in (8, 4)]
+
+
+def _fused_adam_run(adamw: bool, width: int) -> Callable:
+    update = _aten_adam(width)
+    return lambda a, kw: tuple(fused_adam(a, kw, adamw, update=update))
 
 
 def _libc_trig(name: str, dt: np.dtype) -> Callable[[np.ndarray], np.ndarray]:

@@ -65,9 +65,9 @@ from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
            "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "LAYOUT_KW",
-           "LAYOUT_OPS", "Limits", "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS", "comparable", "derived_digest",
-           "derived_holds", "digest", "is_capture", "is_dense", "load", "raw_bytes", "save",
-           "uninitialised_digest"]
+           "LAYOUT_OPS", "Limits", "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS", "comparable",
+           "derived_digest", "derived_holds", "digest", "is_capture", "is_dense", "load",
+           "raw_bytes", "save", "uninitialised_digest"]
 
 FORMAT = "tapescope.capture"
 VERSION = 1

@@ -565,7 +565,8 @@ def test_views_in_place_writes_returns_and_dtypes_record_the_same(hot, tmp_path)
     h = got.half()
     names = [r["name"] for r in got.rows[h:]]
     for op in ("aten.select.int", "aten.mul_.Tensor", "aten.add.out", "aten.sort.default",
-               "aten.split.Tensor", "aten._foreach_add_.Scalar", "aten.view.dtype", "aten.convolution_backward.default", "aten._to_copy.default",
+               "aten.split.Tensor", "aten._foreach_add_.Scalar", "aten.view.dtype",
+               "aten.convolution_backward.default", "aten._to_copy.default",
                "aten.logical_not.default", "aten.mm.default",
                "aten._native_batch_norm_legit.default"):
         assert op in names and op in got.c_rows(h), op
