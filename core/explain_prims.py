@@ -136,30 +136,40 @@ def libm() -> Any:
     return ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
 
 
+def libc_elementwise(name: str, other: Callable[[np.ndarray], np.ndarray] | None = None
+                     ) -> Callable[[np.ndarray], np.ndarray]:
+    """The C library's ``name`` (float64) / ``name + "f"`` (float32), element by element
+    (ctypes); ``other`` for any other dtype (None: a ValueError)."""
+    import ctypes
+
+    lib = libm()
+    fns = {}
+    for dt, suffix, ct in ((np.float64, "", ctypes.c_double), (np.float32, "f", ctypes.c_float)):
+        fn = getattr(lib, name + suffix)
+        fn.restype, fn.argtypes = ct, [ct]
+        fns[np.dtype(dt)] = np.frompyfunc(fn, 1, 1)
+
+    def f(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        u = fns.get(x.dtype)
+        if u is not None:
+            return u(x).astype(x.dtype)
+        if other is None:
+            raise ValueError(f"the C library's {name} of {x.dtype}")
+        return other(x)
+    return f
+
+
 def _libc_math() -> SimpleNamespace:
     """The C library's transcendentals (``exp``, ``expf``, ...), element by element, spelled as
     core.mathlib's platform namespace: what the host and CUDA kernels call under
     math="platform" (gpu/source.py). numpy's own loops are the same functions on some CPUs but
     not on others (on AVX-512 numpy has its own exp and log: up to 2 ulp from glibc's), so libm is
     tried both ways."""
-    import ctypes
-
     base = mathlib.get("platform")
-    lib = libm()
 
     def lift(name: str) -> Callable[[np.ndarray], np.ndarray]:
-        fns = {}
-        for dt, suffix, ct in ((np.float64, "", ctypes.c_double), (np.float32, "f",
-                                                                    ctypes.c_float)):
-            fn = getattr(lib, name + suffix)
-            fn.restype, fn.argtypes = ct, [ct]
-            fns[np.dtype(dt)] = np.frompyfunc(fn, 1, 1)
-
-        def f(x: np.ndarray) -> np.ndarray:
-            x = np.asarray(x)
-            u = fns.get(x.dtype)
-            return getattr(base, name)(x) if u is None else u(x).astype(x.dtype)
-        return f
+        return libc_elementwise(name, getattr(base, name))
 
     exp = lift("exp")
 

@@ -46,6 +46,7 @@ from tapescope.core.capture.file import (
     OVERWRITE_OPS,
     UNINITIALISED_OPS,
     Spool,
+    c_strides,
     derived_digest,
     digest,
     raw_bytes,
@@ -294,15 +295,6 @@ def _c_order(t: torch.Tensor, a: np.ndarray) -> np.ndarray:
         if c.flags.c_contiguous and c.shape == a.shape:
             return c
     return np.array(a, order="C")
-
-
-def _c_strides(shape: Any) -> tuple[int, ...]:
-    """The strides (in elements) of C order over ``shape``."""
-    out, step = [], 1
-    for sz in reversed(shape):
-        out.append(step)
-        step *= sz
-    return tuple(reversed(out))
 
 
 def _collapsed(shape: Any, strides: Any) -> list[list[int]]:
@@ -955,7 +947,7 @@ class Recorder(TorchDispatchMode):
                 if d is None:
                     if order == sorted(order):
                         return vid, None  # its axes in their order: a's C-order bytes
-                    src, over = vid, _c_strides(a_shape)
+                    src, over = vid, c_strides(a_shape)
                 else:
                     src, over = d
                 # a's dimensions, each once, over a dense layout of the source (C order, or

@@ -27,6 +27,7 @@ from tapescope.core.capture.aten_ref_table import (
     fp_quiet,
     opt,
 )
+from tapescope.core.capture.file import LAYOUT_KW, c_strides
 
 
 def cast(x: Any, dt: np.dtype) -> np.ndarray:
@@ -339,8 +340,6 @@ def _as_strided(args: list, kwargs: dict) -> list:
     storage position found among the input's own (laid out by its recorded layout,
     ``LAYOUT_KW``); an element of the storage that is not one of the input's is not in the
     capture: no reference."""
-    from tapescope.core.capture.file import LAYOUT_KW
-
     x = np.asarray(args[0])
     size, stride = args[1], args[2]
     offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
@@ -367,8 +366,8 @@ def _as_strided(args: list, kwargs: dict) -> list:
         raise NoReference("its storage positions do not fit 62 bits")
     want = _positions(shape, stride, offset)
     flat = x.reshape(-1)
-    if x.size and all(st == c for d, st, c in zip(x.shape, in_strides,
-                                                  _c_order(x.shape), strict=True) if d > 1):
+    if x.size and all(st == c for d, st, c in zip(x.shape, in_strides, c_strides(x.shape),
+                                                  strict=True) if d > 1):
         at = want - in_offset  # (the input dense in C order from its offset: the position)
         if at.min() < 0 or at.max() >= x.size:
             raise NoReference("it shows storage outside its input's elements (not in the "
@@ -382,15 +381,6 @@ def _as_strided(args: list, kwargs: dict) -> list:
         raise NoReference("it shows storage outside its input's elements (not in the "
                           "capture)")
     return [flat[order[j]].reshape(shape)]
-
-
-def _c_order(shape: tuple[int, ...]) -> list[int]:
-    """The strides (in elements) of C order over ``shape``."""
-    out, step = [], 1
-    for d in reversed(shape):
-        out.append(step)
-        step *= d
-    return out[::-1]
 
 
 @form("aten.slice.Tensor")
@@ -728,19 +718,31 @@ def _index_put(args: list, kwargs: dict) -> list:
     place without accumulate race in ATen's parallel loop: no reference."""
     x, indices, vals = np.asarray(args[0]), list(args[1]), np.asarray(args[2])
     acc = bool(opt(kwargs, args, 3, "accumulate", False))
-    key = _index_key(x, indices)
+    # each written element's flat place, in the loop's order
+    places = np.arange(x.size).reshape(x.shape)[_index_key(x, indices)]
+    v = np.broadcast_to(vals.astype(x.dtype), places.shape).reshape(-1)
+    places = places.reshape(-1)
     out = np.array(x, copy=True)
-    target = out[key]
-    v = np.broadcast_to(vals.astype(x.dtype), target.shape)
     if acc:
         with fp_quiet():
-            np.add.at(out, key, v)
+            np.add.at(out.reshape(-1), places, v)
         return [out]
-    flat = np.arange(x.size).reshape(x.shape)[key]
-    if np.unique(flat).size != flat.size:
+    if np.unique(places).size != places.size:
         raise NoReference("index_put of two values onto one place (ATen's loop races)")
-    out[key] = v
+    out.reshape(-1)[places] = v
     return [out]
+
+
+def _front(a: np.ndarray, d: int) -> np.ndarray:
+    """``a`` (a 0-d one as one element) with dimension ``d`` moved to the front (a view)."""
+    return np.moveaxis(a.reshape(1) if a.ndim == 0 else a, d, 0)
+
+
+def _index_args(args: list) -> tuple:
+    """``(self, dim, index, source)`` of index_add / index_copy: self, its dim (a 0-d self's
+    is 0), the index flat in int64, source."""
+    x, idx, src = np.asarray(args[0]), np.asarray(args[2]), np.asarray(args[3])
+    return x, _dim(int(args[1]), max(x.ndim, 1)), idx.reshape(-1).astype(I64), src
 
 
 @form("aten.index_add.default")
@@ -748,35 +750,30 @@ def _index_add(args: list, kwargs: dict) -> list:
     """(self, dim, index, source, alpha=1): source's slices added onto self's at the index,
     one after another in index order (ATen's loop); alpha other than 1 is ATen's multiply-add
     (not written out)."""
-    x, d, idx, src = np.asarray(args[0]), int(args[1]), np.asarray(args[2]), np.asarray(args[3])
+    x, d, idx, src = _index_args(args)
     if opt(kwargs, args, 4, "alpha", 1) != 1:
         raise NoReference("index_add with alpha other than 1")
-    d = _dim(d, max(x.ndim, 1))
-    xs = x.reshape(1) if x.ndim == 0 else x
-    n = xs.shape[d]
-    idx = idx.reshape(-1).astype(I64)
+    out = np.array(x, copy=True)
+    o, s2 = _front(out, d), _front(src, d).astype(x.dtype)
+    n = o.shape[0]
     if idx.size and (idx.min() < -n or idx.max() >= n):
         raise NoReference("an index out of range (torch raises)")
-    out = np.moveaxis(np.array(xs, copy=True), d, 0)
-    s2 = np.moveaxis(src.reshape(1) if src.ndim == 0 else src, d, 0).astype(x.dtype)
-    if s2.shape[0] != idx.size or s2.shape[1:] != out.shape[1:]:
+    if s2.shape[0] != idx.size or s2.shape[1:] != o.shape[1:]:
         raise NoReference("index_add of a source of another shape (torch raises)")
     with fp_quiet():
-        np.add.at(out, idx, s2)
-    return [np.moveaxis(out, 0, d).reshape(x.shape)]
+        np.add.at(o, idx, s2)  # (o is a view of out: written through)
+    return [out]
 
 
 @form("aten.index_copy.default")
 def _index_copy(args: list, kwargs: dict) -> list:
-    x, d, idx, src = np.asarray(args[0]), int(args[1]), np.asarray(args[2]), np.asarray(args[3])
-    d = _dim(d, max(x.ndim, 1))
-    xs = x.reshape(1) if x.ndim == 0 else x
-    idx = idx.reshape(-1).astype(I64)
-    if np.unique(idx % max(xs.shape[d], 1)).size != idx.size:
+    x, d, idx, src = _index_args(args)
+    out = np.array(x, copy=True)
+    o = _front(out, d)
+    if np.unique(idx % max(o.shape[0], 1)).size != idx.size:
         raise NoReference("index_copy onto one place twice (the winner is the loop's)")
-    out = np.moveaxis(np.array(xs, copy=True), d, 0)
-    out[idx] = np.moveaxis(src.reshape(1) if src.ndim == 0 else src, d, 0)
-    return [np.moveaxis(out, 0, d).reshape(x.shape)]
+    o[idx] = _front(src, d)
+    return [out]
 
 
 @form("aten.diagonal.default")

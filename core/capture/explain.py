@@ -86,7 +86,13 @@ from tapescope.core.explain_onednn import (
     lstm_layer_backward,
     lstm_layer_forward,
 )
-from tapescope.core.explain_prims import _LIBC_MATH, fma, libm, std_sort_order
+from tapescope.core.explain_prims import (
+    _LIBC_MATH,
+    fma,
+    libc_elementwise,
+    libm,
+    std_sort_order,
+)
 from tapescope.core.ops.reference import serial_sum
 from tapescope.core.parity import compare_arrays
 
@@ -2358,18 +2364,6 @@ def _fused_adam_run(adamw: bool, width: int) -> Callable:
     return lambda a, kw: tuple(fused_adam(a, kw, adamw, update=update))
 
 
-def _libc_trig(name: str, dt: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
-    """The C library's ``name`` (``cos``, ``sin``; float32: ``cosf``, ``sinf``), element by
-    element (ctypes)."""
-    import ctypes
-
-    ct, suffix = (ctypes.c_float, "f") if dt == np.float32 else (ctypes.c_double, "")
-    fn = getattr(libm(), name + suffix)
-    fn.restype, fn.argtypes = ct, [ct]
-    u = np.frompyfunc(fn, 1, 1)
-    return lambda x: u(np.asarray(x, dt)).astype(dt)
-
-
 def _polar_libc(args: list, kw: dict) -> np.ndarray:
     """PyTorch's CPU polar: a scalar loop, ``abs * cos(angle)``, ``abs * sin(angle)`` by the
     C library's cosf / sinf (glibc's are not correctly rounded everywhere)."""
@@ -2378,8 +2372,8 @@ def _polar_libc(args: list, kw: dict) -> np.ndarray:
         raise ValueError("polar of another dtype")
     out = np.empty(np.broadcast_shapes(a.shape, t.shape),
                    np.complex64 if a.dtype == np.float32 else np.complex128)
-    out.real = a * _libc_trig("cos", a.dtype)(t)
-    out.imag = a * _libc_trig("sin", a.dtype)(t)
+    out.real = a * libc_elementwise("cos")(t)
+    out.imag = a * libc_elementwise("sin")(t)
     return out
 
 

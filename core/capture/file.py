@@ -65,9 +65,9 @@ from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
            "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "LAYOUT_KW",
-           "LAYOUT_OPS", "Limits", "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS", "comparable",
-           "derived_digest", "derived_holds", "digest", "is_capture", "is_dense", "load",
-           "raw_bytes", "save", "uninitialised_digest"]
+           "LAYOUT_OPS", "Limits", "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS",
+           "c_strides", "comparable", "derived_digest", "derived_holds", "digest", "is_capture",
+           "is_dense", "load", "raw_bytes", "save", "uninitialised_digest"]
 
 FORMAT = "tapescope.capture"
 VERSION = 1
@@ -200,6 +200,15 @@ def digest(a: np.ndarray, algorithm: str = DEFAULT_DIGEST) -> str:
     """The digest of ``a``'s bytes in C order (what the file stores for a value), by
     ``algorithm`` (a name in ``DIGESTS``)."""
     return DIGESTS[algorithm][1](raw_bytes(a))
+
+
+def c_strides(shape: Any) -> tuple[int, ...]:
+    """The strides (in elements) of C order over ``shape``."""
+    out, step = [], 1
+    for sz in reversed(shape):
+        out.append(step)
+        step *= sz
+    return tuple(reversed(out))
 
 
 def is_dense(shape: tuple[int, ...] | list[int], strides: tuple[int, ...] | list[int]) -> bool:
