@@ -153,7 +153,7 @@ def libc_elementwise(name: str, other: Callable[[np.ndarray], np.ndarray] | None
         x = np.asarray(x)
         u = fns.get(x.dtype)
         if u is not None:
-            return u(x).astype(x.dtype)
+            return np.asarray(u(x)).astype(x.dtype)  # (a 0-d input gives a Python float)
         if other is None:
             raise ValueError(f"the C library's {name} of {x.dtype}")
         return other(x)

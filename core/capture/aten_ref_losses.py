@@ -12,11 +12,13 @@ from tapescope.core.capture.aten_ref_table import (
     F32,
     M,
     NoReference,
+    check_elems,
     ew,
     form,
     fp_quiet,
     is_float,
     opt,
+    recorded_output,
     result_type,
 )
 from tapescope.core.ops import REGISTRY
@@ -229,3 +231,195 @@ def _xlogy(args: list, kwargs: dict) -> list:
     def fn(x, y):  # NaN y: NaN; x == 0: +0.0; else x * log(y)
         return np.where(np.isnan(y), y, np.where(x == 0, _k(x, 0), x * M.log(y)))
     return [ew(fn, a, b, out=out if is_float(out) else F32)]
+
+
+# --- CTC: ATen's LossCTC.cpp (Graves et al. 2006, in log space), one rounding per operation ---
+
+def _ctc_lengths(v, b: int, what: str) -> list[int]:
+    """``input_lengths`` / ``target_lengths`` (a list, or a tensor of ``_ctc_loss.Tensor``)."""
+    a = np.asarray(v)
+    if a.dtype.kind not in "iu" or a.ndim > 1 or a.size != b:
+        raise NoReference(f"_ctc_loss: {what} is not {b} integers")
+    return [int(x) for x in a.reshape(-1)]
+
+
+def _ctc_setup(lp, targets, il, tl, blank, alphas: bool = True) -> tuple:
+    """The checked geometry: log_probs (T, B, C), per item its expanded target ``l'`` (blank,
+    l0, blank, l1, ..., blank) padded with the blank to the longest, and the lengths;
+    ``alphas``: the alphas' size checked against the recorded outputs' before allocating (the
+    backward's arrive as an argument)."""
+    lp = np.asarray(lp)
+    if lp.ndim != 3 or lp.dtype not in (F32, np.dtype(np.float64)):
+        raise NoReference("_ctc_loss: log_probs is not (T, B, C) float32 or float64")
+    t_max, b, c = lp.shape
+    il, tl, blank = _ctc_lengths(il, b, "input_lengths"), _ctc_lengths(tl, b, "target_lengths"), \
+        int(blank)
+    tg = np.asarray(targets)
+    if not 0 <= blank < c or tg.dtype.kind not in "iu" or tg.ndim not in (1, 2) \
+            or any(not 0 <= n <= t_max for n in il) or any(n < 0 for n in tl):
+        raise NoReference("_ctc_loss: a blank, target or length out of range")
+    if tg.ndim == 1:
+        if tg.size != sum(tl):
+            raise NoReference("_ctc_loss: the concatenated targets are not sum(target_lengths)")
+        ends = np.cumsum([0] + tl)
+        rows = [tg[ends[i]:ends[i + 1]] for i in range(b)]
+    else:
+        if tg.shape[0] != b or tg.shape[1] < max(tl, default=0):
+            raise NoReference("_ctc_loss: the targets are shorter than target_lengths")
+        rows = [tg[i, :tl[i]] for i in range(b)]
+    s_max = 2 * max(tl, default=0) + 1
+    if alphas:
+        check_elems(b * t_max * s_max, "_ctc_loss's alphas")
+    tp = np.full((b, s_max), blank, np.int64)
+    for i, r in enumerate(rows):
+        if r.size and (r.min() < 0 or r.max() >= c):
+            raise NoReference(f"_ctc_loss: a target label outside 0..{c - 1}")
+        tp[i, 1:2 * r.size:2] = r
+    return lp, il, tl, tp, blank
+
+
+def _ctc_lse3(a1, a2, a3, one_more, mth):
+    """``log(exp(a1 - m) + exp(a2 - m) + exp(a3 - m)) + m + one_more`` with ``m`` the kernel's
+    running maximum (a1, then a2, a3 if greater; -inf gives 0)."""
+    m = np.where(a2 > a1, a2, a1)
+    m = np.where(a3 > m, a3, m)
+    m = np.where(m == -np.inf, m.dtype.type(0), m)
+    return (mth.log((mth.exp(a1 - m) + mth.exp(a2 - m)) + mth.exp(a3 - m)) + m) + one_more
+
+
+def _ctc_prev(row: np.ndarray, k: int, keep: np.ndarray) -> np.ndarray:
+    """``row`` shifted ``k`` places along s (toward higher s for k > 0), -inf where it reads
+    outside or ``keep`` is false."""
+    out = np.full_like(row, -np.inf)
+    if k > 0:
+        out[:, k:] = row[:, :-k]
+    else:
+        out[:, :k] = row[:, -k:]
+    return np.where(keep, out, out.dtype.type(-np.inf))
+
+
+@form("aten._ctc_loss.default", "aten._ctc_loss.Tensor")
+def _ctc_loss_form(args: list, kwargs: dict) -> list:
+    return ctc_loss(args, kwargs, M)
+
+
+@form("aten._ctc_loss_backward.default", "aten._ctc_loss_backward.Tensor")
+def _ctc_loss_backward_form(args: list, kwargs: dict) -> list:
+    return ctc_loss_backward(args, kwargs, M)
+
+
+def ctc_loss(args: list, kwargs: dict, mth) -> list:
+    """The loss per item and the log-alphas, exp and log from ``mth`` (refmath; the C
+    library's: ``--explain``): row 0 -inf but its first two states, then each ``t`` from
+    ``t - 1`` by the three-term log-sum-exp; elements the kernel leaves unwritten (rows past an
+    item's input length, states past its target) are the recorded bytes."""
+    lp, il, tl, tp, blank = _ctc_setup(args[0], args[1], args[2], args[3],
+                                       opt(kwargs, args, 4, "blank", 0))
+    t_max, b, _ = lp.shape
+    s_max = tp.shape[1]
+    dt, ninf = lp.dtype, lp.dtype.type(-np.inf)
+    la = np.full((b, t_max, s_max), ninf, dt)
+    written = np.zeros(la.shape, bool)
+    written[:, 0, :] = True
+    bi = np.arange(b)[:, None]
+    s_idx = np.arange(s_max)
+    skip = np.zeros((b, s_max), bool)
+    skip[:, 2:] = tp[:, 2:] != tp[:, :-2]
+    tl_a, il_a = np.asarray(tl), np.asarray(il)
+    nll = np.zeros(b, dt)
+    with fp_quiet():
+        run = il_a > 0  # (an item of no input keeps row 0's -inf)
+        la[run, 0, 0] = lp[0, run, blank]
+        has = run & (tl_a > 0)
+        la[has, 0, 1] = lp[0, has, tp[has, 1]]
+        row = la[:, 0, :].copy()
+        for t in range(1, max(il, default=0)):
+            new = _ctc_lse3(row, _ctc_prev(row, 1, s_idx > 0), _ctc_prev(row, 2, skip),
+                            lp[t][bi, tp], mth)
+            act = (il_a > t)[:, None] & (s_idx[None, :] <= 2 * tl_a[:, None])
+            row = np.where(act, new, row)
+            la[:, t, :] = np.where(act, new, la[:, t, :])
+            written[:, t, :] = act
+        for i in range(b):
+            if il[i] == 0:
+                nll[i] = -(dt.type(0) if tl[i] == 0 else ninf)
+            elif tl[i] == 0:
+                nll[i] = -la[i, il[i] - 1, 0]
+            else:
+                l1, l2 = la[i, il[i] - 1, 2 * tl[i]], la[i, il[i] - 1, 2 * tl[i] - 1]
+                m = l2 if l1 < l2 else l1  # (std::max)
+                m = dt.type(0) if m == ninf else m
+                e = mth.exp(np.asarray([l1 - m, l2 - m]))
+                nll[i] = -(mth.log(np.asarray(e[0] + e[1])) + m)
+    rec = recorded_output(1, la)
+    return [nll, np.where(written, la, rec) if rec is not None else la]
+
+
+def ctc_loss_backward(args: list, kwargs: dict, mth) -> list:
+    """The gradient, exp and log from ``mth``: the log-betas from each item's last input back,
+    alpha + beta "log-added" into the gradient's (t, label) cells in descending s (the last
+    row: two cells assigned), then ``(exp(lp) - exp(g + nll - lp)) * grad`` for the item's
+    rows and 0 past them (all of an item whose loss is +inf under ``zero_infinity``)."""
+    g_out, lp, tg, il, tl, nll, la = args[:7]
+    blank = opt(kwargs, args, 7, "blank", 0)
+    zero_inf = bool(opt(kwargs, args, 8, "zero_infinity", False))
+    lp, il, tl, tp, blank = _ctc_setup(lp, tg, il, tl, blank, alphas=False)
+    t_max, b, c = lp.shape
+    s_max = tp.shape[1]
+    dt, ninf = lp.dtype, lp.dtype.type(-np.inf)
+    la, nll, g_out = np.asarray(la), np.asarray(nll), np.asarray(g_out)
+    if la.shape != (b, t_max, s_max) or nll.shape != (b,) or g_out.shape != (b,) \
+            or la.dtype != dt or nll.dtype != dt or g_out.dtype != dt:
+        raise NoReference("_ctc_loss_backward: the alphas, loss or gradient do not match "
+                          "log_probs")
+    tl_a, il_a = np.asarray(tl), np.asarray(il)
+    bi, bs = np.arange(b), np.arange(b)[:, None]
+    s_idx = np.arange(s_max)[None, :]
+    two = 2 * tl_a[:, None]
+    up1 = s_idx < two
+    up2 = np.zeros((b, s_max), bool)
+    up2[:, :-2] = (tp[:, 2:] != tp[:, :-2]) & (s_idx[:, :-2] < two - 1)
+    beta = np.full((b, t_max, s_max), ninf, dt)
+    grad = np.full((t_max, b, c), ninf, dt)
+    with fp_quiet():
+        last = il_a - 1
+        row = np.full((b, s_max), ninf, dt)
+        for t in range(t_max - 1, -1, -1):
+            new = _ctc_lse3(row, _ctc_prev(row, -1, up1), _ctc_prev(row, -2, up2),
+                            lp[t][bs, tp], mth)
+            act = (last > t)[:, None] & (s_idx <= two)
+            row = np.where(act, new, row)
+            start = last == t  # (an item's last input: two states, the rest -inf)
+            if start.any():
+                ii = bi[start]
+                row[ii] = ninf
+                row[ii, 2 * tl_a[ii]] = lp[t, ii, blank]
+                nb = ii[tl_a[ii] > 0]
+                row[nb, 2 * tl_a[nb] - 1] = lp[t, nb, tp[nb, 2 * tl_a[nb] - 1]]
+            beta[:, t, :] = row
+        # alpha + beta collected per (t, label): the last row's two cells assigned ...
+        for i in range(b):
+            if il[i] > 0:
+                t, s = il[i] - 1, 2 * tl[i]
+                grad[t, i, blank] = la[i, t, s] + beta[i, t, s]
+                if tl[i] > 0:
+                    grad[t, i, tp[i, s - 1]] = la[i, t, s - 1] + beta[i, t, s - 1]
+        # ... the other rows "log-added" in descending s
+        tt = np.arange(t_max)[:, None]
+        for s in range(s_max - 1, -1, -1):
+            on = (tt < (il_a - 1)[None, :]) & (s <= 2 * tl_a)[None, :]  # (t, b)
+            if not on.any():
+                continue
+            ts, bs_ = np.nonzero(on)
+            cs = tp[bs_, s]
+            lab = la[bs_, ts, s] + beta[bs_, ts, s]
+            cur = grad[ts, bs_, cs]
+            mx = np.where(cur < lab, lab, cur)
+            summed = mth.log(mth.exp(cur - mx) + mth.exp(lab - mx)) + mx
+            grad[ts, bs_, cs] = np.where(cur == ninf, lab, summed)
+        res = (mth.exp(lp) - mth.exp((grad + nll[None, :, None]) - lp)) * g_out[None, :, None]
+        keep = np.arange(t_max)[:, None] < il_a[None, :]
+        if zero_inf:
+            keep &= ~(nll == np.inf)[None, :]
+        out = np.where(keep[:, :, None], res, dt.type(0))
+    return [out]

@@ -24,7 +24,7 @@ from tapescope.core import mathlib, native
 __all__ = ["OUT_ELEMS", "check_elems", "EW_ADD", "EW_ADDCDIV", "EW_ADDCMUL", "EW_DIV",
            "EW_LERP", "EW_MUL", "EW_SQRT", "FAST", "FORMS", "NoReference", "M", "arr",
            "as_dtype", "compute", "ew", "ew_c", "ew_same", "fast", "float_operands", "form",
-           "fp_quiet", "is_float", "quiet_all", "result_type", "scal", "wide"]
+           "fp_quiet", "is_float", "quiet_all", "recorded_output", "result_type", "scal", "wide"]
 
 
 class NoReference(Exception):
@@ -101,6 +101,19 @@ def check_elems(n: int, what: str) -> None:
     limit = max((np.size(x) for x in outs if x is not None), default=0)
     if n > limit:
         raise NoReference(f"{what} asks for {n} elements, the recorded output has {limit}")
+
+
+def recorded_output(j: int, like: np.ndarray) -> np.ndarray | None:
+    """The op's recorded output ``j`` (``OUT_ELEMS``) when it has ``like``'s dtype and shape,
+    else None: what a form gives back for memory its kernel leaves unwritten (``empty``'s
+    bytes inside an output), so only the written elements are judged."""
+    outs = OUT_ELEMS.get()
+    if outs is None or len(outs) <= j:
+        return None
+    r = outs[j]
+    if not isinstance(r, np.ndarray) or r.dtype != like.dtype or r.shape != like.shape:
+        return None
+    return r
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ import numpy as np
 
 from tapescope.core import native
 from tapescope.core.capture.aten_ref_layers import bag_backward, bag_forward, bag_grad_args
+from tapescope.core.capture.aten_ref_losses import ctc_loss, ctc_loss_backward
 from tapescope.core.capture.aten_ref_optim import adam_step, fused_adam
 from tapescope.core.capture.aten_ref_table import as_dtype
 from tapescope.core.explain import (
@@ -2398,6 +2399,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     base = _base(op)
     if base in ("softplus", "softplus_backward"):
         return [_softplus_variant(base == "softplus_backward", t) for t in (1, 2, 4)]
+    if base in ("_ctc_loss", "_ctc_loss_backward"):
+        fn = ctc_loss if base == "_ctc_loss" else ctc_loss_backward
+        return [("libm", f"PyTorch's CPU {base.lstrip('_')}: the reference's recursion, by the "
+                         "C library's exp / log (a scalar loop)",
+                 lambda a, k: tuple(fn(a, k, _LIBC_MATH)))]
     if base == "polar":
         return [("libm", "PyTorch's CPU polar: the C library's cosf / sinf (a scalar loop), "
                          "each times abs", _polar_libc)]
