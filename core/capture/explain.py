@@ -291,15 +291,26 @@ def _sums(op: str, dt: np.dtype) -> list[_Variant]:
     out = [(v.cause, v.label, make(v.value)) for v in variants_for("sum", dt)
            if v.prim == "sum"]
     if ".dim" in op:
-        out += [("reassociation", f"ATen's sum of a {name} (its memory in the order {order}: "
-                                  "per outer index the inner block's sum, accumulated into "
-                                  "the output in order)", _permuted_sum(order, axes, op))
-                for name, order in _MEMORY_ORDERS]
-        out += [("reassociation", f"ATen's sum of a {name} (its memory in the order {order}, "
-                                  "the reduced dimensions between kept ones: per outer index "
-                                  "the rows' vectorized_outer_sum)", _middle_sum(order, axes, op))
-                for name, order in _MEMORY_ORDERS if len(order) > 2]
+        # (ATen's CPU mean is this sum, then divided by the reduced count: ReduceOps.cpp)
+        mean = " / n" if op.startswith("aten.mean") else ""
+        out += [("reassociation", f"ATen's sum{mean} of a {name} (its memory in the order "
+                                  f"{order}: per outer index the inner block's sum, "
+                                  "accumulated into the output in order)",
+                 _permuted_sum(order, axes, op)) for name, order in _MEMORY_ORDERS]
+        out += [("reassociation", f"ATen's sum{mean} of a {name} (its memory in the order "
+                                  f"{order}, the reduced dimensions between kept ones: per "
+                                  "outer index the rows' vectorized_outer_sum)",
+                 _middle_sum(order, axes, op)) for name, order in _MEMORY_ORDERS
+                if len(order) > 2]
     return out
+
+
+def _mean_of(op: str, x: np.ndarray, red: tuple, s: np.ndarray) -> np.ndarray:
+    """A memory-order sum ``s`` of ``x`` over ``red``, divided by the reduced count when the
+    op is a mean (ATen's CPU ``mean_out``: ``sum_out(...).div_(count)``)."""
+    if not op.startswith("aten.mean"):
+        return s
+    return s / s.dtype.type(math.prod(x.shape[a] for a in red))
 
 
 # the layouts a recorded value may have had (its strides are not in the capture file): the
@@ -316,11 +327,10 @@ def _layout_sum_args(order: tuple, axes: Callable, op: str, args: list,
                      kw: dict) -> tuple[np.ndarray, tuple[int, ...], tuple]:
     """``(x, the reduced dimensions, the output's shape)`` of a sum that a memory-order form
     (``_permuted_sum``, ``_middle_sum``) takes: float32 or float64 of ``order``'s rank, over
-    some dimensions (a mean is another kernel's)."""
+    some dimensions."""
     x = np.asarray(args[0])
     ax, keep = axes(args, kw)
-    if x.ndim != len(order) or x.dtype not in (np.float32, np.float64) or not ax \
-            or op.startswith("aten.mean"):
+    if x.ndim != len(order) or x.dtype not in (np.float32, np.float64) or not ax:
         raise ValueError("another rank, type or reduction")
     red, shape = _reduced_dims(x, ax, keep)
     return x, red, shape
@@ -353,7 +363,7 @@ def _permuted_sum(order: tuple, axes: Callable, op: str) -> Callable:
             s = np.zeros(k, x.dtype)
             for i in range(o):
                 s = (s + part[i]).astype(x.dtype)
-        return s.reshape(shape).astype(x.dtype)
+        return _mean_of(op, x, red, s.astype(x.dtype)).reshape(shape)
     return run
 
 
@@ -377,7 +387,8 @@ def _middle_sum(order: tuple, axes: Callable, op: str) -> Callable:
         mem = np.ascontiguousarray(np.transpose(x, order))
         o, r = math.prod(mem.shape[:pos[0]]), math.prod(mem.shape[pos[0]:pos[-1] + 1])
         rows = mem.reshape(o, r, -1)
-        return np.stack([_outer_sum(rows[i]) for i in range(o)]).reshape(shape).astype(x.dtype)
+        s = np.stack([_outer_sum(rows[i]) for i in range(o)]).astype(x.dtype)
+        return _mean_of(op, x, red, s).reshape(shape)
     return run
 
 

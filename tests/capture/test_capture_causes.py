@@ -560,6 +560,45 @@ def test_a_sum_over_the_middle_of_memory_is_an_outer_sum_per_outer_index(threads
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_mean_of_a_channels_last_activation_is_atens_sum_in_memory_order_then_divided(
+        threads):
+    """A CNN on ``channels_last``: ``AdaptiveAvgPool2d(1)`` (global average pooling) is
+    ``mean.dim`` over (h, w), the middle of NHWC memory, and a mean over (n, h, w) leaves the
+    channels innermost. ATen's CPU mean is its sum kernel over that memory, then divided by
+    the count (a user's script had 2 such means ``unknown``). Named for torch's own result at
+    1 and 2 threads, float32 and float64, one ulp off unknown. Planted: the division left out,
+    or the per-image sums pooled into one, fails it."""
+    from tapescope.core.capture.aten_ref import reference
+
+    op = "aten.mean.dim"
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(20 + threads)
+        named = layout = 0
+        for n, c, h, w, dt in ((8, 8, 12, 12, torch.float32), (4, 37, 7, 7, torch.float32),
+                               (2, 64, 14, 14, torch.float32), (3, 5, 9, 3, torch.float64)):
+            x = torch.randn(n, c, h, w, generator=g, dtype=dt).contiguous(
+                memory_format=torch.channels_last)
+            for dims in ([2, 3], [-1, -2], [0, 2, 3]):
+                a = [x.contiguous().numpy(), dims, True]
+                rec = torch.mean(x, dims, True).numpy()
+                dif = _diff(reference(op, a, {})[0], rec)
+                if not dif["n_diff"]:
+                    continue  # (the reference's order happens to give the same bits)
+                got = explain_op(op, a, {}, rec, dif, 0)
+                assert got["cause"] == "reassociation", (n, c, h, w, dims, got)
+                # (where the columns are whole blocks of vectors the table's cascade is the
+                # same order and is named first; elsewhere only the memory-order form fits)
+                layout += "/ n of a channels-first value over channels-last" in got["variant"]
+                assert explain_op(op, a, {}, _nudged(rec), dif, 0)["cause"] == "unknown"
+                named += 1
+        assert named >= 6 and layout >= 3, (named, layout)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_cumprod_and_cumsum_accumulate_in_float64():
     """A diffusion schedule's alphas (cumprod of 1 - betas) and a running sum: ATen's float32
     kernels keep a float64 running total, each output rounded; the reference's is float32.
