@@ -202,6 +202,15 @@ def ordered(x: np.ndarray) -> np.ndarray:
     return np.where(bits >= 0, bits, lo - bits)
 
 
+def complex_parts(x: np.ndarray) -> np.ndarray:
+    """A complex array as its float parts, real and imaginary side by side along the last axis
+    (what a comparison or an ulp map reads of it; a 0-d one becomes 2 elements); any other
+    array as it is."""
+    if x.dtype.kind != "c":
+        return x
+    return np.ascontiguousarray(x).view(np.float32 if x.dtype == np.complex64 else np.float64)
+
+
 def ulp_distance(ref: np.ndarray, other: np.ndarray) -> np.ndarray:
     """Per-element ulp distance as uint64 (0 where either side is NaN: those are flagged apart)."""
     r, o = _check_pair(ref, other)

@@ -112,9 +112,14 @@ def ulp_image(ref: np.ndarray, rec: np.ndarray, width: int = 640, height: int = 
     """The per-element ulp distance of ``rec`` from ``ref`` as a heat map in the window's ulp
     scale, laid out to fit ``width`` x ``height`` (views.models.heat_tiles: planes in a grid,
     a tall plane in bands, a long row wrapped; the worst of a block where it must shrink), and
-    the line that says how to read it; None for non-float outputs."""
-    from tapescope.core.parity import ulp_distance
+    the line that says how to read it; None for non-float outputs. A complex output's map is
+    of its real and imaginary parts, side by side along the last axis."""
+    from tapescope.core.parity import complex_parts, ulp_distance
 
+    note = ""
+    if rec.dtype.kind == "c" and ref.dtype == rec.dtype:
+        ref, rec = complex_parts(ref), complex_parts(rec)
+        note = "; complex: each element's real and imaginary parts side by side"
     if rec.dtype.name not in ("float64", "float32", "float16", "bfloat16") or rec.size == 0:
         return None
     d = ulp_distance(ref, rec).astype(np.float64)
@@ -131,7 +136,7 @@ def ulp_image(ref: np.ndarray, rec: np.ndarray, width: int = 640, height: int = 
     pix = QPixmap.fromImage(img).scaled(cols * scale, rows * scale,
                                         Qt.AspectRatioMode.IgnoreAspectRatio,
                                         Qt.TransformationMode.FastTransformation)
-    return pix, t.caption()
+    return pix, t.caption() + note
 
 
 class CaptureWindow(QMainWindow):

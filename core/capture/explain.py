@@ -95,7 +95,7 @@ from tapescope.core.explain_prims import (
     std_sort_order,
 )
 from tapescope.core.ops.reference import serial_sum
-from tapescope.core.parity import compare_arrays
+from tapescope.core.parity import compare_arrays, complex_parts
 
 __all__ = ["explain_op"]
 
@@ -2716,13 +2716,6 @@ def _every_output(op: str, label: str, run: Callable, args: list, kwargs: dict) 
     return y
 
 
-def _reals(x: np.ndarray) -> np.ndarray:
-    """A complex array as its real and imaginary parts (what the comparison reads)."""
-    if x.dtype.kind != "c":
-        return x
-    return np.ascontiguousarray(x).view(np.float32 if x.dtype == np.complex64 else np.float64)
-
-
 def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: dict,
                output: int = 0) -> dict:
     """The cause of op ``op``'s recorded output ``output`` differing from the reference
@@ -2763,7 +2756,7 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
             continue
         if y.shape != recorded.shape or y.dtype != recorded.dtype:
             continue
-        d = compare_arrays(_reals(y), _reals(recorded))
+        d = compare_arrays(complex_parts(y), complex_parts(recorded))
         if d.n_diff == 0:
             remember(key, label)
             return {"cause": cause, "variant": label}
