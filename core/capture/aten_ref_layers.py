@@ -492,6 +492,53 @@ def bag_backward(p: dict, add) -> list:
 # ---- LSTM (oneDNN's layer: mkldnn_rnn_layer) -----------------------------------------------
 #: the outputs of an op whose bytes no reference computes (oneDNN's LSTM workspace: its own
 #: layout of the gates), by op: the judge takes them as recorded (the verdict ``recorded``)
+# ---- weight normalisation (torch.nn.utils.parametrizations.weight_norm) -------------------------
+def _wn_args(v, g, dim) -> tuple:
+    """``(v, g, the other dimensions, the compute type)``: a half type's in float32, as
+    ATen's kernel (its norms are float32 then)."""
+    v, g = np.asarray(v), np.asarray(g)
+    if v.ndim == 0 or not is_float(v.dtype) or g.dtype != v.dtype:
+        raise NoReference("weight norm of other than float weights and g of their type")
+    d = int(dim) % v.ndim
+    want = tuple(n if i == d else 1 for i, n in enumerate(v.shape))
+    if g.shape != want:
+        raise NoReference(f"weight norm: g of {list(g.shape)}, the weight wants {list(want)}")
+    ct = compute(v.dtype)
+    return wide(v, ct), wide(g, ct), tuple(i for i in range(v.ndim) if i != d), ct
+
+
+@form("aten._weight_norm_interface.default")
+def _weight_norm(args: list, kwargs: dict) -> list:
+    """ATen's kernel: per slice along ``dim``, ``norm = sqrt(serial_sum(v * v))`` over the
+    other dimensions, ``a = g / norm``, ``w = v * a``; outputs ``w`` and ``norm`` (g's
+    shape)."""
+    dt = np.asarray(args[0]).dtype
+    v, g, other, ct = _wn_args(args[0], args[1], opt(kwargs, args, 2, "dim", 0))
+    with fp_quiet():
+        norm = np.sqrt(serial_sum(v * v, other, keepdims=True))
+        w = v * (g / norm)
+    return [arr(w, dt), np.asarray(norm, ct)]
+
+
+@form("aten._weight_norm_interface_backward.default")
+def _weight_norm_backward(args: list, kwargs: dict) -> list:
+    """ATen's kernel: per slice ``s = serial_sum(gw * v)``, ``gg = s / norm``, ``a = g /
+    norm``, ``b = (a * gg) / norm``, ``gv = (a * gw) - (b * v)``; outputs ``gv``,
+    ``gg``."""
+    gw, norm, dt = np.asarray(args[0]), np.asarray(args[3]), np.asarray(args[1]).dtype
+    v, g, other, ct = _wn_args(args[1], args[2], opt(kwargs, args, 4, "dim", 0))
+    if gw.shape != v.shape or norm.shape != g.shape or gw.dtype != dt or norm.dtype != ct:
+        raise NoReference("weight norm backward: the gradient or norms do not match the weight")
+    gw = wide(gw, ct)
+    with fp_quiet():
+        s = serial_sum(gw * v, other, keepdims=True)
+        gg = s / norm
+        a = g / norm
+        b = (a * gg) / norm
+        gv = (a * gw) - (b * v)
+    return [arr(gv, dt), arr(gg, dt)]
+
+
 OPAQUE_OUTPUTS: dict[str, frozenset[int]] = {"aten.mkldnn_rnn_layer.default": frozenset({3})}
 
 _SIG, _TANH = REGISTRY["sigmoid"], REGISTRY["tanh"]

@@ -209,6 +209,39 @@ def _mish_backward(args: list, kwargs: dict) -> list:
     return [ew(fn, args[0], args[1])]
 
 
+def _glu_halves(x: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, int]:
+    x = np.asarray(x)
+    if x.ndim == 0 or not is_float(x.dtype):
+        raise NoReference("glu of a 0-d or non-float tensor")
+    d = int(dim) % x.ndim
+    if x.shape[d] % 2:
+        raise NoReference(f"glu over an odd dimension of {x.shape[d]} (torch raises)")
+    a, b = np.split(x, 2, axis=d)
+    return a, b, d
+
+
+@form("aten.glu.default")
+def _glu(args: list, kwargs: dict) -> list:
+    """``a * sigmoid(b)``, ``a`` and ``b`` the halves along ``dim`` (sigmoid the tape's)."""
+    a, b, _ = _glu_halves(args[0], opt(kwargs, args, 1, "dim", -1))
+    return [ew(lambda u, v: u * M.sigmoid(v), a, b)]
+
+
+@form("aten.glu_backward.default")
+def _glu_backward(args: list, kwargs: dict) -> list:
+    """ATen's: ``s = sigmoid(b)``; the first half ``s * g``, the second ``(((1 - s) * s) * a)
+    * g``, side by side along ``dim``."""
+    g = args[0]
+    a, b, d = _glu_halves(args[1], opt(kwargs, args, 2, "dim", -1))
+    if np.shape(g) != a.shape:
+        raise NoReference("glu_backward: the gradient is not half the input")
+    out = result_type(g, a)
+    ga = ew(lambda gg, v: M.sigmoid(v) * gg, g, b, out=out)
+    gb = ew(lambda gg, u, v: (((_k(v, 1) - M.sigmoid(v)) * M.sigmoid(v)) * u) * gg, g, a, b,
+            out=out)
+    return [np.concatenate([ga, gb], axis=d)]
+
+
 @form("aten._prelu_kernel.default")
 def _prelu(args: list, kwargs: dict) -> list:
     return [ew(lambda v, w: np.where(v > 0, v, w * v), args[0], args[1])]

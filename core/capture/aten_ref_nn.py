@@ -253,6 +253,99 @@ def vector_norm(x: np.ndarray, ord_: float = 2, dim=None, keep: bool = False,
     return np.asarray(y).astype(out)
 
 
+@form("aten.norm.Scalar", "aten.norm.ScalarOpt_dim", "aten.norm.ScalarOpt_dim_dtype",
+      "aten.norm.ScalarOpt_dtype")
+def _norm(args: list, kwargs: dict) -> list:
+    """The older ``norm(x, p, dim, keepdim, dtype=)`` (``torch.norm``, weight_norm's
+    decomposition): ``linalg_vector_norm``'s form; p None is 2."""
+    x = args[0]
+    p = opt(kwargs, args, 1, "p", 2)
+    p = 2.0 if p is None else float(p)
+    if len(args) > 2 and isinstance(args[2], (list, tuple, int)):
+        dim, keep = args[2], opt(kwargs, args, 3, "keepdim", False)
+        dtype = opt(kwargs, args, 4, "dtype")
+    else:  # (norm.Scalar / norm.ScalarOpt_dtype: every element)
+        dim, keep = None, False
+        dtype = opt(kwargs, args, 2, "dtype")
+    return [vector_norm(x, p, dim, keep, dtype)]
+
+
+@form("aten.logsumexp.default")
+def _logsumexp(args: list, kwargs: dict) -> list:
+    """ATen's composite: ``m = amax(x, dim, keepdim=True)``, ``m = 0`` where ``|m|`` is
+    infinite; ``log(sum(exp(x - m), dim)) + m`` (exp and log refmath's, the sum serial)."""
+    x = np.asarray(args[0])
+    if not is_float(x.dtype):
+        raise NoReference("logsumexp of integers (torch computes in the default float type)")
+    dim, keep = opt(kwargs, args, 1, "dim", []), bool(opt(kwargs, args, 2, "keepdim", False))
+    ax = axes_of(x, dim)
+    if x.size == 0:
+        raise NoReference("logsumexp of an empty tensor")
+    w = _wide(x, x.dtype)
+    with fp_quiet():
+        m = np.max(w, axis=ax, keepdims=True)
+        m = np.where(np.abs(m) == np.inf, m.dtype.type(0), m)
+        s = serial_sum(np.asarray(M.exp(w - m)), ax, keepdims=True)
+        y = np.asarray(M.log(s)) + m
+    if not keep:
+        y = np.squeeze(y, ax)
+    return [np.asarray(y).astype(x.dtype)]
+
+
+def _cdist_args(x1, x2, p) -> tuple:
+    x1, x2, p = np.asarray(x1), np.asarray(x2), float(p)
+    if x1.ndim < 2 or x1.ndim != x2.ndim or x1.shape[-1] != x2.shape[-1] \
+            or x1.shape[:-2] != x2.shape[:-2] or x1.dtype != x2.dtype \
+            or x1.dtype not in (F32, np.dtype(np.float64)):
+        raise NoReference("cdist of other than two float (..., n, m) arrays of one batch")
+    if p not in (1.0, 2.0, math.inf):
+        raise NoReference(f"cdist of order {p} (written for 1, 2 and inf)")
+    return x1, x2, p
+
+
+@form("aten._cdist_forward.default")
+def _cdist_forward(args: list, kwargs: dict) -> list:
+    """``d[i, j]`` over the last axis of ``x1[i] - x2[j]``: p 2 ``sqrt(serial_sum(diff *
+    diff))``, p 1 ``serial_sum(|diff|)``, inf ``max |diff|`` (ATen's direct kernel, which
+    ``cdist`` runs below 25 rows or with ``donot_use_mm``; the product form is other ops)."""
+    x1, x2, p = _cdist_args(args[0], args[1], args[2])
+    with fp_quiet():
+        diff = x1[..., :, None, :] - x2[..., None, :, :]
+        if p == 2:
+            y = np.sqrt(serial_sum(diff * diff, -1))
+        elif p == 1:
+            y = serial_sum(np.abs(diff), -1)
+        else:
+            y = np.max(np.abs(diff), -1) if diff.shape[-1] else np.zeros(diff.shape[:-1],
+                                                                          x1.dtype)
+    return [np.asarray(y).astype(x1.dtype)]
+
+
+@form("aten._cdist_backward.default")
+def _cdist_backward(args: list, kwargs: dict) -> list:
+    """x1's gradient: per ``(i, m)`` the terms over ``j`` added in order from +0.0: p 2
+    ``(g * diff) / d`` (0 where ``d`` is 0), p 1 ``g * sign(diff)``, inf ``g * sign(diff)``
+    where ``|diff| == d`` (ATen's ``run_backward_parallel_cdist``)."""
+    g, x1, x2, p, d = args[0], args[1], args[2], args[3], args[4]
+    x1, x2, p = _cdist_args(x1, x2, p)
+    g, d = np.asarray(g), np.asarray(d)
+    want = x1.shape[:-1] + (x2.shape[-2],)
+    if g.shape != want or d.shape != want or g.dtype != x1.dtype or d.dtype != x1.dtype:
+        raise NoReference("cdist backward: the gradient or distances are not (..., n1, n2)")
+    t = x1.dtype.type
+    with fp_quiet():
+        diff = x1[..., :, None, :] - x2[..., None, :, :]  # (..., i, j, m)
+        gg, dd = g[..., None], d[..., None]
+        if p == 2:
+            term = np.where(dd == 0, t(0), (gg * diff) / dd)
+        elif p == 1:
+            term = gg * np.sign(diff)
+        else:
+            term = np.where(np.abs(diff) == dd, gg * np.sign(diff), t(0))
+        y = serial_sum(term, -2)
+    return [np.asarray(y).astype(x1.dtype)]
+
+
 # a _foreach_norm's tensors squared into the columns of one zero-padded matrix up to this
 # many elements (256 KiB of float32): one column sum for the list instead of a vector_norm
 # call per tensor (~13 us each at the zoo's sizes, most of it the call's own cost)
@@ -307,11 +400,15 @@ def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if not is_float(out):
         return np.matmul(a, b).astype(out)
     aw, bw = _wide(a, out), _wide(b, out)
+    one = aw.ndim == 1 == bw.ndim  # (dot: a row by a column, one output)
+    if one:
+        aw, bw = aw[None], bw[:, None]
     if aw.ndim == 2 == bw.ndim:  # (matmul's own first step for 2-d operands, without its calls)
         y = native.mm(aw, bw)
         if y is not None:
-            return y
-    return np.asarray(ref_matmul(aw, bw))
+            return y.reshape(()) if one else y
+    y = np.asarray(ref_matmul(aw, bw))
+    return y.reshape(()) if one else y
 
 
 def _finish(y: np.ndarray, out: np.dtype) -> np.ndarray:
@@ -323,6 +420,16 @@ def _finish(y: np.ndarray, out: np.dtype) -> np.ndarray:
 def _mm(args: list, kwargs: dict) -> list:
     a, b = args[0], args[1]
     return [_finish(product(a, b), result_type(a, b))]
+
+
+@form("aten.vdot.default")
+def _vdot(args: list, kwargs: dict) -> list:
+    """``vdot(a, b)``: ``dot(conj(a), b)`` (a real ``a`` as it is: spectral norm's power
+    iteration)."""
+    a, b = np.asarray(args[0]), np.asarray(args[1])
+    if a.ndim != 1 or b.ndim != 1 or a.shape != b.shape:
+        raise NoReference("vdot of other than two vectors of one length")
+    return _mm([np.conj(a) if a.dtype.kind == "c" else a, b], {})
 
 
 def _scaled_sum(ab: np.ndarray, bias: np.ndarray | None, beta, alpha) -> np.ndarray:

@@ -399,6 +399,13 @@ def _select(args: list, kwargs: dict) -> list:
     return [np.array(x[(slice(None),) * d + (args[2],)])]
 
 
+@form("aten.set_.source_Tensor")
+def _set_source(args: list, kwargs: dict) -> list:
+    """``x.set_(src)``: ``x`` now shows ``src``'s storage, shape and strides (a module swapping
+    a parameter's data: spectral_norm): ``src``'s values."""
+    return [np.array(args[1])]
+
+
 @form("aten.narrow.default")
 def _narrow(args: list, kwargs: dict) -> list:
     x, d, start, length = args
@@ -407,13 +414,14 @@ def _narrow(args: list, kwargs: dict) -> list:
     return [np.array(x[(slice(None),) * d + (slice(start, start + length),)])]
 
 
-@form("aten.unsqueeze.default")
+@form("aten.unsqueeze.default", "aten.unsqueeze_.default")
 def _unsqueeze(args: list, kwargs: dict) -> list:
     x = args[0]
     return [np.array(np.expand_dims(x, _dim(args[1], x.ndim + 1)))]
 
 
-@form("aten.squeeze.default", "aten.squeeze.dim", "aten.squeeze.dims")
+@form("aten.squeeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
+      "aten.squeeze_.default", "aten.squeeze_.dim", "aten.squeeze_.dims")
 def _squeeze(args: list, kwargs: dict) -> list:
     x = args[0]
     dims = opt(kwargs, args, 1, "dim")
@@ -782,6 +790,24 @@ def _diagonal(args: list, kwargs: dict) -> list:
     off = opt(kwargs, args, 1, "offset", 0)
     d1, d2 = opt(kwargs, args, 2, "dim1", 0), opt(kwargs, args, 3, "dim2", 1)
     return [np.array(np.diagonal(x, off, _dim(d1, x.ndim), _dim(d2, x.ndim)))]
+
+
+@form("aten.diagonal_backward.default")
+def _diagonal_backward(args: list, kwargs: dict) -> list:
+    """Zeros of the input's size with the gradient on the diagonal (exact)."""
+    g = np.asarray(args[0])
+    shape = _numel(list(args[1]), "diagonal_backward")
+    off, d1, d2 = int(args[2]), args[3], args[4]
+    if not shape:
+        raise NoReference("diagonal_backward of a 0-d input")
+    out = np.zeros(shape, g.dtype)
+    view = np.diagonal(out, off, _dim(d1, len(shape)), _dim(d2, len(shape)))
+    if view.shape != g.shape:
+        raise NoReference(f"diagonal_backward: a gradient of {list(g.shape)} for a diagonal "
+                          f"of {list(view.shape)}")
+    view.flags.writeable = True  # (numpy's diagonal view is read-only; out is ours)
+    view[...] = g
+    return [out]
 
 
 # ---- packed sequences (pack_padded_sequence) --------------------------------------------------

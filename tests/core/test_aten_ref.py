@@ -250,6 +250,30 @@ def _adaptive_max_backward(g, d):
     x = rn(g, d, 2, 3, 7, 5)
     out, idx = torch.ops.aten.adaptive_max_pool2d(x, [3, 2])
     return [rn(g, d, *out.shape), x, idx], {}
+def _weight_norm_backward(dim: int):
+    def build(g, d):
+        v = rn(g, d, 5, 7)
+        gg = rn(g, d, *((5, 1) if dim == 0 else (1, 7)))
+        _, norms = torch.ops.aten._weight_norm_interface(v, gg, dim)
+        return [rn(g, d, 5, 7), v, gg, norms, dim], {}
+    return build
+
+
+def _cdist_backward(p: float):
+    def build(g, d):
+        x1, x2 = rn(g, d, 2, 6, 5), rn(g, d, 2, 7, 5)
+        x2[:, 2] = x1[:, 1]  # (a zero distance: its term is 0)
+        return [rn(g, d, 2, 6, 7), x1, x2, p, torch.ops.aten._cdist_forward(x1, x2, p, None)], {}
+    return build
+
+
+def _with_infinities(g, d):
+    x = rn(g, d, 4, 6)
+    x[1] = -math.inf  # (a row of -inf: its maximum taken as 0, log(0) = -inf)
+    x[2, 3] = math.inf
+    return [x, [1], False], {}
+
+
 # (id, op, build(g, dtype) -> (args, kwargs))
 CASES = [
     ("add", "aten.add.Tensor", lambda g, d: ([rn(g, d, *E), rn(g, d, E[1])], {})),
@@ -751,6 +775,39 @@ CASES = [
      lambda g, d: ([rn(g, d, 6, 4, 3), torch.tensor([6, 6, 2, 1]), False], {})),
     ("pack_padded_backward", "aten._pack_padded_sequence_backward.default",
      lambda g, d: ([rn(g, d, 12, 3), [4, 6, 3], torch.tensor([4, 3, 3, 1, 1]), True], {})),
+    # session 30: what three more user scripts met (metric learning, cells, a transformer)
+    ("dot", "aten.dot.default", lambda g, d: ([rn(g, d, 37), rn(g, d, 37)], {})),
+    ("vdot", "aten.vdot.default", lambda g, d: ([rn(g, d, 16), rn(g, d, 16)], {})),
+    ("unsqueeze_", "aten.unsqueeze_.default", lambda g, d: ([rn(g, d, 3, 4), -1], {})),
+    ("squeeze_dim_", "aten.squeeze_.dim", lambda g, d: ([rn(g, d, 3, 1, 4), 1], {})),
+    ("set_source", "aten.set_.source_Tensor", lambda g, d: ([rn(g, d, 2, 3), rn(g, d, 4)], {})),
+    ("diagonal_backward", "aten.diagonal_backward.default",
+     lambda g, d: ([rn(g, d, 3, 3), [3, 5, 4], 1, 1, 2], {})),
+    ("diagonal_backward_neg", "aten.diagonal_backward.default",
+     lambda g, d: ([rn(g, d, 2), [4, 3], -2, -2, -1], {})),
+    ("glu", "aten.glu.default", lambda g, d: ([rn(g, d, 4, 6), -1], {})),
+    ("glu_dim0", "aten.glu.default", lambda g, d: ([rn(g, d, 4, 3), 0], {})),
+    ("glu_backward", "aten.glu_backward.default",
+     lambda g, d: ([rn(g, d, 4, 3), rn(g, d, 4, 6), -1], {})),
+    ("logsumexp", "aten.logsumexp.default", lambda g, d: ([rn(g, d, 4, 6), [1], False], {})),
+    ("logsumexp_all_kept", "aten.logsumexp.default",
+     lambda g, d: ([rn(g, d, 3, 4, 5), [0, 2], True], {})),
+    ("logsumexp_inf", "aten.logsumexp.default", _with_infinities),
+    ("norm_dim", "aten.norm.ScalarOpt_dim", lambda g, d: ([rn(g, d, 4, 6), 2, [1], True], {})),
+    ("norm_all", "aten.norm.Scalar", lambda g, d: ([rn(g, d, 4, 6), 2], {})),
+    ("weight_norm", "aten._weight_norm_interface.default",
+     lambda g, d: ([rn(g, d, 5, 7), rn(g, d, 5, 1), 0], {})),
+    ("weight_norm_last", "aten._weight_norm_interface.default",
+     lambda g, d: ([rn(g, d, 5, 7), rn(g, d, 1, 7), 1], {})),
+    ("weight_norm_backward", "aten._weight_norm_interface_backward.default",
+     _weight_norm_backward(0)),
+    ("weight_norm_backward_last", "aten._weight_norm_interface_backward.default",
+     _weight_norm_backward(1)),
+    *[(f"cdist_p{p}", "aten._cdist_forward.default",
+       lambda g, d, p=p: ([rn(g, d, 2, 6, 5), rn(g, d, 2, 7, 5), p, None], {}))
+      for p in (1.0, 2.0, math.inf)],
+    *[(f"cdist_backward_p{p}", "aten._cdist_backward.default", _cdist_backward(p))
+      for p in (1.0, 2.0, math.inf)],
 ]
 
 # float32 bit for bit with torch's CPU kernel (measured, torch 2.13, this machine). The rest
@@ -800,6 +857,11 @@ BIT_EXACT = {
     "adaptive_max_pool", "adaptive_max_pool_ties", "adaptive_max_pool_3d_input",
     "adaptive_max_pool_backward", "pack_padded", "pack_padded_time_first",
     "pack_padded_backward",
+    # session 30's: copies and selections, and cdist's direct kernel (the sums over j in
+    # order, as ATen's loop)
+    "unsqueeze_", "squeeze_dim_", "set_source", "diagonal_backward", "diagonal_backward_neg",
+    "cdist_p1.0", "cdist_pinf", "cdist_backward_p1.0", "cdist_backward_p2.0",
+    "cdist_backward_pinf",
 }
 
 IDS = [c[0] for c in CASES]
@@ -845,7 +907,13 @@ def test_float32_bits_equal_torch_where_the_order_is_the_same(case, one_thread):
         assert bits_equal(r, t), name
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+# what torch's CPU kernels refuse in bfloat16 ("not implemented for 'BFloat16'"); the forms
+# refuse it too (float32 and float64 only)
+NO_BF16 = {c[0] for c in CASES if c[1].startswith("aten._cdist_")}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in NO_BF16],
+                         ids=[c for c in IDS if c not in NO_BF16])
 def test_bfloat16_types_and_values_follow_torch(case):
     """Half inputs: torch's output dtypes and shapes; values within a few bfloat16 ulps of
     torch's (both compute in float32 and round; the orders differ as in float32)."""
@@ -1003,7 +1071,17 @@ def test_an_unknown_op_raises_no_reference_naming_it():
     ("aten.repeat.default", [np.zeros((2, 3)), [2]], "fewer sizes"),
     ("aten.aminmax.default", [np.zeros((0, 3))], "empty"),
     ("aten.pixel_shuffle.default", [np.zeros((1, 6, 2, 2)), 2], "multiple"),
-    ("aten.eye.default", [-1], "non-negative")])
+    ("aten.eye.default", [-1], "non-negative"),
+    ("aten._cdist_forward.default", [np.zeros((2, 3)), np.zeros((4, 3)), 3.0, None],
+     "order 3.0"),
+    ("aten._cdist_forward.default", [np.zeros((2, 3)), np.zeros((4, 2)), 2.0, None],
+     "two float"),
+    ("aten.glu.default", [np.zeros((2, 5)), -1], "odd dimension"),
+    ("aten.diagonal_backward.default", [np.zeros(3), [4, 4], 0, 0, 1], "a gradient of"),
+    ("aten.diagonal_backward.default", [np.zeros(3), [-4, 4], 0, 0, 1], "non-negative"),
+    ("aten._weight_norm_interface.default", [np.zeros((5, 7)), np.zeros((1, 7)), 0],
+     "the weight wants"),
+    ("aten.vdot.default", [np.zeros(3), np.zeros(4)], "two vectors")])
 def test_what_torch_refuses_or_orders_has_no_form(op, args, why):
     """What torch raises for (an index out of range, an empty aminmax), or where its answer is
     the loop's order (a src scattered onto one place twice), is no reference, named."""
