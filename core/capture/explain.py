@@ -180,7 +180,8 @@ def _conv_image(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | N
 
 def _products(op: str, dt: np.dtype) -> list[_Variant]:
     """mm / bmm / addmm: (bias +) alpha * A @ B under each product variant of core.explain's
-    table (the ``mm`` primitive's, in its order)."""
+    table (the ``mm`` primitive's, in its order); mv / dot / vdot as the product with a
+    column (MKL's sgemv of a row-major matrix is its dot-product kernel: measured)."""
     out: list[_Variant] = []
     # the table's order, but numpy's BLAS product first: the cheapest, and what a captured
     # float32 product most often is (a captured model's products can be large; the contracted
@@ -201,6 +202,9 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
                 return (p + (bias if beta == 1 else bias * bias.dtype.type(beta))).astype(
                     np.asarray(args[1]).dtype)
             a, b = _f32(args[0]), _f32(args[1])
+            if b.ndim == 1:  # mv, dot, vdot (real): the product with a column
+                p = m(a if a.ndim == 2 else a[None], b[:, None])
+                return (p[:, 0] if a.ndim == 2 else p.reshape(())).astype(a.dtype)
             return m(a, b).astype(np.asarray(args[0]).dtype)
         # BLAS's own kernel can change with the row count: only the table's written-out
         # orders (each output row its own chains) are screened on a few rows first
@@ -2405,6 +2409,33 @@ def _softplus_variant(backward: bool, threads: int) -> _Variant:
                     f"{f', the loop split over {threads} threads' if threads > 1 else ''}", run)
 
 
+def _aten_glu(backward: bool) -> Callable:
+    """ATen's CPU glu (``a * (1 / (1 + exp(-b)))``) or its backward (``s = sigmoid(b)`` by
+    ATen's sigmoid, then ``(((1 - s) * s) * a) * g`` and ``s * g``): the exp by SLEEF on whole
+    register pairs of each row of the halves (the rows TensorIterator loops over: what lies
+    before ``dim``, each half's elements from ``dim`` on contiguous), the C library's on the
+    rest; one thread's loop (up to ATen's grain)."""
+    from tapescope.core.explain_aten import _libc_exp
+
+    def run(args: list, kw: dict) -> np.ndarray:
+        x = np.asarray(args[1] if backward else args[0])
+        if x.dtype not in (np.float32, np.float64) or x.ndim == 0 or x.size > 2 * GRAIN_SIZE:
+            raise ValueError("float32 / float64, one thread's loop")
+        d = int(_arg(args, kw, 2 if backward else 1, "dim", -1)) % x.ndim
+        a, b = np.split(x, 2, axis=d)
+        rows = math.prod(x.shape[:d])
+        one = x.dtype.type(1)
+        nb = -b.reshape(rows, -1)
+        e = np.concatenate([_vec_map(r, sleef_exp, _libc_exp) for r in nb]) if rows \
+            else nb.reshape(-1)
+        s = one / (one + e.reshape(b.shape))
+        if not backward:
+            return a * s
+        g = np.asarray(args[0])
+        return np.concatenate([s * g, (((one - s) * s) * a) * g], axis=d)
+    return run
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
@@ -2415,12 +2446,16 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("libm", f"PyTorch's CPU {base.lstrip('_')}: the reference's recursion, by the "
                          "C library's exp / log (a scalar loop)",
                  lambda a, k: tuple(fn(a, k, _LIBC_MATH)))]
+    if base in ("glu", "glu_backward"):
+        return [("libm", f"PyTorch's CPU glu{' backward' if base == 'glu_backward' else ''}: "
+                         "1 / (1 + exp(-b)) with SLEEF's exp on whole register pairs of each "
+                         "row, the C library's on the rest", _aten_glu(base == "glu_backward"))]
     if base == "polar":
         return [("libm", "PyTorch's CPU polar: the C library's cosf / sinf (a scalar loop), "
                          "each times abs", _polar_libc)]
     if base in ("_fused_adam_", "_fused_adamw_", "_fused_adam", "_fused_adamw"):
         return _fused_adams(base)
-    if base in ("mm", "bmm", "addmm"):
+    if base in ("mm", "bmm", "addmm", "mv", "dot", "vdot"):
         return _products(op, dt)
     if base.removeprefix("_foreach_").rstrip("_") in ("lerp", "add", "sub", "addcmul",
                                                       "addcdiv"):

@@ -2274,3 +2274,61 @@ def test_softplus_and_its_backward_are_sleefs_in_each_threads_chunk(n, threads, 
         _named(op, args, {}, rec, plain, "libm", "SLEEF's expf")
         got = explain_op(op, args, {}, rec, _diff(plain, rec))
         assert ("2 threads" in got["variant"]) == (threads == 2 and n > 32768), got
+
+
+def test_glu_and_its_backward_are_atens_sigmoid_per_row():
+    """A gated linear unit (``F.glu``; a seq model's cells): ATen's CPU glu is ``a * (1 / (1 +
+    exp(-b)))`` with SLEEF's exp on whole register pairs of each row of the halves (the rows
+    TensorIterator walks: the halves are strided), the C library's on the rest; its backward
+    takes ATen's sigmoid the same way. Named for torch's own results (halves along the last
+    dimension and along others, rows shorter and longer than a register pair, float32 and
+    float64), one ulp off unknown. Planted: the rows pooled into one flat loop, or the
+    backward's product in another order, fails it."""
+    named = 0
+    g = torch.Generator().manual_seed(5)
+    for shape, dim, dt in (((4, 70), -1, torch.float32), ((3, 5, 98), -1, torch.float32),
+                           ((6, 40), 0, torch.float32), ((2, 60, 7), 1, torch.float32),
+                           ((5, 36), -1, torch.float64), ((9, 100), 1, torch.float32)):
+        x = torch.randn(*shape, generator=g, dtype=dt) * 4
+        named += _named_where_it_departs("aten.glu.default", [x.numpy(), dim],
+                                         torch.ops.aten.glu(x, dim).numpy(), "libm", "glu")
+        go = torch.randn(*torch.ops.aten.glu(x, dim).shape, generator=g, dtype=dt)
+        rec = torch.ops.aten.glu_backward(go, x, dim).numpy()
+        named += _named_where_it_departs("aten.glu_backward.default",
+                                         [go.numpy(), x.numpy(), dim], rec, "libm",
+                                         "glu backward")
+    assert named >= 8, named
+
+
+def test_mv_and_dot_are_named_as_the_product_with_a_column():
+    """``mv`` (spectral norm's power iteration) and ``dot`` / ``vdot`` (LBFGS's): the product
+    variants of ``mm`` applied to a column. A row-major matrix by a vector is MKL's
+    dot-product kernel (measured: 36 of 36 shapes); short dots are the table's two k-lanes.
+    Named for torch's own results; an mv one ulp off is unknown."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(6)
+        named = 0
+        for m, n in ((16, 33), (4, 100), (33, 257), (16, 1000)):
+            a, v = torch.randn(m, n, generator=g), torch.randn(n, generator=g)
+            named += _named_where_it_departs("aten.mv.default", [a.numpy(), v.numpy()],
+                                             torch.mv(a, v).numpy(), "fma", "MKL's dot-product")
+        from tapescope.core.capture.aten_ref import reference
+
+        dots = 0
+        for n in (17, 31, 33, 100):
+            a, b = torch.randn(n, generator=g), torch.randn(n, generator=g)
+            for op, fn in (("aten.dot.default", torch.dot), ("aten.vdot.default", torch.vdot)):
+                args, rec = [a.numpy(), b.numpy()], fn(a, b).numpy()
+                plain = reference(op, args, {})[0]
+                if np.array_equal(plain, rec):
+                    continue
+                d = _diff(plain, rec)
+                # (one number: of the table's ~40 orders one may well give the value next to
+                # it, so "one ulp off is unknown" is not asked of a dot)
+                assert explain_op(op, args, {}, rec, d, 0)["cause"] in ("fma", "reassociation")
+                dots += 1
+        assert named >= 3 and dots >= 2, (named, dots)
+    finally:
+        torch.set_num_threads(before)
