@@ -2436,6 +2436,47 @@ def _aten_glu(backward: bool) -> Callable:
     return run
 
 
+def _aten_log_sigmoid(args: list, kw: dict) -> tuple:
+    """ATen's ``log_sigmoid_cpu_kernel`` (float32): the buffer ``exp(-|x|)`` and ``min(x, 0) -
+    log1p(buffer)``, SLEEF's on whole and partial vectors alike."""
+    x = _f32_only(args[0])
+    f = np.float32
+    z = sleef_exp((-np.abs(x)).astype(f)).astype(f)
+    return (np.minimum(x, f(0)) - sleef_log1pf(z)).astype(f), z
+
+
+def _aten_weight_norm(backward: bool) -> Callable:
+    """ATen's CPU weight norm along dim 0 (WeightNormKernel.cpp; its AVX2 build runs,
+    measured): per row the sum of squares (of ``gw * v`` for the backward) by
+    ``vec::map_reduce_all`` in 8 float / 4 double lanes (folded as a halving tree for float,
+    in sequence for double; the partial last vector added, not fused), then ``norm =
+    sqrt(s)``, ``w = v * (g / norm)``; backward ``gg = s / norm``, ``a = g / norm``, ``b = (a
+    * gg) / norm``, ``gv = fma(-b, v, a * gw)`` (the compiler's contraction, measured)."""
+    def run(args: list, kw: dict) -> tuple:
+        if backward:
+            gw, v, g, norm = (np.asarray(a) for a in args[:4])
+            dim = _arg(args, kw, 4, "dim", 0)
+        else:
+            v, g = np.asarray(args[0]), np.asarray(args[1])
+            dim = _arg(args, kw, 2, "dim", 0)
+        if v.dtype not in (np.float32, np.float64) or v.ndim < 2 or int(dim) % v.ndim:
+            raise ValueError("float32 / float64 weights normalised along dim 0")
+        tree = v.dtype == np.float32
+        lanes = 8 if tree else 4
+        rows = v.reshape(v.shape[0], -1)
+        gr = g.reshape(-1, 1)
+        if not backward:
+            nr = np.sqrt(_lane_sum(rows, rows, lanes, tree, False))[:, None]
+            return (rows * (gr / nr)).reshape(v.shape), nr.reshape(g.shape)
+        nr, gwr = norm.reshape(-1, 1), gw.reshape(rows.shape)
+        gg = _lane_sum(gwr, rows, lanes, tree, False)[:, None] / nr
+        a = gr / nr
+        b = (a * gg) / nr
+        gv = fma(-np.broadcast_to(b, rows.shape), rows, a * gwr)
+        return gv.reshape(v.shape), gg.reshape(g.shape)
+    return run
+
+
 def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
@@ -2446,6 +2487,18 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("libm", f"PyTorch's CPU {base.lstrip('_')}: the reference's recursion, by the "
                          "C library's exp / log (a scalar loop)",
                  lambda a, k: tuple(fn(a, k, _LIBC_MATH)))]
+    if base in ("_weight_norm_interface", "_weight_norm_interface_backward"):
+        back = base.endswith("_backward")
+        return [("reassociation", f"PyTorch's CPU weight norm{' backward' if back else ''} "
+                                  "along dim 0: each row's sum of "
+                                  f"{'gw * v' if back else 'squares'} in 8 float / 4 double "
+                                  "lanes (ATen's AVX2 map_reduce_all)"
+                                  f"{', gv = fma(-b, v, a * gw)' if back else ''}",
+                 _aten_weight_norm(back))]
+    if base == "log_sigmoid_forward":
+        return [("libm", "PyTorch's CPU log_sigmoid: min(x, 0) - log1p(exp(-|x|)) with SLEEF's "
+                         "expf and log1pf on every element (a partial last vector too)",
+                 _aten_log_sigmoid)]
     if base in ("glu", "glu_backward"):
         return [("libm", f"PyTorch's CPU glu{' backward' if base == 'glu_backward' else ''}: "
                          "1 / (1 + exp(-b)) with SLEEF's exp on whole register pairs of each "
@@ -2460,7 +2513,9 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base.removeprefix("_foreach_").rstrip("_") in ("lerp", "add", "sub", "addcmul",
                                                       "addcdiv"):
         return _pointwise(base)
-    if base in ("_foreach_norm", "linalg_vector_norm"):
+    if base in ("_foreach_norm", "linalg_vector_norm", "norm"):
+        # (torch.norm's norm.ScalarOpt_dim: pairwise_distance's, with linalg_vector_norm's
+        # arguments in the same places and the same kernels)
         return _norms(dt)
     if base == "native_layer_norm":
         return _layer_norm()

@@ -2332,3 +2332,70 @@ def test_mv_and_dot_are_named_as_the_product_with_a_column():
         assert named >= 3 and dots >= 2, (named, dots)
     finally:
         torch.set_num_threads(before)
+
+
+def test_weight_norm_and_its_backward_are_atens_avx2_row_sums():
+    """``weight_norm`` (a parametrization; what ``nn.utils.parametrizations.weight_norm``
+    records on the CPU): ATen's WeightNormKernel runs its AVX2 build (measured): each row's
+    sum of squares in 8 float lanes folded as a tree (4 double lanes in sequence), the partial
+    vector added unfused; ``w = v * (g / norm)``; the backward's ``gv = fma(-b, v, a * gw)``.
+    Named for torch's own outputs (w, norm; gv, gg) over rows shorter than a vector, of whole
+    vectors and with tails, float32 and float64; one ulp off unknown. Planted: 16 lanes, or
+    the backward unfused, fails it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(8)
+        named = 0
+        for shape, dt in (((40, 10), torch.float32), ((30, 64), torch.float32),
+                          ((20, 100), torch.float32), ((12, 3, 3, 5), torch.float32),
+                          ((25, 100), torch.float64)):
+            v = torch.randn(*shape, generator=g, dtype=dt)
+            gg = torch.randn(shape[0], *[1] * (len(shape) - 1), generator=g, dtype=dt)
+            outs = torch.ops.aten._weight_norm_interface(v, gg, 0)
+            args = [v.numpy(), gg.numpy(), 0]
+            named += _each_departing_output_named("aten._weight_norm_interface.default", args,
+                                                  outs, "weight norm along dim 0")
+            gw = torch.randn(*v.shape, generator=g, dtype=dt)
+            back = torch.ops.aten._weight_norm_interface_backward(gw, v, gg, outs[1], 0)
+            args = [gw.numpy(), v.numpy(), gg.numpy(), outs[1].numpy(), 0]
+            named += _each_departing_output_named(
+                "aten._weight_norm_interface_backward.default", args, back, "fma(-b, v")
+        assert named >= 5, named
+    finally:
+        torch.set_num_threads(before)
+
+
+def _each_departing_output_named(op, args, outs, words) -> int:
+    """Each output of torch's ``outs`` that departs from the reference's is named ``words``,
+    one ulp off ``unknown``; how many were."""
+    from tapescope.core.capture.aten_ref import reference
+
+    plain = reference(op, args, {})
+    named = 0
+    for j, (p, t) in enumerate(zip(plain, outs, strict=True)):
+        rec = t.numpy()
+        if np.array_equal(p, rec):
+            continue
+        d = _diff(p, rec)
+        got = explain_op(op, args, {}, rec, d, j)
+        assert got["cause"] != "unknown" and words in got["variant"], (op, j, got)
+        assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown"
+        named += 1
+    return named
+
+
+def test_log_sigmoid_and_torch_norm_are_named():
+    """``log_sigmoid_forward`` (``nn.LogSigmoid``): SLEEF's expf and log1pf on every element,
+    both outputs; ``norm.ScalarOpt_dim`` (``pairwise_distance``'s, in a triplet margin loss):
+    linalg_vector_norm's kernels. Named for torch's own, one ulp off unknown."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(8, 37, generator=g) * 4
+    named = _each_departing_output_named("aten.log_sigmoid_forward.default", [x.numpy()],
+                                         torch.ops.aten.log_sigmoid_forward(x), "log_sigmoid")
+    for n in (16, 33, 100):
+        y = torch.randn(64, n, generator=g)
+        out = torch.ops.aten.norm.ScalarOpt_dim(y, 2, [-1], False)
+        named += _each_departing_output_named("aten.norm.ScalarOpt_dim",
+                                              [y.numpy(), 2, [-1], False], [out], "norm")
+    assert named >= 3, named
