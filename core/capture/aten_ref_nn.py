@@ -136,8 +136,23 @@ def _aminmax(args: list, kwargs: dict) -> list:
 
 form("aten.max.default")(lambda args, kwargs: [np.asarray(np.max(args[0]))])
 form("aten.min.default")(lambda args, kwargs: [np.asarray(np.min(args[0]))])
-form("aten.all.default")(lambda args, kwargs: [np.asarray(np.all(args[0]))])
-form("aten.any.default")(lambda args, kwargs: [np.asarray(np.any(args[0]))])
+form("aten.all.default", "aten._is_all_true.default")(
+    lambda args, kwargs: [np.asarray(np.all(args[0]))])
+form("aten.any.default", "aten._is_any_true.default")(
+    lambda args, kwargs: [np.asarray(np.any(args[0]))])
+
+
+def _all_any(fn):
+    def run(args: list, kwargs: dict) -> list:  # (exact: bools; uint8 stays uint8, as torch)
+        x = np.asarray(args[0])
+        keep = bool(opt(kwargs, args, 2, "keepdim", False))
+        y = fn(x, axis=axes_of(x, opt(kwargs, args, 1, "dim")), keepdims=keep)
+        return [np.asarray(y).astype(np.uint8 if x.dtype == np.uint8 else np.bool_)]
+    return run
+
+
+form("aten.all.dim", "aten.all.dims")(_all_any(np.all))
+form("aten.any.dim", "aten.any.dims")(_all_any(np.any))
 
 
 def _arg_extreme(values, index):

@@ -808,6 +808,11 @@ CASES = [
       for p in (1.0, 2.0, math.inf)],
     *[(f"cdist_backward_p{p}", "aten._cdist_backward.default", _cdist_backward(p))
       for p in (1.0, 2.0, math.inf)],
+    ("all_dim", "aten.all.dim", lambda g, d: ([rn(g, d, 3, 4) > 0, 1, False], {})),
+    ("any_dim_kept", "aten.any.dim", lambda g, d: ([rn(g, d, 3, 4) > 1, 0, True], {})),
+    ("all_dims", "aten.all.dims", lambda g, d: ([rn(g, d, 2, 3, 4) > -1.5, [0, 2]], {})),
+    ("is_all_true", "aten._is_all_true.default",
+     lambda g, d: ([torch.tensor(bool(rn(g, d, 1)[0] > 0))], {})),
 ]
 
 # float32 bit for bit with torch's CPU kernel (measured, torch 2.13, this machine). The rest
@@ -861,7 +866,7 @@ BIT_EXACT = {
     # order, as ATen's loop)
     "unsqueeze_", "squeeze_dim_", "set_source", "diagonal_backward", "diagonal_backward_neg",
     "cdist_p1.0", "cdist_pinf", "cdist_backward_p1.0", "cdist_backward_p2.0",
-    "cdist_backward_pinf",
+    "cdist_backward_pinf", "all_dim", "any_dim_kept", "all_dims", "is_all_true",
 }
 
 IDS = [c[0] for c in CASES]
