@@ -307,6 +307,30 @@ def _embedding_backward(args: list, kwargs: dict) -> list:
     return [out.astype(g.dtype)]
 
 
+@form("aten.embedding_renorm_.default")
+def _embedding_renorm(args: list, kwargs: dict) -> list:
+    """``nn.Embedding(max_norm=)``'s in-place renormalisation (ATen's loop over the sorted
+    unique indices): each looked-up row whose ``p``-norm (``linalg_vector_norm``'s form)
+    exceeds ``max_norm`` is multiplied by ``T(max_norm / (norm + 1e-7))`` (float64, rounded
+    to the weight's type once)."""
+    from tapescope.core.capture.aten_ref_nn import vector_norm
+
+    w, idx = np.asarray(args[0]), np.asarray(args[1])
+    max_norm, p = float(args[2]), float(args[3])
+    if w.ndim != 2 or not is_float(w.dtype) or idx.dtype.kind not in "iu":
+        raise NoReference("embedding_renorm_ of other than a float matrix and integer indices")
+    rows = np.unique(idx.astype(I64).reshape(-1))
+    if rows.size and (rows[0] < 0 or rows[-1] >= w.shape[0]):
+        raise NoReference("embedding_renorm_: an index outside the weight's rows")
+    out = w.copy()
+    for r in rows:
+        norm = float(vector_norm(out[r], p))
+        if norm > max_norm:
+            with fp_quiet():
+                out[r] = out[r] * w.dtype.type(max_norm / (norm + 1e-7))
+    return [out]
+
+
 # ---- embedding bag ----------------------------------------------------------------------------
 _MAX_ROWS = 1 << 31  # the weight gradient's elements a form allocates, num_weights x dim
 

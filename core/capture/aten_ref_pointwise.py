@@ -515,6 +515,27 @@ def _hardswish_backward(args: list, kwargs: dict) -> list:
     return [ew(fn, args[0], args[1])]
 
 
+@form("aten.hardsigmoid.default")
+def _hardsigmoid(args: list, kwargs: dict) -> list:
+    """``min(max(x + 3, 0), 6) / 6`` (ATen's)."""
+    def fn(v):
+        t = v.dtype.type
+        return np.minimum(np.maximum(v + t(3), t(0)), t(6)) / t(6)
+    return [ew(fn, args[0])]
+
+
+@form("aten.hardsigmoid_backward.default")
+def _hardsigmoid_backward(args: list, kwargs: dict) -> list:
+    """``-3 < x < 3 ? g * T(sixth) : 0``: ATen's, whose constant is ``1.0f / 6.0f``, float32's
+    sixth, for every dtype (float64's gradient is times that float)."""
+    sixth = float(np.float32(1.0) / np.float32(6.0))
+
+    def fn(g, v):
+        t = v.dtype.type
+        return np.where((v > t(-3)) & (v < t(3)), g * t(sixth), t(0))
+    return [ew(fn, args[0], args[1])]
+
+
 @form("aten.softplus.default")
 def _softplus(args: list, kwargs: dict) -> list:
     beta, thr = opt(kwargs, args, 1, "beta", 1), opt(kwargs, args, 2, "threshold", 20)

@@ -267,6 +267,13 @@ def _cdist_backward(p: float):
     return build
 
 
+def _at_threes(x):
+    """``x`` with its first elements on hardsigmoid's edges (-3, 3: where the gradient is 0)."""
+    x = x.clone()
+    x.view(-1)[:4] = torch.tensor([-3.0, 3.0, -2.9999, 2.9999], dtype=torch.float64).to(x.dtype)
+    return x
+
+
 def _with_infinities(g, d):
     x = rn(g, d, 4, 6)
     x[1] = -math.inf  # (a row of -inf: its maximum taken as 0, log(0) = -inf)
@@ -813,6 +820,12 @@ CASES = [
     ("all_dims", "aten.all.dims", lambda g, d: ([rn(g, d, 2, 3, 4) > -1.5, [0, 2]], {})),
     ("is_all_true", "aten._is_all_true.default",
      lambda g, d: ([torch.tensor(bool(rn(g, d, 1)[0] > 0))], {})),
+    ("hardsigmoid", "aten.hardsigmoid.default",
+     lambda g, d: ([_at_threes(rn(g, d, 5, 7, lo=-4, hi=4))], {})),
+    ("hardsigmoid_backward", "aten.hardsigmoid_backward.default",
+     lambda g, d: ([rn(g, d, 5, 7), _at_threes(rn(g, d, 5, 7, lo=-4, hi=4))], {})),
+    ("embedding_renorm_", "aten.embedding_renorm_.default",
+     lambda g, d: ([rn(g, d, 10, 6), torch.tensor([[1, 3, 3], [9, 0, 1]]), 1.0, 2.0], {})),
 ]
 
 # float32 bit for bit with torch's CPU kernel (measured, torch 2.13, this machine). The rest
@@ -867,6 +880,7 @@ BIT_EXACT = {
     "unsqueeze_", "squeeze_dim_", "set_source", "diagonal_backward", "diagonal_backward_neg",
     "cdist_p1.0", "cdist_pinf", "cdist_backward_p1.0", "cdist_backward_p2.0",
     "cdist_backward_pinf", "all_dim", "any_dim_kept", "all_dims", "is_all_true",
+    "hardsigmoid", "hardsigmoid_backward",
 }
 
 IDS = [c[0] for c in CASES]
