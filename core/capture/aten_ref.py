@@ -45,6 +45,7 @@ from tapescope.core.capture import (  # noqa: F401  (each registers its forms)
     aten_ref_nn,
     aten_ref_optim,
     aten_ref_pointwise,
+    aten_ref_sample,
     aten_ref_shape,
 )
 from tapescope.core.capture.aten_ref_nn import vector_norms
