@@ -482,15 +482,16 @@ GRAIN_SIZE = 32768
 
 
 def _vec_map(x: np.ndarray, vec: Callable, scalar: Callable, threads: int = 1,
-             *more: np.ndarray) -> np.ndarray:
+             *more: np.ndarray, lanes: int | None = None) -> np.ndarray:
     """``cpu_kernel_vec`` over a contiguous array: ``vec`` on whole pairs of registers, ``scalar``
     on the rest (elementwise functions, so applied to the flat array's two parts), in each of
     ``at::parallel_for``'s chunks (past ``GRAIN_SIZE`` elements, ``threads`` threads: chunks
     of ``ceil(n / used)``, each split into its own vectors and tail). ``more``: further
-    operands of ``x``'s shape, handed to ``vec`` and ``scalar`` after it."""
+    operands of ``x``'s shape, handed to ``vec`` and ``scalar`` after it. ``lanes``: a
+    register's (None: the AVX-512 build's; 8 floats / 4 doubles: the AVX2 build's)."""
     flat = np.ascontiguousarray(x).reshape(-1)
     rest = [np.ascontiguousarray(m).reshape(-1) for m in more]
-    w = 2 * _LANES[flat.dtype]
+    w = 2 * (lanes or _LANES[flat.dtype])
     n = flat.size
     used = max(1, min(threads, -(-n // GRAIN_SIZE)))
     chunk = -(-n // used) if n else 0
@@ -505,13 +506,14 @@ def _vec_map(x: np.ndarray, vec: Callable, scalar: Callable, threads: int = 1,
     return out.reshape(np.shape(x))
 
 
-def softplus(x: Any, beta: float, threshold: float, dy: Any = None, threads: int = 1
-             ) -> np.ndarray:
+def softplus(x: Any, beta: float, threshold: float, dy: Any = None, threads: int = 1,
+             lanes: int = 16) -> np.ndarray:
     """``softplus`` (``dy`` None) or its backward as PyTorch's CPU computes them in float32
     (ATen's Activation.cpp, ``cpu_kernel_vec``; measured on 100,000 values at 1 and 2
     threads): ``z = x * beta``; ``z > threshold ? x : log1p(exp(z)) / beta`` with SLEEF's
     ``expf`` and ``log1pf`` on whole register pairs, the C library's on the rest; the backward
-    ``z > threshold ? g : (g * e) / (e + 1)``, ``e = exp(z)``."""
+    ``z > threshold ? g : (g * e) / (e + 1)``, ``e = exp(z)``. ``lanes``: 16 (the AVX-512
+    build) or 8 (the AVX2 build: measured under ``ATEN_CPU_CAPABILITY=avx2``)."""
     from tapescope.core.explain_prims import _LIBC_MATH as L
 
     f32 = np.float32
@@ -534,8 +536,10 @@ def softplus(x: Any, beta: float, threshold: float, dy: Any = None, threads: int
 
     with np.errstate(all="ignore"):
         if dy is None:
-            return _vec_map(x, fwd(_sleef_exp32, sleef_log1pf), fwd(L.exp, L.log1p), threads)
-        return _vec_map(x, bwd(_sleef_exp32), bwd(L.exp), threads, np.asarray(dy))
+            return _vec_map(x, fwd(_sleef_exp32, sleef_log1pf), fwd(L.exp, L.log1p), threads,
+                            lanes=lanes)
+        return _vec_map(x, bwd(_sleef_exp32), bwd(L.exp), threads, np.asarray(dy),
+                        lanes=lanes)
 
 
 def reduce_all(e: np.ndarray) -> np.ndarray:

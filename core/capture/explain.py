@@ -2393,19 +2393,22 @@ def _polar_libc(args: list, kw: dict) -> np.ndarray:
     return out
 
 
-def _softplus_variant(backward: bool, threads: int) -> _Variant:
+def _softplus_variant(backward: bool, threads: int, lanes: int = 16) -> _Variant:
     """PyTorch's CPU softplus (or its backward) at ``threads`` threads (core.explain_aten's
-    ``softplus``); past one thread only where the loop is split (more than ATen's grain)."""
+    ``softplus``); past one thread only where the loop is split (more than ATen's grain);
+    ``lanes`` 16 floats a register (the AVX-512 build) or 8 (the AVX2 build)."""
     def run(args: list, kw: dict) -> np.ndarray:
         x = _f32_only(args[1] if backward else args[0])
         if threads > 1 and x.size <= GRAIN_SIZE:
             raise ValueError("one thread's loop: the 1-thread variant's")
         beta = float(_arg(args, kw, 2 if backward else 1, "beta", 1))
         th = float(_arg(args, kw, 3 if backward else 2, "threshold", 20))
-        return _aten_softplus(x, beta, th, _f32_only(args[0]) if backward else None, threads)
+        return _aten_softplus(x, beta, th, _f32_only(args[0]) if backward else None, threads,
+                              lanes)
     return ("libm", f"PyTorch's CPU softplus{' backward' if backward else ''}: SLEEF's expf"
-                    f"{'' if backward else ' and log1pf'} on whole register pairs, the C "
-                    "library's on the rest"
+                    f"{'' if backward else ' and log1pf'} on whole register pairs "
+                    f"({2 * lanes} floats: the {'AVX-512' if lanes == 16 else 'AVX2'} build), "
+                    "the C library's on the rest"
                     f"{f', the loop split over {threads} threads' if threads > 1 else ''}", run)
 
 
@@ -2481,7 +2484,8 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     dt = np.dtype(dt)
     base = _base(op)
     if base in ("softplus", "softplus_backward"):
-        return [_softplus_variant(base == "softplus_backward", t) for t in (1, 2, 4)]
+        return [_softplus_variant(base == "softplus_backward", t, lanes) for lanes in (16, 8)
+                for t in (1, 2, 4)]
     if base in ("_ctc_loss", "_ctc_loss_backward"):
         fn = ctc_loss if base == "_ctc_loss" else ctc_loss_backward
         return [("libm", f"PyTorch's CPU {base.lstrip('_')}: the reference's recursion, by the "

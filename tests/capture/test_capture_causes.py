@@ -2399,3 +2399,71 @@ def test_log_sigmoid_and_torch_norm_are_named():
         named += _each_departing_output_named("aten.norm.ScalarOpt_dim",
                                               [y.numpy(), 2, [-1], False], [out], "norm")
     assert named >= 3, named
+
+
+# ATen's AVX2 build (what a CPU without AVX-512 runs: Zen 1-3, Intel client CPUs) for the
+# kernels written out from its AVX-512 build: softplus takes register pairs of 16 floats there
+# (the split between SLEEF's and the C library's functions moves), the fused Adam and the
+# last-dimension norm are the same bits; run in a child whose ATEN_CPU_CAPABILITY picks it
+_AVX2_KERNELS_CHILD = """
+import numpy as np, torch
+from tapescope.core.capture.aten_ref import reference
+from tapescope.core.capture.explain import _fused_adams, explain_op
+from tapescope.core.explain_aten import softplus
+from tapescope.core.parity import compare_arrays
+assert torch.backends.cpu.get_cpu_capability() == "AVX2", torch.backends.cpu.get_cpu_capability()
+g = torch.Generator().manual_seed(0)
+moved = 0
+for size in (31, 1003, 2047, 100003):
+    x = torch.rand(size, generator=g) * 16 - 8
+    dy = torch.randn(size, generator=g)
+    y, gx = torch.nn.functional.softplus(x).numpy(), torch.ops.aten.softplus_backward(
+        dy, x, 1.0, 20.0).numpy()
+    assert softplus(x.numpy(), 1.0, 20.0, lanes=8).tobytes() == y.tobytes(), size
+    assert softplus(x.numpy(), 1.0, 20.0, dy.numpy(), lanes=8).tobytes() == gx.tobytes(), size
+    moved += softplus(x.numpy(), 1.0, 20.0, lanes=16).tobytes() != y.tobytes()
+    for op, args, rec in (("aten.softplus.default", [x.numpy(), 1.0, 20.0], y),
+                          ("aten.softplus_backward.default", [dy.numpy(), x.numpy(), 1.0, 20.0],
+                           gx)):
+        d = compare_arrays(reference(op, args, {})[0], rec)
+        got = explain_op(op, args, {}, rec, {"n_diff": d.n_diff, "max_ulp": d.max_ulp})
+        assert got["cause"] == "libm", (op, size, got)
+assert moved, "the AVX-512 split gives the AVX2 build's bits everywhere: nothing tested"
+for size in (7, 37, 100):
+    x = torch.randn(64, size, generator=g)
+    op, args = "aten.linalg_vector_norm.default", [x.numpy(), 2, [-1], True]
+    rec = torch.ops.aten.linalg_vector_norm(x, 2, [-1], True).numpy()
+    d = compare_arrays(reference(op, args, {})[0], rec)
+    if d.n_diff:
+        got = explain_op(op, args, {}, rec, {"n_diff": d.n_diff, "max_ulp": d.max_ulp})
+        assert "reduce-lastdim" in got["variant"], (size, got)
+sizes = (3, 8, 13, 19, 100, 1000)
+for adamw in (True, False):
+    for dt, width in ((torch.float32, 8), (torch.float64, 4)):
+        ts = [[torch.randn(n, generator=g, dtype=dt) * s for n in sizes] for s in (1, .1, .01)]
+        ts.append([torch.rand(n, generator=g, dtype=dt) * 1e-3 for n in sizes])
+        steps = [torch.tensor(3.0) for _ in sizes]
+        kw = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.1, "eps": 1e-8,
+              "amsgrad": False, "maximize": False}
+        args = [[t.numpy().copy() for t in lst] for lst in ts] + [[]]
+        args.append([t.numpy().copy() for t in steps])
+        (torch._fused_adamw_ if adamw else torch._fused_adam_)(*ts, [], steps, **kw)
+        (run,) = [v[2] for v in _fused_adams("_fused_adamw_" if adamw else "_fused_adam_")
+                  if f"n % {width} elements" in v[1]]
+        outs = [t.numpy() for lst in ts for t in lst]
+        got = run(args, kw)
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(got, outs, strict=True)), dt
+print("ok")
+"""
+
+
+@pytest.mark.skipif("avx2" not in isa.runnable(), reason="ATen's AVX2 build needs a CPU with AVX2")
+def test_softplus_fused_adam_and_the_lastdim_norm_are_torchs_avx2_build_too():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
+    p = subprocess.run([sys.executable, "-c", _AVX2_KERNELS_CHILD], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
