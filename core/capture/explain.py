@@ -2412,7 +2412,7 @@ def _softplus_variant(backward: bool, threads: int, lanes: int = 16) -> _Variant
                     f"{f', the loop split over {threads} threads' if threads > 1 else ''}", run)
 
 
-def _aten_glu(backward: bool) -> Callable:
+def _aten_glu(backward: bool, lanes: int | None = None) -> Callable:
     """ATen's CPU glu (``a * (1 / (1 + exp(-b)))``) or its backward (``s = sigmoid(b)`` by
     ATen's sigmoid, then ``(((1 - s) * s) * a) * g`` and ``s * g``): the exp by SLEEF on whole
     register pairs of each row of the halves (the rows TensorIterator loops over: what lies
@@ -2429,8 +2429,8 @@ def _aten_glu(backward: bool) -> Callable:
         rows = math.prod(x.shape[:d])
         one = x.dtype.type(1)
         nb = -b.reshape(rows, -1)
-        e = np.concatenate([_vec_map(r, sleef_exp, _libc_exp) for r in nb]) if rows \
-            else nb.reshape(-1)
+        e = np.concatenate([_vec_map(r, sleef_exp, _libc_exp, lanes=lanes) for r in nb]) \
+            if rows else nb.reshape(-1)
         s = one / (one + e.reshape(b.shape))
         if not backward:
             return a * s
@@ -2506,7 +2506,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base in ("glu", "glu_backward"):
         return [("libm", f"PyTorch's CPU glu{' backward' if base == 'glu_backward' else ''}: "
                          "1 / (1 + exp(-b)) with SLEEF's exp on whole register pairs of each "
-                         "row, the C library's on the rest", _aten_glu(base == "glu_backward"))]
+                         f"row{build}, the C library's on the rest",
+                 _aten_glu(base == "glu_backward", lanes))
+                for lanes, build in ((None, ""), (8 if dt == np.float32 else 4,
+                                                  " (ATen's AVX2 build)"))]
     if base == "polar":
         return [("libm", "PyTorch's CPU polar: the C library's cosf / sinf (a scalar loop), "
                          "each times abs", _polar_libc)]

@@ -2402,9 +2402,10 @@ def test_log_sigmoid_and_torch_norm_are_named():
 
 
 # ATen's AVX2 build (what a CPU without AVX-512 runs: Zen 1-3, Intel client CPUs) for the
-# kernels written out from its AVX-512 build: softplus takes register pairs of 16 floats there
-# (the split between SLEEF's and the C library's functions moves), the fused Adam and the
-# last-dimension norm are the same bits; run in a child whose ATEN_CPU_CAPABILITY picks it
+# kernels written out from its AVX-512 build: softplus and glu take register pairs of 16
+# floats there (the split between SLEEF's and the C library's functions moves), the fused
+# Adam and the last-dimension norm are the same bits; run in a child whose
+# ATEN_CPU_CAPABILITY picks it
 _AVX2_KERNELS_CHILD = """
 import numpy as np, torch
 from tapescope.core.capture.aten_ref import reference
@@ -2453,6 +2454,16 @@ for adamw in (True, False):
         outs = [t.numpy() for lst in ts for t in lst]
         got = run(args, kw)
         assert all(a.tobytes() == b.tobytes() for a, b in zip(got, outs, strict=True)), dt
+avx2 = 0
+for shape, dim in (((4, 70), -1), ((3, 5, 98), -1), ((6, 40), 0), ((9, 100), 1)):
+    x = torch.randn(*shape, generator=g) * 4
+    op, args, rec = "aten.glu.default", [x.numpy(), dim], torch.ops.aten.glu(x, dim).numpy()
+    d = compare_arrays(reference(op, args, {})[0], rec)
+    if d.n_diff:
+        got = explain_op(op, args, {}, rec, {"n_diff": d.n_diff, "max_ulp": d.max_ulp})
+        assert got["cause"] == "libm", (shape, got)
+        avx2 += "AVX2 build" in got["variant"]
+assert avx2 >= 2, avx2
 print("ok")
 """
 
