@@ -483,6 +483,37 @@ def _leaky_relu_backward(args: list, kwargs: dict) -> list:
     return [ew(lambda gg, v, s: np.where(v > 0, gg, gg * s), g, x, slope)]
 
 
+@form("aten.rrelu_with_noise_backward.default")
+def _rrelu_backward(args: list, kwargs: dict) -> list:
+    """Training: ``noise * g`` (the forward's recorded slopes, 1 where positive); evaluation:
+    leaky_relu's backward with the slope ``(lower + upper) / 2`` (float64), as ATen."""
+    g, x, noise = args[0], args[1], args[2]
+    lower, upper = float(opt(kwargs, args, 3, "lower", 1 / 8)), float(
+        opt(kwargs, args, 4, "upper", 1 / 3))
+    if bool(opt(kwargs, args, 5, "training", False)):
+        return [ew(lambda n, gg: n * gg, noise, g)]
+    return _leaky_relu_backward([g, x, (lower + upper) / 2], {})
+
+
+@form("aten.softshrink.default")
+def _softshrink(args: list, kwargs: dict) -> list:
+    """``isnan(x) ? x : (x > l ? x - l : (x < -l ? x + l : +0.0))`` (ATen's vector loop's
+    zero; its scalar tail's ``x * 0`` keeps a negative ``x``'s sign: ``signed-zero``)."""
+    def fn(v, lam):
+        t = v.dtype.type
+        return np.where(np.isnan(v), v, np.where(v > lam, v - lam,
+                                                 np.where(v < -lam, v + lam, t(0))))
+    return [ew(fn, args[0], opt(kwargs, args, 1, "lambd", 0.5))]
+
+
+@form("aten.softshrink_backward.default")
+def _softshrink_backward(args: list, kwargs: dict) -> list:
+    """``x < -l or x > l ? g : 0`` (a NaN ``x`` gives 0, as torch's)."""
+    def fn(gg, v, lam):
+        return np.where((v < -lam) | (v > lam), gg, gg.dtype.type(0))
+    return [ew(fn, args[0], args[1], args[2])]
+
+
 @form("aten.hardtanh.default")
 def _hardtanh(args: list, kwargs: dict) -> list:
     return [_clamp(args[0], opt(kwargs, args, 1, "min_val", -1.0),

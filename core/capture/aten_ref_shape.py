@@ -852,6 +852,17 @@ def _pack_padded_backward(args: list, kwargs: dict) -> list:
     return [np.ascontiguousarray(np.swapaxes(out, 0, 1)) if bf else out]
 
 
+@form("aten.channel_shuffle.default", "aten.native_channel_shuffle.default")
+def _channel_shuffle(args: list, kwargs: dict) -> list:
+    """The channels as (groups, C / groups), transposed: exact."""
+    x, groups = np.asarray(args[0]), int(args[1])
+    if x.ndim < 3 or groups <= 0 or x.shape[1] % groups:
+        raise NoReference("channel_shuffle of channels no multiple of the groups")
+    n, c = x.shape[:2]
+    y = x.reshape((n, groups, c // groups) + x.shape[2:]).swapaxes(1, 2)
+    return [np.ascontiguousarray(y).reshape(x.shape)]
+
+
 @form("aten.pixel_shuffle.default")
 def _pixel_shuffle(args: list, kwargs: dict) -> list:
     """(..., C r^2, H, W) -> (..., C, H r, W r): a rearrangement (a copy)."""

@@ -267,6 +267,13 @@ def _cdist_backward(p: float):
     return build
 
 
+def _shrink_edges(x):
+    """``x`` with softshrink's edges (+-0.25), a NaN and a -0.1 (its zero keeps the sign)."""
+    x = x.clone()
+    x.view(-1)[:4] = torch.tensor([0.25, -0.25, math.nan, -0.1], dtype=torch.float64).to(x.dtype)
+    return x
+
+
 def _at_threes(x):
     """``x`` with its first elements on hardsigmoid's edges (-3, 3: where the gradient is 0)."""
     x = x.clone()
@@ -824,6 +831,20 @@ CASES = [
      lambda g, d: ([_at_threes(rn(g, d, 5, 7, lo=-4, hi=4))], {})),
     ("hardsigmoid_backward", "aten.hardsigmoid_backward.default",
      lambda g, d: ([rn(g, d, 5, 7), _at_threes(rn(g, d, 5, 7, lo=-4, hi=4))], {})),
+    ("channel_shuffle", "aten.channel_shuffle.default",
+     lambda g, d: ([rn(g, d, 2, 12, 3, 3), 3], {})),
+    # (32 elements: torch's vector loop, whose zero is +0.0; its scalar tail's x * 0 keeps a
+    # negative x's sign, which --explain calls signed-zero)
+    ("softshrink", "aten.softshrink.default",
+     lambda g, d: ([_shrink_edges(rn(g, d, 4, 8, lo=-1, hi=1)), 0.25], {})),
+    ("softshrink_backward", "aten.softshrink_backward.default",
+     lambda g, d: ([rn(g, d, 5, 7), _shrink_edges(rn(g, d, 5, 7, lo=-1, hi=1)), 0.25], {})),
+    ("rrelu_backward_train", "aten.rrelu_with_noise_backward.default",
+     lambda g, d: ([rn(g, d, 5, 7), rn(g, d, 5, 7), rn(g, d, 5, 7, lo=0.1, hi=0.4), 0.125,
+                    1 / 3, True, False], {})),
+    ("rrelu_backward_eval", "aten.rrelu_with_noise_backward.default",
+     lambda g, d: ([rn(g, d, 5, 7), rn(g, d, 5, 7), torch.ones(5, 7, dtype=d), 0.125, 1 / 3,
+                    False, False], {})),
     ("embedding_renorm_", "aten.embedding_renorm_.default",
      lambda g, d: ([rn(g, d, 10, 6), torch.tensor([[1, 3, 3], [9, 0, 1]]), 1.0, 2.0], {})),
 ]
@@ -880,7 +901,8 @@ BIT_EXACT = {
     "unsqueeze_", "squeeze_dim_", "set_source", "diagonal_backward", "diagonal_backward_neg",
     "cdist_p1.0", "cdist_pinf", "cdist_backward_p1.0", "cdist_backward_p2.0",
     "cdist_backward_pinf", "all_dim", "any_dim_kept", "all_dims", "is_all_true",
-    "hardsigmoid", "hardsigmoid_backward",
+    "hardsigmoid", "hardsigmoid_backward", "channel_shuffle", "softshrink",
+    "softshrink_backward", "rrelu_backward_train", "rrelu_backward_eval",
 }
 
 IDS = [c[0] for c in CASES]
