@@ -1,10 +1,12 @@
 """Reference forms of aten's convolutions (plain and transposed, 1-d, 2-d and 3-d) and their
-backward, pools (max with indices, average, adaptive average) and nearest upsampling, with their
-backwards. A convolution is the tape's ``conv2d`` (im2col and the reference product; a 1-d one
-is a 2-d one of height 1; the bias a separate add), its backward the tape's ``conv2d`` backward;
-a transposed convolution is that backward's input gradient (the adjoint); a 3-d one is the tape's
-``conv3d`` / ``conv_transpose3d`` (the same orders with a depth axis). Scatter-adds run in
-row-major output order. Orders: docs/reference-order.md, "Captured aten ops"."""
+backward, pools (max with indices, average, adaptive average), reflection and replication
+padding, im2col / col2im (``F.unfold`` / ``F.fold``) and nearest, bilinear and bicubic
+upsampling, with their backwards. A convolution is the tape's ``conv2d`` (im2col and the
+reference product; a 1-d one is a 2-d one of height 1; the bias a separate add), its backward
+the tape's ``conv2d`` backward; a transposed convolution is that backward's input gradient (the
+adjoint); a 3-d one is the tape's ``conv3d`` / ``conv_transpose3d`` (the same orders with a
+depth axis). Scatter-adds run in row-major output order. Orders: docs/reference-order.md,
+"Captured aten ops"."""
 
 from __future__ import annotations
 
@@ -17,8 +19,11 @@ from tapescope.core.capture.aten_ref_table import (
     I64,
     M,
     NoReference,
+    check_elems,
+    compute,
     form,
     fp_quiet,
+    is_float,
     opt,
     result_type,
     wide,
@@ -395,35 +400,87 @@ def _scatter_planes(g2: np.ndarray, src: np.ndarray, n_in: int) -> np.ndarray:
     return gx
 
 
-def _reflect_src(shape: tuple, pad: list) -> tuple[np.ndarray, tuple]:
-    """The flat source index of every element of the reflect-padded last ``len(pad) // 2``
-    dims (torch's pad order: last dim first)."""
+def _pad_geom(shape: tuple, pad: list, mode: str, what: str) -> tuple:
+    """torch's checks of a reflection / replication pad of an input of ``shape`` (NoReference
+    naming ``what``), then (lead dims, padded trailing dims, the (before, after) pad of each
+    trailing dim): ``len(pad) // 2`` trailing dims, torch's pad order (last dim first)."""
+    pad = [int(p) for p in pad]
     k = len(pad) // 2
-    sp = shape[len(shape) - k:]
-    idx = np.arange(int(np.prod(sp))).reshape(sp)
+    if len(pad) % 2 or k not in (1, 2, 3) or len(shape) not in (k + 1, k + 2):
+        raise NoReference(f"{what}: {len(pad)} pads for a {len(shape)}-d input")
+    lead, sp = tuple(shape[:len(shape) - k]), tuple(shape[len(shape) - k:])
+    if 0 in sp or lead[-1] == 0:  # (a batch of 0 is allowed, as torch's)
+        raise NoReference(f"{what}: an empty input {tuple(shape)}")
     width = [(pad[2 * (k - 1 - i)], pad[2 * (k - 1 - i) + 1]) for i in range(k)]
-    src = np.pad(idx, width, mode="reflect")
-    return src, src.shape
+    out = tuple(sp[i] + a + b for i, (a, b) in enumerate(width))
+    if min(out) < 1:
+        raise NoReference(f"{what}: the padded size {out} of {sp} is under 1")
+    if mode == "reflect" and any(a >= sp[i] or b >= sp[i] for i, (a, b) in enumerate(width)):
+        raise NoReference(f"{what}: a pad of {pad} not under the input's size {sp}")
+    return lead, out, width
 
 
-@form("aten.reflection_pad1d.default", "aten.reflection_pad2d.default")
-def _reflection_pad(args: list, kwargs: dict) -> list:
+def _pad_src(sp: tuple, width: list, mode: str) -> np.ndarray:
+    """The flat source index (within the trailing dims ``sp``) of every element of their
+    padded form; ``mode`` is np.pad's: "reflect" (reflection_pad) or "edge" (replication_pad).
+    A negative pad crops: np.pad's positive part, then the cut (ATen's ``index(j) + offset``,
+    PaddingKernel.cpp)."""
+    idx = np.arange(math.prod(sp)).reshape(sp)
+    src = np.pad(idx, [(max(a, 0), max(b, 0)) for a, b in width], mode=mode)
+    cut = tuple(slice(max(-a, 0), src.shape[i] - max(-b, 0)) for i, (a, b) in enumerate(width))
+    return src[cut]
+
+
+def _pad_copy(args: list, mode: str, what: str) -> list:
+    """(self, padding): every output element the copy of its source (exact); the output's
+    size (from the arguments) bounded by ``check_elems`` before anything is made."""
     x, pad = args[0], list(args[1])
-    k = len(pad) // 2
-    width = [(0, 0)] * (x.ndim - k) + [(pad[2 * (k - 1 - i)], pad[2 * (k - 1 - i) + 1])
-                                       for i in range(k)]
-    return [np.pad(x, width, mode="reflect")]
+    lead, out, width = _pad_geom(x.shape, pad, mode, what)
+    check_elems(math.prod(lead) * math.prod(out), what)
+    sp = x.shape[len(lead):]
+    src = _pad_src(sp, width, mode)
+    y = x.reshape(math.prod(lead), math.prod(sp))[:, src.reshape(-1)]
+    return [y.reshape(lead + out)]
 
 
-@form("aten.reflection_pad1d_backward.default", "aten.reflection_pad2d_backward.default")
-def _reflection_pad_backward(args: list, kwargs: dict) -> list:
+def _pad_backward(args: list, mode: str, what: str) -> list:
+    """(grad_output, self, padding): zeros, then every output element's gradient added to its
+    source in row-major output order (ATen's ``cpu_padding_backward``)."""
     g, x, pad = args[0], args[1], list(args[2])
-    k = len(pad) // 2
-    src, _ = _reflect_src(x.shape, pad)
-    lead = x.shape[:x.ndim - k]
-    n_in = int(np.prod(x.shape[x.ndim - k:]))
-    gx = _scatter_planes(_w(g, x.dtype).reshape(int(np.prod(lead)), -1), src, n_in)
+    lead, out, width = _pad_geom(x.shape, pad, mode, what)
+    if tuple(g.shape) != lead + out:
+        raise NoReference(f"{what}: a gradient of shape {tuple(g.shape)} for an output of "
+                          f"{lead + out}")
+    sp = x.shape[len(lead):]
+    src = _pad_src(sp, width, mode)
+    with fp_quiet():
+        gx = _scatter_planes(_w(g, x.dtype).reshape(math.prod(lead), src.size), src,
+                             math.prod(sp))
     return [gx.reshape(x.shape).astype(x.dtype)]
+
+
+@form("aten.reflection_pad1d.default", "aten.reflection_pad2d.default",
+      "aten.reflection_pad3d.default")
+def _reflection_pad(args: list, kwargs: dict) -> list:
+    return _pad_copy(args, "reflect", "reflection_pad")
+
+
+@form("aten.reflection_pad1d_backward.default", "aten.reflection_pad2d_backward.default",
+      "aten.reflection_pad3d_backward.default")
+def _reflection_pad_backward(args: list, kwargs: dict) -> list:
+    return _pad_backward(args, "reflect", "reflection_pad_backward")
+
+
+@form("aten.replication_pad1d.default", "aten.replication_pad2d.default",
+      "aten.replication_pad3d.default")
+def _replication_pad(args: list, kwargs: dict) -> list:
+    return _pad_copy(args, "edge", "replication_pad")
+
+
+@form("aten.replication_pad1d_backward.default", "aten.replication_pad2d_backward.default",
+      "aten.replication_pad3d_backward.default")
+def _replication_pad_backward(args: list, kwargs: dict) -> list:
+    return _pad_backward(args, "edge", "replication_pad_backward")
 
 
 def _linear_src(n_out: int, n_in: int, align: bool, scale, ct: np.dtype):
@@ -490,4 +547,241 @@ def _upsample_bilinear_backward(args: list, kwargs: dict) -> list:
     with fp_quiet():
         contrib = (wts[None] * gw.reshape(planes, out_hw[0], out_hw[1], 1)).reshape(planes, -1)
     gx = _scatter_planes(contrib, src.reshape(-1), in_size[-2] * iw)
+    return [gx.reshape(tuple(in_size)).astype(g.dtype)]
+
+
+# ---- im2col / col2im (F.unfold / F.fold) ------------------------------------------------------
+def _patch_geom(args: list, i: int, what: str) -> tuple:
+    """(kernel_size, dilation, padding, stride) from ``args[i:i + 4]`` as (h, w) pairs, with
+    torch's checks (``im2col_shape_check``): NoReference naming ``what``."""
+    try:
+        k, d, p, s = ([int(v) for v in args[i + j]] for j in range(4))
+    except (TypeError, ValueError, IndexError):
+        raise NoReference(f"{what}: kernel_size, dilation, padding, stride not integer pairs")\
+            from None
+    if not len(k) == len(d) == len(p) == len(s) == 2:
+        raise NoReference(f"{what}: kernel_size, dilation, padding, stride not pairs")
+    if min(k) < 1 or min(d) < 1 or min(s) < 1 or min(p) < 0:
+        raise NoReference(f"{what}: kernel {k}, dilation {d}, stride {s} (each at least 1), "
+                          f"padding {p} (not negative)")
+    return k, d, p, s
+
+
+def _blocks(hw, k, d, p, s) -> list:
+    """The sliding blocks along each axis: ``(n + 2 p - (d (k - 1) + 1)) // s + 1``."""
+    return [(hw[i] + 2 * p[i] - (d[i] * (k[i] - 1) + 1)) // s[i] + 1 for i in range(2)]
+
+
+def _tap_span(n_out: int, n_im: int, k_dil: int, p: int, s: int) -> tuple:
+    """For the tap at offset ``k_dil`` (its index times the dilation): the blocks ``[a, b)``
+    whose image index ``o * s - p + k_dil`` is inside ``[0, n_im)``, and block ``a``'s index."""
+    a = -((k_dil - p) // s) if k_dil < p else 0  # the first o with o s >= p - k_dil
+    b = min(n_out, (n_im - 1 + p - k_dil) // s + 1)
+    return a, max(a, b), a * s - p + k_dil
+
+
+@form("aten.im2col.default")
+def _im2col(args: list, kwargs: dict) -> list:
+    """(self (N, C, H, W) or (C, H, W), kernel_size, dilation, padding, stride) -> (N,
+    C kh kw, L): the copy of every patch, zeros where it reaches into the padding (exact)."""
+    x = args[0]
+    k, d, p, s = _patch_geom(args, 1, "im2col")
+    if x.ndim not in (3, 4) or 0 in x.shape[-3:] or not is_float(x.dtype):
+        raise NoReference(f"im2col of a {x.ndim}-d {x.dtype} input {tuple(x.shape)}")
+    x4 = x if x.ndim == 4 else x[None]
+    n, c, h, w = x4.shape
+    oh, ow = _blocks((h, w), k, d, p, s)
+    if oh < 1 or ow < 1:
+        raise NoReference(f"im2col: kernel {k} (dilation {d}) larger than the padded input "
+                          f"{(h + 2 * p[0], w + 2 * p[1])}")
+    check_elems(n * c * k[0] * k[1] * oh * ow, "im2col")
+    col = np.zeros((n, c, k[0], k[1], oh, ow), x.dtype)
+    for i in range(k[0]):
+        a, b, h0 = _tap_span(oh, h, i * d[0], p[0], s[0])
+        for j in range(k[1]):
+            e, f, w0 = _tap_span(ow, w, j * d[1], p[1], s[1])
+            if b > a and f > e:
+                col[:, :, i, j, a:b, e:f] = x4[:, :, h0:h0 + (b - a - 1) * s[0] + 1:s[0],
+                                               w0:w0 + (f - e - 1) * s[1] + 1:s[1]]
+    col = col.reshape(n, c * k[0] * k[1], oh * ow)
+    return [col if x.ndim == 4 else col[0]]
+
+
+@form("aten.col2im.default")
+def _col2im(args: list, kwargs: dict) -> list:
+    """(self (N, C kh kw, L) or (C kh kw, L), output_size, kernel_size, dilation, padding,
+    stride) -> (N, C, H, W): zeros, then every column element added to its image pixel, in
+    ATen's ``col2im`` order (im2col.h: ``c_col`` = (c, kh, kw) row-major, then (h_col, w_col)):
+    per pixel its taps' contributions in (kh, kw) row-major order, one rounding each (one tap
+    reaches each pixel from one block at most, so a tap's adds are one vectorised add)."""
+    x = args[0]
+    try:
+        size = [int(v) for v in args[1]]
+    except (TypeError, ValueError):
+        raise NoReference("col2im: output_size not integers") from None
+    k, d, p, s = _patch_geom(args, 2, "col2im")
+    if len(size) != 2 or x.ndim not in (2, 3) or 0 in x.shape[-2:] or not is_float(x.dtype):
+        raise NoReference(f"col2im of a {x.ndim}-d {x.dtype} input {tuple(x.shape)} to "
+                          f"output_size {size}")
+    x3 = x if x.ndim == 3 else x[None]
+    n, ckk, L = x3.shape
+    oh, ow = _blocks(size, k, d, p, s)
+    if ckk % (k[0] * k[1]) or min(size) < 1 or oh < 1 or ow < 1 or L != oh * ow:
+        raise NoReference(f"col2im: {ckk} x {L} columns do not fit kernel {k} over "
+                          f"output_size {size} ({oh} x {ow} blocks)")
+    c = ckk // (k[0] * k[1])
+    check_elems(n * c * size[0] * size[1], "col2im")
+    ct = compute(x.dtype)
+    col = _w(x3, x.dtype).reshape(n, c, k[0], k[1], oh, ow)
+    im = np.zeros((n, c, size[0], size[1]), ct)
+    with fp_quiet():
+        for i in range(k[0]):
+            a, b, h0 = _tap_span(oh, size[0], i * d[0], p[0], s[0])
+            for j in range(k[1]):
+                e, f, w0 = _tap_span(ow, size[1], j * d[1], p[1], s[1])
+                if b > a and f > e:
+                    im[:, :, h0:h0 + (b - a - 1) * s[0] + 1:s[0],
+                       w0:w0 + (f - e - 1) * s[1] + 1:s[1]] += col[:, :, i, j, a:b, e:f]
+    im = im.astype(x.dtype, copy=False)
+    return [im if x.ndim == 3 else im[0]]
+
+
+# ---- bicubic upsampling (F.interpolate(mode="bicubic")) ---------------------------------------
+def _cubic_coeffs(t: np.ndarray) -> list:
+    """ATen's ``get_cubic_upsample_coefficients`` (UpSample.h, A = -0.75) in ``t``'s type, one
+    rounding per operation as written: ``cc1(x) = (((A + 2) x - (A + 3)) x) x + 1``,
+    ``cc2(x) = (((A x - 5 A) x + 8 A) x) - 4 A``; the taps ``cc2(t + 1)``, ``cc1(t)``,
+    ``cc1(1 - t)``, ``cc2((1 - t) + 1)``."""
+    T = t.dtype.type
+    a = T(-0.75)
+
+    def cc1(x):
+        return ((((a + T(2)) * x) - (a + T(3))) * x) * x + T(1)
+
+    def cc2(x):
+        return ((((a * x) - (T(5) * a)) * x) + (T(8) * a)) * x - (T(4) * a)
+
+    t2 = T(1) - t
+    return [cc2(t + T(1)), cc1(t), cc1(t2), cc2(t2 + T(1))]
+
+
+def _cubic_src(n_out: int, n_in: int, align: bool, scale, ct: np.dtype) -> tuple:
+    """One axis' 4 clamped source indices and 4 weights (UpSample.h, ``ct`` = ATen's opmath
+    type): ``s = (in - 1) / (out - 1)`` (align_corners, out > 1; else 0), or ``1 / scale``
+    (rounded from float64) when a positive scale is given, else ``in / out``;
+    ``src = s * i`` (align_corners) or ``(s * (i + 0.5)) - 0.5`` (not clamped at 0: cubic);
+    ``guard_index_and_lambda``: ``i0 = min(floor(float32(src)), in - 1)`` (ATen's ``floorf``),
+    ``t = min(max(src - i0, 0), 1)``; tap ``j`` reads ``clamp(i0 - 1 + j, 0, in - 1)``."""
+    T = ct.type
+    if align:
+        s = T(n_in - 1) / T(n_out - 1) if n_out > 1 else T(0)
+    else:
+        s = T(1.0 / scale) if scale is not None and scale > 0 else T(n_in) / T(n_out)
+    i = np.arange(n_out).astype(ct)
+    src = s * i if align else (s * (i + T(0.5))) - T(0.5)
+    i0 = np.minimum(np.floor(src.astype(np.float32)).astype(np.int64), n_in - 1)
+    t = np.minimum(np.maximum(src - i0.astype(ct), T(0)), T(1))
+    idx = [np.clip(i0 - 1 + j, 0, n_in - 1) for j in range(4)]
+    return idx, _cubic_coeffs(t)
+
+
+def _bicubic_args(args: list, kwargs: dict, at: int, in_hw, what: str) -> tuple:
+    """(output_size, align_corners, scales_h, scales_w) of the ``.default`` overloads
+    (output_size at ``args[1]``, then from ``args[at]``: align_corners, scales_h, scales_w) or
+    ``.vec`` (output_size or None, align_corners, scale_factors: the size ``int(in * scale)``,
+    as ATen's ``compute_output_size``)."""
+    size = opt(kwargs, args, 1, "output_size")
+    align = bool(opt(kwargs, args, at, "align_corners", False))
+    sh = opt(kwargs, args, at + 1, "scales_h")
+    sw = opt(kwargs, args, at + 2, "scales_w")
+    factors = kwargs.get("scale_factors", sh if isinstance(sh, list | tuple) else None)
+    if factors is not None:  # .vec
+        factors = [float(v) for v in factors]
+        if size is not None or len(factors) != 2 or not all(math.isfinite(v) for v in factors):
+            raise NoReference(f"{what}: output_size {size} with scale_factors {factors}")
+        sh, sw = factors
+        size = [int(in_hw[0] * sh), int(in_hw[1] * sw)]
+    if size is None or len(size) != 2:
+        raise NoReference(f"{what}: no output_size of 2 (got {size})")
+    size = [int(v) for v in size]
+    if min(size) < 1 or min(in_hw) < 1:
+        raise NoReference(f"{what}: input {tuple(in_hw)} and output {size} not both over 0")
+    return size, align, sh, sw
+
+
+@form("aten.upsample_bicubic2d.default", "aten.upsample_bicubic2d.vec")
+def _upsample_bicubic(args: list, kwargs: dict) -> list:
+    """ATen's CPU forward (``upsample_generic_Nd_kernel_impl<2, HelperInterpCubic>``, the
+    float types' path): per axis the 4 indices and weights of ``_cubic_src`` (the weights
+    stored in the input's type, as ATen's weight tensors; computed in the opmath type: float32
+    for the half types); per output pixel, each of the 4 source rows along x
+    ``r_j = (((x[j, w0] * wx0) + (x[j, w1] * wx1)) + (x[j, w2] * wx2)) + (x[j, w3] * wx3)``,
+    then ``y = (((r_0 * wy0) + (r_1 * wy1)) + (r_2 * wy2)) + (r_3 * wy3)``, rounded once to
+    the input's type."""
+    x = args[0]
+    if x.ndim != 4 or 0 in x.shape[1:] or not is_float(x.dtype):
+        raise NoReference(f"upsample_bicubic2d of a {x.ndim}-d {x.dtype} input")
+    size, align, sh, sw = _bicubic_args(args, kwargs, 2, x.shape[2:], "upsample_bicubic2d")
+    check_elems(x.shape[0] * x.shape[1] * size[0] * size[1], "upsample_bicubic2d")
+    xw = _w(x)
+    ct = xw.dtype
+    (iy, wy), (ix, wx) = (_cubic_src(size[a], x.shape[2 + a], align, sc, ct)
+                          for a, sc in ((0, sh), (1, sw)))
+    # (ATen keeps the weights in the input's type: a half input's are rounded to it)
+    wy, wx = ([v.astype(x.dtype).astype(ct) for v in w] for w in (wy, wx))
+    with fp_quiet():
+        y = None
+        for j in range(4):
+            rows = xw[:, :, iy[j], :]  # (N, C, OH, W)
+            r = rows[..., ix[0]] * wx[0]
+            for m in range(1, 4):
+                r = r + (rows[..., ix[m]] * wx[m])
+            term = r * wy[j][:, None]
+            y = term if y is None else y + term
+    return [y.astype(x.dtype)]
+
+
+@form("aten.upsample_bicubic2d_backward.default")
+def _upsample_bicubic_backward(args: list, kwargs: dict) -> list:
+    """ATen's ``upsample_bicubic2d_backward_out_frame`` (UpSampleBicubic2d.cpp): the same
+    sizes as the input: the gradient's copy; else per plane zeros, then per output pixel in
+    row-major order, for x tap ``i`` then y tap ``j`` (i outer), ``(g * wy[j]) * wx[i]`` added
+    at the clamped source (weights and sums in the opmath type: float32 for the half types,
+    rounded once at the end, as ATen's float buffer)."""
+    g, in_size = args[0], args[2]
+    try:
+        in_size = [int(v) for v in in_size]
+    except (TypeError, ValueError):
+        raise NoReference("upsample_bicubic2d_backward: input_size not integers") from None
+    if len(in_size) != 4 or min(in_size) < 0 or not is_float(g.dtype):
+        raise NoReference(f"upsample_bicubic2d_backward: input_size {in_size} of a "
+                          f"{g.dtype} gradient")
+    size, align, sh, sw = _bicubic_args(args, kwargs, 3, in_size[2:],
+                                        "upsample_bicubic2d_backward")
+    if tuple(g.shape) != (in_size[0], in_size[1], size[0], size[1]):
+        raise NoReference(f"upsample_bicubic2d_backward: a gradient of {tuple(g.shape)} for "
+                          f"an output of {(in_size[0], in_size[1], *size)}")
+    check_elems(math.prod(in_size), "upsample_bicubic2d_backward")
+    if list(size) == in_size[2:]:
+        return [np.array(g)]  # (ATen's special case: the same size, a copy)
+    gw = _w(g)
+    ct = gw.dtype
+    (iy, wy), (ix, wx) = (_cubic_src(size[a], in_size[2 + a], align, sc, ct)
+                          for a, sc in ((0, sh), (1, sw)))
+    h_in, w_in = in_size[2:]
+    planes = in_size[0] * in_size[1]
+    g3 = gw.reshape(planes, size[0], size[1])
+    # per output pixel (row-major) its 16 sources and contributions, x tap i outer, y tap j
+    # inner (ATen's ii, jj)
+    src = np.stack([iy[j][:, None] * w_in + ix[i][None, :]
+                    for i in range(4) for j in range(4)], axis=-1).reshape(-1)
+    step = max(1, (1 << 22) // max(src.size, 1))  # (planes a pass: bounded memory)
+    parts = []
+    with fp_quiet():
+        for p0 in range(0, planes, step):
+            gp = g3[p0:p0 + step]
+            con = np.stack([(gp * wy[j][:, None]) * wx[i][None, :]
+                            for i in range(4) for j in range(4)], axis=-1)
+            parts.append(_scatter_planes(con.reshape(gp.shape[0], -1), src, h_in * w_in))
+    gx = np.concatenate(parts) if parts else np.zeros((0, h_in * w_in), ct)
     return [gx.reshape(tuple(in_size)).astype(g.dtype)]
