@@ -59,6 +59,7 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
@@ -540,6 +541,66 @@ def softplus(x: Any, beta: float, threshold: float, dy: Any = None, threads: int
                             lanes=lanes)
         return _vec_map(x, bwd(_sleef_exp32), bwd(L.exp), threads, np.asarray(dy),
                         lanes=lanes)
+
+
+def _softmax_chunks(shape: tuple, dim: int, itemsize: int, lanes: int):
+    """ATen's ``_vec_log_softmax`` / its backward over a dimension that is not the last:
+    ``(outer, dim, inner)`` with the inner positions in chunks of ``max(128 KiB / dim / item,
+    lanes)`` rounded down to whole vectors; yields ``(outer, size, inner, lo, hi, v)``, ``v``
+    the chunk's positions in whole vectors (the rest: the scalar loop)."""
+    d = dim % len(shape)
+    outer, size = math.prod(shape[:d]), shape[d]
+    inner = math.prod(shape[d + 1:])
+    chunk = max(128 * 1024 // max(size, 1) // itemsize, lanes) // lanes * lanes
+    for lo in range(0, inner, chunk):
+        hi = min(inner, lo + chunk)
+        yield outer, size, inner, lo, hi, lo + (hi - lo) - (hi - lo) % lanes
+
+
+def log_softmax_inner(x: np.ndarray, dim: int) -> np.ndarray:
+    """ATen's CPU log_softmax over a dimension that is not the last (SoftMaxKernel.cpp's
+    ``_vec_log_softmax``; a segmentation head's over channels), measured: per inner position
+    the maximum over ``dim`` (``x > max``, from -inf), the sum over ``dim`` in order of
+    ``exp(x - max)`` (SLEEF's on each chunk's whole vectors, the C library's on its rest),
+    ``log`` of the sums by SLEEF (``vec::map``: a partial vector too), ``(x - max) - log``."""
+    _check([x])
+    x = np.asarray(x)
+    out = np.empty_like(x)
+    for outer, size, inner, lo, hi, v in _softmax_chunks(x.shape, dim, x.itemsize,
+                                                         _LANES[x.dtype]):
+        xs = x.reshape(outer, size, inner)[:, :, lo:hi]
+        m = np.full((outer, hi - lo), -np.inf, x.dtype)
+        for k in range(size):
+            m = np.where(xs[:, k] > m, xs[:, k], m)
+        s = np.zeros_like(m)
+        for k in range(size):
+            z = xs[:, k] - m
+            e = np.empty_like(z)
+            e[:, :v - lo], e[:, v - lo:] = sleef_exp(z[:, :v - lo]), _libc_exp(z[:, v - lo:])
+            s = s + e
+        out.reshape(outer, size, inner)[:, :, lo:hi] = (xs - m[:, None]) - sleef_log(s)[:, None]
+    return out
+
+
+def log_softmax_backward_inner(g: np.ndarray, out: np.ndarray, dim: int) -> np.ndarray:
+    """Its backward (measured): per inner position the sum over ``dim`` of ``g`` in order,
+    then ``fma(-exp(out), sum, g)``, the exp SLEEF's on each chunk's whole vectors and the C
+    library's on the rest."""
+    _check([g, out])
+    g, out = np.asarray(g), np.asarray(out)
+    res = np.empty_like(g)
+    for outer, size, inner, lo, hi, v in _softmax_chunks(g.shape, dim, g.itemsize,
+                                                         _LANES[g.dtype]):
+        gs = g.reshape(outer, size, inner)[:, :, lo:hi]
+        os_ = out.reshape(outer, size, inner)[:, :, lo:hi]
+        s = np.zeros((outer, hi - lo), g.dtype)
+        for k in range(size):
+            s = s + gs[:, k]
+        e = np.empty_like(os_)
+        e[..., :v - lo], e[..., v - lo:] = sleef_exp(os_[..., :v - lo]), _libc_exp(
+            os_[..., v - lo:])
+        res.reshape(outer, size, inner)[:, :, lo:hi] = _fma(-e, s[:, None], gs)
+    return res
 
 
 def reduce_all(e: np.ndarray) -> np.ndarray:

@@ -70,6 +70,8 @@ from tapescope.core.explain_aten import (
     flash_attention,
     flash_attention_backward,
     gelu_tanh,
+    log_softmax_backward_inner,
+    log_softmax_inner,
     reduce_all,
     sleef_exp,
     sleef_expm1f,
@@ -1079,24 +1081,37 @@ def _log_softmax_ops(base: str) -> list[_Variant]:
     if base == "_log_softmax":
         def lsm(args: list, kw: dict) -> np.ndarray:
             x = np.asarray(args[0])
-            if int(args[1]) not in (-1, x.ndim - 1) or x.dtype not in (np.float32,
-                                                                      np.float64):
-                raise ValueError("written for the last axis")
+            if x.dtype not in (np.float32, np.float64) or x.ndim == 0:
+                raise ValueError("written for float32 and float64")
+            if int(args[1]) % x.ndim != x.ndim - 1:  # (another dimension: its own kernel)
+                return log_softmax_inner(x, int(args[1]))
             return _aten_log_softmax(x).astype(x.dtype)
         return [("libm", "PyTorch's CPU log_softmax (ATen, AVX-512): (x - max) - "
-                         "log(sum(exp(x - max))), SLEEF's exp and log", lsm)]
+                         "log(sum(exp(x - max))), SLEEF's exp and log (over another dimension "
+                         "than the last: per inner position, the sum in order, the C "
+                         "library's exp past each chunk's whole vectors)", lsm)]
     if base == "_log_softmax_backward_data":
         def lsm_bwd(args: list, kw: dict) -> np.ndarray:
             g, out = np.asarray(args[0]), np.asarray(args[1])
-            if int(args[2]) not in (-1, g.ndim - 1) or g.dtype not in (np.float32,
-                                                                      np.float64):
-                raise ValueError("written for the last axis")
+            if g.dtype not in (np.float32, np.float64) or g.ndim == 0:
+                raise ValueError("written for float32 and float64")
+            if int(args[2]) % g.ndim != g.ndim - 1:
+                return log_softmax_backward_inner(g, out, int(args[2]))
             return fma(-sleef_exp(out), reduce_all(g), g).astype(g.dtype)
         return [("libm", "PyTorch's CPU log_softmax backward (ATen, AVX-512): "
                          "fma(-exp(out), sum(g), g), SLEEF's exp", lsm_bwd)]
     if base == "nll_loss_forward":
         return [("reassociation", "PyTorch's CPU nll_loss (ATen: a cascade of partial sums, "
                                   "levels of 2^max(4, log2(N)/4))", _nll_cascade)]
+    if base == "nll_loss2d_forward":
+        def nll2d(args: list, kw: dict) -> np.ndarray:
+            x = np.asarray(args[0])
+            if x.ndim != 4:
+                raise ValueError("written for (N, C, H, W)")
+            rows = np.ascontiguousarray(np.moveaxis(x, 1, -1)).reshape(-1, x.shape[1])
+            return _nll_cascade([rows, np.asarray(args[1]).reshape(-1), *args[2:]], kw)
+        return [("reassociation", "PyTorch's CPU nll_loss2d (ATen: the pixels in (n, h, w) "
+                                  "order by nll_loss's cascade of partial sums)", nll2d)]
     return []
 
 
@@ -2529,7 +2544,8 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base in ("_scaled_dot_product_flash_attention_for_cpu",
                 "_scaled_dot_product_flash_attention_for_cpu_backward"):
         return _flash_variants(base, dt)
-    if base in ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward"):
+    if base in ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward",
+                "nll_loss2d_forward"):
         return _log_softmax_ops(base)
     if base == "convolution":
         ones = [_as_2d(v, False) for v in _convs(dt)]

@@ -2478,3 +2478,52 @@ def test_softplus_fused_adam_and_the_lastdim_norm_are_torchs_avx2_build_too():
     p = subprocess.run([sys.executable, "-c", _AVX2_KERNELS_CHILD], capture_output=True,
                        text=True, timeout=300, env=env)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+def test_a_segmentation_heads_log_softmax_and_nll_loss2d_are_named():
+    """A segmentation head: ``log_softmax`` over the channels of (N, C, H, W), not the last
+    dimension (ATen's ``_vec_log_softmax``: per inner position the sum over the channels in
+    order, SLEEF's exp on each chunk's whole vectors and the C library's past them, SLEEF's
+    log), its backward (``fma(-exp(out), sum(g), g)`` the same way) and ``nll_loss2d`` (the
+    pixels in (n, h, w) order by nll_loss's cascade). Named for torch's own results (inner
+    sizes of whole vectors and with tails, float32 and float64), one ulp off unknown.
+    Planted: the exp's tail by SLEEF, or the backward unfused, fails it."""
+    g = torch.Generator().manual_seed(11)
+    named = 0
+    for shape, dim, dt in (((2, 5, 8, 8), 1, torch.float32), ((3, 7, 20), 1, torch.float32),
+                           ((6, 50, 7), 1, torch.float32), ((2, 3, 4, 5), 0, torch.float32),
+                           ((2, 6, 9, 3), 1, torch.float64)):
+        x = torch.randn(*shape, generator=g, dtype=dt) * 3
+        out = torch.log_softmax(x, dim)
+        named += _named_where_it_departs("aten._log_softmax.default", [x.numpy(), dim, False],
+                                         out.numpy(), "libm", "log_softmax")
+        gy = torch.randn(*shape, generator=g, dtype=dt)
+        rec = torch.ops.aten._log_softmax_backward_data(gy, out, dim, dt).numpy()
+        named += _named_where_it_departs("aten._log_softmax_backward_data.default",
+                                         [gy.numpy(), out.numpy(), dim, str(dt)], rec, "libm",
+                                         "log_softmax backward")
+    assert named >= 6, named
+    nll = 0
+    for shape in ((2, 5, 8, 8), (4, 3, 16, 16), (8, 4, 32, 32)):
+        x = torch.log_softmax(torch.randn(*shape, generator=g), 1)
+        t = torch.randint(0, shape[1], (shape[0], *shape[2:]), generator=g)
+        t[0, 0, 0] = -100
+        for red in (1, 2):
+            rec = torch.ops.aten.nll_loss2d_forward(x, t, None, red, -100)[0].numpy()
+            nll += _named_where_it_departs_op0(
+                "aten.nll_loss2d_forward.default", [x.numpy(), t.numpy(), None, red, -100],
+                rec, "reassociation", "nll_loss2d")
+    assert nll >= 2, nll
+
+
+def _named_where_it_departs_op0(op, args, rec, cause, words) -> int:
+    """``_named_where_it_departs`` for output 0 of a several-output op (its others aside)."""
+    from tapescope.core.capture.aten_ref import reference
+
+    plain = reference(op, args, {})[0]
+    if np.array_equal(plain, rec):
+        return 0
+    d = _diff(plain, rec)
+    got = explain_op(op, args, {}, rec, d, 0)
+    assert got["cause"] == cause and words in got["variant"], got
+    return 1
