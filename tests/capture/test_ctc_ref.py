@@ -20,15 +20,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tapescope.app.capture import capture  # noqa: E402
 from tapescope.core.capture.aten_ref import reference  # noqa: E402
 from tapescope.core.capture.aten_ref_losses import ctc_loss, ctc_loss_backward  # noqa: E402
 from tapescope.core.capture.aten_ref_table import OUT_ELEMS, M, NoReference  # noqa: E402
 from tapescope.core.capture.explain import explain_op  # noqa: E402
-from tapescope.core.capture.file import load  # noqa: E402
-from tapescope.core.capture.judge import judge  # noqa: E402
 from tapescope.core.explain_prims import _LIBC_MATH  # noqa: E402
 from tapescope.core.parity import compare_arrays  # noqa: E402
+from tests.helpers.capture_files import judged_capture  # noqa: E402
 
 FWD, BWD = "aten._ctc_loss.Tensor", "aten._ctc_loss_backward.Tensor"
 
@@ -207,13 +205,7 @@ def _train_step():
 
 
 def test_a_captured_ctc_step_has_every_ctc_op_judged(tmp_path):
-    f = tmp_path / "ctc.capture"
-    step = _train_step()
-    with capture(f, steps=2):
-        losses = [step(), step()]
-    plain = _train_step()
-    assert losses == [plain(), plain()]  # (the recorder only reads)
-    rep = judge(load(f))
+    rep = judged_capture(tmp_path / "ctc.capture", _train_step)
     assert not any("ctc" in n["op"] for n in rep["no_reference"]), rep["no_reference"]
     ctc = [e for e in rep["ops"] if "_ctc_loss" in e["op"]]
     assert {e["op"] for e in ctc} == {FWD, BWD} and len(ctc) == 4

@@ -28,11 +28,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tapescope.app.capture import capture  # noqa: E402
 from tapescope.core.capture.aten_ref import reference  # noqa: E402
 from tapescope.core.capture.aten_ref_table import OUT_ELEMS, NoReference  # noqa: E402
-from tapescope.core.capture.file import load  # noqa: E402
-from tapescope.core.capture.judge import judge  # noqa: E402
+from tests.helpers.capture_files import judged_capture  # noqa: E402
 
 FWD = "aten.grid_sampler_2d.default"
 BWD = "aten.grid_sampler_2d_backward.default"
@@ -275,13 +273,7 @@ def _train_step():
 
 
 def test_a_captured_spatial_transformer_step_has_every_sampling_op_judged(tmp_path):
-    f = tmp_path / "stn.capture"
-    step = _train_step()
-    with capture(f, steps=2):
-        losses = [step(), step()]
-    plain = _train_step()
-    assert losses == [plain(), plain()]  # (the recorder only reads)
-    rep = judge(load(f))
+    rep = judged_capture(tmp_path / "stn.capture", _train_step)
     assert not [n for n in rep["no_reference"] if n["op"] in OPS], rep["no_reference"]
     ours = [e for e in rep["ops"] if e["op"] in OPS]
     assert {e["op"] for e in ours} == OPS

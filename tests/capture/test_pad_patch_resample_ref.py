@@ -30,11 +30,9 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 
-from tapescope.app.capture import capture  # noqa: E402
 from tapescope.core.capture.aten_ref import reference  # noqa: E402
 from tapescope.core.capture.aten_ref_table import OUT_ELEMS, NoReference  # noqa: E402
-from tapescope.core.capture.file import load  # noqa: E402
-from tapescope.core.capture.judge import judge  # noqa: E402
+from tests.helpers.capture_files import judged_capture  # noqa: E402
 
 A = torch.ops.aten
 RNG = np.random.default_rng(7)
@@ -370,13 +368,7 @@ def _train_step():
 
 
 def test_a_captured_step_has_every_pad_patch_and_bicubic_op_judged(tmp_path):
-    f = tmp_path / "resample.capture"
-    step = _train_step()
-    with capture(f, steps=2):
-        losses = [step(), step()]
-    plain = _train_step()
-    assert losses == [plain(), plain()]  # (the recorder only reads)
-    rep = judge(load(f))
+    rep = judged_capture(tmp_path / "resample.capture", _train_step)
     assert not any(k in n["op"] for n in rep["no_reference"] for k in OPS), rep["no_reference"]
     ours = [e for e in rep["ops"] if any(k in e["op"] for k in OPS)]
     names = {e["op"].split(".")[1] for e in ours}

@@ -27,3 +27,19 @@ def one_error_line(p: subprocess.CompletedProcess, cmd: str = "parity") -> str:
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith(f"tapescope {cmd}: "), p.stderr[-3000:]
     return lines[0]
+
+
+def judged_capture(path, make_step, steps: int = 2) -> dict:
+    """``make_step()`` (a fresh model, optimizer and seeded data: a step function returning
+    the loss) captured for ``steps`` steps to ``path`` and judged; the captured losses are
+    asserted to be an uncaptured run's bits (the recorder only reads). The judge's report."""
+    from tapescope.app.capture import capture
+    from tapescope.core.capture.file import load
+    from tapescope.core.capture.judge import judge
+
+    step = make_step()
+    with capture(path, steps=steps):
+        losses = [step() for _ in range(steps)]
+    plain = make_step()
+    assert losses == [plain() for _ in range(steps)]
+    return judge(load(path))
