@@ -1,7 +1,7 @@
 """Reference forms of aten's convolutions (plain and transposed, 1-d, 2-d and 3-d) and their
 backward, pools (max with indices, average, adaptive average), reflection and replication
-padding, im2col / col2im (``F.unfold`` / ``F.fold``) and nearest, bilinear and bicubic
-upsampling, with their backwards. A convolution is the tape's ``conv2d`` (im2col and the
+padding, im2col / col2im (``F.unfold`` / ``F.fold``) and nearest, linear (1-d), bilinear and
+bicubic upsampling, with their backwards. A convolution is the tape's ``conv2d`` (im2col and the
 reference product; a 1-d one is a 2-d one of height 1; the bias a separate add), its backward
 the tape's ``conv2d`` backward; a transposed convolution is that backward's input gradient (the
 adjoint); a 3-d one is the tape's ``conv3d`` / ``conv_transpose3d`` (the same orders with a
@@ -365,29 +365,118 @@ def _avg_pool_backward(args: list, kwargs: dict) -> list:
     return [gx.reshape(x.shape).astype(x.dtype)]
 
 
+def _adaptive_spans(n_out: int, n_in: int) -> tuple[np.ndarray, np.ndarray]:
+    """ATen's adaptive windows along one axis (AdaptivePooling.h, integer arithmetic): output
+    cell ``o`` covers ``start_index = floor(o I / O)`` to ``end_index = ceil((o + 1) I / O)``
+    (exclusive)."""
+    o = np.arange(n_out, dtype=I64)
+    return (o * n_in) // n_out, -((-(o + 1) * n_in) // n_out)
+
+
+def _adaptive_covers(n_out: int, n_in: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per input index ``i`` along one axis, the output cells whose windows hold it (an
+    ascending run, windows' starts and ends both ascending): (first cell, how many)."""
+    start, end = _adaptive_spans(n_out, n_in)
+    i = np.arange(n_in, dtype=I64)
+    first = np.searchsorted(end, i, side="right")
+    return first, np.searchsorted(start, i, side="right") - first
+
+
+def _adaptive_size(size, what: str) -> tuple[int, int]:
+    try:
+        oh, ow = (int(v) for v in size)
+    except (TypeError, ValueError):
+        raise NoReference(f"{what}: output_size {size} not 2 integers") from None
+    if oh < 1 or ow < 1:
+        raise NoReference(f"{what}: output_size {(oh, ow)} not over 0")
+    return oh, ow
+
+
 @form("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
 def _adaptive_avg(args: list, kwargs: dict) -> list:
-    x, (oh, ow) = args[0], args[1]
+    """(self (C, H, W) or (N, C, H, W), output_size): ATen's ``cpu_adaptive_avg_pool2d``
+    (contiguous): output cell (oh, ow) takes rows ``floor(oh H / OH)`` to
+    ``ceil((oh + 1) H / OH)`` and columns alike (``kh`` by ``kw`` taps); ``sum`` from +0.0 in
+    the opmath type (float32 for the half types), each tap added in row-major window order,
+    then ``(sum / T(kh)) / T(kw)`` (two divisions, as ATen's ``sum / kh / kw``), rounded once
+    to the input's type. A 1-d pool (``F.adaptive_avg_pool1d``) is this of height 1."""
+    x = args[0]
+    oh, ow = _adaptive_size(opt(kwargs, args, 1, "output_size"), "adaptive_avg_pool2d")
+    if x.ndim not in (3, 4) or 0 in x.shape[-2:] or not is_float(x.dtype):
+        raise NoReference(f"adaptive_avg_pool2d of a {x.ndim}-d {x.dtype} input "
+                          f"{tuple(x.shape)}")
+    check_elems(math.prod(x.shape[:-2]) * oh * ow, "adaptive_avg_pool2d")
     h, w = x.shape[-2:]
-    if (oh, ow) != (1, 1) and (h % oh or w % ow):
-        raise NoReference("adaptive_avg_pool2d with uneven windows")
-    xw = _w(x).reshape(x.shape[:-2] + (oh, h // oh, ow, w // ow))
+    xw = _w(x)
+    h0, h1 = _adaptive_spans(oh, h)
+    w0, w1 = _adaptive_spans(ow, w)
+    kh, kw = h1 - h0, w1 - w0
+    planes = xw.reshape(-1, h, w)
     with fp_quiet():
-        y = serial_sum(xw, (-3, -1)) / xw.dtype.type((h // oh) * (w // ow))
-    return [y.astype(x.dtype)]
+        if h % oh == 0 and w % ow == 0:  # equal windows: the same serial sum, one call
+            s = serial_sum(planes.reshape(-1, oh, h // oh, ow, w // ow), (-3, -1))
+        else:
+            s = np.zeros((planes.shape[0], oh, ow), xw.dtype)
+            for a in range(int(kh.max())):  # tap (a, b) of every window at once, row-major
+                rows, in_h = np.minimum(h0 + a, h - 1), a < kh
+                for b in range(int(kw.max())):
+                    cols, in_w = np.minimum(w0 + b, w - 1), b < kw
+                    tap = planes[:, rows[:, None], cols[None, :]]
+                    if in_h.all() and in_w.all():
+                        s += tap
+                    else:  # (a window past its last tap: that cell's sum left as it is)
+                        np.add(s, tap, out=s, where=in_h[:, None] & in_w[None, :])
+        y = (s / kh.astype(xw.dtype)[:, None]) / kw.astype(xw.dtype)[None, :]
+    return [y.reshape(x.shape[:-2] + (oh, ow)).astype(x.dtype)]
 
 
 @form("aten._adaptive_avg_pool2d_backward.default")
 def _adaptive_avg_backward(args: list, kwargs: dict) -> list:
+    """(grad_output, self): ATen's ``cpu_adaptive_avg_pool2d_backward`` (contiguous): zeros,
+    then per plane, output cells in row-major order (oh outer, ow inner), ``delta =
+    (g / kh) / kw`` added to every input element of the cell's window. Windows overlap where
+    uneven, so an input element takes its covering cells' deltas in row-major cell order. All
+    in the gradient's own type, as ATen's kernel (no opmath buffer): a half type's divisions
+    and each addition computed in float32 and rounded to the half type, one rounding per
+    operation as ATen's ``c10::Half`` / ``BFloat16`` operators."""
     g, x = args[0], args[1]
+    if (g.ndim != x.ndim or x.ndim not in (3, 4) or g.shape[:-2] != x.shape[:-2]
+            or 0 in g.shape[-2:] or 0 in x.shape[-2:] or not is_float(g.dtype)
+            or g.dtype != x.dtype):
+        raise NoReference(f"adaptive_avg_pool2d_backward: a {g.dtype} gradient of "
+                          f"{tuple(g.shape)} for a {x.dtype} input of {tuple(x.shape)}")
     oh, ow = g.shape[-2:]
     h, w = x.shape[-2:]
-    if h % oh or w % ow:
-        raise NoReference("adaptive_avg_pool2d_backward with uneven windows")
-    gw = _w(g, x.dtype)
-    gd = gw / gw.dtype.type((h // oh) * (w // ow))
-    gx = np.repeat(np.repeat(gd, h // oh, axis=-2), w // ow, axis=-1)
-    return [gx.astype(x.dtype)]
+    gw = _w(g)
+    ct = gw.dtype
+    half = g.dtype != ct
+
+    def rnd(v):  # (a half type's operation: rounded to it)
+        return v.astype(g.dtype).astype(ct) if half else v
+
+    h0, h1 = _adaptive_spans(oh, h)
+    w0, w1 = _adaptive_spans(ow, w)
+    (fh, nh), (fw, nw) = _adaptive_covers(oh, h), _adaptive_covers(ow, w)
+    planes = gw.reshape(-1, oh, ow)
+    gx = np.zeros((planes.shape[0], h, w), ct)
+    with fp_quiet():
+        delta = rnd(rnd(planes / (h1 - h0).astype(ct)[:, None]) / (w1 - w0).astype(ct)[None, :])
+        # each input element's a-th covering row and b-th covering column: a outer, b inner is
+        # row-major over its covering cells
+        for a in range(int(nh.max())):
+            rows, in_h = np.minimum(fh + a, oh - 1), a < nh
+            for b in range(int(nw.max())):
+                cols, in_w = np.minimum(fw + b, ow - 1), b < nw
+                tap = delta[:, rows[:, None], cols[None, :]]
+                full = in_h.all() and in_w.all()
+                if not half and full:
+                    gx += tap
+                elif not half:
+                    np.add(gx, tap, out=gx, where=in_h[:, None] & in_w[None, :])
+                else:
+                    gx = rnd(gx + tap) if full else np.where(
+                        in_h[:, None] & in_w[None, :], rnd(gx + tap), gx)
+    return [gx.reshape(x.shape).astype(x.dtype)]
 
 
 def _scatter_planes(g2: np.ndarray, src: np.ndarray, n_in: int) -> np.ndarray:
@@ -483,21 +572,37 @@ def _replication_pad_backward(args: list, kwargs: dict) -> list:
     return _pad_backward(args, "edge", "replication_pad_backward")
 
 
-def _linear_src(n_out: int, n_in: int, align: bool, scale, ct: np.dtype):
+def _mad(p, q, r):
+    """``(p * q) + r``, two roundings: the reference's (``--explain`` hands in an fma)."""
+    return (p * q) + r
+
+
+def _linear_src(n_out: int, n_in: int, align: bool, scale, ct: np.dtype, guard: bool = False,
+                mad=_mad):
     """torch's linear source index and weights, in the compute type: align_corners:
     ``s = (in - 1) / (out - 1)``, ``src = s * i``; else ``s = 1 / scale`` or ``in / out`` and
     ``src = max(s * (i + 0.5) - 0.5, 0)``; ``i0 = floor(src)``, ``i1 = i0 + (i0 < in - 1)``,
-    ``l1 = src - i0``, ``l0 = 1 - l1``."""
+    ``l1 = src - i0``, ``l0 = 1 - l1``. ``guard`` (linear1d's): the rest of ATen's
+    ``compute_source_index_and_lambda`` (UpSample.h): ``out == in`` the copy (``i0 = i1 = i``,
+    ``l0 = 1``, ``l1 = 0``); a scale taken only when positive; ``guard_index_and_lambda``:
+    ``i0 = min(floor(float32(src)), in - 1)`` (``floorf``), ``l1 = min(max(src - i0, 0), 1)``."""
     t = ct.type
+    if guard and n_out == n_in:
+        i = np.arange(n_out, dtype=np.int64)
+        return i, i.copy(), np.ones(n_out, ct), np.zeros(n_out, ct)
     if align:
         s = t((n_in - 1) / (n_out - 1)) if n_out > 1 else t(0)
     else:
-        s = t(1.0 / scale) if scale else t(n_in / n_out)
+        s = t(1.0 / scale) if scale and (not guard or scale > 0) else t(n_in / n_out)
     i = np.arange(n_out).astype(ct)
-    src = s * i if align else np.maximum((s * (i + t(0.5))) - t(0.5), t(0))
-    i0 = np.floor(src).astype(np.int64)
+    src = s * i if align else np.maximum(mad(s, i + t(0.5), -t(0.5)), t(0))
+    if guard:
+        i0 = np.minimum(np.floor(src.astype(np.float32)).astype(np.int64), n_in - 1)
+        l1 = np.minimum(np.maximum(src - i0.astype(ct), t(0)), t(1))
+    else:
+        i0 = np.floor(src).astype(np.int64)
+        l1 = src - i0.astype(ct)
     i1 = i0 + (i0 < n_in - 1)
-    l1 = src - i0.astype(ct)
     return i0, i1, t(1) - l1, l1
 
 
@@ -547,6 +652,109 @@ def _upsample_bilinear_backward(args: list, kwargs: dict) -> list:
     with fp_quiet():
         contrib = (wts[None] * gw.reshape(planes, out_hw[0], out_hw[1], 1)).reshape(planes, -1)
     gx = _scatter_planes(contrib, src.reshape(-1), in_size[-2] * iw)
+    return [gx.reshape(tuple(in_size)).astype(g.dtype)]
+
+
+def _linear1d_args(args: list, kwargs: dict, at: int, n_in: int, what: str) -> tuple:
+    """(output width, align_corners, scale) of ``.default`` (output_size at ``args[1]``, then
+    from ``args[at]``: align_corners, scales) or ``.vec`` (output_size or None, align_corners,
+    scale_factors: the width ``int(in * scale)``, as ATen's ``compute_output_size``, and the
+    scale passed on)."""
+    size = opt(kwargs, args, 1, "output_size")
+    align = bool(opt(kwargs, args, at, "align_corners", False))
+    sc = opt(kwargs, args, at + 1, "scales")
+    factors = kwargs.get("scale_factors", sc if isinstance(sc, list | tuple) else None)
+    try:
+        if factors is not None:  # .vec
+            factors = [float(v) for v in factors]
+            if size is not None or len(factors) != 1 or not math.isfinite(factors[0]):
+                raise NoReference(f"{what}: output_size {size} with scale_factors {factors}")
+            sc = factors[0]
+            size = [int(n_in * sc)]
+        sc = None if sc is None else float(sc)
+        if size is None or len(size) != 1:
+            raise NoReference(f"{what}: no output_size of 1 (got {size})")
+        n_out = int(size[0])
+    except (TypeError, ValueError):
+        raise NoReference(f"{what}: output_size {size}, scale {sc} not numbers") from None
+    if n_out < 1 or n_in < 1 or (sc is not None and not math.isfinite(sc)):
+        raise NoReference(f"{what}: input width {n_in}, output width {n_out}, scale {sc}")
+    return n_out, align, sc
+
+
+@form("aten.upsample_linear1d.default", "aten.upsample_linear1d.vec")
+def _upsample_linear1d(args: list, kwargs: dict) -> list:
+    return upsample_linear1d(args, kwargs)
+
+
+def upsample_linear1d(args: list, kwargs: dict, mad=_mad) -> list:
+    """(self (N, C, W), output_size, align_corners, scales): ATen's CPU forward
+    (``upsample_generic_Nd_kernel_impl<1, HelperInterpLinear>``): the indices and weights of
+    ``_linear_src`` with ATen's guard (computed in the opmath type, float32 for the half types;
+    a half type's ``l1`` stored in it, then ``l0 = 1 - l1`` of the stored one, stored, as
+    ATen's ``scalar_t`` lambdas), then
+    ``y = (x[i0] * l0) + (x[i1] * l1)`` (the bilinear form's w axis), rounded once to the
+    input's type. (ATen's ``t0 * w0 + t1 * w1`` compiles to an FMA: ``mad``, ``--explain``'s:
+    ``fma(x[i0], l0, x[i1] * l1)``, the source index ``fma(s, i + 0.5, -0.5)``.)"""
+    x = args[0]
+    if x.ndim != 3 or 0 in x.shape[1:] or not is_float(x.dtype):
+        raise NoReference(f"upsample_linear1d of a {x.ndim}-d {x.dtype} input "
+                          f"{tuple(x.shape)}")
+    n_out, align, sc = _linear1d_args(args, kwargs, 2, x.shape[2], "upsample_linear1d")
+    check_elems(x.shape[0] * x.shape[1] * n_out, "upsample_linear1d")
+    xw = _w(x)
+    ct = xw.dtype
+    i0, i1, l0, l1 = _linear_src(n_out, x.shape[2], align, sc, ct, guard=True, mad=mad)
+    if x.dtype != ct:  # (a half type's weights: l1 stored, then l0 = 1 - l1 of it, stored)
+        l1 = l1.astype(x.dtype).astype(ct)
+        l0 = (ct.type(1) - l1).astype(x.dtype).astype(ct)
+    with fp_quiet():
+        y = mad(xw[..., i0], l0, xw[..., i1] * l1)
+    return [y.astype(x.dtype)]
+
+
+@form("aten.upsample_linear1d_backward.default")
+def _upsample_linear1d_backward(args: list, kwargs: dict) -> list:
+    return upsample_linear1d_backward(args, kwargs)
+
+
+def upsample_linear1d_backward(args: list, kwargs: dict, mad=None) -> list:
+    """(grad_output, output_size, input_size, align_corners, scales): ATen's
+    ``cpu_upsample_linear_backward`` (UpSampleMoreKernel.cpp, ``loop1d``): per plane zeros (in
+    the opmath type: a half type's float32 buffer), then per output position in order
+    ``l0 * g`` added at ``i0``, then ``l1 * g`` at ``i1`` (the weights of ``_linear_src`` with
+    ATen's guard, in the opmath type), rounded once to the gradient's type. (ATen's
+    ``acc += w * g`` compiles to an FMA: ``mad``, ``--explain``'s, ``acc = fma(w, g, acc)``
+    position by position, the source index ``fma(s, i + 0.5, -0.5)``.)"""
+    g, in_size = args[0], args[2]
+    try:
+        in_size = [int(v) for v in in_size]
+    except (TypeError, ValueError):
+        raise NoReference("upsample_linear1d_backward: input_size not integers") from None
+    if len(in_size) != 3 or min(in_size) < 0 or in_size[1] < 1 or not is_float(g.dtype):
+        raise NoReference(f"upsample_linear1d_backward: input_size {in_size} of a {g.dtype} "
+                          f"gradient")
+    n_out, align, sc = _linear1d_args(args, kwargs, 3, in_size[2], "upsample_linear1d_backward")
+    if tuple(g.shape) != (in_size[0], in_size[1], n_out):
+        raise NoReference(f"upsample_linear1d_backward: a gradient of {tuple(g.shape)} for an "
+                          f"output of {(in_size[0], in_size[1], n_out)}")
+    check_elems(math.prod(in_size), "upsample_linear1d_backward")
+    gw = _w(g)
+    ct = gw.dtype
+    i0, i1, l0, l1 = _linear_src(n_out, in_size[2], align, sc, ct, guard=True,
+                                 mad=mad or _mad)
+    planes = in_size[0] * in_size[1]
+    g2 = gw.reshape(planes, n_out)
+    if mad is not None:  # (each contribution fused into its accumulator, in order)
+        gx = np.zeros((planes, in_size[2]), ct)
+        for k in range(n_out):
+            for i, w in ((i0[k], l0[k]), (i1[k], l1[k])):
+                gx[:, i] = mad(w, g2[:, k], gx[:, i])
+        return [gx.reshape(tuple(in_size)).astype(g.dtype)]
+    with fp_quiet():
+        # per output position its two contributions, i0's first
+        con = np.stack([g2 * l0, g2 * l1], axis=-1).reshape(planes, -1)
+        gx = _scatter_planes(con, np.stack([i0, i1], axis=-1).reshape(-1), in_size[2])
     return [gx.reshape(tuple(in_size)).astype(g.dtype)]
 
 
@@ -647,25 +855,26 @@ def _col2im(args: list, kwargs: dict) -> list:
 
 
 # ---- bicubic upsampling (F.interpolate(mode="bicubic")) ---------------------------------------
-def _cubic_coeffs(t: np.ndarray) -> list:
+def _cubic_coeffs(t: np.ndarray, mad=_mad) -> list:
     """ATen's ``get_cubic_upsample_coefficients`` (UpSample.h, A = -0.75) in ``t``'s type, one
     rounding per operation as written: ``cc1(x) = (((A + 2) x - (A + 3)) x) x + 1``,
     ``cc2(x) = (((A x - 5 A) x + 8 A) x) - 4 A``; the taps ``cc2(t + 1)``, ``cc1(t)``,
-    ``cc1(1 - t)``, ``cc2((1 - t) + 1)``."""
+    ``cc1(1 - t)``, ``cc2((1 - t) + 1)``. ``mad``: the multiply-adds gcc contracts in torch's
+    build (``--explain``'s fma), as written otherwise."""
     T = t.dtype.type
     a = T(-0.75)
 
     def cc1(x):
-        return ((((a + T(2)) * x) - (a + T(3))) * x) * x + T(1)
+        return (mad(a + T(2), x, -(a + T(3))) * x) * x + T(1)
 
     def cc2(x):
-        return ((((a * x) - (T(5) * a)) * x) + (T(8) * a)) * x - (T(4) * a)
+        return (mad(mad(a, x, -(T(5) * a)), x, T(8) * a) * x) - (T(4) * a)
 
     t2 = T(1) - t
     return [cc2(t + T(1)), cc1(t), cc1(t2), cc2(t2 + T(1))]
 
 
-def _cubic_src(n_out: int, n_in: int, align: bool, scale, ct: np.dtype) -> tuple:
+def _cubic_src(n_out: int, n_in: int, align: bool, scale, ct: np.dtype, mad=_mad) -> tuple:
     """One axis' 4 clamped source indices and 4 weights (UpSample.h, ``ct`` = ATen's opmath
     type): ``s = (in - 1) / (out - 1)`` (align_corners, out > 1; else 0), or ``1 / scale``
     (rounded from float64) when a positive scale is given, else ``in / out``;
@@ -678,11 +887,11 @@ def _cubic_src(n_out: int, n_in: int, align: bool, scale, ct: np.dtype) -> tuple
     else:
         s = T(1.0 / scale) if scale is not None and scale > 0 else T(n_in) / T(n_out)
     i = np.arange(n_out).astype(ct)
-    src = s * i if align else (s * (i + T(0.5))) - T(0.5)
+    src = s * i if align else mad(s, i + T(0.5), -T(0.5))
     i0 = np.minimum(np.floor(src.astype(np.float32)).astype(np.int64), n_in - 1)
     t = np.minimum(np.maximum(src - i0.astype(ct), T(0)), T(1))
     idx = [np.clip(i0 - 1 + j, 0, n_in - 1) for j in range(4)]
-    return idx, _cubic_coeffs(t)
+    return idx, _cubic_coeffs(t, mad)
 
 
 def _bicubic_args(args: list, kwargs: dict, at: int, in_hw, what: str) -> tuple:
@@ -711,13 +920,18 @@ def _bicubic_args(args: list, kwargs: dict, at: int, in_hw, what: str) -> tuple:
 
 @form("aten.upsample_bicubic2d.default", "aten.upsample_bicubic2d.vec")
 def _upsample_bicubic(args: list, kwargs: dict) -> list:
+    return upsample_bicubic(args, kwargs)
+
+
+def upsample_bicubic(args: list, kwargs: dict, mad=_mad) -> list:
     """ATen's CPU forward (``upsample_generic_Nd_kernel_impl<2, HelperInterpCubic>``, the
     float types' path): per axis the 4 indices and weights of ``_cubic_src`` (the weights
     stored in the input's type, as ATen's weight tensors; computed in the opmath type: float32
     for the half types); per output pixel, each of the 4 source rows along x
     ``r_j = (((x[j, w0] * wx0) + (x[j, w1] * wx1)) + (x[j, w2] * wx2)) + (x[j, w3] * wx3)``,
     then ``y = (((r_0 * wy0) + (r_1 * wy1)) + (r_2 * wy2)) + (r_3 * wy3)``, rounded once to
-    the input's type."""
+    the input's type. ``mad``: ``_cubic_coeffs``'; with an fma each 4-term sum is
+    ``fma(a3, w3, fma(a2, w2, fma(a0, w0, a1 * w1)))`` (torch's build: ``--explain``)."""
     x = args[0]
     if x.ndim != 4 or 0 in x.shape[1:] or not is_float(x.dtype):
         raise NoReference(f"upsample_bicubic2d of a {x.ndim}-d {x.dtype} input")
@@ -725,19 +939,16 @@ def _upsample_bicubic(args: list, kwargs: dict) -> list:
     check_elems(x.shape[0] * x.shape[1] * size[0] * size[1], "upsample_bicubic2d")
     xw = _w(x)
     ct = xw.dtype
-    (iy, wy), (ix, wx) = (_cubic_src(size[a], x.shape[2 + a], align, sc, ct)
+    (iy, wy), (ix, wx) = (_cubic_src(size[a], x.shape[2 + a], align, sc, ct, mad)
                           for a, sc in ((0, sh), (1, sw)))
     # (ATen keeps the weights in the input's type: a half input's are rounded to it)
     wy, wx = ([v.astype(x.dtype).astype(ct) for v in w] for w in (wy, wx))
+
+    def total(a: list, w: list) -> np.ndarray:  # ((a0 w0 + a1 w1) + a2 w2) + a3 w3
+        return mad(a[3], w[3], mad(a[2], w[2], mad(a[0], w[0], a[1] * w[1])))
     with fp_quiet():
-        y = None
-        for j in range(4):
-            rows = xw[:, :, iy[j], :]  # (N, C, OH, W)
-            r = rows[..., ix[0]] * wx[0]
-            for m in range(1, 4):
-                r = r + (rows[..., ix[m]] * wx[m])
-            term = r * wy[j][:, None]
-            y = term if y is None else y + term
+        rows = [total([xw[:, :, iy[j], :][..., ix[m]] for m in range(4)], wx) for j in range(4)]
+        y = total(rows, [w[:, None] for w in wy])
     return [y.astype(x.dtype)]
 
 

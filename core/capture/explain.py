@@ -40,6 +40,11 @@ import ml_dtypes
 import numpy as np
 
 from tapescope.core import native
+from tapescope.core.capture.aten_ref_conv import (
+    upsample_bicubic,
+    upsample_linear1d,
+    upsample_linear1d_backward,
+)
 from tapescope.core.capture.aten_ref_layers import bag_backward, bag_forward, bag_grad_args
 from tapescope.core.capture.aten_ref_losses import ctc_loss, ctc_loss_backward
 from tapescope.core.capture.aten_ref_optim import adam_step, fused_adam
@@ -2518,6 +2523,19 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("libm", "PyTorch's CPU log_sigmoid: min(x, 0) - log1p(exp(-|x|)) with SLEEF's "
                          "expf and log1pf on every element (a partial last vector too)",
                  _aten_log_sigmoid)]
+    if base in ("upsample_linear1d", "upsample_linear1d_backward"):
+        back = base.endswith("_backward")
+        fn = upsample_linear1d_backward if back else upsample_linear1d
+        how = "each contribution acc = fma(w, g, acc) in order" if back else \
+            "fma(x[i0], l0, x[i1] * l1)"
+        return [("fma", f"PyTorch's CPU linear interpolation{' backward' if back else ''} as "
+                        f"gcc contracts it: the source index fma(s, i + 0.5, -0.5), {how}",
+                 lambda a, k: fn(a, k, fma)[0])]
+    if base == "upsample_bicubic2d":
+        return [("fma", "PyTorch's CPU bicubic upsampling (ATen's generic kernel as gcc "
+                        "contracts it): the source index fma(s, i + 0.5, -0.5), the cubic "
+                        "coefficients' first steps, each 4-term sum fma(a3, w3, fma(a2, w2, "
+                        "fma(a0, w0, a1 * w1)))", lambda a, k: upsample_bicubic(a, k, fma)[0])]
     if base in ("glu", "glu_backward"):
         return [("libm", f"PyTorch's CPU glu{' backward' if base == 'glu_backward' else ''}: "
                          "1 / (1 + exp(-b)) with SLEEF's exp on whole register pairs of each "

@@ -1978,17 +1978,27 @@ print("ok")
 """
 
 
-@need_intel_mkl
-@pytest.mark.skipif("avx2" not in isa.runnable(), reason="ATen's AVX2 build needs a CPU with AVX2")
-def test_flash_attention_is_torchs_avx2_build_too():
+def _avx2_child(code: str) -> None:
+    """``code`` run in a child whose ``ATEN_CPU_CAPABILITY`` picks ATen's AVX2 build; it
+    prints ``ok`` when its assertions hold."""
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
-    p = subprocess.run([sys.executable, "-c", _FLASH_AVX2_CHILD], capture_output=True,
-                       text=True, timeout=300, env=env)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, env=env)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+need_avx2 = pytest.mark.skipif("avx2" not in isa.runnable(),
+                               reason="ATen's AVX2 build needs a CPU with AVX2")
+
+
+@need_intel_mkl
+@need_avx2
+def test_flash_attention_is_torchs_avx2_build_too():
+    _avx2_child(_FLASH_AVX2_CHILD)
 
 
 @need_intel_mkl
@@ -2468,16 +2478,9 @@ print("ok")
 """
 
 
-@pytest.mark.skipif("avx2" not in isa.runnable(), reason="ATen's AVX2 build needs a CPU with AVX2")
+@need_avx2
 def test_softplus_fused_adam_and_the_lastdim_norm_are_torchs_avx2_build_too():
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2"}
-    p = subprocess.run([sys.executable, "-c", _AVX2_KERNELS_CHILD], capture_output=True,
-                       text=True, timeout=300, env=env)
-    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+    _avx2_child(_AVX2_KERNELS_CHILD)
 
 
 def test_a_segmentation_heads_log_softmax_and_nll_loss2d_are_named():
@@ -2527,3 +2530,47 @@ def _named_where_it_departs_op0(op, args, rec, cause, words) -> int:
     got = explain_op(op, args, {}, rec, d, 0)
     assert got["cause"] == cause and words in got["variant"], got
     return 1
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
+                    reason="the contractions are those of torch's AVX2 / AVX-512 gcc builds")
+def test_bicubic_upsampling_is_the_written_order_as_gcc_contracts_it():
+    """``F.interpolate(mode="bicubic")``: ATen's generic kernel in the reference's written
+    order, with the multiply-adds gcc contracts (the source index, the cubic coefficients'
+    first steps, each 4-term sum as ``fma(a3, w3, fma(a2, w2, fma(a0, w0, a1 * w1)))``).
+    Named for torch's own output (up and down, align_corners both, float32 and float64), one
+    ulp off unknown. Planted: a 4-term sum contracted in another order fails it."""
+    g = torch.Generator().manual_seed(12)
+    named = 0
+    for dt in (torch.float32, torch.float64):
+        for shape, size, align in (((2, 3, 5, 7), [9, 13], False), ((1, 2, 8, 8), [16, 16], True),
+                                   ((2, 2, 9, 6), [33, 4], False), ((1, 1, 16, 16), [7, 5], False)):
+            x = torch.randn(*shape, generator=g, dtype=dt)
+            rec = torch.ops.aten.upsample_bicubic2d(x, size, align).numpy()
+            named += _named_where_it_departs("aten.upsample_bicubic2d.default",
+                                             [x.numpy(), size, align], rec, "fma", "bicubic")
+    assert named >= 6, named
+
+
+def test_linear_interpolation_and_its_backward_are_the_written_order_as_gcc_contracts_it():
+    """``F.interpolate(mode="linear")``: ATen's kernel with gcc's contractions, the source
+    index ``fma(s, i + 0.5, -0.5)``, the forward ``fma(x[i0], l0, x[i1] * l1)``, the backward
+    ``acc = fma(w, g, acc)`` per contribution in output order. Named for torch's own results
+    (up and down, align_corners both), one ulp off unknown. Planted: the forward's fma the
+    other way round, or the backward's contributions pre-multiplied, fails it."""
+    g = torch.Generator().manual_seed(13)
+    named = 0
+    for n_in, n_out, align in ((7, 11, False), (16, 40, False), (20, 7, False),
+                               (33, 100, True), (3, 40, False)):
+        x = torch.randn(3, 4, n_in, generator=g)
+        rec = torch.nn.functional.interpolate(x, size=n_out, mode="linear",
+                                              align_corners=align).numpy()
+        named += _named_where_it_departs("aten.upsample_linear1d.default",
+                                         [x.numpy(), [n_out], align], rec, "fma", "linear")
+        gy = torch.randn(3, 4, n_out, generator=g)
+        rec = torch.ops.aten.upsample_linear1d_backward(gy, [n_out], [3, 4, n_in], align,
+                                                        None).numpy()
+        named += _named_where_it_departs("aten.upsample_linear1d_backward.default",
+                                         [gy.numpy(), [n_out], [3, 4, n_in], align, None], rec,
+                                         "fma", "linear interpolation backward")
+    assert named >= 6, named
