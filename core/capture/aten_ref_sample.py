@@ -47,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from tapescope.core.capture import aten_ref_shape  # noqa: F401  (registers linspace's form)
+from tapescope.core.capture.aten_ref_conv import _cubic_coeffs
 from tapescope.core.capture.aten_ref_nn import product
 from tapescope.core.capture.aten_ref_table import (
     F32,
@@ -241,21 +242,6 @@ def _bilinear_setup(ix: np.ndarray, iy: np.ndarray):
     return corners, (e, w, s, n)
 
 
-def _cubic_coeffs(tt: np.ndarray) -> list:
-    """``get_cubic_upsample_coefficients`` (UpSample.h), A = -0.75."""
-    t = tt.dtype.type
-    a = t(-0.75)
-
-    def cc1(x):
-        return (((a + t(2)) * x - (a + t(3))) * x) * x + t(1)
-
-    def cc2(x):
-        return ((a * x - t(5) * a) * x + t(8) * a) * x - t(4) * a
-
-    x2 = t(1) - tt
-    return [cc2(tt + t(1)), cc1(tt), cc1(x2), cc2(x2 + t(1))]
-
-
 def _cubic_coeffs_grad(tt: np.ndarray) -> list:
     """``get_cubic_coefficients_grad`` (GridSampler.h), A = -0.75."""
     t = tt.dtype.type
@@ -396,12 +382,15 @@ def _grid_sampler_2d_backward(args: list, kwargs: dict) -> list:
     return out
 
 
-def _linspace_from_neg_one(steps: int, align: bool, dt: np.dtype) -> np.ndarray:
-    """ATen's ``linspace_from_neg_one``: ``linspace(-1, 1, steps)`` (the linspace form), times
-    ``steps - 1`` then divided by ``steps`` without ``align_corners``; 0 for a single step."""
+def _linspace_from_neg_one(steps: int, align: bool, dt: np.dtype, linspace=None
+                           ) -> np.ndarray:
+    """ATen's ``linspace_from_neg_one``: ``linspace(-1, 1, steps)`` (the linspace form, or
+    ``linspace(args, kwargs)``: ``--explain``'s torch kernel), times ``steps - 1`` then
+    divided by ``steps`` without ``align_corners``; 0 for a single step."""
     if steps <= 1:
         return np.zeros(steps, dt)
-    r = FORMS["aten.linspace.default"]([-1, 1, steps], {"dtype": dt})[0]
+    r = np.asarray((linspace or (lambda a, k: FORMS["aten.linspace.default"](a, k)[0]))(
+        [-1, 1, steps], {"dtype": dt}))
     if not align:
         t = dt.type
         r = (r * t(steps - 1)) / t(steps)
@@ -410,6 +399,12 @@ def _linspace_from_neg_one(steps: int, align: bool, dt: np.dtype) -> np.ndarray:
 
 @form("aten.affine_grid_generator.default")
 def _affine_grid_generator(args: list, kwargs: dict) -> list:
+    return affine_grid(args, kwargs)
+
+
+def affine_grid(args: list, kwargs: dict, linspace=None, prod=product) -> list:
+    """The base grid ``(x, y, 1)`` of ``_linspace_from_neg_one`` (``linspace``), times
+    ``thetaᵀ`` by ``prod`` (the reference product; ``--explain`` hands in torch's kernels)."""
     theta = _float_array(opt(kwargs, args, 0, "theta"), "theta")
     size = opt(kwargs, args, 1, "size")
     align = _bool_arg(opt(kwargs, args, 2, "align_corners"), "align_corners")
@@ -426,8 +421,8 @@ def _affine_grid_generator(args: list, kwargs: dict) -> list:
     dt = theta.dtype
     base = np.empty((N, H, W, 3), dt)
     with fp_quiet():
-        base[..., 0] = _linspace_from_neg_one(W, align, dt)
-        base[..., 1] = _linspace_from_neg_one(H, align, dt)[:, None]
+        base[..., 0] = _linspace_from_neg_one(W, align, dt, linspace)
+        base[..., 1] = _linspace_from_neg_one(H, align, dt, linspace)[:, None]
         base[..., 2] = dt.type(1)
-        grid = product(base.reshape(N, H * W, 3), np.swapaxes(theta, 1, 2))
+        grid = prod(base.reshape(N, H * W, 3), np.swapaxes(theta, 1, 2))
     return [np.ascontiguousarray(grid.reshape(N, H, W, 2), dtype=dt)]

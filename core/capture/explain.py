@@ -47,7 +47,9 @@ from tapescope.core.capture.aten_ref_conv import (
 )
 from tapescope.core.capture.aten_ref_layers import bag_backward, bag_forward, bag_grad_args
 from tapescope.core.capture.aten_ref_losses import ctc_loss, ctc_loss_backward
+from tapescope.core.capture.aten_ref_nn import product as ref_product
 from tapescope.core.capture.aten_ref_optim import adam_step, fused_adam
+from tapescope.core.capture.aten_ref_sample import affine_grid
 from tapescope.core.capture.aten_ref_table import as_dtype
 from tapescope.core.explain import (
     _HINTS,
@@ -2459,6 +2461,42 @@ def _aten_glu(backward: bool, lanes: int | None = None) -> Callable:
     return run
 
 
+def _fma_chain_batched(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` over the last two axes, each output one fma chain over k in order from zero."""
+    acc = np.zeros(a.shape[:-1] + b.shape[-1:], np.result_type(a, b))
+    for k in range(a.shape[-1]):
+        acc = fma(np.broadcast_to(a[..., k:k + 1], acc.shape),
+                  np.broadcast_to(b[..., k:k + 1, :], acc.shape), acc)
+    return acc
+
+
+def _aten_grid_sample_bilinear(args: list, kw: dict) -> np.ndarray:
+    """PyTorch's CPU ``grid_sampler_2d``, bilinear (its vectorised kernel, measured): the
+    reference's indices and weights but the unnormalise ``fma(c + 1, size / 2, -0.5)`` (not
+    align_corners), and the taps' sum ``fma(v, w, out)`` from the first tap's product."""
+    from tapescope.core.capture import aten_ref_sample as S
+
+    x, grid, interp, pad, align = S._sample_args(args, kw, 0)
+    if interp != S.BILINEAR:
+        raise ValueError("bilinear only")
+    n, c, h, w = x.shape
+    gx, gy = (grid[..., k].reshape(n, -1) for k in (0, 1))
+
+    def src(v: np.ndarray, size: int) -> np.ndarray:
+        if align:
+            return S._source(v, size, pad, align)
+        t = v.dtype.type
+        return S._pad(fma(v + t(1), np.full_like(v, t(size) / t(2)), np.full_like(v, t(-0.5))),
+                      size, pad, align)
+    taps = S._Taps(x)
+    out = None
+    for cx, cy, wt in S._bilinear_setup(src(gx, w), src(gy, h))[0]:
+        v = taps.read(cx, cy)
+        wb = np.broadcast_to(wt[:, None, :], v.shape)
+        out = v * wb if out is None else fma(v, wb, out)
+    return out.reshape(n, c, grid.shape[1], grid.shape[2])
+
+
 def _aten_log_sigmoid(args: list, kw: dict) -> tuple:
     """ATen's ``log_sigmoid_cpu_kernel`` (float32): the buffer ``exp(-|x|)`` and ``min(x, 0) -
     log1p(buffer)``, SLEEF's on whole and partial vectors alike."""
@@ -2531,6 +2569,16 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("fma", f"PyTorch's CPU linear interpolation{' backward' if back else ''} as "
                         f"gcc contracts it: the source index fma(s, i + 0.5, -0.5), {how}",
                  lambda a, k: fn(a, k, fma)[0])]
+    if base == "affine_grid_generator":
+        return [("fma", "PyTorch's CPU affine_grid: its linspace (one fma from the nearer end), "
+                        f"then bmm's {words}",
+                 lambda a, k, p=p: affine_grid(a, k, _aten_linspace, p)[0])
+                for words, p in (("small-product loop (a serial sum)", ref_product),
+                                 ("MKL product (an fma chain from zero)", _fma_chain_batched))]
+    if base == "grid_sampler_2d":
+        return [("fma", "PyTorch's CPU grid_sample, bilinear (its vectorised kernel): the "
+                        "unnormalise fma(c + 1, size / 2, -0.5), the taps' sum fma(v, w, out)",
+                 _aten_grid_sample_bilinear)]
     if base == "upsample_bicubic2d":
         return [("fma", "PyTorch's CPU bicubic upsampling (ATen's generic kernel as gcc "
                         "contracts it): the source index fma(s, i + 0.5, -0.5), the cubic "

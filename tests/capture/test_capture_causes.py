@@ -2574,3 +2574,32 @@ def test_linear_interpolation_and_its_backward_are_the_written_order_as_gcc_cont
                                          [gy.numpy(), [n_out], [3, 4, n_in], align, None], rec,
                                          "fma", "linear interpolation backward")
     assert named >= 6, named
+
+
+def test_a_spatial_transformers_affine_grid_and_bilinear_grid_sample_are_named():
+    """``F.affine_grid``: torch's linspace (one fma from the nearer end) then bmm's small-product
+    loop (a serial sum, below 400 multiply-adds) or MKL's (an fma chain from zero);
+    ``F.grid_sample`` bilinear: the reference's indices and weights with the kernel's fmas
+    (the unnormalise, the taps' sum). Named for torch's own results (every padding, both
+    align_corners, float32 and float64), one ulp off unknown. Planted: the taps' sum
+    unfused, or the small-product loop as an fma chain, fails it."""
+    import itertools
+
+    g = torch.Generator().manual_seed(14)
+    named = grids = 0
+    for n, h, w, align in ((2, 5, 7, False), (2, 8, 8, True), (3, 16, 16, False),
+                           (1, 32, 20, False)):
+        th = torch.randn(n, 2, 3, generator=g)
+        rec = torch.nn.functional.affine_grid(th, [n, 1, h, w], align_corners=align).numpy()
+        grids += _named_where_it_departs("aten.affine_grid_generator.default",
+                                         [th.numpy(), [n, 1, h, w], align], rec, "fma",
+                                         "affine_grid")
+    for dt, pad, align in itertools.product((torch.float32, torch.float64), (0, 1, 2),
+                                            (False, True)):
+        x = torch.randn(2, 3, 7, 9, generator=g, dtype=dt)
+        grid = (torch.rand(2, 5, 6, 2, generator=g, dtype=dt) * 2 - 1) * 1.3
+        rec = torch.ops.aten.grid_sampler_2d(x, grid, 0, pad, align).numpy()
+        named += _named_where_it_departs("aten.grid_sampler_2d.default",
+                                         [x.numpy(), grid.numpy(), 0, pad, align], rec, "fma",
+                                         "grid_sample")
+    assert grids == 4 and named >= 10, (grids, named)
