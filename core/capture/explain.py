@@ -2497,6 +2497,63 @@ def _aten_grid_sample_bilinear(args: list, kw: dict) -> np.ndarray:
     return out.reshape(n, c, grid.shape[1], grid.shape[2])
 
 
+def _aten_bilinear_cl(args: list, kw: dict) -> np.ndarray:
+    """PyTorch's CPU bilinear upsampling by its channels-last kernel
+    (``cpu_upsample_linear_channels_last``: what runs for a channels-last input of more than 3
+    channels and, whatever the layout, for outputs of ``H + W <= 128``), as gcc contracts it
+    (measured): the source index ``fma(s, i + 0.5, -0.5)`` with ATen's guard, the corner weights
+    ``lh * lw``; the channels in whole 8-float (4-double) groups ``fma(i00, w00, fma(i01, w01,
+    fma(i11, w11, i10 * w10)))``, the rest ``fma(i11, w11, fma(i10, w10, fma(i00, w00, i01 *
+    w01)))``."""
+    from tapescope.core.capture.aten_ref_conv import _bilinear_args, _linear_src
+
+    x = np.asarray(args[0])
+    if x.ndim != 4 or x.dtype not in (np.float32, np.float64):
+        raise ValueError("written for 4-d float32 / float64")
+    size = _arg(args, kw, 1, "output_size", None)
+    align, sh, sw = _bilinear_args(args, kw, x.shape[-2:], size, 2)
+    if size is None:
+        size = [int(np.floor(x.shape[-2] * sh)), int(np.floor(x.shape[-1] * sw))]
+    h0, h1, lh0, lh1 = _linear_src(size[0], x.shape[2], align, sh, x.dtype, True, fma)
+    w0, w1, lw0, lw1 = _linear_src(size[1], x.shape[3], align, sw, x.dtype, True, fma)
+    weights = [np.multiply.outer(a, b) for a in (lh0, lh1) for b in (lw0, lw1)]
+    taps = [x[:, :, hi, :][:, :, :, wi] for hi in (h0, h1) for wi in (w0, w1)]
+    (a, wa), (b, wb), (c, wc), (d, wd) = zip(taps, weights, strict=True)
+    # (the kernel's vectors, then gcc's own vectorisation of its scalar loop in 8 floats / 4
+    # doubles: the same contraction; the last channels short of that, the scalar loop's)
+    width = 8 if x.dtype == np.float32 else 4
+    v = x.shape[1] - x.shape[1] % width
+    out = fma(d, wd, fma(c, wc, fma(a, wa, b * wb)))
+    out[:, :v] = fma(a, wa, fma(b, wb, fma(d, wd, c * wc)))[:, :v]
+    return out
+
+
+def _aten_bilinear_backward(args: list, kw: dict) -> np.ndarray:
+    """PyTorch's CPU bilinear upsampling backward (``cpu_upsample_linear_backward``, a
+    contiguous gradient; measured): the source index with ATen's guard and ``fma(s, i + 0.5,
+    -0.5)``, then per output pixel in row-major order its four corners in turn ``acc =
+    fma(lh * lw, g, acc)``, vectorised over the planes (up to 65,536 output pixels)."""
+    from tapescope.core.capture.aten_ref_conv import _bilinear_args, _linear_src
+
+    g, out_hw, in_size = np.asarray(args[0]), list(args[1]), list(args[2])
+    if g.dtype not in (np.float32, np.float64) or len(in_size) != 4 or len(out_hw) != 2 \
+            or out_hw[0] * out_hw[1] > 1 << 16 or g.shape != tuple(in_size[:2]) + tuple(out_hw):
+        raise ValueError("written for 4-d float32 / float64, up to 65,536 output pixels")
+    align, sh, sw = _bilinear_args(args, kw, in_size[-2:], out_hw, 3)
+    hs = _linear_src(out_hw[0], in_size[2], align, sh, g.dtype, True, fma)
+    ws = _linear_src(out_hw[1], in_size[3], align, sw, g.dtype, True, fma)
+    planes = in_size[0] * in_size[1]
+    gx = np.zeros((planes, in_size[2], in_size[3]), g.dtype)
+    g2 = g.reshape(planes, *out_hw)
+    for oh in range(out_hw[0]):
+        for ow in range(out_hw[1]):
+            gv = g2[:, oh, ow]
+            for hi, lh in ((hs[0][oh], hs[2][oh]), (hs[1][oh], hs[3][oh])):
+                for wi, lw in ((ws[0][ow], ws[2][ow]), (ws[1][ow], ws[3][ow])):
+                    gx[:, hi, wi] = fma(np.full_like(gv, lh * lw), gv, gx[:, hi, wi])
+    return gx.reshape(in_size)
+
+
 def _aten_log_sigmoid(args: list, kw: dict) -> tuple:
     """ATen's ``log_sigmoid_cpu_kernel`` (float32): the buffer ``exp(-|x|)`` and ``min(x, 0) -
     log1p(buffer)``, SLEEF's on whole and partial vectors alike."""
@@ -2575,6 +2632,13 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                  lambda a, k, p=p: affine_grid(a, k, _aten_linspace, p)[0])
                 for words, p in (("small-product loop (a serial sum)", ref_product),
                                  ("MKL product (an fma chain from zero)", _fma_chain_batched))]
+    if base == "upsample_bilinear2d":
+        return [("fma", "PyTorch's CPU bilinear upsampling by its channels-last kernel (a "
+                        "channels-last input, or an output of H + W <= 128): the corners' fma "
+                        "chains as gcc contracts them", _aten_bilinear_cl)]
+    if base == "upsample_bilinear2d_backward":
+        return [("fma", "PyTorch's CPU bilinear upsampling backward: per output pixel in order "
+                        "its four corners acc = fma(lh * lw, g, acc)", _aten_bilinear_backward)]
     if base == "grid_sampler_2d":
         return [("fma", "PyTorch's CPU grid_sample, bilinear (its vectorised kernel): the "
                         "unnormalise fma(c + 1, size / 2, -0.5), the taps' sum fma(v, w, out)",

@@ -2603,3 +2603,32 @@ def test_a_spatial_transformers_affine_grid_and_bilinear_grid_sample_are_named()
                                          [x.numpy(), grid.numpy(), 0, pad, align], rec, "fma",
                                          "grid_sample")
     assert grids == 4 and named >= 10, (grids, named)
+
+
+def test_bilinear_upsampling_and_its_backward_are_named():
+    """``F.interpolate(mode="bilinear")`` (session 28's ViT-like script: its last 4
+    ``unknown``): for an output of H + W <= 128 (and a channels-last input) ATen runs its
+    channels-last kernel whatever the layout: the corners' fma chains as gcc contracts them,
+    the channels in whole 8-float (4-double) groups one way, the rest another; the backward
+    per output pixel in order ``acc = fma(lh * lw, g, acc)``. Named for torch's own results
+    (1 to 40 channels, up and down, align_corners both, float32 and float64), one ulp off
+    unknown. Planted: the tail channels by the vector order, or the backward's weight unfused
+    into two products, fails it."""
+    g = torch.Generator().manual_seed(15)
+    fwd = bwd = 0
+    for dt in (torch.float32, torch.float64):
+        for c, (h, w), size, align in ((3, (8, 8), [16, 16], False), (5, (7, 9), [20, 30], False),
+                                       (24, (7, 7), [13, 11], True), (40, (16, 16), [8, 8], False),
+                                       (12, (5, 7), [9, 13], True)):
+            x = torch.randn(2, c, h, w, generator=g, dtype=dt)
+            rec = torch.nn.functional.interpolate(x, size=size, mode="bilinear",
+                                                  align_corners=align).numpy()
+            fwd += _named_where_it_departs("aten.upsample_bilinear2d.default",
+                                           [x.numpy(), size, align], rec, "fma", "bilinear")
+            gy = torch.randn(2, c, *size, generator=g, dtype=dt)
+            rec = torch.ops.aten.upsample_bilinear2d_backward(gy, size, [2, c, h, w], align,
+                                                               None, None).numpy()
+            bwd += _named_where_it_departs("aten.upsample_bilinear2d_backward.default",
+                                           [gy.numpy(), size, [2, c, h, w], align], rec, "fma",
+                                           "bilinear upsampling backward")
+    assert fwd >= 8 and bwd >= 4, (fwd, bwd)
