@@ -6,13 +6,17 @@ ops")."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tapescope.core.capture.aten_ref_table import (
     F32,
     M,
     NoReference,
+    arr,
     check_elems,
+    compute,
     ew,
     form,
     fp_quiet,
@@ -20,8 +24,10 @@ from tapescope.core.capture.aten_ref_table import (
     opt,
     recorded_output,
     result_type,
+    wide,
 )
 from tapescope.core.ops import REGISTRY
+from tapescope.core.ops.reference import serial_sum
 
 
 def _k(v: np.ndarray, c: float) -> np.ndarray:
@@ -456,3 +462,137 @@ def ctc_loss_backward(args: list, kwargs: dict, mth) -> list:
             keep &= ~(nll == np.inf)[None, :]
         out = np.where(keep[:, :, None], res, dt.type(0))
     return [out]
+
+
+# --- nn.Bilinear's _trilinear, logcumsumexp, multi-margin loss ----------------------------------
+_TRILINEAR_MAX = 1 << 28  # (summed terms times output elements: the loop's bound)
+
+
+@form("aten._trilinear.default")
+def _trilinear(args: list, kwargs: dict) -> list:
+    """``nn.Bilinear``'s op (and its backward's): each input with size-1 dimensions put in at
+    its ``expand`` places, the three broadcast together; per output element the terms
+    ``(i1 * i2) * i3`` over the ``sumdim`` dimensions added in row-major order from +0.0 (the
+    output keeps the other dimensions)."""
+    xs = [np.asarray(a) for a in args[:3]]
+    expands = [list(a) for a in args[3:6]]
+    sumdim = sorted({int(d) for d in args[6]})
+    dt = result_type(*xs)
+    if not is_float(dt) or any(x.ndim + len(e) != xs[0].ndim + len(expands[0])
+                               for x, e in zip(xs, expands, strict=True)):
+        raise NoReference("_trilinear of non-float inputs or expansions of other ranks")
+    nd = xs[0].ndim + len(expands[0])
+    try:
+        ex = [np.expand_dims(wide(x, dt), sorted(e)) for x, e in zip(xs, expands, strict=True)]
+        full = np.broadcast_shapes(*(x.shape for x in ex))
+    except ValueError as e:  # (numpy's AxisError is one)
+        raise NoReference(f"_trilinear: shapes that do not broadcast ({e})") from None
+    if any(not 0 <= d < nd for d in sumdim):
+        raise NoReference("_trilinear: a sum dimension out of range")
+    keep = [d for d in range(nd) if d not in sumdim]
+    out_shape = tuple(full[d] for d in keep)
+    n_sum = math.prod(full[d] for d in sumdim)
+    if n_sum * max(math.prod(out_shape), 1) > _TRILINEAR_MAX:
+        raise NoReference("_trilinear: more terms than the reference loops over")
+    check_elems(math.prod(out_shape), "_trilinear")
+    ex = [np.moveaxis(x, sumdim, range(len(keep), nd)) for x in ex]
+    acc = np.zeros(out_shape, compute(dt))
+    with fp_quiet():
+        for idx in np.ndindex(*(full[d] for d in sumdim)):
+            a, b, c = (x[(...,) + tuple(i if x.shape[len(keep) + k] > 1 else 0
+                                            for k, i in enumerate(idx))] for x in ex)
+            acc = acc + ((a * b) * c)
+    return [arr(acc, dt)]
+
+
+def _log_add_exp(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """ATen's ``_log_add_exp_helper(x, y)``: ``min``, ``max`` as std::min / std::max (a NaN
+    ``y`` both); ``log1p(exp(min - max)) + max`` unless both are the same infinity (then
+    ``x``)."""
+    lo = np.where(np.isnan(y), y, np.where(y < x, y, x))
+    hi = np.where(np.isnan(y), y, np.where(x < y, y, x))
+    same_inf = (lo == hi) & ~np.isfinite(lo)
+    return np.where(same_inf, x, M.log1p(M.exp(lo - hi)) + hi)
+
+
+@form("aten.logcumsumexp.default")
+def _logcumsumexp(args: list, kwargs: dict) -> list:
+    """Along ``dim`` from ``-inf``: ``acc = _log_add_exp(x[k], acc)``, each ``acc`` the output
+    (in the input's type; ATen accumulates float32 in float64: ``--explain``'s
+    ``accumulator``)."""
+    x = np.asarray(args[0])
+    if not is_float(x.dtype):
+        raise NoReference("logcumsumexp of a non-float tensor")
+    if x.ndim == 0:
+        return [x.copy()]
+    d = int(opt(kwargs, args, 1, "dim", 0)) % x.ndim
+    w = np.moveaxis(wide(x, x.dtype), d, 0)
+    out = np.empty_like(w)
+    acc = np.full(w.shape[1:], -np.inf, w.dtype)
+    with fp_quiet():
+        for k in range(w.shape[0]):
+            acc = _log_add_exp(w[k], acc).astype(w.dtype)
+            out[k] = acc
+    return [arr(np.moveaxis(out, 0, d), x.dtype)]
+
+
+def _margin_args(args: list, kwargs: dict, at: int) -> tuple:
+    x, t = np.asarray(args[at]), np.asarray(args[at + 1])
+    p = int(opt(kwargs, args, at + 2, "p", 1))
+    margin = float(opt(kwargs, args, at + 3, "margin", 1))
+    w = opt(kwargs, args, at + 4, "weight")
+    red = int(opt(kwargs, args, at + 5, "reduction", 1))
+    if not is_float(x.dtype) or x.ndim not in (1, 2) or p not in (1, 2) \
+            or t.dtype.kind not in "iu":
+        raise NoReference("multi_margin_loss of other than 1-d / 2-d float input, integer "
+                          "targets and p 1 or 2")
+    x2 = x.reshape(-1, x.shape[-1]) if x.ndim == 2 else x.reshape(1, -1)
+    t1 = t.reshape(-1).astype(np.int64)
+    if t1.size != x2.shape[0] or (t1.size and (t1.min() < 0 or t1.max() >= x2.shape[1])):
+        raise NoReference("multi_margin_loss: a target outside the classes, or not one a row")
+    return x, x2, t1, p, margin, None if w is None else np.asarray(w), red
+
+
+@form("aten.multi_margin_loss.default")
+def _multi_margin_loss(args: list, kwargs: dict) -> list:
+    """ATen's loop: per row ``z = (margin - x[t]) + x[d]`` for each class ``d != t`` where
+    positive, ``h = z`` (p 1) or ``z * z`` (p 2), times ``weight[t]``, added in class order
+    from +0.0, then ``/ T(C)``; mean: the rows' sums added in order, ``/ T(N)``; sum: added."""
+    x, x2, t, p, margin, w, red = _margin_args(args, kwargs, 0)
+    T = x2.dtype.type
+    rows = np.arange(x2.shape[0])
+    with fp_quiet():
+        z = (T(margin) - x2[rows, t][:, None]) + x2
+        h = z if p == 1 else z * z
+        if w is not None:
+            h = h * w.astype(x2.dtype)[t][:, None]
+        h = np.where((z > 0) & (np.arange(x2.shape[1])[None, :] != t[:, None]), h, T(0))
+        per = serial_sum(h, 1) / T(x2.shape[1])
+        if red == 0:
+            return [per.reshape(x.shape[:-1]).astype(x.dtype)]
+        tot = serial_sum(per, 0)
+        return [np.asarray(tot / T(x2.shape[0]) if red == 1 else tot, x.dtype)]
+
+
+@form("aten.multi_margin_loss_backward.default")
+def _multi_margin_loss_backward(args: list, kwargs: dict) -> list:
+    """ATen's loop: ``g = T(1 / (N * C))`` (mean) or ``T(1 / C)``; per class ``d != t`` where
+    ``z > 0`` ``h = g`` (p 1) or ``(2 * g) * z`` (p 2), times ``weight[t]``, the target's
+    ``-h`` added in class order from +0.0; 0 elsewhere; then times the incoming gradient."""
+    go = np.asarray(args[0])
+    x, x2, t, p, margin, w, red = _margin_args(args, kwargs, 1)
+    T = x2.dtype.type
+    n, c = x2.shape
+    g = T(1.0 / (n * c)) if red == 1 else T(1.0 / c)
+    rows = np.arange(n)
+    with fp_quiet():
+        z = (T(margin) - x2[rows, t][:, None]) + x2
+        h = np.full_like(z, g) if p == 1 else (T(2) * g) * z
+        if w is not None:
+            h = h * w.astype(x2.dtype)[t][:, None]
+        other = np.arange(c)[None, :] != t[:, None]
+        h = np.where((z > 0) & other, h, T(0))
+        gx = h.copy()
+        gx[rows, t] = T(0) - serial_sum(h, 1)  # (ATen subtracts each from +0.0)
+        gx = gx * (go.reshape(-1, 1) if red == 0 else go)
+    return [gx.reshape(x.shape).astype(x.dtype)]

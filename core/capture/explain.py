@@ -2639,6 +2639,15 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base == "upsample_bilinear2d_backward":
         return [("fma", "PyTorch's CPU bilinear upsampling backward: per output pixel in order "
                         "its four corners acc = fma(lh * lw, g, acc)", _aten_bilinear_backward)]
+    if base == "logcumsumexp":
+        def in_double(a: list, k: dict) -> np.ndarray:
+            x = np.asarray(a[0])
+            if x.dtype == np.float64:
+                raise ValueError("float64 already")
+            from tapescope.core.capture.aten_ref_losses import _logcumsumexp
+            return _logcumsumexp([x.astype(np.float64), *a[1:]], k)[0].astype(x.dtype)
+        return [("accumulator", "PyTorch's CPU logcumsumexp: the running value in float64 "
+                                "(at::acc_type), each output rounded", in_double)]
     if base == "grid_sampler_2d":
         return [("fma", "PyTorch's CPU grid_sample, bilinear (its vectorised kernel): the "
                         "unnormalise fma(c + 1, size / 2, -0.5), the taps' sum fma(v, w, out)",

@@ -2632,3 +2632,20 @@ def test_bilinear_upsampling_and_its_backward_are_named():
                                            [gy.numpy(), size, [2, c, h, w], align], rec, "fma",
                                            "bilinear upsampling backward")
     assert fwd >= 8 and bwd >= 4, (fwd, bwd)
+
+
+def test_logcumsumexp_accumulates_in_float64():
+    """``torch.logcumsumexp`` of float32: ATen's running value is float64 (``acc_type``), each
+    output rounded; the reference's is float32. Named for torch's own (a -inf term included),
+    one ulp off unknown."""
+    import math
+
+    g = torch.Generator().manual_seed(16)
+    named = 0
+    for shape, dim in (((5, 7), 1), ((30, 50), 0), ((8, 100), 1)):
+        z = torch.randn(*shape, generator=g) * 3
+        z[1, -1] = -math.inf  # (added to a finite sum: the outputs stay finite, nudgeable)
+        named += _named_where_it_departs("aten.logcumsumexp.default", [z.numpy(), dim],
+                                         torch.logcumsumexp(z, dim).numpy(), "accumulator",
+                                         "float64")
+    assert named == 3, named

@@ -845,6 +845,23 @@ CASES = [
     ("rrelu_backward_eval", "aten.rrelu_with_noise_backward.default",
      lambda g, d: ([rn(g, d, 5, 7), rn(g, d, 5, 7), torch.ones(5, 7, dtype=d), 0.125, 1 / 3,
                     False, False], {})),
+    ("trilinear", "aten._trilinear.default",
+     lambda g, d: ([rn(g, d, 8, 6), rn(g, d, 4, 6, 5), rn(g, d, 8, 5), [1, 3], [0], [1, 2],
+                    [2, 3]], {})),
+    ("trilinear_weight_grad", "aten._trilinear.default",
+     lambda g, d: ([rn(g, d, 8, 6), rn(g, d, 8, 4), rn(g, d, 8, 5), [1, 3], [2, 3], [1, 2],
+                    [0]], {})),
+    ("logcumsumexp", "aten.logcumsumexp.default",
+     lambda g, d: ([_with_infinities(g, d)[0][0], 1], {})),
+    ("logcumsumexp_dim0", "aten.logcumsumexp.default", lambda g, d: ([rn(g, d, 5, 3), 0], {})),
+    *[(f"multi_margin_p{p}_r{r}{'_w' if w else ''}", "aten.multi_margin_loss.default",
+       lambda g, d, p=p, r=r, w=w: ([rn(g, d, 8, 4), torch.tensor([0, 3, 1, 2, 2, 0, 1, 3]), p,
+                                     0.7, rn(g, d, 4, lo=0.5, hi=1.5) if w else None, r], {}))
+      for p, r, w in ((1, 1, False), (2, 2, True), (1, 0, True))],
+    *[(f"multi_margin_backward_p{p}_r{r}", "aten.multi_margin_loss_backward.default",
+       lambda g, d, p=p, r=r: ([rn(g, d, 8) if r == 0 else rn(g, d, 1)[0], rn(g, d, 8, 4),
+                                torch.tensor([0, 3, 1, 2, 2, 0, 1, 3]), p, 0.7, None, r], {}))
+      for p, r in ((1, 1), (2, 0))],
     ("embedding_renorm_", "aten.embedding_renorm_.default",
      lambda g, d: ([rn(g, d, 10, 6), torch.tensor([[1, 3, 3], [9, 0, 1]]), 1.0, 2.0], {})),
 ]
@@ -903,6 +920,7 @@ BIT_EXACT = {
     "cdist_backward_pinf", "all_dim", "any_dim_kept", "all_dims", "is_all_true",
     "hardsigmoid", "hardsigmoid_backward", "channel_shuffle", "softshrink",
     "softshrink_backward", "rrelu_backward_train", "rrelu_backward_eval",
+    "multi_margin_backward_p1_r1", "multi_margin_backward_p2_r0",
 }
 
 IDS = [c[0] for c in CASES]
@@ -950,7 +968,7 @@ def test_float32_bits_equal_torch_where_the_order_is_the_same(case, one_thread):
 
 # what torch's CPU kernels refuse in bfloat16 ("not implemented for 'BFloat16'"); the forms
 # refuse it too (float32 and float64 only)
-NO_BF16 = {c[0] for c in CASES if c[1].startswith("aten._cdist_")}
+NO_BF16 = {c[0] for c in CASES if c[1].startswith(("aten._cdist_", "aten.multi_margin"))}
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[0] not in NO_BF16],
@@ -1122,7 +1140,13 @@ def test_an_unknown_op_raises_no_reference_naming_it():
     ("aten.diagonal_backward.default", [np.zeros(3), [-4, 4], 0, 0, 1], "non-negative"),
     ("aten._weight_norm_interface.default", [np.zeros((5, 7)), np.zeros((1, 7)), 0],
      "the weight wants"),
-    ("aten.vdot.default", [np.zeros(3), np.zeros(4)], "two vectors")])
+    ("aten.vdot.default", [np.zeros(3), np.zeros(4)], "two vectors"),
+    ("aten.multi_margin_loss.default", [np.zeros((2, 3)), np.array([0, 3]), 1, 1.0, None, 1],
+     "outside the classes"),
+    ("aten.multi_margin_loss.default", [np.zeros((2, 3)), np.array([0, 1]), 3, 1.0, None, 1],
+     "p 1 or 2"),
+    ("aten._trilinear.default", [np.zeros((8, 6)), np.zeros((4, 7, 5)), np.zeros((8, 5)),
+                                 [1, 3], [0], [1, 2], [2, 3]], "broadcast")])
 def test_what_torch_refuses_or_orders_has_no_form(op, args, why):
     """What torch raises for (an index out of range, an empty aminmax), or where its answer is
     the loop's order (a src scattered onto one place twice), is no reference, named."""
