@@ -313,6 +313,43 @@ def _collapsed(shape: Any, strides: Any) -> list[list[int]]:
     return out
 
 
+def _opaque_bytes(t: torch.Tensor) -> tuple[str | None, bytes]:
+    """The bytes a value numpy cannot hold is hashed by, and its ``OPAQUE_KINDS`` name (None:
+    a strided tensor of a dtype without a numpy type, hashed by its own bytes). A sparse
+    tensor: its layout, shape, and its index and value tensors' bytes (COO: ``_indices``,
+    ``_values`` as stored; compressed: the compressed and plain indices and the values); a
+    quantized one: its integers, scales and zero points. Anything else: its dtype and shape
+    only, named ``unreadable``."""
+    d = t.detach()
+    if d.layout is torch.strided and not d.is_quantized:
+        try:
+            return None, d.cpu().contiguous().view(torch.uint8).numpy().tobytes()
+        except RuntimeError:
+            pass
+    head = repr((str(d.layout), str(d.dtype), tuple(d.shape))).encode()
+    try:
+        if d.layout is torch.sparse_coo:
+            kind, parts = "sparse_coo", [d._indices(), d._values()]
+        elif d.layout in (torch.sparse_csr, torch.sparse_bsr):
+            kind = "sparse_csr" if d.layout is torch.sparse_csr else "sparse_bsr"
+            parts = [d.crow_indices(), d.col_indices(), d.values()]
+        elif d.layout in (torch.sparse_csc, torch.sparse_bsc):
+            kind = "sparse_csc" if d.layout is torch.sparse_csc else "sparse_bsc"
+            parts = [d.ccol_indices(), d.row_indices(), d.values()]
+        elif d.is_quantized:
+            kind, parts = "quantized", [d.int_repr()]
+            if d.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+                head += repr((d.q_scale(), d.q_zero_point())).encode()
+            else:
+                parts += [d.q_per_channel_scales(), d.q_per_channel_zero_points()]
+        else:
+            return "unreadable", head
+        return kind, head + b"".join(
+            p.cpu().contiguous().view(torch.uint8).numpy().tobytes() for p in parts)
+    except RuntimeError:
+        return "unreadable", head
+
+
 def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
     """``t``'s value as numpy and whether that is already a private copy (else a view of the
     tensor's memory, to be copied before it is kept), or ``(None, False)`` for what numpy
@@ -388,6 +425,8 @@ class Recorder(TorchDispatchMode):
         self.derived_later: list[int] = []
         # op row -> its first argument's memory layout (``LAYOUT_OPS``: ``_layout``)
         self.layouts: dict[int, tuple[list[int], int]] = {}
+        # value -> why it has no numpy form (``OPAQUE_KINDS``: a sparse layout, quantized)
+        self.opaque: dict[int, str] = {}
         self.hasher: _Hasher | None = None
         # a stored value's array, or with a spool its index in the spool's table; None: hashed
         self.v_array: list[np.ndarray | int | None] = []
@@ -754,11 +793,10 @@ class Recorder(TorchDispatchMode):
         vid = len(self.v_dtype)
         self.v_dtype.append(_dtype_name(t.dtype))
         self.v_shape.append(tuple(t.shape))
-        if a is None:  # no numpy form: the digest of its bytes through torch, when it has one
-            try:
-                raw = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
-            except RuntimeError:
-                raw = repr((t.dtype, tuple(t.shape))).encode()
+        if a is None:  # no numpy form: the digest of its bytes through torch
+            kind, raw = _opaque_bytes(t)
+            if kind is not None:
+                self.opaque[vid] = kind
             self.v_sha.append(self._hex(raw))
             self.v_array.append(None)
             self.n_hashed += 1
@@ -835,8 +873,9 @@ class Recorder(TorchDispatchMode):
             return None
         p, n, dt = out.data_ptr(), out.numel(), out.dtype
         for a, e in zip(args, enc_args, strict=False):
-            if isinstance(a, torch.Tensor) and a.dtype is dt and a.data_ptr() == p \
-                    and a.numel() == n and a.layout is _STRIDED and not a.is_neg() \
+            # (the layout first: a sparse argument has no data pointer to ask for)
+            if isinstance(a, torch.Tensor) and a.layout is _STRIDED and a.dtype is dt \
+                    and a.data_ptr() == p and a.numel() == n and not a.is_neg() \
                     and a.is_contiguous():
                 return e["T"]
         return None
@@ -922,8 +961,8 @@ class Recorder(TorchDispatchMode):
         if not n or not p:
             return None
         for a, e in zip(args, enc_args, strict=False):
-            if type(a) in _PLAIN_TENSORS and a.dtype is dt and a.data_ptr() == p \
-                    and a.numel() == n and a.layout is _STRIDED and not a.is_conj() \
+            if type(a) in _PLAIN_TENSORS and a.dtype is dt and a.layout is _STRIDED \
+                    and a.data_ptr() == p and a.numel() == n and not a.is_conj() \
                     and not a.is_neg():
                 vid = e["T"]
                 d = self.derived.get(vid)
@@ -1366,7 +1405,9 @@ class Recorder(TorchDispatchMode):
                        "digests": self.v_sha, "array": array_of,
                        # (only where there are some: a file without is read as before)
                        **({"derived": [[vid, src, list(st)] for vid, (src, st)
-                                       in self.derived.items()]} if self.derived else {})},
+                                       in self.derived.items()]} if self.derived else {}),
+                       **({"opaque": [[vid, k] for vid, k in sorted(self.opaque.items())]}
+                          if self.opaque else {})},
             "ops": {**{k: list(v) for k, v in self.tables.items()},
                     **dict(zip(("op", "module", "phase", "step", "source", "args", "kwargs",
                                 "outputs"), cols, strict=True)),

@@ -863,6 +863,12 @@ static PyObject *same_bytes(PyObject *out, PyObject *args, PyObject *enc_args) {
                 goto done;
             continue;
         }
+        /* (the layout first: a sparse argument has no data pointer to ask for) */
+        if ((f = attr_is(a, s_layout, g_strided)) <= 0) {
+            if (f < 0)
+                goto done;
+            continue;
+        }
         long long ap = long_of(a, s_data_ptr, 1);
         if (ap == -1 && PyErr_Occurred())
             goto done;
@@ -989,6 +995,11 @@ static int derived_source(Hot *self, PyObject *out, PyObject *args, PyObject *en
         if (!is_plain_tensor(a))
             continue;
         if ((f = attr_is(a, s_dtype, dt)) <= 0) {
+            if (f < 0)
+                goto err;
+            continue;
+        }
+        if ((f = attr_is(a, s_layout, g_strided)) <= 0) {  /* (a sparse one: no data pointer) */
             if (f < 0)
                 goto err;
             continue;

@@ -37,6 +37,13 @@ digests are equal iff their sources' and geometries are. Checked at load (an ear
 that is not derived itself, its dtype and element count, no stored array, dense strides, the
 sentinel); ``Capture.derived``. A file without the column has none.
 
+OPAQUE VALUES (optional ``values.opaque``: ``[[value, kind], ...]``): a value numpy cannot hold
+(``OPAQUE_KINDS``: a sparse tensor, a quantized one) has no stored array, whatever the budget;
+its digest is of its index and value tensors' bytes (a quantized one's integers, scales and zero
+points). The judge says so where such a value leaves an op unjudged; ``Capture.opaque``.
+Checked at load (a value once, a known kind, no stored array). A file without the column has
+none.
+
 LAYOUTS (optional ``ops.layouts``: ``[[op, strides, storage offset], ...]``): the memory layout
 of the first argument of each op of ``LAYOUT_OPS`` (``as_strided``: its output shows the
 input's storage), as it was before the op ran; ``Capture.layouts``. Checked at load (an op of
@@ -65,7 +72,7 @@ from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
            "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "LAYOUT_KW",
-           "LAYOUT_OPS", "Limits", "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS",
+           "LAYOUT_OPS", "Limits", "OPAQUE_KINDS", "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS",
            "c_strides", "comparable", "derived_digest", "derived_holds", "digest", "is_capture",
            "is_dense", "load", "raw_bytes", "save", "uninitialised_digest"]
 
@@ -92,6 +99,9 @@ OVERWRITE_OPS = frozenset({"fill_", "zero_", "copy_", "uniform_", "normal_", "be
                            "random_", "exponential_", "geometric_", "cauchy_", "log_normal_"})
 # the base names of the aten ops whose outputs depend on their first argument's memory layout
 # (its strides and storage offset), not only on its values: the recorder records that layout
+# why a value has no numpy form (``values.opaque``; ``Capture.opaque``): the recorder's names
+OPAQUE_KINDS = frozenset({"sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc",
+                          "quantized", "unreadable"})
 # (``ops.layouts``; ``Capture.layouts``)
 LAYOUT_OPS = frozenset({"as_strided", "as_strided_", "as_strided_copy"})
 # the key under which the judge hands such an op's form its first argument's layout (among its
@@ -172,6 +182,7 @@ class Capture:
     # op -> its first argument's memory layout as it ran (``LAYOUT_OPS``): (strides, storage
     # offset), in elements
     layouts: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    opaque: dict[int, str] = field(default_factory=dict)
 
     @property
     def n_ops(self) -> int:
@@ -536,7 +547,7 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
                    initial=spec.initial, settings=spec.settings, meta=spec.meta,
                    graphs=spec.graphs, digest_algorithm=spec.algorithm,
                    derived=spec.derived, derived_strides=spec.derived_strides,
-                   layouts=spec.layouts)
+                   layouts=spec.layouts, opaque=spec.opaque)
 
 
 # arrays at least this large are hashed on the load's pool (a smaller one's hand-off costs
@@ -699,6 +710,7 @@ class _Spec:
         self.n_hex = DIGESTS[self.algorithm][0]
         self._values(h, lim)
         self._derived(h["values"], lim)
+        self._opaque(h["values"])
         self._arrays(h, hoff)
         self._ops(h)
         self.losses = self._list(h, "losses", lambda v: _is_int(v) and -1 <= v < self.n_values,
@@ -780,6 +792,31 @@ class _Spec:
                 self._digest_ok(d, f"value {vid}")
         self.array_of = self._list(v, "array", lambda i: _is_int(i) and i >= -1, n=n,
                                    fast=lambda c: _ints(c, -1))
+
+    def _opaque(self, v: dict) -> None:
+        """``values.opaque`` (optional): ``[[value, kind], ...]``, each a value listed once, of a
+        kind in ``OPAQUE_KINDS``, with no stored array."""
+        self.opaque: dict[int, str] = {}
+        if "opaque" not in v:
+            return
+        col, where = v["opaque"], "header: 'values.opaque'"
+        if not isinstance(col, list):
+            raise self.bad(f"{where} is not a list")
+        if len(col) > self.n_values:
+            raise self.bad(f"{where} has {len(col)} entries, more than the {self.n_values} "
+                           "values")
+        for k, e in enumerate(col):
+            at = f"{where} entry {k} ({str(e)[:60]!r})"
+            if not (isinstance(e, list) and len(e) == 2 and _is_int(e[0])
+                    and 0 <= e[0] < self.n_values and isinstance(e[1], str)):
+                raise self.bad(f"{at} is malformed (not [value, kind])")
+            if e[1] not in OPAQUE_KINDS:
+                raise self.bad(f"{at}: the kind is not one of {', '.join(sorted(OPAQUE_KINDS))}")
+            if e[0] in self.opaque:
+                raise self.bad(f"{at}: value {e[0]} is listed twice")
+            if self.array_of[e[0]] != -1:
+                raise self.bad(f"{at}: value {e[0]} has a stored array")
+            self.opaque[e[0]] = e[1]
 
     def _derived(self, v: dict, lim: Limits) -> None:
         """``values.derived`` (optional): ``[[value, source, strides], ...]``, each a value

@@ -655,12 +655,21 @@ def _unread_first(cap: Capture, op: str, args: list, m: _Missing) -> _With:
     return _With(cap.arrays, v, np.zeros(cap.shapes[v], STORED_DTYPES[cap.dtypes[v]]))
 
 
-def _missing(vid: int, uninitialised: set[int], unstored: str) -> str:
-    """Why input value ``vid`` has no array: uninitialised memory (never recorded), or
-    ``unstored`` (``_unstored``)."""
+def _missing(vid: int, uninitialised: set[int], unstored: str,
+             opaque: dict[int, str] | None = None) -> str:
+    """Why input value ``vid`` has no array: uninitialised memory (never recorded), a value
+    numpy cannot hold (``Capture.opaque``: a sparse or quantized tensor), or ``unstored``
+    (``_unstored``)."""
     if vid in uninitialised:
         return f"input value {vid} is uninitialised memory (its bytes are not recorded)"
+    if opaque and vid in opaque:
+        return f"input value {vid} is {_opaque_words(opaque[vid])}"
     return f"input value {vid} is {unstored}"
+
+
+def _opaque_words(kind: str) -> str:
+    return (f"a {kind} tensor" if kind != "unreadable" else "a tensor numpy cannot read") + \
+        " (no array is recorded: its digest only)"
 
 
 def _unstored(cap: Capture) -> str:
@@ -775,7 +784,10 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             recorded = [arrays[v] for v in outs]
             missing = any(r is None for r in recorded)
         if missing:
-            mark("unjudged", f"an output is {unstored}")
+            kind = next((cap.opaque[v] for v in outs if v in cap.opaque), None) \
+                if cap.opaque else None
+            mark("unjudged", f"an output is {unstored}" if kind is None
+                 else f"an output is {_opaque_words(kind)}")
             continue
         args, kwargs = c_args[i], c_kwargs[i]
         opaque = OPAQUE_OUTPUTS.get(op)  # (outputs no reference computes: taken as recorded)
@@ -803,7 +815,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 except _Missing as m:
                     if uninitialised is None:
                         uninitialised = _uninitialised(cap)
-                    mark("unjudged", _missing(m.vid, uninitialised, unstored))
+                    mark("unjudged", _missing(m.vid, uninitialised, unstored, cap.opaque))
                     continue
                 layout = layouts.get(i) if layouts else None
                 if layout is not None:  # (its first argument's memory layout, as it ran)
@@ -937,7 +949,7 @@ def rerun_op(cap: Capture, i: int) -> tuple[list[np.ndarray] | None, str]:
         finally:
             OUT_ELEMS.reset(token)
     except _Missing as m:
-        return None, _missing(m.vid, _uninitialised(cap), _unstored(cap))
+        return None, _missing(m.vid, _uninitialised(cap), _unstored(cap), cap.opaque)
     except (NoReference, _NoRef, RegionError) as x:
         return None, " ".join(str(x).split()) or "no reference form"
     except Exception as x:  # noqa: BLE001 — shown, never a crash of the window
