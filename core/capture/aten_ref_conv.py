@@ -1,16 +1,17 @@
 """Reference forms of aten's convolutions (plain and transposed, 1-d, 2-d and 3-d) and their
-backward, pools (max with indices, average, adaptive average), reflection and replication
-padding, im2col / col2im (``F.unfold`` / ``F.fold``) and nearest, linear (1-d), bilinear and
-bicubic upsampling, with their backwards. A convolution is the tape's ``conv2d`` (im2col and the
-reference product; a 1-d one is a 2-d one of height 1; the bias a separate add), its backward
-the tape's ``conv2d`` backward; a transposed convolution is that backward's input gradient (the
-adjoint); a 3-d one is the tape's ``conv3d`` / ``conv_transpose3d`` (the same orders with a
-depth axis). Scatter-adds run in row-major output order. Orders: docs/reference-order.md,
-"Captured aten ops"."""
+backward, pools (max with indices, average, adaptive average; 3-d max with indices and
+average), reflection and replication padding, im2col / col2im (``F.unfold`` / ``F.fold``) and
+nearest, linear (1-d), bilinear, trilinear and bicubic upsampling, with their backwards. A
+convolution is the tape's ``conv2d`` (im2col and the reference product; a 1-d one is a 2-d one
+of height 1; the bias a separate add), its backward the tape's ``conv2d`` backward; a
+transposed convolution is that backward's input gradient (the adjoint); a 3-d one is the
+tape's ``conv3d`` / ``conv_transpose3d`` (the same orders with a depth axis). Scatter-adds run
+in row-major output order. Orders: docs/reference-order.md, "Captured aten ops"."""
 
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -995,4 +996,429 @@ def _upsample_bicubic_backward(args: list, kwargs: dict) -> list:
                             for i in range(4) for j in range(4)], axis=-1)
             parts.append(_scatter_planes(con.reshape(gp.shape[0], -1), src, h_in * w_in))
     gx = np.concatenate(parts) if parts else np.zeros((0, h_in * w_in), ct)
+    return [gx.reshape(tuple(in_size)).astype(g.dtype)]
+
+
+# ---- 3-d pools (nn.MaxPool3d, nn.AvgPool3d) and trilinear upsampling --------------------------
+_INT_MAX = (1 << 31) - 1  # (torch takes a pool's geometry as C ints: checked_convert<int>)
+
+
+def _triple(v, what: str, name: str, empty: list | None = None) -> list:
+    """A 3-d op's ``int[3]`` argument (one int, or a list of 1 or 3) as 3 ints; ``empty``: what
+    an empty list stands for (the stride's: the kernel)."""
+    try:
+        vals = [operator.index(v)] if not isinstance(v, list | tuple) \
+            else [operator.index(a) for a in v]
+    except TypeError:
+        raise NoReference(f"{what}: {name} {v!r} not integers") from None
+    if not vals and empty is not None:
+        return list(empty)
+    if len(vals) not in (1, 3):
+        raise NoReference(f"{what}: {name} {vals} not 1 or 3 integers")
+    return vals * 3 if len(vals) == 1 else vals
+
+
+def _pool3d_args(args: list, kwargs: dict, at: int, what: str, dilation: bool) -> tuple:
+    """(kernel, stride, padding, dilation) from ``args[at:]`` (or keywords), each 3 ints (an
+    empty stride: the kernel; no dilation: 1)."""
+    k = _triple(opt(kwargs, args, at, "kernel_size"), what, "kernel_size")
+    st = _triple(opt(kwargs, args, at + 1, "stride", []), what, "stride", empty=k)
+    pd = _triple(opt(kwargs, args, at + 2, "padding", 0), what, "padding")
+    dl = _triple(opt(kwargs, args, at + 3, "dilation", 1), what, "dilation") if dilation \
+        else [1, 1, 1]
+    return k, st, pd, dl
+
+
+def _pool3d_out(n: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
+    """ATen's ``pooling_output_shape``: ``floor((n + 2p - d (k - 1) - 1 (+ s - 1 with
+    ceil_mode)) / s) + 1``, one less where ceil_mode's last window would start past the input
+    and its left padding."""
+    o = (n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil else 0)) // s + 1
+    return o - 1 if ceil and (o - 1) * s >= n + p else o
+
+
+def _pool3d_geom(shape: tuple, k, st, pd, dl, ceil: bool, what: str, avg: bool) -> list:
+    """torch's ``pool3d_shape_check`` (NoReference naming ``what``), then the output's
+    (OD, OH, OW)."""
+    if len(shape) not in (4, 5) or 0 in shape[-4:]:
+        raise NoReference(f"{what} of a {len(shape)}-d input {tuple(shape)} (4-d or 5-d with "
+                          f"non-empty planes)")
+    if min(k + st + dl) < 1 or min(pd) < 0 or max(k + st + dl + pd) > _INT_MAX:
+        raise NoReference(f"{what}: kernel {k}, stride {st}, dilation {dl} (each at least 1), "
+                          f"padding {pd} (not negative)")
+    if any(pd[i] > k[i] // 2 for i in range(3)):
+        raise NoReference(f"{what}: padding {pd} over half the kernel {k}")
+    n = shape[-3:]
+    if avg and any(n[i] < k[i] for i in range(3)):
+        raise NoReference(f"{what}: input {tuple(n)} smaller than the kernel {k}")
+    outs = [_pool3d_out(n[i], k[i], st[i], pd[i], dl[i], ceil) for i in range(3)]
+    if min(outs) < 1:
+        raise NoReference(f"{what}: kernel {k} (dilation {dl}) larger than the padded input "
+                          f"{tuple(n)} (padding {pd}): output {outs}")
+    return outs
+
+
+def _axis_taps(n_out: int, n: int, k: int, s: int, p: int, d: int) -> tuple:
+    """ATen's window loop along one axis (``cpu_max_pool``, ``avg_pool3d_out_frame``), per
+    output position ``o``: ``start = o s - p``, ``end = min(start + d (k - 1) + 1, n)``, the
+    first tap ``first`` = ``start`` moved on by ``d`` while below 0; the in-bound taps
+    ``first + j d < end``. (positions (n_out, m) clipped into the input, valid (n_out, m),
+    first (n_out,)): ``m`` the most in-bound taps of a window (at most ``n``)."""
+    start = np.arange(n_out, dtype=I64) * s - p
+    end = np.minimum(start + d * (k - 1) + 1, n)
+    first = np.where(start < 0, start + ((d - 1 - start) // d) * d, start)
+    cnt = np.maximum((end - first + d - 1) // d, 0)
+    j = np.arange(int(cnt.max()) if cnt.size else 0, dtype=I64)
+    return (np.clip(first[:, None] + j[None, :] * d, 0, n - 1), j[None, :] < cnt[:, None],
+            first)
+
+
+def _flat3(d: np.ndarray, h: np.ndarray, w: np.ndarray, hw: tuple) -> np.ndarray:
+    """The flat index ``d H W + h W + w`` of every (d, h, w) of three per-axis vectors (an
+    array of (len(d), len(h), len(w)))."""
+    return (d[:, None, None] * hw[0] + h[None, :, None]) * hw[1] + w[None, None, :]
+
+
+@form("aten.max_pool3d_with_indices.default")
+def _max_pool3d(args: list, kwargs: dict) -> list:
+    """(self (C, D, H, W) or (N, C, D, H, W), kernel_size, stride, padding, dilation,
+    ceil_mode) -> (out, indices): ATen's ``cpu_max_pool`` (3-d): per output voxel ``max`` from
+    the type's lowest (-inf), index that of the window's first in-bound tap, then the in-bound
+    taps in row-major (d, h, w) order, a tap taken where ``val > max || isnan(val)``: the first
+    of equal maxima (-0.0 and +0.0 equal), the last NaN; index ``d H W + h W + w`` in its plane
+    (exact: values are copied)."""
+    x = np.asarray(args[0])
+    what = "max_pool3d_with_indices"
+    k, st, pd, dl = _pool3d_args(args, kwargs, 1, what, dilation=True)
+    ceil = bool(opt(kwargs, args, 5, "ceil_mode", False))
+    if not (is_float(x.dtype) or x.dtype.kind in "iu"):
+        raise NoReference(f"{what} of a {x.dtype} input")
+    outs = _pool3d_geom(x.shape, k, st, pd, dl, ceil, what, avg=False)
+    lead, (n_d, n_h, n_w) = x.shape[:-3], x.shape[-3:]
+    planes = math.prod(lead)
+    check_elems(planes * math.prod(outs), what)
+    x3 = x.reshape(planes, n_d, n_h, n_w)
+    (pd_, vd, fd), (ph, vh, fh), (pw, vw, fw) = (
+        _axis_taps(outs[i], x.shape[-3 + i], k[i], st[i], pd[i], dl[i]) for i in range(3))
+    low = -np.inf if is_float(x.dtype) else np.iinfo(x.dtype).min
+    best = np.full((planes, *outs), low, x.dtype)
+    idx = np.broadcast_to(_flat3(fd, fh, fw, (n_h, n_w)), best.shape).copy()
+    take = np.empty(best.shape, np.bool_)
+    with fp_quiet():
+        for ok, v, flat in _max3d_taps(x3, outs, k, st, pd, dl, ceil, low,
+                                       ((pd_, vd), (ph, vh), (pw, vw))):
+            np.greater(v, best, out=take)
+            if is_float(x.dtype):
+                take |= np.isnan(v)
+            if ok is not None:
+                take &= ok
+            np.copyto(best, v, where=take)
+            np.copyto(idx, flat, where=take)
+    shape = lead + tuple(outs)
+    return [best.reshape(shape), idx.reshape(shape)]
+
+
+def _max3d_taps(x3: np.ndarray, outs: list, k, st, pd, dl, ceil: bool, low, axes):
+    """The max pool's taps in row-major (d, h, w) order, each (in-bound mask or None, values
+    (planes, OD, OH, OW), flat index (OD, OH, OW)). Where the input padded with ``low`` is at
+    most twice the input (every geometry but a hostile kernel): strided views of the padded
+    input's windows, every tap of the kernel (a padded tap is ``low``, which never beats the
+    running maximum from ``low``: the same taps taken); else each window's in-bound taps
+    (``_axis_taps``), gathered."""
+    n, hw = x3.shape[1:], x3.shape[2:]
+    grown = [max(n[i] + 2 * pd[i], (outs[i] - 1) * st[i] + dl[i] * (k[i] - 1) + 1)
+             for i in range(3)]
+    if math.prod(grown) <= 2 * math.prod(n) + 4096:
+        v, w_outs = windows(x3[None], k, st, dl, [(p, p) for p in pd], low, int(ceil))
+        if list(w_outs) == list(outs):
+            o = [np.arange(outs[i], dtype=I64) * st[i] - pd[i] for i in range(3)]
+            for a, b, c in np.ndindex(*k):
+                yield None, v[0, ..., a, b, c], _flat3(o[0] + a * dl[0], o[1] + b * dl[1],
+                                                       o[2] + c * dl[2], hw)
+            return
+    (pd_, vd), (ph, vh), (pw, vw) = axes
+    for a in range(vd.shape[1]):  # each window's in-bound taps
+        for b in range(vh.shape[1]):
+            for c in range(vw.shape[1]):
+                yield (vd[:, a, None, None] & vh[None, :, b, None] & vw[None, None, :, c],
+                       x3[:, pd_[:, a, None, None], ph[None, :, b, None], pw[None, None, :, c]],
+                       _flat3(pd_[:, a], ph[:, b], pw[:, c], hw))
+
+
+@form("aten.max_pool3d_with_indices_backward.default")
+def _max_pool3d_backward(args: list, kwargs: dict) -> list:
+    """(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices): ATen's
+    ``cpu_max_pool_backward`` (3-d): per plane zeros in the gradient's own type (no float
+    buffer: a half type's every addition rounded to it), then per output voxel in row-major
+    order ``gx[idx] = gx[idx] + g`` (an index of -1 skipped, as ATen's)."""
+    g, x, idx = (np.asarray(a) for a in (args[0], args[1], opt(kwargs, args, 7, "indices")))
+    what = "max_pool3d_with_indices_backward"
+    k, st, pd, dl = _pool3d_args(args, kwargs, 2, what, dilation=True)
+    ceil = bool(opt(kwargs, args, 6, "ceil_mode", False))
+    outs = _pool3d_geom(x.shape, k, st, pd, dl, ceil, what, avg=False)
+    want = x.shape[:-3] + tuple(outs)
+    if (g.shape != want or idx.shape != want or not is_float(g.dtype) or g.dtype != x.dtype
+            or idx.dtype.kind not in "iu"):
+        raise NoReference(f"{what}: a {g.dtype} gradient of {g.shape}, {idx.dtype} indices of "
+                          f"{idx.shape} for a {x.dtype} output of {want}")
+    planes, n_in = math.prod(x.shape[:-3]), math.prod(x.shape[-3:])
+    i2 = idx.reshape(planes, math.prod(outs)).astype(I64)
+    keep = i2 != -1
+    if keep.any() and (i2[keep].min() < 0 or i2[keep].max() >= n_in):
+        raise NoReference(f"{what}: an index outside its plane of {n_in}")
+    gx = np.zeros((planes, n_in), g.dtype)
+    rows = np.broadcast_to(np.arange(planes).reshape(-1, 1), i2.shape)
+    with fp_quiet():  # (np.add.at is sequential: row-major output order)
+        np.add.at(gx, (rows[keep], i2[keep]), g.reshape(i2.shape)[keep])
+    return [gx.reshape(x.shape)]
+
+
+def _avg3d_setup(x: np.ndarray, args: list, kwargs: dict, at: int, what: str) -> tuple:
+    """The checks, windows and divisors of avg_pool3d (``args[at:]``: kernel_size, stride,
+    padding, ceil_mode, count_include_pad, divisor_override): (outs, per-axis windows,
+    divisor (OD, OH, OW), empty windows). ``divisor_override``: NoReference (as
+    avg_pool2d's form); the divisor ATen's: ``count_include_pad`` the window clipped to the
+    padded input (ceil_mode's overhang not counted), else its in-bound taps."""
+    k, st, pd, _ = _pool3d_args(args, kwargs, at, what, dilation=False)
+    ceil = bool(opt(kwargs, args, at + 3, "ceil_mode", False))
+    include = bool(opt(kwargs, args, at + 4, "count_include_pad", True))
+    if opt(kwargs, args, at + 5, "divisor_override") is not None:
+        raise NoReference(f"{what} with divisor_override")
+    if x.dtype not in (np.float32, np.float64, np.int64):
+        raise NoReference(f"{what} of a {x.dtype} input (torch's CPU kernel: float32, float64, "
+                          f"int64)")
+    outs = _pool3d_geom(x.shape, k, st, pd, [1, 1, 1], ceil, what, avg=True)
+    n = x.shape[-3:]
+    axes = [_axis_taps(outs[i], n[i], k[i], st[i], pd[i], 1) for i in range(3)]
+    per_axis = []
+    for i in range(3):
+        start = np.arange(outs[i], dtype=I64) * st[i] - pd[i]
+        per_axis.append(np.minimum(start + k[i], n[i] + pd[i]) - start if include
+                        else np.count_nonzero(axes[i][1], axis=1).astype(I64))
+    cnt = [np.count_nonzero(a[1], axis=1) for a in axes]
+    div = (per_axis[0][:, None, None] * per_axis[1][None, :, None]) * per_axis[2][None, None, :]
+    empty = (cnt[0][:, None, None] == 0) | (cnt[1][None, :, None] == 0) \
+        | (cnt[2][None, None, :] == 0)
+    return outs, axes, div, empty
+
+
+def _avg3d_divide(s: np.ndarray, div: np.ndarray) -> np.ndarray:
+    """``s / divide_factor`` as ATen's C++: the float types' division by ``T(div)``, int64's
+    truncated toward zero."""
+    if s.dtype.kind == "f":
+        return s / div.astype(s.dtype)
+    return (s - np.fmod(s, div)) // div
+
+
+@form("aten.avg_pool3d.default")
+def _avg_pool3d(args: list, kwargs: dict) -> list:
+    """(self (C, D, H, W) or (N, C, D, H, W), kernel_size, stride, padding, ceil_mode,
+    count_include_pad, divisor_override): ATen's ``avg_pool3d_out_frame`` (torch 2.13's CPU
+    kernel; float32, float64, int64): per output voxel ``sum`` from 0 in the input's own type,
+    the in-bound taps added in row-major (d, h, w) order (the tape's ``avgpool3d`` serial sum:
+    its padded taps add +0.0, no change), then ``0 + sum / T(divisor)`` (ATen's
+    ``*op += sum / divide_factor`` into a zeroed output; int64 divides truncating); a window
+    with no in-bound tap stays 0."""
+    x = np.asarray(args[0])
+    what = "avg_pool3d"
+    outs, ((pd_, vd, _), (ph, vh, _), (pw, vw, _)), div, empty = \
+        _avg3d_setup(x, args, kwargs, 1, what)
+    lead, (n_d, n_h, n_w) = x.shape[:-3], x.shape[-3:]
+    planes = math.prod(lead)
+    check_elems(planes * math.prod(outs), what)
+    x3 = x.reshape(planes, n_d, n_h, n_w)
+    s = np.zeros((planes, *outs), x.dtype)
+    with fp_quiet():
+        for a in range(vd.shape[1]):  # the in-bound taps in row-major (d, h, w) order
+            for b in range(vh.shape[1]):
+                for c in range(vw.shape[1]):
+                    ok = vd[:, a, None, None] & vh[None, :, b, None] & vw[None, None, :, c]
+                    v = x3[:, pd_[:, a, None, None], ph[None, :, b, None], pw[None, None, :, c]]
+                    np.add(s, v, out=s, where=np.broadcast_to(ok, s.shape))
+        y = x.dtype.type(0) + _avg3d_divide(s, np.where(empty, 1, div))
+        y[:, empty] = 0
+    return [y.reshape(lead + tuple(outs))]
+
+
+@form("aten.avg_pool3d_backward.default")
+def _avg_pool3d_backward(args: list, kwargs: dict) -> list:
+    """(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+    divisor_override): ATen's ``avg_pool3d_backward_out_frame``: per plane zeros, then per
+    output voxel in row-major order ``delta = g / T(divisor)`` (int64: truncated) added to
+    each of its window's in-bound taps in row-major (d, h, w) order, all in the gradient's own
+    type (overlapping windows: an element takes its windows' deltas in row-major output
+    order)."""
+    g, x = np.asarray(args[0]), np.asarray(args[1])
+    what = "avg_pool3d_backward"
+    outs, ((pd_, vd, _), (ph, vh, _), (pw, vw, _)), div, _ = \
+        _avg3d_setup(x, args, kwargs, 2, what)
+    if g.shape != x.shape[:-3] + tuple(outs) or g.dtype != x.dtype:
+        raise NoReference(f"{what}: a {g.dtype} gradient of {g.shape} for a {x.dtype} output "
+                          f"of {x.shape[:-3] + tuple(outs)}")
+    planes, n_in = math.prod(x.shape[:-3]), math.prod(x.shape[-3:])
+    hw = x.shape[-2:]
+    # per output voxel (row-major) its in-bound taps (row-major): (OD, OH, OW, md, mh, mw)
+    src = _flat3(pd_.reshape(-1), ph.reshape(-1), pw.reshape(-1), hw).reshape(
+        pd_.shape + ph.shape + pw.shape).transpose(0, 2, 4, 1, 3, 5)
+    ok = (vd[:, None, None, :, None, None] & vh[None, :, None, None, :, None]
+          & vw[None, None, :, None, None, :]).reshape(-1)
+    src = src.reshape(-1)[ok]
+    which = np.nonzero(ok)[0] // (vd.shape[1] * vh.shape[1] * vw.shape[1])
+    step = max(1, (1 << 22) // max(src.size, 1))  # (planes a pass: bounded memory)
+    parts = []
+    with fp_quiet():
+        delta = _avg3d_divide(g.reshape(planes, math.prod(outs)), div.reshape(-1))
+        for p0 in range(0, planes, step):
+            parts.append(_scatter_planes(delta[p0:p0 + step][:, which], src, n_in))
+    gx = np.concatenate(parts) if parts else np.zeros((0, n_in), g.dtype)
+    return [gx.reshape(x.shape)]
+
+
+def _trilinear_args(args: list, kwargs: dict, at: int, in_dhw, what: str) -> tuple:
+    """(output_size, align_corners, [scales_d, scales_h, scales_w]) of the ``.default``
+    overloads (output_size at ``args[1]``, then from ``args[at]``: align_corners, scales_d,
+    scales_h, scales_w) or ``.vec`` (output_size or None, align_corners, scale_factors: the
+    size ``int(in * factor)``, as ATen's ``compute_output_size``, and the factors passed on
+    as the scales)."""
+    size = opt(kwargs, args, 1, "output_size")
+    align = bool(opt(kwargs, args, at, "align_corners", False))
+    sc = [opt(kwargs, args, at + 1 + i, f"scales_{a}") for i, a in enumerate("dhw")]
+    factors = kwargs.get("scale_factors", sc[0] if isinstance(sc[0], list | tuple) else None)
+    try:
+        if factors is not None:  # .vec
+            factors = [float(v) for v in factors]
+            if size is not None or len(factors) != 3 or not all(map(math.isfinite, factors)):
+                raise NoReference(f"{what}: output_size {size} with scale_factors {factors}")
+            sc = factors
+            size = [int(in_dhw[i] * factors[i]) for i in range(3)]
+        elif isinstance(sc[0], list | tuple):
+            sc = [None] * 3  # (.vec's scale_factors None)
+        sc = [None if v is None else float(v) for v in sc]
+        if size is None or len(size) != 3:
+            raise NoReference(f"{what}: no output_size of 3 (got {size})")
+        size = [operator.index(v) for v in size]
+    except (TypeError, ValueError):
+        raise NoReference(f"{what}: output_size {size}, scales {sc} not numbers") from None
+    if min(size) < 1 or min(in_dhw) < 1 or not all(v is None or math.isfinite(v) for v in sc):
+        raise NoReference(f"{what}: input {tuple(in_dhw)}, output {size}, scales {sc}")
+    return size, align, sc
+
+
+def _trilinear_src(size, in_dhw, align: bool, sc, ct: np.dtype, store=None, mad=_mad) -> list:
+    """Per axis (d, h, w) ``_linear_src`` with ATen's guard in the opmath type ``ct``; a half
+    type's forward weights stored in it (``l1``, then ``l0 = 1 - l1`` of the stored one, as
+    ATen's ``scalar_t`` weight tensors)."""
+    axes = []
+    for i in range(3):
+        i0, i1, l0, l1 = _linear_src(size[i], in_dhw[i], align, sc[i], ct, guard=True, mad=mad)
+        if store is not None and store != ct:
+            l1 = l1.astype(store).astype(ct)
+            l0 = (ct.type(1) - l1).astype(store).astype(ct)
+        axes.append((i0, i1, l0, l1))
+    return axes
+
+
+@form("aten.upsample_trilinear3d.default", "aten.upsample_trilinear3d.vec")
+def _upsample_trilinear(args: list, kwargs: dict) -> list:
+    return upsample_trilinear3d(args, kwargs)
+
+
+def upsample_trilinear3d(args: list, kwargs: dict, mad=_mad) -> list:
+    """(self (N, C, D, H, W), output_size, align_corners, scales_d, scales_h, scales_w; or
+    .vec's scale_factors): ATen's ``upsample_generic_Nd_kernel_impl<3, HelperInterpLinear>``:
+    per axis the indices and weights of ``_trilinear_src``; per output voxel along w first
+    ``r(d, h) = (x[d, h, w0] * lw0) + (x[d, h, w1] * lw1)``, then along h
+    ``t(d) = (r(d, h0) * lh0) + (r(d, h1) * lh1)``, then along d
+    ``y = (t(d0) * ld0) + (t(d1) * ld1)``, in the opmath type (float32 for the half types),
+    rounded once to the input's type. ``mad``: torch's build contracts each ``a * w0 + b * w1``
+    to ``fma(a, w0, b * w1)`` and the source index to ``fma(s, i + 0.5, -0.5)``
+    (``--explain``'s); as written otherwise."""
+    x = np.asarray(args[0])
+    what = "upsample_trilinear3d"
+    if x.ndim != 5 or 0 in x.shape[1:] or not is_float(x.dtype):
+        raise NoReference(f"{what} of a {x.ndim}-d {x.dtype} input {tuple(x.shape)}")
+    size, align, sc = _trilinear_args(args, kwargs, 2, x.shape[2:], what)
+    check_elems(x.shape[0] * x.shape[1] * math.prod(size), what)
+    xw = _w(x)
+    ct = xw.dtype
+    (d0, d1, ld0, ld1), (h0, h1, lh0, lh1), (w0, w1, lw0, lw1) = \
+        _trilinear_src(size, x.shape[2:], align, sc, ct, store=x.dtype, mad=mad)
+
+    def tap(d, h, w):  # x at every output voxel's (d, h, w) corner: (N, C, OD, OH, OW)
+        return xw[:, :, d[:, None, None], h[None, :, None], w[None, None, :]]
+
+    with fp_quiet():
+        def row(d, h):  # along w
+            return mad(tap(d, h, w0), lw0, tap(d, h, w1) * lw1)
+
+        def plane(d):  # along h
+            return mad(row(d, h0), lh0[:, None], row(d, h1) * lh1[:, None])
+        y = mad(plane(d0), ld0[:, None, None], plane(d1) * ld1[:, None, None])  # along d
+    return [y.astype(x.dtype)]
+
+
+def _scatter_mad(acc: np.ndarray, src: np.ndarray, w: np.ndarray, g: np.ndarray,
+                 mad) -> None:
+    """``acc[:, src[j]] = mad(w[j], g[:, j], acc[:, src[j]])`` for j in order: each target's
+    contributions in their order, a pass per rank among a target's contributions (the
+    targets of one pass distinct)."""
+    order = np.argsort(src, kind="stable")
+    s = src[order]
+    starts = np.r_[0, np.nonzero(np.diff(s))[0] + 1]
+    rank = np.empty(src.size, I64)
+    rank[order] = np.arange(src.size) - np.repeat(starts, np.diff(np.r_[starts, src.size]))
+    for r in range(int(rank.max()) + 1 if src.size else 0):
+        j = np.nonzero(rank == r)[0]
+        acc[:, src[j]] = mad(w[j], g[:, j], acc[:, src[j]])
+
+
+@form("aten.upsample_trilinear3d_backward.default")
+def _upsample_trilinear_backward(args: list, kwargs: dict) -> list:
+    return upsample_trilinear3d_backward(args, kwargs)
+
+
+def upsample_trilinear3d_backward(args: list, kwargs: dict, mad=None) -> list:
+    """(grad_output, output_size, input_size, align_corners, scales_d, scales_h, scales_w):
+    ATen's ``cpu_upsample_linear_backward`` (``loop3d``): per plane zeros in the opmath type
+    (a half type's float32 buffer), then per output voxel in row-major order its 8 corners
+    (d0 h0 w0), (d0 h0 w1), (d0 h1 w0), (d0 h1 w1), (d1 h0 w0), ..., (d1 h1 w1), each
+    ``((ld * lh) * lw) * g`` added (the weights of ``_trilinear_src`` in the opmath type, not
+    stored in a half type), rounded once to the gradient's type. ``mad``: torch's build
+    contracts each ``acc += w * g`` to ``acc = fma(w, g, acc)`` (``--explain``'s)."""
+    g = np.asarray(args[0])
+    what = "upsample_trilinear3d_backward"
+    try:
+        in_size = [operator.index(v) for v in opt(kwargs, args, 2, "input_size")]
+    except TypeError:
+        raise NoReference(f"{what}: input_size not integers") from None
+    if len(in_size) != 5 or min(in_size) < 0 or min(in_size[1:]) < 1 or not is_float(g.dtype):
+        raise NoReference(f"{what}: input_size {in_size} of a {g.dtype} gradient")
+    size, align, sc = _trilinear_args(args, kwargs, 3, in_size[2:], what)
+    if tuple(g.shape) != (in_size[0], in_size[1], *size):
+        raise NoReference(f"{what}: a gradient of {tuple(g.shape)} for an output of "
+                          f"{(in_size[0], in_size[1], *size)}")
+    check_elems(math.prod(in_size), what)
+    gw = _w(g)
+    ct = gw.dtype
+    d_, h_, w_ = _trilinear_src(size, in_size[2:], align, sc, ct, mad=mad or _mad)
+    hw, n_in = tuple(in_size[3:]), math.prod(in_size[2:])
+    planes = in_size[0] * in_size[1]
+    corners = [(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)]  # row-major
+    # per output voxel (row-major) its 8 corners' flat sources and weights ((ld * lh) * lw)
+    src = np.stack([_flat3(d_[a], h_[b], w_[c], hw) for a, b, c in corners], axis=-1)
+    with fp_quiet():
+        wts = np.stack([(d_[2 + a][:, None, None] * h_[2 + b][None, :, None])
+                        * w_[2 + c][None, None, :] for a, b, c in corners], axis=-1)
+        g4 = gw.reshape(planes, *size, 1)
+        if mad is not None:  # (each contribution fused into its accumulator, in order)
+            gx = np.zeros((planes, n_in), ct)
+            if planes:
+                _scatter_mad(gx, src.reshape(-1), wts.reshape(-1), np.broadcast_to(
+                    g4, (planes, *wts.shape)).reshape(planes, -1), mad)
+            return [gx.reshape(tuple(in_size)).astype(g.dtype)]
+        step = max(1, (1 << 22) // max(src.size, 1))  # (planes a pass: bounded memory)
+        parts = [_scatter_planes((wts[None] * g4[p0:p0 + step]).reshape(
+            min(step, planes - p0), -1), src.reshape(-1), n_in)
+            for p0 in range(0, planes, step)]
+    gx = np.concatenate(parts) if parts else np.zeros((0, n_in), ct)
     return [gx.reshape(tuple(in_size)).astype(g.dtype)]

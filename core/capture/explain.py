@@ -44,6 +44,8 @@ from tapescope.core.capture.aten_ref_conv import (
     upsample_bicubic,
     upsample_linear1d,
     upsample_linear1d_backward,
+    upsample_trilinear3d,
+    upsample_trilinear3d_backward,
 )
 from tapescope.core.capture.aten_ref_layers import bag_backward, bag_forward, bag_grad_args
 from tapescope.core.capture.aten_ref_losses import ctc_loss, ctc_loss_backward
@@ -2618,11 +2620,15 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("libm", "PyTorch's CPU log_sigmoid: min(x, 0) - log1p(exp(-|x|)) with SLEEF's "
                          "expf and log1pf on every element (a partial last vector too)",
                  _aten_log_sigmoid)]
-    if base in ("upsample_linear1d", "upsample_linear1d_backward"):
+    if base in ("upsample_linear1d", "upsample_linear1d_backward", "upsample_trilinear3d",
+                "upsample_trilinear3d_backward"):
         back = base.endswith("_backward")
-        fn = upsample_linear1d_backward if back else upsample_linear1d
+        fn = {"upsample_linear1d": upsample_linear1d,
+              "upsample_linear1d_backward": upsample_linear1d_backward,
+              "upsample_trilinear3d": upsample_trilinear3d,
+              "upsample_trilinear3d_backward": upsample_trilinear3d_backward}[base]
         how = "each contribution acc = fma(w, g, acc) in order" if back else \
-            "fma(x[i0], l0, x[i1] * l1)"
+            "fma(x[i0], l0, x[i1] * l1) along each axis in turn"
         return [("fma", f"PyTorch's CPU linear interpolation{' backward' if back else ''} as "
                         f"gcc contracts it: the source index fma(s, i + 0.5, -0.5), {how}",
                  lambda a, k: fn(a, k, fma)[0])]

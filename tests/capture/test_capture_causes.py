@@ -2649,3 +2649,25 @@ def test_logcumsumexp_accumulates_in_float64():
                                          torch.logcumsumexp(z, dim).numpy(), "accumulator",
                                          "float64")
     assert named == 3, named
+
+
+def test_trilinear_interpolation_and_its_backward_are_the_written_order_as_gcc_contracts_it():
+    """``F.interpolate(mode="trilinear")`` (a volume network): the linear kernel's
+    contractions along each axis in turn (w, h, d), the backward ``acc = fma(w, g, acc)`` per
+    corner in output order. Named for torch's own results, one ulp off unknown."""
+    g = torch.Generator().manual_seed(17)
+    named = 0
+    for (d, h, w), size, align in (((3, 4, 5), [6, 7, 9], False), ((4, 4, 4), [8, 8, 8], False),
+                                   ((5, 3, 4), [3, 7, 6], True)):
+        x = torch.randn(2, 3, d, h, w, generator=g)
+        rec = torch.nn.functional.interpolate(x, size=size, mode="trilinear",
+                                              align_corners=align).numpy()
+        named += _named_where_it_departs("aten.upsample_trilinear3d.default",
+                                         [x.numpy(), size, align], rec, "fma", "linear")
+        gy = torch.randn(2, 3, *size, generator=g)
+        rec = torch.ops.aten.upsample_trilinear3d_backward(gy, size, [2, 3, d, h, w], align,
+                                                           None, None, None).numpy()
+        named += _named_where_it_departs("aten.upsample_trilinear3d_backward.default",
+                                         [gy.numpy(), size, [2, 3, d, h, w], align], rec, "fma",
+                                         "backward")
+    assert named >= 4, named
