@@ -45,6 +45,9 @@ from tapescope.core.capture.aten_ref_conv import (  # noqa: E402
 from tapescope.core.capture.aten_ref_table import OUT_ELEMS, NoReference  # noqa: E402
 from tapescope.core.explain_prims import fma  # noqa: E402
 from tests.helpers.capture_files import judged_capture  # noqa: E402
+from tests.helpers.torch_arrays import bits as _bits  # noqa: E402
+from tests.helpers.torch_arrays import from_torch as _np  # noqa: E402
+from tests.helpers.torch_arrays import to_torch as _torch  # noqa: E402
 
 F = torch.nn.functional
 MAX, MAX_BWD = "aten.max_pool3d_with_indices.default", \
@@ -87,20 +90,6 @@ def _rn(shape, dt, seed: int, spread: float = 0.0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     v = rng.standard_normal(shape) * 10.0 ** rng.uniform(-spread, spread, shape)
     return v.astype(dt)
-
-
-def _torch(a: np.ndarray, tdt=None):
-    t = torch.from_numpy(np.ascontiguousarray(a.astype(np.float32) if tdt else a))
-    return t.to(tdt) if tdt else t
-
-
-def _np(t, dt) -> np.ndarray:
-    return t.float().numpy().astype(dt) if t.dtype in (torch.float16, torch.bfloat16) \
-        else t.numpy()
-
-
-def _bits(a: np.ndarray) -> bytes:
-    return np.ascontiguousarray(a).view(np.uint8).tobytes()
 
 
 # ---- max pooling ------------------------------------------------------------------------------

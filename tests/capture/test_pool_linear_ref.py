@@ -30,6 +30,9 @@ torch = pytest.importorskip("torch")
 from tapescope.core.capture.aten_ref import reference  # noqa: E402
 from tapescope.core.capture.aten_ref_table import OUT_ELEMS, NoReference  # noqa: E402
 from tests.helpers.capture_files import judged_capture  # noqa: E402
+from tests.helpers.torch_arrays import bits as _bits  # noqa: E402
+from tests.helpers.torch_arrays import from_torch as _np  # noqa: E402
+from tests.helpers.torch_arrays import to_torch as _torch  # noqa: E402
 
 F = torch.nn.functional
 AVG, AVG_BWD = "aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d_backward.default"
@@ -61,20 +64,6 @@ HALF = {"float16": (np.float16, torch.float16), "bfloat16": (ml_dtypes.bfloat16,
 
 def _rn(shape, dt, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(dt)
-
-
-def _torch(a: np.ndarray, tdt=None):
-    t = torch.from_numpy(np.ascontiguousarray(a.astype(np.float64) if tdt else a))
-    return t.to(tdt) if tdt else t
-
-
-def _np(t, dt) -> np.ndarray:
-    return t.double().numpy().astype(dt) if t.dtype in (torch.float16, torch.bfloat16) \
-        else t.numpy()
-
-
-def _bits(a: np.ndarray) -> bytes:
-    return np.ascontiguousarray(a).view(np.uint8).tobytes()
 
 
 def _pool_pair(shape, out, dt, tdt=None) -> tuple:

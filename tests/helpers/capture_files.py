@@ -43,3 +43,16 @@ def judged_capture(path, make_step, steps: int = 2) -> dict:
     plain = make_step()
     assert losses == [plain() for _ in range(steps)]
     return judge(load(path))
+
+
+def assert_refused(path, want: str, column: str) -> None:
+    """Loading ``path`` fails with one line that starts with the path, names ``column`` and
+    matches ``want`` (the hostile-file tests' check)."""
+    import pytest
+
+    from tapescope.core.capture.file import CaptureFileError, load
+
+    with pytest.raises(CaptureFileError, match=want) as e:
+        load(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: ") and "\n" not in msg and column in msg
