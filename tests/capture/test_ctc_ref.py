@@ -22,11 +22,12 @@ torch = pytest.importorskip("torch")
 
 from tapescope.core.capture.aten_ref import reference  # noqa: E402
 from tapescope.core.capture.aten_ref_losses import ctc_loss, ctc_loss_backward  # noqa: E402
-from tapescope.core.capture.aten_ref_table import OUT_ELEMS, M, NoReference  # noqa: E402
+from tapescope.core.capture.aten_ref_table import M, NoReference  # noqa: E402
 from tapescope.core.capture.explain import explain_op  # noqa: E402
 from tapescope.core.explain_prims import _LIBC_MATH  # noqa: E402
 from tapescope.core.parity import compare_arrays  # noqa: E402
 from tests.helpers.capture_files import judged_capture  # noqa: E402
+from tests.helpers.ref_forms import recorded_outputs  # noqa: E402
 
 FWD, BWD = "aten._ctc_loss.Tensor", "aten._ctc_loss_backward.Tensor"
 
@@ -77,11 +78,8 @@ def _bits(a) -> np.ndarray:
 
 
 def _forward(c: dict, mth) -> list:
-    token = OUT_ELEMS.set([c["nll"], c["la"]])  # (as the judge holds the recorded outputs)
-    try:
+    with recorded_outputs([c["nll"], c["la"]]):  # (as the judge holds the recorded outputs)
         return ctc_loss(c["fwd"], {}, mth)
-    finally:
-        OUT_ELEMS.reset(token)
 
 
 @pytest.mark.parametrize("name", sorted(GEOMETRIES))
@@ -126,11 +124,8 @@ def test_the_unwritten_alphas_are_the_recorded_bytes_and_the_written_are_judged(
     assert (~w).any()  # (item 1 has no input, item 2 a short one: memory left as it was)
     marked = c["la"].copy()
     marked[~w] = np.float32(1234.5)  # (what else that memory could have held)
-    token = OUT_ELEMS.set([c["nll"], marked])
-    try:
+    with recorded_outputs([c["nll"], marked]):
         _, la = reference(FWD, c["fwd"], {})
-    finally:
-        OUT_ELEMS.reset(token)
     assert np.all(la[~w] == np.float32(1234.5))
     assert la[w].tobytes() == c["la"][w].tobytes()
     # outside the judge (no recorded outputs) the unwritten memory is the kernel's -inf fill
@@ -177,12 +172,9 @@ def test_a_length_the_recorded_outputs_cannot_hold_is_refused_before_allocating(
     c = _case("padded")
     lp, _, il, _ = c["fwd"][:4]
     tg, tl = np.ones((4, 1000), np.int64), np.full(4, 1000)
-    token = OUT_ELEMS.set([c["nll"], c["la"]])
-    try:
+    with recorded_outputs([c["nll"], c["la"]]):
         with pytest.raises(NoReference, match="elements"):
             reference(FWD, [lp, tg, il, tl, 0, False], {})
-    finally:
-        OUT_ELEMS.reset(token)
 
 
 def _train_step():

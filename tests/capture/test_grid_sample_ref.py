@@ -29,8 +29,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tapescope.core.capture.aten_ref import reference  # noqa: E402
-from tapescope.core.capture.aten_ref_table import OUT_ELEMS, NoReference  # noqa: E402
+from tapescope.core.capture.aten_ref_table import NoReference  # noqa: E402
 from tests.helpers.capture_files import judged_capture  # noqa: E402
+from tests.helpers.ref_forms import recorded_outputs  # noqa: E402
 
 FWD = "aten.grid_sampler_2d.default"
 BWD = "aten.grid_sampler_2d_backward.default"
@@ -230,15 +231,12 @@ def test_a_size_the_recorded_outputs_cannot_hold_is_refused_before_allocating():
     """A file's affine_grid size of 10^12 points (and a grid sample whose output outgrows the
     recorded one) is refused against the recorded outputs' size, before any allocation."""
     small = [np.zeros((1, 4, 4, 2), np.float32)]
-    token = OUT_ELEMS.set(small)
-    try:
+    with recorded_outputs(small):
         with pytest.raises(NoReference, match="elements"):
             reference(AFFINE, [np.zeros((1, 2, 3), np.float32), [1, 1, 10**6, 10**6], False], {})
         x, grid = np.zeros((1, 500, 4, 4), np.float32), np.zeros((1, 8, 8, 2), np.float32)
         with pytest.raises(NoReference, match="elements"):
             reference(FWD, [x, grid, 0, 0, False], {})
-    finally:
-        OUT_ELEMS.reset(token)
 
 
 # ---- captured and judged ----------------------------------------------------------------------

@@ -31,8 +31,9 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tapescope.core.capture.aten_ref import reference  # noqa: E402
-from tapescope.core.capture.aten_ref_table import OUT_ELEMS, NoReference  # noqa: E402
+from tapescope.core.capture.aten_ref_table import NoReference  # noqa: E402
 from tests.helpers.capture_files import judged_capture  # noqa: E402
+from tests.helpers.ref_forms import recorded_outputs  # noqa: E402
 
 A = torch.ops.aten
 RNG = np.random.default_rng(7)
@@ -332,12 +333,9 @@ HUGE = {  # an output size from the arguments far past the recorded output's 6 x
 @pytest.mark.parametrize("case", sorted(HUGE))
 def test_a_size_the_recorded_output_cannot_hold_is_refused_before_allocating(case):
     op, args = HUGE[case]
-    token = OUT_ELEMS.set([np.zeros((6, 13), np.float32)])  # (as the judge bounds a form)
-    try:
+    with recorded_outputs([np.zeros((6, 13), np.float32)]):  # (as the judge bounds a form)
         with pytest.raises(NoReference, match="elements"):
             reference(op, args, {})
-    finally:
-        OUT_ELEMS.reset(token)
 
 
 # ---- captured and judged --------------------------------------------------------------------

@@ -42,9 +42,10 @@ from tapescope.core.capture.aten_ref_conv import (  # noqa: E402
     upsample_trilinear3d,
     upsample_trilinear3d_backward,
 )
-from tapescope.core.capture.aten_ref_table import OUT_ELEMS, NoReference  # noqa: E402
+from tapescope.core.capture.aten_ref_table import NoReference  # noqa: E402
 from tapescope.core.explain_prims import fma  # noqa: E402
 from tests.helpers.capture_files import judged_capture  # noqa: E402
+from tests.helpers.ref_forms import recorded_outputs  # noqa: E402
 from tests.helpers.torch_arrays import bits as _bits  # noqa: E402
 from tests.helpers.torch_arrays import from_torch as _np  # noqa: E402
 from tests.helpers.torch_arrays import to_torch as _torch  # noqa: E402
@@ -499,12 +500,9 @@ def test_a_size_the_recorded_outputs_cannot_hold_is_refused_before_allocating(op
     """An output of 10^15 elements (or just more than the recorded outputs hold): refused
     against the recorded outputs' size (as the judge holds them) before anything is
     allocated."""
-    token = OUT_ELEMS.set([np.zeros((1, 2, 8, 8, 8), np.float32)])
-    try:
+    with recorded_outputs([np.zeros((1, 2, 8, 8, 8), np.float32)]):
         with pytest.raises(NoReference, match="elements"):
             reference(op, args, {})
-    finally:
-        OUT_ELEMS.reset(token)
 
 
 # ---- a captured training step -----------------------------------------------------------------

@@ -28,8 +28,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tapescope.core.capture.aten_ref import reference  # noqa: E402
-from tapescope.core.capture.aten_ref_table import OUT_ELEMS, NoReference  # noqa: E402
+from tapescope.core.capture.aten_ref_table import NoReference  # noqa: E402
 from tests.helpers.capture_files import judged_capture  # noqa: E402
+from tests.helpers.ref_forms import recorded_outputs  # noqa: E402
 from tests.helpers.torch_arrays import bits as _bits  # noqa: E402
 from tests.helpers.torch_arrays import from_torch as _np  # noqa: E402
 from tests.helpers.torch_arrays import to_torch as _torch  # noqa: E402
@@ -298,12 +299,9 @@ def test_hostile_linear_upsampling_arguments_are_no_reference_naming_the_op(op, 
 def test_a_size_the_recorded_outputs_cannot_hold_is_refused_before_allocating(op, args):
     """A file's output size of 10^10 elements and more: refused against the recorded outputs'
     size (as the judge holds them) before anything is allocated."""
-    token = OUT_ELEMS.set([np.zeros((2, 3, 8), np.float32)])
-    try:
+    with recorded_outputs([np.zeros((2, 3, 8), np.float32)]):
         with pytest.raises(NoReference, match="elements"):
             reference(op, args, {})
-    finally:
-        OUT_ELEMS.reset(token)
 
 
 # ---- a captured training step ----------------------------------------------------------------
