@@ -335,8 +335,10 @@ class CaptureWindow(QMainWindow):
         for j, o in enumerate(e["outputs"]):
             rec = self.cap.arrays[o["value"]]
             src = self.cap.derived.get(o["value"])
+            kind = self.cap.opaque.get(o["value"])
             desc = f"{rec.dtype}{list(rec.shape)}" if rec is not None else \
                 "uninitialised memory (its bytes are not recorded)" if uninit else \
+                f"a {kind} tensor, digest only" if kind else \
                 "digest only" if src is None else f"derived: value {src}'s elements, " \
                 "rearranged (no digest of its own)"
             if rec is not None and src is not None:  # (stored: laid over its source's bytes)

@@ -158,3 +158,24 @@ def test_a_hostile_opaque_column_is_refused_with_one_line(tmp_path, made, case):
     g = tmp_path / f"{case}.capture"
     g.write_bytes(rewrite_header(made.read_bytes(), edit))
     assert_refused(g, want, "values.opaque")
+
+
+def test_the_inspector_names_a_sparse_output(made, qtbot):
+    """Selecting a sparse gradient's op in the window: its note and its output line say it is
+    a sparse_coo tensor with its digest only (not "over the size budget")."""
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import Qt
+
+    from tapescope.app.qt.capture_window import _OP, CaptureWindow
+
+    cap = load(made)
+    win = CaptureWindow(cap, judge(cap))
+    qtbot.addWidget(win)
+    i = next(e["index"] for e in win.rep["ops"]
+             if any(o["value"] in cap.opaque for o in e["outputs"]))
+    items = win.tree.findItems("*", Qt.MatchFlag.MatchWildcard | Qt.MatchFlag.MatchRecursive)
+    win.tree.setCurrentItem(next(it for it in items if it.data(0, _OP) == i))  # a click
+    text = win.inspector.toPlainText()
+    assert "a sparse_coo tensor, digest only: unjudged" in text
+    assert "note    an output is a sparse_coo tensor" in text
+    assert "size budget" not in text
