@@ -973,16 +973,18 @@ def _fma_acc(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _fma(a, b, acc)
 
 
-def _fma_chain(a: np.ndarray, b: np.ndarray, alpha: np.float32 | None = None) -> np.ndarray:
-    """``a @ b`` over the last two axes (float32, leading axes batched), each output one fma
-    chain over k in order from zero (a BLAS micro-kernel's register lane: MKL's sgemm at the
-    flash attention's sizes); ``alpha`` then multiplies the sums (beta = 0)."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    b = np.ascontiguousarray(b, dtype=np.float32)
-    acc = np.zeros(a.shape[:-1] + b.shape[-1:], dtype=np.float32)
+def _fma_chain(a: np.ndarray, b: np.ndarray, alpha: np.float32 | None = None,
+               dtype: Any = np.float32) -> np.ndarray:
+    """``a @ b`` over the last two axes (``dtype``, float32 by default; leading axes
+    batched), each output one fma chain over k in order from zero (a BLAS micro-kernel's
+    register lane: MKL's sgemm at the flash attention's sizes); ``alpha`` then multiplies the
+    sums (beta = 0)."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    b = np.ascontiguousarray(b, dtype=dtype)
+    acc = np.zeros(a.shape[:-1] + b.shape[-1:], dtype=dtype)
     for k in range(a.shape[-1]):
         acc = _fma_acc(acc, a[..., k:k + 1], b[..., k:k + 1, :])
-    return acc if alpha is None else (acc * alpha).astype(np.float32)
+    return acc if alpha is None else (acc * alpha).astype(dtype)
 
 
 def _lane_sum(p1: np.ndarray, p2: np.ndarray | None, lanes: int, tree: bool,

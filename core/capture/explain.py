@@ -70,6 +70,7 @@ from tapescope.core.explain_aten import (
     ATEN_FORWARD,
     GRAIN_SIZE,
     _fma_acc,
+    _fma_chain,
     _lane_sum,
     _mkl_mm,
     _sgemm,
@@ -2261,7 +2262,6 @@ def _bce_logits(total: Callable | None) -> Callable:
     every element, a partial last vector included); with ``pos_weight``, ``ls * ((pw - 1) * t
     + 1)``; ``loss = (1 - t) * x - ls``, times the weight; each op rounded; then the reduction:
     ``total`` (sum), over the count for mean; ``total`` None: the reduction none's alone."""
-    from tapescope.core.explain_aten import sleef_exp, sleef_log1pf
 
     def run(args: list, kw: dict) -> np.ndarray:
         x, t = np.asarray(args[0]), np.asarray(args[1])
@@ -2274,7 +2274,7 @@ def _bce_logits(total: Callable | None) -> Callable:
             raise ValueError("another reduction's variant")
         f = np.float32
         with np.errstate(all="ignore"):
-            ls = (np.minimum(x, f(0)) - sleef_log1pf(sleef_exp((-np.abs(x)).astype(f)))).astype(f)
+            ls = _aten_log_sigmoid([x], {})[0]
             if pw is not None:
                 lw = ((np.asarray(pw, f) - f(1)).astype(f) * t).astype(f)
                 ls = (ls * (lw + f(1)).astype(f)).astype(f)
@@ -2463,15 +2463,6 @@ def _aten_glu(backward: bool, lanes: int | None = None) -> Callable:
     return run
 
 
-def _fma_chain_batched(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` over the last two axes, each output one fma chain over k in order from zero."""
-    acc = np.zeros(a.shape[:-1] + b.shape[-1:], np.result_type(a, b))
-    for k in range(a.shape[-1]):
-        acc = fma(np.broadcast_to(a[..., k:k + 1], acc.shape),
-                  np.broadcast_to(b[..., k:k + 1, :], acc.shape), acc)
-    return acc
-
-
 def _aten_grid_sample_bilinear(args: list, kw: dict) -> np.ndarray:
     """PyTorch's CPU ``grid_sampler_2d``, bilinear (its vectorised kernel, measured): the
     reference's indices and weights but the unnormalise ``fma(c + 1, size / 2, -0.5)`` (not
@@ -2637,7 +2628,8 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                         f"then bmm's {words}",
                  lambda a, k, p=p: affine_grid(a, k, _aten_linspace, p)[0])
                 for words, p in (("small-product loop (a serial sum)", ref_product),
-                                 ("MKL product (an fma chain from zero)", _fma_chain_batched))]
+                                 ("MKL product (an fma chain from zero)",
+                                  lambda x, y: _fma_chain(x, y, dtype=np.result_type(x, y))))]
     if base == "upsample_bilinear2d":
         return [("fma", "PyTorch's CPU bilinear upsampling by its channels-last kernel (a "
                         "channels-last input, or an output of H + W <= 128): the corners' fma "
