@@ -57,6 +57,7 @@ from tapescope.core.explain_aten import (
     aten_sum,
     mkl_few,
     mkl_gemv,
+    mkl_gemv_amd,
     mkl_row_gemv,
 )
 from tapescope.core.explain_prims import (
@@ -901,6 +902,11 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("reassociation", "pairwise sum of squares", "sumsq",
             lambda x, axis=None, keepdims=False: _sum_pairwise(x * x, axis, keepdims)),
     Variant("reassociation", "blocked product (BLAS np.matmul)", "mm", _mm_blas),
+    # MKL's dot-product kernel as it runs on an AMD CPU (session 31, measured on an AMD EPYC)
+    Variant("reassociation", "MKL's dot-product kernel on an AMD CPU (one output column or "
+            "row): no FMA, rows in fours summed in 4-lane vectors after a short head, the rest "
+            "in pairs of 8- and 4-lane accumulators over 8-term blocks, halving folds", "mm",
+            mkl_gemv_amd),
     Variant("reassociation", "halving-tree sum", "sum", _sum_tree),
     Variant("reassociation", "halving-tree sum of squares", "sumsq",
             lambda x, axis=None, keepdims=False: _sum_tree(x * x, axis, keepdims)),

@@ -1542,6 +1542,27 @@ def _tensors(x: Any) -> list[torch.Tensor]:
     return []
 
 
+def _cpu() -> dict:
+    """The CPU's vendor and model as the kernel reports them (``cpu_vendor``, ``cpu_model``;
+    MKL picks its kernels by vendor: the causes of a capture judged on another machine
+    depend on it); nothing where there is no /proc/cpuinfo."""
+    out: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for ln in f:
+                key, _, val = ln.partition(":")
+                key = key.strip()
+                if key == "vendor_id" and "cpu_vendor" not in out:
+                    out["cpu_vendor"] = val.strip()[:64]
+                elif key == "model name" and "cpu_model" not in out:
+                    out["cpu_model"] = val.strip()[:128]
+                if len(out) == 2:
+                    break
+    except OSError:
+        pass
+    return out
+
+
 def settings() -> dict:
     """The settings in force that change a run's bits."""
     s: dict[str, Any] = {
@@ -1555,6 +1576,7 @@ def settings() -> dict:
         "cuda_available": torch.cuda.is_available(),
         "mkldnn": torch.backends.mkldnn.is_available(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **_cpu(),
         "compile": "torch._dynamo" in sys.modules and bool(
             getattr(sys.modules["torch._dynamo"], "is_compiling", lambda: False)()),
     }

@@ -222,6 +222,10 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         # orders (each output row its own chains) are screened on a few rows first
         out.append((v.cause, v.label, run) if v.value is _mm_blas else
                    (v.cause, v.label, run, _screen(run, _product_rows(op))))
+    if _base(op) in ("dot", "vdot") and dt == np.float32:  # (first: a dot is its own kernel)
+        out.insert(0, ("reassociation", "MKL's sdot on an AMD CPU: no FMA, 16 lanes, the rest "
+                                        "as 8-, 4-wide vectors and single terms, folded by "
+                                        "128-bit quarters, then in pairs", _sdot_amd_run))
     if op.startswith("aten.addmm"):
         out.append(("fma", "MKL's sgemm as addmm calls it (float32, beta = alpha = 1): the "
                            "bias first, then k in ceil(K / 384) equal panels, each one fma "
@@ -230,6 +234,15 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         out.append(("fma", "MKL's sgemm over one term (float32, beta = alpha = 1): the bias "
                            "as the accumulator, one fma", _mkl_one_term))
     return out
+
+
+def _sdot_amd_run(args: list, kw: dict) -> np.ndarray:
+    from tapescope.core.explain_aten import sdot_amd
+
+    a, b = np.asarray(args[0]), np.asarray(args[1])
+    if a.ndim != 1 or b.ndim != 1 or a.dtype != np.float32 or b.dtype != np.float32:
+        raise ValueError("sdot of two float32 vectors")
+    return np.asarray(sdot_amd(a, b))
 
 
 def _mkl_one_term(args: list, kw: dict) -> np.ndarray:
@@ -2966,15 +2979,33 @@ def _every_output(op: str, label: str, run: Callable, args: list, kwargs: dict) 
     return y
 
 
+#: the words a variant's label carries when it is one CPU vendor's kernel (MKL picks its
+#: kernels by vendor): tried first for a capture made on that vendor's CPU, last otherwise
+VENDOR_WORDS = {"AuthenticAMD": "on an AMD CPU"}
+
+
+def _by_vendor(cands: list, vendor: str | None) -> list:
+    """``cands`` with the recording CPU vendor's own kernels first and other vendors' last (a
+    dot product is one number: two vendors' orders may well agree on it, and the machine that
+    ran it says which one did); the rest in their order."""
+    def rank(c: tuple) -> int:
+        for v, words in VENDOR_WORDS.items():
+            if words in c[1]:
+                return 0 if v == vendor else 2
+        return 1
+    return sorted(cands, key=rank)
+
+
 def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: dict,
-               output: int = 0) -> dict:
+               output: int = 0, vendor: str | None = None) -> dict:
     """The cause of op ``op``'s recorded output ``output`` differing from the reference
     (``diff``: the judge's difference), as ``core.explain.Cause.to_json``: ``{"cause",
     "variant"}``, plus ``closest``, ``max_ulp``, ``n_diff`` when unknown. As
     ``core.explain``'s search: the variant that last reproduced this op at these shapes is
     tried first, and a closest variant is named only when strictly closer than the reference
     (``core.explain.closer``). A foreach op's output j is its lists' entry j; other ops'
-    variants name output 0, or every output (a tuple)."""
+    variants name output 0, or every output (a tuple). ``vendor``: the recording CPU's
+    (the capture's ``settings.cpu_vendor``), whose own kernels are tried first."""
     if diff["n_diff"] and diff.get("n_signed_zero", 0) == diff["n_diff"]:
         return {"cause": "signed-zero", "variant": "equal but for the sign of zero"}
     if output and _base(op).startswith("_foreach_"):
@@ -2985,7 +3016,7 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
     shapes = tuple(np.shape(a) for a in args if isinstance(a, np.ndarray))
     key = ("capture", op, output, shapes, np.dtype(recorded.dtype).str,
            repr(args[len(shapes):]))
-    cands = _variants(op, _dtype(args))
+    cands = _by_vendor(_variants(op, _dtype(args)), vendor)
     hints = _HINTS.get(key, ())
     if hints:
         rank = {lab: i for i, lab in enumerate(hints)}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -686,6 +687,8 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     table, NoReference, why_none = _reference_fn()
     unstored = _unstored(cap)
     uninitialised: set[int] | None = None  # (found when an input is first missing)
+    vendor = cap.settings.get("cpu_vendor")  # (whose kernels --explain tries first)
+    vendor = vendor if isinstance(vendor, str) else None
 
     def reference(op: str, a: list, k: dict, i: int = -1) -> list:
         if override is not None:
@@ -891,12 +894,13 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 ent = {**where, "n_diff": di["n_diff"], "max_ulp": di["max_ulp"],
                        "max_abs": di["max_abs"], "first_index": di["first_index"]}
                 if explain:
-                    c = explain_op(op, a, k, r, di, j)
+                    c = explain_op(op, a, k, r, di, j, vendor)
                     ent["cause"], ent["explain"] = c["cause"], c
                 introduced.append(ent)
         if op == COMPILED_OP and any(o["verdict"] == "introduced" for o in e["outputs"]):
             # where inside the graph: its first departing node (core/capture/regions.py)
-            attach(e, introduced, localise(cap, i, table, _diff, explain_op if explain else None,
+            attach(e, introduced, localise(cap, i, table, _diff,
+                                           partial(explain_op, vendor=vendor) if explain else None,
                                            eager), cap.graphs[args[0]])
         if len(e["outputs"]) != len(outs):  # defensive: every output has its verdict
             raise AssertionError(f"op {i}: {len(e['outputs'])} verdicts for {len(outs)}")

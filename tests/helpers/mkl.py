@@ -1,0 +1,22 @@
+"""Which MKL kernels torch's float32 products run here: MKL picks them by CPU vendor."""
+
+from __future__ import annotations
+
+
+def mkl_vendor() -> str | None:
+    """"GenuineIntel" or "AuthenticAMD" where torch's products are MKL's, else None (no torch,
+    another BLAS, no /proc/cpuinfo). On an AMD EPYC MKL's dgemm tiles 12 columns where an
+    Intel Xeon runs one fma chain an element (tests/core/test_explain_blocked.py), and its
+    dot-product kernels add rounded products where the Xeon's fma them."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if "Math Kernel Library" not in torch.__config__.show():
+        return None
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":")[1].strip() for ln in f if ln.startswith("vendor_id")),
+                        None)
+    except OSError:
+        return None
