@@ -60,7 +60,9 @@ tests/core/test_explain_aten.py holds each to torch's own bits where torch is in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from itertools import pairwise
 from typing import Any
 
@@ -1120,13 +1122,46 @@ def _mkl_panels(k: int) -> list[int]:
     return bounds
 
 
+def _mkl_panels_amd(k: int) -> list[int]:
+    """The bounds of MKL's k panels on an AMD CPU (sgemm, Zen 4, AVX-512, one thread;
+    measured with the FPRev method, then 200 random products of 32-512 rows, 16-128 columns
+    and 1-1,100 terms, both layouts of the second operand, every bit): up to 192 terms one
+    panel; up to 384 two panels of ``k // 2`` and the odd term as a panel of its own; beyond
+    that 192 terms at a time and the rest as the last panel."""
+    if k <= 192:
+        return [0, k]
+    if k <= 384:
+        h = k // 2
+        return [0, h, 2 * h] + ([k] if k > 2 * h else [])
+    return [*range(0, k, 192), k]
+
+
+#: MKL's products as it runs them on an AMD CPU (``_sgemm``'s panels): set by ``mkl_amd()``
+_MKL_AMD: ContextVar[bool] = ContextVar("tapescope_mkl_amd", default=False)
+
+
+@contextmanager
+def mkl_amd() -> Iterator[None]:
+    """Within: ``_sgemm`` (the flash kernels' products) takes k in MKL's AMD panels."""
+    token = _MKL_AMD.set(True)
+    try:
+        yield
+    finally:
+        _MKL_AMD.reset(token)
+
+
 def _sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
            alpha: np.float32 | None = None) -> np.ndarray:
     """MKL's sgemm (measured against ``torch.addmm`` and the flash kernels): k in panels
-    (``_mkl_panels``), each output's panel one fma chain from zero (``_fma_chain``), times
-    ``alpha`` when given, added to ``c`` (beta = 1) panel by panel -- or the first panel's
-    result where there is no ``c`` (beta = 0)."""
-    bounds = _mkl_panels(a.shape[-1])
+    (``_mkl_panels``; within ``mkl_amd()`` ``_mkl_panels_amd``), each output's panel one fma
+    chain from zero (``_fma_chain``), times ``alpha`` when given, added to ``c`` (beta = 1)
+    panel by panel -- or the first panel's result where there is no ``c`` (beta = 0). On an
+    AMD CPU MKL multiplies ``b`` by ``alpha`` (rounded) before the chains instead (measured:
+    every bit over 12 products of 24-128 columns, both layouts)."""
+    amd = _MKL_AMD.get()
+    if amd and alpha is not None:
+        b, alpha = (np.asarray(b, np.float32) * np.float32(alpha)).astype(np.float32), None
+    bounds = (_mkl_panels_amd if amd else _mkl_panels)(a.shape[-1])
     for k0, k1 in pairwise(bounds):
         p = _fma_chain(a[..., k0:k1], b[..., k0:k1, :], alpha)
         c = p if c is None else (c + p).astype(np.float32)
@@ -1530,6 +1565,17 @@ def mkl_few(kernel: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return mm
 
 
+def _row_chain(x: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+    """MKL's one-row product by rows on an AMD CPU: ``x @ b`` as one chain over k of rounded
+    products added in order onto ``c`` (or zero); float32 (k,) @ (k, n) -> (n,)."""
+    f32 = np.float32
+    b = np.asarray(b, dtype=f32)
+    acc = np.zeros(b.shape[-1], f32) if c is None else np.array(c, dtype=f32)
+    for k in range(b.shape[0]):
+        acc = (acc + (x[k] * b[k]).astype(f32)).astype(f32)
+    return acc
+
+
 def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
             alpha: np.float32 | None = None) -> np.ndarray:
     """``alpha * a @ b (+ c)`` over the last two axes as MKL's sgemm computes it where the
@@ -1538,26 +1584,34 @@ def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
     one rounded product); one row of ``a`` by the dot-product kernel when ``b`` is a transposed
     view (``_sgemv``, times alpha and ``+ c`` after) or the row-vector kernel when it is laid
     out by rows (``_sgemv_rows``: the row times alpha first, ``c`` its accumulator); one column
-    of ``b`` by the dot-product kernel (alpha and ``c`` after); otherwise ``_sgemm``."""
+    of ``b`` by the dot-product kernel (alpha and ``c`` after); otherwise ``_sgemm``.
+    Within ``mkl_amd()`` MKL's AMD kernels (measured as ``_sgemm``'s): over one term
+    ``c + (alpha * a) * b`` (no fma); one row by rows one chain of rounded products added in
+    order onto ``c`` (or zero); the dot-product kernel ``_sgemv_amd``."""
     from tapescope.core.explain_prims import fma
 
     f32 = np.float32
+    amd = _MKL_AMD.get()
     one_row, one_col = a.shape[-2] == 1, b.shape[-1] == 1
     if a.shape[-1] == 1:
         la = a if alpha is None else (a * f32(alpha)).astype(f32)
-        return (la * b).astype(f32) if c is None else fma(la, b, c).astype(f32)
+        if c is None:
+            return (la * b).astype(f32)
+        return (c + (la * b).astype(f32)).astype(f32) if amd else fma(la, b, c).astype(f32)
     if not one_row and not one_col:
         return _sgemm(a, b, c, alpha)
+    dot = _sgemv_amd if amd else _sgemv
     lead = a.shape[:-2]
     out = np.empty(lead + (a.shape[-2], b.shape[-1]), dtype=f32)
     transposed = b.strides[-2] < b.strides[-1]
     for i in np.ndindex(*lead):
         if one_row and not transposed:
             x = a[i][0] if alpha is None else (a[i][0] * f32(alpha)).astype(f32)
-            out[i][0] = _sgemv_rows(x, b[i], None if c is None else c[i][0])
+            seed = None if c is None else c[i][0]
+            out[i][0] = _row_chain(x, b[i], seed) if amd else _sgemv_rows(x, b[i], seed)
             continue
-        r = _sgemv(np.swapaxes(b[i], -1, -2), a[i][0])[None, :] if one_row else \
-            _sgemv(a[i], b[i][:, 0])[:, None]
+        r = dot(np.swapaxes(b[i], -1, -2), a[i][0])[None, :] if one_row else \
+            dot(a[i], b[i][:, 0])[:, None]
         if alpha is not None:
             r = (r * f32(alpha)).astype(f32)
         out[i] = r if c is None else (c[i] + r).astype(f32)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any
 
@@ -82,6 +83,7 @@ from tapescope.core.explain_aten import (
     gelu_tanh,
     log_softmax_backward_inner,
     log_softmax_inner,
+    mkl_amd,
     reduce_all,
     sleef_exp,
     sleef_expm1f,
@@ -231,6 +233,10 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
                            "bias first, then k in ceil(K / 384) equal panels, each one fma "
                            "chain from zero added in turn", _mkl_addmm,
                     _screen(_mkl_addmm, _product_rows(op))))
+        out.append(("fma", "MKL's sgemm as addmm calls it on an AMD CPU (float32, beta = alpha "
+                           "= 1): the bias first, then k in panels of at most 192 terms, each "
+                           "one fma chain from zero added in turn", _mkl_addmm_amd,
+                    _screen(_mkl_addmm_amd, _product_rows(op))))
         out.append(("fma", "MKL's sgemm over one term (float32, beta = alpha = 1): the bias "
                            "as the accumulator, one fma", _mkl_one_term))
     return out
@@ -270,6 +276,13 @@ def _mkl_addmm(args: list, kw: dict) -> np.ndarray:
         raise ValueError("MKL's addmm is written out for float32, beta = alpha = 1")
     c = np.array(np.broadcast_to(bias, (a.shape[0], b.shape[1])), dtype=np.float32)
     return _sgemm(a, b, c)
+
+
+def _mkl_addmm_amd(args: list, kw: dict) -> np.ndarray:
+    """``_mkl_addmm`` as MKL runs it on an AMD CPU (``_sgemm``'s AMD panels: measured, every
+    bit over 6 products of 150-1,000 terms)."""
+    with mkl_amd():
+        return _mkl_addmm(args, kw)
 
 
 def _reduced_dims(x: np.ndarray, ax: Any, keep: bool) -> tuple[tuple[int, ...], tuple]:
@@ -2051,11 +2064,12 @@ def _flash_args(args: list, kw: dict, first: int) -> tuple:
     return q, k, v, bool(_arg(args, kw, n + 1, "is_causal", False)), sc
 
 
-def _flash(lanes: int) -> Callable:
+def _flash(lanes: int, amd: bool = False) -> Callable:
     def run(args: list, kw: dict) -> tuple:
         q, k, v, causal, sc = _flash_args(args, kw, 0)
-        return flash_attention(q, k, v, causal, sc, lanes, _flash_mask(kw, q, k, causal),
-                               reduced=q.dtype == _BF16)
+        with mkl_amd() if amd else nullcontext():
+            return flash_attention(q, k, v, causal, sc, lanes, _flash_mask(kw, q, k, causal),
+                                   reduced=q.dtype == _BF16)
     return run
 
 
@@ -2078,13 +2092,19 @@ def _flash_mask(kw: dict, q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndar
     return mask
 
 
-def _flash_backward(lanes: int, key_scaled: bool) -> Callable:
+def _flash_backward(lanes: int, key_scaled: bool, amd: bool = False) -> Callable:
     def run(args: list, kw: dict) -> tuple:
         q, k, v, causal, sc = _flash_args(args, kw, 1)
         g, out, lse = (np.asarray(args[i]) for i in (0, 4, 5))
-        return flash_attention_backward(g, q, k, v, out, lse, causal, sc, lanes, key_scaled,
-                                        _flash_mask(kw, q, k, causal))
+        with mkl_amd() if amd else nullcontext():
+            return flash_attention_backward(g, q, k, v, out, lse, causal, sc, lanes,
+                                            key_scaled, _flash_mask(kw, q, k, causal))
     return run
+
+
+#: the words of a flash variant whose products are MKL's on an AMD CPU (VENDOR_WORDS'):
+#: k in panels of at most 192 terms, alpha into the second operand, its one-row kernels
+_ON_AMD = "; MKL's products as on an AMD CPU"
 
 
 def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
@@ -2100,7 +2120,13 @@ def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
                                      "after the scores' sums")
                                   + ", the key and value gradients added query block by block",
                  _flash_backward(lanes, key))
-                for lanes, isa in _FLASH_ISA for key in (False, True)]
+                for lanes, isa in _FLASH_ISA for key in (False, True)] + [
+            ("reassociation", f"PyTorch's CPU flash attention backward ({isa}): the "
+                              "probabilities recomputed from the logsumexp (SLEEF's exp), every "
+                              f"product an fma chain, the softmax's row sums {lanes}-lane, each "
+                              "scale taken into the product's second operand, the key and value "
+                              "gradients added query block by block" + _ON_AMD,
+             _flash_backward(lanes, False, True)) for lanes, isa in _FLASH_ISA]
     if dt == _BF16:
         return [("reassociation", "PyTorch's CPU flash attention in bfloat16 (AVX-512; MKL's "
                                   "bfloat16 gemm as on a CPU with AMX): q @ kᵀ and p @ v with "
@@ -2111,8 +2137,9 @@ def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
                                   "to bfloat16", _flash(16))]
     return [("reassociation", f"PyTorch's CPU flash attention ({isa}): q @ kᵀ and p @ v as "
                               "fma chains, exp_u20 on whole vectors and summed per lane "
-                              f"({lanes} lanes), the product normalised after, by 1 / sum",
-             _flash(lanes)) for lanes, isa in _FLASH_ISA]
+                              f"({lanes} lanes), the product normalised after, by 1 / sum"
+                              + (_ON_AMD if amd else ""),
+             _flash(lanes, amd)) for amd in (False, True) for lanes, isa in _FLASH_ISA]
 
 
 def _in_turn(keys: np.ndarray) -> list[np.ndarray]:
