@@ -59,6 +59,7 @@ from tapescope.core.explain_aten import (
     mkl_gemv,
     mkl_gemv_amd,
     mkl_row_gemv,
+    mkl_sgemm_amd,
 )
 from tapescope.core.explain_prims import (
     _LIBC_MATH,
@@ -884,6 +885,11 @@ VARIANTS: tuple[Variant, ...] = (
             "(attention's p @ v on a one-row query block): k in blocks of eight, pairs of "
             "products fma'd, two terms a block fma'd onto the sum, 16-column vectors", "mm",
             mkl_row_gemv),
+    # MKL's sgemm as it runs on an AMD CPU (session 31, measured on an AMD EPYC): the table's
+    # first variant's chains, but k in panels of at most 192 terms
+    Variant("fma", "MKL's sgemm on an AMD CPU: one fma chain an output over k in panels of at "
+            "most 192 terms (two halves and the odd term up to 384), added in turn", "mm",
+            mkl_sgemm_amd),
     Variant("fma", "acc = fma(x, x, acc)", "sumsq", _sumsq_fma),
     Variant("reciprocal", "x * (1/y)", "div", _div_recip),
     # rms_norm / layer_norm's normalisation (issue 44): the reference's x * (1/sqrt(v)) as one

@@ -1537,6 +1537,17 @@ def mkl_gemv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _gemv_by(_sgemv, a, b)
 
 
+def mkl_sgemm_amd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` (float32, 2-d) as MKL's sgemm runs it on an AMD CPU past 192 terms
+    (``_sgemm`` within ``mkl_amd()``); ValueError for other dtypes and ranks, and up to 192
+    terms (one fma chain: the table's first variant already)."""
+    a, b = _float32_2d(a, b)
+    if a.shape[1] <= 192:
+        raise ValueError("one fma chain: the table's first variant")
+    with mkl_amd():
+        return _sgemm(a, b)
+
+
 def mkl_gemv_amd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``mkl_gemv`` by the kernel MKL runs on an AMD CPU (``_sgemv_amd``)."""
     return _gemv_by(_sgemv_amd, a, b)

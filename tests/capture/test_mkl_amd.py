@@ -112,3 +112,21 @@ def test_a_capture_records_the_cpu_and_the_judge_tries_its_vendors_kernels_first
     for other in ("GenuineIntel", None):
         assert [c[1] for c in _by_vendor(cands, other)] == [cands[0][1], cands[2][1],
                                                             cands[1][1]]
+
+
+@need_amd_mkl
+def test_a_product_past_192_terms_is_named_mkls_amd_panels(one_thread):
+    """A captured ``mm`` past 192 terms (a 4x MLP's backward: ``dy @ W`` over 512, ``dyᵀ @ x``
+    over 256, a transposed view) is MKL's AMD panels (``mkl_sgemm_amd``), named for a capture
+    made here; one ulp off unknown."""
+    g = one_thread
+    dy, w, x = (torch.randn(256, 512, generator=g), torch.randn(512, 128, generator=g),
+                torch.randn(256, 128, generator=g))
+    for a, b in ((dy, w), (dy.t(), x)):
+        args, rec = [a.numpy(), b.numpy()], torch.mm(a, b).numpy()
+        got = _cause("aten.mm.default", args, rec)
+        assert got["cause"] == "fma" and "sgemm on an AMD CPU" in got["variant"], got
+        off = rec.copy()
+        off.flat[np.argmax(np.abs(off))] = np.nextafter(off.flat[np.argmax(np.abs(off))],
+                                                        np.inf, dtype=np.float32)
+        assert _cause("aten.mm.default", args, off)["cause"] == "unknown"
