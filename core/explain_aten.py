@@ -1346,6 +1346,16 @@ def _one_stage(x: np.ndarray, w: np.ndarray, s: np.ndarray, k: int, count: int,
     return _fold_lanes(acc, width, True).astype(f32)
 
 
+def _gemv_args(a: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A dot-product kernel's (rows, k) matrix and (k,) vector, float32, C order; ValueError
+    for any other shapes."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    if a.ndim != 2 or w.shape != (a.shape[1],) or a.shape[1] < 1:
+        raise ValueError("MKL's dot-product kernel is written out for (rows, k) @ (k,)")
+    return a, w
+
+
 def _sgemv(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     """MKL's dot-product kernel (sgemv over contiguous rows): ``a @ w`` for a (rows, k) and w
     (k,), float32 -> (rows,). What MKL's sgemm runs for a product with one output column or
@@ -1363,10 +1373,7 @@ def _sgemv(a: np.ndarray, w: np.ndarray) -> np.ndarray:
       first), folded as a halving tree, then the first product added."""
     from tapescope.core.explain_prims import _fold_lanes
 
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    w = np.ascontiguousarray(w, dtype=np.float32)
-    if a.ndim != 2 or w.shape != (a.shape[1],) or a.shape[1] < 1:
-        raise ValueError("MKL's dot-product kernel is written out for (rows, k) @ (k,)")
+    a, w = _gemv_args(a, w)
     f32 = np.float32
     rows, kk = a.shape
     out = np.empty(rows, dtype=f32)
@@ -1417,10 +1424,7 @@ def _sgemv_amd(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     - the last ``rows % 4``, in pairs: the first four products in order, then whole 8-term
       blocks in 8 lanes (the first of a pair) or 4 (the second), folded as a halving tree, then
       the terms past the last block added in order."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    w = np.ascontiguousarray(w, dtype=np.float32)
-    if a.ndim != 2 or w.shape != (a.shape[1],) or a.shape[1] < 1:
-        raise ValueError("MKL's dot-product kernel is written out for (rows, k) @ (k,)")
+    a, w = _gemv_args(a, w)
     f32 = np.float32
     rows, kk = a.shape
     out = np.empty(rows, dtype=f32)
