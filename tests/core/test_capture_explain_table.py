@@ -23,10 +23,11 @@ def test_products_and_sums_are_the_tables_own(dt):
     mm = [blas] + [lab for lab in mm if lab != blas]  # the cheapest first, then the table's
     assert [v[1] for v in _variants("aten.mm.default", dt)] == mm
     # addmm: the table's, then MKL's own addmm (the bias as the output its k panels are added
-    # to) and its one-term addmm (the bias as the accumulator): orders of the bias, not of the
-    # product, so not table primitives
+    # to; Intel's panels, then AMD's) and its one-term addmm (the bias as the accumulator):
+    # orders of the bias, not of the product, so not table primitives
     addmm = [v[1] for v in _variants("aten.addmm.default", dt)]
-    assert addmm[:-2] == mm and addmm[-2].startswith("MKL's sgemm as addmm calls it")
+    assert addmm[:-3] == mm and addmm[-3].startswith("MKL's sgemm as addmm calls it (")
+    assert addmm[-2].startswith("MKL's sgemm as addmm calls it on an AMD CPU")
     assert addmm[-1].startswith("MKL's sgemm over one term")
     sums = [v.label for v in variants_for("sum", dt) if v.prim == "sum"]
     # sum over dimensions: the table's, then ATen's sum in the memory orders a view may have
