@@ -45,7 +45,7 @@ from tapescope.core.capture.aten_ref_conv import (  # noqa: E402
 from tapescope.core.capture.aten_ref_table import NoReference  # noqa: E402
 from tapescope.core.explain_prims import fma  # noqa: E402
 from tests.helpers.capture_files import judged_capture  # noqa: E402
-from tests.helpers.ref_forms import recorded_outputs  # noqa: E402
+from tests.helpers.ref_forms import assert_agrees_in_float64, recorded_outputs  # noqa: E402
 from tests.helpers.torch_arrays import bits as _bits  # noqa: E402
 from tests.helpers.torch_arrays import from_torch as _np  # noqa: E402
 from tests.helpers.torch_arrays import to_torch as _torch  # noqa: E402
@@ -334,9 +334,7 @@ def _tri_pair(name: str, dt, tdt=None, mad=None) -> tuple:
 @pytest.mark.parametrize("name", list(TRILINEAR))
 def test_trilinear_upsampling_agrees_with_torch_in_float64(name):
     r, rg, t, tg = _tri_pair(name, np.float64)
-    assert r.shape == t.shape and rg.shape == tg.shape and r.dtype == rg.dtype == np.float64
-    np.testing.assert_allclose(r, t, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(rg, tg, rtol=0, atol=1e-12)
+    assert_agrees_in_float64(r, t, rg, tg)
 
 
 @pytest.mark.parametrize("name", list(TRILINEAR))

@@ -30,7 +30,7 @@ torch = pytest.importorskip("torch")
 from tapescope.core.capture.aten_ref import reference  # noqa: E402
 from tapescope.core.capture.aten_ref_table import NoReference  # noqa: E402
 from tests.helpers.capture_files import judged_capture  # noqa: E402
-from tests.helpers.ref_forms import recorded_outputs  # noqa: E402
+from tests.helpers.ref_forms import assert_agrees_in_float64, recorded_outputs  # noqa: E402
 from tests.helpers.torch_arrays import bits as _bits  # noqa: E402
 from tests.helpers.torch_arrays import from_torch as _np  # noqa: E402
 from tests.helpers.torch_arrays import to_torch as _torch  # noqa: E402
@@ -199,9 +199,7 @@ def _linear_pair(name, dt, tdt=None) -> tuple:
 @pytest.mark.parametrize("name", list(LINEAR))
 def test_linear_upsampling_agrees_with_torch_in_float64(name):
     r, t, rg, tg = _linear_pair(name, np.float64)
-    assert r.shape == t.shape and rg.shape == tg.shape and r.dtype == rg.dtype == np.float64
-    np.testing.assert_allclose(r, t, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(rg, tg, rtol=0, atol=1e-12)
+    assert_agrees_in_float64(r, t, rg, tg)
 
 
 @pytest.mark.parametrize("name", list(LINEAR))

@@ -16,3 +16,13 @@ def recorded_outputs(outs: list):
         yield
     finally:
         OUT_ELEMS.reset(token)
+
+
+def assert_agrees_in_float64(r, t, rg, tg) -> None:
+    """A form and its backward (``r``, ``rg``) agree with torch's (``t``, ``tg``) in float64:
+    the same shapes, float64, within 1e-12."""
+    import numpy as np
+
+    assert r.shape == t.shape and rg.shape == tg.shape and r.dtype == rg.dtype == np.float64
+    np.testing.assert_allclose(r, t, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(rg, tg, rtol=0, atol=1e-12)
