@@ -1442,6 +1442,148 @@ def _sgemv_amd(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
+def _lanes_dot_amd(x: np.ndarray, wt: np.ndarray, peel: int, width: int) -> np.ndarray:
+    """``x @ wt.T`` for x (r, k), wt (c, k) -> (r, c), each output as MKL's small-product
+    kernel sums it on an AMD CPU (``mkl_small_amd``): every product rounded, then added; the
+    first ``peel`` in order, then whole ``width``-term blocks in ``width`` lanes (lane 0 seeded
+    with the peel's sum), folded as a halving tree, then the rest in order."""
+    f32 = np.float32
+    k = x.shape[1]
+    p = (x[:, None, :] * wt[None, :, :]).astype(f32)
+    peel = min(peel, k)
+    blocks = (k - peel) // width
+    if not blocks:
+        peel = k
+    s = p[..., 0].copy() if peel else None
+    for t in range(1, peel):
+        s = (s + p[..., t]).astype(f32)
+    if not blocks:
+        return s
+    acc = p[..., peel:peel + width].copy()
+    if s is not None:
+        acc[..., 0] = (s + acc[..., 0]).astype(f32)
+    for t in range(peel + width, peel + blocks * width, width):
+        acc = (acc + p[..., t:t + width]).astype(f32)
+    while acc.shape[-1] > 1:
+        h = acc.shape[-1] // 2
+        acc = (acc[..., :h] + acc[..., h:]).astype(f32)
+    s = acc[..., 0]
+    for t in range(peel + blocks * width, k):
+        s = (s + p[..., t]).astype(f32)
+    return s
+
+
+def _chain_rows_amd(a: np.ndarray, b: np.ndarray, peel: np.ndarray) -> np.ndarray:
+    """``a @ b`` for b laid out by rows, as ``mkl_small_amd`` sums it: each output one chain
+    of rounded products in order, but an output row's first ``peel[i]`` columns (those before
+    its 16-byte boundary) take k in 8-term blocks, each block's second half its own chain
+    added to the first's (then the rest in order)."""
+    f32 = np.float32
+    k = a.shape[1]
+    p = (a[:, :, None] * b[None, :, :]).astype(f32)   # (r, k, n)
+    out = p[:, 0].copy()
+    for t in range(1, k):
+        out = (out + p[:, t]).astype(f32)
+    for i in np.flatnonzero(peel):
+        q = p[i, :, :peel[i]]
+        s, t = None, 0
+        while t + 8 <= k:
+            h = q[t].copy() if s is None else (s + q[t]).astype(f32)
+            for u in range(t + 1, t + 4):
+                h = (h + q[u]).astype(f32)
+            g = q[t + 4].copy()
+            for u in range(t + 5, t + 8):
+                g = (g + q[u]).astype(f32)
+            s, t = (h + g).astype(f32), t + 8
+        for u in range(t, k):
+            s = q[u].copy() if s is None else (s + q[u]).astype(f32)
+        out[i, :peel[i]] = s
+    return out
+
+
+def _small_block_amd(a: np.ndarray, b: np.ndarray, rows: range, by_rows: bool) -> np.ndarray:
+    """``mkl_small_amd``'s kernel over output rows ``rows`` (their 16-byte boundaries reckoned
+    from the whole output's / ``a``'s aligned start)."""
+    f32 = np.float32
+    k, n = a.shape[1], b.shape[1]
+    idx = np.arange(rows.start, rows.stop)
+    out = np.empty((idx.size, n), dtype=f32)
+    chunk = max(1, (1 << 22) // max(1, n * k))  # rows a pass (r * n * k products at most)
+    if by_rows:
+        peel = (-(idx * n)) % 4
+        peel[n - peel < 4] = 0
+        for lo in range(0, idx.size, chunk):
+            out[lo:lo + chunk] = _chain_rows_amd(a[idx[lo:lo + chunk]], b, peel[lo:lo + chunk])
+        return out
+    wt = np.ascontiguousarray(b.T)
+    four = n // 4 * 4
+    for peel in range(4):
+        sel = np.flatnonzero((-(idx * k)) % 4 == peel)
+        for lo in range(0, sel.size, chunk):
+            r = sel[lo:lo + chunk]
+            if four:
+                out[np.ix_(r, np.arange(four))] = _lanes_dot_amd(a[idx[r]], wt[:four], peel, 4)
+            if four < n:
+                out[np.ix_(r, np.arange(four, n))] = _lanes_dot_amd(a[idx[r]], wt[four:], peel,
+                                                                    8)
+    return out
+
+
+def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False,
+                  threads: int = 1) -> np.ndarray:
+    """``a @ b`` (float32, 2-d) as MKL runs a product of at most 11 output columns (a
+    classifier's) or at most 3 rows on an AMD CPU: its small-product kernel, not sgemm's fma
+    chains (measured on an AMD EPYC, Zen 4, MKL 2024.2, one and two threads: FPRev trees, then
+    random products of 2-90 rows, 2-200 columns, 1-800 terms, every bit). No FMA: each product
+    rounded, then added. Memory is taken as torch allocates it: rows one after another from a
+    64-byte aligned start.
+
+    - ``b`` a transposed view (a weight's ``.t()``, as ``nn.Linear`` hands it to ``addmm``):
+      each output is ``a``'s row against ``b``'s column: the products before ``a``'s row
+      reaches a 16-byte boundary in order, then 4-lane vectors -- 8 lanes for the last
+      ``n % 4`` columns -- lane 0 seeded with that sum, folded as a halving tree, then the
+      terms past the last whole vector in order;
+    - ``b`` laid out by rows (``by_rows``: a weight's gradient ``dy.T @ x``, ``dy @ W``): one
+      chain in order an output, but the columns before an output row's 16-byte boundary (where
+      four columns remain after them) in 8-term blocks, each block's second half its own chain
+      added to the first's.
+
+    At two threads MKL splits the rows at ``ceil(m / 2)`` rounded up to a multiple of four,
+    and each part is its own product: a part of 4 or more rows by 12 or more columns is
+    sgemm's (``_sgemm`` as on an AMD CPU), any other this kernel (one row included: not the
+    row kernel a one-row product runs). MKL splits only past a size it picks (16 terms by 12
+    columns stay whole, 8 by 24 are split): where it did not, the one-thread variant's bits
+    are the product's. ValueError where this kernel runs no row, or where the split changes
+    nothing (the one-thread variant then), and for other dtypes."""
+    a, b = _float32_2d(a, b)
+    m, n = a.shape[0], b.shape[1]
+    if threads not in (1, 2) or m < 2 or n < 2:
+        raise ValueError("MKL's small-product kernel: 2 or more rows and columns, 1 or 2 "
+                         "threads (measured)")
+
+    def small(r: int) -> bool:
+        return r <= 3 or n <= 11
+
+    parts = [range(0, m)]
+    if threads == 2:
+        half = (m + 1) // 2
+        cut = (half + 3) // 4 * 4
+        if cut >= m or small(cut) == small(m - cut):
+            raise ValueError("two threads split these rows into parts of one kernel: the "
+                             "one-thread variant")
+        parts = [range(0, cut), range(cut, m)]
+    elif not small(m):
+        raise ValueError("4 or more rows by 12 or more columns: MKL's sgemm (_sgemm)")
+    out = np.empty((m, n), dtype=np.float32)
+    for rows in parts:
+        if small(len(rows)):
+            out[rows] = _small_block_amd(a, b, rows, by_rows)
+        else:
+            with mkl_amd():
+                out[rows] = _sgemm(a[rows], b)
+    return out
+
+
 def sdot_amd(x: np.ndarray, y: np.ndarray) -> np.float32:
     """MKL's ``sdot`` as it runs on an AMD CPU (``torch.dot`` / ``vdot`` of float32; measured
     on an AMD EPYC, Zen 4, MKL 2024.2: FPRev trees, then 600 random lengths of 1-2,000 terms,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -228,6 +229,12 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         out.insert(0, ("reassociation", "MKL's sdot on an AMD CPU: no FMA, 16 lanes, the rest "
                                         "as 8-, 4-wide vectors and single terms, folded by "
                                         "128-bit quarters, then in pairs", _sdot_amd_run))
+    if _base(op) in ("mm", "addmm") and dt == np.float32:
+        for by_rows, threads in ((False, 1), (True, 1), (False, 2), (True, 2)):
+            out.append(("reassociation", "MKL's small-product kernel on an AMD CPU (at most 11 "
+                        "output columns or 3 rows; " + _SMALL_LAYOUT[by_rows] + "; no FMA"
+                        + ("; two threads: the rows in two parts" if threads == 2 else "")
+                        + ")", partial(_mkl_small_amd_run, by_rows=by_rows, threads=threads)))
     if op.startswith("aten.addmm"):
         out.append(("fma", "MKL's sgemm as addmm calls it (float32, beta = alpha = 1): the "
                            "bias first, then k in ceil(K / 384) equal panels, each one fma "
@@ -249,6 +256,30 @@ def _sdot_amd_run(args: list, kw: dict) -> np.ndarray:
     if a.ndim != 1 or b.ndim != 1 or a.dtype != np.float32 or b.dtype != np.float32:
         raise ValueError("sdot of two float32 vectors")
     return np.asarray(sdot_amd(a, b))
+
+
+_SMALL_LAYOUT = {False: "the weight a transposed view: from each row's 16-byte boundary "
+                        "4-lane vectors (8 for the last n % 4 columns), a halving fold",
+                 True: "the right operand by rows: one chain an output, 8-term blocks halved "
+                       "before each output row's 16-byte boundary"}
+
+
+def _mkl_small_amd_run(args: list, kw: dict, by_rows: bool, threads: int) -> np.ndarray:
+    """``mm`` / ``addmm`` (beta = 1) by ``core.explain_aten.mkl_small_amd``: the product, then
+    times alpha, then the bias added (each rounded; measured against ``torch.addmm``)."""
+    from tapescope.core.explain_aten import mkl_small_amd
+
+    if len(args) > 2 and np.ndim(args[0]) <= 2 and np.ndim(args[2]) == 2:  # addmm
+        bias, a, b = (np.asarray(x) for x in args[:3])
+        beta = kw.get("beta", args[3] if len(args) > 3 else 1)
+        alpha = kw.get("alpha", args[4] if len(args) > 4 else 1)
+        if beta != 1 or bias.dtype != np.float32:
+            raise ValueError("MKL's small-product kernel is written out for addmm's beta = 1")
+        p = mkl_small_amd(a, b, by_rows, threads)
+        if alpha != 1:
+            p = (p * np.float32(alpha)).astype(np.float32)
+        return (bias + p).astype(np.float32)
+    return mkl_small_amd(np.asarray(args[0]), np.asarray(args[1]), by_rows, threads)
 
 
 def _mkl_one_term(args: list, kw: dict) -> np.ndarray:

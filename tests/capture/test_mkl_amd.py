@@ -8,12 +8,14 @@ kernels first (a dot is one number: two vendors' orders may agree on it)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from tapescope.core.capture.aten_ref import reference
 from tapescope.core.capture.explain import explain_op
-from tapescope.core.explain_aten import _sgemv_amd, mkl_gemv_amd, sdot_amd
+from tapescope.core.explain_aten import _sgemv_amd, mkl_gemv_amd, mkl_small_amd, sdot_amd
 from tests.helpers.mkl import mkl_vendor
 
 torch = pytest.importorskip("torch")
@@ -130,3 +132,149 @@ def test_a_product_past_192_terms_is_named_mkls_amd_panels(one_thread):
         off.flat[np.argmax(np.abs(off))] = np.nextafter(off.flat[np.argmax(np.abs(off))],
                                                         np.inf, dtype=np.float32)
         assert _cause("aten.mm.default", args, off)["cause"] == "unknown"
+
+
+# MKL's small-product kernel (core.explain_aten.mkl_small_amd): a classifier's few columns, a
+# batch of 2-3 rows, and at two threads the last rows of a product split off by themselves
+
+def _weight_view(g, n, k):
+    return torch.randn(n, k, generator=g).t()  # (k, n): nn.Linear's weight as addmm takes it
+
+
+SMALL_SHAPES = [(m, k, n) for m, n in ((16, 10), (64, 10), (33, 7), (9, 11), (5, 2), (12, 3),
+                                       (40, 5), (2, 24), (3, 100), (2, 13), (3, 4))
+                for k in (1, 3, 13, 16, 37, 200, 517)]
+
+
+@need_amd_mkl
+def test_the_small_product_kernel_is_torchs_bit_for_bit(one_thread):
+    """Both layouts over every row's 16-byte boundary (k not a multiple of 4), the 4- and
+    8-lane columns, the blocks' tails, products past 192 terms; a weight's gradient takes its
+    left operand as a transposed view (``dyᵀ @ x``)."""
+    g = one_thread
+    for m, k, n in SMALL_SHAPES:
+        a = torch.randn(m, k, generator=g)
+        w = _weight_view(g, n, k)
+        assert np.array_equal(mkl_small_amd(a.numpy(), np.ascontiguousarray(w.numpy())),
+                              torch.mm(a, w).numpy()), (m, k, n)
+        b = torch.randn(k, n, generator=g)
+        for left in (a, torch.randn(k, m, generator=g).t()):
+            assert np.array_equal(mkl_small_amd(np.ascontiguousarray(left.numpy()), b.numpy(),
+                                                by_rows=True),
+                                  torch.mm(left, b).numpy()), (m, k, n, left.is_contiguous())
+
+
+@need_amd_mkl
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two threads need two CPUs")
+def test_two_threads_split_the_rows_and_the_last_part_is_the_small_kernel():
+    """At two threads MKL cuts 5-7 rows after 4 and 9-11 after 8: the last 1-3 rows by 12 or
+    more columns are the small kernel's, the rest sgemm's fma chains (a classifier's weight
+    gradient ``dyᵀ @ x`` with 10 classes)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        g = torch.Generator().manual_seed(5)
+        split = 0
+        for m, k, n in ((10, 16, 24), (10, 64, 64), (5, 138, 49), (7, 40, 30), (11, 300, 20),
+                        (9, 33, 17)):
+            for by_rows in (False, True):
+                a = torch.randn(m, k, generator=g)
+                b = torch.randn(k, n, generator=g) if by_rows else _weight_view(g, n, k)
+                want = torch.mm(a, b).numpy()
+                got = mkl_small_amd(a.numpy(), np.ascontiguousarray(b.numpy()), by_rows, 2)
+                assert np.array_equal(got, want), (m, k, n, by_rows)
+                torch.set_num_threads(1)
+                split += not np.array_equal(torch.mm(a, b).numpy(), want)
+                torch.set_num_threads(2)
+        assert split >= 8  # (the split shows: one thread's bits differ)
+    finally:
+        torch.set_num_threads(before)
+
+
+@need_amd_mkl
+def test_explain_names_the_small_kernel_for_a_classifier_and_not_one_ulp_off(one_thread):
+    """``nn.Linear(64, 10)``: the forward's ``addmm`` (bias + the product, alpha 3 too) and the
+    input gradient's ``mm`` (``dy @ W``), named for a capture made here; one ulp off
+    unknown."""
+    g = one_thread
+    x, w, bias = (torch.randn(16, 64, generator=g), torch.randn(10, 64, generator=g),
+                  torch.randn(10, generator=g))
+    dy = torch.randn(16, 10, generator=g)
+    cases = [("aten.addmm.default", [bias.numpy(), x.numpy(), w.t().numpy()], {},
+              torch.addmm(bias, x, w.t()).numpy()),
+             ("aten.addmm.default", [bias.numpy(), x.numpy(), w.t().numpy()], {"alpha": 3.0},
+              torch.addmm(bias, x, w.t(), alpha=3.0).numpy()),
+             ("aten.mm.default", [dy.numpy(), w.numpy()[:, :11]], {},
+              torch.mm(dy, w[:, :11]).numpy())]
+    for op, args, kw, rec in cases:
+        plain = reference(op, args, kw)[0]
+        d = {"n_diff": max(1, int(np.sum(plain != rec))), "max_ulp": 1, "n_signed_zero": 0,
+             "n_nan": 0}
+        got = explain_op(op, args, kw, rec, d, 0, "AuthenticAMD")
+        assert got["cause"] == "reassociation" and "small-product kernel on an AMD CPU" in \
+            got["variant"], (op, kw, got)
+        off = rec.copy()
+        off.flat[np.argmax(np.abs(off))] = np.nextafter(off.flat[np.argmax(np.abs(off))],
+                                                        np.inf, dtype=np.float32)
+        assert explain_op(op, args, kw, off, d, 0, "AuthenticAMD")["cause"] == "unknown"
+
+
+def _tree_sizes(run, k: int) -> dict:
+    """FPRev (Xie et al., 2024): with one term 2^40, another -2^40 and the rest ones, the sum
+    counts the terms outside the pair's smallest subtree: {(i, j): its size}."""
+    big = np.float32(2.0 ** 40)
+    out = {}
+    for i in range(k):
+        for j in range(i + 1, k):
+            x = np.ones(k, np.float32)
+            x[i], x[j] = big, -big
+            out[i, j] = k - int(run(x))
+    return out
+
+
+def test_the_small_kernels_orders_are_the_documented_trees():
+    """On any CPU: the written-out orders themselves, as FPRev reads them -- a's row 1 of 13
+    terms (three products before its 16-byte boundary, two 4-lane vectors, two after); an
+    8-lane column; and a by-rows output before its row's boundary (8-term blocks halved)."""
+    def lanes(col_of_10):  # out[1, col] of a (2, 13) @ (13, 10) with b a transposed view
+        def run(x):
+            a = np.zeros((2, 13), np.float32)
+            a[1] = x
+            b = np.zeros((13, 10), np.float32)
+            b[:, col_of_10] = 1
+            return mkl_small_amd(a, b)[1, col_of_10]
+        return run
+
+    t4 = _tree_sizes(lanes(0), 13)
+    assert t4[0, 1] == 2 and t4[0, 2] == 3  # the three head products in order ...
+    assert t4[3, 7] == 5  # ... seed lane 0 (3, 7): the head with both
+    assert t4[4, 8] == 2 and t4[4, 6] == 4 and t4[3, 5] == 7  # lanes, then (l0 + l2) ...
+    assert t4[3, 4] == 11 and t4[3, 11] == 12 and t4[0, 12] == 13  # ... + (l1 + l3), tail
+    t8 = _tree_sizes(lanes(9), 13)  # the last n % 4 columns: 8 lanes over one block (3-10)
+    assert t8[3, 7] == 5 and t8[4, 8] == 2 and t8[3, 5] == 7 and t8[3, 4] == 11
+    assert t8[0, 3] == 4 and t8[3, 11] == 12
+
+    def rows(x):  # out[1, 0] of a (2, 16) @ (16, 10) by rows: row 1 starts 2 columns short
+        a = np.zeros((2, 16), np.float32)
+        a[1] = x
+        b = np.ones((16, 10), np.float32)
+        return mkl_small_amd(a, b, by_rows=True)[1, 0]
+
+    tb = _tree_sizes(rows, 16)
+    assert tb[0, 1] == 2 and tb[0, 3] == 4 and tb[4, 7] == 4 and tb[0, 4] == 8
+    assert tb[0, 8] == 9 and tb[11, 12] == 16 and tb[12, 15] == 4
+    flat = _tree_sizes(lambda x: mkl_small_amd(np.stack([x, x]), np.ones((16, 10), np.float32),
+                                               by_rows=True)[0, 0], 16)
+    assert all(flat[0, j] == j + 1 for j in range(1, 16))  # row 0: one chain in order
+
+
+def test_the_small_kernel_refuses_what_it_does_not_run():
+    f = np.ones((4, 3), np.float32)
+    for a, b, kw in ((np.ones((4, 3)), np.ones((3, 12)), {}),  # float64
+                     (f, np.ones((3, 12), np.float32), {}),  # sgemm's: 4 rows, 12 columns
+                     (f[:1], np.ones((3, 5), np.float32), {}),  # one row: the row kernel
+                     (f, np.ones((3, 5), np.float32), {"threads": 3}),
+                     (f, np.ones((3, 5), np.float32), {"threads": 2}),  # no part of its own
+                     (f, np.ones((2, 5), np.float32), {})):  # shapes that do not meet
+        with pytest.raises(ValueError):
+            mkl_small_amd(a, b, **kw)

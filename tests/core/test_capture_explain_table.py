@@ -21,12 +21,17 @@ def test_products_and_sums_are_the_tables_own(dt):
     mm = [v.label for v in variants_for("matmul", dt) if v.prim == "mm"]
     blas = "blocked product (BLAS np.matmul)"
     mm = [blas] + [lab for lab in mm if lab != blas]  # the cheapest first, then the table's
-    assert [v[1] for v in _variants("aten.mm.default", dt)] == mm
+    # float32: then MKL's small-product kernel on an AMD CPU (two layouts, one and two
+    # threads: orders that hang on the operands' memory, which the file does not hold)
+    small = 4 if dt == np.float32 else 0
+    got = [v[1] for v in _variants("aten.mm.default", dt)]
+    assert got[:len(mm)] == mm and len(got) == len(mm) + small
+    assert all(lab.startswith("MKL's small-product kernel on an AMD CPU") for lab in got[len(mm):])
     # addmm: the table's, then MKL's own addmm (the bias as the output its k panels are added
     # to; Intel's panels, then AMD's) and its one-term addmm (the bias as the accumulator):
     # orders of the bias, not of the product, so not table primitives
     addmm = [v[1] for v in _variants("aten.addmm.default", dt)]
-    assert addmm[:-3] == mm and addmm[-3].startswith("MKL's sgemm as addmm calls it (")
+    assert addmm[:-3] == got and addmm[-3].startswith("MKL's sgemm as addmm calls it (")
     assert addmm[-2].startswith("MKL's sgemm as addmm calls it on an AMD CPU")
     assert addmm[-1].startswith("MKL's sgemm over one term")
     sums = [v.label for v in variants_for("sum", dt) if v.prim == "sum"]
