@@ -1473,20 +1473,22 @@ def _lanes_dot_amd(x: np.ndarray, wt: np.ndarray, peel: int, width: int) -> np.n
     return s
 
 
-def _chain_rows_amd(a: np.ndarray, b: np.ndarray, peel: np.ndarray) -> np.ndarray:
+def _chain_rows_amd(a: np.ndarray, b: np.ndarray, peel: np.ndarray,
+                    seed: np.ndarray | None = None) -> np.ndarray:
     """``a @ b`` for b laid out by rows, as ``mkl_small_amd`` sums it: each output one chain
     of rounded products in order, but an output row's first ``peel[i]`` columns (those before
     its 16-byte boundary) take k in 8-term blocks, each block's second half its own chain
-    added to the first's (then the rest in order)."""
+    added to the first's (then the rest in order). ``seed`` (r, n): each chain's start (beta
+    = 1's ``c``), else the first product."""
     f32 = np.float32
     k = a.shape[1]
     p = (a[:, :, None] * b[None, :, :]).astype(f32)   # (r, k, n)
-    out = p[:, 0].copy()
+    out = p[:, 0].copy() if seed is None else (seed + p[:, 0]).astype(f32)
     for t in range(1, k):
         out = (out + p[:, t]).astype(f32)
     for i in np.flatnonzero(peel):
         q = p[i, :, :peel[i]]
-        s, t = None, 0
+        s, t = (None if seed is None else seed[i, :peel[i]].copy()), 0
         while t + 8 <= k:
             h = q[t].copy() if s is None else (s + q[t]).astype(f32)
             for u in range(t + 1, t + 4):
@@ -1501,24 +1503,28 @@ def _chain_rows_amd(a: np.ndarray, b: np.ndarray, peel: np.ndarray) -> np.ndarra
     return out
 
 
-def _small_block_amd(a: np.ndarray, b: np.ndarray, rows: range, by_rows: bool) -> np.ndarray:
-    """``mkl_small_amd``'s kernel over output rows ``rows`` (their 16-byte boundaries reckoned
-    from the whole output's / ``a``'s aligned start)."""
+def _small_block_amd(a: np.ndarray, b: np.ndarray, rows: range, by_rows: bool,
+                     starts: np.ndarray, seed: np.ndarray | None = None) -> np.ndarray:
+    """``mkl_small_amd``'s kernel over output rows ``rows``; ``starts``: each of those rows'
+    offset in floats from a 16-byte boundary (mod 4) -- the output's rows (``by_rows``) or
+    ``a``'s; ``seed``: the rows' ``c`` to add onto (``by_rows``)."""
     f32 = np.float32
     k, n = a.shape[1], b.shape[1]
     idx = np.arange(rows.start, rows.stop)
     out = np.empty((idx.size, n), dtype=f32)
     chunk = max(1, (1 << 22) // max(1, n * k))  # rows a pass (r * n * k products at most)
     if by_rows:
-        peel = (-(idx * n)) % 4
+        peel = (-starts) % 4
         peel[n - peel < 4] = 0
         for lo in range(0, idx.size, chunk):
-            out[lo:lo + chunk] = _chain_rows_amd(a[idx[lo:lo + chunk]], b, peel[lo:lo + chunk])
+            out[lo:lo + chunk] = _chain_rows_amd(
+                a[idx[lo:lo + chunk]], b, peel[lo:lo + chunk],
+                None if seed is None else seed[lo:lo + chunk])
         return out
     wt = np.ascontiguousarray(b.T)
     four = n // 4 * 4
     for peel in range(4):
-        sel = np.flatnonzero((-(idx * k)) % 4 == peel)
+        sel = np.flatnonzero((-starts) % 4 == peel)
         for lo in range(0, sel.size, chunk):
             r = sel[lo:lo + chunk]
             if four:
@@ -1529,8 +1535,9 @@ def _small_block_amd(a: np.ndarray, b: np.ndarray, rows: range, by_rows: bool) -
     return out
 
 
-def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False,
-                  threads: int = 1) -> np.ndarray:
+def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False, threads: int = 1,
+                  c: np.ndarray | None = None, alpha: np.float32 | None = None,
+                  starts: np.ndarray | None = None) -> np.ndarray:
     """``a @ b`` (float32, 2-d) as MKL runs a product of at most 11 output columns (a
     classifier's) or at most 3 rows on an AMD CPU: its small-product kernel, not sgemm's fma
     chains (measured on an AMD EPYC, Zen 4, MKL 2024.2, one and two threads: FPRev trees, then
@@ -1547,6 +1554,12 @@ def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False,
       chain in order an output, but the columns before an output row's 16-byte boundary (where
       four columns remain after them) in 8-term blocks, each block's second half its own chain
       added to the first's.
+
+    With ``c`` (beta = 1) and ``alpha``: against a transposed view ``c + alpha * (a @ b)``,
+    each step rounded; by rows ``alpha * a`` rounded first, ``c`` each chain's start (the
+    one-row kernel's forms: measured with ``torch.addmm``). ``starts``: each row's offset in
+    floats past a 16-byte boundary, where the rows are views into other memory (the flash
+    kernels' blocks); by default ``i * k`` (``a``'s rows) or ``i * n`` (the output's).
 
     At two threads MKL splits the rows at ``ceil(m / 2)`` rounded up to a multiple of four,
     and each part is its own product: a part of 4 or more rows by 12 or more columns is
@@ -1574,13 +1587,23 @@ def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False,
         parts = [range(0, cut), range(cut, m)]
     elif not small(m):
         raise ValueError("4 or more rows by 12 or more columns: MKL's sgemm (_sgemm)")
-    out = np.empty((m, n), dtype=np.float32)
+    f32 = np.float32
+    if starts is None:
+        starts = np.arange(m) * (n if by_rows else a.shape[1])
+    la = a if alpha is None or not by_rows else (a * f32(alpha)).astype(f32)
+    out = np.empty((m, n), dtype=f32)
     for rows in parts:
         if small(len(rows)):
-            out[rows] = _small_block_amd(a, b, rows, by_rows)
-        else:
-            with mkl_amd():
-                out[rows] = _sgemm(a[rows], b)
+            seed = None if c is None or not by_rows else c[rows]
+            out[rows] = _small_block_amd(la, b, rows, by_rows, starts[rows], seed)
+            if not by_rows:
+                if alpha is not None:
+                    out[rows] = (out[rows] * f32(alpha)).astype(f32)
+                if c is not None:
+                    out[rows] = (c[rows] + out[rows]).astype(f32)
+            continue
+        with mkl_amd():
+            out[rows] = _sgemm(a[rows], b, None if c is None else np.array(c[rows]), alpha)
     return out
 
 
@@ -1755,6 +1778,9 @@ def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
         if c is None:
             return (la * b).astype(f32)
         return (c + (la * b).astype(f32)).astype(f32) if amd else fma(la, b, c).astype(f32)
+    m, n = a.shape[-2], b.shape[-1]
+    if amd and not one_row and not one_col and (m <= 3 or n <= 11):
+        return _small_by_views(a, b, c, alpha)
     if not one_row and not one_col:
         return _sgemm(a, b, c, alpha)
     dot = _sgemv_amd if amd else _sgemv
@@ -1772,6 +1798,38 @@ def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
         if alpha is not None:
             r = (r * f32(alpha)).astype(f32)
         out[i] = r if c is None else (c[i] + r).astype(f32)
+    return out
+
+
+def _row_starts(x: np.ndarray) -> np.ndarray:
+    """Each row of the 2-d view ``x``: its offset in floats from the start of the array it is
+    a view of (taken as aligned, as torch allocates)."""
+    root = x
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    off = (x.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // 4
+    return off + np.arange(x.shape[0]) * (x.strides[0] // 4)
+
+
+def _small_by_views(a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
+                    alpha: np.float32 | None) -> np.ndarray:
+    """``_mkl_mm``'s products of at most 11 columns or 2-3 rows on an AMD CPU
+    (``mkl_small_amd``), each of the leading axes' products with its layout from the views
+    handed in: a transposed ``b`` against ``a``'s rows where they lie, one by rows with the
+    output's rows where ``c`` lies (a fresh output: rows one after another)."""
+    f32 = np.float32
+    lead = a.shape[:-2]
+    m, n = a.shape[-2], b.shape[-1]
+    out = np.empty(lead + (m, n), dtype=f32)
+    for i in np.ndindex(*lead):
+        bi = b[i]
+        by_rows = not bi.strides[-2] < bi.strides[-1]
+        ci = None if c is None else c[i]
+        starts = _row_starts(a[i]) if not by_rows else \
+            (np.arange(m) * n if ci is None else _row_starts(ci))
+        out[i] = mkl_small_amd(np.ascontiguousarray(a[i]), np.ascontiguousarray(bi), by_rows,
+                               1, None if ci is None else np.ascontiguousarray(ci), alpha,
+                               starts)
     return out
 
 

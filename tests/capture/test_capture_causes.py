@@ -1891,10 +1891,10 @@ def _flash_case(shape, seed):
     return _np([q, k, v]), _np([out, lse]), _np([dy]) + _np([q, k, v, out, lse]), _np(grads)
 
 
-# on an AMD CPU MKL runs other kernels for products of 8 output columns (a 4-lane tree for
-# q @ kᵀ, rounded products added for p @ v): not written out, so the zoo GPT's head size 8
-# is held on an Intel CPU only; every other shape on both (session 31, an AMD EPYC)
-_FLASH_SHAPES_HERE = [s for s in _FLASH_SHAPES if not (_amd_mkl() and s[-1] <= 8)]
+# on an AMD CPU MKL runs its small-product kernel for products of at most 11 output columns
+# or 2-3 rows (session 32: core.explain_aten.mkl_small_amd): the zoo GPT's head size 8, query
+# blocks of 2-3 rows, measured there too (an AMD EPYC)
+_FLASH_SHAPES_HERE = _FLASH_SHAPES + ([(2, 4, 33, 8), (1, 2, 34, 8)] if _amd_mkl() else [])
 
 
 @need_avx512

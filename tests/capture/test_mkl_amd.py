@@ -278,3 +278,51 @@ def test_the_small_kernel_refuses_what_it_does_not_run():
                      (f, np.ones((2, 5), np.float32), {})):  # shapes that do not meet
         with pytest.raises(ValueError):
             mkl_small_amd(a, b, **kw)
+
+
+@need_amd_mkl
+def test_the_small_kernel_adds_onto_c_as_addmm_does(one_thread):
+    """beta = 1 (the flash kernels' running outputs): against a transposed view ``c + alpha *
+    (a @ b)``; by rows ``alpha * a`` first and ``c`` each chain's start, the columns before a
+    row's 16-byte boundary included."""
+    g = one_thread
+    cases = (((16, 37, 10), 1.0), ((3, 100, 40), 0.35), ((33, 64, 8), 2.0), ((2, 9, 13), 0.35),
+             ((24, 200, 7), 0.125), ((5, 21, 3), 3.0))
+    for (m, k, n), alpha in cases:
+        for by_rows in (False, True):
+            a = torch.randn(m, k, generator=g)
+            b = torch.randn(k, n, generator=g) if by_rows else _weight_view(g, n, k)
+            c = torch.randn(m, n, generator=g)
+            want = torch.addmm(c, a, b, alpha=alpha).numpy()
+            got = mkl_small_amd(a.numpy(), np.ascontiguousarray(b.numpy()), by_rows, 1,
+                                c.numpy(), None if alpha == 1 else np.float32(alpha))
+            assert np.array_equal(got, want), (m, k, n, by_rows, alpha)
+
+
+@need_amd_mkl
+def test_views_that_start_inside_their_array_take_their_rows_where_they_lie(one_thread):
+    """The flash kernels hand MKL blocks of rows inside larger tensors: ``_mkl_mm`` reckons
+    each row's 16-byte boundary from where the view lies in its array (a slice from row 1 of
+    13-term rows starts 13 floats in), for ``a``'s rows against a transposed view and for the
+    output's rows (``c``) by rows."""
+    from tapescope.core.explain_aten import _mkl_mm, mkl_amd
+
+    g = one_thread
+    base = torch.randn(7, 13, generator=g)
+    w = torch.randn(10, 13, generator=g)
+    a = base[1:]
+    with mkl_amd():
+        got = _mkl_mm(base.numpy()[1:], w.numpy().T)
+    assert np.array_equal(got, torch.mm(a, w.t()).numpy())
+    cbase = torch.randn(7, 10, generator=g)
+    x, b = torch.randn(6, 20, generator=g), torch.randn(20, 10, generator=g)
+    inplace = cbase.clone()
+    inplace[1:].addmm_(x, b)  # (MKL adds onto the rows where they lie: 10 floats in)
+    with mkl_amd():
+        got = _mkl_mm(x.numpy(), b.numpy(), cbase.numpy()[1:])
+    assert np.array_equal(got, inplace[1:].numpy())
+    # addmm copies c to a fresh output first: rows from an aligned start, and that differs
+    fresh = torch.addmm(cbase[1:], x, b).numpy()
+    assert np.array_equal(mkl_small_amd(x.numpy(), b.numpy(), True, 1,
+                                        np.ascontiguousarray(cbase[1:].numpy())), fresh)
+    assert not np.array_equal(fresh, got)
