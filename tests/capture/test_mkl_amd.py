@@ -187,6 +187,14 @@ def test_two_threads_split_the_rows_and_the_last_part_is_the_small_kernel():
                 split += not np.array_equal(torch.mm(a, b).numpy(), want)
                 torch.set_num_threads(2)
         assert split >= 8  # (the split shows: one thread's bits differ)
+        # a 10-class classifier's weight gradient dyᵀ @ x, as a capture made here holds it
+        dy, x = torch.randn(16, 10, generator=g), torch.randn(16, 64, generator=g)
+        args, rec = [dy.t().numpy(), x.numpy()], torch.mm(dy.t(), x).numpy()
+        got = _cause("aten.mm.default", args, rec)
+        assert "small-product kernel" in got["variant"] and "two threads" in got["variant"], got
+        off = rec.copy()
+        off.flat[-1] = np.nextafter(off.flat[-1], np.inf, dtype=np.float32)  # (a split row)
+        assert _cause("aten.mm.default", args, off)["cause"] == "unknown"
     finally:
         torch.set_num_threads(before)
 
