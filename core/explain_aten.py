@@ -1447,6 +1447,8 @@ def _lanes_dot_amd(x: np.ndarray, wt: np.ndarray, peel: int, width: int) -> np.n
     kernel sums it on an AMD CPU (``mkl_small_amd``): every product rounded, then added; the
     first ``peel`` in order, then whole ``width``-term blocks in ``width`` lanes (lane 0 seeded
     with the peel's sum), folded as a halving tree, then the rest in order."""
+    from tapescope.core.explain_prims import _fold_lanes
+
     f32 = np.float32
     k = x.shape[1]
     p = (x[:, None, :] * wt[None, :, :]).astype(f32)
@@ -1464,10 +1466,7 @@ def _lanes_dot_amd(x: np.ndarray, wt: np.ndarray, peel: int, width: int) -> np.n
         acc[..., 0] = (s + acc[..., 0]).astype(f32)
     for t in range(peel + width, peel + blocks * width, width):
         acc = (acc + p[..., t:t + width]).astype(f32)
-    while acc.shape[-1] > 1:
-        h = acc.shape[-1] // 2
-        acc = (acc[..., :h] + acc[..., h:]).astype(f32)
-    s = acc[..., 0]
+    s = _fold_lanes(acc, width, True)
     for t in range(peel + blocks * width, k):
         s = (s + p[..., t]).astype(f32)
     return s

@@ -209,8 +209,7 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         def run(args: list, kw: dict, m=m) -> np.ndarray:
             if op.startswith("aten.addmm"):
                 bias, a, b = (_f32(x) for x in args[:3])
-                beta = kw.get("beta", args[3] if len(args) > 3 else 1)
-                alpha = kw.get("alpha", args[4] if len(args) > 4 else 1)
+                beta, alpha = _addmm_scales(args, kw)
                 p = m(a, b)
                 if alpha != 1:
                     p = p * p.dtype.type(alpha)
@@ -234,7 +233,8 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
             out.append(("reassociation", "MKL's small-product kernel on an AMD CPU (at most 11 "
                         "output columns or 3 rows; " + _SMALL_LAYOUT[by_rows] + "; no FMA"
                         + ("; two threads: the rows in two parts" if threads == 2 else "")
-                        + ")", partial(_mkl_small_amd_run, by_rows=by_rows, threads=threads)))
+                        + ")", partial(_mkl_small_amd_run, by_rows=by_rows, threads=threads,
+                                addmm=_base(op) == "addmm")))
     if op.startswith("aten.addmm"):
         out.append(("fma", "MKL's sgemm as addmm calls it (float32, beta = alpha = 1): the "
                            "bias first, then k in ceil(K / 384) equal panels, each one fma "
@@ -258,21 +258,27 @@ def _sdot_amd_run(args: list, kw: dict) -> np.ndarray:
     return np.asarray(sdot_amd(a, b))
 
 
+def _addmm_scales(args: list, kw: dict) -> tuple:
+    """``addmm``'s (beta, alpha), keywords or positions 3 and 4, each 1 by default."""
+    return (kw.get("beta", args[3] if len(args) > 3 else 1),
+            kw.get("alpha", args[4] if len(args) > 4 else 1))
+
+
 _SMALL_LAYOUT = {False: "the weight a transposed view: from each row's 16-byte boundary "
                         "4-lane vectors (8 for the last n % 4 columns), a halving fold",
                  True: "the right operand by rows: one chain an output, 8-term blocks halved "
                        "before each output row's 16-byte boundary"}
 
 
-def _mkl_small_amd_run(args: list, kw: dict, by_rows: bool, threads: int) -> np.ndarray:
+def _mkl_small_amd_run(args: list, kw: dict, by_rows: bool, threads: int,
+                       addmm: bool) -> np.ndarray:
     """``mm`` / ``addmm`` (beta = 1) by ``core.explain_aten.mkl_small_amd``: the product, then
     times alpha, then the bias added (each rounded; measured against ``torch.addmm``)."""
     from tapescope.core.explain_aten import mkl_small_amd
 
-    if len(args) > 2 and np.ndim(args[0]) <= 2 and np.ndim(args[2]) == 2:  # addmm
+    if addmm:
         bias, a, b = (np.asarray(x) for x in args[:3])
-        beta = kw.get("beta", args[3] if len(args) > 3 else 1)
-        alpha = kw.get("alpha", args[4] if len(args) > 4 else 1)
+        beta, alpha = _addmm_scales(args, kw)
         if beta != 1 or bias.dtype != np.float32:
             raise ValueError("MKL's small-product kernel is written out for addmm's beta = 1")
         p = mkl_small_amd(a, b, by_rows, threads)
@@ -286,8 +292,7 @@ def _mkl_one_term(args: list, kw: dict) -> np.ndarray:
     """``addmm`` over one term as MKL computes it (``nn.Linear(1, n)``): ``fma(x, w, bias)``,
     the product not rounded before the bias is added (measured against ``torch.addmm``)."""
     bias, a, b = (np.asarray(x) for x in args[:3])
-    beta = kw.get("beta", args[3] if len(args) > 3 else 1)
-    alpha = kw.get("alpha", args[4] if len(args) > 4 else 1)
+    beta, alpha = _addmm_scales(args, kw)
     if beta != 1 or alpha != 1 or any(x.dtype != np.float32 for x in (bias, a, b)) or \
             a.ndim != 2 or b.ndim != 2 or a.shape[1] != 1 or b.shape[0] != 1:
         raise ValueError("MKL's one-term addmm is written out for float32 (m, 1) @ (1, n), "
@@ -300,8 +305,7 @@ def _mkl_addmm(args: list, kw: dict) -> np.ndarray:
     adds to: a split-K variant's panels summed first and the bias added after differ from it
     once K > 384, the 4x MLP's down projection at d >= 97)."""
     bias, a, b = (np.asarray(x) for x in args[:3])
-    beta = kw.get("beta", args[3] if len(args) > 3 else 1)
-    alpha = kw.get("alpha", args[4] if len(args) > 4 else 1)
+    beta, alpha = _addmm_scales(args, kw)
     if beta != 1 or alpha != 1 or any(x.dtype != np.float32 for x in (bias, a, b)) or \
             a.ndim != 2 or b.ndim != 2:
         raise ValueError("MKL's addmm is written out for float32, beta = alpha = 1")
