@@ -1606,6 +1606,125 @@ def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False, threads: 
     return out
 
 
+def _grid_cuts(size: int, part: int) -> list[tuple[int, int]]:
+    """``size`` cut into parts of ``part``, the last the rest."""
+    return [(s, min(size, s + part)) for s in range(0, size, part)]
+
+
+def _grid_sizes(size: int, unit: int, most: int) -> list[int]:
+    """The part sizes (multiples of ``unit``) that cut ``size`` differently, largest first,
+    into at most ``most`` parts; each the largest size giving its cuts."""
+    seen: dict[tuple, int] = {}
+    for p in range(-(-size // unit) * unit, 0, -unit):
+        if -(-size // p) > most:
+            break
+        seen.setdefault(tuple(_grid_cuts(size, p)), p)
+    return list(seen.values())
+
+
+class _GridParts:
+    """The pieces every grid of one product is assembled from (``mkl_grid_amd``): sgemm's
+    outputs (the same whatever part an output lies in: one fma chain a panel), and the
+    small-product kernel's, by columns' part where its order hangs on the part (``by_rows``:
+    each part's first columns before the output row's 16-byte boundary)."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, by_rows: bool, c: np.ndarray | None,
+                 alpha: np.float32 | None) -> None:
+        f32 = np.float32
+        self.a, self.b, self.by_rows, self.alpha = a, b, by_rows, alpha
+        m, n = a.shape[0], b.shape[1]
+        self.c = None if c is None else np.broadcast_to(np.asarray(c, f32), (m, n))
+        self.la = a if alpha is None or not by_rows else (a * f32(alpha)).astype(f32)
+        self._wide: np.ndarray | None = None
+        self._small: dict[tuple[int, int], np.ndarray] = {}
+
+    def wide(self) -> np.ndarray:
+        if self._wide is None:
+            with mkl_amd():
+                self._wide = _sgemm(self.a, self.b, None if self.c is None else
+                                    np.array(self.c), self.alpha)
+        return self._wide
+
+    def small(self, c0: int, c1: int) -> np.ndarray:
+        """The small kernel's outputs of every row over columns ``c0:c1`` as one part."""
+        f32 = np.float32
+        key = (c0, c1) if self.by_rows else (0, self.b.shape[1])
+        got = self._small.get(key)
+        if got is None:
+            m, k, n = self.a.shape[0], self.a.shape[1], self.b.shape[1]
+            if self.by_rows:
+                got = _small_block_amd(self.la, self.b[:, c0:c1], range(m), True,
+                                       np.arange(m) * n + c0,
+                                       None if self.c is None else self.c[:, c0:c1])
+            else:  # (a part's last n % 4 columns are the product's: parts of 16 columns)
+                got = _small_block_amd(self.a, self.b, range(m), False, np.arange(m) * k)
+                if self.alpha is not None:
+                    got = (got * f32(self.alpha)).astype(f32)
+                if self.c is not None:
+                    got = (self.c + got).astype(f32)
+            self._small[key] = got
+        return got if self.by_rows else got[:, c0:c1]
+
+    def assemble(self, h: int, w: int) -> np.ndarray:
+        m, n = self.a.shape[0], self.b.shape[1]
+        out = np.empty((m, n), dtype=np.float32)
+        for c0, c1 in _grid_cuts(n, w):
+            for r0, r1 in _grid_cuts(m, h):
+                if r1 - r0 <= 3 or c1 - c0 <= 11:
+                    out[r0:r1, c0:c1] = self.small(c0, c1)[r0:r1]
+                else:
+                    out[r0:r1, c0:c1] = self.wide()[r0:r1, c0:c1]
+        return out
+
+
+def mkl_grid_amd(a: np.ndarray, b: np.ndarray, by_rows: bool, rows: int, cols: int,
+                 c: np.ndarray | None = None, alpha: np.float32 | None = None) -> np.ndarray:
+    """``a @ b`` (float32, 2-d; ``c + alpha * ...`` as ``mkl_small_amd``) as MKL runs a
+    small product on several threads on an AMD CPU (measured on an AMD EPYC, Zen 4, MKL
+    2024.2, at 2-16 threads): the output cut in a grid, rows in parts of ``rows`` (a multiple
+    of 4), columns in parts of ``cols`` (a multiple of 16), the last of each the rest; each
+    part its own one-thread product: MKL's small-product kernel for a part of at most 3 rows
+    or 11 columns (a last part of ``m % 4`` rows or ``n % 16`` columns; by rows, each part's
+    first columns before the output row's 16-byte boundary take its 8-term blocks), sgemm's
+    fma chains for the rest. Products past a few hundred rows and columns come out as on one
+    thread (each thread then takes whole 16-column blocks of sgemm's)."""
+    a, b = _float32_2d(a, b)
+    if rows < 4 or rows % 4 or cols < 16 or cols % 16:
+        raise ValueError("MKL's threads cut rows in multiples of 4, columns of 16")
+    return _GridParts(a, b, by_rows, c, alpha).assemble(rows, cols)
+
+
+def mkl_grid_amd_fit(a: np.ndarray, b: np.ndarray, by_rows: bool, recorded: np.ndarray,
+                     c: np.ndarray | None = None, alpha: np.float32 | None = None,
+                     most: int = 256) -> tuple[np.ndarray, int, int] | None:
+    """The grid of ``mkl_grid_amd`` (at most ``most`` parts, one that cuts the product) whose
+    output is ``recorded`` bit for bit -- ``(output, rows, cols)``, the coarsest such -- or
+    None. MKL picks its grid from the thread count and the shape by a rule not written out
+    here; which parts a grid makes small is what decides its bits, so the grids are tried
+    (a product's grids share their pieces: each tried in a few passes over the output)."""
+    a, b = _float32_2d(a, b)
+    m, n = a.shape[0], b.shape[1]
+    want = np.asarray(recorded)
+    if want.shape != (m, n) or want.dtype != np.float32:
+        return None
+    want = want.view(np.uint32)
+    whole_small = m <= 3 or n <= 11
+    if whole_small and not by_rows:
+        return None  # (every part the small kernel's, each output as in the whole: one thread's)
+    parts = _GridParts(a, b, by_rows, c, alpha)
+    for h in _grid_sizes(m, 4, most):
+        for w in _grid_sizes(n, 16, max(1, most // -(-m // h))):
+            # a grid changes bits where it makes a part small (or, by rows, cuts a small
+            # product's columns: each part's own boundary blocks); others are one thread's
+            if (w >= n) if whole_small else \
+                    not (h < m and 1 <= m % h <= 3 or w < n and 1 <= n % w <= 11):
+                continue
+            y = parts.assemble(h, w)
+            if np.array_equal(y.view(np.uint32), want):
+                return y, h, w
+    return None
+
+
 def sdot_amd(x: np.ndarray, y: np.ndarray) -> np.float32:
     """MKL's ``sdot`` as it runs on an AMD CPU (``torch.dot`` / ``vdot`` of float32; measured
     on an AMD EPYC, Zen 4, MKL 2024.2: FPRev trees, then 600 random lengths of 1-2,000 terms,

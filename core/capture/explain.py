@@ -235,6 +235,14 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
                         + ("; two threads: the rows in two parts" if threads == 2 else "")
                         + ")", partial(_mkl_small_amd_run, by_rows=by_rows, threads=threads,
                                 addmm=_base(op) == "addmm")))
+        for by_rows in (False, True):
+            out.append(("reassociation", "MKL's products on several threads on an AMD CPU (the "
+                        "output cut in a grid, rows in parts of a multiple of 4, columns of 16, "
+                        "each part its own product: the small-product kernel for a part of at "
+                        "most 3 rows or 11 columns, sgemm's fma chains for the rest; "
+                        + _SMALL_LAYOUT[by_rows] + ")",
+                        _Fits(partial(_mkl_grid_amd_run, by_rows=by_rows,
+                                      addmm=_base(op) == "addmm"))))
     if op.startswith("aten.addmm"):
         out.append(("fma", "MKL's sgemm as addmm calls it (float32, beta = alpha = 1): the "
                            "bias first, then k in ceil(K / 384) equal panels, each one fma "
@@ -286,6 +294,46 @@ def _mkl_small_amd_run(args: list, kw: dict, by_rows: bool, threads: int,
             p = (p * np.float32(alpha)).astype(np.float32)
         return (bias + p).astype(np.float32)
     return mkl_small_amd(np.asarray(args[0]), np.asarray(args[1]), by_rows, threads)
+
+
+class _Fits:
+    """A variant with a free choice it fits to the recorded output (``explain_op`` hands it
+    over): ``fn(args, kw, recorded)`` gives ``(output, words)``, the words naming what it
+    chose, or raises ValueError where no choice gives the recorded bits."""
+
+    fits = True
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+
+    def __call__(self, args: list, kw: dict, recorded: np.ndarray | None = None) -> tuple:
+        if recorded is None:
+            raise ValueError("a fitted variant needs the recorded output")
+        return self.fn(args, kw, recorded)
+
+
+def _mkl_grid_amd_run(args: list, kw: dict, recorded: np.ndarray, by_rows: bool,
+                      addmm: bool) -> tuple[np.ndarray, str]:
+    """``mm`` / ``addmm`` (beta = 1) by ``core.explain_aten.mkl_grid_amd``, its grid the one
+    that gives the recorded bits (``mkl_grid_amd_fit``)."""
+    from tapescope.core.explain_aten import mkl_grid_amd_fit
+
+    c = alpha = None
+    if addmm:
+        c, a, b = (np.asarray(x) for x in args[:3])
+        beta, alpha = _addmm_scales(args, kw)
+        if beta != 1 or c.dtype != np.float32:
+            raise ValueError("MKL's threads' grid is written out for addmm's beta = 1")
+        alpha = None if alpha == 1 else np.float32(alpha)
+    else:
+        a, b = np.asarray(args[0]), np.asarray(args[1])
+    got = mkl_grid_amd_fit(a, b, by_rows, recorded, c, alpha)
+    if got is None:
+        raise ValueError("no grid of MKL's threads gives these bits")
+    y, h, w = got
+    m, n = y.shape
+    return y, (f"rows in parts of {h}" if h < m else "the rows whole") + ", " + \
+        (f"columns in parts of {w}" if w < n else "the columns whole")
 
 
 def _mkl_one_term(args: list, kw: dict) -> np.ndarray:
@@ -3089,7 +3137,11 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
             with np.errstate(all="ignore"):
                 if screen and not screen[0](args, kwargs, recorded):
                     continue  # (its bits already differ on a part of the op)
-                y = _every_output(op, label, run, args, kwargs)
+                found = ""
+                if getattr(run, "fits", False):
+                    y, found = run(args, kwargs, recorded)
+                else:
+                    y = _every_output(op, label, run, args, kwargs)
                 if type(y) is tuple:
                     y = y[output]
                 elif output:
@@ -3102,7 +3154,7 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
         d = compare_arrays(complex_parts(y), complex_parts(recorded))
         if d.n_diff == 0:
             remember(key, label)
-            return {"cause": cause, "variant": label}
+            return {"cause": cause, "variant": f"{label}: {found}" if found else label}
         if best is None or distance(d) < distance(best[0]):
             best = (d, cause, label)
     note = _UNWRITTEN.get(_base(op))

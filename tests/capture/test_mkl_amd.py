@@ -15,7 +15,15 @@ import pytest
 
 from tapescope.core.capture.aten_ref import reference
 from tapescope.core.capture.explain import explain_op
-from tapescope.core.explain_aten import _sgemv_amd, mkl_gemv_amd, mkl_small_amd, sdot_amd
+from tapescope.core.explain_aten import (
+    _sgemv_amd,
+    mkl_amd,
+    mkl_gemv_amd,
+    mkl_grid_amd,
+    mkl_grid_amd_fit,
+    mkl_small_amd,
+    sdot_amd,
+)
 from tests.helpers.mkl import mkl_vendor
 
 torch = pytest.importorskip("torch")
@@ -334,3 +342,100 @@ def test_views_that_start_inside_their_array_take_their_rows_where_they_lie(one_
     assert np.array_equal(mkl_small_amd(x.numpy(), b.numpy(), True, 1,
                                         np.ascontiguousarray(cbase[1:].numpy())), fresh)
     assert not np.array_equal(fresh, got)
+
+
+def _at_threads(n: int, fn):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        return fn().numpy()
+    finally:
+        torch.set_num_threads(before)
+
+
+@need_amd_mkl
+def test_several_threads_cut_the_output_in_a_grid_of_one_thread_products():
+    """At 3-32 threads (a laptop's or a server's cores) MKL cuts a small product's output in a
+    grid -- rows in multiples of 4, columns of 16 -- and a last part of ``m % 4`` rows or
+    ``n % 16`` columns is the small kernel's (by rows, every part's first columns before the
+    output row's boundary): an MLP's ``addmm`` of 24 outputs, an LSTM's vocabulary of 20,
+    the weight gradient of a 10-class classifier. ``mkl_grid_amd_fit`` finds a grid giving
+    torch's bits wherever the threads changed them, and that grid, run on its own, gives them
+    again; explain names it, and one ulp off is unknown."""
+    g = torch.Generator().manual_seed(21)
+    cases = [(16, 37, 24, "t"), (32, 12, 20, "t"), (24, 16, 37, "at"), (10, 16, 64, "at"),
+             (2, 277, 139, "r"), (7, 38, 106, "r"), (26, 146, 79, "at"), (11, 132, 210, "at"),
+             (17, 37, 100, "t"), (5, 60, 193, "t"), (16, 37, 257, "t"), (13, 20, 45, "r"),
+             (16, 30, 43, "t"), (12, 50, 27, "at")]  # (a last part of 11 columns: small)
+    fitted = grid_named = 0
+    for m, k, n, lay in cases:
+        a = torch.randn(m, k, generator=g) if lay != "at" else \
+            torch.randn(k, m, generator=g).t()
+        b = _weight_view(g, n, k) if lay == "t" else torch.randn(k, n, generator=g)
+        bias = torch.randn(n, generator=g)
+        for threads in (3, 4, 8, 16, 32):
+            alpha = 3.0 if threads == 16 else 1.0  # (addmm's alpha: times b, or a's rows)
+            for addmm in (False, True):
+                def run(a=a, b=b, bias=bias, addmm=addmm, alpha=alpha):
+                    return torch.addmm(bias, a, b, alpha=alpha) if addmm else torch.mm(a, b)
+                want, one = _at_threads(threads, run), _at_threads(1, run)
+                if np.array_equal(want, one):
+                    continue
+                an, bn = a.numpy(), b.numpy()
+                c, al = (bias.numpy(), np.float32(alpha) if alpha != 1 else None) if addmm \
+                    else (None, None)
+                got = mkl_grid_amd_fit(an, bn, lay != "t", want, c, al)
+                assert got is not None, (m, k, n, lay, threads, addmm)
+                fitted += 1
+                y, h, w = got
+                again = mkl_grid_amd(an, bn, lay != "t", h, w, c, al)
+                assert np.array_equal(again, want), (m, k, n, lay, threads, h, w)
+                if threads == 8 and lay != "r":  # (alpha 1)
+                    op, args = (("aten.addmm.default", [bias.numpy(), an, bn]) if addmm else
+                                ("aten.mm.default", [an, bn]))
+                    named = _cause(op, args, want)["variant"]
+                    if "two threads: the rows in two parts" in named:
+                        continue  # (a cut two threads make too: that variant's bits)
+                    assert named.startswith("MKL's products on several threads on an AMD "
+                                            "CPU"), (m, k, n, named)
+                    assert "parts of" in named.rsplit(":", 1)[1]
+                    grid_named += 1
+                    off = want.copy()
+                    off.flat[-1] = np.nextafter(off.flat[-1], np.inf, dtype=np.float32)
+                    assert _cause(op, args, off)["cause"] == "unknown", (m, k, n, lay)
+    assert fitted >= 40 and grid_named >= 8  # (the threads changed these products' bits)
+
+
+def test_a_grid_is_its_parts_one_thread_products():
+    """On any CPU: ``mkl_grid_amd`` as the documented composition -- a grid with no small part
+    is sgemm's chains whole; a last part of ``m % 4`` rows is the small kernel's rows where
+    they lie, the rest sgemm's; by rows, a column part starting at 32 takes its own 8-term
+    blocks before the row's boundary (one-thread small kernel on those columns, the output's
+    starts); the grids tried cut differently; bad part sizes refused; and a fitted grid
+    refuses bits no grid gives."""
+    from tapescope.core.explain_aten import _chain_rows_amd, _grid_sizes, _sgemm, _small_block_amd
+
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((14, 40), (40, 48)))
+    with mkl_amd():
+        wide = _sgemm(a, b)
+    assert np.array_equal(mkl_grid_amd(a[:12], b, False, 4, 16), wide[:12])
+    assert np.array_equal(mkl_grid_amd(a[:12], b, True, 8, 32), wide[:12])
+    y = mkl_grid_amd(a, b, False, 12, 48)
+    small = _small_block_amd(a, b, range(14), False, np.arange(14) * 40)  # (its rows 12-13)
+    assert np.array_equal(y[:12], wide[:12]) and np.array_equal(y[12:], small[12:])
+    a2, b2 = (rng.standard_normal(s).astype(np.float32) for s in ((3, 24), (24, 45)))
+    y = mkl_grid_amd(a2, b2, True, 4, 32)
+    for i in range(3):
+        peel = (-(i * 45 + 32)) % 4
+        part = _chain_rows_amd(a2[i:i + 1], b2[:, 32:], np.array([peel]))
+        assert np.array_equal(y[i, 32:], part[0]), i
+    assert not np.array_equal(y, mkl_small_amd(a2, b2, by_rows=True))  # (the cut shows)
+    assert _grid_sizes(45, 16, 64) == [48, 32, 16] and _grid_sizes(14, 4, 2) == [16, 12, 8]
+    for h, w in ((3, 16), (4, 8), (6, 16), (4, 24)):
+        with pytest.raises(ValueError):
+            mkl_grid_amd(a, b, False, h, w)
+    off = y.copy()
+    off[0, 40] = np.nextafter(off[0, 40], np.inf, dtype=np.float32)
+    assert mkl_grid_amd_fit(a2, b2, True, y) is not None
+    assert mkl_grid_amd_fit(a2, b2, True, off) is None

@@ -22,11 +22,15 @@ def test_products_and_sums_are_the_tables_own(dt):
     blas = "blocked product (BLAS np.matmul)"
     mm = [blas] + [lab for lab in mm if lab != blas]  # the cheapest first, then the table's
     # float32: then MKL's small-product kernel on an AMD CPU (two layouts, one and two
-    # threads: orders that hang on the operands' memory, which the file does not hold)
-    small = 4 if dt == np.float32 else 0
+    # threads: orders that hang on the operands' memory, which the file does not hold), then
+    # its threads' grids (two layouts, the grid fitted to the recorded bits)
+    small, grid = (4, 2) if dt == np.float32 else (0, 0)
     got = [v[1] for v in _variants("aten.mm.default", dt)]
-    assert got[:len(mm)] == mm and len(got) == len(mm) + small
-    assert all(lab.startswith("MKL's small-product kernel on an AMD CPU") for lab in got[len(mm):])
+    assert got[:len(mm)] == mm and len(got) == len(mm) + small + grid
+    assert all(lab.startswith("MKL's small-product kernel on an AMD CPU")
+               for lab in got[len(mm):len(mm) + small])
+    assert all(lab.startswith("MKL's products on several threads on an AMD CPU")
+               for lab in got[len(mm) + small:])
     # addmm: the table's, then MKL's own addmm (the bias as the output its k panels are added
     # to; Intel's panels, then AMD's) and its one-term addmm (the bias as the accumulator):
     # orders of the bias, not of the product, so not table primitives
