@@ -1622,21 +1622,29 @@ def _grid_sizes(size: int, unit: int, most: int) -> list[int]:
     return list(seen.values())
 
 
+#: the most multiply-adds a threads' grid is assembled from (sgemm's chains over the whole
+#: product, in numpy): a 4,096-token batch through a 64 -> 193 layer is 5 x 10^7
+_GRID_WORK = 1 << 28
+
+
 class _GridParts:
     """The pieces every grid of one product is assembled from (``mkl_grid_amd``): sgemm's
     outputs (the same whatever part an output lies in: one fma chain a panel), and the
-    small-product kernel's, by columns' part where its order hangs on the part (``by_rows``:
-    each part's first columns before the output row's 16-byte boundary)."""
+    small-product kernel's over a part's rows and columns -- against a transposed view the same
+    in every part (a part's last ``n % 4`` columns are the product's: parts of 16 columns), by
+    rows each part's own (its first columns before the output row's 16-byte boundary)."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray, by_rows: bool, c: np.ndarray | None,
                  alpha: np.float32 | None) -> None:
         f32 = np.float32
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        if m * n * k > _GRID_WORK:
+            raise ValueError(f"a {m} x {k} x {n} product is past the threads' grid's budget")
         self.a, self.b, self.by_rows, self.alpha = a, b, by_rows, alpha
-        m, n = a.shape[0], b.shape[1]
         self.c = None if c is None else np.broadcast_to(np.asarray(c, f32), (m, n))
         self.la = a if alpha is None or not by_rows else (a * f32(alpha)).astype(f32)
         self._wide: np.ndarray | None = None
-        self._small: dict[tuple[int, int], np.ndarray] = {}
+        self._small: dict[tuple[int, ...], np.ndarray] = {}
 
     def wide(self) -> np.ndarray:
         if self._wide is None:
@@ -1645,23 +1653,24 @@ class _GridParts:
                                     np.array(self.c), self.alpha)
         return self._wide
 
-    def small(self, c0: int, c1: int) -> np.ndarray:
-        """The small kernel's outputs of every row over columns ``c0:c1`` as one part."""
+    def small(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """The small kernel's outputs of rows ``r0:r1`` over columns ``c0:c1`` as one part."""
         f32 = np.float32
-        key = (c0, c1) if self.by_rows else (0, self.b.shape[1])
+        k, n = self.a.shape[1], self.b.shape[1]
+        key = (r0, r1, c0, c1) if self.by_rows else (r0, r1)
         got = self._small.get(key)
         if got is None:
-            m, k, n = self.a.shape[0], self.a.shape[1], self.b.shape[1]
             if self.by_rows:
-                got = _small_block_amd(self.la, self.b[:, c0:c1], range(m), True,
-                                       np.arange(m) * n + c0,
-                                       None if self.c is None else self.c[:, c0:c1])
-            else:  # (a part's last n % 4 columns are the product's: parts of 16 columns)
-                got = _small_block_amd(self.a, self.b, range(m), False, np.arange(m) * k)
+                got = _small_block_amd(self.la[r0:r1], self.b[:, c0:c1], range(r1 - r0), True,
+                                       np.arange(r0, r1) * n + c0,
+                                       None if self.c is None else self.c[r0:r1, c0:c1])
+            else:
+                got = _small_block_amd(self.a[r0:r1], self.b, range(r1 - r0), False,
+                                       np.arange(r0, r1) * k)
                 if self.alpha is not None:
                     got = (got * f32(self.alpha)).astype(f32)
                 if self.c is not None:
-                    got = (self.c + got).astype(f32)
+                    got = (self.c[r0:r1] + got).astype(f32)
             self._small[key] = got
         return got if self.by_rows else got[:, c0:c1]
 
@@ -1671,7 +1680,7 @@ class _GridParts:
         for c0, c1 in _grid_cuts(n, w):
             for r0, r1 in _grid_cuts(m, h):
                 if r1 - r0 <= 3 or c1 - c0 <= 11:
-                    out[r0:r1, c0:c1] = self.small(c0, c1)[r0:r1]
+                    out[r0:r1, c0:c1] = self.small(r0, r1, c0, c1)
                 else:
                     out[r0:r1, c0:c1] = self.wide()[r0:r1, c0:c1]
         return out
@@ -1680,13 +1689,14 @@ class _GridParts:
 def mkl_grid_amd(a: np.ndarray, b: np.ndarray, by_rows: bool, rows: int, cols: int,
                  c: np.ndarray | None = None, alpha: np.float32 | None = None) -> np.ndarray:
     """``a @ b`` (float32, 2-d; ``c + alpha * ...`` as ``mkl_small_amd``) as MKL runs a
-    small product on several threads on an AMD CPU (measured on an AMD EPYC, Zen 4, MKL
-    2024.2, at 2-16 threads): the output cut in a grid, rows in parts of ``rows`` (a multiple
-    of 4), columns in parts of ``cols`` (a multiple of 16), the last of each the rest; each
-    part its own one-thread product: MKL's small-product kernel for a part of at most 3 rows
-    or 11 columns (a last part of ``m % 4`` rows or ``n % 16`` columns; by rows, each part's
-    first columns before the output row's 16-byte boundary take its 8-term blocks), sgemm's
-    fma chains for the rest. Products past a few hundred rows and columns come out as on one
+    product on several threads on an AMD CPU (measured on an AMD EPYC, Zen 4, MKL 2024.2, at
+    2-64 threads): the output cut in a grid, rows in parts of ``rows`` (a multiple of 4),
+    columns in parts of ``cols`` (a multiple of 16), the last of each the rest; each part its
+    own one-thread product: MKL's small-product kernel for a part of at most 3 rows or 11
+    columns (a last part of ``m % 4`` rows or ``n % 16`` columns; by rows, each part's first
+    columns before the output row's 16-byte boundary take its 8-term blocks), sgemm's fma
+    chains for the rest. A product of many rows and few columns (4,096 tokens through a layer
+    of 20 or 193 outputs) is cut so; one of more than a few hundred columns comes out as on one
     thread (each thread then takes whole 16-column blocks of sgemm's)."""
     a, b = _float32_2d(a, b)
     if rows < 4 or rows % 4 or cols < 16 or cols % 16:
@@ -1697,27 +1707,32 @@ def mkl_grid_amd(a: np.ndarray, b: np.ndarray, by_rows: bool, rows: int, cols: i
 def mkl_grid_amd_fit(a: np.ndarray, b: np.ndarray, by_rows: bool, recorded: np.ndarray,
                      c: np.ndarray | None = None, alpha: np.float32 | None = None,
                      most: int = 256) -> tuple[np.ndarray, int, int] | None:
-    """The grid of ``mkl_grid_amd`` (at most ``most`` parts, one that cuts the product) whose
-    output is ``recorded`` bit for bit -- ``(output, rows, cols)``, the coarsest such -- or
-    None. MKL picks its grid from the thread count and the shape by a rule not written out
-    here; which parts a grid makes small is what decides its bits, so the grids are tried
-    (a product's grids share their pieces: each tried in a few passes over the output)."""
+    """The grid of ``mkl_grid_amd`` (at most ``most`` column parts, one that cuts the
+    product) whose output is ``recorded`` bit for bit -- ``(output, rows, cols)``, the
+    coarsest such -- or None. MKL picks its grid from the thread count and the shape by a rule
+    not written out here, and only the parts a grid makes small decide its bits: the last
+    ``m % 4`` rows a part or not (whatever the part size that cuts them so), and the columns'
+    cuts -- against a transposed view only whether the last ``n % 16`` columns are a part,
+    by rows also where each part starts. Those are tried. ValueError past ``_GRID_WORK``."""
     a, b = _float32_2d(a, b)
     m, n = a.shape[0], b.shape[1]
     want = np.asarray(recorded)
     if want.shape != (m, n) or want.dtype != np.float32:
         return None
     want = want.view(np.uint32)
-    whole_small = m <= 3 or n <= 11
-    if whole_small and not by_rows:
-        return None  # (every part the small kernel's, each output as in the whole: one thread's)
+    whole = -(-m // 4) * 4
+    hs = [whole] + ([m - m % 4] if m > 4 and m % 4 else [])
+    ws = _grid_sizes(n, 16, most)
+    tail = [w for w in ws if w < n and 1 <= n % w <= 11]  # (its last part small)
+    if not by_rows:
+        ws = [ws[0]] + tail[:1]  # (the cuts of wide parts change nothing there)
     parts = _GridParts(a, b, by_rows, c, alpha)
-    for h in _grid_sizes(m, 4, most):
-        for w in _grid_sizes(n, 16, max(1, most // -(-m // h))):
-            # a grid changes bits where it makes a part small (or, by rows, cuts a small
-            # product's columns: each part's own boundary blocks); others are one thread's
-            if (w >= n) if whole_small else \
-                    not (h < m and 1 <= m % h <= 3 or w < n and 1 <= n % w <= 11):
+    small_rows = m <= 3
+    for h in hs:
+        for w in ws:
+            # a grid changes bits where it makes a part small, or cuts small rows' columns
+            # (by rows: each part's own boundary blocks); any other is one thread's
+            if not (h < m or w in tail or by_rows and w < n and (small_rows or n <= 11)):
                 continue
             y = parts.assemble(h, w)
             if np.array_equal(y.view(np.uint32), want):

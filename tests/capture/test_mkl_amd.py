@@ -355,7 +355,7 @@ def _at_threads(n: int, fn):
 
 @need_amd_mkl
 def test_several_threads_cut_the_output_in_a_grid_of_one_thread_products():
-    """At 3-32 threads (a laptop's or a server's cores) MKL cuts a small product's output in a
+    """At 3-32 threads (a laptop's or a server's cores) MKL cuts a product's output in a
     grid -- rows in multiples of 4, columns of 16 -- and a last part of ``m % 4`` rows or
     ``n % 16`` columns is the small kernel's (by rows, every part's first columns before the
     output row's boundary): an MLP's ``addmm`` of 24 outputs, an LSTM's vocabulary of 20,
@@ -366,7 +366,8 @@ def test_several_threads_cut_the_output_in_a_grid_of_one_thread_products():
     cases = [(16, 37, 24, "t"), (32, 12, 20, "t"), (24, 16, 37, "at"), (10, 16, 64, "at"),
              (2, 277, 139, "r"), (7, 38, 106, "r"), (26, 146, 79, "at"), (11, 132, 210, "at"),
              (17, 37, 100, "t"), (5, 60, 193, "t"), (16, 37, 257, "t"), (13, 20, 45, "r"),
-             (16, 30, 43, "t"), (12, 50, 27, "at")]  # (a last part of 11 columns: small)
+             (16, 30, 43, "t"), (12, 50, 27, "at"),  # (a last part of 11 columns: small)
+             (1024, 64, 20, "t"), (515, 16, 37, "at")]  # (many tokens, a vocabulary of 20)
     fitted = grid_named = 0
     for m, k, n, lay in cases:
         a = torch.randn(m, k, generator=g) if lay != "at" else \
@@ -435,6 +436,9 @@ def test_a_grid_is_its_parts_one_thread_products():
     for h, w in ((3, 16), (4, 8), (6, 16), (4, 24)):
         with pytest.raises(ValueError):
             mkl_grid_amd(a, b, False, h, w)
+    big_a, big_b = np.ones((4096, 256), np.float32), np.ones((256, 300), np.float32)
+    with pytest.raises(ValueError, match="budget"):  # (sgemm's chains in numpy: bounded)
+        mkl_grid_amd_fit(big_a, big_b, True, np.zeros((4096, 300), np.float32))
     off = y.copy()
     off[0, 40] = np.nextafter(off[0, 40], np.inf, dtype=np.float32)
     assert mkl_grid_amd_fit(a2, b2, True, y) is not None
