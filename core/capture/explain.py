@@ -90,6 +90,7 @@ from tapescope.core.explain_aten import (
     sleef_expm1f,
     sleef_log1pf,
     softmax_backward,
+    sum_column_parts,
 )
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
@@ -312,6 +313,30 @@ class _Fits:
         return self.fn(args, kw, recorded)
 
 
+def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """ATen's sigmoid on a view whose rows lie apart (``core.explain_aten._sigmoid``'s
+    ``rows_apart``): each element by SLEEF's exp or the C library's, as its row's part of a
+    thread's chunk puts it in a whole register pair or the tail; each chunking of 1 to
+    ``ceil(n / GRAIN_SIZE)`` threads tried (both results made once, then chosen per element)."""
+    from tapescope.core.explain_aten import _LANES, _libc_exp, vec_segments
+
+    x = np.asarray(args[0])
+    if x.dtype not in (np.float32, np.float64) or x.ndim < 2 or not x.size:
+        raise ValueError("written for float32 and float64 rows")
+    one = x.dtype.type(1)
+    with np.errstate(all="ignore"):
+        vec = (one / (one + sleef_exp(-x))).astype(x.dtype).ravel()
+        tail = (one / (one + _libc_exp(-x))).astype(x.dtype).ravel()
+    want = np.asarray(recorded).ravel().view(np.uint8)
+    for used in range(1, -(-x.size // GRAIN_SIZE) + 1):
+        y = tail.copy()
+        for lo, v, _ in vec_segments(x.size, 2 * _LANES[x.dtype], used, x.shape[-1]):
+            y[lo:v] = vec[lo:v]
+        if np.array_equal(y.view(np.uint8), want):
+            return y.reshape(x.shape), f"{used} thread chunk{'s' if used > 1 else ''}"
+    raise ValueError("no chunking gives these bits")
+
+
 def _mkl_grid_amd_run(args: list, kw: dict, recorded: np.ndarray, by_rows: bool,
                       addmm: bool) -> tuple[np.ndarray, str]:
     """``mm`` / ``addmm`` (beta = 1) by ``core.explain_aten.mkl_grid_amd``, its grid the one
@@ -427,6 +452,32 @@ def _sums(op: str, dt: np.dtype) -> list[_Variant]:
                                   "outer index the rows' vectorized_outer_sum)",
                  _middle_sum(order, axes, op)) for name, order in _MEMORY_ORDERS
                 if len(order) > 2]
+
+        def threads_fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+            """ATen's sum over leading dimensions on several threads (``aten_sum``'s
+            ``threads``): each thread count that cuts the outputs otherwise, 2 to 256."""
+            x = np.asarray(args[0])
+            ax, _ = axes(args, kw)
+            if ax is None or x.size < GRAIN_SIZE:
+                raise ValueError("a sum of one thread")
+            red = {a % x.ndim for a in ax}
+            cols = math.prod(n for i, n in enumerate(x.shape) if i not in red and n != 1)
+            seen = set()
+            for t in range(2, 257):
+                parts = tuple(sum_column_parts(cols, t, x.dtype.itemsize))
+                if len(parts) < 2 or parts in seen:
+                    continue
+                seen.add(parts)
+                y = make(partial(aten_sum, threads=t))(args, kw)
+                if y.shape == recorded.shape and np.array_equal(
+                        y.view(np.uint8), np.asarray(recorded).view(np.uint8)):
+                    cuts = ", ".join(str(b) for b, _ in parts[1:])
+                    return y, f"as at {t} threads: the outputs cut at {cuts}"
+            raise ValueError("no thread count's cut gives these bits")
+        out.append(("reassociation", f"ATen's sum{mean} over leading dimensions on several "
+                                     "threads (parallel_dim_reduction: the outputs in "
+                                     "parallel_for's chunks, each end rounded down to 128 "
+                                     "bytes, each part summed on its own)", _Fits(threads_fit)))
     return out
 
 
@@ -600,6 +651,12 @@ def _libm(op: str, name: str) -> list[_Variant]:
         out.append(("libm", ATEN_FORWARD["sigmoid"][1],
                     lambda args, kw: np.asarray(ATEN_FORWARD["sigmoid"][0](
                         [np.asarray(args[0])], {})).astype(np.asarray(args[0]).dtype)))
+        # on a view whose rows lie apart (``gates.chunk(3, 1)[0].sigmoid_()``, a GRU's): each
+        # row its own vectors and tail (the file holds no strides: tried as a second layout)
+        out.append(("libm", ATEN_FORWARD["sigmoid"][1] + ", on rows that lie apart in memory "
+                            "(a chunk of a wider tensor, a GRU's gates): each row's whole "
+                            "register pairs by SLEEF, its rest by the C library's exp, in each "
+                            "thread's chunk", _Fits(_sigmoid_rows_apart)))
     if name == "silu":  # PyTorch's own CPU kernel (core/explain_aten.py)
         out.append(("libm", ATEN_FORWARD["swiglu"][1].replace("silu(a) * u", "silu"),
                     lambda args, kw: _aten_silu(np.asarray(args[0]))))

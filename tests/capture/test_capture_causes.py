@@ -546,6 +546,59 @@ def test_a_sum_of_a_permuted_view_is_atens_in_its_memory_order(threads):
         torch.set_num_threads(before)
 
 
+@need_avx512
+def test_sigmoid_on_rows_that_lie_apart_is_each_rows_vectors_and_tail():
+    """A GRU's gates (``gates.chunk(3, 1)[0].sigmoid_()``): on a view whose rows lie apart in
+    memory, ATen's 2-d loop gives each row its own register pairs (SLEEF's exp) and tail (the
+    C library's), and a thread's chunk of 32,768 elements may start mid-row (a 2,048 x 48 view
+    at 4 threads: 3 chunks). Named, one ulp off unknown; the contiguous kernel's order is not
+    these bits (the capture holds no strides: both are tried)."""
+    from tapescope.core.capture.aten_ref import reference
+
+    op = "aten.sigmoid_.default"
+    before = torch.get_num_threads()
+    try:
+        g = torch.Generator().manual_seed(23)
+        for n, width, row, threads in ((1024, 144, 48, 1), (32, 90, 40, 1), (2048, 144, 48, 4),
+                                       (700, 99, 33, 2)):
+            torch.set_num_threads(threads)
+            v = torch.randn(n, width, generator=g)[:, :row]
+            x = v.numpy().copy()
+            v.sigmoid_()
+            rec = v.numpy().copy()
+            _named(op, [x], {}, rec, reference(op, [x], {})[0], "libm",
+                   "on rows that lie apart in memory")
+            whole = torch.sigmoid(torch.from_numpy(x)).numpy()
+            assert not np.array_equal(whole, rec), (n, row)  # (the layout shows in the bits)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_bias_gradient_summed_on_eight_threads_is_named_with_its_cut():
+    """A 37-word vocabulary's bias gradient over 2,048-4,096 tokens at 8 threads: ATen sums
+    columns 0-31 and 32-36 on their own (``aten_sum``'s threads); explain fits the thread
+    count's cut to the recorded bits and names it; one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    op = "aten.sum.dim_IntList"
+    before = torch.get_num_threads()
+    try:
+        g = torch.Generator().manual_seed(24)
+        for rows, cols in ((2048, 37), (4096, 37), (3000, 37)):
+            dy = torch.randn(rows, cols, generator=g) * 0.01
+            torch.set_num_threads(8)
+            rec = torch.sum(dy, [0], False).numpy()
+            torch.set_num_threads(1)
+            assert not np.array_equal(rec, torch.sum(dy, [0], False).numpy())
+            a = [dy.numpy(), [0], False]
+            _named(op, a, {}, rec, reference(op, a, {})[0], "reassociation",
+                   "over leading dimensions on several threads")
+            got = explain_op(op, a, {}, rec, _diff(reference(op, a, {})[0], rec), 0)
+            assert got["variant"].endswith("the outputs cut at 32"), got
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_sum_over_the_middle_of_memory_is_an_outer_sum_per_outer_index(threads):
     """An attention-like (b, s, d) view over (b, d, s) memory (a transpose's gradient) summed

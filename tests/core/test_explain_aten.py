@@ -249,3 +249,32 @@ def test_tanh_is_mkls_vector_math(n):
         node = SimpleNamespace(op="tanh", attrs={}, shape=x.shape)
         c = explain(node, [x], want)
         assert c.cause == "libm" and "MKL VML's tanh" in c.variant, c
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_aten_sum_on_several_threads_cuts_the_outputs_as_torch_does(dt):
+    """ATen's parallel_dim_reduction: a sum over leading dimensions of 32,768 elements or
+    more, at T threads, cuts its contiguous outputs in parallel_for's chunks, each end rounded
+    down to 128 bytes, each part summed on its own (a (1,024, 37) bias gradient at 8 threads:
+    columns 0-31 and 32-36); every case is torch's bits, and (float32) enough of them differ
+    from one thread's for the cut to show."""
+    assert A.sum_column_parts(37, 8, 4) == [(0, 32), (32, 37)]
+    assert A.sum_column_parts(37, 2, 4) == [(0, 37)]
+    assert A.sum_column_parts(37, 8, 8) == [(0, 16), (16, 32), (32, 37)]
+    before = torch.get_num_threads()
+    cut = 0
+    try:
+        for shape, axis in (((1024, 37), 0), ((2048, 37), 0), ((700, 70), 0),
+                            ((64, 16, 37), (0, 1)), ((1000, 100), 0), ((40, 30), 0),
+                            ((800, 37), 0)):  # (29,600 elements: one thread's, any count)
+            x = np.random.default_rng(shape[0]).standard_normal(shape).astype(dt)
+            for threads in (2, 3, 8, 16):
+                torch.set_num_threads(threads)
+                want = torch.sum(torch.from_numpy(x), axis).numpy()
+                torch.set_num_threads(1)
+                assert _bits_equal(A.aten_sum(x, axis, threads=threads), want), \
+                    (shape, threads)
+                cut += not _bits_equal(A.aten_sum(x, axis), want)
+    finally:
+        torch.set_num_threads(before)
+    assert cut >= 4 or dt is np.float64, cut  # (doubles: 16 a cut, whole groups alike)
