@@ -333,7 +333,7 @@ def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
         for lo, v, _ in vec_segments(x.size, 2 * _LANES[x.dtype], used, x.shape[-1]):
             y[lo:v] = vec[lo:v]
         if np.array_equal(y.view(np.uint8), want):
-            return y.reshape(x.shape), f"{used} thread chunk{'s' if used > 1 else ''}"
+            return y.reshape(x.shape), f"{used} threads' chunks" if used > 1 else "one chunk"
     raise ValueError("no chunking gives these bits")
 
 
