@@ -1611,37 +1611,17 @@ def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False, threads: 
         raise ValueError("MKL's small-product kernel: 2 or more rows and columns, 1 or 2 "
                          "threads (measured)")
 
-    def small(r: int) -> bool:
-        return r <= 3 or n <= 11
-
-    parts = [range(0, m)]
+    cols = -(-n // 16) * 16  # (one column part)
     if threads == 2:
         half = (m + 1) // 2
         cut = (half + 3) // 4 * 4
-        if cut >= m or small(cut) == small(m - cut):
+        if cut >= m or (cut <= 3 or n <= 11) == (m - cut <= 3 or n <= 11):
             raise ValueError("two threads split these rows into parts of one kernel: the "
                              "one-thread variant")
-        parts = [range(0, cut), range(cut, m)]
-    elif not small(m):
+        return _GridParts(a, b, by_rows, c, alpha, starts).assemble(cut, cols)
+    if not (m <= 3 or n <= 11):
         raise ValueError("4 or more rows by 12 or more columns: MKL's sgemm (_sgemm)")
-    f32 = np.float32
-    if starts is None:
-        starts = np.arange(m) * (n if by_rows else a.shape[1])
-    la = a if alpha is None or not by_rows else (a * f32(alpha)).astype(f32)
-    out = np.empty((m, n), dtype=f32)
-    for rows in parts:
-        if small(len(rows)):
-            seed = None if c is None or not by_rows else c[rows]
-            out[rows] = _small_block_amd(la, b, rows, by_rows, starts[rows], seed)
-            if not by_rows:
-                if alpha is not None:
-                    out[rows] = (out[rows] * f32(alpha)).astype(f32)
-                if c is not None:
-                    out[rows] = (c[rows] + out[rows]).astype(f32)
-            continue
-        with mkl_amd():
-            out[rows] = _sgemm(a[rows], b, None if c is None else np.array(c[rows]), alpha)
-    return out
+    return _GridParts(a, b, by_rows, c, alpha, starts).assemble(-(-m // 4) * 4, cols)
 
 
 def _grid_cuts(size: int, part: int) -> list[tuple[int, int]]:
@@ -1673,12 +1653,12 @@ class _GridParts:
     rows each part's own (its first columns before the output row's 16-byte boundary)."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray, by_rows: bool, c: np.ndarray | None,
-                 alpha: np.float32 | None) -> None:
+                 alpha: np.float32 | None, starts: np.ndarray | None = None) -> None:
         f32 = np.float32
         m, k, n = a.shape[0], a.shape[1], b.shape[1]
-        if m * n * k > _GRID_WORK:
-            raise ValueError(f"a {m} x {k} x {n} product is past the threads' grid's budget")
         self.a, self.b, self.by_rows, self.alpha = a, b, by_rows, alpha
+        # each row's offset in floats: the output's (by rows) or a's, as torch allocates them
+        self.starts = np.arange(m) * (n if by_rows else k) if starts is None else starts
         self.c = None if c is None else np.broadcast_to(np.asarray(c, f32), (m, n))
         self.la = a if alpha is None or not by_rows else (a * f32(alpha)).astype(f32)
         self._wide: np.ndarray | None = None
@@ -1694,17 +1674,16 @@ class _GridParts:
     def small(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """The small kernel's outputs of rows ``r0:r1`` over columns ``c0:c1`` as one part."""
         f32 = np.float32
-        k, n = self.a.shape[1], self.b.shape[1]
         key = (r0, r1, c0, c1) if self.by_rows else (r0, r1)
         got = self._small.get(key)
         if got is None:
             if self.by_rows:
                 got = _small_block_amd(self.la[r0:r1], self.b[:, c0:c1], range(r1 - r0), True,
-                                       np.arange(r0, r1) * n + c0,
+                                       self.starts[r0:r1] + c0,
                                        None if self.c is None else self.c[r0:r1, c0:c1])
             else:
                 got = _small_block_amd(self.a[r0:r1], self.b, range(r1 - r0), False,
-                                       np.arange(r0, r1) * k)
+                                       self.starts[r0:r1])
                 if self.alpha is not None:
                     got = (got * f32(self.alpha)).astype(f32)
                 if self.c is not None:
@@ -1751,9 +1730,12 @@ def mkl_grid_amd_fit(a: np.ndarray, b: np.ndarray, by_rows: bool, recorded: np.n
     not written out here, and only the parts a grid makes small decide its bits: the last
     ``m % 4`` rows a part or not (whatever the part size that cuts them so), and the columns'
     cuts -- against a transposed view only whether the last ``n % 16`` columns are a part,
-    by rows also where each part starts. Those are tried. ValueError past ``_GRID_WORK``."""
+    by rows also where each part starts. Those are tried. ValueError past ``_GRID_WORK``
+    multiply-adds (sgemm's chains rebuilt in numpy, many grids tried)."""
     a, b = _float32_2d(a, b)
-    m, n = a.shape[0], b.shape[1]
+    m, n, k = a.shape[0], b.shape[1], a.shape[1]
+    if m * n * k > _GRID_WORK:
+        raise ValueError(f"a {m} x {k} x {n} product is past the threads' grid's budget")
     want = np.asarray(recorded)
     if want.shape != (m, n) or want.dtype != np.float32:
         return None

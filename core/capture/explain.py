@@ -285,16 +285,26 @@ def _mkl_small_amd_run(args: list, kw: dict, by_rows: bool, threads: int,
     times alpha, then the bias added (each rounded; measured against ``torch.addmm``)."""
     from tapescope.core.explain_aten import mkl_small_amd
 
-    if addmm:
-        bias, a, b = (np.asarray(x) for x in args[:3])
-        beta, alpha = _addmm_scales(args, kw)
-        if beta != 1 or bias.dtype != np.float32:
-            raise ValueError("MKL's small-product kernel is written out for addmm's beta = 1")
-        p = mkl_small_amd(a, b, by_rows, threads)
-        if alpha != 1:
-            p = (p * np.float32(alpha)).astype(np.float32)
-        return (bias + p).astype(np.float32)
-    return mkl_small_amd(np.asarray(args[0]), np.asarray(args[1]), by_rows, threads)
+    bias, a, b, alpha = _mm_operands(args, kw, addmm)
+    p = mkl_small_amd(a, b, by_rows, threads)
+    if bias is None:
+        return p
+    if alpha is not None:
+        p = (p * alpha).astype(np.float32)
+    return (bias + p).astype(np.float32)
+
+
+def _mm_operands(args: list, kw: dict, addmm: bool) -> tuple:
+    """``(c, a, b, alpha)`` of an ``mm`` (c, alpha None) or an ``addmm`` of beta = 1 and a
+    float32 ``c`` (alpha None where 1), as MKL's AMD kernels take them; ValueError for another
+    beta."""
+    if not addmm:
+        return None, np.asarray(args[0]), np.asarray(args[1]), None
+    c, a, b = (np.asarray(x) for x in args[:3])
+    beta, alpha = _addmm_scales(args, kw)
+    if beta != 1 or c.dtype != np.float32:
+        raise ValueError("MKL's AMD kernels are written out for addmm's beta = 1")
+    return c, a, b, None if alpha == 1 else np.float32(alpha)
 
 
 class _Fits:
@@ -343,15 +353,7 @@ def _mkl_grid_amd_run(args: list, kw: dict, recorded: np.ndarray, by_rows: bool,
     that gives the recorded bits (``mkl_grid_amd_fit``)."""
     from tapescope.core.explain_aten import mkl_grid_amd_fit
 
-    c = alpha = None
-    if addmm:
-        c, a, b = (np.asarray(x) for x in args[:3])
-        beta, alpha = _addmm_scales(args, kw)
-        if beta != 1 or c.dtype != np.float32:
-            raise ValueError("MKL's threads' grid is written out for addmm's beta = 1")
-        alpha = None if alpha == 1 else np.float32(alpha)
-    else:
-        a, b = np.asarray(args[0]), np.asarray(args[1])
+    c, a, b, alpha = _mm_operands(args, kw, addmm)
     got = mkl_grid_amd_fit(a, b, by_rows, recorded, c, alpha)
     if got is None:
         raise ValueError("no grid of MKL's threads gives these bits")

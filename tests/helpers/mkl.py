@@ -14,9 +14,6 @@ def mkl_vendor() -> str | None:
         return None
     if "Math Kernel Library" not in torch.__config__.show():
         return None
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((ln.split(":")[1].strip() for ln in f if ln.startswith("vendor_id")),
-                        None)
-    except OSError:
-        return None
+    from tapescope.app.capture.recorder import _cpu  # (what a capture records as its vendor)
+
+    return _cpu().get("cpu_vendor")
