@@ -281,17 +281,14 @@ _SMALL_LAYOUT = {False: "the weight a transposed view: from each row's 16-byte b
 
 def _mkl_small_amd_run(args: list, kw: dict, by_rows: bool, threads: int,
                        addmm: bool) -> np.ndarray:
-    """``mm`` / ``addmm`` (beta = 1) by ``core.explain_aten.mkl_small_amd``: the product, then
-    times alpha, then the bias added (each rounded; measured against ``torch.addmm``)."""
+    """``mm`` / ``addmm`` (beta = 1) by ``core.explain_aten.mkl_small_amd``, the bias its
+    ``c``: against a transposed weight the product, times alpha, then the bias added; by rows
+    ``alpha * a`` first and the bias each chain's start (measured against ``torch.addmm``)."""
     from tapescope.core.explain_aten import mkl_small_amd
 
     bias, a, b, alpha = _mm_operands(args, kw, addmm)
-    p = mkl_small_amd(a, b, by_rows, threads)
-    if bias is None:
-        return p
-    if alpha is not None:
-        p = (p * alpha).astype(np.float32)
-    return (bias + p).astype(np.float32)
+    c = None if bias is None else np.broadcast_to(bias, (a.shape[0], b.shape[-1]))
+    return mkl_small_amd(a, b, by_rows, threads, c, alpha)
 
 
 def _mm_operands(args: list, kw: dict, addmm: bool) -> tuple:

@@ -235,6 +235,27 @@ def test_explain_names_the_small_kernel_for_a_classifier_and_not_one_ulp_off(one
         assert explain_op(op, args, kw, off, d, 0, "AuthenticAMD")["cause"] == "unknown"
 
 
+
+@need_amd_mkl
+def test_an_addmm_by_rows_is_named_with_its_bias_seeding_the_chains(one_thread):
+    """``addmm(bias, x, B)`` with ``B`` laid out by rows (not ``nn.Linear``'s transposed
+    weight): MKL's small kernel starts each output's chain from the bias, it does not add the
+    bias after (a few rows, or at most 11 columns); explain names it, one ulp off unknown."""
+    g = one_thread
+    named = 0
+    for m, k, n in ((2, 37, 40), (3, 100, 24), (16, 50, 10), (33, 20, 7), (5, 9, 11)):
+        x, b, bias = (torch.randn(m, k, generator=g), torch.randn(k, n, generator=g),
+                      torch.randn(n, generator=g))
+        args, rec = [bias.numpy(), x.numpy(), b.numpy()], torch.addmm(bias, x, b).numpy()
+        got = _cause("aten.addmm.default", args, rec)
+        assert got["cause"] == "reassociation" and "small-product kernel" in got["variant"] \
+            and "by rows" in got["variant"], (m, k, n, got)
+        named += 1
+        off = rec.copy()
+        off.flat[0] = np.nextafter(off.flat[0], np.inf, dtype=np.float32)
+        assert _cause("aten.addmm.default", args, off)["cause"] == "unknown", (m, k, n)
+    assert named == 5
+
 def _tree_sizes(run, k: int) -> dict:
     """FPRev (Xie et al., 2024): with one term 2^40, another -2^40 and the rest ones, the sum
     counts the terms outside the pair's smallest subtree: {(i, j): its size}."""
