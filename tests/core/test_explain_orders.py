@@ -252,7 +252,10 @@ def test_online_softmax_is_the_order_it_names(dt, bc):
 
 
 def test_an_online_softmax_is_named_and_valid():
-    x = 3 * rng.standard_normal((6, 256))
+    # its own generator: drawn from the module's, the data depended on which of the module's
+    # tests ran before in this process (xdist shares them out), and one draw in a few hundred
+    # made the halving tree's sums the online ones' bits in all six rows (found in a full run)
+    x = 3 * np.random.default_rng(4445).standard_normal((6, 256))
     cand = _online_loop(x, 64)
     node = Node("softmax", {"axis": -1}, x.shape)
     ref = reference_value(node, [x], np.dtype(np.float64))
