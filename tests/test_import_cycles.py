@@ -10,6 +10,7 @@ from its own package's ``__init__`` (a re-export): it imports the sibling that d
 from __future__ import annotations
 
 import networkx as nx
+import pytest
 
 from tests.helpers.import_graph import (
     ROOT,
@@ -17,6 +18,10 @@ from tests.helpers.import_graph import (
     module_imports,
     modules,
 )
+
+# the graphs parse every module of the tree (~3 s, cached per process): one xdist worker runs
+# this module's tests, so the parse is paid once, not once per worker they land on
+pytestmark = pytest.mark.xdist_group("import-graph")
 
 # lazy (function-level) cycles left, each as its sorted member list: none (the Run protocol,
 # issue 24 item 2, removed app.remote <-> app.runs; core.onnx's ring went with
