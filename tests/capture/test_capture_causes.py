@@ -1707,6 +1707,99 @@ def test_a_dilated_convolutions_gradients_are_onednns_over_the_dilated_taps(thre
     assert named == 3
 
 
+def _conv1d_weight_grad(n, c, length, oc, k, s, p, d, threads, seed=0):
+    """torch's conv1d weight gradient at ``threads`` and its convolution_backward's args."""
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(n, c, length, generator=g), torch.randn(oc, c, k, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = torch.nn.functional.conv1d(x, w, None, s, p, d)
+        dy = torch.randn(y.shape, generator=g)
+        _, gw, _ = torch.ops.aten.convolution_backward(
+            dy, x, w, [0], [s], [p], [d], False, [0], 1, [False, True, False])
+    finally:
+        torch.set_num_threads(before)
+    return [dy.numpy(), x.numpy(), w.numpy(), [0], [s], [p], [d], False, [0], 1,
+            [False, True, False]], gw.numpy()
+
+
+need_onednn_x86 = pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512")
+    or not torch.backends.mkldnn.is_available(),
+    reason="oneDNN's x86 gemm convolution (its AVX2 and AVX-512 sgemm) is what is written out")
+
+
+@need_onednn_x86
+@pytest.mark.parametrize("n, c, length, oc, k, s, p, d, threads, runs", [
+    (2, 1, 4000, 16, 80, 4, 0, 1, 1, None), (8, 1, 4000, 16, 80, 4, 0, 1, 4, "4 runs"),
+    (8, 1, 4000, 16, 80, 4, 0, 1, 8, "8 runs"), (3, 1, 16000, 32, 400, 40, 0, 1, 2, None),
+    (2, 2, 4000, 16, 80, 4, 5, 1, 2, None), (3, 1, 1000, 16, 20, 1, 0, 3, 1, "1 run")],
+    ids=["981px", "8-images-4-threads", "8-threads", "stride-40", "padded", "dilated"])
+def test_a_conv1d_of_a_long_kernel_is_onednns_gemm_convolution(n, c, length, oc, k, s, p, d,
+                                                               threads, runs):
+    """An audio model's first layer (a conv1d from one channel, a kernel of 16 taps or more):
+    oneDNN's jit kernels do not take its weight gradient, its gemm convolution does
+    (ONEDNN_VERBOSE: x64:gemm:jit): per image im2col and its jit sgemm, the pixels in blocks of
+    384 (the last two balanced: 981 = 384 + 299 + 298), each block one fma chain added to the
+    sum, the images in one run per thread (at 2 threads one), the runs added in order (8
+    outputs or fewer take its small-n kernel instead: named as the grouped ones are). Named
+    for torch's own result with the run count it fitted; one ulp off unknown. Planted: the
+    blocks cut without the balance, the blocks chained on from the sum, or the runs ignored,
+    fails it."""
+    from tapescope.core.capture.aten_ref import reference
+
+    op = "aten.convolution_backward.default"
+    args, gw = _conv1d_weight_grad(n, c, length, oc, k, s, p, d, threads, seed=k + threads)
+    _named(op, args, {}, gw, reference(op, args, {})[0], "fma",
+           "gemm convolution backward weight gradient: per image its im2col")
+    if runs:
+        got = explain_op(op, args, {}, gw, _diff(reference(op, args, {})[0], gw))
+        assert got["variant"].endswith(f"the images in {runs}"), got
+
+
+_AVX2_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from tests.capture.test_capture_causes import _conv1d_weight_grad, _diff
+from tapescope.core.capture.aten_ref import reference
+from tapescope.core.capture.explain import explain_op
+op = "aten.convolution_backward.default"
+args, gw = _conv1d_weight_grad(3, 1, 4000, 16, 80, 4, 0, 1, 1)
+print(json.dumps(explain_op(op, args, {}, gw, _diff(reference(op, args, {})[0], gw))))
+"""
+
+
+@need_onednn_x86
+def test_onednns_avx2_gemm_convolution_cuts_the_pixels_in_blocks_of_256():
+    """The same weight gradient where oneDNN runs its AVX2 kernels (an AVX2-only CPU; here
+    ONEDNN_MAX_CPU_ISA=AVX2 in a child): blocks of 256 (981 = 256 + 256 + 235 + 234), named so."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-c", _AVX2_CHILD, str(root)], capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["cause"] == "fma" and "blocks of 256 (AVX2" in got["variant"], got
+
+
+def test_onednns_sgemm_k_blocks_balance_the_last_two():
+    from tapescope.core.capture.explain import onednn_k_blocks
+
+    assert onednn_k_blocks(981, 384) == [0, 384, 683, 981]
+    assert onednn_k_blocks(981, 256) == [0, 256, 512, 747, 981]
+    assert onednn_k_blocks(384, 384) == [0, 384]
+    assert onednn_k_blocks(385, 384) == [0, 193, 385]
+    assert onednn_k_blocks(768, 384) == [0, 384, 768]
+    assert onednn_k_blocks(1, 384) == [0, 1]
+    assert onednn_k_blocks(0, 384) == [0]
+
+
 def test_the_depthwise_kernels_refuse_other_convolutions():
     """One group, a multiplier of two, float64, dilation, a transposed one: the depthwise
     forms raise (a miss, never a wrong name)."""
