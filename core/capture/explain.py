@@ -111,6 +111,7 @@ from tapescope.core.explain_prims import (
     libm,
     std_sort_order,
 )
+from tapescope.core.ops.nn import im2col
 from tapescope.core.ops.reference import serial_sum
 from tapescope.core.parity import compare_arrays, complex_parts
 
@@ -1720,7 +1721,11 @@ def onednn_k_blocks(k: int, bk: int) -> list[int]:
     return bounds
 
 
-def _gemm_conv_weight_grad(bk: int, runs: tuple[int, ...]) -> _Fits:
+# oneDNN's jit sgemm's k-block by the kernels it runs (measured: AVX-512, AVX2)
+_ONEDNN_K_BLOCKS = ((384, "AVX-512"), (256, "AVX2"))
+
+
+def _gemm_conv_weight_grad(runs: tuple[int, ...]) -> _Fits:
     """convolution_backward's weight gradient as oneDNN's gemm convolution computes it where its
     jit kernels do not take it (``ONEDNN_VERBOSE``: ``gemm:jit``; a conv1d's kernel of 16 taps
     or more, e.g. an audio model's first layer; PyTorch takes oneDNN from two images up),
@@ -1728,11 +1733,12 @@ def _gemm_conv_weight_grad(bk: int, runs: tuple[int, ...]) -> _Fits:
     kh, kw) taps, columns the output pixels), then ``dW += dy · colᵀ`` by its jit sgemm: the
     pixels in ``onednn_k_blocks(pixels, bk)``, each block one fma chain from zero per weight,
     added to the running sum (beta = 1); the images in runs (one per thread, the first ones
-    one longer), a run's images in order, the runs' sums added in order. The run count is
-    fitted: each of ``runs`` (at most one run per image) is tried on the blocks' chains, made
-    once. Measured every bit against torch (conv1d from 1 and 2 channels to 8-32, kernels of
-    16-400 taps, strides 1-160, padding, dilation; 2, 3 and 8 images of 75-1,500 pixels; 1-8
-    threads; oneDNN's AVX-512 and AVX2 kernels: ``bk`` 384 and 256)."""
+    one longer), a run's images in order, the runs' sums added in order. The block size (of
+    ``_ONEDNN_K_BLOCKS``) and the run count are fitted: the chains are made once per distinct
+    cut of the pixels, each of ``runs`` (at most one run per image) tried on them. Measured
+    every bit against torch (conv1d from 1 and 2 channels to 8-32, kernels of 16-400 taps,
+    strides 1-160, padding, dilation; 2, 3 and 8 images of 75-1,500 pixels; 1-8 threads;
+    oneDNN's AVX-512 and AVX2 kernels: blocks of 384 and 256)."""
     def fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
         try:
             g, x, w, mask, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args, dilated=True)
@@ -1745,29 +1751,33 @@ def _gemm_conv_weight_grad(bk: int, runs: tuple[int, ...]) -> _Fits:
         terms, steps = _budget()
         if n * pixels > steps or n * pixels * w.size > terms:
             raise ValueError("too many terms to search")
-        (dh, dw), (kh, kw_) = (int(v) for v in args[6]), w.shape[2:]
-        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-        taps = [xp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
-                for i in range(kh) for j in range(kw_)]
-        if any(t.shape[2:] != (oh, ow) for t in taps):
+        cols, outs = im2col(x, w.shape[2:], (sh, sw), tuple(int(v) for v in args[6]),
+                            ((ph, ph), (pw, pw)), 1)
+        if list(outs) != [oh, ow]:
             raise ValueError("not the measured geometry")
-        # (n, pixels, channel * kh * kw): im2col's matrix, transposed for the chains
-        cols = np.stack(taps, axis=2).reshape(n, x.shape[1] * kh * kw_, pixels).transpose(0, 2, 1)
+        cols = cols[:, 0].transpose(0, 2, 1)  # (n, pixels, channel * kh * kw), for the chains
         dys = np.ascontiguousarray(g).reshape(n, oc, pixels)
-        chains = [[_fma_chain(dys[i][:, k0:k1], cols[i][k0:k1])
-                   for k0, k1 in pairwise(onednn_k_blocks(pixels, bk))] for i in range(n)]
         want = np.ascontiguousarray(recorded).reshape(oc, -1).view(np.uint32)
-        for t in (r for r in runs if r <= n):
-            total = None
-            for part in np.array_split(np.arange(n), t):
-                acc = None
-                for p in (p for i in part for p in chains[i]):
-                    acc = p if acc is None else (acc + p).astype(np.float32)
-                total = acc if total is None else (total + acc).astype(np.float32)
-            if np.array_equal(total.view(np.uint32), want):
-                return (_masked((None, total.reshape(w.shape), None), mask),
-                        f"the images in {t} run{'s' if t > 1 else ''}")
-        raise ValueError("no run count gives the recorded bits")
+        tried = set()
+        for bk, isa in _ONEDNN_K_BLOCKS:
+            bounds = tuple(onednn_k_blocks(pixels, bk))
+            if bounds in tried:
+                continue  # (fewer pixels than both blocks: one cut, already tried)
+            tried.add(bounds)
+            chains = [[_fma_chain(dys[i][:, k0:k1], cols[i][k0:k1]) for k0, k1 in
+                       pairwise(bounds)] for i in range(n)]
+            for t in (r for r in runs if r <= n):
+                total = None
+                for part in np.array_split(np.arange(n), t):
+                    acc = None
+                    for p in (p for i in part for p in chains[i]):
+                        acc = p if acc is None else (acc + p).astype(np.float32)
+                    total = acc if total is None else (total + acc).astype(np.float32)
+                if np.array_equal(total.view(np.uint32), want):
+                    return (_masked((None, total.reshape(w.shape), None), mask),
+                            f"blocks of {bk} ({isa}), the images in {t} "
+                            f"run{'s' if t > 1 else ''}")
+        raise ValueError("no block size and run count give the recorded bits")
     return _Fits(fit)
 
 
@@ -1894,17 +1904,17 @@ def _as_2d(variant: tuple, backward: bool) -> tuple:
             return tuple(drop(v) for v in y)
         return y[:, :, 0] if isinstance(y, np.ndarray) and y.ndim == 4 else y
 
-    def run2(args: list, kw: dict) -> Any:
+    def plain(args: list, kw: dict) -> Any:
         args2, lifted = lift(args)
         y = run(args2, kw)
         return drop(y) if lifted else y
 
-    if getattr(run, "fits", False):
-        def fit2(args: list, kw: dict, recorded: np.ndarray) -> tuple:
-            args2, lifted = lift(args)
-            y, words = run(args2, kw, _lift(recorded) if lifted else recorded)
-            return (drop(y) if lifted else y), words
-        run2 = _Fits(fit2)  # (a fitted variant stays one)
+    def fitted(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+        args2, lifted = lift(args)
+        y, words = run(args2, kw, _lift(recorded) if lifted else recorded)
+        return (drop(y) if lifted else y), words
+
+    run2 = _Fits(fitted) if getattr(run, "fits", False) else plain  # (a fitted one stays one)
 
     if not screen:
         return (cause, label, run2)
@@ -3013,12 +3023,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                     "channels): per group and image its small-n sgemm over the pixels (16 fma "
                     "lanes, added pairwise at strides 8, 4, 2, 1), each image's added to the "
                     "sum", _gemm_conv_grads(True)),
-            *[("fma", "oneDNN's gemm convolution backward weight gradient: per image its "
-                      "im2col and jit sgemm, the pixels in blocks of "
-                      f"{bk} ({isa}; the last two balanced), each block one fma chain from zero "
-                      "added to the sum, the images in runs (one per thread) in order, the runs "
-                      "added in order", _gemm_conv_weight_grad(bk, (1, *runs)))
-              for bk, isa in ((384, "AVX-512"), (256, "AVX2"))],
+            ("fma", "oneDNN's gemm convolution backward weight gradient: per image its im2col "
+                    "and jit sgemm, the pixels in blocks (the last two balanced), each block one "
+                    "fma chain from zero added to the sum, the images in runs (one per thread) "
+                    "in order, the runs added in order", _gemm_conv_weight_grad((1, *runs))),
             ("reassociation", "oneDNN's gemm convolution backward bias gradient (groups of few "
                               "channels): per output row a sum in order from zero, each row's "
                               "added to the channel's total", _gemm_conv_grads(False)),
