@@ -6,7 +6,6 @@ spells its order, and, where PyTorch (MKL) is here, to the library's own bits.""
 
 from __future__ import annotations
 
-import zlib
 from collections import namedtuple
 
 import numpy as np
@@ -25,15 +24,6 @@ from tapescope.core.ops.reference import mm
 
 Node = namedtuple("Node", "op attrs shape")
 rng = np.random.default_rng(4401)
-
-
-@pytest.fixture(autouse=True)
-def _own_draws(request):
-    """Each test draws from its own seed (4401 and its name): with one module-wide generator a
-    test's data depended on which tests the same xdist worker ran before it (a 4-lane bias sum
-    that one draw left equal to the plain sum failed under -n 2 only)."""
-    global rng
-    rng = np.random.default_rng([4401, zlib.crc32(request.node.name.encode())])
 
 
 def _lanes_loop(a, b, w, use_fma, tree):
