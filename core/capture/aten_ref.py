@@ -22,6 +22,10 @@ without one raises ``NoReference`` naming it (never a guess).
   ``NoReference``.
 - Dtypes are torch's (its promotion: dimensioned tensors, then 0-d tensors, then Python scalars);
   inputs are never written.
+- Complex operands (rotary embeddings' ``view_as_complex``) reach only the forms written for
+  them: the layout forms of ``aten_ref_shape`` (they move elements, or add them part by part),
+  ``add``, ``sub``, ``neg``, ``where``, ``_conj`` and ``mul`` (``complex_multiply``); any other
+  op with one raises ``NoReference`` (its form was written for real numbers).
 
 Each form's order is in docs/reference-order.md, "Captured aten ops". The forms live in
 ``aten_ref_pointwise`` (elementwise, activations), ``aten_ref_shape`` (copies, casts, views,
@@ -91,6 +95,27 @@ def _foreach_base(name: str, ovl: str) -> str | None:
 # twin: several string splits and lookups, once per op name); cleared when a form is added
 _RESOLVED: dict[str, tuple[str, str | None]] = {}
 _RESOLVED_FORMS = [0]  # len(FORMS) when _RESOLVED was filled
+
+
+#: the forms besides aten_ref_shape's that take complex operands in the reference order
+_COMPLEX_ARITHMETIC = frozenset({
+    "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar",
+    "aten.neg.default", "aten.mul.Tensor", "aten.mul.Scalar", "aten.where.self",
+    "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar"})
+
+
+def _takes_complex(key: str) -> bool:
+    return key in _COMPLEX_ARITHMETIC or FORMS[key].__module__ == aten_ref_shape.__name__
+
+
+def _complex_operand(args: Iterable) -> bool:
+    for a in args:
+        if type(a) is np.ndarray:
+            if a.dtype.kind == "c":
+                return True
+        elif type(a) in _SEQ and any(type(b) is np.ndarray and b.dtype.kind == "c" for b in a):
+            return True
+    return False
 
 
 def _resolve(op: str) -> tuple[str, str | None]:
@@ -271,6 +296,8 @@ def reference(op: str, args: list, kwargs: dict) -> list[np.ndarray]:
     if key is None:
         raise NoReference(f"{op}: no reference form")
     args, kwargs = list(args), dict(kwargs or {})
+    if not _takes_complex(key) and (_complex_operand(args) or _complex_operand(kwargs.values())):
+        raise NoReference(f"{op}: a complex operand (its form is written for real numbers)")
     try:
         if how == "direct":
             ys = FORMS[key](args, kwargs)

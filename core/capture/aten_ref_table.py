@@ -50,6 +50,8 @@ F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 I64 = np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
+C64 = np.dtype(np.complex64)
+C128 = np.dtype(np.complex128)
 HALF = (F16, BF16)
 _FLOATS = (F16, BF16, F32, F64)
 _FLOAT_SET = frozenset(_FLOATS)
@@ -64,6 +66,7 @@ _TORCH_DT = {
     "torch.long": I64, "torch.int32": np.dtype(np.int32), "torch.int": np.dtype(np.int32),
     "torch.int16": np.dtype(np.int16), "torch.int8": np.dtype(np.int8),
     "torch.uint8": np.dtype(np.uint8), "torch.bool": BOOL,
+    "torch.complex64": C64, "torch.cfloat": C64, "torch.complex128": C128, "torch.cdouble": C128,
 }
 
 
@@ -197,18 +200,33 @@ def compute(dt: np.dtype) -> np.dtype:
 
 
 def _category(dt: np.dtype) -> int:
-    return 2 if dt in _FLOATS else (0 if dt == BOOL else 1)
+    return 2 if dt in _FLOATS else 3 if dt.kind == "c" else (0 if dt == BOOL else 1)
+
+
+def _complex_of(dt: np.dtype) -> np.dtype:
+    """c10's toComplexType for a float type (float16's, complex32, is not one a capture
+    holds; bfloat16's is complex64)."""
+    if dt == F16:
+        raise NoReference("float16 with a complex operand: complex32 has no reference type")
+    return C128 if dt == F64 else C64
 
 
 def promote(a: np.dtype | None, b: np.dtype | None) -> np.dtype | None:
-    """torch.promote_types for the dtypes a capture holds (no complex)."""
+    """torch.promote_types for the dtypes a capture holds: a complex type with a float one is
+    the complex type of the wider parts (complex64 and float64: complex128), with an integer
+    or bool the complex type."""
     if a is None or a == b:
         return b
     if b is None:
         return a
     ca, cb = _category(a), _category(b)
+    if ca == 3 and cb == 2 or ca == 2 and cb == 3:
+        c, f = (a, b) if ca == 3 else (b, a)
+        return C128 if C128 in (c, f) or f == F64 else C64
     if ca != cb:
         return a if ca > cb else b
+    if ca == 3:
+        return a if a.itemsize >= b.itemsize else b
     if ca == 2:
         if {a, b} == {F16, BF16}:
             return F32
@@ -223,6 +241,10 @@ def _combine(higher: np.dtype | None, lower: np.dtype | None) -> np.dtype | None
         return lower
     if lower is None:
         return higher
+    if higher.kind == "c":
+        return higher
+    if lower.kind == "c":  # (a float group keeps its width, made complex; an integer's: lower)
+        return _complex_of(higher) if higher in _FLOATS else lower
     if higher in _FLOATS:
         return higher
     if higher == BOOL or lower in _FLOATS:
@@ -266,6 +288,8 @@ def result_type(*xs: Any) -> np.dtype:
             wrapped = promote(wrapped, I64)
         elif isinstance(x, float):
             wrapped = promote(wrapped, F32)
+        elif isinstance(x, complex):
+            wrapped = promote(wrapped, C64)
         else:
             raise NoReference(f"operand of type {type(x).__name__} has no reference type")
     out = _combine(dim, _combine(zero, wrapped))

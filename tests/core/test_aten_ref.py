@@ -11,6 +11,7 @@ the returned tensors without alias info: core/capture/__init__.py's convention).
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 
 import ml_dtypes
@@ -115,6 +116,8 @@ def _flat_np(v) -> list:
 
 
 def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype.kind == "c":  # (its parts' bits)
+        a, b = (np.ascontiguousarray(x).view(x.real.dtype) for x in (a, b))
     if a.dtype.kind in "fV" or a.dtype == ml_dtypes.bfloat16:
         w = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
         return np.array_equal(np.ascontiguousarray(a).view(w), np.ascontiguousarray(b).view(w))
@@ -746,6 +749,15 @@ CASES = [
     ("resolve_conj", "aten.resolve_conj.default", lambda g, d: ([_cx(g, d, 3, 4).conj()], {})),
     ("polar", "aten.polar.default",
      lambda g, d: ([pos(g, _re(d), 5, 4), rn(g, _re(d), 5, 4, lo=-4.0, hi=4.0)], {})),
+    # session 35: the complex product (rotary embeddings' ``xc * freqs``), rows of 16 complex
+    # numbers: torch's whole vectors (its last few elements are contracted: an explain
+    # variant); with a real tensor, a Python float, and a row broadcast
+    ("mul_complex", "aten.mul.Tensor", lambda g, d: ([_cx(g, d, 3, 16), _cx(g, d, 3, 16)], {})),
+    ("mul_complex_real", "aten.mul.Tensor",
+     lambda g, d: ([_cx(g, d, 3, 16), rn(g, _re(d), 3, 16)], {})),
+    ("mul_complex_scalar", "aten.mul.Tensor", lambda g, d: ([_cx(g, d, 3, 16), 0.37], {})),
+    ("mul_complex_row", "aten.mul.Tensor",
+     lambda g, d: ([_cx(g, d, 4, 2, 16), _cx(g, d, 1, 2, 16)], {})),
     ("sort", "aten.sort.default", lambda g, d: ([_perm(g, d, 4, 9)], {})),
     ("sort_desc_dim0", "aten.sort.default", lambda g, d: ([_perm(g, d, 5, 3), 0, True], {})),
     ("sort_stable_ties_nan", "aten.sort.stable",
@@ -907,6 +919,7 @@ BIT_EXACT = {
     "reflection_pad2d_backward", "smooth_l1_backward", "grad_input_out",
     # session 29's selections, complex views and packed sequences
     "view_as_complex", "view_as_real", "conj", "conj_physical", "resolve_conj", "sort",
+    "mul_complex", "mul_complex_real", "mul_complex_scalar", "mul_complex_row",
     "sort_desc_dim0", "sort_stable_ties_nan", "sort_stable_asc", "topk", "topk_smallest_dim0",
     "nonzero", "masked_select", "index_put", "index_put_acc_twice", "index_put_mask",
     "index_put_impl_", "index_add", "index_add_dim1_", "index_copy", "diagonal",
@@ -1120,6 +1133,72 @@ def test_an_unknown_op_raises_no_reference_naming_it():
     with pytest.raises(NoReference, match=r"flash_attention_for_cpu\.default: .*random"):
         reference("aten._scaled_dot_product_flash_attention_for_cpu.default",
                   [q, q, q, 0.1, False], {})  # a form refuses what it cannot reproduce
+
+
+# ---- complex numbers (session 35) --------------------------------------------------------------
+_DTS = {F64: np.float64, F32: np.float32, torch.float16: np.float16, BF16: ml_dtypes.bfloat16,
+        torch.complex64: np.complex64, torch.complex128: np.complex128, torch.int64: np.int64,
+        torch.int32: np.int32, torch.bool: np.bool_, torch.uint8: np.uint8}
+
+
+def test_complex_types_promote_as_torchs():
+    """torch.result_type of every pair of these types, as dimensioned and 0-d tensors, and of
+    each with a Python int, float, bool and complex: the reference's type (a complex with a
+    float tensor took the float's type before, a Python float made float32 of complex64)."""
+    from tapescope.core.capture.aten_ref_table import result_type
+
+    seen = 0
+    for (ta, na), (tb, nb) in itertools.product(_DTS.items(), repeat=2):
+        for sa, sb in (((3,), (3,)), ((3,), ()), ((), (3,)), ((), ())):
+            want = torch.result_type(torch.zeros(sa, dtype=ta), torch.zeros(sb, dtype=tb))
+            if want == torch.complex32:  # (float16 and a complex 0-d: a type no capture holds)
+                with pytest.raises(NoReference, match="complex32"):
+                    result_type(np.zeros(sa, na), np.zeros(sb, nb))
+                continue
+            got = result_type(np.zeros(sa, na), np.zeros(sb, nb))
+            assert got == np.dtype(_DTS[want]), (ta, tb, sa, sb, got)
+            seen += want.is_complex
+    for (ta, na), v in itertools.product(_DTS.items(), (2, 2.5, True, 1j)):
+        want = torch.result_type(torch.zeros(3, dtype=ta), v)
+        if want == torch.complex32:  # (float16 with a complex: a type a capture cannot hold)
+            with pytest.raises(NoReference, match="complex32"):
+                result_type(np.zeros(3, na), v)
+            continue
+        assert result_type(np.zeros(3, na), v) == np.dtype(_DTS[want]), (ta, v)
+    assert seen > 100
+
+
+@pytest.mark.parametrize("op, args", [
+    ("aten.div.Tensor", ["c", "c"]), ("aten.div.Tensor", ["c", 2.0]), ("aten.exp.default", ["c"]),
+    ("aten.sum.default", ["c"]), ("aten.mm.default", ["c", "c"]), ("aten.abs.default", ["c"]),
+    ("aten.addcmul.default", ["c", "c", "c"]), ("aten._foreach_div.List", [["c"], ["c"]]),
+])
+def test_a_complex_operand_of_a_real_numbers_form_has_no_reference(op, args):
+    """A form written for real numbers refuses a complex operand (it dropped the imaginary
+    parts, or took numpy's own complex order) rather than answer for it."""
+    c = np.array([[1 + 2j, 3 - 1j], [0.5j, -2.0]], np.complex64)
+    sub = [([c] if a == ["c"] else a) if isinstance(a, list) else c if a == "c" else a
+           for a in args]
+    with pytest.raises(NoReference, match="complex operand"):
+        reference(op, sub, {})
+
+
+def test_a_complex_product_is_its_parts_products_then_their_sum():
+    """(ar br - ai bi) + (ar bi + ai br) i, each product rounded: not numpy's own complex
+    multiply, which fuses a product into the sum where the CPU has FMA."""
+    rng = np.random.default_rng(35)
+    a, b = ((rng.standard_normal(4000) + 1j * rng.standard_normal(4000)).astype(np.complex64)
+            for _ in range(2))
+    got = reference("aten.mul.Tensor", [a, b], {})[0]
+    assert got.dtype == np.complex64
+    re = a.real * b.real - a.imag * b.imag
+    im = a.real * b.imag + a.imag * b.real
+    assert bits_equal(got.real.copy(), re) and bits_equal(got.imag.copy(), im)
+    x = (a.real.astype(np.float64) * b.real + (-(a.imag * b.imag))).astype(np.float32)
+    assert not bits_equal(re, x)  # (the fused order is another answer: the test can tell)
+    # a complex and a Python float: complex64, the float a complex of zero imaginary part
+    half = reference("aten.mul.Tensor", [a, 0.5], {})[0]
+    assert half.dtype == np.complex64 and bits_equal(half, a * np.complex64(0.5))
 
 
 @pytest.mark.parametrize("op, args, why", [
