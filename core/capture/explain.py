@@ -196,6 +196,20 @@ def _conv_image(args: list, recorded: np.ndarray) -> tuple[list, np.ndarray] | N
     return [x[:1], *args[1:]], recorded[:1]
 
 
+def _vdpbf16_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """oneDNN's bfloat16 matmul on a CPU with AVX-512 BF16 and no AMX (``brg_matmul:
+    avx512_core_bf16``, measured on an AMD EPYC, Zen 4): per output one float32 chain over k
+    from zero, k in pairs (``vdpbf16ps``), the odd term added before the even one, each
+    product exact (two bfloat16 significands), each sum rounded; a batch (``bmm``) alike.
+    ``a``, ``b``: float32 of bfloat16 values, ``(..., m, k) @ (..., k, n)``."""
+    k = a.shape[-1]
+    acc = np.zeros(a.shape[:-1] + b.shape[-1:], np.float32)
+    for p in range(0, k, 2):
+        for j in ((p + 1, p) if p + 1 < k else (p,)):
+            acc = acc + a[..., :, j:j + 1] * b[..., j:j + 1, :]
+    return acc
+
+
 def _products(op: str, dt: np.dtype) -> list[_Variant]:
     """mm / bmm / addmm: (bias +) alpha * A @ B under each product variant of core.explain's
     table (the ``mm`` primitive's, in its order); mv / dot / vdot as the product with a
@@ -227,6 +241,22 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         # orders (each output row its own chains) are screened on a few rows first
         out.append((v.cause, v.label, run) if v.value is _mm_blas else
                    (v.cause, v.label, run, _screen(run, _product_rows(op))))
+    if dt == _BF16 and _base(op) in ("mm", "bmm", "addmm"):
+        def chain_run(args: list, kw: dict) -> np.ndarray:
+            n = 3 if _base(op) == "addmm" else 2
+            if any(np.asarray(x).dtype != _BF16 for x in args[:n]):
+                raise ValueError("bfloat16 operands only")
+            if n == 3:
+                bias, a, b = (_f32(x) for x in args[:3])
+                if _addmm_scales(args, kw) != (1, 1):
+                    raise ValueError("beta = alpha = 1")
+                return (_vdpbf16_chain(a, b) + bias).astype(_BF16)
+            return _vdpbf16_chain(_f32(args[0]), _f32(args[1])).astype(_BF16)
+        out.insert(0, ("reassociation", "oneDNN's bfloat16 matmul (AVX-512 BF16 without AMX: "
+                                        "vdpbf16ps): one float32 chain an output over k in "
+                                        "pairs, the odd term before the even, products exact; "
+                                        "addmm's bias added to the sum; rounded to bfloat16 "
+                                        "once", chain_run, _screen(chain_run, _product_rows(op))))
     if _base(op) in ("dot", "vdot") and dt == np.float32:  # (first: a dot is its own kernel)
         out.insert(0, ("reassociation", "MKL's sdot on an AMD CPU: no FMA, 16 lanes, the rest "
                                         "as 8-, 4-wide vectors and single terms, folded by "

@@ -1,0 +1,93 @@
+"""bfloat16 products as PyTorch's CPU runs them under autocast (session 35): oneDNN's
+``brg_matmul:avx512_core_bf16`` on a CPU with AVX-512 BF16 and no AMX (an AMD EPYC, Zen 4):
+per output one float32 chain over k in pairs, the odd term added before the even
+(``vdpbf16ps``), addmm's bias added to the sum, rounded to bfloat16 once. ``--explain`` names
+it for torch's own bits (mm, addmm, bmm; the operands as autograd lays them out; 1 and 2
+threads) and says ``unknown`` one bfloat16 ulp away."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tapescope.core.capture.aten_ref import reference  # noqa: E402
+from tapescope.core.capture.explain import explain_op  # noqa: E402
+
+
+def _flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f
+                         if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+pytestmark = pytest.mark.skipif(
+    "avx512_bf16" not in _flags() or "amx_bf16" in _flags(),
+    reason="oneDNN's vdpbf16ps kernel runs on a CPU with AVX-512 BF16 and no AMX (with AMX "
+           "its tiles add otherwise; without BF16 it converts to float32)")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.fixture
+def threads():
+    n = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(n)
+
+
+def _np(t):
+    return t.detach().contiguous().numpy() if t.dtype != torch.bfloat16 else \
+        t.detach().contiguous().view(torch.int16).numpy().view(BF16)
+
+
+def _one_ulp_off(rec):
+    off = rec.copy()
+    bits = off.reshape(-1).view(np.uint16)
+    i = int(np.argmax(np.abs(rec.astype(np.float32)).reshape(-1)))
+    bits[i] += 1
+    return off
+
+
+# (op, shapes of the operands, threads); the shapes of a BERT layer's products and their
+# gradients (x @ Wᵀ, gᵀ @ x, g @ W), an odd k, a batch of attention scores
+CASES = [
+    ("aten.mm.default", ((192, 64), (64, 256)), 1),
+    ("aten.mm.default", ((256, 192), (192, 64)), 2),
+    ("aten.mm.default", ((96, 77), (77, 120)), 1),
+    ("aten.addmm.default", ((256,), (192, 64), (64, 256)), 1),
+    ("aten.addmm.default", ((64,), (192, 256), (256, 64)), 2),
+    ("aten.bmm.default", ((32, 24, 16), (32, 16, 24)), 2),
+]
+
+
+@pytest.mark.parametrize("op, shapes, t", CASES)
+def test_a_bfloat16_product_is_onednns_chain_of_pairs(op, shapes, t, threads):
+    threads(t)
+    g = torch.Generator().manual_seed(sum(sum(s) for s in shapes) + t)
+    xs = [torch.randn(*s, generator=g) for s in shapes]
+    # the first term of each sum large (2^14 x), the last its negation: the chain carries the
+    # large partial sum past the others, so its float32 roundings (which the order decides)
+    # reach the small bfloat16 result often enough to tell orders apart
+    a, b = xs[-2], xs[-1]
+    a[..., 0] *= 2.0 ** 14
+    a[..., -1] = -a[..., 0]
+    b[..., -1, :] = b[..., 0, :]
+    xs = [x.bfloat16() for x in xs]
+    if op == "aten.mm.default" and shapes[0][0] > shapes[0][1]:  # (a gradient's transposed view)
+        xs[0] = xs[0].t().contiguous().t()
+    y = getattr(torch.ops.aten, op.split(".")[1]).default(*xs)
+    args = [_np(x) for x in xs]
+    rec = _np(y)
+    plain = reference(op, args, {})[0]
+    n = int(np.sum(plain.view(np.uint16) != rec.view(np.uint16)))
+    assert n > 0, "torch equals the reference here (nothing to name)"
+    d = {"n_diff": n, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
+    got = explain_op(op, args, {}, rec, d)
+    assert got["cause"] == "reassociation" and "vdpbf16ps" in got["variant"], got
+    assert explain_op(op, args, {}, _one_ulp_off(rec), d)["cause"] == "unknown"
