@@ -2750,6 +2750,73 @@ def _complex_mul_tail(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     raise ValueError("no row or chunking gives these bits")
 
 
+def _merges_reach(start: np.float32, runs: list, want: np.ndarray, cap: int = 50_000) -> bool:
+    """Whether some interleaving of ``runs`` (each thread's terms in its own order), added one
+    at a time onto ``start`` in float32, gives ``want``'s bits: every interleaving followed,
+    the sums each reaches kept per position in each run (a set: orders that round alike
+    merge). ValueError past ``cap`` sums held (too many to follow)."""
+    f = np.float32
+    states: dict = {(0,) * len(runs): {f(start).view(np.uint32).item()}}
+    for _ in range(sum(len(r) for r in runs)):
+        nxt: dict = {}
+        for pos, bits in states.items():
+            accs = [np.uint32(b).view(f) for b in bits]
+            for t, run in enumerate(runs):
+                if pos[t] < len(run):
+                    key = pos[:t] + (pos[t] + 1,) + pos[t + 1:]
+                    got = nxt.setdefault(key, set())
+                    got.update((a + run[pos[t]]).view(np.uint32).item() for a in accs)
+        states = nxt
+        if sum(len(b) for b in states.values()) > cap:
+            raise ValueError("too many interleavings to follow")
+    return any(int(want.view(np.uint32)) in b for b in states.values())
+
+
+def _index_put_race(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """PyTorch's CPU ``index_put`` with ``accumulate=True`` on float32, 32,768 values or more,
+    at 2+ threads with deterministic algorithms off (ATen's IndexKernel.cpp): the values in
+    ``parallel_for``'s chunks, each thread adding its own in order by atomic adds
+    (``cpu_atomic_add_float``), so the adds of two threads onto one place interleave as the
+    threads race. Fitted: the chunk count (2 to ``ceil(n / GRAIN_SIZE)``) for which every
+    output that is not the serial loop's is what some interleaving of its threads' terms gives
+    (each followed; the serial loop is one of them). Nondeterministic: another run may give
+    other bits, ``torch.use_deterministic_algorithms(True)`` one serial loop."""
+    from tapescope.core.capture.aten_ref_shape import _index_key
+    from tapescope.core.capture.aten_ref_table import fp_quiet
+
+    x, vals = np.asarray(args[0]), np.asarray(args[2])
+    if x.dtype != np.float32 or not bool(_arg(args, kw, 3, "accumulate", False)):
+        raise ValueError("float32 with accumulate only")
+    places = np.arange(x.size).reshape(x.shape)[_index_key(x, list(args[1]))]
+    v = np.broadcast_to(vals.astype(np.float32), places.shape).reshape(-1)
+    places = places.reshape(-1)
+    n = places.size
+    if n < GRAIN_SIZE:
+        raise ValueError("one thread's serial loop")
+    serial = x.astype(np.float32).reshape(-1)
+    with fp_quiet():
+        np.add.at(serial, places, v)
+    want = np.asarray(recorded, np.float32).reshape(-1)
+    bad = np.flatnonzero(serial.view(np.uint32) != want.view(np.uint32))
+    if not bad.size or want.size != serial.size:
+        raise ValueError("the serial loop's bits")
+    order = np.argsort(places, kind="stable")  # (each place's terms, in the loop's order)
+    lo = np.searchsorted(places[order], bad, "left")
+    hi = np.searchsorted(places[order], bad, "right")
+    start = x.reshape(-1)
+    with fp_quiet():
+        for tasks in range(2, -(-n // GRAIN_SIZE) + 1):
+            chunk = -(-n // tasks)
+            if all(_merges_reach(start[p], [[v[i] for i in order[a:b] if i // chunk == t]
+                                            for t in range(tasks)], want[p])
+                   for p, a, b in zip(bad, lo, hi, strict=True)):
+                y = serial.copy()
+                y[bad] = want[bad]  # (each one an interleaving's sum, followed above)
+                return y.reshape(x.shape), f"{tasks} threads, {bad.size} places added in " \
+                                           "an order of the race"
+    raise ValueError("no interleaving of the threads' adds gives these bits")
+
+
 def _softplus_variant(backward: bool, threads: int, lanes: int = 16) -> _Variant:
     """PyTorch's CPU softplus (or its backward) at ``threads`` threads (core.explain_aten's
     ``softplus``); past one thread only where the loop is split (more than ATen's grain);
@@ -2995,6 +3062,14 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                  _aten_glu(base == "glu_backward", lanes))
                 for lanes, build in ((None, ""), (8 if dt == np.float32 else 4,
                                                   " (ATen's AVX2 build)"))]
+    if base in ("index_put", "index_put_", "_index_put_impl_"):
+        return [("reassociation", "PyTorch's parallel index_put with accumulate (float32, "
+                                  "32,768 values or more, several threads, deterministic "
+                                  "algorithms off): each thread adds its chunk's values in "
+                                  "order by atomic adds, the threads' adds to one place "
+                                  "interleaved as they raced (nondeterministic; torch."
+                                  "use_deterministic_algorithms(True) makes it one serial "
+                                  "loop)", _Fits(_index_put_race))]
     if base == "mul":
         return [("fma", "PyTorch's CPU complex product: its vector loop the reference's order, "
                         "each row's last numbers (past whole groups of 8 complex64 / 4 "
