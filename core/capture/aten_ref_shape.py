@@ -25,6 +25,7 @@ from tapescope.core.capture.aten_ref_table import (
     fast,
     form,
     fp_quiet,
+    is_float,
     opt,
 )
 from tapescope.core.capture.file import LAYOUT_KW, c_strides
@@ -528,16 +529,9 @@ def _gather(args: list, kwargs: dict) -> list:
     return [np.take_along_axis(x, np.asarray(idx).astype(I64), axis=_dim(d, x.ndim))]
 
 
-@form("aten.scatter.value", "aten.scatter.src")
-def _scatter(args: list, kwargs: dict) -> list:
-    """(self, dim, index, value | src): a copy of self with ``out[..., index[i], ...] = value``
-    (or src at i) at every position i of ``index`` along ``dim`` (``F.one_hot``'s); exact. An
-    index out of range, or a src written twice to one place (whose winner is the loop's
-    order), has no form."""
-    x, d, idx, val = args[0], args[1], np.asarray(args[2]), args[3]
-    if "reduce" in kwargs or len(args) > 4:
-        raise NoReference("scatter with a reduce")
-    x = np.asarray(x)
+def _scatter_where(x: np.ndarray, d: Any, idx: np.ndarray) -> tuple:
+    """(the places ``index``'s positions write along ``d`` as numpy's key, ``d``) for a
+    scatter into ``x``; an index whose shape does not fit, or out of range, has no form."""
     d = _dim(int(d), x.ndim)
     if x.ndim == 0 or idx.ndim != x.ndim or any(
             idx.shape[a] > x.shape[a] for a in range(x.ndim) if a != d):
@@ -547,16 +541,79 @@ def _scatter(args: list, kwargs: dict) -> list:
         raise NoReference("an index out of range (torch raises)")
     where = list(np.indices(idx.shape, sparse=True))
     where[d] = idx % x.shape[d] if x.shape[d] else idx
+    return tuple(np.broadcast_arrays(*where)), d
+
+
+@form("aten.scatter.value", "aten.scatter.src")
+def _scatter(args: list, kwargs: dict) -> list:
+    """(self, dim, index, value | src): a copy of self with ``out[..., index[i], ...] = value``
+    (or src at i) at every position i of ``index`` along ``dim`` (``F.one_hot``'s); exact. An
+    index out of range, or a src written twice to one place (whose winner is the loop's
+    order), has no form."""
+    x, idx, val = np.asarray(args[0]), np.asarray(args[2]), args[3]
+    if "reduce" in kwargs or len(args) > 4:
+        raise NoReference("scatter with a reduce")
+    where, _ = _scatter_where(x, args[1], idx)
     out = np.array(x, copy=True)
     if isinstance(val, np.ndarray) and val.ndim:
         src = val[tuple(slice(0, n) for n in idx.shape)]
-        flat = np.ravel_multi_index(tuple(np.broadcast_arrays(*where)), x.shape)
+        flat = np.ravel_multi_index(where, x.shape)
         if np.unique(flat).size != flat.size:
             raise NoReference("scatter of a src onto one place twice")
-        out[tuple(where)] = src
+        out[where] = src
     else:
-        out[tuple(where)] = np.asarray(val).astype(x.dtype)
+        out[where] = np.asarray(val).astype(x.dtype)
     return [out]
+
+
+#: scatter_reduce's reductions: (numpy's ufunc applied one value at a time, the identity
+#: ATen writes first where ``include_self`` is False)
+_SCATTER_REDUCE = {"sum": (np.add, 0.0), "mean": (np.add, 0.0), "prod": (np.multiply, 1.0),
+                   "amax": (np.fmax, -np.inf), "amin": (np.fmin, np.inf)}
+
+
+@form("aten.scatter_add.default", "aten.scatter_reduce.two")
+def _scatter_reduce(args: list, kwargs: dict) -> list:
+    """``scatter_add(self, dim, index, src)`` and ``scatter_reduce(self, dim, index, src,
+    reduce, include_self=True)`` (a graph network's aggregations): src's values at ``index``'s
+    positions reduced onto self's places one at a time in index order (ATen's serial loop
+    along ``dim``), ``sum`` and ``mean`` by adds, ``prod`` by products, ``amax`` / ``amin``
+    keeping a NaN; without ``include_self`` each written place starts from the reduction's
+    identity (ATen's ``scatter_`` of it first: 0 for a sum, so a -0.0 sum is +0.0); ``mean``
+    then divides by the count of values (and self) at each place, 1 where none. A half type
+    computes in float32 and is rounded once at the end (ATen's opmath accumulator: measured); a
+    half ``mean`` rounds its sum to the half type before it divides."""
+    x, idx, src = np.asarray(args[0]), np.asarray(args[2]), np.asarray(args[3])
+    add = len(args) <= 4 and "reduce" not in kwargs  # (scatter_add)
+    reduce = "sum" if add else str(opt(kwargs, args, 4, "reduce"))
+    include_self = True if add else bool(opt(kwargs, args, 5, "include_self", True))
+    if reduce not in _SCATTER_REDUCE:
+        raise NoReference(f"scatter_reduce's reduce {reduce!r}")
+    if src.dtype != x.dtype or not is_float(x.dtype) or src.ndim != idx.ndim or any(
+            idx.shape[a] > src.shape[a] for a in range(idx.ndim)):
+        raise NoReference("scatter_reduce of floats with a src of self's type that fits index")
+    where, _ = _scatter_where(x, args[1], idx)
+    ufunc, identity = _SCATTER_REDUCE[reduce]
+    out = np.array(x, dtype=F32 if x.dtype in HALF else x.dtype)
+    flat = np.ravel_multi_index(where, x.shape).reshape(-1)
+    vals = src[tuple(slice(0, n) for n in idx.shape)].reshape(-1).astype(out.dtype)
+    if not include_self:
+        out.reshape(-1)[flat] = identity
+    with fp_quiet():
+        if reduce in ("amax", "amin"):  # (a NaN, from self or src, stays: ATen's isnan test)
+            nan = np.isnan(out.reshape(-1))
+            np.logical_or.at(nan, flat, np.isnan(vals))
+            ufunc.at(out.reshape(-1), flat, vals)
+            out.reshape(-1)[nan] = np.nan
+        else:
+            ufunc.at(out.reshape(-1), flat, vals)
+        if reduce == "mean":
+            count = np.full(x.size, 1.0 if include_self else 0.0, out.dtype)
+            np.add.at(count, flat, 1.0)
+            count[count == 0] = 1.0
+            # (the sum first rounded to self's type, then divided: ATen's composite)
+            out = (out.astype(x.dtype).astype(out.dtype).reshape(-1) / count).reshape(x.shape)
+    return [out.astype(x.dtype, copy=False)]
 
 
 # ---- complex views (rotary embeddings: ``view_as_complex``, a product, ``view_as_real``) ------

@@ -749,6 +749,32 @@ CASES = [
     ("resolve_conj", "aten.resolve_conj.default", lambda g, d: ([_cx(g, d, 3, 4).conj()], {})),
     ("polar", "aten.polar.default",
      lambda g, d: ([pos(g, _re(d), 5, 4), rn(g, _re(d), 5, 4, lo=-4.0, hi=4.0)], {})),
+    # session 35: a graph network's aggregations, in index order (a place hit many times;
+    # a 2-d index along either dimension; without self; 40,000 values: ATen's threads)
+    ("scatter_add", "aten.scatter_add.default",
+     lambda g, d: ([rn(g, d, 5, 6), 0, torch.randint(0, 5, (12, 6), generator=g),
+                    rn(g, d, 12, 6)], {})),
+    ("scatter_add_", "aten.scatter_add_.default",
+     lambda g, d: ([rn(g, d, 5, 6), 1, torch.randint(0, 6, (5, 9), generator=g),
+                    rn(g, d, 5, 10)], {})),
+    ("scatter_reduce_sum_big", "aten.scatter_reduce.two",
+     lambda g, d: ([rn(g, d, 300), 0, torch.randint(0, 300, (40000,), generator=g),
+                    rn(g, d, 40000), "sum"], {})),
+    ("scatter_reduce_mean", "aten.scatter_reduce.two",
+     lambda g, d: ([rn(g, d, 7), 0, torch.randint(0, 7, (30,), generator=g), rn(g, d, 30),
+                    "mean"], {"include_self": False})),
+    ("scatter_reduce_mean_self", "aten.scatter_reduce.two",
+     lambda g, d: ([rn(g, d, 50, 8), 0, torch.randint(0, 50, (300, 8), generator=g),
+                    rn(g, d, 300, 8), "mean"], {})),
+    ("scatter_reduce_prod", "aten.scatter_reduce.two",
+     lambda g, d: ([rn(g, d, 7), 0, torch.randint(0, 7, (30,), generator=g), rn(g, d, 30),
+                    "prod"], {})),
+    ("scatter_reduce_amax", "aten.scatter_reduce.two",
+     lambda g, d: ([rn(g, d, 4, 5, 6), 2, torch.randint(0, 6, (3, 5, 2), generator=g),
+                    rn(g, d, 3, 5, 2), "amax"], {"include_self": False})),
+    ("scatter_reduce_amin", "aten.scatter_reduce.two",
+     lambda g, d: ([rn(g, d, 7), 0, torch.randint(0, 7, (30,), generator=g), rn(g, d, 30),
+                    "amin"], {})),
     # session 35: the complex product (rotary embeddings' ``xc * freqs``), rows of 16 complex
     # numbers: torch's whole vectors (its last few elements are contracted: an explain
     # variant); with a real tensor, a Python float, and a row broadcast
@@ -920,6 +946,9 @@ BIT_EXACT = {
     # session 29's selections, complex views and packed sequences
     "view_as_complex", "view_as_real", "conj", "conj_physical", "resolve_conj", "sort",
     "mul_complex", "mul_complex_real", "mul_complex_scalar", "mul_complex_row",
+    "scatter_add", "scatter_add_", "scatter_reduce_sum_big", "scatter_reduce_mean",
+    "scatter_reduce_mean_self", "scatter_reduce_prod", "scatter_reduce_amax",
+    "scatter_reduce_amin",
     "sort_desc_dim0", "sort_stable_ties_nan", "sort_stable_asc", "topk", "topk_smallest_dim0",
     "nonzero", "masked_select", "index_put", "index_put_acc_twice", "index_put_mask",
     "index_put_impl_", "index_add", "index_add_dim1_", "index_copy", "diagonal",
