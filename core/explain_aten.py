@@ -1592,7 +1592,8 @@ def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False, threads: 
       four columns remain after them) in 8-term blocks, each block's second half its own chain
       added to the first's.
 
-    With ``c`` (beta = 1) and ``alpha``: against a transposed view ``c + alpha * (a @ b)``,
+    Every accumulator starts at +0.0 (an output of -0.0 products only is +0.0). With ``c``
+    (beta = 1) and ``alpha``: against a transposed view ``c + alpha * (a @ b)``,
     each step rounded; by rows ``alpha * a`` rounded first, ``c`` each chain's start (the
     one-row kernel's forms: measured with ``torch.addmm``). ``starts``: each row's offset in
     floats past a 16-byte boundary, where the rows are views into other memory (the flash
@@ -1618,10 +1619,15 @@ def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False, threads: 
         if cut >= m or (cut <= 3 or n <= 11) == (m - cut <= 3 or n <= 11):
             raise ValueError("two threads split these rows into parts of one kernel: the "
                              "one-thread variant")
-        return _GridParts(a, b, by_rows, c, alpha, starts).assemble(cut, cols)
-    if not (m <= 3 or n <= 11):
+        y = _GridParts(a, b, by_rows, c, alpha, starts).assemble(cut, cols)
+    elif not (m <= 3 or n <= 11):
         raise ValueError("4 or more rows by 12 or more columns: MKL's sgemm (_sgemm)")
-    return _GridParts(a, b, by_rows, c, alpha, starts).assemble(-(-m // 4) * 4, cols)
+    else:
+        y = _GridParts(a, b, by_rows, c, alpha, starts).assemble(-(-m // 4) * 4, cols)
+    # MKL's accumulators start at +0.0: an output whose products are all -0.0 is +0.0, not
+    # the -0.0 a chain from its first product keeps (measured: a row against a column of
+    # -0.0, both layouts; an attention's masked gradient rows)
+    return y if c is not None else (y + np.float32(0)).astype(np.float32)
 
 
 def _grid_cuts(size: int, part: int) -> list[tuple[int, int]]:

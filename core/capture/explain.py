@@ -224,7 +224,7 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         m = _batched(v.value)
 
         def run(args: list, kw: dict, m=m) -> np.ndarray:
-            if op.startswith("aten.addmm"):
+            if op.startswith(("aten.addmm", "aten.baddbmm")):
                 bias, a, b = (_f32(x) for x in args[:3])
                 beta, alpha = _addmm_scales(args, kw)
                 p = m(a, b)
@@ -276,6 +276,20 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
                         + _SMALL_LAYOUT[by_rows] + ")",
                         _Fits(partial(_mkl_grid_amd_run, by_rows=by_rows,
                                       addmm=_base(op) == "addmm"))))
+    if _base(op) in ("bmm", "baddbmm") and dt == np.float32:
+        # ATen's bmm / baddbmm of small matrices: each batch its own MKL product
+        plus = _base(op) == "baddbmm"
+        for by_rows in (False, True):
+            out.append(("reassociation", "MKL's small-product kernel on an AMD CPU, each batch "
+                        "its own product (at most 11 output columns or 3 rows; "
+                        + _SMALL_LAYOUT[by_rows] + "; no FMA)",
+                        _per_batch(partial(_mkl_small_amd_run, by_rows=by_rows, threads=1,
+                                           addmm=plus), plus)))
+        if plus:
+            out.append(("fma", "MKL's sgemm as baddbmm calls it on an AMD CPU, each batch its "
+                               "own product (float32, beta = alpha = 1): the bias first, then k "
+                               "in panels of at most 192 terms, each one fma chain from zero "
+                               "added in turn", _per_batch(_mkl_addmm_amd, True)))
     if op.startswith("aten.addmm"):
         out.append(("fma", "MKL's sgemm as addmm calls it (float32, beta = alpha = 1): the "
                            "bias first, then k in ceil(K / 384) equal panels, each one fma "
@@ -321,6 +335,21 @@ def _mkl_small_amd_run(args: list, kw: dict, by_rows: bool, threads: int,
     bias, a, b, alpha = _mm_operands(args, kw, addmm)
     c = None if bias is None else np.broadcast_to(bias, (a.shape[0], b.shape[-1]))
     return mkl_small_amd(a, b, by_rows, threads, c, alpha)
+
+
+def _per_batch(run2d: Callable, plus: bool) -> Callable:
+    """A 2-d product's variant run on each batch of a ``bmm`` (``plus``: a ``baddbmm``, its
+    bias broadcast to the batches and handed over as an ``addmm``'s)."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        a, b = (np.asarray(x) for x in args[1:3] if plus) if plus else \
+            (np.asarray(args[0]), np.asarray(args[1]))
+        if a.ndim != 3 or b.ndim != 3 or not a.shape[0]:
+            raise ValueError("a batch of matrices")
+        if not plus:
+            return np.stack([run2d([a[i], b[i]], kw) for i in range(a.shape[0])])
+        c = np.broadcast_to(np.asarray(args[0]), (a.shape[0], a.shape[1], b.shape[2]))
+        return np.stack([run2d([c[i], a[i], b[i], *args[3:]], kw) for i in range(a.shape[0])])
+    return run
 
 
 def _mm_operands(args: list, kw: dict, addmm: bool) -> tuple:
@@ -3081,7 +3110,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                          "each times abs", _polar_libc)]
     if base in ("_fused_adam_", "_fused_adamw_", "_fused_adam", "_fused_adamw"):
         return _fused_adams(base)
-    if base in ("mm", "bmm", "addmm", "mv", "dot", "vdot"):
+    if base in ("mm", "bmm", "addmm", "baddbmm", "mv", "dot", "vdot"):
         return _products(op, dt)
     if base.removeprefix("_foreach_").rstrip("_") in ("lerp", "add", "sub", "addcmul",
                                                       "addcdiv"):
