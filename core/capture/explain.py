@@ -31,6 +31,7 @@ their gradients: docs/capture.md, "--explain").
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -2779,6 +2780,11 @@ def _complex_mul_tail(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     raise ValueError("no row or chunking gives these bits")
 
 
+#: the recorded run's thread count while ``explain_op`` searches (None: not known)
+_RECORDED_THREADS: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "tapescope_explain_threads", default=None)
+
+
 def _merges_reach(start: np.float32, runs: list, want: np.ndarray, cap: int = 50_000) -> bool:
     """Whether some interleaving of ``runs`` (each thread's terms in its own order), added one
     at a time onto ``start`` in float32, gives ``want``'s bits: every interleaving followed,
@@ -2806,7 +2812,9 @@ def _index_put_race(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     at 2+ threads with deterministic algorithms off (ATen's IndexKernel.cpp): the values in
     ``parallel_for``'s chunks, each thread adding its own in order by atomic adds
     (``cpu_atomic_add_float``), so the adds of two threads onto one place interleave as the
-    threads race. Fitted: the chunk count (2 to ``ceil(n / GRAIN_SIZE)``) for which every
+    threads race. The chunks are one per thread, not bounded by the grain (measured at 2 and 8
+    threads): the recorded run's thread count where ``explain_op`` knows it, else fitted (2 to
+    16; the more chunks, the more orders an output may have taken). Named where every
     output that is not the serial loop's is what some interleaving of its threads' terms gives
     (each followed; the serial loop is one of them). Nondeterministic: another run may give
     other bits, ``torch.use_deterministic_algorithms(True)`` one serial loop."""
@@ -2834,7 +2842,10 @@ def _index_put_race(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     hi = np.searchsorted(places[order], bad, "right")
     start = x.reshape(-1)
     with fp_quiet():
-        for tasks in range(2, -(-n // GRAIN_SIZE) + 1):
+        known = _RECORDED_THREADS.get()
+        for tasks in ([known] if known else range(2, 17)):
+            if tasks < 2:
+                break
             chunk = -(-n // tasks)
             if all(_merges_reach(start[p], [[v[i] for i in order[a:b] if i // chunk == t]
                                             for t in range(tasks)], want[p])
@@ -3431,7 +3442,7 @@ def _by_vendor(cands: list, vendor: str | None) -> list:
 
 
 def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: dict,
-               output: int = 0, vendor: str | None = None) -> dict:
+               output: int = 0, vendor: str | None = None, threads: int | None = None) -> dict:
     """The cause of op ``op``'s recorded output ``output`` differing from the reference
     (``diff``: the judge's difference), as ``core.explain.Cause.to_json``: ``{"cause",
     "variant"}``, plus ``closest``, ``max_ulp``, ``n_diff`` when unknown. As
@@ -3439,7 +3450,18 @@ def explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: di
     tried first, and a closest variant is named only when strictly closer than the reference
     (``core.explain.closer``). A foreach op's output j is its lists' entry j; other ops'
     variants name output 0, or every output (a tuple). ``vendor``: the recording CPU's
-    (the capture's ``settings.cpu_vendor``), whose own kernels are tried first."""
+    (the capture's ``settings.cpu_vendor``), whose own kernels are tried first; ``threads``:
+    the run's thread count (``settings.threads``), for the variants whose order it decides
+    (None: they fit it)."""
+    token = _RECORDED_THREADS.set(threads if isinstance(threads, int) and threads > 0 else None)
+    try:
+        return _explain_op(op, args, kwargs, recorded, diff, output, vendor)
+    finally:
+        _RECORDED_THREADS.reset(token)
+
+
+def _explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: dict,
+                output: int, vendor: str | None) -> dict:
     if diff["n_diff"] and diff.get("n_signed_zero", 0) == diff["n_diff"]:
         return {"cause": "signed-zero", "variant": "equal but for the sign of zero"}
     if output and _base(op).startswith("_foreach_"):

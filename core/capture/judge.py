@@ -689,6 +689,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     uninitialised: set[int] | None = None  # (found when an input is first missing)
     vendor = cap.settings.get("cpu_vendor")  # (whose kernels --explain tries first)
     vendor = vendor if isinstance(vendor, str) else None
+    threads = cap.settings.get("threads")  # (the run's: orders a race's chunks)
 
     def reference(op: str, a: list, k: dict, i: int = -1) -> list:
         if override is not None:
@@ -894,7 +895,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 ent = {**where, "n_diff": di["n_diff"], "max_ulp": di["max_ulp"],
                        "max_abs": di["max_abs"], "first_index": di["first_index"]}
                 if explain:
-                    c = explain_op(op, a, k, r, di, j, vendor)
+                    c = explain_op(op, a, k, r, di, j, vendor, threads)
                     ent["cause"], ent["explain"] = c["cause"], c
                 introduced.append(ent)
         if op == COMPILED_OP and any(o["verdict"] == "introduced" for o in e["outputs"]):
