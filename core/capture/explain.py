@@ -342,8 +342,7 @@ def _per_batch(run2d: Callable, plus: bool) -> Callable:
     """A 2-d product's variant run on each batch of a ``bmm`` (``plus``: a ``baddbmm``, its
     bias broadcast to the batches and handed over as an ``addmm``'s)."""
     def run(args: list, kw: dict) -> np.ndarray:
-        a, b = (np.asarray(x) for x in args[1:3] if plus) if plus else \
-            (np.asarray(args[0]), np.asarray(args[1]))
+        a, b = (np.asarray(x) for x in (args[1:3] if plus else args[:2]))
         if a.ndim != 3 or b.ndim != 3 or not a.shape[0]:
             raise ValueError("a batch of matrices")
         if not plus:
@@ -2772,8 +2771,8 @@ def _complex_mul_tail(args: list, kw: dict, recorded: np.ndarray) -> tuple:
         for used in range(1, -(-n // GRAIN_SIZE) + 1):
             y = plain.copy()
             for _, v, hi in vec_segments(n, group, used, row if row < n else None):
-                y[v:v + ((hi - v) // 2 * 2 if group == 8 else hi - v)] = \
-                    fused[v:v + ((hi - v) // 2 * 2 if group == 8 else hi - v)]
+                end = v + (hi - v) // 2 * 2 if group == 8 else hi  # (complex64: in pairs)
+                y[v:end] = fused[v:end]
             if np.array_equal(y.view(np.uint8), want):
                 return y.reshape(shape), (f"rows of {row}" if row < n else "one row") + \
                     (f", {used} threads' chunks" if used > 1 else "")
