@@ -222,6 +222,8 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
     mms = sorted((v for v in variants_for("matmul", dt) if v.prim == "mm"),
                  key=lambda v: v.value is not _mm_blas)
     for v in mms:
+        if dt == _BF16 and v.label.startswith("MKL's"):
+            continue  # (MKL's float32 kernels: a bfloat16 product is oneDNN's, below)
         m = _batched(v.value)
 
         def run(args: list, kw: dict, m=m) -> np.ndarray:
