@@ -1616,18 +1616,19 @@ def mkl_small_amd(a: np.ndarray, b: np.ndarray, by_rows: bool = False, threads: 
     if threads == 2:
         half = (m + 1) // 2
         cut = (half + 3) // 4 * 4
-        if cut >= m or (cut <= 3 or n <= 11) == (m - cut <= 3 or n <= 11):
+        if cut >= m or _small_part(cut, n) == _small_part(m - cut, n):
             raise ValueError("two threads split these rows into parts of one kernel: the "
                              "one-thread variant")
-        y = _GridParts(a, b, by_rows, c, alpha, starts).assemble(cut, cols)
-    elif not (m <= 3 or n <= 11):
+        return _GridParts(a, b, by_rows, c, alpha, starts).assemble(cut, cols)
+    if not _small_part(m, n):
         raise ValueError("4 or more rows by 12 or more columns: MKL's sgemm (_sgemm)")
-    else:
-        y = _GridParts(a, b, by_rows, c, alpha, starts).assemble(-(-m // 4) * 4, cols)
-    # MKL's accumulators start at +0.0: an output whose products are all -0.0 is +0.0, not
-    # the -0.0 a chain from its first product keeps (measured: a row against a column of
-    # -0.0, both layouts; an attention's masked gradient rows)
-    return y if c is not None else (y + np.float32(0)).astype(np.float32)
+    return _GridParts(a, b, by_rows, c, alpha, starts).assemble(-(-m // 4) * 4, cols)
+
+
+def _small_part(rows: int, cols: int) -> bool:
+    """Whether MKL on an AMD CPU runs a (part of a) product of ``rows`` x ``cols`` outputs by
+    its small-product kernel (at most 3 rows or 11 columns), else by sgemm's chains."""
+    return rows <= 3 or cols <= 11
 
 
 def _grid_cuts(size: int, part: int) -> list[tuple[int, int]]:
@@ -1683,17 +1684,21 @@ class _GridParts:
         key = (r0, r1, c0, c1) if self.by_rows else (r0, r1)
         got = self._small.get(key)
         if got is None:
+            # (MKL's accumulators start at +0.0: an output whose products are all -0.0 is
+            # +0.0, not the -0.0 a chain from its first product keeps; measured: a row against
+            # a column of -0.0, both layouts; an attention's masked gradient rows)
             if self.by_rows:
                 got = _small_block_amd(self.la[r0:r1], self.b[:, c0:c1], range(r1 - r0), True,
                                        self.starts[r0:r1] + c0,
                                        None if self.c is None else self.c[r0:r1, c0:c1])
+                if self.c is None:
+                    got = (got + f32(0)).astype(f32)
             else:
                 got = _small_block_amd(self.a[r0:r1], self.b, range(r1 - r0), False,
                                        self.starts[r0:r1])
                 if self.alpha is not None:
                     got = (got * f32(self.alpha)).astype(f32)
-                if self.c is not None:
-                    got = (self.c[r0:r1] + got).astype(f32)
+                got = ((f32(0) if self.c is None else self.c[r0:r1]) + got).astype(f32)
             self._small[key] = got
         return got if self.by_rows else got[:, c0:c1]
 
@@ -1702,7 +1707,7 @@ class _GridParts:
         out = np.empty((m, n), dtype=np.float32)
         for c0, c1 in _grid_cuts(n, w):
             for r0, r1 in _grid_cuts(m, h):
-                if r1 - r0 <= 3 or c1 - c0 <= 11:
+                if _small_part(r1 - r0, c1 - c0):
                     out[r0:r1, c0:c1] = self.small(r0, r1, c0, c1)
                 else:
                     out[r0:r1, c0:c1] = self.wide()[r0:r1, c0:c1]

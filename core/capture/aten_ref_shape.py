@@ -611,8 +611,9 @@ def _scatter_reduce(args: list, kwargs: dict) -> list:
             count = np.full(x.size, 1.0 if include_self else 0.0, out.dtype)
             np.add.at(count, flat, 1.0)
             count[count == 0] = 1.0
-            # (the sum first rounded to self's type, then divided: ATen's composite)
-            out = (out.astype(x.dtype).astype(out.dtype).reshape(-1) / count).reshape(x.shape)
+            if x.dtype in HALF:  # (the sum first rounded to the half type: ATen's composite)
+                out = out.astype(x.dtype).astype(out.dtype)
+            out = (out.reshape(-1) / count).reshape(x.shape)
     return [out.astype(x.dtype, copy=False)]
 
 
@@ -776,6 +777,14 @@ def _index_key(x: np.ndarray, indices: list) -> tuple:
     return tuple(key)
 
 
+def index_put_places(x: np.ndarray, indices: list, vals: np.ndarray) -> tuple:
+    """``(places, values)`` of an ``index_put``: each written element's flat place in ``x``
+    and its value in ``x``'s type, both flat, in the loop's order."""
+    places = np.arange(x.size).reshape(x.shape)[_index_key(x, indices)]
+    v = np.broadcast_to(vals.astype(x.dtype), places.shape).reshape(-1)
+    return places.reshape(-1), v
+
+
 @form("aten.index_put.default", "aten._index_put_impl_.default")
 def _index_put(args: list, kwargs: dict) -> list:
     """(self, indices, values, accumulate): a copy of self with values written (accumulate:
@@ -783,10 +792,7 @@ def _index_put(args: list, kwargs: dict) -> list:
     place without accumulate race in ATen's parallel loop: no reference."""
     x, indices, vals = np.asarray(args[0]), list(args[1]), np.asarray(args[2])
     acc = bool(opt(kwargs, args, 3, "accumulate", False))
-    # each written element's flat place, in the loop's order
-    places = np.arange(x.size).reshape(x.shape)[_index_key(x, indices)]
-    v = np.broadcast_to(vals.astype(x.dtype), places.shape).reshape(-1)
-    places = places.reshape(-1)
+    places, v = index_put_places(x, indices, vals)
     out = np.array(x, copy=True)
     if acc:
         with fp_quiet():

@@ -211,6 +211,28 @@ def _vdpbf16_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
+def _product_run(op: str, m: Callable) -> Callable:
+    """A variant of ``op`` (mm, bmm, addmm, baddbmm, mv, dot, vdot) whose product is ``m``
+    (float32 or float64 operands, half ones widened): addmm's ``beta * bias + alpha * (a @
+    b)`` with the bias added last, mv / dot as the product with a column, rounded to the
+    operands' type."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        if op.startswith(("aten.addmm", "aten.baddbmm")):
+            bias, a, b = (_f32(x) for x in args[:3])
+            beta, alpha = _addmm_scales(args, kw)
+            p = m(a, b)
+            if alpha != 1:
+                p = p * p.dtype.type(alpha)
+            return (p + (bias if beta == 1 else bias * bias.dtype.type(beta))).astype(
+                np.asarray(args[1]).dtype)
+        a, b = _f32(args[0]), _f32(args[1])
+        if b.ndim == 1:  # mv, dot, vdot (real): the product with a column
+            p = m(a if a.ndim == 2 else a[None], b[:, None])
+            return (p[:, 0] if a.ndim == 2 else p.reshape(())).astype(a.dtype)
+        return m(a, b).astype(np.asarray(args[0]).dtype)
+    return run
+
+
 def _products(op: str, dt: np.dtype) -> list[_Variant]:
     """mm / bmm / addmm: (bias +) alpha * A @ B under each product variant of core.explain's
     table (the ``mm`` primitive's, in its order); mv / dot / vdot as the product with a
@@ -224,37 +246,21 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
     for v in mms:
         if dt == _BF16 and v.label.startswith("MKL's"):
             continue  # (MKL's float32 kernels: a bfloat16 product is oneDNN's, below)
-        m = _batched(v.value)
-
-        def run(args: list, kw: dict, m=m) -> np.ndarray:
-            if op.startswith(("aten.addmm", "aten.baddbmm")):
-                bias, a, b = (_f32(x) for x in args[:3])
-                beta, alpha = _addmm_scales(args, kw)
-                p = m(a, b)
-                if alpha != 1:
-                    p = p * p.dtype.type(alpha)
-                return (p + (bias if beta == 1 else bias * bias.dtype.type(beta))).astype(
-                    np.asarray(args[1]).dtype)
-            a, b = _f32(args[0]), _f32(args[1])
-            if b.ndim == 1:  # mv, dot, vdot (real): the product with a column
-                p = m(a if a.ndim == 2 else a[None], b[:, None])
-                return (p[:, 0] if a.ndim == 2 else p.reshape(())).astype(a.dtype)
-            return m(a, b).astype(np.asarray(args[0]).dtype)
+        run = _product_run(op, _batched(v.value))
         # BLAS's own kernel can change with the row count: only the table's written-out
         # orders (each output row its own chains) are screened on a few rows first
         out.append((v.cause, v.label, run) if v.value is _mm_blas else
                    (v.cause, v.label, run, _screen(run, _product_rows(op))))
     if dt == _BF16 and _base(op) in ("mm", "bmm", "addmm"):
+        bf16_run = _product_run(op, _vdpbf16_chain)
+
         def chain_run(args: list, kw: dict) -> np.ndarray:
             n = 3 if _base(op) == "addmm" else 2
             if any(np.asarray(x).dtype != _BF16 for x in args[:n]):
                 raise ValueError("bfloat16 operands only")
-            if n == 3:
-                bias, a, b = (_f32(x) for x in args[:3])
-                if _addmm_scales(args, kw) != (1, 1):
-                    raise ValueError("beta = alpha = 1")
-                return (_vdpbf16_chain(a, b) + bias).astype(_BF16)
-            return _vdpbf16_chain(_f32(args[0]), _f32(args[1])).astype(_BF16)
+            if n == 3 and _addmm_scales(args, kw) != (1, 1):
+                raise ValueError("beta = alpha = 1")
+            return bf16_run(args, kw)
         out.insert(0, ("reassociation", "oneDNN's bfloat16 matmul (AVX-512 BF16 without AMX: "
                                         "vdpbf16ps): one float32 chain an output over k in "
                                         "pairs, the odd term before the even, products exact; "
@@ -2819,15 +2825,13 @@ def _index_put_race(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     output that is not the serial loop's is what some interleaving of its threads' terms gives
     (each followed; the serial loop is one of them). Nondeterministic: another run may give
     other bits, ``torch.use_deterministic_algorithms(True)`` one serial loop."""
-    from tapescope.core.capture.aten_ref_shape import _index_key
+    from tapescope.core.capture.aten_ref_shape import index_put_places
     from tapescope.core.capture.aten_ref_table import fp_quiet
 
-    x, vals = np.asarray(args[0]), np.asarray(args[2])
+    x = np.asarray(args[0])
     if x.dtype != np.float32 or not bool(_arg(args, kw, 3, "accumulate", False)):
         raise ValueError("float32 with accumulate only")
-    places = np.arange(x.size).reshape(x.shape)[_index_key(x, list(args[1]))]
-    v = np.broadcast_to(vals.astype(np.float32), places.shape).reshape(-1)
-    places = places.reshape(-1)
+    places, v = index_put_places(x, list(args[1]), np.asarray(args[2]))
     n = places.size
     if n < GRAIN_SIZE:
         raise ValueError("one thread's serial loop")
