@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import itertools
 from collections.abc import Callable, Mapping
 
@@ -22,6 +21,7 @@ from PySide6.QtGui import QAction, QColor, QPainter
 from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QMenu, QToolTip
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.core.gcpause import gc_paused
 from tapescope.views import theme
 from tapescope.views.graph_canvas import GraphCanvas
 from tapescope.views.models.graph_model import DisplayGraph, GraphModel
@@ -334,13 +334,8 @@ class GraphView(QGraphicsView):
             # no garbage collection while this view paints: a cycle collected mid-frame can
             # hold a closed view's Qt objects, and deleting them under a live QPainter crashed
             # the suite (a segfault in GraphCanvas.paint, about once in five full runs)
-            was = gc.isenabled()
-            gc.disable()
-            try:
+            with gc_paused():
                 return super().viewportEvent(ev)
-            finally:
-                if was:
-                    gc.enable()
         return super().viewportEvent(ev)
 
     def mouseDoubleClickEvent(self, ev) -> None:  # noqa: N802 (Qt override)

@@ -213,3 +213,29 @@ def test_the_worker_says_what_opening_takes_before_ready():
         st._progress({"event": "advance", "what": "x", "done": k, "total": 50, "elapsed": 0})
     st._progress({"event": "end", "what": "x", "done": 50, "total": 50, "elapsed": 0})
     assert len(msgs) < 10 and msgs[-1]["event"] == "end"  # (50 asked)
+
+
+def test_no_garbage_collection_runs_while_the_thread_loads(qtbot, win):
+    """A collection started by the load thread's allocations ran on that thread, and deleted
+    the window's Qt objects held in cyclic garbage off the GUI thread (a segfault in a full
+    suite run): the collector is off while the thread runs and as it was after, also after
+    an error."""
+    import gc
+
+    seen = []
+
+    def work():
+        seen.append(gc.isenabled())
+        return 1
+
+    assert gc.isenabled()
+    assert pd.run_with_progress(win, "t", "working", work) == 1
+    assert seen == [False] and gc.isenabled()
+
+    def fail():
+        seen.append(gc.isenabled())
+        raise ValueError("bad")
+
+    with pytest.raises(ValueError):
+        pd.run_with_progress(win, "t", "working", fail)
+    assert seen == [False, False] and gc.isenabled()
