@@ -8,13 +8,16 @@ op's result is a new value, and a value is copied once: when an op makes it, or 
 reads it (parameters, data, optimizer state: the run's initial state).
 
 Module paths come from global module forward hooks (a stack; backward ops get the module of the
-forward op whose autograd node runs them, labelled in the node's ``metadata`` by the module's
-forward hook); the phase from autograd's engine (``_current_graph_task_id``) and the optimizer's
-step hooks; a step ends at each ``optimizer.step()``. See docs/capture.md.
+forward op whose autograd node runs them: the hooks write down at which of autograd's node
+numbers each module's forward began and ended, and a node's number says which module was
+running when it was made; a parameter's gradient accumulation, the module that holds it);
+the phase from autograd's engine (``_current_graph_task_id``) and the optimizer's step hooks;
+a step ends at each ``optimizer.step()``. See docs/capture.md.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import ctypes
 import inspect
@@ -455,6 +458,12 @@ class Recorder(TorchDispatchMode):
         self.after_backward = False
         self.in_optimizer = 0
         self.modules: list[tuple[torch.nn.Module, str]] = []
+        # the module running from each of autograd's node numbers on (the hooks append at each
+        # forward's start and end; numbers rise as nodes are made): a backward op's module is
+        # the one its node was made in, found by bisection (``_backward_module``)
+        self.module_from: list[int] = []
+        self.module_path: list[str] = []
+        self._param_modules: dict[int, str] = {}  # id(parameter) -> the path of its module
         self.initial: dict[str, list] = {"params": [], "buffers": [], "optimizer_state": []}
         self.roots_seen: set[int] = set()
         self.roots: list[tuple[str, torch.nn.Module]] = []
@@ -535,8 +544,6 @@ class Recorder(TorchDispatchMode):
             # torch's dispatch finds the instance's own ``__torch_dispatch__`` first: the C
             # path called directly, no Python frame between (~0.4 us an op)
             self.__torch_dispatch__ = hot  # type: ignore[method-assign]
-        if inspect.getattr_static(type(self), "_label_graph") is _LABEL_GRAPH:
-            self._label_graph = mod.label_graph  # type: ignore[method-assign]
 
     def stop(self) -> None:
         """Leave the mode (when it is the innermost one) and remove the hooks; idempotent."""
@@ -546,7 +553,6 @@ class Recorder(TorchDispatchMode):
             self._hot = None
             del self._made, self._value_of
             self.__dict__.pop("__torch_dispatch__", None)
-            self.__dict__.pop("_label_graph", None)
         for h in self.hooks:
             h.remove()
         self.hooks = []
@@ -600,29 +606,41 @@ class Recorder(TorchDispatchMode):
                     self._names[(id(parent), id(mod))] = name
             path = f"{ppath}.{name}"
         self.modules.append((mod, path))
+        self.module_path.append(path)  # (first: a reader on autograd's thread bounds by from)
+        self.module_from.append(_next_sequence_nr())
 
     def _post(self, mod: torch.nn.Module, args: Any, out: Any) -> None:
         if _is_compiling() or not self.recording or threading.get_ident() != self.thread:
             return
         if self.modules and self.modules[-1][0] is mod:
-            _, path = self.modules.pop()
-            if torch.is_grad_enabled():
-                self._label_graph(out, path)
+            self.modules.pop()
+            self.module_path.append(self.modules[-1][1] if self.modules else "")
+            self.module_from.append(_next_sequence_nr())
 
-    @staticmethod
-    def _label_graph(out: Any, path: str) -> None:
-        """Label the autograd nodes this module's forward made (not yet labelled by an inner
-        module) with its path: backward ops find their module there."""
-        stack = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
-        while stack:
-            n = stack.pop()
-            if n is None:
-                continue
-            meta = n.metadata
-            if "tapescope_module" in meta:
-                continue
-            meta["tapescope_module"] = path
-            stack.extend(f for f, _ in n.next_functions if f is not None)
+    def _backward_module(self, node: Any) -> str:
+        """The module a backward op belongs to: the one running when its autograd node was
+        made (its forward op's, a function its forward called between two children included);
+        a gradient's accumulation into a parameter (AccumulateGrad, numbered last of all), the
+        module holding the parameter."""
+        if node is None:
+            return ""
+        nr = node._sequence_nr()
+        if nr == _ACCUMULATE_NR:
+            return self._param_module(getattr(node, "variable", None))
+        i = bisect.bisect_right(self.module_from, nr) - 1
+        return self.module_path[i] if i >= 0 else ""
+
+    def _param_module(self, p: Any) -> str:
+        if p is None:
+            return ""
+        path = self._param_modules.get(id(p))
+        if path is None:  # (built when first asked, again for a parameter added since)
+            self._param_modules = {id(q): f"{rpath}.{mpath}" if mpath else rpath
+                                   for rpath, root in self.roots
+                                   for mpath, m in root.named_modules()
+                                   for q in m.parameters(recurse=False)}
+            path = self._param_modules.setdefault(id(p), "")
+        return path
 
     def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.recording:
@@ -1253,8 +1271,7 @@ class Recorder(TorchDispatchMode):
             if graph_task != -1:
                 phase = 1
                 self.in_backward = self.after_backward = True
-                node = torch._C._current_autograd_node()
-                module = node.metadata.get("tapescope_module", "") if node is not None else ""
+                module = self._backward_module(torch._C._current_autograd_node())
                 if self.last_ones_like is not None:
                     self.losses[self.step] = self.last_ones_like
                     self.last_ones_like = None
@@ -1326,8 +1343,7 @@ class Recorder(TorchDispatchMode):
             phase = 1
             self.in_backward = True
             self.after_backward = True
-            node = _autograd_node()
-            module = node.metadata.get("tapescope_module", "") if node is not None else ""
+            module = self._backward_module(_autograd_node())
             if self.last_ones_like is not None:
                 self.losses[self.step] = self.last_ones_like
                 self.last_ones_like = None
@@ -1471,7 +1487,14 @@ def _dynamo_off() -> None:
 _dynamo_off()
 # the method the C path's instance stands in for as the recorder's own (``_go_native``)
 _DISPATCH = Recorder.__dict__["__torch_dispatch__"]
-_LABEL_GRAPH = Recorder.__dict__["_label_graph"]
+
+
+_ACCUMULATE_NR = 2**64 - 1  # AccumulateGrad's node number (autograd runs it first)
+
+
+def _next_sequence_nr() -> int:
+    """The number autograd gives this thread's next node (numbers rise as nodes are made)."""
+    return torch._C._autograd._get_sequence_nr()
 
 
 def _is_compiling() -> bool:

@@ -10,6 +10,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <math.h>
 #include <structmember.h>
 
@@ -27,11 +28,12 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_v_dtype, *s_v_shape, *s_v_sha, *s_v_array, *s_devices, *s_uid, *s_seen, *s_numel,
     *s_sha_like, *s_names_of, *s_op_rec, *s_record, *s_broken, *s_source, *s_code_skip,
     *s_src_at, *s_derive_views, *s_uninit, *s_dim, *s_in_backward, *s_after_backward,
-    *s_in_optimizer, *s_modules, *s_metadata, *s_get, *s_tapescope_module, *s_empty,
-    *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows, *s_DERIVE_MIN,
+    *s_in_optimizer, *s_modules, *s_module_from, *s_module_path, *s_sequence_nr,
+    *s_backward_module, *s_empty, *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows,
+    *s_DERIVE_MIN,
     *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread, *s_set_eval_frame,
     *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived, *s_derived_later,
-    *s_derived_digest, *s_put, *s_torch_dispatch, *s_grad_fn, *s_next_functions;
+    *s_derived_digest, *s_put, *s_torch_dispatch;
 
 /* torch.Tensor's own descriptors of the attributes and methods read here (found once by
  * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
@@ -1226,6 +1228,43 @@ static int made_all(Hot *self, PyObject *x, int written, PyObject *outs) {
 
 /* ``Recorder._record``'s common case: 0 recorded, 1 not that case (nothing changed: the
  * Python's), -1 an error */
+
+/* ``Recorder._backward_module(node)``: the module running when the node was made, by
+ * bisection over the hooks' ``module_from`` (node numbers, rising) and ``module_path``; an
+ * AccumulateGrad node (numbered last of all) or a list not as written: the Python method */
+static PyObject *backward_module(Hot *self, PyObject *d, PyObject *node) {
+    if (node == Py_None) {
+        Py_INCREF(s_empty);
+        return s_empty;
+    }
+    PyObject *nr = PyObject_CallMethodNoArgs(node, s_sequence_nr), *from, *paths;
+    if (nr == NULL)
+        return NULL;
+    unsigned long long number = PyLong_AsUnsignedLongLong(nr);
+    Py_DECREF(nr);
+    if (number == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if ((from = item(d, s_module_from)) == NULL || (paths = item(d, s_module_path)) == NULL)
+        return NULL;
+    if (number == ULLONG_MAX || !PyList_Check(from) || !PyList_Check(paths)
+        || PyList_GET_SIZE(paths) < PyList_GET_SIZE(from))  /* (paths are appended first) */
+        return PyObject_CallMethodOneArg(self->rec, s_backward_module, node);
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(from);  /* the first entry past ``number`` */
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        unsigned long long at = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(from, mid));
+        if (at == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+        if (at <= number)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    PyObject *module = lo > 0 ? PyList_GET_ITEM(paths, lo - 1) : s_empty;
+    Py_INCREF(module);
+    return module;
+}
+
 static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, PyObject *out,
                   PyObject *enc_args, PyObject *enc_kwargs, long long graph_task,
                   PyObject *src) {
@@ -1371,15 +1410,7 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
         PyObject *node = PyObject_CallNoArgs(g_autograd_node);
         if (node == NULL)
             goto done;
-        if (node == Py_None) {
-            module = s_empty;
-            Py_INCREF(module);
-        } else {
-            PyObject *meta = PyObject_GetAttr(node, s_metadata);
-            module = meta ? PyObject_CallMethodObjArgs(meta, s_get, s_tapescope_module, s_empty,
-                                                       NULL) : NULL;
-            Py_XDECREF(meta);
-        }
+        module = backward_module(self, d, node);
         Py_DECREF(node);
         if (module == NULL)
             goto done;
@@ -1905,83 +1936,6 @@ static PyTypeObject HotType = {
     .tp_members = Hot_members,
 };
 
-/* ``Recorder._label_graph(out, path)``: the autograd nodes a module's forward made, from its
- * outputs' ``grad_fn`` back to the nodes an inner module labelled already, labelled with its
- * path (``metadata["tapescope_module"]``: a backward op finds its module there); the same
- * walk, without a Python frame and a generator a node */
-static PyObject *label_graph(PyObject *mod, PyObject *const *argv, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "label_graph(out, path)");
-        return NULL;
-    }
-    PyObject *path = argv[1], *ts = PyList_New(0), *stack = PyList_New(0), *n = NULL;
-    if (ts == NULL || stack == NULL || collect(argv[0], ts) < 0)
-        goto fail;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ts); i++) {
-        PyObject *g = PyObject_GetAttr(PyList_GET_ITEM(ts, i), s_grad_fn);
-        if (g == NULL)
-            goto fail;
-        int bad = g != Py_None && PyList_Append(stack, g) < 0;
-        Py_DECREF(g);
-        if (bad)
-            goto fail;
-    }
-    while (PyList_GET_SIZE(stack) > 0) {
-        Py_ssize_t last = PyList_GET_SIZE(stack) - 1;
-        n = PyList_GET_ITEM(stack, last);
-        Py_INCREF(n);
-        if (PyList_SetSlice(stack, last, last + 1, NULL) < 0)
-            goto fail;
-        if (n == Py_None) {
-            Py_CLEAR(n);
-            continue;
-        }
-        PyObject *meta = PyObject_GetAttr(n, s_metadata);
-        if (meta == NULL)
-            goto fail;
-        int has = PySequence_Contains(meta, s_tapescope_module);
-        if (has == 0)
-            has = PyObject_SetItem(meta, s_tapescope_module, path) < 0 ? -1 : 0;
-        Py_DECREF(meta);
-        if (has < 0)
-            goto fail;
-        if (has) {  /* an inner module's: so is what it reaches */
-            Py_CLEAR(n);
-            continue;
-        }
-        PyObject *nf = PyObject_GetAttr(n, s_next_functions), *seq;
-        Py_CLEAR(n);
-        if (nf == NULL)
-            goto fail;
-        seq = PySequence_Fast(nf, "next_functions");
-        Py_DECREF(nf);
-        if (seq == NULL)
-            goto fail;
-        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(seq); j++) {
-            PyObject *e = PySequence_Fast_GET_ITEM(seq, j), *f;
-            if ((f = PySequence_GetItem(e, 0)) == NULL) {
-                Py_DECREF(seq);
-                goto fail;
-            }
-            int bad = f != Py_None && PyList_Append(stack, f) < 0;
-            Py_DECREF(f);
-            if (bad) {
-                Py_DECREF(seq);
-                goto fail;
-            }
-        }
-        Py_DECREF(seq);
-    }
-    Py_DECREF(ts);
-    Py_DECREF(stack);
-    Py_RETURN_NONE;
-fail:
-    Py_XDECREF(n);
-    Py_XDECREF(ts);
-    Py_XDECREF(stack);
-    return NULL;
-}
-
 static PyObject *setup(PyObject *mod, PyObject *args) {
     PyObject *tensor, *parameter, *strided, *globals, *frombuffer, *node;
     if (!PyArg_ParseTuple(args, "OOOO!OO:setup", &tensor, &parameter, &strided, &PyDict_Type,
@@ -2008,8 +1962,6 @@ static PyObject *setup(PyObject *mod, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"label_graph", (PyCFunction)(void (*)(void))label_graph, METH_FASTCALL,
-     "label_graph(out, path): Recorder._label_graph"},
     {"setup", setup, METH_VARARGS,
      "setup(Tensor, Parameter, strided, recorder's globals, numpy.frombuffer, "
      "torch._C._current_autograd_node)"},
@@ -2036,8 +1988,6 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_cpu, "cpu");
     INTERN(s_T, "T");
     INTERN(s_torch_dispatch, "__torch_dispatch__");
-    INTERN(s_grad_fn, "grad_fn");
-    INTERN(s_next_functions, "next_functions");
     INTERN(s_next_uid, "next_uid");
     INTERN(s_n_hashed, "n_hashed");
     INTERN(s_hashes_only, "hashes_only");
@@ -2084,9 +2034,10 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_after_backward, "after_backward");
     INTERN(s_in_optimizer, "in_optimizer");
     INTERN(s_modules, "modules");
-    INTERN(s_metadata, "metadata");
-    INTERN(s_get, "get");
-    INTERN(s_tapescope_module, "tapescope_module");
+    INTERN(s_module_from, "module_from");
+    INTERN(s_module_path, "module_path");
+    INTERN(s_sequence_nr, "_sequence_nr");
+    INTERN(s_backward_module, "_backward_module");
     INTERN(s_empty, "");
     INTERN(s_last_ones_like, "last_ones_like");
     INTERN(s_losses, "losses");

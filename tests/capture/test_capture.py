@@ -517,3 +517,56 @@ def test_a_recorder_failure_never_breaks_the_step(tmp_path, monkeypatch):
             got = run(3)
     assert got == want
     assert load(f).steps == 1  # the complete step before the failure
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_backward_op_has_the_module_its_forward_op_ran_in(tmp_path, monkeypatch, native):
+    """A function called between two children (a free ``tanh`` in the model's own forward) is
+    the model's op, forward and backward, though the next child's autograd nodes lead to its
+    node; a parameter's gradient accumulation is its module's. On the recorder's C path and
+    its Python path."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = torch.tanh(self.a(x)) * 2.0  # the model's own ops, between its children
+            return self.b(h)
+
+    torch.manual_seed(0)
+    m = Net()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    f = tmp_path / "free.capture"
+    with capture(f, steps=1) as rec:
+        opt.zero_grad()
+        x = torch.randn(3, 4)
+        torch.nn.functional.softplus(m(x)).mean().backward()  # softplus: at top level
+        m(x).sum().backward()  # a second backward: the gradients accumulate (add_)
+        opt.step()
+    assert (rec.ops_native > 0) == native
+    ops = load(f).ops
+    where = {}
+    for op, mod, phase in zip(ops["op"], ops["module"], ops["phase"], strict=True):
+        where.setdefault((op, phase), set()).add(mod)
+    assert where[("aten.tanh.default", "forward")] == {"Net"}
+    assert where[("aten.tanh_backward.default", "backward")] == {"Net"}
+    assert where[("aten.addmm.default", "forward")] == {"Net.a", "Net.b"}
+    # the loss's own function, outside every module: no module, forward and backward
+    assert where[("aten.softplus.default", "forward")] == {""}
+    assert where[("aten.softplus_backward.default", "backward")] == {""}
+    # the children's backward ops are still theirs (b's input gradient, a's weight gradient)
+    assert {"Net.a", "Net.b"} <= {m for (op, p), ms in where.items() if p == "backward"
+                                  for m in ms}
+    # the second backward's accumulation into each of the four parameters: in their modules
+    acc = [mod for op, mod, phase in zip(ops["op"], ops["module"], ops["phase"], strict=True)
+           if op == "aten.add_.Tensor" and phase == "backward"]
+    assert sorted(acc) == ["Net.a", "Net.a", "Net.b", "Net.b"], acc
