@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
+from tapescope.app.qt import gui_gc
 from tapescope.core.capture.file import Capture
 from tapescope.views.models.heat_tiles import tile
 from tapescope.views.models.numbers import count_text, ulp_exact, ulp_text
@@ -144,6 +145,7 @@ class CaptureWindow(QMainWindow):
 
     def __init__(self, cap: Capture, rep: dict) -> None:
         super().__init__()
+        gui_gc.hold(self)  # cyclic garbage collected on this thread only while it is open
         self.cap, self.rep = cap, rep
         # (op index, output) -> why it introduced its difference, when judged with --explain
         self.causes = {(e["index"], e["output"]): e["explain"] for e in rep["introduced"]
@@ -217,6 +219,10 @@ class CaptureWindow(QMainWindow):
             + f"  |  {c['exact']} exact, {c['introduced']} introduced, {c['inherited']} "
               f"inherited outputs; {nr} ops without a reference")
         self._fill()
+
+    def closeEvent(self, ev) -> None:  # noqa: N802 — Qt's name
+        super().closeEvent(ev)
+        gui_gc.release(self)
 
     def backward_ops(self) -> list[dict]:
         """The shown step's backward ops, in the order autograd's engine ran them."""
@@ -436,6 +442,7 @@ def run_window(args: argparse.Namespace, size: tuple[int, int] | None, gui: Any)
         for _ in range(5):
             QCoreApplication.processEvents()
         img = win.grab()
+        win.close()  # (its hold on app.qt.gui_gc ends: main() may be called again in-process)
         err = gui._save_picture(img, args.screenshot)
         if err is not None:
             raise OSError(err)

@@ -213,7 +213,7 @@ def _screenshot(win, args: argparse.Namespace, size: tuple[int, int],
     for _ in range(5):
         QCoreApplication.processEvents()
     img = win.grab()
-    win.live.close()
+    win.close()  # its live worker ends; its hold on app.qt.gui_gc too (main() may run again)
     saved = _save_picture(img, args.screenshot)  # on failure too: the picture shows the error
     if not ok or win.session is None:
         box = win.last_error

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QToolBar,
 )
 
+from tapescope.app.qt import gui_gc
 from tapescope.app.qt.menus import build_menus
 from tapescope.app.qt.onnx_open import open_onnx_with_progress
 from tapescope.app.qt.progress_dialog import open_with_progress
@@ -89,6 +90,7 @@ class MainWindow(QMainWindow):
 
     def __init__(self, settings: QSettings | None = None, parent=None):
         super().__init__(parent)
+        gui_gc.hold(self)  # cyclic garbage collected on this thread only while it is open
         self.settings = settings if settings is not None else QSettings("tapescope", "tapescope")
         self.session: Session | None = None
         self.stepper: BackwardStepper | None = None
@@ -423,6 +425,7 @@ class MainWindow(QMainWindow):
         self.live.close()  # the worker process ends with the window
         self.window_layout.save()
         super().closeEvent(ev)
+        gui_gc.release(self)
 
     # ---- drag and drop ----------------------------------------------------------------------
     def dragEnterEvent(self, ev) -> None:  # noqa: N802 (Qt override)

@@ -30,7 +30,6 @@ from PySide6.QtWidgets import QLabel, QProgressDialog
 import tapescope.views._pyside_guard  # noqa: F401  (the PySide6 refcount guard, before any Qt call)
 from tapescope.app.qt.live import FAILED, STOPPED
 from tapescope.app.session import Session, SessionError, open_path
-from tapescope.core.gcpause import gc_paused
 
 NEVER_MS = 1 << 30  # QProgressDialog's own show-after timer: never (we show it ourselves)
 
@@ -195,19 +194,15 @@ def run_with_progress(parent, title: str, what: str, fn: Callable[[], Any],
     timer = QTimer()
     timer.setInterval(50 if cancel is not None else 100)
     timer.timeout.connect(poll)
-    # No cyclic garbage collection while the thread runs: a collection the thread's own
-    # allocations start runs on the thread, and garbage holding the window's Qt objects
-    # (a closed dialog's cycles) was then deleted off the GUI thread: a segfault in
-    # onnx.half's graph walk, "Garbage-collecting", in a full suite run. The next collection
-    # after takes what the load left, on whichever thread starts it (the GUI's, here).
-    with gc_paused():
-        worker.start()
-        timer.start()
-        loop.exec()
-        timer.stop()
-        if cancel is not None:
-            worker.join()
-        cancelled = worker.is_alive()
+    # (no collection runs on the thread, an abandoned one included: the window holds
+    # app.qt.gui_gc, and cyclic garbage is collected on the GUI thread only)
+    worker.start()
+    timer.start()
+    loop.exec()
+    timer.stop()
+    if cancel is not None:
+        worker.join()
+    cancelled = worker.is_alive()
     dlg.hide()
     dlg.deleteLater()
     if cancelled:

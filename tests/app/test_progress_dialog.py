@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QCoreApplication, QEvent, Qt
 from PySide6.QtWidgets import QProgressDialog, QPushButton
 
 from tapescope.app.qt import progress_dialog as pd
@@ -216,27 +216,68 @@ def test_the_worker_says_what_opening_takes_before_ready():
     assert len(msgs) < 10 and msgs[-1]["event"] == "end"  # (50 asked)
 
 
-def test_no_garbage_collection_runs_while_the_thread_loads(qtbot, win):
-    """A collection started by the load thread's allocations ran on that thread, and deleted
-    the window's Qt objects held in cyclic garbage off the GUI thread (a segfault in a full
-    suite run): the collector is off while the thread runs and as it was after, also after
-    an error."""
+def test_cyclic_garbage_is_collected_on_the_gui_thread_only_while_a_window_is_open(
+        qtbot, win, settings):
+    """A collection started by a thread's allocations ran on that thread, and deleted the
+    window's Qt objects held in cyclic garbage off the GUI thread (a segfault in a full suite
+    run). While a window is open no collection starts on another thread (a load behind the
+    dialog, a thread of the window's own like the live session's readers); the GUI thread's
+    timer collects instead; the last window's close gives automatic collection back."""
     import gc
 
-    seen = []
+    from tapescope.app.qt import gui_gc
+    from tapescope.app.qt.main_window import MainWindow
 
-    def work():
-        seen.append(gc.isenabled())
-        return 1
+    gui = threading.get_ident()
+    starts, died = [], []
 
-    assert gc.isenabled()
-    assert pd.run_with_progress(win, "t", "working", work) == 1
-    assert seen == [False] and gc.isenabled()
+    def started(phase, _info):
+        if phase == "start":
+            starts.append(threading.get_ident())
 
-    def fail():
-        seen.append(gc.isenabled())
-        raise ValueError("bad")
+    class Cyclic:
+        def __del__(self):
+            died.append(threading.get_ident())
 
-    with pytest.raises(ValueError):
-        pd.run_with_progress(win, "t", "working", fail)
-    assert seen == [False, False] and gc.isenabled()
+    def churn(n=300_000):  # containers: each counts toward a collection's threshold
+        junk = [[i] for i in range(n)]
+        return len(junk)
+
+    gc.callbacks.append(started)
+    try:
+        assert gui_gc.holders() and not gc.isenabled()
+        c = Cyclic()
+        c.me = c  # garbage in a cycle once dropped: only a collection frees it
+        del c
+        assert pd.run_with_progress(win, "t", "working", churn) == 300_000
+        busy = threading.Event()
+
+        def reader():  # a thread of the window's, allocating for as long as it runs
+            while not busy.is_set():
+                churn(20_000)
+
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        try:
+            qtbot.waitUntil(lambda: bool(died), timeout=10_000)
+        finally:
+            busy.set()
+            t.join()
+        assert died == [gui]  # the cycle freed by the GUI thread's timer
+        assert starts and set(starts) == {gui}, "a collection started on another thread"
+        # a second window holds it too; the last one's close gives it back
+        n = gui_gc.holders()  # (this test's window, and any an earlier test left open)
+        w2 = MainWindow(settings=settings)
+        qtbot.addWidget(w2)
+        assert gui_gc.holders() == n + 1
+        w2.close()
+        assert gui_gc.holders() == n and not gc.isenabled()
+        w3 = MainWindow(settings=settings)  # one deleted without a close: released too
+        assert gui_gc.holders() == n + 1
+        w3.deleteLater()
+        QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
+        assert gui_gc.holders() == n
+        win.close()
+        assert gui_gc.holders() == n - 1 and gc.isenabled() == (n == 1)
+    finally:
+        gc.callbacks.remove(started)
