@@ -635,11 +635,13 @@ class Recorder(TorchDispatchMode):
             return ""
         path = self._param_modules.get(id(p))
         if path is None:  # (built when first asked, again for a parameter added since)
-            self._param_modules = {id(q): f"{rpath}.{mpath}" if mpath else rpath
-                                   for rpath, root in self.roots
-                                   for mpath, m in root.named_modules()
-                                   for q in m.parameters(recurse=False)}
-            path = self._param_modules.setdefault(id(p), "")
+            table: dict[int, str] = {}
+            for rpath, root in self.roots:
+                for mpath, m in root.named_modules():
+                    for q in m.parameters(recurse=False):  # a tied one: its first module's
+                        table.setdefault(id(q), f"{rpath}.{mpath}" if mpath else rpath)
+            self._param_modules = table
+            path = table.setdefault(id(p), "")
         return path
 
     def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
