@@ -30,10 +30,9 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_src_at, *s_derive_views, *s_uninit, *s_dim, *s_in_backward, *s_after_backward,
     *s_in_optimizer, *s_modules, *s_module_from, *s_module_path, *s_sequence_nr,
     *s_backward_module, *s_empty, *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows,
-    *s_DERIVE_MIN,
-    *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread, *s_set_eval_frame,
-    *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived, *s_derived_later,
-    *s_derived_digest, *s_put, *s_torch_dispatch;
+    *s_DERIVE_MIN, *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread,
+    *s_set_eval_frame, *s_graph_task_id, *s_is_quantized, *s_is_conj, *s_stride, *s_derived,
+    *s_derived_later, *s_derived_digest, *s_put, *s_torch_dispatch;
 
 /* torch.Tensor's own descriptors of the attributes and methods read here (found once by
  * ``setup``): for a plain Tensor or Parameter, the one an attribute lookup finds (neither type
@@ -1226,9 +1225,6 @@ static int made_all(Hot *self, PyObject *x, int written, PyObject *outs) {
     return 0;
 }
 
-/* ``Recorder._record``'s common case: 0 recorded, 1 not that case (nothing changed: the
- * Python's), -1 an error */
-
 /* ``Recorder._backward_module(node)``: the module running when the node was made, by
  * bisection over the hooks' ``module_from`` (node numbers, rising) and ``module_path``; an
  * AccumulateGrad node (numbered last of all) or a list not as written: the Python method */
@@ -1265,6 +1261,8 @@ static PyObject *backward_module(Hot *self, PyObject *d, PyObject *node) {
     return module;
 }
 
+/* ``Recorder._record``'s common case: 0 recorded, 1 not that case (nothing changed: the
+ * Python's), -1 an error */
 static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, PyObject *out,
                   PyObject *enc_args, PyObject *enc_kwargs, long long graph_task,
                   PyObject *src) {
