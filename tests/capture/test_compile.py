@@ -184,7 +184,11 @@ def test_eager_against_compiled_parts_inside_the_graph(runs, tmp_path, compiled_
 
 def test_aot_eager_nodes_rerun_by_eager_give_the_compiled_bits(runs, tmp_path):
     so, _ = runs["aot_eager"]
-    assert "backend aot_eager" in so
+    assert "note: the script calls torch.compile (backend aot_eager): 2 compiled graphs" in so
+    cap = load(runs["files"]["aot_eager"])
+    assert cap.meta.get("compile_called") is True and cap.meta.get("compile") == ["aot_eager"]
+    assert cap.ops["op"].count(COMPILED_OP) == 4  # forward and backward, 2 steps
+    assert "aten.addmm.default" not in cap.ops["op"]  # inside the regions
     js = tmp_path / "a.json"
     p = cli("parity", "--capture", str(runs["files"]["aot_eager"]), "--json", str(js))
     assert p.returncode in (0, 1), p.stderr[-3000:]

@@ -70,35 +70,3 @@ def test_sweep_bad_input_is_one_line(tmp_path):
         lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
         assert p.returncode == 2 and len(lines) == 1 and want in lines[0], p.stderr
         assert lines[0].startswith("tapescope sweep: ")
-
-
-def test_a_compiled_script_is_captured_compiled(tmp_path):
-    """A script that compiles is captured as it runs: its compiled graphs recorded, each call
-    one region op (tests/capture/test_compile.py holds the GPT to more), the printed losses the
-    uncaptured run's bits."""
-    script = tmp_path / "compiled.py"
-    script.write_text(
-        "import torch\n"
-        "torch.manual_seed(0)\n"
-        "m = torch.nn.Linear(4, 1)\n"
-        "cm = torch.compile(m, backend='aot_eager')\n"
-        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-        "x = torch.randn(3, 4)\n"
-        "for _ in range(2):\n"
-        "    loss = cm(x).pow(2).mean()\n"
-        "    opt.zero_grad()\n"
-        "    loss.backward()\n"
-        "    opt.step()\n"
-        "    print('loss', repr(loss.item()))\n")
-    p = cli("capture", "--out", str(tmp_path / "c.capture"), "--", "python", str(script))
-    assert p.returncode == 0, p.stderr[-3000:]
-    plain = subprocess.run([sys.executable, str(script)], env=ENV, capture_output=True,
-                           text=True, timeout=300)
-    assert [ln for ln in p.stdout.splitlines() if ln.startswith("loss ")] == \
-        plain.stdout.splitlines()
-    assert "note: the script calls torch.compile (backend aot_eager): 2 compiled graphs" \
-        in p.stdout
-    cap = load(tmp_path / "c.capture")
-    assert cap.meta.get("compile_called") is True and cap.meta.get("compile") == ["aot_eager"]
-    assert cap.ops["op"].count(COMPILED_OP) == 4  # forward and backward, 2 steps
-    assert "aten.addmm.default" not in cap.ops["op"]  # inside the regions
