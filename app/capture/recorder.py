@@ -457,6 +457,12 @@ class Recorder(TorchDispatchMode):
         self.in_backward = False
         self.after_backward = False
         self.in_optimizer = 0
+        # the step's optimizers have stepped: it ends at the next op or module forward that is
+        # not an optimizer's (``_end_step``); another optimizer stepping first is the same step
+        # (two optimizers, one per parameter group, stepped one after the other)
+        self.closing = False
+        self._finish_later = False  # the last step ended inside an op: finish at the next hook
+        self._opts_noted: set[int] = set()  # id() of the optimizers whose state is noted
         self.modules: list[tuple[torch.nn.Module, str]] = []
         # the module running from each of autograd's node numbers on (the hooks append at each
         # forward's start and end; numbers rise as nodes are made): a backward op's module is
@@ -546,7 +552,15 @@ class Recorder(TorchDispatchMode):
             self.__torch_dispatch__ = hot  # type: ignore[method-assign]
 
     def stop(self) -> None:
-        """Leave the mode (when it is the innermost one) and remove the hooks; idempotent."""
+        """Leave the mode (when it is the innermost one) and remove the hooks; idempotent. A
+        step whose optimizers have stepped is complete (the last one asked: ``finish``, as
+        when its step ends)."""
+        if self.closing and self.step >= self.steps and not self.done:
+            self.finish()
+            return
+        if self.closing:
+            self._count_step()
+        self._finish_later = False
         self.recording = False
         if self._hot is not None:  # (the C path holds the recorder: the cycle undone)
             self.ops_native += self._hot.ops
@@ -584,7 +598,11 @@ class Recorder(TorchDispatchMode):
     # ---- hooks ------------------------------------------------------------------------------
     def _pre(self, mod: torch.nn.Module, args: Any) -> None:
         # first: while dynamo traces a module, the hook is traced too and must be nothing
-        if _is_compiling() or not self.recording or threading.get_ident() != self.thread:
+        if _is_compiling() or threading.get_ident() != self.thread:
+            return
+        if self._finish_later:
+            self.finish()
+        if not self.recording or (self.closing and not self._end_step(inside_op=False)):
             return
         if not self.modules:
             self.after_backward = False  # a new forward
@@ -645,10 +663,16 @@ class Recorder(TorchDispatchMode):
         return path
 
     def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._finish_later:
+            self.finish()
         if not self.recording:
             return
+        if self.closing:  # another optimizer, no op between: the same step
+            self.closing = False
+            self._route_native()
         self.in_optimizer += 1
-        if self.step == 1 and not self.initial["optimizer_state"]:
+        if id(opt) not in self._opts_noted:  # its state before its first step (any step's)
+            self._opts_noted.add(id(opt))
             names = {}
             for path, root in self.roots:
                 for n, p in root.named_parameters():
@@ -670,14 +694,38 @@ class Recorder(TorchDispatchMode):
         self.in_optimizer = max(0, self.in_optimizer - 1)
         if self.in_optimizer:
             return
+        self.closing = True
+        if self._hot is not None:  # the next op comes through the Python path (``_end_step``)
+            self.__dict__.pop("__torch_dispatch__", None)
+
+    def _route_native(self) -> None:
+        """The C per-op path as the instance's ``__torch_dispatch__`` again (``_go_native``)."""
+        if self._hot is not None and \
+                inspect.getattr_static(type(self), "__torch_dispatch__") is _DISPATCH:
+            self.__torch_dispatch__ = self._hot  # type: ignore[method-assign]
+
+    def _count_step(self) -> None:
+        self.closing = False
         self.step_start.append(len(self.rows))
         if self.on_step is not None:
             self.on_step(self.step)
         self.after_backward = False
-        if self.step >= self.steps:
-            self.finish()
-        else:
+
+    def _end_step(self, inside_op: bool) -> bool:
+        """The closing step ends: an op or a module's forward that is not an optimizer's has
+        come. False where it was the last: recording ends (inside an op, at the next hook:
+        the mode cannot be left from its own ``__torch_dispatch__``; the op is not recorded)."""
+        self._count_step()
+        self._route_native()
+        if self.step < self.steps:
             self.step += 1
+            return True
+        if inside_op:
+            self.recording = False
+            self._finish_later = True
+        else:
+            self.finish()
+        return False
 
     def finish(self) -> None:
         """Stop recording (the script runs on) and hand the result to ``on_done`` once."""
@@ -1139,8 +1187,8 @@ class Recorder(TorchDispatchMode):
     # once; the cost is measured by benchmarks/bench_capture.py --micro)
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         hot = self._hot
-        if hot is not None:  # recorder_hot.c: this method's work, ``_op_rec``'s common case
-            return hot.dispatch(func, args, kwargs)
+        if hot is not None and not self.closing:  # recorder_hot.c: this method's work,
+            return hot.dispatch(func, args, kwargs)  # ``_op_rec``'s common case
         # dynamo off in this frame and the ones it calls (what ``torch._disable_dynamo``, which
         # torch wraps around a mode's __torch_dispatch__, does in two frames more: ~0.9 us an
         # op; ``_dynamo_off`` unwraps ours): a torch.compile'd frame's callback is put back
@@ -1152,6 +1200,11 @@ class Recorder(TorchDispatchMode):
             if graph_task == -1 and _get_ident() != self.thread:
                 # another thread's op (a loader's), not the step's
                 return func(*args, **(kwargs or {}))
+            if self.closing and not str(func).startswith(_SKIP_NAMESPACES) and \
+                    not self._end_step(inside_op=True):  # (the profiler's record_function
+                return func(*args, **(kwargs or {}))  # around each optimizer's step: not)
+            if hot is not None:
+                return hot.dispatch(func, args, kwargs)
             return self._op_rec(func, args, kwargs, graph_task)
         finally:
             if prior is not None:
@@ -1249,6 +1302,8 @@ class Recorder(TorchDispatchMode):
         its outputs recorded; one op ``tapescope.compiled_graph``."""
         graph_task = torch._C._current_graph_task_id()
         if threading.get_ident() != self.thread and graph_task == -1:
+            return call()
+        if self.closing and not self._end_step(inside_op=False):
             return call()
         # quiet throughout: our own reads (a ``detach``) and the ops the compiled code issues
         # itself are not the step's; outside __torch_dispatch__ the mode would see them

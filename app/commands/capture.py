@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
               "[--digest xxh3_128|sha256] [--set NAME=VALUE] -- python train.py ARGS...")
     p.add_argument("--out", metavar="FILE", help="the capture file to write (required)")
     p.add_argument("--steps", type=positive_int, default=2,
-                   help="optimizer steps to record (a step ends at each optimizer.step())")
+                   help="optimizer steps to record (a step ends at its optimizer.step(); "
+                        "optimizers stepped back to back are one step)")
     p.add_argument("--max-bytes", type=byte_size, default=None, metavar="N",
                    help="values stored up to this many bytes (default 256M), a digest of "
                         "each value beyond")
@@ -228,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"cannot write {args.out}: {err['message']}")
     if written is None:
         raise ValueError(f"no training step recorded: {shown} never called optimizer.step() "
-                         "(a step ends at each optimizer.step(); ranks that the script starts "
+                         "(a step ends at its optimizer.step(); ranks that the script starts "
                          "itself, with torch.multiprocessing.spawn, run without the recorder: "
                          "capture -- torchrun ... instead)")
     mib = written["stored_bytes"] / (1 << 20)

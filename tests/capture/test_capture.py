@@ -572,3 +572,72 @@ def test_a_backward_op_has_the_module_its_forward_op_ran_in(tmp_path, monkeypatc
     acc = [mod for op, mod, phase in zip(ops["op"], ops["module"], ops["phase"], strict=True)
            if op == "aten.add_.Tensor" and phase == "backward"]
     assert sorted(acc) == ["Net.a", "Net.a", "Net.b"], acc
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_two_optimizers_stepped_one_after_the_other_are_one_step(tmp_path, monkeypatch, native):
+    """A step ends at the next op after its optimizers have stepped: two optimizers (one per
+    parameter group: an embedding's SparseAdam and a head's optimizer, Muon and AdamW) stepped
+    back to back are one step, however many steps are asked and wherever the recording ends
+    (at the next iteration's op, or at the block's end right after the last optimizer); a
+    GAN's two optimizers, with a forward between, are two steps. Each optimizer's state is
+    noted before its first step (both held momentum here: a step ran before the capture)."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    torch.manual_seed(0)
+    emb, head = torch.nn.Linear(4, 3), torch.nn.Linear(3, 1)
+    o1 = torch.optim.SGD(emb.parameters(), lr=0.1, momentum=0.9)
+    o2 = torch.optim.Adam(head.parameters(), lr=0.01)
+    xs = [torch.randn(5, 4) for _ in range(4)]
+
+    def iteration(x, item=True):
+        loss = head(torch.tanh(emb(x))).pow(2).mean()
+        o1.zero_grad()
+        o2.zero_grad()
+        loss.backward()
+        o1.step()
+        o2.step()
+        return loss.item() if item else loss
+
+    iteration(xs[0])  # both optimizers hold state before the capture
+    for steps, n_iter, item in ((1, 3, True), (2, 3, True), (2, 2, False)):
+        f = tmp_path / f"{steps}-{n_iter}.capture"
+        with capture(f, steps=steps) as rec:
+            losses = [iteration(x, item) for x in xs[1:1 + n_iter]]
+        assert (rec.ops_native > 0) == native
+        cap = load(f)
+        assert cap.steps == steps, (steps, n_iter)
+        ops = cap.ops
+        for s in range(1, steps + 1):
+            mine = [(op, ph) for op, ph, st in zip(ops["op"], ops["phase"], ops["step"],
+                                                   strict=True) if st == s]
+            assert {ph for _, ph in mine} == {"forward", "backward", "optimizer"}, (s, mine)
+            opt_ops = {op for op, ph in mine if ph == "optimizer"}
+            assert any("addcdiv" in op for op in opt_ops), opt_ops  # Adam's, in this step
+            assert any("sqrt" in op for op in opt_ops) and any("mul" in op for op in opt_ops)
+            want = losses[s - 1] if item else losses[s - 1].item()
+            assert float(cap.arrays[cap.losses[s - 1]]) == want
+        keys = {k for _, k, _ in cap.initial["optimizer_state"]}
+        assert {"momentum_buffer", "exp_avg", "exp_avg_sq"} <= keys, keys
+
+    # a forward between the two optimizers' steps: two steps (a GAN's discriminator, then
+    # its generator)
+    f = tmp_path / "gan.capture"
+    with capture(f, steps=2):
+        for x in xs[:2]:
+            o1.zero_grad()
+            emb(x).pow(2).mean().backward()
+            o1.step()
+            o2.zero_grad()
+            head(torch.tanh(emb(x))).mean().backward()
+            o2.step()
+            break
+    cap = load(f)
+    assert cap.steps == 2
+    by_step = [{ph for ph, st in zip(cap.ops["phase"], cap.ops["step"], strict=True)
+                if st == s} for s in (1, 2)]
+    assert by_step == [{"forward", "backward", "optimizer"}] * 2
