@@ -79,13 +79,6 @@ def pytest_unconfigure(config):
         _SET_BYTECODE = False
 
 
-# ---- the collected suite out of the cycle collector's way ------------------------------------
-# A test process holds every collected module, parameter and library object (~400,000 after
-# collecting the suite here), and a full collection walks them all: 0.3 s per gc.collect(), which
-# each Qt test runs at its end (below: ~190 of them) and Python's own oldest-generation passes
-# run whenever allocations pile up. Frozen once collection is done (gc.freeze: moved to a
-# generation no collection visits), they stay alive as they would anyway, and a collection
-# walks only what the tests made since: the Qt tests' widgets still die with their test.
 # ---- a module's generator, drawn per test ----------------------------------------------------
 # A module-level ``rng = np.random.default_rng(SEED)`` gives a test data that depend on which of
 # the module's tests ran before it in the same process, and xdist deals tests out differently
@@ -115,11 +108,24 @@ def _module_generator_per_test(request):
     yield
 
 
-def pytest_collection_finish(session):
+# ---- the collected suite out of the cycle collector's way ------------------------------------
+# A test process holds every collected module, parameter and library object (~400,000 after
+# collecting the suite here), and a full collection walks them all: 0.3 s per gc.collect(), which
+# each Qt test runs at its end (below: ~190 of them) and Python's own oldest-generation passes
+# run whenever allocations pile up. Frozen once collection is done (gc.freeze: moved to a
+# generation no collection visits), they stay alive as they would anyway, and a collection
+# walks only what the tests made since: the Qt tests' widgets still die with their test.
+def _freeze_survivors() -> None:
     import gc
 
     gc.collect()
     gc.freeze()
+
+
+def pytest_collection_finish(session):
+    import gc
+
+    _freeze_survivors()
     gc.callbacks.append(_count_full_collections)
 
 
@@ -142,10 +148,7 @@ def _count_full_collections(phase: str, info: dict) -> None:
 def pytest_runtest_teardown(item, nextitem):
     yield
     if _full_collections[0] != _full_collections[1]:
-        import gc
-
-        gc.collect()
-        gc.freeze()
+        _freeze_survivors()
         _full_collections[1] = _full_collections[0]
 
 
