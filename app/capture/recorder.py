@@ -216,6 +216,16 @@ def _written(info: tuple, args: Any, kwargs: dict) -> list[tuple[int, int]]:
 
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_IS_WRAPPED = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+
+
+def _unwrapped(t: torch.Tensor) -> torch.Tensor:
+    """The tensor a torch.func transform's wrapper holds (``vmap``'s batched tensor, ``grad``'s
+    tracking one, nested), as the dispatch mode sees it; a module hook under ``functional_call``
+    inside ``vmap(grad(...))`` sees the wrappers, which have no storage to read."""
+    while _IS_WRAPPED is not None and _IS_WRAPPED(t):
+        t = torch._C._functorch.get_unwrapped(t)
+    return t
 # the per-op path's lookups, bound once
 _Tensor = torch.Tensor
 _graph_task_id = torch._C._current_graph_task_id
@@ -509,10 +519,13 @@ class Recorder(TorchDispatchMode):
             self._new_value = self._new_value_unseen  # type: ignore[method-assign]
         if self.native:
             self._go_native()
-        self.hooks = [nn_module.register_module_forward_pre_hook(self._pre),
-                      nn_module.register_module_forward_hook(self._post),
-                      optim_mod.register_optimizer_step_pre_hook(self._step_pre),
-                      optim_mod.register_optimizer_step_post_hook(self._step_post)]
+        guard = self._guarded
+        self.hooks = [
+            nn_module.register_module_forward_pre_hook(guard(self._pre, "a module's forward")),
+            nn_module.register_module_forward_hook(guard(self._post, "a module's forward")),
+            optim_mod.register_optimizer_step_pre_hook(guard(self._step_pre, "optimizer.step")),
+            optim_mod.register_optimizer_step_post_hook(guard(self._step_post,
+                                                              "optimizer.step"))]
         if self.async_hash or (self.async_hash is None and self.digest in _THREADED
                                and _core_free()):
             self.hasher = _Hasher(self.v_sha, self._hex)
@@ -743,9 +756,9 @@ class Recorder(TorchDispatchMode):
         self.quiet = True
         try:
             for n, p in root.named_parameters():
-                self.initial["params"].append([f"{path}.{n}", self._value_of(p)])
+                self.initial["params"].append([f"{path}.{n}", self._value_of(_unwrapped(p))])
             for n, b in root.named_buffers():
-                self.initial["buffers"].append([f"{path}.{n}", self._value_of(b)])
+                self.initial["buffers"].append([f"{path}.{n}", self._value_of(_unwrapped(b))])
         finally:
             self.quiet = False
 
@@ -1270,6 +1283,16 @@ class Recorder(TorchDispatchMode):
         except Exception as e:  # noqa: BLE001 — the op ran; recording it failed: stop
             self._broken(info[0], e)
         return out
+
+    def _guarded(self, hook: Callable[..., None], where: str) -> Callable[..., None]:
+        """``hook`` as a module or optimizer hook that never raises into the user's step: a
+        failure stops recording there (``_broken``), as an op's does."""
+        def run(*args: Any) -> None:
+            try:
+                hook(*args)
+            except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
+                self._broken(where, e)
+        return run
 
     def _broken(self, name: str, e: BaseException) -> None:
         """Recording failed at op ``name``: stop recording (the script runs on untouched); the

@@ -103,7 +103,10 @@ def render(rep: dict) -> str:
         same = e["reference"] is not None and e["reference"] == e["recorded"]
         out.append(f"<tr><td class=n>{e['step']}</td><td class=n>{_e(repr(e['recorded']))}</td>"
                    f"<td class=n>{_e(repr(e['reference']))}</td><td class="
-                   f"{'ok' if same else 'bad'}>{'exact' if same else 'differs'}</td></tr>")
+                   f"{'ok' if same else 'bad'}>{'exact' if same else 'differs'}"
+                   + ("" if e.get("scale") is None else
+                      f" (backward ran on it x {_e(repr(e['scale']))}: a loss scale)")
+                   + "</td></tr>")
     out.append("</table>")
     f = rep["first_divergence"]
     out.append("<h2>First divergence</h2><p>" + (

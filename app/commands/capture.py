@@ -422,7 +422,9 @@ def print_report(rep: dict, explain: bool = False) -> None:
         print(f"step {e['step']:4d}  loss {e['recorded']!r}  reference "
               f"{'?' if ref is None else repr(ref)}"
               + ("" if ref is None or e["recorded"] is None else
-                 f"  {'exact' if ref == e['recorded'] else 'DIFFERS'}"))
+                 f"  {'exact' if ref == e['recorded'] else 'DIFFERS'}")
+              + (f"  (backward ran on it x {e['scale']!r}: a loss scale)"
+                 if e.get("scale") is not None else ""))
     c = rep["counts"]
     print("outputs: " + ", ".join(f"{c[k]} {k}" for k in c if c[k]))
     bad = [e for e in rep["ops"] if any(o["verdict"] in ("introduced", "inherited")

@@ -21,6 +21,7 @@ outputs compare by equality.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -136,6 +137,35 @@ def _decode_kw(kw: dict, get: Callable[[int], np.ndarray | None]) -> dict:
 
 def _scalar(a: np.ndarray) -> float:
     return float(np.asarray(a, dtype=np.float64).reshape(-1)[0]) if a.size else float("nan")
+
+
+def _loss_scales(cap: Capture) -> dict[int, tuple[int, float]]:
+    """Each step's backward root that is a loss times a loss scale (``GradScaler.scale(loss)``,
+    a static ``loss * 2.0**k``): the root's id -> (the loss's id, the scale). The root must be
+    ``aten.mul.Tensor`` of a 0-dim floating tensor and a positive power of two (a 0-dim tensor
+    or a number): an exact product, so the loss the script prints is its first operand."""
+    roots = {v for v in cap.losses if v >= 0}
+    out: dict[int, tuple[int, float]] = {}
+    if not roots:
+        return out
+    ops = cap.ops
+    for i, outs in enumerate(ops["outputs"]):
+        if len(outs) != 1 or outs[0] not in roots or ops["op"][i] != "aten.mul.Tensor":
+            continue
+        args = ops["args"][i]
+        if len(args) != 2 or ops["kwargs"][i] or not isinstance(args[0], dict) \
+                or not isinstance(args[0].get("T"), int):
+            continue
+        loss = cap.arrays[args[0]["T"]]
+        s = args[1]
+        if isinstance(s, dict) and isinstance(s.get("T"), int):
+            a = cap.arrays[s["T"]]
+            s = None if a is None or a.shape != () or a.dtype.kind != "f" else float(a)
+        if type(s) is not float or loss is None or loss.shape != () or loss.dtype.kind != "f":
+            continue
+        if s > 0 and math.isfinite(s) and math.frexp(s)[0] == 0.5:
+            out[outs[0]] = (args[0]["T"], s)
+    return out
 
 
 class _Missing(Exception):
@@ -715,7 +745,8 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     chain: dict[int, np.ndarray] = {}  # value id -> the reference's value, where it differs
     step = 0
     ref_calls = 0
-    loss_ids = {v for v in cap.losses if v >= 0}
+    scaled = _loss_scales(cap)
+    loss_ids = {v for v in cap.losses if v >= 0} | {a for a, _ in scaled.values()}
     ref_loss: dict[int, np.ndarray] = {}  # the reference's own loss (the chain's), per step
 
     # op -> (why its outputs are 'recorded', else None; whether it is a _SAME_BYTES_OPS op
@@ -908,11 +939,12 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
         # the chain of a step ends with the step: the next starts from what was recorded
     losses = []
     for s, vid in enumerate(cap.losses, start=1):
+        vid, scale = scaled.get(vid, (vid, None))
         rec = None if vid < 0 else cap.arrays[vid]
         ref = ref_loss.get(vid)
         losses.append({"step": s, "value": vid if vid >= 0 else None,
                        "recorded": None if rec is None else _scalar(rec),
-                       "reference": None if ref is None else _scalar(ref)})
+                       "reference": None if ref is None else _scalar(ref), "scale": scale})
     exact = counts["introduced"] == 0 and counts["inherited"] == 0
     return {
         "capture": cap.path, "steps": cap.steps, "exact": exact,

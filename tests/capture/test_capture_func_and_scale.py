@@ -1,0 +1,174 @@
+"""Two ways scripts train that a capture met wrong (session 38): per-sample gradients by
+``torch.func`` (the script failed under the capture: a module hook read ``grad``'s wrapper,
+which has no storage), and a loss scale (``GradScaler.scale(loss).backward()``: the loss
+reported was the scaled one, 65536 times what the script prints)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tapescope.core.capture.file import load  # noqa: E402
+from tapescope.core.capture.judge import judge  # noqa: E402
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_per_sample_gradients_by_torch_func_are_captured(tmp_path, monkeypatch, native):
+    """``vmap(grad(...))`` over ``functional_call``: the script runs as it does uncaptured (its
+    parameters after the step the same bits), the model's parameters are noted as the values
+    the transforms wrap, and the batched ops below the transforms are recorded and judged."""
+    from torch.func import functional_call, grad, vmap
+
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    x, y = torch.randn(8, 6), torch.randint(0, 2, (8,))
+
+    def step(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+
+        def loss_of(p, xi, yi):
+            out = functional_call(m, p, (xi[None],))
+            return torch.nn.functional.cross_entropy(out, yi[None])
+
+        p = {k: v.detach() for k, v in m.named_parameters()}
+        gs = vmap(grad(loss_of), in_dims=(None, 0, 0))(p, x, y)
+        for k, v in m.named_parameters():  # each sample's gradient clipped, then the mean
+            n = gs[k].flatten(1).norm(dim=1).clamp(min=1.0)
+            v.grad = (gs[k] / n.view(-1, *[1] * (gs[k].dim() - 1))).mean(0)
+        opt.step()
+        return {k: v.detach().clone() for k, v in m.named_parameters()}
+
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    want = step(copy.deepcopy(model))
+    f = tmp_path / "psg.capture"
+    with capture(f, steps=1) as rec:
+        got = step(model)
+    assert (rec.ops_native > 0) == native
+    assert rec.error is None
+    for k in want:  # the recorder only reads
+        assert torch.equal(got[k], want[k]), k
+    cap = load(f)
+    init = {name: cap.arrays[vid] for name, vid in cap.initial["params"]}
+    assert set(init) == {f"Sequential.{k}" for k in before}
+    for k, v in before.items():
+        np.testing.assert_array_equal(init[f"Sequential.{k}"], v.numpy())
+    ops = cap.ops["op"]
+    # the transforms' ops, batched: the first layer's product over all 8 samples at once
+    mms = [i for i, o in enumerate(ops) if o == "aten.mm.default"]
+    assert mms and cap.arrays[cap.ops["outputs"][mms[0]][0]].shape == (8, 16)
+    assert {"forward", "backward", "optimizer"} <= set(cap.ops["phase"])
+    rep = judge(cap)
+    assert rep["counts"]["exact"] > 0
+    assert sum(rep["counts"].values()) == sum(len(o["outputs"]) for o in rep["ops"])
+    assert not [o for e in rep["ops"] for o in e["outputs"] if o["verdict"] == "unjudged"]
+
+
+def test_a_loss_scaled_for_backward_is_reported_as_the_loss(tmp_path):
+    """A step's loss is the value ``backward()`` ran on, unless that value is the loss times a
+    power of two (``GradScaler.scale``, a static ``loss * 2.0**k``): then the loss itself,
+    the one the script prints, with the scale beside it. A factor that is not a power of two
+    is not a scale (the product rounds): the value backward ran on, as before."""
+    from tapescope.app.capture import capture
+
+    torch.manual_seed(1)
+    m = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu")
+    xs = [torch.randn(6, 5) for _ in range(4)]
+    printed, scaled = [], []
+    f = tmp_path / "amp.capture"
+    with capture(f, steps=2):
+        for x in xs[:2]:
+            loss = m(x).pow(2).mean()
+            opt.zero_grad()
+            s = scaler.scale(loss)
+            s.backward()
+            scaler.step(opt)
+            scaler.update()
+            printed.append(loss.item())
+            scaled.append(s.item())
+    rep = judge(load(f))
+    assert [e["recorded"] for e in rep["losses"]] == printed
+    assert [e["scale"] for e in rep["losses"]] == [65536.0, 65536.0]
+    # the reference's own loss, not the scaled one (step 2 inherits the optimizer's rounding)
+    assert np.allclose([e["reference"] for e in rep["losses"]], printed, rtol=1e-5, atol=0)
+    assert scaled[0] == printed[0] * 65536.0
+
+    f = tmp_path / "static.capture"
+    printed, roots = [], []
+    with capture(f, steps=3):
+        for x, k in zip(xs[1:], (0.25, 3.0, torch.tensor(1024.0)), strict=True):
+            loss = m(x).pow(2).mean()
+            opt.zero_grad()
+            root = loss * k
+            root.backward()
+            opt.step()
+            printed.append(loss.item())
+            roots.append(root.item())
+    rep = judge(load(f))
+    assert [e["recorded"] for e in rep["losses"]] == [printed[0], roots[1], printed[2]]
+    assert [e["scale"] for e in rep["losses"]] == [0.25, None, 1024.0]
+
+
+def test_the_cli_says_the_loss_scale(tmp_path, capsys):
+    """``parity --capture``'s loss lines name the scale backward ran under."""
+    from tapescope.app.capture import capture
+    from tapescope.app.cli import main
+
+    torch.manual_seed(2)
+    m = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    f = tmp_path / "s.capture"
+    with capture(f, steps=1):
+        loss = m(torch.randn(4, 3)).pow(2).mean()
+        opt.zero_grad()
+        (loss * 512.0).backward()
+        opt.step()
+    main(["parity", "--capture", str(f)])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("step    1"))
+    assert f"loss {loss.item()!r}" in line and "x 512.0: a loss scale" in line, line
+
+
+@pytest.mark.parametrize("hook", ["_pre", "_post", "_step_pre", "_step_post"])
+def test_a_hook_that_fails_never_breaks_the_step(tmp_path, monkeypatch, hook):
+    """A module or optimizer hook of the recorder that raises (as the module hook did on
+    ``torch.func``'s wrappers) stops the recording there and says where; the user's step runs
+    on to the same bits."""
+    from tapescope.app.capture import capture
+    from tapescope.app.capture.recorder import Recorder
+
+    def run():
+        torch.manual_seed(3)
+        m = torch.nn.Linear(4, 2)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        out = []
+        for _ in range(2):
+            opt.zero_grad()
+            loss = m(torch.randn(3, 4)).square().mean()
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        return out, m.weight.detach().clone()
+
+    want = run()
+
+    def boom(self, *args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Recorder, hook, boom)
+    where = "optimizer.step" if "step" in hook else "a module's forward"
+    with pytest.raises(RuntimeError, match=f"the recorder failed at {where} .*boom"):
+        with capture(tmp_path / "h.capture", steps=2):
+            got = run()
+    assert got[0] == want[0] and torch.equal(got[1], want[1])
+
