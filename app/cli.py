@@ -146,10 +146,15 @@ def _main(argv: list[str]) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # (here, where a reader gone is caught; not at the interpreter's exit)
+        return code
     except KeyboardInterrupt:
         print(f"tapescope {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (``| head``): quiet, as coreutils are (128 + SIGPIPE)
+        _stdout_gone()
+        return 141
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             raise
@@ -164,6 +169,17 @@ def _main(argv: list[str]) -> int:
             else one_line(e)
         print(f"tapescope {args.command}: {msg}", file=sys.stderr, flush=True)
         return 2
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush at exit would fail again and
+    print 'Exception ignored' on stderr."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def out_of_memory(args: argparse.Namespace) -> str:

@@ -192,3 +192,18 @@ def test_report_exits_0_after_writing_its_files(tmp_path):
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert out.exists() and out.with_suffix(".json").exists()
     assert "bit-identical" in proc.stdout
+
+
+def test_a_reader_that_leaves_early_is_quiet():
+    """``tapescope doctor | head -1`` (``parity ... | head``): the pipe closed under the command
+    is no error line ('[Errno 32] Broken pipe') and no 'Exception ignored' at the interpreter's
+    exit: the exit status of a command SIGPIPE ends (141), nothing on stderr."""
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the command writes its first line
+    try:
+        p = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "doctor"], stdout=w,
+                           stderr=subprocess.PIPE, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    finally:
+        os.close(w)
+    assert (p.returncode, p.stderr) == (141, "")
