@@ -233,6 +233,59 @@ def _product_run(op: str, m: Callable) -> Callable:
     return run
 
 
+def _euclidean_dist_variants(dt: np.dtype) -> list[_Variant]:
+    """``_euclidean_dist`` (``torch.cdist``'s product form): the reference's expansion
+    (core/capture/aten_ref_nn.py) with its product ``[-2 x1, |x1|^2, 1] @ [x2, 1, |x2|^2]ᵀ``
+    under each of ``mm``'s (a batch: ``bmm``'s) variants, the squared norms by the reference's
+    serial sum or by ATen's sum kernel; the root MKL VML's, as ``torch.sqrt``'s."""
+    from tapescope.core.capture.aten_ref_table import FORMS
+    from tapescope.core.explain_aten import aten_sum
+
+    def f(op: str, *a: object) -> np.ndarray:
+        return np.asarray(FORMS[f"aten.{op}"](list(a), {})[0])
+
+    (_, _, vml_sqrt), = UPDATE_VARIANTS  # (torch.sqrt_'s: MKL VML's, measured)
+
+    def libm(args: list, kw: dict) -> np.ndarray:  # (the reference's product, VML's root)
+        x1, x2 = np.asarray(args[0]), np.asarray(args[1])
+        pads = [(n, f("ones_like.default", n)) for n in (
+            f("sum.dim_IntList", f("pow.Tensor_Scalar", x, 2), [-1], True) for x in (x1, x2))]
+        a = f("cat.default", [f("mul.Tensor", x1, -2), *pads[0]], -1)
+        b = f("cat.default", [x2, pads[1][1], pads[1][0]], -1)
+        d = f("matmul.default", a, np.swapaxes(b, -1, -2))
+        return np.asarray(vml_sqrt(f("clamp_min.default", d, 0))).astype(d.dtype)
+
+    out: list[_Variant] = [("libm", "torch.cdist's product form (ATen's _euclidean_dist) as "
+                                    "the reference computes it but its root, MKL VML's sqrt "
+                                    "(torch.sqrt's)", libm)]
+    for prod in ("aten.mm.default", "aten.bmm.default"):
+        for cause, label, run, *_ in _products(prod, dt):
+            if getattr(run, "fits", False):
+                continue
+            for by_aten in (False, True):
+                def go(args: list, kw: dict, run: Callable = run, by_aten: bool = by_aten,
+                       nd: int = 2 if prod == "aten.mm.default" else 3) -> np.ndarray:
+                    x1, x2 = np.asarray(args[0]), np.asarray(args[1])
+                    if x1.ndim != nd or x2.ndim != nd or x1.dtype != x2.dtype:
+                        raise ValueError(f"written for {nd}-D operands of one dtype")
+                    pads = []
+                    for x in (x1, x2):
+                        sq = f("pow.Tensor_Scalar", x, 2)
+                        n = aten_sum(sq, -1, keepdims=True).astype(x.dtype) if by_aten else \
+                            f("sum.dim_IntList", sq, [-1], True)
+                        pads.append((n, np.ones_like(n)))
+                    a = np.concatenate([f("mul.Tensor", x1, -2), *pads[0]], -1)
+                    b = np.concatenate([x2, pads[1][1], pads[1][0]], -1)
+                    d = np.asarray(run([a, np.swapaxes(b, -1, -2)], {}))
+                    return np.asarray(vml_sqrt(f("clamp_min.default", d, 0))).astype(d.dtype)
+                out.append((cause, "torch.cdist's product form (ATen's _euclidean_dist: "
+                                   "[-2 x1, |x1|^2, 1] @ [x2, 1, |x2|^2]ᵀ, clamped at 0, "
+                                   f"MKL VML's sqrt), its product {label}; the squared norms "
+                                   "by " + ("ATen's sum kernel" if by_aten else "a serial sum"),
+                            go))
+    return out
+
+
 def _products(op: str, dt: np.dtype) -> list[_Variant]:
     """mm / bmm / addmm: (bias +) alpha * A @ B under each product variant of core.explain's
     table (the ``mm`` primitive's, in its order); mv / dot / vdot as the product with a
@@ -1074,14 +1127,17 @@ def _batch_norm_rows(threads: int) -> Callable:
     return run
 
 
-def _batch_norm_rows_backward(threads: int) -> Callable:
+def _batch_norm_rows_backward(threads: int, tail_fma: bool = False) -> Callable:
     """``native_batch_norm_backward`` in training on (rows, channels) as PyTorch's CPU
     computes it (ATen's ``batch_norm_cpu_backward_channels_last_impl``, measured at 1 and 2
     threads): per run of rows (as the forward's), ``sum += dy`` and ``dotp = fma(x - mean, dy,
     dotp)`` in T, the runs added in float64 and rounded to T; ``k = ((dotp * invstd) * invstd)
     / n``, ``grad_mean = sum / n``, ``dx = ((fma(-(x - mean), k, dy - grad_mean) * invstd) *
     w`` on whole 16- (8-) channel vectors and ``dy - grad_mean - (x - mean) * k`` (no fma: the
-    kernel's own tail loop) on the rest; ``dweight = dotp * invstd``, ``dbias = sum``."""
+    kernel's own tail loop) on the rest; ``dweight = dotp * invstd``, ``dbias = sum``.
+    ``tail_fma``: the rest contracted too (the kernel's tail is a partial vector, ``Vec::loadu(p,
+    count)``; torch 2.13's build contracts it, measured in session 38 on an AMD EPYC at 8, 24
+    and 40 channels, rows and channels-last; tried only where there is a tail)."""
     def run(args: list, kw: dict) -> tuple:
         dy, x, w = np.asarray(args[0]), np.asarray(args[1]), args[2]
         sm, si, train, mask = args[5], args[6], bool(args[7]), args[9]
@@ -1090,6 +1146,9 @@ def _batch_norm_rows_backward(threads: int) -> Callable:
             raise ValueError("written for training on (rows, channels), float32 / float64")
         t = x.dtype.type
         n, c = x.shape
+        full = c - c % _LANES_OF[x.dtype]
+        if tail_fma and full == c:
+            raise ValueError("no partial vector of channels: the variant without tail_fma")
         mean, invstd = np.asarray(sm).reshape(-1), np.asarray(si).reshape(-1)
         wv = np.ones(c, x.dtype) if w is None else np.asarray(w).reshape(-1)
         d = (x - mean).astype(x.dtype)
@@ -1102,8 +1161,8 @@ def _batch_norm_rows_backward(threads: int) -> Callable:
             gm = (total / t(n)).astype(x.dtype)
             base = (dy - gm).astype(x.dtype)
             inner = fma(-d, k, base).astype(x.dtype)
-            full = c - c % _LANES_OF[x.dtype]
-            inner[:, full:] = (base[:, full:] - (d[:, full:] * k[full:]).astype(x.dtype))
+            if not tail_fma:
+                inner[:, full:] = (base[:, full:] - (d[:, full:] * k[full:]).astype(x.dtype))
             out.append(((inner * invstd).astype(x.dtype) * wv).astype(x.dtype))
         if mask[1]:
             out.append((dotp * invstd).astype(x.dtype))
@@ -2084,6 +2143,33 @@ def _conv_input_grad(order: str) -> Callable:
             total = acc if total is None else total + acc
         return _masked((total.reshape(x.shape), None, None), mask)
     return run
+
+
+def _conv_input_grad_forward(args: list, kw: dict) -> tuple:
+    """convolution_backward's input gradient as oneDNN's brgemm convolution of a channels-last
+    input computes it (``brg_conv_bwd:avx512_core+brg_conv_fwd``: its forward kernel run on
+    dy): the forward direct convolution of dy by the weight with its channels swapped and its
+    taps flipped, padded ``k - 1 - p``, every output pixel one ``fma`` chain in (kh, kw,
+    channel) order over all of dy's channels. Measured in session 38 (torch 2.13, an AMD
+    EPYC, 8 input channels): batches of 2 to 8 at 1 and 2 threads, 8 to 64 output channels,
+    4x4 to 16x16 images, 3x3 kernels (a 1x1's one tap is the ``chain`` order's; at one thread
+    it adds rounded products in order, the reference's own); a batch of one image runs
+    another order, not written out."""
+    g, x, w, mask, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args)
+    if not mask[0]:
+        raise ValueError("no input gradient asked")
+    if transposed or (sh, sw) != (1, 1):
+        raise ValueError("written for a stride-1 convolution, not transposed")
+    oc, ic, kh, kw_ = w.shape
+    if x.size * oc * kh * kw_ > _budget()[0]:
+        raise ValueError("too many terms to search")
+    wf = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+    qh, qw = kh - 1 - ph, kw_ - 1 - pw
+    at = {"strides": [1, 1], "dilations": [1, 1], "group": 1, "pads": [qh, qw, qh, qw]}
+    gi = np.asarray(_conv_direct(0)([g, wf], at)).astype(np.float32)
+    if gi.shape != x.shape:
+        raise ValueError("the forward of dy is not the input's shape")
+    return _masked((gi, None, None), mask)
 
 
 def _conv_input_grad_taps(args: list, kw: dict) -> tuple:
@@ -3128,6 +3214,8 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return _fused_adams(base)
     if base in ("mm", "bmm", "addmm", "baddbmm", "mv", "dot", "vdot"):
         return _products(op, dt)
+    if base == "_euclidean_dist":
+        return _euclidean_dist_variants(dt)
     if base.removeprefix("_foreach_").rstrip("_") in ("lerp", "add", "sub", "addcmul",
                                                       "addcdiv"):
         return _pointwise(base)
@@ -3183,6 +3271,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                 ("fma", f"oneDNN's convolution backward input gradient: {words}",
                  _conv_input_grad(order), _screen(_conv_input_grad(order), _first_image))
                 for order, words in _INPUT_GRAD_ORDERS.items()] + [
+                ("fma", "oneDNN's convolution backward input gradient of a channels-last input "
+                        "(its brgemm forward kernel run on dy by the flipped weight): each "
+                        "pixel one fma chain over the taps in (kh, kw) order, the output "
+                        "channels inner",
+                 _conv_input_grad_forward, _screen(_conv_input_grad_forward, _first_image))] + [
                 ("fma", "PyTorch's CPU strided convolution backward input gradient: per "
                         "weight tap a product over the output channels (fma chains), the "
                         "taps added in (kh, kw) order where they land (col2im)",
@@ -3272,14 +3365,16 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                  _batch_norm_backward)] + [
                 ("reassociation", "PyTorch's CPU batch_norm backward of (rows, channels) (ATen's "
                                   f"channels-last kernel: the rows in {t} run"
-                                  f"{'s' if t > 1 else ''}, dotp by fma, dx's tail not "
-                                  "contracted)", _batch_norm_rows_backward(t))
-                for t in _BN_RUNS] + [
+                                  f"{'s' if t > 1 else ''}, dotp by fma, dx's tail "
+                                  f"{'' if tf else 'not '}contracted)",
+                 _batch_norm_rows_backward(t, tf))
+                for tf in (True, False) for t in _BN_RUNS] + [
                 ("reassociation", "PyTorch's CPU batch_norm backward of a channels-last input "
                                   "(ATen's channels-last kernel: its N x H x W rows of channels "
                                   f"in {t} run{'s' if t > 1 else ''}, dotp by fma, dx's tail "
-                                  "not contracted)",
-                 _channels_last(_batch_norm_rows_backward(t), True)) for t in _BN_RUNS] + [
+                                  f"{'' if tf else 'not '}contracted)",
+                 _channels_last(_batch_norm_rows_backward(t, tf), True))
+                for tf in (True, False) for t in _BN_RUNS] + [
                 ("reassociation", "PyTorch's CPU batch_norm backward, its generic path (the "
                                   "gradient laid out otherwise than the input, a BatchNorm1d "
                                   "after a transpose): ATen's sum over the gradient's rows of "

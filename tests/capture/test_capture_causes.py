@@ -1120,7 +1120,7 @@ def _departing_outputs_named(op, args, outs, words) -> int:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("shape", [(8, 16, 8, 8), (4, 32, 5, 7)])
+@pytest.mark.parametrize("shape", [(8, 16, 8, 8), (4, 32, 5, 7), (8, 8, 6, 6), (4, 24, 5, 7)])
 def test_batch_norm_of_a_channels_last_input_forward_and_backward(shape, threads):
     """A CNN trained channels last (``model.to(memory_format=torch.channels_last)``): ATen's
     batch_norm runs its channels-last kernels, N x H x W rows of C channels, the order
@@ -1128,7 +1128,8 @@ def test_batch_norm_of_a_channels_last_input_forward_and_backward(shape, threads
     variant is tried on every input: named for torch's own outputs, forward (y, mean,
     invstd) and backward (dx, dweight, dbias), one ulp off unknown. (A channels-last CNN:
     30 ``unknown`` of 64 introduced -> 0.) Planted: the rows taken in (N, C) order, not the
-    layout's, fails it."""
+    layout's, fails it. Channels past the last whole 16-channel vector (8, 24): dx's partial
+    vector is contracted too (session 38: a ResNet of 8 channels, 10 ``unknown`` -> 0)."""
     g = torch.Generator().manual_seed(shape[1] + threads)
     c = shape[1]
     x = (torch.randn(*shape, generator=g) * 2 + 0.3).to(memory_format=torch.channels_last)
@@ -1330,6 +1331,35 @@ def test_a_convolutions_input_and_weight_gradients_are_onednns(onednn_grads, c):
            "input gradient: the weight's taps in (kh, kw) order", output=0)
     _named("aten.convolution_backward.default", args, {}, outs[1], plain[1], "fma",
            "weight gradient: the images in", output=1)
+
+
+@need_avx512
+@pytest.mark.parametrize("n, oc, hw, k, threads", [
+    (2, 8, 8, 3, 1), (8, 8, 16, 3, 2), (4, 32, 6, 3, 1), (2, 64, 5, 3, 2), (2, 16, 9, 5, 1)],
+    ids=lambda v: str(v))
+def test_a_channels_last_convolutions_input_gradient_is_its_forward_kernel_on_dy(
+        n, oc, hw, k, threads):
+    """A channels-last convolution's input gradient (``model.to(memory_format=
+    torch.channels_last)``): oneDNN runs its brgemm forward kernel on dy by the flipped weight
+    (``brg_conv_bwd+brg_conv_fwd``), each pixel one fma chain over (kh, kw, output channel).
+    Named for torch's own result, one ulp off unknown (session 38: a channels-last ResNet's 8
+    input gradients were unknown). Stride 1, batches of 2 or more (one image runs another
+    order, not written out)."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(n * oc + hw + k)
+    cl = torch.channels_last
+    x = torch.randn(n, 8, hw, hw, generator=g).to(memory_format=cl)
+    w = torch.randn(oc, 8, k, k, generator=g).to(memory_format=cl)
+    dy = torch.randn(n, oc, hw, hw, generator=g).to(memory_format=cl)
+    p = k // 2
+    gi = _at_threads(threads, torch.ops.aten.convolution_backward, dy, x, w, None, [1, 1],
+                     [p, p], [1, 1], False, [0, 0], 1, [True, False, False])[0]
+    args = _np([dy.contiguous(), x.contiguous(), w.contiguous()]) + [
+        None, [1, 1], [p, p], [1, 1], False, [0, 0], 1, [True, False, False]]
+    op = "aten.convolution_backward.default"
+    _named(op, args, {}, gi.contiguous().numpy(), reference(op, args, {})[0], "fma",
+           "of a channels-last input", output=0)
 
 
 def _transposed_named(z: dict, key: str, b: Any, geo: list, fwd_words: str, gx: tuple,
