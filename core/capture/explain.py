@@ -2310,7 +2310,7 @@ def _tconv_backward(inner: Callable, weight: bool) -> Callable:
     return run
 
 
-def _conv_param_grads(chunks: int | None, weight: bool = False) -> Callable:
+def _conv_param_grads(chunks: int | None, weight: bool = False, rows: bool = False) -> Callable:
     """convolution_backward's bias (or, ``weight``, weight) gradient as PyTorch's CPU kernels
     sum it, the outputs as the reference form gives them (the mask's; the others None).
     ``chunks`` T: oneDNN's, the images split into T runs (the first ones one longer where T
@@ -2318,7 +2318,9 @@ def _conv_param_grads(chunks: int | None, weight: bool = False) -> Callable:
     order over its images' pixels, the weight gradient one fma chain over them; the runs'
     results added in order. None: the bias gradient by ATen's sum kernel, where the reduced
     axes are one contiguous run per channel (one image, or one channel: the path PyTorch
-    takes there)."""
+    takes there). ``rows`` (the weight gradient of a channels-last convolution of 16 input
+    channels or more: oneDNN's brgemm kernel): each output row of an image one fma chain from
+    zero, a run's rows' sums added in order."""
     def run(args: list, kw: dict) -> tuple:
         g, mask = np.asarray(args[0]), list(args[10])
         if g.ndim < 3 or g.dtype not in (np.float32, np.float64) or len(mask) != 3 \
@@ -2335,7 +2337,7 @@ def _conv_param_grads(chunks: int | None, weight: bool = False) -> Callable:
             raise ValueError("more runs than images: the same split as one per image")
         runs = np.array_split(np.arange(n), chunks)
         if weight:
-            gw = _weight_grad_runs(args, runs)
+            gw = _weight_grad_runs(args, runs, rows)
             if gw is None:
                 raise ValueError("not the measured geometry, or too long a chain to search")
             return _masked((None, gw, None), mask)
@@ -2380,9 +2382,10 @@ def _conv_1x1_weight_grad(chunks: int) -> Callable:
     return run
 
 
-def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
+def _weight_grad_runs(args: list, runs: list, rows: bool = False) -> np.ndarray | None:
     """The weight gradient of ``_conv_param_grads`` (None where the geometry is not the one
-    measured, or its chains are longer than ``_WGRAD_STEPS`` pixels)."""
+    measured, or its chains are longer than ``_WGRAD_STEPS`` pixels); ``rows``: each output
+    row its own chain, a run's rows added in order."""
     try:
         g, x, w, _, (ph, pw), transposed, (sh, sw) = _conv_bwd_geometry(args, dilated=True)
     except ValueError:
@@ -2404,14 +2407,22 @@ def _weight_grad_runs(args: list, runs: list) -> np.ndarray | None:
     terms, steps = _budget()
     if n * oh * ow > steps or n * oh * ow * w.size > terms or b_.shape[2:4] != (oh, ow):
         return None
+    if rows and transposed:
+        return None
     total = None
     for r in runs:
         acc = np.zeros(w.shape, np.float32)
+        run_sum = None
         for i in r:
             for a in range(oh):
                 for b in range(ow):
                     acc = _fma_acc(acc, a_[i, :, a, b][:, None, None, None],
                                    b_[i, :, a, b][None])
+                if rows:
+                    run_sum = acc if run_sum is None else run_sum + acc
+                    acc = np.zeros(w.shape, np.float32)
+        if rows:
+            acc = run_sum if run_sum is not None else acc
         total = acc if total is None else total + acc
     return total
 
@@ -3291,6 +3302,13 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                     "over its images' pixels in order, the runs added in order",
              _conv_param_grads(t, weight=True),
              _screen(_conv_param_grads(t, weight=True), _first_filter))
+            for t in (1, *runs)] + [
+            ("fma", "oneDNN's convolution backward weight gradient of a channels-last input "
+                    "(brgemm, 16 input channels or more): each output row of an image one fma "
+                    f"chain from zero, the images in {t} run{'s' if t > 1 else ''} (one per "
+                    "thread), a run's rows added in order, the runs added in order",
+             _conv_param_grads(t, weight=True, rows=True),
+             _screen(_conv_param_grads(t, weight=True, rows=True), _first_filter))
             for t in (1, *runs)] + [
             ("fma", "PyTorch's CPU 1x1 convolution backward weight gradient: each image one "
                     f"MKL sgemm over its pixels (k panels added in turn), the images in {t} "

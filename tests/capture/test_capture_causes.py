@@ -1362,6 +1362,30 @@ def test_a_channels_last_convolutions_input_gradient_is_its_forward_kernel_on_dy
            "of a channels-last input", output=0)
 
 
+@need_avx512
+@pytest.mark.parametrize("n, c, hw, threads", [(2, 16, 8, 1), (8, 16, 16, 2), (4, 32, 8, 2)],
+                         ids=lambda v: str(v))
+def test_a_channels_last_convolutions_weight_gradient_is_chained_by_rows(n, c, hw, threads):
+    """A channels-last convolution of 16 input channels or more: oneDNN's brgemm weight
+    gradient chains each output row of an image on its own (fma from zero), a run's rows
+    added in order, the images in a run per thread. Named for torch's own result, one ulp
+    off unknown (session 38: a channels-last ResNet's 32- and 64-channel layers)."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(n + c + hw)
+    cl = torch.channels_last
+    x = torch.randn(n, c, hw, hw, generator=g).to(memory_format=cl)
+    w = torch.randn(c, c, 3, 3, generator=g).to(memory_format=cl)
+    dy = torch.randn(n, c, hw, hw, generator=g).to(memory_format=cl)
+    gw = _at_threads(threads, torch.ops.aten.convolution_backward, dy, x, w, None, [1, 1],
+                     [1, 1], [1, 1], False, [0, 0], 1, [False, True, False])[1]
+    args = _np([dy.contiguous(), x.contiguous(), w.contiguous()]) + [
+        None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, True, False]]
+    op = "aten.convolution_backward.default"
+    _named(op, args, {}, gw.contiguous().numpy(), reference(op, args, {})[0], "fma",
+           "each output row of an image one fma chain", output=0)
+
+
 def _transposed_named(z: dict, key: str, b: Any, geo: list, fwd_words: str, gx: tuple,
                       gw: tuple) -> None:
     """The case ``key``'s transposed convolution (forward, input and weight gradients, torch's
