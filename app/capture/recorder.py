@@ -467,6 +467,7 @@ class Recorder(TorchDispatchMode):
         self.in_backward = False
         self.after_backward = False
         self.in_optimizer = 0
+        self._closure_opt = 0  # optimizer steps whose closure is running (``_pre``)
         # the step's optimizers have stepped: it ends at the next op or module forward that is
         # not an optimizer's (``_end_step``); another optimizer stepping first is the same step
         # (two optimizers, one per parameter group, stepped one after the other)
@@ -616,6 +617,9 @@ class Recorder(TorchDispatchMode):
             return
         if not self.modules:
             self.after_backward = False  # a new forward
+            if self.in_optimizer:  # a closure's (LBFGS's step(closure)): forward, then backward,
+                self._closure_opt += self.in_optimizer  # then the optimizer's own ops again
+                self.in_optimizer = 0  # (after_backward); restored at the step's end
             # torch.compile(model)'s OptimizedModule: named and read as the model it wraps
             orig = getattr(mod, "_orig_mod", None) if type(mod).__name__ == \
                 "OptimizedModule" else None
@@ -701,7 +705,8 @@ class Recorder(TorchDispatchMode):
     def _step_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self.recording:
             return
-        self.in_optimizer = max(0, self.in_optimizer - 1)
+        self.in_optimizer = max(0, self.in_optimizer + self._closure_opt - 1)
+        self._closure_opt = 0
         if self.in_optimizer:
             return
         self.closing = True

@@ -233,6 +233,36 @@ def _product_run(op: str, m: Callable) -> Callable:
     return run
 
 
+def _linear_args(args: list, kw: dict, with_bias: bool) -> tuple[list, tuple]:
+    """``linear(x, w, bias)``'s arguments as addmm's ``(bias, x2, wᵀ)`` (mm's ``(x2, wᵀ)``),
+    x's leading axes merged into rows; and those axes."""
+    x, w = np.asarray(args[0]), np.asarray(args[1])
+    b = args[2] if len(args) > 2 else kw.get("bias")
+    if (b is not None) != with_bias or w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[1]:
+        raise ValueError("linear " + ("with" if with_bias else "without") + " a bias only")
+    x2 = x.reshape(-1, x.shape[-1])
+    return ([np.asarray(b), x2, w.T] if with_bias else [x2, w.T]), x.shape[:-1]
+
+
+def _as_linear(variant: _Variant, with_bias: bool) -> _Variant:
+    """An addmm (mm) product variant as ``aten.linear``'s: ATen's linear is that product of
+    x's rows by wᵀ (autograd off: ``inference_mode`` and ``no_grad`` record it whole)."""
+    cause, label, run, *_ = variant
+    words = f"linear as {'addmm' if with_bias else 'mm'} (ATen's): {label}"
+    if getattr(run, "fits", False):
+        def fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+            a, lead = _linear_args(args, kw, with_bias)
+            rec = np.asarray(recorded)
+            y, found = run(a, {}, rec.reshape(-1, rec.shape[-1]) if rec.ndim else rec)
+            return np.asarray(y).reshape(*lead, -1), found
+        return (cause, words, _Fits(fit))
+
+    def go(args: list, kw: dict) -> np.ndarray:
+        a, lead = _linear_args(args, kw, with_bias)
+        return np.asarray(run(a, {})).reshape(*lead, -1)
+    return (cause, words, go)
+
+
 def _euclidean_dist_variants(dt: np.dtype) -> list[_Variant]:
     """``_euclidean_dist`` (``torch.cdist``'s product form): the reference's expansion
     (core/capture/aten_ref_nn.py) with its product ``[-2 x1, |x1|^2, 1] @ [x2, 1, |x2|^2]ᵀ``
@@ -3227,6 +3257,9 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return _products(op, dt)
     if base == "_euclidean_dist":
         return _euclidean_dist_variants(dt)
+    if base == "linear":  # (recorded whole where autograd is off: inference_mode, no_grad)
+        return [_as_linear(v, True) for v in _products("aten.addmm.default", dt)] + \
+            [_as_linear(v, False) for v in _products("aten.mm.default", dt)]
     if base.removeprefix("_foreach_").rstrip("_") in ("lerp", "add", "sub", "addcmul",
                                                       "addcdiv"):
         return _pointwise(base)

@@ -1,6 +1,7 @@
 """``torch.cdist``'s product form, ``aten._euclidean_dist`` (what cdist runs for p = 2 past 25
 rows: a VQ-VAE's codebook search, k-means, metric learning): a reference form (ATen's
-expansion, each piece by the table's form) and its causes (session 38: `no reference` before)."""
+expansion, each piece by the table's form) and its causes (session 38: `no reference` before);
+and ``aten.linear`` recorded whole (autograd off) explained as its product."""
 
 from __future__ import annotations
 
@@ -75,3 +76,27 @@ def test_a_captured_cdist_is_judged(tmp_path):
     assert len(mine) == 1
     assert mine[0]["outputs"][0]["verdict"] in ("exact", "introduced", "inherited")
     assert not [r for r in rep["no_reference"] if r["op"] == OP]
+
+
+@pytest.mark.parametrize("xs, ws, bias", [((32, 16), (1, 16), True), ((4, 8, 24), (40, 24), True),
+                                          ((5, 7, 64), (33, 64), False)], ids=str)
+def test_a_linear_recorded_whole_is_explained_as_its_product(xs, ws, bias):
+    """Where autograd is off (``torch.inference_mode``, an evaluation between steps),
+    ``F.linear`` is recorded as one ``aten.linear`` op: its causes are addmm's (mm's without a
+    bias) on x's rows by wᵀ (session 38: an LBFGS script's evaluation was ``unknown``); one ulp
+    off them is unknown."""
+    g = torch.Generator().manual_seed(sum(xs))
+    x, w = torch.randn(*xs, generator=g), torch.randn(*ws, generator=g)
+    b = torch.randn(ws[0], generator=g) if bias else None
+    with torch.inference_mode():
+        y = torch.nn.functional.linear(x, w, b).numpy()
+    args = [x.numpy(), w.numpy()] + ([b.numpy()] if bias else [])
+    ref = reference("aten.linear.default", args, {})[0]
+    d = _diff(ref, y)
+    assert d["n_diff"], "torch equals the reference here (no test)"
+    cause = explain_op("aten.linear.default", args, {}, y, d)
+    assert cause["cause"] in ("fma", "reassociation") and cause["variant"].startswith(
+        "linear as " + ("addmm" if bias else "mm")), cause
+    off = y.copy()
+    off.flat[0] = np.nextafter(off.flat[0], np.inf)
+    assert explain_op("aten.linear.default", args, {}, off, _diff(ref, off))["cause"] == "unknown"

@@ -1,7 +1,8 @@
-"""Two ways scripts train that a capture met wrong (session 38): per-sample gradients by
+"""Ways scripts train that a capture met wrong (session 38): per-sample gradients by
 ``torch.func`` (the script failed under the capture: a module hook read ``grad``'s wrapper,
-which has no storage), and a loss scale (``GradScaler.scale(loss).backward()``: the loss
-reported was the scaled one, 65536 times what the script prints)."""
+which has no storage), a loss scale (``GradScaler.scale(loss).backward()``: the loss reported
+was the scaled one, 65536 times what the script prints), and LBFGS's ``step(closure)`` (the
+closure's forward was filed as the optimizer's)."""
 
 from __future__ import annotations
 
@@ -172,3 +173,57 @@ def test_a_hook_that_fails_never_breaks_the_step(tmp_path, monkeypatch, hook):
             got = run()
     assert got[0] == want[0] and torch.equal(got[1], want[1])
 
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_an_optimizers_closure_is_forward_and_backward(tmp_path, monkeypatch, native):
+    """``LBFGS.step(closure)`` evaluates the closure (forward, loss, backward) inside the
+    optimizer's step, several times: its forward ops (the model's and the loss's) are
+    ``forward``, its backward's ``backward``, the optimizer's own ops between ``optimizer``;
+    each step holds all three, and the printed losses are the uncaptured run's."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    x = torch.linspace(-1, 1, 16).unsqueeze(1)
+    y = torch.sin(3 * x)
+
+    def run(record):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        opt = torch.optim.LBFGS(m.parameters(), lr=0.5, max_iter=3)
+        out = []
+
+        def closure():
+            opt.zero_grad()
+            loss = (m(x) - y).pow(2).mean()
+            loss.backward()
+            return loss
+
+        with record:
+            for _ in range(2):
+                out.append(opt.step(closure).item())
+        return out
+
+    import contextlib
+
+    want = run(contextlib.nullcontext())
+    f = tmp_path / "lbfgs.capture"
+    assert run(capture(f, steps=2)) == want
+    cap = load(f)
+    rows = list(zip(cap.ops["op"], cap.ops["phase"], cap.ops["module"], cap.ops["step"],
+                    strict=True))
+    for s in (1, 2):
+        mine = [r for r in rows if r[3] == s]
+        assert {ph for _, ph, _, _ in mine} == {"forward", "backward", "optimizer"}
+        # the model's ops: forward (or their backward), never the optimizer's; the loss's
+        # (outside any module) forward once a closure
+        assert {ph for _, ph, mod, _ in mine if mod} == {"forward", "backward"}
+        n_fwd = sum(op == "aten.tanh.default" for op, _, _, _ in mine)
+        assert sum(op == "aten.pow.Tensor_Scalar" and ph == "forward"
+                   for op, ph, _, _ in mine) == n_fwd
+        # LBFGS's own arithmetic after each backward (its flat gradient, the direction)
+        assert any(op == "aten.cat.default" and ph == "optimizer" for op, ph, _, _ in mine)
+        # max_iter 3: the closure ran more than once in the step
+        assert sum(op == "aten.tanh.default" for op, _, _, _ in mine) >= 2
