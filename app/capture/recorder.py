@@ -385,6 +385,25 @@ def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
         return None, False
 
 
+class _Losses(dict):
+    """step -> the value its last backward call ran on (set by the Python path and by the C
+    path's ``PyObject_SetItem``, which calls this ``__setitem__``); ``calls``: step -> every
+    such value in order (gradient accumulation's micro-batches, LBFGS's closure evaluations),
+    the first ``_MAX_CALLS``."""
+
+    _MAX_CALLS = 1 << 16
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[int, list[int]] = {}
+
+    def __setitem__(self, step: int, vid: int) -> None:
+        super().__setitem__(step, vid)
+        c = self.calls.setdefault(step, [])
+        if len(c) < self._MAX_CALLS:
+            c.append(vid)
+
+
 class Recorder(TorchDispatchMode):
     """Records the first ``steps`` training steps; then passes every op through untouched.
 
@@ -462,7 +481,7 @@ class Recorder(TorchDispatchMode):
         # an op (the columns ``o_op`` ... are made from it when asked)
         self.rows: list[tuple[int, int, int, int, int, list, dict, list[int]]] = []
         self.step_start = [0]  # op index where each step starts
-        self.losses: dict[int, int] = {}
+        self.losses: dict[int, int] = _Losses()
         self.last_ones_like: int | None = None  # the value a backward's seed was made like
         self.in_backward = False
         self.after_backward = False
@@ -1516,6 +1535,7 @@ class Recorder(TorchDispatchMode):
                                                     in sorted(self.layouts.items())
                                                     if i < n_ops]) else {})},
             "losses": [self.losses.get(s, -1) for s in range(1, n_steps + 1)],
+            "loss_calls": [self.losses.calls.get(s, []) for s in range(1, n_steps + 1)],
             "initial": self.initial,
             "graphs": self.graphs,
             "settings": settings,

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from tapescope.core.atomic import check_writable, write_all
+from tapescope.core.capture.judge import calls_note
 from tapescope.core.parity import strict_json
 
 _CSS = """
@@ -106,6 +107,7 @@ def render(rep: dict) -> str:
                    f"{'ok' if same else 'bad'}>{'exact' if same else 'differs'}"
                    + ("" if e.get("scale") is None else
                       f" (backward ran on it x {_e(repr(e['scale']))}: a loss scale)")
+                   + _e(calls_note(e.get("calls") or []))
                    + "</td></tr>")
     out.append("</table>")
     f = rep["first_divergence"]

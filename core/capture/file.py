@@ -173,6 +173,10 @@ class Capture:
     # compiled graphs as data (docs/capture.md, "torch.compile"): per graph its kind,
     # backend, nodes (columns: name, op, target, args, kwargs, module, original), outputs
     graphs: list[dict] = field(default_factory=list)
+    # per step, every value its backward calls ran on, in order (the last is ``losses``'):
+    # gradient accumulation's micro-batches, LBFGS's closure evaluations; None: a file
+    # written before session 38
+    loss_calls: list[list[int]] | None = None
     digest_algorithm: str = DEFAULT_DIGEST  # the algorithm of ``digests`` (``DIGESTS``)
     # derived values (hashed, never stored: ``derived_digest``): value -> the value whose
     # elements it holds, rearranged (a ``t``/``transpose``/``permute`` of C-ordered memory:
@@ -547,7 +551,7 @@ def _load(f, p: Path, size: int, lim: Limits, bad) -> Capture:
                    initial=spec.initial, settings=spec.settings, meta=spec.meta,
                    graphs=spec.graphs, digest_algorithm=spec.algorithm,
                    derived=spec.derived, derived_strides=spec.derived_strides,
-                   layouts=spec.layouts, opaque=spec.opaque)
+                   layouts=spec.layouts, opaque=spec.opaque, loss_calls=spec.loss_calls)
 
 
 # arrays at least this large are hashed on the load's pool (a smaller one's hand-off costs
@@ -686,6 +690,9 @@ def _hexes(v: list | tuple, n_hex: int) -> bool:
 _PLAIN = frozenset({type(None), bool, int, float})
 
 
+_MAX_LOSS_CALLS = 1 << 16  # backward calls a step's list may hold (the recorder keeps the first)
+
+
 class _Spec:
     """The header, every field checked (types, ranges, sizes) before any array is read."""
 
@@ -715,6 +722,11 @@ class _Spec:
         self._ops(h)
         self.losses = self._list(h, "losses", lambda v: _is_int(v) and -1 <= v < self.n_values,
                                  n=self.steps)
+        self.loss_calls = None
+        if "loss_calls" in h:  # (optional: a file before session 38 has none)
+            self.loss_calls = self._list(h, "loss_calls", lambda c: isinstance(c, list) and len(
+                c) <= _MAX_LOSS_CALLS and all(_is_int(v) and 0 <= v < self.n_values for v in c),
+                n=self.steps)
         self.initial = self._dict(h, "initial")
         for key in ("params", "buffers"):
             for e in self.initial.get(key, []):

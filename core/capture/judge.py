@@ -47,7 +47,7 @@ from tapescope.core.capture.regions import RegionError, attach, localise, run_re
 from tapescope.core.gcpause import gc_paused
 from tapescope.core.parity import compare_arrays
 
-__all__ = ["RANDOM_OPS", "VERDICTS", "judge", "reference_available"]
+__all__ = ["RANDOM_OPS", "VERDICTS", "calls_note", "judge", "reference_available"]
 
 VERDICTS = ("exact", "introduced", "inherited", "no-reference", "recorded", "unjudged")
 # ops whose outputs are RNG draws (the recorded draw is used; nothing to judge)
@@ -139,12 +139,23 @@ def _scalar(a: np.ndarray) -> float:
     return float(np.asarray(a, dtype=np.float64).reshape(-1)[0]) if a.size else float("nan")
 
 
+def calls_note(calls: list[dict]) -> str:
+    """Where a step ran backward more than once (gradient accumulation, LBFGS's closure): the
+    loss above is the last call's; every call's value, and their sum (what a script adding
+    ``loss.item()`` in order into a float prints)."""
+    vals = [c["recorded"] for c in calls]
+    if len(vals) < 2 or any(v is None for v in vals):
+        return ""
+    shown = ", ".join(repr(v) for v in vals[:4]) + (", ..." if len(vals) > 4 else "")
+    return f"  (the last of {len(vals)} backward calls: {shown}; their sum {sum(vals, 0.0)!r})"
+
+
 def _loss_scales(cap: Capture) -> dict[int, tuple[int, float]]:
     """Each step's backward root that is a loss times a loss scale (``GradScaler.scale(loss)``,
     a static ``loss * 2.0**k``): the root's id -> (the loss's id, the scale). The root must be
     ``aten.mul.Tensor`` of a 0-dim floating tensor and a positive power of two (a 0-dim tensor
     or a number): an exact product, so the loss the script prints is its first operand."""
-    roots = {v for v in cap.losses if v >= 0}
+    roots = {v for v in cap.losses if v >= 0} | {v for c in cap.loss_calls or () for v in c}
     out: dict[int, tuple[int, float]] = {}
     if not roots:
         return out
@@ -746,7 +757,8 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     step = 0
     ref_calls = 0
     scaled = _loss_scales(cap)
-    loss_ids = {v for v in cap.losses if v >= 0} | {a for a, _ in scaled.values()}
+    loss_ids = {v for v in cap.losses if v >= 0} | {a for a, _ in scaled.values()} | {
+        v for c in cap.loss_calls or () for v in c}
     ref_loss: dict[int, np.ndarray] = {}  # the reference's own loss (the chain's), per step
 
     # op -> (why its outputs are 'recorded', else None; whether it is a _SAME_BYTES_OPS op
@@ -938,13 +950,19 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             raise AssertionError(f"op {i}: {len(e['outputs'])} verdicts for {len(outs)}")
         # the chain of a step ends with the step: the next starts from what was recorded
     losses = []
-    for s, vid in enumerate(cap.losses, start=1):
+    def loss_of(vid: int) -> dict:
         vid, scale = scaled.get(vid, (vid, None))
         rec = None if vid < 0 else cap.arrays[vid]
         ref = ref_loss.get(vid)
-        losses.append({"step": s, "value": vid if vid >= 0 else None,
-                       "recorded": None if rec is None else _scalar(rec),
-                       "reference": None if ref is None else _scalar(ref), "scale": scale})
+        return {"value": vid if vid >= 0 else None,
+                "recorded": None if rec is None else _scalar(rec),
+                "reference": None if ref is None else _scalar(ref), "scale": scale}
+    for s, vid in enumerate(cap.losses, start=1):
+        # every backward call of the step (gradient accumulation's micro-batches, LBFGS's
+        # closure evaluations), in order; the step's loss is the last one's
+        calls = cap.loss_calls[s - 1] if cap.loss_calls is not None else ([vid] if vid >= 0
+                                                                         else [])
+        losses.append({"step": s, **loss_of(vid), "calls": [loss_of(v) for v in calls]})
     exact = counts["introduced"] == 0 and counts["inherited"] == 0
     return {
         "capture": cap.path, "steps": cap.steps, "exact": exact,

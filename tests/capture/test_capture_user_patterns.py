@@ -1,8 +1,9 @@
 """Ways scripts train that a capture met wrong (session 38): per-sample gradients by
 ``torch.func`` (the script failed under the capture: a module hook read ``grad``'s wrapper,
 which has no storage), a loss scale (``GradScaler.scale(loss).backward()``: the loss reported
-was the scaled one, 65536 times what the script prints), and LBFGS's ``step(closure)`` (the
-closure's forward was filed as the optimizer's)."""
+was the scaled one, 65536 times what the script prints), LBFGS's ``step(closure)`` (the
+closure's forward was filed as the optimizer's), and several backward calls a step (gradient
+accumulation, LBFGS: only the last one's loss was kept)."""
 
 from __future__ import annotations
 
@@ -227,3 +228,98 @@ def test_an_optimizers_closure_is_forward_and_backward(tmp_path, monkeypatch, na
         assert any(op == "aten.cat.default" and ph == "optimizer" for op, ph, _, _ in mine)
         # max_iter 3: the closure ran more than once in the step
         assert sum(op == "aten.tanh.default" for op, _, _, _ in mine) >= 2
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_every_backward_call_of_a_step_is_a_loss_call(tmp_path, monkeypatch, native):
+    """Gradient accumulation (micro-batches of a step, each ``(loss / 2).backward()``): the
+    step's ``calls`` are every micro-batch's value in order, their sum the bits the script
+    adds up, the step's loss the last call's; the CLI's loss line says so."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+    from tapescope.app.cli import main
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    torch.manual_seed(5)
+    m = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.GELU(), torch.nn.Linear(12, 2))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    batches = [(torch.randn(4, 6), torch.randint(0, 2, (4,))) for _ in range(6)]
+    f = tmp_path / "acc.capture"
+    printed, each = [], []
+    with capture(f, steps=2):
+        for s in range(2):
+            opt.zero_grad()
+            total = 0.0
+            for x, y in batches[3 * s:3 * s + 3]:
+                loss = torch.nn.functional.cross_entropy(m(x), y) / 3
+                loss.backward()
+                total += loss.item()
+                each.append(loss.item())
+            opt.step()
+            printed.append(total)
+    cap = load(f)
+    assert [len(c) for c in cap.loss_calls] == [3, 3]
+    rep = judge(cap)
+    for s, e in enumerate(rep["losses"]):
+        calls = [c["recorded"] for c in e["calls"]]
+        assert calls == each[3 * s:3 * s + 3]
+        assert sum(calls, 0.0) == printed[s]
+        assert e["recorded"] == calls[-1] and e["value"] == e["calls"][-1]["value"]
+        assert all(c["reference"] is not None for c in e["calls"])
+    main(["parity", "--capture", str(f)])
+
+
+def test_the_cli_names_a_steps_backward_calls(tmp_path, capsys):
+    """The loss line of a step with several backward calls lists them and their sum."""
+    from tapescope.app.capture import capture
+    from tapescope.app.cli import main
+
+    torch.manual_seed(6)
+    m = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    vals = []
+    with capture(tmp_path / "c.capture", steps=1):
+        opt.zero_grad()
+        for _ in range(2):
+            loss = m(torch.randn(4, 3)).pow(2).mean()
+            loss.backward()
+            vals.append(loss.item())
+        opt.step()
+    main(["parity", "--capture", str(tmp_path / "c.capture")])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("step    1"))
+    assert f"the last of 2 backward calls: {vals[0]!r}, {vals[1]!r}; their sum " \
+        f"{vals[0] + vals[1]!r}" in line, line
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda h: h.update(loss_calls=5), "'loss_calls' is not a list"),
+    (lambda h: h.update(loss_calls=[[0], [0]]), "'loss_calls' has 2 entries, not 1"),
+    (lambda h: h.update(loss_calls=[[10 ** 9]]), "'loss_calls' entry 0"),
+    (lambda h: h.update(loss_calls=[[-1]]), "'loss_calls' entry 0"),
+    (lambda h: h.update(loss_calls=[["0"]]), "'loss_calls' entry 0"),
+    (lambda h: h.update(loss_calls=[list(range(70000))]), "'loss_calls' entry 0"),
+], ids=["not-a-list", "count", "out-of-range", "negative", "text", "too-many"])
+def test_a_hostile_loss_calls_list_is_refused(tmp_path, edit, says):
+    """The header's optional ``loss_calls`` is checked like ``losses``: a list of one list a
+    step, of value ids in range, bounded; a file without it loads as before."""
+    from tapescope.app.capture import capture
+    from tapescope.core.capture.file import CaptureFileError
+    from tests.helpers.capture_files import rewrite_header
+
+    m = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    f = tmp_path / "ok.capture"
+    with capture(f, steps=1):
+        opt.zero_grad()
+        m(torch.randn(3, 2)).sum().backward()
+        opt.step()
+    data = f.read_bytes()
+    old = tmp_path / "old.capture"
+    old.write_bytes(rewrite_header(data, lambda h: h.pop("loss_calls")))
+    assert load(old).loss_calls is None and judge(load(old))["losses"][0]["calls"]
+    bad = tmp_path / "bad.capture"
+    bad.write_bytes(rewrite_header(data, edit))
+    with pytest.raises(CaptureFileError, match=says):
+        load(bad)
