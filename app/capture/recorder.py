@@ -226,6 +226,8 @@ def _unwrapped(t: torch.Tensor) -> torch.Tensor:
     while _IS_WRAPPED is not None and _IS_WRAPPED(t):
         t = torch._C._functorch.get_unwrapped(t)
     return t
+
+
 # the per-op path's lookups, bound once
 _Tensor = torch.Tensor
 _graph_task_id = torch._C._current_graph_task_id

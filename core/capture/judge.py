@@ -168,7 +168,7 @@ def _loss_scales(cap: Capture) -> dict[int, tuple[int, float]]:
                 or not isinstance(args[0].get("T"), int):
             continue
         loss = cap.arrays[args[0]["T"]]
-        s = args[1]
+        s = float(args[1]) if type(args[1]) is int else args[1]  # (``loss * 1024``)
         if isinstance(s, dict) and isinstance(s.get("T"), int):
             a = cap.arrays[s["T"]]
             s = None if a is None or a.shape != () or a.dtype.kind != "f" else float(a)

@@ -79,7 +79,8 @@ def test_a_loss_scaled_for_backward_is_reported_as_the_loss(tmp_path):
     """A step's loss is the value ``backward()`` ran on, unless that value is the loss times a
     power of two (``GradScaler.scale``, a static ``loss * 2.0**k``): then the loss itself,
     the one the script prints, with the scale beside it. A factor that is not a power of two
-    is not a scale (the product rounds): the value backward ran on, as before."""
+    is not a scale (the product rounds): the value backward ran on, as before. An int
+    factor (``loss * 8``) is a number like a float."""
     from tapescope.app.capture import capture
 
     torch.manual_seed(1)
@@ -108,8 +109,8 @@ def test_a_loss_scaled_for_backward_is_reported_as_the_loss(tmp_path):
 
     f = tmp_path / "static.capture"
     printed, roots = [], []
-    with capture(f, steps=3):
-        for x, k in zip(xs[1:], (0.25, 3.0, torch.tensor(1024.0)), strict=True):
+    with capture(f, steps=4):
+        for x, k in zip(xs[:4], (0.25, 3.0, torch.tensor(1024.0), 8), strict=True):
             loss = m(x).pow(2).mean()
             opt.zero_grad()
             root = loss * k
@@ -118,8 +119,8 @@ def test_a_loss_scaled_for_backward_is_reported_as_the_loss(tmp_path):
             printed.append(loss.item())
             roots.append(root.item())
     rep = judge(load(f))
-    assert [e["recorded"] for e in rep["losses"]] == [printed[0], roots[1], printed[2]]
-    assert [e["scale"] for e in rep["losses"]] == [0.25, None, 1024.0]
+    assert [e["recorded"] for e in rep["losses"]] == [printed[0], roots[1], *printed[2:]]
+    assert [e["scale"] for e in rep["losses"]] == [0.25, None, 1024.0, 8.0]
 
 
 def test_the_cli_says_the_loss_scale(tmp_path, capsys):
