@@ -46,6 +46,7 @@ from tapescope.core.capture.file import (
     DEFAULT_DIGEST,
     DIGESTS,
     LAYOUT_OPS,
+    MAX_LOSS_CALLS,
     OVERWRITE_OPS,
     UNINITIALISED_OPS,
     Spool,
@@ -391,9 +392,7 @@ class _Losses(dict):
     """step -> the value its last backward call ran on (set by the Python path and by the C
     path's ``PyObject_SetItem``, which calls this ``__setitem__``); ``calls``: step -> every
     such value in order (gradient accumulation's micro-batches, LBFGS's closure evaluations),
-    the first ``_MAX_CALLS``."""
-
-    _MAX_CALLS = 1 << 16
+    the first ``MAX_LOSS_CALLS`` (what the file's reader takes)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -402,7 +401,7 @@ class _Losses(dict):
     def __setitem__(self, step: int, vid: int) -> None:
         super().__setitem__(step, vid)
         c = self.calls.setdefault(step, [])
-        if len(c) < self._MAX_CALLS:
+        if len(c) < MAX_LOSS_CALLS:
             c.append(vid)
 
 

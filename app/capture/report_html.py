@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from tapescope.core.atomic import check_writable, write_all
-from tapescope.core.capture.judge import calls_note
+from tapescope.core.capture.judge import loss_note
 from tapescope.core.parity import strict_json
 
 _CSS = """
@@ -105,9 +105,7 @@ def render(rep: dict) -> str:
         out.append(f"<tr><td class=n>{e['step']}</td><td class=n>{_e(repr(e['recorded']))}</td>"
                    f"<td class=n>{_e(repr(e['reference']))}</td><td class="
                    f"{'ok' if same else 'bad'}>{'exact' if same else 'differs'}"
-                   + ("" if e.get("scale") is None else
-                      f" (backward ran on it x {_e(repr(e['scale']))}: a loss scale)")
-                   + _e(calls_note(e.get("calls") or []))
+                   + _e(loss_note(e))
                    + "</td></tr>")
     out.append("</table>")
     f = rep["first_divergence"]

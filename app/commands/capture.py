@@ -410,7 +410,7 @@ def _short(source: str) -> str:
 
 def print_report(rep: dict, explain: bool = False) -> None:
     """The human summary of a judged capture."""
-    from tapescope.core.capture.judge import calls_note
+    from tapescope.core.capture.judge import loss_note
 
     s = rep["settings"]
     print(f"capture {rep['capture']}: {rep['steps']} steps, {rep['n_ops']} ops "
@@ -425,9 +425,7 @@ def print_report(rep: dict, explain: bool = False) -> None:
               f"{'?' if ref is None else repr(ref)}"
               + ("" if ref is None or e["recorded"] is None else
                  f"  {'exact' if ref == e['recorded'] else 'DIFFERS'}")
-              + (f"  (backward ran on it x {e['scale']!r}: a loss scale)"
-                 if e.get("scale") is not None else "")
-              + calls_note(e.get("calls") or []))
+              + loss_note(e))
     c = rep["counts"]
     print("outputs: " + ", ".join(f"{c[k]} {k}" for k in c if c[k]))
     bad = [e for e in rep["ops"] if any(o["verdict"] in ("introduced", "inherited")

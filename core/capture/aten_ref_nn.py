@@ -336,16 +336,15 @@ def _cdist_forward(args: list, kwargs: dict) -> list:
     return [np.asarray(y).astype(x1.dtype)]
 
 
-@form("aten._euclidean_dist.default")
-def _euclidean_dist(args: list, kwargs: dict) -> list:
-    """``cdist``'s product form (what ``torch.cdist`` runs for p = 2 past 25 rows, or with
-    ``use_mm_for_euclid_dist``): the op is ATen's expansion, so its reference is that
-    expansion with each piece's own form (the table's order): ``n1 = sum(x1^2, -1)``, ``n2``
-    likewise, ``a = cat(-2 * x1, n1, 1)``, ``b = cat(x2, 1, n2)``, ``sqrt(clamp_min(a @ bᵀ,
-    0))`` (docs/reference-order.md). Its gradient is other recorded ops."""
+def euclidean_dist(x1: np.ndarray, x2: np.ndarray, product=None, square_sum=None,
+                   root=None) -> np.ndarray:
+    """ATen's ``_euclidean_dist`` expansion, each piece by the table's form unless another is
+    given (``--explain``'s variants): ``n = square_sum(x^2)`` over the last axis, kept, for
+    x1 and x2; ``a = cat(-2 * x1, n1, 1)``, ``b = cat(x2, 1, n2)``; ``d = product(a, bᵀ)``;
+    ``root(clamp_min(d, 0))``."""
+    from tapescope.core.capture import aten_ref  # noqa: F401  (every piece's form registered)
     from tapescope.core.capture.aten_ref_table import FORMS
 
-    x1, x2 = np.asarray(args[0]), np.asarray(args[1])
     if x1.ndim < 2 or x1.ndim != x2.ndim or x1.shape[-1] != x2.shape[-1] \
             or x1.shape[:-2] != x2.shape[:-2] or x1.dtype != x2.dtype \
             or x1.dtype not in (F32, np.dtype(np.float64)):
@@ -357,12 +356,25 @@ def _euclidean_dist(args: list, kwargs: dict) -> list:
 
     pads = []
     for x in (x1, x2):
-        n = f("sum.dim_IntList", f("pow.Tensor_Scalar", x, 2), [-1], True)
+        sq = f("pow.Tensor_Scalar", x, 2)
+        n = f("sum.dim_IntList", sq, [-1], True) if square_sum is None else \
+            np.asarray(square_sum(sq)).astype(x.dtype)
         pads.append((n, f("ones_like.default", n)))
-    a = f("cat.default", [f("mul.Tensor", x1, -2), pads[0][0], pads[0][1]], -1)
+    a = f("cat.default", [f("mul.Tensor", x1, -2), *pads[0]], -1)
     b = f("cat.default", [x2, pads[1][1], pads[1][0]], -1)
-    d = f("matmul.default", a, np.swapaxes(b, -1, -2))
-    return [f("sqrt.default", f("clamp_min.default", d, 0))]
+    bt = np.swapaxes(b, -1, -2)
+    d = f("matmul.default", a, bt) if product is None else np.asarray(product(a, bt))
+    c = f("clamp_min.default", d, 0)
+    return f("sqrt.default", c) if root is None else np.asarray(root(c)).astype(d.dtype)
+
+
+@form("aten._euclidean_dist.default")
+def _euclidean_dist(args: list, kwargs: dict) -> list:
+    """``cdist``'s product form (what ``torch.cdist`` runs for p = 2 past 25 rows, or with
+    ``use_mm_for_euclid_dist``): the op is ATen's expansion, so its reference is that
+    expansion with each piece's own form (the table's order; ``euclidean_dist``,
+    docs/reference-order.md). Its gradient is other recorded ops."""
+    return [euclidean_dist(np.asarray(args[0]), np.asarray(args[1]))]
 
 
 @form("aten._cdist_backward.default")

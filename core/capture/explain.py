@@ -265,25 +265,20 @@ def _as_linear(variant: _Variant, with_bias: bool) -> _Variant:
 
 def _euclidean_dist_variants(dt: np.dtype) -> list[_Variant]:
     """``_euclidean_dist`` (``torch.cdist``'s product form): the reference's expansion
-    (core/capture/aten_ref_nn.py) with its product ``[-2 x1, |x1|^2, 1] @ [x2, 1, |x2|^2]ᵀ``
-    under each of ``mm``'s (a batch: ``bmm``'s) variants, the squared norms by the reference's
-    serial sum or by ATen's sum kernel; the root MKL VML's, as ``torch.sqrt``'s."""
-    from tapescope.core.capture.aten_ref_table import FORMS
+    (``aten_ref_nn.euclidean_dist``) with its root MKL VML's, as ``torch.sqrt``'s; then also
+    its product ``[-2 x1, |x1|^2, 1] @ [x2, 1, |x2|^2]ᵀ`` under each of ``mm``'s (a batch:
+    ``bmm``'s) variants, the squared norms by the reference's serial sum or by ATen's sum
+    kernel."""
+    from tapescope.core.capture.aten_ref_nn import euclidean_dist
     from tapescope.core.explain_aten import aten_sum
-
-    def f(op: str, *a: object) -> np.ndarray:
-        return np.asarray(FORMS[f"aten.{op}"](list(a), {})[0])
 
     (_, _, vml_sqrt), = UPDATE_VARIANTS  # (torch.sqrt_'s: MKL VML's, measured)
 
     def libm(args: list, kw: dict) -> np.ndarray:  # (the reference's product, VML's root)
-        x1, x2 = np.asarray(args[0]), np.asarray(args[1])
-        pads = [(n, f("ones_like.default", n)) for n in (
-            f("sum.dim_IntList", f("pow.Tensor_Scalar", x, 2), [-1], True) for x in (x1, x2))]
-        a = f("cat.default", [f("mul.Tensor", x1, -2), *pads[0]], -1)
-        b = f("cat.default", [x2, pads[1][1], pads[1][0]], -1)
-        d = f("matmul.default", a, np.swapaxes(b, -1, -2))
-        return np.asarray(vml_sqrt(f("clamp_min.default", d, 0))).astype(d.dtype)
+        return euclidean_dist(np.asarray(args[0]), np.asarray(args[1]), root=vml_sqrt)
+
+    def aten_rows(sq: np.ndarray) -> np.ndarray:
+        return aten_sum(sq, -1, keepdims=True)
 
     out: list[_Variant] = [("libm", "torch.cdist's product form (ATen's _euclidean_dist) as "
                                     "the reference computes it but its root, MKL VML's sqrt "
@@ -296,18 +291,10 @@ def _euclidean_dist_variants(dt: np.dtype) -> list[_Variant]:
                 def go(args: list, kw: dict, run: Callable = run, by_aten: bool = by_aten,
                        nd: int = 2 if prod == "aten.mm.default" else 3) -> np.ndarray:
                     x1, x2 = np.asarray(args[0]), np.asarray(args[1])
-                    if x1.ndim != nd or x2.ndim != nd or x1.dtype != x2.dtype:
-                        raise ValueError(f"written for {nd}-D operands of one dtype")
-                    pads = []
-                    for x in (x1, x2):
-                        sq = f("pow.Tensor_Scalar", x, 2)
-                        n = aten_sum(sq, -1, keepdims=True).astype(x.dtype) if by_aten else \
-                            f("sum.dim_IntList", sq, [-1], True)
-                        pads.append((n, np.ones_like(n)))
-                    a = np.concatenate([f("mul.Tensor", x1, -2), *pads[0]], -1)
-                    b = np.concatenate([x2, pads[1][1], pads[1][0]], -1)
-                    d = np.asarray(run([a, np.swapaxes(b, -1, -2)], {}))
-                    return np.asarray(vml_sqrt(f("clamp_min.default", d, 0))).astype(d.dtype)
+                    if x1.ndim != nd:
+                        raise ValueError(f"written for {nd}-D operands")
+                    return euclidean_dist(x1, x2, lambda a, bt: run([a, bt], {}),
+                                          aten_rows if by_aten else None, vml_sqrt)
                 out.append((cause, "torch.cdist's product form (ATen's _euclidean_dist: "
                                    "[-2 x1, |x1|^2, 1] @ [x2, 1, |x2|^2]ᵀ, clamped at 0, "
                                    f"MKL VML's sqrt), its product {label}; the squared norms "
@@ -2441,19 +2428,17 @@ def _weight_grad_runs(args: list, runs: list, rows: bool = False) -> np.ndarray 
         return None
     total = None
     for r in runs:
-        acc = np.zeros(w.shape, np.float32)
-        run_sum = None
-        for i in r:
-            for a in range(oh):
+        # a run: its chains' sums added in order; a chain: the run's pixels, or one row's
+        lines = [(i, a) for i in r for a in range(oh)]
+        part = None
+        for chain in ([[ln] for ln in lines] if rows and lines else [lines]):
+            acc = np.zeros(w.shape, np.float32)
+            for i, a in chain:
                 for b in range(ow):
                     acc = _fma_acc(acc, a_[i, :, a, b][:, None, None, None],
                                    b_[i, :, a, b][None])
-                if rows:
-                    run_sum = acc if run_sum is None else run_sum + acc
-                    acc = np.zeros(w.shape, np.float32)
-        if rows:
-            acc = run_sum if run_sum is not None else acc
-        total = acc if total is None else total + acc
+            part = acc if part is None else part + acc
+        total = part if total is None else total + part
     return total
 
 

@@ -72,9 +72,9 @@ from tapescope.core.precision import BFLOAT16
 
 __all__ = ["COMPILED_OP", "DEFAULT_DIGEST", "DIGESTS", "FORMAT", "VERSION", "MAGIC", "PHASES",
            "STORED_DTYPES", "Capture", "CaptureFileError", "DigestMismatchError", "LAYOUT_KW",
-           "LAYOUT_OPS", "Limits", "OPAQUE_KINDS", "OVERWRITE_OPS", "Spool", "UNINITIALISED_OPS",
-           "c_strides", "comparable", "derived_digest", "derived_holds", "digest", "is_capture",
-           "is_dense", "load", "raw_bytes", "save", "uninitialised_digest"]
+           "LAYOUT_OPS", "Limits", "MAX_LOSS_CALLS", "OPAQUE_KINDS", "OVERWRITE_OPS", "Spool",
+           "UNINITIALISED_OPS", "c_strides", "comparable", "derived_digest", "derived_holds",
+           "digest", "is_capture", "is_dense", "load", "raw_bytes", "save", "uninitialised_digest"]
 
 FORMAT = "tapescope.capture"
 VERSION = 1
@@ -690,7 +690,7 @@ def _hexes(v: list | tuple, n_hex: int) -> bool:
 _PLAIN = frozenset({type(None), bool, int, float})
 
 
-_MAX_LOSS_CALLS = 1 << 16  # backward calls a step's list may hold (the recorder keeps the first)
+MAX_LOSS_CALLS = 1 << 16  # backward calls a step's list may hold (the recorder keeps the first)
 
 
 class _Spec:
@@ -725,7 +725,7 @@ class _Spec:
         self.loss_calls = None
         if "loss_calls" in h:  # (optional: a file before session 38 has none)
             self.loss_calls = self._list(h, "loss_calls", lambda c: isinstance(c, list) and len(
-                c) <= _MAX_LOSS_CALLS and all(_is_int(v) and 0 <= v < self.n_values for v in c),
+                c) <= MAX_LOSS_CALLS and all(_is_int(v) and 0 <= v < self.n_values for v in c),
                 n=self.steps)
         self.initial = self._dict(h, "initial")
         for key in ("params", "buffers"):

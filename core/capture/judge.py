@@ -47,7 +47,7 @@ from tapescope.core.capture.regions import RegionError, attach, localise, run_re
 from tapescope.core.gcpause import gc_paused
 from tapescope.core.parity import compare_arrays
 
-__all__ = ["RANDOM_OPS", "VERDICTS", "calls_note", "judge", "reference_available"]
+__all__ = ["RANDOM_OPS", "VERDICTS", "judge", "loss_note", "reference_available"]
 
 VERDICTS = ("exact", "introduced", "inherited", "no-reference", "recorded", "unjudged")
 # ops whose outputs are RNG draws (the recorded draw is used; nothing to judge)
@@ -139,23 +139,27 @@ def _scalar(a: np.ndarray) -> float:
     return float(np.asarray(a, dtype=np.float64).reshape(-1)[0]) if a.size else float("nan")
 
 
-def calls_note(calls: list[dict]) -> str:
-    """Where a step ran backward more than once (gradient accumulation, LBFGS's closure): the
-    loss above is the last call's; every call's value, and their sum (what a script adding
-    ``loss.item()`` in order into a float prints)."""
-    vals = [c["recorded"] for c in calls]
+def loss_note(loss: dict) -> str:
+    """What a step's loss line (the judge's ``losses`` entry) adds to the loss: the loss scale
+    backward ran under, and where a step ran backward more than once (gradient accumulation,
+    LBFGS's closure) every call's value and their sum (what a script adding ``loss.item()``
+    in order into a float prints); the loss is the last call's."""
+    note = "" if loss.get("scale") is None else \
+        f"  (backward ran on it x {loss['scale']!r}: a loss scale)"
+    vals = [c["recorded"] for c in loss.get("calls") or []]
     if len(vals) < 2 or any(v is None for v in vals):
-        return ""
+        return note
     shown = ", ".join(repr(v) for v in vals[:4]) + (", ..." if len(vals) > 4 else "")
-    return f"  (the last of {len(vals)} backward calls: {shown}; their sum {sum(vals, 0.0)!r})"
+    return note + (f"  (the last of {len(vals)} backward calls: {shown}; their sum "
+                   f"{sum(vals, 0.0)!r})")
 
 
-def _loss_scales(cap: Capture) -> dict[int, tuple[int, float]]:
-    """Each step's backward root that is a loss times a loss scale (``GradScaler.scale(loss)``,
+def _loss_scales(cap: Capture, roots: set[int]) -> dict[int, tuple[int, float]]:
+    """Each backward root (``roots``: the value ids backward calls ran on) that is a loss times
+    a loss scale (``GradScaler.scale(loss)``,
     a static ``loss * 2.0**k``): the root's id -> (the loss's id, the scale). The root must be
     ``aten.mul.Tensor`` of a 0-dim floating tensor and a positive power of two (a 0-dim tensor
     or a number): an exact product, so the loss the script prints is its first operand."""
-    roots = {v for v in cap.losses if v >= 0} | {v for c in cap.loss_calls or () for v in c}
     out: dict[int, tuple[int, float]] = {}
     if not roots:
         return out
@@ -756,9 +760,9 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
     chain: dict[int, np.ndarray] = {}  # value id -> the reference's value, where it differs
     step = 0
     ref_calls = 0
-    scaled = _loss_scales(cap)
-    loss_ids = {v for v in cap.losses if v >= 0} | {a for a, _ in scaled.values()} | {
-        v for c in cap.loss_calls or () for v in c}
+    roots = {v for v in cap.losses if v >= 0} | {v for c in cap.loss_calls or () for v in c}
+    scaled = _loss_scales(cap, roots)
+    loss_ids = roots | {a for a, _ in scaled.values()}
     ref_loss: dict[int, np.ndarray] = {}  # the reference's own loss (the chain's), per step
 
     # op -> (why its outputs are 'recorded', else None; whether it is a _SAME_BYTES_OPS op
