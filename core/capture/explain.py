@@ -269,6 +269,7 @@ def _euclidean_dist_variants(dt: np.dtype) -> list[_Variant]:
     its product ``[-2 x1, |x1|^2, 1] @ [x2, 1, |x2|^2]ᵀ`` under each of ``mm``'s (a batch:
     ``bmm``'s) variants, the squared norms by the reference's serial sum or by ATen's sum
     kernel."""
+    from tapescope.core.capture import aten_ref  # noqa: F401  (the pieces' forms registered)
     from tapescope.core.capture.aten_ref_nn import euclidean_dist
     from tapescope.core.explain_aten import aten_sum
 
