@@ -145,8 +145,14 @@ def _count_full_collections(phase: str, info: dict) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item, nextitem):
+def pytest_runtest_protocol(item, nextitem):
     yield
+    # (after the whole protocol: pytest lets go of the test's fixture values, item.funcargs,
+    # only after its teardown; frozen at teardown, a window a fixture handed the test lived
+    # on, its parentless menus and pyqtgraph items with it: 1,100 widgets a window test, and
+    # every later style change walked them all. A Qt test's cycles die here, as below.)
+    if "qtbot" in getattr(item, "fixturenames", ()):
+        _qt_garbage_now()
     if _full_collections[0] != _full_collections[1]:
         _freeze_survivors()
         _full_collections[1] = _full_collections[0]
@@ -218,19 +224,23 @@ def _qt_objects_die_with_their_test(request):
 
         bot.addWidget = bot.add_widget = register_and_hold
     yield
-    if "qtbot" not in request.fixturenames:
-        return
+    if "qtbot" in request.fixturenames:
+        held.clear()
+        _qt_garbage_now()
+
+
+def _qt_garbage_now() -> None:
+    """Run the deferred deletes (what qtbot closed is deleted by C++ here) and collect the
+    Python cycles, between tests, where no event handler is running."""
     import gc
     import sys
 
     widgets = sys.modules.get("PySide6.QtWidgets")
     app = widgets.QApplication.instance() if widgets else None
     if app is None:
-        held.clear()
         return
     from PySide6.QtCore import QEvent
 
-    app.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # closed and deleted by C++ here
-    held.clear()
+    app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     gc.collect()
     app.sendPostedEvents(None, QEvent.Type.DeferredDelete)
