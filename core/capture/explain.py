@@ -2400,6 +2400,22 @@ def _conv_1x1_weight_grad(chunks: int) -> Callable:
     return run
 
 
+def _pixel_chain(acc: np.ndarray, a_: np.ndarray, b_: np.ndarray, chain: list) -> bool:
+    """``acc[o, ...] = fma(a_[i, o, a, b], b_[i, :, a, b], acc[o, ...])`` over the chain's
+    lines (image i, row a) and each line's pixels b in order, in one native call (the product
+    of a_'s pixels as columns by b_'s as rows, an fma chain over them); False where it does
+    not run (not float32, no native code): the caller's loop then, the same bits."""
+    from tapescope.core import native
+
+    if a_.dtype != np.float32 or b_.dtype != np.float32 or not chain:
+        return False
+    cols = np.concatenate([a_[i, :, a, :] for i, a in chain], axis=1)  # (oc, pixels)
+    rows = np.concatenate([np.moveaxis(b_[i, :, a], 1, 0).reshape(b_.shape[3], -1)
+                           for i, a in chain], axis=0)  # (pixels, ic * kh * kw)
+    return native.fma_chain(np.ascontiguousarray(cols), np.ascontiguousarray(rows),
+                            acc.reshape(acc.shape[0], -1))
+
+
 def _weight_grad_runs(args: list, runs: list, rows: bool = False) -> np.ndarray | None:
     """The weight gradient of ``_conv_param_grads`` (None where the geometry is not the one
     measured, or its chains are longer than ``_WGRAD_STEPS`` pixels); ``rows``: each output
@@ -2434,10 +2450,11 @@ def _weight_grad_runs(args: list, runs: list, rows: bool = False) -> np.ndarray 
         part = None
         for chain in ([[ln] for ln in lines] if rows and lines else [lines]):
             acc = np.zeros(w.shape, np.float32)
-            for i, a in chain:
-                for b in range(ow):
-                    acc = _fma_acc(acc, a_[i, :, a, b][:, None, None, None],
-                                   b_[i, :, a, b][None])
+            if not _pixel_chain(acc, a_, b_, chain):
+                for i, a in chain:
+                    for b in range(ow):
+                        acc = _fma_acc(acc, a_[i, :, a, b][:, None, None, None],
+                                       b_[i, :, a, b][None])
             part = acc if part is None else part + acc
         total = part if total is None else total + part
     return total

@@ -227,6 +227,8 @@ def _load(missing: bool = True) -> ctypes.CDLL | None:
         getattr(lib, name).restype = ctypes.c_int
     lib.ts_fma4_f32.argtypes = [p, p, p, p, p, p, p]
     lib.ts_fma4_f32.restype = None
+    lib.ts_fma_chain_f32.argtypes = [p, p, p] + [ll] * 6 + [p]
+    lib.ts_fma_chain_f32.restype = None
     for name in ("ts_conv_mg1_ep_f64", "ts_conv_mg1_ep_f32"):
         getattr(lib, name).argtypes = [p, p, p] + [ll] * 15 + [ctypes.POINTER(Epilogue)]
         getattr(lib, name).restype = None
@@ -891,6 +893,34 @@ def fma_into(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
     if acc.size:
         lib.ts_fma4_f32(address(acc), address(av), address(bv), address(geo[0]),
                         address(geo[1]), address(geo[2]), fmaf)
+    return True
+
+
+def fma_chain(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> bool:
+    """``acc += a @ b`` as fma chains, in place: each output ``fma(a[..., k], b[..., k, :],
+    acc)`` for k from 0 up, every step rounded once (C's ``fmaf``): what ``fma_into`` does a k
+    at a time, the whole product in one call. float32 throughout, ``a`` (..., m, k) and ``b``
+    (..., k, n) with the same leading axes as ``acc`` (..., m, n) or none (``b`` 2-D), all
+    C-contiguous and aligned, ``acc`` writeable. False (nothing written) where native code is
+    off or the arrays are not those: the caller's loop then."""
+    lib = library()
+    if lib is None or acc.ndim < 2 or a.ndim != acc.ndim or b.ndim not in (2, acc.ndim):
+        return False
+    fmaf = _libm_fmaf()
+    if fmaf is None:
+        return False
+    if any(x.dtype != np.float32 or not (x.flags.c_contiguous and x.flags.aligned)
+           for x in (a, b, acc)) or not acc.flags.writeable:
+        return False
+    m, kk, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    lead = acc.shape[:-2]
+    if a.shape[:-2] != lead or acc.shape[-2:] != (m, n) or b.shape[-2] != kk \
+            or (b.ndim > 2 and b.shape[:-2] != lead):
+        return False
+    if acc.size and kk:
+        nb = math.prod(lead)
+        lib.ts_fma_chain_f32(address(acc), address(a), address(b), nb, m, n, kk, m * kk,
+                             kk * n if b.ndim > 2 else 0, fmaf)
     return True
 
 

@@ -2280,6 +2280,27 @@ void ts_fma4_f32(float *acc, const float *a, const float *b, const long long *d,
             }
 }
 
+/* The fma chain product: acc[t][i][j] = fma(a[t][i][k], b[t][k][j], acc[t][i][j]) for k
+ * from 0 up, each output one chain in that order (a BLAS micro-kernel's register lane), every
+ * step rounded once; a (nb, m, kk) and b (nb, kk, n) C-contiguous, a's batch stride sab and
+ * b's sbb (0: one matrix for every batch), acc (nb, m, n) its own start (zeros for a plain
+ * product). What ts_fma4_f32 does one k at a time, a whole product in one call. fmaf_: libm's,
+ * as there. */
+void ts_fma_chain_f32(float *acc, const float *a, const float *b, long long nb, long long m,
+                      long long n, long long kk, long long sab, long long sbb,
+                      float (*fmaf_)(float, float, float)) {
+    for (long long t = 0; t < nb; ++t)
+        for (long long i = 0; i < m; ++i) {
+            float *o = acc + (t * m + i) * n;
+            const float *ar = a + t * sab + i * kk;
+            for (long long k = 0; k < kk; ++k) {
+                const float av = ar[k], *br = b + t * sbb + k * n;
+                for (long long j = 0; j < n; ++j)
+                    o[j] = fmaf_(av, br[j], o[j]);
+            }
+        }
+}
+
 #include "serial_sums.h"
 
 void ts_colsum_f64(const double *x, double *out, long long r, long long n) { COLSUM(double) }

@@ -4,7 +4,8 @@ step of their chains with. Bit for bit numpy's exact emulation (``core.explain_p
 every path the native code has that this CPU runs, on hostile values (NaN, infinities,
 subnormals, products that overflow or round to zero, signed zeros) and layouts (broadcast,
 reversed, strided, ranks 1-4, empty); what it declines (nothing written); and the same calls
-under AddressSanitizer and UBSan."""
+under AddressSanitizer and UBSan. The whole chain product (``ts_fma_chain_f32``,
+``core.native.fma_chain``: --explain's MKL lanes in one call) is the steps' loop bit for bit."""
 
 from __future__ import annotations
 
@@ -66,6 +67,48 @@ def test_what_it_declines_is_left_as_it_was():
     assert np.array_equal(acc, np.ones((4, 5), F32))
 
 
+def _steps(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """The chain a k at a time by numpy's exact fma (what the loop of steps gives)."""
+    for k in range(a.shape[-1]):
+        acc = fma(a[..., k:k + 1], b[..., k:k + 1, :], acc)
+    return acc
+
+
+@every_path
+def test_the_chain_product_is_the_steps_one_k_at_a_time():
+    if native.library() is None:
+        pytest.skip("no native code (no compiler)")
+    rng = np.random.default_rng(21)
+    for lead, blead, m, k, n in (((), (), 5, 9, 7), ((3,), (3,), 4, 17, 6),
+                                 ((2, 3), (), 3, 5, 2), ((2,), (2,), 1, 33, 1),
+                                 ((), (), 3, 0, 4), ((2,), (2,), 0, 3, 3)):
+        a, b = _hostile(rng, lead + (m, k)), _hostile(rng, blead + (k, n))
+        start = _hostile(rng, lead + (m, n))  # (a start of its own: acc += a @ b)
+        want = _steps(a, b, start.copy())
+        got = start.copy()
+        assert native.fma_chain(a, b, got)
+        same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), (lead, m, k, n, got[~same][:4], want[~same][:4])
+
+
+def test_what_the_chain_product_declines_is_left_as_it_was():
+    if native.library() is None:
+        pytest.skip("no native code (no compiler)")
+    a, b = np.ones((2, 3, 4), F32), np.ones((2, 4, 5), F32)
+    acc = np.zeros((2, 3, 5), F32)
+    wide = np.ones((2, 8, 5), F32)[:, ::2]  # (not contiguous)
+    for x, y, z in ((a.astype(np.float64), b, acc), (a, b[:1], acc),  # (b's axes broadcast)
+                    (a, b, acc[:1]), (a, b[:, :3], acc), (a, wide, acc),
+                    (a[0], b[0], acc), (a, b, np.zeros((2, 3, 5), np.float64))):
+        before = z.copy()
+        assert not native.fma_chain(x, y, z)
+        assert np.array_equal(z, before)
+    ro = acc.copy()
+    ro.setflags(write=False)
+    assert not native.fma_chain(a, b, ro)
+    assert native.fma_chain(a, b, acc) and (acc == 4).all()
+
+
 _ASAN_CHILD = """
 import numpy as np
 from tapescope.core import native
@@ -78,6 +121,12 @@ for shape in ((5,), (3, 7), (2, 3, 9), (2, 2, 3, 11), (0, 4)):
     b = rng.standard_normal(shape + (3,)).astype(np.float32)[..., ::-2][..., 0]
     assert native.fma_into(acc, rng.standard_normal(shape[-1:]).astype(np.float32), b)
     n += 1
+for lead, bl in (((), ()), ((2, 3), (2, 3)), ((4,), ())):
+    a = rng.standard_normal(lead + (5, 7)).astype(np.float32)
+    b = rng.standard_normal(bl + (7, 3)).astype(np.float32)
+    acc = np.zeros(lead + (5, 3), np.float32)
+    assert native.fma_chain(a, b, acc)
+    n += 1
 print("stepped", n)
 """
 
@@ -85,4 +134,4 @@ print("stepped", n)
 def test_the_step_runs_clean_under_asan_and_ubsan():
     from tests.helpers.sanitize import child_runs_clean
 
-    child_runs_clean(_ASAN_CHILD, "stepped 5")
+    child_runs_clean(_ASAN_CHILD, "stepped 8")
