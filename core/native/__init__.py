@@ -225,8 +225,9 @@ def _load(missing: bool = True) -> ctypes.CDLL | None:
     for name in ("ts_maxpool2d_idx_bwd_f64", "ts_maxpool2d_idx_bwd_f32"):
         getattr(lib, name).argtypes = [p, p, p, ll, ll, ll]
         getattr(lib, name).restype = ctypes.c_int
-    lib.ts_fma4_f32.argtypes = [p, p, p, p, p, p, p]
-    lib.ts_fma4_f32.restype = None
+    for name in ("ts_fma4_f32", "ts_fma4_f64"):
+        getattr(lib, name).argtypes = [p, p, p, p, p, p, p]
+        getattr(lib, name).restype = None
     lib.ts_fma_chain_f32.argtypes = [p, p, p] + [ll] * 6 + [p]
     lib.ts_fma_chain_f32.restype = None
     for name in ("ts_conv_mg1_ep_f64", "ts_conv_mg1_ep_f32"):
@@ -853,28 +854,35 @@ def maxpool2d_with_indices_backward(g: np.ndarray, idx: np.ndarray, x_shape) -> 
 
 
 @functools.cache
-def _libm_fmaf() -> int | None:
-    """The address of the C library's ``fmaf`` (exact: its fused instruction or its
-    emulation), or None where there is no such library."""
+def _libm_fma(name: str = "fmaf") -> int | None:
+    """The address of the C library's ``fmaf`` (or ``fma``) (exact: its fused instruction or
+    its emulation), or None where there is no such library."""
     import ctypes.util
 
-    name = ctypes.util.find_library("m")
+    lib = ctypes.util.find_library("m")
     try:
-        return ctypes.cast(ctypes.CDLL(name).fmaf, ctypes.c_void_p).value if name else None
+        return ctypes.cast(getattr(ctypes.CDLL(lib), name), ctypes.c_void_p).value if lib \
+            else None
     except (OSError, AttributeError):
         return None
 
 
+_FMA4 = {np.dtype(np.float32): ("ts_fma4_f32", "fmaf"),
+         np.dtype(np.float64): ("ts_fma4_f64", "fma")}
+
+
 def fma_into(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
     """``acc = fma(a, b, acc)`` in place, elementwise, each result rounded once (C's
-    ``fmaf``), ``a`` and ``b`` broadcast to ``acc``'s shape: float32 throughout, ``acc``
-    C-contiguous, writeable, aligned and of rank 1-4. False (nothing written) where native
-    code is off or the arrays are not those: the caller's numpy then."""
+    ``fmaf``, or ``fma`` in float64), ``a`` and ``b`` broadcast to ``acc``'s shape: float32
+    or float64 throughout, ``acc`` C-contiguous, writeable, aligned and of rank 1-4. False
+    (nothing written) where native code is off or the arrays are not those: the caller's
+    numpy then."""
     lib = library()
-    if lib is None or acc.dtype != np.float32 or not 1 <= acc.ndim <= 4:
+    kind = _FMA4.get(acc.dtype)
+    if lib is None or kind is None or not 1 <= acc.ndim <= 4:
         return False
-    fmaf = _libm_fmaf()
-    if fmaf is None:
+    fn = _libm_fma(kind[1])
+    if fn is None:
         return False
     f = acc.flags
     if not (f.c_contiguous and f.writeable and f.aligned):
@@ -883,16 +891,16 @@ def fma_into(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
         av, bv = (np.broadcast_to(v, acc.shape) for v in (a, b))
     except ValueError:
         return False
-    if av.dtype != np.float32 or bv.dtype != np.float32 or not av.flags.aligned \
+    if av.dtype != acc.dtype or bv.dtype != acc.dtype or not av.flags.aligned \
             or not bv.flags.aligned:
         return False
-    lead = 4 - acc.ndim
+    lead, size = 4 - acc.ndim, acc.itemsize
     geo = np.array([(1,) * lead + acc.shape,
-                    (0,) * lead + tuple(s // 4 for s in av.strides),
-                    (0,) * lead + tuple(s // 4 for s in bv.strides)], np.int64)
+                    (0,) * lead + tuple(s // size for s in av.strides),
+                    (0,) * lead + tuple(s // size for s in bv.strides)], np.int64)
     if acc.size:
-        lib.ts_fma4_f32(address(acc), address(av), address(bv), address(geo[0]),
-                        address(geo[1]), address(geo[2]), fmaf)
+        getattr(lib, kind[0])(address(acc), address(av), address(bv), address(geo[0]),
+                              address(geo[1]), address(geo[2]), fn)
     return True
 
 
@@ -906,7 +914,7 @@ def fma_chain(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> bool:
     lib = library()
     if lib is None or acc.ndim < 2 or a.ndim != acc.ndim or b.ndim not in (2, acc.ndim):
         return False
-    fmaf = _libm_fmaf()
+    fmaf = _libm_fma("fmaf")
     if fmaf is None:
         return False
     if any(x.dtype != np.float32 or not (x.flags.c_contiguous and x.flags.aligned)

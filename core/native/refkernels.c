@@ -2301,6 +2301,21 @@ void ts_fma_chain_f32(float *acc, const float *a, const float *b, long long nb, 
         }
 }
 
+void ts_fma4_f64(double *acc, const double *a, const double *b, const long long *d,
+                 const long long *sa, const long long *sb,
+                 double (*fma_)(double, double, double)) {
+    /* ts_fma4_f32 in double; fma_: libm's fma, as there */
+    for (long long i = 0; i < d[0]; ++i)
+        for (long long j = 0; j < d[1]; ++j)
+            for (long long l = 0; l < d[2]; ++l) {
+                double *o = acc + ((i * d[1] + j) * d[2] + l) * d[3];
+                const double *ap = a + i * sa[0] + j * sa[1] + l * sa[2];
+                const double *bp = b + i * sb[0] + j * sb[1] + l * sb[2];
+                for (long long k = 0; k < d[3]; ++k)
+                    o[k] = fma_(ap[k * sa[3]], bp[k * sb[3]], o[k]);
+            }
+}
+
 #include "serial_sums.h"
 
 void ts_colsum_f64(const double *x, double *out, long long r, long long n) { COLSUM(double) }

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tapescope.core import mathlib
+from tapescope.core import explain_prims, mathlib
 from tapescope.core.explain import CAUSES, FORMULAS, VARIANTS, Prims, explain, fma, variants_for
 from tapescope.core.optable.registry import REGISTRY
 
@@ -17,12 +17,14 @@ Node = namedtuple("Node", "op attrs shape")
 rng = np.random.default_rng(7)
 
 
+@pytest.mark.parametrize("how", ["fma", "fma_emulated"])
 @pytest.mark.parametrize("dt", [np.float64, np.float32])
-def test_fma_rounds_once(dt):
+def test_fma_rounds_once(dt, how):
+    """explain's fma (C's fma where native code runs) and numpy's emulation alone."""
     a, b = rng.standard_normal((2, 600)).astype(dt)
     c = (rng.standard_normal(600) * 1e-3).astype(dt)
     c[:200] = -(a[:200].astype(np.float64) * b[:200]).astype(dt)  # cancellation: the hard case
-    got = fma(a, b, c)
+    got = getattr(explain_prims, how)(a, b, c)
     exact = [Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
              for x, y, z in zip(a, b, c, strict=True)]
     # float(Fraction) rounds correctly to float64; np.float32(float) would round twice
