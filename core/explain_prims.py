@@ -62,8 +62,10 @@ _native_module: list = []  # core.native, imported on the first fma (a lazy impo
 def fma(a: Any, b: Any, c: Any) -> np.ndarray:
     """``a * b + c`` rounded once, elementwise, float64 or float32 (exact, like C's fma): C's
     ``fma`` / ``fmaf`` in native code (``core.native.fma_into``: one call, not the dozen numpy
-    passes of the emulation) where it runs, else :func:`fma_emulated`; the same bits (a NaN is
-    a NaN: its sign and payload are the policy's, not compared)."""
+    passes of the emulation) where it runs, else :func:`fma_emulated`: the same bits, but in
+    float64 where the emulation misses (a subnormal result, rounded twice; a finite product
+    past the range added to an infinity, NaN), and a NaN's sign and payload (the policy's: a
+    NaN is a NaN)."""
     a, b, c = np.broadcast_arrays(np.asarray(a), np.asarray(b), np.asarray(c))
     dt = np.result_type(a, b, c)
     if (dt == np.float32 or dt == np.float64) and 1 <= c.ndim <= 4 and c.size:
@@ -84,7 +86,10 @@ def fma_emulated(a: Any, b: Any, c: Any) -> np.ndarray:
     to odd, one rounded to nearest); float32: the exact product in float64 plus c rounded to
     odd, then rounded to float32 (53 >= 24 + 2 bits: one correct rounding; non-finite
     operands and results come out as C's fma gives them). float64's non-finite intermediates
-    fall back to the plain expression (the same inf / NaN as C's fma).
+    fall back to the plain expression (the same inf / NaN as C's fma, but for a finite
+    product past the range added to an infinity: NaN, where C's fma gives the infinity); a
+    subnormal float64 result is rounded twice (C's fma rounds it once: tests/capture/
+    test_native_fma_step.py).
     """
     a, b, c = np.broadcast_arrays(np.asarray(a), np.asarray(b), np.asarray(c))
     dt = np.result_type(a, b, c)
