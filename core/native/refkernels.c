@@ -2256,28 +2256,38 @@ int ts_maxpool2d_idx_bwd_f64(const double *g, const long long *idx, double *gx,
 int ts_maxpool2d_idx_bwd_f32(const float *g, const long long *idx, float *gx, long long planes,
                              long long n, long long hw) MAXPOOL_IDX_BWD(float)
 
-/* acc = fma(a, b, acc) elementwise, every product and sum rounded once (C's fmaf: the
- * hardware's fused multiply-add where the path has one, libm's exact emulation else), over a
- * C-contiguous acc of d[0] x d[1] x d[2] x d[3] floats (libm's fmaf, called); a and b are laid over it by element
- * strides sa, sb (0: a broadcast dimension; any sign: numpy views, in bounds by
- * construction). One step of the fma chains --explain writes out (core/capture/explain.py:
- * oneDNN's convolution gradients), which numpy's exact emulation ran at ~15 array passes. */
+/* acc = fma(a, b, acc) elementwise, every product and sum rounded once (C's fmaf, or fma in
+ * double: the hardware's fused multiply-add where the path has one, libm's exact emulation
+ * else), over a C-contiguous acc of d[0] x d[1] x d[2] x d[3] elements (libm's function,
+ * called); a and b are laid over it by element strides sa, sb (0: a broadcast dimension; any
+ * sign: numpy views, in bounds by construction). One step of the fma chains --explain writes
+ * out (core/capture/explain.py: oneDNN's convolution gradients), which numpy's exact
+ * emulation ran at ~15 array passes; in double, core.explain_prims.fma.
+ * fma_: libm's fmaf / fma, handed in by the caller (core.native.fma_into): the fused
+ * instruction (or libm's exact emulation) lives in libm, and this object keeps none (the
+ * reference code's audit: tests/core/test_native.py, tests/gpu/test_fp_contract.py; a call of
+ * fmaf here, even through a volatile pointer, gcc compiled to vfmadd) */
+#define FMA4(T)                                                                        \
+    for (long long i = 0; i < d[0]; ++i)                                               \
+        for (long long j = 0; j < d[1]; ++j)                                           \
+            for (long long l = 0; l < d[2]; ++l) {                                     \
+                T *o = acc + ((i * d[1] + j) * d[2] + l) * d[3];                       \
+                const T *ap = a + i * sa[0] + j * sa[1] + l * sa[2];                   \
+                const T *bp = b + i * sb[0] + j * sb[1] + l * sb[2];                   \
+                for (long long k = 0; k < d[3]; ++k)                                   \
+                    o[k] = fma_(ap[k * sa[3]], bp[k * sb[3]], o[k]);                   \
+            }
+
 void ts_fma4_f32(float *acc, const float *a, const float *b, const long long *d,
                  const long long *sa, const long long *sb,
-                 float (*fmaf_)(float, float, float)) {
-    /* fmaf_: libm's fmaf, handed in by the caller (core.native.fma_into): the fused
-     * instruction (or libm's exact emulation) lives in libm, and this object keeps none
-     * (the reference code's audit: tests/core/test_native.py, tests/gpu/test_fp_contract.py;
-     * a call of fmaf here, even through a volatile pointer, gcc compiled to vfmadd) */
-    for (long long i = 0; i < d[0]; ++i)
-        for (long long j = 0; j < d[1]; ++j)
-            for (long long l = 0; l < d[2]; ++l) {
-                float *o = acc + ((i * d[1] + j) * d[2] + l) * d[3];
-                const float *ap = a + i * sa[0] + j * sa[1] + l * sa[2];
-                const float *bp = b + i * sb[0] + j * sb[1] + l * sb[2];
-                for (long long k = 0; k < d[3]; ++k)
-                    o[k] = fmaf_(ap[k * sa[3]], bp[k * sb[3]], o[k]);
-            }
+                 float (*fma_)(float, float, float)) {
+    FMA4(float)
+}
+
+void ts_fma4_f64(double *acc, const double *a, const double *b, const long long *d,
+                 const long long *sa, const long long *sb,
+                 double (*fma_)(double, double, double)) {
+    FMA4(double)
 }
 
 /* The fma chain product: acc[t][i][j] = fma(a[t][i][k], b[t][k][j], acc[t][i][j]) for k
@@ -2299,21 +2309,6 @@ void ts_fma_chain_f32(float *acc, const float *a, const float *b, long long nb, 
                     o[j] = fmaf_(av, br[j], o[j]);
             }
         }
-}
-
-void ts_fma4_f64(double *acc, const double *a, const double *b, const long long *d,
-                 const long long *sa, const long long *sb,
-                 double (*fma_)(double, double, double)) {
-    /* ts_fma4_f32 in double; fma_: libm's fma, as there */
-    for (long long i = 0; i < d[0]; ++i)
-        for (long long j = 0; j < d[1]; ++j)
-            for (long long l = 0; l < d[2]; ++l) {
-                double *o = acc + ((i * d[1] + j) * d[2] + l) * d[3];
-                const double *ap = a + i * sa[0] + j * sa[1] + l * sa[2];
-                const double *bp = b + i * sb[0] + j * sb[1] + l * sb[2];
-                for (long long k = 0; k < d[3]; ++k)
-                    o[k] = fma_(ap[k * sa[3]], bp[k * sb[3]], o[k]);
-            }
 }
 
 #include "serial_sums.h"
