@@ -1024,10 +1024,9 @@ def _fma_chain(a: np.ndarray, b: np.ndarray, alpha: np.float32 | None = None,
     a = np.ascontiguousarray(a, dtype=dtype)
     b = np.ascontiguousarray(b, dtype=dtype)
     acc = np.zeros(a.shape[:-1] + b.shape[-1:], dtype=dtype)
-    if native.fma_chain(a, b, acc):  # (the whole product in one call; else a k at a time)
-        return acc if alpha is None else (acc * alpha).astype(dtype)
-    for k in range(a.shape[-1]):
-        acc = _fma_acc(acc, a[..., k:k + 1], b[..., k:k + 1, :])
+    if not native.fma_chain(a, b, acc):  # (the whole product in one call; else a k at a time)
+        for k in range(a.shape[-1]):
+            acc = _fma_acc(acc, a[..., k:k + 1], b[..., k:k + 1, :])
     return acc if alpha is None else (acc * alpha).astype(dtype)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tapescope.core import mathlib
+from tapescope.core import mathlib, native
 
 
 class GradParts(tuple):
@@ -55,10 +55,6 @@ def _round_odd_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(bump, np.nextafter(s, np.copysign(np.inf, e)), s)
 
 
-_native_module: list = []  # core.native, imported on the first fma (a lazy import a call
-# costs ~10 us once PySide6's import hook is installed: a window's --explain)
-
-
 def fma(a: Any, b: Any, c: Any) -> np.ndarray:
     """``a * b + c`` rounded once, elementwise, float64 or float32 (exact, like C's fma): C's
     ``fma`` / ``fmaf`` in native code (``core.native.fma_into``: one call, not the dozen numpy
@@ -69,12 +65,8 @@ def fma(a: Any, b: Any, c: Any) -> np.ndarray:
     a, b, c = np.broadcast_arrays(np.asarray(a), np.asarray(b), np.asarray(c))
     dt = np.result_type(a, b, c)
     if (dt == np.float32 or dt == np.float64) and 1 <= c.ndim <= 4 and c.size:
-        if not _native_module:
-            from tapescope.core import native
-
-            _native_module.append(native)
         out = np.array(c, dtype=dt, order="C")  # (a copy: the caller's c stays as it was)
-        if _native_module[0].fma_into(out, a.astype(dt, copy=False), b.astype(dt, copy=False)):
+        if native.fma_into(out, a.astype(dt, copy=False), b.astype(dt, copy=False)):
             return out
     return fma_emulated(a, b, c)
 

@@ -2405,8 +2405,6 @@ def _pixel_chain(acc: np.ndarray, a_: np.ndarray, b_: np.ndarray, chain: list) -
     lines (image i, row a) and each line's pixels b in order, in one native call (the product
     of a_'s pixels as columns by b_'s as rows, an fma chain over them); False where it does
     not run (not float32, no native code): the caller's loop then, the same bits."""
-    from tapescope.core import native
-
     if a_.dtype != np.float32 or b_.dtype != np.float32 or not chain:
         return False
     cols = np.concatenate([a_[i, :, a, :] for i, a in chain], axis=1)  # (oc, pixels)

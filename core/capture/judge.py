@@ -156,10 +156,10 @@ def loss_note(loss: dict) -> str:
 
 def _loss_scales(cap: Capture, roots: set[int]) -> dict[int, tuple[int, float]]:
     """Each backward root (``roots``: the value ids backward calls ran on) that is a loss times
-    a loss scale (``GradScaler.scale(loss)``,
-    a static ``loss * 2.0**k``): the root's id -> (the loss's id, the scale). The root must be
-    ``aten.mul.Tensor`` of a 0-dim floating tensor and a positive power of two (a 0-dim tensor
-    or a number): an exact product, so the loss the script prints is its first operand."""
+    a loss scale (``GradScaler.scale(loss)``, a static ``loss * 2.0**k``): the root's id ->
+    (the loss's id, the scale). The root must be ``aten.mul.Tensor`` of a 0-dim floating
+    tensor and a positive power of two (a 0-dim tensor or a number): an exact product, so the
+    loss the script prints is its first operand."""
     out: dict[int, tuple[int, float]] = {}
     if not roots:
         return out
