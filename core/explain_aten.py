@@ -1145,13 +1145,20 @@ def softmax_backward(g: np.ndarray, out: np.ndarray, tail_fma: bool = True) -> n
         return ((g - np.asarray(acc, g.dtype)[..., None]) * out).astype(g.dtype)
 
 
-def _mkl_panels(k: int) -> list[int]:
+def _mkl_panels(k: int, wide: bool = False) -> list[int]:
     """The bounds of MKL's k panels (sgemm, AVX-512, one thread; measured against torch's
     products at 16 depths from 385 to 4,096 terms, outputs of up to 128 columns -- the flash
     kernels' and a Linear's of few outputs): 384 terms at a time while more than 768 are
     left, then the rest in ``ceil(rest / 384)`` equal panels (the last ones shorter by the
     rounding). Wider outputs at 1,024 terms and more, and products on several threads, are
-    blocked otherwise (no rule found: such products stay ``unknown``)."""
+    blocked otherwise (no rule found: such products stay ``unknown``).
+
+    ``wide``: MKL's AVX-512 path on an Intel CPU without AMX (an Ice Lake Xeon, session 40)
+    for outputs of 192 columns or more: up to 768 terms the same equal panels, past that 384
+    terms at a time and the rest as the last panel (measured with the FPRev method at 385 to
+    2,000 terms, 16 to 2,000 rows; below 192 columns that CPU runs the rule above)."""
+    if wide and k > 768:
+        return [*range(0, k, 384), k]
     bounds, s = [0], 0
     while k - s > 768:
         s += 384
@@ -1180,6 +1187,26 @@ def _mkl_panels_amd(k: int) -> list[int]:
 #: MKL's products as it runs them on an AMD CPU (``_sgemm``'s panels): set by ``mkl_amd()``
 _MKL_AMD: ContextVar[bool] = ContextVar("tapescope_mkl_amd", default=False)
 
+#: MKL's products as its AVX-512 path without AMX runs them on an Intel CPU: set by
+#: ``mkl_no_amx()``
+_MKL_NO_AMX: ContextVar[bool] = ContextVar("tapescope_mkl_no_amx", default=False)
+
+
+@contextmanager
+def mkl_no_amx() -> Iterator[None]:
+    """Within: ``_sgemm`` and ``_mkl_mm`` take MKL's products as its AVX-512 path runs them on
+    an Intel CPU without AMX (an Ice Lake Xeon; measured there, session 40, MKL 2024.0, one
+    thread): outputs of 192 columns or more in ``_mkl_panels(wide=True)``'s panels, and
+    2-15 rows against a transposed operand over ``k >= 24 x rows`` terms by the ``dots``
+    kernel (``_sgemm_few``: each output one 16-lane fma chain), below that fma chains. (The
+    Xeon with AMX of sessions 20-30 ran fma chains for the 4-row, 128-term product that
+    takes the ``dots`` kernel here: the default.)"""
+    token = _MKL_NO_AMX.set(True)
+    try:
+        yield
+    finally:
+        _MKL_NO_AMX.reset(token)
+
 
 @contextmanager
 def mkl_amd() -> Iterator[None]:
@@ -1202,7 +1229,8 @@ def _sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
     amd = _MKL_AMD.get()
     if amd and alpha is not None:
         b, alpha = (np.asarray(b, np.float32) * np.float32(alpha)).astype(np.float32), None
-    bounds = (_mkl_panels_amd if amd else _mkl_panels)(a.shape[-1])
+    bounds = _mkl_panels_amd(a.shape[-1]) if amd else \
+        _mkl_panels(a.shape[-1], _MKL_NO_AMX.get() and b.shape[-1] >= 192)
     for k0, k1 in pairwise(bounds):
         p = _fma_chain(a[..., k0:k1], b[..., k0:k1, :], alpha)
         c = p if c is None else (c + p).astype(np.float32)
@@ -1949,6 +1977,9 @@ def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
     if amd and not one_row and not one_col and (m <= 3 or n <= 11):
         return _small_by_views(a, b, c, alpha)
     if not one_row and not one_col:
+        if not amd and _MKL_NO_AMX.get() and 2 <= m <= 15 and a.shape[-1] >= 24 * m and \
+                b.strides[-2] < b.strides[-1]:
+            return _dots_by_views(a, b, c, alpha)
         return _sgemm(a, b, c, alpha)
     dot = _sgemv_amd if amd else _sgemv
     lead = a.shape[:-2]
@@ -1962,6 +1993,22 @@ def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
             continue
         r = dot(np.swapaxes(b[i], -1, -2), a[i][0])[None, :] if one_row else \
             dot(a[i], b[i][:, 0])[:, None]
+        if alpha is not None:
+            r = (r * f32(alpha)).astype(f32)
+        out[i] = r if c is None else (c[i] + r).astype(f32)
+    return out
+
+
+def _dots_by_views(a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
+                   alpha: np.float32 | None) -> np.ndarray:
+    """``_mkl_mm``'s 2-15 rows against a transposed ``b`` over long k within
+    ``mkl_no_amx()``: each of the leading axes' products by the ``dots`` kernel, times
+    ``alpha`` and ``+ c`` after (as the one-row dot-product kernel)."""
+    f32 = np.float32
+    lead = a.shape[:-2]
+    out = np.empty(lead + (a.shape[-2], b.shape[-1]), dtype=f32)
+    for i in np.ndindex(*lead):
+        r = _sgemm_few(a[i], b[i], "dots")
         if alpha is not None:
             r = (r * f32(alpha)).astype(f32)
         out[i] = r if c is None else (c[i] + r).astype(f32)

@@ -87,6 +87,7 @@ from tapescope.core.explain_aten import (
     log_softmax_backward_inner,
     log_softmax_inner,
     mkl_amd,
+    mkl_no_amx,
     reduce_all,
     sleef_exp,
     sleef_expm1f,
@@ -375,6 +376,16 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
                            "bias first, then k in ceil(K / 384) equal panels, each one fma "
                            "chain from zero added in turn", _mkl_addmm,
                     _screen(_mkl_addmm, _product_rows(op))))
+        out.append(("fma", "MKL's sgemm as addmm calls it on an Intel CPU without AMX (float32, "
+                           "beta = alpha = 1, 192 output columns or more): the bias first, then "
+                           "k past 768 terms in panels of 384, the rest last, each one fma chain "
+                           "from zero added in turn", _mkl_addmm_no_amx,
+                    _screen(_mkl_addmm_no_amx, _product_rows(op))))
+        out.append(("fma", "MKL's sgemm as addmm calls it on two threads (float32, beta = "
+                           "alpha = 1; measured on an Intel CPU without AMX): k in two halves, "
+                           "one a thread, each in one thread's panels of fma chains, the first "
+                           "onto the bias, the second from zero, the two added after",
+                    _mkl_addmm_halves, _screen(_mkl_addmm_halves, _product_rows(op))))
         out.append(("fma", "MKL's sgemm as addmm calls it on an AMD CPU (float32, beta = alpha "
                            "= 1): the bias first, then k in panels of at most 192 terms, each "
                            "one fma chain from zero added in turn", _mkl_addmm_amd,
@@ -523,6 +534,39 @@ def _mkl_addmm(args: list, kw: dict) -> np.ndarray:
         raise ValueError("MKL's addmm is written out for float32, beta = alpha = 1")
     c = np.array(np.broadcast_to(bias, (a.shape[0], b.shape[1])), dtype=np.float32)
     return _sgemm(a, b, c)
+
+
+def _mkl_addmm_no_amx(args: list, kw: dict) -> np.ndarray:
+    """``_mkl_addmm`` as MKL's AVX-512 path runs it on an Intel CPU without AMX (an Ice Lake
+    Xeon, session 40): outputs of 192 columns or more past 768 terms in 384-term panels, the
+    rest as the last (``_mkl_panels(wide=True)``); ValueError where that is the rule above."""
+    if np.asarray(args[2]).shape[-1] < 192 or np.asarray(args[1]).shape[-1] <= 768:
+        raise ValueError("the panels of MKL's addmm with AMX (the variant before)")
+    with mkl_no_amx():
+        return _mkl_addmm(args, kw)
+
+
+def _mkl_addmm_halves(args: list, kw: dict) -> np.ndarray:
+    """``_mkl_addmm`` as MKL runs it on two threads where it splits k between them (measured
+    on an Intel CPU without AMX, session 40, at 100 x 777 x 200, 16 x 1,000 x 64, 2,048 x
+    1,000 x 64, 100 x 1,000 x 512, 100 x 1,600 x 200; other shapes split their rows or
+    otherwise): k in two halves (the first ``ceil(k / 2)`` terms), each half in one thread's
+    panels (``_mkl_panels``, wide from 192 output columns), the first half added onto the
+    bias, the second from zero, the two added after; ValueError where both halves are one
+    panel (the same bits as ``_mkl_addmm``)."""
+    bias, a, b = (np.asarray(x) for x in args[:3])
+    beta, alpha = _addmm_scales(args, kw)
+    if beta != 1 or alpha != 1 or any(x.dtype != np.float32 for x in (bias, a, b)) or \
+            a.ndim != 2 or b.ndim != 2:
+        raise ValueError("MKL's addmm is written out for float32, beta = alpha = 1")
+    h = (a.shape[1] + 1) // 2
+    if h <= 384:
+        raise ValueError("each half one panel: MKL's addmm on one thread")
+    c = np.array(np.broadcast_to(bias, (a.shape[0], b.shape[1])), dtype=np.float32)
+    with mkl_no_amx():
+        first = _sgemm(a[:, :h], b[:h], c)
+        second = _sgemm(a[:, h:], b[h:])
+    return (first + second).astype(np.float32)
 
 
 def _mkl_addmm_amd(args: list, kw: dict) -> np.ndarray:
@@ -2480,10 +2524,16 @@ def _flash_args(args: list, kw: dict, first: int) -> tuple:
     return q, k, v, bool(_arg(args, kw, n + 1, "is_causal", False)), sc
 
 
-def _flash(lanes: int, amd: bool = False) -> Callable:
+def _mkl_kind(kind: str) -> Any:
+    """The context of MKL's products as ``kind`` runs them: "" (an Intel CPU with AMX, the
+    default), "amd" (``mkl_amd``), "no-amx" (``mkl_no_amx``)."""
+    return mkl_amd() if kind == "amd" else mkl_no_amx() if kind == "no-amx" else nullcontext()
+
+
+def _flash(lanes: int, kind: str = "") -> Callable:
     def run(args: list, kw: dict) -> tuple:
         q, k, v, causal, sc = _flash_args(args, kw, 0)
-        with mkl_amd() if amd else nullcontext():
+        with _mkl_kind(kind):
             return flash_attention(q, k, v, causal, sc, lanes, _flash_mask(kw, q, k, causal),
                                    reduced=q.dtype == _BF16)
     return run
@@ -2508,11 +2558,11 @@ def _flash_mask(kw: dict, q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndar
     return mask
 
 
-def _flash_backward(lanes: int, key_scaled: bool, amd: bool = False) -> Callable:
+def _flash_backward(lanes: int, key_scaled: bool, kind: str = "") -> Callable:
     def run(args: list, kw: dict) -> tuple:
         q, k, v, causal, sc = _flash_args(args, kw, 1)
         g, out, lse = (np.asarray(args[i]) for i in (0, 4, 5))
-        with mkl_amd() if amd else nullcontext():
+        with _mkl_kind(kind):
             return flash_attention_backward(g, q, k, v, out, lse, causal, sc, lanes,
                                             key_scaled, _flash_mask(kw, q, k, causal))
     return run
@@ -2521,6 +2571,9 @@ def _flash_backward(lanes: int, key_scaled: bool, amd: bool = False) -> Callable
 #: the words of a flash variant whose products are MKL's on an AMD CPU (VENDOR_WORDS'):
 #: k in panels of at most 192 terms, alpha into the second operand, its one-row kernels
 _ON_AMD = "; MKL's products as on an AMD CPU"
+#: ... on an Intel CPU without AMX (``mkl_no_amx``: few rows over long k by the dots kernel)
+_NO_AMX = "; MKL's products as on an Intel CPU without AMX"
+_KIND_WORDS = {"": "", "amd": _ON_AMD, "no-amx": _NO_AMX}
 
 
 def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
@@ -2534,15 +2587,16 @@ def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
                                   f"{lanes}-lane, the scale taken "
                                   + ("into k before the scores' product" if key else
                                      "after the scores' sums")
-                                  + ", the key and value gradients added query block by block",
-                 _flash_backward(lanes, key))
-                for lanes, isa in _FLASH_ISA for key in (False, True)] + [
+                                  + ", the key and value gradients added query block by block"
+                                  + _KIND_WORDS[kind], _flash_backward(lanes, key, kind))
+                for kind in ("", "no-amx") for lanes, isa in _FLASH_ISA
+                for key in (False, True)] + [
             ("reassociation", f"PyTorch's CPU flash attention backward ({isa}): the "
                               "probabilities recomputed from the logsumexp (SLEEF's exp), every "
                               f"product an fma chain, the softmax's row sums {lanes}-lane, each "
                               "scale taken into the product's second operand, the key and value "
                               "gradients added query block by block" + _ON_AMD,
-             _flash_backward(lanes, False, True)) for lanes, isa in _FLASH_ISA]
+             _flash_backward(lanes, False, "amd")) for lanes, isa in _FLASH_ISA]
     if dt == _BF16:
         return [("reassociation", "PyTorch's CPU flash attention in bfloat16 (AVX-512; MKL's "
                                   "bfloat16 gemm as on a CPU with AMX): q @ kᵀ and p @ v with "
@@ -2554,8 +2608,8 @@ def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
     return [("reassociation", f"PyTorch's CPU flash attention ({isa}): q @ kᵀ and p @ v as "
                               "fma chains, exp_u20 on whole vectors and summed per lane "
                               f"({lanes} lanes), the product normalised after, by 1 / sum"
-                              + (_ON_AMD if amd else ""),
-             _flash(lanes, amd)) for amd in (False, True) for lanes, isa in _FLASH_ISA]
+                              + _KIND_WORDS[kind],
+             _flash(lanes, kind)) for kind in ("", "amd", "no-amx") for lanes, isa in _FLASH_ISA]
 
 
 def _in_turn(keys: np.ndarray) -> list[np.ndarray]:

@@ -6,6 +6,7 @@ one ulp away from the kernel's is not (``unknown``)."""
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from tapescope.core.capture.explain import explain_op
 from tapescope.core.native import isa
 from tapescope.core.ops.reference import serial_sum
-from tests.helpers.mkl import mkl_vendor
+from tests.helpers.mkl import mkl_amx, mkl_vendor
 
 torch = pytest.importorskip("torch")
 
@@ -38,14 +39,31 @@ def _amd_mkl() -> bool:
     return mkl_vendor() == "AuthenticAMD"
 
 
+def _intel_no_amx() -> bool:
+    """MKL's products on an Intel CPU without AMX (an Ice Lake Xeon: ``mkl_no_amx``)."""
+    return _intel_mkl() and not mkl_amx()
+
+
 def _mkl_here():
     """``core.explain_aten.mkl_amd()`` on an AMD CPU (MKL's products as it runs them there),
-    else nothing: the flash kernels written out for this machine's vendor."""
+    ``mkl_no_amx()`` on an Intel CPU without AMX, else nothing: the flash kernels written
+    out for this machine's MKL."""
     from contextlib import nullcontext
 
-    from tapescope.core.explain_aten import mkl_amd
+    from tapescope.core.explain_aten import mkl_amd, mkl_no_amx
 
-    return mkl_amd() if _amd_mkl() else nullcontext()
+    return mkl_amd() if _amd_mkl() else mkl_no_amx() if _intel_no_amx() else nullcontext()
+
+
+@contextmanager
+def _one_thread():
+    """torch at one thread within (MKL's orders written out are its one-thread ones)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 need_mkl = pytest.mark.skipif(
@@ -2250,12 +2268,39 @@ def test_an_addmm_over_more_than_384_terms_is_mkls_panels_added_to_the_bias(m, k
     x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g),
                torch.randn(n, generator=g))
     args = _np([b, x]) + [np.ascontiguousarray(w.numpy().T)]
-    rec = torch.addmm(b, x, w.t()).numpy()
+    with _one_thread():  # (on two threads MKL may split k between them: the test below)
+        rec = torch.addmm(b, x, w.t()).numpy()
     plain = (args[0] + args[1].astype(np.float64) @ args[2].astype(np.float64)).astype(np.float32)
     words = "as addmm calls it on an AMD CPU" if _amd_mkl() else "as addmm calls it"
     d = _diff(plain, rec)
     got = explain_op("aten.addmm.default", args, {}, rec, d, 0, mkl_vendor())
     assert got["cause"] == "fma" and words in got["variant"], got
+    off = explain_op("aten.addmm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
+    assert off["cause"] == "unknown", off
+
+
+@pytest.mark.skipif(not _intel_no_amx(), reason="MKL's split of k between two threads was "
+                    "measured on an Intel CPU without AMX (an Ice Lake Xeon); others split "
+                    "these products otherwise")
+@pytest.mark.parametrize("m, k, n", [(100, 777, 200), (16, 1000, 64), (100, 1600, 200)])
+def test_an_addmm_on_two_threads_is_k_in_halves(m, k, n):
+    """On two threads MKL splits these products' k between the threads: each half in one
+    thread's panels, the first onto the bias, the second from zero, added after; named for
+    torch's own two-thread result, and neither the one-thread variants nor one ulp off it."""
+    g = torch.Generator().manual_seed(7)
+    x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g),
+               torch.randn(n, generator=g))
+    args = _np([b, x]) + [np.ascontiguousarray(w.numpy().T)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rec = torch.addmm(b, x, w.t()).numpy()
+    finally:
+        torch.set_num_threads(threads)
+    plain = (args[0] + args[1].astype(np.float64) @ args[2].astype(np.float64)).astype(np.float32)
+    d = _diff(plain, rec)
+    got = explain_op("aten.addmm.default", args, {}, rec, d, 0, mkl_vendor())
+    assert got["cause"] == "fma" and "on two threads" in got["variant"], got
     off = explain_op("aten.addmm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
     assert off["cause"] == "unknown", off
 

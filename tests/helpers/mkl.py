@@ -17,3 +17,17 @@ def mkl_vendor() -> str | None:
     from tapescope.app.capture.recorder import _cpu  # (what a capture records as its vendor)
 
     return _cpu().get("cpu_vendor")
+
+
+def mkl_amx() -> bool:
+    """Whether this CPU has AMX (``amx_tile`` among /proc/cpuinfo's flags): MKL's AVX-512 path
+    blocks some products otherwise without it (``core.explain_aten.mkl_no_amx``: an Ice Lake
+    Xeon's few-row products by the dots kernel, wide outputs' panels)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for ln in f:
+                if ln.startswith("flags"):
+                    return "amx_tile" in ln.split()
+    except OSError:
+        pass
+    return False
