@@ -11,10 +11,13 @@ checks every one of the 2**32 float inputs against the scalar C routine.)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from tapescope.core import native, refmath
+from tapescope.core.cache import KernelCache, cache_key
 from tapescope.core.refmath._domain import domain_sample
 
 # every path the native code has that this CPU runs (tests/conftest.py: native_isa)
@@ -102,15 +105,15 @@ def test_deferred_elements_at_block_edges(need_native, name):
         _same(name, x)
 
 
-def test_the_float_loops_are_vectorised_without_fma(need_native, monkeypatch):
+def test_the_float_loops_are_vectorised_without_fma(need_native):
     """Each quick float loop (and the double sigmoid loop) holds packed double arithmetic and no
     FMA (x86-64 objdump).
 
     No FMA is checked on the library this machine builds and loads (-march=native). Whether
     gcc's cost model packs log's and log1p's loops depends on the CPU -march=native names (with
     AVX-512 it does; on AVX2, e.g. znver3, it keeps them scalar), so the packed-multiply check
-    reads the same source built for a pinned AVX-512 target (icelake-server: disassembled,
-    never loaded)."""
+    reads the same source (refmath_host.c, the loops' file) compiled for a pinned AVX-512
+    target (icelake-server: an object disassembled, never loaded; cached as the library is)."""
     import platform
     import re
     import shutil
@@ -134,11 +137,24 @@ def test_the_float_loops_are_vectorised_without_fma(need_native, monkeypatch):
         assert not re.findall(fma, here[loop]), loop
     if "-march=native" not in native.FLAGS:
         pytest.skip("no -march in the native flags: nothing to pin")
-    monkeypatch.setattr(native, "FLAGS", ["-march=icelake-server" if f == "-march=native"
-                                          else f for f in native.FLAGS])
-    # the pinned target alone: not the path (-mno-avx ...) the native_isa fixture forces
-    monkeypatch.setattr(native.isa, "extra_flags", lambda isa=None: ())
-    pinned = bodies()
+    # the pinned target alone (not the path, -mno-avx ..., the native_isa fixture forces), and
+    # only the file that holds the loops (refmath_host.c: refkernels.c is ~25 CPU s of -O3 on
+    # a 2.6 GHz Xeon, and none of these loops), compiled to an object with the library's flags
+    pinned_flags = ["-march=icelake-server" if f == "-march=native" else f
+                    for f in native.FLAGS if f != "-shared"]
+    src = native._HERE / "refmath_host.c"
+    key = cache_key(*(p.read_bytes() for p in [src, *native._HEADERS]), " ".join(pinned_flags),
+                    native._compiler_id(shutil.which("gcc")))
+
+    def build(out: Path) -> None:
+        subprocess.run([shutil.which("gcc"), *pinned_flags, f"-I{native.REFMATH_C}",
+                        f"-I{native._HERE}", "-c", str(src), "-o", str(out)], check=True,
+                       capture_output=True, timeout=native.BUILD_TIMEOUT_S)
+
+    obj, _ = KernelCache().get_or_build(f"refmath-host-pinned-{key}", ".o", build)
+    dis = subprocess.run(["objdump", "-d", str(obj)], capture_output=True, text=True,
+                         check=True).stdout
+    pinned = dict(re.findall(r"<(tsl_\w+)>:\n(.*?)(?:\n\n|\Z)", dis, flags=re.S))
     for loop in loops:
         body = pinned.get(loop)
         if body is None:
