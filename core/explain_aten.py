@@ -1901,6 +1901,29 @@ def mkl_gemv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _gemv_by(_sgemv, a, b)
 
 
+def mkl_sgemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` (float32, 2-d) as MKL's sgemm runs it on an Intel CPU past 384 terms
+    (``_sgemm``: ``_mkl_panels``' k panels, each one fma chain, added in turn); ValueError
+    for other dtypes and ranks, and up to 384 terms (one fma chain: the table's first
+    variant already)."""
+    a, b = _float32_2d(a, b)
+    if a.shape[1] <= 384:
+        raise ValueError("one fma chain: the table's first variant")
+    return _sgemm(a, b)
+
+
+def mkl_sgemm_no_amx(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` (float32, 2-d) as MKL's AVX-512 path runs it on an Intel CPU without AMX for
+    outputs of 192 columns or more past 768 terms (``_sgemm`` within ``mkl_no_amx()``: 384
+    terms a panel, the rest the last; a transformer's weight gradients over 1,024 tokens);
+    ValueError for other shapes (``mkl_sgemm``'s panels there)."""
+    a, b = _float32_2d(a, b)
+    if a.shape[1] <= 768 or b.shape[1] < 192:
+        raise ValueError("MKL's panels as on a CPU with AMX (mkl_sgemm)")
+    with mkl_no_amx():
+        return _sgemm(a, b)
+
+
 def mkl_sgemm_amd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` (float32, 2-d) as MKL's sgemm runs it on an AMD CPU past 192 terms
     (``_sgemm`` within ``mkl_amd()``); ValueError for other dtypes and ranks, and up to 192

@@ -2279,6 +2279,49 @@ def test_an_addmm_over_more_than_384_terms_is_mkls_panels_added_to_the_bias(m, k
     assert off["cause"] == "unknown", off
 
 
+@need_intel_mkl
+@pytest.mark.parametrize("m, k, n", [(100, 777, 128), (100, 1000, 64)])
+def test_an_mm_over_more_than_384_terms_is_mkls_panels(m, k, n):
+    """A product past 384 terms (no bias: ``mm``) in MKL's k panels on an Intel CPU, each one
+    fma chain, added in turn: named, one fma chain over all k not, one ulp off unknown."""
+    g = torch.Generator().manual_seed(11)
+    x, w = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+    with _one_thread():
+        rec = torch.mm(x, w).numpy()
+    args = _np([x, w])
+    plain = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.float32)
+    d = _diff(plain, rec)
+    got = explain_op("aten.mm.default", args, {}, rec, d, 0, mkl_vendor())
+    assert got["cause"] == "fma" and got["variant"].startswith("MKL's sgemm on an Intel CPU: "), got
+    off = explain_op("aten.mm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
+    assert off["cause"] == "unknown", off
+
+
+@pytest.mark.skipif(not _intel_no_amx(), reason="MKL's 384-term panels for wide outputs were "
+                    "measured on an Intel CPU without AMX (an Ice Lake Xeon)")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m, k, n", [(512, 1024, 256), (256, 1024, 1024)])
+def test_a_weight_gradient_over_1024_tokens_is_mkls_384_term_panels(m, k, n, threads):
+    """A transformer's weight gradient ``gᵀ @ x`` over 1,024 tokens into 256 or more columns
+    (gpt-256's 21 ``unknown`` products on this CPU): 384-term panels and the rest last, at one
+    thread and two; named, one ulp off unknown."""
+    g = torch.Generator().manual_seed(13)
+    gy, x = torch.randn(k, m, generator=g), torch.randn(k, n, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rec = torch.mm(gy.t(), x).numpy()
+    finally:
+        torch.set_num_threads(before)
+    args = [gy.numpy().T, x.numpy()]
+    plain = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.float32)
+    d = _diff(plain, rec)
+    got = explain_op("aten.mm.default", args, {}, rec, d, 0, mkl_vendor())
+    assert got["cause"] == "fma" and "on an Intel CPU without AMX" in got["variant"], got
+    off = explain_op("aten.mm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
+    assert off["cause"] == "unknown", off
+
+
 @pytest.mark.skipif(not _intel_no_amx(), reason="MKL's split of k between two threads was "
                     "measured on an Intel CPU without AMX (an Ice Lake Xeon); others split "
                     "these products otherwise")
