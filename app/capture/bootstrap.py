@@ -36,6 +36,34 @@ def code(root: str) -> str:
 FOLDERS = ("app", "core", "gpu", "views", "resources")  # (pyproject.toml's package-dir)
 
 
+_PREFIX = "tapescope_path."
+
+
+def _sweep_stale(where: str) -> None:
+    """Remove the link folders ``package_parent`` made in ``where`` for processes that are gone
+    without their exit handlers (killed, or ended by ``os._exit``): ``tapescope_path.PID.*``,
+    ours (same user), PID no longer running. Only links are inside: ``rmtree`` removes them,
+    never what they point to."""
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_PREFIX):].split(".", 1)[0]
+        if not name.startswith(_PREFIX) or not pid.isdigit():
+            continue
+        path = os.path.join(where, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or \
+                    os.path.islink(path):
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, True)
+        except (OSError, OverflowError):
+            continue  # alive under another user (PermissionError), or unreadable: left alone
+
+
 def package_parent(root: str) -> str:
     """A folder whose ``tapescope`` entry is our package, laid out as installed: ``root``'s own
     parent when it is installed as ``tapescope``, else (``root`` a checkout) a temporary folder
@@ -44,7 +72,8 @@ def package_parent(root: str) -> str:
     them)."""
     if os.path.basename(root) == "tapescope":
         return os.path.dirname(root)
-    tmp = tempfile.mkdtemp(prefix="tapescope_path.")
+    _sweep_stale(tempfile.gettempdir())
+    tmp = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}.")
     atexit.register(shutil.rmtree, tmp, True)
     pkg = os.path.join(tmp, "tapescope")
     os.mkdir(pkg)

@@ -158,3 +158,41 @@ def test_the_path_a_capture_child_is_given_holds_the_package_as_installed(tmp_pa
     site = tmp_path / "site" / "tapescope"  # installed: its own parent, nothing made
     site.mkdir(parents=True)
     assert package_parent(str(site)) == str(site.parent)
+
+
+def test_a_link_folder_left_by_a_killed_process_is_swept_by_the_next(tmp_path, monkeypatch):
+    """A process that makes the folder and is killed (SIGKILL: no exit handlers) leaves it in the
+    temporary directory; the next ``package_parent`` removes it (its links only: the checkout
+    they point to stays), and leaves a running process's folder, a foreign name and a file."""
+    import signal
+    import tempfile
+
+    from tapescope.app.capture import bootstrap
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = str(Path(__file__).resolve().parents[2])
+    code = ("import os, sys; from tapescope.app.capture.bootstrap import package_parent as p\n"
+            f"print(p({root!r}), flush=True); os.kill(os.getpid(), 9)\n")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    left = Path(p.stdout.strip())
+    assert left.parent == tmp_path and (left / "tapescope" / "core").is_symlink()
+    alive = tmp_path / f"tapescope_path.{os.getpid()}.x"  # this process: running
+    alive.mkdir()
+    other = tmp_path / "tapescope_path.notapid"
+    other.mkdir()
+    plain = tmp_path / "tapescope_path.1.file"
+    plain.write_text("not ours to remove")
+    mine = bootstrap.package_parent(root)
+    try:
+        assert not left.exists(), "the killed process's folder is swept"
+        assert alive.is_dir() and other.is_dir() and plain.is_file()
+        assert (Path(root) / "core" / "__init__.py").is_file()  # the links' targets untouched
+        assert Path(mine).parent == tmp_path and Path(mine).name.startswith(
+            f"tapescope_path.{os.getpid()}.")
+    finally:
+        import shutil
+
+        shutil.rmtree(mine, True)
