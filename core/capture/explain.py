@@ -495,6 +495,24 @@ def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     raise ValueError("no chunking gives these bits")
 
 
+def _gelu_half_fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
+    """fp16 autocast's GELU on the CPU (``core.explain_aten.gelu_reduced``): ATen's vectorised
+    erf on whole register pairs, the C library's ``erff`` on each thread's tail; each chunking
+    of 1 to ``ceil(n / GRAIN_SIZE)`` threads tried, for the AVX-512 build and then AVX2's."""
+    from tapescope.core.explain_aten import gelu_reduced
+
+    x = np.asarray(args[0])
+    if x.dtype != np.float16 or _arg(args, kw, 1, "approximate", "none") != "none":
+        raise ValueError("written for float16, gelu's erf form")
+    want = np.asarray(recorded).view(np.uint8)
+    for lanes, isa in ((32, "AVX-512"), (16, "AVX2")):
+        for used in range(1, -(-x.size // GRAIN_SIZE) + 1):
+            y = gelu_reduced(x, used, lanes)
+            if y.shape == recorded.shape and np.array_equal(y.view(np.uint8), want):
+                return y, f"{isa}, " + (f"{used} threads' chunks" if used > 1 else "one chunk")
+    raise ValueError("no chunking gives these bits")
+
+
 def _mkl_grid_amd_run(args: list, kw: dict, recorded: np.ndarray, by_rows: bool,
                       addmm: bool) -> tuple[np.ndarray, str]:
     """``mm`` / ``addmm`` (beta = 1) by ``core.explain_aten.mkl_grid_amd``, its grid the one
@@ -822,6 +840,10 @@ def _libm(op: str, name: str) -> list[_Variant]:
         out.append(("libm", "PyTorch's CPU gelu, tanh form (ATen's GeluKernel: SLEEF's tanhf, "
                             "beta * fma(kappa, x^3, x))",
                     _gelu_form("tanh", 1, lambda a: gelu_tanh(np.asarray(a[0])))))
+        out.append(("libm", "PyTorch's CPU gelu in float16 (fp16 autocast; ATen's GeluKernel: "
+                            "widened to float32, ATen's vectorised erf (Abramowitz and Stegun "
+                            "7.1.26, SLEEF's expf) on whole register pairs, the C library's erff "
+                            "on each thread's tail, rounded back)", _Fits(_gelu_half_fit)))
     if name in _VML_NAMES:  # PyTorch's CPU exp, log and erf are MKL VML's (measured)
         vn = _VML_NAMES[name]
         out.append(("libm", f"MKL VML's {name} (HA mode: PyTorch's CPU torch.{name}, float32 "
