@@ -475,7 +475,7 @@ def aten_erf(x: Any) -> np.ndarray:
 def gelu_reduced(x: Any, threads: int = 1, lanes: int = 32) -> np.ndarray:
     """ATen's CPU GeluKernel (``approximate="none"``) for float16 (fp16 autocast's GELU on the
     CPU; measured on an Intel Xeon, AVX-512, 1 and 2 threads, 77 to 218,000 inputs: every
-    bit; bfloat16's GELU departs from it in ~3 % of elements, not written out): each element
+    bit; bfloat16's is oneDNN's gelu_erf, core/capture/explain.py's ``_bf16_of``): each element
     widened to float32, ``x * 0.5 * (1 + erf(x * sqrt(1/2)))`` with ATen's vectorised erf
     (``aten_erf``) on whole pairs of vectors (``2 x lanes`` elements: 64 on AVX-512, 32 on
     AVX2), the C library's ``erff`` on the rest of each thread's range (TensorIterator's

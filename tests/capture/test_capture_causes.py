@@ -1926,6 +1926,39 @@ def test_gelu_and_its_backward_are_onednns():
     _named("aten.gelu_backward.default", [DY, X], {}, rec, plain, "libm", "oneDNN's gelu_erf")
 
 
+@need_avx512
+def test_gelu_and_its_backward_in_bfloat16_are_onednns_rounded():
+    """bf16 autocast's GELU on the CPU: oneDNN's gelu_erf (and its backward) on the float32
+    values, rounded to bfloat16: named, one ulp off unknown."""
+    import ml_dtypes
+
+    g = torch.Generator().manual_seed(16)
+    x = (torch.randn(100003, generator=g) * 3).bfloat16()
+    dy = torch.randn(100003, generator=g).bfloat16()
+    bf = ml_dtypes.bfloat16
+
+    def np_(t):
+        return t.view(torch.int16).numpy().view(bf)
+
+    def named(op, args, rec, plain, words):
+        _named(op, args, {}, rec, plain, "libm", words, nudge=False)
+        off = rec.copy()
+        i = int(np.argmax(np.abs(off.astype(np.float32))))
+        off.view(np.uint16)[i] += 1  # (one ulp further from zero: numpy's nextafter has no bf16)
+        d = _diff(plain, rec)
+        assert explain_op(op, args, {}, off, d)["cause"] == "unknown"
+
+    X, DY = np_(x), np_(dy)
+    xd = X.astype(np.float64)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(xd / math.sqrt(2)))
+    named("aten.gelu.default", [X], np_(torch.nn.functional.gelu(x)), (xd * cdf).astype(bf),
+          "PyTorch's CPU gelu in bfloat16")
+    pdf = np.exp(-xd ** 2 / 2) / math.sqrt(2 * math.pi)
+    named("aten.gelu_backward.default", [DY, X], np_(torch.ops.aten.gelu_backward(dy, x)),
+          (DY.astype(np.float64) * (cdf + xd * pdf)).astype(bf),
+          "PyTorch's CPU gelu backward in bfloat16")
+
+
 @pytest.mark.parametrize("n, threads", [(77, 1), (1000, 1), (40000, 2), (100003, 2)])
 def test_gelu_in_float16_is_atens_erf_and_the_c_librarys_on_the_tails(n, threads):
     """fp16 autocast's GELU on the CPU runs ATen's GeluKernel on float16: ATen's vectorised
