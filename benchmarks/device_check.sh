@@ -66,7 +66,9 @@ PY="${PYTHON:-$(command -v python3 || command -v python)}"
 # run from this checkout as it is (no install needed): a folder `tapescope` of links laid out as
 # a wheel installs it (pyproject.toml's package-dir: the package itself is app/_top, then the
 # checkout's folders; app/capture/bootstrap.py's package_parent does the same for a capture)
-SHIM="$(mktemp -d "${TMPDIR:-/tmp}/tapescope_path.XXXXXX")" && mkdir "$SHIM/tapescope" || exit 2
+SHIM="$(mktemp -d "${TMPDIR:-/tmp}/tapescope_path.XXXXXX")" || exit 2
+trap 'rm -rf "$SHIM"' EXIT  # (links only: rm does not follow them into the checkout)
+mkdir "$SHIM/tapescope" || exit 2
 for f in "$PWD"/app/_top/*.py "$PWD"/app "$PWD"/core "$PWD"/gpu "$PWD"/views "$PWD"/resources; do
   ln -s "$f" "$SHIM/tapescope/" || exit 2
 done

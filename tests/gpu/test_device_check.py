@@ -79,7 +79,7 @@ def test_a_failing_stage_is_reported_as_failed_with_its_exit_code(tmp_path):
     # the old script ran a stage as `bash -c 'cmd | tee log'` without pipefail: a stage exiting
     # 3 read "ok". Planted here: a stage failing behind a tee, one passing, one hanging past
     # the budget, and one the budget has no room left for
-    env = _env(tmp_path, QT)
+    env = dict(_env(tmp_path, QT), TMPDIR=str(tmp_path))
     out_dir = tmp_path / "out"
     planted = ("python3 -c 'import sys; print(\"row 1\"); sys.exit(3)' | tee "
                f"'{tmp_path / 'planted.txt'}'")  # extras run in the repository root
@@ -102,6 +102,9 @@ def test_a_failing_stage_is_reported_as_failed_with_its_exit_code(tmp_path):
     assert "FAIL (exit 3, " in report and "row 1" in report and "ok (exit 0, " in report
     assert report.index("FAIL (exit 3") < report.index("ok (exit 0") < report.index("TIMEOUT")
     assert "### summary: NOT all passed" in report and "| FAIL | 3 |" in report
+    # the folder of package links it runs the checkout through is gone with it
+    assert not list(tmp_path.glob("tapescope_path.*")), list(tmp_path.glob("tapescope_path.*"))
+    assert (ROOT / "core" / "__init__.py").is_file()
 
 
 @needs_bash
