@@ -472,16 +472,10 @@ def aten_erf(x: Any) -> np.ndarray:
         return np.where(np.signbit(x), -v, v).astype(f)
 
 
-def gelu_reduced(x: Any, threads: int = 1, lanes: int = 32) -> np.ndarray:
-    """ATen's CPU GeluKernel (``approximate="none"``) for float16 (fp16 autocast's GELU on the
-    CPU; measured on an Intel Xeon, AVX-512, 1 and 2 threads, 77 to 218,000 inputs: every
-    bit; bfloat16's is oneDNN's gelu_erf, core/capture/explain.py's ``_bf16_of``): each element
-    widened to float32, ``x * 0.5 * (1 + erf(x * sqrt(1/2)))`` with ATen's vectorised erf
-    (``aten_erf``) on whole pairs of vectors (``2 x lanes`` elements: 64 on AVX-512, 32 on
-    AVX2), the C library's ``erff`` on the rest of each thread's range (TensorIterator's
-    scalar loop), rounded back. The threads' ranges as ``at::parallel_for`` cuts them: past
-    ``GRAIN_SIZE`` elements ``min(threads, ceil(n / GRAIN_SIZE))`` even parts, else one."""
-    x = np.asarray(x)
+def _gelu_half_parts(x: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+    """``gelu_reduced``'s two computations of float16 ``x`` (flattened): every element by
+    ATen's vectorised erf, and a function giving the C library's ``erff`` result for the
+    elements a mask picks (the tails: few, and ``erff`` runs one element a call)."""
     if x.dtype != np.float16:
         raise ValueError("ATen's reduced-type GELU is written out for float16")
     from tapescope.core.explain_prims import _LIBC_MATH
@@ -492,16 +486,39 @@ def gelu_reduced(x: Any, threads: int = 1, lanes: int = 32) -> np.ndarray:
     with np.errstate(all="ignore"):
         z = (xf * alpha).astype(f)
         vec = ((xf * half).astype(f) * (one + aten_erf(z)).astype(f)).astype(f)
-        n = xf.size
-        parts = min(max(1, threads), -(-n // GRAIN_SIZE)) if n > GRAIN_SIZE else 1
-        step = -(-n // parts)
-        tail = np.zeros(n, bool)
-        for s0 in range(0, n, step):
-            e = min(n, s0 + step)
-            tail[e - (e - s0) % (2 * lanes):e] = True
-        if tail.any():
-            zt = z[tail]
-            vec[tail] = ((xf[tail] * half).astype(f) * (one + _LIBC_MATH.erf(zt)).astype(f))
+
+    def scalar(mask: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return ((xf[mask] * half).astype(f) * (one + _LIBC_MATH.erf(z[mask])).astype(f))
+    return vec, scalar
+
+
+def _gelu_tails(n: int, threads: int, lanes: int) -> np.ndarray:
+    """The elements of ``n`` that TensorIterator's scalar loop takes: each thread's range (as
+    ``at::parallel_for`` cuts them: past ``GRAIN_SIZE`` elements ``min(threads, ceil(n /
+    GRAIN_SIZE))`` even parts, else one) past its last whole pair of ``lanes``-wide vectors."""
+    parts = min(max(1, threads), -(-n // GRAIN_SIZE)) if n > GRAIN_SIZE else 1
+    step = -(-n // parts) if n else 1
+    tail = np.zeros(n, bool)
+    for s0 in range(0, n, step):
+        e = min(n, s0 + step)
+        tail[e - (e - s0) % (2 * lanes):e] = True
+    return tail
+
+
+def gelu_reduced(x: Any, threads: int = 1, lanes: int = 32) -> np.ndarray:
+    """ATen's CPU GeluKernel (``approximate="none"``) for float16 (fp16 autocast's GELU on the
+    CPU; measured on an Intel Xeon, AVX-512, 1 and 2 threads, 77 to 218,000 inputs: every
+    bit; bfloat16's is oneDNN's gelu_erf, core/capture/explain.py's ``_bf16_of``): each element
+    widened to float32, ``x * 0.5 * (1 + erf(x * sqrt(1/2)))`` with ATen's vectorised erf
+    (``aten_erf``) on whole pairs of vectors (``2 x lanes`` elements: 64 on AVX-512, 32 on
+    AVX2), the C library's ``erff`` on the rest of each thread's range (TensorIterator's
+    scalar loop, ``_gelu_tails``), rounded back."""
+    x = np.asarray(x)
+    vec, scalar = _gelu_half_parts(x)
+    tail = _gelu_tails(vec.size, threads, lanes)
+    if tail.any():
+        vec[tail] = scalar(tail)
     return vec.astype(x.dtype).reshape(x.shape)
 
 
@@ -1199,6 +1216,12 @@ def softmax_backward(g: np.ndarray, out: np.ndarray, tail_fma: bool = True) -> n
         return ((g - np.asarray(acc, g.dtype)[..., None]) * out).astype(g.dtype)
 
 
+def wide_panels(k: int, n: int) -> bool:
+    """Whether MKL's AVX-512 path without AMX blocks a product of ``k`` terms into ``n``
+    columns otherwise than with AMX (``_mkl_panels(wide=True)`` differs from the default)."""
+    return n >= 192 and k > 768
+
+
 def _mkl_panels(k: int, wide: bool = False) -> list[int]:
     """The bounds of MKL's k panels (sgemm, AVX-512, one thread; measured against torch's
     products at 16 depths from 385 to 4,096 terms, outputs of up to 128 columns -- the flash
@@ -1211,7 +1234,7 @@ def _mkl_panels(k: int, wide: bool = False) -> list[int]:
     for outputs of 192 columns or more: up to 768 terms the same equal panels, past that 384
     terms at a time and the rest as the last panel (measured with the FPRev method at 385 to
     2,000 terms, 16 to 2,000 rows; below 192 columns that CPU runs the rule above)."""
-    if wide and k > 768:
+    if wide and k > 768:  # (wide_panels: 192 columns or more past 768 terms)
         return [*range(0, k, 384), k]
     bounds, s = [0], 0
     while k - s > 768:
@@ -1284,7 +1307,7 @@ def _sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
     if amd and alpha is not None:
         b, alpha = (np.asarray(b, np.float32) * np.float32(alpha)).astype(np.float32), None
     bounds = _mkl_panels_amd(a.shape[-1]) if amd else \
-        _mkl_panels(a.shape[-1], _MKL_NO_AMX.get() and b.shape[-1] >= 192)
+        _mkl_panels(a.shape[-1], _MKL_NO_AMX.get() and wide_panels(a.shape[-1], b.shape[-1]))
     for k0, k1 in pairwise(bounds):
         p = _fma_chain(a[..., k0:k1], b[..., k0:k1, :], alpha)
         c = p if c is None else (c + p).astype(np.float32)
@@ -1972,7 +1995,7 @@ def mkl_sgemm_no_amx(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     terms a panel, the rest the last; a transformer's weight gradients over 1,024 tokens);
     ValueError for other shapes (``mkl_sgemm``'s panels there)."""
     a, b = _float32_2d(a, b)
-    if a.shape[1] <= 768 or b.shape[1] < 192:
+    if not wide_panels(a.shape[1], b.shape[1]):
         raise ValueError("MKL's panels as on a CPU with AMX (mkl_sgemm)")
     with mkl_no_amx():
         return _sgemm(a, b)

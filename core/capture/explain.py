@@ -94,6 +94,7 @@ from tapescope.core.explain_aten import (
     sleef_log1pf,
     softmax_backward,
     sum_column_parts,
+    wide_panels,
 )
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
@@ -499,17 +500,25 @@ def _gelu_half_fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     """fp16 autocast's GELU on the CPU (``core.explain_aten.gelu_reduced``): ATen's vectorised
     erf on whole register pairs, the C library's ``erff`` on each thread's tail; each chunking
     of 1 to ``ceil(n / GRAIN_SIZE)`` threads tried, for the AVX-512 build and then AVX2's."""
-    from tapescope.core.explain_aten import gelu_reduced
+    from tapescope.core.explain_aten import _gelu_half_parts, _gelu_tails
 
     x = np.asarray(args[0])
     if x.dtype != np.float16 or _arg(args, kw, 1, "approximate", "none") != "none":
         raise ValueError("written for float16, gelu's erf form")
+    if np.shape(recorded) != x.shape:
+        raise ValueError("a recorded output of another shape")
+    vec, scalar = _gelu_half_parts(x)  # (both computations once, each chunking a choice)
+    tails = {(lanes, used): _gelu_tails(x.size, used, lanes) for lanes in (32, 16)
+             for used in range(1, -(-x.size // GRAIN_SIZE) + 1)}
+    every = np.logical_or.reduce(list(tails.values()))
+    alone = vec.copy()
+    alone[every] = scalar(every)
     want = np.asarray(recorded).view(np.uint8)
-    for lanes, isa in ((32, "AVX-512"), (16, "AVX2")):
-        for used in range(1, -(-x.size // GRAIN_SIZE) + 1):
-            y = gelu_reduced(x, used, lanes)
-            if y.shape == recorded.shape and np.array_equal(y.view(np.uint8), want):
-                return y, f"{isa}, " + (f"{used} threads' chunks" if used > 1 else "one chunk")
+    for (lanes, used), tail in tails.items():
+        y = np.where(tail, alone, vec).astype(np.float16).reshape(x.shape)
+        if np.array_equal(y.view(np.uint8), want):
+            isa = "AVX-512" if lanes == 32 else "AVX2"
+            return y, f"{isa}, " + (f"{used} threads' chunks" if used > 1 else "one chunk")
     raise ValueError("no chunking gives these bits")
 
 
@@ -541,16 +550,22 @@ def _mkl_one_term(args: list, kw: dict) -> np.ndarray:
     return _mkl_mm(a, b, np.broadcast_to(bias, (a.shape[0], b.shape[1])))  # (one term: an fma)
 
 
-def _mkl_addmm(args: list, kw: dict) -> np.ndarray:
-    """``addmm`` as MKL computes it (core.explain_aten._sgemm with the bias as the output it
-    adds to: a split-K variant's panels summed first and the bias added after differ from it
-    once K > 384, the 4x MLP's down projection at d >= 97)."""
+def _mkl_addmm_operands(args: list, kw: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the bias broadcast to the output, a fresh float32 array; a; b) of an ``addmm`` MKL's
+    written-out orders take: float32 2-d, beta = alpha = 1; else a ValueError."""
     bias, a, b = (np.asarray(x) for x in args[:3])
     beta, alpha = _addmm_scales(args, kw)
     if beta != 1 or alpha != 1 or any(x.dtype != np.float32 for x in (bias, a, b)) or \
             a.ndim != 2 or b.ndim != 2:
         raise ValueError("MKL's addmm is written out for float32, beta = alpha = 1")
-    c = np.array(np.broadcast_to(bias, (a.shape[0], b.shape[1])), dtype=np.float32)
+    return np.array(np.broadcast_to(bias, (a.shape[0], b.shape[1])), dtype=np.float32), a, b
+
+
+def _mkl_addmm(args: list, kw: dict) -> np.ndarray:
+    """``addmm`` as MKL computes it (core.explain_aten._sgemm with the bias as the output it
+    adds to: a split-K variant's panels summed first and the bias added after differ from it
+    once K > 384, the 4x MLP's down projection at d >= 97)."""
+    c, a, b = _mkl_addmm_operands(args, kw)
     return _sgemm(a, b, c)
 
 
@@ -558,7 +573,7 @@ def _mkl_addmm_no_amx(args: list, kw: dict) -> np.ndarray:
     """``_mkl_addmm`` as MKL's AVX-512 path runs it on an Intel CPU without AMX (an Ice Lake
     Xeon, session 40): outputs of 192 columns or more past 768 terms in 384-term panels, the
     rest as the last (``_mkl_panels(wide=True)``); ValueError where that is the rule above."""
-    if np.asarray(args[2]).shape[-1] < 192 or np.asarray(args[1]).shape[-1] <= 768:
+    if not wide_panels(np.asarray(args[1]).shape[-1], np.asarray(args[2]).shape[-1]):
         raise ValueError("the panels of MKL's addmm with AMX (the variant before)")
     with mkl_no_amx():
         return _mkl_addmm(args, kw)
@@ -572,15 +587,10 @@ def _mkl_addmm_halves(args: list, kw: dict) -> np.ndarray:
     panels (``_mkl_panels``, wide from 192 output columns), the first half added onto the
     bias, the second from zero, the two added after; ValueError where both halves are one
     panel (the same bits as ``_mkl_addmm``)."""
-    bias, a, b = (np.asarray(x) for x in args[:3])
-    beta, alpha = _addmm_scales(args, kw)
-    if beta != 1 or alpha != 1 or any(x.dtype != np.float32 for x in (bias, a, b)) or \
-            a.ndim != 2 or b.ndim != 2:
-        raise ValueError("MKL's addmm is written out for float32, beta = alpha = 1")
+    c, a, b = _mkl_addmm_operands(args, kw)
     h = (a.shape[1] + 1) // 2
     if h <= 384:
         raise ValueError("each half one panel: MKL's addmm on one thread")
-    c = np.array(np.broadcast_to(bias, (a.shape[0], b.shape[1])), dtype=np.float32)
     with mkl_no_amx():
         first = _sgemm(a[:, :h], b[:h], c)
         second = _sgemm(a[:, h:], b[h:])

@@ -56,14 +56,15 @@ def _mkl_here():
 
 
 @contextmanager
-def _one_thread():
-    """torch at one thread within (MKL's orders written out are its one-thread ones)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _threads(n: int):
+    """torch at ``n`` threads within (MKL's orders written out are its one-thread ones, and
+    where a thread count changes them, that count's)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
     try:
         yield
     finally:
-        torch.set_num_threads(n)
+        torch.set_num_threads(before)
 
 
 need_mkl = pytest.mark.skipif(
@@ -1969,12 +1970,8 @@ def test_gelu_in_float16_is_atens_erf_and_the_c_librarys_on_the_tails(n, threads
 
     g = torch.Generator().manual_seed(n)
     x = (torch.randn(n, generator=g) * 3).half()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with _threads(threads):
         rec = torch.nn.functional.gelu(x).numpy()
-    finally:
-        torch.set_num_threads(before)
     X = x.numpy()
     xd = X.astype(np.float64)
     plain = (0.5 * xd * (1 + np.vectorize(math.erf)(xd / math.sqrt(2)))).astype(np.float16)
@@ -2329,7 +2326,7 @@ def test_an_addmm_over_more_than_384_terms_is_mkls_panels_added_to_the_bias(m, k
     x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g),
                torch.randn(n, generator=g))
     args = _np([b, x]) + [np.ascontiguousarray(w.numpy().T)]
-    with _one_thread():  # (on two threads MKL may split k between them: the test below)
+    with _threads(1):  # (on two threads MKL may split k between them: the test below)
         rec = torch.addmm(b, x, w.t()).numpy()
     plain = (args[0] + args[1].astype(np.float64) @ args[2].astype(np.float64)).astype(np.float32)
     words = "as addmm calls it on an AMD CPU" if _amd_mkl() else "as addmm calls it"
@@ -2347,7 +2344,7 @@ def test_an_mm_over_more_than_384_terms_is_mkls_panels(m, k, n):
     fma chain, added in turn: named, one fma chain over all k not, one ulp off unknown."""
     g = torch.Generator().manual_seed(11)
     x, w = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
-    with _one_thread():
+    with _threads(1):
         rec = torch.mm(x, w).numpy()
     args = _np([x, w])
     plain = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.float32)
@@ -2368,12 +2365,8 @@ def test_a_weight_gradient_over_1024_tokens_is_mkls_384_term_panels(m, k, n, thr
     thread and two; named, one ulp off unknown."""
     g = torch.Generator().manual_seed(13)
     gy, x = torch.randn(k, m, generator=g), torch.randn(k, n, generator=g)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with _threads(threads):
         rec = torch.mm(gy.t(), x).numpy()
-    finally:
-        torch.set_num_threads(before)
     args = [gy.numpy().T, x.numpy()]
     plain = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.float32)
     d = _diff(plain, rec)
@@ -2395,12 +2388,8 @@ def test_an_addmm_on_two_threads_is_k_in_halves(m, k, n):
     x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g),
                torch.randn(n, generator=g))
     args = _np([b, x]) + [np.ascontiguousarray(w.numpy().T)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with _threads(2):
         rec = torch.addmm(b, x, w.t()).numpy()
-    finally:
-        torch.set_num_threads(threads)
     plain = (args[0] + args[1].astype(np.float64) @ args[2].astype(np.float64)).astype(np.float32)
     d = _diff(plain, rec)
     got = explain_op("aten.addmm.default", args, {}, rec, d, 0, mkl_vendor())

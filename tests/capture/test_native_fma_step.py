@@ -80,17 +80,22 @@ def test_the_step_is_numpys_exact_fma_bit_for_bit(dt):
     assert n == 15
 
 
+def _declined(fn, out: int, cases) -> None:
+    """Each case's ``fn(*case)`` declines (False) and leaves its output ``case[out]`` as it was."""
+    for case in cases:
+        before = case[out].copy()
+        assert not fn(*case)
+        assert np.array_equal(case[out], before)
+
+
 def test_what_it_declines_is_left_as_it_was():
     if native.library() is None:
         pytest.skip("no native code (no compiler)")
     acc = np.ones((4, 5), F32)
     a = np.ones(5, F32)
-    for bad_acc, x, y in ((acc.astype(np.float64), a, a), (acc.T, a, a),
-                          (np.ones((2, 2, 2, 2, 2), F32), a[:2], a[:2]),
-                          (np.ones((), F32), a[:1], a[:1])):
-        before = bad_acc.copy()
-        assert not native.fma_into(bad_acc, x, y)
-        assert np.array_equal(bad_acc, before)
+    _declined(native.fma_into, 0, ((acc.astype(np.float64), a, a), (acc.T, a, a),
+                                    (np.ones((2, 2, 2, 2, 2), F32), a[:2], a[:2]),
+                                    (np.ones((), F32), a[:1], a[:1])))
     ro = acc.copy()
     ro.setflags(write=False)
     assert not native.fma_into(ro, a, a)
@@ -132,12 +137,10 @@ def test_what_the_chain_product_declines_is_left_as_it_was():
     a, b = np.ones((2, 3, 4), F32), np.ones((2, 4, 5), F32)
     acc = np.zeros((2, 3, 5), F32)
     wide = np.ones((2, 8, 5), F32)[:, ::2]  # (not contiguous)
-    for x, y, z in ((a.astype(np.float64), b, acc), (a, b[:1], acc),  # (b's axes broadcast)
-                    (a, b, acc[:1]), (a, b[:, :3], acc), (a, wide, acc),
-                    (a[0], b[0], acc), (a, b, np.zeros((2, 3, 5), np.float64))):
-        before = z.copy()
-        assert not native.fma_chain(x, y, z)
-        assert np.array_equal(z, before)
+    _declined(native.fma_chain, 2, ((a.astype(np.float64), b, acc),
+                                     (a, b[:1], acc),  # (b's axes broadcast)
+                                     (a, b, acc[:1]), (a, b[:, :3], acc), (a, wide, acc),
+                                     (a[0], b[0], acc), (a, b, np.zeros((2, 3, 5), np.float64))))
     ro = acc.copy()
     ro.setflags(write=False)
     assert not native.fma_chain(a, b, ro)
