@@ -61,7 +61,7 @@ from tapescope.core.explain_aten import (
     mkl_row_gemv,
     mkl_sgemm,
     mkl_sgemm_amd,
-    mkl_sgemm_no_amx,
+    mkl_sgemm_wide,
 )
 from tapescope.core.explain_prims import (
     _LIBC_MATH,
@@ -887,14 +887,15 @@ VARIANTS: tuple[Variant, ...] = (
             "(attention's p @ v on a one-row query block): k in blocks of eight, pairs of "
             "products fma'd, two terms a block fma'd onto the sum, 16-column vectors", "mm",
             mkl_row_gemv),
-    # MKL's sgemm past 384 terms on an Intel CPU (sessions 23 and 40): k in panels, each an fma
-    # chain added in turn; on one without AMX wide outputs past 768 terms in 384-term panels
+    # MKL's sgemm past 384 terms on an Intel CPU (sessions 23, 40, 41): k in panels, each an
+    # fma chain added in turn; wide outputs past 768 terms in 384-term panels
     Variant("fma", "MKL's sgemm on an Intel CPU: one fma chain an output over k in panels (384 "
             "terms at a time while more than 768 are left, the rest in equal panels), added "
             "in turn", "mm", mkl_sgemm),
-    Variant("fma", "MKL's sgemm on an Intel CPU without AMX (192 output columns or more, past "
-            "768 terms): one fma chain an output over k in panels of 384 terms, the rest last, "
-            "added in turn", "mm", mkl_sgemm_no_amx),
+    Variant("fma", "MKL's sgemm on an Intel CPU in 384-term panels (past 768 terms: without "
+            "AMX from 192 output columns, with AMX from 192 rows and columns, on two threads "
+            "for some narrower products): one fma chain an output over each panel, the rest "
+            "last, added in turn", "mm", mkl_sgemm_wide),
     # MKL's sgemm as it runs on an AMD CPU (session 31, measured on an AMD EPYC): the table's
     # first variant's chains, but k in panels of at most 192 terms
     Variant("fma", "MKL's sgemm on an AMD CPU: one fma chain an output over k in panels of at "

@@ -493,6 +493,37 @@ def _gelu_half_parts(x: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], 
     return vec, scalar
 
 
+def _gelu_backward_half_parts(dy: np.ndarray, x: np.ndarray
+                              ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+    """ATen's reduced-type GeluBackwardKernel (``approximate="none"``) on float16 ``dy`` and
+    ``x``, as ``_gelu_half_parts``: the vector form ``dy * (cdf + x * pdf)``, ``cdf = 0.5 *
+    (1 + erf(x * sqrt(1/2)))`` by ATen's vectorised erf, ``pdf = beta * exp((x * x) * -0.5)``
+    by SLEEF's expf (uncontracted; measured, every bit over 77 to 100,003 inputs at 1 and 2
+    threads, oneDNN switched off); the scalar loop's the C library's ``erff`` and ``expf``."""
+    if x.dtype != np.float16 or np.asarray(dy).dtype != np.float16 or np.shape(dy) != x.shape:
+        raise ValueError("ATen's reduced-type GELU backward is written out for float16")
+    from tapescope.core.explain_prims import _LIBC_MATH
+
+    f = np.float32
+    xf = x.astype(f).reshape(-1)
+    dyf = np.asarray(dy).astype(f).reshape(-1)
+    alpha, half, one, m_half = f(0.7071067811865476), f(0.5), f(1), f(-0.5)
+    beta = f(2 / np.sqrt(np.pi) * 0.7071067811865476 * 0.5)  # (the scalar loop's three
+    # constants multiplied as floats give the same float)
+    with np.errstate(all="ignore"):
+        z = (xf * alpha).astype(f)
+        sq = ((xf * xf).astype(f) * m_half).astype(f)
+        cdf = (half * (one + aten_erf(z)).astype(f)).astype(f)
+        vec = (dyf * (cdf + (xf * (beta * sleef_exp(sq)).astype(f)).astype(f))).astype(f)
+
+    def scalar(mask: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            c = (half * (one + _LIBC_MATH.erf(z[mask])).astype(f)).astype(f)
+            pdf = (beta * _LIBC_MATH.exp(sq[mask])).astype(f)
+            return (dyf[mask] * (c + (xf[mask] * pdf).astype(f))).astype(f)
+    return vec, scalar
+
+
 def _gelu_tails(n: int, threads: int, lanes: int) -> np.ndarray:
     """The elements of ``n`` that TensorIterator's scalar loop takes: each thread's range (as
     ``at::parallel_for`` cuts them: past ``GRAIN_SIZE`` elements ``min(threads, ceil(n /
@@ -509,7 +540,7 @@ def _gelu_tails(n: int, threads: int, lanes: int) -> np.ndarray:
 def gelu_reduced(x: Any, threads: int = 1, lanes: int = 32) -> np.ndarray:
     """ATen's CPU GeluKernel (``approximate="none"``) for float16 (fp16 autocast's GELU on the
     CPU; measured on an Intel Xeon, AVX-512, 1 and 2 threads, 77 to 218,000 inputs: every
-    bit; bfloat16's is oneDNN's gelu_erf, core/capture/explain.py's ``_bf16_of``): each element
+    bit; bfloat16's is oneDNN's gelu_erf, ``core.capture.explain._onednn_narrow``): each element
     widened to float32, ``x * 0.5 * (1 + erf(x * sqrt(1/2)))`` with ATen's vectorised erf
     (``aten_erf``) on whole pairs of vectors (``2 x lanes`` elements: 64 on AVX-512, 32 on
     AVX2), the C library's ``erff`` on the rest of each thread's range (TensorIterator's
@@ -940,21 +971,30 @@ ATEN_BACKWARD: dict[str, tuple[Callable, str]] = {
 
 def aten_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(mean, population variance) over the last axis, keepdims, as ATen's CPU
-    ``RowwiseMoments`` (layer_norm's statistics; the module doc), in ``x``'s type."""
+    ``RowwiseMoments`` (layer_norm's statistics; the module doc), in ``x``'s type -- float32
+    for float16 and bfloat16 (measured against ``native_layer_norm`` of both, every bit, rows
+    of 1 to 5,000): a reduced type's vector of 16 is two float vectors of 8, each run through
+    the chunk's Welford on its own and merged into the cascade's first level in turn
+    (``UpdateMomentsVec``), each lane then carrying ``2 n`` elements; the scalar tail's
+    ``m2`` update is contracted in float16's copy of the kernel (not in bfloat16's)."""
     from tapescope.core.explain_prims import fma
 
     x = np.asarray(x)
-    if x.dtype not in (np.float64, np.float32):
-        raise ValueError("ATen's moments are written for float64 / float32")
-    dt = x.dtype.type
+    reduced = x.dtype in (np.float16, _BF16)
+    if x.dtype not in (np.float64, np.float32) and not reduced:
+        raise ValueError("ATen's moments are written for float64 / float32 / float16 / bfloat16")
     lead, N = x.shape[:-1], x.shape[-1]
     X = x.reshape(-1, N)
+    if reduced:
+        X = X.astype(np.float32)
+    dt = X.dtype.type
     R = X.shape[0]
-    V = 4 if x.dtype == np.float64 else 8
-    n = N // V
+    V = 4 if X.dtype == np.float64 else 8
+    W = 2 * V if reduced else V  # the input's vector: its elements per step
+    n = N // W
     m = -(-n // 16)
     depth = 1 if m <= 2 else int(m - 1).bit_length()
-    z = np.zeros((R, V), dtype=x.dtype)
+    z = np.zeros((R, V), dtype=X.dtype)
     m0s = [0] * depth
     m1s = [z.copy() for _ in range(depth)]
     m2s = [z.copy() for _ in range(depth)]
@@ -971,15 +1011,16 @@ def aten_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     with np.errstate(all="ignore"):
         for i in range(m):
-            base = i * 16 * V
-            m1, m2 = z.copy(), z.copy()
+            base = i * 16 * W
             cnt = min(16, n - i * 16)
-            for j in range(cnt):
-                xv = X[:, base + j * V: base + (j + 1) * V]
-                delta = xv - m1
-                m1 = fma(dt(1) / dt(j + 1), delta, m1)
-                m2 = fma(delta, xv - m1, m2)
-            add_vec(cnt, m1, m2, 0)
+            for h in range(0, W, V):  # (two float halves of a reduced type's vector)
+                m1, m2 = z.copy(), z.copy()
+                for j in range(cnt):
+                    xv = X[:, base + j * W + h: base + j * W + h + V]
+                    delta = xv - m1
+                    m1 = fma(dt(1) / dt(j + 1), delta, m1)
+                    m2 = fma(delta, xv - m1, m2)
+                add_vec(cnt, m1, m2, 0)
             mask, j = i + 1, 1
             while j < depth and (mask & 1) == 0:
                 add_vec(m0s[j - 1], m1s[j - 1], m2s[j - 1], j)
@@ -989,17 +1030,19 @@ def aten_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         for i in range(1, depth):
             add_vec(m0s[i], m1s[i], m2s[i], 0)
         k = 0
-        mean = np.zeros(R, dtype=x.dtype)
-        m2 = np.zeros(R, dtype=x.dtype)
-        for i in range(n * V, N):  # the scalar tail: plain Welford
+        mean = np.zeros(R, dtype=X.dtype)
+        m2 = np.zeros(R, dtype=X.dtype)
+        contract = x.dtype == np.float16  # (the compiler's choice in float16's copy, measured)
+        for i in range(n * W, N):  # the scalar tail: plain Welford
             xi = X[:, i]
             delta = xi - mean
             k += 1
             mean = mean + delta / dt(k)
-            m2 = m2 + delta * (xi - mean)
+            m2 = fma(delta, xi - mean, m2) if contract else m2 + delta * (xi - mean)
+        per_lane = n * W // V
         for lane in range(V):  # AddMoments, contracted
-            nn = k + n
-            c = dt(0) if nn == 0 else dt(n) / dt(nn)
+            nn = k + per_lane
+            c = dt(0) if nn == 0 else dt(per_lane) / dt(nn)
             delta = m1s[0][:, lane] - mean
             mean = fma(c, delta, mean)
             m2 = m2 + fma((delta * delta) * c, dt(k), m2s[0][:, lane])
@@ -1217,8 +1260,9 @@ def softmax_backward(g: np.ndarray, out: np.ndarray, tail_fma: bool = True) -> n
 
 
 def wide_panels(k: int, n: int) -> bool:
-    """Whether MKL's AVX-512 path without AMX blocks a product of ``k`` terms into ``n``
-    columns otherwise than with AMX (``_mkl_panels(wide=True)`` differs from the default)."""
+    """Whether MKL's AVX-512 path on an Intel CPU without AMX blocks a product of ``k`` terms
+    into ``n`` columns in 384-term panels (``_mkl_panels(wide=True)``, where it differs from
+    the default). (The Xeon with AMX does so from 192 rows as well: ``mkl_sgemm_wide``.)"""
     return n >= 192 and k > 768
 
 
@@ -1227,13 +1271,15 @@ def _mkl_panels(k: int, wide: bool = False) -> list[int]:
     products at 16 depths from 385 to 4,096 terms, outputs of up to 128 columns -- the flash
     kernels' and a Linear's of few outputs): 384 terms at a time while more than 768 are
     left, then the rest in ``ceil(rest / 384)`` equal panels (the last ones shorter by the
-    rounding). Wider outputs at 1,024 terms and more, and products on several threads, are
-    blocked otherwise (no rule found: such products stay ``unknown``).
+    rounding).
 
-    ``wide``: MKL's AVX-512 path on an Intel CPU without AMX (an Ice Lake Xeon, session 40)
-    for outputs of 192 columns or more: up to 768 terms the same equal panels, past that 384
-    terms at a time and the rest as the last panel (measured with the FPRev method at 385 to
-    2,000 terms, 16 to 2,000 rows; below 192 columns that CPU runs the rule above)."""
+    ``wide``: up to 768 terms the same equal panels, past that 384 terms at a time and the
+    rest as the last panel: MKL's AVX-512 path on an Intel CPU without AMX (an Ice Lake Xeon,
+    session 40) for outputs of 192 columns or more (measured with the FPRev method at 385 to
+    2,000 terms, 16 to 2,000 rows; below 192 columns that CPU runs the rule above), on the
+    Xeon with AMX for outputs of 192 rows and 192 columns or more (session 41: 60 random
+    products of 16-300 rows, 2-700 columns, 385-2,000 terms, and the thresholds swept), and
+    on two threads for some narrower products (``mkl_sgemm_wide``)."""
     if wide and k > 768:  # (wide_panels: 192 columns or more past 768 terms)
         return [*range(0, k, 384), k]
     bounds, s = [0], 0
@@ -1271,13 +1317,12 @@ _MKL_NO_AMX: ContextVar[bool] = ContextVar("tapescope_mkl_no_amx", default=False
 
 @contextmanager
 def mkl_no_amx() -> Iterator[None]:
-    """Within: ``_sgemm`` and ``_mkl_mm`` take MKL's products as its AVX-512 path runs them on
-    an Intel CPU without AMX (an Ice Lake Xeon; measured there, session 40, MKL 2024.0, one
-    thread): outputs of 192 columns or more in ``_mkl_panels(wide=True)``'s panels, and
+    """Within: ``_sgemm`` takes MKL's products as its AVX-512 path runs them on an Intel CPU
+    without AMX (an Ice Lake Xeon; measured there, session 40, MKL 2024.0, one thread):
+    outputs of 192 columns or more past 768 terms in ``_mkl_panels(wide=True)``'s panels. (The
+    Xeon with AMX takes those panels from 192 rows and 192 columns: session 41. Both run
     2-15 rows against a transposed operand over ``k >= 24 x rows`` terms by the ``dots``
-    kernel (``_sgemm_few``: each output one 16-lane fma chain), below that fma chains. (The
-    Xeon with AMX of sessions 20-30 ran fma chains for the 4-row, 128-term product that
-    takes the ``dots`` kernel here: the default.)"""
+    kernel, in or out of this context: ``_mkl_mm``.)"""
     token = _MKL_NO_AMX.set(True)
     try:
         yield
@@ -1296,18 +1341,20 @@ def mkl_amd() -> Iterator[None]:
 
 
 def _sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
-           alpha: np.float32 | None = None) -> np.ndarray:
+           alpha: np.float32 | None = None, wide: bool | None = None) -> np.ndarray:
     """MKL's sgemm (measured against ``torch.addmm`` and the flash kernels): k in panels
     (``_mkl_panels``; within ``mkl_amd()`` ``_mkl_panels_amd``), each output's panel one fma
     chain from zero (``_fma_chain``), times ``alpha`` when given, added to ``c`` (beta = 1)
     panel by panel -- or the first panel's result where there is no ``c`` (beta = 0). On an
     AMD CPU MKL multiplies ``b`` by ``alpha`` (rounded) before the chains instead (measured:
-    every bit over 12 products of 24-128 columns, both layouts)."""
+    every bit over 12 products of 24-128 columns, both layouts). ``wide``: Intel's 384-term
+    panels (True) or not (False) whatever the shape and context."""
     amd = _MKL_AMD.get()
     if amd and alpha is not None:
         b, alpha = (np.asarray(b, np.float32) * np.float32(alpha)).astype(np.float32), None
-    bounds = _mkl_panels_amd(a.shape[-1]) if amd else \
-        _mkl_panels(a.shape[-1], _MKL_NO_AMX.get() and wide_panels(a.shape[-1], b.shape[-1]))
+    if wide is None:
+        wide = _MKL_NO_AMX.get() and wide_panels(a.shape[-1], b.shape[-1])
+    bounds = _mkl_panels_amd(a.shape[-1]) if amd else _mkl_panels(a.shape[-1], wide)
     for k0, k1 in pairwise(bounds):
         p = _fma_chain(a[..., k0:k1], b[..., k0:k1, :], alpha)
         c = p if c is None else (c + p).astype(np.float32)
@@ -1989,16 +2036,17 @@ def mkl_sgemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _sgemm(a, b)
 
 
-def mkl_sgemm_no_amx(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` (float32, 2-d) as MKL's AVX-512 path runs it on an Intel CPU without AMX for
-    outputs of 192 columns or more past 768 terms (``_sgemm`` within ``mkl_no_amx()``: 384
-    terms a panel, the rest the last; a transformer's weight gradients over 1,024 tokens);
-    ValueError for other shapes (``mkl_sgemm``'s panels there)."""
+def mkl_sgemm_wide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` (float32, 2-d) in MKL's 384-term panels, the rest last (``_sgemm`` with
+    ``wide``): how MKL's AVX-512 path runs it past 768 terms on an Intel CPU without AMX for
+    outputs of 192 columns or more (session 40), on the Xeon with AMX for outputs of 192 rows
+    and 192 columns or more, and on two threads for some narrower products (session 41,
+    measured with the FPRev method: 512 x 1,000 x 128); a transformer's weight gradients over
+    1,024 tokens. ValueError up to 768 terms (``mkl_sgemm``'s panels there)."""
     a, b = _float32_2d(a, b)
-    if not wide_panels(a.shape[1], b.shape[1]):
-        raise ValueError("MKL's panels as on a CPU with AMX (mkl_sgemm)")
-    with mkl_no_amx():
-        return _sgemm(a, b)
+    if a.shape[1] <= 768:
+        raise ValueError("MKL's equal panels (mkl_sgemm)")
+    return _sgemm(a, b, wide=True)
 
 
 def mkl_sgemm_amd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -2077,7 +2125,7 @@ def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
     if amd and not one_row and not one_col and (m <= 3 or n <= 11):
         return _small_by_views(a, b, c, alpha)
     if not one_row and not one_col:
-        if not amd and _MKL_NO_AMX.get() and 2 <= m <= 15 and a.shape[-1] >= 24 * m and \
+        if not amd and 2 <= m <= 15 and a.shape[-1] >= 24 * m and \
                 b.strides[-2] < b.strides[-1]:
             return _dots_by_views(a, b, c, alpha)
         return _sgemm(a, b, c, alpha)
@@ -2101,9 +2149,10 @@ def _mkl_mm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None,
 
 def _dots_by_views(a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
                    alpha: np.float32 | None) -> np.ndarray:
-    """``_mkl_mm``'s 2-15 rows against a transposed ``b`` over long k within
-    ``mkl_no_amx()``: each of the leading axes' products by the ``dots`` kernel, times
-    ``alpha`` and ``+ c`` after (as the one-row dot-product kernel)."""
+    """``_mkl_mm``'s 2-15 rows against a transposed ``b`` over long k on an Intel CPU (with
+    AMX and without: measured on both, 300 random shapes each): each of the leading axes'
+    products by the ``dots`` kernel, times ``alpha`` and ``+ c`` after (as the one-row
+    dot-product kernel)."""
     f32 = np.float32
     lead = a.shape[:-2]
     out = np.empty(lead + (a.shape[-2], b.shape[-1]), dtype=f32)

@@ -94,7 +94,6 @@ from tapescope.core.explain_aten import (
     sleef_log1pf,
     softmax_backward,
     sum_column_parts,
-    wide_panels,
 )
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
@@ -377,15 +376,16 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
                            "bias first, then k in ceil(K / 384) equal panels, each one fma "
                            "chain from zero added in turn", _mkl_addmm,
                     _screen(_mkl_addmm, _product_rows(op))))
-        out.append(("fma", "MKL's sgemm as addmm calls it on an Intel CPU without AMX (float32, "
-                           "beta = alpha = 1, 192 output columns or more): the bias first, then "
-                           "k past 768 terms in panels of 384, the rest last, each one fma chain "
-                           "from zero added in turn", _mkl_addmm_no_amx,
-                    _screen(_mkl_addmm_no_amx, _product_rows(op))))
+        out.append(("fma", "MKL's sgemm as addmm calls it in 384-term panels (float32, beta = "
+                           "alpha = 1; an Intel CPU past 768 terms: without AMX from 192 output "
+                           "columns, with AMX from 192 rows and columns, on two threads for "
+                           "some narrower products): the bias first, then k in panels of 384, "
+                           "the rest last, each one fma chain from zero added in turn",
+                    _mkl_addmm_wide, _screen(_mkl_addmm_wide, _product_rows(op))))
         out.append(("fma", "MKL's sgemm as addmm calls it on two threads (float32, beta = "
-                           "alpha = 1; measured on an Intel CPU without AMX): k in two halves, "
-                           "one a thread, each in one thread's panels of fma chains, the first "
-                           "onto the bias, the second from zero, the two added after",
+                           "alpha = 1; measured on two Intel CPUs): k in two halves, one a "
+                           "thread, each in one thread's 384-term panels of fma chains, the "
+                           "first onto the bias, the second from zero, the two added after",
                     _mkl_addmm_halves, _screen(_mkl_addmm_halves, _product_rows(op))))
         out.append(("fma", "MKL's sgemm as addmm calls it on an AMD CPU (float32, beta = alpha "
                            "= 1): the bias first, then k in panels of at most 192 terms, each "
@@ -496,18 +496,27 @@ def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     raise ValueError("no chunking gives these bits")
 
 
-def _gelu_half_fit(args: list, kw: dict, recorded: np.ndarray) -> tuple:
-    """fp16 autocast's GELU on the CPU (``core.explain_aten.gelu_reduced``): ATen's vectorised
-    erf on whole register pairs, the C library's ``erff`` on each thread's tail; each chunking
-    of 1 to ``ceil(n / GRAIN_SIZE)`` threads tried, for the AVX-512 build and then AVX2's."""
-    from tapescope.core.explain_aten import _gelu_half_parts, _gelu_tails
+def _gelu_half_fit(args: list, kw: dict, recorded: np.ndarray, backward: bool = False
+                   ) -> tuple:
+    """fp16 autocast's GELU (or its backward) on the CPU (``core.explain_aten.gelu_reduced``):
+    ATen's vectorised erf on whole register pairs, the C library's ``erff`` on each thread's
+    tail; each chunking of 1 to ``ceil(n / GRAIN_SIZE)`` threads tried, for the AVX-512 build
+    and then AVX2's."""
+    from tapescope.core.explain_aten import (
+        _gelu_backward_half_parts,
+        _gelu_half_parts,
+        _gelu_tails,
+    )
 
-    x = np.asarray(args[0])
-    if x.dtype != np.float16 or _arg(args, kw, 1, "approximate", "none") != "none":
+    x = np.asarray(args[1 if backward else 0])
+    if x.dtype != np.float16 or \
+            _arg(args, kw, 2 if backward else 1, "approximate", "none") != "none":
         raise ValueError("written for float16, gelu's erf form")
     if np.shape(recorded) != x.shape:
         raise ValueError("a recorded output of another shape")
-    vec, scalar = _gelu_half_parts(x)  # (both computations once, each chunking a choice)
+    # (both computations once, each chunking a choice)
+    vec, scalar = _gelu_backward_half_parts(np.asarray(args[0]), x) if backward else \
+        _gelu_half_parts(x)
     tails = {(lanes, used): _gelu_tails(x.size, used, lanes) for lanes in (32, 16)
              for used in range(1, -(-x.size // GRAIN_SIZE) + 1)}
     every = np.logical_or.reduce(list(tails.values()))
@@ -569,31 +578,31 @@ def _mkl_addmm(args: list, kw: dict) -> np.ndarray:
     return _sgemm(a, b, c)
 
 
-def _mkl_addmm_no_amx(args: list, kw: dict) -> np.ndarray:
-    """``_mkl_addmm`` as MKL's AVX-512 path runs it on an Intel CPU without AMX (an Ice Lake
-    Xeon, session 40): outputs of 192 columns or more past 768 terms in 384-term panels, the
-    rest as the last (``_mkl_panels(wide=True)``); ValueError where that is the rule above."""
-    if not wide_panels(np.asarray(args[1]).shape[-1], np.asarray(args[2]).shape[-1]):
-        raise ValueError("the panels of MKL's addmm with AMX (the variant before)")
-    with mkl_no_amx():
-        return _mkl_addmm(args, kw)
+def _mkl_addmm_wide(args: list, kw: dict) -> np.ndarray:
+    """``_mkl_addmm`` in MKL's 384-term panels, the rest last (``_mkl_panels(wide=True)``:
+    ``core.explain_aten.mkl_sgemm_wide`` says where MKL takes them); ValueError up to 768
+    terms (the equal panels of the variant before)."""
+    c, a, b = _mkl_addmm_operands(args, kw)
+    if a.shape[1] <= 768:
+        raise ValueError("the panels of MKL's addmm (the variant before)")
+    return _sgemm(a, b, c, wide=True)
 
 
 def _mkl_addmm_halves(args: list, kw: dict) -> np.ndarray:
     """``_mkl_addmm`` as MKL runs it on two threads where it splits k between them (measured
-    on an Intel CPU without AMX, session 40, at 100 x 777 x 200, 16 x 1,000 x 64, 2,048 x
-    1,000 x 64, 100 x 1,000 x 512, 100 x 1,600 x 200; other shapes split their rows or
-    otherwise): k in two halves (the first ``ceil(k / 2)`` terms), each half in one thread's
-    panels (``_mkl_panels``, wide from 192 output columns), the first half added onto the
-    bias, the second from zero, the two added after; ValueError where both halves are one
-    panel (the same bits as ``_mkl_addmm``)."""
+    on two Intel CPUs, with AMX and without, sessions 40 and 41, at 100 x 777 x 200, 16 x
+    1,000 x 64, 2,048 x 1,000 x 64, 100 x 1,000 x 512, 100 x 1,600 x 200, 100 x 2,500 x 64,
+    32 x 3,000 x 32 (FPRev trees); other shapes split their rows or take 384-term panels
+    whole): k in two halves (the first ``ceil(k / 2)`` terms), each half in one thread's
+    384-term panels, the rest last (``_mkl_panels(wide=True)``), the first half added onto
+    the bias, the second from zero, the two added after; ValueError where both halves are
+    one panel (the same bits as ``_mkl_addmm``)."""
     c, a, b = _mkl_addmm_operands(args, kw)
     h = (a.shape[1] + 1) // 2
     if h <= 384:
         raise ValueError("each half one panel: MKL's addmm on one thread")
-    with mkl_no_amx():
-        first = _sgemm(a[:, :h], b[:h], c)
-        second = _sgemm(a[:, h:], b[h:])
+    first = _sgemm(a[:, :h], b[:h], c, wide=True)
+    second = _sgemm(a[:, h:], b[h:], wide=True)
     return (first + second).astype(np.float32)
 
 
@@ -816,15 +825,17 @@ def _pointwise_pair(fn: Callable) -> Callable:
     return run
 
 
-def _bf16_of(kernel: Callable, *xs: Any) -> np.ndarray:
-    """A float32 oneDNN kernel on bfloat16 inputs as PyTorch's CPU runs it (oneDNN's bfloat16
-    eltwise: each value widened exactly, the float32 kernel, the result rounded to bfloat16;
-    measured on an Intel Xeon for gelu_erf and its backward, 77 to 100,003 inputs: every
-    bit); ValueError for other dtypes."""
+def _onednn_narrow(kernel: Callable, *xs: Any, dt: Any = None) -> np.ndarray:
+    """A float32 oneDNN kernel on bfloat16 (or ``dt``: float16) inputs as PyTorch's CPU runs
+    it (oneDNN's bfloat16 / float16 eltwise: each value widened exactly, the float32 kernel,
+    the result rounded back; measured on an Intel Xeon for gelu_erf and its backward, 77 to
+    100,003 inputs: every bit -- float16's backward on a Xeon with AVX-512 FP16, where
+    PyTorch hands it to oneDNN); ValueError for other dtypes."""
+    dt = _BF16 if dt is None else np.dtype(dt)
     arrs = [np.asarray(x) for x in xs]
-    if any(a.dtype != _BF16 for a in arrs):
-        raise ValueError("written for bfloat16")
-    return np.asarray(kernel(*(a.astype(np.float32) for a in arrs))).astype(_BF16)
+    if any(a.dtype != dt for a in arrs):
+        raise ValueError(f"written for {dt.name}")
+    return np.asarray(kernel(*(a.astype(np.float32) for a in arrs))).astype(dt)
 
 
 def _gelu_form(approximate: str, at: int, fn: Callable) -> Callable:
@@ -860,10 +871,14 @@ def _libm(op: str, name: str) -> list[_Variant]:
                     _gelu_form("none", 1, lambda a: gelu_forward(np.asarray(a[0])))))
         out.append(("libm", "PyTorch's CPU gelu in bfloat16 (oneDNN's gelu_erf on the float32 "
                             "values, rounded to bfloat16)",
-                    _gelu_form("none", 1, lambda a: _bf16_of(gelu_forward, a[0]))))
+                    _gelu_form("none", 1, lambda a: _onednn_narrow(gelu_forward, a[0]))))
         out.append(("libm", "PyTorch's CPU gelu, tanh form (ATen's GeluKernel: SLEEF's tanhf, "
                             "beta * fma(kappa, x^3, x))",
                     _gelu_form("tanh", 1, lambda a: gelu_tanh(np.asarray(a[0])))))
+        out.append(("libm", "PyTorch's CPU gelu in float16 on a CPU with AVX-512 FP16 "
+                            "(oneDNN's gelu_erf on the float32 values, rounded to float16)",
+                    _gelu_form("none", 1, lambda a: _onednn_narrow(gelu_forward, a[0],
+                                                             dt=np.dtype(np.float16)))))
         out.append(("libm", "PyTorch's CPU gelu in float16 (fp16 autocast; ATen's GeluKernel: "
                             "widened to float32, ATen's vectorised erf (Abramowitz and Stegun "
                             "7.1.26, SLEEF's expf) on whole register pairs, the C library's erff "
@@ -1072,8 +1087,10 @@ def _layer_norm() -> list[_Variant]:
         x = np.asarray(args[0])
         shape = list(args[1])
         w, b, eps = args[2], args[3], args[4]
+        if x.dtype in (np.float16, _BF16) and len(shape) >= 1:
+            return _layer_norm_reduced(x, len(shape), w, b, eps)
         if x.dtype not in (np.float32, np.float64) or len(shape) < 1:
-            raise ValueError("written for float32 / float64")
+            raise ValueError("written for float32 / float64 / float16 / bfloat16")
         t = x.dtype.type
         lead = x.shape[:x.ndim - len(shape)]
         X = x.reshape(lead + (-1,))
@@ -1087,7 +1104,42 @@ def _layer_norm() -> list[_Variant]:
         return (fma(y, g, bb).reshape(x.shape).astype(x.dtype),
                 mean.reshape(stat).astype(x.dtype), rstd.reshape(stat).astype(x.dtype))
     return [("reassociation", "PyTorch's CPU layer_norm (ATen: RowwiseMoments' Welford "
-                              "statistics, fma((x - mean) * rstd, gamma, beta))", run)]
+                              "statistics, fma((x - mean) * rstd, gamma, beta); a float16 / "
+                              "bfloat16 input in float32, fma(fma(x, rstd, -rstd * mean), "
+                              "gamma, beta))", run)]
+
+
+def _ln_param_type(x: np.ndarray, *params: Any) -> np.dtype:
+    """The type of a reduced-type layer_norm's statistics: float32 where a float32 gamma or
+    beta makes the call mixed-type (ATen's ``is_mixed_type``: autocast's float16 / bfloat16
+    activations with the module's float32 parameters), else the input's."""
+    arrs = [np.asarray(p) for p in params if p is not None]
+    if any(a.dtype not in (x.dtype, np.float32) for a in arrs):
+        raise ValueError("gamma and beta in float32 or the input's type")
+    return np.dtype(np.float32) if any(a.dtype == np.float32 for a in arrs) else x.dtype
+
+
+def _layer_norm_reduced(x: np.ndarray, nd: int, w: Any, b: Any, eps: float) -> tuple:
+    """``native_layer_norm`` of a float16 / bfloat16 input as ATen's
+    ``layer_norm_kernel_mixed_type`` computes it (measured, every bit: both types, float32 and
+    same-type parameters, rows of 7 to 1,000): the statistics in float32 by the reduced type's
+    ``RowwiseMoments`` (``aten_moments``), ``rstd = 1 / sqrt(var + eps)`` with ``eps`` a
+    float, ``y = fma(fma(x, rstd, -rstd * mean), gamma, beta)`` in float32 rounded to the
+    input's type; mean and rstd in the parameters' type (``_ln_param_type``)."""
+    f32 = np.float32
+    pt = _ln_param_type(x, w, b)
+    lead = x.shape[:x.ndim - nd]
+    X = x.reshape(lead + (-1,))
+    n = X.shape[-1]
+    mean, var = aten_moments(X)
+    with np.errstate(all="ignore"):
+        rstd = f32(1) / np.sqrt(var + f32(eps))
+        g = np.ones(n, f32) if w is None else np.asarray(w).reshape(-1).astype(f32)
+        bb = np.zeros(n, f32) if b is None else np.asarray(b).reshape(-1).astype(f32)
+        y = fma(fma(X.astype(f32), rstd, -rstd * mean), g, bb)
+    stat = lead + (1,) * nd
+    return (y.reshape(x.shape).astype(x.dtype), mean.reshape(stat).astype(pt),
+            rstd.reshape(stat).astype(pt))
 
 
 def _layer_norm_backward(threads: int) -> Callable:
@@ -1102,6 +1154,9 @@ def _layer_norm_backward(threads: int) -> Callable:
     def run(args: list, kw: dict) -> tuple:
         dy, x = np.asarray(args[0]), np.asarray(args[1])
         shape, mean, rstd, w, mask = list(args[2]), args[3], args[4], args[5], args[7]
+        if x.dtype in (np.float16, _BF16) and dy.shape == x.shape and shape:
+            return _layer_norm_backward_mixed(dy, x, math.prod(shape), mean, rstd, w, mask,
+                                              threads)
         if x.dtype not in (np.float32, np.float64) or dy.shape != x.shape or not shape:
             raise ValueError("written for float32 / float64")
         t = x.dtype.type
@@ -1139,6 +1194,84 @@ def _layer_norm_backward(threads: int) -> Callable:
                 out.append(bet.reshape(shape))
         return tuple(out)
     return run
+
+
+def _mixed_row_sums(DY: np.ndarray, X: np.ndarray, g: np.ndarray) -> tuple:
+    """Each row's ``ds = sum(x * dy * gamma)`` and ``db = sum(dy * gamma)`` as ATen's
+    mixed-type ``layer_norm_backward_frame`` forms them (float32, 8 lanes): a row of 16 or
+    more in two accumulators (a reduced vector's float halves) from the first vector's
+    products, the loop's ``acc = fma(x, dy * gamma, acc)``, a partial last vector into the
+    accumulators' first lanes, the two added, folded as a halving tree; a shorter row its
+    products' two halves added lane-wise (``Vec::set``) and folded as a tree when past 8,
+    else its products added in order (``vec_reduce_all`` over ``N`` lanes). Measured: ``ds``'s
+    lane-wise adds are contracted, ``db``'s not."""
+    from tapescope.core.explain_prims import _fold_lanes
+
+    n = X.shape[-1]
+    db_t = DY * g
+    ds_t = X * db_t
+    if n < 16:
+        if n <= 8:
+            ds, db = ds_t[:, 0].copy(), db_t[:, 0].copy()
+            for k in range(1, n):
+                ds, db = ds + ds_t[:, k], db + db_t[:, k]
+            return ds, db
+        k = n - 8
+        ds0, db0 = ds_t[:, :8].copy(), db_t[:, :8].copy()
+        ds0[:, :k] = fma(X[:, 8:], db_t[:, 8:], ds0[:, :k])
+        db0[:, :k] = db0[:, :k] + db_t[:, 8:]
+        return _fold_lanes(ds0, 8, True), _fold_lanes(db0, 8, True)
+    acc_s = [ds_t[:, 0:8].copy(), ds_t[:, 8:16].copy()]
+    acc_b = [db_t[:, 0:8].copy(), db_t[:, 8:16].copy()]
+    for o in range(16, n, 8):
+        h, k = (o // 8) % 2, min(8, n - o)
+        acc_s[h][:, :k] = fma(X[:, o:o + k], db_t[:, o:o + k], acc_s[h][:, :k])
+        acc_b[h][:, :k] = acc_b[h][:, :k] + db_t[:, o:o + k]
+    return (_fold_lanes(acc_s[0] + acc_s[1], 8, True),
+            _fold_lanes(acc_b[0] + acc_b[1], 8, True))
+
+
+def _layer_norm_backward_mixed(dy: np.ndarray, x: np.ndarray, n: int, mean: Any, rstd: Any,
+                               w: Any, mask: Any, threads: int) -> tuple:
+    """``native_layer_norm_backward`` of a float16 / bfloat16 input with float32 gamma (fp16
+    and bf16 autocast's LayerNorm) as ATen's mixed-type ``layer_norm_backward_frame`` computes
+    it (measured, every bit, 1 and 2 threads, rows of 1 to 1,000): in float32, ``ds`` and
+    ``db`` by ``_mixed_row_sums``, ``b = fma(db, mean, -ds) * rstd^3 / N``, ``c = fma(-b,
+    mean, -(db * rstd / N))``, ``dx = fma(b, x, (rstd * dy) * gamma) + c`` rounded to the
+    input's type; dgamma and dbeta summed per thread in a buffer **of the input's type**
+    (each row's ``fma(dy, fma(rstd, x, -rstd * mean), acc)`` and ``acc + dy`` rounded back),
+    then the ``threads`` buffers added in float32."""
+    f32 = np.float32
+    if w is None or np.asarray(w).dtype != f32:
+        raise ValueError("written for float32 gamma (the mixed-type kernel)")
+    X, DY = x.reshape(-1, n).astype(f32), dy.reshape(-1, n).astype(f32)
+    M = np.asarray(mean, dtype=f32).reshape(-1)
+    A = np.asarray(rstd, dtype=f32).reshape(-1)
+    g = np.asarray(w).reshape(-1)
+    out = []
+    with np.errstate(all="ignore"):
+        if mask[0]:
+            ds, db = _mixed_row_sums(DY, X, g)
+            scale = f32(1) / f32(n)
+            b = fma(db, M, -ds) * A * A * A * scale
+            c = fma(-b, M, -((db * A) * scale))
+            dx = fma(b[:, None], X, (A[:, None] * DY) * g) + c[:, None]
+            out.append(dx.reshape(x.shape).astype(x.dtype))
+        if mask[1] or mask[2]:
+            gam, bet = np.zeros(n, f32), np.zeros(n, f32)
+            rows = _row_runs(X.shape[0], threads)
+            for r in rows:
+                bg, bb = np.zeros(n, x.dtype), np.zeros(n, x.dtype)
+                for i in r:
+                    bg = fma(DY[i], fma(A[i], X[i], -A[i] * M[i]), bg.astype(f32)).astype(x.dtype)
+                    bb = (bb.astype(f32) + DY[i]).astype(x.dtype)
+                gam, bet = gam + bg.astype(f32), bet + bb.astype(f32)
+            # (the threads past the rows' chunks add their zero buffers: no change)
+            if mask[1]:
+                out.append(gam.reshape(np.shape(w)))
+            if mask[2]:
+                out.append(bet.reshape(np.shape(w)))
+    return tuple(out)
 
 
 def _batch_norm(args: list, kw: dict) -> tuple:
@@ -2617,7 +2750,8 @@ def _flash_backward(lanes: int, key_scaled: bool, kind: str = "") -> Callable:
 #: the words of a flash variant whose products are MKL's on an AMD CPU (VENDOR_WORDS'):
 #: k in panels of at most 192 terms, alpha into the second operand, its one-row kernels
 _ON_AMD = "; MKL's products as on an AMD CPU"
-#: ... on an Intel CPU without AMX (``mkl_no_amx``: few rows over long k by the dots kernel)
+#: ... on an Intel CPU without AMX (``mkl_no_amx``: wide outputs past 768 terms in 384-term
+#: panels)
 _NO_AMX = "; MKL's products as on an Intel CPU without AMX"
 _KIND_WORDS = {"": "", "amd": _ON_AMD, "no-amx": _NO_AMX}
 
@@ -3507,8 +3641,9 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                 for t in _BN_RUNS]
     if base == "native_layer_norm_backward":
         return [("reassociation", "PyTorch's CPU layer_norm backward (ATen: 8 / 4 lanes, the "
-                                  "tail contracted; dgamma and dbeta summed per thread, the "
-                                  f"rows in {t} chunk{'s' if t > 1 else ''})",
+                                  "tail contracted; dgamma and dbeta summed per thread, in "
+                                  "the input's type for float16 / bfloat16, the rows in "
+                                  f"{t} chunk{'s' if t > 1 else ''})",
                  _layer_norm_backward(t)) for t in (1, 2, 4, 8, 16, 32, 64)]
     if base == "native_batch_norm_backward":
         return [("reassociation", "PyTorch's CPU batch_norm backward (ATen: per image 8 / 4 "
@@ -3548,7 +3683,16 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                                                np.asarray(a[1])))),
                 ("libm", "PyTorch's CPU gelu backward in bfloat16 (oneDNN's gelu_erf on the "
                          "float32 values, rounded to bfloat16)",
-                 _gelu_form("none", 2, lambda a: _bf16_of(gelu_backward, a[0], a[1]))),
+                 _gelu_form("none", 2, lambda a: _onednn_narrow(gelu_backward, a[0], a[1]))),
+                ("libm", "PyTorch's CPU gelu backward in float16 on a CPU with AVX-512 FP16 "
+                         "(oneDNN's gelu_erf on the float32 values, rounded to float16)",
+                 _gelu_form("none", 2, lambda a: _onednn_narrow(gelu_backward, a[0], a[1],
+                                                          dt=np.dtype(np.float16)))),
+                ("libm", "PyTorch's CPU gelu backward in float16 (fp16 autocast; ATen's "
+                         "GeluBackwardKernel: widened to float32, ATen's vectorised erf and "
+                         "SLEEF's expf on whole register pairs, the C library's erff and expf "
+                         "on each thread's tail, rounded back)",
+                 _Fits(partial(_gelu_half_fit, backward=True))),
                 ("libm", "PyTorch's CPU gelu backward, tanh form (ATen's GeluKernel: SLEEF's "
                          "tanhf, its derivative's two fmas)",
                  _gelu_form("tanh", 2, lambda a: gelu_tanh(np.asarray(a[1]),

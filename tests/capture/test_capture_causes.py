@@ -1960,17 +1960,20 @@ def test_gelu_and_its_backward_in_bfloat16_are_onednns_rounded():
           "PyTorch's CPU gelu backward in bfloat16")
 
 
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "aten"])
 @pytest.mark.parametrize("n, threads", [(77, 1), (1000, 1), (40000, 2), (100003, 2)])
-def test_gelu_in_float16_is_atens_erf_and_the_c_librarys_on_the_tails(n, threads):
-    """fp16 autocast's GELU on the CPU runs ATen's GeluKernel on float16: ATen's vectorised
-    erf on whole register pairs, the C library's erff on each thread's tail (a thread's part
-    past ``GRAIN_SIZE`` elements); torch's own bits named, at one thread and two, one ulp off
-    unknown; and the tail's element where the two erfs part."""
+def test_gelu_in_float16_is_atens_erf_and_the_c_librarys_on_the_tails(n, threads, onednn):
+    """fp16 autocast's GELU on the CPU runs ATen's GeluKernel on float16 (with oneDNN off, and
+    on CPUs without AVX-512 FP16, where PyTorch does not hand float16 to oneDNN): ATen's
+    vectorised erf on whole register pairs, the C library's erff on each thread's tail (a
+    thread's part past ``GRAIN_SIZE`` elements); torch's own bits named, at one thread and
+    two, one ulp off unknown -- and with oneDNN on, whichever kernel torch takes here; and
+    the tail's element where the two erfs part."""
     from tapescope.core.explain_aten import gelu_reduced
 
     g = torch.Generator().manual_seed(n)
     x = (torch.randn(n, generator=g) * 3).half()
-    with _threads(threads):
+    with _threads(threads), torch.backends.mkldnn.flags(enabled=onednn):
         rec = torch.nn.functional.gelu(x).numpy()
     X = x.numpy()
     xd = X.astype(np.float64)
@@ -1980,8 +1983,127 @@ def test_gelu_in_float16_is_atens_erf_and_the_c_librarys_on_the_tails(n, threads
     # tail of a 100-element tensor (64 + 36), torch gives two results and gelu_reduced both
     t = np.zeros(100, np.float16)
     t[[10, 80]] = np.float16(-4.098)
-    y = torch.nn.functional.gelu(torch.from_numpy(t)).numpy()
+    with torch.backends.mkldnn.flags(enabled=False):
+        y = torch.nn.functional.gelu(torch.from_numpy(t)).numpy()
     assert y[10] != y[80] and np.array_equal(gelu_reduced(t).view(np.uint16), y.view(np.uint16))
+
+
+def _narrow(t):
+    """A float16 / bfloat16 (or float32) tensor as numpy, bits kept (ml_dtypes' bfloat16)."""
+    import ml_dtypes
+
+    if t is None or t.dtype != torch.bfloat16:
+        return _np(t)
+    return t.detach().view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+
+
+def _narrow_nudged(rec: np.ndarray) -> np.ndarray:
+    """``_nudged`` for float16 / bfloat16 too: the largest element one ulp from zero."""
+    if rec.dtype == np.float32:
+        return _nudged(rec)
+    out = rec.copy()
+    out.reshape(-1).view(np.uint16)[int(np.argmax(np.abs(out.astype(np.float32))))] += 1
+    return out
+
+
+def _reduced_outputs_named(op, args, outs, plain, words):
+    """Each of torch's ``outs`` (float16 / bfloat16 / float32 arrays) named ``reassociation``
+    by a variant saying ``words`` where it departs from ``plain`` (at least one must), and
+    one ulp off each unknown; the variants' words."""
+    departs, said = 0, []
+    for j, (rec, pl) in enumerate(zip(outs, plain, strict=True)):
+        d = _diff(pl.astype(np.float64), rec.astype(np.float64))
+        departs += d["n_diff"] > 0
+        d["n_diff"] = max(d["n_diff"], 1)
+        c = explain_op(op, args, {}, rec, d, j)
+        assert c["cause"] == "reassociation" and words in c["variant"], (j, c)
+        assert explain_op(op, args, {}, _narrow_nudged(rec), d, j)["cause"] == "unknown", j
+        said.append(c["variant"])
+    assert departs, f"{op}: torch equals the plain formula here (no test)"
+    return said
+
+
+REDUCED = [torch.float16, torch.bfloat16]
+
+
+@need_avx512
+@pytest.mark.parametrize("dt", REDUCED, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("params", ["float32", "same"])
+@pytest.mark.parametrize("shape", [(6, 7), (9, 15), (37, 100), (3, 1030)])
+def test_layer_norm_of_a_reduced_type_each_output(dt, params, shape):
+    """fp16 / bf16 autocast's LayerNorm on the CPU (a float16 / bfloat16 input, the module's
+    float32 parameters: ATen's mixed-type kernel) and a same-type one: y, mean and rstd
+    named, whole vectors of 16, the scalar tail (contracted in float16's copy of the
+    kernel, not in bfloat16's) and rows shorter than a vector."""
+    g = torch.Generator().manual_seed(shape[-1])
+    n = shape[-1]
+    x = (torch.randn(*shape, generator=g) * 3 + 1).to(dt)
+    pt = torch.float32 if params == "float32" else dt
+    w, b = torch.randn(n, generator=g).to(pt), torch.randn(n, generator=g).to(pt)
+    outs = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    assert outs[1].dtype == pt  # (mixed: the statistics in float32)
+    args = [_narrow(x), [n], _narrow(w), _narrow(b), 1e-5]
+    X = x.double().numpy()
+    m = X.mean(-1, keepdims=True)
+    r = 1 / np.sqrt(((X - m) ** 2).mean(-1, keepdims=True) + 1e-5)
+    plain = [(X - m) * r * w.double().numpy() + b.double().numpy(), m, r]
+    _reduced_outputs_named("aten.native_layer_norm.default", args,
+                           [_narrow(o) for o in outs], plain, "float16 / bfloat16")
+
+
+@pytest.mark.parametrize("dt", REDUCED, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape, seed", [((64, 5), 1), ((64, 15), 5), ((37, 100), 2),
+                                         ((8, 1000), 3)])
+def test_layer_norm_backward_of_a_reduced_type_with_float32_gamma(dt, threads, shape, seed):
+    """fp16 / bf16 autocast's LayerNorm backward on the CPU (ATen's mixed-type frame): dx
+    (rows of 8 or fewer added in order, of 9-15 two halves, longer ones in two accumulators
+    with the loop contracted), dgamma and dbeta summed per thread in a buffer of the input's
+    type; named at 1 and 2 threads, the dgamma variant's chunks the thread count's. (Seed 5:
+    a float16 row of 15 whose dx tells ``ds``'s contracted adds from plain ones.)"""
+    g = torch.Generator().manual_seed(seed)
+    n = shape[-1]
+    x = (torch.randn(*shape, generator=g) * 2 + 0.5).to(dt)
+    dy = torch.randn(*shape, generator=g).to(dt)
+    w, b = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    with _threads(threads):
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+        outs = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b,
+                                                         [True, True, True])
+    args = [_narrow(dy), _narrow(x), [n], _np(mean), _np(rstd), _np(w), _np(b),
+            [True, True, True]]
+    X, DY = x.double().numpy(), dy.double().numpy()
+    M, R, W = mean.double().numpy(), rstd.double().numpy(), w.double().numpy()
+    xh = (X - M) * R
+    plain = [R * (DY * W - (DY * W).mean(-1, keepdims=True)
+                  - xh * (DY * W * xh).mean(-1, keepdims=True)),
+             (DY * xh).sum(0), DY.sum(0)]
+    said = _reduced_outputs_named("aten.native_layer_norm_backward.default", args,
+                                  [_narrow(o) for o in outs], plain, "layer_norm backward")
+    assert all("input's type" in v for v in said), said
+    if shape[0] == 64 and threads == 2:
+        assert all("in 2 chunks" in v for v in said[1:]), said
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "aten"])
+@pytest.mark.parametrize("n, threads", [(77, 1), (100003, 2)])
+def test_gelu_backward_in_float16_is_named_whichever_kernel_torch_takes(onednn, n, threads):
+    """fp16 autocast's GELU backward: PyTorch hands float16 to oneDNN on a CPU with AVX-512
+    FP16 (gelu_erf on the float32 values, rounded), else (and with oneDNN off) runs ATen's
+    reduced-type GeluBackwardKernel (ATen's erf and SLEEF's expf on register pairs, the C
+    library's on the tails): torch's bits named either way, one ulp off unknown."""
+    g = torch.Generator().manual_seed(n + 1)
+    x = (torch.randn(n, generator=g) * 3).half()
+    dy = torch.randn(n, generator=g).half()
+    with _threads(threads), torch.backends.mkldnn.flags(enabled=onednn):
+        rec = torch.ops.aten.gelu_backward(dy, x).numpy()
+    X, DY = x.numpy(), dy.numpy()
+    xd = X.astype(np.float64)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(xd / math.sqrt(2)))
+    pdf = np.exp(-xd ** 2 / 2) / math.sqrt(2 * math.pi)
+    plain = (DY.astype(np.float64) * (cdf + xd * pdf)).astype(np.float16)
+    _named("aten.gelu_backward.default", [DY, X], {}, rec, plain, "libm",
+           "PyTorch's CPU gelu backward in float16")
 
 
 @pytest.mark.parametrize("op, shapes", [
@@ -2355,14 +2477,14 @@ def test_an_mm_over_more_than_384_terms_is_mkls_panels(m, k, n):
     assert off["cause"] == "unknown", off
 
 
-@pytest.mark.skipif(not _intel_no_amx(), reason="MKL's 384-term panels for wide outputs were "
-                    "measured on an Intel CPU without AMX (an Ice Lake Xeon)")
+@need_intel_mkl
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("m, k, n", [(512, 1024, 256), (256, 1024, 1024)])
 def test_a_weight_gradient_over_1024_tokens_is_mkls_384_term_panels(m, k, n, threads):
     """A transformer's weight gradient ``gᵀ @ x`` over 1,024 tokens into 256 or more columns
-    (gpt-256's 21 ``unknown`` products on this CPU): 384-term panels and the rest last, at one
-    thread and two; named, one ulp off unknown."""
+    (gpt-256's 21 ``unknown`` products on an Intel CPU without AMX; MKL takes the same panels
+    for these shapes with AMX): 384-term panels and the rest last, at one thread and two;
+    named, one ulp off unknown."""
     g = torch.Generator().manual_seed(13)
     gy, x = torch.randn(k, m, generator=g), torch.randn(k, n, generator=g)
     with _threads(threads):
@@ -2371,19 +2493,45 @@ def test_a_weight_gradient_over_1024_tokens_is_mkls_384_term_panels(m, k, n, thr
     plain = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.float32)
     d = _diff(plain, rec)
     got = explain_op("aten.mm.default", args, {}, rec, d, 0, mkl_vendor())
-    assert got["cause"] == "fma" and "on an Intel CPU without AMX" in got["variant"], got
+    assert got["cause"] == "fma" and "in 384-term panels" in got["variant"], got
     off = explain_op("aten.mm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
     assert off["cause"] == "unknown", off
 
 
-@pytest.mark.skipif(not _intel_no_amx(), reason="MKL's split of k between two threads was "
-                    "measured on an Intel CPU without AMX (an Ice Lake Xeon); others split "
-                    "these products otherwise")
-@pytest.mark.parametrize("m, k, n", [(100, 777, 200), (16, 1000, 64), (100, 1600, 200)])
+@need_intel_mkl
+@pytest.mark.parametrize("m, threads", [(150, 1), (300, 1), (512, 2)])
+def test_an_addmm_past_768_terms_is_named_by_the_panels_this_cpu_takes(m, threads):
+    """Past 768 terms MKL takes its 384-term panels (the rest last) or its equal ones by the
+    product's shape and the CPU: without AMX from 192 output columns (session 40), with AMX
+    from 192 rows and 192 columns (session 41), on two threads for 512 x 1,000 x 128 on
+    both. Named either way; with AMX, 150 rows into 300 columns is the equal panels'."""
+    n = 128 if threads == 2 else 300
+    g = torch.Generator().manual_seed(m)
+    x, w, b = (torch.randn(m, 1000, generator=g), torch.randn(1000, n, generator=g),
+               torch.randn(n, generator=g))
+    args = _np([b, x, w])
+    with _threads(threads):
+        rec = torch.addmm(b, x, w).numpy()
+    plain = (args[0] + args[1].astype(np.float64) @ args[2].astype(np.float64)).astype(np.float32)
+    d = _diff(plain, rec)
+    got = explain_op("aten.addmm.default", args, {}, rec, d, 0, mkl_vendor())
+    assert got["cause"] == "fma" and got["variant"].startswith("MKL's sgemm as addmm"), got
+    if threads == 2 or m >= 192:
+        assert "in 384-term panels" in got["variant"], got
+    elif mkl_amx():
+        assert "in ceil(K / 384) equal panels" in got["variant"], got
+    off = explain_op("aten.addmm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
+    assert off["cause"] == "unknown", off
+
+
+@need_intel_mkl
+@pytest.mark.parametrize("m, k, n", [(100, 777, 200), (16, 1000, 64), (100, 1600, 200),
+                                     (100, 2500, 64), (32, 3000, 32)])
 def test_an_addmm_on_two_threads_is_k_in_halves(m, k, n):
-    """On two threads MKL splits these products' k between the threads: each half in one
-    thread's panels, the first onto the bias, the second from zero, added after; named for
-    torch's own two-thread result, and neither the one-thread variants nor one ulp off it."""
+    """On two threads MKL splits these products' k between the threads (on an Intel CPU with
+    AMX and without: measured on both): each half in one thread's 384-term panels, the
+    first onto the bias, the second from zero, added after; named for torch's own two-thread
+    result, and neither the one-thread variants nor one ulp off it."""
     g = torch.Generator().manual_seed(7)
     x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g),
                torch.randn(n, generator=g))

@@ -32,12 +32,12 @@ def test_products_and_sums_are_the_tables_own(dt):
     assert all(lab.startswith("MKL's products on several threads on an AMD CPU")
                for lab in got[len(mm) + small:])
     # addmm: the table's, then MKL's own addmm (the bias as the output its k panels are added
-    # to; Intel's panels, those of an Intel CPU without AMX, k in halves on two threads, then
+    # to; Intel's panels, its 384-term panels, k in halves on two threads, then
     # AMD's) and its one-term addmm (the bias as the accumulator): orders of the bias, not of
     # the product, so not table primitives
     addmm = [v[1] for v in _variants("aten.addmm.default", dt)]
     assert addmm[:-5] == got and addmm[-5].startswith("MKL's sgemm as addmm calls it (")
-    assert addmm[-4].startswith("MKL's sgemm as addmm calls it on an Intel CPU without AMX")
+    assert addmm[-4].startswith("MKL's sgemm as addmm calls it in 384-term panels")
     assert addmm[-3].startswith("MKL's sgemm as addmm calls it on two threads")
     assert addmm[-2].startswith("MKL's sgemm as addmm calls it on an AMD CPU")
     assert addmm[-1].startswith("MKL's sgemm over one term")
