@@ -212,6 +212,17 @@ def _vdpbf16_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
+def _amx_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """PyTorch's bfloat16 ``mm`` / ``addmm`` / ``bmm`` on a CPU with AMX (measured on an Intel
+    Xeon with AMX, session 41: every bit over 24 products of 29-256 rows, 47-1,000 terms, each
+    layout of the operands, 1 thread): the order of ``core.explain_aten._mkl_bf16`` (the
+    flash kernels' MKL bfloat16 product, AMX's ``tdpbf16ps``) from zero, each matrix of a
+    batch alike. ``a``, ``b``: float32 of bfloat16 values."""
+    from tapescope.core.explain_aten import _mkl_bf16
+
+    return _mkl_bf16(a, b)
+
+
 def _product_run(op: str, m: Callable) -> Callable:
     """A variant of ``op`` (mm, bmm, addmm, baddbmm, mv, dot, vdot) whose product is ``m``
     (float32 or float64 operands, half ones widened): addmm's ``beta * bias + alpha * (a @
@@ -324,20 +335,30 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         out.append((v.cause, v.label, run) if v.value is _mm_blas else
                    (v.cause, v.label, run, _screen(run, _product_rows(op))))
     if dt == _BF16 and _base(op) in ("mm", "bmm", "addmm"):
-        bf16_run = _product_run(op, _vdpbf16_chain)
+        def bf16_only(product: Callable) -> Callable:
+            whole = _product_run(op, product)
 
-        def chain_run(args: list, kw: dict) -> np.ndarray:
-            n = 3 if _base(op) == "addmm" else 2
-            if any(np.asarray(x).dtype != _BF16 for x in args[:n]):
-                raise ValueError("bfloat16 operands only")
-            if n == 3 and _addmm_scales(args, kw) != (1, 1):
-                raise ValueError("beta = alpha = 1")
-            return bf16_run(args, kw)
-        out.insert(0, ("reassociation", "oneDNN's bfloat16 matmul (AVX-512 BF16 without AMX: "
-                                        "vdpbf16ps): one float32 chain an output over k in "
+            def run(args: list, kw: dict) -> np.ndarray:
+                n = 3 if _base(op) == "addmm" else 2
+                if any(np.asarray(x).dtype != _BF16 for x in args[:n]):
+                    raise ValueError("bfloat16 operands only")
+                if n == 3 and _addmm_scales(args, kw) != (1, 1):
+                    raise ValueError("beta = alpha = 1")
+                return whole(args, kw)
+            return run
+        chain_run, amx_run = bf16_only(_vdpbf16_chain), bf16_only(_amx_bf16)
+        out.insert(0, ("reassociation", "oneDNN's bfloat16 matmul on an AMD CPU (AVX-512 BF16 "
+                                        "without AMX: vdpbf16ps): one float32 chain an output "
+                                        "over k in "
                                         "pairs, the odd term before the even, products exact; "
                                         "addmm's bias added to the sum; rounded to bfloat16 "
                                         "once", chain_run, _screen(chain_run, _product_rows(op))))
+        out.insert(0, ("reassociation", "PyTorch's bfloat16 matmul on a CPU with AMX "
+                                        "(tdpbf16ps): k in blocks of 32 terms, each block's even "
+                                        "and odd terms two float32 chains from zero added "
+                                        "together, the blocks added in turn, products exact; "
+                                        "addmm's bias added to the sum; rounded to bfloat16 "
+                                        "once", amx_run, _screen(amx_run, _product_rows(op))))
     if _base(op) in ("dot", "vdot") and dt == np.float32:  # (first: a dot is its own kernel)
         out.insert(0, ("reassociation", "MKL's sdot on an AMD CPU: no FMA, 16 lanes, the rest "
                                         "as 8-, 4-wide vectors and single terms, folded by "
@@ -1530,13 +1551,17 @@ def _batch_norm_backward(args: list, kw: dict) -> tuple:
     return tuple(out)
 
 
-def _group_norm_backward(args: list, kw: dict) -> tuple:
+def _group_norm_backward(args: list, kw: dict, inline: bool = False) -> tuple:
     """``native_group_norm_backward`` as PyTorch's CPU kernel computes it (ATen's
     ``GroupNormBackwardKernelImplInternal``, contiguous, 8 float32 / 4 float64 lanes,
     measured): per (image, channel) ``ds = sum(dy * x)``, ``db = sum(dy)`` in lanes from the
     first vector, the tail added (its products contracted in float64 only), folded (halving /
     in sequence); per (image, group) their gamma-weighted sums in a vector of lanes from zero
-    (``fma``), its lanes added in order, the channels past the last whole vector contracted;
+    (``fma``), its lanes added in order, the channels past the last whole vector contracted
+    -- in the copy ``parallel_for``'s threads run; in the one it runs inline (one thread, or
+    one image-group) the compiler multiplies those channels' whole 128-bit groups (fours of
+    float32, pairs of float64) as a vector, each product then added in turn, only the rest
+    contracted (``inline``; measured at 1 and 2 threads, 1 to 23 channels a group);
     ``c2 = fma(db, mean, -ds) * rstd^3 / (D * HxW)``, ``c3 = fma(-(db * rstd), 1 / (D *
     HxW), -c2 * mean)``, ``dx = fma(rstd * gamma, dy, c2 * x) + c3``; ``dgamma`` over the
     images ``fma(fma(-db, mean, ds), rstd, acc)``, ``dbeta`` ``acc + db``. The outputs its
@@ -1569,8 +1594,10 @@ def _group_norm_backward(args: list, kw: dict) -> tuple:
             s = np.zeros((n, g), x.dtype)
             for k in range(lanes):
                 s = s + acc[..., k]
+            grouped = whole + (d - whole) // (16 // x.itemsize) * (16 // x.itemsize) \
+                if inline else whole
             for j in range(whole, d):
-                s = fma(v[..., j], gv[..., j], s)
+                s = s + v[..., j] * gv[..., j] if j < grouped else fma(v[..., j], gv[..., j], s)
             return s
 
         dsa, dba = weighted(ds), weighted(db)
@@ -3671,7 +3698,13 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("reassociation", "PyTorch's CPU group_norm backward (ATen: per channel lane "
                                   "sums of dy * x and dy, per group their gamma-weighted fma "
                                   "sums; dx = fma(rstd * gamma, dy, c2 * x) + c3)",
-                 _group_norm_backward)]
+                 _group_norm_backward),
+                ("reassociation", "PyTorch's CPU group_norm backward, the copy run inline (one "
+                                  "thread or one image-group: ATen's per channel lane sums of dy "
+                                  "* x and dy, per group their gamma-weighted fma sums, a "
+                                  "group's last channels' whole 128-bit groups multiplied "
+                                  "apart; dx = fma(rstd * gamma, dy, c2 * x) + c3)",
+                 partial(_group_norm_backward, inline=True))]
     if base == "native_group_norm":
         return [("reassociation", "PyTorch's CPU group_norm (ATen: RowwiseMoments' Welford "
                                   "statistics, y = fma(scale, x, fma(-scale, mean, beta)))",

@@ -1,9 +1,11 @@
 """bfloat16 products as PyTorch's CPU runs them under autocast (session 35): oneDNN's
 ``brg_matmul:avx512_core_bf16`` on a CPU with AVX-512 BF16 and no AMX (an AMD EPYC, Zen 4):
 per output one float32 chain over k in pairs, the odd term added before the even
-(``vdpbf16ps``), addmm's bias added to the sum, rounded to bfloat16 once. ``--explain`` names
-it for torch's own bits (mm, addmm, bmm; the operands as autograd lays them out; 1 and 2
-threads) and says ``unknown`` one bfloat16 ulp away."""
+(``vdpbf16ps``), addmm's bias added to the sum, rounded to bfloat16 once; with AMX (an Intel
+Xeon, session 41) ``tdpbf16ps``'s order: k in blocks of 32, each block's even and odd terms
+two chains added together, the blocks in turn. ``--explain`` names it for torch's own bits
+(mm, addmm, bmm; the operands as autograd lays them out; 1 and 2 threads) and says
+``unknown`` one bfloat16 ulp away."""
 
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ need_vdpbf16 = pytest.mark.skipif(
     "avx512_bf16" not in _flags() or "amx_bf16" in _flags(),
     reason="oneDNN's vdpbf16ps kernel runs on a CPU with AVX-512 BF16 and no AMX (with AMX "
            "its tiles add otherwise; without BF16 it converts to float32)")
+
+need_amx = pytest.mark.skipif(
+    "amx_bf16" not in _flags(), reason="AMX's tdpbf16ps runs on a CPU with AMX (an Intel Xeon)")
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -69,6 +74,18 @@ CASES = [
 @need_vdpbf16
 @pytest.mark.parametrize("op, shapes, t", CASES)
 def test_a_bfloat16_product_is_onednns_chain_of_pairs(op, shapes, t, threads):
+    _named_here(op, shapes, t, threads, "vdpbf16ps", "AuthenticAMD")
+
+
+@need_amx
+@pytest.mark.parametrize("op, shapes, t", CASES)
+def test_a_bfloat16_product_with_amx_is_tdpbf16ps_blocks(op, shapes, t, threads):
+    _named_here(op, shapes, t, threads, "tdpbf16ps", "GenuineIntel")
+
+
+def _named_here(op, shapes, t, threads, words, vendor):
+    """torch's product of bfloat16 operands at ``t`` threads named by the variant saying
+    ``words`` (the capture's CPU vendor ``vendor``), one bfloat16 ulp off ``unknown``."""
     threads(t)
     g = torch.Generator().manual_seed(sum(sum(s) for s in shapes) + t)
     xs = [torch.randn(*s, generator=g) for s in shapes]
@@ -89,16 +106,17 @@ def test_a_bfloat16_product_is_onednns_chain_of_pairs(op, shapes, t, threads):
     n = int(np.sum(plain.view(np.uint16) != rec.view(np.uint16)))
     assert n > 0, "torch equals the reference here (nothing to name)"
     d = {"n_diff": n, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
-    got = explain_op(op, args, {}, rec, d)
-    assert got["cause"] == "reassociation" and "vdpbf16ps" in got["variant"], got
-    assert explain_op(op, args, {}, _one_ulp_off(rec), d)["cause"] == "unknown"
+    got = explain_op(op, args, {}, rec, d, 0, vendor)
+    assert got["cause"] == "reassociation" and words in got["variant"], got
+    assert explain_op(op, args, {}, _one_ulp_off(rec), d, 0, vendor)["cause"] == "unknown"
 
 
 def test_no_float32_mkl_kernel_is_offered_for_a_bfloat16_product():
     """MKL's float32 sgemm orders could round to a bfloat16 product's bits by chance (and, the
-    last shape's hint first, were named for 2 of a BERT's 14): a bfloat16 product is oneDNN's,
-    first in the list, and MKL's float32 kernels are not offered for it."""
-    from tapescope.core.capture.explain import _variants
+    last shape's hint first, were named for 2 of a BERT's 14): a bfloat16 product is AMX's or
+    oneDNN's, first in the list (AMX's first, oneDNN's vdpbf16ps chain first for a capture
+    made on an AMD CPU), and MKL's float32 kernels are not offered for it."""
+    from tapescope.core.capture.explain import _by_vendor, _variants
 
     rng = np.random.default_rng(38)
     x = {n: rng.standard_normal(n).astype(BF16) for n in ((2, 6, 5), (6, 5), (5, 7), (7,))}
@@ -106,7 +124,9 @@ def test_no_float32_mkl_kernel_is_offered_for_a_bfloat16_product():
                      ("aten.addmm.default", [x[7,], x[6, 5], x[5, 7]]),
                      ("aten.bmm.default", [x[2, 6, 5], np.stack([x[5, 7]] * 2)])):
         vs = _variants(op, BF16)
-        assert "vdpbf16ps" in vs[0][1], (op, vs[0][1])
+        assert "tdpbf16ps" in vs[0][1] and "vdpbf16ps" in vs[1][1], (op, vs[0][1])
+        assert "vdpbf16ps" in _by_vendor(vs, "AuthenticAMD")[0][1]
+        assert "tdpbf16ps" in _by_vendor(vs, "GenuineIntel")[0][1]
         for v in vs:
             if v[1].startswith("MKL's"):  # (offered only where it refuses bfloat16 operands)
                 with pytest.raises(ValueError):

@@ -2194,6 +2194,44 @@ def test_group_norm_backward_each_output(dt, shape, groups):
     _each_output_named(op, args, outs, plain, "group_norm backward")
 
 
+@pytest.mark.parametrize("dt", DTS, ids=["float32", "float64"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("d", [4, 5, 7, 13])
+def test_group_norm_backward_of_a_groups_last_channels_at_one_thread_and_two(dt, threads, d):
+    """A group's channels past the last whole vector (the zoo UNet's 4 channels a group): the
+    copy parallel_for's threads run contracts each gamma-weighted term; the one run inline
+    (one thread) multiplies their whole 128-bit groups apart first. dx named either way."""
+    n, groups, hw = 4, 2, 16
+    g = torch.Generator().manual_seed(d)
+    x = torch.randn(n, groups * d, 4, 4, dtype=dt, generator=g)
+    dy = torch.randn(n, groups * d, 4, 4, dtype=dt, generator=g)
+    w = torch.randn(groups * d, dtype=dt, generator=g)
+    mask = [True, False, False]
+    with _threads(threads):
+        _, mean, rstd = torch.ops.aten.native_group_norm(x, w, None, n, groups * d, hw, groups,
+                                                         1e-5)
+        dx = torch.ops.aten.native_group_norm_backward(dy, x, mean, rstd, w, n, groups * d, hw,
+                                                       groups, mask)[0].numpy()
+    args = _np([dy, x, mean, rstd, w]) + [n, groups * d, hw, groups, mask]
+    d_ = {"n_diff": 1, "max_ulp": 1, "n_signed_zero": 0}
+    got = explain_op("aten.native_group_norm_backward.default", args, {}, dx, d_, 0)
+    assert got["cause"] == "reassociation" and "group_norm backward" in got["variant"], got
+    # the two copies part where a group's last channels hold a whole 128-bit group
+    tail = d % (8 if dt == torch.float32 else 4)
+    parts = not np.array_equal(_gn_dx(args, False), _gn_dx(args, True))
+    assert parts == (tail >= 16 // x.element_size())
+    if parts:
+        assert ("run inline" in got["variant"]) == (threads == 1), got["variant"]
+    off = explain_op("aten.native_group_norm_backward.default", args, {}, _nudged(dx), d_, 0)
+    assert off["cause"] == "unknown", off
+
+
+def _gn_dx(args, inline):
+    from tapescope.core.capture.explain import _group_norm_backward
+
+    return _group_norm_backward(args, {}, inline)[0]
+
+
 def test_the_report_names_each_introduced_outputs_variant(zoo_capture, tmp_path):
     """``report --capture FILE --explain``: the introduced table's cause cell has the kind and
     what reproduced the bits (escaped), not the kind alone."""
