@@ -2297,7 +2297,7 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
 def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                              out: np.ndarray, lse: np.ndarray, causal: bool, scale: np.float32,
                              lanes: int = 16, key_scaled: bool = False,
-                             mask: np.ndarray | None = None
+                             mask: np.ndarray | None = None, reduced: bool = False
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``cpu_flash_attention_backward`` (float32), block by block as the forward
     (``_flash_blocks``): per query block ``dsum = map2_reduce_all(g * out)``; per key block
@@ -2307,8 +2307,11 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
     product ``_sgemm``, the gradients from zero. ``key_scaled``: MKL takes the scores' scale
     into k's panel (times k, rounded, before the chains) instead of multiplying the sums; it
     picks one or the other by the block's shape (measured, no rule found), so this is one
-    way for every block. (gq, gk, gv)."""
+    way for every block. ``reduced``: the bfloat16 kernel (``_flash_backward_reduced``).
+    (gq, gk, gv)."""
     f32 = np.float32
+    if reduced:
+        return _flash_backward_reduced(g, q, k, v, out, lse, causal, scale, mask)
     _flash_check(q, k, v)
     sc = f32(scale)
     gq, gk, gv = (np.zeros(t.shape, dtype=f32) for t in (q, k, v))
@@ -2333,3 +2336,80 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
         gq[..., rows, :] = _mkl_mm(ga, k[..., cols, :], gq[..., rows, :], sc)
         gk[..., cols, :] = _mkl_mm(np.swapaxes(ga, -1, -2), qb, gk[..., cols, :], sc)
     return gq, gk, gv
+
+
+def _map2_reduce_all_reduced(x: np.ndarray, y: np.ndarray, lanes: int = 16) -> np.ndarray:
+    """``vec::map2_reduce_all<bfloat16>(x * y, +)`` over rows (float32 arrays of bfloat16
+    values, whose products are exact): a row of ``2 x lanes`` or more in two ``lanes``-wide
+    float accumulators (a bfloat16 vector's halves) from its first vector, each later whole
+    or partial half added into its first lanes, the two added, folded as a halving tree; a
+    shorter row its halves added lane-wise past ``lanes``, else its products in order."""
+    from tapescope.core.explain_prims import _fold_lanes
+
+    f32 = np.float32
+    t = (x * y).astype(f32)
+    n = t.shape[-1]
+    if n < 2 * lanes:
+        if n <= lanes:
+            acc = t[..., 0].copy()
+            for i in range(1, n):
+                acc = (acc + t[..., i]).astype(f32)
+            return acc
+        a0 = t[..., :lanes].copy()
+        a0[..., :n - lanes] = (a0[..., :n - lanes] + t[..., lanes:]).astype(f32)
+        return _fold_lanes(a0, lanes, True)
+    acc = [t[..., :lanes].copy(), t[..., lanes:2 * lanes].copy()]
+    for off in range(2 * lanes, n, lanes):
+        h, w = (off // lanes) % 2, min(lanes, n - off)
+        acc[h][..., :w] = (acc[h][..., :w] + t[..., off:off + w]).astype(f32)
+    return _fold_lanes((acc[0] + acc[1]).astype(f32), lanes, True)
+
+
+def _flash_backward_reduced(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                            out: np.ndarray, lse: np.ndarray, causal: bool, scale: np.float32,
+                            mask: np.ndarray | None = None
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``cpu_flash_attention_backward`` for bfloat16 (an autocast's SDPA backward; measured on
+    an Intel Xeon with AMX, session 41: every bit of the three gradients over 7 geometries,
+    causal and not, query lengths 33-600, head sizes 16-128): the float32 kernel's steps
+    (``flash_attention_backward``) with its products MKL's bfloat16 gemm (``_mkl_bf16_any``),
+    each scaled after; ``dsum`` by the bfloat16 ``map2_reduce_all``
+    (``_map2_reduce_all_reduced``); the probabilities (float32) rounded to bfloat16 for ``pᵀ @
+    g``, ``ga = p * (g @ vᵀ - dsum)`` rounded to bfloat16 for its two products; and each
+    gradient kept in bfloat16: every block's product from zero added to it and rounded back
+    (ATen's gemm into a bfloat16 output with beta = 1). (gq, gk, gv) in bfloat16."""
+    f32 = np.float32
+    _flash_check(q, k, v, True)
+    if np.asarray(g).dtype != _BF16 or np.asarray(out).dtype != _BF16:
+        raise ValueError("the bfloat16 kernel takes bfloat16 gradients and outputs")
+    g, q, k, v, out = (np.asarray(t).astype(f32) for t in (g, q, k, v, out))
+
+    def bf(x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, f32).astype(_BF16).astype(f32)
+
+    sc = f32(scale)
+    gq, gk, gv = (np.zeros(t.shape, dtype=f32) for t in (q, k, v))
+    mask_all = None if mask is None else \
+        np.broadcast_to(np.asarray(mask, f32), q.shape[:-2] + (q.shape[-2], k.shape[-2]))
+    dsum: dict[int, np.ndarray] = {}
+    with np.errstate(over="ignore", invalid="ignore"):
+        for rows, cols, cut, _ in _flash_blocks(q.shape[-2], k.shape[-2], causal):
+            qb, gb = q[..., rows, :], g[..., rows, :]
+            d = dsum.get(rows.start)
+            if d is None:
+                d = dsum[rows.start] = _map2_reduce_all_reduced(gb, out[..., rows, :])
+            p = (_mkl_bf16_any(qb, np.swapaxes(k[..., cols, :], -1, -2)) * sc).astype(f32)
+            if mask is not None:
+                p = (p + mask_all[..., rows, cols]).astype(f32)
+            p = sleef_exp((p - lse[..., rows, None]).astype(f32)).astype(f32)
+            if cut is not None:
+                p[..., cut] = 0
+            gv[..., cols, :] = bf(gv[..., cols, :]
+                                  + _mkl_bf16_any(np.swapaxes(bf(p), -1, -2), gb))
+            ga = _mkl_bf16_any(gb, np.swapaxes(v[..., cols, :], -1, -2))
+            ga = bf((p * (ga - d[..., None]).astype(f32)).astype(f32))
+            gq[..., rows, :] = bf(gq[..., rows, :]
+                                  + (_mkl_bf16_any(ga, k[..., cols, :]) * sc).astype(f32))
+            gk[..., cols, :] = bf(gk[..., cols, :] + (_mkl_bf16_any(np.swapaxes(ga, -1, -2), qb)
+                                                      * sc).astype(f32))
+    return gq.astype(_BF16), gk.astype(_BF16), gv.astype(_BF16)

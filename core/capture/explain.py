@@ -2764,13 +2764,15 @@ def _flash_mask(kw: dict, q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndar
     return mask
 
 
-def _flash_backward(lanes: int, key_scaled: bool, kind: str = "") -> Callable:
+def _flash_backward(lanes: int, key_scaled: bool, kind: str = "", reduced: bool = False
+                    ) -> Callable:
     def run(args: list, kw: dict) -> tuple:
         q, k, v, causal, sc = _flash_args(args, kw, 1)
         g, out, lse = (np.asarray(args[i]) for i in (0, 4, 5))
         with _mkl_kind(kind):
             return flash_attention_backward(g, q, k, v, out, lse, causal, sc, lanes,
-                                            key_scaled, _flash_mask(kw, q, k, causal))
+                                            key_scaled, _flash_mask(kw, q, k, causal),
+                                            reduced)
     return run
 
 
@@ -2787,6 +2789,15 @@ def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
     """PyTorch's CPU flash attention (FlashAttentionKernel.cpp), its AVX-512 and AVX2 builds:
     core.explain_aten's ``flash_attention`` and its backward; in bfloat16 (``dt``), the
     forward's reduced kernel (its AVX-512 build)."""
+    if base.endswith("_backward") and dt == _BF16:
+        return [("reassociation", "PyTorch's CPU flash attention backward in bfloat16 (AVX-512; "
+                                  "MKL's bfloat16 gemm as on a CPU with AMX): the probabilities "
+                                  "recomputed from the logsumexp (SLEEF's exp), every product "
+                                  "exact in 32-term blocks of two chains and scaled after, the "
+                                  "probabilities and the softmax's gradient rounded to "
+                                  "bfloat16 for their products, each gradient kept in "
+                                  "bfloat16 (every block's product added and rounded back)",
+                 _flash_backward(16, False, reduced=True))]
     if base.endswith("_backward"):
         return [("reassociation", f"PyTorch's CPU flash attention backward ({isa}): the "
                                   "probabilities recomputed from the logsumexp (SLEEF's exp), "

@@ -190,3 +190,59 @@ def test_bfloat16_flash_attention_is_torchs(B, H, L, S, E, how):
         assert explain_op(FWD, args, kw, _nudged(rec), d, j)["cause"] == "unknown", j
         named += 1
     assert named, "torch's outputs are the reference's here: nothing is explained"
+
+
+BWD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
+
+
+@pytest.mark.parametrize("B, H, L, S, E, how, threads", [
+    (2, 2, 48, 48, 16, "causal", 1), (1, 2, 100, 100, 32, "plain", 2),
+    (1, 2, 200, 200, 64, "causal", 1), (1, 1, 600, 600, 128, "plain", 1),
+    (1, 2, 256, 256, 48, "causal", 2), (4, 2, 16, 16, 8, "padding", 1),
+    (1, 1, 33, 33, 80, "plain", 1)], ids=lambda p: str(p))
+def test_bfloat16_flash_attention_backward_is_torchs(B, H, L, S, E, how, threads):
+    """The bfloat16 backward (an autocast GPT's SDPA backward: 12 ``unknown`` outputs of a
+    2-step capture before, session 41): the three gradients are torch's bits (query blocks of
+    32 and 64, two key blocks, a padding mask, 1 and 2 threads), ``explain_op`` names each
+    that departs from the reference, one ulp off is ``unknown``."""
+    from tapescope.core.capture.aten_ref import reference
+    from tapescope.core.explain_aten import flash_attention_backward
+
+    rng = np.random.default_rng(L * 11 + E)
+    q, k, v = ((rng.standard_normal((B, H, n, E)) * 1.5).astype(BF16) for n in (L, S, S))
+    causal = how == "causal"
+    kw: dict = {}
+    if how == "padding":
+        m = np.zeros((B, 1, 1, S), np.float32)
+        m[..., S - 4:] = -np.inf
+        kw["attn_mask"] = m.astype(BF16)
+    tkw = {"attn_mask": _t(kw["attn_mask"])} if kw else {}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            _t(q), _t(k), _t(v), is_causal=causal, **tkw)[:2]
+        dy = _t(rng.standard_normal(out.shape).astype(BF16))
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dy, _t(q), _t(k), _t(v), out, lse, 0.0, causal, **tkw)
+    finally:
+        torch.set_num_threads(before)
+    want = [_n(t) for t in grads]
+    mask = kw["attn_mask"].astype(np.float32) if kw else None
+    got = flash_attention_backward(_n(dy), q, k, v, _n(out), lse.numpy(), causal,
+                                   np.float32(1 / math.sqrt(E)), mask=mask, reduced=True)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and np.array_equal(_bits(g), _bits(w))
+    args = [_n(dy), q, k, v, _n(out), lse.numpy(), 0.0, causal]
+    ref = reference(BWD, args, kw)
+    named = 0
+    for j, rec in enumerate(want):
+        n_diff = int(np.sum(_bits(np.asarray(ref[j], dtype=rec.dtype)) != _bits(rec)))
+        if not n_diff:
+            continue
+        d = {"n_diff": n_diff, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
+        c = explain_op(BWD, args, kw, rec, d, j)
+        assert c["cause"] == "reassociation" and "backward in bfloat16" in c["variant"], (j, c)
+        assert explain_op(BWD, args, kw, _nudged(rec), d, j)["cause"] == "unknown", j
+        named += 1
+    assert named, "torch's gradients are the reference's here: nothing is explained"
