@@ -2197,13 +2197,32 @@ def _small_by_views(a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
 
 
 def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray, reduced: bool = False) -> None:
-    want = _BF16 if reduced else np.dtype(np.float32)
-    if not all(np.asarray(t).dtype == want for t in (q, k, v)):
-        raise ValueError("the flash kernels are written out for float32 and bfloat16")
+    wants = (_BF16, np.dtype(np.float16)) if reduced else (np.dtype(np.float32),)
+    if not any(all(np.asarray(t).dtype == w for t in (q, k, v)) for w in wants):
+        raise ValueError("the flash kernels are written out for float32, bfloat16 and float16")
     if q.ndim < 3 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError("grouped heads or mismatched shapes")
     if 0 in q.shape or 0 in k.shape or 0 in v.shape:
         raise ValueError("an empty query, key or value")
+
+
+def _reduced_product(dt: np.dtype) -> Callable:
+    """The reduced flash kernels' product for ``dt``: MKL's ``gemm_bf16bf16f32`` for bfloat16
+    (``_mkl_bf16_any``), MKL's float16 gemm for float16 (``_mkl_f16``: its sgemm's kernels on
+    the widened values, each product exact in float32, so its fma chains are chains of
+    sums; measured on an Intel Xeon: plain chains over k, the ``dots`` kernel for a last
+    query block of 4 rows over 96 terms and more, FPRev trees and torch's bits)."""
+    return _mkl_bf16_any if dt == _BF16 else _mkl_f16
+
+
+def _mkl_f16(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+    """MKL's float16 gemm as the flash kernels call it (float16 operands widened exactly, a
+    float32 result; measured on an Intel Xeon, session 41): ``_mkl_mm``'s kernels, but a
+    product of one row (a query block of one row) or one column (a key block of one key)
+    by ``_sgemm``'s panels of chains, not MKL's float32 one-row and one-column kernels."""
+    if a.shape[-2] != 1 and b.shape[-1] != 1:
+        return _mkl_mm(a, b, c)
+    return _sgemm(a, b, c)
 
 
 def _flash_blocks(lq: int, lk: int, causal: bool):
@@ -2240,17 +2259,20 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
     normalised after the product, by the reciprocal -- and the logsumexp ``M + logf(sum)``;
     a row with every key hidden is 0 and its logsumexp 0. (out, logsumexp).
 
-    ``reduced``: the bfloat16 kernel (q, k, v bfloat16, an autocast's): the same steps in
-    float32, its two products MKL's ``gemm_bf16bf16f32`` (``_mkl_bf16``), the probabilities
-    rounded to bfloat16 for ``p @ v`` (their sum from the unrounded ones), the output rounded
-    to bfloat16 at the end; the logsumexp float32."""
+    ``reduced``: the bfloat16 or float16 kernel (q, k, v of that type, an autocast's): the
+    same steps in float32, its two products MKL's for that type (``_reduced_product``), the
+    exponentials by ``fexp_u20`` (``_exp_reduce_sum_reduced``), the probabilities rounded to
+    the type for ``p @ v`` (their sum from the unrounded ones), the output rounded to it at
+    the end; the logsumexp float32 (float16: measured on an Intel Xeon with AVX-512 FP16,
+    session 41)."""
     from tapescope.core.explain_prims import _LIBC_MATH, fma
 
     f32 = np.float32
     _flash_check(q, k, v, reduced)
+    dt = np.asarray(q).dtype
     if reduced:
         q, k, v = (np.asarray(t).astype(f32) for t in (q, k, v))
-    prod = _mkl_bf16_any if reduced else _mkl_mm
+    prod = _reduced_product(dt) if reduced else _mkl_mm
     lead, lq = q.shape[:-2], q.shape[-2]
     out = np.empty(lead + (lq, v.shape[-1]), dtype=f32)
     lse = np.empty(lead + (lq,), dtype=f32)
@@ -2283,7 +2305,7 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
         if dst is not None:  # (a later key block: the output so far rescaled)
             dst = np.where(dead[..., None], dst, (dst * ex[..., None]).astype(f32))
         if reduced:  # (stored to bfloat16 for the product; summed unrounded above)
-            e = e.astype(_BF16).astype(f32)
+            e = e.astype(dt).astype(f32)
         st[2] = prod(e, v[..., cols, :], dst)
         if last:
             mx, sm, dst = st
@@ -2291,7 +2313,7 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
             sm = np.where(sm == 0, f32(1), sm)
             out[..., rows, :] = (dst * (f32(1) / sm)[..., None]).astype(f32)
             lse[..., rows] = (mx + np.asarray(_LIBC_MATH.log(sm)).astype(f32)).astype(f32)
-    return (out.astype(_BF16) if reduced else out), lse
+    return (out.astype(dt) if reduced else out), lse
 
 
 def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
@@ -2371,21 +2393,28 @@ def _flash_backward_reduced(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.n
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``cpu_flash_attention_backward`` for bfloat16 (an autocast's SDPA backward; measured on
     an Intel Xeon with AMX, session 41: every bit of the three gradients over 7 geometries,
-    causal and not, query lengths 33-600, head sizes 16-128): the float32 kernel's steps
-    (``flash_attention_backward``) with its products MKL's bfloat16 gemm (``_mkl_bf16_any``),
-    each scaled after; ``dsum`` by the bfloat16 ``map2_reduce_all``
-    (``_map2_reduce_all_reduced``); the probabilities (float32) rounded to bfloat16 for ``pᵀ @
-    g``, ``ga = p * (g @ vᵀ - dsum)`` rounded to bfloat16 for its two products; and each
-    gradient kept in bfloat16: every block's product from zero added to it and rounded back
-    (ATen's gemm into a bfloat16 output with beta = 1). (gq, gk, gv) in bfloat16."""
+    causal and not, query lengths 33-600, head sizes 8-128): the float32 kernel's steps
+    (``flash_attention_backward``) with its products MKL's bfloat16 gemm
+    (``_reduced_product``), each scaled after; ``dsum`` by the bfloat16 ``map2_reduce_all``
+    (``_map2_reduce_all_reduced``); the probabilities (float32) rounded to the type for ``pᵀ @
+    g``, ``ga = p * (g @ vᵀ - dsum)`` rounded to the type for its two products; and each
+    gradient kept in the type: every block's product from zero added to it and rounded back
+    (ATen's gemm into a reduced output with beta = 1). (gq, gk, gv) in the type. Float16's
+    backward is not this: ATen hands its products into float16 gradients to oneDNN's float16
+    matmul (blocked otherwise: measured), so it raises."""
     f32 = np.float32
     _flash_check(q, k, v, True)
-    if np.asarray(g).dtype != _BF16 or np.asarray(out).dtype != _BF16:
-        raise ValueError("the bfloat16 kernel takes bfloat16 gradients and outputs")
+    dt = np.asarray(q).dtype
+    if dt != _BF16:  # (measured: float16's products into its gradients are not MKL's)
+        raise ValueError("float16's backward puts its gradients' products through oneDNN's "
+                         "float16 matmul: not written out")
+    if np.asarray(g).dtype != dt or np.asarray(out).dtype != dt:
+        raise ValueError("the reduced kernel takes gradients and outputs of its type")
     g, q, k, v, out = (np.asarray(t).astype(f32) for t in (g, q, k, v, out))
+    prod = _reduced_product(dt)
 
     def bf(x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, f32).astype(_BF16).astype(f32)
+        return np.asarray(x, f32).astype(dt).astype(f32)
 
     sc = f32(scale)
     gq, gk, gv = (np.zeros(t.shape, dtype=f32) for t in (q, k, v))
@@ -2398,18 +2427,18 @@ def _flash_backward_reduced(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.n
             d = dsum.get(rows.start)
             if d is None:
                 d = dsum[rows.start] = _map2_reduce_all_reduced(gb, out[..., rows, :])
-            p = (_mkl_bf16_any(qb, np.swapaxes(k[..., cols, :], -1, -2)) * sc).astype(f32)
+            p = (prod(qb, np.swapaxes(k[..., cols, :], -1, -2)) * sc).astype(f32)
             if mask is not None:
                 p = (p + mask_all[..., rows, cols]).astype(f32)
             p = sleef_exp((p - lse[..., rows, None]).astype(f32)).astype(f32)
             if cut is not None:
                 p[..., cut] = 0
             gv[..., cols, :] = bf(gv[..., cols, :]
-                                  + _mkl_bf16_any(np.swapaxes(bf(p), -1, -2), gb))
-            ga = _mkl_bf16_any(gb, np.swapaxes(v[..., cols, :], -1, -2))
+                                  + prod(np.swapaxes(bf(p), -1, -2), gb))
+            ga = prod(gb, np.swapaxes(v[..., cols, :], -1, -2))
             ga = bf((p * (ga - d[..., None]).astype(f32)).astype(f32))
             gq[..., rows, :] = bf(gq[..., rows, :]
-                                  + (_mkl_bf16_any(ga, k[..., cols, :]) * sc).astype(f32))
-            gk[..., cols, :] = bf(gk[..., cols, :] + (_mkl_bf16_any(np.swapaxes(ga, -1, -2), qb)
+                                  + (prod(ga, k[..., cols, :]) * sc).astype(f32))
+            gk[..., cols, :] = bf(gk[..., cols, :] + (prod(np.swapaxes(ga, -1, -2), qb)
                                                       * sc).astype(f32))
-    return gq.astype(_BF16), gk.astype(_BF16), gv.astype(_BF16)
+    return gq.astype(dt), gk.astype(dt), gv.astype(dt)

@@ -2741,7 +2741,7 @@ def _flash(lanes: int, kind: str = "") -> Callable:
         q, k, v, causal, sc = _flash_args(args, kw, 0)
         with _mkl_kind(kind):
             return flash_attention(q, k, v, causal, sc, lanes, _flash_mask(kw, q, k, causal),
-                                   reduced=q.dtype == _BF16)
+                                   reduced=q.dtype in (_BF16, np.float16))
     return run
 
 
@@ -2752,7 +2752,8 @@ def _flash_mask(kw: dict, q: np.ndarray, k: np.ndarray, causal: bool) -> np.ndar
     if mask is None:
         return None
     mask = np.asarray(mask)
-    if mask.dtype == _BF16 and q.dtype == _BF16:  # (a bfloat16 kernel's: widened exactly)
+    if mask.dtype == q.dtype and q.dtype in (_BF16, np.float16):  # (a reduced kernel's:
+        # widened exactly)
         mask = mask.astype(np.float32)
     if causal or mask.dtype != np.float32 or mask.ndim != q.ndim:
         raise ValueError("a float32 (or, in bfloat16, bfloat16) mask of the scores' rank, "
@@ -2815,6 +2816,13 @@ def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
                               "scale taken into the product's second operand, the key and value "
                               "gradients added query block by block" + _ON_AMD,
              _flash_backward(lanes, False, "amd")) for lanes, isa in _FLASH_ISA]
+    if dt == np.float16:
+        return [("reassociation", "PyTorch's CPU flash attention in float16 (AVX-512; MKL's "
+                                  "float16 gemm: exact products in its sgemm's chains, a last "
+                                  "query block of few rows by its dots kernel), exp by "
+                                  "fexp_u20 summed in two accumulators, the probabilities "
+                                  "rounded to float16 for p @ v, the product normalised after, "
+                                  "by 1 / sum, and rounded to float16", _flash(16))]
     if dt == _BF16:
         return [("reassociation", "PyTorch's CPU flash attention in bfloat16 (AVX-512; MKL's "
                                   "bfloat16 gemm as on a CPU with AMX): q @ kᵀ and p @ v with "

@@ -60,15 +60,17 @@ def _mkl_gemm():
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x).view(np.uint16 if x.dtype == BF16 else np.uint32)
+    return np.ascontiguousarray(x).view(np.uint16 if x.dtype.itemsize == 2 else np.uint32)
 
 
 def _t(x: np.ndarray):
+    if x.dtype == np.float16:
+        return torch.from_numpy(np.ascontiguousarray(x))
     return torch.from_numpy(np.ascontiguousarray(x).view(np.uint16)).view(torch.bfloat16)
 
 
-def _n(t) -> np.ndarray:
-    return t.contiguous().view(torch.int16).numpy().view(BF16)
+def _n(t, dt: np.dtype = BF16) -> np.ndarray:
+    return t.contiguous().view(torch.int16).numpy().view(dt)
 
 
 @pytest.mark.parametrize("m, k, n", [(16, 8, 16), (3, 33, 5), (64, 100, 40), (32, 300, 64),
@@ -138,31 +140,42 @@ def test_fexp_u20_is_atens():
 
 def _nudged(rec: np.ndarray) -> np.ndarray:
     out = np.array(rec, copy=True, order="C")
-    flat = out.reshape(-1).view(np.uint16 if out.dtype == BF16 else np.uint32)
+    flat = out.reshape(-1).view(np.uint16 if out.dtype.itemsize == 2 else np.uint32)
     flat[int(np.argmax(np.abs(rec.astype(np.float32)).reshape(-1)))] += 1
     return out
 
 
-@pytest.mark.parametrize("B, H, L, S, E, how", [
+_GEOMETRIES = [
     (1, 1, 16, 16, 8, "plain"), (2, 2, 40, 40, 8, "plain"), (2, 4, 16, 16, 8, "causal"),
     (1, 2, 64, 64, 16, "plain"), (1, 1, 70, 600, 32, "plain"), (2, 2, 32, 32, 64, "causal"),
-    (4, 4, 16, 16, 8, "padding"), (1, 2, 33, 33, 32, "causal")],
-    ids=lambda p: str(p))
-def test_bfloat16_flash_attention_is_torchs(B, H, L, S, E, how):
+    (4, 4, 16, 16, 8, "padding"), (1, 2, 33, 33, 32, "causal")]
+# float16's own: a last query block of 4 rows by 128 terms (MKL's dots kernel), two key
+# blocks, a last key block of one key and a query block of one row over three key blocks
+_F16 = np.dtype(np.float16)
+_F16_GEOMETRIES = [(1, 2, 100, 100, 128, "plain"), (1, 1, 600, 600, 64, "plain"),
+                   (1, 1, 513, 513, 16, "plain"), (1, 1, 1025, 1025, 64, "causal")]
+
+
+@pytest.mark.parametrize("B, H, L, S, E, how, dt", [
+    g + (dt,) for dt in (BF16, _F16) for g in _GEOMETRIES] + [
+    g + (_F16,) for g in _F16_GEOMETRIES], ids=lambda p: str(p))
+def test_bfloat16_flash_attention_is_torchs(B, H, L, S, E, how, dt):
     """The bfloat16 kernel's output and logsumexp are torch's bits (a BERT's padding mask,
     turned into a bfloat16 0 / -inf mask as SDPA does; a causal last query block of one
     row: MKL's one-row kernels), ``explain_op`` names each output that departs from the
-    reference, and one ulp off is ``unknown``."""
+    reference, and one ulp off is ``unknown``. The float16 kernel likewise (session 41: MKL's
+    float16 gemm, whose exact products run its sgemm's kernels -- a last query block of 4
+    rows by 128 terms is its dots kernel)."""
     from tapescope.core.capture.aten_ref import reference
 
     rng = np.random.default_rng(L * 7 + E)
-    q, k, v = ((rng.standard_normal((B, H, n, E)) * 1.5).astype(BF16) for n in (L, S, S))
+    q, k, v = ((rng.standard_normal((B, H, n, E)) * 1.5).astype(dt) for n in (L, S, S))
     causal = how == "causal"
     kw: dict = {}
     if how == "padding":
         m = np.zeros((B, 1, 1, S), np.float32)
         m[..., S - 4:] = -np.inf
-        kw["attn_mask"] = m.astype(BF16)
+        kw["attn_mask"] = m.astype(dt)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -171,7 +184,7 @@ def test_bfloat16_flash_attention_is_torchs(B, H, L, S, E, how):
             _t(q), _t(k), _t(v), is_causal=causal, **tkw)[:2]
     finally:
         torch.set_num_threads(before)
-    want = (_n(out), lse.numpy())
+    want = (_n(out, dt), lse.numpy())
     mask = kw["attn_mask"].astype(np.float32) if kw else None
     got = flash_attention(q, k, v, causal, np.float32(1 / math.sqrt(E)), 16, mask,
                           reduced=True)
@@ -186,7 +199,7 @@ def test_bfloat16_flash_attention_is_torchs(B, H, L, S, E, how):
             continue
         d = {"n_diff": n_diff, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
         c = explain_op(FWD, args, kw, rec, d, j)
-        assert c["cause"] == "reassociation" and "bfloat16" in c["variant"], (j, c)
+        assert c["cause"] == "reassociation" and dt.name in c["variant"], (j, c)
         assert explain_op(FWD, args, kw, _nudged(rec), d, j)["cause"] == "unknown", j
         named += 1
     assert named, "torch's outputs are the reference's here: nothing is explained"
