@@ -349,10 +349,10 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         chain_run, amx_run = bf16_only(_vdpbf16_chain), bf16_only(_amx_bf16)
         out.insert(0, ("reassociation", "oneDNN's bfloat16 matmul on an AMD CPU (AVX-512 BF16 "
                                         "without AMX: vdpbf16ps): one float32 chain an output "
-                                        "over k in "
-                                        "pairs, the odd term before the even, products exact; "
-                                        "addmm's bias added to the sum; rounded to bfloat16 "
-                                        "once", chain_run, _screen(chain_run, _product_rows(op))))
+                                        "over k in pairs, the odd term before the even, "
+                                        "products exact; addmm's bias added to the sum; "
+                                        "rounded to bfloat16 once", chain_run,
+                       _screen(chain_run, _product_rows(op))))
         out.insert(0, ("reassociation", "PyTorch's bfloat16 matmul on a CPU with AMX "
                                         "(tdpbf16ps): k in blocks of 32 terms, each block's even "
                                         "and odd terms two float32 chains from zero added "

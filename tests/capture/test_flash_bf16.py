@@ -166,20 +166,11 @@ def test_bfloat16_flash_attention_is_torchs(B, H, L, S, E, how, dt):
     reference, and one ulp off is ``unknown``. The float16 kernel likewise (session 41: MKL's
     float16 gemm, whose exact products run its sgemm's kernels -- a last query block of 4
     rows by 128 terms is its dots kernel)."""
-    from tapescope.core.capture.aten_ref import reference
-
     rng = np.random.default_rng(L * 7 + E)
-    q, k, v = ((rng.standard_normal((B, H, n, E)) * 1.5).astype(dt) for n in (L, S, S))
-    causal = how == "causal"
-    kw: dict = {}
-    if how == "padding":
-        m = np.zeros((B, 1, 1, S), np.float32)
-        m[..., S - 4:] = -np.inf
-        kw["attn_mask"] = m.astype(dt)
+    q, k, v, causal, kw, tkw = _case(rng, B, H, L, S, E, how, dt)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        tkw = {"attn_mask": _t(kw["attn_mask"])} if kw else {}
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             _t(q), _t(k), _t(v), is_causal=causal, **tkw)[:2]
     finally:
@@ -190,17 +181,37 @@ def test_bfloat16_flash_attention_is_torchs(B, H, L, S, E, how, dt):
                           reduced=True)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and np.array_equal(_bits(g), _bits(w))
-    args = [q, k, v, 0.0, causal]
-    ref = reference(FWD, args, kw)
+    _each_departing_output_named(FWD, [q, k, v, 0.0, causal], kw, want, dt.name)
+
+
+def _case(rng, B, H, L, S, E, how, dt):
+    """q, k, v of ``dt``, causal, the op's keywords and torch's: a padding ``how`` a BERT's
+    mask (the last 4 keys hidden, 0 / -inf in ``dt`` as SDPA makes it)."""
+    q, k, v = ((rng.standard_normal((B, H, n, E)) * 1.5).astype(dt) for n in (L, S, S))
+    kw: dict = {}
+    if how == "padding":
+        m = np.zeros((B, 1, 1, S), np.float32)
+        m[..., S - 4:] = -np.inf
+        kw["attn_mask"] = m.astype(dt)
+    tkw = {"attn_mask": _t(kw["attn_mask"])} if kw else {}
+    return q, k, v, how == "causal", kw, tkw
+
+
+def _each_departing_output_named(op, args, kw, want, words):
+    """``explain_op`` names each of torch's outputs ``want`` that departs from the reference
+    (the variant saying ``words``), one ulp off is ``unknown``; at least one departs."""
+    from tapescope.core.capture.aten_ref import reference
+
+    ref = reference(op, args, kw)
     named = 0
     for j, rec in enumerate(want):
         n_diff = int(np.sum(_bits(np.asarray(ref[j], dtype=rec.dtype)) != _bits(rec)))
         if not n_diff:
             continue
         d = {"n_diff": n_diff, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
-        c = explain_op(FWD, args, kw, rec, d, j)
-        assert c["cause"] == "reassociation" and dt.name in c["variant"], (j, c)
-        assert explain_op(FWD, args, kw, _nudged(rec), d, j)["cause"] == "unknown", j
+        c = explain_op(op, args, kw, rec, d, j)
+        assert c["cause"] == "reassociation" and words in c["variant"], (j, c)
+        assert explain_op(op, args, kw, _nudged(rec), d, j)["cause"] == "unknown", j
         named += 1
     assert named, "torch's outputs are the reference's here: nothing is explained"
 
@@ -218,18 +229,10 @@ def test_bfloat16_flash_attention_backward_is_torchs(B, H, L, S, E, how, threads
     2-step capture before, session 41): the three gradients are torch's bits (query blocks of
     32 and 64, two key blocks, a padding mask, 1 and 2 threads), ``explain_op`` names each
     that departs from the reference, one ulp off is ``unknown``."""
-    from tapescope.core.capture.aten_ref import reference
     from tapescope.core.explain_aten import flash_attention_backward
 
     rng = np.random.default_rng(L * 11 + E)
-    q, k, v = ((rng.standard_normal((B, H, n, E)) * 1.5).astype(BF16) for n in (L, S, S))
-    causal = how == "causal"
-    kw: dict = {}
-    if how == "padding":
-        m = np.zeros((B, 1, 1, S), np.float32)
-        m[..., S - 4:] = -np.inf
-        kw["attn_mask"] = m.astype(BF16)
-    tkw = {"attn_mask": _t(kw["attn_mask"])} if kw else {}
+    q, k, v, causal, kw, tkw = _case(rng, B, H, L, S, E, how, BF16)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -246,16 +249,5 @@ def test_bfloat16_flash_attention_backward_is_torchs(B, H, L, S, E, how, threads
                                    np.float32(1 / math.sqrt(E)), mask=mask, reduced=True)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and np.array_equal(_bits(g), _bits(w))
-    args = [_n(dy), q, k, v, _n(out), lse.numpy(), 0.0, causal]
-    ref = reference(BWD, args, kw)
-    named = 0
-    for j, rec in enumerate(want):
-        n_diff = int(np.sum(_bits(np.asarray(ref[j], dtype=rec.dtype)) != _bits(rec)))
-        if not n_diff:
-            continue
-        d = {"n_diff": n_diff, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
-        c = explain_op(BWD, args, kw, rec, d, j)
-        assert c["cause"] == "reassociation" and "backward in bfloat16" in c["variant"], (j, c)
-        assert explain_op(BWD, args, kw, _nudged(rec), d, j)["cause"] == "unknown", j
-        named += 1
-    assert named, "torch's gradients are the reference's here: nothing is explained"
+    _each_departing_output_named(BWD, [_n(dy), q, k, v, _n(out), lse.numpy(), 0.0, causal],
+                                 kw, want, "backward in bfloat16")
