@@ -2329,11 +2329,11 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
     product ``_sgemm``, the gradients from zero. ``key_scaled``: MKL takes the scores' scale
     into k's panel (times k, rounded, before the chains) instead of multiplying the sums; it
     picks one or the other by the block's shape (measured, no rule found), so this is one
-    way for every block. ``reduced``: the bfloat16 kernel (``_flash_backward_reduced``).
-    (gq, gk, gv)."""
+    way for every block. ``reduced``: the bfloat16 or float16 kernel
+    (``_flash_backward_reduced``). (gq, gk, gv)."""
     f32 = np.float32
     if reduced:
-        return _flash_backward_reduced(g, q, k, v, out, lse, causal, scale, mask)
+        return _flash_backward_reduced(g, q, k, v, out, lse, causal, scale, mask, key_scaled)
     _flash_check(q, k, v)
     sc = f32(scale)
     gq, gk, gv = (np.zeros(t.shape, dtype=f32) for t in (q, k, v))
@@ -2387,31 +2387,59 @@ def _map2_reduce_all_reduced(x: np.ndarray, y: np.ndarray, lanes: int = 16) -> n
     return _fold_lanes((acc[0] + acc[1]).astype(f32), lanes, True)
 
 
+def onednn_f16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """oneDNN's float16 matmul (``brg_matmul:avx10_1_512`` on an Intel Xeon with AVX-512 FP16:
+    ATen's products into float16 outputs) over the last two axes, float16 values widened
+    exactly, a float32 result: each product exact, summed in chains from zero over k split
+    at the largest power of two below it, 512 at least (up to 512 terms one chain, 513-1,024
+    as 512 and the rest, 1,025-2,048 as 1,024 and the rest), the two parts added. Read with
+    the FPRev method and held to ``torch.mm``'s bits at 100-2,000 terms (session 41); past
+    2,048 terms oneDNN takes the terms in pairs (not written out: ValueError)."""
+    f32 = np.float32
+    k = a.shape[-1]
+    if k > 2048:
+        raise ValueError("oneDNN's float16 matmul past 2,048 terms is not written out")
+    split = 512
+    while split * 2 < k:
+        split *= 2
+    tot = None
+    for k0, k1 in ((0, min(k, split)), (split, k)):
+        if k1 <= k0:
+            continue
+        acc = np.zeros(a.shape[:-1] + b.shape[-1:], f32)
+        for kk in range(k0, k1):
+            acc = (acc + a[..., kk:kk + 1] * b[..., kk:kk + 1, :]).astype(f32)
+        tot = acc if tot is None else (tot + acc).astype(f32)
+    return tot
+
+
 def _flash_backward_reduced(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
                             out: np.ndarray, lse: np.ndarray, causal: bool, scale: np.float32,
-                            mask: np.ndarray | None = None
+                            mask: np.ndarray | None = None, key_scaled: bool = False
                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``cpu_flash_attention_backward`` for bfloat16 (an autocast's SDPA backward; measured on
-    an Intel Xeon with AMX, session 41: every bit of the three gradients over 7 geometries,
-    causal and not, query lengths 33-600, head sizes 8-128): the float32 kernel's steps
-    (``flash_attention_backward``) with its products MKL's bfloat16 gemm
-    (``_reduced_product``), each scaled after; ``dsum`` by the bfloat16 ``map2_reduce_all``
-    (``_map2_reduce_all_reduced``); the probabilities (float32) rounded to the type for ``pᵀ @
-    g``, ``ga = p * (g @ vᵀ - dsum)`` rounded to the type for its two products; and each
-    gradient kept in the type: every block's product from zero added to it and rounded back
-    (ATen's gemm into a reduced output with beta = 1). (gq, gk, gv) in the type. Float16's
-    backward is not this: ATen hands its products into float16 gradients to oneDNN's float16
-    matmul (blocked otherwise: measured), so it raises."""
+    """``cpu_flash_attention_backward`` for bfloat16 or float16 (an autocast's SDPA backward;
+    measured on an Intel Xeon with AMX and AVX-512 FP16, session 41: bfloat16 every bit of
+    the three gradients over 7 geometries, causal and not, query lengths 33-600, head sizes
+    8-128; float16 over 5 of 6): the float32 kernel's steps (``flash_attention_backward``)
+    with the type's products (``_reduced_product``: the scores and ``g @ vᵀ``), each scaled
+    after; ``dsum`` by the reduced ``map2_reduce_all`` (``_map2_reduce_all_reduced``); the
+    probabilities (float32) rounded to the type for ``pᵀ @ g``, ``ga = p * (g @ vᵀ - dsum)``
+    rounded to the type for its two products; and each gradient kept in the type: every
+    block's product from zero added to it and rounded back (ATen's gemm into a reduced
+    output with beta = 1). Float16's products into its gradients are oneDNN's float16 matmul
+    (``onednn_f16``), and MKL takes the scores' scale into k before the product for some
+    block shapes (``key_scaled``, as the float32 kernel's: one way for every block).
+    (gq, gk, gv) in the type."""
     f32 = np.float32
     _flash_check(q, k, v, True)
     dt = np.asarray(q).dtype
-    if dt != _BF16:  # (measured: float16's products into its gradients are not MKL's)
-        raise ValueError("float16's backward puts its gradients' products through oneDNN's "
-                         "float16 matmul: not written out")
     if np.asarray(g).dtype != dt or np.asarray(out).dtype != dt:
         raise ValueError("the reduced kernel takes gradients and outputs of its type")
+    if key_scaled and dt == _BF16:
+        raise ValueError("bfloat16's scores are scaled after (measured)")
     g, q, k, v, out = (np.asarray(t).astype(f32) for t in (g, q, k, v, out))
     prod = _reduced_product(dt)
+    into = prod if dt == _BF16 else onednn_f16  # (the products into the gradients)
 
     def bf(x: np.ndarray) -> np.ndarray:
         return np.asarray(x, f32).astype(dt).astype(f32)
@@ -2427,18 +2455,20 @@ def _flash_backward_reduced(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.n
             d = dsum.get(rows.start)
             if d is None:
                 d = dsum[rows.start] = _map2_reduce_all_reduced(gb, out[..., rows, :])
-            p = (prod(qb, np.swapaxes(k[..., cols, :], -1, -2)) * sc).astype(f32)
+            kt = np.swapaxes(k[..., cols, :], -1, -2)
+            p = prod(qb, (kt * sc).astype(f32)) if key_scaled else \
+                (prod(qb, kt) * sc).astype(f32)
             if mask is not None:
                 p = (p + mask_all[..., rows, cols]).astype(f32)
             p = sleef_exp((p - lse[..., rows, None]).astype(f32)).astype(f32)
             if cut is not None:
                 p[..., cut] = 0
             gv[..., cols, :] = bf(gv[..., cols, :]
-                                  + prod(np.swapaxes(bf(p), -1, -2), gb))
+                                  + into(np.swapaxes(bf(p), -1, -2), gb))
             ga = prod(gb, np.swapaxes(v[..., cols, :], -1, -2))
             ga = bf((p * (ga - d[..., None]).astype(f32)).astype(f32))
             gq[..., rows, :] = bf(gq[..., rows, :]
-                                  + (prod(ga, k[..., cols, :]) * sc).astype(f32))
-            gk[..., cols, :] = bf(gk[..., cols, :] + (prod(np.swapaxes(ga, -1, -2), qb)
+                                  + (into(ga, k[..., cols, :]) * sc).astype(f32))
+            gk[..., cols, :] = bf(gk[..., cols, :] + (into(np.swapaxes(ga, -1, -2), qb)
                                                       * sc).astype(f32))
     return gq.astype(dt), gk.astype(dt), gv.astype(dt)

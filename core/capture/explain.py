@@ -88,6 +88,7 @@ from tapescope.core.explain_aten import (
     log_softmax_inner,
     mkl_amd,
     mkl_no_amx,
+    onednn_f16,
     reduce_all,
     sleef_exp,
     sleef_expm1f,
@@ -334,19 +335,27 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         # orders (each output row its own chains) are screened on a few rows first
         out.append((v.cause, v.label, run) if v.value is _mm_blas else
                    (v.cause, v.label, run, _screen(run, _product_rows(op))))
-    if dt == _BF16 and _base(op) in ("mm", "bmm", "addmm"):
-        def bf16_only(product: Callable) -> Callable:
-            whole = _product_run(op, product)
+    def narrow_only(product: Callable, want: np.dtype) -> Callable:
+        whole = _product_run(op, product)
 
-            def run(args: list, kw: dict) -> np.ndarray:
-                n = 3 if _base(op) == "addmm" else 2
-                if any(np.asarray(x).dtype != _BF16 for x in args[:n]):
-                    raise ValueError("bfloat16 operands only")
-                if n == 3 and _addmm_scales(args, kw) != (1, 1):
-                    raise ValueError("beta = alpha = 1")
-                return whole(args, kw)
-            return run
-        chain_run, amx_run = bf16_only(_vdpbf16_chain), bf16_only(_amx_bf16)
+        def run(args: list, kw: dict) -> np.ndarray:
+            n = 3 if _base(op) == "addmm" else 2
+            if any(np.asarray(x).dtype != want for x in args[:n]):
+                raise ValueError(f"{np.dtype(want).name} operands only")
+            if n == 3 and _addmm_scales(args, kw) != (1, 1):
+                raise ValueError("beta = alpha = 1")
+            return whole(args, kw)
+        return run
+    if dt == np.float16 and _base(op) in ("mm", "bmm", "addmm"):
+        f16_run = narrow_only(onednn_f16, np.dtype(np.float16))
+        out.insert(0, ("reassociation", "oneDNN's float16 matmul (AVX-512 FP16): the exact "
+                                        "products in chains from zero over k split at the "
+                                        "largest power of two below it (512 at least), the two "
+                                        "parts added; addmm's bias added to the sum; rounded to "
+                                        "float16 once", f16_run,
+                       _screen(f16_run, _product_rows(op))))
+    if dt == _BF16 and _base(op) in ("mm", "bmm", "addmm"):
+        chain_run, amx_run = narrow_only(_vdpbf16_chain, _BF16), narrow_only(_amx_bf16, _BF16)
         out.insert(0, ("reassociation", "oneDNN's bfloat16 matmul on an AMD CPU (AVX-512 BF16 "
                                         "without AMX: vdpbf16ps): one float32 chain an output "
                                         "over k in pairs, the odd term before the even, "
@@ -2790,6 +2799,17 @@ def _flash_variants(base: str, dt: np.dtype) -> list[_Variant]:
     """PyTorch's CPU flash attention (FlashAttentionKernel.cpp), its AVX-512 and AVX2 builds:
     core.explain_aten's ``flash_attention`` and its backward; in bfloat16 (``dt``), the
     forward's reduced kernel (its AVX-512 build)."""
+    if base.endswith("_backward") and dt == np.float16:
+        return [("reassociation", "PyTorch's CPU flash attention backward in float16 (AVX-512 "
+                                  "FP16; MKL's float16 gemm for the scores and g @ vᵀ, oneDNN's "
+                                  "float16 matmul into the gradients: exact products in chains, "
+                                  "k split at a power of two), the probabilities recomputed from "
+                                  "the logsumexp (SLEEF's exp), the scale taken "
+                                  + ("into k before the scores' product" if key else
+                                     "after the scores' sums")
+                                  + ", the probabilities and the softmax's gradient rounded to "
+                                  "float16 for their products, each gradient kept in float16",
+                 _flash_backward(16, key, reduced=True)) for key in (False, True)]
     if base.endswith("_backward") and dt == _BF16:
         return [("reassociation", "PyTorch's CPU flash attention backward in bfloat16 (AVX-512; "
                                   "MKL's bfloat16 gemm as on a CPU with AMX): the probabilities "

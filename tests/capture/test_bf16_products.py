@@ -132,3 +132,52 @@ def test_no_float32_mkl_kernel_is_offered_for_a_bfloat16_product():
                 with pytest.raises(ValueError):
                     v[2](args, {})
         assert [v[1] for v in _variants(op, np.float32) if v[1].startswith("MKL's")]
+
+
+need_avx512_fp16 = pytest.mark.skipif(
+    "avx512_fp16" not in _flags(),
+    reason="PyTorch hands float16 products to oneDNN's AVX-512 FP16 matmul on a CPU with it")
+
+
+@need_avx512_fp16
+@pytest.mark.parametrize("op, shapes, t", [
+    ("aten.mm.default", ((64, 700), (700, 48)), 1),
+    ("aten.mm.default", ((32, 1024), (1024, 24)), 2),
+    ("aten.addmm.default", ((40,), (100, 1500), (1500, 40)), 2),
+    ("aten.bmm.default", ((2, 20, 600), (2, 600, 16)), 1)])
+def test_a_float16_product_is_onednns_split_chain(op, shapes, t, threads):
+    """fp16 autocast's products on a CPU with AVX-512 FP16 (session 41): oneDNN's float16
+    matmul, the exact products in chains over k split at the largest power of two below it
+    (512 at least), the parts added, addmm's bias added to the sum, rounded once: named for
+    torch's bits (1 and 2 threads, 600 to 1,500 terms), one float16 ulp off ``unknown``. Up
+    to 512 terms it is one chain in order: the reference's own bits (``CASES``: nothing
+    departs, asserted)."""
+    for op_, shapes_, t_ in CASES:
+        threads(t_)
+        xs_ = [torch.randn(*s) for s in shapes_]
+        xs_[-2][..., 0] *= 2.0 ** 9
+        xs_ = [x.half() for x in xs_]
+        y_ = getattr(torch.ops.aten, op_.split(".")[1]).default(*xs_).numpy()
+        assert np.array_equal(reference(op_, [x.numpy() for x in xs_], {})[0].view(np.uint16),
+                              y_.view(np.uint16)), op_
+    threads(t)
+    g = torch.Generator().manual_seed(sum(sum(s) for s in shapes) + t)
+    xs = [torch.randn(*s, generator=g) for s in shapes]
+    # (as the bfloat16 test: a large first term and its negation last carry a large partial
+    # sum past the others, so the float32 roundings the order decides reach the result)
+    a, b = xs[-2], xs[-1]
+    a[..., 0] *= 2.0 ** 9
+    a[..., -1] = -a[..., 0]
+    b[..., -1, :] = b[..., 0, :]
+    xs = [x.half() for x in xs]
+    y = getattr(torch.ops.aten, op.split(".")[1]).default(*xs)
+    args = [x.numpy() for x in xs]
+    rec = y.numpy()
+    plain = reference(op, args, {})[0]
+    n = int(np.sum(plain.view(np.uint16) != rec.view(np.uint16)))
+    assert n > 0, "torch equals the reference here (nothing to name)"
+    d = {"n_diff": n, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
+    got = explain_op(op, args, {}, rec, d, 0, "GenuineIntel")
+    assert got["cause"] == "reassociation" and "oneDNN's float16 matmul" in got["variant"], got
+    assert explain_op(op, args, {}, _one_ulp_off(rec), d, 0, "GenuineIntel")["cause"] == \
+        "unknown"

@@ -251,3 +251,40 @@ def test_bfloat16_flash_attention_backward_is_torchs(B, H, L, S, E, how, threads
         assert g.dtype == w.dtype and np.array_equal(_bits(g), _bits(w))
     _each_departing_output_named(BWD, [_n(dy), q, k, v, _n(out), lse.numpy(), 0.0, causal],
                                  kw, want, "backward in bfloat16")
+
+
+@pytest.mark.parametrize("B, H, L, S, E, how, threads", [
+    (2, 2, 48, 48, 16, "causal", 1), (1, 2, 100, 100, 32, "plain", 2),
+    (1, 1, 200, 200, 64, "causal", 1), (1, 2, 100, 100, 96, "causal", 1),
+    (1, 1, 600, 600, 64, "plain", 1), (1, 1, 1000, 1000, 32, "causal", 2),
+    (4, 2, 16, 16, 8, "padding", 2)], ids=lambda p: str(p))
+def test_float16_flash_attention_backward_is_torchs(B, H, L, S, E, how, threads):
+    """The float16 backward (an fp16 autocast GPT's SDPA backward: 12 ``unknown`` outputs a
+    capture before, session 41): MKL's float16 gemm for the scores and ``g @ vᵀ``, oneDNN's
+    float16 matmul into the gradients; MKL takes the scores' scale into k for some shapes
+    (E = 32, 96 here), so one of the two ways is torch's bits, and ``explain_op`` names each
+    gradient that departs from the reference, one ulp off ``unknown``."""
+    from tapescope.core.explain_aten import flash_attention_backward
+
+    rng = np.random.default_rng(L * 13 + E)
+    q, k, v, causal, kw, tkw = _case(rng, B, H, L, S, E, how, _F16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            _t(q), _t(k), _t(v), is_causal=causal, **tkw)[:2]
+        dy = _t(rng.standard_normal(out.shape).astype(_F16))
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dy, _t(q), _t(k), _t(v), out, lse, 0.0, causal, **tkw)
+    finally:
+        torch.set_num_threads(before)
+    want = [t.numpy() for t in grads]
+    mask = kw["attn_mask"].astype(np.float32) if kw else None
+    ways = [flash_attention_backward(dy.numpy(), q, k, v, out.numpy(), lse.numpy(), causal,
+                                     np.float32(1 / math.sqrt(E)), mask=mask, key_scaled=ks,
+                                     reduced=True) for ks in (False, True)]
+    assert any(all(np.array_equal(_bits(g), _bits(w)) for g, w in zip(got, want, strict=True))
+               for got in ways), "neither way of taking the scale gives torch's bits"
+    _each_departing_output_named(
+        BWD, [dy.numpy(), q, k, v, out.numpy(), lse.numpy(), 0.0, causal], kw, want,
+        "backward in float16")
