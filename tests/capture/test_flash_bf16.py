@@ -232,25 +232,33 @@ def test_bfloat16_flash_attention_backward_is_torchs(B, H, L, S, E, how, threads
     from tapescope.core.explain_aten import flash_attention_backward
 
     rng = np.random.default_rng(L * 11 + E)
-    q, k, v, causal, kw, tkw = _case(rng, B, H, L, S, E, how, BF16)
+    case = _case(rng, B, H, L, S, E, how, BF16)
+    args, kw, want = _torch_backward(rng, case, threads)
+    mask = kw["attn_mask"].astype(np.float32) if kw else None
+    got = flash_attention_backward(*args[:6], args[7], np.float32(1 / math.sqrt(E)),
+                                   mask=mask, reduced=True)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and np.array_equal(_bits(g), _bits(w))
+    _each_departing_output_named(BWD, args, kw, want, "backward in bfloat16")
+
+
+def _torch_backward(rng, case, threads):
+    """torch's flash forward and backward of ``_case``'s ``case`` at ``threads`` threads (the
+    output gradient drawn from ``rng``): the backward op's arguments as numpy, its keywords,
+    its three gradients."""
+    q, k, v, causal, kw, tkw = case
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             _t(q), _t(k), _t(v), is_causal=causal, **tkw)[:2]
-        dy = _t(rng.standard_normal(out.shape).astype(BF16))
+        dy = _t(rng.standard_normal(out.shape).astype(q.dtype))
         grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             dy, _t(q), _t(k), _t(v), out, lse, 0.0, causal, **tkw)
     finally:
         torch.set_num_threads(before)
-    want = [_n(t) for t in grads]
-    mask = kw["attn_mask"].astype(np.float32) if kw else None
-    got = flash_attention_backward(_n(dy), q, k, v, _n(out), lse.numpy(), causal,
-                                   np.float32(1 / math.sqrt(E)), mask=mask, reduced=True)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == w.dtype and np.array_equal(_bits(g), _bits(w))
-    _each_departing_output_named(BWD, [_n(dy), q, k, v, _n(out), lse.numpy(), 0.0, causal],
-                                 kw, want, "backward in bfloat16")
+    args = [_n(dy, q.dtype), q, k, v, _n(out, q.dtype), lse.numpy(), 0.0, causal]
+    return args, kw, [_n(t, q.dtype) for t in grads]
 
 
 @pytest.mark.parametrize("B, H, L, S, E, how, threads", [
@@ -267,24 +275,12 @@ def test_float16_flash_attention_backward_is_torchs(B, H, L, S, E, how, threads)
     from tapescope.core.explain_aten import flash_attention_backward
 
     rng = np.random.default_rng(L * 13 + E)
-    q, k, v, causal, kw, tkw = _case(rng, B, H, L, S, E, how, _F16)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            _t(q), _t(k), _t(v), is_causal=causal, **tkw)[:2]
-        dy = _t(rng.standard_normal(out.shape).astype(_F16))
-        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            dy, _t(q), _t(k), _t(v), out, lse, 0.0, causal, **tkw)
-    finally:
-        torch.set_num_threads(before)
-    want = [t.numpy() for t in grads]
+    case = _case(rng, B, H, L, S, E, how, _F16)
+    args, kw, want = _torch_backward(rng, case, threads)
     mask = kw["attn_mask"].astype(np.float32) if kw else None
-    ways = [flash_attention_backward(dy.numpy(), q, k, v, out.numpy(), lse.numpy(), causal,
-                                     np.float32(1 / math.sqrt(E)), mask=mask, key_scaled=ks,
-                                     reduced=True) for ks in (False, True)]
+    ways = [flash_attention_backward(*args[:6], args[7], np.float32(1 / math.sqrt(E)),
+                                     mask=mask, key_scaled=ks, reduced=True)
+            for ks in (False, True)]
     assert any(all(np.array_equal(_bits(g), _bits(w)) for g, w in zip(got, want, strict=True))
                for got in ways), "neither way of taking the scale gives torch's bits"
-    _each_departing_output_named(
-        BWD, [dy.numpy(), q, k, v, out.numpy(), lse.numpy(), 0.0, causal], kw, want,
-        "backward in float16")
+    _each_departing_output_named(BWD, args, kw, want, "backward in float16")
