@@ -2543,6 +2543,9 @@ def test_an_addmm_past_768_terms_is_named_by_the_panels_this_cpu_takes(m, thread
     product's shape and the CPU: without AMX from 192 output columns (session 40), with AMX
     from 192 rows and 192 columns (session 41), on two threads for 512 x 1,000 x 128 on
     both. Named either way; with AMX, 150 rows into 300 columns is the equal panels'."""
+    if threads == 2 and not mkl_amx():
+        pytest.skip("measured on the Xeon with AMX (session 41); on the Ice Lake this shape "
+                    "was left unknown in session 40, before these panels were found")
     n = 128 if threads == 2 else 300
     g = torch.Generator().manual_seed(m)
     x, w, b = (torch.randn(m, 1000, generator=g), torch.randn(1000, n, generator=g),
@@ -2567,9 +2570,13 @@ def test_an_addmm_past_768_terms_is_named_by_the_panels_this_cpu_takes(m, thread
                                      (100, 2500, 64), (32, 3000, 32)])
 def test_an_addmm_on_two_threads_is_k_in_halves(m, k, n):
     """On two threads MKL splits these products' k between the threads (on an Intel CPU with
-    AMX and without: measured on both): each half in one thread's 384-term panels, the
-    first onto the bias, the second from zero, added after; named for torch's own two-thread
-    result, and neither the one-thread variants nor one ulp off it."""
+    AMX and without: the first three measured on both, the last two on the Xeon with AMX):
+    each half in one thread's 384-term panels, the first onto the bias, the second from
+    zero, added after; named for torch's own two-thread result, and neither the one-thread
+    variants nor one ulp off it."""
+    if k > 2000 and not mkl_amx():
+        pytest.skip("halves past 768 terms measured on the Xeon with AMX (session 41); on the "
+                    "Ice Lake these shapes were left unknown in session 40")
     g = torch.Generator().manual_seed(7)
     x, w, b = (torch.randn(m, k, generator=g), torch.randn(n, k, generator=g),
                torch.randn(n, generator=g))
