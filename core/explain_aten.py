@@ -1368,7 +1368,9 @@ def _mkl_bf16(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.n
     significands), k in blocks of 32 terms, each block's even terms and odd terms two chains
     from zero added together, the blocks added in turn onto ``c`` (beta = 1) or from the first
     block's sum (beta = 0). ``a``, ``b``: float32 arrays of bfloat16 values (the last two axes
-    multiplied, the leading batched); float32 out."""
+    multiplied, the leading batched); float32 out. PyTorch's bfloat16 ``mm`` / ``addmm`` /
+    ``bmm`` on a CPU with AMX take the same order (session 41: every bit over 24 products of
+    29-256 rows, 47-1,000 terms, each layout, 1 thread)."""
     f32 = np.float32
     a = np.ascontiguousarray(a, dtype=f32)
     b = np.ascontiguousarray(b, dtype=f32)
@@ -2360,17 +2362,24 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
     return gq, gk, gv
 
 
-def _map2_reduce_all_reduced(x: np.ndarray, y: np.ndarray, lanes: int = 16) -> np.ndarray:
-    """``vec::map2_reduce_all<bfloat16>(x * y, +)`` over rows (float32 arrays of bfloat16
-    values, whose products are exact): a row of ``2 x lanes`` or more in two ``lanes``-wide
-    float accumulators (a bfloat16 vector's halves) from its first vector, each later whole
-    or partial half added into its first lanes, the two added, folded as a halving tree; a
-    shorter row its halves added lane-wise past ``lanes``, else its products in order."""
-    from tapescope.core.explain_prims import _fold_lanes
+def reduced_row_sum(x: np.ndarray, y: np.ndarray, lanes: int, contract: bool = False
+                    ) -> np.ndarray:
+    """Each row's (last axis) ``sum(x * y)`` as ATen's reduced-type ``map2_reduce_all`` forms
+    it (float32 arrays; a bfloat16 / float16 vector is two float halves of ``lanes``): a row
+    of ``2 x lanes`` or more in two accumulators from its first vector's products, each
+    later whole or partial half added into its accumulator's first lanes, the two added,
+    folded as a halving tree; a shorter row its two halves added lane-wise past ``lanes``
+    (``Vec::set``) and folded, or its products added in order. ``contract``: the products
+    after the first vector fused into their adds (``fma``; measured in layer_norm's
+    mixed-type backward for ``ds``, not ``db``)."""
+    from tapescope.core.explain_prims import _fold_lanes, fma
 
     f32 = np.float32
     t = (x * y).astype(f32)
     n = t.shape[-1]
+
+    def into(acc: np.ndarray, s: slice) -> np.ndarray:
+        return fma(x[..., s], y[..., s], acc) if contract else (acc + t[..., s]).astype(f32)
     if n < 2 * lanes:
         if n <= lanes:
             acc = t[..., 0].copy()
@@ -2378,12 +2387,12 @@ def _map2_reduce_all_reduced(x: np.ndarray, y: np.ndarray, lanes: int = 16) -> n
                 acc = (acc + t[..., i]).astype(f32)
             return acc
         a0 = t[..., :lanes].copy()
-        a0[..., :n - lanes] = (a0[..., :n - lanes] + t[..., lanes:]).astype(f32)
+        a0[..., :n - lanes] = into(a0[..., :n - lanes], slice(lanes, n))
         return _fold_lanes(a0, lanes, True)
     acc = [t[..., :lanes].copy(), t[..., lanes:2 * lanes].copy()]
     for off in range(2 * lanes, n, lanes):
         h, w = (off // lanes) % 2, min(lanes, n - off)
-        acc[h][..., :w] = (acc[h][..., :w] + t[..., off:off + w]).astype(f32)
+        acc[h][..., :w] = into(acc[h][..., :w], slice(off, off + w))
     return _fold_lanes((acc[0] + acc[1]).astype(f32), lanes, True)
 
 
@@ -2422,7 +2431,7 @@ def _flash_backward_reduced(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.n
     the three gradients over 7 geometries, causal and not, query lengths 33-600, head sizes
     8-128; float16 over 5 of 6): the float32 kernel's steps (``flash_attention_backward``)
     with the type's products (``_reduced_product``: the scores and ``g @ vᵀ``), each scaled
-    after; ``dsum`` by the reduced ``map2_reduce_all`` (``_map2_reduce_all_reduced``); the
+    after; ``dsum`` by the reduced ``map2_reduce_all`` (``reduced_row_sum``); the
     probabilities (float32) rounded to the type for ``pᵀ @ g``, ``ga = p * (g @ vᵀ - dsum)``
     rounded to the type for its two products; and each gradient kept in the type: every
     block's product from zero added to it and rounded back (ATen's gemm into a reduced
@@ -2454,7 +2463,7 @@ def _flash_backward_reduced(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.n
             qb, gb = q[..., rows, :], g[..., rows, :]
             d = dsum.get(rows.start)
             if d is None:
-                d = dsum[rows.start] = _map2_reduce_all_reduced(gb, out[..., rows, :])
+                d = dsum[rows.start] = reduced_row_sum(gb, out[..., rows, :], 16)
             kt = np.swapaxes(k[..., cols, :], -1, -2)
             p = prod(qb, (kt * sc).astype(f32)) if key_scaled else \
                 (prod(qb, kt) * sc).astype(f32)

@@ -76,6 +76,7 @@ from tapescope.core.explain_aten import (
     _fma_acc,
     _fma_chain,
     _lane_sum,
+    _mkl_bf16,
     _mkl_mm,
     _sgemm,
     _vec_map,
@@ -90,6 +91,7 @@ from tapescope.core.explain_aten import (
     mkl_no_amx,
     onednn_f16,
     reduce_all,
+    reduced_row_sum,
     sleef_exp,
     sleef_expm1f,
     sleef_log1pf,
@@ -213,15 +215,38 @@ def _vdpbf16_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
-def _amx_bf16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """PyTorch's bfloat16 ``mm`` / ``addmm`` / ``bmm`` on a CPU with AMX (measured on an Intel
-    Xeon with AMX, session 41: every bit over 24 products of 29-256 rows, 47-1,000 terms, each
-    layout of the operands, 1 thread): the order of ``core.explain_aten._mkl_bf16`` (the
-    flash kernels' MKL bfloat16 product, AMX's ``tdpbf16ps``) from zero, each matrix of a
-    batch alike. ``a``, ``b``: float32 of bfloat16 values."""
-    from tapescope.core.explain_aten import _mkl_bf16
+#: float16 / bfloat16 products' kernels, each (its type, the product, its label), in the order
+#: tried: oneDNN's float16 matmul (AVX-512 FP16); AMX's bfloat16 order, then oneDNN's
+#: vdpbf16ps chain (AVX-512 BF16 without AMX: an AMD CPU's, first for a capture made there)
+_NARROW_PRODUCTS = (
+    (np.dtype(np.float16), onednn_f16,
+     "oneDNN's float16 matmul (AVX-512 FP16): the exact products in chains from zero over k "
+     "split at the largest power of two below it (512 at least), the two parts added; "
+     "addmm's bias added to the sum; rounded to float16 once"),
+    (np.dtype(ml_dtypes.bfloat16), _mkl_bf16,
+     "PyTorch's bfloat16 matmul on a CPU with AMX (tdpbf16ps): k in blocks of 32 terms, each "
+     "block's even and odd terms two float32 chains from zero added together, the blocks "
+     "added in turn, products exact; addmm's bias added to the sum; rounded to bfloat16 once"),
+    (np.dtype(ml_dtypes.bfloat16), _vdpbf16_chain,
+     "oneDNN's bfloat16 matmul on an AMD CPU (AVX-512 BF16 without AMX: vdpbf16ps): one "
+     "float32 chain an output over k in pairs, the odd term before the even, products exact; "
+     "addmm's bias added to the sum; rounded to bfloat16 once"),
+)
 
-    return _mkl_bf16(a, b)
+
+def _narrow_only(op: str, product: Callable, want: np.dtype) -> Callable:
+    """``op`` (mm, bmm, addmm) by ``product`` for operands of type ``want`` only, addmm's with
+    beta = alpha = 1; ValueError otherwise."""
+    whole = _product_run(op, product)
+
+    def run(args: list, kw: dict) -> np.ndarray:
+        n = 3 if _base(op) == "addmm" else 2
+        if any(np.asarray(x).dtype != want for x in args[:n]):
+            raise ValueError(f"{want.name} operands only")
+        if n == 3 and _addmm_scales(args, kw) != (1, 1):
+            raise ValueError("beta = alpha = 1")
+        return whole(args, kw)
+    return run
 
 
 def _product_run(op: str, m: Callable) -> Callable:
@@ -335,39 +360,10 @@ def _products(op: str, dt: np.dtype) -> list[_Variant]:
         # orders (each output row its own chains) are screened on a few rows first
         out.append((v.cause, v.label, run) if v.value is _mm_blas else
                    (v.cause, v.label, run, _screen(run, _product_rows(op))))
-    def narrow_only(product: Callable, want: np.dtype) -> Callable:
-        whole = _product_run(op, product)
-
-        def run(args: list, kw: dict) -> np.ndarray:
-            n = 3 if _base(op) == "addmm" else 2
-            if any(np.asarray(x).dtype != want for x in args[:n]):
-                raise ValueError(f"{np.dtype(want).name} operands only")
-            if n == 3 and _addmm_scales(args, kw) != (1, 1):
-                raise ValueError("beta = alpha = 1")
-            return whole(args, kw)
-        return run
-    if dt == np.float16 and _base(op) in ("mm", "bmm", "addmm"):
-        f16_run = narrow_only(onednn_f16, np.dtype(np.float16))
-        out.insert(0, ("reassociation", "oneDNN's float16 matmul (AVX-512 FP16): the exact "
-                                        "products in chains from zero over k split at the "
-                                        "largest power of two below it (512 at least), the two "
-                                        "parts added; addmm's bias added to the sum; rounded to "
-                                        "float16 once", f16_run,
-                       _screen(f16_run, _product_rows(op))))
-    if dt == _BF16 and _base(op) in ("mm", "bmm", "addmm"):
-        chain_run, amx_run = narrow_only(_vdpbf16_chain, _BF16), narrow_only(_amx_bf16, _BF16)
-        out.insert(0, ("reassociation", "oneDNN's bfloat16 matmul on an AMD CPU (AVX-512 BF16 "
-                                        "without AMX: vdpbf16ps): one float32 chain an output "
-                                        "over k in pairs, the odd term before the even, "
-                                        "products exact; addmm's bias added to the sum; "
-                                        "rounded to bfloat16 once", chain_run,
-                       _screen(chain_run, _product_rows(op))))
-        out.insert(0, ("reassociation", "PyTorch's bfloat16 matmul on a CPU with AMX "
-                                        "(tdpbf16ps): k in blocks of 32 terms, each block's even "
-                                        "and odd terms two float32 chains from zero added "
-                                        "together, the blocks added in turn, products exact; "
-                                        "addmm's bias added to the sum; rounded to bfloat16 "
-                                        "once", amx_run, _screen(amx_run, _product_rows(op))))
+    if _base(op) in ("mm", "bmm", "addmm"):  # (a narrow type's own kernels, first)
+        out[:0] = [("reassociation", label, run, _screen(run, _product_rows(op)))
+                   for want, product, label in _NARROW_PRODUCTS if want == dt
+                   for run in (_narrow_only(op, product, want),)]
     if _base(op) in ("dot", "vdot") and dt == np.float32:  # (first: a dot is its own kernel)
         out.insert(0, ("reassociation", "MKL's sdot on an AMD CPU: no FMA, 16 lanes, the rest "
                                         "as 8-, 4-wide vectors and single terms, folded by "
@@ -1226,48 +1222,14 @@ def _layer_norm_backward(threads: int) -> Callable:
     return run
 
 
-def _mixed_row_sums(DY: np.ndarray, X: np.ndarray, g: np.ndarray) -> tuple:
-    """Each row's ``ds = sum(x * dy * gamma)`` and ``db = sum(dy * gamma)`` as ATen's
-    mixed-type ``layer_norm_backward_frame`` forms them (float32, 8 lanes): a row of 16 or
-    more in two accumulators (a reduced vector's float halves) from the first vector's
-    products, the loop's ``acc = fma(x, dy * gamma, acc)``, a partial last vector into the
-    accumulators' first lanes, the two added, folded as a halving tree; a shorter row its
-    products' two halves added lane-wise (``Vec::set``) and folded as a tree when past 8,
-    else its products added in order (``vec_reduce_all`` over ``N`` lanes). Measured: ``ds``'s
-    lane-wise adds are contracted, ``db``'s not."""
-    from tapescope.core.explain_prims import _fold_lanes
-
-    n = X.shape[-1]
-    db_t = DY * g
-    ds_t = X * db_t
-    if n < 16:
-        if n <= 8:
-            ds, db = ds_t[:, 0].copy(), db_t[:, 0].copy()
-            for k in range(1, n):
-                ds, db = ds + ds_t[:, k], db + db_t[:, k]
-            return ds, db
-        k = n - 8
-        ds0, db0 = ds_t[:, :8].copy(), db_t[:, :8].copy()
-        ds0[:, :k] = fma(X[:, 8:], db_t[:, 8:], ds0[:, :k])
-        db0[:, :k] = db0[:, :k] + db_t[:, 8:]
-        return _fold_lanes(ds0, 8, True), _fold_lanes(db0, 8, True)
-    acc_s = [ds_t[:, 0:8].copy(), ds_t[:, 8:16].copy()]
-    acc_b = [db_t[:, 0:8].copy(), db_t[:, 8:16].copy()]
-    for o in range(16, n, 8):
-        h, k = (o // 8) % 2, min(8, n - o)
-        acc_s[h][:, :k] = fma(X[:, o:o + k], db_t[:, o:o + k], acc_s[h][:, :k])
-        acc_b[h][:, :k] = acc_b[h][:, :k] + db_t[:, o:o + k]
-    return (_fold_lanes(acc_s[0] + acc_s[1], 8, True),
-            _fold_lanes(acc_b[0] + acc_b[1], 8, True))
-
-
 def _layer_norm_backward_mixed(dy: np.ndarray, x: np.ndarray, n: int, mean: Any, rstd: Any,
                                w: Any, mask: Any, threads: int) -> tuple:
     """``native_layer_norm_backward`` of a float16 / bfloat16 input with float32 gamma (fp16
     and bf16 autocast's LayerNorm) as ATen's mixed-type ``layer_norm_backward_frame`` computes
     it (measured, every bit, 1 and 2 threads, rows of 1 to 1,000): in float32, ``ds`` and
-    ``db`` by ``_mixed_row_sums``, ``b = fma(db, mean, -ds) * rstd^3 / N``, ``c = fma(-b,
-    mean, -(db * rstd / N))``, ``dx = fma(b, x, (rstd * dy) * gamma) + c`` rounded to the
+    ``db`` by ``core.explain_aten.reduced_row_sum`` (8 lanes, ``ds``'s adds contracted),
+    ``b = fma(db, mean, -ds) * rstd^3 / N``, ``c = fma(-b, mean, -(db * rstd / N))``,
+    ``dx = fma(b, x, (rstd * dy) * gamma) + c`` rounded to the
     input's type; dgamma and dbeta summed per thread in a buffer **of the input's type**
     (each row's ``fma(dy, fma(rstd, x, -rstd * mean), acc)`` and ``acc + dy`` rounded back),
     then the ``threads`` buffers added in float32."""
@@ -1281,7 +1243,8 @@ def _layer_norm_backward_mixed(dy: np.ndarray, x: np.ndarray, n: int, mean: Any,
     out = []
     with np.errstate(all="ignore"):
         if mask[0]:
-            ds, db = _mixed_row_sums(DY, X, g)
+            db_t = DY * g  # (ds: x * (dy * gamma), its adds contracted; db's not)
+            ds, db = reduced_row_sum(X, db_t, 8, True), reduced_row_sum(DY, g, 8)
             scale = f32(1) / f32(n)
             b = fma(db, M, -ds) * A * A * A * scale
             c = fma(-b, M, -((db * A) * scale))

@@ -2475,6 +2475,20 @@ def test_flash_attention_is_torchs_avx2_build_too():
     _avx2_child(_FLASH_AVX2_CHILD)
 
 
+def _mkl_product_named(op, args, rec):
+    """``explain_op`` (this CPU's MKL vendor) names ``fma`` for torch's product ``rec`` of
+    ``args`` (mm: a @ b; addmm: bias + a @ b), one ulp off is ``unknown``; the variant."""
+    plain = args[-2].astype(np.float64) @ args[-1].astype(np.float64)
+    if op == "aten.addmm.default":
+        plain = args[0] + plain
+    d = _diff(plain.astype(np.float32), rec)
+    got = explain_op(op, args, {}, rec, d, 0, mkl_vendor())
+    assert got["cause"] == "fma", got
+    off = explain_op(op, args, {}, _nudged(rec), d, 0, mkl_vendor())
+    assert off["cause"] == "unknown", off
+    return got["variant"]
+
+
 @need_mkl
 @pytest.mark.parametrize("m, k, n", [(512, 512, 128), (64, 400, 64), (100, 777, 200)])
 def test_an_addmm_over_more_than_384_terms_is_mkls_panels_added_to_the_bias(m, k, n):
@@ -2488,13 +2502,8 @@ def test_an_addmm_over_more_than_384_terms_is_mkls_panels_added_to_the_bias(m, k
     args = _np([b, x]) + [np.ascontiguousarray(w.numpy().T)]
     with _threads(1):  # (on two threads MKL may split k between them: the test below)
         rec = torch.addmm(b, x, w.t()).numpy()
-    plain = (args[0] + args[1].astype(np.float64) @ args[2].astype(np.float64)).astype(np.float32)
     words = "as addmm calls it on an AMD CPU" if _amd_mkl() else "as addmm calls it"
-    d = _diff(plain, rec)
-    got = explain_op("aten.addmm.default", args, {}, rec, d, 0, mkl_vendor())
-    assert got["cause"] == "fma" and words in got["variant"], got
-    off = explain_op("aten.addmm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
-    assert off["cause"] == "unknown", off
+    assert words in _mkl_product_named("aten.addmm.default", args, rec)
 
 
 @need_intel_mkl
@@ -2507,12 +2516,8 @@ def test_an_mm_over_more_than_384_terms_is_mkls_panels(m, k, n):
     with _threads(1):
         rec = torch.mm(x, w).numpy()
     args = _np([x, w])
-    plain = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.float32)
-    d = _diff(plain, rec)
-    got = explain_op("aten.mm.default", args, {}, rec, d, 0, mkl_vendor())
-    assert got["cause"] == "fma" and got["variant"].startswith("MKL's sgemm on an Intel CPU: "), got
-    off = explain_op("aten.mm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
-    assert off["cause"] == "unknown", off
+    assert _mkl_product_named("aten.mm.default", args, rec).startswith(
+        "MKL's sgemm on an Intel CPU: ")
 
 
 @need_intel_mkl
@@ -2528,12 +2533,7 @@ def test_a_weight_gradient_over_1024_tokens_is_mkls_384_term_panels(m, k, n, thr
     with _threads(threads):
         rec = torch.mm(gy.t(), x).numpy()
     args = [gy.numpy().T, x.numpy()]
-    plain = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.float32)
-    d = _diff(plain, rec)
-    got = explain_op("aten.mm.default", args, {}, rec, d, 0, mkl_vendor())
-    assert got["cause"] == "fma" and "in 384-term panels" in got["variant"], got
-    off = explain_op("aten.mm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
-    assert off["cause"] == "unknown", off
+    assert "in 384-term panels" in _mkl_product_named("aten.mm.default", args, rec)
 
 
 @need_intel_mkl
@@ -2553,16 +2553,12 @@ def test_an_addmm_past_768_terms_is_named_by_the_panels_this_cpu_takes(m, thread
     args = _np([b, x, w])
     with _threads(threads):
         rec = torch.addmm(b, x, w).numpy()
-    plain = (args[0] + args[1].astype(np.float64) @ args[2].astype(np.float64)).astype(np.float32)
-    d = _diff(plain, rec)
-    got = explain_op("aten.addmm.default", args, {}, rec, d, 0, mkl_vendor())
-    assert got["cause"] == "fma" and got["variant"].startswith("MKL's sgemm as addmm"), got
+    variant = _mkl_product_named("aten.addmm.default", args, rec)
+    assert variant.startswith("MKL's sgemm as addmm"), variant
     if threads == 2 or m >= 192:
-        assert "in 384-term panels" in got["variant"], got
+        assert "in 384-term panels" in variant, variant
     elif mkl_amx():
-        assert "in ceil(K / 384) equal panels" in got["variant"], got
-    off = explain_op("aten.addmm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
-    assert off["cause"] == "unknown", off
+        assert "in ceil(K / 384) equal panels" in variant, variant
 
 
 @need_intel_mkl
@@ -2583,12 +2579,7 @@ def test_an_addmm_on_two_threads_is_k_in_halves(m, k, n):
     args = _np([b, x]) + [np.ascontiguousarray(w.numpy().T)]
     with _threads(2):
         rec = torch.addmm(b, x, w.t()).numpy()
-    plain = (args[0] + args[1].astype(np.float64) @ args[2].astype(np.float64)).astype(np.float32)
-    d = _diff(plain, rec)
-    got = explain_op("aten.addmm.default", args, {}, rec, d, 0, mkl_vendor())
-    assert got["cause"] == "fma" and "on two threads" in got["variant"], got
-    off = explain_op("aten.addmm.default", args, {}, _nudged(rec), d, 0, mkl_vendor())
-    assert off["cause"] == "unknown", off
+    assert "on two threads" in _mkl_product_named("aten.addmm.default", args, rec)
 
 
 @need_amd_mkl
