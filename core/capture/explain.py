@@ -87,6 +87,7 @@ from tapescope.core.explain_aten import (
     gelu_tanh,
     log_softmax_backward_inner,
     log_softmax_inner,
+    log_softmax_reduced,
     mkl_amd,
     mkl_no_amx,
     onednn_f16,
@@ -1226,7 +1227,10 @@ def _layer_norm_backward_mixed(dy: np.ndarray, x: np.ndarray, n: int, mean: Any,
                                w: Any, mask: Any, threads: int) -> tuple:
     """``native_layer_norm_backward`` of a float16 / bfloat16 input with float32 gamma (fp16
     and bf16 autocast's LayerNorm) as ATen's mixed-type ``layer_norm_backward_frame`` computes
-    it (measured, every bit, 1 and 2 threads, rows of 1 to 1,000): in float32, ``ds`` and
+    it (measured, every bit, 1 and 2 threads, rows of 1 to 1,000), and with gamma of the
+    input's type (a model cast to bfloat16: the same arithmetic, gamma, mean and rstd widened
+    exactly, dgamma and dbeta rounded to that type at the end; every bit, rows of 3 to 1,000,
+    both types, 1 and 2 threads): in float32, ``ds`` and
     ``db`` by ``core.explain_aten.reduced_row_sum`` (8 lanes, ``ds``'s adds contracted),
     ``b = fma(db, mean, -ds) * rstd^3 / N``, ``c = fma(-b, mean, -(db * rstd / N))``,
     ``dx = fma(b, x, (rstd * dy) * gamma) + c`` rounded to the
@@ -1234,12 +1238,14 @@ def _layer_norm_backward_mixed(dy: np.ndarray, x: np.ndarray, n: int, mean: Any,
     (each row's ``fma(dy, fma(rstd, x, -rstd * mean), acc)`` and ``acc + dy`` rounded back),
     then the ``threads`` buffers added in float32."""
     f32 = np.float32
-    if w is None or np.asarray(w).dtype != f32:
-        raise ValueError("written for float32 gamma (the mixed-type kernel)")
+    if w is None or np.asarray(w).dtype not in (f32, x.dtype):
+        raise ValueError("written for gamma in float32 (the mixed-type kernel) or the "
+                         "input's type")
+    pt = np.asarray(w).dtype
     X, DY = x.reshape(-1, n).astype(f32), dy.reshape(-1, n).astype(f32)
-    M = np.asarray(mean, dtype=f32).reshape(-1)
-    A = np.asarray(rstd, dtype=f32).reshape(-1)
-    g = np.asarray(w).reshape(-1)
+    M = np.asarray(mean).astype(f32).reshape(-1)
+    A = np.asarray(rstd).astype(f32).reshape(-1)
+    g = np.asarray(w).reshape(-1).astype(f32)
     out = []
     with np.errstate(all="ignore"):
         if mask[0]:
@@ -1261,9 +1267,9 @@ def _layer_norm_backward_mixed(dy: np.ndarray, x: np.ndarray, n: int, mean: Any,
                 gam, bet = gam + bg.astype(f32), bet + bb.astype(f32)
             # (the threads past the rows' chunks add their zero buffers: no change)
             if mask[1]:
-                out.append(gam.reshape(np.shape(w)))
+                out.append(gam.reshape(np.shape(w)).astype(pt))
             if mask[2]:
-                out.append(bet.reshape(np.shape(w)))
+                out.append(bet.reshape(np.shape(w)).astype(pt))
     return tuple(out)
 
 
@@ -1624,15 +1630,20 @@ def _log_softmax_ops(base: str) -> list[_Variant]:
     if base == "_log_softmax":
         def lsm(args: list, kw: dict) -> np.ndarray:
             x = np.asarray(args[0])
+            if x.ndim and x.dtype in (np.float16, _BF16) and int(args[1]) % x.ndim == x.ndim - 1:
+                return log_softmax_reduced(x)
             if x.dtype not in (np.float32, np.float64) or x.ndim == 0:
-                raise ValueError("written for float32 and float64")
+                raise ValueError("written for float32 and float64, and float16 / bfloat16 "
+                                 "over the last axis")
             if int(args[1]) % x.ndim != x.ndim - 1:  # (another dimension: its own kernel)
                 return log_softmax_inner(x, int(args[1]))
             return _aten_log_softmax(x).astype(x.dtype)
         return [("libm", "PyTorch's CPU log_softmax (ATen, AVX-512): (x - max) - "
                          "log(sum(exp(x - max))), SLEEF's exp and log (over another dimension "
                          "than the last: per inner position, the sum in order, the C "
-                         "library's exp past each chunk's whole vectors)", lsm)]
+                         "library's exp past each chunk's whole vectors; a float16 / bfloat16 "
+                         "input in float32, its row sum and that sum's log each stored in the "
+                         "input's type)", lsm)]
     if base == "_log_softmax_backward_data":
         def lsm_bwd(args: list, kw: dict) -> np.ndarray:
             g, out = np.asarray(args[0]), np.asarray(args[1])
@@ -1645,7 +1656,9 @@ def _log_softmax_ops(base: str) -> list[_Variant]:
                          "fma(-exp(out), sum(g), g), SLEEF's exp", lsm_bwd)]
     if base == "nll_loss_forward":
         return [("reassociation", "PyTorch's CPU nll_loss (ATen: a cascade of partial sums, "
-                                  "levels of 2^max(4, log2(N)/4))", _nll_cascade)]
+                                  "levels of 2^max(4, log2(N)/4), in the input's type: a "
+                                  "float16 / bfloat16 sum rounded to it at every add)",
+                 _nll_cascade)]
     if base == "nll_loss2d_forward":
         def nll2d(args: list, kw: dict) -> np.ndarray:
             x = np.asarray(args[0])
@@ -1661,11 +1674,14 @@ def _log_softmax_ops(base: str) -> list[_Variant]:
 def _nll_cascade(args: list, kw: dict) -> np.ndarray:
     """``nll_loss_forward``'s output 0 (no weight, mean or sum) as ATen's ``nll_loss_out_frame``
     sums it: ``-x[b, t[b]]`` into level 0, carried up the levels while ``b``'s bits are zero,
-    the levels then added in order from 0, divided by the count of targets kept."""
+    the levels then added in order from 0, divided by the count of targets kept; every step in
+    the input's type (float16 / bfloat16: c10's operators, each result rounded to it, the
+    count too; measured, every bit, 1 to 4,097 rows)."""
     x, t = np.asarray(args[0]), np.asarray(args[1])
     weight, reduction, ignore = args[2], int(args[3]), int(args[4])
     if weight is not None or x.ndim != 2 or reduction not in (1, 2) or \
-            x.dtype not in (np.float32, np.float64) or t.shape != (x.shape[0],):
+            x.dtype not in (np.float32, np.float64, np.float16, _BF16) or \
+            t.shape != (x.shape[0],):
         raise ValueError("written for 2-D input, no weight, mean or sum")
     n = x.shape[0]
     dt = x.dtype.type
@@ -1690,6 +1706,34 @@ def _nll_cascade(args: list, kw: dict) -> np.ndarray:
     if reduction == 1:
         s = dt(s / dt(kept))
     return np.asarray(s, dtype=x.dtype)
+
+
+def _embedding_backward_narrow(args: list, kw: dict) -> np.ndarray:
+    """``embedding_dense_backward`` of a float16 / bfloat16 gradient as ATen's CPU kernel
+    computes it (measured, every bit: both types, 8 to 5,000 indices, a padding index, 1 and 2
+    threads): from zeros, each index's gradient row added to its weight row in index order,
+    every sum rounded to the gradient's type (the reference sums in float32, rounded once).
+    The adds a row receives are in turn, so they are taken one occurrence at a time: the
+    first of every row's indices at once, then every second, and so on."""
+    g, idx, num, pad, scale = args[:5]
+    g = np.asarray(g)
+    if g.dtype not in (np.float16, _BF16) or scale:
+        raise ValueError("written for float16 / bfloat16, without scale_grad_by_freq")
+    f32 = np.float32
+    rows = np.asarray(idx).astype(np.int64).reshape(-1)
+    gw = g.reshape(rows.size, -1)
+    out = np.zeros((int(num), gw.shape[1]), g.dtype)
+    keep = np.nonzero(rows != int(pad))[0]
+    order = keep[np.argsort(rows[keep], kind="stable")]  # (by row, index order within one)
+    rs = rows[order]
+    if rs.size:
+        starts = np.r_[0, np.nonzero(np.diff(rs))[0] + 1]
+        rank = np.arange(rs.size) - np.repeat(starts, np.diff(np.r_[starts, rs.size]))
+        for k in range(int(rank.max()) + 1):
+            sel = rank == k
+            r = rs[sel]
+            out[r] = (out[r].astype(f32) + gw[order[sel]].astype(f32)).astype(g.dtype)
+    return out
 
 
 def _silu_backward(args: list, kw: dict) -> np.ndarray:
@@ -3539,6 +3583,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base in ("_log_softmax", "_log_softmax_backward_data", "nll_loss_forward",
                 "nll_loss2d_forward"):
         return _log_softmax_ops(base)
+    if base == "embedding_dense_backward":
+        return [("accumulator", "PyTorch's CPU embedding backward (ATen's add into each "
+                                "index's row, in index order): a float16 / bfloat16 row's sum "
+                                "rounded to its type at every add", _embedding_backward_narrow)]
     if base == "convolution":
         ones = [_as_2d(v, False) for v in _convs(dt)]
         return ones + [_per_group(v, False) for v in ones] + [

@@ -50,12 +50,15 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                    help="the model cast to this type (model.to(dtype): pure low-precision "
+                         "training, no autocast)")
     ap.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
                     help="torch.compile the model (inductor, or a backend such as aot_eager)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     g = torch.Generator().manual_seed(a.seed)
-    model = GPT(vocab=32, d=16, heads=2, layers=2, ctx=8)
+    model = GPT(vocab=32, d=16, heads=2, layers=2, ctx=8).to(getattr(torch, a.dtype))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.1)
     if a.compile:
         model = torch.compile(model, backend=a.compile)
