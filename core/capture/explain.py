@@ -98,6 +98,7 @@ from tapescope.core.explain_aten import (
     sleef_log1pf,
     softmax_backward,
     sum_column_parts,
+    vec_segments,
 )
 from tapescope.core.explain_aten import _log_softmax as _aten_log_softmax
 from tapescope.core.explain_aten import _silu_parts as _aten_silu_parts
@@ -504,7 +505,7 @@ def _sigmoid_rows_apart(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     ``rows_apart``): each element by SLEEF's exp or the C library's, as its row's part of a
     thread's chunk puts it in a whole register pair or the tail; each chunking of 1 to
     ``ceil(n / GRAIN_SIZE)`` threads tried (both results made once, then chosen per element)."""
-    from tapescope.core.explain_aten import _LANES, _libc_exp, vec_segments
+    from tapescope.core.explain_aten import _LANES, _libc_exp
 
     x = np.asarray(args[0])
     if x.dtype not in (np.float32, np.float64) or x.ndim < 2 or not x.size:
@@ -993,6 +994,26 @@ def _pw_out(y: Any, like: Any) -> np.ndarray:
     return np.asarray(y).astype(np.asarray(like).dtype)
 
 
+def _add_alpha_narrow(x: np.ndarray, y: np.ndarray, alpha: float, threads: int) -> np.ndarray:
+    """``torch.add(x, y, alpha=alpha)`` of float16 / bfloat16 operands of one shape as ATen's
+    CPU kernel computes it (measured, every bit: both types, 3 to 300,001 elements, 1 and 2
+    threads): alpha rounded to the type (``scalar_t``, not float), then ``cpu_kernel_vec``
+    (``core.explain_aten.vec_segments``) over vectors of 32: ``fma(y, alpha, x)`` in float32
+    rounded once, and on each chunk's tail c10's scalar operators, ``x + (alpha * y)`` with the
+    product rounded to the type before the add."""
+    f32 = np.float32
+    al = f32(np.asarray(alpha, dtype=x.dtype))
+    X, Y = x.reshape(-1).astype(f32), y.reshape(-1).astype(f32)
+    out = np.empty(X.size, x.dtype)
+    with np.errstate(all="ignore"):
+        for lo, v, hi in vec_segments(X.size, 32, threads):
+            if v > lo:
+                out[lo:v] = fma(Y[lo:v], al, X[lo:v]).astype(x.dtype)
+            if v < hi:
+                out[v:hi] = (X[v:hi] + (al * Y[v:hi]).astype(x.dtype).astype(f32)).astype(x.dtype)
+    return out.reshape(x.shape)
+
+
 def _pointwise(base: str) -> list[_Variant]:
     """PyTorch's CPU kernels of the optimizers' pointwise ops (ATen's vectorised
     ``cpu_kernel_vec`` bodies; their scalar tails are compiled with the same contraction),
@@ -1023,8 +1044,27 @@ def _pointwise(base: str) -> list[_Variant]:
                 raise ValueError("no multiply-add to contract")
             al = x.dtype.type(alpha if name == "add" else -alpha)
             return _pw_out(fma(y.astype(x.dtype), al, x), _first(args[0]))
+
+        def add_narrow(threads: int) -> Callable:
+            def run(args: list, kw: dict) -> np.ndarray:
+                x, y = np.asarray(_first(args[0])), np.asarray(_first(args[1]))
+                alpha = _arg(args, kw, 2, "alpha", 1)
+                if alpha == 1 or x.dtype not in (np.float16, _BF16) or y.dtype != x.dtype or \
+                        y.shape != x.shape:
+                    raise ValueError("written for float16 / bfloat16 operands of one shape")
+                known = _RECORDED_THREADS.get()  # (one chunk up to the grain: 1's answers)
+                if (threads > 1) if x.size <= GRAIN_SIZE else (known or threads) != threads:
+                    raise ValueError("another thread count's chunks")
+                return _add_alpha_narrow(x, y, alpha if name == "add" else -alpha, threads)
+            return run
         return [("fma", f"PyTorch's CPU {name} with alpha (ATen): fma(other, "
-                        f"{'' if name == 'add' else '-'}alpha, self)", add)]
+                        f"{'' if name == 'add' else '-'}alpha, self)", add)] + [
+                ("fma", f"PyTorch's CPU {name} with alpha of float16 / bfloat16 (ATen): alpha "
+                        "rounded to the type, whole 32-element vectors by fma(other, alpha, "
+                        "self) in float32, each thread's tail in the type's own arithmetic "
+                        "(the product rounded to it, then the add)"
+                        + (f", {t} threads' chunks" if t > 1 else ""), add_narrow(t))
+                for t in (1, 2, 4, 8, 16, 32, 64)]
     if name == "addcmul":
         def addcmul(args: list, kw: dict) -> np.ndarray:
             a = ops(args)
@@ -3191,7 +3231,6 @@ def _complex_mul_tail(args: list, kw: dict, recorded: np.ndarray) -> tuple:
     ``ceil(n / GRAIN_SIZE)`` threads are fitted. A number broadcast along the row (its scalar
     loop then depends on the memory's alignment) is not written."""
     from tapescope.core.capture.aten_ref_pointwise import complex_multiply
-    from tapescope.core.explain_aten import vec_segments
 
     dt = np.asarray(recorded).dtype
     if dt.kind != "c" or len(args) < 2:

@@ -2173,6 +2173,25 @@ def test_embedding_backward_of_a_reduced_type_is_named(dt, threads, n, num, pad)
                            [plain], "rounded to its type at every add", "accumulator")
 
 
+@pytest.mark.parametrize("dt", REDUCED, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["add", "sub"])
+@pytest.mark.parametrize("n, threads, alpha", [(36, 1, 0.9), (1000, 2, -0.3), (100003, 2, 0.9),
+                                               (100003, 1, 5e-4)])
+def test_add_with_alpha_of_a_reduced_type_is_named(dt, op, n, threads, alpha):
+    """SGD's momentum and weight decay on a model cast to float16 / bfloat16 (``grad.add(buf,
+    alpha=momentum)``): alpha rounded to the type, whole vectors of 32 contracted in float32,
+    each thread's tail in the type's own arithmetic (the product rounded before the add)."""
+    g = torch.Generator().manual_seed(n)
+    a, b = torch.randn(n, generator=g).to(dt), torch.randn(n, generator=g).to(dt)
+    with _threads(threads):
+        rec = getattr(torch.ops.aten, op).Tensor(a, b, alpha=alpha)
+    A, B = a.double().numpy(), b.double().numpy()
+    plain = A + (alpha if op == "add" else -alpha) * B
+    c = _reduced_outputs_named(f"aten.{op}.Tensor", [_narrow(a), _narrow(b), alpha], [_narrow(rec)],
+                               [plain], "alpha rounded to the type", "fma")
+    assert c, c
+
+
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "aten"])
 @pytest.mark.parametrize("n, threads", [(77, 1), (100003, 2)])
 def test_gelu_backward_in_float16_is_named_whichever_kernel_torch_takes(onednn, n, threads):
