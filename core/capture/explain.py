@@ -113,6 +113,7 @@ from tapescope.core.explain_onednn import (
 )
 from tapescope.core.explain_prims import (
     _LIBC_MATH,
+    _fold_lanes,
     fma,
     libc_elementwise,
     libm,
@@ -1342,6 +1343,64 @@ def _batch_norm(args: list, kw: dict) -> tuple:
     return _bn_finish(x, w, b, rm, rv, momentum, eps, mean, vs)
 
 
+def _batch_norm_narrow(args: list, kw: dict) -> tuple:
+    """``native_batch_norm`` in training of a contiguous bfloat16 input whose parameters and
+    running statistics are bfloat16 too (a model cast to it) as ATen's reduced-type kernels
+    compute it (``batch_norm_cpu_collect_stats_contiguous_internal``; measured, every bit over
+    8 shapes at 1 and 2 threads; float16 takes another path here, not written): per channel in
+    float32, the whole vectors of 32 of
+    every image into one 16-lane accumulator (each vector's two halves added in turn), the
+    images' tails into a scalar, the lanes folded as a tree and added to it; ``mean = sum / N``
+    stored in the type; the squares ``(x - mean)^2`` (mean unrounded) the same way, their sum
+    stored in the type; ``invstd = 1 / sqrt(var_sum / N + eps)``, the division in the type, the
+    root in float64; ``y = x * a + b`` in float32, ``a = invstd * weight``, ``b = bias - mean *
+    a``; the running mean by c10's scalar operators, ``momentum * mean + (1 - momentum) *
+    running`` with the momentum, each product and the sum rounded to the type. The running
+    variance's update is not found (None: that output stays unnamed). The outputs in the
+    capture's order (``_batch_norm``'s)."""
+    x, w, b, rm, rv = np.asarray(args[0]), args[1], args[2], args[3], args[4]
+    training, momentum, eps = bool(args[5]), float(args[6]), float(args[7])
+    dt = x.dtype
+    if not training or x.ndim < 3 or dt != _BF16 or \
+            any(p is not None and np.asarray(p).dtype != dt for p in (w, b, rm, rv)):
+        raise ValueError("written for training on bfloat16 with bfloat16 parameters")
+    f32 = np.float32
+
+    def t(v: Any) -> np.ndarray:  # rounded to the type, back in float32
+        return np.asarray(v).astype(dt).astype(f32)
+    n_b, c = x.shape[:2]
+    img = x.size // (n_b * c)
+    X = x.reshape(n_b, c, img).astype(f32)
+    n = n_b * img
+    whole = img - img % 32
+
+    def channel_sums(v: np.ndarray) -> np.ndarray:
+        acc, s = np.zeros((c, 16), f32), np.zeros(c, f32)
+        for i in range(n_b):
+            for d in range(0, whole, 16):
+                acc = acc + v[i, :, d:d + 16]
+            for d in range(whole, img):
+                s = s + v[i, :, d]
+        return s + _fold_lanes(acc, 16, True)
+    with np.errstate(all="ignore"):
+        mean = channel_sums(X) / f32(n)
+        dev = X - mean[None, :, None]
+        vs = t(channel_sums(dev * dev))
+        mean_t = t(mean)
+        var = t(vs / t(n)).astype(np.float64)
+        invstd = t((1.0 / np.sqrt(var + eps)).astype(f32))
+        a = invstd * (np.ones(c, f32) if w is None else np.asarray(w).astype(f32).reshape(-1))
+        bias = np.zeros(c, f32) if b is None else np.asarray(b).astype(f32).reshape(-1)
+        beta = bias - mean_t * a
+        y = (X * a[None, :, None] + beta[None, :, None]).astype(dt).reshape(x.shape)
+        outs = (y, mean_t.astype(dt), invstd.astype(dt))
+        if rm is None:
+            return outs
+        m = t(momentum)
+        new_rm = (t(m * mean_t) + t(np.asarray(rm).astype(f32).reshape(-1) * t(1 - momentum)))
+        return (new_rm.astype(dt).reshape(np.shape(rm)), None, *outs)
+
+
 def _bn_finish(x: np.ndarray, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float,
                mean: np.ndarray, vs: np.ndarray) -> tuple:
     """batch_norm's outputs from its per-channel mean and variance sum (T): ``invstd``, ``y``
@@ -2107,8 +2166,6 @@ def _smalln_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     for c in range(0, k + pad, 16):
         acc = _fma_acc(acc, np.ascontiguousarray(b[c:c + 16, :, None]),
                        np.ascontiguousarray(np.broadcast_to(a[c:c + 16, None, :], acc.shape)))
-    from tapescope.core.explain_prims import _fold_lanes
-
     return _fold_lanes(np.moveaxis(acc, 0, -1), 16, True).astype(np.float32)
 
 
@@ -3745,7 +3802,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
         return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",
-                 _batch_norm)] + [
+                 _batch_norm),
+                ("reassociation", "PyTorch's CPU batch_norm of bfloat16 with bfloat16 "
+                                  "parameters (ATen's reduced-type kernel: float32 "
+                                  "sums in a 16-lane accumulator over vectors of 32, the tails "
+                                  "apart; the statistics and the running mean's products "
+                                  "rounded to the type)", _batch_norm_narrow)] + [
                 ("reassociation", "PyTorch's CPU batch_norm of (rows, channels) (ATen's "
                                   f"channels-last kernel: the rows in {t} run"
                                   f"{'s' if t > 1 else ''}, summed in T, the runs in float64)",

@@ -28,13 +28,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="the model and its data cast to this type (no autocast)")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
-    x = torch.randn(24, 1, 8, 8)
+    x = torch.randn(24, 1, 8, 8).to(getattr(torch, a.dtype))
     y = torch.randint(0, 3, (24,))
     loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True,
                         generator=torch.Generator().manual_seed(a.seed))
-    model = Net()
+    model = Net().to(getattr(torch, a.dtype))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True,
                           weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
