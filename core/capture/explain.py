@@ -1354,10 +1354,12 @@ def _batch_norm_narrow(args: list, kw: dict) -> tuple:
     stored in the type; the squares ``(x - mean)^2`` (mean unrounded) the same way, their sum
     stored in the type; ``invstd = 1 / sqrt(var_sum / N + eps)``, the division in the type, the
     root in float64; ``y = x * a + b`` in float32, ``a = invstd * weight``, ``b = bias - mean *
-    a``; the running mean by c10's scalar operators, ``momentum * mean + (1 - momentum) *
-    running`` with the momentum, each product and the sum rounded to the type. The running
-    variance's update is not found (None: that output stays unnamed). The outputs in the
-    capture's order (``_batch_norm``'s)."""
+    a``; the running statistics by c10's scalar operators with the momentum in the type:
+    ``momentum * mean + (1 - momentum) * running``, each product and the sum rounded to the
+    type; the variance's ``momentum * unbiased + (1 - momentum) * running``, ``unbiased =
+    var_sum / (N - 1)`` divided in the type, its product with the momentum left in float32
+    (c10's bfloat16 x float operator), the other rounded. The outputs in the capture's order
+    (``_batch_norm``'s)."""
     x, w, b, rm, rv = np.asarray(args[0]), args[1], args[2], args[3], args[4]
     training, momentum, eps = bool(args[5]), float(args[6]), float(args[7])
     dt = x.dtype
@@ -1396,9 +1398,14 @@ def _batch_norm_narrow(args: list, kw: dict) -> tuple:
         outs = (y, mean_t.astype(dt), invstd.astype(dt))
         if rm is None:
             return outs
-        m = t(momentum)
-        new_rm = (t(m * mean_t) + t(np.asarray(rm).astype(f32).reshape(-1) * t(1 - momentum)))
-        return (new_rm.astype(dt).reshape(np.shape(rm)), None, *outs)
+        m, keep = t(momentum), t(1 - momentum)
+        new_rm = t(m * mean_t) + t(np.asarray(rm).astype(f32).reshape(-1) * keep)
+        new = [new_rm.astype(dt).reshape(np.shape(rm))]
+        if rv is not None:  # (c10's mixed operators: the bfloat16 x float product stays float)
+            unbiased = t(vs / t(n - 1))
+            new_rv = m * unbiased + t(np.asarray(rv).astype(f32).reshape(-1) * keep)
+            new.append(new_rv.astype(dt).reshape(np.shape(rv)))
+        return (*new, *outs)
 
 
 def _bn_finish(x: np.ndarray, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float,
@@ -3806,7 +3813,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                 ("reassociation", "PyTorch's CPU batch_norm of bfloat16 with bfloat16 "
                                   "parameters (ATen's reduced-type kernel: float32 "
                                   "sums in a 16-lane accumulator over vectors of 32, the tails "
-                                  "apart; the statistics and the running mean's products "
+                                  "apart; the statistics and the running statistics' terms "
                                   "rounded to the type)", _batch_norm_narrow)] + [
                 ("reassociation", "PyTorch's CPU batch_norm of (rows, channels) (ATen's "
                                   f"channels-last kernel: the rows in {t} run"
