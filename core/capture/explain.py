@@ -1348,9 +1348,9 @@ def _batch_norm_narrow(args: list, kw: dict) -> tuple:
     running statistics are bfloat16 too (a model cast to it) as ATen's reduced-type kernels
     compute it (``batch_norm_cpu_collect_stats_contiguous_internal``; measured, every bit over
     8 shapes at 1 and 2 threads; float16 takes another path here, not written): per channel in
-    float32, the whole vectors of 32 of
-    every image into one 16-lane accumulator (each vector's two halves added in turn), the
-    images' tails into a scalar, the lanes folded as a tree and added to it; ``mean = sum / N``
+    float32, every image's whole vectors of 32 into one 16-lane accumulator (each vector's two
+    halves added in turn), the images' tails into a scalar, the lanes folded as a tree and
+    added to it; ``mean = sum / N``
     stored in the type; the squares ``(x - mean)^2`` (mean unrounded) the same way, their sum
     stored in the type; ``invstd = 1 / sqrt(var_sum / N + eps)``, the division in the type, the
     root in float64; ``y = x * a + b`` in float32, ``a = invstd * weight``, ``b = bias - mean *
