@@ -26,7 +26,7 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_is_contiguous, *s_data_ptr, *s_reshape, *s_cpu, *s_T, *s_next_uid, *s_n_hashed,
     *s_hashes_only, *s_stored_bytes, *s_max_bytes, *s_hasher, *s_spool, *s_new_value,
     *s_v_dtype, *s_v_shape, *s_v_sha, *s_v_array, *s_devices, *s_uid, *s_seen, *s_numel,
-    *s_sha_like, *s_names_of, *s_op_rec, *s_record, *s_broken, *s_source, *s_code_skip,
+    *s_sha_like, *s_names_of, *s_op, *s_op_rec, *s_record, *s_broken, *s_source, *s_code_skip,
     *s_src_at, *s_derive_views, *s_uninit, *s_dim, *s_in_backward, *s_after_backward,
     *s_in_optimizer, *s_modules, *s_module_from, *s_module_path, *s_sequence_nr,
     *s_backward_module, *s_empty, *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows,
@@ -1546,12 +1546,23 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
     if (fid == NULL)
         return NULL;
     PyObject *info = PyDict_GetItemWithError(names_of, fid);  /* borrowed */
+    if (info == NULL && !PyErr_Occurred() && PyDict_CheckExact(names_of)) {
+        /* not met yet in this capture: its facts as ``_op_rec`` finds them (``Recorder._op``:
+         * the process's cache, this capture's name index, into ``_names_of``), then on here */
+        PyObject *got = PyObject_CallMethodOneArg(self->rec, s_op, func);
+        if (got == NULL) {
+            Py_DECREF(fid);
+            return NULL;
+        }
+        Py_DECREF(got);
+        info = PyDict_GetItemWithError(names_of, fid);
+    }
     Py_DECREF(fid);
     if (info == NULL && PyErr_Occurred())
         return NULL;
     int has_kw = kwargs != Py_None && PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) > 0;
-    /* not met yet, skipped (profiler), a hashing thread that may need protecting, a
-     * collective, kwargs not a dict: the Python's */
+    /* not met (``_op`` gave nothing), skipped (profiler), a hashing thread that may need
+     * protecting, a collective, kwargs not a dict: the Python's */
     if (info == NULL || !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) < 11
         || hasher != Py_None || !PyTuple_Check(args)
         || (kwargs != Py_None && !PyDict_Check(kwargs)))
@@ -2019,6 +2030,7 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_numel, "numel");
     INTERN(s_sha_like, "sha_like");
     INTERN(s_names_of, "_names_of");
+    INTERN(s_op, "_op");
     INTERN(s_op_rec, "_op_rec");
     INTERN(s_record, "_record");
     INTERN(s_broken, "_broken");
