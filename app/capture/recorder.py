@@ -781,11 +781,31 @@ class Recorder(TorchDispatchMode):
         self.quiet = True
         try:
             for n, p in root.named_parameters():
-                self.initial["params"].append([f"{path}.{n}", self._value_of(_unwrapped(p))])
+                p = _unwrapped(p)
+                self._swapped(p)
+                self.initial["params"].append([f"{path}.{n}", self._value_of(p)])
             for n, b in root.named_buffers():
-                self.initial["buffers"].append([f"{path}.{n}", self._value_of(_unwrapped(b))])
+                b = _unwrapped(b)
+                self._swapped(b)
+                self.initial["buffers"].append([f"{path}.{n}", self._value_of(b)])
         finally:
             self.quiet = False
+
+    def _swapped(self, t: torch.Tensor) -> None:
+        """Forget ``t``'s value where ``t.data = ...`` gave it data of another dtype or shape
+        since it was recorded (``model.to(torch.bfloat16)``, ``.half()`` after the model's
+        construction was captured): the assignment is no aten op and leaves the version counter
+        as it was, so ``t`` would still name its old value; it is recorded afresh instead."""
+        e = self.uid.get(id(t))
+        if e is None or e[0]() is not t:
+            return
+        try:
+            vid = self.seen.get((e[1], t._version))
+        except RuntimeError:  # inference tensors have no version counter
+            vid = self.seen.get((e[1], -1))
+        if vid is not None and (self.v_dtype[vid] != _dtype_name(t.dtype)
+                                or tuple(self.v_shape[vid]) != tuple(t.shape)):
+            del self.uid[id(t)]
 
     # ---- values -----------------------------------------------------------------------------
     # (the per-op path: every line here runs once per op or per tensor of the user's step, so

@@ -1026,6 +1026,7 @@ def test_a_model_cast_to_a_reduced_type_names_its_kernels(zoo_capture, script, d
     f, p = zoo_capture([script, *more, "--dtype", dtype], ["--steps", steps])
     assert p.returncode == 0, p.stderr[-2000:]
     rep = judge(load(f), explain=True)
+    assert rep["counts"]["no-reference"] == 0  # (the cast parameters noted as cast: session 42)
     seen = set()
     for e in rep["introduced"]:
         if e["op"] in kinds:
