@@ -1408,6 +1408,61 @@ def _batch_norm_narrow(args: list, kw: dict) -> tuple:
         return (*new, *outs)
 
 
+def _batch_norm_backward_narrow(args: list, kw: dict) -> tuple:
+    """``native_batch_norm_backward`` in training of a contiguous bfloat16 input with bfloat16
+    parameters as ATen's reduced-type ``batch_norm_cpu_backward_contiguous_internal`` computes
+    it: per channel in float32, ``sum(dy)`` and ``sum((x - mean) * dy)`` as the forward's
+    statistics (every image's whole vectors of 32 into a 16-lane accumulator, the tails into a
+    scalar, the lanes folded as a tree and added), ``k = dotp * invstd * invstd / N``,
+    ``dx = ((dy - sum / N) - (x - mean) * k) * invstd * w`` rounded to bfloat16, dweight
+    ``dotp * invstd`` and dbias ``sum`` rounded. Measured (8 shapes, 1 and 2 threads):
+    dweight and dbias every bit; dx every bit but one element of 32,768 in one shape (a value
+    of ~1e-6 left by cancellation; the contraction and evaluation orders tried give the same
+    bits). The outputs its mask asks for, in order."""
+    dy, x, w = np.asarray(args[0]), np.asarray(args[1]), args[2]
+    smean, sinv, train, mask = args[5], args[6], bool(args[7]), args[9]
+    dt = x.dtype
+    if not train or x.ndim < 3 or dt != _BF16 or dy.dtype != dt or smean is None or \
+            any(p is not None and np.asarray(p).dtype != dt for p in (w, smean, sinv)):
+        raise ValueError("written for training on bfloat16 with bfloat16 parameters")
+    f32 = np.float32
+    n_b, c = x.shape[:2]
+    img = x.size // (n_b * c)
+    X = x.reshape(n_b, c, img).astype(f32)
+    DY = dy.reshape(n_b, c, img).astype(f32)
+    n = n_b * img
+    whole = img - img % 32
+    mean = np.asarray(smean).astype(f32).reshape(-1)
+    inv = np.asarray(sinv).astype(f32).reshape(-1)
+    wt = np.ones(c, f32) if w is None else np.asarray(w).astype(f32).reshape(-1)
+    with np.errstate(all="ignore"):
+        dev = X - mean[None, :, None]
+        prod = dev * DY
+        acc_s, acc_d = np.zeros((c, 16), f32), np.zeros((c, 16), f32)
+        s, d = np.zeros(c, f32), np.zeros(c, f32)
+        for i in range(n_b):
+            for j in range(0, whole, 16):
+                acc_s = acc_s + DY[i, :, j:j + 16]
+                acc_d = acc_d + prod[i, :, j:j + 16]
+            for j in range(whole, img):
+                s = s + DY[i, :, j]
+                d = d + prod[i, :, j]
+        s = s + _fold_lanes(acc_s, 16, True)
+        d = d + _fold_lanes(acc_d, 16, True)
+        k = d * inv * inv / f32(n)
+        gm = s / f32(n)
+        dx = fma(-dev, k[None, :, None], DY - gm[None, :, None]) * inv[None, :, None] \
+            * wt[None, :, None]
+        out = []
+        if mask[0]:
+            out.append(dx.astype(dt).reshape(x.shape))
+        if mask[1]:
+            out.append((d * inv).astype(dt))
+        if mask[2]:
+            out.append(s.astype(dt))
+    return tuple(out)
+
+
 def _bn_finish(x: np.ndarray, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float,
                mean: np.ndarray, vs: np.ndarray) -> tuple:
     """batch_norm's outputs from its per-channel mean and variance sum (T): ``invstd``, ``y``
@@ -3834,7 +3889,12 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("reassociation", "PyTorch's CPU batch_norm backward (ATen: per image 8 / 4 "
                                   "lanes, the tail contracted, the images added in float64; "
                                   "dx = fma(-(x - mean), k, dy - grad_mean) * invstd * w)",
-                 _batch_norm_backward)] + [
+                 _batch_norm_backward),
+                ("reassociation", "PyTorch's CPU batch_norm backward of bfloat16 with bfloat16 "
+                                  "parameters (ATen's reduced-type kernel: float32 sums in a "
+                                  "16-lane accumulator over vectors of 32, the tails apart; dx "
+                                  "((dy - sum / N) - (x - mean) * k) * invstd * w)",
+                 _batch_norm_backward_narrow)] + [
                 ("reassociation", "PyTorch's CPU batch_norm backward of (rows, channels) (ATen's "
                                   f"channels-last kernel: the rows in {t} run"
                                   f"{'s' if t > 1 else ''}, dotp by fma, dx's tail "

@@ -2235,6 +2235,34 @@ def test_batch_norm_of_a_bfloat16_model_is_named(threads, shape):
     assert departs
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(8, 4, 8, 8), (2, 3, 33, 17), (8, 40, 4, 4), (16, 32, 12)])
+def test_batch_norm_backward_of_a_bfloat16_model_is_named(threads, shape):
+    """The bfloat16 BatchNorm's backward in training: dx, dweight and dbias from ATen's
+    reduced-type sums (the forward's accumulator layout), each named."""
+    g = torch.Generator().manual_seed(shape[1] + 7 * threads)
+    c = shape[1]
+    x = (torch.randn(*shape, generator=g) * 2 + 1).bfloat16()
+    dy = torch.randn(*shape, generator=g).bfloat16()
+    w = torch.randn(c, generator=g).bfloat16()
+    rm, rv = torch.zeros(c).bfloat16(), torch.ones(c).bfloat16()
+    with _threads(threads):
+        _, sm, si = torch.ops.aten.native_batch_norm(x, w, None, rm, rv, True, 0.1, 1e-5)
+        outs = torch.ops.aten.native_batch_norm_backward(dy, x, w, rm, rv, sm, si, True, 1e-5,
+                                                         [True, True, True])
+    args = [_narrow(dy), _narrow(x), _narrow(w), _narrow(rm), _narrow(rv), _narrow(sm),
+            _narrow(si), True, 1e-5, [True, True, True]]
+    X, DY = x.double().numpy(), dy.double().numpy()
+    axes = tuple(i for i in range(X.ndim) if i != 1)
+    sh = (1, c) + (1,) * (X.ndim - 2)
+    M, INV, W = sm.double().numpy(), si.double().numpy(), w.double().numpy()
+    xh = (X - M.reshape(sh)) * INV.reshape(sh)
+    plain = [(DY - DY.mean(axes).reshape(sh) - xh * (DY * xh).mean(axes).reshape(sh))
+             * (INV * W).reshape(sh), (DY * xh).sum(axes), DY.sum(axes)]
+    _reduced_outputs_named("aten.native_batch_norm_backward.default", args,
+                           [_narrow(o) for o in outs], plain, "bfloat16 with bfloat16")
+
+
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn", "aten"])
 @pytest.mark.parametrize("n, threads", [(77, 1), (100003, 2)])
 def test_gelu_backward_in_float16_is_named_whichever_kernel_torch_takes(onednn, n, threads):
