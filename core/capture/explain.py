@@ -1343,6 +1343,22 @@ def _batch_norm(args: list, kw: dict) -> tuple:
     return _bn_finish(x, w, b, rm, rv, momentum, eps, mean, vs)
 
 
+def _reduced_channel_sums(v: np.ndarray) -> np.ndarray:
+    """Each channel's sum of ``v`` (float32, (images, channels, positions)) as ATen's reduced-type
+    batch_norm kernels form it: every image's whole vectors of 32 into one 16-lane accumulator
+    (each vector's two halves added in turn), the images' tails into a scalar, the lanes folded
+    as a tree and added to it."""
+    n_b, c, img = v.shape
+    whole = img - img % 32
+    acc, s = np.zeros((c, 16), np.float32), np.zeros(c, np.float32)
+    for i in range(n_b):
+        for d in range(0, whole, 16):
+            acc = acc + v[i, :, d:d + 16]
+        for d in range(whole, img):
+            s = s + v[i, :, d]
+    return s + _fold_lanes(acc, 16, True)
+
+
 def _batch_norm_narrow(args: list, kw: dict) -> tuple:
     """``native_batch_norm`` in training of a contiguous bfloat16 input whose parameters and
     running statistics are bfloat16 too (a model cast to it) as ATen's reduced-type kernels
@@ -1374,20 +1390,10 @@ def _batch_norm_narrow(args: list, kw: dict) -> tuple:
     img = x.size // (n_b * c)
     X = x.reshape(n_b, c, img).astype(f32)
     n = n_b * img
-    whole = img - img % 32
-
-    def channel_sums(v: np.ndarray) -> np.ndarray:
-        acc, s = np.zeros((c, 16), f32), np.zeros(c, f32)
-        for i in range(n_b):
-            for d in range(0, whole, 16):
-                acc = acc + v[i, :, d:d + 16]
-            for d in range(whole, img):
-                s = s + v[i, :, d]
-        return s + _fold_lanes(acc, 16, True)
     with np.errstate(all="ignore"):
-        mean = channel_sums(X) / f32(n)
+        mean = _reduced_channel_sums(X) / f32(n)
         dev = X - mean[None, :, None]
-        vs = t(channel_sums(dev * dev))
+        vs = t(_reduced_channel_sums(dev * dev))
         mean_t = t(mean)
         var = t(vs / t(n)).astype(np.float64)
         invstd = t((1.0 / np.sqrt(var + eps)).astype(f32))
@@ -1431,24 +1437,12 @@ def _batch_norm_backward_narrow(args: list, kw: dict) -> tuple:
     X = x.reshape(n_b, c, img).astype(f32)
     DY = dy.reshape(n_b, c, img).astype(f32)
     n = n_b * img
-    whole = img - img % 32
     mean = np.asarray(smean).astype(f32).reshape(-1)
     inv = np.asarray(sinv).astype(f32).reshape(-1)
     wt = np.ones(c, f32) if w is None else np.asarray(w).astype(f32).reshape(-1)
     with np.errstate(all="ignore"):
         dev = X - mean[None, :, None]
-        prod = dev * DY
-        acc_s, acc_d = np.zeros((c, 16), f32), np.zeros((c, 16), f32)
-        s, d = np.zeros(c, f32), np.zeros(c, f32)
-        for i in range(n_b):
-            for j in range(0, whole, 16):
-                acc_s = acc_s + DY[i, :, j:j + 16]
-                acc_d = acc_d + prod[i, :, j:j + 16]
-            for j in range(whole, img):
-                s = s + DY[i, :, j]
-                d = d + prod[i, :, j]
-        s = s + _fold_lanes(acc_s, 16, True)
-        d = d + _fold_lanes(acc_d, 16, True)
+        s, d = _reduced_channel_sums(DY), _reduced_channel_sums(dev * DY)
         k = d * inv * inv / f32(n)
         gm = s / f32(n)
         dx = fma(-dev, k[None, :, None], DY - gm[None, :, None]) * inv[None, :, None] \

@@ -83,20 +83,20 @@ def test_a_bfloat16_product_with_amx_is_tdpbf16ps_blocks(op, shapes, t, threads)
     _named_here(op, shapes, t, threads, "tdpbf16ps", "GenuineIntel")
 
 
-def _named_here(op, shapes, t, threads, words, vendor):
-    """torch's product of bfloat16 operands at ``t`` threads named by the variant saying
-    ``words`` (the capture's CPU vendor ``vendor``), one bfloat16 ulp off ``unknown``."""
+def _named_here(op, shapes, t, threads, words, vendor, dt=torch.bfloat16, big=2.0 ** 14):
+    """torch's product of ``dt`` (bfloat16 / float16) operands at ``t`` threads named by the
+    variant saying ``words`` (the capture's CPU vendor ``vendor``), one ulp off ``unknown``."""
     threads(t)
     g = torch.Generator().manual_seed(sum(sum(s) for s in shapes) + t)
     xs = [torch.randn(*s, generator=g) for s in shapes]
-    # the first term of each sum large (2^14 x), the last its negation: the chain carries the
-    # large partial sum past the others, so its float32 roundings (which the order decides)
-    # reach the small bfloat16 result often enough to tell orders apart
+    # the first term of each sum large (``big`` x), the last its negation: the chain carries
+    # the large partial sum past the others, so its float32 roundings (which the order
+    # decides) reach the small narrow result often enough to tell orders apart
     a, b = xs[-2], xs[-1]
-    a[..., 0] *= 2.0 ** 14
+    a[..., 0] *= big
     a[..., -1] = -a[..., 0]
     b[..., -1, :] = b[..., 0, :]
-    xs = [x.bfloat16() for x in xs]
+    xs = [x.to(dt) for x in xs]
     if op == "aten.mm.default" and shapes[0][0] > shapes[0][1]:  # (a gradient's transposed view)
         xs[0] = xs[0].t().contiguous().t()
     y = getattr(torch.ops.aten, op.split(".")[1]).default(*xs)
@@ -160,24 +160,5 @@ def test_a_float16_product_is_onednns_split_chain(op, shapes, t, threads):
         y_ = getattr(torch.ops.aten, op_.split(".")[1]).default(*xs_).numpy()
         assert np.array_equal(reference(op_, [x.numpy() for x in xs_], {})[0].view(np.uint16),
                               y_.view(np.uint16)), op_
-    threads(t)
-    g = torch.Generator().manual_seed(sum(sum(s) for s in shapes) + t)
-    xs = [torch.randn(*s, generator=g) for s in shapes]
-    # (as the bfloat16 test: a large first term and its negation last carry a large partial
-    # sum past the others, so the float32 roundings the order decides reach the result)
-    a, b = xs[-2], xs[-1]
-    a[..., 0] *= 2.0 ** 9
-    a[..., -1] = -a[..., 0]
-    b[..., -1, :] = b[..., 0, :]
-    xs = [x.half() for x in xs]
-    y = getattr(torch.ops.aten, op.split(".")[1]).default(*xs)
-    args = [x.numpy() for x in xs]
-    rec = y.numpy()
-    plain = reference(op, args, {})[0]
-    n = int(np.sum(plain.view(np.uint16) != rec.view(np.uint16)))
-    assert n > 0, "torch equals the reference here (nothing to name)"
-    d = {"n_diff": n, "max_ulp": 1, "n_signed_zero": 0, "n_nan": 0}
-    got = explain_op(op, args, {}, rec, d, 0, "GenuineIntel")
-    assert got["cause"] == "reassociation" and "oneDNN's float16 matmul" in got["variant"], got
-    assert explain_op(op, args, {}, _one_ulp_off(rec), d, 0, "GenuineIntel")["cause"] == \
-        "unknown"
+    _named_here(op, shapes, t, threads, "oneDNN's float16 matmul", "GenuineIntel", torch.half,
+                2.0 ** 9)
