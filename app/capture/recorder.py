@@ -229,6 +229,15 @@ def _unwrapped(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _ptr(t: torch.Tensor) -> int:
+    """t's data pointer, part of its identity to the recorder (``t.data = x`` moves it, no
+    aten op seen); -1 for a tensor without one (sparse, a wrapper subclass)."""
+    try:
+        return t.data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return -1
+
+
 # the per-op path's lookups, bound once
 _Tensor = torch.Tensor
 _graph_task_id = torch._C._current_graph_task_id
@@ -469,9 +478,11 @@ class Recorder(TorchDispatchMode):
         self.spool: Spool | None = None
         self.stored_bytes = 0
         self.n_hashed = 0
-        # id(tensor) -> (a weak reference to it, its uid): an id reused by a new tensor after
-        # the old one died fails the identity check and gets a new uid
-        self.uid: dict[int, tuple[weakref.ref, int]] = {}
+        # id(tensor) -> (a weak reference to it, its uid, its data pointer): an id reused by a
+        # new tensor after the old one died fails the identity check and gets a new uid, and so
+        # does a tensor given other memory by ``t.data = x`` (``model.to(dtype)``,
+        # ``vector_to_parameters``: no aten op, the version counter unmoved)
+        self.uid: dict[int, tuple[weakref.ref, int, int]] = {}
         self.next_uid = 0
         self._names_of: dict[int, tuple] = {}  # id(OpOverload) -> ``_op``
         self._uninit: set[int] = set()  # the names' indices of ops of uninitialised memory
@@ -782,30 +793,12 @@ class Recorder(TorchDispatchMode):
         try:
             for n, p in root.named_parameters():
                 p = _unwrapped(p)
-                self._swapped(p)
                 self.initial["params"].append([f"{path}.{n}", self._value_of(p)])
             for n, b in root.named_buffers():
                 b = _unwrapped(b)
-                self._swapped(b)
                 self.initial["buffers"].append([f"{path}.{n}", self._value_of(b)])
         finally:
             self.quiet = False
-
-    def _swapped(self, t: torch.Tensor) -> None:
-        """Forget ``t``'s value where ``t.data = ...`` gave it data of another dtype or shape
-        since it was recorded (``model.to(torch.bfloat16)``, ``.half()`` after the model's
-        construction was captured): the assignment is no aten op and leaves the version counter
-        as it was, so ``t`` would still name its old value; it is recorded afresh instead."""
-        e = self.uid.get(id(t))
-        if e is None or e[0]() is not t:
-            return
-        try:
-            vid = self.seen.get((e[1], t._version))
-        except RuntimeError:  # inference tensors have no version counter
-            vid = self.seen.get((e[1], -1))
-        if vid is not None and (self.v_dtype[vid] != _dtype_name(t.dtype)
-                                or tuple(self.v_shape[vid]) != tuple(t.shape)):
-            del self.uid[id(t)]
 
     # ---- values -----------------------------------------------------------------------------
     # (the per-op path: every line here runs once per op or per tensor of the user's step, so
@@ -813,11 +806,12 @@ class Recorder(TorchDispatchMode):
     # --micro)
     def _key(self, t: torch.Tensor) -> tuple[int, int]:
         e = self.uid.get(id(t))
-        if e is not None and e[0]() is t:
+        p = _ptr(t)
+        if e is not None and e[0]() is t and e[2] == p:
             u = e[1]
         else:
             u = self.next_uid
-            self.uid[id(t)] = (weakref.ref(t), u)
+            self.uid[id(t)] = (weakref.ref(t), u, p)
             self.next_uid += 1
         try:
             ver = t._version
@@ -944,11 +938,12 @@ class Recorder(TorchDispatchMode):
     def _value_of(self, t: torch.Tensor) -> int:
         """The value id of ``t`` as it is now (recorded on first sight)."""
         e = self.uid.get(id(t))  # _key, inlined: this runs for every tensor argument
-        if e is not None and e[0]() is t:
+        p = _ptr(t)
+        if e is not None and e[0]() is t and e[2] == p:
             u = e[1]
         else:
             u = self.next_uid
-            self.uid[id(t)] = (weakref.ref(t), u)
+            self.uid[id(t)] = (weakref.ref(t), u, p)
             self.next_uid += 1
         try:
             k = (u, t._version)
@@ -970,11 +965,12 @@ class Recorder(TorchDispatchMode):
         bumps it on the way back up), or not at all (below it, or an unmarked write): the new
         value is the one read at either version."""
         e = self.uid.get(id(t))  # _key, inlined: this runs for every output
-        if e is not None and e[0]() is t:
+        p = _ptr(t)
+        if e is not None and e[0]() is t and e[2] == p:
             u = e[1]
         else:
             u = self.next_uid
-            self.uid[id(t)] = (weakref.ref(t), u)
+            self.uid[id(t)] = (weakref.ref(t), u, p)
             self.next_uid += 1
         try:
             ver = t._version
@@ -1128,7 +1124,7 @@ class Recorder(TorchDispatchMode):
         if t.nbytes < _DERIVE_MIN:
             return None
         e = self.uid.get(id(base))
-        if e is None or e[0]() is not base:
+        if e is None or e[0]() is not base or e[2] != _ptr(base):
             return None
         try:
             bvid = self.seen.get((e[1], base._version))
@@ -1460,7 +1456,7 @@ class Recorder(TorchDispatchMode):
             if ver is not None:
                 for t, vid in zip(_tensors(out), outs, strict=False):
                     e = self.uid.get(id(t))
-                    if e is not None and e[0]() is t:
+                    if e is not None and e[0]() is t and e[2] == _ptr(t):
                         self.seen.setdefault((e[1], ver), vid)
         # phase and module
         if graph_task != -1:

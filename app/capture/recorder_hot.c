@@ -153,8 +153,27 @@ static PyObject *version_of(PyObject *t) {
     return v;
 }
 
-/* the uid of t when the recorder knows it (borrowed), else NULL (no exception) */
-static PyObject *known_uid(PyObject *uid, PyObject *t, PyObject **idp) {
+/* t.data_ptr() in *p (``recorder._ptr``): -1 for a tensor without one (sparse, a wrapper
+ * subclass: RuntimeError or NotImplementedError, cleared); 0, or -1 with another error */
+static int ptr_of(PyObject *t, long long *p) {
+    PyObject *v = tcall(t, s_data_ptr);
+    if (v == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_RuntimeError)
+            && !PyErr_ExceptionMatches(PyExc_NotImplementedError))
+            return -1;
+        PyErr_Clear();
+        *p = -1;
+        return 0;
+    }
+    *p = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return *p == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* the uid of t when the recorder knows it (borrowed), else NULL (no exception): the entry
+ * ``(weak reference, uid, data pointer)`` of t itself, at the data pointer ``p`` t has now
+ * (``t.data = x`` gives it other memory, no aten op seen: a new uid) */
+static PyObject *known_uid(PyObject *uid, PyObject *t, long long p, PyObject **idp) {
     PyObject *id = PyLong_FromVoidPtr(t);
     if (id == NULL)
         return NULL;
@@ -163,12 +182,15 @@ static PyObject *known_uid(PyObject *uid, PyObject *t, PyObject **idp) {
         *idp = id;
     else
         Py_DECREF(id);
-    if (e == NULL || !PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2)
+    if (e == NULL || !PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3)
         return NULL;
     PyObject *ref = PyTuple_GET_ITEM(e, 0);
     if (!PyWeakref_Check(ref) || PyWeakref_GET_OBJECT(ref) != t)
         return NULL;
-    return PyTuple_GET_ITEM(e, 1);
+    long long q = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 2));
+    if (q == -1 && PyErr_Occurred())
+        return NULL;
+    return q == p ? PyTuple_GET_ITEM(e, 1) : NULL;
 }
 
 
@@ -474,9 +496,10 @@ static PyObject *pair(PyObject *a, PyObject *b) {
 static int key_of(Hot *self, PyObject *t, PyObject **up, PyObject **verp) {
     PyObject *d = self->dict;
     PyObject *uid = self->c_uid, *id = NULL, *u;
-    if (uid == NULL)
+    long long p;
+    if (uid == NULL || ptr_of(t, &p) < 0)
         return -1;
-    u = known_uid(uid, t, &id);
+    u = known_uid(uid, t, p, &id);
     if (u != NULL) {
         Py_INCREF(u);
     } else {
@@ -484,7 +507,7 @@ static int key_of(Hot *self, PyObject *t, PyObject **up, PyObject **verp) {
             Py_XDECREF(id);
             return -1;
         }
-        PyObject *next = item(d, s_next_uid), *ref, *e;
+        PyObject *next = item(d, s_next_uid), *ref, *e, *pv;
         if (next == NULL || (ref = PyWeakref_NewRef(t, NULL)) == NULL) {
             Py_XDECREF(id);
             if (next != NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
@@ -495,9 +518,11 @@ static int key_of(Hot *self, PyObject *t, PyObject **up, PyObject **verp) {
         }
         u = next;
         Py_INCREF(u);
-        e = PyTuple_Pack(2, ref, u);
+        pv = PyLong_FromLongLong(p);
+        e = pv == NULL ? NULL : PyTuple_Pack(3, ref, u, pv);
+        Py_XDECREF(pv);
         /* NOTE: neither is in a cycle (a weak reference without a callback holds nothing the
-         * collector follows, the pair holds it and an int): untracked, the recorder's ~2 a
+         * collector follows, the triple holds it and two ints): untracked, the recorder's ~2 a
          * tensor are no long-lived objects the cyclic GC counts toward a full collection of
          * the process's heap (gpt-wide: one of ~150 ms every ~20 captures; the weak reference
          * is still cleared when its tensor dies) */
@@ -1382,7 +1407,13 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
             int bad = ts == NULL || uid == NULL || seen == NULL || collect(out, ts) < 0;
             for (Py_ssize_t i = 0; !bad && i < PyList_GET_SIZE(ts) && i < PyList_GET_SIZE(outs);
                  i++) {
-                PyObject *u = known_uid(uid, PyList_GET_ITEM(ts, i), NULL);
+                PyObject *ti = PyList_GET_ITEM(ts, i), *u = NULL;
+                long long p;
+                if (ptr_of(ti, &p) < 0) {
+                    bad = 1;
+                    continue;
+                }
+                u = known_uid(uid, ti, p, NULL);
                 if (u == NULL) {
                     bad = PyErr_Occurred() != NULL;
                     continue;
