@@ -23,7 +23,7 @@ from tapescope.core.refmath._domain import domain_sample
 # every path the native code has that this CPU runs (tests/conftest.py: native_isa)
 pytestmark = pytest.mark.usefixtures("native_isa")
 
-QUICK = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid")  # the loops with a quick twin
+QUICK = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf")  # loops with a quick twin
 
 
 @pytest.fixture
@@ -80,6 +80,10 @@ THRESHOLDS = [
     100.0, -100.0, 103.97208, -103.97208, 104.0, -104.0, 708.0, -708.0, 709.78, -745.2,
     2.0**24, 2.0**53, 2.0**60, 3.4e38, -3.4e38, 0.41421357, -0.29289323, 1.4142135, 0.70710677,
     np.inf, -np.inf, np.nan,
+    # erf's: its small range's end, its ranges' edges (half a unit apart), where the float
+    # result becomes 1, where the quick loop answers 1 itself
+    0.84375, -0.84375, 1.34375, 1.84375, -2.34375, 2.84375, 3.34375, -3.84375, 3.9192057,
+    -3.9192057, 4.0, -4.0, 6.0,
 ]
 
 
@@ -164,7 +168,7 @@ def test_the_float_loops_are_vectorised_without_fma(need_native):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["exp", "expm1", "log", "log1p", "tanh", "sigmoid"])
+@pytest.mark.parametrize("name", ["exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf"])
 def test_every_float32_input_gives_the_scalar_twins_bits(name):
     """The certificate's slack rests on a measured bound (tsq_f vs ts_f <= 124 double ulps on all
     2**32 floats): run that whole check (`python -m pytest -m slow`; ~1 min a function here)."""
