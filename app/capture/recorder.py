@@ -229,6 +229,16 @@ def _unwrapped(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _forward_hook_always(nn_module: Any, hook: Any) -> Any:
+    """A global forward hook run also when the forward raises (``always_call``): the module
+    stack stays the one running (a non-reentrant checkpoint stops its recompute by raising
+    inside a forward; a script may catch a module's own error and go on)."""
+    try:
+        return nn_module.register_module_forward_hook(hook, always_call=True)
+    except TypeError:  # a torch before always_call
+        return nn_module.register_module_forward_hook(hook)
+
+
 def _ptr(t: torch.Tensor) -> int:
     """t's data pointer, part of its identity to the recorder (``t.data = x`` moves it, no
     aten op seen); -1 for a tensor without one (sparse, a wrapper subclass)."""
@@ -505,7 +515,12 @@ class Recorder(TorchDispatchMode):
         self.closing = False
         self._finish_later = False  # the last step ended inside an op: finish at the next hook
         self._opts_noted: set[int] = set()  # id() of the optimizers whose state is noted
-        self.modules: list[tuple[torch.nn.Module, str]] = []
+        # the modules running, innermost last: (module, path, entered inside a backward: a
+        # checkpoint's recompute, ``torch.utils.checkpoint``)
+        self.modules: list[tuple[torch.nn.Module, str, bool]] = []
+        # id(module) -> its path in the step's forward: a checkpoint's recompute (run inside
+        # the backward, its module stack empty) names its modules as the forward did
+        self._fwd_paths: dict[int, str] = {}
         # the module running from each of autograd's node numbers on (the hooks append at each
         # forward's start and end; numbers rise as nodes are made): a backward op's module is
         # the one its node was made in, found by bisection (``_backward_module``)
@@ -554,7 +569,7 @@ class Recorder(TorchDispatchMode):
         guard = self._guarded
         self.hooks = [
             nn_module.register_module_forward_pre_hook(guard(self._pre, "a module's forward")),
-            nn_module.register_module_forward_hook(guard(self._post, "a module's forward")),
+            _forward_hook_always(nn_module, guard(self._post, "a module's forward")),
             optim_mod.register_optimizer_step_pre_hook(guard(self._step_pre, "optimizer.step")),
             optim_mod.register_optimizer_step_post_hook(guard(self._step_post,
                                                               "optimizer.step"))]
@@ -639,14 +654,19 @@ class Recorder(TorchDispatchMode):
 
     # ---- hooks ------------------------------------------------------------------------------
     def _pre(self, mod: torch.nn.Module, args: Any) -> None:
-        # first: while dynamo traces a module, the hook is traced too and must be nothing
-        if _is_compiling() or threading.get_ident() != self.thread:
+        # first: while dynamo traces a module, the hook is traced too and must be nothing;
+        # another thread's modules are not the step's, but for a recompute on autograd's
+        # (a device's backward runs there)
+        if _is_compiling() or (threading.get_ident() != self.thread and _graph_task_id() == -1):
             return
         if self._finish_later:
             self.finish()
         if not self.recording or (self.closing and not self._end_step(inside_op=False)):
             return
-        if not self.modules:
+        in_bw = _graph_task_id() != -1
+        if not self.modules and in_bw:  # a checkpoint's recompute: the forward's own path
+            path = self._fwd_paths.get(id(mod)) or type(mod).__name__
+        elif not self.modules:
             self.after_backward = False  # a new forward
             if self.in_optimizer:  # a closure's (LBFGS's step(closure)): forward, then backward,
                 self._closure_opt += self.in_optimizer  # then the optimizer's own ops again
@@ -659,7 +679,7 @@ class Recorder(TorchDispatchMode):
                 self.roots_seen.add(id(mod))
                 self._note_initial(orig if orig is not None else mod, path)
         else:
-            parent, ppath = self.modules[-1]
+            parent, ppath = self.modules[-1][:2]
             name = next((k for k, m in parent._modules.items() if m is mod), None)
             if name is None:  # a grandchild called directly (a ModuleList's item): its path
                 name = self._names.get((id(parent), id(mod)))
@@ -668,12 +688,15 @@ class Recorder(TorchDispatchMode):
                                 type(mod).__name__)
                     self._names[(id(parent), id(mod))] = name
             path = f"{ppath}.{name}"
-        self.modules.append((mod, path))
+        if not in_bw:
+            self._fwd_paths[id(mod)] = path
+        self.modules.append((mod, path, in_bw))
         self.module_path.append(path)  # (first: a reader on autograd's thread bounds by from)
         self.module_from.append(_next_sequence_nr())
 
     def _post(self, mod: torch.nn.Module, args: Any, out: Any) -> None:
-        if _is_compiling() or not self.recording or threading.get_ident() != self.thread:
+        if _is_compiling() or not self.recording or (threading.get_ident() != self.thread
+                                                     and _graph_task_id() == -1):
             return
         if self.modules and self.modules[-1][0] is mod:
             self.modules.pop()
@@ -1391,7 +1414,8 @@ class Recorder(TorchDispatchMode):
             if graph_task != -1:
                 phase = 1
                 self.in_backward = self.after_backward = True
-                module = self._backward_module(torch._C._current_autograd_node())
+                module = self.modules[-1][1] if self.modules and self.modules[-1][2] else \
+                    self._backward_module(torch._C._current_autograd_node())
                 if self.last_ones_like is not None:
                     self.losses[self.step] = self.last_ones_like
                     self.last_ones_like = None
@@ -1463,7 +1487,9 @@ class Recorder(TorchDispatchMode):
             phase = 1
             self.in_backward = True
             self.after_backward = True
-            module = self._backward_module(_autograd_node())
+            modules = self.modules  # a checkpoint's recompute: the module it runs in
+            module = modules[-1][1] if modules and modules[-1][2] else \
+                self._backward_module(_autograd_node())
             if self.last_ones_like is not None:
                 self.losses[self.step] = self.last_ones_like
                 self.last_ones_like = None

@@ -1436,13 +1436,30 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
         if (PyDict_SetItem(d, s_in_backward, Py_True) < 0
             || PyDict_SetItem(d, s_after_backward, Py_True) < 0)
             goto done;
-        PyObject *node = PyObject_CallNoArgs(g_autograd_node);
-        if (node == NULL)
+        /* a module entered inside the backward (a checkpoint's recompute): the one it runs
+         * in; else the module its autograd node was made in */
+        PyObject *modules = self->c_modules, *top = NULL;
+        if (modules == NULL || !PyList_Check(modules))
             goto done;
-        module = backward_module(self, d, node);
-        Py_DECREF(node);
-        if (module == NULL)
-            goto done;
+        Py_ssize_t nm = PyList_GET_SIZE(modules);
+        if (nm) {
+            top = PyList_GET_ITEM(modules, nm - 1);
+            if (!PyTuple_Check(top) || PyTuple_GET_SIZE(top) != 3
+                || PyTuple_GET_ITEM(top, 2) != Py_True)
+                top = NULL;
+        }
+        if (top != NULL) {
+            module = PyTuple_GET_ITEM(top, 1);
+            Py_INCREF(module);
+        } else {
+            PyObject *node = PyObject_CallNoArgs(g_autograd_node);
+            if (node == NULL)
+                goto done;
+            module = backward_module(self, d, node);
+            Py_DECREF(node);
+            if (module == NULL)
+                goto done;
+        }
         PyObject *last = item(d, s_last_ones_like);
         if (last == NULL)
             goto done;

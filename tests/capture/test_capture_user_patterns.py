@@ -408,3 +408,79 @@ def test_data_swapped_for_data_of_the_same_type_and_shape(tmp_path, monkeypatch,
             np.testing.assert_array_equal(a, before[s - 1].numpy())
     rep = judge(cap)
     assert rep["counts"]["exact"] > 0
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_activation_checkpointing_names_the_recompute_by_its_forward_modules(
+        tmp_path, monkeypatch, native, reentrant):
+    """``torch.utils.checkpoint`` runs each block's forward again inside the backward. Before
+    session 43 the recompute's ops were filed under the module whose backward node asked for
+    the saved tensors (``Net.blocks.0.drop``), the reentrant recompute under the block's type
+    as if a new model (``Block.fc1``, its parameters noted again as initial ones), and the
+    non-reentrant one, which stops its recompute by raising inside a forward, left the module
+    stack growing (``Net.blocks.2.drop.Block.drop.Block.fc1``)."""
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+
+    class Block(torch.nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.ln, self.fc1 = torch.nn.LayerNorm(d), torch.nn.Linear(d, 2 * d)
+            self.fc2, self.drop = torch.nn.Linear(2 * d, d), torch.nn.Dropout(0.1)
+
+        def forward(self, x):
+            return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln(x)))))
+
+    class Net(torch.nn.Module):
+        def __init__(self, d=8):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(d) for _ in range(2)])
+            self.head = torch.nn.Linear(d, 3)
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=reentrant)
+            return self.head(x)
+
+    def run(cap_file=None):
+        torch.manual_seed(0)
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 8, requires_grad=reentrant)
+        y = torch.randint(0, 3, (4,))
+        losses = []
+        for _ in range(2):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    want = run()
+    f = tmp_path / "ck.capture"
+    with capture(f, steps=2) as rec:
+        got = run()
+    assert rec.error is None
+    assert got == want  # the recorder only reads
+    cap = load(f)
+    mods = set(cap.ops["module"])
+    assert all(m == "" or m == "Net" or m.startswith("Net.") for m in mods), sorted(mods)
+    assert not [m for m in mods if m.count("blocks") > 1 or "Block" in m], sorted(mods)
+    assert {n for n, _ in cap.initial["params"]} == {
+        f"Net.{n}" for n, _ in Net().named_parameters()}
+    for b in (0, 1):  # each block's forward product run again in the backward, under fc1
+        again = [i for i, o in enumerate(cap.ops["op"]) if o == "aten.addmm.default"
+                 and cap.ops["phase"][i] == "backward" and cap.ops["step"][i] == 1
+                 and cap.ops["module"][i] == f"Net.blocks.{b}.fc1"]
+        assert again, b
+    rep = judge(cap)
+    assert rep["counts"]["no-reference"] == 0 and rep["counts"]["exact"] > 0
