@@ -1343,6 +1343,32 @@ def _batch_norm(args: list, kw: dict) -> tuple:
     return _bn_finish(x, w, b, rm, rv, momentum, eps, mean, vs)
 
 
+def _batch_norm_eval(args: list, kw: dict) -> tuple:
+    """``native_batch_norm`` in evaluation (``model.eval()``: the running statistics read,
+    not written) as PyTorch's CPU kernel computes it (ATen's
+    ``batch_norm_cpu_collect_linear_and_constant_terms``, then ``kernel0``'s ``x * alpha +
+    beta``, contracted): per channel ``invstd = 1 / sqrt(running_var + eps)`` in T (eps
+    rounded to T), ``a = invstd * weight``, ``beta = fma(-running_mean, a, bias)``, ``y =
+    fma(x, a, beta)``. Elementwise, so any layout (channels-last, rows of channels) alike.
+    The outputs in the capture's order: the running mean and variance as they were, y, and
+    the empty save_mean and save_invstd."""
+    x, w, b, rm, rv = np.asarray(args[0]), args[1], args[2], args[3], args[4]
+    if bool(args[5]) or rm is None or rv is None or x.ndim < 2 or \
+            x.dtype not in (np.float32, np.float64):
+        raise ValueError("written for evaluation with running statistics, float32 / float64")
+    t, c = x.dtype.type, x.shape[1]
+    rm, rv = np.asarray(rm).reshape(-1), np.asarray(rv).reshape(-1)
+    if rm.dtype != x.dtype or rv.dtype != x.dtype:
+        raise ValueError("running statistics of another type")
+    invstd = t(1) / np.sqrt(rv + t(float(args[7])))
+    a = invstd * (np.ones(c, x.dtype) if w is None else np.asarray(w).reshape(-1))
+    bias = np.zeros(c, x.dtype) if b is None else np.asarray(b).reshape(-1)
+    sh = (1, c) + (1,) * (x.ndim - 2)
+    y = fma(x, a.reshape(sh), fma(-rm, a, bias).reshape(sh)).astype(x.dtype)
+    empty = np.zeros(0, x.dtype)
+    return np.asarray(args[3]), np.asarray(args[4]), y, empty, empty
+
+
 def _reduced_channel_sums(v: np.ndarray) -> np.ndarray:
     """Each channel's sum of ``v`` (float32, (images, channels, positions)) as ATen's reduced-type
     batch_norm kernels form it: every image's whole vectors of 32 into one 16-lane accumulator
@@ -3856,7 +3882,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                          "forward layer's h0 rows summed apart, added last)",
                  _onednn_lstm_backward)]
     if base in ("native_batch_norm", "_native_batch_norm_legit") and op.endswith(".default"):
-        return [("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
+        return [("reassociation", "PyTorch's CPU batch_norm in evaluation (ATen: invstd = 1 / "
+                                  "sqrt(running_var + eps) in T, y = fma(x, a, fma(-mean, a, "
+                                  "bias)), a = invstd * weight)", _batch_norm_eval),
+                ("reassociation", "PyTorch's CPU batch_norm (ATen: serial float64 sums of x "
                                   "and of (x - mean)^2, y = fma(x, a, fma(-mean, a, bias)))",
                  _batch_norm),
                 ("reassociation", "PyTorch's CPU batch_norm of bfloat16 with bfloat16 "

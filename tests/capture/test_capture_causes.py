@@ -1063,6 +1063,28 @@ def test_batch_norm_in_training_every_output(dt, shape):
         assert explain_op(op, args, {}, _nudged(got.numpy()), d, j)["cause"] == "unknown"
 
 
+@pytest.mark.parametrize("dt", DTS, ids=["float32", "float64"])
+@pytest.mark.parametrize("shape", [(8, 8, 16), (4, 16, 5, 7), (32, 8), (2, 3, 33)])
+def test_batch_norm_in_evaluation(dt, shape):
+    """``model.eval()``'s batch_norm (an EMA model validated between steps, session 43: its
+    outputs were ``unknown``): y from the running statistics, every bit (channels-last too),
+    one ulp off unknown."""
+    g = torch.Generator().manual_seed(9)
+    c = shape[1]
+    x = torch.randn(*shape, dtype=dt, generator=g) * 2 + 0.3
+    w, b = torch.randn(c, dtype=dt, generator=g), torch.randn(c, dtype=dt, generator=g)
+    rm, rv = torch.randn(c, dtype=dt, generator=g), torch.rand(c, dtype=dt, generator=g) + 0.5
+    op = "aten.native_batch_norm.default"
+    for xs in (x, x.to(memory_format=torch.channels_last) if x.dim() == 4 else x):
+        args = _np([xs, w, b, rm, rv]) + [False, 0.1, 1e-5]
+        y = torch.ops.aten.native_batch_norm(xs, w, b, rm, rv, False, 0.1, 1e-5)[0]
+        X, W, B, RM, RV = args[:5]
+        sh = (1, c) + (1,) * (X.ndim - 2)
+        plain = (X - RM.reshape(sh)) / np.sqrt(RV + X.dtype.type(1e-5)).reshape(sh) \
+            * W.reshape(sh) + B.reshape(sh)
+        _named(op, args, {}, y.numpy(), plain, "reassociation", "evaluation", output=2)
+
+
 @need_avx512
 @pytest.mark.parametrize("dt", DTS, ids=["float32", "float64"])
 @pytest.mark.parametrize("shape, groups", [((2, 8, 16, 16), 4), ((2, 6, 7, 5), 3),
