@@ -17,6 +17,7 @@ import sys
 import traceback
 import warnings
 from types import TracebackType
+from typing import Any
 
 import tapescope.app.commands
 
@@ -145,10 +146,12 @@ def _main(argv: list[str]) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    real_stdout = sys.stdout
+    out = sys.stdout = _StdoutOrNothing(real_stdout)
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # (here, where a reader gone is caught; not at the interpreter's exit)
-        return code
+        return 141 if out.gone else code  # (the files it writes written all the same)
     except KeyboardInterrupt:
         print(f"tapescope {args.command}: interrupted", file=sys.stderr)
         return 130
@@ -169,6 +172,40 @@ def _main(argv: list[str]) -> int:
             else one_line(e)
         print(f"tapescope {args.command}: {msg}", file=sys.stderr, flush=True)
         return 2
+    finally:
+        sys.stdout = real_stdout
+
+
+class _StdoutOrNothing:
+    """``sys.stdout`` until its reader leaves (``parity ... --json OUT | head``), then nothing:
+    the command goes on to write its files (the ``--json``, a report) instead of dying at the
+    print that met the closed pipe, and exits 141 as a command SIGPIPE ends."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.gone = False
+
+    def write(self, s: str) -> int:
+        if not self.gone:
+            try:
+                return self._real.write(s)
+            except BrokenPipeError:
+                self._leave()
+        return len(s)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._real.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        self.gone = True
+        _stdout_gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
 
 
 def _stdout_gone() -> None:

@@ -12,6 +12,7 @@ syntax error, a ``build()`` that raises and a minibatch that raises at step 2.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -192,6 +193,25 @@ def test_report_exits_0_after_writing_its_files(tmp_path):
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert out.exists() and out.with_suffix(".json").exists()
     assert "bit-identical" in proc.stdout
+
+
+def test_a_reader_that_leaves_early_does_not_cost_the_json(tmp_path):
+    """``parity ... --json OUT | head -2``: the command printed its table first and died at
+    the print that met the closed pipe, so OUT was never written (session 43, a capture's
+    parity). It goes on with stdout gone: OUT is written whole, the exit is still 141, nothing
+    on stderr."""
+    out = tmp_path / "p.json"
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "tapescope.app.cli", "parity", "--workload",
+                            "mlp", "--device", "host", "--steps", "2", "--json", str(out)],
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=300,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    finally:
+        os.close(w)
+    assert (p.returncode, p.stderr) == (141, "")
+    assert json.loads(out.read_text())["steps"]
 
 
 def test_a_reader_that_leaves_early_is_quiet():
