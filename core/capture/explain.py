@@ -745,7 +745,10 @@ _MEMORY_ORDERS = [("channels-last value over channels-first memory", (0, 3, 1, 2
                   ("view with its last two dimensions swapped", (0, 1, 3, 2)),
                   ("view with its last two dimensions swapped", (0, 2, 1)),
                   ("view with its first two dimensions swapped", (1, 0, 2)),
-                  ("transposed matrix", (1, 0))]
+                  ("transposed matrix", (1, 0)),
+                  # in its own order: a per-channel sum over (n, h, w) of a contiguous value
+                  # (PReLU's weight gradient; session 43: tried last, the table's sums first)
+                  ("contiguous value", (0, 1, 2, 3)), ("contiguous value", (0, 1, 2))]
 
 
 def _layout_sum_args(order: tuple, axes: Callable, op: str, args: list,
@@ -1112,6 +1115,30 @@ def _norms(dt: np.dtype) -> list[_Variant]:
                           "kernel, F.normalize's): 8-lane vector sums of squares, the lanes "
                           "added in sequence, then the tail's whole fours squared and added in "
                           "turn, the rest by fma", _norm_lastdim)]
+
+
+def _embedding_renorm(norm: Callable, lastdim: bool) -> Callable:
+    """``embedding_renorm_`` (``nn.Embedding(max_norm=)``) as ATen's CPU loop runs it: each
+    looked-up row once, its 2-norm by ``norm`` (a variant of ``_norms``: a whole tensor's, or
+    ``lastdim`` the reduce-lastdim kernel's) read as a double, ``scale = max_norm / (norm +
+    1e-7)`` in double, the row times ``T(scale)``."""
+    def run(args: list, kw: dict) -> np.ndarray:
+        w, idx = np.asarray(args[0]), np.asarray(args[1])
+        max_norm, p = float(args[2]), float(args[3])
+        if p != 2 or w.ndim != 2 or w.dtype not in (np.float32, np.float64) or \
+                idx.dtype.kind not in "iu":
+            raise ValueError("written for the 2-norm of float32 / float64 rows")
+        rows = np.unique(idx.astype(np.int64).reshape(-1))
+        if rows.size and (rows[0] < 0 or rows[-1] >= w.shape[0]):
+            raise ValueError("an index outside the weight's rows")
+        out = w.copy()
+        for r in rows:
+            n = float(np.asarray(norm([w[r], 2, [-1]] if lastdim else [w[r], 2],
+                                      {})).reshape(-1)[0])
+            if n > max_norm:
+                out[r] = out[r] * w.dtype.type(max_norm / (n + 1e-7))
+        return out
+    return run
 
 
 def _norm_lastdim(args: list, kw: dict) -> np.ndarray:
@@ -3749,6 +3776,11 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base.removeprefix("_foreach_").rstrip("_") in ("lerp", "add", "sub", "addcmul",
                                                       "addcdiv"):
         return _pointwise(base)
+    if base == "embedding_renorm_":
+        return [(c, f"PyTorch's CPU embedding_renorm_ (ATen: each unique row's norm by "
+                    f"torch.norm, {label}, read as a double; rows past max_norm scaled by "
+                    "T(max_norm / (norm + 1e-7)))", _embedding_renorm(run, i == last))
+                for last in [len(_norms(dt)) - 1] for i, (c, label, run) in enumerate(_norms(dt))]
     if base in ("_foreach_norm", "linalg_vector_norm", "norm"):
         # (torch.norm's norm.ScalarOpt_dim: pairwise_distance's, with linalg_vector_norm's
         # arguments in the same places and the same kernels)

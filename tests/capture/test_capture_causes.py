@@ -1063,6 +1063,32 @@ def test_batch_norm_in_training_every_output(dt, shape):
         assert explain_op(op, args, {}, _nudged(got.numpy()), d, j)["cause"] == "unknown"
 
 
+def test_embedding_renorm_and_a_per_channel_sum_are_named():
+    """Two ``unknown`` of a user script (session 43): ``nn.Embedding(max_norm=)``'s
+    ``embedding_renorm_`` (each row's norm by torch.norm's 8 lanes, the scale in double) and
+    PReLU's weight gradient, a contiguous (n, c, h, w) summed over (n, h, w) (each image's
+    channel rows by vectorized_inner_sum, the images added in turn). Named for torch's own
+    result, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(300, 37, generator=g) * 0.6
+    idx = torch.randint(0, 300, (9, 40), generator=g)
+    got = w.clone()
+    torch.embedding_renorm_(got, idx, 2.0, 2.0)
+    op = "aten.embedding_renorm_.default"
+    args = [w.numpy(), idx.numpy(), 2.0, 2.0]
+    _named(op, args, {}, got.numpy(), reference(op, args, {})[0], "reassociation",
+           "embedding_renorm_")
+    for shape in [(4, 8, 12, 12), (3, 5, 64, 64), (16, 32, 5)]:
+        x = torch.randn(*shape, generator=g)
+        dims = [0, 2, 3] if len(shape) == 4 else [0, 2]
+        op = "aten.sum.dim_IntList"
+        args = [x.numpy(), dims, True]
+        _named(op, args, {}, torch.sum(x, dims, keepdim=True).numpy(),
+               reference(op, args, {})[0], "reassociation", "contiguous value")
+
+
 @pytest.mark.parametrize("dt", DTS, ids=["float32", "float64"])
 @pytest.mark.parametrize("shape", [(8, 8, 16), (4, 16, 5, 7), (32, 8), (2, 3, 33)])
 def test_batch_norm_in_evaluation(dt, shape):
