@@ -140,6 +140,16 @@ def ulp_image(ref: np.ndarray, rec: np.ndarray, width: int = 640, height: int = 
     return pix, t.caption() + note
 
 
+def first_differing(a: np.ndarray, b: np.ndarray) -> int:
+    """The flat index of the first element whose bits differ between ``a`` and ``b`` (one
+    dtype and size), 0 where none does."""
+    if a.dtype != b.dtype or a.size != b.size or a.dtype.itemsize not in (1, 2, 4, 8):
+        return 0
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    k = np.flatnonzero(np.ascontiguousarray(a).view(u) != np.ascontiguousarray(b).view(u))
+    return int(k[0]) if k.size else 0
+
+
 class CaptureWindow(QMainWindow):
     """The window over one judged capture."""
 
@@ -359,10 +369,18 @@ class CaptureWindow(QMainWindow):
                 lines.append(f"  cause      {self._cause(i, j)}")
             if rec is not None and rec.size:
                 flat = np.asarray(rec).reshape(-1)
-                lines.append(f"  recorded   {np.array2string(flat[:6], precision=9)}")
-                if refs is not None and j < len(refs) and refs[j].shape == rec.shape:
+                ref = refs[j] if refs is not None and j < len(refs) and \
+                    refs[j].shape == rec.shape else None
+                # six elements from the first that differs (the start may well agree: a
+                # padding row, a masked block), its index said
+                k = first_differing(flat, ref.reshape(-1)) if ref is not None and \
+                    ref.dtype == rec.dtype else 0
+                at = "" if k == 0 else \
+                    f"  from element {tuple(int(v) for v in np.unravel_index(k, rec.shape))}"
+                lines.append(f"  recorded   {np.array2string(flat[k:k + 6], precision=9)}{at}")
+                if ref is not None:
                     lines.append("  reference  "
-                                 f"{np.array2string(refs[j].reshape(-1)[:6], precision=9)}")
+                                 f"{np.array2string(ref.reshape(-1)[k:k + 6], precision=9)}")
                     if not shown and refs[j].dtype == rec.dtype:
                         got = ulp_image(refs[j], rec)
                         if got is not None:

@@ -484,3 +484,45 @@ def test_activation_checkpointing_names_the_recompute_by_its_forward_modules(
         assert again, b
     rep = judge(cap)
     assert rep["counts"]["no-reference"] == 0 and rep["counts"]["exact"] > 0
+
+
+def test_the_inspector_shows_the_elements_from_the_first_that_differs(tmp_path, qtbot):
+    """An output whose first elements agree (a padding row, a masked block, here a product's
+    first 8 rows, zero): the Inspector's recorded / reference lines showed its first six
+    elements, equal, and hid what differs (session 43). They start at the first element whose
+    bits differ, its index said, as a user clicking the op sees."""
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import Qt
+
+    from tapescope.app.capture import capture
+    from tapescope.app.qt.capture_window import _OP, CaptureWindow, first_differing
+
+    f = tmp_path / "pad.capture"
+    torch.manual_seed(0)
+    with capture(f, steps=1):
+        lin = torch.nn.Linear(100, 32, bias=False)
+        opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+        x = torch.randn(64, 100)
+        x[:8] = 0
+        lin(x).square().sum().backward()
+        opt.step()
+    cap = load(f)
+    win = CaptureWindow(cap, judge(cap))
+    qtbot.addWidget(win)
+    i = next(e["index"] for e in win.rep["ops"] if e["op"] == "aten.mm.default"
+             and e["phase"] == "forward" and e["outputs"][0]["verdict"] == "introduced")
+    items = win.tree.findItems("*", Qt.MatchFlag.MatchWildcard | Qt.MatchFlag.MatchRecursive)
+    win.tree.setCurrentItem(next(it for it in items if it.data(0, _OP) == i))  # a click
+    lines = win.inspector.toPlainText().splitlines()
+    rec = next(ln for ln in lines if ln.startswith("  recorded "))
+    ref = lines[lines.index(rec) + 1]
+    assert "from element (" in rec and ref.startswith("  reference ")
+    row = int(rec.split("from element (")[1].split(",")[0])
+    assert row >= 8  # past the zero rows
+    got = rec.split("[")[1].split("]")[0].split()
+    want = ref.split("[")[1].split("]")[0].split()
+    assert got[0] != want[0]  # the first shown differs
+    a = np.zeros(10, np.float32)
+    b = a.copy()
+    b[7] = 1
+    assert first_differing(a, b) == 7 and first_differing(a, a) == 0
