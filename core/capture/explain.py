@@ -1864,11 +1864,11 @@ def _log_softmax_ops(base: str) -> list[_Variant]:
                          "fma(-exp(out), sum(g), g), SLEEF's exp", lsm_bwd)]
     if base == "nll_loss_forward":
         return [("reassociation", "PyTorch's CPU nll_loss (ATen: a cascade of partial sums, "
-                                  "levels of 2^max(4, log2(N)/4), in the input's type: a "
-                                  "float16 / bfloat16 sum rounded to it at every add)",
-                 _nll_cascade)]
+                                  "levels of 2^max(4, log2(N)/8), in the input's type: a "
+                                  "float16 / bfloat16 sum rounded to it at every add; class "
+                                  "weights in levels of their own)", _nll_cascade)]
     if base == "nll_loss2d_forward":
-        def nll2d(args: list, kw: dict) -> np.ndarray:
+        def nll2d(args: list, kw: dict) -> tuple:
             x = np.asarray(args[0])
             if x.ndim != 4:
                 raise ValueError("written for (N, C, H, W)")
@@ -1879,41 +1879,58 @@ def _log_softmax_ops(base: str) -> list[_Variant]:
     return []
 
 
-def _nll_cascade(args: list, kw: dict) -> np.ndarray:
-    """``nll_loss_forward``'s output 0 (no weight, mean or sum) as ATen's ``nll_loss_out_frame``
-    sums it: ``-x[b, t[b]]`` into level 0, carried up the levels while ``b``'s bits are zero,
-    the levels then added in order from 0, divided by the count of targets kept; every step in
-    the input's type (float16 / bfloat16: c10's operators, each result rounded to it, the
-    count too; measured, every bit, 1 to 4,097 rows)."""
+def _nll_cascade(args: list, kw: dict) -> tuple:
+    """``nll_loss_forward``'s outputs (the loss, the total weight; mean or sum) as ATen's
+    ``nll_loss_out_frame`` sums them (``nll_loss2d_forward_out_frame`` alike, over the pixels
+    in (n, h, w) order): ``-x[b, t[b]]`` (times the class weight ``w[t[b]]``, then ``w[t[b]]``
+    into the weights' own levels) into level 0, carried up the levels while ``b``'s bits are
+    zero (levels of ``2^max(4, CeilLog2(N) / 8)``), the levels then added in order from 0; the
+    mean divided by the total weight (without weights the count of targets kept); every step
+    in the input's type (float16 / bfloat16: c10's operators, each result rounded to it, the
+    count too; measured, every bit, 1 to 4,097 rows; with weights and an ignored index, the
+    2-D and the spatial kernel, session 43)."""
     x, t = np.asarray(args[0]), np.asarray(args[1])
     weight, reduction, ignore = args[2], int(args[3]), int(args[4])
-    if weight is not None or x.ndim != 2 or reduction not in (1, 2) or \
+    if x.ndim != 2 or reduction not in (1, 2) or \
             x.dtype not in (np.float32, np.float64, np.float16, _BF16) or \
             t.shape != (x.shape[0],):
-        raise ValueError("written for 2-D input, no weight, mean or sum")
+        raise ValueError("written for 2-D input, mean or sum")
+    w = None if weight is None else np.asarray(weight).reshape(-1)
+    if w is not None and (w.dtype != x.dtype or w.size != x.shape[1]):
+        raise ValueError("a weight of another type or size")
     n = x.shape[0]
     dt = x.dtype.type
-    lp = max(4, (int(n - 1).bit_length() if n > 1 else 0) // 4)  # CeilLog2(n) / 4
+    lp = max(4, (int(n - 1).bit_length() if n > 1 else 0) // 8)  # CeilLog2(n) / 8 levels
     mask = (1 << lp) - 1
-    levels = [dt(0)] * 8
+    levels, wlevels = [dt(0)] * 8, [dt(0)] * 8
     kept = 0
     for b in range(n):
         tb = int(t[b])
         if tb == ignore:
             continue
         kept += 1
-        levels[0] = dt(levels[0] - x[b, tb])
+        if w is None:
+            levels[0] = dt(levels[0] - x[b, tb])
+        else:  # (the product rounded: torch 2.13's build does not contract it, measured)
+            levels[0] = dt(levels[0] - dt(x[b, tb] * w[tb]))
+            wlevels[0] = dt(wlevels[0] + w[tb])
         for j in range(7):
             if b & (mask << (j * lp)):
                 break
             levels[j + 1] = dt(levels[j + 1] + levels[j])
-            levels[j] = dt(0)
-    s = dt(0)
+            wlevels[j + 1] = dt(wlevels[j + 1] + wlevels[j])
+            levels[j] = wlevels[j] = dt(0)
+    s = total = dt(0)
     for v in levels:
         s = dt(s + v)
+    if w is None:
+        total = dt(kept)
+    else:
+        for v in wlevels:
+            total = dt(total + v)
     if reduction == 1:
-        s = dt(s / dt(kept))
-    return np.asarray(s, dtype=x.dtype)
+        s = dt(s / total)
+    return np.asarray(s, dtype=x.dtype), np.asarray(total, dtype=x.dtype)
 
 
 def _embedding_backward_narrow(args: list, kw: dict) -> np.ndarray:
@@ -1996,6 +2013,17 @@ def _smooth_l1(dt: np.dtype) -> list[_Variant]:
         if beta == 0:
             return z
         return np.where(z < beta, ((t(0.5) * z) * z) / beta, z - t(0.5) * beta)
+    return _reduced_loss(dt, elem)
+
+
+def _huber(dt: np.dtype) -> list[_Variant]:
+    """``huber_loss``: ``z = |x - y|``, ``z < delta ? (0.5 * z) * z : delta * (z - 0.5 *
+    delta)`` (ATen's huber kernel, vector and scalar alike; 0.5 * delta exact) (_reduced_loss)."""
+    def elem(x: np.ndarray, y: np.ndarray, args: list, kw: dict) -> np.ndarray:
+        t = x.dtype.type
+        delta = t(float(_arg(args, kw, 3, "delta", 1.0)))
+        z = np.abs(x - y)
+        return np.where(z < delta, (t(0.5) * z) * z, delta * (z - t(0.5) * delta))
     return _reduced_loss(dt, elem)
 
 
@@ -4080,6 +4108,8 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return _mse(dt)
     if base == "smooth_l1_loss":
         return _smooth_l1(dt)
+    if base == "huber_loss":
+        return _huber(dt)
     if base in ("sum", "mean"):
         return _sums(op, dt)
     if base in ("_softmax", "_safe_softmax"):  # (_safe_softmax: 0 where a row is all -inf;

@@ -471,6 +471,56 @@ def test_smooth_l1_loss_is_its_elementwise_loss_then_atens_sum(shape, beta):
         assert "ATen SumKernel" not in off["variant"], off
 
 
+@pytest.mark.parametrize("shape,delta", [((37, 1), 0.7), ((16, 4), 0.3), ((300,), 0.45),
+                                         ((16, 64), 1.0)])
+def test_huber_loss_is_its_elementwise_loss_then_atens_sum(shape, delta):
+    """``huber_loss`` (session 43: ``unknown`` in a user script): ATen's elementwise
+    ``(0.5 * z) * z`` or ``delta * (z - 0.5 * delta)``, then its sum kernel (over the count for
+    mean). Named ATen's sum kernel for torch's own result; one ulp off is not."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(len(shape) * 100 + shape[0])
+    x, y = torch.randn(*shape, generator=g) * 2, torch.randn(*shape, generator=g)
+    op = "aten.huber_loss.default"
+    for red in (1, 2):
+        a = [x.numpy(), y.numpy(), red, delta]
+        rec = torch.ops.aten.huber_loss(x, y, red, delta).numpy()
+        d = _diff(reference(op, a, {})[0], rec)
+        d["n_diff"] = max(d["n_diff"], 1)
+        got = explain_op(op, a, {}, rec, d, 0)
+        assert got["cause"] == "reassociation" and "ATen SumKernel" in got["variant"], got
+        off = explain_op(op, a, {}, _nudged(rec), d, 0)
+        assert "ATen SumKernel" not in off["variant"], off
+
+
+@pytest.mark.parametrize("dt", DTS, ids=["float32", "float64"])
+@pytest.mark.parametrize("shape", [(45, 8), (300, 10), (5000, 7), (6, 5, 9, 4)])
+def test_nll_loss_with_class_weights_and_an_ignored_index_both_outputs(dt, shape):
+    """``cross_entropy(..., weight=, ignore_index=)`` (session 43: ``unknown`` on a sequence
+    model's (N, C, T) logits): ATen's cascade with the class weights' own levels, the loss
+    over the total weight; both outputs (the loss, the total weight) every bit, the 2-D kernel
+    and the spatial one, mean and sum; one ulp off unknown."""
+    g = torch.Generator().manual_seed(shape[0])
+    c = shape[1]
+    x = torch.randn(*shape, dtype=dt, generator=g).log_softmax(1)
+    t = torch.randint(0, c, (shape[0],) + shape[2:], generator=g)
+    t.view(-1)[::5] = -100
+    w = torch.linspace(0.5, 1.5, c, dtype=dt)
+    op = "aten.nll_loss2d_forward.default" if len(shape) == 4 else \
+        "aten.nll_loss_forward.default"
+    fn = getattr(torch.ops.aten, op.split(".")[1])
+    named = 0
+    for red in (1, 2):
+        args = [x.numpy(), t.numpy(), w.numpy(), red, -100]
+        for j, rec in enumerate(fn(x, t, w, red, -100)):
+            d = {"n_diff": 1, "max_ulp": 1, "n_signed_zero": 0}
+            got = explain_op(op, args, {}, rec.numpy(), d, j)
+            assert got["cause"] == "reassociation" and "cascade" in got["variant"], (red, j, got)
+            assert explain_op(op, args, {}, _nudged(rec.numpy()), d, j)["cause"] == "unknown"
+            named += 1
+    assert named == 4
+
+
 def test_a_sum_over_rows_of_one_column_is_the_inner_sum():
     """A Linear(d, 1)'s bias gradient: a (n, 1) gradient summed over its rows. ATen drops the
     size-1 dimensions before it picks a loop, so it is the inner sum of n (ATen's sum kernel),
