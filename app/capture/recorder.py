@@ -529,6 +529,11 @@ class Recorder(TorchDispatchMode):
         self._param_modules: dict[int, str] = {}  # id(parameter) -> the path of its module
         self.initial: dict[str, list] = {"params": [], "buffers": [], "optimizer_state": []}
         self.roots_seen: set[int] = set()
+        # the models' parameters and buffers by data pointer (``_note_initial``, again at each
+        # step's end): a write there outside an optimizer's step is the script's own update
+        # (``_param_written``)
+        self._param_ptr: dict[int, list[weakref.ref]] = {}
+        self._manual_update = False  # such a write since the step's backward: the step ends
         self.roots: list[tuple[str, torch.nn.Module]] = []
         self.quiet = False  # our own reads outside an op (initial state): not the user's ops
         self.error: BaseException | None = None  # on_done's own failure (writing the file)
@@ -612,6 +617,8 @@ class Recorder(TorchDispatchMode):
         """Leave the mode (when it is the innermost one) and remove the hooks; idempotent. A
         step whose optimizers have stepped is complete (the last one asked: ``finish``, as
         when its step ends)."""
+        if self._manual_update and not self.done:  # the script's own update was the last
+            self.closing = True
         if self.closing and self.step >= self.steps and not self.done:
             self.finish()
             return
@@ -661,9 +668,16 @@ class Recorder(TorchDispatchMode):
             return
         if self._finish_later:
             self.finish()
-        if not self.recording or (self.closing and not self._end_step(inside_op=False)):
+        if not self.recording:
             return
         in_bw = _graph_task_id() != -1
+        if self._manual_update and not self.modules and not in_bw and not self.closing:
+            # a step without torch.optim: the script wrote its parameters itself after the
+            # backward (``_param_written``); it ends where the next forward begins
+            self._manual_update = False
+            self.closing = True
+        if self.closing and not self._end_step(inside_op=False):
+            return
         if not self.modules and in_bw:  # a checkpoint's recompute: the forward's own path
             path = self._fwd_paths.get(id(mod)) or type(mod).__name__
         elif not self.modules:
@@ -777,7 +791,9 @@ class Recorder(TorchDispatchMode):
 
     def _count_step(self) -> None:
         self.closing = False
+        self._manual_update = False
         self.step_start.append(len(self.rows))
+        self._note_param_ptrs()  # (a parameter given other memory since: its pointer now)
         if self.on_step is not None:
             self.on_step(self.step)
         self.after_backward = False
@@ -810,6 +826,37 @@ class Recorder(TorchDispatchMode):
             except Exception as e:  # noqa: BLE001 — never the user's step's failure: kept
                 self.error = e
 
+    def _note_param_ptrs(self) -> None:
+        """``_param_ptr`` afresh: every recorded model's parameters and buffers."""
+        table: dict[int, list[weakref.ref]] = {}
+        for _, root in self.roots:
+            for t in (*root.parameters(), *root.buffers()):
+                t = _unwrapped(t)
+                if type(t) in _PLAIN_TENSORS:
+                    table.setdefault(_ptr(t), []).append(weakref.ref(t))
+        table.pop(-1, None)
+        self._param_ptr = table
+
+    def _param_written(self, t: torch.Tensor) -> None:
+        """An op outside an optimizer's step wrote ``t``: where that is a model's parameter or
+        buffer (its memory), after the step's backward and outside any forward, it is the
+        script's own update (``with torch.no_grad(): p -= lr * p.grad``, ``p.data.add_(...)``):
+        a step without torch.optim ends at the next forward. A parameter written through
+        another tensor over its memory (``p.data``: a version counter of its own) is read
+        afresh at its next read (its uid forgotten), not as the value it held."""
+        owners = self._param_ptr.get(_ptr(t))
+        if not owners:
+            return
+        if self.after_backward and not self.modules and not self._closure_opt and \
+                _graph_task_id() == -1:  # (between an optimizer's closures: its own update)
+            self._manual_update = True
+        for r in owners:
+            p = r()
+            if p is not None and p is not t:
+                e = self.uid.get(id(p))
+                if e is not None and e[0]() is p:
+                    del self.uid[id(p)]
+
     def _note_initial(self, root: torch.nn.Module, path: str) -> None:
         self.roots.append((path, root))
         self.quiet = True
@@ -822,6 +869,7 @@ class Recorder(TorchDispatchMode):
                 self.initial["buffers"].append([f"{path}.{n}", self._value_of(b)])
         finally:
             self.quiet = False
+        self._note_param_ptrs()
 
     # ---- values -----------------------------------------------------------------------------
     # (the per-op path: every line here runs once per op or per tensor of the user's step, so
@@ -1003,6 +1051,8 @@ class Recorder(TorchDispatchMode):
         self.seen[(u, ver)] = vid
         if written and ver >= 0:
             self.seen[(u, ver + 1)] = vid
+        if written and self._param_ptr and not self.in_optimizer:
+            self._param_written(t)
         return vid
 
     @staticmethod

@@ -22,6 +22,7 @@ static PyObject *g_globals;      /* app/capture/recorder.py's globals: its thres
                                    * numpy dtypes read at each use (a test may change them) */
 static PyObject *g_frombuffer;   /* numpy.frombuffer */
 static PyObject *g_autograd_node;  /* torch._C._current_autograd_node */
+static PyObject *s__param_ptr, *s_param_written;
 static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes, *s_shape,
     *s_is_contiguous, *s_data_ptr, *s_reshape, *s_cpu, *s_T, *s_next_uid, *s_n_hashed,
     *s_hashes_only, *s_stored_bytes, *s_max_bytes, *s_hasher, *s_spool, *s_new_value,
@@ -602,6 +603,22 @@ static PyObject *made(Hot *self, PyObject *t, int written) {
     }
     Py_DECREF(u);
     Py_DECREF(ver);
+    if (!bad && written) {
+        /* a model's parameter or buffer written outside an optimizer's step: the script's own
+         * update (``Recorder._param_written``, the Python's: rare) */
+        PyObject *ptrs = PyDict_GetItemWithError(self->dict, s__param_ptr), *in_opt;
+        if (ptrs == NULL) {
+            bad = PyErr_Occurred() != NULL;
+        } else if (PyDict_Check(ptrs) && PyDict_GET_SIZE(ptrs)
+                   && (in_opt = item(self->dict, s_in_optimizer)) != NULL) {
+            int io = PyObject_IsTrue(in_opt);
+            PyObject *r = io ? NULL : PyObject_CallMethodOneArg(self->rec, s_param_written, t);
+            bad = io < 0 || (!io && r == NULL);
+            Py_XDECREF(r);
+        } else {
+            bad = PyErr_Occurred() != NULL;
+        }
+    }
     if (bad) {
         Py_DECREF(vid);
         return NULL;
@@ -2033,6 +2050,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ts_recorder_hot",
 
 PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_version, "_version");
+    INTERN(s__param_ptr, "_param_ptr");
+    INTERN(s_param_written, "_param_written");
     INTERN(s_dtype, "dtype");
     INTERN(s_is_cpu, "is_cpu");
     INTERN(s_layout, "layout");

@@ -229,7 +229,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"cannot write {args.out}: {err['message']}")
     if written is None:
         raise ValueError(f"no training step recorded: {shown} never called optimizer.step() "
-                         "(a step ends at its optimizer.step(); ranks that the script starts "
+                         "nor updated its model's parameters after a backward (a step ends at "
+                         "its optimizer.step(), or at the next forward after such an update; "
+                         "ranks that the script starts "
                          "itself, with torch.multiprocessing.spawn, run without the recorder: "
                          "capture -- torchrun ... instead)")
     mib = written["stored_bytes"] / (1 << 20)

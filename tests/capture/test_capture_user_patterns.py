@@ -526,3 +526,63 @@ def test_the_inspector_shows_the_elements_from_the_first_that_differs(tmp_path, 
     b = a.copy()
     b[7] = 1
     assert first_differing(a, b) == 7 and first_differing(a, a) == 0
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("idiom", ["no_grad", "data"])
+def test_a_script_that_updates_its_parameters_itself(tmp_path, monkeypatch, native, idiom):
+    """No torch.optim: ``with torch.no_grad(): p -= lr * p.grad``, or the older ``p.data.add_(
+    p.grad.data, alpha=-lr)`` (tutorials, research code). Before session 43 nothing was
+    recorded ('never called optimizer.step()'): a step now ends at the next forward after the
+    script wrote its parameters. Through ``p.data`` (a version counter of its own) the
+    parameter is read afresh after the write, not as the value it held: each step's forward
+    reads the parameters the script had then; the losses are the script's own bits."""
+    import torch.nn.functional as F
+
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+
+    def run(steps=3):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+        g = torch.Generator().manual_seed(1)
+        losses, weights = [], []
+        for _ in range(steps):
+            x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+            weights.append(m[0].weight.detach().clone())
+            loss = F.cross_entropy(m(x), y)
+            m.zero_grad()
+            loss.backward()
+            for p in m.parameters():
+                if idiom == "data":
+                    p.data.add_(p.grad.data, alpha=-0.1)
+                else:
+                    with torch.no_grad():
+                        p -= 0.1 * p.grad
+            losses.append(loss.item())
+        return losses, weights
+
+    want, _ = run()
+    f = tmp_path / "manual.capture"
+    with capture(f, steps=2) as rec:
+        got, weights = run()
+    assert rec.error is None and got == want
+    cap = load(f)
+    assert cap.steps == 2
+    for s in (1, 2):  # the first layer's weight as the step's forward read it
+        read = [cap.arrays[a["T"]] for i, args in enumerate(cap.ops["args"])
+                if cap.ops["step"][i] == s and cap.ops["phase"][i] == "forward"
+                and cap.ops["op"][i] == "aten.t.default"
+                for a in args if isinstance(a, dict) and "T" in a
+                and cap.shapes[a["T"]] == (16, 6)]
+        assert read, s
+        for a in read:
+            np.testing.assert_array_equal(a, weights[s - 1].numpy())
+    assert "optimizer" in set(cap.ops["phase"])
+    rep = judge(cap)
+    assert [e["recorded"] for e in rep["losses"]] == want[:2]
+    assert rep["counts"]["no-reference"] == 0
