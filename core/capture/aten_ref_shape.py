@@ -27,6 +27,7 @@ from tapescope.core.capture.aten_ref_table import (
     fp_quiet,
     is_float,
     opt,
+    recorded_output,
 )
 from tapescope.core.capture.file import LAYOUT_KW, c_strides
 
@@ -696,10 +697,48 @@ def _ties(v: np.ndarray, axis: int) -> bool:
     return bool(same.any())
 
 
+def _bits(v: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(v).view(f"u{v.dtype.itemsize}") if v.dtype.itemsize in (
+        1, 2, 4, 8) else np.ascontiguousarray(v)
+
+
+def _tie_order(x: np.ndarray, vals: np.ndarray, d: int, whole: bool) -> list | None:
+    """The op's recorded (values, indices) where they are a sort of ``x`` along ``d`` that
+    orders equal elements otherwise than ``vals`` (the stable order): every index in range
+    and once (``whole``: each row a permutation; else the top k), ``x`` at them the recorded
+    values bit for bit, those values equal to ``vals`` in order (NaN equal NaN, -0 equal +0:
+    the comparison the sort made). None otherwise (no recorded output: a call outside the
+    judge; or the recorded one is no such sort)."""
+    rv = recorded_output(0, vals)
+    ri = recorded_output(1, np.zeros(vals.shape, I64))
+    if rv is None or ri is None:
+        return None
+    n = x.shape[d]
+    if ri.size and (ri.min() < 0 or ri.max() >= n):
+        return None
+    srt = np.sort(ri, axis=d)
+    if whole and not np.array_equal(srt, np.broadcast_to(
+            np.arange(n, dtype=I64).reshape([-1 if i == d else 1 for i in range(ri.ndim)]),
+            srt.shape)):
+        return None
+    if not whole and srt.shape[d] > 1 and (np.diff(srt, axis=d) == 0).any():
+        return None
+    if not np.array_equal(_bits(np.take_along_axis(x, ri, axis=d)), _bits(rv)):
+        return None
+    same = rv == vals
+    if rv.dtype.kind in "fcV":
+        with fp_quiet():
+            same |= np.isnan(rv.astype(F64)) & np.isnan(vals.astype(F64))
+    return [rv.copy(), ri.copy()] if bool(same.all()) else None
+
+
 @form("aten.sort.default", "aten.sort.stable")
 def _sort(args: list, kwargs: dict) -> list:
-    """(values, indices): stable where asked (``sort.stable``'s ``stable=True``); an unstable
-    sort of equal elements places their indices in the kernel's order: no reference."""
+    """(values, indices): stable where asked (``sort.stable``'s ``stable=True``). An unstable
+    sort may order equal elements any way: where it did (ties), its recorded order is exact
+    when it is a sort of these values (``_tie_order``), else the stable order is the
+    reference's (session 43; before, no reference: ``pack_padded_sequence``'s sort of equal
+    lengths)."""
     x = np.asarray(args[0])
     if "stable" in kwargs:  # (sort.stable: every argument after self by keyword)
         stable = bool(kwargs["stable"])
@@ -713,16 +752,19 @@ def _sort(args: list, kwargs: dict) -> list:
     order = _sort_order(x, d, bool(desc))
     vals = np.take_along_axis(x, order, axis=d)
     if not stable and _ties(vals, d):
-        raise NoReference("an unstable sort of equal elements (their indices' order is the "
-                          "kernel's)")
+        got = _tie_order(x, vals, d, True)
+        if got is not None:
+            return got
     return [vals, order.astype(I64)]
 
 
 @form("aten.topk.default")
 def _topk(args: list, kwargs: dict) -> list:
     """(values, indices) of the k largest (smallest) along dim, sorted; where equal elements
-    decide a place (a tie within the k or at its edge) their order is the kernel's: no
-    reference, as for an unsorted top-k."""
+    decide a place (a tie within the k or at its edge) the kernel may order or pick them any
+    way: its recorded choice is exact when it is a top-k of these values (``_tie_order``),
+    else the stable order is the reference's. An unsorted top-k: no reference (its order is
+    the kernel's)."""
     x = np.asarray(args[0])
     k = int(args[1])
     d = opt(kwargs, args, 2, "dim", -1)
@@ -738,10 +780,12 @@ def _topk(args: list, kwargs: dict) -> list:
         raise NoReference("top-k of more elements than there are (torch raises)")
     order = _sort_order(x, d, bool(largest))
     vals = np.take_along_axis(x, order, axis=d)
+    top = np.take(vals, range(k), axis=d)
     if _ties(np.take(vals, range(min(k + 1, x.shape[d])), axis=d), d):
-        raise NoReference("a top-k where equal elements decide a place (their order is the "
-                          "kernel's)")
-    return [np.take(vals, range(k), axis=d), np.take(order, range(k), axis=d).astype(I64)]
+        got = _tie_order(x, top, d, False)
+        if got is not None:
+            return got
+    return [top, np.take(order, range(k), axis=d).astype(I64)]
 
 
 @form("aten.nonzero.default")

@@ -688,17 +688,36 @@ class _With:
         return self.x if v == self.vid else self.arrays[v]
 
 
-def _unread_first(cap: Capture, op: str, args: list, m: _Missing) -> _With:
-    """The capture's arrays with missing value ``m.vid`` as zeros of its dtype and shape, where
-    it is the first argument of an op that overwrites it unread (``OVERWRITE_OPS``: ``fill_``,
-    ``copy_`` ... read only its dtype and shape) and the recorder kept no bytes of it (the
-    sentinel of memory no op read); else ``m`` raised again (missing: unjudged)."""
+# the in-place ops that write some elements of their first argument (those an index or a mask
+# names): where that argument is uninitialised memory (``empty_like`` then ``scatter_``:
+# ``pack_padded_sequence``'s inverted permutation), the elements they leave are the recorded
+# output's own, as the kernel left them, and the written ones are judged
+PARTIAL_WRITE_OPS = frozenset({"scatter_", "index_put_", "index_copy_", "index_fill_",
+                               "masked_fill_", "masked_scatter_", "put_"})
+
+
+def _unread_first(cap: Capture, op: str, args: list, m: _Missing,
+                  recorded: list | None = None) -> _With:
+    """The capture's arrays with missing value ``m.vid`` given bytes, where it is the first
+    argument of an op and the recorder kept no bytes of it (the sentinel of memory no op read):
+    zeros of its dtype and shape for an op that overwrites it unread (``OVERWRITE_OPS``:
+    ``fill_``, ``copy_`` ... read only its dtype and shape); the op's recorded output for one
+    that writes some of its elements (``PARTIAL_WRITE_OPS``: the rest is what the kernel
+    left); else ``m`` raised again (missing: unjudged)."""
     v = m.vid
-    if base_name(op) not in OVERWRITE_OPS or not args or args[0] != {"T": v} \
-            or cap.dtypes[v] not in STORED_DTYPES or cap.digests[v] != uninitialised_digest(
-                cap.digest_algorithm, cap.dtypes[v], tuple(cap.shapes[v])):
+    base = base_name(op)
+    if base not in OVERWRITE_OPS and base not in PARTIAL_WRITE_OPS or not args \
+            or args[0] != {"T": v} or cap.dtypes[v] not in STORED_DTYPES \
+            or cap.digests[v] != uninitialised_digest(cap.digest_algorithm, cap.dtypes[v],
+                                                      tuple(cap.shapes[v])):
         raise m
-    return _With(cap.arrays, v, np.zeros(cap.shapes[v], STORED_DTYPES[cap.dtypes[v]]))
+    dt = STORED_DTYPES[cap.dtypes[v]]
+    if base in OVERWRITE_OPS:
+        return _With(cap.arrays, v, np.zeros(cap.shapes[v], dt))
+    r = recorded[0] if recorded else None
+    if r is None or r.shape != tuple(cap.shapes[v]) or r.dtype != dt:
+        raise m
+    return _With(cap.arrays, v, np.array(r))
 
 
 def _missing(vid: int, uninitialised: set[int], unstored: str,
@@ -860,7 +879,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                     try:
                         a, k = _decode_args(args, kwargs, arrays, ids, walk)
                     except _Missing as m:  # (the first argument overwritten unread: zeros)
-                        arr, wk = _unread_first(cap, op, args, m), None
+                        arr, wk = _unread_first(cap, op, args, m, recorded), None
                         ids.clear()
                         a, k = _decode_args(args, kwargs, arr, ids)
                 except _Missing as m:

@@ -586,3 +586,88 @@ def test_a_script_that_updates_its_parameters_itself(tmp_path, monkeypatch, nati
     rep = judge(cap)
     assert [e["recorded"] for e in rep["losses"]] == want[:2]
     assert rep["counts"]["no-reference"] == 0
+
+
+def test_an_unstable_sort_or_top_k_of_ties_is_exact_in_any_order_it_may_take():
+    """``pack_padded_sequence(enforce_sorted=False)`` sorts the lengths with
+    ``torch.sort(descending=True)``, unstable: equal lengths (common) came out 'no reference'
+    (session 43). The exact semantics allow any order of equal elements, so the recorded order
+    is the reference's where it is a sort of these values; one that is no sort of them (an
+    index twice, values out of order, another element's bits) gets the stable order, and so
+    does a call with nothing recorded (outside the judge)."""
+    from tapescope.core.capture.aten_ref import reference
+    from tapescope.core.capture.aten_ref_table import OUT_ELEMS
+
+    def ref(op, args, rec):
+        tok = OUT_ELEMS.set(rec)
+        try:
+            return reference(op, args, {})
+        finally:
+            OUT_ELEMS.reset(tok)
+
+    x = np.array([9, 7, 5, 9, 3, 7, 9])
+    stable = np.array([0, 3, 6, 1, 5, 2, 4])
+    vals = x[stable]
+    for idx, ok in (([3, 0, 6, 1, 5, 2, 4], True), ([6, 3, 0, 5, 1, 2, 4], True),
+                    ([0, 0, 6, 1, 5, 2, 4], False), ([0, 3, 6, 1, 5, 4, 2], False)):
+        idx = np.array(idx)
+        got = ref("aten.sort.default", [x, -1, True], [x[idx], idx])
+        assert np.array_equal(got[1], idx if ok else stable), idx
+        assert np.array_equal(got[0], x[idx] if ok else vals)
+    assert np.array_equal(reference("aten.sort.default", [x, -1, True], {})[1], stable)
+    # signed zeros and NaN tie too; the values' bits follow the indices
+    f = np.array([0.0, -0.0, np.nan, 1.0, np.nan], np.float32)
+    idx = np.array([1, 0, 3, 4, 2])
+    got = ref("aten.sort.default", [f, 0], [f[idx], idx])
+    assert np.array_equal(got[1], idx)
+    assert np.array_equal(got[0].view(np.uint32), f[idx].view(np.uint32))
+    # a sort asked to be stable keeps its own order whatever was recorded
+    tok = OUT_ELEMS.set([x[[3, 0, 6, 1, 5, 2, 4]], np.array([3, 0, 6, 1, 5, 2, 4])])
+    try:
+        got = reference("aten.sort.stable", [x], {"stable": True, "descending": True})
+    finally:
+        OUT_ELEMS.reset(tok)
+    assert np.array_equal(got[1], stable)
+    # top-k: which of the equal elements, and in which order
+    t = np.array([[1.0, 5.0, 5.0, 2.0, 5.0], [0.0, 3.0, 1.0, 3.0, 3.0]], np.float32)
+    tv, ti = torch.topk(torch.from_numpy(t), 2)
+    got = ref("aten.topk.default", [t, 2], [tv.numpy(), ti.numpy()])
+    assert np.array_equal(got[1], ti.numpy())
+    other = np.array([[4, 1], [4, 3]])
+    got = ref("aten.topk.default", [t, 2], [np.take_along_axis(t, other, 1), other])
+    assert np.array_equal(got[1], other)
+    twice = np.array([[1, 1], [1, 3]])
+    got = ref("aten.topk.default", [t, 2], [np.take_along_axis(t, twice, 1), twice])
+    assert np.array_equal(got[1], [[1, 2], [1, 3]])  # the stable choice
+
+
+def test_packed_sequences_of_equal_lengths_are_judged(tmp_path):
+    """``pack_padded_sequence(enforce_sorted=False)`` with two equal lengths: its unstable sort
+    of the lengths was 'no reference' and its inverted permutation (``empty_like`` then
+    ``scatter_``) 'unjudged' (uninitialised memory read) before session 43. The sort is exact
+    in the order it took, the scatter judged on the elements it writes. (``pad_packed_sequence``
+    fills its lengths in C++, no aten op: that read stays unjudged, said so.)"""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from tapescope.app.capture import capture
+
+    f = tmp_path / "packed.capture"
+    torch.manual_seed(0)
+    with capture(f, steps=1):
+        emb, lstm = torch.nn.Embedding(20, 8), torch.nn.LSTM(8, 8, batch_first=True)
+        opt = torch.optim.SGD([*emb.parameters(), *lstm.parameters()], lr=0.1)
+        idx, lens = torch.randint(1, 20, (5, 7)), torch.tensor([7, 5, 7, 2, 5])
+        p = pack_padded_sequence(emb(idx), lens, batch_first=True, enforce_sorted=False)
+        h, _ = pad_packed_sequence(lstm(p)[0], batch_first=True)
+        h.square().mean().backward()
+        opt.step()
+    rep = judge(load(f))
+    by_op: dict = {}
+    for e in rep["ops"]:
+        by_op.setdefault(e["op"], []).extend(o["verdict"] for o in e["outputs"])
+    assert set(by_op["aten.sort.default"]) == {"exact"}
+    assert set(by_op["aten.scatter_.src"]) == {"exact"}
+    assert rep["counts"]["no-reference"] == 0
+    why = {e.get("reason") for e in rep["ops"]
+           if any(o["verdict"] == "unjudged" for o in e["outputs"])}
+    assert all("uninitialised memory" in w for w in why), why
