@@ -4126,7 +4126,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
                                   "out, sum(g * out) in lanes, the partial vector "
                                   + ("fma'd (one thread)" if f else "added (threads)"),
                  smx_bwd(f)) for f in (True, False)]
-    if base.rstrip("_") == "sqrt":
+    if base.removeprefix("_foreach_").rstrip("_") == "sqrt":  # (foreach: each tensor's)
         return _sqrt(op)
     if base.rstrip("_") in ("sin", "cos"):
         name = base.rstrip("_").capitalize()
@@ -4199,7 +4199,7 @@ def _explain_op(op: str, args: list, kwargs: dict, recorded: np.ndarray, diff: d
                 output: int, vendor: str | None) -> dict:
     if diff["n_diff"] and diff.get("n_signed_zero", 0) == diff["n_diff"]:
         return {"cause": "signed-zero", "variant": "equal but for the sign of zero"}
-    if output and _base(op).startswith("_foreach_"):
+    if _base(op).startswith("_foreach_"):  # (each output its own tensor's: output 0 too)
         args = [a[output] if isinstance(a, list) and len(a) > output else a for a in args]
         output = 0
     raw = SimpleNamespace(n_nan=int(diff.get("n_nan", 0)), n_diff=int(diff["n_diff"]),

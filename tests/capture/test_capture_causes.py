@@ -1113,6 +1113,33 @@ def test_batch_norm_in_training_every_output(dt, shape):
         assert explain_op(op, args, {}, _nudged(got.numpy()), d, j)["cause"] == "unknown"
 
 
+def test_foreach_sqrt_is_named_for_every_tensor_the_first_too():
+    """AdamW with ``foreach=True`` takes its second moments' roots by ``_foreach_sqrt``, which
+    is torch.sqrt's MKL VML kernel per tensor (not correctly rounded: ~0.7 % of float32 roots
+    one ulp off): it was ``unknown`` (session 43, a Llama-like script's 22 introduced outputs),
+    the first tensor's after that too (a foreach op's output 0 was read off the whole lists).
+    Every tensor's is named, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(7)
+    xs = [torch.exp(torch.empty(*s).uniform_(-40, 5, generator=g))
+          for s in [(64, 32), (32,), (96, 32), (7, 5, 3)]]
+    op = "aten._foreach_sqrt.default"
+    args = [[x.numpy() for x in xs]]
+    plain = reference(op, args, {})
+    named = 0
+    for j, y in enumerate(torch._foreach_sqrt(xs)):
+        rec = y.numpy()
+        if np.array_equal(plain[j], rec):
+            continue
+        d = _diff(plain[j], rec)
+        got = explain_op(op, args, {}, rec, d, j)
+        assert got["cause"] == "libm" and "VML" in got["variant"], (j, got)
+        assert explain_op(op, args, {}, _nudged(rec), d, j)["cause"] == "unknown"
+        named += 1
+    assert named >= 3 and not np.array_equal(plain[0], xs[0].sqrt().numpy())
+
+
 def test_embedding_renorm_and_a_per_channel_sum_are_named():
     """Two ``unknown`` of a user script (session 43): ``nn.Embedding(max_norm=)``'s
     ``embedding_renorm_`` (each row's norm by torch.norm's 8 lanes, the scale in double) and
