@@ -2027,6 +2027,56 @@ def _huber(dt: np.dtype) -> list[_Variant]:
     return _reduced_loss(dt, elem)
 
 
+def _avg_pool2d_backward(args: list, kw: dict) -> np.ndarray:
+    """``avg_pool2d_backward`` as ATen's CPU kernels run it (``cpu_avg_pool2d_backward``, its
+    channels-last twin alike per pixel): per output cell (oh, ow) in row-major order, ``delta =
+    grad / divide`` in T (``divide``: the divisor override, the window's cells with padding
+    where ``count_include_pad``, else its cells inside the input; a ``ceil_mode`` window cut at
+    the padded edge), added to each input cell of its window. An input cell's adds come in
+    (oh, ow) order, i.e. its taps (kh, kw) from the last to the first: one vectorised add per
+    tap."""
+    g, x = np.asarray(args[0]), np.asarray(args[1])
+    if x.ndim not in (3, 4) or g.ndim != x.ndim or x.dtype not in (np.float32, np.float64):
+        raise ValueError("written for float32 / float64 (C, H, W) or (N, C, H, W)")
+    two = lambda v: [int(v[0])] * 2 if len(v) == 1 else [int(v[0]), int(v[1])]  # noqa: E731
+    k = two(list(args[2]))
+    st = two(list(args[3])) if args[3] else list(k)
+    pd = [int(args[4])] * 2 if isinstance(args[4], int) else two(list(args[4]))
+    cip = bool(_arg(args, kw, 6, "count_include_pad", True))
+    div = _arg(args, kw, 7, "divisor_override", None)
+    t = x.dtype.type
+    (h, w), (oh_n, ow_n) = x.shape[-2:], g.shape[-2:]
+
+    def spans(n_out: int, n_in: int, kk: int, s: int, p: int) -> tuple:
+        o = np.arange(n_out)
+        a0 = o * s - p
+        a1 = np.minimum(a0 + kk, n_in + p)
+        return a0, a1 - a0, np.maximum(a0, 0), np.minimum(a1, n_in)
+
+    h0, hp, h0c, h1c = spans(oh_n, h, k[0], st[0], pd[0])
+    w0, wp, w0c, w1c = spans(ow_n, w, k[1], st[1], pd[1])
+    if div is not None:
+        d = np.full((oh_n, ow_n), int(div))
+    elif cip:
+        d = hp[:, None] * wp[None, :]
+    else:
+        d = (h1c - h0c)[:, None] * (w1c - w0c)[None, :]
+    with np.errstate(all="ignore"):
+        delta = (g / d.astype(x.dtype)).astype(x.dtype)
+    out = np.zeros(x.shape, x.dtype)
+    for a in reversed(range(k[0])):
+        ih = h0 + a
+        vh = (ih >= h0c) & (ih < h1c)
+        for b in reversed(range(k[1])):
+            iw = w0 + b
+            vw = (iw >= w0c) & (iw < w1c)
+            if vh.any() and vw.any():
+                rows, cols = np.nonzero(vh)[0], np.nonzero(vw)[0]
+                sel = (..., ih[rows][:, None], iw[cols][None, :])
+                out[sel] = (out[sel] + delta[..., rows[:, None], cols[None, :]]).astype(t)
+    return out
+
+
 def _conv_gemm(xs: list, at: dict) -> np.ndarray:
     """A 2-D convolution (one group, float32) as oneDNN's gemm convolution sums it: the
     im2col matrix with k in (channel, kh, kw) order (zero padding included), times the
@@ -4110,6 +4160,10 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return _smooth_l1(dt)
     if base == "huber_loss":
         return _huber(dt)
+    if base == "avg_pool2d_backward":
+        return [("reassociation", "PyTorch's CPU avg_pool2d backward (ATen: each output cell's "
+                                  "gradient over its divisor, added to its window's input "
+                                  "cells, the cells in row-major order)", _avg_pool2d_backward)]
     if base in ("sum", "mean"):
         return _sums(op, dt)
     if base in ("_softmax", "_safe_softmax"):  # (_safe_softmax: 0 where a row is all -inf;

@@ -1113,6 +1113,32 @@ def test_batch_norm_in_training_every_output(dt, shape):
         assert explain_op(op, args, {}, _nudged(got.numpy()), d, j)["cause"] == "unknown"
 
 
+@pytest.mark.parametrize("dt", DTS, ids=["float32", "float64"])
+@pytest.mark.parametrize("k,s,p,ceil,cip", [((3, 3), (2, 2), (0, 0), True, False),
+                                            ((3, 3), (2, 2), (1, 1), False, True),
+                                            ((3, 2), (1, 2), (1, 0), True, True)])
+def test_avg_pool2d_backward_is_named(dt, k, s, p, ceil, cip):
+    """``avg_pool2d_backward`` (session 43: ``unknown`` in a CNN, 13,453 elements up to 49,152
+    ulp where overlapping windows' gradients cancel): ATen adds each output cell's ``grad /
+    divide`` into its window's input cells, the cells in row-major order (measured every bit
+    over 480 configurations: paddings, ceil_mode, count_include_pad, divisor_override,
+    channels-last). Named for torch's own result, contiguous and channels-last; one ulp off
+    unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 6, 33, 31, dtype=dt, generator=g)
+    for xs in (x, x.to(memory_format=torch.channels_last)):
+        y = torch.nn.functional.avg_pool2d(xs, k, s, p, ceil, cip)
+        gy = torch.randn(y.shape, dtype=dt, generator=g)
+        op = "aten.avg_pool2d_backward.default"
+        args = [gy.numpy(), xs.numpy(), list(k), list(s), list(p), ceil, cip, None]
+        rec = torch.ops.aten.avg_pool2d_backward(gy, xs, list(k), list(s), list(p), ceil, cip,
+                                                 None).numpy()
+        _named(op, args, {}, rec, reference(op, args, {})[0], "reassociation",
+               "avg_pool2d backward")
+
+
 def test_foreach_sqrt_is_named_for_every_tensor_the_first_too():
     """AdamW with ``foreach=True`` takes its second moments' roots by ``_foreach_sqrt``, which
     is torch.sqrt's MKL VML kernel per tensor (not correctly rounded: ~0.7 % of float32 roots
