@@ -2042,8 +2042,12 @@ def _avg_pool2d_backward(args: list, kw: dict) -> np.ndarray:
     k = two(list(args[2]))
     st = two(list(args[3])) if args[3] else list(k)
     pd = [int(args[4])] * 2 if isinstance(args[4], int) else two(list(args[4]))
+    if min(k + st) < 1 or min(pd) < 0 or k[0] * k[1] > 4096:
+        raise ValueError("a window of no cells, or of more taps than the search's budget")
     cip = bool(_arg(args, kw, 6, "count_include_pad", True))
     div = _arg(args, kw, 7, "divisor_override", None)
+    if div is not None and int(div) == 0:
+        raise ValueError("a divisor of zero")
     t = x.dtype.type
     (h, w), (oh_n, ow_n) = x.shape[-2:], g.shape[-2:]
 
