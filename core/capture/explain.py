@@ -1131,6 +1131,8 @@ def _embedding_renorm(norm: Callable, lastdim: bool) -> Callable:
         rows = np.unique(idx.astype(np.int64).reshape(-1))
         if rows.size and (rows[0] < 0 or rows[-1] >= w.shape[0]):
             raise ValueError("an index outside the weight's rows")
+        if rows.size > 1 << 16:  # (a norm call a row, for each variant)
+            raise ValueError("more rows than the search's budget")
         out = w.copy()
         for r in rows:
             n = float(np.asarray(norm([w[r], 2, [-1]] if lastdim else [w[r], 2],
