@@ -493,6 +493,9 @@ class Recorder(TorchDispatchMode):
         # does a tensor given other memory by ``t.data = x`` (``model.to(dtype)``,
         # ``vector_to_parameters``: no aten op, the version counter unmoved)
         self.uid: dict[int, tuple[weakref.ref, int, int]] = {}
+        # data pointer -> the tensors known there (their uid entries' weak references): a write
+        # through one is a write to every other (``_alias_written``)
+        self._by_ptr: dict[int, list[weakref.ref]] = {}
         self.next_uid = 0
         self._names_of: dict[int, tuple] = {}  # id(OpOverload) -> ``_op``
         self._uninit: set[int] = set()  # the names' indices of ops of uninitialised memory
@@ -794,6 +797,8 @@ class Recorder(TorchDispatchMode):
         self._manual_update = False
         self.step_start.append(len(self.rows))
         self._note_param_ptrs()  # (a parameter given other memory since: its pointer now)
+        self._by_ptr = {p: live for p, refs in self._by_ptr.items()
+                        if (live := [r for r in refs if r() is not None])}
         if self.on_step is not None:
             self.on_step(self.step)
         self.after_backward = False
@@ -857,6 +862,28 @@ class Recorder(TorchDispatchMode):
                 if e is not None and e[0]() is p:
                     del self.uid[id(p)]
 
+    def _alias_written(self, t: torch.Tensor) -> None:
+        """An op wrote ``t``: every other tensor the recorder knows at its data pointer holds
+        the written bytes too. One with a version counter of its own (``p.data``'s alias
+        written, or ``p`` written through it: ``module.weight.data.normal_(0, 0.02)``, a
+        mean teacher's ``ema.data.mul_(d).add_(...)``) would still name its old value: each is
+        forgotten (its uid), so its next read records its bytes afresh. (A view sharing the
+        counter is at a new version anyway: nothing changes for it.)"""
+        p = _ptr(t)
+        refs = self._by_ptr.get(p)
+        if not refs:
+            return
+        keep = []
+        for r in refs:
+            x = r()
+            if x is t:
+                keep.append(r)
+            elif x is not None:
+                e = self.uid.get(id(x))
+                if e is not None and e[0]() is x:
+                    del self.uid[id(x)]
+        self._by_ptr[p] = keep
+
     def _note_initial(self, root: torch.nn.Module, path: str) -> None:
         self.roots.append((path, root))
         self.quiet = True
@@ -882,7 +909,10 @@ class Recorder(TorchDispatchMode):
             u = e[1]
         else:
             u = self.next_uid
-            self.uid[id(t)] = (weakref.ref(t), u, p)
+            r = weakref.ref(t)
+            self.uid[id(t)] = (r, u, p)
+            if p > 0:
+                self._by_ptr.setdefault(p, []).append(r)
             self.next_uid += 1
         try:
             ver = t._version
@@ -1014,7 +1044,10 @@ class Recorder(TorchDispatchMode):
             u = e[1]
         else:
             u = self.next_uid
-            self.uid[id(t)] = (weakref.ref(t), u, p)
+            r = weakref.ref(t)
+            self.uid[id(t)] = (r, u, p)
+            if p > 0:
+                self._by_ptr.setdefault(p, []).append(r)
             self.next_uid += 1
         try:
             k = (u, t._version)
@@ -1041,7 +1074,10 @@ class Recorder(TorchDispatchMode):
             u = e[1]
         else:
             u = self.next_uid
-            self.uid[id(t)] = (weakref.ref(t), u, p)
+            r = weakref.ref(t)
+            self.uid[id(t)] = (r, u, p)
+            if p > 0:
+                self._by_ptr.setdefault(p, []).append(r)
             self.next_uid += 1
         try:
             ver = t._version
@@ -1051,8 +1087,10 @@ class Recorder(TorchDispatchMode):
         self.seen[(u, ver)] = vid
         if written and ver >= 0:
             self.seen[(u, ver + 1)] = vid
-        if written and self._param_ptr and not self.in_optimizer:
-            self._param_written(t)
+        if written:
+            self._alias_written(t)
+            if self._param_ptr and not self.in_optimizer:
+                self._param_written(t)
         return vid
 
     @staticmethod

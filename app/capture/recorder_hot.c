@@ -22,7 +22,7 @@ static PyObject *g_globals;      /* app/capture/recorder.py's globals: its thres
                                    * numpy dtypes read at each use (a test may change them) */
 static PyObject *g_frombuffer;   /* numpy.frombuffer */
 static PyObject *g_autograd_node;  /* torch._C._current_autograd_node */
-static PyObject *s__param_ptr, *s_param_written;
+static PyObject *s__param_ptr, *s_param_written, *s__by_ptr, *s_alias_written;
 static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes, *s_shape,
     *s_is_contiguous, *s_data_ptr, *s_reshape, *s_cpu, *s_T, *s_next_uid, *s_n_hashed,
     *s_hashes_only, *s_stored_bytes, *s_max_bytes, *s_hasher, *s_spool, *s_new_value,
@@ -491,6 +491,50 @@ static PyObject *pair(PyObject *a, PyObject *b) {
     return k;
 }
 
+/* ``Recorder._by_ptr[p].append(ref)`` (the tensors known at a data pointer) */
+static int by_ptr_add(PyObject *d, PyObject *p, PyObject *ref) {
+    PyObject *table = item(d, s__by_ptr), *list;
+    if (table == NULL || !PyDict_Check(table))
+        return table == NULL ? -1 : 0;
+    list = PyDict_GetItemWithError(table, p);
+    if (list == NULL) {
+        if (PyErr_Occurred() || (list = PyList_New(0)) == NULL)
+            return -1;
+        int bad = PyDict_SetItem(table, p, list) < 0;
+        Py_DECREF(list);
+        if (bad)
+            return -1;
+    }
+    return PyList_Check(list) ? PyList_Append(list, ref) : 0;
+}
+
+/* 1 where another tensor than t is known at t's data pointer (``Recorder._by_ptr``: a write
+ * through t is a write to it: ``_alias_written``), 0 where none, -1 with an exception */
+static int aliased(Hot *self, PyObject *t) {
+    long long p;
+    if (ptr_of(t, &p) < 0)
+        return -1;
+    if (p <= 0)
+        return 0;
+    PyObject *table = item(self->dict, s__by_ptr), *pv, *list;
+    if (table == NULL)
+        return -1;
+    if (!PyDict_Check(table) || (pv = PyLong_FromLongLong(p)) == NULL)
+        return PyDict_Check(table) ? -1 : 0;
+    list = PyDict_GetItemWithError(table, pv);
+    Py_DECREF(pv);
+    if (list == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyList_Check(list))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyObject *r = PyList_GET_ITEM(list, i);
+        if (!PyWeakref_Check(r) || PyWeakref_GET_OBJECT(r) != t)
+            return 1;
+    }
+    return 0;
+}
+
 /* ``Recorder._key``: t's uid (assigned here when it has none) and its version (-1 without a
  * counter), as new references; 0, or 1 where a weak reference cannot be made (nothing changed:
  * the Python's), -1 with an exception */
@@ -531,7 +575,8 @@ static int key_of(Hot *self, PyObject *t, PyObject **up, PyObject **verp) {
         if (e != NULL)
             PyObject_GC_UnTrack(e);
         Py_DECREF(ref);
-        if (e == NULL || PyDict_SetItem(uid, id, e) < 0 || add_to(d, s_next_uid, 1) < 0) {
+        if (e == NULL || PyDict_SetItem(uid, id, e) < 0 || add_to(d, s_next_uid, 1) < 0
+            || (p > 0 && by_ptr_add(d, PyTuple_GET_ITEM(e, 2), PyTuple_GET_ITEM(e, 0)) < 0)) {
             Py_XDECREF(e);
             Py_DECREF(id);
             Py_DECREF(u);
@@ -603,6 +648,17 @@ static PyObject *made(Hot *self, PyObject *t, int written) {
     }
     Py_DECREF(u);
     Py_DECREF(ver);
+    if (!bad && written) {
+        /* another tensor at t's memory (``p.data``'s alias and ``p``): the Python forgets it */
+        int a = aliased(self, t);
+        if (a > 0) {
+            PyObject *r = PyObject_CallMethodOneArg(self->rec, s_alias_written, t);
+            bad = r == NULL;
+            Py_XDECREF(r);
+        } else {
+            bad = a < 0;
+        }
+    }
     if (!bad && written) {
         /* a model's parameter or buffer written outside an optimizer's step: the script's own
          * update (``Recorder._param_written``, the Python's: rare) */
@@ -2052,6 +2108,8 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_version, "_version");
     INTERN(s__param_ptr, "_param_ptr");
     INTERN(s_param_written, "_param_written");
+    INTERN(s__by_ptr, "_by_ptr");
+    INTERN(s_alias_written, "_alias_written");
     INTERN(s_dtype, "dtype");
     INTERN(s_is_cpu, "is_cpu");
     INTERN(s_layout, "layout");
