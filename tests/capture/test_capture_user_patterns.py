@@ -360,6 +360,22 @@ def test_a_model_cast_after_its_construction_was_captured(tmp_path, monkeypatch,
     assert rep["counts"]["exact"] > 0
 
 
+def _first_weight_read_as(cap, weights) -> None:
+    """Each step's forward read the first layer's (16, 6) weight (its ``t``) as ``weights``
+    holds it for that step: the values the script had then."""
+    for s in range(1, len(weights) + 1):
+        if s > cap.steps:
+            break
+        read = [cap.arrays[a["T"]] for i, args in enumerate(cap.ops["args"])
+                if cap.ops["step"][i] == s and cap.ops["phase"][i] == "forward"
+                and cap.ops["op"][i] == "aten.t.default"
+                for a in args if isinstance(a, dict) and "T" in a
+                and cap.shapes[a["T"]] == (16, 6)]
+        assert read, s
+        for a in read:
+            np.testing.assert_array_equal(a, weights[s - 1].numpy())
+
+
 @pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
 def test_data_swapped_for_data_of_the_same_type_and_shape(tmp_path, monkeypatch, native):
     """``p.data = x`` with x of p's own dtype and shape: an initialisation written so (the model
@@ -397,15 +413,7 @@ def test_data_swapped_for_data_of_the_same_type_and_shape(tmp_path, monkeypatch,
     cap = load(f)
     init = {name: cap.arrays[vid] for name, vid in cap.initial["params"]}
     np.testing.assert_array_equal(init["Sequential.0.weight"], w0.numpy())
-    for s in (1, 2):  # the first layer's weight as its forward read it: the step's value
-        read = [cap.arrays[a["T"]] for i, args in enumerate(cap.ops["args"])
-                if cap.ops["step"][i] == s and cap.ops["phase"][i] == "forward"
-                and cap.ops["op"][i] == "aten.t.default"
-                for a in args if isinstance(a, dict) and "T" in a
-                and cap.shapes[a["T"]] == (16, 6)]
-        assert read, s
-        for a in read:
-            np.testing.assert_array_equal(a, before[s - 1].numpy())
+    _first_weight_read_as(cap, before)
     rep = judge(cap)
     assert rep["counts"]["exact"] > 0
 
@@ -573,15 +581,7 @@ def test_a_script_that_updates_its_parameters_itself(tmp_path, monkeypatch, nati
     assert rec.error is None and got == want
     cap = load(f)
     assert cap.steps == 2
-    for s in (1, 2):  # the first layer's weight as the step's forward read it
-        read = [cap.arrays[a["T"]] for i, args in enumerate(cap.ops["args"])
-                if cap.ops["step"][i] == s and cap.ops["phase"][i] == "forward"
-                and cap.ops["op"][i] == "aten.t.default"
-                for a in args if isinstance(a, dict) and "T" in a
-                and cap.shapes[a["T"]] == (16, 6)]
-        assert read, s
-        for a in read:
-            np.testing.assert_array_equal(a, weights[s - 1].numpy())
+    _first_weight_read_as(cap, weights)
     assert "optimizer" in set(cap.ops["phase"])
     rep = judge(cap)
     assert [e["recorded"] for e in rep["losses"]] == want[:2]
