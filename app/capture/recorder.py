@@ -248,6 +248,16 @@ def _ptr(t: torch.Tensor) -> int:
         return -1
 
 
+def _skey(t: torch.Tensor) -> int:
+    """Where t's storage begins (its data pointer less its offset): the key of every tensor
+    over that memory, a view that starts elsewhere included (``Recorder._by_ptr``); -1 for a
+    tensor without one."""
+    try:
+        return t.data_ptr() - t.storage_offset() * t.element_size()
+    except (RuntimeError, NotImplementedError):
+        return -1
+
+
 # the per-op path's lookups, bound once
 _Tensor = torch.Tensor
 _graph_task_id = torch._C._current_graph_task_id
@@ -493,8 +503,8 @@ class Recorder(TorchDispatchMode):
         # does a tensor given other memory by ``t.data = x`` (``model.to(dtype)``,
         # ``vector_to_parameters``: no aten op, the version counter unmoved)
         self.uid: dict[int, tuple[weakref.ref, int, int]] = {}
-        # data pointer -> the tensors known there (their uid entries' weak references): a write
-        # through one is a write to every other (``_alias_written``)
+        # storage (``_skey``) -> the tensors known over it (their uid entries' weak references):
+        # a write through one may be a write to every other (``_alias_written``)
         self._by_ptr: dict[int, list[weakref.ref]] = {}
         self.next_uid = 0
         self._names_of: dict[int, tuple] = {}  # id(OpOverload) -> ``_op``
@@ -863,13 +873,14 @@ class Recorder(TorchDispatchMode):
                     del self.uid[id(p)]
 
     def _alias_written(self, t: torch.Tensor) -> None:
-        """An op wrote ``t``: every other tensor the recorder knows at its data pointer holds
-        the written bytes too. One with a version counter of its own (``p.data``'s alias
-        written, or ``p`` written through it: ``module.weight.data.normal_(0, 0.02)``, a
-        mean teacher's ``ema.data.mul_(d).add_(...)``) would still name its old value: each is
-        forgotten (its uid), so its next read records its bytes afresh. (A view sharing the
-        counter is at a new version anyway: nothing changes for it.)"""
-        p = _ptr(t)
+        """An op wrote ``t``: every other tensor the recorder knows over its storage may hold
+        written bytes too. One with a version counter of its own (``p.data``'s alias written,
+        or ``p`` written through it: ``module.weight.data.normal_(0, 0.02)``, a row of it:
+        ``weight.data[padding_idx].zero_()``, a mean teacher's ``ema.data.mul_(d).add_(...)``)
+        would still name its old value: each is forgotten (its uid), so its next read records
+        its bytes afresh. (A view sharing the counter is at a new version anyway: nothing
+        changes for it.)"""
+        p = _skey(t)
         refs = self._by_ptr.get(p)
         if not refs:
             return
@@ -912,7 +923,7 @@ class Recorder(TorchDispatchMode):
             r = weakref.ref(t)
             self.uid[id(t)] = (r, u, p)
             if p > 0:
-                self._by_ptr.setdefault(p, []).append(r)
+                self._by_ptr.setdefault(_skey(t), []).append(r)
             self.next_uid += 1
         try:
             ver = t._version
@@ -1047,7 +1058,7 @@ class Recorder(TorchDispatchMode):
             r = weakref.ref(t)
             self.uid[id(t)] = (r, u, p)
             if p > 0:
-                self._by_ptr.setdefault(p, []).append(r)
+                self._by_ptr.setdefault(_skey(t), []).append(r)
             self.next_uid += 1
         try:
             k = (u, t._version)
@@ -1077,7 +1088,7 @@ class Recorder(TorchDispatchMode):
             r = weakref.ref(t)
             self.uid[id(t)] = (r, u, p)
             if p > 0:
-                self._by_ptr.setdefault(p, []).append(r)
+                self._by_ptr.setdefault(_skey(t), []).append(r)
             self.next_uid += 1
         try:
             ver = t._version

@@ -22,7 +22,8 @@ static PyObject *g_globals;      /* app/capture/recorder.py's globals: its thres
                                    * numpy dtypes read at each use (a test may change them) */
 static PyObject *g_frombuffer;   /* numpy.frombuffer */
 static PyObject *g_autograd_node;  /* torch._C._current_autograd_node */
-static PyObject *s__param_ptr, *s_param_written, *s__by_ptr, *s_alias_written;
+static PyObject *s__param_ptr, *s_param_written, *s__by_ptr, *s_alias_written,
+    *s_storage_offset, *s_element_size;
 static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes, *s_shape,
     *s_is_contiguous, *s_data_ptr, *s_reshape, *s_cpu, *s_T, *s_next_uid, *s_n_hashed,
     *s_hashes_only, *s_stored_bytes, *s_max_bytes, *s_hasher, *s_spool, *s_new_value,
@@ -491,31 +492,63 @@ static PyObject *pair(PyObject *a, PyObject *b) {
     return k;
 }
 
-/* ``Recorder._by_ptr[p].append(ref)`` (the tensors known at a data pointer) */
-static int by_ptr_add(PyObject *d, PyObject *p, PyObject *ref) {
-    PyObject *table = item(d, s__by_ptr), *list;
+static long long long_of(PyObject *t, PyObject *name, int call);
+
+/* where t's storage begins, from its data pointer p (``recorder._skey``): p less its offset
+ * in bytes; p itself where t tells none (an error cleared); 0, or -1 with another error */
+static int skey_of(PyObject *t, long long p, long long *k) {
+    *k = p;
+    long long off = long_of(t, s_storage_offset, 1), size;
+    if (off == -1 && PyErr_Occurred())
+        goto none;
+    if ((size = long_of(t, s_element_size, 1)) == -1 && PyErr_Occurred())
+        goto none;
+    *k = p - off * size;
+    return 0;
+none:
+    if (!PyErr_ExceptionMatches(PyExc_RuntimeError)
+        && !PyErr_ExceptionMatches(PyExc_NotImplementedError))
+        return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* ``Recorder._by_ptr[_skey(t)].append(ref)`` (the tensors known over a storage), t at data
+ * pointer p */
+static int by_ptr_add(PyObject *d, PyObject *t, long long p, PyObject *ref) {
+    PyObject *table = item(d, s__by_ptr), *list, *key;
+    long long k;
     if (table == NULL || !PyDict_Check(table))
         return table == NULL ? -1 : 0;
-    list = PyDict_GetItemWithError(table, p);
+    if (skey_of(t, p, &k) < 0 || (key = PyLong_FromLongLong(k)) == NULL)
+        return -1;
+    list = PyDict_GetItemWithError(table, key);
     if (list == NULL) {
-        if (PyErr_Occurred() || (list = PyList_New(0)) == NULL)
+        if (PyErr_Occurred() || (list = PyList_New(0)) == NULL) {
+            Py_DECREF(key);
             return -1;
-        int bad = PyDict_SetItem(table, p, list) < 0;
+        }
+        int bad = PyDict_SetItem(table, key, list) < 0;
         Py_DECREF(list);
-        if (bad)
+        if (bad) {
+            Py_DECREF(key);
             return -1;
+        }
     }
+    Py_DECREF(key);
     return PyList_Check(list) ? PyList_Append(list, ref) : 0;
 }
 
-/* 1 where another tensor than t is known at t's data pointer (``Recorder._by_ptr``: a write
- * through t is a write to it: ``_alias_written``), 0 where none, -1 with an exception */
+/* 1 where another tensor than t is known over t's storage (``Recorder._by_ptr``: a write
+ * through t may be a write to it: ``_alias_written``), 0 where none, -1 with an exception */
 static int aliased(Hot *self, PyObject *t) {
     long long p;
     if (ptr_of(t, &p) < 0)
         return -1;
     if (p <= 0)
         return 0;
+    if (skey_of(t, p, &p) < 0)
+        return -1;
     PyObject *table = item(self->dict, s__by_ptr), *pv, *list;
     if (table == NULL)
         return -1;
@@ -576,7 +609,7 @@ static int key_of(Hot *self, PyObject *t, PyObject **up, PyObject **verp) {
             PyObject_GC_UnTrack(e);
         Py_DECREF(ref);
         if (e == NULL || PyDict_SetItem(uid, id, e) < 0 || add_to(d, s_next_uid, 1) < 0
-            || (p > 0 && by_ptr_add(d, PyTuple_GET_ITEM(e, 2), PyTuple_GET_ITEM(e, 0)) < 0)) {
+            || (p > 0 && by_ptr_add(d, t, p, PyTuple_GET_ITEM(e, 0)) < 0)) {
             Py_XDECREF(e);
             Py_DECREF(id);
             Py_DECREF(u);
@@ -2110,6 +2143,8 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_param_written, "_param_written");
     INTERN(s__by_ptr, "_by_ptr");
     INTERN(s_alias_written, "_alias_written");
+    INTERN(s_storage_offset, "storage_offset");
+    INTERN(s_element_size, "element_size");
     INTERN(s_dtype, "dtype");
     INTERN(s_is_cpu, "is_cpu");
     INTERN(s_layout, "layout");

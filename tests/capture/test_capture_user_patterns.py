@@ -733,3 +733,39 @@ def test_writes_through_data_reach_the_tensor_they_alias(tmp_path, monkeypatch, 
     assert views and not [e for e in views
                           if any(o["verdict"] == "introduced" for o in e["outputs"])]
     assert rep["losses"][0]["recorded"] == want[0][0]
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_write_through_part_of_an_alias_reaches_the_tensor(tmp_path, monkeypatch, native):
+    """``emb.weight.data[padding_idx].zero_()`` (Hugging Face's embedding init, RoBERTa's
+    padding index 1), the weight read before it (a norm logged): the row's view starts
+    elsewhere than the weight, on the same storage, through an alias with its own version
+    counter. The weight must be read afresh after the write (keyed by its storage), or its
+    initial value keeps the row (session 43: the same data pointer only was tracked)."""
+    import torch.nn.functional as F
+
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    f = tmp_path / "row.capture"
+    torch.manual_seed(0)
+    with capture(f, steps=1):
+        emb, head = torch.nn.Embedding(10, 4, padding_idx=1), torch.nn.Linear(4, 3)
+        emb.weight.data.normal_(0.0, 0.02)
+        logged = emb.weight.norm().item()  # the weight read: known to the recorder
+        emb.weight.data[1].zero_()  # (an op that overwrites unread: the Python path)
+        logged += emb.weight.norm().item()
+        emb.weight.data[3].mul_(2.0)  # (one that reads first: the C path where it runs)
+        w0 = emb.weight.detach().clone()
+        opt = torch.optim.SGD([*emb.parameters(), *head.parameters()], lr=0.1)
+        idx, y = torch.tensor([0, 2, 1, 5]), torch.tensor([0, 1, 2, 0])
+        F.cross_entropy(head(emb(idx)), y).backward()
+        opt.step()
+    assert logged > 0
+    cap = load(f)
+    init = {name: cap.arrays[vid] for name, vid in cap.initial["params"]}
+    np.testing.assert_array_equal(init["Embedding.weight"], w0.numpy())
+    assert not init["Embedding.weight"][1].any()
