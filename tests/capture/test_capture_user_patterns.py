@@ -360,6 +360,19 @@ def test_a_model_cast_after_its_construction_was_captured(tmp_path, monkeypatch,
     assert rep["counts"]["exact"] > 0
 
 
+def _plain_then_captured(run, path, steps: int) -> tuple:
+    """``run()`` as the script runs it, then under a capture of ``steps`` steps written to
+    ``path``: (the plain result, the captured one, the capture loaded); the recorder failed
+    nothing."""
+    from tapescope.app.capture import capture
+
+    plain = run()
+    with capture(path, steps=steps) as rec:
+        got = run()
+    assert rec.error is None
+    return plain, got, load(path)
+
+
 def _first_weight_read_as(cap, weights) -> None:
     """Each step's forward read the first layer's (16, 6) weight (its ``t``) as ``weights``
     holds it for that step: the values the script had then."""
@@ -547,7 +560,7 @@ def test_a_script_that_updates_its_parameters_itself(tmp_path, monkeypatch, nati
     reads the parameters the script had then; the losses are the script's own bits."""
     import torch.nn.functional as F
 
-    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture import recorder_native
     from tapescope.app.capture.recorder import Recorder
 
     if native and recorder_native.module(build=True) is None:
@@ -574,13 +587,8 @@ def test_a_script_that_updates_its_parameters_itself(tmp_path, monkeypatch, nati
             losses.append(loss.item())
         return losses, weights
 
-    want, _ = run()
-    f = tmp_path / "manual.capture"
-    with capture(f, steps=2) as rec:
-        got, weights = run()
-    assert rec.error is None and got == want
-    cap = load(f)
-    assert cap.steps == 2
+    (want, _), (got, weights), cap = _plain_then_captured(run, tmp_path / "manual.capture", 2)
+    assert got == want and cap.steps == 2
     _first_weight_read_as(cap, weights)
     assert "optimizer" in set(cap.ops["phase"])
     rep = judge(cap)
@@ -687,7 +695,7 @@ def test_writes_through_data_reach_the_tensor_they_alias(tmp_path, monkeypatch, 
 
     import torch.nn.functional as F
 
-    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture import recorder_native
     from tapescope.app.capture.recorder import Recorder
 
     if native and recorder_native.module(build=True) is None:
@@ -718,12 +726,8 @@ def test_writes_through_data_reach_the_tensor_they_alias(tmp_path, monkeypatch, 
                 out.append((loss.item(), F.cross_entropy(ema(x), y).item()))
         return init, out
 
-    _, want = run()
-    f = tmp_path / "alias.capture"
-    with capture(f, steps=3) as rec:
-        init, got = run()
-    assert rec.error is None and got == want
-    cap = load(f)
+    (_, want), (init, got), cap = _plain_then_captured(run, tmp_path / "alias.capture", 3)
+    assert got == want
     noted = {name: cap.arrays[vid] for name, vid in cap.initial["params"]}
     for k, v in init.items():
         np.testing.assert_array_equal(noted[f"Sequential.{k}"], v.numpy())
