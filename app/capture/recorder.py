@@ -542,10 +542,10 @@ class Recorder(TorchDispatchMode):
         self._param_modules: dict[int, str] = {}  # id(parameter) -> the path of its module
         self.initial: dict[str, list] = {"params": [], "buffers": [], "optimizer_state": []}
         self.roots_seen: set[int] = set()
-        # the models' parameters and buffers by data pointer (``_note_initial``, again at each
-        # step's end): a write there outside an optimizer's step is the script's own update
-        # (``_param_written``)
-        self._param_ptr: dict[int, list[weakref.ref]] = {}
+        # the data pointers of the models' parameters and buffers (``_note_initial``, again at
+        # each step's end): a write there outside an optimizer's step is the script's own
+        # update (``_param_written``)
+        self._param_ptr: set[int] = set()
         self._manual_update = False  # such a write since the step's backward: the step ends
         self.roots: list[tuple[str, torch.nn.Module]] = []
         self.quiet = False  # our own reads outside an op (initial state): not the user's ops
@@ -677,13 +677,15 @@ class Recorder(TorchDispatchMode):
         # first: while dynamo traces a module, the hook is traced too and must be nothing;
         # another thread's modules are not the step's, but for a recompute on autograd's
         # (a device's backward runs there)
-        if _is_compiling() or (threading.get_ident() != self.thread and _graph_task_id() == -1):
+        if _is_compiling():
+            return
+        in_bw = _graph_task_id() != -1
+        if threading.get_ident() != self.thread and not in_bw:
             return
         if self._finish_later:
             self.finish()
         if not self.recording:
             return
-        in_bw = _graph_task_id() != -1
         if self._manual_update and not self.modules and not in_bw and not self.closing:
             # a step without torch.optim: the script wrote its parameters itself after the
             # backward (``_param_written``); it ends where the next forward begins
@@ -843,34 +845,19 @@ class Recorder(TorchDispatchMode):
 
     def _note_param_ptrs(self) -> None:
         """``_param_ptr`` afresh: every recorded model's parameters and buffers."""
-        table: dict[int, list[weakref.ref]] = {}
-        for _, root in self.roots:
-            for t in (*root.parameters(), *root.buffers()):
-                t = _unwrapped(t)
-                if type(t) in _PLAIN_TENSORS:
-                    table.setdefault(_ptr(t), []).append(weakref.ref(t))
-        table.pop(-1, None)
-        self._param_ptr = table
+        ts = (_unwrapped(t) for _, root in self.roots
+              for t in (*root.parameters(), *root.buffers()))
+        self._param_ptr = {_ptr(t) for t in ts if type(t) in _PLAIN_TENSORS} - {-1}
 
     def _param_written(self, t: torch.Tensor) -> None:
         """An op outside an optimizer's step wrote ``t``: where that is a model's parameter or
         buffer (its memory), after the step's backward and outside any forward, it is the
         script's own update (``with torch.no_grad(): p -= lr * p.grad``, ``p.data.add_(...)``):
-        a step without torch.optim ends at the next forward. A parameter written through
-        another tensor over its memory (``p.data``: a version counter of its own) is read
-        afresh at its next read (its uid forgotten), not as the value it held."""
-        owners = self._param_ptr.get(_ptr(t))
-        if not owners:
-            return
-        if self.after_backward and not self.modules and not self._closure_opt and \
-                _graph_task_id() == -1:  # (between an optimizer's closures: its own update)
-            self._manual_update = True
-        for r in owners:
-            p = r()
-            if p is not None and p is not t:
-                e = self.uid.get(id(p))
-                if e is not None and e[0]() is p:
-                    del self.uid[id(p)]
+        a step without torch.optim ends at the next forward. (A parameter written through
+        ``p.data`` is read afresh by ``_alias_written``.)"""
+        if _ptr(t) in self._param_ptr and self.after_backward and not self.modules and \
+                not self._closure_opt and _graph_task_id() == -1:
+            self._manual_update = True  # (between an optimizer's closures: its own update)
 
     def _alias_written(self, t: torch.Tensor) -> None:
         """An op wrote ``t``: every other tensor the recorder knows over its storage may hold

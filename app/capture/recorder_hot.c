@@ -698,7 +698,7 @@ static PyObject *made(Hot *self, PyObject *t, int written) {
         PyObject *ptrs = PyDict_GetItemWithError(self->dict, s__param_ptr), *in_opt;
         if (ptrs == NULL) {
             bad = PyErr_Occurred() != NULL;
-        } else if (PyDict_Check(ptrs) && PyDict_GET_SIZE(ptrs)
+        } else if (PyAnySet_Check(ptrs) && PySet_GET_SIZE(ptrs)
                    && (in_opt = item(self->dict, s_in_optimizer)) != NULL) {
             int io = PyObject_IsTrue(in_opt);
             PyObject *r = io ? NULL : PyObject_CallMethodOneArg(self->rec, s_param_written, t);

@@ -141,12 +141,18 @@ def ulp_image(ref: np.ndarray, rec: np.ndarray, width: int = 640, height: int = 
 
 
 def first_differing(a: np.ndarray, b: np.ndarray) -> int:
-    """The flat index of the first element whose bits differ between ``a`` and ``b`` (one
-    dtype and size), 0 where none does."""
-    if a.dtype != b.dtype or a.size != b.size or a.dtype.itemsize not in (1, 2, 4, 8):
+    """The flat index of the first element that differs between ``a`` and ``b`` (one dtype
+    and shape): floats by ``core.parity.compare_arrays`` (the judge's rule, NaN policy
+    included), other types by value; 0 where none does."""
+    from tapescope.core.parity import compare_arrays
+
+    if a.dtype != b.dtype or a.shape != b.shape:
         return 0
-    u = np.dtype(f"u{a.dtype.itemsize}")
-    k = np.flatnonzero(np.ascontiguousarray(a).view(u) != np.ascontiguousarray(b).view(u))
+    try:
+        return compare_arrays(a, b).first_index or 0
+    except TypeError:  # (not a float type it compares)
+        pass
+    k = np.flatnonzero(a != b)
     return int(k[0]) if k.size else 0
 
 

@@ -3863,8 +3863,8 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
     if base == "embedding_renorm_":
         return [(c, f"PyTorch's CPU embedding_renorm_ (ATen: each unique row's norm by "
                     f"torch.norm, {label}, read as a double; rows past max_norm scaled by "
-                    "T(max_norm / (norm + 1e-7)))", _embedding_renorm(run, i == last))
-                for last in [len(_norms(dt)) - 1] for i, (c, label, run) in enumerate(_norms(dt))]
+                    "T(max_norm / (norm + 1e-7)))", _embedding_renorm(run, run is _norm_lastdim))
+                for c, label, run in _norms(dt)]
     if base in ("_foreach_norm", "linalg_vector_norm", "norm"):
         # (torch.norm's norm.ScalarOpt_dim: pairwise_distance's, with linalg_vector_norm's
         # arguments in the same places and the same kernels)
