@@ -509,6 +509,7 @@ class Recorder(TorchDispatchMode):
         self.next_uid = 0
         self._names_of: dict[int, tuple] = {}  # id(OpOverload) -> ``_op``
         self._uninit: set[int] = set()  # the names' indices of ops of uninitialised memory
+        self._uninit_vids: set[int] = set()  # the values of uninitialised memory (sentinels)
         self.seen: dict[tuple[int, int], int] = {}
         # ops, columns (interned tables for the strings)
         self.tables: dict[str, dict[str, int]] = {"names": {}, "modules": {}, "sources": {}}
@@ -1127,6 +1128,7 @@ class Recorder(TorchDispatchMode):
         self.v_array.append(None)
         self.v_sha.append(uninitialised_digest(self.digest, dt, shape))
         self.seen[(u, ver)] = vid  # (not counted as hashed: nothing of it is recorded)
+        self._uninit_vids.add(vid)
         return vid
 
     def _unread(self, t: torch.Tensor) -> None:
@@ -1532,7 +1534,12 @@ class Recorder(TorchDispatchMode):
         elif unmarked is None and isinstance(out, _Tensor):
             if view:
                 like = self._same_bytes(out, args, enc_args)
-                if like is not None:
+                if self._uninit_vids and enc_args and isinstance(enc_args[0], dict) \
+                        and enc_args[0].get("T") in self._uninit_vids:
+                    # a view of uninitialised memory (DDP's gradient buckets, views of an
+                    # ``empty``): its bytes are the heap's as much as its base's are
+                    outs = (self._made_uninitialised(out),)
+                elif like is not None:
                     outs = (self._made_like(out, like),)
                 elif self.derive_views and out.nbytes >= _DERIVE_MIN \
                         and (src := self._derived_source(out, args, enc_args)) is not None:

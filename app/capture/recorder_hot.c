@@ -29,7 +29,7 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_hashes_only, *s_stored_bytes, *s_max_bytes, *s_hasher, *s_spool, *s_new_value,
     *s_v_dtype, *s_v_shape, *s_v_sha, *s_v_array, *s_devices, *s_uid, *s_seen, *s_numel,
     *s_sha_like, *s_names_of, *s_op, *s_op_rec, *s_record, *s_broken, *s_source, *s_code_skip,
-    *s_src_at, *s_derive_views, *s_uninit, *s_dim, *s_in_backward, *s_after_backward,
+    *s_src_at, *s_derive_views, *s_uninit, *s_uninit_vids, *s_dim, *s_in_backward, *s_after_backward,
     *s_in_optimizer, *s_modules, *s_module_from, *s_module_path, *s_sequence_nr,
     *s_backward_module, *s_empty, *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows,
     *s_DERIVE_MIN, *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread,
@@ -136,6 +136,7 @@ typedef struct {
     PyObject *c_src_at;
     PyObject *c_derived;
     PyObject *c_uninit;
+    PyObject *c_uninit_vids; /* ``Recorder._uninit_vids`` */
     PyObject *c_modules;
     PyObject *c_losses;
     vectorcallfunc vectorcall;  /* the instance called as the mode's ``__torch_dispatch__`` */
@@ -1392,6 +1393,22 @@ static PyObject *backward_module(Hot *self, PyObject *d, PyObject *node) {
     return module;
 }
 
+/* 1 when the first encoded argument is a value (``{"T": vid}``) in the set ``vids``, 0 when
+ * not, -1 with an exception */
+static int first_value_in(PyObject *enc_args, PyObject *vids) {
+    if (!PyTuple_Check(enc_args) && !PyList_Check(enc_args))
+        return 0;
+    if (PySequence_Fast_GET_SIZE(enc_args) == 0)
+        return 0;
+    PyObject *e = PySequence_Fast_GET_ITEM(enc_args, 0);
+    if (!PyDict_Check(e))
+        return 0;
+    PyObject *v = PyDict_GetItemWithError(e, s_T);
+    if (v == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    return PySet_Contains(vids, v);
+}
+
 /* ``Recorder._record``'s common case: 0 recorded, 1 not that case (nothing changed: the
  * Python's), -1 an error */
 static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, PyObject *out,
@@ -1410,6 +1427,11 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
         if (f < 0)
             return -1;
         PyObject *v = NULL;
+        if (view && PySet_GET_SIZE(self->c_uninit_vids) > 0) {
+            /* a view of uninitialised memory (``_made_uninitialised``): the Python's */
+            if ((f = first_value_in(enc_args, self->c_uninit_vids)) != 0)
+                return f;
+        }
         if (view) {
             PyObject *like = same_bytes(out, args, enc_args);
             if (like != NULL) {
@@ -1907,6 +1929,7 @@ static int Hot_traverse(Hot *self, visitproc visit, void *arg) {
     Py_VISIT(self->c_src_at);
     Py_VISIT(self->c_derived);
     Py_VISIT(self->c_uninit);
+    Py_VISIT(self->c_uninit_vids);
     Py_VISIT(self->c_modules);
     Py_VISIT(self->c_losses);
     return 0;
@@ -1932,6 +1955,7 @@ static int Hot_clear(Hot *self) {
     Py_CLEAR(self->c_src_at);
     Py_CLEAR(self->c_derived);
     Py_CLEAR(self->c_uninit);
+    Py_CLEAR(self->c_uninit_vids);
     Py_CLEAR(self->c_modules);
     Py_CLEAR(self->c_losses);
     return 0;
@@ -2043,6 +2067,12 @@ static int Hot_init(Hot *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     Py_INCREF(self->c_uninit);
+    if ((self->c_uninit_vids = PyDict_GetItemWithError(dict, s_uninit_vids)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_KeyError, "uninit_vids");
+        return -1;
+    }
+    Py_INCREF(self->c_uninit_vids);
     if ((self->c_modules = PyDict_GetItemWithError(dict, s_modules)) == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_KeyError, "modules");
@@ -2199,6 +2229,7 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_src_at, "_src_at");
     INTERN(s_derive_views, "derive_views");
     INTERN(s_uninit, "_uninit");
+    INTERN(s_uninit_vids, "_uninit_vids");
     INTERN(s_dim, "dim");
     INTERN(s_in_backward, "in_backward");
     INTERN(s_after_backward, "after_backward");

@@ -65,6 +65,15 @@ _SAME_BYTES_OPS = frozenset(f"aten.{n}.default" for n in (
     "contiguous", "lift_fresh", "lift_fresh_copy"))
 
 
+# ops whose outputs are views of their first argument (no arithmetic): a view of
+# uninitialised memory is itself recorded memory, not a result to judge
+VIEW_OPS = frozenset({
+    "as_strided", "view", "_unsafe_view", "reshape", "_reshape_alias", "alias", "detach",
+    "slice", "select", "narrow", "unsqueeze", "squeeze", "t", "transpose", "permute",
+    "expand", "split", "split_with_sizes", "chunk", "unbind", "view_as_real",
+    "view_as_complex", "diagonal", "unfold", "indices", "values"})
+
+
 class _NoRef(Exception):
     pass
 
@@ -672,10 +681,20 @@ def _expiry(cap: Capture) -> dict[int, list[int]]:
 
 
 def _uninitialised(cap: Capture) -> set[int]:
-    """The values ops of uninitialised memory made (``UNINITIALISED_OPS``: never recorded)."""
+    """The values ops of uninitialised memory made (``UNINITIALISED_OPS``: never recorded),
+    and the views of them (the recorder's sentinel too)."""
     ops = cap.ops
     return {v for op, outs in zip(ops["op"], ops["outputs"], strict=True)
-            if base_name(op) in UNINITIALISED_OPS for v in outs}
+            if base_name(op) in UNINITIALISED_OPS
+            or base_name(op) in VIEW_OPS and outs and _sentinel(cap, outs[0]) for v in outs}
+
+
+def _sentinel(cap: Capture, v: int) -> bool:
+    """Value ``v`` has no bytes and the digest of uninitialised memory (the recorder's
+    sentinel: memory no op wrote before it was seen)."""
+    return cap.arrays[v] is None and cap.dtypes[v] in STORED_DTYPES \
+        and cap.digests[v] == uninitialised_digest(cap.digest_algorithm, cap.dtypes[v],
+                                                   tuple(cap.shapes[v]))
 
 
 class _With:
@@ -697,22 +716,22 @@ PARTIAL_WRITE_OPS = frozenset({"scatter_", "index_put_", "index_copy_", "index_f
 
 
 def _unread_first(cap: Capture, op: str, args: list, m: _Missing,
-                  recorded: list | None = None) -> _With:
+                  recorded: list | None = None, kwargs: dict | None = None) -> _With:
     """The capture's arrays with missing value ``m.vid`` given bytes, where it is the first
     argument of an op and the recorder kept no bytes of it (the sentinel of memory no op read):
     zeros of its dtype and shape for an op that overwrites it unread (``OVERWRITE_OPS``:
-    ``fill_``, ``copy_`` ... read only its dtype and shape); the op's recorded output for one
-    that writes some of its elements (``PARTIAL_WRITE_OPS``: the rest is what the kernel
+    ``fill_``, ``copy_`` ... read only its dtype and shape; and the ``out=`` of an ``.out``
+    overload: DDP's ``mul(grad, 1 / world, out=bucket_view)``); the op's recorded output for
+    one that writes some of its elements (``PARTIAL_WRITE_OPS``: the rest is what the kernel
     left); else ``m`` raised again (missing: unjudged)."""
     v = m.vid
     base = base_name(op)
-    if base not in OVERWRITE_OPS and base not in PARTIAL_WRITE_OPS or not args \
-            or args[0] != {"T": v} or cap.dtypes[v] not in STORED_DTYPES \
-            or cap.digests[v] != uninitialised_digest(cap.digest_algorithm, cap.dtypes[v],
-                                                      tuple(cap.shapes[v])):
+    out_kw = op.endswith(".out") and kwargs is not None and kwargs.get("out") == {"T": v}
+    if (not out_kw and (base not in OVERWRITE_OPS and base not in PARTIAL_WRITE_OPS
+                        or not args or args[0] != {"T": v})) or not _sentinel(cap, v):
         raise m
     dt = STORED_DTYPES[cap.dtypes[v]]
-    if base in OVERWRITE_OPS:
+    if out_kw or base in OVERWRITE_OPS:
         return _With(cap.arrays, v, np.zeros(cap.shapes[v], dt))
     r = recorded[0] if recorded else None
     if r is None or r.shape != tuple(cap.shapes[v]) or r.dtype != dt:
@@ -726,7 +745,8 @@ def _missing(vid: int, uninitialised: set[int], unstored: str,
     numpy cannot hold (``Capture.opaque``: a sparse or quantized tensor), or ``unstored``
     (``_unstored``)."""
     if vid in uninitialised:
-        return f"input value {vid} is uninitialised memory (its bytes are not recorded)"
+        return (f"input value {vid} is uninitialised memory as far as the recorded ops go "
+                "(no op wrote it; C++ may have, outside aten): its bytes are not recorded")
     if opaque and vid in opaque:
         return f"input value {vid} is {_opaque_words(opaque[vid])}"
     return f"input value {vid} is {unstored}"
@@ -735,6 +755,14 @@ def _missing(vid: int, uninitialised: set[int], unstored: str,
 def _opaque_words(kind: str) -> str:
     return (f"a {kind} tensor" if kind != "unreadable" else "a tensor numpy cannot read") + \
         " (no array is recorded: its digest only)"
+
+
+def _group_of(args: list) -> list | None:
+    """A collective's recorded process group, ``[rank, size]`` (``{"g": ...}``), or None."""
+    for x in args:
+        if isinstance(x, dict) and isinstance(x.get("g"), list):
+            return x["g"]
+    return None
 
 
 def _unstored(cap: Capture) -> str:
@@ -766,6 +794,15 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             except RegionError as e:
                 raise _NoRef(f"compiled graph {a[0]}: {e}") from None
         if op.startswith(COLLECTIVES):
+            if _group_of(a) == [0, 1]:  # a process group of one rank: this file is every rank
+                from tapescope.core.capture.collective_ref import (
+                    CollectiveNoRef,
+                    collective_reference,
+                )
+                try:
+                    return collective_reference(op, [a], 1)[0]
+                except CollectiveNoRef as e:
+                    raise _NoRef(str(e)) from None
             raise _NoRef("a collective: its reference needs every rank's inputs (tapescope "
                          "parity --capture OUT judges the rank files together)")
         return table(op, a, k)
@@ -854,6 +891,11 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             recorded = [arrays[v] for v in outs]
             missing = any(r is None for r in recorded)
         if missing:
+            if base_name(op) in VIEW_OPS and all(_sentinel(cap, v) for v in outs):
+                # (DDP's gradient buckets: views of an ``empty`` flat tensor, the heap's
+                # bytes as much as the ``empty``'s, so not recorded either)
+                mark("recorded", "a view of uninitialised memory")
+                continue
             kind = next((cap.opaque[v] for v in outs if v in cap.opaque), None) \
                 if cap.opaque else None
             mark("unjudged", f"an output is {unstored}" if kind is None
@@ -879,7 +921,7 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                     try:
                         a, k = _decode_args(args, kwargs, arrays, ids, walk)
                     except _Missing as m:  # (the first argument overwritten unread: zeros)
-                        arr, wk = _unread_first(cap, op, args, m, recorded), None
+                        arr, wk = _unread_first(cap, op, args, m, recorded, kwargs), None
                         ids.clear()
                         a, k = _decode_args(args, kwargs, arr, ids)
                 except _Missing as m:
@@ -902,7 +944,9 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
                 if chain and not chain.keys().isdisjoint(ids):
                     ref_calls += 1
                     a2 = _decode_chained(args, arr, chain, wk)
-                    k2 = _decode_kw(kwargs, chain_get) if kwargs else {}
+                    k2 = {} if not kwargs else _decode_kw(kwargs, chain_get) \
+                        if arr is arrays else _decode_kw(
+                            kwargs, lambda v, a=arr: chain[v] if v in chain else a[v])
                     if layout is not None:
                         k2[LAYOUT_KW] = layout
                     tot = table(op, a2, k2) if direct else reference(op, a2, k2, i)

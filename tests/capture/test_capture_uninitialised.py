@@ -129,3 +129,97 @@ def test_memory_an_op_overwrites_unread_is_neither_stored_nor_hashed(tmp_path):
     v = ops["args"][last_fill][0]["T"]
     assert last_fill != firsts["fill_"]
     assert v == ops["outputs"][firsts["fill_"]][0]  # the first fill's value, read as ever
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_view_of_uninitialised_memory_is_neither_stored_nor_hashed(tmp_path, monkeypatch,
+                                                                      native):
+    """DDP's gradient buckets: an ``empty`` flat tensor and ``as_strided`` views of it, each
+    then written by ``mul(grad, 1 / world, out=view)``. The views' bytes are the heap's as much
+    as the ``empty``'s (a capture carried them: -7.4e19, 2.8e-23 ... from a DDP script): the
+    sentinel, no array; the views ``recorded`` ("a view of uninitialised memory"), the ``.out``
+    op judged (its ``out=`` only written) as ever."""
+    from tapescope.app.capture import recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(4, 8))
+    opt = torch.optim.SGD([w], lr=0.1)
+    x = torch.randn(8)
+    f = tmp_path / "b.capture"
+    _free_a_secret()
+    with capture(f, steps=1) as rec:
+        bucket = torch.empty(N)
+        v1 = bucket.as_strided((4, 8), (8, 1), 0)
+        v2 = bucket[32:64].view(4, 8)
+        seen = bucket.numpy().copy()
+        (w @ x).sum().backward()
+        torch.mul(w.grad, 0.5, out=v1)
+        torch.mul(w.grad, 0.25, out=v2)
+        w.grad.copy_(v1 + v2)
+        opt.step()
+    assert (rec.ops_native > 0) == native
+    if (seen[:64] == np.float32(MARK)).all():  # (where the heap gave back the secret's bytes)
+        assert np.full(64, MARK, np.float32).tobytes() not in f.read_bytes()
+    cap = load(f)
+    ops = cap.ops
+    rep = judge(cap)
+    by_op = {e["index"]: e for e in rep["ops"]}
+    views = [i for i, op in enumerate(ops["op"])
+             if base_name(op) in ("as_strided", "slice", "view") and ops["args"][i][0]
+             in ({"T": ops["outputs"][j][0]} for j, o in enumerate(ops["op"])
+                 if base_name(o) in ("empty", "slice"))]
+    assert len(views) == 3, [ops["op"][i] for i in views]  # as_strided, slice, view
+    for i in views:
+        (v,) = ops["outputs"][i]
+        assert cap.arrays[v] is None
+        assert cap.digests[v] == uninitialised_digest(cap.digest_algorithm, cap.dtypes[v],
+                                                      cap.shapes[v])
+        assert [o["verdict"] for o in by_op[i]["outputs"]] == ["recorded"]
+        assert by_op[i]["reason"] == "a view of uninitialised memory"
+    outs = [i for i, op in enumerate(ops["op"]) if op == "aten.mul.out"]
+    assert len(outs) == 2
+    for i in outs:
+        assert [o["verdict"] for o in by_op[i]["outputs"]] == ["exact"], by_op[i]
+    assert rep["counts"].get("unjudged", 0) == 0
+
+
+def test_a_collective_of_one_rank_is_judged_in_its_own_file(tmp_path):
+    """DDP on one rank (a script that always wraps its model, run without torchrun): the
+    collectives (the parameters' broadcast, the bucket's all-reduce) are judged as every
+    rank's, this file being every rank; they were ``no-reference`` ("needs every rank's
+    inputs"). A broadcast from a rank the group does not have stays no-reference."""
+    dist = pytest.importorskip("torch.distributed")
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("this torch has no gloo backend (torch.distributed.is_gloo_available())")
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        torch.manual_seed(0)
+        f = tmp_path / "d.capture"
+        with capture(f, steps=1):
+            model = DDP(torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(),
+                                            torch.nn.Linear(8, 2)))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loss = model(torch.randn(5, 6)).square().mean()
+            loss.backward()
+            opt.step()
+    finally:
+        dist.destroy_process_group()
+    cap = load(f)
+    rep = judge(cap)
+    by_op = {e["index"]: e for e in rep["ops"]}
+    colls = [i for i, op in enumerate(cap.ops["op"]) if op.startswith("c10d.")]
+    names = {cap.ops["op"][i] for i in colls}
+    assert {"c10d.broadcast_.default", "c10d.allreduce_.default"} <= names
+    for i in colls:
+        assert {"g": [0, 1]} in cap.ops["args"][i]
+        assert [o["verdict"] for o in by_op[i]["outputs"]] == ["exact"] * len(
+            cap.ops["outputs"][i]), by_op[i]
+    assert rep["no_reference"] == []
+    assert rep["counts"].get("unjudged", 0) <= 2  # (DDP's C++-filled bucket indices, step 2)
