@@ -88,6 +88,9 @@ _NUMPY_DTYPES = {dt: _dtype_name(dt) for dt in (
     torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool)}
 _STRIDED = torch.strided
+# numpy's dtype of each torch dtype ``_np_of`` reads in place (bfloat16 through int16)
+_NP_OF = {**{dt: np.dtype(n) for dt, n in _NUMPY_DTYPES.items()},
+          torch.complex64: np.dtype("complex64"), torch.complex128: np.dtype("complex128")}
 # argument types recorded as they are (the exact types: subclasses take ``_encode``'s way)
 _PLAIN = frozenset({int, bool, str, type(None)})
 
@@ -185,6 +188,34 @@ class _Hasher:
                 self.pending -= a.nbytes
                 self.live -= span is not None
                 cv.notify_all()
+
+
+class _ResizeGuard:
+    """While the hashing thread may read a live tensor's memory in place (``_Hasher``: no
+    ``numpy()`` keeps it from being resized, ``_alias_np``): a storage resized from Python
+    (``UntypedStorage.resize_``, which ``TypedStorage._resize_`` calls too: FSDP frees a
+    parameter's storage so, outside aten, where the mode does not see it) first has the digests
+    queued over its memory copied or finished (``_Hasher.protect``). ``remove`` puts the
+    method back (a hook's handle)."""
+
+    def __init__(self, hasher: _Hasher) -> None:
+        cls = torch.UntypedStorage
+        self.own = cls.__dict__.get("resize_")  # (None: inherited from torch._C.StorageBase)
+        orig = cls.resize_
+
+        def resize_(st: Any, size: int) -> Any:
+            lo = st.data_ptr()
+            if lo:
+                hasher.protect([(lo, lo + st.nbytes())])
+            return orig(st, size)
+
+        cls.resize_ = resize_
+
+    def remove(self) -> None:
+        if self.own is None:
+            del torch.UntypedStorage.resize_
+        else:
+            torch.UntypedStorage.resize_ = self.own
 
 
 def _core_free() -> bool:
@@ -368,7 +399,7 @@ def _opaque_bytes(t: torch.Tensor) -> tuple[str | None, bytes]:
     d = t.detach()
     if d.layout is torch.strided and not d.is_quantized:
         try:
-            return None, d.cpu().contiguous().view(torch.uint8).numpy().tobytes()
+            return None, _alias_np(d.cpu().contiguous().view(torch.uint8)).tobytes()
         except RuntimeError:
             pass
     head = repr((str(d.layout), str(d.dtype), tuple(d.shape))).encode()
@@ -390,9 +421,33 @@ def _opaque_bytes(t: torch.Tensor) -> tuple[str | None, bytes]:
         else:
             return "unreadable", head
         return kind, head + b"".join(
-            p.cpu().contiguous().view(torch.uint8).numpy().tobytes() for p in parts)
+            _alias_np(p.cpu().contiguous().view(torch.uint8)).tobytes() for p in parts)
     except RuntimeError:
         return "unreadable", head
+
+
+def _alias_np(t: torch.Tensor, dtype: Any = None) -> np.ndarray:
+    """A numpy array over CPU tensor ``t``'s own memory (its shape and strides; numpy's
+    ``dtype``, else ``t``'s), holding its storage alive, without ``Tensor.numpy()``: that marks the
+    storage not resizable for good (torch keeps a numpy view valid so), and a later
+    ``resize_`` of it fails in the user's step (a QAT observer's ``running_min`` resized from
+    0 elements, an ``out=`` resized, FSDP freeing a storage: "Trying to resize storage that is
+    not resizable")."""
+    dt = np.dtype(dtype if dtype is not None else _NUMPY_DTYPES[t.dtype])
+    shape = tuple(t.shape)
+    if t.numel() == 0:
+        return np.empty(shape, dt)
+    strides = t.stride()
+    n = 1 + sum((sz - 1) * st for sz, st in zip(shape, strides, strict=True))
+    buf = (_CHAR * (n * dt.itemsize)).from_address(t.data_ptr())
+    # (the array's base holds the storage, so the memory stays while the array does; not the
+    # tensor: the recorder's bookkeeping must see the script's tensors die as they would)
+    buf._storage = t.untyped_storage()
+    a = np.frombuffer(buf, dt, count=n)
+    if shape == (n,) and strides == (1,):
+        return a
+    return np.lib.stride_tricks.as_strided(a, shape, [st * dt.itemsize for st in strides],
+                                           writeable=False)
 
 
 def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
@@ -409,10 +464,13 @@ def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
         import ml_dtypes
 
         c = a.contiguous()
-        return c.view(torch.int16).numpy().view(ml_dtypes.bfloat16), own or c is not a
+        return _alias_np(c, np.int16).view(ml_dtypes.bfloat16), own or c is not a
     try:
         r = a.resolve_conj().resolve_neg()
-        return r.numpy(), own or r is not a
+        dt = _NP_OF.get(r.dtype)
+        if dt is None:
+            raise TypeError(f"no numpy dtype for {r.dtype}")
+        return _alias_np(r, dt), own or r is not a
     except (TypeError, RuntimeError):  # float8, uint16..., complex32: no numpy dtype
         return None, False
 
@@ -595,6 +653,7 @@ class Recorder(TorchDispatchMode):
         if self.async_hash or (self.async_hash is None and self.digest in _THREADED
                                and _core_free()):
             self.hasher = _Hasher(self.v_sha, self._hex)
+            self.hooks.append(_ResizeGuard(self.hasher))
         elif self.spool_path is not None and self.spool is None and not self.hashes_only:
             # values hashed inline: each stored one goes to the file at once (the hashing
             # thread's values are hashed later: they stay in memory, as they did)
@@ -936,7 +995,7 @@ class Recorder(TorchDispatchMode):
             if hashed and made and n >= _ASYNC_MIN and self.hasher is not None:
                 self.v_array.append(None)
                 self.n_hashed += 1
-                a = t.detach().numpy()  # an alias of its own keeps the storage alive
+                a = _alias_np(t)  # (holds its storage: the memory stays alive)
                 self.v_shape.append(a.shape)  # should ``t.data = ...`` swap t's away
                 self.v_sha.append(None)
                 self.hasher.put(vid, a, _span(t))
@@ -971,7 +1030,7 @@ class Recorder(TorchDispatchMode):
                     else:
                         self.v_sha.append(self._hex(raw))
                     return vid
-            a = t.numpy(force=True) if t.requires_grad else t.numpy()  # a view of its memory
+            a = _alias_np(t)  # a view of its memory (no ``numpy()``: it stays resizable)
             self.v_shape.append(a.shape)
             if hashed:
                 self.v_array.append(None)

@@ -773,3 +773,64 @@ def test_a_write_through_part_of_an_alias_reaches_the_tensor(tmp_path, monkeypat
     init = {name: cap.arrays[vid] for name, vid in cap.initial["params"]}
     np.testing.assert_array_equal(init["Embedding.weight"], w0.numpy())
     assert not init["Embedding.weight"][1].any()
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "hashing-thread"])
+def test_a_recorded_tensor_stays_resizable(tmp_path, monkeypatch, native, threaded):
+    """``Tensor.numpy()`` marks a storage not resizable for good; the recorder read values
+    so, and a script that later resized one failed under the capture ("Trying to resize
+    storage that is not resizable"): a QAT model's first forward (the per-channel observer's
+    ``running_min`` of 0 elements, resized by ``_fused_moving_avg_obs_fq_helper``). Each read
+    here, then each resize: an empty tensor, a bfloat16 one, a non-contiguous view's base, a
+    large output hashed in place on the hashing thread (``--digest sha256``, hashes only) whose
+    storage is then freed from Python as FSDP frees one (``UntypedStorage.resize_(0)``: its
+    digest is still its bytes'), and the QAT observer itself; the script's values the same
+    bits as without the capture."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+    from tapescope.core.capture.file import DIGESTS
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    monkeypatch.setattr(Recorder, "async_hash", threaded)
+    tq = pytest.importorskip("torch.ao.quantization")
+
+    def script():
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(torch.randn(4, 3))
+        opt = torch.optim.SGD([w], lr=0.1)
+        fq = tq.get_default_qat_qconfig("x86").weight()  # per-channel, running_min empty
+        empty = torch.tensor([])
+        bf = torch.randn(5).bfloat16()
+        base = torch.randn(4, 6)
+        big = torch.randn(64, 1024)
+        r = [empty + 1, bf * 2, base.t() * 1]
+        big2 = big * 3  # (256 KiB: hashed on the thread, in place, when threaded)
+        want = big2.clone().numpy().tobytes()  # (a copy: numpy() would make big2 not resizable)
+        big2.untyped_storage().resize_(0)
+        empty.resize_(4).fill_(1.0)
+        bf.resize_(9)
+        base.resize_(40)
+        q = fq(w)  # the observer's buffers resized in its first call
+        (q.sum() + w.square().sum()).backward()
+        opt.step()
+        return [w.detach().clone(), q.detach().clone(), empty.clone(), *r], want
+
+    plain, _ = script()
+    f = tmp_path / "r.capture"
+    with capture(f, steps=1, hashes_only=threaded, digest="sha256" if threaded else "xxh3_128") \
+            as rec:
+        got, want = script()
+    assert rec.failed is None and rec.error is None
+    assert (rec.ops_native > 0) == (native and not threaded)  # (the thread's: the Python's)
+    for a, b in zip(plain, got, strict=True):  # the recorder only reads
+        assert torch.equal(a, b)
+    assert "resize_" not in torch.UntypedStorage.__dict__  # (the guard taken away)
+    cap = load(f)
+    ops = cap.ops
+    mul = next(i for i, op in enumerate(ops["op"]) if op == "aten.mul.Tensor"
+               and ops["args"][i][1] == 3)
+    assert cap.digests[ops["outputs"][mul][0]] == DIGESTS[cap.digest_algorithm][1](want)
+    assert any(op == "aten._fused_moving_avg_obs_fq_helper.default" for op in ops["op"])
