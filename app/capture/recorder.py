@@ -218,6 +218,15 @@ class _ResizeGuard:
             torch.UntypedStorage.resize_ = self.own
 
 
+def _mode_may_leave() -> bool:
+    """Whether the mode may leave the stack here: not inside ``torch.inference_mode``, whose
+    end puts back the dispatch keys it found, the mode's among them; a mode gone by then leaves
+    the Python key on with no mode to take it ("Hit Python dispatch key but no arguments had
+    PyInterpreter" at the script's next op: validation under ``inference_mode`` right after
+    the last recorded step). The mode passes ops through until a hook outside it."""
+    return not torch.is_inference_mode_enabled()
+
+
 def _core_free() -> bool:
     """Whether the step leaves a CPU to the hashing thread: torch's intra-op threads fewer than
     the CPUs this process may run on, or a GPU (whose step's CPU mostly waits)."""
@@ -742,7 +751,7 @@ class Recorder(TorchDispatchMode):
         in_bw = _graph_task_id() != -1
         if threading.get_ident() != self.thread and not in_bw:
             return
-        if self._finish_later:
+        if self._finish_later and _mode_may_leave():
             self.finish()
         if not self.recording:
             return
@@ -820,7 +829,7 @@ class Recorder(TorchDispatchMode):
         return path
 
     def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._finish_later:
+        if self._finish_later and _mode_may_leave():
             self.finish()
         if not self.recording:
             return
@@ -884,7 +893,7 @@ class Recorder(TorchDispatchMode):
         if self.step < self.steps:
             self.step += 1
             return True
-        if inside_op:
+        if inside_op or not _mode_may_leave():
             self.recording = False
             self._finish_later = True
         else:
@@ -1433,12 +1442,29 @@ class Recorder(TorchDispatchMode):
             if prior is not None:
                 _set_eval_frame(prior)
 
+    def _decomposed(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """A CompositeImplicitAutograd op met as a whole (autograd's keys off: in
+        ``torch.inference_mode``, validation as scripts write it; or on an inference tensor):
+        its C++ decomposition, the kernel that runs it where no mode is on (the same bits),
+        run with the mode on again, so that each piece is recorded and judged (``batch_norm``,
+        ``dropout``, ``cross_entropy_loss``, ``linear`` have no reference form of their own:
+        ``no reference``). Where that cannot run, the op as it is, unrecorded."""
+        try:
+            run = func._op_dk
+            key = torch._C.DispatchKey.CompositeImplicitAutograd
+        except AttributeError:
+            return func(*args, **(kwargs or {}))
+        with self:
+            return run(key, *args, **(kwargs or {}))
+
     def _op_rec(self, func: Any, args: Any, kwargs: Any, graph_task: int) -> Any:
         """Record and run one op of the step (``__torch_dispatch__``'s work)."""
         info = self._names_of.get(id(func))
         if info is None:
             info = self._op(func)
-        if info[5]:  # a namespace that is not the step's (profiler)
+        if info[5]:  # a namespace that is not the step's (profiler); a composite op
+            if info[5] is _DECOMPOSE:
+                return self._decomposed(func, args, kwargs)
             return func(*args, **(kwargs or {}))
         if info[11] and args and isinstance(args[0], _Tensor):
             try:  # its first argument overwritten unread: its bytes are not the step's
@@ -1830,7 +1856,9 @@ def _op_facts(func: Any) -> tuple:
     (``LAYOUT_OPS``: that layout is recorded)."""
     info = _op_info(func)
     name = info[0]
-    skip = name.startswith(_SKIP_NAMESPACES)
+    skip: bool | str = name.startswith(_SKIP_NAMESPACES)
+    if not skip and type(func) is OpOverload and _composite(func):
+        skip = _DECOMPOSE
     # a view (its one return aliases an argument, nothing written): its value may be the
     # same bytes as an argument's (``_same_bytes``)
     view = not info[1] and info[2] == (False,)
@@ -1842,6 +1870,24 @@ def _op_facts(func: Any) -> tuple:
             name.startswith(_COLLECTIVES), call, func,
             len(parts) > 1 and parts[1] in OVERWRITE_OPS and bool(info[1]) and info[1][0][0] == 0,
             len(parts) > 1 and parts[0] == "aten" and parts[1] in LAYOUT_OPS)
+
+
+# ``_op_facts``' skip entry for an op the mode meets as a whole CompositeImplicitAutograd op
+# (``Recorder._decomposed``; a true value: recorder_hot.c hands it to ``_op_rec``)
+_DECOMPOSE = "decompose"
+
+
+def _composite(func: OpOverload) -> bool:
+    """Whether ``func``'s kernel is a CompositeImplicitAutograd one (no CPU or CUDA kernel of
+    its own): the mode meets such an op only with autograd's keys off (in
+    ``torch.inference_mode``, or on an inference tensor), as a whole."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    try:
+        name = func.name()
+        return has(name, "CompositeImplicitAutograd") and not has(name, "CPU") \
+            and not has(name, "CUDA")
+    except (RuntimeError, AttributeError):
+        return False
 
 
 _HOT_SETUP = False  # recorder_hot.c's ``setup`` done (``Recorder._go_native``)

@@ -834,3 +834,68 @@ def test_a_recorded_tensor_stays_resizable(tmp_path, monkeypatch, native, thread
                and ops["args"][i][1] == 3)
     assert cap.digests[ops["outputs"][mul][0]] == DIGESTS[cap.digest_algorithm][1](want)
     assert any(op == "aten._fused_moving_avg_obs_fq_helper.default" for op in ops["op"])
+
+
+def _validating_script():
+    """Train, then validate under ``torch.inference_mode`` after every step (eval mode: batch
+    norm's running statistics, dropout off), as scripts do."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
+                              torch.nn.Dropout(0.2), torch.nn.Linear(32, 3))
+    opt = torch.optim.SGD(net.parameters(), 0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(2)
+    vx, vy = torch.randn(20, 10, generator=g), torch.randint(0, 3, (20,), generator=g)
+
+    def run(steps: int) -> list:
+        out = []
+        for _ in range(steps):
+            net.train()
+            x, y = torch.randn(16, 10, generator=g), torch.randint(0, 3, (16,), generator=g)
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            net.eval()
+            with torch.inference_mode():
+                val = torch.nn.functional.cross_entropy(net(vx), vy)
+            out += [loss.detach().clone(), val.clone()]
+        return out
+    return run
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_validation_under_inference_mode_is_captured_and_the_script_runs_on(tmp_path,
+                                                                           monkeypatch, native):
+    """Validation under ``torch.inference_mode`` right after the last recorded step: the
+    recorder left its mode there, and ``inference_mode``'s end put the mode's dispatch key
+    back with no mode to take it: the script's next op failed ("Hit Python dispatch key but no
+    arguments had PyInterpreter"). It now leaves at the next hook outside ``inference_mode``.
+    Inside it, autograd's keys are off and the mode met ``batch_norm``, ``dropout``,
+    ``linear``, ``cross_entropy_loss`` whole (CompositeImplicitAutograd: no reference form,
+    6 ``no reference`` outputs): each is now run as its decomposition, its pieces recorded,
+    every op judged."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    want = _validating_script()(3)
+    run = _validating_script()
+    f = tmp_path / "v.capture"
+    with capture(f, steps=2) as rec:
+        got = run(3)  # (the third step after the capture has ended)
+        assert torch.randn(2).shape == (2,)  # the script's ops run on
+    assert rec.failed is None and rec.error is None
+    assert (rec.ops_native > 0) == native
+    for a, b in zip(want, got, strict=True):  # every bit
+        assert torch.equal(a, b)
+    cap = load(f)
+    assert cap.steps == 2
+    names = set(cap.ops["op"])
+    assert not names & {"aten.batch_norm.default", "aten.dropout.default", "aten.linear.default",
+                        "aten.cross_entropy_loss.default"}, names
+    assert "aten.native_batch_norm.default" in names or \
+        "aten._native_batch_norm_legit_no_training.default" in names
+    rep = judge(cap)
+    assert rep["no_reference"] == [] and rep["counts"].get("unjudged", 0) == 0
