@@ -218,6 +218,20 @@ class _ResizeGuard:
             torch.UntypedStorage.resize_ = self.own
 
 
+# a lazy module's parameters and buffers before its first forward (``nn.LazyLinear``): no
+# memory to read (their ``shape``, ``data_ptr()`` raise)
+_LAZY_TYPES = frozenset({torch.nn.parameter.UninitializedParameter,
+                         torch.nn.parameter.UninitializedBuffer})
+
+
+class _LazyArgument(Exception):
+    """An op's argument is a lazy module's parameter not made yet (``_LAZY_TYPES``)."""
+
+
+def _is_lazy(t: torch.Tensor) -> bool:
+    return isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
+
+
 def _mode_may_leave() -> bool:
     """Whether the mode may leave the stack here: not inside ``torch.inference_mode``, whose
     end puts back the dispatch keys it found, the mode's among them; a mode gone by then leaves
@@ -955,12 +969,16 @@ class Recorder(TorchDispatchMode):
         self.roots.append((path, root))
         self.quiet = True
         try:
+            # (a lazy module's parameters have no memory yet, ``nn.LazyLinear``: made in its
+            # first forward by recorded ops, ``empty`` and its init, so not initial values)
             for n, p in root.named_parameters():
                 p = _unwrapped(p)
-                self.initial["params"].append([f"{path}.{n}", self._value_of(p)])
+                if not _is_lazy(p):
+                    self.initial["params"].append([f"{path}.{n}", self._value_of(p)])
             for n, b in root.named_buffers():
                 b = _unwrapped(b)
-                self.initial["buffers"].append([f"{path}.{n}", self._value_of(b)])
+                if not _is_lazy(b):
+                    self.initial["buffers"].append([f"{path}.{n}", self._value_of(b)])
         finally:
             self.quiet = False
         self._note_param_ptrs()
@@ -990,6 +1008,8 @@ class Recorder(TorchDispatchMode):
     def _new_value(self, t: torch.Tensor, made: bool = False) -> int:
         """Record ``t``'s value; ``made``: an op's output (not a value first seen as an
         input)."""
+        if type(t) in _LAZY_TYPES:  # (before anything is noted: the op is passed over)
+            raise _LazyArgument
         name = _NUMPY_DTYPES.get(t.dtype)
         if name is not None and t.is_cpu and t.layout is _STRIDED and not t.is_neg():
             # the common case: a CPU tensor numpy holds as it is
@@ -1105,6 +1125,8 @@ class Recorder(TorchDispatchMode):
 
     def _value_of(self, t: torch.Tensor) -> int:
         """The value id of ``t`` as it is now (recorded on first sight)."""
+        if type(t) in _LAZY_TYPES:  # (before anything is noted: the op is passed over)
+            raise _LazyArgument
         e = self.uid.get(id(t))  # _key, inlined: this runs for every tensor argument
         p = _ptr(t)
         if e is not None and e[0]() is t and e[2] == p:
@@ -1506,7 +1528,8 @@ class Recorder(TorchDispatchMode):
                 kwargs = {}
             source = self._source(_getframe(1))
         except Exception as e:  # noqa: BLE001 — a guest never breaks the user's step
-            self._broken(info[0], e)
+            if not isinstance(e, _LazyArgument):  # (a lazy module's parameter read as it is
+                self._broken(info[0], e)  # made, ``p.data.device``: the op passed over)
             return func(*args, **(kwargs or {}))
         # the layout its first argument has before it runs (``as_strided_`` changes it)
         layout = _layout(args[0]) if info[12] and args else None

@@ -1795,8 +1795,12 @@ static PyObject *Hot_op(Hot *self, PyObject *const *argv, Py_ssize_t nargs) {
         Py_CLEAR(out);
     goto end;
 pre_failed:
-    if (broken(self, info) == 0)
-        out = PyObject_Call(func, args, has_kw ? kwargs : NULL);
+    /* an argument not read here: the Python's say (``_op_rec``: a lazy module's parameter
+     * is passed over, the op unrecorded; anything else stops recording, ``_broken``) */
+    if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        out = PyObject_CallMethodObjArgs(self->rec, s_op_rec, func, args, kwargs, gt, NULL);
+    }
 end:
     Py_DECREF(info);
     Py_XDECREF(enc_args);

@@ -899,3 +899,50 @@ def test_validation_under_inference_mode_is_captured_and_the_script_runs_on(tmp_
         "aten._native_batch_norm_legit_no_training.default" in names
     rep = judge(cap)
     assert rep["no_reference"] == [] and rep["counts"].get("unjudged", 0) == 0
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_lazy_module_made_inside_the_capture_is_captured(tmp_path, monkeypatch, native):
+    """``nn.LazyConv2d`` / ``nn.LazyLinear`` made by their first forward inside the capture
+    (``tapescope capture`` runs the whole script): the recorder read their parameters before
+    they had memory (the initial parameters; ``materialize``'s ``self.data.device``, an
+    ``aten.detach`` of the uninitialised parameter) and stopped: "Can't access the shape of an
+    uninitialized parameter", nothing recorded. Those reads are passed over (the parameters
+    are made by recorded ops: ``empty``, then their init), every step recorded and judged."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+
+    def run() -> list:
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.LazyConv2d(4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.LazyLinear(3))
+        g = torch.Generator().manual_seed(3)
+        m(torch.randn(2, 2, 6, 6, generator=g))  # made
+        opt = torch.optim.AdamW(m.parameters(), 1e-2)
+        out = []
+        for _ in range(2):
+            x, y = torch.randn(4, 2, 6, 6, generator=g), torch.randint(0, 3, (4,), generator=g)
+            loss = torch.nn.functional.cross_entropy(m(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.detach().clone())
+        return out + [p.detach().clone() for p in m.parameters()]
+
+    want = run()
+    f = tmp_path / "l.capture"
+    with capture(f, steps=2) as rec:
+        got = run()
+    assert rec.failed is None and rec.error is None
+    assert (rec.ops_native > 0) == native
+    for a, b in zip(want, got, strict=True):
+        assert torch.equal(a, b)
+    cap = load(f)
+    assert cap.steps == 2
+    rep = judge(cap)
+    assert rep["no_reference"] == [] and rep["counts"].get("unjudged", 0) == 0
+    assert [x["recorded"] for x in rep["losses"]] == [float(w) for w in want[:2]]
