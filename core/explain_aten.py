@@ -2214,11 +2214,16 @@ def _small_by_views(a: np.ndarray, b: np.ndarray, c: np.ndarray | None,
     return out
 
 
-def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray, reduced: bool = False) -> None:
+def _flash_check(q: np.ndarray, k: np.ndarray, v: np.ndarray, reduced: bool = False,
+                 groups: bool = False) -> None:
+    """``groups``: k and v may have fewer heads (axis -3) than q, a divisor of its."""
     wants = (_BF16, np.dtype(np.float16)) if reduced else (np.dtype(np.float32),)
     if not any(all(np.asarray(t).dtype == w for t in (q, k, v)) for w in wants):
         raise ValueError("the flash kernels are written out for float32, bfloat16 and float16")
-    if q.ndim < 3 or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
+    grouped = groups and q.ndim >= 3 and q.ndim == k.ndim and q.shape[:-3] == k.shape[:-3] \
+        and k.shape[-3] > 0 and q.shape[-3] % k.shape[-3] == 0
+    if q.ndim < 3 or (q.shape[:-2] != k.shape[:-2] and not grouped) \
+            or k.shape[:-1] != v.shape[:-1]:
         raise ValueError("grouped heads or mismatched shapes")
     if 0 in q.shape or 0 in k.shape or 0 in v.shape:
         raise ValueError("an empty query, key or value")
@@ -2286,10 +2291,13 @@ def flash_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
     from tapescope.core.explain_prims import _LIBC_MATH, fma
 
     f32 = np.float32
-    _flash_check(q, k, v, reduced)
+    _flash_check(q, k, v, reduced, groups=True)
     dt = np.asarray(q).dtype
     if reduced:
         q, k, v = (np.asarray(t).astype(f32) for t in (q, k, v))
+    if k.shape[:-2] != q.shape[:-2]:  # grouped-query attention: head h reads key head h // G
+        g = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, g, axis=-3), np.repeat(v, g, axis=-3)
     prod = _reduced_product(dt) if reduced else _mkl_mm
     lead, lq = q.shape[:-2], q.shape[-2]
     out = np.empty(lead + (lq, v.shape[-1]), dtype=f32)
@@ -2352,28 +2360,37 @@ def flash_attention_backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.
     f32 = np.float32
     if reduced:
         return _flash_backward_reduced(g, q, k, v, out, lse, causal, scale, mask, key_scaled)
-    _flash_check(q, k, v)
+    _flash_check(q, k, v, groups=True)
     sc = f32(scale)
     gq, gk, gv = (np.zeros(t.shape, dtype=f32) for t in (q, k, v))
     mask_all = None if mask is None else \
         np.broadcast_to(mask, q.shape[:-2] + (q.shape[-2], k.shape[-2]))
-    dsum: dict[int, np.ndarray] = {}
-    for rows, cols, cut, _ in _flash_blocks(q.shape[-2], k.shape[-2], causal):
-        qb, gb = q[..., rows, :], g[..., rows, :]
-        d = dsum.get(rows.start)
+    # grouped-query attention (k and v with fewer heads, axis -3): query head h reads key
+    # head h // G; each key head's gradients gather its G query heads' terms, head j + 1's
+    # after all of head j's blocks (measured: not block by block across the heads)
+    G = q.shape[-3] // k.shape[-3] if q.ndim >= 3 and k.shape[-3] != q.shape[-3] else 1
+    dsum: dict[tuple[int, int], np.ndarray] = {}
+    heads = [slice(None)] if G == 1 else [slice(j, None, G) for j in range(G)]
+    order = [(h, b) for h in heads for b in _flash_blocks(q.shape[-2], k.shape[-2], causal)]
+    for h, (rows, cols, cut, _) in order:
+        ix = (Ellipsis, h, rows, slice(None)) if G > 1 else (Ellipsis, rows, slice(None))
+        qb, gb = q[ix], g[ix]
+        d = dsum.get((h.start or 0, rows.start))
         if d is None:
-            d = dsum[rows.start] = _map2_reduce_all(gb, out[..., rows, :], lanes)
+            d = dsum[(h.start or 0, rows.start)] = _map2_reduce_all(gb, out[ix], lanes)
         kt = np.swapaxes(k[..., cols, :], -1, -2)
         p = _mkl_mm(qb, (kt * sc).astype(f32)) if key_scaled else _mkl_mm(qb, kt, alpha=sc)
         if mask is not None:  # (after the scaled product: the fusion kernel's scale is 1)
-            p = (p + mask_all[..., rows, cols]).astype(f32)
-        p = sleef_exp((p - lse[..., rows, None]).astype(f32)).astype(f32)
+            mb = mask_all[..., h, rows, cols] if G > 1 else mask_all[..., rows, cols]
+            p = (p + mb).astype(f32)
+        lb = lse[..., h, rows, None] if G > 1 else lse[..., rows, None]
+        p = sleef_exp((p - lb).astype(f32)).astype(f32)
         if cut is not None:
             p[..., cut] = 0
         gv[..., cols, :] = _mkl_mm(np.swapaxes(p, -1, -2), gb, gv[..., cols, :])
         ga = _mkl_mm(gb, np.swapaxes(v[..., cols, :], -1, -2))
         ga = (p * (ga - d[..., None]).astype(f32)).astype(f32)
-        gq[..., rows, :] = _mkl_mm(ga, k[..., cols, :], gq[..., rows, :], sc)
+        gq[ix] = _mkl_mm(ga, k[..., cols, :], gq[ix], sc)
         gk[..., cols, :] = _mkl_mm(np.swapaxes(ga, -1, -2), qb, gk[..., cols, :], sc)
     return gq, gk, gv
 

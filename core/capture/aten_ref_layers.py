@@ -702,13 +702,32 @@ def _scores(q, k, scale, is_causal, mask):
     return s, t(sc)
 
 
+def _groups(q, k, v) -> int:
+    """How many query heads share each key/value head: 1, or ``Hq / Hkv`` for grouped-query
+    attention (``enable_gqa=True``: key and value with fewer heads, dimension -3, each read by
+    a run of ``Hq / Hkv`` query heads, as ``repeat_interleave`` lays them out); NoReference for
+    shapes that are neither."""
+    qs, ks, vs = np.shape(q), np.shape(k), np.shape(v)
+    if len(qs) < 3 or len(ks) != len(qs) or len(vs) != len(qs) or ks[:-1] != vs[:-1] \
+            or qs[:-3] != ks[:-3] or qs[-1] != ks[-1]:
+        raise NoReference("scaled dot-product attention: query, key and value shapes "
+                          f"{list(qs)}, {list(ks)}, {list(vs)} do not go together")
+    if qs[-3] == ks[-3]:
+        return 1
+    if ks[-3] == 0 or qs[-3] % ks[-3]:
+        raise NoReference(f"scaled dot-product attention: {qs[-3]} query heads are not a "
+                          f"multiple of {ks[-3]} key heads")
+    return qs[-3] // ks[-3]
+
+
 def _attention(q, k, v, mask, dropout_p, is_causal, scale):
     if dropout_p:
         raise NoReference("scaled dot-product attention with dropout is random")
-    if q.shape[:-2] != k.shape[:-2]:
-        raise NoReference("scaled dot-product attention with grouped heads (enable_gqa)")
+    groups = _groups(q, k, v)
     out = result_type(q, k, v)
     qw, kw, vw = _w(q, out), _w(k, out), _w(v, out)
+    if groups > 1:  # (grouped heads: each key/value head repeated for its query heads)
+        kw, vw = np.repeat(kw, groups, axis=-3), np.repeat(vw, groups, axis=-3)
     with fp_quiet():
         s, _ = _scores(qw, kw, scale, is_causal, mask)
         p = REGISTRY["softmax"].forward(M, [s], {"axis": -1})
@@ -751,8 +770,11 @@ def _sdpa_flash_cpu_backward(args: list, kwargs: dict) -> list:
                                                                       "is_causal", False)
     if dropout_p:
         raise NoReference("scaled dot-product attention with dropout is random")
+    groups = _groups(q, k, v)
     out = result_type(q, k, v)
     qw, kw, vw, gw = _w(q, out), _w(k, out), _w(v, out), _w(g, out)
+    if groups > 1:
+        kw, vw = np.repeat(kw, groups, axis=-3), np.repeat(vw, groups, axis=-3)
     with fp_quiet():
         # the forward's probabilities again (the recorded out and logsumexp are not read), then
         # the tape's attention backward: bmm, softmax and muls rules in reverse
@@ -763,4 +785,7 @@ def _sdpa_flash_cpu_backward(args: list, kwargs: dict) -> list:
         gs = REGISTRY["softmax"].backward(M, gp, [s], p, {"axis": -1}, [True])[0] * sc
         gq = _matmul(gs, kw)
         gk = _matmul(swap_last2(gs), qw)
+        if groups > 1:  # repeat_interleave's backward: each head's copies summed in order
+            gk, gv = (serial_sum(x.reshape(*np.shape(k)[:-2], groups, *x.shape[-2:]), -3)
+                      for x in (gk, gv))
     return [gq.astype(q.dtype), gk.astype(k.dtype), gv.astype(v.dtype)]
