@@ -325,13 +325,19 @@ form("aten.logical_and.default")(_compare(np.logical_and))
 form("aten.logical_or.default")(_compare(np.logical_or))
 
 
-@form("aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar")
-def _bitwise_and(args: list, kwargs: dict) -> list:
-    """Exact: bools and integers only (a compiled graph's masks)."""
-    out = result_type(args[0], args[1])
-    if is_float(out):
-        raise NoReference("bitwise_and of floats")
-    return [np.bitwise_and(arr(args[0], out), arr(args[1], out))]
+def _bitwise(name: str, fn):
+    def run(args: list, kwargs: dict) -> list:
+        """Exact: bools and integers only (a compiled graph's masks, ``mask |= eye``)."""
+        out = result_type(args[0], args[1])
+        if is_float(out):
+            raise NoReference(f"{name} of floats")
+        return [fn(arr(args[0], out), arr(args[1], out))]
+    return run
+
+
+for _n, _fn in (("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+                ("bitwise_xor", np.bitwise_xor)):
+    form(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_bitwise(_n, _fn))
 
 
 # ---- selections and clamps (exact) ------------------------------------------------------------

@@ -413,6 +413,12 @@ CASES = [
                    {"grad_input": torch.empty(4, 5, dtype=d)})),
     ("where", "aten.where.self",
      lambda g, d: ([rn(g, F64, *E) > 0, rn(g, d, *E), rn(g, d, E[1])], {})),
+    # (masks: ``mask |= torch.eye(...)``; integers' bits)
+    ("bitwise_or_bool_", "aten.bitwise_or_.Tensor",
+     lambda g, d: ([rn(g, F64, *E) > 0, rn(g, F64, E[1]) > 0.5], {})),
+    ("bitwise_xor_int", "aten.bitwise_xor.Tensor",
+     lambda g, d: ([ints(g, 1000, *E), ints(g, 7, E[1])], {})),
+    ("bitwise_or_scalar", "aten.bitwise_or.Scalar", lambda g, d: ([ints(g, 64, *E), 5], {})),
     ("masked_fill", "aten.masked_fill.Scalar",
      lambda g, d: ([rn(g, d, *E), rn(g, F64, *E) > 0, -1e9], {})),
     ("clamp", "aten.clamp.default", lambda g, d: ([rn(g, d, *E), -0.5, 0.5], {})),
