@@ -875,6 +875,13 @@ class Recorder(TorchDispatchMode):
         self._closure_opt = 0
         if self.in_optimizer:
             return
+        if _graph_task_id() != -1:
+            # stepped from a gradient hook inside backward (the "optimizer step in backward"
+            # pattern: one optimizer per parameter, stepped by its post-accumulate-grad hook):
+            # the backward goes on, the step ends at the next forward (as a script's own
+            # update's does)
+            self._manual_update = True
+            return
         self.closing = True
         if self._hot is not None:  # the next op comes through the Python path (``_end_step``)
             self.__dict__.pop("__torch_dispatch__", None)
@@ -1608,9 +1615,10 @@ class Recorder(TorchDispatchMode):
             where = [j for j, t in enumerate(rets) if isinstance(t, torch.Tensor)]
             outs = [self._made(rets[j]) for j in where]
             if graph_task != -1:
-                phase = 1
+                phase = 2 if self.in_optimizer else 1
                 self.in_backward = self.after_backward = True
                 module = self.modules[-1][1] if self.modules and self.modules[-1][2] else \
+                    "" if self.in_optimizer else \
                     self._backward_module(torch._C._current_autograd_node())
                 if self.last_ones_like is not None:
                     self.losses[self.step] = self.last_ones_like
@@ -1689,8 +1697,11 @@ class Recorder(TorchDispatchMode):
             self.in_backward = True
             self.after_backward = True
             modules = self.modules  # a checkpoint's recompute: the module it runs in
-            module = modules[-1][1] if modules and modules[-1][2] else \
-                self._backward_module(_autograd_node())
+            if self.in_optimizer:  # an optimizer stepped from a gradient hook (in backward)
+                phase, module = 2, modules[-1][1] if modules and modules[-1][2] else ""
+            else:
+                module = modules[-1][1] if modules and modules[-1][2] else \
+                    self._backward_module(_autograd_node())
             if self.last_ones_like is not None:
                 self.losses[self.step] = self.last_ones_like
                 self.last_ones_like = None

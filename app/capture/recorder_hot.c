@@ -1559,8 +1559,14 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
     }
     /* phase and module */
     long phase;
+    int bw_opt = 0;  /* an optimizer stepped from a gradient hook inside backward */
     if (graph_task != -1) {
-        phase = 1;
+        PyObject *in_opt = item(d, s_in_optimizer);
+        if (in_opt == NULL || (bw_opt = PyObject_IsTrue(in_opt)) < 0)
+            goto done;
+    }
+    if (graph_task != -1) {
+        phase = bw_opt ? 2 : 1;
         if (PyDict_SetItem(d, s_in_backward, Py_True) < 0
             || PyDict_SetItem(d, s_after_backward, Py_True) < 0)
             goto done;
@@ -1578,6 +1584,9 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
         }
         if (top != NULL) {
             module = PyTuple_GET_ITEM(top, 1);
+            Py_INCREF(module);
+        } else if (bw_opt) {
+            module = s_empty;
             Py_INCREF(module);
         } else {
             PyObject *node = PyObject_CallNoArgs(g_autograd_node);

@@ -946,3 +946,57 @@ def test_a_lazy_module_made_inside_the_capture_is_captured(tmp_path, monkeypatch
     rep = judge(cap)
     assert rep["no_reference"] == [] and rep["counts"].get("unjudged", 0) == 0
     assert [x["recorded"] for x in rep["losses"]] == [float(w) for w in want[:2]]
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_an_optimizer_stepped_inside_backward_is_a_step(tmp_path, monkeypatch, native):
+    """The "optimizer step in backward" pattern (PyTorch's tutorial: one optimizer per
+    parameter, stepped by its ``register_post_accumulate_grad_hook``): the first hook's
+    ``step()`` ended the recorded step inside the backward, so "step 2" was the rest of that
+    backward (no forward, no loss) and the capture stopped there. A step whose optimizers
+    step inside backward now ends at the next forward, its optimizers' ops in the optimizer
+    phase; both steps have a forward, a backward, a loss and every parameter's Adam."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+
+    def run() -> list:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        opts = {p: torch.optim.Adam([p], lr=1e-2) for p in net.parameters()}
+
+        def hook(p: torch.Tensor) -> None:
+            opts[p].step()
+            opts[p].zero_grad()
+        for p in net.parameters():
+            p.register_post_accumulate_grad_hook(hook)
+        g = torch.Generator().manual_seed(1)
+        out = []
+        for _ in range(3):
+            x, y = torch.randn(5, 6, generator=g), torch.randint(0, 2, (5,), generator=g)
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            out.append(loss.detach().clone())
+        return out + [p.detach().clone() for p in net.parameters()]
+
+    want = run()
+    f = tmp_path / "b.capture"
+    with capture(f, steps=2) as rec:
+        got = run()
+    assert rec.failed is None and rec.error is None
+    assert (rec.ops_native > 0) == native
+    for a, b in zip(want, got, strict=True):
+        assert torch.equal(a, b)
+    cap = load(f)
+    assert cap.steps == 2
+    rep = judge(cap)
+    assert [x["recorded"] for x in rep["losses"]] == [float(w) for w in want[:2]]
+    for s in (1, 2):
+        phases = [e["phase"] for e in rep["ops"] if e["step"] == s]
+        assert phases[0] == "forward" and {"forward", "backward", "optimizer"} <= set(phases)
+        adam = [e for e in rep["ops"] if e["step"] == s and e["op"].startswith("aten.addcdiv")]
+        assert len(adam) == 4 and all(e["phase"] == "optimizer" for e in adam)  # 4 parameters
+    assert rep["no_reference"] == [] and rep["counts"].get("unjudged", 0) == 0
