@@ -420,6 +420,14 @@ def _opaque_bytes(t: torch.Tensor) -> tuple[str | None, bytes]:
     quantized one: its integers, scales and zero points. Anything else: its dtype and shape
     only, named ``unreadable``."""
     d = t.detach()
+    if d.is_nested:  # its components' sizes and bytes, in order
+        try:
+            parts = d.unbind()
+            head = repr(("nested", str(d.dtype), [tuple(p.shape) for p in parts])).encode()
+            return "nested", head + b"".join(
+                _alias_np(p.cpu().contiguous().view(torch.uint8)).tobytes() for p in parts)
+        except RuntimeError:
+            return "unreadable", repr(("nested", str(d.dtype))).encode()
     if d.layout is torch.strided and not d.is_quantized:
         try:
             return None, _alias_np(d.cpu().contiguous().view(torch.uint8)).tobytes()
@@ -478,7 +486,7 @@ def _np_of(t: torch.Tensor) -> tuple[np.ndarray | None, bool]:
     tensor's memory, to be copied before it is kept), or ``(None, False)`` for what numpy
     cannot hold."""
     a = t.detach() if t.requires_grad else t
-    if a.layout is not torch.strided or a.is_quantized or a.is_meta:
+    if a.layout is not torch.strided or a.is_quantized or a.is_meta or a.is_nested:
         return None, False
     own = not a.is_cpu
     if own:
@@ -1018,7 +1026,8 @@ class Recorder(TorchDispatchMode):
         if type(t) in _LAZY_TYPES:  # (before anything is noted: the op is passed over)
             raise _LazyArgument
         name = _NUMPY_DTYPES.get(t.dtype)
-        if name is not None and t.is_cpu and t.layout is _STRIDED and not t.is_neg():
+        if name is not None and t.is_cpu and t.layout is _STRIDED and not t.is_neg() \
+                and not t.is_nested:
             # the common case: a CPU tensor numpy holds as it is
             self.devices.add("cpu")
             vid = len(self.v_dtype)
@@ -1106,7 +1115,8 @@ class Recorder(TorchDispatchMode):
         a, private = _np_of(t)
         vid = len(self.v_dtype)
         self.v_dtype.append(_dtype_name(t.dtype))
-        self.v_shape.append(tuple(t.shape))
+        # (a nested tensor has no one shape: its number of components)
+        self.v_shape.append(tuple(t.shape) if not t.is_nested else (t.size(0),))
         if a is None:  # no numpy form: the digest of its bytes through torch
             kind, raw = _opaque_bytes(t)
             if kind is not None:

@@ -29,7 +29,7 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_hashes_only, *s_stored_bytes, *s_max_bytes, *s_hasher, *s_spool, *s_new_value,
     *s_v_dtype, *s_v_shape, *s_v_sha, *s_v_array, *s_devices, *s_uid, *s_seen, *s_numel,
     *s_sha_like, *s_names_of, *s_op, *s_op_rec, *s_record, *s_broken, *s_source, *s_code_skip,
-    *s_src_at, *s_derive_views, *s_uninit, *s_uninit_vids, *s_dim, *s_in_backward, *s_after_backward,
+    *s_src_at, *s_derive_views, *s_uninit, *s_uninit_vids, *s_is_nested, *s_dim, *s_in_backward, *s_after_backward,
     *s_in_optimizer, *s_modules, *s_module_from, *s_module_path, *s_sequence_nr,
     *s_backward_module, *s_empty, *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows,
     *s_DERIVE_MIN, *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread,
@@ -359,6 +359,9 @@ static PyObject *new_value_fast(Hot *self, PyObject *t) {
     if (layout != g_strided)
         Py_RETURN_NONE;
     if ((f = flag(t, s_is_neg, 1)) != 0)
+        return f < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
+    /* a nested tensor (strided, but no one shape: the transformer's fast path): the Python's */
+    if ((f = flag(t, s_is_nested, 0)) != 0)
         return f < 0 ? NULL : (Py_INCREF(Py_None), Py_None);
     if ((nb = tget(t, s_nbytes)) == NULL)
         return NULL;
@@ -2243,6 +2246,7 @@ PyMODINIT_FUNC PyInit__ts_recorder_hot(void) {
     INTERN(s_derive_views, "derive_views");
     INTERN(s_uninit, "_uninit");
     INTERN(s_uninit_vids, "_uninit_vids");
+    INTERN(s_is_nested, "is_nested");
     INTERN(s_dim, "dim");
     INTERN(s_in_backward, "in_backward");
     INTERN(s_after_backward, "after_backward");

@@ -38,7 +38,7 @@ that is not derived itself, its dtype and element count, no stored array, dense 
 sentinel); ``Capture.derived``. A file without the column has none.
 
 OPAQUE VALUES (optional ``values.opaque``: ``[[value, kind], ...]``): a value numpy cannot hold
-(``OPAQUE_KINDS``: a sparse tensor, a quantized one) has no stored array, whatever the budget;
+(``OPAQUE_KINDS``: a sparse tensor, a quantized one, a nested one) has no stored array, whatever the budget;
 its digest is of its index and value tensors' bytes (a quantized one's integers, scales and zero
 points). The judge says so where such a value leaves an op unjudged; ``Capture.opaque``.
 Checked at load (a value once, a known kind, no stored array). A file without the column has
@@ -101,7 +101,7 @@ OVERWRITE_OPS = frozenset({"fill_", "zero_", "copy_", "uniform_", "normal_", "be
 # (its strides and storage offset), not only on its values: the recorder records that layout
 # why a value has no numpy form (``values.opaque``; ``Capture.opaque``): the recorder's names
 OPAQUE_KINDS = frozenset({"sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc",
-                          "quantized", "unreadable"})
+                          "quantized", "nested", "unreadable"})
 # (``ops.layouts``; ``Capture.layouts``)
 LAYOUT_OPS = frozenset({"as_strided", "as_strided_", "as_strided_copy"})
 # the key under which the judge hands such an op's form its first argument's layout (among its

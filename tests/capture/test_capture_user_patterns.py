@@ -1000,3 +1000,59 @@ def test_an_optimizer_stepped_inside_backward_is_a_step(tmp_path, monkeypatch, n
         adam = [e for e in rep["ops"] if e["step"] == s and e["op"].startswith("aten.addcdiv")]
         assert len(adam) == 4 and all(e["phase"] == "optimizer" for e in adam)  # 4 parameters
     assert rep["no_reference"] == [] and rep["counts"].get("unjudged", 0) == 0
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_transformer_encoders_nested_fast_path_is_captured(tmp_path, monkeypatch, native):
+    """``nn.TransformerEncoder`` evaluated under ``no_grad`` with a padding mask takes its fast
+    path: ``_nested_tensor_from_mask``, ``_transformer_encoder_layer_fwd`` on a nested tensor,
+    ``to_padded_tensor``. A nested tensor has no one shape, and the recorder stopped at the
+    first ("NestedTensorImpl doesn't support sizes"): nothing after it recorded. It is now
+    hashed by its components' sizes and bytes (an opaque ``nested`` value, as sparse ones are),
+    the ops that make or read one ``unjudged`` saying so, every other op judged."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+
+    def run() -> list:
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True)
+        opt = torch.optim.SGD(enc.parameters(), 0.1)
+        g = torch.Generator().manual_seed(2)
+        pad = torch.tensor([[False] * 4 + [True] * 2, [False] * 6])
+        out = []
+        for _ in range(2):
+            enc.train()
+            x = torch.randn(2, 6, 8, generator=g)
+            loss = enc(x, src_key_padding_mask=pad)[:, 0].square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            enc.eval()
+            with torch.no_grad():
+                val = enc(x, src_key_padding_mask=pad)
+            out += [loss.detach().clone(), val.clone()]
+        return out
+
+    want = run()
+    f = tmp_path / "n.capture"
+    with capture(f, steps=2) as rec:
+        got = run()
+    assert rec.failed is None and rec.error is None
+    assert (rec.ops_native > 0) == native
+    for a, b in zip(want, got, strict=True):
+        assert torch.equal(a, b)
+    cap = load(f)
+    assert cap.steps == 2
+    assert "aten._transformer_encoder_layer_fwd.default" in cap.ops["op"]
+    assert "nested" in set(cap.opaque.values())
+    rep = judge(cap)
+    unj = [e for e in rep["ops"] if any(o["verdict"] == "unjudged" for o in e["outputs"])]
+    assert unj and all("nested tensor" in e["reason"] for e in unj)
+    assert {e["op"] for e in unj} <= {"aten._nested_tensor_from_mask.default",
+                                      "aten._transformer_encoder_layer_fwd.default",
+                                      "aten.to_padded_tensor.default"}
