@@ -38,11 +38,11 @@ that is not derived itself, its dtype and element count, no stored array, dense 
 sentinel); ``Capture.derived``. A file without the column has none.
 
 OPAQUE VALUES (optional ``values.opaque``: ``[[value, kind], ...]``): a value numpy cannot hold
-(``OPAQUE_KINDS``: a sparse tensor, a quantized one, a nested one) has no stored array, whatever the budget;
-its digest is of its index and value tensors' bytes (a quantized one's integers, scales and zero
-points). The judge says so where such a value leaves an op unjudged; ``Capture.opaque``.
-Checked at load (a value once, a known kind, no stored array). A file without the column has
-none.
+(``OPAQUE_KINDS``: a sparse tensor, a quantized one, a nested one) has no stored array,
+whatever the budget; its digest is of its index and value tensors' bytes (a quantized one's
+integers, scales and zero points; a nested one's components' shapes and bytes). The judge
+says so where such a value leaves an op unjudged; ``Capture.opaque``. Checked at load (a value
+once, a known kind, no stored array). A file without the column has none.
 
 LAYOUTS (optional ``ops.layouts``: ``[[op, strides, storage offset], ...]``): the memory layout
 of the first argument of each op of ``LAYOUT_OPS`` (``as_strided``: its output shows the
