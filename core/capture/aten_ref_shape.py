@@ -195,15 +195,19 @@ def _linspace(args: list, kwargs: dict) -> list:
             or not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= 1 << 31:
         raise NoReference("linspace: number ends and 0 to 2**31 steps")
     check_elems(steps, "linspace")
-    dt = as_dtype(kwargs.get("dtype")) or F32
+    return [_lin(start, end, steps, as_dtype(kwargs.get("dtype")) or F32)]
+
+
+def _lin(start: float, end: float, steps: int, dt: np.dtype) -> np.ndarray:
+    """The linspace form's values (its two-sided formula in float64, rounded once to ``dt``)."""
     if steps == 1:
-        return [np.asarray([start], F64).astype(dt)]
+        return np.asarray([start], F64).astype(dt)
     i = np.arange(steps, dtype=F64)
     step = (F64.type(end) - F64.type(start)) / F64.type(max(steps - 1, 1))
     with np.errstate(all="ignore"):
         v = np.where(i < steps // 2, F64.type(start) + step * i,
                      F64.type(end) - step * (steps - 1 - i))
-    return [np.rint(v).astype(dt) if dt.kind in "iu" else v.astype(dt)]
+    return np.rint(v).astype(dt) if dt.kind in "iu" else v.astype(dt)
 
 
 @form("prims.iota.default")
@@ -786,6 +790,137 @@ def _topk(args: list, kwargs: dict) -> list:
         if got is not None:
             return got
     return [top, np.take(order, range(k), axis=d).astype(I64)]
+
+
+@form("aten._unique2.default")
+def _unique2(args: list, kwargs: dict) -> list:
+    """(values, inverse, counts) of ``torch.unique``: the distinct elements in ascending order
+    (the CPU kernel sorts whether ``sorted`` or not: measured), each the first of its run of
+    equal elements in the stable order (so -0.0 or +0.0 as it came first; every NaN its own,
+    last); the inverse (input's shape) and the counts where asked, else empty (torch's)."""
+    x = np.asarray(args[0]).reshape(-1)
+    inv_asked = bool(opt(kwargs, args, 2, "return_inverse", False))
+    cnt_asked = bool(opt(kwargs, args, 3, "return_counts", False))
+    order = _sort_order(x, 0, False)
+    v = x[order]
+    with fp_quiet():
+        new = np.ones(v.shape, bool)
+        if v.size > 1:
+            new[1:] = ~(v[1:] == v[:-1])  # (NaN never equal: each its own)
+    starts = np.flatnonzero(new)
+    out = [v[starts].copy()]
+    group = np.cumsum(new) - 1
+    inv = np.empty(x.shape, I64)
+    inv[order] = group
+    out.append(inv.reshape(np.shape(args[0])) if inv_asked else np.zeros(0, I64))
+    out.append(np.diff(np.append(starts, v.size)).astype(I64) if cnt_asked else
+               np.zeros(0, I64))
+    return out
+
+
+@form("aten.median.default")
+def _median(args: list, kwargs: dict) -> list:
+    """The lower median of every element (the ((n - 1) // 2)-th in ascending order); NaN
+    where there is one."""
+    x = np.asarray(args[0]).reshape(-1)
+    if x.size == 0:
+        raise NoReference("the median of no elements")
+    v = x[_sort_order(x, 0, False)]
+    return [np.asarray(v[-1] if x.dtype.kind in "fV" and np.isnan(v[-1].astype(F64))
+                       else v[(x.size - 1) // 2])]
+
+
+def _search(seq: np.ndarray, x: np.ndarray, right: bool, int32: bool) -> np.ndarray:
+    """Each element of ``x``'s insertion point in ascending ``seq`` (its last axis; leading
+    axes matched row by row): the first index whose element is greater than (``right``) or
+    not less than it; NaN the largest."""
+    side = "right" if right else "left"
+    if seq.dtype.kind in "fV" or x.dtype.kind in "fV":
+        seq, x = seq.astype(F64), x.astype(F64)
+    if seq.ndim <= 1:
+        got = np.searchsorted(seq.reshape(-1), x, side=side)
+    else:
+        if seq.shape[:-1] != x.shape[:-1]:
+            raise NoReference("searchsorted: the leading dimensions of the sequence and the "
+                              "values differ")
+        flat_s, flat_x = seq.reshape(-1, seq.shape[-1]), x.reshape(-1, x.shape[-1])
+        got = np.stack([np.searchsorted(a, b, side=side) for a, b in zip(flat_s, flat_x,
+                                                                            strict=True)])
+        got = got.reshape(x.shape)
+    return np.asarray(got).astype(np.int32 if int32 else I64)
+
+
+@form("aten.bucketize.Tensor", "aten.bucketize.Scalar")
+def _bucketize(args: list, kwargs: dict) -> list:
+    """The bucket of each element of ``self`` among ascending 1-d ``boundaries``:
+    ``searchsorted(boundaries, self, side)``."""
+    x, b = np.asarray(args[0]), np.asarray(args[1])
+    if b.ndim != 1:
+        raise NoReference("bucketize: boundaries of one dimension")
+    return [_search(b, x, bool(opt(kwargs, args, 3, "right", False)),
+                    bool(opt(kwargs, args, 2, "out_int32", False)))]
+
+
+@form("aten.searchsorted.Tensor", "aten.searchsorted.Scalar")
+def _searchsorted(args: list, kwargs: dict) -> list:
+    """``torch.searchsorted``: insertion points in the sorted sequence (its last axis; a
+    ``sorter`` gives the order that sorts it), ``side`` overriding ``right``."""
+    seq, x = np.asarray(args[0]), np.asarray(args[1])
+    right = bool(opt(kwargs, args, 3, "right", False))
+    side = opt(kwargs, args, 4, "side", None)
+    if side is not None:
+        right = side == "right"
+    sorter = opt(kwargs, args, 5, "sorter", None)
+    if sorter is not None:
+        seq = np.take_along_axis(seq, np.asarray(sorter).astype(I64), axis=-1)
+    if x.ndim == 0 and seq.ndim > 1:
+        raise NoReference("searchsorted: a scalar against a sequence of several rows")
+    return [_search(seq, x, right, bool(opt(kwargs, args, 2, "out_int32", False)))]
+
+
+@form("aten.histc.default")
+def _histc(args: list, kwargs: dict) -> list:
+    """``bins`` equal-width bins of [min, max] (both 0: the input's own least and greatest
+    element; equal: widened by 1 each way): the edges the linspace form's
+    ``linspace(min, max, bins + 1)`` in the input's type, an element in bin i where
+    ``edges[i] <= x < edges[i + 1]`` (``max`` itself in the last), elements outside and NaN
+    left out; the counts in the input's type."""
+    x = np.asarray(args[0])
+    bins = int(opt(kwargs, args, 1, "bins", 100))
+    lo, hi = float(opt(kwargs, args, 2, "min", 0)), float(opt(kwargs, args, 3, "max", 0))
+    if x.dtype.kind not in "fV" or bins < 1:
+        raise NoReference("histc: a float input and at least one bin")
+    check_elems(bins, "histc")
+    xf = x.astype(F64).reshape(-1)
+    if lo == hi and x.size:
+        with fp_quiet():
+            lo, hi = float(np.min(xf)), float(np.max(xf))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise NoReference("histc: a range that is not finite")
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise NoReference("histc: min above max (torch raises)")
+    edges = _lin(float(x.dtype.type(lo)), float(x.dtype.type(hi)), bins + 1,
+                 x.dtype).astype(F64)
+    inside = (xf >= edges[0]) & (xf <= edges[-1])
+    pos = np.searchsorted(edges, xf[inside], side="right") - 1
+    pos = np.minimum(pos, bins - 1)
+    return [np.bincount(pos, minlength=bins).astype(x.dtype)]
+
+
+@form("aten.masked_scatter.default")
+def _masked_scatter(args: list, kwargs: dict) -> list:
+    """``self`` with the elements where ``mask`` (broadcast to it) is true taken from
+    ``source``'s elements in order (row-major): a copy, exact."""
+    x = np.array(args[0])
+    m = np.broadcast_to(np.asarray(args[1]).astype(bool), x.shape)
+    src = np.asarray(args[2]).reshape(-1)
+    n = int(np.count_nonzero(m))
+    if n > src.size:
+        raise NoReference("masked_scatter: fewer source elements than the mask selects")
+    x[m] = src[:n].astype(x.dtype)
+    return [x]
 
 
 @form("aten.nonzero.default")

@@ -419,6 +419,34 @@ CASES = [
     ("bitwise_xor_int", "aten.bitwise_xor.Tensor",
      lambda g, d: ([ints(g, 1000, *E), ints(g, 7, E[1])], {})),
     ("bitwise_or_scalar", "aten.bitwise_or.Scalar", lambda g, d: ([ints(g, 64, *E), 5], {})),
+    # (exact: a GNN's / a tokenizer's unique, bucketize, searchsorted, histc, median)
+    ("unique2_nan_zero", "aten._unique2.default",
+     lambda g, d: ([torch.tensor([3., 1., math.nan, -0., 2., 0., math.nan, 1., 3.], dtype=d),
+                    False, True, True], {})),
+    ("unique2_zero_first", "aten._unique2.default",
+     lambda g, d: ([torch.tensor([0., -0., -0., 1.], dtype=d), True, True, False], {})),
+    ("unique2_ints_2d", "aten._unique2.default", lambda g, d: ([ints(g, 9, 6, 7)], {})),
+    ("median", "aten.median.default", lambda g, d: ([rn(g, d, 6, 7)], {})),
+    ("median_nan", "aten.median.default",
+     lambda g, d: ([torch.tensor([3., math.nan, 2.], dtype=d)], {})),
+    ("bucketize", "aten.bucketize.Tensor",
+     lambda g, d: ([torch.cat([rn(g, d, 30), torch.linspace(-1, 1, 5, dtype=d),
+                               torch.tensor([math.nan], dtype=d)]),
+                    torch.linspace(-1, 1, 5, dtype=d)], {})),
+    ("bucketize_right_i32", "aten.bucketize.Tensor",
+     lambda g, d: ([torch.linspace(-1, 1, 9, dtype=d), torch.linspace(-1, 1, 5, dtype=d)],
+                   {"right": True, "out_int32": True})),
+    ("searchsorted_rows", "aten.searchsorted.Tensor",
+     lambda g, d: ([rn(g, d, 3, 8).sort(-1).values, rn(g, d, 3, 5)], {"side": "right"})),
+    ("searchsorted_sorter", "aten.searchsorted.Tensor",
+     lambda g, d: ([torch.tensor([3., 1., 2., 5.], dtype=d), rn(g, d, 7) * 3],
+                   {"sorter": torch.tensor([1, 2, 0, 3])})),
+    ("histc", "aten.histc.default",
+     lambda g, d: ([torch.cat([rn(g, d, 200), torch.tensor([-2., 2.], dtype=d)]), 8, -2., 2.],
+                   {})),
+    ("histc_auto", "aten.histc.default", lambda g, d: ([rn(g, d, 50), 5], {})),
+    ("masked_scatter", "aten.masked_scatter.default",
+     lambda g, d: ([rn(g, d, *E), rn(g, F64, E[1]) > 0, rn(g, d, *E)], {})),
     ("masked_fill", "aten.masked_fill.Scalar",
      lambda g, d: ([rn(g, d, *E), rn(g, F64, *E) > 0, -1e9], {})),
     ("clamp", "aten.clamp.default", lambda g, d: ([rn(g, d, *E), -0.5, 0.5], {})),
@@ -915,6 +943,9 @@ CASES = [
 # reductions, softmax's reciprocal, SLEEF transcendentals, FMA in torch's vector loops): their
 # float64 values agree and docs/reference-order.md names each order.
 BIT_EXACT = {
+    "unique2_nan_zero", "unique2_zero_first", "unique2_ints_2d", "median", "median_nan",
+    "bucketize", "bucketize_right_i32", "searchsorted_rows", "searchsorted_sorter", "histc",
+    "histc_auto", "masked_scatter",
     # one IEEE operation per element, as written (torch's vector loops and scalar tails alike)
     "add", "add_scalar", "add_0d_f64", "add_", "add_out", "sub_alpha", "rsub", "mul",
     "mul_scalar", "mul_", "div", "div_scalar", "div_floor", "neg", "reciprocal", "pow2",
@@ -1023,9 +1054,12 @@ NO_BF16 = {c[0] for c in CASES if c[1].startswith(("aten._cdist_", "aten.multi_m
                          ids=[c for c in IDS if c not in NO_BF16])
 def test_bfloat16_types_and_values_follow_torch(case):
     """Half inputs: torch's output dtypes and shapes; values within a few bfloat16 ulps of
-    torch's (both compute in float32 and round; the orders differ as in float32)."""
+    torch's (both compute in float32 and round; the orders differ as in float32). Not
+    ``histc``'s counts: its bfloat16 kernel bins by bfloat16 arithmetic (below)."""
     name, op, build = case
     ref, tor = run_both(op, build, BF16)
+    if name.startswith("histc"):
+        return
     for r, t in zip(ref, tor, strict=True):
         if r.dtype.kind in "fV":
             r64, t64 = r.astype(np.float64), t.astype(np.float64)
@@ -1505,3 +1539,17 @@ def test_an_autocast_bfloat16_step_with_a_grad_scaler_has_torchs_dtypes():
             bad.append(f"{op}: {[(r.dtype, r.shape) for r in got]} vs torch "
                        f"{[(t.dtype, t.shape) for t in outs]}")
     assert not bad, "\n".join(sorted(set(bad)))
+
+
+def test_histc_bins_an_element_by_its_value_where_bfloat16_arithmetic_does_not():
+    """``histc`` of bfloat16: 1.4921875 lies in [1.0, 1.5) of 8 bins over [-2, 2]; torch's
+    kernel puts it in [1.5, 2) (its position, (x + 2) * 8 / 4 = 6.984375, rounds to 7 in
+    bfloat16). The reference bins by value (the edges' comparison), so the judge calls that
+    count introduced; in float32 both agree."""
+    x = torch.tensor([1.4921875, -0.3, 1.9], dtype=torch.bfloat16)
+    got = reference("aten.histc.default", [x.view(torch.int16).numpy().view(ml_dtypes.bfloat16),
+                                           8, -2.0, 2.0], {})[0]
+    assert got.astype(np.float64).tolist() == [0, 0, 0, 1, 0, 0, 1, 1]
+    assert torch.histc(x, 8, -2.0, 2.0).tolist() == [0, 0, 0, 1, 0, 0, 0, 2]
+    f = x.float()
+    assert torch.histc(f, 8, -2.0, 2.0).tolist() == got.astype(np.float64).tolist()
