@@ -226,7 +226,7 @@ def test_the_2_norm_of_clip_grad_norm(shape):
         d = {"n_diff": 1, "max_ulp": 1, "n_signed_zero": 0}
     else:
         got = explain_op("aten._foreach_norm.Scalar", [X, 2], {}, rec, d)
-        assert got["cause"] == "reassociation" and "sum of squares" in got["variant"], got
+        assert got["cause"] == "reassociation" and "of squares" in got["variant"], got
     off = explain_op("aten._foreach_norm.Scalar", [X, 2], {}, _nudged(rec), d)
     assert off["cause"] == "unknown", off
 
@@ -3231,6 +3231,34 @@ def test_a_2_norm_over_the_last_dimension_is_atens_reduce_lastdim(n):
     rec = torch.ops.aten.linalg_vector_norm(x, 2, [-1], True).numpy()
     _named(op, args, kw, rec, reference(op, args, kw)[0], "reassociation",
            "reduce-lastdim")
+
+
+@pytest.mark.parametrize("shape", [(15, 4), (60,), (7, 9), (3, 5, 7), (33, 65)])
+def test_a_whole_tensors_2_norm_is_the_reduce_lastdim_kernels_one_row(shape):
+    """``clip_grad_norm_(foreach=False)``'s norm of each gradient (``linalg_vector_norm(g,
+    2)``, no dim): a contiguous tensor reduces as one row of its elements, so ATen's
+    reduce-lastdim kernel (its tail's fours, then fma) gives its bits; the whole-tensor
+    variant of 8 lanes alone missed the tail (a GRUCell's 15 x 4 gradient: ``unknown``, one of
+    2,985 outputs of an LSTM script). Named for torch's result, one ulp off unknown."""
+    from tapescope.core.capture.aten_ref import reference
+
+    named = 0
+    for seed in range(6):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(*shape, generator=g)
+        op = "aten.linalg_vector_norm.default"
+        args, kw = [x.numpy(), 2.0], {}
+        rec = torch.ops.aten.linalg_vector_norm(x, 2).numpy()
+        ref = reference(op, args, kw)[0]
+        if np.asarray(ref).tobytes() == rec.tobytes():
+            continue
+        # (one number: another order of the table may well give the value next to torch's,
+        # so no ulp-off check; the variant named must be the kernel's)
+        _named(op, args, kw, rec, ref, "reassociation", "", nudge=False)
+        got = explain_op(op, args, kw, rec, {"n_diff": 1, "max_ulp": 1})
+        assert "one row" in got["variant"], got
+        named += 1
+    assert named, f"{shape}: torch's norms are the reference's here (nothing tested)"
 
 
 @pytest.mark.parametrize("n,threads", [(1003, 1), (100003, 1), (100003, 2)])
