@@ -1117,7 +1117,12 @@ def _norms(dt: np.dtype) -> list[_Variant]:
                               "reduce-lastdim kernel, F.normalize's; a whole contiguous "
                               "tensor's as one row): 8-lane vector sums of squares, the lanes "
                               "added in sequence, then the tail's whole fours squared and "
-                              "added in turn, the rest by fma", _norm_lastdim)] + [
+                              "added in turn, the rest by fma", _norm_lastdim),
+            ("reassociation", "PyTorch's CPU 2-norm over the last dimensions (ATen's "
+                              "reduce-lastdim kernel) of a tensor laid out column-major in its "
+                              "last two (a LAPACK result's layout: linalg.solve, "
+                              "solve_triangular, cholesky), its elements in memory order",
+             _norm_column_major)] + [
         (v.cause, v.label, make(v.value)) for v in ins]
 
 
@@ -1157,12 +1162,19 @@ def _norm_lastdim(args: list, kw: dict) -> np.ndarray:
     order = _arg(args, kw, 1, "ord", 2)
     dim = kw.get("dim", args[2] if len(args) > 2 else None)
     dims = [dim] if isinstance(dim, int) else list(dim or [])
+    dims_in = list(dims)
     keep = bool(kw.get("keepdim", args[3] if len(args) > 3 else False))
     whole_tensor = not dims and x.ndim > 0  # (a contiguous tensor's elements: one row)
+    lead = None
     if whole_tensor:
         shape = x.shape
         x = x.reshape(-1)
         dims = [0]
+    elif x.ndim > 1 and len(dims) > 1 and sorted(d % x.ndim for d in dims) == list(
+            range(x.ndim - len(dims), x.ndim)):  # the last few dimensions: each run one row
+        lead = x.shape[:x.ndim - len(dims)]
+        x = x.reshape(lead + (-1,))
+        dims = [-1]
     if order != 2 or x.dtype != np.float32 or x.ndim == 0 or [d % x.ndim for d in dims] != [
             x.ndim - 1] or kw.get("dtype") is not None:
         raise ValueError("written for the float32 2-norm over the last dimension")
@@ -1183,7 +1195,22 @@ def _norm_lastdim(args: list, kw: dict) -> np.ndarray:
     y = np.sqrt(b)
     if whole_tensor:
         return y.reshape((1,) * len(shape)) if keep else y.reshape(())
+    if lead is not None:
+        return y.reshape(lead + (1,) * len(dims_in)) if keep else y
     return y[..., None] if keep else y
+
+
+def _norm_column_major(args: list, kw: dict) -> np.ndarray:
+    """``_norm_lastdim`` over the last two (or more) dimensions of a tensor whose last two are
+    laid out column-major (LAPACK's results): its elements read in that memory order."""
+    x = np.asarray(_first(args[0]))
+    dim = kw.get("dim", args[2] if len(args) > 2 else None)
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    if x.ndim < 2 or len(dims) < 2 or sorted(d % x.ndim for d in dims) != list(
+            range(x.ndim - len(dims), x.ndim)):
+        raise ValueError("written for a norm over the last two dimensions or more")
+    xt = np.ascontiguousarray(np.swapaxes(x, -1, -2))
+    return _norm_lastdim([xt, *list(args[1:])], kw)
 
 
 def _layer_norm() -> list[_Variant]:
