@@ -45,6 +45,7 @@ import numpy as np
 from tapescope.core.capture import (  # noqa: F401  (each registers its forms)
     aten_ref_conv,
     aten_ref_layers,
+    aten_ref_linalg,
     aten_ref_losses,
     aten_ref_nn,
     aten_ref_optim,

@@ -137,6 +137,21 @@ def ints(g, hi, *shape):
     return torch.randint(0, hi, shape, generator=g)
 
 
+def _spd(g, dt, b, n):
+    """A batch of symmetric positive definite matrices (X Xᵀ + n I)."""
+    x = rn(g, dt, b, n, n)
+    return x @ x.transpose(-1, -2) + n * torch.eye(n, dtype=dt)
+
+
+def _tri(g, dt, b, n, lower):
+    t = rn(g, dt, b, n, n) + 3 * torch.eye(n, dtype=dt)
+    return t.tril() if lower else t.triu()
+
+
+def _wellcond(g, dt, b, n):
+    return rn(g, dt, b, n, n) + n * torch.eye(n, dtype=dt)
+
+
 _BAG_IDX = torch.tensor([3, 1, 3, 0, 5, 3, 1])
 _BAG_OFF = torch.tensor([0, 0, 3, 5])
 
@@ -447,6 +462,35 @@ CASES = [
     ("histc_auto", "aten.histc.default", lambda g, d: ([rn(g, d, 50), 5], {})),
     ("masked_scatter", "aten.masked_scatter.default",
      lambda g, d: ([rn(g, d, *E), rn(g, F64, E[1]) > 0, rn(g, d, *E)], {})),
+    # (linear algebra: well-conditioned matrices, so LAPACK's orders and the reference's agree
+    # to float64's last digits; pivots and info exactly)
+    # (the triangle not read perturbed: LAPACK reads only the one it is asked for)
+    ("cholesky_ex", "aten.linalg_cholesky_ex.default",
+     lambda g, d: ([_spd(g, d, 4, 5) + rn(g, d, 4, 5, 5).triu(1)], {})),
+    ("cholesky_ex_upper", "aten.linalg_cholesky_ex.default",
+     lambda g, d: ([_spd(g, d, 2, 6) + rn(g, d, 2, 6, 6).tril(-1)], {"upper": True})),
+    ("solve_triangular", "aten.linalg_solve_triangular.default",
+     lambda g, d: ([_tri(g, d, 4, 5, True), rn(g, d, 4, 5, 3)], {"upper": False})),
+    ("solve_triangular_upper_right", "aten.linalg_solve_triangular.default",
+     lambda g, d: ([_tri(g, d, 2, 5, False), rn(g, d, 3, 5)],
+                   {"upper": True, "left": False})),
+    ("solve_triangular_unit", "aten.linalg_solve_triangular.default",
+     lambda g, d: ([_tri(g, d, 1, 4, True), rn(g, d, 4, 2)],
+                   {"upper": False, "unitriangular": True})),
+    ("solve_ex", "aten._linalg_solve_ex.default",
+     lambda g, d: ([_wellcond(g, d, 3, 5), rn(g, d, 3, 5, 2)], {})),
+    ("solve_ex_vector", "aten._linalg_solve_ex.default",
+     lambda g, d: ([_wellcond(g, d, 3, 5), rn(g, d, 3, 5)], {})),
+    ("lu_factor_ex", "aten.linalg_lu_factor_ex.default", lambda g, d: ([rn(g, d, 3, 6, 6)], {})),
+    ("lu_solve_adjoint", "aten.linalg_lu_solve.default",
+     lambda g, d: (list(torch.linalg.lu_factor(_wellcond(g, d, 2, 5))) + [rn(g, d, 2, 5, 3)],
+                   {"adjoint": True})),
+    ("slogdet", "aten._linalg_slogdet.default", lambda g, d: ([rn(g, d, 3, 5, 5)], {})),
+    ("inv_ex", "aten.linalg_inv_ex.default", lambda g, d: ([_wellcond(g, d, 2, 4)], {})),
+    ("diag_embed", "aten.diag_embed.default",
+     lambda g, d: ([rn(g, d, 3, 4)], {"offset": 1, "dim1": 0, "dim2": 2})),
+    ("diag_embed_neg", "aten.diag_embed.default",
+     lambda g, d: ([rn(g, d, 2, 3, 4), -2], {})),
     ("masked_fill", "aten.masked_fill.Scalar",
      lambda g, d: ([rn(g, d, *E), rn(g, F64, *E) > 0, -1e9], {})),
     ("clamp", "aten.clamp.default", lambda g, d: ([rn(g, d, *E), -0.5, 0.5], {})),
@@ -1047,7 +1091,8 @@ def test_float32_bits_equal_torch_where_the_order_is_the_same(case, one_thread):
 
 # what torch's CPU kernels refuse in bfloat16 ("not implemented for 'BFloat16'"); the forms
 # refuse it too (float32 and float64 only)
-NO_BF16 = {c[0] for c in CASES if c[1].startswith(("aten._cdist_", "aten.multi_margin"))}
+NO_BF16 = {c[0] for c in CASES if c[1].startswith(("aten._cdist_", "aten.multi_margin",
+                                                    "aten.linalg_", "aten._linalg_"))}
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[0] not in NO_BF16],
@@ -1553,3 +1598,24 @@ def test_histc_bins_an_element_by_its_value_where_bfloat16_arithmetic_does_not()
     assert torch.histc(x, 8, -2.0, 2.0).tolist() == [0, 0, 0, 1, 0, 0, 0, 2]
     f = x.float()
     assert torch.histc(f, 8, -2.0, 2.0).tolist() == got.astype(np.float64).tolist()
+
+
+@pytest.mark.parametrize("op, args, kwargs, says", [
+    ("aten.linalg_cholesky_ex.default", [-np.eye(3)], {}, "not positive definite"),
+    ("aten._linalg_solve_ex.default", [np.zeros((3, 3)), np.ones((3, 1))], {}, "singular"),
+    ("aten.linalg_inv_ex.default", [np.ones((2, 2))], {}, "singular"),
+    ("aten._linalg_slogdet.default", [np.eye(3, dtype=np.complex128)], {}, "complex"),
+    ("aten._linalg_slogdet.default", [np.eye(3, dtype=np.float16)], {}, "float32 and"),
+    ("aten.linalg_lu_factor_ex.default", [np.zeros((600, 600))], {}, "past the reference"),
+    ("aten.linalg_lu_factor_ex.default", [np.zeros((3, 4))], {}, "square"),
+    ("aten.linalg_lu_solve.default", [np.eye(3), np.array([1, 9, 3], np.int32),
+                                      np.ones((3, 1))], {}, "pivots out of range"),
+    ("aten._linalg_solve_ex.default", [np.eye(3), np.ones((4, 1))], {}, "rows are not"),
+    ("aten.diag_embed.default", [np.ones(3), 0, 1, 1], {}, "the same"),
+])
+def test_hostile_linear_algebra_has_no_reference(op, args, kwargs, says):
+    """What the written-out algorithms do not take is named, never guessed: a matrix that is
+    not positive definite or is singular (LAPACK's partial results), complex operands, a
+    matrix past the loops' size, pivots out of range, shapes that do not go together."""
+    with pytest.raises(NoReference, match=says):
+        reference(op, args, kwargs)
