@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import collections
 import ctypes
+import gc
 import inspect
 import math
 import os
@@ -636,6 +637,8 @@ class Recorder(TorchDispatchMode):
         # each step's end): a write there outside an optimizer's step is the script's own
         # update (``_param_written``)
         self._param_ptr: set[int] = set()
+        self._opt_ptrs: set[int] = set()  # parameters a torch.optim optimizer holds (memory)
+        self._opt_scan = -1  # the step of the last scan for them (``_optimizer_owns``)
         self._manual_update = False  # such a write since the step's backward: the step ends
         self.roots: list[tuple[str, torch.nn.Module]] = []
         self.quiet = False  # our own reads outside an op (initial state): not the user's ops
@@ -954,8 +957,36 @@ class Recorder(TorchDispatchMode):
         a step without torch.optim ends at the next forward. (A parameter written through
         ``p.data`` is read afresh by ``_alias_written``.)"""
         if _ptr(t) in self._param_ptr and self.after_backward and not self.modules and \
-                not self._closure_opt and _graph_task_id() == -1:
+                not self._closure_opt and _graph_task_id() == -1 and \
+                not self._optimizer_owns(t):
             self._manual_update = True  # (between an optimizer's closures: its own update)
+
+    def _optimizer_owns(self, t: torch.Tensor) -> bool:
+        """Whether a ``torch.optim`` optimizer holds parameter ``t`` (its memory): then a
+        write outside its ``step()`` is a step's own business, and the step ends at that
+        ``step()``: SAM writes the parameters (``p.add_(e_w)``) between its two backward passes,
+        then its base optimizer steps; a script's own update (no optimizer) ends the step at
+        the next forward. The optimizers are found by a scan of the garbage collector's
+        objects (they may be made before the capture began), at most once a step where the
+        parameter is not among those found."""
+        p = _ptr(t)
+        if p in self._opt_ptrs:
+            return True
+        if self._opt_scan == self.step:
+            return False
+        self._opt_scan = self.step
+        ptrs: set[int] = set()
+        opt_type = torch.optim.Optimizer
+        for o in gc.get_objects():
+            # (the type itself: ``isinstance`` may read an object's ``__class__``, and a
+            # deprecated alias of torch's warns on the user's stderr when asked)
+            if issubclass(type(o), opt_type):
+                for g in getattr(o, "param_groups", ()) or ():
+                    for q in g.get("params", ()) if isinstance(g, dict) else ():
+                        if isinstance(q, torch.Tensor):
+                            ptrs.add(_ptr(q))
+        self._opt_ptrs = ptrs - {-1}
+        return p in self._opt_ptrs
 
     def _alias_written(self, t: torch.Tensor) -> None:
         """An op wrote ``t``: every other tensor the recorder knows over its storage may hold
