@@ -52,6 +52,7 @@ from tapescope.core.capture import (  # noqa: F401  (each registers its forms)
     aten_ref_pointwise,
     aten_ref_sample,
     aten_ref_shape,
+    aten_ref_special,
 )
 from tapescope.core.capture.aten_ref_nn import vector_norms
 from tapescope.core.capture.aten_ref_shape import cast

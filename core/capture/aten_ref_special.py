@@ -1,0 +1,187 @@
+"""The reference forms of the special functions a probabilistic model's loss records (session 44:
+``torch.distributions``' Dirichlet, Beta, Gamma and Student-t log-probabilities and KL terms,
+``torch.special``): ``lgamma``, ``digamma``, ``polygamma``, ``erfinv``, ``special_log_ndtr``.
+
+Each output is the exact function value correctly rounded to the result's type (float32 or
+float64; a half type: to float32, then to the half type, as torch's kernels compute in float).
+The value is computed by mpmath at 40 bits past the target's and again at twice as many until
+both round alike (Ziv's strategy), each distinct argument once; at most ``_BUDGET`` distinct
+arguments a call (mpmath costs 40-500 us a value: past it no reference, said so). Poles and
+limits as stated in docs/reference-order.md ("Special functions").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from tapescope.core.capture.aten_ref_table import (
+    F32,
+    F64,
+    HALF,
+    NoReference,
+    check_elems,
+    form,
+    is_float,
+)
+
+_BUDGET = 1 << 14  # distinct arguments a call may evaluate (mpmath: ~20-250 us each)
+
+
+def _mp():
+    try:
+        import mpmath
+    except ImportError:  # pragma: no cover — a dependency; said so where it is missing
+        raise NoReference("special functions need mpmath (pip install mpmath)") from None
+    return mpmath
+
+
+def _rounded(v, target: np.dtype, mp) -> float:
+    """mpmath value ``v`` correctly rounded to ``target`` (float32 or float64): the candidate
+    nearest it among the double's rounding and its neighbours (ties to even)."""
+    d = float(v)  # (round to nearest double: exact for float64 targets)
+    if target == F64 or not math.isfinite(d):
+        return d if target == F64 else float(np.float32(d))
+    f = np.float32(d)
+    if not np.isfinite(f):
+        return float(f)
+    best, err = f, abs(mp.mpf(float(f)) - v)
+    for g in (np.nextafter(f, np.float32(np.inf)), np.nextafter(f, np.float32(-np.inf))):
+        if not np.isfinite(g):
+            continue
+        e = abs(mp.mpf(float(g)) - v)
+        if e < err or (e == err and int(np.float32(g).view(np.uint32)) % 2 == 0):
+            best, err = g, e
+    return float(best)
+
+
+def _ziv(value: Callable, u: float, target: np.dtype, bits: int, mp) -> float:
+    """``value(mp, u)`` correctly rounded to ``target``: evaluated at the target's precision
+    plus 40 bits and again at twice as many, until both round alike (Ziv's strategy: a value
+    near a zero of the function, digamma's at 1.4616..., loses bits to cancellation at the
+    lower precision)."""
+    prec = bits + 40
+    with mp.workprec(prec):
+        r = _rounded(value(mp, mp.mpf(u)), target, mp)
+    while prec < 4096:
+        prec *= 2
+        with mp.workprec(prec):
+            r2 = _rounded(value(mp, mp.mpf(u)), target, mp)
+        if r2 == r or (math.isnan(r) and math.isnan(r2)):
+            return r
+        r = r2
+    return r
+
+
+def _special(name: str, value: Callable, special_cases: Callable) -> Callable:
+    """A form of ``fn(x)``: ``special_cases(x)`` for the arguments it answers (a float or
+    None), else ``value(mp, mpf(x))`` correctly rounded."""
+    def run(args: list, kwargs: dict, x=None) -> list:
+        x = np.asarray(args[0] if x is None else x)
+        out = x.dtype if is_float(x.dtype) else F32
+        target = F64 if out == F64 else F32
+        check_elems(x.size, name)
+        xs = np.ascontiguousarray(x.astype(target)).reshape(-1)
+        u = "u8" if target == F64 else "u4"  # (by their bits: -0.0 and +0.0 apart)
+        ubits, inv = np.unique(xs.view(u), return_inverse=True)
+        uniq = ubits.view(target)
+        if uniq.size > _BUDGET:
+            raise NoReference(f"{name}: {uniq.size:,} distinct arguments, past the special "
+                              f"functions' budget of {_BUDGET:,} (mpmath's values)")
+        mp = _mp()
+        res = np.empty(uniq.shape, target)
+        bits = 53 if target == F64 else 24
+        for i, u in enumerate(uniq.tolist()):
+            s = special_cases(u)
+            res[i] = s if s is not None else _ziv(value, u, target, bits, mp)
+        y = res[inv].reshape(x.shape)
+        return [y.astype(out) if out in HALF else y]
+    return run
+
+
+def _pole(x: float) -> bool:
+    return x <= 0 and x == math.floor(x)
+
+
+def _lgamma_cases(x: float) -> float | None:
+    if math.isnan(x):
+        return math.nan
+    if math.isinf(x) or _pole(x):
+        return math.inf
+    return None
+
+
+def _lgamma(mp, x):
+    return mp.loggamma(x) if x > 0 else mp.log(abs(mp.gamma(x)))
+
+
+def _digamma_cases(x: float) -> float | None:
+    if math.isnan(x) or x == -math.inf:
+        return math.nan
+    if x == math.inf:
+        return math.inf
+    if x == 0:
+        return -math.inf if math.copysign(1, x) > 0 else math.inf
+    if _pole(x):
+        return math.nan
+    return None
+
+
+def _erfinv_cases(x: float) -> float | None:
+    if math.isnan(x) or abs(x) > 1:
+        return math.nan
+    if abs(x) == 1:
+        return math.copysign(math.inf, x)
+    if x == 0:
+        return x  # (the zero's sign)
+    return None
+
+
+def _log_ndtr_cases(x: float) -> float | None:
+    if math.isnan(x):
+        return math.nan
+    if x == math.inf:
+        return -0.0  # (the limit from below: log of a probability just under 1)
+    if x == -math.inf:
+        return -math.inf
+    return None
+
+
+def _log_ndtr(mp, x):
+    # (past 0, log1p of the small tail: ncdf(x) itself is 1 to the working precision)
+    return mp.log(mp.ncdf(x)) if x <= 0 else mp.log1p(-mp.ncdf(-x))
+
+
+form("aten.lgamma.default")(_special("lgamma", _lgamma, _lgamma_cases))
+form("aten.digamma.default")(_special("digamma", lambda mp, x: mp.digamma(x),
+                                      _digamma_cases))
+form("aten.erfinv.default")(_special("erfinv", lambda mp, x: mp.erfinv(x), _erfinv_cases))
+form("aten.special_log_ndtr.default")(_special("special_log_ndtr", _log_ndtr,
+                                               _log_ndtr_cases))
+
+
+@form("aten.polygamma.default")
+def _polygamma(args: list, kwargs: dict) -> list:
+    """``polygamma(n, x)``, n >= 1 (n = 0: digamma's): at a pole the limit from the right
+    (+inf for odd n, -inf for even), +inf gives a zero of that sign, -inf NaN."""
+    n, x = args[0], args[1]
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise NoReference("polygamma: n a whole number, 0 or more")
+    if n == 0:
+        return FORMS_DIGAMMA([x], {})
+    sign = 1.0 if n % 2 == 1 else -1.0
+
+    def cases(v: float) -> float | None:
+        if math.isnan(v) or v == -math.inf:
+            return math.nan
+        if v == math.inf:
+            return math.copysign(0.0, sign)
+        if _pole(v):
+            return math.copysign(math.inf, sign)
+        return None
+    return _special("polygamma", lambda mp, v: mp.polygamma(n, v), cases)([x], kwargs)
+
+
+FORMS_DIGAMMA = _special("digamma", lambda mp, x: mp.digamma(x), _digamma_cases)
