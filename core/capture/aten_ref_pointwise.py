@@ -325,6 +325,36 @@ form("aten.logical_and.default")(_compare(np.logical_and))
 form("aten.logical_or.default")(_compare(np.logical_or))
 
 
+def _mod(name: str, fn):
+    def run(args: list, kwargs: dict) -> list:
+        """``remainder`` (the divisor's sign: ``fmod`` plus the divisor where their signs
+        differ, as ATen's kernel) and ``fmod`` (the dividend's), both exact; an integer
+        division by zero: no reference (torch raises)."""
+        a, b = args[0], args[1]
+        out = result_type(a, b)
+        av, bv = arr(a, compute(out)), arr(b, compute(out))
+        if not is_float(out) and np.any(np.asarray(bv) == 0):
+            raise NoReference(f"{name}: an integer division by zero (torch raises)")
+        return [ew(fn, av, bv, out=out)]
+    return run
+
+
+def _remainder(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ATen's: ``m = fmod(a, b)``, plus ``b`` where m is not zero and its sign is not b's (a
+    zero keeps the dividend's sign: numpy's ``remainder`` gives the divisor's); integers
+    Python's floor modulo."""
+    if not is_float(np.result_type(a, b)):
+        return np.remainder(a, b)
+    m = np.fmod(a, b)
+    return np.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
+
+
+for _n, _fn in (("remainder", _remainder), ("fmod", np.fmod)):
+    form(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar", f"aten.{_n}_.Tensor",
+         f"aten.{_n}_.Scalar")(_mod(_n, _fn))
+form("aten.remainder.Scalar_Tensor")(_mod("remainder", _remainder))
+
+
 def _bitwise(name: str, fn):
     def run(args: list, kwargs: dict) -> list:
         """Exact: bools and integers only (a compiled graph's masks, ``mask |= eye``)."""
