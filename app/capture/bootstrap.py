@@ -113,6 +113,9 @@ def main() -> None:
     holder: list[Recorder] = []
     # torch.compile's backend wrapped: each compiled graph and each call of it recorded
     install(meta, lambda: holder[0] if holder else None)
+    from tapescope.app.capture.jit_trace import install as install_trace
+
+    install_trace(meta)  # torch.jit.trace with the dispatch modes off (it fails under one)
     if cfg.get("apply"):  # capture --set / sweep: settings flipped before the script runs
         meta["applied"] = apply(cfg["apply"])
 

@@ -3919,7 +3919,7 @@ def _variants(op: str, dt: Any = np.float64) -> list[_Variant]:
         return [("accumulator", "PyTorch's CPU embedding backward (ATen's add into each "
                                 "index's row, in index order): a float16 / bfloat16 row's sum "
                                 "rounded to its type at every add", _embedding_backward_narrow)]
-    if base == "convolution":
+    if base in ("convolution", "_convolution"):  # (_convolution: a traced graph's)
         ones = [_as_2d(v, False) for v in _convs(dt)]
         return ones + [_per_group(v, False) for v in ones] + [
                              ("fma", "oneDNN's transposed convolution (windows apart): each "

@@ -1129,3 +1129,57 @@ def test_sams_two_passes_are_one_step(tmp_path, monkeypatch, native):
     assert any(e["phase"] == "optimizer" and e["op"].startswith("aten.add_") for e in ops)
     assert rep["losses"][0]["recorded"] in (float(want[0]),) or \
         float(want[0]) in [c["recorded"] for c in rep["losses"][0]["calls"]]
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_model_traced_inside_the_capture_is_traced_as_without_it(tmp_path, monkeypatch,
+                                                                   native):
+    """``torch.jit.trace`` under any Python dispatch mode fails or bakes the example's sizes
+    into the graph: a model traced on a (1, 2, 10) example inside the capture then ran every
+    batch as one example ("Expected input batch_size (1) to match target batch_size (4)").
+    The trace now runs with the modes off (its example's run unrecorded, counted in
+    ``meta["jit_trace"]``); the traced module's training is recorded and judged, and
+    ``torch.jit.trace`` is torch's own again after the block. ``--explain`` names the traced
+    graph's ``_convolution`` as ``convolution``'s."""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    orig = torch.jit.trace
+
+    def run() -> list:
+        torch.manual_seed(0)
+        core = torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3, padding=1), torch.nn.Tanh(),
+                                   torch.nn.Flatten(), torch.nn.Linear(40, 2))
+        traced = torch.jit.trace(core, torch.randn(1, 2, 10))
+        opt = torch.optim.Adam(traced.parameters(), 1e-2)
+        g = torch.Generator().manual_seed(3)
+        out = []
+        for _ in range(2):
+            x, y = torch.randn(4, 2, 10, generator=g), torch.randint(0, 2, (4,), generator=g)
+            loss = torch.nn.functional.cross_entropy(traced(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.detach().clone())
+        return out
+
+    want = run()
+    f = tmp_path / "t.capture"
+    with capture(f, steps=2) as rec:
+        got = run()
+    assert torch.jit.trace is orig
+    assert rec.failed is None and rec.error is None
+    for a, b in zip(want, got, strict=True):
+        assert torch.equal(a, b)
+    cap = load(f)
+    assert cap.meta.get("jit_trace") == 1
+    rep = judge(cap, explain=True)
+    convs = [e for e in rep["ops"] if e["op"] == "aten._convolution.default"]
+    assert len(convs) == 2  # one forward a step, through the traced graph
+    assert rep["no_reference"] == []
+    assert not [i for i in rep["introduced"] if i["cause"] == "unknown"], \
+        [i for i in rep["introduced"] if i["cause"] == "unknown"]
+
