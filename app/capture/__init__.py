@@ -55,7 +55,7 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
         raise ValueError(f"steps must be at least 1, not {steps}")
     path = os.path.abspath(path)  # where it pointed when the block began (a chdir inside it)
     from tapescope.app.capture.compiled import install
-    from tapescope.app.capture.jit_trace import install as install_trace
+    from tapescope.app.capture.tracers import install as install_trace
 
     meta: dict[str, Any] = {}
     rec = Recorder(steps, max_bytes, hashes_only, on_done=lambda r: _save(r, path, meta),
@@ -66,7 +66,7 @@ def capture(path: str | os.PathLike, steps: int = 2, *, max_bytes: int = DEFAULT
     # the recorder and its stored values (up to ``max_bytes``) until a full garbage collection
     held = [rec]
     restore = install(meta, lambda: held[0])
-    restore_trace = install_trace(meta)  # (torch.jit.trace runs with the modes off)
+    restore_trace = install_trace(meta)  # (jit.trace, export: with the modes off)
     rec.start()
     try:
         yield rec

@@ -113,9 +113,9 @@ def main() -> None:
     holder: list[Recorder] = []
     # torch.compile's backend wrapped: each compiled graph and each call of it recorded
     install(meta, lambda: holder[0] if holder else None)
-    from tapescope.app.capture.jit_trace import install as install_trace
+    from tapescope.app.capture.tracers import install as install_trace
 
-    install_trace(meta)  # torch.jit.trace with the dispatch modes off (it fails under one)
+    install_trace(meta)  # torch.jit.trace, torch.export with the modes off (they fail under one)
     if cfg.get("apply"):  # capture --set / sweep: settings flipped before the script runs
         meta["applied"] = apply(cfg["apply"])
 

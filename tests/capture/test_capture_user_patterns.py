@@ -8,6 +8,7 @@ accumulation, LBFGS: only the last one's loss was kept)."""
 from __future__ import annotations
 
 import copy
+import io
 import os
 
 import numpy as np
@@ -1136,10 +1137,11 @@ def test_a_model_traced_inside_the_capture_is_traced_as_without_it(tmp_path, mon
                                                                    native):
     """``torch.jit.trace`` under any Python dispatch mode fails or bakes the example's sizes
     into the graph: a model traced on a (1, 2, 10) example inside the capture then ran every
-    batch as one example ("Expected input batch_size (1) to match target batch_size (4)").
-    The trace now runs with the modes off (its example's run unrecorded, counted in
-    ``meta["jit_trace"]``); the traced module's training is recorded and judged, and
-    ``torch.jit.trace`` is torch's own again after the block. ``--explain`` names the traced
+    batch as one example ("Expected input batch_size (1) to match target batch_size (4)");
+    ``torch.export`` / ``torch.onnx.export`` of a checkpoint mid-training stopped the recording
+    at their fake tensors. They now run with the modes off (their runs unrecorded, counted in
+    ``meta["traced"]``); the traced module's training is recorded and judged (both steps), and
+    the entry points are torch's own again after the block. ``--explain`` names the traced
     graph's ``_convolution`` as ``convolution``'s."""
     from tapescope.app.capture import capture, recorder_native
     from tapescope.app.capture.recorder import Recorder
@@ -1164,6 +1166,9 @@ def test_a_model_traced_inside_the_capture_is_traced_as_without_it(tmp_path, mon
             loss.backward()
             opt.step()
             out.append(loss.detach().clone())
+            if len(out) == 1:  # a checkpoint exported mid-training (its fake tensors)
+                torch.export.export(core, (torch.randn(3, 2, 10),))
+                torch.onnx.export(core, (torch.randn(3, 2, 10),), io.BytesIO(), dynamo=False)
         return out
 
     want = run()
@@ -1175,7 +1180,7 @@ def test_a_model_traced_inside_the_capture_is_traced_as_without_it(tmp_path, mon
     for a, b in zip(want, got, strict=True):
         assert torch.equal(a, b)
     cap = load(f)
-    assert cap.meta.get("jit_trace") == 1
+    assert cap.meta.get("traced") == {"jit.trace": 1, "export.export": 1, "onnx.export": 1}
     rep = judge(cap, explain=True)
     convs = [e for e in rep["ops"] if e["op"] == "aten._convolution.default"]
     assert len(convs) == 2  # one forward a step, through the traced graph
