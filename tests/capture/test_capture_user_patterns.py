@@ -375,6 +375,28 @@ def _plain_then_captured(run, path, steps: int) -> tuple:
     return plain, got, load(path)
 
 
+def _same_bits_captured(run, path, steps: int, native: bool, monkeypatch) -> tuple:
+    """``run()`` plain, then captured (``steps`` steps to ``path``) on the C or the Python path
+    (``native``): its every value the same bits both times, the recorder failed nothing and
+    took the path asked. (the plain values, the recorder, the capture loaded)"""
+    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture.recorder import Recorder
+
+    if native and recorder_native.module(build=True) is None:
+        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
+    monkeypatch.setattr(Recorder, "native", native)
+    want = run()
+    with capture(path, steps=steps) as rec:
+        got = run()
+    assert rec.failed is None and rec.error is None
+    assert (rec.ops_native > 0) == native
+    for a, b in zip(want, got, strict=True):  # the recorder only reads
+        assert torch.equal(a, b)
+    cap = load(path)
+    assert cap.steps == steps
+    return want, rec, cap
+
+
 def _first_weight_read_as(cap, weights) -> None:
     """Each step's forward read the first layer's (16, 6) weight (its ``t``) as ``weights``
     holds it for that step: the values the script had then."""
@@ -876,24 +898,11 @@ def test_validation_under_inference_mode_is_captured_and_the_script_runs_on(tmp_
     ``linear``, ``cross_entropy_loss`` whole (CompositeImplicitAutograd: no reference form,
     6 ``no reference`` outputs): each is now run as its decomposition, its pieces recorded,
     every op judged."""
-    from tapescope.app.capture import capture, recorder_native
-    from tapescope.app.capture.recorder import Recorder
-
-    if native and recorder_native.module(build=True) is None:
-        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
-    monkeypatch.setattr(Recorder, "native", native)
-    want = _validating_script()(3)
-    run = _validating_script()
-    f = tmp_path / "v.capture"
-    with capture(f, steps=2) as rec:
-        got = run(3)  # (the third step after the capture has ended)
+    def run() -> list:  # (the third step after the capture has ended; then an op of its own)
+        out = _validating_script()(3)
         assert torch.randn(2).shape == (2,)  # the script's ops run on
-    assert rec.failed is None and rec.error is None
-    assert (rec.ops_native > 0) == native
-    for a, b in zip(want, got, strict=True):  # every bit
-        assert torch.equal(a, b)
-    cap = load(f)
-    assert cap.steps == 2
+        return out
+    want, rec, cap = _same_bits_captured(run, tmp_path / "v.capture", 2, native, monkeypatch)
     names = set(cap.ops["op"])
     assert not names & {"aten.batch_norm.default", "aten.dropout.default", "aten.linear.default",
                         "aten.cross_entropy_loss.default"}, names
@@ -911,12 +920,6 @@ def test_a_lazy_module_made_inside_the_capture_is_captured(tmp_path, monkeypatch
     ``aten.detach`` of the uninitialised parameter) and stopped: "Can't access the shape of an
     uninitialized parameter", nothing recorded. Those reads are passed over (the parameters
     are made by recorded ops: ``empty``, then their init), every step recorded and judged."""
-    from tapescope.app.capture import capture, recorder_native
-    from tapescope.app.capture.recorder import Recorder
-
-    if native and recorder_native.module(build=True) is None:
-        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
-    monkeypatch.setattr(Recorder, "native", native)
 
     def run() -> list:
         torch.manual_seed(0)
@@ -935,16 +938,7 @@ def test_a_lazy_module_made_inside_the_capture_is_captured(tmp_path, monkeypatch
             out.append(loss.detach().clone())
         return out + [p.detach().clone() for p in m.parameters()]
 
-    want = run()
-    f = tmp_path / "l.capture"
-    with capture(f, steps=2) as rec:
-        got = run()
-    assert rec.failed is None and rec.error is None
-    assert (rec.ops_native > 0) == native
-    for a, b in zip(want, got, strict=True):
-        assert torch.equal(a, b)
-    cap = load(f)
-    assert cap.steps == 2
+    want, rec, cap = _same_bits_captured(run, tmp_path / "l.capture", 2, native, monkeypatch)
     rep = judge(cap)
     assert rep["no_reference"] == [] and rep["counts"].get("unjudged", 0) == 0
     assert [x["recorded"] for x in rep["losses"]] == [float(w) for w in want[:2]]
@@ -958,12 +952,6 @@ def test_an_optimizer_stepped_inside_backward_is_a_step(tmp_path, monkeypatch, n
     backward (no forward, no loss) and the capture stopped there. A step whose optimizers
     step inside backward now ends at the next forward, its optimizers' ops in the optimizer
     phase; both steps have a forward, a backward, a loss and every parameter's Adam."""
-    from tapescope.app.capture import capture, recorder_native
-    from tapescope.app.capture.recorder import Recorder
-
-    if native and recorder_native.module(build=True) is None:
-        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
-    monkeypatch.setattr(Recorder, "native", native)
 
     def run() -> list:
         torch.manual_seed(0)
@@ -984,16 +972,7 @@ def test_an_optimizer_stepped_inside_backward_is_a_step(tmp_path, monkeypatch, n
             out.append(loss.detach().clone())
         return out + [p.detach().clone() for p in net.parameters()]
 
-    want = run()
-    f = tmp_path / "b.capture"
-    with capture(f, steps=2) as rec:
-        got = run()
-    assert rec.failed is None and rec.error is None
-    assert (rec.ops_native > 0) == native
-    for a, b in zip(want, got, strict=True):
-        assert torch.equal(a, b)
-    cap = load(f)
-    assert cap.steps == 2
+    want, rec, cap = _same_bits_captured(run, tmp_path / "b.capture", 2, native, monkeypatch)
     rep = judge(cap)
     assert [x["recorded"] for x in rep["losses"]] == [float(w) for w in want[:2]]
     for s in (1, 2):
@@ -1012,12 +991,6 @@ def test_a_transformer_encoders_nested_fast_path_is_captured(tmp_path, monkeypat
     first ("NestedTensorImpl doesn't support sizes"): nothing after it recorded. It is now
     hashed by its components' sizes and bytes (an opaque ``nested`` value, as sparse ones are),
     the ops that make or read one ``unjudged`` saying so, every other op judged."""
-    from tapescope.app.capture import capture, recorder_native
-    from tapescope.app.capture.recorder import Recorder
-
-    if native and recorder_native.module(build=True) is None:
-        pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
-    monkeypatch.setattr(Recorder, "native", native)
 
     def run() -> list:
         torch.manual_seed(0)
@@ -1040,16 +1013,7 @@ def test_a_transformer_encoders_nested_fast_path_is_captured(tmp_path, monkeypat
             out += [loss.detach().clone(), val.clone()]
         return out
 
-    want = run()
-    f = tmp_path / "n.capture"
-    with capture(f, steps=2) as rec:
-        got = run()
-    assert rec.failed is None and rec.error is None
-    assert (rec.ops_native > 0) == native
-    for a, b in zip(want, got, strict=True):
-        assert torch.equal(a, b)
-    cap = load(f)
-    assert cap.steps == 2
+    want, rec, cap = _same_bits_captured(run, tmp_path / "n.capture", 2, native, monkeypatch)
     assert "aten._transformer_encoder_layer_fwd.default" in cap.ops["op"]
     assert "nested" in set(cap.opaque.values())
     rep = judge(cap)
