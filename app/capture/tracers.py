@@ -27,27 +27,52 @@ _ENTRIES = (("torch.jit", "trace"), ("torch.jit", "trace_module"), ("torch.expor
             ("torch.onnx", "export"))
 
 
+# the captures on in this process, innermost last (each one's meta), and the entry points
+# wrapped: (module, name, torch's own, ours); the wrappers count into the innermost capture's
+# meta and are taken away when the last capture ends
+_METAS: list[dict[str, Any]] = []
+_WRAPPED: list[tuple[Any, str, Callable, Callable]] = []
+
+
 def install(meta: dict[str, Any]) -> Callable[[], None]:
-    """Wrap the tracers' entry points in this process; returns what puts them back."""
+    """Wrap the tracers' entry points in this process (once) for a capture whose meta is
+    ``meta``; returns what ends it (the wrappers go when no capture is left)."""
+    if not _WRAPPED:
+        _wrap()
+    _METAS.append(meta)
+
+    def restore() -> None:
+        for i in range(len(_METAS) - 1, -1, -1):
+            if _METAS[i] is meta:
+                del _METAS[i]
+                break
+        if not _METAS:
+            for mod, name, orig, w in _WRAPPED:
+                if getattr(mod, name, None) is w:
+                    setattr(mod, name, orig)
+            _WRAPPED.clear()
+    return restore
+
+
+def _wrap() -> None:
     from torch.utils._python_dispatch import _disable_current_modes
 
     depth = [0]
-    done: list[tuple[Any, str, Callable, Callable]] = []
     for modname, name in _ENTRIES:
         try:
             mod = importlib.import_module(modname)
         except ImportError:
             continue
         orig = getattr(mod, name, None)
-        if orig is None or getattr(orig, "_tapescope_watch", False):
+        if orig is None:
             continue
 
         def make(orig: Callable, what: str) -> Callable:
             @functools.wraps(orig)
             def traced(*args: Any, **kwargs: Any) -> Any:
-                if depth[0]:
+                if depth[0] or not _METAS:
                     return orig(*args, **kwargs)
-                counts = meta.setdefault("traced", {})
+                counts = _METAS[-1].setdefault("traced", {})
                 counts[what] = counts.get(what, 0) + 1
                 depth[0] += 1
                 try:
@@ -55,14 +80,7 @@ def install(meta: dict[str, Any]) -> Callable[[], None]:
                         return orig(*args, **kwargs)
                 finally:
                     depth[0] -= 1
-            traced._tapescope_watch = True  # type: ignore[attr-defined]
             return traced
         w = make(orig, f"{modname.removeprefix('torch.')}.{name}")
         setattr(mod, name, w)
-        done.append((mod, name, orig, w))
-
-    def restore() -> None:
-        for mod, name, orig, w in done:
-            if getattr(mod, name, None) is w:
-                setattr(mod, name, orig)
-    return restore
+        _WRAPPED.append((mod, name, orig, w))
