@@ -638,6 +638,8 @@ class Recorder(TorchDispatchMode):
         # update (``_param_written``)
         self._param_ptr: set[int] = set()
         self._opt_ptrs: set[int] = set()  # parameters a torch.optim optimizer holds (memory)
+        # class name -> the roots of that class, by slot (``_root_name``: Name, Name#2 ...)
+        self._roots_by_class: dict[str, list[weakref.ref]] = {}
         self._opt_scan = -1  # the step of the last scan for them (``_optimizer_owns``)
         self._manual_update = False  # such a write since the step's backward: the step ends
         self.roots: list[tuple[str, torch.nn.Module]] = []
@@ -797,7 +799,7 @@ class Recorder(TorchDispatchMode):
             # torch.compile(model)'s OptimizedModule: named and read as the model it wraps
             orig = getattr(mod, "_orig_mod", None) if type(mod).__name__ == \
                 "OptimizedModule" else None
-            path = type(orig if orig is not None else mod).__name__
+            path = self._root_name(orig if orig is not None else mod)
             if id(mod) not in self.roots_seen and self.step == 1:
                 self.roots_seen.add(id(mod))
                 self._note_initial(orig if orig is not None else mod, path)
@@ -852,6 +854,28 @@ class Recorder(TorchDispatchMode):
             self._param_modules = table
             path = table.setdefault(id(p), "")
         return path
+
+    def _root_name(self, root: torch.nn.Module) -> str:
+        """A top-level module's path: its class's name; where another module of that class is
+        alive as a root too (a teacher and its student, two heads), the second ``Name#2``,
+        the third ``Name#3`` ... (they shared one path: their initial parameters' names
+        collided). A root made afresh each step (``nn.CrossEntropyLoss()(out, y)``) takes the
+        slot of the dead one before it: the same name every step."""
+        base = type(root).__name__
+        slots = self._roots_by_class.setdefault(base, [])
+        free = None
+        for k, r in enumerate(slots):
+            m = r()
+            if m is root:
+                return base if k == 0 else f"{base}#{k + 1}"
+            if m is None and free is None:
+                free = k
+        if free is None:
+            slots.append(weakref.ref(root))
+            free = len(slots) - 1
+        else:
+            slots[free] = weakref.ref(root)
+        return base if free == 0 else f"{base}#{free + 1}"
 
     def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._finish_later and _mode_may_leave():
@@ -1012,6 +1036,8 @@ class Recorder(TorchDispatchMode):
         self._by_ptr[p] = keep
 
     def _note_initial(self, root: torch.nn.Module, path: str) -> None:
+        if next(root.parameters(), None) is None and next(root.buffers(), None) is None:
+            return  # (nothing to note; and not held: a loss module made afresh each step)
         self.roots.append((path, root))
         self.quiet = True
         try:

@@ -1152,3 +1152,40 @@ def test_a_model_traced_inside_the_capture_is_traced_as_without_it(tmp_path, mon
     assert not [i for i in rep["introduced"] if i["cause"] == "unknown"], \
         [i for i in rep["introduced"] if i["cause"] == "unknown"]
 
+
+
+def test_two_live_models_of_one_class_have_two_names(tmp_path, monkeypatch):
+    """Distillation: a teacher and a student, both ``nn.Sequential``, were both named
+    ``Sequential``: their ops under one module and their initial parameters under the same
+    names (``Sequential.0.weight`` twice). The second live root of a class is now
+    ``Sequential#2``; a loss module made afresh each step keeps one name (the dead one's
+    slot)."""
+    def run() -> list:
+        torch.manual_seed(0)
+        teacher = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(),
+                                      torch.nn.Linear(6, 3)).eval()
+        student = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU(),
+                                      torch.nn.Linear(2, 3))
+        opt = torch.optim.SGD(student.parameters(), 0.1)
+        g = torch.Generator().manual_seed(1)
+        out = []
+        for _ in range(2):
+            x = torch.randn(5, 4, generator=g)
+            with torch.no_grad():
+                t = teacher(x).softmax(-1)
+            loss = torch.nn.KLDivLoss(reduction="batchmean")(student(x).log_softmax(-1), t)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.detach().clone())
+        return out
+
+    _, _, cap = _same_bits_captured(run, tmp_path / "d.capture", 2, False, monkeypatch)
+    names = [n for n, _ in cap.initial["params"]]
+    assert len(names) == len(set(names)) == 8, names
+    assert {n.split(".")[0] for n in names} == {"Sequential", "Sequential#2"}
+    roots = {m.split(".")[0] for m in cap.ops["module"] if m}
+    assert roots == {"Sequential", "Sequential#2", "KLDivLoss"}, roots
+    for s in (1, 2):  # the student's forward ops under its own name, every step
+        mods = {m for m, st in zip(cap.ops["module"], cap.ops["step"], strict=True) if st == s}
+        assert "Sequential#2.0" in mods and "KLDivLoss" in mods
