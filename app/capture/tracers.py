@@ -54,16 +54,21 @@ def install(meta: dict[str, Any]) -> Callable[[], None]:
     return restore
 
 
+_DEPTH = [0]  # (a trace inside a trace: ``trace`` of a module calls ``trace_module``)
+
+
 def _wrap() -> None:
     from torch.utils._python_dispatch import _disable_current_modes
 
-    depth = [0]
+    depth = _DEPTH
     for modname, name in _ENTRIES:
         try:
             mod = importlib.import_module(modname)
         except ImportError:
             continue
         orig = getattr(mod, name, None)
+        while getattr(orig, "_tapescope_orig", None) is not None:  # (one of ours left there)
+            orig = orig._tapescope_orig
         if orig is None:
             continue
 
@@ -80,6 +85,7 @@ def _wrap() -> None:
                         return orig(*args, **kwargs)
                 finally:
                     depth[0] -= 1
+            traced._tapescope_orig = orig  # type: ignore[attr-defined]
             return traced
         w = make(orig, f"{modname.removeprefix('torch.')}.{name}")
         setattr(mod, name, w)
