@@ -74,6 +74,14 @@ VIEW_OPS = frozenset({
     "view_as_complex", "diagonal", "unfold", "indices", "values"})
 
 
+# a tensor set over a storage (``torch.load``'s tensors, a DataLoader worker's batch in shared
+# memory): its bytes are what the storage held, written by C++ (a file read, another process),
+# no op's result: recorded, as a step's data is
+_STORAGE_OPS = ("aten.set_.source_Storage",)
+_STORAGE_WORDS = "a tensor over a storage (its bytes as the storage held them: a file loaded, " \
+    "memory shared by another process)"
+
+
 class _NoRef(Exception):
     pass
 
@@ -877,7 +885,8 @@ def _judge(cap: Capture, explain: bool, advance: Callable[[], None] | None,
             base = base_name(op)
             kind = kinds[op] = (
                 "an RNG draw" if base in RANDOM_OPS
-                else "uninitialised memory" if base in UNINITIALISED_OPS else None,
+                else "uninitialised memory" if base in UNINITIALISED_OPS
+                else _STORAGE_WORDS if op.startswith(_STORAGE_OPS) else None,
                 op in _SAME_BYTES_OPS and override is None and table is not None,
                 override is None and op != COMPILED_OP and not op.startswith(COLLECTIVES))
         why_recorded, same_bytes, direct = kind

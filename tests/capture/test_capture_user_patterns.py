@@ -1189,3 +1189,43 @@ def test_two_live_models_of_one_class_have_two_names(tmp_path, monkeypatch):
     for s in (1, 2):  # the student's forward ops under its own name, every step
         mods = {m for m, st in zip(cap.ops["module"], cap.ops["step"], strict=True) if st == s}
         assert "Sequential#2.0" in mods and "KLDivLoss" in mods
+
+
+def test_a_checkpoint_loaded_mid_capture_is_the_steps_data(tmp_path, monkeypatch):
+    """``torch.load`` (and a DataLoader worker's batch in shared memory) makes each tensor by
+    ``set_`` over a storage whose bytes C++ wrote (the file's): the judge called those ops
+    ``unjudged`` ("input value ... is uninitialised memory"), 17 in a script that saved and
+    restored its model, optimizer, schedule and RNG after step 1. They are ``recorded`` now,
+    a tensor over a storage, as a step's data is; the restored state's ops judged."""
+    from tapescope.core.capture.judge import judge
+
+    def run() -> list:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))
+        opt = torch.optim.Adam(net.parameters(), 1e-2)
+        g = torch.Generator().manual_seed(1)
+        out = []
+        for i in range(2):
+            x, y = torch.randn(5, 4, generator=g), torch.randint(0, 2, (5,), generator=g)
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.detach().clone())
+            if i == 0:
+                buf = io.BytesIO()
+                torch.save({"model": net.state_dict(), "opt": opt.state_dict()}, buf)
+                buf.seek(0)
+                ck = torch.load(buf, weights_only=True)
+                net.load_state_dict(ck["model"])
+                opt.load_state_dict(ck["opt"])
+        return out
+
+    _, _, cap = _same_bits_captured(run, tmp_path / "k.capture", 2, False, monkeypatch)
+    rep = judge(cap)
+    sets = [e for e in rep["ops"] if e["op"].startswith("aten.set_.source_Storage")]
+    assert len(sets) >= 8  # (4 parameters, Adam's moments, its steps)
+    assert all(o["verdict"] == "recorded" for e in sets for o in e["outputs"])
+    assert all("a tensor over a storage" in e["reason"] for e in sets)
+    assert all(cap.arrays[o["value"]] is not None for e in sets for o in e["outputs"])
+    assert rep["counts"].get("unjudged", 0) == 0 and rep["no_reference"] == []
