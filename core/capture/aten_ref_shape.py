@@ -923,6 +923,75 @@ def _masked_scatter(args: list, kwargs: dict) -> list:
     return [x]
 
 
+def _cum_extreme(name: str, greater: bool):
+    def run(args: list, kwargs: dict) -> list:
+        """(values, indices) of the running maximum (minimum) along ``dim``, as ATen's loop:
+        element i takes the place where it is NaN, or where the running one is not NaN and
+        ``x_i >= run`` (``<=``): so the last of equal elements (its sign: -0.0 after 0.0),
+        and a NaN stays until the next NaN. Exact."""
+        x = np.asarray(args[0])
+        d = opt(kwargs, args, 1, "dim", 0)
+        if x.ndim == 0:
+            return [x.copy(), np.zeros((), I64)]
+        d = _dim(int(d), x.ndim)
+        xm = np.moveaxis(x, d, 0)
+        cur, idx = xm[0].copy(), np.zeros(xm.shape[1:], I64)
+        vals, ids = np.empty_like(xm), np.empty(xm.shape, I64)
+        vals[0], ids[0] = cur, idx
+        f = xm.dtype.kind in "fV"
+        with fp_quiet():
+            for i in range(1, xm.shape[0]):
+                v = xm[i]
+                ge = (v >= cur) if greater else (v <= cur)
+                if f:
+                    nv, nc = np.isnan(v.astype(F64)), np.isnan(cur.astype(F64))
+                    take = nv | (~nc & ge)
+                else:
+                    take = ge
+                cur = np.where(take, v, cur)
+                idx = np.where(take, i, idx)
+                vals[i], ids[i] = cur, idx
+        return [np.moveaxis(vals, 0, d).copy(), np.moveaxis(ids, 0, d).copy()]
+    return run
+
+
+form("aten.cummax.default")(_cum_extreme("cummax", True))
+form("aten.cummin.default")(_cum_extreme("cummin", False))
+
+
+@form("aten.rot90.default")
+def _rot90(args: list, kwargs: dict) -> list:
+    """k quarter turns from the first of ``dims`` towards the second (numpy's ``rot90``): a
+    copy, exact."""
+    x = np.asarray(args[0])
+    k = int(opt(kwargs, args, 1, "k", 1))
+    dims = list(opt(kwargs, args, 2, "dims", [0, 1]))
+    if len(dims) != 2 or x.ndim < 2 or dims[0] % x.ndim == dims[1] % x.ndim:
+        raise NoReference("rot90: two different dimensions")
+    return [np.ascontiguousarray(np.rot90(x, k, axes=(dims[0] % x.ndim, dims[1] % x.ndim)))]
+
+
+def _tri_indices(lower: bool):
+    def run(args: list, kwargs: dict) -> list:
+        """The (row, column) indices of a ``row x col`` matrix's lower (upper) triangle past
+        ``offset``, row by row: exact."""
+        row, col = int(args[0]), int(args[1])
+        off = int(opt(kwargs, args, 2, "offset", 0))
+        if row < 0 or col < 0:
+            raise NoReference("tril/triu_indices of a negative size (torch raises)")
+        rows = np.arange(row, dtype=np.int64)  # (each row's count first: checked before)
+        per = np.clip(rows + off + 1, 0, col) if lower else np.clip(col - (rows + off), 0, col)
+        check_elems(2 * int(per.sum()), "tril/triu_indices")
+        r, c = (np.tril_indices if lower else np.triu_indices)(row, off, col)
+        dt = as_dtype(kwargs.get("dtype")) or I64
+        return [np.stack([r, c]).astype(dt)]
+    return run
+
+
+form("aten.tril_indices.default")(_tri_indices(True))
+form("aten.triu_indices.default")(_tri_indices(False))
+
+
 @form("aten.nonzero.default")
 def _nonzero(args: list, kwargs: dict) -> list:
     return [np.argwhere(np.asarray(args[0])).astype(I64)]

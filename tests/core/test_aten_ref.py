@@ -498,6 +498,14 @@ CASES = [
                                                                     {})),
     ("fmod", "aten.fmod.Tensor",
      lambda g, d: ([rn(g, d, *E) * 50, rn(g, d, *E) * 3], {})),
+    # (exact: a Cox loss's running maximum, augmentations' quarter turns, pair indices)
+    ("cummax", "aten.cummax.default",
+     lambda g, d: ([torch.tensor([[1., 3., 3., 2., math.nan, 5., math.nan, -0., 0.],
+                                  [0., -0., 0., -1., 2., 2., -3., 4., 4.]], dtype=d), 1], {})),
+    ("cummin", "aten.cummin.default", lambda g, d: ([rn(g, d, 6, 5), 0], {})),
+    ("rot90", "aten.rot90.default", lambda g, d: ([rn(g, d, 2, 3, 4), 3, [2, 1]], {})),
+    ("tril_indices", "aten.tril_indices.default", lambda g, d: ([5, 4, -1], {})),
+    ("triu_indices", "aten.triu_indices.default", lambda g, d: ([3, 6, 2], {})),
     # (special functions: correctly rounded, torch's Cephes-style kernels within 1e-12 in
     # float64 away from lgamma's zeros)
     ("lgamma", "aten.lgamma.default", lambda g, d: ([pos(g, d, *E) * 3 - 0.1], {})),
@@ -1008,7 +1016,8 @@ CASES = [
 # reductions, softmax's reciprocal, SLEEF transcendentals, FMA in torch's vector loops): their
 # float64 values agree and docs/reference-order.md names each order.
 BIT_EXACT = {
-    "remainder", "remainder_scalar_int", "fmod",
+    "remainder", "remainder_scalar_int", "fmod", "cummax", "cummin", "rot90", "tril_indices",
+    "triu_indices",
     "unique2_nan_zero", "unique2_zero_first", "unique2_ints_2d", "median", "median_nan",
     "bucketize", "bucketize_right_i32", "searchsorted_rows", "searchsorted_sorter", "histc",
     "histc_auto", "masked_scatter",
