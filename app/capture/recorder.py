@@ -229,10 +229,6 @@ class _LazyArgument(Exception):
     """An op's argument is a lazy module's parameter not made yet (``_LAZY_TYPES``)."""
 
 
-def _is_lazy(t: torch.Tensor) -> bool:
-    return isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
-
-
 def _mode_may_leave() -> bool:
     """Whether the mode may leave the stack here: not inside ``torch.inference_mode``, whose
     end puts back the dispatch keys it found, the mode's among them; a mode gone by then leaves
@@ -1045,11 +1041,11 @@ class Recorder(TorchDispatchMode):
             # first forward by recorded ops, ``empty`` and its init, so not initial values)
             for n, p in root.named_parameters():
                 p = _unwrapped(p)
-                if not _is_lazy(p):
+                if type(p) not in _LAZY_TYPES:
                     self.initial["params"].append([f"{path}.{n}", self._value_of(p)])
             for n, b in root.named_buffers():
                 b = _unwrapped(b)
-                if not _is_lazy(b):
+                if type(b) not in _LAZY_TYPES:
                     self.initial["buffers"].append([f"{path}.{n}", self._value_of(b)])
         finally:
             self.quiet = False
@@ -1716,13 +1712,12 @@ class Recorder(TorchDispatchMode):
                     outs += [made(t) for t in _tensors(v)]
         elif unmarked is None and isinstance(out, _Tensor):
             if view:
-                like = self._same_bytes(out, args, enc_args)
                 if self._uninit_vids and enc_args and isinstance(enc_args[0], dict) \
                         and enc_args[0].get("T") in self._uninit_vids:
                     # a view of uninitialised memory (DDP's gradient buckets, views of an
                     # ``empty``): its bytes are the heap's as much as its base's are
                     outs = (self._made_uninitialised(out),)
-                elif like is not None:
+                elif (like := self._same_bytes(out, args, enc_args)) is not None:
                     outs = (self._made_like(out, like),)
                 elif self.derive_views and out.nbytes >= _DERIVE_MIN \
                         and (src := self._derived_source(out, args, enc_args)) is not None:

@@ -29,7 +29,8 @@ static PyObject *s_version, *s_dtype, *s_is_cpu, *s_layout, *s_is_neg, *s_nbytes
     *s_hashes_only, *s_stored_bytes, *s_max_bytes, *s_hasher, *s_spool, *s_new_value,
     *s_v_dtype, *s_v_shape, *s_v_sha, *s_v_array, *s_devices, *s_uid, *s_seen, *s_numel,
     *s_sha_like, *s_names_of, *s_op, *s_op_rec, *s_record, *s_broken, *s_source, *s_code_skip,
-    *s_src_at, *s_derive_views, *s_uninit, *s_uninit_vids, *s_is_nested, *s_dim, *s_in_backward, *s_after_backward,
+    *s_src_at, *s_derive_views, *s_uninit, *s_uninit_vids, *s_is_nested, *s_dim,
+    *s_in_backward, *s_after_backward,
     *s_in_optimizer, *s_modules, *s_module_from, *s_module_path, *s_sequence_nr,
     *s_backward_module, *s_empty, *s_last_ones_like, *s_losses, *s_step, *s_tables, *s_rows,
     *s_DERIVE_MIN, *s_NUMPY_DTYPES, *s_base, *s_recording, *s_quiet, *s_thread,
@@ -1562,13 +1563,12 @@ static int record(Hot *self, PyObject *info, PyObject *args, PyObject *kwargs, P
     }
     /* phase and module */
     long phase;
-    int bw_opt = 0;  /* an optimizer stepped from a gradient hook inside backward */
     if (graph_task != -1) {
+        /* an optimizer stepped from a gradient hook inside backward: its phase, no module */
         PyObject *in_opt = item(d, s_in_optimizer);
+        int bw_opt;
         if (in_opt == NULL || (bw_opt = PyObject_IsTrue(in_opt)) < 0)
             goto done;
-    }
-    if (graph_task != -1) {
         phase = bw_opt ? 2 : 1;
         if (PyDict_SetItem(d, s_in_backward, Py_True) < 0
             || PyDict_SetItem(d, s_after_backward, Py_True) < 0)

@@ -154,9 +154,9 @@ def _log_ndtr(mp, x):
     return mp.log(mp.ncdf(x)) if x <= 0 else mp.log1p(-mp.ncdf(-x))
 
 
+_DIGAMMA = _special("digamma", lambda mp, x: mp.digamma(x), _digamma_cases)
 form("aten.lgamma.default")(_special("lgamma", _lgamma, _lgamma_cases))
-form("aten.digamma.default")(_special("digamma", lambda mp, x: mp.digamma(x),
-                                      _digamma_cases))
+form("aten.digamma.default")(_DIGAMMA)
 form("aten.erfinv.default")(_special("erfinv", lambda mp, x: mp.erfinv(x), _erfinv_cases))
 form("aten.special_log_ndtr.default")(_special("special_log_ndtr", _log_ndtr,
                                                _log_ndtr_cases))
@@ -170,7 +170,7 @@ def _polygamma(args: list, kwargs: dict) -> list:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise NoReference("polygamma: n a whole number, 0 or more")
     if n == 0:
-        return FORMS_DIGAMMA([x], {})
+        return _DIGAMMA([x], {})
     sign = 1.0 if n % 2 == 1 else -1.0
 
     def cases(v: float) -> float | None:
@@ -183,5 +183,3 @@ def _polygamma(args: list, kwargs: dict) -> list:
         return None
     return _special("polygamma", lambda mp, v: mp.polygamma(n, v), cases)([x], kwargs)
 
-
-FORMS_DIGAMMA = _special("digamma", lambda mp, x: mp.digamma(x), _digamma_cases)

@@ -364,35 +364,32 @@ def test_a_model_cast_after_its_construction_was_captured(tmp_path, monkeypatch,
 
 def _plain_then_captured(run, path, steps: int) -> tuple:
     """``run()`` as the script runs it, then under a capture of ``steps`` steps written to
-    ``path``: (the plain result, the captured one, the capture loaded); the recorder failed
-    nothing."""
+    ``path``: (the plain result, the captured one, the capture loaded, the recorder); the
+    recorder failed nothing."""
     from tapescope.app.capture import capture
 
     plain = run()
     with capture(path, steps=steps) as rec:
         got = run()
     assert rec.error is None
-    return plain, got, load(path)
+    return plain, got, load(path), rec
 
 
 def _same_bits_captured(run, path, steps: int, native: bool, monkeypatch) -> tuple:
     """``run()`` plain, then captured (``steps`` steps to ``path``) on the C or the Python path
     (``native``): its every value the same bits both times, the recorder failed nothing and
     took the path asked. (the plain values, the recorder, the capture loaded)"""
-    from tapescope.app.capture import capture, recorder_native
+    from tapescope.app.capture import recorder_native
     from tapescope.app.capture.recorder import Recorder
 
     if native and recorder_native.module(build=True) is None:
         pytest.skip("the recorder's C path does not build here (no gcc or Python.h)")
     monkeypatch.setattr(Recorder, "native", native)
-    want = run()
-    with capture(path, steps=steps) as rec:
-        got = run()
-    assert rec.failed is None and rec.error is None
+    want, got, cap, rec = _plain_then_captured(run, path, steps)
+    assert rec.failed is None
     assert (rec.ops_native > 0) == native
     for a, b in zip(want, got, strict=True):  # the recorder only reads
         assert torch.equal(a, b)
-    cap = load(path)
     assert cap.steps == steps
     return want, rec, cap
 
@@ -611,7 +608,7 @@ def test_a_script_that_updates_its_parameters_itself(tmp_path, monkeypatch, nati
             losses.append(loss.item())
         return losses, weights
 
-    (want, _), (got, weights), cap = _plain_then_captured(run, tmp_path / "manual.capture", 2)
+    (want, _), (got, weights), cap, _ = _plain_then_captured(run, tmp_path / "manual.capture", 2)
     assert got == want and cap.steps == 2
     _first_weight_read_as(cap, weights)
     assert "optimizer" in set(cap.ops["phase"])
@@ -750,7 +747,7 @@ def test_writes_through_data_reach_the_tensor_they_alias(tmp_path, monkeypatch, 
                 out.append((loss.item(), F.cross_entropy(ema(x), y).item()))
         return init, out
 
-    (_, want), (init, got), cap = _plain_then_captured(run, tmp_path / "alias.capture", 3)
+    (_, want), (init, got), cap, _ = _plain_then_captured(run, tmp_path / "alias.capture", 3)
     assert got == want
     noted = {name: cap.arrays[vid] for name, vid in cap.initial["params"]}
     for k, v in init.items():
